@@ -169,7 +169,11 @@ class StatusOut(_Out):
     job: JobOut | None = Field(description="the active job, else the latest of this server's life")
     queue: list[QueuedJob]
     busy: bool = Field(description="a start with queue=false would be refused (409)")
-    event_seq: int = Field(description="id of the latest event (resume /api/train/events after it)")
+    event_seq: int = Field(
+        description="id of the latest event (resume /api/train/events after it); `job` reflects every"
+        " event up to it and none after it: a client that also applies the stream folds the events"
+        " with a higher id onto this snapshot (or drops it), so its view never goes backwards"
+    )
 
 
 class TrainLongerOut(_Out):

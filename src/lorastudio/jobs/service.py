@@ -146,7 +146,9 @@ class JobService(Dispatcher):
     # -- queries ---------------------------------------------------------------------------------
     def status(self, since: int | None = None) -> dict[str, Any]:
         """{"job": the active (else the latest) job's snapshot or None, "queue": queued jobs,
-        "busy": whether a start without queueing would be refused, "event_seq": last event id}."""
+        "busy": whether a start without queueing would be refused, "event_seq": last event id}.
+        The snapshot reflects exactly the events up to event_seq: both are read under the lock
+        that every event is folded and logged under (pump._ingest, _log_event)."""
         with self._cond:
             job = self._active or self._last
             return {

@@ -147,3 +147,24 @@ def steps_with_a_silent_sample_round(args: WorkerArgs, events: Any, stop_event: 
     channel.emit(_progress(3, 0.5))
     channel.emit(Complete(lora_path=None, steps_run=3, stopped=False))
     channel.close()
+
+
+BURST_STEPS = 2000  # the most steps `burst_of_steps` runs before it waits (the event log keeps 5000)
+
+
+def burst_of_steps(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
+    """Steps 5 ms apart, a sample round every 10th, until a stop (or BURST_STEPS, then it waits
+    for the stop): a run the status snapshot is read against while its events pour in."""
+    prepare_child(args)
+    channel = WorkerChannel(args, events, stop_event, stop_save)
+    step = 0
+    while not stop_event.is_set() and step < BURST_STEPS:
+        step += 1
+        channel.emit(_progress(step, 1.0 / step).model_copy(update={"total_steps": BURST_STEPS}))
+        if step % 10 == 0:
+            channel.emit(SampleReady(step=step, images=[f"samples/step-{step:06d}-0.png"]))
+        time.sleep(0.005)
+    while not stop_event.wait(0.05):
+        pass
+    channel.emit(Complete(lora_path=None, steps_run=step, stopped=True))
+    channel.close()

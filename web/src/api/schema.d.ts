@@ -3752,7 +3752,7 @@ export interface components {
             busy: boolean;
             /**
              * Event Seq
-             * @description id of the latest event (resume /api/train/events after it)
+             * @description id of the latest event (resume /api/train/events after it); `job` reflects every event up to it and none after it: a client that also applies the stream folds the events with a higher id onto this snapshot (or drops it), so its view never goes backwards
              */
             event_seq: number;
             /** @description the active job, else the latest of this server's life */

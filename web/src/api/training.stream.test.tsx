@@ -1,7 +1,8 @@
 /**
  * The event stream and the status snapshot under changes (RELIABILITY 158): one stream at a time
  * after the token changes, no event of a closed stream applied, a stream the server closed for
- * good reopened once, and status answers arriving out of order never bring back an older state.
+ * good reopened once, and status answers arriving out of order never bring back an older state:
+ * not one applied before (RELIABILITY 158), not the events applied meanwhile (RELIABILITY 195).
  */
 import { act, render, screen, waitFor } from "@testing-library/react";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
@@ -29,17 +30,18 @@ class Stream {
     this.closed = true;
     this.readyState = 2;
   }
-  /** Deliver an event as a browser whose task was queued before close() might. */
-  emit(type: string, data: object) {
-    const e = new MessageEvent(type, { data: JSON.stringify(data) });
+  /** Deliver an event as a browser whose task was queued before close() might; `id`: its `id:` line. */
+  emit(type: string, data: object, id?: number) {
+    const e = new MessageEvent(type, { data: JSON.stringify(data), lastEventId: id == null ? "" : String(id) });
     for (const fn of this.listeners.get(type) ?? []) fn(e);
   }
 }
 
 const open = () => Stream.all.filter((s) => !s.closed);
 
-const status = (job: object) => ({ job, queue: [], busy: true, event_seq: 3 });
-const progress = (step: number) => ({ type: "progress", job_id: "j1", step, total_steps: 10, epoch: 1, loss: 0.5, avg_loss: 0.5, lr: 1e-4, grad_norm: 1, samples_per_second: 2, peak_memory_gb: 1 });
+const status = (job: object, event_seq = 3, queue: object[] = []) => ({ job, queue, busy: true, event_seq });
+const progress = (step: number, job_id = "j1") => ({ type: "progress", job_id, step, total_steps: 10, epoch: 1, loss: step / 100, avg_loss: 0.5, lr: 1e-4, grad_norm: 1, samples_per_second: 2, peak_memory_gb: 1 });
+const samples = (step: number) => ({ type: "sample_ready", job_id: "j1", step, images: [`samples/step-${step}-0.png`] });
 
 let refresh: () => Promise<void> = async () => undefined;
 function Probe() {
@@ -130,5 +132,88 @@ describe("the event stream", () => {
     expect(screen.getByText("Decoding new images (every pixel, once, before the models load): 0/240")).toBeInTheDocument();
     act(() => open()[0].emit("preparing", decoding(120, 280)));
     expect(screen.getByText("Decoding new images (every pixel, once, before the models load): 120/280")).toBeInTheDocument();
+  });
+
+  it("a status answer fetched before a burst of events and answered after them shows neither an older step nor older samples", async () => {
+    const { held } = deferFetch();
+    render(view());
+    await act(async () => held(/^\/api\/train\/status/).answer(status(JOB, 3)));
+    await screen.findByRole("button", { name: "Stop" });
+    const es = Stream.all[0];
+    act(() => es.emit("status", { type: "status", job_id: "j1", status: "stopping", error: null }, 4)); // re-fetches the snapshot
+    act(() => {
+      es.emit("progress", progress(5), 5);
+      es.emit("sample_ready", samples(5), 6);
+      es.emit("progress", progress(7), 7);
+    });
+    expect(screen.getByTestId("stat-step")).toHaveTextContent("7 / 10");
+    expect(screen.getByTestId("samples-step-5")).toBeInTheDocument();
+    // taken after event 4, answered after event 7: step 4, the samples of step 2
+    const stale = { ...JOB, status: "stopping", steps_run: 4, progress: progress(4), samples: { step: 2, images: ["samples/step-2-0.png"] } };
+    await act(async () => held(/^\/api\/train\/status/).answer(status(stale, 4, [{ id: "q1", output_name: "next-lora" }])));
+    expect(await screen.findByText("next-lora")).toBeInTheDocument(); // what only the snapshot says is applied
+    expect(screen.getByText("stopping")).toBeInTheDocument();
+    expect(screen.getByTestId("stat-step")).toHaveTextContent("7 / 10");
+    expect(screen.getByText("0.07")).toBeInTheDocument(); // the loss of step 7, not of step 4
+    expect(screen.getByTestId("samples-step-5")).toBeInTheDocument();
+    expect(screen.queryByTestId("samples-step-2")).toBeNull();
+    act(() => es.emit("progress", progress(8), 8));
+    expect(screen.getByTestId("stat-step")).toHaveTextContent("8 / 10");
+  });
+
+  it("after a server restart (event ids start again at 1) a snapshot of the new life is brought up to its own events only", async () => {
+    const { held } = deferFetch();
+    render(view());
+    await act(async () => held(/^\/api\/train\/status/).answer(status(JOB, 50)));
+    await screen.findByRole("button", { name: "Stop" });
+    const es = Stream.all[0];
+    act(() => es.emit("progress", progress(9), 51));
+    // the new life: a new job j2, its events numbered from 1 again
+    const j2 = { ...JOB, id: "j2", output_name: "second-lora", metrics: [] };
+    act(() => es.emit("status", { type: "status", job_id: "j2", status: "running", error: null }, 1));
+    act(() => es.emit("progress", progress(2, "j2"), 2));
+    await act(async () => held(/^\/api\/train\/status/).answer(status({ ...j2, steps_run: 1, progress: progress(1, "j2") }, 1)));
+    expect(await screen.findByText("second-lora")).toBeInTheDocument();
+    expect(screen.getByTestId("stat-step")).toHaveTextContent("2 / 10"); // its event 2, not j1's step 9
+    act(() => es.emit("progress", progress(3, "j2"), 3));
+    expect(screen.getByTestId("stat-step")).toHaveTextContent("3 / 10");
+  });
+
+  it("a stream that opens after the first snapshot was taken asks again for what happened in between", async () => {
+    const { held } = deferFetch();
+    render(view());
+    await act(async () => held(/^\/api\/train\/status/).answer(status(JOB, 3)));
+    await screen.findByRole("button", { name: "Stop" });
+    // the server finished the job (event 4) before the stream's request reached it: the stream
+    // starts after event 4 and never carries it
+    act(() => Stream.all[0].onopen?.());
+    const done = { ...JOB, status: "completed", finished_at: "2025-01-01T00:09:00Z" };
+    await act(async () => held(/^\/api\/train\/status/).answer(status(done, 4)));
+    expect(await screen.findByText("completed")).toBeInTheDocument();
+    expect(screen.queryByRole("button", { name: "Stop" })).toBeNull();
+  });
+
+  it("a newer status answer that reflects fewer events than an older one applied before it still gets every event after its own", async () => {
+    const { held } = deferFetch();
+    render(view());
+    await act(async () => held(/^\/api\/train\/status/).answer(status(JOB, 3)));
+    await screen.findByRole("button", { name: "Stop" });
+    act(() => {
+      void refresh();
+      void refresh(); // the server answers both in parallel: the newer one read fewer events
+    });
+    const es = Stream.all[0];
+    act(() => {
+      es.emit("progress", progress(4), 4);
+      es.emit("sample_ready", samples(4), 5);
+      es.emit("progress", progress(6), 6);
+    });
+    const older = held(/^\/api\/train\/status/);
+    const newer = held(/^\/api\/train\/status/);
+    const at = (step: number) => ({ ...JOB, steps_run: step, progress: progress(step) });
+    await act(async () => older.answer(status({ ...at(5), samples: { step: 4, images: ["samples/step-4-0.png"] } }, 5)));
+    await act(async () => newer.answer(status(at(4), 4)));
+    expect(screen.getByTestId("stat-step")).toHaveTextContent("6 / 10");
+    expect(screen.getByTestId("samples-step-4")).toBeInTheDocument(); // event 5, after the newer answer's 4
   });
 });

@@ -9,6 +9,8 @@
  * changes (the stream carries it as `?token=`), and when the server closed the stream for good
  * (an error status while it restarted): one stream at a time, and an event of a stream closed
  * since is never applied. Overlapping status re-fetches: an answer older than one applied is dropped.
+ * A snapshot never shows an older state than the events already applied (lib/eventOrder.ts): the
+ * events after its `event_seq` are folded onto it again.
  */
 import { createContext, type ReactNode, useCallback, useContext, useEffect, useRef, useState } from "react";
 import { useAuth } from "./auth";
@@ -16,6 +18,7 @@ import { api } from "./endpoints";
 import type { Job, PlanChosenEvent, ProgressEvent, SampleReadyEvent, TrainEvent, TrainStatus, ValidationEvent } from "./types";
 import { planFromEvent } from "../lib/plan";
 import { appendPoint, emptySeries, fromPoints, type MetricSeries, withValidation } from "../lib/series";
+import { eventId, Replay } from "../lib/eventOrder";
 
 export const EVENT_TYPES = [
   "model_load_started",
@@ -80,6 +83,31 @@ export function withRound(job: Job, ev: ValidationEvent): Job {
 }
 
 /**
+ * `job` with event `ev` folded in (progress, samples, a validation round, the plan, the phase);
+ * null when `ev` is of another job or of a kind a snapshot re-fetch brings (status changes, the
+ * end, warnings, a new job).
+ */
+export function foldEvent(job: Job, ev: TrainEvent): Job | null {
+  if (ev.job_id && ev.job_id !== job.id) return null;
+  switch (ev.type) {
+    case "progress":
+      return withProgress(job, ev);
+    case "sample_ready":
+      return withSamples(job, ev);
+    case "validation":
+      return withRound(job, ev);
+    case "plan_chosen":
+      return withPlan(job, ev);
+    case "preparing":
+    case "model_load_started":
+    case "model_load_completed":
+      return { ...job, phase: ev, status: job.status === "queued" ? "preparing" : job.status };
+    default:
+      return null;
+  }
+}
+
+/**
  * `job` as its stored record says now (GET /api/runs/<id>): after a server restart the status
  * snapshot has no job, and the run followed ended (interrupted) or finished meanwhile. The live
  * parts (progress, samples, plan) are kept; null when the record cannot be read.
@@ -107,27 +135,41 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
   // older than one already applied is dropped (it would bring back a state that has passed)
   const asked = useRef(0);
   const applied = useRef(0);
+  // the latest events applied, folded again onto a snapshot older than them
+  const replay = useRef(new Replay());
   const refresh = useCallback(async () => {
     const mine = ++asked.current;
     const current = jobRef.current;
     const same = current != null;
     const s = await api.status(same && lastStep.current != null ? lastStep.current : undefined);
     // a restarted server knows no job of its life: the one followed is shown as its record now says
-    const next = s.job ?? (current ? await recordOf(current) : null);
+    let next = s.job ?? (current ? await recordOf(current) : null);
     if (mine < applied.current) return; // a newer refresh was applied meanwhile: its state stands
     applied.current = mine;
-    const base = jobRef.current;
-    if (next && base && next.id === base.id) {
-      setSeries((prev) => next.metrics.reduce(appendPoint, prev));
-    } else {
-      setSeries(fromPoints(next?.metrics ?? []));
+    // events applied after the snapshot was taken (it was answered after them): folded onto it
+    // again, so it never shows an older step, loss, sample or phase than the screen already did
+    const later: ProgressEvent[] = [];
+    if (s.job) {
+      for (const ev of replay.current.after(s.event_seq)) {
+        const folded = next && foldEvent(next, ev);
+        if (!folded) continue;
+        next = folded;
+        if (ev.type === "progress") later.push(ev);
+      }
     }
-    const steps = next?.metrics.map((m) => m.step) ?? [];
+    const base = jobRef.current;
+    const points = [...(next?.metrics ?? []), ...later];
+    if (next && base && next.id === base.id) {
+      setSeries((prev) => points.reduce(appendPoint, prev));
+    } else {
+      setSeries(fromPoints(points));
+    }
+    const steps = points.map((m) => m.step);
     if (next && (!base || next.id !== base.id)) lastStep.current = steps.length ? Math.max(...steps) : null;
     else if (steps.length) lastStep.current = Math.max(lastStep.current ?? 0, ...steps);
     jobRef.current = next;
     setJob(next);
-    setStatus(s);
+    setStatus({ ...s, job: next }); // its job as shown (the events after it folded on)
   }, []);
 
   useEffect(() => {
@@ -136,7 +178,6 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     let es: EventSource | null = null;
     let retry: number | undefined;
     let ended = false; // this effect was cleaned up: the token changed, or the provider unmounted
-    let dropped = false;
     const open = () => {
       const source = new EventSource(api.eventsUrl());
       es = source;
@@ -145,13 +186,14 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
       source.onopen = () => {
         if (!mine()) return;
         setConnected(true);
-        if (dropped) refresh().catch(() => undefined); // what happened while the stream was down (no replay across a restart)
-        dropped = false;
+        // a fresh stream starts with the events after its request reached the server, and one
+        // reconnected by the browser cannot replay across a server restart: the events before it
+        // (after the last snapshot; a "complete" among them) come with a snapshot asked now
+        refresh().catch(() => undefined);
       };
       source.onerror = () => {
         if (!mine()) return;
         setConnected(false);
-        dropped = true;
         // the browser reconnects by itself, unless the server answered with an error status (a
         // proxy's 502 while the server restarts, a 401 for a token changed there): then the stream
         // is closed for good. One fresh stream is opened a little later, and the status is fetched
@@ -177,38 +219,16 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
       } catch {
         return;
       }
+      replay.current.note(eventId(msg), ev);
       const current = jobRef.current;
-      if (ev.type === "progress" && current && (!ev.job_id || ev.job_id === current.id)) {
-        const next = withProgress(current, ev);
+      const next = current && foldEvent(current, ev);
+      if (next) {
         jobRef.current = next;
         setJob(next);
-        setSeries((prev) => appendPoint(prev, ev));
-        lastStep.current = Math.max(lastStep.current ?? 0, ev.step);
-        return;
-      }
-      const sameJob = current && (!ev.job_id || ev.job_id === current.id);
-      if (sameJob && ev.type === "sample_ready") {
-        const next = withSamples(current, ev);
-        jobRef.current = next;
-        setJob(next);
-        return;
-      }
-      if (sameJob && ev.type === "validation") {
-        const next = withRound(current, ev);
-        jobRef.current = next;
-        setJob(next);
-        return;
-      }
-      if (sameJob && ev.type === "plan_chosen") {
-        const next = withPlan(current, ev);
-        jobRef.current = next;
-        setJob(next);
-        return;
-      }
-      if (sameJob && (ev.type === "preparing" || ev.type === "model_load_started" || ev.type === "model_load_completed")) {
-        const next: Job = { ...current, phase: ev, status: current.status === "queued" ? "preparing" : current.status };
-        jobRef.current = next;
-        setJob(next);
+        if (ev.type === "progress") {
+          setSeries((prev) => appendPoint(prev, ev));
+          lastStep.current = Math.max(lastStep.current ?? 0, ev.step);
+        }
         return;
       }
       refresh().catch(() => undefined);
