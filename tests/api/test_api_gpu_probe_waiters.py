@@ -74,9 +74,11 @@ def test_routes_that_need_the_gpu_facts_wait_for_the_probe_without_a_request_thr
 ) -> None:
     (settings.datasets_dir / "d").mkdir(parents=True)
     asks = [0]  # how often host_info / known_host_info asked whether a probe is needed
+    counting = threading.Lock()  # the old code asks from request threads
 
     def counted() -> bool:
-        asks[0] += 1
+        with counting:
+            asks[0] += 1
         return False
 
     monkeypatch.setattr(hardware, "cuda_impossible", counted)
