@@ -1,7 +1,9 @@
-"""GET /api/info while the GPU probe runs (RELIABILITY 185): the requests waiting for its answer
-hold no request thread. Before, each waited in one of the server's 40 request threads (blocked on
-jobs/hardware.py's one-probe lock, the probe bounded by 60 s), so 45 of them at once left no
-thread for any other route (the dataset list, the run status) until the probe answered."""
+"""Requests that need the GPU facts while the GPU probe runs hold no request thread: GET /api/info
+(RELIABILITY 185) and the synchronous routes that reach jobs/hardware.host_info (a preflight, a
+start, a caption job's placement: RELIABILITY 190, api/host_wait.py). Before, each waited in one
+of the server's 40 request threads (blocked on jobs/hardware.py's one-probe lock, the probe
+bounded by 60 s), so 45 of them at once left no thread for any other route (the dataset list,
+the run status) until the probe answered."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from fastapi.testclient import TestClient
 from tests.polling import until
 
 from lorastudio.jobs import hardware
+from lorastudio.settings import Settings
 
 PROBE = r"""
 import json, sys, time
@@ -35,6 +38,7 @@ def hanging_probe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setattr(hardware, "PROBE_COMMAND", [sys.executable, str(script), str(tmp_path)])
     monkeypatch.setattr(hardware, "_answers", {})
     monkeypatch.setattr(hardware, "_here", False)
+    monkeypatch.setattr(hardware, "PROBE_TIMEOUT_S", 600.0)  # only `go` ends it (not its bound)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return tmp_path
 
@@ -63,3 +67,49 @@ def test_requests_waiting_for_the_probe_leave_the_other_routes_free(
     assert set(answers) == {200}
     host = client.get("/api/info").json()["host"]
     assert (host["device"], host["name"]) == ("cuda", "x")
+
+
+def test_routes_that_need_the_gpu_facts_wait_for_the_probe_without_a_request_thread(
+    client: TestClient, settings: Settings, hanging_probe: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (settings.datasets_dir / "d").mkdir(parents=True)
+    asks = [0]  # how often host_info / known_host_info asked whether a probe is needed
+    counting = threading.Lock()  # the old code asks from request threads
+
+    def counted() -> bool:
+        with counting:
+            asks[0] += 1
+        return False
+
+    monkeypatch.setattr(hardware, "cuda_impossible", counted)
+    probes_before = hardware.probes
+    requests = [
+        ("/api/train/preflight", {"config": {}}),
+        ("/api/train/start", {"config": {}}),
+        ("/api/datasets/d/caption", {"model": "no-such-captioner"}),
+    ] * 16
+    answers: list[int] = []
+    waiting = [
+        threading.Thread(
+            target=lambda u=u, b=b: answers.append(client.post(u, json=b).status_code), daemon=True
+        )
+        for u, b in requests
+    ]
+    for thread in waiting:
+        thread.start()
+    try:
+        # all 48 have asked: before, only the 40 that held a request thread could
+        until(lambda: asks[0] >= len(requests), 60, "the 48 requests waiting for the probe")
+        got: dict[str, int] = {}
+        for path in ("/api/datasets", "/api/train/status"):
+            threading.Thread(
+                target=lambda p=path: got.__setitem__(p, client.get(p).status_code), daemon=True
+            ).start()
+        until(lambda: len(got) == 2, 60, "the dataset list and the run status during the probe")
+        assert got == {"/api/datasets": 200, "/api/train/status": 200}
+        assert answers == [] and not (hanging_probe / "go").exists()  # the probe still runs
+    finally:
+        (hanging_probe / "go").touch()
+    until(lambda: len(answers) == len(requests), 120, "the 48 answers")
+    assert set(answers) <= {400, 404}, answers  # each refused in words (an empty config, no such model)
+    assert hardware.probes == probes_before + 1  # one probe, its answer shared

@@ -30,10 +30,13 @@ Stays = Callable[[tuple[int, ...]], bool]
 
 def device_words() -> str:
     """The accelerator as messages name it: "the GPU" on a CUDA host, "the CPU" otherwise (a CPU
-    host trains and generates on the CPU, one workload at a time all the same)."""
-    from lorastudio.jobs.hardware import host_info
+    host trains and generates on the CPU, one workload at a time all the same); "the GPU" while
+    the host's GPU facts are not known yet: a refusal's wording never waits for the GPU probe
+    (jobs/hardware.py; a request thread may be the one refusing, RELIABILITY 190)."""
+    from lorastudio.jobs.hardware import known_host_info
 
-    return "the GPU" if host_info().device == "cuda" else "the CPU"
+    host = known_host_info()
+    return "the CPU" if host is not None and host.device != "cuda" else "the GPU"
 
 
 class GpuArbiter:

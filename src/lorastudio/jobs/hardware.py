@@ -14,9 +14,10 @@ cache. Nothing here allocates GPU memory beyond the driver query.
   API server never imports torch (routes know no torch). A process that trains in itself anyway
   (the CLI's train) asks its own torch instead (`probe_in_this_process`).
 - One probe at a time in a process: a request that needs the answer while the probe runs waits
-  for it and shares it (the preflight, a start, GET /api/info, a caption job's placement);
-  `known_host_info` answers without waiting when no probe is needed, so that an async caller (GET
-  /api/info) waits for a probe without holding a request thread.
+  for it and shares it (the preflight, a start, a resume, GET /api/info, a caption job's
+  placement); `known_host_info` answers without waiting when no probe is needed, so that the
+  server's routes await a probe without holding a request thread (api/host_wait.py's
+  dependency, before their synchronous work calls host_info).
 - A probe that fails, runs past its bound or answers what is not understood gives a "cpu" HostInfo
   named "GPU facts unknown: <why>" (the checks' no-GPU path: no GPU is claimed), asked again by
   the first request after RETRY_S.

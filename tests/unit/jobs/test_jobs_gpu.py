@@ -58,15 +58,19 @@ def test_a_generation_that_overstays_gives_the_gpu_back_untouched() -> None:
     assert released == []
 
 
-@pytest.mark.parametrize("device, words", [("cpu", "the CPU"), ("cuda", "the GPU")])
+@pytest.mark.parametrize("device, words", [("cpu", "the CPU"), ("cuda", "the GPU"), (None, "the GPU")])
 def test_the_refusal_names_the_device_the_host_trains_on(
-    device: str, words: str, monkeypatch: pytest.MonkeyPatch
+    device: str | None, words: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A CPU host does not say "using the GPU" (issue 30)."""
+    """A CPU host does not say "using the GPU" (issue 30). The wording never asks for the GPU
+    probe (RELIABILITY 190): while the facts are not known (None) it names the GPU."""
     from lorastudio.jobs import hardware
 
-    host = hardware.HostInfo(device, device, None, hardware.precisions_for(device))
-    monkeypatch.setattr(hardware, "host_info", lambda: host)
+    host = (
+        None if device is None else hardware.HostInfo(device, device, None, hardware.precisions_for(device))
+    )
+    monkeypatch.setattr(hardware, "known_host_info", lambda: host)
+    monkeypatch.setattr(hardware, "host_info", lambda: pytest.fail("the refusal asked for the GPU probe"))
     arbiter = GpuArbiter()
     arbiter.begin_training("job1")
     with pytest.raises(JobActive, match=f"job1 is using {words}"), arbiter.generation():

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
+from lorastudio.api.host_wait import HOST_KNOWN
 from lorastudio.api.schemas_caption import CaptionJobOut
 from lorastudio.api.sse import event_stream
 from lorastudio.captioning.options import CaptionOptions
@@ -42,7 +43,9 @@ def captions_dep(request: Request) -> CaptionJobs:
         return jobs
 
 
-@router.post("/api/datasets/{name}/caption", status_code=202, response_model=CaptionJobOut)
+@router.post(
+    "/api/datasets/{name}/caption", status_code=202, response_model=CaptionJobOut, dependencies=HOST_KNOWN
+)
 def start(name: str, body: CaptionOptions, jobs: CaptionJobs = Depends(captions_dep)) -> dict[str, Any]:
     """Caption the images of dataset `name` that have no caption (all with `overwrite`) with a
     vision-language model (catalogue id, hub id or model folder), in a worker. 400 bad model /

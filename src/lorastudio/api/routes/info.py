@@ -2,43 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from typing import Any
 
-import anyio
 from fastapi import APIRouter, Depends
 from starlette.concurrency import run_in_threadpool
 
 from lorastudio import __version__, families
 from lorastudio.api.deps import settings_dep
+from lorastudio.api.host_wait import host_known
 from lorastudio.api.schemas import InfoOut
 from lorastudio.config_choices import config_rules_public
 from lorastudio.config_resolve import refused_fields
 from lorastudio.data.listing import list_datasets
 from lorastudio.data.name_rule import new_name_rule
-from lorastudio.jobs.hardware import HostInfo, host_info, known_host_info
+from lorastudio.jobs.hardware import HostInfo
 from lorastudio.jobs.validation import local_models
 from lorastudio.settings import Settings
 
 router = APIRouter(prefix="/api", tags=["info"])
-
-
-# The requests that wait for the GPU probe (jobs/hardware.py: up to its 60 s bound) wait on a
-# limiter of one, one asking at a time in a thread, not each in one of the server's request
-# threads: many of them at once left no thread for any other route until the probe answered. One
-# limiter per event loop (an app runs in one; the tests' clients each in their own).
-_one_ask: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _probe_limiter() -> anyio.CapacityLimiter:
-    loop = asyncio.get_running_loop()
-    limiter = _one_ask.get(loop)
-    if limiter is None:
-        limiter = _one_ask[loop] = anyio.CapacityLimiter(1)
-    return limiter
 
 
 @router.get("/info", response_model=InfoOut)
@@ -47,9 +28,7 @@ async def info(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
     models/ with their family), families (defaults + capabilities) and the host's accelerator
     and precisions, and the config rules the UI follows (config_rules; each family's `refuses`; the new
     dataset name's checks, dataset_name_rule)."""
-    host = known_host_info()
-    if host is None:
-        host = await anyio.to_thread.run_sync(host_info, limiter=_probe_limiter())
+    host = await host_known()  # the GPU probe awaited holding no request thread (api/host_wait.py)
     return await run_in_threadpool(_info, settings, host)
 
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Query
 
 from lorastudio.api.deps import service_dep, settings_dep, store_dep
 from lorastudio.api.downloads import Download
+from lorastudio.api.host_wait import HOST_KNOWN
 from lorastudio.api.routes.loras import lora_steps
 from lorastudio.api.schemas import ResumeBody
 from lorastudio.api.schemas_files import LoraSteps
@@ -115,7 +116,7 @@ def sample_file(
     return Download(path, media_type="image/png")
 
 
-@router.post("/{run_id}/resume", status_code=201, response_model=JobOut)
+@router.post("/{run_id}/resume", status_code=201, response_model=JobOut, dependencies=HOST_KNOWN)
 def resume_run(run_id: str, body: ResumeBody, service: JobService = Depends(service_dep)) -> dict[str, Any]:
     """Continue a stopped, failed or interrupted run in its output folder from a checkpoint
     (the newest by default). 201 with the new job; 400 listing every problem (each setting

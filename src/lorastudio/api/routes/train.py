@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from lorastudio.api.deps import service_dep
+from lorastudio.api.host_wait import HOST_KNOWN
 from lorastudio.api.schemas import PreflightBody, StartBody, StopBody
 from lorastudio.api.schemas_preflight import PreflightOut
 from lorastudio.api.schemas_runs import JobOut, StatusOut
@@ -17,14 +18,14 @@ from lorastudio.jobs.service import JobService
 router = APIRouter(prefix="/api/train", tags=["train"])
 
 
-@router.post("/start", status_code=201, response_model=JobOut)
+@router.post("/start", status_code=201, response_model=JobOut, dependencies=HOST_KNOWN)
 def start(body: StartBody, service: JobService = Depends(service_dep)) -> dict[str, Any]:
     """Validate and start (or queue) a training job. 201 with the job; 400 listing every
     problem; 409 when busy and `queue` is false."""
     return service.submit(body.config, queue=body.queue)
 
 
-@router.post("/preflight", response_model=PreflightOut)
+@router.post("/preflight", response_model=PreflightOut, dependencies=HOST_KNOWN)
 def preflight(body: PreflightBody, service: JobService = Depends(service_dep)) -> dict[str, Any]:
     """The same validation as start, no side effects, plus a report (dataset, schedule,
     precision plan, rough memory estimate)."""
