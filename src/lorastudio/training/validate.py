@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from lorastudio.training.compile import run_compiled
+from lorastudio.training.folder_guard import check_folder
 from lorastudio.training.latents import stack_controls, variant_controls
 from lorastudio.training.run_files import staging_path
 from lorastudio.training.step import mask_weights, weighted_loss_share
@@ -207,6 +208,7 @@ class ValidationRounds:
         """Restore validation.json as it was when the session started (remove it if it had none)."""
         if self._file is None:
             return
+        check_folder(self._file.parent)  # another's folder at the run's path keeps its record
         if self._before is None:
             self._file.unlink(missing_ok=True)
         else:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lorastudio.training.folder_guard import check_folder
 from lorastudio.training.run_files import VALIDATION_FILE, staging_path
 
 VALIDATION_FORMAT = "lorastudio.validation/1"
@@ -41,8 +42,10 @@ def write_validation(run_dir: Path, record: dict[str, Any]) -> Path:
     """Write <run_dir>/validation.json through a staging file in the same folder."""
     target = run_dir / VALIDATION_FILE
     staging = staging_path(run_dir, ".json")
+    check_folder(run_dir)  # a folder put at the run's path since it started takes nothing (folder_guard.py)
     try:
         staging.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        check_folder(run_dir)
         os.replace(staging, target)
     finally:
         staging.unlink(missing_ok=True)
