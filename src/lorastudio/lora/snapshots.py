@@ -18,12 +18,11 @@ a snapshot, or <name>.raw.safetensors for the final step (`raw_lora_at`).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-from lorastudio.training.folder_guard import check_folder
+from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.run_files import LORAS, snapshot_name, staging_path
 from lorastudio.training.run_files import snapshot_step as _step_of_name
 
@@ -131,7 +130,7 @@ def keep_final_as_snapshot(run_dir: Path) -> Path | None:
             info["ema"] = {k: v for k, v in sidecar["ema"].items() if k != "ema_file"}
         check_folder(target.parent)
         target.with_suffix(".json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        os.replace(staged, target)
+        replace_in_run(staged, target)
     finally:
         staged.unlink(missing_ok=True)
     return target

@@ -25,7 +25,7 @@ from typing import Any
 from lorastudio.durable import fsync_path
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.training.extend import extension_steps
-from lorastudio.training.folder_guard import check_folder
+from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.fresh_mark import settle
 from lorastudio.training.identity import IDENTITY_FORMAT, override_problems
 from lorastudio.training.run_files import (
@@ -152,7 +152,7 @@ def write_checkpoint_folder(run_dir: Path, step: int, write_files: Callable[[Pat
         check_folder(parent)  # the staging is in the run's folder: so is the checkpoint
         if final.exists():
             _remove(final)
-        os.rename(staging, final)
+        replace_in_run(staging, final)  # in the folder it started in, whatever took its path
         fsync_path(parent)
         settle(run_dir)  # a fresh run's folder now holds a checkpoint: a kill keeps it whole
     finally:

@@ -66,3 +66,39 @@ def _same(fd: int, run_dir: Path) -> bool:
         return os.path.samestat(os.fstat(fd), os.stat(run_dir, follow_symlinks=False))
     except OSError:
         return False
+
+
+def replace_in_run(source: Path, target: Path) -> None:
+    """`os.replace(source, target)`, made through the held run folder's descriptor when `target`
+    lies in a run folder this process holds: each folder from the run folder down is opened
+    relative to it without following a link, so the rename lands in the folder the session
+    started in even if it moved in the instant after `check_folder` (never in what took its
+    path; a staging `source` left in that one is then missing: FileNotFoundError). Elsewhere: a
+    plain os.replace. Both paths must lie in the same run folder when one does."""
+    for run_dir, fd in _held.items():
+        if run_dir not in target.parents:
+            continue
+        source_dir = _open_below(fd, source.parent.relative_to(run_dir).parts)
+        try:
+            target_dir = _open_below(fd, target.parent.relative_to(run_dir).parts)
+            try:
+                os.replace(source.name, target.name, src_dir_fd=source_dir, dst_dir_fd=target_dir)
+            finally:
+                os.close(target_dir)
+        finally:
+            os.close(source_dir)
+        return
+    os.replace(source, target)
+
+
+def _open_below(fd: int, parts: tuple[str, ...]) -> int:
+    """A new descriptor of the folder `parts` below the folder open as `fd` (no link followed)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    current = os.open(".", flags, dir_fd=fd)
+    for part in parts:
+        try:
+            inner = os.open(part, flags, dir_fd=current)
+        finally:
+            os.close(current)
+        current = inner
+    return current

@@ -10,12 +10,11 @@ folder and renamed into place. The names are training/run_files.py's (what a run
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lorastudio.training.folder_guard import check_folder
+from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.run_files import (
     SAMPLES,
     parse_reference_name,
@@ -120,7 +119,7 @@ def _write_staged(folder: Path, writers: list[Callable[[Path], None]], names: li
         finals = [folder / name for name in names]
         check_folder(folder)  # the staged files are in the run's folder: so are the renamed ones
         for staging, final in zip(staged, finals, strict=True):
-            os.replace(staging, final)
+            replace_in_run(staging, final)
         return finals
     finally:
         for staging in staged:

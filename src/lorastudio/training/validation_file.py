@@ -10,12 +10,11 @@ flag the LoRAs of the best and of the last round.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lorastudio.training.folder_guard import check_folder
+from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.run_files import VALIDATION_FILE, staging_path
 
 VALIDATION_FORMAT = "lorastudio.validation/1"
@@ -46,7 +45,7 @@ def write_validation(run_dir: Path, record: dict[str, Any]) -> Path:
     try:
         staging.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n", encoding="utf-8")
         check_folder(run_dir)
-        os.replace(staging, target)
+        replace_in_run(staging, target)
     finally:
         staging.unlink(missing_ok=True)
     return target

@@ -93,3 +93,25 @@ def test_the_check_names_the_folder_and_passes_the_held_one_only(tmp_path: Path)
         folder_guard.drop(fd)
         os.close(fd)
     folder_guard.check_folder(run_dir)  # dropped: not checked
+
+
+def test_a_rename_after_the_check_lands_in_the_folder_the_run_started_in(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "samples").mkdir(parents=True)
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    folder_guard.hold(run_dir, fd)
+    try:
+        staged = run_dir / "samples" / ".staging-0a1b2c3d.png"
+        staged.write_bytes(b"the run's sample")
+        folder_guard.check_folder(run_dir / "samples")
+        run_dir.rename(tmp_path / "moved")  # in the instant between the check and the rename
+        (run_dir / "samples").mkdir(parents=True)
+        folder_guard.replace_in_run(staged, run_dir / "samples" / "step-000001-0.png")
+        assert (tmp_path / "moved" / "samples" / "step-000001-0.png").read_bytes() == b"the run's sample"
+        assert list(run_dir.rglob("*")) == [run_dir / "samples"]  # nothing in what took its path
+        (run_dir / "samples" / ".staging-0a1b2c3d.png").write_bytes(b"staged in the replacement")
+        with pytest.raises(FileNotFoundError):  # a staging written there is not taken from it
+            folder_guard.replace_in_run(run_dir / "samples" / ".staging-0a1b2c3d.png", run_dir / "x.png")
+    finally:
+        folder_guard.drop(fd)
+        os.close(fd)
