@@ -73,22 +73,33 @@ def replace_in_run(source: Path, target: Path) -> None:
     lies in a run folder this process holds: each folder from the run folder down is opened
     relative to it without following a link, so the rename lands in the folder the session
     started in even if it moved in the instant after `check_folder` (never in what took its
-    path; a staging `source` left in that one is then missing: FileNotFoundError). Elsewhere: a
-    plain os.replace. Both paths must lie in the same run folder when one does."""
+    path; a staging `source` left in that one is then missing there, and the failed rename is
+    RunFolderMoved). Elsewhere: a plain os.replace. Both paths must lie in the same run folder
+    when one does."""
     for run_dir, fd in _held.items():
         if run_dir not in target.parents:
             continue
-        source_dir = _open_below(fd, source.parent.relative_to(run_dir).parts)
         try:
-            target_dir = _open_below(fd, target.parent.relative_to(run_dir).parts)
-            try:
-                os.replace(source.name, target.name, src_dir_fd=source_dir, dst_dir_fd=target_dir)
-            finally:
-                os.close(target_dir)
-        finally:
-            os.close(source_dir)
+            _replace_below(fd, source.relative_to(run_dir).parts, target.relative_to(run_dir).parts)
+        except OSError as err:
+            if not _same(fd, run_dir):  # it moved after the check: the rename found nothing to take
+                raise RunFolderMoved(run_dir) from err
+            raise
         return
     os.replace(source, target)
+
+
+def _replace_below(fd: int, source: tuple[str, ...], target: tuple[str, ...]) -> None:
+    """os.replace of `source` to `target`, both relative to the folder open as `fd`."""
+    source_dir = _open_below(fd, source[:-1])
+    try:
+        target_dir = _open_below(fd, target[:-1])
+        try:
+            os.replace(source[-1], target[-1], src_dir_fd=source_dir, dst_dir_fd=target_dir)
+        finally:
+            os.close(target_dir)
+    finally:
+        os.close(source_dir)
 
 
 def _open_below(fd: int, parts: tuple[str, ...]) -> int:

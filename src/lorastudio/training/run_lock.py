@@ -65,7 +65,14 @@ def claim_run_dir(run_dir: Path, run_id: str | None = None) -> int:
         with contextlib.suppress(FileNotFoundError):
             if os.path.samestat(os.fstat(fd), os.stat(run_dir, follow_symlinks=False)):
                 hold(run_dir, fd)  # every write in it checks the folder is still this one (folder_guard.py)
-                mark_fresh(run_dir, run_id)  # its listed entries are this session's (training/run_files.py)
+                try:  # its listed entries are this session's (training/run_files.py)
+                    mark_fresh(run_dir, run_id)
+                except FileNotFoundError:  # removed meanwhile: closed below, and made again
+                    drop(fd)
+                    raise
+                except BaseException:
+                    release_run_dir(fd)  # the run fails here: nothing of it stays held
+                    raise
                 return fd
         os.close(fd)  # removed under the clean-up's lock: make it again
     raise ConfigError([FieldProblem("output_name", f"{run_dir} kept being removed while it was created")])

@@ -110,7 +110,7 @@ def test_a_rename_after_the_check_lands_in_the_folder_the_run_started_in(tmp_pat
         assert (tmp_path / "moved" / "samples" / "step-000001-0.png").read_bytes() == b"the run's sample"
         assert list(run_dir.rglob("*")) == [run_dir / "samples"]  # nothing in what took its path
         (run_dir / "samples" / ".staging-0a1b2c3d.png").write_bytes(b"staged in the replacement")
-        with pytest.raises(FileNotFoundError):  # a staging written there is not taken from it
+        with pytest.raises(RunFolderMoved):  # a staging written there is not taken from it
             folder_guard.replace_in_run(run_dir / "samples" / ".staging-0a1b2c3d.png", run_dir / "x.png")
     finally:
         folder_guard.drop(fd)
