@@ -92,6 +92,21 @@ class TrainingStopped(LorastudioError):
         super().__init__("training stopped on request" + (" (saving)" if save else " (discarding)"))
 
 
+class RunFolderMoved(LorastudioError):
+    """A live run's folder was renamed, replaced (by another folder or a link) or removed while
+    the run wrote to it (training/folder_guard.py): the write it was about to make, and every
+    later one, would land in what is at its path now, so nothing was written there and the run
+    fails. `run_dir` is the folder's path."""
+
+    def __init__(self, run_dir: object, detail: str | None = None):
+        self.run_dir = str(run_dir)
+        why = f" ({detail})" if detail else ""
+        super().__init__(
+            f"the run folder {self.run_dir} was moved or replaced while the run wrote to it{why}; "
+            "nothing written there"
+        )
+
+
 class TrainingDiverged(LorastudioError):
     """The loss or gradients stayed non-finite; no LoRA is written from the diverged weights."""
 

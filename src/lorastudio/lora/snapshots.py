@@ -18,11 +18,11 @@ a snapshot, or <name>.raw.safetensors for the final step (`raw_lora_at`).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.run_files import LORAS, snapshot_name, staging_path
 from lorastudio.training.run_files import snapshot_step as _step_of_name
 
@@ -119,15 +119,18 @@ def keep_final_as_snapshot(run_dir: Path) -> Path | None:
     target = run_dir / LORAS / f"{name}.safetensors"
     if target.is_file():
         return target
+    check_folder(run_dir)  # a folder put at the run's path since it started takes nothing (folder_guard.py)
     target.parent.mkdir(exist_ok=True)
     staged = staging_path(target.parent, ".safetensors")
+    check_folder(target.parent)
     try:
         shutil.copyfile(final, staged)
         info = {**sidecar, "snapshot": True, "lora_file": f"{LORAS}/{name}.safetensors"}
         if isinstance(sidecar.get("ema"), dict):  # the raw file's pointer to its EMA twin is stale here
             info["ema"] = {k: v for k, v in sidecar["ema"].items() if k != "ema_file"}
+        check_folder(target.parent)
         target.with_suffix(".json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        os.replace(staged, target)
+        replace_in_run(staged, target)
     finally:
         staged.unlink(missing_ok=True)
     return target
@@ -135,6 +138,7 @@ def keep_final_as_snapshot(run_dir: Path) -> Path | None:
 
 def remove_snapshot(path: Path) -> None:
     """Remove a snapshot: its LoRA first (it stops being listed), then its sidecar."""
+    check_folder(path.parent)  # another's folder at the run's path: nothing of it goes
     path.unlink(missing_ok=True)
     path.with_suffix(".json").unlink(missing_ok=True)
 

@@ -25,6 +25,7 @@ from typing import Any
 from lorastudio.durable import fsync_path
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.training.extend import extension_steps
+from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.fresh_mark import settle
 from lorastudio.training.identity import IDENTITY_FORMAT, override_problems
 from lorastudio.training.run_files import (
@@ -134,9 +135,11 @@ def write_checkpoint_folder(run_dir: Path, step: int, write_files: Callable[[Pat
     which is fsynced and renamed to checkpoints/step-N. Returns the checkpoint folder. An existing
     checkpoint of the same step is replaced. On failure nothing is left behind."""
     parent = run_dir / CHECKPOINTS
+    check_folder(run_dir)  # not a folder put at its path since the run started (folder_guard.py)
     parent.mkdir(exist_ok=True)
     final = parent / checkpoint_name(step)
     staging = staging_path(parent)
+    check_folder(parent)
     staging.mkdir()
     try:
         write_files(staging)
@@ -146,9 +149,10 @@ def write_checkpoint_folder(run_dir: Path, step: int, write_files: Callable[[Pat
         for item in staging.iterdir():
             fsync_path(item)
         fsync_path(staging)
+        check_folder(parent)  # the staging is in the run's folder: so is the checkpoint
         if final.exists():
             _remove(final)
-        os.rename(staging, final)
+        replace_in_run(staging, final)  # in the folder it started in, whatever took its path
         fsync_path(parent)
         settle(run_dir)  # a fresh run's folder now holds a checkpoint: a kill keeps it whole
     finally:
@@ -158,6 +162,7 @@ def write_checkpoint_folder(run_dir: Path, step: int, write_files: Callable[[Pat
 
 def _remove(folder: Path) -> None:
     """Remove a folder in one visible step: rename it aside, then delete it."""
+    check_folder(folder.parent)  # another's folder at the run's path: nothing of it goes
     trash = removal_path(folder.parent)
     os.rename(folder, trash)
     shutil.rmtree(trash)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ from lorastudio.lora.text_encoders import (
     with_adapter_metadata,
 )
 from lorastudio.training.assistant import assistant_sidecar
+from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.fresh_mark import settle
 from lorastudio.training.lora import adapter_alpha, adapter_metadata, lora_state_dict, module_scales
 from lorastudio.training.lycoris_export import lycoris_file
@@ -274,14 +274,17 @@ def write_lora_pair(
     """Write <run_dir>/<name>.safetensors and its sidecar <name>.json through a staging folder
     (the sidecar renamed into place first, the LoRA last). Returns the LoRA path."""
     weight_name = f"{name}.safetensors"
+    check_folder(run_dir)  # a folder put at the run's path since it started takes nothing (folder_guard.py)
     run_dir.mkdir(parents=True, exist_ok=True)
+    check_folder(run_dir)
     staging = staging_path(run_dir)
     staging.mkdir(parents=True)
     try:
         write_lora_file(staging / weight_name, tensors, header)
         (staging / f"{name}.json").write_text(json.dumps(sidecar, indent=2) + "\n", encoding="utf-8")
-        os.replace(staging / f"{name}.json", run_dir / f"{name}.json")
-        os.replace(staging / weight_name, run_dir / weight_name)
+        check_folder(run_dir)  # the staging is in the run's folder: so are the renamed files
+        replace_in_run(staging / f"{name}.json", run_dir / f"{name}.json")
+        replace_in_run(staging / weight_name, run_dir / weight_name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return run_dir / weight_name

@@ -28,6 +28,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorastudio.training.folder_guard import check_folder
+
 FRESH_MARK = ".fresh-run"  # a fresh session's folder that holds no checkpoint or LoRA yet
 MARK_MAX_BYTES = 4096  # a mark is ~100 bytes; anything larger is not one (never read whole)
 _RUN_ID = re.compile(r"^[0-9a-f]{6,64}$")  # jobs: uuid4().hex[:12]
@@ -66,6 +68,7 @@ def mark_fresh(run_dir: Path, run_id: str | None = None) -> None:
 def settle(run_dir: Path) -> None:
     """Remove a fresh session's mark once `run_dir` holds what a kill must keep (a checkpoint
     after its rename, the run's LoRA after it is written). A folder without the mark: nothing."""
+    check_folder(run_dir)  # another's folder at the run's path keeps its mark (folder_guard.py)
     try:
         (run_dir / FRESH_MARK).unlink()
     except FileNotFoundError:

@@ -46,6 +46,7 @@ import stat
 import uuid
 from pathlib import Path
 
+from lorastudio.training.folder_guard import check_folder
 from lorastudio.training.fresh_mark import FRESH_MARK, read_mark
 
 log = logging.getLogger(__name__)
@@ -285,6 +286,7 @@ def remove_entry(run_dir: Path, path: Path) -> None:
     parts = path.relative_to(run_dir).parts
     if not 1 <= len(parts) <= 2:
         raise ValueError(f"{path} is not an entry of {run_dir}")
+    check_folder(run_dir)  # a live session's own folder only (folder_guard.py; none held: no check)
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(run_dir, flags)
     try:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lorastudio.errors import ConfigError, FieldProblem, JobActive
+from lorastudio.training.folder_guard import drop, hold
 from lorastudio.training.fresh_mark import mark_fresh
 
 CLAIM_TRIES = 3  # a fresh folder removed by a concurrent clean-up between its mkdir and its lock
@@ -41,6 +42,7 @@ def lock_run_dir(run_dir: Path) -> int:
         raise JobActive(f"another live run writes {run_dir}; wait for it to end") from None
     except OSError:  # no flock on folders here: the session runs unlocked (see the module docstring)
         pass
+    hold(run_dir, fd)  # every write in it checks the folder is still this one (folder_guard.py)
     return fd
 
 
@@ -62,7 +64,15 @@ def claim_run_dir(run_dir: Path, run_id: str | None = None) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX)  # waits out a clean-up that took the empty folder meanwhile
         with contextlib.suppress(FileNotFoundError):
             if os.path.samestat(os.fstat(fd), os.stat(run_dir, follow_symlinks=False)):
-                mark_fresh(run_dir, run_id)  # its listed entries are this session's (training/run_files.py)
+                hold(run_dir, fd)  # every write in it checks the folder is still this one (folder_guard.py)
+                try:  # its listed entries are this session's (training/run_files.py)
+                    mark_fresh(run_dir, run_id)
+                except FileNotFoundError:  # removed meanwhile: closed below, and made again
+                    drop(fd)
+                    raise
+                except BaseException:
+                    release_run_dir(fd)  # the run fails here: nothing of it stays held
+                    raise
                 return fd
         os.close(fd)  # removed under the clean-up's lock: make it again
     raise ConfigError([FieldProblem("output_name", f"{run_dir} kept being removed while it was created")])
@@ -84,6 +94,7 @@ def holds(fd: int | None, run_dir: Path) -> bool:
 def release_run_dir(fd: int | None) -> None:
     """Release a lock from `lock_run_dir` / `claim_run_dir` (None: none held)."""
     if fd is not None:
+        drop(fd)
         os.close(fd)
 
 

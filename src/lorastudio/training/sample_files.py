@@ -10,11 +10,11 @@ folder and renamed into place. The names are training/run_files.py's (what a run
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.run_files import (
     SAMPLES,
     parse_reference_name,
@@ -107,7 +107,9 @@ def write_sample_files(run_dir: Path, step: int, writers: list[Callable[[Path], 
 def _write_staged(folder: Path, writers: list[Callable[[Path], None]], names: list[str]) -> list[Path]:
     """Each writer writes a staging file in `folder`; once all are written, they are renamed to
     `names` (in order). No staging file is left behind on failure."""
+    check_folder(folder.parent)  # a folder put at the run's path since it started takes nothing
     folder.mkdir(exist_ok=True)
+    check_folder(folder)
     staged: list[Path] = []
     try:
         for write in writers:
@@ -115,8 +117,9 @@ def _write_staged(folder: Path, writers: list[Callable[[Path], None]], names: li
             staged.append(staging)
             write(staging)
         finals = [folder / name for name in names]
+        check_folder(folder)  # the staged files are in the run's folder: so are the renamed ones
         for staging, final in zip(staged, finals, strict=True):
-            os.replace(staging, final)
+            replace_in_run(staging, final)
         return finals
     finally:
         for staging in staged:
@@ -128,6 +131,7 @@ def remove_samples(paths: list[Path]) -> None:
     left empty."""
     folders = set()
     for path in paths:
+        check_folder(path.parent)  # another's folder at the run's path: nothing of it goes
         path.unlink(missing_ok=True)
         folders.add(path.parent)
     for folder in folders:

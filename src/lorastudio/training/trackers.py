@@ -24,6 +24,7 @@ from typing import Any
 from lorastudio.config_host import tracker_problems
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.events import Event
+from lorastudio.training.folder_guard import check_folder
 from lorastudio.training.run_files import TENSORBOARD
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class TrackerSink:
         if problems:
             raise ConfigError(problems)
         self._run_dir = run_dir
+        check_folder(run_dir)  # a folder put at the run's path since it started takes no tracker folder
         for name in self.report_to:
             try:
                 self._writers.append(

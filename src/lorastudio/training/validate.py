@@ -19,7 +19,6 @@ objective and family hooks so it measures exactly what training optimises.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 import torch
 
 from lorastudio.training.compile import run_compiled
+from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.latents import stack_controls, variant_controls
 from lorastudio.training.run_files import staging_path
 from lorastudio.training.step import mask_weights, weighted_loss_share
@@ -207,12 +207,13 @@ class ValidationRounds:
         """Restore validation.json as it was when the session started (remove it if it had none)."""
         if self._file is None:
             return
+        check_folder(self._file.parent)  # another's folder at the run's path keeps its record
         if self._before is None:
             self._file.unlink(missing_ok=True)
         else:
             staging = staging_path(self._file.parent, ".json")
             staging.write_bytes(self._before)
-            os.replace(staging, self._file)
+            replace_in_run(staging, self._file)
 
     def due(self, step: int, total_steps: int) -> bool:
         return step >= total_steps or (self.every is not None and step % self.every == 0)

@@ -10,11 +10,11 @@ flag the LoRAs of the best and of the last round.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.run_files import VALIDATION_FILE, staging_path
 
 VALIDATION_FORMAT = "lorastudio.validation/1"
@@ -41,9 +41,11 @@ def write_validation(run_dir: Path, record: dict[str, Any]) -> Path:
     """Write <run_dir>/validation.json through a staging file in the same folder."""
     target = run_dir / VALIDATION_FILE
     staging = staging_path(run_dir, ".json")
+    check_folder(run_dir)  # a folder put at the run's path since it started takes nothing (folder_guard.py)
     try:
         staging.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-        os.replace(staging, target)
+        check_folder(run_dir)
+        replace_in_run(staging, target)
     finally:
         staging.unlink(missing_ok=True)
     return target
