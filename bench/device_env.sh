@@ -2,7 +2,7 @@
 #   . .gpuwork/bench/device_env.sh
 # Installs the carried wheels (.whl/) into /tmp/site once per machine, merges in the CuTe DSL's
 # CUDA 13 libraries that an earlier call unpacked to /tmp/cu13 (nvidia-cutlass-dsl-libs-cu13 is
-# ~240 MB unpacked, ~63 MB as tar.xz: it travels alone, see RESULTS note 23), sets PYTHONPATH
+# ~240 MB unpacked, ~63 MB as tar.xz: it travels in two parts over two calls, see RESULTS note 32), sets PYTHONPATH
 # (the .pth file of nvidia-cutlass-dsl is not read from PYTHONPATH: its dsl_packages folder is
 # added by hand) and cds into .gpuwork (this session's src/, bench/, tests/).
 if [ ! -f /tmp/site/.installed ]; then
