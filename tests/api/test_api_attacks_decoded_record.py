@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from tests.file_rewrites import rewrite_keeping_mtime
 from tests.polling import until
 
 from lorastudio.data import decoded, images
@@ -121,26 +122,13 @@ def _load_in_thread(settings: Settings, folder: Path, fid: tuple[int, int]) -> l
     return loaded
 
 
-def _rewrite_keeping_mtime(path: Path, data: bytes) -> None:
-    before = path.stat()
-    with open(path, "r+b") as fh:
-        fh.write(data)
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    after = path.stat()
-    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
-        before.st_ino,
-        before.st_size,
-        before.st_mtime_ns,
-    )
-
-
 def test_an_image_rewritten_in_place_with_its_mtime_put_back_is_decoded_again(
     client: TestClient, settings: Settings, flux_config: Callable[..., dict]
 ) -> None:
     folder = _dataset(settings)
     config = {"config": flux_config(data_dir="set")}
     assert client.post("/api/train/preflight", json=config).status_code == 200  # both recorded
-    _rewrite_keeping_mtime(folder / "s1.png", _garbled((folder / "s1.png").read_bytes()))
+    rewrite_keeping_mtime(folder / "s1.png", _garbled((folder / "s1.png").read_bytes()))
     refused = client.post("/api/train/preflight", json=config)
     assert refused.status_code == 400 and "s1.png: corrupt (" in refused.text, refused.text
 
@@ -159,6 +147,6 @@ def test_an_upload_into_an_existing_dataset_is_recorded_and_an_in_place_rewrite_
     assert client.post("/api/train/preflight", json=config).status_code == 200
     assert full_decodes == ["u0.png", "u1.png"]  # nothing decoded again
     path = settings.datasets_dir / "up" / "u1.png"
-    _rewrite_keeping_mtime(path, _garbled(path.read_bytes()))
+    rewrite_keeping_mtime(path, _garbled(path.read_bytes()))
     refused = client.post("/api/train/preflight", json=config)
     assert refused.status_code == 400 and "u1.png: corrupt (" in refused.text, refused.text

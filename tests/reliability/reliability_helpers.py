@@ -144,3 +144,30 @@ def record_figure(name: str, data: dict[str, Any]) -> None:
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
         (Path(folder) / f"{name}.json").write_text(text + "\n", encoding="utf-8")
+
+
+def cli_output(settings: Settings, *args: str) -> str:
+    """Output of `lorastudio ARGS` run in this process (exit code 0 asserted) on the studio home
+    of `settings`."""
+    from typer.testing import CliRunner
+
+    from lorastudio.cli.app import _register, app
+
+    if not app.registered_commands:
+        _register()
+    done = CliRunner().invoke(app, list(args), env={"LORASTUDIO_HOME": str(settings.home)})
+    assert done.exit_code == 0, done.output
+    return done.output
+
+
+def writing_config(flux_config: Callable[..., dict], name: str, **over: object) -> dict:
+    """A long run that samples and writes a LoRA snapshot every step (its folder fills at once)."""
+    return flux_config(
+        output_name=name,
+        steps=5000,
+        sample_every=1,
+        sample_prompts=["a red square"],
+        sample_steps=2,
+        save_lora_every=1,
+        **over,
+    )

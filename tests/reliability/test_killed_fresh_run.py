@@ -14,23 +14,10 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from reliability_helpers import FINAL, LiveServer, wait_for
+from reliability_helpers import FINAL, LiveServer, wait_for, writing_config
 
 from lorastudio.settings import Settings
 from lorastudio.training.fresh_mark import FRESH_MARK, FreshMark, read_mark
-
-
-def _writing(flux_config: Callable[..., dict], name: str, **over: object) -> dict:
-    """A long run that samples and writes a LoRA snapshot every step."""
-    return flux_config(
-        output_name=name,
-        steps=5000,
-        sample_every=1,
-        sample_prompts=["a red square"],
-        sample_steps=2,
-        save_lora_every=1,
-        **over,
-    )
 
 
 def _files(run_dir: Path, folder: str, pattern: str) -> list[str]:
@@ -60,7 +47,7 @@ def test_a_killed_fresh_run_leaves_none_of_its_samples_or_snapshots(
     server: LiveServer, settings: Settings, flux_config: Callable[..., dict]
 ) -> None:
     run_dir = settings.outputs_dir / "wrote"
-    job_id = _start(server, _writing(flux_config, "wrote"))
+    job_id = _start(server, writing_config(flux_config, "wrote"))
     marks: list[FreshMark | None] = []
 
     def ready() -> bool:
@@ -88,7 +75,7 @@ def test_a_users_file_stays_in_a_killed_fresh_runs_folder(
     server: LiveServer, settings: Settings, flux_config: Callable[..., dict]
 ) -> None:
     run_dir = settings.outputs_dir / "shared"
-    job_id = _start(server, _writing(flux_config, "shared"))
+    job_id = _start(server, writing_config(flux_config, "shared"))
 
     def ready() -> bool:
         if not _has_samples_and_snapshot(run_dir):
@@ -119,7 +106,7 @@ def test_a_killed_resumed_run_keeps_its_earlier_sessions_files(
 ) -> None:
     run_dir = settings.outputs_dir / "resumed"
     # every checkpoint kept: the resume's rotation (keep_last) would remove earlier ones by design
-    job_id = _start(server, _writing(flux_config, "resumed", save_every=2, keep_last=1000))
+    job_id = _start(server, writing_config(flux_config, "resumed", save_every=2, keep_last=1000))
     checkpoint = run_dir / "checkpoints" / "step-000002"
     job = _kill_when(server, job_id, lambda: checkpoint.is_dir() and _has_samples_and_snapshot(run_dir))
     assert job["status"] == "failed"

@@ -16,23 +16,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from reliability_helpers import live_server, process_alive, serve_process, wait_for
-from typer.testing import CliRunner
+from reliability_helpers import (
+    cli_output,
+    live_server,
+    process_alive,
+    serve_process,
+    wait_for,
+    writing_config,
+)
 
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
 
 NOTE = "the killed fresh run wrote in"
-
-
-def _cli(settings: Settings, *args: str) -> str:
-    from lorastudio.cli.app import _register, app
-
-    if not app.registered_commands:
-        _register()
-    done = CliRunner().invoke(app, list(args), env={"LORASTUDIO_HOME": str(settings.home)})
-    assert done.exit_code == 0, done.output
-    return done.output
 
 
 def _killed_cli_run(settings: Settings, config: dict, tmp_path: Path) -> tuple[str, Path]:
@@ -77,23 +73,12 @@ def _killed_cli_run(settings: Settings, config: dict, tmp_path: Path) -> tuple[s
     return run_id, run_dir
 
 
-def _writing(flux_config: Callable[..., dict], name: str) -> dict:
-    return flux_config(
-        output_name=name,
-        steps=5000,
-        sample_every=1,
-        sample_prompts=["a red square"],
-        sample_steps=2,
-        save_lora_every=1,
-    )
-
-
 def test_a_server_start_notes_what_it_removed_in_the_killed_runs_record(
     settings: Settings, shapes: Path, flux_config: Callable[..., dict], tmp_path: Path
 ) -> None:
     from lorastudio.api.app import create_app
 
-    run_id, run_dir = _killed_cli_run(settings, _writing(flux_config, "killed"), tmp_path)
+    run_id, run_dir = _killed_cli_run(settings, writing_config(flux_config, "killed"), tmp_path)
     with live_server(create_app(settings)) as server:
 
         def noted() -> dict | None:
@@ -106,7 +91,7 @@ def test_a_server_start_notes_what_it_removed_in_the_killed_runs_record(
     assert f"{NOTE} {run_dir}: " in note and "samples/step-" in note and "loras/killed-step-" in note
     assert "its folder is gone, the name 'killed' free" in note
     assert not run_dir.exists()
-    shown = _cli(settings, "runs", "show", run_id)
+    shown = cli_output(settings, "runs", "show", run_id)
     assert note.split(":")[0] in shown and "samples/step-" in shown  # `runs show` prints it
 
 
@@ -114,12 +99,12 @@ def test_a_server_start_notes_what_it_removed_in_the_killed_runs_record(
 def test_the_next_cli_run_notes_what_it_removed_in_the_killed_runs_record(
     settings: Settings, shapes: Path, flux_config: Callable[..., dict], tmp_path: Path
 ) -> None:
-    run_id, run_dir = _killed_cli_run(settings, _writing(flux_config, "again"), tmp_path)
+    run_id, run_dir = _killed_cli_run(settings, writing_config(flux_config, "again"), tmp_path)
     path = tmp_path / "next.json"
     path.write_text(json.dumps(flux_config(output_name="again", steps=1)))
-    out = _cli(settings, "train", str(path), "--device", "cpu")
+    out = cli_output(settings, "train", str(path), "--device", "cpu")
     assert "removed what a killed run left: removed " in out and f"{NOTE} {run_dir}" in out
-    shown = _cli(settings, "runs", "show", run_id)
+    shown = cli_output(settings, "runs", "show", run_id)
     assert f"{NOTE} {run_dir}" in shown and "loras/again-step-" in shown
     store = RunStore.open(settings.db_path, recover=False)
     try:
@@ -144,7 +129,7 @@ def test_a_server_killed_with_its_worker_gets_the_note_at_the_next_start(
 
     run_dir = settings.outputs_dir / "served"
     with serve_process(settings) as (proc, client):
-        started = client.post("/api/train/start", json={"config": _writing(flux_config, "served")})
+        started = client.post("/api/train/start", json={"config": writing_config(flux_config, "served")})
         assert started.status_code == 201, started.text
         job_id = started.json()["id"]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from reliability_helpers import (
     FINAL,
+    cli_output,
     live_server,
     partial_files,
     process_alive,
@@ -18,24 +19,12 @@ from reliability_helpers import (
     serve_process,
     wait_for,
 )
-from typer.testing import CliRunner
 
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import list_checkpoints
 
 STEPS = 80  # killed at step 25 (checkpoints every 10): the rest is the resume's
-
-
-def _cli(settings: Settings, *args: str) -> str:
-    """Output of `lorastudio ARGS` (exit code 0) on the studio home of `settings`."""
-    from lorastudio.cli.app import _register, app
-
-    if not app.registered_commands:
-        _register()
-    done = CliRunner().invoke(app, list(args), env={"LORASTUDIO_HOME": str(settings.home)})
-    assert done.exit_code == 0, done.output
-    return done.output
 
 
 def test_server_kill_then_restart_and_resume(
@@ -89,8 +78,8 @@ def test_server_kill_then_restart_and_resume(
         assert done["status"] == "completed" and done["steps_run"] == STEPS, done
         assert Path(done["lora_path"]).is_file() and partial_files(run_dir) == []
 
-    assert "interrupted" in _cli(settings, "runs", "show", job["id"])
-    assert job["id"][:8] in _cli(settings, "runs", "list")
+    assert "interrupted" in cli_output(settings, "runs", "show", job["id"])
+    assert job["id"][:8] in cli_output(settings, "runs", "list")
     record_figure(
         "server_kill",
         {
@@ -124,9 +113,9 @@ def test_runs_of_a_killed_server_read_as_interrupted_before_any_server_starts(
         proc.wait(10)
         server_pid = proc.pid
 
-    listed = _cli(settings, "runs", "list")
+    listed = cli_output(settings, "runs", "list")
     for job in (first.json(), queued.json()):
         line = next(row for row in listed.splitlines() if row.startswith(job["id"][:8]))
         assert "interrupted" in line, listed
-        shown = _cli(settings, "runs", "show", job["id"])
+        shown = cli_output(settings, "runs", "show", job["id"])
         assert "interrupted" in shown and f"pid {server_pid}" in shown, shown

@@ -7,32 +7,17 @@ mtime) and answered for the old bytes."""
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 
 import pytest
 import torch
 from PIL import Image
 from safetensors.torch import save_file
+from tests.file_rewrites import rewrite_keeping_mtime
 
 from lorastudio.data import dataset_detail, disk_cache, thumbnails
 from lorastudio.errors import ModelSourceError
 from lorastudio.lora.file_read import check_lora_values
-
-
-def _rewrite_keeping_mtime(path: Path, data: bytes) -> None:
-    """Write `data` (of the file's size) over `path` in place, then put its times back."""
-    before = path.stat()
-    assert len(data) == before.st_size
-    with open(path, "r+b") as fh:
-        fh.write(data)
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    after = path.stat()
-    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
-        before.st_ino,
-        before.st_size,
-        before.st_mtime_ns,
-    )
 
 
 def _png(width: int, height: int, pad_to: int = 0) -> bytes:
@@ -48,7 +33,7 @@ def test_the_image_memos_see_an_in_place_rewrite(tmp_path: Path) -> None:
     assert dataset_detail.stored_header(path)["width"] == 32  # type: ignore[index]
     key = thumbnails.cache_key(path, 64)
     digest = disk_cache._sampled_digest(path)
-    _rewrite_keeping_mtime(path, _png(16, 32, pad_to=400))
+    rewrite_keeping_mtime(path, _png(16, 32, pad_to=400))
     assert dataset_detail.stored_header(path)["width"] == 16  # type: ignore[index]
     assert thumbnails.cache_key(path, 64) != key
     assert disk_cache._sampled_digest(path) != digest
@@ -64,6 +49,6 @@ def test_a_lora_rewritten_in_place_with_its_mtime_put_back_is_checked_again(tmp_
     bad = lora(float("nan"))
     lora(0.5)
     check_lora_values(path)  # passed: remembered
-    _rewrite_keeping_mtime(path, bad)
+    rewrite_keeping_mtime(path, bad)
     with pytest.raises(ModelSourceError, match="NaN or infinite"):
         check_lora_values(path)
