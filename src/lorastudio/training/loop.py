@@ -228,20 +228,19 @@ def train(
                 kept = discard_session(run.run_dir, state.resume is not None, state.keeper)
                 _note_kept(emit, state, kept)
             claimed = False
-    except TrainingStopped:
-        if run is not None:
-            raise  # run_phases' stops are handled above: none is expected here
-        stopped = True  # seen by the preflight's decode scan: nothing loaded, claimed or written
     except BaseException as err:
-        if claimed and run is not None:
-            trackers.close()
-            if _may_remove(run, state, emit):
-                kept = clean_after_failure(
-                    run.run_dir, state.resume is not None, state.final_lora is not None
-                )
-                _note_kept(emit, state, kept)
-        emit(Error(message=_message(err, state.attention)))
-        raise
+        if isinstance(err, TrainingStopped) and run is None:
+            stopped = True  # seen by the preflight's decode scan: nothing loaded, claimed or written
+        else:  # a failure (a stop after the preflight is run_phases', handled above)
+            if claimed and run is not None:
+                trackers.close()
+                if _may_remove(run, state, emit):
+                    kept = clean_after_failure(
+                        run.run_dir, state.resume is not None, state.final_lora is not None
+                    )
+                    _note_kept(emit, state, kept)
+            emit(Error(message=_message(err, state.attention)))
+            raise
     finally:
         if state.swap is not None and return_denoiser:
             state.swap.detach()  # the caller gets a plain model (every block on the device)
