@@ -73,3 +73,22 @@ def record_full_decodes(monkeypatch: pytest.MonkeyPatch, *, with_folder: bool = 
 
     monkeypatch.setattr(images, "_full_decode", counted)
     return seen
+
+
+def train_check_output(raw: dict, folder: Path, ok: bool = True) -> str:
+    """Output of `lorastudio train --check` (the job service's checks, as the API's preflight) of
+    the config `raw`, written to `folder`/run.json; `ok`: its exit code 0 is asserted."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from lorastudio.cli.app import _register, app
+
+    if not app.registered_commands:
+        _register()
+    config = folder / "run.json"
+    config.write_text(json.dumps(raw))
+    result = CliRunner().invoke(app, ["train", str(config), "--check", "--device", "cpu"])
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result.output

@@ -10,22 +10,19 @@ good, the run records them and the next check decodes none.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from lorastudio.cli.app import _register, app
 from lorastudio.config import TrainConfig
 from lorastudio.data import decoded
 from lorastudio.errors import DatasetError
 from lorastudio.settings import get_settings
 from lorastudio.training.events import Error
 from lorastudio.training.loop import train
-from undecodable_images import idat_ends_early, record_full_decodes
+from undecodable_images import idat_ends_early, record_full_decodes, train_check_output
 
 
 @pytest.fixture
@@ -43,21 +40,6 @@ def _dataset(small_dataset: Path, tmp_path: Path, bad: bool) -> Path:
     return data
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _commands() -> None:
-    if not app.registered_commands:
-        _register()
-
-
-def _check(raw: dict, tmp_path: Path) -> str:
-    """`lorastudio train --check` (the job service's checks, as the API's preflight): its output."""
-    config = tmp_path / "run.json"
-    config.write_text(json.dumps(raw))
-    result = CliRunner().invoke(app, ["train", str(config), "--check", "--device", "cpu"])
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
 def test_a_png_the_checks_left_fails_the_run_before_its_models_load(
     small_dataset: Path,
     tmp_path: Path,
@@ -68,7 +50,7 @@ def test_a_png_the_checks_left_fails_the_run_before_its_models_load(
 ) -> None:
     monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 0.0)  # the checks' budget spent
     raw = run_settings("flux", tiny_model("flux"), _dataset(small_dataset, tmp_path, bad=True), {})
-    out = _check(raw, tmp_path)  # the cheap check passes it, and says the run decodes it
+    out = train_check_output(raw, tmp_path)  # the cheap check passes it, and says the run decodes it
     assert full_decodes == []
     assert "5 image(s) not fully decoded yet" in out and "the run decodes these before its models load" in out
     events: list = []
@@ -81,7 +63,7 @@ def test_a_png_the_checks_left_fails_the_run_before_its_models_load(
     assert not (get_settings().outputs_dir / "run").exists()
 
 
-def test_the_runs_scan_records_what_it_decoded_for_the_next_check(
+def test_the_runs_scan_records_what_it_decoded_for_the_nexttrain_check_output(
     small_dataset: Path,
     tmp_path: Path,
     run_settings: Callable[..., dict],
@@ -92,12 +74,12 @@ def test_the_runs_scan_records_what_it_decoded_for_the_next_check(
     data = _dataset(small_dataset, tmp_path, bad=False)
     raw = run_settings("flux", tiny_model("flux"), data, {})
     monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 0.0)
-    assert "4 image(s) not fully decoded yet" in _check(raw, tmp_path)
+    assert "4 image(s) not fully decoded yet" in train_check_output(raw, tmp_path)
     assert full_decodes == []
     train(TrainConfig.model_validate(raw), [].append, device="cpu")
     assert sorted(full_decodes) == sorted(p.name for p in data.glob("*.png"))  # each once, by the run
     full_decodes.clear()
     monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 30.0)
-    out = _check({**raw, "output_name": "again"}, tmp_path)
+    out = train_check_output({**raw, "output_name": "again"}, tmp_path)
     assert full_decodes == []  # recorded by the run: the next check decodes none
     assert "not fully decoded" not in out

@@ -12,7 +12,6 @@ next decodes none.
 from __future__ import annotations
 
 import io
-import json
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -20,14 +19,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from typer.testing import CliRunner
 
-from lorastudio.cli.app import _register, app
 from lorastudio.config import TrainConfig
 from lorastudio.data import decoded
 from lorastudio.errors import DatasetError
 from lorastudio.training.loop import train
-from undecodable_images import chunks_of, idat_ends_early, noisy, png_of, record_full_decodes
+from undecodable_images import (
+    chunks_of,
+    idat_ends_early,
+    noisy,
+    png_of,
+    record_full_decodes,
+    train_check_output,
+)
 
 SIZE = 32
 
@@ -36,12 +40,6 @@ SIZE = 32
 def full_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The files (folder/name) whose every pixel the process decodes (images._full_decode)."""
     return record_full_decodes(monkeypatch, with_folder=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _commands() -> None:
-    if not app.registered_commands:
-        _register()
 
 
 def _mask(seed: int, ends_early: bool = False) -> bytes:
@@ -78,15 +76,6 @@ def _dataset(tmp_path: Path, controls: bool, masks: bool, bad: str | None = None
     return data
 
 
-def _check(raw: dict, tmp_path: Path) -> str:
-    """`lorastudio train --check` (the job service's checks, as the API's preflight): its output."""
-    config = tmp_path / "run.json"
-    config.write_text(json.dumps(raw))
-    result = CliRunner().invoke(app, ["train", str(config), "--check", "--device", "cpu"])
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
 @pytest.mark.parametrize(
     ("bad", "family", "named"),
     [("control", "qwen-image-edit", "control image control/b.png"), ("mask", "flux", "masks/b.png")],
@@ -104,7 +93,7 @@ def test_a_control_or_mask_the_checks_left_fails_the_run_before_its_models_load(
     monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 0.0)  # the checks' budget spent
     data = _dataset(tmp_path, controls=bad == "control", masks=bad == "mask", bad=bad)
     raw = run_settings(family, tiny_model(family), data, {})
-    _check(raw, tmp_path)  # the cheap check passes it
+    train_check_output(raw, tmp_path)  # the cheap check passes it
     assert full_decodes == []
     events: list = []
     with pytest.raises(DatasetError) as info:
@@ -123,20 +112,18 @@ def test_good_controls_and_masks_are_recorded_and_not_decoded_again(
 ) -> None:
     data = _dataset(tmp_path, controls=True, masks=True)
     raw = run_settings("qwen-image-edit", tiny_model("qwen-image-edit"), data, {})
-    _check(raw, tmp_path)
+    train_check_output(raw, tmp_path)
     assert sorted(full_decodes) == [
         "control/a.png", "control/b.png", "data/a.png", "data/b.png", "masks/a.png", "masks/b.png",
     ]  # fmt: skip
     full_decodes.clear()
-    out = _check({**raw, "output_name": "again"}, tmp_path)
+    out = train_check_output({**raw, "output_name": "again"}, tmp_path)
     assert full_decodes == []  # all recorded: the next check decodes none
     assert "not fully decoded" not in out
     (data / "control" / "b.png").write_bytes(idat_ends_early(SIZE))  # a control replaced: decoded again
-    config = tmp_path / "run.json"
-    config.write_text(json.dumps(raw))
-    result = CliRunner().invoke(app, ["train", str(config), "--check", "--device", "cpu"])
+    out = train_check_output(raw, tmp_path, ok=False)
     assert full_decodes == ["control/b.png"], full_decodes
-    assert "control/b.png: corrupt (PNG pixel data cut short" in result.output, result.output
+    assert "control/b.png: corrupt (PNG pixel data cut short" in out, out
 
 
 def test_the_checks_warning_counts_and_names_each_kind_they_left(
@@ -148,7 +135,9 @@ def test_the_checks_warning_counts_and_names_each_kind_they_left(
     monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 0.0)  # the checks' budget spent
     data = _dataset(tmp_path, controls=True, masks=True)
     out = " ".join(
-        _check(run_settings("qwen-image-edit", tiny_model("qwen-image-edit"), data, {}), tmp_path).split()
+        train_check_output(
+            run_settings("qwen-image-edit", tiny_model("qwen-image-edit"), data, {}), tmp_path
+        ).split()
     )
     assert (
         "2 image(s), 2 control image(s) and 2 loss mask(s) not fully decoded yet "

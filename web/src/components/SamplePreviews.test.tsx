@@ -4,7 +4,7 @@ import { resetAuthForTests, setToken } from "../api/auth";
 import { TrainingProvider } from "../api/training";
 import { LiveScreen } from "../screens/LiveScreen";
 import { RunDetailScreen } from "../screens/RunDetailScreen";
-import { type Call, mockFetch } from "../test/fixtures";
+import { type Call, JOB as RUNNING_JOB, mockFetch } from "../test/fixtures";
 import { groupByStep, roundTiles, samplePrompts } from "./SamplePreviews";
 
 /** An EventSource double: the test pushes named server-sent events into it. */
@@ -28,24 +28,8 @@ class FakeEventSource {
 }
 
 const PROMPTS = ["a red circle", "a blue square"];
-const JOB = {
-  id: "j1",
-  status: "running",
-  output_name: "shapes-lora",
-  family: "flux",
-  created_at: "2025-01-01T00:00:00Z",
-  started_at: "2025-01-01T00:00:00Z",
-  finished_at: null,
-  phase: null,
-  progress: null,
-  metrics: [],
-  lora_path: null,
-  steps_run: 2,
-  error: null,
-  stop_requested: null,
-  config: { sample_prompts: PROMPTS },
-  samples: null,
-};
+// the fixtures' running job j1, at step 2 with no metrics yet, sampling PROMPTS
+const JOB = { ...RUNNING_JOB, metrics: [], steps_run: 2, stop_requested: null, config: { sample_prompts: PROMPTS }, samples: null };
 
 const sampleReady = (step: number) => ({
   type: "sample_ready",
