@@ -67,7 +67,9 @@ def test_a_run_whose_folder_moved_writes_nothing_into_what_replaced_it(
     assert moved.is_dir()  # the run's own folder, kept where its user put it
     failed = [e.message for e in events if e.type == "error"]
     assert failed and f"the run folder {run_dir} was moved or replaced" in failed[-1], failed
-    assert not folder_guard._held  # released with the run
+    assert (
+        run_dir not in folder_guard._held
+    )  # released with the run (another test's live claim may stay held)
     if replacement == "link":
         assert os.path.islink(run_dir)
 
