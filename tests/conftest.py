@@ -10,7 +10,10 @@
   autouse);
 - `tiny_model`: a session-wide factory, family -> folder of that family's tiny diffusers pipeline
   (built once per session, seed 0; once per run for all pytest-xdist workers);
-- `sample_dataset`: a session-wide folder with the 8-image sample dataset (seed 0).
+- `sample_dataset`: a session-wide folder with the 8-image sample dataset (seed 0);
+- a server route that reaches the GPU facts without awaiting them first (api/host_wait.HOST_KNOWN)
+  fails (hardware.STRICT_PROBE_WAITS): on this CPU host the answer is always known, so only the
+  strict check shows the route that would hold a request thread on a GPU host.
 
 The session folders are shared by every test: treat them as read-only (copy them to change them).
 """
@@ -30,6 +33,10 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # Before torch is imported: the tiny models' ops are far too small to gain from threads, and on a
 # shared 2-core machine two spinning threads per process made a 2-step generation 10-50x slower.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from lorastudio.jobs import hardware  # noqa: E402  (after the environment above; no torch)
+
+hardware.STRICT_PROBE_WAITS = True
 
 
 @pytest.fixture(autouse=True)

@@ -42,6 +42,7 @@ from lorastudio.api.body_limit import BodyLimitAnswer
 from lorastudio.api.deps import require_token
 from lorastudio.api.downloads import HeadAsGet
 from lorastudio.api.errors import JSONOut, install_error_handlers
+from lorastudio.api.host_wait import no_probe_waits
 from lorastudio.api.hosts import HostGuard, HostPolicy, is_loopback
 from lorastudio.api.origin import SameOriginWrites, install_log_redaction
 from lorastudio.api.path_guard import PathGuard
@@ -124,7 +125,7 @@ def create_app(
     app.add_middleware(SameOriginWrites)  # cross-site writes refused (403); no CORS headers
     app.add_middleware(PathGuard)  # an encoded separator or dot segment in a path: 404 (api/path_guard.py)
     app.add_middleware(HostGuard, policy=HostPolicy.from_settings(settings))  # DNS rebinding: 421
-    guarded = [Depends(require_token), Depends(check_inputs)]
+    guarded = [Depends(no_probe_waits), Depends(require_token), Depends(check_inputs)]
     _add_docs(app, guarded)
     for module in (
         train,

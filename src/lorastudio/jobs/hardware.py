@@ -21,6 +21,11 @@ cache. Nothing here allocates GPU memory beyond the driver query.
 - A probe that fails, runs past its bound or answers what is not understood gives a "cpu" HostInfo
   named "GPU facts unknown: <why>" (the checks' no-GPU path: no GPU is claimed), asked again by
   the first request after RETRY_S.
+- A caller that must not wait for a probe in its own thread (a server request: api/host_wait.py
+  marks each one with `forbid_probe_waits` and allows it once the answer was awaited) that reaches
+  `host_info` anyway is logged once per place (a probe then holds that request's thread); with
+  STRICT_PROBE_WAITS (the test suite) it is refused even when the answer is known, so a route that
+  forgot the wait fails its tests on a CPU host, where the answer is always at hand.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -51,6 +57,48 @@ PROBE_OUTPUT_KEPT = 64 * 1024  # bytes of each of the child's streams kept (the 
 OUTPUT_DRAIN_S = 10.0  # after the child's exit, the most its output is waited for (at most a pipe's 64 KiB)
 RETRY_S = 30.0  # an unknown answer is asked again by the first request after this
 UNKNOWN = "GPU facts unknown"
+STRICT_PROBE_WAITS = False  # the test suite: a forbidden host_info() raises ProbeWaitForbidden
+
+# Where host_info() must not wait for a probe in the caller's thread (a request's "METHOD path"),
+# None where it may (threads started outside a request do not inherit it: threading copies no
+# context). Set per request by api/host_wait.py, copied into that request's worker threads.
+_no_probe_waits: ContextVar[str | None] = ContextVar("lorastudio_no_probe_waits", default=None)
+_waits_told: set[str] = set()
+
+
+class ProbeWaitForbidden(RuntimeError):
+    """host_info() reached where a probe must not be waited for in the caller's thread (a server
+    route without api/host_wait.HOST_KNOWN): a programming error, raised under STRICT_PROBE_WAITS."""
+
+
+def forbid_probe_waits(where: str) -> None:
+    """From here on in this context, host_info() must find its answer known (`where` names the
+    caller in the log and the error)."""
+    _no_probe_waits.set(where)
+
+
+def allow_probe_waits() -> None:
+    """host_info() may ask again in this context (its answer was awaited without a thread)."""
+    _no_probe_waits.set(None)
+
+
+def _check_probe_wait(known: bool) -> None:
+    where = _no_probe_waits.get()
+    if where is None:
+        return
+    if STRICT_PROBE_WAITS:
+        raise ProbeWaitForbidden(
+            f"host_info() reached in {where} without awaiting the GPU facts first "
+            "(name api/host_wait.HOST_KNOWN in the route's dependencies)"
+        )
+    if not known:
+        with _lock:
+            first = where not in _waits_told
+            _waits_told.add(where)
+        if first:
+            log.warning("%s waits for the GPU probe in a request thread (no HOST_KNOWN)", where)
+
+
 _answers: dict[str | None, tuple[HostInfo, float]] = {}  # CUDA_VISIBLE_DEVICES: (answer, ask again at)
 _lock = threading.Lock()  # guards _answers and probes
 _one_probe = threading.Lock()  # one probe at a time: its waiters find its answer cached
@@ -123,7 +171,9 @@ def host_info() -> HostInfo:
     """This process's accelerator (see the module docstring): "cpu" without asking when
     `cuda_impossible`; else torch's answer for the current CUDA_VISIBLE_DEVICES, probed once (one
     probe at a time; waiters share it) and cached; an unknown answer is a "cpu" HostInfo named
-    "GPU facts unknown: <why>"."""
+    "GPU facts unknown: <why>". In a context that forbids probe waits (`forbid_probe_waits`)
+    it is logged, or raised under STRICT_PROBE_WAITS."""
+    _check_probe_wait(known_host_info() is not None)
     if cuda_impossible():
         return CPU_HOST
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
