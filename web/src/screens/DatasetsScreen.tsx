@@ -1,8 +1,10 @@
 import { type FormEvent, useState } from "react";
+import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import type { DatasetSummary, NameRule } from "../api/types";
 import { DataTable } from "../components/DataTable";
+import { useAction } from "../lib/latest";
 import { nameProblem } from "../lib/nameRule";
 import { href, navigate } from "../lib/route";
 
@@ -68,8 +70,43 @@ function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule
   );
 }
 
+/** Delete a folder the studio cannot use, with every file in it, after the user confirms (by its
+ * listed name, as the API and `lorastudio datasets delete` do). A 404 is what was asked (gone
+ * meanwhile); any other refusal (busy: a run or a caption job holds it) is shown beside it. */
+function DeleteFolder({ dataset, onDone }: { dataset: DatasetSummary; onDone: () => void }) {
+  const [error, setError] = useState<string | null>(null);
+  const onDelete = useAction(async () => {
+    if (!window.confirm(`Delete the folder ${dataset.name} and every file in it?`)) return;
+    try {
+      await api.deleteDataset(dataset.name);
+    } catch (err) {
+      if (!(err instanceof ApiError && err.status === 404)) {
+        setError(err instanceof Error ? err.message : String(err));
+        return;
+      }
+    }
+    setError(null);
+    onDone();
+  });
+  return (
+    <>
+      <button type="button" className="danger" aria-label={`delete ${dataset.name}`}
+        disabled={onDelete.pending}
+        onClick={() => void onDelete.run()}
+      >
+        Delete
+      </button>
+      {error && (
+        <span className="field-error" role="alert">
+          {error}
+        </span>
+      )}
+    </>
+  );
+}
+
 /** Dataset folders with image/caption counts, and a form to start a new one. A folder made by
- * hand under a name the studio cannot use is greyed with the reason and a Rename action. */
+ * hand under a name the studio cannot use is greyed with the reason, a Rename and a Delete action. */
 export function DatasetsScreen() {
   const { info, reload } = useInfo();
   const [name, setName] = useState("");
@@ -168,7 +205,10 @@ export function DatasetsScreen() {
                     Train on it
                   </a>
                 ) : (
-                  <RenameFolder dataset={d} rule={info?.dataset_name_rule} onDone={() => void reload()} />
+                  <>
+                    <RenameFolder dataset={d} rule={info?.dataset_name_rule} onDone={() => void reload()} />
+                    <DeleteFolder dataset={d} onDone={() => void reload()} />
+                  </>
                 ),
             },
           ]}

@@ -91,4 +91,42 @@ describe("DatasetsScreen: a folder the studio cannot use (made by hand)", () => 
     expect((await within(tr).findByRole("alert")).textContent).toContain("busy");
     expect(calls.filter((c) => c.method === "POST").map((c) => c.body)).toEqual([{ to: "café".normalize("NFC") }]);
   });
+
+  it("is deleted by its listed name after a confirm; a busy refusal is shown, a 404 is done", async () => {
+    const bad = { name: "what?", path: "/d/what?", images: 3, captions: 3, usable: false, problem: PROBLEM };
+    let gone = false;
+    let answer = { status: 409, body: { error: "DatasetBusy", detail: "dataset is busy: a caption job holds it" } };
+    const calls = mockFetch(({ url, method }) => {
+      if (url === "/api/info") return { body: gone ? INFO : infoWith([bad]) };
+      if (method === "DELETE") {
+        if (answer.status === 200) gone = true;
+        return answer;
+      }
+      return undefined;
+    });
+    const confirm = vi.fn(() => false);
+    vi.stubGlobal("confirm", confirm);
+    render(
+      <InfoProvider>
+        <DatasetsScreen />
+      </InfoProvider>,
+    );
+    await screen.findByText("what?");
+    const user = userEvent.setup();
+    const deleteButton = () => within(row("what?")).getByRole("button", { name: "delete what?" });
+    await user.click(deleteButton()); // declined: nothing sent
+    expect(confirm).toHaveBeenCalledWith("Delete the folder what? and every file in it?");
+    expect(calls.filter((c) => c.method === "DELETE")).toEqual([]);
+
+    confirm.mockReturnValue(true);
+    await user.click(deleteButton()); // busy: the server's reason beside it, the row stays
+    expect((await within(row("what?")).findByRole("alert")).textContent).toContain("busy");
+
+    answer = { status: 404, body: { error: "NotFound", detail: "no dataset what?" } as never };
+    gone = true; // deleted meanwhile elsewhere: what was asked is done
+    await user.click(deleteButton());
+    await waitFor(() => expect(screen.queryByText("what?")).toBeNull());
+    const deletes = calls.filter((c) => c.method === "DELETE").map((c) => c.url);
+    expect(deletes).toEqual(["/api/datasets/what%3F", "/api/datasets/what%3F"]);
+  });
 });
