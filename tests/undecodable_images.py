@@ -67,9 +67,9 @@ def record_full_decodes(monkeypatch: pytest.MonkeyPatch, *, with_folder: bool = 
     seen: list[str] = []
     real = images._full_decode
 
-    def counted(path: Path, *args: object) -> None:
+    def counted(path: Path, *args: object) -> bool:
         seen.append(f"{path.parent.name}/{path.name}" if with_folder else path.name)
-        real(path, *args)  # type: ignore[arg-type]
+        return real(path, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(images, "_full_decode", counted)
     return seen
