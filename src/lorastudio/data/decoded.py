@@ -288,7 +288,7 @@ def _record_name(folder: Path, folder_id: FolderId) -> str:
 
 def undecoded_warning(items: Sequence[ImageItem], labels: Sequence[str] = ()) -> str | None:
     """The preflight report's word on the files a check left to the header check alone (its time
-    budget spent): images (ImageItem.decoded False), control images (`controls_decoded`) and
+    budget spent, or a WebP above max_decode_pixels: data/decode_checks.py): images (ImageItem.decoded False), control images (`controls_decoded`) and
     loss masks of masks/ (MaskRef.decoded), each kind counted and named, each file once (an
     image at several resolutions, a control of several targets); None when every file was fully
     decoded. `labels`: the entries' labels (DatasetScan.labels) for the names."""
@@ -320,6 +320,7 @@ def undecoded_warning(items: Sequence[ImageItem], labels: Sequence[str] = ()) ->
     )
     return (
         f"{counted} not fully decoded yet ({shown}): a check decodes new files for at most "
-        f"{FULL_DECODE_BUDGET_S:.0f} s; the run decodes these before its models load (and fails "
+        f"{FULL_DECODE_BUDGET_S:.0f} s, and a WebP only within max_decode_pixels (4x its pixels); "
+        "the run decodes these before its models load (and fails "
         "naming any whose pixels do not decode)"
     )

@@ -5,15 +5,11 @@ own scan (RELIABILITY 211)."""
 
 from __future__ import annotations
 
-import io
 import math
-import struct
 import threading
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from lorastudio.data import images
 from lorastudio.data.decode_slots import DECODE_SLOTS
@@ -21,25 +17,10 @@ from lorastudio.data.decoded import DecodedRecord
 from lorastudio.data.safe_open import folder_identity
 from lorastudio.data.scan import scan_dataset
 from lorastudio.errors import DatasetError
-from undecodable_images import idat_ends_early, noisy
+from undecodable_images import idat_ends_early, noisy, webp
 
 SIZE = 32
 WEBP_BUDGET = SIZE * SIZE * 2  # a 32 px PNG fits it (1,024 pixels), a 32 px WebP (4x: 4,096) does not
-
-
-def webp(seed: int = 0, truncated: bool = False) -> bytes:
-    """A SIZE px noise WebP; `truncated`: its VP8 chunk holds half its data, the RIFF and chunk
-    sizes saying so (the header check passes it; its decode fails)."""
-    pixels = np.random.default_rng(seed).integers(0, 255, (SIZE, SIZE, 3), dtype=np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, format="WEBP")
-    data = buf.getvalue()
-    if not truncated:
-        return data
-    kind, length = data[12:16], struct.unpack("<I", data[16:20])[0]
-    half = data[20 : 20 + length // 2]
-    half += b"\0" * (len(half) % 2)
-    return b"RIFF" + struct.pack("<I", 12 + len(half)) + b"WEBP" + kind + struct.pack("<I", len(half)) + half
 
 
 def _folder(tmp_path: Path, files: dict[str, bytes]) -> Path:
