@@ -24,11 +24,15 @@ itself is keyed by its name, one of a sub-folder by its relative path (`control/
 `masks/a.png`), one of a parallel control folder outside it (control_dirs) by its absolute path,
 so a control and a target of one name never share an entry (`record_key`).
 
-`DecodedRecord.wants_full` also bounds one check's full decodes by time (FULL_DECODE_BUDGET_S):
-the files left over keep the cheap check (ImageItem.decoded False; the preflight report names
-them: `undecoded_warning`) and are decoded fully by a later check, and in any case by the run's
-own scan, which has no budget (training/preflight.py): it decodes every file left before any
-model loads, fails the run naming one that does not decode, and records the rest.
+A check's full decodes are bounded by time (FULL_DECODE_BUDGET_S: `wants_full`, and the check
+loops of data/decode_checks.py, which run them on both decode threads): the files left over keep
+the cheap check (ImageItem.decoded False; the preflight report names them: `undecoded_warning`)
+and are decoded fully by a later check, and in any case by the run's own scan, which has no
+budget (training/preflight.py): it decodes every file left before any model loads, fails the run
+naming one that does not decode, and records the rest.
+
+An entry is recorded only when its file was settled when keyed (`racy`: git's racy case; the
+next check decodes a racy one again).
 """
 
 from __future__ import annotations
