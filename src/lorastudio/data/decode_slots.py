@@ -67,7 +67,7 @@ def _done(_: Future) -> None:
 
 def submit_decode(fn: Callable[[], T]) -> Future[T]:
     """Queue `fn` (a decode) on the process's decode threads and return its future at once: a
-    caller with many files (data/decoded.check_images) keeps at most DECODE_SLOTS of its own
+    caller with many files (data/decode_checks.check_images) keeps at most DECODE_SLOTS of its own
     pending, so that both threads work while no more than their decodes hold pixels. `fn` must
     not call `run_decode` or `submit_decode` itself (see the module docstring)."""
     global _pending

@@ -22,7 +22,7 @@ is, data/decoded.py) decodes every pixel instead (`_full_decode`, within the sam
 inflates a PNG's pixel stream at any size (data/png_stream.py). A WebP above the budget (Pillow
 has no reduced-scale WebP decode) is left undecided by such a check (`probe_full` says so: it is
 not recorded as decoded) and decoded by the run's own scan, alone on the decode threads, before
-any model loads (data/decoded.check_images).
+any model loads (data/decode_checks.check_images).
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def _full_decode(
     decided: False for a WebP above the budget (Pillow decodes a WebP at full size only, its
     whole canvas at once: no reduced scale, no piece at a time), or a JPEG still above it at
     1/8 scale, unless `beyond_budget` (the run's own scan, the image decoded alone on the
-    decode threads: data/decoded.check_images), which decodes it at full size as training will."""
+    decode threads: data/decode_checks.check_images), which decodes it at full size as training will."""
     jpeg = img.format in ("JPEG", "MPO")
     over = decode_cost(img) > decode_pixels and not beyond_budget
     try:

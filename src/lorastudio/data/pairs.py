@@ -37,7 +37,7 @@ torch here.
 Controls are opened like every dataset file (data/safe_open.py): relative to their folder, whose
 identity the pairing records (`PairReport.folder_ids`), without following a link; a control whose
 real path leaves the dataset folder and the control_dirs is refused before it is opened. Each
-control is checked as a target is (data/decoded.check_image): decoded fully once and kept in the
+control is checked as a target is (data/decode_checks.check_images): decoded fully once and kept in the
 dataset folder's decoded record under its relative path (`control/a.png`), a bad one named with
 its folder. The count checks are data/control_counts.py's.
 """
