@@ -205,15 +205,3 @@ def _alone(loop: _Loop) -> None:
         loop.submit(_Probe(probe.index, probe.path, probe.folder_id, True, None, 0, beyond=True))
         loop.collect(0)
 
-
-def check_image(
-    path: Path,
-    max_pixels: int,
-    decode_pixels: int,
-    folder_id: FolderId | None,
-    record: DecodedRecord | None,
-    *,
-    colour: bool = True,
-) -> Checked:
-    """`check_images` of one file."""
-    return check_images([(path, folder_id)], max_pixels, decode_pixels, record, colour=colour)[0]

@@ -120,7 +120,7 @@ class DecodedRecord:
     """The decoded-files record of one dataset folder (`folder`, identity `folder_id`), kept in
     `record_dir`. Load with `load`, ask `known`, add with `add`, write with `save`; `progress`
     (the run's scan: data/decode_progress.py) hears of the full decodes to come (`expect`) and
-    of each one (check_image)."""
+    of each one (data/decode_checks.check_images)."""
 
     def __init__(
         self,
