@@ -204,4 +204,3 @@ def _alone(loop: _Loop) -> None:
         probe = loop.retry.pop(0)
         loop.submit(_Probe(probe.index, probe.path, probe.folder_id, True, None, 0, beyond=True))
         loop.collect(0)
-
