@@ -41,9 +41,11 @@ from lorastudio.training.distributed import ParallelContext, check_parallel_conf
 from lorastudio.training.events import StopRequest
 from lorastudio.training.latents import build_latent_cache, replay_crop_draws
 from lorastudio.training.loop import train
+from undecodable_images import idat_ends_early
 
 WORLD = 2
 SCAN_STOP = -1  # a scenario's stop_after: rank 0 stops during its decode scan
+SCAN_FAIL = -2  # a scenario's stop_after: the run fails in its preflight (each rank's error recorded)
 # One process computes a batch of 2 in one forward; two compute one sample each, so the sums
 # are rounded in another order: float32 noise, far below what a wrong shard or scale would give.
 LOSS_RTOL = 1e-5
@@ -105,6 +107,12 @@ def _rank_main(rank: int, cfg: TrainConfig, port: int, out: str, stop_after: int
         decode_progress.REPORT_AFTER_S = decode_progress.REPORT_EVERY_S = 0.0
     try:
         result = train(cfg, events.append, should_stop, device="cpu")
+    except Exception as err:
+        if stop_after != SCAN_FAIL:
+            raise
+        record = {"error": str(err), "full_decodes": len(decodes), "events": [e.type for e in events]}
+        Path(out, f"rank{rank}.json").write_text(json.dumps(record))
+        return
     finally:
         images._full_decode = real  # type: ignore[assignment]
         decode_progress.REPORT_AFTER_S, decode_progress.REPORT_EVERY_S = every
@@ -120,8 +128,11 @@ def _rank_main(rank: int, cfg: TrainConfig, port: int, out: str, stop_after: int
     Path(out, f"rank{rank}.json").write_text(json.dumps(record))
 
 
-def _scenarios(make_config: Callable[..., TrainConfig]) -> dict[str, tuple[str, TrainConfig, int | None]]:
-    """The launched scenarios, in order: name -> (kind, config, stop_after)."""
+def _scenarios(
+    make_config: Callable[..., TrainConfig], broken: Path = Path("broken")
+) -> dict[str, tuple[str, TrainConfig, int | None]]:
+    """The launched scenarios, in order: name -> (kind, config, stop_after); `broken`: the
+    dataset of the scan-fail scenario (`broken_dataset`)."""
     # 3 square images + 1 other: batches of 2 and tail batches of 1 (one rank's slice is empty)
     return {
         "flux": (
@@ -136,6 +147,13 @@ def _scenarios(make_config: Callable[..., TrainConfig]) -> dict[str, tuple[str, 
             None,
         ),
         "stop": ("train", make_config(steps=6, batch_size=2, output_name="ddp", num_gpus=WORLD), 2),
+        # an image whose pixels do not decode (RELIABILITY 213): rank 0's scan fails, the other
+        # rank is told and fails alike (not left waiting)
+        "scan-fail": (
+            "train",
+            make_config(steps=2, batch_size=2, output_name="ddp", num_gpus=WORLD, data_dir=str(broken)),
+            SCAN_FAIL,
+        ),
         # a stop during rank 0's decode scan (RELIABILITY 213): every rank ends before any model loads
         "scan-stop": (
             "train",
@@ -206,6 +224,7 @@ SCENARIO_TESTS = {
     "qwen-image": ("test_two_gloo_processes_train_the_lora_of_one_process",),
     "stop": ("test_rank_0_stop_and_save_stops_every_rank_and_the_checkpoint_resumes_in_one_process",),
     "scan-stop": ("test_a_stop_during_rank_0s_decode_scan_stops_every_rank_before_any_model_loads",),
+    "scan-fail": ("test_an_image_rank_0s_scan_refuses_fails_every_rank_naming_it",),
     "methods": ("test_two_gloo_processes_train_like_one_with_prodigy_ema_lokr_and_huber",),
     "caches": ("test_ranks_share_the_caches_and_get_exactly_the_tensors_of_one_process",),
     "disk": ("test_two_gloo_processes_train_from_the_disk_cache_like_one",),
@@ -215,15 +234,26 @@ SCENARIO_TESTS = {
 
 
 @pytest.fixture(scope="module")
+def broken_dataset(make_config: Callable[..., TrainConfig], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The flux runs' dataset with its first image's deflate stream ending early (valid chunks:
+    only a full decode refuses it)."""
+    out = Path(shutil.copytree(make_config().data_dir, tmp_path_factory.mktemp("broken") / "broken"))
+    first = sorted(out.glob("*.png"))[0]
+    first.write_bytes(idat_ends_early(32))
+    return out
+
+
+@pytest.fixture(scope="module")
 def launched(
     make_config: Callable[..., TrainConfig],
+    broken_dataset: Path,
     tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> Launched:
     """One launch of WORLD gloo processes running in turn every scenario of `_scenarios` that a
     selected test reads (SCENARIO_TESTS)."""
     out = tmp_path_factory.mktemp("ddp")
-    every = _scenarios(make_config)
+    every = _scenarios(make_config, broken_dataset)
     assert sorted(SCENARIO_TESTS) == sorted(every), "every scenario names the tests reading it"
     assert all(hasattr(request.module, test) for tests in SCENARIO_TESTS.values() for test in tests)
     # the session's items after -m / -k deselection (pytest_collection_modifyitems has run)
@@ -371,6 +401,17 @@ def test_a_stop_during_rank_0s_decode_scan_stops_every_rank_before_any_model_loa
     assert "preparing" in ranks[0]["events"]  # its decode counts
     assert ranks[0]["full_decodes"] >= 1 and ranks[1]["full_decodes"] == 0  # rank 1 never scanned
     assert not (launched.outputs("scan-stop") / "ddp").exists()  # nothing claimed or written
+
+
+def test_an_image_rank_0s_scan_refuses_fails_every_rank_naming_it(launched, broken_dataset):
+    """Rank 0 tells the others its preflight failed; they run theirs (rank 0 recorded the good
+    images) and meet the same error: no rank is left waiting for the outcome."""
+    ranks = launched.ranks("scan-fail")
+    bad = sorted(broken_dataset.glob("*.png"))[0].name
+    assert all(bad in r["error"] and "corrupt" in r["error"] for r in ranks), ranks
+    assert ranks[0]["error"] == ranks[1]["error"]
+    assert ranks[1]["full_decodes"] == 1  # only the file rank 0 could not record
+    assert "model_load_started" not in ranks[0]["events"] and ranks[0]["events"][-1] == "error"
 
 
 def test_lora_dropout_with_several_ranks_is_refused(make_config):
