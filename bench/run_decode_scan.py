@@ -7,11 +7,14 @@ the cheap check (headers, chunk CRCs: what a check past its 30 s budget gives a 
 scan with no budget (every pixel decoded, then recorded), and the next scan of the same folder
 (the record lists every file: no file decoded; each case hashes every file, as
 a fresh process does, for the fingerprint); then the last two again with the run's
-DecodeProgress (data/decode_progress.py: a stat per file more, a stop poll per decode). Usage:
+DecodeProgress (data/decode_progress.py: a stat per file more, a stop poll per decode); and the
+run's scan with one decode at a time (data/decode_checks.py's window set to 1: the scan's own loop
+before RELIABILITY 210) against its decodes on both decode threads. Usage:
 
     PYTHONPATH=$PWD/src python -m bench.run_decode_scan --images 1000 --size 64
 
-Prints one JSON line per case: case, seconds, full_decodes, reports (the progress's counts sent).
+Prints one JSON line per case: case, seconds, cpu_s (the process's CPU seconds: above `seconds`
+when both decode threads ran at once), full_decodes, reports (the progress's counts sent).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from lorastudio.data import images, scan
+from lorastudio.data import decode_checks, images, scan
 from lorastudio.data.decode_progress import DecodeProgress
 from lorastudio.data.scan import scan_dataset
 
@@ -52,22 +55,26 @@ def main() -> None:
     decodes: list[str] = []
     real = images._full_decode
 
-    def counted(path: Path, *rest: object) -> None:
+    def counted(path: Path, *rest: object) -> bool:
         decodes.append(path.name)
-        real(path, *rest)  # type: ignore[arg-type]
+        return real(path, *rest)  # type: ignore[arg-type]
 
     images._full_decode = counted  # type: ignore[assignment]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "data"
         write_dataset(folder, args.images, args.size)
+        time.sleep(0.05)  # the files older than the file clock's tick (data/decoded.racy): recorded
         cases = [
-            ("cheap check (budget 0 s)", Path(tmp) / "rec0", 0.0, False),
-            ("run's scan (no budget, fresh record)", Path(tmp) / "rec1", math.inf, False),
-            ("next scan (recorded)", Path(tmp) / "rec1", math.inf, False),
-            ("run's scan with its progress (fresh record)", Path(tmp) / "rec2", math.inf, True),
-            ("next scan with its progress (recorded)", Path(tmp) / "rec2", math.inf, True),
+            ("cheap check (budget 0 s)", Path(tmp) / "rec0", 0.0, False, 2),
+            ("run's scan, one decode at a time (fresh record)", Path(tmp) / "rec3", math.inf, False, 1),
+            ("run's scan (no budget, fresh record)", Path(tmp) / "rec1", math.inf, False, 2),
+            ("next scan (recorded)", Path(tmp) / "rec1", math.inf, False, 2),
+            ("run's scan with its progress (fresh record)", Path(tmp) / "rec2", math.inf, True, 2),
+            ("next scan with its progress (recorded)", Path(tmp) / "rec2", math.inf, True, 2),
         ]
-        for case, record_dir, budget, counted_scan in cases:
+        slots = decode_checks.DECODE_SLOTS
+        for case, record_dir, budget, counted_scan, window in cases:
+            decode_checks.DECODE_SLOTS = min(window, slots)  # the probes one loop keeps pending
             decodes.clear()
             reports: list[tuple[int, int]] = []
             progress = (
@@ -76,7 +83,7 @@ def main() -> None:
                 else None
             )
             scan._hash_memo.clear()  # each case hashes the files as a fresh process would
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             result = scan_dataset(
                 folder,
                 resolution=64,
@@ -87,15 +94,17 @@ def main() -> None:
             )
             if progress is not None:
                 progress.finish()
-            seconds = time.perf_counter() - start
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
             assert len(result.items) == args.images
             row = {
                 "case": case,
                 "seconds": round(seconds, 3),
+                "cpu_s": round(cpu, 3),  # over `seconds`: two decodes at once (on a host with cores free)
                 "full_decodes": len(decodes),
                 "reports": len(reports),
             }
             print(json.dumps(row))
+        decode_checks.DECODE_SLOTS = slots
 
 
 if __name__ == "__main__":

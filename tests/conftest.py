@@ -8,6 +8,11 @@
 - every test runs with LORASTUDIO_HOME set to its own empty temp folder (not created), the
   settings cache cleared, HF_HUB_OFFLINE=1 and LORASTUDIO_STANDBY_WORKER=0 (`studio_home`,
   autouse);
+- the decoded-image record's file clock (data/decoded.file_clock_ns) a second ahead
+  (`settled_files`, autouse): a file a test has just written counts as safely older than the
+  file clock's tick, as a dataset's files are in use, so a check records what it decodes rather
+  than leave it racy (git's case, RELIABILITY 212: tests/unit/data/test_data_decoded_racy.py
+  fakes the tick itself; a worker process keeps the real clock);
 - `tiny_model`: a session-wide factory, family -> folder of that family's tiny diffusers pipeline
   (built once per session, seed 0; once per run for all pytest-xdist workers);
 - `sample_dataset`: a session-wide folder with the 8-image sample dataset (seed 0);
@@ -43,6 +48,16 @@ hardware.STRICT_PROBE_WAITS = True
 def _frozen_gc_generation() -> None:
     """Objects alive before this test are not rescanned by its garbage collections."""
     gc.freeze()
+
+
+@pytest.fixture(autouse=True)
+def settled_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decoded record's file clock a second ahead (see the module docstring)."""
+    import time
+
+    from lorastudio.data import decoded
+
+    monkeypatch.setattr(decoded, "file_clock_ns", lambda: time.time_ns() + 1_000_000_000)
 
 
 @pytest.fixture(autouse=True)

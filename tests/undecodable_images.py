@@ -67,9 +67,9 @@ def record_full_decodes(monkeypatch: pytest.MonkeyPatch, *, with_folder: bool = 
     seen: list[str] = []
     real = images._full_decode
 
-    def counted(path: Path, *args: object) -> None:
+    def counted(path: Path, *args: object) -> bool:
         seen.append(f"{path.parent.name}/{path.name}" if with_folder else path.name)
-        real(path, *args)  # type: ignore[arg-type]
+        return real(path, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(images, "_full_decode", counted)
     return seen
@@ -92,3 +92,18 @@ def train_check_output(raw: dict, folder: Path, ok: bool = True) -> str:
     if ok:
         assert result.exit_code == 0, result.output
     return result.output
+
+
+def webp(size: int = 32, seed: int = 0, truncated: bool = False) -> bytes:
+    """A `size` px noise WebP; `truncated`: its VP8 chunk holds half its data, the RIFF and chunk
+    sizes saying so (the header check passes it; its decode fails)."""
+    pixels = np.random.default_rng(seed).integers(0, 255, (size, size, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="WEBP")
+    data = buf.getvalue()
+    if not truncated:
+        return data
+    kind, length = data[12:16], struct.unpack("<I", data[16:20])[0]
+    half = data[20 : 20 + length // 2]
+    half += b"\0" * (len(half) % 2)
+    return b"RIFF" + struct.pack("<I", 12 + len(half)) + b"WEBP" + kind + struct.pack("<I", len(half)) + half

@@ -85,6 +85,7 @@ class Settings(BaseSettings):
             "most pixels the server decodes at full size (checks, thumbnails; a WebP counts 4x):"
             " a PNG/WebP above it is checked from its header and chunk CRCs (a PNG's pixel stream"
             " inflated and measured) and previewed as a placeholder, a JPEG is decoded reduced;"
+            " a WebP above it is decoded by the run's own scan (alone, before its models load);"
             " training decodes up to max_image_pixels in its worker"
         ),
     )

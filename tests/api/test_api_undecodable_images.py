@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -155,6 +156,26 @@ def test_an_uploaded_image_is_not_decoded_again_by_the_preflight(
     files += [("f", (f"u{i}.txt", f"noise {i}".encode())) for i in range(2)]
     assert client.post("/api/datasets/uploaded/files", files=files).status_code == 201
     assert sorted(full_decodes) == ["u0.png", "u1.png"]  # the upload's check
+    full_decodes.clear()
+    config = {"config": flux_config(data_dir="uploaded")}
+    assert client.post("/api/train/preflight", json=config).status_code == 200
+    assert full_decodes == []
+
+
+def test_an_upload_is_recorded_on_the_real_file_clock(
+    client: TestClient,
+    flux_config: Callable[..., dict],
+    full_decodes: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An upload keys its files right after moving them in, within the moves' tick of the file
+    clock (racy: RELIABILITY 212); it waits that tick out (decoded.wait_out_racy) so that they are
+    still recorded and the next preflight decodes none of them."""
+    monkeypatch.setattr(decoded, "file_clock_ns", time.time_ns)  # the real clock (conftest's is ahead)
+    files = [("f", (f"u{i}.png", noisy("PNG", 32, seed=i))) for i in range(2)]
+    files += [("f", (f"u{i}.txt", f"noise {i}".encode())) for i in range(2)]
+    assert client.post("/api/datasets/uploaded/files", files=files).status_code == 201
+    assert sorted(full_decodes) == ["u0.png", "u1.png"]
     full_decodes.clear()
     config = {"config": flux_config(data_dir="uploaded")}
     assert client.post("/api/train/preflight", json=config).status_code == 200

@@ -16,7 +16,8 @@ scan is handed a DecodeProgress (data/run_scan.scan_for_run's `progress`), which
 - calls `check_stop` before each full decode: it raises (errors.TrainingStopped) to end the scan
   at once; the records keep what was decoded so far (each scan saves its record in a finally).
 
-No torch; single-threaded (a scan checks its files one after another).
+No torch; called from the scan's own thread only (its decodes run on the decode threads, two at
+once, but their stop checks and counts are taken in the scan's thread: data/decode_checks.py).
 """
 
 from __future__ import annotations

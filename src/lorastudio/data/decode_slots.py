@@ -65,6 +65,19 @@ def _done(_: Future) -> None:
         _pending -= 1
 
 
+def submit_decode(fn: Callable[[], T]) -> Future[T]:
+    """Queue `fn` (a decode) on the process's decode threads and return its future at once: a
+    caller with many files (data/decode_checks.check_images) keeps at most DECODE_SLOTS of its own
+    pending, so that both threads work while no more than their decodes hold pixels. `fn` must
+    not call `run_decode` or `submit_decode` itself (see the module docstring)."""
+    global _pending
+    with _lock:
+        _pending += 1
+    future = _pool.submit(fn)
+    future.add_done_callback(_done)
+    return future
+
+
 def run_decode(fn: Callable[[], T], wait_s: float | None = None) -> T:
     """Run `fn` (a decode) on one of the process's decode threads and return its result.
 

@@ -24,11 +24,15 @@ itself is keyed by its name, one of a sub-folder by its relative path (`control/
 `masks/a.png`), one of a parallel control folder outside it (control_dirs) by its absolute path,
 so a control and a target of one name never share an entry (`record_key`).
 
-`DecodedRecord.wants_full` also bounds one check's full decodes by time (FULL_DECODE_BUDGET_S):
-the files left over keep the cheap check (ImageItem.decoded False; the preflight report names
-them: `undecoded_warning`) and are decoded fully by a later check, and in any case by the run's
-own scan, which has no budget (training/preflight.py): it decodes every file left before any
-model loads, fails the run naming one that does not decode, and records the rest.
+A check's full decodes are bounded by time (FULL_DECODE_BUDGET_S: `wants_full`, and the check
+loops of data/decode_checks.py, which run them on both decode threads): the files left over keep
+the cheap check (ImageItem.decoded False; the preflight report names them: `undecoded_warning`)
+and are decoded fully by a later check, and in any case by the run's own scan, which has no
+budget (training/preflight.py): it decodes every file left before any model loads, fails the run
+naming one that does not decode, and records the rest.
+
+An entry is recorded only when its file was settled when keyed (`racy`: git's racy case; the
+next check decodes a racy one again).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lorastudio.data.images import DECODE_RULES, ImageInfo, oversized, probe_image
+from lorastudio.data.images import DECODE_RULES, ImageInfo
 from lorastudio.data.items import ImageItem, item_name
 from lorastudio.data.safe_open import FolderId, open_in_folder
 from lorastudio.errors import DatasetError
@@ -59,6 +63,39 @@ RECORD_MAX_BYTES = 64 << 20  # ~300,000 entries; a larger file is not read (deco
 FULL_DECODE_BUDGET_S = 30.0
 
 FileKey = tuple[int, int, int, int]  # (size, mtime_ns, inode, ctime_ns)
+# git's "racy" case: a file written again within one tick of the file-time clock keeps its
+# mtime and ctime (the kernel stamps files from a coarse clock: one jiffy, up to 10 ms; whole
+# seconds, 2 s on FAT, on some file systems). An entry is recorded only when its ctime was
+# safely older than the moment its key was taken (`add`): any write after that moment moves it.
+RACY_NS = 20_000_000  # a fine-grained file system: two of the coarsest jiffies
+RACY_COARSE_NS = 2_000_000_000  # a ctime in whole seconds: such a file system's tick (FAT: 2 s)
+
+
+def file_clock_ns() -> int:
+    """Now, on the clock the kernel stamps files from (the wall clock; a test fakes its tick, so
+    callers elsewhere call it through this module: `decoded.file_clock_ns()`)."""
+    return time.time_ns()
+
+
+def racy(key: FileKey, keyed_ns: int) -> bool:
+    """Whether a file of `key`, stat'ed at or after `keyed_ns` (file_clock_ns), may yet be
+    written again without its key changing: its ctime (which only the kernel sets) is not safely
+    older than that moment, within the file system's tick (whole seconds: RACY_COARSE_NS)."""
+    ctime = key[3]
+    margin = RACY_COARSE_NS if ctime % 1_000_000_000 == 0 else RACY_NS
+    return ctime > keyed_ns - margin
+
+
+def wait_out_racy(paths: Iterable[Path]) -> None:
+    """Wait (at most RACY_NS) until the files of `paths` the caller has just written or moved
+    are safely older than the file clock's tick, so that keying them now records them (an
+    upload's files: data/uploads.py); a file system of whole seconds is not waited for (its
+    files stay racy: the next check decodes them again)."""
+    ctimes = [k[3] for k in map(file_key, paths) if k is not None and k[3] % 1_000_000_000]
+    if ctimes:
+        left = max(ctimes) + RACY_NS - file_clock_ns()
+        if 0 < left <= RACY_NS:
+            time.sleep(left / 1e9 + 0.001)
 
 
 def file_key(path: Path) -> FileKey | None:
@@ -83,7 +120,7 @@ class DecodedRecord:
     """The decoded-files record of one dataset folder (`folder`, identity `folder_id`), kept in
     `record_dir`. Load with `load`, ask `known`, add with `add`, write with `save`; `progress`
     (the run's scan: data/decode_progress.py) hears of the full decodes to come (`expect`) and
-    of each one (check_image)."""
+    of each one (data/decode_checks.check_images)."""
 
     def __init__(
         self,
@@ -149,16 +186,31 @@ class DecodedRecord:
         scan's time budget not spent."""
         return self.known(path) is None and self.spent_s < self.budget_s
 
-    def add(self, path: Path, before: FileKey | None, info: ImageInfo, seconds: float = 0.0) -> None:
+    def add(
+        self,
+        path: Path,
+        before: FileKey | None,
+        info: ImageInfo,
+        seconds: float = 0.0,
+        keyed_ns: int | None = None,
+    ) -> bool:
         """Record `path` as fully decoded with its header facts `info` (what probe_image gave):
         `before`, its file_key taken before the decode (kept only when the file is still the
         same, so a file changed meanwhile is decoded again); `seconds` the decode took (counted
-        against the budget)."""
+        against the budget); `keyed_ns`: file_clock_ns() read before `before` was stat'ed (None:
+        now, for a caller that has just taken it). A racy entry (`racy`: its ctime within the
+        file clock's tick of that moment, so a same-size rewrite in that tick would keep the key)
+        is not recorded: the next check decodes it again, as git checks such an entry's
+        contents. Returns whether it was recorded."""
         self.spent_s += seconds
         self.decoded += 1
-        if before is not None and file_key(path) == before:
-            self.files[self.record_key(path)] = (before, info)
-            self.changed = True
+        if before is None or file_key(path) != before:
+            return False
+        if racy(before, file_clock_ns() if keyed_ns is None else keyed_ns):
+            return False
+        self.files[self.record_key(path)] = (before, info)
+        self.changed = True
+        return True
 
     def save(self, names: set[str] | None = None) -> None:
         """Write the record (staged and renamed) when it changed or `names` drops some of it;
@@ -190,45 +242,6 @@ class DecodedRecord:
             self.changed = False
         except OSError:
             tmp.unlink(missing_ok=True)
-
-
-def check_image(
-    path: Path,
-    max_pixels: int,
-    decode_pixels: int,
-    folder_id: FolderId | None,
-    record: DecodedRecord | None,
-    *,
-    colour: bool = True,
-) -> tuple[ImageInfo | DatasetError, bool]:
-    """probe_image's answer for one image (its error returned, not raised) and whether every
-    pixel of it has been decoded: now, when `record` wants it, which then records it when it
-    passes, or before (a file the record knows as it is now is not opened; its size is compared
-    with `max_pixels` again). `colour`: False for a loss mask (probe_image's). A target, a
-    control image and a mask are checked alike (data/scan.py, data/pairs.py, data/masks.py).
-    The record's progress (the run's scan) is asked for a stop before a full decode (it raises:
-    errors.TrainingStopped) and counts it after."""
-    known = None if record is None else record.known(path)
-    if known is not None:
-        if known.width * known.height > max_pixels:
-            return oversized(path, known.width, known.height, max_pixels), True
-        return known, True
-    full = record is not None and record.wants_full(path)
-    progress = record.progress if full and record is not None else None
-    if progress is not None:
-        progress.before_decode()
-    before = file_key(path) if full else None
-    start = time.monotonic()
-    try:
-        info = probe_image(path, max_pixels, decode_pixels, folder_id, full=full, colour=colour)
-    except DatasetError as err:
-        return err, full
-    finally:
-        if progress is not None:
-            progress.advance()
-    if full and record is not None:
-        record.add(path, before, info, time.monotonic() - start)
-    return info, full
 
 
 def _read_record(path: Path) -> dict[str, tuple[FileKey, ImageInfo]]:
@@ -279,7 +292,7 @@ def _record_name(folder: Path, folder_id: FolderId) -> str:
 
 def undecoded_warning(items: Sequence[ImageItem], labels: Sequence[str] = ()) -> str | None:
     """The preflight report's word on the files a check left to the header check alone (its time
-    budget spent): images (ImageItem.decoded False), control images (`controls_decoded`) and
+    budget spent, or a WebP above max_decode_pixels: data/decode_checks.py): images (ImageItem.decoded False), control images (`controls_decoded`) and
     loss masks of masks/ (MaskRef.decoded), each kind counted and named, each file once (an
     image at several resolutions, a control of several targets); None when every file was fully
     decoded. `labels`: the entries' labels (DatasetScan.labels) for the names."""
@@ -311,6 +324,7 @@ def undecoded_warning(items: Sequence[ImageItem], labels: Sequence[str] = ()) ->
     )
     return (
         f"{counted} not fully decoded yet ({shown}): a check decodes new files for at most "
-        f"{FULL_DECODE_BUDGET_S:.0f} s; the run decodes these before its models load (and fails "
+        f"{FULL_DECODE_BUDGET_S:.0f} s, and a WebP only within max_decode_pixels (4x its pixels); "
+        "the run decodes these before its models load (and fails "
         "naming any whose pixels do not decode)"
     )

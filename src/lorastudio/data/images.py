@@ -19,7 +19,10 @@ still checked; the training worker decodes the image and reports it if it is cor
 
 A file's first check (`probe_image(full=True)`: an upload, or a scan that has not seen it as it
 is, data/decoded.py) decodes every pixel instead (`_full_decode`, within the same budget), and
-inflates a PNG's pixel stream at any size (data/png_stream.py).
+inflates a PNG's pixel stream at any size (data/png_stream.py). A WebP above the budget (Pillow
+has no reduced-scale WebP decode) is left undecided by such a check (`probe_full` says so: it is
+not recorded as decoded) and decoded by the run's own scan, alone on the decode threads, before
+any model loads (data/decode_checks.check_images).
 """
 
 from __future__ import annotations
@@ -184,30 +187,38 @@ def _check_decodes(path: Path, img: Image.Image, decode_pixels: int) -> None:
         raise _bad(path, f"corrupt ({_reason(err, path)})") from None
 
 
-def _full_decode(path: Path, img: Image.Image, decode_pixels: int, folder_id: FolderId | None) -> None:
+def _full_decode(
+    path: Path, img: Image.Image, decode_pixels: int, folder_id: FolderId | None, beyond_budget: bool = False
+) -> bool:
     """Decode every pixel of the opened `img` (a first check of a dataset file: data/decoded.py)
     within the decode budget: PNG, JPEG and WebP at full size when `decode_cost` fits
     `decode_pixels`; above it a JPEG at the largest reduced scale that fits (every coefficient
-    is still entropy-decoded), a WebP (at most MAX_WEBP_BYTES) left to the cheap check. A PNG's
-    pixel stream is also inflated and measured without holding the pixels (data/png_stream.py),
-    at any size: Pillow decodes a deflate stream that ends early without a word (the rows it
-    lacks left black)."""
+    is still entropy-decoded). A PNG's pixel stream is also inflated and measured without
+    holding the pixels (data/png_stream.py), at any size: Pillow decodes a deflate stream that
+    ends early without a word (the rows it lacks left black). Returns whether the pixels were
+    decided: False for a WebP above the budget (Pillow decodes a WebP at full size only, its
+    whole canvas at once: no reduced scale, no piece at a time), or a JPEG still above it at
+    1/8 scale, unless `beyond_budget` (the run's own scan, the image decoded alone on the
+    decode threads: data/decode_checks.check_images), which decodes it at full size as training will."""
     jpeg = img.format in ("JPEG", "MPO")
-    over = decode_cost(img) > decode_pixels
+    over = decode_cost(img) > decode_pixels and not beyond_budget
     try:
         if img.format == "PNG":
             with open_in_folder(path, folder_id) as fh:
                 check_png_stream(fh, path)
+            if over:
+                return True  # the stream's length and filters checked: every pixel accounted for
         if over and not jpeg:
-            return
+            return False
         if over:
             scale = next((s for s in (2, 4, 8) if decode_cost(img) // (s * s) <= decode_pixels), 8)
             img.draft("RGB", (max(1, img.width // scale), max(1, img.height // scale)))
             if decode_cost(img) > decode_pixels:
-                return
+                return False
         img.load()
     except DECODE_ERRORS as err:
         raise _bad(path, f"corrupt ({_reason(err, path)})") from None
+    return True
 
 
 def probe_image(
@@ -229,16 +240,45 @@ def probe_image(
     `decode_pixels`). `folder_id`: see `data.safe_open`. `colour`: whether its ICC profile must
     convert it to sRGB (data.colour; False for a loss mask: data, not colour). `full`: decode
     every pixel instead (`_full_decode`: a file's first check, data/decoded.py), so that pixel
-    data cut short or garbled under a valid header is refused here rather than in a run.
+    data cut short or garbled under a valid header is refused here rather than in a run; a
+    caller that records the file as decoded asks `probe_full`, which says whether it was.
     Raises: DatasetError with one problem "<file name>: <reason>" (corrupt, oversized, animated,
     unknown format).
     """
-    return run_decode(lambda: _probe(path, max_pixels, decode_pixels, folder_id, colour, full))
+    return run_decode(
+        lambda: probe_pixels(path, max_pixels, decode_pixels, folder_id, colour=colour, full=full)
+    )[0]
 
 
-def _probe(
-    path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId | None, colour: bool, full: bool
-) -> ImageInfo:
+def probe_full(
+    path: Path,
+    max_pixels: int,
+    decode_pixels: int = DEFAULT_DECODE_PIXELS,
+    folder_id: FolderId | None = None,
+    *,
+    colour: bool = True,
+) -> tuple[ImageInfo, bool]:
+    """`probe_image(full=True)` and whether every pixel was decided (False: a WebP above
+    `decode_pixels`, see `_full_decode`; it is then not to be recorded as decoded)."""
+    return run_decode(
+        lambda: probe_pixels(path, max_pixels, decode_pixels, folder_id, colour=colour, full=True)
+    )
+
+
+def probe_pixels(
+    path: Path,
+    max_pixels: int,
+    decode_pixels: int,
+    folder_id: FolderId | None,
+    *,
+    colour: bool = True,
+    full: bool = False,
+    beyond_budget: bool = False,
+) -> tuple[ImageInfo, bool]:
+    """probe_image's check in the calling thread (a function for the decode threads:
+    decode_slots.submit_decode) and, with `full`, whether every pixel was decided
+    (`_full_decode`; `beyond_budget`: a WebP above `decode_pixels` decoded too); False without."""
+    decided = False
     with open_frames(path, folder_id, max_pixels) as (img, frames):
         width, height = img.size
         if width < 1 or height < 1:
@@ -257,12 +297,12 @@ def _probe(
             raise _bad(path, problem)
         orientation = exif_orientation(img)
         if full:
-            _full_decode(path, img, decode_pixels, folder_id)
+            decided = _full_decode(path, img, decode_pixels, folder_id, beyond_budget)
         else:
             _check_decodes(path, img, decode_pixels)
     if orientation in _SWAPS_AXES:
         width, height = height, width
-    return ImageInfo(width=width, height=height, orientation=orientation)
+    return ImageInfo(width=width, height=height, orientation=orientation), decided
 
 
 def to_rgb(img: Image.Image, icc: bytes | None = None) -> Image.Image:

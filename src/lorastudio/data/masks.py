@@ -23,9 +23,10 @@ import numpy as np
 from PIL import Image
 
 from lorastudio.data.crop import _REDUCING_GAP, resized_size
+from lorastudio.data.decode_checks import check_images
 from lorastudio.data.decode_progress import DecodeProgress
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
-from lorastudio.data.decoded import DecodedRecord, check_image
+from lorastudio.data.decoded import DecodedRecord
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import (
     DECODE_ERRORS,
@@ -223,13 +224,15 @@ def _folder_items(
     try:
         if record is not None:
             record.expect(masked)
-        checked = {
-            stem_key(it.path.name): check_image(
-                files[stem_key(it.path.name)], max_pixels, decode_pixels, folder_id, record, colour=False
-            )
-            for it in scan.items
-            if stem_key(it.path.name) in files
-        }
+        stems_masked = [stem_key(it.path.name) for it in scan.items if stem_key(it.path.name) in files]
+        answers = check_images(
+            [(files[stem], folder_id) for stem in stems_masked],
+            max_pixels,
+            decode_pixels,
+            record,
+            colour=False,
+        )
+        checked = dict(zip(stems_masked, answers, strict=True))
     finally:
         if record is not None:
             record.save()

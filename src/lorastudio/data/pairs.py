@@ -37,7 +37,7 @@ torch here.
 Controls are opened like every dataset file (data/safe_open.py): relative to their folder, whose
 identity the pairing records (`PairReport.folder_ids`), without following a link; a control whose
 real path leaves the dataset folder and the control_dirs is refused before it is opened. Each
-control is checked as a target is (data/decoded.check_image): decoded fully once and kept in the
+control is checked as a target is (data/decode_checks.check_images): decoded fully once and kept in the
 dataset folder's decoded record under its relative path (`control/a.png`), a bad one named with
 its folder. The count checks are data/control_counts.py's.
 """
@@ -58,8 +58,8 @@ from PIL import Image
 from lorastudio.data.captions import METADATA_CONTROL_KEYS
 from lorastudio.data.control_counts import count_problems
 from lorastudio.data.crop import resized_size
+from lorastudio.data.decode_checks import check_images
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
-from lorastudio.data.decoded import check_image
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import load_rgb
 from lorastudio.data.paths import stem_key
@@ -282,19 +282,34 @@ def pair_controls(
     identities: dict[Path, FolderId] = {}
     if record is not None and not escaping:
         record.expect(path for paths in report.controls.values() for path in paths)
+    # each control's folder identity first, then every control checked at once (on the decode
+    # threads: data/decode_checks.py), then the answers taken in the same order as before
+    plan: list[tuple[str, list[tuple[Path, FolderId | None] | list[str]]]] = []
+    files: list[tuple[Path, FolderId | None]] = []
     for target, paths in [] if escaping else report.controls.items():  # nothing outside is opened
-        ids: list[FolderId] = []
-        dims: list[tuple[int, int]] = []
-        decoded: list[bool] = []
+        steps: list[tuple[Path, FolderId | None] | list[str]] = []
         for path in paths:
             try:
                 if path.parent not in identities:
                     identities[path.parent] = folder_identity(path.parent)
             except DatasetError as err:
-                problems += [f"control {p}" for p in err.problems]
+                steps.append([f"control {p}" for p in err.problems])
                 continue
+            steps.append((path, identities[path.parent]))
+            files.append((path, identities[path.parent]))
+        plan.append((target, steps))
+    answers = iter(check_images(files, max_pixels, decode_pixels, record))
+    for target, steps in plan:
+        ids: list[FolderId] = []
+        dims: list[tuple[int, int]] = []
+        decoded: list[bool] = []
+        for step in steps:
+            if isinstance(step, list):
+                problems += step
+                continue
+            path, _folder_id = step
             ids.append(identities[path.parent])
-            info, full = check_image(path, max_pixels, decode_pixels, identities[path.parent], record)
+            info, full = next(answers)
             if isinstance(info, DatasetError):
                 where = folder_label(root, path.parent)
                 problems += [f"control image {where}{p}" for p in info.problems]

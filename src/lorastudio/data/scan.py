@@ -18,9 +18,10 @@ from pathlib import Path
 
 from lorastudio.data.buckets import choose_bucket, make_buckets, resolution_problems
 from lorastudio.data.captions import TRIGGER_PLACEHOLDER, choose_caption, read_metadata, read_sidecar
+from lorastudio.data.decode_checks import check_images
 from lorastudio.data.decode_progress import DecodeProgress
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
-from lorastudio.data.decoded import DecodedRecord, check_image
+from lorastudio.data.decoded import DecodedRecord
 from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover
 from lorastudio.data.items import DatasetScan, ImageItem
 from lorastudio.data.pairs import control_folder_ids, misnamed_control_folder, pair_controls
@@ -203,7 +204,7 @@ def scan_dataset(
     try:
         if record is not None:
             record.expect(files.images)
-        checked = [check_image(path, max_pixels, decode_pixels, folder_id, record) for path in files.images]
+        checked = check_images([(p, folder_id) for p in files.images], max_pixels, decode_pixels, record)
         # -- paired samples (data/pairs.py): controls checked (and recorded) like the targets
         pairs = pair_controls(
             root,

@@ -32,11 +32,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from lorastudio.data import decoded
 from lorastudio.data.captions import MAX_CAPTION_BYTES, metadata_rows, read_metadata, read_sidecar
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
-from lorastudio.data.decoded import DecodedRecord, FileKey, file_key, same_contents_key
+from lorastudio.data.decoded import (
+    DecodedRecord,
+    FileKey,
+    file_key,
+    same_contents_key,
+    wait_out_racy,
+)
 from lorastudio.data.discovery import CAPTION_EXTENSION, IMAGE_EXTENSIONS, METADATA_FILE, is_image_name
-from lorastudio.data.images import ImageInfo, probe_image
+from lorastudio.data.images import ImageInfo, probe_full
 from lorastudio.data.paths import safe_component
 from lorastudio.data.safe_open import folder_identity, open_folder
 from lorastudio.data.upload_pairs import (
@@ -228,13 +235,15 @@ class UploadBatch:
             record = DecodedRecord.load(self.decoded_dir, self.dataset_dir, folder_identity(self.dataset_dir))
         except DatasetError:
             return  # the folder went away meanwhile: nothing to remember
+        wait_out_racy(self.dataset_dir / name for name in stored if name in self._decoded)  # the moves' tick
         for name in stored:
             if name in self._decoded:
                 staged, info = self._decoded[name]
                 path = self.dataset_dir / name
+                keyed_ns = decoded.file_clock_ns()  # by the module: a test fakes its tick
                 moved = file_key(path)  # the move changed its ctime (decoded.file_key), not the rest
                 if same_contents_key(staged, moved):  # else: changed since its decode, decoded again
-                    record.add(path, moved, info)
+                    record.add(path, moved, info, keyed_ns=keyed_ns)
         record.save()
 
     def _unchanged_since_check(self, names: list[str]) -> None:
@@ -285,8 +294,12 @@ class UploadBatch:
             try:
                 if kind in ("image", "control"):
                     key = file_key(path)
-                    info = probe_image(path, self.max_pixels, self.decode_pixels, full=True)
-                    self._decoded[name] = (key, info)  # a control keyed control/<name>: decoded.record_key
+                    info, decided = probe_full(path, self.max_pixels, self.decode_pixels)
+                    if decided:  # a WebP above the decode budget is left to the run's own scan
+                        self._decoded[name] = (
+                            key,
+                            info,
+                        )  # a control keyed control/<name>: decoded.record_key
                 elif kind == "metadata":
                     table_problems = read_metadata(path).problems
                     if table_problems:

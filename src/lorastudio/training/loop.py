@@ -90,8 +90,9 @@ from lorastudio.training.extend import extension_record
 from lorastudio.training.loop_phases import run_phases
 from lorastudio.training.optimize import RunState
 from lorastudio.training.plan_measure import DeviceMeter
-from lorastudio.training.precision import free_accelerator_memory, run_numerics
+from lorastudio.training.precision import free_accelerator_memory, pick_device, run_numerics
 from lorastudio.training.preflight import PreparedRun, scan_progress
+from lorastudio.training.rank_scan import prepare_on_ranks
 from lorastudio.training.run_lock import claim_run_dir, holds, lock_run_dir, release_run_dir
 from lorastudio.training.run_timings import record_run_timings
 from lorastudio.training.session import clean_after_failure, discard_session, prepare_session
@@ -179,17 +180,17 @@ def train(
         emit = clock.wrap(trackers.wrap(emit if main else _emit_nothing))
         check_parallel_config(cfg, state.ctx)
         state.resume = find_checkpoint(resume) if resume is not None else None
-        run, state.identity = _prepare_session(
-            cfg,
-            settings,
-            process_device(device, state.ctx),
-            state.resume,
-            meter,
-            scan_progress(emit, None if state.ctx.distributed else should_stop),
+        rank_device = process_device(device, state.ctx)
+        # the group first: rank 0's preflight alone tells the others its outcome (training/rank_scan.py)
+        state.ctx = start_group(state.ctx, pick_device(rank_device))
+        run, state.identity = prepare_on_ranks(
+            state.ctx,
+            lambda progress: _prepare_session(cfg, settings, rank_device, state.resume, meter, progress),
+            lambda: scan_progress(emit, should_stop),
+            should_stop,
         )
         if state.resume is not None:
             _note_extension(run, state)
-        state.ctx = start_group(state.ctx, run.device)
         if wants_compile(run.cfg.compile, run.device):
             keep_compile_cache(settings.compile_cache_dir)
         if state.resume is None:

@@ -210,10 +210,9 @@ def scan_progress(emit: Emit, should_stop: StopCheck | None) -> DecodeProgress:
     """The run's decode scan's progress (data/decode_progress.py): its counts as
     Preparing("decoding", done, total) events through `emit`, and before each full decode a look
     at `should_stop`, which raises TrainingStopped: the run ends stopped before any model loads
-    or its folder is claimed (training/loop.py). The look is this process's own (no collective:
-    the process group is not started yet), so a data-parallel rank passes None: one rank ending
-    alone would leave the others waiting at the group's start; its ranks see a stop at their
-    first agreed poll after the scan, as before."""
+    or its folder is claimed (training/loop.py). The look is this process's own (no collective):
+    in a data-parallel run only rank 0 scans with it, the other ranks wait for its outcome and
+    end stopped with it (training/rank_scan.py)."""
     from lorastudio.data.decode_progress import DecodeProgress
 
     def check_stop() -> None:

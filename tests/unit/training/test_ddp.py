@@ -32,7 +32,7 @@ from safetensors.torch import load_file
 
 from lorastudio import families
 from lorastudio.config import TrainConfig, resolve_train_config
-from lorastudio.data import load_crop, scan_dataset
+from lorastudio.data import decode_progress, images, load_crop, scan_dataset
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
 from lorastudio.training import conditioning
@@ -41,8 +41,11 @@ from lorastudio.training.distributed import ParallelContext, check_parallel_conf
 from lorastudio.training.events import StopRequest
 from lorastudio.training.latents import build_latent_cache, replay_crop_draws
 from lorastudio.training.loop import train
+from undecodable_images import idat_ends_early
 
 WORLD = 2
+SCAN_STOP = -1  # a scenario's stop_after: rank 0 stops during its decode scan
+SCAN_FAIL = -2  # a scenario's stop_after: the run fails in its preflight (each rank's error recorded)
 # One process computes a batch of 2 in one forward; two compute one sample each, so the sums
 # are rounded in another order: float32 noise, far below what a wrong shard or scale would give.
 LOSS_RTOL = 1e-5
@@ -60,9 +63,12 @@ def _free_ports(count: int) -> list[int]:
 
 def _rank_main(rank: int, cfg: TrainConfig, port: int, out: str, stop_after: int | None = None) -> None:
     """One scenario of a launched process: the environment torchrun would set (studio home:
-    out/home), then a plain train() call; writes out/rank{rank}.json.
+    out/home), then a plain train() call; writes out/rank{rank}.json with the count of files
+    it decoded fully (images._full_decode).
     With stop_after, EVERY rank's stop poll asks for stop-and-save once that many steps are
-    done on rank 0 (rank 1 never sees progress events): only rank 0's poll may count."""
+    done on rank 0 (rank 1 never sees progress events): only rank 0's poll may count; with
+    SCAN_STOP, rank 0's asks once its decode scan reported a file decoded (every count
+    reported)."""
     os.environ.update(
         RANK=str(rank),
         WORLD_SIZE=str(WORLD),
@@ -82,11 +88,36 @@ def _rank_main(rank: int, cfg: TrainConfig, port: int, out: str, stop_after: int
             return None
         if rank != 0:
             return StopRequest(save=False)  # asked (its beat), never followed: only rank 0 decides
+        if stop_after == SCAN_STOP:
+            scanned = [e for e in events if e.type == "preparing" and e.phase == "decoding" and e.done]
+            return StopRequest(save=True) if scanned else None
         done = [e for e in events if e.type == "progress"]
         return StopRequest(save=True) if done and done[-1].step >= stop_after else None
 
-    result = train(cfg, events.append, should_stop, device="cpu")
+    decodes: list[str] = []
+    real = images._full_decode
+
+    def counted(path: Path, *args: object) -> bool:
+        decodes.append(path.name)
+        return real(path, *args)  # type: ignore[arg-type]
+
+    images._full_decode = counted  # type: ignore[assignment]
+    every = (decode_progress.REPORT_AFTER_S, decode_progress.REPORT_EVERY_S)
+    if stop_after == SCAN_STOP:
+        decode_progress.REPORT_AFTER_S = decode_progress.REPORT_EVERY_S = 0.0
+    try:
+        result = train(cfg, events.append, should_stop, device="cpu")
+    except Exception as err:
+        if stop_after != SCAN_FAIL:
+            raise
+        record = {"error": str(err), "full_decodes": len(decodes), "events": [e.type for e in events]}
+        Path(out, f"rank{rank}.json").write_text(json.dumps(record))
+        return
+    finally:
+        images._full_decode = real  # type: ignore[assignment]
+        decode_progress.REPORT_AFTER_S, decode_progress.REPORT_EVERY_S = every
     record = {
+        "full_decodes": len(decodes),
         "losses": result.losses,
         "steps_run": result.steps_run,
         "lora_path": str(result.lora_path) if result.lora_path else None,
@@ -97,8 +128,11 @@ def _rank_main(rank: int, cfg: TrainConfig, port: int, out: str, stop_after: int
     Path(out, f"rank{rank}.json").write_text(json.dumps(record))
 
 
-def _scenarios(make_config: Callable[..., TrainConfig]) -> dict[str, tuple[str, TrainConfig, int | None]]:
-    """The launched scenarios, in order: name -> (kind, config, stop_after)."""
+def _scenarios(
+    make_config: Callable[..., TrainConfig], broken: Path = Path("broken")
+) -> dict[str, tuple[str, TrainConfig, int | None]]:
+    """The launched scenarios, in order: name -> (kind, config, stop_after); `broken`: the
+    dataset of the scan-fail scenario (`broken_dataset`)."""
     # 3 square images + 1 other: batches of 2 and tail batches of 1 (one rank's slice is empty)
     return {
         "flux": (
@@ -113,6 +147,19 @@ def _scenarios(make_config: Callable[..., TrainConfig]) -> dict[str, tuple[str, 
             None,
         ),
         "stop": ("train", make_config(steps=6, batch_size=2, output_name="ddp", num_gpus=WORLD), 2),
+        # an image whose pixels do not decode (RELIABILITY 213): rank 0's scan fails, the other
+        # rank is told and fails alike (not left waiting)
+        "scan-fail": (
+            "train",
+            make_config(steps=2, batch_size=2, output_name="ddp", num_gpus=WORLD, data_dir=str(broken)),
+            SCAN_FAIL,
+        ),
+        # a stop during rank 0's decode scan (RELIABILITY 213): every rank ends before any model loads
+        "scan-stop": (
+            "train",
+            make_config(steps=6, batch_size=2, output_name="ddp", num_gpus=WORLD),
+            SCAN_STOP,
+        ),
         # training methods (issue 28): Prodigy, EMA and LoKr across ranks
         "methods": ("train", make_config(output_name="ddp", num_gpus=WORLD, **METHODS), None),
         "caches": ("caches", _caches_config(make_config), None),
@@ -176,6 +223,8 @@ SCENARIO_TESTS = {
     "flux": ("test_two_gloo_processes_train_the_lora_of_one_process",),
     "qwen-image": ("test_two_gloo_processes_train_the_lora_of_one_process",),
     "stop": ("test_rank_0_stop_and_save_stops_every_rank_and_the_checkpoint_resumes_in_one_process",),
+    "scan-stop": ("test_a_stop_during_rank_0s_decode_scan_stops_every_rank_before_any_model_loads",),
+    "scan-fail": ("test_an_image_rank_0s_scan_refuses_fails_every_rank_naming_it",),
     "methods": ("test_two_gloo_processes_train_like_one_with_prodigy_ema_lokr_and_huber",),
     "caches": ("test_ranks_share_the_caches_and_get_exactly_the_tensors_of_one_process",),
     "disk": ("test_two_gloo_processes_train_from_the_disk_cache_like_one",),
@@ -185,15 +234,26 @@ SCENARIO_TESTS = {
 
 
 @pytest.fixture(scope="module")
+def broken_dataset(make_config: Callable[..., TrainConfig], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The flux runs' dataset with its first image's deflate stream ending early (valid chunks:
+    only a full decode refuses it)."""
+    out = Path(shutil.copytree(make_config().data_dir, tmp_path_factory.mktemp("broken") / "broken"))
+    first = sorted(out.glob("*.png"))[0]
+    first.write_bytes(idat_ends_early(32))
+    return out
+
+
+@pytest.fixture(scope="module")
 def launched(
     make_config: Callable[..., TrainConfig],
+    broken_dataset: Path,
     tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> Launched:
     """One launch of WORLD gloo processes running in turn every scenario of `_scenarios` that a
     selected test reads (SCENARIO_TESTS)."""
     out = tmp_path_factory.mktemp("ddp")
-    every = _scenarios(make_config)
+    every = _scenarios(make_config, broken_dataset)
     assert sorted(SCENARIO_TESTS) == sorted(every), "every scenario names the tests reading it"
     assert all(hasattr(request.module, test) for tests in SCENARIO_TESTS.values() for test in tests)
     # the session's items after -m / -k deselection (pytest_collection_modifyitems has run)
@@ -253,6 +313,8 @@ def test_two_gloo_processes_train_the_lora_of_one_process(make_config, launched,
         assert record["losses"] == pytest.approx(single.losses, rel=LOSS_RTOL)
     assert ranks[0]["events"][-1] == "complete" and ranks[0]["events"].count("progress") == 4
     assert ranks[1]["events"] == [] and ranks[1]["lora_path"] is None  # rank 1 is silent
+    # the decode scan once: rank 0 decodes every image, rank 1 finds them in the record after it
+    assert ranks[0]["full_decodes"] > 0 and ranks[1]["full_decodes"] == 0
 
     assert single.lora_path is not None and ranks[0]["lora_path"] is not None
     expected = load_file(str(single.lora_path))
@@ -308,7 +370,9 @@ def test_rank_0_stop_and_save_stops_every_rank_and_the_checkpoint_resumes_in_one
     assert [r["steps_run"] for r in ranks] == [2, 2] and all(r["stopped"] for r in ranks)
     assert ranks[0]["losses"] == pytest.approx(ranks[1]["losses"], rel=1e-12)
     # every rank polls (its beat to a job's launcher: jobs/rank_silence.py); rank 1's wish is ignored
-    assert ranks[0]["polls"] == ranks[1]["polls"] > 0
+    # (the counts differ since RELIABILITY 213: rank 0 polls before each of its decodes, rank 1
+    # while it waits for rank 0's preflight)
+    assert ranks[0]["polls"] > 0 and ranks[1]["polls"] > 0
     launched_dir = launched.outputs("stop") / "ddp"
     assert ranks[0]["lora_path"] == str(launched_dir / "ddp.safetensors")
     assert Path(ranks[0]["lora_path"]).is_file()
@@ -325,6 +389,29 @@ def test_rank_0_stop_and_save_stops_every_rank_and_the_checkpoint_resumes_in_one
     expected, got = load_file(str(single.lora_path)), load_file(str(resumed.lora_path))
     for key, tensor in expected.items():
         torch.testing.assert_close(got[key], tensor, atol=LORA_ATOL, rtol=LORA_RTOL, msg=key)
+
+
+def test_a_stop_during_rank_0s_decode_scan_stops_every_rank_before_any_model_loads(launched):
+    """Rank 0 alone scans (with the decode progress and its stop check), the others wait for its
+    outcome: a stop during the scan ends every rank there (before: each rank scanned alike and
+    saw the stop at the first agreed poll after its models loaded)."""
+    ranks = launched.ranks("scan-stop")
+    assert all(r["stopped"] and r["steps_run"] == 0 and r["lora_path"] is None for r in ranks)
+    assert "model_load_started" not in ranks[0]["events"] and ranks[0]["events"][-1] == "complete"
+    assert "preparing" in ranks[0]["events"]  # its decode counts
+    assert ranks[0]["full_decodes"] >= 1 and ranks[1]["full_decodes"] == 0  # rank 1 never scanned
+    assert not (launched.outputs("scan-stop") / "ddp").exists()  # nothing claimed or written
+
+
+def test_an_image_rank_0s_scan_refuses_fails_every_rank_naming_it(launched, broken_dataset):
+    """Rank 0 tells the others its preflight failed; they run theirs (rank 0 recorded the good
+    images) and meet the same error: no rank is left waiting for the outcome."""
+    ranks = launched.ranks("scan-fail")
+    bad = sorted(broken_dataset.glob("*.png"))[0].name
+    assert all(bad in r["error"] and "corrupt" in r["error"] for r in ranks), ranks
+    assert ranks[0]["error"] == ranks[1]["error"]
+    assert ranks[1]["full_decodes"] == 1  # only the file rank 0 could not record
+    assert "model_load_started" not in ranks[0]["events"] and ranks[0]["events"][-1] == "error"
 
 
 def test_lora_dropout_with_several_ranks_is_refused(make_config):

@@ -31,6 +31,7 @@ from undecodable_images import (
     png_of,
     record_full_decodes,
     train_check_output,
+    webp,
 )
 
 SIZE = 32
@@ -144,3 +145,41 @@ def test_the_checks_warning_counts_and_names_each_kind_they_left(
         "(a.png, b.png; control/a.png, control/b.png; masks/a.png, masks/b.png)"
     ) in out, out
     assert "the run decodes these before its models load" in out
+
+
+@pytest.mark.parametrize(
+    ("kind", "family", "named"),
+    [
+        ("image", "flux", "b.webp"),
+        ("control", "qwen-image-edit", "control image control/b.webp"),
+        ("mask", "flux", "masks/b.webp"),
+    ],
+)
+def test_a_webp_above_the_decode_budget_is_decided_before_the_models_load(
+    kind: str,
+    family: str,
+    named: str,
+    tmp_path: Path,
+    run_settings: Callable[..., dict],
+    tiny_model: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A WebP counts 4x its pixels against max_decode_pixels, and Pillow decodes it at full
+    size only (RELIABILITY 211): a check leaves one above the budget undecided (not recorded,
+    named by the warning), and the run's scan decodes it alone before any model loads, so a
+    broken one fails the run naming it (before: recorded as decoded, found by training)."""
+    monkeypatch.setenv("LORASTUDIO_MAX_DECODE_PIXELS", str(SIZE * SIZE * 2))  # a 32 px PNG fits, a WebP not
+    data = _dataset(tmp_path, controls=kind == "control", masks=kind == "mask")
+    folder = {"image": data, "control": data / "control", "mask": data / "masks"}[kind]
+    (folder / "b.png").unlink()
+    (folder / "b.webp").write_bytes(webp(SIZE, seed=3, truncated=True))
+    if kind == "image":
+        (data / "b.txt").write_text("noise b")
+    raw = run_settings(family, tiny_model(family), data, {})
+    out = " ".join(train_check_output(raw, tmp_path).split())  # the header passes it; not decided
+    assert "not fully decoded yet" in out and named.split()[-1] in out, out
+    events: list = []
+    with pytest.raises(DatasetError) as info:
+        train(TrainConfig.model_validate(raw), events.append, device="cpu")
+    assert any(p.startswith(f"{named}: corrupt") for p in info.value.problems), info.value.problems
+    assert not any(e.type == "model_load_started" for e in events)
