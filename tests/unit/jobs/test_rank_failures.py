@@ -9,6 +9,7 @@ healthy rank's connection ends without a "done" too: that is the casualty, not t
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from collections.abc import Callable
@@ -48,20 +49,26 @@ def service(settings: Settings, shapes: Path) -> JobService:
     service.shutdown()
 
 
-def test_an_image_only_rank_1_reads_fails_the_job_naming_rank_1_and_the_image(
+def test_an_image_broken_after_the_submit_fails_the_job_naming_the_rank_and_the_image(
     service: JobService, settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
 ) -> None:
-    """An image whose header is sound but whose pixels do not decode: the job is accepted, every
-    rank scans the dataset, and only the rank whose share it is decodes it: rank 1 encodes the
-    odd images (training/latents.py round-robin), so shape_01.png fails in rank 1 only."""
+    """An image whose header is sound but whose pixels do not decode, written after the submit's
+    check passed (its decode record no longer matches: decoded again): rank 0's preflight, which
+    runs alone before the others (RELIABILITY 213), meets it and tells the other rank, which
+    meets it too; the job fails with the dataset's error naming the image, every process gone, nothing
+    written. (Before fix 151 the checks did not decode and only rank 1, whose share the image
+    is, met it; now the submit itself refuses an image already broken.)"""
     image = shapes / "shape_01.png"
-    image.write_bytes(_undecodable(image.read_bytes()))
     job = service.submit(dp_config(tiny_model("flux"), num_gpus=2, output_name="broken"))
+    image.write_bytes(_undecodable(image.read_bytes()))  # the ranks' import takes seconds
     snap = wait_job(service, job["id"], lambda s: s["status"] in FINAL, 120, "the failure")
     assert snap["status"] == "failed"
-    assert snap["error"].startswith("rank 1 of 2 failed: "), snap["error"]
-    assert "shape_01.png" in snap["error"], snap["error"]
-    assert "rank 0" not in snap["error"]  # torchrun's SIGTERM to rank 0 is not the cause
+    # the dataset's own error, as a single process reports it (the launcher does not blame a rank
+    # for a refused dataset), naming the image
+    assert re.search(r"datasets/shapes cannot be used .*\n  - shape_01\.png: corrupt", snap["error"]), snap[
+        "error"
+    ]
+    assert "SIGTERM" not in snap["error"]  # torchrun's SIGTERM to the other rank is not the cause
     agent = snap["pid"]
     wait_job(service, job["id"], lambda s: not process_alive(agent), 10, "the agent's exit")
     assert service.arbiter.training_job is None
