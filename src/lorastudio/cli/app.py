@@ -7,6 +7,7 @@ import sys
 import typer
 
 from lorastudio import __version__
+from lorastudio.cli.termination import INTERRUPTED_STATUS, sigterm_exits
 from lorastudio.errors import LorastudioError
 
 app = typer.Typer(
@@ -74,14 +75,20 @@ def _register() -> None:
 def main() -> None:
     """Console entry point: runs the app; a domain error prints its message and exits 2. A name
     that is not UTF-8 (a file of an old archive: Python holds its bytes as lone surrogates) is
-    printed as a \\udcXX escape: under a UTF-8 locale Python's strict stdout raised instead."""
+    printed as a \\udcXX escape: under a UTF-8 locale Python's strict stdout raised instead.
+    A SIGTERM unwinds the command through its cleanup and exits 143 (cli/termination.py); a
+    Ctrl-C exits 130, also while the commands' modules still import (before typer's own mapping
+    of it: a traceback of whichever import it cut)."""
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)  # absent on a replaced stream
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
-    _register()
     try:
-        app()
+        with sigterm_exits():
+            _register()
+            app()
     except LorastudioError as err:
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(INTERRUPTED_STATUS)

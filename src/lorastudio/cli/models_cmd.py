@@ -120,6 +120,7 @@ def fetch_cmd(
     and families lorastudio cannot train before downloading anything."""
     from lorastudio.basemodels import plan_fetch, run_fetch
     from lorastudio.basemodels.events import FetchEvent
+    from lorastudio.cli.termination import INTERRUPTED_STATUS, TERMINATED_STATUS, Terminated
     from lorastudio.settings import get_settings
 
     settings = get_settings().ensure_dirs()
@@ -151,10 +152,11 @@ def fetch_cmd(
 
         try:
             outcome = run_fetch(settings, plan, emit=show, cancel=cancel)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C or SIGTERM: the threads stop too
             cancel.set()
             typer.echo("interrupted: the files downloaded so far are kept; run the same command to resume")
-            raise typer.Exit(130) from None
+            code = TERMINATED_STATUS if isinstance(stop, Terminated) else INTERRUPTED_STATUS
+            raise typer.Exit(code) from None
     typer.echo(f"fetched {repo_id} -> {outcome.path} (id {outcome.model_id})")
 
 
