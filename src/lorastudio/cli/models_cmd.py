@@ -18,6 +18,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from lorastudio.cli.confirm import confirm_or_stop
 from lorastudio.cli.tables import print_table
 
 if TYPE_CHECKING:
@@ -173,7 +174,7 @@ def rm_cmd(
     settings = get_settings()
     entry = get_model(settings, model_id)
     if not yes and entry.deletable:
-        typer.confirm(f"delete {entry.path} ({_size(entry.size_bytes)})?", abort=True)
+        confirm_or_stop(f"delete {entry.path} ({_size(entry.size_bytes)})?", f"{entry.path} not deleted")
     delete_model(settings, model_id)
     typer.echo(f"deleted {entry.path}")
 
