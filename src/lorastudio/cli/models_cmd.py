@@ -4,7 +4,6 @@ huggingface_hub's own login); it is never printed."""
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import TYPE_CHECKING
 
@@ -19,6 +18,7 @@ from rich.progress import (
 )
 
 from lorastudio.cli.confirm import confirm_or_stop
+from lorastudio.cli.json_out import json_errors, print_json
 from lorastudio.cli.tables import print_table
 
 if TYPE_CHECKING:
@@ -55,10 +55,11 @@ def list_cmd(
     from lorastudio.basemodels import hub_offline, list_models
     from lorastudio.settings import get_settings
 
-    listed = list_models(get_settings(), hub_cache=not no_hub_cache)
+    with json_errors(as_json):  # with --json, an error is JSON on stdout too
+        listed = list_models(get_settings(), hub_cache=not no_hub_cache)
     entries = [e for e in listed if e.trainable or not trainable_only]
     if as_json:
-        typer.echo(json.dumps([e.public() for e in entries], indent=2))
+        print_json([e.public() for e in entries])
         return
     if hub_offline():
         typer.echo("offline mode (HF_HUB_OFFLINE=1): showing what is on disk; nothing can be fetched")
