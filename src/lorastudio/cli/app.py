@@ -8,7 +8,7 @@ import typer
 
 from lorastudio import __version__
 from lorastudio.cli.termination import INTERRUPTED_STATUS, sigterm_exits
-from lorastudio.errors import LorastudioError
+from lorastudio.errors import LorastudioError, NoSpaceLeft, is_no_space
 
 app = typer.Typer(
     name="lorastudio",
@@ -78,7 +78,10 @@ def main() -> None:
     printed as a \\udcXX escape: under a UTF-8 locale Python's strict stdout raised instead.
     A SIGTERM unwinds the command through its cleanup and exits 143 (cli/termination.py); a
     Ctrl-C exits 130, also while the commands' modules still import (before typer's own mapping
-    of it: a traceback of whichever import it cut)."""
+    of it: a traceback of whichever import it cut). An OSError that reaches here (a read-only
+    file system, permission denied, an I/O error while a command reads or writes) prints its
+    reason and path on one line and exits 1, the status of an unexpected error (a traceback
+    before); a full disk prints NoSpaceLeft's message and exits 2."""
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)  # absent on a replaced stream
         if reconfigure is not None:
@@ -92,3 +95,20 @@ def main() -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(INTERRUPTED_STATUS)
+    except OSError as err:  # the file system refused a read or write: its words, not a traceback
+        if is_no_space(err):
+            typer.secho(
+                f"error: {NoSpaceLeft('a write failed', err.filename)}", fg=typer.colors.RED, err=True
+            )
+            sys.exit(2)
+        typer.secho(f"error: {os_error_text(err)}", fg=typer.colors.RED, err=True)
+        sys.exit(1)
+
+
+def os_error_text(err: OSError) -> str:
+    """An OSError as one line: "Read-only file system: PATH" ("... -> PATH2" for a rename)."""
+    if err.strerror is None:
+        return str(err) or type(err).__name__
+    where = "" if err.filename is None else f": {err.filename}"
+    where += "" if err.filename2 is None else f" -> {err.filename2}"
+    return f"{err.strerror}{where}"
