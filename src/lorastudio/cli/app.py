@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -89,20 +90,31 @@ def main() -> None:
     try:
         with sigterm_exits():
             _register()
-            app()
+            app(color=False if no_color() else None)  # None: colour on a terminal only (click)
     except LorastudioError as err:
-        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        _error(str(err))
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(INTERRUPTED_STATUS)
     except OSError as err:  # the file system refused a read or write: its words, not a traceback
         if is_no_space(err):
-            typer.secho(
-                f"error: {NoSpaceLeft('a write failed', err.filename)}", fg=typer.colors.RED, err=True
-            )
+            _error(str(NoSpaceLeft("a write failed", err.filename)))
             sys.exit(2)
-        typer.secho(f"error: {os_error_text(err)}", fg=typer.colors.RED, err=True)
+        _error(os_error_text(err))
         sys.exit(1)
+
+
+def no_color() -> bool:
+    """Whether NO_COLOR asks for no colour (https://no-color.org: set and not empty). rich's
+    consoles (progress, tables) honour it themselves; click's styled lines (every "error:" and
+    "warning:" line) were red and yellow on a terminal regardless: main passes color=False to the
+    app, whose context click's echo reads."""
+    return bool(os.environ.get("NO_COLOR"))
+
+
+def _error(text: str) -> None:
+    """An "error: ..." line on stderr, red on a terminal unless NO_COLOR."""
+    typer.secho(f"error: {text}", fg=typer.colors.RED, err=True, color=False if no_color() else None)
 
 
 def os_error_text(err: OSError) -> str:
