@@ -26,11 +26,12 @@ SRC = str(Path(lorastudio.__file__).resolve().parents[1])
 
 # The child: Ctrl-C is Python's KeyboardInterrupt in it (pytest may run as a background job whose
 # SIGINT is ignored, and inherited). HOOK (module, function, after how many calls) is wrapped to
-# send SIGNAL to this process before its call, then run as usual.
+# send SIGNAL to this process (TIMES times, each handled before the next) before its call, then
+# run as usual.
 CHILD = """
 import importlib, os, signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
-module, name, after, sig = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+module, name, after, sig, times = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 target = importlib.import_module(module)
 real = getattr(target, name)
 calls = [0]
@@ -38,22 +39,23 @@ calls = [0]
 def hooked(*args, **kwargs):
     calls[0] += 1
     if calls[0] == after:
-        os.kill(os.getpid(), sig)
+        for _ in range(times):
+            os.kill(os.getpid(), sig)  # Python runs the handler before the next bytecode
     return real(*args, **kwargs)
 
 setattr(target, name, hooked)
 from lorastudio.cli.app import main
-sys.argv = ["lorastudio", *sys.argv[5:]]
+sys.argv = ["lorastudio", *sys.argv[6:]]
 main()
 """
 
 
-def _run(hook: tuple[str, str, int], sig: signal.Signals, *args: str) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of `lorastudio ARGS` whose HOOK sends itself `sig`."""
+def _run(hook: tuple[str, str, int], sig: signal.Signals, *args: str, times: int = 1) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `lorastudio ARGS` whose HOOK sends itself `sig` `times` times."""
     module, name, after = hook
     env = {**os.environ, "PYTHONPATH": SRC}
     child = subprocess.run(
-        [sys.executable, "-c", CHILD, module, name, str(after), str(int(sig)), *args],
+        [sys.executable, "-c", CHILD, module, name, str(after), str(int(sig)), str(times), *args],
         env=env,
         capture_output=True,
         text=True,
@@ -100,3 +102,23 @@ def test_one_signal_before_training_began_is_not_called_a_double_ctrl_c(
     by = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"
     assert f"interrupted by {by} before training began" in err and "nothing saved" in out, (out, err)
     assert "twice" not in err and "second" not in err and "Traceback" not in err, err
+
+
+@pytest.mark.slow
+def test_two_ctrl_c_in_a_checkpoint_write_record_the_run_interrupted(
+    settings, shapes: Path, flux_config, tmp_path: Path
+) -> None:
+    """A second Ctrl-C inside train() (here: as the first checkpoint is written) aborts the run;
+    its record said "failed: training interrupted" (the engine's Error event of it), now
+    "interrupted" with the reason; nothing staged is left under outputs/."""
+    from lorastudio.jobs.store import RunStore
+
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(flux_config(output_name="cut", save_every=2)))
+    hook = ("lorastudio.training.checkpoint", "write_checkpoint_folder", 1)
+    code, out, err = _run(hook, signal.SIGINT, "train", str(config), "--device", "cpu", times=2)
+    assert code == 130 and "aborted by a second Ctrl-C" in err and "Traceback" not in err, (out, err)
+    [run] = RunStore.open(settings.db_path, recover=False).list_runs()
+    assert (run["status"], run["error"]) == ("interrupted", "aborted by a second Ctrl-C or SIGTERM"), run
+    left = [p for p in settings.outputs_dir.rglob("*") if p.name.startswith(".")]
+    assert left == [], left
