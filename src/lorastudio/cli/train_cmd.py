@@ -88,8 +88,8 @@ def train_cmd(
     resume: Path | None = typer.Option(
         None,
         "--resume",
-        help="continue a run: its output folder (newest checkpoint) or a checkpoint folder; "
-        "--set steps=N (above its total) trains it longer",
+        help="continue a run: its output folder (newest checkpoint), a run's name under outputs/, or "
+        "a checkpoint folder; --set steps=N (above its total) trains it longer",
     ),
     gpus: int | None = typer.Option(
         None,
@@ -112,9 +112,9 @@ def train_cmd(
     ),
 ) -> None:
     """Train a LoRA from a config file (every setting of TrainConfig; unknown keys are errors),
-    or resume one from a checkpoint. Ctrl-C once stops and saves, twice aborts. Exits 0 when
-    done, 2 when refused (every problem listed), 130 when stopped by Ctrl-C, 1 on an unexpected
-    error."""
+    or resume one from a checkpoint. Ctrl-C (or SIGTERM) once stops and saves, twice aborts.
+    Exits 0 when done, 2 when refused (every problem listed), 130 when stopped by Ctrl-C or
+    SIGTERM, 1 on an unexpected error."""
     console = Console(stderr=True, log_path=False)
     rank = int(os.environ.get("RANK", "0"))
     launched = "WORLD_SIZE" in os.environ
@@ -126,6 +126,7 @@ def train_cmd(
     record = None
     stopper: StopOnInterrupt | None = None  # the run's own Ctrl-C / SIGTERM handler, once installed
     try:
+        resume = _resume_folder(resume) if resume is not None else None
         settings = [*overrides, f"num_gpus={gpus}"] if gpus is not None else overrides
         if (
             check and not launched and config is not None and resume is None
@@ -233,6 +234,20 @@ def train_cmd(
         typer.secho(f"warning: {line}", fg=typer.colors.YELLOW, err=True)
     if result.stopped and not launched:  # a rank exits 0: torchrun takes any other code for a failure
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _resume_folder(resume: Path) -> Path:
+    """`--resume NAME`: a bare name that is nothing here is the run of that name under the
+    studio's outputs/ (as `lora list` and `generate --lora` take it), when that folder exists;
+    any other path as given (find_checkpoint says what is wrong with it)."""
+    from lorastudio.settings import get_settings
+    from lorastudio.user_paths import is_dir, lexists
+
+    text = str(resume)
+    if "/" in text or text.startswith((".", "~")) or lexists(resume):
+        return resume
+    named = get_settings().outputs_dir / text
+    return named if is_dir(named) else resume
 
 
 def _start_prefetch(config: Path | None, overrides: list[str]) -> WeightPrefetch | None:

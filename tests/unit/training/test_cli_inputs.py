@@ -65,3 +65,19 @@ def test_a_malformed_set_is_listed_with_the_files_problems(capsys, monkeypatch, 
         "lora_rank:",
     ):
         assert said in out, out
+
+
+def test_resume_takes_a_runs_name_under_outputs(capsys, monkeypatch, tmp_path: Path) -> None:
+    """`train --resume NAME` looked for NAME in the current directory only ("no run folder or
+    checkpoint at ./NAME"), while `lora list NAME` and `generate --lora NAME` take a run's name."""
+    from lorastudio.settings import get_settings
+
+    run = get_settings().ensure_dirs().outputs_dir / "named"
+    run.mkdir()
+    (run / "notes.txt").write_text("mine")  # not a killed run's leftover: the folder stays
+    monkeypatch.chdir(tmp_path)
+    code, out = run_cli(capsys, monkeypatch, "train", "--resume", "named", "--device", "cpu")
+    assert code == 2 and f"{run} holds no checkpoint to resume from" in out, out
+    (tmp_path / "named").mkdir()  # a folder of that name here is the one meant
+    code, out = run_cli(capsys, monkeypatch, "train", "--resume", "named", "--device", "cpu")
+    assert code == 2 and f"{tmp_path / 'named'} holds no checkpoint" in out, out
