@@ -125,6 +125,7 @@ def train_cmd(
     cfg = None
     record = None
     stopper: StopOnInterrupt | None = None  # the run's own Ctrl-C / SIGTERM handler, once installed
+    ranks = 0  # the processes of a --gpus launch, once started (a SIGTERM then ends them)
     try:
         resume = _resume_folder(resume) if resume is not None else None
         settings = [*overrides, f"num_gpus={gpus}"] if gpus is not None else overrides
@@ -156,6 +157,7 @@ def train_cmd(
         claim = claim_cli_run(cfg)  # no caption writer meanwhile (jobs/dataset_claims.py)
         if cfg.num_gpus > 1 and not launched:
             check_launch(cfg, device)
+            ranks = cfg.num_gpus
             code = launch(cfg.num_gpus, config, settings, device, resume, console)
             if code != 0:  # a rank failed (torchrun stopped the others): no empty run folder stays
                 _remove_abandoned_runs()
@@ -196,7 +198,7 @@ def train_cmd(
         typer.secho(f"{prefix}: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USER_ERROR) from None
     except (KeyboardInterrupt, Terminated) as stop:  # a second Ctrl-C, or a signal before the handler
-        how = _interruption(stop, stopper)
+        how = _interruption(stop, stopper, ranks)
         if record is not None:
             record.abort(how)
         if rank == 0:
@@ -274,14 +276,17 @@ def run_dir_of_cfg(cfg: Any) -> Path | None:
     return get_settings().outputs_dir / cfg.output_name if cfg.output_name else None
 
 
-def _interruption(stop: BaseException, stopper: StopOnInterrupt | None) -> str:
+def _interruption(stop: BaseException, stopper: StopOnInterrupt | None, ranks: int) -> str:
     """What cut the command short, for its record and its closing lines: a second Ctrl-C (or
-    SIGTERM) while the run stopped, or one signal that came before the run's own handler was
-    installed (while the config was checked, a model prefetched, the modules imported) or after
-    it was removed (the run had ended)."""
+    SIGTERM) while the run stopped; a SIGTERM of a `--gpus` launch (`ranks` processes: killed
+    with their agent, as when this process died of it before); or one signal that came before the
+    run's own handler was installed (while the config was checked, a model prefetched, the
+    modules imported) or after it was removed (the run had ended)."""
     if stopper is not None and stopper.requested:
         return "aborted by a second Ctrl-C or SIGTERM"
     by = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
+    if ranks:
+        return f"interrupted by {by}: the {ranks} processes of the launch were stopped"
     return f"interrupted by {by} before training began" if stopper is None else f"interrupted by {by}"
 
 
