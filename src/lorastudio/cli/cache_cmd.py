@@ -87,6 +87,7 @@ def prune_cmd(
         None,
         "--max-gb",
         min=0,
+        max=1_000_000,  # LORASTUDIO_CACHE_MAX_GB's bound; `inf` was an OverflowError traceback
         help="Prune to this many GB (default: LORASTUDIO_CACHE_MAX_GB, else its default cap).",
     ),
 ) -> None:
