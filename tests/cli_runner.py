@@ -11,6 +11,14 @@ def run_cli(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
 ) -> tuple[int, str]:
     """(exit status, what it printed on stdout and stderr, newlines removed) of `lorastudio ARGS`."""
+    code, out, err = run_cli_streams(capsys, monkeypatch, *args)
+    return code, (out + err).replace("\n", "")
+
+
+def run_cli_streams(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
+) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `lorastudio ARGS`, each stream as printed."""
     from lorastudio.cli.app import main
 
     monkeypatch.setattr(sys, "argv", ["lorastudio", *args])
@@ -21,4 +29,4 @@ def run_cli(
     except SystemExit as exit_:
         code = int(exit_.code or 0)
     out = capsys.readouterr()
-    return code, (out.out + out.err).replace("\n", "")
+    return code, out.out, out.err

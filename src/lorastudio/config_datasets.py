@@ -38,8 +38,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
+from lorastudio.config_fields_base import NumbersNotBooleans
 from lorastudio.errors import FieldProblem
 from lorastudio.text_rules import OneLineText, VisibleText
 
@@ -77,7 +78,7 @@ def top_resolution(value: int | list[int] | None) -> int:
     return max(resolution_list(value), default=0)
 
 
-class DatasetEntry(BaseModel):
+class DatasetEntry(NumbersNotBooleans):
     """One dataset folder of a run and how it is sampled and captioned (see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)

@@ -18,8 +18,9 @@ import math
 import re
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
+from lorastudio.config_fields_base import NumbersNotBooleans
 from lorastudio.errors import FieldProblem
 from lorastudio.text_rules import one_line, visible_text
 
@@ -32,7 +33,7 @@ COST = (
 )
 
 
-class Preservation(BaseModel):
+class Preservation(NumbersNotBooleans):
     """Differential output preservation (see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)

@@ -17,7 +17,9 @@ that also trains it: FLUX.2)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from lorastudio.config_fields_base import NumbersNotBooleans
 
 MAX_SAMPLE_PROMPTS = 8  # sample prompts per run
 MAX_SAMPLE_PROMPT_CHARS = 1000  # characters per sample prompt
@@ -25,7 +27,7 @@ MAX_SAMPLE_SIDE = 2048  # pixels per side of one sample preview
 MAX_SAMPLE_CONTROLS = 10  # references per sample prompt (the most any family takes: FLUX.2 dev)
 
 
-class SamplePrompt(BaseModel):
+class SamplePrompt(NumbersNotBooleans):
     """One sample prompt, the settings it renders with instead of the run's, and its references."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

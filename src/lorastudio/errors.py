@@ -187,6 +187,12 @@ class HomeInUse(LorastudioError):
     """The studio home is owned by another live lorastudio process (one server per home)."""
 
 
+class StoreUnreadable(LorastudioError):
+    """The run database cannot be opened or read (not a SQLite file, a folder in its place, no
+    permission, a damaged page): the CLI's readers (`runs list|show`) say so, naming the file,
+    instead of a sqlite3 traceback."""
+
+
 class CacheError(LorastudioError):
     """The on-disk encode cache (data/disk_cache.py) cannot be used or cleared as asked: a link,
     a file or something the cache did not write where its folders or shards go; `problems`

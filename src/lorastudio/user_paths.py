@@ -55,6 +55,20 @@ def is_file(path: str | Path) -> bool:
     return mode is not None and stat.S_ISREG(mode)
 
 
+def missing_file(path: str | Path, what: str = "") -> str:
+    """The message for a file argument that is no regular file: "<what> not found: PATH" when
+    nothing is there (or it cannot be told), else what is there instead, so that a folder or a
+    named pipe given by mistake is not reported as missing: "<what> PATH is a folder, not a file",
+    "<what> PATH is a named pipe, socket or device, not a file". `what` ("LoRA file") may be empty."""
+    mode = _mode(path)
+    lead = f"{what} " if what else ""
+    if mode is None:
+        return f"{lead}not found: {path}" if what else f"{path} not found"
+    if stat.S_ISDIR(mode):
+        return f"{lead}{path} is a folder, not a file"
+    return f"{lead}{path} is a named pipe, socket or device, not a file"
+
+
 MAX_NAME_BYTES = 230  # an output file name's UTF-8 bytes: 255 (ext4 / xfs / btrfs) less the staging affixes
 
 

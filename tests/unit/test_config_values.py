@@ -137,3 +137,28 @@ def test_visible_text_is_taken_as_given() -> None:
         }
     )
     assert (cfg.trigger_word, cfg.default_caption) == ("Zoë_sks 人", "a photo\nof a cat\t🐈")
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"steps": True}, "steps"),
+        ({"learning_rate": True}, "learning_rate"),
+        ({"lora_rank": True}, "lora_rank"),
+        ({"resolution": [True]}, "resolution"),
+        ({"rank_pattern": {"to_q": True}}, "rank_pattern"),
+        ({"sample_prompts": [{"prompt": "a", "width": True}]}, "sample_prompts.0.width"),
+        ({"data_dir": None, "datasets": [{"path": "a", "repeats": True}]}, "datasets.0.repeats"),
+    ],
+)
+def test_a_boolean_is_no_number(settings: dict, field: str) -> None:
+    """pydantic's lax mode read `steps = true` as 1 step and `learning_rate = true` as 1.0 (a
+    TOML or JSON true, `--set steps=true`): refused, naming the setting (session 25 CLI audit).
+    A boolean setting and a string of digits are still taken."""
+    base = {"family": "flux", "base_model": "x", "data_dir": "y"}
+    with pytest.raises(ConfigError) as info:
+        parse_train_config({**base, **settings})
+    problems = {p.field: p.message for p in info.value.problems}
+    assert "takes no true/false" in problems.get(field, ""), problems
+    ok = parse_train_config({**base, "steps": "5", "no_upscale": True})
+    assert (ok.steps, ok.no_upscale) == (5, True)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
 
 from lorastudio import __version__
-from lorastudio.errors import LorastudioError
+from lorastudio.cli.termination import INTERRUPTED_STATUS, sigterm_exits
+from lorastudio.errors import LorastudioError, NoSpaceLeft, is_no_space
 
 app = typer.Typer(
     name="lorastudio",
@@ -74,14 +76,51 @@ def _register() -> None:
 def main() -> None:
     """Console entry point: runs the app; a domain error prints its message and exits 2. A name
     that is not UTF-8 (a file of an old archive: Python holds its bytes as lone surrogates) is
-    printed as a \\udcXX escape: under a UTF-8 locale Python's strict stdout raised instead."""
+    printed as a \\udcXX escape: under a UTF-8 locale Python's strict stdout raised instead.
+    A SIGTERM unwinds the command through its cleanup and exits 143 (cli/termination.py); a
+    Ctrl-C exits 130, also while the commands' modules still import (before typer's own mapping
+    of it: a traceback of whichever import it cut). An OSError that reaches here (a read-only
+    file system, permission denied, an I/O error while a command reads or writes) prints its
+    reason and path on one line and exits 1, the status of an unexpected error (a traceback
+    before); a full disk prints NoSpaceLeft's message and exits 2."""
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)  # absent on a replaced stream
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
-    _register()
     try:
-        app()
+        with sigterm_exits():
+            _register()
+            app(color=False if no_color() else None)  # None: colour on a terminal only (click)
     except LorastudioError as err:
-        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        _error(str(err))
         sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(INTERRUPTED_STATUS)
+    except OSError as err:  # the file system refused a read or write: its words, not a traceback
+        if is_no_space(err):
+            _error(str(NoSpaceLeft("a write failed", err.filename)))
+            sys.exit(2)
+        _error(os_error_text(err))
+        sys.exit(1)
+
+
+def no_color() -> bool:
+    """Whether NO_COLOR asks for no colour (https://no-color.org: set and not empty). rich's
+    consoles (progress, tables) honour it themselves; click's styled lines (every "error:" and
+    "warning:" line) were red and yellow on a terminal regardless: main passes color=False to the
+    app, whose context click's echo reads."""
+    return bool(os.environ.get("NO_COLOR"))
+
+
+def _error(text: str) -> None:
+    """An "error: ..." line on stderr, red on a terminal unless NO_COLOR."""
+    typer.secho(f"error: {text}", fg=typer.colors.RED, err=True, color=False if no_color() else None)
+
+
+def os_error_text(err: OSError) -> str:
+    """An OSError as one line: "Read-only file system: PATH" ("... -> PATH2" for a rename)."""
+    if err.strerror is None:
+        return str(err) or type(err).__name__
+    where = "" if err.filename is None else f": {err.filename}"
+    where += "" if err.filename2 is None else f" -> {err.filename2}"
+    return f"{err.strerror}{where}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import typer
 
+from lorastudio.cli.confirm import confirm_or_stop
 from lorastudio.cli.tables import print_table
 
 cache_app = typer.Typer(
@@ -70,9 +71,8 @@ def clear_cmd(
         raise typer.Exit(1) from None
     with lock:
         if not yes:
-            typer.confirm(
-                f"remove the cached {'shards of ' + model if model else 'shards'} in {root}?", abort=True
-            )
+            what = "shards of " + model if model else "shards"
+            confirm_or_stop(f"remove the cached {what} in {root}?", "cache not cleared")
         try:
             freed = clear_cache(root, model=model)
         except CacheError as err:  # links or files the cache did not write: nothing removed
@@ -87,6 +87,7 @@ def prune_cmd(
         None,
         "--max-gb",
         min=0,
+        max=1_000_000,  # LORASTUDIO_CACHE_MAX_GB's bound; `inf` was an OverflowError traceback
         help="Prune to this many GB (default: LORASTUDIO_CACHE_MAX_GB, else its default cap).",
     ),
 ) -> None:

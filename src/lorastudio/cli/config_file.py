@@ -10,22 +10,24 @@ from typing import Any
 
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.json_keys import DuplicateKeys, loads_unique
-from lorastudio.user_paths import expand_user
+from lorastudio.user_paths import expand_user, missing_file
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
-    """Read a .json or .toml config file into a dict. Raises ConfigError (missing file,
-    unsupported extension, syntax error, a key given twice, not a table/object)."""
+    """Read a .json or .toml config file into a dict. Raises ConfigError (missing file, a folder
+    or named pipe, unsupported extension, not UTF-8, syntax error, a key given twice, not a
+    table/object). A UTF-8 byte-order mark (what Windows' Notepad writes first) is skipped."""
     if not path.is_file():
-        raise ConfigError([FieldProblem("config", f"{path} not found")])
+        raise ConfigError([FieldProblem("config", missing_file(path))])
     suffix = path.suffix.lower()
+    if suffix not in (".json", ".toml"):
+        raise ConfigError([FieldProblem("config", f"{path.name}: use a .json or .toml file")])
     try:
+        text = _read_text(path)
         if suffix == ".json":  # a key given twice is refused, as TOML refuses it (json keeps the last)
-            data = loads_unique(path.read_text(encoding="utf-8"))
-        elif suffix == ".toml":
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = loads_unique(text)
         else:
-            raise ConfigError([FieldProblem("config", f"{path.name}: use a .json or .toml file")])
+            data = tomllib.loads(text)
     except (
         ValueError,
         OSError,
@@ -37,10 +39,33 @@ def load_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
+def _read_text(path: Path) -> str:
+    """The file's text without a leading UTF-8 byte-order mark. Raises ValueError naming the line
+    and column of the first byte that is not UTF-8, OSError."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        raise ValueError(
+            f"not UTF-8 text: byte 0x{raw[err.start]:02x} at line {line}, column {column} (save it as UTF-8)"
+        ) from None
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply `key=value` overrides; a value is parsed as JSON when it can be (numbers, true,
     null, lists), else taken as a string. Returns a new dict. Raises ConfigError listing every
     malformed override (JSON holding an object with a key given twice among them)."""
+    out, problems = split_overrides(data, overrides)
+    if problems:
+        raise ConfigError(problems)
+    return out
+
+
+def split_overrides(data: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], list[FieldProblem]]:
+    """(`data` with the well-formed overrides applied, a problem for each malformed one), so
+    that a caller can list those problems with the settings' own (every problem at once)."""
     out = dict(data)
     problems = []
     for item in overrides:
@@ -55,9 +80,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             problems.append(FieldProblem(f"--set {key}", str(err)))
         except ValueError:
             out[key] = raw
-    if problems:
-        raise ConfigError(problems)
-    return out
+    return out, problems
 
 
 def localize_path(value: str, *, may_be_hub_id: bool) -> str:

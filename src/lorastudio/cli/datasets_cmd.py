@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from lorastudio.cli.confirm import confirm_or_stop
 from lorastudio.cli.kohya_import import import_kohya, say
 from lorastudio.cli.tables import print_table
 
@@ -233,10 +234,26 @@ def delete_cmd(
         typer.echo(f"dataset {name} not deleted: {err}", err=True)
         raise typer.Exit(1) from None
     with lock:
+        _check_dataset_exists(settings.datasets_dir, name)  # before asking to delete it
         if not yes:
-            typer.confirm(f"delete dataset {name} and every file in it?", abort=True)
+            confirm_or_stop(f"delete dataset {name} and every file in it?", f"dataset {name} not deleted")
         delete_dataset(settings.datasets_dir, name, in_use=set)  # the lock excludes every job
     typer.echo(f"deleted dataset {name}")
+
+
+def _check_dataset_exists(root: Path, name: str) -> None:
+    """Raise NotFound (or a bad name's ConfigError) unless `name` is a dataset under `root`, as
+    delete_dataset would, before the command asks to delete it."""
+    from lorastudio.data import safe_component
+    from lorastudio.data.dataset_names import hand_named_folder
+    from lorastudio.errors import NotFound
+    from lorastudio.user_paths import is_dir, lexists
+
+    if hand_named_folder(root, name) is not None:
+        return
+    folder = root / safe_component(name, field="dataset name")
+    if not (is_dir(folder) or (lexists(folder) and folder.is_symlink())):
+        raise NotFound(f"no dataset named {name!r}")
 
 
 @datasets_app.command("rename")

@@ -24,7 +24,7 @@ from lorastudio.errors import (
     NotFound,
     UnknownFamily,
 )
-from lorastudio.user_paths import is_file, publish_file
+from lorastudio.user_paths import is_file, missing_file, publish_file
 
 IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
 
@@ -72,7 +72,7 @@ def resolve_lora_arg(path: Path, outputs: Path) -> Path:
         if candidate is not None and candidate.is_file():
             return candidate
         raise NotFound(f"{name}: no such file, and no run named {name!r} with a LoRA in {outputs}")
-    raise NotFound(f"{path} not found")
+    raise NotFound(missing_file(path))
 
 
 def generate_cmd(
@@ -132,14 +132,12 @@ def generate_cmd(
     ),
 ) -> None:
     """Generate one image, optionally with LoRAs applied at the given scales."""
-    from lorastudio.cli.termination import sigterm_exits
 
     try:
-        with sigterm_exits():  # a SIGTERM mid-write removes the staging file
-            _generate(
-                base, prompt, out, lora, family, seed, steps, width, height, guidance, revision, device,
-                overwrite, control, base_config, v_prediction, negative,
-            )  # fmt: skip
+        _generate(  # a SIGTERM mid-write removes the staging file (cli/termination.py)
+            base, prompt, out, lora, family, seed, steps, width, height, guidance, revision, device,
+            overwrite, control, base_config, v_prediction, negative,
+        )  # fmt: skip
     except LorastudioError as err:
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None
@@ -335,7 +333,7 @@ def _read_controls(paths: list[Path], problems: list[FieldProblem]) -> list:
     images = []
     for path in paths:
         if not path.is_file():
-            problems.append(FieldProblem("--control", f"{path} not found"))
+            problems.append(FieldProblem("--control", missing_file(path)))
             continue
         try:
             probe_image(path, get_settings().max_image_pixels)

@@ -34,11 +34,11 @@ def convert_cmd(
     force: bool = typer.Option(False, "--force", help="replace DST if it exists"),
 ) -> None:
     """Convert a LoRA file between the diffusers and kohya/ComfyUI key layouts (lossless)."""
-    from lorastudio.cli.termination import sigterm_exits
     from lorastudio.lora.files import convert_file
 
-    with sigterm_exits():  # a SIGTERM mid-write removes the staging file
-        source = convert_file(src, dst, to, family, overwrite=force)  # type: ignore[arg-type]
+    source = convert_file(  # a SIGTERM mid-write removes the staging file (cli/termination.py)
+        src, dst, to, family, overwrite=force
+    )  # type: ignore[arg-type]
     typer.echo(f"{src} ({source}) -> {dst} ({to})")
 
 
@@ -84,12 +84,10 @@ def merge_cmd(
     """Merge LoRAs of one family and layout: the result applies sum of WEIGHT x each LoRA's
     change exactly (ranks concatenated; resize it afterwards to shrink it)."""
     from lorastudio.cli.generate_cmd import parse_lora_arg
-    from lorastudio.cli.termination import sigterm_exits
     from lorastudio.lora.ops import merge_files
 
     inputs = [parse_lora_arg(value, "LORAS", "weight") for value in loras]
-    with sigterm_exits():  # a SIGTERM mid-write removes the staging file
-        merge_files(inputs, out, family, overwrite=force)
+    merge_files(inputs, out, family, overwrite=force)
     typer.echo(" + ".join(f"{w:g} x {p}" for p, w in inputs) + f" -> {out}")
 
 
@@ -102,11 +100,9 @@ def resize_cmd(
     force: bool = typer.Option(False, "--force", help="replace OUT if it exists"),
 ) -> None:
     """Reduce a LoRA's rank by SVD (per layer, the best rank-r approximation of its change)."""
-    from lorastudio.cli.termination import sigterm_exits
     from lorastudio.lora.ops import resize_file
 
-    with sigterm_exits():  # a SIGTERM mid-write removes the staging file
-        resized = resize_file(src, out, rank, family, overwrite=force)
+    resized = resize_file(src, out, rank, family, overwrite=force)
     worst = min(resized.kept_energy.values(), default=1.0)
     typer.echo(f"{src} -> {out} (rank {rank}; energy kept: worst layer {worst:.1%})")
 

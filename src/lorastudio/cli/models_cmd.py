@@ -4,7 +4,6 @@ huggingface_hub's own login); it is never printed."""
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import TYPE_CHECKING
 
@@ -18,6 +17,8 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from lorastudio.cli.confirm import confirm_or_stop
+from lorastudio.cli.json_out import json_errors, print_json
 from lorastudio.cli.tables import print_table
 
 if TYPE_CHECKING:
@@ -54,10 +55,11 @@ def list_cmd(
     from lorastudio.basemodels import hub_offline, list_models
     from lorastudio.settings import get_settings
 
-    listed = list_models(get_settings(), hub_cache=not no_hub_cache)
+    with json_errors(as_json):  # with --json, an error is JSON on stdout too
+        listed = list_models(get_settings(), hub_cache=not no_hub_cache)
     entries = [e for e in listed if e.trainable or not trainable_only]
     if as_json:
-        typer.echo(json.dumps([e.public() for e in entries], indent=2))
+        print_json([e.public() for e in entries])
         return
     if hub_offline():
         typer.echo("offline mode (HF_HUB_OFFLINE=1): showing what is on disk; nothing can be fetched")
@@ -120,6 +122,7 @@ def fetch_cmd(
     and families lorastudio cannot train before downloading anything."""
     from lorastudio.basemodels import plan_fetch, run_fetch
     from lorastudio.basemodels.events import FetchEvent
+    from lorastudio.cli.termination import INTERRUPTED_STATUS, TERMINATED_STATUS, Terminated
     from lorastudio.settings import get_settings
 
     settings = get_settings().ensure_dirs()
@@ -151,10 +154,11 @@ def fetch_cmd(
 
         try:
             outcome = run_fetch(settings, plan, emit=show, cancel=cancel)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C or SIGTERM: the threads stop too
             cancel.set()
             typer.echo("interrupted: the files downloaded so far are kept; run the same command to resume")
-            raise typer.Exit(130) from None
+            code = TERMINATED_STATUS if isinstance(stop, Terminated) else INTERRUPTED_STATUS
+            raise typer.Exit(code) from None
     typer.echo(f"fetched {repo_id} -> {outcome.path} (id {outcome.model_id})")
 
 
@@ -171,7 +175,7 @@ def rm_cmd(
     settings = get_settings()
     entry = get_model(settings, model_id)
     if not yes and entry.deletable:
-        typer.confirm(f"delete {entry.path} ({_size(entry.size_bytes)})?", abort=True)
+        confirm_or_stop(f"delete {entry.path} ({_size(entry.size_bytes)})?", f"{entry.path} not deleted")
     delete_model(settings, model_id)
     typer.echo(f"deleted {entry.path}")
 

@@ -3,15 +3,15 @@ a CLI run whose process is gone is read as interrupted: RunStore.settle_dead_own
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import typer
 
+from lorastudio.cli.json_out import json_errors, print_json
 from lorastudio.cli.tables import print_table
 
-if TYPE_CHECKING:
-    from lorastudio.jobs.store import RunStore
+T = TypeVar("T")
 
 runs_app = typer.Typer(
     help="Training runs recorded in the run store.", no_args_is_help=True, rich_markup_mode=None
@@ -22,22 +22,30 @@ def register(app: typer.Typer) -> None:
     app.add_typer(runs_app, name="runs")
 
 
-def _store() -> RunStore:
-    """The run store, opened read-side (never marks runs interrupted: a server may be live)."""
+def _read(action: Callable[[Any], T]) -> T:
+    """`action(store)` on the run store opened read-side (never marks runs interrupted: a server
+    may be live), closed after. Raises StoreUnreadable naming the file when SQLite cannot open or
+    read it (a traceback before), NotFound from the action."""
+    from lorastudio.errors import StoreUnreadable
+    from lorastudio.jobs.persist import STORE_ERRORS
     from lorastudio.jobs.store import RunStore
     from lorastudio.settings import get_settings
 
-    return RunStore.open(get_settings().db_path, recover=False)
+    path = get_settings().db_path
+    try:
+        store = RunStore.open(path, recover=False)
+        try:
+            return action(store)
+        finally:
+            store.close()
+    except STORE_ERRORS as err:
+        raise StoreUnreadable(f"cannot read the run database {path}: {err}") from None
 
 
 @runs_app.command("list")
 def list_cmd(limit: int = typer.Option(50, "--limit", min=1, help="at most this many, newest first")) -> None:
     """List runs, newest first: the server's (source service) and `lorastudio train`'s (source cli)."""
-    store = _store()
-    try:
-        runs = store.list_runs(limit)
-    finally:
-        store.close()
+    runs = _read(lambda store: store.list_runs(limit))
     if not runs:
         typer.echo("no runs yet")
         return
@@ -67,13 +75,10 @@ def show_cmd(
 ) -> None:
     """Show one run: status, config, outputs, error, the last metric points and the validation
     rounds (the lowest loss marked best)."""
-    store = _store()
-    try:
-        run = store.get_run(run_id)
-    finally:
-        store.close()
+    with json_errors(as_json):  # with --json, an error is JSON on stdout too
+        run = _read(lambda store: store.get_run(run_id))
     if as_json:
-        typer.echo(json.dumps(run, indent=2))
+        print_json(run)
         return
     for key in (
         "id",

@@ -1,16 +1,22 @@
-"""SIGTERM as an exception for the CLI commands that write a file under a staging name.
+"""SIGTERM as an exception for every CLI command, and the exit statuses of a stopped command.
 
-By default a SIGTERM ends Python at once: no `finally` runs, so `lorastudio generate --out X.png`
-or `lora convert|merge|resize` killed mid-write left its hidden staging file next to the output.
-Inside `sigterm_exits()` a SIGTERM raises SystemExit(143) (128 + SIGTERM, the status a killed
-process reports to a shell) in the main thread, which unwinds through those `finally` clauses;
-Ctrl-C's KeyboardInterrupt already does. Scoped to the commands that need it (not `train`, which
-stops and saves on a SIGTERM as on Ctrl-C: cli/run_display.StopOnInterrupt, nor `serve`, which
-has its own shutdown) and restored after.
+By default a SIGTERM ends Python at once: no `finally` runs, so a command killed mid-write left
+what its cleanup removes: `lorastudio generate --out X.png` or `lora convert|merge|resize` their
+hidden staging file next to the output, `datasets import` its staging folder under
+datasets/.uploads (12 MB of copies per killed import, removed only by a server's start),
+`models fetch` its download threads. Inside `sigterm_exits()`, which cli/app.main wraps around
+every command, a SIGTERM raises Terminated (a SystemExit of status 143, 128 + SIGTERM, the status
+a killed process reports to a shell) in the main thread, which unwinds through those `finally`
+clauses as Ctrl-C's KeyboardInterrupt does. A command with its own handling takes the signal over
+for a while and restores this one after: `train` stops and saves on a SIGTERM as on Ctrl-C
+(cli/run_display.StopOnInterrupt), `serve` shuts down gracefully (api/app._stopping_server).
+A rank of a `train --gpus N` launch keeps Python's default: torchrun stops its ranks by SIGTERM
+and SIGKILLs them 30 s later.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -18,17 +24,30 @@ from contextlib import contextmanager
 from types import FrameType
 
 TERMINATED_STATUS = 128 + signal.SIGTERM
+INTERRUPTED_STATUS = 128 + signal.SIGINT  # Ctrl-C (typer maps a KeyboardInterrupt to it too)
+
+
+class Terminated(SystemExit):
+    """A SIGTERM reached the command (status 143); a command may catch it to say what it kept."""
+
+    def __init__(self) -> None:
+        super().__init__(TERMINATED_STATUS)
 
 
 def _exit(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(TERMINATED_STATUS)
+    raise Terminated()
+
+
+def is_launched_rank() -> bool:
+    """Whether this process is a rank that torchrun started (it sets WORLD_SIZE)."""
+    return "WORLD_SIZE" in os.environ
 
 
 @contextmanager
 def sigterm_exits() -> Iterator[None]:
-    """While the block runs, SIGTERM raises SystemExit(143). A no-op off the main thread (Python
-    takes signal handlers only there)."""
-    if threading.current_thread() is not threading.main_thread():
+    """While the block runs, SIGTERM raises Terminated. A no-op off the main thread (Python takes
+    signal handlers only there) and in a torchrun rank."""
+    if threading.current_thread() is not threading.main_thread() or is_launched_rank():
         yield
         return
     previous = signal.signal(signal.SIGTERM, _exit)

@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
-from lorastudio.cli.config_file import apply_overrides, load_config_file, localize_paths
+from lorastudio.cli.config_file import apply_overrides, load_config_file, localize_paths, split_overrides
 from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, loader_warnings, quiet_libraries
+from lorastudio.cli.termination import Terminated
 from lorastudio.cli.train_launch import bind_to_agent, check_launch, launch
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.jobs.dataset_claims import claim_cli_run
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from lorastudio.jobs.prefetch import WeightPrefetch
 
 EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130  # stopped by Ctrl-C (saved or not: the command says what it kept)
+EXIT_INTERRUPTED = 130  # stopped by Ctrl-C or SIGTERM (saved or not: the command says what it kept)
 
 
 def register(app: typer.Typer) -> None:
@@ -87,8 +88,8 @@ def train_cmd(
     resume: Path | None = typer.Option(
         None,
         "--resume",
-        help="continue a run: its output folder (newest checkpoint) or a checkpoint folder; "
-        "--set steps=N (above its total) trains it longer",
+        help="continue a run: its output folder (newest checkpoint), a run's name under outputs/, or "
+        "a checkpoint folder; --set steps=N (above its total) trains it longer",
     ),
     gpus: int | None = typer.Option(
         None,
@@ -111,9 +112,9 @@ def train_cmd(
     ),
 ) -> None:
     """Train a LoRA from a config file (every setting of TrainConfig; unknown keys are errors),
-    or resume one from a checkpoint. Ctrl-C once stops and saves, twice aborts. Exits 0 when
-    done, 2 when refused (every problem listed), 130 when stopped by Ctrl-C, 1 on an unexpected
-    error."""
+    or resume one from a checkpoint. Ctrl-C (or SIGTERM) once stops and saves, twice aborts.
+    Exits 0 when done, 2 when refused (every problem listed), 130 when stopped by Ctrl-C or
+    SIGTERM, 1 on an unexpected error."""
     console = Console(stderr=True, log_path=False)
     rank = int(os.environ.get("RANK", "0"))
     launched = "WORLD_SIZE" in os.environ
@@ -123,7 +124,10 @@ def train_cmd(
     prefetch: WeightPrefetch | None = None
     cfg = None
     record = None
+    stopper: StopOnInterrupt | None = None  # the run's own Ctrl-C / SIGTERM handler, once installed
+    ranks = 0  # the processes of a --gpus launch, once started (a SIGTERM then ends them)
     try:
+        resume = _resume_folder(resume) if resume is not None else None
         settings = [*overrides, f"num_gpus={gpus}"] if gpus is not None else overrides
         if (
             check and not launched and config is not None and resume is None
@@ -153,6 +157,7 @@ def train_cmd(
         claim = claim_cli_run(cfg)  # no caption writer meanwhile (jobs/dataset_claims.py)
         if cfg.num_gpus > 1 and not launched:
             check_launch(cfg, device)
+            ranks = cfg.num_gpus
             code = launch(cfg.num_gpus, config, settings, device, resume, console)
             if code != 0:  # a rank failed (torchrun stopped the others): no empty run folder stays
                 _remove_abandoned_runs()
@@ -174,7 +179,8 @@ def train_cmd(
             from lorastudio.training.checkpoint import read_checkpoint_info
 
             record.carry_over(int(read_checkpoint_info(checkpoint)["step"]))
-        with StopOnInterrupt(console, sigterm=not launched) as stopper, display or nullcontext():
+        stopper = StopOnInterrupt(console, sigterm=not launched)
+        with stopper, display or nullcontext():
             emit = display.emit if display is not None else _ignore
             emit = record.wrap(emit) if record is not None else emit
             emit = prefetch.wrap(emit) if prefetch is not None else emit  # follows the loads
@@ -191,11 +197,12 @@ def train_cmd(
         prefix = "error" if rank == 0 else f"error (rank {rank})"
         typer.secho(f"{prefix}: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USER_ERROR) from None
-    except KeyboardInterrupt:  # a second Ctrl-C: the run ended where it was
+    except (KeyboardInterrupt, Terminated) as stop:  # a second Ctrl-C, or a signal before the handler
+        how = _interruption(stop, stopper, ranks)
         if record is not None:
-            record.abort("aborted by a second Ctrl-C")
+            record.abort(how)
         if rank == 0:
-            _report_abort(run_dir_of_cfg(cfg) if cfg is not None else None)
+            _report_abort(how, run_dir_of_cfg(cfg) if cfg is not None else None)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except Exception as err:
         if record is not None:
@@ -231,6 +238,20 @@ def train_cmd(
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
+def _resume_folder(resume: Path) -> Path:
+    """`--resume NAME`: a bare name that is nothing here is the run of that name under the
+    studio's outputs/ (as `lora list` and `generate --lora` take it), when that folder exists;
+    any other path as given (find_checkpoint says what is wrong with it)."""
+    from lorastudio.settings import get_settings
+    from lorastudio.user_paths import is_dir, lexists
+
+    text = str(resume)
+    if "/" in text or text.startswith((".", "~")) or lexists(resume):
+        return resume
+    named = get_settings().outputs_dir / text
+    return named if is_dir(named) else resume
+
+
 def _start_prefetch(config: Path | None, overrides: list[str]) -> WeightPrefetch | None:
     """The page-cache prefetch of the run's weight files (jobs/prefetch.py), started before the
     checks and imports it overlaps, from the config file as given. None without a config file
@@ -255,13 +276,28 @@ def run_dir_of_cfg(cfg: Any) -> Path | None:
     return get_settings().outputs_dir / cfg.output_name if cfg.output_name else None
 
 
-def _report_abort(run_dir: Path | None) -> None:
-    """After a second Ctrl-C: say what the run left on disk (its LoRA, snapshots, checkpoints
-    to --resume from) or that nothing was kept."""
+def _interruption(stop: BaseException, stopper: StopOnInterrupt | None, ranks: int) -> str:
+    """What cut the command short, for its record and its closing lines: a second Ctrl-C (or
+    SIGTERM) while the run stopped; a SIGTERM of a `--gpus` launch (`ranks` processes: killed
+    with their agent, as when this process died of it before); or one signal that came before the
+    run's own handler was installed (while the config was checked, a model prefetched, the
+    modules imported) or after it was removed (the run had ended)."""
+    if stopper is not None and stopper.requested:
+        return "aborted by a second Ctrl-C or SIGTERM"
+    by = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
+    if ranks:
+        return f"interrupted by {by}: the {ranks} processes of the launch were stopped"
+    return f"interrupted by {by} before training began" if stopper is None else f"interrupted by {by}"
+
+
+def _report_abort(how: str, run_dir: Path | None) -> None:
+    """After a second Ctrl-C, or a signal outside the run's handler: say what cut the command
+    short (`how`) and what the run left on disk (its LoRA, snapshots, checkpoints to --resume
+    from) or that nothing was kept."""
     from lorastudio.lora.snapshots import LORAS
     from lorastudio.training.checkpoint import list_checkpoints
 
-    typer.secho("aborted (Ctrl-C twice)", fg=typer.colors.YELLOW, err=True)
+    typer.secho(how, fg=typer.colors.YELLOW, err=True)
     kept = []
     if run_dir is not None and run_dir.is_dir():
         final = run_dir / f"{run_dir.name}.safetensors"
@@ -288,8 +324,13 @@ def _check_fresh_run(
 
     probe_in_this_process()  # the run imports torch here anyway: no child imports it a second time
     settings = get_settings()
-    data = localize_paths(apply_overrides(load_config_file(config), overrides))
-    run = check_run(data, settings, overwrite=overwrite, device=device)
+    data, malformed = split_overrides(load_config_file(config), overrides)
+    try:  # a malformed --set is listed with the settings' problems, not alone
+        run = check_run(localize_paths(data), settings, overwrite=overwrite, device=device)
+    except ConfigError as err:
+        raise ConfigError(malformed + err.problems) from None
+    if malformed:
+        raise ConfigError(malformed)
     if check:
         print_report(preflight_report(run, home=settings.home))
         raise typer.Exit(0)

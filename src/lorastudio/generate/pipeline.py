@@ -23,7 +23,7 @@ import torch
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, GenerationCancelled, ModelSourceError, NotFound
 from lorastudio.generation_rules import guidance_problems, seed_problems, size_problems
-from lorastudio.user_paths import is_file
+from lorastudio.user_paths import is_file, missing_file
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -174,7 +174,7 @@ def apply_loras(
 
     for path, _ in loras:
         if not Path(path).is_file():
-            raise NotFound(f"LoRA file not found: {path}")
+            raise NotFound(missing_file(path, "LoRA file"))
     restore_lycoris(pipe)
     pipe.unload_lora_weights()
     for path, _ in loras:  # dtypes, ranks, finite values: a NaN would render a black image

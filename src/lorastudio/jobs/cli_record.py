@@ -163,8 +163,11 @@ class CliRunRecord:
             self._finish(JobStatus.FAILED, message)
 
     def abort(self, message: str) -> None:
-        """The run was cut short where it was (a second Ctrl-C): interrupted."""
-        if self.job.live:
+        """The run was cut short where it was (a second Ctrl-C, or a signal before the run's own
+        handler): interrupted. Also over the engine's Error event of that same interruption (a
+        KeyboardInterrupt inside train() is reported as "training interrupted" before it reaches
+        the command), which had marked the record failed; a completed or stopped record stays."""
+        if self.job.live or self.job.status == JobStatus.FAILED:
             self._finish(JobStatus.INTERRUPTED, message)
 
     def _finish(self, status: JobStatus, error: str | None) -> None:

@@ -37,6 +37,9 @@ DEAD_OWNER_ERRORS = {
 SOURCES: frozenset[str] = frozenset({"service", "cli"})
 
 
+_SQLITE_MAX_INT = 2**63 - 1  # a larger Python int is an OverflowError in a query's parameter
+
+
 class RunStore:
     """Run records in one SQLite file. Use `RunStore.open(path)`; `close()` when done."""
 
@@ -255,14 +258,15 @@ class RunStore:
 
     # -- reads -----------------------------------------------------------------------------------
     def list_runs(self, limit: int = 200) -> list[dict[str, Any]]:
-        """The newest runs first, without configs or metrics (a live run whose owning process
-        is gone is marked interrupted first: settle_dead_owners)."""
+        """The newest runs first, at most `limit` (any size: one past SQLite's 64-bit integers
+        means all), without configs or metrics (a live run whose owning process is gone is
+        marked interrupted first: settle_dead_owners)."""
         dead = self.settle_dead_owners()
         with self._lock:
             rows = self._conn.execute(
                 f"SELECT {', '.join(RUN_COLUMNS)}, warnings_json FROM runs"
                 " ORDER BY created_at DESC, rowid DESC LIMIT ?",
-                (limit,),
+                (min(limit, _SQLITE_MAX_INT),),
             ).fetchall()
         return [_as_read(_settled(dict(r), dead)) for r in rows]
 

@@ -19,7 +19,7 @@ import torch
 from lorastudio.errors import ModelSourceError, NotFound
 from lorastudio.file_version import FileVersion, version_of
 from lorastudio.lora.header import check_lora_structure, read_header
-from lorastudio.user_paths import is_file
+from lorastudio.user_paths import is_file, missing_file
 
 
 def read_lora_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -29,7 +29,7 @@ def read_lora_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]
     from safetensors import SafetensorError, safe_open
 
     if not is_file(path):
-        raise NotFound(f"LoRA file not found: {path}")
+        raise NotFound(missing_file(path, "LoRA file"))
     check_lora_structure(read_header(path))  # header checked (size cap, offsets, dtypes, ranks) first
     try:
         with safe_open(str(path), framework="pt") as f:
@@ -77,7 +77,7 @@ def check_lora_values(path: Path) -> None:
     from safetensors import SafetensorError, safe_open
 
     if not is_file(path):
-        raise NotFound(f"LoRA file not found: {path}")
+        raise NotFound(missing_file(path, "LoRA file"))
     before = _identity(path)
     if before is not None and before in _CHECKED:
         return

@@ -41,7 +41,7 @@ from lorastudio.lora.metadata import PREFIX, carried_header
 from lorastudio.lora.names import kohya_layout
 from lorastudio.lora.text_encoder_files import denoiser_part, with_text_encoders
 from lorastudio.lora.text_encoders import folded_peft, split_text_encoders
-from lorastudio.user_paths import is_file
+from lorastudio.user_paths import is_file, missing_file
 
 _A, _B = ".lora_A.weight", ".lora_B.weight"
 
@@ -121,7 +121,7 @@ def _facts(path: Path, family: str | None) -> tuple[str, Layout]:
     or its header's, checked like a generation's LoRA (lora.header.check_lora_file: a header or
     layers of another family are refused). Raises NotFound, ModelSourceError, ConfigError."""
     if not is_file(path):
-        raise NotFound(f"LoRA file not found: {path}")
+        raise NotFound(missing_file(path, "LoRA file"))
     header = read_header(path)
     family = family or header.metadata.get(PREFIX + "family")
     if not family:

@@ -179,3 +179,26 @@ def test_a_failed_final_sample_round_completes_the_cli_run_with_a_warning(
     assert any(o["kind"] == "lora" and o["path"].endswith("warned.safetensors") for o in detail["outputs"])
     shown = CliRunner().invoke(app, ["runs", "show", run["id"]]).output
     assert f"warning      {warning}" in shown, shown
+
+
+def test_a_run_cut_short_inside_the_engine_is_recorded_interrupted(tiny_model, small_dataset):
+    """A second Ctrl-C inside train() reaches the command after the engine's Error event of it
+    ("training interrupted") had marked the record failed; the command's abort now records what
+    happened: interrupted, with its reason (session 25 CLI audit). A record that completed stays."""
+    config = parse_train_config(
+        {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": str(small_dataset), "steps": 5}
+    )
+    store_of = lambda: RunStore.open(get_settings().db_path, recover=False)  # noqa: E731
+    record = open_cli_record(config.model_copy(update={"output_name": "cut"}))
+    assert record is not None
+    record.emit(ErrorEvent(message="training interrupted"))
+    record.abort("aborted by a second Ctrl-C or SIGTERM")
+    record.close()
+    run = store_of().get_run(record.run_id)
+    assert (run["status"], run["error"]) == ("interrupted", "aborted by a second Ctrl-C or SIGTERM")
+    done = open_cli_record(config.model_copy(update={"output_name": "done"}))
+    assert done is not None
+    done.end(stopped=False, steps_run=5, lora_path=None)
+    done.abort("interrupted by Ctrl-C")
+    done.close()
+    assert store_of().get_run(done.run_id)["status"] == "completed"

@@ -1,0 +1,60 @@
+"""A command whose write the file system refuses (session 25 CLI audit), through the console
+entry point in this process: a read-only file system, permission denied or an I/O error while
+`lora convert` writes its output printed a Python traceback; now one line with the reason and
+the path, status 1 (an unexpected error, README), and a full disk NoSpaceLeft's message, status 2.
+The write is refused where the bytes go (safetensors' save_file raising the OSError the kernel
+would: root writes through permissions, so a chmod cannot show it here)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+from safetensors.torch import save_file
+
+from cli_runner import run_cli
+from lorastudio.lora.metadata import PREFIX
+
+KEY = "transformer.single_transformer_blocks.0.attn.to_q"
+
+
+def _lora(path: Path) -> Path:
+    g = torch.Generator().manual_seed(0)
+    tensors = {
+        f"{KEY}.lora_A.weight": torch.randn(2, 32, generator=g),
+        f"{KEY}.lora_B.weight": torch.randn(32, 2, generator=g),
+    }
+    save_file(tensors, str(path), metadata={PREFIX + "family": "flux"})
+    return path
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "said"),
+    [
+        (errno.EROFS, 1, "error: Read-only file system: "),
+        (errno.EACCES, 1, "error: Permission denied: "),
+        (errno.EIO, 1, "error: Input/output error: "),
+        (errno.ENOSPC, 2, "error: no space left on device: a write failed ("),
+    ],
+    ids=["EROFS", "EACCES", "EIO", "ENOSPC"],
+)
+def test_a_refused_write_is_one_line_not_a_traceback(
+    capsys, monkeypatch, tmp_path: Path, code: int, status: int, said: str
+) -> None:
+    src = _lora(tmp_path / "in.safetensors")
+    out = tmp_path / "outs"
+    out.mkdir()
+
+    def refuse(tensors, filename, metadata=None):
+        raise OSError(code, os.strerror(code), str(filename))
+
+    monkeypatch.setattr(safetensors.torch, "save_file", refuse)
+    got, text = run_cli(
+        capsys, monkeypatch, "lora", "convert", str(src), str(out / "x.safetensors"), "--to", "kohya"
+    )
+    assert got == status and said in text and "Traceback" not in text, text
+    assert list(out.iterdir()) == []  # neither the output nor its staging file
