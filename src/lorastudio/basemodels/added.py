@@ -11,6 +11,7 @@ import os
 import threading
 from pathlib import Path
 
+from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.single_file import is_single_file
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.settings import Settings
@@ -34,7 +35,7 @@ def added_id(folder: Path) -> str:
 def added_folders(settings: Settings) -> list[Path]:
     """The added folders, in the order they were added. A missing or unreadable list is empty."""
     try:
-        data = json.loads(added_list_path(settings).read_text(encoding="utf-8"))
+        data = read_json(added_list_path(settings))
     except (OSError, ValueError):
         return []
     folders = data.get("folders") if isinstance(data, dict) else None

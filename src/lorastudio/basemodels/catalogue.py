@@ -25,7 +25,6 @@ be deleted.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import threading
@@ -45,6 +44,7 @@ from lorastudio.basemodels.captioners import (
 )
 from lorastudio.basemodels.checkpoints import repo_of_folder
 from lorastudio.basemodels.hubcache import cached_repos
+from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import MODEL_INDEX, FolderSize, folder_size, weight_suffix
 from lorastudio.basemodels.single_file import inspect_file
 from lorastudio.basemodels.vetting import Recognition, inspect_folder
@@ -94,7 +94,7 @@ class ModelEntry:
 def read_fetch_marker(folder: Path) -> dict[str, Any] | None:
     """The fetch marker of `folder` ({"repo_id", "revision", "commit", "family", ...}) or None."""
     try:
-        data = json.loads((folder / FETCH_MARKER).read_text(encoding="utf-8"))
+        data = read_json(folder / FETCH_MARKER)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("repo_id"), str) else None

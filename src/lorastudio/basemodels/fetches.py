@@ -19,9 +19,16 @@ from pydantic import SecretStr
 
 from lorastudio.basemodels.events import FetchEvent, FetchFailed
 from lorastudio.basemodels.fetch import FetchPlan, plan_fetch, run_fetch, staging_folder
-from lorastudio.errors import JobActive, LorastudioError, ModelSourceError, NotFound
+from lorastudio.errors import (
+    ConfigError,
+    FieldProblem,
+    JobActive,
+    LorastudioError,
+    ModelSourceError,
+    NotFound,
+)
 from lorastudio.event_log import EventLog
-from lorastudio.settings import Settings
+from lorastudio.settings import Settings, hub_token_problem
 
 MAX_EVENTS = 2000
 
@@ -88,9 +95,14 @@ class FetchManager:
         ModelSourceError), then download in a background thread. Returns the fetch's snapshot.
         `token`: a hub token for this fetch only (a gated repo the studio's token cannot read),
         used instead of settings.hf_token, kept in memory for the download and never stored.
-        Raises JobActive when the same model is being fetched already."""
+        Raises JobActive when the same model is being fetched already, ConfigError (field
+        "token") for a token no HTTP header can carry (settings.hub_token_problem; surrounding
+        whitespace is dropped first)."""
         settings = self.settings
+        token = token.strip() if token else None  # a pasted token's newline or spaces
         if token:
+            if problem := hub_token_problem(token):
+                raise ConfigError([FieldProblem("token", problem)])
             settings = settings.model_copy(update={"hf_token": SecretStr(token)})
         plan = plan_fetch(settings, repo_id, revision)
         fetch = Fetch(uuid.uuid4().hex[:12], plan, settings=settings)

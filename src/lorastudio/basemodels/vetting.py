@@ -9,7 +9,6 @@ accepted.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from lorastudio.basemodels.accepted import (
     family_of_pipeline,
 )
 from lorastudio.basemodels.checkpoints import KnownCheckpoint, checkpoint_facts
+from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import (
     MODEL_INDEX,
     inference_only_formats,
@@ -55,7 +55,7 @@ def read_model_index(folder: Path) -> dict[str, Any]:
     if not index.is_file():
         raise ModelSourceError(f"{folder} is not a diffusers pipeline folder (no model_index.json)")
     try:
-        meta = json.loads(index.read_text(encoding="utf-8"))
+        meta = read_json(index)
     except (OSError, ValueError) as err:
         raise ModelSourceError(f"{index} cannot be read: {err}") from None
     if not isinstance(meta, dict):
@@ -103,7 +103,7 @@ def describe_non_pipeline(folder: Path) -> str:
 
 def _class_name_of(config: Path) -> str | None:
     try:
-        meta = json.loads(config.read_text(encoding="utf-8"))
+        meta = read_json(config)
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict):
