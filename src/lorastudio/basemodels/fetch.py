@@ -64,10 +64,22 @@ from lorastudio.basemodels.layout import (
 from lorastudio.basemodels.progress import Cancelled, FetchTracker
 from lorastudio.basemodels.vetting import inspect_folder, untrainable_reason
 from lorastudio.config import revision_problem
-from lorastudio.errors import ConfigError, FieldProblem, ModelAccessDenied, ModelSourceError, NotFound
+from lorastudio.errors import (
+    ConfigError,
+    FieldProblem,
+    ModelAccessDenied,
+    ModelSourceError,
+    NoSpaceLeft,
+    NotFound,
+    is_no_space,
+)
 from lorastudio.settings import Settings
+from lorastudio.tiny import MARKER_FILE as TINY_MARKER
+from lorastudio.tiny.vlm import MARKER_FILE as TINY_VLM_MARKER
 
 MAX_WORKERS = 4
+# names lorastudio writes or reads in a models/ folder as its own (the fetch and tiny markers)
+RESERVED_NAMES = frozenset({FETCH_MARKER, TINY_MARKER, TINY_VLM_MARKER})
 
 
 @dataclass(frozen=True)
@@ -176,7 +188,10 @@ def plan_fetch(settings: Settings, repo_id: str, revision: str | None = None) ->
             f"to fetch it.{found}"
         )
     token = _token(settings)
-    commit, files = remote_listing(repo_id, revision, token)
+    commit, listed = remote_listing(repo_id, revision, token)
+    # a repo path under one of lorastudio's own names (a component folder named like the fetch
+    # marker) would take that name in the fetched folder: never fetched, so never trusted
+    files = {p: n for p, n in listed.items() if p.split("/", 1)[0] not in RESERVED_NAMES}
     if MODEL_INDEX not in files and CONFIG in files:
         with hub_file(repo_id, CONFIG, commit, token) as path:
             config = read_config(path, repo_id)
@@ -289,6 +304,11 @@ def run_fetch(
     except (ModelAccessDenied, NotFound):
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    except NoSpaceLeft:
+        raise NoSpaceLeft(
+            f"downloading {plan.repo_id} (the files downloaded so far are kept: fetch again to resume)",
+            staging,
+        ) from None
     except ModelSourceError as err:
         raise ModelSourceError(
             f"{err}. The files downloaded so far are kept: fetch again to resume"
@@ -356,7 +376,12 @@ def _publish(plan: FetchPlan, staging: Path) -> None:
         "fetched_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     shutil.rmtree(staging / ".cache", ignore_errors=True)
-    (staging / FETCH_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+    try:
+        (staging / FETCH_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+    except OSError as err:
+        if is_no_space(err):
+            raise NoSpaceLeft(f"writing the fetch marker of {plan.repo_id}", staging) from None
+        raise ModelSourceError(f"cannot write the fetch marker in {staging}: {err}") from None
     try:
         os.rename(staging, plan.target)
     except OSError as err:

@@ -9,6 +9,7 @@ again, from the files kept in its staging folder).
 from __future__ import annotations
 
 import datetime
+import logging
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -25,12 +26,14 @@ from lorastudio.errors import (
     JobActive,
     LorastudioError,
     ModelSourceError,
+    NoSpaceLeft,
     NotFound,
 )
 from lorastudio.event_log import EventLog
 from lorastudio.settings import Settings, hub_token_problem
 
 MAX_EVENTS = 2000
+log = logging.getLogger(__name__)
 
 
 def _now() -> str:
@@ -130,17 +133,28 @@ class FetchManager:
                 cancel=fetch.cancel,
             )
         except LorastudioError as err:
-            resumable = isinstance(err, ModelSourceError) and staging_folder(fetch.plan.target).is_dir()
-            self._ingest(FetchFailed(fetch_id=fetch.id, message=str(err), resumable=resumable))
-            with self._lock:
-                fetch.status, fetch.error, fetch.resumable = "failed", str(err), resumable
-                fetch.finished_at = _now()
+            kept = isinstance(err, ModelSourceError | NoSpaceLeft)
+            self._fail(fetch, str(err), kept and staging_folder(fetch.plan.target).is_dir())
+            return
+        except Exception as err:  # noqa: BLE001 (an unforeseen failure must still end the fetch)
+            # the thread ends here: without this the fetch stayed "running" for the server's
+            # life, its model neither fetchable again (409) nor deletable
+            log.exception("fetch %s of %s failed", fetch.id, fetch.plan.repo_id)
+            message = f"the fetch of {fetch.plan.repo_id} failed: {type(err).__name__}: {err}"
+            self._fail(fetch, message, staging_folder(fetch.plan.target).is_dir())
             return
         with self._lock:
             fetch.status = outcome.status
             fetch.model_id, fetch.path = outcome.model_id, outcome.path
             fetch.already_present = outcome.already_present
             fetch.resumable = outcome.status == "cancelled"
+            fetch.finished_at = _now()
+
+    def _fail(self, fetch: Fetch, message: str, resumable: bool) -> None:
+        """End `fetch` as failed with `message` (event and state)."""
+        self._ingest(FetchFailed(fetch_id=fetch.id, message=message, resumable=resumable))
+        with self._lock:
+            fetch.status, fetch.error, fetch.resumable = "failed", message, resumable
             fetch.finished_at = _now()
 
     def _ingest(self, event: FetchEvent) -> None:

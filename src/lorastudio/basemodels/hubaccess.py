@@ -3,7 +3,8 @@ errors whose messages say what to do (and never contain the token).
 
 - `hub_errors(...)`: a context manager mapping huggingface_hub / network errors:
   gated repo (401/403) and private or missing repo without access (401) -> ModelAccessDenied,
-  missing repo (404) or revision -> NotFound, offline / unreachable / other HTTP -> ModelSourceError.
+  missing repo (404) or revision -> NotFound, offline / unreachable / other HTTP -> ModelSourceError,
+  a full disk (ENOSPC / EDQUOT while the files are written) -> NoSpaceLeft.
 - `remote_listing(...)`: commit + {path: size} of a repo revision.
 - `hub_file(...)`: one file of a repo revision, downloaded into a temporary folder.
 - `remote_model_index(...)`: the parsed model_index.json (the first file read: this is where a
@@ -21,7 +22,7 @@ from typing import Any
 from lorastudio.basemodels.hubcache import hub_cache_dir, hub_endpoint
 from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import MODEL_INDEX
-from lorastudio.errors import ModelAccessDenied, ModelSourceError, NotFound
+from lorastudio.errors import ModelAccessDenied, ModelSourceError, NoSpaceLeft, NotFound, is_no_space
 
 TOKEN_HINT = "set LORASTUDIO_HF_TOKEN (or log in with `hf auth login`)"
 
@@ -94,7 +95,14 @@ def hub_errors(repo_id: str, revision: str | None, token: str | None) -> Iterato
         raise ModelSourceError(
             f"the hub token cannot be sent for {repo_id}: it is not printable ASCII (the token is not shown)"
         ) from None
-    except (httpx2.HTTPError, OSError) as err:
+    except OSError as err:
+        if is_no_space(err):  # the hub answered; the disk the files go to is full
+            raise NoSpaceLeft(f"downloading {repo_id}", err.filename) from None
+        raise ModelSourceError(
+            f"cannot reach the hub at {endpoint} for {repo_id}: {type(err).__name__}: "
+            f"{scrub(_first_line(err), token)}"
+        ) from None
+    except httpx2.HTTPError as err:
         raise ModelSourceError(
             f"cannot reach the hub at {endpoint} for {repo_id}: {type(err).__name__}: "
             f"{scrub(_first_line(err), token)}"

@@ -1,0 +1,58 @@
+"""A fetch that fails for a reason of the disk or of the repo ends, says why and leaves nothing
+that counts as a model: a full disk (a real small tmpfs under models/) is "no space left on
+device" with the files kept for a resume, not "cannot reach the hub"; a repo whose paths take
+one of lorastudio's own names (a component folder named like the fetch marker) is refused
+before anything is written (its fetch thread died on the marker write: "running" for the
+server's life, neither fetchable again nor deletable)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from fake_hub import FakeHub, FakeRepo
+from tests.reliability.tmpfs_home import small_disk
+
+from lorastudio.basemodels import FetchManager, inspect_folder, list_models
+from lorastudio.basemodels.fetch import staging_folder
+from lorastudio.errors import ModelSourceError
+from lorastudio.settings import Settings
+
+
+def _local_ids(settings: Settings) -> list[str]:
+    return [e.id for e in list_models(settings, hub_cache=False, known_captioners=False)]
+
+
+def test_a_full_disk_fails_the_fetch_as_such_and_it_resumes_once_there_is_room(
+    settings: Settings, hub: FakeHub
+) -> None:
+    target = settings.models_dir / "acme--flux"
+    with small_disk(settings.models_dir, 1):  # the tiny FLUX.1's files are ~2 MB
+        manager = FetchManager(settings)
+        failed = manager.wait(manager.start("acme/flux")["id"], 60)
+        assert failed["status"] == "failed" and failed["resumable"], failed
+        assert failed["error"].startswith("no space left on device: downloading acme/flux"), failed["error"]
+        assert "cannot reach the hub" not in failed["error"] and "fetch again to resume" in failed["error"]
+        assert _local_ids(settings) == [] and not target.exists() and staging_folder(target).is_dir()
+        subprocess.run(["mount", "-o", "remount,size=16m", str(settings.models_dir)], check=True)
+        done = manager.wait(manager.start("acme/flux")["id"], 60)
+        assert done["status"] == "completed", done
+        assert inspect_folder(target).trainable and _local_ids(settings) == ["acme--flux"]
+
+
+@pytest.mark.parametrize("name", ["lorastudio_fetch.json", "lorastudio_tiny.json"])
+def test_a_repo_path_under_a_lorastudio_name_is_never_fetched(
+    settings: Settings, hub: FakeHub, name: str
+) -> None:
+    files = dict(hub.repos["acme/flux"].files)
+    index = json.loads(files["model_index.json"])
+    index[name] = ["diffusers", "FlowMatchEulerDiscreteScheduler"]
+    files["model_index.json"] = json.dumps(index).encode()
+    files[f"{name}/scheduler_config.json"] = files["scheduler/scheduler_config.json"]
+    hub.repos["acme/hostile"] = FakeRepo(files)
+    manager = FetchManager(settings)
+    with pytest.raises(ModelSourceError, match=rf"lacks files training needs: {name}/ \(not in the repo\)"):
+        manager.start("acme/hostile")
+    assert manager.list() == [] and list(Path(settings.models_dir).iterdir()) == []
