@@ -60,7 +60,7 @@ FETCH_MARKER = (
     "lorastudio_fetch.json"  # written last into a fetched folder: {"repo_id", "revision", "commit", ...}
 )
 HUB_PREFIX = "hub:"
-SCAN_CACHE_SIZE = 256  # folders whose scan is kept
+SCAN_CACHE_SIZE = 4096  # folders and checkpoint files whose scan is kept (a few hundred bytes each)
 FINGERPRINT_MAX_ENTRIES = 1_000  # a pipeline folder holds a dozen entries; more: not cached
 _scan_cache: OrderedDict[str, tuple[tuple[Any, ...], tuple[Recognition, FolderSize]]] = OrderedDict()
 _cache_lock = threading.Lock()
@@ -143,14 +143,55 @@ def scan_folder(folder: Path, *, walk: bool = True) -> tuple[Recognition, Folder
     return result
 
 
+def scan_file(path: Path) -> tuple[Recognition, FolderSize]:
+    """`inspect_file` of the checkpoint `path` (its header read and checked) and its size,
+    cached until the file changes (device, inode, size, modification and change times): a
+    header is up to MAX_CHECKPOINT_HEADER bytes, whose check takes a second or more, and the
+    catalogue is listed again on every visit of the Models screen. Raises OSError when the
+    file cannot be stat'ed."""
+    st = path.stat()
+    fingerprint = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    key = f"{path}\0file"
+    with _cache_lock:
+        hit = _scan_cache.get(key)
+        if hit is not None and hit[0] == fingerprint:
+            _scan_cache.move_to_end(key)
+            return hit[1]
+    result = (inspect_file(path), FolderSize(st.st_size, True))
+    with _cache_lock:
+        _scan_cache[key] = (fingerprint, result)
+        while len(_scan_cache) > SCAN_CACHE_SIZE:
+            _scan_cache.popitem(last=False)
+    return result
+
+
+MAX_MISSING = 20  # entries of `missing` an entry lists (then "... and N more")
+MAX_TEXT = 2_000  # characters of a reason or a missing entry an entry lists
+
+
+def _bounded(text: str | None) -> str | None:
+    """`text` cut to MAX_TEXT characters: a model_index.json names its components and class,
+    and a listing must not grow with what a damaged one holds."""
+    if text is None or len(text) <= MAX_TEXT:
+        return text
+    return f"{text[:MAX_TEXT]}... ({len(text) - MAX_TEXT} more characters)"
+
+
+def _bounded_missing(missing: Collection[str]) -> list[str]:
+    """The first MAX_MISSING entries of `missing` (each bounded), then how many more."""
+    items = [str(_bounded(m)) for m in list(missing)[:MAX_MISSING]]
+    if len(missing) > MAX_MISSING:
+        items.append(f"... and {len(missing) - MAX_MISSING} more")
+    return items
+
+
 def _entry(
     model_id: str, name: str, source: Source, folder: Path, deletable: bool, size: int | None
 ) -> ModelEntry:
     if folder.is_dir() and folder_captioner(folder) is not None:
         return _captioner_entry(model_id, name, source, folder, deletable, size)
     if folder.is_file():  # a single-file checkpoint (basemodels/single_file.py): its header only
-        rec = inspect_file(folder)
-        found = FolderSize(folder.stat().st_size if size is None else size, True)
+        rec, found = scan_file(folder)
         kind: Literal["pipeline", "single-file"] = "single-file"
     else:
         rec, found = scan_folder(folder, walk=size is None)
@@ -162,10 +203,10 @@ def _entry(
         path=str(folder),
         family=rec.family,
         trainable=rec.trainable,
-        reason=rec.reason,
+        reason=_bounded(rec.reason),
         size_bytes=found.bytes if size is None else size,
         complete=rec.complete,
-        missing=list(rec.missing),
+        missing=_bounded_missing(rec.missing),
         deletable=deletable,
         checkpoint=rec.checkpoint,
         distilled=rec.distilled,
@@ -190,7 +231,7 @@ def _captioner_entry(
         reason=CAPTIONER_REASON,
         size_bytes=folder_size(folder).bytes if size is None else size,
         complete=not missing,
-        missing=missing,
+        missing=_bounded_missing(missing),
         deletable=deletable,
         checkpoint=f"{known.title}: {known.note}" if known else None,
         kind="captioner",

@@ -47,6 +47,7 @@ from lorastudio.basemodels.events import (
     FetchComplete,
     FetchStarted,
 )
+from lorastudio.basemodels.fetch_lock import FetchLock
 from lorastudio.basemodels.hubaccess import hub_errors, hub_file, remote_listing, remote_model_index
 from lorastudio.basemodels.hubcache import (
     cached_snapshot,
@@ -257,10 +258,13 @@ def run_fetch(
     fetch_id: str = "fetch",
     emit: EmitFetch | None = None,
     cancel: threading.Event | None = None,
+    lock: FetchLock | None = None,
 ) -> FetchOutcome:
-    """Carry out `plan`: download, check, publish. Emits FetchStarted, FetchProgress (throttled)
-    and FetchComplete / FetchCancelled through `emit`; setting `cancel` stops the download at
-    the next chunk or file. Returns the FetchOutcome. Raises ModelAccessDenied / NotFound (the
+    """Carry out `plan`: download, check, publish, holding the target's FetchLock (`lock`, which
+    this releases, else one taken here: JobActive while another process fetches it; a model
+    another process published meanwhile is already present). Emits FetchStarted, FetchProgress
+    (throttled) and FetchComplete / FetchCancelled through `emit`; setting `cancel` stops the
+    download at the next chunk or file. Returns the FetchOutcome. Raises ModelAccessDenied / NotFound (the
     staging folder is removed), ModelSourceError (a network or hub failure: the files so far
     are kept for a resume; a downloaded pipeline that is not complete: removed)."""
     send = emit or (lambda event: None)
@@ -282,9 +286,21 @@ def run_fetch(
             f"the fetch plan of {plan.repo_id} names no files at a commit for a family or a captioner "
             "(plan it with plan_fetch)"
         )
+    with lock or FetchLock(plan.target, plan.repo_id):
+        if os.path.lexists(plan.target):  # another process published it since this one planned
+            present = _plan_existing(plan.repo_id, plan.revision, plan.target)
+            return run_fetch(settings, present, fetch_id=fetch_id, emit=emit)
+        return _run_locked(plan, fetch_id, send, cancel, _token(settings))
+
+
+def _run_locked(
+    plan: FetchPlan, fetch_id: str, send: EmitFetch, cancel: threading.Event | None, token: str | None
+) -> FetchOutcome:
+    """run_fetch's download, check and publication, under the target's FetchLock."""
+    files = plan.files or {}
     staging = staging_folder(plan.target)
     staging.mkdir(parents=True, exist_ok=True)
-    tracker = FetchTracker(fetch_id, plan.files, staging, send, cancel)
+    tracker = FetchTracker(fetch_id, files, staging, send, cancel)
     send(
         FetchStarted(
             fetch_id=fetch_id,
@@ -292,12 +308,12 @@ def run_fetch(
             revision=plan.revision,
             commit=plan.commit,
             family=plan.family,
-            files_total=len(plan.files),
+            files_total=len(files),
             bytes_total=plan.bytes_total,
         )
     )
     try:
-        _download(plan, staging, tracker, _token(settings))
+        _download(plan, staging, tracker, token)
     except Cancelled:
         send(FetchCancelled(fetch_id=fetch_id))
         return FetchOutcome("cancelled", plan.repo_id, None, None)

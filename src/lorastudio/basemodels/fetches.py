@@ -20,6 +20,8 @@ from pydantic import SecretStr
 
 from lorastudio.basemodels.events import FetchEvent, FetchFailed
 from lorastudio.basemodels.fetch import FetchPlan, plan_fetch, run_fetch, staging_folder
+from lorastudio.basemodels.fetch_lock import FetchLock
+from lorastudio.basemodels.hubaccess import scrub
 from lorastudio.errors import (
     ConfigError,
     FieldProblem,
@@ -98,7 +100,8 @@ class FetchManager:
         ModelSourceError), then download in a background thread. Returns the fetch's snapshot.
         `token`: a hub token for this fetch only (a gated repo the studio's token cannot read),
         used instead of settings.hf_token, kept in memory for the download and never stored.
-        Raises JobActive when the same model is being fetched already, ConfigError (field
+        Raises JobActive when the same model is being fetched already (by this server, or by
+        another process: basemodels/fetch_lock.py), ConfigError (field
         "token") for a token no HTTP header can carry (settings.hub_token_problem; surrounding
         whitespace is dropped first)."""
         settings = self.settings
@@ -116,14 +119,17 @@ class FetchManager:
             )
             if busy is not None:
                 raise JobActive(f"{repo_id} is being fetched already (fetch {busy.id})")
+            # another process's fetch of it (another server, `models fetch`): 409 now, not a
+            # failed fetch later; the thread's run_fetch releases it
+            lock = FetchLock(plan.target, repo_id) if plan.present is None else None
             self._fetches[fetch.id] = fetch
         fetch.thread = threading.Thread(
-            target=self._run, args=(fetch,), name=f"fetch-{fetch.id}", daemon=True
+            target=self._run, args=(fetch, lock), name=f"fetch-{fetch.id}", daemon=True
         )
         fetch.thread.start()
         return fetch.snapshot()
 
-    def _run(self, fetch: Fetch) -> None:
+    def _run(self, fetch: Fetch, lock: FetchLock | None) -> None:
         try:
             outcome = run_fetch(
                 fetch.settings or self.settings,
@@ -131,6 +137,7 @@ class FetchManager:
                 fetch_id=fetch.id,
                 emit=self._ingest,
                 cancel=fetch.cancel,
+                lock=lock,
             )
         except LorastudioError as err:
             kept = isinstance(err, ModelSourceError | NoSpaceLeft)
@@ -139,10 +146,17 @@ class FetchManager:
         except Exception as err:  # noqa: BLE001 (an unforeseen failure must still end the fetch)
             # the thread ends here: without this the fetch stayed "running" for the server's
             # life, its model neither fetchable again (409) nor deletable
-            log.exception("fetch %s of %s failed", fetch.id, fetch.plan.repo_id)
-            message = f"the fetch of {fetch.plan.repo_id} failed: {type(err).__name__}: {err}"
+            token = (fetch.settings or self.settings).hf_token
+            message = scrub(
+                f"the fetch of {fetch.plan.repo_id} failed: {type(err).__name__}: {err}",
+                token.get_secret_value() if token else None,
+            )
+            log.error("fetch %s: %s", fetch.id, message)  # no traceback: its frames hold the token
             self._fail(fetch, message, staging_folder(fetch.plan.target).is_dir())
             return
+        finally:
+            if lock is not None:
+                lock.release()  # run_fetch released it, unless it raised before taking it over
         with self._lock:
             fetch.status = outcome.status
             fetch.model_id, fetch.path = outcome.model_id, outcome.path

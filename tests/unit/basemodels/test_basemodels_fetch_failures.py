@@ -9,15 +9,23 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 from fake_hub import FakeHub, FakeRepo
 from tests.reliability.tmpfs_home import small_disk
 
-from lorastudio.basemodels import FetchManager, inspect_folder, list_models
+from lorastudio.basemodels import (
+    FetchManager,
+    fetch_model,
+    inspect_folder,
+    list_models,
+    plan_fetch,
+    run_fetch,
+)
 from lorastudio.basemodels.fetch import staging_folder
-from lorastudio.errors import ModelSourceError
+from lorastudio.errors import JobActive, ModelSourceError
 from lorastudio.settings import Settings
 
 
@@ -56,3 +64,25 @@ def test_a_repo_path_under_a_lorastudio_name_is_never_fetched(
     with pytest.raises(ModelSourceError, match=rf"lacks files training needs: {name}/ \(not in the repo\)"):
         manager.start("acme/hostile")
     assert manager.list() == [] and list(Path(settings.models_dir).iterdir()) == []
+
+
+def test_one_fetch_of_a_model_at_a_time_across_processes(settings: Settings, hub: FakeHub) -> None:
+    """Two servers on one home (two FetchManagers: the flock is per open file, as between
+    processes) and `models fetch` share the staging folder: the second is refused (409) while
+    the first runs, and a plan made before the first published its folder finds it there."""
+    weights = "transformer/diffusion_pytorch_model.safetensors"
+    hub.hold[weights] = threading.Event()
+    first, second = FetchManager(settings), FetchManager(settings)
+    late_plan = plan_fetch(settings, "acme/flux")  # planned while nothing is on disk
+    running = first.start("acme/flux")
+    with pytest.raises(JobActive, match="being fetched already by another process"):
+        second.start("acme/flux")
+    with pytest.raises(JobActive, match="being fetched already by another process"):
+        fetch_model(settings, "acme/flux")
+    hub.hold.pop(weights).set()
+    assert first.wait(running["id"], 60)["status"] == "completed"
+    asked = len(hub.requests)
+    late = run_fetch(settings, late_plan)
+    assert late.already_present and late.path == str(settings.models_dir / "acme--flux")
+    assert len(hub.requests) == asked and not staging_folder(settings.models_dir / "acme--flux").exists()
+    assert second.wait(second.start("acme/flux")["id"], 60)["already_present"] is True
