@@ -15,7 +15,7 @@ from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.single_file import is_single_file
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.settings import Settings
-from lorastudio.user_paths import expand_user, is_dir
+from lorastudio.user_paths import expand_user, is_dir, resolved
 
 ADDED_FILE = "added_models.json"
 _lock = threading.Lock()
@@ -94,7 +94,11 @@ def add_folder(settings: Settings, path: str) -> Path:
     given = expand_user(path)
     if not given.is_absolute():
         raise ConfigError([FieldProblem("path", f"{path!r}: give an absolute folder path")])
-    folder = given.resolve()
+    folder = resolved(given)
+    if folder is None:  # a NUL byte, a link that loops
+        raise ConfigError(
+            [FieldProblem("path", f"{path!r} cannot be resolved to a folder or checkpoint file")]
+        )
     if not is_dir(folder) and not is_single_file(folder):
         raise ConfigError([FieldProblem("path", f"{folder} is not an existing folder or checkpoint file")])
     why = refusal(folder, settings)

@@ -21,8 +21,6 @@ huggingface_hub only: never to events, messages, logs or the marker.
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
 import re
 import shutil
@@ -48,6 +46,7 @@ from lorastudio.basemodels.events import (
     FetchStarted,
 )
 from lorastudio.basemodels.fetch_lock import FetchLock
+from lorastudio.basemodels.fetch_publish import publish
 from lorastudio.basemodels.hubaccess import hub_errors, hub_file, remote_listing, remote_model_index
 from lorastudio.basemodels.hubcache import (
     cached_snapshot,
@@ -72,7 +71,6 @@ from lorastudio.errors import (
     ModelSourceError,
     NoSpaceLeft,
     NotFound,
-    is_no_space,
 )
 from lorastudio.settings import Settings
 from lorastudio.tiny import MARKER_FILE as TINY_MARKER
@@ -330,7 +328,7 @@ def _run_locked(
             f"{err}. The files downloaded so far are kept: fetch again to resume"
         ) from None
     tracker.finish()
-    _publish(plan, staging)
+    publish(plan, staging)
     send(
         FetchComplete(
             fetch_id=fetch_id,
@@ -359,51 +357,6 @@ def _download(plan: FetchPlan, staging: Path, tracker: FetchTracker, token: str 
             max_workers=MAX_WORKERS,
             tqdm_class=tracker.bar_class(),  # type: ignore[arg-type]
         )
-
-
-def _check_download(plan: FetchPlan, staging: Path) -> str | None:
-    """Why the downloaded files do not form the planned model (None: they do)."""
-    if plan.captioner is not None:
-        missing = captioner_problems(staging)
-        if missing or folder_captioner(staging) != plan.captioner:
-            return f"do not form a {plan.captioner} captioner (missing {', '.join(missing) or 'its config'})"
-        return None
-    rec = inspect_folder(staging)
-    if not rec.trainable or rec.family != plan.family:
-        return f"do not form a trainable pipeline: {rec.reason}"
-    return None
-
-
-def _publish(plan: FetchPlan, staging: Path) -> None:
-    """Check the downloaded pipeline (or captioner), write the marker, drop huggingface_hub's
-    bookkeeping and rename the staging folder into place. Raises ModelSourceError (staging
-    removed) when the download does not form the planned, complete model or the target appeared
-    meanwhile."""
-    if (why := _check_download(plan, staging)) is not None:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise ModelSourceError(f"the files fetched from {plan.repo_id} {why}")
-    marker = {
-        "repo_id": plan.repo_id,
-        "revision": plan.revision,
-        "commit": plan.commit,
-        "family": plan.family,
-        "kind": "pipeline" if plan.captioner is None else "captioner",
-        "files": sorted(plan.files or {}),
-        "fetched_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    }
-    shutil.rmtree(staging / ".cache", ignore_errors=True)
-    try:
-        (staging / FETCH_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-    except OSError as err:
-        if is_no_space(err):
-            raise NoSpaceLeft(f"writing the fetch marker of {plan.repo_id}", staging) from None
-        raise ModelSourceError(f"cannot write the fetch marker in {staging}: {err}") from None
-    try:
-        os.rename(staging, plan.target)
-    except OSError as err:
-        raise ModelSourceError(
-            f"{plan.target} appeared while {plan.repo_id} was downloaded ({err}); the download is kept in {staging}"
-        ) from None
 
 
 def fetch_model(

@@ -32,7 +32,7 @@ from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import MODEL_INDEX, listed_components, loadable_weights, needs_weights
 from lorastudio.basemodels.single_file import read_file_facts
 from lorastudio.settings import Settings
-from lorastudio.user_paths import expand_user
+from lorastudio.user_paths import expand_user, resolved
 
 # The parts of a run that load weights, in the order the engine loads them; the names are those of
 # training/events.ModelLoadStarted.component.
@@ -79,9 +79,9 @@ def _local(base: str, settings: Settings, revision: str | None) -> Path | None:
     if not given.is_absolute() and ".." not in given.parts and not base.startswith((".", "~")):
         named = settings.models_dir / given
         if os.path.lexists(named):
-            return named.resolve()
+            return resolved(named)
     if given.is_absolute():
-        return given.resolve() if given.exists() else None
+        return resolved(given) if given.exists() else None
     if not is_hub_id(base):
         return None
     fetched = fetched_folder(settings, base, None) if revision is None else None
