@@ -58,6 +58,8 @@ def hub_errors(repo_id: str, revision: str | None, token: str | None) -> Iterato
     endpoint = hub_endpoint()
     try:
         yield
+    except hf.HFValidationError as err:  # an id or revision huggingface_hub refuses (is_hub_id's backstop)
+        raise ModelSourceError(f"{repo_id!r} is not an id the hub accepts: {_first_line(err)}") from None
     except hf.GatedRepoError as err:
         status = _status(err) or 403
         who = "no hub token was sent" if status == 401 else "the hub token has no access to it"

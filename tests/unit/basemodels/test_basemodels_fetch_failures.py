@@ -25,7 +25,7 @@ from lorastudio.basemodels import (
     run_fetch,
 )
 from lorastudio.basemodels.fetch import staging_folder
-from lorastudio.errors import JobActive, ModelSourceError
+from lorastudio.errors import ConfigError, JobActive, ModelSourceError
 from lorastudio.settings import Settings
 
 
@@ -86,3 +86,17 @@ def test_one_fetch_of_a_model_at_a_time_across_processes(settings: Settings, hub
     assert late.already_present and late.path == str(settings.models_dir / "acme--flux")
     assert len(hub.requests) == asked and not staging_folder(settings.models_dir / "acme--flux").exists()
     assert second.wait(second.start("acme/flux")["id"], 60)["already_present"] is True
+
+
+@pytest.mark.parametrize(
+    "repo_id", ["acme/flux\n", "acme/flux-", "acme/flux.", "acme--x/flux", "acme/flux.git", "a/" + "b" * 97]
+)
+def test_an_id_the_hub_client_refuses_is_a_config_error_naming_repo_id(
+    settings: Settings, hub: FakeHub, repo_id: str
+) -> None:
+    """is_hub_id took a trailing newline ('$' matches before one), a name ending in '-' or '.',
+    '--' and names over 96 characters; huggingface_hub's own check then raised HFValidationError
+    past every handler (a 500 of POST /api/models/fetch)."""
+    with pytest.raises(ConfigError) as err:
+        plan_fetch(settings, repo_id)
+    assert [p.field for p in err.value.problems] == ["repo_id"] and hub.requests == []
