@@ -106,15 +106,18 @@ def _has_tiny_marker(folder: Path) -> bool:
 
 def _fingerprint(folder: Path) -> tuple[Any, ...] | None:
     """What changes when a model folder's content changes: the folder's and its sub-folders'
-    (the components') identity and modification times, and model_index.json's. None when the
-    folder cannot be read or has more entries than a pipeline folder ever has (not cached)."""
+    (the components') identity and modification times, and model_index.json's. A folder with
+    more entries than a pipeline folder ever has (an added photo library) is no pipeline: its
+    scan says so from its top-level names, which change its own modification time, so that
+    time alone is its fingerprint (it was never cached: every listing read its every entry
+    again). None when the folder cannot be read (not cached)."""
     try:
         top = folder.stat()
         parts: list[Any] = [top.st_ino, top.st_mtime_ns]
         with os.scandir(folder) as entries:
             for i, entry in enumerate(entries):
                 if i >= FINGERPRINT_MAX_ENTRIES:
-                    return None
+                    return ("many", top.st_dev, top.st_ino, top.st_mtime_ns)
                 if entry.is_dir() or entry.name == MODEL_INDEX:
                     st = entry.stat()
                     parts.append((entry.name, st.st_ino, st.st_mtime_ns, st.st_size))

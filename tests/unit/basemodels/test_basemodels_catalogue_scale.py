@@ -74,3 +74,25 @@ def test_an_entry_is_bounded_whatever_its_model_index_names(settings: Settings) 
     assert len(json.dumps(entry.public())) < 10_000
     assert entry.missing[-1] == f"... and {20_000 - catalogue.MAX_MISSING} more" and not entry.trainable
     assert str(entry.reason).startswith("X" * 100) and "more characters" in str(entry.reason)
+
+
+def test_an_added_folder_of_many_files_is_read_once(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An added folder that is no model but a library of 30,000 files (more entries than any
+    pipeline folder has) was never cached and every listing read and stat'ed all its entries
+    (1 s per 100,000 files); now it is read once, and again when its names change."""
+    from lorastudio.basemodels import add_folder
+
+    library = tmp_path / "photos"
+    library.mkdir()
+    for i in range(30_000):
+        (library / f"img{i:05d}.jpg").touch()
+    add_folder(settings, str(library))
+    folders = _counting(monkeypatch, "inspect_folder")
+    (entry,) = list_models(settings, hub_cache=False, known_captioners=False)
+    assert not entry.trainable and "not a diffusers pipeline folder" in str(entry.reason)
+    assert list_models(settings, hub_cache=False, known_captioners=False) == [entry] and folders == [library]
+    (library / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline"}))
+    (again,) = list_models(settings, hub_cache=False, known_captioners=False)
+    assert folders == [library, library] and again.family == "flux"
