@@ -21,6 +21,7 @@ huggingface_hub only: never to events, messages, logs or the marker.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -117,10 +118,18 @@ class FetchOutcome:
     offline: bool = False
 
 
+MAX_TARGET_NAME = 200  # bytes: room for the staging and lock affixes within a 255-byte name
+
+
 def fetch_target(settings: Settings, repo_id: str, revision: str | None = None) -> Path:
     """The models/ folder a fetch of `repo_id` at `revision` goes to: 'owner--name', plus
-    '@<revision>' ('/' as '_') when a revision is given."""
+    '@<revision>' ('/' as '_') when a revision is given. A name over MAX_TARGET_NAME bytes (two
+    96-character parts and a long branch name) is cut and given 12 hex of its hash, so that it,
+    its staging folder and its lock file stay within the file system's 255 bytes (they were an
+    OSError, a 500)."""
     name = repo_id.replace("/", "--") + (f"@{revision.replace('/', '_')}" if revision else "")
+    if len(name.encode()) > MAX_TARGET_NAME:
+        name = f"{name[: MAX_TARGET_NAME - 13]}-{hashlib.sha1(name.encode()).hexdigest()[:12]}"
     return settings.models_dir / name
 
 

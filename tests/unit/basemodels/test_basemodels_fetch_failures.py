@@ -100,3 +100,19 @@ def test_an_id_the_hub_client_refuses_is_a_config_error_naming_repo_id(
     with pytest.raises(ConfigError) as err:
         plan_fetch(settings, repo_id)
     assert [p.field for p in err.value.problems] == ["repo_id"] and hub.requests == []
+
+
+def test_the_longest_id_and_revision_fetch_into_a_name_the_file_system_takes(
+    settings: Settings, hub: FakeHub
+) -> None:
+    """Two 96-character id parts and a 150-character branch name made a folder name (and its
+    staging and lock names) over 255 bytes: the fetch's first write was an OSError, a 500."""
+    repo_id = f"{'o' * 96}/{'n' * 96}"
+    branch = "b" * 150
+    hub.repos[repo_id] = FakeRepo(dict(hub.repos["acme/flux"].files), commit=branch)
+    manager = FetchManager(settings)
+    done = manager.wait(manager.start(repo_id, branch)["id"], 60)
+    assert done["status"] == "completed", done
+    folder = Path(done["path"])
+    assert len(folder.name.encode()) <= 200 and inspect_folder(folder).trainable
+    assert manager.wait(manager.start(repo_id, branch)["id"], 60)["already_present"] is True
