@@ -35,6 +35,7 @@ from lorastudio.event_log import EventLog
 from lorastudio.settings import Settings, hub_token_problem
 
 MAX_EVENTS = 2000
+MAX_ENDED = 100  # ended fetches kept (the oldest go first); running ones are all kept
 log = logging.getLogger(__name__)
 
 
@@ -163,6 +164,14 @@ class FetchManager:
             fetch.already_present = outcome.already_present
             fetch.resumable = outcome.status == "cancelled"
             fetch.finished_at = _now()
+            self._forget_oldest_ended()
+
+    def _forget_oldest_ended(self) -> None:
+        """Keep MAX_ENDED ended fetches (under self._lock): every POST of a model on disk
+        already is a fetch, and GET /api/models/fetch lists them all."""
+        ended = [k for k, f in self._fetches.items() if f.status != "running"]
+        for key in ended[: max(0, len(ended) - MAX_ENDED)]:
+            del self._fetches[key]
 
     def _fail(self, fetch: Fetch, message: str, resumable: bool) -> None:
         """End `fetch` as failed with `message` (event and state)."""
@@ -170,6 +179,7 @@ class FetchManager:
         with self._lock:
             fetch.status, fetch.error, fetch.resumable = "failed", message, resumable
             fetch.finished_at = _now()
+            self._forget_oldest_ended()
 
     def _ingest(self, event: FetchEvent) -> None:
         data = event.model_dump(mode="json")
@@ -187,7 +197,8 @@ class FetchManager:
             return self._fetches[fetch_id].snapshot()
 
     def list(self) -> list[dict[str, Any]]:
-        """Every fetch of this server's life, oldest first."""
+        """The fetches of this server's life, oldest first: every running one and the latest
+        MAX_ENDED that ended."""
         with self._lock:
             return [f.snapshot() for f in self._fetches.values()]
 

@@ -88,7 +88,8 @@ def catalogue(settings: Settings = Depends(settings_dep)) -> list[dict[str, Any]
 
 @router.get("/fetch", response_model=FetchList)
 def fetch_list(fetches: FetchManager = Depends(fetches_dep)) -> dict[str, Any]:
-    """The fetches of this server's life, oldest first, and whether the hub client is offline."""
+    """The fetches of this server's life, oldest first (every running one, the latest 100 ended),
+    and whether the hub client is offline."""
     return {"fetches": fetches.list(), "offline": hub_offline()}
 
 
