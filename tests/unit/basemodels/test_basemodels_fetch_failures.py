@@ -120,13 +120,12 @@ def test_the_longest_id_and_revision_fetch_into_a_name_the_file_system_takes(
 
 def test_the_fetch_list_keeps_the_latest_ended_fetches_only(settings: Settings, hub: FakeHub) -> None:
     """Every POST of a model already on disk is a fetch of its own, kept for the server's life:
-    GET /api/models/fetch grew with each. Now the latest MAX_ENDED ended ones are kept."""
-    from lorastudio.basemodels.fetches import MAX_ENDED
-
+    GET /api/models/fetch grew with each. Now the latest 100 ended ones are kept (MAX_ENDED)."""
+    kept = 100
     manager = FetchManager(settings)
     manager.wait(manager.start("acme/flux")["id"], 60)
-    ids = [manager.wait(manager.start("acme/flux")["id"], 60)["id"] for _ in range(MAX_ENDED + 20)]
+    ids = [manager.wait(manager.start("acme/flux")["id"], 60)["id"] for _ in range(kept + 20)]
     listed = manager.list()
-    assert [f["id"] for f in listed] == ids[-MAX_ENDED:] and all(f["already_present"] for f in listed)
+    assert [f["id"] for f in listed] == ids[-kept:] and all(f["already_present"] for f in listed)
     with pytest.raises(NotFound):
         manager.get(ids[0])
