@@ -64,6 +64,7 @@ SCAN_CACHE_SIZE = 4096  # folders and checkpoint files whose scan is kept (a few
 FINGERPRINT_MAX_ENTRIES = 1_000  # a pipeline folder holds a dozen entries; more: not cached
 _scan_cache: OrderedDict[str, tuple[tuple[Any, ...], tuple[Recognition, FolderSize]]] = OrderedDict()
 _cache_lock = threading.Lock()
+_delete_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -342,16 +343,22 @@ def delete_model(settings: Settings, model_id: str, *, in_use: Collection[Path] 
     folders) and JobActive (in use). The folder is first renamed to a hidden sibling, so it
     leaves the catalogue at once even if removing its files is slow or fails half-way.
     """
-    entry = get_model(settings, model_id)
-    if not entry.deletable:
-        raise ModelNotDeletable(_why_not_deletable(entry))
-    folder = Path(entry.path)
-    busy = {Path(p).resolve() for p in in_use}
-    if folder.resolve() in busy:
-        raise JobActive(f"{model_id!r} is in use by a queued or running job or fetch; try again when it ends")
-    trash = folder.with_name(f".{folder.name}.deleting-{uuid.uuid4().hex[:8]}")
-    os.rename(folder, trash)
-    shutil.rmtree(trash)
+    with _delete_lock:  # a second delete of it lists it as gone, not half-renamed (a 403 or a 500)
+        entry = get_model(settings, model_id)
+        if not entry.deletable:
+            raise ModelNotDeletable(_why_not_deletable(entry))
+        folder = Path(entry.path)
+        busy = {Path(p).resolve() for p in in_use}
+        if folder.resolve() in busy:
+            raise JobActive(
+                f"{model_id!r} is in use by a queued or running job, a generation or a fetch; try again when it ends"
+            )
+        trash = folder.with_name(f".{folder.name}.deleting-{uuid.uuid4().hex[:8]}")
+        try:
+            os.rename(folder, trash)
+        except FileNotFoundError:  # another process (`models rm`, another server) deleted it
+            raise NotFound(f"no model with id {model_id!r}: it was deleted meanwhile") from None
+    shutil.rmtree(trash)  # outside the lock: a large model's removal holds no other delete
     return entry
 
 

@@ -123,3 +123,35 @@ def test_a_weight_index_of_lists_is_an_unreadable_index(settings: Settings, tmp_
     folder.mkdir()
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": ["x"]}}))
     assert weight_problems(folder) == []  # no shard named: nothing is missing (was a TypeError)
+
+
+def test_concurrent_deletes_of_one_model_delete_it_once(
+    settings: Settings, copy_tiny: Callable[..., Path]
+) -> None:
+    """Six deletes of one model at once (double clicks, two tabs): one deletes it, the others are
+    NotFound. (The others' rename raised FileNotFoundError, a 500, or their listing caught the
+    folder half-renamed and called it the user's own: a 403 "remove it yourself".)"""
+    from lorastudio.basemodels import delete_model
+    from lorastudio.errors import NotFound
+
+    def delete(outcomes: list[str], barrier: threading.Barrier) -> None:
+        barrier.wait()
+        try:
+            delete_model(settings, "tiny")
+            outcomes.append("deleted")
+        except NotFound:
+            outcomes.append("not found")
+        except Exception as err:  # noqa: BLE001 (reported by the assertion below)
+            outcomes.append(f"{type(err).__name__}: {err}")
+
+    for _ in range(3):
+        copy_tiny("flux", settings.models_dir / "tiny", marker=True)
+        outcomes: list[str] = []
+        barrier = threading.Barrier(6)
+        threads = [threading.Thread(target=delete, args=(outcomes, barrier)) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(HANG_S)
+        assert sorted(outcomes) == ["deleted"] + ["not found"] * 5, outcomes
+        assert list(settings.models_dir.iterdir()) == []
