@@ -170,6 +170,20 @@ class Settings(BaseSettings):
             return value.strip() or None
         return value
 
+    @field_validator("hf_token", mode="before")
+    @classmethod
+    def _hub_token(cls, value: object) -> object:
+        """LORASTUDIO_HF_TOKEN: surrounding whitespace dropped (a token file's newline, a .env's
+        CR), blank is none; anything an HTTP header cannot carry is refused without echoing it
+        (it went into an Authorization header, whose error quoted the token, or raised)."""
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, str):
+            value = value.strip() or None
+            if value is not None and (problem := hub_token_problem(value)):
+                raise ValueError(problem)
+        return value
+
     @field_validator("allowed_hosts", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
@@ -244,6 +258,20 @@ def _host_entry(item: str) -> str:
     if not bare or any(c in bare for c in "/@ \t") or bare.count(":") == 1:
         raise ValueError(f"{item!r} is not a host name or address (give it without scheme, path or port)")
     return bare
+
+
+def hub_token_problem(token: str) -> str | None:
+    """Why `token` cannot be a hub token (None: it can): a hub token is visible ASCII (no space,
+    no control character, no other script), at most 400 characters. The message never quotes it."""
+    if len(token) > 400:
+        return f"a hub token is at most 400 characters; this one has {len(token)} (not shown)"
+    bad = next((i for i, c in enumerate(token) if not "!" <= c <= "~"), None)
+    if bad is not None:
+        return (
+            f"a hub token is printable ASCII without spaces; character {bad + 1} of the one given is not "
+            "(the token is not shown)"
+        )
+    return None
 
 
 @lru_cache(maxsize=1)

@@ -33,6 +33,16 @@ def _mode(path: str | Path) -> int | None:
         return None
 
 
+def resolved(path: str | Path) -> Path | None:
+    """`path` made absolute with every link followed (Path.resolve), or None when it cannot be:
+    a link loop (pathlib raises RuntimeError "Symlink loop"), a NUL byte (ValueError), an
+    unsearchable folder on the way. A loop given as a base model was a 500 of the API."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
 def lexists(path: str | Path) -> bool:
     """Whether anything (a link included, not followed) is at `path`; False when it cannot be told
     (a name over the file system's limit, a NUL byte, a folder on the way not searchable)."""

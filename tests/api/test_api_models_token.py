@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from api_helpers import live_server
 from pydantic import SecretStr
+from tests.polling import until
 
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
@@ -60,3 +61,44 @@ def test_a_gated_repo_fetches_with_a_token_given_for_that_fetch(studio_home: Pat
         answers = json.dumps([client.get("/api/models/fetch").json(), catalogue, fetch, started.json()])
         assert HUB_TOKEN not in answers
         assert server.app.state.settings.hf_token.get_secret_value() == "hf_the_studios_own_token"
+
+
+def test_a_token_is_never_echoed_and_one_no_header_can_carry_is_refused(
+    studio_home: Path, hub: FakeHub
+) -> None:
+    """A 422 echoes the body's values: never a token's (a wrong type, too long, the whole body of
+    a missing field). A token an HTTP header cannot carry (a newline inside, another script) is
+    a 400 naming the field, not the token (the HTTP client's error quoted it, or raised: a 500);
+    a pasted token's surrounding newline is dropped and it fetches."""
+    leak = "hf_LEAKED_secret_0123456789"
+    settings = Settings(home=studio_home, hf_token=SecretStr("hf_the_studios_own_token"))
+    with live_server(create_app(settings)) as server:
+        client = server.client
+        answers = []
+        for body in (
+            {"repo_id": "acme/gated", "token": [leak]},
+            {"repo_id": "acme/gated", "token": {"t": leak}},
+            {"repo_id": "acme/gated", "token": leak + "x" * 400},
+            {"token": leak},
+            {"token": leak, "repo_id": "acme/gated", "extra": 1},
+        ):
+            answer = client.post("/api/models/fetch", json=body)
+            assert answer.status_code == 422, answer.text
+            answers.append(answer.text)
+        for token in (leak + "\nX-Other: 1", leak + "ö", "hf_" + "\x00" + leak, leak + " " + leak):
+            answer = client.post("/api/models/fetch", json={"repo_id": "acme/gated", "token": token})
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["problems"][0]["field"] == "token"
+            answers.append(answer.text)
+        assert all(leak not in text for text in answers), answers
+        started = client.post(
+            "/api/models/fetch", json={"repo_id": "acme/gated", "token": f" {HUB_TOKEN}\r\n"}
+        )
+        assert started.status_code == 202, started.text
+        fetch_id = started.json()["id"]
+        ended = until(
+            lambda: (f := client.get(f"/api/models/fetch/{fetch_id}").json())["status"] != "running" and f,
+            60,
+            "the fetch with the stripped token ended",
+        )
+        assert ended["status"] == "completed", ended  # type: ignore[index]

@@ -47,3 +47,32 @@ def test_the_cli_says_which_variable_and_exits_2(tmp_path: object) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert "LORASTUDIO_PORT" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_hub_token_is_stripped_and_one_no_header_can_carry_is_refused_unshown(
+    monkeypatch: pytest.MonkeyPatch, fresh_settings: None
+) -> None:
+    """LORASTUDIO_HF_TOKEN read from a file keeps its newline (a .env its CR): dropped. One with
+    a character no HTTP header carries is refused naming the variable, never quoting the token
+    (it reached an Authorization header, whose error quoted it, or raised)."""
+    secret = "hf_settings_secret_0123456789"
+    monkeypatch.setenv("LORASTUDIO_HF_TOKEN", f"{secret}\r\n")
+    assert get_settings().hf_token.get_secret_value() == secret  # type: ignore[union-attr]
+    for bad in (f"{secret}\nX", f"{secret}é", f"hf_{secret} x"):
+        get_settings.cache_clear()
+        monkeypatch.setenv("LORASTUDIO_HF_TOKEN", bad)
+        with pytest.raises(ConfigError) as err:
+            get_settings()
+        assert [p.field for p in err.value.problems] == ["LORASTUDIO_HF_TOKEN"]
+        assert secret not in str(err.value)
+    get_settings.cache_clear()
+    monkeypatch.setenv("LORASTUDIO_HF_TOKEN", "  ")
+    assert get_settings().hf_token is None
+
+
+def test_a_hub_error_quoting_the_token_is_scrubbed_in_every_form() -> None:
+    from lorastudio.basemodels.hubaccess import scrub
+
+    token = "hf_scrub\tme"
+    message = f"Illegal header value {('Bearer ' + token).encode()!r}; {token!r}; {token}"
+    assert "hf_scrub" not in scrub(message, token)

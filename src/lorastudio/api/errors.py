@@ -10,7 +10,8 @@ HubAccessDenied 403, HubUploadError 502. Every error
 body is {"error": <class name>, "detail": <message>, ...}. A request that fails validation is 422
 as FastAPI answers it, through `JSONOut`: every JSON response escapes lone surrogates (JSON's
 "\\udcff" decodes to one; Starlette's UTF-8 encode of it raised, a 500) and writes a non-finite
-number it echoes (`1e999`, `NaN` in a body) as a string (its JSON encode raised, a 500).
+number it echoes (`1e999`, `NaN` in a body) as a string (its JSON encode raised, a 500), and
+never echoes a secret (a `token` field's value: SECRET_KEYS).
 A JSON body FastAPI could not parse for another reason than its syntax (bytes that are not
 UTF-8, nesting deeper than the parser goes, an integer of more than 4300 digits) is a 422
 `json_invalid` naming the cause, like a syntax error (FastAPI answered a bare 400 "There was an
@@ -140,10 +141,35 @@ async def _handle(request: Request, err: Exception) -> JSONResponse:
     return JSONOut(error_body(err), status_code=status_code_of(err))
 
 
+# Body keys whose values are secrets (FetchBody.token): a 422 never echoes them.
+SECRET_KEYS = frozenset({"token", "hf_token", "api_token"})
+REDACTED = "**********"  # as pydantic prints a SecretStr
+
+
+def _redacted(value: Any) -> Any:
+    """`value` (an echoed input) with every value under a SECRET_KEYS key replaced by REDACTED."""
+    if isinstance(value, dict):
+        return {k: REDACTED if k in SECRET_KEYS else _redacted(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(v) for v in value]
+    return value
+
+
+def _without_secrets(item: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic error item whose echoed `input` holds no secret: the input of an error inside
+    a secret field (a token of the wrong type or length) is REDACTED, and a secret key inside a
+    larger input (the whole body of a `missing` error) too."""
+    if "input" not in item:
+        return item
+    inside = any(part in SECRET_KEYS for part in item.get("loc", ()))
+    return {**item, "input": REDACTED if inside else _redacted(item["input"])}
+
+
 async def _invalid_request(request: Request, err: Exception) -> JSONResponse:
     if not isinstance(err, RequestValidationError):  # only registered for RequestValidationError
         raise err
-    return JSONOut({"detail": jsonable_encoder(err.errors())}, status_code=422)
+    items = [_without_secrets(item) for item in err.errors()]
+    return JSONOut({"detail": jsonable_encoder(items)}, status_code=422)
 
 
 def _unparsable_cause(err: BaseException | None) -> str | None:

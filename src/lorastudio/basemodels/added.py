@@ -11,10 +11,11 @@ import os
 import threading
 from pathlib import Path
 
+from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.single_file import is_single_file
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.settings import Settings
-from lorastudio.user_paths import expand_user, is_dir
+from lorastudio.user_paths import expand_user, is_dir, resolved
 
 ADDED_FILE = "added_models.json"
 _lock = threading.Lock()
@@ -34,7 +35,7 @@ def added_id(folder: Path) -> str:
 def added_folders(settings: Settings) -> list[Path]:
     """The added folders, in the order they were added. A missing or unreadable list is empty."""
     try:
-        data = json.loads(added_list_path(settings).read_text(encoding="utf-8"))
+        data = read_json(added_list_path(settings))
     except (OSError, ValueError):
         return []
     folders = data.get("folders") if isinstance(data, dict) else None
@@ -93,7 +94,11 @@ def add_folder(settings: Settings, path: str) -> Path:
     given = expand_user(path)
     if not given.is_absolute():
         raise ConfigError([FieldProblem("path", f"{path!r}: give an absolute folder path")])
-    folder = given.resolve()
+    folder = resolved(given)
+    if folder is None:  # a NUL byte, a link that loops
+        raise ConfigError(
+            [FieldProblem("path", f"{path!r} cannot be resolved to a folder or checkpoint file")]
+        )
     if not is_dir(folder) and not is_single_file(folder):
         raise ConfigError([FieldProblem("path", f"{folder} is not an existing folder or checkpoint file")])
     why = refusal(folder, settings)

@@ -15,12 +15,12 @@ Pure functions over names and files (no torch, no network).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import INFERENCE_ONLY, OTHER_WEIGHTS
 from lorastudio.errors import ModelSourceError
 
@@ -110,7 +110,7 @@ def captioner_kind(config: Mapping[str, Any], where: str) -> CaptionerKind:
 def read_config(path: Path, where: str) -> dict[str, Any]:
     """The parsed config.json at `path`. Raises ModelSourceError naming `where`."""
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = read_json(path)
     except FileNotFoundError:
         raise ModelSourceError(f"{where}: no {CONFIG} (not a transformers model folder)") from None
     except (OSError, ValueError) as err:
@@ -148,7 +148,8 @@ def weight_problems(folder: Path) -> list[str]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
-            shards = set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values())
+            weight_map = read_json(index).get("weight_map", {})
+            shards = {v for v in weight_map.values() if isinstance(v, str)}
         except (OSError, ValueError, AttributeError):
             shards = {"(unreadable model.safetensors.index.json)"}
         problems += sorted(s for s in shards if not (folder / s).is_file())

@@ -25,7 +25,6 @@ be deleted.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import threading
@@ -45,6 +44,7 @@ from lorastudio.basemodels.captioners import (
 )
 from lorastudio.basemodels.checkpoints import repo_of_folder
 from lorastudio.basemodels.hubcache import cached_repos
+from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import MODEL_INDEX, FolderSize, folder_size, weight_suffix
 from lorastudio.basemodels.single_file import inspect_file
 from lorastudio.basemodels.vetting import Recognition, inspect_folder
@@ -60,10 +60,11 @@ FETCH_MARKER = (
     "lorastudio_fetch.json"  # written last into a fetched folder: {"repo_id", "revision", "commit", ...}
 )
 HUB_PREFIX = "hub:"
-SCAN_CACHE_SIZE = 256  # folders whose scan is kept
+SCAN_CACHE_SIZE = 4096  # folders and checkpoint files whose scan is kept (a few hundred bytes each)
 FINGERPRINT_MAX_ENTRIES = 1_000  # a pipeline folder holds a dozen entries; more: not cached
 _scan_cache: OrderedDict[str, tuple[tuple[Any, ...], tuple[Recognition, FolderSize]]] = OrderedDict()
 _cache_lock = threading.Lock()
+_delete_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class ModelEntry:
 def read_fetch_marker(folder: Path) -> dict[str, Any] | None:
     """The fetch marker of `folder` ({"repo_id", "revision", "commit", "family", ...}) or None."""
     try:
-        data = json.loads((folder / FETCH_MARKER).read_text(encoding="utf-8"))
+        data = read_json(folder / FETCH_MARKER)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("repo_id"), str) else None
@@ -106,15 +107,18 @@ def _has_tiny_marker(folder: Path) -> bool:
 
 def _fingerprint(folder: Path) -> tuple[Any, ...] | None:
     """What changes when a model folder's content changes: the folder's and its sub-folders'
-    (the components') identity and modification times, and model_index.json's. None when the
-    folder cannot be read or has more entries than a pipeline folder ever has (not cached)."""
+    (the components') identity and modification times, and model_index.json's. A folder with
+    more entries than a pipeline folder ever has (an added photo library) is no pipeline: its
+    scan says so from its top-level names, which change its own modification time, so that
+    time alone is its fingerprint (it was never cached: every listing read its every entry
+    again). None when the folder cannot be read (not cached)."""
     try:
         top = folder.stat()
         parts: list[Any] = [top.st_ino, top.st_mtime_ns]
         with os.scandir(folder) as entries:
             for i, entry in enumerate(entries):
                 if i >= FINGERPRINT_MAX_ENTRIES:
-                    return None
+                    return ("many", top.st_dev, top.st_ino, top.st_mtime_ns)
                 if entry.is_dir() or entry.name == MODEL_INDEX:
                     st = entry.stat()
                     parts.append((entry.name, st.st_ino, st.st_mtime_ns, st.st_size))
@@ -143,14 +147,55 @@ def scan_folder(folder: Path, *, walk: bool = True) -> tuple[Recognition, Folder
     return result
 
 
+def scan_file(path: Path) -> tuple[Recognition, FolderSize]:
+    """`inspect_file` of the checkpoint `path` (its header read and checked) and its size,
+    cached until the file changes (device, inode, size, modification and change times): a
+    header is up to MAX_CHECKPOINT_HEADER bytes, whose check takes a second or more, and the
+    catalogue is listed again on every visit of the Models screen. Raises OSError when the
+    file cannot be stat'ed."""
+    st = path.stat()
+    fingerprint = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    key = f"{path}\0file"
+    with _cache_lock:
+        hit = _scan_cache.get(key)
+        if hit is not None and hit[0] == fingerprint:
+            _scan_cache.move_to_end(key)
+            return hit[1]
+    result = (inspect_file(path), FolderSize(st.st_size, True))
+    with _cache_lock:
+        _scan_cache[key] = (fingerprint, result)
+        while len(_scan_cache) > SCAN_CACHE_SIZE:
+            _scan_cache.popitem(last=False)
+    return result
+
+
+MAX_MISSING = 20  # entries of `missing` an entry lists (then "... and N more")
+MAX_TEXT = 2_000  # characters of a reason or a missing entry an entry lists
+
+
+def _bounded(text: str | None) -> str | None:
+    """`text` cut to MAX_TEXT characters: a model_index.json names its components and class,
+    and a listing must not grow with what a damaged one holds."""
+    if text is None or len(text) <= MAX_TEXT:
+        return text
+    return f"{text[:MAX_TEXT]}... ({len(text) - MAX_TEXT} more characters)"
+
+
+def _bounded_missing(missing: Collection[str]) -> list[str]:
+    """The first MAX_MISSING entries of `missing` (each bounded), then how many more."""
+    items = [str(_bounded(m)) for m in list(missing)[:MAX_MISSING]]
+    if len(missing) > MAX_MISSING:
+        items.append(f"... and {len(missing) - MAX_MISSING} more")
+    return items
+
+
 def _entry(
     model_id: str, name: str, source: Source, folder: Path, deletable: bool, size: int | None
 ) -> ModelEntry:
     if folder.is_dir() and folder_captioner(folder) is not None:
         return _captioner_entry(model_id, name, source, folder, deletable, size)
     if folder.is_file():  # a single-file checkpoint (basemodels/single_file.py): its header only
-        rec = inspect_file(folder)
-        found = FolderSize(folder.stat().st_size if size is None else size, True)
+        rec, found = scan_file(folder)
         kind: Literal["pipeline", "single-file"] = "single-file"
     else:
         rec, found = scan_folder(folder, walk=size is None)
@@ -162,10 +207,10 @@ def _entry(
         path=str(folder),
         family=rec.family,
         trainable=rec.trainable,
-        reason=rec.reason,
+        reason=_bounded(rec.reason),
         size_bytes=found.bytes if size is None else size,
         complete=rec.complete,
-        missing=list(rec.missing),
+        missing=_bounded_missing(rec.missing),
         deletable=deletable,
         checkpoint=rec.checkpoint,
         distilled=rec.distilled,
@@ -190,7 +235,7 @@ def _captioner_entry(
         reason=CAPTIONER_REASON,
         size_bytes=folder_size(folder).bytes if size is None else size,
         complete=not missing,
-        missing=missing,
+        missing=_bounded_missing(missing),
         deletable=deletable,
         checkpoint=f"{known.title}: {known.note}" if known else None,
         kind="captioner",
@@ -298,16 +343,22 @@ def delete_model(settings: Settings, model_id: str, *, in_use: Collection[Path] 
     folders) and JobActive (in use). The folder is first renamed to a hidden sibling, so it
     leaves the catalogue at once even if removing its files is slow or fails half-way.
     """
-    entry = get_model(settings, model_id)
-    if not entry.deletable:
-        raise ModelNotDeletable(_why_not_deletable(entry))
-    folder = Path(entry.path)
-    busy = {Path(p).resolve() for p in in_use}
-    if folder.resolve() in busy:
-        raise JobActive(f"{model_id!r} is in use by a queued or running job or fetch; try again when it ends")
-    trash = folder.with_name(f".{folder.name}.deleting-{uuid.uuid4().hex[:8]}")
-    os.rename(folder, trash)
-    shutil.rmtree(trash)
+    with _delete_lock:  # a second delete of it lists it as gone, not half-renamed (a 403 or a 500)
+        entry = get_model(settings, model_id)
+        if not entry.deletable:
+            raise ModelNotDeletable(_why_not_deletable(entry))
+        folder = Path(entry.path)
+        busy = {Path(p).resolve() for p in in_use}
+        if folder.resolve() in busy:
+            raise JobActive(
+                f"{model_id!r} is in use by a queued or running job, a generation or a fetch; try again when it ends"
+            )
+        trash = folder.with_name(f".{folder.name}.deleting-{uuid.uuid4().hex[:8]}")
+        try:
+            os.rename(folder, trash)
+        except FileNotFoundError:  # another process (`models rm`, another server) deleted it
+            raise NotFound(f"no model with id {model_id!r}: it was deleted meanwhile") from None
+    shutil.rmtree(trash)  # outside the lock: a large model's removal holds no other delete
     return entry
 
 

@@ -17,10 +17,10 @@ Pure functions over names and files (no torch, no network).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import MODEL_INDEX
 
 
@@ -80,7 +80,7 @@ def repo_of_folder(folder: Path) -> str | None:
     """The hub repo a folder holds, when it says: lorastudio's fetch marker, or the hub cache's
     folder layout (models--owner--name/snapshots/<commit>). None otherwise."""
     try:
-        marker = json.loads((folder / "lorastudio_fetch.json").read_text(encoding="utf-8"))
+        marker = read_json(folder / "lorastudio_fetch.json")
     except (OSError, ValueError):
         marker = None
     if isinstance(marker, dict) and isinstance(marker.get("repo_id"), str):
@@ -101,7 +101,7 @@ def _index_flag(folder: Path | None) -> tuple[bool, str] | None:
     if folder is None:
         return None
     try:
-        index = json.loads((folder / MODEL_INDEX).read_text(encoding="utf-8"))
+        index = read_json(folder / MODEL_INDEX)
     except (OSError, ValueError):
         return None
     if not isinstance(index, dict):

@@ -21,8 +21,7 @@ huggingface_hub only: never to events, messages, logs or the marker.
 
 from __future__ import annotations
 
-import datetime
-import json
+import hashlib
 import os
 import re
 import shutil
@@ -47,6 +46,8 @@ from lorastudio.basemodels.events import (
     FetchComplete,
     FetchStarted,
 )
+from lorastudio.basemodels.fetch_lock import FetchLock
+from lorastudio.basemodels.fetch_publish import publish
 from lorastudio.basemodels.hubaccess import hub_errors, hub_file, remote_listing, remote_model_index
 from lorastudio.basemodels.hubcache import (
     cached_snapshot,
@@ -64,10 +65,21 @@ from lorastudio.basemodels.layout import (
 from lorastudio.basemodels.progress import Cancelled, FetchTracker
 from lorastudio.basemodels.vetting import inspect_folder, untrainable_reason
 from lorastudio.config import revision_problem
-from lorastudio.errors import ConfigError, FieldProblem, ModelAccessDenied, ModelSourceError, NotFound
+from lorastudio.errors import (
+    ConfigError,
+    FieldProblem,
+    ModelAccessDenied,
+    ModelSourceError,
+    NoSpaceLeft,
+    NotFound,
+)
 from lorastudio.settings import Settings
+from lorastudio.tiny import MARKER_FILE as TINY_MARKER
+from lorastudio.tiny.vlm import MARKER_FILE as TINY_VLM_MARKER
 
 MAX_WORKERS = 4
+# names lorastudio writes or reads in a models/ folder as its own (the fetch and tiny markers)
+RESERVED_NAMES = frozenset({FETCH_MARKER, TINY_MARKER, TINY_VLM_MARKER})
 
 
 @dataclass(frozen=True)
@@ -106,10 +118,18 @@ class FetchOutcome:
     offline: bool = False
 
 
+MAX_TARGET_NAME = 200  # bytes: room for the staging and lock affixes within a 255-byte name
+
+
 def fetch_target(settings: Settings, repo_id: str, revision: str | None = None) -> Path:
     """The models/ folder a fetch of `repo_id` at `revision` goes to: 'owner--name', plus
-    '@<revision>' ('/' as '_') when a revision is given."""
+    '@<revision>' ('/' as '_') when a revision is given. A name over MAX_TARGET_NAME bytes (two
+    96-character parts and a long branch name) is cut and given 12 hex of its hash, so that it,
+    its staging folder and its lock file stay within the file system's 255 bytes (they were an
+    OSError, a 500)."""
     name = repo_id.replace("/", "--") + (f"@{revision.replace('/', '_')}" if revision else "")
+    if len(name.encode()) > MAX_TARGET_NAME:
+        name = f"{name[: MAX_TARGET_NAME - 13]}-{hashlib.sha1(name.encode()).hexdigest()[:12]}"
     return settings.models_dir / name
 
 
@@ -176,7 +196,10 @@ def plan_fetch(settings: Settings, repo_id: str, revision: str | None = None) ->
             f"to fetch it.{found}"
         )
     token = _token(settings)
-    commit, files = remote_listing(repo_id, revision, token)
+    commit, listed = remote_listing(repo_id, revision, token)
+    # a repo path under one of lorastudio's own names (a component folder named like the fetch
+    # marker) would take that name in the fetched folder: never fetched, so never trusted
+    files = {p: n for p, n in listed.items() if p.split("/", 1)[0] not in RESERVED_NAMES}
     if MODEL_INDEX not in files and CONFIG in files:
         with hub_file(repo_id, CONFIG, commit, token) as path:
             config = read_config(path, repo_id)
@@ -242,10 +265,13 @@ def run_fetch(
     fetch_id: str = "fetch",
     emit: EmitFetch | None = None,
     cancel: threading.Event | None = None,
+    lock: FetchLock | None = None,
 ) -> FetchOutcome:
-    """Carry out `plan`: download, check, publish. Emits FetchStarted, FetchProgress (throttled)
-    and FetchComplete / FetchCancelled through `emit`; setting `cancel` stops the download at
-    the next chunk or file. Returns the FetchOutcome. Raises ModelAccessDenied / NotFound (the
+    """Carry out `plan`: download, check, publish, holding the target's FetchLock (`lock`, which
+    this releases, else one taken here: JobActive while another process fetches it; a model
+    another process published meanwhile is already present). Emits FetchStarted, FetchProgress
+    (throttled) and FetchComplete / FetchCancelled through `emit`; setting `cancel` stops the
+    download at the next chunk or file. Returns the FetchOutcome. Raises ModelAccessDenied / NotFound (the
     staging folder is removed), ModelSourceError (a network or hub failure: the files so far
     are kept for a resume; a downloaded pipeline that is not complete: removed)."""
     send = emit or (lambda event: None)
@@ -267,9 +293,21 @@ def run_fetch(
             f"the fetch plan of {plan.repo_id} names no files at a commit for a family or a captioner "
             "(plan it with plan_fetch)"
         )
+    with lock or FetchLock(plan.target, plan.repo_id):
+        if os.path.lexists(plan.target):  # another process published it since this one planned
+            present = _plan_existing(plan.repo_id, plan.revision, plan.target)
+            return run_fetch(settings, present, fetch_id=fetch_id, emit=emit)
+        return _run_locked(plan, fetch_id, send, cancel, _token(settings))
+
+
+def _run_locked(
+    plan: FetchPlan, fetch_id: str, send: EmitFetch, cancel: threading.Event | None, token: str | None
+) -> FetchOutcome:
+    """run_fetch's download, check and publication, under the target's FetchLock."""
+    files = plan.files or {}
     staging = staging_folder(plan.target)
     staging.mkdir(parents=True, exist_ok=True)
-    tracker = FetchTracker(fetch_id, plan.files, staging, send, cancel)
+    tracker = FetchTracker(fetch_id, files, staging, send, cancel)
     send(
         FetchStarted(
             fetch_id=fetch_id,
@@ -277,24 +315,29 @@ def run_fetch(
             revision=plan.revision,
             commit=plan.commit,
             family=plan.family,
-            files_total=len(plan.files),
+            files_total=len(files),
             bytes_total=plan.bytes_total,
         )
     )
     try:
-        _download(plan, staging, tracker, _token(settings))
+        _download(plan, staging, tracker, token)
     except Cancelled:
         send(FetchCancelled(fetch_id=fetch_id))
         return FetchOutcome("cancelled", plan.repo_id, None, None)
     except (ModelAccessDenied, NotFound):
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    except NoSpaceLeft:
+        raise NoSpaceLeft(
+            f"downloading {plan.repo_id} (the files downloaded so far are kept: fetch again to resume)",
+            staging,
+        ) from None
     except ModelSourceError as err:
         raise ModelSourceError(
             f"{err}. The files downloaded so far are kept: fetch again to resume"
         ) from None
     tracker.finish()
-    _publish(plan, staging)
+    publish(plan, staging)
     send(
         FetchComplete(
             fetch_id=fetch_id,
@@ -323,46 +366,6 @@ def _download(plan: FetchPlan, staging: Path, tracker: FetchTracker, token: str 
             max_workers=MAX_WORKERS,
             tqdm_class=tracker.bar_class(),  # type: ignore[arg-type]
         )
-
-
-def _check_download(plan: FetchPlan, staging: Path) -> str | None:
-    """Why the downloaded files do not form the planned model (None: they do)."""
-    if plan.captioner is not None:
-        missing = captioner_problems(staging)
-        if missing or folder_captioner(staging) != plan.captioner:
-            return f"do not form a {plan.captioner} captioner (missing {', '.join(missing) or 'its config'})"
-        return None
-    rec = inspect_folder(staging)
-    if not rec.trainable or rec.family != plan.family:
-        return f"do not form a trainable pipeline: {rec.reason}"
-    return None
-
-
-def _publish(plan: FetchPlan, staging: Path) -> None:
-    """Check the downloaded pipeline (or captioner), write the marker, drop huggingface_hub's
-    bookkeeping and rename the staging folder into place. Raises ModelSourceError (staging
-    removed) when the download does not form the planned, complete model or the target appeared
-    meanwhile."""
-    if (why := _check_download(plan, staging)) is not None:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise ModelSourceError(f"the files fetched from {plan.repo_id} {why}")
-    marker = {
-        "repo_id": plan.repo_id,
-        "revision": plan.revision,
-        "commit": plan.commit,
-        "family": plan.family,
-        "kind": "pipeline" if plan.captioner is None else "captioner",
-        "files": sorted(plan.files or {}),
-        "fetched_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    }
-    shutil.rmtree(staging / ".cache", ignore_errors=True)
-    (staging / FETCH_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-    try:
-        os.rename(staging, plan.target)
-    except OSError as err:
-        raise ModelSourceError(
-            f"{plan.target} appeared while {plan.repo_id} was downloaded ({err}); the download is kept in {staging}"
-        ) from None
 
 
 def fetch_model(

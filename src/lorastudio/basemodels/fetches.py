@@ -9,6 +9,7 @@ again, from the files kept in its staging folder).
 from __future__ import annotations
 
 import datetime
+import logging
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -19,11 +20,23 @@ from pydantic import SecretStr
 
 from lorastudio.basemodels.events import FetchEvent, FetchFailed
 from lorastudio.basemodels.fetch import FetchPlan, plan_fetch, run_fetch, staging_folder
-from lorastudio.errors import JobActive, LorastudioError, ModelSourceError, NotFound
+from lorastudio.basemodels.fetch_lock import FetchLock
+from lorastudio.basemodels.hubaccess import scrub
+from lorastudio.errors import (
+    ConfigError,
+    FieldProblem,
+    JobActive,
+    LorastudioError,
+    ModelSourceError,
+    NoSpaceLeft,
+    NotFound,
+)
 from lorastudio.event_log import EventLog
-from lorastudio.settings import Settings
+from lorastudio.settings import Settings, hub_token_problem
 
 MAX_EVENTS = 2000
+MAX_ENDED = 100  # ended fetches kept (the oldest go first); running ones are all kept
+log = logging.getLogger(__name__)
 
 
 def _now() -> str:
@@ -88,9 +101,15 @@ class FetchManager:
         ModelSourceError), then download in a background thread. Returns the fetch's snapshot.
         `token`: a hub token for this fetch only (a gated repo the studio's token cannot read),
         used instead of settings.hf_token, kept in memory for the download and never stored.
-        Raises JobActive when the same model is being fetched already."""
+        Raises JobActive when the same model is being fetched already (by this server, or by
+        another process: basemodels/fetch_lock.py), ConfigError (field
+        "token") for a token no HTTP header can carry (settings.hub_token_problem; surrounding
+        whitespace is dropped first)."""
         settings = self.settings
+        token = token.strip() if token else None  # a pasted token's newline or spaces
         if token:
+            if problem := hub_token_problem(token):
+                raise ConfigError([FieldProblem("token", problem)])
             settings = settings.model_copy(update={"hf_token": SecretStr(token)})
         plan = plan_fetch(settings, repo_id, revision)
         fetch = Fetch(uuid.uuid4().hex[:12], plan, settings=settings)
@@ -101,14 +120,17 @@ class FetchManager:
             )
             if busy is not None:
                 raise JobActive(f"{repo_id} is being fetched already (fetch {busy.id})")
+            # another process's fetch of it (another server, `models fetch`): 409 now, not a
+            # failed fetch later; the thread's run_fetch releases it
+            lock = FetchLock(plan.target, repo_id) if plan.present is None else None
             self._fetches[fetch.id] = fetch
         fetch.thread = threading.Thread(
-            target=self._run, args=(fetch,), name=f"fetch-{fetch.id}", daemon=True
+            target=self._run, args=(fetch, lock), name=f"fetch-{fetch.id}", daemon=True
         )
         fetch.thread.start()
         return fetch.snapshot()
 
-    def _run(self, fetch: Fetch) -> None:
+    def _run(self, fetch: Fetch, lock: FetchLock | None) -> None:
         try:
             outcome = run_fetch(
                 fetch.settings or self.settings,
@@ -116,20 +138,48 @@ class FetchManager:
                 fetch_id=fetch.id,
                 emit=self._ingest,
                 cancel=fetch.cancel,
+                lock=lock,
             )
         except LorastudioError as err:
-            resumable = isinstance(err, ModelSourceError) and staging_folder(fetch.plan.target).is_dir()
-            self._ingest(FetchFailed(fetch_id=fetch.id, message=str(err), resumable=resumable))
-            with self._lock:
-                fetch.status, fetch.error, fetch.resumable = "failed", str(err), resumable
-                fetch.finished_at = _now()
+            kept = isinstance(err, ModelSourceError | NoSpaceLeft)
+            self._fail(fetch, str(err), kept and staging_folder(fetch.plan.target).is_dir())
             return
+        except Exception as err:  # noqa: BLE001 (an unforeseen failure must still end the fetch)
+            # the thread ends here: without this the fetch stayed "running" for the server's
+            # life, its model neither fetchable again (409) nor deletable
+            token = (fetch.settings or self.settings).hf_token
+            message = scrub(
+                f"the fetch of {fetch.plan.repo_id} failed: {type(err).__name__}: {err}",
+                token.get_secret_value() if token else None,
+            )
+            log.error("fetch %s: %s", fetch.id, message)  # no traceback: its frames hold the token
+            self._fail(fetch, message, staging_folder(fetch.plan.target).is_dir())
+            return
+        finally:
+            if lock is not None:
+                lock.release()  # run_fetch released it, unless it raised before taking it over
         with self._lock:
             fetch.status = outcome.status
             fetch.model_id, fetch.path = outcome.model_id, outcome.path
             fetch.already_present = outcome.already_present
             fetch.resumable = outcome.status == "cancelled"
             fetch.finished_at = _now()
+            self._forget_oldest_ended()
+
+    def _forget_oldest_ended(self) -> None:
+        """Keep MAX_ENDED ended fetches (under self._lock): every POST of a model on disk
+        already is a fetch, and GET /api/models/fetch lists them all."""
+        ended = [k for k, f in self._fetches.items() if f.status != "running"]
+        for key in ended[: max(0, len(ended) - MAX_ENDED)]:
+            del self._fetches[key]
+
+    def _fail(self, fetch: Fetch, message: str, resumable: bool) -> None:
+        """End `fetch` as failed with `message` (event and state)."""
+        self._ingest(FetchFailed(fetch_id=fetch.id, message=message, resumable=resumable))
+        with self._lock:
+            fetch.status, fetch.error, fetch.resumable = "failed", message, resumable
+            fetch.finished_at = _now()
+            self._forget_oldest_ended()
 
     def _ingest(self, event: FetchEvent) -> None:
         data = event.model_dump(mode="json")
@@ -147,7 +197,8 @@ class FetchManager:
             return self._fetches[fetch_id].snapshot()
 
     def list(self) -> list[dict[str, Any]]:
-        """Every fetch of this server's life, oldest first."""
+        """The fetches of this server's life, oldest first: every running one and the latest
+        MAX_ENDED that ended."""
         with self._lock:
             return [f.snapshot() for f in self._fetches.values()]
 

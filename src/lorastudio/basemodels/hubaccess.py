@@ -3,7 +3,8 @@ errors whose messages say what to do (and never contain the token).
 
 - `hub_errors(...)`: a context manager mapping huggingface_hub / network errors:
   gated repo (401/403) and private or missing repo without access (401) -> ModelAccessDenied,
-  missing repo (404) or revision -> NotFound, offline / unreachable / other HTTP -> ModelSourceError.
+  missing repo (404) or revision -> NotFound, offline / unreachable / other HTTP -> ModelSourceError,
+  a full disk (ENOSPC / EDQUOT while the files are written) -> NoSpaceLeft.
 - `remote_listing(...)`: commit + {path: size} of a repo revision.
 - `hub_file(...)`: one file of a repo revision, downloaded into a temporary folder.
 - `remote_model_index(...)`: the parsed model_index.json (the first file read: this is where a
@@ -12,7 +13,6 @@ errors whose messages say what to do (and never contain the token).
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,15 +20,22 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.basemodels.hubcache import hub_cache_dir, hub_endpoint
+from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import MODEL_INDEX
-from lorastudio.errors import ModelAccessDenied, ModelSourceError, NotFound
+from lorastudio.errors import ModelAccessDenied, ModelSourceError, NoSpaceLeft, NotFound, is_no_space
 
 TOKEN_HINT = "set LORASTUDIO_HF_TOKEN (or log in with `hf auth login`)"
 
 
 def scrub(text: str, token: str | None) -> str:
-    """`text` with the token (if any) replaced by '***'."""
-    return text.replace(token, "***") if token else text
+    """`text` with the token (if any) replaced by '***': as given, and as a repr or a bytes
+    repr quotes it (an HTTP client's "Illegal header value b'Bearer ...'" escapes it)."""
+    if not token:
+        return text
+    forms = {token, repr(token)[1:-1], repr(token.encode("utf-8", "backslashreplace"))[2:-1]}
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, "***")
+    return text
 
 
 def _status(err: BaseException) -> int | None:
@@ -51,6 +58,8 @@ def hub_errors(repo_id: str, revision: str | None, token: str | None) -> Iterato
     endpoint = hub_endpoint()
     try:
         yield
+    except hf.HFValidationError as err:  # an id or revision huggingface_hub refuses (is_hub_id's backstop)
+        raise ModelSourceError(f"{repo_id!r} is not an id the hub accepts: {_first_line(err)}") from None
     except hf.GatedRepoError as err:
         status = _status(err) or 403
         who = "no hub token was sent" if status == 401 else "the hub token has no access to it"
@@ -84,7 +93,18 @@ def hub_errors(repo_id: str, revision: str | None, token: str | None) -> Iterato
         raise ModelSourceError(
             f"the hub answered {status} for {repo_id}: {scrub(_first_line(err), token)}"
         ) from None
-    except (httpx2.HTTPError, OSError) as err:
+    except UnicodeError:  # a token no HTTP header can carry (settings.hub_token_problem)
+        raise ModelSourceError(
+            f"the hub token cannot be sent for {repo_id}: it is not printable ASCII (the token is not shown)"
+        ) from None
+    except OSError as err:
+        if is_no_space(err):  # the hub answered; the disk the files go to is full
+            raise NoSpaceLeft(f"downloading {repo_id}", err.filename) from None
+        raise ModelSourceError(
+            f"cannot reach the hub at {endpoint} for {repo_id}: {type(err).__name__}: "
+            f"{scrub(_first_line(err), token)}"
+        ) from None
+    except httpx2.HTTPError as err:
         raise ModelSourceError(
             f"cannot reach the hub at {endpoint} for {repo_id}: {type(err).__name__}: "
             f"{scrub(_first_line(err), token)}"
@@ -135,7 +155,7 @@ def remote_model_index(repo_id: str, commit: str, token: str | None) -> dict[str
     is removed). Raises as hub_errors, and ModelSourceError when it is not a JSON object."""
     with hub_file(repo_id, MODEL_INDEX, commit, token) as path:
         try:
-            meta = json.loads(path.read_text(encoding="utf-8"))
+            meta = read_json(path)
         except (OSError, ValueError) as err:
             raise ModelSourceError(f"{repo_id}: model_index.json cannot be read: {err}") from None
     if not isinstance(meta, dict):

@@ -14,14 +14,24 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# owner/name as huggingface_hub's validate_repo_id accepts it (ASCII only): each part 1-96 of
+# [A-Za-z0-9_.-], starting with a letter or digit and ending with a letter, digit or '_'
+_PART = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+HUB_ID = re.compile(rf"{_PART}/{_PART}")  # used with fullmatch: '$' let a trailing newline in
+COMMIT = re.compile(r"[0-9a-f]{40}")  # fullmatch
 DEFAULT_ENDPOINT = "https://huggingface.co"  # huggingface_hub's own default (constants._HF_DEFAULT_ENDPOINT)
 
 
 def is_hub_id(value: str) -> bool:
-    """True for the shape of a hub repo id: owner/name (no '..', no leading '.' or '~')."""
-    return bool(HUB_ID.match(value)) and ".." not in value
+    """True for the shape of a hub repo id: owner/name as huggingface_hub accepts it (HUB_ID; no
+    '..', no '--', no '.git' end, nothing after the name: a trailing newline was accepted and
+    huggingface_hub's own check of such an id raised past every handler, a 500)."""
+    return (
+        bool(HUB_ID.fullmatch(value))
+        and ".." not in value
+        and "--" not in value
+        and not value.endswith(".git")
+    )
 
 
 def hub_offline() -> bool:
@@ -69,7 +79,7 @@ def cached_snapshot(repo_id: str, revision: str | None = None, cache_dir: Path |
     main), or None when that revision is not in the cache. Only reads."""
     storage = repo_storage(repo_id, cache_dir)
     rev = revision or "main"
-    commit: str | None = rev if COMMIT.match(rev) else None
+    commit: str | None = rev if COMMIT.fullmatch(rev) else None
     if commit is None:
         ref = storage / "refs" / rev
         try:

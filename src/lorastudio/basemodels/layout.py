@@ -10,7 +10,6 @@ default, so they are never counted as weights nor fetched.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -18,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from lorastudio.basemodels.jsonfile import read_json
 
 MODEL_INDEX = "model_index.json"
 LOADABLE_WEIGHTS = (".safetensors", ".bin")
@@ -93,7 +94,7 @@ def _missing_shards(folder: Path, names: set[str], suffix: str) -> list[str]:
         n for n in names if n.endswith(f"{suffix}.index.json") and not is_variant(n[:-11])
     ):
         try:
-            weight_map = json.loads((folder / index_name).read_text(encoding="utf-8")).get("weight_map", {})
+            weight_map = read_json(folder / index_name).get("weight_map", {})
         except (OSError, ValueError, AttributeError):
             missing.append(f"{folder.name}/{index_name} (unreadable)")
             continue

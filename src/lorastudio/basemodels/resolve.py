@@ -19,6 +19,7 @@ from lorastudio.basemodels.vetting import inspect_folder, vet_pipeline_folder
 from lorastudio.errors import ModelSourceError
 from lorastudio.settings import Settings
 from lorastudio.user_paths import expand_user
+from lorastudio.user_paths import resolved as resolved_path
 
 
 def resolve_hub_id(
@@ -111,7 +112,9 @@ def resolve_base(
     else:
         candidate = settings.models_dir / given
     if candidate is not None and os.path.lexists(candidate):
-        resolved = candidate.resolve()
+        resolved = resolved_path(candidate)
+        if resolved is None:
+            raise ModelSourceError(f"base model {base_model!r} cannot be resolved (a link that loops)")
         if resolved.is_file():
             facts = vet_single_file(resolved, family)
             config = resolve_base_config(

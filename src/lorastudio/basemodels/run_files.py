@@ -21,7 +21,6 @@ the pipeline's `unet` where it has one, else its `transformer` (every family's s
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,10 +28,11 @@ from pathlib import Path
 
 from lorastudio.basemodels.catalogue import fetched_folder
 from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
+from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import MODEL_INDEX, listed_components, loadable_weights, needs_weights
 from lorastudio.basemodels.single_file import read_file_facts
 from lorastudio.settings import Settings
-from lorastudio.user_paths import expand_user
+from lorastudio.user_paths import expand_user, resolved
 
 # The parts of a run that load weights, in the order the engine loads them; the names are those of
 # training/events.ModelLoadStarted.component.
@@ -79,9 +79,9 @@ def _local(base: str, settings: Settings, revision: str | None) -> Path | None:
     if not given.is_absolute() and ".." not in given.parts and not base.startswith((".", "~")):
         named = settings.models_dir / given
         if os.path.lexists(named):
-            return named.resolve()
+            return resolved(named)
     if given.is_absolute():
-        return given.resolve() if given.exists() else None
+        return resolved(given) if given.exists() else None
     if not is_hub_id(base):
         return None
     fetched = fetched_folder(settings, base, None) if revision is None else None
@@ -105,7 +105,7 @@ def _folder_files(folder: Path, skip: tuple[str, ...]) -> list[WeightFile]:
     """The weight files of pipeline folder `folder`'s components (those in `skip` left out), in
     model_index.json order; [] when it has no readable model_index.json."""
     try:
-        index = json.loads((folder / MODEL_INDEX).read_text(encoding="utf-8"))
+        index = read_json(folder / MODEL_INDEX)
     except (OSError, ValueError):
         return []
     if not isinstance(index, dict):

@@ -9,7 +9,8 @@ accepted.
 
 from __future__ import annotations
 
-import json
+import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from lorastudio.basemodels.accepted import (
     family_of_pipeline,
 )
 from lorastudio.basemodels.checkpoints import KnownCheckpoint, checkpoint_facts
+from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import (
     MODEL_INDEX,
     inference_only_formats,
@@ -55,7 +57,7 @@ def read_model_index(folder: Path) -> dict[str, Any]:
     if not index.is_file():
         raise ModelSourceError(f"{folder} is not a diffusers pipeline folder (no model_index.json)")
     try:
-        meta = json.loads(index.read_text(encoding="utf-8"))
+        meta = read_json(index)
     except (OSError, ValueError) as err:
         raise ModelSourceError(f"{index} cannot be read: {err}") from None
     if not isinstance(meta, dict):
@@ -76,7 +78,7 @@ def describe_non_pipeline(folder: Path) -> str:
     """Why a folder without model_index.json is not trainable: GGUF / other inference-only
     files, a single component (config.json + weights), a single-file checkpoint, or nothing
     recognisable. Lists what is accepted."""
-    names = sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+    names = _file_names(folder)
     formats = inference_only_formats(names)
     if formats:
         files = ", ".join(n for n in names if weight_suffix(n) in (".gguf", ".onnx"))[:200]
@@ -101,9 +103,30 @@ def describe_non_pipeline(folder: Path) -> str:
     return f"{folder} is not a diffusers pipeline folder (no model_index.json); {accepted_text()}"
 
 
+MAX_NAMES = 20_000  # entries of a non-pipeline folder read to say what it holds
+
+
+def _file_names(folder: Path) -> list[str]:
+    """The names of the regular files among the first MAX_NAMES entries of `folder`, sorted
+    ([] when it cannot be read): what a folder that is no pipeline holds, without reading every
+    entry of an added photo library."""
+    names: list[str] = []
+    try:
+        with os.scandir(folder) as entries:
+            for i, entry in enumerate(entries):
+                if i >= MAX_NAMES:
+                    break
+                with contextlib.suppress(OSError):
+                    if entry.is_file():
+                        names.append(entry.name)
+    except OSError:
+        return []
+    return sorted(names)
+
+
 def _class_name_of(config: Path) -> str | None:
     try:
-        meta = json.loads(config.read_text(encoding="utf-8"))
+        meta = read_json(config)
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict):

@@ -171,6 +171,8 @@ class GenerationService:
         self._process: GenerationProcess | None = None
         self._key: tuple[Any, ...] | None = None
         self._flight = InFlight()  # requests in flight (waiting, running or saving)
+        self._bases: dict[str, tuple[str, ...]] = {}  # request id -> its base's source and config
+        self._bases_lock = threading.Lock()
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
     @property
@@ -284,9 +286,20 @@ class GenerationService:
             return self._generate(req, rid)
         finally:
             self._flight.finish(rid)
+            with self._bases_lock:
+                self._bases.pop(rid, None)
+
+    def models_in_use(self) -> set[Path]:
+        """The local base-model folders and files (and a single file's base config folder) of
+        the requests in flight: not to be deleted under them (DELETE /api/models answers 409)."""
+        with self._bases_lock:
+            used = [p for paths in self._bases.values() for p in paths]
+        return {Path(p) for p in used if Path(p).is_absolute()}
 
     def _generate(self, req: GenerationRequest, rid: str) -> dict[str, Any]:
         base, loras = self.check(req)
+        with self._bases_lock:
+            self._bases[rid] = tuple(p for p in (base.source, base.config) if p)
         family = families.get(req.family).spec.name
         out_dir = gallery_dir(self.settings)
         out_dir.mkdir(parents=True, exist_ok=True)

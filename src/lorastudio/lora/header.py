@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import stat
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -89,8 +90,15 @@ def read_header(path: Path, max_bytes: int = MAX_HEADER_BYTES) -> LoraHeader:
     Raises NotFound (no such file), ModelSourceError (anything the format does not allow)."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        # without blocking (a FIFO would hold the caller forever), a regular file only
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError(path)
+            if not stat.S_ISREG(info.st_mode):
+                raise _bad(path, "it is not a regular file (a pipe, a device or a socket)")
+            size = info.st_size
             if size < 8:
                 raise _bad(path, f"{size} bytes, too short for a safetensors header")
             (length,) = struct.unpack("<Q", f.read(8))

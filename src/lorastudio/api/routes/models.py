@@ -4,7 +4,7 @@ deleting what lorastudio downloaded or created.
 
 Status codes: a hub repo the token cannot read (gated, private) is 403 (the hub's own 401/403 is
 in the message: a 401 here would mean lorastudio's API token); deleting a model lorastudio did not
-create is 403; deleting one a job or fetch uses is 409.
+create is 403; deleting one a job, a generation or a fetch uses is 409.
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ def catalogue(settings: Settings = Depends(settings_dep)) -> list[dict[str, Any]
 
 @router.get("/fetch", response_model=FetchList)
 def fetch_list(fetches: FetchManager = Depends(fetches_dep)) -> dict[str, Any]:
-    """The fetches of this server's life, oldest first, and whether the hub client is offline."""
+    """The fetches of this server's life, oldest first (every running one, the latest 100 ended),
+    and whether the hub client is offline."""
     return {"fetches": fetches.list(), "offline": hub_offline()}
 
 
@@ -162,10 +163,10 @@ def delete(
     fetches: FetchManager = Depends(fetches_dep),
 ) -> Any:
     """Delete a model lorastudio downloaded or created (fetched or tiny). 403 for anything else
-    (the user's folders, added folders, the hub cache), 409 while a job, a caption job or a fetch
-    uses it, 404 when unknown."""
+    (the user's folders, added folders, the hub cache), 409 while a job, a caption job, a
+    generation request or a fetch uses it, 404 when unknown."""
     captions = getattr(request.app.state, "captions", None)  # created on first use (routes/captions.py)
-    in_use = _models_in_use(service) | fetches.busy_folders()
+    in_use = _models_in_use(service) | fetches.busy_folders() | request.app.state.generation.models_in_use()
     in_use |= captions.models_in_use() if captions is not None else set()
     try:
         entry = delete_model(settings, model_id, in_use=in_use)
