@@ -157,6 +157,33 @@ def test_comfyuis_generic_diffusion_model_spelling_reads_as_the_kohya_layout(fam
         assert all(torch.equal(read.tensors[k], peft[k]) for k in peft)
 
 
+@pytest.mark.parametrize("family", ["flux", "sdxl"])
+def test_a_comfyui_trainer_file_reads_when_its_differences_are_zero_and_is_refused_else(family, layer_shapes):
+    """ComfyUI's trainer node (comfy_extras/nodes_train.py) writes `diffusion_model.<checkpoint
+    name>` LoRA pairs with a trained per-layer `.alpha`, and a `.diff_b` per bias (and `.diff`
+    per norm weight). No LoRA layout holds a full difference: all-zero ones are skipped, the
+    layers read as the kohya file's; a non-zero one is refused with the reason (it was refused
+    as 'not a flux kohya/ComfyUI key' either way)."""
+    peft = _synthetic(layer_shapes(family))
+    kohya = to_kohya(peft, family, ALPHA)
+    layout = names.kohya_layout(family)
+    trainer: dict[str, torch.Tensor] = {}
+    for key, value in kohya.items():
+        flat, _, suffix = key.removeprefix("lora_unet_").partition(".")
+        name = f"diffusion_model.{names.undot(flat, layout)}"
+        trainer[f"{name}.{suffix}"] = value
+        if suffix == "lora_up.weight":
+            trainer[f"{name}.diff_b"] = torch.zeros(value.shape[0])  # [out]
+    trainer["diffusion_model.out.0.diff"] = torch.zeros(8)  # a norm weight's (SDXL's output GroupNorm)
+    back = to_diffusers(trainer, family)
+    assert back.tensors.keys() == peft.keys() and (back.rank, back.alpha) == (RANK, ALPHA)
+    assert all(torch.equal(back.tensors[k], peft[k]) for k in peft)
+    key = next(k for k in trainer if k.endswith(".diff_b"))
+    trainer[key] = torch.ones_like(trainer[key])
+    with pytest.raises(ConfigError, match="full difference of a weight or bias"):
+        to_diffusers(trainer, family)
+
+
 @pytest.mark.parametrize(
     ("family", "tensors", "message"),
     [
