@@ -79,7 +79,9 @@ def test_a_comfyui_trainer_file_merges_its_lora_pairs_and_bias_differences(flux_
     apply_loras(flux_pipe, [])
     for ms in layers.values():
         for m in ms:
-            assert torch.equal(m.weight.float(), base[id(m)][0]) and torch.equal(m.bias.float(), base[id(m)][1])
+            assert torch.equal(m.weight.float(), base[id(m)][0]) and torch.equal(
+                m.bias.float(), base[id(m)][1]
+            )
 
 
 def test_a_norm_weight_difference_merges_and_a_bias_the_layer_lacks_is_refused(tiny_model, tmp_path):
