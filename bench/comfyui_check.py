@@ -176,13 +176,23 @@ def sdxl_unet_config(model: Path) -> dict[str, Any]:
 
 def flux2_native(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """FLUX.2 weights in BFL names (lorastudio's names_flux2: ComfyUI has no diffusers FLUX.2
-    conversion), fused q/k/v parts stacked in row order."""
+    conversion), fused q/k/v parts stacked in row order; the q / k norms' weights too."""
     parts: dict[str, dict[int, torch.Tensor]] = {}
+    norms = {  # the q / k RMSNorms ComfyUI's QKNorm holds as comfy.ops layers (`.weight`)
+        f"{blocks}.{i}.{d}": f"{bfl}.{i}.{o}"
+        for blocks, bfl, table in (
+            ("transformer_blocks", "double_blocks", names_flux2.QK_NORMS_DOUBLE),
+            ("single_transformer_blocks", "single_blocks", names_flux2.QK_NORMS_SINGLE),
+        )
+        for i in range(64)
+        for d, o in table.items()
+    }
     for key, value in weights.items():
         if not key.endswith(".weight"):
             continue
+        module = key.removesuffix(".weight")
         try:
-            bfl, part = names_flux2.to_original(key.removesuffix(".weight"))
+            bfl, part = (norms[module], None) if module in norms else names_flux2.to_original(module)
         except ConfigError:  # a module with no BFL name is not one a LoRA patches
             continue
         parts.setdefault(bfl + ".weight", {})[0 if part is None else part] = value

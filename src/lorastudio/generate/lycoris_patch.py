@@ -69,19 +69,26 @@ _LYCORIS_ONLY = re.compile(
     r"\.(dora_scale|hada_w[12]_[ab]|hada_t[12]|lokr_w[12](_[ab])?|lokr_t2|diff|diff_b)$"
 )
 _BIAS = "diff_b"
+# LoRA pairs in ComfyUI's generic spelling with kohya's suffixes (`diffusion_model.<checkpoint
+# name>.lora_up / lora_down.weight` + `.alpha`: its trainer node's files): diffusers' loaders read
+# that spelling for no family but Qwen-Image (FLUX.1's asserts, SDXL's and Krea 2's refuse it,
+# FLUX.2's and Z-Image's match no layer), so such a file is merged here by ComfyUI's rule
+_GENERIC_PAIR = re.compile(r"^diffusion_model\..+\.lora_(up|down)\.weight$")
 
 
 def is_lycoris_file(path: Path) -> bool:
     """Whether the safetensors file at `path` holds LyCORIS-layout keys (`lycoris_<module>.*`) or
     LyCORIS tensors under kohya's names (kohya sd-scripts / LyCORIS / ai-toolkit DoRA, LoHa, LoKr:
-    generate/lycoris_names.py) rather than diffusers / kohya LoRA keys. False for a file
+    generate/lycoris_names.py), or ComfyUI's own spelling (its trainer node's files: `.diff` /
+    `.diff_b`, LoRA pairs as `diffusion_model.<name>.lora_up / lora_down`) rather than diffusers /
+    kohya LoRA keys. False for a file
     safetensors cannot open (the loader then names the problem)."""
     from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
             names = f.keys()
-        return any(k.startswith(PREFIX) or _LYCORIS_ONLY.search(k) for k in names)
+        return any(k.startswith(PREFIX) or _LYCORIS_ONLY.search(k) or _GENERIC_PAIR.match(k) for k in names)
     except (OSError, SafetensorError):
         return False
 
@@ -179,10 +186,12 @@ def patch_lycoris(pipe: DiffusionPipeline, files: Sequence[tuple[Path, float]]) 
         except (OSError, ValueError, ModelSourceError) as err:  # LycorisError is a ValueError
             raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
         missing = sorted(
-            x
-            for x, (target, parts) in modules.items()
-            for attr in _patched_params(parts)
-            if any(k not in params[attr] for k in target.keys)
+            {
+                x
+                for x, (target, parts) in modules.items()
+                for attr in _patched_params(parts)
+                if any(k not in params[attr] for k in target.keys)
+            }
         )
         if missing:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""

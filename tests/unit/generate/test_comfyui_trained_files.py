@@ -36,7 +36,7 @@ def _change(t: dict[str, torch.Tensor], name: str) -> tuple[torch.Tensor, torch.
     rule (LoRAAdapter: alpha / rank * up @ down; load_lora's diff_b added as it is)."""
     up, down = t[f"{name}.lora_up.weight"].float(), t[f"{name}.lora_down.weight"].float()
     scale = t[f"{name}.alpha"].float().item() / RANK
-    return scale * up @ down, t[f"{name}.diff_b"].float()
+    return scale * up @ down, t.get(f"{name}.diff_b", torch.zeros(up.shape[0])).float()  # none: 0
 
 
 def _swap(x: torch.Tensor) -> torch.Tensor:  # the checkpoint's (shift, scale) <-> diffusers' (scale, shift)
@@ -44,10 +44,12 @@ def _swap(x: torch.Tensor) -> torch.Tensor:  # the checkpoint's (shift, scale) <
     return torch.cat([second, first])
 
 
-def test_a_comfyui_trainer_file_merges_its_lora_pairs_and_bias_differences(flux_pipe, tmp_path):
+@pytest.mark.parametrize("biases", [True, False])
+def test_a_comfyui_trainer_file_merges_its_lora_pairs_and_bias_differences(flux_pipe, tmp_path, biases):
     """FLUX.1 layers under BFL names (a fused qkv, the swapped final adaLN, a time embedder, an
     output projection): every weight and bias moves by ComfyUI's change at strength 1 and by half
-    of it at 0.5; unloading restores both."""
+    of it at 0.5; unloading restores both. Without `.diff_b` (LoRA pairs alone, as for a model
+    without biases) the file was handed to diffusers, whose FLUX.1 converter failed an assert."""
     t = flux_pipe.transformer
     a = t.transformer_blocks[0].attn
     layers = {  # BFL name -> the diffusers modules of its rows, in the checkpoint's row order
@@ -62,7 +64,7 @@ def test_a_comfyui_trainer_file_merges_its_lora_pairs_and_bias_differences(flux_
     tensors: dict[str, torch.Tensor] = {}
     for name, modules in layers.items():
         out = sum(m.weight.shape[0] for m in modules)
-        tensors |= _trainer_layer(name, out, modules[0].weight.shape[1], True, g)
+        tensors |= _trainer_layer(name, out, modules[0].weight.shape[1], biases, g)
     path = tmp_path / "comfy_trained.safetensors"
     save_file(tensors, str(path))
     for strength in (1.0, 0.5):
@@ -111,3 +113,42 @@ def test_a_norm_weight_difference_merges_and_a_bias_the_layer_lacks_is_refused(t
     with pytest.raises(ModelSourceError, match=r"norm_q"):
         apply_loras(pipe, [(bad, 1.0)])
     assert torch.equal(norm.weight.float(), w0) and torch.equal(proj.bias.float(), pb0)
+
+
+@pytest.mark.parametrize(
+    ("family", "comfy", "diffusers"),
+    [  # ComfyUI's module names of layers no LoRA of ours targets, which its trainer node adapts
+        ("sdxl", "input_blocks.3.0.op", ["down_blocks.0.downsamplers.0.conv"]),
+        ("sdxl", "output_blocks.5.2.conv", ["up_blocks.1.upsamplers.0.conv"]),
+        (
+            "sdxl",
+            "output_blocks.2.1.conv",
+            ["up_blocks.0.upsamplers.0.conv"],
+        ),  # an up block without attention
+        ("sdxl", "input_blocks.1.0.in_layers.0", ["down_blocks.0.resnets.0.norm1"]),
+        ("sdxl", "middle_block.2.out_layers.0", ["mid_block.resnets.1.norm2"]),
+        ("sdxl", "out.0", ["conv_norm_out"]),
+        ("flux", "double_blocks.0.txt_attn.norm.key_norm", ["transformer_blocks.0.attn.norm_added_k"]),
+        ("flux", "single_blocks.1.norm.query_norm", ["single_transformer_blocks.1.attn.norm_q"]),
+        ("flux2", "double_blocks.0.img_attn.norm.query_norm", ["transformer_blocks.0.attn.norm_q"]),
+        ("flux2", "single_blocks.0.norm.key_norm", ["single_transformer_blocks.0.attn.norm_k"]),
+        ("z-image", "layers.1.attention.qkv", [f"layers.1.attention.to_{p}" for p in "qkv"]),
+        ("z-image", "noise_refiner.0.attention.k_norm", ["noise_refiner.0.attention.norm_k"]),
+        ("z-image", "context_refiner.0.attention.out", ["context_refiner.0.attention.to_out.0"]),
+        ("z-image", "final_layer.adaLN_modulation.1", ["all_final_layer.2-1.adaLN_modulation.1"]),
+        ("z-image", "x_embedder", ["all_x_embedder.2-1"]),
+        ("z-image", "layers.0.ffn_norm2", ["layers.0.ffn_norm2"]),  # the same name in both
+    ],
+)
+def test_comfyuis_names_of_every_layer_its_trainer_adapts_resolve_to_diffusers_modules(
+    family, comfy, diffusers
+):
+    """Generation's name resolution (generate/lycoris_names.py) of ComfyUI's own names: the SDXL
+    samplers and GroupNorms, FLUX's q / k norms, Z-Image's Lumina 2 names (ComfyUI's
+    z_image_to_diffusers); they were refused as layers of no pipeline."""
+    from lorastudio.generate.lycoris_names import to_lycoris_names
+    from lorastudio.lora.lycoris import module_key
+
+    pipeline = {"sdxl": "StableDiffusionXLPipeline", "flux": "FluxPipeline", "flux2": "Flux2Pipeline"}
+    named = to_lycoris_names({f"diffusion_model.{comfy}": {}}, pipeline.get(family, "ZImagePipeline"))
+    assert named[f"diffusion_model.{comfy}"][0].keys == tuple(module_key(m) for m in diffusers)
