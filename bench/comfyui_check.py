@@ -176,7 +176,9 @@ def sdxl_unet_config(model: Path) -> dict[str, Any]:
 
 def flux2_native(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """FLUX.2 weights in BFL names (lorastudio's names_flux2: ComfyUI has no diffusers FLUX.2
-    conversion), fused q/k/v parts stacked in row order; the q / k norms' weights too."""
+    conversion), fused q/k/v parts stacked in row order, the final adaLN's halves swapped (as
+    diffusers' convert_flux2_transformer_checkpoint_to_diffusers swaps them); the q / k norms'
+    weights too."""
     parts: dict[str, dict[int, torch.Tensor]] = {}
     norms = {  # the q / k RMSNorms ComfyUI's QKNorm holds as comfy.ops layers (`.weight`)
         f"{blocks}.{i}.{d}": f"{bfl}.{i}.{o}"
@@ -196,7 +198,11 @@ def flux2_native(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         except ConfigError:  # a module with no BFL name is not one a LoRA patches
             continue
         parts.setdefault(bfl + ".weight", {})[0 if part is None else part] = value
-    return {k: torch.cat([p[i] for i in sorted(p)], dim=0) for k, p in parts.items()}
+    out = {k: torch.cat([p[i] for i in sorted(p)], dim=0) for k, p in parts.items()}
+    swapped = f"{names_flux2.SWAPPED}.weight"  # BFL's (shift, scale) rows, diffusers' (scale, shift)
+    if swapped in out:
+        out[swapped] = torch.cat(out[swapped].chunk(2)[::-1])
+    return out
 
 
 def file_kinds(lora: Path) -> dict[str, int]:

@@ -209,7 +209,8 @@ def apply_loras(
             AssertionError,
         ) as err:  # diffusers' converters assert
             _unload(pipe)
-            raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
+            reason = str(err) or f"diffusers' loader failed ({type(err).__name__}) on its layers"
+            raise ModelSourceError(f"cannot apply LoRA {path}: {reason}") from err
         if foreign is not None and not foreign.state:
             continue  # nothing of it left to diffusers' loader
         loaded = {n for names_ in pipe.get_list_adapters().values() for n in names_}
