@@ -25,6 +25,10 @@ v0.19.3 model, so it is reported as skipped there; it was checked with ComfyUI v
 commit 2f35f4a08176d993cded35dac3332be4f7287f41, the files of that commit; its dependencies
 beyond these: comfy-kitchen, and torchaudio is stubbed like torchvision): every case above
 and the diffusers layout loaded, every patched weight the trained change (fp32 files: exactly).
+Session 25 ran every family and case again with upstream de6b062f (2026-08-20, v0.33.0 + 34
+commits, the newest snapshot to be had; deps pinned as its requirements.txt: comfy-kitchen
+0.2.31, comfy-aimdo 0.4.13): all held. The reverse direction (ComfyUI's trainer node's files in
+lorastudio's generation) is bench/comfyui_trainer_check.py.
 """
 
 from __future__ import annotations

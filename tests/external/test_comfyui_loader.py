@@ -12,7 +12,9 @@ Needs a ComfyUI checkout (not on PyPI, never vendored): LORASTUDIO_COMFYUI=/path
 its extra dependencies in LORASTUDIO_COMFYUI_DEPS (see bench/comfyui_check.py). Skipped without.
 Krea 2 is a ComfyUI model since after v0.19.3: with a checkout that has it (checked with v0.33.0,
 upstream commit 2f35f4a0) its files go through the same loader (both layouts, every adapter
-kind); with v0.19.3 its cases are skipped (no comfy.model_base.Krea2).
+kind); with v0.19.3 its cases are skipped (no comfy.model_base.Krea2). Checked again, every
+family and case, with upstream de6b062f (2026-08-20, v0.33.0 + 34 commits; deps comfy-kitchen
+0.2.31, comfy-aimdo 0.4.13, einops, scipy, torchsde, trampoline): all pass (session 25).
 """
 
 from __future__ import annotations
