@@ -208,7 +208,14 @@ def patch_lycoris(pipe: DiffusionPipeline, files: Sequence[tuple[Path, float]]) 
                     where = f"cannot apply LoRA {path}: layer {x}"
                     for attr, own in _patched_params(parts).items():
                         layers = [params[attr][k] for k in target.keys]
-                        _patch_one(layers, target.swapped, own, strength, saved, f"{where} ({attr})")
+                        _patch_one(
+                            layers,
+                            target.swapped,
+                            own,
+                            strength,
+                            saved,
+                            where if attr == "weight" else f"{where} (its bias)",
+                        )
     finally:
         setattr(pipe, _SAVED, list(saved.values()))  # what was patched, even on a failure
     # a failure leaves no patch behind: the weights patched before it are restored
