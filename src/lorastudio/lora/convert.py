@@ -304,9 +304,13 @@ def _kohya_layers(
 def _split_layer(
     native: str, down: torch.Tensor, up: torch.Tensor, alpha: float | None, family: str
 ) -> list[tuple[str, torch.Tensor, torch.Tensor, float]]:
-    """One kohya layer -> [(diffusers module, A, B, alpha)] (several for a fused FLUX linear)."""
+    """One kohya layer -> [(diffusers module, A, B, alpha)] (several for a fused FLUX linear or
+    Z-Image's `attention.qkv` under ComfyUI's own name)."""
     rank = down.shape[0]
     alpha = float(rank) if alpha is None else alpha
+    if family == "z-image":  # diffusers' names, or ComfyUI's own (its fused attention.qkv: q, k, v)
+        parts = names.z_image_from_comfy(native)
+        return [(parts[0], down, up, alpha)] if len(parts) == 1 else _unfuse(parts, down, up, alpha)
     if family not in _BFL:
         return [(names.from_original(native, family), down, up, alpha)]
     modules = _BFL[family][1](native)
