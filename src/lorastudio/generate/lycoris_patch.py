@@ -87,8 +87,13 @@ def is_lycoris_file(path: Path) -> bool:
 
     try:
         with safe_open(str(path), framework="pt") as f:
-            names = f.keys()
-        return any(k.startswith(PREFIX) or _LYCORIS_ONLY.search(k) or _GENERIC_PAIR.match(k) for k in names)
+            keys = list(f.keys())
+        if any(k.startswith(PREFIX) or _LYCORIS_ONLY.search(k) for k in keys):
+            return True
+        # a denoiser-only file in ComfyUI's spelling (one with text-encoder layers stays diffusers')
+        return any(_GENERIC_PAIR.match(k) for k in keys) and all(
+            k.startswith("diffusion_model.") for k in keys
+        )
     except (OSError, SafetensorError):
         return False
 
