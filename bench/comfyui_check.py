@@ -287,11 +287,23 @@ def check_family(
     pythonpath: str | None,
     lora_format: str | None = None,
     case: str = "lora",
+    strength: float = 1.0,
 ) -> dict[str, Any]:
-    """Train, write and run one family's `case` (CASES); returns comfyui_side.py's result."""
+    """Train, write and run one family's `case` (CASES) loaded at `strength`; returns
+    comfyui_side.py's result. At a strength s the expected change is s x the trained one (every
+    adapter kind: ComfyUI scales a DoRA's change to its decomposed weight by s too)."""
     if family in NOT_IN_COMFYUI:
         return {"family": family, "case": case, "ok": None, "skipped": NOT_IN_COMFYUI[family]}
-    return run_side(write_case(family, work, case, lora_format), comfyui, pythonpath, family, case)
+    folder = write_case(family, work, case, lora_format)
+    if strength != 1.0:
+        expected = load_file(str(folder / "expected.safetensors"))
+        save_file(
+            {k: (v * strength).contiguous() for k, v in expected.items()},
+            str(folder / "expected.safetensors"),
+        )
+        case_json = json.loads((folder / "case.json").read_text())
+        (folder / "case.json").write_text(json.dumps(case_json | {"strength": strength}, indent=1))
+    return run_side(folder, comfyui, pythonpath, family, case) | {"strength": strength}
 
 
 def run_side(folder: Path, comfyui: Path, pythonpath: str | None, family: str, case: str) -> dict[str, Any]:
