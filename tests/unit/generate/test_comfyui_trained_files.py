@@ -5,7 +5,7 @@ LoRA adapter's parameters `n.lora_up.weight` [out, r], `n.lora_down.weight` [r, 
 (a trained 0-d parameter, 1.0 at the start), a 1-D (norm) weight `n.diff`, and every bias
 `n.diff_b` (both trained from zero); all in the node's lora_dtype (bf16 by default). ComfyUI adds
 `.diff` / `.diff_b` at the strength (W + s * diff); diffusers' loader drops them with a log line,
-so such a file rendered with its LoRA pairs only (RELIABILITY fix 225)."""
+so such a file rendered with its LoRA pairs only (RELIABILITY fix 250)."""
 
 from __future__ import annotations
 
