@@ -25,6 +25,10 @@ v0.19.3 model, so it is reported as skipped there; it was checked with ComfyUI v
 commit 2f35f4a08176d993cded35dac3332be4f7287f41, the files of that commit; its dependencies
 beyond these: comfy-kitchen, and torchaudio is stubbed like torchvision): every case above
 and the diffusers layout loaded, every patched weight the trained change (fp32 files: exactly).
+Session 25 ran every family and case again with upstream de6b062f (2026-08-20, v0.33.0 + 34
+commits, the newest snapshot to be had; deps pinned as its requirements.txt: comfy-kitchen
+0.2.31, comfy-aimdo 0.4.13): all held. The reverse direction (ComfyUI's trainer node's files in
+lorastudio's generation) is bench/comfyui_trainer_check.py.
 """
 
 from __future__ import annotations
@@ -176,17 +180,33 @@ def sdxl_unet_config(model: Path) -> dict[str, Any]:
 
 def flux2_native(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """FLUX.2 weights in BFL names (lorastudio's names_flux2: ComfyUI has no diffusers FLUX.2
-    conversion), fused q/k/v parts stacked in row order."""
+    conversion), fused q/k/v parts stacked in row order, the final adaLN's halves swapped (as
+    diffusers' convert_flux2_transformer_checkpoint_to_diffusers swaps them); the q / k norms'
+    weights too."""
     parts: dict[str, dict[int, torch.Tensor]] = {}
+    norms = {  # the q / k RMSNorms ComfyUI's QKNorm holds as comfy.ops layers (`.weight`)
+        f"{blocks}.{i}.{d}": f"{bfl}.{i}.{o}"
+        for blocks, bfl, table in (
+            ("transformer_blocks", "double_blocks", names_flux2.QK_NORMS_DOUBLE),
+            ("single_transformer_blocks", "single_blocks", names_flux2.QK_NORMS_SINGLE),
+        )
+        for i in range(64)
+        for d, o in table.items()
+    }
     for key, value in weights.items():
         if not key.endswith(".weight"):
             continue
+        module = key.removesuffix(".weight")
         try:
-            bfl, part = names_flux2.to_original(key.removesuffix(".weight"))
+            bfl, part = (norms[module], None) if module in norms else names_flux2.to_original(module)
         except ConfigError:  # a module with no BFL name is not one a LoRA patches
             continue
         parts.setdefault(bfl + ".weight", {})[0 if part is None else part] = value
-    return {k: torch.cat([p[i] for i in sorted(p)], dim=0) for k, p in parts.items()}
+    out = {k: torch.cat([p[i] for i in sorted(p)], dim=0) for k, p in parts.items()}
+    swapped = f"{names_flux2.SWAPPED}.weight"  # BFL's (shift, scale) rows, diffusers' (scale, shift)
+    if swapped in out:
+        out[swapped] = torch.cat(out[swapped].chunk(2)[::-1])
+    return out
 
 
 def file_kinds(lora: Path) -> dict[str, int]:
@@ -267,11 +287,23 @@ def check_family(
     pythonpath: str | None,
     lora_format: str | None = None,
     case: str = "lora",
+    strength: float = 1.0,
 ) -> dict[str, Any]:
-    """Train, write and run one family's `case` (CASES); returns comfyui_side.py's result."""
+    """Train, write and run one family's `case` (CASES) loaded at `strength`; returns
+    comfyui_side.py's result. At a strength s the expected change is s x the trained one (every
+    adapter kind: ComfyUI scales a DoRA's change to its decomposed weight by s too)."""
     if family in NOT_IN_COMFYUI:
         return {"family": family, "case": case, "ok": None, "skipped": NOT_IN_COMFYUI[family]}
-    return run_side(write_case(family, work, case, lora_format), comfyui, pythonpath, family, case)
+    folder = write_case(family, work, case, lora_format)
+    if strength != 1.0:
+        expected = load_file(str(folder / "expected.safetensors"))
+        save_file(
+            {k: (v * strength).contiguous() for k, v in expected.items()},
+            str(folder / "expected.safetensors"),
+        )
+        case_json = json.loads((folder / "case.json").read_text())
+        (folder / "case.json").write_text(json.dumps(case_json | {"strength": strength}, indent=1))
+    return run_side(folder, comfyui, pythonpath, family, case) | {"strength": strength}
 
 
 def run_side(folder: Path, comfyui: Path, pythonpath: str | None, family: str, case: str) -> dict[str, Any]:

@@ -5,14 +5,17 @@ factors; bf16 and fp16 files), a 3-step tiny run's file goes through ComfyUI's
 `comfy.sd.load_lora_for_models` and `ModelPatcher.patch_weight_to_device` (ComfyUI's code, in a
 process of its own) and every patched weight equals the trained change (peft's merged weight
 minus the base) within the case's tolerance; no key is left unloaded and ComfyUI logs no failed
-patch. FLUX.2's diffusers layout loads too. The SDXL diffusers layout and a DoRA file in the
+patch. At strength 0.5 (each adapter kind once) every patched weight moves by half the
+trained change. FLUX.2's diffusers layout loads too. The SDXL diffusers layout and a DoRA file in the
 diffusers layout are the counter-examples the defaults avoid.
 
 Needs a ComfyUI checkout (not on PyPI, never vendored): LORASTUDIO_COMFYUI=/path/to/ComfyUI, and
 its extra dependencies in LORASTUDIO_COMFYUI_DEPS (see bench/comfyui_check.py). Skipped without.
 Krea 2 is a ComfyUI model since after v0.19.3: with a checkout that has it (checked with v0.33.0,
 upstream commit 2f35f4a0) its files go through the same loader (both layouts, every adapter
-kind); with v0.19.3 its cases are skipped (no comfy.model_base.Krea2).
+kind); with v0.19.3 its cases are skipped (no comfy.model_base.Krea2). Checked again, every
+family and case, with upstream de6b062f (2026-08-20, v0.33.0 + 34 commits; deps comfy-kitchen
+0.2.31, comfy-aimdo 0.4.13, einops, scipy, torchsde, trampoline): all pass (session 25).
 """
 
 from __future__ import annotations
@@ -110,6 +113,27 @@ def test_a_half_precision_file_loads_at_the_trained_strength_within_its_rounding
     want = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     tensors = load_file(result["lora"])
     assert {v.dtype for k, v in tensors.items() if not k.endswith(FP32_PARTS)} == {want}
+
+
+# strength 0.5: each adapter kind once, over several families and both layouts
+HALF_STRENGTH_RUNS = [
+    ("sdxl", "dora"),
+    ("flux", "lora"),
+    ("z-image", "loha"),
+    ("flux2", "lokr"),
+    ("qwen-image", "lora-kohya"),
+    ("krea2", "lokr-lowrank-w1"),
+    ("sdxl", "conv-lora"),
+]
+
+
+@pytest.mark.parametrize(("family", "case"), HALF_STRENGTH_RUNS)
+def test_each_adapter_kind_at_half_strength_patches_half_the_trained_change(family, case, tmp_path):
+    """ComfyUI's LoraLoader at 0.5: every patched weight moves by half the trained change (a
+    DoRA's too: ComfyUI scales the change to its decomposed weight)."""
+    result = check_family(family, COMFYUI, tmp_path, DEPS, case=case, strength=0.5)
+    assert result["strength"] == 0.5
+    _assert_loaded_at_the_trained_strength(result, case)
 
 
 @pytest.mark.parametrize("family", ["flux2", "flux2-klein", "krea2"])

@@ -5,7 +5,9 @@ OneTrainer's SDXL (CLIP-G's text_projection included) and FLUX.1 (CLIP-L + T5) f
 (model_lora_keys_unet + model_lora_keys_clip: nothing "not loaded") and patch every CLIP / T5 /
 denoiser weight by the expected change (alpha / rank scaling included), nothing else.
 
-Needs a ComfyUI checkout (LORASTUDIO_COMFYUI, deps in LORASTUDIO_COMFYUI_DEPS); skipped without."""
+Needs a ComfyUI checkout (LORASTUDIO_COMFYUI, deps in LORASTUDIO_COMFYUI_DEPS); skipped without.
+Checked with ComfyUI v0.33.0 (2f35f4a0) and upstream de6b062f (2026-08-20, v0.33.0 + 34
+commits): all pass."""
 
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ merge applies to it.
 Contract: a layer already named `lycoris_…` is kept; a layer whose checkpoint name is one fused
 linear of several diffusers layers (FLUX.1's `img_attn.qkv`, `txt_attn.qkv`, `linear1`; FLUX.2's
 q, k, v) goes to all its parts, in the fused weight's row order, and the final adaLN (stored with
-its two halves in the other order) to its one layer marked `swapped`: patch_lycoris computes the
+its two halves in the other order) to its one layer marked `swapped` (Z-Image's fused
+`attention.qkv` under ComfyUI's own names, names.z_image_from_comfy, likewise): patch_lycoris computes the
 patched fused weight once, as ComfyUI does on its fused checkpoint, and splits it by rows into
 the parts. A name of no layer is left under its own name (patch_lycoris names it); one layer
 named twice is refused (ModelSourceError).
@@ -68,6 +69,8 @@ def _diffusers_names(layer: str, layout: str) -> tuple[list[str], bool]:
         native = names.undot(layer.removeprefix(_KOHYA), layout)
     else:
         raise _NoName(layer)
+    if layout == "z-image":  # ComfyUI's own names (its trainer node's files) or diffusers'
+        return names.z_image_from_comfy(native), False
     if layout not in _BFL:
         return [names.from_original(native, layout)], False
     return _BFL[layout][1](native), native == names.FLUX_SWAPPED

@@ -9,6 +9,12 @@ merged into the denoiser's weights the way ComfyUI's readers merge it (lora/lyco
 
     W <- W + strength * delta                                    (LoKr, LoHa, plain LoRA)
     W <- W + strength * ((W + delta) * dora_scale / ||W|| - W)   (DoRA, ||W|| per output row)
+    W <- W + strength * diff,  b <- b + strength * diff_b        (ComfyUI's full differences)
+
+The last are what ComfyUI's own trainer node (comfy_extras/nodes_train.py TrainLoraNode +
+SaveLoRA) writes beside its LoRA pairs, `diffusion_model.<checkpoint name>.lora_up / lora_down /
+alpha`: a `.diff_b` for every bias and a `.diff` for every 1-D (norm) weight of the model, trained
+from zero; diffusers' loader drops both (it only logs it), so such a file is merged here whole.
 
 A layer under the checkpoint's name of a linear that diffusers splits (FLUX.1's `img_attn.qkv`,
 `txt_attn.qkv`, `linear1`; FLUX.2's q, k, v: generate/lycoris_names.py) is merged as ComfyUI merges
@@ -20,7 +26,8 @@ Contract: `patch_lycoris(pipe, files)` first restores any weights a previous cal
 originals are kept on the CPU, so a restore is exact), then patches for `files`: a strength
 changed between calls is always applied to the original weights, never on top of an earlier
 patch; every module
-key of every file must name a layer of the pipeline's denoiser with the patch's shape, else
+key of every file must name a layer of the pipeline's denoiser (with a bias for a `.diff_b`)
+with the patch's shape, else
 ModelSourceError names them and the pipeline is left unpatched. `restore_lycoris(pipe)` puts the
 original weights back. diffusers' own adapters (plain LoRA / DoRA files) are loaded on top of
 the patched weights by generate/pipeline.apply_loras.
@@ -37,7 +44,15 @@ import torch
 
 from lorastudio.errors import ModelSourceError
 from lorastudio.generate.lycoris_names import Target, to_lycoris_names
-from lorastudio.lora.lycoris import PREFIX, LycorisError, comfy_delta, group_modules, module_key
+from lorastudio.lora.lycoris import (
+    COMFY_DIFF_SUFFIXES,
+    COMFY_SUFFIXES,
+    PREFIX,
+    LycorisError,
+    comfy_delta,
+    group_modules,
+    module_key,
+)
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -46,22 +61,39 @@ _TUCKER = frozenset({"hada_t1", "hada_t2", "lokr_t2", "lora_mid.weight"})
 _SAVED = "_lorastudio_lycoris_originals"  # pipeline attribute: [(weight parameter, CPU original)]
 
 
-# tensors only LyCORIS adapters have (DoRA's magnitude, LoHa's and LoKr's factors); diffusers'
-# loader drops `dora_scale` (the DoRA would render as a plain LoRA) and reads none of the others
-_LYCORIS_ONLY = re.compile(r"\.(dora_scale|hada_w[12]_[ab]|hada_t[12]|lokr_w[12](_[ab])?|lokr_t2)$")
+# tensors only LyCORIS adapters have (DoRA's magnitude, LoHa's and LoKr's factors), and ComfyUI's
+# full differences (`.diff`, `.diff_b`: its trainer node writes one for every bias and norm weight);
+# diffusers' loader drops `dora_scale` (the DoRA would render as a plain LoRA) and `diff_b` / a
+# norm's `diff` (only logged: the file would load in part), and reads none of the others
+_LYCORIS_ONLY = re.compile(
+    r"\.(dora_scale|hada_w[12]_[ab]|hada_t[12]|lokr_w[12](_[ab])?|lokr_t2|diff|diff_b)$"
+)
+_BIAS = "diff_b"
+# LoRA pairs in ComfyUI's generic spelling with kohya's suffixes (`diffusion_model.<checkpoint
+# name>.lora_up / lora_down.weight` + `.alpha`: its trainer node's files): diffusers' loaders read
+# that spelling for no family but Qwen-Image (FLUX.1's asserts, SDXL's and Krea 2's refuse it,
+# FLUX.2's and Z-Image's match no layer), so such a file is merged here by ComfyUI's rule
+_GENERIC_PAIR = re.compile(r"^diffusion_model\..+\.lora_(up|down)\.weight$")
 
 
 def is_lycoris_file(path: Path) -> bool:
     """Whether the safetensors file at `path` holds LyCORIS-layout keys (`lycoris_<module>.*`) or
     LyCORIS tensors under kohya's names (kohya sd-scripts / LyCORIS / ai-toolkit DoRA, LoHa, LoKr:
-    generate/lycoris_names.py) rather than diffusers / kohya LoRA keys. False for a file
+    generate/lycoris_names.py), or ComfyUI's own spelling (its trainer node's files: `.diff` /
+    `.diff_b`, LoRA pairs as `diffusion_model.<name>.lora_up / lora_down`) rather than diffusers /
+    kohya LoRA keys. False for a file
     safetensors cannot open (the loader then names the problem)."""
     from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
-            names = f.keys()
-        return any(k.startswith(PREFIX) or _LYCORIS_ONLY.search(k) for k in names)
+            keys = list(f.keys())
+        if any(k.startswith(PREFIX) or _LYCORIS_ONLY.search(k) for k in keys):
+            return True
+        # a denoiser-only file in ComfyUI's spelling (one with text-encoder layers stays diffusers')
+        return any(_GENERIC_PAIR.match(k) for k in keys) and all(
+            k.startswith("diffusion_model.") for k in keys
+        )
     except (OSError, SafetensorError):
         return False
 
@@ -74,15 +106,15 @@ def _denoiser(pipe: DiffusionPipeline) -> torch.nn.Module:
     raise ModelSourceError(f"{type(pipe).__name__} has no transformer or unet to apply a LyCORIS LoRA to")
 
 
-def _weights(denoiser: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
-    """{LyCORIS module key: weight} of the denoiser's layers (a peft-wrapped layer by its own
-    name: its base layer's weight)."""
+def _params(denoiser: torch.nn.Module, attr: str) -> dict[str, torch.nn.Parameter]:
+    """{LyCORIS module key: parameter `attr` ("weight" / "bias")} of the denoiser's layers (a
+    peft-wrapped layer by its own name: its base layer's; a norm's 1-D weight too)."""
     out: dict[str, torch.nn.Parameter] = {}
     for name, module in denoiser.named_modules():
-        weight = getattr(module, "weight", None)
-        if not isinstance(weight, torch.nn.Parameter) or weight.dim() < 2:
+        param = getattr(module, attr, None)
+        if not isinstance(param, torch.nn.Parameter):
             continue
-        out.setdefault(module_key(name.replace(".base_layer", "")), weight)
+        out.setdefault(module_key(name.replace(".base_layer", "")), param)
     return out
 
 
@@ -92,7 +124,14 @@ def _patched(weight: torch.Tensor, parts: dict[str, torch.Tensor], strength: flo
     if tucker:  # conv Tucker factors: comfy_delta restates the linear layouts only
         raise LycorisError(f"Tucker-decomposed tensors ({', '.join(tucker)}) are not supported")
     base = weight.detach().float()
-    flat = base.reshape(base.shape[0], -1)  # [out, in...]
+    flat = base.reshape(base.shape[0], -1)  # [out, in...] ([out, 1] for a norm's or a bias's)
+    if "diff" in parts:  # ComfyUI's full difference: W + s * diff, the shape of the weight
+        if len(parts) > 1:  # ComfyUI's load_lora keeps one patch per weight, the diff
+            raise LycorisError(f"a full difference (.diff) beside {', '.join(sorted(set(parts) - {'diff'}))}")
+        delta = parts["diff"].float()
+        if delta.numel() != flat.numel() or delta.shape[0] != flat.shape[0]:
+            raise LycorisError(f"diff {tuple(delta.shape)} vs weight {tuple(base.shape)}")
+        return (flat + strength * delta.reshape(flat.shape)).reshape(base.shape)
     if "lora_up.weight" in parts:
         up, down = parts["lora_up.weight"].float(), parts["lora_down.weight"].float()
         alpha = parts.get("alpha")
@@ -142,15 +181,22 @@ def patch_lycoris(pipe: DiffusionPipeline, files: Sequence[tuple[Path, float]]) 
     restore_lycoris(pipe)
     if not files:
         return
-    weights = _weights(_denoiser(pipe))
+    denoiser = _denoiser(pipe)
+    params = {"weight": _params(denoiser, "weight"), "bias": _params(denoiser, "bias")}
     plans: list[tuple[Path, float, dict[str, tuple[Target, dict[str, torch.Tensor]]]]] = []
     for path, strength in files:
         try:
-            modules = to_lycoris_names(group_modules(load_file(str(path))), type(pipe).__name__)
+            grouped = group_modules(load_file(str(path)), COMFY_SUFFIXES | COMFY_DIFF_SUFFIXES)
+            modules = to_lycoris_names(grouped, type(pipe).__name__)
         except (OSError, ValueError, ModelSourceError) as err:  # LycorisError is a ValueError
             raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
         missing = sorted(
-            x for x, (target, _) in modules.items() if any(k not in weights for k in target.keys)
+            {
+                x
+                for x, (target, parts) in modules.items()
+                for attr in _patched_params(parts)
+                if any(k not in params[attr] for k in target.keys)
+            }
         )
         if missing:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
@@ -164,13 +210,33 @@ def patch_lycoris(pipe: DiffusionPipeline, files: Sequence[tuple[Path, float]]) 
         with torch.no_grad():
             for path, strength, modules in plans:
                 for x, (target, parts) in modules.items():
-                    layers = [weights[k] for k in target.keys]
                     where = f"cannot apply LoRA {path}: layer {x}"
-                    _patch_one(layers, target.swapped, parts, strength, saved, where)
+                    for attr, own in _patched_params(parts).items():
+                        layers = [params[attr][k] for k in target.keys]
+                        _patch_one(
+                            layers,
+                            target.swapped,
+                            own,
+                            strength,
+                            saved,
+                            where if attr == "weight" else f"{where} (its bias)",
+                        )
     finally:
         setattr(pipe, _SAVED, list(saved.values()))  # what was patched, even on a failure
     # a failure leaves no patch behind: the weights patched before it are restored
     return None
+
+
+def _patched_params(parts: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    """One layer's tensors by the parameter they patch: {"weight": the adapter's tensors or
+    `.diff`, "bias": {"diff": its `.diff_b`}}, each only when the file has it."""
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    weight = {k: v for k, v in parts.items() if k != _BIAS}
+    if weight:
+        out["weight"] = weight
+    if _BIAS in parts:
+        out["bias"] = {"diff": parts[_BIAS]}
+    return out
 
 
 def _patch_one(

@@ -155,7 +155,8 @@ def apply_loras(
     call: generate/foreign_loras.py; text-encoder layers of a family that takes none refused; a DoRA among them merged into its layers at its strength by
     ComfyUI's rule, W + s * (W_dora - W), and its adapter deleted: generate/dora_strength.py);
     LyCORIS files (LoKr, LoHa, DoRA written with lora_format = "kohya", and those
-    under kohya's names),
+    under kohya's names) and files in ComfyUI's own spelling (its trainer node's: LoRA pairs under
+    `diffusion_model.<checkpoint name>` with lora_up / lora_down, `.diff` / `.diff_b`),
     which that loader cannot read, merged into the denoiser's weights at their scale the way
     ComfyUI merges them (generate/lycoris_patch.py; restored exactly on the next call). An empty
     list unloads all. `cancelled`: asked before each LoRA file is applied; True stops there.
@@ -200,9 +201,16 @@ def apply_loras(
         except ModelSourceError:
             _unload(pipe)
             raise
-        except (OSError, ValueError, KeyError, RuntimeError) as err:
+        except (
+            OSError,
+            ValueError,
+            KeyError,
+            RuntimeError,
+            AssertionError,
+        ) as err:  # diffusers' converters assert
             _unload(pipe)
-            raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
+            reason = str(err) or f"diffusers' loader failed ({type(err).__name__}) on its layers"
+            raise ModelSourceError(f"cannot apply LoRA {path}: {reason}") from err
         if foreign is not None and not foreign.state:
             continue  # nothing of it left to diffusers' loader
         loaded = {n for names_ in pipe.get_list_adapters().values() for n in names_}

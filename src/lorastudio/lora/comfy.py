@@ -53,7 +53,8 @@ Krea 2 is not in v0.19.3: its rules are those of ComfyUI v0.33.0 (upstream commi
                 projections: lora/krea2_names.py names the same), beside the generic keys of its
                 original names
 and bench/comfyui_check.py ran that ComfyUI's loader on its files too (every adapter kind, both
-layouts: COMFYUI_LOADER_KREA2). The sidecar names that check for the families it covers
+layouts: COMFYUI_LOADER_KREA2). Every family's cases held again with upstream de6b062f
+(2026-08-20, v0.33.0 + 34 commits; session 25); the sidecar keeps naming the releases above. The sidecar names that check for the families it covers
 (COMFYUI_LOADER_CHECKED, comfyui_loader); for a file with text-encoder layers, for the kohya
 layout, whose CLIP / T5 keys bench/comfyui_te_check.py ran through ComfyUI's CLIP loading.
 

@@ -247,6 +247,9 @@ _ONETRAINER_LAYOUTS: dict[str, Callable[[str], str]] = {
     **{f: partial(onetrainer_names.from_flat, family=f) for f in onetrainer_names.FAMILIES},
 }
 _PARTS = {_DOWN: "down", _A: "down", _UP: "up", _B: "up", ".alpha": "alpha"}
+# ComfyUI's full differences (comfy/lora.py load_lora: W + s * diff), which its trainer node
+# writes beside its LoRA pairs: read only when all zero (they change nothing then)
+_DIFFS = (".diff", ".diff_b")
 
 
 def _kohya_layers(
@@ -257,12 +260,21 @@ def _kohya_layers(
     spelling of any family, `diffusion_model.<dotted checkpoint name>` with lora_A / lora_B or
     lora_down / lora_up (comfy/lora.py maps every layer so; ai-toolkit writes Qwen-Image so), as
     the same layers, and OneTrainer's `lora_transformer_<diffusers name>` in FLUX.1's,
-    Qwen-Image's and Z-Image's layouts (_ONETRAINER), whose names are diffusers'."""
+    Qwen-Image's and Z-Image's layouts (_ONETRAINER), whose names are diffusers'. ComfyUI's
+    `.diff` / `.diff_b` (its trainer node's files) are skipped when all zero, else refused."""
     peft_suffixed = family in names.PEFT_SUFFIXED
     own = ("diffusion_model.", _A) if peft_suffixed else ("lora_unet_", _DOWN)
     onetrainer = _ONETRAINER_LAYOUTS.get(family)
     parts: dict[tuple[str, bool], dict[str, torch.Tensor]] = defaultdict(dict)
     for key, value in tensors.items():
+        if key.endswith(_DIFFS) and key.startswith((_GENERIC, "lora_unet_")):
+            if bool(value.any()):
+                raise _problem(
+                    f"{key!r} is a full difference of a weight or bias (ComfyUI's trainer node writes "
+                    "one for every bias and norm weight): no LoRA layout holds it, so this would drop "
+                    "it; `lorastudio generate` applies such a file whole, as ComfyUI does"
+                )
+            continue  # all zero: it changes nothing
         suffix = next((s for s in _PARTS if key.endswith(s)), None)
         generic = key.startswith(_GENERIC)
         theirs = onetrainer is not None and key.startswith(_ONETRAINER)
@@ -292,9 +304,13 @@ def _kohya_layers(
 def _split_layer(
     native: str, down: torch.Tensor, up: torch.Tensor, alpha: float | None, family: str
 ) -> list[tuple[str, torch.Tensor, torch.Tensor, float]]:
-    """One kohya layer -> [(diffusers module, A, B, alpha)] (several for a fused FLUX linear)."""
+    """One kohya layer -> [(diffusers module, A, B, alpha)] (several for a fused FLUX linear or
+    Z-Image's `attention.qkv` under ComfyUI's own name)."""
     rank = down.shape[0]
     alpha = float(rank) if alpha is None else alpha
+    if family == "z-image":  # diffusers' names, or ComfyUI's own (its fused attention.qkv: q, k, v)
+        parts = names.z_image_from_comfy(native)
+        return [(parts[0], down, up, alpha)] if len(parts) == 1 else _unfuse(parts, down, up, alpha)
     if family not in _BFL:
         return [(names.from_original(native, family), down, up, alpha)]
     modules = _BFL[family][1](native)

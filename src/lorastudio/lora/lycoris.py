@@ -62,6 +62,13 @@ COMFY_SUFFIXES: frozenset[str] = frozenset(
 )  # fmt: skip
 
 
+# ComfyUI's full differences (comfy/lora.py `load_lora`): `.diff` a weight's (a norm's 1-D weight
+# in the files ComfyUI's own trainer node writes, comfy_extras/nodes_train.py), `.diff_b` a bias's,
+# added at the strength: W + s * diff. Read by generation's merge only (generate/lycoris_patch.py);
+# lorastudio never writes them.
+COMFY_DIFF_SUFFIXES: frozenset[str] = frozenset({"diff", "diff_b"})
+
+
 class LycorisError(ValueError):
     """A state dict that is not of the adapter / layout it should be."""
 
@@ -124,11 +131,14 @@ def peft_to_lycoris(
     return out
 
 
-def group_modules(tensors: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """LyCORIS keys -> {module key x: {suffix: value}} (x = everything before the suffix)."""
+def group_modules(
+    tensors: Mapping[str, Any], suffixes: frozenset[str] = COMFY_SUFFIXES
+) -> dict[str, dict[str, Any]]:
+    """LyCORIS keys -> {module key x: {suffix: value}} (x = everything before the suffix, one of
+    `suffixes`)."""
     out: dict[str, dict[str, Any]] = defaultdict(dict)
     for key, value in tensors.items():
-        suffix = next((s for s in COMFY_SUFFIXES if key.endswith("." + s)), None)
+        suffix = next((s for s in suffixes if key.endswith("." + s)), None)
         if suffix is None:
             raise LycorisError(f"{key!r} is not a key ComfyUI's LoRA / LoHa / LoKr readers consume")
         out[key[: -len(suffix) - 1]][suffix] = value

@@ -163,18 +163,33 @@ def sdxl_to_original(name: str) -> str:
     raise _unsupported(name, "sdxl")
 
 
+# SGM layers no LoRA of ours targets, read by sdxl_from_original only: the resnets' GroupNorms,
+# the output GroupNorm, the down / up samplers' convs (ComfyUI's trainer node adapts every layer:
+# a LoRA on the convs, a `.diff` / `.diff_b` on the norms' weights and biases)
+_SDXL_RESNET_NORMS = {"norm1": "in_layers.0", "norm2": "out_layers.0"}
+_SDXL_TOP_NORMS = {"conv_norm_out": "out.0"}
+
+
 def sdxl_from_original(name: str) -> str:
-    """SGM module name -> diffusers U-Net name (inverse of sdxl_to_original)."""
+    """SGM module name -> diffusers U-Net name (inverse of sdxl_to_original; also the layers of
+    _SDXL_RESNET_NORMS / _SDXL_TOP_NORMS and the samplers: `input_blocks.<n>.0.op` a
+    downsampler's conv, `output_blocks.<n>.<1|2>.conv` an upsampler's)."""
     per = SDXL_LAYERS_PER_BLOCK + 1
-    top = {v: k for k, v in _SDXL_TOP.items()}
-    resnet = {v: k for k, v in _SDXL_RESNET.items()}
+    top = {v: k for k, v in (_SDXL_TOP | _SDXL_TOP_NORMS).items()}
+    resnet = {v: k for k, v in (_SDXL_RESNET | _SDXL_RESNET_NORMS).items()}
     if name in top:
         return top[name]
-    m = re.fullmatch(r"(input|output)_blocks\.(\d+)\.([01])\.(.+)", name)
+    m = re.fullmatch(r"(input|output)_blocks\.(\d+)\.([012])\.(.+)", name)
     if m:
         side, n, inner, rest = m.group(1), int(m.group(2)), m.group(3), m.group(4)
         i, j = divmod(n - 1, per) if side == "input" else divmod(n, per)
         group = "down_blocks" if side == "input" else "up_blocks"
+        if side == "input" and j == per - 1 and inner == "0" and rest == "op":
+            return f"down_blocks.{i}.downsamplers.0.conv"
+        if side == "output" and j == per - 1 and inner in "12" and rest == "conv":
+            return f"up_blocks.{i}.upsamplers.0.conv"
+        if inner == "2":  # an up block's third layer is its upsampler alone
+            raise _unsupported(name, "sdxl")
         if inner == "1":
             return f"{group}.{i}.attentions.{j}.{rest}"
         if rest in resnet:
@@ -185,6 +200,37 @@ def sdxl_from_original(name: str) -> str:
     if m and m.group(2) in resnet:
         return f"mid_block.resnets.{int(m.group(1)) // 2}.{resnet[m.group(2)]}"
     raise _unsupported(name, "sdxl")
+
+
+# Z-Image's layers under ComfyUI's own (Lumina 2) names where they are not its diffusers names:
+# ComfyUI's z_image_to_diffusers table (comfy/utils.py) restated, read only (generation's merge
+# of the files ComfyUI's trainer node writes, generate/lycoris_names.py); every other ComfyUI
+# name of Z-Image is its diffusers name
+_Z_IMAGE_COMFY_BLOCK = {
+    "attention.out": "attention.to_out.0",
+    "attention.q_norm": "attention.norm_q",
+    "attention.k_norm": "attention.norm_k",
+}
+_Z_IMAGE_COMFY_TOP = {
+    "final_layer.linear": "all_final_layer.2-1.linear",
+    "final_layer.adaLN_modulation.1": "all_final_layer.2-1.adaLN_modulation.1",
+    "x_embedder": "all_x_embedder.2-1",
+}
+Z_IMAGE_FUSED_QKV = ("attention.to_q", "attention.to_k", "attention.to_v")  # attention.qkv's rows
+
+
+def z_image_from_comfy(name: str) -> list[str]:
+    """Z-Image module name in ComfyUI's model -> its diffusers module names (q, k, v for the
+    fused `attention.qkv`, in row order); a name ComfyUI shares with diffusers comes back as it
+    is (whether it is a layer is the caller's to check)."""
+    if name in _Z_IMAGE_COMFY_TOP:
+        return [_Z_IMAGE_COMFY_TOP[name]]
+    m = re.fullmatch(r"((?:layers|noise_refiner|context_refiner)\.\d+)\.(.+)", name)
+    if m and m.group(2) == "attention.qkv":
+        return [f"{m.group(1)}.{part}" for part in Z_IMAGE_FUSED_QKV]
+    if m and m.group(2) in _Z_IMAGE_COMFY_BLOCK:
+        return [f"{m.group(1)}.{_Z_IMAGE_COMFY_BLOCK[m.group(2)]}"]
+    return [name]
 
 
 def flux_to_original(name: str) -> tuple[str, int | None]:
@@ -226,7 +272,8 @@ def flux_from_flat(flat: str) -> str:
 
 
 def flux_from_original(name: str) -> list[str]:
-    """BFL module name -> its diffusers module names (several for a fused linear, in row order)."""
+    """BFL module name -> its diffusers module names (several for a fused linear, in row order;
+    the blocks' q / k norms too, as FLUX.2's: names_flux2.QK_NORMS_*)."""
     top = {v: k for k, v in _FLUX_TOP.items()}
     if name in top:
         return [top[name]]
@@ -238,7 +285,12 @@ def flux_from_original(name: str) -> list[str]:
         fused = FLUX_FUSED.get(f"{m.group(1)}_blocks.*.{rest}")
         if fused is not None:
             return [prefix + p for p in fused]
-        table = {v: k for k, v in (_FLUX_DOUBLE if double else _FLUX_SINGLE).items()}
+        own = (
+            _FLUX_DOUBLE | names_flux2.QK_NORMS_DOUBLE
+            if double
+            else _FLUX_SINGLE | names_flux2.QK_NORMS_SINGLE
+        )
+        table = {v: k for k, v in own.items()}
         if rest in table:
             return [prefix + table[rest]]
     raise _unsupported(name, "flux")

@@ -29,6 +29,16 @@ _DOUBLE = {
     "ff_context.linear_out": "txt_mlp.2",
 }
 _SINGLE = {"attn.to_qkv_mlp_proj": "linear1", "attn.to_out": "linear2"}
+# the blocks' q / k RMSNorms (FLUX.1's and FLUX.2's alike: diffusers name -> BFL name), a 1-D
+# weight each: no LoRA targets them, but ComfyUI's trainer node writes a `.diff` for each (its
+# QKNorm is a comfy.ops RMSNorm), which generation merges: read by from_original only
+QK_NORMS_DOUBLE = {
+    "attn.norm_q": "img_attn.norm.query_norm",
+    "attn.norm_k": "img_attn.norm.key_norm",
+    "attn.norm_added_q": "txt_attn.norm.query_norm",
+    "attn.norm_added_k": "txt_attn.norm.key_norm",
+}
+QK_NORMS_SINGLE = {"attn.norm_q": "norm.query_norm", "attn.norm_k": "norm.key_norm"}
 _TOP = {
     "x_embedder": "img_in",
     "context_embedder": "txt_in",
@@ -78,8 +88,8 @@ def to_original(name: str) -> tuple[str, int | None]:
 
 
 def from_original(name: str) -> list[str]:
-    """BFL module name -> its diffusers module names (three for a fused q/k/v, in row order).
-    Raises ConfigError for an unknown name."""
+    """BFL module name -> its diffusers module names (three for a fused q/k/v, in row order; a
+    q / k norm too: QK_NORMS_*). Raises ConfigError for an unknown name."""
     top = {v: k for k, v in _TOP.items()}
     if name in top:
         return [top[name]]
@@ -90,7 +100,8 @@ def from_original(name: str) -> list[str]:
         fused = FUSED.get(f"double_blocks.*.{m.group(3)}") if double else None
         if fused is not None:
             return [prefix + p for p in fused]
-        table = {v: k for k, v in (_DOUBLE if double else _SINGLE).items()}
+        own = (_DOUBLE | QK_NORMS_DOUBLE) if double else (_SINGLE | QK_NORMS_SINGLE)
+        table = {v: k for k, v in own.items()}
         if m.group(3) in table:
             return [prefix + table[m.group(3)]]
     raise _unsupported(name)

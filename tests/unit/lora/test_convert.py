@@ -157,6 +157,80 @@ def test_comfyuis_generic_diffusion_model_spelling_reads_as_the_kohya_layout(fam
         assert all(torch.equal(read.tensors[k], peft[k]) for k in peft)
 
 
+def test_z_image_under_comfyuis_own_names_reads_as_its_diffusers_layers(layer_shapes):
+    """ComfyUI names Z-Image's layers as Lumina 2 does (its z_image_to_diffusers): q, k, v fused
+    in `attention.qkv`, `attention.out`, `final_layer.*`, `x_embedder`; its own files (its
+    trainer node's, its LoRA-saving nodes') use those names. They read as the diffusers layers
+    (the fused qkv split by rows: block-diagonal up, rank 3r); the fused name was taken as a
+    module of that name, which no diffusers Z-Image has."""
+    from lorastudio.lora.names import Z_IMAGE_FUSED_QKV
+
+    peft = _synthetic(layer_shapes("z-image"))
+    renamed = {v: k for k, v in {"attention.out": "attention.to_out.0"}.items()}
+    top = {
+        "all_final_layer.2-1.linear": "final_layer.linear",
+        "all_final_layer.2-1.adaLN_modulation.1": "final_layer.adaLN_modulation.1",
+        "all_x_embedder.2-1": "x_embedder",
+    }
+    comfy: dict[str, torch.Tensor] = {}
+    blocks = {k.rsplit(".attention.to_q", 1)[0] for k in peft if ".attention.to_q." in k}
+    for block in blocks:  # fused exactly as ComfyUI's model holds it: rows q, k, v
+        a = [peft[f"{block}.{p}.lora_A.weight"] for p in Z_IMAGE_FUSED_QKV]  # [r, in] each
+        b = [peft[f"{block}.{p}.lora_B.weight"] for p in Z_IMAGE_FUSED_QKV]  # [h, r] each
+        comfy[f"diffusion_model.{block}.attention.qkv.lora_down.weight"] = torch.cat(a)  # [3r, in]
+        comfy[f"diffusion_model.{block}.attention.qkv.lora_up.weight"] = torch.block_diag(*b)  # [3h, 3r]
+        comfy[f"diffusion_model.{block}.attention.qkv.alpha"] = torch.tensor(3 * ALPHA)  # the same scale
+    for key, value in peft.items():
+        module, _, suffix = key.rpartition(".lora_")
+        if any(module.endswith(f".{p}") for p in Z_IMAGE_FUSED_QKV):
+            continue
+        block, _, rest = module.partition(".attention.")
+        name = (
+            f"{block}.{renamed.get('attention.' + rest, 'attention.' + rest)}"
+            if rest
+            else top.get(module, module)
+        )
+        kind = {"A.weight": "lora_down.weight", "B.weight": "lora_up.weight"}[suffix]
+        comfy[f"diffusion_model.{name}.{kind}"] = value
+        comfy[f"diffusion_model.{name}.alpha"] = torch.tensor(ALPHA)
+    back = to_diffusers(comfy, "z-image")
+    assert back.tensors.keys() == peft.keys()
+    scale = back.alpha / back.rank  # every layer at ALPHA / RANK again
+    for k in peft:
+        if k.endswith("lora_B.weight"):
+            a = k.replace("lora_B", "lora_A")
+            torch.testing.assert_close(
+                back.tensors[k] @ back.tensors[a] * scale, peft[k] @ peft[a] * (ALPHA / RANK)
+            )
+
+
+@pytest.mark.parametrize("family", ["flux", "sdxl"])
+def test_a_comfyui_trainer_file_reads_when_its_differences_are_zero_and_is_refused_else(family, layer_shapes):
+    """ComfyUI's trainer node (comfy_extras/nodes_train.py) writes `diffusion_model.<checkpoint
+    name>` LoRA pairs with a trained per-layer `.alpha`, and a `.diff_b` per bias (and `.diff`
+    per norm weight). No LoRA layout holds a full difference: all-zero ones are skipped, the
+    layers read as the kohya file's; a non-zero one is refused with the reason (it was refused
+    as 'not a flux kohya/ComfyUI key' either way)."""
+    peft = _synthetic(layer_shapes(family))
+    kohya = to_kohya(peft, family, ALPHA)
+    layout = names.kohya_layout(family)
+    trainer: dict[str, torch.Tensor] = {}
+    for key, value in kohya.items():
+        flat, _, suffix = key.removeprefix("lora_unet_").partition(".")
+        name = f"diffusion_model.{names.undot(flat, layout)}"
+        trainer[f"{name}.{suffix}"] = value
+        if suffix == "lora_up.weight":
+            trainer[f"{name}.diff_b"] = torch.zeros(value.shape[0])  # [out]
+    trainer["diffusion_model.out.0.diff"] = torch.zeros(8)  # a norm weight's (SDXL's output GroupNorm)
+    back = to_diffusers(trainer, family)
+    assert back.tensors.keys() == peft.keys() and (back.rank, back.alpha) == (RANK, ALPHA)
+    assert all(torch.equal(back.tensors[k], peft[k]) for k in peft)
+    key = next(k for k in trainer if k.endswith(".diff_b"))
+    trainer[key] = torch.ones_like(trainer[key])
+    with pytest.raises(ConfigError, match="full difference of a weight or bias"):
+        to_diffusers(trainer, family)
+
+
 @pytest.mark.parametrize(
     ("family", "tensors", "message"),
     [
