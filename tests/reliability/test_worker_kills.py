@@ -242,11 +242,17 @@ def test_a_kill_inside_a_checkpoint_write_resumes_bitwise_to_the_uninterrupted_r
         cache_variants=2, caption_dropout=0.3, seed=11,
     )  # fmt: skip
     client, service = server.client, server.app.state.service
-    whole = client.post("/api/train/start", json={"config": flux_config(output_name="whole", **settings)}).json()
-    done = wait_for(lambda: (s := service.job(whole["id"]))["status"] in FINAL and s, 120, "the whole run", 0.02)
+    whole = client.post(
+        "/api/train/start", json={"config": flux_config(output_name="whole", **settings)}
+    ).json()
+    done = wait_for(
+        lambda: (s := service.job(whole["id"]))["status"] in FINAL and s, 120, "the whole run", 0.02
+    )
     assert done["status"] == "completed", done["error"]
     wait_for(lambda: not client.get("/api/train/status").json()["busy"], 10, "an idle service")
-    killed = _kill_once(server, flux_config(output_name="killed", **settings), "checkpoint_write", random.Random(3))
+    killed = _kill_once(
+        server, flux_config(output_name="killed", **settings), "checkpoint_write", random.Random(3)
+    )
     assert killed["in_write"] and killed["checkpoints"], killed
     wait_for(lambda: not client.get("/api/train/status").json()["busy"], 10, "an idle service")
     resumed = _resume(server, killed["job_id"])

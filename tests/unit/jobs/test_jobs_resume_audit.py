@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from dp_jobs import FINAL, dp_config, wait_job
 from PIL import Image, ImageOps
 from safetensors.torch import load_file
 
+from dp_jobs import FINAL, dp_config, wait_job
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
@@ -36,9 +36,11 @@ def _outputs(run_dir: Path) -> dict[str, object]:
     return out
 
 
-def _assert_same_outputs(a: Path, b: Path) -> None:
+def _assert_same_outputs(a: Path, b: Path, samples: bool) -> None:
     one, two = _outputs(a), _outputs(b)
     assert one.keys() == two.keys() and one
+    assert any(k.endswith(".raw.safetensors") for k in one), list(one)  # the raw EMA file
+    assert any(k.endswith(".png") for k in one) == samples, list(one)
     for key, value in one.items():
         if isinstance(value, dict):
             assert value.keys() == two[key].keys(), key  # type: ignore[union-attr]
@@ -116,7 +118,7 @@ def test_an_edit_run_on_the_standby_worker_stopped_and_resumed_is_the_uninterrup
         assert len(_losses(service, full["id"])) == 8
     finally:
         service.shutdown()
-    _assert_same_outputs(settings.outputs_dir / "full", settings.outputs_dir / "part")
+    _assert_same_outputs(settings.outputs_dir / "full", settings.outputs_dir / "part", samples=True)
 
 
 @pytest.mark.slow
@@ -135,4 +137,4 @@ def test_two_gloo_ranks_stopped_and_resumed_are_the_uninterrupted_two_rank_run(
         assert _losses(service, final["id"]) == _losses(service, full["id"])
     finally:
         service.shutdown()
-    _assert_same_outputs(dp.outputs_dir / "full", dp.outputs_dir / "part")
+    _assert_same_outputs(dp.outputs_dir / "full", dp.outputs_dir / "part", samples=False)

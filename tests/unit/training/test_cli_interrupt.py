@@ -101,7 +101,9 @@ def test_sigterm_while_loading_leaves_no_output_folder(tiny_model, small_dataset
 
 
 @pytest.mark.slow
-def test_ctrl_c_then_resume_is_bitwise_the_uninterrupted_edit_run(tiny_model, small_pairs, tmp_path, run_settings):
+def test_ctrl_c_then_resume_is_bitwise_the_uninterrupted_edit_run(
+    tiny_model, small_pairs, tmp_path, run_settings
+):
     """Session 25 resume audit: `lorastudio train` of FLUX.1 Kontext (controls, masks, EMA, the
     disk latent cache) stopped by Ctrl-C and continued by `lorastudio train --resume` gives the
     losses per step, the LoRA and the raw EMA file of the uninterrupted CLI run, bitwise."""
@@ -119,7 +121,14 @@ def test_ctrl_c_then_resume_is_bitwise_the_uninterrupted_edit_run(tiny_model, sm
         mask = Image.new("L", (w, h), 0)
         mask.paste(255, (0, 0, w // 2, h))
         mask.save(data / "masks" / image.name)
-    over = {"steps": 40, "batch_size": 1, "ema_decay": 0.9, "latent_cache": "disk", "save_every": 1, "keep_last": 2}
+    over = {
+        "steps": 40,
+        "batch_size": 1,
+        "ema_decay": 0.9,
+        "latent_cache": "disk",
+        "save_every": 1,
+        "keep_last": 2,
+    }
     model = tiny_model("flux-kontext")
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -145,5 +154,8 @@ def test_ctrl_c_then_resume_is_bitwise_the_uninterrupted_edit_run(tiny_model, sm
     assert len(losses(runs[("full", "completed")])) == 40
     outputs = get_settings().outputs_dir
     for name in ("{}.safetensors", "{}.raw.safetensors"):
-        a, b = load_file(str(outputs / "full" / name.format("full"))), load_file(str(run_dir / name.format("cc")))
+        a, b = (
+            load_file(str(outputs / "full" / name.format("full"))),
+            load_file(str(run_dir / name.format("cc"))),
+        )
         assert a.keys() == b.keys() and a and all(torch.equal(a[k], b[k]) for k in a), name

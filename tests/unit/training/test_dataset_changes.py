@@ -217,7 +217,12 @@ def test_a_resume_onto_changed_masks_names_each_mask_change(make_config, small_d
     Image.new("L", Image.open(images[3]).size, 90).save(data / "masks" / images[3].name)  # added
     run_dir = get_settings().outputs_dir / "masked"
     with pytest.raises(ConfigError) as err:
-        train(make_config(steps=4, data_dir=str(data), output_name="masked"), [].append, device="cpu", resume=run_dir)
+        train(
+            make_config(steps=4, data_dir=str(data), output_name="masked"),
+            [].append,
+            device="cpu",
+            resume=run_dir,
+        )
     (problem,) = err.value.problems
     assert problem.field == "dataset_fingerprint"
     assert problem.message == (

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from lorastudio.data.disk_cache import cache_root
 from lorastudio.settings import get_settings
 from lorastudio.training.events import StopRequest
-from lorastudio.training.loop import TrainResult, train
+from lorastudio.training.loop import train
 
 
 def _stop_at(step: int):
@@ -50,6 +50,9 @@ def _outputs(run_dir: Path) -> dict[str, object]:
 def _assert_same_outputs(a: Path, b: Path) -> None:
     one, two = _outputs(a), _outputs(b)
     assert one.keys() == two.keys() and one
+    assert any(k.endswith(".raw.safetensors") for k in one) and any(k.endswith(".png") for k in one), list(
+        one
+    )
     for key, value in one.items():
         other = two[key]
         if isinstance(value, dict):
@@ -91,9 +94,18 @@ def _edit(family: str) -> dict:
 
 
 def _resume_equals_full(make_config, family: str, stop: int, between=None, extend: int | None = None, **over):
-    full = train(make_config(family, output_name="full", **{**over, "steps": extend or over["steps"]}), [].append, device="cpu")
+    full = train(
+        make_config(family, output_name="full", **{**over, "steps": extend or over["steps"]}),
+        [].append,
+        device="cpu",
+    )
     events, check = _stop_at(stop)
-    first = train(make_config(family, output_name="part", **over), events.append, check if extend is None else None, device="cpu")
+    first = train(
+        make_config(family, output_name="part", **over),
+        events.append,
+        check if extend is None else None,
+        device="cpu",
+    )
     if extend is None:
         assert first.stopped and first.steps_run == stop
     if between is not None:
@@ -110,10 +122,26 @@ def _resume_equals_full(make_config, family: str, stop: int, between=None, exten
     return full, resumed
 
 
-@pytest.mark.parametrize("family", ["flux-kontext", "qwen-image-edit", "flux2", "flux2-klein"])
-@pytest.mark.parametrize("cache", ["memory", "disk"])
+SLOW = pytest.mark.slow  # the default suite keeps one case of each test (< 2 s each)
+
+
+@pytest.mark.parametrize(
+    ("family", "cache"),
+    [
+        ("flux-kontext", "disk"),
+        ("flux2-klein", "memory"),
+        pytest.param("flux-kontext", "memory", marks=SLOW),
+        pytest.param("flux2-klein", "disk", marks=SLOW),
+        pytest.param("flux2", "memory", marks=SLOW),
+        pytest.param("flux2", "disk", marks=SLOW),
+        pytest.param("qwen-image-edit", "memory", marks=SLOW),
+        pytest.param("qwen-image-edit", "disk", marks=SLOW),
+    ],
+)
 def test_edit_family_with_controls_and_masks_resumes_bitwise(make_config, masked_pairs, family, cache):
-    _resume_equals_full(make_config, family, 2, data_dir=str(masked_pairs), latent_cache=cache, **_edit(family))
+    _resume_equals_full(
+        make_config, family, 2, data_dir=str(masked_pairs), latent_cache=cache, **_edit(family)
+    )
 
 
 def _clear_cache() -> None:
@@ -129,14 +157,30 @@ def _damage_cache() -> None:
                 fh.truncate(shard.stat().st_size // 2)
 
 
-@pytest.mark.parametrize("between", [_clear_cache, _damage_cache])
-@pytest.mark.parametrize("family", ["flux", "qwen-image-edit"])
-def test_disk_cache_cleared_or_damaged_before_the_resume(make_config, masked_pairs, small_dataset, family, between):
+@pytest.mark.parametrize(
+    ("family", "between"),
+    [
+        ("flux", _damage_cache),
+        pytest.param("flux", _clear_cache, marks=SLOW),
+        pytest.param("qwen-image-edit", _clear_cache, marks=SLOW),
+        pytest.param("qwen-image-edit", _damage_cache, marks=SLOW),
+    ],
+)
+def test_disk_cache_cleared_or_damaged_before_the_resume(
+    make_config, masked_pairs, small_dataset, family, between
+):
     data = masked_pairs if family == "qwen-image-edit" else small_dataset
     over = {**EDIT, "random_crop": True, "cache_variants": 2}
-    _resume_equals_full(make_config, family, 2, between=between, data_dir=str(data), latent_cache="disk", **over)
+    _resume_equals_full(
+        make_config, family, 2, between=between, data_dir=str(data), latent_cache="disk", **over
+    )
 
 
-@pytest.mark.parametrize("family", ["flux-kontext", "qwen-image-edit", "flux2-klein"])
+@pytest.mark.parametrize(
+    "family",
+    ["flux-kontext", pytest.param("qwen-image-edit", marks=SLOW), pytest.param("flux2-klein", marks=SLOW)],
+)
 def test_extended_edit_run_equals_the_longer_run(make_config, masked_pairs, family):
-    _resume_equals_full(make_config, family, 4, extend=6, data_dir=str(masked_pairs), latent_cache="disk", **_edit(family))
+    _resume_equals_full(
+        make_config, family, 4, extend=6, data_dir=str(masked_pairs), latent_cache="disk", **_edit(family)
+    )
