@@ -1,7 +1,7 @@
 """Session 25 resume audit through the job service (what POST /api/train/stop with save and
 POST /api/runs/{id}/resume call), tiny models on the CPU: an edit family's run with controls,
 masks, EMA and samples handed the standby worker (LORASTUDIO_STANDBY_WORKER=1), stopped and
-resumed, and a 2-rank gloo run stopped and resumed on 2 ranks, each bitwise the uninterrupted
+resumed, and a 2-rank gloo run (the disk cache, crops, caption dropout) stopped and resumed on 2 ranks, each bitwise the uninterrupted
 job (losses per step, the LoRA's and the raw EMA file's tensors, every sample PNG)."""
 
 from __future__ import annotations
@@ -127,7 +127,10 @@ def test_two_gloo_ranks_stopped_and_resumed_are_the_uninterrupted_two_rank_run(
 ) -> None:
     dp = settings.model_copy(update={"cpu_data_parallel": True})
     model = tiny_model("flux")
-    config = dp_config(model, num_gpus=2, steps=8, save_every=1, ema_decay=0.9, seed=3)
+    config = dp_config(
+        model, num_gpus=2, steps=8, save_every=1, ema_decay=0.9, seed=3, latent_cache="disk", random_crop=True,
+        cache_variants=2, caption_dropout=0.2,
+    )  # fmt: skip
     service = JobService(dp, RunStore.open(dp.db_path), GpuArbiter()).start()
     try:
         full = service.submit({**config, "output_name": "full"})
