@@ -1,8 +1,8 @@
 """Session 25 resume audit through the job service (what POST /api/train/stop with save and
-POST /api/runs/{id}/resume call), tiny models on the CPU: an edit family's run with controls,
-masks, EMA and samples handed the standby worker (LORASTUDIO_STANDBY_WORKER=1), stopped and
-resumed, and a 2-rank gloo run (the disk cache, crops, caption dropout) stopped and resumed on 2 ranks, each bitwise the uninterrupted
-job (losses per step, the LoRA's and the raw EMA file's tensors, every sample PNG)."""
+POST /api/runs/{id}/resume call), tiny FLUX.1 on the CPU: a 2-rank gloo run (EMA, the disk
+cache, crops, caption dropout) stopped and resumed on 2 ranks is bitwise the uninterrupted
+2-rank job (losses per step, the LoRA's and the raw EMA file's tensors). The standby worker's
+case: tests/api/test_api_standby.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from PIL import Image, ImageOps
+from PIL import Image
 from safetensors.torch import load_file
 
 from dp_jobs import FINAL, dp_config, wait_job
@@ -65,60 +65,6 @@ def _stop_and_resume(service: JobService, config: dict, at: int, timeout: float)
     final = wait_job(service, resumed["id"], lambda s: s["status"] in FINAL, timeout, "the resume")
     assert final["status"] == "completed", final["error"]
     return final
-
-
-@pytest.fixture
-def masked_pairs(settings: Settings, sample_dataset: Path) -> str:
-    """datasets/pairs: the sample dataset with a control (the colour inverse) and a mask (the
-    left half) per image."""
-    out = settings.datasets_dir / "pairs"
-    (out / "control").mkdir(parents=True)
-    (out / "masks").mkdir()
-    for image in sorted(sample_dataset.glob("*.png")):
-        (out / image.name).write_bytes(image.read_bytes())
-        (out / f"{image.stem}.txt").write_bytes(image.with_suffix(".txt").read_bytes())
-        with Image.open(image) as source:
-            ImageOps.invert(source.convert("RGB")).save(out / "control" / image.name)
-            mask = Image.new("L", source.size, 0)
-            mask.paste(255, (0, 0, source.size[0] // 2, source.size[1]))
-            mask.save(out / "masks" / image.name)
-    return "pairs"
-
-
-@pytest.mark.slow
-def test_an_edit_run_on_the_standby_worker_stopped_and_resumed_is_the_uninterrupted_run(
-    settings: Settings, tiny_model: Callable[[str], Path], masked_pairs: str
-) -> None:
-    config = {
-        "family": "flux-kontext",
-        "base_model": str(tiny_model("flux-kontext")),
-        "data_dir": masked_pairs,
-        "control_resolution": "target",
-        "resolution": 32,
-        "steps": 8,
-        "batch_size": 2,
-        "learning_rate": 5e-3,
-        "lora_rank": 4,
-        "seed": 7,
-        "ema_decay": 0.9,
-        "sample_prompts": ["make it red"],
-        "sample_every": 2,
-        "sample_steps": 2,
-        "save_every": 1,
-        "latent_cache": "disk",
-        "max_sequence_length": 16,
-    }
-    service = JobService(settings, RunStore.open(settings.db_path), GpuArbiter(), standby=True).start()
-    try:
-        full = service.submit({**config, "output_name": "full"})
-        done = wait_job(service, full["id"], lambda s: s["status"] in FINAL, 240, "the full run")
-        assert done["status"] == "completed", done["error"]
-        final = _stop_and_resume(service, {**config, "output_name": "part"}, 2, 240)
-        assert _losses(service, final["id"]) == _losses(service, full["id"])
-        assert len(_losses(service, full["id"])) == 8
-    finally:
-        service.shutdown()
-    _assert_same_outputs(settings.outputs_dir / "full", settings.outputs_dir / "part", samples=True)
 
 
 @pytest.mark.slow
