@@ -184,3 +184,25 @@ def test_extended_edit_run_equals_the_longer_run(make_config, masked_pairs, fami
     _resume_equals_full(
         make_config, family, 4, extend=6, data_dir=str(masked_pairs), latent_cache="disk", **_edit(family)
     )
+
+
+COMBOS = [
+    {"validation_split": 0.25, "validate_every": 2, "caption_dropout": 0.3},
+    {"grad_accum": 2, "adapter": "lokr"},
+    {"adapter": "dora", "lr_scheduler": "cosine", "lr_warmup_steps": 2},
+    {"optimizer": "prodigy", "learning_rate": 1.0},
+    {"save_lora_every": 1, "keep_loras": 2, "lora_dropout": 0.1},
+    {"num_epochs": 2},
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("combo", range(len(COMBOS)))
+@pytest.mark.parametrize("family", ["flux-kontext", "qwen-image-edit", "flux2-klein"])
+def test_edit_families_with_the_disk_cache_resume_bitwise_with_other_settings(
+    make_config, masked_pairs, family, combo
+):
+    """Validation, accumulation, LoKr / DoRA, warmup, Prodigy, LoRA snapshots, LoRA dropout,
+    epochs: each with controls, masks, EMA, samples and the disk cache (~90 s in all)."""
+    over = {**_edit(family), **COMBOS[combo]}
+    _resume_equals_full(make_config, family, 2, data_dir=str(masked_pairs), latent_cache="disk", **over)
