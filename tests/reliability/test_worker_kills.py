@@ -225,3 +225,45 @@ def test_kill_the_worker_at_20_random_points(server: LiveServer, flux_config: Ca
     results = _campaign(server, flux_config, kinds, seed=20)
     _check(results)
     record_figure("worker_kills_20", _summary(results))
+
+
+@pytest.mark.slow
+def test_a_kill_inside_a_checkpoint_write_resumes_bitwise_to_the_uninterrupted_run(
+    server: LiveServer, flux_config: Callable[..., dict]
+) -> None:
+    """Session 25 resume audit: kill -9 while a checkpoint's state.pt is half written (EMA, the
+    disk latent cache, crops and caption dropout), then POST /api/runs/{id}/resume: the losses
+    per step, the LoRA and the raw EMA file are the uninterrupted run's, bitwise."""
+    import torch
+    from safetensors.torch import load_file
+
+    settings = dict(
+        steps=STEPS, save_every=1, keep_last=3, ema_decay=0.9, latent_cache="disk", random_crop=True,
+        cache_variants=2, caption_dropout=0.3, seed=11,
+    )  # fmt: skip
+    client, service = server.client, server.app.state.service
+    whole = client.post(
+        "/api/train/start", json={"config": flux_config(output_name="whole", **settings)}
+    ).json()
+    done = wait_for(
+        lambda: (s := service.job(whole["id"]))["status"] in FINAL and s, 120, "the whole run", 0.02
+    )
+    assert done["status"] == "completed", done["error"]
+    wait_for(lambda: not client.get("/api/train/status").json()["busy"], 10, "an idle service")
+    killed = _kill_once(
+        server, flux_config(output_name="killed", **settings), "checkpoint_write", random.Random(3)
+    )
+    assert killed["in_write"] and killed["checkpoints"], killed
+    wait_for(lambda: not client.get("/api/train/status").json()["busy"], 10, "an idle service")
+    resumed = _resume(server, killed["job_id"])
+    assert resumed["status"] == "completed", resumed["error"]
+
+    def losses(job_id: str) -> list[float]:
+        return [float(m["loss"]) for m in service.store.get_run(job_id)["metrics"] if "loss" in m]
+
+    assert losses(resumed["id"]) == losses(whole["id"]) and len(losses(whole["id"])) == STEPS
+    outputs = server.app.state.settings.outputs_dir
+    for name in ("{}.safetensors", "{}.raw.safetensors"):
+        a = load_file(str(outputs / "whole" / name.format("whole")))
+        b = load_file(str(outputs / "killed" / name.format("killed")))
+        assert a.keys() == b.keys() and a and all(torch.equal(a[k], b[k]) for k in a), name

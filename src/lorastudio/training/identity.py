@@ -64,9 +64,10 @@ _NAMED = 10  # files named per kind of change; the rest counted
 
 def dataset_files(scan: DatasetScan) -> dict[str, list[str]]:
     """Per image of the scan ("entry label/file" when it joins several entries): the short sha256
-    of its bytes (and its controls'), of its final caption and of its own bytes (a control's
-    change told apart from the image's). The identity records it so that a resume onto a
-    changed dataset can say what changed (`dataset_fingerprint` still decides)."""
+    of its bytes (and its controls'), of its final caption, of its own bytes (a control's
+    change told apart from the image's) and of its loss mask ("" without one, "alpha" for its
+    own alpha channel). The identity records it so that a resume onto a changed dataset can say
+    what changed (`dataset_fingerprint` still decides)."""
     import hashlib
 
     from lorastudio.data.items import item_name
@@ -77,14 +78,23 @@ def dataset_files(scan: DatasetScan) -> dict[str, list[str]]:
         image = hashlib.sha256("\0".join((item.sha256, *item.control_sha256)).encode()).hexdigest()
         caption = hashlib.sha256(item.caption.encode("utf-8")).hexdigest()
         own = item.sha256[:_DIGEST]  # a record of two digests (before session 22): no such part
-        out[item_name(item, labels)] = [image[:_DIGEST], caption[:_DIGEST], own]
+        out[item_name(item, labels)] = [image[:_DIGEST], caption[:_DIGEST], own, _mask_digest(item)]
     return out
+
+
+def _mask_digest(item: Any) -> str:
+    """The short digest of an item's loss mask as the scan read it (data/masks.py): "" without a
+    mask, "alpha" for the image's own alpha channel (its bytes are the image's)."""
+    mask = item.mask
+    if mask is None:
+        return ""
+    return "alpha" if mask.alpha else f"m{mask.sha256[:_DIGEST]}"
 
 
 def _files_record(value: Any) -> bool:
     """Whether `value` is a dataset_files record (a checkpoint's identity.json is read as found)."""
     return isinstance(value, dict) and all(
-        isinstance(v, list) and len(v) in (2, 3) and all(isinstance(d, str) for d in v)
+        isinstance(v, list) and len(v) in (2, 3, 4) and all(isinstance(d, str) for d in v)
         for v in value.values()
     )
 
@@ -95,12 +105,18 @@ def _listed(names: list[str]) -> str:
 
 
 def dataset_change(saved: Mapping[str, list[str]], current: Mapping[str, list[str]]) -> str:
-    """What differs between two `dataset_files` records, each kind of change naming its files."""
+    """What differs between two `dataset_files` records, each kind of change naming its files (a
+    mask's change only where both records hold masks' digests: since session 25)."""
     both = saved.keys() & current.keys()
     changed = [n for n in both if saved[n][0] != current[n][0]]  # the image or its controls
 
     def own_kept(n: str) -> bool:  # the image's own bytes the same: its controls changed
         return len(saved[n]) > 2 and len(current[n]) > 2 and saved[n][2] == current[n][2]
+
+    def masks(n: str) -> tuple[str, str] | None:  # (saved, current) mask digests; None: not recorded
+        return (saved[n][3], current[n][3]) if len(saved[n]) > 3 and len(current[n]) > 3 else None
+
+    mask_pairs = {n: m for n in both if (m := masks(n)) is not None and m[0] != m[1]}
 
     kinds = {
         "image changed": sorted(n for n in changed if not own_kept(n)),
@@ -108,6 +124,9 @@ def dataset_change(saved: Mapping[str, list[str]], current: Mapping[str, list[st
         "caption changed": sorted(
             n for n in both if saved[n][0] == current[n][0] and saved[n][1] != current[n][1]
         ),
+        "mask added": sorted(n for n, (was, now) in mask_pairs.items() if not was),
+        "mask removed": sorted(n for n, (was, now) in mask_pairs.items() if not now),
+        "mask changed": sorted(n for n, (was, now) in mask_pairs.items() if was and now),
         "removed": sorted(saved.keys() - current.keys()),
         "added": sorted(current.keys() - saved.keys()),
     }

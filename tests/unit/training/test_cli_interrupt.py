@@ -98,3 +98,115 @@ def test_sigterm_while_loading_leaves_no_output_folder(tiny_model, small_dataset
     assert not (get_settings().outputs_dir / "termed").exists()
     [run] = RunStore.open(get_settings().db_path, recover=False).list_runs()
     assert (run["output_name"], run["status"]) == ("termed", "stopped")
+
+
+@pytest.mark.slow
+def test_ctrl_c_then_resume_is_bitwise_the_uninterrupted_edit_run(
+    tiny_model, small_pairs, tmp_path, run_settings
+):
+    """Session 25 resume audit: `lorastudio train` of FLUX.1 Kontext (controls, masks, EMA, the
+    disk latent cache) stopped by Ctrl-C and continued by `lorastudio train --resume` gives the
+    losses per step, the LoRA and the raw EMA file of the uninterrupted CLI run, bitwise."""
+    import shutil
+
+    import torch
+    from PIL import Image
+    from safetensors.torch import load_file
+
+    data = tmp_path / "pairs"
+    shutil.copytree(small_pairs, data)
+    (data / "masks").mkdir()
+    for image in sorted(data.glob("*.png")):
+        w, h = Image.open(image).size
+        mask = Image.new("L", (w, h), 0)
+        mask.paste(255, (0, 0, w // 2, h))
+        mask.save(data / "masks" / image.name)
+    over = {
+        "steps": 40,
+        "batch_size": 1,
+        "ema_decay": 0.9,
+        "latent_cache": "disk",
+        "save_every": 1,
+        "keep_last": 2,
+    }
+    model = tiny_model("flux-kontext")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    full = _start(tmp_path / "a", run_settings("flux-kontext", model, data, {**over, "output_name": "full"}))
+    out, err = full.communicate(timeout=300)
+    assert full.returncode == 0, out + err
+    proc = _start(tmp_path / "b", run_settings("flux-kontext", model, data, {**over, "output_name": "cc"}))
+    _wait_for_training(proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "stopped early, saved" in out, out + err
+    run_dir = get_settings().outputs_dir / "cc"
+    cmd = [sys.executable, "-m", "lorastudio.cli", "train", "--resume", str(run_dir), "--device", "cpu"]
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert resumed.returncode == 0 and "resumed from step" in resumed.stdout, resumed.stdout + resumed.stderr
+    store = RunStore.open(get_settings().db_path, recover=False)
+    runs = {(r["output_name"], r["status"]): r["id"] for r in store.list_runs()}
+
+    def losses(run_id: str) -> list[float]:
+        return [float(m["loss"]) for m in store.get_run(run_id)["metrics"] if "loss" in m]
+
+    assert losses(runs[("cc", "completed")]) == losses(runs[("full", "completed")])
+    assert len(losses(runs[("full", "completed")])) == 40
+    outputs = get_settings().outputs_dir
+    for name in ("{}.safetensors", "{}.raw.safetensors"):
+        a, b = (
+            load_file(str(outputs / "full" / name.format("full"))),
+            load_file(str(run_dir / name.format("cc"))),
+        )
+        assert a.keys() == b.keys() and a and all(torch.equal(a[k], b[k]) for k in a), name
+
+
+@pytest.mark.slow
+def test_a_cli_run_killed_at_a_checkpoint_write_resumes_bitwise(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """Session 25 resume audit: `lorastudio train` kill -9'd once a checkpoint is complete and the
+    next one is staging (or, on a slow host, just after it), then `train --resume`: the leftover
+    staging folder goes and the LoRA and raw EMA file are the uninterrupted run's, bitwise."""
+    import torch
+    from safetensors.torch import load_file
+    from tests.polling import until
+
+    from lorastudio.training.checkpoint import CHECKPOINTS
+
+    over = {"steps": 60, "batch_size": 1, "ema_decay": 0.9, "latent_cache": "disk", "save_every": 1}
+    over |= {"keep_last": 2, "random_crop": True, "cache_variants": 2}
+    model = tiny_model("flux")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    full = _start(tmp_path / "a", run_settings("flux", model, small_dataset, {**over, "output_name": "full"}))
+    out, err = full.communicate(timeout=300)
+    assert full.returncode == 0, out + err
+    proc = _start(tmp_path / "b", run_settings("flux", model, small_dataset, {**over, "output_name": "k"}))
+    checkpoints = get_settings().outputs_dir / "k" / CHECKPOINTS
+
+    def at_a_write() -> bool:
+        names = [e.name for e in os.scandir(checkpoints)] if checkpoints.is_dir() else []
+        done = [n for n in names if n.startswith("step-")]
+        return bool(done) and (any(n.startswith(".staging-") for n in names) or len(done) > 1)
+
+    until(at_a_write, 120, "a checkpoint write")
+    proc.kill()
+    proc.communicate(timeout=60)
+    cmd = [
+        sys.executable,
+        "-m",
+        "lorastudio.cli",
+        "train",
+        "--resume",
+        str(checkpoints.parent),
+        "--device",
+        "cpu",
+    ]
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert resumed.returncode == 0 and "done: 60 step(s)" in resumed.stdout, resumed.stdout + resumed.stderr
+    assert not [p for p in checkpoints.iterdir() if p.name.startswith(".staging-")]
+    for name in ("{}.safetensors", "{}.raw.safetensors"):
+        a = load_file(str(get_settings().outputs_dir / "full" / name.format("full")))
+        b = load_file(str(checkpoints.parent / name.format("k")))
+        assert a.keys() == b.keys() and a and all(torch.equal(a[k], b[k]) for k in a), name

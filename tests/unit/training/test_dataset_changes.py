@@ -192,3 +192,43 @@ def test_a_resume_onto_a_changed_control_names_the_control_not_the_image(small_p
     assert f"image changed: {control.name};" in dataset_change(before, files())
     old = {name: digests[:2] for name, digests in before.items()}  # a checkpoint from before
     assert f"image changed: {control.name};" in dataset_change(old, after)
+
+
+def test_a_resume_onto_changed_masks_names_each_mask_change(make_config, small_dataset, tmp_path):
+    """A mask edited, added or removed between a run's checkpoint and its resume was refused as
+    "its settings changed" (dataset_files held no mask digest), naming no file: the user was
+    sent looking at the settings. Each is now named; a record from before (three digests per
+    image) still says "its settings changed" (nothing else to say)."""
+    from lorastudio.training.identity import dataset_change
+
+    data = _copy(small_dataset, tmp_path)
+    (data / "masks").mkdir()
+    images = sorted(data.glob("*.png"))
+    for image in images[:3]:
+        Image.new("L", Image.open(image).size, 200).save(data / "masks" / image.name)
+    events: list = []
+
+    def stop() -> StopRequest | None:
+        return StopRequest(save=True) if any(isinstance(e, Progress) for e in events) else None
+
+    train(make_config(steps=4, data_dir=str(data), output_name="masked"), events.append, stop, device="cpu")
+    Image.new("L", Image.open(images[0]).size, 10).save(data / "masks" / images[0].name)  # edited
+    (data / "masks" / images[1].name).unlink()  # removed
+    Image.new("L", Image.open(images[3]).size, 90).save(data / "masks" / images[3].name)  # added
+    run_dir = get_settings().outputs_dir / "masked"
+    with pytest.raises(ConfigError) as err:
+        train(
+            make_config(steps=4, data_dir=str(data), output_name="masked"),
+            [].append,
+            device="cpu",
+            resume=run_dir,
+        )
+    (problem,) = err.value.problems
+    assert problem.field == "dataset_fingerprint"
+    assert problem.message == (
+        "the dataset differs from the one the checkpoint trained on: "
+        f"mask added: {images[3].name}; mask removed: {images[1].name}; mask changed: {images[0].name}; "
+        "resume on the dataset as it was, or start a new run"
+    )
+    old = {name: ["a", "b", "c"] for name in ("x.png", "y.png")}
+    assert "its settings changed" in dataset_change(old, old)
