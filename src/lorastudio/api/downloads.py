@@ -10,15 +10,22 @@
   they declare, so `HEAD /api/loras/x/file` (`curl -I`, a download manager sizing a file) was
   404 from the static UI behind them. A Download reads no file for a HEAD (Starlette's own
   header-only path); a JSON route's body is computed and dropped; an event stream ends at once.
+  A file removed between the route's check and the answer is a 404 (NotFound), not Starlette's
+  RuntimeError (a 500).
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import Any
 
+import anyio
 from fastapi.responses import FileResponse
 from starlette.responses import MalformedRangeHeader
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from lorastudio.errors import NotFound
 
 HEAD_KEY = "lorastudio.head"  # set in a HEAD request's scope, whose method HeadAsGet made GET
 
@@ -37,6 +44,16 @@ class Download(FileResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get(HEAD_KEY):
             scope = {**scope, "method": "HEAD"}
+        if self.stat_result is None:  # Starlette's own stat raises RuntimeError (a 500) for a gone file
+            try:
+                st = await anyio.to_thread.run_sync(os.stat, self.path)
+            except (FileNotFoundError, NotADirectoryError):
+                st = None
+            if st is None or not stat.S_ISREG(st.st_mode):
+                # deleted (or replaced by a folder) between the route's check and this answer
+                raise NotFound(f"no file {os.path.basename(self.path)!r}: it was removed")
+            self.set_stat_headers(st)
+            self.stat_result = st
         await super().__call__(scope, receive, send)
 
 
