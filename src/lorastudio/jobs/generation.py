@@ -19,7 +19,9 @@ a late cancel never reaches another request reusing the id.
 
 Every request is checked here, before any work, with every problem reported at once: the family,
 the revision, the size and steps against the budget below, the LoRA files (their headers are read with a
-size cap and checked, lora/header.py) and the base model. Images go to the gallery
+size cap and checked, lora/header.py; each file's sha256 taken, lora/file_digest.py: recorded in
+the image's settings, and the worker applies a file only while it is still those bytes) and the
+base model. Images go to the gallery
 (settings.home/gallery): the worker writes the PNG under a hidden staging name, the server
 writes the sidecar, then renames the PNG into place. No torch here.
 
@@ -63,6 +65,7 @@ from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_m
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.references import reference_path, reference_problems
 from lorastudio.jobs.worker_allowance import GenerationAllowance
+from lorastudio.lora.file_digest import lora_digest
 from lorastudio.lora.header import check_lora_file
 from lorastudio.lora.snapshots import LORAS, raw_lora_at, snapshot_name
 from lorastudio.settings import Settings
@@ -74,11 +77,14 @@ LOCK_POLL_S = 0.1  # how often a request waiting for the worker looks for its ca
 @dataclass(frozen=True)
 class LoraChoice:
     """A trained LoRA by its output name, applied at `scale`; `step`: one of its snapshots
-    (loras/<name>-step-N, lorastudio.lora.snapshots) instead of its final file."""
+    (loras/<name>-step-N, lorastudio.lora.snapshots) instead of its final file; `sha256`: the
+    file must be exactly this one (lora/file_digest.py: a gallery image's LoRA sent again; a run
+    retrained since is refused, not rendered as another image)."""
 
     name: str
     scale: float = 1.0
     step: int | None = None
+    sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,10 +105,11 @@ class GenerationRequest:
     v_prediction: bool | None = None
 
 
-def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
+def meta_of(req: GenerationRequest, family: str, digests: tuple[str, ...]) -> dict[str, Any]:
     """The settings of one gallery image (its sidecar and PNG text, less the size the worker
     reports): every setting of the request that decides its pixels, so that they, sent again,
-    render it again (a revision and a single file's v_prediction when given)."""
+    render it again (a revision and a single file's v_prediction when given; each LoRA's sha256,
+    `digests` in the order of req.loras: sent again, the same file or a refusal)."""
     return {
         "prompt": req.prompt,
         "seed": req.seed,
@@ -115,8 +122,13 @@ def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
         "guidance": req.guidance,
         **({"negative_prompt": req.negative_prompt} if req.negative_prompt else {}),
         "loras": [
-            {"name": c.name, "scale": c.scale, **({"step": c.step} if c.step is not None else {})}
-            for c in req.loras
+            {
+                "name": c.name,
+                "scale": c.scale,
+                **({"step": c.step} if c.step is not None else {}),
+                "sha256": d,
+            }
+            for c, d in zip(req.loras, digests, strict=True)
         ],
         "references": list(req.references),
     }
@@ -214,10 +226,11 @@ class GenerationService:
         self._process = None
         self._key = None
 
-    def check(self, req: GenerationRequest) -> tuple[ResolvedBase, list[tuple[str, float]]]:
+    def check(self, req: GenerationRequest) -> tuple[ResolvedBase, list[tuple[str, float]], tuple[str, ...]]:
         """Check everything about `req` before any work: returns (the resolved base model,
-        [(LoRA file, scale)]). Raises UnknownFamily, ConfigError (revision, size budget, a LoRA file that is
-        not a LoRA of this family: every problem at once), NotFound (a LoRA name),
+        [(LoRA file, scale)], each LoRA file's sha256). Raises UnknownFamily, ConfigError
+        (revision, size budget, a LoRA file that is not a LoRA of this family or not the file
+        of the sha256 asked for: every problem at once), NotFound (a LoRA name),
         ModelSourceError (the base model)."""
         family = families.get(req.family)
         problems = budget_problems(req.width, req.height, req.steps, family.spec.name)
@@ -232,11 +245,22 @@ class GenerationService:
         if req.references and small:
             problems.append(FieldProblem("references", small))
         loras = [(lora_file(self.settings, c.name, c.step), c.scale) for c in req.loras]
-        for i, (path, _) in enumerate(loras):
+        digests: list[str] = []
+        for i, ((path, _), choice) in enumerate(zip(loras, req.loras, strict=True)):
             try:
                 check_lora_file(path, family.spec.name)
+                digests.append(lora_digest(path))
             except (ModelSourceError, NotFound) as err:
                 problems.append(FieldProblem(f"loras.{i}", str(err)))
+                continue
+            if choice.sha256 is not None and choice.sha256 != digests[-1]:
+                problems.append(
+                    FieldProblem(
+                        f"loras.{i}.sha256",
+                        f"LoRA {choice.name!r} is no longer the file of that sha256 (now {digests[-1]}): "
+                        "its run was retrained or the file replaced; leave sha256 out to use the file as it is",
+                    )
+                )
         if problems:
             raise ConfigError(problems)
         base = resolve_base(req.base_model, family.spec.name, self.settings, req.revision, req.base_config)
@@ -254,7 +278,7 @@ class GenerationService:
             problems = reference_problems(self.settings, family.spec.name, req.references, flavour)
             if problems:
                 raise ConfigError(problems)
-        return base, [(str(p), s) for p, s in loras]
+        return base, [(str(p), s) for p, s in loras], tuple(digests)
 
     def cancel(self, request_id: str, owner: object | None = None) -> str:
         """Cancel the generation `request_id` in flight: "waiting" (for the worker: it ends
@@ -286,7 +310,7 @@ class GenerationService:
             self._flight.finish(rid)
 
     def _generate(self, req: GenerationRequest, rid: str) -> dict[str, Any]:
-        base, loras = self.check(req)
+        base, loras, digests = self.check(req)
         family = families.get(req.family).spec.name
         out_dir = gallery_dir(self.settings)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -307,15 +331,16 @@ class GenerationService:
             guidance=req.guidance,
             negative_prompt=req.negative_prompt or None,
             loras=tuple(loras),
+            lora_digests=digests,
             references=tuple(str(reference_path(self.settings, r)) for r in req.references),
             out_path=str(staging),
-            png_meta=json.dumps(meta_of(req, family)),
+            png_meta=json.dumps(meta_of(req, family, digests)),
         )
         try:
             with self.arbiter.generation(), self._worker_lock(rid):
                 result = self._run_locked(job, rid)
             self._flight.saving(rid)
-            meta = {**meta_of(req, family), "width": result["width"], "height": result["height"]}
+            meta = {**meta_of(req, family, digests), "width": result["width"], "height": result["height"]}
             # The sidecar first, the image last: a listed PNG always has its complete sidecar.
             with staged_write(target.with_suffix(".json")) as tmp:
                 tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")

@@ -2488,6 +2488,11 @@ export interface components {
              */
             scale?: number;
             /**
+             * Sha256
+             * @description the sha256 of the LoRA file's bytes (a gallery image records it): given, a file that is no longer exactly this one is refused (400); null: the file as it is
+             */
+            sha256?: string | null;
+            /**
              * Step
              * @description one of its snapshots by step (loras/<name>-step-N); null: the final LoRA
              */

@@ -66,7 +66,7 @@ async def generate(
         height=body.height,
         guidance=body.guidance,
         negative_prompt=body.negative_prompt,
-        loras=tuple(LoraChoice(r.name, r.scale, r.step) for r in body.loras),
+        loras=tuple(LoraChoice(r.name, r.scale, r.step, r.sha256) for r in body.loras),
         references=tuple(body.references),
     )
     request_id = body.request_id or f"unnamed-{uuid.uuid4().hex}"
