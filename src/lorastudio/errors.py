@@ -163,6 +163,12 @@ class GenerationCancelled(LorastudioError):
     kept: between two denoising steps, or before the first. Nothing of it is in the gallery."""
 
 
+class ServerStopping(LorastudioError):
+    """The server is stopping (Ctrl-C, SIGTERM): a generation in flight was stopped (between
+    denoising steps, or while it waited for the worker) and nothing of it kept; a new one is
+    refused. Send it again once the server is back."""
+
+
 class NoSpaceLeft(LorastudioError):
     """A write failed because the disk (or the quota) holding `path` is full: ENOSPC/EDQUOT, or
     SQLite's "database or disk is full". The message starts with "no space left on device"."""

@@ -289,3 +289,34 @@ def test_retired_ids_are_capped(settings: Settings, monkeypatch: pytest.MonkeyPa
         service.generate(_request(), f"f{i}")
     assert list(service._flight.retired) == [f"f{i}" for i in range(3, 8)]
     service.generate(_request(), "f0")  # forgotten: free again
+
+
+def test_a_server_stop_ends_the_generations_in_flight_with_a_503_and_refuses_new_ones(
+    settings: Settings, client: TestClient
+) -> None:
+    """The stop's hook (api/app.stop_generations, called from the server's signal handler)
+    cancels the running and the waiting generation: both answer 503 ServerStopping, a new one
+    is refused the same way, nothing is kept (session 25 genaudit; tests/reliability/
+    test_generation_server_stop.py runs it in a real server with a real worker)."""
+    from lorastudio.api.app import stop_generations
+
+    client.app.state.generation = service = _Blocking(settings, GpuArbiter())  # type: ignore[attr-defined]
+    body = {"family": "flux", "base_model": "tiny", "prompt": "x", "steps": 1, "width": 32, "height": 32}
+    with ThreadPoolExecutor(2) as pool:
+        running = pool.submit(client.post, "/api/generate", json={**body, "request_id": "running"})
+        assert service.running.wait(10)
+        waiting = pool.submit(client.post, "/api/generate", json={**body, "request_id": "waiting"})
+        until(lambda: service.in_flight == 2, 60, "the waiting request in flight")
+        stop_generations(client.app)
+        assert waiting.result(10).status_code == 503  # ends at once
+        service.release.set()  # the worker stops after its step (here: the blocked job returns)
+        answers = [running.result(10), waiting.result(10)]
+    assert [a.json()["error"] for a in answers] == ["ServerStopping", "ServerStopping"], [
+        a.text for a in answers
+    ]
+    assert all(a.status_code == 503 and "the server is stopping" in a.json()["detail"] for a in answers)
+    late = client.post("/api/generate", json={**body, "request_id": "late"})
+    assert late.status_code == 503 and late.json()["error"] == "ServerStopping", late.text
+    gallery = settings.home / "gallery"
+    assert not gallery.is_dir() or list(gallery.iterdir()) == []
+    assert service.in_flight == 0

@@ -56,6 +56,7 @@ from lorastudio.errors import (
     GenerationWorkerLost,
     ModelSourceError,
     NotFound,
+    ServerStopping,
 )
 from lorastudio.generation_rules import budget_problems
 from lorastudio.jobs.gallery import gallery_dir
@@ -72,6 +73,7 @@ from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
 LOCK_POLL_S = 0.1  # how often a request waiting for the worker looks for its cancel
+STOPPING = "the server is stopping: this generation was stopped and nothing of it kept; send it again once the server is back"
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,7 @@ class GenerationService:
         self._process: GenerationProcess | None = None
         self._key: tuple[Any, ...] | None = None
         self._flight = InFlight()  # requests in flight (waiting, running or saving)
+        self._stopping = False  # the server is stopping: `stopping`
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
     @property
@@ -200,6 +203,15 @@ class GenerationService:
     def in_flight(self) -> int:
         """How many generation requests are in flight (waiting for the worker or running)."""
         return len(self._flight)
+
+    def stopping(self) -> int:
+        """The server began to stop (its signal handler calls this, before uvicorn's graceful
+        wait for open requests): every request in flight is cancelled (a running one stops
+        after its current denoising step or component, one waiting ends now) and answers
+        ServerStopping (503) within that wait, nothing of it kept; a new request is refused the
+        same way. Returns how many were in flight. Idempotent."""
+        self._stopping = True
+        return self._flight.cancel_all()
 
     def release(self) -> None:
         """Stop the worker, freeing its pipeline and memory (the GPU for training). Idempotent."""
@@ -303,9 +315,17 @@ class GenerationService:
         (`cancel`: no image kept), GenerationFailed / GenerationWorkerLost / GenerationTimedOut
         (the worker failed / died / hung: the next request starts a fresh worker)."""
         rid = request_id if request_id is not None else f"unnamed-{uuid.uuid4().hex}"
+        if self._stopping:
+            raise ServerStopping(STOPPING)
         self._flight.admit(rid, owner)
         try:
+            if self._stopping:  # began between the check above and admit: cancel_all missed it
+                raise ServerStopping(STOPPING)
             return self._generate(req, rid)
+        except GenerationCancelled as err:
+            if self._stopping:
+                raise ServerStopping(STOPPING) from err
+            raise
         finally:
             self._flight.finish(rid)
 
