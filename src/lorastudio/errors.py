@@ -178,6 +178,14 @@ class NoSpaceLeft(LorastudioError):
         where = f" ({self.path})" if self.path else ""
         super().__init__(f"no space left on device: {what}{where}; free some space and retry")
 
+    @classmethod
+    def from_message(cls, message: str) -> NoSpaceLeft:
+        """The error whose message is `message` (one rebuilt from another process's report)."""
+        err = cls.__new__(cls)
+        Exception.__init__(err, message)
+        err.path = None
+        return err
+
 
 class HostMemoryShort(LorastudioError):
     """A run refused before loading any model: its forecast peak host RAM (jobs/host_memory.py)

@@ -55,8 +55,10 @@ from lorastudio.errors import (
     GenerationCancelled,
     GenerationWorkerLost,
     ModelSourceError,
+    NoSpaceLeft,
     NotFound,
     ServerStopping,
+    is_no_space,
 )
 from lorastudio.generation_rules import budget_problems
 from lorastudio.jobs.gallery import gallery_dir
@@ -160,6 +162,17 @@ def lora_file(settings: Settings, name: str, step: int | None = None) -> Path:
         at = "" if step is None else f" at step {step}"
         raise NotFound(f"no trained LoRA named {name!r}{at} in {settings.outputs_dir}")
     return path
+
+
+@contextlib.contextmanager
+def _no_space_as(folder: Path, what: str) -> Iterator[None]:
+    """Raise NoSpaceLeft (HTTP 507) naming `what` and `folder` for a full disk's OSError."""
+    try:
+        yield
+    except OSError as err:
+        if is_no_space(err):
+            raise NoSpaceLeft(what, folder) from err
+        raise
 
 
 class GenerationService:
@@ -333,7 +346,8 @@ class GenerationService:
         base, loras, digests = self.check(req)
         family = families.get(req.family).spec.name
         out_dir = gallery_dir(self.settings)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        with _no_space_as(out_dir, "the gallery folder could not be made"):
+            out_dir.mkdir(parents=True, exist_ok=True)
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         target = out_dir / f"{stamp}-{req.seed}-{uuid.uuid4().hex[:8]}.png"
         staging = target.with_name(f".{target.name}.partial")
@@ -362,9 +376,15 @@ class GenerationService:
             self._flight.saving(rid)
             meta = {**meta_of(req, family, digests), "width": result["width"], "height": result["height"]}
             # The sidecar first, the image last: a listed PNG always has its complete sidecar.
-            with staged_write(target.with_suffix(".json")) as tmp:
-                tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-            os.replace(staging, target)
+            try:
+                with _no_space_as(out_dir, "the image's settings could not be written to the gallery"):
+                    with staged_write(target.with_suffix(".json")) as tmp:
+                        tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+                    os.replace(staging, target)
+            except BaseException:
+                if not target.exists():  # no image: no sidecar of it either (its name is this request's)
+                    target.with_suffix(".json").unlink(missing_ok=True)
+                raise
         finally:
             staging.unlink(missing_ok=True)
         return {**meta, "file": target.name, "path": str(target), "seconds": round(result["seconds"], 3)}

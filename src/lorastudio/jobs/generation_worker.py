@@ -40,7 +40,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lorastudio.errors import ConfigError, DatasetError, FieldProblem, GenerationCancelled, LorastudioError
+from lorastudio.errors import (
+    ConfigError,
+    DatasetError,
+    FieldProblem,
+    GenerationCancelled,
+    LorastudioError,
+    NoSpaceLeft,
+    is_no_space,
+)
 from lorastudio.jobs.childenv import drop_secrets, give_hub_token
 from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt
 from lorastudio.settings import Settings
@@ -209,7 +217,14 @@ def run_job(
             cancelled=cancelled,
         )
         meta = {**json.loads(job.png_meta), "width": image.width, "height": image.height}
-        image.save(job.out_path, format="PNG", pnginfo=png_text(meta))
+        try:
+            image.save(job.out_path, format="PNG", pnginfo=png_text(meta))
+        except OSError as err:
+            if is_no_space(err):  # the server removes the staging file it named
+                raise NoSpaceLeft(
+                    "the image could not be written to the gallery", Path(job.out_path).parent
+                ) from err
+            raise
         seconds = time.perf_counter() - t0
         return (
             "ok",

@@ -53,7 +53,8 @@ async def generate(
     or the client left: it stops between denoising steps and nothing is kept), 503 when the
     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
     was asked (it is stopped): the next request starts a fresh one; 503 ServerStopping when the
-    server began to stop (it was stopped, nothing kept)."""
+    server began to stop (it was stopped, nothing kept), 507 NoSpaceLeft when the gallery's disk is
+    full (nothing of the image kept)."""
     req = GenerationRequest(
         family=body.family,
         base_model=body.base_model,
