@@ -87,3 +87,26 @@ def test_a_second_delete_racing_past_the_check_is_a_404(
     assert answer.status_code == 404, answer.text
     assert answer.json()["error"] == "NotFound"
     assert list(folder.iterdir()) == []
+
+
+def test_a_gallery_file_deleted_once_its_headers_are_set_is_still_sent_whole(
+    settings: Settings, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Starlette stat'ed the file, sent a 200 with its length, then opened it: one deleted in
+    between (found by 2 clients deleting while 2 listed and fetched) cut the answer after its
+    headers and logged a traceback. The file is now opened before the headers and sent whole."""
+    folder = _gallery(settings, ("img",))
+    whole = (folder / "img.png").read_bytes()
+    set_headers = Download.set_stat_headers
+
+    def then_deleted(self: Download, st: object) -> None:
+        set_headers(self, st)
+        Path(self.path).unlink(missing_ok=True)  # a DELETE lands once the headers are decided
+
+    monkeypatch.setattr(Download, "set_stat_headers", then_deleted)
+    answer = client.get("/gallery/img.png")
+    assert answer.status_code == 200 and answer.content == whole
+    ranged = (folder / "img.png").write_bytes(whole) and client.get(
+        "/gallery/img.png", headers={"Range": "bytes=1-4"}
+    )
+    assert ranged.status_code == 206 and ranged.content == whole[1:5]
