@@ -31,6 +31,7 @@ requests in flight (ids, owners, cancel, the MAX_IN_FLIGHT cap) is jobs/generati
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import json
@@ -194,6 +195,8 @@ class GenerationService:
         self._target = worker_target
         self._allowance = allowance or GenerationAllowance().scaled(settings.worker_timeout_scale)
         self._lock = threading.Lock()
+        self._turns = threading.Condition()  # requests waiting for the worker, first come first served
+        self._queue: collections.deque[object] = collections.deque()
         self._spawner = Spawner()  # started here: the server's long-lived thread, not a request's
         self._process: GenerationProcess | None = None
         self._key: tuple[Any, ...] | None = None
@@ -216,6 +219,12 @@ class GenerationService:
     def in_flight(self) -> int:
         """How many generation requests are in flight (waiting for the worker or running)."""
         return len(self._flight)
+
+    @property
+    def waiting(self) -> int:
+        """How many requests wait for the worker (in the queue, first come first served)."""
+        with self._turns:
+            return len(self._queue)
 
     def stopping(self) -> int:
         """The server began to stop (its signal handler calls this, before uvicorn's graceful
@@ -391,11 +400,25 @@ class GenerationService:
 
     @contextlib.contextmanager
     def _worker_lock(self, rid: str) -> Iterator[None]:
-        """Hold the worker for request `rid`; raises GenerationCancelled when it is cancelled
-        while it waits (another request holds the worker)."""
-        while not self._lock.acquire(timeout=LOCK_POLL_S):
-            if self._flight.cancelled(rid):
-                raise GenerationCancelled("generation cancelled while it waited for the worker")
+        """Hold the worker for request `rid`, in the order the requests came (first come, first
+        served: a bare lock let a request wait while dozens that came after it ran); raises
+        GenerationCancelled when it is cancelled while it waits (it leaves the queue)."""
+        ticket = object()
+        with self._turns:
+            self._queue.append(ticket)
+        try:
+            with self._turns:
+                while self._queue[0] is not ticket:
+                    if self._flight.cancelled(rid):
+                        raise GenerationCancelled("generation cancelled while it waited for the worker")
+                    self._turns.wait(LOCK_POLL_S)
+            while not self._lock.acquire(timeout=LOCK_POLL_S):  # its turn: the running one ends
+                if self._flight.cancelled(rid):
+                    raise GenerationCancelled("generation cancelled while it waited for the worker")
+        finally:
+            with self._turns:
+                self._queue.remove(ticket)
+                self._turns.notify_all()
         try:
             yield
         finally:
