@@ -432,7 +432,9 @@ export interface paths {
          *     others wait), or when it was cancelled (the cancel route,
          *     or the client left: it stops between denoising steps and nothing is kept), 503 when the
          *     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
-         *     was asked (it is stopped): the next request starts a fresh one.
+         *     was asked (it is stopped): the next request starts a fresh one; 503 ServerStopping when the
+         *     server began to stop (it was stopped, nothing kept), 507 NoSpaceLeft when the gallery's disk is
+         *     full (nothing of the image kept).
          */
         post: operations["generate_api_generate_post"];
         delete?: never;
