@@ -90,6 +90,12 @@ class GenerationJob:
     v_prediction: bool | None = None
     lora_digests: tuple[str, ...] = ()  # sha256 of each of `loras`, as the server checked them
 
+    def __post_init__(self) -> None:
+        if len(self.lora_digests) != len(self.loras):  # the worker applies only checked files
+            raise ValueError(
+                f"a GenerationJob needs one sha256 per LoRA: {len(self.loras)} LoRA(s), {len(self.lora_digests)} sha256"
+            )
+
     @property
     def key(self) -> tuple[Any, ...]:
         """What the resident pipeline is: (source, family, revision, base config, v_prediction)."""
