@@ -163,6 +163,12 @@ class GenerationCancelled(LorastudioError):
     kept: between two denoising steps, or before the first. Nothing of it is in the gallery."""
 
 
+class ServerStopping(LorastudioError):
+    """The server is stopping (Ctrl-C, SIGTERM): a generation in flight was stopped (between
+    denoising steps, or while it waited for the worker) and nothing of it kept; a new one is
+    refused. Send it again once the server is back."""
+
+
 class NoSpaceLeft(LorastudioError):
     """A write failed because the disk (or the quota) holding `path` is full: ENOSPC/EDQUOT, or
     SQLite's "database or disk is full". The message starts with "no space left on device"."""
@@ -171,6 +177,14 @@ class NoSpaceLeft(LorastudioError):
         self.path = None if path is None else str(path)
         where = f" ({self.path})" if self.path else ""
         super().__init__(f"no space left on device: {what}{where}; free some space and retry")
+
+    @classmethod
+    def from_message(cls, message: str) -> NoSpaceLeft:
+        """The error whose message is `message` (one rebuilt from another process's report)."""
+        err = cls.__new__(cls)
+        Exception.__init__(err, message)
+        err.path = None
+        return err
 
 
 class HostMemoryShort(LorastudioError):

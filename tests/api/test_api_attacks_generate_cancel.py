@@ -35,7 +35,7 @@ class _InProcess(GenerationService):
     """The service with no worker process: the request is always valid, the job writes a PNG."""
 
     def check(self, req: GenerationRequest) -> Any:
-        return SimpleNamespace(source=req.base_model, config=None), []
+        return SimpleNamespace(source=req.base_model, config=None), [], ()
 
     def _run_locked(self, job: GenerationJob, rid: str) -> dict[str, Any]:
         Image.new("RGB", (job.width, job.height), (200, 10, 10)).save(job.out_path, format="PNG")
@@ -289,3 +289,76 @@ def test_retired_ids_are_capped(settings: Settings, monkeypatch: pytest.MonkeyPa
         service.generate(_request(), f"f{i}")
     assert list(service._flight.retired) == [f"f{i}" for i in range(3, 8)]
     service.generate(_request(), "f0")  # forgotten: free again
+
+
+def test_a_server_stop_ends_the_generations_in_flight_with_a_503_and_refuses_new_ones(
+    settings: Settings, client: TestClient
+) -> None:
+    """The stop's hook (api/app.stop_generations, called from the server's signal handler)
+    cancels the running and the waiting generation: both answer 503 ServerStopping, a new one
+    is refused the same way, nothing is kept (session 25 genaudit; tests/reliability/
+    test_generation_server_stop.py runs it in a real server with a real worker)."""
+    from lorastudio.api.app import stop_generations
+
+    client.app.state.generation = service = _Blocking(settings, GpuArbiter())  # type: ignore[attr-defined]
+    body = {"family": "flux", "base_model": "tiny", "prompt": "x", "steps": 1, "width": 32, "height": 32}
+    with ThreadPoolExecutor(2) as pool:
+        running = pool.submit(client.post, "/api/generate", json={**body, "request_id": "running"})
+        assert service.running.wait(10)
+        waiting = pool.submit(client.post, "/api/generate", json={**body, "request_id": "waiting"})
+        until(lambda: service.in_flight == 2, 60, "the waiting request in flight")
+        stop_generations(client.app)
+        assert waiting.result(10).status_code == 503  # ends at once
+        service.release.set()  # the worker stops after its step (here: the blocked job returns)
+        answers = [running.result(10), waiting.result(10)]
+    assert [a.json()["error"] for a in answers] == ["ServerStopping", "ServerStopping"], [
+        a.text for a in answers
+    ]
+    assert all(a.status_code == 503 and "the server is stopping" in a.json()["detail"] for a in answers)
+    late = client.post("/api/generate", json={**body, "request_id": "late"})
+    assert late.status_code == 503 and late.json()["error"] == "ServerStopping", late.text
+    gallery = settings.home / "gallery"
+    assert not gallery.is_dir() or list(gallery.iterdir()) == []
+    assert service.in_flight == 0
+
+
+class _Ordered(_Blocking):
+    """The first job waits for `release`; every job records its request's seed as it runs."""
+
+    def __init__(self, *a: Any) -> None:
+        super().__init__(*a)
+        self.ran: list[int] = []
+
+    def _run_locked(self, job: GenerationJob, rid: str) -> dict[str, Any]:
+        if not self.ran:
+            self.running.set()
+            assert self.release.wait(120)
+        self.ran.append(job.seed)
+        return _InProcess._run_locked(self, job, rid)
+
+
+def test_generations_waiting_for_the_worker_run_in_the_order_they_came(settings: Settings) -> None:
+    """A bare lock polled with a timeout handed the worker to whichever waiter woke first: on a
+    live server with 8 clients in a loop one request waited 16.8 s where its turn came in 4
+    (session 25 genaudit). The worker now goes to the waiting requests first come, first
+    served, and a cancelled one leaves the queue."""
+    service = _Ordered(settings, GpuArbiter())
+
+    def request(seed: int) -> GenerationRequest:
+        return GenerationRequest(
+            family="flux", base_model="tiny", prompt="x", seed=seed, steps=1, width=32, height=32
+        )
+
+    with ThreadPoolExecutor(MAX_IN_FLIGHT) as pool:
+        futures = [pool.submit(service.generate, request(0), "first")]
+        assert service.running.wait(10)
+        for seed in range(1, MAX_IN_FLIGHT):  # each in the queue before the next comes
+            futures.append(pool.submit(service.generate, request(seed), f"r{seed}"))
+            until(lambda n=seed: service.in_flight == n + 1 and service.waiting == n, 60, "in the queue")
+        assert service.cancel("r3") == "waiting"
+        until(lambda: service.waiting == MAX_IN_FLIGHT - 2, 60, "the cancelled one out of the queue")
+        service.release.set()
+        for f in futures:
+            with contextlib.suppress(GenerationCancelled):
+                f.result(60)
+    assert service.ran == [s for s in range(MAX_IN_FLIGHT) if s != 3]

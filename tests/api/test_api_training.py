@@ -5,6 +5,7 @@ test_api_resume.py; a killed worker: tests/reliability/test_worker_kills.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import time
@@ -165,7 +166,10 @@ def test_full_job_start_events_complete_listed_and_generate(
     assert image.status_code == 200 and image.content.startswith(b"\x89PNG")
     gallery = client.get("/api/gallery").json()["images"]
     assert [(g["file"], g["prompt"], g["seed"]) for g in gallery] == [(gen.json()["file"], "a red circle", 3)]
-    assert gallery[0]["loras"] == [{"name": name, "scale": 0.8, "step": None}]
+    sha = {lo["step"]: hashlib.sha256(Path(lo["path"]).read_bytes()).hexdigest() for lo in by_step["loras"]}
+    assert gallery[0]["loras"] == [
+        {"name": name, "scale": 0.8, "step": None, "sha256": sha[4]}
+    ]  # the exact file
     assert gallery[0]["url"] == gen.json()["url"]
     missing = client.post("/api/generate", json={**body, "loras": [{"name": "nope", "scale": 1.0}]})
     assert missing.status_code == 404
@@ -173,10 +177,12 @@ def test_full_job_start_events_complete_listed_and_generate(
     # carrying its prompt and seed
     at_step = client.post("/api/generate", json={**body, "loras": [{"name": name, "scale": 0.8, "step": 2}]})
     assert at_step.status_code == 201, at_step.text
-    assert at_step.json()["loras"] == [{"name": name, "scale": 0.8, "step": 2}]
+    assert at_step.json()["loras"] == [{"name": name, "scale": 0.8, "step": 2, "sha256": sha[2]}]
     png = Image.open(io.BytesIO(client.get(at_step.json()["url"]).content))
     assert png.text["prompt"] == "a red circle" and png.text["seed"] == "3"
-    assert json.loads(png.text["lorastudio"])["loras"] == [{"name": name, "scale": 0.8, "step": 2}]
+    assert json.loads(png.text["lorastudio"])["loras"] == [
+        {"name": name, "scale": 0.8, "step": 2, "sha256": sha[2]}
+    ]
     assert client.get(at_step.json()["url"]).content != image.content  # step 2's LoRA, not the final one
     no_step = client.post("/api/generate", json={**body, "loras": [{"name": name, "step": 3}]})
     assert no_step.status_code == 404 and "at step 3" in no_step.text

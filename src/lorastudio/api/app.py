@@ -271,6 +271,12 @@ def _stopping_server(config: Any) -> Any:
     from uvicorn.server import HANDLED_SIGNALS
 
     class StoppingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            # generations in flight answer (503) within the graceful wait, not a 500 after it;
+            # from a thread: a signal handler must not take a lock the interrupted loop may hold
+            threading.Thread(target=stop_generations, args=(self.config.app,), daemon=True).start()
+
         @contextlib.contextmanager
         def capture_signals(self):  # type: ignore[no-untyped-def]
             if threading.current_thread() is not threading.main_thread():
@@ -284,6 +290,15 @@ def _stopping_server(config: Any) -> Any:
                     signal.signal(sig, handler)
 
     return StoppingServer(config)
+
+
+def stop_generations(app: Any) -> None:
+    """The server is stopping: cancel the generations in flight (GenerationService.stopping), so
+    that their POSTs answer ServerStopping (503) while uvicorn waits for open requests; before,
+    the wait ran out and cancelled them: a 500 with a traceback in the log."""
+    service = getattr(getattr(app, "state", None), "generation", None)
+    if service is not None:
+        service.stopping()
 
 
 def lower_serving_priority(nice: int) -> int:

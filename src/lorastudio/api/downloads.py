@@ -10,15 +10,26 @@
   they declare, so `HEAD /api/loras/x/file` (`curl -I`, a download manager sizing a file) was
   404 from the static UI behind them. A Download reads no file for a HEAD (Starlette's own
   header-only path); a JSON route's body is computed and dropped; an event stream ends at once.
+  The file is opened once, before the headers: one removed between the route's check and the
+  answer is a 404 (NotFound), not Starlette's RuntimeError (a 500), and one removed or replaced
+  once the headers are sent is still sent whole (Starlette opened it again after them: the
+  answer was cut after its 200).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import stat
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, BinaryIO
 
+import anyio
 from fastapi.responses import FileResponse
 from starlette.responses import MalformedRangeHeader
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from lorastudio.errors import NotFound
 
 HEAD_KEY = "lorastudio.head"  # set in a HEAD request's scope, whose method HeadAsGet made GET
 
@@ -34,10 +45,43 @@ class Download(FileResponse):
         except MalformedRangeHeader:
             return []  # no range: the whole representation
 
+    _held: Any = None  # the file opened for this answer (__call__)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get(HEAD_KEY):
             scope = {**scope, "method": "HEAD"}
-        await super().__call__(scope, receive, send)
+        held = await anyio.to_thread.run_sync(_open_regular, str(self.path))
+        if held is None:  # deleted (or replaced by something else) since the route's check
+            raise NotFound(f"no file {os.path.basename(self.path)!r}: it was removed")
+        try:
+            st = os.fstat(held.fileno())
+            self.set_stat_headers(st)
+            self.stat_result = st
+            self._held = anyio.wrap_file(held)
+            await super().__call__(scope, receive, send)
+        finally:
+            held.close()
+
+    @asynccontextmanager
+    async def _open_file(self) -> AsyncIterator[Any]:
+        """The file opened when the answer began (its headers are of that file): a file deleted
+        or replaced after them is still sent whole, never cut after a 200."""
+        await self._held.seek(0)
+        yield self._held
+
+
+def _open_regular(path: str) -> BinaryIO | None:
+    """`path` opened for reading (a FIFO never waited on), or None when it is gone or not a
+    regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    fh = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        fh.close()
+        return None
+    return fh
 
 
 class HeadAsGet:

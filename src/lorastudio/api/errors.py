@@ -58,6 +58,7 @@ from lorastudio.errors import (
     NoSpaceLeft,
     NotFound,
     PathOutsideRoot,
+    ServerStopping,
     UnknownFamily,
 )
 
@@ -79,6 +80,7 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
     CaptionConflict: 409,  # the caption changed since the editor read it (the current one in the body)
     UploadTooLarge: 413,
     GenerationCancelled: 409,  # stopped on request (a cancel, the client left): no image kept
+    ServerStopping: 503,  # the server's shutdown stopped it: send it again once the server is back
     GenerationFailed: 500,  # the pipeline failed in the generation worker (the server is fine)
     GenerationWorkerLost: 503,  # the generation worker was killed / ran out of memory; retry starts a fresh one
     GenerationTimedOut: 504,  # the worker hung past the request's allowance and was stopped; retry starts a fresh one

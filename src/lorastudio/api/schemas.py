@@ -81,6 +81,12 @@ class LoraRef(_StrictBody):
         ge=0,
         description="one of its snapshots by step (loras/<name>-step-N); null: the final LoRA",
     )
+    sha256: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="the sha256 of the LoRA file's bytes (a gallery image records it): given, a file "
+        "that is no longer exactly this one is refused (400); null: the file as it is",
+    )
 
 
 class GenerateBody(_StrictBody):

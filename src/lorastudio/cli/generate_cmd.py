@@ -172,6 +172,7 @@ def _generate(
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
     from lorastudio.generation_rules import LORA_SCALE_LIMIT, guidance_problems, seed_problems
     from lorastudio.jobs.generation_worker import png_text
+    from lorastudio.lora.file_digest import changed_problem, lora_digest
     from lorastudio.lora.header import check_lora_file
     from lorastudio.settings import get_settings
     from lorastudio.training.precision import pick_device
@@ -247,6 +248,7 @@ def _generate(
         raise ConfigError(problems)
     spec = families.get(family).spec
     default_side = int(spec.defaults.get("resolution", 1024))
+    digests = [lora_digest(p) for p, _ in loras]  # what the PNG records; the files applied must stay these
     dev = pick_device(device)
     quiet_libraries()
     pipe = load_pipeline(
@@ -258,6 +260,13 @@ def _generate(
         v_prediction=v_prediction,
     )
     apply_loras(pipe, loras)
+    changed = [
+        FieldProblem("--lora", why)
+        for (p, _), d in zip(loras, digests, strict=True)
+        if (why := changed_problem(p, d))
+    ]
+    if changed:  # replaced while the pipeline loaded them: the image would not be of the files recorded
+        raise ConfigError(changed)
     image = generate_image(
         pipe,
         spec.name,
@@ -278,7 +287,7 @@ def _generate(
         **({"v_prediction": v_prediction} if v_prediction is not None else {}),
         "steps": steps, "guidance": guidance,
         **({"negative_prompt": negative} if negative else {}),
-        "loras": [{"file": str(p), "scale": s} for p, s in loras],
+        "loras": [{"file": str(p), "scale": s, "sha256": d} for (p, s), d in zip(loras, digests, strict=True)],
         "controls": [str(p) for p in control or []],
         "width": image.width, "height": image.height,
     }  # fmt: skip

@@ -7,6 +7,7 @@ regular file (a FIFO would block) or over MAX_SIDECAR_BYTES is read as none."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -26,16 +27,23 @@ def gallery_dir(settings: Settings) -> Path:
 
 def gallery_images(settings: Settings) -> list[dict[str, Any]]:
     """The gallery's PNGs, newest first, each with its sidecar's fields (prompt, seed, loras,
-    ...; absent when the sidecar is missing or unreadable) and "created" (mtime)."""
+    ...; absent when the sidecar is missing or unreadable) and "created" (mtime). Regular files
+    only; one deleted while the listing is made is left out."""
     folder = gallery_dir(settings)
     if not folder.is_dir():
         return []
     images = []
     for png in folder.glob("*.png"):
-        if png.name.startswith(".") or png.is_symlink():
+        if png.name.startswith("."):
             continue
         meta = _sidecar(png.with_suffix(".json"))
-        images.append({**meta, "file": png.name, "created": png.stat().st_mtime})
+        try:  # a PNG deleted since the glob (DELETE, a user's rm) is no longer listed, never a 500
+            st = os.stat(png, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode):  # a link (not followed), a folder named *.png
+            continue
+        images.append({**meta, "file": png.name, "created": st.st_mtime})
     images.sort(key=lambda item: (item["created"], item["file"]), reverse=True)
     return images
 
@@ -68,10 +76,14 @@ def delete_gallery_image(settings: Settings, file: str) -> list[str]:
     png = gallery_dir(settings) / file
     if png.suffix != ".png" or file.startswith(".") or png.is_symlink() or not png.is_file():
         raise NotFound(f"no gallery image {file!r}")
-    png.unlink()
+    try:
+        png.unlink()
+    except FileNotFoundError:  # another DELETE (or a user's rm) took it since the check
+        raise NotFound(f"no gallery image {file!r}") from None
     deleted = [png.name]
     sidecar = png.with_suffix(".json")
     if sidecar.is_file() and not sidecar.is_symlink():
-        sidecar.unlink()
-        deleted.append(sidecar.name)
+        with contextlib.suppress(FileNotFoundError):  # a racing DELETE of the same image took it
+            sidecar.unlink()
+            deleted.append(sidecar.name)
     return deleted

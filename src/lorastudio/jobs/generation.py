@@ -19,7 +19,9 @@ a late cancel never reaches another request reusing the id.
 
 Every request is checked here, before any work, with every problem reported at once: the family,
 the revision, the size and steps against the budget below, the LoRA files (their headers are read with a
-size cap and checked, lora/header.py) and the base model. Images go to the gallery
+size cap and checked, lora/header.py; each file's sha256 taken, lora/file_digest.py: recorded in
+the image's settings, and the worker applies a file only while it is still those bytes) and the
+base model. Images go to the gallery
 (settings.home/gallery): the worker writes the PNG under a hidden staging name, the server
 writes the sidecar, then renames the PNG into place. No torch here.
 
@@ -29,6 +31,7 @@ requests in flight (ids, owners, cancel, the MAX_IN_FLIGHT cap) is jobs/generati
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import json
@@ -53,7 +56,10 @@ from lorastudio.errors import (
     GenerationCancelled,
     GenerationWorkerLost,
     ModelSourceError,
+    NoSpaceLeft,
     NotFound,
+    ServerStopping,
+    is_no_space,
 )
 from lorastudio.generation_rules import budget_problems
 from lorastudio.jobs.gallery import gallery_dir
@@ -63,22 +69,27 @@ from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_m
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.references import reference_path, reference_problems
 from lorastudio.jobs.worker_allowance import GenerationAllowance
+from lorastudio.lora.file_digest import lora_digest
 from lorastudio.lora.header import check_lora_file
 from lorastudio.lora.snapshots import LORAS, raw_lora_at, snapshot_name
 from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
 LOCK_POLL_S = 0.1  # how often a request waiting for the worker looks for its cancel
+STOPPING = "the server is stopping: this generation was stopped and nothing of it kept; send it again once the server is back"
 
 
 @dataclass(frozen=True)
 class LoraChoice:
     """A trained LoRA by its output name, applied at `scale`; `step`: one of its snapshots
-    (loras/<name>-step-N, lorastudio.lora.snapshots) instead of its final file."""
+    (loras/<name>-step-N, lorastudio.lora.snapshots) instead of its final file; `sha256`: the
+    file must be exactly this one (lora/file_digest.py: a gallery image's LoRA sent again; a run
+    retrained since is refused, not rendered as another image)."""
 
     name: str
     scale: float = 1.0
     step: int | None = None
+    sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,10 +110,11 @@ class GenerationRequest:
     v_prediction: bool | None = None
 
 
-def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
+def meta_of(req: GenerationRequest, family: str, digests: tuple[str, ...]) -> dict[str, Any]:
     """The settings of one gallery image (its sidecar and PNG text, less the size the worker
     reports): every setting of the request that decides its pixels, so that they, sent again,
-    render it again (a revision and a single file's v_prediction when given)."""
+    render it again (a revision and a single file's v_prediction when given; each LoRA's sha256,
+    `digests` in the order of req.loras: sent again, the same file or a refusal)."""
     return {
         "prompt": req.prompt,
         "seed": req.seed,
@@ -115,8 +127,13 @@ def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
         "guidance": req.guidance,
         **({"negative_prompt": req.negative_prompt} if req.negative_prompt else {}),
         "loras": [
-            {"name": c.name, "scale": c.scale, **({"step": c.step} if c.step is not None else {})}
-            for c in req.loras
+            {
+                "name": c.name,
+                "scale": c.scale,
+                **({"step": c.step} if c.step is not None else {}),
+                "sha256": d,
+            }
+            for c, d in zip(req.loras, digests, strict=True)
         ],
         "references": list(req.references),
     }
@@ -148,6 +165,17 @@ def lora_file(settings: Settings, name: str, step: int | None = None) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _no_space_as(folder: Path, what: str) -> Iterator[None]:
+    """Raise NoSpaceLeft (HTTP 507) naming `what` and `folder` for a full disk's OSError."""
+    try:
+        yield
+    except OSError as err:
+        if is_no_space(err):
+            raise NoSpaceLeft(what, folder) from err
+        raise
+
+
 class GenerationService:
     """Checks requests and runs them in the one generation worker; thread-safe.
 
@@ -167,12 +195,15 @@ class GenerationService:
         self._target = worker_target
         self._allowance = allowance or GenerationAllowance().scaled(settings.worker_timeout_scale)
         self._lock = threading.Lock()
+        self._turns = threading.Condition()  # requests waiting for the worker, first come first served
+        self._queue: collections.deque[object] = collections.deque()
         self._spawner = Spawner()  # started here: the server's long-lived thread, not a request's
         self._process: GenerationProcess | None = None
         self._key: tuple[Any, ...] | None = None
         self._flight = InFlight()  # requests in flight (waiting, running or saving)
         self._bases: dict[str, tuple[str, ...]] = {}  # request id -> its base's source and config
         self._bases_lock = threading.Lock()
+        self._stopping = False  # the server is stopping: `stopping`
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
     @property
@@ -190,6 +221,21 @@ class GenerationService:
     def in_flight(self) -> int:
         """How many generation requests are in flight (waiting for the worker or running)."""
         return len(self._flight)
+
+    @property
+    def waiting(self) -> int:
+        """How many requests wait for the worker (in the queue, first come first served)."""
+        with self._turns:
+            return len(self._queue)
+
+    def stopping(self) -> int:
+        """The server began to stop (its signal handler calls this, before uvicorn's graceful
+        wait for open requests): every request in flight is cancelled (a running one stops
+        after its current denoising step or component, one waiting ends now) and answers
+        ServerStopping (503) within that wait, nothing of it kept; a new request is refused the
+        same way. Returns how many were in flight. Idempotent."""
+        self._stopping = True
+        return self._flight.cancel_all()
 
     def release(self) -> None:
         """Stop the worker, freeing its pipeline and memory (the GPU for training). Idempotent."""
@@ -216,10 +262,11 @@ class GenerationService:
         self._process = None
         self._key = None
 
-    def check(self, req: GenerationRequest) -> tuple[ResolvedBase, list[tuple[str, float]]]:
+    def check(self, req: GenerationRequest) -> tuple[ResolvedBase, list[tuple[str, float]], tuple[str, ...]]:
         """Check everything about `req` before any work: returns (the resolved base model,
-        [(LoRA file, scale)]). Raises UnknownFamily, ConfigError (revision, size budget, a LoRA file that is
-        not a LoRA of this family: every problem at once), NotFound (a LoRA name),
+        [(LoRA file, scale)], each LoRA file's sha256). Raises UnknownFamily, ConfigError
+        (revision, size budget, a LoRA file that is not a LoRA of this family or not the file
+        of the sha256 asked for: every problem at once), NotFound (a LoRA name),
         ModelSourceError (the base model)."""
         family = families.get(req.family)
         problems = budget_problems(req.width, req.height, req.steps, family.spec.name)
@@ -234,11 +281,22 @@ class GenerationService:
         if req.references and small:
             problems.append(FieldProblem("references", small))
         loras = [(lora_file(self.settings, c.name, c.step), c.scale) for c in req.loras]
-        for i, (path, _) in enumerate(loras):
+        digests: list[str] = []
+        for i, ((path, _), choice) in enumerate(zip(loras, req.loras, strict=True)):
             try:
                 check_lora_file(path, family.spec.name)
+                digests.append(lora_digest(path))
             except (ModelSourceError, NotFound) as err:
                 problems.append(FieldProblem(f"loras.{i}", str(err)))
+                continue
+            if choice.sha256 is not None and choice.sha256 != digests[-1]:
+                problems.append(
+                    FieldProblem(
+                        f"loras.{i}.sha256",
+                        f"LoRA {choice.name!r} is no longer the file of that sha256 (now {digests[-1]}): "
+                        "its run was retrained or the file replaced; leave sha256 out to use the file as it is",
+                    )
+                )
         if problems:
             raise ConfigError(problems)
         base = resolve_base(req.base_model, family.spec.name, self.settings, req.revision, req.base_config)
@@ -256,7 +314,7 @@ class GenerationService:
             problems = reference_problems(self.settings, family.spec.name, req.references, flavour)
             if problems:
                 raise ConfigError(problems)
-        return base, [(str(p), s) for p, s in loras]
+        return base, [(str(p), s) for p, s in loras], tuple(digests)
 
     def cancel(self, request_id: str, owner: object | None = None) -> str:
         """Cancel the generation `request_id` in flight: "waiting" (for the worker: it ends
@@ -281,9 +339,17 @@ class GenerationService:
         (`cancel`: no image kept), GenerationFailed / GenerationWorkerLost / GenerationTimedOut
         (the worker failed / died / hung: the next request starts a fresh worker)."""
         rid = request_id if request_id is not None else f"unnamed-{uuid.uuid4().hex}"
+        if self._stopping:
+            raise ServerStopping(STOPPING)
         self._flight.admit(rid, owner)
         try:
+            if self._stopping:  # began between the check above and admit: cancel_all missed it
+                raise ServerStopping(STOPPING)
             return self._generate(req, rid)
+        except GenerationCancelled as err:
+            if self._stopping:
+                raise ServerStopping(STOPPING) from err
+            raise
         finally:
             self._flight.finish(rid)
             with self._bases_lock:
@@ -297,12 +363,13 @@ class GenerationService:
         return {Path(p) for p in used if Path(p).is_absolute()}
 
     def _generate(self, req: GenerationRequest, rid: str) -> dict[str, Any]:
-        base, loras = self.check(req)
+        base, loras, digests = self.check(req)
         with self._bases_lock:
             self._bases[rid] = tuple(p for p in (base.source, base.config) if p)
         family = families.get(req.family).spec.name
         out_dir = gallery_dir(self.settings)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        with _no_space_as(out_dir, "the gallery folder could not be made"):
+            out_dir.mkdir(parents=True, exist_ok=True)
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         target = out_dir / f"{stamp}-{req.seed}-{uuid.uuid4().hex[:8]}.png"
         staging = target.with_name(f".{target.name}.partial")
@@ -320,30 +387,51 @@ class GenerationService:
             guidance=req.guidance,
             negative_prompt=req.negative_prompt or None,
             loras=tuple(loras),
+            lora_digests=digests,
             references=tuple(str(reference_path(self.settings, r)) for r in req.references),
             out_path=str(staging),
-            png_meta=json.dumps(meta_of(req, family)),
+            png_meta=json.dumps(meta_of(req, family, digests)),
         )
         try:
             with self.arbiter.generation(), self._worker_lock(rid):
                 result = self._run_locked(job, rid)
             self._flight.saving(rid)
-            meta = {**meta_of(req, family), "width": result["width"], "height": result["height"]}
+            meta = {**meta_of(req, family, digests), "width": result["width"], "height": result["height"]}
             # The sidecar first, the image last: a listed PNG always has its complete sidecar.
-            with staged_write(target.with_suffix(".json")) as tmp:
-                tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-            os.replace(staging, target)
+            try:
+                with _no_space_as(out_dir, "the image's settings could not be written to the gallery"):
+                    with staged_write(target.with_suffix(".json")) as tmp:
+                        tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+                    os.replace(staging, target)
+            except BaseException:
+                if not target.exists():  # no image: no sidecar of it either (its name is this request's)
+                    target.with_suffix(".json").unlink(missing_ok=True)
+                raise
         finally:
             staging.unlink(missing_ok=True)
         return {**meta, "file": target.name, "path": str(target), "seconds": round(result["seconds"], 3)}
 
     @contextlib.contextmanager
     def _worker_lock(self, rid: str) -> Iterator[None]:
-        """Hold the worker for request `rid`; raises GenerationCancelled when it is cancelled
-        while it waits (another request holds the worker)."""
-        while not self._lock.acquire(timeout=LOCK_POLL_S):
-            if self._flight.cancelled(rid):
-                raise GenerationCancelled("generation cancelled while it waited for the worker")
+        """Hold the worker for request `rid`, in the order the requests came (first come, first
+        served: a bare lock let a request wait while dozens that came after it ran); raises
+        GenerationCancelled when it is cancelled while it waits (it leaves the queue)."""
+        ticket = object()
+        with self._turns:
+            self._queue.append(ticket)
+        try:
+            with self._turns:
+                while self._queue[0] is not ticket:
+                    if self._flight.cancelled(rid):
+                        raise GenerationCancelled("generation cancelled while it waited for the worker")
+                    self._turns.wait(LOCK_POLL_S)
+            while not self._lock.acquire(timeout=LOCK_POLL_S):  # its turn: the running one ends
+                if self._flight.cancelled(rid):
+                    raise GenerationCancelled("generation cancelled while it waited for the worker")
+        finally:
+            with self._turns:
+                self._queue.remove(ticket)
+                self._turns.notify_all()
         try:
             yield
         finally:

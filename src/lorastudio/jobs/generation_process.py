@@ -95,6 +95,8 @@ def rebuild_error(kind: str, message: str, problems: list[tuple[str, str]]) -> e
             return cls(message)
         if issubclass(cls, errors.ModelSourceError):
             return errors.ModelSourceError(message)
+        if issubclass(cls, errors.NoSpaceLeft):  # the gallery's disk is full: 507, not a failure
+            return errors.NoSpaceLeft.from_message(message)
     return GenerationFailed(message)
 
 

@@ -116,6 +116,17 @@ class InFlight:
                 return "running"
             return "waiting"
 
+    def cancel_all(self) -> int:
+        """Cancel every request in flight that has not ended (`cancel` of each: the running one's
+        worker is asked to stop; one saving its image is left to keep it). Returns how many."""
+        with self._lock:
+            live = [rid for rid, state in self._states.items() if state == LIVE]
+            for rid in live:
+                self._states[rid] = CANCELLED
+            if self._running is not None and self._running[0] in live:
+                self._running[1].cancel()
+            return len(live)
+
     def cancelled(self, rid: str) -> bool:
         """Whether request `rid` was cancelled."""
         with self._lock:

@@ -40,7 +40,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lorastudio.errors import ConfigError, DatasetError, GenerationCancelled, LorastudioError
+from lorastudio.errors import (
+    ConfigError,
+    DatasetError,
+    FieldProblem,
+    GenerationCancelled,
+    LorastudioError,
+    NoSpaceLeft,
+    is_no_space,
+)
 from lorastudio.jobs.childenv import drop_secrets, give_hub_token
 from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt
 from lorastudio.settings import Settings
@@ -60,7 +68,9 @@ class GenerationWorkerArgs:
 @dataclass(frozen=True)
 class GenerationJob:
     """One image: `source` is the resolved base model (folder or hub id), `loras` (file, scale)
-    pairs already checked by the server, `out_path` where the PNG goes."""
+    pairs already checked by the server, `lora_digests` the sha256 of each file the server
+    checked (lora/file_digest.py; the worker applies only those bytes), `out_path` where the PNG
+    goes."""
 
     source: str
     family: str
@@ -78,6 +88,13 @@ class GenerationJob:
     references: tuple[str, ...] = ()  # reference image files (checked by the server), slot order
     base_config: str | None = None  # a single-file source's configs (resolved folder or hub id)
     v_prediction: bool | None = None
+    lora_digests: tuple[str, ...] = ()  # sha256 of each of `loras`, as the server checked them
+
+    def __post_init__(self) -> None:
+        if len(self.lora_digests) != len(self.loras):  # the worker applies only checked files
+            raise ValueError(
+                f"a GenerationJob needs one sha256 per LoRA: {len(self.loras)} LoRA(s), {len(self.lora_digests)} sha256"
+            )
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -120,6 +137,22 @@ def error_reply(err: LorastudioError) -> tuple[str, str, str, list[tuple[str, st
     else:
         problems = []
     return ("error", type(err).__name__, str(err), problems)
+
+
+def lora_files_unchanged(job: GenerationJob) -> None:
+    """Raise ConfigError (field loras.N) for each of the job's LoRA files that is no longer the
+    file the server checked (its sha256, job.lora_digests): replaced or rewritten while the
+    request waited for the worker or while it was loaded. Cheap for an unchanged file (the
+    digest is remembered per file version)."""
+    from lorastudio.lora.file_digest import changed_problem
+
+    problems = [
+        FieldProblem(f"loras.{i}", f"{why}; send the request again")
+        for i, ((path, _), digest) in enumerate(zip(job.loras, job.lora_digests, strict=True))
+        if (why := changed_problem(path, digest))
+    ]
+    if problems:
+        raise ConfigError(problems)
 
 
 def png_text(meta: dict[str, Any]) -> Any:
@@ -167,7 +200,13 @@ def run_job(
             )
             resident.key = job.key
         report(("loaded", loaded))
+        lora_files_unchanged(job)  # the server checked these bytes; a file replaced since is not applied
         gen.apply_loras(resident.pipe, list(job.loras), cancelled)  # stops between LoRAs
+        try:  # and nothing replaced them while they were read
+            lora_files_unchanged(job)
+        except ConfigError:
+            gen.apply_loras(resident.pipe, [])
+            raise
         if cancelled():  # the pipeline stays resident (whole, without LoRAs)
             raise GenerationCancelled("generation cancelled before its first denoising step")
         image = gen.generate_image(
@@ -184,7 +223,14 @@ def run_job(
             cancelled=cancelled,
         )
         meta = {**json.loads(job.png_meta), "width": image.width, "height": image.height}
-        image.save(job.out_path, format="PNG", pnginfo=png_text(meta))
+        try:
+            image.save(job.out_path, format="PNG", pnginfo=png_text(meta))
+        except OSError as err:
+            if is_no_space(err):  # the server removes the staging file it named
+                raise NoSpaceLeft(
+                    "the image could not be written to the gallery", Path(job.out_path).parent
+                ) from err
+            raise
         seconds = time.perf_counter() - t0
         return (
             "ok",

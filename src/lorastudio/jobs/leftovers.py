@@ -9,7 +9,7 @@ export's `outputs/<run>/.staging-<id>/` (a snapshot's `outputs/<run>/loras/.stag
 a checkpoint's `outputs/<run>/checkpoints/.staging-*` or `.removing-*`, a sample's
 `outputs/<run>/samples/.staging-<id>.png`, a validation record's `outputs/<run>/.staging-<id>.json`
 (training/run_files.py: the run's staging names), a caption edit's
-`datasets/<name>/.<file>.<id>.tmp`, a generated image's or an uploaded reference's `gallery/.<file>.partial` / `gallery/references/.<id>.partial`, a latent or
+`datasets/<name>/.<file>.<id>.tmp`, a generated image's or an uploaded reference's `gallery/.<file>.partial` / `gallery/references/.<id>.partial`, a gallery sidecar's `gallery/.<stem>.json.<id>.tmp` and the sidecar `gallery/<stem>.json` of an image killed between its two renames (its `.partial` beside it, no PNG), a latent or
 caption shard's `cache/encoded/<kind>/<model>/<xx>/.<key>.safetensors.<pid>.tmp` (kept while its
 writer lives: the cache may be outside the home and shared). A server start also prunes the encode
 cache to its cap (`start_cache_prune`, data/cache_prune.py), in its own thread.
@@ -72,6 +72,7 @@ _RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # jobs/run_delete.py, data/
 _MODEL_DELETE = re.compile(r"^\..+\.deleting-[0-9a-f]+$")  # basemodels/catalogue.py
 _TINY_STAGING = re.compile(r"^\..+\.staging-(\d+)-[0-9a-f]+$")  # tiny/staging.py (with the writer's pid)
 _CAPTION_TMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # data/writes.py staged_write
+_SIDECAR_TMP = re.compile(r"^\..+\.json\.[0-9a-f]{32}\.tmp$")  # a gallery sidecar's staged_write
 _PARTIAL = re.compile(r"^\..+\.partial$")  # jobs/generation.py image, jobs/references.py upload
 
 
@@ -95,7 +96,28 @@ def find_leftovers(settings: Settings) -> list[Path]:
     gallery = settings.home / "gallery"  # jobs/gallery.py gallery_dir, jobs/references.py
     for folder in (gallery, gallery / "references"):
         found += [p for p in _children(folder) if _PARTIAL.match(p.name) and p.is_file()]
+    found += _gallery_sidecar_leftovers(gallery)
     return sorted(found)
+
+
+def _gallery_sidecar_leftovers(gallery: Path) -> list[Path]:
+    """A sidecar's staging file (`.<stem>.json.<hex>.tmp`: killed while it was written) and the
+    sidecar of an image that was never kept (`<stem>.json` beside its image's staging
+    `.<stem>.png.partial` and no `<stem>.png`: killed between the two renames,
+    jobs/generation.py writes the sidecar first). A sidecar whose image a user removed by hand
+    is not one (no staging beside it): kept."""
+    found: list[Path] = []
+    for p in _children(gallery):
+        if not p.is_file() or p.is_symlink():
+            continue
+        if _SIDECAR_TMP.match(p.name):
+            found.append(p)
+        elif _PARTIAL.match(p.name) and p.name.endswith(".png.partial"):
+            stem = p.name[1 : -len(".png.partial")]
+            sidecar = gallery / f"{stem}.json"
+            if not (gallery / f"{stem}.png").exists() and sidecar.is_file() and not sidecar.is_symlink():
+                found.append(sidecar)
+    return found
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,7 @@ def test_the_clis_png_records_its_settings_and_they_render_it_again(tiny_model, 
     """A gallery PNG carries its prompt, seed and every setting (PNG text); `lorastudio generate`
     wrote a bare PNG. Its PNG now carries the same keys, its LoRAs by file and scale, and the
     settings read back from it render the same pixels."""
+    import hashlib
     import json
 
     import numpy as np
@@ -168,7 +169,8 @@ def test_the_clis_png_records_its_settings_and_they_render_it_again(tiny_model, 
     assert {k: meta[k] for k in ("prompt", "seed", "steps", "width", "height", "guidance", "family")} == {
         "prompt": "猫 a cat", "seed": 7, "steps": 2, "width": 32, "height": 32, "guidance": 2.5, "family": "flux"
     }  # fmt: skip
-    assert meta["loras"] == [{"file": str(lora), "scale": 0.5}] and meta["base_model"] == str(
+    sha = hashlib.sha256(lora.read_bytes()).hexdigest()  # the exact file (session 25 genaudit)
+    assert meta["loras"] == [{"file": str(lora), "scale": 0.5, "sha256": sha}] and meta["base_model"] == str(
         tiny_model("flux")
     )
     again = [

@@ -432,7 +432,9 @@ export interface paths {
          *     others wait), or when it was cancelled (the cancel route,
          *     or the client left: it stops between denoising steps and nothing is kept), 503 when the
          *     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
-         *     was asked (it is stopped): the next request starts a fresh one.
+         *     was asked (it is stopped): the next request starts a fresh one; 503 ServerStopping when the
+         *     server began to stop (it was stopped, nothing kept), 507 NoSpaceLeft when the gallery's disk is
+         *     full (nothing of the image kept).
          */
         post: operations["generate_api_generate_post"];
         delete?: never;
@@ -2487,6 +2489,11 @@ export interface components {
              * @default 1
              */
             scale?: number;
+            /**
+             * Sha256
+             * @description the sha256 of the LoRA file's bytes (a gallery image records it): given, a file that is no longer exactly this one is refused (400); null: the file as it is
+             */
+            sha256?: string | null;
             /**
              * Step
              * @description one of its snapshots by step (loras/<name>-step-N); null: the final LoRA

@@ -52,7 +52,9 @@ async def generate(
     others wait), or when it was cancelled (the cancel route,
     or the client left: it stops between denoising steps and nothing is kept), 503 when the
     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
-    was asked (it is stopped): the next request starts a fresh one."""
+    was asked (it is stopped): the next request starts a fresh one; 503 ServerStopping when the
+    server began to stop (it was stopped, nothing kept), 507 NoSpaceLeft when the gallery's disk is
+    full (nothing of the image kept)."""
     req = GenerationRequest(
         family=body.family,
         base_model=body.base_model,
@@ -66,7 +68,7 @@ async def generate(
         height=body.height,
         guidance=body.guidance,
         negative_prompt=body.negative_prompt,
-        loras=tuple(LoraChoice(r.name, r.scale, r.step) for r in body.loras),
+        loras=tuple(LoraChoice(r.name, r.scale, r.step, r.sha256) for r in body.loras),
         references=tuple(body.references),
     )
     request_id = body.request_id or f"unnamed-{uuid.uuid4().hex}"

@@ -1,0 +1,83 @@
+"""A full disk while a generation saves its image (session 25 generation audit). Before: the
+worker's PNG write failing with ENOSPC was a 500 "generation failed: OSError: [Errno 28] ...",
+and the server's sidecar write failing a plain-text 500 with a traceback. Now both are
+NoSpaceLeft (HTTP 507) naming the gallery, and nothing of the image is left there (no PNG,
+sidecar or staging file). Found on a real gallery tmpfs of 64 KB; here the disk's answer is
+raised where the kernel gives it (the write)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from lorastudio.api.errors import status_code_of
+from lorastudio.errors import NoSpaceLeft
+from lorastudio.jobs.generation import GenerationRequest, GenerationService
+from lorastudio.jobs.generation_process import rebuild_error
+from lorastudio.jobs.generation_worker import GenerationJob, Resident, run_job
+from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.settings import Settings
+
+
+def _full(*_: Any, **__: Any) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+class _InProcess(GenerationService):
+    """The service with no worker process: the request is valid, the job writes its PNG."""
+
+    def check(self, req: GenerationRequest) -> Any:
+        return SimpleNamespace(source=req.base_model, config=None), [], ()
+
+    def _run_locked(self, job: GenerationJob, rid: str) -> dict[str, Any]:
+        Image.new("RGB", (job.width, job.height), (200, 10, 10)).save(job.out_path, format="PNG")
+        return {"width": job.width, "height": job.height, "seconds": 0.01}
+
+
+def test_a_full_disk_while_the_sidecar_is_written_is_a_507_and_leaves_nothing(
+    studio_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(home=studio_home)
+    service = _InProcess(settings, GpuArbiter())
+    real_write = Path.write_text
+
+    def half_then_full(self: Path, text: str, *a: Any, **kw: Any) -> int:
+        real_write(self, text[:10], *a, **kw)  # part of it reached the disk
+        _full()
+        return 0
+
+    monkeypatch.setattr(Path, "write_text", half_then_full)
+    request = GenerationRequest(family="flux", base_model="tiny", prompt="x", steps=1, width=32, height=32)
+    with pytest.raises(NoSpaceLeft, match="no space left on device: the image's settings") as err:
+        service.generate(request, "r-1")
+    assert status_code_of(err.value) == 507 and str(settings.home / "gallery") in str(err.value)
+    assert list((settings.home / "gallery").iterdir()) == []
+    monkeypatch.setattr(Path, "write_text", real_write)
+    kept = service.generate(request, "r-2")  # room again: the service goes on
+    assert sorted(p.name for p in (settings.home / "gallery").iterdir()) == sorted(
+        [kept["file"], Path(kept["file"]).stem + ".json"]
+    )
+
+
+def test_a_full_disk_while_the_worker_writes_the_png_is_no_space_left(
+    tiny_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Image.Image, "save", _full)
+    out = tmp_path / "gallery" / ".img.png.partial"
+    out.parent.mkdir()
+    job = GenerationJob(
+        source=str(tiny_model("flux")), family="flux", revision=None, prompt="x", seed=1, steps=1,
+        width=32, height=32, guidance=None, loras=(), out_path=str(out), png_meta='{"prompt": "x", "seed": 1}',
+    )  # fmt: skip
+    reply, fatal = run_job(Resident(), job)
+    assert reply[:2] == ("error", "NoSpaceLeft") and not fatal, reply
+    err = rebuild_error(*reply[1:])  # as the server rebuilds the worker's report
+    assert isinstance(err, NoSpaceLeft) and status_code_of(err) == 507
+    assert str(err).startswith("no space left on device: the image could not be written to the gallery")
+    assert str(out.parent) in str(err)
