@@ -694,7 +694,8 @@ export interface paths {
         };
         /**
          * Fetch List
-         * @description The fetches of this server's life, oldest first, and whether the hub client is offline.
+         * @description The fetches of this server's life, oldest first (every running one, the latest 100 ended),
+         *     and whether the hub client is offline.
          */
         get: operations["fetch_list_api_models_fetch_get"];
         put?: never;
@@ -768,8 +769,8 @@ export interface paths {
         /**
          * Delete
          * @description Delete a model lorastudio downloaded or created (fetched or tiny). 403 for anything else
-         *     (the user's folders, added folders, the hub cache), 409 while a job, a caption job or a fetch
-         *     uses it, 404 when unknown.
+         *     (the user's folders, added folders, the hub cache), 409 while a job, a caption job, a
+         *     generation request or a fetch uses it, 404 when unknown.
          */
         delete: operations["delete_api_models__model_id__delete"];
         options?: never;
