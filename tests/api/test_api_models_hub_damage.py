@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-
 from tests.cli_runner import run_cli_streams
 
 HANG_S = 60  # far past what listing three repos takes even on a loaded host
