@@ -24,7 +24,12 @@ GOOD = "a" * 40
 
 
 def _damaged_cache(root: Path) -> Path:
-    for name, ref in (("ok--good", GOOD), ("bad--fifo", None), ("bad--folder", None), ("bad--garbage", "x\n")):
+    for name, ref in (
+        ("ok--good", GOOD),
+        ("bad--fifo", None),
+        ("bad--folder", None),
+        ("bad--garbage", "x\n"),
+    ):
         storage = root / f"models--{name}"
         (storage / "snapshots" / GOOD).mkdir(parents=True)
         (storage / "snapshots" / GOOD / "model_index.json").write_text("{}")
