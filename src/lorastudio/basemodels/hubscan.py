@@ -6,9 +6,11 @@ out-of-memory kill) and globs snapshots with `**` (a folder link loop, a deep tr
 cache first and then handing it to scan_cache_dir would leave a window in which a vetted ref is
 swapped for a FIFO; walking it ourselves bounds every step:
 
-- a ref is opened O_NONBLOCK | O_NOFOLLOW (a FIFO does not block the open, a link is refused
-  before any read), must be a regular file of at most MAX_REF_BYTES, and is read to at most that;
-  its text must be a 40-hex commit;
+- a ref is opened only when its folder entry is a regular file (a FIFO, a device, a link is
+  never opened), then O_NONBLOCK | O_NOFOLLOW (swapped for a FIFO meanwhile: the open does not
+  block; for a link: refused before any read), must still be a regular file of at most
+  MAX_REF_BYTES, and is read to at most that; its text must be a 40-hex commit; the refs folder
+  is never a link followed (to / ...);
 - a snapshot is walked with os.scandir without following folder links (no loop), at most
   MAX_DEPTH folders deep and MAX_ENTRIES entries a repo; a file link is followed by stat only
   (never opened), so a FIFO, a device or /dev/zero counts as no bytes and a loop or a missing blob
@@ -101,8 +103,14 @@ def _refs(folder: Path, budget: _Budget, notes: list[str], repo: str) -> dict[st
     while stack:
         where, prefix, depth = stack.pop()
         try:
-            entries = list(os.scandir(where))
+            if where.is_symlink():  # a ref folder is the hub's own, never a link (to / ...)
+                raise RepoDamaged(f"refs folder {prefix or 'refs'!r} is a link")
+            with os.scandir(where) as listing:
+                entries = list(listing)
         except FileNotFoundError:
+            continue
+        except (OSError, RepoDamaged) as err:  # a FIFO, a file, a link: its refs are unknown
+            notes.append(f"hub cache {repo}: refs {prefix or '/'!r} not read ({_why(err)})")
             continue
         for entry in entries:
             budget.spend()
@@ -110,6 +118,9 @@ def _refs(folder: Path, budget: _Budget, notes: list[str], repo: str) -> dict[st
             if entry.is_dir(follow_symlinks=False):
                 if depth < 4:
                     stack.append((Path(entry.path), name + "/", depth + 1))
+                continue
+            if not entry.is_file(follow_symlinks=False):  # a FIFO, a device, a link: never opened
+                notes.append(f"hub cache {repo}: ref {name!r} skipped (not a regular file)")
                 continue
             count += 1
             if count > MAX_REFS:

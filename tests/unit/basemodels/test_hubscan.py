@@ -118,3 +118,19 @@ def test_main_ref_wins_over_a_newer_snapshot(tmp_path: Path) -> None:
     assert [(r.commit, r.size_bytes) for r in cached_repos(cache)] == [(GOOD, 1000)]
     (storage / "refs" / "main").unlink()
     assert [(r.commit, r.size_bytes) for r in cached_repos(cache)] == [(OTHER, 10)]
+
+
+def test_a_refs_folder_that_is_a_link_or_a_fifo_costs_its_refs(tmp_path: Path) -> None:
+    cache = tmp_path / "hub"
+    linked = _repo(cache, "bad/linkedrefs", ref=None)
+    (linked / "refs").rmdir()
+    (linked / "refs").symlink_to("/dev", target_is_directory=True)  # never walked: no device opened
+    fifo = _repo(cache, "bad/fiforefs", ref=None)
+    (fifo / "refs").rmdir()
+    os.mkfifo(fifo / "refs")
+    scan = hubscan.scan_hub_cache(cache)
+    assert {repo: [r.refs for r in revs] for repo, revs in scan.repos.items()} == {
+        "bad/linkedrefs": [frozenset()],
+        "bad/fiforefs": [frozenset()],
+    }
+    assert len(scan.notes) == 2, scan.notes
