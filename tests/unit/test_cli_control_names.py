@@ -56,6 +56,10 @@ def test_terminal_keeps_styling_but_not_a_names_escapes() -> None:
     assert kept.startswith("\x1b[31merror:\x1b[0m ds\\x1b]0;owned\\x07\r\tx\\u202ey\\u009b2J\\u007f")
     assert escape_output(styled, terminal=False).startswith("\\x1b[31merror:")
     assert shown("a\tb\nc") == "a\\tb\\nc"
+    # a progress bar's redraw passes on a terminal; a screen clear or a status report does not
+    redraw = "\r\x1b[2K\x1b[1A\x1b[2K\x1b[?25l\x1b[12G"
+    assert escape_output(redraw, terminal=True) == redraw
+    assert escape_output("\x1b[2J\x1b[6n\x1b[?1049h", terminal=True) == "\\x1b[2J\\x1b[6n\\x1b[?1049h"
 
 
 class _Tty(io.StringIO):

@@ -11,8 +11,9 @@ stays valid; `--json` output is ASCII anyway). Newline and tab pass (a table's t
 lines; print_table escapes a tab inside a cell itself, with `shown`).
 
 On a terminal the CLI's own styling (click's coloured "error:" lines, rich's tables and progress
-bars) is made of CSI sequences (ESC [ ... letter) and CR: those pass there, every other ESC (an
-OSC: a window title, a hyperlink, the clipboard) and control character is escaped. Piped or
+bars) is made of a few CSI sequences (colour, a progress bar's cursor moves and line erase) and
+CR: those pass there (_TERMINAL), every other ESC (a screen clear, a status report, an OSC: a
+window title, a hyperlink, the clipboard) and control character is escaped. Piped or
 redirected, nothing styles the output (click and rich colour a terminal only): everything is
 escaped. Bytes written to a stream's `.buffer` bypass it (no command writes names as bytes).
 """
@@ -32,8 +33,11 @@ _CONTROL = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2
 _CONTROLS = re.compile(f"[{_CONTROL}]")
 _CELL_CONTROLS = re.compile(f"[\t\n{_CONTROL}]")
 _LINES_CONTROLS = re.compile(f"[\t{_CONTROL}]")
-# on a terminal: a CSI sequence (styling, cursor moves of a progress bar) or CR pass; else escaped
-_TERMINAL = re.compile(rf"\x1b\[[0-?]*[ -/]*[@-~]|\r|[{_CONTROL}]")
+# on a terminal, what click and rich make of their styling passes: SGR (colour, bold), and a
+# progress bar's redraw (rich's Live: cursor up / down / to a column, erase in line, cursor hidden
+# or shown) and CR; every other sequence (a screen clear, a mode change, a status report whose
+# answer the terminal would type into the shell, OSC) and control character is escaped
+_TERMINAL = re.compile(rf"\x1b\[[0-9;]*m|\x1b\[[0-9]*[ABCDGK]|\x1b\[\?25[hl]|\r|[{_CONTROL}]")
 
 
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
