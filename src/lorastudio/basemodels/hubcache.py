@@ -9,6 +9,7 @@ huggingface_hub's (HF_HUB_OFFLINE, read when it was imported), since that is wha
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pathlib import Path
 _PART = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
 HUB_ID = re.compile(rf"{_PART}/{_PART}")  # used with fullmatch: '$' let a trailing newline in
 COMMIT = re.compile(r"[0-9a-f]{40}")  # fullmatch
+log = logging.getLogger(__name__)
 DEFAULT_ENDPOINT = "https://huggingface.co"  # huggingface_hub's own default (constants._HF_DEFAULT_ENDPOINT)
 
 
@@ -81,10 +83,11 @@ def cached_snapshot(repo_id: str, revision: str | None = None, cache_dir: Path |
     rev = revision or "main"
     commit: str | None = rev if COMMIT.fullmatch(rev) else None
     if commit is None:
-        ref = storage / "refs" / rev
-        try:
-            commit = ref.read_text(encoding="utf-8").strip()
-        except OSError:
+        from lorastudio.basemodels.hubscan import RepoDamaged, read_ref
+
+        try:  # bounded: a FIFO or a /dev/zero link as a ref is refused, never read (hubscan)
+            commit = read_ref(storage / "refs" / rev)
+        except (OSError, RepoDamaged):
             return None
     snapshot = storage / "snapshots" / commit
     return snapshot if snapshot.is_dir() else None
@@ -102,21 +105,21 @@ class CachedRepo:
 
 
 def cached_repos(cache_dir: Path | None = None) -> list[CachedRepo]:
-    """Every model repo in the hub cache, by id. Empty when there is no cache folder."""
-    from huggingface_hub import CacheNotFound, scan_cache_dir
+    """Every model repo in the hub cache, by id. Empty when there is no cache folder. Bounded in
+    time and memory whatever the cache holds (basemodels/hubscan.py: FIFO or /dev/zero refs, link
+    loops, deep trees); a repo it skips is logged with the reason, once per reason."""
+    from lorastudio.basemodels.hubscan import scan_hub_cache
 
-    folder = cache_dir or hub_cache_dir()
-    if not folder.is_dir():
-        return []
-    try:
-        info = scan_cache_dir(folder)
-    except CacheNotFound:
-        return []
+    scan = scan_hub_cache(cache_dir or hub_cache_dir())
+    for note in scan.notes:
+        if note not in _noted:
+            _noted.add(note)
+            log.warning("%s", note)
     found = []
-    for repo in info.repos:
-        if repo.repo_type != "model" or not repo.revisions:
-            continue
-        revisions = sorted(repo.revisions, key=lambda r: ("main" in r.refs, r.last_modified), reverse=True)
-        best = revisions[0]
-        found.append(CachedRepo(repo.repo_id, Path(best.snapshot_path), best.commit_hash, best.size_on_disk))
+    for repo_id, revisions in scan.repos.items():
+        best = max(revisions, key=lambda r: ("main" in r.refs, r.last_modified))
+        found.append(CachedRepo(repo_id, best.path, best.commit, best.size_bytes))
     return sorted(found, key=lambda r: r.repo_id.lower())
+
+
+_noted: set[str] = set()  # the skip notes already logged (GET /api/models lists on every call)

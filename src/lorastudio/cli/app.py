@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import signal
 import sys
+from typing import NoReturn
 
 import typer
 
 from lorastudio import __version__
+from lorastudio.cli.safe_output import escaped_output
 from lorastudio.cli.termination import INTERRUPTED_STATUS, sigterm_exits
 from lorastudio.errors import LorastudioError, NoSpaceLeft, is_no_space
 
@@ -82,11 +87,27 @@ def main() -> None:
     of it: a traceback of whichever import it cut). An OSError that reaches here (a read-only
     file system, permission denied, an I/O error while a command reads or writes) prints its
     reason and path on one line and exits 1, the status of an unexpected error (a traceback
-    before); a full disk prints NoSpaceLeft's message and exits 2."""
+    before); a full disk prints NoSpaceLeft's message and exits 2. Output into a pipe whose
+    reader is gone (`| head -1`) ends it by SIGPIPE, quietly (die_of_sigpipe: 141 in a shell).
+    Every control character of what it prints (a name's ESC, CR, bidi override) is escaped
+    visibly (cli/safe_output.py)."""
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)  # absent on a replaced stream
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
+    with escaped_output():  # a name's control characters escaped in every line (safe_output)
+        try:
+            _run()
+        except SystemExit:
+            if _output_closed():
+                die_of_sigpipe()
+            raise
+        if _output_closed():
+            die_of_sigpipe()
+
+
+def _run() -> None:
+    """main's body: the app under main's handlers, every way it ends a SystemExit."""
     try:
         with sigterm_exits():
             _register()
@@ -97,11 +118,41 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(INTERRUPTED_STATUS)
     except OSError as err:  # the file system refused a read or write: its words, not a traceback
+        if err.errno == errno.EPIPE:
+            die_of_sigpipe()
         if is_no_space(err):
             _error(str(NoSpaceLeft("a write failed", err.filename)))
             sys.exit(2)
         _error(os_error_text(err))
         sys.exit(1)
+
+
+def _output_closed() -> bool:
+    """Whether stdout's reader is gone: click met EPIPE in a command (it then swaps stdout for its
+    PacifyFlushWrapper and exits 1) or what is still buffered cannot be written (EPIPE now)."""
+    if type(sys.stdout).__name__ == "PacifyFlushWrapper":  # click's or typer's own copy of click
+        return True
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return True
+    except (OSError, ValueError):  # another failure (a closed stream): not a pipe's reader gone
+        return False
+    return False
+
+
+def die_of_sigpipe() -> NoReturn:
+    """End the process as coreutils do when their output pipe's reader is gone
+    (`lorastudio runs list | head -1`): killed by SIGPIPE's default action (status 141 in a
+    shell), quietly. Python ignores SIGPIPE (its writes then fail with EPIPE), and click turned
+    that into a bare exit 1, which a `set -o pipefail` script reads as a failure of ours. The
+    default action is restored only here, at the end: a server's socket writes keep SIGPIPE
+    ignored for their whole life. What is still buffered for stdout is dropped (it has no reader)."""
+    with contextlib.suppress(OSError, ValueError):  # stderr may be the same closed pipe (2>&1)
+        sys.stderr.flush()
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    sys.exit(128 + signal.SIGPIPE)  # not reached: the signal ends the process first
 
 
 def no_color() -> bool:

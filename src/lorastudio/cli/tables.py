@@ -3,7 +3,8 @@
 On a terminal: a rich table whose cells wrap or fold at any width (rich's default crops with
 "…"), and whose `keep` columns (ids, names, paths) keep their full width on one line while the
 other columns give way; a terminal too narrow for that gets one "header  value" line per cell. Piped or redirected (not a terminal): plain tab-separated lines with a
-header line, whole values, for scripts and `grep`.
+header line, whole values, for scripts and `grep`. A cell's control characters (a name's tab, ESC,
+CR, bidi override) are escaped visibly either way (cli/safe_output.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from lorastudio.cli.safe_output import shown
 
 _NARROWEST = 6  # the width below which a wrapped column is no longer readable
 
@@ -40,8 +43,12 @@ def print_table(
     rows = [[str(cell) for cell in row] for row in rows]
     if not console.is_terminal:
         for line in [list(headers), *rows]:  # written as is: rich would expand the tabs
-            console.file.write("\t".join(cell.replace("\n", "; ") for cell in line) + "\n")
+            # a name's tab, ESC, CR ... escaped visibly (shown): one line a row, its columns kept
+            console.file.write("\t".join(shown(cell.replace("\n", "; ")) for cell in line) + "\n")
         return
+    # a cell's own lines kept; its other control characters escaped (rich keeps a bidi override,
+    # expands a tab)
+    rows = [[shown(cell, lines=True) for cell in row] for row in rows]
     kept = set(keep)
     widest = [
         max([len(header), *(max(map(len, r[i].split("\n")), default=0) for r in rows)])
