@@ -24,7 +24,8 @@ from tests.polling import until
 from lorastudio.api.routes.generate import _cancel_when_gone
 from lorastudio.errors import GenerationCancelled, JobActive, NotFound
 from lorastudio.jobs import generation, generation_requests
-from lorastudio.jobs.generation import GenerationRequest, GenerationService
+from lorastudio.jobs.generation import GenerationService
+from lorastudio.jobs.generation_inputs import GenerationRequest
 from lorastudio.jobs.generation_requests import MAX_IN_FLIGHT
 from lorastudio.jobs.generation_worker import GenerationJob
 from lorastudio.jobs.gpu import GpuArbiter

@@ -8,7 +8,8 @@ import pytest
 from lorastudio.basemodels.fetch import check_fetch_request
 from lorastudio.config import parse_train_config
 from lorastudio.errors import ConfigError, ModelSourceError
-from lorastudio.jobs.generation import GenerationRequest, GenerationService
+from lorastudio.jobs.generation import GenerationService
+from lorastudio.jobs.generation_inputs import GenerationRequest
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.settings import Settings
 

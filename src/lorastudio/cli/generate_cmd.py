@@ -240,7 +240,7 @@ def _generate(
     if family is not None and family in families.names():  # what the API checks, before any load
         problems += _request_problems(family, found, len(control or []), width, height, steps)
     if negative and family is not None and family in families.names():
-        from lorastudio.jobs.generation import negative_prompt_refusal
+        from lorastudio.jobs.generation_inputs import negative_prompt_refusal
 
         if not families.get(family).spec.negative_prompt:  # refused before the pipeline loads
             problems.append(FieldProblem("--negative", negative_prompt_refusal(families.get(family).spec)))

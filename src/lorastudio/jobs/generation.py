@@ -25,8 +25,9 @@ base model. Images go to the gallery
 (settings.home/gallery): the worker writes the PNG under a hidden staging name, the server
 writes the sidecar, then renames the PNG into place. No torch here.
 
-The budget (per request) is generation_rules.budget_problems, the CLI's too. The bookkeeping of
-requests in flight (ids, owners, cancel, the MAX_IN_FLIGHT cap) is jobs/generation_requests.py.
+The budget (per request) is generation_rules.budget_problems, the CLI's too. What a request is
+(its LoRA choices, the gallery settings of its image, the LoRA file a choice names) is
+jobs/generation_inputs.py. The bookkeeping of requests in flight (ids, owners, cancel, the MAX_IN_FLIGHT cap) is jobs/generation_requests.py.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,6 @@ from lorastudio import families
 from lorastudio.basemodels import ResolvedBase, resolve_base
 from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import revision_problem
-from lorastudio.data.paths import safe_component
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.data.writes import staged_write
 from lorastudio.errors import (
@@ -63,6 +62,12 @@ from lorastudio.errors import (
 )
 from lorastudio.generation_rules import budget_problems
 from lorastudio.jobs.gallery import gallery_dir
+from lorastudio.jobs.generation_inputs import (
+    GenerationRequest,
+    lora_file,
+    meta_of,
+    negative_prompt_refusal,
+)
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
 from lorastudio.jobs.generation_requests import InFlight
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
@@ -71,98 +76,11 @@ from lorastudio.jobs.references import reference_path, reference_problems
 from lorastudio.jobs.worker_allowance import GenerationAllowance
 from lorastudio.lora.file_digest import lora_digest
 from lorastudio.lora.header import check_lora_file
-from lorastudio.lora.snapshots import LORAS, raw_lora_at, snapshot_name
 from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
 LOCK_POLL_S = 0.1  # how often a request waiting for the worker looks for its cancel
 STOPPING = "the server is stopping: this generation was stopped and nothing of it kept; send it again once the server is back"
-
-
-@dataclass(frozen=True)
-class LoraChoice:
-    """A trained LoRA by its output name, applied at `scale`; `step`: one of its snapshots
-    (loras/<name>-step-N, lorastudio.lora.snapshots) instead of its final file; `sha256`: the
-    file must be exactly this one (lora/file_digest.py: a gallery image's LoRA sent again; a run
-    retrained since is refused, not rendered as another image)."""
-
-    name: str
-    scale: float = 1.0
-    step: int | None = None
-    sha256: str | None = None
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    family: str
-    base_model: str
-    prompt: str
-    seed: int = 0
-    steps: int = 20
-    width: int = 1024
-    height: int = 1024
-    guidance: float | None = None
-    revision: str | None = None
-    loras: tuple[LoraChoice, ...] = ()
-    negative_prompt: str | None = None  # only for a family whose pipeline takes one
-    references: tuple[str, ...] = ()  # ids of uploaded reference images (jobs/references.py)
-    base_config: str | None = None  # a single-file base_model's configs (basemodels.resolve_base)
-    v_prediction: bool | None = None
-
-
-def meta_of(req: GenerationRequest, family: str, digests: tuple[str, ...]) -> dict[str, Any]:
-    """The settings of one gallery image (its sidecar and PNG text, less the size the worker
-    reports): every setting of the request that decides its pixels, so that they, sent again,
-    render it again (a revision and a single file's v_prediction when given; each LoRA's sha256,
-    `digests` in the order of req.loras: sent again, the same file or a refusal)."""
-    return {
-        "prompt": req.prompt,
-        "seed": req.seed,
-        "family": family,
-        "base_model": req.base_model,
-        **({"base_config": req.base_config} if req.base_config is not None else {}),
-        **({"revision": req.revision} if req.revision is not None else {}),
-        **({"v_prediction": req.v_prediction} if req.v_prediction is not None else {}),
-        "steps": req.steps,
-        "guidance": req.guidance,
-        **({"negative_prompt": req.negative_prompt} if req.negative_prompt else {}),
-        "loras": [
-            {
-                "name": c.name,
-                "scale": c.scale,
-                **({"step": c.step} if c.step is not None else {}),
-                "sha256": d,
-            }
-            for c, d in zip(req.loras, digests, strict=True)
-        ],
-        "references": list(req.references),
-    }
-
-
-def negative_prompt_refusal(spec: Any) -> str:
-    """Why family `spec` takes no negative prompt (FamilySpec.guidance, negative_prompt)."""
-    if spec.guidance == "embedded":
-        return f"{spec.title} guides with a distilled guidance embedding in one pass: it takes no negative prompt"
-    return f"the {spec.title} pipeline takes no negative prompt"
-
-
-def lora_file(settings: Settings, name: str, step: int | None = None) -> Path:
-    """The LoRA file of run output `name` (outputs/<name>/<name>.safetensors: with EMA, the EMA
-    weights), or the raw weights of step `step`: its snapshot (outputs/<name>/loras/<name>-step-N
-    .safetensors), else the final file of that step holding them (with EMA <name>.raw.safetensors,
-    the file validation measured; lora/snapshots.raw_lora_at), kept inside the outputs root.
-    Raises ConfigError/PathOutsideRoot for a bad name, NotFound if missing."""
-    safe_component(name, field="loras.name")
-    root = settings.outputs_dir.resolve()
-    if step is None:
-        path = (root / name / f"{name}.safetensors").resolve()
-    else:
-        found = raw_lora_at(root / name, step) if (root / name).is_dir() else None
-        path = (found or root / name / LORAS / f"{snapshot_name(name, step)}.safetensors").resolve()
-    if not path.is_relative_to(root) or not path.is_file():
-        at = "" if step is None else f" at step {step}"
-        raise NotFound(f"no trained LoRA named {name!r}{at} in {settings.outputs_dir}")
-    return path
 
 
 @contextlib.contextmanager

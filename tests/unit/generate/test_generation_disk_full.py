@@ -18,7 +18,8 @@ from PIL import Image
 
 from lorastudio.api.errors import status_code_of
 from lorastudio.errors import NoSpaceLeft
-from lorastudio.jobs.generation import GenerationRequest, GenerationService
+from lorastudio.jobs.generation import GenerationService
+from lorastudio.jobs.generation_inputs import GenerationRequest
 from lorastudio.jobs.generation_process import rebuild_error
 from lorastudio.jobs.generation_worker import GenerationJob, Resident, run_job
 from lorastudio.jobs.gpu import GpuArbiter

@@ -21,7 +21,8 @@ import torch
 
 from generation_hang_workers import LOAD_PAUSE_S, LOADS_FILE_ENV, slow_load_generation_worker
 from lorastudio.errors import GenerationCancelled
-from lorastudio.jobs.generation import GenerationRequest, GenerationService
+from lorastudio.jobs.generation import GenerationService
+from lorastudio.jobs.generation_inputs import GenerationRequest
 from lorastudio.jobs.generation_worker import GenerationJob, Resident, run_job
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.settings import Settings

@@ -18,7 +18,8 @@ from hostile_loras import hostile_cases
 from lorastudio.cli.app import _register, app
 from lorastudio.errors import ConfigError
 from lorastudio.generation_rules import MAX_PIXEL_STEPS, budget_problems
-from lorastudio.jobs.generation import GenerationRequest, GenerationService, LoraChoice
+from lorastudio.jobs.generation import GenerationService
+from lorastudio.jobs.generation_inputs import GenerationRequest, LoraChoice
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.settings import Settings
 

@@ -22,7 +22,8 @@ from generation_hang_workers import (
 )
 from lorastudio.api.errors import status_code_of
 from lorastudio.errors import GenerationTimedOut
-from lorastudio.jobs.generation import GenerationRequest, GenerationService
+from lorastudio.jobs.generation import GenerationService
+from lorastudio.jobs.generation_inputs import GenerationRequest
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.worker_allowance import GenerationAllowance
 from lorastudio.settings import Settings

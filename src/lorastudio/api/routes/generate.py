@@ -30,7 +30,8 @@ from lorastudio.api.schemas_files import (
 from lorastudio.data import safe_component
 from lorastudio.errors import DatasetError, NotFound
 from lorastudio.jobs.gallery import delete_gallery_image, gallery_dir, gallery_images
-from lorastudio.jobs.generation import GenerationRequest, GenerationService, LoraChoice
+from lorastudio.jobs.generation import GenerationService
+from lorastudio.jobs.generation_inputs import GenerationRequest, LoraChoice
 from lorastudio.jobs.references import reference_path, references_dir, store_reference
 from lorastudio.settings import Settings
 

@@ -14,7 +14,7 @@ from lorastudio.api.downloads import Download
 from lorastudio.api.schemas_files import LoraList, LoraSteps, PushBody, PushOut
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import NotFound
-from lorastudio.jobs.generation import lora_file
+from lorastudio.jobs.generation_inputs import lora_file
 from lorastudio.lora.snapshots import file_weights, raw_lora_at, run_loras
 from lorastudio.settings import Settings
 from lorastudio.training.validation_file import mark_loras, read_validation
@@ -82,7 +82,7 @@ def download(
 ) -> Download:
     """The .safetensors file of trained LoRA `name` (with EMA: the EMA weights), or the raw
     weights of `step`: its snapshot, or with EMA <name>.raw.safetensors for the final step
-    (jobs/generation.lora_file; 404 when missing)."""
+    (jobs/generation_inputs.lora_file; 404 when missing)."""
     path = lora_file(settings, name, step)
     return Download(path, media_type="application/octet-stream", filename=path.name)
 

@@ -1,0 +1,102 @@
+"""What a generation request is, for jobs/generation.py and its callers (the API's generate route,
+the CLI): the request and its LoRA choices, the settings a gallery image records (enough to render
+it again), why a family takes no negative prompt, and the LoRA file a choice names (inside the
+outputs root). No torch here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lorastudio.data.paths import safe_component
+from lorastudio.errors import NotFound
+from lorastudio.lora.snapshots import LORAS, raw_lora_at, snapshot_name
+from lorastudio.settings import Settings
+
+
+@dataclass(frozen=True)
+class LoraChoice:
+    """A trained LoRA by its output name, applied at `scale`; `step`: one of its snapshots
+    (loras/<name>-step-N, lorastudio.lora.snapshots) instead of its final file; `sha256`: the
+    file must be exactly this one (lora/file_digest.py: a gallery image's LoRA sent again; a run
+    retrained since is refused, not rendered as another image)."""
+
+    name: str
+    scale: float = 1.0
+    step: int | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    family: str
+    base_model: str
+    prompt: str
+    seed: int = 0
+    steps: int = 20
+    width: int = 1024
+    height: int = 1024
+    guidance: float | None = None
+    revision: str | None = None
+    loras: tuple[LoraChoice, ...] = ()
+    negative_prompt: str | None = None  # only for a family whose pipeline takes one
+    references: tuple[str, ...] = ()  # ids of uploaded reference images (jobs/references.py)
+    base_config: str | None = None  # a single-file base_model's configs (basemodels.resolve_base)
+    v_prediction: bool | None = None
+
+
+def meta_of(req: GenerationRequest, family: str, digests: tuple[str, ...]) -> dict[str, Any]:
+    """The settings of one gallery image (its sidecar and PNG text, less the size the worker
+    reports): every setting of the request that decides its pixels, so that they, sent again,
+    render it again (a revision and a single file's v_prediction when given; each LoRA's sha256,
+    `digests` in the order of req.loras: sent again, the same file or a refusal)."""
+    return {
+        "prompt": req.prompt,
+        "seed": req.seed,
+        "family": family,
+        "base_model": req.base_model,
+        **({"base_config": req.base_config} if req.base_config is not None else {}),
+        **({"revision": req.revision} if req.revision is not None else {}),
+        **({"v_prediction": req.v_prediction} if req.v_prediction is not None else {}),
+        "steps": req.steps,
+        "guidance": req.guidance,
+        **({"negative_prompt": req.negative_prompt} if req.negative_prompt else {}),
+        "loras": [
+            {
+                "name": c.name,
+                "scale": c.scale,
+                **({"step": c.step} if c.step is not None else {}),
+                "sha256": d,
+            }
+            for c, d in zip(req.loras, digests, strict=True)
+        ],
+        "references": list(req.references),
+    }
+
+
+def negative_prompt_refusal(spec: Any) -> str:
+    """Why family `spec` takes no negative prompt (FamilySpec.guidance, negative_prompt)."""
+    if spec.guidance == "embedded":
+        return f"{spec.title} guides with a distilled guidance embedding in one pass: it takes no negative prompt"
+    return f"the {spec.title} pipeline takes no negative prompt"
+
+
+def lora_file(settings: Settings, name: str, step: int | None = None) -> Path:
+    """The LoRA file of run output `name` (outputs/<name>/<name>.safetensors: with EMA, the EMA
+    weights), or the raw weights of step `step`: its snapshot (outputs/<name>/loras/<name>-step-N
+    .safetensors), else the final file of that step holding them (with EMA <name>.raw.safetensors,
+    the file validation measured; lora/snapshots.raw_lora_at), kept inside the outputs root.
+    Raises ConfigError/PathOutsideRoot for a bad name, NotFound if missing."""
+    safe_component(name, field="loras.name")
+    root = settings.outputs_dir.resolve()
+    if step is None:
+        path = (root / name / f"{name}.safetensors").resolve()
+    else:
+        found = raw_lora_at(root / name, step) if (root / name).is_dir() else None
+        path = (found or root / name / LORAS / f"{snapshot_name(name, step)}.safetensors").resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        at = "" if step is None else f" at step {step}"
+        raise NotFound(f"no trained LoRA named {name!r}{at} in {settings.outputs_dir}")
+    return path
