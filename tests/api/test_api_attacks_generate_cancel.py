@@ -12,15 +12,14 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
-from PIL import Image
 from tests.polling import until
 
+from generation_fakes import InProcessGeneration
 from lorastudio.api.routes.generate import _cancel_when_gone
 from lorastudio.errors import GenerationCancelled, JobActive, NotFound
 from lorastudio.jobs import generation, generation_requests
@@ -32,17 +31,6 @@ from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.settings import Settings
 
 
-class _InProcess(GenerationService):
-    """The service with no worker process: the request is always valid, the job writes a PNG."""
-
-    def check(self, req: GenerationRequest) -> Any:
-        return SimpleNamespace(source=req.base_model, config=None), [], ()
-
-    def _run_locked(self, job: GenerationJob, rid: str) -> dict[str, Any]:
-        Image.new("RGB", (job.width, job.height), (200, 10, 10)).save(job.out_path, format="PNG")
-        return {"width": job.width, "height": job.height, "seconds": 0.01}
-
-
 def _request() -> GenerationRequest:
     return GenerationRequest(family="flux", base_model="tiny", prompt="x", steps=1, width=32, height=32)
 
@@ -50,7 +38,7 @@ def _request() -> GenerationRequest:
 def test_a_cancel_landing_while_the_image_is_saved_never_keeps_a_cancelled_image(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    service = _InProcess(settings, GpuArbiter())
+    service = InProcessGeneration(settings, GpuArbiter())
     answers: list[str | Exception] = []
     real_write = generation.staged_write
 
@@ -86,7 +74,7 @@ def test_a_cancel_landing_while_the_image_is_saved_never_keeps_a_cancelled_image
     assert (settings.home / "gallery" / again["file"]).is_file()
 
 
-class _Blocking(_InProcess):
+class _Blocking(InProcessGeneration):
     """The job waits for `release` (a generation that is running)."""
 
     def __init__(self, *a: Any) -> None:
@@ -285,7 +273,7 @@ def test_retired_ids_are_capped(settings: Settings, monkeypatch: pytest.MonkeyPa
     """Each ended request retires its id: a flood of requests (refused ones too, each checked
     under its id) keeps at most MAX_RETIRED of them, the oldest going first."""
     monkeypatch.setattr(generation_requests, "MAX_RETIRED", 5)
-    service = _InProcess(settings, GpuArbiter())
+    service = InProcessGeneration(settings, GpuArbiter())
     for i in range(8):
         service.generate(_request(), f"f{i}")
     assert list(service._flight.retired) == [f"f{i}" for i in range(3, 8)]
@@ -335,7 +323,7 @@ class _Ordered(_Blocking):
             self.running.set()
             assert self.release.wait(120)
         self.ran.append(job.seed)
-        return _InProcess._run_locked(self, job, rid)
+        return InProcessGeneration._run_locked(self, job, rid)
 
 
 def test_generations_waiting_for_the_worker_run_in_the_order_they_came(settings: Settings) -> None:

@@ -21,7 +21,6 @@ family and case, with upstream de6b062f (2026-08-20, v0.33.0 + 34 commits; deps 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -29,17 +28,11 @@ import torch
 from bench.comfyui_check import CASES, COMFY_MODEL, CONV_FAMILIES, TOLERANCE, check_family
 from safetensors.torch import load_file
 
+from comfyui_env import COMFYUI, DEPS, NEEDS_COMFYUI
 from lorastudio import families
 from lorastudio.lora.files import FP32_PARTS
 
-COMFYUI = Path(os.environ.get("LORASTUDIO_COMFYUI", "/nonexistent"))
-DEPS = os.environ.get("LORASTUDIO_COMFYUI_DEPS")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not (COMFYUI / "comfy" / "lora.py").is_file(), reason="no ComfyUI checkout (LORASTUDIO_COMFYUI)"
-    ),
-]
+pytestmark = NEEDS_COMFYUI
 # the factors each case's file must hold (so that the case exercises the reader it names)
 FILE_KEYS = {
     "lora": set(),

@@ -12,7 +12,6 @@ commits): all pass."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -20,14 +19,9 @@ from bench.comfyui_check import TOLERANCE
 from bench.comfyui_te_check import TE_CASES, check_te_case, onetrainer_case
 from safetensors.torch import load_file
 
-COMFYUI = Path(os.environ.get("LORASTUDIO_COMFYUI", "/nonexistent"))
-DEPS = os.environ.get("LORASTUDIO_COMFYUI_DEPS")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not (COMFYUI / "comfy" / "lora.py").is_file(), reason="no ComfyUI checkout (LORASTUDIO_COMFYUI)"
-    ),
-]
+from comfyui_env import COMFYUI, DEPS, NEEDS_COMFYUI
+
+pytestmark = NEEDS_COMFYUI
 # ComfyUI weight-name prefixes each case must patch (every encoder of the file)
 ENCODERS = {
     "sdxl-trained": {"clip_l.transformer.", "clip_g.transformer."},

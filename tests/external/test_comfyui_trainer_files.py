@@ -12,21 +12,13 @@ bench/comfyui_check.py); skipped without. Checked with upstream de6b062f (v0.33.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 from bench.comfyui_check import COMFY_MODEL, TOLERANCE
 from bench.comfyui_trainer_check import check_trainer_file
 
-COMFYUI = Path(os.environ.get("LORASTUDIO_COMFYUI", "/nonexistent"))
-DEPS = os.environ.get("LORASTUDIO_COMFYUI_DEPS")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not (COMFYUI / "comfy" / "lora.py").is_file(), reason="no ComfyUI checkout (LORASTUDIO_COMFYUI)"
-    ),
-]
+from comfyui_env import COMFYUI, DEPS, NEEDS_COMFYUI
+
+pytestmark = NEEDS_COMFYUI
 # the full differences each family's trainer file holds (the tiny denoisers' layers in ComfyUI's
 # model): `.diff_b` where its layers have biases, `.diff` where ComfyUI holds norm weights
 DIFFS = {

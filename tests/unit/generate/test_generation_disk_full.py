@@ -10,15 +10,14 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from PIL import Image
 
+from generation_fakes import InProcessGeneration
 from lorastudio.api.errors import status_code_of
 from lorastudio.errors import NoSpaceLeft
-from lorastudio.jobs.generation import GenerationService
 from lorastudio.jobs.generation_inputs import GenerationRequest
 from lorastudio.jobs.generation_process import rebuild_error
 from lorastudio.jobs.generation_worker import GenerationJob, Resident, run_job
@@ -30,22 +29,11 @@ def _full(*_: Any, **__: Any) -> None:
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-class _InProcess(GenerationService):
-    """The service with no worker process: the request is valid, the job writes its PNG."""
-
-    def check(self, req: GenerationRequest) -> Any:
-        return SimpleNamespace(source=req.base_model, config=None), [], ()
-
-    def _run_locked(self, job: GenerationJob, rid: str) -> dict[str, Any]:
-        Image.new("RGB", (job.width, job.height), (200, 10, 10)).save(job.out_path, format="PNG")
-        return {"width": job.width, "height": job.height, "seconds": 0.01}
-
-
 def test_a_full_disk_while_the_sidecar_is_written_is_a_507_and_leaves_nothing(
     studio_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = Settings(home=studio_home)
-    service = _InProcess(settings, GpuArbiter())
+    service = InProcessGeneration(settings, GpuArbiter())
     real_write = Path.write_text
 
     def half_then_full(self: Path, text: str, *a: Any, **kw: Any) -> int:

@@ -22,9 +22,9 @@ from lorastudio.errors import ConfigError
 from lorastudio.lora.lycoris import COMFY_SUFFIXES, comfy_delta, module_key
 from lorastudio.lora.metadata import BASE_MODEL_VERSION
 from lorastudio.settings import get_settings
-from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import train
 from lorastudio.training.lora import module_scales
+from stop_at import stop_at
 
 ADAPTERS = ["dora", "loha", "lokr"]
 
@@ -189,16 +189,6 @@ def test_dora_in_the_diffusers_layout_reloads_to_the_same_outputs(family, make_c
     assert max(moved) > 1e-3  # the adapter changed the layers
 
 
-def _stop_at(step: int):
-    events: list = []
-
-    def check() -> StopRequest | None:
-        done = [e for e in events if e.type == "progress"]
-        return StopRequest(save=True) if done and done[-1].step >= step else None
-
-    return events, check
-
-
 @pytest.mark.parametrize(
     ("family", "adapter"),
     [("flux", "lokr"), ("sdxl", "loha"), ("flux", "dora"), ("z-image", "lokr"), ("qwen-image", "dora")],
@@ -206,7 +196,7 @@ def _stop_at(step: int):
 def test_stop_and_resume_is_bitwise(family, adapter, make_config):
     settings = {"steps": 4, "caption_dropout": 0.3, "adapter": adapter}
     full = train(make_config(family, output_name="full", **settings), [].append, device="cpu")
-    events, stop = _stop_at(2)
+    events, stop = stop_at(2)
     train(make_config(family, output_name="part", **settings), events.append, stop, device="cpu")
     run_dir = get_settings().outputs_dir / "part"
     resumed = train(

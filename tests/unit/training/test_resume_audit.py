@@ -16,18 +16,8 @@ from safetensors.torch import load_file
 
 from lorastudio.data.disk_cache import cache_root
 from lorastudio.settings import get_settings
-from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import train
-
-
-def _stop_at(step: int):
-    events: list = []
-
-    def check() -> StopRequest | None:
-        done = [e for e in events if e.type == "progress"]
-        return StopRequest(save=True) if done and done[-1].step >= step else None
-
-    return events, check
+from stop_at import stop_at
 
 
 def _outputs(run_dir: Path) -> dict[str, object]:
@@ -99,7 +89,7 @@ def _resume_equals_full(make_config, family: str, stop: int, between=None, exten
         [].append,
         device="cpu",
     )
-    events, check = _stop_at(stop)
+    events, check = stop_at(stop)
     first = train(
         make_config(family, output_name="part", **over),
         events.append,
