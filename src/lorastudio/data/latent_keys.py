@@ -23,7 +23,7 @@ from lorastudio.data.images import DECODE_RULES
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
-    from lorastudio.data import ImageItem
+    from lorastudio.data import DatasetScan, ImageItem
     from lorastudio.families.spec import FamilySpec
 
 
@@ -134,3 +134,17 @@ def plan_variants(
             )
         out.append(variants)
     return out
+
+
+def run_cache_bytes(cfg: TrainConfig, scan: DatasetScan, spec: FamilySpec) -> int:
+    """`cache_bytes` of a run: its scan's buckets, cfg.cache_variants, the family's latent shape,
+    controls at their own sizes. The one sizing the run's latent mode (training/loop_inputs.
+    run_latent_mode), the preflight and the run's identity (training/identity.py) all read."""
+    return cache_bytes(
+        [it.bucket for it in scan.items],
+        int(cfg.cache_variants or 1),
+        spec.latent_channels,
+        spec.vae_scale_factor,
+        controls=scan.controls_per_image(),
+        control_sizes=[size for it in scan.items for size in it.control_sizes],
+    )

@@ -27,7 +27,7 @@ from lorastudio.data.disk_cache import (
     folder_bytes,
     latent_mode,
 )
-from lorastudio.data.latent_keys import cache_bytes, encoder_parts, plan_variants
+from lorastudio.data.latent_keys import encoder_parts, plan_variants, run_cache_bytes
 from lorastudio.data.text_keys import KIND, TORCH_DTYPE_NAMES, text_fingerprint, text_key, text_parts
 from lorastudio.training.text_signature import PROBE_TEXTS, read_signature, signature_path
 
@@ -52,14 +52,7 @@ def latent_cache_section(
     from lorastudio.families.single_file import model_source
 
     spec = families.get(cfg.family).spec
-    need = cache_bytes(  # as the run sizes it (training/loop_inputs.run_latent_mode): controls at their own sizes
-        [it.bucket for it in scan.items],
-        int(cfg.cache_variants or 1),
-        spec.latent_channels,
-        spec.vae_scale_factor,
-        controls=scan.controls_per_image(),
-        control_sizes=[size for it in scan.items for size in it.control_sizes],
-    )
+    need = run_cache_bytes(cfg, scan, spec)  # as the run sizes it (training/loop_inputs.run_latent_mode)
     mode = latent_mode(cfg.latent_cache, need, cfg.latent_cache_max_gb)
     out: dict[str, Any] = {"setting": cfg.latent_cache, "mode": mode, "ram_gb": round(need / 1e9, 3)}
     if mode != "disk":

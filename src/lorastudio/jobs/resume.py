@@ -17,6 +17,7 @@ from lorastudio import families
 from lorastudio.basemodels import resolve_base
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.data.entries import resolve_entries
+from lorastudio.data.latent_keys import run_cache_bytes
 from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.data.run_scan import scan_for_run
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
@@ -149,6 +150,13 @@ def validate_resume(
     base = base_fingerprint(cfg, family.spec.denoiser)
     check_identity(
         info["identity"],
-        run_identity(before, scan.fingerprint, family.spec.lora_targets, base, dataset_files(scan)),
+        run_identity(  # with the latent handling the run will have (training/identity_latents.py)
+            before,
+            scan.fingerprint,
+            family.spec.lora_targets,
+            base,
+            dataset_files(scan),
+            run_cache_bytes(before, scan, family.spec),
+        ),
     )
     return ValidatedResume(config=cfg, worker_config=given, checkpoint=found, step=step, total_steps=total)

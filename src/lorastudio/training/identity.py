@@ -18,6 +18,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.training.identity_latents import (
+    DERIVED,
+    SETTINGS,
+    compares_handling,
+    handling_problems,
+    latent_record,
+    old_checkpoint_note,
+)
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -52,12 +60,15 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
         "sample_with_ema",
         "report_to",  # trackers read the events, they never change the training (training/trackers.py)
         "validate_every",  # measures the weights, never changes them (training/validate.py)
+        # the identity records the run's latent handling instead (training/identity_latents.py)
+        "latent_cache",
+        "latent_cache_max_gb",
     }
 )
 
 
 # identity keys that are no setting: absent from an older checkpoint, they are not compared
-_DERIVED_SINCE = frozenset({"base_fingerprint", "dataset_files"})
+_DERIVED_SINCE = frozenset({"base_fingerprint", "dataset_files"}) | DERIVED
 _DIGEST = 16  # hex digits of each file's digests in dataset_files (a change, not a proof)
 _NAMED = 10  # files named per kind of change; the rest counted
 
@@ -163,11 +174,14 @@ def run_identity(
     default_targets: tuple[str, ...],
     base: str | None = None,
     files: Mapping[str, list[str]] | None = None,
+    latent_bytes: int | None = None,
 ) -> dict[str, Any]:
     """The identity of a run (JSON-able dict). Takes the resolved config, the dataset fingerprint,
     the family's default LoRA targets (used when cfg.lora_targets is unset), the base's
-    fingerprint (`base_fingerprint`; None: not part of it) and the scan's `dataset_files` (None:
-    not part of it)."""
+    fingerprint (`base_fingerprint`; None: not part of it), the scan's `dataset_files` (None:
+    not part of it) and the in-memory latent cache's size (data/latent_keys.run_cache_bytes;
+    None: the latent settings are recorded, not the handling they give:
+    training/identity_latents.py)."""
     values = cfg.model_dump(mode="json")
     identity = {k: v for k, v in sorted(values.items()) if k not in RESUMABLE_FIELDS}
     if identity.get("datasets") is not None:  # each entry's settings; its folder, like data_dir, is not
@@ -179,6 +193,7 @@ def run_identity(
             }
             for e in identity["datasets"]
         ]
+    identity.update(latent_record(cfg, latent_bytes))  # how the run makes its latents
     identity["lora_targets"] = sorted(set(cfg.lora_targets or default_targets))
     identity["dataset_fingerprint"] = dataset_fingerprint
     if base is not None:
@@ -191,15 +206,21 @@ def run_identity(
 def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[FieldProblem]:
     """One FieldProblem per field whose value differs between the checkpoint's identity (`saved`)
     and this run's (`current`); empty when they match. A field the checkpoint does not record
-    (added to TrainConfig after it was written) matches when this run leaves it at its default."""
+    (added to TrainConfig after it was written) matches when this run leaves it at its default.
+    Where both record the run's latent handling, it is compared instead of latent_cache and
+    latent_cache_max_gb (training/identity_latents.py)."""
     problems = []
     files = _files_record(saved.get("dataset_files")) and _files_record(current.get("dataset_files"))
+    handling = compares_handling(saved, current)
+    skipped = {"dataset_files"} | DERIVED | (set(SETTINGS) if handling else set())
+    if handling:
+        problems += handling_problems(saved, current)
     for key in sorted(set(saved) | set(current)):
         was, now = saved.get(key, "<absent>"), current.get(key, "<absent>")
         if key not in saved and (key in _DERIVED_SINCE or _is_schema_default(key, now)):
             continue  # a setting newer than the checkpoint, left at its default: the maths the run had
-        if key == "dataset_files":
-            continue  # what dataset_fingerprint's problem says
+        if key in skipped:
+            continue  # dataset_files: what dataset_fingerprint's problem says; latents: above
         if key == "dataset_fingerprint" and was != now and files:
             problems.append(
                 FieldProblem(key, dataset_change(saved["dataset_files"], current["dataset_files"]))
@@ -213,7 +234,8 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
                     f"(fingerprint {_show(was)} then, {_show(now)} now): resume on the same base"
                     if key == "base_fingerprint"
                     else f"differs from the checkpoint (checkpoint: {_show(was)}, this run: {_show(now)}); "
-                    "a resume must keep every setting that changes the maths",
+                    "a resume must keep every setting that changes the maths"
+                    + (old_checkpoint_note(saved) if key in SETTINGS else ""),
                 )
             )
     return problems

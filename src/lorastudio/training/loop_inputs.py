@@ -17,6 +17,7 @@ import numpy as np
 from lorastudio.data.caption_variants import item_dropouts, scan_variants
 from lorastudio.data.control_sizing import rule_area
 from lorastudio.data.disk_cache import cache_root, latent_mode
+from lorastudio.data.latent_keys import run_cache_bytes
 from lorastudio.data.preservation_texts import encode_list, preservation_texts
 from lorastudio.families.single_file import model_source
 from lorastudio.settings import Settings
@@ -28,7 +29,6 @@ from lorastudio.training.latents import (
     EncodedPerStep,
     LatentSource,
     build_latent_cache,
-    cache_bytes,
 )
 from lorastudio.training.latents_disk import open_disk_latents
 from lorastudio.training.optimize import RunState
@@ -83,17 +83,10 @@ def encode_conditioning(
 
 
 def run_latent_mode(run: PreparedRun) -> str:
-    """memory | disk | per_step (data/disk_cache.latent_mode) for the run's cache size."""
-    cfg, spec = run.cfg, run.family.spec
-    need = cache_bytes(
-        [it.bucket for it in run.scan.items],
-        int(cfg.cache_variants),
-        spec.latent_channels,
-        spec.vae_scale_factor,
-        controls=run.scan.controls_per_image(),
-        control_sizes=[size for it in run.scan.items for size in it.control_sizes],
-    )
-    return latent_mode(cfg.latent_cache, need, cfg.latent_cache_max_gb)
+    """memory | disk | per_step (data/disk_cache.latent_mode) for the run's cache size (the
+    sizing its identity records too: training/identity.latent_handling)."""
+    need = run_cache_bytes(run.cfg, run.scan, run.family.spec)
+    return latent_mode(run.cfg.latent_cache, need, run.cfg.latent_cache_max_gb)
 
 
 def prepare_latents(

@@ -17,6 +17,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lorastudio.data.latent_keys import run_cache_bytes
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.checkpoint import (
     CheckpointKeeper,
@@ -57,9 +58,7 @@ def prepare_session(
     if checkpoint is None:
         run = preflight(cfg, settings, device, progress=progress)
         base = base_fingerprint(run.cfg, run.family.spec.denoiser)
-        return run, run_identity(
-            run.cfg, run.scan.fingerprint, run.family.spec.lora_targets, base, dataset_files(run.scan)
-        )
+        return run, _identity(run, run.cfg, base)
     problems = resume_problems(cfg, checkpoint)
     if problems:
         raise ConfigError(problems)
@@ -73,17 +72,20 @@ def prepare_session(
         run, cfg=run.cfg.model_copy(update={"output_name": run_dir.name}), run_dir=run_dir
     )
     base = base_fingerprint(run.cfg, run.family.spec.denoiser)
-    identity = run_identity(
-        run.cfg, run.scan.fingerprint, run.family.spec.lora_targets, base, dataset_files(run.scan)
-    )
+    identity = _identity(run, run.cfg, base)
     before = run.cfg.model_copy(update={"steps": old_total}) if extended else run.cfg
-    check_identity(
-        info["identity"],
-        run_identity(
-            before, run.scan.fingerprint, run.family.spec.lora_targets, base, dataset_files(run.scan)
-        ),
-    )
+    check_identity(info["identity"], _identity(run, before, base))
     return run, identity
+
+
+def _identity(run: PreparedRun, cfg: TrainConfig, base: str) -> dict[str, Any]:
+    """The identity of `run` with the settings `cfg` (its own, or its steps before an extension):
+    with the latent cache's size as the run sizes it (training/loop_inputs.run_latent_mode), so it
+    records the latent handling the run has."""
+    scan, spec = run.scan, run.family.spec
+    return run_identity(
+        cfg, scan.fingerprint, spec.lora_targets, base, dataset_files(scan), run_cache_bytes(cfg, scan, spec)
+    )
 
 
 def resume_problems(cfg: TrainConfig, checkpoint: Path) -> list[FieldProblem]:
