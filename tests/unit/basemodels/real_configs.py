@@ -19,6 +19,16 @@ _MISTRAL_SMALL_31 = {
 }
 _QWEN3_4B = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 2560}
 _QWEN3_VL_4B = {"architectures": ["Qwen3VLModel"], "text_config": {"hidden_size": 2560}}
+# stabilityai/stable-diffusion-xl-refiner-1.0's unet/config.json, the facts the checks read
+_SDXL_REFINER_UNET = {
+    "_class_name": "UNet2DConditionModel",
+    "in_channels": 4,
+    "out_channels": 4,
+    "cross_attention_dim": 1280,
+    "addition_time_embed_dim": 256,
+    "projection_class_embeddings_input_dim": 2560,
+    "block_out_channels": [384, 768, 1536, 1536],
+}
 _T5_XXL = {"architectures": ["T5EncoderModel"], "d_model": 4096}
 
 
@@ -29,7 +39,11 @@ def _write(folder: Path, pipeline: str, parts: dict[str, Any]) -> Path:
     for name, part in parts.items():
         out = folder / name
         out.mkdir(parents=True)
-        if isinstance(part, dict):
+        if isinstance(part, dict) and "_class_name" in part:  # a diffusers config.json as released
+            (out / "config.json").write_text(json.dumps(part))
+            index[name] = ["diffusers", part["_class_name"]]
+            (out / "diffusion_pytorch_model.safetensors").touch()
+        elif isinstance(part, dict):
             (out / "config.json").write_text(json.dumps(part))
             index[name] = ["transformers", part["architectures"][0]]
             (out / "model.safetensors").touch()
@@ -70,7 +84,8 @@ def _models(pipe: Any) -> dict[str, Any]:
 
 
 def write_real_config_folders(root: Path) -> dict[str, Path]:
-    """family name -> a config-only folder of its released checkpoint (klein: 4B and 9B)."""
+    """name -> a config-only folder of a released checkpoint; the name is its family's, or the
+    family's with a suffix ("-9b", "-refiner") for a second checkpoint of one family."""
     import diffusers
     from bench import header_pipelines as headers
     from bench.e2e_models import real_pipeline
@@ -78,11 +93,19 @@ def write_real_config_folders(root: Path) -> dict[str, Path]:
 
     flux1 = _from_headers(root, headers.build_flux1)
     qwen = _from_headers(root, headers.build_qwen_image)
+    sdxl = _from_headers(root, headers.build_sdxl)
     out = {
         "flux": _write(root / "flux", "FluxPipeline", flux1),
         "qwen-image": _write(root / "qwen-image", "QwenImagePipeline", qwen),
         "z-image": _write(root / "z-image", "ZImagePipeline", _from_headers(root, headers.build_z_image)),
-        "sdxl": _write(root / "sdxl", "StableDiffusionXLPipeline", _from_headers(root, headers.build_sdxl)),
+        "sdxl": _write(root / "sdxl", "StableDiffusionXLPipeline", sdxl),
+        # the SDXL refiner: no CLIP-L (model_index.json lists text_encoder as [null, null]), its
+        # U-Net reads bigG's 1280 alone
+        "sdxl-refiner": _write(
+            root / "sdxl-refiner",
+            "StableDiffusionXLImg2ImgPipeline",
+            {"text_encoder_2": sdxl["text_encoder_2"], "unet": _SDXL_REFINER_UNET, "vae": sdxl["vae"]},
+        ),
         "flux2-klein-9b": _write(
             root / "klein9b", "Flux2KleinPipeline", _models(real_pipeline("flux2-klein", device="meta"))
         ),

@@ -221,6 +221,6 @@ def test_every_released_config_passes(tmp_path: Path) -> None:
     from tests.unit.basemodels.real_configs import write_real_config_folders
 
     for name, folder in write_real_config_folders(tmp_path).items():
-        family = name.removesuffix("-9b")
+        family = name.removesuffix("-9b").removesuffix("-refiner")
         rec = vet_pipeline_folder(folder, family)
         assert (rec.trainable, rec.foreign) == (True, ()), name
