@@ -59,6 +59,15 @@ def _check_agrees(rule: Agrees, configs: _Configs, title: str) -> tuple[str, str
     """(blamed component, message) when `rule` fails; None when it holds or cannot be judged."""
     parts = [p for p in rule.parts if p.component in configs.listed]
     found = [(p, *configs.value(p)) for p in parts]
+    for part, key, value in found:
+        config = configs.config(part.component)
+        if value is _MISSING and config and "_class_name" not in config:
+            # a transformers config writes every field of its class: one without the key is
+            # another class's (a diffusers config may predate a key: its default applies)
+            return part.component, (
+                f"{part.component}/config.json sets no {key}, which {title} reads: "
+                f"this {rule.what} is another model's"
+            )
     values = [_number(v) for _, _, v in found]
     if not found or any(v is None for v in values):
         return None

@@ -9,7 +9,9 @@ files' base configs and hub snapshots alike, before anything is loaded.
 - `Agrees`: the values of `parts` (summed when several; a part whose component the folder does
   not list is left out) times `factor` equal `target`'s value, or the constant `target`;
 - `Required`: a key the family's pipeline reads must be set (not missing, not null).
-A key missing from a config is not judged by `Agrees` (the class default applies).
+A key missing from a diffusers config is not judged by `Agrees` (the class default applies); one
+missing from a transformers config (no `_class_name`: it writes every field of its class) marks
+that component as another class's.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import pytest
 from lorastudio import families
 from lorastudio.basemodels import inspect_folder, vet_pipeline_folder
 from lorastudio.basemodels.hubcache import hub_cache_dir
-from lorastudio.basemodels.resolve import resolve_base_model
+from lorastudio.basemodels.resolve import resolve_base, resolve_base_model
 from lorastudio.errors import ModelSourceError
 from lorastudio.settings import Settings
 
@@ -208,6 +208,25 @@ def test_a_partial_hub_snapshot_with_a_foreign_component_is_refused_online(
     (repo / "refs" / "main").write_text(commit)
     with pytest.raises(ModelSourceError, match="vae/config.json: latent_channels 4, FLUX.1's transformer"):
         resolve_base_model("acme/mixed", "flux", settings)
+
+
+def test_a_single_files_base_config_mixing_models_is_refused(
+    settings: Settings, copy_tiny: Callable[..., Path], tiny_model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """A FLUX.1 single file takes its VAE and text encoders from its base config: one of another
+    model there is named before the load, as for a folder."""
+    from single_files import write_transformer_file
+
+    file = write_transformer_file(tiny_model("flux"), tmp_path / "flux.safetensors")
+    mixed = _swap(copy_tiny, "flux", "text_encoder_2", tiny_model("z-image") / "text_encoder", tmp_path)
+    assert resolve_base(str(file), "flux", settings, base_config=str(tiny_model("flux"))).file is not None
+    with pytest.raises(ModelSourceError) as err:
+        resolve_base(str(file), "flux", settings, base_config=str(mixed))
+    assert f"base_config {str(mixed)!r}" in str(err.value)
+    assert (
+        "text_encoder_2/config.json sets no d_model, which FLUX.1 reads: this text encoder is another model's"
+        in str(err.value)
+    )  # a Qwen3's config in T5's place
 
 
 def test_every_family_declares_config_rules() -> None:
