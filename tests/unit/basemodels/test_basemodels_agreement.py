@@ -11,9 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fake_hub import FakeHub
 
 from lorastudio import families
-from lorastudio.basemodels import inspect_folder, vet_pipeline_folder
+from lorastudio.basemodels import fetch_model, inspect_folder, vet_pipeline_folder
 from lorastudio.basemodels.hubcache import hub_cache_dir
 from lorastudio.basemodels.resolve import resolve_base, resolve_base_model
 from lorastudio.errors import ModelSourceError
@@ -195,7 +196,7 @@ def test_a_foreign_transformer_is_named_and_not_used_to_blame_the_rest(
 
 
 def test_a_partial_hub_snapshot_with_a_foreign_component_is_refused_online(
-    settings: Settings, hub: object, tiny_model: Callable[[str], Path]
+    settings: Settings, hub: FakeHub, tiny_model: Callable[[str], Path]
 ) -> None:
     """Online, a partial snapshot is left for the loader to complete; its configs are checked all
     the same, so a mixed repo fails before the download of its weights."""
@@ -227,6 +228,25 @@ def test_a_single_files_base_config_mixing_models_is_refused(
         "text_encoder_2/config.json sets no d_model, which FLUX.1 reads: this text encoder is another model's"
         in str(err.value)
     )  # a Qwen3's config in T5's place
+
+
+def test_a_hub_repo_mixing_models_is_refused_before_its_weights_are_fetched(
+    settings: Settings, hub: FakeHub, tiny_model: Callable[[str], Path]
+) -> None:
+    from fake_hub import FakeRepo, folder_files
+
+    files = {p: b for p, b in folder_files(tiny_model("flux")).items() if p != "lorastudio_tiny.json"}
+    files["vae/config.json"] = (tiny_model("sdxl") / "vae" / "config.json").read_bytes()
+    hub.repos["acme/mixed"] = FakeRepo(files)
+    with pytest.raises(ModelSourceError) as err:
+        fetch_model(settings, "acme/mixed")
+    assert str(err.value).startswith(
+        "acme/mixed mixes components of different models: vae/config.json: latent_channels 4, FLUX.1's "
+        "transformer takes 16"
+    )
+    gets = [r.path for r in hub.requests if r.method == "GET" and "/resolve/" in r.path]
+    assert gets and not [p for p in gets if p.endswith(".safetensors")]  # configs only
+    assert list(settings.models_dir.iterdir()) == []
 
 
 def test_every_family_declares_config_rules() -> None:
