@@ -14,7 +14,7 @@ import pytest
 from fake_hub import FakeHub
 
 from lorastudio import families
-from lorastudio.basemodels import fetch_model, inspect_folder, vet_pipeline_folder
+from lorastudio.basemodels import fetch_model, inspect_folder, list_models, vet_pipeline_folder
 from lorastudio.basemodels.hubcache import hub_cache_dir
 from lorastudio.basemodels.resolve import resolve_base, resolve_base_model
 from lorastudio.errors import ModelSourceError
@@ -168,6 +168,19 @@ def _edit_config(path: Path, **changes: object) -> None:
     config = json.loads(path.read_text())
     config.update(changes)
     path.write_text(json.dumps(config))
+
+
+def test_the_catalogue_lists_a_mixed_folder_as_untrainable_with_the_reason(
+    settings: Settings, copy_tiny: Callable[..., Path], tiny_model: Callable[[str], Path]
+) -> None:
+    folder = copy_tiny("z-image", settings.models_dir / "mixed")
+    shutil.rmtree(folder / "vae")
+    shutil.copytree(tiny_model("sdxl") / "vae", folder / "vae")
+    (entry,) = [
+        e for e in list_models(settings, hub_cache=False, known_captioners=False) if e.path == str(folder)
+    ]
+    assert (entry.family, entry.trainable) == ("z-image", False)
+    assert "vae/config.json: latent_channels 4, Z-Image's transformer takes 16" in str(entry.reason)
 
 
 def test_a_t5_of_another_size_and_a_vae_without_its_shift_are_named(
