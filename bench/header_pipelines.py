@@ -99,6 +99,8 @@ def build_z_image(root: Path) -> Path:
                 block_out_channels=[128, 256, 512, 512],
                 layers_per_block=2,
                 latent_channels=16,
+                scaling_factor=0.3611,  # FLUX.1's VAE (Z-Image ships it)
+                shift_factor=0.1159,
                 use_quant_conv=False,
                 use_post_quant_conv=False,
             ),
@@ -143,6 +145,7 @@ def build_sdxl(root: Path) -> Path:
                 layers_per_block=2,
                 latent_channels=4,
                 sample_size=1024,
+                scaling_factor=0.13025,
             ),
         }
     for name, model in parts.items():

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lorastudio.families.config_rules import ConfigRule
 
 
 @dataclass(frozen=True)
@@ -18,6 +22,7 @@ class AcceptedFamily:
     name: str
     title: str
     pipelines: tuple[str, ...]
+    config_rules: tuple[ConfigRule, ...] = ()  # FamilySpec.config_rules (basemodels/agreement.py)
 
 
 # Pipelines people commonly try that no registered family trains, in plain words.
@@ -51,7 +56,7 @@ def accepted_families() -> tuple[AcceptedFamily, ...]:
     from lorastudio import families
 
     return tuple(
-        AcceptedFamily(f.spec.name, f.spec.title, tuple(f.spec.accepted_pipelines))
+        AcceptedFamily(f.spec.name, f.spec.title, tuple(f.spec.accepted_pipelines), f.spec.config_rules)
         for f in families.all_families()
     )
 

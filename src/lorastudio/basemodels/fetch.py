@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lorastudio.basemodels.accepted import accepted_text, family_of_pipeline
+from lorastudio.basemodels.agreement import config_disagreements
 from lorastudio.basemodels.captioners import (
     CAPTIONER_TYPES,
     CONFIG,
@@ -48,7 +49,14 @@ from lorastudio.basemodels.events import (
 )
 from lorastudio.basemodels.fetch_lock import FetchLock
 from lorastudio.basemodels.fetch_publish import publish
-from lorastudio.basemodels.hubaccess import hub_errors, hub_file, remote_listing, remote_model_index
+from lorastudio.basemodels.hubaccess import (
+    MAX_CONFIG_BYTES,
+    hub_configs,
+    hub_errors,
+    hub_file,
+    remote_listing,
+    remote_model_index,
+)
 from lorastudio.basemodels.hubcache import (
     cached_snapshot,
     hub_cache_dir,
@@ -59,6 +67,8 @@ from lorastudio.basemodels.hubcache import (
 from lorastudio.basemodels.layout import (
     MODEL_INDEX,
     inference_only_formats,
+    listed_components,
+    needs_weights,
     select_training_files,
     weight_suffix,
 )
@@ -217,6 +227,14 @@ def plan_fetch(settings: Settings, repo_id: str, revision: str | None = None) ->
             f"{repo_id} lacks files training needs: {', '.join(selection.problems)}. "
             "lorastudio loads non-variant .safetensors (or .bin) weights of every pipeline component"
         )
+    # the components' configs first (a few small files): one of another model is refused now,
+    # not after the whole download
+    configs = [f"{c}/{CONFIG}" for c, cls in listed_components(index).items() if needs_weights(cls)]
+    with hub_configs(
+        repo_id, commit, token, [p for p in configs if p in files and files[p] <= MAX_CONFIG_BYTES]
+    ) as got:
+        if foreign := config_disagreements(got, index, family.title, family.config_rules):
+            raise ModelSourceError(f"{repo_id} mixes components of different models: {'; '.join(foreign)}")
     chosen = {p: files[p] for p in selection.files}
     return FetchPlan(repo_id, revision, target, commit, family.name, chosen, tuple(selection.skipped))
 

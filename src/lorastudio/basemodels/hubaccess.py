@@ -161,3 +161,22 @@ def remote_model_index(repo_id: str, commit: str, token: str | None) -> dict[str
     if not isinstance(meta, dict):
         raise ModelSourceError(f"{repo_id}: model_index.json is not a JSON object")
     return meta
+
+
+MAX_CONFIG_BYTES = 1 << 20  # a component config.json larger than this is not read before the fetch
+
+
+@contextmanager
+def hub_configs(repo_id: str, commit: str, token: str | None, paths: list[str]) -> Iterator[Path]:
+    """A temporary folder holding the repo's `component/config.json` files `paths` (downloaded
+    one by one, small files), laid out as in the repo, so a pipeline's components can be checked
+    against each other (basemodels/agreement.py) before any weight is fetched. Raises as
+    hub_errors."""
+    import shutil
+
+    with tempfile.TemporaryDirectory(prefix="lorastudio-configs-") as tmp:
+        for path in paths:
+            with hub_file(repo_id, path, commit, token) as got:
+                (Path(tmp) / path).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(got, Path(tmp) / path)
+        yield Path(tmp)

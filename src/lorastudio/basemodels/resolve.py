@@ -44,8 +44,10 @@ def resolve_hub_id(
     if snapshot is not None:
         rec = inspect_folder(snapshot)
         wrong_pipeline = rec.pipeline_class is not None and rec.family != family
-        if offline or rec.complete or wrong_pipeline:
-            vet_pipeline_folder(snapshot, family)  # raises unless complete and of this family
+        if offline or rec.complete or wrong_pipeline or rec.foreign:
+            # raises unless complete, of this family and of one model (a partial snapshot's
+            # configs are checked too: the loader would download the rest of a mixed folder)
+            vet_pipeline_folder(snapshot, family)
         return repo_id, None
     if offline:
         at = f" at revision {revision!r}" if revision else ""

@@ -21,6 +21,7 @@ from lorastudio.basemodels.accepted import (
     accepted_text,
     family_of_pipeline,
 )
+from lorastudio.basemodels.agreement import config_disagreements
 from lorastudio.basemodels.checkpoints import KnownCheckpoint, checkpoint_facts
 from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import (
@@ -48,6 +49,9 @@ class Recognition:
     # a known checkpoint (basemodels/checkpoints.py): "Qwen-Image-2512: <note>"; None when unlisted
     checkpoint: str | None = None
     distilled: bool | None = None  # step-distilled (turbo); None when nothing says
+    # components of another model, by their config.json against the family's config rules
+    # (basemodels/agreement.py): one message per component, each naming it; () when they agree
+    foreign: tuple[str, ...] = ()
 
 
 def read_model_index(folder: Path) -> dict[str, Any]:
@@ -154,10 +158,20 @@ def inspect_folder(folder: Path) -> Recognition:
     if fam is None:
         return Recognition(None, cls, False, untrainable_reason(class_name), not missing, missing)
     facts = checkpoint_facts(folder)
-    known = {"checkpoint": _checkpoint_text(facts.known), "distilled": facts.distilled}
+    foreign = tuple(config_disagreements(folder, index, fam.title, fam.config_rules))
+    known = {"checkpoint": _checkpoint_text(facts.known), "distilled": facts.distilled, "foreign": foreign}
+    if foreign:
+        return Recognition(
+            fam.name, cls, False, foreign_reason(folder, foreign), not missing, missing, **known
+        )
     if missing:
         return Recognition(fam.name, cls, False, incomplete_reason(folder, missing), False, missing, **known)
     return Recognition(fam.name, cls, True, None, True, (), **known)
+
+
+def foreign_reason(folder: Path, foreign: tuple[str, ...] | list[str]) -> str:
+    """'<folder> mixes models: vae/config.json: latent_channels 4, FLUX.1's transformer takes 16 ...'."""
+    return f"{folder} mixes components of different models: {'; '.join(foreign)}"
 
 
 def _checkpoint_text(known: KnownCheckpoint | None) -> str | None:
@@ -185,7 +199,9 @@ def vet_pipeline_folder(folder: Path, family: str) -> Recognition:
     preflight both call it before anything is loaded or freed. Returns the Recognition.
     Raises ModelSourceError: not a pipeline folder (GGUF, a single component, a single-file
     checkpoint), a pipeline no family trains (SD1.5, SD3, ...), a pipeline of another family,
-    or an incomplete folder; every message says what is accepted instead.
+    a component of another model (its config.json disagrees with the family's config rules,
+    basemodels/agreement.py; named with the fact), or an incomplete folder; every message says
+    what is accepted instead.
     """
     folder = Path(folder)
     rec = inspect_folder(folder)
@@ -200,6 +216,8 @@ def vet_pipeline_folder(folder: Path, family: str) -> Recognition:
             f"{folder} is a {rec.pipeline_class} pipeline (family {rec.family!r}); {trains}. "
             f"Use family {rec.family!r} for this model."
         )
+    if rec.foreign:
+        raise ModelSourceError(foreign_reason(folder, rec.foreign))
     if not rec.complete:
         raise ModelSourceError(incomplete_reason(folder, rec.missing))
     return rec

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, flux_dit_predict, no_grad
+from lorastudio.families.config_rules import Agrees, Value, shifted_vae, vae_rules
 
 if TYPE_CHECKING:
     import torch
@@ -34,6 +35,15 @@ SPEC = FamilySpec(
     pipeline_class="ChromaPipeline",
     accepted_pipelines=("ChromaPipeline", "ChromaImg2ImgPipeline", "ChromaInpaintPipeline"),
     denoiser="transformer",
+    config_rules=(
+        *vae_rules("transformer", "latent_channels", "in_channels", 2, 16, "transformer"),
+        *shifted_vae("ChromaPipeline"),
+        Agrees(  # T5's hidden states
+            (Value("text_encoder", ("d_model",)),),
+            Value("transformer", ("joint_attention_dim",)),
+            "text encoder",
+        ),
+    ),
     objective="flow",
     latent_channels=16,
     vae_scale_factor=8,

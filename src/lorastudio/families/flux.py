@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, flux_dit_predict, no_grad
+from lorastudio.families.config_rules import Agrees, Value, shifted_vae, vae_rules
 
 if TYPE_CHECKING:
     import torch
@@ -21,6 +22,20 @@ SPEC = FamilySpec(
     pipeline_class="FluxPipeline",
     accepted_pipelines=("FluxPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline"),
     denoiser="transformer",
+    config_rules=(
+        *vae_rules("transformer", "latent_channels", "in_channels", 2, 16, "transformer"),
+        *shifted_vae("FluxPipeline"),
+        Agrees(  # CLIP's pooled output
+            (Value("text_encoder", ("hidden_size",)),),
+            Value("transformer", ("pooled_projection_dim",)),
+            "text encoder",
+        ),
+        Agrees(  # T5's hidden states
+            (Value("text_encoder_2", ("d_model",)),),
+            Value("transformer", ("joint_attention_dim",)),
+            "text encoder",
+        ),
+    ),
     objective="flow",
     latent_channels=16,
     vae_scale_factor=8,

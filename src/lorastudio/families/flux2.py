@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from lorastudio.data.control_sizing import ControlSizing
 from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import DUAL_STREAM_QKV, no_grad
+from lorastudio.families.config_rules import Agrees, Value, vae_rules
 
 if TYPE_CHECKING:
     import torch
@@ -65,6 +66,16 @@ SPEC = FamilySpec(
     pipeline_class="Flux2Pipeline",
     accepted_pipelines=("Flux2Pipeline",),
     denoiser="transformer",
+    config_rules=(
+        *vae_rules("transformer", "latent_channels", "in_channels", 2, 32, "transformer"),
+        Agrees(  # three of the text model's layers stacked per token
+            (Value("text_encoder", ("text_config.hidden_size", "hidden_size")),),
+            Value("transformer", ("joint_attention_dim",)),
+            "text encoder",
+            factor=3,
+            how="3 stacked layers",
+        ),
+    ),
     objective="flow",
     latent_channels=128,  # 32 VAE channels x 2x2 patch
     vae_scale_factor=16,  # 8x VAE, then the 2x2 patch

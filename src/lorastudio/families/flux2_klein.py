@@ -63,6 +63,7 @@ SPEC = FamilySpec(
     pipeline_class="Flux2KleinPipeline",
     accepted_pipelines=("Flux2KleinPipeline",),
     denoiser="transformer",
+    config_rules=FLUX2_SPEC.config_rules,  # Qwen3's hidden size x 3 stacked layers
     objective="flow",
     latent_channels=128,
     vae_scale_factor=16,

@@ -28,6 +28,7 @@ from lorastudio.families.common import (
     unpack_patches,
     without_cudnn,
 )
+from lorastudio.families.config_rules import Agrees, Value
 
 if TYPE_CHECKING:
     import torch
@@ -40,6 +41,14 @@ SPEC = FamilySpec(
     pipeline_class="Krea2Pipeline",
     accepted_pipelines=("Krea2Pipeline",),
     denoiser="transformer",
+    config_rules=(
+        Agrees((Value("vae", ("z_dim",)),), 16, "VAE", how="the Qwen-Image VAE's 16 latent channels"),
+        Agrees(
+            (Value("text_encoder", ("text_config.hidden_size", "hidden_size")),),
+            Value("transformer", ("text_hidden_dim",)),
+            "text encoder",
+        ),
+    ),
     objective="flow",
     latent_channels=16,
     vae_scale_factor=8,

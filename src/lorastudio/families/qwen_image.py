@@ -18,6 +18,7 @@ from lorastudio.families.common import (
     unpack_2x2,
     without_cudnn,
 )
+from lorastudio.families.config_rules import Agrees, Value, vae_rules
 from lorastudio.families.real_rope import use_real_rope
 
 if TYPE_CHECKING:
@@ -31,6 +32,14 @@ SPEC = FamilySpec(
     pipeline_class="QwenImagePipeline",
     accepted_pipelines=("QwenImagePipeline", "QwenImageImg2ImgPipeline", "QwenImageInpaintPipeline"),
     denoiser="transformer",
+    config_rules=(
+        *vae_rules("transformer", "z_dim", "in_channels", 2, 16, "transformer"),
+        Agrees(
+            (Value("text_encoder", ("text_config.hidden_size", "hidden_size")),),
+            Value("transformer", ("joint_attention_dim",)),
+            "text encoder",
+        ),
+    ),
     objective="flow",
     latent_channels=16,
     vae_scale_factor=8,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import no_grad
+from lorastudio.families.config_rules import Agrees, Value, vae_rules
 
 if TYPE_CHECKING:
     import torch
@@ -23,6 +24,14 @@ SPEC = FamilySpec(
     pipeline_class="StableDiffusionXLPipeline",
     accepted_pipelines=("StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline"),
     denoiser="unet",
+    config_rules=(
+        *vae_rules("unet", "latent_channels", "out_channels", 1, 4, "U-Net"),
+        Agrees(  # the two CLIPs' hidden states are concatenated
+            (Value("text_encoder", ("hidden_size",)), Value("text_encoder_2", ("hidden_size",))),
+            Value("unet", ("cross_attention_dim",)),
+            "text encoder",
+        ),
+    ),
     objective="ddpm",
     latent_channels=4,
     vae_scale_factor=8,

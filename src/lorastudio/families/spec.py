@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lorastudio.data.control_sizing import ControlSizing
+from lorastudio.families.config_rules import ConfigRule
 
 Objective = Literal["ddpm", "flow"]
 # how a family's pipeline wraps a caption before its tokenizer (training/caption_length.py counts
@@ -134,6 +135,9 @@ class FamilySpec:
     # its checkpoints are released as editing models (FLUX.1 Kontext, Qwen-Image-Edit), though
     # some flavours also generate without a reference: the demo trains it on paired data
     edit_model: bool = False
+    # the config.json facts its pipeline's components must agree on (families/config_rules.py),
+    # checked by basemodels/agreement.py before any load: a component of another model is refused
+    config_rules: tuple[ConfigRule, ...] = ()
 
     def public(self) -> dict[str, Any]:
         """A JSON-able description (for /api/info and the UI)."""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import no_grad
+from lorastudio.families.config_rules import Agrees, Value, shifted_vae, vae_rules
 from lorastudio.families.real_rope import use_real_rope_processors
 
 if TYPE_CHECKING:
@@ -23,6 +24,15 @@ SPEC = FamilySpec(
     pipeline_class="ZImagePipeline",
     accepted_pipelines=("ZImagePipeline", "ZImageImg2ImgPipeline"),
     denoiser="transformer",
+    config_rules=(
+        *vae_rules("transformer", "latent_channels", "in_channels", 1, 16, "transformer"),
+        *shifted_vae("ZImagePipeline"),
+        Agrees(
+            (Value("text_encoder", ("hidden_size",)),),
+            Value("transformer", ("cap_feat_dim",)),
+            "text encoder",
+        ),
+    ),
     objective="flow",
     latent_channels=16,
     vae_scale_factor=8,

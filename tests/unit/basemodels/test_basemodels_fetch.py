@@ -191,8 +191,13 @@ def test_a_cancelled_fetch_keeps_its_files_and_resumes(settings: Settings, hub: 
     outcome = fetch_model(settings, "acme/flux", emit=resumed.append)
     assert outcome.status == "completed" and inspect_folder(target).trainable
     gets_after = {p: len(hub.gets(p)) for p in others}
-    assert gets_after.pop("model_index.json") == gets_before.pop("model_index.json") + 1  # the plan reads it
-    assert gets_after == gets_before  # nothing downloaded twice
+    # the plan reads model_index.json and the components' configs (their agreement check) again
+    read = [
+        "model_index.json",
+        *(f"{c}/config.json" for c in ("text_encoder", "text_encoder_2", "transformer", "vae")),
+    ]
+    assert [gets_after.pop(p) - gets_before.pop(p) for p in read] == [1] * len(read)
+    assert gets_after == gets_before  # nothing else downloaded twice
     assert len(hub.gets(WEIGHTS)) == 2
     first = next(e for e in resumed if e.type == "fetch_progress")
     kept = sum(len(hub.repos["acme/flux"].files[p]) for p in others)

@@ -91,6 +91,13 @@ def test_base_model_of_another_family_or_incomplete_is_refused(
         validate_run(_cfg(broken), settings, live_output_names=set())
     assert "transformer" in _fields(err)["base_model"]
 
+    mixed = Path(shutil.copytree(tiny_model("flux"), tmp_path / "mixed"))
+    shutil.rmtree(mixed / "vae")
+    shutil.copytree(tiny_model("sdxl") / "vae", mixed / "vae")  # the API's start: before any load
+    with pytest.raises(ConfigError) as err:
+        validate_run(_cfg(mixed), settings, live_output_names=set())
+    assert "vae/config.json: latent_channels 4, FLUX.1's transformer takes 16" in _fields(err)["base_model"]
+
     for bad in ("not a hub id", "../up/model", str(tmp_path / "missing")):
         with pytest.raises(ConfigError) as err:
             validate_run(_cfg(tiny_model("flux"), base_model=bad), settings, live_output_names=set())

@@ -315,3 +315,17 @@ def test_check_says_a_text_encoder_run_encodes_its_captions_every_step(
         "train", str(_config(tmp_path, {**settings, "train_text_encoder": False}, "b.toml")), "--check"
     )
     assert plain.exit_code == 0 and "conditioning" not in plain.output, plain.output
+
+
+def test_check_refuses_a_folder_mixing_models(tiny_model, small_dataset, tmp_path, run_settings):
+    model = tmp_path / "mixed"
+    shutil.copytree(tiny_model("z-image"), model)
+    shutil.rmtree(model / "text_encoder")
+    shutil.copytree(tiny_model("flux2-klein") / "text_encoder", model / "text_encoder")
+    config = _config(tmp_path, run_settings("z-image", model, small_dataset, {}))
+    result = _invoke("train", str(config), "--check", "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    assert "would train" not in result.output
+    assert "text_encoder/config.json: hidden_size 16, Z-Image's transformer takes 32" in " ".join(
+        result.output.split()
+    )

@@ -202,3 +202,14 @@ def test_a_lora_target_that_is_no_linear_layer_is_refused_by_name(make_config):
     )
     result = train(make_config(lora_targets=["norm1.linear"], output_name="inside"), [].append, device="cpu")
     assert result.steps_run == 2
+
+
+def test_a_folder_mixing_models_fails_before_any_load_naming_the_component(make_config, tiny_model, tmp_path):
+    """An SDXL VAE in a FLUX.1 folder: every file is there, the run used to load for minutes."""
+    model = Path(shutil.copytree(tiny_model("flux"), tmp_path / "model"))
+    shutil.rmtree(model / "vae")
+    shutil.copytree(tiny_model("sdxl") / "vae", model / "vae")
+    events = _fails(
+        make_config(base_model=str(model)), ModelSourceError, "vae/config.json: latent_channels 4"
+    )
+    assert len(events) == 1  # failed before any model loaded
