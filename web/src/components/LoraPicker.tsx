@@ -4,8 +4,9 @@ import type { Lora, LoraRef } from "../api/types";
 import { formatBytes } from "../lib/format";
 
 /** A chosen LoRA file and its scale: `step` null/absent = the run's LoRA (with EMA the EMA
- * weights), a step = the raw weights of that step (an EMA run's <name>.raw.safetensors). */
-export type LoraPick = Required<Pick<LoraRef, "name" | "scale">> & { step?: number | null };
+ * weights), a step = the raw weights of that step (an EMA run's <name>.raw.safetensors); `sha256`:
+ * that exact file (a reused gallery image's; the server refuses a file since changed), absent: the file as it is. */
+export type LoraPick = Required<Pick<LoraRef, "name" | "scale">> & { step?: number | null; sha256?: string | null };
 
 type LoraFile = NonNullable<Lora["files"]>[number];
 

@@ -18,7 +18,7 @@ import { useRunPreset } from "../lib/runPreset";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { placeProblems } from "../lib/problems";
 import { isAbort, useAction, useLatest, useLoad } from "../lib/latest";
-import { generateWithRetry, newRequestId, reusedBaseSettings } from "../lib/generateRequest";
+import { changedLoras, currentFiles, generateWithRetry, newRequestId, picksOf, reusedBaseSettings } from "../lib/generateRequest";
 
 /** The GenerateBody fields the form has an input for (a problem of another goes to the banner only). */
 const GENERATE_INPUTS: ReadonlySet<string> = new Set([
@@ -60,6 +60,8 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const [notice, setNotice] = useState<string | null>(null);
   const [errors, setErrors] = useState<Record<string, string>>({});
   const [general, setGeneral] = useState<string | null>(null);
+  // the picked LoRAs the server refused as changed since the reused image was made (their sha256)
+  const [changed, setChanged] = useState<string[]>([]);
 
   useEffect(() => {
     if (!info || !models || family || fromRunState.pending) return;
@@ -132,9 +134,13 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const famInfo = info.families.find((f) => f.name === family);
   const pickFamily = (name: string) => {
     setFamily(name);
-    setPicks([]);
+    choosePicks([]);
     setRefs([]);
     setBaseModel(defaultBaseModel(models, name));
+  };
+  const choosePicks = (next: LoraPick[]) => {
+    setPicks(next);
+    setChanged([]);
   };
   const reuse = (img: GalleryImage) => {
     if (img.family && img.family !== family) pickFamily(img.family);
@@ -147,7 +153,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     if (img.height != null) setHeight(String(img.height));
     setGuidance(img.guidance != null ? String(img.guidance) : "");
     setNegative(img.negative_prompt ?? "");
-    setPicks((img.loras ?? []).map((l) => ({ name: l.name, scale: l.scale ?? 1, step: l.step ?? null })));
+    choosePicks(picksOf(img));
     setRefs(referencesOf(img));
     setReusedBase({ base_model: img.base_model, revision: img.revision, v_prediction: img.v_prediction });
   };
@@ -174,8 +180,12 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
       () => cancelled.current,
     );
 
-  const submit = async (e: FormEvent) => {
+  const submit = (e: FormEvent) => {
     e.preventDefault();
+    void send(picks);
+  };
+  /** Generate with `sending` as the LoRAs (the picks, or the picks without their sha256). */
+  const send = async (sending: LoraPick[]) => {
     if (generating.current) return;
     generating.current = true;
     const rid = newRequestId();
@@ -185,7 +195,8 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     setErrors({});
     setGeneral(null);
     setNotice(null);
-    const body: GenerateBody = { ...settings, loras: picks, request_id: rid };
+    setChanged([]);
+    const body: GenerateBody = { ...settings, loras: sending, request_id: rid };
     try {
       const res = await run(body);
       setGeneral(null);
@@ -199,7 +210,11 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
       }
       // each problem next to its input (a LoRA's, "loras.1.scale", under the LoRA list); the banner says them all
       if (err instanceof ApiError && err.problems.some((p) => p.field)) setErrors(placeProblems(err.problems, (f) => GENERATE_INPUTS.has(f)).fields);
-      setGeneral(err instanceof Error ? err.message : String(err));
+      // a reused image's LoRA file changed since: said on its own, with the choice of the file as it is now
+      const stale = changedLoras(err, sending);
+      setChanged(stale);
+      const onlyStale = stale.length > 0 && err instanceof ApiError && stale.length === err.problems.length;
+      setGeneral(onlyStale ? null : err instanceof Error ? err.message : String(err));
     } finally {
       generating.current = false;
       setBusy(false);
@@ -232,7 +247,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
       </div>
       {fromRunState.error && <div className="banner error">{fromRunState.error}</div>}
       <div className="generate">
-        <form className="card gen-form" onSubmit={(e) => void submit(e)}>
+        <form className="card gen-form" onSubmit={submit}>
           <FamilyPicker families={info.families} value={family} onChange={pickFamily} />
           <BaseModelPicker
             key={family}
@@ -254,7 +269,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
               <input name="gen_base_config" value={baseConfig} onChange={(e) => setBaseConfig(e.target.value)} />
             </Field>
           )}
-          <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} error={errors.loras} unavailable={lorasError} />
+          <LoraPicker loras={loras} picks={picks} onChange={choosePicks} family={family} error={errors.loras} unavailable={lorasError} />
           <ReferenceImages
             key={family}
             max={info.families.find((f) => f.name === family)?.control_images?.[1] ?? 0}
@@ -293,6 +308,27 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
             {numberField("Height", "gen_height", height, setHeight)}
           </div>
           <ErrorBanner message={general} />
+          {changed.length > 0 && (
+            <div className="banner error" role="alert" data-testid="lora-changed">
+              <p>
+                {changed.length === 1 ? "The LoRA file of " : "The LoRA files of "}
+                {changed.join(", ")} changed since this image was made (its run was retrained or the file replaced): these
+                settings would now render another image. Nothing was generated.
+              </p>
+              <button
+                type="button"
+                className="secondary small"
+                disabled={busy}
+                onClick={() => {
+                  const now = currentFiles(picks);
+                  choosePicks(now);
+                  void send(now);
+                }}
+              >
+                Generate with the current {changed.length === 1 ? "file" : "files"}
+              </button>
+            </div>
+          )}
           {notice && <div className="banner info">{notice}</div>}
           <div className="button-row">
             <button type="submit" className="primary" disabled={busy}>
