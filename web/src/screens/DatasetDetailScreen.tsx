@@ -13,6 +13,7 @@ import { href, navigate } from "../lib/route";
 import { CONTROL_SLOTS, planControlUpload, planUpload, type RefusedFile } from "../lib/upload";
 import { Crumb } from "../components/Crumb";
 import { isAbort, loadMessage, useAction, useLatest, useLoad } from "../lib/latest";
+import { ErrorBanner } from "../components/ErrorBanner";
 
 /** Images asked for at once: a dataset of 10,000 images is shown a page at a time ("Show more"). */
 export const PAGE_SIZE = 200;
@@ -177,7 +178,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
           )}
         </div>
       </div>
-      {loadError && <div className="banner error">{loadError}</div>}
+      <ErrorBanner message={loadError} />
       {deleteError && (
         <div className="banner error" role="alert" data-testid="delete-error">
           Not deleted: {deleteError}

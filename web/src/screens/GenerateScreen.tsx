@@ -245,7 +245,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
       <div className="screen-head">
         <h1>Generate</h1>
       </div>
-      {fromRunState.error && <div className="banner error">{fromRunState.error}</div>}
+      <ErrorBanner message={fromRunState.error} />
       <div className="generate">
         <form className="card gen-form" onSubmit={submit}>
           <FamilyPicker families={info.families} value={family} onChange={pickFamily} />

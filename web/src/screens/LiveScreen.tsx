@@ -16,6 +16,7 @@ import { describePhase } from "../lib/phase";
 import { href } from "../lib/route";
 import { chartData } from "../lib/series";
 import { useAction } from "../lib/latest";
+import { ErrorBanner } from "../components/ErrorBanner";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 
@@ -111,8 +112,8 @@ export function LiveScreen() {
           )}
         </div>
       </div>
-      {error && <div className="banner error">{error}</div>}
-      {job.error && <div className="banner error">{job.error}</div>}
+      <ErrorBanner message={error} />
+      <ErrorBanner message={job.error} />
       {(job.warnings ?? []).map((w) => (
         <div key={w} className="banner warn" data-testid="run-warning">
           {w}
