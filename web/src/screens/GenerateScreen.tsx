@@ -9,7 +9,8 @@ import { BaseModelPicker } from "../components/BaseModelPicker";
 import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
 import { FamilyPicker } from "../components/FamilyPicker";
 import { Field } from "../components/Field";
-import { Gallery, imageMeta, LoraChips } from "../components/Gallery";
+import { GallerySection, imageMeta, LoraChips } from "../components/Gallery";
+import { LoraChanged } from "../components/LoraChanged";
 import { type LoraPick, LoraPicker } from "../components/LoraPicker";
 import { guidanceBody, GuidanceFields } from "../components/GuidanceFields";
 import { ReferenceImages, ReferenceStrip, referencesOf } from "../components/ReferenceImages";
@@ -51,6 +52,8 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   // while its base model is the one chosen, so the same settings render the same pixels
   const [reusedBase, setReusedBase] = useState<Pick<GalleryImage, "base_model" | "revision" | "v_prediction"> | null>(null);
   const [gallery, setGallery] = useState<GalleryImage[] | null>(null);
+  // why the gallery's latest load failed (its own message: a generation's outcome never hides it)
+  const [galleryError, setGalleryError] = useState<string | null>(null);
   const [selected, setSelected] = useState<GalleryImage | null>(null);
   const [seconds, setSeconds] = useState<number | null>(null);
   const [busy, setBusy] = useState(false);
@@ -93,9 +96,11 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
         images = (await api.gallery(ticket.signal)).images;
       } catch (err) {
         if (isAbort(err)) return;
+        if (ticket.current()) setGalleryError(`Cannot load the gallery: ${err instanceof Error ? err.message : String(err)}`);
         throw err;
       }
       if (!ticket.current()) return;
+      setGalleryError(null);
       setGallery(images);
       // show the image just made, else keep the one shown, else the newest
       setSelected((shown) => (select ? images.find((i) => i.file === select) : shown) ?? images[0] ?? null);
@@ -103,7 +108,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     [galleryLoads],
   );
   useEffect(() => {
-    loadGallery().catch((err: Error) => setGeneral(`Cannot load the gallery: ${err.message}`));
+    loadGallery().catch(() => undefined); // said by galleryError
   }, [loadGallery]);
 
   /** Delete `img` from the server's gallery (after asking; one request however often it is clicked); the next image is shown. */
@@ -122,9 +127,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     const next = gallery?.filter((i) => i.file !== img.file) ?? [];
     setSelected(next[Math.min(Math.max(at, 0), next.length - 1)] ?? null);
     setGallery(next);
-    await loadGallery(next[Math.min(Math.max(at, 0), next.length - 1)]?.file).catch((err: Error) =>
-      setGeneral(`Cannot load the gallery: ${err.message}`),
-    );
+    await loadGallery(next[Math.min(Math.max(at, 0), next.length - 1)]?.file).catch(() => undefined);
   });
   // a generation in flight: a second submit (Enter twice, Ctrl+Enter and a click) sends nothing
   const generating = useRef(false);
@@ -308,27 +311,15 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
             {numberField("Height", "gen_height", height, setHeight)}
           </div>
           <ErrorBanner message={general} />
-          {changed.length > 0 && (
-            <div className="banner error" role="alert" data-testid="lora-changed">
-              <p>
-                {changed.length === 1 ? "The LoRA file of " : "The LoRA files of "}
-                {changed.join(", ")} changed since this image was made (its run was retrained or the file replaced): these
-                settings would now render another image. Nothing was generated.
-              </p>
-              <button
-                type="button"
-                className="secondary small"
-                disabled={busy}
-                onClick={() => {
-                  const now = currentFiles(picks);
-                  choosePicks(now);
-                  void send(now);
-                }}
-              >
-                Generate with the current {changed.length === 1 ? "file" : "files"}
-              </button>
-            </div>
-          )}
+          <LoraChanged
+            changed={changed}
+            busy={busy}
+            onUseCurrent={() => {
+              const now = currentFiles(picks);
+              choosePicks(now);
+              void send(now);
+            }}
+          />
           {notice && <div className="banner info">{notice}</div>}
           <div className="button-row">
             <button type="submit" className="primary" disabled={busy}>
@@ -382,21 +373,13 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
           setBusy={setBusy}
         />
       )}
-      <div className="section-head">
-        <h3>Gallery</h3>
-        {gallery != null && (
-          <span className="muted small">
-            {gallery.length} {gallery.length === 1 ? "image" : "images"}
-          </span>
-        )}
-      </div>
-      {gallery?.length ? (
-        <Gallery images={gallery} selected={selected?.file ?? null} onSelect={setSelected} />
-      ) : (
-        <div className="empty card">
-          {gallery ? "No images yet. Every image you generate is kept here with its prompt, seed and LoRAs." : "Loading…"}
-        </div>
-      )}
+      <GallerySection
+        images={gallery}
+        error={galleryError}
+        selected={selected?.file ?? null}
+        onSelect={setSelected}
+        onRetry={() => void loadGallery().catch(() => undefined)}
+      />
     </section>
   );
 }

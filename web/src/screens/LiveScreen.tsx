@@ -37,7 +37,7 @@ function phaseText(job: Job): string | null {
 
 /** The running (else the latest) job: stats, the plan it runs with, live chart, queue, and the Stop dialog. */
 export function LiveScreen() {
-  const { job, series, status, refresh, connected } = useTraining();
+  const { job, series, status, refresh, connected, error: statusError } = useTraining();
   const [asking, setAsking] = useState(false);
   const [error, setError] = useState<string | null>(null);
   // one stop request per click (Stop and save clicked twice sends one)
@@ -73,10 +73,19 @@ export function LiveScreen() {
   }, [ticking]);
   if (job?.progress) steps.current = observeStep(steps.current, job.id, job.progress.step, Date.now());
 
+  const statusMessage = statusError && `Cannot load the training status: ${statusError}`;
   if (!job) {
     return (
       <section className="screen">
         <h1>Live</h1>
+        {statusMessage ? (
+          <>
+            <ErrorBanner message={statusMessage} />
+            <button type="button" className="secondary" onClick={() => void refresh().catch(() => undefined)}>
+              Try again
+            </button>
+          </>
+        ) : (
         <div className="empty card">
           <strong>No training job yet</strong>
           <p>Start a run and follow its loss, learning rate and speed here as it trains.</p>
@@ -84,6 +93,7 @@ export function LiveScreen() {
             Train a LoRA
           </a>
         </div>
+        )}
       </section>
     );
   }
@@ -112,7 +122,7 @@ export function LiveScreen() {
           )}
         </div>
       </div>
-      <ErrorBanner message={error} />
+      <ErrorBanner message={error ?? statusMessage} />
       <ErrorBanner message={job.error} />
       {(job.warnings ?? []).map((w) => (
         <div key={w} className="banner warn" data-testid="run-warning">

@@ -104,10 +104,11 @@ function stoppingServer({ url }: Call): { status?: number; body: unknown } {
   return { status: 503, body: { error: "ServerStopping", detail: "the server is stopping: send it again once the server is back" } };
 }
 
-const SCREENS: [string, () => ReactElement][] = [
+/** Each screen, and what a user does there to send the server something (when loading sends nothing of its own). */
+const SCREENS: [string, () => ReactElement, (() => Promise<void>)?][] = [
   ["Datasets", () => <DatasetsScreen />],
   ["Dataset detail", () => <DatasetDetailScreen name="shapes" />],
-  ["Train", () => <TrainScreen />],
+  ["Train", () => <TrainScreen />, () => userEvent.click(screen.getByRole("button", { name: "Check" }))],
   ["Live", () => <LiveScreen />],
   ["Runs", () => <RunsScreen />],
   ["Run detail", () => <RunDetailScreen id="r1" />],
@@ -210,10 +211,14 @@ describe("accessibility of every screen", () => {
     expect(unannouncedErrors(container)).toEqual([]);
   });
 
-  it.each(SCREENS.filter(([name]) => name !== "Datasets"))("%s, every load refused (503): the refusal is announced and nothing keeps loading", async (_, make) => {
+  it.each(SCREENS.filter(([name]) => name !== "Datasets"))("%s, every load refused (503): the refusal is announced and nothing keeps loading", async (_, make, act) => {
     const calls = mockFetch(stoppingServer);
     const { container } = renderIn(make());
     await settle(calls);
+    if (act) {
+      await act();
+      await settle(calls);
+    }
     expect(within(container).getAllByRole("alert").some((a) => /server is stopping/.test(a.textContent ?? ""))).toBe(true);
     expect(unannouncedErrors(container)).toEqual([]);
     expect(unnamedControls(container)).toEqual([]);
