@@ -28,6 +28,13 @@ interface UploadState {
   stored: string[];
 }
 
+/** Whether an upload error ends the upload: a refusal of the batch's files (400, 413, 422) lets the
+ * next batch go; a full disk (507), a server stopping (503), no answer, a dataset gone (404) or a
+ * token refused (401) would refuse every later batch too. */
+function stopsUpload(err: unknown): boolean {
+  return !(err instanceof ApiError && [400, 413, 422].includes(err.status));
+}
+
 /** Refused-file messages from an upload error: "name: reason" strings or field problems. */
 function refusedFrom(err: unknown): RefusedFile[] {
   if (err instanceof ApiError && err.problems.length) {
@@ -63,6 +70,8 @@ export function DatasetDetailScreen({ name }: { name: string }) {
   const load = loaded.reload;
   const [upload, setUpload] = useState<UploadState | null>(null);
   const [refused, setRefused] = useState<RefusedFile[]>([]);
+  // why the upload ended before its last batch, and how many files it did not send
+  const [stopped, setStopped] = useState<string | null>(null);
   const [deleteError, setDeleteError] = useState<string | null>(null);
   /** Where dropped files go: "files" (targets and captions) or a control folder. */
   const [slot, setSlot] = useState("files");
@@ -76,6 +85,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
         : planControlUpload(files, undefined, undefined, folders, field === "mask" ? "loss masks" : "control images");
     const problems = [...plan.refused];
     setRefused(problems);
+    setStopped(null);
     if (!plan.batches.length) return;
     let sentBefore = 0;
     const stored: string[] = [];
@@ -97,6 +107,12 @@ export function DatasetDetailScreen({ name }: { name: string }) {
         setRefused([...problems]);
         setUpload((u) => u && { ...u, stored: [...stored] });
       } catch (err) {
+        if (stopsUpload(err)) {
+          const left = plan.batches.slice(i).reduce((n, b) => n + b.length, 0);
+          const why = err instanceof Error ? err.message : String(err);
+          setStopped(`Upload stopped: ${why}. ${left} file${left === 1 ? "" : "s"} not stored (drop ${left === 1 ? "it" : "them"} again once that is solved).`);
+          break;
+        }
         problems.push(...refusedFrom(err));
         setRefused([...problems]);
       }
@@ -236,6 +252,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
           )}
         </div>
       )}
+      <ErrorBanner message={stopped} testId="upload-stopped" />
       {refused.length > 0 && (
         <div className="banner error" role="alert" data-testid="refused">
           <strong>
