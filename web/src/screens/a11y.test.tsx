@@ -251,6 +251,24 @@ describe("accessibility of every screen", () => {
     expect(unannouncedErrors(container)).toEqual([]);
   });
 
+  it("Dataset detail: a caption refused on a full disk (507) keeps the text typed, announced and tied to its caption", async () => {
+    const calls = mockFetch((call) => {
+      if (call.method === "PUT" && call.url.startsWith("/api/datasets/shapes/captions/")) {
+        return { status: 507, body: { error: "NoSpaceLeft", detail: "no space left on device: caption a.txt; free some space and retry" } };
+      }
+      return fixtureServer()(call);
+    });
+    const { container } = renderIn(<DatasetDetailScreen name="shapes" />);
+    await settle(calls);
+    const caption = screen.getByRole("textbox", { name: "caption of a.png" });
+    await userEvent.clear(caption);
+    await userEvent.type(caption, "a blue square{Control>}{Enter}{/Control}");
+    await waitFor(() => expect(caption).toHaveAccessibleDescription("no space left on device: caption a.txt; free some space and retry"));
+    expect(caption).toHaveAttribute("aria-invalid", "true");
+    expect(caption).toHaveValue("a blue square");
+    expect(unannouncedErrors(container)).toEqual([]);
+  });
+
   it("Live: the Stop dialog takes the focus, keeps Tab inside, and closes on Escape", async () => {
     const calls = mockFetch(fixtureServer(true));
     renderIn(<LiveScreen />);
