@@ -239,14 +239,16 @@ describe("accessibility of every screen", () => {
   it("Generate: the server's field problems are tied to their inputs", async () => {
     const calls = mockFetch((call) => {
       if (call.method === "POST" && call.url === "/api/generate") {
-        return { status: 400, body: { error: "ConfigError", detail: "invalid", problems: [{ field: "seed", message: "must be at least 0" }, { field: "prompt", message: "is empty" }] } };
+        return { status: 400, body: { error: "ConfigError", detail: "invalid", problems: [{ field: "seed", message: "must be at least 0" }, { field: "prompt", message: "is empty" }, { field: "loras.0", message: "LoRA 'portrait' not found" }] } };
       }
       return fixtureServer()(call);
     });
     const { container } = renderIn(<GenerateScreen />);
     await settle(calls);
+    await userEvent.click(await screen.findByRole("checkbox", { name: "use LoRA portrait" }));
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(container.querySelectorAll(".field .field-error")).toHaveLength(2));
+    await waitFor(() => expect(container.querySelectorAll(".field .field-error")).toHaveLength(3));
+    expect(screen.getByRole("checkbox", { name: "use LoRA portrait" })).toHaveAccessibleDescription("#1: LoRA 'portrait' not found");
     expect(screen.getByRole("textbox", { name: /Seed/ })).toHaveAccessibleDescription("must be at least 0");
     expect(unannouncedErrors(container)).toEqual([]);
   });
