@@ -271,22 +271,44 @@ describe("accessibility of every screen", () => {
     expect(unannouncedErrors(container)).toEqual([]);
   });
 
-  it("Live: the Stop dialog takes the focus, keeps Tab inside, and closes on Escape", async () => {
-    const calls = mockFetch(fixtureServer(true));
-    renderIn(<LiveScreen />);
-    await settle(calls);
-    const stop = await screen.findByRole("button", { name: /^Stop/ });
-    await userEvent.click(stop);
+  /** The open dialog: named, holds the focus, keeps Tab and Shift+Tab inside, names its controls, closes on Escape. */
+  async function checkDialog() {
     const dialog = await screen.findByRole("dialog");
+    expect(dialog).toHaveAccessibleName(/\S/);
     expect(dialog).toContainElement(document.activeElement as HTMLElement);
     for (let i = 0; i < 8; i++) {
       await userEvent.tab();
       expect(dialog).toContainElement(document.activeElement as HTMLElement);
     }
-    await userEvent.tab({ shift: true });
-    expect(dialog).toContainElement(document.activeElement as HTMLElement);
+    for (let i = 0; i < 3; i++) {
+      await userEvent.tab({ shift: true });
+      expect(dialog).toContainElement(document.activeElement as HTMLElement);
+    }
     expect(unnamedControls(dialog)).toEqual([]);
+    expect(clickableNonButtons(dialog)).toEqual([]);
     await userEvent.keyboard("{Escape}");
     await waitFor(() => expect(screen.queryByRole("dialog")).toBeNull());
+  }
+
+  it("Live: the Stop dialog takes the focus, keeps Tab inside, and closes on Escape", async () => {
+    const calls = mockFetch(fixtureServer(true));
+    renderIn(<LiveScreen />);
+    await settle(calls);
+    await userEvent.click(await screen.findByRole("button", { name: /^Stop/ }));
+    await checkDialog();
+  });
+
+  it("Models: the hub token dialog of a gated repo takes the focus, keeps Tab inside, and closes on Escape", async () => {
+    const calls = mockFetch((call) => {
+      if (call.method === "POST" && call.url === "/api/models/fetch") {
+        return { status: 403, body: { error: "ModelAccessDenied", detail: "acme/gated is gated: accept its licence", problems: [], hub_status: 403 } };
+      }
+      return fixtureServer()(call);
+    });
+    renderIn(<ModelsScreen />);
+    await settle(calls);
+    await userEvent.type(document.querySelector('[name="repo_id"]') as HTMLInputElement, "acme/gated");
+    await userEvent.click(screen.getByRole("button", { name: "Fetch" }));
+    await checkDialog();
   });
 });
