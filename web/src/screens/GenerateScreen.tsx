@@ -253,7 +253,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
         <form className="card gen-form" onSubmit={submit}>
           <FamilyPicker families={info.families} value={family} onChange={pickFamily} />
           <BaseModelPicker
-            key={family}
+            key={`base:${family}`}
             name="gen_base_model"
             models={models}
             family={family}
@@ -274,7 +274,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
           )}
           <LoraPicker loras={loras} picks={picks} onChange={choosePicks} family={family} error={errors.loras} unavailable={lorasError} />
           <ReferenceImages
-            key={family}
+            key={`refs:${family}`}
             max={info.families.find((f) => f.name === family)?.control_images?.[1] ?? 0}
             value={refs}
             onChange={setRefs}
