@@ -11,6 +11,7 @@ import { ModelsScreen } from "./screens/ModelsScreen";
 import { RunDetailScreen } from "./screens/RunDetailScreen";
 import { RunsScreen } from "./screens/RunsScreen";
 import { TrainScreen } from "./screens/TrainScreen";
+import { ErrorBanner } from "./components/ErrorBanner";
 
 const NAV = [
   ["datasets", "Datasets"],
@@ -77,7 +78,7 @@ function Shell() {
           {info && <span className="host muted">{info.host.name}</span>}
         </div>
       </header>
-      {error && <div className="banner error">Cannot load the studio's information: {error}</div>}
+      <ErrorBanner message={error && `Cannot load the studio's information: ${error}`} />
       <main>
         {/* a new token remounts the screen, so it reloads what a 401 kept it from loading; so does
             another item (run A, then run B): nothing of A's screen (its messages, an upload's

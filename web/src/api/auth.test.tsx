@@ -1,4 +1,4 @@
-import { render, screen, waitFor } from "@testing-library/react";
+import { render, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { App } from "../App";
@@ -70,8 +70,8 @@ describe("API token", () => {
     window.localStorage.setItem("lorastudio.token", "old-token");
     resetAuthForTests();
     render(<App />);
-    await screen.findByRole("dialog", { name: "API token required" });
-    expect(screen.getByRole("alert")).toHaveTextContent("refused the saved token");
+    const dialog = await screen.findByRole("dialog", { name: "API token required" });
+    expect(within(dialog).getByRole("alert")).toHaveTextContent("refused the saved token");
     expect(calls[0].headers.Authorization).toBe("Bearer old-token");
   });
 

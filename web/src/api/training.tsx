@@ -45,6 +45,8 @@ export interface TrainingState {
   job: Job | null;
   series: MetricSeries;
   connected: boolean;
+  /** Why the latest status snapshot could not be fetched (null: the latest answered). */
+  error: string | null;
   /** Re-fetch the status snapshot (after start/stop). */
   refresh: () => Promise<void>;
 }
@@ -127,6 +129,7 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
   const [job, setJob] = useState<Job | null>(null);
   const [series, setSeries] = useState<MetricSeries>(emptySeries);
   const [connected, setConnected] = useState(false);
+  const [error, setError] = useState<string | null>(null);
   const jobRef = useRef<Job | null>(null);
   const lastStep = useRef<number | null>(null);
   const { token } = useAuth();
@@ -141,11 +144,18 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     const mine = ++asked.current;
     const current = jobRef.current;
     const same = current != null;
-    const s = await api.status(same && lastStep.current != null ? lastStep.current : undefined);
+    let s: TrainStatus;
+    try {
+      s = await api.status(same && lastStep.current != null ? lastStep.current : undefined);
+    } catch (err) {
+      if (mine >= applied.current) setError(err instanceof Error ? err.message : String(err));
+      throw err;
+    }
     // a restarted server knows no job of its life: the one followed is shown as its record now says
     let next = s.job ?? (current ? await recordOf(current) : null);
     if (mine < applied.current) return; // a newer refresh was applied meanwhile: its state stands
     applied.current = mine;
+    setError(null);
     // events applied after the snapshot was taken (it was answered after them): folded onto it
     // again, so it never shows an older step, loss, sample or phase than the screen already did
     const later: ProgressEvent[] = [];
@@ -241,5 +251,5 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     };
   }, [refresh, token]);
 
-  return <Ctx.Provider value={{ status, job, series, connected, refresh }}>{children}</Ctx.Provider>;
+  return <Ctx.Provider value={{ status, job, series, connected, error, refresh }}>{children}</Ctx.Provider>;
 }

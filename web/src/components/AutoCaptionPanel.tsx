@@ -176,7 +176,7 @@ function CaptionJobStatus({ job }: { job: CaptionJob }) {
         {job.cancel_reason && job.status !== "running" && ` (${job.cancel_reason})`}
       </p>
       {job.status === "running" && job.total != null && <ProgressBar value={job.done} max={total} label="caption progress" />}
-      {job.error && <div className="banner error">{job.error}</div>}
+      <ErrorBanner message={job.error} />
       {job.preview.length > 0 && (
         <ul data-testid="caption-preview">
           {job.preview.map((p) => (

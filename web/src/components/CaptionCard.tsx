@@ -1,4 +1,4 @@
-import { useRef, useState } from "react";
+import { useId, useRef, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { DatasetImage } from "../api/types";
@@ -21,6 +21,7 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
   const [saved, setSaved] = useState(image.caption ?? "");
   const [state, setState] = useState<SaveState>("idle");
   const [error, setError] = useState<string | null>(null);
+  const errorId = useId(); // the error is read with the caption it concerns
   /** The caption another editor wrote since this card read it (the server's 409): keep mine or use theirs. */
   const [theirs, setTheirs] = useState<string | null>(null);
 
@@ -122,6 +123,8 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
         </div>
         <textarea
           aria-label={`caption of ${image.file}`}
+          aria-invalid={error ? true : undefined}
+          aria-describedby={error ? errorId : undefined}
           placeholder="no caption"
           value={text}
           rows={3}
@@ -141,7 +144,7 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
           {state === "saved" && <span className="ok">saved</span>}
           {text !== saved && state === "idle" && <span className="muted">unsaved</span>}
           {error && (
-            <span className="field-error" role="alert">
+            <span className="field-error" role="alert" id={errorId}>
               {error}
             </span>
           )}

@@ -27,7 +27,7 @@ export function FetchProgress({ fetches, onCancel }: { fetches: Fetch[]; onCance
               {f.already_present ? " · already on disk" : ""}
               {f.status === "cancelled" && f.resumable ? " · fetching again continues where it stopped" : ""}
             </p>
-            {f.error && <p className="field-error">{f.error}</p>}
+            {f.error && <p className="field-error" role="alert">{f.error}</p>}
           </li>
         ))}
       </ul>

@@ -1,5 +1,6 @@
 import { api } from "../api/endpoints";
 import type { GalleryImage } from "../api/types";
+import { ErrorBanner } from "./ErrorBanner";
 import { ReferenceStrip } from "./ReferenceImages";
 
 /** "seed 3 · 512×512 · 20 steps" for an image (parts it lacks are left out). */
@@ -60,5 +61,47 @@ export function Gallery({ images, selected, onSelect }: Props) {
         </li>
       ))}
     </ul>
+  );
+}
+
+/** The gallery's section: its count, the images, or why there are none (not loaded yet, none
+ * made, or its load failed: said, with a retry, never "Loading…" for ever). `images` null: not loaded. */
+export function GallerySection({
+  images,
+  error,
+  selected,
+  onSelect,
+  onRetry,
+}: Omit<Props, "images"> & { images: readonly GalleryImage[] | null; error: string | null; onRetry: () => void }) {
+  return (
+    <>
+      <div className="section-head">
+        <h3>Gallery</h3>
+        {images != null && (
+          <span className="muted small">
+            {images.length} {images.length === 1 ? "image" : "images"}
+          </span>
+        )}
+      </div>
+      {error && (
+        <>
+          <ErrorBanner message={error} />
+          <button type="button" className="secondary small" onClick={onRetry}>
+            Load the gallery again
+          </button>
+        </>
+      )}
+      {images?.length ? (
+        <Gallery images={images} selected={selected} onSelect={onSelect} />
+      ) : (
+        <div className="empty card">
+          {images
+            ? "No images yet. Every image you generate is kept here with its prompt, seed and LoRAs."
+            : error
+              ? "The gallery is not loaded."
+              : "Loading…"}
+        </div>
+      )}
+    </>
   );
 }

@@ -1,11 +1,14 @@
+import { useId, useRef } from "react";
 import { api } from "../api/endpoints";
+import { useDescribedControls } from "./Field";
 import { LORA_SCALE } from "../api/limits.gen";
 import type { Lora, LoraRef } from "../api/types";
 import { formatBytes } from "../lib/format";
 
 /** A chosen LoRA file and its scale: `step` null/absent = the run's LoRA (with EMA the EMA
- * weights), a step = the raw weights of that step (an EMA run's <name>.raw.safetensors). */
-export type LoraPick = Required<Pick<LoraRef, "name" | "scale">> & { step?: number | null };
+ * weights), a step = the raw weights of that step (an EMA run's <name>.raw.safetensors); `sha256`:
+ * that exact file (a reused gallery image's; the server refuses a file since changed), absent: the file as it is. */
+export type LoraPick = Required<Pick<LoraRef, "name" | "scale">> & { step?: number | null; sha256?: string | null };
 
 type LoraFile = NonNullable<Lora["files"]>[number];
 
@@ -46,8 +49,12 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable 
   const setScale = (name: string, step: number | null, scale: number) =>
     onChange(picks.map((p) => (samePick(p, name, step) ? { ...p, scale } : p)));
 
+  const id = useId();
+  const box = useRef<HTMLDivElement | null>(null);
+  useDescribedControls(box, error ? `${id}-error` : null, !!error); // the list's problem is read with each of its controls
+
   return (
-    <div className={`field wide${error ? " has-error" : ""}`}>
+    <div className={`field wide${error ? " has-error" : ""}`} ref={box} role="group" aria-label="LoRAs">
       <span className="field-label">LoRAs</span>
       {unavailable ? (
         <span className="field-error" role="alert">
@@ -132,7 +139,7 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable 
         </ul>
       )}
       {error && (
-        <span className="field-error" role="alert">
+        <span className="field-error" role="alert" id={`${id}-error`}>
           {error}
         </span>
       )}

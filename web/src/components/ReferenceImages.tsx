@@ -62,7 +62,7 @@ export function ReferenceImages({ max, value, onChange, error }: Props) {
           void add(files);
         }}
       />
-      {(problem ?? error) && <span className="field-error">{problem ?? error}</span>}
+      {(problem ?? error) && <span className="field-error" role="alert">{problem ?? error}</span>}
     </div>
   );
 }

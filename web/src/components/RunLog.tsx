@@ -1,5 +1,6 @@
 import { api } from "../api/endpoints";
 import { loadMessage, useLoad } from "../lib/latest";
+import { ErrorBanner } from "./ErrorBanner";
 
 /** The tail of a run's worker log (its own lines: library output, tracebacks, one line per engine event); Refresh reloads it. */
 export function RunLog({ runId, lines = 500 }: { runId: string; lines?: number }) {
@@ -16,7 +17,7 @@ export function RunLog({ runId, lines = 500 }: { runId: string; lines?: number }
           Refresh
         </button>
       </div>
-      {error && <div className="banner error">{error}</div>}
+      <ErrorBanner message={error} />
       {log && log.note && <p className="muted small">{log.note}</p>}
       {log && log.lines.length > 0 && (
         <>

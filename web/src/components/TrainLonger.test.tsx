@@ -63,6 +63,8 @@ describe("TrainLonger", () => {
       await userEvent.clear(input);
       await userEvent.type(input, bad);
       expect(screen.getByText("Set more than the run's 1000 steps.")).toBeInTheDocument();
+      expect(input).toHaveAttribute("aria-invalid", "true");
+      expect(input).toHaveAccessibleDescription("Set more than the run's 1000 steps."); // RELIABILITY 281: read with the input
       expect(screen.getByRole("button", { name: "Train longer" })).toBeDisabled();
     }
     await userEvent.type(input, "{Enter}");

@@ -1,4 +1,4 @@
-import { useState } from "react";
+import { useId, useState } from "react";
 import { api } from "../api/endpoints";
 import { useAction } from "../lib/latest";
 import type { Job, RunSummary } from "../api/types";
@@ -22,6 +22,7 @@ export function TrainLonger({ run, onStarted, onError }: Props) {
   const offer = run.train_longer;
   const [open, setOpen] = useState(false);
   const [value, setValue] = useState(() => String(offer ? offer.steps * 2 : ""));
+  const noteId = useId(); // the note under the input says what the steps do, or why they are refused
   // one request per click: Enter and a click start one run
   const action = useAction(async (steps: number) => {
     try {
@@ -64,9 +65,10 @@ export function TrainLonger({ run, onStarted, onError }: Props) {
           disabled={busy}
           onChange={(e) => setValue(e.target.value)}
           aria-invalid={!valid}
+          aria-describedby={noteId}
         />
       </label>
-      <p className="muted small">
+      <p className="muted small" id={noteId}>
         {valid
           ? `Continues from the checkpoint at step ${offer.from_step} to step ${steps}; the learning-rate schedule is the one a ${steps}-step run has.`
           : `Set more than the run's ${offer.steps} steps.`}

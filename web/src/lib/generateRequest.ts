@@ -1,8 +1,9 @@
 /** The Generate screen's request helpers: the POST with its GPU-busy retries, a request id for
- * Cancel, and a reused gallery image's base settings. */
+ * Cancel, a reused gallery image's base settings, and the LoRA files the server says changed. */
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { GalleryImage, GenerateBody, GenerateResult } from "../api/types";
+import type { LoraPick } from "../components/LoraPicker";
 
 const GPU_RETRIES = 15;
 
@@ -43,3 +44,25 @@ export function newRequestId(): string {
   const bytes = crypto.getRandomValues(new Uint8Array(12));
   return `gen-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
 }
+
+/** A gallery image's LoRAs as picks, each with the sha256 of the file that made it (the server
+ * then refuses a file retrained or replaced since, instead of rendering another image). */
+export function picksOf(img: Pick<GalleryImage, "loras">): LoraPick[] {
+  return (img.loras ?? []).map((l) => ({ name: l.name, scale: l.scale ?? 1, step: l.step ?? null, ...(l.sha256 ? { sha256: l.sha256 } : {}) }));
+}
+
+/** The picks the server refused because their file is no longer the one of their sha256 (its
+ * 400 problems `loras.N.sha256`), as "name" / "name (raw, step N)"; empty for any other error. */
+export function changedLoras(err: unknown, sent: readonly LoraPick[]): string[] {
+  if (!(err instanceof ApiError) || err.status !== 400) return [];
+  const out: string[] = [];
+  for (const p of err.problems) {
+    const at = /^(?:body\.)?loras\.(\d+)\.sha256$/.exec(p.field);
+    const pick = at ? sent[Number(at[1])] : undefined;
+    if (pick) out.push(pick.step == null ? pick.name : `${pick.name} (raw, step ${pick.step})`);
+  }
+  return out;
+}
+
+/** `picks` without their sha256: the LoRA files as they are now. */
+export const currentFiles = (picks: readonly LoraPick[]): LoraPick[] => picks.map(({ sha256: _, ...rest }) => rest);

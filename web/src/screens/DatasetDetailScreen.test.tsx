@@ -134,6 +134,25 @@ describe("DatasetDetailScreen upload", () => {
     const refused = within(screen.getByTestId("refused")).getAllByRole("listitem").map((li) => li.textContent);
     expect(refused).toEqual(["x.png corrupt", "x.txt its image x.png was refused"]);
   });
+
+  it.each([
+    [507, "NoSpaceLeft", "no space left on device: the upload to mix (/d/mix); free some space and retry"],
+    [503, "ServerStopping", "the server is stopping: send it again once the server is back"],
+  ])("a %i (%s) ends the upload: the later batches are not sent, and it says how many files were not stored", async (status, error, detail) => {
+    // RELIABILITY 283: each later batch was sent into the same refusal, and a batch of 32 read "1 file refused"
+    serve();
+    const sent = fakeXhr({ status, body: { error, detail } });
+    renderScreen();
+    const user = userEvent.setup();
+    const files = Array.from({ length: 40 }, (_, i) => file(`img${i}.png`)); // two batches (32 + 8)
+    await user.upload(await screen.findByTestId("file-input"), files);
+    const stopped = await screen.findByTestId("upload-stopped");
+    expect(stopped).toHaveAttribute("role", "alert");
+    expect(stopped).toHaveTextContent(`Upload stopped: ${detail}. 40 files not stored`);
+    expect(sent).toHaveLength(1);
+    expect(screen.queryByTestId("refused")).toBeNull();
+    await waitFor(() => expect(screen.getByTestId("file-input").closest(".dropzone")).not.toHaveClass("disabled"));
+  });
 });
 
 describe("DatasetDetailScreen delete", () => {

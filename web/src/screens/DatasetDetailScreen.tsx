@@ -13,6 +13,7 @@ import { href, navigate } from "../lib/route";
 import { CONTROL_SLOTS, planControlUpload, planUpload, type RefusedFile } from "../lib/upload";
 import { Crumb } from "../components/Crumb";
 import { isAbort, loadMessage, useAction, useLatest, useLoad } from "../lib/latest";
+import { ErrorBanner } from "../components/ErrorBanner";
 
 /** Images asked for at once: a dataset of 10,000 images is shown a page at a time ("Show more"). */
 export const PAGE_SIZE = 200;
@@ -25,6 +26,13 @@ interface UploadState {
   done: boolean;
   /** Files the server stored, over every batch of this upload. */
   stored: string[];
+}
+
+/** Whether an upload error ends the upload: a refusal of the batch's files (400, 413, 422) lets the
+ * next batch go; a full disk (507), a server stopping (503), no answer, a dataset gone (404) or a
+ * token refused (401) would refuse every later batch too. */
+function stopsUpload(err: unknown): boolean {
+  return !(err instanceof ApiError && [400, 413, 422].includes(err.status));
 }
 
 /** Refused-file messages from an upload error: "name: reason" strings or field problems. */
@@ -62,6 +70,8 @@ export function DatasetDetailScreen({ name }: { name: string }) {
   const load = loaded.reload;
   const [upload, setUpload] = useState<UploadState | null>(null);
   const [refused, setRefused] = useState<RefusedFile[]>([]);
+  // why the upload ended before its last batch, and how many files it did not send
+  const [stopped, setStopped] = useState<string | null>(null);
   const [deleteError, setDeleteError] = useState<string | null>(null);
   /** Where dropped files go: "files" (targets and captions) or a control folder. */
   const [slot, setSlot] = useState("files");
@@ -75,6 +85,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
         : planControlUpload(files, undefined, undefined, folders, field === "mask" ? "loss masks" : "control images");
     const problems = [...plan.refused];
     setRefused(problems);
+    setStopped(null);
     if (!plan.batches.length) return;
     let sentBefore = 0;
     const stored: string[] = [];
@@ -96,6 +107,12 @@ export function DatasetDetailScreen({ name }: { name: string }) {
         setRefused([...problems]);
         setUpload((u) => u && { ...u, stored: [...stored] });
       } catch (err) {
+        if (stopsUpload(err)) {
+          const left = plan.batches.slice(i).reduce((n, b) => n + b.length, 0);
+          const why = err instanceof Error ? err.message : String(err);
+          setStopped(`Upload stopped: ${why}. ${left} file${left === 1 ? "" : "s"} not stored (drop ${left === 1 ? "it" : "them"} again once that is solved).`);
+          break;
+        }
         problems.push(...refusedFrom(err));
         setRefused([...problems]);
       }
@@ -177,7 +194,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
           )}
         </div>
       </div>
-      {loadError && <div className="banner error">{loadError}</div>}
+      <ErrorBanner message={loadError} />
       {deleteError && (
         <div className="banner error" role="alert" data-testid="delete-error">
           Not deleted: {deleteError}
@@ -235,6 +252,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
           )}
         </div>
       )}
+      <ErrorBanner message={stopped} testId="upload-stopped" />
       {refused.length > 0 && (
         <div className="banner error" role="alert" data-testid="refused">
           <strong>

@@ -267,4 +267,18 @@ describe("GenerateScreen", () => {
     const sent = calls.filter((c) => c.url === "/api/generate").map((c) => (c.body as Record<string, unknown>).loras);
     expect(sent).toEqual([[{ name: "cats", scale: 1, step: 6 }], [{ name: "cats", scale: 1 }]]);
   });
+
+  it("renders its form without two siblings of one key (the base model and the references were both keyed by the family)", async () => {
+    // RELIABILITY 285: React warned "two children with the same key" on every render
+    const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    try {
+      renderScreen();
+      await screen.findByTestId("gallery");
+      await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
+      await userEvent.click(screen.getByRole("radio", { name: "FLUX.1" }));
+      expect(logged.mock.calls.map((c) => String(c[0])).filter((m) => m.includes("same key"))).toEqual([]);
+    } finally {
+      logged.mockRestore();
+    }
+  });
 });

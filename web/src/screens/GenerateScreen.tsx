@@ -9,7 +9,8 @@ import { BaseModelPicker } from "../components/BaseModelPicker";
 import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
 import { FamilyPicker } from "../components/FamilyPicker";
 import { Field } from "../components/Field";
-import { Gallery, imageMeta, LoraChips } from "../components/Gallery";
+import { GallerySection, imageMeta, LoraChips } from "../components/Gallery";
+import { LoraChanged } from "../components/LoraChanged";
 import { type LoraPick, LoraPicker } from "../components/LoraPicker";
 import { guidanceBody, GuidanceFields } from "../components/GuidanceFields";
 import { ReferenceImages, ReferenceStrip, referencesOf } from "../components/ReferenceImages";
@@ -18,7 +19,7 @@ import { useRunPreset } from "../lib/runPreset";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { placeProblems } from "../lib/problems";
 import { isAbort, useAction, useLatest, useLoad } from "../lib/latest";
-import { generateWithRetry, newRequestId, reusedBaseSettings } from "../lib/generateRequest";
+import { changedLoras, currentFiles, generateWithRetry, newRequestId, picksOf, reusedBaseSettings } from "../lib/generateRequest";
 
 /** The GenerateBody fields the form has an input for (a problem of another goes to the banner only). */
 const GENERATE_INPUTS: ReadonlySet<string> = new Set([
@@ -51,6 +52,8 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   // while its base model is the one chosen, so the same settings render the same pixels
   const [reusedBase, setReusedBase] = useState<Pick<GalleryImage, "base_model" | "revision" | "v_prediction"> | null>(null);
   const [gallery, setGallery] = useState<GalleryImage[] | null>(null);
+  // why the gallery's latest load failed (its own message: a generation's outcome never hides it)
+  const [galleryError, setGalleryError] = useState<string | null>(null);
   const [selected, setSelected] = useState<GalleryImage | null>(null);
   const [seconds, setSeconds] = useState<number | null>(null);
   const [busy, setBusy] = useState(false);
@@ -60,6 +63,8 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const [notice, setNotice] = useState<string | null>(null);
   const [errors, setErrors] = useState<Record<string, string>>({});
   const [general, setGeneral] = useState<string | null>(null);
+  // the picked LoRAs the server refused as changed since the reused image was made (their sha256)
+  const [changed, setChanged] = useState<string[]>([]);
 
   useEffect(() => {
     if (!info || !models || family || fromRunState.pending) return;
@@ -91,9 +96,11 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
         images = (await api.gallery(ticket.signal)).images;
       } catch (err) {
         if (isAbort(err)) return;
+        if (ticket.current()) setGalleryError(`Cannot load the gallery: ${err instanceof Error ? err.message : String(err)}`);
         throw err;
       }
       if (!ticket.current()) return;
+      setGalleryError(null);
       setGallery(images);
       // show the image just made, else keep the one shown, else the newest
       setSelected((shown) => (select ? images.find((i) => i.file === select) : shown) ?? images[0] ?? null);
@@ -101,7 +108,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     [galleryLoads],
   );
   useEffect(() => {
-    loadGallery().catch((err: Error) => setGeneral(`Cannot load the gallery: ${err.message}`));
+    loadGallery().catch(() => undefined); // said by galleryError
   }, [loadGallery]);
 
   /** Delete `img` from the server's gallery (after asking; one request however often it is clicked); the next image is shown. */
@@ -120,9 +127,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     const next = gallery?.filter((i) => i.file !== img.file) ?? [];
     setSelected(next[Math.min(Math.max(at, 0), next.length - 1)] ?? null);
     setGallery(next);
-    await loadGallery(next[Math.min(Math.max(at, 0), next.length - 1)]?.file).catch((err: Error) =>
-      setGeneral(`Cannot load the gallery: ${err.message}`),
-    );
+    await loadGallery(next[Math.min(Math.max(at, 0), next.length - 1)]?.file).catch(() => undefined);
   });
   // a generation in flight: a second submit (Enter twice, Ctrl+Enter and a click) sends nothing
   const generating = useRef(false);
@@ -132,9 +137,13 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const famInfo = info.families.find((f) => f.name === family);
   const pickFamily = (name: string) => {
     setFamily(name);
-    setPicks([]);
+    choosePicks([]);
     setRefs([]);
     setBaseModel(defaultBaseModel(models, name));
+  };
+  const choosePicks = (next: LoraPick[]) => {
+    setPicks(next);
+    setChanged([]);
   };
   const reuse = (img: GalleryImage) => {
     if (img.family && img.family !== family) pickFamily(img.family);
@@ -147,7 +156,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     if (img.height != null) setHeight(String(img.height));
     setGuidance(img.guidance != null ? String(img.guidance) : "");
     setNegative(img.negative_prompt ?? "");
-    setPicks((img.loras ?? []).map((l) => ({ name: l.name, scale: l.scale ?? 1, step: l.step ?? null })));
+    choosePicks(picksOf(img));
     setRefs(referencesOf(img));
     setReusedBase({ base_model: img.base_model, revision: img.revision, v_prediction: img.v_prediction });
   };
@@ -174,8 +183,12 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
       () => cancelled.current,
     );
 
-  const submit = async (e: FormEvent) => {
+  const submit = (e: FormEvent) => {
     e.preventDefault();
+    void send(picks);
+  };
+  /** Generate with `sending` as the LoRAs (the picks, or the picks without their sha256). */
+  const send = async (sending: LoraPick[]) => {
     if (generating.current) return;
     generating.current = true;
     const rid = newRequestId();
@@ -185,7 +198,8 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     setErrors({});
     setGeneral(null);
     setNotice(null);
-    const body: GenerateBody = { ...settings, loras: picks, request_id: rid };
+    setChanged([]);
+    const body: GenerateBody = { ...settings, loras: sending, request_id: rid };
     try {
       const res = await run(body);
       setGeneral(null);
@@ -199,7 +213,11 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
       }
       // each problem next to its input (a LoRA's, "loras.1.scale", under the LoRA list); the banner says them all
       if (err instanceof ApiError && err.problems.some((p) => p.field)) setErrors(placeProblems(err.problems, (f) => GENERATE_INPUTS.has(f)).fields);
-      setGeneral(err instanceof Error ? err.message : String(err));
+      // a reused image's LoRA file changed since: said on its own, with the choice of the file as it is now
+      const stale = changedLoras(err, sending);
+      setChanged(stale);
+      const onlyStale = stale.length > 0 && err instanceof ApiError && stale.length === err.problems.length;
+      setGeneral(onlyStale ? null : err instanceof Error ? err.message : String(err));
     } finally {
       generating.current = false;
       setBusy(false);
@@ -230,12 +248,12 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
       <div className="screen-head">
         <h1>Generate</h1>
       </div>
-      {fromRunState.error && <div className="banner error">{fromRunState.error}</div>}
+      <ErrorBanner message={fromRunState.error} />
       <div className="generate">
-        <form className="card gen-form" onSubmit={(e) => void submit(e)}>
+        <form className="card gen-form" onSubmit={submit}>
           <FamilyPicker families={info.families} value={family} onChange={pickFamily} />
           <BaseModelPicker
-            key={family}
+            key={`base:${family}`}
             name="gen_base_model"
             models={models}
             family={family}
@@ -254,9 +272,9 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
               <input name="gen_base_config" value={baseConfig} onChange={(e) => setBaseConfig(e.target.value)} />
             </Field>
           )}
-          <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} error={errors.loras} unavailable={lorasError} />
+          <LoraPicker loras={loras} picks={picks} onChange={choosePicks} family={family} error={errors.loras} unavailable={lorasError} />
           <ReferenceImages
-            key={family}
+            key={`refs:${family}`}
             max={info.families.find((f) => f.name === family)?.control_images?.[1] ?? 0}
             value={refs}
             onChange={setRefs}
@@ -293,6 +311,15 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
             {numberField("Height", "gen_height", height, setHeight)}
           </div>
           <ErrorBanner message={general} />
+          <LoraChanged
+            changed={changed}
+            busy={busy}
+            onUseCurrent={() => {
+              const now = currentFiles(picks);
+              choosePicks(now);
+              void send(now);
+            }}
+          />
           {notice && <div className="banner info">{notice}</div>}
           <div className="button-row">
             <button type="submit" className="primary" disabled={busy}>
@@ -346,21 +373,13 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
           setBusy={setBusy}
         />
       )}
-      <div className="section-head">
-        <h3>Gallery</h3>
-        {gallery != null && (
-          <span className="muted small">
-            {gallery.length} {gallery.length === 1 ? "image" : "images"}
-          </span>
-        )}
-      </div>
-      {gallery?.length ? (
-        <Gallery images={gallery} selected={selected?.file ?? null} onSelect={setSelected} />
-      ) : (
-        <div className="empty card">
-          {gallery ? "No images yet. Every image you generate is kept here with its prompt, seed and LoRAs." : "Loading…"}
-        </div>
-      )}
+      <GallerySection
+        images={gallery}
+        error={galleryError}
+        selected={selected?.file ?? null}
+        onSelect={setSelected}
+        onRetry={() => void loadGallery().catch(() => undefined)}
+      />
     </section>
   );
 }

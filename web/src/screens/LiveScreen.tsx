@@ -16,6 +16,7 @@ import { describePhase } from "../lib/phase";
 import { href } from "../lib/route";
 import { chartData } from "../lib/series";
 import { useAction } from "../lib/latest";
+import { ErrorBanner } from "../components/ErrorBanner";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 
@@ -36,7 +37,7 @@ function phaseText(job: Job): string | null {
 
 /** The running (else the latest) job: stats, the plan it runs with, live chart, queue, and the Stop dialog. */
 export function LiveScreen() {
-  const { job, series, status, refresh, connected } = useTraining();
+  const { job, series, status, refresh, connected, error: statusError } = useTraining();
   const [asking, setAsking] = useState(false);
   const [error, setError] = useState<string | null>(null);
   // one stop request per click (Stop and save clicked twice sends one)
@@ -72,10 +73,19 @@ export function LiveScreen() {
   }, [ticking]);
   if (job?.progress) steps.current = observeStep(steps.current, job.id, job.progress.step, Date.now());
 
+  const statusMessage = statusError && `Cannot load the training status: ${statusError}`;
   if (!job) {
     return (
       <section className="screen">
         <h1>Live</h1>
+        {statusMessage ? (
+          <>
+            <ErrorBanner message={statusMessage} />
+            <button type="button" className="secondary" onClick={() => void refresh().catch(() => undefined)}>
+              Try again
+            </button>
+          </>
+        ) : (
         <div className="empty card">
           <strong>No training job yet</strong>
           <p>Start a run and follow its loss, learning rate and speed here as it trains.</p>
@@ -83,6 +93,7 @@ export function LiveScreen() {
             Train a LoRA
           </a>
         </div>
+        )}
       </section>
     );
   }
@@ -111,8 +122,8 @@ export function LiveScreen() {
           )}
         </div>
       </div>
-      {error && <div className="banner error">{error}</div>}
-      {job.error && <div className="banner error">{job.error}</div>}
+      <ErrorBanner message={error ?? statusMessage} />
+      <ErrorBanner message={job.error} />
       {(job.warnings ?? []).map((w) => (
         <div key={w} className="banner warn" data-testid="run-warning">
           {w}

@@ -36,15 +36,21 @@ export function captionerState(m: CatalogueModel): string {
 export function ModelsScreen() {
   const [models, setModels] = useState<CatalogueModel[] | null>(null);
   const [fetches, setFetches] = useState<Fetch[]>([]);
+  // an action's refusal (kept until the next action) and the model list's load failure (until it loads)
   const [error, setError] = useState<string | null>(null);
+  const [loadError, setLoadError] = useState<string | null>(null);
   // reloads overlap (Refresh, a poll, after an action): only the latest answer of each list applies
   const modelLoads = useLatest();
   const fetchLoads = useLatest();
   const loadModels = useCallback(() => {
     const ticket = modelLoads.begin();
     api.models(ticket.signal).then(
-      (m) => ticket.current() && setModels(m),
-      (err: unknown) => !isAbort(err) && ticket.current() && setError(err instanceof Error ? err.message : String(err)),
+      (m) => {
+        if (!ticket.current()) return;
+        setModels(m);
+        setLoadError(null);
+      },
+      (err: unknown) => !isAbort(err) && ticket.current() && setLoadError(`Cannot load the models: ${err instanceof Error ? err.message : String(err)}`),
     );
   }, [modelLoads]);
   /** `polling`: the models are reloaded once no fetch runs (a download just ended). */
@@ -75,6 +81,7 @@ export function ModelsScreen() {
   const act = useAction(async (m: CatalogueModel) => {
     const what = removal(m);
     if (!what || !window.confirm(what.confirm)) return;
+    setError(null);
     try {
       await (m.source === "added" ? api.forgetModelFolder(m.id) : api.deleteModel(m.id));
     } catch (err) {
@@ -83,6 +90,7 @@ export function ModelsScreen() {
     load();
   });
   const cancelFetch = useAction(async (id: string) => {
+    setError(null);
     try {
       await api.cancelFetch(id);
     } catch (err) {
@@ -176,6 +184,7 @@ export function ModelsScreen() {
         </button>
       </div>
       <ErrorBanner message={error} />
+      <ErrorBanner message={loadError} />
       <div className="two-col">
         <FetchForm
           onStarted={(f) => {

@@ -83,7 +83,7 @@ export function RunDetailScreen({ id }: { id: string }) {
         </div>
       </div>
       <ErrorBanner message={actionError} />
-      {run.error && <div className="banner error">{run.error}</div>}
+      <ErrorBanner message={run.error} />
       {(run.warnings ?? []).map((w) => (
         <div key={w} className="banner warn" data-testid="run-warning">
           {w}

@@ -8,6 +8,7 @@ import type { RunSummary } from "../api/types";
 import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
 import { href, navigate } from "../lib/route";
 import { loadMessage, useAction, useLoad } from "../lib/latest";
+import { ErrorBanner } from "../components/ErrorBanner";
 
 /** Run history: status, final loss, duration; open, download the LoRA, delete. */
 export function RunsScreen() {
@@ -94,7 +95,7 @@ export function RunsScreen() {
           Refresh
         </button>
       </div>
-      {error && <div className="banner error">{error}</div>}
+      <ErrorBanner message={error} />
       {runs && runs.length === 0 && (
         <div className="empty card">
           <strong>No runs yet</strong>

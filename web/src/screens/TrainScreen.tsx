@@ -17,6 +17,7 @@ import { useCloneValues } from "../lib/clone";
 import { placeProblems } from "../lib/problems";
 import { isAbort, useLatest } from "../lib/latest";
 import { href, navigate } from "../lib/route";
+import { ErrorBanner } from "../components/ErrorBanner";
 import {
   ATTENTION_BACKENDS,
   FUSE_PROJECTIONS,
@@ -77,7 +78,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
     () => family?.precisions ?? info?.host.precisions ?? ["auto"],
     [family, info],
   );
-  if (clone.error) return <section className="screen"><div className="banner error">{clone.error}</div></section>;
+  if (clone.error) return <section className="screen"><ErrorBanner message={clone.error} /></section>;
   if (!info || !models || !values) return <section className="screen muted">Loading…</section>;
 
   const set = (k: keyof FormValues, v: string | boolean) => {
@@ -179,7 +180,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         <div className="card">
           <h3>Model and data</h3>
           <FamilyPicker families={info.families} value={text("family")} onChange={pickFamily} />
-          {errors.family && <span className="field-error">{errors.family}</span>}
+          {errors.family && <span className="field-error" role="alert">{errors.family}</span>}
           <div className="grid">
             <BaseModelPicker
               key={text("family")}

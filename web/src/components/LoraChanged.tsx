@@ -1,0 +1,26 @@
+interface Props {
+  /** The picked LoRAs whose file changed since the reused image was made ("name", "name (raw, step N)"). */
+  changed: readonly string[];
+  busy: boolean;
+  /** Generate again with the files as they are now (the picks without their sha256). */
+  onUseCurrent: () => void;
+}
+
+/** The server refused a reused image's LoRA file as changed since (400 `loras.N.sha256`): said
+ * as such, and the user may generate with the current file; nothing when none changed. */
+export function LoraChanged({ changed, busy, onUseCurrent }: Props) {
+  if (!changed.length) return null;
+  const one = changed.length === 1;
+  return (
+    <div className="banner error" role="alert" data-testid="lora-changed">
+      <p>
+        {one ? "The LoRA file of " : "The LoRA files of "}
+        {changed.join(", ")} changed since this image was made (its run was retrained or the file replaced): these settings
+        would now render another image. Nothing was generated.
+      </p>
+      <button type="button" className="secondary small" disabled={busy} onClick={onUseCurrent}>
+        Generate with the current {one ? "file" : "files"}
+      </button>
+    </div>
+  );
+}
