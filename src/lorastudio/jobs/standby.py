@@ -33,6 +33,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection
@@ -62,6 +63,7 @@ PRELOAD = (
     "lorastudio.training.quantize",
 )
 MAX_DEATHS = 3  # standbys in a row that die before a job takes one, then no more
+CUDA_BY_IMPORT_EXIT = 4  # a standby whose imports initialised CUDA (it says which first)
 POLL_S = 0.5  # the keeper's check of its standby's liveness
 ENV_SKIP = frozenset({"_"})  # variables a shell sets per command, not the worker's setting
 # Variables read when used, not at import, that a standby is handed with its job (its value in
@@ -106,16 +108,21 @@ def standby_main(conn: Connection, events: Any, stop_event: Any, stop_save: Any,
     ignore_terminal_interrupt()
     started = time.monotonic()
     skipped = []
+    first_init = _trace_cuda_init()
     for name in PRELOAD:
+        first_init.importing = name
         try:
             importlib.import_module(name)
         except ImportError as err:  # an optional library missing: the job says so if it needs it
             skipped.append(f"{name} ({err})")
+    first_init.restore()
     freeze_imports(collect_first=True)  # before "ready": no collection scans the libraries again
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
+        with contextlib.suppress(OSError):  # the keeper logs it and spawns no more (same imports)
+            conn.send({"cuda": first_init.importing_at_init or "an import", "where": first_init.where})
         print("[standby] CUDA was initialised by an import; this standby is not used", file=sys.stderr)
-        os._exit(4)
+        os._exit(CUDA_BY_IMPORT_EXIT)
     # a job handed before the imports ended closed the parent's end: its args wait unread
     with contextlib.suppress(OSError):
         conn.send({"ready": time.monotonic() - started, "skipped": skipped})
@@ -135,6 +142,44 @@ def standby_main(conn: Connection, events: Any, stop_event: Any, stop_save: Any,
     target(args, events, stop_event, stop_save)
 
 
+class _CudaInitTrace:
+    """Which PRELOAD module was being imported when torch's CUDA lazy init first ran, and the
+    innermost frames of that call (torch.cuda._lazy_init wrapped while the standby imports: the
+    torch calls that initialise CUDA go through it)."""
+
+    def __init__(self) -> None:
+        self.importing = ""
+        self.importing_at_init: str | None = None
+        self.where: list[str] = []
+        self._torch: Any = None
+        self._orig: Any = None
+
+    def install(self) -> None:
+        try:
+            import torch.cuda
+        except ImportError:
+            return
+        self._torch, self._orig = torch, torch.cuda._lazy_init
+
+        def traced() -> None:
+            if self.importing_at_init is None and not self._torch.cuda.is_initialized():
+                self.importing_at_init = self.importing
+                self.where = [line.strip() for line in traceback.format_stack(limit=12)[:-1]][-6:]
+            self._orig()
+
+        torch.cuda._lazy_init = traced
+
+    def restore(self) -> None:
+        if self._torch is not None:
+            self._torch.cuda._lazy_init = self._orig
+
+
+def _trace_cuda_init() -> _CudaInitTrace:
+    trace = _CudaInitTrace()
+    trace.install()
+    return trace
+
+
 class StandbyProcess:
     """The parent's handle on one standby (spawned by `spawn`, from the keeper's thread)."""
 
@@ -152,6 +197,7 @@ class StandbyProcess:
         self._child_conn = child_conn
         self.fingerprint = spawn_fingerprint()
         self.ready_s: float | None = None  # its import time once it said ready
+        self.cuda_note: str | None = None  # which import initialised CUDA, when it said so
 
     def spawn(self) -> int:
         """Start the process; returns its pid. Raises OSError when it cannot be spawned."""
@@ -168,19 +214,28 @@ class StandbyProcess:
     def alive(self) -> bool:
         """Still waiting (or importing); notes its "ready" message when one came."""
         if self.process.exitcode is not None:
+            self._read_note()
             return False
-        if self.ready_s is None:
+        if self.ready_s is None and self.cuda_note is None:
             try:
-                if self._conn.poll():
-                    ready = self._conn.recv()
-                    self.ready_s = float(ready["ready"])
-                    skipped = f"; not imported: {', '.join(ready['skipped'])}" if ready["skipped"] else ""
-                    log.info(
-                        "standby worker %s ready: its imports took %.1f s%s", self.pid, self.ready_s, skipped
-                    )
+                self._read_note()
             except (EOFError, OSError):
                 return False
         return True
+
+    def _read_note(self) -> None:
+        """Its one message, when it sent it: "ready" (logged) or which import initialised CUDA."""
+        with contextlib.suppress(EOFError, OSError):
+            if self.ready_s is not None or self.cuda_note is not None or not self._conn.poll():
+                return
+            note = self._conn.recv()
+            if "cuda" in note:
+                where = " <- ".join(reversed(note.get("where") or []))
+                self.cuda_note = f"while importing {note['cuda']}" + (f" ({where})" if where else "")
+                return
+            self.ready_s = float(note["ready"])
+            skipped = f"; not imported: {', '.join(note['skipped'])}" if note["skipped"] else ""
+            log.info("standby worker %s ready: its imports took %.1f s%s", self.pid, self.ready_s, skipped)
 
     def hand(self, target: Callable[..., None], args: WorkerArgs) -> int:
         """Give the process its job; returns its pid. Raises OSError (its pipe broke: it died)."""
@@ -304,6 +359,19 @@ class StandbyKeeper:
 
     def _replace_dead(self, standby: StandbyProcess) -> None:
         code = standby.process.exitcode
+        if code == CUDA_BY_IMPORT_EXIT and standby.cuda_note is not None:
+            # the same imports would do it again: no more standbys (not three tries)
+            log.error(
+                "the standby worker (pid %s) found CUDA initialised by its imports (%s): it would"
+                " hold a CUDA context while it waits, so no standbys on this host (jobs start a"
+                " fresh worker process)",
+                standby.pid,
+                standby.cuda_note,
+            )
+            standby.end()
+            with self._lock:
+                self._deaths = MAX_DEATHS
+            return
         log.warning(
             "the standby worker (pid %s) died while waiting (code %s); replacing it", standby.pid, code
         )
