@@ -3,25 +3,11 @@ import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { InfoProvider } from "../api/info";
 import type { DatasetDetail, UploadResult } from "../api/types";
-import { type Call, INFO, mockFetch } from "../test/fixtures";
+import { type Call, datasetDetail, INFO, mockFetch } from "../test/fixtures";
 import { FOLDER_REASON } from "../lib/upload";
 import { DatasetDetailScreen, PAGE_SIZE } from "./DatasetDetailScreen";
 
-const DETAIL: DatasetDetail = {
-  name: "mix",
-  path: "/home/u/.lorastudio/datasets/mix",
-  usable: true,
-  problem: null,
-  images: 1,
-  captions: 1,
-  masked: 0,
-  with_alpha: 0,
-  total_files: 1,
-  offset: 0,
-  limit: 200,
-  files: [{ file: "a.png", caption: "a red square", bytes: 100, width: 24, height: 16 }],
-  dropped: [],
-};
+const DETAIL: DatasetDetail = datasetDetail("mix");
 
 /** The upload answer of the real server for a batch with one broken image and its caption. */
 const UPLOADED: UploadResult = {

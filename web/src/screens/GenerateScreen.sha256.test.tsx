@@ -7,24 +7,12 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { InfoProvider } from "../api/info";
 import { TrainingProvider } from "../api/training";
 import type { GalleryImage } from "../api/types";
-import { type Call, INFO, mockFetch } from "../test/fixtures";
+import { type Call, galleryImage, INFO, mockFetch } from "../test/fixtures";
 import { GenerateScreen } from "./GenerateScreen";
 
 const DIGEST = "ab".repeat(32);
 const NOW = "cd".repeat(32);
-const OLD: GalleryImage = {
-  file: "old.png",
-  url: "/gallery/old.png",
-  created: 1,
-  width: 64,
-  height: 64,
-  prompt: "an old cat",
-  seed: 7,
-  family: "flux",
-  base_model: "/home/u/.lorastudio/models/tiny-flux",
-  steps: 4,
-  loras: [{ name: "cats", scale: 0.8, sha256: DIGEST }],
-};
+const OLD: GalleryImage = galleryImage([{ name: "cats", scale: 0.8, sha256: DIGEST }]);
 type LoraSent = { name: string; scale: number; sha256?: string | null };
 
 const renderScreen = () =>

@@ -4,22 +4,10 @@ import { beforeEach, describe, expect, it, vi } from "vitest";
 import { InfoProvider } from "../api/info";
 import { TrainingProvider } from "../api/training";
 import type { GalleryImage } from "../api/types";
-import { type Call, INFO, mockFetch } from "../test/fixtures";
+import { type Call, galleryImage, INFO, mockFetch } from "../test/fixtures";
 import { GenerateScreen } from "./GenerateScreen";
 
-const OLD: GalleryImage = {
-  file: "old.png",
-  url: "/gallery/old.png",
-  created: 1,
-  width: 64,
-  height: 64,
-  prompt: "an old cat",
-  seed: 7,
-  family: "flux",
-  base_model: "/home/u/.lorastudio/models/tiny-flux",
-  steps: 4,
-  loras: [{ name: "cats", scale: 0.8 }],
-};
+const OLD: GalleryImage = galleryImage([{ name: "cats", scale: 0.8 }]);
 const NEW: GalleryImage = { ...OLD, file: "new.png", url: "/gallery/new.png", created: 2, prompt: "a new dog", seed: 3, loras: [] };
 
 describe("GenerateScreen", () => {

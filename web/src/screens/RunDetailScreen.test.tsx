@@ -2,32 +2,11 @@ import { render, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { CheckpointList, RunDetail } from "../api/types";
-import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
-import { mockFetch } from "../test/fixtures";
+import { mockFetch, runDetail } from "../test/fixtures";
 import { RunDetailScreen } from "./RunDetailScreen";
 
 const OUT = "/home/u/.lorastudio/outputs/portrait";
-const RUN: RunDetail = {
-  id: "r1",
-  output_name: "portrait",
-  family: "flux",
-  status: "stopped",
-  created_at: "2025-01-01T00:00:00Z",
-  started_at: "2025-01-01T00:00:01Z",
-  finished_at: "2025-01-01T00:10:00Z",
-  steps_run: 120,
-  total_steps: 1000,
-  last_loss: 0.1,
-  error: null,
-  resume_step: 120,
-  lora_file: true,
-  config: { ...CONFIG_DEFAULTS, family: "flux", base_model: "/m", data_dir: "/d", save_every: 40 } as RunDetail["config"],
-  metrics: [
-    { step: 1, loss: 0.5 },
-    { step: 2, loss: 0.4 },
-  ],
-  outputs: [{ kind: "lora", path: `${OUT}/portrait.safetensors` }],
-};
+const RUN: RunDetail = runDetail(OUT);
 const CHECKPOINTS: CheckpointList = {
   checkpoints: [80, 120].map((step) => ({ name: `step-${step}`, step, path: `${OUT}/checkpoints/step-${step}` })),
   resume_step: 120,

@@ -13,9 +13,8 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { InfoProvider } from "../api/info";
 import { TrainingProvider } from "../api/training";
 import type { CheckpointList, DatasetDetail, GalleryImage, RunDetail } from "../api/types";
-import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import { Field } from "../components/Field";
-import { CATALOGUE, type Call, INFO, JOB, mockFetch } from "../test/fixtures";
+import { CATALOGUE, type Call, datasetDetail, galleryImage, INFO, JOB, mockFetch, runDetail } from "../test/fixtures";
 import { DatasetDetailScreen } from "./DatasetDetailScreen";
 import { DatasetsScreen } from "./DatasetsScreen";
 import { GenerateScreen } from "./GenerateScreen";
@@ -25,56 +24,10 @@ import { RunDetailScreen } from "./RunDetailScreen";
 import { RunsScreen } from "./RunsScreen";
 import { TrainScreen } from "./TrainScreen";
 
-const RUN: RunDetail = {
-  id: "r1",
-  output_name: "portrait",
-  family: "flux",
-  status: "stopped",
-  created_at: "2025-01-01T00:00:00Z",
-  started_at: "2025-01-01T00:00:01Z",
-  finished_at: "2025-01-01T00:10:00Z",
-  steps_run: 120,
-  total_steps: 1000,
-  last_loss: 0.1,
-  error: null,
-  resume_step: 120,
-  lora_file: true,
-  config: { ...CONFIG_DEFAULTS, family: "flux", base_model: "/m", data_dir: "/d", save_every: 40 } as RunDetail["config"],
-  metrics: [
-    { step: 1, loss: 0.5 },
-    { step: 2, loss: 0.4 },
-  ],
-  outputs: [{ kind: "lora", path: "/o/portrait/portrait.safetensors" }],
-};
+const RUN: RunDetail = runDetail("/o/portrait");
 const CHECKPOINTS: CheckpointList = { checkpoints: [{ name: "step-120", step: 120, path: "/o/portrait/checkpoints/step-120" }], resume_step: 120 };
-const DETAIL: DatasetDetail = {
-  name: "shapes",
-  path: "/home/u/.lorastudio/datasets/shapes",
-  usable: true,
-  problem: null,
-  images: 1,
-  captions: 1,
-  masked: 0,
-  with_alpha: 0,
-  total_files: 1,
-  offset: 0,
-  limit: 200,
-  files: [{ file: "a.png", caption: "a red square", bytes: 100, width: 24, height: 16 }],
-  dropped: [],
-};
-const IMAGE: GalleryImage = {
-  file: "old.png",
-  url: "/gallery/old.png",
-  created: 1,
-  width: 64,
-  height: 64,
-  prompt: "an old cat",
-  seed: 7,
-  family: "flux",
-  base_model: "/home/u/.lorastudio/models/tiny-flux",
-  steps: 4,
-  loras: [{ name: "portrait", scale: 0.8 }],
-};
+const DETAIL: DatasetDetail = datasetDetail("shapes");
+const IMAGE: GalleryImage = galleryImage([{ name: "portrait", scale: 0.8 }]);
 const LORAS = { root: "/o", loras: [{ name: "portrait", family: "flux", path: "/o/portrait/portrait.safetensors", bytes: 2048, modified: 1, sidecar: null }] };
 const STEPS = { name: "portrait", loras: [{ step: 120, final: true, path: "/o/portrait/portrait.safetensors", url: "/api/loras/portrait/file" }] };
 

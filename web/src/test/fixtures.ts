@@ -1,6 +1,7 @@
 /** Test data in the server's shapes, and a fetch double that answers per route. */
 import { vi } from "vitest";
-import type { CatalogueModel, Info } from "../api/types";
+import type { CatalogueModel, DatasetDetail, GalleryImage, Info, RunDetail } from "../api/types";
+import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import { SERVER_RULES } from "./serverRules.gen";
 
 export const INFO: Info = {
@@ -191,3 +192,64 @@ export const JOB = {
   stop_requested: null,
   config: {},
 };
+
+/** A stopped FLUX.1 run ("portrait", id r1) whose files are under `out`, with two loss points. */
+export function runDetail(out = "/home/u/.lorastudio/outputs/portrait"): RunDetail {
+  return {
+    id: "r1",
+    output_name: "portrait",
+    family: "flux",
+    status: "stopped",
+    created_at: "2025-01-01T00:00:00Z",
+    started_at: "2025-01-01T00:00:01Z",
+    finished_at: "2025-01-01T00:10:00Z",
+    steps_run: 120,
+    total_steps: 1000,
+    last_loss: 0.1,
+    error: null,
+    resume_step: 120,
+    lora_file: true,
+    config: { ...CONFIG_DEFAULTS, family: "flux", base_model: "/m", data_dir: "/d", save_every: 40 } as RunDetail["config"],
+    metrics: [
+      { step: 1, loss: 0.5 },
+      { step: 2, loss: 0.4 },
+    ],
+    outputs: [{ kind: "lora", path: `${out}/portrait.safetensors` }],
+  };
+}
+
+/** Dataset `name`'s detail: one captioned 24x16 image, a.png. */
+export function datasetDetail(name: string): DatasetDetail {
+  return {
+    name,
+    path: `/home/u/.lorastudio/datasets/${name}`,
+    usable: true,
+    problem: null,
+    images: 1,
+    captions: 1,
+    masked: 0,
+    with_alpha: 0,
+    total_files: 1,
+    offset: 0,
+    limit: 200,
+    files: [{ file: "a.png", caption: "a red square", bytes: 100, width: 24, height: 16 }],
+    dropped: [],
+  };
+}
+
+/** A 64x64 gallery image of the tiny FLUX.1 (old.png, "an old cat", seed 7) made with `loras`. */
+export function galleryImage(loras: GalleryImage["loras"]): GalleryImage {
+  return {
+    file: "old.png",
+    url: "/gallery/old.png",
+    created: 1,
+    width: 64,
+    height: 64,
+    prompt: "an old cat",
+    seed: 7,
+    family: "flux",
+    base_model: "/home/u/.lorastudio/models/tiny-flux",
+    steps: 4,
+    loras,
+  };
+}
