@@ -60,12 +60,22 @@ def test_a_cancel_during_the_load_stops_it_between_components_and_frees_them(
     resident = Resident()
     reports: list[Any] = []
     out = tmp_path / "cancelled.png"
-    # the cancel comes while the third component loads: the load stops before the fourth
-    reply, fatal = run_job(resident, _job(tiny_model("flux"), out), reports.append, lambda: len(names) >= 3)
+    # the cancel comes once two torch modules loaded (diffusers' component order follows a set's,
+    # which varies between processes: a count of names could fall on the scheduler and the two
+    # tokenizers alone); the load stops before the next component
+    begun_at_cancel: list[int] = []
+
+    def cancelled() -> bool:
+        if len(loaded) >= 2 and not begun_at_cancel:
+            begun_at_cancel.append(len(names))
+        return bool(begun_at_cancel)
+
+    reply, fatal = run_job(resident, _job(tiny_model("flux"), out), reports.append, cancelled)
     assert reply[:2] == ("error", "GenerationCancelled"), reply
     assert "while its pipeline loaded" in reply[2], reply
     assert not fatal and reports == [] and not out.exists()
-    assert len(names) == 3, names  # no component began after the cancel
+    assert begun_at_cancel == [len(names)], names  # no component began after the cancel
+    assert len(names) < FLUX_COMPONENTS and len(loaded) == 2, names  # it stopped short
     assert resident.pipe is None and resident.key is None  # nothing half-loaded resident
     gc.collect()
     assert loaded and [r for r in loaded if r() is not None] == []  # freed, not only forgotten
