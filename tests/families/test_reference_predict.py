@@ -16,7 +16,7 @@ from PIL import Image
 
 from lorastudio import families
 from lorastudio.config import TrainConfig, resolve_train_config
-from lorastudio.generate.pipeline import reference_kwargs
+from lorastudio.generate.references import reference_kwargs
 
 PROMPT = "put the red circle from image 2 on the blue square of image 1"
 RES = 64  # Flux2ImageProcessor.check_image_input refuses references under 64 px

@@ -191,13 +191,13 @@ class Family(FlavourHooks, ABC):
     def reference_pixels(self, image: Any, width: int, height: int) -> torch.Tensor:
         """A reference (control) PIL image as the family's edit pipeline prepares it for its VAE
         when asked for a width x height output: [3, H, W] float32 in [-1, 1]. Default: fitted to
-        width x height (resized to cover, centre-cropped: generate.fit_reference), as the
+        width x height (resized to cover, centre-cropped: generate.references.fit_reference), as the
         Kontext pipeline takes a reference of the output's size. The contract suite encodes it
         with encode_controls to check predict against the pipeline."""
         import numpy as np
         import torch
 
-        from lorastudio.generate.pipeline import fit_reference
+        from lorastudio.generate.references import fit_reference
 
         arr = np.asarray(fit_reference(image, width, height), dtype=np.float32)  # [H, W, 3]
         return torch.from_numpy(arr.transpose(2, 0, 1).copy()) / 127.5 - 1.0  # [3, H, W]

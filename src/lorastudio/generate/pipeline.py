@@ -22,6 +22,7 @@ import torch
 
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, GenerationCancelled, ModelSourceError, NotFound
+from lorastudio.generate.references import reference_kwargs
 from lorastudio.generation_rules import guidance_problems, seed_problems, size_problems
 from lorastudio.user_paths import is_file, missing_file
 
@@ -285,42 +286,6 @@ def _guidance_on(pipe: DiffusionPipeline, keyword: str, scale: float | None) -> 
             pipe._guidance_scale = before
         else:
             del pipe._guidance_scale
-
-
-def fit_reference(image: Image.Image, width: int, height: int) -> Image.Image:
-    """A reference image resized to cover (width, height) (Lanczos) and centre-cropped to it,
-    as data.pairs.load_control_crop prepares a control for a target of that size."""
-    from PIL import Image as PILImage
-
-    from lorastudio.data.crop import resized_size
-
-    rgb = image.convert("RGB")
-    rw, rh = resized_size(rgb.width, rgb.height, (width, height))
-    if (rw, rh) != rgb.size:
-        rgb = rgb.resize((rw, rh), PILImage.Resampling.LANCZOS, reducing_gap=3.0)
-    left, top = (rw - width) // 2, (rh - height) // 2
-    return rgb.crop((left, top, left + width, top + height))
-
-
-def reference_kwargs(
-    pipe: Any,
-    max_controls: int,
-    controls: Sequence[Image.Image],
-    width: int,
-    height: int,
-    resize: Callable[[Image.Image], Image.Image] | None = None,
-) -> dict[str, Any]:
-    """The edit pipeline `__call__` arguments for reference images: `image` (each reference
-    fitted to width x height, or given to `resize` (a run's control sizing: sample previews);
-    one image for a family taking one, else a list) and, for a pipeline that picks its own
-    output size, max_area = width * height. {} for neither."""
-    kwargs: dict[str, Any] = {}
-    if controls:
-        fitted = [resize(img) if resize else fit_reference(img, width, height) for img in controls]
-        kwargs["image"] = fitted[0] if max_controls == 1 else fitted
-    if "max_area" in inspect.signature(type(pipe).__call__).parameters:
-        kwargs["max_area"] = width * height  # else the edit pipeline picks its own output size
-    return kwargs
 
 
 def generate_image(

@@ -103,7 +103,7 @@ class EditPrompt:
         images = [load_rgb(path, fid) for path, fid in zip(self.controls, ids, strict=True)]
         if self.fit is None:
             return images
-        from lorastudio.generate.pipeline import fit_reference
+        from lorastudio.generate.references import fit_reference
 
         return [fit_reference(image, *self.fit) for image in images]
 

@@ -49,7 +49,7 @@ from lorastudio.data.images import load_rgb
 from lorastudio.data.safe_open import folder_identity
 from lorastudio.families.common import pipeline_facts
 from lorastudio.families.single_file import apply_scheduler_overrides, config_of, model_source
-from lorastudio.generate.pipeline import reference_kwargs
+from lorastudio.generate.references import reference_kwargs
 from lorastudio.training.conditioning import EditPrompt, Text
 from lorastudio.training.precision import free_accelerator_memory
 from lorastudio.training.sample_files import (
