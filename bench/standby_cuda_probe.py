@@ -3,8 +3,10 @@ and from where: each module imported in a fresh interpreter with torch.cuda._laz
 
     python -m bench.standby_cuda_probe
 
-Prints one JSON line per module: whether CUDA was initialised after its import, and the first
-initialising call's stack (innermost frames last) when it was.
+Prints one JSON line per module: whether CUDA was initialised after its import, on which devices
+a CUDA context exists then (jobs/standby_cuda.devices_with_context) and whether nvidia-smi lists
+the process (a context's GPU memory), and the first initialising call's stack (innermost frames
+last) when it was.
 """
 
 from __future__ import annotations
@@ -32,7 +34,17 @@ try:
     importlib.import_module(sys.argv[1])
 except Exception as err:
     error = repr(err)[:300]
-print(json.dumps({"module": sys.argv[1], "cuda_initialized": torch.cuda.is_initialized(),
+import os, subprocess
+from lorastudio.jobs.standby_cuda import devices_with_context
+initialized = torch.cuda.is_initialized()
+try:  # this process in the GPU's list of compute processes: it holds a context (GPU memory)
+    apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
+                          capture_output=True, text=True, timeout=30).stdout
+    in_smi = [line for line in apps.splitlines() if line.split(",")[0].strip() == str(os.getpid())]
+except (OSError, subprocess.SubprocessError) as err:
+    in_smi = [repr(err)]
+print(json.dumps({"module": sys.argv[1], "cuda_initialized": initialized,
+                  "contexts": devices_with_context(torch) if initialized else [], "in_nvidia_smi": in_smi,
                   "error": error, "stack": [line.strip()[:300] for line in (stacks[0] if stacks else [])][-14:]}))
 """
 

@@ -5,9 +5,10 @@ transformers, peft and torchao before its first model load. While the server run
 service keeps ONE such process ready (`StandbyKeeper`, setting LORASTUDIO_STANDBY_WORKER):
 
 - `standby_main` (the child): binds itself to the server's lifetime (jobs/worker.py), ignores
-  the terminal's SIGINT, imports `PRELOAD` and waits on its pipe. It touches no GPU: importing
-  torch does not initialise CUDA, and it checks that nothing it imported did
-  (torch.cuda.is_initialized()); a standby that finds CUDA initialised exits and is not used.
+  the terminal's SIGINT, imports `PRELOAD` and waits on its pipe. It holds no GPU memory while
+  it waits: an import may initialise CUDA's runtime (torchao does on a GPU host, as in a fresh
+  worker), but a standby whose imports created a CUDA context exits and is not used
+  (jobs/standby_cuda.py).
 - The keeper's thread (alive as long as the service: the death signal fires when the thread
   that forked a child exits) spawns it, with its own event queue, stop flag and pipe, created
   for it alone; replaces one that dies while waiting (at most `MAX_DEATHS` in a row, each after
@@ -33,13 +34,13 @@ import os
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
 from lorastudio.import_freeze import freeze_imports
+from lorastudio.jobs.standby_cuda import barred_by_cuda, trace_cuda_init
 from lorastudio.jobs.worker import WorkerArgs, bind_to_parent, ignore_terminal_interrupt
 
 log = logging.getLogger("lorastudio.jobs")
@@ -63,7 +64,7 @@ PRELOAD = (
     "lorastudio.training.quantize",
 )
 MAX_DEATHS = 3  # standbys in a row that die before a job takes one, then no more
-CUDA_BY_IMPORT_EXIT = 4  # a standby whose imports initialised CUDA (it says which first)
+CUDA_BY_IMPORT_EXIT = 4  # a standby whose imports created a CUDA context (it says which first)
 POLL_S = 0.5  # the keeper's check of its standby's liveness
 ENV_SKIP = frozenset({"_"})  # variables a shell sets per command, not the worker's setting
 # Variables read when used, not at import, that a standby is handed with its job (its value in
@@ -108,7 +109,7 @@ def standby_main(conn: Connection, events: Any, stop_event: Any, stop_save: Any,
     ignore_terminal_interrupt()
     started = time.monotonic()
     skipped = []
-    first_init = _trace_cuda_init()
+    first_init = trace_cuda_init()
     for name in PRELOAD:
         first_init.importing = name
         try:
@@ -118,14 +119,16 @@ def standby_main(conn: Connection, events: Any, stop_event: Any, stop_save: Any,
     first_init.restore()
     freeze_imports(collect_first=True)  # before "ready": no collection scans the libraries again
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
+    if barred_by_cuda(torch):  # a context held while waiting (jobs/standby_cuda.py)
         with contextlib.suppress(OSError):  # the keeper logs it and spawns no more (same imports)
             conn.send({"cuda": first_init.importing_at_init or "an import", "where": first_init.where})
-        print("[standby] CUDA was initialised by an import; this standby is not used", file=sys.stderr)
+        print("[standby] an import created a CUDA context; this standby is not used", file=sys.stderr)
         os._exit(CUDA_BY_IMPORT_EXIT)
+    # CUDA initialised by an import without a context: the state a fresh worker's imports reach
+    runtime = first_init.importing_at_init if torch is not None and torch.cuda.is_initialized() else None
     # a job handed before the imports ended closed the parent's end: its args wait unread
     with contextlib.suppress(OSError):
-        conn.send({"ready": time.monotonic() - started, "skipped": skipped})
+        conn.send({"ready": time.monotonic() - started, "skipped": skipped, "cuda_runtime": runtime})
     try:
         job = conn.recv()
     except (EOFError, OSError):
@@ -140,44 +143,6 @@ def standby_main(conn: Connection, events: Any, stop_event: Any, stop_save: Any,
         else:
             os.environ[name] = value
     target(args, events, stop_event, stop_save)
-
-
-class _CudaInitTrace:
-    """Which PRELOAD module was being imported when torch's CUDA lazy init first ran, and the
-    innermost frames of that call (torch.cuda._lazy_init wrapped while the standby imports: the
-    torch calls that initialise CUDA go through it)."""
-
-    def __init__(self) -> None:
-        self.importing = ""
-        self.importing_at_init: str | None = None
-        self.where: list[str] = []
-        self._torch: Any = None
-        self._orig: Any = None
-
-    def install(self) -> None:
-        try:
-            import torch.cuda
-        except ImportError:
-            return
-        self._torch, self._orig = torch, torch.cuda._lazy_init
-
-        def traced() -> None:
-            if self.importing_at_init is None and not self._torch.cuda.is_initialized():
-                self.importing_at_init = self.importing
-                self.where = [line.strip() for line in traceback.format_stack(limit=12)[:-1]][-6:]
-            self._orig()
-
-        torch.cuda._lazy_init = traced
-
-    def restore(self) -> None:
-        if self._torch is not None:
-            self._torch.cuda._lazy_init = self._orig
-
-
-def _trace_cuda_init() -> _CudaInitTrace:
-    trace = _CudaInitTrace()
-    trace.install()
-    return trace
 
 
 class StandbyProcess:
@@ -235,6 +200,9 @@ class StandbyProcess:
                 return
             self.ready_s = float(note["ready"])
             skipped = f"; not imported: {', '.join(note['skipped'])}" if note["skipped"] else ""
+            runtime = note.get("cuda_runtime")
+            if runtime:
+                skipped += f"; CUDA initialised (no context) while importing {runtime}"
             log.info("standby worker %s ready: its imports took %.1f s%s", self.pid, self.ready_s, skipped)
 
     def hand(self, target: Callable[..., None], args: WorkerArgs) -> int:
@@ -362,7 +330,7 @@ class StandbyKeeper:
         if code == CUDA_BY_IMPORT_EXIT and standby.cuda_note is not None:
             # the same imports would do it again: no more standbys (not three tries)
             log.error(
-                "the standby worker (pid %s) found CUDA initialised by its imports (%s): it would"
+                "the standby worker (pid %s) found a CUDA context created by its imports (%s): it would"
                 " hold a CUDA context while it waits, so no standbys on this host (jobs start a"
                 " fresh worker process)",
                 standby.pid,
