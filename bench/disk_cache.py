@@ -90,7 +90,8 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
             "random_flip": True,
             "cache_variants": 4,
             "latent_cache": args.mode,
-            "latent_cache_max_gb": 64,
+            # the RAM cache's budget: refused where it is not read (latent_cache = "disk")
+            **({"latent_cache_max_gb": 64} if args.mode != "disk" else {}),
             "compile": "off",
             **({"max_sequence_length": 32} if args.device == "cpu" else {}),
         }

@@ -8,8 +8,9 @@ host RAM forecast still fits beside it:
 
     need      = the pipeline's bf16 bytes (the built modules' parameters and buffers) + MARGIN_GB
     run_gb    = the run's peak host RAM on CUDA, as lorastudio.jobs.host_memory forecasts it:
-                BASE_PROCESS_GB + CUDA_CONTEXT_GB + the largest component's weights (each passes
-                through host RAM while it loads), twice for the API mode's server + worker margin
+                CUDA_PROCESS_GB twice (the API mode's server + worker), plus the largest
+                component's weights as a margin (the forecast no longer counts weights stored in
+                the dtype they load in: RESULTS note 34; the bench keeps the older, safer sum)
     pipeline  /dev/shm when shm_free >= need and ram_free - need >= run_gb + MARGIN_GB
               (prefer="auto" or "shm"), else the disk when disk_free >= need (auto or "disk")
     home      the disk under DIR when it has HOME_GB left beside the pipeline, else /dev/shm
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lorastudio.errors import NoSpaceLeft
-from lorastudio.jobs.host_memory import BASE_PROCESS_GB, CUDA_CONTEXT_GB, available_host_bytes
+from lorastudio.jobs.host_memory import CUDA_PROCESS_GB, available_host_bytes
 
 SHM = Path("/dev/shm")
 SHM_DIR = "lorastudio-e2e"  # the bench's folder in /dev/shm
@@ -65,7 +66,7 @@ def ram_free_gb() -> float | None:
 
 def run_host_gb(component_gb: dict[str, float]) -> float:
     """The run's host RAM forecast on CUDA (module docstring), from each component's GB."""
-    return 2 * (BASE_PROCESS_GB + CUDA_CONTEXT_GB) + max(component_gb.values(), default=0.0)
+    return 2 * CUDA_PROCESS_GB + max(component_gb.values(), default=0.0)
 
 
 def choose(

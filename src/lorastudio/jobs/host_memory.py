@@ -56,14 +56,20 @@ A U-Net (SDXL: no token width in its config) keeps the accelerator formula
 (jobs.preflight.estimate_memory_gb: activations per billion parameters); a plan with
 checkpointing scales the token term by ACTIVATION_FACTOR (unmeasured on CPU).
 
-On CUDA the weights and activations live on the GPU and host RAM holds the base process (CUDA
-context included), the latent cache, the blocks swapped to the CPU and, while a component loads,
-its weights (they pass through host RAM on their way to the GPU).
+On CUDA the weights and activations live on the GPU and host RAM holds the process
+(CUDA_PROCESS_GB: Python, torch, CUDA's libraries, Inductor), the latent cache, the blocks
+swapped to the CPU and, while a component loads, the tensors its from_pretrained converts to
+another dtype on the CPU (`vram_estimate.converted_bytes`: held together until the component
+moves). A tensor stored in the dtype it loads in is a view of the file's pages, read and released
+one at a time as the component moves to the GPU: measured (RESULTS note 34), FLUX.1's 23.8 GB
+denoiser and 9.5 GB T5 from bf16 files peak at 3.77 GB of RSS for the whole run (the forecast
+before this said 25.8 GB); on this host a 2.1 GB bf16 file read tensor by tensor and released
+raised the peak RSS by 0.27 GB.
 
 `certain`: the forecast refuses a run that does not fit (HostMemoryShort) only when it is measured:
 on CPU, with the part of the peak that is not (a U-Net's activations from the accelerator formula,
-+-50 %, or a checkpointed plan's) at most UNCERTAIN_SHARE of it. Otherwise (every CUDA forecast: not
-measured against a run) it warns.
++-50 %, or a checkpointed plan's) at most UNCERTAIN_SHARE of it. Otherwise (every CUDA forecast:
+its base is three runs of one torch build) it warns.
 
 VAE_ACT_PER_CHANNEL_PIXEL and BASE_PROCESS_GB are fitted on CPU runs of the tiny SDXL and FLUX.1
 pipelines at 256-4096 px (bench/host_memory.py: within 3 % of the measured peak RSS at every
@@ -91,8 +97,11 @@ if TYPE_CHECKING:
 # Peak RSS of a training process before any model is loaded (Python, torch, diffusers,
 # transformers imported), measured on CPU: ~0.49 GB at 256 px on the tiny models.
 BASE_PROCESS_GB = 0.47
-# The CUDA context and its libraries add to the host process (not measured here: a warning only).
-CUDA_CONTEXT_GB = 1.5
+# Peak RSS of a real-size run on a GPU host with nothing converted on the CPU, no cache to speak of
+# and no swapped blocks (RESULTS notes 30, 31, 34: torch 2.11 cu130, compiled, H100/H200): FLUX.1
+# 3.77-3.79 GB, FLUX.2 klein 9B 3.91 GB, Qwen-Image 4.42 GB; the weights, 9.5-57.7 GB, do not show.
+CUDA_PROCESS_GB = 3.9
+_SAFETENSORS_DTYPE = {"fp32": "F32", "bf16": "BF16", "fp16": "F16"}
 # Bytes of VAE working memory per full-resolution pixel, per channel of the first level, per
 # byte of the dtype: the residual blocks keep input, normalised and convolved copies at once
 # (fitted: see the module docstring).
@@ -121,7 +130,7 @@ def host_memory_forecast(
     nothing to size), "phases": {...} (one process's, above its base) or None, "certain": whether the formula has been measured
     on this kind of host (CPU), "vae_pixels": the largest bucket's pixels}."""
     from lorastudio.jobs.preflight import WEIGHT_BYTES, denoiser_param_split, estimate_memory_gb, param_count
-    from lorastudio.jobs.vram_estimate import _LORA_STATE_BYTES, lora_param_count
+    from lorastudio.jobs.vram_estimate import _LORA_STATE_BYTES, converted_bytes, lora_param_count
 
     if model_dir is None:
         return {"host_gb": None, "phases": None, "certain": False, "vae_pixels": None}
@@ -162,21 +171,24 @@ def host_memory_forecast(
     c0 = _vae_first_channels(model_dir / "vae")
     vae_act = VAE_ACT_PER_CHANNEL_PIXEL * c0 * call_pixels * act_bytes / 1e9
     if host.device == "cuda":
-        # weights and activations on the GPU: host RAM holds the cache and the swapped blocks
-        # each component's weights pass through host RAM while they load (then move to the GPU)
+        # weights and activations on the GPU: host RAM holds the process (CUDA's libraries,
+        # Inductor), the cache, the swapped blocks and what a load converts on the CPU
         per = WEIGHT_BYTES[compute] / 1e9
         other, blocks = denoiser_param_split(model_dir / spec.denoiser)
         swapped = sum(sorted(blocks)[: max(plan.offload_blocks, 0)]) * per
-        encoders = max(
-            param_count(model_dir / s) for s in ("text_encoder", "text_encoder_2", "text_encoder_3")
+        load_dtype = _SAFETENSORS_DTYPE.get(compute, "F32")
+        vae_dtype = "F32" if spec.vae_in_fp32 else load_dtype
+        encoders = sum(
+            converted_bytes(model_dir / s, load_dtype)
+            for s in ("text_encoder", "text_encoder_2", "text_encoder_3")
         )
         phases = {
-            "conditioning": encoders * per,
-            "latents": cache + param_count(model_dir / "vae") * per,
-            "denoiser": cache + max(swapped, (other + sum(blocks)) * per),
+            "conditioning": encoders / 1e9,
+            "latents": cache + converted_bytes(model_dir / "vae", vae_dtype) / 1e9,
+            "denoiser": cache + max(swapped, converted_bytes(model_dir / spec.denoiser, load_dtype) / 1e9),
         }
-        base = BASE_PROCESS_GB + CUDA_CONTEXT_GB
-        rough = float("inf")  # not measured on a GPU host
+        base = CUDA_PROCESS_GB
+        rough = float("inf")  # three families measured, one torch build: a warning, not a refusal
     else:
         per = WEIGHT_BYTES[compute] / 1e9
         encoders = sum(

@@ -180,6 +180,24 @@ def param_count(folder: Path) -> int:
     return total
 
 
+def converted_bytes(folder: Path, load_dtype: str) -> int:
+    """Bytes of the tensors in the *.safetensors files of `folder` whose stored dtype is not
+    `load_dtype` (a safetensors name: "BF16", "F16", "F32"), counted in `load_dtype`: what a
+    from_pretrained(dtype=...) to the CPU converts into memory of its own (held until the
+    component moves to the GPU). Tensors stored in `load_dtype` are not counted: they stay views
+    of the file's pages, read and released one by one as the component moves (0 when there are
+    no files)."""
+    size = _DTYPE_BYTES.get(load_dtype, 4)
+    total = 0
+    for file in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
+        for meta in _read_header(file).values():
+            if not isinstance(meta, dict) or "dtype" not in meta or meta.get("dtype") == load_dtype:
+                continue
+            begin, end = meta.get("data_offsets", (0, 0))
+            total += (end - begin) // _DTYPE_BYTES.get(meta["dtype"], 4) * size
+    return total
+
+
 def _read_header(file: Path) -> dict[str, Any]:
     """The JSON header of a safetensors file ({} when it cannot be read)."""
     try:
