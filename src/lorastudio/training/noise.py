@@ -47,7 +47,7 @@ def min_snr_weights(snr: torch.Tensor, gamma: float, prediction_type: str) -> to
     where snr <= gamma, gamma / snr elsewhere) that stays defined at snr = 0: a zero-terminal-SNR
     schedule's last timestep (rescale_betas_zero_snr, a single file's `ztsnr` marker), where
     min(snr, gamma) / snr was 0 / 0 = NaN, a NaN loss and a skipped step about once per 1000
-    samples. Its limit there is 1 (diffusers' train_text_to_image set weight 1 at snr == 0)."""
+    samples. Its limit there is 1, SimpleTuner's weight where snr == 0."""
     if prediction_type == "v_prediction":
         clipped = torch.minimum(snr, torch.full_like(snr, gamma))  # [B]
         return clipped / (snr + 1)
