@@ -172,6 +172,9 @@ ALL_OPTIMIZER_OPTIONS: tuple[str, ...] = tuple(
 )
 # optimizers built on bitsandbytes' 8-bit CUDA kernels (the optional extra lorastudio[bnb])
 PRODIGY_DEFAULT_LR = 1.0  # Prodigy's learning_rate multiplies the step size it learns
+# Below this a Prodigy learning_rate stalls its step-size estimate at d0 (ai-toolkit's threshold,
+# where it silently uses 1.0 instead): refused (optimizer_problems)
+PRODIGY_MIN_LR = 0.1
 
 
 def relative_step(cfg: TrainConfig) -> bool:
@@ -190,8 +193,9 @@ def optimizer_learning_rate(cfg: TrainConfig, family_value: Any) -> Any:
 
 
 def optimizer_problems(cfg: TrainConfig) -> list[FieldProblem]:
-    """Options of an optimizer that is not the chosen one (they would be ignored), and the
-    settings Adafactor's relative step makes meaningless."""
+    """Options of an optimizer that is not the chosen one (they would be ignored), a Prodigy
+    learning_rate below PRODIGY_MIN_LR (its step size would never grow), and the settings
+    Adafactor's relative step makes meaningless."""
     mine = OPTIMIZER_OPTIONS[cfg.optimizer]
     problems = [
         FieldProblem(
@@ -202,6 +206,16 @@ def optimizer_problems(cfg: TrainConfig) -> list[FieldProblem]:
         for name in ALL_OPTIMIZER_OPTIONS
         if name not in mine and getattr(cfg, name) is not None
     ]
+    if cfg.optimizer == "prodigy" and cfg.learning_rate is not None and cfg.learning_rate < PRODIGY_MIN_LR:
+        problems.append(
+            FieldProblem(
+                "learning_rate",
+                f"{cfg.learning_rate:g} with prodigy: its learning_rate multiplies the step size d it learns, "
+                "and d's estimate scales with it, so below 0.1 d stays at its start (1e-6) and the adapter "
+                f"barely moves (an Adam step size such as 1e-4 here trains nothing); leave it unset "
+                f"({PRODIGY_DEFAULT_LR:g}, prodigyopt's recommendation), or scale d with prodigy_d_coef",
+            )
+        )
     if cfg.optimizer == "adafactor" and cfg.adafactor_warmup_init and not cfg.adafactor_relative_step:
         problems.append(
             FieldProblem("adafactor_warmup_init", "warms up the relative step: needs adafactor_relative_step")

@@ -3,7 +3,9 @@ training to measure the validation loss on (training/validate.py). No torch.
 
 - a fraction f of the scanned dataset, per dataset entry (data/entries.py): max(1, round(f x N))
   of the entry's N images (none of an entry that would be left without an image, when others
-  are held from; refused when no entry can give any) chosen by the run's seed (numpy's Generator over [seed, HOLDOUT_STREAM]
+  are held from; refused when no entry can give any; none of a regularisation entry: its class
+  images are no part of what the validation loss measures, the subject, and all of them train,
+  as kohya's sd-scripts keeps its reg images out of the validation split) chosen by the run's seed (numpy's Generator over [seed, HOLDOUT_STREAM]
   and, for entry e > 0, e: the same images for the same seed and dataset, whatever else the
   config says); a held image goes with all its copies at the run's other resolutions; the others
   train, in their scan order;
@@ -159,19 +161,24 @@ def overlap_warning(holdout: Holdout | None) -> str | None:
 def _split_fraction(scan: DatasetScan, fraction: float, seed: int) -> Holdout:
     """Hold out `fraction` of each dataset entry's images (held_out_indices per entry; entry e > 0
     draws from its own stream), every copy of a held image (one per resolution, data/
-    resolutions.py) with it: no image trains at one resolution and validates at another. An
-    entry too small to split (of several) holds none out; ConfigError when none can. The train
+    resolutions.py) with it: no image trains at one resolution and validates at another. A
+    regularisation entry holds none out (its class images all train), nor does an entry too
+    small to split (of several); ConfigError when none can. The train
     scan's entries count the images they keep (MixEntry.images: the preflight's and sidecar's)."""
     per_entry: dict[int, list[Path]] = {}
     for item in scan.images():  # each (entry, file) once
         per_entry.setdefault(item.entry, []).append(item.path)
+    regularisation = {i for i in per_entry if i < len(scan.entries) and scan.entries[i].regularisation}
+    splittable = [e for e in per_entry if e not in regularisation]  # class images all train
     held_keys: set[tuple[int, Path]] = set()
     too_small: list[str] = []
     for entry, paths in sorted(per_entry.items()):
+        if entry in regularisation:
+            continue
         try:
             picked = held_out_indices(len(paths), fraction, seed, stream=entry)
         except ConfigError:
-            if len(per_entry) == 1:
+            if len(splittable) == 1:
                 raise
             too_small.append(scan.entries[entry].label if entry < len(scan.entries) else str(entry))
             continue  # an entry too small to split trains whole (the source names it)
@@ -193,6 +200,10 @@ def _split_fraction(scan: DatasetScan, fraction: float, seed: int) -> Holdout:
     source = f"{len(held_keys)} of {count} images of {where} (fraction {fraction:g}, seed {seed})"
     if too_small:
         source += f"; none of {', '.join(too_small)} (too few images to split)"
+    if regularisation:
+        source += (
+            f"; none of {', '.join(scan.entries[i].label for i in sorted(regularisation))} (regularisation)"
+        )
     labels = scan.labels() if len(per_entry) > 1 else ()
     kept = Counter(entry for entry, _ in {(it.entry, it.path) for it in train})  # images each entry trains on
     entries = tuple(replace(e, images=kept[i]) for i, e in enumerate(scan.entries))

@@ -40,12 +40,18 @@ class NoisedBatch:
 
 
 def min_snr_weights(snr: torch.Tensor, gamma: float, prediction_type: str) -> torch.Tensor:
-    """Min-SNR-gamma loss weights (Hang et al. 2023) for snr [B]: min(snr, gamma) / snr for an
-    epsilon target, min(snr, gamma) / (snr + 1) for a v target."""
-    clipped = torch.minimum(snr, torch.full_like(snr, gamma))  # [B]
+    """Min-SNR-gamma loss weights (Hang et al. 2023) for snr [B] >= 0: min(snr, gamma) / snr for an
+    epsilon target, min(snr, gamma) / (snr + 1) for a v target.
+
+    The epsilon weight is computed as min(1, gamma / snr), the same value (bitwise: both are 1
+    where snr <= gamma, gamma / snr elsewhere) that stays defined at snr = 0: a zero-terminal-SNR
+    schedule's last timestep (rescale_betas_zero_snr, a single file's `ztsnr` marker), where
+    min(snr, gamma) / snr was 0 / 0 = NaN, a NaN loss and a skipped step about once per 1000
+    samples. Its limit there is 1, SimpleTuner's weight where snr == 0."""
     if prediction_type == "v_prediction":
+        clipped = torch.minimum(snr, torch.full_like(snr, gamma))  # [B]
         return clipped / (snr + 1)
-    return clipped / snr
+    return torch.clamp(torch.full_like(snr, gamma) / snr, max=1.0)  # [B]; gamma / 0 = inf -> 1
 
 
 def sample_flow_sigmas(

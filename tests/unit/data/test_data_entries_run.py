@@ -136,6 +136,36 @@ def test_an_entry_too_small_to_split_trains_whole_and_none_at_all_is_refused(tmp
     assert err.value.problems[0].field == "validation_split" and "each dataset entry" in str(err.value)
 
 
+def test_regularisation_images_are_never_held_out(tmp_path: Path) -> None:
+    """Class images are no part of what the validation loss measures (the subject): a fraction
+    holds none of a regularisation entry's out, all of them train (kohya's sd-scripts skips its
+    reg subsets in the validation split); a subject too small to split is refused, not replaced
+    by class images."""
+    a, b = _folder(tmp_path / "a", 4), _folder(tmp_path / "b", 8)
+    for i in range(8):  # class images of their own content (not copies of the subject's)
+        Image.new("RGB", (64, 64), (30 * i, 10, 220)).save(b / f"b{i}.png")
+    cfg = resolve_train_config(
+        TrainConfig.model_validate(
+            {
+                "family": "flux",
+                "base_model": "x",
+                "datasets": [{"path": str(a)}, {"path": str(b), "regularisation": True}],
+            }
+        )
+    )
+    entries = resolve_entries(cfg, tmp_path, allow_outside_root=True)
+    scan = scan_for_run(entries, cfg, families.get("flux").spec, Settings(home=tmp_path / "home"))
+    holdout = split_validation(scan, 0.25, cfg.seed, resolve_folder=Path, scan_folder=lambda f: scan)
+    assert {it.entry for it in holdout.validation} == {0} and len(holdout.validation) == 1
+    assert [e.images for e in holdout.train.entries] == [3, 8]  # every class image trains
+    assert f"none of {entries[1].label} (regularisation)" in holdout.source
+    one = type(scan)(
+        **{**scan.__dict__, "items": [it for it in scan.items if it.entry == 1 or it.path.name == "a0.png"]}
+    )
+    with pytest.raises(ConfigError, match="leaves no training image"):  # the subject's 1 image: no split
+        split_validation(one, 0.25, cfg.seed, resolve_folder=Path, scan_folder=lambda f: one)
+
+
 def test_a_validation_folder_may_not_be_one_of_the_entries(tmp_path: Path) -> None:
     cfg, _, scan = _run_scan(tmp_path)
     with pytest.raises(ConfigError, match="is the dataset itself"):

@@ -272,7 +272,7 @@ def launched(
 
 
 METHODS = {
-    "steps": 4, "batch_size": 2, "optimizer": "prodigy", "ema_decay": 0.5, "adapter": "lokr",
+    "steps": 4, "batch_size": 2, "optimizer": "prodigy", "learning_rate": 1.0, "ema_decay": 0.5, "adapter": "lokr",
     "loss": "huber", "huber_schedule": "snr",  # each rank takes its slice of the per-sample thresholds
 }  # fmt: skip
 

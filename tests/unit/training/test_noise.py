@@ -106,3 +106,23 @@ def test_flow_objective_interpolates_and_targets_velocity():
     sv = s.view(4, 1, 1, 1)
     torch.testing.assert_close(batch.noisy, (1 - sv) * x + sv * eps)
     torch.testing.assert_close(batch.target, eps - x)
+
+
+def test_min_snr_is_finite_and_one_at_a_zero_terminal_snr_timestep():
+    """A zero-terminal-SNR schedule (a single file's `ztsnr`) has snr 0 at its last timestep:
+    the epsilon weight min(snr, gamma) / snr was 0 / 0 = NaN there (a NaN loss, a skipped step);
+    its limit is 1. Elsewhere the weights are the formula's, bitwise."""
+    config = {**SDXL_SCHEDULER, "prediction_type": "epsilon", "rescale_betas_zero_snr": True}
+    objective = DdpmObjective(config, snr_gamma=5.0)
+    assert objective.alphas_cumprod[-1] == 0  # diffusers' DDPMScheduler: exactly zero terminal SNR
+    batch = objective.at_levels(
+        torch.zeros(3, 4, 2, 2), torch.tensor([0.0, 0.5, 0.9999]), torch.ones(3, 4, 2, 2)
+    )
+    assert batch.noise_level.tolist() == [0, 500, 999]
+    assert torch.isfinite(batch.weight).all() and batch.weight[2] == 1.0
+    snr = torch.tensor([0.5, 5.0, 50.0, 1e-8])
+    assert torch.equal(min_snr_weights(snr, 5.0, "epsilon"), torch.minimum(snr, torch.tensor(5.0)) / snr)
+    v = DdpmObjective({**config, "prediction_type": "v_prediction"}, snr_gamma=5.0)
+    assert (
+        v.at_levels(torch.zeros(1, 4, 2, 2), torch.tensor([0.9999]), torch.ones(1, 4, 2, 2)).weight[0] == 0.0
+    )

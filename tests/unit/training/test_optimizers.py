@@ -104,6 +104,24 @@ def test_options_of_another_optimizer_are_refused_with_the_reason():
     parse_train_config(_settings(optimizer="prodigy", prodigy_d_coef=2.0, prodigy_safeguard_warmup=True))
 
 
+def test_a_prodigy_learning_rate_that_stalls_its_step_size_is_refused(tiny_model):
+    """Prodigy's d estimate scales with its learning_rate: at an Adam-sized LR d never leaves d0
+    and the adapter barely moves (measured here: the loss of 5 steps moves < 1e-5, where at 1.0
+    d grows 10x and the loss falls: test_prodigy_learns_its_step_size_and_the_loss_falls), so a
+    learning_rate below 0.1 is refused naming why; unset (1.0) and 0.1 are accepted."""
+    cfg = mini_config("flux", tiny_model("flux"), optimizer="prodigy", learning_rate=None)
+    stalled = mini_run(cfg.model_copy(update={"learning_rate": 5e-3}), steps=5)
+    assert stalled.optimizer.param_groups[0]["d"] == 1e-6  # prodigyopt's d0: it never grew
+    assert abs(stalled.losses[-1] - stalled.losses[0]) < 1e-5, stalled.losses
+    for lr in (5e-3, 1e-4, 0.099):
+        with pytest.raises(ConfigError) as err:
+            parse_train_config(_settings(optimizer="prodigy", learning_rate=lr))
+        assert [p.field for p in err.value.problems] == ["learning_rate"]
+        assert "d stays at its start" in err.value.problems[0].message
+    parse_train_config(_settings(optimizer="prodigy", learning_rate=0.1))
+    assert parse_train_config(_settings(optimizer="prodigy")).learning_rate is None  # resolved to 1.0
+
+
 def test_adafactor_relative_step_refuses_what_it_replaces():
     with pytest.raises(ConfigError) as err:
         parse_train_config(
@@ -154,7 +172,7 @@ def _stop_at(step: int):
 @pytest.mark.parametrize(
     "settings",
     [
-        {"optimizer": "prodigy", "prodigy_use_bias_correction": True},
+        {"optimizer": "prodigy", "prodigy_use_bias_correction": True, "learning_rate": 1.0},
         {"optimizer": "adafactor", "learning_rate": 1e-2},
         {"optimizer": "adafactor", "adafactor_relative_step": True, "learning_rate": None},
     ],
