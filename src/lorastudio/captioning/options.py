@@ -6,10 +6,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.text_rules import one_line
 
 DEFAULT_PROMPT = "Describe this image in one sentence for a training caption"
 FLORENCE_DEFAULT_TASK = "<CAPTION>"  # Florence-2 takes a task token, not free text
+# the Florence-2 tasks whose answer is a caption (its others: boxes, regions, OCR with locations)
+FLORENCE_CAPTION_TASKS = (FLORENCE_DEFAULT_TASK, "<DETAILED_CAPTION>", "<MORE_DETAILED_CAPTION>")
 MAX_TOKENS_LIMIT = 512
 
 
@@ -17,7 +20,8 @@ class CaptionOptions(BaseModel):
     """model: a catalogue id (`lorastudio models list`: a fetched captioner's owner--name), a hub
     id (owner/name; lorastudio's fetched copy, the hub cache, `revision`, the studio's hub token)
     or a model folder (absolute, or a name under the models folder). prompt: None takes the model's
-    default (DEFAULT_PROMPT; Florence-2: FLORENCE_DEFAULT_TASK). prefix: put before every new
+    default (DEFAULT_PROMPT; Florence-2: FLORENCE_DEFAULT_TASK; a blank prompt is None; a
+    Florence-2 model takes one of FLORENCE_CAPTION_TASKS only: `check_prompt`). prefix: put before every new
     caption ("<prefix>, <caption>", e.g. a trigger word; not doubled; one line: a control,
     invisible or text-direction character in it is refused, naming it). overwrite: caption every
     image, not only those without a caption. max_tokens: new tokens per caption (greedy).
@@ -32,9 +36,31 @@ class CaptionOptions(BaseModel):
     max_tokens: int = Field(default=60, ge=1, le=MAX_TOKENS_LIMIT)
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
+    @field_validator("prompt")
+    @classmethod
+    def _blank_prompt_is_none(cls, value: str | None) -> str | None:
+        """A prompt of blanks asks nothing: the model's default, as for no prompt."""
+        return value if value is None or value.strip() else None
+
     @field_validator("prefix")
     @classmethod
     def _one_line_prefix(cls, value: str | None) -> str | None:
         """The prefix is written into every new caption as given: a line break, NUL or bidi
         control in it would give a caption of several lines or one that reads backwards."""
         return one_line(value)
+
+
+def check_prompt(kind: str, options: CaptionOptions) -> None:
+    """Refuse (ConfigError on `prompt`) a prompt captioner `kind` cannot honour: Florence-2 is
+    asked by a task token (its processor passes free text or another task through, and the model
+    answers it with text that is no caption: a detection task's labels, or noise)."""
+    if kind == "florence2" and options.prompt is not None and options.prompt not in FLORENCE_CAPTION_TASKS:
+        raise ConfigError(
+            [
+                FieldProblem(
+                    "prompt",
+                    f"a Florence-2 captioner takes one of {', '.join(FLORENCE_CAPTION_TASKS)} (a task, not "
+                    f"free text), not {options.prompt[:80]!r}; leave it empty for {FLORENCE_DEFAULT_TASK}",
+                )
+            ]
+        )

@@ -4,7 +4,10 @@ Events (plain dicts, JSON-ready; the CLI prints them, the caption worker sends t
 service): caption_started {total, skipped, store, device}, caption_progress {index, total,
 file, caption}, caption_failed {index, total, file, reason}, and the summary (CaptionSummary)
 at the end. `cancelled()` is checked before each image: a stop ends the run between images, and
-since every write is atomic (captioning/targets.py) no caption file is ever half-written.
+since every write is atomic (captioning/targets.py) no caption file is ever half-written; the
+captions of a metadata.jsonl store are written before the summary (captioning/targets.py
+CaptionWriter: a fast model shares one rewrite among several), and a write that fails there
+stops the run naming the captions not saved.
 A broken image (corrupt, unreadable) is named in the failures and skipped; the run goes on; so
 is an image every training run refuses (data.images.probe_image: larger than max_image_pixels,
 animated), checked from its header before it is decoded.
@@ -15,6 +18,7 @@ would cost ~30k tokens at its processor's default cap).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,11 +27,11 @@ from typing import Any
 
 from PIL import Image
 
-from lorastudio.captioning.options import CaptionOptions
+from lorastudio.captioning.options import CaptionOptions, check_prompt
 from lorastudio.captioning.source import CaptionerSource
-from lorastudio.captioning.targets import clean_caption, plan_captions, store_caption
+from lorastudio.captioning.targets import CaptionWriter, clean_caption, plan_captions
 from lorastudio.data.images import load_rgb, probe_image
-from lorastudio.errors import DatasetError
+from lorastudio.errors import DatasetError, LorastudioError
 from lorastudio.settings import get_settings
 
 Emit = Callable[[dict[str, Any]], None]
@@ -77,10 +81,12 @@ def caption_dataset(
     """Caption the images of dataset `folder` per `options` with the model at `source`, on GPU
     `gpu` when given (device "cuda": exactly that one; the caption job's placement); an image
     over `max_image_pixels` (None: the settings') is refused as a run refuses it.
-    Returns the summary (also emitted last). Raises DatasetError (the folder), ModelSourceError
+    Returns the summary (also emitted last). Raises ConfigError (a prompt the model cannot
+    honour: options.check_prompt), DatasetError (the folder), ModelSourceError
     (the model cannot be loaded), NoSpaceLeft (the disk is full: the run stops)."""
     from lorastudio.captioning.vlm import Captioner
 
+    check_prompt(source.kind, options)
     max_pixels = max_image_pixels if max_image_pixels is not None else get_settings().max_image_pixels
     plan = plan_captions(folder, options.overwrite)
     summary = CaptionSummary(skipped=list(plan.skipped))
@@ -99,6 +105,7 @@ def caption_dataset(
             "device": captioner.device,
         }
     )
+    writer = CaptionWriter(folder, plan.store)
     try:
         for index, image in enumerate(plan.todo, start=1):
             if cancelled():
@@ -111,7 +118,7 @@ def caption_dataset(
                 text = clean_caption(
                     captioner.caption(rgb, options.prompt, options.max_tokens), options.prefix
                 )
-                store_caption(folder, image, text, plan.store)
+                writer.write(image, text)  # .txt: written now; metadata.jsonl: by flush_due / flush
             except (DatasetError, ValueError, OSError) as err:
                 reason = err.problems[0] if isinstance(err, DatasetError) and err.problems else str(err)
                 reason = reason.removeprefix(f"{image.name}: ")
@@ -120,6 +127,12 @@ def caption_dataset(
                 continue
             summary.captioned.append((image.name, text))
             emit({"type": "caption_progress", **where, "caption": text})
+            writer.flush_due()  # a failure to write metadata.jsonl stops the run (not one image's)
+        writer.flush()
+    except BaseException:
+        with contextlib.suppress(LorastudioError, OSError):  # keep what was made; raise the cause
+            writer.flush()
+        raise
     finally:
         captioner.close()
     emit(summary.public())
