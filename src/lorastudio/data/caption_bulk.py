@@ -4,8 +4,8 @@ metadata.jsonl rows of images without one), in that order.
 
 `find` is plain text (every occurrence replaced; no regular expressions). Only captions that
 exist are edited (an image without one keeps none). All or nothing: every new caption is
-checked first (an edit that would leave a caption empty or over MAX_CAPTION_BYTES refuses the
-whole edit, naming the files); then each changed .txt is written staged and renamed, and
+checked first (an edit that would leave a caption empty, over MAX_CAPTION_BYTES or holding a
+NUL, captions.caption_problem: what a scan refuses, refuses the whole edit, naming the files); then each changed .txt is written staged and renamed, and
 metadata.jsonl is rewritten once the same way, keeping every other field and line of it. The
 dataset's lock (data.writes.dataset_lock) is held meanwhile, so uploads and other edits wait.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lorastudio.data.captions import MAX_CAPTION_BYTES, read_metadata, read_sidecar
+from lorastudio.data.captions import caption_problem, read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.metadata_write import set_metadata_captions
 from lorastudio.data.writes import dataset_lock, staged_write
@@ -84,10 +84,9 @@ def bulk_edit_captions(folder: Path, edit: CaptionEdit, *, dry_run: bool = False
             after = edit.apply(before)
             if after == before:
                 continue
-            if not after or len(after.encode("utf-8")) > MAX_CAPTION_BYTES:
-                bad.append(
-                    f"{image.name}: the edit would leave the caption {'empty' if not after else 'too long'}"
-                )
+            why = "the edit would leave the caption empty" if not after else caption_problem(after)
+            if why is not None:  # what write_caption refuses too: a scan would refuse the file
+                bad.append(f"{image.name}: {why}")
                 continue
             result.changed.append(image.name)
             if len(result.examples) < EXAMPLES:
