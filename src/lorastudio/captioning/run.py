@@ -7,8 +7,11 @@ at the end. `cancelled()` is checked before each image: a stop ends the run betw
 since every write is atomic (captioning/targets.py) no caption file is ever half-written; the
 captions of a metadata.jsonl store are written before the summary (captioning/targets.py
 CaptionWriter: a fast model shares one rewrite among several), and a write that fails there
-stops the run naming the captions not saved.
-A broken image (corrupt, unreadable) is named in the failures and skipped; the run goes on; so
+stops the run naming the captions not saved. A .txt write the folder refuses (read-only file
+system, permission denied: FOLDER_WIDE_ERRNOS) stops the run too: every later image would be
+captioned only to fail the same way.
+A broken image (corrupt, unreadable, deleted meanwhile, a name the caption writer refuses: not
+UTF-8) is named in the failures and skipped; the run goes on; so
 is an image every training run refuses (data.images.probe_image: larger than max_image_pixels,
 animated), checked from its header before it is decoded.
 An image over MAX_PIXELS is shrunk to about that many pixels (same aspect) before the model sees
@@ -29,9 +32,9 @@ from PIL import Image
 
 from lorastudio.captioning.options import CaptionOptions, check_prompt
 from lorastudio.captioning.source import CaptionerSource
-from lorastudio.captioning.targets import CaptionWriter, clean_caption, plan_captions
+from lorastudio.captioning.targets import FOLDER_WIDE_ERRNOS, CaptionWriter, clean_caption, plan_captions
 from lorastudio.data.images import load_rgb, probe_image
-from lorastudio.errors import DatasetError, LorastudioError
+from lorastudio.errors import ConfigError, DatasetError, LorastudioError, NoSpaceLeft
 from lorastudio.settings import get_settings
 
 Emit = Callable[[dict[str, Any]], None]
@@ -68,6 +71,16 @@ class CaptionSummary:
         }
 
 
+def _reason(err: Exception) -> str:
+    """One image's failure in words: a DatasetError's first problem, a ConfigError's (the image's
+    name the writers refuse: not UTF-8, not one file name), else the message."""
+    if isinstance(err, DatasetError) and err.problems:
+        return err.problems[0]
+    if isinstance(err, ConfigError) and err.problems:
+        return str(err.problems[0])
+    return str(err)
+
+
 def caption_dataset(
     folder: Path,
     source: CaptionerSource,
@@ -83,7 +96,8 @@ def caption_dataset(
     over `max_image_pixels` (None: the settings') is refused as a run refuses it.
     Returns the summary (also emitted last). Raises ConfigError (a prompt the model cannot
     honour: options.check_prompt), DatasetError (the folder), ModelSourceError
-    (the model cannot be loaded), NoSpaceLeft (the disk is full: the run stops)."""
+    (the model cannot be loaded), NoSpaceLeft (the disk is full: the run stops), DatasetError
+    (the folder or metadata.jsonl cannot be written: the run stops)."""
     from lorastudio.captioning.vlm import Captioner
 
     check_prompt(source.kind, options)
@@ -119,9 +133,12 @@ def caption_dataset(
                     captioner.caption(rgb, options.prompt, options.max_tokens), options.prefix
                 )
                 writer.write(image, text)  # .txt: written now; metadata.jsonl: by flush_due / flush
-            except (DatasetError, ValueError, OSError) as err:
-                reason = err.problems[0] if isinstance(err, DatasetError) and err.problems else str(err)
-                reason = reason.removeprefix(f"{image.name}: ")
+            except (LorastudioError, ValueError, OSError) as err:
+                if isinstance(err, NoSpaceLeft):
+                    raise
+                if isinstance(err, OSError) and err.errno in FOLDER_WIDE_ERRNOS:  # not this image's
+                    raise writer.unwritable(err) from err
+                reason = _reason(err).removeprefix(f"{image.name}: ")
                 summary.failures.append((image.name, reason))
                 emit({"type": "caption_failed", **where, "reason": reason})
                 continue

@@ -15,6 +15,7 @@ refused, never cut), and never holds the trigger placeholder (clean_caption).
 
 from __future__ import annotations
 
+import errno
 import re
 import time
 import unicodedata
@@ -39,6 +40,9 @@ from lorastudio.errors import DatasetError, NoSpaceLeft
 CaptionStore = Literal["txt", "metadata"]
 _SPACES = re.compile(r"\s+")
 _REPLACEMENT = "\ufffd"  # the decoder's stand-in for bytes that are no character
+# a write the dataset folder refuses for every file (read-only file system, permission denied):
+# the run stops rather than caption every later image only to fail its write the same way
+FOLDER_WIDE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 FLUSH_RATIO = 10.0  # metadata store: a rewrite of metadata.jsonl at most ~1/10 of a run's time
 
 
@@ -127,6 +131,14 @@ class CaptionWriter:
             store_caption(self.folder, image, caption, "txt")
         else:
             self.pending[image.name] = caption
+
+    def unwritable(self, err: OSError) -> DatasetError:
+        """The run's stop when the folder refuses a write (FOLDER_WIDE_ERRNOS)."""
+        why = err.strerror or str(err)
+        return DatasetError(
+            f"dataset folder {self.folder.name} cannot be written",
+            [f"{self.folder}: {why}; captioning stopped (the captions written so far are kept)"],
+        )
 
     def flush_due(self) -> None:
         if self.pending and self._clock() - self._last_end >= FLUSH_RATIO * self._last_cost:

@@ -234,3 +234,48 @@ def test_the_cli_prints_one_line_per_image_whatever_the_name(capsys: pytest.Capt
     )
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4 and lines[0] == "[1/2] a.png\\n[2/2] b.png: FAILED: forged: x", lines
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES])
+def test_a_folder_that_refuses_writes_stops_the_run_at_its_first_caption(
+    code: int, tiny_vlm: Path, make_dataset: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only dataset folder (simulated: root ignores permissions, as tests/reliability
+    does) failed each image's write after captioning it: every image of the dataset went through
+    the model for nothing, and the job "completed" with one failure per image."""
+    from lorastudio.captioning.vlm import Captioner
+
+    folder = make_dataset()
+    real_text, made = Path.write_text, []
+
+    def refused(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self.parent == folder and self.name.startswith("."):
+            raise OSError(
+                code, "Read-only file system" if code == errno.EROFS else "Permission denied", str(self)
+            )
+        return real_text(self, *args, **kwargs)
+
+    model_text = Captioner.caption
+    monkeypatch.setattr(Path, "write_text", refused)
+    monkeypatch.setattr(Captioner, "caption", lambda self, *a: made.append(1) or model_text(self, *a))
+    with pytest.raises(DatasetError, match="dataset folder ds cannot be written") as stopped:
+        _run(folder, tiny_vlm)
+    assert "captioning stopped" in stopped.value.problems[0] and len(made) == 1
+    assert not list(folder.glob("*.txt"))
+
+
+def test_an_image_name_the_writer_refuses_fails_that_image_only(
+    tiny_vlm: Path, make_dataset: Callable[..., Path]
+) -> None:
+    """An image whose name is not UTF-8 (a file copied in by hand: the run trains on it) made the
+    caption writer raise ConfigError, which no image caught: the whole job failed at that image
+    ("invalid configuration ... file name"), 0 of 386 captioned in the audit's server run."""
+    import os
+
+    folder = make_dataset()
+    shutil.copy(folder / "red.png", folder / os.fsdecode(b"a\xff.png"))  # first by name
+    summary, events = _run(folder, tiny_vlm)
+    assert [f for f, _ in summary.captioned] == ["blue.png", "green.png", "red.png", "white.png"]
+    assert len(summary.failures) == 1 and "file name: must be valid UTF-8" in summary.failures[0][1]
+    for event in events:
+        json.dumps(event, allow_nan=False)  # the server's event stream
