@@ -110,6 +110,32 @@ describe("AutoCaptionPanel", () => {
     expect(onFinished).toHaveBeenCalledTimes(1);
   });
 
+  it("a job the restarted server no longer knows ends in the panel; a failed poll is retried (session 26 caption audit)", async () => {
+    let polls = 0;
+    mockFetch(({ url, method }) => {
+      if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: RUNNING };
+      if (url === "/api/captions/c1") {
+        polls += 1;
+        if (polls === 1) return { status: 502, body: { detail: "Bad Gateway" } }; // a blip
+        if (polls === 2) return { body: { ...RUNNING, done: 2 } };
+        return { status: 404, body: { error: "NotFound", detail: "no caption job with id 'c1' in this server's life" } };
+      }
+      return undefined;
+    });
+    const onFinished = vi.fn();
+    render(<AutoCaptionPanel dataset="mix" onFinished={onFinished} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    await userEvent.click(screen.getByTestId("caption-start"));
+    expect(await screen.findByTestId("caption-poll-error", {}, { timeout: 3000 })).toHaveTextContent("trying again");
+    await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Captioning 2 / 3"), { timeout: 3000 });
+    expect(screen.queryByTestId("caption-poll-error")).toBeNull();
+    await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Caption job failed"), { timeout: 3000 });
+    expect(screen.getByTestId("caption-status")).toHaveTextContent("the server restarted");
+    expect(screen.queryByTestId("caption-cancel")).toBeNull();
+    expect(screen.getByTestId("caption-start")).toBeEnabled(); // a new job can be started
+    expect(onFinished).toHaveBeenCalledTimes(1);
+  });
+
   it("offers the catalogue's captioners: the fetched one preselected, those not fetched disabled; shows the GPU", async () => {
     const captioner = (over: Partial<CatalogueModel>): CatalogueModel => ({
       ...CATALOGUE[0], family: null, trainable: false, reason: "a captioning model", kind: "captioner", deletable: false, ...over,
