@@ -57,17 +57,23 @@ class CaptionPlan:
 
 
 def plan_captions(folder: Path, overwrite: bool) -> CaptionPlan:
-    """The images of dataset `folder` to caption (all of them with `overwrite`). Raises
+    """The images of dataset `folder` to caption (all of them with `overwrite`); of images that
+    share a stem (a.jpg, a.png: one a.txt is the caption of both, as a run reads it) the first by
+    name only, the others skipped, when captions go to .txt files. Raises
     DatasetError when the folder is missing or cannot be listed / its metadata.jsonl read."""
     files = discover(folder)
     rows = read_metadata(files.metadata).captions if files.metadata is not None else {}
     store: CaptionStore = "metadata" if files.metadata is not None and not files.sidecars else "txt"
     todo, skipped = [], []
+    planned: set[str] = set()  # stems whose .txt this run writes
     for image in files.images:
         if not overwrite and _has_caption(image, files.sidecars.get(image.stem), rows):
             skipped.append(image.name)
+        elif store == "txt" and image.stem in planned:  # a.jpg and a.png read one a.txt (data.scan)
+            skipped.append(image.name)  # captioned once, by the first; a second caption replaced it
         else:
             todo.append(image)
+            planned.add(image.stem)
     return CaptionPlan(todo, skipped, store)
 
 

@@ -279,3 +279,19 @@ def test_an_image_name_the_writer_refuses_fails_that_image_only(
     assert len(summary.failures) == 1 and "file name: must be valid UTF-8" in summary.failures[0][1]
     for event in events:
         json.dumps(event, allow_nan=False)  # the server's event stream
+
+
+def test_images_that_share_a_stem_get_one_caption_not_two_that_replace_each_other(
+    tiny_vlm: Path, make_dataset: Callable[..., Path]
+) -> None:
+    """a.jpg and a.png read one a.txt (a run gives both that caption): both were captioned, the
+    second replacing the first's file, and the summary counted two captions of which one was
+    gone. The first by name is captioned, the other skipped (it has that caption), also with
+    overwrite."""
+    folder = make_dataset()
+    Image.new("RGB", (48, 48), (9, 90, 9)).save(folder / "red.jpg")  # before red.png by name
+    for overwrite in (False, True):
+        summary, _ = _run(folder, tiny_vlm, overwrite=overwrite)
+        written = (folder / "red.txt").read_text(encoding="utf-8").strip()
+        assert "red.png" in summary.skipped and "red.png" not in dict(summary.captioned), summary
+        assert dict(summary.captioned).get("red.jpg", written) == written
