@@ -25,10 +25,10 @@ _BOM = b"\xef\xbb\xbf"
 
 
 def _read_bounded(path: Path) -> bytes:
-    """The bytes of metadata.jsonl (b"" when missing), not followed through a link. Raises
-    DatasetError when it is a link, not a regular file or larger than MAX_METADATA_BYTES."""
-    if not os.path.lexists(path):
-        return b""
+    """The bytes of metadata.jsonl, opened in its folder without following a link (the folder
+    swapped for a link meanwhile is refused here, before anything is written through it).
+    Raises DatasetError when it is missing, a link, not a regular file or larger than
+    MAX_METADATA_BYTES."""
     with open_in_folder(path) as fh:
         size = os.fstat(fh.fileno()).st_size
         if size > MAX_METADATA_BYTES:

@@ -183,6 +183,23 @@ def test_a_model_folder_whose_weights_do_not_fit_is_refused_naming_why(
         Captioner(resolve_captioner(settings, str(bad_config)), "cpu")
 
 
+def test_a_captioner_that_runs_out_of_memory_loading_is_named(
+    tiny_vlm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of memory while the weights move to the device (simulated): a ModelSourceError naming
+    the model and the device (a raw torch.OutOfMemoryError before: a CLI traceback)."""
+    import torch
+
+    from lorastudio.captioning.vlm import Captioner
+
+    def full(self: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(torch.nn.Module, "to", full)
+    with pytest.raises(ModelSourceError, match="does not fit in the memory of cpu: CUDA out of memory"):
+        Captioner(resolve_captioner(get_settings(), str(tiny_vlm)), "cpu")
+
+
 def test_florence_takes_its_caption_tasks_only(tiny_florence: Path) -> None:
     """Florence-2 is asked by a task token; free text or another task (<OD>: boxes) went through
     its processor and its answer was written as every image's caption. Refused at the start, by
