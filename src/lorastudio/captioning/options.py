@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -14,6 +15,7 @@ FLORENCE_DEFAULT_TASK = "<CAPTION>"  # Florence-2 takes a task token, not free t
 # the Florence-2 tasks whose answer is a caption (its others: boxes, regions, OCR with locations)
 FLORENCE_CAPTION_TASKS = (FLORENCE_DEFAULT_TASK, "<DETAILED_CAPTION>", "<MORE_DETAILED_CAPTION>")
 MAX_TOKENS_LIMIT = 512
+QWEN_CONTROL_TOKEN = re.compile(r"<\|[A-Za-z0-9_]+\|>")  # <|im_start|>, <|image_pad|>, <|endoftext|>...
 
 
 class CaptionOptions(BaseModel):
@@ -53,7 +55,21 @@ class CaptionOptions(BaseModel):
 def check_prompt(kind: str, options: CaptionOptions) -> None:
     """Refuse (ConfigError on `prompt`) a prompt captioner `kind` cannot honour: Florence-2 is
     asked by a task token (its processor passes free text or another task through, and the model
-    answers it with text that is no caption: a detection task's labels, or noise)."""
+    answers it with text that is no caption: a detection task's labels, or noise); a Qwen-VL
+    prompt is the text of one user message, so one holding the chat's control tokens
+    (`<|im_end|>`, `<|image_pad|>`: QWEN_CONTROL_TOKEN) would end that message or add image slots
+    (every image then failed: "The total number of <|image_pad|> tokens ...")."""
+    prompt = options.prompt
+    if kind != "florence2" and prompt is not None and (token := QWEN_CONTROL_TOKEN.search(prompt)):
+        raise ConfigError(
+            [
+                FieldProblem(
+                    "prompt",
+                    f"holds the model's control token {token.group()!r}: the prompt is the text of one "
+                    "user message (the chat template adds the image and the roles)",
+                )
+            ]
+        )
     if kind == "florence2" and options.prompt is not None and options.prompt not in FLORENCE_CAPTION_TASKS:
         raise ConfigError(
             [
