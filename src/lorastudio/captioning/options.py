@@ -15,6 +15,9 @@ FLORENCE_DEFAULT_TASK = "<CAPTION>"  # Florence-2 takes a task token, not free t
 # the Florence-2 tasks whose answer is a caption (its others: boxes, regions, OCR with locations)
 FLORENCE_CAPTION_TASKS = (FLORENCE_DEFAULT_TASK, "<DETAILED_CAPTION>", "<MORE_DETAILED_CAPTION>")
 MAX_TOKENS_LIMIT = 512
+# failures a summary event or a job snapshot lists by file (the count is whole): 5,000 broken
+# images put 5,000 rows into the summary event and into every poll of the job (~0.5 MB a second)
+MAX_LISTED_FAILURES = 100
 QWEN_CONTROL_TOKEN = re.compile(r"<\|[A-Za-z0-9_]+\|>")  # <|im_start|>, <|image_pad|>, <|endoftext|>...
 
 

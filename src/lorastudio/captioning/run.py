@@ -30,7 +30,7 @@ from typing import Any
 
 from PIL import Image
 
-from lorastudio.captioning.options import CaptionOptions, check_prompt
+from lorastudio.captioning.options import MAX_LISTED_FAILURES, CaptionOptions, check_prompt
 from lorastudio.captioning.source import CaptionerSource
 from lorastudio.captioning.targets import FOLDER_WIDE_ERRNOS, CaptionWriter, clean_caption, plan_captions
 from lorastudio.data.images import load_rgb, probe_image
@@ -54,7 +54,9 @@ def fit_pixels(image: Image.Image, max_pixels: int = MAX_PIXELS) -> Image.Image:
 @dataclass
 class CaptionSummary:
     """captioned: (file, caption) written; skipped: files that kept their caption; failures:
-    (file, reason); cancelled: the run was stopped before the end."""
+    (file, reason); cancelled: the run was stopped before the end. `public()` (the summary
+    event) counts the failures and lists the first MAX_LISTED_FAILURES (each also had its
+    caption_failed event)."""
 
     captioned: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -66,7 +68,8 @@ class CaptionSummary:
             "type": "caption_summary",
             "captioned": len(self.captioned),
             "skipped": len(self.skipped),
-            "failures": [{"file": f, "reason": r} for f, r in self.failures],
+            "failed": len(self.failures),
+            "failures": [{"file": f, "reason": r} for f, r in self.failures[:MAX_LISTED_FAILURES]],
             "cancelled": self.cancelled,
         }
 

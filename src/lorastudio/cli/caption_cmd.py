@@ -115,8 +115,9 @@ def _print_event(event: dict[str, Any]) -> None:
         )
     elif kind == "caption_summary":
         typer.echo(
-            f"done: {event['captioned']} captioned, {event['skipped']} skipped, "
-            f"{len(event['failures'])} failed"
+            f"done: {event['captioned']} captioned, {event['skipped']} skipped, {event['failed']} failed"
         )
         for failure in event["failures"]:
             typer.echo(f"  failed {shown(failure['file'])}: {shown(failure['reason'])}")
+        if event["failed"] > len(event["failures"]):
+            typer.echo(f"  and {event['failed'] - len(event['failures'])} more (listed above)")

@@ -332,3 +332,27 @@ def test_images_that_share_a_stem_get_one_caption_not_two_that_replace_each_othe
         written = (folder / "red.txt").read_text(encoding="utf-8").strip()
         assert "red.png" in summary.skipped and "red.png" not in dict(summary.captioned), summary
         assert dict(summary.captioned).get("red.jpg", written) == written
+
+
+def test_a_job_of_thousands_of_failures_counts_them_and_lists_the_first(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """5,000 broken images put 5,000 rows into the summary event and into every poll of the job
+    (the web polls each second: ~0.5 MB a poll); the count is whole, the first 100 listed."""
+    from lorastudio.captioning.options import MAX_LISTED_FAILURES
+    from lorastudio.captioning.run import CaptionSummary
+    from lorastudio.cli.caption_cmd import _print_event
+    from lorastudio.jobs.caption_job import CaptionJob
+
+    rows = [(f"b{i:04d}.png", "corrupt") for i in range(5000)]
+    job = CaptionJob("j1", "ds", Path("ds"), CaptionOptions(model="m"), "cpu")
+    job.failures = [{"file": f, "reason": r} for f, r in rows]
+    summary = CaptionSummary(failures=rows).public()
+    for shown in (job.snapshot(), summary):
+        assert shown["failed"] == 5000 and len(shown["failures"]) == MAX_LISTED_FAILURES == 100
+        assert len(json.dumps(shown)) < 10_000
+    _print_event(summary)
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[0] == "done: 0 captioned, 0 skipped, 5000 failed" and out[-1] == "  and 4900 more (listed above)"
+    )

@@ -17,6 +17,7 @@ const RUNNING: CaptionJob = {
   done: 1,
   captioned: 1,
   skipped: 0,
+  failed: 0,
   failures: [],
   preview: [{ file: "a.png", caption: "sks, a red square" }],
   error: null,
@@ -30,6 +31,7 @@ const DONE: CaptionJob = {
   status: "completed",
   done: 3,
   captioned: 2,
+  failed: 1,
   failures: [{ file: "broken.png", reason: "corrupt or not a PNG/JPEG/WebP image" }],
   preview: [...RUNNING.preview, { file: "c.png", caption: "sks, a blue circle" }],
   finished_at: "2026-12-04T18:00:09+00:00",
@@ -134,6 +136,19 @@ describe("AutoCaptionPanel", () => {
     expect(screen.queryByTestId("caption-cancel")).toBeNull();
     expect(screen.getByTestId("caption-start")).toBeEnabled(); // a new job can be started
     expect(onFinished).toHaveBeenCalledTimes(1);
+  });
+
+  it("counts every failure and lists the first ones the server sends (session 26 caption audit)", async () => {
+    const failures = Array.from({ length: 100 }, (_, i) => ({ file: `b${i}.png`, reason: "corrupt" }));
+    const many = { ...DONE, failed: 5000, captioned: 0, failures };
+    mockFetch(({ url, method }) =>
+      url === "/api/datasets/mix/caption" && method === "POST" ? { status: 202, body: many } : undefined,
+    );
+    render(<AutoCaptionPanel dataset="mix" onFinished={vi.fn()} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    await userEvent.click(screen.getByTestId("caption-start"));
+    expect(await screen.findByTestId("caption-status")).toHaveTextContent("0 captioned, 0 kept their caption, 5000 failed");
+    expect(screen.getByTestId("caption-failures")).toHaveTextContent("and 4900 more");
   });
 
   it("offers the catalogue's captioners: the fetched one preselected, those not fetched disabled; shows the GPU", async () => {

@@ -193,7 +193,7 @@ function CaptionJobStatus({ job }: { job: CaptionJob }) {
           ? job.total == null
             ? `Loading ${job.model} on ${where(job)}…`
             : `Captioning ${job.done} / ${total} on ${where(job)}`
-          : `Caption job ${job.status}: ${job.captioned} captioned, ${job.skipped} kept their caption, ${job.failures.length} failed`}
+          : `Caption job ${job.status}: ${job.captioned} captioned, ${job.skipped} kept their caption, ${job.failed} failed`}
         {job.cancel_reason && job.status !== "running" && ` (${job.cancel_reason})`}
       </p>
       {job.status === "running" && job.total != null && <ProgressBar value={job.done} max={total} label="caption progress" />}
@@ -214,6 +214,7 @@ function CaptionJobStatus({ job }: { job: CaptionJob }) {
               <code>{f.file}</code> {f.reason}
             </li>
           ))}
+          {job.failed > job.failures.length && <li>and {job.failed - job.failures.length} more</li>}
         </ul>
       )}
     </div>
