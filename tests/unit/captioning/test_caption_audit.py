@@ -265,6 +265,7 @@ def test_the_cli_prints_one_line_per_image_whatever_the_name(capsys: pytest.Capt
             "type": "caption_summary",
             "captioned": 1,
             "skipped": 0,
+            "failed": 1,
             "failures": [{"file": forged, "reason": "r"}],
             "cancelled": False,
         }
