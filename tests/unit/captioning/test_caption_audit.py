@@ -357,3 +357,32 @@ def test_a_job_of_thousands_of_failures_counts_them_and_lists_the_first(
     assert (
         out[0] == "done: 0 captioned, 0 skipped, 5000 failed" and out[-1] == "  and 4900 more (listed above)"
     )
+
+
+def test_a_stop_or_an_interrupt_writes_the_metadata_captions_made(
+    tiny_vlm: Path, make_dataset: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The metadata store's captions waiting for a shared rewrite (fix 312) are written when the
+    run is stopped between images and when it is interrupted (Ctrl-C, SIGTERM's SystemExit):
+    nothing made is lost, nothing is half-written, a second run captions only the rest."""
+    from lorastudio.captioning import targets
+
+    monkeypatch.setattr(targets, "FLUSH_RATIO", 1e9)  # no rewrite before the end
+    folder = make_dataset()
+    (folder / "metadata.jsonl").write_text("", encoding="utf-8")
+    events: list[dict[str, Any]] = []
+
+    def interrupt() -> bool:
+        if sum(e["type"] == "caption_progress" for e in events) == 2:
+            raise KeyboardInterrupt
+        return False
+
+    options = CaptionOptions(model=str(tiny_vlm), max_tokens=4, device="cpu")
+    source = resolve_captioner(get_settings(), options.model)
+    with pytest.raises(KeyboardInterrupt):
+        caption_dataset(folder, source, options, events.append, interrupt)
+    assert sorted(read_metadata(folder / "metadata.jsonl").captions) == ["blue.png", "green.png"]
+    summary, _ = _run(folder, tiny_vlm)
+    assert summary.skipped == ["blue.png", "green.png"] and len(summary.captioned) == 2
+    assert len(read_metadata(folder / "metadata.jsonl").captions) == 4
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]
