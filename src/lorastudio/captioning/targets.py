@@ -134,7 +134,13 @@ class CaptionWriter:
 
     def write(self, image: Path, caption: str) -> None:
         if self.store == "txt":
-            store_caption(self.folder, image, caption, "txt")
+            try:
+                store_caption(self.folder, image, caption, "txt")
+            except IsADirectoryError:  # a folder at <stem>.txt: the rename onto it fails
+                raise DatasetError(
+                    f"no caption written for {image.name}",
+                    [f"{image.name}: {image.stem}.txt is a folder, not a caption file; nothing written"],
+                ) from None
         else:
             self.pending[image.name] = caption
 

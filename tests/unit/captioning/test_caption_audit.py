@@ -312,9 +312,12 @@ def test_an_image_name_the_writer_refuses_fails_that_image_only(
 
     folder = make_dataset()
     shutil.copy(folder / "red.png", folder / os.fsdecode(b"a\xff.png"))  # first by name
+    (folder / "white.txt").mkdir()  # a folder at the caption's place: that image's failure, said so
     summary, events = _run(folder, tiny_vlm)
-    assert [f for f, _ in summary.captioned] == ["blue.png", "green.png", "red.png", "white.png"]
-    assert len(summary.failures) == 1 and "file name: must be valid UTF-8" in summary.failures[0][1]
+    assert [f for f, _ in summary.captioned] == ["blue.png", "green.png", "red.png"]
+    reasons = [r for _, r in summary.failures]
+    assert len(reasons) == 2 and "file name: must be valid UTF-8" in reasons[0], reasons
+    assert reasons[1] == "white.txt is a folder, not a caption file; nothing written", reasons
     for event in events:
         json.dumps(event, allow_nan=False)  # the server's event stream
 
