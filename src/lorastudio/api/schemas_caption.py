@@ -39,7 +39,10 @@ class CaptionJobOut(_Out):
     done: int = Field(description="images captioned or failed so far")
     captioned: int
     skipped: int = Field(description="images that keep their caption")
-    failures: list[CaptionFailure]
+    failed: int = Field(description="images that failed (all of them)")
+    failures: list[CaptionFailure] = Field(
+        description="the first 100 failed images by file, with the reason (each is a caption_failed event too)"
+    )
     preview: list[CaptionPreview] = Field(description="the first captions written")
     error: str | None
     cancel_reason: str | None

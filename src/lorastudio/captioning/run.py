@@ -4,8 +4,14 @@ Events (plain dicts, JSON-ready; the CLI prints them, the caption worker sends t
 service): caption_started {total, skipped, store, device}, caption_progress {index, total,
 file, caption}, caption_failed {index, total, file, reason}, and the summary (CaptionSummary)
 at the end. `cancelled()` is checked before each image: a stop ends the run between images, and
-since every write is atomic (captioning/targets.py) no caption file is ever half-written.
-A broken image (corrupt, unreadable) is named in the failures and skipped; the run goes on; so
+since every write is atomic (captioning/targets.py) no caption file is ever half-written; the
+captions of a metadata.jsonl store are written before the summary (captioning/targets.py
+CaptionWriter: a fast model shares one rewrite among several), and a write that fails there
+stops the run naming the captions not saved. A .txt write the folder refuses (read-only file
+system, permission denied: FOLDER_WIDE_ERRNOS) stops the run too: every later image would be
+captioned only to fail the same way.
+A broken image (corrupt, unreadable, deleted meanwhile, a name the caption writer refuses: not
+UTF-8) is named in the failures and skipped; the run goes on; so
 is an image every training run refuses (data.images.probe_image: larger than max_image_pixels,
 animated), checked from its header before it is decoded.
 An image over MAX_PIXELS is shrunk to about that many pixels (same aspect) before the model sees
@@ -15,6 +21,7 @@ would cost ~30k tokens at its processor's default cap).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,11 +30,11 @@ from typing import Any
 
 from PIL import Image
 
-from lorastudio.captioning.options import CaptionOptions
+from lorastudio.captioning.options import MAX_LISTED_FAILURES, CaptionOptions, check_prompt
 from lorastudio.captioning.source import CaptionerSource
-from lorastudio.captioning.targets import clean_caption, plan_captions, store_caption
+from lorastudio.captioning.targets import FOLDER_WIDE_ERRNOS, CaptionWriter, clean_caption, plan_captions
 from lorastudio.data.images import load_rgb, probe_image
-from lorastudio.errors import DatasetError
+from lorastudio.errors import ConfigError, DatasetError, LorastudioError, NoSpaceLeft
 from lorastudio.settings import get_settings
 
 Emit = Callable[[dict[str, Any]], None]
@@ -47,7 +54,9 @@ def fit_pixels(image: Image.Image, max_pixels: int = MAX_PIXELS) -> Image.Image:
 @dataclass
 class CaptionSummary:
     """captioned: (file, caption) written; skipped: files that kept their caption; failures:
-    (file, reason); cancelled: the run was stopped before the end."""
+    (file, reason); cancelled: the run was stopped before the end. `public()` (the summary
+    event) counts the failures and lists the first MAX_LISTED_FAILURES (each also had its
+    caption_failed event)."""
 
     captioned: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -59,9 +68,20 @@ class CaptionSummary:
             "type": "caption_summary",
             "captioned": len(self.captioned),
             "skipped": len(self.skipped),
-            "failures": [{"file": f, "reason": r} for f, r in self.failures],
+            "failed": len(self.failures),
+            "failures": [{"file": f, "reason": r} for f, r in self.failures[:MAX_LISTED_FAILURES]],
             "cancelled": self.cancelled,
         }
+
+
+def _reason(err: Exception) -> str:
+    """One image's failure in words: a DatasetError's first problem, a ConfigError's (the image's
+    name the writers refuse: not UTF-8, not one file name), else the message."""
+    if isinstance(err, DatasetError) and err.problems:
+        return err.problems[0]
+    if isinstance(err, ConfigError) and err.problems:
+        return str(err.problems[0])
+    return str(err)
 
 
 def caption_dataset(
@@ -77,10 +97,13 @@ def caption_dataset(
     """Caption the images of dataset `folder` per `options` with the model at `source`, on GPU
     `gpu` when given (device "cuda": exactly that one; the caption job's placement); an image
     over `max_image_pixels` (None: the settings') is refused as a run refuses it.
-    Returns the summary (also emitted last). Raises DatasetError (the folder), ModelSourceError
-    (the model cannot be loaded), NoSpaceLeft (the disk is full: the run stops)."""
+    Returns the summary (also emitted last). Raises ConfigError (a prompt the model cannot
+    honour: options.check_prompt), DatasetError (the folder), ModelSourceError
+    (the model cannot be loaded), NoSpaceLeft (the disk is full: the run stops), DatasetError
+    (the folder or metadata.jsonl cannot be written: the run stops)."""
     from lorastudio.captioning.vlm import Captioner
 
+    check_prompt(source.kind, options)
     max_pixels = max_image_pixels if max_image_pixels is not None else get_settings().max_image_pixels
     plan = plan_captions(folder, options.overwrite)
     summary = CaptionSummary(skipped=list(plan.skipped))
@@ -99,6 +122,7 @@ def caption_dataset(
             "device": captioner.device,
         }
     )
+    writer = CaptionWriter(folder, plan.store)
     try:
         for index, image in enumerate(plan.todo, start=1):
             if cancelled():
@@ -111,15 +135,24 @@ def caption_dataset(
                 text = clean_caption(
                     captioner.caption(rgb, options.prompt, options.max_tokens), options.prefix
                 )
-                store_caption(folder, image, text, plan.store)
-            except (DatasetError, ValueError, OSError) as err:
-                reason = err.problems[0] if isinstance(err, DatasetError) and err.problems else str(err)
-                reason = reason.removeprefix(f"{image.name}: ")
+                writer.write(image, text)  # .txt: written now; metadata.jsonl: by flush_due / flush
+            except (LorastudioError, ValueError, OSError) as err:
+                if isinstance(err, NoSpaceLeft):
+                    raise
+                if isinstance(err, OSError) and err.errno in FOLDER_WIDE_ERRNOS:  # not this image's
+                    raise writer.unwritable(err) from err
+                reason = _reason(err).removeprefix(f"{image.name}: ")
                 summary.failures.append((image.name, reason))
                 emit({"type": "caption_failed", **where, "reason": reason})
                 continue
             summary.captioned.append((image.name, text))
             emit({"type": "caption_progress", **where, "caption": text})
+            writer.flush_due()  # a failure to write metadata.jsonl stops the run (not one image's)
+        writer.flush()
+    except BaseException:
+        with contextlib.suppress(LorastudioError, OSError):  # keep what was made; raise the cause
+            writer.flush()
+        raise
     finally:
         captioner.close()
     emit(summary.public())

@@ -6,27 +6,44 @@ go where the dataset keeps its captions: into metadata.jsonl when the dataset ha
 sidecars (the row's other keys, e.g. kohya repeats, are kept; a missing row is appended), else
 into `<stem>.txt`. Every write is staged then renamed (data.writes.staged_write) under the
 dataset's lock, so a stop or a kill at any moment leaves each caption file old or new, never
-half-written. A caption is one line of text, capped at MAX_CAPTION_BYTES like every caption.
+half-written; metadata.jsonl is rewritten line by line as it is read
+(data.metadata_write), once per several captions when the model is fast (CaptionWriter: a kill
+then loses at most ~FLUSH_RATIO rewrites' time of captions, made again by the next run). A
+caption is one line of text, at most MAX_CAPTION_BYTES like every caption (a longer one is
+refused, never cut), and never holds the trigger placeholder (clean_caption).
 """
 
 from __future__ import annotations
 
-import json
+import errno
 import re
+import time
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from lorastudio.data.captions import MAX_CAPTION_BYTES, apply_trigger, read_metadata, read_sidecar
+from lorastudio.data.captions import (
+    MAX_CAPTION_BYTES,
+    TRIGGER_PLACEHOLDER,
+    apply_trigger,
+    read_metadata,
+    read_sidecar,
+)
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_edits import write_caption
-from lorastudio.data.writes import dataset_lock, staged_write
-from lorastudio.errors import DatasetError
+from lorastudio.data.metadata_write import set_metadata_captions
+from lorastudio.data.writes import dataset_lock
+from lorastudio.errors import DatasetError, NoSpaceLeft
 
 CaptionStore = Literal["txt", "metadata"]
 _SPACES = re.compile(r"\s+")
 _REPLACEMENT = "\ufffd"  # the decoder's stand-in for bytes that are no character
+# a write the dataset folder refuses for every file (read-only file system, permission denied):
+# the run stops rather than caption every later image only to fail its write the same way
+FOLDER_WIDE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+FLUSH_RATIO = 10.0  # metadata store: a rewrite of metadata.jsonl at most ~1/10 of a run's time
 
 
 @dataclass(frozen=True)
@@ -40,17 +57,23 @@ class CaptionPlan:
 
 
 def plan_captions(folder: Path, overwrite: bool) -> CaptionPlan:
-    """The images of dataset `folder` to caption (all of them with `overwrite`). Raises
+    """The images of dataset `folder` to caption (all of them with `overwrite`); of images that
+    share a stem (a.jpg, a.png: one a.txt is the caption of both, as a run reads it) the first by
+    name only, the others skipped, when captions go to .txt files. Raises
     DatasetError when the folder is missing or cannot be listed / its metadata.jsonl read."""
     files = discover(folder)
     rows = read_metadata(files.metadata).captions if files.metadata is not None else {}
     store: CaptionStore = "metadata" if files.metadata is not None and not files.sidecars else "txt"
     todo, skipped = [], []
+    planned: set[str] = set()  # stems whose .txt this run writes
     for image in files.images:
         if not overwrite and _has_caption(image, files.sidecars.get(image.stem), rows):
             skipped.append(image.name)
+        elif store == "txt" and image.stem in planned:  # a.jpg and a.png read one a.txt (data.scan)
+            skipped.append(image.name)  # captioned once, by the first; a second caption replaced it
         else:
             todo.append(image)
+            planned.add(image.stem)
     return CaptionPlan(todo, skipped, store)
 
 
@@ -69,42 +92,96 @@ def clean_caption(text: str, prefix: str | None = None) -> str:
     """One line: control and format characters dropped, and U+FFFD (what a byte-level
     tokenizer decodes from a character cut by max_tokens or an invalid byte sequence: no text of
     the image), whitespace runs made one space, `prefix` put first ("<prefix>, <caption>", not
-    doubled), cut to MAX_CAPTION_BYTES on a character boundary. Raises ValueError when nothing
-    is left of the model's text."""
+    doubled). Raises ValueError (the image's failure, nothing written) when nothing is left of
+    the model's text, when it holds the TRIGGER_PLACEHOLDER (a run would put its trigger word
+    there: the model's text would not reach training as written) or when the caption is over
+    MAX_CAPTION_BYTES (never cut: a caption cut short is not what the model said)."""
     kept = "".join(" " if unicodedata.category(ch)[0] == "C" or ch == _REPLACEMENT else ch for ch in text)
     caption = _SPACES.sub(" ", kept).strip()
     if not caption:
         raise ValueError("the model gave an empty caption")
+    if TRIGGER_PLACEHOLDER in caption:
+        raise ValueError(
+            f"the model's caption holds {TRIGGER_PLACEHOLDER!r}, the placeholder a run replaces with its "
+            "trigger word: not written (write this caption by hand)"
+        )
     caption = apply_trigger(caption, prefix)
-    return caption.encode("utf-8")[:MAX_CAPTION_BYTES].decode("utf-8", errors="ignore").strip()
+    size = len(caption.encode("utf-8"))
+    if size > MAX_CAPTION_BYTES:
+        raise ValueError(
+            f"the model's caption is {size:,} bytes{' with the prefix' if prefix else ''}, over the "
+            f"{MAX_CAPTION_BYTES // 1024} KB a caption may hold: not written (lower max_tokens)"
+        )
+    return caption
+
+
+class CaptionWriter:
+    """Writes a run's captions where `store` says, under the dataset's lock (see the module
+    docstring). "txt": `write` writes the image's `<stem>.txt` at once (raising for that image).
+    "metadata": `write` queues the caption and `flush_due` rewrites metadata.jsonl with every
+    caption queued since the last rewrite once the time since that rewrite is FLUSH_RATIO times
+    what it took (with a model slower than that, each caption is written before the next image;
+    a fast one on a large dataset shares a rewrite among several captions: the run's time stays
+    linear in its images, not quadratic in a file rewritten whole per image). `flush` writes
+    what is queued (the run's end, a stop). Both rewrite calls raise NoSpaceLeft, DatasetError
+    (naming the captions not saved) or OSError: the run stops."""
+
+    def __init__(self, folder: Path, store: CaptionStore, clock: Callable[[], float] = time.monotonic):
+        self.folder, self.store, self._clock = folder, store, clock
+        self.pending: dict[str, str] = {}
+        self._last_end, self._last_cost = clock(), 0.0
+        self.rewrites = 0  # metadata.jsonl rewrites made
+
+    def write(self, image: Path, caption: str) -> None:
+        if self.store == "txt":
+            try:
+                store_caption(self.folder, image, caption, "txt")
+            except IsADirectoryError:  # a folder at <stem>.txt: the rename onto it fails
+                raise DatasetError(
+                    f"no caption written for {image.name}",
+                    [f"{image.name}: {image.stem}.txt is a folder, not a caption file; nothing written"],
+                ) from None
+        else:
+            self.pending[image.name] = caption
+
+    def unwritable(self, err: OSError) -> DatasetError:
+        """The run's stop when the folder refuses a write (FOLDER_WIDE_ERRNOS)."""
+        why = err.strerror or str(err)
+        return DatasetError(
+            f"dataset folder {self.folder.name} cannot be written",
+            [f"{self.folder}: {why}; captioning stopped (the captions written so far are kept)"],
+        )
+
+    def flush_due(self) -> None:
+        if self.pending and self._clock() - self._last_end >= FLUSH_RATIO * self._last_cost:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        start = self._clock()
+        try:
+            with dataset_lock(self.folder.parent, self.folder.name):
+                set_metadata_captions(self.folder / METADATA_FILE, self.pending, append_missing=True)
+        except (DatasetError, OSError) as err:
+            if isinstance(err, NoSpaceLeft):
+                raise
+            names = ", ".join(sorted(self.pending))
+            raise DatasetError(
+                f"{METADATA_FILE} of {self.folder.name} could not be written",
+                [f"{METADATA_FILE}: {err}; the captions of {names} are not saved"],
+            ) from err
+        self.pending.clear()
+        self.rewrites += 1
+        end = self._clock()
+        self._last_end, self._last_cost = end, end - start
 
 
 def store_caption(folder: Path, image: Path, caption: str, store: CaptionStore) -> None:
-    """Write `caption` for `image` into `store` (see the module docstring). Raises DatasetError
-    (caption too long, metadata.jsonl unreadable), NoSpaceLeft, OSError."""
+    """Write `caption` for `image` into `store` (see the module docstring) at once. Raises
+    DatasetError (caption too long, metadata.jsonl unreadable), NoSpaceLeft, OSError."""
     with dataset_lock(folder.parent, folder.name):
         if store == "txt":
             write_caption(folder, image.name, caption)
         else:
-            _write_metadata_row(folder / METADATA_FILE, image.name, caption)
-
-
-def _write_metadata_row(path: Path, name: str, caption: str) -> None:
-    """Set the caption of row `name` in metadata.jsonl (other keys and other lines kept as they
-    are), appending a row when there is none; staged then renamed."""
-    read_metadata(path)  # bounded read: raises on a file over the caps before it is loaded
-    lines = path.read_text(encoding="utf-8-sig").splitlines()
-    found = False
-    for i, line in enumerate(lines):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a bad line stays as it was (the preflight names it)
-        if isinstance(row, dict) and str(row.get("file_name", "")).strip().removeprefix("./") == name:
-            row["caption" if "caption" in row and "text" not in row else "text"] = caption
-            lines[i] = json.dumps(row, ensure_ascii=False)
-            found = True
-    if not found:
-        lines.append(json.dumps({"file_name": name, "text": caption}, ensure_ascii=False))
-    with staged_write(path) as tmp:
-        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            set_metadata_captions(folder / METADATA_FILE, {image.name: caption}, append_missing=True)

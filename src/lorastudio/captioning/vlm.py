@@ -60,9 +60,20 @@ class Captioner:
         cls = _model_class(self.kind)
         try:
             self.processor = AutoProcessor.from_pretrained(source.source, **kwargs)
-            self.model = cls.from_pretrained(source.source, dtype=dtype, **kwargs).to(self.device).eval()
-        except (OSError, ValueError) as err:
-            raise ModelSourceError(f"captioning model {source.source} cannot be loaded: {err}") from None
+            model, info = cls.from_pretrained(source.source, dtype=dtype, output_loading_info=True, **kwargs)
+        # the loaders raise many kinds for one cause (a missing or cut file: OSError, SafetensorError;
+        # a config its class refuses: ValueError, TypeError, huggingface_hub's validation errors)
+        except Exception as err:  # noqa: BLE001 - each is "this model cannot be loaded", named
+            raise ModelSourceError(
+                f"captioning model {source.source} cannot be loaded: {type(err).__name__}: {err}"
+            ) from None
+        _require_every_weight(source.source, self.kind, info)
+        try:
+            self.model = model.to(self.device).eval()
+        except torch.OutOfMemoryError as err:
+            raise ModelSourceError(
+                f"captioning model {source.source} does not fit in the memory of {self.device}: {err}"
+            ) from None
 
     def default_prompt(self) -> str:
         return FLORENCE_DEFAULT_TASK if self.kind == "florence2" else DEFAULT_PROMPT
@@ -90,6 +101,22 @@ class Captioner:
         del self.model
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
+
+
+def _require_every_weight(name: str, kind: str, info: dict[str, Any]) -> None:
+    """Refuse a model whose files miss weights its class needs or hold them in another shape
+    (from_pretrained's loading info): transformers fills those with random values and only logs
+    it, so a folder of another model's weights under this config captioned every image with
+    noise. Unexpected extra weights are left (a checkpoint may carry more than the class uses)."""
+    missing, mismatched = list(info.get("missing_keys", ())), list(info.get("mismatched_keys", ()))
+    if not missing and not mismatched:
+        return
+    named = sorted(str(k[0] if isinstance(k, tuple) else k) for k in (*missing, *mismatched))
+    raise ModelSourceError(
+        f"captioning model {name} does not hold the weights a {kind} model needs: {len(missing)} missing, "
+        f"{len(mismatched)} of another shape (e.g. {', '.join(named[:3])}); its weight files are of "
+        "another model or incomplete: fetch it again"
+    )
 
 
 def _model_class(kind: str) -> Any:

@@ -47,7 +47,7 @@ def caption_cmd(
     quiet_libraries()
     from pydantic import ValidationError
 
-    from lorastudio.captioning.options import CaptionOptions
+    from lorastudio.captioning.options import CaptionOptions, check_prompt
     from lorastudio.captioning.run import caption_dataset
     from lorastudio.captioning.source import resolve_captioner
     from lorastudio.cli.config_file import localize_path
@@ -73,6 +73,7 @@ def caption_cmd(
         safe_component(name, field="NAME"), settings.datasets_dir, allow_outside_root=False
     )
     source = resolve_captioner(settings, options.model, options.revision)
+    check_prompt(source.kind, options)
     try:
         lock = HomeLock.for_cli_run(
             settings.home, through=f"caption through it (web UI or POST /api/datasets/{name}/caption"
@@ -97,18 +98,26 @@ def caption_cmd(
 
 
 def _print_event(event: dict[str, Any]) -> None:
+    """One event as one line per fact: a file name or reason holding a line break (a name may)
+    is escaped visibly (`shown`), so no name can start a line that reads as another image's; the
+    captions are one line already (captioning/targets.clean_caption)."""
+    from lorastudio.cli.safe_output import shown
+
     kind = event["type"]
     if kind == "caption_started":
         device = f" on {event['device']}" if "device" in event else ""
         typer.echo(f"captioning {event['total']} image(s){device}; {event['skipped']} already captioned")
     elif kind == "caption_progress":
-        typer.echo(f"[{event['index']}/{event['total']}] {event['file']}: {event['caption']}")
+        typer.echo(f"[{event['index']}/{event['total']}] {shown(event['file'])}: {shown(event['caption'])}")
     elif kind == "caption_failed":
-        typer.echo(f"[{event['index']}/{event['total']}] {event['file']}: FAILED: {event['reason']}")
+        typer.echo(
+            f"[{event['index']}/{event['total']}] {shown(event['file'])}: FAILED: {shown(event['reason'])}"
+        )
     elif kind == "caption_summary":
         typer.echo(
-            f"done: {event['captioned']} captioned, {event['skipped']} skipped, "
-            f"{len(event['failures'])} failed"
+            f"done: {event['captioned']} captioned, {event['skipped']} skipped, {event['failed']} failed"
         )
         for failure in event["failures"]:
-            typer.echo(f"  failed {failure['file']}: {failure['reason']}")
+            typer.echo(f"  failed {shown(failure['file'])}: {shown(failure['reason'])}")
+        if event["failed"] > len(event["failures"]):
+            typer.echo(f"  and {event['failed'] - len(event['failures'])} more (listed above)")

@@ -4,20 +4,20 @@ metadata.jsonl rows of images without one), in that order.
 
 `find` is plain text (every occurrence replaced; no regular expressions). Only captions that
 exist are edited (an image without one keeps none). All or nothing: every new caption is
-checked first (an edit that would leave a caption empty or over MAX_CAPTION_BYTES refuses the
-whole edit, naming the files); then each changed .txt is written staged and renamed, and
+checked first (an edit that would leave a caption empty, over MAX_CAPTION_BYTES or holding a
+NUL, captions.caption_problem: what a scan refuses, refuses the whole edit, naming the files); then each changed .txt is written staged and renamed, and
 metadata.jsonl is rewritten once the same way, keeping every other field and line of it. The
 dataset's lock (data.writes.dataset_lock) is held meanwhile, so uploads and other edits wait.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lorastudio.data.captions import MAX_CAPTION_BYTES, read_metadata, read_sidecar
+from lorastudio.data.captions import caption_problem, read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
+from lorastudio.data.metadata_write import set_metadata_captions
 from lorastudio.data.writes import dataset_lock, staged_write
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, NoSpaceLeft, is_no_space
 
@@ -84,10 +84,9 @@ def bulk_edit_captions(folder: Path, edit: CaptionEdit, *, dry_run: bool = False
             after = edit.apply(before)
             if after == before:
                 continue
-            if not after or len(after.encode("utf-8")) > MAX_CAPTION_BYTES:
-                bad.append(
-                    f"{image.name}: the edit would leave the caption {'empty' if not after else 'too long'}"
-                )
+            why = "the edit would leave the caption empty" if not after else caption_problem(after)
+            if why is not None:  # what write_caption refuses too: a scan would refuse the file
+                bad.append(f"{image.name}: {why}")
                 continue
             result.changed.append(image.name)
             if len(result.examples) < EXAMPLES:
@@ -109,30 +108,12 @@ def _write(folder: Path, txt: dict[Path, str], rows: dict[str, str], metadata: P
         for path, text in sorted(txt.items()):
             with staged_write(path) as tmp:
                 tmp.write_text(text + "\n", encoding="utf-8")
-        if rows and metadata is not None:
-            lines = metadata.read_text(encoding="utf-8-sig").splitlines()
-            with staged_write(metadata) as tmp:
-                tmp.write_text("".join(_row(line, rows) + "\n" for line in lines), encoding="utf-8")
+        if rows and metadata is not None:  # line by line as read_metadata reads it, bad lines kept
+            set_metadata_captions(metadata, rows, append_missing=False)
     except OSError as err:
         if is_no_space(err):
             raise NoSpaceLeft(f"the captions of {folder.name} could not be written", folder) from err
         raise
-
-
-def _row(line: str, rows: dict[str, str]) -> str:
-    """A metadata.jsonl line with its caption replaced when its file is in `rows` (every other
-    field kept; a line that is not such a row is kept as it is)."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError:
-        return line
-    if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):
-        return line
-    name = row["file_name"].strip().removeprefix("./")
-    if name not in rows:
-        return line
-    key = "text" if "text" in row else "caption"
-    return json.dumps({**row, key: rows[name]}, ensure_ascii=False)
 
 
 __all__ = ["METADATA_FILE", "BulkResult", "CaptionEdit", "bulk_edit_captions"]

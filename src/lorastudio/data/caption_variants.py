@@ -64,6 +64,8 @@ def caption_variant(caption: str, style: CaptionStyle, rng: np.random.Generator)
     if not style.active:
         return caption
     tags = split_tags(caption)
+    if not tags:  # only commas and blanks: no tag to vary, and joining none would train ""
+        return caption
     fixed, rest = tags[: style.keep_tokens], tags[style.keep_tokens :]
     if style.tag_dropout > 0 and rest:
         trigger = set(split_tags(style.trigger)) if style.trigger else set()  # "ohwx, man": two tags

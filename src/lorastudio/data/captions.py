@@ -101,6 +101,18 @@ def read_sidecar(path: Path, folder_id: FolderId | None = None) -> str | None:
     return cleaned
 
 
+def caption_problem(text: str) -> str | None:
+    """Why caption `text` cannot be stored so that every reader takes it back as written (None:
+    it can): larger than MAX_CAPTION_BYTES, or holding a NUL (read_sidecar and read_metadata
+    refuse it: the dataset's scan would then refuse the file). Every writer of a caption checks
+    it before writing (data/image_edits.write_caption, data/caption_bulk)."""
+    if len(text.encode("utf-8")) > MAX_CAPTION_BYTES:
+        return f"caption larger than {MAX_CAPTION_BYTES // 1024} KB"
+    if "\0" in text:
+        return "the caption holds a NUL character"
+    return None
+
+
 def _lines(fh: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
     """(line number, bytes without the newline) of each line; None for a line longer than
     MAX_METADATA_LINE_BYTES, which is skipped in bounded pieces, never held."""

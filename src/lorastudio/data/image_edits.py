@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from lorastudio.data.captions import MAX_CAPTION_BYTES, read_metadata, read_sidecar
+from lorastudio.data.captions import caption_problem, read_metadata, read_sidecar
 from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, is_image_name
 from lorastudio.data.masks import masks_of
 from lorastudio.data.paths import existing_component, nfc, stem_key
@@ -46,12 +46,8 @@ def write_caption(
             target.unlink()
         drop_metadata_row(dataset_dir, image.name)  # else its old caption would be the image's
         return None
-    if len(text.encode("utf-8")) > MAX_CAPTION_BYTES:
-        raise DatasetError(
-            "caption too long", [f"{image_name}: caption larger than {MAX_CAPTION_BYTES // 1024} KB"]
-        )
-    if "\0" in text:  # a scan refuses such a caption file (captions.read_sidecar)
-        raise DatasetError("caption holds a NUL", [f"{image_name}: the caption holds a NUL character"])
+    if (why := caption_problem(text)) is not None:  # a scan would refuse it (captions.read_sidecar)
+        raise DatasetError(f"caption of {image_name} refused", [f"{image_name}: {why}"])
     try:
         with staged_write(target) as tmp:
             tmp.write_text(text + "\n", encoding="utf-8")

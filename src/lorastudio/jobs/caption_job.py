@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lorastudio.captioning.options import CaptionOptions
+from lorastudio.captioning.options import MAX_LISTED_FAILURES, CaptionOptions
 from lorastudio.jobs.caption_gpu import CaptionNeed
 from lorastudio.jobs.dataset_claims import DatasetClaim
 
@@ -61,7 +61,8 @@ class CaptionJob:
             "done": self.done,
             "captioned": self.captioned,
             "skipped": self.skipped,
-            "failures": list(self.failures),
+            "failed": len(self.failures),
+            "failures": self.failures[:MAX_LISTED_FAILURES],  # the first; each is an event too
             "preview": list(self.preview),
             "error": self.error,
             "cancel_reason": self.cancel_reason,

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lorastudio.captioning.options import CaptionOptions
+from lorastudio.captioning.options import CaptionOptions, check_prompt
 from lorastudio.captioning.source import CaptionerSource, resolve_captioner
 from lorastudio.data import resolve_dataset_dir, safe_component
 from lorastudio.data.discovery import require_folder
@@ -131,6 +131,7 @@ class CaptionJobs:
         require_folder(folder)
         device = self._device(options)
         source = resolve_captioner(self.settings, options.model, options.revision)
+        check_prompt(source.kind, options)
         job = CaptionJob(
             uuid.uuid4().hex[:12], dataset, folder, options.model_copy(update={"device": device}), device
         )

@@ -142,3 +142,18 @@ def test_the_preflight_names_images_whose_captions_no_draw_changes(tmp_path: Pat
         variation_warning(DatasetScan(tmp_path, scan.items, [], scan.fingerprint, entries=(unshuffled,)))
         is None
     )
+
+
+def test_a_caption_of_commas_only_is_trained_as_written_not_empty() -> None:
+    """Session 26 caption audit: a caption with no tag (",, ,") joined no tags into "" under
+    shuffle or dropout: the image trained unconditioned, as caption dropout does, unsaid."""
+    import numpy as np
+
+    from lorastudio.data.caption_variants import CaptionStyle, caption_variant
+
+    for style in (
+        CaptionStyle(shuffle=True),
+        CaptionStyle(tag_dropout=0.5),
+        CaptionStyle(shuffle=True, keep_tokens=1),
+    ):
+        assert caption_variant(",, ,", style, np.random.default_rng(0)) == ",, ,"

@@ -1331,7 +1331,15 @@ export interface components {
             done: number;
             /** Error */
             error: string | null;
-            /** Failures */
+            /**
+             * Failed
+             * @description images that failed (all of them)
+             */
+            failed: number;
+            /**
+             * Failures
+             * @description the first 100 failed images by file, with the reason (each is a caption_failed event too)
+             */
             failures: components["schemas"]["CaptionFailure"][];
             /** Finished At */
             finished_at: string | null;
@@ -1374,7 +1382,8 @@ export interface components {
          * @description model: a catalogue id (`lorastudio models list`: a fetched captioner's owner--name), a hub
          *     id (owner/name; lorastudio's fetched copy, the hub cache, `revision`, the studio's hub token)
          *     or a model folder (absolute, or a name under the models folder). prompt: None takes the model's
-         *     default (DEFAULT_PROMPT; Florence-2: FLORENCE_DEFAULT_TASK). prefix: put before every new
+         *     default (DEFAULT_PROMPT; Florence-2: FLORENCE_DEFAULT_TASK; a blank prompt is None; a
+         *     Florence-2 model takes one of FLORENCE_CAPTION_TASKS only: `check_prompt`). prefix: put before every new
          *     caption ("<prefix>, <caption>", e.g. a trigger word; not doubled; one line: a control,
          *     invisible or text-direction character in it is refused, naming it). overwrite: caption every
          *     image, not only those without a caption. max_tokens: new tokens per caption (greedy).

@@ -17,6 +17,7 @@ const RUNNING: CaptionJob = {
   done: 1,
   captioned: 1,
   skipped: 0,
+  failed: 0,
   failures: [],
   preview: [{ file: "a.png", caption: "sks, a red square" }],
   error: null,
@@ -30,6 +31,7 @@ const DONE: CaptionJob = {
   status: "completed",
   done: 3,
   captioned: 2,
+  failed: 1,
   failures: [{ file: "broken.png", reason: "corrupt or not a PNG/JPEG/WebP image" }],
   preview: [...RUNNING.preview, { file: "c.png", caption: "sks, a blue circle" }],
   finished_at: "2026-12-04T18:00:09+00:00",
@@ -108,6 +110,45 @@ describe("AutoCaptionPanel", () => {
     expect(screen.getByTestId("caption-status")).toHaveTextContent("Caption job cancelled");
     expect(screen.queryByTestId("caption-cancel")).toBeNull();
     expect(onFinished).toHaveBeenCalledTimes(1);
+  });
+
+  it("a job the restarted server no longer knows ends in the panel; a failed poll is retried (session 26 caption audit)", async () => {
+    let polls = 0;
+    mockFetch(({ url, method }) => {
+      if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: RUNNING };
+      if (url === "/api/captions/c1") {
+        polls += 1;
+        if (polls === 1) return { status: 502, body: { detail: "Bad Gateway" } }; // a blip
+        if (polls === 2) return { body: { ...RUNNING, done: 2 } };
+        return { status: 404, body: { error: "NotFound", detail: "no caption job with id 'c1' in this server's life" } };
+      }
+      return undefined;
+    });
+    const onFinished = vi.fn();
+    render(<AutoCaptionPanel dataset="mix" onFinished={onFinished} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    await userEvent.click(screen.getByTestId("caption-start"));
+    expect(await screen.findByTestId("caption-poll-error", {}, { timeout: 3000 })).toHaveTextContent("trying again");
+    await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Captioning 2 / 3"), { timeout: 3000 });
+    expect(screen.queryByTestId("caption-poll-error")).toBeNull();
+    await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Caption job failed"), { timeout: 3000 });
+    expect(screen.getByTestId("caption-status")).toHaveTextContent("the server restarted");
+    expect(screen.queryByTestId("caption-cancel")).toBeNull();
+    expect(screen.getByTestId("caption-start")).toBeEnabled(); // a new job can be started
+    expect(onFinished).toHaveBeenCalledTimes(1);
+  });
+
+  it("counts every failure and lists the first ones the server sends (session 26 caption audit)", async () => {
+    const failures = Array.from({ length: 100 }, (_, i) => ({ file: `b${i}.png`, reason: "corrupt" }));
+    const many = { ...DONE, failed: 5000, captioned: 0, failures };
+    mockFetch(({ url, method }) =>
+      url === "/api/datasets/mix/caption" && method === "POST" ? { status: 202, body: many } : undefined,
+    );
+    render(<AutoCaptionPanel dataset="mix" onFinished={vi.fn()} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    await userEvent.click(screen.getByTestId("caption-start"));
+    expect(await screen.findByTestId("caption-status")).toHaveTextContent("0 captioned, 0 kept their caption, 5000 failed");
+    expect(screen.getByTestId("caption-failures")).toHaveTextContent("and 4900 more");
   });
 
   it("offers the catalogue's captioners: the fetched one preselected, those not fetched disabled; shows the GPU", async () => {

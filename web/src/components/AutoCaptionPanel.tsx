@@ -1,4 +1,5 @@
 import { useEffect, useRef, useState } from "react";
+import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { CaptionJob, CatalogueModel } from "../api/types";
 import { ProgressBar } from "./ProgressBar";
@@ -51,6 +52,11 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
   }, [open]);
 
   const running = job?.status === "running";
+  // a failed poll: shown, and the next poll is made all the same (`retries`), so a blip does not
+  // freeze the panel at "running"; a job the server no longer knows (404: it restarted, and a
+  // caption job lives for the server's life) has ended there, so the panel ends it too
+  const [pollError, setPollError] = useState<string | null>(null);
+  const [retries, setRetries] = useState(0);
   // the poll in flight: a Cancel's answer supersedes it (a slow "running" must not bring the job back)
   const polls = useLatest();
   useEffect(() => {
@@ -60,14 +66,28 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
       try {
         const next = await api.captionJob(job.id, ticket.signal);
         if (!ticket.current()) return;
+        setPollError(null);
         setJob(next);
         if (next.status !== "running") finished.current();
       } catch (err) {
-        if (!isAbort(err) && ticket.current()) setError(err instanceof Error ? err.message : String(err));
+        if (isAbort(err) || !ticket.current()) return;
+        const message = err instanceof Error ? err.message : String(err);
+        if (err instanceof ApiError && err.status === 404) {
+          setPollError(null);
+          setJob({
+            ...job,
+            status: "failed",
+            error: `${message}: the server restarted and this job ended with it; the captions written before are kept (start again to caption the rest)`,
+          });
+          finished.current();
+          return;
+        }
+        setPollError(message);
+        setRetries((n) => n + 1);
       }
     }, POLL_MS);
     return () => clearTimeout(timer);
-  }, [job, polls]);
+  }, [job, polls, retries]);
 
   // one request per click: a double click starts one job
   const start = useAction(async () => {
@@ -152,6 +172,7 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
         )}
       </div>
       <ErrorBanner message={error} testId="caption-error" />
+      <ErrorBanner message={pollError && `Cannot reach the caption job (trying again): ${pollError}`} testId="caption-poll-error" />
       {job && <CaptionJobStatus job={job} />}
     </div>
   );
@@ -172,7 +193,7 @@ function CaptionJobStatus({ job }: { job: CaptionJob }) {
           ? job.total == null
             ? `Loading ${job.model} on ${where(job)}…`
             : `Captioning ${job.done} / ${total} on ${where(job)}`
-          : `Caption job ${job.status}: ${job.captioned} captioned, ${job.skipped} kept their caption, ${job.failures.length} failed`}
+          : `Caption job ${job.status}: ${job.captioned} captioned, ${job.skipped} kept their caption, ${job.failed} failed`}
         {job.cancel_reason && job.status !== "running" && ` (${job.cancel_reason})`}
       </p>
       {job.status === "running" && job.total != null && <ProgressBar value={job.done} max={total} label="caption progress" />}
@@ -193,6 +214,7 @@ function CaptionJobStatus({ job }: { job: CaptionJob }) {
               <code>{f.file}</code> {f.reason}
             </li>
           ))}
+          {job.failed > job.failures.length && <li>and {job.failed - job.failures.length} more</li>}
         </ul>
       )}
     </div>

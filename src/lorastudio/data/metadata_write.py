@@ -1,0 +1,89 @@
+"""Set captions in a dataset's metadata.jsonl: one rewrite, line by line as it is read (no torch).
+
+The writers of captions into metadata.jsonl (the auto-captioner's metadata store,
+captioning/targets.py; the bulk caption edit, data/caption_bulk.py) go through
+`set_metadata_captions`. It splits the file where `data.captions.read_metadata` does, at b"\\n"
+only: a JSON string may hold U+2028, U+2029 or U+0085 raw (json.dumps(ensure_ascii=False)
+writes them so), and `str.splitlines` cut such a row in two, leaving two bad lines and the
+image's caption lost. A line that is not a row (bad JSON, bad UTF-8, a blank line) is kept as
+its exact bytes; a changed row keeps every other key; the file is staged, then renamed; a full
+disk is NoSpaceLeft.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from lorastudio.data.captions import MAX_METADATA_BYTES
+from lorastudio.data.safe_open import open_in_folder
+from lorastudio.data.writes import staged_write
+from lorastudio.errors import DatasetError, NoSpaceLeft, is_no_space
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The bytes of metadata.jsonl, opened in its folder without following a link (the folder
+    swapped for a link meanwhile is refused here, before anything is written through it).
+    Raises DatasetError when it is missing, a link, not a regular file or larger than
+    MAX_METADATA_BYTES."""
+    with open_in_folder(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > MAX_METADATA_BYTES:
+            raise DatasetError(
+                f"{path.name} is too large",
+                [f"{path.name}: {size:,} bytes, larger than the {MAX_METADATA_BYTES // 2**20} MB allowed"],
+            )
+        return fh.read(MAX_METADATA_BYTES + 1)
+
+
+def _row_name(line: bytes) -> tuple[dict[str, object], str] | None:
+    """(row, its file name as read_metadata reads it) of one line, or None (not a row)."""
+    try:
+        row = json.loads(line.removeprefix(_BOM).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):
+        return None
+    return row, row["file_name"].strip().removeprefix("./")
+
+
+def _caption_key(row: dict[str, object]) -> str:
+    """The key read_metadata takes the caption from ("text" first); "text" for a row with none."""
+    return "caption" if "caption" in row and "text" not in row else "text"
+
+
+def set_metadata_captions(path: Path, captions: dict[str, str], *, append_missing: bool) -> None:
+    """Set the caption of each file named in `captions` (file name -> caption) in the
+    metadata.jsonl at `path` (every row of that name; other keys, lines and bytes kept), and
+    with `append_missing` append a row {"file_name", "text"} for each name that has none.
+    The caller holds the dataset's lock (data.writes.dataset_lock). Raises DatasetError (a link,
+    over the size cap), NoSpaceLeft (a full disk: the file is unchanged), OSError."""
+    raw = _read_bounded(path)
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the last line's newline
+    found: set[str] = set()
+    for i, line in enumerate(lines):
+        body, cr = (line[:-1], b"\r") if line.endswith(b"\r") else (line, b"")
+        named = _row_name(body)
+        if named is None or named[1] not in captions:
+            continue
+        row, name = named
+        row[_caption_key(row)] = captions[name]
+        bom = _BOM if i == 0 and body.startswith(_BOM) else b""
+        lines[i] = bom + json.dumps(row, ensure_ascii=False).encode("utf-8") + cr
+        found.add(name)
+    if append_missing:
+        for name in sorted(set(captions) - found):
+            row = {"file_name": name, "text": captions[name]}
+            lines.append(json.dumps(row, ensure_ascii=False).encode("utf-8"))
+    try:
+        with staged_write(path) as tmp:
+            tmp.write_bytes(b"".join(line + b"\n" for line in lines))
+    except OSError as err:
+        if is_no_space(err):
+            raise NoSpaceLeft(f"{path.name} of {path.parent.name} could not be written", path.parent) from err
+        raise
