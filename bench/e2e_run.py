@@ -117,8 +117,8 @@ def timed_calls(module: Any, name: str, log: list[float]) -> None:
 
 
 class AttentionLog(logging.Handler):
-    """The engine's attention log records (probe started / cached / timed / chosen) with their
-    time since `t0`: the probe has no event of its own."""
+    """The engine's attention log records (probe started / cached / timed / chosen) and its
+    denoiser build's stage times, with their time since `t0`: neither has an event of its own."""
 
     def __init__(self, t0: float) -> None:
         super().__init__(logging.INFO)
@@ -126,7 +126,7 @@ class AttentionLog(logging.Handler):
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.name.startswith("lorastudio.training.attention"):
+        if record.name.startswith(("lorastudio.training.attention", "lorastudio.training.plan_build")):
             self.lines.append(f"{time.monotonic() - self.t0:.1f} s {record.getMessage()}")
 
 
@@ -213,7 +213,7 @@ def run_api(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str
         table["attention_log"] = [
             line.strip()
             for line in worker_log.read_text(errors="replace").splitlines()
-            if "training.attention" in line
+            if "training.attention" in line or "denoiser build:" in line
         ]
     return table
 

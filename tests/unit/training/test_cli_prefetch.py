@@ -45,9 +45,17 @@ def test_a_cli_run_prefetches_its_weight_files_and_stops_with_it(
     model = tiny_model("flux")
     config = tmp_path / "run.json"
     config.write_text(json.dumps(run_settings("flux", model, small_dataset, {"steps": 1})))
-    with caplog.at_level("INFO", logger="lorastudio.prefetch"):
+    with (
+        caplog.at_level("INFO", logger="lorastudio.prefetch"),
+        caplog.at_level("INFO", logger="lorastudio.training.plan_build"),
+    ):
         result = CliRunner().invoke(app, ["train", str(config), "--set", "output_name=pf", "--device", "cpu"])
     assert result.exit_code == 0, result.output
+    # the denoiser's build stages, timed in one line (the load phase's split, RESULTS note 34)
+    build = [r.getMessage() for r in caplog.records if r.getMessage().startswith("denoiser build: ")]
+    assert len(build) == 1, build
+    stages = [part.split(" ")[0] for part in build[0].removeprefix("denoiser build: ").split(", ")]
+    assert stages == ["load", "precision", "fuse", "lora", "swap+compile", "checkpointing"], build
     assert len(started) == 1 and started[0] is not None
     prefetch = started[0]
     assert not prefetch.running and prefetch._stop.is_set()  # ended with the run
