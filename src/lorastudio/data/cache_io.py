@@ -185,6 +185,40 @@ def readers_gone(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
+PRUNE_LOCK = ".prune.lock"  # in the cache folder: one prune at a time (data/cache_prune.py)
+
+
+@contextlib.contextmanager
+def one_prune(root: Path) -> Iterator[None]:
+    """Hold the cache's prune lock exclusively (flock on `root`/PRUNE_LOCK, made when missing;
+    waits while another prune, of any process or studio home sharing the folder, holds it), so
+    each prune measures the cache after the one before it. Raises CacheError naming the lock
+    when the folder may not be written (read-only: nothing can be removed) or a link, a folder
+    or a FIFO is there."""
+    try:
+        fd = os.open(
+            root / PRUNE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644
+        )
+    except OSError as err:
+        why = (
+            "read-only: nothing can be removed"
+            if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+            else "remove what is there"
+        )
+        raise CacheError(
+            "the cache was not pruned", [f"{root / PRUNE_LOCK}: {err.strerror or err} ({why})"]
+        ) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CacheError(
+                "the cache was not pruned", [f"{root / PRUNE_LOCK}: not a regular file (remove it)"]
+            )
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 _ENTRY_RETRIES = 20  # a run re-opens an entry a prune removed meanwhile (the prune is brief)
 
 

@@ -12,6 +12,10 @@ the cache is at most the cap; it never removes
   a run does, so a clear and a prune never interleave),
 - an entry holding anything the cache did not write (kept and named, as `cache clear` refuses).
 
+One prune at a time (cache_io.one_prune: `.prune.lock` in the cache folder, exclusive; a second
+prune waits, then measures the cache the first left: two that measured at once each removed the
+whole excess). A read-only cache over its cap is refused (CacheError: nothing can be removed).
+
 A removed entry is renamed aside first (a run that opens it meanwhile makes a new one and
 encodes what it needs), then deleted; a later run re-encodes what it finds missing.
 
@@ -34,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lorastudio.data.cache_io import entry_unused, hold_readers
+from lorastudio.data.cache_io import entry_unused, hold_readers, one_prune
 from lorastudio.data.disk_cache import CacheStats, cache_root, cache_stats, foreign_files
 from lorastudio.errors import CacheError
 
@@ -82,9 +86,28 @@ def cap_bytes(settings: Any, root: Path, used_bytes: int) -> int:
 
 def prune_cache(root: Path, cap: int) -> PruneResult:
     """Remove whole entries of the cache under `root`, least recently used first, until it holds
-    at most `cap` bytes, skipping those in use or holding foreign files (module docstring).
-    Raises CacheError when the readers lock cannot be used (a link or a folder at its place)."""
-    stats = cache_stats(root)
+    at most `cap` bytes, skipping those in use or holding foreign files (module docstring). One
+    prune at a time (cache_io.one_prune: a second waits, then measures what the first left).
+    Raises CacheError when the prune or readers lock cannot be used (a read-only cache over its
+    cap; a link or a folder at its place)."""
+    before = sum(s.bytes for s in cache_stats(root))
+    if before <= cap:
+        return PruneResult(cap, before, before)
+    asides: list[Path] = []  # entries renamed aside: removed once the lock is released
+    with one_prune(root):  # another prune's removals are seen: two at once removed twice the excess
+        result = _prune_held(root, cap, asides)
+    for aside in asides:
+        try:
+            shutil.rmtree(aside)
+        except OSError as err:  # the rest goes at the next server start (jobs/leftovers.py)
+            log.warning("could not remove all of the pruned cache entry %s: %s", aside, err)
+    return result
+
+
+def _prune_held(root: Path, cap: int, asides: list[Path]) -> PruneResult:
+    """prune_cache's removals while it holds the prune lock: each entry removed is renamed aside
+    and appended to `asides` (the caller deletes them)."""
+    stats = cache_stats(root)  # measured under the lock: after any other prune's renames
     total = before = sum(s.bytes for s in stats)
     result = PruneResult(cap, before, before)
     if total <= cap:
@@ -111,10 +134,7 @@ def prune_cache(root: Path, cap: int) -> PruneResult:
                 except OSError as err:
                     log.warning("could not prune the cache entry %s: %s", folder, err)
                     continue
-            try:
-                shutil.rmtree(aside)
-            except OSError as err:  # the rest goes at the next server start (jobs/leftovers.py)
-                log.warning("could not remove all of the pruned cache entry %s: %s", aside, err)
+            asides.append(aside)
             total -= entry.bytes
             result.removed.append(entry)
     finally:

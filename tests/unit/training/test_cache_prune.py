@@ -219,3 +219,56 @@ def test_a_prune_during_a_run_keeps_the_entries_it_reads(
     assert [s.model for s in result.removed] == [OLDEST] and not stale.exists()
     assert {(s.kind, s.model) for s in result.in_use} == own  # the run's text and latent entries
     assert encodes == [] and second.losses == first.losses  # read from the shards it kept
+
+
+def test_two_prunes_at_once_remove_the_excess_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RELIABILITY 352: each prune measured the cache at its start, so a second prune begun while a
+    first removed entries (a run's end beside a server start's prune, POST /api/cache/prune twice)
+    removed the excess again: two prunes to 20 MB of a 40 MB cache left nothing. Here prune B
+    measures the cache, then prune A runs whole, then B goes on: B removes nothing more."""
+    from lorastudio.data import cache_prune
+
+    root = tmp_path / "cache"
+    models = [f"{n:x}" * 20 for n in range(1, 7)]
+    for n, model in enumerate(models):
+        _entry(root, model, 1_000 + n)
+    size = cache_stats(root)[0].bytes
+    real, calls = cache_prune.cache_stats, []
+
+    def then_another_prune(at: Path) -> list:
+        measured = real(at)
+        calls.append(len(measured))
+        if len(calls) == 1:  # B has measured: A prunes now
+            assert len(prune_cache(root, cap=3 * size).removed) == 3
+        return measured
+
+    monkeypatch.setattr(cache_prune, "cache_stats", then_another_prune)
+    second = prune_cache(root, cap=3 * size)
+    assert second.removed == [] and second.after_bytes == 3 * size
+    assert sorted(p.name for p in (root / "latents").iterdir()) == models[3:]
+
+
+def test_a_read_only_cache_over_its_cap_says_why_nothing_was_pruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 353: a prune of a cache it may not write reported each entry "kept: a run reads
+    it" (its entry lock could not be opened for writing) and exited 0."""
+    import errno
+
+    from lorastudio.data import cache_io
+    from lorastudio.errors import CacheError
+
+    root = tmp_path / "cache"
+    _entry(root, OLDEST, 1_000)
+    real_open = os.open
+
+    def read_only(path, flags, *args, **kwargs):  # a read-only mount (the suite may run as root)
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(cache_io.os, "open", read_only)
+    with pytest.raises(CacheError) as refused:
+        prune_cache(root, cap=0)
+    assert "read-only: nothing can be removed" in str(refused.value)
+    assert (root / "latents" / OLDEST).is_dir()
