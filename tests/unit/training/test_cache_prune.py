@@ -272,3 +272,29 @@ def test_a_read_only_cache_over_its_cap_says_why_nothing_was_pruned(
         prune_cache(root, cap=0)
     assert "read-only: nothing can be removed" in str(refused.value)
     assert (root / "latents" / OLDEST).is_dir()
+
+
+def test_a_prune_before_the_run_reads_its_latents_keeps_them(
+    make_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 354: a run held its latent entry only when its VAE had loaded, after its text
+    encode (minutes for a large text encoder): a prune meanwhile (another run's end, `cache prune`)
+    removed the entry it was about to read, and it encoded every image again."""
+    from lorastudio.training.events import ModelLoadStarted
+
+    encodes = _counting(monkeypatch)
+    root = cache_root(get_settings())
+    first = _run(make_config, "first")
+    own = {(s.kind, s.model) for s in cache_stats(root)}
+    encodes.clear()
+    pruned: list = []
+
+    def emit(event: object) -> None:
+        if isinstance(event, ModelLoadStarted) and event.component == "vae" and not pruned:
+            pruned.append(prune_cache(root, cap=0))  # after the captions, before the latents
+
+    settings = {"latent_cache": "disk", "random_flip": True, "cache_variants": 2, "steps": 3}
+    second = train(make_config(output_name="second", **settings), emit, device="cpu")
+    (result,) = pruned
+    assert result.removed == [] and {(s.kind, s.model) for s in result.in_use} == own
+    assert encodes == [] and second.losses == first.losses
