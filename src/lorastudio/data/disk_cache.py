@@ -111,21 +111,37 @@ def _hub_folder(repo: str, component: str, revision: str | None) -> Path | None:
     return Path(found).parent if isinstance(found, str) else None
 
 
+def _component_folder(source: Any, component: str, revision: str | None) -> tuple[Path | None, Path | None]:
+    """(the single file holding `component`, else None; the component's local folder, else None:
+    a hub id not in the local hub cache) of model_source `source`."""
+    file = getattr(source, "file", None)
+    holder = Path(file) if file is not None and component in getattr(source, "components", ()) else None
+    if file is not None:
+        source = source.config
+    folder = (
+        Path(source) / component if Path(source).is_dir() else _hub_folder(str(source), component, revision)
+    )
+    return holder, folder if folder is not None and folder.is_dir() else None
+
+
+def component_on_disk(source: Any, component: str, revision: str | None) -> bool:
+    """Whether `component_fingerprint` of it is a content fingerprint now: its files are on this
+    machine (a folder, the hub cache, a single file holding it), not a hub id yet to download."""
+    holder, folder = _component_folder(source, component, revision)
+    return holder is not None or folder is not None
+
+
 def component_fingerprint(source: Any, component: str, revision: str | None) -> str:
     """A short content fingerprint of one component (e.g. "vae") of a run's base: `source` is
     model_source(cfg) (a folder, a hub id, or a SingleFile holding the component). A hub id that
     is not in the local hub cache is fingerprinted by its id and revision."""
     parts: list[str] = [component]
-    file = getattr(source, "file", None)
-    if file is not None and component in getattr(source, "components", ()):
-        parts.append(_sampled_digest(Path(file)))
-        source = source.config
-    elif file is not None:
-        source = source.config
-    folder = (
-        Path(source) / component if Path(source).is_dir() else _hub_folder(str(source), component, revision)
-    )
-    if folder is None or not folder.is_dir():
+    holder, folder = _component_folder(source, component, revision)
+    if holder is not None:
+        parts.append(_sampled_digest(holder))
+    if getattr(source, "file", None) is not None:
+        source = source.config  # a single file's configs (and the components it lacks)
+    if folder is None:
         parts += [f"hub:{source}@{revision}"]
     else:
         for path in sorted(folder.iterdir()):

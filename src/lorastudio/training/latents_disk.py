@@ -335,9 +335,7 @@ def build_disk_latents(
 def hold_latent_entry(cfg: TrainConfig, root: Path, holds: list[int] | None) -> str:
     """Make and hold the latent cache entry of the run's VAE (its content fingerprint, returned):
     data/cache_io.hold_entry, the descriptor appended to `holds` (closed at the run's end).
-    Taken with the cache's readers lock, before the run's first encode: a prune meanwhile (its
-    text encode may take minutes) would otherwise remove an entry the run is about to read, and
-    it would encode every image again. Raises CacheError naming a link or a file in the way."""
+    Raises CacheError naming a link or a file in the way."""
     from lorastudio.data.cache_io import hold_entry, prepare_cache_folder
     from lorastudio.data.disk_cache import component_fingerprint
     from lorastudio.families.single_file import model_source
@@ -348,6 +346,18 @@ def hold_latent_entry(cfg: TrainConfig, root: Path, holds: list[int] | None) -> 
     if held is not None and holds is not None:
         holds.append(held)
     return model
+
+
+def hold_latent_entry_early(cfg: TrainConfig, root: Path, holds: list[int] | None) -> None:
+    """hold_latent_entry with the cache's readers lock, before the run's first encode: a prune
+    meanwhile (its text encode may take minutes) would otherwise remove the entry the run is
+    about to read, and it would encode every image again. A VAE not on disk yet (a hub id the
+    loader downloads) is not held: its fingerprint is known once it is there (open_disk_latents)."""
+    from lorastudio.data.disk_cache import component_on_disk
+    from lorastudio.families.single_file import model_source
+
+    if component_on_disk(model_source(cfg), "vae", cfg.revision):
+        hold_latent_entry(cfg, root, holds)
 
 
 def open_disk_latents(

@@ -298,3 +298,21 @@ def test_a_prune_before_the_run_reads_its_latents_keeps_them(
     (result,) = pruned
     assert result.removed == [] and {(s.kind, s.model) for s in result.in_use} == own
     assert encodes == [] and second.losses == first.losses
+
+
+def test_only_a_vae_on_disk_is_held_before_the_run_loads_it(tmp_path: Path, tiny_model) -> None:
+    """The early hold (RELIABILITY 354) takes the entry of a VAE whose files are here; a hub id
+    the loader has yet to download has no content fingerprint yet: no entry is made for it."""
+    from types import SimpleNamespace
+
+    from lorastudio.data.disk_cache import component_fingerprint, component_on_disk
+
+    folder = tiny_model("flux")
+    assert component_on_disk(str(folder), "vae", None)
+    assert not component_on_disk(str(tmp_path), "vae", None)  # a folder without it
+    assert not component_on_disk("acme/not-downloaded", "vae", None)  # HF_HUB_OFFLINE, empty cache
+    single = SimpleNamespace(
+        file=str(next((folder / "vae").glob("*.safetensors"))), components=("vae",), config="acme/x"
+    )
+    assert component_on_disk(single, "vae", None) and not component_on_disk(single, "text_encoder", None)
+    assert component_fingerprint(single, "vae", None) != component_fingerprint("acme/x", "vae", None)
