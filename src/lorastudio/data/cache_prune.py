@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.data.cache_io import entry_unused, hold_readers, one_prune
-from lorastudio.data.disk_cache import CacheStats, cache_root, cache_stats, foreign_files
+from lorastudio.data.disk_cache import CacheStats, cache_leftovers, cache_root, cache_stats, foreign_files
 from lorastudio.errors import CacheError
 
 log = logging.getLogger("lorastudio.cache")
@@ -144,10 +144,31 @@ def _prune_held(root: Path, cap: int, asides: list[Path]) -> PruneResult:
     return PruneResult(cap, before, total, result.removed, result.in_use, result.foreign)
 
 
+def remove_dead_leftovers(root: Path) -> int:
+    """Remove what killed writers left in the cache under `root` (disk_cache.cache_leftovers:
+    staged shards and entries renamed aside whose process is gone), each logged; returns how
+    many. A server's start removes them too (jobs/leftovers.py); this is a CLI user's way."""
+    removed = 0
+    for path in cache_leftovers(root):
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError as err:
+            log.warning("could not remove the crash leftover %s: %s", path, err)
+            continue
+        removed += 1
+        log.info("removed the crash leftover %s (its writer was killed)", path)
+    return removed
+
+
 def prune_to_cap(settings: Any, max_gb: float | None = None) -> PruneResult:
-    """prune_cache for the cache of `settings` to `max_gb` (GB), else its cap (cap_bytes);
-    logs what it removed and what it kept over the cap."""
+    """prune_cache for the cache of `settings` to `max_gb` (GB), else its cap (cap_bytes),
+    after removing what killed writers left (remove_dead_leftovers); logs what it removed and
+    what it kept over the cap."""
     root = cache_root(settings)
+    remove_dead_leftovers(root)  # uncounted by cache_stats: never freed by the cap otherwise
     used = sum(s.bytes for s in cache_stats(root))
     cap = int(max_gb * GB) if max_gb is not None else cap_bytes(settings, root, used)
     result = prune_cache(root, cap)

@@ -316,3 +316,26 @@ def test_only_a_vae_on_disk_is_held_before_the_run_loads_it(tmp_path: Path, tiny
     )
     assert component_on_disk(single, "vae", None) and not component_on_disk(single, "text_encoder", None)
     assert component_fingerprint(single, "vae", None) != component_fingerprint("acme/x", "vae", None)
+
+
+def test_a_prune_removes_what_killed_writers_left(tmp_path: Path) -> None:
+    """RELIABILITY 355: a shard staged by a writer killed mid-write (and an entry a killed prune
+    renamed aside) stayed until a server's start: a CLI user's stayed for ever, counted nowhere."""
+    from lorastudio.data.disk_cache import staging_name
+
+    root = cache_root(get_settings())
+    entry = _entry(root, OLDEST, 1_000)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = int(gone.stdout)  # a process that has exited
+    shard = entry / "11" / f"{'11' * 32}.safetensors"
+    killed = shard.with_name(f".{shard.name}.{dead}.tmp")
+    killed.write_bytes(b"half a shard")
+    live = staging_name(shard)  # this process's: a writer at work
+    live.write_bytes(b"being written")
+    aside = root / "latents" / f".{NEWEST}.removing.{dead}.0123abcd"
+    (aside / "22").mkdir(parents=True)
+    result = prune_to_cap(get_settings(), max_gb=1.0)
+    assert result.removed == [] and not killed.exists() and not aside.exists()
+    assert live.exists() and shard.exists()
