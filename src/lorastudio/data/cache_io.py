@@ -136,9 +136,21 @@ def hold_readers(root: Path) -> int | None:
     from any process or studio home sharing this cache folder is refused meanwhile. Returns the
     descriptor: closing it (or the process's end, kill -9 included) releases it; None for a
     cache this process may not write (read-only: it cannot clear it either).
-    Raises CacheError naming the lock when a link or a folder is there."""
+    Raises CacheError naming the lock when a link or a folder is there, and naming the cache
+    folder when a file is where it (or a folder above it) goes."""
     try:
         root.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as err:  # not "<root>/.readers.lock: File exists"
+        raise CacheError(
+            "the on-disk encode cache cannot be used",
+            [
+                f"{root}: {err.strerror or err} (a file where the cache folder or a folder above it "
+                "goes: remove it, or set LORASTUDIO_CACHE_DIR to another folder)"
+            ],
+        ) from None
+    except OSError:  # a parent this process may not write: the open below says what it can
+        pass
+    try:
         fd = os.open(root / READERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as err:
         if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):

@@ -163,3 +163,19 @@ def test_a_clear_while_a_disk_cached_run_reads_is_refused_then_allowed(make_conf
     train(make_config(output_name="read", latent_cache="disk", **settings), emit, device="cpu")
     assert refusals and f"pid {os.getpid()}" in refusals[0]
     assert clear_cache(root) > 0
+
+
+@pytest.mark.parametrize("where", ["cache", "parent"])
+def test_a_file_at_the_cache_folder_is_named_not_its_lock(tmp_path: Path, where: str) -> None:
+    """RELIABILITY 356: LORASTUDIO_CACHE_DIR on a file (or below one) refused the run naming
+    "<cache>/.readers.lock: File exists (remove what is there)", a path that is not there."""
+    from lorastudio.data.cache_io import READERS_LOCK, hold_readers
+
+    planted = tmp_path / "cache"
+    planted.write_text("not a folder")
+    root = planted if where == "cache" else planted / "below"
+    with pytest.raises(CacheError) as err:
+        hold_readers(root)
+    (problem,) = err.value.problems
+    assert problem.startswith(f"{root}: ") and READERS_LOCK not in problem
+    assert "LORASTUDIO_CACHE_DIR" in problem and planted.read_text() == "not a folder"
