@@ -102,13 +102,16 @@ def _sampled_digest(path: Path) -> str:
 
 
 def _hub_folder(repo: str, component: str, revision: str | None) -> Path | None:
-    """The local snapshot folder of a hub repo's component, when the hub cache holds it."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
-    found = try_to_load_from_cache(repo, f"{component}/config.json", revision=revision)
-    return Path(found).parent if isinstance(found, str) else None
+    """The local snapshot folder of a hub repo's component, when the hub cache holds it (its
+    `<component>/config.json`). The snapshot is found by basemodels.hubcache.cached_snapshot:
+    its ref read bounded (a ref that is a FIFO, a /dev/zero link or a sparse terabyte is no
+    snapshot; huggingface_hub's try_to_load_from_cache read a regular one whole, until the
+    out-of-memory kill) in the hub cache the environment names now."""
+    from lorastudio.basemodels.hubcache import cached_snapshot
+
+    snapshot = cached_snapshot(repo, revision)
+    folder = snapshot / component if snapshot is not None else None
+    return folder if folder is not None and (folder / "config.json").is_file() else None
 
 
 def _component_folder(source: Any, component: str, revision: str | None) -> tuple[Path | None, Path | None]:

@@ -5,6 +5,7 @@ refuses the run naming it."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -179,3 +180,45 @@ def test_a_file_at_the_cache_folder_is_named_not_its_lock(tmp_path: Path, where:
     (problem,) = err.value.problems
     assert problem.startswith(f"{root}: ") and READERS_LOCK not in problem
     assert "LORASTUDIO_CACHE_DIR" in problem and planted.read_text() == "not a folder"
+
+
+def _hub_repo(cache: Path, name: str, ref: str | None) -> Path:
+    """A hub-cache repo with a VAE (config.json, one weight file) in snapshot "a"*40; its
+    refs/main holds `ref` (None: made by the caller)."""
+    storage = cache / f"models--{name.replace('/', '--')}"
+    vae = storage / "snapshots" / ("a" * 40) / "vae"
+    vae.mkdir(parents=True)
+    (vae / "config.json").write_text("{}")
+    (vae / "diffusion_pytorch_model.safetensors").write_bytes(b"weights")
+    (storage / "refs").mkdir()
+    if ref is not None:
+        (storage / "refs" / "main").write_text(ref)
+    return storage
+
+
+def test_a_hostile_hub_ref_is_not_read_for_a_fingerprint(tmp_path: Path) -> None:
+    """RELIABILITY 357: the encode cache's fingerprint of a hub base (the preflight's, a run's, the
+    identity's) found its snapshot with huggingface_hub's try_to_load_from_cache, which reads a
+    ref whole: a sparse terabyte at refs/main read until the out-of-memory kill (the server's
+    job preflight too). Run in a child capped by RLIMIT_AS: the old code's read is a MemoryError."""
+    cache = tmp_path / "hub"
+    good = _hub_repo(cache, "ok/good", "a" * 40)
+    with open(_hub_repo(cache, "bad/huge", None) / "refs" / "main", "wb") as fh:
+        fh.truncate(1 << 40)  # sparse: no disk
+    (_hub_repo(cache, "bad/zero", None) / "refs" / "main").symlink_to("/dev/zero")
+    os.mkfifo(_hub_repo(cache, "bad/fifo", None) / "refs" / "main")
+    code = (
+        "import resource, json; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30));"
+        "from lorastudio.data.disk_cache import component_fingerprint as fp, component_on_disk as here;"
+        "repos = ['ok/good', 'bad/huge', 'bad/zero', 'bad/fifo'];"
+        "print(json.dumps({r: [fp(r, 'vae', None), here(r, 'vae', None)] for r in repos}))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "HF_HUB_CACHE": str(cache)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout)
+    assert found["ok/good"][1] and not any(found[r][1] for r in ("bad/huge", "bad/zero", "bad/fifo"))
+    assert len({found[r][0] for r in found}) == 4  # each its own (the bad ones by their hub id)
+    (good / "snapshots" / ("a" * 40) / "vae" / "diffusion_pytorch_model.safetensors").write_bytes(b"other")
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert json.loads(again.stdout)["ok/good"][0] != found["ok/good"][0]  # by the snapshot's files
