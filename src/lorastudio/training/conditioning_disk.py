@@ -32,6 +32,7 @@ RAM instead.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 TOKENS = "caption_tokens"  # a text shard's metadata: its caption's token count
+_COUNT = re.compile(r"[0-9]{1,9}")  # a count as write_shard keeps it (str(int)); \d takes any script's digits
 
 
 class DiskConditioning(Mapping[str, dict[str, torch.Tensor]]):
@@ -237,9 +239,11 @@ def _form(tensors: Mapping[str, torch.Tensor]) -> Summary:
 
 
 def _tokens(metadata: Mapping[str, object]) -> int | None:
-    """The token count a text shard keeps (None: a shard from before the counts were kept)."""
+    """The token count a text shard keeps (None: a shard from before the counts were kept, or a
+    value that is not 1 to 9 ASCII digits: the metadata is outside the shard's crc32, and
+    str.isdigit takes "²", which int() refuses, and int() refuses over 4,300 digits)."""
     value = metadata.get(TOKENS)
-    return int(value) if isinstance(value, str) and value.isdigit() else None
+    return int(value) if isinstance(value, str) and _COUNT.fullmatch(value) else None
 
 
 def _misfits(

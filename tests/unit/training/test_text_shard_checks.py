@@ -190,3 +190,19 @@ def test_a_kept_signature_that_is_a_fifo_or_huge_is_not_read(tmp_path: Path) -> 
     assert read_signature(huge) is None
     (tmp_path / "ok.json").write_text('{"pooled": ["float32", [32]]}')
     assert read_signature(tmp_path / "ok.json") == {"pooled": ("float32", (32,))}
+
+
+@pytest.mark.parametrize("count", ["²", "1" * 5000, "-3"])
+def test_a_crafted_token_count_is_no_count_never_a_crash(make_config, text_encodes, count: str) -> None:
+    """RELIABILITY 358: a caption shard's token count (metadata, outside its crc32) of "²" (a digit
+    to str.isdigit, not to int) or 5,000 digits (past int's 4,300) was a ValueError that ended the run."""
+    from lorastudio.training.latents_disk import read_shard_entry
+
+    first = train(make_config(output_name="first", **SETTINGS), [].append, device="cpu")
+    shard = _text_shards()[0]
+    found = read_shard_entry(shard, required=())
+    assert found is not None and found[1]["caption_tokens"].isdigit()
+    write_shard(shard, found[0], {"caption_tokens": count})
+    text_encodes.clear()
+    crafted = train(make_config(output_name="crafted", **SETTINGS), [].append, device="cpu")
+    assert text_encodes == [] and crafted.losses == first.losses  # the shard is read, its count not
