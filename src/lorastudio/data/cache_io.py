@@ -188,6 +188,11 @@ def readers_gone(root: Path) -> Iterator[None]:
             from lorastudio.jobs.homelock import lock_holders
 
             pids = ", ".join(map(str, lock_holders(root / READERS_LOCK))) or "unknown"
+            if _pruning(root):  # a prune holds the readers lock shared too, as a run does
+                raise CacheError(
+                    "the cache was not cleared: a prune of it is under way",
+                    [f"{root}: held by pid {pids} (a prune, or a run reading it); clear it when they end"],
+                ) from None
             raise CacheError(
                 "the cache was not cleared: a training run reads it",
                 [f"{root}: read by the run of pid {pids}; clear it when the run ends"],
@@ -198,6 +203,21 @@ def readers_gone(root: Path) -> Iterator[None]:
 
 
 PRUNE_LOCK = ".prune.lock"  # in the cache folder: one prune at a time (data/cache_prune.py)
+
+
+def _pruning(root: Path) -> bool:
+    """Whether a prune holds the cache's prune lock now (one_prune), of any process."""
+    try:
+        fd = os.open(root / PRUNE_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:  # BlockingIOError: held exclusively
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 @contextlib.contextmanager

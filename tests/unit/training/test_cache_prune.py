@@ -339,3 +339,30 @@ def test_a_prune_removes_what_killed_writers_left(tmp_path: Path) -> None:
     result = prune_to_cap(get_settings(), max_gb=1.0)
     assert result.removed == [] and not killed.exists() and not aside.exists()
     assert live.exists() and shard.exists()
+
+
+def test_a_clear_during_a_prune_says_a_prune_holds_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 359: a clear (`cache clear`, DELETE /api/cache) while a prune ran (a server's
+    start, another home's run end) was refused as "a training run reads it ... the run of pid N",
+    N being the pruning process (a prune holds the readers lock shared, as a run does)."""
+    from lorastudio.data import cache_prune
+    from lorastudio.data.disk_cache import clear_cache
+    from lorastudio.errors import CacheError
+
+    root = tmp_path / "cache"
+    _entry(root, OLDEST, 1_000)
+    _entry(root, NEWEST, 2_000)
+    real, refused = cache_prune.entry_unused, []
+
+    def clear_meanwhile(*args):
+        with pytest.raises(CacheError) as err:
+            clear_cache(root)
+        refused.append(str(err.value))
+        return real(*args)
+
+    monkeypatch.setattr(cache_prune, "entry_unused", clear_meanwhile)
+    assert [s.model for s in prune_cache(root, cap=0).removed] == [OLDEST, NEWEST]
+    assert "a prune of it is under way" in refused[0] and f"pid {os.getpid()}" in refused[0]
+    assert "a training run reads it" not in refused[0]
