@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,13 +146,21 @@ def _prune_held(root: Path, cap: int, asides: list[Path]) -> PruneResult:
     return PruneResult(cap, before, total, result.removed, result.in_use, result.foreign)
 
 
+LEFTOVER_AGE_S = 600.0  # a staged shard is written in seconds: one this old whose writer is gone is left over
+
+
 def remove_dead_leftovers(root: Path) -> int:
     """Remove what killed writers left in the cache under `root` (disk_cache.cache_leftovers:
-    staged shards and entries renamed aside whose process is gone), each logged; returns how
-    many. A server's start removes them too (jobs/leftovers.py); this is a CLI user's way."""
+    staged shards and entries renamed aside whose process is gone) unchanged for LEFTOVER_AGE_S
+    (a writer in another PID namespace sharing the folder looks gone: its fresh files are kept),
+    each logged; returns how many. A server's start removes them too (jobs/leftovers.py); this
+    is a CLI user's way."""
     removed = 0
+    now = time.time()
     for path in cache_leftovers(root):
         try:
+            if now - os.lstat(path).st_mtime < LEFTOVER_AGE_S:
+                continue
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:

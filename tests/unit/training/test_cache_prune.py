@@ -336,9 +336,13 @@ def test_a_prune_removes_what_killed_writers_left(tmp_path: Path) -> None:
     live.write_bytes(b"being written")
     aside = root / "latents" / f".{NEWEST}.removing.{dead}.0123abcd"
     (aside / "22").mkdir(parents=True)
+    fresh = shard.with_name(f".{'22' * 32}.safetensors.{dead}.tmp")  # another PID namespace's, at work
+    fresh.write_bytes(b"being written elsewhere")
+    for old in (killed, aside):
+        os.utime(old, (1_000, 1_000))  # written long ago
     result = prune_to_cap(get_settings(), max_gb=1.0)
     assert result.removed == [] and not killed.exists() and not aside.exists()
-    assert live.exists() and shard.exists()
+    assert live.exists() and fresh.exists() and shard.exists()
 
 
 def test_a_clear_during_a_prune_says_a_prune_holds_the_cache(
