@@ -279,7 +279,8 @@ def foreign_files(folder: Path) -> list[Path]:
 
 def clear_cache(root: Path, kind: str | None = None, model: str | None = None) -> int:
     """Remove shards: every kind, one `kind`, or one kind's `model` folder. Each folder is first
-    renamed aside (so no run finds a half-removed set), then deleted. Returns bytes freed.
+    renamed aside (so no run finds a half-removed set), then deleted once the readers lock is
+    released (a run starting meanwhile waits for the renames, not the removals). Returns bytes freed.
     Raises CacheError, removing nothing, when a folder to clear holds anything the cache did
     not write (each path named, at most 20) or a run reads the cache (cache_io.readers_gone:
     a run holds its readers lock shared, from any studio home sharing the folder)."""
@@ -299,16 +300,17 @@ def clear_cache(root: Path, kind: str | None = None, model: str | None = None) -
         )
     from lorastudio.data.cache_io import readers_gone
 
-    freed = 0
+    asides = []
     with readers_gone(root):  # CacheError while a run (of any home sharing the folder) reads it
         for stats in chosen:
             folder = root / stats.kind / stats.model
             # unique per clear: a killed clear's aside of a since reused pid may lie there
             aside = folder.with_name(f".{stats.model}.removing.{os.getpid()}.{uuid.uuid4().hex[:8]}")
             folder.rename(aside)
-            shutil.rmtree(aside)
-            freed += stats.bytes
-    return freed
+            asides.append(aside)
+    for aside in asides:  # out of the lock: a run starting meanwhile waits for the renames only
+        shutil.rmtree(aside)
+    return sum(stats.bytes for stats in chosen)
 
 
 def latent_mode(setting: str, need_bytes: int, max_gb: float) -> str:

@@ -222,3 +222,36 @@ def test_a_hostile_hub_ref_is_not_read_for_a_fingerprint(tmp_path: Path) -> None
     (good / "snapshots" / ("a" * 40) / "vae" / "diffusion_pytorch_model.safetensors").write_bytes(b"other")
     again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert json.loads(again.stdout)["ok/good"][0] != found["ok/good"][0]  # by the snapshot's files
+
+
+def test_a_clear_holds_runs_back_for_its_renames_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 360: a clear removed each entry while it held the readers lock exclusively, so
+    a run starting during the clear of a large cache (minutes of removals) waited in silence for
+    all of it; the entries are renamed aside first, so the removal needs no lock."""
+    import fcntl
+
+    from lorastudio.data import disk_cache
+    from lorastudio.data.cache_io import READERS_LOCK
+
+    root = tmp_path / "cache"
+    for model in ("a" * 20, "b" * 20):
+        _plant(shard_path(root, "latents", model, "c" * 64), _valid())
+    real, blocked = disk_cache.shutil.rmtree, []
+
+    def removing(path, *args, **kwargs):  # while the clear removes: may a run take the lock?
+        fd = os.open(root / READERS_LOCK, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            blocked.append(False)
+        except BlockingIOError:
+            blocked.append(True)
+        finally:
+            os.close(fd)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(disk_cache.shutil, "rmtree", removing)
+    assert disk_cache.clear_cache(root) > 0
+    assert blocked == [False, False] and disk_cache.cache_stats(root) == []
+    assert [p.name for p in (root / "latents").iterdir()] == []  # nothing left aside
