@@ -136,9 +136,21 @@ def hold_readers(root: Path) -> int | None:
     from any process or studio home sharing this cache folder is refused meanwhile. Returns the
     descriptor: closing it (or the process's end, kill -9 included) releases it; None for a
     cache this process may not write (read-only: it cannot clear it either).
-    Raises CacheError naming the lock when a link or a folder is there."""
+    Raises CacheError naming the lock when a link or a folder is there, and naming the cache
+    folder when a file is where it (or a folder above it) goes."""
     try:
         root.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as err:  # not "<root>/.readers.lock: File exists"
+        raise CacheError(
+            "the on-disk encode cache cannot be used",
+            [
+                f"{root}: {err.strerror or err} (a file where the cache folder or a folder above it "
+                "goes: remove it, or set LORASTUDIO_CACHE_DIR to another folder)"
+            ],
+        ) from None
+    except OSError:  # a parent this process may not write: the open below says what it can
+        pass
+    try:
         fd = os.open(root / READERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as err:
         if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
@@ -176,10 +188,64 @@ def readers_gone(root: Path) -> Iterator[None]:
             from lorastudio.jobs.homelock import lock_holders
 
             pids = ", ".join(map(str, lock_holders(root / READERS_LOCK))) or "unknown"
+            if _pruning(root):  # a prune holds the readers lock shared too, as a run does
+                raise CacheError(
+                    "the cache was not cleared: a prune of it is under way",
+                    [f"{root}: held by pid {pids} (a prune, or a run reading it); clear it when they end"],
+                ) from None
             raise CacheError(
                 "the cache was not cleared: a training run reads it",
                 [f"{root}: read by the run of pid {pids}; clear it when the run ends"],
             ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+PRUNE_LOCK = ".prune.lock"  # in the cache folder: one prune at a time (data/cache_prune.py)
+
+
+def _pruning(root: Path) -> bool:
+    """Whether a prune holds the cache's prune lock now (one_prune), of any process."""
+    try:
+        fd = os.open(root / PRUNE_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:  # BlockingIOError: held exclusively
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+@contextlib.contextmanager
+def one_prune(root: Path) -> Iterator[None]:
+    """Hold the cache's prune lock exclusively (flock on `root`/PRUNE_LOCK, made when missing;
+    waits while another prune, of any process or studio home sharing the folder, holds it), so
+    each prune measures the cache after the one before it. Raises CacheError naming the lock
+    when the folder may not be written (read-only: nothing can be removed) or a link, a folder
+    or a FIFO is there."""
+    try:
+        fd = os.open(
+            root / PRUNE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644
+        )
+    except OSError as err:
+        why = (
+            "read-only: nothing can be removed"
+            if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+            else "remove what is there"
+        )
+        raise CacheError(
+            "the cache was not pruned", [f"{root / PRUNE_LOCK}: {err.strerror or err} ({why})"]
+        ) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CacheError(
+                "the cache was not pruned", [f"{root / PRUNE_LOCK}: not a regular file (remove it)"]
+            )
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)

@@ -3,14 +3,20 @@
 An entry is one <kind>/<model> folder of the cache (data/disk_cache.py): the latents of one
 VAE, or the caption embeddings of one set of text encoders, as `lorastudio cache ls` lists
 them. A run takes each entry it reads with cache_io.hold_entry: its lock (`.used`) shared, its
-mtime set to now (the entry's last use). A prune removes entries, oldest last use first, until
-the cache is at most the cap; it never removes
+mtime set to now (the entry's last use); its latent entry with the readers lock, before its
+first encode (training/latents_disk.hold_latent_entry_early), its text entry before its
+captions'. A prune removes entries, oldest last use first, until the cache is at most the cap;
+it never removes
 
 - an entry a run holds (its lock is tried exclusively, without waiting: a held one is kept,
   the next older one is tried),
 - anything while a clear holds the cache's readers lock (fix 30: the prune holds it shared, as
   a run does, so a clear and a prune never interleave),
 - an entry holding anything the cache did not write (kept and named, as `cache clear` refuses).
+
+One prune at a time (cache_io.one_prune: `.prune.lock` in the cache folder, exclusive; a second
+prune waits, then measures the cache the first left: two that measured at once each removed the
+whole excess). A read-only cache over its cap is refused (CacheError: nothing can be removed).
 
 A removed entry is renamed aside first (a run that opens it meanwhile makes a new one and
 encodes what it needs), then deleted; a later run re-encodes what it finds missing.
@@ -29,13 +35,14 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lorastudio.data.cache_io import entry_unused, hold_readers
-from lorastudio.data.disk_cache import CacheStats, cache_root, cache_stats, foreign_files
+from lorastudio.data.cache_io import entry_unused, hold_readers, one_prune
+from lorastudio.data.disk_cache import CacheStats, cache_leftovers, cache_root, cache_stats, foreign_files
 from lorastudio.errors import CacheError
 
 log = logging.getLogger("lorastudio.cache")
@@ -82,9 +89,28 @@ def cap_bytes(settings: Any, root: Path, used_bytes: int) -> int:
 
 def prune_cache(root: Path, cap: int) -> PruneResult:
     """Remove whole entries of the cache under `root`, least recently used first, until it holds
-    at most `cap` bytes, skipping those in use or holding foreign files (module docstring).
-    Raises CacheError when the readers lock cannot be used (a link or a folder at its place)."""
-    stats = cache_stats(root)
+    at most `cap` bytes, skipping those in use or holding foreign files (module docstring). One
+    prune at a time (cache_io.one_prune: a second waits, then measures what the first left).
+    Raises CacheError when the prune or readers lock cannot be used (a read-only cache over its
+    cap; a link or a folder at its place)."""
+    before = sum(s.bytes for s in cache_stats(root))
+    if before <= cap:
+        return PruneResult(cap, before, before)
+    asides: list[Path] = []  # entries renamed aside: removed once the lock is released
+    with one_prune(root):  # another prune's removals are seen: two at once removed twice the excess
+        result = _prune_held(root, cap, asides)
+    for aside in asides:
+        try:
+            shutil.rmtree(aside)
+        except OSError as err:  # the rest goes at the next server start (jobs/leftovers.py)
+            log.warning("could not remove all of the pruned cache entry %s: %s", aside, err)
+    return result
+
+
+def _prune_held(root: Path, cap: int, asides: list[Path]) -> PruneResult:
+    """prune_cache's removals while it holds the prune lock: each entry removed is renamed aside
+    and appended to `asides` (the caller deletes them)."""
+    stats = cache_stats(root)  # measured under the lock: after any other prune's renames
     total = before = sum(s.bytes for s in stats)
     result = PruneResult(cap, before, before)
     if total <= cap:
@@ -111,10 +137,7 @@ def prune_cache(root: Path, cap: int) -> PruneResult:
                 except OSError as err:
                     log.warning("could not prune the cache entry %s: %s", folder, err)
                     continue
-            try:
-                shutil.rmtree(aside)
-            except OSError as err:  # the rest goes at the next server start (jobs/leftovers.py)
-                log.warning("could not remove all of the pruned cache entry %s: %s", aside, err)
+            asides.append(aside)
             total -= entry.bytes
             result.removed.append(entry)
     finally:
@@ -123,10 +146,39 @@ def prune_cache(root: Path, cap: int) -> PruneResult:
     return PruneResult(cap, before, total, result.removed, result.in_use, result.foreign)
 
 
+LEFTOVER_AGE_S = 600.0  # a staged shard is written in seconds: one this old whose writer is gone is left over
+
+
+def remove_dead_leftovers(root: Path) -> int:
+    """Remove what killed writers left in the cache under `root` (disk_cache.cache_leftovers:
+    staged shards and entries renamed aside whose process is gone) unchanged for LEFTOVER_AGE_S
+    (a writer in another PID namespace sharing the folder looks gone: its fresh files are kept),
+    each logged; returns how many. A server's start removes them too (jobs/leftovers.py); this
+    is a CLI user's way."""
+    removed = 0
+    now = time.time()
+    for path in cache_leftovers(root):
+        try:
+            if now - os.lstat(path).st_mtime < LEFTOVER_AGE_S:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError as err:
+            log.warning("could not remove the crash leftover %s: %s", path, err)
+            continue
+        removed += 1
+        log.info("removed the crash leftover %s (its writer was killed)", path)
+    return removed
+
+
 def prune_to_cap(settings: Any, max_gb: float | None = None) -> PruneResult:
-    """prune_cache for the cache of `settings` to `max_gb` (GB), else its cap (cap_bytes);
-    logs what it removed and what it kept over the cap."""
+    """prune_cache for the cache of `settings` to `max_gb` (GB), else its cap (cap_bytes),
+    after removing what killed writers left (remove_dead_leftovers); logs what it removed and
+    what it kept over the cap."""
     root = cache_root(settings)
+    remove_dead_leftovers(root)  # uncounted by cache_stats: never freed by the cap otherwise
     used = sum(s.bytes for s in cache_stats(root))
     cap = int(max_gb * GB) if max_gb is not None else cap_bytes(settings, root, used)
     result = prune_cache(root, cap)

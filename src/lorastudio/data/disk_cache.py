@@ -102,13 +102,36 @@ def _sampled_digest(path: Path) -> str:
 
 
 def _hub_folder(repo: str, component: str, revision: str | None) -> Path | None:
-    """The local snapshot folder of a hub repo's component, when the hub cache holds it."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
-    found = try_to_load_from_cache(repo, f"{component}/config.json", revision=revision)
-    return Path(found).parent if isinstance(found, str) else None
+    """The local snapshot folder of a hub repo's component, when the hub cache holds it (its
+    `<component>/config.json`). The snapshot is found by basemodels.hubcache.cached_snapshot:
+    its ref read bounded (a ref that is a FIFO, a /dev/zero link or a sparse terabyte is no
+    snapshot; huggingface_hub's try_to_load_from_cache read a regular one whole, until the
+    out-of-memory kill) in the hub cache the environment names now."""
+    from lorastudio.basemodels.hubcache import cached_snapshot
+
+    snapshot = cached_snapshot(repo, revision)
+    folder = snapshot / component if snapshot is not None else None
+    return folder if folder is not None and (folder / "config.json").is_file() else None
+
+
+def _component_folder(source: Any, component: str, revision: str | None) -> tuple[Path | None, Path | None]:
+    """(the single file holding `component`, else None; the component's local folder, else None:
+    a hub id not in the local hub cache) of model_source `source`."""
+    file = getattr(source, "file", None)
+    holder = Path(file) if file is not None and component in getattr(source, "components", ()) else None
+    if file is not None:
+        source = source.config
+    folder = (
+        Path(source) / component if Path(source).is_dir() else _hub_folder(str(source), component, revision)
+    )
+    return holder, folder if folder is not None and folder.is_dir() else None
+
+
+def component_on_disk(source: Any, component: str, revision: str | None) -> bool:
+    """Whether `component_fingerprint` of it is a content fingerprint now: its files are on this
+    machine (a folder, the hub cache, a single file holding it), not a hub id yet to download."""
+    holder, folder = _component_folder(source, component, revision)
+    return holder is not None or folder is not None
 
 
 def component_fingerprint(source: Any, component: str, revision: str | None) -> str:
@@ -116,16 +139,12 @@ def component_fingerprint(source: Any, component: str, revision: str | None) -> 
     model_source(cfg) (a folder, a hub id, or a SingleFile holding the component). A hub id that
     is not in the local hub cache is fingerprinted by its id and revision."""
     parts: list[str] = [component]
-    file = getattr(source, "file", None)
-    if file is not None and component in getattr(source, "components", ()):
-        parts.append(_sampled_digest(Path(file)))
-        source = source.config
-    elif file is not None:
-        source = source.config
-    folder = (
-        Path(source) / component if Path(source).is_dir() else _hub_folder(str(source), component, revision)
-    )
-    if folder is None or not folder.is_dir():
+    holder, folder = _component_folder(source, component, revision)
+    if holder is not None:
+        parts.append(_sampled_digest(holder))
+    if getattr(source, "file", None) is not None:
+        source = source.config  # a single file's configs (and the components it lacks)
+    if folder is None:
         parts += [f"hub:{source}@{revision}"]
     else:
         for path in sorted(folder.iterdir()):
@@ -260,7 +279,8 @@ def foreign_files(folder: Path) -> list[Path]:
 
 def clear_cache(root: Path, kind: str | None = None, model: str | None = None) -> int:
     """Remove shards: every kind, one `kind`, or one kind's `model` folder. Each folder is first
-    renamed aside (so no run finds a half-removed set), then deleted. Returns bytes freed.
+    renamed aside (so no run finds a half-removed set), then deleted once the readers lock is
+    released (a run starting meanwhile waits for the renames, not the removals). Returns bytes freed.
     Raises CacheError, removing nothing, when a folder to clear holds anything the cache did
     not write (each path named, at most 20) or a run reads the cache (cache_io.readers_gone:
     a run holds its readers lock shared, from any studio home sharing the folder)."""
@@ -280,16 +300,17 @@ def clear_cache(root: Path, kind: str | None = None, model: str | None = None) -
         )
     from lorastudio.data.cache_io import readers_gone
 
-    freed = 0
+    asides = []
     with readers_gone(root):  # CacheError while a run (of any home sharing the folder) reads it
         for stats in chosen:
             folder = root / stats.kind / stats.model
             # unique per clear: a killed clear's aside of a since reused pid may lie there
             aside = folder.with_name(f".{stats.model}.removing.{os.getpid()}.{uuid.uuid4().hex[:8]}")
             folder.rename(aside)
-            shutil.rmtree(aside)
-            freed += stats.bytes
-    return freed
+            asides.append(aside)
+    for aside in asides:  # out of the lock: a run starting meanwhile waits for the renames only
+        shutil.rmtree(aside)
+    return sum(stats.bytes for stats in chosen)
 
 
 def latent_mode(setting: str, need_bytes: int, max_gb: float) -> str:

@@ -8,7 +8,9 @@ the dtype and device kind of the encode, max_sequence_length and the caption's s
 latent shards', and its tensors checked against what the run's text encoders give (their names,
 dtypes, fixed dims, finite values: training/text_signature.py, learnt once per encoder set from
 two probe captions and kept in the home); a shard that does not fit is re-encoded and rewritten
-(the run's log says so once, naming one). The others go through
+(the run's log says so once, naming one). The kept signature is a cache too: when a caption
+this run encodes does not fit it (an older lorastudio's record, a damaged one), the encoders are
+right, and it is learnt again from the probes (a second encoder load, logged). The others go through
 conditioning.encode_texts as before (the same chunks a run without the cache makes of them) and
 each result is written as it comes (staged, then renamed), so RAM never holds the set's tensors.
 Each shard keeps its caption's token count (metadata "caption_tokens": caption_length.caption_token_counts,
@@ -30,6 +32,7 @@ RAM instead.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,6 +66,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 TOKENS = "caption_tokens"  # a text shard's metadata: its caption's token count
+_COUNT = re.compile(r"[0-9]{1,9}")  # a count as write_shard keeps it (str(int)); \d takes any script's digits
 
 
 class DiskConditioning(Mapping[str, dict[str, torch.Tensor]]):
@@ -164,9 +168,13 @@ def encode_texts_on_disk(
         measurable = found is not None
         counts.update(found or {})
 
+    stale: list[str] = []  # why the kept signature is not what the encoders give (a fresh caption's misfit)
+
     def sink(group: int, text: str, tensors: dict[str, torch.Tensor]) -> bool:
         if group != 0 or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
             return False
+        if signature is not None and not stale and (why := misfit(_form(tensors), signature)):
+            stale.append(why)  # every rank encodes the same chunks: every rank sees it
         if ctx.rank != 0:
             return True  # rank 0 writes it; this rank reads it after the barrier
         own = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
@@ -201,16 +209,41 @@ def encode_texts_on_disk(
         bad = _misfits(captions, valid, on_disk, signature, root / KIND / model)
         if bad:  # the encoders were loaded for the probe: a second load encodes these (rare)
             found[0].update(encode(bad, [])[0])
+    elif stale:  # the kept signature is not what the encoders give: learnt again (a second load, rare)
+        log.warning(
+            "the kept signature of text encoders %s is not what they give (%s): learning it again",
+            model,
+            stale[0],
+        )
+        probed = encode([], [list(PROBE_TEXTS)])[1]
+        signature = learn_signature([probed[t] for t in PROBE_TEXTS])
+        if record is not None and ctx.is_main:
+            if signature is not None:
+                write_signature(record, signature)
+            else:  # no signature describes them: none is kept (the next run probes again)
+                record.unlink(missing_ok=True)
+        bad = _misfits(captions, valid, on_disk, signature, root / KIND / model)
+        if bad:  # shards that fitted the stale signature and not the encoders'
+            found[0].update(encode(bad, [])[0])
     barrier(ctx)
     if notes is not None and ctx.is_main and measurable:  # rank 0 encodes whenever any rank does
         notes += [cut] if (cut := cut_note(family.spec, cfg, captions, counts)) else []
     return [DiskConditioning(root, model, keys, found[0], signature), *found[1:]]
 
 
+def _form(tensors: Mapping[str, torch.Tensor]) -> Summary:
+    """`summarize` of freshly encoded tensors without their values (finite taken as true): what
+    a signature says of an encoder's output form (names, dtypes, shapes), whatever one caption's
+    values are."""
+    return {name: (dtype, shape, True) for name, (dtype, shape, _) in summarize(tensors).items()}
+
+
 def _tokens(metadata: Mapping[str, object]) -> int | None:
-    """The token count a text shard keeps (None: a shard from before the counts were kept)."""
+    """The token count a text shard keeps (None: a shard from before the counts were kept, or a
+    value that is not 1 to 9 ASCII digits: the metadata is outside the shard's crc32, and
+    str.isdigit takes "²", which int() refuses, and int() refuses over 4,300 digits)."""
     value = metadata.get(TOKENS)
-    return int(value) if isinstance(value, str) and value.isdigit() else None
+    return int(value) if isinstance(value, str) and _COUNT.fullmatch(value) else None
 
 
 def _misfits(

@@ -332,6 +332,34 @@ def build_disk_latents(
     return DiskLatents(root, model, items, held, spec.vae_scale_factor, kept), len(todo)
 
 
+def hold_latent_entry(cfg: TrainConfig, root: Path, holds: list[int] | None) -> str:
+    """Make and hold the latent cache entry of the run's VAE (its content fingerprint, returned):
+    data/cache_io.hold_entry, the descriptor appended to `holds` (closed at the run's end).
+    Raises CacheError naming a link or a file in the way."""
+    from lorastudio.data.cache_io import hold_entry, prepare_cache_folder
+    from lorastudio.data.disk_cache import component_fingerprint
+    from lorastudio.families.single_file import model_source
+
+    model = component_fingerprint(model_source(cfg), "vae", cfg.revision)
+    prepare_cache_folder(root, KIND, model)  # CacheError naming a link or a file in the way
+    held = hold_entry(root, KIND, model)  # before any shard is looked at: a prune keeps the entry
+    if held is not None and holds is not None:
+        holds.append(held)
+    return model
+
+
+def hold_latent_entry_early(cfg: TrainConfig, root: Path, holds: list[int] | None) -> None:
+    """hold_latent_entry with the cache's readers lock, before the run's first encode: a prune
+    meanwhile (its text encode may take minutes) would otherwise remove the entry the run is
+    about to read, and it would encode every image again. A VAE not on disk yet (a hub id the
+    loader downloads) is not held: its fingerprint is known once it is there (open_disk_latents)."""
+    from lorastudio.data.disk_cache import component_on_disk
+    from lorastudio.families.single_file import model_source
+
+    if component_on_disk(model_source(cfg), "vae", cfg.revision):
+        hold_latent_entry(cfg, root, holds)
+
+
 def open_disk_latents(
     run: Any,
     vae: Any,
@@ -344,19 +372,13 @@ def open_disk_latents(
 ) -> DiskLatents:
     """build_disk_latents for a prepared run (training/preflight.PreparedRun): the shards of
     its base model's VAE (its content fingerprint), its dtype and device kind, under `root`.
-    The entry is held (data/cache_io.hold_entry) until the descriptor appended to `holds` closes."""
-    from lorastudio.data.cache_io import hold_entry, prepare_cache_folder
-    from lorastudio.data.disk_cache import component_fingerprint
-    from lorastudio.families.single_file import model_source
-
+    The entry is held (hold_latent_entry, again: the VAE's files are now on disk, a hub id's
+    fingerprint may have changed with its download) until the descriptor appended to `holds`
+    closes."""
     cfg, spec = run.cfg, run.family.spec
-    model = component_fingerprint(model_source(cfg), "vae", cfg.revision)
+    model = hold_latent_entry(cfg, root, holds)
     dtype = str(run.dtype).removeprefix("torch.")
     encoder = encoder_parts(spec, model, DTYPE_NAMES.get(dtype, dtype), run.device.type)
-    prepare_cache_folder(root, KIND, model)  # CacheError naming a link or a file in the way
-    held = hold_entry(root, KIND, model)  # before any shard is looked at: a prune keeps the entry
-    if held is not None and holds is not None:
-        holds.append(held)
     source, encoded = build_disk_latents(
         run.family,
         vae,

@@ -25,6 +25,7 @@ from lorastudio.training.compile import wants_compile
 from lorastudio.training.conditioning import CaptionPicker
 from lorastudio.training.distributed import StopPoll, wrap_denoiser
 from lorastudio.training.events import Emit, ModelLoadCompleted, ModelLoadStarted, Preparing
+from lorastudio.training.latents_disk import hold_latent_entry_early
 from lorastudio.training.loop_inputs import encode_conditioning, prepare_latents, run_latent_mode
 from lorastudio.training.noise import make_objective
 from lorastudio.training.optimize import RunState, optimize
@@ -62,6 +63,7 @@ def run_phases(
     sees = family.spec.prompt_sees_controls  # encoded per caption + controls (Qwen-Image-Edit)
     if run_latent_mode(run) == "disk":  # no cache clear while this run reads its shards
         state.cache_readers = hold_readers(cache_root(settings))
+        hold_latent_entry_early(run.cfg, cache_root(settings), state.cache_entries)  # nor a prune
     conds, prompt_conds, variants, dropouts = encode_conditioning(run, state, emit, stop, settings)
     stop()
     source = prepare_latents(run, state, rng, emit, stop, settings)

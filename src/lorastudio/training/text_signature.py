@@ -93,11 +93,17 @@ def signature_path(folder: Path, model: str, parts: Mapping[str, Any]) -> Path:
     return folder / f"{model}-{digest}.json"
 
 
+MAX_RECORD_BYTES = 1 << 20  # a signature is a few hundred bytes
+
+
 def read_signature(path: Path) -> Signature | None:
-    """The signature kept at `path`, or None when missing or not one (not JSON, wrong types)."""
+    """The signature kept at `path`, or None when missing or not one: not a regular file (a
+    FIFO, which a plain open would wait on for ever, a device, a folder), over
+    MAX_RECORD_BYTES, not JSON, wrong types."""
+    from lorastudio.basemodels.jsonfile import read_json
+
     try:
-        with path.open("rb") as fh:
-            raw = json.loads(fh.read(1 << 20))
+        raw = read_json(path, MAX_RECORD_BYTES)  # opened without blocking, bounded
     except (OSError, ValueError):
         return None
     if not isinstance(raw, dict):

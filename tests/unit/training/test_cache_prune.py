@@ -219,3 +219,154 @@ def test_a_prune_during_a_run_keeps_the_entries_it_reads(
     assert [s.model for s in result.removed] == [OLDEST] and not stale.exists()
     assert {(s.kind, s.model) for s in result.in_use} == own  # the run's text and latent entries
     assert encodes == [] and second.losses == first.losses  # read from the shards it kept
+
+
+def test_two_prunes_at_once_remove_the_excess_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RELIABILITY 352: each prune measured the cache at its start, so a second prune begun while a
+    first removed entries (a run's end beside a server start's prune, POST /api/cache/prune twice)
+    removed the excess again: two prunes to 20 MB of a 40 MB cache left nothing. Here prune B
+    measures the cache, then prune A runs whole, then B goes on: B removes nothing more."""
+    from lorastudio.data import cache_prune
+
+    root = tmp_path / "cache"
+    models = [f"{n:x}" * 20 for n in range(1, 7)]
+    for n, model in enumerate(models):
+        _entry(root, model, 1_000 + n)
+    size = cache_stats(root)[0].bytes
+    real, calls = cache_prune.cache_stats, []
+
+    def then_another_prune(at: Path) -> list:
+        measured = real(at)
+        calls.append(len(measured))
+        if len(calls) == 1:  # B has measured: A prunes now
+            assert len(prune_cache(root, cap=3 * size).removed) == 3
+        return measured
+
+    monkeypatch.setattr(cache_prune, "cache_stats", then_another_prune)
+    second = prune_cache(root, cap=3 * size)
+    assert second.removed == [] and second.after_bytes == 3 * size
+    assert sorted(p.name for p in (root / "latents").iterdir()) == models[3:]
+
+
+def test_a_read_only_cache_over_its_cap_says_why_nothing_was_pruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 353: a prune of a cache it may not write reported each entry "kept: a run reads
+    it" (its entry lock could not be opened for writing) and exited 0."""
+    import errno
+
+    from lorastudio.data import cache_io
+    from lorastudio.errors import CacheError
+
+    root = tmp_path / "cache"
+    _entry(root, OLDEST, 1_000)
+    real_open = os.open
+
+    def read_only(path, flags, *args, **kwargs):  # a read-only mount (the suite may run as root)
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(cache_io.os, "open", read_only)
+    with pytest.raises(CacheError) as refused:
+        prune_cache(root, cap=0)
+    assert "read-only: nothing can be removed" in str(refused.value)
+    assert (root / "latents" / OLDEST).is_dir()
+
+
+def test_a_prune_before_the_run_reads_its_latents_keeps_them(
+    make_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 354: a run held its latent entry only when its VAE had loaded, after its text
+    encode (minutes for a large text encoder): a prune meanwhile (another run's end, `cache prune`)
+    removed the entry it was about to read, and it encoded every image again."""
+    from lorastudio.training.events import ModelLoadStarted
+
+    encodes = _counting(monkeypatch)
+    root = cache_root(get_settings())
+    first = _run(make_config, "first")
+    own = {(s.kind, s.model) for s in cache_stats(root)}
+    encodes.clear()
+    pruned: list = []
+
+    def emit(event: object) -> None:
+        if isinstance(event, ModelLoadStarted) and event.component == "vae" and not pruned:
+            pruned.append(prune_cache(root, cap=0))  # after the captions, before the latents
+
+    settings = {"latent_cache": "disk", "random_flip": True, "cache_variants": 2, "steps": 3}
+    second = train(make_config(output_name="second", **settings), emit, device="cpu")
+    (result,) = pruned
+    assert result.removed == [] and {(s.kind, s.model) for s in result.in_use} == own
+    assert encodes == [] and second.losses == first.losses
+
+
+def test_only_a_vae_on_disk_is_held_before_the_run_loads_it(tmp_path: Path, tiny_model) -> None:
+    """The early hold (RELIABILITY 354) takes the entry of a VAE whose files are here; a hub id
+    the loader has yet to download has no content fingerprint yet: no entry is made for it."""
+    from types import SimpleNamespace
+
+    from lorastudio.data.disk_cache import component_fingerprint, component_on_disk
+
+    folder = tiny_model("flux")
+    assert component_on_disk(str(folder), "vae", None)
+    assert not component_on_disk(str(tmp_path), "vae", None)  # a folder without it
+    assert not component_on_disk("acme/not-downloaded", "vae", None)  # HF_HUB_OFFLINE, empty cache
+    single = SimpleNamespace(
+        file=str(next((folder / "vae").glob("*.safetensors"))), components=("vae",), config="acme/x"
+    )
+    assert component_on_disk(single, "vae", None) and not component_on_disk(single, "text_encoder", None)
+    assert component_fingerprint(single, "vae", None) != component_fingerprint("acme/x", "vae", None)
+
+
+def test_a_prune_removes_what_killed_writers_left(tmp_path: Path) -> None:
+    """RELIABILITY 355: a shard staged by a writer killed mid-write (and an entry a killed prune
+    renamed aside) stayed until a server's start: a CLI user's stayed for ever, counted nowhere."""
+    from lorastudio.data.disk_cache import staging_name
+
+    root = cache_root(get_settings())
+    entry = _entry(root, OLDEST, 1_000)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = int(gone.stdout)  # a process that has exited
+    shard = entry / "11" / f"{'11' * 32}.safetensors"
+    killed = shard.with_name(f".{shard.name}.{dead}.tmp")
+    killed.write_bytes(b"half a shard")
+    live = staging_name(shard)  # this process's: a writer at work
+    live.write_bytes(b"being written")
+    aside = root / "latents" / f".{NEWEST}.removing.{dead}.0123abcd"
+    (aside / "22").mkdir(parents=True)
+    fresh = shard.with_name(f".{'22' * 32}.safetensors.{dead}.tmp")  # another PID namespace's, at work
+    fresh.write_bytes(b"being written elsewhere")
+    for old in (killed, aside):
+        os.utime(old, (1_000, 1_000))  # written long ago
+    result = prune_to_cap(get_settings(), max_gb=1.0)
+    assert result.removed == [] and not killed.exists() and not aside.exists()
+    assert live.exists() and fresh.exists() and shard.exists()
+
+
+def test_a_clear_during_a_prune_says_a_prune_holds_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 359: a clear (`cache clear`, DELETE /api/cache) while a prune ran (a server's
+    start, another home's run end) was refused as "a training run reads it ... the run of pid N",
+    N being the pruning process (a prune holds the readers lock shared, as a run does)."""
+    from lorastudio.data import cache_prune
+    from lorastudio.data.disk_cache import clear_cache
+    from lorastudio.errors import CacheError
+
+    root = tmp_path / "cache"
+    _entry(root, OLDEST, 1_000)
+    _entry(root, NEWEST, 2_000)
+    real, refused = cache_prune.entry_unused, []
+
+    def clear_meanwhile(*args):
+        with pytest.raises(CacheError) as err:
+            clear_cache(root)
+        refused.append(str(err.value))
+        return real(*args)
+
+    monkeypatch.setattr(cache_prune, "entry_unused", clear_meanwhile)
+    assert [s.model for s in prune_cache(root, cap=0).removed] == [OLDEST, NEWEST]
+    assert "a prune of it is under way" in refused[0] and f"pid {os.getpid()}" in refused[0]
+    assert "a training run reads it" not in refused[0]

@@ -5,6 +5,7 @@ refuses the run naming it."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -163,3 +164,94 @@ def test_a_clear_while_a_disk_cached_run_reads_is_refused_then_allowed(make_conf
     train(make_config(output_name="read", latent_cache="disk", **settings), emit, device="cpu")
     assert refusals and f"pid {os.getpid()}" in refusals[0]
     assert clear_cache(root) > 0
+
+
+@pytest.mark.parametrize("where", ["cache", "parent"])
+def test_a_file_at_the_cache_folder_is_named_not_its_lock(tmp_path: Path, where: str) -> None:
+    """RELIABILITY 356: LORASTUDIO_CACHE_DIR on a file (or below one) refused the run naming
+    "<cache>/.readers.lock: File exists (remove what is there)", a path that is not there."""
+    from lorastudio.data.cache_io import READERS_LOCK, hold_readers
+
+    planted = tmp_path / "cache"
+    planted.write_text("not a folder")
+    root = planted if where == "cache" else planted / "below"
+    with pytest.raises(CacheError) as err:
+        hold_readers(root)
+    (problem,) = err.value.problems
+    assert problem.startswith(f"{root}: ") and READERS_LOCK not in problem
+    assert "LORASTUDIO_CACHE_DIR" in problem and planted.read_text() == "not a folder"
+
+
+def _hub_repo(cache: Path, name: str, ref: str | None) -> Path:
+    """A hub-cache repo with a VAE (config.json, one weight file) in snapshot "a"*40; its
+    refs/main holds `ref` (None: made by the caller)."""
+    storage = cache / f"models--{name.replace('/', '--')}"
+    vae = storage / "snapshots" / ("a" * 40) / "vae"
+    vae.mkdir(parents=True)
+    (vae / "config.json").write_text("{}")
+    (vae / "diffusion_pytorch_model.safetensors").write_bytes(b"weights")
+    (storage / "refs").mkdir()
+    if ref is not None:
+        (storage / "refs" / "main").write_text(ref)
+    return storage
+
+
+def test_a_hostile_hub_ref_is_not_read_for_a_fingerprint(tmp_path: Path) -> None:
+    """RELIABILITY 357: the encode cache's fingerprint of a hub base (the preflight's, a run's, the
+    identity's) found its snapshot with huggingface_hub's try_to_load_from_cache, which reads a
+    ref whole: a sparse terabyte at refs/main read until the out-of-memory kill (the server's
+    job preflight too). Run in a child capped by RLIMIT_AS: the old code's read is a MemoryError."""
+    cache = tmp_path / "hub"
+    good = _hub_repo(cache, "ok/good", "a" * 40)
+    with open(_hub_repo(cache, "bad/huge", None) / "refs" / "main", "wb") as fh:
+        fh.truncate(1 << 40)  # sparse: no disk
+    (_hub_repo(cache, "bad/zero", None) / "refs" / "main").symlink_to("/dev/zero")
+    os.mkfifo(_hub_repo(cache, "bad/fifo", None) / "refs" / "main")
+    code = (
+        "import resource, json; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30));"
+        "from lorastudio.data.disk_cache import component_fingerprint as fp, component_on_disk as here;"
+        "repos = ['ok/good', 'bad/huge', 'bad/zero', 'bad/fifo'];"
+        "print(json.dumps({r: [fp(r, 'vae', None), here(r, 'vae', None)] for r in repos}))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "HF_HUB_CACHE": str(cache)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout)
+    assert found["ok/good"][1] and not any(found[r][1] for r in ("bad/huge", "bad/zero", "bad/fifo"))
+    assert len({found[r][0] for r in found}) == 4  # each its own (the bad ones by their hub id)
+    (good / "snapshots" / ("a" * 40) / "vae" / "diffusion_pytorch_model.safetensors").write_bytes(b"other")
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert json.loads(again.stdout)["ok/good"][0] != found["ok/good"][0]  # by the snapshot's files
+
+
+def test_a_clear_holds_runs_back_for_its_renames_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 360: a clear removed each entry while it held the readers lock exclusively, so
+    a run starting during the clear of a large cache (minutes of removals) waited in silence for
+    all of it; the entries are renamed aside first, so the removal needs no lock."""
+    import fcntl
+
+    from lorastudio.data import disk_cache
+    from lorastudio.data.cache_io import READERS_LOCK
+
+    root = tmp_path / "cache"
+    for model in ("a" * 20, "b" * 20):
+        _plant(shard_path(root, "latents", model, "c" * 64), _valid())
+    real, blocked = disk_cache.shutil.rmtree, []
+
+    def removing(path, *args, **kwargs):  # while the clear removes: may a run take the lock?
+        fd = os.open(root / READERS_LOCK, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            blocked.append(False)
+        except BlockingIOError:
+            blocked.append(True)
+        finally:
+            os.close(fd)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(disk_cache.shutil, "rmtree", removing)
+    assert disk_cache.clear_cache(root) > 0
+    assert blocked == [False, False] and disk_cache.cache_stats(root) == []
+    assert [p.name for p in (root / "latents").iterdir()] == []  # nothing left aside

@@ -5,7 +5,9 @@ or a silent wrong train; the variable token axis of an unpadded family is not a 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from lorastudio.data.disk_cache import cache_root
 from lorastudio.settings import get_settings
 from lorastudio.training.latents_disk import read_shard, write_shard
 from lorastudio.training.loop import train
-from lorastudio.training.text_signature import PROBE_TEXTS, learn_signature, misfit, summarize
+from lorastudio.training.text_signature import PROBE_TEXTS, learn_signature, misfit, read_signature, summarize
 
 SETTINGS = {"latent_cache": "disk", "steps": 3}
 
@@ -147,3 +149,60 @@ def test_unpadded_families_reuse_their_shards(make_config, family: str, monkeypa
     assert warm.losses == first.losses
     (kept,) = get_settings().text_signature_dir.glob("*.json")
     assert "null" in kept.read_text()  # a variable dim
+
+
+def _skew(record: Path) -> None:
+    """Rewrite a kept signature with another fixed dim (what an older lorastudio, whose encoder
+    gave another form, or a damaged record leaves)."""
+    kept = json.loads(record.read_text())
+    kept["pooled"][1] = [d + 1 for d in kept["pooled"][1]]
+    record.write_text(json.dumps(kept))
+
+
+def test_a_kept_signature_the_encoders_contradict_is_learnt_again(make_config, text_encodes, caplog) -> None:
+    """RELIABILITY 350: every run refused "a text embedding shard vanished or was damaged" (restart
+    the run: it re-encodes), again and again: its freshly encoded captions did not fit the kept
+    signature. The encoders' own output is the truth: the signature is learnt again."""
+    first = train(make_config(output_name="first", **SETTINGS), [].append, device="cpu")
+    captions = [t for t in text_encodes if t not in PROBE_TEXTS]
+    (record,) = get_settings().text_signature_dir.glob("*.json")
+    learnt = record.read_text()
+    _skew(record)
+    text_encodes.clear()
+    caplog.set_level(logging.WARNING)
+    skewed = train(make_config(output_name="skewed", **SETTINGS), [].append, device="cpu")
+    # every shard misfits the skewed record: re-encoded, then the probes with a second load
+    assert sorted(text_encodes[:-2]) == sorted(captions) and text_encodes[-2:] == list(PROBE_TEXTS)
+    assert any("learning it again" in r.getMessage() for r in caplog.records)
+    assert record.read_text() == learnt and skewed.losses == first.losses
+    text_encodes.clear()
+    warm = train(make_config(output_name="warm", **SETTINGS), [].append, device="cpu")
+    assert text_encodes == [] and warm.losses == first.losses
+
+
+def test_a_kept_signature_that_is_a_fifo_or_huge_is_not_read(tmp_path: Path) -> None:
+    """RELIABILITY 351: the record was opened like a plain file: a FIFO there held the run for ever."""
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    assert read_signature(fifo) is None  # returns at once: not opened for a writer to come
+    huge = tmp_path / "huge.json"
+    huge.write_text('{"pooled": ["float32", [32]]' + " " * (2 << 20) + "}")
+    assert read_signature(huge) is None
+    (tmp_path / "ok.json").write_text('{"pooled": ["float32", [32]]}')
+    assert read_signature(tmp_path / "ok.json") == {"pooled": ("float32", (32,))}
+
+
+@pytest.mark.parametrize("count", ["²", "1" * 5000, "-3"])
+def test_a_crafted_token_count_is_no_count_never_a_crash(make_config, text_encodes, count: str) -> None:
+    """RELIABILITY 358: a caption shard's token count (metadata, outside its crc32) of "²" (a digit
+    to str.isdigit, not to int) or 5,000 digits (past int's 4,300) was a ValueError that ended the run."""
+    from lorastudio.training.latents_disk import read_shard_entry
+
+    first = train(make_config(output_name="first", **SETTINGS), [].append, device="cpu")
+    shard = _text_shards()[0]
+    found = read_shard_entry(shard, required=())
+    assert found is not None and found[1]["caption_tokens"].isdigit()
+    write_shard(shard, found[0], {"caption_tokens": count})
+    text_encodes.clear()
+    crafted = train(make_config(output_name="crafted", **SETTINGS), [].append, device="cpu")
+    assert text_encodes == [] and crafted.losses == first.losses  # the shard is read, its count not
