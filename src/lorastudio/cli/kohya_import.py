@@ -69,16 +69,14 @@ def _overlap(a: Path, b: Path) -> bool:
 def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -> list[tuple[str, str]]:
     """Import each kohya folder of `source` as the dataset `<prefix>-<folder>` under `root`
     (see import_kohya); lists what was skipped. Returns (dataset name, folder) per folder."""
-    import io
     import os
+    import shutil
 
     from lorastudio.data.control_import import control_files
     from lorastudio.data.kohya import plan_kohya_import
     from lorastudio.data.listing import dataset_summary
     from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks
     from lorastudio.data.masks import MASKS_DIR
-    from lorastudio.data.safe_open import open_in_folder
-    from lorastudio.data.uploads import UploadBatch
     from lorastudio.errors import DatasetError
     from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
     from lorastudio.settings import get_settings
@@ -110,8 +108,12 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
             f"import of {source} refused", [f"{n}: {why}" for n, why in plan.skipped + bad_masks]
         )
     # written like a plain import: every new dataset claimed for writing (jobs/dataset_claims.py) from
-    # the check that it is free to the last mask, so a delete, an upload, a caption job or another
-    # import of the same names is refused (DatasetBusy) instead of racing the writes
+    # the check that it is free to the last rename, so a delete, an upload, a caption job or another
+    # import of the same names is refused (DatasetBusy) instead of racing the writes. Every dataset
+    # is first made whole (images, controls, metadata.jsonl, masks) in one hidden folder under the
+    # uploads' staging (datasets/.uploads/<id>/, a crash leftover that a server start removes), and
+    # only then renamed into place, all together: a kill or an error part-way leaves no dataset under
+    # its final name, so the same import can simply be run again
     holder = f"`lorastudio datasets import --kohya` into {', '.join(sorted(names.values()))}"
     with DatasetClaim.take(
         settings.home, settings.datasets_dir, [root / n for n in names.values()], WRITE, holder
@@ -122,35 +124,90 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
                 f"dataset {taken[0]} already exists",
                 [f"{n}: a kohya import makes new datasets; choose another --name" for n in taken],
             )
-        refused: list[tuple[str, str]] = []
-        for folder in folders:
-            rows = [r for r in plan.rows if r["kohya_folder"] == folder]
-            with UploadBatch(
-                settings.datasets_dir, root / names[folder], settings.max_image_pixels, settings.max_decode_pixels,
-                strict=strict, decoded_dir=settings.decoded_record_dir,
-            ) as batch:  # fmt: skip
-                for path, name in plan.images:
-                    if path.parent.name == folder:
-                        with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
-                            batch.add(name, fh)
-                for slot, path in controls[folder][0]:  # checked as an upload's controls
-                    with open_in_folder(path) as fh:
-                        batch.add(path.name, fh, slot=slot)
-                table = "".join(
-                    json.dumps({"file_name": r["file_name"], "text": r["text"]}) + "\n" for r in rows
+        staged_root = _staging_folder(settings.datasets_dir)
+        try:
+            refused: list[tuple[str, str]] = []
+            summaries: list[str] = []
+            for folder in folders:
+                staged = staged_root / names[folder]
+                refused += _stage_folder(settings, plan, folder, controls[folder], staged, strict)
+                copied = copy_masks(masks[folder], staged, settings.datasets_dir, set(dataset_images(staged)))
+                summary = dataset_summary(staged)
+                summaries.append(
+                    f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned"
+                    + (f", {len(copied)} mask(s)" if copied else "")
                 )
-                batch.add("metadata.jsonl", io.BytesIO(table.encode("utf-8")))
-                refused += [(f"{folder}/{f}", why) for f, why in batch.commit().refused]
-            target = root / names[folder]
-            copied = copy_masks(masks[folder], target, settings.datasets_dir, set(dataset_images(target)))
-            summary = dataset_summary(target)
-            typer.echo(
-                f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned"
-                + (f", {len(copied)} mask(s)" if copied else "")
-            )
+            for folder in folders:  # every dataset is whole: now under their names
+                _move_into_place(
+                    staged_root / names[folder], root / names[folder], settings.decoded_record_dir
+                )
+        finally:
+            shutil.rmtree(staged_root, ignore_errors=True)
+    for line in summaries:
+        typer.echo(line)
     for file, reason in plan.skipped + bad_masks + refused:
         say(f"skipped {file}: {reason}")
     return [(names[f], f) for f in folders]
+
+
+def _staging_folder(datasets_dir: Path) -> Path:
+    """A new hidden folder for an import's datasets under the uploads' staging folder
+    (data/uploads.py STAGING_DIR; jobs/leftovers.py removes what a killed import left there)."""
+    import uuid
+
+    from lorastudio.data.uploads import STAGING_DIR
+
+    folder = datasets_dir / STAGING_DIR / f"kohya-{uuid.uuid4().hex}"
+    while True:  # an upload's exit removes the (empty) staging root when it can
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileNotFoundError:
+            continue
+
+
+def _stage_folder(
+    settings: Any, plan: Any, folder: str, controls: Any, staged: Path, strict: bool
+) -> list[tuple[str, str]]:
+    """Check and store kohya `folder`'s images, controls and metadata.jsonl as the dataset folder
+    `staged` (an upload's checks: data/uploads.py); returns the refused files, with their reasons."""
+    import io
+
+    from lorastudio.data.safe_open import open_in_folder
+    from lorastudio.data.uploads import UploadBatch
+
+    rows = [r for r in plan.rows if r["kohya_folder"] == folder]
+    with UploadBatch(
+        settings.datasets_dir, staged, settings.max_image_pixels, settings.max_decode_pixels,
+        strict=strict, decoded_dir=settings.decoded_record_dir,
+    ) as batch:  # fmt: skip
+        for path, name in plan.images:
+            if path.parent.name == folder:
+                with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
+                    batch.add(name, fh)
+        for slot, path in controls[0]:  # checked as an upload's controls
+            with open_in_folder(path) as fh:
+                batch.add(path.name, fh, slot=slot)
+        table = "".join(json.dumps({"file_name": r["file_name"], "text": r["text"]}) + "\n" for r in rows)
+        batch.add("metadata.jsonl", io.BytesIO(table.encode("utf-8")))
+        return [(f"{folder}/{f}", why) for f, why in batch.commit().refused]
+
+
+def _move_into_place(staged: Path, target: Path, decoded_dir: Path | None) -> None:
+    """Rename the whole staged dataset `staged` to `target` (its record of decoded files with it:
+    data/decoded.move_record). Raises DatasetError when `target` appeared meanwhile (made outside
+    the studio: the claim keeps the studio's writers out)."""
+    import os
+
+    from lorastudio.data.decoded import move_record
+    from lorastudio.data.safe_open import folder_identity
+    from lorastudio.errors import DatasetError
+
+    if os.path.lexists(target):  # rename would replace an empty folder without a word
+        raise DatasetError(f"dataset {target.name} already exists", [f"{target}: made during the import"])
+    os.rename(staged, target)
+    if decoded_dir is not None:
+        move_record(decoded_dir, staged, target, folder_identity(target))
 
 
 def _kohya_dataset_names(prefix: str, folders: list[str]) -> tuple[dict[str, str], list[tuple[str, str]]]:

@@ -202,9 +202,20 @@ def write_lora_file(
     a power loss `path` holds the old file or the whole new one. Without `overwrite`, a file that
     appeared at `path` meanwhile is kept (user_paths.publish_file) and ConfigError (field "out")
     says so. The header's `modelspec.hash_sha256` is the tensors' (record_content_hash), in
-    every file this writes. Returns `path`."""
+    every file this writes. A tensor holding a NaN or an infinity is refused before anything is
+    written (ModelSourceError naming `path` and the tensor: e.g. a source file's huge alpha /
+    rank folded into a bf16 lora_B overflows it), as every reader refuses such a file.
+    Returns `path`."""
     import safetensors.torch
 
+    for key, value in tensors.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = int(value.numel() - torch.isfinite(value).sum())
+            raise ModelSourceError(
+                f"{path} not written: its tensor {key[:120]!r} would hold {bad} NaN or infinite value(s)"
+                f" ({str(value.dtype).removeprefix('torch.')}: the source's values times its alpha / rank"
+                " do not fit it)"
+            )
     staged = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.staging")
     try:
         safetensors.torch.save_file(

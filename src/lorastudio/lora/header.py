@@ -62,6 +62,10 @@ _PAIRS = (("lora_A", "lora_B"), ("lora_down", "lora_up"), ("lora.down", "lora.up
 _PAIR_KEY = re.compile(
     r"^(?P<layer>.+)\.(?P<part>lora_A|lora_B|lora_down|lora_up|lora\.down|lora\.up)\.weight$"
 )
+# LyCORIS' factors (ComfyUI's weight_adapter/loha.py, lokr.py; peft's LoHa / LoKr parameters):
+# a LoHa layer needs all four, a LoKr layer each of w1 and w2 whole or as its _a / _b pair
+_LYCORIS_KEY = re.compile(r"^(?P<layer>.+)\.(?P<part>hada_w[12]_[ab]|lokr_w[12](_[ab])?)$")
+_LOHA_PARTS = ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b")
 
 
 @dataclass(frozen=True)
@@ -212,11 +216,13 @@ def check_lora_header(header: LoraHeader, family: str) -> None:
 def check_lora_structure(header: LoraHeader) -> None:
     """Refuse tensors no adapter file holds, whatever its family or layout: a dtype that is not
     floating point (an integer tensor would be cast silently by the loaders), an `.alpha` that
-    is not a single number, a layer with a down (A) matrix and no up (B) one or the reverse, or
+    is not a single number, a layer with a down (A) matrix and no up (B) one or the reverse (a
+    LoHa / LoKr layer missing a factor, an `.alpha` / `.dora_scale` without its layer's weights), or
     whose down [r, in, ...] and up [out, r, ...] disagree on r (diffusers would fail deep in
     load_state_dict, a conversion would write a file nothing loads), or diffusers' adapter
-    config (`lora_adapter_metadata`) giving a rank or alpha that is not a number (its
-    rank_pattern / alpha_pattern too, whose keys must be patterns peft can match). Raises
+    config (`lora_adapter_metadata`) giving a rank or alpha that is not a number, or an alpha of
+    0 (every layer's weight change scaled to nothing) (its rank_pattern / alpha_pattern too,
+    whose keys must be patterns peft can match). Raises
     ModelSourceError naming the file and the tensor."""
     path = header.path
     packed = header.metadata.get(ADAPTER_METADATA_KEY)
@@ -231,7 +237,7 @@ def check_lora_structure(header: LoraHeader) -> None:
         if any(not (type(r) is int and r >= 1) for r in ranks):
             raise _bad(path, f"{ADAPTER_METADATA_KEY} gives an impossible rank {ranks[:3]}")
         alphas = [v for k, v in config.items() if k.endswith(".lora_alpha") or k == "lora_alpha"]
-        if any(not (type(a) in (int, float) and math.isfinite(a)) for a in alphas):
+        if any(not (type(a) in (int, float) and math.isfinite(a) and a != 0) for a in alphas):  # 0: no change
             raise _bad(path, f"{ADAPTER_METADATA_KEY} gives an impossible lora_alpha {str(alphas[:3])[:80]}")
         for key, value in config.items():
             kind = next(
@@ -252,6 +258,7 @@ def check_lora_structure(header: LoraHeader) -> None:
             pair = next(i for i, p in enumerate(_PAIRS) if part in p)
             side = "down" if part == _PAIRS[pair][0] else "up"
             layers.setdefault((match["layer"], pair), {})[side] = (name, info)
+    _check_partial_layers(path, header.tensors, {layer for layer, _ in layers})
     for (layer, pair), sides in layers.items():
         down_name, up_name = _PAIRS[pair]
         if len(sides) == 1:
@@ -264,6 +271,45 @@ def check_lora_structure(header: LoraHeader) -> None:
                 f"the layer {layer[:120]!r}: {down_name} {list(down.shape)} and {up_name} {list(up.shape)}"
                 " do not share a rank (down [r, in], up [out, r])",
             )
+
+
+def _check_partial_layers(path: Path, tensors: Mapping[str, TensorInfo], paired: set[str]) -> None:
+    """Refuse a LoHa / LoKr layer missing one of its factors and an `.alpha` (or DoRA
+    `.dora_scale`) with no weights of its layer beside it: the loaders skip or fail on such a
+    layer (diffusers' converters leave it behind, ComfyUI drops an alpha without its matrices),
+    so the file would be applied in part. `paired`: the layers with lora down / up matrices."""
+    lycoris: dict[str, set[str]] = {}
+    for name in tensors:
+        match = _LYCORIS_KEY.match(name)
+        if match is not None:
+            lycoris.setdefault(match["layer"], set()).add(match["part"])
+    for layer, parts in lycoris.items():
+        if parts & set(_LOHA_PARTS):
+            lacks = [p for p in _LOHA_PARTS if p not in parts]
+        else:
+            lacks = [
+                f"lokr_{w} (or lokr_{w}_a and lokr_{w}_b)"
+                for w in ("w1", "w2")
+                if f"lokr_{w}" not in parts and not {f"lokr_{w}_a", f"lokr_{w}_b"} <= parts
+            ]
+        if lacks:
+            raise _bad(
+                path,
+                f"the layer {layer[:120]!r} lacks {', '.join(lacks)} (it holds {', '.join(sorted(parts))})",
+            )
+    weighted = paired | set(lycoris)
+    prefixes = set()  # every dotted prefix of every other tensor's name: the layers that hold weights
+    for name in tensors:
+        if not name.endswith((".alpha", ".dora_scale")):
+            parts = name.split(".")
+            prefixes.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    for name in tensors:
+        if name.endswith((".alpha", ".dora_scale")):
+            layer = name.rsplit(".", 1)[0]
+            if layer not in weighted and layer not in prefixes:
+                raise _bad(
+                    path, f"the tensor {name[:120]!r} has no weights of its layer {layer[:120]!r} beside it"
+                )
 
 
 def _check_pattern(path: Path, kind: str, pattern: object) -> None:
@@ -279,7 +325,9 @@ def _check_pattern(path: Path, kind: str, pattern: object) -> None:
             raise _bad(path, f"{where} key {key[:80]!r} is not a module pattern") from None
         if kind == "rank_pattern" and not (type(value) is int and value >= 1):
             raise _bad(path, f"{where} gives an impossible rank for {key[:80]!r}: {str(value)[:40]}")
-        if kind == "alpha_pattern" and not (type(value) in (int, float) and math.isfinite(value)):
+        if kind == "alpha_pattern" and not (
+            type(value) in (int, float) and math.isfinite(value) and value != 0
+        ):
             raise _bad(path, f"{where} gives an impossible alpha for {key[:80]!r}: {str(value)[:40]}")
 
 
