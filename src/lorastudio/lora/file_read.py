@@ -7,7 +7,8 @@ merge, resize, the assistant, the generation worker's LoRAs) goes through these.
   patch), one tensor in memory at a time, remembered per unchanged file.
 - `check_finite`: the NaN / infinity refusal of one tensor, and of a kohya / LyCORIS `.alpha`
   of 0 (a layer scaled by alpha / rank = 0).
-- `widened`: a tensor of an 8-bit float dtype as float32 (torch has no arithmetic on them).
+- `widened`: a tensor of an 8-bit float dtype as float32 (torch has no arithmetic on them);
+  `widened_kohya_file`: a kohya-layout file so, for generation's loader.
 
 Each raises NotFound (no such file) or ModelSourceError naming the file and what is wrong.
 """
@@ -54,6 +55,27 @@ def widened(tensor: torch.Tensor) -> torch.Tensor:
     folds alpha / rank, a merge or a resize failed with a NotImplementedError traceback); any
     other tensor as it is."""
     return tensor.float() if tensor.dtype in _8BIT_FLOATS else tensor
+
+
+def widened_kohya_file(path: Path) -> dict[str, torch.Tensor] | None:
+    """The tensors of the kohya / ComfyUI-layout LoRA `path` with its 8-bit float ones as float32
+    (`widened`), for a loader that computes on them (diffusers' kohya converters multiply each
+    down / up by its alpha share: NotImplementedError on fp8); None when the file holds no 8-bit
+    float tensor or is not of that layout (a diffusers file, read with its adapter config, loads
+    fp8 as it is). The header is read first (`read_header`)."""
+    from safetensors.torch import load_file
+
+    from lorastudio.lora.files import detect_layout
+
+    header = read_header(path)
+    if not any(info.dtype in ("F8_E4M3", "F8_E5M2") for info in header.tensors.values()):
+        return None
+    try:
+        if detect_layout(header.tensors) != "kohya":
+            return None
+    except ModelSourceError:
+        return None
+    return {k: widened(v) for k, v in load_file(str(path)).items()}
 
 
 def check_finite(path: Path, name: str, tensor: torch.Tensor) -> None:

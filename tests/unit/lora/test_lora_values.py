@@ -239,3 +239,27 @@ def test_a_conversion_that_would_overflow_the_dtype_writes_nothing(
     code, printed = _cli(capsys, monkeypatch, "lora", "convert", str(src), str(out), "--to", "diffusers")
     assert code == 2 and "would hold 8 NaN or infinite" in printed and "Traceback" not in printed, printed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.safetensors"]
+
+
+def test_generation_applies_an_fp8_kohya_lora_as_its_float32_values(
+    layer_shapes, tiny_model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """diffusers' FLUX.1 kohya converter multiplies each down / up by its share of alpha: on fp8
+    tensors that is a NotImplementedError, so an fp8 kohya file was refused ("mul_cpu_reduced_float"
+    not implemented) though its conversion works. It is loaded as its float32 values."""
+    good = _good(layer_shapes("flux"), "flux", "kohya", tmp_path / "good.safetensors")
+    with_meta = {"lorastudio.family": "flux"}
+    # diffusers' reader of the fused qkv / linear1 layers assumes FLUX.1's real sizes: left out here
+    kept = {k: v for k, v in load_file(str(good)).items() if "qkv" not in k and "linear1" not in k}
+    fp8 = {k: v if k.endswith(".alpha") else v.to(torch.float8_e4m3fn) for k, v in kept.items()}
+    save_file(fp8, str(tmp_path / "fp8.safetensors"), metadata=with_meta)
+    save_file({k: v.float() for k, v in fp8.items()}, str(tmp_path / "wide.safetensors"), metadata=with_meta)
+    pipe = load_pipeline(str(tiny_model("flux")), "flux", device="cpu", dtype=torch.float32)
+
+    def applied(name: str) -> dict[str, torch.Tensor]:
+        apply_loras(pipe, [(tmp_path / name, 1.0)])
+        return {n: p.detach().clone() for n, p in pipe.transformer.named_parameters() if "lora_" in n}
+
+    fp8_weights, wide_weights = applied("fp8.safetensors"), applied("wide.safetensors")
+    assert fp8_weights and fp8_weights.keys() == wide_weights.keys()
+    assert all(torch.equal(fp8_weights[k], wide_weights[k]) for k in fp8_weights)
