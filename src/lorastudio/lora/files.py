@@ -26,9 +26,9 @@ from lorastudio.lora.convert import (
     fold_strength,
     pattern_scales,
     peft_modules,
-    to_diffusers,
     to_kohya,
 )
+from lorastudio.lora.convert_read import to_diffusers
 from lorastudio.lora.file_read import read_lora_file
 from lorastudio.lora.header import check_lora_file
 from lorastudio.lora.metadata import (
@@ -58,7 +58,7 @@ def denoiser_prefix(family: str) -> str:
 # text-encoder LoRA keys (lora/text_encoder_names.py): diffusers' components, kohya's / OneTrainer's
 # prefixes (lora_te_, lora_te1_, lora_te2_ ...)
 _DIFFUSERS_TE = ("text_encoder.", "text_encoder_2.", "text_encoders.")
-# kohya's, ComfyUI's generic and OneTrainer's (FLUX.1, Qwen-Image, Z-Image: lora/convert.py _ONETRAINER) denoiser keys
+# kohya's, ComfyUI's generic and OneTrainer's (FLUX.1, Qwen-Image, Z-Image: lora/convert_read.py _ONETRAINER) denoiser keys
 _KOHYA_DENOISER = ("lora_unet_", "diffusion_model.", "lora_transformer_")
 
 
