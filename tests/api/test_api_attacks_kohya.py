@@ -151,3 +151,30 @@ def test_an_import_stopped_part_way_leaves_no_dataset_and_runs_again(
         assert sorted(p.name for p in folder.iterdir()) == ["a.png", "metadata.jsonl"]
         record = DecodedRecord.load(settings.decoded_record_dir, folder, folder_identity(folder))
         assert record.known(folder / "a.png") is not None  # decoded by the import: not again by a check
+
+
+def test_planning_an_import_lists_each_folder_once_whatever_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan listed the whole folder again for every caption file (to find its image): 10,000
+    captioned images took 545 s to plan (2.5 s now). Each folder is listed once."""
+    from lorastudio.data.kohya import plan_kohya_import
+
+    listings: list[Path] = []
+    real = Path.iterdir
+
+    def counted(self: Path) -> Any:
+        listings.append(self)
+        return real(self)
+
+    monkeypatch.setattr(Path, "iterdir", counted)
+    for count in (3, 30):
+        folder = tmp_path / str(count) / "2_sks cat"
+        folder.mkdir(parents=True)
+        for i in range(count):
+            (folder / f"{i}.png").write_bytes(b"")  # the plan reads names, not pixels
+            (folder / f"{i}.txt").write_text(f"caption {i}")
+        listings.clear()
+        plan = plan_kohya_import(folder.parent, flat=False)
+        assert len(plan.images) == count
+        assert listings.count(folder) == 1, (count, listings.count(folder))
