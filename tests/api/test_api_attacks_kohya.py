@@ -116,37 +116,38 @@ def test_kohya_caption_files_are_read_and_two_that_disagree_skip_their_image(
     assert not (settings.datasets_dir / "k2-5_sks cat").exists()
 
 
+@pytest.mark.parametrize("stop_at", [2, 3])  # the second image folder; the reg folder
 def test_an_import_stopped_part_way_leaves_no_dataset_and_runs_again(
-    cli: typer.Typer, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: typer.Typer, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_at: int
 ) -> None:
-    """Each kohya folder's dataset used to be renamed into place as soon as it was stored: an
-    import killed (or failing) at its second folder left the first under its final name, and the
-    same import run again was refused ("dataset k-1_a already exists"). Every dataset is now
-    staged whole under datasets/.uploads/ (a server start removes a killed import's) and renamed
-    into place at the end."""
-    src = tmp_path / "img"
-    for name in ("1_a", "2_b"):
-        _img(src / name)
+    """Each kohya folder's dataset used to be renamed into place as soon as it was stored (and the
+    --reg folders imported after all of them): an import killed (or failing) part-way left the
+    first datasets under their final names, and the same import run again was refused ("dataset
+    k-1_a already exists"). Every dataset is now staged whole under datasets/.uploads/ (a server
+    start removes a killed import's) and all are renamed into place at the end."""
+    src, reg = tmp_path / "img", tmp_path / "reg"
+    for folder in (src / "1_a", src / "2_b", reg / "1_person"):
+        _img(folder)
     real = mask_import.copy_masks
     staged: list[Path] = []
 
     def stopped(plan: Any, target: Path, *rest: Any) -> Any:
         staged.append(target)
-        if len(staged) == 2:  # the second folder's images are stored, its masks to come
+        if len(staged) == stop_at:  # this folder's images are stored, its masks to come
             raise RuntimeError("killed here")
         return real(plan, target, *rest)
 
     monkeypatch.setattr(mask_import, "copy_masks", stopped)
-    args = ["datasets", "import", str(src), "--name", "k", "--kohya"]
+    args = ["datasets", "import", str(src), "--name", "k", "--kohya", "--reg", str(reg)]
     result = CliRunner().invoke(cli, args)
     assert isinstance(result.exception, RuntimeError), result.output
     assert sorted(p.name for p in settings.datasets_dir.iterdir() if not p.name.startswith(".")) == []
-    assert [p.name for p in staged] == ["k-1_a", "k-2_b"] and staged[0].parent.parent.name == ".uploads"
+    assert staged[0].name == "k-1_a" and staged[0].parent.parent.name == ".uploads"
     assert not list((settings.datasets_dir / ".uploads").glob("*"))  # its staging went with it
     monkeypatch.setattr(mask_import, "copy_masks", real)
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 0, again.output
-    for name in ("k-1_a", "k-2_b"):
+    for name in ("k-1_a", "k-2_b", "k-reg-1_person"):
         folder = settings.datasets_dir / name
         assert sorted(p.name for p in folder.iterdir()) == ["a.png", "metadata.jsonl"]
         record = DecodedRecord.load(settings.decoded_record_dir, folder, folder_identity(folder))
