@@ -155,6 +155,18 @@ def hostile_cases() -> dict[str, tuple[bytes, str]]:
             ),
             "has no weights of its layer 'lycoris_single_blocks_3_linear2'",
         ),  # fmt: skip
+        "one_layer_two_spellings": (  # diffusers' loader applied one of the two, silently
+            tensors_bytes(
+                {
+                    "lora_unet_double_blocks_0_img_attn_proj.lora_down.weight": [2, 4],
+                    "lora_unet_double_blocks_0_img_attn_proj.lora_up.weight": [4, 2],
+                    "diffusion_model.double_blocks.0.img_attn.proj.lora_A.weight": [2, 4],
+                    "diffusion_model.double_blocks.0.img_attn.proj.lora_B.weight": [4, 2],
+                }
+            ),
+            "is in the file twice, as 'lora_unet_double_blocks_0_img_attn_proj.lora_down.weight' and "
+            "'diffusion_model.double_blocks.0.img_attn.proj.lora_A.weight'",
+        ),
         "adapter_config_alpha_0": (
             flux_lora_bytes(metadata={"lora_adapter_metadata": json.dumps({"transformer.lora_alpha": 0})}),
             "lora_adapter_metadata gives an impossible lora_alpha [0]",

@@ -38,7 +38,7 @@ def import_kohya(
     source: Path, target: Path, strict: bool, entries_file: Path | None, reg_source: Path | None = None
 ) -> None:
     """`datasets import --kohya`: each of DIR's kohya folders becomes the dataset
-    `<name>-<N_words>` (its images, and a metadata.jsonl row each: the .txt caption, else the
+    `<name>-<N_words>` (its images, and a metadata.jsonl row each: the .txt / .caption caption, else the
     folder's words), and the run's `datasets` entries that train them with their repeats are
     printed (TOML, to paste into a config), and written to `entries_file` when given. With
     `reg_source` (kohya's reg folder, e.g. `reg/1_person`), its folders become `<name>-reg-<N_words>`

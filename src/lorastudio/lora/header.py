@@ -66,6 +66,13 @@ _PAIR_KEY = re.compile(
 # a LoHa layer needs all four, a LoKr layer each of w1 and w2 whole or as its _a / _b pair
 _LYCORIS_KEY = re.compile(r"^(?P<layer>.+)\.(?P<part>hada_w[12]_[ab]|lokr_w[12](_[ab])?)$")
 _LOHA_PARTS = ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b")
+# the denoiser-layer spellings of one layer (kohya's, ComfyUI's generic, diffusers', OneTrainer's)
+# and of its parts: a file holding one layer under two of them is applied as one by the loaders
+_SPELLINGS = ("lora_unet_", "lora_transformer_", "diffusion_model.", "transformer.", "unet.")
+_PART_SPELLINGS = (
+    (".lora_A.weight", "down"), (".lora_down.weight", "down"), (".lora.down.weight", "down"),
+    (".lora_B.weight", "up"), (".lora_up.weight", "up"), (".lora.up.weight", "up"), (".alpha", "alpha"),
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -217,7 +224,8 @@ def check_lora_structure(header: LoraHeader) -> None:
     """Refuse tensors no adapter file holds, whatever its family or layout: a dtype that is not
     floating point (an integer tensor would be cast silently by the loaders), an `.alpha` that
     is not a single number, a layer with a down (A) matrix and no up (B) one or the reverse (a
-    LoHa / LoKr layer missing a factor, an `.alpha` / `.dora_scale` without its layer's weights), or
+    LoHa / LoKr layer missing a factor, an `.alpha` / `.dora_scale` without its layer's weights, a
+    layer under two spellings), or
     whose down [r, in, ...] and up [out, r, ...] disagree on r (diffusers would fail deep in
     load_state_dict, a conversion would write a file nothing loads), or diffusers' adapter
     config (`lora_adapter_metadata`) giving a rank or alpha that is not a number, or an alpha of
@@ -259,6 +267,7 @@ def check_lora_structure(header: LoraHeader) -> None:
             side = "down" if part == _PAIRS[pair][0] else "up"
             layers.setdefault((match["layer"], pair), {})[side] = (name, info)
     _check_partial_layers(path, header.tensors, {layer for layer, _ in layers})
+    _check_two_spellings(path, header.tensors)
     for (layer, pair), sides in layers.items():
         down_name, up_name = _PAIRS[pair]
         if len(sides) == 1:
@@ -310,6 +319,29 @@ def _check_partial_layers(path: Path, tensors: Mapping[str, TensorInfo], paired:
                 raise _bad(
                     path, f"the tensor {name[:120]!r} has no weights of its layer {layer[:120]!r} beside it"
                 )
+
+
+def _check_two_spellings(path: Path, tensors: Mapping[str, TensorInfo]) -> None:
+    """Refuse a layer's matrix or alpha present under two spellings (`lora_unet_x_y.lora_down` and
+    `diffusion_model.x.y.lora_A`, or `.lora_A` beside `.lora.down`): diffusers' loader applies
+    one of them and drops the other without a word (lorastudio's convert refused it already)."""
+    seen: dict[tuple[str, str], tuple[str, str]] = {}  # (flat layer, part) -> (key, spelling)
+    for name in tensors:
+        prefix = next((p for p in _SPELLINGS if name.startswith(p)), None)
+        part = next(((s, kind) for s, kind in _PART_SPELLINGS if name.endswith(s)), None)
+        if prefix is None or part is None:
+            continue
+        body = name[len(prefix) : -len(part[0])]
+        flat = (body.replace(".", "_"), part[1])
+        other = seen.setdefault(flat, (name, prefix + body))
+        # the same layer under another prefix, or under the same name with another part spelling
+        # (two modules of one spelling whose names differ only by "." and "_" are two layers)
+        if other[0] != name and (not other[1].startswith(prefix) or other[1] == prefix + body):
+            raise _bad(
+                path,
+                f"the layer {body[:120]!r} is in the file twice, as {other[0][:120]!r} and {name[:120]!r}"
+                " (two spellings of one layer: a loader applies one of them)",
+            )
 
 
 def _check_pattern(path: Path, kind: str, pattern: object) -> None:
