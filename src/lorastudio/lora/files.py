@@ -30,7 +30,7 @@ from lorastudio.lora.convert import (
 )
 from lorastudio.lora.convert_read import to_diffusers
 from lorastudio.lora.file_read import read_lora_file
-from lorastudio.lora.header import check_lora_file
+from lorastudio.lora.header import check_lora_file, shown_value
 from lorastudio.lora.metadata import (
     HASH_KEY,
     HASH_PLACEHOLDER,
@@ -324,7 +324,7 @@ def convert_file(
         raise ConfigError([FieldProblem("family", f"{src} does not name its family: pass --family")])
     if kohya_layout(family) not in FAMILIES:
         raise ConfigError(
-            [FieldProblem("family", f"unknown family {family!r}; known: {', '.join(FAMILIES)}")]
+            [FieldProblem("family", f"unknown family {shown_value(family)}; known: {', '.join(FAMILIES)}")]
         )
     check_lora_file(src, family)  # a --family its header or layers contradict: generation's check
     source_layout = detect_layout(tensors)

@@ -182,16 +182,25 @@ def _check_tiling(path: Path, tensors: Mapping[str, TensorInfo], data_bytes: int
         raise _bad(path, f"the tensors describe {at} bytes of data, the file holds {data_bytes}")
 
 
+def shown_value(value: str, limit: int = 60) -> str:
+    """`value` (a header's string: any length, any characters) quoted for a message: repr of its
+    first `limit` characters, and its length when it is longer. A metadata value may be megabytes
+    (kohya's ss_tag_frequency is hundreds of KB): quoted whole, it made a 2 MB error message."""
+    return repr(value[:limit]) + (f" (cut: {len(value)} characters)" if len(value) > limit else "")
+
+
 def lora_family_hint(header: LoraHeader) -> tuple[str, str] | None:
     """(what the file is for, the evidence) from its header: `lorastudio.family`, kohya's
-    ss_base_model_version, else key names only one kind of denoiser has. None: no sign."""
+    ss_base_model_version, else key names only one kind of denoiser has. None: no sign. Header
+    values are quoted bounded (`shown_value`)."""
     named = header.metadata.get(FAMILY_KEY)
     if named:
-        return named, f"its header says {FAMILY_KEY}={named!r}"
+        what = named if len(named) <= 60 and named.isprintable() else shown_value(named)
+        return what, f"its header says {FAMILY_KEY}={shown_value(named)}"
     version = header.metadata.get("ss_base_model_version", "")
     for prefix, what in _KOHYA_VERSIONS:
         if version.startswith(prefix):
-            return what, f"its header says ss_base_model_version={version!r}"
+            return what, f"its header says ss_base_model_version={shown_value(version)}"
     for what, pattern in _KEY_KINDS:
         key = next((k for k in header.tensors if pattern.search(k)), None)
         if key is not None:
