@@ -179,3 +179,27 @@ def test_planning_an_import_lists_each_folder_once_whatever_its_size(
         plan = plan_kohya_import(folder.parent, flat=False)
         assert len(plan.images) == count
         assert listings.count(folder) == 1, (count, listings.count(folder))
+
+
+def test_two_folders_of_one_dataset_name_are_skipped_not_merged(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """`10_café` composed (NFC) and decomposed (NFD, as macOS writes names) are two folders whose
+    dataset name is one once normalised: both were imported into `k-10_café`, the second's
+    a.png replacing the first's, and the entries listed the dataset twice. Both are skipped,
+    each naming the other; the rest is imported."""
+    src = tmp_path / "img"
+    for folder in ("10_caf\u00e9", "10_cafe\u0301", "2_ok"):
+        _img(src / folder)
+    out = tmp_path / "entries.toml"
+    args = ["datasets", "import", str(src), "--name", "k", "--kohya", "--entries", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in settings.datasets_dir.iterdir() if not p.name.startswith(".")) == ["k-2_ok"]
+    assert tomllib.loads(out.read_text())["datasets"] == [
+        {"path": "k-2_ok", "repeats": 2, "trigger_word": "ok"}
+    ]
+    assert "the folder '10_cafe\\u0301' makes the same dataset name k-10_caf\u00e9" in result.output
+    assert "the folder '10_caf\\xe9' makes the same dataset name" in result.output
+    strict = CliRunner().invoke(cli, [*args[:-2], "--name", "k2", "--strict"])
+    assert strict.exit_code != 0 and not any(settings.datasets_dir.glob("k2-*"))

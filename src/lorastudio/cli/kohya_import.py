@@ -174,6 +174,12 @@ def _write_all(parts: list[_Planned], root: Path, strict: bool) -> list[list[tup
                         + (f", {len(copied)} mask(s)" if copied else "")
                     )
                 part.skipped += refused
+            taken = [n for n in every if os.path.lexists(root / n)]  # made meanwhile, outside the studio
+            if taken:
+                raise DatasetError(
+                    f"dataset {taken[0]} already exists",
+                    [f"{root / n}: made during the import" for n in taken],
+                )
             for name in every:  # every dataset is whole: now under their names
                 _move_into_place(staged_root / name, root / name, settings.decoded_record_dir)
         finally:
@@ -248,8 +254,10 @@ def _move_into_place(staged: Path, target: Path, decoded_dir: Path | None) -> No
 
 def _kohya_dataset_names(prefix: str, folders: list[str]) -> tuple[dict[str, str], list[tuple[str, str]]]:
     """The dataset name `<prefix>-<folder>` of each kohya folder, when it is a valid name for a
-    new dataset (data.paths.new_name: length, characters, no leading '-'); the others as
-    (folder, why) to skip."""
+    new dataset (data.paths.new_name: length, characters, no leading '-') that no other folder's
+    name also is (new_name normalises to NFC: `10_café` typed twice, composed and decomposed, are
+    two folders of one name, which were merged into one dataset, one's images replacing the
+    other's); the others as (folder, why) to skip."""
     from lorastudio.data import new_name
     from lorastudio.errors import ConfigError, PathOutsideRoot
 
@@ -262,6 +270,16 @@ def _kohya_dataset_names(prefix: str, folders: list[str]) -> tuple[dict[str, str
             unnamed.append((folder, f"{err.problems[0].field} {err.problems[0].message}"))
         except PathOutsideRoot as err:
             unnamed.append((folder, str(err)))
+    by_name: dict[str, list[str]] = {}
+    for folder, name in names.items():
+        by_name.setdefault(name, []).append(folder)
+    for name, twins in by_name.items():
+        if len(twins) > 1:
+            for folder in twins:
+                others = ", ".join(ascii(f) for f in twins if f != folder)
+                why = f"the folder {others} makes the same dataset name {name} (one name once normalised): rename one"
+                unnamed.append((folder, why))
+                del names[folder]
     return names, unnamed
 
 
