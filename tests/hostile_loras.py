@@ -185,6 +185,14 @@ def hostile_cases() -> dict[str, tuple[bytes, str]]:
             flux_lora_bytes(metadata={"ss_base_model_version": "sd_v1"}),
             "is not a flux LoRA: it is a Stable Diffusion 1.x one (its header says ss_base_model_version='sd_v1'",
         ),
+        "qwen_image_layers": (
+            flux_lora_bytes(key="transformer.transformer_blocks.0.img_mlp.net.0.proj"),
+            "is not a flux LoRA: it is a qwen-image one (it has layers such as 'transformer.transformer_blocks.0.img_mlp",
+        ),
+        "krea2_layers": (
+            flux_lora_bytes(key="diffusion_model.blocks.3.attn.wq"),
+            "is not a flux LoRA: it is a krea2 one (it has layers such as 'diffusion_model.blocks.3.attn.wq",
+        ),
         "unet_layers": (
             flux_lora_bytes(key=unet),
             "is not a flux LoRA: it is a sdxl one (it has layers such as 'unet.down_blocks",

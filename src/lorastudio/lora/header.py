@@ -49,11 +49,18 @@ _KEY_KINDS = (
     ("sdxl", re.compile(r"(^|[._])(down_blocks|up_blocks|mid_block|input_blocks|output_blocks|middle_block)[._]")),
     ("flux", re.compile(r"(^|[._])(single_transformer_blocks|double_blocks|single_blocks)[._]\d")),
     ("z-image", re.compile(r"(^|[._])(noise_refiner|context_refiner|layers)[._]\d+[._](attention|feed_forward)")),
+    # Qwen-Image's per-stream MLPs and modulations (diffusers' and ComfyUI's names are one; FLUX's
+    # img_mlp lives in double_blocks), and Krea 2's (diffusers' and its checkpoint's) own names:
+    # without them another family's sampler took these files' attention layers, same names and
+    # widths (FLUX.1's 3072), as its own
+    ("qwen-image", re.compile(r"(^|[._])transformer_blocks[._]\d+[._](img_mlp|txt_mlp|img_mod|txt_mod)[._]")),
+    ("krea2", re.compile(r"(^|[._])(txtfusion|text_fusion)[._]|[._]attn[._](wq|wk|wv|wo|to_gate)([._]|$)")),
 )  # fmt: skip
 # families whose denoisers share one key kind's names: FLUX.1's double/single blocks are also
 # Chroma's (its checkpoint keeps FLUX.1's names) and FLUX.2's (BFL names), so keys alone cannot tell
 _SHARED_KEYS: dict[str, frozenset[str]] = {
-    "flux": frozenset({"flux", "flux-kontext", "chroma", "flux2", "flux2-klein"})
+    "flux": frozenset({"flux", "flux-kontext", "chroma", "flux2", "flux2-klein"}),
+    "qwen-image": frozenset({"qwen-image", "qwen-image-edit"}),  # one transformer
 }
 _DOWN = re.compile(r"(lora_A|lora_down|lora\.down)(\.[A-Za-z_]+)?\.weight$")
 FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"})  # what an adapter's weights are
