@@ -142,7 +142,7 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
             if path.is_symlink() or not path.is_file() or path.suffix.lower() in CAPTION_SUFFIXES:
                 continue  # listed above
             if not is_image_name(path.name):
-                plan.skipped.append((where, "not an image or a .txt / .caption caption"))
+                plan.skipped.append((where, "not an image or a caption (.txt, .caption)"))
             elif flat and path.name in taken:
                 plan.skipped.append((where, f"{path.name} is already taken by {taken[path.name]}"))
             else:
