@@ -33,6 +33,18 @@ def flux_lora_bytes(rank: int = 2, metadata: dict | None = None, key: str = FLUX
     return safetensors_bytes(header, bytes(b["data_offsets"][1]))
 
 
+def tensors_bytes(shapes: dict[str, list[int]], metadata: dict | None = None) -> bytes:
+    """A file of zero-filled F32 tensors of these names and shapes, laid out one after another."""
+    header: dict = {}
+    at = 0
+    for name, shape in shapes.items():
+        header[name] = _tensor(shape, at)
+        at = header[name]["data_offsets"][1]
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    return safetensors_bytes(header, bytes(at))
+
+
 def hostile_cases() -> dict[str, tuple[bytes, str]]:
     """name -> (file bytes, what the refusal says)."""
     unet = "unet.down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q"
@@ -109,6 +121,62 @@ def hostile_cases() -> dict[str, tuple[bytes, str]]:
             ),
             "lora_adapter_metadata alpha_pattern gives an impossible alpha for 'to_q'",
         ),
+        # a layer the loaders would skip or fail on: the file would be applied in part
+        "loha_without_w2": (
+            tensors_bytes(
+                {
+                    f"lycoris_{FLUX_KEY.replace('.', '_')}.hada_w1_a": [4, 2],
+                    f"lycoris_{FLUX_KEY.replace('.', '_')}.hada_w1_b": [2, 4],
+                }
+            ),
+            "lacks hada_w2_a, hada_w2_b (it holds hada_w1_a, hada_w1_b)",
+        ),  # fmt: skip
+        "lokr_without_w2": (
+            tensors_bytes({f"{FLUX_KEY}.lokr_w1": [2, 2], f"{FLUX_KEY}.lokr_w2_a": [2, 1]}),
+            "lacks lokr_w2 (or lokr_w2_a and lokr_w2_b)",
+        ),
+        "alpha_without_its_layer": (
+            tensors_bytes(
+                {
+                    f"{FLUX_KEY}.lora_A.weight": [2, 4],
+                    f"{FLUX_KEY}.lora_B.weight": [4, 2],
+                    "lora_unet_single_blocks_1_linear2.alpha": [],
+                }
+            ),
+            "the tensor 'lora_unet_single_blocks_1_linear2.alpha' has no weights of its layer",
+        ),  # fmt: skip
+        "dora_scale_without_its_layer": (
+            tensors_bytes(
+                {
+                    f"{FLUX_KEY}.lora_A.weight": [2, 4],
+                    f"{FLUX_KEY}.lora_B.weight": [4, 2],
+                    "lycoris_single_blocks_3_linear2.dora_scale": [4, 1],
+                }
+            ),
+            "has no weights of its layer 'lycoris_single_blocks_3_linear2'",
+        ),  # fmt: skip
+        "one_layer_two_spellings": (  # diffusers' loader applied one of the two, silently
+            tensors_bytes(
+                {
+                    "lora_unet_double_blocks_0_img_attn_proj.lora_down.weight": [2, 4],
+                    "lora_unet_double_blocks_0_img_attn_proj.lora_up.weight": [4, 2],
+                    "diffusion_model.double_blocks.0.img_attn.proj.lora_A.weight": [2, 4],
+                    "diffusion_model.double_blocks.0.img_attn.proj.lora_B.weight": [4, 2],
+                }
+            ),
+            "is in the file twice, as 'lora_unet_double_blocks_0_img_attn_proj.lora_down.weight' and "
+            "'diffusion_model.double_blocks.0.img_attn.proj.lora_A.weight'",
+        ),
+        "adapter_config_alpha_0": (
+            flux_lora_bytes(metadata={"lora_adapter_metadata": json.dumps({"transformer.lora_alpha": 0})}),
+            "lora_adapter_metadata gives an impossible lora_alpha [0]",
+        ),
+        "alpha_pattern_0": (
+            flux_lora_bytes(
+                metadata={"lora_adapter_metadata": json.dumps({"transformer.alpha_pattern": {"to_q": 0}})}
+            ),
+            "lora_adapter_metadata alpha_pattern gives an impossible alpha for 'to_q': 0",
+        ),
         "another_family_in_header": (
             flux_lora_bytes(metadata={"lorastudio.family": "sdxl"}),
             "is not a flux LoRA: it is a sdxl one (its header says lorastudio.family='sdxl'",
@@ -116,6 +184,14 @@ def hostile_cases() -> dict[str, tuple[bytes, str]]:
         "an_sd15_kohya_file": (
             flux_lora_bytes(metadata={"ss_base_model_version": "sd_v1"}),
             "is not a flux LoRA: it is a Stable Diffusion 1.x one (its header says ss_base_model_version='sd_v1'",
+        ),
+        "qwen_image_layers": (
+            flux_lora_bytes(key="transformer.transformer_blocks.0.img_mlp.net.0.proj"),
+            "is not a flux LoRA: it is a qwen-image one (it has layers such as 'transformer.transformer_blocks.0.img_mlp",
+        ),
+        "krea2_layers": (
+            flux_lora_bytes(key="diffusion_model.blocks.3.attn.wq"),
+            "is not a flux LoRA: it is a krea2 one (it has layers such as 'diffusion_model.blocks.3.attn.wq",
         ),
         "unet_layers": (
             flux_lora_bytes(key=unet),

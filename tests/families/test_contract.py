@@ -137,7 +137,8 @@ def test_the_kohya_layout_passes_comfyuis_key_check_and_converts_back_exactly(fa
     LoRA loader consumes for this model, with the shape of the weight it patches; converting
     back gives the same layers with the same weight change (alpha / rank) * B @ A."""
     from lorastudio.lora.comfy import check_comfy_keys, comfy_key_map
-    from lorastudio.lora.convert import to_diffusers, to_kohya
+    from lorastudio.lora.convert import to_kohya
+    from lorastudio.lora.convert_read import to_diffusers
     from lorastudio.training.export import base_weight_shapes
     from lorastudio.training.lora import lora_state_dict
 

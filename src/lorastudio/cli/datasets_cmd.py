@@ -75,7 +75,7 @@ def import_cmd(
     and imported, data/mask_import.py) and the control folders (control/, control_2/ ...: each control
     checked as an upload's, data/control_import.py), each with the reason (kohya
     `N_words` folders: use --kohya; a folder of kohya folders alone is refused saying so). With --kohya, each of DIR's `N_words` sub-folders becomes a
-    new dataset NAME-N_words (its images, each captioned by its .txt, else the folder's words)
+    new dataset NAME-N_words (its images, each captioned by its .txt or .caption, else the folder's words)
     and the `datasets` entries that train them with their repeats are printed (TOML)."""
     from lorastudio.data import new_name, resolve_dataset_dir, safe_component
     from lorastudio.data.control_import import control_files

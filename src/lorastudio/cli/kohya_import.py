@@ -6,6 +6,7 @@ files."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def import_kohya(
     source: Path, target: Path, strict: bool, entries_file: Path | None, reg_source: Path | None = None
 ) -> None:
     """`datasets import --kohya`: each of DIR's kohya folders becomes the dataset
-    `<name>-<N_words>` (its images, and a metadata.jsonl row each: the .txt caption, else the
+    `<name>-<N_words>` (its images, and a metadata.jsonl row each: the .txt / .caption caption, else the
     folder's words), and the run's `datasets` entries that train them with their repeats are
     printed (TOML, to paste into a config), and written to `entries_file` when given. With
     `reg_source` (kohya's reg folder, e.g. `reg/1_person`), its folders become `<name>-reg-<N_words>`
@@ -48,12 +49,17 @@ def import_kohya(
         raise typer.BadParameter(
             f"--reg {reg_source} is the image folder, inside it or holds it: give kohya's separate reg folder"
         )
-    imported = _import_kohya_folders(source, target.parent, target.name, strict)
+    # every folder planned and checked (a --strict refusal) before anything is written; then all
+    # written at once (_write_all): a reg folder is no longer imported after, and apart from, the images
+    parts = [_prepare(source, target.parent, target.name, strict)]
+    if reg_source is not None:
+        parts.append(_prepare(reg_source.resolve(), target.parent, f"{target.name}-reg", strict))
+    written = _write_all(parts, target.parent, strict)
+    imported = written[0]
     toml = kohya_entries_toml(imported)
     if reg_source is not None:
-        reg = _import_kohya_folders(reg_source.resolve(), target.parent, f"{target.name}-reg", strict)
-        toml += "\n" + kohya_entries_toml(reg, regularisation=True)
-        imported += reg
+        toml += "\n" + kohya_entries_toml(written[1], regularisation=True)
+        imported = imported + written[1]
     typer.echo(f"imported {len(imported)} kohya folder(s); train them with these entries:")
     typer.echo(toml)
     if entries_file is not None:
@@ -66,21 +72,32 @@ def _overlap(a: Path, b: Path) -> bool:
     return a == b or a in b.parents or b in a.parents
 
 
-def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -> list[tuple[str, str]]:
-    """Import each kohya folder of `source` as the dataset `<prefix>-<folder>` under `root`
-    (see import_kohya); lists what was skipped. Returns (dataset name, folder) per folder."""
-    import io
-    import os
+@dataclass
+class _Planned:
+    """One kohya folder of folders, planned and checked: `names` (folder -> dataset name), its
+    folders' `masks` and `controls`, and what is `skipped` (path, reason) so far."""
 
+    source: Path
+    plan: Any
+    names: dict[str, str]
+    masks: dict[str, Any]
+    controls: dict[str, Any]
+    skipped: list[tuple[str, str]]
+
+    @property
+    def folders(self) -> list[str]:
+        return sorted(self.names)
+
+
+def _prepare(source: Path, root: Path, prefix: str, strict: bool) -> _Planned:
+    """Plan the import of each kohya folder of `source` as the dataset `<prefix>-<folder>` under
+    `root` (see import_kohya): images, captions, masks and controls checked, nothing written.
+    Raises DatasetError (`strict`: listing every file that would be skipped)."""
     from lorastudio.data.control_import import control_files
     from lorastudio.data.kohya import plan_kohya_import
-    from lorastudio.data.listing import dataset_summary
-    from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks
+    from lorastudio.data.mask_import import plan_masks
     from lorastudio.data.masks import MASKS_DIR
-    from lorastudio.data.safe_open import open_in_folder
-    from lorastudio.data.uploads import UploadBatch
     from lorastudio.errors import DatasetError
-    from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
     from lorastudio.settings import get_settings
 
     settings = get_settings()
@@ -88,7 +105,6 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
     _drop_bad_images(plan, settings.max_image_pixels, settings.max_decode_pixels)  # no row without its image
     names, unnamed = _kohya_dataset_names(prefix, sorted({str(r["kohya_folder"]) for r in plan.rows}))
     plan.skipped += unnamed
-    folders = sorted(names)
     masks = {  # each folder's masks/ (data/mask_import.py), checked against its images
         folder: plan_masks(
             source / folder,
@@ -96,67 +112,152 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
             root / names[folder],
             settings.max_image_pixels,
         )
-        for folder in folders
+        for folder in names
     }
-    controls = {folder: control_files(source / folder) for folder in folders}  # data/control_import.py
+    controls = {folder: control_files(source / folder) for folder in names}  # data/control_import.py
     in_rows = {f"{r['kohya_folder']}/{MASKS_DIR}" for r in plan.rows} | {
         f"{folder}/{slot}" for folder, (files, _) in controls.items() for slot, _ in files
     }  # imported (or skipped with their folder)
-    plan.skipped = [(n, why) for n, why in plan.skipped if n not in in_rows]
-    plan.skipped += [(f"{folder}/{n}", why) for folder, (_, skips) in controls.items() for n, why in skips]
-    bad_masks = [(f"{folder}/{n}", why) for folder, m in masks.items() for n, why in m.refused]
-    if strict and (plan.skipped or bad_masks):
-        raise DatasetError(
-            f"import of {source} refused", [f"{n}: {why}" for n, why in plan.skipped + bad_masks]
-        )
-    # written like a plain import: every new dataset claimed for writing (jobs/dataset_claims.py) from
-    # the check that it is free to the last mask, so a delete, an upload, a caption job or another
-    # import of the same names is refused (DatasetBusy) instead of racing the writes
-    holder = f"`lorastudio datasets import --kohya` into {', '.join(sorted(names.values()))}"
-    with DatasetClaim.take(
-        settings.home, settings.datasets_dir, [root / n for n in names.values()], WRITE, holder
-    ):
-        taken = [n for n in names.values() if os.path.lexists(root / n)]
+    skipped = [(n, why) for n, why in plan.skipped if n not in in_rows]
+    skipped += [(f"{folder}/{n}", why) for folder, (_, skips) in controls.items() for n, why in skips]
+    skipped += [(f"{folder}/{n}", why) for folder, m in masks.items() for n, why in m.refused]
+    if strict and skipped:
+        raise DatasetError(f"import of {source} refused", [f"{n}: {why}" for n, why in skipped])
+    return _Planned(source, plan, names, masks, controls, skipped)
+
+
+def _write_all(parts: list[_Planned], root: Path, strict: bool) -> list[list[tuple[str, str]]]:
+    """Write every planned dataset of `parts` under `root`, then list what each one stored and
+    skipped. Returns (dataset name, folder) per folder, per part.
+
+    Written like a plain import: every new dataset claimed for writing (jobs/dataset_claims.py)
+    from the check that it is free to the last rename, so a delete, an upload, a caption job or
+    another import of the same names is refused (DatasetBusy) instead of racing the writes. Every
+    dataset is first made whole (images, controls, metadata.jsonl, masks) in one hidden folder
+    under the uploads' staging (datasets/.uploads/<id>/, a crash leftover that a server start
+    removes), and only then renamed into place, all together: a kill or an error part-way leaves
+    no dataset under its final name, so the same import can simply be run again."""
+    import os
+    import shutil
+
+    from lorastudio.data.listing import dataset_summary
+    from lorastudio.data.mask_import import copy_masks, dataset_images
+    from lorastudio.errors import DatasetError
+    from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
+    from lorastudio.settings import get_settings
+
+    settings = get_settings()
+    every = sorted(n for part in parts for n in part.names.values())
+    holder = f"`lorastudio datasets import --kohya` into {', '.join(every)}"
+    with DatasetClaim.take(settings.home, settings.datasets_dir, [root / n for n in every], WRITE, holder):
+        taken = [n for n in every if os.path.lexists(root / n)]
         if taken:
             raise DatasetError(
                 f"dataset {taken[0]} already exists",
                 [f"{n}: a kohya import makes new datasets; choose another --name" for n in taken],
             )
-        refused: list[tuple[str, str]] = []
-        for folder in folders:
-            rows = [r for r in plan.rows if r["kohya_folder"] == folder]
-            with UploadBatch(
-                settings.datasets_dir, root / names[folder], settings.max_image_pixels, settings.max_decode_pixels,
-                strict=strict, decoded_dir=settings.decoded_record_dir,
-            ) as batch:  # fmt: skip
-                for path, name in plan.images:
-                    if path.parent.name == folder:
-                        with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
-                            batch.add(name, fh)
-                for slot, path in controls[folder][0]:  # checked as an upload's controls
-                    with open_in_folder(path) as fh:
-                        batch.add(path.name, fh, slot=slot)
-                table = "".join(
-                    json.dumps({"file_name": r["file_name"], "text": r["text"]}) + "\n" for r in rows
+        staged_root = _staging_folder(settings.datasets_dir)
+        try:
+            lines: list[str] = []
+            for part in parts:
+                refused: list[tuple[str, str]] = []
+                for folder in part.folders:
+                    staged = staged_root / part.names[folder]
+                    refused += _stage_folder(
+                        settings, part.plan, folder, part.controls[folder], staged, strict
+                    )
+                    stems = set(dataset_images(staged))
+                    copied = copy_masks(part.masks[folder], staged, settings.datasets_dir, stems)
+                    summary = dataset_summary(staged)
+                    lines.append(
+                        f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned"
+                        + (f", {len(copied)} mask(s)" if copied else "")
+                    )
+                part.skipped += refused
+            taken = [n for n in every if os.path.lexists(root / n)]  # made meanwhile, outside the studio
+            if taken:
+                raise DatasetError(
+                    f"dataset {taken[0]} already exists",
+                    [f"{root / n}: made during the import" for n in taken],
                 )
-                batch.add("metadata.jsonl", io.BytesIO(table.encode("utf-8")))
-                refused += [(f"{folder}/{f}", why) for f, why in batch.commit().refused]
-            target = root / names[folder]
-            copied = copy_masks(masks[folder], target, settings.datasets_dir, set(dataset_images(target)))
-            summary = dataset_summary(target)
-            typer.echo(
-                f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned"
-                + (f", {len(copied)} mask(s)" if copied else "")
-            )
-    for file, reason in plan.skipped + bad_masks + refused:
-        say(f"skipped {file}: {reason}")
-    return [(names[f], f) for f in folders]
+            for name in every:  # every dataset is whole: now under their names
+                _move_into_place(staged_root / name, root / name, settings.decoded_record_dir)
+        finally:
+            shutil.rmtree(staged_root, ignore_errors=True)
+    for line in lines:
+        typer.echo(line)
+    for part in parts:
+        for file, reason in part.skipped:
+            say(f"skipped {file}: {reason}")
+    return [[(part.names[f], f) for f in part.folders] for part in parts]
+
+
+def _staging_folder(datasets_dir: Path) -> Path:
+    """A new hidden folder for an import's datasets under the uploads' staging folder
+    (data/uploads.py STAGING_DIR; jobs/leftovers.py removes what a killed import left there)."""
+    import uuid
+
+    from lorastudio.data.uploads import STAGING_DIR
+
+    folder = datasets_dir / STAGING_DIR / f"kohya-{uuid.uuid4().hex}"
+    while True:  # an upload's exit removes the (empty) staging root when it can
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileNotFoundError:
+            continue
+
+
+def _stage_folder(
+    settings: Any, plan: Any, folder: str, controls: Any, staged: Path, strict: bool
+) -> list[tuple[str, str]]:
+    """Check and store kohya `folder`'s images, controls and metadata.jsonl as the dataset folder
+    `staged` (an upload's checks: data/uploads.py); returns the refused files, with their reasons."""
+    import io
+
+    from lorastudio.data.safe_open import open_in_folder
+    from lorastudio.data.uploads import UploadBatch
+
+    rows = [r for r in plan.rows if r["kohya_folder"] == folder]
+    with UploadBatch(
+        settings.datasets_dir, staged, settings.max_image_pixels, settings.max_decode_pixels,
+        strict=strict, decoded_dir=settings.decoded_record_dir,
+    ) as batch:  # fmt: skip
+        for path, name in plan.images:
+            if path.parent.name == folder:
+                with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
+                    batch.add(name, fh)
+        for slot, path in controls[0]:  # checked as an upload's controls
+            with open_in_folder(path) as fh:
+                batch.add(path.name, fh, slot=slot)
+        table = "".join(json.dumps({"file_name": r["file_name"], "text": r["text"]}) + "\n" for r in rows)
+        batch.add("metadata.jsonl", io.BytesIO(table.encode("utf-8")))
+        return [(f"{folder}/{f}", why) for f, why in batch.commit().refused]
+
+
+def _move_into_place(staged: Path, target: Path, decoded_dir: Path | None) -> None:
+    """Rename the whole staged dataset `staged` to `target` (its record of decoded files with it:
+    data/decoded.move_record). Raises DatasetError when `target` appeared meanwhile (made outside
+    the studio: the claim keeps the studio's writers out)."""
+    import os
+
+    from lorastudio.data.decoded import move_record
+    from lorastudio.data.safe_open import folder_identity
+    from lorastudio.errors import DatasetError
+
+    if os.path.lexists(target):  # rename would replace an empty folder without a word
+        raise DatasetError(f"dataset {target.name} already exists", [f"{target}: made during the import"])
+    os.rename(staged, target)
+    if decoded_dir is not None:
+        move_record(decoded_dir, staged, target, folder_identity(target))
 
 
 def _kohya_dataset_names(prefix: str, folders: list[str]) -> tuple[dict[str, str], list[tuple[str, str]]]:
     """The dataset name `<prefix>-<folder>` of each kohya folder, when it is a valid name for a
-    new dataset (data.paths.new_name: length, characters, no leading '-'); the others as
-    (folder, why) to skip."""
+    new dataset (data.paths.new_name: length, characters, no leading '-') that no other folder's
+    name also is (new_name normalises to NFC: `10_café` typed twice, composed and decomposed, are
+    two folders of one name, which were merged into one dataset, one's images replacing the
+    other's); the others as (folder, why) to skip."""
     from lorastudio.data import new_name
     from lorastudio.errors import ConfigError, PathOutsideRoot
 
@@ -169,6 +270,16 @@ def _kohya_dataset_names(prefix: str, folders: list[str]) -> tuple[dict[str, str
             unnamed.append((folder, f"{err.problems[0].field} {err.problems[0].message}"))
         except PathOutsideRoot as err:
             unnamed.append((folder, str(err)))
+    by_name: dict[str, list[str]] = {}
+    for folder, name in names.items():
+        by_name.setdefault(name, []).append(folder)
+    for name, twins in by_name.items():
+        if len(twins) > 1:
+            for folder in twins:
+                others = ", ".join(ascii(f) for f in twins if f != folder)
+                why = f"the folder {others} makes the same dataset name {name} (one name once normalised): rename one"
+                unnamed.append((folder, why))
+                del names[folder]
     return names, unnamed
 
 

@@ -37,6 +37,7 @@ next check decodes a racy one again).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -288,6 +289,15 @@ def _entry(row: object) -> tuple[FileKey, ImageInfo] | None:
 def _record_name(folder: Path, folder_id: FolderId) -> str:
     ident = f"{folder}\n{folder_id[0]}:{folder_id[1]}".encode("utf-8", "surrogateescape")
     return hashlib.sha256(ident).hexdigest()[:32]
+
+
+def move_record(record_dir: Path, old: Path, new: Path, folder_id: FolderId) -> None:
+    """Carry the record of the dataset folder `old`, renamed to `new` (the same folder,
+    `folder_id`), over to `new`: its entries are names relative to the folder, and renaming a
+    folder changes none of its files' keys. No record: nothing done."""
+    source = record_dir / f"{_record_name(Path(os.path.abspath(old)), folder_id)}.json"
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(source, record_dir / f"{_record_name(Path(os.path.abspath(new)), folder_id)}.json")
 
 
 def undecoded_warning(items: Sequence[ImageItem], labels: Sequence[str] = ()) -> str | None:

@@ -4,8 +4,9 @@ sd-scripts "DreamBooth" layout; e.g. `img/10_sks ball/`).
 
 `parse_kohya_folder` reads one folder name; `plan_kohya_import` flattens such a DIR into the
 files of one studio dataset: the images under their own names and one metadata.jsonl row each,
-{"file_name", "text", "repeats", "kohya_folder"}: the caption is the image's `.txt` sidecar, or
-the folder's words when it has none. `kohya_entries` reads such a DIR as a run's dataset
+{"file_name", "text", "repeats", "kohya_folder"}: the caption is the image's `.txt` or `.caption`
+sidecar (kohya's two caption extensions; both, disagreeing: the image is skipped, named), or the
+folder's words when it has none. `kohya_entries` reads such a DIR as a run's dataset
 entries instead (TrainConfig.kohya_folders): one entry per folder, repeats N. Hand-written: the
 layout is a naming convention, no library parses it.
 """
@@ -18,10 +19,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lorastudio.data.captions import read_sidecar
-from lorastudio.data.discovery import CAPTION_EXTENSION, is_image_name
+from lorastudio.data.discovery import CAPTION_EXTENSION, KOHYA_CAPTION_EXTENSION, is_image_name
 from lorastudio.data.mix import MixEntry
 from lorastudio.errors import DatasetError
 
+# kohya's sidecar captions: `--caption_extension` is ".caption" by default in sd-scripts, ".txt" in
+# most guides and GUIs; both are read (any case, as the dataset scan reads .txt)
+CAPTION_SUFFIXES = (CAPTION_EXTENSION, "." + KOHYA_CAPTION_EXTENSION)
+# a kohya --dataset_config beside the folders: its settings are not carried over (said, not silent)
+_CONFIG_NOT_READ = (
+    "a kohya dataset config is not read: the repeats and words come from the N_words folder names and"
+    " the printed datasets entries; carry its other settings (resolution, keep_tokens, shuffle_caption ...)"
+    " over to the run's config yourself"
+)
 _FOLDER = re.compile(r"^([0-9]+)_(.+)$")  # ASCII digits only (\d takes any script's)
 
 
@@ -102,6 +112,9 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
     taken: dict[str, str] = {}
     folders = 0
     for sub in sorted(p for p in source.iterdir() if not p.name.startswith(".")):
+        if sub.is_file() and not sub.is_symlink() and sub.suffix.lower() in (".toml", ".json"):
+            plan.skipped.append((sub.name, _CONFIG_NOT_READ))
+            continue
         if sub.is_symlink() or not sub.is_dir():
             plan.skipped.append((sub.name, "not a kohya N_name folder (a file or a link)"))
             continue
@@ -112,20 +125,29 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
             continue
         folders += 1
         before = len(plan.images)
-        for path in sorted(p for p in sub.iterdir() if not p.name.startswith(".")):
+        entries = sorted(p for p in sub.iterdir() if not p.name.startswith("."))
+        stems = {p.stem for p in entries if is_image_name(p.name)}
+        captions: dict[str, list[Path]] = {}  # image stem -> its .txt / .caption files (any case)
+        for path in entries:
             where = f"{sub.name}/{path.name}"
             if path.is_symlink() or not path.is_file():
                 plan.skipped.append((where, "a link or a folder (not followed)"))
-            elif path.suffix.lower() == CAPTION_EXTENSION:
-                if not any(is_image_name(q.name) and q.stem == path.stem for q in sub.iterdir()):
+            elif path.suffix.lower() in CAPTION_SUFFIXES:
+                if path.stem in stems:
+                    captions.setdefault(path.stem, []).append(path)
+                else:
                     plan.skipped.append((where, "caption without an image"))
-            elif not is_image_name(path.name):
-                plan.skipped.append((where, "not an image or a .txt caption"))
+        for path in entries:
+            where = f"{sub.name}/{path.name}"
+            if path.is_symlink() or not path.is_file() or path.suffix.lower() in CAPTION_SUFFIXES:
+                continue  # listed above
+            if not is_image_name(path.name):
+                plan.skipped.append((where, "not an image or a caption (.txt, .caption)"))
             elif flat and path.name in taken:
                 plan.skipped.append((where, f"{path.name} is already taken by {taken[path.name]}"))
             else:
                 try:
-                    row = _row(path, sub.name, kohya)
+                    row = _row(path, sub.name, kohya, captions.get(path.stem, []))
                 except DatasetError as err:  # its caption cannot be read: the pair is skipped
                     plan.skipped.append((where, err.problems[0]))
                     continue
@@ -143,11 +165,24 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
     return plan
 
 
-def _row(image: Path, folder: str, kohya: KohyaFolder) -> dict[str, object]:
-    sidecar = image.with_suffix(CAPTION_EXTENSION)
-    text = kohya.words
-    if sidecar.is_file() and not sidecar.is_symlink():
-        text = read_sidecar(sidecar) or kohya.words  # raises DatasetError naming a bad caption
+def _row(image: Path, folder: str, kohya: KohyaFolder, captions: list[Path]) -> dict[str, object]:
+    """The metadata row of `image`: its caption is the text of its `captions` (the .txt /
+    .caption files of its stem; blank ones count as none), else the folder's words. Raises
+    DatasetError naming a caption file that cannot be read, or the files when they disagree."""
+    texts = {}
+    for sidecar in captions:
+        text = read_sidecar(sidecar)  # raises DatasetError naming a bad caption
+        if text:
+            texts[sidecar.name] = text
+    if len(set(texts.values())) > 1:
+        raise DatasetError(
+            f"{image.name}: its captions disagree",
+            [
+                f"{' and '.join(sorted(texts))} disagree (kohya reads only the one its caption_extension"
+                " names): delete the other"
+            ],
+        )
+    text = next(iter(texts.values()), kohya.words)
     return {"file_name": image.name, "text": text, "repeats": kohya.repeats, "kohya_folder": folder}
 
 

@@ -5,7 +5,7 @@ kohya sd-scripts (its LyCORIS networks), the LyCORIS library and ai-toolkit writ
 `lora_unet_<checkpoint name, "_" for ".">` or ComfyUI's generic `diffusion_model.<checkpoint
 name>`, which ComfyUI reads; generation merges layers keyed `lycoris_<diffusers name>`
 (lora/lycoris.py). `to_lycoris_names(modules, pipeline_class)` renames each such layer to that key
-through the family's name tables (lora/names.py, the readers of lora/convert.py), so the same
+through the family's name tables (lora/names.py, lora/convert_read.py), so the same
 merge applies to it.
 
 Contract: a layer already named `lycoris_…` is kept; a layer whose checkpoint name is one fused

@@ -172,7 +172,7 @@ def apply_loras(
     from lorastudio.generate.foreign_loras import merge_layers, read_foreign
     from lorastudio.generate.lora_coverage import converted_layers, layers_not_loaded
     from lorastudio.generate.lycoris_patch import is_lycoris_file, patch_lycoris, restore_lycoris
-    from lorastudio.lora.file_read import check_lora_values
+    from lorastudio.lora.file_read import check_lora_values, widened_kohya_file
 
     for path, _ in loras:
         if not Path(path).is_file():
@@ -195,8 +195,10 @@ def apply_loras(
         try:
             foreign = read_foreign(Path(path), pipe)  # a file only lorastudio's reader reads
             if foreign is None or foreign.state:
+                # a kohya fp8 file as float32: diffusers' converters cannot multiply fp8
+                source = (widened_kohya_file(Path(path)) or str(path)) if foreign is None else foreign.state
                 with converted_layers(pipe) as layers:  # the load's own conversion, for the check
-                    pipe.load_lora_weights(str(path) if foreign is None else foreign.state, adapter_name=name)
+                    pipe.load_lora_weights(source, adapter_name=name)
             if foreign is not None and foreign.merged:  # FLUX.1's / Chroma's T5: merged at its strength
                 merge_layers(pipe, Path(path), foreign.merged, float(scale))
         except ModelSourceError:

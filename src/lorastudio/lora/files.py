@@ -26,11 +26,11 @@ from lorastudio.lora.convert import (
     fold_strength,
     pattern_scales,
     peft_modules,
-    to_diffusers,
     to_kohya,
 )
+from lorastudio.lora.convert_read import to_diffusers
 from lorastudio.lora.file_read import read_lora_file
-from lorastudio.lora.header import check_lora_file
+from lorastudio.lora.header import check_lora_file, shown_value
 from lorastudio.lora.metadata import (
     HASH_KEY,
     HASH_PLACEHOLDER,
@@ -58,7 +58,7 @@ def denoiser_prefix(family: str) -> str:
 # text-encoder LoRA keys (lora/text_encoder_names.py): diffusers' components, kohya's / OneTrainer's
 # prefixes (lora_te_, lora_te1_, lora_te2_ ...)
 _DIFFUSERS_TE = ("text_encoder.", "text_encoder_2.", "text_encoders.")
-# kohya's, ComfyUI's generic and OneTrainer's (FLUX.1, Qwen-Image, Z-Image: lora/convert.py _ONETRAINER) denoiser keys
+# kohya's, ComfyUI's generic and OneTrainer's (FLUX.1, Qwen-Image, Z-Image: lora/convert_read.py _ONETRAINER) denoiser keys
 _KOHYA_DENOISER = ("lora_unet_", "diffusion_model.", "lora_transformer_")
 
 
@@ -202,9 +202,20 @@ def write_lora_file(
     a power loss `path` holds the old file or the whole new one. Without `overwrite`, a file that
     appeared at `path` meanwhile is kept (user_paths.publish_file) and ConfigError (field "out")
     says so. The header's `modelspec.hash_sha256` is the tensors' (record_content_hash), in
-    every file this writes. Returns `path`."""
+    every file this writes. A tensor holding a NaN or an infinity is refused before anything is
+    written (ModelSourceError naming `path` and the tensor: e.g. a source file's huge alpha /
+    rank folded into a bf16 lora_B overflows it), as every reader refuses such a file.
+    Returns `path`."""
     import safetensors.torch
 
+    for key, value in tensors.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = int(value.numel() - torch.isfinite(value).sum())
+            raise ModelSourceError(
+                f"{path} not written: its tensor {key[:120]!r} would hold {bad} NaN or infinite value(s)"
+                f" ({str(value.dtype).removeprefix('torch.')}: the source's values times its alpha / rank"
+                " do not fit it)"
+            )
     staged = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.staging")
     try:
         safetensors.torch.save_file(
@@ -313,7 +324,7 @@ def convert_file(
         raise ConfigError([FieldProblem("family", f"{src} does not name its family: pass --family")])
     if kohya_layout(family) not in FAMILIES:
         raise ConfigError(
-            [FieldProblem("family", f"unknown family {family!r}; known: {', '.join(FAMILIES)}")]
+            [FieldProblem("family", f"unknown family {shown_value(family)}; known: {', '.join(FAMILIES)}")]
         )
     check_lora_file(src, family)  # a --family its header or layers contradict: generation's check
     source_layout = detect_layout(tensors)

@@ -49,11 +49,18 @@ _KEY_KINDS = (
     ("sdxl", re.compile(r"(^|[._])(down_blocks|up_blocks|mid_block|input_blocks|output_blocks|middle_block)[._]")),
     ("flux", re.compile(r"(^|[._])(single_transformer_blocks|double_blocks|single_blocks)[._]\d")),
     ("z-image", re.compile(r"(^|[._])(noise_refiner|context_refiner|layers)[._]\d+[._](attention|feed_forward)")),
+    # Qwen-Image's per-stream MLPs and modulations (diffusers' and ComfyUI's names are one; FLUX's
+    # img_mlp lives in double_blocks), and Krea 2's (diffusers' and its checkpoint's) own names:
+    # without them another family's sampler took these files' attention layers, same names and
+    # widths (FLUX.1's 3072), as its own
+    ("qwen-image", re.compile(r"(^|[._])transformer_blocks[._]\d+[._](img_mlp|txt_mlp|img_mod|txt_mod)[._]")),
+    ("krea2", re.compile(r"(^|[._])(txtfusion|text_fusion)[._]|[._]attn[._](wq|wk|wv|wo|to_gate)([._]|$)")),
 )  # fmt: skip
 # families whose denoisers share one key kind's names: FLUX.1's double/single blocks are also
 # Chroma's (its checkpoint keeps FLUX.1's names) and FLUX.2's (BFL names), so keys alone cannot tell
 _SHARED_KEYS: dict[str, frozenset[str]] = {
-    "flux": frozenset({"flux", "flux-kontext", "chroma", "flux2", "flux2-klein"})
+    "flux": frozenset({"flux", "flux-kontext", "chroma", "flux2", "flux2-klein"}),
+    "qwen-image": frozenset({"qwen-image", "qwen-image-edit"}),  # one transformer
 }
 _DOWN = re.compile(r"(lora_A|lora_down|lora\.down)(\.[A-Za-z_]+)?\.weight$")
 FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"})  # what an adapter's weights are
@@ -62,6 +69,17 @@ _PAIRS = (("lora_A", "lora_B"), ("lora_down", "lora_up"), ("lora.down", "lora.up
 _PAIR_KEY = re.compile(
     r"^(?P<layer>.+)\.(?P<part>lora_A|lora_B|lora_down|lora_up|lora\.down|lora\.up)\.weight$"
 )
+# LyCORIS' factors (ComfyUI's weight_adapter/loha.py, lokr.py; peft's LoHa / LoKr parameters):
+# a LoHa layer needs all four, a LoKr layer each of w1 and w2 whole or as its _a / _b pair
+_LYCORIS_KEY = re.compile(r"^(?P<layer>.+)\.(?P<part>hada_w[12]_[ab]|lokr_w[12](_[ab])?)$")
+_LOHA_PARTS = ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b")
+# the denoiser-layer spellings of one layer (kohya's, ComfyUI's generic, diffusers', OneTrainer's)
+# and of its parts: a file holding one layer under two of them is applied as one by the loaders
+_SPELLINGS = ("lora_unet_", "lora_transformer_", "diffusion_model.", "transformer.", "unet.")
+_PART_SPELLINGS = (
+    (".lora_A.weight", "down"), (".lora_down.weight", "down"), (".lora.down.weight", "down"),
+    (".lora_B.weight", "up"), (".lora_up.weight", "up"), (".lora.up.weight", "up"), (".alpha", "alpha"),
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -171,16 +189,25 @@ def _check_tiling(path: Path, tensors: Mapping[str, TensorInfo], data_bytes: int
         raise _bad(path, f"the tensors describe {at} bytes of data, the file holds {data_bytes}")
 
 
+def shown_value(value: str, limit: int = 60) -> str:
+    """`value` (a header's string: any length, any characters) quoted for a message: repr of its
+    first `limit` characters, and its length when it is longer. A metadata value may be megabytes
+    (kohya's ss_tag_frequency is hundreds of KB): quoted whole, it made a 2 MB error message."""
+    return repr(value[:limit]) + (f" (cut: {len(value)} characters)" if len(value) > limit else "")
+
+
 def lora_family_hint(header: LoraHeader) -> tuple[str, str] | None:
     """(what the file is for, the evidence) from its header: `lorastudio.family`, kohya's
-    ss_base_model_version, else key names only one kind of denoiser has. None: no sign."""
+    ss_base_model_version, else key names only one kind of denoiser has. None: no sign. Header
+    values are quoted bounded (`shown_value`)."""
     named = header.metadata.get(FAMILY_KEY)
     if named:
-        return named, f"its header says {FAMILY_KEY}={named!r}"
+        what = named if len(named) <= 60 and named.isprintable() else shown_value(named)
+        return what, f"its header says {FAMILY_KEY}={shown_value(named)}"
     version = header.metadata.get("ss_base_model_version", "")
     for prefix, what in _KOHYA_VERSIONS:
         if version.startswith(prefix):
-            return what, f"its header says ss_base_model_version={version!r}"
+            return what, f"its header says ss_base_model_version={shown_value(version)}"
     for what, pattern in _KEY_KINDS:
         key = next((k for k in header.tensors if pattern.search(k)), None)
         if key is not None:
@@ -212,11 +239,14 @@ def check_lora_header(header: LoraHeader, family: str) -> None:
 def check_lora_structure(header: LoraHeader) -> None:
     """Refuse tensors no adapter file holds, whatever its family or layout: a dtype that is not
     floating point (an integer tensor would be cast silently by the loaders), an `.alpha` that
-    is not a single number, a layer with a down (A) matrix and no up (B) one or the reverse, or
+    is not a single number, a layer with a down (A) matrix and no up (B) one or the reverse (a
+    LoHa / LoKr layer missing a factor, an `.alpha` / `.dora_scale` without its layer's weights, a
+    layer under two spellings), or
     whose down [r, in, ...] and up [out, r, ...] disagree on r (diffusers would fail deep in
     load_state_dict, a conversion would write a file nothing loads), or diffusers' adapter
-    config (`lora_adapter_metadata`) giving a rank or alpha that is not a number (its
-    rank_pattern / alpha_pattern too, whose keys must be patterns peft can match). Raises
+    config (`lora_adapter_metadata`) giving a rank or alpha that is not a number, or an alpha of
+    0 (every layer's weight change scaled to nothing) (its rank_pattern / alpha_pattern too,
+    whose keys must be patterns peft can match). Raises
     ModelSourceError naming the file and the tensor."""
     path = header.path
     packed = header.metadata.get(ADAPTER_METADATA_KEY)
@@ -231,7 +261,7 @@ def check_lora_structure(header: LoraHeader) -> None:
         if any(not (type(r) is int and r >= 1) for r in ranks):
             raise _bad(path, f"{ADAPTER_METADATA_KEY} gives an impossible rank {ranks[:3]}")
         alphas = [v for k, v in config.items() if k.endswith(".lora_alpha") or k == "lora_alpha"]
-        if any(not (type(a) in (int, float) and math.isfinite(a)) for a in alphas):
+        if any(not (type(a) in (int, float) and math.isfinite(a) and a != 0) for a in alphas):  # 0: no change
             raise _bad(path, f"{ADAPTER_METADATA_KEY} gives an impossible lora_alpha {str(alphas[:3])[:80]}")
         for key, value in config.items():
             kind = next(
@@ -252,6 +282,8 @@ def check_lora_structure(header: LoraHeader) -> None:
             pair = next(i for i, p in enumerate(_PAIRS) if part in p)
             side = "down" if part == _PAIRS[pair][0] else "up"
             layers.setdefault((match["layer"], pair), {})[side] = (name, info)
+    _check_partial_layers(path, header.tensors, {layer for layer, _ in layers})
+    _check_two_spellings(path, header.tensors)
     for (layer, pair), sides in layers.items():
         down_name, up_name = _PAIRS[pair]
         if len(sides) == 1:
@@ -263,6 +295,68 @@ def check_lora_structure(header: LoraHeader) -> None:
                 path,
                 f"the layer {layer[:120]!r}: {down_name} {list(down.shape)} and {up_name} {list(up.shape)}"
                 " do not share a rank (down [r, in], up [out, r])",
+            )
+
+
+def _check_partial_layers(path: Path, tensors: Mapping[str, TensorInfo], paired: set[str]) -> None:
+    """Refuse a LoHa / LoKr layer missing one of its factors and an `.alpha` (or DoRA
+    `.dora_scale`) with no weights of its layer beside it: the loaders skip or fail on such a
+    layer (diffusers' converters leave it behind, ComfyUI drops an alpha without its matrices),
+    so the file would be applied in part. `paired`: the layers with lora down / up matrices."""
+    lycoris: dict[str, set[str]] = {}
+    for name in tensors:
+        match = _LYCORIS_KEY.match(name)
+        if match is not None:
+            lycoris.setdefault(match["layer"], set()).add(match["part"])
+    for layer, parts in lycoris.items():
+        if parts & set(_LOHA_PARTS):
+            lacks = [p for p in _LOHA_PARTS if p not in parts]
+        else:
+            lacks = [
+                f"lokr_{w} (or lokr_{w}_a and lokr_{w}_b)"
+                for w in ("w1", "w2")
+                if f"lokr_{w}" not in parts and not {f"lokr_{w}_a", f"lokr_{w}_b"} <= parts
+            ]
+        if lacks:
+            raise _bad(
+                path,
+                f"the layer {layer[:120]!r} lacks {', '.join(lacks)} (it holds {', '.join(sorted(parts))})",
+            )
+    weighted = paired | set(lycoris)
+    prefixes = set()  # every dotted prefix of every other tensor's name: the layers that hold weights
+    for name in tensors:
+        if not name.endswith((".alpha", ".dora_scale")):
+            parts = name.split(".")
+            prefixes.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    for name in tensors:
+        if name.endswith((".alpha", ".dora_scale")):
+            layer = name.rsplit(".", 1)[0]
+            if layer not in weighted and layer not in prefixes:
+                raise _bad(
+                    path, f"the tensor {name[:120]!r} has no weights of its layer {layer[:120]!r} beside it"
+                )
+
+
+def _check_two_spellings(path: Path, tensors: Mapping[str, TensorInfo]) -> None:
+    """Refuse a layer's matrix or alpha present under two spellings (`lora_unet_x_y.lora_down` and
+    `diffusion_model.x.y.lora_A`, or `.lora_A` beside `.lora.down`): diffusers' loader applies
+    one of them and drops the other without a word (lorastudio's convert refused it already)."""
+    seen: dict[tuple[str, str], tuple[str, str]] = {}  # (flat layer, part) -> (key, spelling)
+    for name in tensors:
+        prefix = next((p for p in _SPELLINGS if name.startswith(p)), None)
+        part = next(((s, kind) for s, kind in _PART_SPELLINGS if name.endswith(s)), None)
+        if prefix is None or part is None:
+            continue
+        body = name[len(prefix) : -len(part[0])]
+        flat = (body.replace(".", "_"), part[1])
+        other = seen.setdefault(flat, (name, prefix + body))
+        # the same layer under another prefix, or under the same name with another part spelling
+        # (two modules of one spelling whose names differ only by "." and "_" are two layers)
+        if other[0] != name and (not other[1].startswith(prefix) or other[1] == prefix + body):
+            raise _bad(
+                path,
+                f"the layer {body[:120]!r} is in the file twice, as {other[0][:120]!r} and {name[:120]!r}"
+                " (two spellings of one layer: a loader applies one of them)",
             )
 
 
@@ -279,7 +373,9 @@ def _check_pattern(path: Path, kind: str, pattern: object) -> None:
             raise _bad(path, f"{where} key {key[:80]!r} is not a module pattern") from None
         if kind == "rank_pattern" and not (type(value) is int and value >= 1):
             raise _bad(path, f"{where} gives an impossible rank for {key[:80]!r}: {str(value)[:40]}")
-        if kind == "alpha_pattern" and not (type(value) in (int, float) and math.isfinite(value)):
+        if kind == "alpha_pattern" and not (
+            type(value) in (int, float) and math.isfinite(value) and value != 0
+        ):
             raise _bad(path, f"{where} gives an impossible alpha for {key[:80]!r}: {str(value)[:40]}")
 
 

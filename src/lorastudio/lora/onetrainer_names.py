@@ -37,7 +37,7 @@ _TINY_DENOISER = {
     "sdxl": ("lorastudio.tiny.models", "sdxl_unet"),  # OneTrainer's `lora_unet_<diffusers name>`
 }
 # the families whose OneTrainer files carry `lora_transformer_` keys read by from_flat (SDXL's
-# `lora_unet_<diffusers name>` keys are read by lora/convert.py beside kohya's SGM names)
+# `lora_unet_<diffusers name>` keys are read by lora/convert_read.py beside kohya's SGM names)
 FAMILIES = frozenset({"qwen-image", "z-image"})
 Template = tuple[str | None, ...]
 _ANY = None  # a template part standing for any block index

@@ -36,7 +36,7 @@ from lorastudio.lora.files import (
     peft_from_file,
     write_lora_file,
 )
-from lorastudio.lora.header import check_lora_header, read_header
+from lorastudio.lora.header import check_lora_header, read_header, shown_value
 from lorastudio.lora.metadata import PREFIX, carried_header
 from lorastudio.lora.names import kohya_layout
 from lorastudio.lora.text_encoder_files import denoiser_part, with_text_encoders
@@ -127,7 +127,7 @@ def _facts(path: Path, family: str | None) -> tuple[str, Layout]:
     if not family:
         raise _problem("family", f"{path} does not name its family: pass --family")
     if kohya_layout(family) not in FAMILIES:  # Chroma, FLUX.1 Kontext, Qwen-Image-Edit: another's layout
-        raise _problem("family", f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+        raise _problem("family", f"unknown family {shown_value(family)}; known: {', '.join(FAMILIES)}")
     check_lora_header(header, family)
     return family, detect_layout(header.tensors)
 

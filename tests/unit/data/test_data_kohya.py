@@ -60,7 +60,7 @@ def test_a_kohya_dir_flattens_to_rows_with_captions_and_repeats(tmp_path: Path) 
     ]
     skipped = dict(plan.skipped)
     assert skipped["2_ball/a.png"] == "a.png is already taken by 10_sks ball"
-    assert skipped["10_sks ball/readme.md"] == "not an image or a .txt caption"
+    assert skipped["10_sks ball/readme.md"] == "not an image or a caption (.txt, .caption)"
     assert "expected <repeats>_<words>" in skipped["notes"]
     assert [json.loads(line) for line in plan.metadata_jsonl().decode().splitlines()] == plan.rows
 

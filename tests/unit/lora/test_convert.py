@@ -9,7 +9,8 @@ import torch
 from lorastudio.errors import ConfigError
 from lorastudio.lora import names
 from lorastudio.lora.comfy import check_comfy_keys, comfy_key_map
-from lorastudio.lora.convert import to_diffusers, to_kohya, unmapped_layers
+from lorastudio.lora.convert import to_kohya, unmapped_layers
+from lorastudio.lora.convert_read import to_diffusers
 
 FAMILIES = [
     "sdxl",

@@ -95,3 +95,34 @@ def test_read_lora_file_checks_the_header_first(tmp_path: Path) -> None:
     path.write_bytes(CASES["metadata_not_string"][0])
     with pytest.raises(ModelSourceError, match="is a int, not a string"):
         read_lora_file(path)
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"lorastudio.family": "x" * 1_000_000},
+        {"ss_base_model_version": "sd_v1" + "y" * 1_000_000},
+        {"lorastudio.family": "sdxl\x1b[2J" + "z" * 100},
+    ],
+)
+def test_a_header_value_of_a_megabyte_is_quoted_bounded(tmp_path: Path, metadata: dict) -> None:
+    """The family refusal quoted the header's value whole: a 1 MB `lorastudio.family` made a
+    2 MB message (the API's 400, the CLI's line), and `lora convert` / `merge` said "unknown
+    family '<1 MB>'". Each quotes its first 60 characters and the length."""
+    from lorastudio.errors import ConfigError
+    from lorastudio.lora.files import convert_file
+    from lorastudio.lora.ops import merge_files
+
+    path = tmp_path / "big.safetensors"
+    path.write_bytes(flux_lora_bytes(metadata=metadata))
+    with pytest.raises(ModelSourceError) as info:
+        check_lora_file(path, "flux")
+    assert len(str(info.value)) < 400 and "characters)" in str(info.value) and "\x1b" not in str(info.value)
+    if "lorastudio.family" in metadata:  # the family the header names: unknown
+        for run in (
+            lambda: convert_file(path, tmp_path / "out.safetensors", to="kohya"),
+            lambda: merge_files([(path, 1.0), (path, 1.0)], tmp_path / "out.safetensors"),
+        ):
+            with pytest.raises(ConfigError) as refused:
+                run()
+            assert len(str(refused.value)) < 400 and "unknown family" in str(refused.value)
