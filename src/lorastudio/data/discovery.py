@@ -4,7 +4,10 @@ A dataset is one folder (not recursive). Images are files whose extension is one
 IMAGE_EXTENSIONS (any case). Hidden entries (names starting with ".") are ignored entirely.
 `<stem>.txt` files are caption sidecars and `metadata.jsonl` is the caption table; everything
 else is listed as dropped so the preflight report can show what was not used (a kohya
-`<stem>.caption` as such: not read, and whether a .txt is used instead). Symbolic links
+`<stem>.caption` as such: not read, and whether a .txt is used instead). A kohya `N_words`
+folder read in place (`discover(kohya=True)`, TrainConfig.kohya_folders) lists its `.txt` and
+`.caption` files (any case) as the image's caption files instead, every one of them
+(data/kohya_captions.py reads and compares them). Symbolic links
 are never followed: a link is dropped ("symbolic link (not followed)") whatever it points to,
 and the files are later opened without following links (`data.safe_open`).
 """
@@ -15,9 +18,10 @@ import os
 import stat
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from lorastudio.data.kohya_captions import is_kohya_caption_name
 from lorastudio.errors import DatasetError
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp")
@@ -30,7 +34,9 @@ METADATA_FILE = "metadata.jsonl"
 class DatasetFiles:
     """What a dataset folder holds, each list sorted by file name.
 
-    images: image files; sidecars: caption stem -> .txt path (stems compared exactly);
+    images: image files; sidecars: caption stem -> .txt path (stems compared exactly; a kohya
+    folder's: the first of its caption files); caption_files: stem -> every caption file read for
+    it (a plain folder: its sidecar alone; a kohya folder: each .txt / .caption of the stem);
     metadata: the metadata.jsonl path if present; dropped: (file name, reason) for every other
     visible entry (sub-folders, other file types, captions without an image).
     """
@@ -39,6 +45,7 @@ class DatasetFiles:
     sidecars: dict[str, Path]
     metadata: Path | None
     dropped: list[tuple[str, str]]
+    caption_files: dict[str, tuple[Path, ...]] = field(default_factory=dict)
 
 
 def is_image_name(name: str) -> bool:
@@ -66,11 +73,13 @@ def require_folder(root: Path) -> None:
         raise DatasetError(f"dataset path is not a folder: {root}", [f"{root}: is a file, not a folder"])
 
 
-def discover(root: Path) -> DatasetFiles:
-    """List the dataset folder `root` (not recursive; hidden entries ignored).
+def discover(root: Path, kohya: bool = False) -> DatasetFiles:
+    """List the dataset folder `root` (not recursive; hidden entries ignored); `kohya`: a kohya
+    `N_words` folder read in place, whose `.txt` and `.caption` files (any case) are all caption
+    files of their image (data/kohya_captions.py).
 
     Returns: DatasetFiles with images sorted by name. An empty `images` list is not an error
-    here (scan_dataset reports it). Remembered per folder version (`_listings`).
+    here (scan_dataset reports it). Remembered per folder version and rule (`_listings`).
     Raises: DatasetError if `root` is missing, not a folder, or cannot be listed.
     """
     require_folder(root)
@@ -78,12 +87,12 @@ def discover(root: Path) -> DatasetFiles:
         st = os.stat(root, follow_symlinks=False)
     except OSError as err:
         raise DatasetError(f"cannot list dataset folder {root}", [f"{root}: {err}"]) from None
-    key = (str(root), st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    key = (str(root), st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, kohya)
     with _listings_lock:
         known = _listings.get(key)
     if known is not None:
         return _copy(known)
-    files = _discover(root)
+    files = _discover(root, kohya)
     if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS:  # see _listings
         with _listings_lock:
             if len(_listings) >= _LISTINGS_MAX:
@@ -99,16 +108,18 @@ def discover(root: Path) -> DatasetFiles:
 # hide a second change in the same tick, as git's index does for "racy" files.
 _LISTINGS_MAX = 64
 _SETTLED_NS = 2_000_000_000
-_listings: dict[tuple[str, int, int, int, int], DatasetFiles] = {}
+_listings: dict[tuple[str, int, int, int, int, bool], DatasetFiles] = {}
 _listings_lock = threading.Lock()
 
 
 def _copy(files: DatasetFiles) -> DatasetFiles:
     """A copy whose lists and dict the caller may change without touching the remembered one."""
-    return DatasetFiles(list(files.images), dict(files.sidecars), files.metadata, list(files.dropped))
+    return DatasetFiles(
+        list(files.images), dict(files.sidecars), files.metadata, list(files.dropped), dict(files.caption_files)
+    )
 
 
-def _discover(root: Path) -> DatasetFiles:
+def _discover(root: Path, kohya: bool = False) -> DatasetFiles:
     """`discover` without the remembered listings."""
     try:
         with os.scandir(root) as it:
@@ -130,13 +141,15 @@ def _discover(root: Path) -> DatasetFiles:
             dropped.append((name, "not a regular file"))
         elif is_image_name(name):
             images.append(path)
-        elif name.lower().endswith(CAPTION_EXTENSION):
+        elif name.lower().endswith(CAPTION_EXTENSION) or (kohya and is_kohya_caption_name(name)):
             captions.append(path)
         elif name == METADATA_FILE:
             metadata = path
         else:
             dropped.append((name, f"not an image (supported: {', '.join(IMAGE_EXTENSIONS)})"))
     image_stems = {p.stem for p in images}
+    if kohya:
+        return _kohya_files(images, captions, metadata, dropped, image_stems)
     first_caption: dict[str, str] = {}  # stem -> its first .txt caption's name (sorted order)
     for cap in captions:
         first_caption.setdefault(cap.stem, cap.name)
@@ -175,4 +188,36 @@ def _discover(root: Path) -> DatasetFiles:
         else:
             dropped.append((cap.name, "caption file with no image of the same name"))
     dropped.sort()
-    return DatasetFiles(images=images, sidecars=sidecars, metadata=metadata, dropped=dropped)
+    return DatasetFiles(
+        images=images,
+        sidecars=sidecars,
+        metadata=metadata,
+        dropped=dropped,
+        caption_files={stem: (path,) for stem, path in sidecars.items()},
+    )
+
+
+def _kohya_files(
+    images: list[Path],
+    captions: list[Path],
+    metadata: Path | None,
+    dropped: list[tuple[str, str]],
+    image_stems: set[str],
+) -> DatasetFiles:
+    """A kohya folder's listing: every .txt / .caption file of an image's stem is one of its
+    caption files (data/kohya_captions.kohya_caption reads and compares them), one without an
+    image is dropped."""
+    caption_files: dict[str, tuple[Path, ...]] = {}
+    for cap in captions:  # sorted by name
+        if cap.stem in image_stems:
+            caption_files[cap.stem] = (*caption_files.get(cap.stem, ()), cap)
+        else:
+            dropped.append((cap.name, "caption file with no image of the same name"))
+    dropped.sort()
+    return DatasetFiles(
+        images=images,
+        sidecars={stem: paths[0] for stem, paths in caption_files.items()},
+        metadata=metadata,
+        dropped=dropped,
+        caption_files=caption_files,
+    )

@@ -170,6 +170,7 @@ def scan_entries(
                     decoded_dir=decoded_dir,
                     decode_budget_s=decode_budget_s,
                     progress=progress,
+                    kohya=entry.kohya,
                 )
             )
             if prepare is not None:

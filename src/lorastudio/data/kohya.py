@@ -5,9 +5,10 @@ sd-scripts "DreamBooth" layout; e.g. `img/10_sks ball/`).
 `parse_kohya_folder` reads one folder name; `plan_kohya_import` flattens such a DIR into the
 files of one studio dataset: the images under their own names and one metadata.jsonl row each,
 {"file_name", "text", "repeats", "kohya_folder"}: the caption is the image's `.txt` or `.caption`
-sidecar (kohya's two caption extensions; both, disagreeing: the image is skipped, named), or the
-folder's words when it has none. `kohya_entries` reads such a DIR as a run's dataset
-entries instead (TrainConfig.kohya_folders): one entry per folder, repeats N. Hand-written: the
+sidecar (data/kohya_captions.py, the rule a run reading the folders in place follows too; both,
+disagreeing: the image is skipped, named), or the folder's words when it has none. `kohya_entries` reads such a DIR as a run's dataset
+entries instead (TrainConfig.kohya_folders): one entry per folder, repeats N, its captions read
+by the same rule (MixEntry.kohya). Hand-written: the
 layout is a naming convention, no library parses it.
 """
 
@@ -18,14 +19,11 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from lorastudio.data.captions import read_sidecar
-from lorastudio.data.discovery import CAPTION_EXTENSION, KOHYA_CAPTION_EXTENSION, is_image_name
+from lorastudio.data.discovery import is_image_name
+from lorastudio.data.kohya_captions import is_kohya_caption_name, kohya_caption
 from lorastudio.data.mix import MixEntry
 from lorastudio.errors import DatasetError
 
-# kohya's sidecar captions: `--caption_extension` is ".caption" by default in sd-scripts, ".txt" in
-# most guides and GUIs; both are read (any case, as the dataset scan reads .txt)
-CAPTION_SUFFIXES = (CAPTION_EXTENSION, "." + KOHYA_CAPTION_EXTENSION)
 # a kohya --dataset_config beside the folders: its settings are not carried over (said, not silent)
 _CONFIG_NOT_READ = (
     "a kohya dataset config is not read: the repeats and words come from the N_words folder names and"
@@ -132,14 +130,14 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
             where = f"{sub.name}/{path.name}"
             if path.is_symlink() or not path.is_file():
                 plan.skipped.append((where, "a link or a folder (not followed)"))
-            elif path.suffix.lower() in CAPTION_SUFFIXES:
+            elif is_kohya_caption_name(path.name):
                 if path.stem in stems:
                     captions.setdefault(path.stem, []).append(path)
                 else:
                     plan.skipped.append((where, "caption without an image"))
         for path in entries:
             where = f"{sub.name}/{path.name}"
-            if path.is_symlink() or not path.is_file() or path.suffix.lower() in CAPTION_SUFFIXES:
+            if path.is_symlink() or not path.is_file() or is_kohya_caption_name(path.name):
                 continue  # listed above
             if not is_image_name(path.name):
                 plan.skipped.append((where, "not an image or a caption (.txt, .caption)"))
@@ -166,23 +164,10 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
 
 
 def _row(image: Path, folder: str, kohya: KohyaFolder, captions: list[Path]) -> dict[str, object]:
-    """The metadata row of `image`: its caption is the text of its `captions` (the .txt /
-    .caption files of its stem; blank ones count as none), else the folder's words. Raises
-    DatasetError naming a caption file that cannot be read, or the files when they disagree."""
-    texts = {}
-    for sidecar in captions:
-        text = read_sidecar(sidecar)  # raises DatasetError naming a bad caption
-        if text:
-            texts[sidecar.name] = text
-    if len(set(texts.values())) > 1:
-        raise DatasetError(
-            f"{image.name}: its captions disagree",
-            [
-                f"{' and '.join(sorted(texts))} disagree (kohya reads only the one its caption_extension"
-                " names): delete the other"
-            ],
-        )
-    text = next(iter(texts.values()), kohya.words)
+    """The metadata row of `image`: its caption is that of its `captions` (the .txt / .caption
+    files of its stem) by kohya_captions.kohya_caption, the rule a run reading the folder in place
+    follows too, else the folder's words. Raises DatasetError as kohya_caption does."""
+    text = kohya_caption(captions).text or kohya.words
     return {"file_name": image.name, "text": text, "repeats": kohya.repeats, "kohya_folder": folder}
 
 
@@ -216,6 +201,7 @@ def kohya_entries(parent: MixEntry) -> list[MixEntry]:
                 trigger_word=parent.trigger_word
                 or (None if parent.regularisation else kohya.words.split()[0]),
                 default_caption=parent.default_caption or kohya.words,
+                kohya=True,  # its captions: .txt / .caption, as the import reads them
             )
         )
     if not found or others:

@@ -54,6 +54,9 @@ class MixEntry:
     tag_dropout: float = 0.0
     regularisation: bool = False
     prior_prediction: bool = False  # its samples' target: the base model's prediction
+    # a kohya N_words sub-folder (TrainConfig.kohya_folders): its captions are read by kohya's rule
+    # (data/kohya_captions.py); not a sampling setting: what it changes shows in the fingerprint
+    kohya: bool = False
     images: int = 0
     fingerprint: str = ""
 

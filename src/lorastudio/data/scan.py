@@ -24,6 +24,7 @@ from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.decoded import DecodedRecord
 from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover
 from lorastudio.data.items import DatasetScan, ImageItem
+from lorastudio.data.kohya_captions import kohya_caption
 from lorastudio.data.pairs import control_folder_ids, misnamed_control_folder, pair_controls
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
@@ -123,6 +124,15 @@ def dataset_fingerprint(items: list[ImageItem]) -> str:
     return hashlib.sha256(b"lorastudio-dataset-v1\n" + payload).hexdigest()
 
 
+def _sidecar_caption(caption_files: Sequence[Path], folder_id: FolderId, kohya: bool) -> str | None:
+    """The text of an image's caption files: a kohya folder's by kohya_captions.kohya_caption
+    (its .txt / .caption files, compared), a plain folder's one .txt by read_sidecar. Raises
+    DatasetError naming the file(s)."""
+    if kohya:
+        return kohya_caption(caption_files, folder_id).text
+    return read_sidecar(caption_files[0], folder_id) if caption_files else None
+
+
 def scan_dataset(
     root: Path,
     *,
@@ -141,6 +151,7 @@ def scan_dataset(
     decoded_dir: Path | None = None,
     decode_budget_s: float | None = None,
     progress: DecodeProgress | None = None,
+    kohya: bool = False,
 ) -> DatasetScan:
     """Discover, check, caption and bucket every image of the folder `root`.
 
@@ -159,7 +170,10 @@ def scan_dataset(
     None to check headers and chunk CRCs only; `decode_budget_s`, that budget in seconds (None:
     decoded.FULL_DECODE_BUDGET_S; math.inf: every file not recorded, as the run's own scan);
     `progress`, the run's count of those decodes and its stop check (data/decode_progress.py:
-    its stop check's error ends the scan, the record saved with what was decoded).
+    its stop check's error ends the scan, the record saved with what was decoded); `kohya`, a
+    kohya `N_words` folder read in place (TrainConfig.kohya_folders): an image's caption file is
+    its `.txt` or `.caption` (data/kohya_captions.py, the rule `datasets import --kohya` follows;
+    two that disagree are a problem naming both).
     Returns: a DatasetScan with items sorted by file name.
     Raises: DatasetError, listing every problem at once: an unsupported resolution, a missing
     folder or a file instead of one, no images, images without a caption (when there is no
@@ -171,7 +185,7 @@ def scan_dataset(
     bad_resolution = resolution_problems(resolution, multiple)
     if bad_resolution:
         raise DatasetError(f"resolution {resolution} is not supported", bad_resolution)
-    files = discover(root)
+    files = discover(root, kohya)
     folder_id = folder_identity(root)
     if not files.images:
         raise DatasetError(
@@ -230,14 +244,11 @@ def scan_dataset(
             if skip_bad_images:
                 dropped.append((path.name, err.problems[0].split(": ", 1)[-1]))
             continue
-        sidecar_path = files.sidecars.get(path.stem)
-        sidecar = None
-        if sidecar_path is not None:
-            try:
-                sidecar = read_sidecar(sidecar_path, folder_id)
-            except DatasetError as err:
-                problems += err.problems
-                continue
+        try:
+            sidecar = _sidecar_caption(files.caption_files.get(path.stem, ()), folder_id, kohya)
+        except DatasetError as err:
+            problems += err.problems
+            continue
         chosen = choose_caption(sidecar, metadata.get(path.name), default_caption, trigger_word)
         if chosen is None:
             uncaptioned.append(path.name)

@@ -110,3 +110,79 @@ def test_kohya_folders_become_entries_with_repeats_and_trigger(tmp_path: Path) -
     with pytest.raises(DatasetError, match="not a folder of kohya") as err:
         resolve_entries(cfg, tmp_path, allow_outside_root=True)
     assert any("notes" in p for p in err.value.problems)
+
+
+def _kohya_captioned(img: Path) -> None:
+    """img/5_sks cat: a.caption (kohya's default extension), c.TXT, d.txt + d.caption alike,
+    e.caption blank (none), f without a caption file."""
+    _folder(img / "5_sks cat", dict.fromkeys("acdef"))
+    folder = img / "5_sks cat"
+    (folder / "a.caption").write_text("a from .caption")
+    (folder / "c.TXT").write_text("c from .TXT")
+    (folder / "d.txt").write_text("the same")
+    (folder / "d.caption").write_text("the same\n")
+    (folder / "e.caption").write_text("  \n")
+
+
+def test_kohya_folders_read_caption_files_as_the_kohya_import_does(tmp_path: Path) -> None:
+    """A run with kohya_folders = true read `<image>.txt` only: an image captioned with kohya's
+    default `.caption` trained on the folder's words in place (and on its caption once imported
+    with `datasets import --kohya`), the `.caption` named as not read. Both now follow one rule
+    (data/kohya_captions.py): the scan's captions are the import's rows, trigger word applied."""
+    from lorastudio.data.kohya import plan_kohya_import
+
+    img = tmp_path / "img"
+    _kohya_captioned(img)
+    cfg = _cfg(data_dir=str(img), kohya_folders=True)
+    scan = scan_entries(resolve_entries(cfg, tmp_path, allow_outside_root=True), multiple=16)
+    captions = {it.path.name: it.caption for it in scan.items}
+    assert captions == {
+        "a.png": "sks, a from .caption",
+        "c.png": "sks, c from .TXT",
+        "d.png": "sks, the same",
+        "e.png": "sks cat",
+        "f.png": "sks cat",
+    }
+    imported = {r["file_name"]: r["text"] for r in plan_kohya_import(img).rows}
+    assert {n: c.removeprefix("sks, ") for n, c in captions.items()} == imported
+    assert not any(name.endswith((".caption", ".TXT", ".txt")) for name, _ in scan.dropped), scan.dropped
+    # a plain folder keeps its rule: .txt only, the .caption named as not read
+    plain = scan_dataset(img / "5_sks cat", resolution=64, multiple=16, default_caption="x")
+    assert {it.path.name: it.caption for it in plain.items}["a.png"] == "x"
+    assert dict(plain.dropped)["a.caption"].startswith("a .caption file: only <image name>.txt")
+
+
+def test_kohya_folders_refuse_every_disagreeing_caption_pair_at_once(tmp_path: Path) -> None:
+    """Two caption files of one image that disagree (kohya reads only the one its
+    caption_extension names) are refused before any model loads, naming both files, every such
+    image of every folder in one answer (the import skips such an image, naming both too)."""
+    img = tmp_path / "img"
+    _folder(img / "5_sks cat", {"b": "b from .txt", "ok": None})
+    _folder(img / "2_dog", {"g": "g from .txt"})
+    (img / "5_sks cat" / "b.caption").write_text("b from .caption")
+    (img / "2_dog" / "g.CAPTION").write_text("g from .CAPTION")
+    cfg = _cfg(data_dir=str(img), kohya_folders=True)
+    with pytest.raises(DatasetError) as err:
+        scan_entries(resolve_entries(cfg, tmp_path, allow_outside_root=True), multiple=16)
+    assert sorted(err.value.problems) == [
+        f"{img}/2_dog: g.CAPTION and g.txt disagree (kohya reads only the one its caption_extension names):"
+        " delete the other",
+        f"{img}/5_sks cat: b.caption and b.txt disagree (kohya reads only the one its caption_extension names):"
+        " delete the other",
+    ]
+
+
+def test_a_changed_caption_file_changes_a_kohya_runs_fingerprint(tmp_path: Path) -> None:
+    """The fingerprint (a resume's identity of the data) covers each final caption: a `.caption`
+    edited between two runs of a kohya folder is a changed caption, as a .txt is."""
+    img = tmp_path / "img"
+    _kohya_captioned(img)
+    cfg = _cfg(data_dir=str(img), kohya_folders=True)
+
+    def fingerprint() -> str:
+        return scan_entries(resolve_entries(cfg, tmp_path, allow_outside_root=True), multiple=16).fingerprint
+
+    before = fingerprint()
+    assert fingerprint() == before
+    (img / "5_sks cat" / "a.caption").write_text("a changed")
+    assert fingerprint() != before
