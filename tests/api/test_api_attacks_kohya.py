@@ -203,3 +203,24 @@ def test_two_folders_of_one_dataset_name_are_skipped_not_merged(
     assert "the folder '10_caf\\xe9' makes the same dataset name" in result.output
     strict = CliRunner().invoke(cli, [*args[:-2], "--name", "k2", "--strict"])
     assert strict.exit_code != 0 and not any(settings.datasets_dir.glob("k2-*"))
+
+
+def test_a_run_reading_kohya_folders_in_place_uses_their_caption_files(settings: Settings, tiny_model) -> None:
+    """`kohya_folders = true` read `.txt` captions only: a folder captioned with kohya's default
+    `.caption` trained on the folder's words (the import read the captions). The run's check now
+    reads them by the import's rule, and refuses two that disagree naming both, before any model
+    is loaded (every such image at once)."""
+    folder = settings.datasets_dir / "kset" / "5_sks cat"
+    _img(folder)
+    (folder / "a.caption").write_text("a photo of sks cat")
+    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "resolution": 32, "data_dir": "kset"}
+    run = validate_run({**raw, "kohya_folders": True}, settings, live_output_names=set())
+    assert [it.caption for it in run.scan.items] == ["sks, a photo of sks cat"]
+    Image.new("RGB", (32, 32), "blue").save(folder / "b.png")
+    (folder / "a.txt").write_text("another caption")
+    (folder / "b.TXT").write_text("b one")
+    (folder / "b.caption").write_text("b two")
+    with pytest.raises((ConfigError, DatasetError)) as err:
+        validate_run({**raw, "kohya_folders": True}, settings, live_output_names=set())
+    said = str(err.value) + str(getattr(err.value, "problems", ""))
+    assert "a.caption and a.txt disagree" in said and "b.TXT and b.caption disagree" in said, said

@@ -46,3 +46,25 @@ def test_an_images_metadata_row_goes_with_its_delete_and_its_cleared_caption(
     assert _captions(client) == {"a.png": None, "b.png": None, "c.png": "kept c"}
     lines = table.read_text().splitlines()
     assert lines == [json.dumps(rows[2]), "not json, kept as it is"]  # the rest byte for byte
+
+
+def test_a_caption_edit_writes_the_caption_file_the_dataset_reads(client: TestClient, settings: Settings) -> None:
+    """A dataset reads `<stem>.txt` in any case (`a.TXT`, as a Windows tool saves it), but an edit
+    wrote (and checked its `expected` against, and a clear or delete removed) `a.txt` only: the
+    edit was refused as a conflict with the caption shown, or written to a file the scan then
+    dropped as a second caption ("a.TXT is used"). An edit now uses the file the scan reads."""
+    assert client.post("/api/datasets/rows/files", files=[("f", (n, _png())) for n in ("a.png", "b.png")]).is_success
+    folder = settings.datasets_dir / "rows"
+    (folder / "a.TXT").write_text("from a Windows tool")
+    (folder / "b.Txt").write_text("b first")
+    detail = client.get("/api/datasets/rows").json()
+    assert _captions(client) == {"a.png": "from a Windows tool", "b.png": "b first"}
+    edit = {"caption": "edited", "expected": "from a Windows tool"}
+    answer = client.put("/api/datasets/rows/captions/a.png", json=edit)
+    assert answer.status_code == 200, answer.text
+    assert _captions(client)["a.png"] == "edited"
+    assert sorted(p.name for p in folder.iterdir() if p.suffix.lower() == ".txt") == ["a.TXT", "b.Txt"]
+    assert client.put("/api/datasets/rows/captions/a.png", json={"caption": ""}).status_code == 200
+    assert _captions(client)["a.png"] is None and not (folder / "a.TXT").exists()
+    assert client.delete("/api/datasets/rows/images/b.png").json()["deleted"] == ["b.png", "b.Txt"]
+    assert detail["dropped"] == []

@@ -35,8 +35,10 @@ class DatasetFiles:
     """What a dataset folder holds, each list sorted by file name.
 
     images: image files; sidecars: caption stem -> .txt path (stems compared exactly; a kohya
-    folder's: the first of its caption files); caption_files: stem -> every caption file read for
-    it (a plain folder: its sidecar alone; a kohya folder: each .txt / .caption of the stem);
+    folder's: the first of its caption files); caption_files: stem -> every caption file of an
+    image's stem, sorted by name (a plain folder: each .txt in any case, the first is its sidecar,
+    read, the others dropped as second caption files; a kohya folder: each .txt / .caption, all
+    read and compared). An edit of an image's caption writes the first (data/image_edits.py);
     metadata: the metadata.jsonl path if present; dropped: (file name, reason) for every other
     visible entry (sub-folders, other file types, captions without an image).
     """
@@ -115,7 +117,11 @@ _listings_lock = threading.Lock()
 def _copy(files: DatasetFiles) -> DatasetFiles:
     """A copy whose lists and dict the caller may change without touching the remembered one."""
     return DatasetFiles(
-        list(files.images), dict(files.sidecars), files.metadata, list(files.dropped), dict(files.caption_files)
+        list(files.images),
+        dict(files.sidecars),
+        files.metadata,
+        list(files.dropped),
+        dict(files.caption_files),
     )
 
 
@@ -193,8 +199,16 @@ def _discover(root: Path, kohya: bool = False) -> DatasetFiles:
         sidecars=sidecars,
         metadata=metadata,
         dropped=dropped,
-        caption_files={stem: (path,) for stem, path in sidecars.items()},
+        caption_files=_by_stem([c for c in captions if c.stem in image_stems]),
     )
+
+
+def _by_stem(captions: list[Path]) -> dict[str, tuple[Path, ...]]:
+    """stem -> its caption files, in the order given (sorted by name)."""
+    out: dict[str, tuple[Path, ...]] = {}
+    for cap in captions:
+        out[cap.stem] = (*out.get(cap.stem, ()), cap)
+    return out
 
 
 def _kohya_files(
@@ -207,12 +221,10 @@ def _kohya_files(
     """A kohya folder's listing: every .txt / .caption file of an image's stem is one of its
     caption files (data/kohya_captions.kohya_caption reads and compares them), one without an
     image is dropped."""
-    caption_files: dict[str, tuple[Path, ...]] = {}
-    for cap in captions:  # sorted by name
-        if cap.stem in image_stems:
-            caption_files[cap.stem] = (*caption_files.get(cap.stem, ()), cap)
-        else:
-            dropped.append((cap.name, "caption file with no image of the same name"))
+    caption_files = _by_stem([c for c in captions if c.stem in image_stems])
+    dropped += [
+        (c.name, "caption file with no image of the same name") for c in captions if c.stem not in image_stems
+    ]
     dropped.sort()
     return DatasetFiles(
         images=images,

@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from lorastudio.data.captions import caption_problem, read_metadata, read_sidecar
-from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, is_image_name
+from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, discover, is_image_name
 from lorastudio.data.masks import masks_of
 from lorastudio.data.paths import existing_component, nfc, stem_key
 from lorastudio.data.upload_pairs import controls_of
@@ -26,8 +26,9 @@ from lorastudio.errors import CaptionConflict, DatasetError, NoSpaceLeft, NotFou
 def write_caption(
     dataset_dir: Path, image_name: str, caption: str, expected: str | None = None
 ) -> Path | None:
-    """Set the .txt caption of image `image_name` (staged, then renamed); an empty caption
-    removes the .txt and the image's metadata.jsonl row. Returns the caption path (None when removed). Raises NotFound when the
+    """Set the .txt caption of image `image_name` (staged, then renamed): the caption file a scan
+    reads (caption_files: `a.TXT` too), else `<stem>.txt`; an empty caption removes its .txt
+    files and the image's metadata.jsonl row. Returns the caption path (None when removed). Raises NotFound when the
     image does not exist, ConfigError/PathOutsideRoot for a bad name, DatasetError if too long,
     NoSpaceLeft on a full disk. With `expected` (the caption the edit started from, "" for none),
     CaptionConflict when the image's caption is another one now (the caller holds the dataset's
@@ -39,11 +40,12 @@ def write_caption(
             f"{now!r}; nothing was written",
             now,
         )
-    target = image.with_suffix(CAPTION_EXTENSION)
+    files = caption_files(dataset_dir, image)
+    target = files[0] if files else image.with_suffix(CAPTION_EXTENSION)  # the one a scan reads
     text = caption.strip()
     if not text:
-        if target.is_file():
-            target.unlink()
+        for path in files:  # every one: a second .TXT left would become the caption
+            path.unlink(missing_ok=True)
         drop_metadata_row(dataset_dir, image.name)  # else its old caption would be the image's
         return None
     if (why := caption_problem(text)) is not None:  # a scan would refuse it (captions.read_sidecar)
@@ -64,17 +66,18 @@ def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
     them. Returns the deleted file names (controls as "control/a.png", masks as "masks/a.png")."""
     image = existing_image(dataset_dir, image_name)
     with dataset_lock(dataset_dir.parent, dataset_dir.name):
+        captions = caption_files(dataset_dir, image)  # listed while the image is there
         deleted = [image.name]
         image.unlink()
         if drop_metadata_row(dataset_dir, image.name):
             deleted.append(f"{METADATA_FILE} row of {image.name}")
-        caption = image.with_suffix(CAPTION_EXTENSION)
         others = [p.name for p in dataset_dir.iterdir() if is_image_name(p.name) and p.name != image.name]
         # a .txt goes with the images of exactly its stem (discovery), controls and masks with
         # those of its stem in NFC (stem_key): an NFD twin of the name keeps only the latter
-        if not any(Path(n).stem == image.stem for n in others) and caption.is_file():
-            caption.unlink()
-            deleted.append(caption.name)
+        if not any(Path(n).stem == image.stem for n in others):
+            for caption in captions:  # a.txt, a.TXT: each of its stem
+                caption.unlink(missing_ok=True)
+                deleted.append(caption.name)
         shared = any(stem_key(n) == stem_key(image.name) for n in others)
         if not shared:  # its control images and masks would be orphans, which a run refuses
             for other in [*controls_of(dataset_dir, image.stem), *masks_of(dataset_dir, image.stem)]:
@@ -120,9 +123,9 @@ def _row_name(line: bytes) -> str | None:
 def current_caption(dataset_dir: Path, image: Path) -> str:
     """The caption image `image` has now, as the dataset listing shows it: its .txt, else its
     metadata.jsonl row; "" for none. Raises DatasetError when its .txt cannot be read."""
-    sidecar = image.with_suffix(CAPTION_EXTENSION)
-    if sidecar.is_file() or sidecar.is_symlink():
-        return read_sidecar(sidecar) or ""
+    files = caption_files(dataset_dir, image)
+    if files:
+        return read_sidecar(files[0]) or ""
     table = dataset_dir / METADATA_FILE
     if table.is_symlink() or not table.is_file():
         return ""
@@ -130,6 +133,13 @@ def current_caption(dataset_dir: Path, image: Path) -> str:
         return read_metadata(table).captions.get(image.name) or ""
     except DatasetError:
         return ""
+
+
+def caption_files(dataset_dir: Path, image: Path) -> tuple[Path, ...]:
+    """The .txt caption files of `image`'s stem as the dataset's scan lists them (any case,
+    sorted by name; the first is the one read: discovery.DatasetFiles.caption_files); links
+    and folders are not among them."""
+    return discover(dataset_dir).caption_files.get(image.stem, ())
 
 
 def existing_image(dataset_dir: Path, image_name: str) -> Path:
