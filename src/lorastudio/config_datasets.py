@@ -26,7 +26,8 @@ prediction; training/preservation.py).
 
 With `kohya_folders = true` every entry (or data_dir) is a folder of kohya `N_words` sub-folders
 (data/kohya.py): each sub-folder becomes an entry of its own with repeats N, the first word as
-its trigger word and the words as the caption of images without one; the entry's other options
+its trigger word and the words as the caption of images without one (an image's caption: its
+`.txt` or `.caption`, read as `datasets import --kohya` reads it, data/kohya_captions.py); the entry's other options
 carry over to them (its repeats / weight cannot be set: the names give them).
 """
 

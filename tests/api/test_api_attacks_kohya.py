@@ -205,7 +205,9 @@ def test_two_folders_of_one_dataset_name_are_skipped_not_merged(
     assert strict.exit_code != 0 and not any(settings.datasets_dir.glob("k2-*"))
 
 
-def test_a_run_reading_kohya_folders_in_place_uses_their_caption_files(settings: Settings, tiny_model) -> None:
+def test_a_run_reading_kohya_folders_in_place_uses_their_caption_files(
+    settings: Settings, tiny_model
+) -> None:
     """`kohya_folders = true` read `.txt` captions only: a folder captioned with kohya's default
     `.caption` trained on the folder's words (the import read the captions). The run's check now
     reads them by the import's rule, and refuses two that disagree naming both, before any model

@@ -48,12 +48,16 @@ def test_an_images_metadata_row_goes_with_its_delete_and_its_cleared_caption(
     assert lines == [json.dumps(rows[2]), "not json, kept as it is"]  # the rest byte for byte
 
 
-def test_a_caption_edit_writes_the_caption_file_the_dataset_reads(client: TestClient, settings: Settings) -> None:
+def test_a_caption_edit_writes_the_caption_file_the_dataset_reads(
+    client: TestClient, settings: Settings
+) -> None:
     """A dataset reads `<stem>.txt` in any case (`a.TXT`, as a Windows tool saves it), but an edit
     wrote (and checked its `expected` against, and a clear or delete removed) `a.txt` only: the
     edit was refused as a conflict with the caption shown, or written to a file the scan then
     dropped as a second caption ("a.TXT is used"). An edit now uses the file the scan reads."""
-    assert client.post("/api/datasets/rows/files", files=[("f", (n, _png())) for n in ("a.png", "b.png")]).is_success
+    assert client.post(
+        "/api/datasets/rows/files", files=[("f", (n, _png())) for n in ("a.png", "b.png")]
+    ).is_success
     folder = settings.datasets_dir / "rows"
     (folder / "a.TXT").write_text("from a Windows tool")
     (folder / "b.Txt").write_text("b first")
