@@ -7,7 +7,7 @@ else is listed as dropped so the preflight report can show what was not used (a 
 `<stem>.caption` as such: not read, and whether a .txt is used instead). A kohya `N_words`
 folder read in place (`discover(kohya=True)`, TrainConfig.kohya_folders) lists its `.txt` and
 `.caption` files (any case) as the image's caption files instead, every one of them
-(data/kohya_captions.py reads and compares them). Symbolic links
+(data/kohya_captions.py reads and compares them), and a metadata.jsonl as not read. Symbolic links
 are never followed: a link is dropped ("symbolic link (not followed)") whatever it points to,
 and the files are later opened without following links (`data.safe_open`).
 """
@@ -220,8 +220,11 @@ def _kohya_files(
 ) -> DatasetFiles:
     """A kohya folder's listing: every .txt / .caption file of an image's stem is one of its
     caption files (data/kohya_captions.kohya_caption reads and compares them), one without an
-    image is dropped."""
+    image is dropped, and so is a metadata.jsonl (not a kohya caption source: the import
+    skips it as well, so both read the same captions)."""
     caption_files = _by_stem([c for c in captions if c.stem in image_stems])
+    if metadata is not None:  # kohya reads none; `datasets import --kohya` skips it too
+        dropped.append((metadata.name, "not read in a kohya folder (its captions: <image>.txt / .caption)"))
     dropped += [
         (c.name, "caption file with no image of the same name") for c in captions if c.stem not in image_stems
     ]
@@ -229,7 +232,7 @@ def _kohya_files(
     return DatasetFiles(
         images=images,
         sidecars={stem: paths[0] for stem, paths in caption_files.items()},
-        metadata=metadata,
+        metadata=None,
         dropped=dropped,
         caption_files=caption_files,
     )

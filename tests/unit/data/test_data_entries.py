@@ -133,6 +133,7 @@ def test_kohya_folders_read_caption_files_as_the_kohya_import_does(tmp_path: Pat
 
     img = tmp_path / "img"
     _kohya_captioned(img)
+    (img / "5_sks cat" / "metadata.jsonl").write_text('{"file_name": "f.png", "text": "not kohya\'s"}\n')
     cfg = _cfg(data_dir=str(img), kohya_folders=True)
     scan = scan_entries(resolve_entries(cfg, tmp_path, allow_outside_root=True), multiple=16)
     captions = {it.path.name: it.caption for it in scan.items}
@@ -143,9 +144,13 @@ def test_kohya_folders_read_caption_files_as_the_kohya_import_does(tmp_path: Pat
         "e.png": "sks cat",
         "f.png": "sks cat",
     }
-    imported = {r["file_name"]: r["text"] for r in plan_kohya_import(img).rows}
+    plan = plan_kohya_import(img)
+    imported = {r["file_name"]: r["text"] for r in plan.rows}
+    assert [name for name, _ in plan.skipped] == ["5_sks cat/metadata.jsonl"]  # nor read by the import
     assert {n: c.removeprefix("sks, ") for n, c in captions.items()} == imported
-    assert not any(name.endswith((".caption", ".TXT", ".txt")) for name, _ in scan.dropped), scan.dropped
+    assert dict(scan.dropped) == {
+        "metadata.jsonl": "not read in a kohya folder (its captions: <image>.txt / .caption)"
+    }
     # a plain folder keeps its rule: .txt only, the .caption named as not read
     plain = scan_dataset(img / "5_sks cat", resolution=64, multiple=16, default_caption="x")
     assert {it.path.name: it.caption for it in plain.items}["a.png"] == "x"
