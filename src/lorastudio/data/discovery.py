@@ -14,6 +14,7 @@ and the files are later opened without following links (`data.safe_open`).
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 import threading
@@ -201,6 +202,24 @@ def _discover(root: Path, kohya: bool = False) -> DatasetFiles:
         dropped=dropped,
         caption_files=_by_stem([c for c in captions if c.stem in image_stems]),
     )
+
+
+def caption_files_of(image: Path) -> tuple[Path, ...]:
+    """The caption files a plain folder's listing gives `image`'s stem (DatasetFiles.caption_files:
+    each regular `<stem>.txt` in any case, sorted by name; the first is the one read), found
+    without listing the folder: an lstat of each case of ".txt" (a caption job's write in a folder
+    of 50,000 images costs 8 lstats, not a listing). On a case-insensitive file system the
+    spellings of one file count once."""
+    found: dict[tuple[int, int], Path] = {}
+    for letters in itertools.product("tT", "xX", "tT"):
+        path = image.with_name(f"{image.stem}.{''.join(letters)}")
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            found.setdefault((st.st_dev, st.st_ino), path)
+    return tuple(sorted(found.values(), key=lambda p: p.name))
 
 
 def _by_stem(captions: list[Path]) -> dict[str, tuple[Path, ...]]:

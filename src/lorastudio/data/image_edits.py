@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from lorastudio.data.captions import caption_problem, read_metadata, read_sidecar
-from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, discover, is_image_name
+from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, caption_files_of, is_image_name
 from lorastudio.data.masks import masks_of
 from lorastudio.data.paths import existing_component, nfc, stem_key
 from lorastudio.data.upload_pairs import controls_of
@@ -27,7 +27,7 @@ def write_caption(
     dataset_dir: Path, image_name: str, caption: str, expected: str | None = None
 ) -> Path | None:
     """Set the .txt caption of image `image_name` (staged, then renamed): the caption file a scan
-    reads (caption_files: `a.TXT` too), else `<stem>.txt`; an empty caption removes its .txt
+    reads (discovery.caption_files_of: `a.TXT` too), else `<stem>.txt`; an empty caption removes its .txt
     files and the image's metadata.jsonl row. Returns the caption path (None when removed). Raises NotFound when the
     image does not exist, ConfigError/PathOutsideRoot for a bad name, DatasetError if too long,
     NoSpaceLeft on a full disk. With `expected` (the caption the edit started from, "" for none),
@@ -40,7 +40,7 @@ def write_caption(
             f"{now!r}; nothing was written",
             now,
         )
-    files = caption_files(dataset_dir, image)
+    files = caption_files_of(image)
     target = files[0] if files else image.with_suffix(CAPTION_EXTENSION)  # the one a scan reads
     text = caption.strip()
     if not text:
@@ -66,7 +66,7 @@ def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
     them. Returns the deleted file names (controls as "control/a.png", masks as "masks/a.png")."""
     image = existing_image(dataset_dir, image_name)
     with dataset_lock(dataset_dir.parent, dataset_dir.name):
-        captions = caption_files(dataset_dir, image)  # listed while the image is there
+        captions = caption_files_of(image)  # listed while the image is there
         deleted = [image.name]
         image.unlink()
         if drop_metadata_row(dataset_dir, image.name):
@@ -123,7 +123,7 @@ def _row_name(line: bytes) -> str | None:
 def current_caption(dataset_dir: Path, image: Path) -> str:
     """The caption image `image` has now, as the dataset listing shows it: its .txt, else its
     metadata.jsonl row; "" for none. Raises DatasetError when its .txt cannot be read."""
-    files = caption_files(dataset_dir, image)
+    files = caption_files_of(image)
     if files:
         return read_sidecar(files[0]) or ""
     table = dataset_dir / METADATA_FILE
@@ -133,13 +133,6 @@ def current_caption(dataset_dir: Path, image: Path) -> str:
         return read_metadata(table).captions.get(image.name) or ""
     except DatasetError:
         return ""
-
-
-def caption_files(dataset_dir: Path, image: Path) -> tuple[Path, ...]:
-    """The .txt caption files of `image`'s stem as the dataset's scan lists them (any case,
-    sorted by name; the first is the one read: discovery.DatasetFiles.caption_files); links
-    and folders are not among them."""
-    return discover(dataset_dir).caption_files.get(image.stem, ())
 
 
 def existing_image(dataset_dir: Path, image_name: str) -> Path:

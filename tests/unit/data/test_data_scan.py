@@ -204,3 +204,21 @@ def test_fingerprint_tracks_bytes_and_captions(tmp_path, make_image):
     Image.fromarray(arr).save(tmp_path / "b.png")
     assert (tmp_path / "b.png").read_bytes() != bytes(data)
     assert _scan(tmp_path).fingerprint not in (base, edited_caption)
+
+
+def test_an_images_caption_files_found_alone_are_those_the_listing_gives(tmp_path, make_image):
+    """An edit finds an image's caption files without listing the folder (discovery.caption_files_of);
+    they are the listing's own (any case of .txt, sorted, the first read), links and folders left out."""
+    from lorastudio.data.discovery import caption_files_of, discover
+
+    for stem in ("a", "b", "c"):
+        make_image(tmp_path / f"{stem}.png")
+    for name in ("a.txt", "a.TXT", "a.tXt", "b.Txt", "c.caption"):
+        (tmp_path / name).write_text(name)
+    (tmp_path / "b.txt").symlink_to(tmp_path / "b.Txt")
+    (tmp_path / "c.txt").mkdir()
+    listed = discover(tmp_path).caption_files
+    for stem in ("a", "b", "c"):
+        assert caption_files_of(tmp_path / f"{stem}.png") == listed.get(stem, ())
+    assert [p.name for p in listed["a"]] == ["a.TXT", "a.tXt", "a.txt"]
+    assert _scan(tmp_path).items[0].caption == "a.TXT"
