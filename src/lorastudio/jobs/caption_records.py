@@ -51,14 +51,17 @@ def owner(source: str) -> dict[str, Any]:
     return {"pid": os.getpid(), "start": start_token(os.getpid()), "source": source}
 
 
-def write_record(home: Path, snapshot: dict[str, Any], who: dict[str, Any]) -> None:
-    """Write job `snapshot` (owned by `who`) atomically. Raises OSError (a full disk, a
-    read-only home): callers go on without the record (`CaptionRecorder`)."""
+def write_record(home: Path, snapshot: dict[str, Any], who: dict[str, Any], created_ns: int = 0) -> None:
+    """Write job `snapshot` (owned by `who`; `created_ns`: when the job began, in ns, which
+    orders two jobs begun in one second) atomically. Raises OSError (a full disk, a read-only
+    home): callers go on without the record (`CaptionRecorder`)."""
     folder = records_dir(home)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{snapshot['id']}.json"
     tmp = folder / f".{snapshot['id']}.{os.getpid()}.tmp"
-    record = {"version": VERSION, "job": snapshot, "owner": who, "recorded_at": now_iso()}
+    record = {
+        "version": VERSION, "job": snapshot, "owner": who, "recorded_at": now_iso(), "created_ns": created_ns
+    }  # fmt: skip
     data = json.dumps(record, allow_nan=False)
     try:
         with open(tmp, "w", encoding="utf-8") as out:
@@ -98,6 +101,12 @@ def interrupted_error(job: dict[str, Any], who: dict[str, Any]) -> str:
     )
 
 
+def _age(record: dict[str, Any]) -> tuple[str, int, str]:
+    """A record's place in time: its creation (the second, then the ns), then its id."""
+    ns = record.get("created_ns")
+    return str(record["job"].get("created_at", "")), ns if isinstance(ns, int) else 0, record["job"]["id"]
+
+
 def _settled(record: dict[str, Any], home: Path | None) -> dict[str, Any]:
     """The record's job, "interrupted" when it was left running by a process that is gone
     (rewritten so, when `home` is given and the home can be written)."""
@@ -110,7 +119,7 @@ def _settled(record: dict[str, Any], home: Path | None) -> dict[str, Any]:
     job["finished_at"] = job.get("finished_at") or record.get("recorded_at") or job.get("created_at")
     if home is not None:
         try:
-            write_record(home, job, who)
+            write_record(home, job, who, record.get("created_ns") or 0)
         except OSError as err:  # a read-only or full home: read as interrupted all the same
             log.warning("caption job %s: could not record it interrupted (%s)", job["id"], err)
     return job
@@ -132,7 +141,7 @@ def list_records(home: Path, limit: int = KEEP) -> list[dict[str, Any]]:
     except OSError:
         return []
     records = [r for r in map(_read, paths) if r is not None]
-    records.sort(key=lambda r: (str(r["job"].get("created_at", "")), r["job"]["id"]), reverse=True)
+    records.sort(key=_age, reverse=True)
     return [_settled(r, home) for r in records[:limit]]
 
 
@@ -167,6 +176,7 @@ class CaptionRecorder:
 
         self.home = home
         self.who = owner(source)
+        self.created_ns = time.time_ns()
         self.every_s = every_s
         self._clock = clock or time.monotonic
         self._last: float | None = None
@@ -178,7 +188,7 @@ class CaptionRecorder:
         if not force and self._last is not None and now - self._last < self.every_s:
             return
         try:
-            write_record(self.home, snapshot, self.who)
+            write_record(self.home, snapshot, self.who, self.created_ns)
         except OSError as err:
             if not self._failing:
                 log.error("caption job %s: its record could not be written (%s)", snapshot["id"], err)

@@ -350,9 +350,7 @@ class CaptionJobs:
         with self._lock:
             live = {j.id: j.snapshot() for j in self._jobs.values()}
         listed = [live.pop(r["id"], r) for r in list_records(self.settings.home, limit)]
-        listed.extend(live.values())  # jobs whose record could not be written
-        listed.sort(key=lambda j: (j["created_at"], j["id"]), reverse=True)
-        return listed[:limit]
+        return [*reversed(live.values()), *listed][:limit]  # first: any whose record failed
 
     def latest(self, dataset: str) -> dict[str, Any]:
         """The newest caption job of `dataset` (of the recent ones). Raises NotFound when it
