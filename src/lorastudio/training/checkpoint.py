@@ -27,7 +27,7 @@ from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.training.extend import extension_steps
 from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.fresh_mark import settle
-from lorastudio.training.identity import IDENTITY_FORMAT, override_problems
+from lorastudio.training.identity import IDENTITY_FORMAT, UNUSED_REVISION, override_problems
 from lorastudio.training.run_files import (
     CHECKPOINTS,
     checkpoint_name,
@@ -113,9 +113,11 @@ def _without_unused_revision(info: dict[str, Any]) -> dict[str, Any]:
     """`info` without a revision its run recorded beside a local base model (folder, or a single
     file's local base_config): before RELIABILITY 411 such a revision was taken and ignored (the
     run trained on the folder), and is refused now; the run's maths never depended on it, so
-    its resume continues without it (dropped from the config and the identity alike) rather than
-    being refused for a setting it never used. An owner/name under models/ with a revision is
-    refused by the resolver on resume, naming revision (only the disk tells it is a folder)."""
+    its resume continues without it (dropped from the config and the identity alike, kept as
+    UNUSED_REVISION: the base fingerprint the run recorded was computed with it,
+    training/identity.recorded_base_fingerprint) rather than being refused for a setting it
+    never used. An owner/name under models/ with a revision is refused by the resolver on
+    resume, naming revision (only the disk tells it is a folder)."""
     from lorastudio.config import local_revision_problem
 
     config = info["config"]
@@ -129,7 +131,9 @@ def _without_unused_revision(info: dict[str, Any]) -> dict[str, Any]:
     identity = info["identity"]
     if isinstance(identity, Mapping) and "revision" in identity:
         identity = {**identity, "revision": None}
-    return {**info, "config": {**config, "revision": None}, "identity": identity}
+    return {
+        **info, "config": {**config, "revision": None}, "identity": identity, UNUSED_REVISION: config["revision"]
+    }  # fmt: skip
 
 
 def checkpoint_plan(info: Mapping[str, Any]) -> Mapping[str, Any] | None:

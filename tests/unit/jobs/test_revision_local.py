@@ -110,6 +110,7 @@ def test_a_run_saved_with_a_revision_beside_its_folder_still_resumes(
     settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
 ) -> None:
     from lorastudio.jobs.resume import validate_resume
+    from lorastudio.training.identity import base_fingerprint
     from lorastudio.training.loop import train
 
     cfg = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32,
@@ -121,6 +122,9 @@ def test_a_run_saved_with_a_revision_beside_its_folder_still_resumes(
     info = json.loads(info_file.read_text(encoding="utf-8"))
     assert info["identity"]["revision"] is None
     info["config"]["revision"] = info["identity"]["revision"] = "main"
+    with_it = run.config.model_copy(update={"revision": "main"})  # its base fingerprint named it too
+    info["identity"]["base_fingerprint"] = base_fingerprint(with_it, "transformer")
+    assert info["identity"]["base_fingerprint"] != base_fingerprint(run.config, "transformer")
     info_file.write_text(json.dumps(info), encoding="utf-8")
     longer = {"steps": 5}  # train it longer: a resume of a finished run
     resume = validate_resume(settings.outputs_dir / "r", None, longer, settings, live_output_names=set())
