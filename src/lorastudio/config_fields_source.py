@@ -76,7 +76,11 @@ class SourceFields(StrictFields):
         min_length=1,
         description="hub id (owner/name), local pipeline folder, or single-file checkpoint (.safetensors)",
     )
-    revision: str | None = Field(default=None, description="hub revision (branch, tag or commit)")
+    revision: str | None = Field(
+        default=None,
+        description="hub revision (branch, tag or commit) of a hub id base_model (or of a single file's "
+        "base_config); refused with a local folder, which has none",
+    )
     base_config: str | None = Field(
         default=None,
         min_length=1,

@@ -4357,7 +4357,7 @@ export interface components {
             resolution?: number | number[] | null;
             /**
              * Revision
-             * @description hub revision (branch, tag or commit)
+             * @description hub revision (branch, tag or commit) of a hub id base_model (or of a single file's base_config); refused with a local folder, which has none
              * @default null
              */
             revision?: string | null;
@@ -4949,7 +4949,7 @@ export interface components {
             resolution: number | number[] | null;
             /**
              * Revision
-             * @description hub revision (branch, tag or commit)
+             * @description hub revision (branch, tag or commit) of a hub id base_model (or of a single file's base_config); refused with a local folder, which has none
              */
             revision: string | null;
             /**
