@@ -65,6 +65,10 @@ def test_the_resolvers_refuse_an_owner_name_that_is_a_folder_under_models(studio
     with pytest.raises(ConfigError) as err:
         resolve_base("acme/thing", "flux", settings, "main")
     assert "base_model 'acme/thing' is a local folder" in _fields(err)["revision"]
+    raw = {"family": "flux", "base_model": "acme/thing", "data_dir": "d", "revision": "main", "lora_rank": 0}
+    with pytest.raises(ConfigError) as err:  # a run's request: with its other problems at once
+        validate_run(raw, settings, live_output_names=set())
+    assert {"revision", "lora_rank"} <= set(_fields(err)), _fields(err)
     with pytest.raises(ConfigError) as err:
         resolve_captioner(settings, "acme/thing", "main")
     assert "model 'acme/thing' is a local folder" in _fields(err)["revision"]
