@@ -27,7 +27,13 @@ from lorastudio.config_fields_runtime import (
     RuntimeFields,
     SaveDtype,
 )
-from lorastudio.config_fields_source import REVISION, SourceFields, revision_problem
+from lorastudio.config_fields_source import (
+    REVISION,
+    SourceFields,
+    local_revision_message,
+    local_revision_problem,
+    revision_problem,
+)
 from lorastudio.config_fields_training import AdapterName, LrScheduler, OptimizerName, TrainingFields
 from lorastudio.config_samples import MAX_SAMPLE_PROMPT_CHARS, MAX_SAMPLE_PROMPTS
 
@@ -52,6 +58,8 @@ __all__ = [
     "TimestepSampling",
     "TrainConfig",
     "revision_problem",
+    "local_revision_message",
+    "local_revision_problem",
 ]
 
 # Fields that only some families honour. A family lists the ones it supports in

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lorastudio.config_cache import latent_cache_problems
+from lorastudio.config_fields_source import local_revision_problem
 from lorastudio.config_methods import loss_problems, text_encoder_problems
 from lorastudio.config_schedule import lr_schedule_problems, schedule_problems
 from lorastudio.errors import FieldProblem
@@ -74,6 +75,8 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
     problems = dataset_problems(cfg)
     problems += lr_schedule_problems(cfg)  # config_schedule.py: each scheduler's own options
     problems += latent_cache_problems(cfg)  # config_cache.py: cache_variants, latent_cache_max_gb
+    if why := local_revision_problem(cfg.base_model, cfg.revision, cfg.base_config):
+        problems.append(FieldProblem("revision", why))  # a revision with a local folder: ignored
     if cfg.timestep_sampling != "logit_normal":
         problems += [
             FieldProblem(

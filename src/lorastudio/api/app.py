@@ -62,6 +62,7 @@ from lorastudio.api.routes import (
 from lorastudio.api.schemas import ERROR_RESPONSES
 from lorastudio.api.server_log import install_server_logging
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.jobs.caption_records import settle as settle_caption_records
 from lorastudio.jobs.childenv import drop_process_secrets
 from lorastudio.jobs.generation import GenerationService
 from lorastudio.jobs.generation_process import GenerationTarget
@@ -164,6 +165,7 @@ async def _services(
     """The run store, GPU arbiter, job service and generation service on app.state for the
     app's life."""
     store = RunStore.open(settings.db_path)
+    settle_caption_records(settings.home)  # caption jobs a dead server left running: interrupted
     arbiter = GpuArbiter()
     service = JobService(settings, store, arbiter, timeouts=timeouts, worker_target=worker_target).start()
     # before the priority drop: its spawner thread (which starts the generation worker) keeps it

@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-CaptionStatus = Literal["running", "completed", "failed", "cancelled"]
+# "interrupted": its record was left running by a server or CLI that died (jobs/caption_records.py)
+CaptionStatus = Literal["running", "completed", "failed", "cancelled", "interrupted"]
 
 
 class _Out(BaseModel):

@@ -16,7 +16,8 @@ from lorastudio.basemodels.catalogue import fetched_folder
 from lorastudio.basemodels.hubcache import cached_snapshot, hub_cache_dir, hub_offline, is_hub_id
 from lorastudio.basemodels.single_file import SingleFileFacts, vet_single_file
 from lorastudio.basemodels.vetting import inspect_folder, vet_pipeline_folder
-from lorastudio.errors import ModelSourceError
+from lorastudio.config_fields_source import local_revision_message
+from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
 from lorastudio.settings import Settings
 from lorastudio.user_paths import expand_user
 from lorastudio.user_paths import resolved as resolved_path
@@ -103,7 +104,9 @@ def resolve_base(
     call it). A single-file checkpoint is vetted (basemodels.single_file) and its base config
     resolved like a base model (`base_config`, else the file layout's original hub id), vetted
     as a pipeline of the same family; `revision` then applies to that config's hub id.
-    Raises ModelSourceError (see resolve_base_model; base_config problems name base_config)."""
+    Raises ModelSourceError (see resolve_base_model; base_config problems name base_config),
+    ConfigError on "revision" when one is given with a local folder (the base model's, or a
+    single file's base_config): it could not be honoured."""
     given = expand_user(base_model)
     if given.is_absolute():
         candidate: Path | None = given
@@ -117,12 +120,14 @@ def resolve_base(
         resolved = resolved_path(candidate)
         if resolved is None:
             raise ModelSourceError(f"base model {base_model!r} cannot be resolved (a link that loops)")
-        if resolved.is_file():
+        if resolved.is_file():  # `revision` applies to its base config (refused there when local)
             facts = vet_single_file(resolved, family)
             config = resolve_base_config(
                 base_config or facts.layout.default_config, family, settings, revision
             )
             return ResolvedBase(str(resolved), None, config, facts)
+        if revision is not None:  # the one rule (config_fields_source): a folder has no revision
+            raise ConfigError([FieldProblem("revision", local_revision_message("base_model", base_model))])
         vet_pipeline_folder(resolved, family)
         return ResolvedBase(str(resolved), resolved)
     if given.is_absolute():
@@ -145,6 +150,10 @@ def resolve_base_config(base_config: str, family: str, settings: Settings, revis
         found = resolve_base(base_config, family, settings, revision)
     except ModelSourceError as err:
         raise ModelSourceError(f"base_config {base_config!r}: {err}") from None
+    except ConfigError:  # a revision with a local base config folder
+        raise ConfigError(
+            [FieldProblem("revision", local_revision_message("base_config", base_config))]
+        ) from None
     if found.file is not None:
         raise ModelSourceError(
             f"base_config {base_config!r} is a checkpoint file; give a pipeline folder or hub id"

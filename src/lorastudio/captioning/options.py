@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from lorastudio.config_fields_source import local_revision_problem
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.text_rules import one_line
 
@@ -40,6 +41,16 @@ class CaptionOptions(BaseModel):
     overwrite: bool = False
     max_tokens: int = Field(default=60, ge=1, le=MAX_TOKENS_LIMIT)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    @field_validator("revision")
+    @classmethod
+    def _revision_of_a_hub_id(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A revision applies to a hub id; with a folder it is refused (the shared rule:
+        config_fields_source.local_revision_problem), not ignored."""
+        model = info.data.get("model")
+        if isinstance(model, str) and (why := local_revision_problem(model, value, field="model")):
+            raise ValueError(why)
+        return value
 
     @field_validator("prompt")
     @classmethod

@@ -38,7 +38,7 @@ from lorastudio.basemodels.hubcache import (
     hub_offline,
     is_hub_id,
 )
-from lorastudio.config import revision_problem
+from lorastudio.config import local_revision_message, revision_problem
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
 from lorastudio.settings import Settings
 from lorastudio.user_paths import expand_user, is_dir
@@ -79,7 +79,7 @@ def resolve_captioner(settings: Settings, model: str, revision: str | None = Non
     """Where captioner `model` loads from and which kind it is (see the module docstring).
     `model`: a catalogue id (a models/ folder name such as a fetched `owner--name`, or
     `hub:owner--name` of the hub cache), a hub id or a folder. Raises ConfigError (a bad
-    revision), ModelSourceError (missing folder, a catalogue captioner not fetched yet (naming
+    revision, or one given with a folder: it could not be honoured), ModelSourceError (missing folder, a catalogue captioner not fetched yet (naming
     the command that fetches it), not a supported captioner, remote code, offline and not on
     disk), ModelAccessDenied / NotFound (hub)."""
     if revision is not None and (why := revision_problem(revision)):
@@ -93,6 +93,8 @@ def resolve_captioner(settings: Settings, model: str, revision: str | None = Non
     ):
         if not is_dir(local):
             raise ModelSourceError(f"captioning model folder not found: {model}")
+        if revision is not None:  # the one rule (config_fields_source): a folder has no revision
+            raise ConfigError([FieldProblem("revision", local_revision_message("model", model))])
         return _folder_source(local.resolve())
     if not is_hub_id(model):
         known = known_captioner(model)

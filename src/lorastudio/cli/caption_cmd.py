@@ -5,7 +5,8 @@ sharing the studio home with other CLI commands: refused (exit 1) while a server
 (caption through it then: the UI or POST /api/datasets/NAME/caption, which respects the GPU
 arbiter). The dataset is claimed for writing (jobs/dataset_claims.py): refused (exit 3, naming
 the holder) while a CLI `train` reads it or another `datasets caption` writes it, and those are
-refused while this runs.
+refused while this runs. The job is recorded in the studio home like a server's
+(jobs/caption_records.py), so the web UI lists it; a kill reads "interrupted" there.
 """
 
 from __future__ import annotations
@@ -91,10 +92,57 @@ def caption_cmd(
             typer.echo(f"dataset {name} not captioned: {err}", err=True)
             raise typer.Exit(EXIT_BUSY) from None
         with claim:
-            summary = caption_dataset(
-                folder, source, options, _print_event, token=token, max_image_pixels=settings.max_image_pixels
-            )
+            record = _Record(settings.home, name, folder, options)
+            try:
+                summary = caption_dataset(
+                    folder,
+                    source,
+                    options,
+                    record.event,
+                    token=token,
+                    max_image_pixels=settings.max_image_pixels,
+                )
+            except KeyboardInterrupt:
+                record.end("cancelled", reason="stopped with Ctrl-C")
+                raise
+            except Exception as err:  # a model failure: recorded as the job's end, then raised on
+                record.end("failed", error=str(err) or type(err).__name__)
+                raise
+            record.end("completed")
     raise typer.Exit(1 if summary.failures else 0)
+
+
+class _Record:
+    """This CLI job's record in the studio home (jobs/caption_records.py: a server lists it, and
+    it reads "interrupted" when this process is killed before its end): the events fold into a
+    CaptionJob, each printed (`_print_event`)."""
+
+    def __init__(self, home: Any, name: str, folder: Any, options: Any):
+        import uuid
+
+        from lorastudio.jobs.caption_job import CaptionJob
+        from lorastudio.jobs.caption_records import CaptionRecorder, prune
+
+        device = "cuda" if options.device == "cuda" else "cpu"  # "auto": the worker's plan says which
+        self.job = CaptionJob(uuid.uuid4().hex[:12], name, folder, options, device)
+        self.recorder = CaptionRecorder(home, "cli")
+        self.recorder.write(self.job.snapshot(), force=True)
+        prune(home)
+
+    def event(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind == "caption_started" and event.get("device") in ("cpu", "cuda"):
+            self.job.device = event["device"]
+        self.job.apply(event)
+        self.recorder.write(self.job.snapshot(), force=kind == "caption_started")
+        _print_event(event)
+
+    def end(self, status: str, error: str | None = None, reason: str | None = None) -> None:
+        from lorastudio.jobs.caption_job import now_iso
+
+        self.job.status, self.job.error, self.job.finished_at = status, error, now_iso()
+        self.job.cancel_reason = reason
+        self.recorder.write(self.job.snapshot(), force=True)
 
 
 def _print_event(event: dict[str, Any]) -> None:

@@ -168,7 +168,7 @@ def _generate(
     from lorastudio.basemodels.single_file import base_updates, read_file_facts
     from lorastudio.cli.config_file import localize_path
     from lorastudio.cli.run_display import quiet_libraries
-    from lorastudio.config import revision_problem
+    from lorastudio.config import local_revision_problem, revision_problem
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
     from lorastudio.generation_rules import LORA_SCALE_LIMIT, guidance_problems, seed_problems
     from lorastudio.jobs.generation_worker import png_text
@@ -195,6 +195,8 @@ def _generate(
     source = None
     found = None
     bad_revision = revision_problem(revision) if revision is not None else None
+    # a revision with a local folder or file: the one rule (config_fields_source)
+    bad_revision = bad_revision or local_revision_problem(base, revision, base_config, field="--base")
     if bad_revision:  # checked before the revision can name a path in the hub cache
         problems.append(FieldProblem("--revision", bad_revision))
     if family is None:
@@ -215,6 +217,8 @@ def _generate(
             problems.append(
                 FieldProblem("--family" if isinstance(err, UnknownFamily) else "--base", str(err))
             )
+        except ConfigError as err:  # a revision with a folder under models/ (resolve_base)
+            problems += [FieldProblem(f"--{p.field.replace('_', '-')}", p.message) for p in err.problems]
     loras = []
     for path, scale in (parse_lora_arg(v) for v in lora_args):
         if abs(scale) > LORA_SCALE_LIMIT:  # the API's range (LoraRef.scale)

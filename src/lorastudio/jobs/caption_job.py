@@ -13,6 +13,8 @@ from lorastudio.captioning.options import MAX_LISTED_FAILURES, CaptionOptions
 from lorastudio.jobs.caption_gpu import CaptionNeed
 from lorastudio.jobs.dataset_claims import DatasetClaim
 
+PREVIEW = 5  # captions kept in a job's snapshot (the first ones)
+
 
 def now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
@@ -31,7 +33,7 @@ class CaptionJob:
     need: CaptionNeed | None = None  # the captioner's estimated GPU memory (a "cuda" job)
     beside: str | None = None  # the training job whose GPU this job shares (it fits beside)
     model_folder: Path | None = None  # the captioner's local folder (not deleted while running)
-    status: str = "running"  # running | completed | failed | cancelled
+    status: str = "running"  # running | completed | failed | cancelled (a record: interrupted)
     total: int | None = None
     done: int = 0
     captioned: int = 0
@@ -45,6 +47,21 @@ class CaptionJob:
     cancel: Any = None  # the worker's multiprocessing Event
     thread: threading.Thread | None = None
     claim: DatasetClaim | None = None  # the dataset's write claim while the job runs
+    recorder: Any = None  # its jobs/caption_records.CaptionRecorder (once it has started)
+
+    def apply(self, event: dict[str, Any]) -> None:
+        """Fold one event of captioning/run.py into the job's counts (the server's worker
+        events, the CLI's own)."""
+        kind = event.get("type")
+        if kind == "caption_started":
+            self.total, self.skipped = event["total"], event["skipped"]
+        elif kind == "caption_progress":
+            self.done, self.captioned = self.done + 1, self.captioned + 1
+            if len(self.preview) < PREVIEW:
+                self.preview.append({"file": event["file"], "caption": event["caption"]})
+        elif kind == "caption_failed":
+            self.done += 1
+            self.failures.append({"file": event["file"], "reason": event["reason"]})
 
     def snapshot(self) -> dict[str, Any]:
         return {

@@ -17,7 +17,10 @@ CLI run or caption on the same home is refused meanwhile, and it is refused whil
 within STOP_GRACE_S is killed, and its staged (hidden) caption file is removed: every caption
 file is old or new, never half-written. A worker that stays silent past its allowance (the model
 load, then each image: jobs/worker_allowance.py CaptionAllowance) is stopped as hung, SIGTERM
-then SIGKILL, and the job fails naming what timed out, so it frees its claim and the GPU. The API creates the service on first use (from a request
+then SIGKILL, and the job fails naming what timed out, so it frees its claim and the GPU. Each
+job is recorded in the studio home (jobs/caption_records.py: at its start, its plan, its progress
+at most every 2 s, its end), so `get`, `latest` and `recent` answer after a restart too; a job
+left running by a server that died reads "interrupted" with what it had done. The API creates the service on first use (from a request
 thread, so the caption worker inherits the server's lowered priority: training goes first).
 """
 
@@ -48,6 +51,7 @@ from lorastudio.jobs.caption_gpu import (
     place_caption,
 )
 from lorastudio.jobs.caption_job import CaptionJob, now_iso, remove_staged
+from lorastudio.jobs.caption_records import KEEP, CaptionRecorder, list_records, prune, read_record
 from lorastudio.jobs.caption_worker import CAPTION_ERROR, CaptionWorkerArgs, caption_worker_main
 from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
 from lorastudio.jobs.dataset_locks import overlaps
@@ -56,7 +60,6 @@ from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.worker_allowance import SCALE_SETTING, CaptionAllowance, seconds_words
 from lorastudio.settings import Settings
 
-PREVIEW = 5  # captions kept in a job's snapshot (the first ones)
 STOP_GRACE_S = 30.0  # a cancelled worker finishes its image, then is killed
 POLL_S = 0.2
 MAX_EVENTS = 2000
@@ -163,6 +166,9 @@ class CaptionJobs:
         except DatasetBusy:
             self._withdraw(job)
             raise
+        job.recorder = CaptionRecorder(self.settings.home, "server")
+        job.recorder.write(job.snapshot(), force=True)
+        prune(self.settings.home)
         self._log.append({"type": "caption_job", "job_id": job.id, **job.snapshot()})
         job.thread = threading.Thread(
             target=self._run, args=(job, source, events), name=f"caption-{job.id}", daemon=True
@@ -249,6 +255,9 @@ class CaptionJobs:
             with self._lock:
                 job.status, job.error, job.finished_at = final[0], final[1], now_iso()
                 self._log.append({"type": "caption_end", "job_id": job.id, **job.snapshot()})
+                snapshot = job.snapshot()
+            if job.recorder is not None:
+                job.recorder.write(snapshot, force=True)
 
     def _pump(self, job: CaptionJob, process: Any, events: Any) -> tuple[str, str | None]:
         """Fold the worker's events into `job` until its summary or error; kill it when a cancel
@@ -294,16 +303,11 @@ class CaptionJobs:
     def _fold(self, job: CaptionJob, event: dict[str, Any]) -> tuple[str, str | None] | None:
         kind = event.get("type")
         with self._lock:
-            if kind == "caption_started":
-                job.total, job.skipped = event["total"], event["skipped"]
-            elif kind == "caption_progress":
-                job.done, job.captioned = job.done + 1, job.captioned + 1
-                if len(job.preview) < PREVIEW:
-                    job.preview.append({"file": event["file"], "caption": event["caption"]})
-            elif kind == "caption_failed":
-                job.done += 1
-                job.failures.append({"file": event["file"], "reason": event["reason"]})
+            job.apply(event)
             self._log.append({**event, "job_id": job.id})
+            snapshot = job.snapshot()
+        if job.recorder is not None:  # the plan at once, the progress at most every RECORD_EVERY_S
+            job.recorder.write(snapshot, force=kind == "caption_started")
         if kind == "caption_summary":
             return ("cancelled" if event["cancelled"] else "completed"), None
         if kind == CAPTION_ERROR:
@@ -328,19 +332,33 @@ class CaptionJobs:
         return self.get(job_id)
 
     def get(self, job_id: str) -> dict[str, Any]:
-        """The snapshot of a caption job of this server's life. Raises NotFound."""
+        """The snapshot of a caption job: of this server's life, else its record (one of an
+        earlier server or a CLI caption; "interrupted" when it was left running,
+        jobs/caption_records.py). Raises NotFound."""
         with self._lock:
-            if job_id not in self._jobs:
-                raise NotFound(f"no caption job with id {job_id!r} in this server's life")
-            return self._jobs[job_id].snapshot()
+            job = self._jobs.get(job_id)
+            if job is not None:
+                return job.snapshot()
+        recorded = read_record(self.settings.home, job_id)
+        if recorded is None:
+            raise NotFound(f"no caption job with id {job_id!r} (the newest {KEEP} are kept)")
+        return recorded
+
+    def recent(self, limit: int = KEEP) -> list[dict[str, Any]]:
+        """The newest `limit` caption jobs (at most KEEP are recorded), newest first: this
+        server's as they are now, the others from their records."""
+        with self._lock:
+            live = {j.id: j.snapshot() for j in self._jobs.values()}
+        listed = [live.pop(r["id"], r) for r in list_records(self.settings.home, limit)]
+        return [*reversed(live.values()), *listed][:limit]  # first: any whose record failed
 
     def latest(self, dataset: str) -> dict[str, Any]:
-        """The newest caption job of `dataset`. Raises NotFound when it has none."""
-        with self._lock:
-            jobs = [j for j in self._jobs.values() if j.dataset == dataset]
-            if not jobs:
-                raise NotFound(f"dataset {dataset!r} has no caption job in this server's life")
-            return jobs[-1].snapshot()
+        """The newest caption job of `dataset` (of the recent ones). Raises NotFound when it
+        has none."""
+        for job in self.recent():
+            if job["dataset"] == dataset:
+                return job
+        raise NotFound(f"dataset {dataset!r} has no recent caption job")
 
     def busy_jobs(self) -> dict[Path, str]:
         """Dataset folders being captioned now -> the caption job's id (JobService.watch_captioning)."""

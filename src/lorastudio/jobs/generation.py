@@ -46,7 +46,7 @@ from typing import Any
 from lorastudio import families
 from lorastudio.basemodels import ResolvedBase, resolve_base
 from lorastudio.basemodels.single_file import base_updates
-from lorastudio.config import revision_problem
+from lorastudio.config import local_revision_problem, revision_problem
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.data.writes import staged_write
 from lorastudio.errors import (
@@ -190,6 +190,8 @@ class GenerationService:
         problems = budget_problems(req.width, req.height, req.steps, family.spec.name)
         if req.revision is not None and (why := revision_problem(req.revision)):
             problems.append(FieldProblem("revision", why))
+        elif why := local_revision_problem(req.base_model, req.revision, req.base_config):
+            problems.append(FieldProblem("revision", why))  # a folder has no revision: not ignored
         if req.negative_prompt and not family.spec.negative_prompt:
             problems.append(FieldProblem("negative_prompt", negative_prompt_refusal(family.spec)))
         problems += reference_problems(self.settings, family.spec.name, req.references)

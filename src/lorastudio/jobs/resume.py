@@ -33,7 +33,13 @@ from lorastudio.training.checkpoint import (
     resume_settings,
 )
 from lorastudio.training.extend import extension_steps, finished_problem
-from lorastudio.training.identity import base_fingerprint, check_identity, dataset_files, run_identity
+from lorastudio.training.identity import (
+    base_fingerprint,
+    check_identity,
+    dataset_files,
+    recorded_base_fingerprint,
+    run_identity,
+)
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,7 @@ def validate_resume(
         raise ConfigError(problems)
     before = cfg.model_copy(update={"steps": int(info["total_steps"])}) if new_total else cfg
     base = base_fingerprint(cfg, family.spec.denoiser)
+    base = recorded_base_fingerprint(cfg, family.spec.denoiser, info, base)  # as the checkpoint has it
     check_identity(
         info["identity"],
         run_identity(  # with the latent handling the run will have (training/identity_latents.py)

@@ -132,6 +132,8 @@ def validate_run(
         except ModelSourceError as err:
             field = "base_config" if str(err).startswith("base_config ") else "base_model"
             problems.append(FieldProblem(field, str(err)))
+        except ConfigError as err:  # a revision with a folder under models/ (resolve_base): with the rest
+            problems += err.problems
 
     precision = raw.get("base_precision", "auto")
     if "base_precision" not in reported and precision not in host_info().precisions:

@@ -27,7 +27,7 @@ from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.training.extend import extension_steps
 from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.fresh_mark import settle
-from lorastudio.training.identity import IDENTITY_FORMAT, override_problems
+from lorastudio.training.identity import IDENTITY_FORMAT, UNUSED_REVISION, override_problems
 from lorastudio.training.run_files import (
     CHECKPOINTS,
     checkpoint_name,
@@ -106,7 +106,34 @@ def read_checkpoint_info(checkpoint: Path) -> dict[str, Any]:
         raise ConfigError(
             [FieldProblem("resume", f"{path} is not a {IDENTITY_FORMAT} checkpoint description")]
         )
-    return info
+    return _without_unused_revision(info)
+
+
+def _without_unused_revision(info: dict[str, Any]) -> dict[str, Any]:
+    """`info` without a revision its run recorded beside a local base model (folder, or a single
+    file's local base_config): before RELIABILITY 411 such a revision was taken and ignored (the
+    run trained on the folder), and is refused now; the run's maths never depended on it, so
+    its resume continues without it (dropped from the config and the identity alike, kept as
+    UNUSED_REVISION: the base fingerprint the run recorded was computed with it,
+    training/identity.recorded_base_fingerprint) rather than being refused for a setting it
+    never used. An owner/name under models/ with a revision is refused by the resolver on
+    resume, naming revision (only the disk tells it is a folder)."""
+    from lorastudio.config import local_revision_problem
+
+    config = info["config"]
+    if not isinstance(config, Mapping) or not isinstance(config.get("revision"), str):
+        return info
+    base_model, base_config = config.get("base_model"), config.get("base_config")
+    if not isinstance(base_model, str) or not local_revision_problem(
+        base_model, config["revision"], base_config if isinstance(base_config, str) else None
+    ):
+        return info
+    identity = info["identity"]
+    if isinstance(identity, Mapping) and "revision" in identity:
+        identity = {**identity, "revision": None}
+    return {
+        **info, "config": {**config, "revision": None}, "identity": identity, UNUSED_REVISION: config["revision"]
+    }  # fmt: skip
 
 
 def checkpoint_plan(info: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -150,6 +150,20 @@ def dataset_change(saved: Mapping[str, list[str]], current: Mapping[str, list[st
     )
 
 
+# read_checkpoint_info's key of a revision a run recorded beside its local base and never used
+UNUSED_REVISION = "unused_revision"
+
+
+def recorded_base_fingerprint(cfg: TrainConfig, denoiser: str, info: Mapping[str, Any], now: str) -> str:
+    """The base fingerprint of `cfg` as checkpoint `info` computed it (`now`: the one computed
+    without a revision): with the revision it recorded and never used beside a local folder
+    (training/checkpoint._without_unused_revision), whose missing components' parts name it."""
+    unused = info.get(UNUSED_REVISION)
+    if not isinstance(unused, str):
+        return now
+    return base_fingerprint(cfg.model_copy(update={"revision": unused}), denoiser)
+
+
 def base_fingerprint(cfg: TrainConfig, denoiser: str) -> str:
     """A content fingerprint of the run's base: its `denoiser` component ("unet" / "transformer"),
     VAE and text encoders, each file's sampled digest (data.disk_cache.component_fingerprint; a

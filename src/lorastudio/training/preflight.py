@@ -61,13 +61,12 @@ def resolve_model_source(
     """Where the run loads its base model from, checked before anything is loaded: the same
     resolution as the job service's (basemodels.resolve_base_model: an absolute folder, a name
     under models/ or a hub id, each vetted). Returns the source (a folder path or a hub id).
-    Raises ModelSourceError, or ConfigError for a revision given with a local folder."""
+    Raises ModelSourceError, or ConfigError for a revision given with a local folder (the
+    resolver's rule, config_fields_source.local_revision_problem)."""
     from lorastudio.basemodels import resolve_base_model
     from lorastudio.settings import get_settings
 
-    source, folder = resolve_base_model(base_model, family.spec.name, settings or get_settings(), revision)
-    if folder is not None and revision is not None:
-        raise ConfigError([FieldProblem("revision", "only applies to hub ids, not to a local folder")])
+    source, _ = resolve_base_model(base_model, family.spec.name, settings or get_settings(), revision)
     return source
 
 

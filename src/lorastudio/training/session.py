@@ -26,7 +26,13 @@ from lorastudio.training.checkpoint import (
     run_dir_of,
 )
 from lorastudio.training.extend import finished_problem
-from lorastudio.training.identity import base_fingerprint, check_identity, dataset_files, run_identity
+from lorastudio.training.identity import (
+    base_fingerprint,
+    check_identity,
+    dataset_files,
+    recorded_base_fingerprint,
+    run_identity,
+)
 from lorastudio.training.preflight import PreparedRun, preflight
 from lorastudio.training.run_files import kept_note, remove_leftovers, remove_session_files
 
@@ -74,7 +80,10 @@ def prepare_session(
     base = base_fingerprint(run.cfg, run.family.spec.denoiser)
     identity = _identity(run, run.cfg, base)
     before = run.cfg.model_copy(update={"steps": old_total}) if extended else run.cfg
-    check_identity(info["identity"], _identity(run, before, base))
+    recorded = recorded_base_fingerprint(
+        run.cfg, run.family.spec.denoiser, info, base
+    )  # as the checkpoint has it
+    check_identity(info["identity"], _identity(run, before, recorded))
     return run, identity
 
 

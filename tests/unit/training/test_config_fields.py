@@ -87,7 +87,7 @@ ELSEWHERE = {
     "control_dirs": "tests/unit/jobs/test_jobs_paired_validation and tests/unit/data/test_data_pairs (parallel control folders)",
     "control_resolution": "tests/unit/training/test_control_resolution (latent shapes per rule, runs, resume) "
     "and tests/unit/data/test_data_control_sizing (the pipelines' sizes and pixels)",
-    "revision": "test_preflight (refused for a local folder)",
+    "revision": "test_preflight and tests/unit/jobs/test_revision_local (refused with a local folder: config, resolvers, generate, captioning; an old run with one resumes)",
     "base_config": "test_single_file_run (a single file trains and generates with its configs; refused without one)",
     "v_prediction": "test_single_file_run (v-prediction objective and scheduler; refused against the file's v_pred marker)",
     "enable_tf32": "test_train_run (matmul precision during and after the run)",

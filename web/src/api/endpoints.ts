@@ -102,6 +102,8 @@ export const api = {
   /** Start auto-captioning a dataset with a vision-language model (202: the caption job). */
   captionDataset: (name: string, body: CaptionOptions) => post<CaptionJob>(`/api/datasets/${seg(name)}/caption`, body),
   captionJob: (id: string, signal?: AbortSignal) => get<CaptionJob>(`/api/captions/${seg(id)}`, signal),
+  /** The dataset's newest caption job, recorded across server restarts ("interrupted" when the server died while it ran; 404: none). */
+  latestCaption: (name: string, signal?: AbortSignal) => get<CaptionJob>(`/api/datasets/${seg(name)}/caption`, signal),
   cancelCaption: (id: string) => post<CaptionJob>(`/api/captions/${seg(id)}/cancel`),
 
   preflight: (config: Partial<TrainConfig>, signal?: AbortSignal) => post<PreflightReport>("/api/train/preflight", { config }, signal),

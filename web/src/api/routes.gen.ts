@@ -2,6 +2,7 @@
 export const ROUTES: ReadonlySet<string> = new Set([
   "/api/cache",
   "/api/cache/prune",
+  "/api/captions",
   "/api/captions/events",
   "/api/captions/{job_id}",
   "/api/captions/{job_id}/cancel",

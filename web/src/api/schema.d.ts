@@ -51,6 +51,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/captions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Recent
+         * @description The recent caption jobs, newest first: this server's and those recorded before it (an
+         *     earlier server's, a CLI caption's; the newest 50 are kept). One left running by a server or
+         *     CLI that died reads "interrupted", with what it had done.
+         */
+        get: operations["recent_api_captions_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/captions/events": {
         parameters: {
             query?: never;
@@ -80,7 +102,8 @@ export interface paths {
         };
         /**
          * Status
-         * @description One caption job: progress, failures by file, the first captions.
+         * @description One caption job: progress, failures by file, the first captions (after a restart, from
+         *     its record: "interrupted" when the server died while it ran). 404: unknown or pruned.
          */
         get: operations["status_api_captions__job_id__get"];
         put?: never;
@@ -194,7 +217,7 @@ export interface paths {
         };
         /**
          * Latest
-         * @description The dataset's newest caption job of this server's life (404: none).
+         * @description The dataset's newest caption job (of the recent ones, recorded across restarts; 404: none).
          */
         get: operations["latest_api_datasets__name__caption_get"];
         put?: never;
@@ -1370,7 +1393,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "running" | "completed" | "failed" | "cancelled";
+            status: "running" | "completed" | "failed" | "cancelled" | "interrupted";
             /**
              * Total
              * @description images to caption (null until the worker has planned)
@@ -4334,7 +4357,7 @@ export interface components {
             resolution?: number | number[] | null;
             /**
              * Revision
-             * @description hub revision (branch, tag or commit)
+             * @description hub revision (branch, tag or commit) of a hub id base_model (or of a single file's base_config); refused with a local folder, which has none
              * @default null
              */
             revision?: string | null;
@@ -4926,7 +4949,7 @@ export interface components {
             resolution: number | number[] | null;
             /**
              * Revision
-             * @description hub revision (branch, tag or commit)
+             * @description hub revision (branch, tag or commit) of a hub id base_model (or of a single file's base_config); refused with a local folder, which has none
              */
             revision: string | null;
             /**
@@ -5352,6 +5375,60 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    recent_api_captions_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CaptionJobOut"][];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };

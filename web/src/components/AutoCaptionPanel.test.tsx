@@ -102,7 +102,7 @@ describe("AutoCaptionPanel", () => {
     // a double click starts one job
     await userEvent.dblClick(screen.getByTestId("caption-start"));
     await waitFor(() => expect(calls.some((c) => c.url === "/api/captions/c1")).toBe(true), { timeout: 3000 });
-    expect(calls.filter((c) => c.url === "/api/datasets/mix/caption")).toHaveLength(1);
+    expect(calls.filter((c) => c.url === "/api/datasets/mix/caption" && c.method === "POST")).toHaveLength(1);
     const poll = held("/api/captions/c1");
     await userEvent.click(screen.getByTestId("caption-cancel"));
     expect(await screen.findByText(/\(cancelled by the user\)/)).toBeInTheDocument();
@@ -135,6 +135,39 @@ describe("AutoCaptionPanel", () => {
     expect(screen.getByTestId("caption-status")).toHaveTextContent("the server restarted");
     expect(screen.queryByTestId("caption-cancel")).toBeNull();
     expect(screen.getByTestId("caption-start")).toBeEnabled(); // a new job can be started
+    expect(onFinished).toHaveBeenCalledTimes(1);
+  });
+
+  it("opened after a restart, shows the dataset's last job interrupted from its record; a running one is followed (RELIABILITY 410)", async () => {
+    const interrupted: CaptionJob = {
+      ...RUNNING,
+      status: "interrupted",
+      done: 2,
+      captioned: 2,
+      error: "the lorastudio server (pid 7) ended without recording the end of this caption job (killed?); when last recorded 2 of 3 images were done",
+      finished_at: "2026-12-04T18:00:05+00:00",
+    };
+    mockFetch(({ url, method }) => (url === "/api/datasets/mix/caption" && method === "GET" ? { body: interrupted } : undefined));
+    const onFinished = vi.fn();
+    const { unmount } = render(<AutoCaptionPanel dataset="mix" onFinished={onFinished} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    const status = await screen.findByTestId("caption-status");
+    expect(status).toHaveTextContent("Caption job interrupted: 2 captioned, 0 kept their caption, 0 failed");
+    expect(status).toHaveTextContent("when last recorded 2 of 3 images were done");
+    expect(screen.queryByTestId("caption-cancel")).toBeNull();
+    expect(screen.getByTestId("caption-start")).toBeEnabled();
+    unmount();
+
+    let polls = 0;
+    mockFetch(({ url, method }) => {
+      if (url === "/api/datasets/mix/caption" && method === "GET") return { body: RUNNING };
+      if (url === "/api/captions/c1") return { body: ++polls > 1 ? DONE : RUNNING };
+      return undefined;
+    });
+    render(<AutoCaptionPanel dataset="mix" onFinished={onFinished} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    expect(await screen.findByText("Captioning 1 / 3 on cpu")).toBeTruthy();
+    await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Caption job completed"), { timeout: 4000 });
     expect(onFinished).toHaveBeenCalledTimes(1);
   });
 

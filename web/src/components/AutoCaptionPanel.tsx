@@ -21,7 +21,9 @@ export function captionerLabel(m: CatalogueModel): string {
  * catalogue, a hub id or a model folder), only those without a caption unless `overwrite`; shows
  * the job's progress (and the GPU it runs on), the first captions, the failed files, and can
  * cancel. The catalogue's captioners are offered (those not fetched yet disabled, naming where to
- * fetch them); the first fetched one is preselected. `onFinished` runs once the job has ended. */
+ * fetch them); the first fetched one is preselected. Opened, it shows the dataset's last job (a
+ * running one followed, one a server restart interrupted with what it did). `onFinished` runs once
+ * the job has ended. */
 export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onFinished: () => void }) {
   const [open, setOpen] = useState(false);
   const [model, setModel] = useState(DEFAULT_CAPTION_MODEL);
@@ -51,10 +53,23 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
     };
   }, [open]);
 
+  // the dataset's last job (recorded across restarts): a job still running is followed again, one
+  // the server died during reads "interrupted" with what it did; a job started meanwhile wins
+  useEffect(() => {
+    if (!open) return;
+    const ask = new AbortController();
+    api.latestCaption(dataset, ask.signal).then(
+      (last) => setJob((now) => now ?? last),
+      () => undefined, // none yet (404) or not reachable: the panel starts empty
+    );
+    return () => ask.abort();
+  }, [open, dataset]);
+
   const running = job?.status === "running";
   // a failed poll: shown, and the next poll is made all the same (`retries`), so a blip does not
-  // freeze the panel at "running"; a job the server no longer knows (404: it restarted, and a
-  // caption job lives for the server's life) has ended there, so the panel ends it too
+  // freeze the panel at "running"; a job that ended with a restart comes back "interrupted" from
+  // its record; one the server no longer knows at all (404: its record was pruned or could not be
+  // written) has ended there, so the panel ends it too
   const [pollError, setPollError] = useState<string | null>(null);
   const [retries, setRetries] = useState(0);
   // the poll in flight: a Cancel's answer supersedes it (a slow "running" must not bring the job back)
@@ -77,7 +92,7 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
           setJob({
             ...job,
             status: "failed",
-            error: `${message}: the server restarted and this job ended with it; the captions written before are kept (start again to caption the rest)`,
+            error: `${message}: the server restarted and has no record of this job; the captions written before are kept (start again to caption the rest)`,
           });
           finished.current();
           return;
@@ -195,6 +210,7 @@ function CaptionJobStatus({ job }: { job: CaptionJob }) {
             : `Captioning ${job.done} / ${total} on ${where(job)}`
           : `Caption job ${job.status}: ${job.captioned} captioned, ${job.skipped} kept their caption, ${job.failed} failed`}
         {job.cancel_reason && job.status !== "running" && ` (${job.cancel_reason})`}
+        {job.status === "interrupted" && " (the server or command running it stopped; start again to caption the rest)"}
       </p>
       {job.status === "running" && job.total != null && <ProgressBar value={job.done} max={total} label="caption progress" />}
       <ErrorBanner message={job.error} />

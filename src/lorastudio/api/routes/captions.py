@@ -4,7 +4,8 @@ POST /api/datasets/{name}/caption (202) starts one (jobs/captioning.py: 409 whil
 while training uses the dataset, or holds every GPU and the captioning model does not fit beside
 it: the message names needed vs free GiB, jobs/caption_gpu.py; a run on a dataset being captioned
 is refused likewise); GET the same path gives the dataset's
-newest job. The job's events (caption_job, caption_started, caption_progress, caption_failed,
+newest job; GET /api/captions lists the recent ones. Jobs are recorded in the studio home
+(jobs/caption_records.py) and answered after a restart. The job's events (caption_job, caption_started, caption_progress, caption_failed,
 caption_summary, caption_error, caption_end) stream at /api/captions/events.
 """
 
@@ -57,8 +58,16 @@ def start(name: str, body: CaptionOptions, jobs: CaptionJobs = Depends(captions_
 
 @router.get("/api/datasets/{name}/caption", response_model=CaptionJobOut)
 def latest(name: str, jobs: CaptionJobs = Depends(captions_dep)) -> dict[str, Any]:
-    """The dataset's newest caption job of this server's life (404: none)."""
+    """The dataset's newest caption job (of the recent ones, recorded across restarts; 404: none)."""
     return jobs.latest(name)
+
+
+@router.get("/api/captions", response_model=list[CaptionJobOut])
+def recent(jobs: CaptionJobs = Depends(captions_dep)) -> list[dict[str, Any]]:
+    """The recent caption jobs, newest first: this server's and those recorded before it (an
+    earlier server's, a CLI caption's; the newest 50 are kept). One left running by a server or
+    CLI that died reads "interrupted", with what it had done."""
+    return jobs.recent()
 
 
 @router.get("/api/captions/events", response_class=StreamingResponse)
@@ -74,7 +83,8 @@ async def events(
 
 @router.get("/api/captions/{job_id}", response_model=CaptionJobOut)
 def status(job_id: str, jobs: CaptionJobs = Depends(captions_dep)) -> dict[str, Any]:
-    """One caption job: progress, failures by file, the first captions."""
+    """One caption job: progress, failures by file, the first captions (after a restart, from
+    its record: "interrupted" when the server died while it ran). 404: unknown or pruned."""
     return jobs.get(job_id)
 
 

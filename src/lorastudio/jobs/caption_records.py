@@ -1,0 +1,199 @@
+"""Caption job records: what a caption job did, kept in the studio home past the process that ran
+it (a server's jobs/captioning.py, a CLI `lorastudio datasets caption`). No torch, no HTTP.
+
+One JSON file per job, `<home>/caption-jobs/<id>.json`: {"version", "job": the job's snapshot
+(jobs/caption_job.CaptionJob.snapshot), "owner": {"pid", "start", "source"}} (the process that
+runs it, lorastudio.processes.start_token). Every write is atomic (staged beside it, fsynced,
+renamed): a reader sees the old record or the new one, never half of one. A job is written when
+it starts, when its worker has planned (the total), then at most every RECORD_EVERY_S while it
+runs (`CaptionRecorder`: a 5,000-image job on a fast captioner writes ~1 small file every 2 s,
+not one per image), and when it ends, with its summary. Its failures list holds the first
+MAX_LISTED_FAILURES (fix 320/321), so a record stays small.
+
+A record still "running" whose owner process is gone (a server or CLI killed outright, a power
+loss) is read as "interrupted" with what it had done when last written (`settle`, which the
+server runs at its start, and every read). Owners: a server owns the home alone and a CLI
+caption shares it only with other CLI commands (jobs/homelock.py), so a server and a CLI never
+write records at once; two CLI captions (on two datasets: the dataset claim refuses the same one
+twice) each write only their own file. The newest KEEP records are kept: a new job removes the
+oldest beyond that, never a running one whose owner lives.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from lorastudio.durable import fsync_path
+from lorastudio.jobs.caption_job import now_iso
+from lorastudio.processes import process_gone, start_token
+
+log = logging.getLogger("lorastudio.jobs")
+
+RECORDS_DIR = "caption-jobs"
+KEEP = 50  # records kept (the newest); older ones are removed when a job starts
+RECORD_EVERY_S = 2.0  # a running job's record is rewritten at most this often
+VERSION = 1
+INTERRUPTED = "interrupted"
+OWNER_WORDS = {"server": "the lorastudio server", "cli": "the `lorastudio datasets caption` process"}
+ID_CHARS = frozenset("0123456789abcdef")
+
+
+def records_dir(home: Path) -> Path:
+    return home / RECORDS_DIR
+
+
+def owner(source: str) -> dict[str, Any]:
+    """This process as a record's owner (`source`: "server" or "cli")."""
+    return {"pid": os.getpid(), "start": start_token(os.getpid()), "source": source}
+
+
+def write_record(home: Path, snapshot: dict[str, Any], who: dict[str, Any], created_ns: int = 0) -> None:
+    """Write job `snapshot` (owned by `who`; `created_ns`: when the job began, in ns, which
+    orders two jobs begun in one second) atomically. Raises OSError (a full disk, a read-only
+    home): callers go on without the record (`CaptionRecorder`)."""
+    folder = records_dir(home)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{snapshot['id']}.json"
+    tmp = folder / f".{snapshot['id']}.{os.getpid()}.tmp"
+    record = {
+        "version": VERSION, "job": snapshot, "owner": who, "recorded_at": now_iso(), "created_ns": created_ns
+    }  # fmt: skip
+    data = json.dumps(record, allow_nan=False)
+    try:
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_path(folder)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """A record file's contents, None when it cannot be read or is not a record."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = (
+        isinstance(record, dict)
+        and isinstance(record.get("job"), dict)
+        and isinstance(record.get("owner"), dict)
+    )
+    return record if ok and isinstance(record["job"].get("id"), str) else None
+
+
+def interrupted_error(job: dict[str, Any], who: dict[str, Any]) -> str:
+    """Why a record left running reads as interrupted, with what it had done."""
+    whom = OWNER_WORDS.get(str(who.get("source")), "the process that ran it")
+    total = job.get("total")
+    of = f" of {total}" if isinstance(total, int) else ""
+    return (
+        f"{whom} (pid {who.get('pid')}) ended without recording the end of this caption job (killed?)"
+        f"; when last recorded {job.get('done', 0)}{of} images were done ({job.get('captioned', 0)}"
+        f" captioned, {job.get('failed', 0)} failed); the caption files written are kept and a new"
+        " job skips them"
+    )
+
+
+def _age(record: dict[str, Any]) -> tuple[str, int, str]:
+    """A record's place in time: its creation (the second, then the ns), then its id."""
+    ns = record.get("created_ns")
+    return str(record["job"].get("created_at", "")), ns if isinstance(ns, int) else 0, record["job"]["id"]
+
+
+def _settled(record: dict[str, Any], home: Path | None) -> dict[str, Any]:
+    """The record's job, "interrupted" when it was left running by a process that is gone
+    (rewritten so, when `home` is given and the home can be written)."""
+    job, who = record["job"], record["owner"]
+    if job.get("status") != "running" or not isinstance(who.get("pid"), int):
+        return job
+    if not process_gone(who["pid"], who.get("start")):
+        return job
+    job = {**job, "status": INTERRUPTED, "error": job.get("error") or interrupted_error(job, who)}
+    job["finished_at"] = job.get("finished_at") or record.get("recorded_at") or job.get("created_at")
+    if home is not None:
+        try:
+            write_record(home, job, who, record.get("created_ns") or 0)
+        except OSError as err:  # a read-only or full home: read as interrupted all the same
+            log.warning("caption job %s: could not record it interrupted (%s)", job["id"], err)
+    return job
+
+
+def read_record(home: Path, job_id: str) -> dict[str, Any] | None:
+    """Job `job_id`'s snapshot from its record (settled: see `_settled`); None when none."""
+    if not job_id or not set(job_id) <= ID_CHARS:  # ids are hex: no path from a request
+        return None
+    record = _read(records_dir(home) / f"{job_id}.json")
+    return _settled(record, home) if record is not None else None
+
+
+def list_records(home: Path, limit: int = KEEP) -> list[dict[str, Any]]:
+    """The newest `limit` recorded jobs' snapshots (settled), newest first."""
+    folder = records_dir(home)
+    try:
+        paths = [p for p in folder.iterdir() if p.suffix == ".json" and not p.name.startswith(".")]
+    except OSError:
+        return []
+    records = [r for r in map(_read, paths) if r is not None]
+    records.sort(key=_age, reverse=True)
+    return [_settled(r, home) for r in records[:limit]]
+
+
+def settle(home: Path) -> int:
+    """Rewrite every record left running by a process that is gone as interrupted (the server,
+    at its start); returns how many."""
+    return sum(1 for job in list_records(home, limit=10**9) if job.get("status") == INTERRUPTED)
+
+
+def prune(home: Path, keep: int = KEEP) -> int:
+    """Remove the records beyond the newest `keep` (never one running whose owner lives);
+    returns how many were removed."""
+    removed = 0
+    for job in list_records(home, limit=10**9)[keep:]:
+        if job.get("status") == "running":
+            continue
+        try:
+            (records_dir(home) / f"{job['id']}.json").unlink(missing_ok=True)
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+class CaptionRecorder:
+    """Writes one job's record: `write(snapshot, force)` writes when `force` (start, plan, end)
+    or when RECORD_EVERY_S has passed since the last write. A write that fails (full disk,
+    read-only home) is logged once and tried again at the next chance; the job goes on."""
+
+    def __init__(self, home: Path, source: str, every_s: float = RECORD_EVERY_S, clock: Any = None):
+        import time
+
+        self.home = home
+        self.who = owner(source)
+        self.created_ns = time.time_ns()
+        self.every_s = every_s
+        self._clock = clock or time.monotonic
+        self._last: float | None = None
+        self._failing = False
+        self.writes = 0
+
+    def write(self, snapshot: dict[str, Any], force: bool = False) -> None:
+        now = self._clock()
+        if not force and self._last is not None and now - self._last < self.every_s:
+            return
+        try:
+            write_record(self.home, snapshot, self.who, self.created_ns)
+        except OSError as err:
+            if not self._failing:
+                log.error("caption job %s: its record could not be written (%s)", snapshot["id"], err)
+            self._failing = True
+            return
+        self._failing = False
+        self._last = now
+        self.writes += 1
