@@ -7,7 +7,8 @@ bound itself to the server like the single worker does: PR_SET_PDEATHSIG(SIGKILL
 watchdog on the parent pid (jobs/worker.py `bind_to_parent`). Arming the death signal here
 instead of in a Popen preexec_fn keeps fork-time code out of the threaded server. The agent's
 pid goes to the ranks in LORASTUDIO_AGENT_PID so that each binds itself to the agent in turn:
-server dies -> agent dies -> every rank dies.
+server dies -> agent dies -> every rank dies. Under `lorastudio train --gpus N` it also keeps how
+each failed rank ended, for the command to name the cause (jobs/launch_report.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import sys
 
 from lorastudio.jobs.channel import AGENT_PID_ENV
+from lorastudio.jobs.launch_report import write_failures
 from lorastudio.jobs.worker import bind_to_parent
 
 
@@ -27,9 +29,14 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("usage: python -m lorastudio.jobs.agent SERVER_PID [torchrun arguments]")
     bind_to_parent(int(args[0]))
     os.environ[AGENT_PID_ENV] = str(os.getpid())
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
-    torchrun_main(args[1:])
+    try:
+        torchrun_main(args[1:])
+    except ChildFailedError as failed:  # a CLI launch names the failed rank from this (RELIABILITY 391)
+        write_failures({rank: (f.pid, f.exitcode) for rank, f in failed.failures.items()})
+        raise
 
 
 if __name__ == "__main__":
