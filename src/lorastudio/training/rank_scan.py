@@ -16,7 +16,9 @@ store (the key-value store every rank of the group reaches) carries rank 0's out
   with its group), then: on a stop they end stopped too (nothing loaded); else they run their
   own preflight without progress, which finds what rank 0 decoded in the folders' records (a
   stat per file) and, after a failure, meets the same error as rank 0 (the files it could not
-  decode are not recorded).
+  decode are not recorded); one whose preflight passes where rank 0's failed (an error of rank
+  0 alone: its event sink, a file read that failed once) fails too, RankPreflightFailed, rather
+  than go on to wait for rank 0 in the group's first collective (RELIABILITY 392).
 
 No collective is used, so no collective timeout bounds rank 0's scan. The keys are numbered by
 the process's preflights (RELIABILITY 390): a second train() in the same launch (a script's
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import torch.distributed as dist
 
-from lorastudio.errors import TrainingStopped
+from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.training.distributed import ParallelContext
 from lorastudio.training.events import StopCheck
 
@@ -41,6 +43,11 @@ if TYPE_CHECKING:
     from lorastudio.data.decode_progress import DecodeProgress
 
 T = TypeVar("T")
+
+
+class RankPreflightFailed(LorastudioError):
+    """Rank 0's preflight failed where this rank's passed (rank 0's error is the run's)."""
+
 
 PREFLIGHT_KEY = "lorastudio/preflight"
 ACK_KEY = "lorastudio/preflight-read"
@@ -62,7 +69,8 @@ def prepare_on_ranks(
     the module docstring says: at once with `progress()` on a single process or rank 0 (which
     then tells the others), after rank 0 without progress on the others. Needs the process group
     started for a distributed `ctx`. Raises what `prepare` raises; TrainingStopped on every rank
-    when rank 0's preflight was stopped."""
+    when rank 0's preflight was stopped; RankPreflightFailed on another rank whose preflight
+    passed where rank 0's failed."""
     if not ctx.distributed:
         return prepare(progress())
     store = dist.distributed_c10d._get_default_store()
@@ -90,4 +98,9 @@ def prepare_on_ranks(
     store.add(ack_key, 1)
     if outcome in (STOPPED, STOPPED_SAVE):
         raise TrainingStopped(outcome == STOPPED_SAVE)
-    return prepare(None)
+    result = prepare(None)
+    if outcome == FAILED:  # rank 0 has ended: never go on without it (RELIABILITY 392)
+        raise RankPreflightFailed(
+            f"rank 0's preflight failed (its error is the run's); rank {ctx.rank} found nothing wrong"
+        )
+    return result

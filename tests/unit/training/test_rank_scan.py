@@ -1,7 +1,8 @@
 """training/rank_scan.prepare_on_ranks on a real c10d store, two threads standing in for the ranks
 of a launch (the store is what the ranks share; the processes of a launch are
 tests/unit/training/test_ddp_stop.py's): a launch's second train() waits for rank 0's own
-outcome of its second preflight, not the first one's (RELIABILITY 390)."""
+outcome of its second preflight, not the first one's (RELIABILITY 390), and a rank never goes on after
+rank 0's preflight failed (RELIABILITY 392)."""
 
 from __future__ import annotations
 
@@ -79,3 +80,30 @@ def test_a_second_preflight_follows_rank_0s_own_outcome_not_the_first_ones(share
         (1, 2): ("stopped", save),  # not run 1's "done": rank 1 ends with rank 0
     }
     assert sorted(prepared) == [(0, 1), (0, 2), (1, 1)]  # rank 1 never prepared run 2
+
+
+def test_a_rank_whose_preflight_passes_where_rank_0s_failed_does_not_go_on(shared_store):
+    """Rank 0's preflight fails with an error of its own (its event sink, a read that failed
+    once); rank 1's finds nothing wrong. Before (RELIABILITY 392): rank 1 went on to load the
+    models and waited for rank 0 in the group's first collective (under torchrun until the agent
+    stopped it; in a launch without one for COLLECTIVE_TIMEOUT, a day)."""
+    outcomes: dict[int, object] = {}
+
+    def body(rank: int) -> None:
+        def prepare(progress: object) -> str:
+            if rank == 0:
+                raise OSError("the decode record could not be written")
+            return "prepared"
+
+        try:
+            outcomes[rank] = rank_scan.prepare_on_ranks(
+                ParallelContext(rank, WORLD, rank), prepare, lambda: None, None
+            )
+        except (OSError, rank_scan.RankPreflightFailed) as err:
+            outcomes[rank] = f"{type(err).__name__}: {err}"
+
+    _run_ranks(body)
+    assert outcomes == {
+        0: "OSError: the decode record could not be written",
+        1: "RankPreflightFailed: rank 0's preflight failed (its error is the run's); rank 1 found nothing wrong",
+    }
