@@ -41,7 +41,7 @@ from lorastudio.cli.termination import Terminated
 from lorastudio.cli.train_launch import bind_to_agent, check_launch, launch
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.jobs.dataset_claims import claim_cli_run
-from lorastudio.jobs.launch_report import RUN_ID_ENV, note_rank_failure
+from lorastudio.jobs.launch_report import RUN_ID_ENV, note_rank_failure, note_rank_state
 from lorastudio.training.events import Event
 
 if TYPE_CHECKING:
@@ -121,6 +121,7 @@ def train_cmd(
     launched = "WORLD_SIZE" in os.environ
     if launched:
         bind_to_agent()
+        note_rank_state(rank, "started")  # a launch's command names a rank that never ended
     home_lock = claim = None
     prefetch: WeightPrefetch | None = None
     cfg = None
@@ -221,6 +222,8 @@ def train_cmd(
             claim.release()
         if home_lock is not None:
             home_lock.release()
+        if launched:
+            note_rank_state(rank, "ended")
     if rank != 0:
         return  # rank 0 reports the run
     if result.resumed_from is not None:

@@ -90,6 +90,7 @@ def launch(
         LAUNCH_DIR_ENV,
         RUN_ID_ENV,
         launch_failure,
+        launch_hung,
         record_launch_failure,
     )
 
@@ -108,6 +109,9 @@ def launch(
             if cause is not None:
                 console.print(f"[red]error: {cause}[/red]", highlight=False)
                 record_launch_failure(run_id, cause)
+            elif code > 128 and (hung := launch_hung(Path(logs), world)) is not None:  # a signal
+                console.print(f"[red]error: {hung}[/red]", highlight=False)
+                record_launch_failure(run_id, hung, status="interrupted")
             return code
     finally:
         signal.signal(signal.SIGINT, previous)

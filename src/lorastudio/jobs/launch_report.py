@@ -12,7 +12,9 @@ command gives the launch a folder (LAUNCH_DIR_ENV, its torchrun log folder) wher
 
 and after the launch it names the cause (`launch_failure`), prints it and writes it in the
 run's record (`record_launch_failure`; rank 0 records under the id the command chose,
-RUN_ID_ENV). The cause, as the job service decides it: a rank that died outright (a signal
+RUN_ID_ENV). Every rank also notes when it starts and when its command ends
+(`note_rank_state`): after a Ctrl-C, torchrun kills the ranks that did not end within 30 s, and
+`launch_hung` names them (a rank hung in a collective or elsewhere: RELIABILITY 394). The cause, as the job service decides it: a rank that died outright (a signal
 other than the SIGTERM torchrun stops the others with, or a non-zero exit without an error of
 its own) broke the others' collectives, so their errors are not the cause; else the earliest
 error a rank wrote; else torchrun's first failure. No torch here.
@@ -42,6 +44,31 @@ def note_rank_failure(rank: int, message: str) -> None:
         return
     record = {"message": message, "at": time.time()}
     _write_json(Path(folder) / f"rank{rank}.error", record)
+
+
+def note_rank_state(rank: int, state: str) -> None:
+    """In a rank of a CLI launch: note this rank's pid at `state` ("started", "ended")."""
+    folder = os.environ.get(LAUNCH_DIR_ENV)
+    if folder:
+        _write_json(Path(folder) / f"rank{rank}.{state}", {"pid": os.getpid(), "at": time.time()})
+
+
+def launch_hung(folder: Path, world: int) -> str | None:
+    """After a launch ended by a signal: the ranks that started but never ended their command
+    (torchrun killed them when they did not end within 30 s of the signal), or None."""
+    hung = [
+        (r, pid)
+        for r in range(world)
+        if isinstance(pid := _read_json(folder / f"rank{r}.started").get("pid"), int)
+        and not (folder / f"rank{r}.ended").exists()
+    ]
+    if not hung:
+        return None
+    names = ", ".join(f"rank {r} (pid {pid})" for r, pid in hung)
+    return (
+        f"{names} of {world} did not end within 30 s of the stop and torchrun killed "
+        f"{'it' if len(hung) == 1 else 'them'} (a rank that hangs holds the others in their next collective)"
+    )
 
 
 def write_failures(failures: dict[int, tuple[int, int]]) -> None:
@@ -82,9 +109,10 @@ def launch_failure(folder: Path, world: int) -> str | None:
     return None
 
 
-def record_launch_failure(run_id: str, message: str) -> None:
-    """Write `message` as the error of the launch's run record `run_id` (failed), unless the
-    record ended otherwise (completed, stopped) or does not exist (rank 0 never recorded it)."""
+def record_launch_failure(run_id: str, message: str, status: str = "failed") -> None:
+    """Write `message` as the error of the launch's run record `run_id` with `status` (failed,
+    or interrupted for a launch that was stopped), unless the record ended otherwise (completed,
+    stopped) or does not exist (rank 0 never recorded it)."""
     from lorastudio.errors import NotFound
     from lorastudio.jobs.persist import STORE_ERRORS
     from lorastudio.jobs.records import JobStatus, now_iso
@@ -107,7 +135,7 @@ def record_launch_failure(run_id: str, message: str) -> None:
             if run["status"] in (JobStatus.COMPLETED, JobStatus.STOPPED):
                 return
             finished = run.get("finished_at") or now_iso()
-            store.update_run(run_id, status=JobStatus.FAILED, error=message, finished_at=finished)
+            store.update_run(run_id, status=JobStatus(status), error=message, finished_at=finished)
     finally:
         store.close()
 

@@ -14,7 +14,9 @@ from lorastudio.jobs import launch_report
 from lorastudio.jobs.cli_record import open_cli_record
 from lorastudio.jobs.launch_report import (
     launch_failure,
+    launch_hung,
     note_rank_failure,
+    note_rank_state,
     record_launch_failure,
     write_failures,
 )
@@ -85,3 +87,19 @@ def test_the_cause_replaces_rank_0s_error_in_the_record_but_not_a_finished_run(t
     assert runs["aaaaaaaaaaaa"]["error"].startswith("rank 1 of 2 (pid 101) died")
     assert runs["bbbbbbbbbbbb"]["status"] == "stopped" and runs["bbbbbbbbbbbb"]["error"] is None
     assert sorted(runs) == ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
+
+
+def test_the_ranks_that_never_ended_after_a_stop_are_named(launch_dir, monkeypatch):
+    """After a Ctrl-C, torchrun kills the ranks that did not end within 30 s: those that noted
+    their start but not their end (RELIABILITY 394)."""
+    for rank in (0, 1, 2):
+        monkeypatch.setattr(launch_report.os, "getpid", lambda rank=rank: 200 + rank)
+        note_rank_state(rank, "started")
+    note_rank_state(0, "ended")
+    assert launch_hung(launch_dir, 3) == (
+        "rank 1 (pid 201), rank 2 (pid 202) of 3 did not end within 30 s of the stop and torchrun killed them "
+        "(a rank that hangs holds the others in their next collective)"
+    )
+    note_rank_state(1, "ended")
+    note_rank_state(2, "ended")
+    assert launch_hung(launch_dir, 3) is None

@@ -259,3 +259,52 @@ def test_ctrl_c_of_a_gpus_launch_stops_saves_and_exits_130(tiny_model, small_dat
     until(
         lambda: not any(Path(f"/proc/{pid}").exists() for pid in launched), 30, "every launched process gone"
     )
+
+
+def _rank_pid(launch: int, rank: int) -> int:
+    for pid in _descendants(launch):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ and b"LORASTUDIO_AGENT_PID" in b"".join(environ):
+            return pid
+    raise AssertionError(f"no rank {rank} under {launch}")
+
+
+@pytest.mark.slow  # a torchrun launch, then torchrun's 30 s for the ranks to end
+def test_a_hung_rank_of_a_gpus_launch_is_named_after_ctrl_c(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """Rank 1 hangs (SIGSTOP) mid-run; Ctrl-C: rank 0 waits in its collective for rank 1, so
+    neither ends, and torchrun kills both 30 s later. The command then names the ranks that never
+    ended, on the terminal and in the record (RELIABILITY 394; before: exit 130, the record
+    "interrupted" by the next reader, no rank named)."""
+    settings = run_settings(
+        "flux", tiny_model("flux"), small_dataset, {"steps": 50000, "output_name": "hung"}
+    )
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(settings))
+    cmd = [sys.executable, "-m", "lorastudio.cli", "train", str(config), "--gpus", "2", "--device", "cpu"]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+        start_new_session=True,
+    )
+    _wait_for_training(proc)
+    launched = _descendants(proc.pid)
+    rank_1 = _rank_pid(proc.pid, 1)
+    os.kill(rank_1, signal.SIGSTOP)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, out + err
+    said = " ".join(err.split())
+    assert f"rank 1 (pid {rank_1})" in said and "did not end within 30 s of the stop" in said, err
+    [run] = RunStore.open(get_settings().db_path, recover=False).list_runs()
+    assert run["status"] == "interrupted" and f"rank 1 (pid {rank_1})" in run["error"], run
+    until(
+        lambda: not any(Path(f"/proc/{pid}").exists() for pid in launched), 30, "every launched process gone"
+    )
