@@ -12,12 +12,14 @@ command gives the launch a folder (LAUNCH_DIR_ENV, its torchrun log folder) wher
 
 and after the launch it names the cause (`launch_failure`), prints it and writes it in the
 run's record (`record_launch_failure`; rank 0 records under the id the command chose,
-RUN_ID_ENV). Every rank also notes when it starts and when its command ends
-(`note_rank_state`): after a Ctrl-C, torchrun kills the ranks that did not end within 30 s, and
-`launch_hung` names them (a rank hung in a collective or elsewhere: RELIABILITY 394). The cause, as the job service decides it: a rank that died outright (a signal
+RUN_ID_ENV). The cause, as the job service decides it: a rank that died outright (a signal
 other than the SIGTERM torchrun stops the others with, or a non-zero exit without an error of
 its own) broke the others' collectives, so their errors are not the cause; else the earliest
-error a rank wrote; else torchrun's first failure. No torch here.
+error a rank wrote; else torchrun's first failure.
+
+Every rank also notes when it starts and when its command ends (`note_rank_state`): after a
+Ctrl-C, torchrun kills the ranks that did not end within 30 s, and `launch_hung` names them (a
+rank that hangs, and those waiting for it in a collective: RELIABILITY 394). No torch here.
 """
 
 from __future__ import annotations
