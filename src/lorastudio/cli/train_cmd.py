@@ -182,7 +182,7 @@ def train_cmd(
             from lorastudio.training.checkpoint import read_checkpoint_info
 
             record.carry_over(int(read_checkpoint_info(checkpoint)["step"]))
-        stopper = StopOnInterrupt(console, sigterm=not launched)
+        stopper = StopOnInterrupt(console, sigterm=not launched, quiet=rank != 0)
         with stopper, display or nullcontext():
             emit = display.emit if display is not None else _ignore
             emit = record.wrap(emit) if record is not None else emit

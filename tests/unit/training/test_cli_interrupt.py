@@ -252,6 +252,7 @@ def test_ctrl_c_of_a_gpus_launch_stops_saves_and_exits_130(tiny_model, small_dat
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out + err
     assert "Traceback" not in err and "SignalException" not in err, err
+    assert err.count("stopping after this step and saving") == 1, err  # rank 0's word only (395)
     lora = get_settings().outputs_dir / "cc" / "cc.safetensors"
     assert "stopped early, saved" in out and str(lora) in out and lora.is_file(), out
     [run] = RunStore.open(get_settings().db_path, recover=False).list_runs()
