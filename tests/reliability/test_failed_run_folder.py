@@ -1,7 +1,8 @@
 """A fresh run whose processes die before it wrote a file (a worker killed, a rank failed and
 the others stopped by torchrun) leaves no empty folder in outputs/: the job service (after the
 worker's exit) and a `lorastudio train --gpus N` launch (after torchrun's failure) remove it,
-with rmdir only, while the log and the run record stay. Was: the folder stayed until the next
+with rmdir only, while the log and the run record stay (a CLI launch's record, and the command,
+naming the rank that died: RELIABILITY 391). Was: the folder stayed until the next
 server start or `lorastudio train`. What no run writes (training/run_files.py: a user's file or
 folder, even an empty one) keeps the folder, logged; a killed write's staging goes."""
 
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 from reliability_helpers import FINAL, LiveServer, wait_for
 
+from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.worker_log import log_path
 from lorastudio.settings import Settings
 
@@ -158,7 +160,18 @@ def test_a_cli_launch_whose_rank_died_leaves_no_empty_folder(
             0.05,
         )
         assert proc.poll() is None, proc.communicate()[0]
-    os.kill(_rank_pid(proc.pid, 1), signal.SIGKILL)
+    rank_1 = _rank_pid(proc.pid, 1)
+    os.kill(rank_1, signal.SIGKILL)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0, out
     assert not run_dir.exists(), out
+    # the command and the run's record name the dead rank (RELIABILITY 391), not rank 0's broken
+    # collective ("RuntimeError: [...gloo...] Connection reset by peer") nor "interrupted"
+    cause = f"rank 1 of 2 (pid {rank_1}) died without finishing (killed by SIGKILL)"
+    assert f"error: {cause}" in " ".join(out.split()), out
+    store = RunStore.open(settings.db_path)
+    try:
+        (record,) = [r for r in store.list_runs() if r["output_name"] == "dp-dead"]
+        assert record["status"] == "failed" and record["error"].startswith(cause), record
+    finally:
+        store.close()

@@ -218,10 +218,12 @@ class StopOnInterrupt:
     """Ctrl-C handler for a run: the first SIGINT asks the run to stop and save, the second
     raises KeyboardInterrupt. With `sigterm`, a SIGTERM (`kill`, a service manager's stop) does
     the same (by default it ends Python at once, leaving a fresh run's folder behind: a rank of
-    a multi-GPU launch leaves SIGTERM to torchrun). `check` is the train() StopCheck."""
+    a multi-GPU launch leaves SIGTERM to torchrun). `quiet`: say nothing (a rank other than 0 of
+    a launch: rank 0 says it once, RELIABILITY 395). `check` is the train() StopCheck."""
 
-    def __init__(self, console: Console | None = None, sigterm: bool = False):
+    def __init__(self, console: Console | None = None, sigterm: bool = False, quiet: bool = False):
         self.console = console or Console(stderr=True, log_path=False)
+        self.quiet = quiet
         self.requested = False
         self._signals = [signal.SIGINT, signal.SIGTERM] if sigterm else [signal.SIGINT]
         self._previous: dict[int, Any] = {}
@@ -239,7 +241,8 @@ class StopOnInterrupt:
             raise KeyboardInterrupt
         self.requested = True
         again = "Ctrl-C" if signum == signal.SIGINT else "another SIGTERM or Ctrl-C"
-        self.console.print(f"[yellow]stopping after this step and saving ({again} to abort)[/]")
+        if not self.quiet:
+            self.console.print(f"[yellow]stopping after this step and saving ({again} to abort)[/]")
 
     def check(self) -> StopRequest | None:
         return StopRequest(save=True) if self.requested else None

@@ -41,6 +41,7 @@ from lorastudio.cli.termination import Terminated
 from lorastudio.cli.train_launch import bind_to_agent, check_launch, launch
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.jobs.dataset_claims import claim_cli_run
+from lorastudio.jobs.launch_report import RUN_ID_ENV, note_rank_failure, note_rank_state
 from lorastudio.training.events import Event
 
 if TYPE_CHECKING:
@@ -120,6 +121,7 @@ def train_cmd(
     launched = "WORLD_SIZE" in os.environ
     if launched:
         bind_to_agent()
+        note_rank_state(rank, "started")  # a launch's command names a rank that never ended
     home_lock = claim = None
     prefetch: WeightPrefetch | None = None
     cfg = None
@@ -174,12 +176,13 @@ def train_cmd(
             typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
         quiet_libraries()
         display = ProgressDisplay(console) if rank == 0 else None
-        record = open_cli_record(cfg) if rank == 0 else None  # listed under Runs like a server's run
+        # listed under Runs like a server's run (a launch's: under the id its command chose)
+        record = open_cli_record(cfg, run_id=os.environ.get(RUN_ID_ENV)) if rank == 0 else None
         if record is not None and checkpoint is not None:  # the history of the run it continues
             from lorastudio.training.checkpoint import read_checkpoint_info
 
             record.carry_over(int(read_checkpoint_info(checkpoint)["step"]))
-        stopper = StopOnInterrupt(console, sigterm=not launched)
+        stopper = StopOnInterrupt(console, sigterm=not launched, quiet=rank != 0)
         with stopper, display or nullcontext():
             emit = display.emit if display is not None else _ignore
             emit = record.wrap(emit) if record is not None else emit
@@ -194,6 +197,7 @@ def train_cmd(
     except LorastudioError as err:
         if record is not None:
             record.fail(str(err))
+        note_rank_failure(rank, str(err))  # a launch's command names the failed rank (no-op alone)
         prefix = "error" if rank == 0 else f"error (rank {rank})"
         typer.secho(f"{prefix}: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USER_ERROR) from None
@@ -207,6 +211,7 @@ def train_cmd(
     except Exception as err:
         if record is not None:
             record.fail(f"{type(err).__name__}: {err}")
+        note_rank_failure(rank, f"{type(err).__name__}: {err}")
         raise
     finally:
         if prefetch is not None:
@@ -217,6 +222,8 @@ def train_cmd(
             claim.release()
         if home_lock is not None:
             home_lock.release()
+        if launched:
+            note_rank_state(rank, "ended")
     if rank != 0:
         return  # rank 0 reports the run
     if result.resumed_from is not None:

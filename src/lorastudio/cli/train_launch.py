@@ -6,7 +6,8 @@ jobs/agent.py (bound to this process's lifetime, as the job service launches its
   cannot run, before anything is recorded or started.
 - `launch_arguments`: the `train` command line of every rank (paths made absolute).
 - `launch`: run torchrun with N ranks; returns its exit code. Ctrl-C reaches the ranks through
-  torchrun, not this process.
+  torchrun, not this process. A failed launch names the rank that failed and how, on the terminal
+  and in the run's record (jobs/launch_report.py).
 - `bind_to_agent`: in a rank, die with the launching agent (never left waiting on a dead launch).
 """
 
@@ -81,7 +82,18 @@ def launch(
     console: Console,
 ) -> int:
     """Run this command under torchrun with `world` processes; returns torchrun's exit code.
-    Prints the plain torchrun command that does the same (e.g. to run it by hand)."""
+    Prints the plain torchrun command that does the same (e.g. to run it by hand). A failed
+    launch: prints which rank failed and how, and writes it in the run's record (rank 0 records
+    the run under the id chosen here; jobs/launch_report.py)."""
+    from lorastudio.jobs.cli_record import new_run_id
+    from lorastudio.jobs.launch_report import (
+        LAUNCH_DIR_ENV,
+        RUN_ID_ENV,
+        launch_failure,
+        launch_hung,
+        record_launch_failure,
+    )
+
     rank_args = launch_arguments(config, overrides, device, resume)
     torchrun = ["--standalone", "--nnodes=1", f"--nproc-per-node={world}", "--max-restarts=0"]
     shown = ["torchrun", *torchrun, *rank_args]
@@ -90,6 +102,16 @@ def launch(
     try:
         with tempfile.TemporaryDirectory(prefix="lorastudio-torchrun-") as logs:
             agent = [sys.executable, "-m", "lorastudio.jobs.agent", str(os.getpid())]
-            return subprocess.call([*agent, *torchrun, f"--log-dir={logs}", *rank_args])
+            run_id = new_run_id()
+            env = {**os.environ, LAUNCH_DIR_ENV: logs, RUN_ID_ENV: run_id}
+            code = subprocess.call([*agent, *torchrun, f"--log-dir={logs}", *rank_args], env=env)
+            cause = launch_failure(Path(logs), world) if code != 0 else None
+            if cause is not None:
+                console.print(f"[red]error: {cause}[/red]", highlight=False)
+                record_launch_failure(run_id, cause)
+            elif code > 128 and (hung := launch_hung(Path(logs), world)) is not None:  # a signal
+                console.print(f"[red]error: {hung}[/red]", highlight=False)
+                record_launch_failure(run_id, hung, status="interrupted")
+            return code
     finally:
         signal.signal(signal.SIGINT, previous)

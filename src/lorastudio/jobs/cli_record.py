@@ -31,8 +31,11 @@ from lorastudio.settings import Settings, get_settings
 from lorastudio.training.events import Event
 
 
-def open_cli_record(config: TrainConfig, settings: Settings | None = None) -> CliRunRecord | None:
-    """The started record of a CLI run with `config` in the studio's run store; None (with a
+def open_cli_record(
+    config: TrainConfig, settings: Settings | None = None, run_id: str | None = None
+) -> CliRunRecord | None:
+    """The started record of a CLI run with `config` in the studio's run store (`run_id`: its id,
+    chosen by a launching `train --gpus N`, jobs/launch_report.py; None: a new one); None (with a
     note on stderr) when the store cannot be opened or written: the run goes on unrecorded.
     Raises ConfigError when the config is not valid for its family (the engine would refuse it)."""
     from lorastudio.config import resolve_train_config
@@ -44,18 +47,26 @@ def open_cli_record(config: TrainConfig, settings: Settings | None = None) -> Cl
     except STORE_ERRORS as err:
         print(f"note: this run is not recorded in the run store ({settings.db_path}): {err}", file=sys.stderr)
         return None
-    return CliRunRecord(store, config, resolved).start()
+    return CliRunRecord(store, config, resolved, run_id).start()
+
+
+def new_run_id() -> str:
+    """A fresh run record id (12 hex digits, as the job service's)."""
+    return uuid.uuid4().hex[:12]
 
 
 class CliRunRecord:
     """The run record of one CLI training run. `start()`, pass each engine event to `emit`,
     then `end(...)` (or `fail` / `abort`) once; `close()` releases the store."""
 
-    def __init__(self, store: RunStore, config: TrainConfig, resolved: TrainConfig):
+    def __init__(
+        self, store: RunStore, config: TrainConfig, resolved: TrainConfig, run_id: str | None = None
+    ):
         """config: what the engine trains with; resolved: the same with every family default
-        filled (what the run record shows, as for the job service's runs)."""
+        filled (what the run record shows, as for the job service's runs); run_id: the record's
+        id (None: a new one)."""
         self.store = store
-        self.job = Job(id=uuid.uuid4().hex[:12], config=resolved, worker_config=config)
+        self.job = Job(id=run_id or new_run_id(), config=resolved, worker_config=config)
         self._on = True
 
     @property

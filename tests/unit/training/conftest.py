@@ -1,12 +1,14 @@
 """Fixtures of the engine tests: one CPU thread (the tiny models are far faster without thread
 hand-offs on a shared 2-core machine; the frozen GC generation per test is tests/conftest.py's),
-a 4-image dataset with one non-square image, and a config factory for short tiny-model runs."""
+a 4-image dataset with one non-square image, a config factory for short tiny-model runs, and the
+session's one gloo launch of the data-parallel tests (`launched`, tests/ddp_launch.py)."""
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -14,6 +16,9 @@ from PIL import Image
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
+
+if TYPE_CHECKING:
+    from ddp_launch import Launched
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -101,3 +106,37 @@ def make_config(
 def run_settings() -> Callable[..., dict]:
     """short_run_settings(family, base_model, data_dir, overrides) as a fixture (for CLI configs)."""
     return short_run_settings
+
+
+@pytest.fixture(scope="session")
+def broken_dataset(make_config: Callable[..., TrainConfig], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The flux runs' dataset with its first image's deflate stream ending early (valid chunks:
+    only a full decode refuses it)."""
+    from ddp_launch import make_broken_dataset
+
+    return make_broken_dataset(make_config().data_dir, tmp_path_factory.mktemp("broken"))
+
+
+@pytest.fixture(scope="session")
+def launched(
+    make_config: Callable[..., TrainConfig],
+    broken_dataset: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Launched:
+    """The session's one launch of two gloo processes (tests/ddp_launch.py), running the
+    scenarios that the session's selected tests read (test_ddp*.py)."""
+    from ddp_launch import SCENARIO_TESTS, launch
+
+    # the session's items after -m / -k deselection (pytest_collection_modifyitems has run)
+    items = [item for item in request.session.items if getattr(item, "module", None) is not None]
+    modules = {item.module.__name__.rpartition(".")[2]: item.module for item in items}  # type: ignore[attr-defined]
+    for tests in SCENARIO_TESTS.values():  # a scenario's tests exist where their module is collected
+        for test in tests:
+            module, name = test.split("::")
+            assert module not in modules or hasattr(modules[module], name), test
+    selected = {
+        (item.module.__name__.rpartition(".")[2], getattr(item, "originalname", item.name))  # type: ignore[attr-defined]
+        for item in items
+    }
+    return launch(make_config, broken_dataset, tmp_path_factory.mktemp("ddp"), selected)

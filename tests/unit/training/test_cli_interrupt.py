@@ -1,5 +1,6 @@
 """Ctrl-C on `lorastudio train` in a real process: once stops, saves and exits 130 naming the
-LoRA; twice aborts with 130 and says what the run left on disk (issue 30)."""
+LoRA; twice aborts with 130 and says what the run left on disk (issue 30); a `--gpus 2` launch
+Ctrl-C'd from its terminal stops, saves and exits 130 too (RELIABILITY 393, slow)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import get_settings
+from polling import until
 
 
 def _start(tmp_path: Path, settings: dict) -> subprocess.Popen[str]:
@@ -210,3 +212,100 @@ def test_a_cli_run_killed_at_a_checkpoint_write_resumes_bitwise(
         a = load_file(str(get_settings().outputs_dir / "full" / name.format("full")))
         b = load_file(str(checkpoints.parent / name.format("k")))
         assert a.keys() == b.keys() and a and all(torch.equal(a[k], b[k]) for k in a), name
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under `pid` (children of each of its threads, recursively)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children = [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+        for child in children:
+            found += [child, *_descendants(child)]
+    return found
+
+
+@pytest.mark.slow  # a torchrun launch of two gloo ranks (~20 s on a busy host)
+def test_ctrl_c_of_a_gpus_launch_stops_saves_and_exits_130(tiny_model, small_dataset, tmp_path, run_settings):
+    """A terminal's Ctrl-C goes to the command's process group: the command ignores it, torchrun's
+    agent passes it to the ranks (each in a session of its own) and they stop and save as rank 0
+    decides. Before (RELIABILITY 393) the run was saved and recorded stopped, but the command
+    exited 1 with torchrun's "SignalException: Process N got signal: 2" traceback."""
+    settings = run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 5000, "output_name": "cc"})
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(settings))
+    cmd = [sys.executable, "-m", "lorastudio.cli", "train", str(config), "--gpus", "2", "--device", "cpu"]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+        start_new_session=True,
+    )
+    _wait_for_training(proc)
+    launched = _descendants(proc.pid)  # the agent and both ranks
+    assert len(launched) >= 3, launched
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err and "SignalException" not in err, err
+    assert err.count("stopping after this step and saving") == 1, err  # rank 0's word only (395)
+    lora = get_settings().outputs_dir / "cc" / "cc.safetensors"
+    assert "stopped early, saved" in out and str(lora) in out and lora.is_file(), out
+    [run] = RunStore.open(get_settings().db_path, recover=False).list_runs()
+    assert (run["output_name"], run["status"]) == ("cc", "stopped") and run["steps_run"] >= 1
+    until(
+        lambda: not any(Path(f"/proc/{pid}").exists() for pid in launched), 30, "every launched process gone"
+    )
+
+
+def _rank_pid(launch: int, rank: int) -> int:
+    for pid in _descendants(launch):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ and b"LORASTUDIO_AGENT_PID" in b"".join(environ):
+            return pid
+    raise AssertionError(f"no rank {rank} under {launch}")
+
+
+@pytest.mark.slow  # a torchrun launch, then torchrun's 30 s for the ranks to end
+def test_a_hung_rank_of_a_gpus_launch_is_named_after_ctrl_c(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """Rank 1 hangs (SIGSTOP) mid-run; Ctrl-C: rank 0 waits in its collective for rank 1, so
+    neither ends, and torchrun kills both 30 s later. The command then names the ranks that never
+    ended, on the terminal and in the record (RELIABILITY 394; before: exit 130, the record
+    "interrupted" by the next reader, no rank named)."""
+    settings = run_settings(
+        "flux", tiny_model("flux"), small_dataset, {"steps": 50000, "output_name": "hung"}
+    )
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(settings))
+    cmd = [sys.executable, "-m", "lorastudio.cli", "train", str(config), "--gpus", "2", "--device", "cpu"]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+        start_new_session=True,
+    )
+    _wait_for_training(proc)
+    launched = _descendants(proc.pid)
+    rank_1 = _rank_pid(proc.pid, 1)
+    os.kill(rank_1, signal.SIGSTOP)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, out + err
+    said = " ".join(err.split())
+    assert f"rank 1 (pid {rank_1})" in said and "did not end within 30 s of the stop" in said, err
+    [run] = RunStore.open(get_settings().db_path, recover=False).list_runs()
+    assert run["status"] == "interrupted" and f"rank 1 (pid {rank_1})" in run["error"], run
+    until(
+        lambda: not any(Path(f"/proc/{pid}").exists() for pid in launched), 30, "every launched process gone"
+    )
