@@ -27,6 +27,28 @@ def process_alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2 :].split(" ", 1)[0] not in ("Z", "X")
 
 
+PF_EXITING = 0x4  # the kernel's task flag set as a process's exit begins (include/linux/sched.h)
+
+
+def process_ending(pid: int) -> bool:
+    """Whether process `pid` has ended or is ending: gone, a zombie, or inside its exit (its
+    task flags, field 9 of /proc/PID/stat, hold PF_EXITING: set when the exit starts, before
+    its files and sockets close, so a peer that saw its connection reset finds it ending, where
+    process_alive may still find it running). Where /proc is missing: not process_alive."""
+    try:
+        stat = _proc_stat(pid)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return not process_alive(pid)
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[0] in ("Z", "X") or bool(int(fields[6]) & PF_EXITING)
+
+
+def _proc_stat(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text()
+
+
 def start_token(pid: int) -> str | None:
     """What tells process `pid` from any other process that had (or will have) its pid:
     "host|boot id|pid namespace|start time in clock ticks after boot", from /proc. None where

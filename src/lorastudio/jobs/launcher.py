@@ -46,7 +46,7 @@ from lorastudio.jobs.process import TaggedEvent, Timeouts, escalate
 from lorastudio.jobs.rank_silence import RankSilence
 from lorastudio.jobs.torchrun_launch import kill_quietly, rank_environment, torchrun_command
 from lorastudio.jobs.worker import WorkerArgs
-from lorastudio.processes import process_alive
+from lorastudio.processes import process_alive, process_ending
 from lorastudio.settings import Settings
 from lorastudio.training.events import Error
 
@@ -214,10 +214,12 @@ class TorchrunWorker:
                 timer.start()
 
     def _dead_ranks(self, besides: int) -> list[int]:
-        """Ranks other than `besides` whose process ended without reporting "done"."""
+        """Ranks other than `besides` whose process ended, or is inside its exit, without
+        reporting "done" (a rank killed -9 closes its sockets while exiting: the rank whose
+        collective that broke may report first, RELIABILITY 396)."""
         with self._lock:
             ranks = {r: pid for r, pid in self._ranks.items() if r != besides and r not in self._done}
-        return [r for r, pid in ranks.items() if not process_alive(pid)]
+        return [r for r, pid in ranks.items() if process_ending(pid)]
 
     def _lost_first(self, rank: int) -> None:
         with self._lock:
