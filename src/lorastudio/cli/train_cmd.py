@@ -80,7 +80,10 @@ def train_cmd(
         None, help="training config (.json or .toml); optional with --resume"
     ),
     overrides: list[str] = typer.Option(  # noqa: B006 (typer needs a list default)
-        [], "--set", help="override a setting: key=value (value parsed as JSON when possible)"
+        [],
+        "--set",
+        help="override a setting: key=value (value parsed as JSON when possible; a text setting keeps "
+        "the text typed: trigger_word=123)",
     ),
     device: str | None = typer.Option(
         None, "--device", help="cpu, cuda or cuda:N (default: CUDA if available)"
