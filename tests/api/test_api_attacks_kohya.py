@@ -73,3 +73,26 @@ def test_kohya_folders_past_the_limits_refuse_the_run(settings: Settings, tiny_m
     with pytest.raises((ConfigError, DatasetError)) as err:
         validate_run({**raw, "kohya_folders": True}, settings, live_output_names=set())
     assert "kset/" in str(err.value) or "kset/" in str(getattr(err.value, "problems", ""))
+
+
+def test_an_entries_file_that_cannot_be_written_is_refused_before_any_import(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """`--entries entries.toml` naming an existing file imported every folder, then failed (exit
+    2, "already exists"), and the rerun with another file was refused: "dataset k-5_ok already
+    exists". Now the file is checked first and nothing is imported."""
+    src = tmp_path / "img"
+    _img(src / "5_ok")
+    taken = tmp_path / "entries.toml"
+    taken.write_text("# mine\n")
+    for entries, said in ((taken, "already exists"), (tmp_path / "no" / "e.toml", "is not a folder")):
+        args = ["datasets", "import", str(src), "--name", "k", "--kohya", "--entries", str(entries)]
+        result = CliRunner().invoke(cli, args)
+        # a DatasetError: `lorastudio` (cli/app.main) prints it and exits 2
+        assert isinstance(result.exception, DatasetError) and said in str(result.exception), result.output
+        assert not any(settings.datasets_dir.glob("k-*")), result.output
+    assert taken.read_text() == "# mine\n"
+    fresh = tmp_path / "e.toml"
+    args = ["datasets", "import", str(src), "--name", "k", "--kohya", "--entries", str(fresh)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0 and tomllib.loads(fresh.read_text())["datasets"][0]["path"] == "k-5_ok"
