@@ -96,3 +96,20 @@ def test_an_entries_file_that_cannot_be_written_is_refused_before_any_import(
     args = ["datasets", "import", str(src), "--name", "k", "--kohya", "--entries", str(fresh)]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0 and tomllib.loads(fresh.read_text())["datasets"][0]["path"] == "k-5_ok"
+
+
+def test_a_taken_reg_dataset_name_is_refused_before_the_image_folders_import(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """`--kohya --name q --reg R` with `q-reg-1_dog` taken imported `q-5_ok` first, then was
+    refused, and the rerun was refused for `q-5_ok`. Now every name is checked first."""
+    src, reg = tmp_path / "img", tmp_path / "reg"
+    _img(src / "5_ok")
+    _img(reg / "1_dog")
+    _img(settings.datasets_dir / "q-reg-1_dog")
+    args = ["datasets", "import", str(src), "--name", "q", "--kohya", "--reg", str(reg)]
+    result = CliRunner().invoke(cli, args)
+    assert isinstance(result.exception, DatasetError) and "q-reg-1_dog already exists" in str(
+        result.exception
+    )
+    assert not (settings.datasets_dir / "q-5_ok").exists(), result.output

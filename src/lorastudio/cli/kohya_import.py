@@ -64,6 +64,10 @@ def import_kohya(
         )
     if entries_file is not None:
         _check_new(entries_file)  # before any dataset is made
+    _check_names_free(
+        [(source, target.name), *([(reg_source.resolve(), f"{target.name}-reg")] if reg_source else [])],
+        target.parent,
+    )
     imported = _import_kohya_folders(source, target.parent, target.name, strict)
     toml = kohya_entries_toml(imported)
     if reg_source is not None:
@@ -75,6 +79,29 @@ def import_kohya(
     if entries_file is not None:
         _write_new(entries_file, toml)
         typer.echo(f"entries written to {entries_file}")
+
+
+def _check_names_free(sources: list[tuple[Path, str]], root: Path) -> None:
+    """Refuse the import before any dataset is made when a dataset it would make exists already,
+    the `--reg` folder's included: the image folders' datasets were made first and a taken
+    `<name>-reg-<folder>` then refused the command (exit 2), and a rerun was refused because
+    those datasets now existed. Each (source, prefix) is planned as _import_kohya_folders plans
+    it; that function checks again under its claim. Raises DatasetError."""
+    import os
+
+    from lorastudio.data.kohya import plan_kohya_import
+    from lorastudio.errors import DatasetError
+
+    taken = []
+    for source, prefix in sources:
+        plan = plan_kohya_import(source, flat=False)
+        names, _ = _kohya_dataset_names(prefix, sorted({str(r["kohya_folder"]) for r in plan.rows}))
+        taken += [n for n in names.values() if os.path.lexists(root / n)]
+    if taken:
+        raise DatasetError(
+            f"dataset {taken[0]} already exists",
+            [f"{n}: a kohya import makes new datasets; choose another --name" for n in taken],
+        )
 
 
 def _overlap(a: Path, b: Path) -> bool:
