@@ -26,6 +26,7 @@ GUIDANCE_MAX = 100.0
 LORA_SCALE_LIMIT = 4.0  # a LoRA's scale in a generation: -4..4 (the API's LoraRef, `generate --lora`)
 MAX_SIDE = 4096  # pixels, width and height each
 MAX_PIXELS = 2048 * 2048  # width x height: 4.2 megapixels
+MAX_PIXELS_SIDE = math.isqrt(MAX_PIXELS)  # the square at the budget, named in its refusal
 MAX_STEPS = 200
 MAX_PIXEL_STEPS = 1024 * 1024 * 200  # width x height x steps: 200 steps at 1 MP, 50 at 4 MP
 
@@ -96,8 +97,8 @@ def budget_problems(
         problems.append(
             FieldProblem(
                 f"{prefix}width",
-                f"{width}x{height} = {pixels / 1e6:.1f} MP is over the generation budget of "
-                f"{MAX_PIXELS / 1e6:.1f} MP per image",
+                f"{width}x{height} = {pixels:,} pixels is over the generation budget of "
+                f"{MAX_PIXELS:,} pixels ({MAX_PIXELS_SIDE}x{MAX_PIXELS_SIDE}) per image",
             )
         )
     elif steps is not None and steps_ok and pixels * steps > MAX_PIXEL_STEPS:

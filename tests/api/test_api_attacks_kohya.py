@@ -226,3 +226,43 @@ def test_a_run_reading_kohya_folders_in_place_uses_their_caption_files(
         validate_run({**raw, "kohya_folders": True}, settings, live_output_names=set())
     said = str(err.value) + str(getattr(err.value, "problems", ""))
     assert "a.caption and a.txt disagree" in said and "b.TXT and b.caption disagree" in said, said
+
+
+def test_an_entries_file_that_cannot_be_written_is_refused_before_any_import(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """`--entries entries.toml` naming an existing file imported every folder, then failed (exit
+    2, "already exists"), and the rerun with another file was refused: "dataset k-5_ok already
+    exists". Now the file is checked first and nothing is imported."""
+    src = tmp_path / "img"
+    _img(src / "5_ok")
+    taken = tmp_path / "entries.toml"
+    taken.write_text("# mine\n")
+    for entries, said in ((taken, "already exists"), (tmp_path / "no" / "e.toml", "is not a folder")):
+        args = ["datasets", "import", str(src), "--name", "k", "--kohya", "--entries", str(entries)]
+        result = CliRunner().invoke(cli, args)
+        # a DatasetError: `lorastudio` (cli/app.main) prints it and exits 2
+        assert isinstance(result.exception, DatasetError) and said in str(result.exception), result.output
+        assert not any(settings.datasets_dir.glob("k-*")), result.output
+    assert taken.read_text() == "# mine\n"
+    fresh = tmp_path / "e.toml"
+    args = ["datasets", "import", str(src), "--name", "k", "--kohya", "--entries", str(fresh)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0 and tomllib.loads(fresh.read_text())["datasets"][0]["path"] == "k-5_ok"
+
+
+def test_a_taken_reg_dataset_name_is_refused_before_the_image_folders_import(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """`--kohya --name q --reg R` with `q-reg-1_dog` taken imported `q-5_ok` first, then was
+    refused, and the rerun was refused for `q-5_ok`. Now every name is checked first."""
+    src, reg = tmp_path / "img", tmp_path / "reg"
+    _img(src / "5_ok")
+    _img(reg / "1_dog")
+    _img(settings.datasets_dir / "q-reg-1_dog")
+    args = ["datasets", "import", str(src), "--name", "q", "--kohya", "--reg", str(reg)]
+    result = CliRunner().invoke(cli, args)
+    assert isinstance(result.exception, DatasetError) and "q-reg-1_dog already exists" in str(
+        result.exception
+    )
+    assert not (settings.datasets_dir / "q-5_ok").exists(), result.output

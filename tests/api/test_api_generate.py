@@ -39,7 +39,10 @@ def test_refused_requests_start_no_worker(
     assert over.status_code == 400
     assert {(p["field"], p["message"]) for p in over.json()["problems"]} == {
         ("steps", "300: must be between 1 and 200"),
-        ("width", "4096x2048 = 8.4 MP is over the generation budget of 4.2 MP per image"),
+        (
+            "width",
+            "4096x2048 = 8,388,608 pixels is over the generation budget of 4,194,304 pixels (2048x2048) per image",
+        ),
     }
     slow = client.post("/api/generate", json={**body, "width": 2048, "height": 2048, "steps": 51})
     assert slow.status_code == 400 and slow.json()["problems"] == [

@@ -13,7 +13,7 @@ import typer
 
 from lorastudio import __version__
 from lorastudio.cli.safe_output import escaped_output
-from lorastudio.cli.termination import INTERRUPTED_STATUS, sigterm_exits
+from lorastudio.cli.termination import INTERRUPTED_STATUS, refusal_status, sigterm_exits
 from lorastudio.errors import LorastudioError, NoSpaceLeft, is_no_space
 
 app = typer.Typer(
@@ -79,7 +79,8 @@ def _register() -> None:
 
 
 def main() -> None:
-    """Console entry point: runs the app; a domain error prints its message and exits 2. A name
+    """Console entry point: runs the app; a domain error prints its message and exits 2 (1 for a
+    studio home another process holds: termination.refusal_status). A name
     that is not UTF-8 (a file of an old archive: Python holds its bytes as lone surrogates) is
     printed as a \\udcXX escape: under a UTF-8 locale Python's strict stdout raised instead.
     A SIGTERM unwinds the command through its cleanup and exits 143 (cli/termination.py); a
@@ -114,7 +115,7 @@ def _run() -> None:
             app(color=False if no_color() else None)  # None: colour on a terminal only (click)
     except LorastudioError as err:
         _error(str(err))
-        sys.exit(2)
+        sys.exit(refusal_status(err))
     except KeyboardInterrupt:
         sys.exit(INTERRUPTED_STATUS)
     except OSError as err:  # the file system refused a read or write: its words, not a traceback

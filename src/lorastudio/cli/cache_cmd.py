@@ -65,7 +65,7 @@ def clear_cmd(
     if model is not None and not any(s.model == model for s in cache_stats(root)):
         raise NotFound(f"no cached model {model!r} in {root} (see `lorastudio cache ls`)")
     try:
-        lock = HomeLock.for_server(settings.ensure_dirs().home, None)  # no server, no run meanwhile
+        lock = HomeLock.for_command(settings.ensure_dirs().home, "cache clear")  # no server, no run
     except HomeInUse as err:
         typer.echo(f"cache not cleared: {err}", err=True)
         raise typer.Exit(1) from None
@@ -103,7 +103,7 @@ def prune_cmd(
 
     settings = get_settings()
     try:
-        lock = HomeLock.for_server(settings.ensure_dirs().home, None)  # as `cache clear`
+        lock = HomeLock.for_command(settings.ensure_dirs().home, "cache prune")  # as `cache clear`
     except HomeInUse as err:
         typer.echo(f"cache not pruned: {err}", err=True)
         raise typer.Exit(1) from None

@@ -5,6 +5,7 @@ its path settings made independent of the current directory. Shared by `train`, 
 from __future__ import annotations
 
 import tomllib
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +56,10 @@ def _read_text(path: Path) -> str:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply `key=value` overrides; a value is parsed as JSON when it can be (numbers, true,
-    null, lists), else taken as a string. Returns a new dict. Raises ConfigError listing every
-    malformed override (JSON holding an object with a key given twice among them)."""
+    null, lists), else taken as a string; a setting that takes only text (`text_settings`) keeps
+    a number or true/false as the text typed (`trigger_word=123`, `output_name=2024`). Returns a
+    new dict. Raises ConfigError listing every malformed override (JSON holding an object with a
+    key given twice among them)."""
     out, problems = split_overrides(data, overrides)
     if problems:
         raise ConfigError(problems)
@@ -75,12 +78,31 @@ def split_overrides(data: dict[str, Any], overrides: list[str]) -> tuple[dict[st
             problems.append(FieldProblem("--set", f"{item!r} is not key=value"))
             continue
         try:
-            out[key] = loads_unique(raw)
+            value = loads_unique(raw)
         except DuplicateKeys as err:
             problems.append(FieldProblem(f"--set {key}", str(err)))
+            continue
         except ValueError:
-            out[key] = raw
+            value = raw
+        if isinstance(value, bool | int | float) and key in text_settings():
+            value = raw  # the shell gives text: `--set trigger_word=123` means the word "123"
+        out[key] = value
     return out, problems
+
+
+@cache
+def text_settings() -> frozenset[str]:
+    """The TrainConfig settings whose values are text only (a string, or null): for those a
+    `--set` value that reads as a JSON number or boolean is the text the user typed, never a
+    number the setting then refuses ("Input should be a valid string")."""
+    from lorastudio.config import TrainConfig
+
+    out = set()
+    for name, schema in TrainConfig.model_json_schema()["properties"].items():
+        types = {option.get("type") for option in schema.get("anyOf", [schema])}
+        if "string" in types and types <= {"string", "null"}:
+            out.add(name)
+    return frozenset(out)
 
 
 def localize_path(value: str, *, may_be_hub_id: bool) -> str:

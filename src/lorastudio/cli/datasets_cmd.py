@@ -229,7 +229,7 @@ def delete_cmd(
 
     settings = get_settings().ensure_dirs()
     try:
-        lock = HomeLock.for_server(settings.home, None)  # no server, no training run meanwhile
+        lock = HomeLock.for_command(settings.home, "datasets delete")  # no server, no run meanwhile
     except HomeInUse as err:
         typer.echo(f"dataset {name} not deleted: {err}", err=True)
         raise typer.Exit(1) from None
@@ -275,7 +275,7 @@ def rename_cmd(
 
     settings = get_settings().ensure_dirs()
     try:
-        lock = HomeLock.for_server(settings.home, None)  # no server, no training run meanwhile
+        lock = HomeLock.for_command(settings.home, "datasets rename")  # no server, no run meanwhile
     except HomeInUse as err:
         typer.echo(f"dataset {shown_name(name)!r} not renamed: {err}", err=True)
         raise typer.Exit(1) from None
@@ -310,7 +310,7 @@ def captions_cmd(
         safe_component(name, field="NAME"), settings.datasets_dir, allow_outside_root=False
     )
     try:
-        lock = HomeLock.for_server(settings.home, None)
+        lock = HomeLock.for_command(settings.home, "datasets captions")
     except HomeInUse as err:
         typer.echo(f"captions of {name} not edited: {err}", err=True)
         raise typer.Exit(1) from None

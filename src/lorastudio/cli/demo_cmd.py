@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
+from lorastudio.cli.termination import refusal_status
 from lorastudio.config_datasets import top_resolution
 from lorastudio.errors import LorastudioError
 
@@ -72,7 +73,7 @@ def demo_cmd(
         _run_demo(family, steps, console)
     except LorastudioError as err:
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(refusal_status(err)) from None
 
 
 def _run_demo(family: str, steps: int, console: Console) -> None:

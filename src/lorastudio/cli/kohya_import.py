@@ -21,14 +21,28 @@ def say(line: str) -> None:
     typer.echo(shown_name(line))
 
 
-def _write_new(path: Path, text: str) -> None:
-    """Write `text` to the new file `path` (staged, then renamed; an existing file is refused)."""
+def _check_new(path: Path) -> None:
+    """Refuse an --entries `path` that cannot be written as a new file (it exists, or its folder
+    does not), before anything is imported: the import's datasets were made first and the
+    command then failed on the file (exit 2), and a rerun with another file was refused because
+    those datasets now existed. Raises DatasetError."""
     import os
 
     from lorastudio.errors import DatasetError
 
     if os.path.lexists(path):
         raise DatasetError(f"{path} already exists", [f"{path}: choose another --entries file"])
+    if not path.parent.is_dir():
+        raise DatasetError(
+            f"{path.parent} is not a folder", [f"{path}: choose an --entries file in a folder"]
+        )
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Write `text` to the new file `path` (staged, then renamed; an existing file is refused)."""
+    import os
+
+    _check_new(path)  # again: one made since the import began is not replaced
     staged = path.with_name(f".{path.name}.part")
     staged.write_text(text, encoding="utf-8")
     os.replace(staged, path)
@@ -49,6 +63,8 @@ def import_kohya(
         raise typer.BadParameter(
             f"--reg {reg_source} is the image folder, inside it or holds it: give kohya's separate reg folder"
         )
+    if entries_file is not None:
+        _check_new(entries_file)  # before any dataset is made
     # every folder planned and checked (a --strict refusal) before anything is written; then all
     # written at once (_write_all): a reg folder is no longer imported after, and apart from, the images
     parts = [_prepare(source, target.parent, target.name, strict)]

@@ -12,8 +12,12 @@ def register(app: typer.Typer) -> None:
 
 
 def serve_cmd(
-    host: str | None = typer.Option(None, "--host", help="address to listen on (default 127.0.0.1)"),
-    port: int | None = typer.Option(None, "--port", min=1, max=65535, help="port (default 7860)"),
+    host: str | None = typer.Option(
+        None, "--host", help="address to listen on (default: LORASTUDIO_HOST, else 127.0.0.1)"
+    ),
+    port: int | None = typer.Option(
+        None, "--port", min=1, max=65535, help="port (default: LORASTUDIO_PORT, else 7860)"
+    ),
 ) -> None:
     """Run the studio server. Listening beyond loopback needs LORASTUDIO_API_TOKEN; requests are
     answered only for loopback Host names and those in LORASTUDIO_ALLOWED_HOSTS. One server per

@@ -1,4 +1,5 @@
-"""SIGTERM as an exception for every CLI command, and the exit statuses of a stopped command.
+"""SIGTERM as an exception for every CLI command, and the exit statuses of a stopped or refused
+command.
 
 By default a SIGTERM ends Python at once: no `finally` runs, so a command killed mid-write left
 what its cleanup removes: `lorastudio generate --out X.png` or `lora convert|merge|resize` their
@@ -25,6 +26,18 @@ from types import FrameType
 
 TERMINATED_STATUS = 128 + signal.SIGTERM
 INTERRUPTED_STATUS = 128 + signal.SIGINT  # Ctrl-C (typer maps a KeyboardInterrupt to it too)
+REFUSED_STATUS = 2  # the command refused what it was asked (a config's problems, a bad name)
+COULD_NOT_STATUS = 1  # it could not do it now: the studio home is another process's
+
+
+def refusal_status(err: Exception) -> int:
+    """The exit status of a command ended by the domain error `err` (README's exit statuses):
+    1 when the studio home is held by a server or a run (HomeInUse: the same command works once
+    that process ends, as for `datasets caption`, `datasets delete`, `cache clear`), 2 for every
+    other refusal. `train` and `serve` exited 2 for a held home."""
+    from lorastudio.errors import HomeInUse
+
+    return COULD_NOT_STATUS if isinstance(err, HomeInUse) else REFUSED_STATUS
 
 
 class Terminated(SystemExit):

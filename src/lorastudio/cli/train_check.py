@@ -49,6 +49,21 @@ def gpu_count_problems(num_gpus: int, device: str | None) -> list[FieldProblem]:
     ]
 
 
+def device_problems(device: str | None) -> list[FieldProblem]:
+    """`--device` checked as the run's start checks it (training.precision.pick_device): a CUDA
+    device on a host without one, a GPU index past the host's, a device type the engine does not
+    run; [] for None (the run picks) and a device this host has."""
+    if device is None:
+        return []
+    from lorastudio.training.precision import pick_device
+
+    try:
+        pick_device(device)
+    except ConfigError as err:
+        return list(err.problems)
+    return []
+
+
 def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, device: str | None) -> Any:
     """Validate a CLI run's settings like the job service; returns the ValidatedRun.
 
@@ -61,6 +76,7 @@ def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, devi
     settings = settings.model_copy(update={"cpu_data_parallel": True})
     num_gpus = data.get("num_gpus")
     launch = gpu_count_problems(num_gpus, device) if isinstance(num_gpus, int) else []
+    launch = device_problems(device) + launch  # `--check --device cuda` said "would train" on a CPU host
     name = data.get("output_name")
     taken = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
     taken = taken and lexists(settings.outputs_dir / name)  # never raises: the field refuses a long name

@@ -37,7 +37,7 @@ from rich.console import Console
 
 from lorastudio.cli.config_file import apply_overrides, load_config_file, localize_paths, split_overrides
 from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, loader_warnings, quiet_libraries
-from lorastudio.cli.termination import Terminated
+from lorastudio.cli.termination import Terminated, refusal_status
 from lorastudio.cli.train_launch import bind_to_agent, check_launch, launch
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.jobs.dataset_claims import claim_cli_run
@@ -47,7 +47,6 @@ from lorastudio.training.events import Event
 if TYPE_CHECKING:
     from lorastudio.jobs.prefetch import WeightPrefetch
 
-EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # stopped by Ctrl-C or SIGTERM (saved or not: the command says what it kept)
 
 
@@ -81,7 +80,10 @@ def train_cmd(
         None, help="training config (.json or .toml); optional with --resume"
     ),
     overrides: list[str] = typer.Option(  # noqa: B006 (typer needs a list default)
-        [], "--set", help="override a setting: key=value (value parsed as JSON when possible)"
+        [],
+        "--set",
+        help="override a setting: key=value (value parsed as JSON when possible; a text setting keeps "
+        "the text typed: trigger_word=123)",
     ),
     device: str | None = typer.Option(
         None, "--device", help="cpu, cuda or cuda:N (default: CUDA if available)"
@@ -115,7 +117,7 @@ def train_cmd(
     """Train a LoRA from a config file (every setting of TrainConfig; unknown keys are errors),
     or resume one from a checkpoint. Ctrl-C (or SIGTERM) once stops and saves, twice aborts.
     Exits 0 when done, 2 when refused (every problem listed), 130 when stopped by Ctrl-C or
-    SIGTERM, 1 on an unexpected error."""
+    SIGTERM, 1 when a server or another run holds the studio home or on an unexpected error."""
     console = Console(stderr=True, log_path=False)
     rank = int(os.environ.get("RANK", "0"))
     launched = "WORLD_SIZE" in os.environ
@@ -200,7 +202,7 @@ def train_cmd(
         note_rank_failure(rank, str(err))  # a launch's command names the failed rank (no-op alone)
         prefix = "error" if rank == 0 else f"error (rank {rank})"
         typer.secho(f"{prefix}: {err}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(EXIT_USER_ERROR) from None
+        raise typer.Exit(refusal_status(err)) from None
     except (KeyboardInterrupt, Terminated) as stop:  # a second Ctrl-C, or a signal before the handler
         how = _interruption(stop, stopper, ranks)
         if record is not None:

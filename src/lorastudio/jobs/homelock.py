@@ -4,7 +4,9 @@ A server holds it exclusively for its whole life, with its pid and port written 
 a second server on the same home is refused with a message naming the first. A CLI `train`
 (and a CLI `datasets caption`) holds it shared while it runs: it is refused while a server owns the home (whose job service,
 store and start-up cleanup assume no other writer), several CLI runs may share a home, and a
-server does not start while one runs. The kernel drops the lock when its holder dies (kill -9
+server does not start while one runs. A CLI command that changes the home's files with nothing
+beside it (`datasets delete|rename|captions`, `cache clear|prune`) holds it exclusively, recorded
+as that command (`for_command`). The kernel drops the lock when its holder dies (kill -9
 included), so a crashed server never leaves the home locked; a stale pid in the file means
 nothing. No torch, no HTTP.
 """
@@ -37,7 +39,21 @@ class HomeLock:
         """Take `home` exclusively for a server listening on `port` (None: not known, e.g. an
         app served by a test harness). Raises HomeInUse naming the holder."""
         path, fd = cls._take_fd(home, exclusive=True)
-        info = {"pid": os.getpid(), "port": port, "kind": "server"}
+        return cls._recorded(path, fd, {"pid": os.getpid(), "port": port, "kind": "server"})
+
+    @classmethod
+    def for_command(cls, home: Path, command: str) -> HomeLock:
+        """Take `home` exclusively for the CLI command `command` ("datasets delete", "cache clear":
+        one that changes the home's files with no server or run beside it), recorded as that
+        command, so that whoever is refused meanwhile is told which command holds the home (they
+        were told "a lorastudio server (pid N, an unknown port)" and sent to http://...:None/).
+        Raises HomeInUse naming the holder."""
+        path, fd = cls._take_fd(home, exclusive=True, asker=command)
+        return cls._recorded(path, fd, {"pid": os.getpid(), "kind": "command", "command": command})
+
+    @classmethod
+    def _recorded(cls, path: Path, fd: int, info: dict[str, Any]) -> HomeLock:
+        """The exclusive lock on `fd` with `info` written in its file (the lock freed on failure)."""
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
@@ -55,8 +71,11 @@ class HomeLock:
         return cls(*cls._take_fd(home, exclusive=False, through=through), exclusive=False)
 
     @staticmethod
-    def _take_fd(home: Path, exclusive: bool, through: str = TRAIN_THROUGH) -> tuple[Path, int]:
-        """(lock file, its descriptor, locked shared or exclusive). Raises HomeInUse."""
+    def _take_fd(
+        home: Path, exclusive: bool, through: str = TRAIN_THROUGH, asker: str | None = None
+    ) -> tuple[Path, int]:
+        """(lock file, its descriptor, locked shared or exclusive). Raises HomeInUse worded for
+        `asker` (a CLI command's name; None: a server, or the shared `through` command)."""
         home.mkdir(parents=True, exist_ok=True)
         path = home / LOCK_NAME
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -64,7 +83,7 @@ class HomeLock:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise HomeInUse(_held_message(home, path, exclusive, through)) from None
+            raise HomeInUse(_held_message(home, path, exclusive, through, asker)) from None
         except OSError:
             os.close(fd)
             raise
@@ -89,7 +108,8 @@ class HomeLock:
 
 
 def holder_info(path: Path) -> dict[str, Any] | None:
-    """The server recorded in lock file `path` ({"pid", "port", ...}); None if none is."""
+    """The holder recorded in lock file `path` (a server's {"pid", "port", "kind": "server"}, a
+    command's {"pid", "kind": "command", "command"}); None if none is."""
     try:
         info = json.loads(path.read_text(encoding="utf-8") or "null")
     except (OSError, ValueError):
@@ -114,22 +134,30 @@ def lock_holders(path: Path) -> list[int]:
     return sorted(set(pids))
 
 
-def _held_message(home: Path, path: Path, wanted_exclusive: bool, through: str) -> str:
+def _held_message(
+    home: Path, path: Path, wanted_exclusive: bool, through: str, asker: str | None = None
+) -> str:
     info = holder_info(path)
     holders = lock_holders(path)
     if info is not None and (not holders or info["pid"] in holders):
+        if info.get("kind") == "command":  # a CLI command that needs the home to itself, briefly
+            return (
+                f"the studio home {home} is in use by `lorastudio {info.get('command')}` (pid {info['pid']}), "
+                "which needs it to itself; try again once it has ended"
+            )
         port = info.get("port")
-        at = f"port {port}" if port else "an unknown port"
+        known = isinstance(port, int)
+        at = f"port {port}" if known else "an unknown port"
+        url = f" on http://127.0.0.1:{port}/" if known else ""
         owner = f"a lorastudio server (pid {info['pid']}, {at}) owns the studio home {home}"
-        if wanted_exclusive:
+        if wanted_exclusive and asker is None:
             return f"{owner}; only one server may use a home. Use that server, or stop it first."
-        return (
-            f"{owner}; {through} on http://127.0.0.1:{port}/) "
-            "or give this command another home (LORASTUDIO_HOME=...)"
-        )
+        if wanted_exclusive:
+            return f"{owner}; `lorastudio {asker}` needs the home to itself: use that server (web UI{url}), or stop it first."
+        return f"{owner}; {through}{url}) or give this command another home (LORASTUDIO_HOME=...)"
     pids = ", ".join(str(p) for p in holders) or "unknown"
+    then = "a server starts" if asker is None else f"`lorastudio {asker}` can run"
     return (
         f"the studio home {home} is in use by a `lorastudio train` run (pid {pids}; or a "
-        "`lorastudio datasets caption`); a server "
-        "starts once it has ended, or use another home (LORASTUDIO_HOME=...)"
+        f"`lorastudio datasets caption`); {then} once it has ended, or use another home (LORASTUDIO_HOME=...)"
     )

@@ -187,3 +187,15 @@ def test_the_clis_png_records_its_settings_and_they_render_it_again(tiny_model, 
     again += [x for lo in meta["loras"] for x in ("--lora", f"{lo['file']}:{lo['scale']}")]
     assert CliRunner().invoke(app, again).exit_code == 0
     np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "b.png")), np.asarray(Image.open(out)))
+
+
+@pytest.mark.parametrize(("width", "height"), [(2048, 2064), (2320, 1808)])
+def test_an_area_just_over_the_budget_is_refused_in_numbers_that_differ(width, height):
+    """2048x2064 was refused as "4.2 MP is over the generation budget of 4.2 MP per image": both
+    rounded to one decimal. The refusal gives the exact pixel counts (2320x1808 is 256 pixels over)."""
+    (problem,) = budget_problems(width, height, None, "flux")
+    assert problem.field == "width"
+    assert problem.message == (
+        f"{width}x{height} = {width * height:,} pixels is over the generation budget of 4,194,304 pixels "
+        "(2048x2048) per image"
+    )

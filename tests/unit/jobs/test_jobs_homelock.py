@@ -56,3 +56,31 @@ def test_cli_runs_share_the_home_and_keep_a_server_out(tmp_path: Path) -> None:
     t0 = time.monotonic()
     HomeLock.for_server(home, 7001).release()
     assert time.monotonic() - t0 < 1
+
+
+def test_a_command_holding_the_home_is_named_as_that_command_not_as_a_server(tmp_path: Path) -> None:
+    """`datasets delete` (at its prompt), `datasets rename`, `datasets captions`, `cache clear` and
+    `cache prune` take the home to themselves. They took it as a server of no port, so meanwhile
+    `lorastudio train` said "a lorastudio server (pid N, an unknown port) owns the studio home;
+    train through it (... on http://127.0.0.1:None/)" and `serve` said "only one server may use a
+    home": there was no server. Now the refusal names the command; and a command refused by a
+    server is told to use that server, not that only one server may use a home."""
+    home = tmp_path / "home"
+    command = _holder(home, f"for_command(Path({str(home)!r}), 'datasets delete')")
+    try:
+        for take in (lambda: HomeLock.for_cli_run(home), lambda: HomeLock.for_server(home, 7863)):
+            with pytest.raises(HomeInUse) as refused:
+                take()
+            said = str(refused.value)
+            assert f"in use by `lorastudio datasets delete` (pid {command.pid})" in said, said
+            assert "server" not in said and "None" not in said, said
+        with pytest.raises(HomeInUse, match="in use by `lorastudio datasets delete`"):
+            HomeLock.for_command(home, "cache clear")
+    finally:
+        command.send_signal(signal.SIGKILL)
+        command.wait(10)
+    with HomeLock.for_server(home, 7864), pytest.raises(HomeInUse) as refused:
+        HomeLock.for_command(home, "cache clear")
+    said = str(refused.value)
+    assert "port 7864" in said and "`lorastudio cache clear` needs the home to itself" in said, said
+    assert "only one server" not in said and "http://127.0.0.1:7864/" in said, said

@@ -123,6 +123,28 @@ def test_set_values_are_json_when_possible():
         apply_overrides({}, ["steps"])
 
 
+def test_a_set_value_of_a_text_setting_stays_the_text_typed(tiny_model, small_dataset, tmp_path):
+    """`--set trigger_word=123` was read as the JSON number 123 and refused ("trigger_word:
+    Input should be a valid string"), and so were `output_name=2024` and a `revision` of digits:
+    the shell gives text, and a setting that takes only text keeps it as typed."""
+    out = apply_overrides(
+        {}, ["trigger_word=123", "output_name=2024", "revision=1e5", "default_caption=true"]
+    )
+    assert out == {"trigger_word": "123", "output_name": "2024", "revision": "1e5", "default_caption": "true"}
+    assert apply_overrides({}, ["trigger_word=null", "steps=7", "validation_split=0.25"]) == {
+        "trigger_word": None, "steps": 7, "validation_split": 0.25,
+    }  # fmt: skip
+    config = tmp_path / "c.json"
+    config.write_text(
+        json.dumps({"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": str(small_dataset)})
+    )
+    result = _invoke(
+        "train", str(config), "--check", "--set", "trigger_word=123", "--set", "output_name=2024"
+    )
+    assert result.exit_code == 0, result.output
+    assert "output_name    2024" in result.output
+
+
 def test_config_paths_are_taken_from_where_the_command_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -91,7 +91,7 @@ def test_check_runs_beside_a_server_that_owns_the_home(tiny_model, small_dataset
         assert checked.exit_code == 0, checked.output
         assert "would train" in checked.output
         trained = _invoke("train", str(config), "--device", "cpu")
-        assert trained.exit_code == 2 and "owns the studio home" in trained.output  # a real run: refused
+        assert trained.exit_code == 1 and "owns the studio home" in trained.output  # a real run: could not
     assert not (get_settings().outputs_dir / "run").exists()
 
 
@@ -329,3 +329,22 @@ def test_check_refuses_a_folder_mixing_models(tiny_model, small_dataset, tmp_pat
     assert "text_encoder/config.json: hidden_size 16, Z-Image's transformer takes 32" in " ".join(
         result.output.split()
     )
+
+
+def test_check_refuses_a_device_the_run_would_refuse(tiny_model, small_dataset, tmp_path, run_settings):
+    """`train --check --device cuda` on a host without CUDA printed "would train ... device cpu"
+    and exited 0, while the same command without --check was refused ("'cuda' requested but no
+    CUDA GPU is available"): --check promises 0 only when the run would start. Now the device
+    is checked as the run's start checks it, with the other problems."""
+    import torch
+
+    config = _config(tmp_path, run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 3}))
+    devices = {"mps": "unsupported device type 'mps'"}  # a type the engine does not run, on any host
+    if not torch.cuda.is_available():
+        devices["cuda"] = "'cuda' requested but no CUDA GPU is available"
+    for device, said in devices.items():
+        for args in (["--check"], []):
+            result = _invoke("train", str(config), *args, "--device", device, "--set", "steps=0")
+            assert result.exit_code == 2, result.output
+            assert said in result.output and "steps" in result.output, result.output  # with the rest
+    assert not (get_settings().outputs_dir / "run").exists()
