@@ -68,6 +68,19 @@ MAX_SHARD_BYTES = (
 _MODEL = re.compile(r"^[0-9a-f]{20}$")  # component_fingerprint / text_keys.text_fingerprint
 _PREFIX = re.compile(r"^[0-9a-f]{2}$")
 _SHARD = re.compile(r"^[0-9a-f]{64}\.safetensors$")
+# how component_fingerprint finds a hub-cache component: 1 (before session 26) by its config.json
+# only, 2 a tokenizer by its files too; a run's identity records the rule (training/identity.py)
+RULE = 2
+TOKENIZER_FILES = (
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "tokenizer.model",
+    "vocab.txt",
+    "special_tokens_map.json",
+)
 ENTRY_LOCK = ".used"  # in each <kind>/<model> entry: runs hold it shared, a prune exclusive; mtime = last use
 
 _file_memo: dict[tuple[Any, ...], str] = {}
@@ -101,20 +114,25 @@ def _sampled_digest(path: Path) -> str:
     return _file_memo[memo_key]
 
 
-def _hub_folder(repo: str, component: str, revision: str | None) -> Path | None:
-    """The local snapshot folder of a hub repo's component, when the hub cache holds it (its
-    `<component>/config.json`). The snapshot is found by basemodels.hubcache.cached_snapshot:
-    its ref read bounded (a ref that is a FIFO, a /dev/zero link or a sparse terabyte is no
-    snapshot; huggingface_hub's try_to_load_from_cache read a regular one whole, until the
-    out-of-memory kill) in the hub cache the environment names now."""
+def _hub_folder(repo: str, component: str, revision: str | None, rule: int = RULE) -> Path | None:
+    """The local snapshot folder of a hub repo's component, when the hub cache holds it: its
+    `<component>/config.json`, or (rule 2) for a tokenizer one of TOKENIZER_FILES (a tokenizer
+    folder has no config.json: rule 1 found none and fingerprinted it by the hub id). The
+    snapshot is found by basemodels.hubcache.cached_snapshot: its ref read bounded (a ref that
+    is a FIFO, a /dev/zero link or a sparse terabyte is no snapshot; huggingface_hub's
+    try_to_load_from_cache read a regular one whole, until the out-of-memory kill) in the hub
+    cache the environment names now."""
     from lorastudio.basemodels.hubcache import cached_snapshot
 
     snapshot = cached_snapshot(repo, revision)
     folder = snapshot / component if snapshot is not None else None
-    return folder if folder is not None and (folder / "config.json").is_file() else None
+    markers = ("config.json", *(TOKENIZER_FILES if rule >= 2 and component.startswith("tokenizer") else ()))
+    return folder if folder is not None and any((folder / m).is_file() for m in markers) else None
 
 
-def _component_folder(source: Any, component: str, revision: str | None) -> tuple[Path | None, Path | None]:
+def _component_folder(
+    source: Any, component: str, revision: str | None, rule: int = RULE
+) -> tuple[Path | None, Path | None]:
     """(the single file holding `component`, else None; the component's local folder, else None:
     a hub id not in the local hub cache) of model_source `source`."""
     file = getattr(source, "file", None)
@@ -122,7 +140,9 @@ def _component_folder(source: Any, component: str, revision: str | None) -> tupl
     if file is not None:
         source = source.config
     folder = (
-        Path(source) / component if Path(source).is_dir() else _hub_folder(str(source), component, revision)
+        Path(source) / component
+        if Path(source).is_dir()
+        else _hub_folder(str(source), component, revision, rule)
     )
     return holder, folder if folder is not None and folder.is_dir() else None
 
@@ -134,12 +154,27 @@ def component_on_disk(source: Any, component: str, revision: str | None) -> bool
     return holder is not None or folder is not None
 
 
-def component_fingerprint(source: Any, component: str, revision: str | None) -> str:
+def source_on_disk(source: Any, revision: str | None) -> bool:
+    """Whether model_source `source` is on this machine: a folder or a single file, or a hub id
+    whose snapshot at `revision` the hub cache holds. False for a hub id yet to download: its
+    fingerprints name the id (`component_fingerprint`), not content, until the loaders fetch it."""
+    if getattr(source, "file", None) is not None:
+        source = source.config
+    if Path(str(source)).is_dir():
+        return True
+    from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
+
+    return is_hub_id(str(source)) and cached_snapshot(str(source), revision) is not None
+
+
+def component_fingerprint(source: Any, component: str, revision: str | None, rule: int = RULE) -> str:
     """A short content fingerprint of one component (e.g. "vae") of a run's base: `source` is
     model_source(cfg) (a folder, a hub id, or a SingleFile holding the component). A hub id that
-    is not in the local hub cache is fingerprinted by its id and revision."""
+    is not in the local hub cache is fingerprinted by its id and revision. `rule`: RULE, or 1
+    (before session 26: a hub-cache tokenizer by its id, its files unread) for the identity of a
+    checkpoint written then (training/identity.py)."""
     parts: list[str] = [component]
-    holder, folder = _component_folder(source, component, revision)
+    holder, folder = _component_folder(source, component, revision, rule)
     if holder is not None:
         parts.append(_sampled_digest(holder))
     if getattr(source, "file", None) is not None:

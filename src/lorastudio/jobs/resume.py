@@ -33,7 +33,8 @@ from lorastudio.training.checkpoint import (
     resume_settings,
 )
 from lorastudio.training.extend import extension_steps, finished_problem
-from lorastudio.training.identity import base_fingerprint, check_identity, dataset_files, run_identity
+from lorastudio.training.identity import check_identity, dataset_files, run_identity
+from lorastudio.training.identity_base import base_record, saved_rule
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def validate_resume(
     if problems:
         raise ConfigError(problems)
     before = cfg.model_copy(update={"steps": int(info["total_steps"])}) if new_total else cfg
-    base = base_fingerprint(cfg, family.spec.denoiser)
+    base = base_record(cfg, family.spec.denoiser, saved_rule(info["identity"]))  # the checkpoint's rule
     check_identity(
         info["identity"],
         run_identity(  # with the latent handling the run will have (training/identity_latents.py)
