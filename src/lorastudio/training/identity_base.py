@@ -65,7 +65,12 @@ def base_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[
     none when either side fingerprinted a hub id not on disk (compared once fetched:
     `settle_base`) or the checkpoint recorded no fingerprint (before it was recorded)."""
     was, now = saved.get("base_fingerprint"), current.get("base_fingerprint")
-    if was is None or was == now or saved.get("base_on_disk") is False or current.get("base_on_disk") is False:
+    if (
+        was is None
+        or was == now
+        or saved.get("base_on_disk") is False
+        or current.get("base_on_disk") is False
+    ):
         return []
     old, new = saved.get("base_parts"), current.get("base_parts")
     changed = (

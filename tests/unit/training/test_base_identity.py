@@ -78,13 +78,13 @@ def test_a_changed_hub_tokenizer_gets_new_shards_and_refuses_the_resume(make_con
     root = cache_root(get_settings())
     text_before = {s.model for s in cache_stats(root) if s.kind == "text"}
     run_dir = get_settings().outputs_dir / "run"
-    saved = read_checkpoint_info(find_checkpoint(run_dir))["identity"]
-    assert saved["base_rule"] == 2 and saved["base_on_disk"] is True
     _edit_tokenizer(hub)
     with pytest.raises(ConfigError) as err:
         train(config, [].append, device="cpu", resume=run_dir)
     assert [p.field for p in err.value.problems] == ["base_model"]
     assert "(tokenizer changed)" in str(err.value)
+    saved = read_checkpoint_info(find_checkpoint(run_dir))["identity"]
+    assert saved["base_rule"] == 2 and saved["base_on_disk"] is True
     train(make_config(base_model=REPO, latent_cache="disk", output_name="again"), [].append, device="cpu")
     text_after = {s.model for s in cache_stats(root) if s.kind == "text"}
     assert text_after - text_before  # new shards for the new tokenizer
@@ -116,3 +116,51 @@ def test_an_old_rule_checkpoint_resumes_on_an_unchanged_hub_base(make_config, hu
         train(config, [].append, device="cpu", resume=run_dir)
     vae.write_bytes(kept)
     assert train(config, [].append, device="cpu", resume=run_dir).resumed_from == 1
+
+
+@pytest.fixture
+def fetched_on_load(tiny_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """An online run on REPO, not in the hub cache: the preflight takes the hub id as is, and the
+    first model load "downloads" the snapshot into the hub cache (the tiny FLUX.1 copied
+    there, as huggingface_hub's download leaves it); the list holds the snapshot once fetched.
+    Offline underneath (HF_HUB_OFFLINE): the loaders then read the cache."""
+    from lorastudio.basemodels import resolve
+    from lorastudio.families import common, loading
+
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(resolve, "hub_offline", lambda: False)
+    fetched: list[Path] = []
+    original = loading.quiet_loading
+
+    def fetch_then_quiet() -> None:  # every loader calls it before from_pretrained
+        if not fetched:
+            fetched.append(_hub_cache(tiny_model, cache))
+        original()
+
+    monkeypatch.setattr(loading, "quiet_loading", fetch_then_quiet)
+    monkeypatch.setattr(common, "quiet_loading", fetch_then_quiet)
+    return fetched
+
+
+def test_a_hub_base_fetched_by_the_loaders_is_keyed_by_its_content(make_config, fetched_on_load) -> None:
+    """RELIABILITY 451: a run on a hub id not yet in the hub cache fingerprinted its text encoders
+    and its base by the hub id before the loaders fetched it: its caption shards were keyed by
+    the id (the next run, keying by content, re-encoded them) and its checkpoint recorded the id
+    (a resume once the snapshot was there was refused: "the base model's weights differ")."""
+    from lorastudio.data.text_keys import text_fingerprint
+
+    config = make_config(base_model=REPO, steps=3, latent_cache="disk")
+    events, stop = _stop_at(1)
+    train(config, events.append, stop, device="cpu")
+    assert fetched_on_load  # fetched by the run's loaders
+    root = cache_root(get_settings())
+    assert {s.model for s in cache_stats(root) if s.kind == "text"} == {text_fingerprint(REPO, None)}
+    run_dir = get_settings().outputs_dir / "run"
+    saved = read_checkpoint_info(find_checkpoint(run_dir))["identity"]
+    assert saved["base_on_disk"] is True
+    result = train(config, [].append, device="cpu", resume=run_dir)  # the same base, now on disk
+    assert result.resumed_from == 1
+    _edit_tokenizer(fetched_on_load[0])  # and a changed one is refused once on disk
+    with pytest.raises(ConfigError, match=r"tokenizer changed"):
+        train(config.model_copy(update={"steps": 4}), [].append, device="cpu", resume=run_dir)
