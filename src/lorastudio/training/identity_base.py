@@ -32,21 +32,31 @@ def base_record(cfg: TrainConfig, denoiser: str, rule: int | None = None) -> dic
     """The identity's base fields of `cfg`'s base (`denoiser`: "unet" / "transformer") under
     `rule` (None: disk_cache.RULE). Rule 1 gives the fingerprint a checkpoint of that time
     recorded, and no parts."""
-    from lorastudio.data.disk_cache import RULE, component_fingerprint, source_on_disk
-    from lorastudio.data.text_keys import TEXT_COMPONENTS
     from lorastudio.families.single_file import model_source
 
+    return source_record(model_source(cfg), denoiser, cfg.revision, rule)
+
+
+def source_record(
+    source: Any, denoiser: str, revision: str | None, rule: int | None = None
+) -> dict[str, Any]:
+    """`base_record` of model_source `source` (a folder, a hub id, or a single file's SingleFile:
+    anything with `file`, `components` and `config`) at `revision`: also what a gallery image
+    records of its base (jobs/generation.py). Reads a sample of each weight file (memoised per
+    file version: data/disk_cache._sampled_digest), never a whole multi-GB file."""
+    from lorastudio.data.disk_cache import RULE, component_fingerprint, source_on_disk
+    from lorastudio.data.text_keys import TEXT_COMPONENTS
+
     rule = RULE if rule is None else rule
-    source = model_source(cfg)
     parts = {
-        name: component_fingerprint(source, name, cfg.revision, rule)
+        name: component_fingerprint(source, name, revision, rule)
         for name in (denoiser, "vae", *TEXT_COMPONENTS)
     }
     text = hashlib.sha256("\n".join(parts[n] for n in TEXT_COMPONENTS).encode()).hexdigest()[:20]
     whole = "\n".join([parts[denoiser], parts["vae"], text])  # text_keys.text_fingerprint's
     record: dict[str, Any] = {
         "base_fingerprint": hashlib.sha256(whole.encode()).hexdigest()[:20],
-        "base_on_disk": source_on_disk(source, cfg.revision),
+        "base_on_disk": source_on_disk(source, revision),
     }
     if rule >= 2:
         record.update(base_rule=rule, base_parts=parts)

@@ -34,6 +34,21 @@ def _hub_cache(tiny_model: Callable[[str], Path], cache: Path) -> Path:
     return snapshot
 
 
+def _use_hub_cache(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point the hub cache at `cache` for lorastudio (the environment, read at call time) and for
+    the loaders: huggingface_hub, diffusers and transformers copy HF_HUB_CACHE into module
+    constants when imported (earlier in a pytest session than this test)."""
+    import sys
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] not in ("huggingface_hub", "diffusers", "transformers"):
+            continue
+        for attr in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "DIFFUSERS_CACHE"):
+            if isinstance(getattr(module, attr, None), str):
+                monkeypatch.setattr(module, attr, str(cache))
+
+
 def _stop_at(step: int) -> tuple[list, Callable[[], StopRequest | None]]:
     events: list = []
 
@@ -56,7 +71,7 @@ def _edit_tokenizer(snapshot: Path) -> None:
 @pytest.fixture
 def hub(tiny_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     cache = tmp_path / "hub"
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    _use_hub_cache(cache, monkeypatch)
     return _hub_cache(tiny_model, cache)
 
 
@@ -128,7 +143,7 @@ def fetched_on_load(tiny_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     from lorastudio.families import common, loading
 
     cache = tmp_path / "hub"
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    _use_hub_cache(cache, monkeypatch)
     monkeypatch.setattr(resolve, "hub_offline", lambda: False)
     fetched: list[Path] = []
     original = loading.quiet_loading
