@@ -6,8 +6,9 @@ Identity = every setting of the resolved TrainConfig except those in RESUMABLE_F
 LoRA targets resolved (the family's defaults when unset), plus the dataset fingerprint (file
 names, image bytes and final captions of every dataset entry; `dataset_files` beside it, per image,
 lets a refusal say which files changed) and the base fingerprint (the
-content of the base's denoiser, VAE and text encoders, sampled: `base_fingerprint`; a checkpoint
-written before it was recorded resumes without the comparison). `data_dir` and the entries'
+content of the base's denoiser, VAE, text encoders and tokenizers, sampled: `base_fingerprint`,
+with its rule and parts, compared under the checkpoint's rule: training/identity_base.py; a
+checkpoint written before it was recorded resumes without the comparison). `data_dir` and the entries'
 `path`s are not part of it: a dataset that was moved but not changed still resumes. Nor are
 `latent_cache` / `latent_cache_max_gb` compared as set: the identity records the latent handling
 they give the run (cached once or encoded every step: training/identity_latents.py).
