@@ -34,7 +34,7 @@ from lorastudio.training.checkpoint import (
 )
 from lorastudio.training.extend import extension_steps, finished_problem
 from lorastudio.training.identity import check_identity, dataset_files, run_identity
-from lorastudio.training.identity_base import base_record, saved_rule
+from lorastudio.training.identity_base import record_for
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def validate_resume(
     if problems:
         raise ConfigError(problems)
     before = cfg.model_copy(update={"steps": int(info["total_steps"])}) if new_total else cfg
-    base = base_record(cfg, family.spec.denoiser, saved_rule(info["identity"]))  # the checkpoint's rule
+    base = record_for(info["identity"], cfg, family.spec.denoiser)  # under the checkpoint's rule
     check_identity(
         info["identity"],
         run_identity(  # with the latent handling the run will have (training/identity_latents.py)

@@ -63,6 +63,38 @@ def source_record(
     return record
 
 
+def record_for(saved: Mapping[str, Any], cfg: TrainConfig, denoiser: str) -> dict[str, Any]:
+    """This run's base fields as checkpoint identity `saved` is compared with: under the rule it
+    recorded (`saved_rule`). A checkpoint of rule 1 whose run fingerprinted a hub id before its
+    download (every component by the id: no content recorded) cannot be compared: its base
+    counts as not on disk, so it resumes, as it did before the base was downloaded."""
+    from lorastudio.families.single_file import model_source
+
+    rule = saved_rule(saved)
+    record = base_record(cfg, denoiser, rule)
+    source = model_source(cfg)
+    if (
+        rule == 1
+        and isinstance(source, str)
+        and saved.get("base_fingerprint") == _id_only(source, denoiser, cfg)
+    ):
+        record["base_on_disk"] = False
+    return record
+
+
+def _id_only(source: str, denoiser: str, cfg: TrainConfig) -> str:
+    """The base fingerprint of hub id `source` with none of its files on disk (each component
+    "hub:<id>@<revision>": disk_cache.component_fingerprint's form for a hub id not downloaded)."""
+    from lorastudio.data.text_keys import TEXT_COMPONENTS
+
+    def one(name: str) -> str:
+        text = "\n".join([name, f"hub:{source}@{cfg.revision}"])
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    text = hashlib.sha256("\n".join(one(n) for n in TEXT_COMPONENTS).encode()).hexdigest()[:20]
+    return hashlib.sha256("\n".join([one(denoiser), one("vae"), text]).encode()).hexdigest()[:20]
+
+
 def saved_rule(saved: Mapping[str, Any]) -> int:
     """The fingerprint rule of a checkpoint's identity (1: written before the rule was recorded)."""
     rule = saved.get("base_rule")

@@ -27,7 +27,7 @@ from lorastudio.training.checkpoint import (
 )
 from lorastudio.training.extend import finished_problem
 from lorastudio.training.identity import check_identity, dataset_files, run_identity
-from lorastudio.training.identity_base import base_record, saved_rule
+from lorastudio.training.identity_base import base_record, record_for
 from lorastudio.training.preflight import PreparedRun, preflight
 from lorastudio.training.run_files import kept_note, remove_leftovers, remove_session_files
 
@@ -76,7 +76,7 @@ def prepare_session(
     identity = _identity(run, run.cfg, base)
     before = run.cfg.model_copy(update={"steps": old_total}) if extended else run.cfg
     # the base as the checkpoint's rule takes it (identity_base.py: a checkpoint of rule 1 resumes)
-    then = base_record(run.cfg, run.family.spec.denoiser, saved_rule(info["identity"]))
+    then = record_for(info["identity"], run.cfg, run.family.spec.denoiser)
     check_identity(info["identity"], _identity(run, before, then))
     return run, identity
 

@@ -179,3 +179,26 @@ def test_a_hub_base_fetched_by_the_loaders_is_keyed_by_its_content(make_config, 
     _edit_tokenizer(fetched_on_load[0])  # and a changed one is refused once on disk
     with pytest.raises(ConfigError, match=r"tokenizer changed"):
         train(config.model_copy(update={"steps": 4}), [].append, device="cpu", resume=run_dir)
+
+
+def test_an_old_checkpoint_of_a_hub_id_before_its_download_is_not_compared(
+    make_config, tiny_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint written before the rule by a run whose hub base was not downloaded yet
+    recorded the id's fingerprint, no content: resumed once the snapshot is here, it is not
+    compared (it was refused: "the base model's weights differ"); another old fingerprint is."""
+    from lorastudio.training.identity import identity_problems
+    from lorastudio.training.identity_base import base_record, record_for
+
+    cache = tmp_path / "hub"
+    _use_hub_cache(cache, monkeypatch)
+    config = make_config(base_model=REPO)
+    before = base_record(config, "transformer", rule=1)  # as the old code took it, nothing on disk
+    assert before["base_on_disk"] is False
+    _hub_cache(tiny_model, cache)
+    old = {"base_fingerprint": before["base_fingerprint"]}
+    now = record_for(old, config, "transformer")
+    assert now["base_fingerprint"] != old["base_fingerprint"] and now["base_on_disk"] is False
+    assert identity_problems(old, now) == []
+    other = {"base_fingerprint": "0" * 20}
+    assert [p.field for p in identity_problems(other, record_for(other, config, "transformer"))] == ["base_model"]
