@@ -201,4 +201,6 @@ def test_an_old_checkpoint_of_a_hub_id_before_its_download_is_not_compared(
     assert now["base_fingerprint"] != old["base_fingerprint"] and now["base_on_disk"] is False
     assert identity_problems(old, now) == []
     other = {"base_fingerprint": "0" * 20}
-    assert [p.field for p in identity_problems(other, record_for(other, config, "transformer"))] == ["base_model"]
+    assert [p.field for p in identity_problems(other, record_for(other, config, "transformer"))] == [
+        "base_model"
+    ]
