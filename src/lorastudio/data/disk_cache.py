@@ -156,15 +156,34 @@ def component_on_disk(source: Any, component: str, revision: str | None) -> bool
 
 def source_on_disk(source: Any, revision: str | None) -> bool:
     """Whether model_source `source` is on this machine: a folder or a single file, or a hub id
-    whose snapshot at `revision` the hub cache holds. False for a hub id yet to download: its
-    fingerprints name the id (`component_fingerprint`), not content, until the loaders fetch it."""
+    whose snapshot at `revision` the hub cache holds whole (its model_index.json and a folder for
+    each component it names). False for a hub id yet to download, or partly downloaded: its
+    missing components' fingerprints name the id (`component_fingerprint`), not content, until
+    the loaders fetch them."""
     if getattr(source, "file", None) is not None:
         source = source.config
     if Path(str(source)).is_dir():
         return True
     from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
 
-    return is_hub_id(str(source)) and cached_snapshot(str(source), revision) is not None
+    snapshot = cached_snapshot(str(source), revision) if is_hub_id(str(source)) else None
+    return snapshot is not None and _whole(snapshot)
+
+
+def _whole(snapshot: Path) -> bool:
+    """Whether every component snapshot/model_index.json names (a [library, class] pair) has its
+    folder there (a model_index.json that is missing, over 1 MiB or not a JSON object: not whole)."""
+    index = snapshot / "model_index.json"
+    try:
+        if not index.is_file() or index.stat().st_size > 1 << 20:
+            return False
+        names = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(names, dict):
+        return False
+    parts = [k for k, v in names.items() if not k.startswith("_") and isinstance(v, list) and None not in v]
+    return all((snapshot / name).is_dir() for name in parts)
 
 
 def component_fingerprint(source: Any, component: str, revision: str | None, rule: int = RULE) -> str:

@@ -83,6 +83,19 @@ def test_a_hub_tokenizer_is_fingerprinted_by_its_files(hub: Path) -> None:
     assert component_fingerprint(REPO, "tokenizer", None, rule=1) == old_rule  # the id alone: blind
 
 
+def test_a_partly_downloaded_hub_base_is_not_on_disk(hub: Path) -> None:
+    """A snapshot without one of the components its model_index.json names (the loaders fetch
+    the rest) is fingerprinted again once loaded (identity_base.settle_base), not recorded as is."""
+    from lorastudio.data.disk_cache import source_on_disk
+
+    assert source_on_disk(REPO, None)
+    shutil.rmtree(hub / "vae")
+    assert not source_on_disk(REPO, None)
+    (hub / "vae").mkdir()
+    (hub / "model_index.json").unlink()
+    assert not source_on_disk(REPO, None)
+
+
 def test_a_changed_hub_tokenizer_gets_new_shards_and_refuses_the_resume(make_config, hub: Path) -> None:
     """RELIABILITY 450: a hub-cache tokenizer (no config.json) was fingerprinted by the hub id:
     a snapshot whose tokenizer changed reused caption shards tokenised the old way, and a resume
