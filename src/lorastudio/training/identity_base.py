@@ -2,8 +2,8 @@
 of the base, and how a resume compares it. No torch (the job service validates resumes with it).
 
 Recorded (run_identity): `base_fingerprint`, the content fingerprint of the denoiser, the VAE and
-the text encoders and tokenizers (data/disk_cache.component_fingerprint); `base_rule`, the rule
-it was taken with (disk_cache.RULE: 2 fingerprints a hub-cache tokenizer by its files; a
+the text encoders and tokenizers (data/fingerprint.component_fingerprint); `base_rule`, the rule
+it was taken with (fingerprint.RULE: 2 fingerprints a hub-cache tokenizer by its files; a
 checkpoint without it was written under rule 1, its tokenizers by the hub id); `base_parts`, each
 component's fingerprint (a refusal names the components that changed); `base_on_disk`, False for
 a hub id not downloaded yet, whose fingerprint names the id, not content.
@@ -30,7 +30,7 @@ BASE_KEYS = frozenset({"base_fingerprint", "base_rule", "base_parts", "base_on_d
 
 def base_record(cfg: TrainConfig, denoiser: str, rule: int | None = None) -> dict[str, Any]:
     """The identity's base fields of `cfg`'s base (`denoiser`: "unet" / "transformer") under
-    `rule` (None: disk_cache.RULE). Rule 1 gives the fingerprint a checkpoint of that time
+    `rule` (None: fingerprint.RULE). Rule 1 gives the fingerprint a checkpoint of that time
     recorded, and no parts."""
     from lorastudio.families.single_file import model_source
 
@@ -43,8 +43,8 @@ def source_record(
     """`base_record` of model_source `source` (a folder, a hub id, or a single file's SingleFile:
     anything with `file`, `components` and `config`) at `revision`: also what a gallery image
     records of its base (jobs/generation.py). Reads a sample of each weight file (memoised per
-    file version: data/disk_cache._sampled_digest), never a whole multi-GB file."""
-    from lorastudio.data.disk_cache import RULE, component_fingerprint, source_on_disk
+    file version: data/fingerprint._sampled_digest), never a whole multi-GB file."""
+    from lorastudio.data.fingerprint import RULE, component_fingerprint, source_on_disk
     from lorastudio.data.text_keys import TEXT_COMPONENTS
 
     rule = RULE if rule is None else rule
@@ -84,7 +84,7 @@ def record_for(saved: Mapping[str, Any], cfg: TrainConfig, denoiser: str) -> dic
 
 def _id_only(source: str, denoiser: str, cfg: TrainConfig) -> str:
     """The base fingerprint of hub id `source` with none of its files on disk (each component
-    "hub:<id>@<revision>": disk_cache.component_fingerprint's form for a hub id not downloaded)."""
+    "hub:<id>@<revision>": fingerprint.component_fingerprint's form for a hub id not downloaded)."""
     from lorastudio.data.text_keys import TEXT_COMPONENTS
 
     def one(name: str) -> str:
