@@ -65,8 +65,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const [general, setGeneral] = useState<string | null>(null);
   // the picked LoRAs the server refused as changed since the reused image was made (their sha256)
   const [changed, setChanged] = useState<string[]>([]);
-  // the reused image's base model, when the server refused it as changed since (its base_identity)
-  const [staleBase, setStaleBase] = useState<string | null>(null);
+  const [staleBase, setStaleBase] = useState<string | null>(null); // the base model refused as changed (base_identity)
 
   useEffect(() => {
     if (!info || !models || family || fromRunState.pending) return;
