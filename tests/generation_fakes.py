@@ -18,7 +18,7 @@ class InProcessGeneration(GenerationService):
     """The service with no worker process: the request is always valid, the job writes a PNG."""
 
     def check(self, req: GenerationRequest) -> Any:
-        return SimpleNamespace(source=req.base_model, config=None), [], ()
+        return SimpleNamespace(source=req.base_model, config=None, file=None), [], ()
 
     def _run_locked(self, job: GenerationJob, rid: str) -> dict[str, Any]:
         Image.new("RGB", (job.width, job.height), (200, 10, 10)).save(job.out_path, format="PNG")

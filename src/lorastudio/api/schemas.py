@@ -121,6 +121,12 @@ class GenerateBody(_StrictBody):
         description="what to steer away from; only for families whose pipeline takes one (FamilyOut.negative_prompt)",
     )
     loras: list[LoraRef] = Field(default_factory=list, max_length=8)
+    base_identity: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{20}$",
+        description="the base model's content identity a gallery image records: given, a base whose "
+        "files changed since (replaced, re-fetched) is refused (400 base_identity); null: the base as it is",
+    )
     references: list[str] = Field(
         default_factory=list,
         max_length=10,

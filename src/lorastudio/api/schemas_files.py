@@ -177,6 +177,10 @@ class GenerateOut(_Out):
     prompt: str
     revision: str | None = Field(default=None, description="the hub revision, when one was given")
     v_prediction: bool | None = Field(default=None, description="a single SDXL file's, when one was given")
+    base_identity: str | None = Field(
+        default=None,
+        description="the base model's content identity (send it again: GenerateBody.base_identity)",
+    )
     negative_prompt: str | None = None
     guidance: float | None = Field(default=None, description="null: the family's default")
     loras: list[LoraRef]
@@ -201,6 +205,11 @@ class GalleryImage(_Out):
     base_config: str | None = Field(default=None, description="a single-file base_model's base config")
     revision: str | None = Field(default=None, description="the hub revision, when one was given")
     v_prediction: bool | None = Field(default=None, description="a single SDXL file's, when one was given")
+    base_identity: str | None = Field(
+        default=None,
+        description="the base model's content identity (null: an image from before it was recorded); "
+        "GenerateBody.base_identity",
+    )
     steps: int | None = None
     loras: list[LoraRef] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list, description="ids of the reference images used")

@@ -271,6 +271,9 @@ def _generate(
     ]
     if changed:  # replaced while the pipeline loaded them: the image would not be of the files recorded
         raise ConfigError(changed)
+    from lorastudio.jobs.generation_base import base_identity
+
+    identity = base_identity(found, spec.denoiser, revision) if found is not None else None  # loaded: here
     image = generate_image(
         pipe,
         spec.name,
@@ -289,6 +292,7 @@ def _generate(
         **({"base_config": base_config} if base_config else {}),
         **({"revision": revision} if revision is not None else {}),
         **({"v_prediction": v_prediction} if v_prediction is not None else {}),
+        **({"base_identity": identity} if identity is not None else {}),
         "steps": steps, "guidance": guidance,
         **({"negative_prompt": negative} if negative else {}),
         "loras": [{"file": str(p), "scale": s, "sha256": d} for (p, s), d in zip(loras, digests, strict=True)],

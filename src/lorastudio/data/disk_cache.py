@@ -17,11 +17,8 @@ gives another file name: a stale shard is never read, only left for `clear`. Sha
 to a temporary name in the same folder and renamed onto the final one, so a reader sees a whole
 file or none; two runs writing one key write the same bytes and the last rename wins.
 
-The encoder fingerprint (`component_fingerprint`) covers the component's files (names, sizes, a
-sample of their bytes: all of a file up to FULL_HASH_BYTES, else its header and SAMPLES spread
-chunks) and its config.json: a different VAE (even one with identical shapes, e.g. another random
-initialisation) is another model folder. Hand-written: diffusers and huggingface_hub keep no
-content hash of a local folder's weights.
+The encoder fingerprint (`component_fingerprint`, data/fingerprint.py, re-exported here) covers
+the component's files (names, sizes, a sample of their bytes) and its config.json.
 
 Nothing below the cache folder is followed through a link or taken on its name alone: shards
 are read and written through file descriptors walked down from the cache folder with
@@ -52,15 +49,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lorastudio.data.fingerprint import (  # noqa: F401 (re-exported: the cache's keys use them)
+    FULL_HASH_BYTES,
+    RULE,
+    SAMPLE_BYTES,
+    SAMPLES,
+    TOKENIZER_FILES,
+    _sampled_digest,
+    component_fingerprint,
+    component_on_disk,
+    source_on_disk,
+)
 from lorastudio.errors import CacheError
-from lorastudio.file_version import version_of
 from lorastudio.processes import process_alive
 
 SCHEMA = "lorastudio-encoded-v1"
 KINDS = ("latents", "text")
-FULL_HASH_BYTES = 64 * 1024 * 1024  # a file up to this size is hashed whole
-SAMPLES = 64  # chunks sampled from a larger file
-SAMPLE_BYTES = 64 * 1024
 SHARD_SUFFIX = ".safetensors"
 MAX_SHARD_BYTES = (
     1 << 30
@@ -70,87 +74,10 @@ _PREFIX = re.compile(r"^[0-9a-f]{2}$")
 _SHARD = re.compile(r"^[0-9a-f]{64}\.safetensors$")
 ENTRY_LOCK = ".used"  # in each <kind>/<model> entry: runs hold it shared, a prune exclusive; mtime = last use
 
-_file_memo: dict[tuple[Any, ...], str] = {}
-
 
 def cache_root(settings: Any) -> Path:
     """The cache folder of `settings` (Settings.cache_dir, else <home>/cache/encoded)."""
     return Path(settings.cache_dir) if settings.cache_dir is not None else settings.home / "cache" / "encoded"
-
-
-def _sampled_digest(path: Path) -> str:
-    """sha256 of a file's size and bytes (whole up to FULL_HASH_BYTES, else its first 1 MiB and
-    SAMPLES chunks spread evenly), memoised per path and file version (file_version.version_of)."""
-    st = path.stat()
-    memo_key = (str(path), *version_of(st))
-    hit = _file_memo.get(memo_key)
-    if hit is not None:
-        return hit
-    digest = hashlib.sha256(str(st.st_size).encode())
-    with path.open("rb") as fh:
-        if st.st_size <= FULL_HASH_BYTES:
-            while chunk := fh.read(1 << 20):
-                digest.update(chunk)
-        else:
-            digest.update(fh.read(1 << 20))  # a safetensors header: names, shapes, offsets
-            step = st.st_size // SAMPLES
-            for n in range(SAMPLES):
-                fh.seek(n * step)
-                digest.update(fh.read(SAMPLE_BYTES))
-    _file_memo[memo_key] = digest.hexdigest()
-    return _file_memo[memo_key]
-
-
-def _hub_folder(repo: str, component: str, revision: str | None) -> Path | None:
-    """The local snapshot folder of a hub repo's component, when the hub cache holds it (its
-    `<component>/config.json`). The snapshot is found by basemodels.hubcache.cached_snapshot:
-    its ref read bounded (a ref that is a FIFO, a /dev/zero link or a sparse terabyte is no
-    snapshot; huggingface_hub's try_to_load_from_cache read a regular one whole, until the
-    out-of-memory kill) in the hub cache the environment names now."""
-    from lorastudio.basemodels.hubcache import cached_snapshot
-
-    snapshot = cached_snapshot(repo, revision)
-    folder = snapshot / component if snapshot is not None else None
-    return folder if folder is not None and (folder / "config.json").is_file() else None
-
-
-def _component_folder(source: Any, component: str, revision: str | None) -> tuple[Path | None, Path | None]:
-    """(the single file holding `component`, else None; the component's local folder, else None:
-    a hub id not in the local hub cache) of model_source `source`."""
-    file = getattr(source, "file", None)
-    holder = Path(file) if file is not None and component in getattr(source, "components", ()) else None
-    if file is not None:
-        source = source.config
-    folder = (
-        Path(source) / component if Path(source).is_dir() else _hub_folder(str(source), component, revision)
-    )
-    return holder, folder if folder is not None and folder.is_dir() else None
-
-
-def component_on_disk(source: Any, component: str, revision: str | None) -> bool:
-    """Whether `component_fingerprint` of it is a content fingerprint now: its files are on this
-    machine (a folder, the hub cache, a single file holding it), not a hub id yet to download."""
-    holder, folder = _component_folder(source, component, revision)
-    return holder is not None or folder is not None
-
-
-def component_fingerprint(source: Any, component: str, revision: str | None) -> str:
-    """A short content fingerprint of one component (e.g. "vae") of a run's base: `source` is
-    model_source(cfg) (a folder, a hub id, or a SingleFile holding the component). A hub id that
-    is not in the local hub cache is fingerprinted by its id and revision."""
-    parts: list[str] = [component]
-    holder, folder = _component_folder(source, component, revision)
-    if holder is not None:
-        parts.append(_sampled_digest(holder))
-    if getattr(source, "file", None) is not None:
-        source = source.config  # a single file's configs (and the components it lacks)
-    if folder is None:
-        parts += [f"hub:{source}@{revision}"]
-    else:
-        for path in sorted(folder.iterdir()):
-            if path.is_file() and not path.name.startswith("."):
-                parts += [path.name, _sampled_digest(path)]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
 def shard_key(parts: dict[str, Any]) -> str:

@@ -62,6 +62,7 @@ from lorastudio.errors import (
 )
 from lorastudio.generation_rules import budget_problems
 from lorastudio.jobs.gallery import gallery_dir
+from lorastudio.jobs.generation_base import base_identity, base_identity_problem
 from lorastudio.jobs.generation_inputs import (
     GenerationRequest,
     lora_file,
@@ -225,6 +226,9 @@ class GenerationService:
         )
         if base_problems:
             raise ConfigError(base_problems)
+        now = base_identity(base, family.spec.denoiser, req.revision)  # jobs/generation_base.py
+        if (changed := base_identity_problem(req.base_identity, now, req.base_model)) is not None:
+            raise ConfigError([changed])
         configs = base.configs  # where the checkpoint's flavour is read (a single file: its base config)
         folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None
         flavour = family.folder_variant(folder) if folder is not None and folder.is_dir() else None
@@ -286,7 +290,9 @@ class GenerationService:
         base, loras, digests = self.check(req)
         with self._bases_lock:
             self._bases[rid] = tuple(p for p in (base.source, base.config) if p)
-        family = families.get(req.family).spec.name
+        spec = families.get(req.family).spec
+        family = spec.name
+        identity = base_identity(base, spec.denoiser, req.revision)  # memoised: stats only now
         out_dir = gallery_dir(self.settings)
         with _no_space_as(out_dir, "the gallery folder could not be made"):
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -310,13 +316,19 @@ class GenerationService:
             lora_digests=digests,
             references=tuple(str(reference_path(self.settings, r)) for r in req.references),
             out_path=str(staging),
-            png_meta=json.dumps(meta_of(req, family, digests)),
+            png_meta=json.dumps(meta_of(req, family, digests, identity)),
         )
         try:
             with self.arbiter.generation(), self._worker_lock(rid):
                 result = self._run_locked(job, rid)
             self._flight.saving(rid)
-            meta = {**meta_of(req, family, digests), "width": result["width"], "height": result["height"]}
+            if identity is None:  # a hub base the worker fetched: its files are here now
+                identity = base_identity(base, spec.denoiser, req.revision)
+            meta = {
+                **meta_of(req, family, digests, identity),
+                "width": result["width"],
+                "height": result["height"],
+            }
             # The sidecar first, the image last: a listed PNG always has its complete sidecar.
             try:
                 with _no_space_as(out_dir, "the image's settings could not be written to the gallery"):

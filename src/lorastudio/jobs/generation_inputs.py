@@ -45,13 +45,20 @@ class GenerationRequest:
     references: tuple[str, ...] = ()  # ids of uploaded reference images (jobs/references.py)
     base_config: str | None = None  # a single-file base_model's configs (basemodels.resolve_base)
     v_prediction: bool | None = None
+    # the base's content identity a gallery image recorded (base_identity): sent again, a base
+    # whose files changed since is refused (jobs/generation.py), not rendered as another image
+    base_identity: str | None = None
 
 
-def meta_of(req: GenerationRequest, family: str, digests: tuple[str, ...]) -> dict[str, Any]:
+def meta_of(
+    req: GenerationRequest, family: str, digests: tuple[str, ...], base_identity: str | None = None
+) -> dict[str, Any]:
     """The settings of one gallery image (its sidecar and PNG text, less the size the worker
     reports): every setting of the request that decides its pixels, so that they, sent again,
     render it again (a revision and a single file's v_prediction when given; each LoRA's sha256,
-    `digests` in the order of req.loras: sent again, the same file or a refusal)."""
+    `digests` in the order of req.loras, and the base's content identity `base_identity`
+    (training/identity_base.source_record's fingerprint; None: not known, a hub id not
+    downloaded yet): sent again, the same files or a refusal)."""
     return {
         "prompt": req.prompt,
         "seed": req.seed,
@@ -60,6 +67,7 @@ def meta_of(req: GenerationRequest, family: str, digests: tuple[str, ...]) -> di
         **({"base_config": req.base_config} if req.base_config is not None else {}),
         **({"revision": req.revision} if req.revision is not None else {}),
         **({"v_prediction": req.v_prediction} if req.v_prediction is not None else {}),
+        **({"base_identity": base_identity} if base_identity is not None else {}),
         "steps": req.steps,
         "guidance": req.guidance,
         **({"negative_prompt": req.negative_prompt} if req.negative_prompt else {}),

@@ -33,13 +33,8 @@ from lorastudio.training.checkpoint import (
     resume_settings,
 )
 from lorastudio.training.extend import extension_steps, finished_problem
-from lorastudio.training.identity import (
-    base_fingerprint,
-    check_identity,
-    dataset_files,
-    recorded_base_fingerprint,
-    run_identity,
-)
+from lorastudio.training.identity import check_identity, config_as_recorded, dataset_files, run_identity
+from lorastudio.training.identity_base import record_for
 
 
 @dataclass(frozen=True)
@@ -153,8 +148,8 @@ def validate_resume(
     if problems:
         raise ConfigError(problems)
     before = cfg.model_copy(update={"steps": int(info["total_steps"])}) if new_total else cfg
-    base = base_fingerprint(cfg, family.spec.denoiser)
-    base = recorded_base_fingerprint(cfg, family.spec.denoiser, info, base)  # as the checkpoint has it
+    # under the checkpoint's rule, with the revision it recorded beside a local folder
+    base = record_for(info["identity"], config_as_recorded(cfg, info), family.spec.denoiser)
     check_identity(
         info["identity"],
         run_identity(  # with the latent handling the run will have (training/identity_latents.py)

@@ -115,7 +115,7 @@ def _without_unused_revision(info: dict[str, Any]) -> dict[str, Any]:
     run trained on the folder), and is refused now; the run's maths never depended on it, so
     its resume continues without it (dropped from the config and the identity alike, kept as
     UNUSED_REVISION: the base fingerprint the run recorded was computed with it,
-    training/identity.recorded_base_fingerprint) rather than being refused for a setting it
+    training/identity.config_as_recorded) rather than being refused for a setting it
     never used. An owner/name under models/ with a revision is refused by the resolver on
     resume, naming revision (only the disk tells it is a folder)."""
     from lorastudio.config import local_revision_problem

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lorastudio.data.cache_io import hold_entry, prepare_cache_folder
-from lorastudio.data.disk_cache import shard_path
+from lorastudio.data.disk_cache import shard_path, source_on_disk
 from lorastudio.data.text_keys import KIND, text_fingerprint, text_key, text_parts
 from lorastudio.errors import DatasetError
 from lorastudio.training.caption_length import caption_counts, cut_note
@@ -133,27 +133,41 @@ def encode_texts_on_disk(
     shards are checked against a signature learnt by this run alone)."""
     from lorastudio.families.single_file import model_source
 
-    model = text_fingerprint(model_source(cfg), cfg.revision)
-    encoder = text_parts(
-        family.spec.name, model, str(dtype).removeprefix("torch."), device.type, cfg.max_sequence_length
-    )
-    prepare_cache_folder(root, KIND, model)  # CacheError naming a link or a file in the way
-    held = hold_entry(root, KIND, model)  # before any shard is looked at: a prune keeps the entry
-    if held is not None and holds is not None:
-        holds.append(held)
+    source = model_source(cfg)
     captions = [str(t) for t in groups[0]]
-    keys = {t: text_key(encoder, t) for t in captions}
+    model = ""  # the encoders' content fingerprint; "" until their files are here
+    encoder: dict[str, object] = {}
+    keys: dict[str, str] = {}
+    record: Path | None = None  # the kept signature of these encoders (text_signature.py)
+
+    def settle() -> None:
+        """Key the captions by the encoders' files: at once when they are on disk, else once the
+        loaders have fetched them (a hub id yet to download: keyed by its id, its shards would
+        not be found by the next run, which keys them by content)."""
+        nonlocal model, encoder, keys, record
+        model = text_fingerprint(source, cfg.revision)
+        encoder = text_parts(
+            family.spec.name, model, str(dtype).removeprefix("torch."), device.type, cfg.max_sequence_length
+        )
+        prepare_cache_folder(root, KIND, model)  # CacheError naming a link or a file in the way
+        held = hold_entry(root, KIND, model)  # before any shard is looked at: a prune keeps the entry
+        if held is not None and holds is not None:
+            holds.append(held)
+        keys = {t: text_key(encoder, t) for t in captions}
+        record = signature_path(signatures, model, encoder) if signatures is not None else None
+
+    if source_on_disk(source, cfg.revision):
+        settle()
     ctx = group_context()
     on_disk: dict[str, Summary] = {}  # the captions with a readable shard: what it holds
     counts: dict[str, int] = {}  # caption -> its tokens (a shard's, or counted by the encoders' tokenizer)
-    for t in captions:
+    for t in captions if model else []:
         found = read_shard_entry(shard_path(root, KIND, model, keys[t]), required=())
         if found is not None:
             on_disk[t] = summarize(found[0])
             if (tokens := _tokens(found[1])) is not None:
                 counts[t] = tokens
     valid = set(gather_round(list(on_disk), ctx)[0])  # rank 0's view: every rank encodes the same chunks
-    record = signature_path(signatures, model, encoder) if signatures is not None else None
     signature = read_signature(record) if record is not None else None
     # learn what the encoders give from two probe captions (with the captions a cold run encodes)
     probe = signature is None and bool(captions)
@@ -173,6 +187,8 @@ def encode_texts_on_disk(
     def sink(group: int, text: str, tensors: dict[str, torch.Tensor]) -> bool:
         if group != 0 or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
             return False
+        if not model:  # the encoders are loaded: their files are here now
+            settle()
         if signature is not None and not stale and (why := misfit(_form(tensors), signature)):
             stale.append(why)  # every rank encodes the same chunks: every rank sees it
         if ctx.rank != 0:
@@ -201,6 +217,8 @@ def encode_texts_on_disk(
         )
 
     found = encode(missing, [*groups[1:], *([list(PROBE_TEXTS)] if probe else [])])
+    if not model:  # no caption was encoded (none given)
+        settle()
     if probe:
         probed = found.pop()
         signature = learn_signature([probed[t] for t in PROBE_TEXTS])

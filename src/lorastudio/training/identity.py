@@ -6,8 +6,9 @@ Identity = every setting of the resolved TrainConfig except those in RESUMABLE_F
 LoRA targets resolved (the family's defaults when unset), plus the dataset fingerprint (file
 names, image bytes and final captions of every dataset entry; `dataset_files` beside it, per image,
 lets a refusal say which files changed) and the base fingerprint (the
-content of the base's denoiser, VAE and text encoders, sampled: `base_fingerprint`; a checkpoint
-written before it was recorded resumes without the comparison). `data_dir` and the entries'
+content of the base's denoiser, VAE, text encoders and tokenizers, sampled: `base_fingerprint`,
+with its rule and parts, compared under the checkpoint's rule: training/identity_base.py; a
+checkpoint written before it was recorded resumes without the comparison). `data_dir` and the entries'
 `path`s are not part of it: a dataset that was moved but not changed still resumes. Nor are
 `latent_cache` / `latent_cache_max_gb` compared as set: the identity records the latent handling
 they give the run (cached once or encoded every step: training/identity_latents.py).
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.training.identity_base import BASE_KEYS, base_problems, base_record
 from lorastudio.training.identity_latents import (
     DERIVED,
     SETTINGS,
@@ -70,7 +72,7 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
 
 
 # identity keys that are no setting: absent from an older checkpoint, they are not compared
-_DERIVED_SINCE = frozenset({"base_fingerprint", "dataset_files"}) | DERIVED
+_DERIVED_SINCE = frozenset({"dataset_files"}) | BASE_KEYS | DERIVED
 _DIGEST = 16  # hex digits of each file's digests in dataset_files (a change, not a proof)
 _NAMED = 10  # files named per kind of change; the rest counted
 
@@ -154,47 +156,35 @@ def dataset_change(saved: Mapping[str, list[str]], current: Mapping[str, list[st
 UNUSED_REVISION = "unused_revision"
 
 
-def recorded_base_fingerprint(cfg: TrainConfig, denoiser: str, info: Mapping[str, Any], now: str) -> str:
-    """The base fingerprint of `cfg` as checkpoint `info` computed it (`now`: the one computed
-    without a revision): with the revision it recorded and never used beside a local folder
-    (training/checkpoint._without_unused_revision), whose missing components' parts name it."""
+def config_as_recorded(cfg: TrainConfig, info: Mapping[str, Any]) -> TrainConfig:
+    """`cfg` as checkpoint `info` fingerprinted its base: with the revision it recorded and never
+    used beside a local folder (training/checkpoint._without_unused_revision), whose missing
+    components' parts name it; else `cfg` itself."""
     unused = info.get(UNUSED_REVISION)
-    if not isinstance(unused, str):
-        return now
-    return base_fingerprint(cfg.model_copy(update={"revision": unused}), denoiser)
+    return cfg.model_copy(update={"revision": unused}) if isinstance(unused, str) else cfg
 
 
 def base_fingerprint(cfg: TrainConfig, denoiser: str) -> str:
     """A content fingerprint of the run's base: its `denoiser` component ("unet" / "transformer"),
-    VAE and text encoders, each file's sampled digest (data.disk_cache.component_fingerprint; a
-    single-file base: the file's). A base replaced in place (another checkpoint in the same folder,
-    a re-fetched hub snapshot) gives another fingerprint, so a resume onto it is refused."""
-    import hashlib
-
-    from lorastudio.data.disk_cache import component_fingerprint
-    from lorastudio.data.text_keys import text_fingerprint
-    from lorastudio.families.single_file import model_source
-
-    source = model_source(cfg)
-    parts = [
-        component_fingerprint(source, denoiser, cfg.revision),
-        component_fingerprint(source, "vae", cfg.revision),
-        text_fingerprint(source, cfg.revision),
-    ]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+    VAE and text encoders and tokenizers, each file's sampled digest
+    (data.disk_cache.component_fingerprint; a single-file base: the file's). A base replaced in
+    place (another checkpoint in the same folder, a re-fetched hub snapshot) gives another
+    fingerprint, so a resume onto it is refused. The identity records it with its rule and parts
+    (training/identity_base.base_record)."""
+    return str(base_record(cfg, denoiser)["base_fingerprint"])
 
 
 def run_identity(
     cfg: TrainConfig,
     dataset_fingerprint: str,
     default_targets: tuple[str, ...],
-    base: str | None = None,
+    base: str | Mapping[str, Any] | None = None,
     files: Mapping[str, list[str]] | None = None,
     latent_bytes: int | None = None,
 ) -> dict[str, Any]:
     """The identity of a run (JSON-able dict). Takes the resolved config, the dataset fingerprint,
     the family's default LoRA targets (used when cfg.lora_targets is unset), the base's
-    fingerprint (`base_fingerprint`; None: not part of it), the scan's `dataset_files` (None:
+    fields (identity_base.base_record; a string: the fingerprint alone; None: not part of it), the scan's `dataset_files` (None:
     not part of it) and the in-memory latent cache's size (data/latent_keys.run_cache_bytes;
     None: the latent settings are recorded, not the handling they give:
     training/identity_latents.py)."""
@@ -213,7 +203,7 @@ def run_identity(
     identity["lora_targets"] = sorted(set(cfg.lora_targets or default_targets))
     identity["dataset_fingerprint"] = dataset_fingerprint
     if base is not None:
-        identity["base_fingerprint"] = base
+        identity.update({"base_fingerprint": base} if isinstance(base, str) else base)
     if files is not None:
         identity["dataset_files"] = dict(files)
     return json.loads(json.dumps(identity))  # the values exactly as a JSON file gives them back
@@ -228,15 +218,16 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
     problems = []
     files = _files_record(saved.get("dataset_files")) and _files_record(current.get("dataset_files"))
     handling = compares_handling(saved, current)
-    skipped = {"dataset_files"} | DERIVED | (set(SETTINGS) if handling else set())
+    skipped = {"dataset_files"} | DERIVED | BASE_KEYS | (set(SETTINGS) if handling else set())
     if handling:
         problems += handling_problems(saved, current)
+    problems += base_problems(saved, current)  # under the checkpoint's rule (identity_base.py)
     for key in sorted(set(saved) | set(current)):
         was, now = saved.get(key, "<absent>"), current.get(key, "<absent>")
         if key not in saved and (key in _DERIVED_SINCE or _is_schema_default(key, now)):
             continue  # a setting newer than the checkpoint, left at its default: the maths the run had
         if key in skipped:
-            continue  # dataset_files: what dataset_fingerprint's problem says; latents: above
+            continue  # dataset_files: what dataset_fingerprint's problem says; latents, base: above
         if key == "dataset_fingerprint" and was != now and files:
             problems.append(
                 FieldProblem(key, dataset_change(saved["dataset_files"], current["dataset_files"]))
@@ -245,11 +236,8 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
         if was != now:
             problems.append(
                 FieldProblem(
-                    "base_model" if key == "base_fingerprint" else key,
-                    "the base model's weights differ from those the checkpoint was trained on "
-                    f"(fingerprint {_show(was)} then, {_show(now)} now): resume on the same base"
-                    if key == "base_fingerprint"
-                    else f"differs from the checkpoint (checkpoint: {_show(was)}, this run: {_show(now)}); "
+                    key,
+                    f"differs from the checkpoint (checkpoint: {_show(was)}, this run: {_show(now)}); "
                     "a resume must keep every setting that changes the maths"
                     + (old_checkpoint_note(saved) if key in SETTINGS else ""),
                 )

@@ -25,6 +25,7 @@ from lorastudio.training.compile import wants_compile
 from lorastudio.training.conditioning import CaptionPicker
 from lorastudio.training.distributed import StopPoll, wrap_denoiser
 from lorastudio.training.events import Emit, ModelLoadCompleted, ModelLoadStarted, Preparing
+from lorastudio.training.identity_base import settle_base
 from lorastudio.training.latents_disk import hold_latent_entry_early
 from lorastudio.training.loop_inputs import encode_conditioning, prepare_latents, run_latent_mode
 from lorastudio.training.noise import make_objective
@@ -87,6 +88,11 @@ def run_phases(
     if cfg.sample_prompts and state.ctx.is_main:
         state.previews = SamplePreviews(run, prompt_conds)
     params = _prepare_denoiser(run, state, emit, plan, decided_by, trials, attention)
+    # a hub base fetched by the loaders since the preflight: its content, not its id, is recorded
+    # (and, for a resume, compared: ConfigError naming the base); identity_base.settle_base
+    if state.identity.get("base_on_disk") is False:
+        saved = read_checkpoint_info(state.resume)["identity"] if state.resume is not None else None
+        state.identity = settle_base(state.identity, cfg, family.spec.denoiser, saved)
     stop()
     picker = CaptionPicker(
         [vs[0] for vs in variants],

@@ -26,13 +26,8 @@ from lorastudio.training.checkpoint import (
     run_dir_of,
 )
 from lorastudio.training.extend import finished_problem
-from lorastudio.training.identity import (
-    base_fingerprint,
-    check_identity,
-    dataset_files,
-    recorded_base_fingerprint,
-    run_identity,
-)
+from lorastudio.training.identity import check_identity, config_as_recorded, dataset_files, run_identity
+from lorastudio.training.identity_base import base_record, record_for
 from lorastudio.training.preflight import PreparedRun, preflight
 from lorastudio.training.run_files import kept_note, remove_leftovers, remove_session_files
 
@@ -63,7 +58,7 @@ def prepare_session(
     """
     if checkpoint is None:
         run = preflight(cfg, settings, device, progress=progress)
-        base = base_fingerprint(run.cfg, run.family.spec.denoiser)
+        base = base_record(run.cfg, run.family.spec.denoiser)
         return run, _identity(run, run.cfg, base)
     problems = resume_problems(cfg, checkpoint)
     if problems:
@@ -77,17 +72,17 @@ def prepare_session(
     run = dataclasses.replace(
         run, cfg=run.cfg.model_copy(update={"output_name": run_dir.name}), run_dir=run_dir
     )
-    base = base_fingerprint(run.cfg, run.family.spec.denoiser)
+    base = base_record(run.cfg, run.family.spec.denoiser)
     identity = _identity(run, run.cfg, base)
     before = run.cfg.model_copy(update={"steps": old_total}) if extended else run.cfg
-    recorded = recorded_base_fingerprint(
-        run.cfg, run.family.spec.denoiser, info, base
-    )  # as the checkpoint has it
-    check_identity(info["identity"], _identity(run, before, recorded))
+    # the base as the checkpoint's rule takes it (identity_base.py: a checkpoint of rule 1 resumes),
+    # with the revision it recorded beside a local folder (training/checkpoint.py)
+    then = record_for(info["identity"], config_as_recorded(run.cfg, info), run.family.spec.denoiser)
+    check_identity(info["identity"], _identity(run, before, then))
     return run, identity
 
 
-def _identity(run: PreparedRun, cfg: TrainConfig, base: str) -> dict[str, Any]:
+def _identity(run: PreparedRun, cfg: TrainConfig, base: dict[str, Any]) -> dict[str, Any]:
     """The identity of `run` with the settings `cfg` (its own, or its steps before an extension):
     with the latent cache's size as the run sizes it (training/loop_inputs.run_latent_mode), so it
     records the latent handling the run has."""

@@ -173,6 +173,14 @@ def test_the_clis_png_records_its_settings_and_they_render_it_again(tiny_model, 
     assert meta["loras"] == [{"file": str(lora), "scale": 0.5, "sha256": sha}] and meta["base_model"] == str(
         tiny_model("flux")
     )
+    from lorastudio.basemodels import resolve_base
+    from lorastudio.jobs.generation_base import base_identity
+    from lorastudio.settings import get_settings
+
+    found = resolve_base(str(tiny_model("flux")), "flux", get_settings())
+    assert meta["base_identity"] == base_identity(
+        found, "transformer", None
+    )  # as the gallery's (RELIABILITY 452)
     again = [
         "generate",
         "--base",

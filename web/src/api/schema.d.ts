@@ -2057,6 +2057,11 @@ export interface components {
              * @description a single-file base_model's base config
              */
             base_config?: string | null;
+            /**
+             * Base Identity
+             * @description the base model's content identity (null: an image from before it was recorded); GenerateBody.base_identity
+             */
+            base_identity?: string | null;
             /** Base Model */
             base_model?: string | null;
             /**
@@ -2119,6 +2124,11 @@ export interface components {
              * @description single-file base_model: pipeline folder or hub id of its configs (default: the original model's)
              */
             base_config?: string | null;
+            /**
+             * Base Identity
+             * @description the base model's content identity a gallery image records: given, a base whose files changed since (replaced, re-fetched) is refused (400 base_identity); null: the base as it is
+             */
+            base_identity?: string | null;
             /**
              * Base Model
              * @description hub id, absolute folder or .safetensors checkpoint, or name under models/
@@ -2194,6 +2204,11 @@ export interface components {
         };
         /** GenerateOut */
         GenerateOut: {
+            /**
+             * Base Identity
+             * @description the base model's content identity (send it again: GenerateBody.base_identity)
+             */
+            base_identity?: string | null;
             /** File */
             file: string;
             /**

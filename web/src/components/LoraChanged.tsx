@@ -24,3 +24,20 @@ export function LoraChanged({ changed, busy, onUseCurrent }: Props) {
     </div>
   );
 }
+
+/** The reused image's base model changed since it was made (the server's 400 `base_identity`): said
+ * on its own, with the choice of the base as it is now (nothing is retried on its own). */
+export function BaseChanged({ baseModel, busy, onUseCurrent }: { baseModel: string | null; busy: boolean; onUseCurrent: () => void }) {
+  if (!baseModel) return null;
+  return (
+    <div className="banner error" role="alert" data-testid="base-changed">
+      <p>
+        The base model {baseModel} changed since this image was made (it was replaced or fetched again): these settings would
+        now render another image. Nothing was generated.
+      </p>
+      <button type="button" className="secondary small" disabled={busy} onClick={onUseCurrent}>
+        Generate with the current base
+      </button>
+    </div>
+  );
+}

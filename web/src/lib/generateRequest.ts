@@ -7,16 +7,25 @@ import type { LoraPick } from "../components/LoraPicker";
 
 const GPU_RETRIES = 15;
 
-/** The reused image's revision / v_prediction, while `baseModel` is still the image's base model. */
+/** The reused image's revision / v_prediction and its base's content identity (the server then
+ * refuses a base replaced or re-fetched since, instead of rendering another image), while
+ * `baseModel` is still the image's base model. */
 export function reusedBaseSettings(
-  reused: Pick<GalleryImage, "base_model" | "revision" | "v_prediction"> | null,
+  reused: Pick<GalleryImage, "base_model" | "revision" | "v_prediction" | "base_identity"> | null,
   baseModel: string,
-): Pick<GenerateBody, "revision" | "v_prediction"> {
+): Pick<GenerateBody, "revision" | "v_prediction" | "base_identity"> {
   if (!reused || reused.base_model !== baseModel) return {};
   return {
     ...(reused.revision != null ? { revision: reused.revision } : {}),
     ...(reused.v_prediction != null ? { v_prediction: reused.v_prediction } : {}),
+    ...(reused.base_identity != null ? { base_identity: reused.base_identity } : {}),
   };
+}
+
+/** Whether the server refused the request because the base model's files changed since the reused
+ * image was made (its 400 problem `base_identity`). */
+export function baseChanged(err: unknown): boolean {
+  return err instanceof ApiError && err.status === 400 && err.problems.some((p) => /^(?:body\.)?base_identity$/.test(p.field));
 }
 
 /** POST /api/generate, retrying a 409 for a while when no job is live (a finished run may still

@@ -10,7 +10,7 @@ import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
 import { FamilyPicker } from "../components/FamilyPicker";
 import { Field } from "../components/Field";
 import { GallerySection, imageMeta, LoraChips } from "../components/Gallery";
-import { LoraChanged } from "../components/LoraChanged";
+import { BaseChanged, LoraChanged } from "../components/LoraChanged";
 import { type LoraPick, LoraPicker } from "../components/LoraPicker";
 import { guidanceBody, GuidanceFields } from "../components/GuidanceFields";
 import { ReferenceImages, ReferenceStrip, referencesOf } from "../components/ReferenceImages";
@@ -19,7 +19,7 @@ import { useRunPreset } from "../lib/runPreset";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { placeProblems } from "../lib/problems";
 import { isAbort, useAction, useLatest, useLoad } from "../lib/latest";
-import { changedLoras, currentFiles, generateWithRetry, newRequestId, picksOf, reusedBaseSettings } from "../lib/generateRequest";
+import { baseChanged, changedLoras, currentFiles, generateWithRetry, newRequestId, picksOf, reusedBaseSettings } from "../lib/generateRequest";
 
 /** The GenerateBody fields the form has an input for (a problem of another goes to the banner only). */
 const GENERATE_INPUTS: ReadonlySet<string> = new Set([
@@ -48,9 +48,9 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const [height, setHeight] = useState("512");
   const [guidance, setGuidance] = useState("");
   const [negative, setNegative] = useState("");
-  // a reused gallery image's hub revision and prediction type (no input of their own): sent
-  // while its base model is the one chosen, so the same settings render the same pixels
-  const [reusedBase, setReusedBase] = useState<Pick<GalleryImage, "base_model" | "revision" | "v_prediction"> | null>(null);
+  // a reused gallery image's hub revision, prediction type and base identity (no input of their own):
+  // sent while its base model is the one chosen, so the same settings render the same pixels
+  const [reusedBase, setReusedBase] = useState<Pick<GalleryImage, "base_model" | "revision" | "v_prediction" | "base_identity"> | null>(null);
   const [gallery, setGallery] = useState<GalleryImage[] | null>(null);
   // why the gallery's latest load failed (its own message: a generation's outcome never hides it)
   const [galleryError, setGalleryError] = useState<string | null>(null);
@@ -65,6 +65,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const [general, setGeneral] = useState<string | null>(null);
   // the picked LoRAs the server refused as changed since the reused image was made (their sha256)
   const [changed, setChanged] = useState<string[]>([]);
+  const [staleBase, setStaleBase] = useState<string | null>(null); // the base model refused as changed (base_identity)
 
   useEffect(() => {
     if (!info || !models || family || fromRunState.pending) return;
@@ -158,7 +159,8 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     setNegative(img.negative_prompt ?? "");
     choosePicks(picksOf(img));
     setRefs(referencesOf(img));
-    setReusedBase({ base_model: img.base_model, revision: img.revision, v_prediction: img.v_prediction });
+    setReusedBase({ base_model: img.base_model, revision: img.revision, v_prediction: img.v_prediction, base_identity: img.base_identity });
+    setStaleBase(null);
   };
 
   const singleFile = baseModel.toLowerCase().endsWith(".safetensors");
@@ -187,8 +189,9 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     e.preventDefault();
     void send(picks);
   };
-  /** Generate with `sending` as the LoRAs (the picks, or the picks without their sha256). */
-  const send = async (sending: LoraPick[]) => {
+  /** Generate with `sending` as the LoRAs (the picks, or the picks without their sha256); `currentBase`:
+   * without the reused image's base identity (the base as it is now). */
+  const send = async (sending: LoraPick[], currentBase = false) => {
     if (generating.current) return;
     generating.current = true;
     const rid = newRequestId();
@@ -199,7 +202,9 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     setGeneral(null);
     setNotice(null);
     setChanged([]);
-    const body: GenerateBody = { ...settings, loras: sending, request_id: rid };
+    setStaleBase(null);
+    const { base_identity: identity, ...rest } = settings;
+    const body: GenerateBody = { ...rest, ...(identity && !currentBase ? { base_identity: identity } : {}), loras: sending, request_id: rid };
     try {
       const res = await run(body);
       setGeneral(null);
@@ -216,7 +221,9 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
       // a reused image's LoRA file changed since: said on its own, with the choice of the file as it is now
       const stale = changedLoras(err, sending);
       setChanged(stale);
-      const onlyStale = stale.length > 0 && err instanceof ApiError && stale.length === err.problems.length;
+      const base = baseChanged(err); // the base model's files changed since: said on its own too
+      setStaleBase(base ? baseModel : null);
+      const onlyStale = (stale.length > 0 || base) && err instanceof ApiError && stale.length + Number(base) === err.problems.length;
       setGeneral(onlyStale ? null : err instanceof Error ? err.message : String(err));
     } finally {
       generating.current = false;
@@ -318,6 +325,14 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
               const now = currentFiles(picks);
               choosePicks(now);
               void send(now);
+            }}
+          />
+          <BaseChanged
+            baseModel={staleBase}
+            busy={busy}
+            onUseCurrent={() => {
+              setReusedBase((r) => (r ? { ...r, base_identity: null } : r));
+              void send(picks, true);
             }}
           />
           {notice && <div className="banner info">{notice}</div>}

@@ -71,6 +71,7 @@ async def generate(
         negative_prompt=body.negative_prompt,
         loras=tuple(LoraChoice(r.name, r.scale, r.step, r.sha256) for r in body.loras),
         references=tuple(body.references),
+        base_identity=body.base_identity,
     )
     request_id = body.request_id or f"unnamed-{uuid.uuid4().hex}"
     owner = object()  # this POST: its client leaving cancels its own request, never another's

@@ -1,0 +1,156 @@
+"""Content fingerprints of a base model's components, for the encode cache's keys
+(data/disk_cache.py, data/latent_keys.py, data/text_keys.py), a run's identity
+(training/identity_base.py) and what a gallery image records (jobs/generation_base.py).
+
+A component's fingerprint covers its files (names, sizes, a sample of their bytes: all of a
+file up to FULL_HASH_BYTES, else its header and SAMPLES spread chunks) and its config.json: a
+different VAE (even one with identical shapes, e.g. another random initialisation) is another
+model. Hand-written: diffusers and huggingface_hub keep no content hash of a local folder's
+weights. A hub id is read from the hub cache (its snapshot found by a bounded ref read); one
+not downloaded yet is fingerprinted by its id and revision (`source_on_disk` tells).
+
+Imports no torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from lorastudio.file_version import version_of
+
+FULL_HASH_BYTES = 64 * 1024 * 1024  # a file up to this size is hashed whole
+SAMPLES = 64  # chunks sampled from a larger file
+SAMPLE_BYTES = 64 * 1024
+# how component_fingerprint finds a hub-cache component: 1 (before session 26) by its config.json
+# only, 2 a tokenizer by its files too; a run's identity records the rule (training/identity.py)
+RULE = 2
+TOKENIZER_FILES = (
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "tokenizer.model",
+    "vocab.txt",
+    "special_tokens_map.json",
+)
+_file_memo: dict[tuple[Any, ...], str] = {}
+
+
+def _sampled_digest(path: Path) -> str:
+    """sha256 of a file's size and bytes (whole up to FULL_HASH_BYTES, else its first 1 MiB and
+    SAMPLES chunks spread evenly), memoised per path and file version (file_version.version_of)."""
+    st = path.stat()
+    memo_key = (str(path), *version_of(st))
+    hit = _file_memo.get(memo_key)
+    if hit is not None:
+        return hit
+    digest = hashlib.sha256(str(st.st_size).encode())
+    with path.open("rb") as fh:
+        if st.st_size <= FULL_HASH_BYTES:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+        else:
+            digest.update(fh.read(1 << 20))  # a safetensors header: names, shapes, offsets
+            step = st.st_size // SAMPLES
+            for n in range(SAMPLES):
+                fh.seek(n * step)
+                digest.update(fh.read(SAMPLE_BYTES))
+    _file_memo[memo_key] = digest.hexdigest()
+    return _file_memo[memo_key]
+
+
+def _hub_folder(repo: str, component: str, revision: str | None, rule: int = RULE) -> Path | None:
+    """The local snapshot folder of a hub repo's component, when the hub cache holds it: its
+    `<component>/config.json`, or (rule 2) for a tokenizer one of TOKENIZER_FILES (a tokenizer
+    folder has no config.json: rule 1 found none and fingerprinted it by the hub id). The
+    snapshot is found by basemodels.hubcache.cached_snapshot: its ref read bounded (a ref that
+    is a FIFO, a /dev/zero link or a sparse terabyte is no snapshot; huggingface_hub's
+    try_to_load_from_cache read a regular one whole, until the out-of-memory kill) in the hub
+    cache the environment names now."""
+    from lorastudio.basemodels.hubcache import cached_snapshot
+
+    snapshot = cached_snapshot(repo, revision)
+    folder = snapshot / component if snapshot is not None else None
+    markers = ("config.json", *(TOKENIZER_FILES if rule >= 2 and component.startswith("tokenizer") else ()))
+    return folder if folder is not None and any((folder / m).is_file() for m in markers) else None
+
+
+def _component_folder(
+    source: Any, component: str, revision: str | None, rule: int = RULE
+) -> tuple[Path | None, Path | None]:
+    """(the single file holding `component`, else None; the component's local folder, else None:
+    a hub id not in the local hub cache) of model_source `source`."""
+    file = getattr(source, "file", None)
+    holder = Path(file) if file is not None and component in getattr(source, "components", ()) else None
+    if file is not None:
+        source = source.config
+    folder = (
+        Path(source) / component
+        if Path(source).is_dir()
+        else _hub_folder(str(source), component, revision, rule)
+    )
+    return holder, folder if folder is not None and folder.is_dir() else None
+
+
+def component_on_disk(source: Any, component: str, revision: str | None) -> bool:
+    """Whether `component_fingerprint` of it is a content fingerprint now: its files are on this
+    machine (a folder, the hub cache, a single file holding it), not a hub id yet to download."""
+    holder, folder = _component_folder(source, component, revision)
+    return holder is not None or folder is not None
+
+
+def source_on_disk(source: Any, revision: str | None) -> bool:
+    """Whether model_source `source` is on this machine: a folder or a single file, or a hub id
+    whose snapshot at `revision` the hub cache holds whole (its model_index.json and a folder for
+    each component it names). False for a hub id yet to download, or partly downloaded: its
+    missing components' fingerprints name the id (`component_fingerprint`), not content, until
+    the loaders fetch them."""
+    if getattr(source, "file", None) is not None:
+        source = source.config
+    if Path(str(source)).is_dir():
+        return True
+    from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
+
+    snapshot = cached_snapshot(str(source), revision) if is_hub_id(str(source)) else None
+    return snapshot is not None and _whole(snapshot)
+
+
+def _whole(snapshot: Path) -> bool:
+    """Whether every component snapshot/model_index.json names (a [library, class] pair) has its
+    folder there (a model_index.json that is missing, over 1 MiB or not a JSON object: not whole)."""
+    index = snapshot / "model_index.json"
+    try:
+        if not index.is_file() or index.stat().st_size > 1 << 20:
+            return False
+        names = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(names, dict):
+        return False
+    parts = [k for k, v in names.items() if not k.startswith("_") and isinstance(v, list) and None not in v]
+    return all((snapshot / name).is_dir() for name in parts)
+
+
+def component_fingerprint(source: Any, component: str, revision: str | None, rule: int = RULE) -> str:
+    """A short content fingerprint of one component (e.g. "vae") of a run's base: `source` is
+    model_source(cfg) (a folder, a hub id, or a SingleFile holding the component). A hub id that
+    is not in the local hub cache is fingerprinted by its id and revision. `rule`: RULE, or 1
+    (before session 26: a hub-cache tokenizer by its id, its files unread) for the identity of a
+    checkpoint written then (training/identity.py)."""
+    parts: list[str] = [component]
+    holder, folder = _component_folder(source, component, revision, rule)
+    if holder is not None:
+        parts.append(_sampled_digest(holder))
+    if getattr(source, "file", None) is not None:
+        source = source.config  # a single file's configs (and the components it lacks)
+    if folder is None:
+        parts += [f"hub:{source}@{revision}"]
+    else:
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and not path.name.startswith("."):
+                parts += [path.name, _sampled_digest(path)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]

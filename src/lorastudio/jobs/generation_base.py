@@ -1,0 +1,41 @@
+"""What a gallery image records of its base model's content (jobs/generation.py): the base's
+content identity, the fingerprint a run's identity records of its base (training/identity_base
+.source_record: each file's name, size and a sample of its bytes, memoised per file version; a
+multi-GB pipeline is never hashed whole), so that its settings sent again on a base replaced
+under the same name (a models/ folder, a re-fetched snapshot, a single file) are refused, not
+rendered as another image, as a LoRA's sha256 is (fix 231). No torch here.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from lorastudio.basemodels import ResolvedBase
+from lorastudio.errors import FieldProblem
+
+
+def base_identity(base: ResolvedBase, denoiser: str, revision: str | None) -> str | None:
+    """The content identity of resolved `base` (`denoiser`: the family's "unet" / "transformer"),
+    or None when it is a hub id not downloaded yet (its files are not here to read: the worker's
+    loaders fetch it, and the identity is taken then)."""
+    from lorastudio.training.identity_base import source_record
+
+    source: Any = base.source
+    if base.file is not None:  # a single file: its components from it, the rest from its base config
+        source = SimpleNamespace(file=base.source, components=base.file.layout.components, config=base.config)
+    record = source_record(source, denoiser, revision)
+    return str(record["base_fingerprint"]) if record["base_on_disk"] else None
+
+
+def base_identity_problem(asked: str | None, now: str | None, base_model: str) -> FieldProblem | None:
+    """The refusal of a request that named base identity `asked` when the base's is `now`
+    (None: not comparable, a hub id yet to download; no refusal)."""
+    if asked is None or now is None or asked == now:
+        return None
+    return FieldProblem(
+        "base_identity",
+        f"the base model {base_model!r} is no longer the one this image was made with (its files "
+        f"changed: identity {asked} then, {now} now): it was replaced or re-fetched; leave "
+        "base_identity out to generate with the base as it is",
+    )

@@ -1,0 +1,51 @@
+"""A gallery image records its base model's content identity (jobs/generation_base.py), and its
+settings sent again on a base replaced under the same name are refused, not rendered as another
+image (RELIABILITY 452)."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from live_server import LOOPBACK
+from lorastudio.settings import Settings
+
+
+def test_a_gallery_image_records_its_base_and_a_replaced_base_is_refused_by_it(
+    studio_home: Path, tiny_model
+) -> None:
+    from lorastudio.api.app import create_app
+    from lorastudio.tiny import save_tiny_model
+
+    settings = Settings(home=studio_home)
+    settings.ensure_dirs()
+    base = settings.models_dir / "my-flux"
+    shutil.copytree(tiny_model("flux"), base)
+    body = {"family": "flux", "base_model": "my-flux", "prompt": "a red circle", "seed": 2,
+            "steps": 1, "width": 32, "height": 32}  # fmt: skip
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
+        made = client.post("/api/generate", json=body)
+        assert made.status_code == 201, made.text
+        identity = made.json()["base_identity"]
+        assert identity and len(identity) == 20
+        (listed,) = client.get("/api/gallery").json()["images"]
+        assert listed["base_identity"] == identity
+        png = Image.open(io.BytesIO(client.get(made.json()["url"]).content))
+        assert json.loads(png.text["lorastudio"])["base_identity"] == identity
+        again = {**body, "base_identity": listed["base_identity"]}
+        assert client.post("/api/generate", json=again).status_code == 201  # the same base: rendered
+
+        shutil.rmtree(base)
+        save_tiny_model("flux", base, seed=1)  # the same name, another model's weights
+        refused = client.post("/api/generate", json=again)
+        assert refused.status_code == 400, refused.text
+        (problem,) = refused.json()["problems"]
+        assert problem["field"] == "base_identity" and "'my-flux' is no longer the one" in problem["message"]
+        assert len(client.get("/api/gallery").json()["images"]) == 2  # nothing rendered for it
+        made = client.post("/api/generate", json=body)  # without it: the base as it is
+        assert made.status_code == 201 and made.json()["base_identity"] not in (None, identity)
