@@ -29,7 +29,8 @@ def _stopped_run(server: LiveServer, config: dict, image: str) -> dict:
     assert started.status_code == 201, started.text
     job_id = started.json()["id"]
     deadline = time.monotonic() + 90
-    while (client.get("/api/train/status").json()["job"]["progress"] or {}).get("step", 0) < 3:
+    # a job just accepted may still be in the status's queue, not yet its "job" (the dispatcher's turn)
+    while ((client.get("/api/train/status").json()["job"] or {}).get("progress") or {}).get("step", 0) < 3:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     generate = {

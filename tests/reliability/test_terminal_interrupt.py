@@ -31,7 +31,11 @@ def test_ctrl_c_interrupts_the_run_and_the_server_exits_quietly(
         )  # fmt: skip
         assert image.status_code == 201, image.text  # the generation worker is running now
         job = client.post("/api/train/start", json={"config": config}).json()
-        wait_for(lambda: client.get("/api/train/status").json()["job"]["steps_run"] >= 6, 120, "6 steps")
+        wait_for(
+            lambda: (client.get("/api/train/status").json()["job"] or {}).get("steps_run", 0) >= 6,
+            120,
+            "6 steps",
+        )
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
         assert proc.wait(60) == 0
     output = log.read_text()
