@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
 from lorastudio import families
 from lorastudio.errors import ConfigError
