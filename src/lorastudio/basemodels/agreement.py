@@ -1,10 +1,12 @@
-"""Do a pipeline folder's components belong together? Checked from their config.json files only
-(a few small JSON reads, no weights: the catalogue stays fast) against the family's declared
-config facts (FamilySpec.config_rules, families/config_rules.py), so a component of the right
-class from another model is refused before any load, naming it.
+"""Do a pipeline folder's components belong together? Checked from their config.json files
+(a few small JSON reads) against the family's declared config facts (FamilySpec.config_rules,
+families/config_rules.py), so a component of the right class from another model is refused
+before any load, naming it.
 
 Also: a diffusers component's config names its own class (`_class_name`); one that is not the
 class model_index.json loads it as is another model's (a Chroma transformer in a FLUX.1 folder).
+Then each component's weights against its own config (basemodels/weight_shapes.py: a few
+tensors' shapes from the safetensors headers, never the data).
 transformers configs (`architectures`) are not compared: real repos differ there.
 """
 
@@ -16,6 +18,7 @@ from typing import Any
 
 from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import listed_components, needs_weights
+from lorastudio.basemodels.weight_shapes import weight_disagreements
 from lorastudio.families.config_rules import Agrees, ConfigRule, Required, Value
 
 _MISSING = object()
@@ -139,17 +142,23 @@ def config_disagreements(
     disagree on, one message per component at most, each naming its config.json, the fact and
     what the family's other component takes; [] when they agree (or nothing can be judged: a
     missing config is component_missing's to report). `title` is the family's ("FLUX.1"),
-    `rules` its FamilySpec.config_rules. Reads config.json files only; never raises."""
+    `rules` its FamilySpec.config_rules. Reads config.json files, then the safetensors headers
+    the rules' `Shape`s name (basemodels/weight_shapes.py: headers only, cached per file
+    version; a folder without weights, a fetch's configs, has none read); never raises."""
     configs = _Configs(Path(folder), listed_components(index))
     blamed: dict[str, str] = dict(_class_problems(configs))
     for rule in rules:
         if isinstance(rule, Required):
             result = _check_required(rule, configs, title)
-        else:
+        elif isinstance(rule, Agrees):
             target = rule.target
             if not isinstance(target, int) and target.component in blamed:
                 continue  # measured against a component already found foreign
             result = _check_agrees(rule, configs, title)
+        else:
+            continue  # a Shape: the weights against their own config, below
         if result is not None and result[0] not in blamed:
             blamed[result[0]] = result[1]
-    return list(blamed.values())
+    # each component's safetensors headers against its own config.json (a config over another
+    # model's weights), the components already found foreign left out
+    return [*blamed.values(), *weight_disagreements(Path(folder), index, rules, skip=tuple(blamed))]

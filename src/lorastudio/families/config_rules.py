@@ -55,9 +55,6 @@ class Required:
     why: str  # "FluxPipeline shifts the latents by it"
 
 
-ConfigRule = Agrees | Required
-
-
 def vae_rules(
     denoiser: str, channels_key: str, in_channels_key: str, patch: int, latent: int, denoiser_what: str
 ) -> tuple[ConfigRule, ...]:
@@ -87,3 +84,88 @@ def shifted_vae(pipeline: str) -> tuple[ConfigRule, ...]:
         Required(Value("vae", ("scaling_factor",)), "VAE", f"{pipeline} scales the latents by it"),
         Required(Value("vae", ("shift_factor",)), "VAE", f"{pipeline} shifts the latents by it"),
     )
+
+
+# A factor of an expected dimension: a constant, or keys of the component's own config.json
+# (the first set; dotted keys read nested objects: "text_config.vocab_size").
+Factor = int | tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A tensor of `component`'s weights whose leading dimensions its config.json implies, read
+    from the safetensors headers (basemodels/weight_shapes.py: headers only, never the data).
+
+    `tensors` are name suffixes (a name equal to one or ending with "." + one: the same tensor
+    under a wrapper's prefix, "text_model." or "language_model.model."); every tensor matching
+    the first suffix found is checked. `dims` are the expected leading dimensions, each the
+    product of its factors (None: not checked). A component whose safetensors weights hold none
+    of `tensors` is another model's."""
+
+    component: str
+    tensors: tuple[str, ...]
+    dims: tuple[tuple[Factor, ...] | None, ...]
+    what: str  # the component's kind in words: "VAE", "text encoder", "transformer"
+
+    def __post_init__(self) -> None:
+        for dim in self.dims:
+            for factor in dim or ():
+                if not isinstance(factor, int) and not (
+                    isinstance(factor, tuple) and factor and all(isinstance(k, str) for k in factor)
+                ):
+                    raise TypeError(
+                        f"Shape {self.tensors[0]}: a factor is an int or a tuple of keys, not {factor!r}"
+                    )
+
+
+def autoencoder_shapes(latent_key: str = "latent_channels", base_key: str | None = None) -> tuple[Shape, ...]:
+    """A VAE's latent channels in its weights: the encoder's last conv writes mean and log-variance
+    (2 x latent channels), the decoder's first conv reads the latents; with `base_key` (the
+    Qwen-Image VAE's base_dim) the encoder's first conv writes that many channels."""
+    base = (Shape("vae", ("encoder.conv_in.weight",), (((base_key,),),), "VAE"),) if base_key else ()
+    return (
+        Shape("vae", ("encoder.conv_out.weight",), ((2, (latent_key,)),), "VAE"),
+        Shape("vae", ("decoder.conv_in.weight",), (None, ((latent_key,),)), "VAE"),
+        *base,
+    )
+
+
+def vision_shape(component: str = "text_encoder") -> Shape:
+    """A vision-language text encoder's vision tower (Qwen2.5-VL, Qwen3-VL): its patch embedding
+    [vision width, channels, temporal patch, patch, patch]. A text-only model's weights have none."""
+    return Shape(
+        component,
+        ("visual.patch_embed.proj.weight",),
+        (
+            (("vision_config.hidden_size", "vision_config.embed_dim"),),
+            None,
+            (("vision_config.temporal_patch_size",),),
+            (("vision_config.patch_size",),),
+            (("vision_config.patch_size",),),
+        ),
+        "text encoder",
+    )
+
+
+def qwen3_shape(component: str = "text_encoder") -> Shape:
+    """A Qwen3 text model's per-head query norm [head_dim], which Qwen2 / Qwen2.5 weights lack
+    (their embeddings can have the same shape)."""
+    return Shape(component, ("layers.0.self_attn.q_norm.weight",), ((("head_dim",),),), "text encoder")
+
+
+def embedding_shape(component: str, tensors: tuple[str, ...], width_keys: tuple[str, ...]) -> Shape:
+    """A text encoder's token embedding: vocab_size rows of its hidden size."""
+    vocab = ("text_config.vocab_size", "vocab_size")
+    return Shape(component, tensors, ((vocab,), (width_keys,)), "text encoder")
+
+
+def projection_shape(
+    component: str, tensor: str, out: tuple[Factor, ...], in_key: str, what: str = "transformer"
+) -> Shape:
+    """A linear projection of the denoiser: [out features, in features], in = one config key."""
+    return Shape(component, (tensor,), (out, ((in_key,),)), what)
+
+
+HEADS = (("num_attention_heads",), ("attention_head_dim",))  # a transformer's inner width
+
+ConfigRule = Agrees | Required | Shape

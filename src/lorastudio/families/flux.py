@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, flux_dit_predict, no_grad
-from lorastudio.families.config_rules import Agrees, Value, shifted_vae, vae_rules
+from lorastudio.families.config_rules import (
+    HEADS,
+    Agrees,
+    Value,
+    autoencoder_shapes,
+    embedding_shape,
+    projection_shape,
+    shifted_vae,
+    vae_rules,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -35,6 +44,12 @@ SPEC = FamilySpec(
             Value("transformer", ("joint_attention_dim",)),
             "text encoder",
         ),
+        # each component's weights against its own config (basemodels/weight_shapes.py)
+        *autoencoder_shapes(),
+        projection_shape("transformer", "x_embedder.weight", HEADS, "in_channels"),
+        projection_shape("transformer", "context_embedder.weight", HEADS, "joint_attention_dim"),
+        embedding_shape("text_encoder", ("token_embedding.weight",), ("hidden_size",)),
+        embedding_shape("text_encoder_2", ("shared.weight", "embed_tokens.weight"), ("d_model",)),
     ),
     objective="flow",
     latent_channels=16,

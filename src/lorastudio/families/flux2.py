@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING, Any
 from lorastudio.data.control_sizing import ControlSizing
 from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import DUAL_STREAM_QKV, no_grad
-from lorastudio.families.config_rules import Agrees, Value, vae_rules
+from lorastudio.families.config_rules import (
+    HEADS,
+    Agrees,
+    Value,
+    autoencoder_shapes,
+    embedding_shape,
+    projection_shape,
+    vae_rules,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -75,6 +83,10 @@ SPEC = FamilySpec(
             factor=3,
             how="3 stacked layers",
         ),
+        *autoencoder_shapes(),
+        projection_shape("transformer", "x_embedder.weight", HEADS, "in_channels"),
+        projection_shape("transformer", "context_embedder.weight", HEADS, "joint_attention_dim"),
+        embedding_shape("text_encoder", ("embed_tokens.weight",), ("text_config.hidden_size", "hidden_size")),
     ),
     objective="flow",
     latent_channels=128,  # 32 VAE channels x 2x2 patch

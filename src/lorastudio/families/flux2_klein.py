@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio.families.base import CaptionTokens, FamilySpec, Variant
 from lorastudio.families.common import no_grad
+from lorastudio.families.config_rules import qwen3_shape
 from lorastudio.families.flux2 import (
     FLUX2_SUPPORTS,
     FLUX2_TARGETS,
@@ -63,7 +64,8 @@ SPEC = FamilySpec(
     pipeline_class="Flux2KleinPipeline",
     accepted_pipelines=("Flux2KleinPipeline",),
     denoiser="transformer",
-    config_rules=FLUX2_SPEC.config_rules,  # Qwen3's hidden size x 3 stacked layers
+    # Qwen3's hidden size x 3 stacked layers; its weights a Qwen3's (a query norm per head)
+    config_rules=(*FLUX2_SPEC.config_rules, qwen3_shape()),
     objective="flow",
     latent_channels=128,
     vae_scale_factor=16,

@@ -28,7 +28,15 @@ from lorastudio.families.common import (
     unpack_patches,
     without_cudnn,
 )
-from lorastudio.families.config_rules import Agrees, Value
+from lorastudio.families.config_rules import (
+    HEADS,
+    Agrees,
+    Value,
+    autoencoder_shapes,
+    embedding_shape,
+    projection_shape,
+    vision_shape,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -48,6 +56,10 @@ SPEC = FamilySpec(
             Value("transformer", ("text_hidden_dim",)),
             "text encoder",
         ),
+        *autoencoder_shapes("z_dim", "base_dim"),
+        vision_shape(),
+        projection_shape("transformer", "img_in.weight", HEADS, "in_channels"),
+        embedding_shape("text_encoder", ("embed_tokens.weight",), ("text_config.hidden_size", "hidden_size")),
     ),
     objective="flow",
     latent_channels=16,

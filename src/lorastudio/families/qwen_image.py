@@ -18,7 +18,16 @@ from lorastudio.families.common import (
     unpack_2x2,
     without_cudnn,
 )
-from lorastudio.families.config_rules import Agrees, Value, vae_rules
+from lorastudio.families.config_rules import (
+    HEADS,
+    Agrees,
+    Value,
+    autoencoder_shapes,
+    embedding_shape,
+    projection_shape,
+    vae_rules,
+    vision_shape,
+)
 from lorastudio.families.real_rope import use_real_rope
 
 if TYPE_CHECKING:
@@ -39,6 +48,11 @@ SPEC = FamilySpec(
             Value("transformer", ("joint_attention_dim",)),
             "text encoder",
         ),
+        *autoencoder_shapes("z_dim", "base_dim"),
+        vision_shape(),
+        projection_shape("transformer", "img_in.weight", HEADS, "in_channels"),
+        projection_shape("transformer", "txt_in.weight", HEADS, "joint_attention_dim"),
+        embedding_shape("text_encoder", ("embed_tokens.weight",), ("text_config.hidden_size", "hidden_size")),
     ),
     objective="flow",
     latent_channels=16,

@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import no_grad
-from lorastudio.families.config_rules import Agrees, Value, vae_rules
+from lorastudio.families.config_rules import (
+    Agrees,
+    Shape,
+    Value,
+    autoencoder_shapes,
+    embedding_shape,
+    vae_rules,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -31,6 +38,11 @@ SPEC = FamilySpec(
             Value("unet", ("cross_attention_dim",)),
             "text encoder",
         ),
+        *autoencoder_shapes(),
+        Shape("unet", ("conv_in.weight",), (None, (("in_channels",),)), "U-Net"),
+        Shape("unet", ("conv_out.weight",), ((("out_channels",),),), "U-Net"),
+        embedding_shape("text_encoder", ("token_embedding.weight",), ("hidden_size",)),
+        embedding_shape("text_encoder_2", ("token_embedding.weight",), ("hidden_size",)),
     ),
     objective="ddpm",
     latent_channels=4,

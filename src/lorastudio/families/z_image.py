@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import no_grad
-from lorastudio.families.config_rules import Agrees, Value, shifted_vae, vae_rules
+from lorastudio.families.config_rules import (
+    Agrees,
+    Shape,
+    Value,
+    autoencoder_shapes,
+    embedding_shape,
+    projection_shape,
+    qwen3_shape,
+    shifted_vae,
+    vae_rules,
+)
 from lorastudio.families.real_rope import use_real_rope_processors
 
 if TYPE_CHECKING:
@@ -32,6 +42,17 @@ SPEC = FamilySpec(
             Value("transformer", ("cap_feat_dim",)),
             "text encoder",
         ),
+        *autoencoder_shapes(),
+        # the released 2x2 (x 1 frame) patch embedder: dim x (in_channels x 2 x 2)
+        Shape(
+            "transformer",
+            ("all_x_embedder.2-1.weight",),
+            ((("dim",),), (("in_channels",), 2, 2)),
+            "transformer",
+        ),
+        projection_shape("transformer", "cap_embedder.1.weight", (("dim",),), "cap_feat_dim"),
+        embedding_shape("text_encoder", ("embed_tokens.weight",), ("hidden_size",)),
+        qwen3_shape(),
     ),
     objective="flow",
     latent_channels=16,
