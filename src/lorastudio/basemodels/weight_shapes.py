@@ -105,7 +105,7 @@ def header_shapes(file: Path, suffixes: tuple[str, ...]) -> dict[str, list[int]]
     return found
 
 
-def _weight_files(folder: Path) -> list[str]:
+def weight_files(folder: Path) -> list[str]:
     """The .safetensors files a loader reads in component `folder`: the shards its non-variant
     weight index names, else the non-variant .safetensors files ([] when none)."""
     try:
@@ -163,17 +163,19 @@ def _expected(config: Mapping[str, Any], rule: Shape) -> tuple[list[int | None],
 
 def _check(folder: Path, comp: str, config: Mapping[str, Any], rules: Sequence[Shape]) -> str | None:
     """The first disagreement of component `comp`'s weights with its rules; None when none."""
-    files = _weight_files(folder / comp)
+    files = weight_files(folder / comp)
     if not files:
         return None
+    # one read per file for every rule of the component (one cache entry per file version)
+    suffixes = tuple(dict.fromkeys(t for rule in rules for t in rule.tensors))
+    headers = [(f, header_shapes(folder / comp / f, suffixes)) for f in files]
+    if any(h is None for _, h in headers):
+        return None  # an unreadable file is the loader's to report
     for rule in rules:
         expected = _expected(config, rule)
         if expected is None:
             continue
         dims, how = expected
-        headers = [(f, header_shapes(folder / comp / f, rule.tensors)) for f in files]
-        if any(h is None for _, h in headers):
-            return None  # an unreadable file is the loader's to report
         for suffix in rule.tensors:
             hits = [(f, n, s) for f, h in headers for n, s in (h or {}).items() if _matches(n, suffix)]
             if hits:
