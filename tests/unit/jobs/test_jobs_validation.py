@@ -98,6 +98,13 @@ def test_base_model_of_another_family_or_incomplete_is_refused(
         validate_run(_cfg(mixed), settings, live_output_names=set())
     assert "vae/config.json: latent_channels 4, FLUX.1's transformer takes 16" in _fields(err)["base_model"]
 
+    shapes_off = Path(shutil.copytree(tiny_model("flux"), tmp_path / "weights-off"))
+    weights = shapes_off / "text_encoder" / "model.safetensors"  # a CLIP of another width's weights
+    shutil.copy(tiny_model("sdxl") / "text_encoder_2" / "model.safetensors", weights)
+    with pytest.raises(ConfigError) as err:
+        validate_run(_cfg(shapes_off), settings, live_output_names=set())
+    assert "token_embedding.weight is [883, 64]" in _fields(err)["base_model"]
+
     for bad in ("not a hub id", "../up/model", str(tmp_path / "missing")):
         with pytest.raises(ConfigError) as err:
             validate_run(_cfg(tiny_model("flux"), base_model=bad), settings, live_output_names=set())

@@ -218,3 +218,19 @@ def test_a_folder_mixing_models_fails_before_any_load_naming_the_component(make_
         make_config(base_model=str(model)), ModelSourceError, "vae/config.json: latent_channels 4"
     )
     assert len(events) == 1  # failed before any model loaded
+
+
+def test_weights_of_another_model_under_the_right_config_fail_before_any_load(
+    make_config, tiny_model, tmp_path
+):
+    """FLUX.1's VAE config over SDXL's VAE weights: the configs agree, the weights do not (the run
+    used to fail in the VAE's load, after the text encoders had loaded and encoded)."""
+    model = Path(shutil.copytree(tiny_model("flux"), tmp_path / "model"))
+    (weights,) = (model / "vae").glob("*.safetensors")
+    shutil.copy(tiny_model("sdxl") / "vae" / weights.name, weights)
+    events = _fails(
+        make_config(base_model=str(model)),
+        ModelSourceError,
+        r"vae/diffusion_pytorch_model.safetensors: encoder.conv_out.weight is \[8, 32, 3, 3\]",
+    )
+    assert len(events) == 1  # failed before any model loaded
