@@ -49,8 +49,9 @@ class Recognition:
     # a known checkpoint (basemodels/checkpoints.py): "Qwen-Image-2512: <note>"; None when unlisted
     checkpoint: str | None = None
     distilled: bool | None = None  # step-distilled (turbo); None when nothing says
-    # components of another model, by their config.json against the family's config rules
-    # (basemodels/agreement.py): one message per component, each naming it; () when they agree
+    # components of another model, by their config.json against the family's config rules and
+    # their safetensors headers against their config (basemodels/agreement.py, weight_shapes.py):
+    # one message per component, each naming it; () when they agree
     foreign: tuple[str, ...] = ()
 
 
@@ -200,7 +201,8 @@ def vet_pipeline_folder(folder: Path, family: str) -> Recognition:
     Raises ModelSourceError: not a pipeline folder (GGUF, a single component, a single-file
     checkpoint), a pipeline no family trains (SD1.5, SD3, ...), a pipeline of another family,
     a component of another model (its config.json disagrees with the family's config rules,
-    basemodels/agreement.py; named with the fact), or an incomplete folder; every message says
+    basemodels/agreement.py, or its weights' shapes with its config, weight_shapes.py; named with
+    the fact), or an incomplete folder; every message says
     what is accepted instead.
     """
     folder = Path(folder)

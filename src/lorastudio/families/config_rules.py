@@ -3,12 +3,14 @@
 A pipeline folder can hold a component of the right class from another model (an SDXL VAE in a
 FLUX.1 folder, a CLIP of another width, a T5 of another size): every file is there, the loaders
 fail after minutes or the run trains garbage. These rules are checked against the components'
-config.json files only (no weights read) by basemodels/agreement.py, for local folders, single
-files' base configs and hub snapshots alike, before anything is loaded.
+config.json files by basemodels/agreement.py, for local folders, single files' base configs and
+hub snapshots alike, before anything is loaded; `Shape` rules against each component's
+safetensors headers (basemodels/weight_shapes.py: a config.json over another model's weights).
 
 - `Agrees`: the values of `parts` (summed when several; a part whose component the folder does
   not list is left out) times `factor` equal `target`'s value, or the constant `target`;
-- `Required`: a key the family's pipeline reads must be set (not missing, not null).
+- `Required`: a key the family's pipeline reads must be set (not missing, not null);
+- `Shape`: a tensor's leading dimensions are what the component's own config implies.
 A key missing from a diffusers config is not judged by `Agrees` (the class default applies); one
 missing from a transformers config (no `_class_name`: it writes every field of its class) marks
 that component as another class's.
