@@ -107,7 +107,8 @@ def header_shapes(file: Path, suffixes: tuple[str, ...]) -> dict[str, list[int]]
 
 def weight_files(folder: Path) -> list[str]:
     """The .safetensors files a loader reads in component `folder`: the shards its non-variant
-    weight index names, else the non-variant .safetensors files ([] when none)."""
+    weight index names, else the non-variant .safetensors files ([] when none, or when a shard
+    the index names is not there: a tensor could be in it)."""
     try:
         names = {p.name for p in folder.iterdir() if p.is_file()}
     except OSError:
@@ -120,9 +121,9 @@ def weight_files(folder: Path) -> list[str]:
     ):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             weight_map = read_json(folder / index).get("weight_map", {})
-            shards = sorted({v for v in weight_map.values() if isinstance(v, str) and v in names})
-            if shards:
-                return shards
+            shards = sorted({v for v in weight_map.values() if isinstance(v, str)})
+            if shards:  # a shard not there yet (a partial hub snapshot): the loader's to judge
+                return shards if names.issuperset(shards) else []
     return files
 
 

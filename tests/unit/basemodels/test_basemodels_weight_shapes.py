@@ -188,6 +188,13 @@ def test_a_sharded_component_is_read_through_its_weight_index(
     )
     assert f"transformer/{holder}: x_embedder.weight is [128, 128]" in rec.reason
 
+    # a shard not there yet (a partial hub snapshot, completed by the loader): a tensor could be
+    # in it, so no "holds no such tensor"; the missing shard is what the folder is refused for
+    (mixed / "transformer" / holder).unlink()
+    rec = inspect_folder(mixed)
+    assert "x_embedder" not in (rec.reason or "")
+    assert rec.missing == (f"transformer/{holder}",)
+
 
 def test_headers_are_read_once_per_file_version_and_never_past_their_bound(
     copy_tiny: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
