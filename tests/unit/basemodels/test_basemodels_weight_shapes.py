@@ -229,3 +229,33 @@ def test_the_catalogue_lists_such_a_folder_as_not_trainable(
     ]
     assert not entry.trainable
     assert "encoder.conv_out.weight is [8, 32, 3, 3]" in (entry.reason or "")
+
+
+@pytest.mark.slow
+def test_the_released_shapes_pass_with_every_declared_tensor_found(tmp_path: Path) -> None:
+    """The header-only pipelines of the released FLUX.1-dev, Qwen-Image, Z-Image and SDXL configs
+    (bench/header_pipelines.py: every tensor's real name and shape), their components listed."""
+    from bench.header_pipelines import build_flux1, build_qwen_image, build_sdxl, build_z_image
+
+    for build, family in (
+        (build_flux1, "flux"),
+        (build_qwen_image, "qwen-image"),
+        (build_z_image, "z-image"),
+        (build_sdxl, "sdxl"),
+    ):
+        folder = build(tmp_path)
+        index = json.loads((folder / "model_index.json").read_text())
+        for comp in (p for p in folder.iterdir() if (p / "config.json").is_file()):
+            meta = json.loads((comp / "config.json").read_text())
+            index[comp.name] = (
+                ["diffusers", meta["_class_name"]] if "_class_name" in meta else ["transformers", "AutoModel"]
+            )
+        (folder / "model_index.json").write_text(json.dumps(index))
+        assert inspect_folder(folder).trainable, family
+        shapes = [r for r in families.get(family).spec.config_rules if isinstance(r, Shape)]
+        for rule in shapes:
+            files = ws.weight_files(folder / rule.component)
+            assert any(ws.header_shapes(folder / rule.component / f, rule.tensors) for f in files), (
+                family,
+                rule,
+            )
