@@ -36,7 +36,9 @@ CACHE_ENTRIES = 8192
 
 # (path, file version, suffixes) -> {tensor name: shape} of the tensors matching a suffix;
 # None when the header cannot be read
-_cache: OrderedDict[tuple[str, FileVersion, tuple[str, ...]], dict[str, list[int]] | None] = OrderedDict()
+_cache: OrderedDict[tuple[str, FileVersion, tuple[str, ...]], dict[str, list[int] | None] | None] = (
+    OrderedDict()
+)
 _lock = threading.Lock()
 
 
@@ -65,9 +67,9 @@ def _read_header(fd: int, size: int) -> dict[str, Any] | None:
     return header if isinstance(header, dict) else None
 
 
-def header_shapes(file: Path, suffixes: tuple[str, ...]) -> dict[str, list[int]] | None:
+def header_shapes(file: Path, suffixes: tuple[str, ...]) -> dict[str, list[int] | None] | None:
     """{tensor name: shape} of the tensors of safetensors `file` whose name matches one of
-    `suffixes` (packed pre-quantised dtypes left out); None when the file is no readable
+    `suffixes` (shape None for a packed pre-quantised dtype: there, not judged); None when the file is no readable
     safetensors file (not a regular file, a header over MAX_HEADER_BYTES or past the file's end,
     not JSON). Reads the header only, once per file version."""
     try:
@@ -89,15 +91,16 @@ def header_shapes(file: Path, suffixes: tuple[str, ...]) -> dict[str, list[int]]
             header = None
     finally:
         os.close(fd)
-    found: dict[str, list[int]] | None = None
+    found: dict[str, list[int] | None] | None = None
     if header is not None:
         found = {}
         for name, meta in header.items():
-            if name == "__metadata__" or not isinstance(meta, dict) or meta.get("dtype") in _PACKED:
+            if name == "__metadata__" or not isinstance(meta, dict):
                 continue
             shape = meta.get("shape")
             if isinstance(shape, list) and any(_matches(name, s) for s in suffixes):
-                found[name] = [d for d in shape if isinstance(d, int)]
+                packed = meta.get("dtype") in _PACKED
+                found[name] = None if packed else [d for d in shape if isinstance(d, int)]
     with _lock:
         _cache[key] = found
         while len(_cache) > CACHE_ENTRIES:
@@ -188,6 +191,8 @@ def _check(folder: Path, comp: str, config: Mapping[str, Any], rules: Sequence[S
                 f"{rule.what} has: these weights are another model's"
             )
         for file, name, shape in hits:
+            if shape is None:
+                continue  # packed (pre-quantised): its stored shape is not the model's
             if len(shape) < len(dims) or any(
                 d is not None and d != s for d, s in zip(dims, shape, strict=False)
             ):

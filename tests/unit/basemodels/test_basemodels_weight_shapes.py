@@ -258,3 +258,20 @@ def test_the_released_shapes_pass_with_every_declared_tensor_found(tmp_path: Pat
             files = ws.weight_files(folder / rule.component)
             found = [ws.header_shapes(folder / rule.component / f, rule.tensors) for f in files]
             assert any(found), (family, rule)
+
+
+def test_packed_pre_quantised_tensors_are_there_but_not_judged(copy_tiny: Callable[..., Path]) -> None:
+    """A 4-bit packed tensor (U8, [n / 2, 1]) stores another shape than the model's: present, not
+    compared (the same folder with it as bf16 of that shape is refused)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    model = copy_tiny("flux")
+    weights = model / "transformer" / "diffusion_pytorch_model.safetensors"
+    tensors = load_file(weights)
+    tensors["x_embedder.weight"] = torch.zeros(1024, 1, dtype=torch.uint8)  # 32 x 64 / 2 packed
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    assert inspect_folder(model).trainable
+    tensors["x_embedder.weight"] = torch.zeros(1024, 1, dtype=torch.bfloat16)
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    assert "x_embedder.weight is [1024, 1]" in (inspect_folder(model).reason or "")
