@@ -28,6 +28,7 @@ RUNS = {
     "prodigy": ({"optimizer": "prodigy", "learning_rate": 0.01}, 2),
     "valreg": ({"validation_split": 0.25, "datasets": "REG"}, 2),
     "disk": ({"latent_cache": "disk"}, 2),
+    "rev": ({"revision": "main"}, 2),  # a revision beside a local folder (never used)
     "capfiles": ({"data_dir": "CAPFILES", "latent_cache": "disk", "default_caption": "a shape"}, 2),
     "done": ({}, None),
 }
@@ -88,7 +89,11 @@ def build(home: Path) -> dict:
             summary["runs"][name] = {"refused": str(exc)[:400]}
             continue
         events, check = _stop_at(stop) if stop else ([], None)
-        result = train(config, events.append, check, device="cpu")
+        try:
+            result = train(config, events.append, check, device="cpu")
+        except Exception as exc:  # noqa: BLE001 - refused by the old code (its preflight): recorded
+            summary["runs"][name] = {"refused": str(exc)[:400]}
+            continue
         summary["runs"][name] = {"raw": raw, "stopped": bool(result.stopped), "losses": list(result.losses)}
         if stop:  # the same run uninterrupted: what an exact resume must reproduce
             full = train(config.model_copy(update={"output_name": f"{name}-full"}), [].append, device="cpu")
@@ -123,7 +128,9 @@ def _app_work(settings, model: Path, vlm: Path) -> tuple[list, dict]:
                     "steps": 2, "width": 32, "height": 32, "loras": loras}  # fmt: skip
             made = client.post("/api/generate", json=body)
             images.append({"status": made.status_code, "body": body, "out": made.json()})
-        job = client.post("/api/datasets/cards/caption", json={"model": str(vlm), "max_tokens": 4, "overwrite": True})
+        job = client.post(
+            "/api/datasets/cards/caption", json={"model": str(vlm), "max_tokens": 4, "overwrite": True}
+        )
         caption = {"start": job.status_code, "out": job.json()}
         if job.status_code == 202:
             for _ in range(600):
@@ -139,4 +146,9 @@ if __name__ == "__main__":
     home = Path(sys.argv[1])
     out = build(home)
     (home.parent / "old_home.json").write_text(json.dumps(out, indent=1, default=str))
-    print(json.dumps({k: (v if k != "runs" else {n: list(r) for n, r in v.items()}) for k, v in out.items()}, default=str)[:3000])
+    print(
+        json.dumps(
+            {k: (v if k != "runs" else {n: list(r) for n, r in v.items()}) for k, v in out.items()},
+            default=str,
+        )[:3000]
+    )

@@ -28,8 +28,10 @@ def splits_regularisation(identity: Mapping[str, Any]) -> bool:
     """Whether the run of `identity` (as recorded) has a validation split and a regularisation
     entry: the runs whose held-out images changed with rule 2."""
     entries = identity.get("datasets")
-    return bool(identity.get("validation_split")) and isinstance(entries, list) and any(
-        isinstance(e, Mapping) and e.get("regularisation") is True for e in entries
+    return (
+        bool(identity.get("validation_split"))
+        and isinstance(entries, list)
+        and any(isinstance(e, Mapping) and e.get("regularisation") is True for e in entries)
     )
 
 
