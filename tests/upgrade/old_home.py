@@ -30,6 +30,7 @@ RUNS = {
     "disk": ({"latent_cache": "disk"}, 2),
     "rev": ({"revision": "main"}, 2),  # a revision beside a local folder (never used)
     "capfiles": ({"data_dir": "CAPFILES", "latent_cache": "disk", "default_caption": "a shape"}, 2),
+    "kohya": ({"data_dir": "KOHYA", "kohya_folders": True}, 2),  # in place, .caption files beside
     "done": ({}, None),
 }
 
@@ -76,9 +77,13 @@ def build(home: Path) -> dict:
     shutil.copytree(shapes, capfiles)
     for txt in capfiles.glob("*.txt"):
         txt.rename(txt.with_suffix(".caption"))
+    kohya_in_place = home.parent / "kohya-in-place"  # a kohya folder of images with .caption files
+    (kohya_in_place / "2_sks shape").mkdir(parents=True)
+    for img in sorted(capfiles.glob("*"))[:8]:
+        shutil.copy(img, kohya_in_place / "2_sks shape" / img.name)
     summary: dict = {"runs": {}}
     for name, (extra, stop) in RUNS.items():
-        data = capfiles if extra.get("data_dir") == "CAPFILES" else shapes
+        data = {"CAPFILES": capfiles, "KOHYA": kohya_in_place}.get(str(extra.get("data_dir")), shapes)
         raw = _settings(model, data, name, {k: v for k, v in extra.items() if k != "data_dir"})
         if raw.get("datasets") == "REG":  # the subject beside class images (regularisation)
             del raw["data_dir"]

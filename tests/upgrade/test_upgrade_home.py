@@ -97,10 +97,16 @@ def test_an_old_home_upgrades(home: tuple[Path, dict]) -> None:
     assert cached
 
     # refused early, naming the reason: Prodigy's lr floor (fix 371), the split rule (fix 372)
-    for name, field in (("prodigy", "learning_rate"), ("valreg", "validation_split")):
+    # and the kohya caption rule (fix 470, its captions now the .caption files': fix 491)
+    for name, field, why in (
+        ("prodigy", "learning_rate", "below 0.1"),
+        ("valreg", "validation_split", "split rule 1"),
+        ("kohya", "dataset_fingerprint", "RELIABILITY 470"),
+    ):
         refused = _cli("train", "--resume", name, "--device", "cpu")
         assert refused.returncode == 2, refused.stderr[-2000:]
-        assert f"- {field}:" in refused.stderr and "loading" not in refused.stderr, refused.stderr[-2000:]
+        assert f"- {field}:" in refused.stderr and why in refused.stderr, refused.stderr[-2000:]
+        assert "loading" not in refused.stderr, refused.stderr[-2000:]
 
     with TestClient(create_app(get_settings()), base_url="http://127.0.0.1") as client:
         images = client.get("/api/gallery").json()["images"]

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.identity_base import BASE_KEYS, base_problems, base_record
-from lorastudio.training.identity_holdout import HOLDOUT_RULE, holdout_problems, holdout_record
 from lorastudio.training.identity_latents import (
     DERIVED,
     SETTINGS,
@@ -31,6 +30,7 @@ from lorastudio.training.identity_latents import (
     latent_record,
     old_checkpoint_note,
 )
+from lorastudio.training.identity_rules import RULE_KEYS, holdout_problems, kohya_caption_note, rules_record
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -73,7 +73,7 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
 
 
 # identity keys that are no setting: absent from an older checkpoint, they are not compared
-_DERIVED_SINCE = frozenset({"dataset_files", HOLDOUT_RULE}) | BASE_KEYS | DERIVED
+_DERIVED_SINCE = frozenset({"dataset_files"}) | RULE_KEYS | BASE_KEYS | DERIVED
 _DIGEST = 16  # hex digits of each file's digests in dataset_files (a change, not a proof)
 _NAMED = 10  # files named per kind of change; the rest counted
 
@@ -207,7 +207,7 @@ def run_identity(
         identity.update({"base_fingerprint": base} if isinstance(base, str) else base)
     if files is not None:
         identity["dataset_files"] = dict(files)
-    identity.update(holdout_record(cfg))
+    identity.update(rules_record(cfg))
     return json.loads(json.dumps(identity))  # the values exactly as a JSON file gives them back
 
 
@@ -220,7 +220,7 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
     problems = []
     files = _files_record(saved.get("dataset_files")) and _files_record(current.get("dataset_files"))
     handling = compares_handling(saved, current)
-    skipped = {"dataset_files", HOLDOUT_RULE} | DERIVED | BASE_KEYS | (set(SETTINGS) if handling else set())
+    skipped = {"dataset_files"} | RULE_KEYS | DERIVED | BASE_KEYS | (set(SETTINGS) if handling else set())
     if handling:
         problems += handling_problems(saved, current)
     problems += base_problems(saved, current)  # under the checkpoint's rule (identity_base.py)
@@ -233,7 +233,11 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
             continue  # dataset_files: what dataset_fingerprint's problem says; latents, base: above
         if key == "dataset_fingerprint" and was != now and files:
             problems.append(
-                FieldProblem(key, dataset_change(saved["dataset_files"], current["dataset_files"]))
+                FieldProblem(
+                    key,
+                    dataset_change(saved["dataset_files"], current["dataset_files"])
+                    + kohya_caption_note(saved, current),
+                )
             )
             continue
         if was != now:
@@ -242,7 +246,8 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
                     key,
                     f"differs from the checkpoint (checkpoint: {_show(was)}, this run: {_show(now)}); "
                     "a resume must keep every setting that changes the maths"
-                    + (old_checkpoint_note(saved) if key in SETTINGS else ""),
+                    + (old_checkpoint_note(saved) if key in SETTINGS else "")
+                    + (kohya_caption_note(saved, current) if key == "dataset_fingerprint" else ""),
                 )
             )
     return problems

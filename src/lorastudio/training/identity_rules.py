@@ -1,6 +1,7 @@
-"""The validation split's rule in a run's identity (no torch here).
+"""The rules a run's identity records because a later version read the same settings and files
+otherwise (no torch here): the validation split's and the kohya folders' caption rule.
 
-Rule 2 (session 26, RELIABILITY 372): a regularisation entry holds no image out, so a run with
+The split: rule 2 (session 26, RELIABILITY 372): a regularisation entry holds no image out, so a run with
 `validation_split` and a regularisation entry trains (and validates on) other images than the
 same run under rule 1, which took the split from every entry. Only such a run records
 `holdout_rule` (runs without a regularisation entry, or without a split, hold out exactly what
@@ -8,6 +9,12 @@ they did: their checkpoints of either rule resume bitwise). A checkpoint of such
 without the record (rule 1) is refused on resume with the reason: continued under rule 2 it
 would silently train on other images than it did (its class images held out before now train,
 its validation loss measures another set), never the run it continues.
+
+The kohya captions: rule 2 (session 26, RELIABILITY 470): a kohya folder read in place takes an
+image's `.caption` as well as its `.txt` (rule 1: `.txt` only, else the folder's words). A run
+with `kohya_folders` records `kohya_caption_rule`; a checkpoint without it whose dataset
+fingerprint differs is refused as any changed dataset is, the problem saying that the rule, not
+an edit, may be what changed (RELIABILITY 491).
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ if TYPE_CHECKING:
 
 HOLDOUT_RULE = "holdout_rule"
 RULE = 2  # regularisation entries hold none out (data/holdout.py)
+KOHYA_CAPTION_RULE = "kohya_caption_rule"
+KOHYA_RULE = 2  # a kohya folder's .caption files are read (data/kohya_captions.py)
+RULE_KEYS = frozenset({HOLDOUT_RULE, KOHYA_CAPTION_RULE})
 
 
 def splits_regularisation(identity: Mapping[str, Any]) -> bool:
@@ -35,12 +45,32 @@ def splits_regularisation(identity: Mapping[str, Any]) -> bool:
     )
 
 
-def holdout_record(cfg: TrainConfig) -> dict[str, int]:
-    """{"holdout_rule": RULE} for a run with a validation split and a regularisation entry, else {}."""
+def rules_record(cfg: TrainConfig) -> dict[str, int]:
+    """{"holdout_rule": RULE} for a run with a validation split and a regularisation entry and
+    {"kohya_caption_rule": KOHYA_RULE} for a run reading kohya folders; else neither."""
     entries = cfg.datasets or []
+    record = {}
     if cfg.validation_split and any(e.regularisation for e in entries):
-        return {HOLDOUT_RULE: RULE}
-    return {}
+        record[HOLDOUT_RULE] = RULE
+    if cfg.kohya_folders:
+        record[KOHYA_CAPTION_RULE] = KOHYA_RULE
+    return record
+
+
+def kohya_caption_note(saved: Mapping[str, Any], current: Mapping[str, Any]) -> str:
+    """The note a changed dataset's problem adds when the checkpoint read its kohya folders'
+    captions under an older rule than this run ("" otherwise)."""
+    if saved.get("kohya_folders") is not True or KOHYA_CAPTION_RULE not in current:
+        return ""
+    was = saved.get(KOHYA_CAPTION_RULE, 1)
+    if was == current[KOHYA_CAPTION_RULE]:
+        return ""
+    return (
+        f" (the checkpoint read its kohya folders' captions under rule {was}, `.txt` only, else the folder's "
+        "words; this version reads each image's `.caption` too (RELIABILITY 470): an image captioned by a "
+        "`.caption` file now trains on it, so the run cannot continue as it was; start a new run, or finish "
+        "this one with the version that wrote it)"
+    )
 
 
 def holdout_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[FieldProblem]:
