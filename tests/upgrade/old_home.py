@@ -103,6 +103,9 @@ def build(home: Path) -> dict:
         if stop:  # the same run uninterrupted: what an exact resume must reproduce
             full = train(config.model_copy(update={"output_name": f"{name}-full"}), [].append, device="cpu")
             summary["runs"][name]["full_losses"] = list(full.losses)
+    cli_config = home.parent / "cli-run.json"  # a run of the CLI: recorded in the run store
+    cli_config.write_text(json.dumps(_settings(model, shapes, "clirun", {"steps": 2, "save_every": None})))
+    summary["cli_run"] = _cli(["train", str(cli_config), "--device", "cpu"])
     summary["cache"] = _cli(["cache", "ls"])
     # a kohya import and a caption job, a gallery image with a LoRA: through the old app
     kohya = home.parent / "kohya-src"

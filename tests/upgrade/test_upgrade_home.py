@@ -93,6 +93,11 @@ def test_an_old_home_upgrades(home: tuple[Path, dict]) -> None:
         n in listed.stdout for n in ("shapes", "reg", "capfiles", "ko-3_sks shape")
     )
     assert _cli("lora", "list", "done").returncode == 0
+    assert old["cli_run"]["rc"] == 0, old["cli_run"]
+    runs_listed = _cli("runs", "list")  # the old CLI run's record in the run store
+    assert runs_listed.returncode == 0 and "clirun" in runs_listed.stdout, (
+        runs_listed.stdout + runs_listed.stderr
+    )
     cached = _shards(folder)
     assert cached
 
@@ -109,6 +114,9 @@ def test_an_old_home_upgrades(home: tuple[Path, dict]) -> None:
         assert "loading" not in refused.stderr, refused.stderr[-2000:]
 
     with TestClient(create_app(get_settings()), base_url="http://127.0.0.1") as client:
+        (run,) = [r for r in client.get("/api/runs").json()["runs"] if r["output_name"] == "clirun"]
+        assert (run["output_name"], run["status"], run["steps_run"]) == ("clirun", "completed", 2)
+        assert client.get(f"/api/runs/{run['id']}").status_code == 200
         images = client.get("/api/gallery").json()["images"]
         assert len(images) == len(old["gallery"])
         for made in old["gallery"]:  # the LoRAs unchanged yet: each image renders again, the same
@@ -135,6 +143,8 @@ def test_an_old_home_upgrades(home: tuple[Path, dict]) -> None:
         assert resumed.losses == runs[name]["full_losses"], name
     assert _shards(folder).keys() == cached.keys()  # the old entries read, none written anew
 
+    shown = _cli("runs", "show", run["id"])
+    assert shown.returncode == 0 and "clirun" in shown.stdout, shown.stdout + shown.stderr
     pruned = _cli("cache", "prune", "--max-gb", "0")
     assert pruned.returncode == 0, pruned.stderr
     assert _cli("cache", "clear", "--yes").returncode == 0
