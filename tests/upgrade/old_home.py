@@ -31,8 +31,10 @@ RUNS = {
     "rev": ({"revision": "main"}, 2),  # a revision beside a local folder (never used)
     "capfiles": ({"data_dir": "CAPFILES", "latent_cache": "disk", "default_caption": "a shape"}, 2),
     "kohya": ({"data_dir": "KOHYA", "kohya_folders": True}, 2),  # in place, .caption files beside
+    "hub": ({"base_model": "acme/flux", "latent_cache": "disk"}, 2),  # a hub-cache base (tokenizer keys)
     "done": ({}, None),
 }
+HUB_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 def _stop_at(step: int):
@@ -59,6 +61,7 @@ def _settings(model: Path, data: Path, name: str, extra: dict) -> dict:
 
 def build(home: Path) -> dict:
     os.environ["LORASTUDIO_HOME"] = str(home)
+    os.environ["HF_HUB_CACHE"] = str(home.parent / "hf-cache")  # before huggingface_hub is imported
     from lorastudio.config import TrainConfig
     from lorastudio.settings import get_settings
     from lorastudio.tiny import make_sample_dataset, save_tiny_model
@@ -69,6 +72,10 @@ def build(home: Path) -> dict:
     settings = get_settings()
     settings.ensure_dirs()
     model = save_tiny_model("flux", settings.models_dir / "tiny-flux")
+    snapshot = home.parent / "hf-cache" / "models--acme--flux" / "snapshots" / HUB_COMMIT
+    shutil.copytree(model, snapshot)  # the tiny FLUX.1 as the hub cache keeps "acme/flux"
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text(HUB_COMMIT)
     vlm = save_tiny_vlm(settings.models_dir / "tiny-vlm")
     shapes = make_sample_dataset(settings.datasets_dir / "shapes")
     reg = make_sample_dataset(settings.datasets_dir / "reg", seed=1)

@@ -2,8 +2,8 @@
 code of the session's start (commit OLD, extracted with `git archive`; tests/upgrade/old_home.py
 run on it) is opened by this code. Every stopped run resumes bitwise onto the run the old code
 made uninterrupted, or is refused early (exit 2, before any model loads) naming why; gallery
-images render again pixel for pixel; the disk cache is reused (no entry re-encoded) and can be
-pruned and cleared; the old caption job, kept only in the old server's memory, is answered as
+images render again pixel for pixel; the disk cache is reused (no entry re-encoded but a hub base's
+text entry, whose key now covers its tokenizer's files) and can be pruned and cleared; the old caption job, kept only in the old server's memory, is answered as
 unknown. Skipped where the repository lacks the old commit (a shallow clone)."""
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
+from safetensors.torch import load_file
 
 OLD = "a85de674"  # the session's start
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +58,11 @@ def home(old_home: tuple[Path, dict], monkeypatch: pytest.MonkeyPatch) -> tuple[
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    """This code's CLI on the home (LORASTUDIO_HOME set by `home`) with the old home's hub cache."""
+    from lorastudio.settings import get_settings
+
+    hub = get_settings().home.parent / "hf-cache"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
         [sys.executable, "-m", "lorastudio.cli", *args], env=env, capture_output=True, text=True
     )
@@ -142,6 +148,17 @@ def test_an_old_home_upgrades(home: tuple[Path, dict]) -> None:
         )
         assert resumed.losses == runs[name]["full_losses"], name
     assert _shards(folder).keys() == cached.keys()  # the old entries read, none written anew
+
+    # a hub-cache base: its text entry was keyed by the tokenizer's hub id (rule 1), now by its
+    # files: re-encoded under the new key (the old entry left unread, prunable), never misread
+    hub_run = _cli("train", "--resume", "hub", "--device", "cpu")
+    assert hub_run.returncode == 0, hub_run.stderr[-2000:]
+    lora, full = (load_file(str(folder / "outputs" / n / f"{n}.safetensors")) for n in ("hub", "hub-full"))
+    assert lora.keys() == full.keys() and all(torch.equal(lora[k], full[k]) for k in lora)
+    entries = {Path(k).parts[2:4] for k in _shards(folder)}
+    assert {Path(k).parts[2:4] for k in cached} < entries and all(
+        kind == "text" for kind, _ in entries - {Path(k).parts[2:4] for k in cached}
+    )
 
     shown = _cli("runs", "show", run["id"])
     assert shown.returncode == 0 and "clirun" in shown.stdout, shown.stdout + shown.stderr
