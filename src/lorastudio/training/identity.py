@@ -30,6 +30,7 @@ from lorastudio.training.identity_latents import (
     latent_record,
     old_checkpoint_note,
 )
+from lorastudio.training.identity_rules import RULE_KEYS, holdout_problems, kohya_caption_note, rules_record
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -72,7 +73,7 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
 
 
 # identity keys that are no setting: absent from an older checkpoint, they are not compared
-_DERIVED_SINCE = frozenset({"dataset_files"}) | BASE_KEYS | DERIVED
+_DERIVED_SINCE = frozenset({"dataset_files"}) | RULE_KEYS | BASE_KEYS | DERIVED
 _DIGEST = 16  # hex digits of each file's digests in dataset_files (a change, not a proof)
 _NAMED = 10  # files named per kind of change; the rest counted
 
@@ -206,6 +207,7 @@ def run_identity(
         identity.update({"base_fingerprint": base} if isinstance(base, str) else base)
     if files is not None:
         identity["dataset_files"] = dict(files)
+    identity.update(rules_record(cfg))
     return json.loads(json.dumps(identity))  # the values exactly as a JSON file gives them back
 
 
@@ -218,10 +220,11 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
     problems = []
     files = _files_record(saved.get("dataset_files")) and _files_record(current.get("dataset_files"))
     handling = compares_handling(saved, current)
-    skipped = {"dataset_files"} | DERIVED | BASE_KEYS | (set(SETTINGS) if handling else set())
+    skipped = {"dataset_files"} | RULE_KEYS | DERIVED | BASE_KEYS | (set(SETTINGS) if handling else set())
     if handling:
         problems += handling_problems(saved, current)
     problems += base_problems(saved, current)  # under the checkpoint's rule (identity_base.py)
+    problems += holdout_problems(saved, current)
     for key in sorted(set(saved) | set(current)):
         was, now = saved.get(key, "<absent>"), current.get(key, "<absent>")
         if key not in saved and (key in _DERIVED_SINCE or _is_schema_default(key, now)):
@@ -230,7 +233,11 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
             continue  # dataset_files: what dataset_fingerprint's problem says; latents, base: above
         if key == "dataset_fingerprint" and was != now and files:
             problems.append(
-                FieldProblem(key, dataset_change(saved["dataset_files"], current["dataset_files"]))
+                FieldProblem(
+                    key,
+                    dataset_change(saved["dataset_files"], current["dataset_files"])
+                    + kohya_caption_note(saved, current),
+                )
             )
             continue
         if was != now:
@@ -239,7 +246,8 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
                     key,
                     f"differs from the checkpoint (checkpoint: {_show(was)}, this run: {_show(now)}); "
                     "a resume must keep every setting that changes the maths"
-                    + (old_checkpoint_note(saved) if key in SETTINGS else ""),
+                    + (old_checkpoint_note(saved) if key in SETTINGS else "")
+                    + (kohya_caption_note(saved, current) if key == "dataset_fingerprint" else ""),
                 )
             )
     return problems
