@@ -89,6 +89,7 @@ class GenerationJob:
     base_config: str | None = None  # a single-file source's configs (resolved folder or hub id)
     v_prediction: bool | None = None
     lora_digests: tuple[str, ...] = ()  # sha256 of each of `loras`, as the server checked them
+    base_identity: str | None = None  # the base's content (jobs/generation_base.py), in the key
 
     def __post_init__(self) -> None:
         if len(self.lora_digests) != len(self.loras):  # the worker applies only checked files
@@ -98,8 +99,16 @@ class GenerationJob:
 
     @property
     def key(self) -> tuple[Any, ...]:
-        """What the resident pipeline is: (source, family, revision, base config, v_prediction)."""
-        return (self.source, self.family, self.revision, self.base_config, self.v_prediction)
+        """What the resident pipeline is: (source, family, revision, base config, v_prediction, base
+        identity: a base replaced under its path is loaded again, not rendered by the old weights)."""
+        return (
+            self.source,
+            self.family,
+            self.revision,
+            self.base_config,
+            self.v_prediction,
+            self.base_identity,
+        )
 
 
 class Resident:
