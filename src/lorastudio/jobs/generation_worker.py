@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.errors import (
     ConfigError,
     DatasetError,
@@ -231,7 +232,7 @@ def run_job(
             controls=[load_rgb(Path(p)) for p in job.references],
             cancelled=cancelled,
         )
-        meta = {**json.loads(job.png_meta), "width": image.width, "height": image.height}
+        meta = {**json_read.loads(job.png_meta), "width": image.width, "height": image.height}
         try:
             image.save(job.out_path, format="PNG", pnginfo=png_text(meta))
         except OSError as err:
