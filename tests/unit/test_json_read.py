@@ -55,7 +55,9 @@ def test_a_deeply_nested_metadata_line_or_sidecar_costs_its_own_entry_not_the_li
     folder = settings.datasets_dir / "ds"
     folder.mkdir()
     Image.new("RGB", (32, 32)).save(folder / "a.png")
-    (folder / "metadata.jsonl").write_text(f'{{"file_name": "a.png", "text": "hi"}}\n{DEEP}\n', encoding="utf-8")
+    (folder / "metadata.jsonl").write_text(
+        f'{{"file_name": "a.png", "text": "hi"}}\n{DEEP}\n', encoding="utf-8"
+    )
     gallery = settings.home / "gallery"
     gallery.mkdir(parents=True, exist_ok=True)
     Image.new("RGB", (8, 8)).save(gallery / "x.png")
