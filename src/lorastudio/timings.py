@@ -42,6 +42,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from lorastudio import json_read
+
 RECORD_VERSION = 1
 HISTORY_DIR = "run_timings"
 MAX_RECORDS = 200  # the newest kept; older records are removed when a run adds one
@@ -262,7 +264,7 @@ def read_records(home: Path) -> list[dict[str, Any]]:
     folder = home / HISTORY_DIR
     for path in sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []:
         try:
-            record = json.loads(path.read_text())
+            record = json_read.loads(path.read_text())
         except (OSError, ValueError):
             continue
         if isinstance(record, dict) and record.get("version") == RECORD_VERSION:

@@ -26,7 +26,6 @@ Ctrl-C stop handler in cli/run_display.py; the torchrun launch of `--gpus N` in 
 
 from __future__ import annotations
 
-import json
 import os
 from contextlib import nullcontext
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
+from lorastudio import json_read
 from lorastudio.cli.config_file import apply_overrides, load_config_file, localize_paths, split_overrides
 from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, loader_warnings, quiet_libraries
 from lorastudio.cli.termination import Terminated, refusal_status
@@ -241,7 +241,7 @@ def train_cmd(
     typer.echo(f"LoRA     {result.lora_path}")
     sidecar = result.lora_path.with_suffix(".json")
     typer.echo(f"sidecar  {sidecar}")
-    for line in loader_warnings(json.loads(sidecar.read_text()).get("loaders", {})):
+    for line in loader_warnings(json_read.loads(sidecar.read_text()).get("loaders", {})):
         typer.secho(f"warning: {line}", fg=typer.colors.YELLOW, err=True)
     if result.stopped and not launched:  # a rank exits 0: torchrun takes any other code for a failure
         raise typer.Exit(EXIT_INTERRUPTED)

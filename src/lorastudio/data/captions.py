@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Literal
 
+from lorastudio import json_read
 from lorastudio.data.safe_open import FolderId, open_in_folder
 from lorastudio.errors import DatasetError
 
@@ -134,7 +135,7 @@ def _row_caption(line: bytes, where: str) -> tuple[str, str | None] | str:
     """(file name, stripped caption) of one metadata.jsonl line, or the problem with it; the
     caption is None for a row naming only controls (METADATA_CONTROL_KEYS, no text key)."""
     try:
-        row = json.loads(line.decode("utf-8"))
+        row = json_read.loads(line.decode("utf-8"))
     except UnicodeDecodeError:
         return f"{where}: not valid UTF-8 text"
     except json.JSONDecodeError as err:
@@ -225,7 +226,7 @@ def metadata_rows(path: Path) -> dict[str, dict[str, object]]:
     with open_in_folder(path, None) as fh:
         for _, line in _lines(fh):
             try:
-                row = json.loads(line.removeprefix(b"\xef\xbb\xbf").decode("utf-8")) if line else None
+                row = json_read.loads(line.removeprefix(b"\xef\xbb\xbf").decode("utf-8")) if line else None
             except (UnicodeDecodeError, json.JSONDecodeError):
                 continue
             name = row.get("file_name") if isinstance(row, dict) else None

@@ -47,6 +47,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lorastudio import json_read
 from lorastudio.data.images import DECODE_RULES, ImageInfo
 from lorastudio.data.items import ImageItem, item_name
 from lorastudio.data.safe_open import FolderId, open_in_folder
@@ -255,7 +256,7 @@ def _read_record(path: Path) -> dict[str, tuple[FileKey, ImageInfo]]:
             text = fh.read(RECORD_MAX_BYTES + 1)
         if len(text) > RECORD_MAX_BYTES:
             return {}
-        data = json.loads(text.decode("utf-8"))
+        data = json_read.loads(text.decode("utf-8"))
     except (DatasetError, OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return {}
     if not (

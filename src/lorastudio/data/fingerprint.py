@@ -15,10 +15,10 @@ Imports no torch.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.file_version import version_of
 
 FULL_HASH_BYTES = 64 * 1024 * 1024  # a file up to this size is hashed whole
@@ -126,7 +126,7 @@ def _whole(snapshot: Path) -> bool:
     try:
         if not index.is_file() or index.stat().st_size > 1 << 20:
             return False
-        names = json.loads(index.read_text(encoding="utf-8"))
+        names = json_read.loads(index.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     if not isinstance(names, dict):

@@ -14,6 +14,7 @@ import os
 import stat
 from pathlib import Path
 
+from lorastudio import json_read
 from lorastudio.data.captions import caption_problem, read_metadata, read_sidecar
 from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, caption_files_of, is_image_name
 from lorastudio.data.masks import masks_of
@@ -113,7 +114,7 @@ def drop_metadata_row(dataset_dir: Path, image_name: str) -> bool:
 def _row_name(line: bytes) -> str | None:
     """The file name a metadata.jsonl line is the row of (None: not a row)."""
     try:
-        row = json.loads(line.decode("utf-8").removeprefix("\ufeff"))
+        row = json_read.loads(line.decode("utf-8").removeprefix("\ufeff"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
     name = row.get("file_name") if isinstance(row, dict) else None

@@ -16,6 +16,7 @@ import json
 import os
 from pathlib import Path
 
+from lorastudio import json_read
 from lorastudio.data.captions import MAX_METADATA_BYTES
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.writes import staged_write
@@ -42,7 +43,7 @@ def _read_bounded(path: Path) -> bytes:
 def _row_name(line: bytes) -> tuple[dict[str, object], str] | None:
     """(row, its file name as read_metadata reads it) of one line, or None (not a row)."""
     try:
-        row = json.loads(line.removeprefix(_BOM).decode("utf-8"))
+        row = json_read.loads(line.removeprefix(_BOM).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
     if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 
+from lorastudio import json_read
 from lorastudio.data.captions import METADATA_CONTROL_KEYS
 from lorastudio.data.control_counts import count_problems
 from lorastudio.data.crop import resized_size
@@ -170,7 +171,7 @@ def read_metadata_controls(
         return {}, []  # the caption reader reports it
     for lineno, raw_line in lines:
         try:
-            row = json.loads(raw_line.decode("utf-8-sig"))
+            row = json_read.loads(raw_line.decode("utf-8-sig"))
         except (json.JSONDecodeError, UnicodeDecodeError):
             continue
         if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):

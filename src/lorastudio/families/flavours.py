@@ -9,11 +9,11 @@ read the facts of a checkpoint, a local folder or a run's base and pick the row.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lorastudio import json_read
 from lorastudio.errors import ModelSourceError
 from lorastudio.families.spec import FamilySpec, Variant
 
@@ -74,8 +74,10 @@ class FlavourHooks:
         """config_facts of a pipeline folder's model_index.json and denoiser config.json, read as
         plain JSON; None when either cannot be read or is not a JSON object."""
         try:
-            index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
-            denoiser = json.loads((folder / self.spec.denoiser / "config.json").read_text(encoding="utf-8"))
+            index = json_read.loads((folder / "model_index.json").read_text(encoding="utf-8"))
+            denoiser = json_read.loads(
+                (folder / self.spec.denoiser / "config.json").read_text(encoding="utf-8")
+            )
         except (OSError, ValueError):
             return None
         if not isinstance(index, dict) or not isinstance(denoiser, dict):

@@ -13,13 +13,13 @@ LoHa, kohya-layout DoRA), which diffusers cannot read, are merged into the weigh
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio import json_read
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, GenerationCancelled, ModelSourceError, NotFound
 from lorastudio.generate.references import reference_kwargs
@@ -42,7 +42,7 @@ def detect_family(base_model: str) -> str | None:
     if not is_file(index):  # user_paths: never raises (a path over the file system's limits)
         return None
     try:
-        class_name = json.loads(index.read_text(encoding="utf-8")).get("_class_name")
+        class_name = json_read.loads(index.read_text(encoding="utf-8")).get("_class_name")
     except (OSError, ValueError):
         return None
     for family in families.all_families():

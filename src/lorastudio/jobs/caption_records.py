@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,11 @@ VERSION = 1
 INTERRUPTED = "interrupted"
 OWNER_WORDS = {"server": "the lorastudio server", "cli": "the `lorastudio datasets caption` process"}
 ID_CHARS = frozenset("0123456789abcdef")
+MAX_RECORD_BYTES = 1 << 20  # a record is a few KB (100 failures at most); a larger file is not one
+STATUSES = frozenset(("running", "completed", "failed", "cancelled", INTERRUPTED))
+_COUNTS = ("done", "captioned", "skipped", "failed")
+_TEXTS = ("dataset", "model", "created_at")
+_MAYBE_TEXTS = ("beside_training", "prefix", "error", "cancel_reason", "finished_at")
 
 
 def records_dir(home: Path) -> Path:
@@ -75,17 +81,68 @@ def write_record(home: Path, snapshot: dict[str, Any], who: dict[str, Any], crea
 
 
 def _read(path: Path) -> dict[str, Any] | None:
-    """A record file's contents, None when it cannot be read or is not a record."""
+    """A record file's contents, None when it cannot be read or is not a record: only a regular
+    file of at most MAX_RECORD_BYTES is read (never a link, a FIFO, a device or a folder put in
+    its place: opened without following a link and without blocking), and only a record of the
+    job its name says, every field of the type a job snapshot gives (`well_formed`)."""
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RECORD_BYTES:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as file:
+            data = file.read(MAX_RECORD_BYTES + 1)
+        record = json.loads(data.decode("utf-8")) if len(data) <= MAX_RECORD_BYTES else None
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested beyond the parser
+        return None
+    finally:
+        os.close(fd)
     ok = (
         isinstance(record, dict)
         and isinstance(record.get("job"), dict)
         and isinstance(record.get("owner"), dict)
     )
-    return record if ok and isinstance(record["job"].get("id"), str) else None
+    return record if ok and well_formed(record["job"], path.stem) else None
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_maybe(value: Any, kind: type) -> bool:
+    return value is None or isinstance(value, kind)
+
+
+def _pairs(value: Any, keys: tuple[str, str]) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(item, dict) and all(isinstance(item.get(key), str) for key in keys) for item in value
+    )
+
+
+def well_formed(job: dict[str, Any], job_id: str) -> bool:
+    """Whether `job` is a caption job snapshot (caption_job.CaptionJob.snapshot) of id `job_id`:
+    its id is `job_id` and hex (a record names no other file: a settle rewrites and a prune
+    removes `<id>.json` by it), every field has its snapshot's type (counts whole and not
+    negative), so a record written by hand or by a foreign tool is skipped, not answered as a
+    job an API reader cannot take."""
+    return (
+        job.get("id") == job_id
+        and bool(job_id)
+        and set(job_id) <= ID_CHARS
+        and all(isinstance(job.get(key), str) for key in _TEXTS)
+        and all(_is_maybe(job.get(key), str) for key in _MAYBE_TEXTS)
+        and all(_is_count(job.get(key)) for key in _COUNTS)
+        and (job.get("total") is None or _is_count(job.get("total")))
+        and (job.get("gpu") is None or _is_count(job.get("gpu")))
+        and job.get("device") in ("cpu", "cuda")
+        and job.get("status") in STATUSES
+        and isinstance(job.get("overwrite"), bool)
+        and _pairs(job.get("failures"), ("file", "reason"))
+        and _pairs(job.get("preview"), ("file", "caption"))
+    )
 
 
 def interrupted_error(job: dict[str, Any], who: dict[str, Any]) -> str:
@@ -111,9 +168,11 @@ def _settled(record: dict[str, Any], home: Path | None) -> dict[str, Any]:
     """The record's job, "interrupted" when it was left running by a process that is gone
     (rewritten so, when `home` is given and the home can be written)."""
     job, who = record["job"], record["owner"]
-    if job.get("status") != "running" or not isinstance(who.get("pid"), int):
+    if job.get("status") != "running":
         return job
-    if not process_gone(who["pid"], who.get("start")):
+    pid, token = who.get("pid"), who.get("start")
+    identified = _is_count(pid) and pid > 0 and _is_maybe(token, str)
+    if identified and not process_gone(pid, token):  # an owner no process can be: gone
         return job
     job = {**job, "status": INTERRUPTED, "error": job.get("error") or interrupted_error(job, who)}
     job["finished_at"] = job.get("finished_at") or record.get("recorded_at") or job.get("created_at")

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.config import TrainConfig
 from lorastudio.data import DatasetScan
 from lorastudio.data.caption_variants import scan_variants
@@ -139,7 +140,7 @@ def caption_counts(spec: FamilySpec, folder: Path, captions: Sequence[str]) -> l
     finally:
         _slots.release()
     try:
-        answer = json.loads(done.stdout.strip().splitlines()[-1])
+        answer = json_read.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         log.warning("caption count failed (code %s): %s", done.returncode, done.stderr.strip()[-2000:])
         raise CannotCount(f"its tokenizer files could not be counted here (code {done.returncode})") from None

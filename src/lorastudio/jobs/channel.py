@@ -20,6 +20,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.jobs.worker import WorkerArgs
 
 CHANNEL_ENV = "LORASTUDIO_RANK_CHANNEL"  # the socket path, for the ranks
@@ -79,7 +80,7 @@ def recv_json(sock: socket.socket) -> dict[str, Any] | None:
     if body is None:
         return None
     try:
-        message = json.loads(body.decode("utf-8"))
+        message = json_read.loads(body.decode("utf-8"))
     except ValueError as err:
         raise ChannelError(f"not a JSON message: {err}") from None
     if not isinstance(message, dict) or not isinstance(message.get("kind"), str):

@@ -50,6 +50,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.errors import DatasetBusy
 from lorastudio.jobs.homelock import LOCK_NAME, lock_holders
 from lorastudio.processes import process_alive
@@ -276,7 +277,7 @@ def _read_record(record: Path) -> dict[str, Any] | None:
             raise IsADirectoryError(f"{record}: not a regular file")
         raw = fh.read(MAX_RECORD_BYTES + 1)
     try:
-        info = json.loads(raw) if len(raw) <= MAX_RECORD_BYTES else None
+        info = json_read.loads(raw) if len(raw) <= MAX_RECORD_BYTES else None
     except ValueError:
         return None
     if not isinstance(info, dict) or any(type(info.get(k)) is not t for k, t in _RECORD_TYPES.items()):

@@ -8,12 +8,12 @@ regular file (a FIFO would block) or over MAX_SIDECAR_BYTES is read as none."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import NotFound
 from lorastudio.settings import Settings
@@ -61,7 +61,7 @@ def _sidecar(path: Path) -> dict[str, Any]:
             return {}
         raw = fh.read(MAX_SIDECAR_BYTES + 1)
     try:
-        meta = json.loads(raw) if len(raw) <= MAX_SIDECAR_BYTES else None
+        meta = json_read.loads(raw) if len(raw) <= MAX_SIDECAR_BYTES else None
     except ValueError:  # UnicodeDecodeError included
         return {}
     return meta if isinstance(meta, dict) else {}

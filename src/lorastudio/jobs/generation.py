@@ -62,7 +62,7 @@ from lorastudio.errors import (
 )
 from lorastudio.generation_rules import budget_problems
 from lorastudio.jobs.gallery import gallery_dir
-from lorastudio.jobs.generation_base import base_identity, base_identity_problem
+from lorastudio.jobs.generation_base import base_identity, base_identity_problem, job_at_base
 from lorastudio.jobs.generation_inputs import (
     GenerationRequest,
     lora_file,
@@ -292,7 +292,6 @@ class GenerationService:
             self._bases[rid] = tuple(p for p in (base.source, base.config) if p)
         spec = families.get(req.family).spec
         family = spec.name
-        identity = base_identity(base, spec.denoiser, req.revision)  # memoised: stats only now
         out_dir = gallery_dir(self.settings)
         with _no_space_as(out_dir, "the gallery folder could not be made"):
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -316,10 +315,12 @@ class GenerationService:
             lora_digests=digests,
             references=tuple(str(reference_path(self.settings, r)) for r in req.references),
             out_path=str(staging),
-            png_meta=json.dumps(meta_of(req, family, digests, identity)),
         )
         try:
-            with self.arbiter.generation(), self._worker_lock(rid):
+            with self.arbiter.generation(), self._worker_lock(rid):  # the base now, not before the wait:
+                job, identity = job_at_base(
+                    job, req, base, spec.denoiser, lambda b: meta_of(req, family, digests, b)
+                )
                 result = self._run_locked(job, rid)
             self._flight.saving(rid)
             if identity is None:  # a hub base the worker fetched: its files are here now

@@ -8,11 +8,14 @@ rendered as another image, as a LoRA's sha256 is (fix 231). No torch here.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 from lorastudio.basemodels import ResolvedBase
-from lorastudio.errors import FieldProblem
+from lorastudio.errors import ConfigError, FieldProblem
 
 
 def base_identity(base: ResolvedBase, denoiser: str, revision: str | None) -> str | None:
@@ -39,3 +42,18 @@ def base_identity_problem(asked: str | None, now: str | None, base_model: str) -
         f"changed: identity {asked} then, {now} now): it was replaced or re-fetched; leave "
         "base_identity out to generate with the base as it is",
     )
+
+
+def job_at_base(
+    job: Any, req: Any, base: ResolvedBase, denoiser: str, meta: Callable[[str | None], dict[str, Any]]
+) -> tuple[Any, str | None]:
+    """GenerationJob `job` of request `req` with its base's identity taken now (memoised: stats
+    only), once the request holds the worker: a base replaced while the request waited in the
+    queue is refused when the request named the old identity, and the job carries the identity
+    in its key (generation_worker.GenerationJob.key), so the worker loads the new files rather
+    than render with the pipeline it kept of the old ones; `meta(identity)` is the PNG's
+    settings. Returns (job, identity). Raises ConfigError on "base_identity"."""
+    now = base_identity(base, denoiser, req.revision)
+    if (changed := base_identity_problem(req.base_identity, now, req.base_model)) is not None:
+        raise ConfigError([changed])
+    return dataclasses.replace(job, base_identity=now, png_meta=json.dumps(meta(now))), now

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.errors import (
     ConfigError,
     DatasetError,
@@ -89,6 +90,7 @@ class GenerationJob:
     base_config: str | None = None  # a single-file source's configs (resolved folder or hub id)
     v_prediction: bool | None = None
     lora_digests: tuple[str, ...] = ()  # sha256 of each of `loras`, as the server checked them
+    base_identity: str | None = None  # the base's content (jobs/generation_base.py), in the key
 
     def __post_init__(self) -> None:
         if len(self.lora_digests) != len(self.loras):  # the worker applies only checked files
@@ -98,8 +100,16 @@ class GenerationJob:
 
     @property
     def key(self) -> tuple[Any, ...]:
-        """What the resident pipeline is: (source, family, revision, base config, v_prediction)."""
-        return (self.source, self.family, self.revision, self.base_config, self.v_prediction)
+        """What the resident pipeline is: (source, family, revision, base config, v_prediction, base
+        identity: a base replaced under its path is loaded again, not rendered by the old weights)."""
+        return (
+            self.source,
+            self.family,
+            self.revision,
+            self.base_config,
+            self.v_prediction,
+            self.base_identity,
+        )
 
 
 class Resident:
@@ -222,7 +232,7 @@ def run_job(
             controls=[load_rgb(Path(p)) for p in job.references],
             cancelled=cancelled,
         )
-        meta = {**json.loads(job.png_meta), "width": image.width, "height": image.height}
+        meta = {**json_read.loads(job.png_meta), "width": image.width, "height": image.height}
         try:
             image.save(job.out_path, format="PNG", pnginfo=png_text(meta))
         except OSError as err:

@@ -31,7 +31,6 @@ cache. Nothing here allocates GPU memory beyond the driver query.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -43,6 +42,8 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import IO, Any
+
+from lorastudio import json_read
 
 log = logging.getLogger("lorastudio.jobs")
 
@@ -306,7 +307,7 @@ def _ask_child() -> Mapping[str, Any]:
         tail = (stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"the GPU probe failed (exit code {code}: {tail[-300:]})")
     try:
-        facts = json.loads(last)
+        facts = json_read.loads(last)
     except ValueError:
         facts = None
     if not isinstance(facts, dict):

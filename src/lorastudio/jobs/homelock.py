@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.errors import HomeInUse
 
 LOCK_NAME = "lorastudio.lock"
@@ -111,7 +112,7 @@ def holder_info(path: Path) -> dict[str, Any] | None:
     """The holder recorded in lock file `path` (a server's {"pid", "port", "kind": "server"}, a
     command's {"pid", "kind": "command", "command"}); None if none is."""
     try:
-        info = json.loads(path.read_text(encoding="utf-8") or "null")
+        info = json_read.loads(path.read_text(encoding="utf-8") or "null")
     except (OSError, ValueError):
         return None
     return info if isinstance(info, dict) and isinstance(info.get("pid"), int) else None

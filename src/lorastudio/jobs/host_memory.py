@@ -78,12 +78,11 @@ point; figures in RELIABILITY.md).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lorastudio import families
+from lorastudio import families, json_read
 from lorastudio.config_datasets import top_resolution
 from lorastudio.data.disk_cache import latent_mode
 from lorastudio.errors import HostMemoryShort
@@ -256,7 +255,7 @@ def _token_width(folder: Path) -> int | None:
     num_attention_heads x attention_head_dim (else dim, hidden_size), the blocks num_layers +
     num_single_layers (else n_layers + n_refiner_layers). None when unreadable or a U-Net."""
     try:
-        config = json.loads((folder / "config.json").read_text())
+        config = json_read.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(config, dict):
@@ -276,7 +275,7 @@ def _token_width(folder: Path) -> int | None:
 def _vae_first_channels(folder: Path) -> int:
     """block_out_channels[0] of the VAE's config.json (128, the SD/FLUX.1 VAE's, when unreadable)."""
     try:
-        channels = json.loads((folder / "config.json").read_text()).get("block_out_channels")
+        channels = json_read.loads((folder / "config.json").read_text()).get("block_out_channels")
         return int(channels[0]) if channels else 128
     except (OSError, ValueError, TypeError):
         return 128

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
+
 LAUNCH_DIR_ENV = "LORASTUDIO_LAUNCH_DIR"  # the launch's report folder (the CLI's torchrun log folder)
 RUN_ID_ENV = "LORASTUDIO_CLI_RUN_ID"  # the run record's id, chosen by the launching command
 FAILURES_FILE = "failures.json"
@@ -160,7 +162,7 @@ def _write_json(path: Path, data: Any) -> None:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json_read.loads(path.read_text())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

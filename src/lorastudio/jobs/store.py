@@ -21,6 +21,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.errors import NoSpaceLeft, NotFound, is_no_space
 from lorastudio.jobs.records import LIVE_STATUSES, METRIC_KEYS, JobStatus, now_iso
 from lorastudio.jobs.store_schema import RUN_COLUMNS, SCHEMA, UPDATABLE, add_missing_columns
@@ -292,9 +293,9 @@ class RunStore:
                 "SELECT kind, path FROM outputs WHERE run_id=? ORDER BY kind, path", (run_id,)
             ).fetchall()
         run = _as_read(_settled(dict(row), dead))
-        run["config"] = json.loads(run.pop("config_json"))
+        run["config"] = json_read.loads(run.pop("config_json"))
         plan = run.pop("plan_json")
-        run["plan"] = json.loads(plan) if plan else None
+        run["plan"] = json_read.loads(plan) if plan else None
         points = [dict(m) for m in metrics]
         if len(points) > max_points:
             every = -(-len(points) // max_points)
@@ -333,7 +334,7 @@ def _as_read(run: dict[str, Any]) -> dict[str, Any]:
 
 def _warnings(text: str | None) -> list[str]:
     try:
-        found = json.loads(text) if text else []
+        found = json_read.loads(text) if text else []
     except ValueError:
         return []
     return [w for w in found if isinstance(w, str)] if isinstance(found, list) else []

@@ -38,6 +38,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorastudio import json_read
 from lorastudio.config import TrainConfig
 from lorastudio.errors import FieldProblem
 from lorastudio.jobs.caption_count import CannotCount, read_bounded
@@ -134,7 +135,7 @@ def _ask_child(cfg: TrainConfig, timeout_s: float) -> TargetAnswer | str:
     except OSError as err:
         return f"the check could not start ({err})"
     try:
-        answer = json.loads(done.stdout.strip().splitlines()[-1])
+        answer = json_read.loads(done.stdout.strip().splitlines()[-1])
         problems = tuple(FieldProblem(p["field"], p["message"]) for p in answer["problems"])
         checked = answer["checked"]
     except (ValueError, IndexError, KeyError, TypeError):

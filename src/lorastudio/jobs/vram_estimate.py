@@ -5,13 +5,12 @@ pipeline (no model is loaded): `estimate_memory_gb`, shown by the preflight repo
 
 from __future__ import annotations
 
-import json
 import re
 import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lorastudio import families
+from lorastudio import families, json_read
 from lorastudio.config_datasets import top_resolution
 
 if TYPE_CHECKING:
@@ -203,7 +202,7 @@ def _read_header(file: Path) -> dict[str, Any]:
     try:
         with file.open("rb") as fh:
             (size,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(min(size, 100_000_000)))
+            header = json_read.loads(fh.read(min(size, 100_000_000)))
     except (OSError, ValueError, struct.error):
         return {}
     return header if isinstance(header, dict) else {}

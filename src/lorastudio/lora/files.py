@@ -16,6 +16,7 @@ from typing import Literal
 
 import torch
 
+from lorastudio import json_read
 from lorastudio.durable import fsync_path
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
 from lorastudio.lora.content_hash import record_content_hash
@@ -158,7 +159,7 @@ def peft_from_file(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, s
     alpha = float(rank)
     if ADAPTER_METADATA_KEY not in metadata:  # diffusers' rule then: alpha = rank in every layer
         return PeftLora(peft, rank, alpha)
-    packed = json.loads(metadata[ADAPTER_METADATA_KEY])
+    packed = json_read.loads(metadata[ADAPTER_METADATA_KEY])
     rank, alpha = int(packed.get(prefix + "r", rank)), float(packed.get(prefix + "lora_alpha", alpha))
     rank_pattern = dict(packed.get(prefix + "rank_pattern") or {})
     alpha_pattern = dict(packed.get(prefix + "alpha_pattern") or {})

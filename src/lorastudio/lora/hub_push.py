@@ -13,10 +13,10 @@ server code: the API route and the CLI call push_lora.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorastudio import json_read
 from lorastudio.basemodels.hubcache import hub_endpoint
 from lorastudio.errors import HubAccessDenied, HubTokenMissing, HubUploadError, NotFound
 from lorastudio.lora.hub_card import model_card
@@ -52,7 +52,7 @@ def push_lora(
     if "/" in name or not is_file(lora):  # user_paths: never raises (a name over the limits)
         raise NotFound(f"no LoRA {name!r} (looked for {lora})")
     try:
-        sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
+        sidecar = json_read.loads(sidecar_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise NotFound(f"{sidecar_path} cannot be read ({err}); the push needs the LoRA's sidecar") from None
     token = _token(settings)

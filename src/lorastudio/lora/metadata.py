@@ -5,9 +5,10 @@ recognise them). Every value is a string (safetensors metadata)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
+
+from lorastudio import json_read
 
 PREFIX = "lorastudio."
 # kohya's ss_base_model_version per family (sd-scripts' names where it has one)
@@ -149,7 +150,7 @@ def kohya_metadata(info: Mapping[str, str], rank: int, alpha: float) -> dict[str
 
     resolution = get("resolution")
     if resolution.startswith("["):  # several resolutions: kohya's key names one, the largest
-        sides = json.loads(resolution)
+        sides = json_read.loads(resolution)
         resolution = str(max(sides)) if sides else ""
     keys = {
         "ss_network_module": "networks.lora",
@@ -199,7 +200,7 @@ def modelspec_metadata(info: Mapping[str, str]) -> dict[str, str]:
     adapter = "lycoris" if layout == "lycoris" else "lora"
     resolution = get("resolution")
     if resolution.startswith("["):  # several resolutions: the largest is the model's
-        sides = json.loads(resolution)
+        sides = json_read.loads(resolution)
         resolution = str(max(sides)) if sides else ""
     prediction = {"true": "v", "false": "epsilon"}.get(get("v_prediction").lower(), "")
     merged = get("merged_from")
@@ -215,6 +216,8 @@ def modelspec_metadata(info: Mapping[str, str]) -> dict[str, str]:
         "modelspec.resolution": f"{resolution}x{resolution}" if resolution else "",
         "modelspec.trigger_phrase": get("trigger_word"),
         "modelspec.prediction_type": prediction if family == "sdxl" else "",
-        "modelspec.merged_from": ", ".join(str(name) for name, _ in json.loads(merged)) if merged else "",
+        "modelspec.merged_from": ", ".join(str(name) for name, _ in json_read.loads(merged))
+        if merged
+        else "",
     }
     return {k: v for k, v in keys.items() if v}

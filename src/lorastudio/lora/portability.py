@@ -24,12 +24,12 @@ A1111/Forge load every layer of it, at the strength the run trained?
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+from lorastudio import json_read
 from lorastudio.lora.comfy import COMFYUI_LOADER_CHECKED, check_comfy_keys, comfy_key_map, comfyui_loader
 from lorastudio.lora.files import ADAPTER_METADATA_KEY, denoiser_prefix, detect_layout
 from lorastudio.lora.text_encoders import clip_key_map, file_module
@@ -46,7 +46,7 @@ def diffusers_scale(header: Mapping[str, str], family: str) -> float | None:
     if ADAPTER_METADATA_KEY not in header:
         return None
     prefix = denoiser_prefix(family) + "."
-    packed = json.loads(header[ADAPTER_METADATA_KEY])
+    packed = json_read.loads(header[ADAPTER_METADATA_KEY])
     r = packed.get(prefix + "r")
     alpha = packed.get(prefix + "lora_alpha", r)
     return None if not r else float(alpha) / float(r)

@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.run_files import LORAS, snapshot_name, staging_path
 from lorastudio.training.run_files import snapshot_step as _step_of_name
@@ -49,7 +50,7 @@ def list_lora_snapshots(run_dir: Path) -> list[tuple[int, Path]]:
 def _sidecar(path: Path) -> dict[str, Any]:
     """The sidecar (.json) beside LoRA `path`, or {} when missing or unreadable."""
     try:
-        data = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+        data = json_read.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -109,7 +110,7 @@ def keep_final_as_snapshot(run_dir: Path) -> Path | None:
     if file_weights(_sidecar(final)) == "ema" and raw.is_file() and raw.with_suffix(".json").is_file():
         final = raw
     try:
-        sidecar = json.loads(final.with_suffix(".json").read_text(encoding="utf-8"))
+        sidecar = json_read.loads(final.with_suffix(".json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     step = sidecar.get("steps") if isinstance(sidecar, dict) else None

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from lorastudio import json_read
 from lorastudio.lora import text_encoder_names
 
 ENCODER_PREFIXES: dict[str, str] = {"text_encoder": "lora_te1_", "text_encoder_2": "lora_te2_"}
@@ -129,7 +130,7 @@ def with_adapter_metadata(
     `encoders`, with lora_alpha = rank: the diffusers file holds alpha / rank folded into lora_B."""
     import json
 
-    packed = json.loads(header.get(metadata_key, "{}"))
+    packed = json_read.loads(header.get(metadata_key, "{}"))
     own = {**config, "r": rank, "lora_alpha": float(rank), "rank_pattern": {}, "alpha_pattern": {}}
     for encoder in encoders:
         packed.update({f"{encoder}.{k}": v for k, v in own.items()})
@@ -203,11 +204,10 @@ def _with_diffusers_scales(
 ) -> dict[str, torch.Tensor]:
     """`out` with the scale of each diffusers-layout encoder's adapter config (folded_peft)
     folded into the lora_B of that encoder's modules (the keys `tensors` held in diffusers names)."""
-    import json
 
     from lorastudio.lora.convert import pattern_scales
 
-    packed = json.loads((metadata or {}).get("lora_adapter_metadata", "{}"))
+    packed = json_read.loads((metadata or {}).get("lora_adapter_metadata", "{}"))
     for encoder in text_encoder_names.ENCODERS.get(family, {}):
         if f"{encoder}.r" not in packed:
             continue

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lorastudio import json_read
 from lorastudio.errors import DatasetError, ModelSourceError, UnknownFamily
 from lorastudio.tiny.staging import publish_once
 
@@ -83,7 +84,7 @@ def read_marker(folder: str | Path) -> dict[str, object] | None:
     """The tiny-model marker of `folder` ({"family", "seed", "format"}), or None if it has none."""
     path = Path(folder) / MARKER_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json_read.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.errors import ModelSourceError
 from lorastudio.tiny.staging import publish_once
 
@@ -117,7 +118,7 @@ def build_tiny_florence(seed: int = 0) -> tuple[Any, Any]:
 
 def _holds_tiny_vlm(folder: Path, seed: int, kind: str) -> bool:
     try:
-        marker = json.loads((folder / MARKER_FILE).read_text(encoding="utf-8"))
+        marker = json_read.loads((folder / MARKER_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     return marker == {"seed": seed, "kind": kind} and (folder / "config.json").is_file()

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from lorastudio import json_read
 from lorastudio.config_host import attention_device_problems
 from lorastudio.errors import FieldProblem
 from lorastudio.training.attention_fa4 import fa4_unavailable, route_denoiser_to_fa4
@@ -233,7 +234,7 @@ def read_probe_output(
     checked: set[str] = set()
     for line in stdout.splitlines():
         if line.startswith("{"):
-            row = json.loads(line)
+            row = json_read.loads(line)
             if row.get("checked"):
                 checked.add(row["kernel"])
             elif "kernel" in row:

@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from lorastudio import json_read
+
 TOLERANCE = 2e-2  # max |kernel - flash| / max |flash| of the output and of each q/k/v gradient
 WARMUP, REPEATS = 2, 10  # fwd + bwd runs per shape; FA4 compiles on its first call
 HOLD_TIMEOUT_S = 600.0  # a held child waits this long for its parent's go, then exits untimed
@@ -150,7 +152,7 @@ def _released(timeout: float) -> bool:
 
 
 def main() -> None:
-    spec = json.loads(sys.argv[1])
+    spec = json_read.loads(sys.argv[1])
     device = torch.device(spec["device"])
     if device.index is None:  # "cuda": the current device of this process (CUDA_VISIBLE_DEVICES applies)
         device = torch.device("cuda", torch.cuda.current_device())

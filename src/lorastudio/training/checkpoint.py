@@ -15,13 +15,13 @@ session ends well (`CheckpointKeeper.finish`), so a discarded resume leaves them
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.durable import fsync_path
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.training.extend import extension_steps
@@ -94,7 +94,7 @@ def read_checkpoint_info(checkpoint: Path) -> dict[str, Any]:
     unreadable or not a checkpoint description of this format."""
     path = checkpoint / INFO_FILE
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
+        info = json_read.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise ConfigError([FieldProblem("resume", f"cannot read {path}: {err}")]) from None
     keys = ("step", "total_steps", "identity", "config")

@@ -21,11 +21,11 @@ Rules:
 from __future__ import annotations
 
 import datetime
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.errors import ConfigError, FieldProblem
 
 EXTENSIONS_KEY = "extensions"  # identity.json and sidecar: the record of each extension
@@ -61,7 +61,7 @@ def finished_problem(run_dir: Path, extended: bool) -> FieldProblem | None:
     if extended:
         return None
     try:
-        sidecar = json.loads((run_dir / f"{run_dir.name}.json").read_text(encoding="utf-8"))
+        sidecar = json_read.loads((run_dir / f"{run_dir.name}.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(sidecar, dict) or sidecar.get("stopped") is not False:

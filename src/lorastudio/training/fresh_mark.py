@@ -28,6 +28,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorastudio import json_read
 from lorastudio.training.folder_guard import check_folder
 
 FRESH_MARK = ".fresh-run"  # a fresh session's folder that holds no checkpoint or LoRA yet
@@ -92,7 +93,7 @@ def read_mark(run_dir: Path) -> FreshMark | None:
     if body is None:
         return None
     try:
-        fields = json.loads(body.decode("ascii"))
+        fields = json_read.loads(body.decode("ascii"))
     except (UnicodeDecodeError, ValueError):
         return None
     if not isinstance(fields, dict) or set(fields) != _KEYS:

@@ -20,6 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from lorastudio import json_read
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.identity_base import BASE_KEYS, base_problems, base_record
 from lorastudio.training.identity_latents import (
@@ -208,7 +209,7 @@ def run_identity(
     if files is not None:
         identity["dataset_files"] = dict(files)
     identity.update(rules_record(cfg))
-    return json.loads(json.dumps(identity))  # the values exactly as a JSON file gives them back
+    return json_read.loads(json.dumps(identity))  # the values exactly as a JSON file gives them back
 
 
 def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[FieldProblem]:
@@ -261,7 +262,7 @@ def _is_schema_default(key: str, value: Any) -> bool:
     field = TrainConfig.model_fields.get(key)
     if field is None or field.is_required():
         return False
-    return json.loads(json.dumps(field.get_default(call_default_factory=True))) == value
+    return json_read.loads(json.dumps(field.get_default(call_default_factory=True))) == value
 
 
 def check_identity(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:

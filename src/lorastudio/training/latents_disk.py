@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from lorastudio import json_read
 from lorastudio.data.cache_io import read_shard_bytes, write_shard_bytes
 from lorastudio.data.disk_cache import shard_path
 from lorastudio.data.latent_keys import Variant, encoder_parts, plan_variants
@@ -89,7 +89,7 @@ def _metadata(data: bytes) -> dict[str, Any]:
     if len(data) < 8 or size > len(data) - 8:
         return {}
     try:
-        header = json.loads(data[8 : 8 + size])
+        header = json_read.loads(data[8 : 8 + size])
     except (ValueError, UnicodeDecodeError):
         return {}
     meta = header.get("__metadata__") if isinstance(header, dict) else None

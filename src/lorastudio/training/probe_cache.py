@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from lorastudio import json_read
 from lorastudio.training.attention import KernelProbe
 
 log = logging.getLogger(__name__)
@@ -104,8 +105,8 @@ class ProbeCache:
         """The stored results of `key`, or None (none stored, unreadable, another key's)."""
         path = self._path(key)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("key") != json.loads(json.dumps(key)):
+            data = json_read.loads(path.read_text(encoding="utf-8"))
+            if data.get("key") != json_read.loads(json.dumps(key)):
                 return None
             return {
                 name: KernelProbe(bool(r["ok"]), r.get("reason"), r.get("ms"))

@@ -14,13 +14,15 @@ from __future__ import annotations
 import json
 import sys
 
+from lorastudio import json_read
+
 
 def main() -> int:
     from lorastudio import families
     from lorastudio.config import TrainConfig
     from lorastudio.training.lora import planned_target_check
 
-    cfg = TrainConfig.model_validate(json.loads(sys.stdin.read()))
+    cfg = TrainConfig.model_validate(json_read.loads(sys.stdin.read()))
     problems = planned_target_check(cfg, families.get(cfg.family))
     found = [{"field": p.field, "message": p.message} for p in problems or []]
     print(json.dumps({"problems": found, "checked": problems is not None}))

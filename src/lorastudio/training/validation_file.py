@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.run_files import VALIDATION_FILE, staging_path
 
@@ -54,7 +55,7 @@ def write_validation(run_dir: Path, record: dict[str, Any]) -> Path:
 def read_validation(run_dir: Path) -> dict[str, Any] | None:
     """The run's validation record, or None when it has none (or it cannot be read)."""
     try:
-        record = json.loads((run_dir / VALIDATION_FILE).read_text(encoding="utf-8"))
+        record = json_read.loads((run_dir / VALIDATION_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and isinstance(record.get("series"), list) else None

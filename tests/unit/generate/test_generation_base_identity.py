@@ -8,6 +8,7 @@ import io
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from fastapi.testclient import TestClient
 from PIL import Image
@@ -49,3 +50,78 @@ def test_a_gallery_image_records_its_base_and_a_replaced_base_is_refused_by_it(
         assert len(client.get("/api/gallery").json()["images"]) == 2  # nothing rendered for it
         made = client.post("/api/generate", json=body)  # without it: the base as it is
         assert made.status_code == 201 and made.json()["base_identity"] not in (None, identity)
+
+
+def test_a_base_replaced_under_its_name_is_rendered_from_its_new_files_not_the_resident_pipeline(
+    studio_home: Path, tiny_model
+) -> None:
+    """RELIABILITY 482: the worker kept the pipeline it loaded, keyed by the base's path, so an
+    image asked after the folder was replaced was rendered by the old weights and recorded the
+    new base's identity."""
+    from lorastudio.api.app import create_app
+    from lorastudio.tiny import save_tiny_model
+
+    settings = Settings(home=studio_home)
+    settings.ensure_dirs()
+    base = settings.models_dir / "my-flux"
+    shutil.copytree(tiny_model("flux"), base)
+    body = {"family": "flux", "base_model": "my-flux", "prompt": "a red circle", "seed": 2,
+            "steps": 1, "width": 32, "height": 32}  # fmt: skip
+
+    def pixels(client: TestClient) -> tuple[bytes, str]:
+        made = client.post("/api/generate", json=body)
+        assert made.status_code == 201, made.text
+        png = Image.open(io.BytesIO(client.get(made.json()["url"]).content))
+        return png.convert("RGB").tobytes(), made.json()["base_identity"]
+
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
+        old, old_identity = pixels(client)
+        shutil.rmtree(base)
+        save_tiny_model("flux", base, seed=1)  # the same name, another model's weights
+        resident, new_identity = pixels(client)
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:  # a fresh worker
+        fresh, fresh_identity = pixels(client)
+    assert new_identity == fresh_identity != old_identity
+    assert fresh != old  # the two models render differently
+    assert resident == fresh  # the old code rendered the old weights here
+
+
+def test_a_base_replaced_while_the_request_waits_for_the_worker_is_refused_by_its_identity(
+    studio_home: Path, tiny_model
+) -> None:
+    """RELIABILITY 482: the identity a request named was compared when it was checked, before
+    it waited its turn for the worker; a base replaced meanwhile was rendered."""
+    import threading
+
+    from lorastudio.api.app import create_app
+    from lorastudio.tiny import save_tiny_model
+    from polling import until
+
+    settings = Settings(home=studio_home)
+    settings.ensure_dirs()
+    base = settings.models_dir / "my-flux"
+    shutil.copytree(tiny_model("flux"), base)
+    body = {"family": "flux", "base_model": "my-flux", "prompt": "a red circle", "seed": 2,
+            "steps": 1, "width": 32, "height": 32}  # fmt: skip
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
+        made = client.post("/api/generate", json=body)
+        assert made.status_code == 201, made.text
+        again = {**body, "base_identity": made.json()["base_identity"]}
+        service = client.app.state.generation
+        answers: list[Any] = []
+        with service._lock:  # the worker busy with another image
+            waiting = threading.Thread(
+                target=lambda: answers.append(client.post("/api/generate", json=again))
+            )
+            waiting.start()
+            until(
+                lambda: len(service._queue) == 1, 60, "the request queued"
+            )  # checked (the identity then matched), now queued
+            shutil.rmtree(base)
+            save_tiny_model("flux", base, seed=1)  # the same name, another model's weights
+        waiting.join(120)
+        (refused,) = answers
+        assert refused.status_code == 400, refused.text  # the old code rendered it: 201
+        (problem,) = refused.json()["problems"]
+        assert problem["field"] == "base_identity"
+        assert len(client.get("/api/gallery").json()["images"]) == 1  # nothing rendered for it

@@ -138,7 +138,7 @@ def test_a_running_record_is_rewritten_at_most_every_interval_not_per_image() ->
     now = [0.0]
     recorder = CaptionRecorder(home, "server", every_s=2.0, clock=lambda: now[0])
     snapshot = {
-        "id": "00000000000a",
+        **CaptionJob("00000000000a", "ds", Path("/x"), CaptionOptions(model="m"), "cpu").snapshot(),
         "created_at": "2026-12-06T00:00:00+00:00",
         "status": "running",
         "done": 0,
@@ -159,7 +159,7 @@ def test_the_newest_records_are_kept_never_a_live_running_one(monkeypatch: pytes
     for i in range(KEEP + 5):
         status = "running" if i == 0 else "completed"
         job = {
-            "id": f"{i:012x}",
+            **CaptionJob(f"{i:012x}", "ds", Path("/x"), CaptionOptions(model="m"), "cpu").snapshot(),
             "created_at": f"2026-12-06T00:{i // 60:02d}:{i % 60:02d}+00:00",
             "status": status,
         }

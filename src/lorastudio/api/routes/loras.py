@@ -3,12 +3,12 @@ files (with EMA: the EMA LoRA and the raw one, each with its validation marks)."
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 
+from lorastudio import json_read
 from lorastudio.api.deps import settings_dep
 from lorastudio.api.downloads import Download
 from lorastudio.api.schemas_files import LoraList, LoraSteps, PushBody, PushOut
@@ -157,7 +157,7 @@ def _raw_step(folder: Path, sidecar: dict[str, Any] | None) -> int | None:
 
 def _sidecar(path: Any) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json_read.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
