@@ -15,7 +15,6 @@ component's weight index (`*.safetensors.index.json`) says which shard holds a t
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 import struct
@@ -25,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import is_variant, listed_components, loadable_weights, needs_weights
 from lorastudio.families.config_rules import ConfigRule, Factor, Shape
@@ -61,8 +61,8 @@ def _read_header(fd: int, size: int) -> dict[str, Any] | None:
         chunks.append(chunk)
         total += len(chunk)
     try:
-        header = json.loads(b"".join(chunks))
-    except (ValueError, RecursionError):
+        header = json_read.loads(b"".join(chunks))
+    except ValueError:  # bad JSON, too deeply nested included
         return None
     return header if isinstance(header, dict) else None
 
