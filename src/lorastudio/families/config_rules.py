@@ -171,3 +171,14 @@ def projection_shape(
 HEADS = (("num_attention_heads",), ("attention_head_dim",))  # a transformer's inner width
 
 ConfigRule = Agrees | Required | Shape
+
+
+def qwen_vl_pipeline_shapes() -> tuple[Shape, ...]:
+    """The weights a Qwen-Image-style pipeline's shared parts must hold (Qwen-Image, its edit
+    variants, Krea 2): the Qwen-Image VAE (z_dim latents, base_dim first conv) and a Qwen2.5-VL
+    text encoder (its vision tower, and a token embedding as wide as its text config says)."""
+    return (
+        *autoencoder_shapes("z_dim", "base_dim"),
+        vision_shape(),
+        embedding_shape("text_encoder", ("embed_tokens.weight",), ("text_config.hidden_size", "hidden_size")),
+    )

@@ -32,10 +32,8 @@ from lorastudio.families.config_rules import (
     HEADS,
     Agrees,
     Value,
-    autoencoder_shapes,
-    embedding_shape,
     projection_shape,
-    vision_shape,
+    qwen_vl_pipeline_shapes,
 )
 
 if TYPE_CHECKING:
@@ -56,10 +54,8 @@ SPEC = FamilySpec(
             Value("transformer", ("text_hidden_dim",)),
             "text encoder",
         ),
-        *autoencoder_shapes("z_dim", "base_dim"),
-        vision_shape(),
+        *qwen_vl_pipeline_shapes(),
         projection_shape("transformer", "img_in.weight", HEADS, "in_channels"),
-        embedding_shape("text_encoder", ("embed_tokens.weight",), ("text_config.hidden_size", "hidden_size")),
     ),
     objective="flow",
     latent_channels=16,

@@ -22,11 +22,9 @@ from lorastudio.families.config_rules import (
     HEADS,
     Agrees,
     Value,
-    autoencoder_shapes,
-    embedding_shape,
     projection_shape,
+    qwen_vl_pipeline_shapes,
     vae_rules,
-    vision_shape,
 )
 from lorastudio.families.real_rope import use_real_rope
 
@@ -48,11 +46,9 @@ SPEC = FamilySpec(
             Value("transformer", ("joint_attention_dim",)),
             "text encoder",
         ),
-        *autoencoder_shapes("z_dim", "base_dim"),
-        vision_shape(),
+        *qwen_vl_pipeline_shapes(),
         projection_shape("transformer", "img_in.weight", HEADS, "in_channels"),
         projection_shape("transformer", "txt_in.weight", HEADS, "joint_attention_dim"),
-        embedding_shape("text_encoder", ("embed_tokens.weight",), ("text_config.hidden_size", "hidden_size")),
     ),
     objective="flow",
     latent_channels=16,
