@@ -16,6 +16,18 @@ from PIL import Image
 from live_server import LOOPBACK
 from lorastudio.settings import Settings
 
+BODY = {"family": "flux", "base_model": "my-flux", "prompt": "a red circle", "seed": 2,
+        "steps": 1, "width": 32, "height": 32}  # fmt: skip
+
+
+def _home_with_base(studio_home: Path, tiny_model: Any) -> tuple[Settings, Path]:
+    """A studio home whose models/my-flux is a copy of the tiny FLUX.1 pipeline."""
+    settings = Settings(home=studio_home)
+    settings.ensure_dirs()
+    base = settings.models_dir / "my-flux"
+    shutil.copytree(tiny_model("flux"), base)
+    return settings, base
+
 
 def test_a_gallery_image_records_its_base_and_a_replaced_base_is_refused_by_it(
     studio_home: Path, tiny_model
@@ -23,12 +35,8 @@ def test_a_gallery_image_records_its_base_and_a_replaced_base_is_refused_by_it(
     from lorastudio.api.app import create_app
     from lorastudio.tiny import save_tiny_model
 
-    settings = Settings(home=studio_home)
-    settings.ensure_dirs()
-    base = settings.models_dir / "my-flux"
-    shutil.copytree(tiny_model("flux"), base)
-    body = {"family": "flux", "base_model": "my-flux", "prompt": "a red circle", "seed": 2,
-            "steps": 1, "width": 32, "height": 32}  # fmt: skip
+    settings, base = _home_with_base(studio_home, tiny_model)
+    body = dict(BODY)
     with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         made = client.post("/api/generate", json=body)
         assert made.status_code == 201, made.text
@@ -61,12 +69,8 @@ def test_a_base_replaced_under_its_name_is_rendered_from_its_new_files_not_the_r
     from lorastudio.api.app import create_app
     from lorastudio.tiny import save_tiny_model
 
-    settings = Settings(home=studio_home)
-    settings.ensure_dirs()
-    base = settings.models_dir / "my-flux"
-    shutil.copytree(tiny_model("flux"), base)
-    body = {"family": "flux", "base_model": "my-flux", "prompt": "a red circle", "seed": 2,
-            "steps": 1, "width": 32, "height": 32}  # fmt: skip
+    settings, base = _home_with_base(studio_home, tiny_model)
+    body = dict(BODY)
 
     def pixels(client: TestClient) -> tuple[bytes, str]:
         made = client.post("/api/generate", json=body)
@@ -97,12 +101,8 @@ def test_a_base_replaced_while_the_request_waits_for_the_worker_is_refused_by_it
     from lorastudio.tiny import save_tiny_model
     from polling import until
 
-    settings = Settings(home=studio_home)
-    settings.ensure_dirs()
-    base = settings.models_dir / "my-flux"
-    shutil.copytree(tiny_model("flux"), base)
-    body = {"family": "flux", "base_model": "my-flux", "prompt": "a red circle", "seed": 2,
-            "steps": 1, "width": 32, "height": 32}  # fmt: skip
+    settings, base = _home_with_base(studio_home, tiny_model)
+    body = dict(BODY)
     with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         made = client.post("/api/generate", json=body)
         assert made.status_code == 201, made.text
