@@ -227,13 +227,9 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-@pytest.mark.slow  # a torchrun launch of two gloo ranks (~20 s on a busy host)
-def test_ctrl_c_of_a_gpus_launch_stops_saves_and_exits_130(tiny_model, small_dataset, tmp_path, run_settings):
-    """A terminal's Ctrl-C goes to the command's process group: the command ignores it, torchrun's
-    agent passes it to the ranks (each in a session of its own) and they stop and save as rank 0
-    decides. Before (RELIABILITY 393) the run was saved and recorded stopped, but the command
-    exited 1 with torchrun's "SignalException: Process N got signal: 2" traceback."""
-    settings = run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 5000, "output_name": "cc"})
+def _gpus_launch(settings: dict, tmp_path: Path) -> subprocess.Popen[str]:
+    """`lorastudio train --gpus 2 --device cpu` of `settings` in a session of its own (a
+    terminal's Ctrl-C is then os.killpg of its pid), returned once it trains."""
     config = tmp_path / "run.json"
     config.write_text(json.dumps(settings))
     cmd = [sys.executable, "-m", "lorastudio.cli", "train", str(config), "--gpus", "2", "--device", "cpu"]
@@ -246,6 +242,19 @@ def test_ctrl_c_of_a_gpus_launch_stops_saves_and_exits_130(tiny_model, small_dat
         start_new_session=True,
     )
     _wait_for_training(proc)
+    return proc
+
+
+@pytest.mark.slow  # a torchrun launch of two gloo ranks (~20 s on a busy host)
+def test_ctrl_c_of_a_gpus_launch_stops_saves_and_exits_130(tiny_model, small_dataset, tmp_path, run_settings):
+    """A terminal's Ctrl-C goes to the command's process group: the command ignores it, torchrun's
+    agent passes it to the ranks (each in a session of its own) and they stop and save as rank 0
+    decides. Before (RELIABILITY 393) the run was saved and recorded stopped, but the command
+    exited 1 with torchrun's "SignalException: Process N got signal: 2" traceback."""
+    proc = _gpus_launch(
+        run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 5000, "output_name": "cc"}),
+        tmp_path,
+    )
     launched = _descendants(proc.pid)  # the agent and both ranks
     assert len(launched) >= 3, launched
     os.killpg(proc.pid, signal.SIGINT)
@@ -281,21 +290,10 @@ def test_a_hung_rank_of_a_gpus_launch_is_named_after_ctrl_c(
     neither ends, and torchrun kills both 30 s later. The command then names the ranks that never
     ended, on the terminal and in the record (RELIABILITY 394; before: exit 130, the record
     "interrupted" by the next reader, no rank named)."""
-    settings = run_settings(
-        "flux", tiny_model("flux"), small_dataset, {"steps": 50000, "output_name": "hung"}
+    proc = _gpus_launch(
+        run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 50000, "output_name": "hung"}),
+        tmp_path,
     )
-    config = tmp_path / "run.json"
-    config.write_text(json.dumps(settings))
-    cmd = [sys.executable, "-m", "lorastudio.cli", "train", str(config), "--gpus", "2", "--device", "cpu"]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ),
-        start_new_session=True,
-    )
-    _wait_for_training(proc)
     launched = _descendants(proc.pid)
     rank_1 = _rank_pid(proc.pid, 1)
     os.kill(rank_1, signal.SIGSTOP)
