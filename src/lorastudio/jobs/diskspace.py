@@ -9,8 +9,14 @@ import shutil
 from pathlib import Path
 
 NO_SPACE_TEXTS = ("No space left on device", "[Errno 28]", "[Errno 122]", "database or disk is full")
-# torch.save's zip writer on a failed write() (the errno is lost on the way)
-ZIP_WRITER_TEXTS = ("PytorchStreamWriter failed writing file", "file write failed")
+# torch.save's zip writer on a failed write() (the errno is lost on the way): "failed writing
+# file", or, when a write came up short, its position check "unexpected pos 64 vs 0" (seen on a
+# full tmpfs in CI); both from its enforce checks in inline_container.cc
+ZIP_WRITER_TEXTS = (
+    "PytorchStreamWriter failed writing file",
+    "file write failed",
+    "enforce fail at inline_container.cc",
+)
 # A zip writer failure with less free than this on the output's disk is taken as a full disk:
 # its partial file is already removed again when this runs, so "free" is what did not suffice.
 LOW_SPACE_BYTES = 1 << 30

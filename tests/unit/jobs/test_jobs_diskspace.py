@@ -27,6 +27,11 @@ def test_full_disk_messages_are_rewritten_and_others_kept(
     assert explain_write_failure(told, run) == told  # already said: unchanged
     zipped = explain_write_failure(ZIP, run)
     assert zipped.startswith("no space left on device") and "PytorchStreamWriter" not in zipped
+    short = (
+        "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0"  # a short write
+    )
+    assert explain_write_failure(short, run).startswith("no space left on device")
     assert explain_write_failure("ValueError: bad", run) == "ValueError: bad"
     monkeypatch.setattr(diskspace.shutil, "disk_usage", lambda p: Usage(1 << 40, 1 << 39, 1 << 39))
     assert explain_write_failure(ZIP, run) == ZIP  # plenty of room: not a full disk, said as it was
+    assert explain_write_failure(short, run) == short
