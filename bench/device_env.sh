@@ -9,7 +9,7 @@ if [ ! -f /tmp/site/.installed ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && touch /tmp/site/.installed
 fi
-# FA4's other wheels (flash-attn-4, nvidia-cutlass-dsl + libs-base / -core, quack-kernels,
+# FA4's other wheels (flash-attn-4, nvidia-cutlass-dsl + libs-base + libs-core (cutlass.cute), quack-kernels,
 # apache-tvm-ffi, torch-c-dlpack-ext: ~10 MB) travel in .whlfa4 (carried beside .whl in FA4 calls)
 if [ -d .whlfa4 ] && [ ! -f /tmp/site/.fa4 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whlfa4/*.whl \

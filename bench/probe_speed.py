@@ -192,6 +192,12 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             if parts & {"cudnn", "cudnnc", "cudnng"}:
                 raise ValueError("fa4 and cudnn* are two attention kernels: pick one")
             from lorastudio.training.attention import AttentionChoice, apply_attention
+            from lorastudio.training.attention_fa4 import fa4_unavailable
+
+            # before the model's build: a kit missing a part (RESULTS note 35: cutlass.cute) cost
+            # two cases' builds and compiles, ~190 s each, before the import failed
+            if why := fa4_unavailable(torch.device(DEV)):
+                raise RuntimeError(why)
 
             apply_attention(AttentionChoice("fa4"))
         t0 = time.monotonic()
