@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -80,7 +81,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
             "family": "flux",
             "base_model": str(args.model),
             "data_dir": str(args.data),
-            "output_name": f"cache-{args.label}",
+            "output_name": f"cache-{args.label}-{time.strftime('%H%M%S')}",  # a run again: a new folder
             "resolution": args.resolution,
             "batch_size": 1,
             "steps": args.steps,
@@ -103,6 +104,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
     out["peak_vram_gib"] = round(peak, 1)
     stats = cache_stats(cache_root(get_settings()))
     out.update(counted, mode=args.mode, cache_gb={s.kind: round(s.bytes / 1e9, 3) for s in stats})
+    out["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)  # KiB
     return out
 
 
