@@ -45,6 +45,21 @@ def tensors_bytes(shapes: dict[str, list[int]], metadata: dict | None = None) ->
     return safetensors_bytes(header, bytes(at))
 
 
+def qwen_image_attention_shapes(
+    blocks: tuple[int, ...],
+    prefix: str = "transformer.",
+    projections: tuple[str, ...] = ("to_q", "add_q_proj"),
+) -> dict[str, list[int]]:
+    """A rank-1 Qwen-Image LoRA of attention layers only (diffusers' names: FLUX.1's double blocks'
+    too, at FLUX.1's width 3072) on `blocks`: tensor name -> shape, for `tensors_bytes`."""
+    shapes: dict[str, list[int]] = {}
+    for block in blocks:
+        for proj in projections:
+            layer = f"{prefix}transformer_blocks.{block}.attn.{proj}"
+            shapes[f"{layer}.lora_A.weight"], shapes[f"{layer}.lora_B.weight"] = [1, 3072], [3072, 1]
+    return shapes
+
+
 def hostile_cases() -> dict[str, tuple[bytes, str]]:
     """name -> (file bytes, what the refusal says)."""
     unet = "unet.down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q"
@@ -188,6 +203,10 @@ def hostile_cases() -> dict[str, tuple[bytes, str]]:
         "qwen_image_layers": (
             flux_lora_bytes(key="transformer.transformer_blocks.0.img_mlp.net.0.proj"),
             "is not a flux LoRA: it is a qwen-image one (it has layers such as 'transformer.transformer_blocks.0.img_mlp",
+        ),
+        "qwen_image_attention_layers": (  # FLUX.1's names and width; block 59 of Qwen-Image's 60
+            tensors_bytes(qwen_image_attention_shapes((0, 59))),
+            "is not a flux LoRA: it is a qwen-image one (it has attention layers of blocks up to 59",
         ),
         "krea2_layers": (
             flux_lora_bytes(key="diffusion_model.blocks.3.attn.wq"),

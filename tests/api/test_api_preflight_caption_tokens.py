@@ -1,6 +1,7 @@
 """The preflight names the captions the text encoder would cut (jobs/caption_tokens.py), counted
-torch-free with the base's tokenizer.json as the run's start counts them (fix 99); a base whose
-tokenizer has no tokenizer.json gets a plain note that the count is made at the start."""
+torch-free with the base's tokenizer.json as the run's start counts them (fix 99), or its slow
+files (a T5's spiece.model, CLIP's vocab.json + merges.txt: fix 593); other slow files get a plain
+note that the count is made at the start."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from lorastudio.cli.train_check import warnings
 from lorastudio.settings import Settings
+from slow_tokenizers import t5_spiece_only
 
 LONG = "a red circle on a blue background, " + ", ".join(["sharp focus, high quality photo"] * 12)
 
@@ -50,7 +52,7 @@ def test_the_preflight_names_a_cut_caption_with_its_count(
     }
 
 
-def test_without_tokenizer_json_the_count_is_left_to_the_start(
+def test_a_t5_of_spiece_model_alone_is_counted_and_other_slow_files_left_to_the_start(
     client: TestClient,
     settings: Settings,
     sample_dataset: Path,
@@ -58,19 +60,28 @@ def test_without_tokenizer_json_the_count_is_left_to_the_start(
     tiny_model: Callable[[str], Path],
     tmp_path: Path,
 ) -> None:
+    """RELIABILITY 593: a base whose T5 has spiece.model and no tokenizer.json (as some released
+    FLUX.1 and Chroma repos ship it) had its count left to the start, its cut captions unnamed;
+    it is counted with sentencepiece in the count's child. Slow files not counted here are
+    still a note saying what the folder holds."""
     _shapes(settings, sample_dataset)
     base = shutil.copytree(tiny_model("flux"), tmp_path / "flux-slow")
-    (base / "tokenizer_2" / "tokenizer.json").unlink()  # as a slow-only tokenizer's folder
-    report = client.post(
-        "/api/train/preflight", json={"config": flux_config(base_model=str(base), max_sequence_length=32)}
-    )
+    t5_spiece_only(base / "tokenizer_2")
+    config = flux_config(base_model=str(base), max_sequence_length=64)  # its small vocabulary: long counts
+    report = client.post("/api/train/preflight", json={"config": config})
     assert report.status_code == 200, report.text
+    section = report.json()["dataset"]["caption_tokens"]
+    assert section["counted"] is True and [c["file"] for c in section["cut"]] == ["shape_03.png"], section
+    assert "1 of 8 captions are longer than the 64 tokens" in section["note"]
+    (base / "tokenizer_2" / "spiece.model").unlink()  # tokenizer_config.json alone
+    report = client.post("/api/train/preflight", json={"config": config})
     assert report.json()["dataset"]["caption_tokens"] == {
-        "limit": 32,
+        "limit": 64,
         "counted": False,
         "cut": [],
-        "note": "caption lengths are counted at the start of the run (tokenizer_2/ has no tokenizer.json "
-        "(a slow-only tokenizer))",
+        "note": "caption lengths are counted at the start of the run (tokenizer_2/ has no tokenizer.json, "
+        "and its slow files (tokenizer_config.json, tokenizer_class T5Tokenizer) are not a T5 spiece.model "
+        "or CLIP's vocab.json + merges.txt, which are counted here)",
     }
 
 

@@ -93,6 +93,29 @@ def cached_snapshot(repo_id: str, revision: str | None = None, cache_dir: Path |
     return snapshot if snapshot.is_dir() else None
 
 
+def ref_damage(repo_id: str, revision: str | None = None, cache_dir: Path | None = None) -> str | None:
+    """Why the hub cache's ref of `repo_id` at `revision` (default main) must not be handed to
+    huggingface_hub, or None when there is none or it holds a commit (a commit revision has no ref).
+    huggingface_hub's own readers (try_to_load_from_cache, hf_hub_download) read a ref whole,
+    following links: a sparse terabyte or a /dev/zero link there is read until memory runs out,
+    a FIFO blocks. This reads it bounded (hubscan.read_ref). Only reads."""
+    rev = revision or "main"
+    if COMMIT.fullmatch(rev):
+        return None
+    from lorastudio.basemodels.hubscan import RepoDamaged, read_ref
+
+    path = repo_storage(repo_id, cache_dir) / "refs" / rev
+    try:
+        read_ref(path)
+    except FileNotFoundError:
+        return None
+    except RepoDamaged as err:
+        return f"{path}: {err}"
+    except OSError as err:  # a link (O_NOFOLLOW: ELOOP), a folder, no permission
+        return f"{path}: cannot be read as a ref ({err.strerror or err})"
+    return None
+
+
 @dataclass(frozen=True)
 class CachedRepo:
     """A model repo in the hub cache: its id, the snapshot lorastudio shows (the one `main`

@@ -22,6 +22,29 @@ def register(app: typer.Typer) -> None:
     app.add_typer(datasets_app, name="datasets")
 
 
+@datasets_app.callback()
+def _before_each() -> None:
+    """Before every `datasets` command: remove the staging that killed imports and uploads left
+    in datasets/.uploads (data/staging_owner.py: only what no live process owns)."""
+    remove_killed_staging()
+
+
+def remove_killed_staging() -> None:
+    """Remove what killed imports and uploads left in datasets/.uploads/ (their owner lock free:
+    data/staging_owner.py; a live server's, import's or upload's is held, so kept), each removed
+    entry printed on stderr. A home whose settings cannot be read is left to the command."""
+    from lorastudio.data.staging_owner import remove_stale_staging
+    from lorastudio.errors import ConfigError
+    from lorastudio.settings import get_settings
+
+    try:
+        datasets_dir = get_settings().datasets_dir
+    except ConfigError:
+        return
+    for entry in remove_stale_staging(datasets_dir):
+        typer.echo(f"removed what a killed import or upload left: {entry}", err=True)
+
+
 @datasets_app.command("list")
 def list_cmd() -> None:
     """List the dataset folders with their image and caption counts."""

@@ -150,14 +150,16 @@ def _write_all(parts: list[_Planned], root: Path, strict: bool) -> list[list[tup
     from the check that it is free to the last rename, so a delete, an upload, a caption job or
     another import of the same names is refused (DatasetBusy) instead of racing the writes. Every
     dataset is first made whole (images, controls, metadata.jsonl, masks) in one hidden folder
-    under the uploads' staging (datasets/.uploads/<id>/, a crash leftover that a server start
-    removes), and only then renamed into place, all together: a kill or an error part-way leaves
-    no dataset under its final name, so the same import can simply be run again."""
+    under the uploads' staging (datasets/.uploads/kohya-<id>/, owned by this process: a killed
+    import's is removed by the next `datasets` command, `train` or server start:
+    data/staging_owner.py), and only then renamed into place, all together: a kill or an error
+    part-way leaves no dataset under its final name, so the same import can simply be run again."""
     import os
     import shutil
 
     from lorastudio.data.listing import dataset_summary
     from lorastudio.data.mask_import import copy_masks, dataset_images
+    from lorastudio.data.staging_owner import release
     from lorastudio.errors import DatasetError
     from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
     from lorastudio.settings import get_settings
@@ -172,7 +174,7 @@ def _write_all(parts: list[_Planned], root: Path, strict: bool) -> list[list[tup
                 f"dataset {taken[0]} already exists",
                 [f"{n}: a kohya import makes new datasets; choose another --name" for n in taken],
             )
-        staged_root = _staging_folder(settings.datasets_dir)
+        staged_root, owner = _staging_folder(settings.datasets_dir)
         try:
             lines: list[str] = []
             for part in parts:
@@ -200,6 +202,7 @@ def _write_all(parts: list[_Planned], root: Path, strict: bool) -> list[list[tup
                 _move_into_place(staged_root / name, root / name, settings.decoded_record_dir)
         finally:
             shutil.rmtree(staged_root, ignore_errors=True)
+            release(staged_root, owner)
     for line in lines:
         typer.echo(line)
     for part in parts:
@@ -208,18 +211,18 @@ def _write_all(parts: list[_Planned], root: Path, strict: bool) -> list[list[tup
     return [[(part.names[f], f) for f in part.folders] for part in parts]
 
 
-def _staging_folder(datasets_dir: Path) -> Path:
+def _staging_folder(datasets_dir: Path) -> tuple[Path, int | None]:
     """A new hidden folder for an import's datasets under the uploads' staging folder
-    (data/uploads.py STAGING_DIR; jobs/leftovers.py removes what a killed import left there)."""
-    import uuid
+    (data/uploads.py STAGING_DIR), owned by this process while it lives (data/staging_owner.py:
+    a killed import's is removed by the next CLI command that touches datasets, or a server
+    start; a live one's never). Returns it and its owner lock (release it after the folder)."""
+    from lorastudio.data.staging_owner import STAGING_DIR, make_owned
+    from lorastudio.data.writes import make_dir
 
-    from lorastudio.data.uploads import STAGING_DIR
-
-    folder = datasets_dir / STAGING_DIR / f"kohya-{uuid.uuid4().hex}"
     while True:  # an upload's exit removes the (empty) staging root when it can
+        make_dir(datasets_dir / STAGING_DIR)
         try:
-            folder.mkdir(parents=True)
-            return folder
+            return make_owned(datasets_dir / STAGING_DIR, "kohya-")
         except FileNotFoundError:
             continue
 

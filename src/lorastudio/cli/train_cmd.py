@@ -142,6 +142,9 @@ def train_cmd(
         home_lock = _share_home()  # shared with the ranks of a launch and other CLI runs
         if not launched and not check:
             _remove_abandoned_runs()
+            from lorastudio.cli.datasets_cmd import remove_killed_staging
+
+            remove_killed_staging()  # a killed import's datasets/.uploads staging (data/staging_owner.py)
         if not launched and config is not None and resume is None:
             _check_fresh_run(config, settings, device, check=check, overwrite=overwrite)
         elif (check or overwrite) and resume is not None:  # without either: _run_config asks for one

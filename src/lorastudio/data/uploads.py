@@ -46,6 +46,7 @@ from lorastudio.data.discovery import CAPTION_EXTENSION, IMAGE_EXTENSIONS, METAD
 from lorastudio.data.images import ImageInfo, probe_full
 from lorastudio.data.paths import safe_component
 from lorastudio.data.safe_open import folder_identity, open_folder
+from lorastudio.data.staging_owner import STAGING_DIR, make_owned, release
 from lorastudio.data.upload_pairs import (
     control_key,
     dataset_image_stems,
@@ -55,7 +56,6 @@ from lorastudio.data.upload_pairs import (
 from lorastudio.data.writes import dataset_lock, make_dir
 from lorastudio.errors import ConfigError, DatasetError, NoSpaceLeft, PathOutsideRoot, is_no_space
 
-STAGING_DIR = ".uploads"  # hidden folder under the datasets root (ignored by dataset listings)
 _COPY_CHUNK = 1 << 20
 # Images refused with their own reason (the web picker's accept list leaves them out too).
 REFUSED_IMAGE_EXTENSIONS = (".bmp", ".dib")
@@ -127,7 +127,8 @@ class UploadBatch:
         self.max_pixels = max_pixels
         self.decode_pixels = decode_pixels
         self.strict = strict
-        self.staging = datasets_root / STAGING_DIR / uuid.uuid4().hex
+        self.staging = datasets_root / STAGING_DIR / uuid.uuid4().hex  # its own name made on entry
+        self._owner: int | None = None  # the staging's owner lock (data/staging_owner.py)
         self._names: dict[str, str] = {}  # file name -> kind
         self._by_name: dict[
             str, str
@@ -140,8 +141,8 @@ class UploadBatch:
         while True:  # another batch's exit may remove the (empty) staging root meanwhile
             make_dir(self.staging.parent)
             try:
-                with self._no_space():
-                    self.staging.mkdir()
+                with self._no_space():  # owned while this batch lives: a killed one's is stale
+                    self.staging, self._owner = make_owned(self.staging.parent)
                 return self
             except FileNotFoundError:
                 continue
@@ -160,6 +161,7 @@ class UploadBatch:
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
+        release(self.staging, self._owner)
         with contextlib.suppress(OSError):  # still holds another upload's staging folder
             self.staging.parent.rmdir()
 

@@ -14,7 +14,8 @@ any failure as "cannot count here: <why>".
 
 Protocol: stdin one JSON object {"folder", "root", "tokenizer", "template", "texts"}; stdout one
 JSON line, {"counts": [...]} or {"cannot": "<why>"}; exit code 0 whenever that line was written.
-Imports no lorastudio module (the child starts in ~0.2 s) and never torch or transformers.
+Imports no lorastudio module but jobs/caption_count_slow.py (for a tokenizer without
+tokenizer.json; the child starts in ~0.2 s) and never torch or transformers.
 """
 
 from __future__ import annotations
@@ -129,7 +130,9 @@ def _tokenizer(tok_dir: Path, root: Path) -> Any:
     try:
         data = read_bounded(tok_dir / "tokenizer.json", root)
     except FileNotFoundError:
-        raise CannotCount(f"{tok_dir.name}/ has no tokenizer.json (a slow-only tokenizer)") from None
+        from lorastudio.jobs.caption_count_slow import slow_tokenizer
+
+        return slow_tokenizer(tok_dir, root, read_bounded, CannotCount)  # a T5 spiece.model, CLIP's BPE
     try:
         tokenizer = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as err:  # noqa: BLE001 (the Rust reader raises plain Exception on a bad file)

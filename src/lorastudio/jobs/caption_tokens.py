@@ -3,7 +3,8 @@
 The run's start counts each caption with its pipeline's own tokenizer and prompt template
 (training/caption_length.py, fix 99). The API server may not import torch or transformers, so
 the preflight counts with the `tokenizers` package (Rust, torch-free) reading the base model's
-`tokenizer.json`, and renders a chat template with jinja2 as transformers does
+`tokenizer.json` (or, without one, a T5's `spiece.model` with sentencepiece and a CLIP's
+`vocab.json` + `merges.txt` built as transformers builds them: jobs/caption_count_slow.py), and renders a chat template with jinja2 as transformers does
 (`render_chat`): the counts equal training/caption_length.caption_token_counts on every family's
 tiny model (tests/unit/jobs/test_caption_tokens_parity.py). The pipelines' template strings are
 copied in jobs/caption_count.py (`QWEN_IMAGE_TEMPLATE`, `KREA2_*`, `FLUX2_SYSTEM_MESSAGE`); a
@@ -15,7 +16,7 @@ Contract of `caption_token_section`: it reads only local files (a pipeline folde
 snapshot in the hub cache; a single file's base config), never the network. It returns None for
 a family whose captions are not measured (no CaptionTokens, or one that never cuts); otherwise
 {"limit", "counted": bool, "cut": [{"file", "tokens"}], "note"}. When it cannot count
-(no tokenizer.json: a slow-only tokenizer; the files not on this machine; a file that is not a
+(no tokenizer.json and no slow files counted here; the files not on this machine; a file that is not a
 regular one inside the folder, or too large; a chat template this renderer does not run; a
 count past COUNT_TIMEOUT_S) `counted` is False, `cut` empty and `note` says the count is made at the
 start of the run: a note, never a problem.

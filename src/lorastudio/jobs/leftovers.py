@@ -2,7 +2,9 @@
 
 Every multi-file write of lorastudio stages into a hidden folder and renames it into place, and
 every delete renames first and then removes. A kill -9 (or a power cut) in between leaves the
-hidden folder behind, for ever: an upload's `datasets/.uploads/<id>/` (hundreds of MB), a run
+hidden folder behind, for ever: an upload's or import's `datasets/.uploads/<id>/` (hundreds of
+MB; one a live CLI import or upload owns is kept, data/staging_owner.py, and the next `datasets`
+command or `train` removes a killed one's beside a server too), a run
 delete's `outputs/.deleting-<id>/` (tens of thousands of files), a model delete's
 `models/.<name>.deleting-<id>/`, a tiny model's `models/.<name>.staging-<pid>-<id>/`, a LoRA
 export's `outputs/<run>/.staging-<id>/` (a snapshot's `outputs/<run>/loras/.staging-<id>/`),
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lorastudio.data.disk_cache import cache_leftovers, cache_root
+from lorastudio.data.staging_owner import STAGING_DIR, remove_unless_held, stale_entries
 from lorastudio.jobs.killed_notes import record_note
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
@@ -67,7 +70,7 @@ from lorastudio.training.run_lock import unowned
 log = logging.getLogger("lorastudio.jobs")
 
 NOTE_NAMES = 10  # the entries `removal_note` names before "and N more"
-UPLOAD_STAGING = ".uploads"  # data/uploads.py STAGING_DIR
+UPLOAD_STAGING = STAGING_DIR  # data/staging_owner.py: datasets/.uploads, its writers' staging
 _RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # jobs/run_delete.py, data/dataset_delete.py
 _MODEL_DELETE = re.compile(r"^\..+\.deleting-[0-9a-f]+$")  # basemodels/catalogue.py
 _TINY_STAGING = re.compile(r"^\..+\.staging-(\d+)-[0-9a-f]+$")  # tiny/staging.py (with the writer's pid)
@@ -79,7 +82,7 @@ _PARTIAL = re.compile(r"^\..+\.partial$")  # jobs/generation.py image, jobs/refe
 def find_leftovers(settings: Settings) -> list[Path]:
     """Every crash leftover in the home (see the module docstring), without touching them."""
     found: list[Path] = []
-    found += _children(settings.datasets_dir / UPLOAD_STAGING)
+    found += stale_entries(settings.datasets_dir, unknown_too=True)  # a live CLI import's is held: kept
     found += [p for p in _children(settings.outputs_dir) if _RUN_DELETE.match(p.name)]
     found += [p for p in _children(settings.datasets_dir) if _RUN_DELETE.match(p.name)]  # dataset deletes
     for item in _children(settings.models_dir):
@@ -313,7 +316,10 @@ def remove_leftovers(paths: list[Path]) -> tuple[int, int]:
                 with contextlib.suppress(OSError):  # holds what the run did not write: kept, logged
                     path.rmdir()
                 continue
-            if _is_run_folder(path):
+            if path.parent.name == UPLOAD_STAGING:
+                if not remove_unless_held(path, unknown_too=True):  # taken by a live writer since
+                    continue
+            elif _is_run_folder(path):
                 _remove_empty_tree(path)
             elif (run := _output_folder_of(path)) is not None:
                 remove_entry(run, path)  # no link followed on the way (one swapped in since the listing)

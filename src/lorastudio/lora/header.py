@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lorastudio.errors import ModelSourceError, NotFound
+from lorastudio.lora.joint_blocks import block_attention_kinds
 
 MAX_HEADER_BYTES = 16 * 1024 * 1024  # a LoRA's header (names, shapes, metadata) is KBs to a few MB
 MAX_TENSORS = 100_000
@@ -217,7 +218,9 @@ def lora_family_hint(header: LoraHeader) -> tuple[str, str] | None:
 
 def check_lora_header(header: LoraHeader, family: str) -> None:
     """Refuse a file that cannot be a LoRA of `family`: no tensors, a rank-0 adapter (an empty
-    down/A matrix or r = 0 in its adapter config), or a header / layers of another family.
+    down/A matrix or r = 0 in its adapter config), or a header / layers of another family (with
+    no key only one family has, block attention layers judged by their depth, width and text
+    stream: lora/joint_blocks.py).
     Raises ModelSourceError naming the file and the reason."""
     path = header.path
     if not header.tensors:
@@ -234,6 +237,11 @@ def check_lora_header(header: LoraHeader, family: str) -> None:
     by_keys = hint is not None and hint[1].startswith("it has layers")
     if hint is not None and hint[0] != family and not (by_keys and family in _SHARED_KEYS.get(hint[0], ())):
         raise ModelSourceError(f"{path} is not a {family} LoRA: it is a {hint[0]} one ({hint[1]})")
+    if hint is None and (signs := block_attention_kinds(header.tensors)) is not None:
+        kinds, families, evidence = signs  # attention layers alone: their blocks and widths tell
+        if family not in families:
+            what = " or ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 1 else kinds)
+            raise ModelSourceError(f"{path} is not a {family} LoRA: it is a {what} one ({evidence})")
 
 
 def check_lora_structure(header: LoraHeader) -> None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.errors import ModelSourceError
-from lorastudio.training.assistant_rules import hub_parts, is_local
+from lorastudio.training.assistant_rules import hub_parts, hub_ref_damage, is_local
 from lorastudio.user_paths import expand_user, is_file
 
 if TYPE_CHECKING:
@@ -56,6 +56,9 @@ def assistant_file(value: str) -> Path:
     from lorastudio.basemodels.hubcache import hub_cache_dir, hub_endpoint
 
     repo, filename = hub_parts(value)
+    damage = hub_ref_damage(value)  # hf_hub_download reads the ref whole: never hand it a hostile one
+    if damage is not None:
+        raise ModelSourceError(f"assistant_lora: {damage}")
     try:  # the cache and endpoint of the environment now (huggingface_hub's are its import's)
         return Path(hf_hub_download(repo, filename, cache_dir=hub_cache_dir(), endpoint=hub_endpoint()))
     except (OSError, ValueError) as err:

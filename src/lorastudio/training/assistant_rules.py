@@ -5,6 +5,7 @@ the engine's preflight and the job service (jobs/validation.py) both call `assis
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lorastudio.errors import FieldProblem
@@ -56,13 +57,13 @@ def assistant_problems(cfg: TrainConfig, family: Family) -> list[FieldProblem]:
         if not is_file(expand_user(value)):
             problems.append(FieldProblem("assistant_lora", f"file not found: {value}"))
     else:
-        from huggingface_hub import try_to_load_from_cache
-
-        from lorastudio.basemodels.hubcache import hub_cache_dir, hub_offline
+        from lorastudio.basemodels.hubcache import hub_offline
 
         repo, filename = hub_parts(value)
-        cached = try_to_load_from_cache(repo, filename, cache_dir=hub_cache_dir())
-        if not isinstance(cached, str) and hub_offline():
+        damage = hub_ref_damage(value)
+        if damage is not None:
+            problems.append(FieldProblem("assistant_lora", damage))
+        elif cached_hub_file(value) is None and hub_offline():
             problems.append(
                 FieldProblem(
                     "assistant_lora",
@@ -70,3 +71,31 @@ def assistant_problems(cfg: TrainConfig, family: Family) -> list[FieldProblem]:
                 )
             )
     return problems
+
+
+def hub_ref_damage(value: str) -> str | None:
+    """Why the hub cache's refs/main of a hub assistant_lora's repo must not be read by
+    huggingface_hub (it reads a ref whole: a sparse huge one until memory runs out), with what to
+    do; None when it is absent or holds a commit. Bounded (basemodels.hubcache.ref_damage)."""
+    from lorastudio.basemodels.hubcache import ref_damage
+
+    repo, _ = hub_parts(value)
+    damage = ref_damage(repo)
+    if damage is None:
+        return None
+    return f"the hub cache of {repo} is damaged ({damage}): remove that ref and fetch again"
+
+
+def cached_hub_file(value: str) -> Path | None:
+    """The hub cache's file of a hub assistant_lora value (owner/repo/path.safetensors) in the
+    snapshot refs/main names, or None when it is not there. The ref is read bounded
+    (basemodels.hubcache.cached_snapshot), never whole as huggingface_hub's try_to_load_from_cache
+    read it. `value` has passed config_rules.assistant_lora_problems (no '..' part)."""
+    from lorastudio.basemodels.hubcache import cached_snapshot
+
+    repo, filename = hub_parts(value)
+    snapshot = cached_snapshot(repo)
+    if snapshot is None:
+        return None
+    path = snapshot / filename
+    return path if is_file(path) else None

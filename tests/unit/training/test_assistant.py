@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -183,6 +186,59 @@ def test_a_hub_assistant_is_found_in_the_hub_cache_the_environment_names_now(
     cfg = parse_train_config(_raw(bases["turbo"], small_dataset, assistant_lora="acme/adapter/a.safetensors"))
     assert assistant_problems(cfg, families.get(FAMILY)) == []
     assert assistant_file("acme/adapter/a.safetensors") == snapshot / "a.safetensors"
+
+
+def test_a_hostile_hub_ref_is_not_read_for_the_assistant(bases, assistant, tmp_path):
+    """RELIABILITY 590: the assistant's hub-cache lookup (assistant_problems: the preflight's and
+    the job service's) used huggingface_hub's try_to_load_from_cache, which reads refs/main whole:
+    a sparse terabyte there read until the out-of-memory kill, a /dev/zero link for ever, a FIFO
+    blocked. Run in a child capped by RLIMIT_AS (and a timeout): each is refused naming the damaged
+    ref, read bounded; the run's download (assistant_file) refuses it too, before huggingface_hub."""
+    cache = tmp_path / "hub"
+    for repo in ("ok/good", "bad/huge", "bad/zero", "bad/fifo"):
+        storage = cache / ("models--" + repo.replace("/", "--"))
+        (storage / "snapshots" / ("c" * 40)).mkdir(parents=True)
+        shutil.copy(assistant, storage / "snapshots" / ("c" * 40) / "a.safetensors")
+        (storage / "refs").mkdir()
+    (cache / "models--ok--good" / "refs" / "main").write_text("c" * 40)
+    with open(cache / "models--bad--huge" / "refs" / "main", "wb") as fh:
+        fh.truncate(1 << 40)  # sparse: no disk
+    (cache / "models--bad--zero" / "refs" / "main").symlink_to("/dev/zero")
+    os.mkfifo(cache / "models--bad--fifo" / "refs" / "main")
+    code = (
+        "import resource, json, sys; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30));"
+        "from lorastudio import families; from lorastudio.config import TrainConfig;"
+        "from lorastudio.errors import ModelSourceError;"
+        "from lorastudio.training.assistant import assistant_file;"
+        "from lorastudio.training.assistant_rules import assistant_problems;"
+        "out = {};\n"
+        "for r in ['ok/good', 'bad/huge', 'bad/zero', 'bad/fifo']:\n"
+        f"  cfg = TrainConfig(family='{FAMILY}', base_model=sys.argv[1], data_dir='x', assistant_lora=r + '/a.safetensors')\n"
+        f"  out[r] = [p.message for p in assistant_problems(cfg, families.get('{FAMILY}'))]\n"
+        "  try: out[r].append(str(assistant_file(r + '/a.safetensors')))\n"
+        "  except ModelSourceError as err: out[r].append('refused: ' + str(err))\n"
+        "print(json.dumps(out))"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "HF_HUB_CACHE": str(cache),
+        "HF_HUB_OFFLINE": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(bases["turbo"])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout)
+    assert found["ok/good"] == [str(cache / "models--ok--good" / "snapshots" / ("c" * 40) / "a.safetensors")]
+    for repo in ("bad/huge", "bad/zero", "bad/fifo"):
+        problem, download = found[repo]
+        assert f"the hub cache of {repo} is damaged" in problem and "refs/main" in problem, problem
+        assert download.startswith("refused: ") and problem in download
 
 
 def test_distilled_is_read_from_the_checkpoint_for_any_family(tiny_model, tmp_path):
