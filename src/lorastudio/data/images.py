@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageChops
 
 from lorastudio.data.colour import ProfileError, profile_problem, to_srgb
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS, run_decode
@@ -323,6 +323,19 @@ def to_rgb(img: Image.Image, icc: bytes | None = None) -> Image.Image:
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(background, rgba).convert("RGB")
     return img if img.mode == "RGB" else img.convert("RGB")
+
+
+def mask_grey(img: Image.Image) -> Image.Image:
+    """A decoded loss-mask file (a dataset's masks/, data/masks.py) as the mask it trains with:
+    "L", white = trained fully. Its grey value (an RGB mask's luma, a 16-bit one scaled to 8 bits)
+    times its opacity where it has an alpha channel: a transparent pixel weighs as black
+    (unmasked_weight), as `alpha_mask` reads transparency, whatever colour it stores (white
+    painted on a transparent layer masks what it covers; composited onto white, as an image is,
+    the mask was white everywhere). Its ICC profile is not applied: a mask is data, not colour."""
+    if img.mode in _ALPHA_MODES or (img.mode == "P" and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        return ImageChops.multiply(rgba.convert("RGB").convert("L"), rgba.getchannel("A"))
+    return to_rgb(img).convert("L")
 
 
 def load_rgb(path: Path, folder_id: FolderId | None = None) -> Image.Image:

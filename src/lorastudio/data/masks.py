@@ -2,8 +2,9 @@
 
 Where a mask comes from: a grey image in the dataset's `masks/` sub-folder with the image's file
 stem (any supported image type, one per stem; white = the pixel is trained fully, black = it gets
-`unmasked_weight`, grey in between), or, with `alpha_mask`, the image's own alpha channel (opaque
-= trained). A mask must have its image's size (after EXIF orientation); an image without one
+`unmasked_weight`, grey in between; an RGB one read by its luma; one with an alpha channel, its
+grey times its opacity: a transparent pixel is black, images.mask_grey), or, with `alpha_mask`,
+the image's own alpha channel (opaque = trained). A mask must have its image's size (after EXIF orientation); an image without one
 trains unmasked and is named by the preflight. `attach_masks` checks and attaches them to a scan
 (its fingerprint then covers the masks' bytes too); `mask_crop` gives one crop's mask on the
 latent grid, cut exactly like the image (data/crop.py: the same resize, crop and flip), then
@@ -32,8 +33,8 @@ from lorastudio.data.images import (
     DECODE_ERRORS,
     ORIENTATION_FIX,
     exif_orientation,
+    mask_grey,
     open_image,
-    to_rgb,
 )
 from lorastudio.data.items import DatasetScan, ImageItem, MaskRef, item_name
 from lorastudio.data.paths import nfc, stem_key
@@ -291,7 +292,7 @@ def load_mask(item: ImageItem) -> Image.Image:
         orientation = exif_orientation(img)
         try:
             img.load()
-            grey = img.convert("RGBA").getchannel("A") if ref.alpha else to_rgb(img).convert("L")
+            grey = img.convert("RGBA").getchannel("A") if ref.alpha else mask_grey(img)
         except DECODE_ERRORS as err:
             raise DatasetError(f"cannot decode mask {ref.path.name}", [f"{ref.path.name}: {err}"]) from None
     fix = ORIENTATION_FIX.get(orientation)

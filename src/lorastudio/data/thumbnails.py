@@ -34,6 +34,7 @@ from lorastudio.data.images import (
     bad_image,
     decode_cost,
     exif_orientation,
+    mask_grey,
     open_image,
     oversized,
     to_rgb,
@@ -53,13 +54,15 @@ class TooLargeToPreview(LorastudioError):
     """A PNG/WebP whose full decode exceeds the server's decode budget (no reduced decode)."""
 
 
-def cache_key(path: Path, size: int, alpha: bool = False) -> str:
+def cache_key(path: Path, size: int, alpha: bool = False, mask: bool = False) -> str:
     """Hex key of `path`'s thumbnail of longest side `size` (changes when the file does;
-    `alpha`: the thumbnail of its alpha channel)."""
+    `alpha`: the thumbnail of its alpha channel; `mask`: of the loss mask it is)."""
     st = path.stat()
     ident = "\0".join(str(v) for v in (DECODE_RULES, path, size, *version_of(st)))
     if alpha:
         ident += "\0alpha"
+    if mask:
+        ident += "\0mask"
     return hashlib.sha256(ident.encode("utf-8", "surrogateescape")).hexdigest()
 
 
@@ -88,10 +91,11 @@ def _reduced(img: Image.Image, size: int) -> Image.Image:
 
 
 def render_thumbnail(
-    path: Path, size: int, *, max_pixels: int, decode_pixels: int, alpha: bool = False
+    path: Path, size: int, *, max_pixels: int, decode_pixels: int, alpha: bool = False, mask: bool = False
 ) -> bytes:
     """Decode `path` at reduced size and return a JPEG of longest side `size` (EXIF-upright);
-    with `alpha`, of its alpha channel as grey (opaque = white: the loss mask alpha_mask reads).
+    with `alpha`, of its alpha channel as grey (opaque = white: the loss mask alpha_mask reads);
+    with `mask`, a masks/ file as the loss mask it trains with (images.mask_grey).
 
     Raises: TooLargeToPreview when the decode would exceed `decode_pixels`; DatasetError when
     the file is unusable (link, corrupt, over `max_pixels`).
@@ -116,7 +120,10 @@ def render_thumbnail(
         except DECODE_ERRORS as err:
             raise bad_image(path, f"corrupt ({err})") from None
     try:
-        small = small.convert("RGBA").getchannel("A") if alpha else to_rgb(small, icc)
+        if alpha:
+            small = small.convert("RGBA").getchannel("A")
+        else:
+            small = mask_grey(small) if mask else to_rgb(small, icc)
     except ProfileError as err:
         raise bad_image(path, str(err)) from None
     small.thumbnail((size, size), Image.Resampling.LANCZOS)
@@ -137,15 +144,16 @@ def thumbnail_jpeg(
     decode_pixels: int,
     wait_s: float | None = None,
     alpha: bool = False,
+    mask: bool = False,
 ) -> bytes:
     """The JPEG thumbnail of `path` (longest side `size`), from the cache or rendered on a decode
     thread and cached. Concurrent requests for one image queue and then find it cached.
-    `alpha`: the thumbnail of its alpha channel (render_thumbnail).
+    `alpha`: the thumbnail of its alpha channel, `mask`: of a masks/ file's mask (render_thumbnail).
 
     Raises: DecodeBusy (no decode thread within `wait_s`, default THUMB_WAIT_S), TooLargeToPreview,
     DatasetError.
     """
-    key = cache_key(path, size, alpha)
+    key = cache_key(path, size, alpha, mask)
     cached = cache_dir / key[:2] / f"{key}.jpg"
 
     def render() -> bytes:
@@ -153,7 +161,7 @@ def thumbnail_jpeg(
             return cached.read_bytes()  # made while this request waited
         except FileNotFoundError:
             data = render_thumbnail(
-                path, size, max_pixels=max_pixels, decode_pixels=decode_pixels, alpha=alpha
+                path, size, max_pixels=max_pixels, decode_pixels=decode_pixels, alpha=alpha, mask=mask
             )
         _store(cached, data)
         return data
