@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lorastudio.data.disk_cache import shard_key
-from lorastudio.data.images import DECODE_RULES
+from lorastudio.data.images import PIXEL_RULES
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -138,7 +138,7 @@ def plan_variants(
             top, left = crop_offset(resized, item.bucket, random_crop=cfg.random_crop, rng=rng)
             parts = {
                 **encoder,
-                "decode": DECODE_RULES,
+                "decode": PIXEL_RULES,
                 "image": image,
                 "controls": controls,
                 **sizing,

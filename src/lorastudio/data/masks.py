@@ -32,7 +32,9 @@ from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import (
     DECODE_ERRORS,
     ORIENTATION_FIX,
+    eight_bit,
     exif_orientation,
+    has_transparency,
     mask_grey,
     open_image,
 )
@@ -43,7 +45,6 @@ from lorastudio.errors import ConfigError, DatasetError, FieldProblem
 
 MASKS_DIR = "masks"
 MASK_FIELDS = ("alpha_mask", "unmasked_weight")  # the config fields the mask checks may refuse
-_ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
 
 
 def _mask_names(root: Path) -> list[str]:
@@ -102,8 +103,9 @@ def clash_problem(stem: str, names: Sequence[str]) -> str:
 
 
 def image_has_alpha(img: Image.Image) -> bool:
-    """Whether the opened (header-only) image has an alpha channel: what alpha_mask reads."""
-    return img.mode in _ALPHA_MODES or (img.mode == "P" and "transparency" in img.info)
+    """Whether the opened (header-only) image has an alpha channel (or a palette's transparency, or
+    a PNG colour key: images.has_transparency): what alpha_mask reads."""
+    return has_transparency(img)
 
 
 def has_alpha(item: ImageItem) -> bool:
@@ -292,7 +294,7 @@ def load_mask(item: ImageItem) -> Image.Image:
         orientation = exif_orientation(img)
         try:
             img.load()
-            grey = img.convert("RGBA").getchannel("A") if ref.alpha else mask_grey(img)
+            grey = eight_bit(img).convert("RGBA").getchannel("A") if ref.alpha else mask_grey(img)
         except DECODE_ERRORS as err:
             raise DatasetError(f"cannot decode mask {ref.path.name}", [f"{ref.path.name}: {err}"]) from None
     fix = ORIENTATION_FIX.get(orientation)

@@ -28,12 +28,14 @@ from lorastudio.data.colour import ProfileError
 from lorastudio.data.decode_slots import run_decode
 from lorastudio.data.images import (
     DECODE_ERRORS,
-    DECODE_RULES,
     ORIENTATION_FIX,
+    PIXEL_RULES,
     WEBP_DECODE_COST,
     bad_image,
     decode_cost,
+    eight_bit,
     exif_orientation,
+    has_transparency,
     mask_grey,
     open_image,
     oversized,
@@ -58,7 +60,7 @@ def cache_key(path: Path, size: int, alpha: bool = False, mask: bool = False) ->
     """Hex key of `path`'s thumbnail of longest side `size` (changes when the file does;
     `alpha`: the thumbnail of its alpha channel; `mask`: of the loss mask it is)."""
     st = path.stat()
-    ident = "\0".join(str(v) for v in (DECODE_RULES, path, size, *version_of(st)))
+    ident = "\0".join(str(v) for v in (PIXEL_RULES, path, size, *version_of(st)))
     if alpha:
         ident += "\0alpha"
     if mask:
@@ -70,8 +72,10 @@ def _reduced(img: Image.Image, size: int) -> Image.Image:
     """The decoded `img` box-reduced so that its longest side stays >= 2*size, in a mode
     `Image.reduce` supports (palette and 1-bit images are converted first). RGBA/LA images are
     reduced in bands of rows: Pillow reduces them through a premultiplied full-size copy."""
+    if has_transparency(img):
+        img = eight_bit(img)  # a palette's or colour key's transparency as an alpha channel (LA / RGBA)
     if img.mode == "P":
-        img = img.convert("RGBA" if "transparency" in img.info else "RGB")
+        img = img.convert("RGB")
     elif img.mode == "1":
         img = img.convert("L")
     elif img.mode.startswith("I;16"):

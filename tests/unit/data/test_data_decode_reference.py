@@ -43,8 +43,9 @@ def _cmyk_reference(path: Path) -> np.ndarray:
     return (255.0 - ink[..., :3]) * (255.0 - ink[..., 3:]) / 255.0
 
 
-def _png16(path: Path, samples: np.ndarray, colour_type: int) -> Path:
-    """A 16-bit PNG of `samples` ([H, W] or [H, W, C] uint16) written by hand (Pillow writes none)."""
+def _png16(path: Path, samples: np.ndarray, colour_type: int, trns: bytes | None = None) -> Path:
+    """A 16-bit PNG of `samples` ([H, W] or [H, W, C] uint16) written by hand (Pillow writes none),
+    with a tRNS chunk of `trns` when given."""
     h, w = samples.shape[:2]
     raw = b"".join(b"\0" + samples[r].astype(">u2").tobytes() for r in range(h))
 
@@ -52,7 +53,8 @@ def _png16(path: Path, samples: np.ndarray, colour_type: int) -> Path:
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
 
     ihdr = struct.pack(">IIBBBBB", w, h, 16, colour_type, 0, 0, 0)
-    body = chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    key = chunk(b"tRNS", trns) if trns is not None else b""
+    body = chunk(b"IHDR", ihdr) + key + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
     path.write_bytes(b"\x89PNG\r\n\x1a\n" + body)
     return path
 
@@ -134,6 +136,52 @@ def test_transparency_is_composited_onto_white(tmp_path: Path) -> None:
     colours = np.asarray(palette.getpalette()[: 3 * 256], dtype=np.float64).reshape(-1, 3)
     reference = np.where((indices == 3)[..., None], 255.0, colours[indices])
     assert (indices == 3).any() and _max_error(_decoded(tmp_path / "palette.png"), reference) == 0.0
+
+
+def test_a_png_colour_key_is_transparency_composited_onto_white(tmp_path: Path) -> None:
+    """RELIABILITY 553: a grey or RGB PNG whose tRNS chunk names one transparent value (a colour
+    key, what PNG optimisers make of an RGBA image whose transparent pixels share one colour)
+    trained with those pixels in their stored colour (black here), where viewers show them
+    transparent and the same picture as RGBA trained them white; its thumbnail showed them black,
+    alpha_mask did not see them and a mask's key was not transparent. They are transparency now."""
+    from lorastudio.data.masks import image_has_alpha, load_mask
+    from lorastudio.data.thumbnails import render_thumbnail
+
+    picture = GRADIENT.copy()
+    picture[:, :10] = 0  # the key colour, left quarter
+    transparent = np.zeros((24, 40), dtype=bool)
+    transparent[:, :10] = True
+    grey = np.where(transparent, 0, picture[..., 1] + 5).astype(np.uint8)  # 0 only where transparent
+    Image.fromarray(picture).save(tmp_path / "rgb_key.png", transparency=(0, 0, 0))
+    Image.fromarray(grey, mode="L").save(tmp_path / "grey_key.png", transparency=0)
+    grey16 = grey.astype(np.uint16) * 257
+    _png16(tmp_path / "grey16_key.png", grey16, 0, trns=struct.pack(">H", 0))
+    as_rgba = np.concatenate([picture, np.where(transparent, 0, 255).astype(np.uint8)[..., None]], -1)
+    Image.fromarray(as_rgba, mode="RGBA").save(tmp_path / "rgba.png")
+    white = np.where(transparent[..., None], 255.0, picture.astype(np.float64))
+    grey_white = np.repeat(np.where(transparent, 255.0, grey.astype(np.float64))[..., None], 3, -1)
+    for name, reference in {
+        "rgb_key.png": white,
+        "rgba.png": white,
+        "grey_key.png": grey_white,
+        "grey16_key.png": grey_white,
+    }.items():
+        assert _max_error(_decoded(tmp_path / name), reference) == 0.0, name
+        with Image.open(tmp_path / name) as img:
+            assert image_has_alpha(img), name  # alpha_mask reads it
+        shown = render_thumbnail(tmp_path / name, 40, max_pixels=10**6, decode_pixels=10**6)
+        thumb = np.asarray(Image.open(io.BytesIO(shown)).convert("RGB"), dtype=np.float64)  # [24, 40, 3]
+        assert thumb[:, :8].min() > 235, name  # the preview shows white there too
+    (tmp_path / "data" / "masks").mkdir(parents=True)
+    Image.fromarray(picture).save(tmp_path / "data" / "a.png")
+    (tmp_path / "data" / "a.txt").write_text("a")
+    Image.new("L", (40, 24), 255).save(tmp_path / "data" / "masks" / "a.png", transparency=255)
+    from lorastudio.data.masks import attach_masks
+
+    item = attach_masks(scan_dataset(tmp_path / "data", resolution=32, multiple=16), alpha_mask=False).items[
+        0
+    ]
+    assert np.asarray(load_mask(item)).max() == 0  # a mask all of its transparent value: black
 
 
 # EXIF orientation -> the upright picture from the stored pixels [H, W, C] (EXIF 2.3, 4.6.4 A)
