@@ -59,8 +59,9 @@ def mask_thumbnail(
     settings: Settings = Depends(settings_dep),
 ) -> Response:
     """A JPEG thumbnail of one loss mask of the dataset (masks/<file>, data/masks.py), like the
-    image thumbnails, rendered as the mask it trains with (grey, white = trained; a transparent
-    pixel black: data.images.mask_grey). 404 when there is no such mask (or the masks folder is a link)."""
+    image thumbnails. 404 when there is no such mask (or the masks folder is a link)."""
+    # rendered as the mask it trains with (data.images.mask_grey: a transparent pixel black);
+    # the docstring above is the API's description (web/src/api/schema.d.ts is generated from it)
     masks = dataset_path(settings, name) / MASKS_DIR
     if masks.is_symlink():
         raise NotFound(f"dataset {name!r} has no masks folder")
