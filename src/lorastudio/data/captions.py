@@ -1,7 +1,8 @@
 """Captions: sidecar .txt files, metadata.jsonl rows, the default caption and the trigger word.
 
 Precedence for one image (first non-empty wins):
-  1. `<stem>.txt` next to the image (UTF-8, stripped; an empty file means "no caption");
+  1. `<stem>.txt` next to the image (UTF-8, stripped; an empty file means "no caption"; CR LF
+     and CR line ends read as LF, from either source: `one_newline_form`);
   2. the image's row in metadata.jsonl (`{"file_name": "x.png", "text": "..."}`; "caption" is
      accepted instead of "text");
   3. `default_caption` (the instance prompt);
@@ -60,9 +61,17 @@ def _clean(text: str | None) -> str | None:
     return text or None
 
 
+def one_newline_form(text: str) -> str:
+    """`text` with its Windows (CR LF) and classic Mac (CR) line ends as LF: a caption saved on
+    Windows is the caption saved elsewhere, as an editor, the web's text box and a prompt field
+    (which refuses CR: text_rules) show it; else a multi-line caption trained with CRs that no
+    prompt can hold (byte-level tokenizers give CR LF tokens of its own)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def read_sidecar(path: Path, folder_id: FolderId | None = None) -> str | None:
     """The stripped text of a caption file: UTF-8 (a BOM is ignored), or UTF-16 that starts with
-    its byte order mark; None if it is blank.
+    its byte order mark; None if it is blank. Line ends are LF (`one_newline_form`).
 
     Raises: DatasetError (one problem naming the file) if it cannot be read, is a link, is
     larger than MAX_CAPTION_BYTES, is not UTF-8 (nor marked UTF-16) or holds a NUL.
@@ -87,7 +96,9 @@ def read_sidecar(path: Path, folder_id: FolderId | None = None) -> str | None:
             f"caption file {path.name} is not {kind}",
             [f"{path.name}: not valid {kind} text (byte {err.start}); save it as UTF-8"],
         ) from None
-    text = text.lstrip("\ufeff")  # a second mark (a tool that added its own before the file's)
+    text = one_newline_form(
+        text.lstrip("\ufeff")
+    )  # a second mark (a tool that added its own before the file's)
     if "\0" in text:  # UTF-16 without its mark decodes as "UTF-8" with a NUL every other byte
         raise DatasetError(
             f"caption file {path.name} is not UTF-8",
@@ -153,7 +164,7 @@ def _row_caption(line: bytes, where: str) -> tuple[str, str | None] | str:
         return f'{where}: missing "text" (or "caption") for {file_name}'
     if not isinstance(row[key], str):
         return f'{where}: "{key}" of {file_name} must be a string'
-    caption = row[key].strip()
+    caption = one_newline_form(row[key]).strip()
     if "\0" in caption:
         return f'{where}: "{key}" of {file_name} holds a NUL character'
     if len(caption.encode("utf-8")) > MAX_CAPTION_BYTES:

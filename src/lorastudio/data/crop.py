@@ -42,6 +42,17 @@ def resized_size(width: int, height: int, bucket: tuple[int, int]) -> tuple[int,
     return max(bw, round(width * scale)), max(bh, round(height * scale))
 
 
+def same_shape(control: tuple[int, int], target_resized: tuple[int, int]) -> bool:
+    """Whether a control of size `control` (width, height) pictures its target's frame, resized to
+    `target_resized` (width, height): stretched to it, no edge moves further than rounding either
+    image to whole pixels accounts for (half a control pixel scaled up, plus a target pixel). A
+    half-size copy of a 1000x667 target (500x333) is; a square control of a 3:2 target is not."""
+    (cw, ch), (tw, th) = control, target_resized
+    sx, sy = tw / cw, th / ch
+    tolerance = 0.5 * max(sx, sy) + 1.0
+    return abs(ch * sx - th) <= tolerance and abs(cw * sy - tw) <= tolerance
+
+
 def crop_offset(
     resized: tuple[int, int], bucket: tuple[int, int], *, random_crop: bool, rng: np.random.Generator
 ) -> tuple[int, int]:

@@ -272,12 +272,13 @@ def check_header(fh: BinaryIO, path: Path) -> PngWalk | None:
     return png
 
 
-# Chunks of a palette PNG walked (before its image data) to look for tRNS; more: the header
-# cannot tell (`header_info` leaves the flag to Pillow).
+# Chunks of a grey, RGB or palette PNG walked (before its image data) to look for tRNS; more: the
+# header cannot tell (`header_info` leaves the flag to Pillow).
 _PNG_ALPHA_CHUNKS = 64
-# Pillow's mode per PNG colour type (IHDR): greyscale, RGB and palette have no alpha channel of
-# their own (a palette gains one from a tRNS chunk), grey+alpha (LA) and RGBA have one.
-_PNG_COLOUR_ALPHA = {0: False, 2: False, 3: None, 4: True, 6: True}
+# Whether a PNG of each colour type (IHDR) has transparency: grey+alpha (LA) and RGBA have an
+# alpha channel; greyscale, RGB and palette have transparency when a tRNS chunk gives it (a
+# palette's alpha, or the one grey or RGB value that is transparent: images.has_transparency).
+_PNG_COLOUR_ALPHA = {0: None, 2: None, 3: None, 4: True, 6: True}
 _WEBP_VP8X_ALPHA = 0x10  # the alpha flag of a VP8X chunk's flags byte
 
 
@@ -297,9 +298,10 @@ def header_info(fh: BinaryIO) -> HeaderInfo | None:
     (no chunk CRC is checked, nothing decoded); None when it is none of these or the header is
     malformed.
 
-    The alpha flag is what Pillow's header-only open gives (`masks.image_has_alpha`): a PNG of
-    colour type 4 (LA) or 6 (RGBA), or a palette PNG (type 3) with a tRNS chunk before its image
-    data (greyscale/RGB with tRNS open as L/RGB with a transparent colour: no alpha channel); a
+    The alpha flag is whether Pillow's header-only open shows transparency (`masks.image_has_alpha`,
+    images.has_transparency): a PNG of colour type 4 (LA) or 6 (RGBA), or a greyscale, RGB or
+    palette PNG (type 0, 2, 3) with a tRNS chunk before its image data (a colour key or a
+    palette's alpha); a
     WebP whose VP8X flags have the alpha bit, or a lossless (VP8L) one with its alpha-is-used bit
     (a plain lossy VP8 never); a JPEG never.
     """
@@ -307,8 +309,8 @@ def header_info(fh: BinaryIO) -> HeaderInfo | None:
     if head[:8] == PNG_SIGNATURE and head[12:16] == b"IHDR" and len(head) >= 26:
         width, height = struct.unpack(">II", head[16:24])
         alpha = _PNG_COLOUR_ALPHA.get(head[25])
-        if head[25] == 3 and len(head) == 33:
-            alpha = _palette_png_trns(fh)
+        if alpha is None and len(head) == 33:
+            alpha = _png_trns(fh)
         return HeaderInfo(width, height, alpha)
     if head[:2] == b"\xff\xd8":
         fh.seek(0)
@@ -330,8 +332,8 @@ def header_info(fh: BinaryIO) -> HeaderInfo | None:
     return HeaderInfo(*size, alpha=alpha)
 
 
-def _palette_png_trns(fh: BinaryIO) -> bool | None:
-    """Whether a palette PNG, read up to the end of its IHDR chunk, has a tRNS chunk before its
+def _png_trns(fh: BinaryIO) -> bool | None:
+    """Whether a PNG, read up to the end of its IHDR chunk, has a tRNS chunk before its
     image data (chunks skipped by seeking); None when the header is cut short or has more than
     _PNG_ALPHA_CHUNKS chunks before the image data."""
     for _ in range(_PNG_ALPHA_CHUNKS):

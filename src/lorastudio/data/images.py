@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageChops
 
 from lorastudio.data.colour import ProfileError, profile_problem, to_srgb
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS, run_decode
@@ -52,9 +52,12 @@ from lorastudio.settings import MAX_IMAGE_PIXELS_ENV, PILLOW_MAX_PIXELS
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
 WEBP_DECODE_COST = 4  # a WebP decode holds ~4x the memory of a PNG decode of the same size
 EXIF_ORIENTATION_TAG = 0x0112
-# How an image's pixels are made (load_rgb, to_rgb): part of the latent cache's and the thumbnail
-# cache's keys, so a change to it encodes and renders images again rather than read stale ones.
+# What a check of an image accepts (probe_image): part of the decoded record's key (data/decoded.py).
 DECODE_RULES = "srgb-1"
+# How an image's pixels are made (load_rgb, to_rgb): part of the latent cache's and the thumbnail
+# cache's keys, so a change to it encodes and renders images again rather than read stale ones
+# (2: a PNG colour key is transparency, RELIABILITY 553).
+PIXEL_RULES = "srgb-2"
 
 # EXIF orientation -> the transpose that makes the image upright (same table as ImageOps).
 ORIENTATION_FIX: dict[int, Image.Transpose] = {
@@ -305,16 +308,38 @@ def probe_pixels(
     return ImageInfo(width=width, height=height, orientation=orientation), decided
 
 
-def to_rgb(img: Image.Image, icc: bytes | None = None) -> Image.Image:
-    """Convert any decoded mode to sRGB RGB; transparency is composited onto white. `icc`: the
-    image's embedded ICC profile (`img.info["icc_profile"]` as opened; a reduced copy may have
-    lost it), converted from (data.colour); None: the pixels are taken as sRGB.
-    Raises: data.colour.ProfileError if `icc` cannot convert this image (probe_image refuses it)."""
+def has_transparency(img: Image.Image) -> bool:
+    """Whether the opened `img` shows transparent pixels in a viewer: an alpha channel, a
+    palette's transparency, or a PNG colour key (a grey or RGB PNG's tRNS: the pixels of that one
+    value are transparent, as PNG optimisers store an image whose transparent pixels share one
+    colour)."""
+    return img.mode in _ALPHA_MODES or "transparency" in img.info
+
+
+def eight_bit(img: Image.Image) -> Image.Image:
+    """The decoded `img` in an 8-bit mode: 16-bit grey scaled (rounded), and any transparency
+    (`has_transparency`) as an alpha channel: LA for grey, RGBA for the rest (a mode of its own
+    alpha kept). What `to_rgb` and `mask_grey` start from."""
+    key = img.info.get("transparency")
     if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
         arr = np.asarray(img, dtype=np.float64)  # [H, W] 16-bit range
-        img = Image.fromarray(np.clip(arr / 257.0 + 0.5, 0, 255).astype(np.uint8), mode="L")
-    if img.mode == "P" and "transparency" in img.info:
-        img = img.convert("RGBA")
+        grey = Image.fromarray(np.clip(arr / 257.0 + 0.5, 0, 255).astype(np.uint8), mode="L")
+        if not isinstance(key, int):
+            return grey
+        alpha = Image.fromarray(np.where(arr == key, 0, 255).astype(np.uint8), mode="L")  # [H, W]
+        return Image.merge("LA", (grey, alpha))
+    if key is None or img.mode in _ALPHA_MODES:
+        return img
+    return img.convert("LA" if img.mode in ("1", "L") else "RGBA")  # Pillow applies the key
+
+
+def to_rgb(img: Image.Image, icc: bytes | None = None) -> Image.Image:
+    """Convert any decoded mode to sRGB RGB; transparency (`has_transparency`: a PNG colour key
+    too) is composited onto white. `icc`: the image's embedded ICC profile
+    (`img.info["icc_profile"]` as opened; a reduced copy may have lost it), converted from
+    (data.colour); None: the pixels are taken as sRGB.
+    Raises: data.colour.ProfileError if `icc` cannot convert this image (probe_image refuses it)."""
+    img = eight_bit(img)
     if icc:
         alpha = img.convert("RGBA").getchannel("A") if img.mode in _ALPHA_MODES else None
         return to_srgb(img, icc, alpha)
@@ -323,6 +348,20 @@ def to_rgb(img: Image.Image, icc: bytes | None = None) -> Image.Image:
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(background, rgba).convert("RGB")
     return img if img.mode == "RGB" else img.convert("RGB")
+
+
+def mask_grey(img: Image.Image) -> Image.Image:
+    """A decoded loss-mask file (a dataset's masks/, data/masks.py) as the mask it trains with:
+    "L", white = trained fully. Its grey value (an RGB mask's luma, a 16-bit one scaled to 8 bits)
+    times its opacity where it has transparency (`has_transparency`): a transparent pixel weighs as
+    black (unmasked_weight), as `alpha_mask` reads transparency, whatever colour it stores (white
+    painted on a transparent layer masks what it covers; composited onto white, as an image is,
+    the mask was white everywhere). Its ICC profile is not applied: a mask is data, not colour."""
+    img = eight_bit(img)
+    if img.mode in _ALPHA_MODES:
+        rgba = img.convert("RGBA")
+        return ImageChops.multiply(rgba.convert("RGB").convert("L"), rgba.getchannel("A"))
+    return to_rgb(img).convert("L")
 
 
 def load_rgb(path: Path, folder_id: FolderId | None = None) -> Image.Image:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lorastudio.data.disk_cache import shard_key
-from lorastudio.data.images import DECODE_RULES
+from lorastudio.data.images import PIXEL_RULES
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -74,10 +74,29 @@ def image_hashes(item: ImageItem) -> tuple[str, list[str]]:
 def control_parts(item: ImageItem, rule: str | int) -> dict[str, Any]:
     """The key parts of how a paired item's controls are encoded: the control_resolution `rule`
     and every control's training (width, height) ([] where they take their target's crop); {}
-    for an item without controls (its key is a text-to-image one)."""
+    for an item without controls (its key is a text-to-image one). Where they take their
+    target's crop, "controls_aligned" lists the slots of the controls of their target's shape up
+    to pixel rounding whose own cover size is not the target's (data.crop.same_shape: cut with
+    the target's crop since RELIABILITY 550, centre-cropped before), so no latent of the old cut
+    is read for them; absent where there is none, keeping every other key as it was."""
+    from lorastudio.data.crop import resized_size, same_shape
+
     if not item.controls:
         return {}
-    return {"control_rule": rule, "control_sizes": [list(size) for size in item.control_sizes]}
+    parts: dict[str, Any] = {
+        "control_rule": rule,
+        "control_sizes": [list(size) for size in item.control_sizes],
+    }
+    if not item.control_sizes:
+        resized = resized_size(item.width, item.height, item.bucket)
+        aligned = [
+            slot
+            for slot, (w, h) in enumerate(item.control_dims)
+            if resized_size(w, h, item.bucket) != resized and same_shape((w, h), resized)
+        ]
+        if aligned:
+            parts["controls_aligned"] = aligned
+    return parts
 
 
 def cache_bytes(
@@ -119,7 +138,7 @@ def plan_variants(
             top, left = crop_offset(resized, item.bucket, random_crop=cfg.random_crop, rng=rng)
             parts = {
                 **encoder,
-                "decode": DECODE_RULES,
+                "decode": PIXEL_RULES,
                 "image": image,
                 "controls": controls,
                 **sizing,

@@ -2,8 +2,9 @@
 
 Where a mask comes from: a grey image in the dataset's `masks/` sub-folder with the image's file
 stem (any supported image type, one per stem; white = the pixel is trained fully, black = it gets
-`unmasked_weight`, grey in between), or, with `alpha_mask`, the image's own alpha channel (opaque
-= trained). A mask must have its image's size (after EXIF orientation); an image without one
+`unmasked_weight`, grey in between; an RGB one read by its luma; one with an alpha channel, its
+grey times its opacity: a transparent pixel is black, images.mask_grey), or, with `alpha_mask`,
+the image's own alpha channel (opaque = trained). A mask must have its image's size (after EXIF orientation); an image without one
 trains unmasked and is named by the preflight. `attach_masks` checks and attaches them to a scan
 (its fingerprint then covers the masks' bytes too); `mask_crop` gives one crop's mask on the
 latent grid, cut exactly like the image (data/crop.py: the same resize, crop and flip), then
@@ -31,9 +32,11 @@ from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import (
     DECODE_ERRORS,
     ORIENTATION_FIX,
+    eight_bit,
     exif_orientation,
+    has_transparency,
+    mask_grey,
     open_image,
-    to_rgb,
 )
 from lorastudio.data.items import DatasetScan, ImageItem, MaskRef, item_name
 from lorastudio.data.paths import nfc, stem_key
@@ -42,7 +45,6 @@ from lorastudio.errors import ConfigError, DatasetError, FieldProblem
 
 MASKS_DIR = "masks"
 MASK_FIELDS = ("alpha_mask", "unmasked_weight")  # the config fields the mask checks may refuse
-_ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
 
 
 def _mask_names(root: Path) -> list[str]:
@@ -101,8 +103,9 @@ def clash_problem(stem: str, names: Sequence[str]) -> str:
 
 
 def image_has_alpha(img: Image.Image) -> bool:
-    """Whether the opened (header-only) image has an alpha channel: what alpha_mask reads."""
-    return img.mode in _ALPHA_MODES or (img.mode == "P" and "transparency" in img.info)
+    """Whether the opened (header-only) image has an alpha channel (or a palette's transparency, or
+    a PNG colour key: images.has_transparency): what alpha_mask reads."""
+    return has_transparency(img)
 
 
 def has_alpha(item: ImageItem) -> bool:
@@ -291,7 +294,7 @@ def load_mask(item: ImageItem) -> Image.Image:
         orientation = exif_orientation(img)
         try:
             img.load()
-            grey = img.convert("RGBA").getchannel("A") if ref.alpha else to_rgb(img).convert("L")
+            grey = eight_bit(img).convert("RGBA").getchannel("A") if ref.alpha else mask_grey(img)
         except DECODE_ERRORS as err:
             raise DatasetError(f"cannot decode mask {ref.path.name}", [f"{ref.path.name}: {err}"]) from None
     fix = ORIENTATION_FIX.get(orientation)

@@ -31,7 +31,9 @@ family's edit pipeline encodes a reference at, from the control's own aspect rat
 target's bucket (Qwen-Image-Edit ~1 MP, FLUX.1 Kontext its nearest preferred resolution, FLUX.2
 capped at 1 MP); an int N that rule at an N x N area; "target" (and any family without a
 pipeline rule) resized to cover its target's bucket and cropped (and flipped) like the target
-(`load_control_crop`, data/crop.py), so the control latent has the target latent's size. No
+(`load_control_crop`, data/crop.py), so the control latent has the target latent's size: a control
+of its target's shape up to pixel rounding (a half-size copy: data.crop.same_shape) is resized to
+the target's own resized size and cut at its crop, aligned; another shape is centre-cropped. No
 torch here.
 
 Controls are opened like every dataset file (data/safe_open.py): relative to their folder, whose
@@ -58,7 +60,7 @@ from PIL import Image
 from lorastudio import json_read
 from lorastudio.data.captions import METADATA_CONTROL_KEYS
 from lorastudio.data.control_counts import count_problems
-from lorastudio.data.crop import resized_size
+from lorastudio.data.crop import resized_size, same_shape
 from lorastudio.data.decode_checks import check_images
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import is_image_name
@@ -359,20 +361,24 @@ def load_control_crop(
 ) -> np.ndarray:
     """A control image as its target's crop sees it: [3, bucket_h, bucket_w] float32 in [-1, 1].
 
-    The control is scaled to cover the target's bucket (Lanczos, as targets are). When that
-    gives the target's resized size `target_resized` (width, height) - a control of the target's
-    shape - it is cropped at the target's `crop_top_left` (as CroppedImage reports it: mirrored
-    when flipped) and flipped with it, so target and control stay aligned; otherwise it is
+    A control of the target's shape (`same_shape`: its aspect ratio is the target's up to the
+    rounding of either to whole pixels, e.g. a half-size copy) is resized to the target's resized
+    size `target_resized` (width, height) (Lanczos, as targets are), cropped at the target's
+    `crop_top_left` (as CroppedImage reports it: mirrored when flipped) and flipped with it, so
+    target and control stay aligned; another shape is scaled to cover the bucket and
     centre-cropped (and flipped with the target). Draws nothing from any rng. `folder_id`: the
     control folder's identity recorded by the scan (data.safe_open; None: not checked).
     Raises DatasetError if the file cannot be decoded, is a link, or its folder changed.
     """
     img = load_rgb(path, folder_id)
     bw, bh = bucket
-    rw, rh = resized_size(img.width, img.height, bucket)
+    aligned = same_shape(img.size, (target_resized[0], target_resized[1]))
+    rw, rh = (
+        (target_resized[0], target_resized[1]) if aligned else resized_size(img.width, img.height, bucket)
+    )
     if (rw, rh) != img.size:
         img = img.resize((rw, rh), Image.Resampling.LANCZOS, reducing_gap=3.0)
-    if (rw, rh) == tuple(target_resized):
+    if aligned:
         top, left = crop_top_left
         if flip:  # undo the mirroring of `left` that load_crop reports for a flipped crop
             left = rw - left - bw

@@ -28,12 +28,15 @@ from lorastudio.data.colour import ProfileError
 from lorastudio.data.decode_slots import run_decode
 from lorastudio.data.images import (
     DECODE_ERRORS,
-    DECODE_RULES,
     ORIENTATION_FIX,
+    PIXEL_RULES,
     WEBP_DECODE_COST,
     bad_image,
     decode_cost,
+    eight_bit,
     exif_orientation,
+    has_transparency,
+    mask_grey,
     open_image,
     oversized,
     to_rgb,
@@ -53,13 +56,15 @@ class TooLargeToPreview(LorastudioError):
     """A PNG/WebP whose full decode exceeds the server's decode budget (no reduced decode)."""
 
 
-def cache_key(path: Path, size: int, alpha: bool = False) -> str:
+def cache_key(path: Path, size: int, alpha: bool = False, mask: bool = False) -> str:
     """Hex key of `path`'s thumbnail of longest side `size` (changes when the file does;
-    `alpha`: the thumbnail of its alpha channel)."""
+    `alpha`: the thumbnail of its alpha channel; `mask`: of the loss mask it is)."""
     st = path.stat()
-    ident = "\0".join(str(v) for v in (DECODE_RULES, path, size, *version_of(st)))
+    ident = "\0".join(str(v) for v in (PIXEL_RULES, path, size, *version_of(st)))
     if alpha:
         ident += "\0alpha"
+    if mask:
+        ident += "\0mask"
     return hashlib.sha256(ident.encode("utf-8", "surrogateescape")).hexdigest()
 
 
@@ -67,8 +72,10 @@ def _reduced(img: Image.Image, size: int) -> Image.Image:
     """The decoded `img` box-reduced so that its longest side stays >= 2*size, in a mode
     `Image.reduce` supports (palette and 1-bit images are converted first). RGBA/LA images are
     reduced in bands of rows: Pillow reduces them through a premultiplied full-size copy."""
+    if has_transparency(img):
+        img = eight_bit(img)  # a palette's or colour key's transparency as an alpha channel (LA / RGBA)
     if img.mode == "P":
-        img = img.convert("RGBA" if "transparency" in img.info else "RGB")
+        img = img.convert("RGB")
     elif img.mode == "1":
         img = img.convert("L")
     elif img.mode.startswith("I;16"):
@@ -88,10 +95,11 @@ def _reduced(img: Image.Image, size: int) -> Image.Image:
 
 
 def render_thumbnail(
-    path: Path, size: int, *, max_pixels: int, decode_pixels: int, alpha: bool = False
+    path: Path, size: int, *, max_pixels: int, decode_pixels: int, alpha: bool = False, mask: bool = False
 ) -> bytes:
     """Decode `path` at reduced size and return a JPEG of longest side `size` (EXIF-upright);
-    with `alpha`, of its alpha channel as grey (opaque = white: the loss mask alpha_mask reads).
+    with `alpha`, of its alpha channel as grey (opaque = white: the loss mask alpha_mask reads);
+    with `mask`, a masks/ file as the loss mask it trains with (images.mask_grey).
 
     Raises: TooLargeToPreview when the decode would exceed `decode_pixels`; DatasetError when
     the file is unusable (link, corrupt, over `max_pixels`).
@@ -116,7 +124,10 @@ def render_thumbnail(
         except DECODE_ERRORS as err:
             raise bad_image(path, f"corrupt ({err})") from None
     try:
-        small = small.convert("RGBA").getchannel("A") if alpha else to_rgb(small, icc)
+        if alpha:
+            small = small.convert("RGBA").getchannel("A")
+        else:
+            small = mask_grey(small) if mask else to_rgb(small, icc)
     except ProfileError as err:
         raise bad_image(path, str(err)) from None
     small.thumbnail((size, size), Image.Resampling.LANCZOS)
@@ -137,15 +148,16 @@ def thumbnail_jpeg(
     decode_pixels: int,
     wait_s: float | None = None,
     alpha: bool = False,
+    mask: bool = False,
 ) -> bytes:
     """The JPEG thumbnail of `path` (longest side `size`), from the cache or rendered on a decode
     thread and cached. Concurrent requests for one image queue and then find it cached.
-    `alpha`: the thumbnail of its alpha channel (render_thumbnail).
+    `alpha`: the thumbnail of its alpha channel, `mask`: of a masks/ file's mask (render_thumbnail).
 
     Raises: DecodeBusy (no decode thread within `wait_s`, default THUMB_WAIT_S), TooLargeToPreview,
     DatasetError.
     """
-    key = cache_key(path, size, alpha)
+    key = cache_key(path, size, alpha, mask)
     cached = cache_dir / key[:2] / f"{key}.jpg"
 
     def render() -> bytes:
@@ -153,7 +165,7 @@ def thumbnail_jpeg(
             return cached.read_bytes()  # made while this request waited
         except FileNotFoundError:
             data = render_thumbnail(
-                path, size, max_pixels=max_pixels, decode_pixels=decode_pixels, alpha=alpha
+                path, size, max_pixels=max_pixels, decode_pixels=decode_pixels, alpha=alpha, mask=mask
             )
         _store(cached, data)
         return data

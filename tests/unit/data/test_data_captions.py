@@ -73,6 +73,27 @@ def test_sidecar_utf8_with_bom_is_read(tmp_path, make_image):
     assert _by_name(_scan(tmp_path)) == {"a.png": ("café à Zürich", "txt")}
 
 
+def test_windows_and_mac_line_ends_read_as_the_caption_saved_elsewhere(tmp_path, make_image):
+    """RELIABILITY 551: a multi-line caption saved on Windows (CR LF) or classic Mac (CR) trained
+    with its CRs, which no prompt can hold (text_rules refuses CR) and byte-level tokenizers read
+    as tokens of their own: the same caption saved on Linux trained otherwise. Line ends are LF
+    now, in a .txt (a kohya `.caption` too: the same reader), a UTF-16 one and metadata.jsonl."""
+    from lorastudio.data.captions import read_sidecar
+
+    for name in ("a.png", "b.png", "c.png", "d.png", "e.png"):
+        make_image(tmp_path / name)
+    (tmp_path / "a.txt").write_bytes(b"red, blue\r\ngreen, yellow\r\n")
+    (tmp_path / "b.txt").write_bytes(b"red, blue\rgreen, yellow\r")
+    (tmp_path / "c.txt").write_bytes(b"red, blue\ngreen, yellow\n")
+    (tmp_path / "d.txt").write_bytes("\ufeffred, blue\r\ngreen, yellow".encode("utf-16"))
+    (tmp_path / "metadata.jsonl").write_text(
+        json.dumps({"file_name": "e.png", "text": "red, blue\r\ngreen, yellow"})
+    )
+    captions = {it.path.name: it.caption for it in _scan(tmp_path).items}
+    assert set(captions.values()) == {"red, blue\ngreen, yellow"}, captions
+    assert read_sidecar(tmp_path / "a.txt") == "red, blue\ngreen, yellow"
+
+
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
 def test_sidecar_utf16_with_its_byte_order_mark_is_read(tmp_path, make_image, encoding):
     """Windows Notepad's "Unicode" saves UTF-16 with a byte order mark: unambiguous, so read."""

@@ -95,7 +95,8 @@ def _save(path: Path, img: Image.Image, **kw: object) -> Path:
 
 
 def _alpha_cases(tmp: Path) -> list[tuple[Path, bool]]:
-    """(file, whether it has an alpha channel) of every PNG colour type, WebP kind and JPEG."""
+    """(file, whether it shows transparency: an alpha channel, a palette's or a colour key) of
+    every PNG colour type, WebP kind and JPEG."""
     half = Image.new("RGBA", (40, 30), (255, 0, 0, 255))
     half.paste((0, 0, 0, 0), (0, 0, 20, 30))  # the left half transparent
     palette = Image.new("P", (40, 30), 1)
@@ -110,8 +111,9 @@ def _alpha_cases(tmp: Path) -> list[tuple[Path, bool]]:
         (_save(tmp / "p_trns_text.png", palette, transparency=0, pnginfo=big_text), True),
         (_save(tmp / "p.png", palette), False),
         (_save(tmp / "rgb.png", half.convert("RGB")), False),
-        (_save(tmp / "rgb_trns.png", half.convert("RGB"), transparency=(0, 0, 0)), False),
-        (_save(tmp / "l_trns.png", half.convert("L"), transparency=0), False),
+        # a colour key (tRNS) is transparency as viewers show it (RELIABILITY 553)
+        (_save(tmp / "rgb_trns.png", half.convert("RGB"), transparency=(0, 0, 0)), True),
+        (_save(tmp / "l_trns.png", half.convert("L"), transparency=0), True),
         (_save(tmp / "l16.png", Image.new("I;16", (40, 30), 300)), False),
         (_save(tmp / "lossy.webp", half.convert("RGB"), quality=80), False),  # VP8
         (_save(tmp / "lossy_alpha.webp", half, quality=80), True),  # VP8X + ALPH

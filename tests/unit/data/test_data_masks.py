@@ -169,3 +169,39 @@ def test_a_mask_is_cut_like_its_image_down_to_the_latent_grid(tmp_path: Path, fl
     np.testing.assert_allclose(got, expected, atol=2e-3)
     wrong = mask_crop(replace(item), crop.crop_top_left, not flip, 8)
     assert np.abs(wrong - expected).max() > 0.05  # the other flip does not line up
+
+
+@pytest.mark.parametrize("mode", ["LA", "RGBA", "P"])
+def test_a_mask_painted_on_a_transparent_layer_masks_what_it_covers(tmp_path: Path, mode: str) -> None:
+    """RELIABILITY 552: a masks/ file with an alpha channel was composited onto white, as an image
+    is: white painted on a transparent layer (an editor's export, the transparent pixels black)
+    gave a mask white everywhere, masking nothing, and its thumbnail showed the same. A mask is its
+    grey times its opacity now (a transparent pixel weighs as black, as alpha_mask reads
+    transparency), in training and in the dataset page's overlay; opaque masks are unchanged."""
+    import io
+
+    from lorastudio.data.masks import load_mask
+    from lorastudio.data.thumbnails import render_thumbnail
+
+    root = _dataset(tmp_path, {"a": (64, 32), "b": (64, 32)})
+    (root / "masks").mkdir()
+    la = np.zeros((32, 64, 2), dtype=np.uint8)  # [H, W, grey + alpha]: transparent black
+    la[:, :32] = 255  # the left half painted white, opaque
+    painted = Image.fromarray(la, mode="LA")
+    if mode == "RGBA":
+        painted = painted.convert("RGBA")
+    if mode == "P":  # a palette with a transparent index
+        painted = Image.fromarray(la[..., 0], mode="L").convert("P")
+        painted.info["transparency"] = 0  # black is transparent
+    painted.save(root / "masks" / "a.png", **({"transparency": 0} if mode == "P" else {}))
+    Image.fromarray(np.full((32, 64, 4), (128, 128, 128, 255), dtype=np.uint8), mode="RGBA").save(
+        root / "masks" / "b.png"
+    )  # opaque grey: as before
+    items = {it.path.name: it for it in _scan(root).items}
+    grey = np.asarray(load_mask(items["a.png"]))  # [32, 64]
+    assert grey[:, :32].min() == 255 and grey[:, 32:].max() == 0
+    assert np.unique(np.asarray(load_mask(items["b.png"]))).tolist() == [128]
+    shown = render_thumbnail(root / "masks" / "a.png", 64, max_pixels=10**6, decode_pixels=10**6, mask=True)
+
+    thumb = np.asarray(Image.open(io.BytesIO(shown)).convert("L"), dtype=np.int16)  # [32, 64] JPEG
+    assert thumb[:, :28].min() > 230 and thumb[:, 36:].max() < 25

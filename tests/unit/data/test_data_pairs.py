@@ -5,6 +5,7 @@ flipped exactly like its target."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -127,6 +128,43 @@ def test_a_control_of_the_target_shape_is_cropped_and_flipped_with_it(tmp_path, 
         item.controls[0], item.bucket, crop.crop_top_left, resized_size(80, 48, item.bucket), flip
     )
     np.testing.assert_array_equal(control, crop.pixels)  # [3, 32, 32] the same crop
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_a_half_size_control_is_cut_with_its_target_not_centred(tmp_path, flip):
+    """RELIABILITY 550: a control of its target's shape but another size (a half-size copy) whose
+    cover size rounds one pixel away from the target's was centre-cropped while the target was
+    randomly cropped: the pair trained misaligned. It is cut with the target's crop now."""
+    from PIL import Image
+
+    from lorastudio.data.crop import same_shape
+
+    ys, xs = np.mgrid[0:37, 0:60]
+    pixels = np.stack([xs * 4, ys * 6, 255 - xs * 4], -1).astype(np.uint8)  # [37, 60, 3] gradients
+    _targets(tmp_path, [])
+    write_image(tmp_path / "a.png", pixels=pixels)
+    (tmp_path / "a.txt").write_text("t")
+    (tmp_path / "control").mkdir()
+    half = np.asarray(
+        Image.fromarray(pixels).resize((30, 18), Image.Resampling.LANCZOS)
+    )  # 30x18: 60x37 halved
+    write_image(tmp_path / "control" / "a.png", pixels=half)
+    item = scan_dataset(
+        tmp_path, resolution=32, multiple=16, aspect_buckets=False, control_images=KONTEXT
+    ).items[0]
+    resized = resized_size(60, 37, item.bucket)
+    assert resized == (52, 32) and resized_size(30, 18, item.bucket) == (53, 32)  # one pixel apart
+    assert same_shape((30, 18), resized) and not same_shape((32, 32), resized)
+    crop = load_crop(item, random_crop=True, flip=flip, rng=np.random.default_rng(0))
+    left = crop.crop_top_left[1] if not flip else resized[0] - crop.crop_top_left[1] - 32
+    assert abs(left - (52 - 32) // 2) >= 5  # a crop well away from the centre
+    control = load_control_crop(item.controls[0], item.bucket, crop.crop_top_left, resized, flip)
+    assert np.abs(control - crop.pixels).mean() < 0.03  # [3, 32, 32] the same view, resampled
+    from lorastudio.data.latent_keys import control_parts
+
+    assert control_parts(item, "target")["controls_aligned"] == [0]  # its latents of the old cut not read
+    same = replace(item, control_dims=((60, 37),))
+    assert control_parts(same, "target") == {"control_rule": "target", "control_sizes": []}  # keys as before
 
 
 def test_a_control_linking_outside_the_dataset_is_refused(tmp_path):

@@ -60,10 +60,12 @@ def mask_thumbnail(
 ) -> Response:
     """A JPEG thumbnail of one loss mask of the dataset (masks/<file>, data/masks.py), like the
     image thumbnails. 404 when there is no such mask (or the masks folder is a link)."""
+    # rendered as the mask it trains with (data.images.mask_grey: a transparent pixel black);
+    # the docstring above is the API's description (web/src/api/schema.d.ts is generated from it)
     masks = dataset_path(settings, name) / MASKS_DIR
     if masks.is_symlink():
         raise NotFound(f"dataset {name!r} has no masks folder")
-    return _thumbnail(existing_image(masks, file), size, settings)
+    return _thumbnail(existing_image(masks, file), size, settings, mask=True)
 
 
 @router.get("/{name}/alpha/{file}", response_class=Response)
@@ -82,8 +84,11 @@ def alpha_thumbnail(
     return _thumbnail(path, size, settings, alpha=True)
 
 
-def _thumbnail(path: Path, size: int, settings: Settings, alpha: bool = False) -> Response:
-    """The thumbnail response of an image file (see `thumbnail`; `alpha`: of its alpha channel)."""
+def _thumbnail(
+    path: Path, size: int, settings: Settings, alpha: bool = False, mask: bool = False
+) -> Response:
+    """The thumbnail response of an image file (see `thumbnail`; `alpha`: of its alpha channel;
+    `mask`: of the loss mask a masks/ file is)."""
     headers = {"Cache-Control": "no-cache"}
     try:
         data = thumbnail_jpeg(
@@ -93,6 +98,7 @@ def _thumbnail(path: Path, size: int, settings: Settings, alpha: bool = False) -
             max_pixels=settings.max_image_pixels,
             decode_pixels=settings.max_decode_pixels,
             alpha=alpha,
+            mask=mask,
         )
     except TooLargeToPreview as err:
         data = placeholder_jpeg(size)
