@@ -349,6 +349,17 @@ def _png_trns(fh: BinaryIO) -> bool | None:
     return None
 
 
+def png_colour_key(fh: BinaryIO) -> bool | None:
+    """Whether the file is a grey or RGB PNG (colour type 0 or 2) with a tRNS chunk before its
+    image data: a colour key (images.has_transparency), read from its header; False for any other
+    file (a palette's tRNS is no colour key); None when the header cannot tell (more than
+    _PNG_ALPHA_CHUNKS chunks before the image data, or cut short there)."""
+    head = fh.read(33)
+    if len(head) < 33 or head[:8] != PNG_SIGNATURE or head[12:16] != b"IHDR" or head[25] not in (0, 2):
+        return False
+    return _png_trns(fh)
+
+
 def header_size(fh: BinaryIO) -> tuple[int, int] | None:
     """The stored (width, height) of a PNG, JPEG or WebP file (before EXIF orientation), read
     from its header only; None when it is none of these or the header is malformed."""

@@ -19,6 +19,7 @@ from lorastudio.config import TrainConfig, parse_train_config, resolve_train_con
 from lorastudio.data.entries import resolve_entries
 from lorastudio.data.latent_keys import run_cache_bytes
 from lorastudio.data.pairs import resolve_control_dirs
+from lorastudio.data.pixel_rule import read_otherwise
 from lorastudio.data.run_scan import scan_for_run
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
 from lorastudio.jobs.host_rules import host_problems, raw_host_problems
@@ -159,6 +160,7 @@ def validate_resume(
             base,
             dataset_files(scan),
             run_cache_bytes(before, scan, family.spec),
+            read_otherwise(scan),  # the pixel rule, where the data needs it (identity_rules.py)
         ),
     )
     return ValidatedResume(config=cfg, worker_config=given, checkpoint=found, step=step, total_steps=total)

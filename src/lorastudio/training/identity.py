@@ -31,7 +31,14 @@ from lorastudio.training.identity_latents import (
     latent_record,
     old_checkpoint_note,
 )
-from lorastudio.training.identity_rules import RULE_KEYS, holdout_problems, kohya_caption_note, rules_record
+from lorastudio.training.identity_rules import (
+    RULE_KEYS,
+    holdout_problems,
+    kohya_caption_note,
+    pixel_problems,
+    pixel_record,
+    rules_record,
+)
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -183,13 +190,16 @@ def run_identity(
     base: str | Mapping[str, Any] | None = None,
     files: Mapping[str, list[str]] | None = None,
     latent_bytes: int | None = None,
+    pixels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The identity of a run (JSON-able dict). Takes the resolved config, the dataset fingerprint,
     the family's default LoRA targets (used when cfg.lora_targets is unset), the base's
     fields (identity_base.base_record; a string: the fingerprint alone; None: not part of it), the scan's `dataset_files` (None:
     not part of it) and the in-memory latent cache's size (data/latent_keys.run_cache_bytes;
     None: the latent settings are recorded, not the handling they give:
-    training/identity_latents.py)."""
+    training/identity_latents.py) and the files this version reads otherwise than the older code
+    (data/pixel_rule.read_otherwise; None or {}: none, no pixel rule recorded:
+    training/identity_rules.py)."""
     values = cfg.model_dump(mode="json")
     identity = {k: v for k, v in sorted(values.items()) if k not in RESUMABLE_FIELDS}
     if identity.get("datasets") is not None:  # each entry's settings; its folder, like data_dir, is not
@@ -209,6 +219,7 @@ def run_identity(
     if files is not None:
         identity["dataset_files"] = dict(files)
     identity.update(rules_record(cfg))
+    identity.update(pixel_record(pixels or {}))
     return json_read.loads(json.dumps(identity))  # the values exactly as a JSON file gives them back
 
 
@@ -226,6 +237,7 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
         problems += handling_problems(saved, current)
     problems += base_problems(saved, current)  # under the checkpoint's rule (identity_base.py)
     problems += holdout_problems(saved, current)
+    problems += pixel_problems(saved, current)  # the pixel rule where this dataset's files need it
     for key in sorted(set(saved) | set(current)):
         was, now = saved.get(key, "<absent>"), current.get(key, "<absent>")
         if key not in saved and (key in _DERIVED_SINCE or _is_schema_default(key, now)):

@@ -15,6 +15,14 @@ image's `.caption` as well as its `.txt` (rule 1: `.txt` only, else the folder's
 with `kohya_folders` records `kohya_caption_rule`; a checkpoint without it whose dataset
 fingerprint differs is refused as any changed dataset is, the problem saying that the rule, not
 an edit, may be what changed (RELIABILITY 491).
+
+The pixels: rule 2 (session 27, RELIABILITY 610): fixes 550, 552 and 553 read some files otherwise
+(a control a pixel off its target's cover size, a mask with transparency, a PNG colour key:
+data/pixel_rule.py). Only a run whose data holds such a file records `pixel_rule` (with
+`pixel_rule_files`, the first file of each fix, for the refusal to name; not compared: the
+dataset fingerprint covers the files); a checkpoint of such a run without the record (rule 1)
+is refused on resume, naming the rule, the fix and the file. Other runs record nothing: their
+checkpoints of either rule resume bitwise.
 """
 
 from __future__ import annotations
@@ -31,7 +39,18 @@ HOLDOUT_RULE = "holdout_rule"
 RULE = 2  # regularisation entries hold none out (data/holdout.py)
 KOHYA_CAPTION_RULE = "kohya_caption_rule"
 KOHYA_RULE = 2  # a kohya folder's .caption files are read (data/kohya_captions.py)
-RULE_KEYS = frozenset({HOLDOUT_RULE, KOHYA_CAPTION_RULE})
+PIXEL_RULE = "pixel_rule"
+PIXEL_FILES = "pixel_rule_files"
+PIXEL_RULE_NOW = 2  # fixes 550, 552 and 553 (data/pixel_rule.py)
+RULE_KEYS = frozenset({HOLDOUT_RULE, KOHYA_CAPTION_RULE, PIXEL_RULE, PIXEL_FILES})
+# what each fix of rule 2 reads otherwise (data/pixel_rule.read_otherwise's keys)
+_PIXEL_FIXES = {
+    "550": "a control of its target's shape whose cover size is a pixel off its target's, now cut with "
+    "its target's crop and flip where it was centre-cropped",
+    "552": "a mask with transparent pixels, which now weigh as black where they weighed as white",
+    "553": "a PNG with a colour key, whose keyed pixels now train transparent (composited onto white) "
+    "where they trained in their stored colour",
+}
 
 
 def splits_regularisation(identity: Mapping[str, Any]) -> bool:
@@ -55,6 +74,39 @@ def rules_record(cfg: TrainConfig) -> dict[str, int]:
     if cfg.kohya_folders:
         record[KOHYA_CAPTION_RULE] = KOHYA_RULE
     return record
+
+
+def pixel_record(read_otherwise: Mapping[str, str]) -> dict[str, Any]:
+    """The identity's record of a run whose data holds files rule 2 reads otherwise
+    (data/pixel_rule.read_otherwise: fix -> first file): {"pixel_rule": 2, "pixel_rule_files":
+    ...}; {} for a run with none (its identity as before the rule)."""
+    return {PIXEL_RULE: PIXEL_RULE_NOW, PIXEL_FILES: dict(read_otherwise)} if read_otherwise else {}
+
+
+def pixel_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[FieldProblem]:
+    """The refusal of a resume whose checkpoint read its pixels under another rule than this code
+    where this run's data holds files the rules read otherwise (a checkpoint of rule 1: no
+    record); empty otherwise (a run without such files records nothing and is not compared)."""
+    if PIXEL_RULE not in current:
+        return []
+    was, now = saved.get(PIXEL_RULE, 1), current[PIXEL_RULE]
+    if was == now:
+        return []
+    files = current.get(PIXEL_FILES)
+    listed = files.items() if isinstance(files, Mapping) else ()
+    said = "; ".join(
+        f"{_PIXEL_FIXES.get(fix, 'a file read otherwise')} (RELIABILITY {fix}), e.g. {name}"
+        for fix, name in listed
+    )
+    return [
+        FieldProblem(
+            PIXEL_RULE,
+            f"the checkpoint read this dataset's pixels under pixel rule {was}, this version reads them under "
+            f"rule {now}, and the dataset holds files the two read otherwise: {said or 'unnamed'}; resumed, "
+            "the run would train on other pixels than its first steps did, so it cannot continue as it was: "
+            "start a new run, or finish this one with the version that wrote it",
+        )
+    ]
 
 
 def kohya_caption_note(saved: Mapping[str, Any], current: Mapping[str, Any]) -> str:

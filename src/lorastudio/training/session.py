@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio.data.latent_keys import run_cache_bytes
+from lorastudio.data.pixel_rule import read_otherwise
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.checkpoint import (
     CheckpointKeeper,
@@ -59,7 +60,7 @@ def prepare_session(
     if checkpoint is None:
         run = preflight(cfg, settings, device, progress=progress)
         base = base_record(run.cfg, run.family.spec.denoiser)
-        return run, _identity(run, run.cfg, base)
+        return run, _identity(run, run.cfg, base, read_otherwise(run.scan))
     problems = resume_problems(cfg, checkpoint)
     if problems:
         raise ConfigError(problems)
@@ -73,22 +74,32 @@ def prepare_session(
         run, cfg=run.cfg.model_copy(update={"output_name": run_dir.name}), run_dir=run_dir
     )
     base = base_record(run.cfg, run.family.spec.denoiser)
-    identity = _identity(run, run.cfg, base)
+    pixels = read_otherwise(run.scan)  # each file's header read once
+    identity = _identity(run, run.cfg, base, pixels)
     before = run.cfg.model_copy(update={"steps": old_total}) if extended else run.cfg
     # the base as the checkpoint's rule takes it (identity_base.py: a checkpoint of rule 1 resumes),
     # with the revision it recorded beside a local folder (training/checkpoint.py)
     then = record_for(info["identity"], config_as_recorded(run.cfg, info), run.family.spec.denoiser)
-    check_identity(info["identity"], _identity(run, before, then))
+    check_identity(info["identity"], _identity(run, before, then, pixels))
     return run, identity
 
 
-def _identity(run: PreparedRun, cfg: TrainConfig, base: dict[str, Any]) -> dict[str, Any]:
+def _identity(
+    run: PreparedRun, cfg: TrainConfig, base: dict[str, Any], pixels: dict[str, str]
+) -> dict[str, Any]:
     """The identity of `run` with the settings `cfg` (its own, or its steps before an extension):
     with the latent cache's size as the run sizes it (training/loop_inputs.run_latent_mode), so it
-    records the latent handling the run has."""
+    records the latent handling the run has, and the pixel rule where its files need it
+    (`pixels`: data/pixel_rule.read_otherwise of its scan)."""
     scan, spec = run.scan, run.family.spec
     return run_identity(
-        cfg, scan.fingerprint, spec.lora_targets, base, dataset_files(scan), run_cache_bytes(cfg, scan, spec)
+        cfg,
+        scan.fingerprint,
+        spec.lora_targets,
+        base,
+        dataset_files(scan),
+        run_cache_bytes(cfg, scan, spec),
+        pixels,  # the pixel rule, where the data needs it (identity_rules.py)
     )
 
 

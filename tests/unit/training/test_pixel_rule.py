@@ -1,0 +1,147 @@
+"""The pixel rule (RELIABILITY 610): session 27's fixes 550, 552 and 553 read some files otherwise
+without any file or setting changing, so a run whose data holds such a file records `pixel_rule`
+and a checkpoint of it written by the older code (this code's identity without the record, as
+tests/unit/training/test_identity_rules.py writes one) is refused on resume before any model
+loads, naming the rule, the fix and a file; the same old checkpoint over a clean dataset (RGBA
+and palette transparency, an opaque mask, a control of its target's size: read as before)
+resumes. The resume is the CLI's and the worker's (training/session.prepare_session) and the job
+service's (jobs/resume.validate_resume)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from lorastudio.config import TrainConfig
+from lorastudio.errors import ConfigError
+from lorastudio.settings import get_settings
+from lorastudio.training.checkpoint import CHECKPOINT_FILES, INFO_FILE
+from lorastudio.training.identity import IDENTITY_FORMAT
+from lorastudio.training.session import prepare_session
+
+
+def _picture(width: int, height: int) -> np.ndarray:
+    """[height, width, 3] uint8 gradients with black corners (a colour key's usual value)."""
+    ys, xs = np.mgrid[0:height, 0:width]
+    pixels = np.stack([xs * 4 % 256, ys * 6 % 256, 255 - xs * 4 % 256], -1).astype(np.uint8)
+    pixels[:4, :4] = 0
+    return pixels
+
+
+def _dataset(root: Path, case: str, paired: bool = False) -> Path:
+    """Two captioned targets (60x37 and 48x48) and what `case` adds: "colour-key" (a.png an RGB PNG
+    keyed on black), "mask" (masks/a.png grey with transparency), "control" (control/ copies,
+    a.png's at half size: 30x18, a pixel off its target's cover size); "clean" holds files of
+    each kind read as before (b.png RGBA, a palette-transparent c.png, an opaque grey mask and,
+    `paired`, controls of their targets' sizes)."""
+    root.mkdir()
+    a, b = _picture(60, 37), _picture(48, 48)
+    Image.fromarray(a).save(root / "a.png", **({"transparency": (0, 0, 0)} if case == "colour-key" else {}))
+    Image.fromarray(b).save(root / "b.png")
+    for name in ("a", "b"):
+        (root / f"{name}.txt").write_text(f"a picture {name}")
+    if case in ("mask", "clean"):
+        (root / "masks").mkdir()
+        grey = Image.fromarray(a[..., 1])  # [37, 60]
+        mask = Image.merge("LA", (grey, grey)) if case == "mask" else grey
+        mask.save(root / "masks" / "a.png")
+    paired = case == "control" or paired
+    if paired:
+        (root / "control").mkdir()
+        size = (30, 18) if case == "control" else (60, 37)
+        Image.fromarray(a).resize(size, Image.Resampling.LANCZOS).save(root / "control" / "a.png")
+        Image.fromarray(255 - b).save(root / "control" / "b.png")
+    if case == "clean":
+        Image.fromarray(np.dstack([b, b[..., :1]])).save(root / "b.png")  # RGBA: composited as before
+        palette = Image.fromarray(b).convert("P", palette=Image.Palette.ADAPTIVE, colors=16)
+        palette.save(root / "c.png", transparency=0)  # a palette's tRNS: composited as before
+        (root / "c.txt").write_text("a picture c")
+        if paired:
+            Image.fromarray(255 - b).save(root / "control" / "c.png")
+    return root
+
+
+def _config(make_config, data: Path, paired: bool) -> TrainConfig:
+    family = "flux-kontext" if paired else "flux"
+    return make_config(family, data_dir=str(data), aspect_buckets=False, steps=4)
+
+
+def _old_checkpoint(cfg: TrainConfig, identity: dict) -> Path:
+    """A checkpoint of `cfg`'s run (resolved, as a run records it) at step 1 as the code before the pixel rule wrote it: `identity`
+    without the rule's keys (its state and LoRA files empty: the resume's checks read only
+    identity.json before the models load)."""
+    checkpoint = get_settings().outputs_dir / "run" / "checkpoints" / "step-000001"
+    checkpoint.mkdir(parents=True)
+    for name in CHECKPOINT_FILES:
+        (checkpoint / name).touch()
+    old = {k: v for k, v in identity.items() if k not in ("pixel_rule", "pixel_rule_files")}
+    info = {"format": IDENTITY_FORMAT, "step": 1, "total_steps": 4, "identity": old,
+            "config": cfg.model_dump(mode="json")}  # fmt: skip
+    (checkpoint / INFO_FILE).write_text(json.dumps(info))
+    return checkpoint
+
+
+@pytest.mark.parametrize(
+    ("case", "fix", "named"),
+    [
+        ("colour-key", "553", "a.png"),
+        ("mask", "552", "a.png: mask masks/a.png"),
+        ("control", "550", "a.png: control control/a.png"),
+    ],
+)
+def test_an_old_checkpoint_over_files_read_otherwise_is_refused_naming_the_rule(
+    make_config, tmp_path: Path, case: str, fix: str, named: str
+) -> None:
+    cfg = _config(make_config, _dataset(tmp_path / "data", case), paired=case == "control")
+    settings = get_settings()
+    run, identity = prepare_session(cfg, settings, "cpu", None)
+    assert identity["pixel_rule"] == 2 and identity["pixel_rule_files"] == {fix: named}
+    checkpoint = _old_checkpoint(run.cfg, identity)
+    with pytest.raises(ConfigError) as err:
+        prepare_session(cfg, settings, "cpu", checkpoint)
+    (problem,) = err.value.problems
+    assert problem.field == "pixel_rule"
+    for said in (
+        "pixel rule 1",
+        "rule 2",
+        f"RELIABILITY {fix}",
+        named,
+        "start a new run",
+        "version that wrote it",
+    ):
+        assert said in problem.message
+    # a checkpoint this code wrote (with the record) resumes
+    info = json.loads((checkpoint / INFO_FILE).read_text())
+    info["identity"] = identity
+    (checkpoint / INFO_FILE).write_text(json.dumps(info))
+    assert prepare_session(cfg, settings, "cpu", checkpoint)[1] == identity
+
+
+@pytest.mark.parametrize("paired", [False, True], ids=["plain", "paired"])
+def test_an_old_checkpoint_over_a_clean_dataset_resumes(make_config, tmp_path: Path, paired: bool) -> None:
+    cfg = _config(make_config, _dataset(tmp_path / "data", "clean", paired), paired)
+    settings = get_settings()
+    run, identity = prepare_session(cfg, settings, "cpu", None)
+    assert run.scan.items[0].mask is not None and (run.scan.items[0].controls != ()) == paired
+    assert "pixel_rule" not in identity and "pixel_rule_files" not in identity  # the identity as before
+    checkpoint = _old_checkpoint(run.cfg, identity)
+    assert prepare_session(cfg, settings, "cpu", checkpoint)[1] == identity
+
+
+def test_the_job_service_refuses_an_old_checkpoint_over_a_colour_key(make_config) -> None:
+    """The server's resume (a job's: jobs/resume.validate_resume) refuses it the same way."""
+    from lorastudio.jobs.resume import validate_resume
+
+    settings = get_settings()
+    settings.datasets_dir.mkdir(parents=True)
+    cfg = _config(make_config, _dataset(settings.datasets_dir / "keyed", "colour-key"), paired=False)
+    run, identity = prepare_session(cfg, settings, "cpu", None)
+    checkpoint = _old_checkpoint(run.cfg, identity)
+    with pytest.raises(ConfigError) as err:
+        validate_resume(checkpoint.parent.parent, None, {}, settings, live_output_names=set())
+    assert [p.field for p in err.value.problems] == ["pixel_rule"]
+    assert "RELIABILITY 553" in err.value.problems[0].message
