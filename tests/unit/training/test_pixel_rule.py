@@ -145,3 +145,25 @@ def test_the_job_service_refuses_an_old_checkpoint_over_a_colour_key(make_config
         validate_resume(checkpoint.parent.parent, None, {}, settings, live_output_names=set())
     assert [p.field for p in err.value.problems] == ["pixel_rule"]
     assert "RELIABILITY 553" in err.value.problems[0].message
+
+
+def test_a_colour_key_is_read_from_the_header_of_grey_and_rgb_pngs_only(tmp_path: Path) -> None:
+    """`image_headers.png_colour_key` agrees with Pillow: a grey, 16-bit grey or RGB PNG's tRNS is a
+    colour key (fix 553 reads it otherwise); a palette's tRNS, an alpha channel, none: not."""
+    from lorastudio.data.image_headers import png_colour_key
+
+    grey = np.arange(64, dtype=np.uint8).reshape(8, 8)
+    cases = {
+        "grey": (Image.fromarray(grey), {"transparency": 0}, True),
+        "grey16": (Image.fromarray(grey.astype(np.uint16) * 257), {"transparency": 0}, True),
+        "rgb": (Image.fromarray(np.dstack([grey] * 3)), {"transparency": (0, 0, 0)}, True),
+        "palette": (Image.fromarray(grey).convert("P"), {"transparency": 0}, False),
+        "la": (Image.merge("LA", (Image.fromarray(grey),) * 2), {}, False),
+        "plain": (Image.fromarray(grey), {}, False),
+    }
+    for name, (img, options, keyed) in cases.items():
+        img.save(tmp_path / f"{name}.png", **options)
+        with Image.open(tmp_path / f"{name}.png") as opened:
+            assert (opened.mode != "P" and "transparency" in opened.info) == keyed, name
+        with open(tmp_path / f"{name}.png", "rb") as fh:
+            assert png_colour_key(fh) is keyed, name
