@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lorastudio.data.disk_cache import shard_key
-from lorastudio.data.images import PIXEL_RULES
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -126,10 +125,12 @@ def plan_variants(
     dtype, device kind); a paired item's keys add control_parts. Reads every image's bytes
     (its hash), decodes none."""
     from lorastudio.data.crop import crop_offset, resized_size
+    from lorastudio.data.pixel_rule import decode_rule
 
     out = []
     for item in items:
         image, controls = image_hashes(item)
+        decode = decode_rule(item)  # the new pixel rule only where it reads otherwise (fix 553)
         sizing = control_parts(item, cfg.control_resolution)
         resized = resized_size(item.width, item.height, item.bucket)
         variants = []
@@ -138,7 +139,7 @@ def plan_variants(
             top, left = crop_offset(resized, item.bucket, random_crop=cfg.random_crop, rng=rng)
             parts = {
                 **encoder,
-                "decode": PIXEL_RULES,
+                "decode": decode,
                 "image": image,
                 "controls": controls,
                 **sizing,

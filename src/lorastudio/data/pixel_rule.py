@@ -11,7 +11,8 @@ Three fixes changed what a run trains on without changing any file or setting:
 - 552: a masks/ file with transparency (an alpha channel, a palette's transparent index, a colour
   key) weighs its transparent pixels as black, not as white;
 - 553: a grey or RGB PNG with a colour key (tRNS) trains its keyed pixels transparent (composited
-  onto white), not in their stored colour.
+  onto white), not in their stored colour. Only such an image's (or control's) latent cache key
+  takes the new pixel rule (`decode_rule`): every other image keeps its shards.
 
 Decided from what is cheap: the scan's control and target sizes (`data.crop.same_shape`) and each
 file's header (`image_headers`: the colour type, a tRNS chunk, an alpha flag); no pixel is decoded.
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from lorastudio.data.crop import resized_size, same_shape
 from lorastudio.data.image_headers import header_info, png_colour_key
-from lorastudio.data.images import has_transparency, open_image
+from lorastudio.data.images import DECODE_RULES, PIXEL_RULES, has_transparency, open_image
 from lorastudio.data.items import DatasetScan, ImageItem, item_name
 from lorastudio.data.safe_open import FolderId, open_in_folder
 
@@ -60,7 +61,7 @@ def read_otherwise(scan: DatasetScan) -> dict[str, str]:
                 found[CONTROL_CUT] = f"{item_name(item, labels)}: control {path.parent.name}/{path.name}"
                 break
     for name, path, folder_id, is_mask in _files(scan.images(), labels):
-        if COLOUR_KEY not in found and _colour_key(path, folder_id):
+        if COLOUR_KEY not in found and colour_keyed(path, folder_id):
             found[COLOUR_KEY] = name
         if is_mask and MASK_ALPHA not in found and _transparent(path, folder_id):
             found[MASK_ALPHA] = name
@@ -91,15 +92,24 @@ def _files(
                 yield file
 
 
-def _colour_key(path: Path, folder_id: FolderId | None) -> bool:
+def colour_keyed(path: Path, folder_id: FolderId | None) -> bool:
     """Whether `path` is a grey or RGB PNG with a colour key (its header; Pillow's header-only open
-    where the header cannot tell)."""
+    where the header cannot tell): a file whose pixels fix 553 reads otherwise."""
     with open_in_folder(path, folder_id) as fh:
         keyed = png_colour_key(fh)
     if keyed is not None:
         return keyed
     with open_image(path, folder_id) as img:
         return img.mode != "P" and "transparency" in img.info
+
+
+def decode_rule(item: ImageItem) -> str:
+    """The pixel rule of an item's latent cache key: images.PIXEL_RULES where its image or a
+    control is colour-keyed (fix 553 reads its pixels otherwise), else images.DECODE_RULES, the
+    rule every key had before, so an upgrade re-encodes only what it reads otherwise."""
+    ids = item.control_folder_ids or (None,) * len(item.controls)
+    files = [(item.path, item.folder_id), *zip(item.controls, ids, strict=False)]
+    return PIXEL_RULES if any(colour_keyed(path, folder) for path, folder in files) else DECODE_RULES
 
 
 def _transparent(path: Path, folder_id: FolderId | None) -> bool:

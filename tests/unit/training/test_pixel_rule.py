@@ -167,3 +167,17 @@ def test_a_colour_key_is_read_from_the_header_of_grey_and_rgb_pngs_only(tmp_path
             assert (opened.mode != "P" and "transparency" in opened.info) == keyed, name
         with open(tmp_path / f"{name}.png", "rb") as fh:
             assert png_colour_key(fh) is keyed, name
+
+
+def test_only_a_colour_keyed_image_takes_the_new_pixel_rule_in_its_latent_key(tmp_path: Path) -> None:
+    """An upgrade re-encodes only what fix 553 reads otherwise: a colour-keyed PNG's latent cache
+    key holds the new pixel rule, every other image's the rule its shards were written under
+    (the old disk cache stays read: tests/upgrade's "none written anew")."""
+    from lorastudio.data.images import DECODE_RULES, PIXEL_RULES
+    from lorastudio.data.pixel_rule import decode_rule
+    from lorastudio.data.scan import scan_dataset
+
+    scan = scan_dataset(_dataset(tmp_path / "data", "colour-key"), resolution=32, multiple=16)
+    rules = {item.path.name: decode_rule(item) for item in scan.items}
+    assert rules == {"a.png": PIXEL_RULES, "b.png": DECODE_RULES}
+    assert PIXEL_RULES != DECODE_RULES
