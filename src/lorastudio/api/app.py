@@ -39,6 +39,7 @@ from fastapi.staticfiles import StaticFiles
 from lorastudio import __version__
 from lorastudio.api.body_checks import check_inputs
 from lorastudio.api.body_limit import BodyLimitAnswer
+from lorastudio.api.contract import declare_answers
 from lorastudio.api.deps import require_token
 from lorastudio.api.downloads import HeadAsGet
 from lorastudio.api.errors import JSONOut, install_error_handlers
@@ -143,6 +144,7 @@ def create_app(
     ):
         # 413 past the cap (the upload routes set their own); a router's cap, not the app's: an
         # app-wide one answers from outside the middleware (api/body_limit.py)
+        declare_answers(module.router)  # 403 / 413 / 415 / 422 / ranges by the route's kind (api/contract.py)
         app.include_router(
             module.router,
             dependencies=guarded,

@@ -12,6 +12,9 @@ as FastAPI answers it, through `JSONOut`: every JSON response escapes lone surro
 "\\udcff" decodes to one; Starlette's UTF-8 encode of it raised, a 500) and writes a non-finite
 number it echoes (`1e999`, `NaN` in a body) as a string (its JSON encode raised, a 500), and
 never echoes a secret (a `token` field's value: SECRET_KEYS).
+An HTTP-level refusal (401 token, 404 no such route, 405 method, 415 media type: Starlette's and
+FastAPI's HTTPException) is in the same shape, its `error` the status's name in CamelCase
+("MethodNotAllowed"), its headers (Allow, WWW-Authenticate) kept: it was `{"detail": ...}` alone.
 A JSON body FastAPI could not parse for another reason than its syntax (bytes that are not
 UTF-8, nesting deeper than the parser goes, an integer of more than 4300 digits) is a 422
 `json_invalid` naming the cause, like a syntax error (FastAPI answered a bare 400 "There was an
@@ -24,11 +27,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
-from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
@@ -137,6 +140,16 @@ def error_body(err: LorastudioError) -> dict:
     return body
 
 
+def status_error_name(status: int) -> str:
+    """The `error` of an HTTP-level refusal: the status's name in CamelCase (405
+    "MethodNotAllowed", 415 "UnsupportedMediaType"); "HTTPError" for a code Python does not name."""
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        return "HTTPError"
+    return "".join(word.capitalize() for word in phrase.replace("-", " ").split())
+
+
 async def _handle(request: Request, err: Exception) -> JSONResponse:
     if not isinstance(err, LorastudioError):  # only registered for LorastudioError
         raise err
@@ -186,16 +199,20 @@ def _unparsable_cause(err: BaseException | None) -> str | None:
 
 
 async def _http_error(request: Request, err: Exception) -> Response:
-    """FastAPI's answer to an HTTPException, but a body it could not parse (raised as a 400
-    from the parse error) is a 422 `json_invalid` naming why, as a syntax error is, and a body
-    over its route's cap a 413 in the error shape (api/body_limit.py)."""
+    """An HTTPException in the error shape ({"error": the status's name, "detail"}, its headers
+    kept); but a body FastAPI could not parse (raised as a 400 from the parse error) is a 422
+    `json_invalid` naming why, as a syntax error is, and a body over its route's cap a 413 in
+    the error shape (api/body_limit.py)."""
     if not isinstance(err, HTTPException):  # only registered for HTTPException
         raise err
     if err.status_code == 413 and err.detail == TOO_LARGE:  # a chunked body over its route's cap
         return JSONOut(too_large(request.scope, request.app.state.settings.max_json_mb), status_code=413)
     cause = _unparsable_cause(err.__cause__) if err.status_code == 400 else None
     if cause is None:
-        return await http_exception_handler(request, err)
+        if err.status_code in (204, 304) or err.status_code < 400:
+            return Response(status_code=err.status_code, headers=err.headers)
+        body = {"error": status_error_name(err.status_code), "detail": str(err.detail)}
+        return JSONOut(body, status_code=err.status_code, headers=err.headers)
     entry = {
         "type": "json_invalid",
         "loc": ["body"],

@@ -161,6 +161,15 @@ class ErrorOut(_Out):
     problems: list[ProblemOut] | list[str] | None = Field(
         default=None, description="ConfigError: {field, message} each; DatasetError: one string per file/fact"
     )
+    current: str | None = Field(
+        default=None, description='CaptionConflict: the caption as it is now ("" for none)'
+    )
+    forecast_gb: float | None = Field(
+        default=None, description="HostMemoryShort: the run's forecast host RAM"
+    )
+    available_gb: float | None = Field(
+        default=None, description="HostMemoryShort: the host RAM available now"
+    )
 
 
 class DatasetSummary(_Out):
@@ -293,10 +302,16 @@ class DroppedFile(_Out):
     reason: str
 
 
-# Error responses every router declares (the bodies of api/errors.py).
+# Error responses every router declares (the bodies of api/errors.py); api/contract.py adds those
+# of a route's kind (a body, a download, a generation).
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorOut, "description": "invalid request (every problem listed)"},
-    401: {"description": "missing or wrong API token"},
+    401: {"model": ErrorOut, "description": "missing or wrong API token (Unauthorized)"},
     404: {"model": ErrorOut, "description": "not found"},
     409: {"model": ErrorOut, "description": "busy: a training job holds the GPU or the resource"},
+    421: {
+        "model": ErrorOut,
+        "description": "a Host header this server does not answer (DNS rebinding guard)",
+    },
+    507: {"model": ErrorOut, "description": "no space left on the disk the route writes (NoSpaceLeft)"},
 }

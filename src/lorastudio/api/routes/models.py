@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from lorastudio.api.contract import EVENT_STREAM
 from lorastudio.api.deps import service_dep, settings_dep
 from lorastudio.api.errors import error_body
 from lorastudio.api.schemas_models import (
@@ -119,7 +120,7 @@ def fetch_cancel(fetch_id: str, fetches: FetchManager = Depends(fetches_dep)) ->
     return fetches.cancel(fetch_id)
 
 
-@router.get("/events", response_class=StreamingResponse)
+@router.get("/events", response_class=StreamingResponse, responses=EVENT_STREAM)
 async def events(
     request: Request,
     after: int | None = Query(default=None, ge=0, description="resume after this event id"),
