@@ -213,3 +213,33 @@ def test_a_query_parameter_a_route_does_not_take_is_refused(client: TestClient) 
     ]
     assert client.get("/api/runs", params={"limit": 1, "token": "x"}).status_code == 200
     assert client.post("/api/train/stop", params={"save": "false"}, json={}).status_code == 422
+
+
+@pytest.mark.parametrize("with_ui", [False, True])
+def test_a_method_a_path_does_not_take_is_405_naming_every_method_it_takes(
+    studio_home: Path, tmp_path: Path, with_ui: bool
+) -> None:
+    """With the UI built, its mount at "/" answered the server's paths' other methods (404 or
+    `Allow: GET, HEAD`), and Allow named one route's methods, never HEAD (534, 535)."""
+    web = tmp_path / "web"
+    web.mkdir()
+    (web / "index.html").write_text("<!doctype html><title>ui</title>")
+    app = create_app(Settings(home=studio_home), web_dist=web if with_ui else tmp_path / "none")
+    with TestClient(app, base_url=LOOPBACK, follow_redirects=False) as client:
+        for method, path, allow in [
+            ("GET", "/api/train/stop", "POST"),
+            ("HEAD", "/api/train/stop", "POST"),
+            ("PATCH", "/api/runs/abc", "DELETE, GET, HEAD"),
+            ("POST", "/api/datasets", "GET, HEAD"),
+            ("PUT", "/gallery/x.png", "GET, HEAD"),
+            ("DELETE", "/api/datasets/ds/files", "POST"),
+        ]:
+            answer = client.request(method, path)
+            assert (answer.status_code, answer.headers.get("allow")) == (405, allow), (
+                method,
+                path,
+                answer.text,
+            )
+        assert client.get("/api/runs/").headers.get("location", "").endswith("/api/runs")
+        assert client.get("/api/nothing").json()["error"] == "NotFound"
+        assert (client.get("/").status_code == 200) is with_ui

@@ -212,7 +212,11 @@ async def _http_error(request: Request, err: Exception) -> Response:
         if err.status_code in (204, 304) or err.status_code < 400:
             return Response(status_code=err.status_code, headers=err.headers)
         body = {"error": status_error_name(err.status_code), "detail": str(err.detail)}
-        return JSONOut(body, status_code=err.status_code, headers=err.headers)
+        headers = dict(err.headers or {})
+        allow = getattr(request.app.state, "allow", None)
+        if err.status_code == 405 and allow is not None:  # every method of the path (api/web_mount.py)
+            headers["Allow"] = ", ".join(allow.methods(request.scope.get("path", "")))
+        return JSONOut(body, status_code=err.status_code, headers=headers)
     entry = {
         "type": "json_invalid",
         "loc": ["body"],
