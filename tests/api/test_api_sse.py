@@ -124,3 +124,30 @@ def test_an_id_of_another_server_life_replays_this_lifes_events(client: TestClie
                 if ids and ids[-1] == 3:
                     break
         assert ids == ([2, 3] if headers.get("last-event-id") == "1" else [1, 2, 3]), (headers, params, ids)
+
+
+@pytest.mark.timeout(60)
+def test_a_resume_past_what_the_log_keeps_says_so_before_the_rest(client: TestClient) -> None:
+    """A client resuming from an id whose next events the log dropped got the oldest kept ones
+    as if they followed on (RELIABILITY 536): now an `event: gap` naming both ids comes first."""
+    service = client.app.state.service
+    kept = service.event_log._events.maxlen
+    for n in range(1, kept + 11):  # ids 1-10 dropped
+        service.event_log.append({"type": "status", "n": n})
+    for headers, params, after in (({"last-event-id": "4"}, {}, 4), ({}, {"after": 0}, 0)):
+        with client.stream("GET", "/api/train/events", headers=headers, params=params) as resp:
+            lines = []
+            for line in resp.iter_lines():
+                lines.append(line)
+                if line.startswith("id: "):
+                    break
+        gap = lines.index("event: gap")
+        assert json.loads(lines[gap + 1][6:]) == {"type": "gap", "after": after, "next": 11}
+        assert lines[-1] == "id: 11" and not any(line.startswith("id: ") for line in lines[:gap])
+    with client.stream("GET", "/api/train/events", params={"after": 10}) as resp:  # nothing lost
+        lines = []
+        for line in resp.iter_lines():
+            lines.append(line)
+            if line.startswith("id: "):
+                break
+    assert "event: gap" not in lines and lines[-1] == "id: 11"

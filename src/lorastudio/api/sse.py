@@ -8,6 +8,12 @@ All streams of one source (per event loop) share one `_Fanout`: a single poller 
 log, encodes each event once and wakes the waiting streams through an asyncio.Condition, so the
 cost of a new event does not grow with a poll and an encoding per client. A stream that starts
 further back than the fan-out's buffer first catches up from the log itself.
+
+A stream that resumes (`after`, Last-Event-ID) from an id whose next events the log no longer
+keeps (it keeps the newest few thousand) first sends `event: gap` with `data: {"type": "gap",
+"after": <the id asked>, "next": <the first id sent>}` and no id: the events between were lost
+to this client, which should read a snapshot (GET /api/train/status) before applying the rest.
+Before, the stream went on from the oldest kept event as if nothing were missing.
 """
 
 from __future__ import annotations
@@ -37,6 +43,12 @@ class EventLog(Protocol):
     def event_seq(self) -> int: ...
 
     def events_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]: ...
+
+
+def encode_gap(after: int, next_id: int) -> str:
+    """The message of a gap: the events after `after` and before `next_id` are gone (no `id:`,
+    so a client's Last-Event-ID stays the last event it had)."""
+    return f"event: gap\ndata: {json.dumps({'type': 'gap', 'after': after, 'next': next_id})}\n\n"
 
 
 def encode_event(seq: int, event: dict[str, Any]) -> str:
@@ -157,9 +169,12 @@ async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[st
             if texts is None:  # further back than the shared buffer: catch up from the log
                 batch = log.events_after(seq)
                 if batch:
-                    yield "".join(encode_event(s, e) for s, e in batch)
+                    gap = encode_gap(seq, batch[0][0]) if batch[0][0] > seq + 1 else ""
+                    yield gap + "".join(encode_event(s, e) for s, e in batch)
                     seq = batch[-1][0]
                 else:  # the log itself has dropped them: continue from the shared buffer
+                    if fanout.seq > seq:
+                        yield encode_gap(seq, fanout.seq + 1)
                     seq = max(seq, fanout.seq)
                 continue
             if texts:
