@@ -151,3 +151,30 @@ def test_a_resume_past_what_the_log_keeps_says_so_before_the_rest(client: TestCl
             if line.startswith("id: "):
                 break
     assert "event: gap" not in lines and lines[-1] == "id: 11"
+
+
+def test_a_stream_behind_writes_bounded_pieces() -> None:
+    """A stream 3,000 events of 2 KB behind wrote them as one 6 MB string, held whole for a
+    client that does not read (RELIABILITY 537): now pieces of about SSE_CHUNK_BYTES, every
+    event once, in order."""
+    source = CountingSource()
+    for n in range(1, 3001):
+        source.log.append({"type": "status", "n": n, "pad": "x" * 2000})
+
+    async def main() -> tuple[list[int], list[int]]:
+        sizes: list[int] = []
+        ids: list[int] = []
+        stream = sse._stream(_request(), source, 0)
+        try:
+            async for text in stream:
+                sizes.append(len(text))
+                ids += [int(m.split("\n")[0][4:]) for m in text.split("\n\n") if m.startswith("id: ")]
+                if ids and ids[-1] == 3000:
+                    break
+        finally:
+            await stream.aclose()
+        return sizes, ids
+
+    sizes, ids = asyncio.run(main())
+    assert ids == list(range(1, 3001))
+    assert max(sizes) < getattr(sse, "SSE_CHUNK_BYTES", 64 * 1024) + 2200, max(sizes)

@@ -14,6 +14,12 @@ keeps (it keeps the newest few thousand) first sends `event: gap` with `data: {"
 "after": <the id asked>, "next": <the first id sent>}` and no id: the events between were lost
 to this client, which should read a snapshot (GET /api/train/status) before applying the rest.
 Before, the stream went on from the oldest kept event as if nothing were missing.
+
+A stream writes at most SSE_CHUNK_BYTES at a time (or one event, if larger), and the server
+writes the next piece only once the client has read enough of the last (uvicorn's flow control):
+a client that reads slowly, or not at all, holds about that much of the server's memory. Before,
+a stream behind wrote everything it lacked at once (up to the whole log: ~20 MB per stalled
+client of 2 KB events, measured).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import contextlib
 import json
 import logging
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any, Protocol
 
 from fastapi import Request
@@ -34,6 +40,7 @@ SSE_POLL_S = 0.25  # how often the one poller of a source looks for new events (
 SSE_KEEPALIVE_S = 15.0
 SSE_IDLE_CHECK_S = 1.0  # an idle stream checks this often whether its client is gone
 FANOUT_BUFFER = 1000  # encoded events kept for streams that lag behind (older: read from the log)
+SSE_CHUNK_BYTES = 64 * 1024  # the most text one write of a stream holds (past one event's own size)
 
 log_ = logging.getLogger("lorastudio.api")
 
@@ -158,6 +165,23 @@ def event_stream(
     )
 
 
+def _pieces(messages: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    """Consecutive `(id, message)`s joined into pieces of about SSE_CHUNK_BYTES (a message is
+    never split): `(id of the piece's last message, text)` each."""
+    parts: list[str] = []
+    size = 0
+    last = 0
+    for seq, text in messages:
+        parts.append(text)
+        size += len(text)
+        last = seq
+        if size >= SSE_CHUNK_BYTES:
+            yield last, "".join(parts)
+            parts, size = [], 0
+    if parts:
+        yield last, "".join(parts)
+
+
 async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[str]:
     fanout = _fanout_for(log)
     fanout.subscribe()
@@ -169,17 +193,20 @@ async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[st
             if texts is None:  # further back than the shared buffer: catch up from the log
                 batch = log.events_after(seq)
                 if batch:
-                    gap = encode_gap(seq, batch[0][0]) if batch[0][0] > seq + 1 else ""
-                    yield gap + "".join(encode_event(s, e) for s, e in batch)
-                    seq = batch[-1][0]
+                    if batch[0][0] > seq + 1:
+                        yield encode_gap(seq, batch[0][0])
+                    for last, text in _pieces((s, encode_event(s, e)) for s, e in batch):
+                        yield text
+                        seq = last
                 else:  # the log itself has dropped them: continue from the shared buffer
                     if fanout.seq > seq:
                         yield encode_gap(seq, fanout.seq + 1)
                     seq = max(seq, fanout.seq)
                 continue
             if texts:
-                yield "".join(text for _, text in texts)
-                seq, idle = texts[-1][0], 0.0
+                for last, text in _pieces(texts):
+                    yield text
+                    seq, idle = last, 0.0
                 continue
             woke = False
             # asyncio.timeout, not wait_for: wait_for ran the wait in a task of its own, and when
