@@ -243,3 +243,27 @@ def test_a_method_a_path_does_not_take_is_405_naming_every_method_it_takes(
         assert client.get("/api/runs/").headers.get("location", "").endswith("/api/runs")
         assert client.get("/api/nothing").json()["error"] == "NotFound"
         assert (client.get("/").status_code == 200) is with_ui
+
+
+def test_a_body_a_route_does_not_take_is_refused(client: TestClient) -> None:
+    """`DELETE /api/runs/ID` with `{"keep_files": true}` deleted the files (the body was ignored),
+    and a gzip-encoded JSON body was parsed as its compressed bytes (538)."""
+    keep = client.request("DELETE", "/api/runs/abc", json={"keep_files": True})
+    assert keep.status_code == 422, keep.text
+    assert keep.json()["detail"][0]["type"] == "unexpected_body"
+    assert "keep_files" in keep.json()["detail"][0]["msg"]
+    assert client.post("/api/captions/abc/cancel", content=b"x=1").status_code == 422
+    assert (
+        client.post("/api/models/fetch/abc/cancel", json={}).status_code == 404
+    )  # the web UI's empty object
+    assert client.request("DELETE", "/api/runs/abc").status_code == 404
+    gzipped = client.post("/api/train/stop", json={}, headers={"content-encoding": "gzip"})
+    assert gzipped.status_code == 415 and gzipped.json()["error"] == "UnsupportedMediaType"
+
+
+def test_the_upload_routes_declare_their_multipart_body(client: TestClient) -> None:
+    """They read the upload themselves, so the document said they take no body (538)."""
+    paths = client.get("/openapi.json").json()["paths"]
+    for path in ("/api/datasets/{name}/files", "/api/generate/references"):
+        body = paths[path]["post"]["requestBody"]
+        assert body["required"] and "multipart/form-data" in body["content"], path

@@ -11,6 +11,12 @@ as unknown keys of a body are (the project's one strict rule): Starlette dropped
 answered as if the parameter were not given. `token` (the API token on GETs, api/deps.py) is
 taken by every route.
 
+A route that takes no body (a DELETE, a cancel, a prune) refuses one that carries anything but an
+empty object: its options are query parameters, and a body was ignored, so `DELETE
+/api/runs/ID` with `{"keep_files": true}` deleted the files. A JSON route's body sent with a
+Content-Encoding (gzip) is refused with 415: bodies are not decoded, so it was parsed as the
+compressed bytes.
+
 One value per single-valued input:
 
 - A JSON body with a key given twice in any object, however deep (in a list too), is refused:
@@ -38,6 +44,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.params import Form
 from fastapi.routing import APIRoute
 
+from lorastudio.api.contract import takes_upload
 from lorastudio.json_keys import DuplicateKeys, loads_unique, repeated_key
 
 _SEQUENCES = (list, set, frozenset, tuple)
@@ -52,6 +59,15 @@ async def check_inputs(request: Request) -> None:
     if not isinstance(route, APIRoute):
         return
     takes_json = route.body_field is not None and not isinstance(route.body_field.field_info, Form)
+    coding = request.headers.get("content-encoding", "identity").strip().lower()
+    if takes_json and coding != "identity":
+        raise HTTPException(
+            415, f"request bodies are not decoded: send the JSON without Content-Encoding (got {coding})"
+        )
+    if route.body_field is None and not takes_upload(route) and request.method not in ("GET", "HEAD"):
+        body = (await request.body()).strip()
+        if body and body != b"{}":
+            raise RequestValidationError([_unexpected_body(route)])
     if takes_json and not _is_json(request) and await request.body():
         sent = request.headers.get("content-type") or "none"
         raise HTTPException(
@@ -75,6 +91,18 @@ def _repeat_error(loc: tuple[str | int, ...], key: str | int) -> dict[str, Any]:
     """One entry of FastAPI's 422 body."""
     message = repeated_key((key,)) if loc[0] == "body" else f"the parameter {key!r} takes one value"
     return {"type": "repeated_key", "loc": loc, "msg": f"{message}: give it once", "input": None}
+
+
+def _unexpected_body(route: APIRoute) -> dict[str, Any]:
+    """The 422 entry of a body sent to a route that takes none."""
+    options = sorted({field.alias for field in _query_fields(route.dependant)})
+    where = f"its options are query parameters: {', '.join(options)}" if options else "it takes no options"
+    return {
+        "type": "unexpected_body",
+        "loc": ("body",),
+        "msg": f"this route takes no body ({where})",
+        "input": None,
+    }
 
 
 def _unknown_error(name: str) -> dict[str, Any]:

@@ -76,3 +76,22 @@ def file_answer(*media: str, description: str = "the file") -> dict[int | str, d
 
 
 EVENT_STREAM = file_answer("text/event-stream", description="server-sent events (api/sse.py)")
+
+
+def multipart_body(description: str) -> dict[str, Any]:
+    """`openapi_extra=` of a route that reads a multipart upload itself (no body parameter, so
+    FastAPI declared no request body: the document said it takes none)."""
+    files = {"type": "array", "items": {"type": "string", "format": "binary"}}
+    schema = {"type": "object", "properties": {"files": files}, "additionalProperties": files}
+    return {
+        "requestBody": {
+            "required": True,
+            "description": description,
+            "content": {"multipart/form-data": {"schema": schema}},
+        }
+    }
+
+
+def takes_upload(route: APIRoute) -> bool:
+    """Whether `route` reads a multipart upload itself (declared with `multipart_body`)."""
+    return bool((route.openapi_extra or {}).get("requestBody"))

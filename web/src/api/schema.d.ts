@@ -6692,7 +6692,16 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description images, their .txt captions, masks (field `mask`) and control images (fields `control`, `control_2`, ...) as files; the field name `files` for the rest */
+        requestBody: {
+            content: {
+                "multipart/form-data": {
+                    files?: string[];
+                } & {
+                    [key: string]: string[];
+                };
+            };
+        };
         responses: {
             /** @description Successful Response */
             201: {
@@ -7536,7 +7545,16 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description the reference images as files, in slot order (any field names) */
+        requestBody: {
+            content: {
+                "multipart/form-data": {
+                    files?: string[];
+                } & {
+                    [key: string]: string[];
+                };
+            };
+        };
         responses: {
             /** @description Successful Response */
             201: {

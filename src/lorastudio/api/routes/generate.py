@@ -15,7 +15,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
-from lorastudio.api.contract import file_answer
+from lorastudio.api.contract import file_answer, multipart_body
 from lorastudio.api.deps import generation_dep, settings_dep
 from lorastudio.api.downloads import Download
 from lorastudio.api.form_files import file_parts
@@ -140,6 +140,7 @@ def _reference_urls(meta: dict[str, Any]) -> list[str]:
     status_code=201,
     response_model=ReferencesOut,
     max_body_size=REFERENCES_BODY_LIMIT,
+    openapi_extra=multipart_body("the reference images as files, in slot order (any field names)"),
 )
 async def upload_references(request: Request, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
     """Upload reference images for generation with an edit family (multipart, any field names,
