@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from api_helpers import FINAL, LiveServer, upload_folder, wait_idle, wait_status
 from fastapi.testclient import TestClient
 from openapi_check import contract_problems
 from PIL import Image
@@ -267,3 +268,67 @@ def test_the_upload_routes_declare_their_multipart_body(client: TestClient) -> N
     for path in ("/api/datasets/{name}/files", "/api/generate/references"):
         body = paths[path]["post"]["requestBody"]
         assert body["required"] and "multipart/form-data" in body["content"], path
+
+
+@pytest.mark.slow
+def test_a_real_runs_answers_are_as_declared(
+    server: LiveServer, sample_dataset: Path, flux_config: Callable[..., dict]
+) -> None:
+    """The success answers a fresh home cannot give (a run's detail, checkpoints, samples, LoRA
+    file and steps, a resume, a stop, a generation and its gallery image), from one real tiny
+    FLUX.1 run on a live server, each checked against the document (531, 532)."""
+    call = Walker(server.client)  # type: ignore[arg-type]
+    assert upload_folder(server.client, "shapes", sample_dataset).status_code == 201
+    config = flux_config(sample_prompts=["a red circle"], sample_every=2, sample_steps=1, save_every=2)
+    started = call("POST", "/api/train/start", json={"config": config})
+    assert started.status_code == 201, started.text
+    run_id = started.json()["id"]
+    call("GET", "/api/train/status")
+    assert (
+        call(
+            "POST", "/api/train/start", json={"config": {**config, "output_name": "other"}, "queue": False}
+        ).status_code
+        == 409
+    )
+    assert wait_status(server.client, run_id, FINAL)["status"] == "completed"
+    wait_idle(server.client)
+    call("GET", "/api/train/status")
+    call("GET", "/api/runs")
+    for route in ("", "/checkpoints", "/loras", "/samples", "/log"):
+        assert call("GET", "/api/runs/{run_id}" + route, f"/api/runs/{run_id}{route}").status_code == 200, (
+            route
+        )
+    for fmt in ("json", "toml"):
+        call("GET", "/api/runs/{run_id}/config", f"/api/runs/{run_id}/config", params={"format": fmt})
+    sample = server.client.get(f"/api/runs/{run_id}/samples").json()["samples"][0]["name"]
+    png = call("GET", "/api/runs/{run_id}/samples/{name}", f"/api/runs/{run_id}/samples/{sample}")
+    assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
+    lora = call("GET", "/api/loras").json()["loras"][0]["name"]
+    call("GET", "/api/loras/{name}/steps", f"/api/loras/{lora}/steps")
+    assert call("GET", "/api/loras/{name}/file", f"/api/loras/{lora}/file").status_code == 200
+    image = call("POST", "/api/generate", json={**_generation(config), "loras": [{"name": lora}]})
+    assert image.status_code == 201, image.text
+    file = image.json()["file"]
+    call("GET", "/api/gallery")
+    assert call("GET", "/gallery/{file}", f"/gallery/{file}").status_code == 200
+    assert call("DELETE", "/api/gallery/{file}", f"/api/gallery/{file}").status_code == 200
+    resumed = call(
+        "POST", "/api/runs/{run_id}/resume", f"/api/runs/{run_id}/resume", json={"settings": {"steps": 40}}
+    )
+    assert resumed.status_code == 201, resumed.text
+    assert call("POST", "/api/train/stop", json={"save": False}).status_code == 200
+    wait_status(server.client, resumed.json()["id"], FINAL)
+    wait_idle(server.client)
+    assert call("DELETE", "/api/runs/{run_id}", f"/api/runs/{run_id}").status_code == 200
+    assert call.problems == []
+
+
+def _generation(config: dict) -> dict:
+    return {
+        "family": "flux",
+        "base_model": config["base_model"],
+        "prompt": "x",
+        "steps": 1,
+        "width": 32,
+        "height": 32,
+    }
