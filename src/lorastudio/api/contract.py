@@ -2,11 +2,9 @@
 
 A client author reads /openapi.json (the web UI's types are generated from it) as the list of
 what a route answers. Besides a route's success and the errors every router declares
-(schemas.ERROR_RESPONSES: 400, 401, 404, 409, 421, 507), the app answers by the route's kind,
-each in the error shape of api/errors.py ({"error", "detail"}):
+(schemas.ERROR_RESPONSES: 400, 401, 404, 409, 421, 422, 507), the app answers by the route's
+kind, each in the error shape of api/errors.py ({"error", "detail"}):
 
-- 422 on every route: a query parameter the route does not take, or a single-valued one given
-  twice (api/body_checks.py), besides FastAPI's own validation (HTTPValidationError);
 - 403 on every route but GET: a write from another origin or site (api/origin.py);
 - 413 on every route that reads a body (JSON or an upload): over its cap (api/body_limit.py);
 - 415 on every route that takes a JSON body: a body of another media type (api/body_checks.py);
@@ -23,14 +21,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.dependencies.utils import get_flat_params
 from fastapi.params import Form
 from fastapi.routing import APIRoute
 
 from lorastudio.api.downloads import Download
 from lorastudio.api.schemas import ErrorOut
-
-VALIDATION = "#/components/schemas/HTTPValidationError"  # FastAPI's 422 body
 
 
 def _error(description: str) -> dict[str, Any]:
@@ -40,11 +35,6 @@ def _error(description: str) -> dict[str, Any]:
 def _answers(route: APIRoute) -> dict[int | str, dict[str, Any]]:
     methods = route.methods or set()
     answers: dict[int | str, dict[str, Any]] = {}
-    if not get_flat_params(route.dependant) and route.body_field is None:  # else FastAPI declares it
-        answers[422] = {
-            "description": "a query parameter the route does not take",
-            "content": {"application/json": {"schema": {"$ref": VALIDATION}}},
-        }
     if methods - {"GET", "HEAD"}:
         answers[403] = _error("a write from another origin or site (CrossOriginRefused)")
         answers[413] = _error("the request body is over the route's cap (BodyTooLarge / UploadTooLarge)")

@@ -8,7 +8,8 @@ Storage: a full disk, raised where files and the run store are written), HomeInU
 409 (the run's forecast host RAM exceeds what is available); a hub push: HubTokenMissing 400,
 HubAccessDenied 403, HubUploadError 502. Every error
 body is {"error": <class name>, "detail": <message>, ...}. A request that fails validation is 422
-as FastAPI answers it, through `JSONOut`: every JSON response escapes lone surrogates (JSON's
+as FastAPI answers it, `{"detail": [{type, loc, msg, input, ctx?}]}`, plus `"error":
+"RequestValidationError"` (it had no `error`: the one key every error body has), through `JSONOut`: every JSON response escapes lone surrogates (JSON's
 "\\udcff" decodes to one; Starlette's UTF-8 encode of it raised, a 500) and writes a non-finite
 number it echoes (`1e999`, `NaN` in a body) as a string (its JSON encode raised, a 500), and
 never echoes a secret (a `token` field's value: SECRET_KEYS).
@@ -156,6 +157,8 @@ async def _handle(request: Request, err: Exception) -> JSONResponse:
     return JSONOut(error_body(err), status_code=status_code_of(err))
 
 
+VALIDATION_ERROR = "RequestValidationError"  # the `error` of every 422 (schemas.ValidationErrorOut)
+
 # Body keys whose values are secrets (FetchBody.token): a 422 never echoes them.
 SECRET_KEYS = frozenset({"token", "hf_token", "api_token"})
 REDACTED = "**********"  # as pydantic prints a SecretStr
@@ -184,7 +187,7 @@ async def _invalid_request(request: Request, err: Exception) -> JSONResponse:
     if not isinstance(err, RequestValidationError):  # only registered for RequestValidationError
         raise err
     items = [_without_secrets(item) for item in err.errors()]
-    return JSONOut({"detail": jsonable_encoder(items)}, status_code=422)
+    return JSONOut({"error": VALIDATION_ERROR, "detail": jsonable_encoder(items)}, status_code=422)
 
 
 def _unparsable_cause(err: BaseException | None) -> str | None:
@@ -224,7 +227,7 @@ async def _http_error(request: Request, err: Exception) -> Response:
         "input": {},
         "ctx": {"error": cause},
     }
-    return JSONOut({"detail": [entry]}, status_code=422)
+    return JSONOut({"error": VALIDATION_ERROR, "detail": [entry]}, status_code=422)
 
 
 async def _client_gone(request: Request, err: Exception) -> Response:

@@ -2270,11 +2270,6 @@ export interface components {
             /** Width */
             width: number;
         };
-        /** HTTPValidationError */
-        HTTPValidationError: {
-            /** Detail */
-            detail?: components["schemas"]["ValidationError"][];
-        };
         /** HostOut */
         HostOut: {
             /**
@@ -5164,18 +5159,18 @@ export interface components {
              */
             usable: boolean;
         };
-        /** ValidationError */
-        ValidationError: {
-            /** Context */
-            ctx?: Record<string, never>;
-            /** Input */
-            input?: unknown;
-            /** Location */
-            loc: (string | number)[];
-            /** Message */
-            msg: string;
-            /** Error Type */
-            type: string;
+        /** ValidationErrorOut */
+        ValidationErrorOut: {
+            /**
+             * Detail
+             * @description every problem of the request at once
+             */
+            detail: components["schemas"]["ValidationItemOut"][];
+            /**
+             * Error
+             * @description RequestValidationError
+             */
+            error: string;
         };
         /**
          * ValidationEvent
@@ -5200,6 +5195,36 @@ export interface components {
              * @constant
              */
             type?: "validation";
+        };
+        /** ValidationItemOut */
+        ValidationItemOut: {
+            /**
+             * Ctx
+             * @description the rule's parameters (ge, max_length, error)
+             */
+            ctx?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Input
+             * @description the input as given (a secret's value is never echoed)
+             */
+            input?: unknown;
+            /**
+             * Loc
+             * @description the path of the input: ["body", "config"], ["query", "offset"]
+             */
+            loc: (string | number)[];
+            /**
+             * Msg
+             * @description a user-facing message
+             */
+            msg: string;
+            /**
+             * Type
+             * @description what is wrong: missing, extra_forbidden, json_invalid, repeated_key, ...
+             */
+            type: string;
         };
         /** ValidationPoint */
         ValidationPoint: {
@@ -5286,13 +5311,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a query parameter the route does not take */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -5390,13 +5415,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -5494,13 +5519,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -5577,13 +5602,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a query parameter the route does not take */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -5665,13 +5690,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -5750,13 +5775,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -5853,13 +5878,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -5936,13 +5961,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a query parameter the route does not take */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -6026,13 +6051,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -6129,13 +6154,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -6217,13 +6242,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description DecodeBusy: every decode slot is taken; send it again after Retry-After */
@@ -6311,13 +6336,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -6427,13 +6452,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -6543,13 +6568,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -6660,13 +6685,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -6775,13 +6800,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -6879,13 +6904,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -6967,13 +6992,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description DecodeBusy: every decode slot is taken; send it again after Retry-After */
@@ -7092,13 +7117,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -7182,13 +7207,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description DecodeBusy: every decode slot is taken; send it again after Retry-After */
@@ -7274,13 +7299,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a query parameter the route does not take */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -7377,13 +7402,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -7491,13 +7516,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description the pipeline failed in the generation worker (GenerationFailed) */
@@ -7628,13 +7653,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a query parameter the route does not take */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -7731,13 +7756,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -7814,13 +7839,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a query parameter the route does not take */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -7900,13 +7925,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8004,13 +8029,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8120,13 +8145,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8205,13 +8230,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8288,13 +8313,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a query parameter the route does not take */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8402,13 +8427,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8505,13 +8530,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8593,13 +8618,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8676,13 +8701,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a query parameter the route does not take */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8788,13 +8813,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8873,13 +8898,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8976,13 +9001,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9061,13 +9086,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9162,13 +9187,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9247,13 +9272,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9332,13 +9357,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9438,13 +9463,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9523,13 +9548,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9614,13 +9639,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9702,13 +9727,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9787,13 +9812,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9903,13 +9928,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9988,13 +10013,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -10090,13 +10115,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -10178,13 +10203,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -10292,13 +10317,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -10406,13 +10431,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -10492,13 +10517,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -10606,13 +10631,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -10707,13 +10732,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -10808,13 +10833,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description Validation Error */
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
