@@ -82,7 +82,8 @@ export interface paths {
         };
         /**
          * Events
-         * @description Server-sent events of every caption job, as `id:`, `event:`, `data:`.
+         * @description Server-sent events of every caption job, as `id:`, `event:`, `data:`. A resume from an id whose
+         *     next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py).
          */
         get: operations["events_api_captions_events_get"];
         put?: never;
@@ -697,7 +698,8 @@ export interface paths {
          * Events
          * @description Server-sent events of every fetch (fetch_started, fetch_progress, fetch_complete,
          *     fetch_error, fetch_cancelled) as `id:`, `event:`, `data:`. Without `after` (or
-         *     Last-Event-ID) the stream starts with new events only.
+         *     Last-Event-ID) the stream starts with new events only. A resume from an id whose
+         *     next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py).
          */
         get: operations["events_api_models_events_get"];
         put?: never;
@@ -1009,7 +1011,8 @@ export interface paths {
          * Events
          * @description Server-sent events: every event the job service ingests (engine events and status
          *     changes), as `id: <seq>`, `event: <type>`, `data: <json>`. Without `after` (or
-         *     Last-Event-ID) the stream starts with new events only.
+         *     Last-Event-ID) the stream starts with new events only. A resume from an id whose
+         *     next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py).
          */
         get: operations["events_api_train_events_get"];
         put?: never;

@@ -78,7 +78,8 @@ async def events(
     last_event_id: str | None = Header(default=None),
     jobs: CaptionJobs = Depends(captions_dep),
 ) -> StreamingResponse:
-    """Server-sent events of every caption job, as `id:`, `event:`, `data:`."""
+    """Server-sent events of every caption job, as `id:`, `event:`, `data:`. A resume from an id whose
+    next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py)."""
     return event_stream(request, jobs, after, last_event_id)
 
 

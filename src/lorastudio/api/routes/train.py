@@ -57,5 +57,6 @@ async def events(
 ) -> StreamingResponse:
     """Server-sent events: every event the job service ingests (engine events and status
     changes), as `id: <seq>`, `event: <type>`, `data: <json>`. Without `after` (or
-    Last-Event-ID) the stream starts with new events only."""
+    Last-Event-ID) the stream starts with new events only. A resume from an id whose
+    next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py)."""
     return event_stream(request, service, after, last_event_id)
