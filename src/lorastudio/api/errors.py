@@ -9,9 +9,9 @@ Storage: a full disk, raised where files and the run store are written), HomeInU
 HubAccessDenied 403, HubUploadError 502. Every error
 body is {"error": <class name>, "detail": <message>, ...}. A request that fails validation is 422
 as FastAPI answers it, `{"detail": [{type, loc, msg, input, ctx?}]}`, plus `"error":
-"RequestValidationError"` (it had no `error`: the one key every error body has), through `JSONOut`: every JSON response escapes lone surrogates (JSON's
-"\\udcff" decodes to one; Starlette's UTF-8 encode of it raised, a 500) and writes a non-finite
-number it echoes (`1e999`, `NaN` in a body) as a string (its JSON encode raised, a 500), and
+"RequestValidationError"` (it had no `error`: the one key every error body has), through
+`JSONOut`: every JSON response escapes lone surrogates (JSON's "\\udcff" decodes to one;
+Starlette's UTF-8 encode of it raised, a 500) and writes a non-finite number it echoes (`1e999`, `NaN` in a body) as a string (its JSON encode raised, a 500), and
 never echoes a secret (a `token` field's value: SECRET_KEYS).
 An HTTP-level refusal (401 token, 404 no such route, 405 method, 415 media type: Starlette's and
 FastAPI's HTTPException) is in the same shape, its `error` the status's name in CamelCase
@@ -217,8 +217,9 @@ async def _http_error(request: Request, err: Exception) -> Response:
         body = {"error": status_error_name(err.status_code), "detail": str(err.detail)}
         headers = dict(err.headers or {})
         allow = getattr(request.app.state, "allow", None)
-        if err.status_code == 405 and allow is not None:  # every method of the path (api/web_mount.py)
-            headers["Allow"] = ", ".join(allow.methods(request.scope.get("path", "")))
+        methods = allow.methods(request.scope.get("path", "")) if allow is not None else []
+        if err.status_code == 405 and methods:  # every method of the path (api/web_mount.py)
+            headers["Allow"] = ", ".join(methods)
         return JSONOut(body, status_code=err.status_code, headers=headers)
     entry = {
         "type": "json_invalid",
