@@ -12,7 +12,8 @@ as FastAPI answers it, `{"detail": [{type, loc, msg, input, ctx?}]}`, plus `"err
 "RequestValidationError"` (it had no `error`: the one key every error body has), through
 `JSONOut`: every JSON response escapes lone surrogates (JSON's "\\udcff" decodes to one;
 Starlette's UTF-8 encode of it raised, a 500) and writes a non-finite number it echoes
-(`1e999`, `NaN` in a body) as a string (its JSON encode raised, a 500), and never echoes a secret (a `token` field's value: SECRET_KEYS).
+(`1e999`, `NaN` in a body) as a string (its JSON encode raised, a 500), and never echoes a
+secret (a `token` field's value: SECRET_KEYS).
 An HTTP-level refusal (401 token, 404 no such route, 405 method, 415 media type: Starlette's and
 FastAPI's HTTPException) is in the same shape, its `error` the status's name in CamelCase
 ("MethodNotAllowed"), its headers (Allow, WWW-Authenticate) kept: it was `{"detail": ...}` alone.
