@@ -178,3 +178,17 @@ def test_a_stream_behind_writes_bounded_pieces() -> None:
     sizes, ids = asyncio.run(main())
     assert ids == list(range(1, 3001))
     assert max(sizes) < getattr(sse, "SSE_CHUNK_BYTES", 64 * 1024) + 2200, max(sizes)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("path", ["/api/train/events", "/api/captions/events", "/api/models/events"])
+def test_a_last_event_id_of_5000_digits_is_an_id_of_another_life(client: TestClient, path: str) -> None:
+    """int() of it raised (Python's 4,300-digit limit): a 500 on every stream (RELIABILITY 540).
+    Now it is past any id of this life: the stream replays the log from its start."""
+    client.app.state.service.event_log.append({"type": "status", "n": 1})
+    with client.stream("GET", path, headers={"last-event-id": "9" * 5000}) as resp:
+        assert resp.status_code == 200
+        assert next(resp.iter_lines()) == ": connected"
+    if path == "/api/train/events":
+        with client.stream("GET", path, headers={"last-event-id": "9" * 5000}) as resp:
+            assert next(line for line in resp.iter_lines() if line.startswith("id: ")) == "id: 1"

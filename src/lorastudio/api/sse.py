@@ -29,6 +29,7 @@ import bisect
 import contextlib
 import json
 import logging
+import sys
 import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any, Protocol
@@ -152,8 +153,8 @@ def event_stream(
     that client, so the stream starts at the log's beginning (it waited, silent, until this
     server's ids caught up)."""
     start_at = after
-    if start_at is None and last_event_id and last_event_id.isascii() and last_event_id.isdigit():
-        start_at = int(last_event_id)
+    if start_at is None and last_event_id:
+        start_at = _event_id(last_event_id)
     if start_at is None:
         start_at = log.event_seq
     elif start_at > log.event_seq:
@@ -180,6 +181,18 @@ def _pieces(messages: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
             parts, size = [], 0
     if parts:
         yield last, "".join(parts)
+
+
+def _event_id(text: str) -> int | None:
+    """The event id a Last-Event-ID header names (None: not an id, ASCII digits only). One of
+    more digits than any id reaches is read as past the log's newest (another server life):
+    int() of it raised past 4,300 digits, a 500 for the stream."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    return int(text) if len(text) <= _ID_DIGITS else sys.maxsize
+
+
+_ID_DIGITS = 18  # an event id never reaches 10**18
 
 
 async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[str]:
