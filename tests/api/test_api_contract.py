@@ -20,6 +20,7 @@ from PIL import Image
 from live_server import LOOPBACK
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
+from polling import until
 
 
 def _png() -> bytes:
@@ -341,3 +342,32 @@ def _generation(config: dict) -> dict:
         "width": 32,
         "height": 32,
     }
+
+
+@pytest.mark.slow
+def test_a_caption_jobs_answers_are_as_declared(
+    server: LiveServer, sample_dataset: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A caption job with the tiny captioner (202, its record while it runs and once it ended,
+    the dataset's job, the listing, a cancel after its end), each checked against the document."""
+    from lorastudio.tiny.vlm import save_tiny_vlm
+
+    vlm = save_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-vlm")
+    call = Walker(server.client)  # type: ignore[arg-type]
+    assert upload_folder(server.client, "shapes", sample_dataset).status_code == 201
+    body = {"model": str(vlm), "max_tokens": 4, "overwrite": True}
+    started = call("POST", "/api/datasets/{name}/caption", "/api/datasets/shapes/caption", json=body)
+    assert started.status_code == 202, started.text
+    job = started.json()["id"]
+    call("GET", "/api/captions/{job_id}", f"/api/captions/{job}")
+    call("GET", "/api/datasets/{name}/caption", "/api/datasets/shapes/caption")
+    final = until(
+        lambda: (r := server.client.get(f"/api/captions/{job}").json())["status"] != "running" and r,
+        120,
+        "the caption job's end",
+    )
+    assert final["status"] == "completed", final
+    call("GET", "/api/captions/{job_id}", f"/api/captions/{job}")
+    call("GET", "/api/captions")
+    call("POST", "/api/captions/{job_id}/cancel", f"/api/captions/{job}/cancel")
+    assert call.problems == []
