@@ -81,7 +81,8 @@ def test_a_json_route_refuses_another_media_type_with_415_without_echoing_it(
     assert resp.status_code == 415, resp.text
     shown = content_type or "none"
     assert resp.json() == {
-        "detail": f"this route takes a JSON body: send it as Content-Type: application/json (got {shown})"
+        "error": "UnsupportedMediaType",
+        "detail": f"this route takes a JSON body: send it as Content-Type: application/json (got {shown})",
     }
     assert b"s3cr3t" not in resp.content
     # the same text as JSON reaches the route (its config is refused for what it lacks)

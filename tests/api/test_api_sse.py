@@ -124,3 +124,71 @@ def test_an_id_of_another_server_life_replays_this_lifes_events(client: TestClie
                 if ids and ids[-1] == 3:
                     break
         assert ids == ([2, 3] if headers.get("last-event-id") == "1" else [1, 2, 3]), (headers, params, ids)
+
+
+@pytest.mark.timeout(60)
+def test_a_resume_past_what_the_log_keeps_says_so_before_the_rest(client: TestClient) -> None:
+    """A client resuming from an id whose next events the log dropped got the oldest kept ones
+    as if they followed on (RELIABILITY 536): now an `event: gap` naming both ids comes first."""
+    service = client.app.state.service
+    kept = service.event_log._events.maxlen
+    for n in range(1, kept + 11):  # ids 1-10 dropped
+        service.event_log.append({"type": "status", "n": n})
+    for headers, params, after in (({"last-event-id": "4"}, {}, 4), ({}, {"after": 0}, 0)):
+        with client.stream("GET", "/api/train/events", headers=headers, params=params) as resp:
+            lines = []
+            for line in resp.iter_lines():
+                lines.append(line)
+                if line.startswith("id: "):
+                    break
+        gap = lines.index("event: gap")
+        assert json.loads(lines[gap + 1][6:]) == {"type": "gap", "after": after, "next": 11}
+        assert lines[-1] == "id: 11" and not any(line.startswith("id: ") for line in lines[:gap])
+    with client.stream("GET", "/api/train/events", params={"after": 10}) as resp:  # nothing lost
+        lines = []
+        for line in resp.iter_lines():
+            lines.append(line)
+            if line.startswith("id: "):
+                break
+    assert "event: gap" not in lines and lines[-1] == "id: 11"
+
+
+def test_a_stream_behind_writes_bounded_pieces() -> None:
+    """A stream 3,000 events of 2 KB behind wrote them as one 6 MB string, held whole for a
+    client that does not read (RELIABILITY 537): now pieces of about SSE_CHUNK_BYTES, every
+    event once, in order."""
+    source = CountingSource()
+    for n in range(1, 3001):
+        source.log.append({"type": "status", "n": n, "pad": "x" * 2000})
+
+    async def main() -> tuple[list[int], list[int]]:
+        sizes: list[int] = []
+        ids: list[int] = []
+        stream = sse._stream(_request(), source, 0)
+        try:
+            async for text in stream:
+                sizes.append(len(text))
+                ids += [int(m.split("\n")[0][4:]) for m in text.split("\n\n") if m.startswith("id: ")]
+                if ids and ids[-1] == 3000:
+                    break
+        finally:
+            await stream.aclose()
+        return sizes, ids
+
+    sizes, ids = asyncio.run(main())
+    assert ids == list(range(1, 3001))
+    assert max(sizes) < getattr(sse, "SSE_CHUNK_BYTES", 64 * 1024) + 2200, max(sizes)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("path", ["/api/train/events", "/api/captions/events", "/api/models/events"])
+def test_a_last_event_id_of_5000_digits_is_an_id_of_another_life(client: TestClient, path: str) -> None:
+    """int() of it raised (Python's 4,300-digit limit): a 500 on every stream (RELIABILITY 540).
+    Now it is past any id of this life: the stream replays the log from its start."""
+    client.app.state.service.event_log.append({"type": "status", "n": 1})
+    with client.stream("GET", path, headers={"last-event-id": "9" * 5000}) as resp:
+        assert resp.status_code == 200
+        assert next(resp.iter_lines()) == ": connected"
+    if path == "/api/train/events":
+        with client.stream("GET", path, headers={"last-event-id": "9" * 5000}) as resp:
+            assert next(line for line in resp.iter_lines() if line.startswith("id: ")) == "id: 1"

@@ -267,7 +267,7 @@ def test_docs_need_the_token_and_encoded_token_names_are_redacted(settings: Sett
         assert "/api/train/start" in client.get("/openapi.json", params={"token": TOKEN}).text
         # the server decodes query names: these authenticate, so their values must not be logged
         for name in ("%74oken", "tok%65n", "%74%6F%6B%65%6E", "TOKEN"):
-            resp = client.get(f"/api/info?a=1&{name}={TOKEN}")
+            resp = client.get(f"/api/runs?limit=1&{name}={TOKEN}")  # a parameter it takes first
             assert resp.status_code == (401 if name == "TOKEN" else 200), name
     text = log.read_text()
     assert "%74oken=***" in text and "tok%65n=***" in text, text[-2000:]

@@ -39,6 +39,7 @@ from fastapi.staticfiles import StaticFiles
 from lorastudio import __version__
 from lorastudio.api.body_checks import check_inputs
 from lorastudio.api.body_limit import BodyLimitAnswer
+from lorastudio.api.contract import declare_answers
 from lorastudio.api.deps import require_token
 from lorastudio.api.downloads import HeadAsGet
 from lorastudio.api.errors import JSONOut, install_error_handlers
@@ -61,6 +62,7 @@ from lorastudio.api.routes import (
 )
 from lorastudio.api.schemas import ERROR_RESPONSES
 from lorastudio.api.server_log import install_server_logging
+from lorastudio.api.web_mount import AllowTable, WebMount
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.jobs.caption_records import settle as settle_caption_records
 from lorastudio.jobs.childenv import drop_process_secrets
@@ -128,7 +130,7 @@ def create_app(
     app.add_middleware(HostGuard, policy=HostPolicy.from_settings(settings))  # DNS rebinding: 421
     guarded = [Depends(no_probe_waits), Depends(require_token), Depends(check_inputs)]
     _add_docs(app, guarded)
-    for module in (
+    modules = (
         train,
         runs,
         run_files,
@@ -140,9 +142,13 @@ def create_app(
         info,
         models,
         cache,
-    ):
+    )
+    # a 405's Allow names every method of the path (api/web_mount.py)
+    app.state.allow = AllowTable([*app.router.routes, *(r for m in modules for r in m.router.routes)])
+    for module in modules:
         # 413 past the cap (the upload routes set their own); a router's cap, not the app's: an
         # app-wide one answers from outside the middleware (api/body_limit.py)
+        declare_answers(module.router)  # 403 / 413 / 415 / 422 / ranges by the route's kind (api/contract.py)
         app.include_router(
             module.router,
             dependencies=guarded,
@@ -150,7 +156,8 @@ def create_app(
             max_body_size=settings.max_json_mb * 2**20,
         )
     if web_dist.is_dir():
-        app.mount("/", StaticFiles(directory=web_dist, html=True), name="web")
+        # the UI's files; never a path of the server's own (api/web_mount.py)
+        app.router.routes.append(WebMount("/", StaticFiles(directory=web_dist, html=True), name="web"))
     return app
 
 

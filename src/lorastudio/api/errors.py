@@ -8,10 +8,15 @@ Storage: a full disk, raised where files and the run store are written), HomeInU
 409 (the run's forecast host RAM exceeds what is available); a hub push: HubTokenMissing 400,
 HubAccessDenied 403, HubUploadError 502. Every error
 body is {"error": <class name>, "detail": <message>, ...}. A request that fails validation is 422
-as FastAPI answers it, through `JSONOut`: every JSON response escapes lone surrogates (JSON's
-"\\udcff" decodes to one; Starlette's UTF-8 encode of it raised, a 500) and writes a non-finite
-number it echoes (`1e999`, `NaN` in a body) as a string (its JSON encode raised, a 500), and
-never echoes a secret (a `token` field's value: SECRET_KEYS).
+as FastAPI answers it, `{"detail": [{type, loc, msg, input, ctx?}]}`, plus `"error":
+"RequestValidationError"` (it had no `error`: the one key every error body has), through
+`JSONOut`: every JSON response escapes lone surrogates (JSON's "\\udcff" decodes to one;
+Starlette's UTF-8 encode of it raised, a 500) and writes a non-finite number it echoes
+(`1e999`, `NaN` in a body) as a string (its JSON encode raised, a 500), and never echoes a
+secret (a `token` field's value: SECRET_KEYS).
+An HTTP-level refusal (401 token, 404 no such route, 405 method, 415 media type: Starlette's and
+FastAPI's HTTPException) is in the same shape, its `error` the status's name in CamelCase
+("MethodNotAllowed"), its headers (Allow, WWW-Authenticate) kept: it was `{"detail": ...}` alone.
 A JSON body FastAPI could not parse for another reason than its syntax (bytes that are not
 UTF-8, nesting deeper than the parser goes, an integer of more than 4300 digits) is a 422
 `json_invalid` naming the cause, like a syntax error (FastAPI answered a bare 400 "There was an
@@ -24,11 +29,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
-from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
@@ -137,11 +142,23 @@ def error_body(err: LorastudioError) -> dict:
     return body
 
 
+def status_error_name(status: int) -> str:
+    """The `error` of an HTTP-level refusal: the status's name in CamelCase (405
+    "MethodNotAllowed", 415 "UnsupportedMediaType"); "HTTPError" for a code Python does not name."""
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        return "HTTPError"
+    return "".join(word.capitalize() for word in phrase.replace("-", " ").split())
+
+
 async def _handle(request: Request, err: Exception) -> JSONResponse:
     if not isinstance(err, LorastudioError):  # only registered for LorastudioError
         raise err
     return JSONOut(error_body(err), status_code=status_code_of(err))
 
+
+VALIDATION_ERROR = "RequestValidationError"  # the `error` of every 422 (schemas.ValidationErrorOut)
 
 # Body keys whose values are secrets (FetchBody.token): a 422 never echoes them.
 SECRET_KEYS = frozenset({"token", "hf_token", "api_token"})
@@ -171,7 +188,7 @@ async def _invalid_request(request: Request, err: Exception) -> JSONResponse:
     if not isinstance(err, RequestValidationError):  # only registered for RequestValidationError
         raise err
     items = [_without_secrets(item) for item in err.errors()]
-    return JSONOut({"detail": jsonable_encoder(items)}, status_code=422)
+    return JSONOut({"error": VALIDATION_ERROR, "detail": jsonable_encoder(items)}, status_code=422)
 
 
 def _unparsable_cause(err: BaseException | None) -> str | None:
@@ -186,16 +203,25 @@ def _unparsable_cause(err: BaseException | None) -> str | None:
 
 
 async def _http_error(request: Request, err: Exception) -> Response:
-    """FastAPI's answer to an HTTPException, but a body it could not parse (raised as a 400
-    from the parse error) is a 422 `json_invalid` naming why, as a syntax error is, and a body
-    over its route's cap a 413 in the error shape (api/body_limit.py)."""
+    """An HTTPException in the error shape ({"error": the status's name, "detail"}, its headers
+    kept); but a body FastAPI could not parse (raised as a 400 from the parse error) is a 422
+    `json_invalid` naming why, as a syntax error is, and a body over its route's cap a 413 in
+    the error shape (api/body_limit.py)."""
     if not isinstance(err, HTTPException):  # only registered for HTTPException
         raise err
     if err.status_code == 413 and err.detail == TOO_LARGE:  # a chunked body over its route's cap
         return JSONOut(too_large(request.scope, request.app.state.settings.max_json_mb), status_code=413)
     cause = _unparsable_cause(err.__cause__) if err.status_code == 400 else None
     if cause is None:
-        return await http_exception_handler(request, err)
+        if err.status_code in (204, 304) or err.status_code < 400:
+            return Response(status_code=err.status_code, headers=err.headers)
+        body = {"error": status_error_name(err.status_code), "detail": str(err.detail)}
+        headers = dict(err.headers or {})
+        allow = getattr(request.app.state, "allow", None)
+        methods = allow.methods(request.scope.get("path", "")) if allow is not None else []
+        if err.status_code == 405 and methods:  # every method of the path (api/web_mount.py)
+            headers["Allow"] = ", ".join(methods)
+        return JSONOut(body, status_code=err.status_code, headers=headers)
     entry = {
         "type": "json_invalid",
         "loc": ["body"],
@@ -203,7 +229,7 @@ async def _http_error(request: Request, err: Exception) -> Response:
         "input": {},
         "ctx": {"error": cause},
     }
-    return JSONOut({"detail": [entry]}, status_code=422)
+    return JSONOut({"error": VALIDATION_ERROR, "detail": [entry]}, status_code=422)
 
 
 async def _client_gone(request: Request, err: Exception) -> Response:

@@ -161,6 +161,30 @@ class ErrorOut(_Out):
     problems: list[ProblemOut] | list[str] | None = Field(
         default=None, description="ConfigError: {field, message} each; DatasetError: one string per file/fact"
     )
+    current: str | None = Field(
+        default=None, description='CaptionConflict: the caption as it is now ("" for none)'
+    )
+    forecast_gb: float | None = Field(
+        default=None, description="HostMemoryShort: the run's forecast host RAM"
+    )
+    available_gb: float | None = Field(
+        default=None, description="HostMemoryShort: the host RAM available now"
+    )
+
+
+class ValidationItemOut(_Out):
+    type: str = Field(description="what is wrong: missing, extra_forbidden, json_invalid, repeated_key, ...")
+    loc: list[str | int] = Field(description='the path of the input: ["body", "config"], ["query", "offset"]')
+    msg: str = Field(description="a user-facing message")
+    input: Any = Field(default=None, description="the input as given (a secret's value is never echoed)")
+    ctx: dict[str, Any] | None = Field(
+        default=None, description="the rule's parameters (ge, max_length, error)"
+    )
+
+
+class ValidationErrorOut(_Out):
+    error: str = Field(description="RequestValidationError")
+    detail: list[ValidationItemOut] = Field(description="every problem of the request at once")
 
 
 class DatasetSummary(_Out):
@@ -293,10 +317,21 @@ class DroppedFile(_Out):
     reason: str
 
 
-# Error responses every router declares (the bodies of api/errors.py).
+# Error responses every router declares (the bodies of api/errors.py); api/contract.py adds those
+# of a route's kind (a body, a download, a generation).
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorOut, "description": "invalid request (every problem listed)"},
-    401: {"description": "missing or wrong API token"},
+    401: {"model": ErrorOut, "description": "missing or wrong API token (Unauthorized)"},
     404: {"model": ErrorOut, "description": "not found"},
     409: {"model": ErrorOut, "description": "busy: a training job holds the GPU or the resource"},
+    422: {
+        "model": ValidationErrorOut,
+        "description": "the request's shape: a body or parameter of the wrong type, a key unknown or given "
+        "twice, a query parameter the route does not take, a body the route does not take",
+    },
+    421: {
+        "model": ErrorOut,
+        "description": "a Host header this server does not answer (DNS rebinding guard)",
+    },
+    507: {"model": ErrorOut, "description": "no space left on the disk the route writes (NoSpaceLeft)"},
 }

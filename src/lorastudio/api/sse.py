@@ -8,6 +8,18 @@ All streams of one source (per event loop) share one `_Fanout`: a single poller 
 log, encodes each event once and wakes the waiting streams through an asyncio.Condition, so the
 cost of a new event does not grow with a poll and an encoding per client. A stream that starts
 further back than the fan-out's buffer first catches up from the log itself.
+
+A stream that resumes (`after`, Last-Event-ID) from an id whose next events the log no longer
+keeps (it keeps the newest few thousand) first sends `event: gap` with `data: {"type": "gap",
+"after": <the id asked>, "next": <the first id sent>}` and no id: the events between were lost
+to this client, which should read a snapshot (GET /api/train/status) before applying the rest.
+Before, the stream went on from the oldest kept event as if nothing were missing.
+
+A stream writes at most SSE_CHUNK_BYTES at a time (or one event, if larger), and the server
+writes the next piece only once the client has read enough of the last (uvicorn's flow control):
+a client that reads slowly, or not at all, holds about that much of the server's memory. Before,
+a stream behind wrote everything it lacked at once (up to the whole log: ~20 MB per stalled
+client of 2 KB events, measured).
 """
 
 from __future__ import annotations
@@ -17,8 +29,9 @@ import bisect
 import contextlib
 import json
 import logging
+import sys
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any, Protocol
 
 from fastapi import Request
@@ -28,6 +41,7 @@ SSE_POLL_S = 0.25  # how often the one poller of a source looks for new events (
 SSE_KEEPALIVE_S = 15.0
 SSE_IDLE_CHECK_S = 1.0  # an idle stream checks this often whether its client is gone
 FANOUT_BUFFER = 1000  # encoded events kept for streams that lag behind (older: read from the log)
+SSE_CHUNK_BYTES = 64 * 1024  # the most text one write of a stream holds (past one event's own size)
 
 log_ = logging.getLogger("lorastudio.api")
 
@@ -37,6 +51,12 @@ class EventLog(Protocol):
     def event_seq(self) -> int: ...
 
     def events_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]: ...
+
+
+def encode_gap(after: int, next_id: int) -> str:
+    """The message of a gap: the events after `after` and before `next_id` are gone (no `id:`,
+    so a client's Last-Event-ID stays the last event it had)."""
+    return f"event: gap\ndata: {json.dumps({'type': 'gap', 'after': after, 'next': next_id})}\n\n"
 
 
 def encode_event(seq: int, event: dict[str, Any]) -> str:
@@ -133,8 +153,8 @@ def event_stream(
     that client, so the stream starts at the log's beginning (it waited, silent, until this
     server's ids caught up)."""
     start_at = after
-    if start_at is None and last_event_id and last_event_id.isascii() and last_event_id.isdigit():
-        start_at = int(last_event_id)
+    if start_at is None and last_event_id:
+        start_at = _event_id(last_event_id)
     if start_at is None:
         start_at = log.event_seq
     elif start_at > log.event_seq:
@@ -144,6 +164,35 @@ def event_stream(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+def _pieces(messages: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    """Consecutive `(id, message)`s joined into pieces of about SSE_CHUNK_BYTES (a message is
+    never split): `(id of the piece's last message, text)` each."""
+    parts: list[str] = []
+    size = 0
+    last = 0
+    for seq, text in messages:
+        parts.append(text)
+        size += len(text)
+        last = seq
+        if size >= SSE_CHUNK_BYTES:
+            yield last, "".join(parts)
+            parts, size = [], 0
+    if parts:
+        yield last, "".join(parts)
+
+
+def _event_id(text: str) -> int | None:
+    """The event id a Last-Event-ID header names (None: not an id, ASCII digits only). One of
+    more digits than any id reaches is read as past the log's newest (another server life):
+    int() of it raised past 4,300 digits, a 500 for the stream."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    return int(text) if len(text) <= _ID_DIGITS else sys.maxsize
+
+
+_ID_DIGITS = 18  # an event id never reaches 10**18
 
 
 async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[str]:
@@ -157,14 +206,20 @@ async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[st
             if texts is None:  # further back than the shared buffer: catch up from the log
                 batch = log.events_after(seq)
                 if batch:
-                    yield "".join(encode_event(s, e) for s, e in batch)
-                    seq = batch[-1][0]
+                    if batch[0][0] > seq + 1:
+                        yield encode_gap(seq, batch[0][0])
+                    for last, text in _pieces((s, encode_event(s, e)) for s, e in batch):
+                        yield text
+                        seq = last
                 else:  # the log itself has dropped them: continue from the shared buffer
+                    if fanout.seq > seq:
+                        yield encode_gap(seq, fanout.seq + 1)
                     seq = max(seq, fanout.seq)
                 continue
             if texts:
-                yield "".join(text for _, text in texts)
-                seq, idle = texts[-1][0], 0.0
+                for last, text in _pieces(texts):
+                    yield text
+                    seq, idle = last, 0.0
                 continue
             woke = False
             # asyncio.timeout, not wait_for: wait_for ran the wait in a task of its own, and when

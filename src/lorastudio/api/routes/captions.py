@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
+from lorastudio.api.contract import EVENT_STREAM
 from lorastudio.api.host_wait import HOST_KNOWN
 from lorastudio.api.schemas_caption import CaptionJobOut
 from lorastudio.api.sse import event_stream
@@ -70,14 +71,15 @@ def recent(jobs: CaptionJobs = Depends(captions_dep)) -> list[dict[str, Any]]:
     return jobs.recent()
 
 
-@router.get("/api/captions/events", response_class=StreamingResponse)
+@router.get("/api/captions/events", response_class=StreamingResponse, responses=EVENT_STREAM)
 async def events(
     request: Request,
     after: int | None = Query(default=None, ge=0, description="resume after this event id"),
     last_event_id: str | None = Header(default=None),
     jobs: CaptionJobs = Depends(captions_dep),
 ) -> StreamingResponse:
-    """Server-sent events of every caption job, as `id:`, `event:`, `data:`."""
+    """Server-sent events of every caption job, as `id:`, `event:`, `data:`. A resume from an id whose
+    next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py)."""
     return event_stream(request, jobs, after, last_event_id)
 
 

@@ -10,8 +10,10 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse, Response
 
+from lorastudio.api.contract import file_answer
 from lorastudio.api.deps import settings_dep
 from lorastudio.api.routes.datasets import dataset_path
+from lorastudio.api.schemas import ErrorOut
 from lorastudio.data.decode_slots import DecodeBusy
 from lorastudio.data.image_edits import existing_image
 from lorastudio.data.masks import MASKS_DIR, file_has_alpha
@@ -22,9 +24,16 @@ from lorastudio.errors import NotFound
 from lorastudio.settings import Settings
 
 router = APIRouter(prefix="/api/datasets", tags=["datasets"])
+JPEG = {
+    **file_answer("image/jpeg", description="a JPEG preview"),
+    503: {
+        "model": ErrorOut,
+        "description": "DecodeBusy: every decode slot is taken; send it again after Retry-After",
+    },
+}
 
 
-@router.get("/{name}/thumbnails/{file}", response_class=Response)
+@router.get("/{name}/thumbnails/{file}", response_class=Response, responses=JPEG)
 def thumbnail(
     name: str,
     file: str,
@@ -51,7 +60,7 @@ def thumbnail(
     return _thumbnail(existing_image(folder, file), size, settings)
 
 
-@router.get("/{name}/masks/{file}", response_class=Response)
+@router.get("/{name}/masks/{file}", response_class=Response, responses=JPEG)
 def mask_thumbnail(
     name: str,
     file: str,
@@ -68,7 +77,7 @@ def mask_thumbnail(
     return _thumbnail(existing_image(masks, file), size, settings, mask=True)
 
 
-@router.get("/{name}/alpha/{file}", response_class=Response)
+@router.get("/{name}/alpha/{file}", response_class=Response, responses=JPEG)
 def alpha_thumbnail(
     name: str,
     file: str,

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.formparsers import MultiPartException, MultiPartParser
 
+from lorastudio.api.contract import multipart_body
 from lorastudio.api.deps import service_dep, settings_dep
 from lorastudio.api.form_files import file_parts
 from lorastudio.api.schemas import (
@@ -157,7 +158,16 @@ def rename(
     return {"renamed": name, "name": new}
 
 
-@router.post("/{name}/files", status_code=201, response_model=UploadOut, max_body_size=STREAMED_BODY_LIMIT)
+@router.post(
+    "/{name}/files",
+    status_code=201,
+    response_model=UploadOut,
+    max_body_size=STREAMED_BODY_LIMIT,
+    openapi_extra=multipart_body(
+        "images, their .txt captions, masks (field `mask`) and control images (fields `control`, "
+        "`control_2`, ...) as files; the field name `files` for the rest"
+    ),
+)
 async def upload(
     name: str,
     request: Request,

@@ -15,10 +15,11 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
+from lorastudio.api.contract import file_answer, multipart_body
 from lorastudio.api.deps import generation_dep, settings_dep
 from lorastudio.api.downloads import Download
 from lorastudio.api.form_files import file_parts
-from lorastudio.api.schemas import REQUEST_ID_PATTERN, GenerateBody
+from lorastudio.api.schemas import REQUEST_ID_PATTERN, ErrorOut, GenerateBody
 from lorastudio.api.schemas_files import (
     GalleryDeleted,
     GalleryImage,
@@ -42,7 +43,22 @@ REFERENCES_BODY_LIMIT = 200 * 2**20  # bytes: 10 large photos
 router = APIRouter(tags=["generate"])
 
 
-@router.post("/api/generate", status_code=201, response_model=GenerateOut)
+@router.post(
+    "/api/generate",
+    status_code=201,
+    response_model=GenerateOut,
+    responses={
+        500: {
+            "model": ErrorOut,
+            "description": "the pipeline failed in the generation worker (GenerationFailed)",
+        },
+        503: {
+            "model": ErrorOut,
+            "description": "the worker was lost or the server is stopping: send it again",
+        },
+        504: {"model": ErrorOut, "description": "the worker hung past the allowance and was stopped"},
+    },
+)
 async def generate(
     body: GenerateBody, request: Request, service: GenerationService = Depends(generation_dep)
 ) -> dict[str, Any]:
@@ -124,6 +140,7 @@ def _reference_urls(meta: dict[str, Any]) -> list[str]:
     status_code=201,
     response_model=ReferencesOut,
     max_body_size=REFERENCES_BODY_LIMIT,
+    openapi_extra=multipart_body("the reference images as files, in slot order (any field names)"),
 )
 async def upload_references(request: Request, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
     """Upload reference images for generation with an edit family (multipart, any field names,
@@ -155,7 +172,7 @@ async def upload_references(request: Request, settings: Settings = Depends(setti
     return {"references": [{"id": r, "url": f"/gallery/references/{r}"} for r in stored]}
 
 
-@router.get("/gallery/references/{ref_id}", response_class=Download)
+@router.get("/gallery/references/{ref_id}", response_class=Download, responses=file_answer("image/*"))
 def reference_file(ref_id: str, settings: Settings = Depends(settings_dep)) -> Download:
     """An uploaded reference image."""
     path = reference_path(settings, ref_id)
@@ -193,7 +210,7 @@ def _fitting(entry: dict[str, Any]) -> dict[str, Any]:
         return GalleryImage.model_validate({k: v for k, v in entry.items() if k not in bad}).model_dump()
 
 
-@router.get("/gallery/{file}", response_class=Download)
+@router.get("/gallery/{file}", response_class=Download, responses=file_answer("image/png"))
 def gallery_file(file: str, settings: Settings = Depends(settings_dep)) -> Download:
     """A generated image from the gallery."""
     safe_component(file, field="file")

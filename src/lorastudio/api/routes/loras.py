@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 
 from lorastudio import json_read
+from lorastudio.api.contract import file_answer
 from lorastudio.api.deps import settings_dep
 from lorastudio.api.downloads import Download
 from lorastudio.api.schemas_files import LoraList, LoraSteps, PushBody, PushOut
@@ -69,7 +70,7 @@ def steps(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, An
     return lora_steps(settings, name)
 
 
-@router.get("/{name}/file", response_class=Download)
+@router.get("/{name}/file", response_class=Download, responses=file_answer("application/octet-stream"))
 def download(
     name: str,
     step: int | None = Query(

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from lorastudio.api.contract import EVENT_STREAM
 from lorastudio.api.deps import service_dep, settings_dep
 from lorastudio.api.errors import error_body
 from lorastudio.api.schemas_models import (
@@ -119,7 +120,7 @@ def fetch_cancel(fetch_id: str, fetches: FetchManager = Depends(fetches_dep)) ->
     return fetches.cancel(fetch_id)
 
 
-@router.get("/events", response_class=StreamingResponse)
+@router.get("/events", response_class=StreamingResponse, responses=EVENT_STREAM)
 async def events(
     request: Request,
     after: int | None = Query(default=None, ge=0, description="resume after this event id"),
@@ -128,7 +129,8 @@ async def events(
 ) -> StreamingResponse:
     """Server-sent events of every fetch (fetch_started, fetch_progress, fetch_complete,
     fetch_error, fetch_cancelled) as `id:`, `event:`, `data:`. Without `after` (or
-    Last-Event-ID) the stream starts with new events only."""
+    Last-Event-ID) the stream starts with new events only. A resume from an id whose
+    next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py)."""
     return event_stream(request, fetches, after, last_event_id)
 
 

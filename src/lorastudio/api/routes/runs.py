@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 
+from lorastudio.api.contract import file_answer
 from lorastudio.api.deps import service_dep, settings_dep, store_dep
 from lorastudio.api.downloads import Download
 from lorastudio.api.host_wait import HOST_KNOWN
@@ -103,7 +104,7 @@ def _prompt_of(entry: Any) -> str | None:
     return entry if isinstance(entry, str) else None
 
 
-@router.get("/{run_id}/samples/{name}", response_class=Download)
+@router.get("/{run_id}/samples/{name}", response_class=Download, responses=file_answer("image/png"))
 def sample_file(
     run_id: str, name: str, store: RunStore = Depends(store_dep), settings: Settings = Depends(settings_dep)
 ) -> Download:

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
+from lorastudio.api.contract import EVENT_STREAM
 from lorastudio.api.deps import service_dep
 from lorastudio.api.host_wait import HOST_KNOWN
 from lorastudio.api.schemas import PreflightBody, StartBody, StopBody
@@ -47,7 +48,7 @@ def status(
     return service.status(since=since)
 
 
-@router.get("/events", response_class=StreamingResponse)
+@router.get("/events", response_class=StreamingResponse, responses=EVENT_STREAM)
 async def events(
     request: Request,
     after: int | None = Query(default=None, ge=0, description="resume after this event id"),
@@ -56,5 +57,6 @@ async def events(
 ) -> StreamingResponse:
     """Server-sent events: every event the job service ingests (engine events and status
     changes), as `id: <seq>`, `event: <type>`, `data: <json>`. Without `after` (or
-    Last-Event-ID) the stream starts with new events only."""
+    Last-Event-ID) the stream starts with new events only. A resume from an id whose
+    next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py)."""
     return event_stream(request, service, after, last_event_id)
