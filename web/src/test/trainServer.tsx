@@ -13,7 +13,7 @@ import { SERVER_RULES } from "./serverRules.gen";
 
 const STATUS = { job: null, queue: [], busy: false, event_seq: 0 };
 
-export function renderTrain(props: { cloneOf?: string } = {}) {
+export function renderTrain(props: { cloneOf?: string; dataset?: string } = {}) {
   return render(
     <InfoProvider>
       <TrainingProvider>
