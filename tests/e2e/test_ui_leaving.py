@@ -28,7 +28,10 @@ def test_typed_settings_and_a_generation_survive_leaving_the_screen(studio, brow
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     posts: list[str] = []
-    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" and r.url.endswith("/api/generate") else None)
+    page.on(
+        "request",
+        lambda r: posts.append(r.url) if r.method == "POST" and r.url.endswith("/api/generate") else None,
+    )
     try:
         upload_captioned(page, url, "leaving", 2, "a shape")
         # Train: typed, then another screen and Back, then a reload
