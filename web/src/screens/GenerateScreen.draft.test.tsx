@@ -1,11 +1,10 @@
-import { fireEvent, render, screen, waitFor, within } from "@testing-library/react";
+import { fireEvent, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
-import { InfoProvider } from "../api/info";
-import { TrainingProvider } from "../api/training";
 import type { GalleryImage } from "../api/types";
 import { type Call, galleryImage, INFO, mockFetch } from "../test/fixtures";
 import { GenerateScreen } from "./GenerateScreen";
+import { renderWithProviders } from "../test/render";
 
 const OLD: GalleryImage = galleryImage([]);
 const NEW: GalleryImage = { ...OLD, file: "new.png", url: "/gallery/new.png", created: 2, prompt: "kept prompt", seed: 3, loras: [] };
@@ -13,13 +12,7 @@ const field = (name: string) => document.querySelector(`[name="${name}"]`) as HT
 const json = (status: number, body: unknown) => new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
 
 const renderScreen = () =>
-  render(
-    <InfoProvider>
-      <TrainingProvider>
-        <GenerateScreen />
-      </TrainingProvider>
-    </InfoProvider>,
-  );
+  renderWithProviders(<GenerateScreen />);
 
 describe("GenerateScreen: leaving the screen", () => {
   let calls: Call[];
