@@ -9,17 +9,19 @@ import { BaseModelPicker } from "../components/BaseModelPicker";
 import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
 import { FamilyPicker } from "../components/FamilyPicker";
 import { Field } from "../components/Field";
-import { GallerySection, imageMeta, LoraChips } from "../components/Gallery";
+import { GallerySection } from "../components/Gallery";
+import { GenerateResult } from "../components/GenerateResult";
 import { BaseChanged, LoraChanged } from "../components/LoraChanged";
 import { type LoraPick, LoraPicker } from "../components/LoraPicker";
 import { guidanceBody, GuidanceFields } from "../components/GuidanceFields";
-import { ReferenceImages, ReferenceStrip, referencesOf } from "../components/ReferenceImages";
+import { ReferenceImages, referencesOf } from "../components/ReferenceImages";
 import { StepGrid } from "../components/StepGrid";
 import { useRunPreset } from "../lib/runPreset";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { placeProblems } from "../lib/problems";
 import { isAbort, useAction, useLatest, useLoad } from "../lib/latest";
 import { loadDraft, useDraft } from "../lib/draft";
+import { draftText, GENERATE_DRAFT, type GenerateDraft } from "../lib/generateDraft";
 import { type InFlight, inFlight, track } from "../lib/generationInFlight";
 import { baseChanged, changedLoras, currentFiles, generateWithRetry, newRequestId, picksOf, reusedBaseSettings } from "../lib/generateRequest";
 
@@ -30,26 +32,6 @@ const GENERATE_INPUTS: ReadonlySet<string> = new Set([
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 
-/** What the Generate form keeps as its draft (lib/draft): everything typed or picked but the reference uploads. */
-interface GenerateDraft {
-  family: string;
-  baseModel: string;
-  baseConfig: string;
-  picks: LoraPick[];
-  prompt: string;
-  seed: string;
-  steps: string;
-  width: string;
-  height: string;
-  guidance: string;
-  negative: string;
-}
-const GENERATE_DRAFT = "generate";
-/** A draft's text field, or `fallback` when it has none (or not text). */
-const draftText = (draft: Partial<GenerateDraft> | null, key: keyof GenerateDraft, fallback: string): string => {
-  const v = draft?.[key];
-  return typeof v === "string" ? v : fallback;
-};
 /**
  * Generate: base model + trained LoRAs with scales, prompt (and a negative prompt where the family takes one),
  * guidance, seed, steps, size; the server's gallery. `fromRun`: start on that run's family, base model and LoRA.
@@ -440,36 +422,15 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
             )}
           </div>
         </form>
-        <div className="card result">
-          {selected ? (
-            <figure>
-              <a href={api.imageUrl(selected.url)} target="_blank" rel="noreferrer" title="open full size">
-                <img src={api.imageUrl(selected.url)} alt={selected.prompt ?? "generated image"} data-testid="result-image" />
-              </a>
-              <figcaption>
-                <p className="result-prompt">{selected.prompt}</p>
-                <p className="muted small">
-                  {imageMeta(selected)}
-                  {seconds != null && selected.file === gallery?.[0]?.file ? ` · ${seconds.toFixed(1)} s` : ""}
-                </p>
-                <p>
-                  <LoraChips loras={selected.loras} />
-                  <ReferenceStrip urls={selected.reference_urls ?? []} />
-                </p>
-                <button type="button" className="secondary small" onClick={() => reuse(selected)}>
-                  Reuse these settings
-                </button>{" "}
-                <button type="button" className="secondary small danger" disabled={remove.pending} onClick={() => void remove.run(selected)}>
-                  Delete this image
-                </button>
-              </figcaption>
-            </figure>
-          ) : (
-            <div className="empty">
-              {busy ? "Generating…" : gallery?.length ? "Pick an image from the gallery, or generate a new one." : "Your image appears here."}
-            </div>
-          )}
-        </div>
+        <GenerateResult
+          selected={selected}
+          seconds={seconds != null && selected?.file === gallery?.[0]?.file ? seconds : null}
+          busy={busy}
+          galleryEmpty={!gallery?.length}
+          onReuse={reuse}
+          deleting={remove.pending}
+          onDelete={(img) => void remove.run(img)}
+        />
       </div>
       {picks.length === 1 && (
         <StepGrid
