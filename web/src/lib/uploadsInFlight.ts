@@ -6,6 +6,7 @@
  * when its page closes. Per dataset name; per browser tab (module state).
  */
 import { useCallback, useEffect, useSyncExternalStore } from "react";
+import { holdLeave } from "./leaveGuard";
 import type { RefusedFile } from "./upload";
 
 export interface UploadState {
@@ -39,6 +40,7 @@ function subscribe(listener: () => void): () => void {
 
 function update(name: string, change: (view: UploadView) => UploadView): void {
   views.set(name, change(views.get(name) ?? EMPTY));
+  holdLeave("upload", uploading()); // a reload or closing the tab would drop the batches not sent: the browser asks first
   for (const listener of listeners) listener();
 }
 
@@ -79,4 +81,5 @@ export function useUploadView(name: string) {
 /** Forget every upload view (tests: each starts with none). */
 export function forgetUploads(): void {
   views.clear();
+  holdLeave("upload", false);
 }
