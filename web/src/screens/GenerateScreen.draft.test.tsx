@@ -102,4 +102,11 @@ describe("GenerateScreen: leaving the screen", () => {
     expect(field("gen_seed")).not.toHaveAttribute("aria-invalid");
     expect(screen.queryByText(/greater than or equal/)).toBeNull();
   });
+
+  it("a form never edited is not kept (its next visit has the defaults of then)", async () => {
+    const first = renderScreen();
+    await screen.findByTestId("gallery");
+    first.unmount();
+    expect(window.sessionStorage.getItem("lorastudio.draft.generate")).toBeNull();
+  });
 });

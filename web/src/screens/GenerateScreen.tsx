@@ -84,7 +84,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     }
     if (draft?.family && info.families.some((f) => f.name === draft.family)) {
       setFamily(draft.family);
-      setBaseModel(draftText(draft, "baseModel", defaultBaseModel(models, draft.family)));
+      setBaseModel(draftText(draft, "baseModel", "") || defaultBaseModel(models, draft.family));
       if (Array.isArray(draft.picks)) setPicks(draft.picks);
       return;
     }
@@ -96,7 +96,9 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const kept: GenerateDraft | null = family
     ? { family, baseModel, baseConfig, picks, prompt, seed, steps, width, height, guidance, negative }
     : null;
-  useDraft(GENERATE_DRAFT, kept);
+  // kept once the user changed something (a form never touched follows the defaults of its next visit)
+  const [touched, setTouched] = useState(draft != null);
+  useDraft(GENERATE_DRAFT, touched ? kept : null);
   // keyed by the family: a slow answer for the family picked before never lists its LoRAs under this one
   const lorasLoad = useLoad(family ? (signal) => api.loras(family, signal) : null, family);
   const loras: Lora[] = lorasLoad.data?.loras ?? [];
@@ -202,12 +204,14 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
 
   const famInfo = info.families.find((f) => f.name === family);
   /** The user changed `field`: the server's problem with its old value no longer stands. */
-  const edited = (field: string) =>
+  const edited = (field: string) => {
+    setTouched(true);
     setErrors((shown) => {
       if (!(field in shown)) return shown;
       const { [field]: _, ...rest } = shown;
       return rest;
     });
+  };
   const pickFamily = (name: string) => {
     setFamily(name);
     setErrors({});

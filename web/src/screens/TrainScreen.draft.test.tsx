@@ -72,4 +72,24 @@ describe("TrainScreen: what the user typed survives leaving the screen", () => {
     renderTrain();
     await waitFor(() => expect(input("resolution")).toHaveValue("512"));
   });
+
+  it("a form never edited is not kept; a draft's blank model and dataset follow what is there now", async () => {
+    server();
+    const fresh = renderTrain();
+    await waitFor(() => expect(input("resolution")).toHaveValue("512"));
+    const model = input("base_model").value;
+    const data = input("data_dir").value;
+    expect(model).not.toBe("");
+    fresh.unmount();
+    expect(window.sessionStorage.getItem("lorastudio.draft.train")).toBeNull();
+    // a draft made before any model or dataset was there (a model fetched, a dataset made since)
+    window.sessionStorage.setItem(
+      "lorastudio.draft.train",
+      JSON.stringify({ family: "flux", unit: "steps", length: "77", base_model: "", data_dir: "" }),
+    );
+    renderTrain();
+    await waitFor(() => expect(input("length")).toHaveValue("77"));
+    expect(input("base_model")).toHaveValue(model);
+    expect(input("data_dir")).toHaveValue(data);
+  });
 });

@@ -84,7 +84,10 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
     // what the user typed here before (another screen, Back, a reload): the form as they left it
     const draft = restoreDraft(loadDraft<FormValues>(TRAIN_DRAFT), info.families);
     if (draft) {
+      // what the draft left at "none" follows what is there now (a model fetched, a dataset made since)
+      if (!draft.base_model) draft.base_model = defaultBaseModel(models, draft.family as string);
       if (dataset) draft.data_dir = dataset;
+      else if (!draft.data_dir && !draft.datasets) draft.data_dir = info.datasets.find((d) => d.usable)?.name ?? "";
       setValues(draft);
       return;
     }
@@ -95,9 +98,10 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
     v.data_dir = dataset ?? info.datasets.find((d) => d.usable)?.name ?? "";
     setValues(v);
   }, [info, models, values, dataset, cloneOf]);
-  // a clone's form is kept as the draft only once edited: a visit to Clone does not replace the draft
+  // kept as the draft once edited (a form never touched follows the defaults of its next visit:
+  // a model fetched, a dataset made meanwhile); a visit to Clone does not replace the draft
   const [edited, setEdited] = useState(false);
-  useDraft(TRAIN_DRAFT, cloneOf && !edited ? null : values);
+  useDraft(TRAIN_DRAFT, edited ? values : null);
 
   const precisions = useMemo(
     () => family?.precisions ?? info?.host.precisions ?? ["auto"],
