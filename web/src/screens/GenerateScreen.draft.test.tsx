@@ -109,4 +109,22 @@ describe("GenerateScreen: leaving the screen", () => {
     first.unmount();
     expect(window.sessionStorage.getItem("lorastudio.draft.generate")).toBeNull();
   });
+
+  it("a kept LoRA pick whose LoRA was deleted since is shown, and can be unticked", async () => {
+    window.sessionStorage.setItem(
+      "lorastudio.draft.generate",
+      JSON.stringify({ family: "flux", prompt: "with a gone LoRA", picks: [{ name: "gone", scale: 0.5 }, { name: "cats", scale: 1 }] }),
+    );
+    renderScreen();
+    const gone = await screen.findByLabelText("use LoRA gone");
+    expect(gone).toBeChecked();
+    expect(within(screen.getByTestId("missing-loras")).getByText(/not found: deleted or renamed/)).toBeInTheDocument();
+    expect(screen.getByLabelText("use LoRA cats")).toBeChecked();
+    await userEvent.click(gone);
+    expect(screen.queryByTestId("missing-loras")).toBeNull();
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
+    const sent = calls.find((c) => c.url === "/api/generate")?.body as { loras: { name: string }[] };
+    expect(sent.loras.map((l) => l.name)).toEqual(["cats"]);
+  });
 });

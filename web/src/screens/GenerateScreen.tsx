@@ -346,7 +346,15 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
               />
             </Field>
           )}
-          <LoraPicker loras={loras} picks={picks} onChange={choosePicks} family={family} error={errors.loras} unavailable={lorasError} />
+          <LoraPicker
+            loras={loras}
+            loaded={lorasLoad.data != null}
+            picks={picks}
+            onChange={choosePicks}
+            family={family}
+            error={errors.loras}
+            unavailable={lorasError}
+          />
           <ReferenceImages
             key={`refs:${family}`}
             max={info.families.find((f) => f.name === family)?.control_images?.[1] ?? 0}
