@@ -1,5 +1,9 @@
-import { act, renderHook } from "@testing-library/react";
-import { describe, expect, it } from "vitest";
+import { act, render, renderHook, screen, waitFor } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { describe, expect, it, vi } from "vitest";
+import type { GenerateResult } from "../api/types";
+import { StepGrid } from "../components/StepGrid";
+import { mockFetch } from "../test/fixtures";
 import { inFlight, track } from "./generationInFlight";
 import { useUploadView } from "./uploadsInFlight";
 
@@ -32,5 +36,21 @@ describe("leaving the tab while its work would be lost", () => {
     expect(asks()).toBe(true);
     act(() => result.current.setUpload((u) => u && { ...u, done: true }));
     expect(asks()).toBe(false);
+  });
+
+  it("asks while a LoRA-by-step grid renders, not after it ended", async () => {
+    const at = (step: number, final: boolean) => ({ step, final, path: `/o/cats/${step}.safetensors`, url: `/api/loras/cats/file?step=${step}`, best: false, last: final });
+    mockFetch(({ url }) => (url === "/api/loras/cats/steps" ? { body: { name: "cats", loras: [at(2, false), at(4, true)] } } : undefined));
+    const answers: ((r: GenerateResult) => void)[] = [];
+    const generate = vi.fn(() => new Promise<GenerateResult>((resolve) => answers.push(resolve)));
+    const image = { file: "g.png", url: "/gallery/g.png", path: "/g/g.png", seconds: 1, seed: 0, width: 32, height: 32, prompt: "p", loras: [] } as GenerateResult;
+    render(<StepGrid pick={{ name: "cats", scale: 1 }} body={{ family: "flux", base_model: "/m", prompt: "p" }} generate={generate} onDone={() => undefined} busy={false} setBusy={() => undefined} />);
+    await userEvent.click(await screen.findByRole("button", { name: /Render grid \(2 images/ }));
+    expect(asks()).toBe(true);
+    act(() => answers[0](image));
+    await waitFor(() => expect(answers).toHaveLength(2));
+    expect(asks()).toBe(true); // between its images too
+    act(() => answers[1](image));
+    await waitFor(() => expect(asks()).toBe(false));
   });
 });
