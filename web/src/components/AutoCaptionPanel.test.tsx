@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import type { CaptionJob, CatalogueModel } from "../api/types";
 import { CATALOGUE, deferFetch, mockFetch } from "../test/fixtures";
 import { AutoCaptionPanel } from "./AutoCaptionPanel";
+import { renderWithProviders } from "../test/render";
 
 const RUNNING: CaptionJob = {
   id: "c1",
@@ -233,7 +234,6 @@ describe("AutoCaptionPanel", () => {
 
 describe("DatasetDetailScreen", () => {
   it("offers Caption with AI on a dataset with images", async () => {
-    const { InfoProvider } = await import("../api/info");
     const { DatasetDetailScreen } = await import("../screens/DatasetDetailScreen");
     const { INFO } = await import("../test/fixtures");
     mockFetch(({ url }) => {
@@ -256,11 +256,7 @@ describe("DatasetDetailScreen", () => {
         };
       return undefined;
     });
-    render(
-      <InfoProvider>
-        <DatasetDetailScreen name="mix" />
-      </InfoProvider>,
-    );
+    renderWithProviders(<DatasetDetailScreen name="mix" />, { training: false });
     await userEvent.click(await screen.findByTestId("caption-ai"));
     expect(screen.getByTestId("caption-panel")).toBeTruthy();
   });

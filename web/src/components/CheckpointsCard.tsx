@@ -1,4 +1,6 @@
+import { useState } from "react";
 import type { Checkpoint, Job, RunSummary } from "../api/types";
+import { ErrorBanner } from "./ErrorBanner";
 import { ResumeButton } from "./ResumeButton";
 import { TrainLonger } from "./TrainLonger";
 
@@ -7,17 +9,22 @@ interface Props {
   /** The run's checkpoints, oldest first (GET /api/runs/{id}/checkpoints); null while loading. */
   checkpoints: readonly Checkpoint[] | null;
   onResumed: (job: Job) => void;
-  onError: (message: string) => void;
 }
 
 const LIVE: ReadonlySet<RunSummary["status"]> = new Set(["queued", "preparing", "running", "stopping"]);
 
 /**
  * A run's checkpoints (step and folder), the Resume control with its checkpoint picker, and
- * "Train longer" (continue past the run's total steps from the newest checkpoint).
+ * "Train longer" (continue past the run's total steps from the newest checkpoint). A refusal of
+ * either is said here, beside the controls (the page's own banner is a screen's height away).
  */
-export function CheckpointsCard({ run, checkpoints, onResumed, onError }: Props) {
+export function CheckpointsCard({ run, checkpoints, onResumed }: Props) {
   const newest = checkpoints?.at(-1);
+  const [error, setError] = useState<string | null>(null);
+  const resumed = (job: Job) => {
+    setError(null);
+    onResumed(job);
+  };
   return (
     <div className="card" data-testid="checkpoints">
       <h3>Checkpoints</h3>
@@ -51,9 +58,10 @@ export function CheckpointsCard({ run, checkpoints, onResumed, onError }: Props)
         </p>
       )}
       {checkpoints && checkpoints.length > 0 && (
-        <ResumeButton run={run} checkpoints={checkpoints} onResumed={onResumed} onError={onError} />
+        <ResumeButton run={run} checkpoints={checkpoints} onResumed={resumed} onError={setError} />
       )}
-      {checkpoints && checkpoints.length > 0 && <TrainLonger run={run} onStarted={onResumed} onError={onError} />}
+      {checkpoints && checkpoints.length > 0 && <TrainLonger run={run} onStarted={resumed} onError={setError} />}
+      <ErrorBanner message={error} testId="checkpoints-error" />
     </div>
   );
 }

@@ -1,4 +1,5 @@
 import { render, screen } from "@testing-library/react";
+import { useState } from "react";
 import userEvent from "@testing-library/user-event";
 import { describe, expect, it, vi } from "vitest";
 import { Dialog } from "./Dialog";
@@ -21,5 +22,33 @@ describe("Dialog", () => {
     rerender(dialog(onClose));
     await userEvent.keyboard("{Escape}");
     expect(onClose).toHaveBeenCalledTimes(1); // the latest onClose is the one called
+  });
+
+  it("gives the focus back to the button that opened it when closed (Escape, a button)", async () => {
+    function Opener() {
+      const [open, setOpen] = useState(false);
+      return (
+        <>
+          <button onClick={() => setOpen(true)}>Stop</button>
+          <button>Elsewhere</button>
+          {open && (
+            <Dialog title="Stop training?" onClose={() => setOpen(false)} footer={<button onClick={() => setOpen(false)}>Continue</button>}>
+              <p>body</p>
+            </Dialog>
+          )}
+        </>
+      );
+    }
+    render(<Opener />);
+    const stop = screen.getByRole("button", { name: "Stop" });
+    stop.focus();
+    await userEvent.keyboard("{Enter}");
+    expect(screen.getByRole("button", { name: "Continue" })).toHaveFocus();
+    await userEvent.keyboard("{Escape}");
+    expect(screen.queryByRole("dialog")).toBeNull();
+    expect(stop).toHaveFocus();
+    await userEvent.keyboard("{Enter}"); // Enter again reopens it, as the user expects
+    await userEvent.click(screen.getByRole("button", { name: "Continue" }));
+    expect(stop).toHaveFocus();
   });
 });

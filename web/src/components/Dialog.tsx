@@ -10,13 +10,16 @@ interface Props {
 
 /**
  * A modal dialog: focus moves to its first control and Tab cycles inside it; Escape and the
- * backdrop close it.
+ * backdrop close it. Closed, it gives the focus back to what had it on opening (the button that
+ * opened it), so a keyboard user goes on from where they were, unless that is gone or the focus
+ * was moved elsewhere meanwhile.
  */
 export function Dialog({ title, children, footer, onClose }: Props) {
   const box = useRef<HTMLDivElement | null>(null);
   const close = useRef(onClose); // the latest: a parent re-rendering (Live: each progress event) must not move the focus
   close.current = onClose;
   useEffect(() => {
+    const opener = document.activeElement instanceof HTMLElement ? document.activeElement : null;
     box.current?.querySelector<HTMLElement>("input, select, textarea, button")?.focus(); // once, on opening
     const onKey = (e: KeyboardEvent) => {
       if (e.key === "Escape") close.current();
@@ -37,7 +40,12 @@ export function Dialog({ title, children, footer, onClose }: Props) {
       }
     };
     window.addEventListener("keydown", onKey);
-    return () => window.removeEventListener("keydown", onKey);
+    return () => {
+      window.removeEventListener("keydown", onKey);
+      // the dialog's nodes are gone by now: the focus it held fell to the body
+      const active = document.activeElement;
+      if (opener?.isConnected && (active == null || active === document.body)) opener.focus();
+    };
   }, []);
   return (
     <div className="backdrop" onMouseDown={(e) => e.target === e.currentTarget && close.current()}>

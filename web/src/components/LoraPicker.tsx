@@ -21,6 +21,8 @@ interface Props {
   error?: string;
   /** Why the list could not be loaded (shown instead of "no LoRA yet"). */
   unavailable?: string | null;
+  /** Whether `loras` is the server's answer (false while it loads: no pick is called missing yet). */
+  loaded?: boolean;
 }
 
 /** One row per pickable file of each LoRA (the API's `files`; a list without them: the run's LoRA). */
@@ -39,7 +41,7 @@ export const fileLabel = (name: string, f: Pick<LoraFile, "step">) => (f.step ==
  * A run with EMA offers both its files, labelled EMA / raw; each shows its validation loss and
  * the best / last validation marks (only raw weights are measured).
  */
-export function LoraPicker({ loras, picks, onChange, family, error, unavailable }: Props) {
+export function LoraPicker({ loras, picks, onChange, family, error, unavailable, loaded = true }: Props) {
   const toggle = (name: string, step: number | null) =>
     onChange(
       picks.some((p) => samePick(p, name, step))
@@ -49,6 +51,12 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable 
   const setScale = (name: string, step: number | null, scale: number) =>
     onChange(picks.map((p) => (samePick(p, name, step) ? { ...p, scale } : p)));
 
+  // picks of files the list does not have (a kept draft's or a reused image's LoRA, deleted or
+  // renamed since): shown, ticked, so that they can be seen and unticked, not sent unseen
+  const missing =
+    loaded && !unavailable
+      ? picks.filter((p) => !loras.some((l) => l.name === p.name && filesOf(l).some((f) => (f.step ?? null) === (p.step ?? null))))
+      : [];
   const id = useId();
   const box = useRef<HTMLDivElement | null>(null);
   useDescribedControls(box, error ? `${id}-error` : null, !!error); // the list's problem is read with each of its controls
@@ -135,6 +143,22 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable 
                 </li>
               );
             });
+          })}
+        </ul>
+      )}
+      {missing.length > 0 && (
+        <ul className="lora-list" data-testid="missing-loras">
+          {missing.map((p) => {
+            const label = fileLabel(p.name, { step: p.step ?? null });
+            return (
+              <li key={`${p.name}@${p.step ?? "final"}`} className="picked">
+                <label className="check lora-name">
+                  <input type="checkbox" checked onChange={() => toggle(p.name, p.step ?? null)} aria-label={`use LoRA ${label}`} />
+                  <span className="filename">{label}</span>
+                  <span className="muted small">not found: deleted or renamed since it was picked; untick it</span>
+                </label>
+              </li>
+            );
           })}
         </ul>
       )}

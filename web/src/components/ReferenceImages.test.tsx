@@ -1,12 +1,11 @@
 import { render, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
-import { InfoProvider } from "../api/info";
-import { TrainingProvider } from "../api/training";
 import type { GalleryImage, Info } from "../api/types";
 import { GenerateScreen } from "../screens/GenerateScreen";
 import { ReferenceImages } from "./ReferenceImages";
 import { type Call, INFO, mockFetch } from "../test/fixtures";
+import { renderWithProviders } from "../test/render";
 
 /** INFO with FLUX.2 klein (0..4 references) as the only family and model. */
 const KLEIN: Info = {
@@ -52,13 +51,7 @@ describe("ReferenceImages on the Generate screen", () => {
   });
 
   const renderScreen = () =>
-    render(
-      <InfoProvider>
-        <TrainingProvider>
-          <GenerateScreen />
-        </TrainingProvider>
-      </InfoProvider>,
-    );
+    renderWithProviders(<GenerateScreen />);
 
   it("uploads picked references, sends their ids in slot order, and lets one be removed", async () => {
     renderScreen();

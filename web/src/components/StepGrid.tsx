@@ -4,6 +4,7 @@ import type { GenerateBody, GenerateResult, LoraSteps } from "../api/types";
 import type { LoraPick } from "./LoraPicker";
 import { ErrorBanner } from "./ErrorBanner";
 import { useAction, useLoad } from "../lib/latest";
+import { holdLeave } from "../lib/leaveGuard";
 
 type StepLora = LoraSteps["loras"][number];
 
@@ -53,6 +54,7 @@ export function StepGrid({ pick, body, generate, onDone, busy, setBusy }: Props)
 
   // one grid per click: a double click renders it once
   const grid = useAction(async (items: StepLora[]) => {
+    holdLeave("step-grid", true); // a reload or closing the tab would stop it: the browser asks first
     setBusy(true);
     setError(null);
     setCells([]);
@@ -68,6 +70,7 @@ export function StepGrid({ pick, body, generate, onDone, busy, setBusy }: Props)
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));
     } finally {
+      holdLeave("step-grid", false);
       setBusy(false);
       onDone();
     }

@@ -1,5 +1,7 @@
 import { useId, useState } from "react";
+import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
+import { placeProblems } from "../lib/problems";
 import { useAction } from "../lib/latest";
 import type { Job, RunSummary } from "../api/types";
 
@@ -7,7 +9,8 @@ interface Props {
   run: RunSummary;
   /** Called with the new job once the server accepted the extension. */
   onStarted: (job: Job) => void;
-  /** Called with a user-facing message when the server refused it. */
+  /** Called with a user-facing message when the server refused it for another reason than the
+   * steps (a problem of the steps is said under their input, where the user is looking). */
   onError: (message: string) => void;
 }
 
@@ -22,13 +25,19 @@ export function TrainLonger({ run, onStarted, onError }: Props) {
   const offer = run.train_longer;
   const [open, setOpen] = useState(false);
   const [value, setValue] = useState(() => String(offer ? offer.steps * 2 : ""));
+  // the server's refusal of these steps (e.g. over its 10,000,000 limit), said under the input until it is edited
+  const [refused, setRefused] = useState<string | null>(null);
   const noteId = useId(); // the note under the input says what the steps do, or why they are refused
   // one request per click: Enter and a click start one run
   const action = useAction(async (steps: number) => {
+    setRefused(null);
     try {
       onStarted(await api.resumeRun(run.id, { settings: { steps } }));
     } catch (err) {
-      onError(err instanceof Error ? err.message : String(err));
+      const placed = err instanceof ApiError ? placeProblems(err.problems, (f) => f === "steps" || f === "settings.steps") : null;
+      const own = placed && (placed.fields.steps ?? placed.fields["settings.steps"]);
+      if (own) setRefused(own);
+      if (!own || placed.general.length) onError(placed?.general.length ? placed.general.join("; ") : err instanceof Error ? err.message : String(err));
     }
   });
   const busy = action.pending;
@@ -63,15 +72,19 @@ export function TrainLonger({ run, onStarted, onError }: Props) {
           step={1}
           value={value}
           disabled={busy}
-          onChange={(e) => setValue(e.target.value)}
-          aria-invalid={!valid}
+          onChange={(e) => {
+            setValue(e.target.value);
+            setRefused(null);
+          }}
+          aria-invalid={!valid || refused != null}
           aria-describedby={noteId}
         />
       </label>
-      <p className="muted small" id={noteId}>
-        {valid
-          ? `Continues from the checkpoint at step ${offer.from_step} to step ${steps}; the learning-rate schedule is the one a ${steps}-step run has.`
-          : `Set more than the run's ${offer.steps} steps.`}
+      <p className={refused ? "field-error" : "muted small"} id={noteId} role={refused ? "alert" : undefined}>
+        {refused ??
+          (valid
+            ? `Continues from the checkpoint at step ${offer.from_step} to step ${steps}; the learning-rate schedule is the one a ${steps}-step run has.`
+            : `Set more than the run's ${offer.steps} steps.`)}
       </p>
       <div className="train-longer-actions">
         <button type="submit" className="primary" disabled={!valid || busy}>

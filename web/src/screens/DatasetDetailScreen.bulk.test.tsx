@@ -1,10 +1,10 @@
-import { render, screen, waitFor } from "@testing-library/react";
+import { screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { InfoProvider } from "../api/info";
 import type { DatasetDetail } from "../api/types";
 import { INFO, mockFetch } from "../test/fixtures";
 import { DatasetDetailScreen } from "./DatasetDetailScreen";
+import { renderWithProviders } from "../test/render";
 
 const DETAIL: DatasetDetail = {
   name: "mix",
@@ -46,11 +46,7 @@ describe("bulk caption edit", () => {
       }
       return undefined;
     });
-    render(
-      <InfoProvider>
-        <DatasetDetailScreen name="mix" />
-      </InfoProvider>,
-    );
+    renderWithProviders(<DatasetDetailScreen name="mix" />, { training: false });
     await screen.findByTestId("bulk-captions");
     await userEvent.click(screen.getByText("Edit all captions"));
     await userEvent.type(screen.getByLabelText("Find"), "dog");

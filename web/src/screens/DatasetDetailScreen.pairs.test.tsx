@@ -1,10 +1,10 @@
-import { render, screen, within } from "@testing-library/react";
+import { screen, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { InfoProvider } from "../api/info";
 import type { DatasetDetail } from "../api/types";
 import { INFO, mockFetch } from "../test/fixtures";
 import { DatasetDetailScreen } from "./DatasetDetailScreen";
+import { renderWithProviders } from "../test/render";
 
 const DETAIL: DatasetDetail = {
   name: "edits",
@@ -54,11 +54,7 @@ const renderScreen = () => {
     if (url === "/api/datasets/edits?limit=200") return { body: DETAIL };
     return undefined;
   });
-  return render(
-    <InfoProvider>
-      <DatasetDetailScreen name="edits" />
-    </InfoProvider>,
-  );
+  return renderWithProviders(<DatasetDetailScreen name="edits" />, { training: false });
 };
 
 afterEach(() => {

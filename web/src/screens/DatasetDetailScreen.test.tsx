@@ -1,11 +1,11 @@
-import { fireEvent, render, screen, waitFor, within } from "@testing-library/react";
+import { fireEvent, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { InfoProvider } from "../api/info";
 import type { DatasetDetail, UploadResult } from "../api/types";
 import { type Call, datasetDetail, INFO, mockFetch } from "../test/fixtures";
 import { FOLDER_REASON } from "../lib/upload";
 import { DatasetDetailScreen, PAGE_SIZE } from "./DatasetDetailScreen";
+import { renderWithProviders } from "../test/render";
 
 const DETAIL: DatasetDetail = datasetDetail("mix");
 
@@ -52,11 +52,7 @@ function serve(deleteAnswer = { status: 200, body: { deleted: "mix" } as unknown
 }
 
 const renderScreen = () =>
-  render(
-    <InfoProvider>
-      <DatasetDetailScreen name="mix" />
-    </InfoProvider>,
-  );
+  renderWithProviders(<DatasetDetailScreen name="mix" />, { training: false });
 
 const file = (name: string, bytes = 10) => new File([new Uint8Array(bytes)], name);
 

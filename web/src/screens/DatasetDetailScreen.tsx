@@ -1,4 +1,4 @@
-import { useRef, useState } from "react";
+import { useEffect, useRef, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { DatasetDetail } from "../api/types";
@@ -11,22 +11,13 @@ import { ProgressBar } from "../components/ProgressBar";
 import { formatBytes } from "../lib/format";
 import { href, navigate } from "../lib/route";
 import { CONTROL_SLOTS, planControlUpload, planUpload, type RefusedFile } from "../lib/upload";
+import { useUploadView } from "../lib/uploadsInFlight";
 import { Crumb } from "../components/Crumb";
 import { isAbort, loadMessage, useAction, useLatest, useLoad } from "../lib/latest";
 import { ErrorBanner } from "../components/ErrorBanner";
 
 /** Images asked for at once: a dataset of 10,000 images is shown a page at a time ("Show more"). */
 export const PAGE_SIZE = 200;
-
-interface UploadState {
-  sentBytes: number;
-  totalBytes: number;
-  batch: number;
-  batches: number;
-  done: boolean;
-  /** Files the server stored, over every batch of this upload. */
-  stored: string[];
-}
 
 /** Whether an upload error ends the upload: a refusal of the batch's files (400, 413, 422) lets the
  * next batch go; a full disk (507), a server stopping (503), no answer, a dataset gone (404) or a
@@ -68,10 +59,15 @@ export function DatasetDetailScreen({ name }: { name: string }) {
   const data = missing ? null : more && more.base === loaded.data ? more.merged : loaded.data;
   const loadError = (missing || !loaded.error ? null : loadMessage(loaded.error, "")) ?? moreError;
   const load = loaded.reload;
-  const [upload, setUpload] = useState<UploadState | null>(null);
-  const [refused, setRefused] = useState<RefusedFile[]>([]);
-  // why the upload ended before its last batch, and how many files it did not send
-  const [stopped, setStopped] = useState<string | null>(null);
+  // the upload (its progress, refused files, why it stopped): outlives this page while it is sent
+  const { upload, refused, stopped, setUpload, setRefused, setStopped, finished, finish } = useUploadView(name);
+  // an upload that ends while this page is open (sent from it, or before it was left and opened again): its files
+  const seenFinished = useRef(finished);
+  useEffect(() => {
+    if (finished === seenFinished.current) return;
+    seenFinished.current = finished;
+    load();
+  }, [finished, load]);
   const [deleteError, setDeleteError] = useState<string | null>(null);
   /** Where dropped files go: "files" (targets and captions) or a control folder. */
   const [slot, setSlot] = useState("files");
@@ -120,7 +116,8 @@ export function DatasetDetailScreen({ name }: { name: string }) {
       setUpload((u) => u && { ...u, sentBytes: sentBefore });
     }
     setUpload((u) => u && { ...u, done: true });
-    await Promise.all([load(), reloadInfo()]);
+    finish(); // this page, or the one open now if the user left and came back, reloads its files
+    await reloadInfo();
   };
 
   const onDelete = useAction(async () => {

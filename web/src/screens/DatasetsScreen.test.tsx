@@ -1,9 +1,9 @@
-import { render, screen } from "@testing-library/react";
+import { screen } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { InfoProvider } from "../api/info";
 import { INFO, mockFetch } from "../test/fixtures";
 import { DatasetsScreen } from "./DatasetsScreen";
+import { renderWithProviders } from "../test/render";
 
 afterEach(() => {
   vi.unstubAllGlobals();
@@ -12,11 +12,7 @@ afterEach(() => {
 
 async function submit(name: string) {
   const calls = mockFetch(({ url }) => (url === "/api/info" ? { body: INFO } : undefined));
-  render(
-    <InfoProvider>
-      <DatasetsScreen />
-    </InfoProvider>,
-  );
+  renderWithProviders(<DatasetsScreen />, { training: false });
   const user = userEvent.setup();
   const field = await screen.findByLabelText("new dataset name");
   await user.type(field, name);

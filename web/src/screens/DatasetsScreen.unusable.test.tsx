@@ -1,10 +1,10 @@
-import { render, screen, waitFor, within } from "@testing-library/react";
+import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { InfoProvider } from "../api/info";
 import type { Info } from "../api/types";
 import { INFO, mockFetch } from "../test/fixtures";
 import { DatasetsScreen } from "./DatasetsScreen";
+import { renderWithProviders } from "../test/render";
 
 afterEach(() => {
   vi.unstubAllGlobals();
@@ -28,11 +28,7 @@ function renderWith(info: Info, after: Info) {
     }
     return undefined;
   });
-  render(
-    <InfoProvider>
-      <DatasetsScreen />
-    </InfoProvider>,
-  );
+  renderWithProviders(<DatasetsScreen />, { training: false });
   return calls;
 }
 
@@ -75,11 +71,7 @@ describe("DatasetsScreen: a folder the studio cannot use (made by hand)", () => 
       if (method === "POST") return { status: 409, body: { error: "DatasetBusy", detail: "dataset is busy: a caption job holds it" } };
       return undefined;
     });
-    render(
-      <InfoProvider>
-        <DatasetsScreen />
-      </InfoProvider>,
-    );
+    renderWithProviders(<DatasetsScreen />, { training: false });
     await screen.findByText(NFD);
     const tr = row(NFD);
     const user = userEvent.setup();
@@ -106,11 +98,7 @@ describe("DatasetsScreen: a folder the studio cannot use (made by hand)", () => 
     });
     const confirm = vi.fn(() => false);
     vi.stubGlobal("confirm", confirm);
-    render(
-      <InfoProvider>
-        <DatasetsScreen />
-      </InfoProvider>,
-    );
+    renderWithProviders(<DatasetsScreen />, { training: false });
     await screen.findByText("what?");
     const user = userEvent.setup();
     const deleteButton = () => within(row("what?")).getByRole("button", { name: "delete what?" });

@@ -1,27 +1,20 @@
 /** "Reuse these settings" sends the gallery image's base identity back (RELIABILITY 452): a base
  * replaced or fetched again since is refused by the server (400 `base_identity`), said as such, and
  * the user may generate with the base as it is now; another base model sends no identity. */
-import { render, screen, waitFor, within } from "@testing-library/react";
+import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { InfoProvider } from "../api/info";
-import { TrainingProvider } from "../api/training";
 import type { GalleryImage } from "../api/types";
 import { type Call, galleryImage, INFO, mockFetch } from "../test/fixtures";
 import { GenerateScreen } from "./GenerateScreen";
+import { renderWithProviders } from "../test/render";
 
 const THEN = "ab".repeat(10);
 const OLD: GalleryImage = { ...galleryImage([]), base_identity: THEN };
 type Sent = { base_model: string; base_identity?: string | null };
 
 const renderScreen = () =>
-  render(
-    <InfoProvider>
-      <TrainingProvider>
-        <GenerateScreen />
-      </TrainingProvider>
-    </InfoProvider>,
-  );
+  renderWithProviders(<GenerateScreen />);
 
 describe("GenerateScreen: a reused image's base model", () => {
   let calls: Call[];

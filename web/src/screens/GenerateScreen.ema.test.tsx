@@ -1,11 +1,10 @@
-import { render, screen, waitFor, within } from "@testing-library/react";
+import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
-import { InfoProvider } from "../api/info";
-import { TrainingProvider } from "../api/training";
 import type { GalleryImage, Lora } from "../api/types";
 import { type Call, INFO, mockFetch } from "../test/fixtures";
 import { GenerateScreen } from "./GenerateScreen";
+import { renderWithProviders } from "../test/render";
 
 // an EMA run as GET /api/loras lists it: the EMA LoRA, then the raw file validation measured
 const SMOOTH: Lora = {
@@ -50,13 +49,7 @@ describe("GenerateScreen with an EMA run", () => {
   });
 
   const renderScreen = () =>
-    render(
-      <InfoProvider>
-        <TrainingProvider>
-          <GenerateScreen />
-        </TrainingProvider>
-      </InfoProvider>,
-    );
+    renderWithProviders(<GenerateScreen />);
 
   it("picks the raw file in the main picker and generates with its step", async () => {
     renderScreen();

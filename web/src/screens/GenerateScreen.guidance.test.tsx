@@ -1,11 +1,10 @@
-import { render, screen, waitFor } from "@testing-library/react";
+import { screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
-import { InfoProvider } from "../api/info";
-import { TrainingProvider } from "../api/training";
 import { type Call, INFO, mockFetch } from "../test/fixtures";
 import { imageMeta } from "../components/Gallery";
 import { GenerateScreen } from "./GenerateScreen";
+import { renderWithProviders } from "../test/render";
 
 const RUN = { id: "r1", family: "sdxl", output_name: "portrait", lora_file: true, config: { base_model: "/m/sdxl-base" } };
 const input = (name: string) => document.querySelector(`[name="${name}"]`) as HTMLInputElement;
@@ -31,13 +30,7 @@ describe("GenerateScreen: guidance, negative prompt, a run's preset", () => {
   });
 
   const renderScreen = (fromRun?: string) =>
-    render(
-      <InfoProvider>
-        <TrainingProvider>
-          <GenerateScreen fromRun={fromRun} />
-        </TrainingProvider>
-      </InfoProvider>,
-    );
+    renderWithProviders(<GenerateScreen fromRun={fromRun} />);
 
   it("offers a negative prompt only where the family takes one, and sends both settings", async () => {
     renderScreen();

@@ -1,14 +1,13 @@
 /** "Reuse these settings" pins each LoRA file by the sha256 the gallery image recorded (RELIABILITY 280):
  * a file changed since is refused by the server (400 `loras.N.sha256`), said as such, and the user may
  * generate with the current file; and the server's stop / full disk answers leave the form usable. */
-import { render, screen, waitFor, within } from "@testing-library/react";
+import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { InfoProvider } from "../api/info";
-import { TrainingProvider } from "../api/training";
 import type { GalleryImage } from "../api/types";
 import { type Call, galleryImage, INFO, mockFetch } from "../test/fixtures";
 import { GenerateScreen } from "./GenerateScreen";
+import { renderWithProviders } from "../test/render";
 
 const DIGEST = "ab".repeat(32);
 const NOW = "cd".repeat(32);
@@ -16,13 +15,7 @@ const OLD: GalleryImage = galleryImage([{ name: "cats", scale: 0.8, sha256: DIGE
 type LoraSent = { name: string; scale: number; sha256?: string | null };
 
 const renderScreen = () =>
-  render(
-    <InfoProvider>
-      <TrainingProvider>
-        <GenerateScreen />
-      </TrainingProvider>
-    </InfoProvider>,
-  );
+  renderWithProviders(<GenerateScreen />);
 
 describe("GenerateScreen: a reused image's LoRA files", () => {
   let calls: Call[];

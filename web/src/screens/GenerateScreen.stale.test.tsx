@@ -1,12 +1,11 @@
 /** Generate under slow answers (RELIABILITY 155, 157): a family's LoRAs answered after another
  * family was picked are not listed, and a double submit sends one generation. */
-import { act, fireEvent, render, screen, waitFor } from "@testing-library/react";
+import { act, fireEvent, screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { InfoProvider } from "../api/info";
-import { TrainingProvider } from "../api/training";
 import { type Call, deferFetch, type Held, INFO } from "../test/fixtures";
 import { GenerateScreen } from "./GenerateScreen";
+import { renderWithProviders } from "../test/render";
 
 const lora = (name: string, family: string) => ({ name, family, path: `/o/${name}/${name}.safetensors`, bytes: 2048, modified: 1, sidecar: null });
 
@@ -20,13 +19,7 @@ function server({ url, method }: Call) {
 }
 
 const renderScreen = () =>
-  render(
-    <InfoProvider>
-      <TrainingProvider>
-        <GenerateScreen />
-      </TrainingProvider>
-    </InfoProvider>,
-  );
+  renderWithProviders(<GenerateScreen />);
 
 afterEach(() => vi.unstubAllGlobals());
 

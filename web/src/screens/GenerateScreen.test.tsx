@@ -1,11 +1,10 @@
-import { render, screen, waitFor, within } from "@testing-library/react";
+import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
-import { InfoProvider } from "../api/info";
-import { TrainingProvider } from "../api/training";
 import type { GalleryImage } from "../api/types";
 import { type Call, galleryImage, INFO, mockFetch } from "../test/fixtures";
 import { GenerateScreen } from "./GenerateScreen";
+import { renderWithProviders } from "../test/render";
 
 const OLD: GalleryImage = galleryImage([{ name: "cats", scale: 0.8 }]);
 const NEW: GalleryImage = { ...OLD, file: "new.png", url: "/gallery/new.png", created: 2, prompt: "a new dog", seed: 3, loras: [] };
@@ -55,13 +54,7 @@ describe("GenerateScreen", () => {
   });
 
   const renderScreen = () =>
-    render(
-      <InfoProvider>
-        <TrainingProvider>
-          <GenerateScreen />
-        </TrainingProvider>
-      </InfoProvider>,
-    );
+    renderWithProviders(<GenerateScreen />);
 
   it("shows the server gallery with each image's prompt, seed and LoRAs, and reuses its settings", async () => {
     renderScreen();

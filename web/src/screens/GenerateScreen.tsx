@@ -9,16 +9,20 @@ import { BaseModelPicker } from "../components/BaseModelPicker";
 import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
 import { FamilyPicker } from "../components/FamilyPicker";
 import { Field } from "../components/Field";
-import { GallerySection, imageMeta, LoraChips } from "../components/Gallery";
+import { GallerySection } from "../components/Gallery";
+import { GenerateResult } from "../components/GenerateResult";
 import { BaseChanged, LoraChanged } from "../components/LoraChanged";
 import { type LoraPick, LoraPicker } from "../components/LoraPicker";
 import { guidanceBody, GuidanceFields } from "../components/GuidanceFields";
-import { ReferenceImages, ReferenceStrip, referencesOf } from "../components/ReferenceImages";
+import { ReferenceImages, referencesOf } from "../components/ReferenceImages";
 import { StepGrid } from "../components/StepGrid";
 import { useRunPreset } from "../lib/runPreset";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { placeProblems } from "../lib/problems";
 import { isAbort, useAction, useLatest, useLoad } from "../lib/latest";
+import { loadDraft, useDraft } from "../lib/draft";
+import { draftText, GENERATE_DRAFT, type GenerateDraft } from "../lib/generateDraft";
+import { type InFlight, inFlight, track } from "../lib/generationInFlight";
 import { baseChanged, changedLoras, currentFiles, generateWithRetry, newRequestId, picksOf, reusedBaseSettings } from "../lib/generateRequest";
 
 /** The GenerateBody fields the form has an input for (a problem of another goes to the banner only). */
@@ -27,6 +31,7 @@ const GENERATE_INPUTS: ReadonlySet<string> = new Set([
 ]);
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
+
 /**
  * Generate: base model + trained LoRAs with scales, prompt (and a negative prompt where the family takes one),
  * guidance, seed, steps, size; the server's gallery. `fromRun`: start on that run's family, base model and LoRA.
@@ -36,18 +41,20 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const fromRunState = useRunPreset(fromRun);
   const models = useModelChoices();
   const { job } = useTraining();
+  // what the user typed here before (another screen, Back, a reload): the form as they left it
+  const [draft] = useState(() => loadDraft<GenerateDraft>(GENERATE_DRAFT));
   const [family, setFamily] = useState<string | null>(null);
   const [baseModel, setBaseModel] = useState("");
-  const [baseConfig, setBaseConfig] = useState("");
+  const [baseConfig, setBaseConfig] = useState(() => draftText(draft, "baseConfig", ""));
   const [picks, setPicks] = useState<LoraPick[]>([]);
   const [refs, setRefs] = useState<UploadedReference[]>([]);
-  const [prompt, setPrompt] = useState("a red circle on a blue background");
-  const [seed, setSeed] = useState("0");
-  const [steps, setSteps] = useState("20");
-  const [width, setWidth] = useState("512");
-  const [height, setHeight] = useState("512");
-  const [guidance, setGuidance] = useState("");
-  const [negative, setNegative] = useState("");
+  const [prompt, setPrompt] = useState(() => draftText(draft, "prompt", "a red circle on a blue background"));
+  const [seed, setSeed] = useState(() => draftText(draft, "seed", "0"));
+  const [steps, setSteps] = useState(() => draftText(draft, "steps", "20"));
+  const [width, setWidth] = useState(() => draftText(draft, "width", "512"));
+  const [height, setHeight] = useState(() => draftText(draft, "height", "512"));
+  const [guidance, setGuidance] = useState(() => draftText(draft, "guidance", ""));
+  const [negative, setNegative] = useState(() => draftText(draft, "negative", ""));
   // a reused gallery image's hub revision, prediction type and base identity (no input of their own):
   // sent while its base model is the one chosen, so the same settings render the same pixels
   const [reusedBase, setReusedBase] = useState<Pick<GalleryImage, "base_model" | "revision" | "v_prediction" | "base_identity"> | null>(null);
@@ -57,9 +64,8 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const [selected, setSelected] = useState<GalleryImage | null>(null);
   const [seconds, setSeconds] = useState<number | null>(null);
   const [busy, setBusy] = useState(false);
-  // the generation in flight (its request_id, for Cancel) and whether Cancel was pressed
+  // the generation in flight (its request_id, for Cancel; the flight itself outlives this screen)
   const [requestId, setRequestId] = useState<string | null>(null);
-  const cancelled = useRef(false);
   const [notice, setNotice] = useState<string | null>(null);
   const [errors, setErrors] = useState<Record<string, string>>({});
   const [general, setGeneral] = useState<string | null>(null);
@@ -76,11 +82,23 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
       if (preset.lora) setPicks([{ name: preset.lora, scale: 1 }]);
       return;
     }
+    if (draft?.family && info.families.some((f) => f.name === draft.family)) {
+      setFamily(draft.family);
+      setBaseModel(draftText(draft, "baseModel", "") || defaultBaseModel(models, draft.family));
+      if (Array.isArray(draft.picks)) setPicks(draft.picks);
+      return;
+    }
     const start = defaultFamily(models, info.families);
     if (!start) return;
     setFamily(start);
     setBaseModel(defaultBaseModel(models, start));
-  }, [info, models, family, fromRunState.pending, fromRunState.preset]);
+  }, [info, models, family, fromRunState.pending, fromRunState.preset, draft]);
+  const kept: GenerateDraft | null = family
+    ? { family, baseModel, baseConfig, picks, prompt, seed, steps, width, height, guidance, negative }
+    : null;
+  // kept once the user changed something (a form never touched follows the defaults of its next visit)
+  const [touched, setTouched] = useState(draft != null);
+  useDraft(GENERATE_DRAFT, touched ? kept : null);
   // keyed by the family: a slow answer for the family picked before never lists its LoRAs under this one
   const lorasLoad = useLoad(family ? (signal) => api.loras(family, signal) : null, family);
   const loras: Lora[] = lorasLoad.data?.loras ?? [];
@@ -133,17 +151,77 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   // a generation in flight: a second submit (Enter twice, Ctrl+Enter and a click) sends nothing
   const generating = useRef(false);
 
+  /** Show `flight` until it ends: busy (Cancel) meanwhile, then its image, or what went wrong (each
+   * problem next to its input). Also a generation sent before this screen was last left. */
+  const follow = async (flight: InFlight) => {
+    generating.current = true;
+    setRequestId(flight.requestId);
+    setBusy(true);
+    setErrors({});
+    setGeneral(null);
+    setNotice(null);
+    setChanged([]);
+    setStaleBase(null);
+    try {
+      const res = await flight.result;
+      setGeneral(null);
+      setSeconds(res.seconds);
+      await loadGallery(res.file);
+    } catch (err) {
+      if (flight.cancelled && err instanceof ApiError && err.status === 409) {
+        setGeneral(null); // the server stopped it between denoising steps: nothing kept
+        setNotice("Generation cancelled: nothing was kept.");
+        return;
+      }
+      // each problem next to its input (a LoRA's, "loras.1.scale", under the LoRA list); the banner
+      // says those no input shows (as the Train form's)
+      const placed =
+        err instanceof ApiError && err.problems.some((p) => p.field)
+          ? placeProblems(err.problems, (f) => GENERATE_INPUTS.has(f))
+          : null;
+      if (placed) setErrors(placed.fields);
+      // a reused image's LoRA file changed since: said on its own, with the choice of the file as it is now
+      const stale = changedLoras(err, flight.sending);
+      setChanged(stale);
+      const base = baseChanged(err); // the base model's files changed since: said on its own too
+      setStaleBase(base ? flight.baseModel : null);
+      const onlyStale = (stale.length > 0 || base) && err instanceof ApiError && stale.length + Number(base) === err.problems.length;
+      setGeneral(onlyStale ? null : placed ? placed.general.join("; ") || null : err instanceof Error ? err.message : String(err));
+    } finally {
+      generating.current = false;
+      setBusy(false);
+      setRequestId(null);
+    }
+  };
+  // a generation sent before this screen was left goes on on the server: shown as running, its image when done
+  useEffect(() => {
+    const flight = inFlight();
+    if (flight) void follow(flight);
+    // eslint-disable-next-line react-hooks/exhaustive-deps -- once, on mount
+  }, []);
+
   if (!info || !models || !family) return <section className="screen muted">Loading…</section>;
 
   const famInfo = info.families.find((f) => f.name === family);
+  /** The user changed `field`: the server's problem with its old value no longer stands. */
+  const edited = (field: string) => {
+    setTouched(true);
+    setErrors((shown) => {
+      if (!(field in shown)) return shown;
+      const { [field]: _, ...rest } = shown;
+      return rest;
+    });
+  };
   const pickFamily = (name: string) => {
     setFamily(name);
+    setErrors({});
     choosePicks([]);
     setRefs([]);
     setBaseModel(defaultBaseModel(models, name));
   };
   const choosePicks = (next: LoraPick[]) => {
     setPicks(next);
+    edited("loras");
     setChanged([]);
   };
   const reuse = (img: GalleryImage) => {
@@ -177,12 +255,12 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     ...guidanceBody(info.families.find((f) => f.name === family), guidance, negative),
     references: refs.map((r) => r.id),
   };
-  const run = (body: GenerateBody) =>
+  const run = (body: GenerateBody, stopped: () => boolean = () => false) =>
     generateWithRetry(
       body,
       job != null && LIVE.has(job.status),
       () => setGeneral("Waiting for the finished training run to release its memory…"),
-      () => cancelled.current,
+      stopped,
     );
 
   const submit = (e: FormEvent) => {
@@ -192,53 +270,24 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   /** Generate with `sending` as the LoRAs (the picks, or the picks without their sha256); `currentBase`:
    * without the reused image's base identity (the base as it is now). */
   const send = async (sending: LoraPick[], currentBase = false) => {
-    if (generating.current) return;
-    generating.current = true;
+    if (generating.current || inFlight()) return;
     const rid = newRequestId();
-    cancelled.current = false;
-    setRequestId(rid);
-    setBusy(true);
-    setErrors({});
-    setGeneral(null);
-    setNotice(null);
-    setChanged([]);
-    setStaleBase(null);
     const { base_identity: identity, ...rest } = settings;
     const body: GenerateBody = { ...rest, ...(identity && !currentBase ? { base_identity: identity } : {}), loras: sending, request_id: rid };
-    try {
-      const res = await run(body);
-      setGeneral(null);
-      setSeconds(res.seconds);
-      await loadGallery(res.file);
-    } catch (err) {
-      if (cancelled.current && err instanceof ApiError && err.status === 409) {
-        setGeneral(null); // the server stopped it between denoising steps: nothing kept
-        setNotice("Generation cancelled: nothing was kept.");
-        return;
-      }
-      // each problem next to its input (a LoRA's, "loras.1.scale", under the LoRA list); the banner says them all
-      if (err instanceof ApiError && err.problems.some((p) => p.field)) setErrors(placeProblems(err.problems, (f) => GENERATE_INPUTS.has(f)).fields);
-      // a reused image's LoRA file changed since: said on its own, with the choice of the file as it is now
-      const stale = changedLoras(err, sending);
-      setChanged(stale);
-      const base = baseChanged(err); // the base model's files changed since: said on its own too
-      setStaleBase(base ? baseModel : null);
-      const onlyStale = (stale.length > 0 || base) && err instanceof ApiError && stale.length + Number(base) === err.problems.length;
-      setGeneral(onlyStale ? null : err instanceof Error ? err.message : String(err));
-    } finally {
-      generating.current = false;
-      setBusy(false);
-      setRequestId(null);
-    }
+    const flight: InFlight = { requestId: rid, sending, baseModel, cancelled: false, result: Promise.resolve(null as never) };
+    flight.result = run(body, () => flight.cancelled);
+    track(flight);
+    await follow(flight);
   };
   /** Cancel the generation in flight: the server stops it after its current denoising step, or while
    * loading before its next component (a 404: it had not started, or just ended; a wait for the
    * GPU stops retrying). */
   const cancel = async () => {
-    if (!requestId) return;
-    cancelled.current = true;
+    const flight = inFlight();
+    if (!flight || flight.requestId !== requestId) return;
+    flight.cancelled = true;
     try {
-      await api.cancelGenerate(requestId);
+      await api.cancelGenerate(flight.requestId);
     } catch (err) {
       if (!(err instanceof ApiError && err.status === 404)) setGeneral(err instanceof Error ? err.message : String(err));
     }
@@ -246,7 +295,15 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
 
   const numberField = (label: string, name: string, value: string, onChange: (v: string) => void) => (
     <Field label={label} error={errors[name.replace(/^gen_/, "")]}>
-      <input name={name} inputMode="numeric" value={value} onChange={(e) => onChange(e.target.value)} />
+      <input
+        name={name}
+        inputMode="numeric"
+        value={value}
+        onChange={(e) => {
+          onChange(e.target.value);
+          edited(name.replace(/^gen_/, ""));
+        }}
+      />
     </Field>
   );
 
@@ -265,7 +322,10 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
             models={models}
             family={family}
             value={baseModel}
-            onChange={setBaseModel}
+            onChange={(v) => {
+              setBaseModel(v);
+              edited("base_model");
+            }}
             error={errors.base_model}
             modelsRoot={info.models_root}
           />
@@ -276,15 +336,33 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
               hint="single-file checkpoint: pipeline folder or hub id of its configs (blank: the original model's)"
               wide
             >
-              <input name="gen_base_config" value={baseConfig} onChange={(e) => setBaseConfig(e.target.value)} />
+              <input
+                name="gen_base_config"
+                value={baseConfig}
+                onChange={(e) => {
+                  setBaseConfig(e.target.value);
+                  edited("base_config");
+                }}
+              />
             </Field>
           )}
-          <LoraPicker loras={loras} picks={picks} onChange={choosePicks} family={family} error={errors.loras} unavailable={lorasError} />
+          <LoraPicker
+            loras={loras}
+            loaded={lorasLoad.data != null}
+            picks={picks}
+            onChange={choosePicks}
+            family={family}
+            error={errors.loras}
+            unavailable={lorasError}
+          />
           <ReferenceImages
             key={`refs:${family}`}
             max={info.families.find((f) => f.name === family)?.control_images?.[1] ?? 0}
             value={refs}
-            onChange={setRefs}
+            onChange={(next) => {
+              setRefs(next);
+              edited("references");
+            }}
             error={errors.references}
           />
           <Field label="Prompt" error={errors.prompt} hint="Ctrl+Enter generates" wide>
@@ -292,7 +370,10 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
               name="prompt"
               rows={3}
               value={prompt}
-              onChange={(e) => setPrompt(e.target.value)}
+              onChange={(e) => {
+                setPrompt(e.target.value);
+                edited("prompt");
+              }}
               onKeyDown={(e) => {
                 if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && !busy) {
                   e.preventDefault();
@@ -306,8 +387,14 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
               family={famInfo}
               guidance={guidance}
               negative={negative}
-              onGuidance={setGuidance}
-              onNegative={setNegative}
+              onGuidance={(v) => {
+                setGuidance(v);
+                edited("guidance");
+              }}
+              onNegative={(v) => {
+                setNegative(v);
+                edited("negative_prompt");
+              }}
               errors={errors}
             />
           )}
@@ -347,36 +434,15 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
             )}
           </div>
         </form>
-        <div className="card result">
-          {selected ? (
-            <figure>
-              <a href={api.imageUrl(selected.url)} target="_blank" rel="noreferrer" title="open full size">
-                <img src={api.imageUrl(selected.url)} alt={selected.prompt ?? "generated image"} data-testid="result-image" />
-              </a>
-              <figcaption>
-                <p className="result-prompt">{selected.prompt}</p>
-                <p className="muted small">
-                  {imageMeta(selected)}
-                  {seconds != null && selected.file === gallery?.[0]?.file ? ` · ${seconds.toFixed(1)} s` : ""}
-                </p>
-                <p>
-                  <LoraChips loras={selected.loras} />
-                  <ReferenceStrip urls={selected.reference_urls ?? []} />
-                </p>
-                <button type="button" className="secondary small" onClick={() => reuse(selected)}>
-                  Reuse these settings
-                </button>{" "}
-                <button type="button" className="secondary small danger" disabled={remove.pending} onClick={() => void remove.run(selected)}>
-                  Delete this image
-                </button>
-              </figcaption>
-            </figure>
-          ) : (
-            <div className="empty">
-              {busy ? "Generating…" : gallery?.length ? "Pick an image from the gallery, or generate a new one." : "Your image appears here."}
-            </div>
-          )}
-        </div>
+        <GenerateResult
+          selected={selected}
+          seconds={seconds != null && selected?.file === gallery?.[0]?.file ? seconds : null}
+          busy={busy}
+          galleryEmpty={!gallery?.length}
+          onReuse={reuse}
+          deleting={remove.pending}
+          onDelete={(img) => void remove.run(img)}
+        />
       </div>
       {picks.length === 1 && (
         <StepGrid

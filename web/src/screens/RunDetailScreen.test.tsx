@@ -131,7 +131,7 @@ describe("RunDetailScreen", () => {
     );
   });
 
-  it("shows a refused resume above the run, which stays on screen", async () => {
+  it("shows a refused resume beside the Resume button (not a screen's height above it), the run staying on screen", async () => {
     serve(RUN, CHECKPOINTS, {
       status: 400,
       body: { error: "ConfigError", detail: "data_dir: the dataset changed since the checkpoint", problems: [] },
@@ -139,8 +139,30 @@ describe("RunDetailScreen", () => {
     render(<RunDetailScreen id="r1" />);
     const card = await screen.findByTestId("checkpoints");
     await userEvent.click(await within(card).findByRole("button", { name: /resume portrait/ }));
-    expect(await screen.findByRole("alert")).toHaveTextContent("the dataset changed");
-    expect(screen.getByTestId("checkpoints")).toBeInTheDocument();
+    expect(await within(card).findByRole("alert")).toHaveTextContent("the dataset changed");
+    expect(screen.getAllByRole("alert")).toHaveLength(1);
+  });
+
+  it("says a refused Train longer total under its input, until it is edited", async () => {
+    const done = { ...RUN, status: "completed" as const, steps_run: 1000, resume_step: null, train_longer: { from_step: 120, steps: 1000 } };
+    serve(done, { ...CHECKPOINTS, resume_step: null }, {
+      status: 400,
+      body: { error: "ConfigError", detail: "invalid configuration (1 problem(s)):\n  - steps: Input should be less than or equal to 10000000", problems: [{ field: "steps", message: "Input should be less than or equal to 10000000" }] },
+    });
+    render(<RunDetailScreen id="r1" />);
+    const card = await screen.findByTestId("checkpoints");
+    await userEvent.click(await within(card).findByRole("button", { name: "train portrait longer" }));
+    const input = within(card).getByRole("spinbutton", { name: "New total steps" });
+    await userEvent.clear(input);
+    await userEvent.type(input, "20000000");
+    await userEvent.click(within(card).getByRole("button", { name: "Train to 20000000 steps" }));
+    await waitFor(() => expect(input).toHaveAccessibleDescription("Input should be less than or equal to 10000000"));
+    expect(input).toHaveAttribute("aria-invalid", "true");
+    expect(screen.getAllByRole("alert")).toHaveLength(1); // said once, under the input
+    await userEvent.type(input, "{Backspace}");
+    expect(input).toHaveAccessibleDescription(/from the checkpoint at step 120 to step 2000000/);
+    expect(input).toHaveAttribute("aria-invalid", "false");
+    expect(screen.queryByRole("alert")).toBeNull();
   });
 
   it("explains a run without checkpoints, and offers no resume or download it cannot do", async () => {

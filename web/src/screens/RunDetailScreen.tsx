@@ -144,7 +144,7 @@ export function RunDetailScreen({ id }: { id: string }) {
         </div>
       )}
       <RunLog runId={run.id} />
-      <CheckpointsCard run={run} checkpoints={checkpoints} onResumed={() => navigate("live")} onError={setActionError} />
+      <CheckpointsCard run={run} checkpoints={checkpoints} onResumed={() => navigate("live")} />
       <div className="two-col">
         <div className="card">
           <h3>Outputs</h3>

@@ -18,6 +18,7 @@ import { placeProblems } from "../lib/problems";
 import { isAbort, useLatest } from "../lib/latest";
 import { href, navigate } from "../lib/route";
 import { ErrorBanner } from "../components/ErrorBanner";
+import { clearDraft, loadDraft, useDraft } from "../lib/draft";
 import {
   ATTENTION_BACKENDS,
   FUSE_PROJECTIONS,
@@ -44,6 +45,20 @@ import {
 
 type Errors = Record<string, string>;
 
+const TRAIN_DRAFT = "train";
+
+/** A saved Train draft as form values: over its family's initial values, only the keys a form of
+ * this version has (null: no draft, or one of a family this server no longer has). */
+function restoreDraft(draft: Partial<FormValues> | null, families: readonly Family[]): FormValues | null {
+  const fam = families.find((f) => f.name === draft?.family);
+  if (!draft || !fam) return null;
+  const base = initialValues(fam);
+  const known = Object.entries(draft).filter(
+    ([k, v]) => (k in FIELD_KINDS || k in base) && (typeof v === "string" || typeof v === "boolean"),
+  );
+  return { ...base, ...Object.fromEntries(known), family: fam.name, unit: draft.unit === "epochs" ? "epochs" : "steps" };
+}
+
 /** Train: family, base model, dataset, settings; Check shows the preflight report; Start queues the run. */
 export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: string }) {
   const { info } = useInfo();
@@ -66,6 +81,16 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
   }, [clone.values, values]);
   useEffect(() => {
     if (!info || !models || values || !info.families.length || cloneOf) return;
+    // what the user typed here before (another screen, Back, a reload): the form as they left it
+    const draft = restoreDraft(loadDraft<FormValues>(TRAIN_DRAFT), info.families);
+    if (draft) {
+      // what the draft left at "none" follows what is there now (a model fetched, a dataset made since)
+      if (!draft.base_model) draft.base_model = defaultBaseModel(models, draft.family as string);
+      if (dataset) draft.data_dir = dataset;
+      else if (!draft.data_dir && !draft.datasets) draft.data_dir = info.datasets.find((d) => d.usable)?.name ?? "";
+      setValues(draft);
+      return;
+    }
     const start = defaultFamily(models, info.families);
     const fam = info.families.find((f) => f.name === start) ?? info.families[0];
     const v = initialValues(fam);
@@ -73,6 +98,10 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
     v.data_dir = dataset ?? info.datasets.find((d) => d.usable)?.name ?? "";
     setValues(v);
   }, [info, models, values, dataset, cloneOf]);
+  // kept as the draft once edited (a form never touched follows the defaults of its next visit:
+  // a model fetched, a dataset made meanwhile); a visit to Clone does not replace the draft
+  const [edited, setEdited] = useState(false);
+  useDraft(TRAIN_DRAFT, edited ? values : null);
 
   const precisions = useMemo(
     () => family?.precisions ?? info?.host.precisions ?? ["auto"],
@@ -83,6 +112,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
 
   const set = (k: keyof FormValues, v: string | boolean) => {
     setValues(withSetting(values, k, v, family));
+    setEdited(true);
     checks.cancel();
     setReport(null);
     if (errors[k as string]) setErrors({ ...errors, [k as string]: "" });
@@ -90,6 +120,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
   const pickFamily = (name: string) => {
     const fam = info.families.find((f) => f.name === name);
     if (!fam) return;
+    setEdited(true);
     const next = initialValues(fam, values);
     // a model the user chose stays; a preselected one follows the family
     const keepModel = values.base_model && values.base_model !== defaultBaseModel(models, values.family as string);
@@ -136,6 +167,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         setErrors(own);
       } else {
         await api.start(built.config);
+        clearDraft(TRAIN_DRAFT); // used: the run's settings are on its page (Clone repeats them)
         await refresh();
         navigate("live");
       }

@@ -10,8 +10,6 @@ import { render, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import type { ReactElement } from "react";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { InfoProvider } from "../api/info";
-import { TrainingProvider } from "../api/training";
 import type { CheckpointList, DatasetDetail, GalleryImage, RunDetail } from "../api/types";
 import { Field } from "../components/Field";
 import { CATALOGUE, type Call, datasetDetail, galleryImage, INFO, JOB, mockFetch, runDetail } from "../test/fixtures";
@@ -23,6 +21,7 @@ import { ModelsScreen } from "./ModelsScreen";
 import { RunDetailScreen } from "./RunDetailScreen";
 import { RunsScreen } from "./RunsScreen";
 import { TrainScreen } from "./TrainScreen";
+import { renderWithProviders } from "../test/render";
 
 const RUN: RunDetail = runDetail("/o/portrait");
 const CHECKPOINTS: CheckpointList = { checkpoints: [{ name: "step-120", step: 120, path: "/o/portrait/checkpoints/step-120" }], resume_step: 120 };
@@ -70,11 +69,7 @@ const SCREENS: [string, () => ReactElement, (() => Promise<void>)?][] = [
 ];
 
 const renderIn = (el: ReactElement) =>
-  render(
-    <InfoProvider>
-      <TrainingProvider>{el}</TrainingProvider>
-    </InfoProvider>,
-  );
+  renderWithProviders(el);
 
 /** Wait until the fetches stop coming and the screen no longer says it is loading. */
 async function settle(calls: Call[]) {

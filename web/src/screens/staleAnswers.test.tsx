@@ -15,7 +15,7 @@ import { type Call, deferFetch, INFO } from "../test/fixtures";
 import { DatasetDetailScreen } from "./DatasetDetailScreen";
 import { RunDetailScreen } from "./RunDetailScreen";
 import { RunsScreen } from "./RunsScreen";
-import { InfoProvider } from "../api/info";
+import { renderWithProviders, withProviders } from "../test/render";
 
 const run = (id: string, status = "completed"): RunDetail => ({
   id,
@@ -79,11 +79,7 @@ describe("a slow answer for the item shown before", () => {
   it("dataset A's files never show under dataset B", async () => {
     const files = (name: string) => ({ name, path: `/d/${name}`, files: [{ file: `${name}.png`, caption: null, controls: [], mask: null, bytes: 1, width: 8, height: 8, alpha: false }], dropped: [], total_files: 1 });
     const { held } = deferFetch(runParts);
-    const view = (name: string) => (
-      <InfoProvider>
-        <DatasetDetailScreen name={name} />
-      </InfoProvider>
-    );
+    const view = (name: string) => withProviders(<DatasetDetailScreen name={name} />, { training: false });
     const { rerender } = render(view("a"));
     const a = held("/api/datasets/a?limit=200");
     rerender(view("b"));
@@ -140,11 +136,7 @@ describe("a dataset deleted in another tab", () => {
       if (c.method === "DELETE") return { status: 404, body: { detail: "no dataset ds" } };
       return runParts(c);
     });
-    render(
-      <InfoProvider>
-        <DatasetDetailScreen name="ds" />
-      </InfoProvider>,
-    );
+    renderWithProviders(<DatasetDetailScreen name="ds" />, { training: false });
     await screen.findByText("a.png");
     gone = true;
     await userEvent.click(screen.getByRole("button", { name: "remove a.png" }));
@@ -160,11 +152,7 @@ describe("a dataset deleted in another tab", () => {
       if (c.method === "DELETE") return { status: 404, body: { detail: "no dataset ds" } };
       return runParts(c);
     });
-    render(
-      <InfoProvider>
-        <DatasetDetailScreen name="ds" />
-      </InfoProvider>,
-    );
+    renderWithProviders(<DatasetDetailScreen name="ds" />, { training: false });
     await userEvent.click(await screen.findByTestId("delete-dataset"));
     await waitFor(() => expect(window.location.hash).toBe("#/datasets"));
     expect(screen.queryByTestId("delete-error")).toBeNull();

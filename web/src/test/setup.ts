@@ -1,5 +1,12 @@
 import "@testing-library/jest-dom/vitest";
 import { cleanup } from "@testing-library/react";
 import { afterEach } from "vitest";
+import { forgetGeneration } from "../lib/generationInFlight";
+import { forgetUploads } from "../lib/uploadsInFlight";
 
-afterEach(() => cleanup());
+afterEach(() => {
+  cleanup();
+  window.sessionStorage.clear(); // a form's draft (lib/draft) never leaks into the next test
+  forgetUploads(); // nor an upload left in flight
+  forgetGeneration(); // nor a generation
+});

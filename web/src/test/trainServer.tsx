@@ -3,24 +3,16 @@
  * host, and a fake server (info, catalogue, status and a preflight that answers like the real
  * one: the plan section from the config, 400 problems for a few known bad values).
  */
-import { render } from "@testing-library/react";
-import { InfoProvider } from "../api/info";
-import { TrainingProvider } from "../api/training";
 import type { Info } from "../api/types";
 import { TrainScreen } from "../screens/TrainScreen";
 import { CATALOGUE, type Call, INFO, mockFetch } from "./fixtures";
+import { renderWithProviders } from "./render";
 import { SERVER_RULES } from "./serverRules.gen";
 
 const STATUS = { job: null, queue: [], busy: false, event_seq: 0 };
 
-export function renderTrain(props: { cloneOf?: string } = {}) {
-  return render(
-    <InfoProvider>
-      <TrainingProvider>
-        <TrainScreen {...props} />
-      </TrainingProvider>
-    </InfoProvider>,
-  );
+export function renderTrain(props: { cloneOf?: string; dataset?: string } = {}) {
+  return renderWithProviders(<TrainScreen {...props} />);
 }
 
 /** The form control named `name`. */

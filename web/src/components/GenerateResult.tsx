@@ -1,0 +1,55 @@
+import { api } from "../api/endpoints";
+import type { GalleryImage } from "../api/types";
+import { imageMeta, LoraChips } from "./Gallery";
+import { ReferenceStrip } from "./ReferenceImages";
+
+interface Props {
+  /** The image shown (null: none yet). */
+  selected: GalleryImage | null;
+  /** How long it took, when it is the one just made (null: not said). */
+  seconds: number | null;
+  /** A generation in flight (said while no image is shown). */
+  busy: boolean;
+  galleryEmpty: boolean;
+  onReuse: (img: GalleryImage) => void;
+  /** A delete in flight (its button disabled). */
+  deleting: boolean;
+  onDelete: (img: GalleryImage) => void;
+}
+
+/** The Generate screen's result card: the image shown, its prompt, settings, LoRAs and references,
+ * "Reuse these settings" and "Delete this image"; or what to do while there is none. */
+export function GenerateResult({ selected, seconds, busy, galleryEmpty, onReuse, deleting, onDelete }: Props) {
+  return (
+    <div className="card result">
+      {selected ? (
+        <figure>
+          <a href={api.imageUrl(selected.url)} target="_blank" rel="noreferrer" title="open full size">
+            <img src={api.imageUrl(selected.url)} alt={selected.prompt ?? "generated image"} data-testid="result-image" />
+          </a>
+          <figcaption>
+            <p className="result-prompt">{selected.prompt}</p>
+            <p className="muted small">
+              {imageMeta(selected)}
+              {seconds != null ? ` · ${seconds.toFixed(1)} s` : ""}
+            </p>
+            <p>
+              <LoraChips loras={selected.loras} />
+              <ReferenceStrip urls={selected.reference_urls ?? []} />
+            </p>
+            <button type="button" className="secondary small" onClick={() => onReuse(selected)}>
+              Reuse these settings
+            </button>{" "}
+            <button type="button" className="secondary small danger" disabled={deleting} onClick={() => onDelete(selected)}>
+              Delete this image
+            </button>
+          </figcaption>
+        </figure>
+      ) : (
+        <div className="empty">
+          {busy ? "Generating…" : galleryEmpty ? "Your image appears here." : "Pick an image from the gallery, or generate a new one."}
+        </div>
+      )}
+    </div>
+  );
+}

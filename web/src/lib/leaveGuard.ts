@@ -1,0 +1,22 @@
+/**
+ * The browser's "Leave site?" question while work of this tab would be lost by a reload or by
+ * closing it: a generation in flight (the server stops a generation whose page goes away) or an
+ * upload being sent (its remaining batches are never sent). Moving between the app's screens is
+ * not leaving (the work goes on: lib/generationInFlight, lib/uploadsInFlight).
+ */
+const holding = new Set<string>();
+
+function ask(e: BeforeUnloadEvent): void {
+  e.preventDefault();
+  e.returnValue = ""; // older browsers ask only when it is set
+}
+
+/** Ask before leaving while `reason` holds (e.g. "generation", "upload"); `on` false releases it. */
+export function holdLeave(reason: string, on: boolean): void {
+  const before = holding.size > 0;
+  if (on) holding.add(reason);
+  else holding.delete(reason);
+  const after = holding.size > 0;
+  if (after && !before) window.addEventListener("beforeunload", ask);
+  if (!after && before) window.removeEventListener("beforeunload", ask);
+}
