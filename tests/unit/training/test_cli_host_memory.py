@@ -60,4 +60,3 @@ def test_a_cpu_run_on_a_gpu_host_is_forecast_for_the_cpu(
     assert result.exit_code == 2, result.output  # refused before loading, not warned and trained
     assert f"{gb:.2f} GB of host RAM" in result.output and "1.50 GB is available" in result.output
     assert not (get_settings().outputs_dir / "big").exists()
-
