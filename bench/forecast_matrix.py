@@ -52,6 +52,9 @@ MATRIX: dict[str, tuple[str, dict[str, Any]]] = {
         for f in ("sdxl", "flux", "qwen-image", "z-image", "flux2", "flux-kontext")
         for r in (1024, 2048)
     },
+    "krea2-1024": ("krea2", {"resolution": 1024}),  # held out of the Qwen-Image VAE's fit
+    "qwen-image-edit-1024": ("qwen-image-edit", {"resolution": 1024}),
+    "qwen-image-edit-c512": ("qwen-image-edit", {"resolution": 256, "control_resolution": 512}),
     "flux-4096": ("flux", {"resolution": 4096, "steps": 1}),
     "sdxl-4096": ("sdxl", {"resolution": 4096, "steps": 1}),
     "flux-1024-b4": ("flux", {"resolution": 1024, "batch_size": 4}),

@@ -8,12 +8,17 @@ so the peak is the process's base plus the largest phase:
     processes = num_gpus (a data-parallel run: every rank encodes its share of the images and
                 holds the whole gathered cache)
     conditioning = text encoder weights
-    latents  = VAE weights + VAE_ACT_PER_CHANNEL_PIXEL x c0 x pixels x K x dtype bytes + cache
+    latents  = VAE weights + vae_act_gb + cache
     denoiser = denoiser weights + LoRA (fp32 weights, grads, AdamW state) + activations + cache
 
-    c0      the VAE's channels at full resolution (vae/config.json block_out_channels[0]): the
-            encoder's first level (and the decoder's last, for samples) holds c0 x H x W tensors,
-            which dwarf everything else of a tiny model at high resolution
+    vae_act_gb = fixed + (per_pixel + per_channel x c0) x pixels x K x dtype bytes
+    c0      the VAE's channels at full resolution (vae/config.json block_out_channels[0], or the
+            Qwen-Image / Wan VAE's base_dim x dim_mult[0]): the encoder's first level (and the
+            decoder's last, for samples) holds c0 x H x W tensors, which dwarf everything else of
+            a tiny model at high resolution
+    fixed, per_pixel, per_channel   per VAE class (VAE_ACT_BY_CLASS; else the 2D AutoencoderKL's
+            0, 0 and VAE_ACT_PER_CHANNEL_PIXEL): the Qwen-Image VAE's causal 3D convolutions pad
+            and cache their inputs, holding more per pixel, part of it whatever c0 is
     pixels  the largest bucket's W x H (the run's resolution when no bucket is known)
     K       images encoded in one VAE call: cache_variants per image when the latents are cached
             (in RAM or on disk), else the batch (encoded every step); 1 for a sample decode.
@@ -73,7 +78,13 @@ its base is three runs of one torch build) it warns.
 
 VAE_ACT_PER_CHANNEL_PIXEL and BASE_PROCESS_GB are fitted on CPU runs of the tiny SDXL and FLUX.1
 pipelines at 256-4096 px (bench/host_memory.py: within 3 % of the measured peak RSS at every
-point; figures in RELIABILITY.md).
+point; figures in RELIABILITY.md). The Qwen-Image VAE's row (VAE_ACT_BY_CLASS) is fitted on the
+full runs' peak RSS of the tiny Qwen-Image (c0 16) at 256 / 1024 / 2048 px, 0.697 / 1.394 /
+3.783 GB, and the tiny Qwen-Image-Edit (c0 2, its controls encoded at 1024 px), 1.004 GB
+(bench/forecast_matrix.py, RESULTS note "Session 27 (CPU)"); alone, that VAE encoding one image
+held 631 B per pixel at c0 16 and 383 at c0 2 (fp32, 512 -> 1024 px): a part per pixel besides
+the part per channel. Before, the VAE's channels were read as 128 (no block_out_channels) and the
+2D constant applied: 3.0 / 3.01 / 10.61 GB forecast for those runs (+116 to +199 %).
 """
 
 from __future__ import annotations
@@ -105,6 +116,12 @@ _SAFETENSORS_DTYPE = {"fp32": "F32", "bf16": "BF16", "fp16": "F16"}
 # byte of the dtype: the residual blocks keep input, normalised and convolved copies at once
 # (fitted: see the module docstring).
 VAE_ACT_PER_CHANNEL_PIXEL = 4.7
+# Per VAE class (vae/config.json _class_name): (fixed GB, bytes per full-resolution pixel per
+# dtype byte, bytes per pixel per channel of the first level per dtype byte). Other classes:
+# (0, 0, VAE_ACT_PER_CHANNEL_PIXEL), the 2D AutoencoderKL's (SD, SDXL, FLUX.1, FLUX.2's VAE).
+VAE_ACT_BY_CLASS: dict[str, tuple[float, float, float]] = {
+    "AutoencoderKLQwenImage": (0.12, 84.0, 6.5),
+}
 # A transformer denoiser's activations on CPU, bytes per image token per byte of the compute
 # dtype: a fixed part and a part per unit of hidden x blocks (fitted: see the module docstring).
 CPU_ACT_PER_TOKEN = 850.0
@@ -167,8 +184,7 @@ def host_memory_forecast(
         )
     compute = "bf16" if plan.base_precision in ("fp8", "int8", "nf4") else plan.base_precision
     act_bytes = _DTYPE_BYTES.get(compute, 4)
-    c0 = _vae_first_channels(model_dir / "vae")
-    vae_act = VAE_ACT_PER_CHANNEL_PIXEL * c0 * call_pixels * act_bytes / 1e9
+    vae_act = vae_act_gb(model_dir / "vae", call_pixels, act_bytes)
     if host.device == "cuda":
         # weights and activations on the GPU: host RAM holds the process (CUDA's libraries,
         # Inductor), the cache, the swapped blocks and what a load converts on the CPU
@@ -218,9 +234,7 @@ def host_memory_forecast(
             "denoiser": denoiser + cache,
         }
         if cfg.sample_prompts:  # a sample decodes one image through the VAE at full resolution
-            phases["samples"] = (
-                phases["denoiser"] + VAE_ACT_PER_CHANNEL_PIXEL * c0 * target_pixels * act_bytes / 1e9
-            )
+            phases["samples"] = phases["denoiser"] + vae_act_gb(model_dir / "vae", target_pixels, act_bytes)
         base = BASE_PROCESS_GB
         # activations from the accelerator formula (+-50 %: a U-Net's, a checkpointed plan's):
         # where they are more than UNCERTAIN_SHARE of the peak, the forecast only warns
@@ -272,12 +286,43 @@ def _token_width(folder: Path) -> int | None:
     return hidden * blocks
 
 
-def _vae_first_channels(folder: Path) -> int:
-    """block_out_channels[0] of the VAE's config.json (128, the SD/FLUX.1 VAE's, when unreadable)."""
+def vae_act_gb(folder: Path, pixels: int, act_bytes: int) -> float:
+    """GB of working memory the VAE in `folder` holds for one call over `pixels` full-resolution
+    pixels (images x W x H) in a dtype of `act_bytes`: its class's fixed part + (per pixel + per
+    channel x c0) x pixels x act_bytes (VAE_ACT_BY_CLASS; module docstring)."""
+    default = (0.0, 0.0, VAE_ACT_PER_CHANNEL_PIXEL)
+    fixed, per_pixel, per_channel = VAE_ACT_BY_CLASS.get(_vae_class(folder), default)
+    c0 = _vae_first_channels(folder)
+    return fixed + (per_pixel + per_channel * c0) * pixels * act_bytes / 1e9
+
+
+def _vae_config(folder: Path) -> dict[str, Any]:
+    """The VAE's config.json ({} when unreadable)."""
     try:
-        channels = json_read.loads((folder / "config.json").read_text()).get("block_out_channels")
-        return int(channels[0]) if channels else 128
-    except (OSError, ValueError, TypeError):
+        config = json_read.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _vae_class(folder: Path) -> str:
+    """_class_name of the VAE's config.json ("" when unreadable)."""
+    name = _vae_config(folder).get("_class_name")
+    return name if isinstance(name, str) else ""
+
+
+def _vae_first_channels(folder: Path) -> int:
+    """The VAE's channels at full resolution: block_out_channels[0] of its config.json (the 2D
+    AutoencoderKL's), else base_dim x dim_mult[0] (the Qwen-Image / Wan VAE's); 128, the SD/FLUX.1
+    VAE's, when neither is readable."""
+    config = _vae_config(folder)
+    try:
+        channels = config.get("block_out_channels")
+        if channels:
+            return int(channels[0])
+        base, mult = config.get("base_dim"), config.get("dim_mult") or [1]
+        return int(base) * int(mult[0]) if base else 128
+    except (ValueError, TypeError, IndexError):
         return 128
 
 
