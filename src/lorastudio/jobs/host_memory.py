@@ -126,6 +126,9 @@ VAE_ACT_BY_CLASS: dict[str, tuple[float, float, float]] = {
 # dtype: a fixed part and a part per unit of hidden x blocks (fitted: see the module docstring).
 CPU_ACT_PER_TOKEN = 850.0
 CPU_ACT_PER_TOKEN_WIDTH = 38.0
+# A U-Net denoiser's activations on CPU, bytes per latent cell of the micro-batch per channel of
+# its first level per byte of the compute dtype (fitted: see the module docstring).
+CPU_UNET_ACT_PER_CELL_CHANNEL = 250.0
 # The share of the peak a forecast may draw from the accelerator formula and still refuse a run.
 UNCERTAIN_SHARE = 0.15
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -221,6 +224,11 @@ def host_memory_forecast(
             * (1 + controls)
         )
         act = cpu_activation_gb(tokens, _token_width(model_dir / spec.denoiser), act_bytes, plan)
+        if act is None:  # a U-Net: its activations follow the latent cells (cpu_unet_activation_gb)
+            cells = tokens * spec.patch_size**2  # the micro-batch's latent cells (a U-Net's patch: 1)
+            act = cpu_unet_activation_gb(
+                cells, _unet_first_channels(model_dir / spec.denoiser), act_bytes, plan
+            )
         if act is None:  # the accelerator formula's denoiser phase less its fixed allowance
             device_gb = estimate_memory_gb(cfg, model_dir, plan)["phases"] or {}
             denoiser = max(device_gb.get("denoiser", 1.0) - 1.0, 0.0)
@@ -264,6 +272,30 @@ def cpu_activation_gb(tokens: int, width: int | None, act_bytes: int, plan: Plan
     return tokens * per_token * ACTIVATION_FACTOR[plan.gradient_checkpointing] / 1e9
 
 
+def cpu_unet_activation_gb(cells: int, c0: int | None, act_bytes: int, plan: PlanValues) -> float | None:
+    """GB of activations a U-Net denoiser keeps for the backward on CPU: `cells` (the micro-batch's
+    latent cells) x `c0` (its first level's channels, block_out_channels[0]) x `act_bytes` x
+    CPU_UNET_ACT_PER_CELL_CHANNEL, x ACTIVATION_FACTOR of the plan's checkpointing. None when `c0`
+    is unknown (not a U-Net): the caller keeps the accelerator formula."""
+    from lorastudio.jobs.vram_estimate import ACTIVATION_FACTOR
+
+    if c0 is None:
+        return None
+    per_cell = act_bytes * CPU_UNET_ACT_PER_CELL_CHANNEL * c0
+    return cells * per_cell * ACTIVATION_FACTOR[plan.gradient_checkpointing] / 1e9
+
+
+def _unet_first_channels(folder: Path) -> int | None:
+    """block_out_channels[0] of the U-Net denoiser whose config.json is in `folder` (a _class_name
+    holding "UNet"); None when unreadable or not a U-Net."""
+    config = _vae_config(folder)  # any component's config.json
+    name, channels = config.get("_class_name"), config.get("block_out_channels")
+    if not (isinstance(name, str) and "UNet" in name and isinstance(channels, list) and channels):
+        return None
+    first = channels[0]
+    return first if isinstance(first, int) and first > 0 else None
+
+
 def _token_width(folder: Path) -> int | None:
     """hidden x blocks of the transformer denoiser whose config.json is in `folder`: the width
     num_attention_heads x attention_head_dim (else dim, hidden_size), the blocks num_layers +
@@ -297,7 +329,7 @@ def vae_act_gb(folder: Path, pixels: int, act_bytes: int) -> float:
 
 
 def _vae_config(folder: Path) -> dict[str, Any]:
-    """The VAE's config.json ({} when unreadable)."""
+    """The config.json of the component in `folder` (the VAE's, the denoiser's; {} when unreadable)."""
     try:
         config = json_read.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
