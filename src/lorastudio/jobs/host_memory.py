@@ -57,9 +57,20 @@ peak (the tolerance tests/unit/jobs/test_jobs_host_memory.py holds it to); FLUX.
 1.21 GB of activations (~1.1 GB measured before; the accelerator formula had 0.03). The fixed part
 (the tokens' latents, positions, input and output projections) dominates a tiny model; how the
 width part extrapolates to real-size transformers on CPU is not measured.
-A U-Net (SDXL: no token width in its config) keeps the accelerator formula
-(jobs.preflight.estimate_memory_gb: activations per billion parameters); a plan with
-checkpointing scales the token term by ACTIVATION_FACTOR (unmeasured on CPU).
+A U-Net's (SDXL: no token width in its config) follow its latent cells (`cpu_unet_activation_gb`):
+
+    activations = cells x dtype bytes x CPU_UNET_ACT_PER_CELL_CHANNEL x c0u x ACTIVATION_FACTOR
+    cells   the micro-batch's latent cells at the largest bucket; c0u the U-Net's
+            block_out_channels[0] (its full-resolution level holds c0u x cells tensors)
+
+fitted on the tiny SDXL (c0u 16) on CPU: its denoiser phase's peak at 1024 px, batch 1 (16,384
+cells) 0.741 GB (bench/host_memory.py --phase denoiser), the whole run's at 1024 px, batch 4
+(65,536 cells, the denoiser leads) 1.529 GB: 250 B per cell per channel per dtype byte gives
+0.738 / 1.525 GB. Before, the accelerator formula (activations per billion parameters) gave the
+3.4 MB U-Net ~0.01 GB: forecast 0.79 GB, `certain`, against 1.53 measured (-48 %). How c0u
+extrapolates to the real SDXL (320) on CPU is not measured. Without a token width or a U-Net's
+channels, the accelerator formula (jobs.preflight.estimate_memory_gb) is kept; a plan with
+checkpointing scales the activations by ACTIVATION_FACTOR (unmeasured on CPU).
 
 On CUDA the weights and activations live on the GPU and host RAM holds the process
 (CUDA_PROCESS_GB: Python, torch, CUDA's libraries, Inductor), the latent cache, the blocks
@@ -72,8 +83,8 @@ before this said 25.8 GB); on this host a 2.1 GB bf16 file read tensor by tensor
 raised the peak RSS by 0.27 GB.
 
 `certain`: the forecast refuses a run that does not fit (HostMemoryShort) only when it is measured:
-on CPU, with the part of the peak that is not (a U-Net's activations from the accelerator formula,
-+-50 %, or a checkpointed plan's) at most UNCERTAIN_SHARE of it. Otherwise (every CUDA forecast:
+on CPU, with the part of the peak that is not (activations from the accelerator formula, +-50 %,
+or a checkpointed plan's) at most UNCERTAIN_SHARE of it. Otherwise (every CUDA forecast:
 its base is three runs of one torch build) it warns.
 
 VAE_ACT_PER_CHANNEL_PIXEL and BASE_PROCESS_GB are fitted on CPU runs of the tiny SDXL and FLUX.1
@@ -244,7 +255,7 @@ def host_memory_forecast(
         if cfg.sample_prompts:  # a sample decodes one image through the VAE at full resolution
             phases["samples"] = phases["denoiser"] + vae_act_gb(model_dir / "vae", target_pixels, act_bytes)
         base = BASE_PROCESS_GB
-        # activations from the accelerator formula (+-50 %: a U-Net's, a checkpointed plan's):
+        # activations from the accelerator formula (+-50 %) or a checkpointed plan's:
         # where they are more than UNCERTAIN_SHARE of the peak, the forecast only warns
         unmeasured = act is None or plan.gradient_checkpointing != "off"
         leads = max(phases, key=phases.get) == "denoiser"
@@ -262,8 +273,8 @@ def cpu_activation_gb(tokens: int, width: int | None, act_bytes: int, plan: Plan
     """GB of activations a transformer denoiser keeps for the backward on CPU: `tokens` (the
     micro-batch's image tokens) x `act_bytes` (the compute dtype's) x (CPU_ACT_PER_TOKEN +
     CPU_ACT_PER_TOKEN_WIDTH x `width`, its hidden x blocks), x ACTIVATION_FACTOR of the plan's
-    checkpointing. None when the width is unknown (a U-Net): the caller keeps the accelerator
-    formula."""
+    checkpointing. None when the width is unknown (a U-Net): the caller asks
+    cpu_unet_activation_gb."""
     from lorastudio.jobs.vram_estimate import ACTIVATION_FACTOR
 
     if width is None:
