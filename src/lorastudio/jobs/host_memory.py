@@ -92,7 +92,7 @@ pipelines at 256-4096 px (bench/host_memory.py: within 3 % of the measured peak 
 point; figures in RELIABILITY.md). The Qwen-Image VAE's row (VAE_ACT_BY_CLASS) is fitted on the
 full runs' peak RSS of the tiny Qwen-Image (c0 16) at 256 / 1024 / 2048 px, 0.697 / 1.394 /
 3.783 GB, and the tiny Qwen-Image-Edit (c0 2, its controls encoded at 1024 px), 1.004 GB
-(bench/forecast_matrix.py, RESULTS note "Session 27 (CPU)"); alone, that VAE encoding one image
+(bench/forecast_matrix.py, bench/RESULTS.md note 35); alone, that VAE encoding one image
 held 631 B per pixel at c0 16 and 383 at c0 2 (fp32, 512 -> 1024 px): a part per pixel besides
 the part per channel. Before, the VAE's channels were read as 128 (no block_out_channels) and the
 2D constant applied: 3.0 / 3.01 / 10.61 GB forecast for those runs (+116 to +199 %).
