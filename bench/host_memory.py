@@ -27,10 +27,17 @@ from typing import Any
 
 
 def measure(
-    family: str, model: Path, data: Path, resolution: int, home: Path, steps: int = 1
+    family: str,
+    model: Path,
+    data: Path,
+    resolution: int,
+    home: Path,
+    steps: int = 1,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Train `steps` steps of `family` at `resolution` on the CPU in a child process; returns the
-    child's peak RSS in GB (10^9 bytes), the wall seconds and the preflight's forecast."""
+    """Train `steps` steps of `family` at `resolution` (and the settings `extra`, e.g. batch_size)
+    on the CPU in a child process; returns the child's peak RSS in GB (10^9 bytes), the wall
+    seconds and the preflight's forecast."""
     from lorastudio.jobs.preflight import preflight_report
     from lorastudio.jobs.validation import validate_run
 
@@ -43,6 +50,7 @@ def measure(
         "steps": steps,
         "output_name": name,
         "lora_rank": 4,
+        **(extra or {}),
     }
     home.mkdir(parents=True, exist_ok=True)
     path = home / f"{name}.json"

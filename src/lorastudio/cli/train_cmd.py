@@ -329,7 +329,7 @@ def _check_fresh_run(
     With `check`, print the preflight report and exit 0; with `overwrite`, remove the previous
     run's outputs of that name. Raises ConfigError."""
     from lorastudio.cli.train_check import check_run, print_report, replace_outputs
-    from lorastudio.jobs.hardware import probe_in_this_process
+    from lorastudio.jobs.hardware import host_for_device, probe_in_this_process
     from lorastudio.jobs.host_memory import refuse_if_short
     from lorastudio.jobs.preflight import preflight_report
     from lorastudio.settings import get_settings
@@ -343,10 +343,11 @@ def _check_fresh_run(
         raise ConfigError(malformed + err.problems) from None
     if malformed:
         raise ConfigError(malformed)
+    host = host_for_device(device)  # `--device cpu` on a GPU host: the CPU's forecast
     if check:
-        print_report(preflight_report(run, home=settings.home))
+        print_report(preflight_report(run, host, home=settings.home))
         raise typer.Exit(0)
-    warning = refuse_if_short(run)  # HostMemoryShort before any model loads
+    warning = refuse_if_short(run, host)  # HostMemoryShort before any model loads
     if warning:
         typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     if overwrite and (removed := replace_outputs(str(run.config.output_name), settings)) is not None:

@@ -212,6 +212,16 @@ def known_host_info() -> HostInfo | None:
     return _cached(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
+def host_for_device(device: str | None) -> HostInfo:
+    """The HostInfo of the device a run trains on: CPU_HOST for a "cpu" device (`lorastudio train
+    --device cpu`, also on a GPU host: its weights and activations live in host RAM and "auto"
+    precision is fp32 there, so the forecast and the host RAM check are the CPU's), else
+    `host_info()` (None or a "cuda" device: this host's GPUs)."""
+    if device is not None and device.strip().lower().split(":", 1)[0] == "cpu":
+        return CPU_HOST
+    return host_info()
+
+
 def probe_in_this_process() -> None:
     """host_info asks this process's own torch from now on: for a process that imports torch
     anyway (the CLI's train), where a child would import it a second time."""

@@ -8,12 +8,17 @@ so the peak is the process's base plus the largest phase:
     processes = num_gpus (a data-parallel run: every rank encodes its share of the images and
                 holds the whole gathered cache)
     conditioning = text encoder weights
-    latents  = VAE weights + VAE_ACT_PER_CHANNEL_PIXEL x c0 x pixels x K x dtype bytes + cache
+    latents  = VAE weights + vae_act_gb + cache
     denoiser = denoiser weights + LoRA (fp32 weights, grads, AdamW state) + activations + cache
 
-    c0      the VAE's channels at full resolution (vae/config.json block_out_channels[0]): the
-            encoder's first level (and the decoder's last, for samples) holds c0 x H x W tensors,
-            which dwarf everything else of a tiny model at high resolution
+    vae_act_gb = fixed + (per_pixel + per_channel x c0) x pixels x K x dtype bytes
+    c0      the VAE's channels at full resolution (vae/config.json block_out_channels[0], or the
+            Qwen-Image / Wan VAE's base_dim x dim_mult[0]): the encoder's first level (and the
+            decoder's last, for samples) holds c0 x H x W tensors, which dwarf everything else of
+            a tiny model at high resolution
+    fixed, per_pixel, per_channel   per VAE class (VAE_ACT_BY_CLASS; else the 2D AutoencoderKL's
+            0, 0 and VAE_ACT_PER_CHANNEL_PIXEL): the Qwen-Image VAE's causal 3D convolutions pad
+            and cache their inputs, holding more per pixel, part of it whatever c0 is
     pixels  the largest bucket's W x H (the run's resolution when no bucket is known)
     K       images encoded in one VAE call: cache_variants per image when the latents are cached
             (in RAM or on disk), else the batch (encoded every step); 1 for a sample decode.
@@ -52,9 +57,20 @@ peak (the tolerance tests/unit/jobs/test_jobs_host_memory.py holds it to); FLUX.
 1.21 GB of activations (~1.1 GB measured before; the accelerator formula had 0.03). The fixed part
 (the tokens' latents, positions, input and output projections) dominates a tiny model; how the
 width part extrapolates to real-size transformers on CPU is not measured.
-A U-Net (SDXL: no token width in its config) keeps the accelerator formula
-(jobs.preflight.estimate_memory_gb: activations per billion parameters); a plan with
-checkpointing scales the token term by ACTIVATION_FACTOR (unmeasured on CPU).
+A U-Net's (SDXL: no token width in its config) follow its latent cells (`cpu_unet_activation_gb`):
+
+    activations = cells x dtype bytes x CPU_UNET_ACT_PER_CELL_CHANNEL x c0u x ACTIVATION_FACTOR
+    cells   the micro-batch's latent cells at the largest bucket; c0u the U-Net's
+            block_out_channels[0] (its full-resolution level holds c0u x cells tensors)
+
+fitted on the tiny SDXL (c0u 16) on CPU: its denoiser phase's peak at 1024 px, batch 1 (16,384
+cells) 0.741 GB (bench/host_memory.py --phase denoiser), the whole run's at 1024 px, batch 4
+(65,536 cells, the denoiser leads) 1.529 GB: 250 B per cell per channel per dtype byte gives
+0.738 / 1.525 GB. Before, the accelerator formula (activations per billion parameters) gave the
+3.4 MB U-Net ~0.01 GB: forecast 0.79 GB, `certain`, against 1.53 measured (-48 %). How c0u
+extrapolates to the real SDXL (320) on CPU is not measured. Without a token width or a U-Net's
+channels, the accelerator formula (jobs.preflight.estimate_memory_gb) is kept; a plan with
+checkpointing scales the activations by ACTIVATION_FACTOR (unmeasured on CPU).
 
 On CUDA the weights and activations live on the GPU and host RAM holds the process
 (CUDA_PROCESS_GB: Python, torch, CUDA's libraries, Inductor), the latent cache, the blocks
@@ -67,13 +83,19 @@ before this said 25.8 GB); on this host a 2.1 GB bf16 file read tensor by tensor
 raised the peak RSS by 0.27 GB.
 
 `certain`: the forecast refuses a run that does not fit (HostMemoryShort) only when it is measured:
-on CPU, with the part of the peak that is not (a U-Net's activations from the accelerator formula,
-+-50 %, or a checkpointed plan's) at most UNCERTAIN_SHARE of it. Otherwise (every CUDA forecast:
+on CPU, with the part of the peak that is not (activations from the accelerator formula, +-50 %,
+or a checkpointed plan's) at most UNCERTAIN_SHARE of it. Otherwise (every CUDA forecast:
 its base is three runs of one torch build) it warns.
 
 VAE_ACT_PER_CHANNEL_PIXEL and BASE_PROCESS_GB are fitted on CPU runs of the tiny SDXL and FLUX.1
 pipelines at 256-4096 px (bench/host_memory.py: within 3 % of the measured peak RSS at every
-point; figures in RELIABILITY.md).
+point; figures in RELIABILITY.md). The Qwen-Image VAE's row (VAE_ACT_BY_CLASS) is fitted on the
+full runs' peak RSS of the tiny Qwen-Image (c0 16) at 256 / 1024 / 2048 px, 0.697 / 1.394 /
+3.783 GB, and the tiny Qwen-Image-Edit (c0 2, its controls encoded at 1024 px), 1.004 GB
+(bench/forecast_matrix.py, bench/RESULTS.md note 36); alone, that VAE encoding one image
+held 631 B per pixel at c0 16 and 383 at c0 2 (fp32, 512 -> 1024 px): a part per pixel besides
+the part per channel. Before, the VAE's channels were read as 128 (no block_out_channels) and the
+2D constant applied: 3.0 / 3.01 / 10.61 GB forecast for those runs (+116 to +199 %).
 """
 
 from __future__ import annotations
@@ -105,10 +127,19 @@ _SAFETENSORS_DTYPE = {"fp32": "F32", "bf16": "BF16", "fp16": "F16"}
 # byte of the dtype: the residual blocks keep input, normalised and convolved copies at once
 # (fitted: see the module docstring).
 VAE_ACT_PER_CHANNEL_PIXEL = 4.7
+# Per VAE class (vae/config.json _class_name): (fixed GB, bytes per full-resolution pixel per
+# dtype byte, bytes per pixel per channel of the first level per dtype byte). Other classes:
+# (0, 0, VAE_ACT_PER_CHANNEL_PIXEL), the 2D AutoencoderKL's (SD, SDXL, FLUX.1, FLUX.2's VAE).
+VAE_ACT_BY_CLASS: dict[str, tuple[float, float, float]] = {
+    "AutoencoderKLQwenImage": (0.12, 84.0, 6.5),
+}
 # A transformer denoiser's activations on CPU, bytes per image token per byte of the compute
 # dtype: a fixed part and a part per unit of hidden x blocks (fitted: see the module docstring).
 CPU_ACT_PER_TOKEN = 850.0
 CPU_ACT_PER_TOKEN_WIDTH = 38.0
+# A U-Net denoiser's activations on CPU, bytes per latent cell of the micro-batch per channel of
+# its first level per byte of the compute dtype (fitted: see the module docstring).
+CPU_UNET_ACT_PER_CELL_CHANNEL = 250.0
 # The share of the peak a forecast may draw from the accelerator formula and still refuse a run.
 UNCERTAIN_SHARE = 0.15
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -167,8 +198,7 @@ def host_memory_forecast(
         )
     compute = "bf16" if plan.base_precision in ("fp8", "int8", "nf4") else plan.base_precision
     act_bytes = _DTYPE_BYTES.get(compute, 4)
-    c0 = _vae_first_channels(model_dir / "vae")
-    vae_act = VAE_ACT_PER_CHANNEL_PIXEL * c0 * call_pixels * act_bytes / 1e9
+    vae_act = vae_act_gb(model_dir / "vae", call_pixels, act_bytes)
     if host.device == "cuda":
         # weights and activations on the GPU: host RAM holds the process (CUDA's libraries,
         # Inductor), the cache, the swapped blocks and what a load converts on the CPU
@@ -205,6 +235,11 @@ def host_memory_forecast(
             * (1 + controls)
         )
         act = cpu_activation_gb(tokens, _token_width(model_dir / spec.denoiser), act_bytes, plan)
+        if act is None:  # a U-Net: its activations follow the latent cells (cpu_unet_activation_gb)
+            cells = tokens * spec.patch_size**2  # the micro-batch's latent cells (a U-Net's patch: 1)
+            act = cpu_unet_activation_gb(
+                cells, _unet_first_channels(model_dir / spec.denoiser), act_bytes, plan
+            )
         if act is None:  # the accelerator formula's denoiser phase less its fixed allowance
             device_gb = estimate_memory_gb(cfg, model_dir, plan)["phases"] or {}
             denoiser = max(device_gb.get("denoiser", 1.0) - 1.0, 0.0)
@@ -218,11 +253,9 @@ def host_memory_forecast(
             "denoiser": denoiser + cache,
         }
         if cfg.sample_prompts:  # a sample decodes one image through the VAE at full resolution
-            phases["samples"] = (
-                phases["denoiser"] + VAE_ACT_PER_CHANNEL_PIXEL * c0 * target_pixels * act_bytes / 1e9
-            )
+            phases["samples"] = phases["denoiser"] + vae_act_gb(model_dir / "vae", target_pixels, act_bytes)
         base = BASE_PROCESS_GB
-        # activations from the accelerator formula (+-50 %: a U-Net's, a checkpointed plan's):
+        # activations from the accelerator formula (+-50 %) or a checkpointed plan's:
         # where they are more than UNCERTAIN_SHARE of the peak, the forecast only warns
         unmeasured = act is None or plan.gradient_checkpointing != "off"
         leads = max(phases, key=phases.get) == "denoiser"
@@ -240,14 +273,38 @@ def cpu_activation_gb(tokens: int, width: int | None, act_bytes: int, plan: Plan
     """GB of activations a transformer denoiser keeps for the backward on CPU: `tokens` (the
     micro-batch's image tokens) x `act_bytes` (the compute dtype's) x (CPU_ACT_PER_TOKEN +
     CPU_ACT_PER_TOKEN_WIDTH x `width`, its hidden x blocks), x ACTIVATION_FACTOR of the plan's
-    checkpointing. None when the width is unknown (a U-Net): the caller keeps the accelerator
-    formula."""
+    checkpointing. None when the width is unknown (a U-Net): the caller asks
+    cpu_unet_activation_gb."""
     from lorastudio.jobs.vram_estimate import ACTIVATION_FACTOR
 
     if width is None:
         return None
     per_token = act_bytes * (CPU_ACT_PER_TOKEN + CPU_ACT_PER_TOKEN_WIDTH * width)
     return tokens * per_token * ACTIVATION_FACTOR[plan.gradient_checkpointing] / 1e9
+
+
+def cpu_unet_activation_gb(cells: int, c0: int | None, act_bytes: int, plan: PlanValues) -> float | None:
+    """GB of activations a U-Net denoiser keeps for the backward on CPU: `cells` (the micro-batch's
+    latent cells) x `c0` (its first level's channels, block_out_channels[0]) x `act_bytes` x
+    CPU_UNET_ACT_PER_CELL_CHANNEL, x ACTIVATION_FACTOR of the plan's checkpointing. None when `c0`
+    is unknown (not a U-Net): the caller keeps the accelerator formula."""
+    from lorastudio.jobs.vram_estimate import ACTIVATION_FACTOR
+
+    if c0 is None:
+        return None
+    per_cell = act_bytes * CPU_UNET_ACT_PER_CELL_CHANNEL * c0
+    return cells * per_cell * ACTIVATION_FACTOR[plan.gradient_checkpointing] / 1e9
+
+
+def _unet_first_channels(folder: Path) -> int | None:
+    """block_out_channels[0] of the U-Net denoiser whose config.json is in `folder` (a _class_name
+    holding "UNet"); None when unreadable or not a U-Net."""
+    config = _vae_config(folder)  # any component's config.json
+    name, channels = config.get("_class_name"), config.get("block_out_channels")
+    if not (isinstance(name, str) and "UNet" in name and isinstance(channels, list) and channels):
+        return None
+    first = channels[0]
+    return first if isinstance(first, int) and first > 0 else None
 
 
 def _token_width(folder: Path) -> int | None:
@@ -272,12 +329,43 @@ def _token_width(folder: Path) -> int | None:
     return hidden * blocks
 
 
-def _vae_first_channels(folder: Path) -> int:
-    """block_out_channels[0] of the VAE's config.json (128, the SD/FLUX.1 VAE's, when unreadable)."""
+def vae_act_gb(folder: Path, pixels: int, act_bytes: int) -> float:
+    """GB of working memory the VAE in `folder` holds for one call over `pixels` full-resolution
+    pixels (images x W x H) in a dtype of `act_bytes`: its class's fixed part + (per pixel + per
+    channel x c0) x pixels x act_bytes (VAE_ACT_BY_CLASS; module docstring)."""
+    default = (0.0, 0.0, VAE_ACT_PER_CHANNEL_PIXEL)
+    fixed, per_pixel, per_channel = VAE_ACT_BY_CLASS.get(_vae_class(folder), default)
+    c0 = _vae_first_channels(folder)
+    return fixed + (per_pixel + per_channel * c0) * pixels * act_bytes / 1e9
+
+
+def _vae_config(folder: Path) -> dict[str, Any]:
+    """The config.json of the component in `folder` (the VAE's, the denoiser's; {} when unreadable)."""
     try:
-        channels = json_read.loads((folder / "config.json").read_text()).get("block_out_channels")
-        return int(channels[0]) if channels else 128
-    except (OSError, ValueError, TypeError):
+        config = json_read.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _vae_class(folder: Path) -> str:
+    """_class_name of the VAE's config.json ("" when unreadable)."""
+    name = _vae_config(folder).get("_class_name")
+    return name if isinstance(name, str) else ""
+
+
+def _vae_first_channels(folder: Path) -> int:
+    """The VAE's channels at full resolution: block_out_channels[0] of its config.json (the 2D
+    AutoencoderKL's), else base_dim x dim_mult[0] (the Qwen-Image / Wan VAE's); 128, the SD/FLUX.1
+    VAE's, when neither is readable."""
+    config = _vae_config(folder)
+    try:
+        channels = config.get("block_out_channels")
+        if channels:
+            return int(channels[0])
+        base, mult = config.get("base_dim"), config.get("dim_mult") or [1]
+        return int(base) * int(mult[0]) if base else 128
+    except (ValueError, TypeError, IndexError):
         return 128
 
 

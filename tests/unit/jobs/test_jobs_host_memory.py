@@ -109,9 +109,11 @@ def test_a_run_that_will_not_fit_is_refused_before_anything_is_queued(
 def test_a_cpu_forecast_led_by_the_rough_activation_formula_only_warns(
     settings: Settings, tiny_model: Callable[[str], Path], shapes: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A U-Net's CPU activations come from the accelerator formula (no token width in its config)."""
+    """A denoiser with neither a token width nor a U-Net's channels in its config gets its CPU
+    activations from the accelerator formula (+-50 %): where they lead, the forecast only warns."""
     unet = _cfg(tiny_model("sdxl"), family="sdxl")
     assert _forecast(settings, unet)["certain"] is True  # the VAE and the base lead: measured
+    monkeypatch.setattr(host_memory, "_unet_first_channels", lambda folder: None)  # an unknown layout
     monkeypatch.setitem(
         vram_estimate._ACT_GB_PER_BPARAM_BY_CLASS, "UNet2DConditionModel", (1e5, 1e5)
     )  # activations now lead the peak
