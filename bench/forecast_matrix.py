@@ -29,24 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lorastudio.tiny import TINY_FAMILIES
+
 # label -> (family, config overrides). 4 images, 2 steps, rank 4 unless overridden.
 _EDIT = ("flux-kontext", "qwen-image-edit")
 MATRIX: dict[str, tuple[str, dict[str, Any]]] = {
-    **{
-        f"{f}-256": (f, {"resolution": 256})
-        for f in (
-            "sdxl",
-            "flux",
-            "qwen-image",
-            "z-image",
-            "flux2",
-            "flux2-klein",
-            "flux-kontext",
-            "qwen-image-edit",
-            "chroma",
-            "krea2",
-        )
-    },
+    **{f"{f}-256": (f, {"resolution": 256}) for f in TINY_FAMILIES},
     **{
         f"{f}-{r}": (f, {"resolution": r})
         for f in ("sdxl", "flux", "qwen-image", "z-image", "flux2", "flux-kontext")
