@@ -44,7 +44,7 @@ describe("leaving the tab while its work would be lost", () => {
     const answers: ((r: GenerateResult) => void)[] = [];
     const generate = vi.fn(() => new Promise<GenerateResult>((resolve) => answers.push(resolve)));
     const image = { file: "g.png", url: "/gallery/g.png", path: "/g/g.png", seconds: 1, seed: 0, width: 32, height: 32, prompt: "p", loras: [] } as GenerateResult;
-    render(<StepGrid pick={{ name: "cats", scale: 1 }} body={{ family: "flux", base_model: "/m", prompt: "p" }} generate={generate} onDone={() => undefined} busy={false} setBusy={() => undefined} />);
+    render(<StepGrid pick={{ name: "cats", scale: 1 }} body={{ family: "flux", base_model: "/m", prompt: "p" }} generate={generate} busy={false} />);
     await userEvent.click(await screen.findByRole("button", { name: /Render grid \(2 images/ }));
     expect(asks()).toBe(true);
     act(() => answers[0](image));

@@ -1,5 +1,4 @@
-import { type FormEvent, useCallback, useEffect, useRef, useState } from "react";
-import { ApiError } from "../api/client";
+import { type FormEvent, useEffect, useRef, useState } from "react";
 import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import { useModelChoices } from "../api/models";
@@ -18,17 +17,14 @@ import { ReferenceImages, referencesOf } from "../components/ReferenceImages";
 import { StepGrid } from "../components/StepGrid";
 import { useRunPreset } from "../lib/runPreset";
 import { ErrorBanner } from "../components/ErrorBanner";
-import { placeProblems } from "../lib/problems";
-import { isAbort, useAction, useLatest, useLoad } from "../lib/latest";
+import { useLoad } from "../lib/latest";
 import { loadDraft, useDraft } from "../lib/draft";
 import { draftText, GENERATE_DRAFT, type GenerateDraft } from "../lib/generateDraft";
 import { type InFlight, inFlight, track } from "../lib/generationInFlight";
-import { baseChanged, changedLoras, currentFiles, generateWithRetry, newRequestId, picksOf, reusedBaseSettings } from "../lib/generateRequest";
-
-/** The GenerateBody fields the form has an input for (a problem of another goes to the banner only). */
-const GENERATE_INPUTS: ReadonlySet<string> = new Set([
-  "base_model", "base_config", "loras", "references", "prompt", "guidance", "negative_prompt", "seed", "steps", "width", "height",
-]);
+import { useGenerationView } from "../lib/generationView";
+import { useGallery } from "../lib/gallery";
+import { gridRunning, useStepGrid } from "../lib/stepGridInFlight";
+import { currentFiles, generateWithRetry, newRequestId, picksOf, reusedBaseSettings } from "../lib/generateRequest";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 
@@ -58,20 +54,15 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   // a reused gallery image's hub revision, prediction type and base identity (no input of their own):
   // sent while its base model is the one chosen, so the same settings render the same pixels
   const [reusedBase, setReusedBase] = useState<Pick<GalleryImage, "base_model" | "revision" | "v_prediction" | "base_identity"> | null>(null);
-  const [gallery, setGallery] = useState<GalleryImage[] | null>(null);
-  // why the gallery's latest load failed (its own message: a generation's outcome never hides it)
-  const [galleryError, setGalleryError] = useState<string | null>(null);
-  const [selected, setSelected] = useState<GalleryImage | null>(null);
-  const [seconds, setSeconds] = useState<number | null>(null);
-  const [busy, setBusy] = useState(false);
-  // the generation in flight (its request_id, for Cancel; the flight itself outlives this screen)
-  const [requestId, setRequestId] = useState<string | null>(null);
-  const [notice, setNotice] = useState<string | null>(null);
-  const [errors, setErrors] = useState<Record<string, string>>({});
-  const [general, setGeneral] = useState<string | null>(null);
-  // the picked LoRAs the server refused as changed since the reused image was made (their sha256)
-  const [changed, setChanged] = useState<string[]>([]);
-  const [staleBase, setStaleBase] = useState<string | null>(null); // the base model refused as changed (base_identity)
+  // the gallery (reloaded on a generation's or a grid's end, a delete) and the single generation's view
+  const galleryLoad = useRef<(select?: string) => Promise<void>>(async () => undefined);
+  const view = useGenerationView((select) => galleryLoad.current(select));
+  const { busy: sending, requestId, notice, errors, setErrors, general, setGeneral, changed, setChanged, staleBase, setStaleBase } = view;
+  const { gallery, galleryError, selected, setSelected, loadGallery, remove } = useGallery(setGeneral);
+  galleryLoad.current = loadGallery;
+  // the LoRA-by-step grid (it outlives this screen): while it renders, nothing else is sent
+  const grid = useStepGrid();
+  const busy = sending || grid.running;
 
   useEffect(() => {
     if (!info || !models || family || fromRunState.pending) return;
@@ -105,101 +96,6 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const lorasError = lorasLoad.error
     ? `Cannot load the ${family} LoRAs: ${lorasLoad.error instanceof Error ? lorasLoad.error.message : String(lorasLoad.error)}`
     : null;
-  // the gallery: reloaded after a generation, a grid, a delete; only the latest reload's answer is shown
-  const galleryLoads = useLatest();
-  const loadGallery = useCallback(
-    async (select?: string) => {
-      const ticket = galleryLoads.begin();
-      let images: GalleryImage[];
-      try {
-        images = (await api.gallery(ticket.signal)).images;
-      } catch (err) {
-        if (isAbort(err)) return;
-        if (ticket.current()) setGalleryError(`Cannot load the gallery: ${err instanceof Error ? err.message : String(err)}`);
-        throw err;
-      }
-      if (!ticket.current()) return;
-      setGalleryError(null);
-      setGallery(images);
-      // show the image just made, else keep the one shown, else the newest
-      setSelected((shown) => (select ? images.find((i) => i.file === select) : shown) ?? images[0] ?? null);
-    },
-    [galleryLoads],
-  );
-  useEffect(() => {
-    loadGallery().catch(() => undefined); // said by galleryError
-  }, [loadGallery]);
-
-  /** Delete `img` from the server's gallery (after asking; one request however often it is clicked); the next image is shown. */
-  const remove = useAction(async (img: GalleryImage) => {
-    if (!window.confirm(`Delete the image "${img.prompt ?? img.file}" and its settings from the gallery?`)) return;
-    try {
-      await api.deleteGalleryImage(img.file);
-    } catch (err) {
-      // deleted meanwhile (another tab): what was asked is done
-      if (!(err instanceof ApiError && err.status === 404)) {
-        setGeneral(err instanceof Error ? err.message : String(err));
-        return;
-      }
-    }
-    const at = gallery?.findIndex((i) => i.file === img.file) ?? -1;
-    const next = gallery?.filter((i) => i.file !== img.file) ?? [];
-    setSelected(next[Math.min(Math.max(at, 0), next.length - 1)] ?? null);
-    setGallery(next);
-    await loadGallery(next[Math.min(Math.max(at, 0), next.length - 1)]?.file).catch(() => undefined);
-  });
-  // a generation in flight: a second submit (Enter twice, Ctrl+Enter and a click) sends nothing
-  const generating = useRef(false);
-
-  /** Show `flight` until it ends: busy (Cancel) meanwhile, then its image, or what went wrong (each
-   * problem next to its input). Also a generation sent before this screen was last left. */
-  const follow = async (flight: InFlight) => {
-    generating.current = true;
-    setRequestId(flight.requestId);
-    setBusy(true);
-    setErrors({});
-    setGeneral(null);
-    setNotice(null);
-    setChanged([]);
-    setStaleBase(null);
-    try {
-      const res = await flight.result;
-      setGeneral(null);
-      setSeconds(res.seconds);
-      await loadGallery(res.file);
-    } catch (err) {
-      if (flight.cancelled && err instanceof ApiError && err.status === 409) {
-        setGeneral(null); // the server stopped it between denoising steps: nothing kept
-        setNotice("Generation cancelled: nothing was kept.");
-        return;
-      }
-      // each problem next to its input (a LoRA's, "loras.1.scale", under the LoRA list); the banner
-      // says those no input shows (as the Train form's)
-      const placed =
-        err instanceof ApiError && err.problems.some((p) => p.field)
-          ? placeProblems(err.problems, (f) => GENERATE_INPUTS.has(f))
-          : null;
-      if (placed) setErrors(placed.fields);
-      // a reused image's LoRA file changed since: said on its own, with the choice of the file as it is now
-      const stale = changedLoras(err, flight.sending);
-      setChanged(stale);
-      const base = baseChanged(err); // the base model's files changed since: said on its own too
-      setStaleBase(base ? flight.baseModel : null);
-      const onlyStale = (stale.length > 0 || base) && err instanceof ApiError && stale.length + Number(base) === err.problems.length;
-      setGeneral(onlyStale ? null : placed ? placed.general.join("; ") || null : err instanceof Error ? err.message : String(err));
-    } finally {
-      generating.current = false;
-      setBusy(false);
-      setRequestId(null);
-    }
-  };
-  // a generation sent before this screen was left goes on on the server: shown as running, its image when done
-  useEffect(() => {
-    const flight = inFlight();
-    if (flight) void follow(flight);
-    // eslint-disable-next-line react-hooks/exhaustive-deps -- once, on mount
-  }, []);
-
   if (!info || !models || !family) return <section className="screen muted">Loading…</section>;
 
   const famInfo = info.families.find((f) => f.name === family);
@@ -263,6 +159,9 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
       stopped,
     );
 
+  // the grid of the one LoRA picked; while a grid renders (sent before this screen was last left too), that grid
+  const gridPick = grid.running && grid.pick ? grid.pick : picks.length === 1 ? picks[0] : null;
+
   const submit = (e: FormEvent) => {
     e.preventDefault();
     void send(picks);
@@ -270,29 +169,15 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   /** Generate with `sending` as the LoRAs (the picks, or the picks without their sha256); `currentBase`:
    * without the reused image's base identity (the base as it is now). */
   const send = async (sending: LoraPick[], currentBase = false) => {
-    if (generating.current || inFlight()) return;
+    if (view.generating.current || inFlight() || gridRunning()) return;
     const rid = newRequestId();
     const { base_identity: identity, ...rest } = settings;
     const body: GenerateBody = { ...rest, ...(identity && !currentBase ? { base_identity: identity } : {}), loras: sending, request_id: rid };
     const flight: InFlight = { requestId: rid, sending, baseModel, cancelled: false, result: Promise.resolve(null as never) };
     flight.result = run(body, () => flight.cancelled);
     track(flight);
-    await follow(flight);
+    await view.follow(flight);
   };
-  /** Cancel the generation in flight: the server stops it after its current denoising step, or while
-   * loading before its next component (a 404: it had not started, or just ended; a wait for the
-   * GPU stops retrying). */
-  const cancel = async () => {
-    const flight = inFlight();
-    if (!flight || flight.requestId !== requestId) return;
-    flight.cancelled = true;
-    try {
-      await api.cancelGenerate(flight.requestId);
-    } catch (err) {
-      if (!(err instanceof ApiError && err.status === 404)) setGeneral(err instanceof Error ? err.message : String(err));
-    }
-  };
-
   const numberField = (label: string, name: string, value: string, onChange: (v: string) => void) => (
     <Field label={label} error={errors[name.replace(/^gen_/, "")]}>
       <input
@@ -428,7 +313,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
               {busy ? "Generating…" : "Generate"}
             </button>
             {busy && requestId && (
-              <button type="button" className="secondary" onClick={cancel}>
+              <button type="button" className="secondary" onClick={view.cancel}>
                 Cancel
               </button>
             )}
@@ -436,7 +321,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
         </form>
         <GenerateResult
           selected={selected}
-          seconds={seconds != null && selected?.file === gallery?.[0]?.file ? seconds : null}
+          seconds={view.seconds != null && selected?.file === gallery?.[0]?.file ? view.seconds : null}
           busy={busy}
           galleryEmpty={!gallery?.length}
           onReuse={reuse}
@@ -444,16 +329,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
           onDelete={(img) => void remove.run(img)}
         />
       </div>
-      {picks.length === 1 && (
-        <StepGrid
-          pick={picks[0]}
-          body={settings}
-          generate={run}
-          onDone={() => void loadGallery().catch(() => undefined)}
-          busy={busy}
-          setBusy={setBusy}
-        />
-      )}
+      {gridPick && <StepGrid pick={gridPick} body={settings} generate={run} busy={busy} />}
       <GallerySection
         images={gallery}
         error={galleryError}

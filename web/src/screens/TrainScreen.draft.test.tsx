@@ -62,6 +62,28 @@ describe("TrainScreen: what the user typed survives leaving the screen", () => {
     expect(input("output_name")).toHaveValue("");
   });
 
+  it("Train on it from a dataset's page wins over a kept several-folders list", async () => {
+    const calls = server();
+    const first = renderTrain();
+    await waitFor(() => expect(input("data_dir")).toHaveValue("shapes"));
+    await fill("resolution", "32");
+    await userEvent.click(screen.getByRole("button", { name: "Several folders…" }));
+    await userEvent.selectOptions(screen.getByLabelText("folder 1"), "faces");
+    await userEvent.selectOptions(screen.getByLabelText("folder 2"), "shapes");
+    first.unmount(); // the user opened the dataset "faces" and pressed "Train on it"
+
+    renderTrain({ dataset: "faces" });
+    await waitFor(() => expect(input("resolution")).toHaveValue("32")); // the rest as typed
+    expect(input("data_dir")).toHaveValue("faces"); // the one dataset shown, the list gone
+    expect(screen.queryByLabelText("folder 2")).toBeNull();
+    expect(screen.getByRole("button", { name: "Several folders…" })).toBeInTheDocument();
+    await userEvent.click(screen.getByRole("button", { name: "Start training" }));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/train/start")).toBe(true));
+    const sent = calls.find((c) => c.url === "/api/train/start")?.body as { config: Record<string, unknown> };
+    expect(sent.config).toMatchObject({ resolution: 32, data_dir: "faces" });
+    expect(sent.config).not.toHaveProperty("datasets"); // nothing hidden is sent
+  });
+
   it("a draft of a family the server no longer has, or unreadable, is a fresh form", async () => {
     server();
     window.sessionStorage.setItem("lorastudio.draft.train", JSON.stringify({ family: "gone", resolution: "32" }));

@@ -86,8 +86,12 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
     if (draft) {
       // what the draft left at "none" follows what is there now (a model fetched, a dataset made since)
       if (!draft.base_model) draft.base_model = defaultBaseModel(models, draft.family as string);
-      if (dataset) draft.data_dir = dataset;
-      else if (!draft.data_dir && !draft.datasets) draft.data_dir = info.datasets.find((d) => d.usable)?.name ?? "";
+      if (dataset) {
+        // "Train on it" from a dataset's page wins over a kept several-folders list (which would
+        // hide the one Dataset select and be sent in its place)
+        draft.data_dir = dataset;
+        draft.datasets = "";
+      } else if (!draft.data_dir && !draft.datasets) draft.data_dir = info.datasets.find((d) => d.usable)?.name ?? "";
       setValues(draft);
       return;
     }

@@ -2,6 +2,7 @@ import "@testing-library/jest-dom/vitest";
 import { cleanup } from "@testing-library/react";
 import { afterEach } from "vitest";
 import { forgetGeneration } from "../lib/generationInFlight";
+import { forgetGrid } from "../lib/stepGridInFlight";
 import { forgetUploads } from "../lib/uploadsInFlight";
 
 afterEach(() => {
@@ -9,4 +10,5 @@ afterEach(() => {
   window.sessionStorage.clear(); // a form's draft (lib/draft) never leaks into the next test
   forgetUploads(); // nor an upload left in flight
   forgetGeneration(); // nor a generation
+  forgetGrid(); // nor a LoRA-by-step grid
 });

@@ -1,0 +1,101 @@
+/**
+ * The Generate screen's view of its single generation: busy (Cancel by its request id) while it
+ * runs, then its image selected in the reloaded gallery, or what went wrong (each problem next to
+ * its input, a reused image's changed LoRA or base said on their own). The flight itself lives
+ * outside the screen (lib/generationInFlight): a screen mounted while one runs follows it.
+ */
+import { useEffect, useRef, useState } from "react";
+import { ApiError } from "../api/client";
+import { api } from "../api/endpoints";
+import { type InFlight, inFlight } from "./generationInFlight";
+import { baseChanged, changedLoras } from "./generateRequest";
+import { placeProblems } from "./problems";
+
+/** The GenerateBody fields the form has an input for (a problem of another goes to the banner only). */
+const GENERATE_INPUTS: ReadonlySet<string> = new Set([
+  "base_model", "base_config", "loras", "references", "prompt", "guidance", "negative_prompt", "seed", "steps", "width", "height",
+]);
+
+/** The generation's view; `loadGallery(file)` reloads the gallery showing `file`. */
+export function useGenerationView(loadGallery: (select?: string) => Promise<void>) {
+  const [seconds, setSeconds] = useState<number | null>(null);
+  const [busy, setBusy] = useState(false);
+  // the generation in flight (its request_id, for Cancel; the flight itself outlives this screen)
+  const [requestId, setRequestId] = useState<string | null>(null);
+  const [notice, setNotice] = useState<string | null>(null);
+  const [errors, setErrors] = useState<Record<string, string>>({});
+  const [general, setGeneral] = useState<string | null>(null);
+  // the picked LoRAs the server refused as changed since the reused image was made (their sha256)
+  const [changed, setChanged] = useState<string[]>([]);
+  const [staleBase, setStaleBase] = useState<string | null>(null); // the base model refused as changed (base_identity)
+  // a generation in flight: a second submit (Enter twice, Ctrl+Enter and a click) sends nothing
+  const generating = useRef(false);
+
+  /** Show `flight` until it ends: busy (Cancel) meanwhile, then its image, or what went wrong (each
+   * problem next to its input). Also a generation sent before this screen was last left. */
+  const follow = async (flight: InFlight) => {
+    generating.current = true;
+    setRequestId(flight.requestId);
+    setBusy(true);
+    setErrors({});
+    setGeneral(null);
+    setNotice(null);
+    setChanged([]);
+    setStaleBase(null);
+    try {
+      const res = await flight.result;
+      setGeneral(null);
+      setSeconds(res.seconds);
+      await loadGallery(res.file);
+    } catch (err) {
+      if (flight.cancelled && err instanceof ApiError && err.status === 409) {
+        setGeneral(null); // the server stopped it between denoising steps: nothing kept
+        setNotice("Generation cancelled: nothing was kept.");
+        return;
+      }
+      // each problem next to its input (a LoRA's, "loras.1.scale", under the LoRA list); the banner
+      // says those no input shows (as the Train form's)
+      const placed =
+        err instanceof ApiError && err.problems.some((p) => p.field)
+          ? placeProblems(err.problems, (f) => GENERATE_INPUTS.has(f))
+          : null;
+      if (placed) setErrors(placed.fields);
+      // a reused image's LoRA file changed since: said on its own, with the choice of the file as it is now
+      const stale = changedLoras(err, flight.sending);
+      setChanged(stale);
+      const base = baseChanged(err); // the base model's files changed since: said on its own too
+      setStaleBase(base ? flight.baseModel : null);
+      const onlyStale = (stale.length > 0 || base) && err instanceof ApiError && stale.length + Number(base) === err.problems.length;
+      setGeneral(onlyStale ? null : placed ? placed.general.join("; ") || null : err instanceof Error ? err.message : String(err));
+    } finally {
+      generating.current = false;
+      setBusy(false);
+      setRequestId(null);
+    }
+  };
+  // a generation sent before this screen was left goes on on the server: shown as running, its image when done
+  useEffect(() => {
+    const flight = inFlight();
+    if (flight) void follow(flight);
+    // eslint-disable-next-line react-hooks/exhaustive-deps -- once, on mount
+  }, []);
+
+  /** Cancel the generation in flight: the server stops it after its current denoising step, or while
+   * loading before its next component (a 404: it had not started, or just ended; a wait for the
+   * GPU stops retrying). */
+  const cancel = async () => {
+    const flight = inFlight();
+    if (!flight || flight.requestId !== requestId) return;
+    flight.cancelled = true;
+    try {
+      await api.cancelGenerate(flight.requestId);
+    } catch (err) {
+      if (!(err instanceof ApiError && err.status === 404)) setGeneral(err instanceof Error ? err.message : String(err));
+    }
+  };
+
+  return {
+    seconds, busy, requestId, notice, errors, setErrors, general, setGeneral, changed, setChanged, staleBase, setStaleBase,
+    generating, follow, cancel,
+  };
+}
