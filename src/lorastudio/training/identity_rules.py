@@ -94,7 +94,8 @@ def rules_record(cfg: TrainConfig) -> dict[str, int]:
 def dora_decay_rule(identity: Mapping[str, Any]) -> int:
     """The weight-decay rule of DoRA's magnitudes the run of `identity` trains under: 2 (a param
     group of their own, weight_decay 0) where it records it, else 1 (decayed with every adapter
-    parameter: a DoRA checkpoint of older code; any other run has no magnitudes)."""
+    parameter: a DoRA checkpoint of older code; any other run has no magnitudes); -1 for a record
+    that is no integer (refused: `dora_decay_problems`)."""
     rule = identity.get(DORA_DECAY_RULE, 1)
     return rule if isinstance(rule, int) and not isinstance(rule, bool) else -1
 
