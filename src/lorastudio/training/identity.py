@@ -33,6 +33,7 @@ from lorastudio.training.identity_latents import (
 )
 from lorastudio.training.identity_rules import (
     RULE_KEYS,
+    dora_decay_problems,
     holdout_problems,
     kohya_caption_note,
     pixel_problems,
@@ -238,6 +239,7 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
     problems += base_problems(saved, current)  # under the checkpoint's rule (identity_base.py)
     problems += holdout_problems(saved, current)
     problems += pixel_problems(saved, current)  # the pixel rule where this dataset's files need it
+    problems += dora_decay_problems(saved, current)  # rules 1 and 2 resume as they were, a newer one not
     for key in sorted(set(saved) | set(current)):
         was, now = saved.get(key, "<absent>"), current.get(key, "<absent>")
         if key not in saved and (key in _DERIVED_SINCE or _is_schema_default(key, now)):

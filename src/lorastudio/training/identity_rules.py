@@ -1,5 +1,6 @@
 """The rules a run's identity records because a later version read the same settings and files
-otherwise (no torch here): the validation split's and the kohya folders' caption rule.
+otherwise (no torch here): the validation split's and the kohya folders' caption rule, the pixel
+rule and DoRA's weight-decay rule.
 
 The split: rule 2 (session 26, RELIABILITY 372): a regularisation entry holds no image out, so a run with
 `validation_split` and a regularisation entry trains (and validates on) other images than the
@@ -23,6 +24,15 @@ data/pixel_rule.py). Only a run whose data holds such a file records `pixel_rule
 dataset fingerprint covers the files); a checkpoint of such a run without the record (rule 1)
 is refused on resume, naming the rule, the fix and the file. Other runs record nothing: their
 checkpoints of either rule resume bitwise.
+
+DoRA's magnitudes: rule 2 (session 27, RELIABILITY 630): DoRA's magnitude vectors (peft's
+`lora_magnitude_vector`, initialised to the base weight's row norms) are a param group of their
+own with weight_decay 0 (training/optim.py), where rule 1 decayed them towards 0 with every other
+adapter parameter. Unlike the rules above, the old rule is not refused: it changes no data, only
+the optimizer, so a DoRA checkpoint without the record (rule 1: one group, its magnitudes
+decayed) resumes under rule 1, bitwise, and keeps it (`as_checkpoint`: the resumed run's identity
+takes the checkpoint's rule, so its own checkpoints say rule 1 too). A new DoRA run records
+`dora_decay_rule` 2; other runs record nothing (their optimizer as before).
 """
 
 from __future__ import annotations
@@ -42,7 +52,9 @@ KOHYA_RULE = 2  # a kohya folder's .caption files are read (data/kohya_captions.
 PIXEL_RULE = "pixel_rule"
 PIXEL_FILES = "pixel_rule_files"
 PIXEL_RULE_NOW = 2  # fixes 550, 552 and 553 (data/pixel_rule.py)
-RULE_KEYS = frozenset({HOLDOUT_RULE, KOHYA_CAPTION_RULE, PIXEL_RULE, PIXEL_FILES})
+DORA_DECAY_RULE = "dora_decay_rule"
+DORA_DECAY_NOW = 2  # DoRA's magnitudes in a param group of their own, weight_decay 0 (training/optim.py)
+RULE_KEYS = frozenset({HOLDOUT_RULE, KOHYA_CAPTION_RULE, PIXEL_RULE, PIXEL_FILES, DORA_DECAY_RULE})
 # what each fix of rule 2 reads otherwise (data/pixel_rule.read_otherwise's keys)
 _PIXEL_FIXES = {
     "550": "a control of its target's shape whose cover size is a pixel off its target's, now cut with "
@@ -65,15 +77,55 @@ def splits_regularisation(identity: Mapping[str, Any]) -> bool:
 
 
 def rules_record(cfg: TrainConfig) -> dict[str, int]:
-    """{"holdout_rule": RULE} for a run with a validation split and a regularisation entry and
-    {"kohya_caption_rule": KOHYA_RULE} for a run reading kohya folders; else neither."""
+    """{"holdout_rule": RULE} for a run with a validation split and a regularisation entry,
+    {"kohya_caption_rule": KOHYA_RULE} for a run reading kohya folders and {"dora_decay_rule":
+    DORA_DECAY_NOW} for a DoRA run; else none of them."""
     entries = cfg.datasets or []
     record = {}
     if cfg.validation_split and any(e.regularisation for e in entries):
         record[HOLDOUT_RULE] = RULE
     if cfg.kohya_folders:
         record[KOHYA_CAPTION_RULE] = KOHYA_RULE
+    if cfg.adapter == "dora":
+        record[DORA_DECAY_RULE] = DORA_DECAY_NOW
     return record
+
+
+def dora_decay_rule(identity: Mapping[str, Any]) -> int:
+    """The weight-decay rule of DoRA's magnitudes the run of `identity` trains under: 2 (a param
+    group of their own, weight_decay 0) where it records it, else 1 (decayed with every adapter
+    parameter: a DoRA checkpoint of older code; any other run has no magnitudes); -1 for a record
+    that is no integer (refused: `dora_decay_problems`)."""
+    rule = identity.get(DORA_DECAY_RULE, 1)
+    return rule if isinstance(rule, int) and not isinstance(rule, bool) else -1
+
+
+def as_checkpoint(identity: Mapping[str, Any], saved: Mapping[str, Any]) -> dict[str, Any]:
+    """`identity` (this code's, of a run resuming the checkpoint whose identity is `saved`) with
+    the checkpoint's DoRA weight-decay rule: a DoRA checkpoint without the record (rule 1) resumes
+    under rule 1, and the run keeps it (its identity, written into its later checkpoints, has no
+    record either); one of rule 2 keeps 2. Other runs: `identity` as it is."""
+    if DORA_DECAY_RULE not in identity:
+        return dict(identity)
+    out = {k: v for k, v in identity.items() if k != DORA_DECAY_RULE}
+    if DORA_DECAY_RULE in saved:
+        out[DORA_DECAY_RULE] = saved[DORA_DECAY_RULE]
+    return out
+
+
+def dora_decay_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[FieldProblem]:
+    """The refusal of a DoRA checkpoint whose weight-decay rule this code does not know (a newer
+    version's); empty for rule 1 (no record) and rule 2, which both resume as they were."""
+    if DORA_DECAY_RULE not in current or dora_decay_rule(saved) in (1, DORA_DECAY_NOW):
+        return []
+    return [
+        FieldProblem(
+            DORA_DECAY_RULE,
+            f"the checkpoint trained DoRA's magnitudes under weight-decay rule {saved.get(DORA_DECAY_RULE)!r}, "
+            f"which this version does not know (it knows rules 1 and {DORA_DECAY_NOW}): finish the run with "
+            "the version that wrote it",
+        )
+    ]
 
 
 def pixel_record(read_otherwise: Mapping[str, str]) -> dict[str, Any]:

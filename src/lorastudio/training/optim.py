@@ -9,8 +9,8 @@ exactly `grad_accum` micro-batches each, drawn from epoch after epoch as needed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -85,19 +85,55 @@ def make_optimizer(
     params: list[torch.nn.Parameter],
     cfg: TrainConfig,
     text_encoder_params: list[torch.nn.Parameter] | None = None,
+    magnitudes: Collection[torch.nn.Parameter] = (),
 ) -> torch.optim.Optimizer:
     """The run's optimizer over the LoRA parameters: cfg.optimizer's builder (training/
     optimizers.py; default: fused AdamW with cfg.learning_rate and cfg.weight_decay). With
     `text_encoder_params` (SDXL's train_text_encoder) they are a second param group at
-    cfg.text_encoder_lr (null: the learning rate); the schedule scales both groups alike."""
+    cfg.text_encoder_lr (null: the learning rate). `magnitudes` (DoRA's magnitude vectors under
+    weight-decay rule 2: `dora_magnitudes`) leave those groups for groups of their own with
+    weight_decay 0, after them (the denoiser's, then the text encoders' at their LR), so that
+    decay never pulls a magnitude (the base's row norms at the start) towards 0. The schedule
+    scales every group alike. Without magnitudes (LoRA / LoHa / LoKr, DoRA under rule 1) the
+    groups are those of before: one, or two with the text encoders."""
     from lorastudio.training.optimizers import build_optimizer
 
-    if not text_encoder_params:
+    own = {id(p) for p in magnitudes}
+    te = text_encoder_params or []
+    if not own and not te:
         return build_optimizer(params, cfg)
-    groups: list[dict] = [{"params": params}, {"params": text_encoder_params}]
-    if cfg.text_encoder_lr is not None:
-        groups[1]["lr"] = cfg.text_encoder_lr
-    return build_optimizer(groups, cfg)  # type: ignore[arg-type]
+    te_lr = {} if cfg.text_encoder_lr is None else {"lr": cfg.text_encoder_lr}
+    groups: list[dict] = [{"params": [p for p in params if id(p) not in own]}]
+    if te:
+        groups.append({"params": [p for p in te if id(p) not in own], **te_lr})
+    if own:
+        groups.append({"params": [p for p in params if id(p) in own], "weight_decay": 0.0})
+        groups.append({"params": [p for p in te if id(p) in own], "weight_decay": 0.0, **te_lr})
+    return build_optimizer([g for g in groups if g["params"]], cfg)  # type: ignore[arg-type]
+
+
+def undecayed_magnitudes(identity: Mapping[str, Any], denoiser: Any) -> list[torch.nn.Parameter]:
+    """The magnitudes `make_optimizer` keeps from weight decay in a run of `identity`: DoRA's
+    magnitude vectors of the denoiser under weight-decay rule 2 (training/identity_rules.py); []
+    under rule 1 (a DoRA checkpoint of older code, resumed as it was written) and for every other
+    adapter. (SDXL's text-encoder LoRA is plain LoRA whatever the adapter: no magnitudes.)"""
+    from lorastudio.training.identity_rules import DORA_DECAY_NOW, dora_decay_rule
+
+    if dora_decay_rule(identity) != DORA_DECAY_NOW:
+        return []
+    return dora_magnitudes(denoiser)
+
+
+def dora_magnitudes(*modules: Any) -> list[torch.nn.Parameter]:
+    """The trainable DoRA magnitude vectors of `modules` (peft's `lora_magnitude_vector`
+    parameters, one value per output row of an adapted layer); [] where none is DoRA."""
+    return [
+        p
+        for module in modules
+        if module is not None
+        for name, p in module.named_parameters()
+        if p.requires_grad and "lora_magnitude_vector" in name.split(".")
+    ]
 
 
 def make_lr_scheduler(

@@ -40,7 +40,13 @@ from lorastudio.training.loop_end import finish_run, sample_round
 from lorastudio.training.meter import DivergenceGuard, StepMeter
 from lorastudio.training.micro_batches import batch_forward_backward
 from lorastudio.training.noise import DdpmObjective, FlowObjective
-from lorastudio.training.optim import iter_sampler_steps, make_lr_scheduler, make_optimizer, total_steps
+from lorastudio.training.optim import (
+    iter_sampler_steps,
+    make_lr_scheduler,
+    make_optimizer,
+    total_steps,
+    undecayed_magnitudes,
+)
 from lorastudio.training.optimizers import step_size
 from lorastudio.training.plan import Plan
 from lorastudio.training.precision import peak_memory_gb
@@ -122,7 +128,8 @@ def optimize(
     num_steps = total_steps(cfg, len(sampler))
     state.total_steps = num_steps
     te = state.text_encoders
-    optimizer = make_optimizer(params, cfg, te.params if te is not None else None)
+    undecayed = undecayed_magnitudes(state.identity, state.denoiser)  # DoRA's, under its rule
+    optimizer = make_optimizer(params, cfg, te.params if te is not None else None, undecayed)
     trained = [*params, *(te.params if te is not None else [])]  # clipped and averaged together
     parts = LoopParts(
         denoiser=state.denoiser,

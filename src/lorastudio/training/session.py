@@ -29,6 +29,7 @@ from lorastudio.training.checkpoint import (
 from lorastudio.training.extend import finished_problem
 from lorastudio.training.identity import check_identity, config_as_recorded, dataset_files, run_identity
 from lorastudio.training.identity_base import base_record, record_for
+from lorastudio.training.identity_rules import as_checkpoint
 from lorastudio.training.preflight import PreparedRun, preflight
 from lorastudio.training.run_files import kept_note, remove_leftovers, remove_session_files
 
@@ -51,7 +52,9 @@ def prepare_session(
     is the checkpoint's and the identity must equal the checkpoint's.
 
     A resume whose cfg.steps exceeds the checkpoint's total trains the run longer: the identity
-    is compared with the checkpoint's steps, and the returned one has the new total.
+    is compared with the checkpoint's steps, and the returned one has the new total. A resume
+    keeps the checkpoint's DoRA weight-decay rule (identity_rules.as_checkpoint: an older DoRA
+    checkpoint continues under rule 1, its optimizer's one param group).
     Returns (prepared run, identity). Raises ConfigError: every preflight problem, an
     output_name other than the checkpoint's folder, a checkpoint with no step left, a finished
     run resumed without a larger total, or one problem per identity field that differs; plus
@@ -75,7 +78,7 @@ def prepare_session(
     )
     base = base_record(run.cfg, run.family.spec.denoiser)
     pixels = read_otherwise(run.scan)  # each file's header read once
-    identity = _identity(run, run.cfg, base, pixels)
+    identity = as_checkpoint(_identity(run, run.cfg, base, pixels), info["identity"])
     before = run.cfg.model_copy(update={"steps": old_total}) if extended else run.cfg
     # the base as the checkpoint's rule takes it (identity_base.py: a checkpoint of rule 1 resumes),
     # with the revision it recorded beside a local folder (training/checkpoint.py)

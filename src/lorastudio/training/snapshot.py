@@ -152,6 +152,15 @@ def save_checkpoint(
     return write_checkpoint_folder(run_dir, step, write)
 
 
+def _group_sizes(optimizer_state: Any) -> list[int] | None:
+    """The number of parameters of each param group of an optimizer's state_dict (None: no
+    readable groups)."""
+    groups = optimizer_state.get("param_groups") if isinstance(optimizer_state, dict) else None
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+        return None
+    return [len(g.get("params", ())) for g in groups]
+
+
 def load_checkpoint(checkpoint: Path, parts: LoopParts) -> tuple[int, list[float]]:
     """Restore the loop's state from `checkpoint` into `parts` (LoRA weights copied into the
     existing parameters, so the optimizer keeps referring to them). Returns (step, losses of
@@ -190,6 +199,17 @@ def load_checkpoint(checkpoint: Path, parts: LoopParts) -> tuple[int, list[float
         raise ConfigError([FieldProblem("resume", f"unexpected LoRA keys in {checkpoint}")])
     if parts.text_encoders is not None:
         _load_text_encoders(checkpoint, parts.text_encoders)
+    if _group_sizes(state["optimizer"]) != _group_sizes(parts.optimizer.state_dict()):
+        raise ConfigError(  # torch's own load raised a bare ValueError
+            [
+                FieldProblem(
+                    "resume",
+                    f"the optimizer state of {checkpoint} has param groups of {_group_sizes(state['optimizer'])} "
+                    f"parameters, this run's optimizer {_group_sizes(parts.optimizer.state_dict())}: it does not "
+                    "fit this run's adapter",
+                )
+            ]
+        )
     parts.optimizer.load_state_dict(state["optimizer"])
     parts.scheduler.load_state_dict(state["scheduler"])
     parts.scaler.load_state_dict(state["scaler"])
