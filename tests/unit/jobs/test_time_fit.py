@@ -75,3 +75,49 @@ def test_the_fit_is_bounded_at_zero_each_part() -> None:
     assert fit_line([(1.0, 4.0), (3.0, 2.0)]) == pytest.approx((3.0, 0.0))  # faster when larger: the mean
     fixed, rate = fit_line([(1.0, 1.0), (2.0, 4.0)])  # a negative fixed part: through the origin
     assert fixed == 0.0 and rate == pytest.approx((1 * 1 + 2 * 4) / (1 + 4))
+
+
+def test_records_of_two_sizes_give_the_line_and_a_record_of_this_size_is_measured(tmp_path: Path) -> None:
+    """Two records whose step is 1 s fixed + 1 s per 65,536 pixels (256 px: 2 s, 512 px: 5 s)
+    forecast 384 px at 1 + 2.25 = 3.25 s a step (the proportional rule: the median of 2 x 2.25 and
+    5 x 0.5625, 3.66 s); a run of one recorded size is forecast as that record measured it."""
+    from lorastudio.config import TrainConfig
+    from lorastudio.jobs.time_forecast import time_forecast
+    from lorastudio.timings import PHASES, run_signature, write_record
+
+    base = tmp_path / "base"
+    (base / "transformer").mkdir(parents=True)
+    (base / "transformer" / "model.safetensors").write_bytes(b"\0" * 1000)
+    plan = {
+        "base_precision": "fp32",
+        "gradient_checkpointing": "off",
+        "offload_blocks": 0,
+        "micro_batch_size": 1,
+    }
+    common = {"family": "flux", "base_model": str(base), "data_dir": "d", "steps": 11}
+
+    def signature(side: int) -> dict:
+        return run_signature(
+            family="flux", base_model=str(base), denoiser="transformer", device_name="cpu", plan=plan,
+            compiled=False, attention_backend="auto", buckets={f"{side}x{side}": 1}, batch_size=1,
+            grad_accum=1, lora_rank=TrainConfig(**common, resolution=side).lora_rank,
+        )  # fmt: skip
+
+    for side, step in ((256, 2.0), (512, 5.0)):
+        phases = dict.fromkeys(PHASES, 1.0) | {"steps": step * 10, "first_step": step}
+        record = {"signature": signature(side), "phases": phases, "s_per_step": step, "steps": 11}
+        write_record(tmp_path, f"r{side}", record | {"texts": 1, "latents_encoded": 1})
+
+    def forecast(side: int) -> dict:
+        work = {"steps": 11, "texts": 1, "images": 1, "buckets": {f"{side}x{side}": 1}}
+        cfg = TrainConfig(**common, resolution=side)
+        return time_forecast(cfg, base, CPU, plan, False, work, tmp_path)
+
+    between = forecast(384)
+    assert _phase(between, "steps")["seconds"] == pytest.approx(3.25 * 10)
+    assert _phase(between, "first_step")["seconds"] == pytest.approx(3.25)
+    assert "fitted on 2 of 2" in _phase(between, "steps")["basis"]
+    # latent cache: 1 s at both sizes, a rate of 0: the mean, not 2.25x the 256 px one
+    assert _phase(between, "latent_cache")["seconds"] == pytest.approx(1.0)
+    exact = forecast(512)  # before: both records, scaled, their median (the 256 one x 4 = 8 s a step)
+    assert exact["confidence"] == "measured" and _phase(exact, "steps")["seconds"] == pytest.approx(50.0)
