@@ -40,6 +40,8 @@ MATRIX: dict[str, tuple[str, dict[str, Any]]] = {
         for f in ("sdxl", "flux", "qwen-image", "z-image", "flux2", "flux-kontext")
         for r in (1024, 2048)
     },
+    # between the sizes above: the wall-time fit's interpolation (jobs/time_fit.py, RESULTS note 36)
+    **{f"{f}-512": (f, {"resolution": 512}) for f in ("sdxl", "flux", "z-image")},
     "krea2-1024": ("krea2", {"resolution": 1024}),  # held out of the Qwen-Image VAE's fit
     "qwen-image-edit-1024": ("qwen-image-edit", {"resolution": 1024}),
     "qwen-image-edit-c512": ("qwen-image-edit", {"resolution": 256, "control_resolution": 512}),

@@ -5,8 +5,10 @@ Sources, best first:
             engine under <home>/run_timings/) with the same family, base model, plan, compile,
             attention setting, LoRA rank and device: the median of up to HISTORY_RUNS newest,
             each phase scaled by its work (steps x pixels x samples per step, texts, images x
-            pixels, sample rounds x prompts x steps, checkpoints). Checked within 15 % on tiny
-            CPU runs (tests/unit/jobs/test_time_forecast.py).
+            pixels, sample rounds x prompts x steps, checkpoints); where none ran this size and
+            the records ran two or more sizes, each sized phase is a fixed part + a part that
+            scales with its work, fitted on them (jobs/time_fit.py). Checked within 15 % on tiny
+            CPU runs (tests/unit/jobs/test_time_forecast.py, test_time_fit.py).
   machine   runs of other bases / plans on this device: its measured time per unit of work
             (denoiser bytes x pixels x samples) scaled to this run; the fixed phases as measured.
   model     no run on this device: the H200 step table of bench/RESULTS.md (seconds per sample
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
+from lorastudio.jobs.time_fit import FIT_RUNS, refit, sizes
 from lorastudio.timings import PHASES, read_records, run_signature
 
 if TYPE_CHECKING:
@@ -102,10 +105,15 @@ def time_forecast(
     )
     units = _units(cfg, now, work)
     records = [r for r in read_records(home) if _usable(r)]
-    same = [r for r in records if all(_key(r, k) == now[k] for k in _SAME)][:HISTORY_RUNS]
-    if same:  # an earlier run of this signature left its compiled graphs in the cache (if it is kept)
+    alike_runs = [r for r in records if all(_key(r, k) == now[k] for k in _SAME)][:FIT_RUNS]
+    if alike_runs:  # an earlier run of this signature left its compiled graphs in the cache (if it is kept)
         warm = compiled and _compile_cache_kept(home)
-        return _from_history(same, units, now, compile_cache="warm" if warm else "cold" if compiled else None)
+        cache = "warm" if warm else "cold" if compiled else None
+        exact = [r for r in alike_runs if _same_size(r, now)]
+        if exact or len(sizes(alike_runs)) < 2:  # this size measured, or one size only: in proportion
+            return _from_history((exact or alike_runs)[:HISTORY_RUNS], units, now, compile_cache=cache)
+        newest = _from_history(alike_runs[:HISTORY_RUNS], units, now, compile_cache=cache)
+        return refit(newest, alike_runs, units, lambda r: _first_step_share(r, cache))
     machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
     # runs of the same plan (precision, checkpointing, block swap) and compile first: an nf4
     # or checkpointed run's time per unit of work says little of a bf16 one's
@@ -163,6 +171,11 @@ def _key(record: dict[str, Any], name: str) -> Any:
     return record["signature"].get(name, False if name == "preservation" else None)
 
 
+def _same_size(record: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether a record ran this run's pixels, batch size and accumulation."""
+    return all(record["signature"][k] == now[k] for k in ("pixels", "batch_size", "grad_accum"))
+
+
 def _usable(record: dict[str, Any]) -> bool:
     """A record this module can scale: its signature's numbers, every phase, a steady step time."""
     sig, phases = record.get("signature"), record.get("phases")
@@ -183,6 +196,7 @@ def _units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> dict[
     return {
         "steps": steps,
         "step_work": sig["pixels"] * sig["batch_size"] * sig["grad_accum"],
+        "pixels": sig["pixels"],
         "texts": work["texts"],
         "images": work["images"] * sig["pixels"],
         "sample_rounds": rounds,
@@ -201,12 +215,7 @@ def _from_history(
 ) -> dict[str, Any]:
     """Each phase: the median over `records` of the phase scaled by this run's work;
     `compile_cache`: "warm" / "cold", how this run's compile is expected to go (None: no compile)."""
-    exact = not other_base and all(
-        r["signature"]["pixels"] == now["pixels"]
-        and r["signature"]["batch_size"] == now["batch_size"]
-        and r["signature"]["grad_accum"] == now["grad_accum"]
-        for r in records
-    )
+    exact = not other_base and all(_same_size(r, now) for r in records)
     per: dict[str, list[float]] = {name: [] for name in PHASES}
     unmeasured: set[str] = set()
     for r in records:

@@ -1,0 +1,133 @@
+"""Each phase of the wall-time forecast as a fixed part plus a part that scales with its work,
+fitted on the recorded runs of one signature (jobs/time_forecast.py) that differ in size.
+
+A phase's time in proportion to its work (pixels x samples, images x pixels) holds for a large
+model on a GPU; a tiny model's phases are mostly fixed costs (the tiny SDXL's 256 px run forecast
+a 1024 px run at 184 s, which took 48 s: bench/RESULTS note 36). Where two or more records of a
+signature (family, base, device, plan, compile, rank, ...) ran at different sizes, each sized
+phase is `fixed + rate x work`, least squares over those records (FIT_RUNS newest), bounded: a
+negative rate is 0 (the phase is its mean), a negative fixed part is 0 (the rate through the
+origin, the proportional rule). Under two sizes a phase keeps the proportional rule. No torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+FIT_RUNS = 8  # the newest records of a signature the fit uses
+
+
+def fit_line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """(fixed, rate) of `y = fixed + rate * x`, least squares over `points` (x, y), bounded at 0
+    each: a negative rate -> (mean y, 0); a negative fixed part -> (0, sum xy / sum xx). None
+    under two distinct x (the fit is not determined)."""
+    if len({x for x, _ in points}) < 2:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    rate = sum((x - mx) * (y - my) for x, y in points) / sxx
+    fixed = my - rate * mx
+    if rate < 0:
+        return my, 0.0
+    if fixed < 0:
+        return 0.0, sum(x * y for x, y in points) / sum(x * x for x, _ in points)
+    return fixed, rate
+
+
+def sizes(records: list[dict[str, Any]]) -> set[float]:
+    """The distinct step sizes (pixels x batch x accumulation) of `records`."""
+    return {_step_work(r) for r in records}
+
+
+def refit(
+    forecast: dict[str, Any],
+    records: list[dict[str, Any]],
+    units: dict[str, float],
+    first_step_share: Callable[[dict[str, Any]], float],
+) -> dict[str, Any]:
+    """`forecast` (time_forecast's proportional section from the newest records) with each sized
+    phase (first step, steps, caption encoding, latent cache, sample rounds) replaced by its
+    fixed + scaling fit over `records` (one signature, FIT_RUNS newest) where they give two or
+    more distinct work values; `units`: this run's work (time_forecast._units);
+    `first_step_share(record)`: the factor from a record's first step to this run's (its compile).
+    Each fitted phase says so in its basis; the total and the note follow."""
+    n = len(records)
+    fits: dict[str, tuple[list[tuple[float, float]], float, float, str]] = {}
+    step_x = units["step_work"]
+    fits["steps"] = (
+        [(_step_work(r), float(r["s_per_step"])) for r in records],
+        step_x,
+        max(units["steps"] - 1, 0),
+        "s per step, the step's pixels x samples",
+    )
+    fits["first_step"] = (
+        [(_step_work(r), r["phases"]["first_step"] * first_step_share(r)) for r in records],
+        step_x,
+        1.0,
+        "the first step, its pixels x samples",
+    )
+    if units["texts"]:
+        texts = [(float(r["texts"]), r["phases"]["caption_encoding"]) for r in records if r.get("texts")]
+        fits["caption_encoding"] = (texts, units["texts"], 1.0, "caption encoding, the texts encoded")
+    if units["images"]:
+        images = [
+            (_encoded(r) * r["signature"]["pixels"], r["phases"]["latent_cache"])
+            for r in records
+            if _encoded(r)
+        ]
+        fits["latent_cache"] = (images, units["images"], 1.0, "the latent cache, images x pixels encoded")
+    if units["sample_rounds"]:
+        rounds = [
+            (
+                r.get("sample_work", 0) * r["signature"]["pixels"],
+                r["phases"]["sample_rounds"] / r["sample_rounds"],
+            )
+            for r in records
+            if r.get("sample_rounds") and r.get("sample_work")
+        ]
+        fits["sample_rounds"] = (
+            rounds,
+            units["sample_work"] * units["pixels"],
+            units["sample_rounds"],
+            "a sample round, prompts x sample steps x pixels",
+        )
+    by_name = {p["name"]: p for p in forecast["phases"]}
+    fitted = []
+    for name, (points, x_now, times, what) in fits.items():
+        line = fit_line(points)
+        if line is None:
+            continue
+        fixed, rate = line
+        phase = by_name[name]
+        phase["seconds"] = round((fixed + rate * x_now) * times, 2)
+        distinct = len({x for x, _ in points})
+        phase["basis"] = (
+            f"fitted on {len(points)} of {n} earlier runs of this base and plan on this machine at"
+            f" {distinct} sizes: {what}, {fixed:.4g} s fixed + {rate:.4g} s per unit"
+            + (f", x {times:g}" if times != 1 else "")
+        )
+        fitted.append(name)
+    if not fitted:
+        return forecast
+    forecast["total_s"] = round(sum(p["seconds"] for p in forecast["phases"]), 1)
+    forecast["confidence"] = "scaled"
+    forecast["note"] = (
+        f"scaled from measured runs: expect +-30 % (basis: {', '.join(fitted)} fitted as a fixed part"
+        f" + a part that scales with their work on {n} runs of this base and plan at"
+        f" {len(sizes(records))} sizes, the rest from the newest runs;"
+        " from the CLI's or job worker's start to the run's end)"
+    )
+    return forecast
+
+
+def _step_work(record: dict[str, Any]) -> float:
+    sig = record["signature"]
+    return float(sig["pixels"] * sig["batch_size"] * sig["grad_accum"])
+
+
+def _encoded(record: dict[str, Any]) -> float:
+    """The images the record's latent phase encoded (0: none, or not counted)."""
+    return float(record.get("latents_encoded", record.get("latents")) or 0)
