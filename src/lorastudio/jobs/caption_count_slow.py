@@ -18,11 +18,12 @@ start counts.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from lorastudio import json_read
 
 T5_CLASSES = frozenset({"T5Tokenizer", "T5TokenizerFast"})
 CLIP_CLASSES = frozenset({"CLIPTokenizer", "CLIPTokenizerFast"})
@@ -91,7 +92,7 @@ def _clip(
     from tokenizers.models import BPE
 
     try:
-        vocab = json.loads(vocab_bytes)
+        vocab = json_read.loads(vocab_bytes)
         lines = merges_bytes.decode("utf-8").splitlines()
     except (ValueError, RecursionError):
         raise cannot(f"{tok_dir.name}/vocab.json or merges.txt is not UTF-8 JSON / text") from None
@@ -142,7 +143,7 @@ def _special(config: dict, key: str, default: str) -> str:
 def _config(tok_dir: Path, root: Path, read: Reader) -> dict:
     raw = _optional(read, tok_dir / "tokenizer_config.json", root)
     try:
-        config = json.loads(raw) if raw is not None else {}
+        config = json_read.loads(raw) if raw is not None else {}
     except (ValueError, RecursionError):
         config = {}
     return config if isinstance(config, dict) else {}
