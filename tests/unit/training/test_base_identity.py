@@ -17,8 +17,8 @@ from lorastudio.data.disk_cache import cache_root, cache_stats, component_finger
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
 from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info
-from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import train
+from stop_at import stop_at
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 REPO = "acme/flux"
@@ -47,16 +47,6 @@ def _use_hub_cache(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         for attr in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "DIFFUSERS_CACHE"):
             if isinstance(getattr(module, attr, None), str):
                 monkeypatch.setattr(module, attr, str(cache))
-
-
-def _stop_at(step: int) -> tuple[list, Callable[[], StopRequest | None]]:
-    events: list = []
-
-    def check() -> StopRequest | None:
-        done = [e for e in events if e.type == "progress"]
-        return StopRequest(save=True) if done and done[-1].step >= step else None
-
-    return events, check
 
 
 def _edit_tokenizer(snapshot: Path) -> None:
@@ -101,7 +91,7 @@ def test_a_changed_hub_tokenizer_gets_new_shards_and_refuses_the_resume(make_con
     a snapshot whose tokenizer changed reused caption shards tokenised the old way, and a resume
     onto it was not refused."""
     config = make_config(base_model=REPO, steps=3, latent_cache="disk")
-    events, stop = _stop_at(1)
+    events, stop = stop_at(1)
     train(config, events.append, stop, device="cpu")
     root = cache_root(get_settings())
     text_before = {s.model for s in cache_stats(root) if s.kind == "text"}
@@ -125,7 +115,7 @@ def test_an_old_rule_checkpoint_resumes_on_an_unchanged_hub_base(make_config, hu
     from lorastudio.training.identity_base import base_record
 
     config = make_config(base_model=REPO, steps=3)
-    events, stop = _stop_at(1)
+    events, stop = stop_at(1)
     train(config, events.append, stop, device="cpu")
     run_dir = get_settings().outputs_dir / "run"
     checkpoint = find_checkpoint(run_dir)
@@ -179,7 +169,7 @@ def test_a_hub_base_fetched_by_the_loaders_is_keyed_by_its_content(make_config, 
     from lorastudio.data.text_keys import text_fingerprint
 
     config = make_config(base_model=REPO, steps=3, latent_cache="disk")
-    events, stop = _stop_at(1)
+    events, stop = stop_at(1)
     train(config, events.append, stop, device="cpu")
     assert fetched_on_load  # fetched by the run's loaders
     root = cache_root(get_settings())

@@ -23,11 +23,11 @@ from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
 from lorastudio.training import identity as identity_module
 from lorastudio.training.checkpoint import list_checkpoints, read_checkpoint_info
-from lorastudio.training.events import StopRequest
 from lorastudio.training.identity import identity_problems, run_identity
 from lorastudio.training.identity_rules import DORA_DECAY_RULE
 from lorastudio.training.loop import TrainResult, train
 from lorastudio.training.optim import make_optimizer
+from stop_at import stop_at
 
 LR, DECAY, STEPS = 1e-2, 1.0, 4  # decoupled decay: x (1 - lr x DECAY) a step
 
@@ -47,16 +47,6 @@ def older_rule(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def _magnitudes(denoiser: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in denoiser.named_parameters() if "lora_magnitude_vector" in n}
-
-
-def _stop_at(step: int) -> tuple[list, Callable[[], StopRequest | None]]:
-    events: list = []
-
-    def check() -> StopRequest | None:
-        done = [e for e in events if e.type == "progress"]
-        return StopRequest(save=True) if done and done[-1].step >= step else None
-
-    return events, check
 
 
 def _state(run: str) -> dict:
@@ -114,7 +104,7 @@ def test_an_older_dora_checkpoint_resumes_bitwise_under_its_rule(make_config, mo
     settings = {"save_every": 1}
     with older_rule(monkeypatch):
         full = train(_dora(make_config, "full", **settings), [].append, device="cpu")
-        events, stop = _stop_at(2)
+        events, stop = stop_at(2)
         part = train(_dora(make_config, "part", **settings), events.append, stop, device="cpu")
     assert part.stopped and part.losses == full.losses[:2]
     assert len(_state("part")["optimizer"]["param_groups"]) == 1
@@ -135,7 +125,7 @@ def test_an_older_dora_checkpoint_resumes_bitwise_under_its_rule(make_config, mo
 )
 def test_a_new_dora_run_resumes_bitwise(make_config, over) -> None:
     full = train(_dora(make_config, "full", **over), [].append, device="cpu")
-    events, stop = _stop_at(2)
+    events, stop = stop_at(2)
     part = train(_dora(make_config, "part", **over), events.append, stop, device="cpu")
     assert part.stopped and part.losses == full.losses[:2]
     groups = _state("part")["optimizer"]["param_groups"]
@@ -204,7 +194,7 @@ def test_a_checkpoint_whose_groups_do_not_fit_is_refused_naming_them(make_config
     ValueError."""
     import json
 
-    events, stop = _stop_at(1)
+    events, stop = stop_at(1)
     train(_dora(make_config, "cut", steps=3), events.append, stop, device="cpu")
     (checkpoint,) = list_checkpoints(get_settings().outputs_dir / "cut")
     info = json.loads((checkpoint / "identity.json").read_text())

@@ -5,7 +5,6 @@ across two successive resumes; a resume whose identity differs is refused naming
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
 import pytest
 import torch
@@ -22,8 +21,8 @@ from lorastudio.training.checkpoint import (
     read_checkpoint_info,
     resume_settings,
 )
-from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import TrainResult, train
+from stop_at import stop_at
 
 # every random stream of the loop matters: crops/flips/caption dropout (numpy), variants/noise/
 # timesteps (torch generator), LoRA dropout (torch global)
@@ -36,16 +35,6 @@ AUGMENTED = {
     "lora_dropout": 0.1,
     "lr_scheduler": "cosine",
 }
-
-
-def _stop_at(step: int) -> tuple[list, Callable[[], StopRequest | None]]:
-    events: list = []
-
-    def check() -> StopRequest | None:
-        done = [e for e in events if e.type == "progress"]
-        return StopRequest(save=True) if done and done[-1].step >= step else None
-
-    return events, check
 
 
 def _weights(result: TrainResult) -> dict[str, torch.Tensor]:
@@ -75,7 +64,7 @@ def _augmented(family: str, make_config) -> dict:
 def test_stop_and_resume_is_bitwise_the_uninterrupted_run(family, make_config):
     augmented = _augmented(family, make_config)
     full = train(make_config(family, output_name="full", **augmented), [].append, device="cpu")
-    events, stop = _stop_at(2)
+    events, stop = stop_at(2)
     first = train(make_config(family, output_name="part", **augmented), events.append, stop, device="cpu")
     assert first.stopped and first.steps_run == 2 and first.losses == full.losses[:2]
     run_dir = get_settings().outputs_dir / "part"
@@ -98,10 +87,10 @@ def test_two_successive_resumes_with_epochs_and_accumulation(make_config):
     settings = {"num_epochs": 3, "batch_size": 1, "grad_accum": 3, "resolution": 64, **AUGMENTED}
     full = train(make_config(output_name="full", **settings), [].append, device="cpu")
     assert full.steps_run == 6  # 3 epochs x ceil(4 batches / 3)
-    events, stop = _stop_at(1)
+    events, stop = stop_at(1)
     train(make_config(output_name="run", **settings), events.append, stop, device="cpu")
     run_dir = get_settings().outputs_dir / "run"
-    events, stop = _stop_at(4)  # the step numbers continue across the resume
+    events, stop = stop_at(4)  # the step numbers continue across the resume
     second = train(
         make_config(output_name="run", **settings), events.append, stop, device="cpu", resume=run_dir
     )
@@ -119,7 +108,7 @@ def test_resume_with_per_step_encoding_and_the_settings_of_the_checkpoint(make_c
     settings = {**AUGMENTED, "latent_cache": "off", "steps": 4}  # crops drawn every step: nothing cached
     del settings["cache_variants"]  # (refused with "off": config_cache.latent_cache_problems)
     full = train(make_config(output_name="full", **settings), [].append, device="cpu")
-    events, stop = _stop_at(2)
+    events, stop = stop_at(2)
     train(make_config(output_name="run", **settings), events.append, stop, device="cpu")
     checkpoint = find_checkpoint(get_settings().outputs_dir / "run")
     raw = resume_settings(read_checkpoint_info(checkpoint), {"save_every": 1, "keep_last": 5})
@@ -131,7 +120,7 @@ def test_resume_with_per_step_encoding_and_the_settings_of_the_checkpoint(make_c
 
 
 def test_a_resume_whose_identity_differs_names_every_field(make_config):
-    events, stop = _stop_at(1)
+    events, stop = stop_at(1)
     train(make_config(steps=4), events.append, stop, device="cpu")
     run_dir = get_settings().outputs_dir / "run"
     before = sorted(p.name for p in run_dir.rglob("*"))
@@ -153,7 +142,7 @@ def test_a_resume_refuses_a_changed_dataset(make_config, small_dataset, tmp_path
 
     data = tmp_path / "data"
     shutil.copytree(small_dataset, data)
-    events, stop = _stop_at(1)
+    events, stop = stop_at(1)
     train(make_config(steps=4, data_dir=str(data)), events.append, stop, device="cpu")
     sorted(data.glob("*.txt"))[0].write_text("another caption")
     with pytest.raises(ConfigError, match="dataset_fingerprint"):
@@ -176,7 +165,7 @@ def test_a_resume_refuses_a_base_replaced_in_place(make_config, tiny_model, tmp_
 
     base = tmp_path / "base"
     shutil.copytree(tiny_model("flux"), base)
-    events, stop = _stop_at(1)
+    events, stop = stop_at(1)
     train(make_config(steps=3, base_model=str(base)), events.append, stop, device="cpu")
     run_dir = get_settings().outputs_dir / "run"
     checkpoint = find_checkpoint(run_dir)
@@ -200,7 +189,7 @@ def test_a_resume_refuses_a_base_replaced_in_place(make_config, tiny_model, tmp_
 
 
 def test_overrides_that_change_the_maths_are_refused(make_config):
-    events, stop = _stop_at(1)
+    events, stop = stop_at(1)
     train(make_config(steps=3), events.append, stop, device="cpu")
     info = read_checkpoint_info(find_checkpoint(get_settings().outputs_dir / "run"))
     assert info["step"] == 1 and info["total_steps"] == 3 and info["identity"]["dataset_fingerprint"]
@@ -225,7 +214,7 @@ def test_cli_resume_from_a_run_folder(make_config, tmp_path):
 
     if not app.registered_commands:
         _register()
-    events, stop = _stop_at(2)
+    events, stop = stop_at(2)
     full = train(make_config(steps=4, output_name="full"), [].append, device="cpu")
     train(make_config(steps=4), events.append, stop, device="cpu")
     run_dir = get_settings().outputs_dir / "run"
