@@ -108,6 +108,19 @@ from lorastudio import families, json_read
 from lorastudio.config_datasets import top_resolution
 from lorastudio.data.disk_cache import latent_mode
 from lorastudio.errors import HostMemoryShort
+from lorastudio.jobs.host_memory_vae import (  # the VAE's term (split out; names kept here)
+    VAE_ACT_BY_CLASS as VAE_ACT_BY_CLASS,
+)
+from lorastudio.jobs.host_memory_vae import (
+    VAE_ACT_PER_CHANNEL_PIXEL as VAE_ACT_PER_CHANNEL_PIXEL,
+)
+from lorastudio.jobs.host_memory_vae import (
+    _vae_config,
+    vae_act_gb,
+)
+from lorastudio.jobs.host_memory_vae import (
+    _vae_first_channels as _vae_first_channels,
+)
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -123,16 +136,6 @@ BASE_PROCESS_GB = 0.47
 # 3.77-3.79 GB, FLUX.2 klein 9B 3.91 GB, Qwen-Image 4.42 GB; the weights, 9.5-57.7 GB, do not show.
 CUDA_PROCESS_GB = 3.9
 _SAFETENSORS_DTYPE = {"fp32": "F32", "bf16": "BF16", "fp16": "F16"}
-# Bytes of VAE working memory per full-resolution pixel, per channel of the first level, per
-# byte of the dtype: the residual blocks keep input, normalised and convolved copies at once
-# (fitted: see the module docstring).
-VAE_ACT_PER_CHANNEL_PIXEL = 4.7
-# Per VAE class (vae/config.json _class_name): (fixed GB, bytes per full-resolution pixel per
-# dtype byte, bytes per pixel per channel of the first level per dtype byte). Other classes:
-# (0, 0, VAE_ACT_PER_CHANNEL_PIXEL), the 2D AutoencoderKL's (SD, SDXL, FLUX.1, FLUX.2's VAE).
-VAE_ACT_BY_CLASS: dict[str, tuple[float, float, float]] = {
-    "AutoencoderKLQwenImage": (0.12, 84.0, 6.5),
-}
 # A transformer denoiser's activations on CPU, bytes per image token per byte of the compute
 # dtype: a fixed part and a part per unit of hidden x blocks (fitted: see the module docstring).
 CPU_ACT_PER_TOKEN = 850.0
@@ -327,46 +330,6 @@ def _token_width(folder: Path) -> int | None:
     if not isinstance(hidden, int) or hidden <= 0 or blocks <= 0:
         return None
     return hidden * blocks
-
-
-def vae_act_gb(folder: Path, pixels: int, act_bytes: int) -> float:
-    """GB of working memory the VAE in `folder` holds for one call over `pixels` full-resolution
-    pixels (images x W x H) in a dtype of `act_bytes`: its class's fixed part + (per pixel + per
-    channel x c0) x pixels x act_bytes (VAE_ACT_BY_CLASS; module docstring)."""
-    default = (0.0, 0.0, VAE_ACT_PER_CHANNEL_PIXEL)
-    fixed, per_pixel, per_channel = VAE_ACT_BY_CLASS.get(_vae_class(folder), default)
-    c0 = _vae_first_channels(folder)
-    return fixed + (per_pixel + per_channel * c0) * pixels * act_bytes / 1e9
-
-
-def _vae_config(folder: Path) -> dict[str, Any]:
-    """The config.json of the component in `folder` (the VAE's, the denoiser's; {} when unreadable)."""
-    try:
-        config = json_read.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return config if isinstance(config, dict) else {}
-
-
-def _vae_class(folder: Path) -> str:
-    """_class_name of the VAE's config.json ("" when unreadable)."""
-    name = _vae_config(folder).get("_class_name")
-    return name if isinstance(name, str) else ""
-
-
-def _vae_first_channels(folder: Path) -> int:
-    """The VAE's channels at full resolution: block_out_channels[0] of its config.json (the 2D
-    AutoencoderKL's), else base_dim x dim_mult[0] (the Qwen-Image / Wan VAE's); 128, the SD/FLUX.1
-    VAE's, when neither is readable."""
-    config = _vae_config(folder)
-    try:
-        channels = config.get("block_out_channels")
-        if channels:
-            return int(channels[0])
-        base, mult = config.get("base_dim"), config.get("dim_mult") or [1]
-        return int(base) * int(mult[0]) if base else 128
-    except (ValueError, TypeError, IndexError):
-        return 128
 
 
 def available_host_bytes() -> int | None:

@@ -43,10 +43,10 @@ from lorastudio.data.cache_io import hold_entry, prepare_cache_folder
 from lorastudio.data.disk_cache import shard_path, source_on_disk
 from lorastudio.data.text_keys import KIND, text_fingerprint, text_key, text_parts
 from lorastudio.errors import DatasetError
+from lorastudio.training.cache_shards import read_shard, read_shard_entry, write_shard
 from lorastudio.training.caption_length import caption_counts, cut_note
 from lorastudio.training.conditioning import Conditioning, Text, encode_texts
 from lorastudio.training.distributed import barrier, gather_round, group_context
-from lorastudio.training.latents_disk import read_shard, read_shard_entry, write_shard
 from lorastudio.training.text_signature import (
     PROBE_TEXTS,
     Signature,
