@@ -1,0 +1,117 @@
+"""The wall-time forecast's basis when no run of this kind is recorded on this machine (jobs/
+time_forecast.py, the "model" source): bench/RESULTS' H200 table and e2e FLUX.1 phases scaled by
+the denoiser's size and the run's work, a labelled guess elsewhere; and the forecast's section
+shape shared with the history basis."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.jobs.hardware import HostInfo
+
+# A step with differential output preservation over a plain one: + the base model's no-grad forward
+# (~1/3 of a forward + backward) + the adapter's second forward + backward (training/preservation.py).
+PRESERVATION_STEP = 1 + 1 / 3 + 1
+# A CLI or job worker process's start before train(): Python, torch, diffusers imports (5-7 s measured).
+PROCESS_START_S = 6.0
+# H200, each family's default plan (bf16, regional compile), 1024 px: seconds per sample and the
+# bf16 denoiser bytes they were measured with (bench/RESULTS.md: FLUX.1 the e2e run, note 23;
+# the others run 2's engine-compile rows, b1; SDXL b4).
+_H200_S_PER_SAMPLE: dict[str, tuple[float, float]] = {
+    "FluxTransformer2DModel": (0.342, 23.8e9),
+    "QwenImageTransformer2DModel": (0.430, 40.9e9),
+    "ZImageTransformer2DModel": (0.306, 12.3e9),
+    "UNet2DConditionModel": (0.081, 5.1e9),
+}
+# The e2e FLUX.1 run's fixed phases (note 23, run 3 with cuDNN; the probe of run 1: 22 s).
+_E2E = {"load_gb_per_s": 33.7 / 22.6, "text_s": 1.3 / 17, "image_s": 1.8 / 16, "probe_s": 22.0}
+_E2E.update({"compile_s": 48.0, "sample_step_s": 5.3 / 20, "checkpoint_s": 0.6, "export_s": 1.0})
+
+
+def _from_model(
+    cfg: TrainConfig, denoiser_class: str, host: HostInfo, now: dict[str, Any], units: dict[str, float]
+) -> dict[str, Any]:
+    """No run on this device: the H200 table scaled by denoiser size and pixels (a guess elsewhere)."""
+    ref = _H200_S_PER_SAMPLE.get(denoiser_class)
+    gpu = host.device == "cuda"
+    h200 = gpu and ("H200" in host.name or "H100" in host.name)
+    size = now["denoiser_bytes"] or (ref[1] if ref else 0.0)
+    samples = now["batch_size"] * now["grad_accum"]
+    pixels = now["pixels"] / 1024**2 if now["pixels"] else 1.0
+    per_sample = (ref[0] / ref[1] if ref else 0.342 / 23.8e9) * size * pixels
+    if not gpu:
+        per_sample *= 200  # a guess: a CPU trains ~200x slower than an H200 (not calibrated)
+    if now["plan"].get("base_precision") == "fp32":
+        per_sample *= 2
+    per_sample *= _dop(now["preservation"])
+    step = max(per_sample * samples, 0.05)
+    compile_s = _E2E["compile_s"] * (size / 23.8e9) ** 0.5 if now["compiled"] else 2 * step
+    probe = _E2E["probe_s"] if gpu and cfg.attention_backend == "auto" else 0.0
+    load_rate = _E2E["load_gb_per_s"] * (1 if gpu else 0.5)
+    if h200:
+        what = "H200 table from bench/RESULTS scaled by denoiser size x pixels x samples"
+    elif gpu:
+        what = f"a guess: the H200 table of bench/RESULTS applied to {host.name} (not measured there)"
+    else:
+        what = "a guess: the H200 table of bench/RESULTS x 200 for a CPU (no run on this machine yet)"
+    if now["preservation"]:
+        what += f"; x{PRESERVATION_STEP:.2f} for differential output preservation's pass"
+    e2e = "the FLUX.1 e2e run of bench/RESULTS note 23" + ("" if h200 else " (a guess on this device)")
+    phases = [
+        (
+            "process_start",
+            PROCESS_START_S,
+            "a guess: the CLI's or job worker's start (Python and torch imports)",
+        ),
+        (
+            "weights_load",
+            1.4 * size / 1e9 / load_rate,
+            f"pipeline size / {load_rate:.1f} GB/s read rate from {e2e}",
+        ),
+        ("caption_encoding", units["texts"] * _E2E["text_s"], f"texts x time per text from {e2e}"),
+        ("latent_cache", units["images"] / 1024**2 * _E2E["image_s"], f"images x pixels from {e2e}"),
+        ("probe_plan", probe, f"attention probe of {e2e}" if probe else "no attention probe"),
+        (
+            "first_step",
+            compile_s,
+            f"regional compile of {e2e}" if now["compiled"] else "2 steps (no compile)",
+        ),
+        ("steps", step * max(units["steps"] - 1, 0), what),
+        (
+            "sample_rounds",
+            units["sample_rounds"] * units["sample_work"] * _E2E["sample_step_s"] * step / 0.342,
+            f"sample steps x {e2e}",
+        ),
+        ("checkpoints", units["checkpoints"] * _E2E["checkpoint_s"], f"checkpoint writes of {e2e}"),
+        ("export", _E2E["export_s"], f"{e2e}"),
+        ("other", 5.0, "a guess (engine preflight, freeing memory)"),
+    ]
+    rows = [{"name": n, "seconds": round(s, 2), "basis": b} for n, s, b in phases]
+    return _section(rows, "model", "scaled" if h200 and ref else "guess", 0, what)
+
+
+def _section(
+    phases: list[dict[str, Any]], source: str, confidence: str, runs: int, basis: str
+) -> dict[str, Any]:
+    total = round(sum(p["seconds"] for p in phases), 1)
+    notes = {
+        "measured": "within ~15 % when nothing else runs on the machine",
+        "scaled": "scaled from measured runs: expect +-30 %",
+        "guess": "a guess, no run of this kind measured on this machine: expect a factor of 2 either way; "
+        "after one run here the forecast uses its measured times",
+    }
+    return {
+        "total_s": total,
+        "phases": phases,
+        "source": source,
+        "confidence": confidence,
+        "runs": runs,
+        "note": f"{notes[confidence]} (basis: {basis}; from the CLI's or job worker's start to the run's end)",
+    }
+
+
+def _dop(preservation: bool) -> float:
+    """A step's work with differential output preservation on, in plain steps."""
+    return PRESERVATION_STEP if preservation else 1.0
