@@ -28,11 +28,17 @@ class StepMeter:
         self._first_done_at: float | None = None
         self._samples_after_first = 0
         self._last_at = 0.0
+        self._created_wall = time.perf_counter()  # the log's first-step seconds (not `clock`)
+        self._first_wall: float | None = None
         self.steps = 0
+        self.session_steps = 0  # steps done by this meter (`steps` continues a checkpoint's count)
 
     def step_done(self, loss: float, samples: int) -> None:
         now = self._clock()
         self.steps += 1
+        self.session_steps += 1
+        if self.session_steps == 1:
+            self._first_wall = time.perf_counter()
         if math.isfinite(loss):
             self._recent.append(loss)
         if self._first_done_at is None:
@@ -40,6 +46,11 @@ class StepMeter:
         else:
             self._samples_after_first += samples
         self._last_at = now
+
+    @property
+    def first_step_seconds(self) -> float | None:
+        """Seconds from this meter's creation (just before the loop) to its first step's end."""
+        return None if self._first_wall is None else self._first_wall - self._created_wall
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps: the steps and the losses of the running average. Throughput

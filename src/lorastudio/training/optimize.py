@@ -35,6 +35,7 @@ from lorastudio.training.ema import AdapterEma, make_ema
 from lorastudio.training.events import Emit, Progress
 from lorastudio.training.export import save_lora_snapshot
 from lorastudio.training.extend import respan_schedule
+from lorastudio.training.first_step_report import log_first_step_compile
 from lorastudio.training.latents import LatentSource
 from lorastudio.training.loop_end import finish_run, sample_round
 from lorastudio.training.meter import DivergenceGuard, StepMeter
@@ -299,6 +300,8 @@ def _record(
     state.steps_run = flight.step
     state.losses.append(loss)
     parts.meter.step_done(loss, flight.samples)
+    if parts.meter.session_steps == 1:  # where its compile's time went (training/first_step_report)
+        log_first_step_compile(parts.meter.first_step_seconds or 0.0)
     emit(
         Progress(
             step=flight.step,

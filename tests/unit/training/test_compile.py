@@ -81,7 +81,7 @@ def test_named_classes_select_other_blocks_without_touching_the_model():
 class _Case:
     """A tiny FLUX.1 denoiser with LoRA, its objective and a fixed batch: one micro-step."""
 
-    def __init__(self) -> None:
+    def __init__(self, batch: int = 2) -> None:
         self.family = families.get("flux")
         pipe = build("flux", 0)
         self.cfg = TrainConfig(family="flux", base_model="tiny", data_dir="tiny", lora_rank=4, lora_alpha=4.0)
@@ -94,12 +94,17 @@ class _Case:
                 p.normal_(std=0.05)
         g = torch.Generator().manual_seed(3)
         dim = self.denoiser.config.joint_attention_dim
-        self.latents = torch.randn(2, 16, 8, 8, generator=g)  # [B, C, h, w]
+        self.batch = batch
+        self.latents = torch.randn(batch, 16, 8, 8, generator=g)  # [B, C, h, w]
         self.cond = {
-            "prompt_embeds": torch.randn(2, 6, dim, generator=g),  # [B, L, D]
-            "pooled": torch.randn(2, self.denoiser.config.pooled_projection_dim, generator=g),  # [B, Dp]
+            "prompt_embeds": torch.randn(batch, 6, dim, generator=g),  # [B, L, D]
+            "pooled": torch.randn(batch, self.denoiser.config.pooled_projection_dim, generator=g),  # [B, Dp]
         }
-        self.info = {"original_size": [(64, 64)] * 2, "crop_top_left": [(0, 0)] * 2, "target_size": (64, 64)}
+        self.info = {
+            "original_size": [(64, 64)] * batch,
+            "crop_top_left": [(0, 0)] * batch,
+            "target_size": (64, 64),
+        }
 
     def step(self) -> tuple[float, list[torch.Tensor]]:
         for p in self.params:
@@ -107,7 +112,7 @@ class _Case:
         scaler = torch.amp.GradScaler("cpu", enabled=False)
         share = forward_backward(
             self.family, self.denoiser, self.objective, self.latents, self.cond, self.info, self.cfg,
-            torch.Generator().manual_seed(5), 2, scaler,
+            torch.Generator().manual_seed(5), self.batch, scaler,
         )  # fmt: skip
         assert share.dim() == 0 and not share.requires_grad
         return float(share), [p.grad.clone() for p in self.params]
@@ -129,6 +134,23 @@ def test_compiled_blocks_give_the_eager_loss_and_gradients():
         torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-6)
     assert compile_state(case.denoiser).active  # still compiled: nothing fell back
     assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT
+
+
+def test_single_blocks_share_one_graph_whatever_the_stride_of_a_size_one_batch():
+    """FLUX.1's first single block gets a contiguous [1, N, D] input, the later ones a slice of a
+    longer concatenation (same memory order, another batch stride): one graph for all of them
+    (RESULTS note 38). The double blocks keep two: block 0's input needs no gradient."""
+    torch._dynamo.reset()
+    case = _Case(batch=1)
+    eager_loss, _ = case.step()
+    compile_denoiser(case.denoiser, case.params, backend="eager")
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    compiled_loss, _ = case.step()
+    assert compiled_loss == pytest.approx(eager_loss, rel=1e-5)
+    # tiny FLUX.1: 1 double block (1 graph) + 2 single blocks (1 graph, was 2 before)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2
+    case.step()  # a second step compiles nothing new
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2
 
 
 def _broken_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
@@ -194,3 +216,22 @@ def test_a_model_without_repeated_blocks_stays_eager():
     assert not state.active
     assert "declares no repeated blocks" in state.fallback_reason
     assert run_compiled(model, lambda: 7) == 7
+
+
+def test_the_first_step_report_names_dynamo_time_and_the_caches(caplog):
+    """The worker log's line after a compiled run's first step (training/first_step_report.py)
+    carries Dynamo's own seconds and the graph count, read from Dynamo's counters."""
+    import logging
+
+    from lorastudio.training.first_step_report import first_step_compile_summary, log_first_step_compile
+
+    torch._dynamo.reset()
+    case = _Case(batch=1)
+    compile_denoiser(case.denoiser, case.params, backend="eager")
+    case.step()
+    summary = first_step_compile_summary()
+    assert summary is not None and summary["_compile.compile_inner"] > 0
+    assert summary["stats.unique_graphs"] >= 2
+    with caplog.at_level(logging.INFO, logger="lorastudio.training.first_step_report"):
+        log_first_step_compile(1.25)
+    assert "first step 1.25 s" in caplog.text and "_compile.compile_inner" in caplog.text
