@@ -1,0 +1,232 @@
+"""The maths audit (session 28): one training step's loss, computed here from the definitions of
+diffusers' own training scripts (examples/dreambooth/train_dreambooth_lora_*.py) and pipelines,
+equals the loss lorastudio's step computes (training/step.forward_backward through the family's
+objective, its cached posterior and its hooks) on the same images, posterior draw, timesteps and
+noise, to fp32 tolerance.
+
+Written independently of lorastudio's own code, per family, from the scripts:
+  - the latents: the VAE's posterior sample, normalised as each script does: SDXL's
+    `z * scaling_factor` (or `(z - latents_mean) * scaling_factor / latents_std` where the VAE
+    config has them); FLUX.1 / Kontext / Chroma / Z-Image's `(z - shift_factor) * scaling_factor`;
+    Qwen-Image / Qwen-Image-Edit / Krea 2's `(z - latents_mean) * (1 / latents_std)` on the 5-D
+    video latents; FLUX.2 / klein's `Flux2Pipeline._patchify_latents` then the VAE's BatchNorm
+    `(z - running_mean) / sqrt(running_var + eps)`;
+  - the timesteps: logit-normal u = sigmoid(N(logit_mean, logit_std)) (training_utils'
+    compute_density_for_timestep_sampling), shifted as the family's pipeline shifts its sigmas at
+    inference (FlowMatchEulerDiscreteScheduler.time_shift with the pipeline module's
+    calculate_shift mu, or the scheduler's static `shift`; FLUX.1 / Kontext unshifted, kohya's and
+    the FLUX scripts' default); SDXL's uniform integer t through DDPMScheduler.add_noise /
+    get_velocity and training_utils.compute_snr for min-SNR;
+  - the noisy input (1 - sigma) x + sigma eps and the target eps - x, the mean squared error per
+    sample, its min-SNR weight, the batch mean.
+The one part shared with the code under test is the denoiser call (Family.predict), which
+tests/families/test_predict_matches_pipeline.py and test_reference_predict.py check against one
+step of each family's own pipeline; the text conditioning likewise (the pipeline's encode_prompt).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lorastudio import families
+from lorastudio.config import TrainConfig, resolve_train_config
+
+RES = 32
+PROMPTS = ["a red circle on a blue background", "a green square"]
+KL_SHIFTED = {"flux", "flux-kontext", "chroma", "z-image"}  # (z - shift_factor) * scaling_factor
+QWEN_VAE = {"qwen-image", "qwen-image-edit", "krea2"}  # (z - latents_mean) / latents_std, 5-D
+BN_PATCHIFIED = {"flux2", "flux2-klein"}  # patchify 2x2, then the VAE's BatchNorm statistics
+UNSHIFTED = {"flux", "flux-kontext"}  # FLUX.1's scripts and kohya: the sampled sigmas as they are
+
+
+def _pixels(seed: int) -> torch.Tensor:
+    """Two smooth seeded images [2, 3, RES, RES] in [-1, 1] (not noise: a VAE reads them as images)."""
+    g = torch.Generator().manual_seed(seed)
+    coarse = torch.rand(2, 3, 4, 4, generator=g) * 2 - 1  # [2, 3, 4, 4]
+    return torch.nn.functional.interpolate(coarse, size=(RES, RES), mode="bilinear", align_corners=False)
+
+
+def script_latents(family: str, vae, pixels: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """The training scripts' model_input of `pixels` [B, 3, H, W] with the posterior draw `eps`
+    (the normalised latent's shape [B, C, h, w]): latent_dist.mean + latent_dist.std * eps,
+    normalised as the family's script does. Returns [B, C, h, w] fp32."""
+    from diffusers import Flux2Pipeline
+
+    cfg = vae.config
+    if family in QWEN_VAE:
+        dist = vae.encode(pixels[:, :, None]).latent_dist  # [B, C, 1, h, w]
+        z = dist.mean + dist.std * eps[:, :, None]  # [B, C, 1, h, w]
+        mean = torch.tensor(cfg.latents_mean).view(1, cfg.z_dim, 1, 1, 1)
+        inv_std = 1.0 / torch.tensor(cfg.latents_std).view(1, cfg.z_dim, 1, 1, 1)
+        return ((z - mean) * inv_std)[:, :, 0]
+    dist = vae.encode(pixels).latent_dist
+    if family in BN_PATCHIFIED:
+        z = Flux2Pipeline._patchify_latents(dist.mean) + Flux2Pipeline._patchify_latents(dist.std) * eps
+        bn_mean = vae.bn.running_mean.view(1, -1, 1, 1)
+        bn_std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + cfg.batch_norm_eps)
+        return (z - bn_mean) / bn_std
+    # a KL VAE's 4-D posterior: the draw in its own (unnormalised) space
+    z = dist.mean + dist.std * eps  # [B, C, h, w]
+    if family in KL_SHIFTED:
+        return (z - cfg.shift_factor) * cfg.scaling_factor
+    assert family == "sdxl", family
+    if getattr(cfg, "latents_mean", None) is not None and getattr(cfg, "latents_std", None) is not None:
+        mean = torch.tensor(cfg.latents_mean).view(1, -1, 1, 1)
+        std = torch.tensor(cfg.latents_std).view(1, -1, 1, 1)
+        return (z - mean) * cfg.scaling_factor / std
+    return z * cfg.scaling_factor
+
+
+def script_sigmas(family: str, u: torch.Tensor, latent_hw: tuple[int, int], sched_cfg: dict) -> torch.Tensor:
+    """Training sigmas of the sampled u [B] as the family's pipeline shifts its sigmas for an
+    image of `latent_hw` latent cells (the normalised latent's shape)."""
+    import importlib
+
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    if family in UNSHIFTED:
+        return u
+    sched = FlowMatchEulerDiscreteScheduler.from_config(sched_cfg)
+    if not sched_cfg.get("use_dynamic_shifting"):
+        shift = sched_cfg.get("shift", 1.0)  # the scheduler's own static shift of its sigmas
+        return shift * u / (1 + (shift - 1) * u)
+    # the pipeline's image sequence length: its packed tokens
+    tokens = {
+        "chroma": (latent_hw[0] // 2) * (latent_hw[1] // 2),
+        "qwen-image": (latent_hw[0] // 2) * (latent_hw[1] // 2),
+        "qwen-image-edit": (latent_hw[0] // 2) * (latent_hw[1] // 2),
+        "krea2": (latent_hw[0] // 2) * (latent_hw[1] // 2),
+        "flux2": latent_hw[0] * latent_hw[1],  # already 2x2-patchified
+        "flux2-klein": latent_hw[0] * latent_hw[1],
+    }[family]
+    module = {
+        "chroma": "diffusers.pipelines.chroma.pipeline_chroma",
+        "qwen-image": "diffusers.pipelines.qwenimage.pipeline_qwenimage",
+        "qwen-image-edit": "diffusers.pipelines.qwenimage.pipeline_qwenimage_edit",
+        "krea2": "diffusers.pipelines.krea2.pipeline_krea2",
+        # FLUX.2 trains with FLUX.1's calculate_shift (families/flux2.py: a deliberate choice,
+        # Flux2Pipeline's compute_empirical_mu also depends on the inference step count)
+        "flux2": "diffusers.pipelines.flux.pipeline_flux",
+        "flux2-klein": "diffusers.pipelines.flux.pipeline_flux",
+    }[family]
+    calculate_shift = importlib.import_module(module).calculate_shift
+    mu = calculate_shift(
+        tokens,
+        sched_cfg.get("base_image_seq_len", 256),
+        sched_cfg.get("max_image_seq_len", 4096),
+        sched_cfg.get("base_shift", 0.5),
+        sched_cfg.get("max_shift", 1.15),
+    )
+    return sched.time_shift(mu, 1.0, u)
+
+
+def _setup(family: str, base: str, **extra):
+    fam = families.get(family)
+    if "max_sequence_length" in fam.spec.supports:
+        extra.setdefault("max_sequence_length", 32)
+    if "timestep_sampling" in fam.spec.supports:
+        extra.setdefault("timestep_sampling", "logit_normal")
+        extra.setdefault("logit_mean", 0.3)
+        extra.setdefault("logit_std", 1.2)
+    return resolve_train_config(
+        TrainConfig(family=family, base_model=base, data_dir="unused", resolution=RES, **extra)
+    )
+
+
+def _controls(fam, vae, base: str):
+    """The reference latents [2, K, C, h, w] of a family whose checkpoint needs references (the
+    pipeline's encoding, checked by test_predict_matches_pipeline), with their images; else None."""
+    import numpy as np
+    from PIL import Image
+
+    low, high = fam.source_control_images(base)
+    if low == 0:
+        return None, None
+    rng = np.random.default_rng(3)
+    images = [Image.fromarray(rng.integers(0, 256, (RES, RES, 3), dtype=np.uint8)) for _ in range(high)]
+    with torch.no_grad():
+        lat = fam.encode_controls(vae, torch.stack([fam.reference_pixels(im, RES, RES) for im in images]))
+    return lat[None].expand(2, *lat.shape).contiguous(), images
+
+
+def step_losses(family: str, base: str, seed: int = 0, **extra) -> tuple[float, float]:
+    """(lorastudio's step loss, the scripts' loss) of one 2-sample step on the tiny `base`."""
+    from diffusers import DDPMScheduler
+    from diffusers.training_utils import compute_snr
+
+    from lorastudio.training.latents import CachedLatents
+    from lorastudio.training.noise import make_objective
+    from lorastudio.training.step import forward_backward
+
+    fam = families.get(family)
+    cfg = _setup(family, base, **extra)
+    dev, dt = torch.device("cpu"), torch.float32
+    vae = fam.load_vae(base, None, dt, dev)
+    den = fam.load_denoiser(base, None, dt, dev)
+    next(den.parameters()).requires_grad_(True)  # something to backpropagate into
+    enc = fam.load_text_encoders(base, None, dt, dev)
+    controls, images = _controls(fam, vae, base)
+    seen = {"controls": [images] * len(PROMPTS)} if fam.spec.prompt_sees_controls and images else {}
+    cond = fam.collate_conditioning(fam.encode_prompts(enc, PROMPTS, cfg, **seen))
+    sched_cfg = fam.scheduler_config(base, None)
+    pixels = _pixels(seed)  # [2, 3, RES, RES]
+    info = {"original_size": [(40, 36), (RES, RES)], "crop_top_left": [(4, 2), (0, 0)], "target_size": (RES, RES)}
+    if controls is not None:
+        info["controls"] = controls
+
+    # lorastudio: the cached posterior, one draw, the objective's timesteps and noise, the step
+    cache = CachedLatents()
+    with torch.no_grad():
+        for i in range(2):
+            mean, std = fam.encode_pixels(vae, pixels[i : i + 1])  # [1, C, h, w] each
+            cache.add_encoded(mean, std, ([((RES, RES), (0, 0))], (RES, RES)))
+    draws = torch.Generator().manual_seed(seed + 100)
+    batch = cache.sample([0, 1], draws, dt, dev)
+    objective = make_objective(fam, cfg, sched_cfg)
+    noise_gen = torch.Generator().manual_seed(seed + 200)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    ours = forward_backward(fam, den, objective, batch.latents, cond, info, cfg, noise_gen, 2, scaler)
+
+    # the scripts: the same draws in the same order, everything else from their definitions
+    ref_draws = torch.Generator().manual_seed(seed + 100)
+    for _ in range(2):
+        torch.randint(1, (1,), generator=ref_draws)  # the cache's pick of its one variant
+    eps_latent = torch.randn(batch.latents.shape, generator=ref_draws)
+    with torch.no_grad():
+        x0 = script_latents(family, vae, pixels, eps_latent)  # [2, C, h, w]
+    g = torch.Generator().manual_seed(seed + 200)
+    if fam.spec.objective == "ddpm":
+        sched = DDPMScheduler.from_config(sched_cfg)
+        t = torch.randint(0, sched.config.num_train_timesteps, (2,), generator=g)
+        noise = torch.randn(x0.shape, generator=g)
+        noisy = sched.add_noise(x0, noise, t)
+        target = noise if sched.config.prediction_type == "epsilon" else sched.get_velocity(x0, noise, t)
+        level = t
+        weights = torch.ones(2)
+        if cfg.snr_gamma is not None:
+            snr = compute_snr(sched, t)
+            clipped = torch.stack([snr, cfg.snr_gamma * torch.ones_like(snr)], dim=1).min(dim=1)[0]
+            weights = clipped / snr if sched.config.prediction_type == "epsilon" else clipped / (snr + 1)
+    else:
+        u = torch.sigmoid(cfg.logit_mean + cfg.logit_std * torch.randn(2, generator=g))
+        sigmas = script_sigmas(family, u, tuple(x0.shape[2:]), sched_cfg)
+        noise = torch.randn(x0.shape, generator=g)
+        s = sigmas.view(2, 1, 1, 1)
+        noisy = (1.0 - s) * x0 + s * noise
+        target = noise - x0
+        level = sigmas.float()
+        weights = torch.ones(2)
+    with torch.no_grad():
+        pred = fam.predict(den, noisy, level, cond, info, cfg).float()
+    per_sample = ((pred - target) ** 2).mean(dim=(1, 2, 3)) * weights
+    return float(ours), float(per_sample.mean())
+
+
+@pytest.mark.parametrize("family", families.names())
+def test_the_step_loss_is_the_training_scripts_loss(family, tiny_model):
+    ours, script = step_losses(family, str(tiny_model(family)))
+    assert math.isfinite(ours) and ours > 0
+    assert ours == pytest.approx(script, rel=1e-5, abs=1e-7)
