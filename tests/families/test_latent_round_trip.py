@@ -29,7 +29,9 @@ def _image() -> torch.Tensor:
 def _zero_output(module, args, kwargs, out):
     """The denoiser predicts 0 (velocity or epsilon): one Euler step leaves the latents unchanged."""
     if isinstance(out, tuple):  # Z-Image: a list of per-image tensors first
-        first = [torch.zeros_like(x) for x in out[0]] if isinstance(out[0], list) else torch.zeros_like(out[0])
+        first = (
+            [torch.zeros_like(x) for x in out[0]] if isinstance(out[0], list) else torch.zeros_like(out[0])
+        )
         return (first, *out[1:])
     out.sample = torch.zeros_like(out.sample)
     return out
@@ -61,7 +63,9 @@ def test_training_latents_decode_through_the_pipeline_as_the_vae_decodes_them(fa
         expected = _vae_alone(family, pipe.vae, pixels)
     start = fam.to_pipeline_latents(pipe, latents)
     if fam.spec.objective == "ddpm":  # Euler on the DDPM sigmas: latents enter x init_noise_sigma
-        pipe.scheduler = EulerDiscreteScheduler.from_config(pipe.scheduler.config, timestep_spacing="trailing")
+        pipe.scheduler = EulerDiscreteScheduler.from_config(
+            pipe.scheduler.config, timestep_spacing="trailing"
+        )
         pipe.scheduler.set_timesteps(1)
         start = start / pipe.scheduler.init_noise_sigma
     elif pipe.scheduler.config.get("shift_terminal"):  # a 1-step schedule cannot be stretched
@@ -77,7 +81,13 @@ def test_training_latents_decode_through_the_pipeline_as_the_vae_decodes_them(fa
         kwargs["max_area"] = RES**2
     with torch.no_grad():
         out = pipe(
-            prompt=PROMPT, height=RES, width=RES, num_inference_steps=1, latents=start, output_type="pt", **kwargs
+            prompt=PROMPT,
+            height=RES,
+            width=RES,
+            num_inference_steps=1,
+            latents=start,
+            output_type="pt",
+            **kwargs,
         ).images  # [1, 3, H, W] in [0, 1]
     inside = ((expected > 0.01) & (expected < 0.99)).float().mean()
     assert inside > 0.2  # most pixels unclamped: the comparison sees the values

@@ -173,7 +173,11 @@ def step_losses(family: str, base: str, seed: int = 0, **extra) -> tuple[float, 
     cond = fam.collate_conditioning(fam.encode_prompts(enc, PROMPTS, cfg, **seen))
     sched_cfg = fam.scheduler_config(base, None)
     pixels = _pixels(seed)  # [2, 3, RES, RES]
-    info = {"original_size": [(40, 36), (RES, RES)], "crop_top_left": [(4, 2), (0, 0)], "target_size": (RES, RES)}
+    info = {
+        "original_size": [(40, 36), (RES, RES)],
+        "crop_top_left": [(4, 2), (0, 0)],
+        "target_size": (RES, RES),
+    }
     if controls is not None:
         info["controls"] = controls
 

@@ -1,7 +1,12 @@
 """Stable Diffusion XL: a U-Net on 4-channel latents (DDPM objective: epsilon or v-prediction,
 read from the scheduler config), conditioned on both CLIP encoders' penultimate hidden states
 (concatenated) plus the second encoder's pooled output and the micro-conditioning time ids
-(original size, crop offset, target size). The VAE stays in fp32 (it overflows in fp16)."""
+(original size, crop offset, target size). The VAE stays in fp32 (it overflows in fp16).
+
+Caption dropout trains on the encoding of "" (diffusers' SDXL scripts' proportion_empty_prompts,
+kohya's), where StableDiffusionXLPipeline's unconditional pass without a negative prompt uses
+zeros (force_zeros_for_empty_prompt): the peers' choice, kept (session 28 maths audit). A base
+trained with the EDM objective (Playground v2.5) is refused: SDXLFamily.objective_problems."""
 
 from __future__ import annotations
 
@@ -183,7 +188,9 @@ def _disk_config(source: str | SingleFile, revision: str | None, name: str) -> d
 def is_edm(scheduler_config: Mapping[str, Any]) -> bool:
     """Whether a scheduler config is an EDM scheduler's (EDMEulerScheduler,
     EDMDPMSolverMultistepScheduler: continuous sigmas with `sigma_data`), not a DDPM-family one."""
-    return str(scheduler_config.get("_class_name") or "").startswith("EDM") or "sigma_data" in scheduler_config
+    return (
+        str(scheduler_config.get("_class_name") or "").startswith("EDM") or "sigma_data" in scheduler_config
+    )
 
 
 def time_ids(batch_info: Mapping[str, Any]) -> torch.Tensor:

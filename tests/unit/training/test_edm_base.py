@@ -26,7 +26,10 @@ EDM_SCHEDULER = {
     "num_train_timesteps": 1000,
     "prediction_type": "epsilon",
 }
-PER_CHANNEL = {"latents_mean": [-1.6574, 1.886, -1.383, 2.5155], "latents_std": [8.4927, 5.9022, 6.5498, 5.2299]}
+PER_CHANNEL = {
+    "latents_mean": [-1.6574, 1.886, -1.383, 2.5155],
+    "latents_std": [8.4927, 5.9022, 6.5498, 5.2299],
+}
 
 
 def _edit(base: Path, name: str, update: dict, replace: bool = False) -> None:
@@ -68,7 +71,10 @@ def test_each_config_alone_is_refused_and_the_tiny_sdxl_is_not(tiny_model, tmp_p
 
     sdxl = families.get("sdxl")
     assert sdxl.objective_problems(str(tiny_model("sdxl")), None) == []
-    for name, update in (("scheduler/scheduler_config.json", EDM_SCHEDULER), ("vae/config.json", PER_CHANNEL)):
+    for name, update in (
+        ("scheduler/scheduler_config.json", EDM_SCHEDULER),
+        ("vae/config.json", PER_CHANNEL),
+    ):
         base = tmp_path / name.split("/")[0]
         shutil.copytree(tiny_model("sdxl"), base)
         _edit(base, name, update, replace=name.startswith("scheduler"))

@@ -79,7 +79,10 @@ def test_sampled_and_shifted_sigmas_follow_their_definitions(sampling):
     dynamic = _sigmas("qwen-image", sampling, QWEN_SCHEDULER, hw=(128, 128))
     assert _ks(dynamic, lambda x: base(1 / (1 + math.exp(mu) * (1 / x - 1)))) < CRITICAL
     # flow_shift overrides the family's own
-    assert _ks(_sigmas("qwen-image", sampling, QWEN_SCHEDULER, flow_shift=2.0), lambda x: base(x / (2 - x))) < CRITICAL
+    assert (
+        _ks(_sigmas("qwen-image", sampling, QWEN_SCHEDULER, flow_shift=2.0), lambda x: base(x / (2 - x)))
+        < CRITICAL
+    )
 
 
 def test_ddpm_timesteps_are_uniform_integers():
