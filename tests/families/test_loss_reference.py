@@ -19,14 +19,19 @@ Written independently of lorastudio's own code, per family, from the scripts:
     get_velocity and training_utils.compute_snr for min-SNR;
   - the noisy input (1 - sigma) x + sigma eps and the target eps - x, the mean squared error per
     sample, its min-SNR weight, the batch mean.
-The one part shared with the code under test is the denoiser call (Family.predict), which
-tests/families/test_predict_matches_pipeline.py and test_reference_predict.py check against one
-step of each family's own pipeline; the text conditioning likewise (the pipeline's encode_prompt).
+  - the denoiser call as the scripts write it (tests/families/script_reference.py: the
+    pipeline's encode_prompt for the batch's two prompts of unequal length, its packing and
+    position ids, time input, guidance, a reference per sample where the family takes them),
+    on the pipeline's own copy of the denoiser.
+Qwen-Image-Edit, which has no script, is the exception: its denoiser call is lorastudio's
+Family.predict, which tests/families/test_predict_matches_pipeline.py checks against one step
+of its pipeline (references included).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import pytest
 import torch
@@ -152,10 +157,14 @@ def _controls(fam, vae, base: str):
     return lat[None].expand(2, *lat.shape).contiguous(), images
 
 
-def step_losses(family: str, base: str, seed: int = 0, **extra) -> tuple[float, float]:
-    """(lorastudio's step loss, the scripts' loss) of one 2-sample step on the tiny `base`."""
-    from diffusers import DDPMScheduler
+def step_losses(
+    family: str, base: str, seed: int = 0, prompts: Sequence[str] = PROMPTS, **extra
+) -> tuple[float, float]:
+    """(lorastudio's step loss, the scripts' loss) of one 2-sample step on the tiny `base` with
+    the samples' `prompts`; a family that takes references trains the step with one per sample."""
+    from diffusers import DDPMScheduler, DiffusionPipeline
     from diffusers.training_utils import compute_snr
+    from tests.families.script_reference import WRITTEN, reference_latents, script_prediction
 
     from lorastudio.training.latents import CachedLatents
     from lorastudio.training.noise import make_objective
@@ -168,9 +177,6 @@ def step_losses(family: str, base: str, seed: int = 0, **extra) -> tuple[float, 
     den = fam.load_denoiser(base, None, dt, dev)
     next(den.parameters()).requires_grad_(True)  # something to backpropagate into
     enc = fam.load_text_encoders(base, None, dt, dev)
-    controls, images = _controls(fam, vae, base)
-    seen = {"controls": [images] * len(PROMPTS)} if fam.spec.prompt_sees_controls and images else {}
-    cond = fam.collate_conditioning(fam.encode_prompts(enc, PROMPTS, cfg, **seen))
     sched_cfg = fam.scheduler_config(base, None)
     pixels = _pixels(seed)  # [2, 3, RES, RES]
     info = {
@@ -178,8 +184,19 @@ def step_losses(family: str, base: str, seed: int = 0, **extra) -> tuple[float, 
         "crop_top_left": [(4, 2), (0, 0)],
         "target_size": (RES, RES),
     }
-    if controls is not None:
+    ref_controls = None
+    if family not in WRITTEN:  # Qwen-Image-Edit: its references as the hooks encode them
+        controls, images = _controls(fam, vae, base)
+        seen = {"controls": [images] * len(prompts)} if fam.spec.prompt_sees_controls and images else {}
         info["controls"] = controls
+    else:
+        seen = {}
+        if fam.spec.control_images[1] > 0:  # one reference per sample
+            control_pixels = _pixels(seed + 5)  # [2, 3, RES, RES]
+            with torch.no_grad():
+                info["controls"] = fam.encode_controls(vae, control_pixels)[:, None]  # [2, 1, C, h, w]
+                ref_controls = reference_latents(family, vae, control_pixels)  # [2, C, h, w]
+    cond = fam.collate_conditioning(fam.encode_prompts(enc, list(prompts), cfg, **seen))
 
     # lorastudio: the cached posterior, one draw, the objective's timesteps and noise, the step
     cache = CachedLatents()
@@ -224,7 +241,22 @@ def step_losses(family: str, base: str, seed: int = 0, **extra) -> tuple[float, 
         level = sigmas.float()
         weights = torch.ones(2)
     with torch.no_grad():
-        pred = fam.predict(den, noisy, level, cond, info, cfg).float()
+        if family in WRITTEN:  # the scripts' own denoiser call, on the pipeline's own parts
+            pipe = DiffusionPipeline.from_pretrained(base)
+            guidance = cfg.guidance if cfg.guidance is not None else None
+            pred = script_prediction(
+                family,
+                pipe,
+                noisy,
+                level,
+                prompts,
+                guidance=guidance,
+                max_sequence_length=cfg.max_sequence_length,
+                info=info,
+                controls=ref_controls,
+            )
+        else:
+            pred = fam.predict(den, noisy, level, cond, info, cfg).float()
     per_sample = ((pred - target) ** 2).mean(dim=(1, 2, 3)) * weights
     return float(ours), float(per_sample.mean())
 
@@ -233,4 +265,13 @@ def step_losses(family: str, base: str, seed: int = 0, **extra) -> tuple[float, 
 def test_the_step_loss_is_the_training_scripts_loss(family, tiny_model):
     ours, script = step_losses(family, str(tiny_model(family)))
     assert math.isfinite(ours) and ours > 0
+    assert ours == pytest.approx(script, rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.parametrize("family", families.names())
+def test_a_dropped_caption_trains_on_the_pipelines_encoding_of_the_empty_prompt(family, tiny_model):
+    """Caption dropout's "" (training/conditioning.CaptionPicker) is conditioned as the
+    pipeline's encode_prompt("") (the scripts' empty-prompt embeddings, not zeros), beside a
+    caption in the same batch (padding and masks of unequal lengths)."""
+    ours, script = step_losses(family, str(tiny_model(family)), prompts=["", PROMPTS[1]])
     assert ours == pytest.approx(script, rel=1e-5, abs=1e-7)
