@@ -47,11 +47,11 @@ BN_PATCHIFIED = {"flux2", "flux2-klein"}  # patchify 2x2, then the VAE's BatchNo
 UNSHIFTED = {"flux", "flux-kontext"}  # FLUX.1's scripts and kohya: the sampled sigmas as they are
 
 
-def _pixels(seed: int) -> torch.Tensor:
-    """Two smooth seeded images [2, 3, RES, RES] in [-1, 1] (not noise: a VAE reads them as images)."""
+def _pixels(seed: int, size: tuple[int, int] = (RES, RES)) -> torch.Tensor:
+    """Two smooth seeded images [2, 3, H, W] in [-1, 1] (not noise: a VAE reads them as images)."""
     g = torch.Generator().manual_seed(seed)
     coarse = torch.rand(2, 3, 4, 4, generator=g) * 2 - 1  # [2, 3, 4, 4]
-    return torch.nn.functional.interpolate(coarse, size=(RES, RES), mode="bilinear", align_corners=False)
+    return torch.nn.functional.interpolate(coarse, size=size, mode="bilinear", align_corners=False)
 
 
 def script_latents(family: str, vae, pixels: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
@@ -158,10 +158,16 @@ def _controls(fam, vae, base: str):
 
 
 def step_losses(
-    family: str, base: str, seed: int = 0, prompts: Sequence[str] = PROMPTS, **extra
+    family: str,
+    base: str,
+    seed: int = 0,
+    prompts: Sequence[str] = PROMPTS,
+    size: tuple[int, int] = (RES, RES),
+    **extra,
 ) -> tuple[float, float]:
     """(lorastudio's step loss, the scripts' loss) of one 2-sample step on the tiny `base` with
-    the samples' `prompts`; a family that takes references trains the step with one per sample."""
+    the samples' `prompts`, images of `size` (H, W) pixels; a family that takes references
+    trains the step with one per sample, of the same size."""
     from diffusers import DDPMScheduler, DiffusionPipeline
     from diffusers.training_utils import compute_snr
     from tests.families.script_reference import WRITTEN, reference_latents, script_prediction
@@ -178,11 +184,11 @@ def step_losses(
     next(den.parameters()).requires_grad_(True)  # something to backpropagate into
     enc = fam.load_text_encoders(base, None, dt, dev)
     sched_cfg = fam.scheduler_config(base, None)
-    pixels = _pixels(seed)  # [2, 3, RES, RES]
+    pixels = _pixels(seed, size)  # [2, 3, H, W]
     info = {
         "original_size": [(40, 36), (RES, RES)],
         "crop_top_left": [(4, 2), (0, 0)],
-        "target_size": (RES, RES),
+        "target_size": size,
     }
     ref_controls = None
     if family not in WRITTEN:  # Qwen-Image-Edit: its references as the hooks encode them
@@ -192,7 +198,7 @@ def step_losses(
     else:
         seen = {}
         if fam.spec.control_images[1] > 0:  # one reference per sample
-            control_pixels = _pixels(seed + 5)  # [2, 3, RES, RES]
+            control_pixels = _pixels(seed + 5, size)  # [2, 3, H, W]
             with torch.no_grad():
                 info["controls"] = fam.encode_controls(vae, control_pixels)[:, None]  # [2, 1, C, h, w]
                 ref_controls = reference_latents(family, vae, control_pixels)  # [2, C, h, w]
@@ -203,7 +209,7 @@ def step_losses(
     with torch.no_grad():
         for i in range(2):
             mean, std = fam.encode_pixels(vae, pixels[i : i + 1])  # [1, C, h, w] each
-            cache.add_encoded(mean, std, ([((RES, RES), (0, 0))], (RES, RES)))
+            cache.add_encoded(mean, std, ([(size, (0, 0))], size))
     draws = torch.Generator().manual_seed(seed + 100)
     batch = cache.sample([0, 1], draws, dt, dev)
     objective = make_objective(fam, cfg, sched_cfg)
@@ -274,4 +280,29 @@ def test_a_dropped_caption_trains_on_the_pipelines_encoding_of_the_empty_prompt(
     pipeline's encode_prompt("") (the scripts' empty-prompt embeddings, not zeros), beside a
     caption in the same batch (padding and masks of unequal lengths)."""
     ours, script = step_losses(family, str(tiny_model(family)), prompts=["", PROMPTS[1]])
+    assert ours == pytest.approx(script, rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sdxl_v_prediction_with_zero_terminal_snr_is_the_scripts_loss(seed, tiny_model, tmp_path):
+    """An SDXL base whose scheduler predicts v on a zero-terminal-SNR schedule: the target is
+    DDPMScheduler.get_velocity and min-SNR's weight min(snr, gamma) / (snr + 1) (the script's,
+    training_utils.compute_snr), on the rescaled alphas_cumprod."""
+    import json
+    import shutil
+
+    base = tmp_path / "sdxl-v"
+    shutil.copytree(tiny_model("sdxl"), base)
+    config = base / "scheduler" / "scheduler_config.json"
+    update = {"prediction_type": "v_prediction", "rescale_betas_zero_snr": True}
+    config.write_text(json.dumps({**json.loads(config.read_text()), **update}))
+    ours, script = step_losses("sdxl", str(base), seed=seed)
+    assert ours == pytest.approx(script, rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.parametrize("family", families.names())
+def test_a_landscape_step_is_the_scripts_loss(family, tiny_model):
+    """32 x 48 px (H x W): a height and width swapped anywhere (packing, position ids, the
+    shift's token count, SDXL's target size) changes the loss."""
+    ours, script = step_losses(family, str(tiny_model(family)), seed=2, size=(32, 48))
     assert ours == pytest.approx(script, rel=1e-5, abs=1e-7)

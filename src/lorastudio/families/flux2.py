@@ -23,7 +23,7 @@ tests/families/test_loss_reference.py checks the rest to fp32): the latents are 
 sample (the scripts take its mean, `mode()`), the sigmas are shifted by calculate_shift from the
 scheduler config (the scripts' are its unshifted timesteps; Flux2Pipeline's empirical mu also
 depends on the inference step count), and FLUX.2 [dev]'s guidance embedding gets 1.0 by default
-(the scripts' --guidance_scale; a run may set it).
+(the scripts' --guidance_scale defaults to 3.5; a run may set it).
 """
 
 from __future__ import annotations
