@@ -163,11 +163,12 @@ def step_losses(
     seed: int = 0,
     prompts: Sequence[str] = PROMPTS,
     size: tuple[int, int] = (RES, RES),
+    control_size: tuple[int, int] | None = None,
     **extra,
 ) -> tuple[float, float]:
     """(lorastudio's step loss, the scripts' loss) of one 2-sample step on the tiny `base` with
     the samples' `prompts`, images of `size` (H, W) pixels; a family that takes references
-    trains the step with one per sample, of the same size."""
+    trains the step with one per sample, of `control_size` (default: the same size)."""
     from diffusers import DDPMScheduler, DiffusionPipeline
     from diffusers.training_utils import compute_snr
     from tests.families.script_reference import WRITTEN, reference_latents, script_prediction
@@ -198,7 +199,7 @@ def step_losses(
     else:
         seen = {}
         if fam.spec.control_images[1] > 0:  # one reference per sample
-            control_pixels = _pixels(seed + 5, size)  # [2, 3, H, W]
+            control_pixels = _pixels(seed + 5, control_size or size)  # [2, 3, H', W']
             with torch.no_grad():
                 info["controls"] = fam.encode_controls(vae, control_pixels)[:, None]  # [2, 1, C, h, w]
                 ref_controls = reference_latents(family, vae, control_pixels)  # [2, C, h, w]
@@ -274,15 +275,6 @@ def test_the_step_loss_is_the_training_scripts_loss(family, tiny_model):
     assert ours == pytest.approx(script, rel=1e-5, abs=1e-7)
 
 
-@pytest.mark.parametrize("family", families.names())
-def test_a_dropped_caption_trains_on_the_pipelines_encoding_of_the_empty_prompt(family, tiny_model):
-    """Caption dropout's "" (training/conditioning.CaptionPicker) is conditioned as the
-    pipeline's encode_prompt("") (the scripts' empty-prompt embeddings, not zeros), beside a
-    caption in the same batch (padding and masks of unequal lengths)."""
-    ours, script = step_losses(family, str(tiny_model(family)), prompts=["", PROMPTS[1]])
-    assert ours == pytest.approx(script, rel=1e-5, abs=1e-7)
-
-
 @pytest.mark.parametrize("seed", [0, 1])
 def test_sdxl_v_prediction_with_zero_terminal_snr_is_the_scripts_loss(seed, tiny_model, tmp_path):
     """An SDXL base whose scheduler predicts v on a zero-terminal-SNR schedule: the target is
@@ -301,8 +293,22 @@ def test_sdxl_v_prediction_with_zero_terminal_snr_is_the_scripts_loss(seed, tiny
 
 
 @pytest.mark.parametrize("family", families.names())
-def test_a_landscape_step_is_the_scripts_loss(family, tiny_model):
+def test_a_landscape_step_with_a_dropped_caption_is_the_scripts_loss(family, tiny_model):
     """32 x 48 px (H x W): a height and width swapped anywhere (packing, position ids, the
-    shift's token count, SDXL's target size) changes the loss."""
-    ours, script = step_losses(family, str(tiny_model(family)), seed=2, size=(32, 48))
+    shift's token count, SDXL's target size) changes the loss. One sample's caption is dropped:
+    caption dropout's "" (training/conditioning.CaptionPicker) is conditioned as the pipeline's
+    encode_prompt("") (the scripts' empty-prompt embeddings, not zeros), beside a caption in the
+    same batch (padding and masks of unequal lengths)."""
+    ours, script = step_losses(
+        family, str(tiny_model(family)), seed=2, prompts=["", PROMPTS[1]], size=(32, 48)
+    )
+    assert ours == pytest.approx(script, rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.parametrize("family", ["flux-kontext", "flux2", "flux2-klein"])
+def test_a_reference_of_another_size_is_placed_as_the_scripts_place_it(family, tiny_model):
+    """A 48 x 32 px reference beside a 32 x 48 px target (control_resolution's own sizes): its
+    tokens and position ids (Kontext's time coordinate 1, FLUX.2's 10) as the scripts and the
+    pipelines lay them out."""
+    ours, script = step_losses(family, str(tiny_model(family)), seed=3, size=(32, 48), control_size=(48, 32))
     assert ours == pytest.approx(script, rel=1e-5, abs=1e-7)
