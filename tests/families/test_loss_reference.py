@@ -18,14 +18,18 @@ Written independently of lorastudio's own code, per family, from the scripts:
     the FLUX scripts' default); SDXL's uniform integer t through DDPMScheduler.add_noise /
     get_velocity and training_utils.compute_snr for min-SNR;
   - the noisy input (1 - sigma) x + sigma eps and the target eps - x, the mean squared error per
-    sample, its min-SNR weight, the batch mean.
+    sample, its min-SNR weight, the batch mean;
   - the denoiser call as the scripts write it (tests/families/script_reference.py: the
     pipeline's encode_prompt for the batch's two prompts of unequal length, its packing and
     position ids, time input, guidance, a reference per sample where the family takes them),
     on the pipeline's own copy of the denoiser.
 Qwen-Image-Edit, which has no script, is the exception: its denoiser call is lorastudio's
 Family.predict, which tests/families/test_predict_matches_pipeline.py checks against one step
-of its pipeline (references included).
+of its pipeline (references included). Where lorastudio deliberately departs from a script
+(a posterior sample where the FLUX.2 / Z-Image scripts take its mode; the pipeline's inference
+shift where the Qwen-Image / Krea 2 / FLUX.2 scripts sample unshifted timesteps; guidance 1.0
+where the FLUX scripts default to 3.5), the reference takes lorastudio's choice, named in the
+family's docstring, and checks everything else.
 """
 
 from __future__ import annotations
