@@ -14,18 +14,103 @@ single reference at 10 for every image; here every sample's reference is at 10.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-# latent normalisations of the scripts (see test_loss_reference.script_latents)
-KL_SHIFTED = {"flux", "flux-kontext", "chroma", "z-image"}
-QWEN_VAE = {"qwen-image", "qwen-image-edit", "krea2"}
-BN_PATCHIFIED = {"flux2", "flux2-klein"}
+# the scripts' latent normalisations
+KL_SHIFTED = {"flux", "flux-kontext", "chroma", "z-image"}  # (z - shift_factor) * scaling_factor
+QWEN_VAE = {"qwen-image", "qwen-image-edit", "krea2"}  # (z - latents_mean) / latents_std, 5-D
+BN_PATCHIFIED = {"flux2", "flux2-klein"}  # patchify 2x2, then the VAE's BatchNorm statistics
+UNSHIFTED = {"flux", "flux-kontext"}  # FLUX.1's scripts and kohya: the sampled sigmas as they are
 # families whose step this module writes out (Qwen-Image-Edit: no script; its pipeline's
 # reference handling is checked against the hooks by tests/families/test_predict_matches_pipeline.py)
 WRITTEN = {"sdxl", "flux", "flux-kontext", "chroma", "flux2", "flux2-klein", "qwen-image", "krea2", "z-image"}
+DEFINED = WRITTEN | {"qwen-image-edit"}
+
+
+def check_defined(family: str) -> None:
+    """A family these definitions do not cover fails naming what to add: the audit's reference
+    is written from the peers' definitions, so a new family brings its own here (the one piece
+    of test code a family adds: src/lorastudio/families/README.md)."""
+    assert family in DEFINED, (
+        f"the maths audit has no reference for {family!r}: add its training script's latent "
+        "normalisation, noise-level shift and denoiser call to tests/families/script_reference.py"
+    )
+
+
+def script_latents(family: str, vae, pixels: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """The training scripts' model_input of `pixels` [B, 3, H, W] with the posterior draw `eps`
+    (the normalised latent's shape [B, C, h, w]): latent_dist.mean + latent_dist.std * eps,
+    normalised as the family's script does. Returns [B, C, h, w] fp32."""
+    from diffusers import Flux2Pipeline
+
+    cfg = vae.config
+    if family in QWEN_VAE:
+        dist = vae.encode(pixels[:, :, None]).latent_dist  # [B, C, 1, h, w]
+        z = dist.mean + dist.std * eps[:, :, None]  # [B, C, 1, h, w]
+        mean = torch.tensor(cfg.latents_mean).view(1, cfg.z_dim, 1, 1, 1)
+        inv_std = 1.0 / torch.tensor(cfg.latents_std).view(1, cfg.z_dim, 1, 1, 1)
+        return ((z - mean) * inv_std)[:, :, 0]
+    dist = vae.encode(pixels).latent_dist
+    if family in BN_PATCHIFIED:
+        z = Flux2Pipeline._patchify_latents(dist.mean) + Flux2Pipeline._patchify_latents(dist.std) * eps
+        bn_mean = vae.bn.running_mean.view(1, -1, 1, 1)
+        bn_std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + cfg.batch_norm_eps)
+        return (z - bn_mean) / bn_std
+    # a KL VAE's 4-D posterior: the draw in its own (unnormalised) space
+    z = dist.mean + dist.std * eps  # [B, C, h, w]
+    if family in KL_SHIFTED:
+        return (z - cfg.shift_factor) * cfg.scaling_factor
+    assert family == "sdxl", family
+    if getattr(cfg, "latents_mean", None) is not None and getattr(cfg, "latents_std", None) is not None:
+        mean = torch.tensor(cfg.latents_mean).view(1, -1, 1, 1)
+        std = torch.tensor(cfg.latents_std).view(1, -1, 1, 1)
+        return (z - mean) * cfg.scaling_factor / std
+    return z * cfg.scaling_factor
+
+
+def script_sigmas(family: str, u: torch.Tensor, latent_hw: tuple[int, int], sched_cfg: dict) -> torch.Tensor:
+    """Training sigmas of the sampled u [B] as the family's pipeline shifts its sigmas for an
+    image of `latent_hw` latent cells (the normalised latent's shape)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    if family in UNSHIFTED:
+        return u
+    sched = FlowMatchEulerDiscreteScheduler.from_config(sched_cfg)
+    if not sched_cfg.get("use_dynamic_shifting"):
+        shift = sched_cfg.get("shift", 1.0)  # the scheduler's own static shift of its sigmas
+        return shift * u / (1 + (shift - 1) * u)
+    # the pipeline's image sequence length: its packed tokens
+    tokens = {
+        "chroma": (latent_hw[0] // 2) * (latent_hw[1] // 2),
+        "qwen-image": (latent_hw[0] // 2) * (latent_hw[1] // 2),
+        "qwen-image-edit": (latent_hw[0] // 2) * (latent_hw[1] // 2),
+        "krea2": (latent_hw[0] // 2) * (latent_hw[1] // 2),
+        "flux2": latent_hw[0] * latent_hw[1],  # already 2x2-patchified
+        "flux2-klein": latent_hw[0] * latent_hw[1],
+    }[family]
+    module = {
+        "chroma": "diffusers.pipelines.chroma.pipeline_chroma",
+        "qwen-image": "diffusers.pipelines.qwenimage.pipeline_qwenimage",
+        "qwen-image-edit": "diffusers.pipelines.qwenimage.pipeline_qwenimage_edit",
+        "krea2": "diffusers.pipelines.krea2.pipeline_krea2",
+        # FLUX.2 trains with FLUX.1's calculate_shift (families/flux2.py: a deliberate choice,
+        # Flux2Pipeline's compute_empirical_mu also depends on the inference step count)
+        "flux2": "diffusers.pipelines.flux.pipeline_flux",
+        "flux2-klein": "diffusers.pipelines.flux.pipeline_flux",
+    }[family]
+    calculate_shift = importlib.import_module(module).calculate_shift
+    mu = calculate_shift(
+        tokens,
+        sched_cfg.get("base_image_seq_len", 256),
+        sched_cfg.get("max_image_seq_len", 4096),
+        sched_cfg.get("base_shift", 0.5),
+        sched_cfg.get("max_shift", 1.15),
+    )
+    return sched.time_shift(mu, 1.0, u)
 
 
 def reference_latents(family: str, vae: Any, pixels: torch.Tensor) -> torch.Tensor:

@@ -45,10 +45,6 @@ from lorastudio.config import TrainConfig, resolve_train_config
 
 RES = 32
 PROMPTS = ["a red circle on a blue background", "a green square"]
-KL_SHIFTED = {"flux", "flux-kontext", "chroma", "z-image"}  # (z - shift_factor) * scaling_factor
-QWEN_VAE = {"qwen-image", "qwen-image-edit", "krea2"}  # (z - latents_mean) / latents_std, 5-D
-BN_PATCHIFIED = {"flux2", "flux2-klein"}  # patchify 2x2, then the VAE's BatchNorm statistics
-UNSHIFTED = {"flux", "flux-kontext"}  # FLUX.1's scripts and kohya: the sampled sigmas as they are
 
 
 def _pixels(seed: int, size: tuple[int, int] = (RES, RES)) -> torch.Tensor:
@@ -56,80 +52,6 @@ def _pixels(seed: int, size: tuple[int, int] = (RES, RES)) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     coarse = torch.rand(2, 3, 4, 4, generator=g) * 2 - 1  # [2, 3, 4, 4]
     return torch.nn.functional.interpolate(coarse, size=size, mode="bilinear", align_corners=False)
-
-
-def script_latents(family: str, vae, pixels: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
-    """The training scripts' model_input of `pixels` [B, 3, H, W] with the posterior draw `eps`
-    (the normalised latent's shape [B, C, h, w]): latent_dist.mean + latent_dist.std * eps,
-    normalised as the family's script does. Returns [B, C, h, w] fp32."""
-    from diffusers import Flux2Pipeline
-
-    cfg = vae.config
-    if family in QWEN_VAE:
-        dist = vae.encode(pixels[:, :, None]).latent_dist  # [B, C, 1, h, w]
-        z = dist.mean + dist.std * eps[:, :, None]  # [B, C, 1, h, w]
-        mean = torch.tensor(cfg.latents_mean).view(1, cfg.z_dim, 1, 1, 1)
-        inv_std = 1.0 / torch.tensor(cfg.latents_std).view(1, cfg.z_dim, 1, 1, 1)
-        return ((z - mean) * inv_std)[:, :, 0]
-    dist = vae.encode(pixels).latent_dist
-    if family in BN_PATCHIFIED:
-        z = Flux2Pipeline._patchify_latents(dist.mean) + Flux2Pipeline._patchify_latents(dist.std) * eps
-        bn_mean = vae.bn.running_mean.view(1, -1, 1, 1)
-        bn_std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + cfg.batch_norm_eps)
-        return (z - bn_mean) / bn_std
-    # a KL VAE's 4-D posterior: the draw in its own (unnormalised) space
-    z = dist.mean + dist.std * eps  # [B, C, h, w]
-    if family in KL_SHIFTED:
-        return (z - cfg.shift_factor) * cfg.scaling_factor
-    assert family == "sdxl", family
-    if getattr(cfg, "latents_mean", None) is not None and getattr(cfg, "latents_std", None) is not None:
-        mean = torch.tensor(cfg.latents_mean).view(1, -1, 1, 1)
-        std = torch.tensor(cfg.latents_std).view(1, -1, 1, 1)
-        return (z - mean) * cfg.scaling_factor / std
-    return z * cfg.scaling_factor
-
-
-def script_sigmas(family: str, u: torch.Tensor, latent_hw: tuple[int, int], sched_cfg: dict) -> torch.Tensor:
-    """Training sigmas of the sampled u [B] as the family's pipeline shifts its sigmas for an
-    image of `latent_hw` latent cells (the normalised latent's shape)."""
-    import importlib
-
-    from diffusers import FlowMatchEulerDiscreteScheduler
-
-    if family in UNSHIFTED:
-        return u
-    sched = FlowMatchEulerDiscreteScheduler.from_config(sched_cfg)
-    if not sched_cfg.get("use_dynamic_shifting"):
-        shift = sched_cfg.get("shift", 1.0)  # the scheduler's own static shift of its sigmas
-        return shift * u / (1 + (shift - 1) * u)
-    # the pipeline's image sequence length: its packed tokens
-    tokens = {
-        "chroma": (latent_hw[0] // 2) * (latent_hw[1] // 2),
-        "qwen-image": (latent_hw[0] // 2) * (latent_hw[1] // 2),
-        "qwen-image-edit": (latent_hw[0] // 2) * (latent_hw[1] // 2),
-        "krea2": (latent_hw[0] // 2) * (latent_hw[1] // 2),
-        "flux2": latent_hw[0] * latent_hw[1],  # already 2x2-patchified
-        "flux2-klein": latent_hw[0] * latent_hw[1],
-    }[family]
-    module = {
-        "chroma": "diffusers.pipelines.chroma.pipeline_chroma",
-        "qwen-image": "diffusers.pipelines.qwenimage.pipeline_qwenimage",
-        "qwen-image-edit": "diffusers.pipelines.qwenimage.pipeline_qwenimage_edit",
-        "krea2": "diffusers.pipelines.krea2.pipeline_krea2",
-        # FLUX.2 trains with FLUX.1's calculate_shift (families/flux2.py: a deliberate choice,
-        # Flux2Pipeline's compute_empirical_mu also depends on the inference step count)
-        "flux2": "diffusers.pipelines.flux.pipeline_flux",
-        "flux2-klein": "diffusers.pipelines.flux.pipeline_flux",
-    }[family]
-    calculate_shift = importlib.import_module(module).calculate_shift
-    mu = calculate_shift(
-        tokens,
-        sched_cfg.get("base_image_seq_len", 256),
-        sched_cfg.get("max_image_seq_len", 4096),
-        sched_cfg.get("base_shift", 0.5),
-        sched_cfg.get("max_shift", 1.15),
-    )
-    return sched.time_shift(mu, 1.0, u)
 
 
 def _setup(family: str, base: str, **extra):
@@ -175,12 +97,20 @@ def step_losses(
     trains the step with one per sample, of `control_size` (default: the same size)."""
     from diffusers import DDPMScheduler, DiffusionPipeline
     from diffusers.training_utils import compute_snr
-    from tests.families.script_reference import WRITTEN, reference_latents, script_prediction
+    from tests.families.script_reference import (
+        WRITTEN,
+        check_defined,
+        reference_latents,
+        script_latents,
+        script_prediction,
+        script_sigmas,
+    )
 
     from lorastudio.training.latents import CachedLatents
     from lorastudio.training.noise import make_objective
     from lorastudio.training.step import forward_backward
 
+    check_defined(family)
     fam = families.get(family)
     cfg = _setup(family, base, **extra)
     dev, dt = torch.device("cpu"), torch.float32
