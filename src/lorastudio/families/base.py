@@ -259,6 +259,14 @@ class Family(FlavourHooks, ABC):
         return out
 
     # -- noise schedule ------------------------------------------------------------------------
+    def objective_problems(self, source: str | SingleFile, revision: str | None) -> list[FieldProblem]:
+        """Why this base cannot be trained with the family's objective (field `base_model`):
+        its checkpoint was trained with another one, so a LoRA trained here would be wrong at
+        inference. Read from the base's configs before any load (preflight); a config that
+        cannot be read says nothing here (the loaders name it). Default: none (SDXL checks its
+        scheduler and VAE)."""
+        return []
+
     def scheduler_config(self, source: str | SingleFile, revision: str | None) -> dict[str, Any]:
         """The base model's scheduler config (scheduler/scheduler_config.json) as a dict; a
         single file's: its base config's with the file's prediction type (scheduler_overrides).

@@ -1,6 +1,13 @@
 """FLUX.1 (dev / schnell / Krea ...): rectified-flow transformer on 2x2-packed 16-channel
 latents, CLIP pooled + T5 text conditioning, optional guidance embedding (guidance-distilled
-bases). Conditioning is produced by FluxPipeline.encode_prompt, so it matches inference."""
+bases). Conditioning is produced by FluxPipeline.encode_prompt, so it matches inference.
+
+Deliberate choices (session 28 maths audit, tests/families/test_loss_reference.py): the guidance
+embedding gets `guidance` 1.0 while training by default (ai-toolkit's; diffusers' FLUX.1
+DreamBooth script defaults to 3.5, kohya's to its --guidance_scale; a run may set it); the
+training sigmas are the sampled ones, unshifted, unless flow_shift is set (kohya's default; the
+diffusers script's timesteps are the scheduler's unshifted ones too, as its config shifts
+dynamically), where FluxPipeline shifts its inference sigmas by the image size."""
 
 from __future__ import annotations
 

@@ -17,6 +17,13 @@ batch holds samples with the same number of references (data/sampler.py groups t
 
 The shared pieces (latents, predict, time shift) live here and serve FLUX.2 [klein] too
 (families/flux2_klein.py), which differs only in its text encoder and guidance.
+
+Deliberate choices against diffusers' FLUX.2 DreamBooth scripts (session 28 maths audit,
+tests/families/test_loss_reference.py checks the rest to fp32): the latents are a posterior
+sample (the scripts take its mean, `mode()`), the sigmas are shifted by calculate_shift from the
+scheduler config (the scripts' are its unshifted timesteps; Flux2Pipeline's empirical mu also
+depends on the inference step count), and FLUX.2 [dev]'s guidance embedding gets 1.0 by default
+(the scripts' --guidance_scale defaults to 3.5; a run may set it).
 """
 
 from __future__ import annotations

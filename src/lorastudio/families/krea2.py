@@ -11,6 +11,14 @@ Conditioning drops the padding Krea 2 puts in the middle of its template ([promp
 suffix]): padded tokens are masked as keys everywhere and the text-fusion's layer-wise blocks
 work per token, so the image tokens see exactly what they see with the padding; collate pads
 again to the batch's longest with a mask.
+
+Training sigmas (session 28 maths audit): the base checkpoint's inference shift (dynamic,
+calculate_shift from the scheduler config at the image's token count), for every checkpoint:
+Krea2Pipeline gives a few-step distilled one (`is_distilled`) a fixed mu of 1.15 whatever the
+size, which training does not follow (a weighting of the noise levels, not the objective: the
+target is the velocity at every level; flow_shift sets another), as FLUX.2 [klein]'s
+step-count-dependent empirical mu is not followed either. diffusers' Krea 2 DreamBooth script
+samples the scheduler's unshifted timesteps.
 """
 
 from __future__ import annotations

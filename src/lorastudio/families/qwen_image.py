@@ -1,7 +1,10 @@
 """Qwen-Image: a dual-stream flow transformer on 2x2-packed 16-channel latents of a 5-D (video
 style) VAE normalised with per-channel mean/std; Qwen2.5-VL text features of variable length with
 an attention mask; sigmas shifted the way QwenImagePipeline shifts them at inference (dynamic,
-exponential, from the image sequence length)."""
+exponential, from the image sequence length). That shift is a deliberate choice (session 28
+maths audit): diffusers' Qwen-Image DreamBooth script samples its timesteps from the scheduler's
+unshifted ones (its config shifts dynamically, at inference only), where lorastudio trains at
+the noise levels the pipeline denoises at; flow_shift 1 gives the script's."""
 
 from __future__ import annotations
 

@@ -1,13 +1,19 @@
 """Stable Diffusion XL: a U-Net on 4-channel latents (DDPM objective: epsilon or v-prediction,
 read from the scheduler config), conditioned on both CLIP encoders' penultimate hidden states
 (concatenated) plus the second encoder's pooled output and the micro-conditioning time ids
-(original size, crop offset, target size). The VAE stays in fp32 (it overflows in fp16)."""
+(original size, crop offset, target size). The VAE stays in fp32 (it overflows in fp16).
+
+Caption dropout trains on the encoding of "" (diffusers' SDXL scripts' proportion_empty_prompts,
+kohya's), where StableDiffusionXLPipeline's unconditional pass without a negative prompt uses
+zeros (force_zeros_for_empty_prompt): the peers' choice, kept (session 28 maths audit). A base
+trained with the EDM objective (Playground v2.5) is refused: SDXLFamily.objective_problems."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from lorastudio.errors import FieldProblem
 from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import no_grad
 from lorastudio.families.config_rules import (
@@ -23,6 +29,7 @@ if TYPE_CHECKING:
     import torch
 
     from lorastudio.config import TrainConfig
+    from lorastudio.families.single_file import SingleFile
 
 SPEC = FamilySpec(
     name="sdxl",
@@ -91,6 +98,41 @@ class SDXLFamily(Family):
         )  # [N, 77, D1+D2] penultimate states of both encoders, [N, Dp] pooled of the second
         return [{"prompt_embeds": e.cpu(), "pooled": p.cpu()} for e, p in zip(embeds, pooled, strict=True)]
 
+    def objective_problems(self, source: str | SingleFile, revision: str | None) -> list[FieldProblem]:
+        """An SDXL-architecture base trained with another objective than SDXL's (Playground
+        v2.5: an EDM scheduler, per-channel latents_mean / latents_std in its VAE config) is
+        refused: this family trains DDPM (epsilon / v on alphas_cumprod) on latents scaled by
+        scaling_factor only, so its LoRA would learn another noise schedule on latents its
+        pipeline decodes otherwise (StableDiffusionXLPipeline un-normalises with the VAE's
+        latents_mean / latents_std where they are set; diffusers' SDXL DreamBooth script trains
+        such a base EDM-style). Read as plain JSON from disk (a folder, a single file's base
+        config, a hub id's cached snapshot): no diffusers import, so the job service's
+        validation asks too; nothing is said where the configs are not on disk or unreadable."""
+        scheduler = _disk_config(source, revision, "scheduler/scheduler_config.json")
+        vae = _disk_config(source, revision, "vae/config.json")
+        problems = []
+        if is_edm(scheduler):
+            name = scheduler.get("_class_name") or "an EDM scheduler"
+            problems.append(
+                FieldProblem(
+                    "base_model",
+                    f"the base's scheduler is {name} (EDM, e.g. Playground v2.5): it was trained with the "
+                    "EDM objective, and lorastudio trains SDXL's DDPM one (discrete timesteps on "
+                    "alphas_cumprod), so its LoRA would be wrong at inference; choose an SDXL base with a "
+                    "DDPM-family scheduler",
+                )
+            )
+        if vae.get("latents_mean") is not None and vae.get("latents_std") is not None:
+            problems.append(
+                FieldProblem(
+                    "base_model",
+                    "the base's VAE config sets latents_mean / latents_std (e.g. Playground v2.5): its "
+                    "pipeline normalises the latents per channel, and lorastudio's SDXL trains on latents "
+                    "scaled by scaling_factor only, so its LoRA would be wrong at inference",
+                )
+            )
+        return problems
+
     def pipeline_prompt_kwargs(
         self, cond: dict[str, Any], device: torch.device, dtype: torch.dtype
     ) -> dict[str, Any]:
@@ -119,6 +161,36 @@ class SDXLFamily(Family):
             },
             return_dict=False,
         )[0]
+
+
+def _disk_config(source: str | SingleFile, revision: str | None, name: str) -> dict[str, Any]:
+    """The JSON object at `name` in the base's folder on disk ({} when it is not there or not
+    an object): a pipeline folder, a single file's base config, a hub id's cached snapshot."""
+    from pathlib import Path
+
+    from lorastudio import json_read
+    from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
+    from lorastudio.families.single_file import config_of
+
+    where = str(config_of(source))
+    folder: Path | None = Path(where).expanduser()
+    if not folder.is_dir():
+        folder = cached_snapshot(where, revision) if is_hub_id(where) else None
+    if folder is None:
+        return {}
+    try:
+        found = json_read.loads((folder / name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def is_edm(scheduler_config: Mapping[str, Any]) -> bool:
+    """Whether a scheduler config is an EDM scheduler's (EDMEulerScheduler,
+    EDMDPMSolverMultistepScheduler: continuous sigmas with `sigma_data`), not a DDPM-family one."""
+    return (
+        str(scheduler_config.get("_class_name") or "").startswith("EDM") or "sigma_data" in scheduler_config
+    )
 
 
 def time_ids(batch_info: Mapping[str, Any]) -> torch.Tensor:

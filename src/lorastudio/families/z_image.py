@@ -1,7 +1,9 @@
 """Z-Image (Turbo / Base): a single-stream flow transformer taking lists of [C, 1, h, w]
 latents and lists of variable-length Qwen3 caption features; its time input is 1 - sigma and it
 predicts minus the velocity. Conditioning comes from ZImagePipeline.encode_prompt (Qwen3 with
-the chat template, second-to-last hidden state, padding removed)."""
+the chat template, second-to-last hidden state, padding removed). Training sigmas: the
+scheduler's static shift (3.0), as diffusers' Z-Image DreamBooth script's timesteps are (session
+28 maths audit, tests/families/test_loss_reference.py: its loss to fp32)."""
 
 from __future__ import annotations
 

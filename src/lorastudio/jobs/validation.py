@@ -200,6 +200,7 @@ def validate_run(
         problems += assistant_problems(based, family)  # a distilled base?
         facts = family.local_facts(source_of(based), based.revision)  # on disk only: no download
         problems += guidance_problems(based, family, facts)  # a guidance embedding?
+        problems += family.objective_problems(source_of(based), based.revision)  # e.g. EDM SDXL
         if check_targets:  # the engine's meta-device check, in a child process (torch-free here)
             targets = check_lora_targets(based)
             problems += targets.problems

@@ -1,6 +1,9 @@
 """Phase 2: latents. The VAE posterior (mean, std, fp32) of `cache_variants` crop/flip variants
 per image is cached in RAM, and each step draws mean + std * randn in fp32, then casts to the
-training dtype. A data-parallel run encodes each image on one rank and all-gathers the cache. When the cache would exceed cfg.latent_cache_max_gb, images are cropped and
+training dtype (a posterior sample for every family, as diffusers' FLUX.1 / Qwen-Image / Krea 2 /
+SDXL DreamBooth scripts take; their FLUX.2 and Z-Image scripts take the mean, `mode()`: a
+deliberate choice here, one rule for all, the mean's difference being the VAE's small std;
+session 28 maths audit). A data-parallel run encodes each image on one rank and all-gathers the cache. When the cache would exceed cfg.latent_cache_max_gb, images are cropped and
 encoded every step instead (the VAE stays loaded): same distribution, more compute.
 
 Paired datasets (data/pairs.py): each crop variant's control images are cropped like the target

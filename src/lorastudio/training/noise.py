@@ -88,6 +88,13 @@ class DdpmObjective:
                 f"the base model's scheduler predicts {self.prediction_type!r}; "
                 "only epsilon and v_prediction can be trained"
             )
+        from lorastudio.families.sdxl import is_edm
+
+        if is_edm(scheduler_config):  # preflight refuses the base first (SDXLFamily.objective_problems)
+            raise ModelSourceError(
+                f"the base model's scheduler is {scheduler_config.get('_class_name')} (EDM); only the "
+                "DDPM objective can be trained"
+            )
         sched = DDPMScheduler.from_config(dict(scheduler_config))
         self.alphas_cumprod = sched.alphas_cumprod.float()  # [T]
         self.num_timesteps = int(sched.config.num_train_timesteps)

@@ -199,6 +199,7 @@ def preflight(
     problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?
     problems += guidance_problems(resolved, family, _facts(family, model_source(resolved), resolved.revision))
     problems += planned_target_problems(resolved, family)  # lora_targets / patterns: the meta denoiser's
+    problems += family.objective_problems(model_source(resolved), resolved.revision)  # e.g. an EDM SDXL
     if problems:
         raise ConfigError(problems)
     dtype = pick_dtype(resolved.base_precision, dev)
