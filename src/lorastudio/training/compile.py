@@ -202,7 +202,7 @@ def compile_denoiser(
             state.swapped.append((block, type(block)))
             block.__class__ = _unaliased_class(type(block))
         block.compile(backend=backend, dynamic=dynamic, **({"mode": mode} if mode else {}))
-        block._compiled_call_impl = _with_canonical_strides(block._compiled_call_impl)
+        block._compiled_call_impl = _with_stable_inputs(block._compiled_call_impl, promote=classes is None)
         for inner in list(block.modules())[1:]:
             setattr(inner, INSIDE_ATTR, True)
     state.blocks = blocks
@@ -214,23 +214,42 @@ def compile_denoiser(
     return state
 
 
-def _with_canonical_strides(compiled: Callable[..., Any]) -> Callable[..., Any]:
-    """`compiled` (a block's compiled call) with each contiguous tensor argument given the
-    canonical strides of its shape first (`canonical_strides`), so that inputs that differ only
-    in the stride of a size-1 dimension share one compiled graph. Dynamo guards on every stride:
-    FLUX.1's first single block gets the last double block's output ([1, 4096, 3072], strides
-    (4096 * 3072, 3072, 1)) and every later one a slice of a [1, 4608, 3072] concatenation
-    (strides (4608 * 3072, 3072, 1)): the same memory order, yet a second trace and a second
-    Inductor compile of the single block (RESULTS note 38: the first step's Dynamo time on an
-    H100, and a whole extra compile on a cold cache). A view, so no copy and no change in what
-    is computed; a non-contiguous input (a batch > 1 slice) is passed on as it is."""
+def _with_stable_inputs(compiled: Callable[..., Any], *, promote: bool) -> Callable[..., Any]:
+    """`compiled` (a block's compiled call) with its tensor arguments made alike across the
+    blocks of a class first, so that they share one compiled graph (Dynamo guards on each
+    argument's strides and requires_grad; every variant is another trace, and on a cold cache
+    another Inductor compile: RESULTS note 38):
+
+    - `canonical_strides`: a contiguous argument gets its shape's row-major strides (a view).
+      FLUX.1's first single block gets the last double block's output, the later ones a slice of
+      a longer concatenation: same memory order, another stride at the size-1 batch dimension.
+    - `promote` (regional compile of the repeated blocks; not for "wide" regions with CUDA
+      graphs): while gradients are on, a floating-point activation argument (3-D or more) that
+      needs no gradient becomes a leaf that does. Block 0's hidden states come from frozen
+      embedders (no gradient), every later block's from a block with LoRA: without this, block
+      0 is a graph of its own (FLUX.1, Qwen-Image, Z-Image). The leaf has no history, so nothing
+      upstream changes; its gradient is computed and dropped (FLUX.1: one dX matmul of block 0's
+      q/k/v, ~0.1 % of a step).
+    Neither changes a value the block computes."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        return compiled(
-            *[canonical_strides(a) for a in args], **{k: canonical_strides(v) for k, v in kwargs.items()}
-        )
+        grad = promote and torch.is_grad_enabled()
+        return compiled(*[_stable(a, grad) for a in args], **{k: _stable(v, grad) for k, v in kwargs.items()})
 
     return call
+
+
+def _stable(value: Any, promote: bool) -> Any:
+    value = canonical_strides(value)
+    if (
+        promote
+        and type(value) is torch.Tensor
+        and value.dim() >= 3
+        and value.is_floating_point()
+        and not value.requires_grad
+    ):
+        return value.detach().requires_grad_()
+    return value
 
 
 def canonical_strides(value: Any) -> Any:

@@ -235,3 +235,25 @@ def test_the_first_step_report_names_dynamo_time_and_the_caches(caplog):
     with caplog.at_level(logging.INFO, logger="lorastudio.training.first_step_report"):
         log_first_step_compile(1.25)
     assert "first step 1.25 s" in caplog.text and "_compile.compile_inner" in caplog.text
+
+
+def test_block_zero_shares_the_graph_of_the_later_blocks(make_config, monkeypatch):
+    """Qwen-Image's block 0 gets hidden states that need no gradient (frozen embedders), the later
+    blocks' do: the compiled call promotes them to a leaf that does, so every block shares one
+    graph (RESULTS note 38), and the run's losses are those of the eager run."""
+    from lorastudio.training import compile as compile_module
+    from lorastudio.training import loop_phases
+
+    eager = train(make_config("qwen-image", batch_size=1, output_name="eager"), lambda _e: None, device="cpu")
+    real_compile = compile_module.compile_denoiser
+    monkeypatch.setattr(loop_phases, "wants_compile", lambda mode, device: True)
+    monkeypatch.setattr(
+        compile_module, "compile_denoiser", lambda *a, **k: real_compile(*a, **{**k, "backend": "eager"})
+    )
+    torch._dynamo.reset()
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    compiled = train(
+        make_config("qwen-image", batch_size=1, output_name="compiled"), lambda _e: None, device="cpu"
+    )
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 1  # was 2
+    assert compiled.losses == pytest.approx(eager.losses, rel=1e-5)
