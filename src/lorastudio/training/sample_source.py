@@ -1,0 +1,96 @@
+"""What renders a sample preview again (no torch): its settings from the run's stored config and
+the LoRA file of the run that holds the weights it shows, as a Generate request names them.
+
+A preview of step N renders the run's adapter as it was after step N (training/samples.py): the
+raw weights, or with `ema_decay` and `sample_with_ema` (the default) their EMA. The raw weights
+of every step with a snapshot, and of the final step, are kept in a file (lora/snapshots.py:
+`raw_lora_at`, Generate's `{"name", "step"}`); the EMA weights only for the final step, in the
+run's <name>.safetensors (Generate's `{"name"}`). An EMA preview of an earlier step shows
+weights no file keeps, so no generation renders it again: `lora` is None there and `note` says
+why (RELIABILITY 696); so it does for a run whose max_sequence_length is not the 512 tokens
+Generate reads (the preview read the prompt as the run trained). Generating with the file `lora` names at these settings renders the
+preview's pixels (tests/unit/generate/test_sample_parity.py); README "Sample previews" bounds the
+exceptions (save_dtype bf16 / fp16, fused projections, CPU thread counts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lorastudio.config_datasets import top_resolution
+from lorastudio.lora.snapshots import raw_lora_at, run_loras
+
+# the text tokens every family's pipeline reads by default (max_sequence_length of FluxPipeline,
+# ChromaPipeline, QwenImagePipeline, ZImagePipeline, Flux2Pipeline ...: diffusers 0.42.1), which
+# Generate and `lorastudio generate` use; SDXL's CLIP reads a fixed 77 (no max_sequence_length)
+GENERATION_TEXT_TOKENS = 512
+
+
+def sample_weights(config: Mapping[str, Any]) -> str:
+    """ "ema" when the run's previews render the EMA of its adapter weights, else "raw"."""
+    ema = config.get("ema_decay") is not None and config.get("sample_with_ema", True) is not False
+    return "ema" if ema else "raw"
+
+
+def sample_source(config: Mapping[str, Any], run_dir: Path | None, step: int, index: int) -> dict[str, Any]:
+    """The settings of preview `index` of step `step` of the run whose stored (resolved) config
+    is `config`, in Generate's words: {"seed", "width", "height", "guidance" (None: the family's
+    default), "steps" (None: the family's default), "weights": "ema" | "raw", "lora": {"name",
+    "step"} (step None: the final file) or None when no file keeps those weights, "note": None
+    when generating with `lora` at these settings renders the preview's pixels, else why not}.
+    A prompt index past the config's prompts (the config changed since) gives its run-wide
+    settings."""
+    prompts = config.get("sample_prompts") or []
+    own = prompts[index] if 0 <= index < len(prompts) and isinstance(prompts[index], dict) else {}
+    size = _int(top_resolution(_resolution(config.get("resolution"))))
+    seed = own.get("seed") if own.get("seed") is not None else config.get("sample_seed", 0)
+    weights = sample_weights(config)
+    lora, note = _lora(run_dir, step, weights)
+    tokens = config.get("max_sequence_length")
+    if isinstance(tokens, int) and tokens != GENERATION_TEXT_TOKENS:
+        cut = (
+            f"its prompt was read to max_sequence_length {tokens} tokens as the run trained, where "
+            f"Generate reads {GENERATION_TEXT_TOKENS} (the pipelines' default): the pixels differ"
+        )
+        note = cut if note is None else f"{note}; {cut}"
+    return {
+        "seed": seed,
+        "width": own.get("width") or size,
+        "height": own.get("height") or size,
+        "guidance": own.get("guidance"),
+        "steps": config.get("sample_steps"),
+        "weights": weights,
+        "lora": lora,
+        "note": note,
+    }
+
+
+def _lora(run_dir: Path | None, step: int, weights: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The Generate `loras` entry of the file holding `weights` of step `step`, or (None, why)."""
+    if run_dir is None or not run_dir.is_dir():
+        return None, "the run has no output folder"
+    name = run_dir.name
+    if weights == "raw":
+        if raw_lora_at(run_dir, step) is not None:
+            return {"name": name, "step": step}, None
+        return None, f"no LoRA file of step {step} is kept (no snapshot of it, or keep_loras removed it)"
+    for row in run_loras(run_dir):
+        if row["final"] and row["weights"] == "ema" and row["step"] == step:
+            return {"name": name, "step": None}, None
+    return None, (
+        f"this preview shows the EMA weights of step {step}, which no file keeps (snapshots hold the "
+        "raw weights; the EMA ones are saved for the last step only): generating with the step's "
+        "snapshot renders the raw weights"
+    )
+
+
+def _resolution(value: Any) -> int | list[int] | None:
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, int)]
+    return value if isinstance(value, int) else None
+
+
+def _int(value: int) -> int | None:
+    return value or None
