@@ -2146,7 +2146,7 @@ export interface components {
             base_config?: string | null;
             /**
              * Base Identity
-             * @description the base model's content identity a gallery image records: given, a base whose files changed since (replaced, re-fetched) is refused (400 base_identity); null: the base as it is
+             * @description the base model's content identity a gallery image records: given, a base whose files (weights, tokenizers, scheduler) changed since (replaced, re-fetched, edited) is refused (400 base_identity); null: the base as it is
              */
             base_identity?: string | null;
             /**
