@@ -168,3 +168,30 @@ def test_sdxl_previews_are_generates_pixels(tiny_model, sdxl_run):
         )  # fmt: skip
         preview = settings.outputs_dir / "parity-sdxl" / f"samples/step-000001-{index}.png"
         np.testing.assert_array_equal(np.asarray(image), np.asarray(Image.open(preview)))
+
+
+def test_a_z_image_preview_with_its_own_guidance_renders_and_is_generates_pixels(
+    tiny_model, sample_dataset, tmp_path
+):
+    """Z-Image's default guidance (0) runs no CFG, so phase 1 encoded no "" for its previews: a
+    sample prompt with its own guidance above 0 made ZImagePipeline refuse the preview's
+    prompt_embeds without negative ones (ValueError): a run failed at its first sample round,
+    its final round (here) was a warning and no preview (RELIABILITY 699)."""
+    from lorastudio.generate import load_pipeline
+
+    raw = {"family": "z-image", "base_model": str(tiny_model("z-image")), "data_dir": str(sample_dataset),
+           "output_name": "parity-z", "resolution": 32, "steps": 1, "batch_size": 2, "lora_rank": 4,
+           "learning_rate": 1e-2, "sample_prompts": ["a red circle", PROMPT], "sample_steps": 2}  # fmt: skip
+    settings = Settings(home=tmp_path)
+    cfg = parse_train_config(raw)
+    assert train(cfg, [].append, settings=settings, device="cpu").lora_path is not None
+    pipe = load_pipeline(str(tiny_model("z-image")), "z-image", device="cpu")
+    apply_loras(pipe, [(lora_file(settings, "parity-z", 1), 1.0)])
+    for index, prompt in enumerate(["a red circle", PROMPT["prompt"]]):
+        source = sample_source(cfg.model_dump(mode="json"), settings.outputs_dir / "parity-z", 1, index)
+        image = generate_image(
+            pipe, "z-image", prompt=prompt, seed=source["seed"], steps=source["steps"], width=source["width"],
+            height=source["height"], guidance=source["guidance"],
+        )  # fmt: skip
+        preview = settings.outputs_dir / "parity-z" / f"samples/step-000001-{index}.png"
+        np.testing.assert_array_equal(np.asarray(image), np.asarray(Image.open(preview)))
