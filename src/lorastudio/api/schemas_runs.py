@@ -134,7 +134,8 @@ class SampleImage(_Out):
     note: str | None = Field(
         default=None,
         description="null: Generate with `lora` at these settings renders this preview's pixels; else why not "
-        "(no file keeps its EMA weights; the run's max_sequence_length is not the 512 tokens Generate reads)",
+        "(no file keeps its EMA weights; the run's max_sequence_length is not the 512 tokens Generate reads; its "
+        "references were sized as the run trains them)",
     )
 
 

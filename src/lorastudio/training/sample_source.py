@@ -8,7 +8,9 @@ of every step with a snapshot, and of the final step, are kept in a file (lora/s
 run's <name>.safetensors (Generate's `{"name"}`). An EMA preview of an earlier step shows
 weights no file keeps, so no generation renders it again: `lora` is None there and `note` says
 why (RELIABILITY 696); so it does for a run whose max_sequence_length is not the 512 tokens
-Generate reads (the preview read the prompt as the run trained). Generating with the file `lora` names at these settings renders the
+Generate reads (the preview read the prompt as the run trained), and for an edit preview whose
+references were sized as the run trains them (control_resolution other than "target": README),
+where Generate fits a reference to the output size (FLUX.1 Kontext: 21 levels off on the tiny one). Generating with the file `lora` names at these settings renders the
 preview's pixels (tests/unit/generate/test_sample_parity.py); README "Sample previews" bounds the
 exceptions (save_dtype bf16 / fp16, fused projections, CPU thread counts).
 """
@@ -34,14 +36,16 @@ def sample_weights(config: Mapping[str, Any]) -> str:
     return "ema" if ema else "raw"
 
 
-def sample_source(config: Mapping[str, Any], run_dir: Path | None, step: int, index: int) -> dict[str, Any]:
+def sample_source(
+    config: Mapping[str, Any], run_dir: Path | None, step: int, index: int, references: bool = False
+) -> dict[str, Any]:
     """The settings of preview `index` of step `step` of the run whose stored (resolved) config
     is `config`, in Generate's words: {"seed", "width", "height", "guidance" (None: the family's
     default), "steps" (None: the family's default), "weights": "ema" | "raw", "lora": {"name",
     "step"} (step None: the final file) or None when no file keeps those weights, "note": None
     when generating with `lora` at these settings renders the preview's pixels, else why not}.
     A prompt index past the config's prompts (the config changed since) gives its run-wide
-    settings."""
+    settings. `references`: the preview edits reference images (an edit family's)."""
     prompts = config.get("sample_prompts") or []
     own = prompts[index] if 0 <= index < len(prompts) and isinstance(prompts[index], dict) else {}
     size = _int(top_resolution(_resolution(config.get("resolution"))))
@@ -55,6 +59,13 @@ def sample_source(config: Mapping[str, Any], run_dir: Path | None, step: int, in
             f"Generate reads {GENERATION_TEXT_TOKENS} (the pipelines' default): the pixels differ"
         )
         note = cut if note is None else f"{note}; {cut}"
+    sizing = config.get("control_resolution", "pipeline")
+    if references and sizing != "target":
+        sized = (
+            f"its references were sized as the run trains them (control_resolution {sizing!r}), where "
+            "Generate fits a reference to the output size: the pixels may differ"
+        )
+        note = sized if note is None else f"{note}; {sized}"
     return {
         "seed": seed,
         "width": own.get("width") or size,

@@ -195,3 +195,15 @@ def test_a_z_image_preview_with_its_own_guidance_renders_and_is_generates_pixels
         )  # fmt: skip
         preview = settings.outputs_dir / "parity-z" / f"samples/step-000001-{index}.png"
         np.testing.assert_array_equal(np.asarray(image), np.asarray(Image.open(preview)))
+
+
+def test_an_edit_preview_whose_references_the_run_sized_is_named(tmp_path):
+    """An edit family's preview sizes its references as the run trains them (control_resolution
+    "pipeline", the default), Generate fits a reference to the output size: FLUX.1 Kontext's tiny
+    preview was 21 levels off Generate's render of its kept reference."""
+    config = {"resolution": 32, "sample_prompts": ["make it blue"], "control_resolution": "pipeline"}
+    said = sample_source(config, tmp_path, 1, 0, references=True)["note"]
+    assert "references were sized as the run trains them (control_resolution 'pipeline')" in said
+    target = sample_source({**config, "control_resolution": "target"}, tmp_path, 1, 0, references=True)
+    assert "references" not in target["note"]
+    assert "references" not in sample_source(config, tmp_path, 1, 0)["note"]  # a text-to-image preview

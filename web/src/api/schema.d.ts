@@ -3689,7 +3689,7 @@ export interface components {
             name: string;
             /**
              * Note
-             * @description null: Generate with `lora` at these settings renders this preview's pixels; else why not (no file keeps its EMA weights; the run's max_sequence_length is not the 512 tokens Generate reads)
+             * @description null: Generate with `lora` at these settings renders this preview's pixels; else why not (no file keeps its EMA weights; the run's max_sequence_length is not the 512 tokens Generate reads; its references were sized as the run trains them)
              */
             note?: string | null;
             /**

@@ -95,7 +95,7 @@ def run_samples(
                 "name": f.name,
                 "url": f"/api/runs/{run_id}/samples/{f.name}",
                 "references": [f"/api/runs/{run_id}/samples/{n}" for n in refs.get(f.index, [])],
-                **sample_source(config, run_dir, f.step, f.index),
+                **sample_source(config, run_dir, f.step, f.index, bool(refs.get(f.index))),
             }
             for f in found
         ]
