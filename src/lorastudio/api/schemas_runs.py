@@ -118,9 +118,13 @@ class SampleImage(_Out):
     seed: int | None = Field(default=None, description="the preview's noise seed")
     width: int | None = Field(default=None, description="pixels")
     height: int | None = Field(default=None, description="pixels")
-    guidance: float | None = Field(default=None, description="null: the family's default")
+    guidance: float | None = Field(
+        default=None,
+        description="the prompt's, else the family's default for the run's base (null: not known)",
+    )
     steps: int | None = Field(
-        default=None, description="inference steps (sample_steps; null: the family's default)"
+        default=None,
+        description="inference steps: sample_steps, else the family's default for the run's base (null: not known)",
     )
     weights: Literal["ema", "raw"] = Field(
         default="raw",

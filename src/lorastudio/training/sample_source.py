@@ -40,8 +40,9 @@ def sample_source(
     config: Mapping[str, Any], run_dir: Path | None, step: int, index: int, references: bool = False
 ) -> dict[str, Any]:
     """The settings of preview `index` of step `step` of the run whose stored (resolved) config
-    is `config`, in Generate's words: {"seed", "width", "height", "guidance" (None: the family's
-    default), "steps" (None: the family's default), "weights": "ema" | "raw", "lora": {"name",
+    is `config`, in Generate's words: {"seed", "width", "height", "guidance" and "steps" (the
+    prompt's or the run's, else the family's defaults for its base: `_defaults`; None where
+    not known), "weights": "ema" | "raw", "lora": {"name",
     "step"} (step None: the final file) or None when no file keeps those weights, "note": None
     when generating with `lora` at these settings renders the preview's pixels, else why not}.
     A prompt index past the config's prompts (the config changed since) gives its run-wide
@@ -50,6 +51,7 @@ def sample_source(
     own = prompts[index] if 0 <= index < len(prompts) and isinstance(prompts[index], dict) else {}
     size = _int(top_resolution(_resolution(config.get("resolution"))))
     seed = own.get("seed") if own.get("seed") is not None else config.get("sample_seed", 0)
+    steps, guidance = _defaults(config)
     weights = sample_weights(config)
     lora, note = _lora(run_dir, step, weights)
     tokens = config.get("max_sequence_length")
@@ -70,12 +72,38 @@ def sample_source(
         "seed": seed,
         "width": own.get("width") or size,
         "height": own.get("height") or size,
-        "guidance": own.get("guidance"),
-        "steps": config.get("sample_steps"),
+        "guidance": own["guidance"] if own.get("guidance") is not None else guidance,
+        "steps": config.get("sample_steps") or steps,
         "weights": weights,
         "lora": lora,
         "note": note,
     }
+
+
+def _defaults(config: Mapping[str, Any]) -> tuple[int | None, float | None]:
+    """(inference steps, guidance) the run's previews take where the config sets none: the
+    family's generation defaults for its base's flavour (Family.generation_defaults, the base's
+    configs read as plain JSON; a base not on this machine: the family's own). (None, None) for
+    an unknown family. Generate's own defaults differ (GenerateBody: 20 steps), so the listing
+    names the numbers."""
+    from lorastudio import families
+    from lorastudio.errors import LorastudioError
+
+    try:
+        family = families.get(str(config.get("family")))
+    except LorastudioError:
+        return None, None
+    source = config.get("base_config") or config.get("base_model")  # a single file: its base config
+    try:
+        facts = family.local_facts(str(source), config.get("revision")) if source else None
+    except (LorastudioError, OSError, ValueError):
+        facts = None
+    defaults = family.generation_defaults(facts or {})
+    steps, guidance = defaults.get("num_inference_steps"), defaults.get(family.spec.guidance_kwarg)
+    return (
+        steps if isinstance(steps, int) else None,
+        float(guidance) if isinstance(guidance, (int, float)) else None,
+    )
 
 
 def _lora(run_dir: Path | None, step: int, weights: str) -> tuple[dict[str, Any] | None, str | None]:

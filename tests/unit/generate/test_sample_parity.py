@@ -120,6 +120,9 @@ def test_a_run_read_to_other_than_generations_text_tokens_is_named(tmp_path):
     config = {"resolution": [32, 64], "sample_seed": 3, "sample_prompts": ["a"], "max_sequence_length": 16}
     source = sample_source(config, tmp_path / "gone", 4, 0)
     assert (source["seed"], source["width"], source["height"], source["steps"]) == (3, 64, 64, None)
+    # the family's defaults by number (Generate's own default is 20 steps): FLUX.1 dev's 28 and 3.5
+    flux = sample_source({**config, "family": "flux", "base_model": "not/here"}, tmp_path, 4, 0)
+    assert (flux["steps"], flux["guidance"]) == (28, 3.5)
     assert source["lora"] is None and "max_sequence_length 16 tokens" in source["note"]
     assert sample_source({**config, "max_sequence_length": 512}, tmp_path, 4, 0)["note"].startswith(
         "no LoRA file"

@@ -3667,7 +3667,7 @@ export interface components {
         SampleImage: {
             /**
              * Guidance
-             * @description null: the family's default
+             * @description the prompt's, else the family's default for the run's base (null: not known)
              */
             guidance?: number | null;
             /**
@@ -3711,7 +3711,7 @@ export interface components {
             step: number;
             /**
              * Steps
-             * @description inference steps (sample_steps; null: the family's default)
+             * @description inference steps: sample_steps, else the family's default for the run's base (null: not known)
              */
             steps?: number | null;
             /**
