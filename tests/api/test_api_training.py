@@ -197,6 +197,12 @@ def test_full_job_start_events_complete_listed_and_generate(
         (4, 0, PROMPTS[0]),
         (4, 1, PROMPTS[1]),
     ]
+    # what renders each again: its settings and the file of its step (the run reads 16 tokens)
+    assert [
+        (s["seed"], s["width"], s["height"], s["guidance"], s["steps"], s["weights"]) for s in listed_samples
+    ] == [(0, 32, 32, 3.5, 1, "raw")] * 4
+    assert [s["lora"] for s in listed_samples] == [{"name": name, "step": s["step"]} for s in listed_samples]
+    assert all("max_sequence_length 16 tokens" in s["note"] for s in listed_samples)
     outputs = Path(info["outputs_root"])
     for sample in listed_samples:
         served = client.get(sample["url"])

@@ -125,7 +125,8 @@ class GenerateBody(_StrictBody):
         default=None,
         pattern=r"^[0-9a-f]{20}$",
         description="the base model's content identity a gallery image records: given, a base whose "
-        "files changed since (replaced, re-fetched) is refused (400 base_identity); null: the base as it is",
+        "files (weights, tokenizers, scheduler) changed since (replaced, re-fetched, edited) is refused (400 "
+        "base_identity); null: the base as it is",
     )
     references: list[str] = Field(
         default_factory=list,

@@ -99,6 +99,11 @@ class SampleRound(_Out):
     )
 
 
+class SampleLora(_Out):
+    name: str = Field(description="the run's output name")
+    step: int | None = Field(description="its snapshot of this step (the raw weights); null: the final file")
+
+
 class SampleImage(_Out):
     step: int
     index: int = Field(description="index of the prompt in the config's sample_prompts")
@@ -108,6 +113,33 @@ class SampleImage(_Out):
     references: list[str] = Field(
         default_factory=list,
         description="URLs of the reference images the prompt was rendered with (an edit family's), slot order",
+    )
+    # what renders it again (training/sample_source.py): POST /api/generate with these settings
+    seed: int | None = Field(default=None, description="the preview's noise seed")
+    width: int | None = Field(default=None, description="pixels")
+    height: int | None = Field(default=None, description="pixels")
+    guidance: float | None = Field(
+        default=None,
+        description="the prompt's, else the family's default for the run's base (null: not known)",
+    )
+    steps: int | None = Field(
+        default=None,
+        description="inference steps: sample_steps, else the family's default for the run's base (null: not known)",
+    )
+    weights: Literal["ema", "raw"] = Field(
+        default="raw",
+        description="the adapter weights it shows: the EMA ones (ema_decay with sample_with_ema) or the raw",
+    )
+    lora: SampleLora | None = Field(
+        default=None,
+        description="the run's LoRA file holding those weights, as Generate's `loras` entry (step null: the "
+        "final file); null when no file keeps them (`note` says why: an EMA preview before the last step)",
+    )
+    note: str | None = Field(
+        default=None,
+        description="null: Generate with `lora` at these settings renders this preview's pixels; else why not "
+        "(no file keeps its EMA weights; the run's max_sequence_length is not the 512 tokens Generate reads; its "
+        "references were sized as the run trains them)",
     )
 
 

@@ -88,9 +88,11 @@ class FamilySpec:
     # guidance off), e.g. {"guidance_scale": 1.0}; empty where the defaults already do. What "one
     # denoising step of the pipeline" means for predict's contract (tests/families)
     no_cfg_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    # the pipeline's default guidance (generation_defaults) runs a second pass on a negative
-    # prompt ("" unless given): sample previews then encode "" in phase 1 and pass it through
-    # Family.pipeline_negative_kwargs, so a preview is exactly what inference renders
+    # the pipeline runs a second pass on a negative prompt ("" unless given) that it encodes
+    # itself, at its default guidance (generation_defaults) or at a sample prompt's own (Z-Image:
+    # off at its default 0, on above it): sample previews then encode "" in phase 1 and pass it
+    # through Family.pipeline_negative_kwargs, so a preview is exactly what inference renders
+    # (SDXL's pipeline uses zeros for no negative prompt: it needs none)
     guides_with_negative: bool = False
     # how its pipeline guides at generation (the Generate form, GenerateBody, sample prompts):
     # "cfg" classifier-free guidance (guidance_scale), "true_cfg" the same through

@@ -70,6 +70,9 @@ SPEC = FamilySpec(
     generation_defaults={"num_inference_steps": 8, "guidance_scale": 0.0},
     guidance="cfg",
     negative_prompt=True,
+    # its default guidance (0) runs no CFG, a sample prompt's own guidance above 0 does, on "":
+    # previews need its features then (ZImagePipeline refuses prompt_embeds without them)
+    guides_with_negative=True,
     no_cfg_kwargs={"guidance_scale": 0.0},
     fused_projection_groups={
         "ZImageTransformerBlock": (
@@ -111,6 +114,12 @@ class ZImageFamily(Family):
         self, cond: dict[str, Any], device: torch.device, dtype: torch.dtype
     ) -> dict[str, Any]:
         return {"prompt_embeds": [c.to(device, dtype) for c in cond["cap_feats"]]}  # 1 x [L, D]
+
+    def pipeline_negative_kwargs(
+        self, cond: dict[str, Any], device: torch.device, dtype: torch.dtype
+    ) -> dict[str, Any]:
+        """The features of "" (what ZImagePipeline encodes as its negative prompt); unused at guidance 0."""
+        return {"negative_prompt_embeds": [c.to(device, dtype) for c in cond["cap_feats"]]}  # 1 x [L, D]
 
     def predict(
         self,

@@ -242,6 +242,18 @@ def apply_loras(
             weights.append(float(scale))
     if names:
         pipe.set_adapters(names, adapter_weights=weights)
+    _inference_mode_modules(pipe)
+
+
+def _inference_mode_modules(pipe: DiffusionPipeline) -> None:
+    """Every torch component of `pipe` (and each module in it) in eval mode. peft builds the
+    layers of an adapter it injects in train mode, so a LoRA trained with `lora_dropout` left
+    its dropout on in the pipeline's eval-mode denoiser: each render dropped a random share of
+    the LoRA (from the global RNG, not the seed), the same request gave other pixels, and none
+    matched the run's previews (rendered in eval mode). RELIABILITY 695."""
+    for component in pipe.components.values():
+        if isinstance(component, torch.nn.Module):
+            component.eval()
 
 
 def _lora_stop(pipe: DiffusionPipeline, cancelled: Callable[[], bool] | None) -> Callable[[str | Path], None]:

@@ -62,7 +62,7 @@ from lorastudio.errors import (
 )
 from lorastudio.generation_rules import budget_problems
 from lorastudio.jobs.gallery import gallery_dir
-from lorastudio.jobs.generation_base import base_identity, base_identity_problem, job_at_base
+from lorastudio.jobs.generation_base import base_identities, base_identity, base_identity_problem, job_at_base
 from lorastudio.jobs.generation_inputs import (
     GenerationRequest,
     lora_file,
@@ -226,8 +226,8 @@ class GenerationService:
         )
         if base_problems:
             raise ConfigError(base_problems)
-        now = base_identity(base, family.spec.denoiser, req.revision)  # jobs/generation_base.py
-        if (changed := base_identity_problem(req.base_identity, now, req.base_model)) is not None:
+        now, files = base_identities(base, family.spec.denoiser, req.revision)  # jobs/generation_base.py
+        if (changed := base_identity_problem(req.base_identity, now, req.base_model, files)) is not None:
             raise ConfigError([changed])
         configs = base.configs  # where the checkpoint's flavour is read (a single file: its base config)
         folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None

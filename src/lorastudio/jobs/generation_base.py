@@ -1,7 +1,7 @@
 """What a gallery image records of its base model's content (jobs/generation.py): the base's
 content identity, the fingerprint a run's identity records of its base (training/identity_base
 .source_record: each file's name, size and a sample of its bytes, memoised per file version; a
-multi-GB pipeline is never hashed whole), so that its settings sent again on a base replaced
+multi-GB pipeline is never hashed whole) with its scheduler's files, so that its settings sent again on a base replaced
 under the same name (a models/ folder, a re-fetched snapshot, a single file) are refused, not
 rendered as another image, as a LoRA's sha256 is (fix 231). No torch here.
 """
@@ -9,6 +9,7 @@ rendered as another image, as a LoRA's sha256 is (fix 231). No torch here.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -21,20 +22,39 @@ from lorastudio.errors import ConfigError, FieldProblem
 def base_identity(base: ResolvedBase, denoiser: str, revision: str | None) -> str | None:
     """The content identity of resolved `base` (`denoiser`: the family's "unet" / "transformer"),
     or None when it is a hub id not downloaded yet (its files are not here to read: the worker's
-    loaders fetch it, and the identity is taken then)."""
+    loaders fetch it, and the identity is taken then): `base_identities`' first."""
+    return base_identities(base, denoiser, revision)[0]
+
+
+def base_identities(base: ResolvedBase, denoiser: str, revision: str | None) -> tuple[str | None, str | None]:
+    """(identity, files identity) of resolved `base`, each None for a hub id not downloaded yet.
+    The files identity is the run identity's base fingerprint (its denoiser, VAE, text encoders
+    and tokenizers: training/identity_base.source_record), what a gallery image recorded before
+    session 28; the identity adds the scheduler's files (its class and settings, which decide the
+    sigmas as much as the weights decide the model: a scheduler_config.json edited or re-fetched
+    rendered another image under the old identity, RELIABILITY 698)."""
+    from lorastudio.data.fingerprint import component_fingerprint
     from lorastudio.training.identity_base import source_record
 
     source: Any = base.source
     if base.file is not None:  # a single file: its components from it, the rest from its base config
         source = SimpleNamespace(file=base.source, components=base.file.layout.components, config=base.config)
     record = source_record(source, denoiser, revision)
-    return str(record["base_fingerprint"]) if record["base_on_disk"] else None
+    if not record["base_on_disk"]:
+        return None, None
+    files = str(record["base_fingerprint"])
+    scheduler = component_fingerprint(source, "scheduler", revision)
+    return hashlib.sha256(f"{files}\n{scheduler}".encode()).hexdigest()[:20], files
 
 
-def base_identity_problem(asked: str | None, now: str | None, base_model: str) -> FieldProblem | None:
+def base_identity_problem(
+    asked: str | None, now: str | None, base_model: str, files: str | None = None
+) -> FieldProblem | None:
     """The refusal of a request that named base identity `asked` when the base's is `now`
-    (None: not comparable, a hub id yet to download; no refusal)."""
-    if asked is None or now is None or asked == now:
+    (None: not comparable, a hub id yet to download; no refusal). `files`: the base's files
+    identity (`base_identities`), which a gallery image of before session 28 recorded: still
+    accepted for those (they recorded nothing of the scheduler)."""
+    if asked is None or now is None or asked in (now, files):
         return None
     return FieldProblem(
         "base_identity",
@@ -53,7 +73,7 @@ def job_at_base(
     in its key (generation_worker.GenerationJob.key), so the worker loads the new files rather
     than render with the pipeline it kept of the old ones; `meta(identity)` is the PNG's
     settings. Returns (job, identity). Raises ConfigError on "base_identity"."""
-    now = base_identity(base, denoiser, req.revision)
-    if (changed := base_identity_problem(req.base_identity, now, req.base_model)) is not None:
+    now, files = base_identities(base, denoiser, req.revision)
+    if (changed := base_identity_problem(req.base_identity, now, req.base_model, files)) is not None:
         raise ConfigError([changed])
     return dataclasses.replace(job, base_identity=now, png_meta=json.dumps(meta(now))), now

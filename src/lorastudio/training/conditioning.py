@@ -18,7 +18,7 @@ family), "" included per control set for caption dropout; caption variants compo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -193,10 +193,14 @@ def encode_texts(
     notes: list[str] | None = None,
     sink: Callable[[int, str, dict[str, torch.Tensor]], bool] | None = None,
     measure: Callable[[Any], None] | None = None,
+    one_by_one: Collection[int] = (),
 ) -> list[Conditioning]:
     """Like encode_captions, for several groups of texts (e.g. the captions, then the sample
     prompts) with one load of the encoders. Each group is chunked on its own, so a group's
-    tensors are those it would get encoded alone. Returns one cond_key -> tensors dict per group
+    tensors are those it would get encoded alone; the groups in `one_by_one` a text per call
+    (the sample prompts: as Generate encodes its one prompt, so that a preview's tensors are
+    bitwise Generate's; a batched matmul rounds otherwise, SDXL's pooled projection by 5e-7,
+    RELIABILITY 697). Returns one cond_key -> tensors dict per group
     (an EditPrompt is encoded with its control images and keyed by caption + controls).
     `sink(group, key, tensors)` (optional) is handed each text's tensors as they come; a text it
     returns True for is left out of the result (the on-disk cache took it: conditioning_disk.py).
@@ -215,9 +219,9 @@ def encode_texts(
     would (the same tensors). A rank with no chunk at all does not load the encoders.
     `check_stop` is called once per round on every rank (it is a collective there)."""
     chunks = [
-        (index, list(texts[start : start + ENCODE_CHUNK]))
+        (index, list(texts[start : start + (1 if index in one_by_one else ENCODE_CHUNK)]))
         for index, texts in enumerate(groups)
-        for start in range(0, len(texts), ENCODE_CHUNK)
+        for start in range(0, len(texts), 1 if index in one_by_one else ENCODE_CHUNK)
     ]
     ctx = group_context()
     out: list[Conditioning] = [{} for _ in groups]

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -124,9 +124,10 @@ def encode_texts_on_disk(
     notes: list[str] | None = None,
     holds: list[int] | None = None,
     signatures: Path | None = None,
+    one_by_one: Collection[int] = (),
 ) -> list[Conditioning]:
     """conditioning.encode_texts with the first group (the captions: plain strings) on disk; the
-    other groups as encode_texts gives them. Returns the first group as a DiskConditioning.
+    other groups as encode_texts gives them (`one_by_one`: as there). Returns the first group as a DiskConditioning.
     The cache entry read is held (data/cache_io.hold_entry: no prune removes it) until the
     descriptor appended to `holds` is closed (training/loop.py closes them at the run's end).
     `signatures`: the home's folder of learnt encoder signatures (text_signature.py; None: the
@@ -214,6 +215,7 @@ def encode_texts_on_disk(
             notes=notes,
             sink=sink,
             measure=measure,
+            one_by_one=one_by_one,
         )
 
     found = encode(missing, [*groups[1:], *([list(PROBE_TEXTS)] if probe else [])])

@@ -76,7 +76,15 @@ def encode_conditioning(
             signatures=settings.text_signature_dir,
         )
     conds, prompt_conds, state.held_out_conds, kept = encode(
-        family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
+        family,
+        cfg,
+        texts,
+        dtype=run.dtype,
+        device=run.device,
+        emit=emit,
+        check_stop=stop,
+        notes=state.notes,
+        one_by_one=(1,),  # the sample prompts, each alone as Generate encodes it (RELIABILITY 697)
     )  # each group in chunks of its own: the captions' tensors are those of a run without the others
     conds = with_texts(conds, kept)  # the class-word captions beside the captions (RAM)
     return conds, prompt_conds, variants, dropouts

@@ -125,3 +125,38 @@ def test_a_base_replaced_while_the_request_waits_for_the_worker_is_refused_by_it
         (problem,) = refused.json()["problems"]
         assert problem["field"] == "base_identity"
         assert len(client.get("/api/gallery").json()["images"]) == 1  # nothing rendered for it
+
+
+def test_a_scheduler_changed_under_the_base_is_refused_by_the_identity_and_rendered_from_its_files(
+    studio_home: Path, tiny_model
+) -> None:
+    """RELIABILITY 698: the identity was the weights' and tokenizers' alone, so a base whose
+    scheduler_config.json changed (edited, re-fetched) rendered a gallery image's settings sent
+    again as another image under the old identity, and the resident pipeline kept the old
+    scheduler until the server restarted. An image of before (its files identity) still renders."""
+    from lorastudio.api.app import create_app
+    from lorastudio.basemodels import resolve_base
+    from lorastudio.jobs.generation_base import base_identities
+
+    settings, base = _home_with_base(studio_home, tiny_model)
+    body = dict(BODY, steps=2)
+
+    def made(client: TestClient, extra: dict | None = None) -> tuple[int, dict, bytes]:
+        answer = client.post("/api/generate", json={**body, **(extra or {})})
+        if answer.status_code != 201:
+            return answer.status_code, answer.json(), b""
+        png = Image.open(io.BytesIO(client.get(answer.json()["url"]).content))
+        return 201, answer.json(), png.convert("RGB").tobytes()
+
+    _, files = base_identities(resolve_base("my-flux", "flux", settings), "transformer", None)
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
+        _, first, old_pixels = made(client)
+        config = base / "scheduler" / "scheduler_config.json"
+        scheduler = json.loads(config.read_text())
+        config.write_text(json.dumps({**scheduler, "use_dynamic_shifting": False, "shift": 1.0}))
+        status, refused, _ = made(client, {"base_identity": first["base_identity"]})
+        assert status == 400 and refused["problems"][0]["field"] == "base_identity", refused
+        _, second, resident = made(client)
+        assert second["base_identity"] != first["base_identity"]
+        assert made(client, {"base_identity": files})[0] == 201  # an image of before: its files unchanged
+    assert resident != old_pixels  # the new scheduler's sigmas; the old code kept the old scheduler here

@@ -968,7 +968,9 @@ export interface paths {
         /**
          * Run Samples
          * @description The sample previews in the run's output folder (shared by every session of the run),
-         *     oldest step first, each with its prompt and URL. 404 when the run is unknown.
+         *     oldest step first, each with its prompt and URL, and what renders it again: its settings
+         *     and the LoRA file holding the weights it shows, or why none does (training/sample_source.py).
+         *     404 when the run is unknown.
          */
         get: operations["run_samples_api_runs__run_id__samples_get"];
         put?: never;
@@ -2144,7 +2146,7 @@ export interface components {
             base_config?: string | null;
             /**
              * Base Identity
-             * @description the base model's content identity a gallery image records: given, a base whose files changed since (replaced, re-fetched) is refused (400 base_identity); null: the base as it is
+             * @description the base model's content identity a gallery image records: given, a base whose files (weights, tokenizers, scheduler) changed since (replaced, re-fetched, edited) is refused (400 base_identity); null: the base as it is
              */
             base_identity?: string | null;
             /**
@@ -3664,15 +3666,32 @@ export interface components {
         /** SampleImage */
         SampleImage: {
             /**
+             * Guidance
+             * @description the prompt's, else the family's default for the run's base (null: not known)
+             */
+            guidance?: number | null;
+            /**
+             * Height
+             * @description pixels
+             */
+            height?: number | null;
+            /**
              * Index
              * @description index of the prompt in the config's sample_prompts
              */
             index: number;
+            /** @description the run's LoRA file holding those weights, as Generate's `loras` entry (step null: the final file); null when no file keeps them (`note` says why: an EMA preview before the last step) */
+            lora?: components["schemas"]["SampleLora"] | null;
             /**
              * Name
              * @description file name: step-000123-0.png
              */
             name: string;
+            /**
+             * Note
+             * @description null: Generate with `lora` at these settings renders this preview's pixels; else why not (no file keeps its EMA weights; the run's max_sequence_length is not the 512 tokens Generate reads; its references were sized as the run trains them)
+             */
+            note?: string | null;
             /**
              * Prompt
              * @description the sample prompt (null when the config no longer has it)
@@ -3683,13 +3702,35 @@ export interface components {
              * @description URLs of the reference images the prompt was rendered with (an edit family's), slot order
              */
             references?: string[];
+            /**
+             * Seed
+             * @description the preview's noise seed
+             */
+            seed?: number | null;
             /** Step */
             step: number;
+            /**
+             * Steps
+             * @description inference steps: sample_steps, else the family's default for the run's base (null: not known)
+             */
+            steps?: number | null;
             /**
              * Url
              * @description where the PNG is served
              */
             url: string;
+            /**
+             * Weights
+             * @description the adapter weights it shows: the EMA ones (ema_decay with sample_with_ema) or the raw
+             * @default raw
+             * @enum {string}
+             */
+            weights?: "ema" | "raw";
+            /**
+             * Width
+             * @description pixels
+             */
+            width?: number | null;
         };
         /** SampleList */
         SampleList: {
@@ -3698,6 +3739,19 @@ export interface components {
              * @description oldest step first, then prompt order
              */
             samples: components["schemas"]["SampleImage"][];
+        };
+        /** SampleLora */
+        SampleLora: {
+            /**
+             * Name
+             * @description the run's output name
+             */
+            name: string;
+            /**
+             * Step
+             * @description its snapshot of this step (the raw weights); null: the final file
+             */
+            step: number | null;
         };
         /**
          * SamplePrompt

@@ -23,6 +23,7 @@ from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import checkpoint_step, list_checkpoints
 from lorastudio.training.sample_files import list_references, list_samples, sample_path
+from lorastudio.training.sample_source import sample_source
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
@@ -76,9 +77,12 @@ def run_samples(
     run_id: str, store: RunStore = Depends(store_dep), settings: Settings = Depends(settings_dep)
 ) -> dict[str, Any]:
     """The sample previews in the run's output folder (shared by every session of the run),
-    oldest step first, each with its prompt and URL. 404 when the run is unknown."""
+    oldest step first, each with its prompt and URL, and what renders it again: its settings
+    and the LoRA file holding the weights it shows, or why none does (training/sample_source.py).
+    404 when the run is unknown."""
     run = store.get_run(run_id, max_points=2)
-    prompts = [_prompt_of(p) for p in run["config"].get("sample_prompts") or []]
+    config = run["config"] if isinstance(run["config"], dict) else {}
+    prompts = [_prompt_of(p) for p in config.get("sample_prompts") or []]
     run_dir = settings.outputs_dir / run["output_name"] if run["output_name"] else None
     found = list_samples(run_dir) if run_dir else []
     refs = list_references(run_dir) if run_dir else {}
@@ -91,6 +95,7 @@ def run_samples(
                 "name": f.name,
                 "url": f"/api/runs/{run_id}/samples/{f.name}",
                 "references": [f"/api/runs/{run_id}/samples/{n}" for n in refs.get(f.index, [])],
+                **sample_source(config, run_dir, f.step, f.index, bool(refs.get(f.index))),
             }
             for f in found
         ]

@@ -1,0 +1,135 @@
+"""What renders a sample preview again (no torch): its settings from the run's stored config and
+the LoRA file of the run that holds the weights it shows, as a Generate request names them.
+
+A preview of step N renders the run's adapter as it was after step N (training/samples.py): the
+raw weights, or with `ema_decay` and `sample_with_ema` (the default) their EMA. The raw weights
+of every step with a snapshot, and of the final step, are kept in a file (lora/snapshots.py:
+`raw_lora_at`, Generate's `{"name", "step"}`); the EMA weights only for the final step, in the
+run's <name>.safetensors (Generate's `{"name"}`). An EMA preview of an earlier step shows
+weights no file keeps, so no generation renders it again: `lora` is None there and `note` says
+why (RELIABILITY 696); so it does for a run whose max_sequence_length is not the 512 tokens
+Generate reads (the preview read the prompt as the run trained), and for an edit preview whose
+references were sized as the run trains them (control_resolution other than "target": README),
+where Generate fits a reference to the output size (FLUX.1 Kontext: 21 levels off on the tiny one). Generating with the file `lora` names at these settings renders the
+preview's pixels (tests/unit/generate/test_sample_parity.py); README "Sample previews" bounds the
+exceptions (save_dtype bf16 / fp16, fused projections, CPU thread counts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lorastudio.config_datasets import top_resolution
+from lorastudio.lora.snapshots import raw_lora_at, run_loras
+
+# the text tokens every family's pipeline reads by default (max_sequence_length of FluxPipeline,
+# ChromaPipeline, QwenImagePipeline, ZImagePipeline, Flux2Pipeline ...: diffusers 0.42.1), which
+# Generate and `lorastudio generate` use; SDXL's CLIP reads a fixed 77 (no max_sequence_length)
+GENERATION_TEXT_TOKENS = 512
+
+
+def sample_weights(config: Mapping[str, Any]) -> str:
+    """ "ema" when the run's previews render the EMA of its adapter weights, else "raw"."""
+    ema = config.get("ema_decay") is not None and config.get("sample_with_ema", True) is not False
+    return "ema" if ema else "raw"
+
+
+def sample_source(
+    config: Mapping[str, Any], run_dir: Path | None, step: int, index: int, references: bool = False
+) -> dict[str, Any]:
+    """The settings of preview `index` of step `step` of the run whose stored (resolved) config
+    is `config`, in Generate's words: {"seed", "width", "height", "guidance" and "steps" (the
+    prompt's or the run's, else the family's defaults for its base: `_defaults`; None where
+    not known), "weights": "ema" | "raw", "lora": {"name",
+    "step"} (step None: the final file) or None when no file keeps those weights, "note": None
+    when generating with `lora` at these settings renders the preview's pixels, else why not}.
+    A prompt index past the config's prompts (the config changed since) gives its run-wide
+    settings. `references`: the preview edits reference images (an edit family's)."""
+    prompts = config.get("sample_prompts") or []
+    own = prompts[index] if 0 <= index < len(prompts) and isinstance(prompts[index], dict) else {}
+    size = _int(top_resolution(_resolution(config.get("resolution"))))
+    seed = own.get("seed") if own.get("seed") is not None else config.get("sample_seed", 0)
+    steps, guidance = _defaults(config)
+    weights = sample_weights(config)
+    lora, note = _lora(run_dir, step, weights)
+    tokens = config.get("max_sequence_length")
+    if isinstance(tokens, int) and tokens != GENERATION_TEXT_TOKENS:
+        cut = (
+            f"its prompt was read to max_sequence_length {tokens} tokens as the run trained, where "
+            f"Generate reads {GENERATION_TEXT_TOKENS} (the pipelines' default): the pixels differ"
+        )
+        note = cut if note is None else f"{note}; {cut}"
+    sizing = config.get("control_resolution", "pipeline")
+    if references and sizing != "target":
+        sized = (
+            f"its references were sized as the run trains them (control_resolution {sizing!r}), where "
+            "Generate fits a reference to the output size: the pixels may differ"
+        )
+        note = sized if note is None else f"{note}; {sized}"
+    return {
+        "seed": seed,
+        "width": own.get("width") or size,
+        "height": own.get("height") or size,
+        "guidance": own["guidance"] if own.get("guidance") is not None else guidance,
+        "steps": config.get("sample_steps") or steps,
+        "weights": weights,
+        "lora": lora,
+        "note": note,
+    }
+
+
+def _defaults(config: Mapping[str, Any]) -> tuple[int | None, float | None]:
+    """(inference steps, guidance) the run's previews take where the config sets none: the
+    family's generation defaults for its base's flavour (Family.generation_defaults, the base's
+    configs read as plain JSON; a base not on this machine: the family's own). (None, None) for
+    an unknown family. Generate's own defaults differ (GenerateBody: 20 steps), so the listing
+    names the numbers."""
+    from lorastudio import families
+    from lorastudio.errors import LorastudioError
+
+    try:
+        family = families.get(str(config.get("family")))
+    except LorastudioError:
+        return None, None
+    source = config.get("base_config") or config.get("base_model")  # a single file: its base config
+    try:
+        facts = family.local_facts(str(source), config.get("revision")) if source else None
+    except (LorastudioError, OSError, ValueError):
+        facts = None
+    defaults = family.generation_defaults(facts or {})
+    steps, guidance = defaults.get("num_inference_steps"), defaults.get(family.spec.guidance_kwarg)
+    return (
+        steps if isinstance(steps, int) else None,
+        float(guidance) if isinstance(guidance, (int, float)) else None,
+    )
+
+
+def _lora(run_dir: Path | None, step: int, weights: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The Generate `loras` entry of the file holding `weights` of step `step`, or (None, why)."""
+    if run_dir is None or not run_dir.is_dir():
+        return None, "the run has no output folder"
+    name = run_dir.name
+    if weights == "raw":
+        if raw_lora_at(run_dir, step) is not None:
+            return {"name": name, "step": step}, None
+        return None, f"no LoRA file of step {step} is kept (no snapshot of it, or keep_loras removed it)"
+    for row in run_loras(run_dir):
+        if row["final"] and row["weights"] == "ema" and row["step"] == step:
+            return {"name": name, "step": None}, None
+    return None, (
+        f"this preview shows the EMA weights of step {step}, which no file keeps (snapshots hold the "
+        "raw weights; the EMA ones are saved for the last step only): generating with the step's "
+        "snapshot renders the raw weights"
+    )
+
+
+def _resolution(value: Any) -> int | list[int] | None:
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, int)]
+    return value if isinstance(value, int) else None
+
+
+def _int(value: int) -> int | None:
+    return value or None

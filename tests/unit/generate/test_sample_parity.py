@@ -1,0 +1,212 @@
+"""A run's sample previews against generation with the LoRA files it wrote (tiny FLUX.1, CPU):
+what training/sample_source.py says renders a preview again (its settings and the run's file
+holding the weights it shows, resolved as Generate resolves it) renders the preview's pixels, and
+the same request twice the same pixels (RELIABILITY 695); an EMA preview no file keeps is named
+so (RELIABILITY 696)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from lorastudio.config import parse_train_config
+from lorastudio.generate import apply_loras, generate_image
+from lorastudio.jobs.generation_inputs import lora_file
+from lorastudio.settings import Settings
+from lorastudio.training.loop import train
+from lorastudio.training.sample_source import sample_source
+
+PROMPT = {"prompt": "a dog", "seed": 5, "width": 48, "height": 32, "guidance": 4.0}
+
+
+def _run(tiny_model, sample_dataset, tmp_path_factory, name: str, **extra: Any) -> tuple[Settings, dict]:
+    """A 2-step FLUX.1 run with a snapshot and a preview at steps 1 and 2; (its home's settings,
+    its config as the run store keeps it)."""
+    raw = {
+        "family": "flux",
+        "base_model": str(tiny_model("flux")),
+        "data_dir": str(sample_dataset),
+        "output_name": name,
+        "resolution": 32,
+        "steps": 2,
+        "batch_size": 2,
+        "learning_rate": 1e-2,
+        "lora_rank": 4,
+        "sample_prompts": [PROMPT],
+        "sample_every": 1,
+        "sample_steps": 2,
+        "save_lora_every": 1,
+        **extra,
+    }
+    settings = Settings(home=tmp_path_factory.mktemp(f"{name}-home"))
+    cfg = parse_train_config(raw)
+    assert train(cfg, [].append, settings=settings, device="cpu").lora_path is not None
+    return settings, cfg.model_dump(mode="json")
+
+
+@pytest.fixture(scope="module")
+def dropout_run(
+    tiny_model: Callable[[str], Path], sample_dataset: Path, tmp_path_factory
+) -> tuple[Settings, dict]:
+    return _run(tiny_model, sample_dataset, tmp_path_factory, "parity", lora_dropout=0.5)
+
+
+@pytest.fixture(scope="module")
+def ema_run(
+    tiny_model: Callable[[str], Path], sample_dataset: Path, tmp_path_factory
+) -> tuple[Settings, dict]:
+    return _run(tiny_model, sample_dataset, tmp_path_factory, "parity-ema", ema_decay=0.5)
+
+
+def _render(
+    pipe, settings: Settings, source: dict[str, Any], lora: dict[str, Any] | None = None
+) -> np.ndarray:
+    """Generate's render of `source`'s settings with the run's file `lora` names (its `lora`)."""
+    lora = lora or source["lora"]
+    apply_loras(pipe, [(lora_file(settings, lora["name"], lora["step"]), 1.0)])
+    image = generate_image(
+        pipe, "flux", prompt=PROMPT["prompt"], seed=source["seed"], steps=source["steps"],
+        width=source["width"], height=source["height"], guidance=source["guidance"],
+    )  # fmt: skip
+    return np.asarray(image, dtype=np.int16)
+
+
+def _preview(settings: Settings, name: str, step: int) -> np.ndarray:
+    path = settings.outputs_dir / name / f"samples/step-{step:06d}-0.png"
+    return np.asarray(Image.open(path), dtype=np.int16)
+
+
+def test_a_lora_trained_with_dropout_renders_its_previews_and_the_same_pixels_twice(flux_pipe, dropout_run):
+    """peft injected the LoRA's dropout in train mode into the eval-mode pipeline: each render
+    dropped a random half of the LoRA (the global RNG, not the seed), so the same request gave
+    other pixels and neither matched the preview."""
+    settings, config = dropout_run
+    run_dir = settings.outputs_dir / "parity"
+    for step in (1, 2):
+        source = sample_source(config, run_dir, step, 0)
+        assert source["lora"] == {"name": "parity", "step": step} and source["note"] is None, source
+        assert (source["seed"], source["width"], source["height"], source["steps"]) == (5, 48, 32, 2)
+        first = _render(flux_pipe, settings, source)
+        np.testing.assert_array_equal(first, _preview(settings, "parity", step))
+        np.testing.assert_array_equal(_render(flux_pipe, settings, source), first)
+    apply_loras(flux_pipe, [])
+
+
+def test_an_ema_runs_previews_name_the_file_that_renders_them_or_that_none_does(flux_pipe, ema_run):
+    """An EMA run's preview of step N shows the EMA weights of step N; its snapshot holds the raw
+    ones and no file the EMA ones before the last step: the listing named no such gap."""
+    settings, config = ema_run
+    run_dir = settings.outputs_dir / "parity-ema"
+    last = sample_source(config, run_dir, 2, 0)
+    assert last["weights"] == "ema" and last["lora"] == {"name": "parity-ema", "step": None}
+    assert last["note"] is None
+    np.testing.assert_array_equal(_render(flux_pipe, settings, last), _preview(settings, "parity-ema", 2))
+    first = sample_source(config, run_dir, 1, 0)
+    assert first["weights"] == "ema" and first["lora"] is None
+    assert "EMA weights of step 1, which no file keeps" in first["note"]
+    snapshot = _render(flux_pipe, settings, first, {"name": "parity-ema", "step": 1})  # its raw weights
+    assert np.abs(snapshot - _preview(settings, "parity-ema", 1)).max() > 0  # not the preview, as said
+    raw = sample_source({**config, "sample_with_ema": False}, run_dir, 1, 0)
+    assert raw["weights"] == "raw" and raw["lora"] == {"name": "parity-ema", "step": 1}
+    apply_loras(flux_pipe, [])
+
+
+def test_a_run_read_to_other_than_generations_text_tokens_is_named(tmp_path):
+    config = {"resolution": [32, 64], "sample_seed": 3, "sample_prompts": ["a"], "max_sequence_length": 16}
+    source = sample_source(config, tmp_path / "gone", 4, 0)
+    assert (source["seed"], source["width"], source["height"], source["steps"]) == (3, 64, 64, None)
+    # the family's defaults by number (Generate's own default is 20 steps): FLUX.1 dev's 28 and 3.5
+    flux = sample_source({**config, "family": "flux", "base_model": "not/here"}, tmp_path, 4, 0)
+    assert (flux["steps"], flux["guidance"]) == (28, 3.5)
+    assert source["lora"] is None and "max_sequence_length 16 tokens" in source["note"]
+    assert sample_source({**config, "max_sequence_length": 512}, tmp_path, 4, 0)["note"].startswith(
+        "no LoRA file"
+    )
+
+
+@pytest.fixture(scope="module")
+def sdxl_run(
+    tiny_model: Callable[[str], Path], sample_dataset: Path, tmp_path_factory
+) -> tuple[Settings, dict]:
+    """A 1-step SDXL run previewing two prompts (encoded together before RELIABILITY 697)."""
+    raw = {
+        "family": "sdxl",
+        "base_model": str(tiny_model("sdxl")),
+        "data_dir": str(sample_dataset),
+        "output_name": "parity-sdxl",
+        "resolution": 64,
+        "steps": 1,
+        "batch_size": 2,
+        "learning_rate": 1e-2,
+        "lora_rank": 4,
+        "sample_prompts": ["a red circle", {**PROMPT, "width": 64, "height": 64}],
+        "sample_steps": 3,
+        "sample_seed": 11,
+    }
+    settings = Settings(home=tmp_path_factory.mktemp("parity-sdxl-home"))
+    cfg = parse_train_config(raw)
+    assert train(cfg, [].append, settings=settings, device="cpu").lora_path is not None
+    return settings, cfg.model_dump(mode="json")
+
+
+def test_sdxl_previews_are_generates_pixels(tiny_model, sdxl_run):
+    """Phase 1 encoded the sample prompts in one batch, Generate its one prompt alone: SDXL's
+    pooled projection rounds otherwise in a batch (5e-7), one 8-bit level of the preview off."""
+    from lorastudio.generate import load_pipeline
+
+    settings, config = sdxl_run
+    pipe = load_pipeline(str(tiny_model("sdxl")), "sdxl", device="cpu")
+    for index, prompt in enumerate(["a red circle", PROMPT["prompt"]]):
+        source = sample_source(config, settings.outputs_dir / "parity-sdxl", 1, index)
+        assert source["lora"] == {"name": "parity-sdxl", "step": 1} and source["note"] is None
+        apply_loras(pipe, [(lora_file(settings, "parity-sdxl", 1), 1.0)])
+        image = generate_image(
+            pipe, "sdxl", prompt=prompt, seed=source["seed"], steps=source["steps"], width=source["width"],
+            height=source["height"], guidance=source["guidance"],
+        )  # fmt: skip
+        preview = settings.outputs_dir / "parity-sdxl" / f"samples/step-000001-{index}.png"
+        np.testing.assert_array_equal(np.asarray(image), np.asarray(Image.open(preview)))
+
+
+def test_a_z_image_preview_with_its_own_guidance_renders_and_is_generates_pixels(
+    tiny_model, sample_dataset, tmp_path
+):
+    """Z-Image's default guidance (0) runs no CFG, so phase 1 encoded no "" for its previews: a
+    sample prompt with its own guidance above 0 made ZImagePipeline refuse the preview's
+    prompt_embeds without negative ones (ValueError): a run failed at its first sample round,
+    its final round (here) was a warning and no preview (RELIABILITY 699)."""
+    from lorastudio.generate import load_pipeline
+
+    raw = {"family": "z-image", "base_model": str(tiny_model("z-image")), "data_dir": str(sample_dataset),
+           "output_name": "parity-z", "resolution": 32, "steps": 1, "batch_size": 2, "lora_rank": 4,
+           "learning_rate": 1e-2, "sample_prompts": ["a red circle", PROMPT], "sample_steps": 2}  # fmt: skip
+    settings = Settings(home=tmp_path)
+    cfg = parse_train_config(raw)
+    assert train(cfg, [].append, settings=settings, device="cpu").lora_path is not None
+    pipe = load_pipeline(str(tiny_model("z-image")), "z-image", device="cpu")
+    apply_loras(pipe, [(lora_file(settings, "parity-z", 1), 1.0)])
+    for index, prompt in enumerate(["a red circle", PROMPT["prompt"]]):
+        source = sample_source(cfg.model_dump(mode="json"), settings.outputs_dir / "parity-z", 1, index)
+        image = generate_image(
+            pipe, "z-image", prompt=prompt, seed=source["seed"], steps=source["steps"], width=source["width"],
+            height=source["height"], guidance=source["guidance"],
+        )  # fmt: skip
+        preview = settings.outputs_dir / "parity-z" / f"samples/step-000001-{index}.png"
+        np.testing.assert_array_equal(np.asarray(image), np.asarray(Image.open(preview)))
+
+
+def test_an_edit_preview_whose_references_the_run_sized_is_named(tmp_path):
+    """An edit family's preview sizes its references as the run trains them (control_resolution
+    "pipeline", the default), Generate fits a reference to the output size: FLUX.1 Kontext's tiny
+    preview was 21 levels off Generate's render of its kept reference."""
+    config = {"resolution": 32, "sample_prompts": ["make it blue"], "control_resolution": "pipeline"}
+    said = sample_source(config, tmp_path, 1, 0, references=True)["note"]
+    assert "references were sized as the run trains them (control_resolution 'pipeline')" in said
+    target = sample_source({**config, "control_resolution": "target"}, tmp_path, 1, 0, references=True)
+    assert "references" not in target["note"]
+    assert "references" not in sample_source(config, tmp_path, 1, 0)["note"]  # a text-to-image preview
