@@ -22,6 +22,7 @@ _KEYS = (
     "_compile.compile_inner",  # Dynamo: bytecode tracing, guards, and what it calls below
     "OutputGraph.call_user_compiler",  # the backend (AOTAutograd + Inductor, cached or not)
     "compile_fx_inner",  # Inductor per graph (a cache hit loads the compiled module)
+    "AOTAutogradCache.inductor_load",  # a cache hit's compiled forward / backward, loaded
     "PyCodeCache.load_by_key_path",  # loading the generated modules (kernels) from disk
     "async_compile.wait",  # kernel compiles (a cold cache)
     "bytecode_tracing",  # Dynamo's tracing alone
