@@ -21,13 +21,30 @@ pytestmark = [
 ]
 
 
+@pytest.fixture(scope="module")
+def paired_dataset(sample_dataset, tmp_path_factory):
+    """The sample dataset with a control image per target (its colour inverse): what the edit
+    families need (Qwen-Image-Edit refuses a target without one before any load)."""
+    import shutil
+
+    from PIL import Image, ImageOps
+
+    out = tmp_path_factory.mktemp("paired") / "pairs"
+    shutil.copytree(sample_dataset, out)
+    (out / "control").mkdir()
+    for img in sorted(sample_dataset.glob("*.png")):
+        with Image.open(img) as source:
+            ImageOps.invert(source.convert("RGB")).save(out / "control" / img.name)
+    return out
+
+
 @pytest.mark.parametrize("family", families.names())
-def test_train_stop_resume_on_cuda(family, tiny_model, sample_dataset):
+def test_train_stop_resume_on_cuda(family, tiny_model, sample_dataset, paired_dataset):
     spec = families.get(family).spec
     raw = {
         "family": family,
         "base_model": str(tiny_model(family)),
-        "data_dir": str(sample_dataset),
+        "data_dir": str(paired_dataset if spec.edit_model else sample_dataset),
         "output_name": f"gpu-{family}",
         "resolution": max(32, 2 * spec.resolution_multiple),
         "steps": 6,
