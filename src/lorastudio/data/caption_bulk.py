@@ -19,7 +19,7 @@ from lorastudio.data.captions import caption_problem, read_metadata, read_sideca
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.metadata_write import set_metadata_captions
 from lorastudio.data.writes import dataset_lock, staged_write
-from lorastudio.errors import ConfigError, DatasetError, FieldProblem, NoSpaceLeft, is_no_space
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem, writing
 
 EXAMPLES = 5  # (file, before, after) rows returned
 
@@ -104,16 +104,12 @@ def bulk_edit_captions(folder: Path, edit: CaptionEdit, *, dry_run: bool = False
 
 
 def _write(folder: Path, txt: dict[Path, str], rows: dict[str, str], metadata: Path | None) -> None:
-    try:
+    with writing(f"the captions of {folder.name} could not be written", folder):
         for path, text in sorted(txt.items()):
             with staged_write(path) as tmp:
                 tmp.write_text(text + "\n", encoding="utf-8")
-        if rows and metadata is not None:  # line by line as read_metadata reads it, bad lines kept
-            set_metadata_captions(metadata, rows, append_missing=False)
-    except OSError as err:
-        if is_no_space(err):
-            raise NoSpaceLeft(f"the captions of {folder.name} could not be written", folder) from err
-        raise
+    if rows and metadata is not None:  # line by line as read_metadata reads it, bad lines kept
+        set_metadata_captions(metadata, rows, append_missing=False)  # names metadata.jsonl itself
 
 
 __all__ = ["METADATA_FILE", "BulkResult", "CaptionEdit", "bulk_edit_captions"]

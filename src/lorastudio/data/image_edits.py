@@ -21,7 +21,7 @@ from lorastudio.data.masks import masks_of
 from lorastudio.data.paths import existing_component, nfc, stem_key
 from lorastudio.data.upload_pairs import controls_of
 from lorastudio.data.writes import dataset_lock, staged_write
-from lorastudio.errors import CaptionConflict, DatasetError, NoSpaceLeft, NotFound, is_no_space
+from lorastudio.errors import CaptionConflict, DatasetError, NotFound, writing
 
 
 def write_caption(
@@ -51,13 +51,8 @@ def write_caption(
         return None
     if (why := caption_problem(text)) is not None:  # a scan would refuse it (captions.read_sidecar)
         raise DatasetError(f"caption of {image_name} refused", [f"{image_name}: {why}"])
-    try:
-        with staged_write(target) as tmp:
-            tmp.write_text(text + "\n", encoding="utf-8")
-    except OSError as err:
-        if is_no_space(err):
-            raise NoSpaceLeft(f"the caption of {image_name} could not be written", dataset_dir) from err
-        raise
+    with writing(f"the caption of {image_name} could not be written", target), staged_write(target) as tmp:
+        tmp.write_text(text + "\n", encoding="utf-8")
     return target
 
 
@@ -99,15 +94,11 @@ def drop_metadata_row(dataset_dir: Path, image_name: str) -> bool:
     kept = [line for line in lines if _row_name(line) != image_name]
     if len(kept) == len(lines):
         return False
-    try:
-        with staged_write(table) as tmp:
-            tmp.write_bytes(b"".join(kept))
-    except OSError as err:
-        if is_no_space(err):
-            raise NoSpaceLeft(
-                f"{METADATA_FILE} of {dataset_dir.name} could not be rewritten", dataset_dir
-            ) from err
-        raise
+    with (
+        writing(f"{METADATA_FILE} of {dataset_dir.name} could not be rewritten", table),
+        staged_write(table) as tmp,
+    ):
+        tmp.write_bytes(b"".join(kept))
     return True
 
 

@@ -20,7 +20,7 @@ from lorastudio import json_read
 from lorastudio.data.captions import MAX_METADATA_BYTES
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.writes import staged_write
-from lorastudio.errors import DatasetError, NoSpaceLeft, is_no_space
+from lorastudio.errors import DatasetError, writing
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -81,10 +81,8 @@ def set_metadata_captions(path: Path, captions: dict[str, str], *, append_missin
         for name in sorted(set(captions) - found):
             row = {"file_name": name, "text": captions[name]}
             lines.append(json.dumps(row, ensure_ascii=False).encode("utf-8"))
-    try:
-        with staged_write(path) as tmp:
-            tmp.write_bytes(b"".join(line + b"\n" for line in lines))
-    except OSError as err:
-        if is_no_space(err):
-            raise NoSpaceLeft(f"{path.name} of {path.parent.name} could not be written", path.parent) from err
-        raise
+    with (
+        writing(f"{path.name} of {path.parent.name} could not be written", path.parent),
+        staged_write(path) as tmp,
+    ):
+        tmp.write_bytes(b"".join(line + b"\n" for line in lines))

@@ -54,7 +54,7 @@ from lorastudio.data.upload_pairs import (
     unmatched_controls,
 )
 from lorastudio.data.writes import dataset_lock, make_dir
-from lorastudio.errors import ConfigError, DatasetError, NoSpaceLeft, PathOutsideRoot, is_no_space
+from lorastudio.errors import ConfigError, DatasetError, PathOutsideRoot, is_no_space, writing
 
 _COPY_CHUNK = 1 << 20
 # Images refused with their own reason (the web picker's accept list leaves them out too).
@@ -148,16 +148,13 @@ class UploadBatch:
                 continue
 
     @contextmanager
-    def _no_space(self) -> Iterator[None]:
-        """Turn a full disk's OSError into NoSpaceLeft (HTTP 507) naming the dataset."""
-        try:
+    def _no_space(self, name: str | None = None) -> Iterator[None]:
+        """Turn a failed write (a full disk: NoSpaceLeft, 507; the file-size limit, a read-only
+        folder: WriteFailed, 500) into the domain error naming the dataset and the file `name`
+        being stored (errors.writing)."""
+        what = f"{name} of " if name else ""
+        with writing(f"{what}the upload to {self.dataset_dir.name} could not be stored", self.dataset_dir):
             yield
-        except OSError as err:
-            if is_no_space(err):
-                raise NoSpaceLeft(
-                    f"the upload to {self.dataset_dir.name} could not be stored", self.dataset_dir
-                ) from err
-            raise
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
@@ -206,7 +203,7 @@ class UploadBatch:
             return
         if slot is not None:
             (self.staging / slot).mkdir(exist_ok=True)
-        with self._no_space(), (self.staging / name).open("wb") as out:
+        with self._no_space(name), (self.staging / name).open("wb") as out:
             shutil.copyfileobj(stream, out, _COPY_CHUNK)
         self._names[name] = kind
 
