@@ -7,6 +7,8 @@ No module raises bare Exception/RuntimeError for a user mistake: pick (or add) a
 from __future__ import annotations
 
 import errno
+import os
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -225,22 +227,37 @@ def os_error_text(err: OSError) -> str:
 WRITE_FAILED_ERRNOS = frozenset({errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
 
 
-def write_failure(err: BaseException, what: str, path: object = None) -> LorastudioError | None:
+_OS_ERROR_TEXT = re.compile(r"\(os error (\d+)\)")
+
+
+def library_os_error(err: BaseException, path: object) -> OSError | None:
+    """The OSError a library's error stands for when its text carries the errno as Rust's I/O
+    errors print it, "... (os error 27)" (safetensors' SafetensorError: "Error while serializing:
+    I/O error: File too large (os error 27)"), for `path`; None when the text names no errno."""
+    found = _OS_ERROR_TEXT.search(str(err))
+    if found is None:
+        return None
+    code = int(found.group(1))
+    return OSError(code, os.strerror(code), str(path))
+
+
+def write_failure(
+    err: BaseException, what: str, path: object = None, *, show_file: bool = True
+) -> LorastudioError | None:
     """The domain error of a failed write of `what` into `path`: NoSpaceLeft (507) for a full disk
-    (`is_no_space`), WriteFailed (500) for WRITE_FAILED_ERRNOS (its reason the system's words, and
-    the file the OSError names when it names one other than `path`); None for anything else."""
+    (`is_no_space`), WriteFailed (500) for WRITE_FAILED_ERRNOS (its reason the system's words,
+    and with `show_file` the file(s) the OSError names when other than `path`: a writer whose
+    files are its hidden staging names them in `what` instead); None for anything else."""
     if is_no_space(err):
         return NoSpaceLeft(what, path)
     if isinstance(err, OSError) and err.errno in WRITE_FAILED_ERRNOS:
-        reason = err.strerror or str(err)
-        if err.filename is not None and str(err.filename) != str(path):
-            reason += f": {err.filename}"
-        return WriteFailed(what, path, reason)
+        shown = show_file and err.filename is not None and str(err.filename) != str(path)
+        return WriteFailed(what, path, os_error_text(err) if shown else err.strerror or str(err))
     return None
 
 
 @contextmanager
-def writing(what: str, path: object = None) -> Iterator[None]:
+def writing(what: str, path: object = None, *, show_file: bool = True) -> Iterator[None]:
     """Turn a failed write in the block into the domain error naming `what` and `path`
     (`write_failure`: NoSpaceLeft, WriteFailed), raised from the OSError; any other exception
     passes unchanged. Every writer of the studio's files wraps its writes in it, so a full disk,
@@ -249,7 +266,7 @@ def writing(what: str, path: object = None) -> Iterator[None]:
     try:
         yield
     except (OSError, sqlite3.Error) as err:
-        failure = write_failure(err, what, path)
+        failure = write_failure(err, what, path, show_file=show_file)
         if failure is None:
             raise
         raise failure from err

@@ -151,9 +151,13 @@ class UploadBatch:
     def _no_space(self, name: str | None = None) -> Iterator[None]:
         """Turn a failed write (a full disk: NoSpaceLeft, 507; the file-size limit, a read-only
         folder: WriteFailed, 500) into the domain error naming the dataset and the file `name`
-        being stored (errors.writing)."""
+        being stored (errors.writing), never the staging folder (issue 30)."""
         what = f"{name} of " if name else ""
-        with writing(f"{what}the upload to {self.dataset_dir.name} could not be stored", self.dataset_dir):
+        with writing(
+            f"{what}the upload to {self.dataset_dir.name} could not be stored",
+            self.dataset_dir,
+            show_file=False,
+        ):
             yield
 
     def __exit__(self, *exc: object) -> None:
