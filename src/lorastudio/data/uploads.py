@@ -258,7 +258,12 @@ class UploadBatch:
                 del self._decoded[name]
 
     def _move_in(self) -> list[str]:
-        """Merge metadata.jsonl and move the staged files into the dataset (under the lock)."""
+        """Merge metadata.jsonl and move the staged files into the dataset (under the lock). Into
+        a new dataset in one rename; into an existing one file by file, the target images last
+        (after their captions, metadata.jsonl and control images): a kill -9 between two moves
+        leaves each image it moved with what the upload sent with it, never an image uncaptioned
+        or unpaired that the upload captioned or paired (captions or controls ahead of their
+        image are left out of a scan until it comes)."""
         if METADATA_FILE in self._names:
             self._merge_metadata()
         names = sorted(self._names)
@@ -277,7 +282,7 @@ class UploadBatch:
         try:
             for slot in sorted({n.split("/")[0] for n in names if "/" in n}):
                 make_control_folder(dir_fd, slot, self.dataset_dir.name)
-            for name in names:
+            for name in sorted(names, key=lambda n: (self._names[n] == "image", n)):  # images last
                 os.replace(self.staging / name, name, dst_dir_fd=dir_fd)
         finally:
             os.close(dir_fd)
