@@ -116,3 +116,34 @@ def test_writing_names_every_write_failure_and_lets_the_rest_through(
     assert isinstance(err.value.__cause__, OSError)
     with pytest.raises(FileNotFoundError), writing("x", tmp_path):  # a race its caller handles: unchanged
         raise FileNotFoundError(errno.ENOENT, "gone")
+
+
+def test_a_bulk_caption_edit_whose_write_fails_changes_nothing_and_can_be_sent_again(
+    client: TestClient, settings: Settings
+) -> None:
+    """A bulk prepend whose write fails at the third caption (a real RLIMIT_FSIZE below that
+    caption's size): it had written the first two, so the edit sent again prepended twice to
+    them. Now every caption is staged first: nothing changes, and the retry applies it once."""
+    long = "a " + "very " * 300 + "long caption"  # ~1.5 KB, the rest are a few bytes
+    files = [("files", (f"{s}.png", _png_small())) for s in "abcd"]
+    files += [
+        ("files", ("a.txt", b"a cat")),
+        ("files", ("b.txt", b"a dog")),
+        ("files", ("c.txt", long.encode())),
+    ]
+    files += [("files", ("metadata.jsonl", b'{"file_name": "d.png", "text": "a fox"}\n'))]
+    assert client.post("/api/datasets/pets/files", files=files).status_code == 201
+    folder = settings.datasets_dir / "pets"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with file_size_limit(1024):
+        resp = client.post("/api/datasets/pets/captions", json={"prepend": "tok, "})
+    assert resp.status_code == 500 and resp.json()["error"] == "WriteFailed", resp.text
+    assert resp.json()["detail"].startswith(
+        f"write failed: the captions of pets could not be written ({folder}): File too large"
+    )
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing changed, no staging
+    again = client.post("/api/datasets/pets/captions", json={"prepend": "tok, "})
+    assert again.status_code == 200, again.text
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "tok, a cat\n"
+    assert (folder / "c.txt").read_text(encoding="utf-8") == f"tok, {long}\n"
+    assert '"text": "tok, a fox"' in (folder / "metadata.jsonl").read_text(encoding="utf-8")

@@ -63,13 +63,20 @@ def dataset_lock(datasets_root: Path, name: str) -> Iterator[None]:
         os.close(fd)
 
 
+def staging_name(target: Path) -> Path:
+    """A fresh hidden staging name next to `target` (`.<name>.<32 hex>.tmp`: what a server start
+    removes as a killed write's, jobs/leftovers.py)."""
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    if len(os.fsencode(tmp.name)) > 255:  # a long name made by hand: the staging name must fit too
+        tmp = target.with_name(f".{uuid.uuid4().hex}.tmp")
+    return tmp
+
+
 @contextmanager
 def staged_write(target: Path) -> Iterator[Path]:
     """Yield a temporary path next to `target`; on success it replaces `target` atomically,
     on error it is removed."""
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    if len(os.fsencode(tmp.name)) > 255:  # a long name made by hand: the staging name must fit too
-        tmp = target.with_name(f".{uuid.uuid4().hex}.tmp")
+    tmp = staging_name(target)
     try:
         yield tmp
         os.replace(tmp, target)
