@@ -59,27 +59,33 @@ def write_caption(
 def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
     """Delete image `image_name`, and its .txt caption, control images (control/ folders) and
     loss masks (masks/) unless another image of the same stem (a.jpg beside a.png) still uses
-    them. Returns the deleted file names (controls as "control/a.png", masks as "masks/a.png")."""
+    them. Returns the deleted file names (controls as "control/a.png", masks as "masks/a.png").
+
+    The image goes last: a kill -9 or a failed write part-way (a read-only control folder) leaves
+    the image listed with what is left of its files, and the delete sent again completes; the
+    image first left its controls and masks orphans (which a run refuses) that no image delete
+    could reach any more (404)."""
     image = existing_image(dataset_dir, image_name)
     with dataset_lock(dataset_dir.parent, dataset_dir.name):
         captions = caption_files_of(image)  # listed while the image is there
-        deleted = [image.name]
-        image.unlink()
-        if drop_metadata_row(dataset_dir, image.name):
-            deleted.append(f"{METADATA_FILE} row of {image.name}")
         others = [p.name for p in dataset_dir.iterdir() if is_image_name(p.name) and p.name != image.name]
         # a .txt goes with the images of exactly its stem (discovery), controls and masks with
         # those of its stem in NFC (stem_key): an NFD twin of the name keeps only the latter
+        paired: list[str] = []
+        if not any(stem_key(n) == stem_key(image.name) for n in others):  # else they stay its twin's
+            for other in [*controls_of(dataset_dir, image.stem), *masks_of(dataset_dir, image.stem)]:
+                other.unlink()  # its control images and masks would be orphans, which a run refuses
+                paired.append(other.relative_to(dataset_dir).as_posix())
+        captioned: list[str] = []
         if not any(Path(n).stem == image.stem for n in others):
             for caption in captions:  # a.txt, a.TXT: each of its stem
                 caption.unlink(missing_ok=True)
-                deleted.append(caption.name)
-        shared = any(stem_key(n) == stem_key(image.name) for n in others)
-        if not shared:  # its control images and masks would be orphans, which a run refuses
-            for other in [*controls_of(dataset_dir, image.stem), *masks_of(dataset_dir, image.stem)]:
-                other.unlink()
-                deleted.append(other.relative_to(dataset_dir).as_posix())
-    return deleted
+                captioned.append(caption.name)
+        deleted = [image.name]
+        if drop_metadata_row(dataset_dir, image.name):
+            deleted.append(f"{METADATA_FILE} row of {image.name}")
+        image.unlink()
+    return deleted + captioned + paired
 
 
 def drop_metadata_row(dataset_dir: Path, image_name: str) -> bool:
