@@ -13,14 +13,13 @@ The dataset's lock (data.writes.dataset_lock) is held meanwhile, so uploads and 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lorastudio.data.captions import caption_problem, read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.metadata_write import metadata_with_captions
-from lorastudio.data.writes import dataset_lock, staging_name
+from lorastudio.data.writes import dataset_lock, journaled_renames, staging_name
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, writing
 
 EXAMPLES = 5  # (file, before, after) rows returned
@@ -111,7 +110,8 @@ def _write(folder: Path, txt: dict[Path, str], rows: dict[str, str], metadata: P
     nothing: the staged files go and the error names the dataset, so the edit can be sent again
     (written file by file, a prepend that failed at the 700th caption was applied twice to the
     first 699 by its retry). A kill -9 while staging leaves only staging names (a server start
-    removes them, jobs/leftovers.py); only one between two renames leaves part of the edit."""
+    removes them, jobs/leftovers.py); one between two renames leaves their journal, which the
+    next holder of the dataset's lock or a server start finishes (data/writes.journaled_renames)."""
     contents = {path: (text + "\n").encode("utf-8") for path, text in txt.items()}
     if rows and metadata is not None:  # line by line as read_metadata reads it, bad lines kept
         contents[metadata] = metadata_with_captions(metadata, rows, append_missing=False)
@@ -121,8 +121,7 @@ def _write(folder: Path, txt: dict[Path, str], rows: dict[str, str], metadata: P
             for path, data in sorted(contents.items()):
                 staged[path] = staging_name(path)
                 staged[path].write_bytes(data)
-            for path, tmp in staged.items():
-                os.replace(tmp, path)
+            journaled_renames(folder, {tmp: path for path, tmp in staged.items()})
     finally:
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)
