@@ -7,7 +7,11 @@ No module raises bare Exception/RuntimeError for a user mistake: pick (or add) a
 from __future__ import annotations
 
 import errno
+import os
+import re
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -185,6 +189,87 @@ class NoSpaceLeft(LorastudioError):
         Exception.__init__(err, message)
         err.path = None
         return err
+
+
+class WriteFailed(LorastudioError):
+    """A write failed for another reason than a full disk (WRITE_FAILED_ERRNOS): the file-size
+    limit (EFBIG, RLIMIT_FSIZE or the file system's largest file), a read-only file system, no
+    permission, an I/O error. The message names what was written, where, and the system's reason:
+    "write failed: <what> (<path>): <reason>" (the file a write() call failed on has no name in
+    its OSError, so the writer names it: `writing`)."""
+
+    def __init__(self, what: str, path: object = None, reason: str = ""):
+        self.path = None if path is None else str(path)
+        where = f" ({self.path})" if self.path else ""
+        super().__init__(f"write failed: {what}{where}: {reason or 'unknown reason'}")
+
+    @classmethod
+    def from_message(cls, message: str) -> WriteFailed:
+        """The error whose message is `message` (one rebuilt from another process's report)."""
+        err = cls.__new__(cls)
+        Exception.__init__(err, message)
+        err.path = None
+        return err
+
+
+def os_error_text(err: OSError) -> str:
+    """An OSError as one line: "Read-only file system: PATH" ("... -> PATH2" for a rename)."""
+    if err.strerror is None:
+        return str(err) or type(err).__name__
+    where = "" if err.filename is None else f": {err.filename}"
+    where += "" if err.filename2 is None else f" -> {err.filename2}"
+    return f"{err.strerror}{where}"
+
+
+# The write failures that are not a full disk: the file too large, a read-only file system, no
+# permission (EACCES, EPERM), an I/O error. Other OSErrors (ENOENT, EEXIST, ...) are races or
+# refusals a caller handles itself, so `writing` lets them through.
+WRITE_FAILED_ERRNOS = frozenset({errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
+
+
+_OS_ERROR_TEXT = re.compile(r"\(os error (\d+)\)")
+
+
+def library_os_error(err: BaseException, path: object) -> OSError | None:
+    """The OSError a library's error stands for when its text carries the errno as Rust's I/O
+    errors print it, "... (os error 27)" (safetensors' SafetensorError: "Error while serializing:
+    I/O error: File too large (os error 27)"), for `path`; None when the text names no errno."""
+    found = _OS_ERROR_TEXT.search(str(err))
+    if found is None:
+        return None
+    code = int(found.group(1))
+    return OSError(code, os.strerror(code), str(path))
+
+
+def write_failure(
+    err: BaseException, what: str, path: object = None, *, show_file: bool = True
+) -> LorastudioError | None:
+    """The domain error of a failed write of `what` into `path`: NoSpaceLeft (507) for a full disk
+    (`is_no_space`), WriteFailed (500) for WRITE_FAILED_ERRNOS (its reason the system's words,
+    and with `show_file` the file(s) the OSError names when other than `path`: a writer whose
+    files are its hidden staging names them in `what` instead); None for anything else."""
+    if is_no_space(err):
+        return NoSpaceLeft(what, path)
+    if isinstance(err, OSError) and err.errno in WRITE_FAILED_ERRNOS:
+        shown = show_file and err.filename is not None and str(err.filename) != str(path)
+        return WriteFailed(what, path, os_error_text(err) if shown else err.strerror or str(err))
+    return None
+
+
+@contextmanager
+def writing(what: str, path: object = None, *, show_file: bool = True) -> Iterator[None]:
+    """Turn a failed write in the block into the domain error naming `what` and `path`
+    (`write_failure`: NoSpaceLeft, WriteFailed), raised from the OSError; any other exception
+    passes unchanged. Every writer of the studio's files wraps its writes in it, so a full disk,
+    a file-size limit or a read-only folder is one clear error (an API 507 / 500 with the JSON
+    body, a CLI "error:" line and a non-zero exit) rather than an unnamed OSError."""
+    try:
+        yield
+    except (OSError, sqlite3.Error) as err:
+        failure = write_failure(err, what, path, show_file=show_file)
+        if failure is None:
+            raise
+        raise failure from err
 
 
 class HostMemoryShort(LorastudioError):

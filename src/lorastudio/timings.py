@@ -250,8 +250,11 @@ def write_record(home: Path, name: str, record: dict[str, Any]) -> Path:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
     path = folder / f"{stamp}-{name}.json"
     staged = path.with_suffix(".json.part")
-    staged.write_text(json.dumps({"version": RECORD_VERSION, **record}, indent=1))
-    os.replace(staged, path)
+    try:
+        staged.write_text(json.dumps({"version": RECORD_VERSION, **record}, indent=1))
+        os.replace(staged, path)
+    finally:  # a failed write (a full disk, the file-size limit) leaves nothing beside the records
+        staged.unlink(missing_ok=True)
     for old in sorted(folder.glob("*.json"))[:-MAX_RECORDS]:
         old.unlink(missing_ok=True)
     return path

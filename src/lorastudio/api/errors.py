@@ -2,7 +2,8 @@
 
 ConfigError 400 (body lists every problem as {field, message}), DatasetError 400 (problems as
 strings), UnknownFamily / PathOutsideRoot / ModelSourceError 400, NotFound 404, JobActive 409, CaptionConflict 409,
-UploadTooLarge 413, GenerationFailed 500, GenerationWorkerLost 503, GenerationTimedOut 504 (the
+UploadTooLarge 413, GenerationFailed 500, WriteFailed 500 (a write refused for another reason than
+a full disk: the file-size limit, a read-only folder, no permission, an I/O error), GenerationWorkerLost 503, GenerationTimedOut 504 (the
 worker hung past its allowance), NoSpaceLeft 507 (Insufficient
 Storage: a full disk, raised where files and the run store are written), HomeInUse 409, HostMemoryShort
 409 (the run's forecast host RAM exceeds what is available); a hub push: HubTokenMissing 400,
@@ -65,6 +66,9 @@ from lorastudio.errors import (
     PathOutsideRoot,
     ServerStopping,
     UnknownFamily,
+    WriteFailed,
+    os_error_text,
+    write_failure,
 )
 
 log_ = logging.getLogger("lorastudio.api")
@@ -81,6 +85,7 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
     HubAccessDenied: 403,  # the hub refused the token or the repo: not a lorastudio auth failure
     HubTokenMissing: 400,
     NotFound: 404,
+    WriteFailed: 500,  # a write refused for another reason than a full disk (file too large, read-only)
     JobActive: 409,
     CaptionConflict: 409,  # the caption changed since the editor read it (the current one in the body)
     UploadTooLarge: 413,
@@ -238,11 +243,27 @@ async def _client_gone(request: Request, err: Exception) -> Response:
     return Response(status_code=400)
 
 
+async def _os_error(request: Request, err: Exception) -> JSONResponse:
+    """An OSError that reached a route's end: a backstop, since every writer wraps its writes in
+    errors.writing to name what it wrote. A write failure (`write_failure`) is its domain error
+    (507 NoSpaceLeft, 500 WriteFailed) naming the file where the OSError does; any other a 500
+    `{"error": "OSError", "detail": <reason: file>}`. Never Starlette's plain-text "Internal Server
+    Error"; the traceback goes to the log (the writer that did not name its write is a bug)."""
+    if not isinstance(err, OSError):  # only registered for OSError
+        raise err
+    log_.error("%s %s failed: %s", request.method, request.url.path, os_error_text(err), exc_info=err)
+    failure = write_failure(err, f"{request.method} {request.url.path}", err.filename)
+    if failure is not None:
+        return JSONOut(error_body(failure), status_code=status_code_of(failure))
+    return JSONOut({"error": "OSError", "detail": os_error_text(err)}, status_code=500)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map every domain error to its status code (one handler for the whole hierarchy), answer
-    invalid requests (422) with JSONOut, an unreadable JSON body as a 422 too, and a client that
-    went mid-body without a traceback."""
+    invalid requests (422) with JSONOut, an unreadable JSON body as a 422 too, a client that
+    went mid-body without a traceback, and an OSError no writer named in the error shape."""
     app.add_exception_handler(LorastudioError, _handle)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(ClientDisconnect, _client_gone)
+    app.add_exception_handler(OSError, _os_error)

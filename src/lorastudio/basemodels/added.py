@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.single_file import is_single_file
-from lorastudio.errors import ConfigError, FieldProblem, NotFound
+from lorastudio.errors import ConfigError, FieldProblem, NotFound, writing
 from lorastudio.settings import Settings
 from lorastudio.user_paths import expand_user, is_dir, resolved
 
@@ -47,8 +47,11 @@ def _write(settings: Settings, folders: list[Path]) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps({"folders": [str(f) for f in folders]}, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, target)
+        with writing("the list of added model folders could not be written", target):
+            tmp.write_text(
+                json.dumps({"folders": [str(f) for f in folders]}, indent=2) + "\n", encoding="utf-8"
+            )
+            os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -34,7 +34,7 @@ from lorastudio.captioning.options import MAX_LISTED_FAILURES, CaptionOptions, c
 from lorastudio.captioning.source import CaptionerSource
 from lorastudio.captioning.targets import FOLDER_WIDE_ERRNOS, CaptionWriter, clean_caption, plan_captions
 from lorastudio.data.images import load_rgb, probe_image
-from lorastudio.errors import ConfigError, DatasetError, LorastudioError, NoSpaceLeft
+from lorastudio.errors import ConfigError, DatasetError, LorastudioError, NoSpaceLeft, WriteFailed
 from lorastudio.settings import get_settings
 
 Emit = Callable[[dict[str, Any]], None]
@@ -139,8 +139,9 @@ def caption_dataset(
             except (LorastudioError, ValueError, OSError) as err:
                 if isinstance(err, NoSpaceLeft):
                     raise
-                if isinstance(err, OSError) and err.errno in FOLDER_WIDE_ERRNOS:  # not this image's
-                    raise writer.unwritable(err) from err
+                cause = err.__cause__ if isinstance(err, WriteFailed) else err  # errors.writing's
+                if isinstance(cause, OSError) and cause.errno in FOLDER_WIDE_ERRNOS:  # not this image's
+                    raise writer.unwritable(cause) from err
                 reason = _reason(err).removeprefix(f"{image.name}: ")
                 summary.failures.append((image.name, reason))
                 emit({"type": "caption_failed", **where, "reason": reason})

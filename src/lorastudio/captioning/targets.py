@@ -35,7 +35,7 @@ from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_edits import write_caption
 from lorastudio.data.metadata_write import set_metadata_captions
 from lorastudio.data.writes import dataset_lock
-from lorastudio.errors import DatasetError, NoSpaceLeft
+from lorastudio.errors import DatasetError, NoSpaceLeft, WriteFailed
 
 CaptionStore = Literal["txt", "metadata"]
 _SPACES = re.compile(r"\s+")
@@ -163,7 +163,7 @@ class CaptionWriter:
         try:
             with dataset_lock(self.folder.parent, self.folder.name):
                 set_metadata_captions(self.folder / METADATA_FILE, self.pending, append_missing=True)
-        except (DatasetError, OSError) as err:
+        except (DatasetError, WriteFailed, OSError) as err:
             if isinstance(err, NoSpaceLeft):
                 raise
             names = ", ".join(sorted(self.pending))

@@ -14,7 +14,7 @@ import typer
 from lorastudio import __version__
 from lorastudio.cli.safe_output import escaped_output
 from lorastudio.cli.termination import INTERRUPTED_STATUS, refusal_status, sigterm_exits
-from lorastudio.errors import LorastudioError, NoSpaceLeft, is_no_space
+from lorastudio.errors import LorastudioError, NoSpaceLeft, is_no_space, os_error_text
 
 app = typer.Typer(
     name="lorastudio",
@@ -167,12 +167,3 @@ def no_color() -> bool:
 def _error(text: str) -> None:
     """An "error: ..." line on stderr, red on a terminal unless NO_COLOR."""
     typer.secho(f"error: {text}", fg=typer.colors.RED, err=True, color=False if no_color() else None)
-
-
-def os_error_text(err: OSError) -> str:
-    """An OSError as one line: "Read-only file system: PATH" ("... -> PATH2" for a rename)."""
-    if err.strerror is None:
-        return str(err) or type(err).__name__
-    where = "" if err.filename is None else f": {err.filename}"
-    where += "" if err.filename2 is None else f" -> {err.filename2}"
-    return f"{err.strerror}{where}"

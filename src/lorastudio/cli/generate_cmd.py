@@ -23,6 +23,7 @@ from lorastudio.errors import (
     ModelSourceError,
     NotFound,
     UnknownFamily,
+    writing,
 )
 from lorastudio.user_paths import is_file, missing_file, publish_file
 
@@ -301,7 +302,8 @@ def _generate(
     }  # fmt: skip
     try:
         # a PNG carries its settings as a gallery image does (jobs.generation_worker.png_text)
-        image.save(staging, format=fmt, **({"pnginfo": png_text(recorded)} if fmt == "PNG" else {}))
+        with writing(f"the image {out.name} could not be written", out):
+            image.save(staging, format=fmt, **({"pnginfo": png_text(recorded)} if fmt == "PNG" else {}))
         if why := publish_file(staging, out, overwrite, "--overwrite"):
             raise ConfigError([FieldProblem("--out", why)])
     finally:

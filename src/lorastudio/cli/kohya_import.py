@@ -42,10 +42,16 @@ def _write_new(path: Path, text: str) -> None:
     """Write `text` to the new file `path` (staged, then renamed; an existing file is refused)."""
     import os
 
+    from lorastudio.errors import writing
+
     _check_new(path)  # again: one made since the import began is not replaced
     staged = path.with_name(f".{path.name}.part")
-    staged.write_text(text, encoding="utf-8")
-    os.replace(staged, path)
+    try:
+        with writing(f"the datasets entries {path.name} could not be written", path):
+            staged.write_text(text, encoding="utf-8")
+            os.replace(staged, path)
+    finally:
+        staged.unlink(missing_ok=True)  # a failed write leaves nothing beside it
 
 
 def import_kohya(

@@ -27,17 +27,19 @@ from types import FrameType
 TERMINATED_STATUS = 128 + signal.SIGTERM
 INTERRUPTED_STATUS = 128 + signal.SIGINT  # Ctrl-C (typer maps a KeyboardInterrupt to it too)
 REFUSED_STATUS = 2  # the command refused what it was asked (a config's problems, a bad name)
-COULD_NOT_STATUS = 1  # it could not do it now: the studio home is another process's
+COULD_NOT_STATUS = 1  # it could not do it now: the studio home is another process's, a write failed
 
 
 def refusal_status(err: Exception) -> int:
     """The exit status of a command ended by the domain error `err` (README's exit statuses):
     1 when the studio home is held by a server or a run (HomeInUse: the same command works once
-    that process ends, as for `datasets caption`, `datasets delete`, `cache clear`), 2 for every
-    other refusal. `train` and `serve` exited 2 for a held home."""
-    from lorastudio.errors import HomeInUse
+    that process ends, as for `datasets caption`, `datasets delete`, `cache clear`) or the file
+    system refused a write (WriteFailed: read-only, no permission, the file-size limit, an I/O
+    error; as an OSError that reaches cli/app), 2 for every other refusal (a full disk's
+    NoSpaceLeft among them). `train` and `serve` exited 2 for a held home."""
+    from lorastudio.errors import HomeInUse, WriteFailed
 
-    return COULD_NOT_STATUS if isinstance(err, HomeInUse) else REFUSED_STATUS
+    return COULD_NOT_STATUS if isinstance(err, HomeInUse | WriteFailed) else REFUSED_STATUS
 
 
 class Terminated(SystemExit):

@@ -5,9 +5,10 @@ metadata.jsonl rows of images without one), in that order.
 `find` is plain text (every occurrence replaced; no regular expressions). Only captions that
 exist are edited (an image without one keeps none). All or nothing: every new caption is
 checked first (an edit that would leave a caption empty, over MAX_CAPTION_BYTES or holding a
-NUL, captions.caption_problem: what a scan refuses, refuses the whole edit, naming the files); then each changed .txt is written staged and renamed, and
-metadata.jsonl is rewritten once the same way, keeping every other field and line of it. The
-dataset's lock (data.writes.dataset_lock) is held meanwhile, so uploads and other edits wait.
+NUL, captions.caption_problem: what a scan refuses, refuses the whole edit, naming the files); then
+every changed .txt and metadata.jsonl (rewritten once, keeping every other field and line of it)
+is staged, and renamed into place only once all are written: a write that fails changes nothing.
+The dataset's lock (data.writes.dataset_lock) is held meanwhile, so uploads and other edits wait.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from pathlib import Path
 
 from lorastudio.data.captions import caption_problem, read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
-from lorastudio.data.metadata_write import set_metadata_captions
-from lorastudio.data.writes import dataset_lock, staged_write
-from lorastudio.errors import ConfigError, DatasetError, FieldProblem, NoSpaceLeft, is_no_space
+from lorastudio.data.metadata_write import metadata_with_captions
+from lorastudio.data.writes import dataset_lock, journaled_renames, staging_name
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem, writing
 
 EXAMPLES = 5  # (file, before, after) rows returned
 
@@ -104,16 +105,26 @@ def bulk_edit_captions(folder: Path, edit: CaptionEdit, *, dry_run: bool = False
 
 
 def _write(folder: Path, txt: dict[Path, str], rows: dict[str, str], metadata: Path | None) -> None:
+    """Write every new caption file and metadata.jsonl: all staged first, then all renamed into
+    place. A write that fails (a full disk, the file-size limit, a read-only folder) changes
+    nothing: the staged files go and the error names the dataset, so the edit can be sent again
+    (written file by file, a prepend that failed at the 700th caption was applied twice to the
+    first 699 by its retry). A kill -9 while staging leaves only staging names (a server start
+    removes them, jobs/leftovers.py); one between two renames leaves their journal, which the
+    next holder of the dataset's lock or a server start finishes (data/writes.journaled_renames)."""
+    contents = {path: (text + "\n").encode("utf-8") for path, text in txt.items()}
+    if rows and metadata is not None:  # line by line as read_metadata reads it, bad lines kept
+        contents[metadata] = metadata_with_captions(metadata, rows, append_missing=False)
+    staged: dict[Path, Path] = {}
     try:
-        for path, text in sorted(txt.items()):
-            with staged_write(path) as tmp:
-                tmp.write_text(text + "\n", encoding="utf-8")
-        if rows and metadata is not None:  # line by line as read_metadata reads it, bad lines kept
-            set_metadata_captions(metadata, rows, append_missing=False)
-    except OSError as err:
-        if is_no_space(err):
-            raise NoSpaceLeft(f"the captions of {folder.name} could not be written", folder) from err
-        raise
+        with writing(f"the captions of {folder.name} could not be written", folder):
+            for path, data in sorted(contents.items()):
+                staged[path] = staging_name(path)
+                staged[path].write_bytes(data)
+            journaled_renames(folder, {tmp: path for path, tmp in staged.items()})
+    finally:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
 
 
 __all__ = ["METADATA_FILE", "BulkResult", "CaptionEdit", "bulk_edit_captions"]

@@ -21,7 +21,7 @@ from lorastudio.data.masks import masks_of
 from lorastudio.data.paths import existing_component, nfc, stem_key
 from lorastudio.data.upload_pairs import controls_of
 from lorastudio.data.writes import dataset_lock, staged_write
-from lorastudio.errors import CaptionConflict, DatasetError, NoSpaceLeft, NotFound, is_no_space
+from lorastudio.errors import CaptionConflict, DatasetError, NotFound, writing
 
 
 def write_caption(
@@ -51,40 +51,41 @@ def write_caption(
         return None
     if (why := caption_problem(text)) is not None:  # a scan would refuse it (captions.read_sidecar)
         raise DatasetError(f"caption of {image_name} refused", [f"{image_name}: {why}"])
-    try:
-        with staged_write(target) as tmp:
-            tmp.write_text(text + "\n", encoding="utf-8")
-    except OSError as err:
-        if is_no_space(err):
-            raise NoSpaceLeft(f"the caption of {image_name} could not be written", dataset_dir) from err
-        raise
+    with writing(f"the caption of {image_name} could not be written", target), staged_write(target) as tmp:
+        tmp.write_text(text + "\n", encoding="utf-8")
     return target
 
 
 def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
     """Delete image `image_name`, and its .txt caption, control images (control/ folders) and
     loss masks (masks/) unless another image of the same stem (a.jpg beside a.png) still uses
-    them. Returns the deleted file names (controls as "control/a.png", masks as "masks/a.png")."""
+    them. Returns the deleted file names (controls as "control/a.png", masks as "masks/a.png").
+
+    The image goes last: a kill -9 or a failed write part-way (a read-only control folder) leaves
+    the image listed with what is left of its files, and the delete sent again completes; the
+    image first left its controls and masks orphans (which a run refuses) that no image delete
+    could reach any more (404)."""
     image = existing_image(dataset_dir, image_name)
     with dataset_lock(dataset_dir.parent, dataset_dir.name):
         captions = caption_files_of(image)  # listed while the image is there
-        deleted = [image.name]
-        image.unlink()
-        if drop_metadata_row(dataset_dir, image.name):
-            deleted.append(f"{METADATA_FILE} row of {image.name}")
         others = [p.name for p in dataset_dir.iterdir() if is_image_name(p.name) and p.name != image.name]
         # a .txt goes with the images of exactly its stem (discovery), controls and masks with
         # those of its stem in NFC (stem_key): an NFD twin of the name keeps only the latter
+        paired: list[str] = []
+        if not any(stem_key(n) == stem_key(image.name) for n in others):  # else they stay its twin's
+            for other in [*controls_of(dataset_dir, image.stem), *masks_of(dataset_dir, image.stem)]:
+                other.unlink()  # its control images and masks would be orphans, which a run refuses
+                paired.append(other.relative_to(dataset_dir).as_posix())
+        captioned: list[str] = []
         if not any(Path(n).stem == image.stem for n in others):
             for caption in captions:  # a.txt, a.TXT: each of its stem
                 caption.unlink(missing_ok=True)
-                deleted.append(caption.name)
-        shared = any(stem_key(n) == stem_key(image.name) for n in others)
-        if not shared:  # its control images and masks would be orphans, which a run refuses
-            for other in [*controls_of(dataset_dir, image.stem), *masks_of(dataset_dir, image.stem)]:
-                other.unlink()
-                deleted.append(other.relative_to(dataset_dir).as_posix())
-    return deleted
+                captioned.append(caption.name)
+        deleted = [image.name]
+        if drop_metadata_row(dataset_dir, image.name):
+            deleted.append(f"{METADATA_FILE} row of {image.name}")
+        image.unlink()
+    return deleted + captioned + paired
 
 
 def drop_metadata_row(dataset_dir: Path, image_name: str) -> bool:
@@ -99,15 +100,11 @@ def drop_metadata_row(dataset_dir: Path, image_name: str) -> bool:
     kept = [line for line in lines if _row_name(line) != image_name]
     if len(kept) == len(lines):
         return False
-    try:
-        with staged_write(table) as tmp:
-            tmp.write_bytes(b"".join(kept))
-    except OSError as err:
-        if is_no_space(err):
-            raise NoSpaceLeft(
-                f"{METADATA_FILE} of {dataset_dir.name} could not be rewritten", dataset_dir
-            ) from err
-        raise
+    with (
+        writing(f"{METADATA_FILE} of {dataset_dir.name} could not be rewritten", table),
+        staged_write(table) as tmp,
+    ):
+        tmp.write_bytes(b"".join(kept))
     return True
 
 

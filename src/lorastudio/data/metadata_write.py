@@ -20,7 +20,7 @@ from lorastudio import json_read
 from lorastudio.data.captions import MAX_METADATA_BYTES
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.writes import staged_write
-from lorastudio.errors import DatasetError, NoSpaceLeft, is_no_space
+from lorastudio.errors import DatasetError, writing
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -61,7 +61,18 @@ def set_metadata_captions(path: Path, captions: dict[str, str], *, append_missin
     metadata.jsonl at `path` (every row of that name; other keys, lines and bytes kept), and
     with `append_missing` append a row {"file_name", "text"} for each name that has none.
     The caller holds the dataset's lock (data.writes.dataset_lock). Raises DatasetError (a link,
-    over the size cap), NoSpaceLeft (a full disk: the file is unchanged), OSError."""
+    over the size cap), NoSpaceLeft (a full disk: the file is unchanged), WriteFailed, OSError."""
+    text = metadata_with_captions(path, captions, append_missing=append_missing)
+    with (
+        writing(f"{path.name} of {path.parent.name} could not be written", path.parent),
+        staged_write(path) as tmp,
+    ):
+        tmp.write_bytes(text)
+
+
+def metadata_with_captions(path: Path, captions: dict[str, str], *, append_missing: bool) -> bytes:
+    """The bytes `set_metadata_captions` writes to the metadata.jsonl at `path` (nothing
+    written). Raises DatasetError (a link, over the size cap), OSError (unreadable)."""
     raw = _read_bounded(path)
     lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
@@ -81,10 +92,4 @@ def set_metadata_captions(path: Path, captions: dict[str, str], *, append_missin
         for name in sorted(set(captions) - found):
             row = {"file_name": name, "text": captions[name]}
             lines.append(json.dumps(row, ensure_ascii=False).encode("utf-8"))
-    try:
-        with staged_write(path) as tmp:
-            tmp.write_bytes(b"".join(line + b"\n" for line in lines))
-    except OSError as err:
-        if is_no_space(err):
-            raise NoSpaceLeft(f"{path.name} of {path.parent.name} could not be written", path.parent) from err
-        raise
+    return b"".join(line + b"\n" for line in lines)

@@ -54,7 +54,7 @@ from lorastudio.data.upload_pairs import (
     unmatched_controls,
 )
 from lorastudio.data.writes import dataset_lock, make_dir
-from lorastudio.errors import ConfigError, DatasetError, NoSpaceLeft, PathOutsideRoot, is_no_space
+from lorastudio.errors import ConfigError, DatasetError, PathOutsideRoot, is_no_space, writing
 
 _COPY_CHUNK = 1 << 20
 # Images refused with their own reason (the web picker's accept list leaves them out too).
@@ -148,16 +148,17 @@ class UploadBatch:
                 continue
 
     @contextmanager
-    def _no_space(self) -> Iterator[None]:
-        """Turn a full disk's OSError into NoSpaceLeft (HTTP 507) naming the dataset."""
-        try:
+    def _no_space(self, name: str | None = None) -> Iterator[None]:
+        """Turn a failed write (a full disk: NoSpaceLeft, 507; the file-size limit, a read-only
+        folder: WriteFailed, 500) into the domain error naming the dataset and the file `name`
+        being stored (errors.writing), never the staging folder (issue 30)."""
+        what = f"{name} of " if name else ""
+        with writing(
+            f"{what}the upload to {self.dataset_dir.name} could not be stored",
+            self.dataset_dir,
+            show_file=False,
+        ):
             yield
-        except OSError as err:
-            if is_no_space(err):
-                raise NoSpaceLeft(
-                    f"the upload to {self.dataset_dir.name} could not be stored", self.dataset_dir
-                ) from err
-            raise
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
@@ -206,7 +207,7 @@ class UploadBatch:
             return
         if slot is not None:
             (self.staging / slot).mkdir(exist_ok=True)
-        with self._no_space(), (self.staging / name).open("wb") as out:
+        with self._no_space(name), (self.staging / name).open("wb") as out:
             shutil.copyfileobj(stream, out, _COPY_CHUNK)
         self._names[name] = kind
 
@@ -257,7 +258,12 @@ class UploadBatch:
                 del self._decoded[name]
 
     def _move_in(self) -> list[str]:
-        """Merge metadata.jsonl and move the staged files into the dataset (under the lock)."""
+        """Merge metadata.jsonl and move the staged files into the dataset (under the lock). Into
+        a new dataset in one rename; into an existing one file by file, the target images last
+        (after their captions, metadata.jsonl and control images): a kill -9 between two moves
+        leaves each image it moved with what the upload sent with it, never an image uncaptioned
+        or unpaired that the upload captioned or paired (captions or controls ahead of their
+        image are left out of a scan until it comes)."""
         if METADATA_FILE in self._names:
             self._merge_metadata()
         names = sorted(self._names)
@@ -276,7 +282,7 @@ class UploadBatch:
         try:
             for slot in sorted({n.split("/")[0] for n in names if "/" in n}):
                 make_control_folder(dir_fd, slot, self.dataset_dir.name)
-            for name in names:
+            for name in sorted(names, key=lambda n: (self._names[n] == "image", n)):  # images last
                 os.replace(self.staging / name, name, dst_dir_fd=dir_fd)
         finally:
             os.close(dir_fd)

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from lorastudio import json_read
+
 LOCKS_DIR = ".locks"  # hidden folder under the datasets root: one lock file per dataset name
+RENAMES_JOURNAL = ".renames.journal"  # in a dataset folder: renames its lock's killed holder left
 
 
 def make_dir(folder: Path) -> None:
@@ -55,6 +59,7 @@ def dataset_lock(datasets_root: Path, name: str) -> Iterator[None]:
             break
         os.close(fd)  # locked a file its holder removed: take the new one
     try:
+        finish_renames(datasets_root / name)  # what a killed holder journaled (bulk caption edits)
         yield
     finally:
         path.unlink(missing_ok=True)
@@ -63,13 +68,75 @@ def dataset_lock(datasets_root: Path, name: str) -> Iterator[None]:
         os.close(fd)
 
 
+def journaled_renames(folder: Path, renames: dict[Path, Path]) -> None:
+    """Rename each staged file of `renames` ({staged: target}, all directly in `folder`, all
+    written) onto its target, as one step for a kill: the pairs are journaled first
+    (RENAMES_JOURNAL, staged and renamed), so a holder of the dataset's lock killed between two
+    renames leaves the journal, and the next holder (`dataset_lock`, a server start) finishes them
+    (`finish_renames`) before anything else reads or writes the folder. The caller holds the lock."""
+    journal = folder / RENAMES_JOURNAL
+    with staged_write(journal) as tmp:
+        tmp.write_text(json.dumps([[s.name, t.name] for s, t in renames.items()]), encoding="utf-8")
+    for staged, target in renames.items():
+        os.replace(staged, target)
+    journal.unlink()
+
+
+def finish_renames(folder: Path) -> bool:
+    """Finish the renames a killed holder of `folder`'s lock journaled (`journaled_renames`):
+    each staged file still there is renamed onto its target, then the journal goes. Returns
+    whether there was a journal. A journal that is not one (unreadable, a name with a path) is
+    removed and nothing renamed. Raises OSError when the folder refuses the renames."""
+    journal = folder / RENAMES_JOURNAL
+    try:
+        pairs = json_read.loads(journal.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        pairs = None
+    if isinstance(pairs, list) and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(n, str) and n == Path(n).name for n in p)
+        for p in pairs
+    ):
+        for staged, target in pairs:
+            with contextlib.suppress(FileNotFoundError):  # renamed before the kill
+                os.replace(folder / staged, folder / target)
+    journal.unlink(missing_ok=True)
+    return True
+
+
+def finish_journaled_renames(datasets_root: Path) -> list[tuple[str, OSError | None]]:
+    """Finish, under each dataset's lock, the renames a writer killed between them journaled in
+    its folder (`finish_renames`, which taking the lock runs): a server start's first step, before
+    the staging files are removed as leftovers. Returns (dataset name, the OSError that stopped
+    it or None) for each dataset that had a journal (a read-only one: its next writer finishes)."""
+    done: list[tuple[str, OSError | None]] = []
+    for folder in sorted(datasets_root.iterdir()) if datasets_root.is_dir() else []:
+        if folder.name.startswith(".") or not (folder / RENAMES_JOURNAL).is_file():
+            continue
+        try:
+            with dataset_lock(datasets_root, folder.name):
+                pass
+            done.append((folder.name, None))
+        except OSError as err:
+            done.append((folder.name, err))
+    return done
+
+
+def staging_name(target: Path) -> Path:
+    """A fresh hidden staging name next to `target` (`.<name>.<32 hex>.tmp`: what a server start
+    removes as a killed write's, jobs/leftovers.py)."""
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    if len(os.fsencode(tmp.name)) > 255:  # a long name made by hand: the staging name must fit too
+        tmp = target.with_name(f".{uuid.uuid4().hex}.tmp")
+    return tmp
+
+
 @contextmanager
 def staged_write(target: Path) -> Iterator[Path]:
     """Yield a temporary path next to `target`; on success it replaces `target` atomically,
     on error it is removed."""
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    if len(os.fsencode(tmp.name)) > 255:  # a long name made by hand: the staging name must fit too
-        tmp = target.with_name(f".{uuid.uuid4().hex}.tmp")
+    tmp = staging_name(target)
     try:
         yield tmp
         os.replace(tmp, target)

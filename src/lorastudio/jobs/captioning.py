@@ -40,7 +40,7 @@ from lorastudio.captioning.options import CaptionOptions, check_prompt
 from lorastudio.captioning.source import CaptionerSource, resolve_captioner
 from lorastudio.data import resolve_dataset_dir, safe_component
 from lorastudio.data.discovery import require_folder
-from lorastudio.errors import ConfigError, DatasetBusy, FieldProblem, JobActive, NotFound
+from lorastudio.errors import ConfigError, FieldProblem, JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.caption_gpu import (
     CaptionNeed,
@@ -163,7 +163,7 @@ class CaptionJobs:
             job.claim = DatasetClaim.take(
                 self.settings.home, self.settings.datasets_dir, [folder], WRITE, f"caption job {job.id}"
             )
-        except DatasetBusy:
+        except BaseException:  # busy, or its record not written (a full disk): the job never ran
             self._withdraw(job)
             raise
         job.recorder = CaptionRecorder(self.settings.home, "server")

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import json_read
-from lorastudio.errors import DatasetBusy
+from lorastudio.errors import DatasetBusy, writing
 from lorastudio.jobs.homelock import LOCK_NAME, lock_holders
 from lorastudio.processes import process_alive
 
@@ -166,8 +166,14 @@ class DatasetClaim:
         record = claims / f"{key}.{os.getpid()}-{uuid.uuid4().hex[:8]}.holder"
         info = {"pid": os.getpid(), "mode": mode, "holder": holder, "dataset": str(root), "brief": brief}
         staged = record.with_name(f".{record.name}.tmp")
-        staged.write_text(json.dumps(info), encoding="utf-8")
-        os.replace(staged, record)
+        try:
+            with writing(f"the claim on dataset {root.name} could not be recorded", claims):
+                staged.write_text(json.dumps(info), encoding="utf-8")
+                os.replace(staged, record)
+        except BaseException:  # the lock goes with it: a failed take holds nothing
+            staged.unlink(missing_ok=True)
+            os.close(fd)
+            raise
         self._held.append((fd, record, path))
 
     def _lock_folder(self, root: Path, mode: str, wait_s: float) -> None:

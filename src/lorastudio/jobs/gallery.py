@@ -71,13 +71,19 @@ def delete_gallery_image(settings: Settings, file: str) -> list[str]:
     """Delete gallery image `file` (a PNG directly in the gallery, not hidden, not a link) and its
     settings sidecar (<stem>.json); the uploaded references stay (other images may name them).
     Returns the deleted names. Raises ConfigError/PathOutsideRoot for a name with a path,
-    NotFound when there is no such image."""
+    NotFound when there is no such image.
+
+    The image goes out of sight first, renamed to its staging name `.<file>.partial` (the name a
+    generation writes it under), then the sidecar goes, then the staged image: a kill -9 between
+    two steps leaves what a server start removes (jobs/leftovers.py: a `.partial`, and a sidecar
+    beside its image's `.partial`), never an orphan sidecar it keeps as a user's."""
     safe_component(file, field="file")
     png = gallery_dir(settings) / file
     if png.suffix != ".png" or file.startswith(".") or png.is_symlink() or not png.is_file():
         raise NotFound(f"no gallery image {file!r}")
+    aside = png.with_name(f".{png.name}.partial")
     try:
-        png.unlink()
+        os.rename(png, aside)
     except FileNotFoundError:  # another DELETE (or a user's rm) took it since the check
         raise NotFound(f"no gallery image {file!r}") from None
     deleted = [png.name]
@@ -86,4 +92,5 @@ def delete_gallery_image(settings: Settings, file: str) -> list[str]:
         with contextlib.suppress(FileNotFoundError):  # a racing DELETE of the same image took it
             sidecar.unlink()
             deleted.append(sidecar.name)
+    aside.unlink(missing_ok=True)
     return deleted

@@ -55,10 +55,9 @@ from lorastudio.errors import (
     GenerationCancelled,
     GenerationWorkerLost,
     ModelSourceError,
-    NoSpaceLeft,
     NotFound,
     ServerStopping,
-    is_no_space,
+    writing,
 )
 from lorastudio.generation_rules import budget_problems
 from lorastudio.jobs.gallery import gallery_dir
@@ -86,13 +85,10 @@ STOPPING = "the server is stopping: this generation was stopped and nothing of i
 
 @contextlib.contextmanager
 def _no_space_as(folder: Path, what: str) -> Iterator[None]:
-    """Raise NoSpaceLeft (HTTP 507) naming `what` and `folder` for a full disk's OSError."""
-    try:
+    """Raise NoSpaceLeft (HTTP 507) for a full disk, WriteFailed (500) for the file-size limit or
+    a read-only folder, naming `what` and `folder` (errors.writing)."""
+    with writing(what, folder):
         yield
-    except OSError as err:
-        if is_no_space(err):
-            raise NoSpaceLeft(what, folder) from err
-        raise
 
 
 class GenerationService:

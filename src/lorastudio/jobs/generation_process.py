@@ -97,6 +97,8 @@ def rebuild_error(kind: str, message: str, problems: list[tuple[str, str]]) -> e
             return errors.ModelSourceError(message)
         if issubclass(cls, errors.NoSpaceLeft):  # the gallery's disk is full: 507, not a failure
             return errors.NoSpaceLeft.from_message(message)
+        if issubclass(cls, errors.WriteFailed):  # the gallery could not be written: named, not "failed"
+            return errors.WriteFailed.from_message(message)
     return GenerationFailed(message)
 
 

@@ -47,8 +47,7 @@ from lorastudio.errors import (
     FieldProblem,
     GenerationCancelled,
     LorastudioError,
-    NoSpaceLeft,
-    is_no_space,
+    writing,
 )
 from lorastudio.jobs.childenv import drop_secrets, give_hub_token
 from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt
@@ -233,14 +232,9 @@ def run_job(
             cancelled=cancelled,
         )
         meta = {**json_read.loads(job.png_meta), "width": image.width, "height": image.height}
-        try:
+        # the server removes the staging file it named
+        with writing("the image could not be written to the gallery", Path(job.out_path).parent):
             image.save(job.out_path, format="PNG", pnginfo=png_text(meta))
-        except OSError as err:
-            if is_no_space(err):  # the server removes the staging file it named
-                raise NoSpaceLeft(
-                    "the image could not be written to the gallery", Path(job.out_path).parent
-                ) from err
-            raise
         seconds = time.perf_counter() - t0
         return (
             "ok",

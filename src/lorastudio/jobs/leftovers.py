@@ -49,6 +49,7 @@ from pathlib import Path
 
 from lorastudio.data.disk_cache import cache_leftovers, cache_root
 from lorastudio.data.staging_owner import STAGING_DIR, remove_unless_held, stale_entries
+from lorastudio.data.writes import finish_journaled_renames
 from lorastudio.jobs.killed_notes import record_note
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
@@ -259,7 +260,11 @@ def _holds_nothing(folder: Path, aside: set[Path]) -> bool:
 def start_leftover_cleanup(settings: Settings) -> threading.Thread | None:
     """List the home's crash leftovers now and remove them in a background thread (returned;
     None when there are none); what a killed fresh run wrote is then noted in its record
-    (`note_killed_runs`). Call only while holding the home lock."""
+    (`note_killed_runs`). Call only while holding the home lock. First the renames a killed bulk
+    caption edit journaled are finished (their staged files are not leftovers: the edit was
+    written whole, data/writes.journaled_renames)."""
+    for name, err in finish_journaled_renames(settings.datasets_dir):  # a killed caption edit's
+        log.warning("dataset %s: the renames of a killed caption edit: %s", name, err or "finished")
     found = find_leftovers(settings)
     if not found:
         return None

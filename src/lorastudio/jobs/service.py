@@ -56,7 +56,7 @@ from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
 from lorastudio.jobs.resume import validate_resume
-from lorastudio.jobs.run_delete import remove_trash, take_output_dir_aside
+from lorastudio.jobs.run_delete import put_back, remove_trash, take_output_dir_aside
 from lorastudio.jobs.standby import StandbyKeeper
 from lorastudio.jobs.step_watch import HANG_MIN_S
 from lorastudio.jobs.store import RunStore
@@ -350,13 +350,18 @@ class JobService(Dispatcher):
                 raise JobActive(f"run {run_id} is {run['status']}; stop it first")
             name = run["output_name"]
             shared = [r for r in self.store.runs_with_output_name(name) if r != run_id]
-            self.store.delete_run(run_id)
+            # the folder aside first, then the record (jobs/run_delete.py: what a failure leaves)
             taken = (
                 not keep_files
                 and not shared
                 and bool(name)
                 and take_output_dir_aside(self.settings.outputs_dir, name)
             )
+            try:
+                self.store.delete_run(run_id)
+            except BaseException:
+                put_back(taken, self.settings.outputs_dir / name)
+                raise
         log_path(self.settings, run_id).unlink(missing_ok=True)
         return {"deleted": run_id, "files_removed": remove_trash(taken)}
 

@@ -18,7 +18,7 @@ import torch
 
 from lorastudio import json_read
 from lorastudio.durable import fsync_path
-from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
+from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, library_os_error, writing
 from lorastudio.lora.content_hash import record_content_hash
 from lorastudio.lora.convert import (
     FAMILIES,
@@ -219,17 +219,23 @@ def write_lora_file(
             )
     staged = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.staging")
     try:
-        safetensors.torch.save_file(
-            {k: v.contiguous() for k, v in tensors.items()},
-            str(staged),
-            metadata={**metadata, HASH_KEY: HASH_PLACEHOLDER},
-        )
-        record_content_hash(staged)
-        os.chmod(staged, 0o666 & ~process_umask())  # safetensors writes 0600; other outputs follow the umask
-        fsync_path(staged)
-        if why := publish_file(staged, path, overwrite, "--force"):
-            raise ConfigError([FieldProblem("out", why)])
-        fsync_path(path.parent)
+        with writing(f"the LoRA file {path.name} could not be written", path):
+            try:
+                safetensors.torch.save_file(
+                    {k: v.contiguous() for k, v in tensors.items()},
+                    str(staged),
+                    metadata={**metadata, HASH_KEY: HASH_PLACEHOLDER},
+                )
+            except safetensors.SafetensorError as err:  # its I/O errors: the errno only in its text
+                raise library_os_error(err, staged) or err from err
+            record_content_hash(staged)
+            os.chmod(
+                staged, 0o666 & ~process_umask()
+            )  # safetensors writes 0600; other outputs follow the umask
+            fsync_path(staged)
+            if why := publish_file(staged, path, overwrite, "--force"):
+                raise ConfigError([FieldProblem("out", why)])
+            fsync_path(path.parent)
     finally:
         staged.unlink(missing_ok=True)
     return path

@@ -123,17 +123,20 @@ def keep_final_as_snapshot(run_dir: Path) -> Path | None:
     check_folder(run_dir)  # a folder put at the run's path since it started takes nothing (folder_guard.py)
     target.parent.mkdir(exist_ok=True)
     staged = staging_path(target.parent, ".safetensors")
+    staged_json = staging_path(target.parent, ".json")  # as every pair: staged, sidecar renamed first
     check_folder(target.parent)
     try:
         shutil.copyfile(final, staged)
         info = {**sidecar, "snapshot": True, "lora_file": f"{LORAS}/{name}.safetensors"}
         if isinstance(sidecar.get("ema"), dict):  # the raw file's pointer to its EMA twin is stale here
             info["ema"] = {k: v for k, v in sidecar["ema"].items() if k != "ema_file"}
+        staged_json.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         check_folder(target.parent)
-        target.with_suffix(".json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        replace_in_run(staged_json, target.with_suffix(".json"))
         replace_in_run(staged, target)
     finally:
         staged.unlink(missing_ok=True)
+        staged_json.unlink(missing_ok=True)
     return target
 
 

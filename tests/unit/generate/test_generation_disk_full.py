@@ -70,3 +70,33 @@ def test_a_full_disk_while_the_worker_writes_the_png_is_no_space_left(
     assert isinstance(err, NoSpaceLeft) and status_code_of(err) == 507
     assert str(err).startswith("no space left on device: the image could not be written to the gallery")
     assert str(out.parent) in str(err)
+
+
+def test_a_png_write_past_the_file_size_limit_is_write_failed_naming_the_gallery(
+    tiny_model, tmp_path: Path
+) -> None:
+    """A real RLIMIT_FSIZE (`prlimit --fsize`) below the PNG's size (session 28 chaos audit): it
+    was a 500 "generation failed: OSError: [Errno 27] File too large", naming nothing. Now
+    WriteFailed (500) naming the gallery, rebuilt as such by the server."""
+    from file_limit import file_size_limit
+    from lorastudio.errors import WriteFailed
+
+    out = tmp_path / "gallery" / ".img.png.partial"
+    out.parent.mkdir()
+    job = GenerationJob(
+        source=str(tiny_model("flux")), family="flux", revision=None, prompt="x", seed=1, steps=1,
+        width=64, height=64, guidance=None, loras=(), out_path=str(out), png_meta='{"prompt": "x", "seed": 1}',
+    )  # fmt: skip
+    resident = Resident()
+    assert run_job(resident, job)[0][0] == "ok"  # the model loaded, the PNG written: its size known
+    size = out.stat().st_size
+    out.unlink()
+    with file_size_limit(size // 2):
+        reply, fatal = run_job(resident, job)
+    assert reply[:2] == ("error", "WriteFailed") and not fatal, reply
+    err = rebuild_error(*reply[1:])
+    assert isinstance(err, WriteFailed) and status_code_of(err) == 500
+    assert (
+        str(err)
+        == f"write failed: the image could not be written to the gallery ({out.parent}): File too large"
+    )

@@ -38,3 +38,45 @@ def test_a_sidecar_killed_mid_write_or_without_its_image_is_removed(settings: Se
     assert find_leftovers(settings) == sorted(gone)
     remove_leftovers(find_leftovers(settings))
     assert all(p.exists() for p in kept) and not any(p.exists() for p in gone)
+
+
+# Delete gallery image argv[2] of the studio home argv[1], killed (SIGKILL, no cleanup) at the
+# delete's first unlink (the sidecar's; the old code's was the image's).
+_KILLED_MID_DELETE = """
+import os, signal, sys
+from pathlib import Path
+from lorastudio.jobs.gallery import delete_gallery_image
+from lorastudio.settings import Settings
+def killed(self, *args, **kwargs):
+    if self.name.endswith(".json"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(self, *args, **kwargs)
+real, Path.unlink = Path.unlink, killed
+delete_gallery_image(Settings(home=Path(sys.argv[1])), sys.argv[2])
+"""
+
+
+def test_a_gallery_delete_killed_before_the_sidecar_went_leaves_what_a_start_removes(
+    settings: Settings,
+) -> None:
+    """A server killed inside DELETE /api/gallery/<file> (session 28 chaos audit): the image was
+    unlinked first, so a kill before its sidecar's unlink left `<stem>.json` alone, which a start
+    keeps (a sidecar whose image a user removed by hand) for ever. Now the image goes aside to its
+    staging name first: the kill leaves it beside the sidecar, and a start removes both."""
+    import signal
+    import subprocess
+    import sys
+
+    gallery = settings.home / "gallery"
+    gallery.mkdir(parents=True)
+    for path in (gallery / "a.png", gallery / "a.json", gallery / "b.png", gallery / "b.json"):
+        path.write_bytes(b"x")
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_DELETE, str(settings.home), "a.png"],
+        capture_output=True,
+        timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not (gallery / "a.png").exists()  # out of sight at once
+    remove_leftovers(find_leftovers(settings))  # the next server start
+    assert sorted(p.name for p in gallery.iterdir()) == ["b.json", "b.png"]

@@ -1,0 +1,110 @@
+"""A run delete that fails or is killed half-way (session 28 chaos audit). It deleted the run's
+record first and then renamed its output folder aside: a rename the file system refused (a
+read-only outputs root) failed the delete with the record already gone, leaving an output folder
+(its LoRA still listed) that no record could delete any more, through the API or the UI; a kill
+between the two left the same. Now the folder goes aside first: a refused rename keeps both, a
+record that cannot be deleted puts the folder back, a kill between leaves the record (the trash
+goes at the next start) and the delete sent again completes."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lorastudio.jobs.run_delete as run_delete
+from lorastudio.errors import NoSpaceLeft, NotFound, WriteFailed
+from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.jobs.leftovers import find_leftovers, remove_leftovers
+from lorastudio.jobs.records import JobStatus, now_iso
+from lorastudio.jobs.service import JobService
+from lorastudio.jobs.store import RunStore
+from lorastudio.settings import Settings
+
+
+def _finished_run(settings: Settings, run_id: str = "0123456789ab") -> Path:
+    store = RunStore.open(settings.db_path)
+    store.create_run(run_id, "out", "flux", {"steps": 4}, now_iso(), status=JobStatus.COMPLETED)
+    store.close()
+    folder = settings.outputs_dir / "out"
+    folder.mkdir(parents=True)
+    (folder / "out.safetensors").write_bytes(b"lora")
+    return folder
+
+
+def _service(settings: Settings) -> JobService:
+    return JobService(settings, RunStore.open(settings.db_path), GpuArbiter())
+
+
+def test_a_refused_rename_or_record_delete_keeps_the_run_whole(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = _finished_run(settings)
+    service = _service(settings)
+
+    def read_only(src: object, dst: object) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(src))
+
+    monkeypatch.setattr(run_delete.os, "rename", read_only)
+    with pytest.raises(WriteFailed, match=r"^write failed: the output folder out could not be removed \("):
+        service.delete_run("0123456789ab")
+    monkeypatch.undo()
+    assert service.store.get_run("0123456789ab")["status"] == "completed"  # the record: still there
+    assert (folder / "out.safetensors").read_bytes() == b"lora"
+
+    def full(run_id: str) -> None:
+        raise NoSpaceLeft("the run store could not be written", settings.db_path)
+
+    monkeypatch.setattr(service.store, "delete_run", full)
+    with pytest.raises(NoSpaceLeft):
+        service.delete_run("0123456789ab")
+    monkeypatch.undo()
+    assert (folder / "out.safetensors").read_bytes() == b"lora"  # put back
+    assert [p.name for p in settings.outputs_dir.iterdir()] == ["out"]
+    assert service.delete_run("0123456789ab") == {"deleted": "0123456789ab", "files_removed": True}
+    assert not folder.exists()
+
+
+# Delete run argv[2] of the home argv[1], SIGKILLed when the record is deleted (after the
+# folder went aside in the new order; at once, before the folder, in the old one).
+_KILLED_AT_THE_RECORD = """
+import os, signal, sys
+from pathlib import Path
+from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.jobs.service import JobService
+from lorastudio.jobs.store import RunStore
+from lorastudio.settings import Settings
+settings = Settings(home=Path(sys.argv[1]))
+store = RunStore.open(settings.db_path)
+real = store.delete_run
+def killed(run_id):
+    if not (settings.outputs_dir / "out").exists():
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(run_id)
+    os.kill(os.getpid(), signal.SIGKILL)
+store.delete_run = killed
+JobService(settings, store, GpuArbiter()).delete_run(sys.argv[2])
+"""
+
+
+def test_a_delete_killed_half_way_can_be_sent_again(settings: Settings) -> None:
+    folder = _finished_run(settings)
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_AT_THE_RECORD, str(settings.home), "0123456789ab"],
+        capture_output=True,
+        timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    remove_leftovers(find_leftovers(settings))  # the next server start
+    service = _service(settings)
+    try:
+        result = service.delete_run("0123456789ab")  # sent again: the record was kept
+    except NotFound:
+        pytest.fail(f"the record went and its files stayed: {sorted(p.name for p in folder.iterdir())}")
+    assert result == {"deleted": "0123456789ab", "files_removed": False}
+    assert list(settings.outputs_dir.iterdir()) == []
