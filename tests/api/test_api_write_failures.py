@@ -52,6 +52,8 @@ def test_an_upload_past_the_file_size_limit_is_a_named_500_and_leaves_nothing(
     assert resp.status_code == 500, resp.text
     got = resp.json()
     assert got["error"] == "WriteFailed", got
+    declared = client.get("/openapi.json").json()["paths"]["/api/datasets/{name}/files"]["post"]["responses"]
+    assert declared["500"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorOut")
     assert got["detail"] == (
         f"write failed: big.png of the upload to pets could not be stored ({settings.datasets_dir / 'pets'}): File too large"
     )

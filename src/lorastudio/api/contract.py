@@ -2,7 +2,7 @@
 
 A client author reads /openapi.json (the web UI's types are generated from it) as the list of
 what a route answers. Besides a route's success and the errors every router declares
-(schemas.ERROR_RESPONSES: 400, 401, 404, 409, 421, 422, 507), the app answers by the route's
+(schemas.ERROR_RESPONSES: 400, 401, 404, 409, 421, 422, 500, 507), the app answers by the route's
 kind, each in the error shape of api/errors.py ({"error", "detail"}):
 
 - 403 on every route but GET: a write from another origin or site (api/origin.py);

@@ -334,5 +334,10 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         "model": ErrorOut,
         "description": "a Host header this server does not answer (DNS rebinding guard)",
     },
+    500: {
+        "model": ErrorOut,
+        "description": "a write refused for another reason than a full disk (WriteFailed: a file past the "
+        "size limit, a read-only folder), naming what, where and why; or another server failure",
+    },
     507: {"model": ErrorOut, "description": "no space left on the disk the route writes (NoSpaceLeft)"},
 }

@@ -5377,6 +5377,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -5479,6 +5488,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -5585,6 +5603,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -5666,6 +5693,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -5756,6 +5792,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -5839,6 +5884,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -5944,6 +5998,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -6025,6 +6088,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -6115,6 +6187,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -6220,6 +6301,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -6306,6 +6396,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description DecodeBusy: every decode slot is taken; send it again after Retry-After */
@@ -6400,6 +6499,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -6518,6 +6626,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -6632,6 +6749,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -6751,6 +6877,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -6866,6 +7001,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -6970,6 +7114,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -7056,6 +7209,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description DecodeBusy: every decode slot is taken; send it again after Retry-After */
@@ -7183,6 +7345,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -7271,6 +7442,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description DecodeBusy: every decode slot is taken; send it again after Retry-After */
@@ -7363,6 +7543,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -7466,6 +7655,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -7719,6 +7917,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -7822,6 +8029,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -7903,6 +8119,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -7989,6 +8214,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8093,6 +8327,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8211,6 +8454,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -8296,6 +8548,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -8377,6 +8638,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8493,6 +8763,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -8596,6 +8875,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -8684,6 +8972,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -8765,6 +9062,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -8879,6 +9185,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -8962,6 +9277,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9067,6 +9391,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -9150,6 +9483,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9253,6 +9595,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -9338,6 +9689,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -9421,6 +9781,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9529,6 +9898,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -9612,6 +9990,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9705,6 +10092,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -9793,6 +10189,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -9876,6 +10281,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -9994,6 +10408,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -10077,6 +10500,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -10181,6 +10613,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -10267,6 +10708,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -10383,6 +10833,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -10497,6 +10956,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -10581,6 +11049,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
@@ -10697,6 +11174,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -10798,6 +11284,15 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
             507: {
                 headers: {
@@ -10897,6 +11392,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description no space left on the disk the route writes (NoSpaceLeft) */
