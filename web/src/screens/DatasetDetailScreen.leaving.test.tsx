@@ -4,32 +4,16 @@ import { beforeEach, describe, expect, it, vi } from "vitest";
 import type { DatasetDetail } from "../api/types";
 import { type Call, datasetDetail, INFO, mockFetch } from "../test/fixtures";
 import { renderWithProviders } from "../test/render";
+import { stubXhr } from "../test/xhr";
 import { DatasetDetailScreen } from "./DatasetDetailScreen";
 
-/** XMLHttpRequest stand-in whose upload is answered when the test says (`finish`). */
+/** Uploads answered when the test says (`finish`), each at 5 of 20 bytes sent meanwhile. */
 function heldXhr() {
   const held: { finish: (body: unknown) => void }[] = [];
-  class HeldXhr {
-    status = 0;
-    statusText = "";
-    responseText = "";
-    upload = { onprogress: null as null | ((e: { loaded: number; total: number }) => void) };
-    onload: null | (() => void) = null;
-    onerror: null | (() => void) = null;
-    open() {}
-    setRequestHeader() {}
-    send() {
-      this.upload.onprogress?.({ loaded: 5, total: 20 });
-      held.push({
-        finish: (body) => {
-          this.status = 201;
-          this.responseText = JSON.stringify(body);
-          this.onload?.();
-        },
-      });
-    }
-  }
-  vi.stubGlobal("XMLHttpRequest", HeldXhr);
+  stubXhr((_form, reply, progress) => {
+    progress(5, 20);
+    held.push({ finish: (body) => reply(201, body) });
+  });
   return held;
 }
 

@@ -5,6 +5,7 @@ import type { DatasetDetail } from "../api/types";
 import { INFO, mockFetch } from "../test/fixtures";
 import { DatasetDetailScreen } from "./DatasetDetailScreen";
 import { renderWithProviders } from "../test/render";
+import { stubXhr } from "../test/xhr";
 
 const DETAIL: DatasetDetail = {
   name: "edits",
@@ -25,26 +26,13 @@ const DETAIL: DatasetDetail = {
   dropped: [{ file: "control/zzz.png", reason: "control image with no target of the same name" }],
 };
 
-/** XMLHttpRequest stand-in: records (form field, file name) of each upload and answers 201. */
+/** Uploads answered 201; returns (form field, file name) of each. */
 function fakeXhr() {
   const sent: [string, string][][] = [];
-  class FakeXhr {
-    status = 0;
-    statusText = "";
-    responseText = "";
-    upload = { onprogress: null as null | ((e: { loaded: number; total: number }) => void) };
-    onload: null | (() => void) = null;
-    onerror: null | (() => void) = null;
-    open() {}
-    setRequestHeader() {}
-    send(form: FormData) {
-      sent.push([...form.entries()].map(([k, v]) => [k, (v as File).name]));
-      this.status = 201;
-      this.responseText = JSON.stringify({ ...DETAIL, committed: ["control_2/b.png"], refused: [] });
-      setTimeout(() => this.onload?.(), 0);
-    }
-  }
-  vi.stubGlobal("XMLHttpRequest", FakeXhr);
+  stubXhr((form, reply) => {
+    sent.push([...form.entries()].map(([k, v]) => [k, (v as File).name]));
+    setTimeout(() => reply(201, { ...DETAIL, committed: ["control_2/b.png"], refused: [] }), 0);
+  });
   return sent;
 }
 

@@ -6,6 +6,7 @@ import { type Call, datasetDetail, INFO, mockFetch } from "../test/fixtures";
 import { FOLDER_REASON } from "../lib/upload";
 import { DatasetDetailScreen, PAGE_SIZE } from "./DatasetDetailScreen";
 import { renderWithProviders } from "../test/render";
+import { stubXhr } from "../test/xhr";
 
 const DETAIL: DatasetDetail = datasetDetail("mix");
 
@@ -19,26 +20,13 @@ const UPLOADED: UploadResult = {
   ],
 };
 
-/** XMLHttpRequest stand-in: records the multipart file names and answers `answer`. */
+/** Uploads answered with `answer`; returns the multipart file names of each. */
 function fakeXhr(answer: { status: number; body: unknown }) {
   const sent: string[][] = [];
-  class FakeXhr {
-    status = 0;
-    statusText = "";
-    responseText = "";
-    upload = { onprogress: null as null | ((e: { loaded: number; total: number }) => void) };
-    onload: null | (() => void) = null;
-    onerror: null | (() => void) = null;
-    open() {}
-    setRequestHeader() {}
-    send(form: FormData) {
-      sent.push(form.getAll("files").map((f) => (f as File).name));
-      this.status = answer.status;
-      this.responseText = JSON.stringify(answer.body);
-      setTimeout(() => this.onload?.(), 0);
-    }
-  }
-  vi.stubGlobal("XMLHttpRequest", FakeXhr);
+  stubXhr((form, reply) => {
+    sent.push(form.getAll("files").map((f) => (f as File).name));
+    setTimeout(() => reply(answer.status, answer.body), 0);
+  });
   return sent;
 }
 
