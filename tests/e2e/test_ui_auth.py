@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from tests.e2e.ui_expect import expect
+from tests.e2e.ui_pages import open_page
 
 WIDE = {"width": 1280, "height": 900}
 
@@ -14,42 +15,38 @@ WIDE = {"width": 1280, "height": 900}
 @pytest.mark.timeout(120)
 def test_token_is_asked_once_and_sent(token_studio, browser, artifacts: Path, shoot) -> None:
     url, token = token_studio["url"], token_studio["token"]
-    context = browser.new_context(viewport=WIDE)
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    events: list[tuple[str, int]] = []
-    page.on(
-        "response",
-        lambda res: events.append((res.url, res.status)) if "/api/train/events" in res.url else None,
-    )
-    try:
-        page.goto(f"{url}/#/datasets")
-        dialog = page.get_by_role("dialog", name="API token required")
-        dialog.wait_for()
-        assert page.get_by_text("Cannot load the studio's information").count() == 0
-        shoot(page, "token-dialog")
-        # a wrong token is refused and asked for again
-        dialog.get_by_label("API token").fill("wrong")
-        dialog.get_by_role("button", name="Save token").click()
-        page.get_by_text("The server refused the saved token").wait_for()
-        dialog.get_by_label("API token").fill(token)
-        dialog.get_by_label("API token").press("Enter")
-        page.get_by_text("No datasets yet").wait_for()
-        expect(page.get_by_role("dialog")).to_have_count(0)
-        assert page.evaluate("localStorage.getItem('lorastudio.token')") == token
-        # a new page load uses the saved token: no question, and the event stream is authorised
-        with page.expect_response(
-            lambda res: "/api/train/events" in res.url and f"token={token}" in res.url
-        ) as stream:
-            page.reload()  # (before: 500 ms for the stream's answer, which a loaded host passed)
-        assert stream.value.status == 200, events
-        page.get_by_text("No datasets yet").wait_for()
-        expect(page.get_by_role("dialog")).to_have_count(0)
-        assert errors == [], f"JavaScript errors in the page: {errors}"
-    except Exception:
-        page.screenshot(path=artifacts / "failure-token.png", full_page=True)
-        raise
-    finally:
-        context.close()
+    with open_page(browser, viewport=WIDE) as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        events: list[tuple[str, int]] = []
+        page.on(
+            "response",
+            lambda res: events.append((res.url, res.status)) if "/api/train/events" in res.url else None,
+        )
+        try:
+            page.goto(f"{url}/#/datasets")
+            dialog = page.get_by_role("dialog", name="API token required")
+            dialog.wait_for()
+            assert page.get_by_text("Cannot load the studio's information").count() == 0
+            shoot(page, "token-dialog")
+            # a wrong token is refused and asked for again
+            dialog.get_by_label("API token").fill("wrong")
+            dialog.get_by_role("button", name="Save token").click()
+            page.get_by_text("The server refused the saved token").wait_for()
+            dialog.get_by_label("API token").fill(token)
+            dialog.get_by_label("API token").press("Enter")
+            page.get_by_text("No datasets yet").wait_for()
+            expect(page.get_by_role("dialog")).to_have_count(0)
+            assert page.evaluate("localStorage.getItem('lorastudio.token')") == token
+            # a new page load uses the saved token: no question, and the event stream is authorised
+            with page.expect_response(
+                lambda res: "/api/train/events" in res.url and f"token={token}" in res.url
+            ) as stream:
+                page.reload()  # (before: 500 ms for the stream's answer, which a loaded host passed)
+            assert stream.value.status == 200, events
+            page.get_by_text("No datasets yet").wait_for()
+            expect(page.get_by_role("dialog")).to_have_count(0)
+            assert errors == [], f"JavaScript errors in the page: {errors}"
+        except Exception:
+            page.screenshot(path=artifacts / "failure-token.png", full_page=True)
+            raise

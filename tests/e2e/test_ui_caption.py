@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 from tests.e2e.ui_expect import expect
+from tests.e2e.ui_pages import open_page
 
 # browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
 pytestmark = pytest.mark.slow
@@ -25,10 +26,7 @@ def test_caption_with_ai(studio, browser) -> None:
     Image.new("RGB", (40, 32), "red").save(folder / "a.png")
     Image.new("RGB", (40, 32), "blue").save(folder / "b.png")
     (folder / "b.txt").write_text("my own caption\n", encoding="utf-8")
-    context = browser.new_context()
-    page = context.new_page()
-    page.set_default_timeout(120_000)
-    try:
+    with open_page(browser, timeout_ms=120_000) as page:
         page.goto(f"{studio['url']}/#/datasets/aicap")
         expect(page.get_by_test_id("dataset-counts")).to_have_text("2 images · 1 captioned")
         page.get_by_test_id("caption-ai").click()
@@ -41,5 +39,3 @@ def test_caption_with_ai(studio, browser) -> None:
         page.get_by_text("2 images · 2 captioned").wait_for()
         assert (folder / "a.txt").read_text(encoding="utf-8").startswith("sks, ")
         assert (folder / "b.txt").read_text(encoding="utf-8") == "my own caption\n"
-    finally:
-        context.close()

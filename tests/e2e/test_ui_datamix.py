@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from tests.e2e.ui_expect import expect
+from tests.e2e.ui_pages import open_page
 from tests.e2e.ui_uploads import upload_captioned
 
 # browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
@@ -18,10 +19,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_datasets_editor_preflight_and_bulk_captions(studio, browser) -> None:
     url = str(studio["url"])
-    context = browser.new_context()
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
+    with open_page(browser) as page:
         upload_captioned(page, url, "person", 2, "sks, a person")
         upload_captioned(page, url, "scenery", 6, "a landscape, green")
         page.goto(f"{url}/#/train/person")
@@ -72,5 +70,3 @@ def test_datasets_editor_preflight_and_bulk_captions(studio, browser) -> None:
         expect(page.get_by_test_id("thumb-grid").locator("textarea").first).to_have_value(
             "photo, a landscape, lush green 0"
         )
-    finally:
-        context.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 from tests.e2e.ui_expect import expect
+from tests.e2e.ui_pages import open_page
 
 
 def _png(color: str) -> bytes:
@@ -29,10 +30,7 @@ def test_upload_keeps_the_good_files_and_delete(studio, browser, tmp_path: Path)
     }
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
-    context = browser.new_context()
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
+    with open_page(browser) as page:
         page.goto(f"{studio['url']}/#/datasets/keepgood")
         page.get_by_test_id("file-input").set_input_files([str(tmp_path / n) for n in sorted(files)])
         summary = page.get_by_test_id("upload-summary")
@@ -59,5 +57,3 @@ def test_upload_keeps_the_good_files_and_delete(studio, browser, tmp_path: Path)
         page.get_by_role("button", name="Create").wait_for()
         expect(page.get_by_text("keepgood")).to_have_count(0)  # the list is fetched again after the delete
         assert not (Path(studio["home"]) / "datasets" / "keepgood").exists()
-    finally:
-        context.close()

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.e2e.ui_pages import open_page
 from tests.e2e.ui_uploads import api_json
 
 from live_server import WORKER_TIMEOUT_S
@@ -37,32 +38,28 @@ def test_the_raw_file_of_an_ema_run_is_pickable_and_generates(
         time.sleep(0.5)
     assert api_json(url, "/api/train/status")["job"]["status"] == "completed"
 
-    context = browser.new_context()
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
-        page.goto(f"{url}/#/generate")
-        raw = page.get_by_label("use LoRA smooth (raw, step 2)")
-        raw.wait_for()
-        ema_row = page.locator("li", has=page.get_by_label("use LoRA smooth", exact=True))
-        raw_row = page.locator("li", has=raw)
-        assert "EMA" in ema_row.inner_text() and "val" not in ema_row.inner_text()
-        text = raw_row.inner_text()
-        assert "raw" in text and re.search(r"val \d", text) and "last" in text, text
-        raw.check()
-        for name, value in (("gen_steps", "2"), ("gen_width", "32"), ("gen_height", "32")):
-            page.locator(f'[name="{name}"]').fill(value)
-        page.locator('[name="prompt"]').fill("a raw circle")
-        page.get_by_role("button", name="Generate", exact=True).click()
-        page.get_by_test_id("result-image").wait_for(timeout=WORKER_TIMEOUT_S * 1000)
-        item = page.get_by_test_id("gallery").get_by_role("button", name=re.compile("a raw circle"))
-        assert "smooth @2 ×1.00" in item.inner_text()
-        shoot(page, "generate-ema-raw")
-        assert errors == []
-    except Exception:
-        page.screenshot(path=artifacts / "ema-picker-failure.png", full_page=True)
-        raise
-    finally:
-        context.close()
+    with open_page(browser) as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        try:
+            page.goto(f"{url}/#/generate")
+            raw = page.get_by_label("use LoRA smooth (raw, step 2)")
+            raw.wait_for()
+            ema_row = page.locator("li", has=page.get_by_label("use LoRA smooth", exact=True))
+            raw_row = page.locator("li", has=raw)
+            assert "EMA" in ema_row.inner_text() and "val" not in ema_row.inner_text()
+            text = raw_row.inner_text()
+            assert "raw" in text and re.search(r"val \d", text) and "last" in text, text
+            raw.check()
+            for name, value in (("gen_steps", "2"), ("gen_width", "32"), ("gen_height", "32")):
+                page.locator(f'[name="{name}"]').fill(value)
+            page.locator('[name="prompt"]').fill("a raw circle")
+            page.get_by_role("button", name="Generate", exact=True).click()
+            page.get_by_test_id("result-image").wait_for(timeout=WORKER_TIMEOUT_S * 1000)
+            item = page.get_by_test_id("gallery").get_by_role("button", name=re.compile("a raw circle"))
+            assert "smooth @2 ×1.00" in item.inner_text()
+            shoot(page, "generate-ema-raw")
+            assert errors == []
+        except Exception:
+            page.screenshot(path=artifacts / "ema-picker-failure.png", full_page=True)
+            raise

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.e2e.ui_expect import expect
+from tests.e2e.ui_pages import open_page
 from ui_uploads import api_json
 
 from conftest import _require_ui, _running_studio
@@ -33,48 +34,44 @@ def test_live_eta_and_a_server_restart_mid_run(browser, tmp_path: Path, artifact
     home = tmp_path / "home"
     model = save_tiny_model("flux", home / "models" / "tiny-flux")
     make_sample_dataset(home / "datasets" / "shapes")
-    context = browser.new_context(viewport=WIDE)
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    try:
-        with _running_studio(home, {}) as url:
-            port = int(url.rsplit(":", 1)[1])  # the restart serves on the same one
-            config = {
-                "family": "flux",
-                "base_model": str(model),
-                "data_dir": "shapes",
-                "resolution": 32,
-                "steps": 2000,
-                "lora_rank": 4,
-                "max_sequence_length": 16,
-                "output_name": "restarted",
-            }
-            run_id = api_json(url, "/api/train/start", {"config": config})["id"]
-            page.goto(f"{url}/#/live")
-            eta = page.locator(".stat", has_text="ETA")
-            # past the first steps (their pace is warm-up), while the ETA shows a duration
-            page.wait_for_function(
-                "() => parseInt(document.querySelector('[data-testid=stat-step]')?.innerText.replace(/\\D+/, '') ?? '0') >= 40"
-                " && [...document.querySelectorAll('.stat')].some(e => /ETA/.test(e.innerText) && /\\d/.test(e.innerText))"
-            )
-            job = api_json(url, "/api/train/status")["job"]
-            p = job["progress"]
-            started = time.time()
-            shown = _seconds(eta.inner_text())
-            # the API's pace (batch 1: a sample a step), measured over the steps after the first
-            expected = (p["total_steps"] - p["step"]) / p["samples_per_second"]
-            assert expected / 3 < shown < expected * 3, (eta.inner_text(), expected, p)
-            assert time.time() - started < expected / 3  # both read at nearly the same point of the run
-        page.get_by_text("reconnecting…").wait_for()  # the server is gone
-        with _running_studio(home, {}, port) as url:
-            page.get_by_text("the server stopped during this run").wait_for()
-            expect(page.locator(".status", has_text="interrupted")).to_be_visible()
-            expect(page.get_by_role("button", name="Stop")).to_have_count(0)
-            run = api_json(url, f"/api/runs/{run_id}")
-            assert run["status"] == "interrupted"
-            assert f"{run['steps_run']} / 2000" in page.get_by_test_id("stat-step").inner_text()
-    except Exception:
-        page.screenshot(path=artifacts / "live-restart-failure.png", full_page=True)
-        raise
-    finally:
-        context.close()
+    with open_page(browser, timeout_ms=60_000, viewport=WIDE) as page:
+        try:
+            with _running_studio(home, {}) as url:
+                port = int(url.rsplit(":", 1)[1])  # the restart serves on the same one
+                config = {
+                    "family": "flux",
+                    "base_model": str(model),
+                    "data_dir": "shapes",
+                    "resolution": 32,
+                    "steps": 2000,
+                    "lora_rank": 4,
+                    "max_sequence_length": 16,
+                    "output_name": "restarted",
+                }
+                run_id = api_json(url, "/api/train/start", {"config": config})["id"]
+                page.goto(f"{url}/#/live")
+                eta = page.locator(".stat", has_text="ETA")
+                # past the first steps (their pace is warm-up), while the ETA shows a duration
+                page.wait_for_function(
+                    "() => parseInt(document.querySelector('[data-testid=stat-step]')?.innerText.replace(/\\D+/, '') ?? '0') >= 40"
+                    " && [...document.querySelectorAll('.stat')].some(e => /ETA/.test(e.innerText) && /\\d/.test(e.innerText))"
+                )
+                job = api_json(url, "/api/train/status")["job"]
+                p = job["progress"]
+                started = time.time()
+                shown = _seconds(eta.inner_text())
+                # the API's pace (batch 1: a sample a step), measured over the steps after the first
+                expected = (p["total_steps"] - p["step"]) / p["samples_per_second"]
+                assert expected / 3 < shown < expected * 3, (eta.inner_text(), expected, p)
+                assert time.time() - started < expected / 3  # both read at nearly the same point of the run
+            page.get_by_text("reconnecting…").wait_for()  # the server is gone
+            with _running_studio(home, {}, port) as url:
+                page.get_by_text("the server stopped during this run").wait_for()
+                expect(page.locator(".status", has_text="interrupted")).to_be_visible()
+                expect(page.get_by_role("button", name="Stop")).to_have_count(0)
+                run = api_json(url, f"/api/runs/{run_id}")
+                assert run["status"] == "interrupted"
+                assert f"{run['steps_run']} / 2000" in page.get_by_test_id("stat-step").inner_text()
+        except Exception:
+            page.screenshot(path=artifacts / "live-restart-failure.png", full_page=True)
+            raise

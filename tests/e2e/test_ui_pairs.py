@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from tests.e2e.conftest import _require_ui, _running_studio
+from tests.e2e.ui_pages import open_page
 
 from live_server import WORKER_TIMEOUT_S
 
@@ -37,10 +38,7 @@ def klein_studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
 def test_pairs_upload_train_and_generate_with_a_reference(klein_studio, browser, shoot) -> None:
     url, pairs, model = klein_studio["url"], Path(klein_studio["pairs"]), klein_studio["model"]
     stems = ["shape_00", "shape_01", "shape_02", "shape_03"]
-    context = browser.new_context()
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
+    with open_page(browser) as page:
         # 1. targets and captions, then their controls into slot 1
         page.goto(f"{url}/#/datasets/edits")
         targets = [str(pairs / f"{s}.{e}") for s in stems for e in ("png", "txt")]
@@ -101,5 +99,3 @@ def test_pairs_upload_train_and_generate_with_a_reference(klein_studio, browser,
         shoot(page, "generate-reference")
         kept = page.request.get(f"{url}/api/gallery").json()["images"][0]
         assert len(kept["references"]) == 1 and kept["reference_urls"][0].startswith("/gallery/references/")
-    finally:
-        context.close()

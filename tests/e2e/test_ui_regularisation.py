@@ -6,6 +6,7 @@ preservation line with its cost per step."""
 from __future__ import annotations
 
 import pytest
+from tests.e2e.ui_pages import open_page
 from tests.e2e.ui_uploads import upload_captioned
 
 # browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
@@ -15,10 +16,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_reg_folder_prior_loss_weight_and_preservation_in_the_preflight(studio, browser) -> None:
     url = str(studio["url"])
-    context = browser.new_context()
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
+    with open_page(browser) as page:
         upload_captioned(page, url, "me", 2, "sks, a person")
         upload_captioned(page, url, "people", 4, "a person")
         page.goto(f"{url}/#/train/me")
@@ -44,5 +42,3 @@ def test_reg_folder_prior_loss_weight_and_preservation_in_the_preflight(studio, 
             "'person', weight 1: one extra no-grad forward + one extra forward/backward per micro-batch "
             "(about 1.7-2x a step's compute)"
         ), line
-    finally:
-        context.close()
