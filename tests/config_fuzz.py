@@ -1,0 +1,443 @@
+"""A seeded generator of TrainConfig documents read off the pydantic schema itself (the fuzz audit of
+session 28, tests/unit/test_config_fuzz.py and tests/unit/training/test_config_fuzz_train.py).
+
+Each document is a tiny-model run of one family (base_model, data_dir, a small resolution, 2 steps)
+with a few settings drawn from the schema: every field's type, Literal choices and bounds (pydantic's
+Ge / Gt / Le / Lt / MinLen / MaxLen metadata), the nested models (datasets entries, preservation,
+sample prompts) by the same rules, weighted towards the features added since session 21 (adapters,
+optimizers, EMA, validation hold-outs, disk caches, several datasets, block swap, fused projections,
+micro-batches, samples, trackers, masks, edit controls). Some documents also carry deliberately wrong
+values (a wrong type, out of range, null where none is taken, an unknown key, a huge string or
+number, NaN / inf, an empty list), each recorded by its field path in `Doc.wrong`: a check must name
+every one of them.
+
+`sized=True` keeps the valid values small enough to train on CPU in seconds (a sample of the
+accepted documents is trained for 2 steps); `sized=False` draws over each field's whole range,
+its bounds included (check-only).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import types
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union, get_args, get_origin
+
+import annotated_types as at
+from pydantic import BaseModel
+
+from lorastudio import families
+from lorastudio.config import FAMILY_SPECIFIC_FIELDS, TrainConfig
+from lorastudio.config_datasets import DatasetEntry
+from lorastudio.config_preservation import Preservation
+from lorastudio.config_samples import SamplePrompt
+
+MISSING = object()  # "leave the field out"
+
+
+@dataclass
+class Doc:
+    """One generated document: `data` (JSON-able but for NaN / inf), its family, and the field
+    paths given deliberately wrong values (each must be named by a refusal)."""
+
+    seed: int
+    family: str
+    data: dict[str, Any]
+    wrong: set[str] = field(default_factory=set)
+
+    def label(self) -> str:
+        return f"doc {self.seed} ({self.family}; wrong: {sorted(self.wrong) or '-'})"
+
+
+# Fields whose values need meaning, not just a type (paths, names, patterns): drawn by hand.
+# Each is a list of valid choices; `sized` documents use them as they are.
+def _hand_values(dataset: str, family: str) -> dict[str, list[Any]]:
+    spec = families.get(family).spec
+    side = max(32, 2 * spec.resolution_multiple)
+    return {
+        "revision": ["main"],
+        "base_config": [MISSING],
+        "data_dir": [dataset],
+        "output_name": ["fuzz", "fuzz.run-1"],
+        "trigger_word": ["sks", "ohwx person"],
+        "default_caption": ["a photo", "a shape on a plain background"],
+        "control_dirs": [[]],
+        "validation_split": [0.25, 0.5],
+        "lora_targets": [["to_q"], ["to_q", "to_k", "to_v"], ["attn"], ["ff"]],
+        "rank_pattern": [{"to_q": 2}, {"to_k": 8}],
+        "alpha_pattern": [{"to_q": 1.0}, {"to_v": 4.0}],
+        "report_to": [[], ["tensorboard"], ["wandb"]],
+        "assistant_lora": [MISSING],
+        "resolution": [side, [side], [side, side + spec.resolution_multiple]],
+        "optimizer_betas": [[0.9, 0.99], [0.95, 0.999]],
+        "family": [family],
+        "base_model": [MISSING],  # set by the caller
+        "control_resolution": ["target"],
+    }
+
+
+# The features the audit weighs (sessions 22-27): drawn more often than the rest.
+FEATURES: tuple[str, ...] = (
+    "adapter", "lokr_factor", "lokr_decompose_both", "optimizer", "prodigy_d_coef",
+    "prodigy_safeguard_warmup", "ema_decay", "ema_update_every", "ema_on_cpu", "sample_with_ema",
+    "validation_split", "validate_every", "latent_cache", "cache_variants", "caption_variants",
+    "datasets", "offload_blocks", "fuse_projections", "micro_batch_size", "sample_prompts",
+    "sample_every", "sample_steps", "report_to", "weight_decay", "preservation", "alpha_mask",
+    "unmasked_weight", "grad_accum", "lr_scheduler", "lr_warmup_steps", "loss", "huber_schedule",
+    "save_every", "save_lora_every", "keep_loras", "lora_format", "save_dtype", "random_crop",
+    "random_flip", "shuffle_tags", "tag_dropout", "caption_dropout", "lora_dropout",
+    "gradient_checkpointing", "base_precision", "compile", "num_epochs", "train_text_encoder",
+    "timestep_sampling", "flow_shift", "guidance", "snr_gamma", "noise_offset",
+)  # fmt: skip
+
+# In `sized` documents, the valid range of settings that change how long a CPU run takes.
+SMALL: dict[str, tuple[float, float]] = {
+    "steps": (2, 2),
+    "num_epochs": (0, 1),
+    "batch_size": (1, 2),
+    "grad_accum": (1, 2),
+    "lora_rank": (1, 8),
+    "cache_variants": (1, 2),
+    "caption_variants": (2, 3),
+    "sample_steps": (1, 2),
+    "sample_every": (1, 2),
+    "validate_every": (1, 2),
+    "save_every": (1, 2),
+    "save_lora_every": (1, 2),
+    "keep_loras": (1, 3),
+    "keep_last": (1, 3),
+    "offload_blocks": (0, 2),
+    "micro_batch_size": (1, 2),
+    "max_sequence_length": (8, 32),
+    "lr_warmup_steps": (0, 2),
+    "lr_cycles": (2, 3),
+    "num_gpus": (1, 1),
+    "memory_budget_gb": (0.5, 64),
+    "latent_cache_max_gb": (0.01, 8),
+    "lokr_factor": (-1, 4),
+    "repeats": (1, 3),
+    "width": (16, 48),
+    "height": (16, 48),
+    "keep_tokens": (0, 3),
+    "max_bad_steps": (1, 5),
+    "ema_update_every": (1, 2),
+}
+
+
+# What a setting needs beside it to mean anything (the combination rules, config_rules.py and its
+# neighbours): `coherent` documents add it, so that most of them are accepted and train.
+COMPANIONS: dict[str, dict[str, Any]] = {
+    "huber_schedule": {"loss": "huber"},
+    "huber_c": {"loss": "smooth_l1"},
+    "caption_variants": {"shuffle_tags": True},
+    "keep_tokens": {"shuffle_tags": True},
+    "sample_steps": {"sample_prompts": ["a red square"]},
+    "sample_every": {"sample_prompts": ["a red square"]},
+    "sample_seed": {"sample_prompts": ["a red square"]},
+    "prodigy_d_coef": {"optimizer": "prodigy", "learning_rate": 1.0},
+    "prodigy_safeguard_warmup": {"optimizer": "prodigy", "learning_rate": 1.0},
+    "prodigy_use_bias_correction": {"optimizer": "prodigy", "learning_rate": 1.0},
+    "adafactor_relative_step": {"optimizer": "adafactor"},
+    "adafactor_scale_parameter": {"optimizer": "adafactor"},
+    "adafactor_warmup_init": {"optimizer": "adafactor"},
+    "lokr_factor": {"adapter": "lokr"},
+    "lokr_decompose_both": {"adapter": "lokr"},
+    "lr_warmup_steps": {"lr_scheduler": "constant_with_warmup"},
+    "lr_cycles": {"lr_scheduler": "cosine_with_restarts"},
+    "lr_power": {"lr_scheduler": "polynomial"},
+    "validate_every": {"validation_split": 0.25},
+    "keep_loras": {"save_lora_every": 1},
+    "sample_with_ema": {"ema_decay": 0.9},
+    "ema_on_cpu": {"ema_decay": 0.9},
+    "ema_update_every": {"ema_decay": 0.9},
+    "cache_variants": {"random_flip": True},
+    "preservation": {"trigger_word": "sks"},
+    "text_encoder_lr": {"train_text_encoder": True},
+    "micro_batch_size": {"batch_size": 2, "micro_batch_size": 1},
+    "unmasked_weight": {"alpha_mask": True},
+}
+
+
+def _bounds(metadata: list[Any]) -> tuple[float | None, bool, float | None, bool]:
+    """(low, low inclusive, high, high inclusive) of pydantic's annotated_types metadata."""
+    lo = hi = None
+    lo_in = hi_in = True
+    for m in metadata:
+        if isinstance(m, at.Ge):
+            lo, lo_in = m.ge, True
+        elif isinstance(m, at.Gt):
+            lo, lo_in = m.gt, False
+        elif isinstance(m, at.Le):
+            hi, hi_in = m.le, True
+        elif isinstance(m, at.Lt):
+            hi, hi_in = m.lt, False
+    return lo, lo_in, hi, hi_in
+
+
+def _lengths(metadata: list[Any]) -> tuple[int, int | None]:
+    lo, hi = 0, None
+    for m in metadata:
+        if isinstance(m, at.MinLen):
+            lo = m.min_length
+        elif isinstance(m, at.MaxLen):
+            hi = m.max_length
+    return lo, hi
+
+
+def _members(annotation: Any) -> list[Any]:
+    """A union's members (None left out), or [annotation]."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [_plain(a) for a in get_args(annotation) if a is not type(None)]
+    return [_plain(annotation)]
+
+
+def _plain(annotation: Any) -> Any:
+    """Annotated[str, validator] -> str (an Annotated int with bounds of its own is kept)."""
+    if getattr(annotation, "__metadata__", None) and get_args(annotation)[0] is str:
+        return str
+    return annotation
+
+
+def _nullable(annotation: Any) -> bool:
+    return get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
+
+
+def _inner_metadata(annotation: Any) -> list[Any]:
+    """Metadata of an Annotated member (control_resolution's int bounds)."""
+    meta = getattr(annotation, "__metadata__", ())
+    out: list[Any] = []
+    for m in meta:
+        out += list(getattr(m, "metadata", [])) or [m]
+    return out
+
+
+class Generator:
+    """Draws documents from the schema with one random.Random (reproducible for a seed)."""
+
+    def __init__(self, seed: int, *, sized: bool, hand: dict[str, list[Any]]) -> None:
+        self.rng = random.Random(seed)
+        self.sized = sized
+        self.hand = hand  # the hand-drawn values (_hand_values), nested models' too
+
+    # --- valid values -----------------------------------------------------------------
+    def number(self, name: str, kind: type, metadata: list[Any]) -> float | int:
+        rng = self.rng
+        if self.sized and name in SMALL:
+            lo_s, hi_s = SMALL[name]
+            return rng.randint(int(lo_s), int(hi_s)) if kind is int else round(rng.uniform(lo_s, hi_s), 4)
+        lo, lo_in, hi, hi_in = _bounds(metadata)
+        if kind is int:
+            low = int(lo if lo is not None else 0) + (0 if lo_in else 1)
+            high = int(hi) - (0 if hi_in else 1) if hi is not None else low + 1000
+            if self.sized:
+                high = min(high, low + 4)
+            pick = rng.random()
+            if not self.sized and pick < 0.2:
+                return low
+            if not self.sized and pick < 0.4:
+                return high
+            return rng.randint(low, high)
+        low_f = float(lo) if lo is not None else 0.0
+        high_f = float(hi) if hi is not None else low_f + 10.0
+        pick = rng.random()
+        if not self.sized and pick < 0.15 and lo_in and lo is not None:
+            return low_f
+        if not self.sized and pick < 0.3 and hi_in and hi is not None:
+            return high_f
+        value = rng.uniform(low_f, high_f)
+        if value == low_f and not lo_in or value == high_f and not hi_in:
+            value = (low_f + high_f) / 2
+        if self.sized and high_f - low_f > 1:  # e.g. snr_gamma, huber_c, flow_shift
+            value = low_f + (high_f - low_f) * rng.random() ** 3
+            value = value if value > low_f or lo_in else (low_f + high_f) / 2
+        return round(value, 6) if round(value, 6) != low_f or lo_in else value
+
+    def value(self, name: str, annotation: Any, metadata: list[Any], hand: dict[str, list[Any]]) -> Any:
+        """A valid value of a field (MISSING: leave it out)."""
+        rng = self.rng
+        if name in hand:
+            return rng.choice(hand[name])
+        if _nullable(annotation) and rng.random() < 0.1:
+            return None
+        member = rng.choice(_members(annotation))
+        origin = get_origin(member)
+        if origin is Literal:
+            return rng.choice([a for a in get_args(member)])
+        if getattr(member, "__metadata__", None):  # Annotated: its base type and its own bounds
+            return self.number(name, get_args(member)[0], _inner_metadata(member))
+        if member is bool:
+            return rng.random() < 0.5
+        if member in (int, float):
+            return self.number(name, member, metadata)
+        if member is str:
+            return "a fuzzed value"
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            return self.model(member, hand)
+        if origin is list:
+            (item,) = get_args(member)
+            if get_origin(item) in (Union, types.UnionType) or get_origin(item) is Literal:
+                return [self.value(name, item, [], {}) for _ in range(rng.randint(1, 2))]
+            if isinstance(item, type) and issubclass(item, BaseModel):
+                return [self.model(item, hand) for _ in range(rng.randint(1, 2))]
+            return [self.value(name, item, metadata, {}) for _ in range(rng.randint(1, 2))]
+        return MISSING
+
+    def model(self, model: type[BaseModel], _: dict[str, list[Any]]) -> dict[str, Any]:
+        """A valid object of a nested model: its required fields and a few optional ones."""
+        rng, hand = self.rng, self.hand
+        out: dict[str, Any] = {}
+        fixed = {
+            DatasetEntry: {"path": hand["data_dir"][0]},
+            Preservation: {"class_word": rng.choice(["person", "shape"])},
+            SamplePrompt: {"prompt": rng.choice(["a red square", "sks, a circle"])},
+        }[model]
+        out.update(fixed)
+        optional = [n for n in model.model_fields if n not in fixed]
+        for name in rng.sample(optional, rng.randint(0, min(3, len(optional)))):
+            info = model.model_fields[name]
+            if model is SamplePrompt and name in ("controls",):
+                continue
+            if model is Preservation and name == "prompts":
+                out[name] = ["a photo of a person"]
+                continue
+            if name == "resolution":
+                out[name] = rng.choice(hand["resolution"])
+                continue
+            if name in ("trigger_word", "default_caption"):
+                out[name] = rng.choice(hand[name])
+                continue
+            value = self.value(name, info.annotation, list(info.metadata), {})
+            if value is not MISSING:
+                out[name] = value
+        return out
+
+    # --- wrong values -----------------------------------------------------------------
+    def wrong(self, name: str, annotation: Any, metadata: list[Any]) -> Any:
+        """A value the field must refuse (MISSING when none of the kinds applies)."""
+        rng = self.rng
+        members = _members(annotation)
+        kinds = ["type", "dict"]
+        lo, _, hi, _ = _bounds(metadata)
+        numeric = any(m in (int, float) for m in members)
+        if numeric and (lo is not None or hi is not None):
+            kinds += ["range", "huge"]  # huge: past the bound there is (an unbounded side takes any size)
+        if float in members:
+            kinds += ["nan"]
+        if not _nullable(annotation) and TrainConfig.model_fields.get(name) is not None:
+            kinds += ["null"]
+        _, max_len = _lengths(metadata)
+        if str in members and max_len is not None:
+            kinds += ["long"]
+        if any(get_origin(m) is list for m in members):
+            min_len, _ = _lengths(metadata)
+            if min_len >= 1:
+                kinds += ["empty"]
+        if any(get_origin(m) is Literal for m in members):
+            kinds += ["choice"]
+        kind = rng.choice(kinds)
+        if kind == "type":
+            if str in members or any(get_origin(m) is Literal for m in members):
+                return rng.choice([12345, [1, 2]])
+            return rng.choice(["not-a-value", [1, 2]] if numeric else ["maybe", 7.5])
+        if kind == "dict":  # a mapping field (rank_pattern) takes a mapping: not of text, though
+            return {"x": "not-a-number"} if any(get_origin(m) is dict for m in members) else {"x": 1}
+        if kind == "range":
+            if lo is not None and (hi is None or rng.random() < 0.5):
+                return (int(lo) - 1) if int in members else float(lo) - 0.5
+            return (int(hi) + 1) if int in members else float(hi) + 0.5
+        if kind == "huge":
+            big = rng.choice([10**30, 2**63]) if int in members else 1e308
+            return big if hi is not None and (lo is None or rng.random() < 0.5) else -big
+        if kind == "nan":
+            return rng.choice([math.nan, math.inf, -math.inf])
+        if kind == "null":
+            return None
+        if kind == "long":
+            return "x" * (max_len + 1 + rng.choice([0, 100_000]))
+        if kind == "empty":
+            return []
+        if kind == "choice":
+            return "not-a-choice"
+        return MISSING
+
+
+def generate(
+    seed: int,
+    family: str,
+    base_model: str,
+    dataset: str,
+    *,
+    sized: bool,
+    wrong: bool,
+    extra: int = 5,
+    coherent: bool = False,
+) -> Doc:
+    """One document of `family` on `base_model` / `dataset` (data_dir; a datasets entry's path),
+    with `extra` settings drawn from the schema (two thirds of them features), and with `wrong`
+    1-3 wrong values (recorded in Doc.wrong) and maybe an unknown key; `coherent` adds each drawn
+    setting's companions (COMPANIONS) and leaves out the family-specific settings the family refuses,
+    so that most such documents are accepted."""
+    hand = _hand_values(dataset, family)
+    gen = Generator(seed, sized=sized, hand=hand)
+    rng = gen.rng
+    spec = families.get(family).spec
+    data: dict[str, Any] = {
+        "family": family,
+        "base_model": base_model,
+        "data_dir": dataset,
+        "resolution": max(32, 2 * spec.resolution_multiple),
+        "steps": 2,
+        "learning_rate": 5e-3,
+        "lora_rank": 4,
+        "seed": 0,
+        "output_name": "fuzz",
+    }
+    if "max_sequence_length" in spec.supports:
+        data["max_sequence_length"] = 16
+    if spec.control_sizing is not None:
+        data["control_resolution"] = "target"
+    fields = [n for n in TrainConfig.model_fields if n not in ("family", "base_model")]
+    chosen: list[str] = []
+    for _ in range(extra):
+        pool = FEATURES if rng.random() < 2 / 3 else fields
+        chosen.append(rng.choice(pool))
+    for name in dict.fromkeys(chosen):
+        info = TrainConfig.model_fields[name]
+        value = gen.value(name, info.annotation, list(info.metadata), hand)
+        if value is MISSING:
+            continue
+        data[name] = value
+        if name == "datasets":
+            data.pop("data_dir", None)
+    if coherent:  # each drawn setting's companions; family-specific ones the family refuses left out
+        for name in [n for n in data if n in COMPANIONS]:
+            for key, value in COMPANIONS[name].items():
+                data[key] = value if key != name else value
+        if data.get("optimizer") == "prodigy":
+            data["learning_rate"] = 1.0
+        for name in [n for n in data if n in FAMILY_SPECIFIC_FIELDS and n not in spec.supports]:
+            del data[name]
+        if spec.edit_model:
+            data.pop("preservation", None)  # not for an edit family
+    doc = Doc(seed, family, data)
+    if wrong:
+        for name in rng.sample(fields, rng.randint(1, 3)):
+            info = TrainConfig.model_fields[name]
+            bad = gen.wrong(name, info.annotation, list(info.metadata))
+            if bad is MISSING:
+                continue
+            data[name] = bad
+            doc.wrong.add(name)
+            if name == "datasets":
+                data.pop("data_dir", None)
+            elif name == "data_dir":
+                data.pop("datasets", None)
+        if rng.random() < 0.3:
+            key = rng.choice(["lerning_rate", "fuzz_unknown", "stpes", "Lora_Rank"])
+            data[key] = 1
+            doc.wrong.add(key)
+        if rng.random() < 0.2 and isinstance(data.get("datasets"), list) and data["datasets"]:
+            data["datasets"][0]["nonsense"] = True
+            doc.wrong.add("datasets.0.nonsense")
+    return doc
