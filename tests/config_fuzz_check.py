@@ -47,9 +47,8 @@ def cli_answer(doc: Doc, folder: Path) -> Answer:
     out = result.output
     if result.exit_code == 0 and "would train" in out:
         return Answer("cli", True, text=out)
-    if result.exit_code == 2 and result.exception is None or isinstance(result.exception, SystemExit):
-        if result.exit_code == 2:
-            return Answer("cli", False, set(_PROBLEM_LINE.findall(out)) or _error_field(out), out)
+    if result.exit_code == 2 and (result.exception is None or isinstance(result.exception, SystemExit)):
+        return Answer("cli", False, set(_PROBLEM_LINE.findall(out)) or _error_field(out), out)
     trace = "".join(traceback.format_exception(result.exception)) if result.exception else ""
     return Answer("cli", False, text=out, crash=f"exit {result.exit_code}: {out[-2000:]}\n{trace[-4000:]}")
 
