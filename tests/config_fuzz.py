@@ -52,14 +52,14 @@ class Doc:
 
 # Fields whose values need meaning, not just a type (paths, names, patterns): drawn by hand.
 # Each is a list of valid choices; `sized` documents use them as they are.
-def _hand_values(dataset: str, family: str) -> dict[str, list[Any]]:
+def _hand_values(dataset: str, family: str, seed: int) -> dict[str, list[Any]]:
     spec = families.get(family).spec
     side = max(32, 2 * spec.resolution_multiple)
     return {
         "revision": ["main"],
         "base_config": [MISSING],
         "data_dir": [dataset],
-        "output_name": ["fuzz", "fuzz.run-1"],
+        "output_name": [f"fuzz.run-{seed}", f"F_{seed}"],  # unique per document (a sample trains)
         "trigger_word": ["sks", "ohwx person"],
         "default_caption": ["a photo", "a shape on a plain background"],
         "control_dirs": [[]],
@@ -372,13 +372,14 @@ def generate(
     wrong: bool,
     extra: int = 5,
     coherent: bool = False,
+    exclude: frozenset[str] = frozenset(),
 ) -> Doc:
     """One document of `family` on `base_model` / `dataset` (data_dir; a datasets entry's path),
     with `extra` settings drawn from the schema (two thirds of them features), and with `wrong`
     1-3 wrong values (recorded in Doc.wrong) and maybe an unknown key; `coherent` adds each drawn
     setting's companions (COMPANIONS) and leaves out the family-specific settings the family refuses,
-    so that most such documents are accepted."""
-    hand = _hand_values(dataset, family)
+    so that most such documents are accepted. `exclude`: settings never drawn (valid or wrong)."""
+    hand = _hand_values(dataset, family, seed)
     gen = Generator(seed, sized=sized, hand=hand)
     rng = gen.rng
     spec = families.get(family).spec
@@ -391,16 +392,17 @@ def generate(
         "learning_rate": 5e-3,
         "lora_rank": 4,
         "seed": 0,
-        "output_name": "fuzz",
+        "output_name": f"fuzz-{seed}",
     }
     if "max_sequence_length" in spec.supports:
         data["max_sequence_length"] = 16
     if spec.control_sizing is not None:
         data["control_resolution"] = "target"
-    fields = [n for n in TrainConfig.model_fields if n not in ("family", "base_model")]
+    fields = [n for n in TrainConfig.model_fields if n not in ("family", "base_model", *exclude)]
+    features = [n for n in FEATURES if n not in exclude]
     chosen: list[str] = []
     for _ in range(extra):
-        pool = FEATURES if rng.random() < 2 / 3 else fields
+        pool = features if rng.random() < 2 / 3 else fields
         chosen.append(rng.choice(pool))
     for name in dict.fromkeys(chosen):
         info = TrainConfig.model_fields[name]
