@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from config_fuzz import Doc, generate
-from config_fuzz_check import api_answer, check_doc, cli_answer, engine_answer
 from fastapi.testclient import TestClient
 
+from config_fuzz import Doc, generate
+from config_fuzz_check import api_answer, check_doc, cli_answer, engine_answer
 from live_server import LOOPBACK
-from lorastudio.api.app import create_app
 from lorastudio import families
+from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 from lorastudio.tiny import TINY_FAMILIES
 
