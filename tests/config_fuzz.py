@@ -21,7 +21,9 @@ from __future__ import annotations
 import math
 import random
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 import annotated_types as at
@@ -396,8 +398,8 @@ def generate(
     }
     if "max_sequence_length" in spec.supports:
         data["max_sequence_length"] = 16
-    if spec.control_sizing is not None:
-        data["control_resolution"] = "target"
+    if spec.control_sizing is not None and (Path(dataset) / "control").is_dir():
+        data["control_resolution"] = "target"  # the pipelines' ~1 MP controls dwarf a 32 px target
     fields = [n for n in TrainConfig.model_fields if n not in ("family", "base_model", *exclude)]
     features = [n for n in FEATURES if n not in exclude]
     chosen: list[str] = []
@@ -443,3 +445,34 @@ def generate(
             data["datasets"][0]["nonsense"] = True
             doc.wrong.add("datasets.0.nonsense")
     return doc
+
+
+def documents(
+    seed: int, count: int, model_of: Callable[[str], Any], data: dict[str, str], **kw: Any
+) -> list[Doc]:
+    """`count` documents from `seed` (document i's own seed: seed x 100003 + i), the family by turn
+    (TINY_FAMILIES; `model_of(family)` its base_model folder), 40 % of them with wrong values, the
+    rest `sized` 70 % and `coherent` 50 % of the time; `data`: {"plain": a dataset folder, "pairs":
+    one with a control/ image each} (the edit families' pairs; FLUX.2's controls are optional: either)."""
+    from lorastudio.tiny import TINY_FAMILIES
+
+    out = []
+    for i in range(count):
+        family = TINY_FAMILIES[i % len(TINY_FAMILIES)]
+        spec = families.get(family).spec
+        draw = random.Random(seed * 100_003 + i)
+        paired = spec.edit_model or spec.control_sizing is not None and draw.random() < 0.5
+        wrong = draw.random() < 0.4
+        out.append(
+            generate(
+                seed * 100_003 + i,
+                family,
+                str(model_of(family)),
+                data["pairs"] if paired else data["plain"],
+                sized=draw.random() < 0.7,
+                wrong=wrong,
+                coherent=not wrong and draw.random() < 0.5,
+                **kw,
+            )
+        )
+    return out

@@ -121,3 +121,24 @@ def check_doc(doc: Doc, answers: list[Answer]) -> list[str]:
                 if not _names(a.fields, wanted):
                     broken.append(f"{doc.label()}: {a.way} did not name {wanted}: {sorted(a.fields)}")
     return broken
+
+
+def fuzz_datasets(home: Path, sample_dataset: Path) -> tuple[Any, dict[str, str]]:
+    """(Settings of the studio `home`, {"plain", "pairs"}): the sample dataset copied into its
+    datasets folder twice, the second with a control/ image (its colour inverse) per image; absolute
+    paths inside the datasets folder (what the API takes)."""
+    import shutil
+
+    from PIL import Image, ImageOps
+
+    from lorastudio.settings import Settings
+
+    settings = Settings(home=home)
+    settings.ensure_dirs()
+    plain = shutil.copytree(sample_dataset, settings.datasets_dir / "shapes")
+    pairs = shutil.copytree(sample_dataset, settings.datasets_dir / "pairs")
+    (pairs / "control").mkdir()
+    for image in sorted(plain.glob("*.png")):
+        with Image.open(image) as source:
+            ImageOps.invert(source.convert("RGB")).save(pairs / "control" / image.name)
+    return settings, {"plain": str(plain), "pairs": str(pairs)}

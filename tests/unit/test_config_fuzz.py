@@ -8,21 +8,16 @@ refusal. The large runs (thousands of documents, and a trained sample) are in RE
 
 from __future__ import annotations
 
-import random
-import shutil
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from config_fuzz import Doc, generate
-from config_fuzz_check import api_answer, check_doc, cli_answer, engine_answer
+from config_fuzz import documents
+from config_fuzz_check import api_answer, check_doc, cli_answer, engine_answer, fuzz_datasets
 from live_server import LOOPBACK
-from lorastudio import families
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
-from lorastudio.tiny import TINY_FAMILIES
 
 SEED = 28
 DOCUMENTS = 20
@@ -32,46 +27,8 @@ NOT_HERE = frozenset({"lora_targets", "rank_pattern", "alpha_pattern"})
 
 
 @pytest.fixture
-def datasets(studio_home: Path, sample_dataset: Path) -> Iterator[tuple[Settings, dict[str, str]]]:
-    """The studio home's settings and its two datasets: plain images, and pairs (a control/ image
-    each) for the edit families; absolute paths inside the datasets folder (the API's rule)."""
-    from PIL import Image, ImageOps
-
-    settings = Settings(home=studio_home)
-    settings.ensure_dirs()
-    plain = shutil.copytree(sample_dataset, settings.datasets_dir / "shapes")
-    pairs = shutil.copytree(sample_dataset, settings.datasets_dir / "pairs")
-    (pairs / "control").mkdir()
-    for image in sorted(plain.glob("*.png")):
-        with Image.open(image) as source:
-            ImageOps.invert(source.convert("RGB")).save(pairs / "control" / image.name)
-    yield settings, {"plain": str(plain), "pairs": str(pairs)}
-
-
-def documents(
-    seed: int, count: int, tiny_model: Callable[[str], Path], data: dict[str, str], **kw
-) -> list[Doc]:
-    """`count` documents from `seed`: family by turn, 40 % of them with wrong values, the rest
-    coherent half of the time."""
-    out = []
-    for i in range(count):
-        family = TINY_FAMILIES[i % len(TINY_FAMILIES)]
-        dataset = data["pairs"] if families.get(family).spec.edit_model else data["plain"]
-        draw = random.Random(seed * 100_003 + i)
-        wrong = draw.random() < 0.4
-        out.append(
-            generate(
-                seed * 100_003 + i,
-                family,
-                str(tiny_model(family)),
-                dataset,
-                sized=draw.random() < 0.7,
-                wrong=wrong,
-                coherent=not wrong and draw.random() < 0.5,
-                **kw,
-            )
-        )
-    return out
+def datasets(studio_home: Path, sample_dataset: Path) -> tuple[Settings, dict[str, str]]:
+    return fuzz_datasets(studio_home, sample_dataset)
 
 
 def test_generated_documents_get_one_answer_from_the_cli_the_api_and_the_engine(
