@@ -75,7 +75,7 @@ def _hand_values(dataset: str, family: str, seed: int) -> dict[str, list[Any]]:
         "optimizer_betas": [[0.9, 0.99], [0.95, 0.999]],
         "family": [family],
         "base_model": [MISSING],  # set by the caller
-        "control_resolution": ["target"],
+        "control_resolution": ["target", 64],
     }
 
 
