@@ -444,7 +444,37 @@ def generate(
         if rng.random() < 0.2 and isinstance(data.get("datasets"), list) and data["datasets"]:
             data["datasets"][0]["nonsense"] = True
             doc.wrong.add("datasets.0.nonsense")
+        _nested_wrong(gen, data, doc)
     return doc
+
+
+NESTED: dict[str, type[BaseModel]] = {
+    "datasets": DatasetEntry,
+    "preservation": Preservation,
+    "sample_prompts": SamplePrompt,
+}
+
+
+def _nested_wrong(gen: Generator, data: dict[str, Any], doc: Doc) -> None:
+    """Maybe one wrong value inside a nested object the document holds (a datasets entry, the
+    preservation table, a sample prompt object), recorded by its path (`datasets.1.repeats`)."""
+    rng = gen.rng
+    spots: list[tuple[str, dict[str, Any], type[BaseModel]]] = []
+    for name, model in NESTED.items():
+        value = data.get(name)
+        if isinstance(value, dict):
+            spots.append((name, value, model))
+        elif isinstance(value, list):
+            spots += [(f"{name}.{i}", v, model) for i, v in enumerate(value) if isinstance(v, dict)]
+    if not spots or rng.random() < 0.5:
+        return
+    path, target, model = rng.choice(spots)
+    field_name = rng.choice(list(model.model_fields))
+    info = model.model_fields[field_name]
+    bad = gen.wrong(field_name, info.annotation, list(info.metadata))
+    if bad is not MISSING and not (bad is None and _nullable(info.annotation)):
+        target[field_name] = bad
+        doc.wrong.add(f"{path}.{field_name}")
 
 
 def documents(

@@ -19,7 +19,7 @@ from lorastudio import families
 from lorastudio.basemodels import inspect_folder, resolve_base
 from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
-from lorastudio.config_datasets import top_resolution, with_paths
+from lorastudio.config_datasets import with_paths
 from lorastudio.config_schedule import schedule_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component
 from lorastudio.data.entries import (
@@ -34,7 +34,7 @@ from lorastudio.data.masks import MASK_FIELDS
 from lorastudio.data.mix import MixEntry
 from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.data.run_scan import control_resolution_problems, scan_for_run
-from lorastudio.data.sample_refs import reference_size_problem, sample_references
+from lorastudio.data.sample_refs import reference_size_problems, sample_references
 from lorastudio.errors import (
     ConfigError,
     DatasetError,
@@ -240,10 +240,10 @@ def sample_prompt_problems(
         max_pixels=settings.max_image_pixels,
         decode_pixels=settings.max_decode_pixels,
     )
-    side = top_resolution(cfg.resolution)  # samples render at the (largest) training resolution
-    small = reference_size_problem(family.spec.name, family.spec.min_reference_side, side, side)
-    if small and any(paths):
-        refs.append(f"samples with references at resolution {side}: {small}")
+    spec = family.spec  # each prompt's references at the size it renders at (its own, else the resolution)
+    refs += reference_size_problems(
+        cfg.sample_prompts, paths, cfg.resolution, spec.name, spec.min_reference_side
+    )
     return [FieldProblem("sample_prompts", p) for p in refs]
 
 
