@@ -151,6 +151,9 @@ def preflight(
     )
     if progress is not None:
         progress.finish()  # the final count of the decode scan
+    from lorastudio.data.entries import scanned_problems
+
+    scanned = scanned_problems(resolved, scan, holdout.train)  # the job service's rules too: raised below
     scan = holdout.train
     from lorastudio.data.caption_variants import variation_warning
     from lorastudio.data.crop import crop_warning
@@ -201,9 +204,8 @@ def preflight(
         small = reference_size_problems(
             resolved.sample_prompts, paths, resolved.resolution, spec.name, spec.min_reference_side
         )  # the job service's rule (jobs/validation.sample_prompt_problems): not a failed round mid-run
-        if small:
-            raise ConfigError([FieldProblem("sample_prompts", p) for p in small])
-    problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?
+        scanned += [FieldProblem("sample_prompts", p) for p in small]
+    problems = scanned + assistant_problems(resolved, family)  # needs the source: is the base distilled?
     problems += guidance_problems(resolved, family, _facts(family, model_source(resolved), resolved.revision))
     problems += planned_target_problems(resolved, family)  # lora_targets / patterns: the meta denoiser's
     if problems:
