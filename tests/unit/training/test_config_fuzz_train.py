@@ -5,7 +5,8 @@ models: each completes with finite losses and a LoRA file that loads back (loras
 the generation pipeline's apply_loras, diffusers' load_lora_weights for a diffusers-layout file)
 with no loader warning, or is refused before any model load naming why (tests/config_fuzz_train.py).
 A second part checks a wider sample (the check-only invariants of tests/unit/test_config_fuzz.py
-on 200 documents, the lora_targets / rank_pattern / alpha_pattern ones included)."""
+on 200 documents; lora_targets / rank_pattern / alpha_pattern left out there too: each costs the
+API a torch child process, up to its 120 s limit on a busy host; the training sample draws them)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from lorastudio.api.app import create_app
 from lorastudio.tiny import TINY_FAMILIES
 
 SEED = 2028
+NOT_HERE = frozenset({"lora_targets", "rank_pattern", "alpha_pattern"})  # (test_config_fuzz.NOT_HERE)
 TRAINED = 40  # accepted documents trained, four per family
 
 
@@ -74,7 +76,7 @@ def test_two_hundred_documents_get_one_answer_from_the_cli_the_api_and_the_engin
     settings, data = datasets
     broken: list[str] = []
     with TestClient(create_app(settings), base_url=LOOPBACK) as client:
-        for doc in documents(SEED, 200, tiny_model, data):
+        for doc in documents(SEED, 200, tiny_model, data, exclude=NOT_HERE):
             answers = [cli_answer(doc, tmp_path), api_answer(client, doc), engine_answer(doc, settings)]
             broken += check_doc(doc, answers)
     assert not broken, "\n".join(broken)
