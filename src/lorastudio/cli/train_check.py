@@ -104,13 +104,22 @@ def _targets_beside(
 ) -> list[FieldProblem]:
     """The lora_targets / rank_pattern / alpha_pattern problems of a config refused for other
     reasons, so that `--check` names them with the rest (as the API's preflight does) rather than
-    after the others are fixed; [] when the config itself does not parse, or its base is not found
-    (those are the problems then)."""
+    after the others are fixed; [] when the config itself does not parse, or its base is not found or
+    refused (those are the problems then)."""
     from lorastudio.config import parse_train_config, resolve_train_config
     from lorastudio.jobs.validation import with_resolved_base
 
-    if {p.field.split(".")[0] for p in problems} & {"lora_targets", "rank_pattern", "alpha_pattern"}:
-        return []
+    named = {p.field.split(".")[0] for p in problems}
+    if named & {
+        "lora_targets",
+        "rank_pattern",
+        "alpha_pattern",
+        "family",
+        "base_model",
+        "base_config",
+        "revision",
+    }:
+        return []  # said already, or no denoiser to ask
     try:
         cfg = with_resolved_base(resolve_train_config(parse_train_config(raw)), settings)
     except ConfigError:
