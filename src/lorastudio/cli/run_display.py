@@ -281,7 +281,8 @@ LOADER_NAMES = {
 def loader_warnings(loaders: dict[str, Any]) -> list[str]:
     """One line per loader whose save-time check (the sidecar's `loaders`, lora/portability.py)
     found that it would not load the written file as trained, naming the first keys of each
-    finding (unconsumed, mismatched, ...); [] when every checked loader loads it."""
+    finding (unconsumed, mismatched, ...), or the error its conversion raised (`error`: diffusers'
+    reader refusing the file); [] when every checked loader loads it."""
     lines = []
     for key, check in loaders.items():
         if not isinstance(check, dict) or not check.get("checked") or check.get("ok") is not False:
@@ -291,6 +292,8 @@ def loader_warnings(loaders: dict[str, Any]) -> list[str]:
             for what, keys in check.items()
             if isinstance(keys, list) and keys
         ]
+        if check.get("error"):  # its reader refused the file: no keys to name (it was "()")
+            found.append(f"its reader failed: {check['error']}")
         lines.append(
             f"{LOADER_NAMES.get(key, key)} would not load this file as trained ({'; '.join(found)}): "
             "see the sidecar's loaders"

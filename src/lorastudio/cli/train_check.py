@@ -89,7 +89,7 @@ def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, devi
         problems = [
             _explain(p, name, settings) if taken and p.field == "output_name" else p for p in err.problems
         ]
-        raise ConfigError(problems + launch) from None
+        raise ConfigError(problems + launch + _targets_beside(raw, settings, problems)) from None
     if launch:
         raise ConfigError(launch)
     if targets := _target_problems(run.config):
@@ -97,6 +97,34 @@ def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, devi
     if taken and overwrite:  # the report names the folder the run replaces
         run = dataclasses.replace(run, config=run.config.model_copy(update={"output_name": name}))
     return run
+
+
+def _targets_beside(
+    raw: dict[str, Any], settings: Settings, problems: list[FieldProblem]
+) -> list[FieldProblem]:
+    """The lora_targets / rank_pattern / alpha_pattern problems of a config refused for other
+    reasons, so that `--check` names them with the rest (as the API's preflight does) rather than
+    after the others are fixed; [] when the config itself does not parse, or its base is not found or
+    refused (those are the problems then)."""
+    from lorastudio.config import parse_train_config, resolve_train_config
+    from lorastudio.jobs.validation import with_resolved_base
+
+    named = {p.field.split(".")[0] for p in problems}
+    if named & {
+        "lora_targets",
+        "rank_pattern",
+        "alpha_pattern",
+        "family",
+        "base_model",
+        "base_config",
+        "revision",
+    }:
+        return []  # said already, or no denoiser to ask
+    try:
+        cfg = with_resolved_base(resolve_train_config(parse_train_config(raw)), settings)
+    except ConfigError:
+        return []
+    return _target_problems(cfg)
 
 
 def _target_problems(cfg: Any) -> list[FieldProblem]:

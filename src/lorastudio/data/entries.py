@@ -244,6 +244,20 @@ def run_steps(cfg: TrainConfig, scan: DatasetScan) -> tuple[int, int]:
     return (cfg.num_epochs * per_epoch if cfg.num_epochs > 0 else cfg.steps), per_epoch
 
 
+def scanned_problems(cfg: TrainConfig, scan: DatasetScan, train: DatasetScan) -> list[FieldProblem]:
+    """The config rules that need the scanned dataset (`scan`: all of it; `train`: what trains,
+    the validation hold-out left out): entries whose weight gives them no sample of an epoch, and for
+    an epoch run the periodic settings and the warmup against its length in steps (config_schedule
+    checks a `steps` run's before any scan). The job service's check (jobs/validation.py) and the
+    engine's preflight (training/preflight.py) both ask it, so neither accepts what the other refuses."""
+    from lorastudio.config_schedule import schedule_problems
+
+    problems = unsampled_problems(scan, cfg)
+    if cfg.num_epochs > 0:
+        problems += schedule_problems(cfg, run_steps(cfg, train)[0])
+    return problems
+
+
 def unsampled_problems(scan: DatasetScan, cfg: TrainConfig) -> list[FieldProblem]:
     """Entries whose weight gives them no sample of an epoch (their share of the epoch's N
     samples rounds to 0, e.g. weight 1 beside 10^6): accepted, they would never be trained on

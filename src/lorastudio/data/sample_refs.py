@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from lorastudio.config_datasets import top_resolution
 from lorastudio.config_samples import SamplePrompt, prompt_controls
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.images import probe_image
@@ -77,6 +78,42 @@ def sample_references(
             problems.append(f"{where}: {len(asked)} control image(s), {family} needs at least {low}")
         found.append(tuple(paths))
     return found, problems
+
+
+def sample_size(prompt: str | SamplePrompt, resolution: int | list[int] | None) -> tuple[int, int]:
+    """(width, height) a sample prompt renders at: its own width / height, else the (largest)
+    training resolution (a run of several resolutions samples at the largest)."""
+    side = top_resolution(resolution)
+    if isinstance(prompt, SamplePrompt):
+        return prompt.width or side, prompt.height or side
+    return side, side
+
+
+def reference_size_problems(
+    prompts: Sequence[str | SamplePrompt],
+    paths: Sequence[tuple[Path, ...]],
+    resolution: int | list[int] | None,
+    family: str,
+    min_side: int,
+) -> list[str]:
+    """The sample prompts whose references (`paths`: sample_references' for each prompt) the
+    family's pipeline refuses at the size the prompt renders at (`sample_size`: its own, else the
+    training resolution), one problem each: the one rule of a run's checks (jobs/validation.py) and
+    the engine's preflight (training/preflight.py), so that no sample round fails on it mid-run."""
+    out = []
+    for i, (prompt, refs) in enumerate(zip(prompts, paths, strict=True)):
+        width, height = sample_size(prompt, resolution)
+        small = reference_size_problem(family, min_side, width, height) if refs else None
+        if small is None:
+            continue
+        own = isinstance(prompt, SamplePrompt) and (prompt.width or prompt.height)
+        where = (
+            f"sample prompt {i} at {width}x{height}"
+            if own
+            else f"samples with references at resolution {width}"
+        )
+        out.append(f"{where}: {small}")
+    return list(dict.fromkeys(out))
 
 
 def reference_size_problem(family: str, min_side: int, width: int, height: int) -> str | None:

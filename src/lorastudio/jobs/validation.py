@@ -19,22 +19,20 @@ from lorastudio import families
 from lorastudio.basemodels import inspect_folder, resolve_base
 from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
-from lorastudio.config_datasets import top_resolution, with_paths
-from lorastudio.config_schedule import schedule_problems
+from lorastudio.config_datasets import with_paths
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component
 from lorastudio.data.entries import (
     entry_field,
     resolve_entries,
     resolved_folders,
-    run_steps,
-    unsampled_problems,
+    scanned_problems,
 )
 from lorastudio.data.holdout import Holdout, split_validation
 from lorastudio.data.masks import MASK_FIELDS
 from lorastudio.data.mix import MixEntry
 from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.data.run_scan import control_resolution_problems, scan_for_run
-from lorastudio.data.sample_refs import reference_size_problem, sample_references
+from lorastudio.data.sample_refs import reference_size_problems, sample_references
 from lorastudio.errors import (
     ConfigError,
     DatasetError,
@@ -184,11 +182,9 @@ def validate_run(
                 problems += _as_problems("validation_split", err)
     if scan is not None and cfg is not None:
         problems += control_resolution_problems(scan, cfg.control_resolution)
-        problems += unsampled_problems(scan, cfg)  # a weight whose share of the epoch rounds to 0
-        if cfg.num_epochs > 0:  # the periodic settings against the run's length, now known
-            problems += schedule_problems(
-                cfg, run_steps(cfg, holdout.train if holdout is not None else scan)[0]
-            )
+        # a weight whose share of the epoch rounds to 0; an epoch run's periodic settings against
+        # its length, now known (the engine's preflight asks the same)
+        problems += scanned_problems(cfg, scan, holdout.train if holdout is not None else scan)
     if scan is not None and cfg is not None and family is not None:  # against the images it trains on
         train_scan = holdout.train if holdout is not None else scan
         problems += sample_prompt_problems(cfg, train_scan, family, flavour_controls, settings)
@@ -241,10 +237,10 @@ def sample_prompt_problems(
         max_pixels=settings.max_image_pixels,
         decode_pixels=settings.max_decode_pixels,
     )
-    side = top_resolution(cfg.resolution)  # samples render at the (largest) training resolution
-    small = reference_size_problem(family.spec.name, family.spec.min_reference_side, side, side)
-    if small and any(paths):
-        refs.append(f"samples with references at resolution {side}: {small}")
+    spec = family.spec  # each prompt's references at the size it renders at (its own, else the resolution)
+    refs += reference_size_problems(
+        cfg.sample_prompts, paths, cfg.resolution, spec.name, spec.min_reference_side
+    )
     return [FieldProblem("sample_prompts", p) for p in refs]
 
 

@@ -293,7 +293,10 @@ def write_lora_pair(
 def base_weight_shapes(denoiser: Any) -> dict[str, tuple[int, ...]]:
     """{module name: weight shape} of the denoiser's own layers (a LoRA-wrapped layer under its
     plain name; the LoRA's own parameters left out). A linear layer reports its logical
-    (out_features, in_features): a quantized base (nf4, int8) stores its weight packed."""
+    (out_features, in_features): a quantized base (nf4, int8) stores its weight packed. A member of
+    a fused projection group (training/fused_projections.FusedSlice: no weight parameter of its
+    own, its weight a view into the group's holder) is reported by its own (out, in) too: the file
+    names it, and the loader checks look its key up here."""
     modules = dict(denoiser.named_modules())
     shapes = {}
     for key, param in denoiser.named_parameters():
@@ -303,6 +306,9 @@ def base_weight_shapes(denoiser: Any) -> dict[str, tuple[int, ...]]:
             logical = (getattr(module, "out_features", None), getattr(module, "in_features", None))
             shape = logical if None not in logical else tuple(param.shape)
             shapes[name.replace(".base_layer", "")] = tuple(shape)
+    for name, module in modules.items():
+        if getattr(module, "fused_slice", False):
+            shapes[name.replace(".base_layer", "")] = (module.out_features, module.in_features)
     return shapes
 
 

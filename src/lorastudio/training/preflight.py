@@ -151,6 +151,9 @@ def preflight(
     )
     if progress is not None:
         progress.finish()  # the final count of the decode scan
+    from lorastudio.data.entries import scanned_problems
+
+    scanned = scanned_problems(resolved, scan, holdout.train)  # the job service's rules too: raised below
     scan = holdout.train
     from lorastudio.data.caption_variants import variation_warning
     from lorastudio.data.crop import crop_warning
@@ -193,10 +196,16 @@ def preflight(
         if missing:  # e.g. a hub id whose flavour (the single-image edit model) needs one per image
             raise DatasetError(f"{scan.root}: {flavour.title} needs a control image per image", missing)
     if resolved.sample_prompts:  # their references before any load (a CLI resume's new ones too)
+        from lorastudio.data.sample_refs import reference_size_problems
         from lorastudio.training.samples import sample_reference_paths
 
-        sample_reference_paths(resolved, family, scan)  # raises DatasetError naming each
-    problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?
+        paths = sample_reference_paths(resolved, family, scan)  # raises DatasetError naming each
+        spec = family.spec
+        small = reference_size_problems(
+            resolved.sample_prompts, paths, resolved.resolution, spec.name, spec.min_reference_side
+        )  # the job service's rule (jobs/validation.sample_prompt_problems): not a failed round mid-run
+        scanned += [FieldProblem("sample_prompts", p) for p in small]
+    problems = scanned + assistant_problems(resolved, family)  # needs the source: is the base distilled?
     problems += guidance_problems(resolved, family, _facts(family, model_source(resolved), resolved.revision))
     problems += planned_target_problems(resolved, family)  # lora_targets / patterns: the meta denoiser's
     problems += family.objective_problems(model_source(resolved), resolved.revision)  # e.g. an EDM SDXL

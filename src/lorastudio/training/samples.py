@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.config_datasets import top_resolution
 from lorastudio.config_samples import SamplePrompt, prompt_text
 from lorastudio.data.images import load_rgb
 from lorastudio.data.safe_open import folder_identity
@@ -275,9 +274,11 @@ def _entry(entry: str | SamplePrompt) -> SamplePrompt:
 
 
 def _sample_size(cfg: TrainConfig, own: SamplePrompt) -> tuple[int, int]:
-    """(width, height) of one sample preview: its own, else the training resolution."""
-    size = top_resolution(cfg.resolution)  # a run of several resolutions samples at the largest
-    return own.width or size, own.height or size
+    """(width, height) of one sample preview: its own, else the training resolution
+    (data/sample_refs.sample_size, what the checks before the run size its references for)."""
+    from lorastudio.data.sample_refs import sample_size
+
+    return sample_size(own, cfg.resolution)
 
 
 def _key(text: Text | None) -> str | None:

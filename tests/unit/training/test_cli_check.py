@@ -348,3 +348,15 @@ def test_check_refuses_a_device_the_run_would_refuse(tiny_model, small_dataset, 
             assert result.exit_code == 2, result.output
             assert said in result.output and "steps" in result.output, result.output  # with the rest
     assert not (get_settings().outputs_dir / "run").exists()
+
+
+def test_check_names_bad_targets_beside_the_other_problems(tiny_model, tmp_path, run_settings):
+    """`--check` asked the denoiser about lora_targets only once everything else passed: a config
+    with another problem too was refused naming that one, and its targets only after it was fixed,
+    where the API's preflight names both at once (RELIABILITY 684, found by the fuzz audit)."""
+    over = {"lora_targets": ["ff"]}
+    settings = run_settings("flux", tiny_model("flux"), tmp_path / "no-such-dataset", over)
+    result = _invoke("train", str(_config(tmp_path, settings)), "--check", "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    assert "data_dir" in result.output
+    assert "lora_targets: 'ff' names FeedForward modules" in result.output
