@@ -25,17 +25,9 @@ pytestmark = [
 def paired_dataset(sample_dataset, tmp_path_factory):
     """The sample dataset with a control image per target (its colour inverse): what the edit
     families need (Qwen-Image-Edit refuses a target without one before any load)."""
-    import shutil
+    from paired_dataset import with_controls
 
-    from PIL import Image, ImageOps
-
-    out = tmp_path_factory.mktemp("paired") / "pairs"
-    shutil.copytree(sample_dataset, out)
-    (out / "control").mkdir()
-    for img in sorted(sample_dataset.glob("*.png")):
-        with Image.open(img) as source:
-            ImageOps.invert(source.convert("RGB")).save(out / "control" / img.name)
-    return out
+    return with_controls(sample_dataset, tmp_path_factory.mktemp("paired") / "pairs")
 
 
 @pytest.mark.parametrize("family", families.names())

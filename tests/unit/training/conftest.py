@@ -48,15 +48,9 @@ def small_dataset(sample_dataset: Path, tmp_path_factory: pytest.TempPathFactory
 def small_pairs(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """small_dataset with a control/ image per target (its colour inverse): the paired dataset of
     families that take control images."""
-    from PIL import ImageOps
+    from paired_dataset import with_controls
 
-    out = tmp_path_factory.mktemp("small-pairs") / "small"
-    shutil.copytree(small_dataset, out)
-    (out / "control").mkdir()
-    for img in sorted(small_dataset.glob("*.png")):
-        with Image.open(img) as source:
-            ImageOps.invert(source.convert("RGB")).save(out / "control" / img.name)
-    return out
+    return with_controls(small_dataset, tmp_path_factory.mktemp("small-pairs") / "small")
 
 
 def short_run_settings(family: str, base_model: Path, data_dir: Path, overrides: dict) -> dict:
