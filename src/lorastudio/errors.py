@@ -173,7 +173,21 @@ class ServerStopping(LorastudioError):
     refused. Send it again once the server is back."""
 
 
-class NoSpaceLeft(LorastudioError):
+class _FailedWrite(LorastudioError):
+    """A write that failed (NoSpaceLeft, WriteFailed): `path` the file or folder named, if any."""
+
+    path: str | None
+
+    @classmethod
+    def from_message(cls, message: str) -> _FailedWrite:
+        """The error whose message is `message` (one rebuilt from another process's report)."""
+        err = cls.__new__(cls)
+        Exception.__init__(err, message)
+        err.path = None
+        return err
+
+
+class NoSpaceLeft(_FailedWrite):
     """A write failed because the disk (or the quota) holding `path` is full: ENOSPC/EDQUOT, or
     SQLite's "database or disk is full". The message starts with "no space left on device"."""
 
@@ -182,16 +196,8 @@ class NoSpaceLeft(LorastudioError):
         where = f" ({self.path})" if self.path else ""
         super().__init__(f"no space left on device: {what}{where}; free some space and retry")
 
-    @classmethod
-    def from_message(cls, message: str) -> NoSpaceLeft:
-        """The error whose message is `message` (one rebuilt from another process's report)."""
-        err = cls.__new__(cls)
-        Exception.__init__(err, message)
-        err.path = None
-        return err
 
-
-class WriteFailed(LorastudioError):
+class WriteFailed(_FailedWrite):
     """A write failed for another reason than a full disk (WRITE_FAILED_ERRNOS): the file-size
     limit (EFBIG, RLIMIT_FSIZE or the file system's largest file), a read-only file system, no
     permission, an I/O error. The message names what was written, where, and the system's reason:
@@ -202,14 +208,6 @@ class WriteFailed(LorastudioError):
         self.path = None if path is None else str(path)
         where = f" ({self.path})" if self.path else ""
         super().__init__(f"write failed: {what}{where}: {reason or 'unknown reason'}")
-
-    @classmethod
-    def from_message(cls, message: str) -> WriteFailed:
-        """The error whose message is `message` (one rebuilt from another process's report)."""
-        err = cls.__new__(cls)
-        Exception.__init__(err, message)
-        err.path = None
-        return err
 
 
 def os_error_text(err: OSError) -> str:
