@@ -68,6 +68,11 @@ from lorastudio.settings import Settings
 
 log = logging.getLogger("lorastudio.jobs")
 
+# Finished jobs kept in memory for `job()` (the live ones are always kept; the store keeps every
+# record): a job holds its config and up to 2,000 metric points, so keeping every job of a
+# server's life grew a studio left running by each run it ever did.
+FINISHED_KEPT = 32
+
 
 class JobService(Dispatcher):
     """Runs training jobs one at a time. `start()` before use, `shutdown()` at the end."""
@@ -94,8 +99,8 @@ class JobService(Dispatcher):
         self._target = worker_target
         self._cond = threading.Condition()
         self._queue: collections.deque[Job] = collections.deque()
-        self._jobs: dict[str, Job] = {}  # jobs of this server's life (the store keeps all)
-        self._resume_from: dict[str, Path] = {}  # job id -> checkpoint folder (resumed runs)
+        self._jobs: dict[str, Job] = {}  # the live jobs and the newest FINISHED_KEPT finished ones
+        self._resume_from: dict[str, Path] = {}  # job id -> checkpoint folder (resumed runs, until they end)
         self._active: Job | None = None
         self._last: Job | None = None
         self._worker: JobWorker | None = None
@@ -159,10 +164,13 @@ class JobService(Dispatcher):
             }
 
     def job(self, job_id: str) -> dict[str, Any]:
-        """Snapshot of a job of this server's life. Raises NotFound."""
+        """Snapshot of a live job or one of the newest FINISHED_KEPT finished jobs of this
+        server's life (older ones: the store's record). Raises NotFound."""
         with self._cond:
             if job_id not in self._jobs:
-                raise NotFound(f"no job with id {job_id!r} in this server's life")
+                raise NotFound(
+                    f"no job with id {job_id!r} in this server's life (the newest {FINISHED_KEPT} finished ones are kept)"
+                )
             return self._jobs[job_id].snapshot()
 
     @property
@@ -385,7 +393,16 @@ class JobService(Dispatcher):
         claim = self._claims.pop(job.id, None)
         if claim is not None:
             claim.release()
+        self._resume_from.pop(job.id, None)
+        self._forget_finished()
         self._log_status(job)
+
+    def _forget_finished(self) -> None:
+        """Drop all but the newest FINISHED_KEPT finished jobs from memory (the oldest first;
+        `_jobs` is in submission order)."""
+        finished = [job_id for job_id, j in self._jobs.items() if not j.live]
+        for job_id in finished[: max(0, len(finished) - FINISHED_KEPT)]:
+            del self._jobs[job_id]
 
     def _log_status(self, job: Job) -> None:
         self._log_event(job, {"type": "status", "status": job.status.value, "error": job.error})
