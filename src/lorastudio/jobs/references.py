@@ -3,11 +3,12 @@ GenerateBody.references): uploaded once, checked like dataset images (header siz
 decode check, data/images.py), stored under <home>/gallery/references/<id><ext> and kept there
 while a gallery image's sidecar names it (the references it was rendered with). One that no
 sidecar names (its generation cancelled or failed, its images deleted, never used) is removed
-ORPHAN_AFTER_S after its upload, by the next upload (`prune_orphans`). No torch, no HTTP.
+ORPHAN_AFTER_S after its upload or its last use, by the next upload (`prune_orphans`). No torch, no HTTP.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from lorastudio.families.base import Variant
 
 _COPY_CHUNK = 1 << 20
-# An uploaded reference no gallery image names is removed this long after its upload: a page
+# An uploaded reference no gallery image names is removed this long after its upload or last use: a page
 # that uploaded it keeps its id meanwhile (a request naming a removed one is a 400 saying so).
 ORPHAN_AFTER_S = 7 * 24 * 3600.0
 _REF_ID = re.compile(rb"[0-9a-f]{32}\.[A-Za-z0-9]{1,8}")  # store_reference's ids, as a sidecar holds them
@@ -70,7 +71,8 @@ def store_reference(
 
 def prune_orphans(settings: Settings, older_than_s: float = ORPHAN_AFTER_S) -> int:
     """Remove the uploaded references (and staging files a killed upload left) that no gallery
-    sidecar names, uploaded more than `older_than_s` ago: each upload used to be kept for ever,
+    sidecar names, uploaded or last used by a generation (`use_reference`) more than
+    `older_than_s` ago: each upload used to be kept for ever,
     so the folder grew with every reference ever uploaded. A sidecar's ids are found in its
     raw text (a sidecar damaged past JSON still keeps what it names); one that cannot be read
     keeps nothing. Returns how many files were removed; errors removing one are skipped."""
@@ -110,6 +112,16 @@ def reference_path(settings: Settings, ref_id: str) -> Path | None:
     path = references_dir(settings) / ref_id
     if ref_id.startswith(".") or path.is_symlink() or not path.is_file():
         return None
+    return path
+
+
+def use_reference(settings: Settings, ref_id: str) -> Path | None:
+    """reference_path, and its time of use set to now (the file's mtime), so that
+    `prune_orphans` counts its age from its last use by a generation, not from its upload."""
+    path = reference_path(settings, ref_id)
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.utime(path, follow_symlinks=False)
     return path
 
 
