@@ -71,6 +71,14 @@ def _tree(root: int) -> list[dict[str, Any]]:
     return out
 
 
+def _shm_maps(pid: int) -> int:
+    """How many mappings of /dev/shm files (multiprocessing's semaphores and arenas) `pid` has."""
+    try:
+        return sum("/dev/shm/" in line for line in Path(f"/proc/{pid}/maps").read_text().splitlines())
+    except OSError:
+        return -1
+
+
 def _home_facts(home: Path) -> dict[str, list[int]]:
     """Per top folder (and top file) of the home: [bytes, files]."""
     sizes: dict[str, list[int]] = {}
@@ -108,11 +116,12 @@ class Soak:
     def measure(self, label: str) -> None:
         tree = _tree(self.pid)
         server = tree[0]
+        server["shm_maps"] = _shm_maps(self.pid)
         children = tree[1:]
         row = {
             "label": label,
             "ops": self.ops,
-            "server": {k: server[k] for k in ("rss_mb", "fds", "threads")},
+            "server": {k: server[k] for k in ("rss_mb", "fds", "threads", "shm_maps")},
             "children": [
                 {k: c[k] for k in ("pid", "state", "rss_mb", "fds", "threads", "cmd")} for c in children
             ],
@@ -127,7 +136,7 @@ class Soak:
         files = sum(v[1] for v in row["home"].values())
         print(
             f"{label:<22} ops {self.ops:5d} server {server['rss_mb']:7.1f} MB {server['fds']:4d} fd "
-            f"{server['threads']:3d} thr | home {files} files | ms {row['ms']} | {kids}",
+            f"{server['threads']:3d} thr {server['shm_maps']:3d} shm | home {files} files | ms {row['ms']} | {kids}",
             flush=True,
         )
 
@@ -202,7 +211,7 @@ class Soak:
 
     # -- generation ---------------------------------------------------------------------------
 
-    def generations(self, model: str, count: int, loras: list[str]) -> None:
+    def generations(self, model: str, count: int, loras: list[str], every: int = 25) -> None:
         body = {
             "family": "flux",
             "base_model": model,
@@ -252,9 +261,7 @@ class Soak:
                 one(i)
                 i += 1
             self.ops += 1
-            if i % 25 < (4 if i % 20 < 4 else 1):
-                pass
-            if i // 25 != (i - 1) // 25 or i >= count:
+            if i // every != (i - 1) // every or i >= count:
                 self.measure(f"generate {i}")
 
     # -- data, captions, streams, polls -------------------------------------------------------
@@ -274,7 +281,7 @@ class Soak:
             self.ops += 1
             if (i + 1) % 25 == 0:
                 self.measure(f"data {i + 1}")
-        if vlm:
+        if vlm and edits:
             for _ in range(3):
                 answer = self.client.post(
                     "/api/datasets/shapes/caption", json={"model": vlm, "max_tokens": 4, "overwrite": True}
@@ -304,20 +311,23 @@ class Soak:
             except httpx.TimeoutException:
                 pass  # the client drops the stream
             self.ops += 1
-        self.measure(f"streams {count}")
+        if count:
+            self.measure(f"streams {count}")
 
     def polls(self, count: int) -> None:
         routes = (*STATUS_ROUTES, "/api/info", "/api/loras", "/api/models")
         for i in range(count):
             self.client.get(routes[i % len(routes)]).raise_for_status()
             self.ops += 1
-        self.measure(f"polls {count}")
+            if (i + 1) % 1000 == 0 or i + 1 == count:
+                self.measure(f"polls {i + 1}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=24)
     parser.add_argument("--generations", type=int, default=100)
+    parser.add_argument("--generate-every", type=int, default=25, help="measure after this many generations")
     parser.add_argument("--edits", type=int, default=50)
     parser.add_argument("--streams", type=int, default=60)
     parser.add_argument("--polls", type=int, default=1000)
@@ -357,7 +367,7 @@ def main() -> None:
                     p.name for p in (home / "outputs").iterdir() if (p / f"{p.name}.safetensors").is_file()
                 ]
             print("loras:", loras[:5], "runs kept:", len(done), flush=True)
-            soak.generations(model, args.generations, loras[:3])
+            soak.generations(model, args.generations, loras[:3], args.generate_every)
             soak.data(args.edits, vlm)
             soak.streams(args.streams)
             soak.polls(args.polls)
