@@ -54,7 +54,7 @@ from lorastudio.jobs.host_memory import refuse_if_short
 from lorastudio.jobs.persist import STORE_ERRORS, JobRecorder, store_failure
 from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
-from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
+from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, forget_oldest_finished, now_iso
 from lorastudio.jobs.resume import validate_resume
 from lorastudio.jobs.run_delete import remove_trash, take_output_dir_aside
 from lorastudio.jobs.standby import StandbyKeeper
@@ -68,10 +68,7 @@ from lorastudio.settings import Settings
 
 log = logging.getLogger("lorastudio.jobs")
 
-# Finished jobs kept in memory for `job()` (the live ones are always kept; the store keeps every
-# record): a job holds its config and up to 2,000 metric points, so keeping every job of a
-# server's life grew a studio left running by each run it ever did.
-FINISHED_KEPT = 32
+FINISHED_KEPT = 32  # in memory for job(); a job holds up to 2,000 metric points (the store keeps all)
 
 
 class JobService(Dispatcher):
@@ -164,13 +161,10 @@ class JobService(Dispatcher):
             }
 
     def job(self, job_id: str) -> dict[str, Any]:
-        """Snapshot of a live job or one of the newest FINISHED_KEPT finished jobs of this
-        server's life (older ones: the store's record). Raises NotFound."""
+        """Snapshot of a live job or of one of the newest FINISHED_KEPT finished. Raises NotFound."""
         with self._cond:
             if job_id not in self._jobs:
-                raise NotFound(
-                    f"no job with id {job_id!r} in this server's life (the newest {FINISHED_KEPT} finished ones are kept)"
-                )
+                raise NotFound(f"no job {job_id!r} live or among the newest {FINISHED_KEPT} finished ones")
             return self._jobs[job_id].snapshot()
 
     @property
@@ -394,15 +388,8 @@ class JobService(Dispatcher):
         if claim is not None:
             claim.release()
         self._resume_from.pop(job.id, None)
-        self._forget_finished()
+        forget_oldest_finished(self._jobs, FINISHED_KEPT)
         self._log_status(job)
-
-    def _forget_finished(self) -> None:
-        """Drop all but the newest FINISHED_KEPT finished jobs from memory (the oldest first;
-        `_jobs` is in submission order)."""
-        finished = [job_id for job_id, j in self._jobs.items() if not j.live]
-        for job_id in finished[: max(0, len(finished) - FINISHED_KEPT)]:
-            del self._jobs[job_id]
 
     def _log_status(self, job: Job) -> None:
         self._log_event(job, {"type": "status", "status": job.status.value, "error": job.error})
