@@ -2,12 +2,15 @@
 model, a fresh studio home), measuring after each batch what could grow with the number of
 operations rather than with the data kept.
 
-    PYTHONPATH=$PWD/src python -m bench.soak [--runs 24] [--generations 100] [--edits 50] [--polls 1000]
+    PYTHONPATH=$PWD/src python -m bench.soak [--runs 24] [--generations 100] [--edits 50]
+        [--streams 60] [--polls 1000] [--generate-every 25] [--out FILE]
 
 After each batch: the RSS (VmRSS), open fds and threads of the server and of each child process
-(zombies listed), the studio home's size and file count per top folder, and the time of
-GET /api/train/status, /api/runs, /api/gallery, /api/datasets, /api/captions. Prints one table
-row per batch and the whole record as JSON at the end (--out FILE to keep it).
+(zombies listed), the server's /dev/shm mappings (multiprocessing's semaphores), the studio
+home's size and file count per top folder, and the time of GET /api/train/status, /api/runs,
+/api/gallery, /api/datasets, /api/captions. Prints one line per batch; --out FILE keeps the
+whole record as JSON. A count of 0 skips that part. The figures of session 28: RELIABILITY.md,
+"Session 28 soak audit".
 """
 
 from __future__ import annotations
