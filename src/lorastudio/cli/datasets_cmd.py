@@ -260,7 +260,8 @@ def delete_cmd(
         _check_dataset_exists(settings.datasets_dir, name)  # before asking to delete it
         if not yes:
             confirm_or_stop(f"delete dataset {name} and every file in it?", f"dataset {name} not deleted")
-        delete_dataset(settings.datasets_dir, name, in_use=set)  # the lock excludes every job
+        # the lock excludes every job
+        delete_dataset(settings.datasets_dir, name, in_use=set, decoded_dir=settings.decoded_record_dir)
     typer.echo(f"deleted dataset {name}")
 
 

@@ -15,14 +15,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lorastudio.data.dataset_names import hand_named_folder
+from lorastudio.data.decoded import forget_record
 from lorastudio.data.paths import safe_component
+from lorastudio.data.safe_open import FolderId, folder_identity
 from lorastudio.data.writes import dataset_lock
-from lorastudio.errors import JobActive, NotFound
+from lorastudio.errors import DatasetError, JobActive, NotFound
 
 TRASH_PREFIX = ".deleting-"
 
 
-def delete_dataset(datasets_root: Path, name: str, in_use: Callable[[], set[Path]]) -> None:
+def delete_dataset(
+    datasets_root: Path, name: str, in_use: Callable[[], set[Path]], decoded_dir: Path | None = None
+) -> None:
     """Delete dataset `name` (one safe component) directly under `datasets_root`.
 
     Args:
@@ -30,6 +34,8 @@ def delete_dataset(datasets_root: Path, name: str, in_use: Callable[[], set[Path
         name: the dataset's name.
         in_use: returns the (resolved) dataset folders that a queued or running job trains on;
             called under the dataset's lock, just before the folder is moved aside.
+        decoded_dir: the studio's record of decoded images (settings.decoded_record_dir): the
+            folder's record there is removed with it (data/decoded.forget_record).
     Raises:
         ConfigError / PathOutsideRoot: a bad name.
         NotFound: no dataset folder of that name.
@@ -43,7 +49,9 @@ def delete_dataset(datasets_root: Path, name: str, in_use: Callable[[], set[Path
         # upload or job reaches it by that name, so it has no lock of its own to take
         if hand_named.resolve() in in_use():
             raise JobActive(f"dataset {name!r} is used by a queued or running training job")
+        identity = _identity(hand_named)
         shutil.rmtree(_trash(datasets_root, hand_named))
+        _forget(decoded_dir, hand_named, identity)
         return
     name = safe_component(name, field="dataset name")
     folder = datasets_root / name
@@ -57,8 +65,23 @@ def delete_dataset(datasets_root: Path, name: str, in_use: Callable[[], set[Path
         if folder.is_symlink():
             folder.unlink()
             return
+        identity = _identity(folder)
         trash = _trash(datasets_root, folder)
     shutil.rmtree(trash)
+    _forget(decoded_dir, folder, identity)
+
+
+def _identity(folder: Path) -> FolderId | None:
+    """The folder's (device, inode), None when it cannot be read (then no record is removed)."""
+    try:
+        return folder_identity(folder)
+    except DatasetError:
+        return None
+
+
+def _forget(decoded_dir: Path | None, folder: Path, identity: FolderId | None) -> None:
+    if decoded_dir is not None and identity is not None:
+        forget_record(decoded_dir, folder, identity)
 
 
 def _trash(datasets_root: Path, folder: Path) -> Path:

@@ -292,6 +292,15 @@ def _record_name(folder: Path, folder_id: FolderId) -> str:
     return hashlib.sha256(ident).hexdigest()[:32]
 
 
+def forget_record(record_dir: Path, folder: Path, folder_id: FolderId) -> None:
+    """Remove the record of the dataset folder `folder` (`folder_id`: its identity before it
+    was deleted). A deleted folder's record is never read again (a folder made again under the
+    name is another inode, so another record): kept, the cache grew by a file for every dataset
+    ever deleted. No record: nothing done."""
+    with contextlib.suppress(FileNotFoundError):
+        (record_dir / f"{_record_name(Path(os.path.abspath(folder)), folder_id)}.json").unlink()
+
+
 def move_record(record_dir: Path, old: Path, new: Path, folder_id: FolderId) -> None:
     """Carry the record of the dataset folder `old`, renamed to `new` (the same folder,
     `folder_id`), over to `new`: its entries are names relative to the folder, and renaming a

@@ -72,7 +72,7 @@ from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarg
 from lorastudio.jobs.generation_requests import InFlight
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
-from lorastudio.jobs.references import reference_path, reference_problems
+from lorastudio.jobs.references import reference_problems, use_reference
 from lorastudio.jobs.worker_allowance import GenerationAllowance
 from lorastudio.lora.file_digest import lora_digest
 from lorastudio.lora.header import check_lora_file
@@ -309,7 +309,7 @@ class GenerationService:
             negative_prompt=req.negative_prompt or None,
             loras=tuple(loras),
             lora_digests=digests,
-            references=tuple(str(reference_path(self.settings, r)) for r in req.references),
+            references=tuple(str(use_reference(self.settings, r)) for r in req.references),
             out_path=str(staging),
         )
         try:

@@ -161,3 +161,11 @@ class Job:
             "busy": self.busy,
             "config": self.config.model_dump(mode="json"),
         }
+
+
+def forget_oldest_finished(jobs: dict[str, Job], keep: int) -> None:
+    """Drop all but the newest `keep` finished jobs of `jobs` (in submission order: the oldest
+    go first); the live ones all stay."""
+    finished = [job_id for job_id, j in jobs.items() if not j.live]
+    for job_id in finished[: max(0, len(finished) - keep)]:
+        del jobs[job_id]

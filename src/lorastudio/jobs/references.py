@@ -1,13 +1,19 @@
 """Reference images for generation with an edit family (POST /api/generate/references, then
 GenerateBody.references): uploaded once, checked like dataset images (header size cap and a
-decode check, data/images.py), stored under <home>/gallery/references/<id><ext> and kept there,
-so a gallery image's sidecar can name the references it was rendered with. No torch, no HTTP.
+decode check, data/images.py), stored under <home>/gallery/references/<id><ext> and kept there
+while a gallery image's sidecar names it (the references it was rendered with). One that no
+sidecar names (its generation cancelled or failed, its images deleted, never used) is removed
+ORPHAN_AFTER_S after its upload or its last use, by the next upload (`prune_orphans`). No torch, no HTTP.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
+import stat
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,12 +25,17 @@ from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import probe_image
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, PathOutsideRoot
+from lorastudio.jobs.gallery import MAX_SIDECAR_BYTES, gallery_dir
 from lorastudio.settings import Settings
 
 if TYPE_CHECKING:
     from lorastudio.families.base import Variant
 
 _COPY_CHUNK = 1 << 20
+# An uploaded reference no gallery image names is removed this long after its upload or last use: a page
+# that uploaded it keeps its id meanwhile (a request naming a removed one is a 400 saying so).
+ORPHAN_AFTER_S = 7 * 24 * 3600.0
+_REF_ID = re.compile(rb"[0-9a-f]{32}\.[A-Za-z0-9]{1,8}")  # store_reference's ids, as a sidecar holds them
 
 
 def references_dir(settings: Settings) -> Path:
@@ -58,6 +69,40 @@ def store_reference(
     return ref_id
 
 
+def prune_orphans(settings: Settings, older_than_s: float = ORPHAN_AFTER_S) -> int:
+    """Remove the uploaded references (and staging files a killed upload left) that no gallery
+    sidecar names, uploaded or last used by a generation (`use_reference`) more than
+    `older_than_s` ago: each upload used to be kept for ever,
+    so the folder grew with every reference ever uploaded. A sidecar's ids are found in its
+    raw text (a sidecar damaged past JSON still keeps what it names); one that cannot be read
+    keeps nothing. Returns how many files were removed; errors removing one are skipped."""
+    folder = references_dir(settings)
+    if not folder.is_dir():
+        return 0
+    named: set[str] = set()
+    for sidecar in gallery_dir(settings).glob("*.json"):
+        try:  # not blocking on a FIFO; a link's target is read too (it can only keep more)
+            fd = os.open(sidecar, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as fh:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    named.update(m.decode() for m in _REF_ID.findall(fh.read(MAX_SIDECAR_BYTES)))
+        except OSError:
+            continue
+    cutoff = time.time() - older_than_s
+    removed = 0
+    for path in folder.iterdir():
+        if path.name in named or (path.name.startswith(".") and not path.name.endswith(".partial")):
+            continue
+        try:
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+                path.unlink()
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
 def reference_path(settings: Settings, ref_id: str) -> Path | None:
     """The stored reference `ref_id` (a plain file name in references_dir), None if there is none."""
     try:
@@ -67,6 +112,16 @@ def reference_path(settings: Settings, ref_id: str) -> Path | None:
     path = references_dir(settings) / ref_id
     if ref_id.startswith(".") or path.is_symlink() or not path.is_file():
         return None
+    return path
+
+
+def use_reference(settings: Settings, ref_id: str) -> Path | None:
+    """reference_path, and its time of use set to now (the file's mtime), so that
+    `prune_orphans` counts its age from its last use by a generation, not from its upload."""
+    path = reference_path(settings, ref_id)
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.utime(path, follow_symlinks=False)
     return path
 
 

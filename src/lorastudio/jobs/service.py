@@ -54,7 +54,7 @@ from lorastudio.jobs.host_memory import refuse_if_short
 from lorastudio.jobs.persist import STORE_ERRORS, JobRecorder, store_failure
 from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
-from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
+from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, forget_oldest_finished, now_iso
 from lorastudio.jobs.resume import validate_resume
 from lorastudio.jobs.run_delete import put_back, remove_trash, take_output_dir_aside
 from lorastudio.jobs.standby import StandbyKeeper
@@ -67,6 +67,8 @@ from lorastudio.processes import start_token
 from lorastudio.settings import Settings
 
 log = logging.getLogger("lorastudio.jobs")
+
+FINISHED_KEPT = 32  # in memory for job(); a job holds up to 2,000 metric points (the store keeps all)
 
 
 class JobService(Dispatcher):
@@ -94,8 +96,8 @@ class JobService(Dispatcher):
         self._target = worker_target
         self._cond = threading.Condition()
         self._queue: collections.deque[Job] = collections.deque()
-        self._jobs: dict[str, Job] = {}  # jobs of this server's life (the store keeps all)
-        self._resume_from: dict[str, Path] = {}  # job id -> checkpoint folder (resumed runs)
+        self._jobs: dict[str, Job] = {}  # the live jobs and the newest FINISHED_KEPT finished ones
+        self._resume_from: dict[str, Path] = {}  # job id -> checkpoint folder (resumed runs, until they end)
         self._active: Job | None = None
         self._last: Job | None = None
         self._worker: JobWorker | None = None
@@ -159,10 +161,10 @@ class JobService(Dispatcher):
             }
 
     def job(self, job_id: str) -> dict[str, Any]:
-        """Snapshot of a job of this server's life. Raises NotFound."""
+        """Snapshot of a live job or of one of the newest FINISHED_KEPT finished. Raises NotFound."""
         with self._cond:
             if job_id not in self._jobs:
-                raise NotFound(f"no job with id {job_id!r} in this server's life")
+                raise NotFound(f"no job {job_id!r} live or among the newest {FINISHED_KEPT} finished ones")
             return self._jobs[job_id].snapshot()
 
     @property
@@ -390,6 +392,8 @@ class JobService(Dispatcher):
         claim = self._claims.pop(job.id, None)
         if claim is not None:
             claim.release()
+        self._resume_from.pop(job.id, None)
+        forget_oldest_finished(self._jobs, FINISHED_KEPT)
         self._log_status(job)
 
     def _log_status(self, job: Job) -> None:

@@ -134,7 +134,12 @@ def remove_dataset(
     root = settings.datasets_dir
     folder = hand_named_folder(root, name) or root / safe_component(name, field="dataset name")
     with _write_claim(settings, folder):
-        delete_dataset(settings.datasets_dir, name, in_use=service.datasets_in_use)
+        delete_dataset(
+            settings.datasets_dir,
+            name,
+            in_use=service.datasets_in_use,
+            decoded_dir=settings.decoded_record_dir,
+        )
     return {"deleted": name}
 
 

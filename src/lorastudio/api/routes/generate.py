@@ -33,7 +33,7 @@ from lorastudio.errors import DatasetError, NotFound
 from lorastudio.jobs.gallery import delete_gallery_image, gallery_dir, gallery_images
 from lorastudio.jobs.generation import GenerationService
 from lorastudio.jobs.generation_inputs import GenerationRequest, LoraChoice
-from lorastudio.jobs.references import reference_path, references_dir, store_reference
+from lorastudio.jobs.references import prune_orphans, reference_path, references_dir, store_reference
 from lorastudio.settings import Settings
 
 CANCEL_RETRY_S = 0.05  # how often a left client's cancel is tried until its request is in flight
@@ -169,6 +169,7 @@ async def upload_references(request: Request, settings: Settings = Depends(setti
             raise DatasetError("reference images refused", problems)
     finally:
         await form.close()
+    await run_in_threadpool(prune_orphans, settings)  # those no gallery image names, uploaded long ago
     return {"references": [{"id": r, "url": f"/gallery/references/{r}"} for r in stored]}
 
 
