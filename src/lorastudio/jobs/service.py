@@ -346,19 +346,14 @@ class JobService(Dispatcher):
         {"deleted": run_id, "files_removed"}. Raises NotFound (no such run), JobActive (live)."""
         with self._cond:
             run = self.store.get_run(run_id, max_points=2)
-            if run["status"] in {s.value for s in LIVE_STATUSES} or run_id in {
-                j.id for j in self._live_jobs()
-            }:
+            live = {s.value for s in LIVE_STATUSES}
+            if run["status"] in live or run_id in {j.id for j in self._live_jobs()}:
                 raise JobActive(f"run {run_id} is {run['status']}; stop it first")
             name = run["output_name"]
             shared = [r for r in self.store.runs_with_output_name(name) if r != run_id]
+            keep = keep_files or bool(shared) or not name
             # the folder aside first, then the record (jobs/run_delete.py: what a failure leaves)
-            taken = (
-                not keep_files
-                and not shared
-                and bool(name)
-                and take_output_dir_aside(self.settings.outputs_dir, name)
-            )
+            taken = not keep and take_output_dir_aside(self.settings.outputs_dir, name)
             try:
                 self.store.delete_run(run_id)
             except BaseException:
