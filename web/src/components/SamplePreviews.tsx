@@ -1,6 +1,8 @@
 import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
+import { useLoad } from "../lib/latest";
 import { ReferenceStrip } from "./ReferenceImages";
+import { SampleAgain } from "./SampleAgain";
 
 /** One sample image of a round: where it is served and the prompt it shows. */
 export interface SampleTile {
@@ -9,6 +11,8 @@ export interface SampleTile {
   prompt: string | null;
   /** The reference images it was rendered with (an edit family's), slot order. */
   references?: string[];
+  /** Its entry of the run's listing (what renders it again): undefined while not known. */
+  source?: SampleImage;
 }
 
 /** The sample prompts' texts of a (resolved) config dict, in order (an entry may be a prompt or an object with one); [] when it has none. */
@@ -32,7 +36,7 @@ export function groupByStep(samples: SampleImage[]): { step: number; tiles: Samp
   const rounds = new Map<number, SampleTile[]>();
   for (const s of samples) {
     const tiles = rounds.get(s.step) ?? [];
-    tiles.push({ index: s.index, url: api.imageUrl(s.url), prompt: s.prompt ?? null, references: s.references ?? [] });
+    tiles.push({ index: s.index, url: api.imageUrl(s.url), prompt: s.prompt ?? null, references: s.references ?? [], source: s });
     rounds.set(s.step, tiles);
   }
   return [...rounds.entries()]
@@ -40,8 +44,14 @@ export function groupByStep(samples: SampleImage[]): { step: number; tiles: Samp
     .map(([step, tiles]) => ({ step, tiles: tiles.sort((a, b) => a.index - b.index) }));
 }
 
-/** One round of sample previews: a heading with its step and one figure per prompt. */
-export function SampleRound({ step, tiles }: { step: number; tiles: SampleTile[] }) {
+/** `tiles` of step `step` with their entries of the run's listing `samples` (by step and prompt index). */
+export function withSources(tiles: SampleTile[], step: number, samples: readonly SampleImage[]): SampleTile[] {
+  return tiles.map((t) => ({ ...t, source: samples.find((s) => s.step === step && s.index === t.index) }));
+}
+
+/** One round of sample previews of run `runId`: a heading with its step and one figure per prompt
+ * (with its "Generate again" where its listing entry is known). */
+export function SampleRound({ runId, step, tiles }: { runId: string; step: number; tiles: SampleTile[] }) {
   return (
     <div className="sample-round" data-testid={`samples-step-${step}`}>
       <h4>Step {step}</h4>
@@ -52,11 +62,23 @@ export function SampleRound({ step, tiles }: { step: number; tiles: SampleTile[]
               <img src={t.url} alt={t.prompt ?? `sample ${t.index + 1}`} loading="lazy" />
             </div>
             <figcaption className="small muted">
-              {t.prompt ?? `prompt ${t.index + 1}`} <ReferenceStrip urls={t.references ?? []} />
+              {t.prompt ?? `prompt ${t.index + 1}`} <ReferenceStrip urls={t.references ?? []} />{" "}
+              <SampleAgain runId={runId} source={t.source} label={`${t.prompt ?? `prompt ${t.index + 1}`}, step ${step}`} />
             </figcaption>
           </figure>
         ))}
       </div>
     </div>
   );
+}
+
+/**
+ * The latest round of a run in training (a sample_ready event: run-relative paths), with each
+ * preview's "Generate again" once the run's listing says what renders it. The listing is read
+ * again for each new round and when the run ends (`status`): what file keeps a preview's weights
+ * changes then (a snapshot written, the final EMA file saved).
+ */
+export function LiveRound({ runId, step, images, prompts, status }: { runId: string; step: number; images: string[]; prompts: string[]; status: string }) {
+  const listed = useLoad((signal) => api.runSamples(runId, signal).then((s) => s.samples, () => []), [runId, step, status]).data;
+  return <SampleRound runId={runId} step={step} tiles={withSources(roundTiles(runId, images, prompts), step, listed ?? [])} />;
 }
