@@ -1,4 +1,7 @@
+import { useState } from "react";
+import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
+import { navigate } from "../lib/route";
 import { againHref } from "../lib/sampleAgain";
 
 /**
@@ -10,8 +13,8 @@ import { againHref } from "../lib/sampleAgain";
 export function SampleAgain({ runId, source, label }: { runId: string; source: SampleImage | undefined; label: string }) {
   if (!source) return null;
   const note = source.note ?? null;
-  if (!source.lora || source.prompt == null) {
-    const why = !source.lora ? (note ?? "no LoRA file keeps the weights it shows") : "the run's config no longer has its prompt";
+  const why = cannot(source);
+  if (why) {
     return (
       <span className="small muted again-note" data-testid="again-note">
         Generate cannot render it again: {why}
@@ -30,5 +33,47 @@ export function SampleAgain({ runId, source, label }: { runId: string; source: S
         </span>
       )}
     </span>
+  );
+}
+
+/** Why Generate cannot render `source` again (null: it can, maybe only approximately: its note). */
+function cannot(source: SampleImage): string | null {
+  if (!source.lora) return source.note ?? "no LoRA file keeps the weights it shows";
+  return source.prompt == null ? "the run's config no longer has its prompt" : null;
+}
+
+/**
+ * "Generate again" of a preview whose listing entry is not at hand (the Live screen's latest
+ * round, from the event stream, which asks the server for nothing): a button that asks for the
+ * run's listing on the click, then opens Generate with it, or says why Generate cannot render it.
+ */
+export function SampleAgainOnClick({ runId, step, index, label }: { runId: string; step: number; index: number; label: string }) {
+  const [why, setWhy] = useState<string | null>(null);
+  const [asking, setAsking] = useState(false);
+  const open = async () => {
+    setAsking(true);
+    try {
+      const listed = await api.runSamples(runId);
+      const source = listed.samples.find((s) => s.step === step && s.index === index);
+      const reason = source ? cannot(source) : "the run lists no such preview (deleted since?)";
+      if (reason) setWhy(reason);
+      else navigate("again", runId, String(step), String(index));
+    } catch (err) {
+      setWhy(`cannot load the run's previews: ${err instanceof Error ? err.message : String(err)}`);
+    } finally {
+      setAsking(false);
+    }
+  };
+  if (why) {
+    return (
+      <span className="small muted again-note" data-testid="again-note">
+        Generate cannot render it again: {why}
+      </span>
+    );
+  }
+  return (
+    <button type="button" className="ghost small" disabled={asking} aria-label={`Generate again: ${label}`} onClick={() => void open()}>
+      Generate again
+    </button>
   );
 }

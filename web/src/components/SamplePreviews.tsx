@@ -1,8 +1,7 @@
 import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
-import { useLoad } from "../lib/latest";
 import { ReferenceStrip } from "./ReferenceImages";
-import { SampleAgain } from "./SampleAgain";
+import { SampleAgain, SampleAgainOnClick } from "./SampleAgain";
 
 /** One sample image of a round: where it is served and the prompt it shows. */
 export interface SampleTile {
@@ -44,14 +43,9 @@ export function groupByStep(samples: SampleImage[]): { step: number; tiles: Samp
     .map(([step, tiles]) => ({ step, tiles: tiles.sort((a, b) => a.index - b.index) }));
 }
 
-/** `tiles` of step `step` with their entries of the run's listing `samples` (by step and prompt index). */
-export function withSources(tiles: SampleTile[], step: number, samples: readonly SampleImage[]): SampleTile[] {
-  return tiles.map((t) => ({ ...t, source: samples.find((s) => s.step === step && s.index === t.index) }));
-}
-
-/** One round of sample previews of run `runId`: a heading with its step and one figure per prompt
- * (with its "Generate again" where its listing entry is known). */
-export function SampleRound({ runId, step, tiles }: { runId: string; step: number; tiles: SampleTile[] }) {
+/** One round of sample previews of run `runId`: a heading with its step and one figure per prompt,
+ * each with its "Generate again" (`live`: tiles without their listing entry, asked for on the click). */
+export function SampleRound({ runId, step, tiles, live = false }: { runId: string; step: number; tiles: SampleTile[]; live?: boolean }) {
   return (
     <div className="sample-round" data-testid={`samples-step-${step}`}>
       <h4>Step {step}</h4>
@@ -63,22 +57,15 @@ export function SampleRound({ runId, step, tiles }: { runId: string; step: numbe
             </div>
             <figcaption className="small muted">
               {t.prompt ?? `prompt ${t.index + 1}`} <ReferenceStrip urls={t.references ?? []} />{" "}
-              <SampleAgain runId={runId} source={t.source} label={`${t.prompt ?? `prompt ${t.index + 1}`}, step ${step}`} />
+              {live && !t.source ? (
+                <SampleAgainOnClick runId={runId} step={step} index={t.index} label={`${t.prompt ?? `prompt ${t.index + 1}`}, step ${step}`} />
+              ) : (
+                <SampleAgain runId={runId} source={t.source} label={`${t.prompt ?? `prompt ${t.index + 1}`}, step ${step}`} />
+              )}
             </figcaption>
           </figure>
         ))}
       </div>
     </div>
   );
-}
-
-/**
- * The latest round of a run in training (a sample_ready event: run-relative paths), with each
- * preview's "Generate again" once the run's listing says what renders it. The listing is read
- * again for each new round and when the run ends (`status`): what file keeps a preview's weights
- * changes then (a snapshot written, the final EMA file saved).
- */
-export function LiveRound({ runId, step, images, prompts, status }: { runId: string; step: number; images: string[]; prompts: string[]; status: string }) {
-  const listed = useLoad((signal) => api.runSamples(runId, signal).then((s) => s.samples, () => []), [runId, step, status]).data;
-  return <SampleRound runId={runId} step={step} tiles={withSources(roundTiles(runId, images, prompts), step, listed ?? [])} />;
 }

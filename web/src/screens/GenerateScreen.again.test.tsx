@@ -2,7 +2,7 @@ import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import type { SampleImage } from "../api/types";
-import { SampleRound, groupByStep } from "../components/SamplePreviews";
+import { roundTiles, SampleRound, groupByStep } from "../components/SamplePreviews";
 import { type Call, INFO, mockFetch, runDetail } from "../test/fixtures";
 import { renderWithProviders } from "../test/render";
 import { GenerateScreen } from "./GenerateScreen";
@@ -105,5 +105,22 @@ describe("Generate again of a sample preview", () => {
     expect(banner).toHaveTextContent(`Generate will not render the same pixels: ${CUT_NOTE}`);
     expect(await screen.findByLabelText("use LoRA portrait")).toBeChecked();
     expect(field("prompt")).toHaveValue("a blue cat");
+  });
+
+  it("a live round asks for the listing on the click: opens Generate again, or says why not", async () => {
+    window.location.hash = "#/live";
+    const tiles = (step: number) => roundTiles("r1", [`samples/step-${step}-0.png`], ["a blue cat"]);
+    renderWithProviders(
+      <>
+        <SampleRound live runId="r1" step={40} tiles={tiles(40)} />
+        <SampleRound live runId="r1" step={80} tiles={tiles(80)} />
+      </>,
+    );
+    expect(calls.some((c) => c.url === "/api/runs/r1/samples")).toBe(false); // nothing asked before a click
+    await userEvent.click(within(screen.getByTestId("samples-step-80")).getByRole("button", { name: /Generate again/ }));
+    expect(await within(screen.getByTestId("samples-step-80")).findByTestId("again-note")).toHaveTextContent(EMA_NOTE);
+    expect(window.location.hash).toBe("#/live");
+    await userEvent.click(within(screen.getByTestId("samples-step-40")).getByRole("button", { name: /Generate again/ }));
+    await waitFor(() => expect(window.location.hash).toBe("#/again/r1/40/0"));
   });
 });

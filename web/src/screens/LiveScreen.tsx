@@ -7,7 +7,7 @@ import { LoraSaved } from "../components/LoraSaved";
 import { PlanSummary } from "../components/PlanSummary";
 import { ProgressBar } from "../components/ProgressBar";
 import { SampleHistory } from "../components/SampleHistory";
-import { LiveRound, samplePrompts } from "../components/SamplePreviews";
+import { roundTiles, SampleRound, samplePrompts } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
 import { StopDialog } from "../components/StopDialog";
 import { formatDuration, formatGb, formatNumber, secondsBetween } from "../lib/format";
@@ -171,7 +171,7 @@ export function LiveScreen() {
       {job.samples && !discarded && (
         <div className="card">
           <h3>Sample previews</h3>
-          <LiveRound runId={job.id} step={job.samples.step} images={job.samples.images} prompts={samplePrompts(job.config)} status={job.status} />
+          <SampleRound live runId={job.id} step={job.samples.step} tiles={roundTiles(job.id, job.samples.images, samplePrompts(job.config))} />
         </div>
       )}
       {/* after a discard: only the rounds still on disk (a resumed run's earlier ones), read again */}
