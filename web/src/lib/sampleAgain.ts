@@ -1,10 +1,11 @@
 /**
  * "Generate again" of a sample preview: what the Generate form receives to render that preview
  * again (the listing's `seed`, `width`, `height`, `guidance`, `steps` and `lora`:
- * training/sample_source.py), or why Generate cannot (its `note`: RELIABILITY 696).
+ * training/sample_source.py) and its reference images (an edit family's: uploaded again as
+ * Generate's references), or why Generate cannot (its `note`: RELIABILITY 696).
  */
 import { api } from "../api/endpoints";
-import type { RunDetail, SampleImage } from "../api/types";
+import type { RunDetail, SampleImage, UploadedReference } from "../api/types";
 import type { LoraPick } from "../components/LoraPicker";
 import { loadMessage, useLoad } from "./latest";
 import { href } from "./route";
@@ -30,6 +31,8 @@ export interface SampleSettings {
   width: string;
   height: string;
   guidance: string;
+  /** the preview's reference images as Generate's uploads (slot order; [] until uploaded: useSamplePreset) */
+  refs: UploadedReference[];
 }
 
 /** The hand-over of one preview: its settings (null where Generate cannot render it: `why` says
@@ -67,6 +70,7 @@ export function sampleAgain(sample: SampleImage, run: Pick<RunDetail, "family" |
       width: text(sample.width),
       height: text(sample.height),
       guidance: text(sample.guidance),
+      refs: [],
     },
     note,
     why: null,
@@ -91,13 +95,15 @@ export function useSamplePreset(ref: SampleRef | undefined): { preset: SamplePre
   const loaded = useLoad(
     ref
       ? (signal) =>
-          Promise.all([api.run(ref.runId, signal), api.runSamples(ref.runId, signal)]).then(([run, list]) => {
+          Promise.all([api.run(ref.runId, signal), api.runSamples(ref.runId, signal)]).then(async ([run, list]) => {
             const sample = list.samples.find((s) => s.step === ref.step && s.index === ref.index);
             if (!sample) {
               const why = `run ${run.output_name} has no preview ${ref.index + 1} of step ${ref.step} (deleted since?)`;
               return { settings: null, note: null, why, runName: run.output_name };
             }
-            return { ...sampleAgain(sample, run), runName: run.output_name };
+            const again = sampleAgain(sample, run);
+            if (again.settings && sample.references?.length) again.settings.refs = await uploadAgain(sample.references, signal);
+            return { ...again, runName: run.output_name };
           })
       : null,
     ref ?? null,
@@ -106,4 +112,18 @@ export function useSamplePreset(ref: SampleRef | undefined): { preset: SamplePre
     ? `Cannot open run ${ref?.runId}: ${loadMessage(loaded.error, "it was deleted (in another tab or with the CLI)")}`
     : null;
   return { preset: loaded.data, error, pending: ref != null && loaded.loading };
+}
+
+/** The run's copies of a preview's references (their URLs), read and uploaded as Generate's
+ * references (POST /api/generate/references keeps the bytes: the same images), slot order. */
+async function uploadAgain(urls: readonly string[], signal: AbortSignal): Promise<UploadedReference[]> {
+  const files = await Promise.all(
+    urls.map(async (url) => {
+      const res = await fetch(api.imageUrl(url), { signal });
+      if (!res.ok) throw new Error(`cannot read its reference image ${url} (HTTP ${res.status})`);
+      const blob = await res.blob();
+      return new File([blob], url.split("/").pop() || "reference.png", { type: blob.type });
+    }),
+  );
+  return (await api.uploadReferences(files)).references;
 }

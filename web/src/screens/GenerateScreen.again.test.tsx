@@ -3,7 +3,7 @@ import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import type { SampleImage } from "../api/types";
 import { roundTiles, SampleRound, groupByStep } from "../components/SamplePreviews";
-import { type Call, INFO, mockFetch, runDetail } from "../test/fixtures";
+import { type Call, INFO, KONTEXT, mockFetch, runDetail } from "../test/fixtures";
 import { renderWithProviders } from "../test/render";
 import { GenerateScreen } from "./GenerateScreen";
 
@@ -19,6 +19,7 @@ const sample = (step: number, extra: Partial<SampleImage>): SampleImage => ({
 }); // prettier-ignore
 const EMA_NOTE = "this preview shows the EMA weights of step 80, which no file keeps";
 const CUT_NOTE = "its prompt was read to max_sequence_length 16 tokens as the run trained";
+const REF = "/api/runs/r2/samples/ref-0-0.png";
 const SAMPLES = [
   sample(40, {}),
   sample(80, { weights: "ema", lora: null, note: EMA_NOTE }),
@@ -31,7 +32,14 @@ describe("Generate again of a sample preview", () => {
     vi.unstubAllGlobals();
     window.sessionStorage.clear();
     calls = mockFetch(({ method, url }) => {
-      if (url === "/api/info") return { body: INFO };
+      if (url === "/api/info") return { body: { ...INFO, families: [...INFO.families, KONTEXT] } };
+      if (url === "/api/runs/r2") return { body: { ...RUN, id: "r2", output_name: "edits", family: "flux-kontext" } };
+      if (url === "/api/runs/r2/samples") return { body: { samples: [sample(2, { lora: { name: "edits", step: 2 }, references: [REF] })] } };
+      if (url === "/api/loras?family=flux-kontext") return { body: { root: "/o", loras: [] } };
+      if (method === "POST" && url === "/api/generate/references") {
+        return { status: 201, body: { references: [{ id: "u1.png", url: "/gallery/references/u1.png" }] } };
+      }
+      if (url === REF) return { body: "png bytes" };
       if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
       if (url === "/api/runs/r1") return { body: RUN };
       if (url === "/api/runs/r1/samples") return { body: { samples: SAMPLES } };
@@ -122,5 +130,19 @@ describe("Generate again of a sample preview", () => {
     expect(window.location.hash).toBe("#/live");
     await userEvent.click(within(screen.getByTestId("samples-step-40")).getByRole("button", { name: /Generate again/ }));
     await waitFor(() => expect(window.location.hash).toBe("#/again/r1/40/0"));
+  });
+
+  it("hands an edit preview's reference images over as Generate's references", async () => {
+    renderWithProviders(<GenerateScreen fromSample={{ runId: "r2", step: 2, index: 0 }} />);
+    await screen.findByTestId("again-from");
+    const field = await screen.findByTestId("reference-images");
+    expect(within(field).getByRole("img")).toHaveAttribute("src", "/gallery/references/u1.png");
+    const posted = calls.filter((c) => c.url === "/api/generate/references");
+    expect(posted.map((c) => (c.body as FormData).getAll("files").map((f) => (f as File).name))).toEqual([["ref-0-0.png"]]);
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.some((c) => c.method === "POST" && c.url === "/api/generate")).toBe(true));
+    expect(calls.find((c) => c.method === "POST" && c.url === "/api/generate")?.body).toMatchObject({
+      family: "flux-kontext", references: ["u1.png"], loras: [{ name: "edits", scale: 1, step: 2 }],
+    }); // prettier-ignore
   });
 });

@@ -84,6 +84,7 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
       setWidth(again.width);
       setHeight(again.height);
       setGuidance(again.guidance);
+      setRefs(again.refs);
       setReusedBase({ base_model: again.baseModel, revision: again.revision, v_prediction: again.vPrediction, base_identity: null });
       return;
     }
