@@ -45,6 +45,8 @@ function Screen({ route }: { route: string[] }) {
       return arg ? <RunDetailScreen id={arg} /> : <RunsScreen />;
     case "generate":
       return <GenerateScreen fromRun={arg} />;
+    case "again": // "Generate again" of a sample preview: #/again/<run>/<step>/<prompt index>
+      return <GenerateScreen fromSample={{ runId: arg ?? "", step: Number(route[2]), index: Number(route[3]) }} />;
     case "models":
       return <ModelsScreen />;
     case "clone":
@@ -58,7 +60,7 @@ function Shell() {
   const route = useRoute();
   const { error, info } = useInfo();
   const { token } = useAuth();
-  const current = route[0] === "clone" ? "train" : (route[0] ?? "train");
+  const current = route[0] === "clone" ? "train" : route[0] === "again" ? "generate" : (route[0] ?? "train");
   return (
     <div className="app">
       <header className="topbar">

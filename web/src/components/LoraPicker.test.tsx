@@ -1,8 +1,9 @@
-import { fireEvent, render, screen } from "@testing-library/react";
+import { fireEvent, render, screen, within } from "@testing-library/react";
 import { describe, expect, it, vi } from "vitest";
 import { LORA_SCALE } from "../api/limits.gen";
 import type { Lora } from "../api/types";
 import { LoraPicker } from "./LoraPicker";
+import { mockFetch } from "../test/fixtures";
 
 const LORA: Lora = { name: "portrait", bytes: 1024, family: "flux", modified: 0, path: "/x/portrait.safetensors", sidecar: {}, weights: "raw" };
 
@@ -59,5 +60,29 @@ describe("LoraPicker", () => {
     expect(onChange).toHaveBeenLastCalledWith([{ name: "smooth", scale: 1, step: 4 }, { name: "smooth", scale: 1 }]);
     fireEvent.change(screen.getByLabelText("scale of smooth (raw, step 4)"), { target: { value: "0.5" } });
     expect(onChange).toHaveBeenLastCalledWith([{ name: "smooth", scale: 0.5, step: 4 }]);
+  });
+
+  // a step grid's image reused, or a preview's "Generate again" (RELIABILITY 725): the list has the
+  // run's final file only, its snapshots are under GET /api/loras/{name}/steps
+  it("shows a picked snapshot of a listed LoRA as one (not as deleted), and a gone step as missing", async () => {
+    vi.unstubAllGlobals();
+    mockFetch(({ url }) =>
+      url === "/api/loras/portrait/steps"
+        ? { body: { name: "portrait", loras: [{ step: 2, final: false, weights: "raw", path: "/x/loras/portrait-step-2.safetensors", bytes: 1 }] } }
+        : undefined,
+    );
+    const onChange = vi.fn();
+    const picks = [{ name: "portrait", scale: 0.8, step: 2 }, { name: "portrait", scale: 1, step: 3 }];
+    render(<LoraPicker loras={[LORA]} picks={picks} onChange={onChange} family="flux" />);
+    const snapshot = await screen.findByLabelText("use LoRA portrait (raw, step 2)");
+    expect(snapshot).toBeChecked();
+    expect(within(screen.getByTestId("snapshot-loras")).getByText("snapshot")).toBeInTheDocument();
+    expect(screen.getByLabelText("scale of portrait (raw, step 2)")).toHaveValue("0.8");
+    // step 3 has no file: that one is missing
+    const missing = screen.getByTestId("missing-loras");
+    expect(within(missing).getByLabelText("use LoRA portrait (raw, step 3)")).toBeChecked();
+    expect(within(missing).queryByLabelText("use LoRA portrait (raw, step 2)")).toBeNull();
+    fireEvent.click(snapshot);
+    expect(onChange).toHaveBeenLastCalledWith([{ name: "portrait", scale: 1, step: 3 }]);
   });
 });

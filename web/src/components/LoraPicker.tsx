@@ -4,6 +4,7 @@ import { useDescribedControls } from "./Field";
 import { LORA_SCALE } from "../api/limits.gen";
 import type { Lora, LoraRef } from "../api/types";
 import { formatBytes } from "../lib/format";
+import { useLoad } from "../lib/latest";
 
 /** A chosen LoRA file and its scale: `step` null/absent = the run's LoRA (with EMA the EMA
  * weights), a step = the raw weights of that step (an EMA run's <name>.raw.safetensors); `sha256`:
@@ -51,12 +52,34 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable,
   const setScale = (name: string, step: number | null, scale: number) =>
     onChange(picks.map((p) => (samePick(p, name, step) ? { ...p, scale } : p)));
 
-  // picks of files the list does not have (a kept draft's or a reused image's LoRA, deleted or
-  // renamed since): shown, ticked, so that they can be seen and unticked, not sent unseen
-  const missing =
+  // picks of files the list does not have: a snapshot of a listed LoRA (a step grid's image
+  // reused, a preview's "Generate again": the list offers final files only), asked of the
+  // LoRA's steps; else one deleted or renamed since (a kept draft's, a reused image's): shown,
+  // ticked, so that they can be seen and unticked, not sent unseen
+  const unlisted =
     loaded && !unavailable
       ? picks.filter((p) => !loras.some((l) => l.name === p.name && filesOf(l).some((f) => (f.step ?? null) === (p.step ?? null))))
       : [];
+  const stepNames = [...new Set(unlisted.filter((p) => p.step != null && loras.some((l) => l.name === p.name)).map((p) => p.name))].sort();
+  const snapshotSteps = useLoad(
+    stepNames.length
+      ? (signal) =>
+          Promise.all(
+            stepNames.map((n) =>
+              api.loraSteps(n, signal).then(
+                (r) => [n, r.loras.filter((x) => x.weights === "raw").map((x) => x.step)] as const,
+                () => [n, [] as (number | null)[]] as const,
+              ),
+            ),
+          ).then((rows) => new Map<string, (number | null)[]>(rows))
+      : null,
+    stepNames,
+  );
+  const isSnapshot = (p: LoraPick) => p.step != null && (snapshotSteps.data?.get(p.name) ?? []).includes(p.step);
+  // a step pick of a listed LoRA is not called missing before its steps are known
+  const settled = (p: LoraPick) => p.step == null || !stepNames.includes(p.name) || snapshotSteps.data != null;
+  const snapshots = unlisted.filter(isSnapshot);
+  const missing = unlisted.filter((p) => settled(p) && !isSnapshot(p));
   const id = useId();
   const box = useRef<HTMLDivElement | null>(null);
   useDescribedControls(box, error ? `${id}-error` : null, !!error); // the list's problem is read with each of its controls
@@ -143,6 +166,38 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable,
                 </li>
               );
             });
+          })}
+        </ul>
+      )}
+      {snapshots.length > 0 && (
+        <ul className="lora-list" data-testid="snapshot-loras">
+          {snapshots.map((p) => {
+            const label = fileLabel(p.name, { step: p.step ?? null });
+            return (
+              <li key={`${p.name}@${p.step}`} className="picked">
+                <label className="check lora-name">
+                  <input type="checkbox" checked onChange={() => toggle(p.name, p.step ?? null)} aria-label={`use LoRA ${label}`} />
+                  <span className="filename">{label}</span>
+                  <span className="chip small" title="a LoRA snapshot the run kept of this step (loras/<name>-step-N)">
+                    snapshot
+                  </span>
+                </label>
+                <span className="lora-tools">
+                  <span className="scale">
+                    <input
+                      type="range"
+                      min={LORA_SCALE.min}
+                      max={LORA_SCALE.max}
+                      step={0.05}
+                      value={p.scale}
+                      aria-label={`scale of ${label}`}
+                      onChange={(e) => setScale(p.name, p.step ?? null, Number(e.target.value))}
+                    />
+                    <code>{p.scale.toFixed(2)}</code>
+                  </span>
+                </span>
+              </li>
+            );
           })}
         </ul>
       )}

@@ -2,6 +2,7 @@ import { useEffect, useState } from "react";
 import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
 import { useLoad } from "../lib/latest";
+import { SampleAgain, SampleAgainOnClick } from "./SampleAgain";
 
 /** Sample rounds by step: each round's image URLs in prompt order. */
 export type Rounds = Map<number, string[]>;
@@ -27,7 +28,8 @@ export function withRound(rounds: Rounds, runId: string, step: number, images: s
 /**
  * Every sample round of a run side by side: one column per step (oldest left), one row per prompt. Loads the
  * rounds already on disk once, then adds each new round (`latest`, from the event stream) without asking the
- * server again. Shown from the second round on.
+ * server again. Shown from the second round on. Each preview has its "Generate again" (SampleAgain; a
+ * round added since asks for its listing entry on the click).
  */
 export function SampleHistory({ runId, latest, prompts }: { runId: string; latest: { step: number; images: string[] } | null; prompts: string[] }) {
   // the stored rounds, keyed by the run (a slow answer for another run never shows), and those the
@@ -64,7 +66,20 @@ export function SampleHistory({ runId, latest, prompts }: { runId: string; lates
                 </th>
                 {steps.map((s) => {
                   const url = rounds.get(s)?.[i];
-                  return <td key={s}>{url && <img src={url} alt={`${prompts[i] || `prompt ${i + 1}`}, step ${s}`} loading="lazy" />}</td>;
+                  const label = `${prompts[i] || `prompt ${i + 1}`}, step ${s}`;
+                  // the listing's entry, while the cell shows the stored file (not a round added since)
+                  const source = stored?.find((x) => x.step === s && x.index === i && api.imageUrl(x.url) === url);
+                  return (
+                    <td key={s}>
+                      {url && <img src={url} alt={label} loading="lazy" />}
+                      {url &&
+                        (source ? (
+                          <SampleAgain runId={runId} source={source} label={label} />
+                        ) : (
+                          <SampleAgainOnClick runId={runId} step={s} index={i} label={label} />
+                        ))}
+                    </td>
+                  );
                 })}
               </tr>
             ))}

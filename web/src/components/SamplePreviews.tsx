@@ -1,6 +1,7 @@
 import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
 import { ReferenceStrip } from "./ReferenceImages";
+import { SampleAgain, SampleAgainOnClick } from "./SampleAgain";
 
 /** One sample image of a round: where it is served and the prompt it shows. */
 export interface SampleTile {
@@ -9,6 +10,8 @@ export interface SampleTile {
   prompt: string | null;
   /** The reference images it was rendered with (an edit family's), slot order. */
   references?: string[];
+  /** Its entry of the run's listing (what renders it again): undefined while not known. */
+  source?: SampleImage;
 }
 
 /** The sample prompts' texts of a (resolved) config dict, in order (an entry may be a prompt or an object with one); [] when it has none. */
@@ -32,7 +35,7 @@ export function groupByStep(samples: SampleImage[]): { step: number; tiles: Samp
   const rounds = new Map<number, SampleTile[]>();
   for (const s of samples) {
     const tiles = rounds.get(s.step) ?? [];
-    tiles.push({ index: s.index, url: api.imageUrl(s.url), prompt: s.prompt ?? null, references: s.references ?? [] });
+    tiles.push({ index: s.index, url: api.imageUrl(s.url), prompt: s.prompt ?? null, references: s.references ?? [], source: s });
     rounds.set(s.step, tiles);
   }
   return [...rounds.entries()]
@@ -40,8 +43,9 @@ export function groupByStep(samples: SampleImage[]): { step: number; tiles: Samp
     .map(([step, tiles]) => ({ step, tiles: tiles.sort((a, b) => a.index - b.index) }));
 }
 
-/** One round of sample previews: a heading with its step and one figure per prompt. */
-export function SampleRound({ step, tiles }: { step: number; tiles: SampleTile[] }) {
+/** One round of sample previews of run `runId`: a heading with its step and one figure per prompt,
+ * each with its "Generate again" (`live`: tiles without their listing entry, asked for on the click). */
+export function SampleRound({ runId, step, tiles, live = false }: { runId: string; step: number; tiles: SampleTile[]; live?: boolean }) {
   return (
     <div className="sample-round" data-testid={`samples-step-${step}`}>
       <h4>Step {step}</h4>
@@ -52,7 +56,12 @@ export function SampleRound({ step, tiles }: { step: number; tiles: SampleTile[]
               <img src={t.url} alt={t.prompt ?? `sample ${t.index + 1}`} loading="lazy" />
             </div>
             <figcaption className="small muted">
-              {t.prompt ?? `prompt ${t.index + 1}`} <ReferenceStrip urls={t.references ?? []} />
+              {t.prompt ?? `prompt ${t.index + 1}`} <ReferenceStrip urls={t.references ?? []} />{" "}
+              {live && !t.source ? (
+                <SampleAgainOnClick runId={runId} step={step} index={t.index} label={`${t.prompt ?? `prompt ${t.index + 1}`}, step ${step}`} />
+              ) : (
+                <SampleAgain runId={runId} source={t.source} label={`${t.prompt ?? `prompt ${t.index + 1}`}, step ${step}`} />
+              )}
             </figcaption>
           </figure>
         ))}

@@ -16,6 +16,8 @@ import { guidanceBody, GuidanceFields } from "../components/GuidanceFields";
 import { ReferenceImages, referencesOf } from "../components/ReferenceImages";
 import { StepGrid } from "../components/StepGrid";
 import { useRunPreset } from "../lib/runPreset";
+import { type SampleRef, useSamplePreset } from "../lib/sampleAgain";
+import { SampleFrom } from "../components/SampleFrom";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { useLoad } from "../lib/latest";
 import { loadDraft, useDraft } from "../lib/draft";
@@ -31,10 +33,13 @@ const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 /**
  * Generate: base model + trained LoRAs with scales, prompt (and a negative prompt where the family takes one),
  * guidance, seed, steps, size; the server's gallery. `fromRun`: start on that run's family, base model and LoRA.
+ * `fromSample` ("Generate again" of a preview): start on every setting that renders that preview (lib/sampleAgain);
+ * like a Clone on Train, this fills the form without replacing the tab's draft until the user edits it.
  */
-export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
+export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; fromSample?: SampleRef } = {}) {
   const { info } = useInfo();
   const fromRunState = useRunPreset(fromRun);
+  const fromSampleState = useSamplePreset(fromSample);
   const models = useModelChoices();
   const { job } = useTraining();
   // what the user typed here before (another screen, Back, a reload): the form as they left it
@@ -65,7 +70,24 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const busy = sending || grid.running;
 
   useEffect(() => {
-    if (!info || !models || family || fromRunState.pending) return;
+    if (!info || !models || family || fromRunState.pending || fromSampleState.pending) return;
+    const again = fromSampleState.preset?.settings;
+    if (again) {
+      setFamily(again.family);
+      setBaseModel(again.baseModel);
+      setBaseConfig(again.baseConfig);
+      setPicks(again.picks);
+      setPrompt(again.prompt);
+      setNegative(again.negative);
+      setSeed(again.seed);
+      setSteps(again.steps);
+      setWidth(again.width);
+      setHeight(again.height);
+      setGuidance(again.guidance);
+      setRefs(again.refs);
+      setReusedBase({ base_model: again.baseModel, revision: again.revision, v_prediction: again.vPrediction, base_identity: null });
+      return;
+    }
     const preset = fromRunState.preset;
     if (preset) {
       setFamily(preset.family);
@@ -83,12 +105,13 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     if (!start) return;
     setFamily(start);
     setBaseModel(defaultBaseModel(models, start));
-  }, [info, models, family, fromRunState.pending, fromRunState.preset, draft]);
+  }, [info, models, family, fromRunState.pending, fromRunState.preset, fromSampleState.pending, fromSampleState.preset, draft]);
   const kept: GenerateDraft | null = family
     ? { family, baseModel, baseConfig, picks, prompt, seed, steps, width, height, guidance, negative }
     : null;
   // kept once the user changed something (a form never touched follows the defaults of its next visit)
-  const [touched, setTouched] = useState(draft != null);
+  // (a "Generate again" form too: the draft it was opened over stays until this form is edited)
+  const [touched, setTouched] = useState(draft != null && fromSample == null);
   useDraft(GENERATE_DRAFT, touched ? kept : null);
   // keyed by the family: a slow answer for the family picked before never lists its LoRAs under this one
   const lorasLoad = useLoad(family ? (signal) => api.loras(family, signal) : null, family);
@@ -197,7 +220,8 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
       <div className="screen-head">
         <h1>Generate</h1>
       </div>
-      <ErrorBanner message={fromRunState.error} />
+      <ErrorBanner message={fromRunState.error ?? fromSampleState.error} />
+      {fromSample && fromSampleState.preset && <SampleFrom from={fromSample} preset={fromSampleState.preset} draftKept={draft != null} />}
       <div className="generate">
         <form className="card gen-form" onSubmit={submit}>
           <FamilyPicker families={info.families} value={family} onChange={pickFamily} />

@@ -171,10 +171,7 @@ export function LiveScreen() {
       {job.samples && !discarded && (
         <div className="card">
           <h3>Sample previews</h3>
-          <SampleRound
-            step={job.samples.step}
-            tiles={roundTiles(job.id, job.samples.images, samplePrompts(job.config))}
-          />
+          <SampleRound live runId={job.id} step={job.samples.step} tiles={roundTiles(job.id, job.samples.images, samplePrompts(job.config))} />
         </div>
       )}
       {/* after a discard: only the rounds still on disk (a resumed run's earlier ones), read again */}

@@ -114,7 +114,7 @@ export function RunDetailScreen({ id }: { id: string }) {
         <div className="card">
           <h3>Sample previews</h3>
           {groupByStep(samples).map((r) => (
-            <SampleRound key={r.step} step={r.step} tiles={r.tiles} />
+            <SampleRound key={r.step} runId={run.id} step={r.step} tiles={r.tiles} />
           ))}
         </div>
       )}
