@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import stat
 import uuid
 from pathlib import Path
 
@@ -89,14 +88,24 @@ def staged_writer(name: str, kind: str = TMP) -> int | None:
 
 
 def killed_writers_staging(folder: Path, kind: str = TMP) -> list[Path]:
-    """The regular files directly in `folder` (never through a link) whose names are staging
-    names of `kind` of a writer that runs no more: what the rule above takes. Missing or
-    unreadable folder: none."""
-    found: list[Path] = []
+    """The regular files directly in `folder` (a link among them is never one) whose names are
+    staging names of `kind` of a writer that runs no more: what the rule above takes. A missing
+    or unreadable folder: none."""
     try:
-        if not stat.S_ISDIR(os.lstat(folder).st_mode):
-            return []
-        entries = list(os.scandir(folder))
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        return [folder / name for name in _killed(fd, kind)]
+    finally:
+        os.close(fd)
+
+
+def _killed(fd: int, kind: str) -> list[str]:
+    """The names in the folder open as `fd` that `killed_writers_staging` takes."""
+    found: list[str] = []
+    try:
+        entries = list(os.scandir(fd))
     except OSError:
         return []
     for entry in entries:
@@ -108,7 +117,7 @@ def killed_writers_staging(folder: Path, kind: str = TMP) -> list[Path]:
         except OSError:
             continue
         if regular and not process_alive(pid):
-            found.append(Path(entry.path))
+            found.append(entry.name)
     return found
 
 
@@ -123,18 +132,26 @@ def home_staging(home: Path) -> list[Path]:
 
 def remove_killed_staging(folder: Path, kind: str) -> list[Path]:
     """Remove what killed writers of `kind` left in `folder` (`killed_writers_staging`), each
-    logged; one that cannot be removed is skipped. Returns the removed paths."""
+    logged, through the folder's descriptor (a folder swapped for a link meanwhile is not
+    followed); one that cannot be removed is skipped. Returns the removed paths."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return []
     removed: list[Path] = []
-    for path in killed_writers_staging(folder, kind):
-        try:
-            path.unlink()
-        except FileNotFoundError:  # another command removed it meanwhile
-            continue
-        except OSError as err:
-            log.warning("could not remove the killed write's staging file %s: %s", path, err)
-            continue
-        log.warning("removed the staging file %s of a killed write", path)
-        removed.append(path)
+    try:
+        for name in _killed(fd, kind):
+            try:
+                os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:  # another command removed it meanwhile
+                continue
+            except OSError as err:
+                log.warning("could not remove the staging file %s of a killed write: %s", folder / name, err)
+                continue
+            log.warning("removed the staging file %s of a killed write", folder / name)
+            removed.append(folder / name)
+    finally:
+        os.close(fd)
     return removed
 
 
