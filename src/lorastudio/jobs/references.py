@@ -7,7 +7,6 @@ so a gallery image's sidecar can name the references it was rendered with. No to
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,13 +17,12 @@ from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import probe_image
 from lorastudio.data.paths import safe_component
-from lorastudio.errors import ConfigError, DatasetError, FieldProblem, PathOutsideRoot
+from lorastudio.data.writes import copy_stream
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem, PathOutsideRoot, writing
 from lorastudio.settings import Settings
 
 if TYPE_CHECKING:
     from lorastudio.families.base import Variant
-
-_COPY_CHUNK = 1 << 20
 
 
 def references_dir(settings: Settings) -> Path:
@@ -45,8 +43,11 @@ def store_reference(
     ref_id = f"{uuid.uuid4().hex}{Path(name).suffix.lower()}"
     staging = folder / f".{ref_id}.partial"
     try:
-        with staging.open("wb") as out:
-            shutil.copyfileobj(stream, out, _COPY_CHUNK)
+        with (
+            writing(f"the reference {name} could not be stored", folder, show_file=False),
+            staging.open("wb") as out,
+        ):  # a failed read of the upload is ReadFailed
+            copy_stream(stream, out, f"the uploaded file {name}")
         try:
             probe_image(staging, settings.max_image_pixels, decode_pixels)
         except DatasetError as err:
