@@ -61,9 +61,7 @@ def test_a_source_read_error_is_a_failed_read_of_that_file_not_a_write(tmp_path:
     assert not (root / "pets").exists()
 
 
-def test_an_import_whose_source_cannot_be_read_names_the_file(
-    capsys, monkeypatch, tmp_path: Path
-) -> None:
+def test_an_import_whose_source_cannot_be_read_names_the_file(capsys, monkeypatch, tmp_path: Path) -> None:
     source = tmp_path / "pics"
     source.mkdir()
     _png(source / "a.png")
