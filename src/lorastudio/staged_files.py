@@ -6,8 +6,8 @@ writer's pid, a fresh id, the kind of staging) and renames it over the target. A
 power cut) between the two leaves the staging file, and nothing else ever writes that name. The
 rule (`killed_writers_staging`): such a file is a leftover once the pid its name carries runs no
 process (processes.process_alive); while that pid runs it is kept (its writer's, or a reused pid's:
-kept too, which is safe). Never a link, a folder or anything but a regular file is taken, and
-nothing is followed on the way.
+kept too, which is safe). Only a regular file is taken: never a link (nor what it points to), a
+folder or anything else; the user's folder is removed from through its descriptor.
 
 Who stages this way, and who removes their leftovers:
 - In the studio home (kind "tmp", `HOME_STAGING`): the added-models list (basemodels/added.py), a
@@ -15,7 +15,7 @@ Who stages this way, and who removes their leftovers:
   (jobs/caption_records.py), the run timings (timings.py), the text signatures
   (training/text_signature.py), the decoded records (data/decoded.py), the thumbnails
   (data/thumbnails.py), the attention probe's results (training/probe_cache.py). A server start
-  removes them (jobs/leftovers.py `home_staging_leftovers`); a CLI run beside the server (an import
+  removes them (`home_staging`, from jobs/leftovers.py); a CLI run beside the server (an import
   takes a claim, writes decoded records) names its own pid, so its files are kept while it runs.
   The encode cache's shards (data/disk_cache.py, possibly outside the home and shared) stage as
   `.<key>.safetensors.<pid>.tmp` and follow the same rule (`staged_writer`).
