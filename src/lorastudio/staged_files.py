@@ -24,9 +24,9 @@ Who stages this way, and who removes their leftovers:
   into that folder removes what killed writers of its kind left there (`remove_killed_staging`).
   Older staging names carry no pid (`.<name>.<hex>.staging`): their writer cannot be told, kept.
 
-A writer on another host sharing the folder (a network file system) cannot be told by its pid:
-the home is one host's (jobs/homelock.py); a user's output folder written from two hosts at once
-is not covered.
+A writer on another host or in another pid namespace sharing the folder (a network file system,
+containers) cannot be told by its pid: the home is one host's (jobs/homelock.py); a user's output
+folder written from two such places at once is not covered (RELIABILITY Known problems).
 """
 
 from __future__ import annotations
