@@ -210,6 +210,27 @@ class WriteFailed(_FailedWrite):
         super().__init__(f"write failed: {what}{where}: {reason or 'unknown reason'}")
 
 
+class ReadFailed(LorastudioError):
+    """Reading a file that was being copied failed (an upload's or an import's source: an I/O
+    error of its disk, a network file system gone, no permission): not a write of the studio's.
+    The message names what was read and the system's reason: "read failed: <what>: <reason>"
+    (API 500, CLI exit 1, as WriteFailed)."""
+
+    def __init__(self, what: str, reason: str = ""):
+        super().__init__(f"read failed: {what}: {reason or 'unknown reason'}")
+
+
+@contextmanager
+def reading(what: str) -> Iterator[None]:
+    """Turn a failed read in the block (any OSError) into ReadFailed naming `what` (e.g. "the
+    source file /x/a.png could not be read"), raised from the OSError: a copy wraps only its
+    reads in it, so its source's read error is never told as a failed write of its target."""
+    try:
+        yield
+    except OSError as err:
+        raise ReadFailed(what, err.strerror or str(err) or type(err).__name__) from err
+
+
 def os_error_text(err: OSError) -> str:
     """An OSError as one line: "Read-only file system: PATH" ("... -> PATH2" for a rename)."""
     if err.strerror is None:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from lorastudio import json_read
+from lorastudio.staged_files import staging_path
 
 RECORD_VERSION = 1
 HISTORY_DIR = "run_timings"
@@ -249,7 +250,7 @@ def write_record(home: Path, name: str, record: dict[str, Any]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
     path = folder / f"{stamp}-{name}.json"
-    staged = path.with_suffix(".json.part")
+    staged = staging_path(path)  # staged_files.py: a killed writer's is removed at a server start
     try:
         staged.write_text(json.dumps({"version": RECORD_VERSION, **record}, indent=1))
         os.replace(staged, path)

@@ -131,11 +131,11 @@ def test_an_import_stopped_part_way_leaves_no_dataset_and_runs_again(
     real = mask_import.copy_masks
     staged: list[Path] = []
 
-    def stopped(plan: Any, target: Path, *rest: Any) -> Any:
+    def stopped(plan: Any, target: Path, *rest: Any, **named: Any) -> Any:
         staged.append(target)
         if len(staged) == stop_at:  # this folder's images are stored, its masks to come
             raise RuntimeError("killed here")
-        return real(plan, target, *rest)
+        return real(plan, target, *rest, **named)
 
     monkeypatch.setattr(mask_import, "copy_masks", stopped)
     args = ["datasets", "import", str(src), "--name", "k", "--kohya", "--reg", str(reg)]

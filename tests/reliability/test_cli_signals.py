@@ -77,7 +77,13 @@ def test_a_signal_mid_import_leaves_no_staging_folder(sig: signal.Signals, sampl
     from lorastudio.settings import get_settings
 
     code, out, err = _run(
-        ("shutil", "copyfileobj", 3), sig, "datasets", "import", str(sample_dataset), "--name", "cut"
+        ("lorastudio.data.uploads", "copy_stream", 3),
+        sig,
+        "datasets",
+        "import",
+        str(sample_dataset),
+        "--name",
+        "cut",
     )
     assert code == (143 if sig == signal.SIGTERM else 130), (code, out, err)
     assert "Traceback" not in err, err

@@ -29,12 +29,13 @@ from polling import until
 
 SRC = str(Path(lorastudio.__file__).resolve().parents[1])
 
-# The child: the real CLI, whose AFTER-th shutil.copyfileobj (an upload's file copy) writes READY
-# and then waits to be killed (it is never let go).
+# The child: the real CLI, whose AFTER-th copy_stream (an upload's file copy) writes READY and
+# then waits to be killed (it is never let go).
 CHILD = """
-import shutil, sys, time
+import sys, time
+import lorastudio.data.uploads as uploads
 ready, after = sys.argv[1], int(sys.argv[2])
-real, calls = shutil.copyfileobj, [0]
+real, calls = uploads.copy_stream, [0]
 
 def paused(*args, **kwargs):
     calls[0] += 1
@@ -44,7 +45,7 @@ def paused(*args, **kwargs):
             time.sleep(1)
     return real(*args, **kwargs)
 
-shutil.copyfileobj = paused
+uploads.copy_stream = paused
 from lorastudio.cli.app import main
 sys.argv = ["lorastudio", *sys.argv[3:]]
 main()

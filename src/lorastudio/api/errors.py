@@ -64,6 +64,7 @@ from lorastudio.errors import (
     NoSpaceLeft,
     NotFound,
     PathOutsideRoot,
+    ReadFailed,
     ServerStopping,
     UnknownFamily,
     WriteFailed,
@@ -85,6 +86,7 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
     HubAccessDenied: 403,  # the hub refused the token or the repo: not a lorastudio auth failure
     HubTokenMissing: 400,
     NotFound: 404,
+    ReadFailed: 500,  # a file being copied could not be read (an upload's spooled body)
     WriteFailed: 500,  # a write refused for another reason than a full disk (file too large, read-only)
     JobActive: 409,
     CaptionConflict: 409,  # the caption changed since the editor read it (the current one in the body)

@@ -15,6 +15,7 @@ from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.single_file import is_single_file
 from lorastudio.errors import ConfigError, FieldProblem, NotFound, writing
 from lorastudio.settings import Settings
+from lorastudio.staged_files import staging_path
 from lorastudio.user_paths import expand_user, is_dir, resolved
 
 ADDED_FILE = "added_models.json"
@@ -45,7 +46,7 @@ def added_folders(settings: Settings) -> list[Path]:
 def _write(settings: Settings, folders: list[Path]) -> None:
     target = added_list_path(settings)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp = staging_path(target)  # staged_files.py: a killed writer's is removed at a server start
     try:
         with writing("the list of added model folders could not be written", target):
             tmp.write_text(

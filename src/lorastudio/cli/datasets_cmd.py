@@ -178,10 +178,10 @@ def import_cmd(
             ) as batch:
                 for path in wanted:
                     with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
-                        batch.add(path.name, fh)
+                        batch.add(path.name, fh, source=path)
                 for slot, path in controls:  # checked as an upload's controls: an image with a target
                     with open_in_folder(path) as fh:
-                        batch.add(path.name, fh, slot=slot)
+                        batch.add(path.name, fh, slot=slot, source=path)
                 result = batch.commit()
         stems = _image_stems(target)
         copied = copy_masks(masks, target, settings.datasets_dir, stems)

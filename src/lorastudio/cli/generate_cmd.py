@@ -10,7 +10,6 @@ settings in its text chunks as a gallery image does (prompt, seed, and every set
 from __future__ import annotations
 
 import math
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from lorastudio.errors import (
     UnknownFamily,
     writing,
 )
+from lorastudio.staged_files import IMAGE_PARTIAL, remove_killed_staging, staging_path
 from lorastudio.user_paths import is_file, missing_file, publish_file
 
 IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
@@ -287,7 +287,8 @@ def _generate(
         negative_prompt=negative,
         controls=references,
     )
-    staging = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial")  # one per command
+    remove_killed_staging(out.parent, IMAGE_PARTIAL)  # what killed `generate --out` left there
+    staging = staging_path(out, IMAGE_PARTIAL)  # `.<name>.<pid>-<hex>.partial`: this command's
     recorded = {
         "prompt": prompt, "seed": seed, "family": spec.name, "base_model": base,
         **({"base_config": base_config} if base_config else {}),

@@ -188,10 +188,12 @@ def _write_all(parts: list[_Planned], root: Path, strict: bool) -> list[list[tup
                 for folder in part.folders:
                     staged = staged_root / part.names[folder]
                     refused += _stage_folder(
-                        settings, part.plan, folder, part.controls[folder], staged, strict
+                        settings, part.plan, folder, part.controls[folder], staged, strict, root / staged.name
                     )
                     stems = set(dataset_images(staged))
-                    copied = copy_masks(part.masks[folder], staged, settings.datasets_dir, stems)
+                    copied = copy_masks(
+                        part.masks[folder], staged, settings.datasets_dir, stems, shown=root / staged.name
+                    )
                     summary = dataset_summary(staged)
                     lines.append(
                         f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned"
@@ -234,10 +236,11 @@ def _staging_folder(datasets_dir: Path) -> tuple[Path, int | None]:
 
 
 def _stage_folder(
-    settings: Any, plan: Any, folder: str, controls: Any, staged: Path, strict: bool
+    settings: Any, plan: Any, folder: str, controls: Any, staged: Path, strict: bool, dataset: Path
 ) -> list[tuple[str, str]]:
     """Check and store kohya `folder`'s images, controls and metadata.jsonl as the dataset folder
-    `staged` (an upload's checks: data/uploads.py); returns the refused files, with their reasons."""
+    `staged` (an upload's checks: data/uploads.py); returns the refused files, with their reasons.
+    A failure names `dataset`, the folder `staged` becomes, and a failed read the source file."""
     import io
 
     from lorastudio.data.safe_open import open_in_folder
@@ -246,15 +249,15 @@ def _stage_folder(
     rows = [r for r in plan.rows if r["kohya_folder"] == folder]
     with UploadBatch(
         settings.datasets_dir, staged, settings.max_image_pixels, settings.max_decode_pixels,
-        strict=strict, decoded_dir=settings.decoded_record_dir,
+        strict=strict, decoded_dir=settings.decoded_record_dir, shown=dataset,
     ) as batch:  # fmt: skip
         for path, name in plan.images:
             if path.parent.name == folder:
                 with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
-                    batch.add(name, fh)
+                    batch.add(name, fh, source=path)
         for slot, path in controls[0]:  # checked as an upload's controls
             with open_in_folder(path) as fh:
-                batch.add(path.name, fh, slot=slot)
+                batch.add(path.name, fh, slot=slot, source=path)
         table = "".join(json.dumps({"file_name": r["file_name"], "text": r["text"]}) + "\n" for r in rows)
         batch.add("metadata.jsonl", io.BytesIO(table.encode("utf-8")))
         return [(f"{folder}/{f}", why) for f, why in batch.commit().refused]

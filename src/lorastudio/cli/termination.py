@@ -35,11 +35,12 @@ def refusal_status(err: Exception) -> int:
     1 when the studio home is held by a server or a run (HomeInUse: the same command works once
     that process ends, as for `datasets caption`, `datasets delete`, `cache clear`) or the file
     system refused a write (WriteFailed: read-only, no permission, the file-size limit, an I/O
-    error; as an OSError that reaches cli/app), 2 for every other refusal (a full disk's
-    NoSpaceLeft among them). `train` and `serve` exited 2 for a held home."""
-    from lorastudio.errors import HomeInUse, WriteFailed
+    error; as an OSError that reaches cli/app) or a read of a file being copied (ReadFailed: an
+    I/O error of an import's source), 2 for every other refusal (a full disk's NoSpaceLeft among
+    them). `train` and `serve` exited 2 for a held home."""
+    from lorastudio.errors import HomeInUse, ReadFailed, WriteFailed
 
-    return COULD_NOT_STATUS if isinstance(err, HomeInUse | WriteFailed) else REFUSED_STATUS
+    return COULD_NOT_STATUS if isinstance(err, HomeInUse | ReadFailed | WriteFailed) else REFUSED_STATUS
 
 
 class Terminated(SystemExit):

@@ -42,7 +42,6 @@ import hashlib
 import json
 import os
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,6 +51,7 @@ from lorastudio.data.images import DECODE_RULES, ImageInfo
 from lorastudio.data.items import ImageItem, item_name
 from lorastudio.data.safe_open import FolderId, open_in_folder
 from lorastudio.errors import DatasetError
+from lorastudio.staged_files import staging_path
 
 if TYPE_CHECKING:
     from lorastudio.data.decode_progress import DecodeProgress
@@ -236,7 +236,7 @@ class DecodedRecord:
             "folder": str(self.folder),
             "files": {n: [*k, i.width, i.height, i.orientation] for n, (k, i) in sorted(self.files.items())},
         }
-        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.tmp")
+        tmp = staging_path(self.path)  # staged_files.py: a killed writer's is removed at a server start
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_text(json.dumps(body, separators=(",", ":")), encoding="utf-8")

@@ -62,6 +62,7 @@ from lorastudio.data.fingerprint import (  # noqa: F401 (re-exported: the cache'
 )
 from lorastudio.errors import CacheError
 from lorastudio.processes import process_alive
+from lorastudio.staged_files import staged_writer
 
 SCHEMA = "lorastudio-encoded-v1"
 KINDS = ("latents", "text")
@@ -92,7 +93,8 @@ def shard_path(root: Path, kind: str, model: str, key: str) -> Path:
 
 
 def staging_name(final: Path) -> Path:
-    """A temporary name beside `final`, unique to this process (renamed onto `final` when whole)."""
+    """A temporary name beside `final`, unique to this process (renamed onto `final` when whole):
+    `.<key>.safetensors.<pid>.tmp`, a staging name of lorastudio/staged_files.py's rule."""
     return final.with_name(f".{final.name}.{os.getpid()}.tmp")
 
 
@@ -275,8 +277,8 @@ def cache_leftovers(root: Path) -> list[Path]:
                 continue
             for prefix in _entries(model):
                 for path in _entries(prefix):
-                    staged = _STAGED.match(path.name)
-                    if staged and not process_alive(int(staged.group(1))):
+                    writer = staged_writer(path.name) if _STAGED.match(path.name) else None
+                    if writer is not None and not process_alive(writer):  # staged_files.py's rule
                         found.append(path)
     return found
 

@@ -18,7 +18,6 @@ upload (data/mask_upload.py) stages its files as such a source folder and runs t
 from __future__ import annotations
 
 import os
-import shutil
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -29,8 +28,8 @@ from lorastudio.data.images import probe_image
 from lorastudio.data.masks import MASKS_DIR, mask_files
 from lorastudio.data.paths import nfc, safe_component
 from lorastudio.data.safe_open import open_in_folder
-from lorastudio.data.writes import dataset_lock, make_dir, staged_write
-from lorastudio.errors import ConfigError, DatasetError, PathOutsideRoot
+from lorastudio.data.writes import copy_stream, dataset_lock, make_dir, staged_write
+from lorastudio.errors import ConfigError, DatasetError, PathOutsideRoot, writing
 
 
 @dataclass
@@ -128,10 +127,17 @@ def _size_problem(width: int, height: int, image: Path, max_pixels: int) -> str 
     return f"{width}x{height}, but {image.name} is {info.width}x{info.height} (a mask must have its image's size)"
 
 
-def copy_masks(plan: MaskPlan, dataset: Path, datasets_root: Path, image_stems: Collection[str]) -> list[str]:
+def copy_masks(
+    plan: MaskPlan,
+    dataset: Path,
+    datasets_root: Path,
+    image_stems: Collection[str],
+    shown: Path | None = None,
+) -> list[str]:
     """Copy the plan's good masks whose image is in the dataset now (`image_stems`) into
     `dataset`/masks/ under the dataset's lock (stems compared in NFC); returns the file names
-    copied."""
+    copied. A read of a mask that fails is ReadFailed naming it; a write WriteFailed /
+    NoSpaceLeft naming the dataset (`shown`: its path where `dataset` is a staging folder)."""
     stems = {nfc(s) for s in image_stems}
     wanted = [(p, n) for p, n in plan.good if Path(n).stem in stems]
     if not wanted:
@@ -142,8 +148,15 @@ def copy_masks(plan: MaskPlan, dataset: Path, datasets_root: Path, image_stems: 
             raise DatasetError(f"{target} is a symbolic link", [f"{target}: links are not followed"])
         make_dir(target)
         for path, name in wanted:
-            with open_in_folder(path) as src, staged_write(target / name) as tmp, open(tmp, "wb") as out:
-                shutil.copyfileobj(src, out)
+            with (
+                open_in_folder(path) as src,
+                writing(
+                    f"the mask {name} of {(shown or dataset).name} could not be written", shown or dataset
+                ),
+                staged_write(target / name) as tmp,
+                open(tmp, "wb") as out,
+            ):
+                copy_stream(src, out, f"the source file {path}")
                 out.flush()
                 os.fsync(out.fileno())
     return [n for _, n in wanted]

@@ -24,8 +24,8 @@ from typing import BinaryIO
 from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks, stored_name
 from lorastudio.data.masks import MASKS_DIR
 from lorastudio.data.uploads import STAGING_DIR, UploadResult
-from lorastudio.data.writes import make_dir
-from lorastudio.errors import DatasetError
+from lorastudio.data.writes import copy_stream, make_dir
+from lorastudio.errors import DatasetError, writing
 
 MASK_FIELD = "mask"  # the multipart field name of a loss mask
 
@@ -62,8 +62,15 @@ def upload_masks(
                     (f"{MASKS_DIR}/{safe}", f"sent {sent[safe]} times in one upload (which one?): send one")
                 )
             else:
-                with open(folder / safe, "wb") as out:
-                    shutil.copyfileobj(stream, out)
+                with (
+                    writing(
+                        f"{safe} of the mask upload to {dataset.name} could not be stored",
+                        dataset,
+                        show_file=False,
+                    ),
+                    open(folder / safe, "wb") as out,
+                ):  # a failed read of the upload is ReadFailed
+                    copy_stream(stream, out, f"the uploaded file {name}")
         images = dataset_images(dataset)
         plan = plan_masks(staging, images, dataset, max_pixels)
         refused = sorted(refused + plan.refused)

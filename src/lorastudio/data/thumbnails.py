@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import uuid
 from functools import lru_cache
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from lorastudio.data.images import (
 )
 from lorastudio.errors import LorastudioError
 from lorastudio.file_version import version_of
+from lorastudio.staged_files import staging_path
 
 CACHE_MAX_FILES = 20_000
 PRUNE_EVERY = 200  # writes between two checks of the cache's size
@@ -180,7 +180,7 @@ def _store(target: Path, data: bytes) -> None:
     """Write `data` to `target` through a hidden staging file and a rename; prune sometimes."""
     global _writes
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    tmp = staging_path(target)  # staged_files.py: a killed writer's is removed at a server start
     try:
         tmp.write_bytes(data)
         os.replace(tmp, target)

@@ -53,10 +53,9 @@ from lorastudio.data.upload_pairs import (
     make_control_folder,
     unmatched_controls,
 )
-from lorastudio.data.writes import dataset_lock, make_dir
+from lorastudio.data.writes import copy_stream, dataset_lock, make_dir
 from lorastudio.errors import ConfigError, DatasetError, PathOutsideRoot, is_no_space, writing
 
-_COPY_CHUNK = 1 << 20
 # Images refused with their own reason (the web picker's accept list leaves them out too).
 REFUSED_IMAGE_EXTENSIONS = (".bmp", ".dib")
 
@@ -108,7 +107,9 @@ class UploadBatch:
     Use as `with UploadBatch(...) as batch: batch.add(name, stream); batch.commit()`; leaving
     the block without commit (or with an error) deletes the staging folder. By default the good
     files are stored and the bad ones refused with their reasons (a caption whose image was
-    refused is refused too); `strict=True` refuses the whole batch when any file is bad."""
+    refused is refused too); `strict=True` refuses the whole batch when any file is bad.
+    `shown`: the dataset's path as a failure names it where `dataset_dir` is a staging folder (a
+    kohya import stages whole datasets: cli/kohya_import.py); `dataset_dir` when None."""
 
     def __init__(
         self,
@@ -118,8 +119,10 @@ class UploadBatch:
         decode_pixels: int = DEFAULT_DECODE_PIXELS,
         strict: bool = False,
         decoded_dir: Path | None = None,
+        shown: Path | None = None,
     ):
         self.dataset_dir = dataset_dir
+        self.shown = dataset_dir if shown is None else shown
         self.decoded_dir = decoded_dir
         self._decoded: dict[
             str, tuple[FileKey | None, ImageInfo]
@@ -154,8 +157,8 @@ class UploadBatch:
         being stored (errors.writing), never the staging folder (issue 30)."""
         what = f"{name} of " if name else ""
         with writing(
-            f"{what}the upload to {self.dataset_dir.name} could not be stored",
-            self.dataset_dir,
+            f"{what}the upload to {self.shown.name} could not be stored",
+            self.shown,
             show_file=False,
         ):
             yield
@@ -184,10 +187,12 @@ class UploadBatch:
         """Record the file `name` as refused for `reason` without staging it (reported by commit)."""
         self._refuse(name, reason)
 
-    def add(self, name: str, stream: BinaryIO, slot: str | None = None) -> None:
+    def add(self, name: str, stream: BinaryIO, slot: str | None = None, source: Path | None = None) -> None:
         """Stage one file; `slot`: the control folder of a control image ("control", "control_2"
-        ...: data/upload_pairs.py), None for a dataset file. A bad name or kind is recorded as
-        refused (reported by commit)."""
+        ...: data/upload_pairs.py), None for a dataset file; `source`: the file `stream` reads (an
+        import's), None for an upload's. A bad name or kind is recorded as refused (reported by
+        commit). A read of `stream` that fails is ReadFailed naming the source file (or the
+        uploaded file `name`), a write that fails WriteFailed / NoSpaceLeft naming the dataset."""
         try:
             name = safe_component(name, field="file name")  # stored under its NFC form
             kind = upload_kind(name)
@@ -208,7 +213,7 @@ class UploadBatch:
         if slot is not None:
             (self.staging / slot).mkdir(exist_ok=True)
         with self._no_space(name), (self.staging / name).open("wb") as out:
-            shutil.copyfileobj(stream, out, _COPY_CHUNK)
+            copy_stream(stream, out, f"the source file {source}" if source else f"the uploaded file {name}")
         self._names[name] = kind
 
     def commit(self) -> UploadResult:

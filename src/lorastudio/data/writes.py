@@ -17,8 +17,10 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from lorastudio import json_read
+from lorastudio.errors import reading
 
 LOCKS_DIR = ".locks"  # hidden folder under the datasets root: one lock file per dataset name
 RENAMES_JOURNAL = ".renames.journal"  # in a dataset folder: renames its lock's killed holder left
@@ -143,3 +145,19 @@ def staged_write(target: Path) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+COPY_CHUNK = 1 << 20  # bytes a copy reads at a time
+
+
+def copy_stream(source: BinaryIO, out: BinaryIO, what: str, chunk: int = COPY_CHUNK) -> None:
+    """Copy `source` to its end into `out`. A read of `source` that fails is ReadFailed naming
+    `what` ("the source file /x/a.png", errors.reading); a write into `out` that fails is the
+    OSError, for the caller's `errors.writing` naming its target: an upload's or an import's
+    read error of its source (EIO) is never told as a failed write into the dataset."""
+    while True:
+        with reading(f"{what} could not be read"):
+            data = source.read(chunk)
+        if not data:
+            return
+        out.write(data)

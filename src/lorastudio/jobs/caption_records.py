@@ -31,6 +31,7 @@ from typing import Any
 from lorastudio.durable import fsync_path
 from lorastudio.jobs.caption_job import now_iso
 from lorastudio.processes import process_gone, start_token
+from lorastudio.staged_files import staging_path
 
 log = logging.getLogger("lorastudio.jobs")
 
@@ -64,7 +65,7 @@ def write_record(home: Path, snapshot: dict[str, Any], who: dict[str, Any], crea
     folder = records_dir(home)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{snapshot['id']}.json"
-    tmp = folder / f".{snapshot['id']}.{os.getpid()}.tmp"
+    tmp = staging_path(target)  # staged_files.py: a killed writer's is removed at a server start
     record = {
         "version": VERSION, "job": snapshot, "owner": who, "recorded_at": now_iso(), "created_ns": created_ns
     }  # fmt: skip

@@ -54,6 +54,7 @@ from lorastudio import json_read
 from lorastudio.errors import DatasetBusy, writing
 from lorastudio.jobs.homelock import LOCK_NAME, lock_holders
 from lorastudio.processes import process_alive
+from lorastudio.staged_files import staging_path
 
 CLAIMS_DIR = "claims"
 BRIEF_WAIT_S = 30.0  # how long a take waits for brief edits (and a releasing holder) by default
@@ -165,7 +166,7 @@ class DatasetClaim:
         holders(path)  # removes the records that killed holders left
         record = claims / f"{key}.{os.getpid()}-{uuid.uuid4().hex[:8]}.holder"
         info = {"pid": os.getpid(), "mode": mode, "holder": holder, "dataset": str(root), "brief": brief}
-        staged = record.with_name(f".{record.name}.tmp")
+        staged = staging_path(record)  # staged_files.py: a killed taker's is removed at a server start
         try:
             with writing(f"the claim on dataset {root.name} could not be recorded", claims):
                 staged.write_text(json.dumps(info), encoding="utf-8")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import json_read
+from lorastudio.staged_files import staging_path
 
 LAUNCH_DIR_ENV = "LORASTUDIO_LAUNCH_DIR"  # the launch's report folder (the CLI's torchrun log folder)
 RUN_ID_ENV = "LORASTUDIO_CLI_RUN_ID"  # the run record's id, chosen by the launching command
@@ -154,7 +155,7 @@ def _how(code: int) -> str:
 
 def _write_json(path: Path, data: Any) -> None:
     """Write `data` to `path` whole (a temp file renamed over it); errors are ignored."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp = staging_path(path)
     with contextlib.suppress(OSError):
         temp.write_text(json.dumps(data))
         os.replace(temp, path)

@@ -13,7 +13,11 @@ a checkpoint's `outputs/<run>/checkpoints/.staging-*` or `.removing-*`, a sample
 (training/run_files.py: the run's staging names), a caption edit's
 `datasets/<name>/.<file>.<id>.tmp`, a generated image's or an uploaded reference's `gallery/.<file>.partial` / `gallery/references/.<id>.partial`, a gallery sidecar's `gallery/.<stem>.json.<id>.tmp` and the sidecar `gallery/<stem>.json` of an image killed between its two renames (its `.partial` beside it, no PNG), a latent or
 caption shard's `cache/encoded/<kind>/<model>/<xx>/.<key>.safetensors.<pid>.tmp` (kept while its
-writer lives: the cache may be outside the home and shared). A server start also prunes the encode
+writer lives: the cache may be outside the home and shared), and the staging files
+`.<name>.<pid>-<hex>.tmp` of the home's single-file writers (the added-models list, a claim's
+holder record, a caption job's record, the run timings, text signatures, decoded records,
+thumbnails, the attention probe's results) whose writer is gone: lorastudio/staged_files.py names
+them and holds the one rule (the pid in the name runs no process), as the encode cache's. A server start also prunes the encode
 cache to its cap (`start_cache_prune`, data/cache_prune.py), in its own thread.
 
 `start_leftover_cleanup` runs right after the server took the home lock (jobs/homelock.py): no
@@ -53,6 +57,7 @@ from lorastudio.data.writes import finish_journaled_renames
 from lorastudio.jobs.killed_notes import record_note
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
+from lorastudio.staged_files import home_staging
 from lorastudio.training.fresh_mark import read_mark
 from lorastudio.training.run_files import (
     FRESH_MARK,
@@ -97,6 +102,7 @@ def find_leftovers(settings: Settings) -> list[Path]:
             continue
         found += [p for p in _children(dataset) if _CAPTION_TMP.match(p.name) and p.is_file()]
     found += cache_leftovers(cache_root(settings))  # data/disk_cache.py: staged shards of dead writers
+    found += home_staging(settings.home)  # staged_files.py: the single-file writers' of dead writers
     gallery = settings.home / "gallery"  # jobs/gallery.py gallery_dir, jobs/references.py
     for folder in (gallery, gallery / "references"):
         found += [p for p in _children(folder) if _PARTIAL.match(p.name) and p.is_file()]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import stat
 import time
 import uuid
@@ -24,14 +23,14 @@ from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import probe_image
 from lorastudio.data.paths import safe_component
-from lorastudio.errors import ConfigError, DatasetError, FieldProblem, PathOutsideRoot
+from lorastudio.data.writes import copy_stream
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem, PathOutsideRoot, writing
 from lorastudio.jobs.gallery import MAX_SIDECAR_BYTES, gallery_dir
 from lorastudio.settings import Settings
 
 if TYPE_CHECKING:
     from lorastudio.families.base import Variant
 
-_COPY_CHUNK = 1 << 20
 # An uploaded reference no gallery image names is removed this long after its upload or last use: a page
 # that uploaded it keeps its id meanwhile (a request naming a removed one is a 400 saying so).
 ORPHAN_AFTER_S = 7 * 24 * 3600.0
@@ -56,8 +55,11 @@ def store_reference(
     ref_id = f"{uuid.uuid4().hex}{Path(name).suffix.lower()}"
     staging = folder / f".{ref_id}.partial"
     try:
-        with staging.open("wb") as out:
-            shutil.copyfileobj(stream, out, _COPY_CHUNK)
+        with (
+            writing(f"the reference {name} could not be stored", folder, show_file=False),
+            staging.open("wb") as out,
+        ):  # a failed read of the upload is ReadFailed
+            copy_stream(stream, out, f"the uploaded file {name}")
         try:
             probe_image(staging, settings.max_image_pixels, decode_pixels)
         except DatasetError as err:

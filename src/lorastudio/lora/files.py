@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
@@ -45,6 +44,7 @@ from lorastudio.lora.text_encoder_names import is_text_encoder_key
 from lorastudio.lora.text_encoders import (
     split_text_encoders,
 )
+from lorastudio.staged_files import LORA_STAGING, remove_killed_staging, staging_path
 from lorastudio.user_paths import MAX_NAME_BYTES, output_file_problem, publish_file
 
 Layout = Literal["diffusers", "kohya"]
@@ -217,7 +217,8 @@ def write_lora_file(
                 f" ({str(value.dtype).removeprefix('torch.')}: the source's values times its alpha / rank"
                 " do not fit it)"
             )
-    staged = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.staging")
+    remove_killed_staging(path.parent, LORA_STAGING)  # what killed writes left there (staged_files.py)
+    staged = staging_path(path, LORA_STAGING)  # `.<name>.<pid>-<hex>.staging`: this process's
     try:
         with writing(f"the LoRA file {path.name} could not be written", path):
             try:

@@ -21,7 +21,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 import torch
 
 from lorastudio import json_read
+from lorastudio.staged_files import staging_path
 from lorastudio.training.attention import KernelProbe
 
 log = logging.getLogger(__name__)
@@ -127,9 +127,9 @@ class ProbeCache:
         }
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            fd, staged = tempfile.mkstemp(prefix=".probe-", suffix=".json", dir=self.folder)
+            staged = staging_path(path)  # staged_files.py: a killed writer's is removed at a server start
             try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                with open(staged, "w", encoding="utf-8") as fh:
                     json.dump(data, fh, indent=1)
                 os.replace(staged, path)
             except BaseException:

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lorastudio.staged_files import staging_path
+
 if TYPE_CHECKING:
     import torch
 
@@ -125,7 +127,7 @@ def read_signature(path: Path) -> Signature | None:
 def write_signature(path: Path, signature: Signature) -> None:
     """Keep `signature` at `path` (staged, then renamed). A write that fails is skipped: the next
     run learns it again."""
-    staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staged = staging_path(path)  # staged_files.py: a killed writer's is removed at a server start
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         staged.write_text(json.dumps({k: [d, list(s)] for k, (d, s) in signature.items()}), encoding="utf-8")

@@ -56,7 +56,9 @@ def test_a_caption_job_whose_claim_cannot_be_written_is_withdrawn(
     real = Path.write_text
 
     def full(self: Path, *args: Any, **kwargs: Any) -> int:
-        if self.name.endswith(".holder.tmp"):  # the claim's record: the disk is full there
+        if ".holder." in self.name and self.name.endswith(
+            ".tmp"
+        ):  # the claim's record: the disk is full there
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
         return real(self, *args, **kwargs)
 

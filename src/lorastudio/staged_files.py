@@ -1,0 +1,166 @@
+"""The staging names of lorastudio's single-file writers, and the one rule that tells a killed
+writer's staging file from a live one's. No torch, no HTTP.
+
+A single-file writer writes `.<name>.<pid>-<hex>.<kind>` beside its target (`staging_path`: the
+writer's pid, a fresh id, the kind of staging) and renames it over the target. A kill -9 (or a
+power cut) between the two leaves the staging file, and nothing else ever writes that name. The
+rule (`killed_writers_staging`): such a file is a leftover once the pid its name carries runs no
+process (processes.process_alive); while that pid runs it is kept (its writer's, or a reused pid's:
+kept too, which is safe). Only a regular file is taken: never a link (nor what it points to), a
+folder or anything else; the user's folder is removed from through its descriptor.
+
+Who stages this way, and who removes their leftovers:
+- In the studio home (kind "tmp", `HOME_STAGING`): the added-models list (basemodels/added.py), a
+  dataset claim's holder record (jobs/dataset_claims.py), a caption job's record
+  (jobs/caption_records.py), the run timings (timings.py), the text signatures
+  (training/text_signature.py), the decoded records (data/decoded.py), the thumbnails
+  (data/thumbnails.py), the attention probe's results (training/probe_cache.py). A server start
+  removes them (`home_staging`, from jobs/leftovers.py); a CLI run beside the server (an import
+  takes a claim, writes decoded records) names its own pid, so its files are kept while it runs.
+  The encode cache's shards (data/disk_cache.py, possibly outside the home and shared) stage as
+  `.<key>.safetensors.<pid>.tmp` and follow the same rule (`staged_writer`).
+- In a folder the user named (kind "staging" for `lora convert|merge|resize` and a run's LoRA
+  files, lora/files.py; "partial" for `generate --out`, cli/generate_cmd.py): the next such write
+  into that folder removes what killed writers of its kind left there (`remove_killed_staging`).
+  Older staging names carry no pid (`.<name>.<hex>.staging`): their writer cannot be told, kept.
+
+A writer on another host or in another pid namespace sharing the folder (a network file system,
+containers) cannot be told by its pid: the home is one host's (jobs/homelock.py); a user's output
+folder written from two such places at once is not covered (RELIABILITY Known problems).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import uuid
+from pathlib import Path
+
+from lorastudio.processes import process_alive
+
+log = logging.getLogger("lorastudio.jobs")
+
+TMP = "tmp"  # the home's single-file writers
+LORA_STAGING = "staging"  # a LoRA file a command or a run writes (lora/files.py)
+IMAGE_PARTIAL = "partial"  # an image `generate --out` writes (cli/generate_cmd.py)
+ID_HEX = 6  # `-<hex>` after the pid: 24 bytes of affixes in all at most, user_paths.MAX_NAME_BYTES
+NAME_MAX = 255  # bytes of one file name (ext4 / xfs / btrfs)
+
+# The home's folders where the single-file writers above stage ("" is the home itself; a `*`
+# part is every sub-folder of that name's folder, as the thumbnails' <xx>/ prefixes).
+HOME_STAGING = (
+    "",  # added_models.json (basemodels/added.py)
+    "claims",  # <key>.<pid>-<hex>.holder (jobs/dataset_claims.py)
+    "caption-jobs",  # <id>.json (jobs/caption_records.py)
+    "run_timings",  # <stamp>-<name>.json (timings.py)
+    "cache/text-signatures",  # training/text_signature.py
+    "cache/decoded",  # data/decoded.py
+    "cache/attention-probe",  # training/probe_cache.py
+    "cache/thumbs/*",  # data/thumbnails.py (cache/thumbs/<xx>/<key>.jpg)
+)
+
+# `.<name>.<pid>-<hex>.<kind>`; the home's older `.<name>.<pid>.tmp` (and the encode cache's) too.
+# An older user-folder name `.<name>.<8 hex>.staging` is no pid even where its hex is all digits:
+# a pid without its `-<hex>` is taken for kind "tmp" only.
+_STAGED = re.compile(
+    rf"^\.(?:.+\.)?(?P<pid>[1-9][0-9]{{0,9}})(?P<id>-[0-9a-f]{{{ID_HEX}}})?\.(?P<kind>[a-z]+)$"
+)
+
+
+def staging_path(target: Path, kind: str = TMP) -> Path:
+    """A fresh hidden staging name beside `target`: `.<name>.<pid>-<hex>.<kind>` (this process's
+    pid; `.<pid>-<hex>.<kind>` where the target's name is too long to fit in it)."""
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:ID_HEX]}.{kind}"
+    staged = target.with_name(f".{target.name}.{tag}")
+    if len(os.fsencode(staged.name)) > NAME_MAX:
+        staged = target.with_name(f".{tag}")
+    return staged
+
+
+def staged_writer(name: str, kind: str = TMP) -> int | None:
+    """The pid of the writer whose staging name of `kind` `name` is (`staging_path`, or the
+    encode cache's `.<key>.safetensors.<pid>.tmp`), else None."""
+    found = _STAGED.match(name)
+    if found is None or found.group("kind") != kind or (found.group("id") is None and kind != TMP):
+        return None
+    return int(found.group("pid"))
+
+
+def killed_writers_staging(folder: Path, kind: str = TMP) -> list[Path]:
+    """The regular files directly in `folder` (a link among them is never one) whose names are
+    staging names of `kind` of a writer that runs no more: what the rule above takes. A missing
+    or unreadable folder: none."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        return [folder / name for name in _killed(fd, kind)]
+    finally:
+        os.close(fd)
+
+
+def _killed(fd: int, kind: str) -> list[str]:
+    """The names in the folder open as `fd` that `killed_writers_staging` takes."""
+    found: list[str] = []
+    try:
+        entries = list(os.scandir(fd))
+    except OSError:
+        return []
+    for entry in entries:
+        pid = staged_writer(entry.name, kind)
+        if pid is None:
+            continue
+        try:
+            regular = entry.is_file(follow_symlinks=False)
+        except OSError:
+            continue
+        if regular and not process_alive(pid):
+            found.append(entry.name)
+    return found
+
+
+def home_staging(home: Path) -> list[Path]:
+    """What killed single-file writers left in the studio home's HOME_STAGING folders."""
+    found: list[Path] = []
+    for spec in HOME_STAGING:
+        for folder in _folders(home, spec):
+            found += killed_writers_staging(folder)
+    return found
+
+
+def remove_killed_staging(folder: Path, kind: str) -> list[Path]:
+    """Remove what killed writers of `kind` left in `folder` (`killed_writers_staging`), each
+    logged, through the folder's descriptor (a folder swapped for a link meanwhile is not
+    followed); one that cannot be removed is skipped. Returns the removed paths."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return []
+    removed: list[Path] = []
+    try:
+        for name in _killed(fd, kind):
+            try:
+                os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:  # another command removed it meanwhile
+                continue
+            except OSError as err:
+                log.warning("could not remove the staging file %s of a killed write: %s", folder / name, err)
+                continue
+            log.warning("removed the staging file %s of a killed write", folder / name)
+            removed.append(folder / name)
+    finally:
+        os.close(fd)
+    return removed
+
+
+def _folders(home: Path, spec: str) -> list[Path]:
+    """The folders of HOME_STAGING entry `spec` under `home` (links not followed)."""
+    if not spec.endswith("/*"):
+        return [home / spec] if spec else [home]
+    parent = home / spec[:-2]
+    try:
+        return [Path(e.path) for e in os.scandir(parent) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
