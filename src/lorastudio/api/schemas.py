@@ -337,7 +337,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     500: {
         "model": ErrorOut,
         "description": "a write refused for another reason than a full disk (WriteFailed: a file past the "
-        "size limit, a read-only folder), naming what, where and why; or another server failure",
+        "size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), "
+        "naming what, where and why; or another server failure",
     },
     507: {"model": ErrorOut, "description": "no space left on the disk the route writes (NoSpaceLeft)"},
 }

@@ -4,40 +4,38 @@ Every multi-file write of lorastudio stages into a hidden folder and renames it 
 every delete renames first and then removes. A kill -9 (or a power cut) in between leaves the
 hidden folder behind, for ever: an upload's or import's `datasets/.uploads/<id>/` (hundreds of
 MB; one a live CLI import or upload owns is kept, data/staging_owner.py, and the next `datasets`
-command or `train` removes a killed one's beside a server too), a run
-delete's `outputs/.deleting-<id>/` (tens of thousands of files), a model delete's
+command or `train` removes a killed one's beside a server too), a run delete's
+`outputs/.deleting-<id>/` (tens of thousands of files), a model delete's
 `models/.<name>.deleting-<id>/`, a tiny model's `models/.<name>.staging-<pid>-<id>/`, a LoRA
-export's `outputs/<run>/.staging-<id>/` (a snapshot's `outputs/<run>/loras/.staging-<id>/`),
-a checkpoint's `outputs/<run>/checkpoints/.staging-*` or `.removing-*`, a sample's
+export's `outputs/<run>/.staging-<id>/` (a snapshot's `outputs/<run>/loras/.staging-<id>/`), a
+checkpoint's `outputs/<run>/checkpoints/.staging-*` or `.removing-*`, a sample's
 `outputs/<run>/samples/.staging-<id>.png`, a validation record's `outputs/<run>/.staging-<id>.json`
-(training/run_files.py: the run's staging names), a caption edit's
-`datasets/<name>/.<file>.<id>.tmp`, a generated image's or an uploaded reference's `gallery/.<file>.partial` / `gallery/references/.<id>.partial`, a gallery sidecar's `gallery/.<stem>.json.<id>.tmp` and the sidecar `gallery/<stem>.json` of an image killed between its two renames (its `.partial` beside it, no PNG), a latent or
-caption shard's `cache/encoded/<kind>/<model>/<xx>/.<key>.safetensors.<pid>.tmp` (kept while its
-writer lives: the cache may be outside the home and shared), and the staging files
-`.<name>.<pid>-<hex>.tmp` of the home's single-file writers (the added-models list, a claim's
-holder record, a caption job's record, the run timings, text signatures, decoded records,
-thumbnails, the attention probe's results) whose writer is gone: lorastudio/staged_files.py names
-them and holds the one rule (the pid in the name runs no process), as the encode cache's. A server start also prunes the encode
-cache to its cap (`start_cache_prune`, data/cache_prune.py), in its own thread.
+(training/run_files.py: the run's staging names), a caption edit's `datasets/<name>/.<file>.<id>.tmp`,
+a generated image's or an uploaded reference's `gallery/.<file>.partial` /
+`gallery/references/.<id>.partial`, a gallery sidecar's `gallery/.<stem>.json.<id>.tmp` and the
+sidecar `gallery/<stem>.json` of an image killed between its two renames (its `.partial` beside it,
+no PNG), a latent or caption shard's `cache/encoded/<kind>/<model>/<xx>/.<key>.safetensors.<pid>.tmp`
+(kept while its writer lives: the cache may be outside the home and shared), and the staging files
+`.<name>.<pid>-<hex>.tmp` of the home's single-file writers (added models, claim holders, caption
+job records, run timings, text signatures, decoded records, thumbnails, probe results) whose writer
+is gone (lorastudio/staged_files.py: the names and the one rule, the pid in the name runs no
+process). A server start also prunes the encode cache to its cap (`start_cache_prune`,
+data/cache_prune.py), in its own thread.
 
 `start_leftover_cleanup` runs right after the server took the home lock (jobs/homelock.py): no
-other server and no CLI run writes to the home then, so none of these is in use. (A tiny-model
-staging folder names its writer's pid and is kept while that process lives: `lorastudio tiny`
-does not take the lock.) The folders are listed at once and removed in a background thread
-(removing 56,884 files takes a while; new staging folders have new names, so nothing the new
-server writes is touched), each logged with its size. Model fetches stage in
-`models/.<name>.fetching/`, which a later fetch resumes: not a leftover, kept. A run folder
-`outputs/<run>/` that holds nothing but folders (once its staging is gone) is one too: the run
-was killed before it wrote a file (loading, caching, its first checkpoint), and the empty folder
-refused its name to every new run while nothing in it could be resumed; a file or folder that no
-run writes (training/run_files.py: the one list) keeps it, logged. So is everything a run writes in
-the folder of a fresh run killed before its first checkpoint or LoRA (run_files.killed_fresh: the
-run created and marked the folder, so its listed entries are that session's): samples, LoRA
-snapshots, the validation record, tracker logs, then the folders by rmdir only; that run's record
-gets the note of what went (`note_killed_runs`, jobs/killed_notes.py). Nothing in an output
-folder is removed through a link (run_files.remove_entry). `lorastudio train` (which
-shares the home with other CLI runs, so takes no exclusive lock) removes the output folders' part
-of these at its start, for the folders no live run holds (`remove_abandoned_runs`).
+other server and no CLI run writes to the home then (a tiny model's staging, `lorastudio tiny`
+takes no lock, is kept while its pid lives). Listed at once, removed in a background thread, each
+logged with its size. A fetch's `models/.<name>.fetching/` is kept (a later fetch resumes it). A
+run folder `outputs/<run>/` holding only folders (its staging gone) is one too: a run killed before
+its first file, whose empty folder refused its name to every new run; a file or folder no run
+writes (training/run_files.py: the one list) keeps it, logged. So is everything a run writes in the
+folder of a fresh run killed before its first checkpoint or LoRA (run_files.killed_fresh: its
+marked folder's listed entries are that session's): samples, LoRA snapshots, the validation record,
+tracker logs, then the folders by rmdir only; that run's record gets the note of what went
+(`note_killed_runs`, jobs/killed_notes.py). Nothing in an output folder is removed through a link
+(run_files.remove_entry). `lorastudio train` (no exclusive lock: other CLI runs share the home)
+removes the output folders' part of these at its start, for the folders no live run holds
+(`remove_abandoned_runs`).
 """
 
 from __future__ import annotations

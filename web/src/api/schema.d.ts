@@ -5377,7 +5377,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -5490,7 +5490,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -5603,7 +5603,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -5695,7 +5695,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -5792,7 +5792,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -5886,7 +5886,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -5998,7 +5998,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -6090,7 +6090,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -6189,7 +6189,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -6301,7 +6301,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -6398,7 +6398,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -6501,7 +6501,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -6626,7 +6626,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -6751,7 +6751,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -6877,7 +6877,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7001,7 +7001,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7114,7 +7114,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7211,7 +7211,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7345,7 +7345,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7444,7 +7444,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7545,7 +7545,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7657,7 +7657,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7917,7 +7917,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8029,7 +8029,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8121,7 +8121,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8216,7 +8216,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8329,7 +8329,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8454,7 +8454,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8548,7 +8548,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8640,7 +8640,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8763,7 +8763,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8875,7 +8875,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8972,7 +8972,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -9064,7 +9064,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -9185,7 +9185,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -9279,7 +9279,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -9391,7 +9391,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -9485,7 +9485,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -9595,7 +9595,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -9689,7 +9689,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -9783,7 +9783,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -9898,7 +9898,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -9992,7 +9992,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -10092,7 +10092,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -10189,7 +10189,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -10283,7 +10283,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -10408,7 +10408,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -10502,7 +10502,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -10613,7 +10613,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -10710,7 +10710,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -10833,7 +10833,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -10956,7 +10956,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -11051,7 +11051,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -11174,7 +11174,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -11284,7 +11284,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -11394,7 +11394,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
                 headers: {
                     [name: string]: unknown;
