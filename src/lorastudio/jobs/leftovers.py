@@ -87,8 +87,8 @@ def find_leftovers(settings: Settings) -> list[Path]:
     """Every crash leftover in the home (see the module docstring), without touching them."""
     found: list[Path] = []
     found += stale_entries(settings.datasets_dir, unknown_too=True)  # a live CLI import's is held: kept
-    found += [p for p in _children(settings.outputs_dir) if _RUN_DELETE.match(p.name)]
-    found += [p for p in _children(settings.datasets_dir) if _RUN_DELETE.match(p.name)]  # dataset deletes
+    for folder in (settings.outputs_dir, settings.datasets_dir):  # run deletes, dataset deletes
+        found += [p for p in _children(folder) if _RUN_DELETE.match(p.name)]
     for item in _children(settings.models_dir):
         tiny = _TINY_STAGING.match(item.name)
         if _MODEL_DELETE.match(item.name) or (tiny and not process_alive(int(tiny.group(1)))):
@@ -104,8 +104,7 @@ def find_leftovers(settings: Settings) -> list[Path]:
     gallery = settings.home / "gallery"  # jobs/gallery.py gallery_dir, jobs/references.py
     for folder in (gallery, gallery / "references"):
         found += [p for p in _children(folder) if _PARTIAL.match(p.name) and p.is_file()]
-    found += _gallery_sidecar_leftovers(gallery)
-    return sorted(found)
+    return sorted(found + _gallery_sidecar_leftovers(gallery))
 
 
 def _gallery_sidecar_leftovers(gallery: Path) -> list[Path]:
