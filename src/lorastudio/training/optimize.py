@@ -1,9 +1,7 @@
 """The optimizer-step loop of a run (phase 3 of training/loop.py): batches from the bucket
 sampler, gradient accumulation, clipping, the divergence guard, the LR schedule, progress events,
 sample previews, checkpoints and the stop poll after every step. Resumed runs restore every piece
-of loop state (training/snapshot.py) before the first step.
-
-Micro-batches: training/micro_batches.py (batch_forward_backward).
+of loop state (training/snapshot.py) before the first step. Micro-batches: training/micro_batches.py.
 
 Pipelined steps (CUDA, one process, bf16/fp32, fused AdamW): the host reads a step's loss and
 gradient norm only after the NEXT step's forward/backward is queued, so the GPU never waits for
@@ -223,9 +221,8 @@ def optimize(
 
 def _fused(optimizer: torch.optim.Optimizer) -> bool:
     """Whether `optimizer` is a fused Adam(W): the one kind that skips a step on the device."""
-    return isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW) and bool(
-        optimizer.defaults.get("fused")
-    )
+    fused_adam = isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW)
+    return fused_adam and bool(optimizer.defaults.get("fused"))
 
 
 @dataclass
@@ -300,7 +297,7 @@ def _record(
     state.steps_run = flight.step
     state.losses.append(loss)
     parts.meter.step_done(loss, flight.samples)
-    if parts.meter.session_steps == 1:  # where its compile's time went (training/first_step_report)
+    if parts.meter.session_steps == 1:  # where its compile's time went
         log_first_step_compile(parts.meter.first_step_seconds or 0.0)
     emit(
         Progress(
