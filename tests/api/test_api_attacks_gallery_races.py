@@ -37,16 +37,16 @@ def test_an_image_deleted_while_the_gallery_is_listed_is_left_out(
     settings: Settings, client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = _gallery(settings, ("kept", "gone"))
-    read = gallery_module._sidecar
+    read = gallery_module.read_sidecar
 
     def read_then_delete(path: Path) -> dict:
         meta = read(path)
-        if path.stem == "gone":  # the other tab's DELETE lands after the glob saw the PNG
+        if path.stem == "gone":  # the other tab's DELETE lands after the scan saw the PNG
             (folder / "gone.png").unlink()
             path.unlink()
         return meta
 
-    monkeypatch.setattr(gallery_module, "_sidecar", read_then_delete)
+    monkeypatch.setattr(gallery_module, "read_sidecar", read_then_delete)
     answer = client.get("/api/gallery")
     assert answer.status_code == 200, answer.text
     assert [i["file"] for i in answer.json()["images"]] == ["kept.png"]

@@ -219,7 +219,11 @@ class GalleryImage(_Out):
 
 
 class GalleryList(_Out):
-    images: list[GalleryImage]
+    images: list[GalleryImage] = Field(description="the page, newest first")
+    total: int = Field(description="the images in the gallery")
+    next_cursor: str | None = Field(
+        description="give it as `cursor` for the next page; null after the last page"
+    )
 
 
 class GalleryDeleted(_Out):

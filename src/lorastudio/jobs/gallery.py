@@ -3,7 +3,8 @@
 Each image is `<stamp>-<seed>-<id>.png` with its settings sidecar `<stem>.json` (written by
 jobs/generation.py: the sidecar first, the image last). Nothing here follows a link: a linked
 image is not listed or deleted, a linked sidecar not read or deleted; a sidecar that is not a
-regular file (a FIFO would block) or over MAX_SIDECAR_BYTES is read as none."""
+regular file (a FIFO would block) or over MAX_SIDECAR_BYTES is read as none. The listing is
+paged (gallery_page) and reads each sidecar once per file version (gallery_sidecars)."""
 
 from __future__ import annotations
 
@@ -13,58 +14,78 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from lorastudio import json_read
 from lorastudio.data.paths import safe_component
-from lorastudio.errors import NotFound
+from lorastudio.errors import ConfigError, NotFound
+from lorastudio.jobs.gallery_sidecars import MAX_SIDECAR_BYTES, read_sidecar
 from lorastudio.settings import Settings
 
-MAX_SIDECAR_BYTES = 2**20  # a sidecar read (ours are a few KB: the prompts are capped)
+__all__ = ["MAX_SIDECAR_BYTES", "delete_gallery_image", "gallery_dir", "gallery_page"]
 
 
 def gallery_dir(settings: Settings) -> Path:
     return settings.home / "gallery"
 
 
-def gallery_images(settings: Settings) -> list[dict[str, Any]]:
-    """The gallery's PNGs, newest first, each with its sidecar's fields (prompt, seed, loras,
-    ...; absent when the sidecar is missing or unreadable) and "created" (mtime). Regular files
-    only; one deleted while the listing is made is left out."""
-    folder = gallery_dir(settings)
-    if not folder.is_dir():
-        return []
+CURSOR_PATTERN = r"^[0-9]{1,20}:[^/\\\x00]{1,255}$"  # "<mtime_ns>:<file>" of a page's last image
+
+
+def gallery_page(settings: Settings, limit: int, cursor: str | None = None) -> dict[str, Any]:
+    """A page of the gallery's PNGs, newest first (by mtime_ns, then file name, both
+    descending): {"images": at most `limit`, each with its sidecar's fields (prompt, seed,
+    loras, ...; absent when the sidecar is missing or unreadable) and "created" (mtime);
+    "total": the images in the gallery; "next_cursor": give it as `cursor` for the next page,
+    None after the last}. `cursor` (a page's next_cursor) starts the page after that page's last
+    image, so an image made meanwhile (newer than every listed one) is neither repeated nor
+    makes one skipped, and a deleted one does not move the boundary.
+
+    Only the page's sidecars are read, each once per file version (gallery_sidecars). Regular
+    files only (a link or a folder named *.png is left out); one deleted while the listing is
+    made is left out (`total` may still count it)."""
+    after = _cursor_key(cursor) if cursor else None
+    entries = _pngs(gallery_dir(settings))
+    entries.sort(reverse=True)
+    rest = entries if after is None else [e for e in entries if e[:2] < after]
+    page = rest[:limit]
     images = []
-    for png in folder.glob("*.png"):
-        if png.name.startswith("."):
-            continue
-        meta = _sidecar(png.with_suffix(".json"))
-        try:  # a PNG deleted since the glob (DELETE, a user's rm) is no longer listed, never a 500
-            st = os.stat(png, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISREG(st.st_mode):  # a link (not followed), a folder named *.png
-            continue
-        images.append({**meta, "file": png.name, "created": st.st_mtime})
-    images.sort(key=lambda item: (item["created"], item["file"]), reverse=True)
-    return images
+    for _ns, _name, mtime, path in page:
+        meta = read_sidecar(path.with_suffix(".json"))
+        if os.path.lexists(path):  # one deleted while its sidecar was read is left out
+            images.append({**meta, "file": path.name, "created": mtime})
+    more = len(rest) > limit
+    return {
+        "images": images,
+        "total": len(entries),
+        "next_cursor": f"{page[-1][0]}:{page[-1][1]}" if more else None,
+    }
 
 
-def _sidecar(path: Path) -> dict[str, Any]:
-    """The fields of settings sidecar `path`; {} when it is missing, unreadable, not a JSON
-    object, over MAX_SIDECAR_BYTES, or not a regular file (a link is not followed, a FIFO not
-    waited on: opened without following or blocking)."""
+def _cursor_key(cursor: str) -> tuple[int, str]:
+    """(mtime_ns, file) of a cursor "<mtime_ns>:<file>"; ConfigError for another shape (the
+    route's pattern refuses those first)."""
+    ns, sep, name = cursor.partition(":")
+    if not (sep and ns.isdigit() and name):
+        raise ConfigError(f"not a gallery cursor: {cursor!r} (give a page's next_cursor)")
+    return int(ns), name
+
+
+def _pngs(folder: Path) -> list[tuple[int, str, float, Path]]:
+    """(mtime_ns, name, mtime, path) of each regular, not hidden *.png directly in `folder`
+    (stat'ed without following a link); [] when there is no such folder."""
+    found = []
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return {}
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return {}
-        raw = fh.read(MAX_SIDECAR_BYTES + 1)
-    try:
-        meta = json_read.loads(raw) if len(raw) <= MAX_SIDECAR_BYTES else None
-    except ValueError:  # UnicodeDecodeError included
-        return {}
-    return meta if isinstance(meta, dict) else {}
+        with os.scandir(folder) as it:
+            for entry in it:
+                if entry.name.startswith(".") or not entry.name.endswith(".png"):
+                    continue
+                try:  # a PNG deleted since the scan (DELETE, a user's rm) is not listed, never a 500
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISREG(st.st_mode):  # not a link (not followed), a folder named *.png
+                    found.append((st.st_mtime_ns, entry.name, st.st_mtime, Path(entry.path)))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return found
 
 
 def delete_gallery_image(settings: Settings, file: str) -> list[str]:

@@ -151,8 +151,10 @@ export const api = {
     for (const f of files) form.append("files", f, f.name);
     return post<ReferencesResult>("/api/generate/references", form);
   },
-  /** The server's gallery, newest first, with each image's settings. */
-  gallery: (signal?: AbortSignal) => get<GalleryList>("/api/gallery", signal),
+  /** A page of the server's gallery, newest first, with each image's settings: the newest page,
+   * or the page after the one whose `next_cursor` is `cursor` (the server's default page size). */
+  gallery: (signal?: AbortSignal, cursor?: string) =>
+    get<GalleryList>(cursor ? `/api/gallery?cursor=${encodeURIComponent(cursor)}` : "/api/gallery", signal),
   /** Delete a gallery image and its settings sidecar (404 when it is gone). */
   deleteGalleryImage: (file: string) => del<GalleryDeleted>(`/api/gallery/${seg(file)}`),
   /** An image URL the server returned (gallery or generate), loadable by <img>. */

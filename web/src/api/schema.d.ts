@@ -405,9 +405,11 @@ export interface paths {
         };
         /**
          * Gallery
-         * @description The generated images, newest first, with their settings (prompt, seed, LoRAs, ...): of a
-         *     sidecar, the fields that fit the listing's shape (a damaged one costs its own fields, never
-         *     the listing).
+         * @description The generated images, newest first, a page at a time (`limit`; `cursor`: the previous
+         *     page's `next_cursor`, null after the last page; an image made meanwhile is never repeated or
+         *     makes one skipped), with their settings (prompt, seed, LoRAs, ...): of a sidecar, the fields
+         *     that fit the listing's shape (a damaged one costs its own fields, never the listing); `total`
+         *     counts every image. Only the page's sidecars are read, each once per file version.
          */
         get: operations["gallery_api_gallery_get"];
         put?: never;
@@ -2134,8 +2136,21 @@ export interface components {
         };
         /** GalleryList */
         GalleryList: {
-            /** Images */
+            /**
+             * Images
+             * @description the page, newest first
+             */
             images: components["schemas"]["GalleryImage"][];
+            /**
+             * Next Cursor
+             * @description give it as `cursor` for the next page; null after the last page
+             */
+            next_cursor: string | null;
+            /**
+             * Total
+             * @description the images in the gallery
+             */
+            total: number;
         };
         /** GenerateBody */
         GenerateBody: {
@@ -7475,7 +7490,12 @@ export interface operations {
     };
     gallery_api_gallery_get: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description images in the page */
+                limit?: number;
+                /** @description a page's next_cursor: the page after it (absent: the newest images) */
+                cursor?: string | null;
+            };
             header?: never;
             path?: never;
             cookie?: never;

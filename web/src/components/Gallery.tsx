@@ -65,21 +65,35 @@ export function Gallery({ images, selected, onSelect }: Props) {
 }
 
 /** The gallery's section: its count, the images, or why there are none (not loaded yet, none
- * made, or its load failed: said, with a retry, never "Loading…" for ever). `images` null: not loaded. */
+ * made, or its load failed: said, with a retry, never "Loading…" for ever), and "Show more" while
+ * the server has older pages. `images` null: not loaded; `total`: the gallery's image count. */
 export function GallerySection({
   images,
+  total,
   error,
   selected,
   onSelect,
   onRetry,
-}: Omit<Props, "images"> & { images: readonly GalleryImage[] | null; error: string | null; onRetry: () => void }) {
+  onMore,
+  loadingMore,
+}: Omit<Props, "images"> & {
+  images: readonly GalleryImage[] | null;
+  total?: number;
+  error: string | null;
+  onRetry: () => void;
+  /** Load the next page (absent: every image is shown). */
+  onMore?: () => void;
+  loadingMore?: boolean;
+}) {
+  const count = Math.max(total ?? 0, images?.length ?? 0);
   return (
     <>
       <div className="section-head">
         <h3>Gallery</h3>
         {images != null && (
           <span className="muted small">
-            {images.length} {images.length === 1 ? "image" : "images"}
+            {count > images.length ? `${images.length} of ` : ""}
+            {count} {count === 1 ? "image" : "images"}
           </span>
         )}
       </div>
@@ -92,7 +106,14 @@ export function GallerySection({
         </>
       )}
       {images?.length ? (
-        <Gallery images={images} selected={selected} onSelect={onSelect} />
+        <>
+          <Gallery images={images} selected={selected} onSelect={onSelect} />
+          {onMore && (
+            <button type="button" className="secondary small" onClick={onMore} disabled={loadingMore}>
+              {loadingMore ? "Loading…" : "Show more"}
+            </button>
+          )}
+        </>
       ) : (
         <div className="empty card">
           {images

@@ -63,7 +63,7 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
   const galleryLoad = useRef<(select?: string) => Promise<void>>(async () => undefined);
   const view = useGenerationView((select) => galleryLoad.current(select));
   const { busy: sending, requestId, notice, errors, setErrors, general, setGeneral, changed, setChanged, staleBase, setStaleBase } = view;
-  const { gallery, galleryError, selected, setSelected, loadGallery, remove } = useGallery(setGeneral);
+  const { gallery, galleryTotal, hasMore, more, galleryError, selected, setSelected, loadGallery, remove } = useGallery(setGeneral);
   galleryLoad.current = loadGallery;
   // the LoRA-by-step grid (it outlives this screen): while it renders, nothing else is sent
   const grid = useStepGrid();
@@ -356,6 +356,9 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
       {gridPick && <StepGrid pick={gridPick} body={settings} generate={run} busy={busy} />}
       <GallerySection
         images={gallery}
+        total={galleryTotal}
+        onMore={hasMore ? () => void more.run() : undefined}
+        loadingMore={more.pending}
         error={galleryError}
         selected={selected?.file ?? null}
         onSelect={setSelected}

@@ -10,7 +10,7 @@ import contextlib
 import uuid
 from typing import Any
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
@@ -30,7 +30,7 @@ from lorastudio.api.schemas_files import (
 )
 from lorastudio.data import safe_component
 from lorastudio.errors import DatasetError, NotFound
-from lorastudio.jobs.gallery import delete_gallery_image, gallery_dir, gallery_images
+from lorastudio.jobs.gallery import CURSOR_PATTERN, delete_gallery_image, gallery_dir, gallery_page
 from lorastudio.jobs.generation import GenerationService
 from lorastudio.jobs.generation_inputs import GenerationRequest, LoraChoice
 from lorastudio.jobs.references import prune_orphans, reference_path, references_dir, store_reference
@@ -39,6 +39,7 @@ from lorastudio.settings import Settings
 CANCEL_RETRY_S = 0.05  # how often a left client's cancel is tried until its request is in flight
 MAX_REFERENCES = 10  # the most any family takes (FLUX.2 dev)
 REFERENCES_BODY_LIMIT = 200 * 2**20  # bytes: 10 large photos
+GALLERY_PAGE = 60  # GET /api/gallery's default page: a few hundred KB of settings at most
 
 router = APIRouter(tags=["generate"])
 
@@ -183,15 +184,28 @@ def reference_file(ref_id: str, settings: Settings = Depends(settings_dep)) -> D
 
 
 @router.get("/api/gallery", response_model=GalleryList)
-def gallery(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
-    """The generated images, newest first, with their settings (prompt, seed, LoRAs, ...): of a
-    sidecar, the fields that fit the listing's shape (a damaged one costs its own fields, never
-    the listing)."""
+def gallery(
+    limit: int = Query(default=GALLERY_PAGE, ge=1, le=1000, description="images in the page"),
+    cursor: str | None = Query(
+        default=None,
+        pattern=CURSOR_PATTERN,
+        max_length=300,
+        description="a page's next_cursor: the page after it (absent: the newest images)",
+    ),
+    settings: Settings = Depends(settings_dep),
+) -> dict[str, Any]:
+    """The generated images, newest first, a page at a time (`limit`; `cursor`: the previous
+    page's `next_cursor`, null after the last page; an image made meanwhile is never repeated or
+    makes one skipped), with their settings (prompt, seed, LoRAs, ...): of a sidecar, the fields
+    that fit the listing's shape (a damaged one costs its own fields, never the listing); `total`
+    counts every image. Only the page's sidecars are read, each once per file version."""
+    page = gallery_page(settings, limit, cursor)
     return {
+        **page,
         "images": [
             _fitting({**img, "url": f"/gallery/{img['file']}", "reference_urls": _reference_urls(img)})
-            for img in gallery_images(settings)
-        ]
+            for img in page["images"]
+        ],
     }
 
 
