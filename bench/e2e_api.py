@@ -139,13 +139,20 @@ def api_run(
         return timed, end - t0, job
     finally:
         stream.close()
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
+        end_server(proc)
+
+
+def end_server(proc: subprocess.Popen[bytes], grace_s: float = 60.0) -> None:
+    """Stop a `lorastudio serve` child: SIGTERM (it stops its workers), then SIGKILL after
+    `grace_s`; a no-op when it already ended."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(30)
 
 
 def wait_for_standby(log: Path, timeout_s: float = 180.0) -> float | None:

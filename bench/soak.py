@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 from PIL import Image
 
-from bench.e2e_api import _free_port, _wait_up
+from bench.e2e_api import _free_port, _wait_up, end_server
 
 STATUS_ROUTES = ("/api/train/status", "/api/runs", "/api/gallery", "/api/datasets", "/api/captions")
 
@@ -380,13 +380,7 @@ def main() -> None:
         if args.out:
             args.out.write_text(json.dumps(soak.rows, indent=1))
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
+        end_server(proc)
 
 
 if __name__ == "__main__":

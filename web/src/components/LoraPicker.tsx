@@ -138,18 +138,11 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable,
                   </label>
                   <span className="lora-tools">
                     {pick ? (
-                      <span className="scale">
-                        <input
-                          type="range"
-                          min={LORA_SCALE.min}
-                          max={LORA_SCALE.max}
-                          step={0.05}
-                          value={pick.scale}
-                          aria-label={`scale of ${label}`}
-                          onChange={(e) => setScale(l.name, step, Number(e.target.value))}
-                        />
-                        <code>{pick.scale.toFixed(2)}</code>
-                      </span>
+                      <ScaleSlider
+                        label={label}
+                        scale={pick.scale}
+                        onScale={(scale) => setScale(l.name, step, scale)}
+                      />
                     ) : (
                       <span className="muted small">{formatBytes(f.bytes)}</span>
                     )}
@@ -183,18 +176,11 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable,
                   </span>
                 </label>
                 <span className="lora-tools">
-                  <span className="scale">
-                    <input
-                      type="range"
-                      min={LORA_SCALE.min}
-                      max={LORA_SCALE.max}
-                      step={0.05}
-                      value={p.scale}
-                      aria-label={`scale of ${label}`}
-                      onChange={(e) => setScale(p.name, p.step ?? null, Number(e.target.value))}
-                    />
-                    <code>{p.scale.toFixed(2)}</code>
-                  </span>
+                  <ScaleSlider
+                    label={label}
+                    scale={p.scale}
+                    onScale={(scale) => setScale(p.name, p.step ?? null, scale)}
+                  />
                 </span>
               </li>
             );
@@ -223,5 +209,23 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable,
         </span>
       )}
     </div>
+  );
+}
+
+/** A picked LoRA's strength: a slider over LORA_SCALE and its value. */
+function ScaleSlider({ label, scale, onScale }: { label: string; scale: number; onScale: (scale: number) => void }) {
+  return (
+    <span className="scale">
+      <input
+        type="range"
+        min={LORA_SCALE.min}
+        max={LORA_SCALE.max}
+        step={0.05}
+        value={scale}
+        aria-label={`scale of ${label}`}
+        onChange={(e) => onScale(Number(e.target.value))}
+      />
+      <code>{scale.toFixed(2)}</code>
+    </span>
   );
 }
