@@ -19,7 +19,7 @@ from lorastudio.data.decoded import forget_record
 from lorastudio.data.paths import safe_component
 from lorastudio.data.safe_open import FolderId, folder_identity
 from lorastudio.data.writes import dataset_lock
-from lorastudio.errors import DatasetError, JobActive, NotFound
+from lorastudio.errors import DatasetError, JobActive, NotFound, writing
 
 TRASH_PREFIX = ".deleting-"
 
@@ -50,7 +50,9 @@ def delete_dataset(
         if hand_named.resolve() in in_use():
             raise JobActive(f"dataset {name!r} is used by a queued or running training job")
         identity = _identity(hand_named)
-        shutil.rmtree(_trash(datasets_root, hand_named))
+        with writing(f"the dataset {name} could not be deleted", hand_named):
+            trash = _trash(datasets_root, hand_named)
+        _remove(trash, name, hand_named)
         _forget(decoded_dir, hand_named, identity)
         return
     name = safe_component(name, field="dataset name")
@@ -62,12 +64,13 @@ def delete_dataset(
             raise JobActive(
                 f"dataset {name!r} is used by a queued or running training job; delete it when the job ends"
             )
-        if folder.is_symlink():
-            folder.unlink()
-            return
-        identity = _identity(folder)
-        trash = _trash(datasets_root, folder)
-    shutil.rmtree(trash)
+        with writing(f"the dataset {name} could not be deleted", folder):
+            if folder.is_symlink():
+                folder.unlink()
+                return
+            identity = _identity(folder)
+            trash = _trash(datasets_root, folder)
+    _remove(trash, name, folder)
     _forget(decoded_dir, folder, identity)
 
 
@@ -82,6 +85,16 @@ def _identity(folder: Path) -> FolderId | None:
 def _forget(decoded_dir: Path | None, folder: Path, identity: FolderId | None) -> None:
     if decoded_dir is not None and identity is not None:
         forget_record(decoded_dir, folder, identity)
+
+
+def _remove(trash: Path, name: str, folder: Path) -> None:
+    """Remove the moved-aside folder; a failed removal (a read-only or immutable file inside) is
+    WriteFailed naming the dataset (its files are already gone from listings; the rest of the
+    hidden folder is removed at the next server start, jobs/leftovers.py)."""
+    with writing(
+        f"the files of the deleted dataset {name} could not all be removed", folder, show_file=False
+    ):
+        shutil.rmtree(trash)
 
 
 def _trash(datasets_root: Path, folder: Path) -> Path:
