@@ -248,9 +248,9 @@ WRITE_FAILED_ERRNOS = frozenset({errno.EFBIG, errno.EROFS, errno.EACCES, errno.E
 
 # What a user does about each (a WriteFailed's message ends with it): the system's reason alone
 # ("Operation not permitted") named the file but not what to do.
-_NO_PERMISSION = "the server's user may not write there: give it write permission on that folder"
+_NO_PERMISSION = "the user running the studio may not write there: give it write permission on that folder"
 WRITE_ADVICE = {
-    errno.EFBIG: "the file passed the largest file the server may write (its process's file-size limit,"
+    errno.EFBIG: "the file passed the largest file the studio's process may write (its file-size limit,"
     " `ulimit -f`, or the file system's largest file): raise that limit, then retry",
     errno.EROFS: "that file system is read-only: make it writable (or move the studio home), then retry",
     errno.EACCES: f"{_NO_PERMISSION}, then retry",

@@ -88,3 +88,24 @@ def test_every_write_failure_says_what_to_do_and_never_names_a_staging_file(
     with pytest.raises(WriteFailed) as failed, writing("a.png of pets could not be deleted", tmp_path):
         raise OSError(code, os.strerror(code), str(other))
     assert f"{os.strerror(code)}: {other}; {WRITE_ADVICE[code]}" in str(failed.value)
+
+
+def test_a_dataset_delete_whose_files_stay_says_it_was_deleted_and_where_they_are(
+    client: TestClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder moved aside (gone from listings), then a file in it refused its removal (an
+    immutable file): the answer says the dataset is deleted and names the hidden folder left."""
+    assert client.post("/api/datasets/pets/files", files=[("files", ("a.png", _png()))]).status_code == 201
+
+    def refused(path: object) -> None:
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM), os.path.join(os.fsdecode(path), "a.png"))
+
+    monkeypatch.setattr(dataset_delete.shutil, "rmtree", refused)
+    resp = client.delete("/api/datasets/pets")
+    assert resp.status_code == 500 and resp.json()["error"] == "WriteFailed", resp.text
+    (trash,) = [p for p in settings.datasets_dir.iterdir() if p.name.startswith(dataset_delete.TRASH_PREFIX)]
+    assert resp.json()["detail"] == (
+        "write failed: the dataset pets was deleted, but some of its files could not be removed from its trash "
+        f"folder ({trash}): Operation not permitted; {WRITE_ADVICE[errno.EPERM]}"
+    )
+    assert client.get("/api/datasets").json()["datasets"] == []

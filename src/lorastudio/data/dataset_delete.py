@@ -52,7 +52,7 @@ def delete_dataset(
         identity = _identity(hand_named)
         with writing(f"the dataset {name} could not be deleted", hand_named):
             trash = _trash(datasets_root, hand_named)
-        _remove(trash, name, hand_named)
+        _remove(trash, name)
         _forget(decoded_dir, hand_named, identity)
         return
     name = safe_component(name, field="dataset name")
@@ -70,7 +70,7 @@ def delete_dataset(
                 return
             identity = _identity(folder)
             trash = _trash(datasets_root, folder)
-    _remove(trash, name, folder)
+    _remove(trash, name)
     _forget(decoded_dir, folder, identity)
 
 
@@ -87,13 +87,12 @@ def _forget(decoded_dir: Path | None, folder: Path, identity: FolderId | None) -
         forget_record(decoded_dir, folder, identity)
 
 
-def _remove(trash: Path, name: str, folder: Path) -> None:
+def _remove(trash: Path, name: str) -> None:
     """Remove the moved-aside folder; a failed removal (a read-only or immutable file inside) is
-    WriteFailed naming the dataset (its files are already gone from listings; the rest of the
-    hidden folder is removed at the next server start, jobs/leftovers.py)."""
-    with writing(
-        f"the files of the deleted dataset {name} could not all be removed", folder, show_file=False
-    ):
+    WriteFailed naming the dataset and that folder (the dataset is already gone from listings;
+    the next server start tries the rest of the hidden folder again, jobs/leftovers.py)."""
+    what = f"the dataset {name} was deleted, but some of its files could not be removed from its trash folder"
+    with writing(what, trash, show_file=False):
         shutil.rmtree(trash)
 
 
