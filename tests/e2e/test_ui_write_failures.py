@@ -118,6 +118,11 @@ def test_failed_writes_are_told_in_words_on_every_screen(
                 _immutable(folder, False)
             assert sorted(p.name for p in folder.iterdir()) == ["a.png", "a.txt"]
             assert (folder / "a.txt").read_text().strip() == "a cat"  # nothing half-done
+            # the folder writable again: the kept caption is saved by the next Tab out of it
+            page.get_by_label("caption of a.png").focus()
+            page.keyboard.press("Tab")
+            expect(page.locator('figure.thumb[data-file="a.png"] .caption-state .ok')).to_have_text("saved")
+            assert (folder / "a.txt").read_text().strip() == "a new caption"
 
         # a generation whose PNG passes the limit
         page.goto(f"{url}/#/generate")
