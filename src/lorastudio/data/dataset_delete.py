@@ -8,6 +8,7 @@ uses (jobs/leftovers.py `_RUN_DELETE`).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import uuid
@@ -19,14 +20,15 @@ from lorastudio.data.decoded import forget_record
 from lorastudio.data.paths import safe_component
 from lorastudio.data.safe_open import FolderId, folder_identity
 from lorastudio.data.writes import dataset_lock
-from lorastudio.errors import DatasetError, JobActive, NotFound, writing
+from lorastudio.errors import DatasetError, JobActive, NotFound, os_error_text, writing
 
 TRASH_PREFIX = ".deleting-"
+log = logging.getLogger(__name__)
 
 
 def delete_dataset(
     datasets_root: Path, name: str, in_use: Callable[[], set[Path]], decoded_dir: Path | None = None
-) -> None:
+) -> str | None:
     """Delete dataset `name` (one safe component) directly under `datasets_root`.
 
     Args:
@@ -40,6 +42,9 @@ def delete_dataset(
         ConfigError / PathOutsideRoot: a bad name.
         NotFound: no dataset folder of that name.
         JobActive: a queued or running job uses the dataset (nothing is changed).
+        WriteFailed / NoSpaceLeft: the folder could not be moved aside (nothing is changed).
+    Returns None, or where the folder, once moved aside (the dataset deleted), kept files its
+    removal could not remove (logged too; the next server start tries again: jobs/leftovers.py).
     A symbolic link of that name is only unlinked (its target is never touched). A folder made
     by hand under a name the studio cannot use (listed `usable: false`) is deleted by its listed
     name too.
@@ -52,9 +57,9 @@ def delete_dataset(
         identity = _identity(hand_named)
         with writing(f"the dataset {name} could not be deleted", hand_named):
             trash = _trash(datasets_root, hand_named)
-        _remove(trash, name)
+        left = _remove(trash, name)
         _forget(decoded_dir, hand_named, identity)
-        return
+        return left
     name = safe_component(name, field="dataset name")
     folder = datasets_root / name
     with dataset_lock(datasets_root, name):
@@ -67,11 +72,12 @@ def delete_dataset(
         with writing(f"the dataset {name} could not be deleted", folder):
             if folder.is_symlink():
                 folder.unlink()
-                return
+                return None
             identity = _identity(folder)
             trash = _trash(datasets_root, folder)
-    _remove(trash, name)
+    left = _remove(trash, name)
     _forget(decoded_dir, folder, identity)
+    return left
 
 
 def _identity(folder: Path) -> FolderId | None:
@@ -87,13 +93,21 @@ def _forget(decoded_dir: Path | None, folder: Path, identity: FolderId | None) -
         forget_record(decoded_dir, folder, identity)
 
 
-def _remove(trash: Path, name: str) -> None:
-    """Remove the moved-aside folder; a failed removal (a read-only or immutable file inside) is
-    WriteFailed naming the dataset and that folder (the dataset is already gone from listings;
-    the next server start tries the rest of the hidden folder again, jobs/leftovers.py)."""
-    what = f"the dataset {name} was deleted, but some of its files could not be removed from its trash folder"
-    with writing(what, trash, show_file=False):
+def _remove(trash: Path, name: str) -> str | None:
+    """Remove the moved-aside folder. The dataset is deleted once it is moved aside (gone from
+    listings, its record forgotten), so a failed removal (a read-only or immutable file inside)
+    does not undo that: it is logged and returned as a note naming the folder left, which the
+    next server start tries again (a kill -9 here leaves the same)."""
+    try:
         shutil.rmtree(trash)
+    except OSError as err:
+        left = (
+            f"some of its files could not be removed ({os_error_text(err)}): they are in {trash}, "
+            "which the next server start removes again (or remove it by hand)"
+        )
+        log.warning("dataset %s deleted, but %s", name, left)
+        return left
+    return None
 
 
 def _trash(datasets_root: Path, folder: Path) -> Path:
