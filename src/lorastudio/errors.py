@@ -204,10 +204,11 @@ class WriteFailed(_FailedWrite):
     "write failed: <what> (<path>): <reason>" (the file a write() call failed on has no name in
     its OSError, so the writer names it: `writing`)."""
 
-    def __init__(self, what: str, path: object = None, reason: str = ""):
+    def __init__(self, what: str, path: object = None, reason: str = "", advice: str = ""):
         self.path = None if path is None else str(path)
         where = f" ({self.path})" if self.path else ""
-        super().__init__(f"write failed: {what}{where}: {reason or 'unknown reason'}")
+        then = f"; {advice}" if advice else ""
+        super().__init__(f"write failed: {what}{where}: {reason or 'unknown reason'}{then}")
 
 
 class ReadFailed(LorastudioError):
@@ -245,6 +246,24 @@ def os_error_text(err: OSError) -> str:
 # refusals a caller handles itself, so `writing` lets them through.
 WRITE_FAILED_ERRNOS = frozenset({errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
 
+# What a user does about each (a WriteFailed's message ends with it): the system's reason alone
+# ("Operation not permitted") named the file but not what to do.
+_NO_PERMISSION = "the user running the studio may not write there: give it write permission on that folder"
+WRITE_ADVICE = {
+    errno.EFBIG: "the file passed the largest file the studio's process may write (its file-size limit,"
+    " `ulimit -f`, or the file system's largest file): raise that limit, then retry",
+    errno.EROFS: "that file system is read-only: make it writable (or move the studio home), then retry",
+    errno.EACCES: f"{_NO_PERMISSION}, then retry",
+    errno.EPERM: f"{_NO_PERMISSION} (and lift an immutable attribute, `chattr -i`), then retry",
+    errno.EIO: "the disk reported an I/O error: check the disk (and free space on it), then retry",
+}
+
+
+def _staging_name(filename: object) -> bool:
+    """Whether a file an OSError names is a hidden staging file of the studio's writers (its name
+    starts with "."): never shown, the writer's `what` names the file the user knows."""
+    return filename is not None and os.path.basename(os.fsdecode(filename)).startswith(".")
+
 
 _OS_ERROR_TEXT = re.compile(r"\(os error (\d+)\)")
 
@@ -265,13 +284,21 @@ def write_failure(
 ) -> LorastudioError | None:
     """The domain error of a failed write of `what` into `path`: NoSpaceLeft (507) for a full disk
     (`is_no_space`), WriteFailed (500) for WRITE_FAILED_ERRNOS (its reason the system's words,
-    and with `show_file` the file(s) the OSError names when other than `path`: a writer whose
-    files are its hidden staging names them in `what` instead); None for anything else."""
+    and with `show_file` the file(s) the OSError names when other than `path` and not a hidden
+    staging file (a name starting with "."), then what to do: WRITE_ADVICE); None for anything
+    else."""
     if is_no_space(err):
         return NoSpaceLeft(what, path)
     if isinstance(err, OSError) and err.errno in WRITE_FAILED_ERRNOS:
-        shown = show_file and err.filename is not None and str(err.filename) != str(path)
-        return WriteFailed(what, path, os_error_text(err) if shown else err.strerror or str(err))
+        shown = (
+            show_file
+            and err.filename is not None
+            and str(err.filename) != str(path)
+            and not _staging_name(err.filename)
+            and not _staging_name(err.filename2)
+        )
+        reason = os_error_text(err) if shown else err.strerror or str(err)
+        return WriteFailed(what, path, reason, WRITE_ADVICE.get(err.errno or 0, ""))
     return None
 
 

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from file_limit import file_size_limit
-from lorastudio.errors import NoSpaceLeft, WriteFailed, writing
+from lorastudio.errors import WRITE_ADVICE, NoSpaceLeft, WriteFailed, writing
 from lorastudio.settings import Settings
 
 LIMIT = 64 * 1024  # bytes: the noise PNG below is ~190 KB
@@ -55,7 +55,7 @@ def test_an_upload_past_the_file_size_limit_is_a_named_500_and_leaves_nothing(
     declared = client.get("/openapi.json").json()["paths"]["/api/datasets/{name}/files"]["post"]["responses"]
     assert declared["500"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorOut")
     assert got["detail"] == (
-        f"write failed: big.png of the upload to pets could not be stored ({settings.datasets_dir / 'pets'}): File too large"
+        f"write failed: big.png of the upload to pets could not be stored ({settings.datasets_dir / 'pets'}): File too large; {WRITE_ADVICE[errno.EFBIG]}"
     )
     folder = settings.datasets_dir / "pets"
     assert sorted(p.name for p in folder.iterdir()) == ["a.png"]  # nothing of it, whole or half
@@ -73,12 +73,13 @@ def _png_small() -> bytes:
     return buf.getvalue()
 
 
-def test_an_oserror_no_writer_named_is_answered_in_the_error_shape(
+def test_an_image_delete_refused_by_its_folder_is_answered_in_the_error_shape(
     client: TestClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A read-only dataset folder (root writes through a chmod, so the kernel's answer is raised
     where it comes: the image's unlink) while an image is deleted: a 500 `WriteFailed` naming the
-    file, not a plain-text "Internal Server Error"."""
+    image, the file refused and what to do, not a plain-text "Internal Server Error" (nor, since
+    the surfaces audit, the backstop's "DELETE /api/datasets/pets/images/a.png")."""
     assert (
         client.post("/api/datasets/pets/files", files=[("files", ("a.png", _png_small()))]).status_code == 201
     )
@@ -95,7 +96,8 @@ def test_an_oserror_no_writer_named_is_answered_in_the_error_shape(
     assert resp.status_code == 500 and resp.headers["content-type"] == "application/json", resp.text
     assert resp.json() == {
         "error": "WriteFailed",
-        "detail": f"write failed: DELETE /api/datasets/pets/images/a.png ({image}): Read-only file system",
+        "detail": f"write failed: a.png of pets could not be deleted ({image.parent}): Read-only file system: {image}; "
+        + WRITE_ADVICE[errno.EROFS],
     }
     monkeypatch.setattr(Path, "unlink", real)
     assert client.delete("/api/datasets/pets/images/a.png").status_code == 200  # redone once it can be

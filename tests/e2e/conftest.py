@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ WEB_DIST = Path(__file__).resolve().parents[2] / "src" / "lorastudio" / "web_dis
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 WIDE = {"width": 1280, "height": 900}
 NARROW = {"width": 420, "height": 860}
+LIMITED_FSIZE = 200_000  # bytes a file of `limited_studio` (and its workers) may reach
 # Elements (except those inside a scrolling table) whose right edge passes the viewport's.
 _OVERFLOW_JS = """() => {
   const w = document.documentElement.clientWidth;
@@ -204,3 +205,25 @@ def shoot(artifacts: Path) -> Callable[[object, str], None]:
         assert overflow == [], f"{name}: elements overflow the 420 px viewport: {overflow}"
 
     return take
+
+
+@pytest.fixture(scope="module")
+def limited_studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    """A running server made under RLIMIT_FSIZE `LIMITED_FSIZE` bytes, as `prlimit --fsize` makes
+    it (Python ignores SIGXFSZ, so a larger write fails with EFBIG): {"url", "home", "model"}, the
+    tiny FLUX model written before the limit."""
+    import resource
+
+    from lorastudio.tiny import save_tiny_model
+
+    _require_ui()
+    home = tmp_path_factory.mktemp("home-limited")
+    model = save_tiny_model("flux", home / "models" / "tiny-flux")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    with ExitStack() as stack:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (LIMITED_FSIZE, hard))  # inherited by the server made now
+        try:
+            url = stack.enter_context(_running_studio(home, {}))
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        yield {"url": url, "home": home, "model": model}

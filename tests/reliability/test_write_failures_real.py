@@ -7,6 +7,7 @@ folder, nothing of either is left (no file, no staging, no sidecar), and the ser
 
 from __future__ import annotations
 
+import errno
 import io
 import resource
 from contextlib import ExitStack
@@ -17,6 +18,7 @@ import pytest
 from PIL import Image
 from reliability_helpers import serve_process
 
+from lorastudio.errors import WRITE_ADVICE
 from lorastudio.settings import Settings
 
 LIMIT = 200_000  # bytes a file of the server (and its workers) may reach
@@ -51,7 +53,7 @@ def test_a_server_past_its_file_size_limit_answers_write_failed_and_goes_on(
         assert resp.json() == {
             "error": "WriteFailed",
             "detail": "write failed: big.png of the upload to pets could not be stored "
-            f"({settings.datasets_dir / 'pets'}): File too large",
+            f"({settings.datasets_dir / 'pets'}): File too large; {WRITE_ADVICE[errno.EFBIG]}",
         }
         assert sorted(p.name for p in settings.datasets_dir.rglob("*") if ".locks" not in p.parts) == [
             "a.png",
@@ -63,7 +65,7 @@ def test_a_server_past_its_file_size_limit_answers_write_failed_and_goes_on(
         gallery = settings.home / "gallery"
         assert (
             gen.json()["detail"]
-            == f"write failed: the image could not be written to the gallery ({gallery}): File too large"
+            == f"write failed: the image could not be written to the gallery ({gallery}): File too large; {WRITE_ADVICE[errno.EFBIG]}"
         )
         assert list(gallery.iterdir()) == []  # no image, staging or sidecar
         kept = client.post("/api/generate", json={**body, "width": 32, "height": 32})  # the server goes on

@@ -48,3 +48,26 @@ def test_cache_clear_without_an_answer_names_yes(capsys, monkeypatch) -> None:
     _answer(monkeypatch, "")
     code, out = run_cli(capsys, monkeypatch, "cache", "clear")
     assert code == 2 and "pass --yes" in out and "Aborted" not in out, out
+
+
+def test_a_delete_whose_files_stay_says_deleted_and_where_they_are(
+    capsys, monkeypatch, dataset: Path
+) -> None:
+    """Session 28 surfaces audit (RELIABILITY 755): the folder moved aside, a file in it refused
+    its removal (an immutable file): deleted, exit 0, and a warning naming the folder left."""
+    import errno
+    import os
+
+    from lorastudio.data import dataset_delete
+
+    def refused(path: object) -> None:
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM), os.path.join(os.fsdecode(path), "a.png"))
+
+    monkeypatch.setattr(dataset_delete.shutil, "rmtree", refused)
+    code, out = run_cli(capsys, monkeypatch, "datasets", "delete", "shapes", "--yes")
+    (trash,) = [p for p in dataset.parent.iterdir() if p.name.startswith(dataset_delete.TRASH_PREFIX)]
+    assert code == 0 and "deleted dataset shapes" in out and not dataset.exists(), out
+    assert (
+        f"warning: some of its files could not be removed (Operation not permitted: {trash / 'a.png'}): they are in {trash}"
+        in out
+    )

@@ -35,9 +35,9 @@ def _lora(path: Path) -> Path:
 @pytest.mark.parametrize(
     ("code", "status", "said"),
     [
-        (errno.EROFS, 1, "could not be written ({out}): Read-only file system: "),
-        (errno.EACCES, 1, "could not be written ({out}): Permission denied: "),
-        (errno.EIO, 1, "could not be written ({out}): Input/output error: "),
+        (errno.EROFS, 1, "could not be written ({out}): Read-only file system; "),
+        (errno.EACCES, 1, "could not be written ({out}): Permission denied; "),
+        (errno.EIO, 1, "could not be written ({out}): Input/output error; "),
         (
             errno.ENOSPC,
             2,
@@ -72,7 +72,7 @@ def test_a_refused_write_is_one_line_not_a_traceback(
             300,
             None,
             1,
-            "error: write failed: the LoRA file x.safetensors could not be written ({out}): File too large: ",
+            "error: write failed: the LoRA file x.safetensors could not be written ({out}): File too large; ",
         ),
         (
             None,

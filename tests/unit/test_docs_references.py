@@ -187,7 +187,25 @@ FIELDS = [
     ("(`--check`, the report's `family.notes`)", "POST /api/train/preflight", "answer", ["family.notes"]),
     ("the API's preflight in `conditioning`", "POST /api/train/preflight", "answer", ["conditioning"]),
     ("the preflight's `notes` then say", "POST /api/train/preflight", "answer", ["notes"]),
+    # session 28: what renders a preview again, the paged gallery (surfaces audit)
+    ("`GET /api/runs/{id}/samples` lists each with its `seed`, `width`, `height`, `guidance`, `steps`",
+     "GET /api/runs/ID/samples", "answer",
+     ["samples[].seed", "samples[].width", "samples[].height", "samples[].guidance", "samples[].steps"]),
+    ("the `weights` it shows and `lora`, Generate's `loras` entry of the file holding them, or null with a `note`",
+     "GET /api/runs/ID/samples", "answer", ["samples[].weights", "samples[].lora", "samples[].note"]),
+    ("the answer's `total` counts every image and its `next_cursor`", "GET /api/gallery", "answer",
+     ["total", "next_cursor", "images"]),
 ]  # fmt: skip
+
+
+def test_the_gallerys_paging_parameters_readme_names_are_the_routes(openapi):
+    """README: `GET /api/gallery?limit=60` (1-1000, the default 60) and `cursor` (session 28)."""
+    assert "(`GET /api/gallery?limit=60`, the default; `limit` 1-1000;" in PROSE
+    assert "`next_cursor`, given as `cursor`," in PROSE
+    params = {p["name"]: p for p in _route(openapi, "GET", "/api/gallery").get("parameters", [])}
+    assert {"limit", "cursor"} <= set(params), sorted(params)
+    limit = params["limit"]["schema"]
+    assert (limit.get("default"), limit.get("minimum"), limit.get("maximum")) == (60, 1, 1000), limit
 
 
 @pytest.mark.parametrize(("words", "route", "side", "fields"), FIELDS)

@@ -254,7 +254,7 @@ async def _os_error(request: Request, err: Exception) -> JSONResponse:
     if not isinstance(err, OSError):  # only registered for OSError
         raise err
     log_.error("%s %s failed: %s", request.method, request.url.path, os_error_text(err), exc_info=err)
-    failure = write_failure(err, f"{request.method} {request.url.path}", err.filename)
+    failure = write_failure(err, "a file this request changes could not be written or removed", err.filename)
     if failure is not None:
         return JSONOut(error_body(failure), status_code=status_code_of(failure))
     return JSONOut({"error": "OSError", "detail": os_error_text(err)}, status_code=500)

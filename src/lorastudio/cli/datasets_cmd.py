@@ -261,8 +261,12 @@ def delete_cmd(
         if not yes:
             confirm_or_stop(f"delete dataset {name} and every file in it?", f"dataset {name} not deleted")
         # the lock excludes every job
-        delete_dataset(settings.datasets_dir, name, in_use=set, decoded_dir=settings.decoded_record_dir)
+        left = delete_dataset(
+            settings.datasets_dir, name, in_use=set, decoded_dir=settings.decoded_record_dir
+        )
     typer.echo(f"deleted dataset {name}")
+    if left:
+        typer.echo(f"warning: {left}", err=True)
 
 
 def _check_dataset_exists(root: Path, name: str) -> None:

@@ -66,7 +66,10 @@ def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
     image first left its controls and masks orphans (which a run refuses) that no image delete
     could reach any more (404)."""
     image = existing_image(dataset_dir, image_name)
-    with dataset_lock(dataset_dir.parent, dataset_dir.name):
+    with (
+        dataset_lock(dataset_dir.parent, dataset_dir.name),
+        writing(f"{image.name} of {dataset_dir.name} could not be deleted", dataset_dir),
+    ):
         captions = caption_files_of(image)  # listed while the image is there
         others = [p.name for p in dataset_dir.iterdir() if is_image_name(p.name) and p.name != image.name]
         # a .txt goes with the images of exactly its stem (discovery), controls and masks with

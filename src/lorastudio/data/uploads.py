@@ -34,6 +34,7 @@ from typing import BinaryIO
 
 from lorastudio.data import decoded
 from lorastudio.data.captions import MAX_CAPTION_BYTES, metadata_rows, read_metadata, read_sidecar
+from lorastudio.data.cross_device import replace_into
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.decoded import (
     DecodedRecord,
@@ -288,7 +289,8 @@ class UploadBatch:
             for slot in sorted({n.split("/")[0] for n in names if "/" in n}):
                 make_control_folder(dir_fd, slot, self.dataset_dir.name)
             for name in sorted(names, key=lambda n: (self._names[n] == "image", n)):  # images last
-                os.replace(self.staging / name, name, dst_dir_fd=dir_fd)
+                with self._no_space(name):  # a dataset on another disk: a copy, which names its file
+                    replace_into(self.staging / name, name, dir_fd)
         finally:
             os.close(dir_fd)
         return names

@@ -17,7 +17,7 @@ from PIL import Image
 
 from generation_fakes import InProcessGeneration
 from lorastudio.api.errors import status_code_of
-from lorastudio.errors import NoSpaceLeft
+from lorastudio.errors import WRITE_ADVICE, NoSpaceLeft
 from lorastudio.jobs.generation_inputs import GenerationRequest
 from lorastudio.jobs.generation_process import rebuild_error
 from lorastudio.jobs.generation_worker import GenerationJob, Resident, run_job
@@ -98,5 +98,5 @@ def test_a_png_write_past_the_file_size_limit_is_write_failed_naming_the_gallery
     assert isinstance(err, WriteFailed) and status_code_of(err) == 500
     assert (
         str(err)
-        == f"write failed: the image could not be written to the gallery ({out.parent}): File too large"
+        == f"write failed: the image could not be written to the gallery ({out.parent}): File too large; {WRITE_ADVICE[errno.EFBIG]}"
     )

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from file_limit import file_size_limit
-from lorastudio.errors import NoSpaceLeft, WriteFailed
+from lorastudio.errors import WRITE_ADVICE, NoSpaceLeft, WriteFailed
 from lorastudio.jobs.dataset_claims import CLAIMS_DIR, WRITE, DatasetClaim
 from lorastudio.settings import Settings
 
@@ -28,7 +28,7 @@ def test_a_claim_whose_record_cannot_be_written_holds_nothing(tmp_path: Path) ->
     with file_size_limit(10), pytest.raises((WriteFailed, OSError)) as failed:  # noqa: PT012
         DatasetClaim.take(home, datasets, [datasets / "pets"], WRITE, "an upload", brief=True)
     assert str(failed.value).startswith("write failed: the claim on dataset pets could not be recorded (")
-    assert str(failed.value).endswith("): File too large")
+    assert str(failed.value).endswith(f"): File too large; {WRITE_ADVICE[errno.EFBIG]}")
     assert [p.name for p in (home / CLAIMS_DIR).rglob("*.tmp")] == []
     again = DatasetClaim.take(
         home, datasets, [datasets / "pets"], WRITE, "the upload again", brief=True, wait_s=0.5

@@ -179,7 +179,8 @@ export interface paths {
          * Remove Dataset
          * @description Delete a dataset folder with every file in it: 409 while a queued or running job trains
          *     on it, 404 when there is none. The folder is first renamed to a hidden `.deleting-<id>`
-         *     (gone from listings at once), then removed.
+         *     (gone from listings at once), then removed (files its removal could not remove are logged
+         *     and left to the next server start: the dataset is deleted).
          */
         delete: operations["remove_dataset_api_datasets__name__delete"];
         options?: never;

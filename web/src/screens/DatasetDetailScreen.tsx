@@ -170,7 +170,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
         <div className="head-actions">
           {data && (
             <span className="muted" data-testid="dataset-counts">
-              {total} images · {captioned} captioned{masked > 0 && ` · ${masked} masked`}
+              {total} {total === 1 ? "image" : "images"} · {captioned} captioned{masked > 0 && ` · ${masked} masked`}
               {alpha > 0 && ` · ${alpha} with alpha`}
             </span>
           )}

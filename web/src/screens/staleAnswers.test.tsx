@@ -87,7 +87,7 @@ describe("a slow answer for the item shown before", () => {
     expect(await screen.findByText("b.png")).toBeInTheDocument();
     await act(async () => a.answer(files("a")));
     expect(screen.queryByText("a.png")).toBeNull();
-    expect(screen.getByTestId("dataset-counts")).toHaveTextContent("1 images");
+    expect(screen.getByTestId("dataset-counts")).toHaveTextContent(/^1 image · /); // one image, not "1 images"
   });
 });
 

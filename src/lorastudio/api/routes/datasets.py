@@ -130,7 +130,8 @@ def remove_dataset(
 ) -> dict[str, Any]:
     """Delete a dataset folder with every file in it: 409 while a queued or running job trains
     on it, 404 when there is none. The folder is first renamed to a hidden `.deleting-<id>`
-    (gone from listings at once), then removed."""
+    (gone from listings at once), then removed (files its removal could not remove are logged
+    and left to the next server start: the dataset is deleted)."""
     root = settings.datasets_dir
     folder = hand_named_folder(root, name) or root / safe_component(name, field="dataset name")
     with _write_claim(settings, folder):
