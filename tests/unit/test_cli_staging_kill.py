@@ -14,14 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import save_file
 
 from cli_runner import run_cli
-from lorastudio.lora.metadata import PREFIX
+from lora_file import write_flux_lora
 from lorastudio.staged_files import IMAGE_PARTIAL, LORA_STAGING, staging_path
-
-KEY = "transformer.single_transformer_blocks.0.attn.to_q"
 
 # `lorastudio ARGS...` (argv[1:]), SIGKILLed (no cleanup) once its output is staged, at the publish.
 _KILLED_AT_PUBLISH = """
@@ -36,16 +32,6 @@ from lorastudio.cli.app import main
 sys.argv = ["lorastudio", *sys.argv[1:]]
 main()
 """
-
-
-def _lora(path: Path) -> Path:
-    g = torch.Generator().manual_seed(0)
-    tensors = {
-        f"{KEY}.lora_A.weight": torch.randn(2, 32, generator=g),
-        f"{KEY}.lora_B.weight": torch.randn(32, 2, generator=g),
-    }
-    save_file(tensors, str(path), metadata={PREFIX + "family": "flux"})
-    return path
 
 
 def _killed(folder: Path, *args: str) -> Path:
@@ -95,7 +81,7 @@ def _next_command_removes(staged: Path, kind: str, rerun: Callable[[], None]) ->
 
 
 def test_a_killed_lora_convert_leaves_what_the_next_one_removes(capsys, monkeypatch, tmp_path: Path) -> None:
-    src = _lora(tmp_path / "in.safetensors")
+    src = write_flux_lora(tmp_path / "in.safetensors")
     folder = tmp_path / "outs"
     folder.mkdir()
     staged = _killed(folder, "lora", "convert", str(src), str(folder / "a.safetensors"), "--to", "kohya")

@@ -13,23 +13,9 @@ from pathlib import Path
 
 import pytest
 import safetensors.torch
-import torch
-from safetensors.torch import save_file
 
 from cli_runner import run_cli
-from lorastudio.lora.metadata import PREFIX
-
-KEY = "transformer.single_transformer_blocks.0.attn.to_q"
-
-
-def _lora(path: Path) -> Path:
-    g = torch.Generator().manual_seed(0)
-    tensors = {
-        f"{KEY}.lora_A.weight": torch.randn(2, 32, generator=g),
-        f"{KEY}.lora_B.weight": torch.randn(32, 2, generator=g),
-    }
-    save_file(tensors, str(path), metadata={PREFIX + "family": "flux"})
-    return path
+from lora_file import write_flux_lora
 
 
 @pytest.mark.parametrize(
@@ -49,7 +35,7 @@ def _lora(path: Path) -> Path:
 def test_a_refused_write_is_one_line_not_a_traceback(
     capsys, monkeypatch, tmp_path: Path, code: int, status: int, said: str
 ) -> None:
-    src = _lora(tmp_path / "in.safetensors")
+    src = write_flux_lora(tmp_path / "in.safetensors")
     out = tmp_path / "outs"
     out.mkdir()
 
@@ -92,7 +78,7 @@ def test_safetensors_own_io_errors_are_one_line_naming_the_file(
     SafetensorError traceback (session 28 chaos audit). Now the write failure names the file."""
     from file_limit import file_size_limit
 
-    src = _lora(tmp_path / "in.safetensors")
+    src = write_flux_lora(tmp_path / "in.safetensors")
     out = tmp_path / "outs"
     out.mkdir()
     if code is not None:
