@@ -74,6 +74,26 @@ def phase_table(events: Timed, total_s: float) -> dict[str, Any]:
     return out
 
 
+def timeline(events: Timed, progress_kept: int = 2) -> list[list[Any]]:
+    """Every event but the progress ones after the first `progress_kept`, as [seconds, type, what]
+    (what: the component, phase or step it names): where the time between the phases goes."""
+    out: list[list[Any]] = []
+    steps = 0
+    for t, e in events:
+        if e.type == "progress":
+            steps += 1
+            if steps > progress_kept:
+                continue
+        what = next(
+            (getattr(e, k) for k in ("component", "phase", "step") if getattr(e, k, None) is not None), ""
+        )
+        done = getattr(e, "done", None)
+        out.append(
+            [round(t, 2), e.type, f"{what} {done}/{getattr(e, 'total', '')}" if done is not None else what]
+        )
+    return out
+
+
 def overhead(cli: dict[str, Any], api: dict[str, Any]) -> dict[str, Any]:
     """The job service's overhead: the API run's wall against the CLI run's for the same steps,
     whole and after the first step (the part no cache changes)."""

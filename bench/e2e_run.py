@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import e2e_build, e2e_place
-from bench.e2e_phases import overhead, phase_table
+from bench.e2e_phases import overhead, phase_table, timeline
 from lorastudio.errors import NoSpaceLeft
 
 REPO = Path(__file__).resolve().parents[1]  # bench/ is importable from here (the suite's children)
@@ -176,6 +176,7 @@ def run_cli(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str
         if prefetch is not None:
             prefetch.stop()
     table = phase_table(rec.events, time.monotonic() - t0)
+    table["timeline"] = timeline(rec.events)
     table["attention_log"] = notes.lines
     table["compile_caches"] = compile_counters()
     table["checkpoint_write_s"] = [round(s, 2) for s in save_s]
@@ -201,6 +202,7 @@ def run_api(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str
 
     events, wall, job = api_run(e2e_build.home_dir(root), cfg, log, before_post=standby, notes=notes)
     table = phase_table(events, wall)
+    table["timeline"] = timeline(events)
     table["job_id"] = job
     table["api_notes"] = notes
     table["peak_host_rss_gib"] = round(  # the largest of the server and its worker (reaped)

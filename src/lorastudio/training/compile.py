@@ -39,6 +39,7 @@ import torch
 
 from lorastudio.config_host import compile_device_problems, compile_runs
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.training.compile_trace import pin_processor_signatures
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +206,7 @@ def compile_denoiser(
         block._compiled_call_impl = _with_stable_inputs(block._compiled_call_impl, promote=classes is None)
         for inner in list(block.modules())[1:]:
             setattr(inner, INSIDE_ATTR, True)
+    pin_processor_signatures(blocks)  # their forward's inspect.signature: ~25 % of the tracing
     state.blocks = blocks
     state.cuda_graphs = bool(blocks) and mode == CUDA_GRAPHS
     _STATES[denoiser] = state
