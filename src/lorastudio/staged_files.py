@@ -19,6 +19,11 @@ Who stages this way, and who removes their leftovers:
   takes a claim, writes decoded records) names its own pid, so its files are kept while it runs.
   The encode cache's shards (data/disk_cache.py, possibly outside the home and shared) stage as
   `.<key>.safetensors.<pid>.tmp` and follow the same rule (`staged_writer`).
+- In a dataset folder (kind "tmp", always with its id): an upload's copy of a file into a dataset
+  on another file system (data/cross_device.py: `.a.png.<pid>-<hex>.tmp` beside its target, in
+  the dataset's top level or a control folder). A server start removes those of killed writers
+  (`cross_device.killed_copies`, from jobs/leftovers.py): those two levels only, by name, never a
+  scan of the dataset's images.
 - In a folder the user named (kind "staging" for `lora convert|merge|resize` and a run's LoRA
   files, lora/files.py; "partial" for `generate --out`, cli/generate_cmd.py): the next such write
   into that folder removes what killed writers of its kind left there (`remove_killed_staging`).
@@ -78,30 +83,35 @@ def staging_path(target: Path, kind: str = TMP) -> Path:
     return staged
 
 
-def staged_writer(name: str, kind: str = TMP) -> int | None:
+def staged_writer(name: str, kind: str = TMP, with_id: bool = False) -> int | None:
     """The pid of the writer whose staging name of `kind` `name` is (`staging_path`, or the
-    encode cache's `.<key>.safetensors.<pid>.tmp`), else None."""
+    encode cache's `.<key>.safetensors.<pid>.tmp`), else None. `with_id`: only `staging_path`'s
+    own form (`.<name>.<pid>-<hex>.<kind>`), as in a user's folder, where a hidden
+    `.notes.123.tmp` of the user's is no staging name."""
     found = _STAGED.match(name)
-    if found is None or found.group("kind") != kind or (found.group("id") is None and kind != TMP):
+    if found is None or found.group("kind") != kind:
+        return None
+    if found.group("id") is None and (kind != TMP or with_id):
         return None
     return int(found.group("pid"))
 
 
-def killed_writers_staging(folder: Path, kind: str = TMP) -> list[Path]:
+def killed_writers_staging(folder: Path, kind: str = TMP, with_id: bool = False) -> list[Path]:
     """The regular files directly in `folder` (a link among them is never one) whose names are
-    staging names of `kind` of a writer that runs no more: what the rule above takes. A missing
+    staging names of `kind` (`with_id`: staged_writer's) of a writer that runs no more: what the
+    rule above takes. Names are read without a stat each (only a match is looked at). A missing
     or unreadable folder: none."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return []
     try:
-        return [folder / name for name in _killed(fd, kind)]
+        return [folder / name for name in _killed(fd, kind, with_id)]
     finally:
         os.close(fd)
 
 
-def _killed(fd: int, kind: str) -> list[str]:
+def _killed(fd: int, kind: str, with_id: bool = False) -> list[str]:
     """The names in the folder open as `fd` that `killed_writers_staging` takes."""
     found: list[str] = []
     try:
@@ -109,7 +119,9 @@ def _killed(fd: int, kind: str) -> list[str]:
     except OSError:
         return []
     for entry in entries:
-        pid = staged_writer(entry.name, kind)
+        if not entry.name.startswith("."):  # the bulk of a large folder: no regex, no stat
+            continue
+        pid = staged_writer(entry.name, kind, with_id)
         if pid is None:
             continue
         try:

@@ -10,7 +10,10 @@ command or `train` removes a killed one's beside a server too), a run delete's
 export's `outputs/<run>/.staging-<id>/` (a snapshot's `outputs/<run>/loras/.staging-<id>/`), a
 checkpoint's `outputs/<run>/checkpoints/.staging-*` or `.removing-*`, a sample's
 `outputs/<run>/samples/.staging-<id>.png`, a validation record's `outputs/<run>/.staging-<id>.json`
-(training/run_files.py: the run's staging names), a caption edit's `datasets/<name>/.<file>.<id>.tmp`,
+(training/run_files.py: the run's staging names), a caption edit's
+`datasets/<name>/.<file>.<id>.tmp`, an upload's copy into a dataset on another file system
+`datasets/<name>/[control/].<file>.<pid>-<hex>.tmp` (once its writer is gone:
+data/cross_device.killed_copies; a dataset's top level and control folders only),
 a generated image's or an uploaded reference's `gallery/.<file>.partial` /
 `gallery/references/.<id>.partial`, a gallery sidecar's `gallery/.<stem>.json.<id>.tmp` and the
 sidecar `gallery/<stem>.json` of an image killed between its two renames (its `.partial` beside it,
@@ -49,6 +52,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lorastudio.data.cross_device import killed_copies
 from lorastudio.data.disk_cache import cache_leftovers, cache_root
 from lorastudio.data.staging_owner import STAGING_DIR, remove_unless_held, stale_entries
 from lorastudio.data.writes import finish_journaled_renames
@@ -98,7 +102,8 @@ def find_leftovers(settings: Settings) -> list[Path]:
     for dataset in _children(settings.datasets_dir):
         if dataset.name.startswith(".") or not dataset.is_dir() or dataset.is_symlink():
             continue
-        found += [p for p in _children(dataset) if _CAPTION_TMP.match(p.name) and p.is_file()]
+        found += [p for p in _hidden_files(dataset) if _CAPTION_TMP.match(p.name)]
+        found += killed_copies(dataset)  # data/cross_device.py: a killed upload's copy of a file
     found += cache_leftovers(cache_root(settings))  # data/disk_cache.py: staged shards of dead writers
     found += home_staging(settings.home)  # staged_files.py: the single-file writers' of dead writers
     gallery = settings.home / "gallery"  # jobs/gallery.py gallery_dir, jobs/references.py
@@ -376,6 +381,16 @@ def _remove_empty_tree(folder: Path) -> None:
         raise NotADirectoryError(f"{folder} is a link")
     for root, _dirs, _files in os.walk(folder, topdown=False):
         os.rmdir(root)
+
+
+def _hidden_files(folder: Path) -> list[Path]:
+    """The hidden regular files directly in `folder` (links left out), its names read without a
+    stat each but a hidden one's: a dataset of 100,000 images costs one directory read."""
+    try:
+        with os.scandir(folder) as entries:
+            return [Path(e.path) for e in entries if e.name.startswith(".") and e.is_file(follow_symlinks=False)]
+    except OSError:  # missing or not a folder
+        return []
 
 
 def _children(folder: Path) -> list[Path]:
