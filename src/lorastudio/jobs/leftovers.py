@@ -5,7 +5,8 @@ every delete renames first and then removes. A kill -9 (or a power cut) in betwe
 hidden folder behind, for ever: an upload's or import's `datasets/.uploads/<id>/` (hundreds of
 MB; one a live CLI import or upload owns is kept, data/staging_owner.py, and the next `datasets`
 command or `train` removes a killed one's beside a server too), a run delete's
-`outputs/.deleting-<id>/` (tens of thousands of files), a model delete's
+`outputs/.deleting-<id>.run-<run id>/` (tens of thousands of files; its run's record and log are
+deleted first, `start_leftover_cleanup`), a model delete's
 `models/.<name>.deleting-<id>/`, a tiny model's `models/.<name>.staging-<pid>-<id>/`, a LoRA
 export's `outputs/<run>/.staging-<id>/` (a snapshot's `outputs/<run>/loras/.staging-<id>/`), a
 checkpoint's `outputs/<run>/checkpoints/.staging-*` or `.removing-*`, a sample's
@@ -57,6 +58,7 @@ from lorastudio.data.disk_cache import cache_leftovers, cache_root
 from lorastudio.data.staging_owner import STAGING_DIR, remove_unless_held, stale_entries
 from lorastudio.data.writes import finish_journaled_renames
 from lorastudio.jobs.killed_notes import record_note
+from lorastudio.jobs.run_delete import JOURNALED_TRASH, finish_killed_deletes
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
 from lorastudio.staged_files import home_staging
@@ -79,7 +81,7 @@ log = logging.getLogger("lorastudio.jobs")
 
 NOTE_NAMES = 10  # the entries `removal_note` names before "and N more"
 UPLOAD_STAGING = STAGING_DIR  # data/staging_owner.py: datasets/.uploads, its writers' staging
-_RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # jobs/run_delete.py, data/dataset_delete.py
+_RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # data/dataset_delete.py (an older run delete's)
 _MODEL_DELETE = re.compile(r"^\..+\.deleting-[0-9a-f]+$")  # basemodels/catalogue.py
 _TINY_STAGING = re.compile(r"^\..+\.staging-(\d+)-[0-9a-f]+$")  # tiny/staging.py (with the writer's pid)
 _CAPTION_TMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # data/writes.py staged_write
@@ -92,7 +94,7 @@ def find_leftovers(settings: Settings) -> list[Path]:
     found: list[Path] = []
     found += stale_entries(settings.datasets_dir, unknown_too=True)  # a live CLI import's is held: kept
     for folder in (settings.outputs_dir, settings.datasets_dir):  # run deletes, dataset deletes
-        found += [p for p in _children(folder) if _RUN_DELETE.match(p.name)]
+        found += [p for p in _children(folder) if _RUN_DELETE.match(p.name) or JOURNALED_TRASH.match(p.name)]
     for item in _children(settings.models_dir):
         tiny = _TINY_STAGING.match(item.name)
         if _MODEL_DELETE.match(item.name) or (tiny and not process_alive(int(tiny.group(1)))):
@@ -270,10 +272,13 @@ def start_leftover_cleanup(settings: Settings) -> threading.Thread | None:
     None when there are none); what a killed fresh run wrote is then noted in its record
     (`note_killed_runs`). Call only while holding the home lock. First the renames a killed bulk
     caption edit journaled are finished (their staged files are not leftovers: the edit was
-    written whole, data/writes.journaled_renames)."""
+    written whole, data/writes.journaled_renames), and so are the run deletes killed after their
+    folder went aside (jobs/run_delete.finish_killed_deletes: the record and log of the run its
+    trash names; a trash whose record the store refused to delete is kept for the next start)."""
     for name, err in finish_journaled_renames(settings.datasets_dir):  # a killed caption edit's
         log.warning("dataset %s: the renames of a killed caption edit: %s", name, err or "finished")
-    found = find_leftovers(settings)
+    unfinished = set(finish_killed_deletes(settings))  # a killed run delete's record and log
+    found = [p for p in find_leftovers(settings) if p not in unfinished]  # kept: the next start's
     if not found:
         return None
     fresh = killed_fresh_runs(settings)  # before the thread removes their marks
