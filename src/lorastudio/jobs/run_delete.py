@@ -31,7 +31,9 @@ log = logging.getLogger("lorastudio.jobs")
 
 RUN_DELETE_PREFIX = ".deleting-"  # a removal's hidden trash folder in outputs/ (jobs/leftovers.py)
 _SAFE_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")  # a run id a trash name can carry (ids are 12 hex)
-JOURNALED_TRASH = re.compile(rf"^{re.escape(RUN_DELETE_PREFIX)}[0-9a-f]{{32}}\.run-(?P<id>[0-9A-Za-z_-]{{1,64}})$")
+JOURNALED_TRASH = re.compile(
+    rf"^{re.escape(RUN_DELETE_PREFIX)}[0-9a-f]{{32}}\.run-(?P<id>[0-9A-Za-z_-]{{1,64}})$"
+)
 
 
 def take_output_dir_aside(outputs_dir: Path, name: str, run_id: str | None = None) -> Path | bool:
@@ -101,11 +103,15 @@ def finish_killed_deletes(settings: Settings) -> list[Path]:
         for trash, run_id in found.items():
             try:
                 store.delete_run(run_id)
-                log.warning("run %s: finished its delete, killed after its folder went aside (%s)", run_id, trash)
+                log.warning(
+                    "run %s: finished its delete, killed after its folder went aside (%s)", run_id, trash
+                )
             except NotFound:
                 pass  # killed after the record's delete: only its files were left
             except (NoSpaceLeft, sqlite3.Error, OSError) as err:  # kept for the next start
-                log.warning("run %s: its killed delete could not be finished (%s); kept %s", run_id, err, trash)
+                log.warning(
+                    "run %s: its killed delete could not be finished (%s); kept %s", run_id, err, trash
+                )
                 kept.append(trash)
                 continue
             log_path(settings, run_id).unlink(missing_ok=True)

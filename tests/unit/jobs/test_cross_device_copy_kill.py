@@ -86,4 +86,3 @@ def test_a_copy_killed_before_its_rename_leaves_what_a_server_start_removes(
         live.communicate(b"")
     assert kept in find_leftovers(settings)  # its writer ended since: the next start's
     assert (dataset / "old.png").is_file()
-
