@@ -7,7 +7,6 @@ top level and its control folders, keeping a live writer's and a user's own hidd
 
 from __future__ import annotations
 
-import io
 import signal
 import subprocess
 import sys
