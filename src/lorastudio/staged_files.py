@@ -27,7 +27,10 @@ Who stages this way, and who removes their leftovers:
 - In a folder the user named (kind "staging" for `lora convert|merge|resize` and a run's LoRA
   files, lora/files.py; "partial" for `generate --out`, cli/generate_cmd.py): the next such write
   into that folder removes what killed writers of its kind left there (`remove_killed_staging`).
-  Older staging names carry no pid (`.<name>.<hex>.staging`): their writer cannot be told, kept.
+  Older staging names carry no pid (`.<name>.<hex>.staging`): their writer cannot be told, so
+  one is taken only once a day old (`older_stale` says why that is safe); so are the home's
+  (OLDER_HOME_STAGING: a decoded record's or thumbnail's `.<name>.<32 hex>.tmp`, a claim's
+  `.<key>.<pid>-<hex>.holder.tmp`, the run timings' `.json.part`, the probe's `.probe-*.json`).
 
 A writer on another host or in another pid namespace sharing the folder (a network file system,
 containers) cannot be told by its pid: the home is one host's (jobs/homelock.py); a user's output
@@ -39,6 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 import uuid
 from pathlib import Path
 
@@ -64,6 +68,22 @@ HOME_STAGING = (
     "cache/attention-probe",  # training/probe_cache.py
     "cache/thumbs/*",  # data/thumbnails.py (cache/thumbs/<xx>/<key>.jpg)
 )
+
+# The names an older lorastudio staged under without its pid (before session 28's leftovers2):
+# their writer cannot be told, so a file of one is taken once STALE_AFTER_S old (`older_stale`).
+STALE_AFTER_S = 24 * 3600
+_HEX32_TMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # `.<name>.<uuid hex>.tmp`
+OLDER_HOME_STAGING: dict[str, re.Pattern[str]] = {
+    "claims": re.compile(r"^\..+\.holder\.tmp$"),  # `.<key>.<pid>-<hex>.holder.tmp` (the holder's pid)
+    "run_timings": re.compile(r"^[^.].*\.json\.part$"),  # `<stamp>-<name>.json.part`
+    "cache/decoded": _HEX32_TMP,
+    "cache/thumbs/*": _HEX32_TMP,
+    "cache/attention-probe": re.compile(r"^\.probe-[a-z0-9_]+\.json$"),  # tempfile.mkstemp's
+}
+OLDER_USER_STAGING: dict[str, re.Pattern[str]] = {  # `.<name>.<8 hex>.<kind>`
+    LORA_STAGING: re.compile(r"^\..+\.[0-9a-f]{8}\.staging$"),
+    IMAGE_PARTIAL: re.compile(r"^\..+\.[0-9a-f]{8}\.partial$"),
+}
 
 # `.<name>.<pid>-<hex>.<kind>`; the home's older `.<name>.<pid>.tmp` (and the encode cache's) too.
 # An older user-folder name `.<name>.<8 hex>.staging` is no pid even where its hex is all digits:
@@ -111,14 +131,20 @@ def killed_writers_staging(folder: Path, kind: str = TMP, with_id: bool = False)
         os.close(fd)
 
 
-def _killed(fd: int, kind: str, with_id: bool = False) -> list[str]:
-    """The names in the folder open as `fd` that `killed_writers_staging` takes."""
+def _killed(fd: int, kind: str, with_id: bool = False, older: re.Pattern[str] | None = None) -> list[str]:
+    """The names in the folder open as `fd` that `killed_writers_staging` takes, and (`older`:
+    the folder's older staging names without a pid) those of `older_stale`."""
     found: list[str] = []
     try:
         entries = list(os.scandir(fd))
     except OSError:
         return []
+    now = time.time()
     for entry in entries:
+        if older is not None and older.match(entry.name):
+            if older_stale(entry, now):
+                found.append(entry.name)
+            continue
         if not entry.name.startswith("."):  # the bulk of a large folder: no regex, no stat
             continue
         pid = staged_writer(entry.name, kind, with_id)
@@ -133,17 +159,43 @@ def _killed(fd: int, kind: str, with_id: bool = False) -> list[str]:
     return found
 
 
+def older_stale(entry: os.DirEntry[str], now: float) -> bool:
+    """Whether `entry`, a file under an older staging name (no pid: its writer cannot be told),
+    is a killed writer's for certain: a regular file (never a link) last written more than
+    STALE_AFTER_S before `now`. Safe because every writer of these names writes its staging
+    file start to finish in one go and renames it at once (a record or a thumbnail in
+    milliseconds, a LoRA file in minutes at most), each write moving the mtime, and only an older
+    lorastudio writes these names: a day without a write is a writer that is gone. Were it only
+    stopped (SIGSTOP) for a day, its rename then fails and nothing half-written is published."""
+    try:
+        if not entry.is_file(follow_symlinks=False):
+            return False
+        return now - entry.stat(follow_symlinks=False).st_mtime > STALE_AFTER_S
+    except OSError:
+        return False
+
+
 def home_staging(home: Path) -> list[Path]:
-    """What killed single-file writers left in the studio home's HOME_STAGING folders."""
+    """What killed single-file writers left in the studio home's HOME_STAGING folders: the
+    staging files of writers gone (the pid rule), and those of an older lorastudio's names
+    (OLDER_HOME_STAGING) a day old (`older_stale`)."""
     found: list[Path] = []
     for spec in HOME_STAGING:
         for folder in _folders(home, spec):
-            found += killed_writers_staging(folder)
+            try:
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                found += [folder / n for n in _killed(fd, TMP, older=OLDER_HOME_STAGING.get(spec))]
+            finally:
+                os.close(fd)
     return found
 
 
 def remove_killed_staging(folder: Path, kind: str) -> list[Path]:
-    """Remove what killed writers of `kind` left in `folder` (`killed_writers_staging`), each
+    """Remove what killed writers of `kind` left in `folder` (`killed_writers_staging`, and the
+    older names of `kind` without a pid a day old: OLDER_USER_STAGING, `older_stale`), each
     logged, through the folder's descriptor (a folder swapped for a link meanwhile is not
     followed); one that cannot be removed is skipped. Returns the removed paths."""
     try:
@@ -152,7 +204,7 @@ def remove_killed_staging(folder: Path, kind: str) -> list[Path]:
         return []
     removed: list[Path] = []
     try:
-        for name in _killed(fd, kind):
+        for name in _killed(fd, kind, older=OLDER_USER_STAGING.get(kind)):
             try:
                 os.unlink(name, dir_fd=fd)
             except FileNotFoundError:  # another command removed it meanwhile
