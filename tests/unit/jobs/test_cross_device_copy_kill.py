@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from lorastudio.data.staging_owner import remove_stale_staging
 from lorastudio.jobs.leftovers import find_leftovers, remove_leftovers
 from lorastudio.settings import Settings
 from lorastudio.staged_files import staging_path
@@ -58,6 +59,39 @@ def _hidden(folder: Path) -> set[Path]:
 def test_a_copy_killed_before_its_rename_leaves_what_a_server_start_removes(
     nth: int, where: str, settings: Settings
 ) -> None:
+    dataset, users, staged = _killed_upload(settings, nth, where)
+    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:  # a live upload's copy in the same folder, named as replace_into names it
+        kept = _live_copy(dataset / where / "b.png", live.pid)
+        found = find_leftovers(settings)
+        assert staged in found and kept not in found and users not in found, found
+        remove_leftovers(found)  # the next server start
+        assert _hidden(dataset) == {kept.resolve(), users.resolve()}
+    finally:
+        live.communicate(b"")
+    assert kept in find_leftovers(settings)  # its writer ended since: the next start's
+    assert (dataset / "old.png").is_file()
+
+
+def test_a_datasets_command_without_a_server_removes_it_too(settings: Settings) -> None:
+    """The killed upload's staging (datasets/.uploads/<id>) marks it: the next `datasets`
+    command or `train`, which removes that staging, removes the copy too."""
+    dataset, users, staged = _killed_upload(settings, 2, "control")
+    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        kept = _live_copy(dataset / "b.png", live.pid)
+        removed = remove_stale_staging(settings.datasets_dir)  # what such a command runs first
+        assert staged in removed, removed
+        assert _hidden(dataset) == {kept.resolve(), users.resolve()}
+    finally:
+        live.communicate(b"")
+    assert remove_stale_staging(settings.datasets_dir) == []  # no killed upload left: nothing
+    assert kept.exists()
+
+
+def _killed_upload(settings: Settings, nth: int, where: str) -> tuple[Path, Path, Path]:
+    """(the dataset, a user's hidden file in it, the copy left) of an upload into datasets/pets
+    SIGKILLed at its nth copy's rename (`_KILLED_AT_COPY`)."""
     dataset = settings.datasets_dir / "pets"
     (dataset / "control").mkdir(parents=True)
     Image.new("RGB", (16, 16)).save(dataset / "old.png")
@@ -71,17 +105,13 @@ def test_a_copy_killed_before_its_rename_leaves_what_a_server_start_removes(
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     staged = [p for p in _hidden(dataset) if p != users]
     assert [p.parent for p in staged] == [(dataset / where).resolve()], staged  # the killed copy
-    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    try:  # a live upload's copy in the same folder, named as replace_into names it
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("os.getpid", lambda: live.pid)
-            kept = staging_path(dataset / where / "b.png")
-        kept.write_bytes(b"being copied")
-        found = find_leftovers(settings)
-        assert staged[0] in found and kept not in found and users not in found, found
-        remove_leftovers(found)  # the next server start
-        assert _hidden(dataset) == {kept.resolve(), users.resolve()}
-    finally:
-        live.communicate(b"")
-    assert kept in find_leftovers(settings)  # its writer ended since: the next start's
-    assert (dataset / "old.png").is_file()
+    return dataset, users, staged[0]
+
+
+def _live_copy(target: Path, pid: int) -> Path:
+    """A copy of `target` being made by live process `pid`, named as replace_into names it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("os.getpid", lambda: pid)
+        kept = staging_path(target)
+    kept.write_bytes(b"being copied")
+    return kept
