@@ -149,3 +149,31 @@ def test_a_killed_delete_the_store_refuses_to_finish_keeps_its_trash(
             store.get_run("0123456789ab")
     finally:
         store.close()
+
+
+def test_an_output_folder_that_is_a_link_goes_aside_as_a_link_never_its_target(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A link standing for the output folder is renamed aside too (the journal's name), put back
+    when the record cannot be deleted, and only the link is removed: never the folder it names."""
+    store = RunStore.open(settings.db_path)
+    store.create_run("0123456789ab", "out", "flux", {"steps": 4}, now_iso(), status=JobStatus.COMPLETED)
+    store.close()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.safetensors").write_bytes(b"not the run's to delete")
+    settings.outputs_dir.mkdir(parents=True, exist_ok=True)
+    (settings.outputs_dir / "out").symlink_to(elsewhere)
+    service = _service(settings)
+
+    def full(run_id: str) -> None:
+        raise NoSpaceLeft("the run store could not be written", settings.db_path)
+
+    monkeypatch.setattr(service.store, "delete_run", full)
+    with pytest.raises(NoSpaceLeft):
+        service.delete_run("0123456789ab")
+    monkeypatch.undo()
+    assert (settings.outputs_dir / "out").resolve() == elsewhere.resolve()  # the link put back
+    assert service.delete_run("0123456789ab") == {"deleted": "0123456789ab", "files_removed": True}
+    assert list(settings.outputs_dir.iterdir()) == []
+    assert (elsewhere / "keep.safetensors").read_bytes() == b"not the run's to delete"
