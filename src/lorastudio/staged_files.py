@@ -22,8 +22,9 @@ Who stages this way, and who removes their leftovers:
 - In a dataset folder (kind "tmp", always with its id): an upload's copy of a file into a dataset
   on another file system (data/cross_device.py: `.a.png.<pid>-<hex>.tmp` beside its target, in
   the dataset's top level or a control folder). A server start removes those of killed writers
-  (`cross_device.killed_copies`, from jobs/leftovers.py): those two levels only, by name, never a
-  scan of the dataset's images.
+  (`cross_device.killed_copies`, from jobs/leftovers.py), and so does a CLI command that removes
+  a killed upload's staging (data/staging_owner.remove_stale_staging): those two levels only, by
+  name, never a read of the dataset's images.
 - In a folder the user named (kind "staging" for `lora convert|merge|resize` and a run's LoRA
   files, lora/files.py; "partial" for `generate --out`, cli/generate_cmd.py): the next such write
   into that folder removes what killed writers of its kind left there (`remove_killed_staging`).
