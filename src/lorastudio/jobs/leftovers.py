@@ -78,7 +78,9 @@ from lorastudio.training.run_lock import unowned
 log = logging.getLogger("lorastudio.jobs")
 
 NOTE_NAMES = 10  # the entries `removal_note` names before "and N more"
-_RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # data/dataset_delete.py; a run delete of an older version
+_RUN_DELETE = re.compile(
+    r"^\.deleting-[0-9a-f]+$"
+)  # data/dataset_delete.py; a run delete of an older version
 _MODEL_DELETE = re.compile(r"^\..+\.deleting-[0-9a-f]+$")  # basemodels/catalogue.py
 _TINY_STAGING = re.compile(r"^\..+\.staging-(\d+)-[0-9a-f]+$")  # tiny/staging.py (with the writer's pid)
 _CAPTION_TMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # data/writes.py staged_write
