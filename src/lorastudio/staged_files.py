@@ -19,10 +19,19 @@ Who stages this way, and who removes their leftovers:
   takes a claim, writes decoded records) names its own pid, so its files are kept while it runs.
   The encode cache's shards (data/disk_cache.py, possibly outside the home and shared) stage as
   `.<key>.safetensors.<pid>.tmp` and follow the same rule (`staged_writer`).
+- In a dataset folder (kind "tmp", always with its id): an upload's copy of a file into a dataset
+  on another file system (data/cross_device.py: `.a.png.<pid>-<hex>.tmp` beside its target, in
+  the dataset's top level or a control folder). A server start removes those of killed writers
+  (`cross_device.killed_copies`, from jobs/leftovers.py), and so does a CLI command that removes
+  a killed upload's staging (data/staging_owner.remove_stale_staging): those two levels only, by
+  name, never a read of the dataset's images.
 - In a folder the user named (kind "staging" for `lora convert|merge|resize` and a run's LoRA
   files, lora/files.py; "partial" for `generate --out`, cli/generate_cmd.py): the next such write
   into that folder removes what killed writers of its kind left there (`remove_killed_staging`).
-  Older staging names carry no pid (`.<name>.<hex>.staging`): their writer cannot be told, kept.
+  Older staging names carry no pid (`.<name>.<hex>.staging`): their writer cannot be told, so
+  one is taken only once a day old (`older_stale` says why that is safe); so are the home's
+  (OLDER_HOME_STAGING: a decoded record's or thumbnail's `.<name>.<32 hex>.tmp`, a claim's
+  `.<key>.<pid>-<hex>.holder.tmp`, the run timings' `.json.part`, the probe's `.probe-*.json`).
 
 A writer on another host or in another pid namespace sharing the folder (a network file system,
 containers) cannot be told by its pid: the home is one host's (jobs/homelock.py); a user's output
@@ -34,6 +43,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 import uuid
 from pathlib import Path
 
@@ -60,6 +70,22 @@ HOME_STAGING = (
     "cache/thumbs/*",  # data/thumbnails.py (cache/thumbs/<xx>/<key>.jpg)
 )
 
+# The names an older lorastudio staged under without its pid (before session 28's leftovers2):
+# their writer cannot be told, so a file of one is taken once STALE_AFTER_S old (`older_stale`).
+STALE_AFTER_S = 24 * 3600
+_HEX32_TMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # `.<name>.<uuid hex>.tmp`
+OLDER_HOME_STAGING: dict[str, re.Pattern[str]] = {
+    "claims": re.compile(r"^\..+\.holder\.tmp$"),  # `.<key>.<pid>-<hex>.holder.tmp` (the holder's pid)
+    "run_timings": re.compile(r"^[^.].*\.json\.part$"),  # `<stamp>-<name>.json.part`
+    "cache/decoded": _HEX32_TMP,
+    "cache/thumbs/*": _HEX32_TMP,
+    "cache/attention-probe": re.compile(r"^\.probe-[a-z0-9_]+\.json$"),  # tempfile.mkstemp's
+}
+OLDER_USER_STAGING: dict[str, re.Pattern[str]] = {  # `.<name>.<8 hex>.<kind>`
+    LORA_STAGING: re.compile(r"^\..+\.[0-9a-f]{8}\.staging$"),
+    IMAGE_PARTIAL: re.compile(r"^\..+\.[0-9a-f]{8}\.partial$"),
+}
+
 # `.<name>.<pid>-<hex>.<kind>`; the home's older `.<name>.<pid>.tmp` (and the encode cache's) too.
 # An older user-folder name `.<name>.<8 hex>.staging` is no pid even where its hex is all digits:
 # a pid without its `-<hex>` is taken for kind "tmp" only.
@@ -78,38 +104,51 @@ def staging_path(target: Path, kind: str = TMP) -> Path:
     return staged
 
 
-def staged_writer(name: str, kind: str = TMP) -> int | None:
+def staged_writer(name: str, kind: str = TMP, with_id: bool = False) -> int | None:
     """The pid of the writer whose staging name of `kind` `name` is (`staging_path`, or the
-    encode cache's `.<key>.safetensors.<pid>.tmp`), else None."""
+    encode cache's `.<key>.safetensors.<pid>.tmp`), else None. `with_id`: only `staging_path`'s
+    own form (`.<name>.<pid>-<hex>.<kind>`), as in a user's folder, where a hidden
+    `.notes.123.tmp` of the user's is no staging name."""
     found = _STAGED.match(name)
-    if found is None or found.group("kind") != kind or (found.group("id") is None and kind != TMP):
+    if found is None or found.group("kind") != kind:
+        return None
+    if found.group("id") is None and (kind != TMP or with_id):
         return None
     return int(found.group("pid"))
 
 
-def killed_writers_staging(folder: Path, kind: str = TMP) -> list[Path]:
+def killed_writers_staging(folder: Path, kind: str = TMP, with_id: bool = False) -> list[Path]:
     """The regular files directly in `folder` (a link among them is never one) whose names are
-    staging names of `kind` of a writer that runs no more: what the rule above takes. A missing
+    staging names of `kind` (`with_id`: staged_writer's) of a writer that runs no more: what the
+    rule above takes. Names are read without a stat each (only a match is looked at). A missing
     or unreadable folder: none."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return []
     try:
-        return [folder / name for name in _killed(fd, kind)]
+        return [folder / name for name in _killed(fd, kind, with_id)]
     finally:
         os.close(fd)
 
 
-def _killed(fd: int, kind: str) -> list[str]:
-    """The names in the folder open as `fd` that `killed_writers_staging` takes."""
+def _killed(fd: int, kind: str, with_id: bool = False, older: re.Pattern[str] | None = None) -> list[str]:
+    """The names in the folder open as `fd` that `killed_writers_staging` takes, and (`older`:
+    the folder's older staging names without a pid) those of `older_stale`."""
     found: list[str] = []
     try:
         entries = list(os.scandir(fd))
     except OSError:
         return []
+    now = time.time()
     for entry in entries:
-        pid = staged_writer(entry.name, kind)
+        if older is not None and older.match(entry.name):
+            if older_stale(entry, now):
+                found.append(entry.name)
+            continue
+        if not entry.name.startswith("."):  # the bulk of a large folder: no regex, no stat
+            continue
+        pid = staged_writer(entry.name, kind, with_id)
         if pid is None:
             continue
         try:
@@ -121,17 +160,43 @@ def _killed(fd: int, kind: str) -> list[str]:
     return found
 
 
+def older_stale(entry: os.DirEntry[str], now: float) -> bool:
+    """Whether `entry`, a file under an older staging name (no pid: its writer cannot be told),
+    is a killed writer's for certain: a regular file (never a link) last written more than
+    STALE_AFTER_S before `now`. Safe because every writer of these names writes its staging
+    file start to finish in one go and renames it at once (a record or a thumbnail in
+    milliseconds, a LoRA file in minutes at most), each write moving the mtime, and only an older
+    lorastudio writes these names: a day without a write is a writer that is gone. Were it only
+    stopped (SIGSTOP) for a day, its rename then fails and nothing half-written is published."""
+    try:
+        if not entry.is_file(follow_symlinks=False):
+            return False
+        return now - entry.stat(follow_symlinks=False).st_mtime > STALE_AFTER_S
+    except OSError:
+        return False
+
+
 def home_staging(home: Path) -> list[Path]:
-    """What killed single-file writers left in the studio home's HOME_STAGING folders."""
+    """What killed single-file writers left in the studio home's HOME_STAGING folders: the
+    staging files of writers gone (the pid rule), and those of an older lorastudio's names
+    (OLDER_HOME_STAGING) a day old (`older_stale`)."""
     found: list[Path] = []
     for spec in HOME_STAGING:
         for folder in _folders(home, spec):
-            found += killed_writers_staging(folder)
+            try:
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                found += [folder / n for n in _killed(fd, TMP, older=OLDER_HOME_STAGING.get(spec))]
+            finally:
+                os.close(fd)
     return found
 
 
 def remove_killed_staging(folder: Path, kind: str) -> list[Path]:
-    """Remove what killed writers of `kind` left in `folder` (`killed_writers_staging`), each
+    """Remove what killed writers of `kind` left in `folder` (`killed_writers_staging`, and the
+    older names of `kind` without a pid a day old: OLDER_USER_STAGING, `older_stale`), each
     logged, through the folder's descriptor (a folder swapped for a link meanwhile is not
     followed); one that cannot be removed is skipped. Returns the removed paths."""
     try:
@@ -140,7 +205,7 @@ def remove_killed_staging(folder: Path, kind: str) -> list[Path]:
         return []
     removed: list[Path] = []
     try:
-        for name in _killed(fd, kind):
+        for name in _killed(fd, kind, older=OLDER_USER_STAGING.get(kind)):
             try:
                 os.unlink(name, dir_fd=fd)
             except FileNotFoundError:  # another command removed it meanwhile

@@ -3,13 +3,15 @@ audit, Known problems): its staging file `.NAME.<hex>.staging` / `.partial` besi
 the user's folder stayed for ever (a SIGTERM or Ctrl-C removes it, fix 76). Now the staging name
 carries the writer's pid (lorastudio/staged_files.py) and the next such command writing into that
 folder removes the staging files of its kind whose writer is gone: never a live process's, never
-a link, never an older name without a pid, never another kind's."""
+a link, never another kind's; an older name without a pid only once a day old (fix 824)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,12 +59,24 @@ def _kept(folder: Path, kind: str, live_pid: int) -> dict[str, Path]:
     other = IMAGE_PARTIAL if kind == LORA_STAGING else LORA_STAGING
     kept = {
         "live": live,  # a running writer's
-        "older": folder / f".old.out.1234abcd.{kind}",  # no pid: its writer cannot be told
+        "older": folder / f".old.out.1234abcd.{kind}",  # no pid, written an hour ago: may be live
         "other kind": folder / f".x.out.{gone}-abcdef.{other}",
     }
     for path in kept.values():
         path.write_bytes(b"x")
+    hour_ago = time.time() - 3600
+    os.utime(kept["older"], (hour_ago, hour_ago))
     return {**kept, "link": link}
+
+
+def _aged(folder: Path, kind: str) -> Path:
+    """An older lorastudio's staging file of `kind` (no pid) last written 25 hours ago: a killed
+    writer's for certain (staged_files.older_stale), which the next command removes."""
+    aged = folder / f".aged.out.5678abcd.{kind}"
+    aged.write_bytes(b"x")
+    day_ago = time.time() - 25 * 3600
+    os.utime(aged, (day_ago, day_ago))
+    return aged
 
 
 def _next_command_removes(staged: Path, kind: str, rerun: Callable[[], None]) -> None:
@@ -72,8 +86,10 @@ def _next_command_removes(staged: Path, kind: str, rerun: Callable[[], None]) ->
     live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         kept = _kept(folder, kind, live.pid)
+        aged = _aged(folder, kind)
         rerun()
         assert not staged.exists(), sorted(folder.iterdir())
+        assert not aged.exists(), sorted(folder.iterdir())
         assert all(p.is_symlink() or p.exists() for p in kept.values()), sorted(folder.iterdir())
         assert (folder.parent / "elsewhere.bin").read_bytes() == b"not the command's"
     finally:

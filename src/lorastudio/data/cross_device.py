@@ -5,7 +5,9 @@ dataset folder that is a mount point of its own (another disk, a container's vol
 rename with EXDEV ("Invalid cross-device link"), which reached the user as a raw OSError naming
 the staging file. `replace_into` renames when it can, else copies the file beside its target (a
 hidden staging name, staged_files.staging_path) and renames that within the dataset's file
-system: the target still appears whole or not at all.
+system: the target still appears whole or not at all. A kill -9 mid-copy leaves that hidden
+`.a.png.<pid>-<hex>.tmp` in the dataset (no scan lists it): a server start removes it once its
+writer's pid runs no process (`killed_copies`, jobs/leftovers.py; staged_files.py's one rule).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import os
 import shutil
 from pathlib import Path
 
-from lorastudio.staged_files import staging_path
+from lorastudio.data.pairs import control_subfolders
+from lorastudio.staged_files import TMP, killed_writers_staging, staging_path
 
 
 def replace_into(source: Path, name: str, dir_fd: int) -> None:
@@ -42,3 +45,16 @@ def replace_into(source: Path, name: str, dir_fd: int) -> None:
             os.unlink(staged, dir_fd=dir_fd)
         raise
     source.unlink()
+
+
+def killed_copies(dataset: Path) -> list[Path]:
+    """The staging files `replace_into` left in dataset folder `dataset` when its process was
+    killed mid-copy: `.NAME.<pid>-<hex>.tmp` (with the id: a user's own hidden `.x.123.tmp` is
+    not one) whose pid runs no process, regular files only, in the folder's top level and its
+    control folders (data/pairs.control_subfolders: the only places an upload writes). The
+    names are read, not stat'ed, so a large dataset costs one directory read per folder."""
+    found = killed_writers_staging(dataset, TMP, with_id=True)
+    for folder in control_subfolders(dataset):
+        if not folder.is_symlink():
+            found += killed_writers_staging(folder, TMP, with_id=True)
+    return found

@@ -133,6 +133,7 @@ class DecodedRecord:
         progress: DecodeProgress | None = None,
     ):
         self.folder = Path(os.path.abspath(folder))
+        self.device = folder_id[0]  # saved: a sweep tells a removed folder from an unmounted one
         self.path = record_dir / f"{_record_name(self.folder, folder_id)}.json"
         self.files: dict[str, tuple[FileKey, ImageInfo]] = {}
         self.budget_s = FULL_DECODE_BUDGET_S if budget_s is None else budget_s
@@ -234,6 +235,7 @@ class DecodedRecord:
             "version": RECORD_VERSION,
             "rules": DECODE_RULES,
             "folder": str(self.folder),
+            "device": self.device,  # data/decoded_sweep.py: before "files", read without them
             "files": {n: [*k, i.width, i.height, i.orientation] for n, (k, i) in sorted(self.files.items())},
         }
         tmp = staging_path(self.path)  # staged_files.py: a killed writer's is removed at a server start

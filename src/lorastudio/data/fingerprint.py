@@ -15,11 +15,13 @@ Imports no torch.
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 from lorastudio import json_read
-from lorastudio.file_version import version_of
+from lorastudio.file_version import FileVersion, version_of
 
 FULL_HASH_BYTES = 64 * 1024 * 1024  # a file up to this size is hashed whole
 SAMPLES = 64  # chunks sampled from a larger file
@@ -37,17 +39,26 @@ TOKENIZER_FILES = (
     "vocab.txt",
     "special_tokens_map.json",
 )
-_file_memo: dict[tuple[Any, ...], str] = {}
+# path -> (its file version, its digest), the least recently used first: one entry a path (a
+# file changed replaces its entry), at most MEMO_MAX (~200 B each: ~1 MB); a long-running server
+# seeing model files added or changed kept every version it ever read.
+MEMO_MAX = 4096  # files: a few hundred models' components
+_file_memo: OrderedDict[str, tuple[FileVersion, str]] = OrderedDict()
+_memo_lock = threading.Lock()
 
 
 def _sampled_digest(path: Path) -> str:
     """sha256 of a file's size and bytes (whole up to FULL_HASH_BYTES, else its first 1 MiB and
-    SAMPLES chunks spread evenly), memoised per path and file version (file_version.version_of)."""
+    SAMPLES chunks spread evenly), memoised per path while its file version
+    (file_version.version_of) stays the same, at most MEMO_MAX paths (the least recently used
+    forgotten first)."""
     st = path.stat()
-    memo_key = (str(path), *version_of(st))
-    hit = _file_memo.get(memo_key)
-    if hit is not None:
-        return hit
+    version, key = version_of(st), str(path)
+    with _memo_lock:
+        hit = _file_memo.get(key)
+        if hit is not None and hit[0] == version:
+            _file_memo.move_to_end(key)
+            return hit[1]
     digest = hashlib.sha256(str(st.st_size).encode())
     with path.open("rb") as fh:
         if st.st_size <= FULL_HASH_BYTES:
@@ -59,8 +70,13 @@ def _sampled_digest(path: Path) -> str:
             for n in range(SAMPLES):
                 fh.seek(n * step)
                 digest.update(fh.read(SAMPLE_BYTES))
-    _file_memo[memo_key] = digest.hexdigest()
-    return _file_memo[memo_key]
+    value = digest.hexdigest()
+    with _memo_lock:
+        _file_memo[key] = (version, value)
+        _file_memo.move_to_end(key)
+        while len(_file_memo) > MEMO_MAX:
+            _file_memo.popitem(last=False)
+    return value
 
 
 def _hub_folder(repo: str, component: str, revision: str | None, rule: int = RULE) -> Path | None:

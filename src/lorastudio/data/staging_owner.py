@@ -130,8 +130,11 @@ def remove_stale_staging(datasets_dir: Path) -> list[Path]:
     """Remove what killed writers left in `datasets/.uploads/` (every entry whose owner lock is
     free), as a CLI command that touches datasets starts, beside any live server, import or
     upload (whose staging is held, so kept). Entries not of this rule are left to a server start.
-    Returns the removed entries (the caller tells them); one that cannot be removed is logged
-    and kept."""
+    A killed upload's staging is the mark of a copy it may have left in a dataset on another file
+    system (data/cross_device.py): when one was removed, those copies whose writer is gone are
+    removed too (`killed_copies`: each dataset's top level and control folders, by name), so a
+    command without a server does not read every dataset each time. Returns the removed entries
+    (the caller tells them); one that cannot be removed is logged and kept."""
     removed: list[Path] = []
     for entry in stale_entries(datasets_dir, unknown_too=False):
         try:
@@ -141,6 +144,31 @@ def remove_stale_staging(datasets_dir: Path) -> list[Path]:
             log.warning("could not remove the staging a killed import or upload left, %s: %s", entry, err)
     with contextlib.suppress(OSError):  # still holds a live writer's staging
         (datasets_dir / STAGING_DIR).rmdir()
+    return removed + (_remove_killed_copies(datasets_dir) if removed else [])
+
+
+def _remove_killed_copies(datasets_dir: Path) -> list[Path]:
+    """Remove the copies killed cross-device moves left in the datasets of `datasets_dir`
+    (data/cross_device.killed_copies); one that cannot be removed is logged and kept."""
+    from lorastudio.data.cross_device import killed_copies  # numpy and PIL: only when needed
+
+    removed: list[Path] = []
+    try:
+        datasets = [Path(e.path) for e in os.scandir(datasets_dir) if not e.name.startswith(".")]
+    except OSError:
+        return []
+    for dataset in sorted(datasets):
+        if dataset.is_symlink() or not dataset.is_dir():
+            continue
+        for copy in killed_copies(dataset):
+            try:
+                copy.unlink()
+            except FileNotFoundError:  # removed meanwhile
+                continue
+            except OSError as err:
+                log.warning("could not remove the copy a killed upload left, %s: %s", copy, err)
+                continue
+            removed.append(copy)
     return removed
 
 

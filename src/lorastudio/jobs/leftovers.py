@@ -5,12 +5,16 @@ every delete renames first and then removes. A kill -9 (or a power cut) in betwe
 hidden folder behind, for ever: an upload's or import's `datasets/.uploads/<id>/` (hundreds of
 MB; one a live CLI import or upload owns is kept, data/staging_owner.py, and the next `datasets`
 command or `train` removes a killed one's beside a server too), a run delete's
-`outputs/.deleting-<id>/` (tens of thousands of files), a model delete's
+`outputs/.deleting-<id>.run-<run id>/` (tens of thousands of files; its run's record and log are
+deleted first, `start_leftover_cleanup`), a model delete's
 `models/.<name>.deleting-<id>/`, a tiny model's `models/.<name>.staging-<pid>-<id>/`, a LoRA
 export's `outputs/<run>/.staging-<id>/` (a snapshot's `outputs/<run>/loras/.staging-<id>/`), a
 checkpoint's `outputs/<run>/checkpoints/.staging-*` or `.removing-*`, a sample's
 `outputs/<run>/samples/.staging-<id>.png`, a validation record's `outputs/<run>/.staging-<id>.json`
-(training/run_files.py: the run's staging names), a caption edit's `datasets/<name>/.<file>.<id>.tmp`,
+(training/run_files.py: the run's staging names), a caption edit's
+`datasets/<name>/.<file>.<id>.tmp`, an upload's copy into a dataset on another file system
+`datasets/<name>/[control/].<file>.<pid>-<hex>.tmp` (once its writer is gone:
+data/cross_device.killed_copies; a dataset's top level and control folders only),
 a generated image's or an uploaded reference's `gallery/.<file>.partial` /
 `gallery/references/.<id>.partial`, a gallery sidecar's `gallery/.<stem>.json.<id>.tmp` and the
 sidecar `gallery/<stem>.json` of an image killed between its two renames (its `.partial` beside it,
@@ -40,19 +44,21 @@ removes the output folders' part of these at its start, for the folders no live 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
-import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lorastudio.data.cross_device import killed_copies
+from lorastudio.data.decoded_sweep import orphan_records, remove_orphan_records
 from lorastudio.data.disk_cache import cache_leftovers, cache_root
-from lorastudio.data.staging_owner import STAGING_DIR, remove_unless_held, stale_entries
+from lorastudio.data.staging_owner import stale_entries
 from lorastudio.data.writes import finish_journaled_renames
 from lorastudio.jobs.killed_notes import record_note
+from lorastudio.jobs.leftover_removal import remove_leftovers  # the removal of what is listed here
+from lorastudio.jobs.run_delete import JOURNALED_TRASH, finish_killed_deletes
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
 from lorastudio.staged_files import home_staging
@@ -65,17 +71,16 @@ from lorastudio.training.run_files import (
     kept_note,
     killed_fresh,
     leftovers,
-    remove_entry,
     survey,
-    written_name,
 )
 from lorastudio.training.run_lock import unowned
 
 log = logging.getLogger("lorastudio.jobs")
 
 NOTE_NAMES = 10  # the entries `removal_note` names before "and N more"
-UPLOAD_STAGING = STAGING_DIR  # data/staging_owner.py: datasets/.uploads, its writers' staging
-_RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # jobs/run_delete.py, data/dataset_delete.py
+_RUN_DELETE = re.compile(
+    r"^\.deleting-[0-9a-f]+$"
+)  # data/dataset_delete.py; a run delete of an older version
 _MODEL_DELETE = re.compile(r"^\..+\.deleting-[0-9a-f]+$")  # basemodels/catalogue.py
 _TINY_STAGING = re.compile(r"^\..+\.staging-(\d+)-[0-9a-f]+$")  # tiny/staging.py (with the writer's pid)
 _CAPTION_TMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # data/writes.py staged_write
@@ -88,7 +93,7 @@ def find_leftovers(settings: Settings) -> list[Path]:
     found: list[Path] = []
     found += stale_entries(settings.datasets_dir, unknown_too=True)  # a live CLI import's is held: kept
     for folder in (settings.outputs_dir, settings.datasets_dir):  # run deletes, dataset deletes
-        found += [p for p in _children(folder) if _RUN_DELETE.match(p.name)]
+        found += [p for p in _children(folder) if _RUN_DELETE.match(p.name) or JOURNALED_TRASH.match(p.name)]
     for item in _children(settings.models_dir):
         tiny = _TINY_STAGING.match(item.name)
         if _MODEL_DELETE.match(item.name) or (tiny and not process_alive(int(tiny.group(1)))):
@@ -98,7 +103,8 @@ def find_leftovers(settings: Settings) -> list[Path]:
     for dataset in _children(settings.datasets_dir):
         if dataset.name.startswith(".") or not dataset.is_dir() or dataset.is_symlink():
             continue
-        found += [p for p in _children(dataset) if _CAPTION_TMP.match(p.name) and p.is_file()]
+        found += [p for p in _hidden_files(dataset) if _CAPTION_TMP.match(p.name)]
+        found += killed_copies(dataset)  # data/cross_device.py: a killed upload's copy of a file
     found += cache_leftovers(cache_root(settings))  # data/disk_cache.py: staged shards of dead writers
     found += home_staging(settings.home)  # staged_files.py: the single-file writers' of dead writers
     gallery = settings.home / "gallery"  # jobs/gallery.py gallery_dir, jobs/references.py
@@ -265,23 +271,32 @@ def start_leftover_cleanup(settings: Settings) -> threading.Thread | None:
     None when there are none); what a killed fresh run wrote is then noted in its record
     (`note_killed_runs`). Call only while holding the home lock. First the renames a killed bulk
     caption edit journaled are finished (their staged files are not leftovers: the edit was
-    written whole, data/writes.journaled_renames)."""
+    written whole, data/writes.journaled_renames), and so are the run deletes killed after their
+    folder went aside (jobs/run_delete.finish_killed_deletes: the record and log of the run its
+    trash names; a trash whose record the store refused to delete is kept for the next start).
+    The thread also removes the decoded-images records of dataset folders removed by hand
+    (data/decoded_sweep.py: only where the folder's root is there and is its file system)."""
     for name, err in finish_journaled_renames(settings.datasets_dir):  # a killed caption edit's
         log.warning("dataset %s: the renames of a killed caption edit: %s", name, err or "finished")
-    found = find_leftovers(settings)
-    if not found:
+    unfinished = set(finish_killed_deletes(settings))  # a killed run delete's record and log
+    found = [p for p in find_leftovers(settings) if p not in unfinished]  # kept: the next start's
+    orphans = orphan_records(settings.decoded_record_dir)  # of dataset folders removed by hand
+    if not found and not orphans:
         return None
     fresh = killed_fresh_runs(settings)  # before the thread removes their marks
     thread = threading.Thread(
-        target=_clean_up, args=(settings, found, fresh), name="lorastudio-cleanup", daemon=True
+        target=_clean_up, args=(settings, found, fresh, orphans), name="lorastudio-cleanup", daemon=True
     )
     thread.start()
     return thread
 
 
-def _clean_up(settings: Settings, found: list[Path], fresh: dict[Path, str | None]) -> None:
+def _clean_up(
+    settings: Settings, found: list[Path], fresh: dict[Path, str | None], orphans: list[Path]
+) -> None:
     remove_leftovers(found)
     note_killed_runs(settings, found, fresh)
+    remove_orphan_records(orphans)
 
 
 def note_killed_runs(settings: Settings, removed: list[Path], fresh: dict[Path, str | None]) -> None:
@@ -308,74 +323,16 @@ def start_cache_prune(settings: Settings) -> threading.Thread:
     return thread
 
 
-def remove_leftovers(paths: list[Path]) -> tuple[int, int]:
-    """Remove `paths` (folders with their content, or files; deepest first), logging each with
-    its size; a run's output folder (`_is_run_folder`) only while it holds nothing but empty
-    folders (rmdir, bottom up: a file that landed in it since it was found empty is kept, and
-    so is the folder), and a writer folder of one (`_is_writer_folder`) only when empty, else
-    kept silently (what the run did not write, logged with its folder). Returns (files, bytes)
-    removed. A path that cannot be removed is logged
-    and skipped."""
-    total_files = total_bytes = 0
-    for path in sorted(paths, key=lambda p: len(p.parts), reverse=True):
-        files, size = _size(path)
-        try:
-            if _is_writer_folder(path):
-                with contextlib.suppress(OSError):  # holds what the run did not write: kept, logged
-                    path.rmdir()
-                continue
-            if path.parent.name == UPLOAD_STAGING:
-                if not remove_unless_held(path, unknown_too=True):  # taken by a live writer since
-                    continue
-            elif _is_run_folder(path):
-                _remove_empty_tree(path)
-            elif (run := _output_folder_of(path)) is not None:
-                remove_entry(run, path)  # no link followed on the way (one swapped in since the listing)
-            elif path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-        except OSError as err:
-            log.warning("could not remove the crash leftover %s: %s", path, err)
-            continue
-        total_files += files
-        total_bytes += size
-        log.warning("removed the crash leftover %s (%d files, %.1f MB)", path, files, size / 2**20)
-    parent = [p.parent for p in paths if p.parent.name == UPLOAD_STAGING]
-    for folder in set(parent):
-        with contextlib.suppress(OSError):  # still holds a new upload's staging folder
-            folder.rmdir()
-    return total_files, total_bytes
-
-
-def _is_run_folder(path: Path) -> bool:
-    """Whether leftover `path` is a run's output folder (`outputs/<run>`, found holding nothing),
-    not a staging folder (every one of those is hidden, or inside datasets/.uploads)."""
-    return path.parent.name == "outputs" and not path.name.startswith(".")
-
-
-def _output_folder_of(path: Path) -> Path | None:
-    """The run's output folder `outputs/<run>` that leftover `path` is an entry of, at a name a
-    run writes (one or two levels down: run_files.remove_entry), or None."""
-    for run in (path.parent, path.parent.parent):
-        if _is_run_folder(run) and written_name(run, path):
-            return run
-    return None
-
-
-def _is_writer_folder(path: Path) -> bool:
-    """Whether leftover `path` is a writer folder of a killed fresh run's output folder
-    (`outputs/<run>/samples`, ...): removed only when empty."""
-    return path.parent.parent.name == "outputs" and path.name in WRITER_FOLDERS and not path.is_symlink()
-
-
-def _remove_empty_tree(folder: Path) -> None:
-    """Remove `folder` and the empty folders in it, bottom up, with rmdir only: raises OSError
-    (ENOTEMPTY, ENOTDIR for a link) when anything else is in it, removing no file."""
-    if folder.is_symlink():
-        raise NotADirectoryError(f"{folder} is a link")
-    for root, _dirs, _files in os.walk(folder, topdown=False):
-        os.rmdir(root)
+def _hidden_files(folder: Path) -> list[Path]:
+    """The hidden regular files directly in `folder` (links left out), its names read without a
+    stat each but a hidden one's: a dataset of 100,000 images costs one directory read."""
+    try:
+        with os.scandir(folder) as entries:
+            return [
+                Path(e.path) for e in entries if e.name.startswith(".") and e.is_file(follow_symlinks=False)
+            ]
+    except OSError:  # missing or not a folder
+        return []
 
 
 def _children(folder: Path) -> list[Path]:
@@ -383,18 +340,3 @@ def _children(folder: Path) -> list[Path]:
         return list(folder.iterdir())
     except OSError:  # missing or not a folder
         return []
-
-
-def _size(path: Path) -> tuple[int, int]:
-    """(files, bytes) under `path` (a file: 1 and its size)."""
-    if not path.is_dir() or path.is_symlink():
-        with contextlib.suppress(OSError):
-            return 1, path.lstat().st_size
-        return 0, 0
-    files = size = 0
-    for root, _dirs, names in os.walk(path):
-        for name in names:
-            files += 1
-            with contextlib.suppress(OSError):
-                size += os.lstat(os.path.join(root, name)).st_size
-    return files, size

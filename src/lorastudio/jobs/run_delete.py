@@ -4,51 +4,117 @@ resume or extension of the same run never both go ahead: the delete's rename lan
 before the resume is queued (the resume finds its checkpoint gone: 404) or after (the queued
 resume's record shares the folder, which is then kept). The folder goes aside before the record
 is deleted: a rename that fails (a read-only outputs root) keeps both and fails the delete, a
-record that cannot be deleted puts the folder back (`put_back`), and a kill between the two
-leaves the record, whose delete can be sent again (the trash goes at the next server start),
-never an output folder no record can delete. No torch, no HTTP.
+record that cannot be deleted puts the folder back (`put_back`).
+
+The rename aside is the delete's journal: the trash folder's name carries the run's id
+(`outputs/.deleting-<hex>.run-<id>`), so a kill between it and the record's delete leaves a
+trash folder that says whose delete it was, and the next server start finishes that delete (the
+record, then the log: `finish_killed_deletes`) before the trash goes (jobs/leftovers.py). A kill
+before the rename changed nothing; after the record's delete, only files are left, which the
+start removes. No torch, no HTTP.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import shutil
+import sqlite3
 import uuid
 from pathlib import Path
 
-from lorastudio.errors import writing
+from lorastudio.errors import NoSpaceLeft, NotFound, writing
+from lorastudio.settings import Settings
+
+log = logging.getLogger("lorastudio.jobs")
 
 RUN_DELETE_PREFIX = ".deleting-"  # a removal's hidden trash folder in outputs/ (jobs/leftovers.py)
+_SAFE_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")  # a run id a trash name can carry (ids are 12 hex)
+JOURNALED_TRASH = re.compile(
+    rf"^{re.escape(RUN_DELETE_PREFIX)}[0-9a-f]{{32}}\.run-(?P<id>[0-9A-Za-z_-]{{1,64}})$"
+)
 
 
-def take_output_dir_aside(outputs_dir: Path, name: str) -> Path | bool:
-    """Take outputs/<name> out of sight in one rename. Returns the trash folder to remove
-    (`remove_trash`), True when the folder was a symbolic link (only the link is unlinked, never
-    its target), False when there is nothing to remove (missing, or `name` not directly inside
-    the outputs root)."""
+def take_output_dir_aside(outputs_dir: Path, name: str, run_id: str | None = None) -> Path | bool:
+    """Take outputs/<name> out of sight in one rename, to a trash name carrying `run_id` (the
+    delete's journal: `finish_killed_deletes`). Returns the trash to remove (`remove_trash`: a
+    folder, or a symbolic link that stood for the folder, whose target is never touched), False
+    when there is nothing to remove (missing, or `name` not directly inside the outputs root)."""
     folder = outputs_dir / name
     if folder.parent != outputs_dir or not os.path.lexists(folder):
         return False
-    if folder.is_symlink():
-        folder.unlink()
-        return True
-    trash = outputs_dir / f"{RUN_DELETE_PREFIX}{uuid.uuid4().hex}"
+    tag = f".run-{run_id}" if run_id is not None and _SAFE_ID.match(run_id) else ""
+    trash = outputs_dir / f"{RUN_DELETE_PREFIX}{uuid.uuid4().hex}{tag}"
     with writing(f"the output folder {name} could not be removed", folder):  # a read-only outputs root
         os.rename(folder, trash)
     return trash
 
 
 def put_back(taken: Path | bool, folder: Path) -> None:
-    """Undo `take_output_dir_aside`: the trash folder renamed back to `folder` (a run delete whose
-    record could not be deleted keeps its files). A link that was unlinked stays gone."""
+    """Undo `take_output_dir_aside`: the trash renamed back to `folder` (a run delete whose
+    record could not be deleted keeps its files, or its link)."""
     if isinstance(taken, Path):
         os.rename(taken, folder)
 
 
 def remove_trash(taken: Path | bool) -> bool:
-    """Remove what `take_output_dir_aside` took aside (a kill meanwhile leaves the hidden trash
-    folder to the next server start: jobs/leftovers.py). Returns whether anything was removed."""
-    if isinstance(taken, Path):
+    """Remove what `take_output_dir_aside` took aside (a link: only the link). A kill meanwhile
+    leaves the trash to the next server start (jobs/leftovers.py). Returns whether anything was
+    removed."""
+    if not isinstance(taken, Path):
+        return taken
+    if taken.is_symlink():
+        taken.unlink()
+    else:
         shutil.rmtree(taken)
-        return True
-    return taken
+    return True
+
+
+def killed_deletes(outputs_dir: Path) -> dict[Path, str]:
+    """{trash: the run id it names} of the run deletes whose trash is still in `outputs_dir`:
+    in a server start, deletes killed after their rename aside."""
+    try:
+        names = os.listdir(outputs_dir)
+    except OSError:
+        return {}
+    return {outputs_dir / n: m.group("id") for n in sorted(names) if (m := JOURNALED_TRASH.match(n))}
+
+
+def finish_killed_deletes(settings: Settings) -> list[Path]:
+    """Finish each run delete a kill cut after its rename aside (`killed_deletes`): the run's
+    record (gone already: nothing to do) and its log are deleted, each logged; the trash is left
+    to the start's leftover removal. Call only while holding the home lock (no delete in
+    flight). Returns the trash of the deletes that could not be finished (the run store
+    refused: a full disk, a locked or damaged store), which must be kept for the next start."""
+    found = killed_deletes(settings.outputs_dir)
+    if not found:
+        return []
+    from lorastudio.jobs.store import RunStore  # only when a delete was killed
+    from lorastudio.jobs.worker_log import log_path
+
+    try:
+        store = RunStore.open(settings.db_path, recover=False)
+    except (sqlite3.Error, OSError) as err:
+        log.warning("the killed run deletes %s could not be finished (the run store: %s)", sorted(found), err)
+        return list(found)
+    kept: list[Path] = []
+    try:
+        for trash, run_id in found.items():
+            try:
+                store.delete_run(run_id)
+                log.warning(
+                    "run %s: finished its delete, killed after its folder went aside (%s)", run_id, trash
+                )
+            except NotFound:
+                pass  # killed after the record's delete: only its files were left
+            except (NoSpaceLeft, sqlite3.Error, OSError) as err:  # kept for the next start
+                log.warning(
+                    "run %s: its killed delete could not be finished (%s); kept %s", run_id, err, trash
+                )
+                kept.append(trash)
+                continue
+            log_path(settings, run_id).unlink(missing_ok=True)
+    finally:
+        store.close()
+    return kept

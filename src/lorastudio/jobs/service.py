@@ -353,7 +353,7 @@ class JobService(Dispatcher):
             shared = [r for r in self.store.runs_with_output_name(name) if r != run_id]
             keep = keep_files or bool(shared) or not name
             # the folder aside first, then the record (jobs/run_delete.py: what a failure leaves)
-            taken = not keep and take_output_dir_aside(self.settings.outputs_dir, name)
+            taken = not keep and take_output_dir_aside(self.settings.outputs_dir, name, run_id)  # journaled
             try:
                 self.store.delete_run(run_id)
             except BaseException:

@@ -6,9 +6,11 @@ and a server start removes those whose writer (the pid in the name) is gone, kee
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,35 @@ def test_a_writer_killed_before_its_rename_leaves_what_a_server_start_removes(
     finally:
         live.communicate(b"")
     assert find_leftovers(settings) == [kept]  # its writer ended since: the next start's
+
+
+# The staging names an older lorastudio wrote in the home without a pid (RELIABILITY 824), one
+# of each folder's; a server start removes each once a day old, never a younger one.
+OLDER_NAMES = {  # folder: (a day old: removed, an hour old: kept)
+    "claims": (".0123abcd.4242-abcdef.holder.tmp", ".4567cdef.4243-abcdef.holder.tmp"),
+    "run_timings": ("20261201-120000-run1.json.part", "20261205-120000-run2.json.part"),
+    "cache/decoded": (f".{'e' * 32}.json.{'0' * 32}.tmp", f".{'d' * 32}.json.{'1' * 32}.tmp"),
+    "cache/thumbs/ab": (f".{'ab' * 16}.jpg.{'2' * 32}.tmp", f".{'ab' * 16}.jpg.{'3' * 32}.tmp"),
+    "cache/attention-probe": (".probe-k3j_9x2a.json", ".probe-0aq_ln4z.json"),
+}
+
+
+def test_an_older_writers_staging_goes_once_a_day_old(settings: Settings) -> None:
+    day_ago, hour_ago = time.time() - 25 * 3600, time.time() - 3600
+    aged, young = [], []
+    for folder, (old_name, new_name) in OLDER_NAMES.items():
+        (settings.home / folder).mkdir(parents=True, exist_ok=True)
+        old, new = settings.home / folder / old_name, settings.home / folder / new_name
+        for path, when in ((old, day_ago), (new, hour_ago)):
+            path.write_text("{}", encoding="utf-8")
+            os.utime(path, (when, when))
+        aged.append(old)
+        young.append(new)
+    link = settings.home / "cache/decoded" / f".{'f' * 32}.json.{'1' * 32}.tmp"
+    link.symlink_to(aged[0])
+    os.utime(link, (day_ago, day_ago), follow_symlinks=False)
+    found = find_leftovers(settings)
+    assert sorted(p for p in found if p in aged) == sorted(aged), found
+    assert not {*young, link} & set(found), found
+    remove_leftovers(found)
+    assert not any(p.exists() for p in aged) and all(p.exists() for p in young) and link.is_symlink()

@@ -3,8 +3,8 @@ record first and then renamed its output folder aside: a rename the file system 
 read-only outputs root) failed the delete with the record already gone, leaving an output folder
 (its LoRA still listed) that no record could delete any more, through the API or the UI; a kill
 between the two left the same. Now the folder goes aside first: a refused rename keeps both, a
-record that cannot be deleted puts the folder back, a kill between leaves the record (the trash
-goes at the next start) and the delete sent again completes."""
+record that cannot be deleted puts the folder back, and a kill between is finished by the next
+start (the trash's name carries the run's id: the record and the log go too)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ import pytest
 import lorastudio.jobs.run_delete as run_delete
 from lorastudio.errors import NoSpaceLeft, NotFound, WriteFailed
 from lorastudio.jobs.gpu import GpuArbiter
-from lorastudio.jobs.leftovers import find_leftovers, remove_leftovers
+from lorastudio.jobs.leftovers import start_leftover_cleanup
 from lorastudio.jobs.records import JobStatus, now_iso
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
+from lorastudio.jobs.worker_log import log_path
 from lorastudio.settings import Settings
 
 
@@ -78,6 +79,7 @@ from pathlib import Path
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
+from lorastudio.jobs.worker_log import log_path
 from lorastudio.settings import Settings
 settings = Settings(home=Path(sys.argv[1]))
 store = RunStore.open(settings.db_path)
@@ -92,19 +94,86 @@ JobService(settings, store, GpuArbiter()).delete_run(sys.argv[2])
 """
 
 
-def test_a_delete_killed_half_way_can_be_sent_again(settings: Settings) -> None:
+def test_a_delete_killed_half_way_is_finished_by_the_next_start(settings: Settings) -> None:
+    """Killed between its folder's rename aside and its record's delete: the record stayed (until
+    its delete was sent again) for a run whose files the next start removed. The trash's name is
+    the delete's journal now: the start deletes the record and the log, then the files."""
     folder = _finished_run(settings)
+    log_path(settings, "0123456789ab").parent.mkdir(parents=True, exist_ok=True)
+    log_path(settings, "0123456789ab").write_text("the run's log\n", encoding="utf-8")
     killed = subprocess.run(
         [sys.executable, "-c", _KILLED_AT_THE_RECORD, str(settings.home), "0123456789ab"],
         capture_output=True,
         timeout=120,
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    remove_leftovers(find_leftovers(settings))  # the next server start
-    service = _service(settings)
+    assert not folder.exists()  # aside, in the trash the start removes
+    cleanup = start_leftover_cleanup(settings)  # the next server start
+    assert cleanup is not None
+    cleanup.join(timeout=60)
+    store = RunStore.open(settings.db_path)
     try:
-        result = service.delete_run("0123456789ab")  # sent again: the record was kept
-    except NotFound:
-        pytest.fail(f"the record went and its files stayed: {sorted(p.name for p in folder.iterdir())}")
-    assert result == {"deleted": "0123456789ab", "files_removed": False}
+        with pytest.raises(NotFound):
+            store.get_run("0123456789ab")  # the delete finished: no record of files gone
+    finally:
+        store.close()
     assert list(settings.outputs_dir.iterdir()) == []
+    assert not log_path(settings, "0123456789ab").exists()
+
+
+def test_a_killed_delete_the_store_refuses_to_finish_keeps_its_trash(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start whose store cannot delete the record (a full disk) keeps the run's files aside
+    (the record still lists the run) and the next start finishes the delete."""
+    _finished_run(settings)
+    trash = run_delete.take_output_dir_aside(settings.outputs_dir, "out", "0123456789ab")
+    assert isinstance(trash, Path) and trash.name.endswith(".run-0123456789ab")
+
+    def full(self: RunStore, run_id: str) -> None:
+        raise NoSpaceLeft("the run store could not be written", settings.db_path)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RunStore, "delete_run", full)
+        cleanup = start_leftover_cleanup(settings)
+        if cleanup is not None:
+            cleanup.join(timeout=60)
+    assert (trash / "out.safetensors").read_bytes() == b"lora"  # kept for the next start
+    cleanup = start_leftover_cleanup(settings)
+    assert cleanup is not None
+    cleanup.join(timeout=60)
+    assert list(settings.outputs_dir.iterdir()) == []
+    store = RunStore.open(settings.db_path)
+    try:
+        with pytest.raises(NotFound):
+            store.get_run("0123456789ab")
+    finally:
+        store.close()
+
+
+def test_an_output_folder_that_is_a_link_goes_aside_as_a_link_never_its_target(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A link standing for the output folder is renamed aside too (the journal's name), put back
+    when the record cannot be deleted, and only the link is removed: never the folder it names."""
+    store = RunStore.open(settings.db_path)
+    store.create_run("0123456789ab", "out", "flux", {"steps": 4}, now_iso(), status=JobStatus.COMPLETED)
+    store.close()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.safetensors").write_bytes(b"not the run's to delete")
+    settings.outputs_dir.mkdir(parents=True, exist_ok=True)
+    (settings.outputs_dir / "out").symlink_to(elsewhere)
+    service = _service(settings)
+
+    def full(run_id: str) -> None:
+        raise NoSpaceLeft("the run store could not be written", settings.db_path)
+
+    monkeypatch.setattr(service.store, "delete_run", full)
+    with pytest.raises(NoSpaceLeft):
+        service.delete_run("0123456789ab")
+    monkeypatch.undo()
+    assert (settings.outputs_dir / "out").resolve() == elsewhere.resolve()  # the link put back
+    assert service.delete_run("0123456789ab") == {"deleted": "0123456789ab", "files_removed": True}
+    assert list(settings.outputs_dir.iterdir()) == []
+    assert (elsewhere / "keep.safetensors").read_bytes() == b"not the run's to delete"
