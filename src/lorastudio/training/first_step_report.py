@@ -23,6 +23,8 @@ _KEYS = (
     "OutputGraph.call_user_compiler",  # the backend (AOTAutograd + Inductor, cached or not)
     "compile_fx_inner",  # Inductor per graph (a cache hit loads the compiled module)
     "AOTAutogradCache.inductor_load",  # a cache hit's compiled forward / backward, loaded
+    "create_aot_dispatcher_function",  # AOTAutograd on a graph its cache did not give
+    "aot_trace_joint_graph",  # of which: tracing the forward + backward graph
     "PyCodeCache.load_by_key_path",  # loading the generated modules (kernels) from disk
     "async_compile.wait",  # kernel compiles (a cold cache)
     "bytecode_tracing",  # Dynamo's tracing alone
@@ -33,6 +35,8 @@ _COUNTERS = (
     ("inductor", "fxgraph_cache_miss"),
     ("aot_autograd", "autograd_cache_hit"),
     ("aot_autograd", "autograd_cache_miss"),
+    ("aot_autograd", "autograd_cache_bypass"),  # a graph its cache will not take: traced each run
+    ("aot_autograd", "autograd_cache_guard_miss"),
     ("stats", "unique_graphs"),
 )
 
