@@ -116,9 +116,18 @@ def timed_calls(module: Any, name: str, log: list[float]) -> None:
     setattr(module, name, wrapper)
 
 
+_LOGGED = (
+    "lorastudio.training.attention",
+    "lorastudio.training.plan_build",
+    "lorastudio.training.compile",
+    "lorastudio.training.first_step_report",
+)
+
+
 class AttentionLog(logging.Handler):
-    """The engine's attention log records (probe started / cached / timed / chosen) and its
-    denoiser build's stage times, with their time since `t0`: neither has an event of its own."""
+    """The engine's attention log records (probe started / cached / timed / chosen), its
+    denoiser build's stage times and the compile's (the first step's report), with their time
+    since `t0` (none has an event of its own); printed as they come too."""
 
     def __init__(self, t0: float) -> None:
         super().__init__(logging.INFO)
@@ -126,8 +135,9 @@ class AttentionLog(logging.Handler):
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.name.startswith(("lorastudio.training.attention", "lorastudio.training.plan_build")):
+        if record.name.startswith(_LOGGED):
             self.lines.append(f"{time.monotonic() - self.t0:.1f} s {record.getMessage()}")
+            print(f"{self.lines[-1]}", flush=True)
 
 
 def compile_counters() -> dict[str, Any]:
