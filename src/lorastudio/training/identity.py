@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio import json_read
 from lorastudio.errors import ConfigError, FieldProblem
-from lorastudio.training.identity_base import BASE_KEYS, base_problems, base_record
+from lorastudio.training.identity_base import (
+    BASE_KEYS,
+    RELOCATABLE,
+    base_problems,
+    base_record,
+    relocation_compared,
+)
 from lorastudio.training.identity_latents import (
     DERIVED,
     SETTINGS,
@@ -234,6 +240,8 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
     files = _files_record(saved.get("dataset_files")) and _files_record(current.get("dataset_files"))
     handling = compares_handling(saved, current)
     skipped = {"dataset_files"} | RULE_KEYS | DERIVED | BASE_KEYS | (set(SETTINGS) if handling else set())
+    if relocation_compared(saved, current):
+        skipped |= RELOCATABLE  # where the base is: its content is compared (base_problems)
     if handling:
         problems += handling_problems(saved, current)
     problems += base_problems(saved, current)  # under the checkpoint's rule (identity_base.py)
@@ -294,7 +302,7 @@ def override_problems(overrides: Mapping[str, Any]) -> list[FieldProblem]:
 
     from lorastudio.config import TrainConfig
 
-    allowed = RESUMABLE_FIELDS - {"output_name"}
+    allowed = (RESUMABLE_FIELDS - {"output_name"}) | RELOCATABLE  # the base's content is compared
     may = f"settings that may change: {', '.join(sorted(allowed))}; steps above the run's total trains it longer"
     problems = []
     for key in sorted(set(overrides) - allowed):
