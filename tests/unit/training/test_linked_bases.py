@@ -37,6 +37,20 @@ def hub_layout(files: dict[str, Path], cache: Path, repo: str) -> Path:
     return snapshot
 
 
+def use_hub_cache(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point the hub cache at `cache` for lorastudio (read at call time) and for the loaders
+    (huggingface_hub, diffusers and transformers copy it into module constants when imported)."""
+    import sys
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] not in ("huggingface_hub", "diffusers", "transformers"):
+            continue
+        for attr in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "DIFFUSERS_CACHE"):
+            if isinstance(getattr(module, attr, None), str):
+                monkeypatch.setattr(module, attr, str(cache))
+
+
 def test_a_single_file_in_the_hub_cache_trains_and_generates_by_its_link(
     tiny_model, tmp_path: Path, small_dataset, run_settings, capsys, monkeypatch
 ) -> None:
@@ -91,3 +105,22 @@ def test_a_hub_snapshot_of_links_is_fingerprinted_by_its_content(
         plain = component_fingerprint(str(folder), component, None)
         assert component_fingerprint("acme/linked", component, None) == plain, component
         assert component_fingerprint(str(snapshot), component, None) == plain, component
+
+
+def test_generate_tells_the_family_of_a_hub_id_in_the_hub_cache(
+    tiny_model, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lorastudio generate --base acme/linked` (a hub id the hub cache holds, its files links
+    into blobs/) without --family was "cannot tell the family of 'acme/linked'; pass --family":
+    the family was read from a local folder's model_index.json only. One not cached still asks."""
+    folder = tiny_model("flux")
+    files = {str(p.relative_to(folder)): p for p in folder.rglob("*") if p.is_file()}
+    hub_layout(files, tmp_path / "hub", "acme/linked")
+    use_hub_cache(tmp_path / "hub", monkeypatch)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    args = ["--prompt", "a red circle", "--steps", "1", "--width", "64", "--height", "64", "--device", "cpu"]
+    code, out = run_cli(capsys, monkeypatch, "generate", "--base", "acme/missing", "--out", str(tmp_path / "a.png"), *args)
+    assert code == 2 and "cannot tell the family of 'acme/missing'; pass --family" in out
+    code, out = run_cli(capsys, monkeypatch, "generate", "--base", "acme/linked", "--out", str(tmp_path / "b.png"), *args)
+    assert code == 0, out
+    assert (tmp_path / "b.png").is_file()
