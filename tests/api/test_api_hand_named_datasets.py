@@ -197,7 +197,9 @@ def test_a_dataset_linked_in_from_elsewhere_is_listed_unusable_naming_the_link(
     assert listed["cats"]["usable"] and listed["cats"]["images"] == 1
     link = listed["photos"]
     assert not link["usable"] and link["images"] == 0
-    assert link["problem"].startswith(f"a symbolic link to {outside}: dataset folders are not read through links")
+    assert link["problem"].startswith(
+        f"a symbolic link to {outside}: dataset folders are not read through links"
+    )
     code, out = run_cli(capsys, monkeypatch, "datasets", "list")
     assert code == 0 and "unusable: 'photos': a symbolic link to" in out and "datasets rename" not in out
     assert client.delete(_url("photos")).status_code in (200, 204)

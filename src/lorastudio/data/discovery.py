@@ -63,7 +63,8 @@ def unused_images(root: Path, dropped: list[tuple[str, str]], most: int = 10) ->
     At most `most` named, the rest counted."""
     names = [(name, why) for name, why in dropped if is_image_name(name)]
     out = [
-        f"{root / name}: {why}" + ("; copy the image itself into the folder" if why.startswith("symbolic") else "")
+        f"{root / name}: {why}"
+        + ("; copy the image itself into the folder" if why.startswith("symbolic") else "")
         for name, why in names[:most]
     ]
     if len(names) > most:

@@ -122,7 +122,8 @@ def base_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[
         sorted(
             k
             for k in old.keys() | new.keys()
-            if old.get(k) != new.get(k) and not (_absent(k, old.get(k), saved) and _absent(k, new.get(k), current))
+            if old.get(k) != new.get(k)
+            and not (_absent(k, old.get(k), saved) and _absent(k, new.get(k), current))
         )
         if isinstance(old, dict) and isinstance(new, dict)
         else []

@@ -177,6 +177,11 @@ def test_a_folder_of_image_links_names_each_link_it_did_not_follow(tmp_path: Pat
         _scan(ds)
     problems = err.value.problems
     assert problems[0] == f"{ds}: no png/jpg/jpeg/webp files (sub-folders are not scanned)"
-    assert problems[1] == f"{ds / 'p00.png'}: symbolic link (not followed); copy the image itself into the folder"
-    assert len(problems) == 12 and problems[-1] == f"{ds}: 2 more image name(s) not used, for the same reasons"
+    assert (
+        problems[1]
+        == f"{ds / 'p00.png'}: symbolic link (not followed); copy the image itself into the folder"
+    )
+    assert (
+        len(problems) == 12 and problems[-1] == f"{ds}: 2 more image name(s) not used, for the same reasons"
+    )
     assert not any("notes.md" in p for p in problems)

@@ -119,8 +119,12 @@ def test_generate_tells_the_family_of_a_hub_id_in_the_hub_cache(
     use_hub_cache(tmp_path / "hub", monkeypatch)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     args = ["--prompt", "a red circle", "--steps", "1", "--width", "64", "--height", "64", "--device", "cpu"]
-    code, out = run_cli(capsys, monkeypatch, "generate", "--base", "acme/missing", "--out", str(tmp_path / "a.png"), *args)
+    code, out = run_cli(
+        capsys, monkeypatch, "generate", "--base", "acme/missing", "--out", str(tmp_path / "a.png"), *args
+    )
     assert code == 2 and "cannot tell the family of 'acme/missing'; pass --family" in out
-    code, out = run_cli(capsys, monkeypatch, "generate", "--base", "acme/linked", "--out", str(tmp_path / "b.png"), *args)
+    code, out = run_cli(
+        capsys, monkeypatch, "generate", "--base", "acme/linked", "--out", str(tmp_path / "b.png"), *args
+    )
     assert code == 0, out
     assert (tmp_path / "b.png").is_file()

@@ -40,14 +40,18 @@ def moved_home(tiny_model, small_dataset, run_settings, tmp_path, capsys, monkey
 def test_a_run_resumes_on_its_base_after_the_home_moved(moved_home: Path, capsys, monkeypatch) -> None:
     from lorastudio.jobs.resume import validate_resume
 
-    code, out = run_cli(capsys, monkeypatch, "train", "--resume", "moved", "--set", "steps=3", "--device", "cpu")
+    code, out = run_cli(
+        capsys, monkeypatch, "train", "--resume", "moved", "--set", "steps=3", "--device", "cpu"
+    )
     assert code == 2, out
     assert "nothing at" in out and "models/tiny any more" in out and "--set base_model=" in out
 
     run_dir = moved_home / "outputs" / "moved"
     with pytest.raises(ConfigError, match="models/tiny any more"):
         validate_resume(run_dir, None, {"steps": 3}, get_settings(), live_output_names=set())
-    ok = validate_resume(run_dir, None, {"steps": 3, "base_model": "tiny"}, get_settings(), live_output_names=set())
+    ok = validate_resume(
+        run_dir, None, {"steps": 3, "base_model": "tiny"}, get_settings(), live_output_names=set()
+    )
     assert ok.config.base_model == str(moved_home / "models" / "tiny")  # stored as a run stores it
 
     other = moved_home / "models" / "other"
@@ -55,7 +59,9 @@ def test_a_run_resumes_on_its_base_after_the_home_moved(moved_home: Path, capsys
     vae = other / "vae" / "config.json"
     vae.write_text(json.dumps({**json.loads(vae.read_text()), "scaling_factor": 0.5}))
     with pytest.raises(ConfigError, match=r"weights differ .*\(vae changed\)"):
-        validate_resume(run_dir, None, {"steps": 3, "base_model": "other"}, get_settings(), live_output_names=set())
+        validate_resume(
+            run_dir, None, {"steps": 3, "base_model": "other"}, get_settings(), live_output_names=set()
+        )
 
     code, out = run_cli(
         capsys, monkeypatch, "train", "--resume", "moved", "--set", "steps=3", "--set", "base_model=tiny",
