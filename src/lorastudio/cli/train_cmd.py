@@ -62,7 +62,8 @@ def _run_config(config: Path | None, overrides: list[str], resume: Path | None) 
     from lorastudio.jobs.validation import with_resolved_base
     from lorastudio.settings import get_settings
     from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
-    from lorastudio.training.identity_base import RELOCATABLE, moved_base_problems
+    from lorastudio.training.identity_base import RELOCATABLE
+    from lorastudio.training.relocation import moved_problems
 
     checkpoint = find_checkpoint(resume.resolve()) if resume is not None else None
     if config is not None:  # base_model as the job service stores it (a checkpoint's is already)
@@ -71,7 +72,7 @@ def _run_config(config: Path | None, overrides: list[str], resume: Path | None) 
     if checkpoint is not None:  # --set paths taken against this directory, as in a config file
         given = localize_paths(apply_overrides({}, overrides))
         data = resume_settings(read_checkpoint_info(checkpoint), given)
-        moved = moved_base_problems(data)  # a base recorded where it is no more (a moved home)
+        moved = moved_problems(data)  # a base or dataset recorded where it is no more (a moved home)
         if moved:
             raise ConfigError(moved)
         cfg = parse_train_config(data)

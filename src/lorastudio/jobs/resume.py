@@ -35,7 +35,8 @@ from lorastudio.training.checkpoint import (
 )
 from lorastudio.training.extend import extension_steps, finished_problem
 from lorastudio.training.identity import check_identity, config_as_recorded, dataset_files, run_identity
-from lorastudio.training.identity_base import RELOCATABLE, moved_base_problems, record_for
+from lorastudio.training.identity_base import RELOCATABLE, record_for
+from lorastudio.training.relocation import moved_problems
 
 
 @dataclass(frozen=True)
@@ -130,16 +131,19 @@ def validate_resume(
     if cfg.output_name != run_dir.name:
         raise NotFound(f"{found} belongs to run {cfg.output_name!r}, not to the folder {run_dir.name!r}")
     family = families.get(cfg.family)
-    problems: list[FieldProblem] = moved_base_problems(cfg.model_dump())
-    if RELOCATABLE & set(overrides) and not problems:  # named anew: stored as a run stores it
+    moved = moved_problems(cfg.model_dump())  # recorded where they are no more (a moved home)
+    if moved:
+        raise ConfigError(moved)
+    if RELOCATABLE & set(overrides):  # the base named anew: stored as a run stores it
         cfg = with_resolved_base(cfg, settings)
+    problems: list[FieldProblem] = []
     configs = None  # where the base's flavour is read (its control images)
     try:
         configs = resolve_base(
             cfg.base_model, family.spec.name, settings, cfg.revision, cfg.base_config
         ).configs
     except ModelSourceError as err:
-        problems = problems or [FieldProblem("base_model", str(err))]
+        problems.append(FieldProblem("base_model", str(err)))
     entries = resolve_entries(cfg, settings.datasets_dir, allow_outside_root=False)
     control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, allow_outside_root=False)
     flavour_controls = family.source_control_images(configs)

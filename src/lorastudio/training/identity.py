@@ -296,13 +296,16 @@ def check_identity(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None
 
 def override_problems(overrides: Mapping[str, Any]) -> list[FieldProblem]:
     """Problems with settings given for a resume: only RESUMABLE_FIELDS (minus output_name) may
-    change; the others are fixed by the checkpoint, and a key that is no setting at all is named
+    change, and where the base and the datasets are (a moved home: training/relocation.py; their
+    content is compared by the identity); the others are fixed by the checkpoint, and a key that is no setting at all is named
     as unknown (with a close setting's name), not as one that "changes the maths"."""
     import difflib
 
     from lorastudio.config import TrainConfig
 
-    allowed = (RESUMABLE_FIELDS - {"output_name"}) | RELOCATABLE  # the base's content is compared
+    # where the base and the datasets are: their content is compared (datasets: the entries'
+    # settings too, their paths apart)
+    allowed = (RESUMABLE_FIELDS - {"output_name"}) | RELOCATABLE | {"datasets"}
     may = f"settings that may change: {', '.join(sorted(allowed))}; steps above the run's total trains it longer"
     problems = []
     for key in sorted(set(overrides) - allowed):

@@ -163,29 +163,6 @@ def relocation_compared(saved: Mapping[str, Any], current: Mapping[str, Any]) ->
     )
 
 
-def moved_base_problems(config: Mapping[str, Any]) -> list[FieldProblem]:
-    """The problem of a resumed run's recorded base (`config`: the checkpoint's settings with the
-    resume's) that is an absolute path with nothing there any more, naming how to resume on it
-    where it is now; [] otherwise (the base resolution's own answer stands)."""
-    import os
-
-    problems = []
-    for key in sorted(RELOCATABLE):
-        where = config.get(key)
-        if isinstance(where, str) and os.path.isabs(where) and not os.path.lexists(where):
-            problems.append(
-                FieldProblem(
-                    key,
-                    f"nothing at {where} any more (no folder or checkpoint file there); if it moved "
-                    "(or the studio home was moved or renamed), resume with "
-                    f"{key} set to where it is now, a name under models/ or a path (CLI: --set "
-                    f'{key}=...; API: {{"settings": {{"{key}": ...}}}}): its content is compared '
-                    "with the checkpoint's",
-                )
-            )
-    return problems
-
-
 def settle_base(
     identity: dict[str, Any], cfg: TrainConfig, denoiser: str, saved: Mapping[str, Any] | None
 ) -> dict[str, Any]:
