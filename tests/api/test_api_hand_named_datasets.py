@@ -178,3 +178,29 @@ def test_a_usable_dataset_renames_too_never_over_another_folder(
     (settings.datasets_dir / "empty").mkdir()  # an empty folder is never replaced
     assert client.post(_url("dogs", "/rename"), json={"to": "empty"}).status_code == 400
     assert (settings.datasets_dir / "dogs" / "a.png").is_file()
+
+
+def test_a_dataset_linked_in_from_elsewhere_is_listed_unusable_naming_the_link(
+    client: TestClient, settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """`ln -s /data/photos ~/.lorastudio/datasets/photos` was simply missing from GET
+    /api/datasets (and `datasets list`): links are never followed, and the listing left them
+    out unnamed. It is listed unusable with where it points and what to do; nothing is read
+    through it, and its delete removes the link only."""
+    from cli_runner import run_cli
+
+    settings.ensure_dirs()
+    _dataset(settings.datasets_dir / "cats")
+    outside = _dataset(tmp_path / "photos")
+    (settings.datasets_dir / "photos").symlink_to(outside, target_is_directory=True)
+    listed = {d["name"]: d for d in client.get("/api/datasets").json()["datasets"]}
+    assert listed["cats"]["usable"] and listed["cats"]["images"] == 1
+    link = listed["photos"]
+    assert not link["usable"] and link["images"] == 0
+    assert link["problem"].startswith(
+        f"a symbolic link to {outside}: dataset folders are not read through links"
+    )
+    code, out = run_cli(capsys, monkeypatch, "datasets", "list")
+    assert code == 0 and "unusable: 'photos': a symbolic link to" in out and "datasets rename" not in out
+    assert client.delete(_url("photos")).status_code in (200, 204)
+    assert not (settings.datasets_dir / "photos").exists() and (outside / "a.png").is_file()

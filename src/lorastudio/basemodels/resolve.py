@@ -121,11 +121,14 @@ def resolve_base(
         if resolved is None:
             raise ModelSourceError(f"base model {base_model!r} cannot be resolved (a link that loops)")
         if resolved.is_file():  # `revision` applies to its base config (refused there when local)
-            facts = vet_single_file(resolved, family)
+            # the file as named, its links not followed: a hub cache's snapshot file (or any link)
+            # names a blob without the .safetensors suffix the vetting and the loaders go by
+            named = Path(os.path.abspath(candidate))
+            facts = vet_single_file(named, family)
             config = resolve_base_config(
                 base_config or facts.layout.default_config, family, settings, revision
             )
-            return ResolvedBase(str(resolved), None, config, facts)
+            return ResolvedBase(str(named), None, config, facts)
         if revision is not None:  # the one rule (config_fields_source): a folder has no revision
             raise ConfigError([FieldProblem("revision", local_revision_message("base_model", base_model))])
         vet_pipeline_folder(resolved, family)

@@ -60,11 +60,9 @@ def list_cmd() -> None:
     rows = [[d["name"], str(d["images"]), str(d["captions"]), d["path"]] for d in found]
     print_table(("name", "images", "captions", "path"), rows, keep=("name",))
     for d in found:
-        if not d["usable"]:  # a folder made by hand under a name the studio cannot use
-            typer.echo(
-                f"unusable: {shown_name(d['name'])!r}: {shown_name(d['problem'])} "
-                "(`lorastudio datasets rename -- OLD NEW`)"
-            )
+        if not d["usable"]:  # a folder made by hand under a name the studio cannot use, a link
+            fix = "" if Path(d["path"]).is_symlink() else " (`lorastudio datasets rename -- OLD NEW`)"
+            typer.echo(f"unusable: {shown_name(d['name'])!r}: {shown_name(d['problem'])}{fix}")
 
 
 @datasets_app.command("import")

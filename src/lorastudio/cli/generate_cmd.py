@@ -93,7 +93,9 @@ def generate_cmd(
         help="LoRA file or a run's name (outputs/NAME/NAME.safetensors), optionally with a scale: "
         "PATH[:SCALE] or NAME[:SCALE] (repeatable)",
     ),
-    family: str | None = typer.Option(None, "--family", help="model family (default: from the folder)"),
+    family: str | None = typer.Option(
+        None, "--family", help="model family (default: from the folder, or the hub cache's copy of a hub id)"
+    ),
     seed: int = typer.Option(0, "--seed", help="noise seed, 0-4294967295 (the same seed, the same image)"),
     steps: int | None = typer.Option(
         None, "--steps", help="inference steps, 1-200 (default: the family's; the API's budget)"
@@ -166,6 +168,7 @@ def _generate(
 
     from lorastudio import families
     from lorastudio.basemodels import resolve_base
+    from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
     from lorastudio.basemodels.single_file import base_updates, read_file_facts
     from lorastudio.cli.config_file import localize_path
     from lorastudio.cli.run_display import quiet_libraries
@@ -200,6 +203,9 @@ def _generate(
     bad_revision = bad_revision or local_revision_problem(base, revision, base_config, field="--base")
     if bad_revision:  # checked before the revision can name a path in the hub cache
         problems.append(FieldProblem("--revision", bad_revision))
+    if family is None and not bad_revision and is_hub_id(base):  # one in the hub cache says it too
+        snapshot = cached_snapshot(base, revision)
+        family = detect_family(str(snapshot)) if snapshot is not None else None
     if family is None:
         problems.append(FieldProblem("--family", f"cannot tell the family of {base!r}; pass --family"))
     elif (

@@ -62,16 +62,21 @@ def _run_config(config: Path | None, overrides: list[str], resume: Path | None) 
     from lorastudio.jobs.validation import with_resolved_base
     from lorastudio.settings import get_settings
     from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
+    from lorastudio.training.identity_base import RELOCATABLE
+    from lorastudio.training.relocation import moved_problems
 
     checkpoint = find_checkpoint(resume.resolve()) if resume is not None else None
     if config is not None:  # base_model as the job service stores it (a checkpoint's is already)
         data = localize_paths(apply_overrides(load_config_file(config), overrides))
         return with_resolved_base(parse_train_config(data), get_settings()), checkpoint
     if checkpoint is not None:  # --set paths taken against this directory, as in a config file
-        data = resume_settings(
-            read_checkpoint_info(checkpoint), localize_paths(apply_overrides({}, overrides))
-        )
-        return parse_train_config(data), checkpoint
+        given = localize_paths(apply_overrides({}, overrides))
+        data = resume_settings(read_checkpoint_info(checkpoint), given)
+        moved = moved_problems(data)  # a base or dataset recorded where it is no more (a moved home)
+        if moved:
+            raise ConfigError(moved)
+        cfg = parse_train_config(data)
+        return (with_resolved_base(cfg, get_settings()) if RELOCATABLE & set(given) else cfg), checkpoint
     raise ConfigError([FieldProblem("config", "give a config file, or --resume a run folder or checkpoint")])
 
 

@@ -42,6 +42,10 @@ MAX_METADATA_BYTES = 64 * 2**20
 _SKIP_PIECE = 2**16
 _SIDECAR_SLACK = 1024  # a BOM and surrounding blank lines around a capped caption
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_UTF32_BOMS = (
+    b"\xff\xfe\x00\x00",
+    b"\x00\x00\xfe\xff",
+)  # read as UTF-16 they were "UTF-16 without its mark?"
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,11 @@ def read_sidecar(path: Path, folder_id: FolderId | None = None) -> str | None:
             raise DatasetError(f"cannot read caption file {path.name}", [f"{path.name}: {err}"]) from None
     if len(raw) > MAX_CAPTION_BYTES + _SIDECAR_SLACK:
         raise too_long
+    if raw.startswith(_UTF32_BOMS):  # before UTF-16's: FF FE 00 00 starts with FF FE
+        raise DatasetError(
+            f"caption file {path.name} is UTF-32",
+            [f"{path.name}: UTF-32 text (by its byte order mark), which is not read; save it as UTF-8"],
+        )
     utf16 = raw.startswith(_UTF16_BOMS)  # Windows Notepad's "Unicode": unambiguous with its mark
     try:
         text = raw.decode("utf-16" if utf16 else "utf-8-sig")

@@ -56,6 +56,22 @@ def is_image_name(name: str) -> bool:
     return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
 
 
+def unused_images(root: Path, dropped: list[tuple[str, str]], most: int = 10) -> list[str]:
+    """The problems naming the image-named entries of `root` that `discover` dropped (`dropped`:
+    its (name, reason) list), for a folder found with no images: a folder of symbolic links to
+    the images (links are never followed) was "no png/jpg/jpeg/webp files", its images unnamed.
+    At most `most` named, the rest counted."""
+    names = [(name, why) for name, why in dropped if is_image_name(name)]
+    out = [
+        f"{root / name}: {why}"
+        + ("; copy the image itself into the folder" if why.startswith("symbolic") else "")
+        for name, why in names[:most]
+    ]
+    if len(names) > most:
+        out.append(f"{root}: {len(names) - most} more image name(s) not used, for the same reasons")
+    return out
+
+
 def require_folder(root: Path) -> None:
     """Raise DatasetError unless `root` exists and is a folder (not a symbolic link); one that
     cannot be looked at (a name over the file system's limit, a folder on the way the server may

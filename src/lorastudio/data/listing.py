@@ -6,6 +6,7 @@ so the listings behind /api/info and /api/datasets do not re-read an unchanged f
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -69,17 +70,41 @@ def _metadata_names(path: Path) -> frozenset[str]:
 
 
 def list_datasets(root: Path) -> list[dict[str, Any]]:
-    """Summaries of every visible dataset folder under `root`, by name (symbolic links are not
-    followed, so a link to a folder elsewhere is not listed)."""
+    """Summaries of every visible dataset folder under `root`, by name. A symbolic link to a
+    folder is listed unusable, naming where it points and why (`link_summary`): it is never
+    followed (not even to count its images); it was left out, so a dataset linked in from
+    another disk was simply missing from the Datasets page."""
     if not root.is_dir():
         return []
-    folders = sorted(
-        p for p in root.iterdir() if not p.name.startswith(".") and not p.is_symlink() and p.is_dir()
-    )
+    folders = sorted(p for p in root.iterdir() if not p.name.startswith(".") and p.is_dir())
     out = []
     for folder in folders:
+        if folder.is_symlink():
+            out.append(link_summary(folder))
+            continue
         try:
             out.append(dataset_summary(folder))
         except DatasetError:
             continue  # unreadable folder: not listed
     return out
+
+
+def link_summary(link: Path) -> dict[str, Any]:
+    """The listing of dataset `link`, a symbolic link to a folder: unusable, its problem naming
+    the target and what to do (the server reads no dataset through a link: its files could be
+    another folder's by the time a run reads them; `lorastudio train` takes a folder by its path)."""
+    try:
+        target = os.readlink(link)
+    except OSError:
+        target = "?"
+    return {
+        "name": link.name,
+        "path": str(link),
+        "images": 0,
+        "captions": 0,
+        "usable": False,
+        "problem": (
+            f"a symbolic link to {target}: dataset folders are not read through links; move (or "
+            "copy) the folder itself here, or train it from the CLI by its path (data_dir)"
+        ),
+    }

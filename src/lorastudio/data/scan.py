@@ -22,7 +22,7 @@ from lorastudio.data.decode_checks import check_images
 from lorastudio.data.decode_progress import DecodeProgress
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.decoded import DecodedRecord
-from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover
+from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover, unused_images
 from lorastudio.data.items import DatasetScan, ImageItem
 from lorastudio.data.kohya_captions import kohya_caption
 from lorastudio.data.pairs import control_folder_ids, misnamed_control_folder, pair_controls
@@ -191,7 +191,8 @@ def scan_dataset(
         raise DatasetError(
             f"no images in {root}",
             [
-                f"{root}: no {'/'.join(e.lstrip('.') for e in IMAGE_EXTENSIONS)} files (sub-folders are not scanned)"
+                f"{root}: no {'/'.join(e.lstrip('.') for e in IMAGE_EXTENSIONS)} files (sub-folders are not scanned)",
+                *unused_images(root, files.dropped),
             ],
         )
     problems: list[str] = []

@@ -23,7 +23,7 @@ from lorastudio.data.pixel_rule import read_otherwise
 from lorastudio.data.run_scan import scan_for_run
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
 from lorastudio.jobs.host_rules import host_problems, raw_host_problems
-from lorastudio.jobs.validation import sample_prompt_problems
+from lorastudio.jobs.validation import sample_prompt_problems, with_resolved_base
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import (
     CHECKPOINTS,
@@ -35,7 +35,8 @@ from lorastudio.training.checkpoint import (
 )
 from lorastudio.training.extend import extension_steps, finished_problem
 from lorastudio.training.identity import check_identity, config_as_recorded, dataset_files, run_identity
-from lorastudio.training.identity_base import record_for
+from lorastudio.training.identity_base import RELOCATABLE, record_for
+from lorastudio.training.relocation import moved_problems
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,11 @@ def validate_resume(
     if cfg.output_name != run_dir.name:
         raise NotFound(f"{found} belongs to run {cfg.output_name!r}, not to the folder {run_dir.name!r}")
     family = families.get(cfg.family)
+    moved = moved_problems(cfg.model_dump())  # recorded where they are no more (a moved home)
+    if moved:
+        raise ConfigError(moved)
+    if RELOCATABLE & set(overrides):  # the base named anew: stored as a run stores it
+        cfg = with_resolved_base(cfg, settings)
     problems: list[FieldProblem] = []
     configs = None  # where the base's flavour is read (its control images)
     try:

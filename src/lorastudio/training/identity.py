@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio import json_read
 from lorastudio.errors import ConfigError, FieldProblem
-from lorastudio.training.identity_base import BASE_KEYS, base_problems, base_record
+from lorastudio.training.identity_base import (
+    BASE_KEYS,
+    RELOCATABLE,
+    base_problems,
+    base_record,
+    relocation_compared,
+)
 from lorastudio.training.identity_latents import (
     DERIVED,
     SETTINGS,
@@ -234,6 +240,8 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
     files = _files_record(saved.get("dataset_files")) and _files_record(current.get("dataset_files"))
     handling = compares_handling(saved, current)
     skipped = {"dataset_files"} | RULE_KEYS | DERIVED | BASE_KEYS | (set(SETTINGS) if handling else set())
+    if relocation_compared(saved, current):
+        skipped |= RELOCATABLE  # where the base is: its content is compared (base_problems)
     if handling:
         problems += handling_problems(saved, current)
     problems += base_problems(saved, current)  # under the checkpoint's rule (identity_base.py)
@@ -288,13 +296,16 @@ def check_identity(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None
 
 def override_problems(overrides: Mapping[str, Any]) -> list[FieldProblem]:
     """Problems with settings given for a resume: only RESUMABLE_FIELDS (minus output_name) may
-    change; the others are fixed by the checkpoint, and a key that is no setting at all is named
+    change, and where the base and the datasets are (a moved home: training/relocation.py; their
+    content is compared by the identity); the others are fixed by the checkpoint, and a key that is no setting at all is named
     as unknown (with a close setting's name), not as one that "changes the maths"."""
     import difflib
 
     from lorastudio.config import TrainConfig
 
-    allowed = RESUMABLE_FIELDS - {"output_name"}
+    # where the base and the datasets are: their content is compared (datasets: the entries'
+    # settings too, their paths apart)
+    allowed = (RESUMABLE_FIELDS - {"output_name"}) | RELOCATABLE | {"datasets"}
     may = f"settings that may change: {', '.join(sorted(allowed))}; steps above the run's total trains it longer"
     problems = []
     for key in sorted(set(overrides) - allowed):

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
 
 BASE_KEYS = frozenset({"base_fingerprint", "base_rule", "base_parts", "base_on_disk"})
+# where the base is: a resume may name it anew (a studio home moved or renamed: a models/ name is
+# recorded as its absolute path), its content compared instead where both sides read it
+RELOCATABLE = frozenset({"base_model", "base_config"})
 
 
 def base_record(cfg: TrainConfig, denoiser: str, rule: int | None = None) -> dict[str, Any]:
@@ -116,10 +119,17 @@ def base_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[
         return []
     old, new = saved.get("base_parts"), current.get("base_parts")
     changed = (
-        sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        sorted(
+            k
+            for k in old.keys() | new.keys()
+            if old.get(k) != new.get(k)
+            and not (_absent(k, old.get(k), saved) and _absent(k, new.get(k), current))
+        )
         if isinstance(old, dict) and isinstance(new, dict)
         else []
     )
+    if isinstance(old, dict) and isinstance(new, dict) and not changed:
+        return []  # only components the base lacks differ: they name where it is, not its content
     which = f" ({', '.join(changed)} changed)" if changed else ""
     return [
         FieldProblem(
@@ -128,6 +138,29 @@ def base_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[
             f"(fingerprint {was} then, {now} now): resume on the same base",
         )
     ]
+
+
+def _absent(component: str, part: Any, side: Mapping[str, Any]) -> bool:
+    """Whether `part` is the fingerprint data/fingerprint.component_fingerprint gives a component
+    the base does not have (e.g. FLUX.1's text_encoder_3): its source's name and revision, no
+    content. A base named anew on resume (RELOCATABLE) changes those parts only."""
+    names = [side.get(k) for k in ("base_model", "base_config")]
+    revisions = {side.get("revision"), None}
+    return any(
+        part == hashlib.sha256(f"{component}\nhub:{name}@{rev}".encode()).hexdigest()[:20]
+        for name in names
+        if isinstance(name, str)
+        for rev in revisions
+    )
+
+
+def relocation_compared(saved: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
+    """Whether a resume compares the base by its content, so that RELOCATABLE (where it is) may
+    differ: both sides fingerprinted the base's files (rule 2, on disk)."""
+    return all(
+        isinstance(side.get("base_parts"), dict) and side.get("base_on_disk") is True
+        for side in (saved, current)
+    )
 
 
 def settle_base(

@@ -114,6 +114,20 @@ def test_a_utf16_sidecar_without_a_byte_order_mark_is_refused_saying_so(tmp_path
     ]
 
 
+@pytest.mark.parametrize("encoding", ["utf-32", "utf-32-be"])
+def test_a_utf32_sidecar_is_refused_as_utf32(tmp_path, make_image, encoding):
+    """A UTF-32 file's mark (FF FE 00 00) starts with UTF-16's: it was read as UTF-16 and refused
+    as "UTF-16 without its byte order mark?", the wrong guess."""
+    make_image(tmp_path / "a.png")
+    text = "a photo" if encoding == "utf-32" else "\ufeffa photo"  # utf-32 writes its own mark
+    (tmp_path / "a.txt").write_bytes(text.encode(encoding))
+    with pytest.raises(DatasetError) as err:
+        scan_dataset(tmp_path, resolution=64, multiple=16)
+    assert err.value.problems == [
+        "a.txt: UTF-32 text (by its byte order mark), which is not read; save it as UTF-8"
+    ]
+
+
 def test_a_metadata_caption_holding_a_nul_is_a_problem_naming_its_line(tmp_path, make_image):
     make_image(tmp_path / "a.png")
     (tmp_path / "metadata.jsonl").write_text(json.dumps({"file_name": "a.png", "text": "a\u0000b"}) + "\n")

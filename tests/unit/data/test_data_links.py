@@ -161,3 +161,27 @@ def test_an_upload_never_writes_through_a_dataset_folder_swapped_for_a_link(
         with pytest.raises(DatasetError, match="is a symbolic link"):
             batch.commit()
     assert sorted(p.name for p in outside.iterdir()) == before
+
+
+def test_a_folder_of_image_links_names_each_link_it_did_not_follow(tmp_path: Path, make_image) -> None:
+    """A dataset made of links to the images (`ln -s ~/photos/*.png`) was refused as "no
+    png/jpg/jpeg/webp files", its images unnamed: each link is now named with the reason."""
+    photos, ds = tmp_path / "photos", tmp_path / "ds"
+    photos.mkdir()
+    ds.mkdir()
+    for n in range(12):
+        make_image(photos / f"p{n:02d}.png")
+        (ds / f"p{n:02d}.png").symlink_to(photos / f"p{n:02d}.png")
+    (ds / "notes.md").write_text("x")
+    with pytest.raises(DatasetError) as err:
+        _scan(ds)
+    problems = err.value.problems
+    assert problems[0] == f"{ds}: no png/jpg/jpeg/webp files (sub-folders are not scanned)"
+    assert (
+        problems[1]
+        == f"{ds / 'p00.png'}: symbolic link (not followed); copy the image itself into the folder"
+    )
+    assert (
+        len(problems) == 12 and problems[-1] == f"{ds}: 2 more image name(s) not used, for the same reasons"
+    )
+    assert not any("notes.md" in p for p in problems)

@@ -50,7 +50,7 @@ export function DatasetEntries({ value, dataDir, datasets, error, onChange }: Pr
             {!datasets.some((d) => d.name === row.path) && <option value={row.path}>{row.path || "— pick one —"}</option>}
             {datasets.map((d) => (
               <option key={d.name} value={d.name} disabled={!d.usable} title={d.problem ?? undefined}>
-                {d.name} ({d.images} images){d.usable ? "" : " — unusable: rename it on the Datasets page"}
+                {d.name} ({d.images} images){d.usable ? "" : " — unusable: see the Datasets page"}
               </option>
             ))}
           </select>

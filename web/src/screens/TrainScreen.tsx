@@ -234,7 +234,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
                   {!info.datasets.some((d) => d.name === values.data_dir) && <option value={text("data_dir")}>{text("data_dir") || "— pick one —"}</option>}
                   {info.datasets.map((d) => (
                     <option key={d.name} value={d.name} disabled={!d.usable} title={d.problem ?? undefined}>
-                      {d.name} ({d.images} images){d.usable ? "" : " — unusable: rename it on the Datasets page"}
+                      {d.name} ({d.images} images){d.usable ? "" : " — unusable: see the Datasets page"}
                     </option>
                   ))}
                 </select>

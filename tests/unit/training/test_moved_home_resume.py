@@ -1,0 +1,91 @@
+"""A studio home moved (or renamed) between two runs of a resumable run whose base is a folder
+under its models/ and its dataset one under datasets/: a run records each by its absolute path,
+gone after the move. The resume says so and how to go on; given them where they are now (CLI
+`--set base_model=NAME --set data_dir=NAME`, the API's settings), it resumes when the content is the checkpoint's (the
+parts FLUX.1 lacks, fingerprinted by the base's name, set aside) and is refused on another one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cli_runner import run_cli
+from lorastudio.errors import ConfigError
+from lorastudio.settings import get_settings
+
+
+@pytest.fixture
+def moved_home(tiny_model, small_dataset, run_settings, tmp_path, capsys, monkeypatch) -> Path:
+    """A run "moved" (2 steps, a checkpoint at 1) of the tiny FLUX.1 as models/tiny, trained in one
+    home then moved to another (the new LORASTUDIO_HOME). Returns the new home."""
+    old, new = tmp_path / "old home", tmp_path / "new home"
+    shutil.copytree(tiny_model("flux"), old / "models" / "tiny")
+    shutil.copytree(small_dataset, old / "datasets" / "small")
+    data = old / "datasets" / "small"  # by its path, as the job service records a dataset name
+    settings = run_settings("flux", "tiny", data, {"save_every": 1, "output_name": "moved"})
+    config = tmp_path / "run.toml"
+    config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
+    monkeypatch.setenv("LORASTUDIO_HOME", str(old))
+    get_settings.cache_clear()
+    code, out = run_cli(capsys, monkeypatch, "train", str(config), "--device", "cpu")
+    assert code == 0, out
+    old.rename(new)
+    monkeypatch.setenv("LORASTUDIO_HOME", str(new))
+    get_settings.cache_clear()
+    return new
+
+
+def test_a_run_resumes_on_its_base_after_the_home_moved(moved_home: Path, capsys, monkeypatch) -> None:
+    from lorastudio.jobs.resume import validate_resume
+
+    code, out = run_cli(
+        capsys, monkeypatch, "train", "--resume", "moved", "--set", "steps=3", "--device", "cpu"
+    )
+    assert code == 2, out
+    assert "nothing at" in out and "models/tiny any more" in out and "--set base_model=" in out
+    assert "datasets/small any more" in out and "--set data_dir=" in out
+
+    run_dir = moved_home / "outputs" / "moved"
+    with pytest.raises(ConfigError, match="models/tiny any more") as err:
+        validate_resume(run_dir, None, {"steps": 3}, get_settings(), live_output_names=set())
+    assert [p.field for p in err.value.problems] == ["base_model", "data_dir"]
+    moved = {"steps": 3, "base_model": "tiny", "data_dir": "small"}
+    ok = validate_resume(run_dir, None, moved, get_settings(), live_output_names=set())
+    assert ok.config.base_model == str(moved_home / "models" / "tiny")  # stored as a run stores it
+
+    other = moved_home / "models" / "other"
+    shutil.copytree(moved_home / "models" / "tiny", other)
+    vae = other / "vae" / "config.json"
+    vae.write_text(json.dumps({**json.loads(vae.read_text()), "scaling_factor": 0.5}))
+    with pytest.raises(ConfigError, match=r"weights differ .*\(vae changed\)"):
+        validate_resume(
+            run_dir, None, {**moved, "base_model": "other"}, get_settings(), live_output_names=set()
+        )
+
+    code, out = run_cli(
+        capsys, monkeypatch, "train", "--resume", "moved", "--set", "steps=3", "--set", "base_model=tiny",
+        "--set", "data_dir=small", "--device", "cpu",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "done: 3 step(s)" in out
+
+
+def test_moved_dataset_entries_are_named_and_may_be_given_again(tmp_path: Path) -> None:
+    """A run of several datasets entries records each entry's path; after a move each gone one is
+    named, and `datasets` may be given again on resume (the identity compares the entries'
+    settings, their paths apart: only where they are may change)."""
+    from lorastudio.training.identity import override_problems
+    from lorastudio.training.relocation import moved_problems
+
+    here = tmp_path / "here"
+    here.mkdir()
+    config = {"datasets": [{"path": str(here)}, {"path": str(tmp_path / "gone"), "repeats": 2}]}
+    problems = moved_problems(config)
+    assert [p.field for p in problems] == ["datasets.1.path"]
+    assert f"nothing at {tmp_path / 'gone'} any more" in problems[0].message
+    assert '{"settings": {"datasets": ...}}' in problems[0].message
+    assert override_problems({"datasets": config["datasets"], "base_model": "x", "base_config": "y"}) == []
+    assert [p.field for p in override_problems({"lora_rank": 8})] == ["lora_rank"]
