@@ -51,6 +51,7 @@ from lorastudio.errors import (
 )
 from lorastudio.jobs.childenv import drop_secrets, give_hub_token
 from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt
+from lorastudio.lora.shared import shared_copy
 from lorastudio.settings import Settings
 
 OOM_EXIT_CODE = 4  # the child exits with this after reporting that it ran out of memory
@@ -166,13 +167,15 @@ def lora_files_unchanged(job: GenerationJob) -> None:
 
 def png_text(meta: dict[str, Any]) -> Any:
     """PNG text chunks of a gallery image: its prompt and seed (readable by any PNG viewer) and
-    every setting as JSON under "lorastudio"."""
+    every setting as JSON under "lorastudio", each local path in it (the base model, a LoRA's
+    or a control's file) named by its last part (lora/shared.py: the PNG is shared, the user's
+    folders are not; the gallery's .json sidecar keeps them)."""
     from PIL.PngImagePlugin import PngInfo
 
     info = PngInfo()
     info.add_text("prompt", str(meta["prompt"]))
     info.add_text("seed", str(meta["seed"]))
-    info.add_text("lorastudio", json.dumps(meta, sort_keys=True))
+    info.add_text("lorastudio", json.dumps(shared_copy(meta), sort_keys=True))
     return info
 
 

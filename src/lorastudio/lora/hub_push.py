@@ -1,6 +1,7 @@
 """Push a trained LoRA to a Hugging Face Hub model repo, in one commit:
 
-    <name>.safetensors, <name>.json (the sidecar), README.md (lora/hub_card.py), samples/*.png
+    <name>.safetensors, <name>.json (the sidecar's shared copy: lora/shared.py, its local paths
+    named by their last part), README.md (lora/hub_card.py), samples/*.png
 
     push_lora(settings, "my-run", "me/my-lora", create=False, private=False) -> PushResult
 
@@ -13,6 +14,7 @@ server code: the API route and the CLI call push_lora.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from lorastudio import json_read
 from lorastudio.basemodels.hubcache import hub_endpoint
 from lorastudio.errors import HubAccessDenied, HubTokenMissing, HubUploadError, NotFound
 from lorastudio.lora.hub_card import model_card
+from lorastudio.lora.shared import shared_copy
 from lorastudio.settings import Settings
 from lorastudio.training.sample_files import list_samples
 from lorastudio.user_paths import is_file
@@ -57,7 +60,8 @@ def push_lora(
         raise NotFound(f"{sidecar_path} cannot be read ({err}); the push needs the LoRA's sidecar") from None
     token = _token(settings)
     samples = _newest_round(run_dir, sidecar)
-    files: dict[str, Path | bytes] = {lora.name: lora, sidecar_path.name: sidecar_path}
+    shared = json.dumps(shared_copy(sidecar), indent=2) + "\n"  # as training/export writes it, no local path
+    files: dict[str, Path | bytes] = {lora.name: lora, sidecar_path.name: shared.encode("utf-8")}
     files.update({rel: run_dir / rel for rel, _ in samples})
     files["README.md"] = model_card(sidecar, name, samples).encode("utf-8")
     commit = _upload(files, repo_id, token, create=create, private=private, name=name)
