@@ -6,7 +6,8 @@ warnings, tracebacks, the engine's log records) reach only the terminal that sta
 `WorkerLog.start` (in the child) points file descriptors 1 and 2 at a pipe and copies what comes
 through, in a thread, to the log file and to the original stderr, so the terminal still shows it;
 the engine's INFO log records (which the server never printed) go to the file only, its warnings
-to both; the terminal copy is never cut.
+to both; the terminal copy is never cut. Each line of the process's own output is stamped with the
+time in the file as a log record is (a library's warning, a traceback: RELIABILITY 783).
 
 The log keeps its newest lines within MAX_LOG_BYTES: a file that would pass half of it is
 renamed `<run id>.log.1` (replacing an older one) and a new `<run id>.log` starts with a line
@@ -24,8 +25,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +38,7 @@ MAX_LOG_BYTES = 32 * 1024 * 1024  # the most one run's log (its file and the rot
 TAIL_BYTES = 1024 * 1024  # the most of a log the API reads back at once
 _CHUNK = 65536
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_STAMPED = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")  # _FORMAT's asctime and its space
 
 
 def log_path(settings: Settings, run_id: str) -> Path:
@@ -67,6 +71,7 @@ class WorkerLog:
         self._saved: tuple[int, int] | None = None
         self._handlers: list[logging.Handler] = []
         self._lock = threading.Lock()  # the copy thread and the log handler both append
+        self._line_start = True  # the copy thread's next byte starts a line (_stamped)
 
     def start(self) -> WorkerLog:
         """Open the log file (appending: a resumed run's worker has its own run id, so its own
@@ -143,11 +148,25 @@ class WorkerLog:
             pending += chunk
             cut = pending.rfind(b"\n") + 1 if len(pending) <= _CHUNK else len(pending)
             if cut:
-                self.write(pending[:cut])
+                self.write(self._stamped(pending[:cut]))
                 pending = pending[cut:]
         if pending:
-            self.write(pending)
+            self.write(self._stamped(pending))
         os.close(read_end)
+
+    def _stamped(self, data: bytes) -> bytes:
+        """`data` (the process's own output, for the file) with the time at the start of each of
+        its lines, as the log records carry it (`_FORMAT`'s asctime), so that a library's warning
+        or a traceback in the log says when it came; the terminal copy is left as printed."""
+        out = []
+        for line in data.splitlines(keepends=True):
+            if self._line_start and not _STAMPED.match(line):  # a record's own (the warnings' copy)
+                now = time.time()
+                out.append(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)).encode())
+                out.append(b",%03d " % int(now % 1 * 1000))
+            out.append(line)
+            self._line_start = line.endswith(b"\n")
+        return b"".join(out)
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush, restore fds 1 and 2, wait (up to `timeout` s) for the copy thread to drain the

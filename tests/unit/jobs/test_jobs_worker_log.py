@@ -4,6 +4,7 @@ terminal; a log past its size limit is rotated, keeping its newest lines (the AP
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,23 @@ def test_the_tee_keeps_every_line_and_the_terminal_still_sees_them(tmp_path: Pat
     assert text.count("WARNING lorastudio.worker: a warning") == 1 and "a warning" in terminal
 
 
+def test_every_line_in_the_file_says_when_it_came(tmp_path: Path) -> None:
+    """A library's warning or a traceback (the process's own output) carries the time in the
+    file as the log records do; the terminal copy is as printed. Before, only log records had
+    one: "from print" and a library's warning stood bare in the log."""
+    text, done = _run(tmp_path, 1 << 20, 10)
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} "
+    lines = text.splitlines()
+    assert len(lines) == 5 and all(re.match(stamp, line) for line in lines), lines
+    assert any(re.fullmatch(stamp + "from print", line) for line in lines)
+    assert any(re.fullmatch(stamp + "from fd 2", line) for line in lines)
+    assert any(re.fullmatch(stamp + "x" * 10, line) for line in lines)
+    assert any(
+        re.fullmatch(stamp + "WARNING lorastudio.worker: a warning", line) for line in lines
+    )  # one stamp
+    assert re.search("^from print$", done.stdout + done.stderr, re.MULTILINE)  # the terminal: as printed
+
+
 LONG_RUN = """
 import logging, sys
 from pathlib import Path
@@ -72,10 +90,10 @@ def test_a_log_past_its_limit_keeps_its_newest_lines(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     rotated = rotated_path(path)
     assert path.stat().st_size + rotated.stat().st_size <= 4000 + 200  # + the rotation's line
-    assert path.read_text().endswith("Traceback (most recent call last): the run's end\n")
+    assert path.read_text().endswith(" Traceback (most recent call last): the run's end\n")
     assert "step 1/500 " not in path.read_text() + rotated.read_text()  # the oldest dropped
     tail = read_tail(path, 100)
-    assert tail.lines[-1] == "Traceback (most recent call last): the run's end"
+    assert tail.lines[-1].endswith(" Traceback (most recent call last): the run's end")
     assert tail.lines[0].startswith("[log rotated: older lines were dropped")  # the rotated part's first
     steps = [int(line.split("step ")[1].split("/")[0]) for line in tail.lines if " step " in line]
     assert steps == list(range(steps[0], 501)) and len(steps) > 30, steps  # both parts, in order
