@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorastudio.basemodels.hubcache import hide_userinfo
 from lorastudio.settings import Settings
 
 MAX_LOG_BYTES = 32 * 1024 * 1024  # the most one run's log (its file and the rotated one) holds
@@ -105,10 +106,12 @@ class WorkerLog:
         return self
 
     def write(self, data: bytes) -> None:
-        """Append `data` to the log file (not the terminal), first rotating the file when `data`
+        """Append `data` to the log file (not the terminal), the credentials of any URL in it
+        hidden (a hub client's retry line names an HF_ENDPOINT's `user:secret@`), first rotating the file when `data`
         would take it past its part of the limit (see the module docstring); a single write
         larger than a part keeps its end. One call's bytes are never split by another thread's
         (the copy thread passes whole lines)."""
+        data = hide_userinfo(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
         with self._lock:
             if self._file is None:
                 return
