@@ -166,16 +166,15 @@ def lora_files_unchanged(job: GenerationJob) -> None:
 
 
 def png_text(meta: dict[str, Any]) -> Any:
-    """PNG text chunks of a gallery image: its prompt and seed (readable by any PNG viewer) and
-    every setting as JSON under "lorastudio", each local path in it (the base model, a LoRA's
-    or a control's file) named by its last part (lora/shared.py: the PNG is shared, the user's
-    folders are not; the gallery's .json sidecar keeps them)."""
+    """PNG text chunks of a generated image: its prompt and seed (readable by any PNG viewer) and
+    every setting in `meta` as JSON under "lorastudio" (a gallery image's: its shared copy, see
+    run_job; `lorastudio generate`'s: its paths as typed)."""
     from PIL.PngImagePlugin import PngInfo
 
     info = PngInfo()
     info.add_text("prompt", str(meta["prompt"]))
     info.add_text("seed", str(meta["seed"]))
-    info.add_text("lorastudio", json.dumps(shared_copy(meta), sort_keys=True))
+    info.add_text("lorastudio", json.dumps(meta, sort_keys=True))
     return info
 
 
@@ -237,7 +236,9 @@ def run_job(
         meta = {**json_read.loads(job.png_meta), "width": image.width, "height": image.height}
         # the server removes the staging file it named
         with writing("the image could not be written to the gallery", Path(job.out_path).parent):
-            image.save(job.out_path, format="PNG", pnginfo=png_text(meta))
+            # the PNG is shared, the user's folders are not: the base model (the path the UI
+            # sent) by its last part (lora/shared.py); the gallery's .json sidecar keeps it whole
+            image.save(job.out_path, format="PNG", pnginfo=png_text(shared_copy(meta)))
         seconds = time.perf_counter() - t0
         return (
             "ok",

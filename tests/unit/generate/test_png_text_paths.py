@@ -3,8 +3,10 @@
 The PNG is what a user shares; its "lorastudio" chunk carried the base model and each LoRA as
 the command or the request resolved them: `lorastudio generate --base ./tinyflux --lora my-run`
 wrote `/home/<user>/.../tinyflux` and `<home>/outputs/my-run/my-run.safetensors`, the
-gallery's PNG the base model's path the UI sent. Now each is named by its last part
-(lora/shared.py); the gallery's .json sidecar keeps the paths (generate again reads it)."""
+gallery's PNG the base model's path the UI sent. Now the CLI's PNG records them as typed (sent
+again from the same folder: the same files, which the sha256 and base identity vouch for) and
+the gallery's names the base by its last part (lora/shared.py); the gallery's .json sidecar keeps
+the path (generate again reads it)."""
 
 from __future__ import annotations
 
@@ -54,10 +56,14 @@ def test_lorastudio_generates_png_names_the_base_and_lora_not_their_folders(
     chunk = _chunk(tmp_path / "a.png")
     text = json.dumps(chunk)
     assert str(base.parent) not in text and str(get_settings().home) not in text, text
-    assert chunk["base_model"] == base.name
+    assert chunk["base_model"] == f"./{base.name}"  # as typed
     assert chunk["loras"] == [
-        {"file": "my-run.safetensors", "scale": 0.8, "sha256": lora_digest(run / "my-run.safetensors")}
+        {"file": "my-run", "scale": 0.8, "sha256": lora_digest(run / "my-run.safetensors")}
     ]
+    again = [*args[:-1], f"{chunk['loras'][0]['file']}:0.8"]  # sent again as recorded: the same image
+    again[again.index("--out") + 1] = str(tmp_path / "b.png")
+    assert CliRunner().invoke(app, again).exit_code == 0
+    assert Image.open(tmp_path / "b.png").tobytes() == Image.open(tmp_path / "a.png").tobytes()
 
 
 def test_a_gallery_png_names_its_base_by_its_last_part(
