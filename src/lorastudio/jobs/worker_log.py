@@ -126,7 +126,8 @@ class WorkerLog:
     def _rotate(self) -> None:
         """Rename the file to its rotated path and go on in a new one that says so. Raises
         OSError (the caller drops this write; the next tries again)."""
-        assert self._file is not None
+        if self._file is None:  # closed: nothing to rotate
+            return
         rotated = rotated_path(self.path)
         os.replace(self.path, rotated)
         self._file.close()
