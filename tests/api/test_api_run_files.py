@@ -56,8 +56,10 @@ def test_config_download_and_worker_log(
 
     home = Path(client.get("/api/info").json()["outputs_root"]).parent
     assert (home / "logs" / f"{run_id}.log").is_file()
+    (home / "logs" / f"{run_id}.log.1").write_text("an earlier part\n")  # as a rotated log has (worker_log)
+    assert client.get(f"/api/runs/{run_id}/log").json()["lines"][0] == "an earlier part"
     assert client.delete(f"/api/runs/{run_id}").status_code == 200
-    assert not (home / "logs" / f"{run_id}.log").exists()
+    assert not (home / "logs" / f"{run_id}.log").exists() and not (home / "logs" / f"{run_id}.log.1").exists()
 
 
 def test_config_toml_keeps_lists_and_mappings() -> None:

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lorastudio.basemodels.hubcache import hub_cache_dir, hub_endpoint
+from lorastudio.basemodels.hubcache import hide_userinfo, hub_cache_dir, hub_endpoint, shown_endpoint
 from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import MODEL_INDEX
 from lorastudio.errors import ModelAccessDenied, ModelSourceError, NoSpaceLeft, NotFound, is_no_space
@@ -29,7 +29,9 @@ TOKEN_HINT = "set LORASTUDIO_HF_TOKEN (or log in with `hf auth login`)"
 
 def scrub(text: str, token: str | None) -> str:
     """`text` with the token (if any) replaced by '***': as given, and as a repr or a bytes
-    repr quotes it (an HTTP client's "Illegal header value b'Bearer ...'" escapes it)."""
+    repr quotes it (an HTTP client's "Illegal header value b'Bearer ...'" escapes it); and the
+    credentials of any URL in it (an HF_ENDPOINT or proxy with `user:secret@`) hidden."""
+    text = hide_userinfo(text)
     if not token:
         return text
     forms = {token, repr(token)[1:-1], repr(token.encode("utf-8", "backslashreplace"))[2:-1]}
@@ -55,7 +57,7 @@ def hub_errors(repo_id: str, revision: str | None, token: str | None) -> Iterato
     import httpx2
     from huggingface_hub import errors as hf
 
-    endpoint = hub_endpoint()
+    endpoint = shown_endpoint()
     try:
         yield
     except hf.HFValidationError as err:  # an id or revision huggingface_hub refuses (is_hub_id's backstop)

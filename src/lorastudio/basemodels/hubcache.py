@@ -45,8 +45,25 @@ def hub_offline() -> bool:
 
 def hub_endpoint() -> str:
     """The hub's base URL: $HF_ENDPOINT now, else huggingface_hub's default, DEFAULT_ENDPOINT
-    (not `huggingface_hub.constants.ENDPOINT`: the variable as it was at its import)."""
+    (not `huggingface_hub.constants.ENDPOINT`: the variable as it was at its import). For the
+    client only: a message names `shown_endpoint()`."""
     return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+# a URL's user and password (`https://user:secret@mirror.corp/...`: a hub mirror behind basic
+# auth, a proxy's URL): what comes between "scheme://" and "@" before the host
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/@?#]+@")
+
+
+def hide_userinfo(text: str) -> str:
+    """`text` with the credentials of every URL in it shown as `***` (`https://***@host/...`)."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def shown_endpoint() -> str:
+    """hub_endpoint() as a message names it: without the credentials an HF_ENDPOINT may carry
+    (RELIABILITY 785)."""
+    return hide_userinfo(hub_endpoint())
 
 
 def hub_cache_dir() -> Path:

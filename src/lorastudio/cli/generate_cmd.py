@@ -187,6 +187,7 @@ def _generate(
     if why := output_file_problem(out, tuple(IMAGE_SUFFIXES), overwrite, "--overwrite"):
         problems.append(FieldProblem("--out", why))
     settings = get_settings()
+    typed = {"base_model": base, "base_config": base_config}  # the PNG records them as typed (below)
     base = localize_path(base, may_be_hub_id=True)
     base_config = localize_path(base_config, may_be_hub_id=True) if base_config else None
     family = family or detect_family(base) or detect_family(str(settings.models_dir / base))
@@ -227,6 +228,7 @@ def _generate(
         except ConfigError as err:  # a revision with a folder under models/ (resolve_base)
             problems += [FieldProblem(f"--{p.field.replace('_', '-')}", p.message) for p in err.problems]
     loras = []
+    typed_loras = []  # each LoRA as typed (a run's name, ~/...), for the PNG
     for path, scale in (parse_lora_arg(v) for v in lora_args):
         if abs(scale) > LORA_SCALE_LIMIT:  # the API's range (LoraRef.scale)
             problems.append(
@@ -236,12 +238,14 @@ def _generate(
                 )
             )
             continue
+        typed_path = str(path)
         try:
             path = resolve_lora_arg(path, settings.outputs_dir)
         except NotFound as err:
             problems.append(FieldProblem("--lora", str(err)))
             continue
         loras.append((path, scale))
+        typed_loras.append(typed_path)
         if family is not None:  # the header (size-capped) checked before any tensor is loaded
             try:
                 check_lora_file(path, family)
@@ -295,15 +299,20 @@ def _generate(
     )
     remove_killed_staging(out.parent, IMAGE_PARTIAL)  # what killed `generate --out` left there
     staging = staging_path(out, IMAGE_PARTIAL)  # `.<name>.<pid>-<hex>.partial`: this command's
+    # what the user typed, not where it resolved to: the PNG is shared, and `--lora my-run` or
+    # `--base ~/models/x` named no folder of theirs (RELIABILITY 781); sent again from the same
+    # folder they are the same files, which each LoRA's sha256 and the base identity vouch for
     recorded = {
-        "prompt": prompt, "seed": seed, "family": spec.name, "base_model": base,
-        **({"base_config": base_config} if base_config else {}),
+        "prompt": prompt, "seed": seed, "family": spec.name, "base_model": typed["base_model"],
+        **({"base_config": typed["base_config"]} if base_config else {}),
         **({"revision": revision} if revision is not None else {}),
         **({"v_prediction": v_prediction} if v_prediction is not None else {}),
         **({"base_identity": identity} if identity is not None else {}),
         "steps": steps, "guidance": guidance,
         **({"negative_prompt": negative} if negative else {}),
-        "loras": [{"file": str(p), "scale": s, "sha256": d} for (p, s), d in zip(loras, digests, strict=True)],
+        "loras": [
+            {"file": t, "scale": s, "sha256": d} for t, (_, s), d in zip(typed_loras, loras, digests, strict=True)
+        ],
         "controls": [str(p) for p in control or []],
         "width": image.width, "height": image.height,
     }  # fmt: skip

@@ -281,8 +281,9 @@ LOADER_NAMES = {
 def loader_warnings(loaders: dict[str, Any]) -> list[str]:
     """One line per loader whose save-time check (the sidecar's `loaders`, lora/portability.py)
     found that it would not load the written file as trained, naming the first keys of each
-    finding (unconsumed, mismatched, ...), or the error its conversion raised (`error`: diffusers'
-    reader refusing the file); [] when every checked loader loads it."""
+    finding (unconsumed, mismatched, ...), the error its conversion raised (`error`: diffusers'
+    reader refusing the file) and the check's `reason` (A1111 / Forge: the layout it reads); never
+    an empty "()" (RELIABILITY 681, 784); [] when every checked loader loads it."""
     lines = []
     for key, check in loaders.items():
         if not isinstance(check, dict) or not check.get("checked") or check.get("ok") is not False:
@@ -294,8 +295,10 @@ def loader_warnings(loaders: dict[str, Any]) -> list[str]:
         ]
         if check.get("error"):  # its reader refused the file: no keys to name (it was "()")
             found.append(f"its reader failed: {check['error']}")
+        if check.get("reason"):  # a layout it does not read (it was "()" too)
+            found.append(str(check["reason"]))
+        why = f" ({'; '.join(found)})" if found else ""
         lines.append(
-            f"{LOADER_NAMES.get(key, key)} would not load this file as trained ({'; '.join(found)}): "
-            "see the sidecar's loaders"
+            f"{LOADER_NAMES.get(key, key)} would not load this file as trained{why}: see the sidecar's loaders"
         )
     return lines

@@ -51,6 +51,7 @@ from lorastudio.errors import (
 )
 from lorastudio.jobs.childenv import drop_secrets, give_hub_token
 from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt
+from lorastudio.lora.shared import shared_copy
 from lorastudio.settings import Settings
 
 OOM_EXIT_CODE = 4  # the child exits with this after reporting that it ran out of memory
@@ -165,8 +166,9 @@ def lora_files_unchanged(job: GenerationJob) -> None:
 
 
 def png_text(meta: dict[str, Any]) -> Any:
-    """PNG text chunks of a gallery image: its prompt and seed (readable by any PNG viewer) and
-    every setting as JSON under "lorastudio"."""
+    """PNG text chunks of a generated image: its prompt and seed (readable by any PNG viewer) and
+    every setting in `meta` as JSON under "lorastudio" (a gallery image's: its shared copy, see
+    run_job; `lorastudio generate`'s: its paths as typed)."""
     from PIL.PngImagePlugin import PngInfo
 
     info = PngInfo()
@@ -234,7 +236,9 @@ def run_job(
         meta = {**json_read.loads(job.png_meta), "width": image.width, "height": image.height}
         # the server removes the staging file it named
         with writing("the image could not be written to the gallery", Path(job.out_path).parent):
-            image.save(job.out_path, format="PNG", pnginfo=png_text(meta))
+            # the PNG is shared, the user's folders are not: the base model (the path the UI
+            # sent) by its last part (lora/shared.py); the gallery's .json sidecar keeps it whole
+            image.save(job.out_path, format="PNG", pnginfo=png_text(shared_copy(meta)))
         seconds = time.perf_counter() - t0
         return (
             "ok",

@@ -24,15 +24,13 @@ from lorastudio.config_host import compile_runs
 from lorastudio.config_preservation import preservation_line
 from lorastudio.config_rules import PLAN_FIELDS, adapter_file_note, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
-from lorastudio.data.caption_variants import caption_report, scan_variants, variation_warning
-from lorastudio.data.crop import crop_warning, cut_warning
-from lorastudio.data.decoded import undecoded_warning
+from lorastudio.data.caption_variants import caption_report, scan_variants
 from lorastudio.data.entries import entry_report, epoch_bucket_counts, run_steps
-from lorastudio.data.holdout import overlap_warning, validation_section
-from lorastudio.data.masks import mask_section, mask_warning
+from lorastudio.data.holdout import validation_section
+from lorastudio.data.masks import mask_section
 from lorastudio.data.preservation_texts import encode_list, preservation_texts
 from lorastudio.data.resolutions import buckets_by_resolution
-from lorastudio.data.upscaling import upscale_warning
+from lorastudio.data.scan_warnings import scan_warnings
 from lorastudio.errors import HostMemoryShort
 from lorastudio.jobs import host_memory
 from lorastudio.jobs.caption_tokens import caption_token_section, tokenizer_folder
@@ -138,19 +136,7 @@ def preflight_report(
             "buckets": scan.bucket_histogram(),
             "buckets_by_resolution": buckets_by_resolution(scan.items),
             "fingerprint": scan.fingerprint,
-            "warnings": [
-                w
-                for w in [
-                    upscale_warning(scan.items, cfg.no_upscale, scan.labels()),
-                    crop_warning(scan.items, cfg.random_crop, scan.labels()),
-                    cut_warning(scan.items, cfg.aspect_buckets, scan.labels()),
-                    variation_warning(scan, scan.labels()),
-                    mask_warning(scan.items, scan.labels()),
-                    overlap_warning(run.holdout),
-                    undecoded_warning(scan.items, scan.labels()),
-                ]
-                if w
-            ],
+            "warnings": scan_warnings(scan, cfg, run.holdout),  # a run's log states them too
             "masks": mask_section(scan.items, cfg.alpha_mask, scan.labels()),
             "controls": controls_section(scan, cfg.control_resolution, cfg.family),
             "mode": training_mode(cfg.family, scan),

@@ -62,7 +62,7 @@ from lorastudio.jobs.step_watch import HANG_MIN_S
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import ValidatedRun, validate_run
 from lorastudio.jobs.worker import worker_main
-from lorastudio.jobs.worker_log import log_path
+from lorastudio.jobs.worker_log import remove_log
 from lorastudio.processes import start_token
 from lorastudio.settings import Settings
 
@@ -359,7 +359,7 @@ class JobService(Dispatcher):
             except BaseException:
                 put_back(taken, self.settings.outputs_dir / name)
                 raise
-        log_path(self.settings, run_id).unlink(missing_ok=True)
+        remove_log(self.settings, run_id)
         return {"deleted": run_id, "files_removed": remove_trash(taken)}
 
     # -- validation ------------------------------------------------------------------------------

@@ -6,8 +6,15 @@ warnings, tracebacks, the engine's log records) reach only the terminal that sta
 `WorkerLog.start` (in the child) points file descriptors 1 and 2 at a pipe and copies what comes
 through, in a thread, to the log file and to the original stderr, so the terminal still shows it;
 the engine's INFO log records (which the server never printed) go to the file only, its warnings
-to both. The
-file stops growing at MAX_LOG_BYTES (a line says so); the terminal copy goes on.
+to both; the terminal copy is never cut. Each line of the process's own output is stamped with the
+time in the file as a log record is (a library's warning, a traceback: RELIABILITY 783).
+
+The log keeps its newest lines within MAX_LOG_BYTES: a file that would pass half of it is
+renamed `<run id>.log.1` (replacing an older one) and a new `<run id>.log` starts with a line
+saying so, so the two hold at most MAX_LOG_BYTES and always end with what the run wrote last
+(its last steps, its warnings, the traceback of a crash), which the API's tail shows. Before,
+the file stopped growing at the limit: a long run's log, and so the API's tail, ended with
+"[log truncated ...]", never with how the run ended (RELIABILITY 782).
 
 Hand-written: a tee at the file-descriptor level (which also catches what C extensions print)
 is what no library here offers; `logging` only sees Python's log records.
@@ -18,22 +25,38 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorastudio.basemodels.hubcache import hide_userinfo
 from lorastudio.settings import Settings
 
-MAX_LOG_BYTES = 32 * 1024 * 1024  # the most one run's log file grows to
+MAX_LOG_BYTES = 32 * 1024 * 1024  # the most one run's log (its file and the rotated one) holds
 TAIL_BYTES = 1024 * 1024  # the most of a log the API reads back at once
 _CHUNK = 65536
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_STAMPED = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")  # _FORMAT's asctime and its space
 
 
 def log_path(settings: Settings, run_id: str) -> Path:
     """The log file of run `run_id` (it may not exist: a CLI run, or a run of an older version)."""
     return settings.logs_dir / f"{run_id}.log"
+
+
+def rotated_path(path: Path) -> Path:
+    """Where log `path`'s earlier lines are once it was rotated: `<name>.1`."""
+    return path.with_name(path.name + ".1")
+
+
+def remove_log(settings: Settings, run_id: str) -> None:
+    """Remove run `run_id`'s log and its rotated part (missing ones are fine)."""
+    path = log_path(settings, run_id)
+    for part in (path, rotated_path(path)):
+        part.unlink(missing_ok=True)
 
 
 class WorkerLog:
@@ -42,13 +65,14 @@ class WorkerLog:
 
     def __init__(self, path: Path, limit: int = MAX_LOG_BYTES):
         self.path = path
-        self._limit = limit
+        self._part = max(1, limit // 2)  # each of the two files: the log and its rotated part
         self._written = 0
         self._file = None
         self._thread: threading.Thread | None = None
         self._saved: tuple[int, int] | None = None
         self._handlers: list[logging.Handler] = []
         self._lock = threading.Lock()  # the copy thread and the log handler both append
+        self._line_start = True  # the copy thread's next byte starts a line (_stamped)
 
     def start(self) -> WorkerLog:
         """Open the log file (appending: a resumed run's worker has its own run id, so its own
@@ -82,18 +106,39 @@ class WorkerLog:
         return self
 
     def write(self, data: bytes) -> None:
-        """Append `data` to the log file (not the terminal) while under the size limit. One
-        call's bytes are never split by another thread's (the copy thread passes whole lines)."""
+        """Append `data` to the log file (not the terminal), the credentials of any URL in it
+        hidden (a hub client's retry line names an HF_ENDPOINT's `user:secret@`), first rotating the file when `data`
+        would take it past its part of the limit (see the module docstring); a single write
+        larger than a part keeps its end. One call's bytes are never split by another thread's
+        (the copy thread passes whole lines)."""
+        data = hide_userinfo(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
         with self._lock:
-            if self._file is None or self._written >= self._limit:
+            if self._file is None:
                 return
-            room = self._limit - self._written
-            piece = data[:room]
+            if len(data) > self._part:  # its end, from a line's start where it has one
+                data = data[data.find(b"\n", len(data) - self._part - 1) + 1 or len(data) - self._part :]
             with contextlib.suppress(OSError):  # a full disk must not end the run: the log is a copy
-                self._file.write(piece)
-                if len(piece) < len(data):
-                    self._file.write(b"\n[log truncated: the file reached its size limit]\n")
+                if self._written and self._written + len(data) > self._part:
+                    self._rotate()
+                self._file.write(data)
             self._written += len(data)
+
+    def _rotate(self) -> None:
+        """Rename the file to its rotated path and go on in a new one that says so. Raises
+        OSError (the caller drops this write; the next tries again)."""
+        if self._file is None:  # closed: nothing to rotate
+            return
+        rotated = rotated_path(self.path)
+        os.replace(self.path, rotated)
+        self._file.close()
+        self._file = None  # a new file that cannot be opened: the log stops, the terminal goes on
+        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 (closed in close())
+        note = (
+            f"[log rotated: older lines were dropped to keep this run's log ({self.path.name} and "
+            f"{rotated.name}) under {2 * self._part} bytes]\n"
+        ).encode()
+        self._file.write(note)
+        self._written = len(note)
 
     def _copy(self, read_end: int) -> None:
         """Copy the pipe to the terminal as it comes and to the file by whole lines, so that a
@@ -107,11 +152,25 @@ class WorkerLog:
             pending += chunk
             cut = pending.rfind(b"\n") + 1 if len(pending) <= _CHUNK else len(pending)
             if cut:
-                self.write(pending[:cut])
+                self.write(self._stamped(pending[:cut]))
                 pending = pending[cut:]
         if pending:
-            self.write(pending)
+            self.write(self._stamped(pending))
         os.close(read_end)
+
+    def _stamped(self, data: bytes) -> bytes:
+        """`data` (the process's own output, for the file) with the time at the start of each of
+        its lines, as the log records carry it (`_FORMAT`'s asctime), so that a library's warning
+        or a traceback in the log says when it came; the terminal copy is left as printed."""
+        out = []
+        for line in data.splitlines(keepends=True):
+            if self._line_start and not _STAMPED.match(line):  # a record's own (the warnings' copy)
+                now = time.time()
+                out.append(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)).encode())
+                out.append(b",%03d " % int(now % 1 * 1000))
+            out.append(line)
+            self._line_start = line.endswith(b"\n")
+        return b"".join(out)
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush, restore fds 1 and 2, wait (up to `timeout` s) for the copy thread to drain the
@@ -160,16 +219,37 @@ class LogTail:
     size_bytes: int
 
 
-def read_tail(path: Path, max_lines: int, max_bytes: int = TAIL_BYTES) -> LogTail:
-    """The last `max_lines` lines of the log at `path`, reading at most `max_bytes` from its
-    end. A missing file reads as empty. Raises OSError for other read failures."""
+def _read_end(path: Path, max_bytes: int) -> tuple[bytes, int]:
+    """(the last `max_bytes` of the file at `path`, its size); (b"", 0) when it is missing.
+    Raises OSError for other read failures."""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
             start = max(0, size - max_bytes)
             f.seek(start)
-            data = f.read(size - start)
+            return f.read(size - start), size
     except FileNotFoundError:
+        return b"", 0
+
+
+def read_tail(path: Path, max_lines: int, max_bytes: int = TAIL_BYTES) -> LogTail:
+    """The last `max_lines` lines of the log at `path` (with its rotated part before it, see
+    WorkerLog), reading at most `max_bytes` from their end. A missing log reads as empty; the
+    size is both files'. Raises OSError for other read failures."""
+    try:
+        now = path.stat().st_size
+    except FileNotFoundError:
+        now = 0
+    earlier, earlier_size = b"", 0
+    if now < max_bytes:  # the current file will be read whole: the rotated part before it first
+        # (read first: a rotation between the two reads then misses lines for one read, never
+        # shows them twice)
+        earlier, earlier_size = _read_end(rotated_path(path), max_bytes - now)
+    data, size = _read_end(path, max_bytes - len(earlier))
+    data = earlier + data
+    start = size + earlier_size - len(data)  # bytes of the log before what was read
+    size += earlier_size
+    if not size:
         return LogTail(lines=[], truncated=False, size_bytes=0)
     lines = data.decode("utf-8", errors="replace").split("\n")
     if start > 0:

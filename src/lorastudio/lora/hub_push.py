@@ -1,6 +1,7 @@
 """Push a trained LoRA to a Hugging Face Hub model repo, in one commit:
 
-    <name>.safetensors, <name>.json (the sidecar), README.md (lora/hub_card.py), samples/*.png
+    <name>.safetensors, <name>.json (the sidecar's shared copy: lora/shared.py, its local paths
+    named by their last part), README.md (lora/hub_card.py), samples/*.png
 
     push_lora(settings, "my-run", "me/my-lora", create=False, private=False) -> PushResult
 
@@ -13,13 +14,15 @@ server code: the API route and the CLI call push_lora.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from lorastudio import json_read
-from lorastudio.basemodels.hubcache import hub_endpoint
+from lorastudio.basemodels.hubcache import hide_userinfo, hub_endpoint, shown_endpoint
 from lorastudio.errors import HubAccessDenied, HubTokenMissing, HubUploadError, NotFound
 from lorastudio.lora.hub_card import model_card
+from lorastudio.lora.shared import shared_copy
 from lorastudio.settings import Settings
 from lorastudio.training.sample_files import list_samples
 from lorastudio.user_paths import is_file
@@ -57,11 +60,14 @@ def push_lora(
         raise NotFound(f"{sidecar_path} cannot be read ({err}); the push needs the LoRA's sidecar") from None
     token = _token(settings)
     samples = _newest_round(run_dir, sidecar)
-    files: dict[str, Path | bytes] = {lora.name: lora, sidecar_path.name: sidecar_path}
+    shared = json.dumps(shared_copy(sidecar), indent=2) + "\n"  # as training/export writes it, no local path
+    files: dict[str, Path | bytes] = {lora.name: lora, sidecar_path.name: shared.encode("utf-8")}
     files.update({rel: run_dir / rel for rel, _ in samples})
     files["README.md"] = model_card(sidecar, name, samples).encode("utf-8")
     commit = _upload(files, repo_id, token, create=create, private=private, name=name)
-    return PushResult(repo_id=repo_id, url=f"{hub_endpoint()}/{repo_id}", commit=commit, files=sorted(files))
+    return PushResult(
+        repo_id=repo_id, url=f"{shown_endpoint()}/{repo_id}", commit=commit, files=sorted(files)
+    )
 
 
 def _token(settings: Settings) -> str:
@@ -92,11 +98,12 @@ def _upload(
 ) -> str | None:
     """One commit of `files` ({path in the repo: file or bytes}) to `repo_id` (created first when
     `create`); returns the commit id."""
+    import httpx2  # huggingface_hub's HTTP client: its transport errors are not OSErrors
     from huggingface_hub import CommitOperationAdd, HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
-    endpoint = hub_endpoint()
-    api = HfApi(endpoint=endpoint, token=token)
+    endpoint = shown_endpoint()  # in messages; the client gets the whole URL
+    api = HfApi(endpoint=hub_endpoint(), token=token)
     try:
         if create:
             api.create_repo(repo_id, private=private, exist_ok=True)
@@ -126,7 +133,7 @@ def _upload(
         raise HubUploadError(
             f"pushing to {repo_id} on {endpoint} failed: {status}: {_first_line(err)}"
         ) from None
-    except (OSError, ValueError) as err:  # connection refused, DNS, a bad repo id
+    except (OSError, ValueError, httpx2.HTTPError) as err:  # connection refused, DNS, a bad repo id
         raise HubUploadError(f"pushing to {repo_id} on {endpoint} failed: {_first_line(err)}") from None
     return getattr(info, "oid", None)
 
@@ -137,4 +144,4 @@ def _status(err: Exception) -> int | None:
 
 
 def _first_line(err: Exception) -> str:
-    return (str(err).splitlines() or [type(err).__name__])[0][:300]
+    return hide_userinfo((str(err).splitlines() or [type(err).__name__])[0][:300])

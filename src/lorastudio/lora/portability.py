@@ -158,11 +158,16 @@ def check_loaders(
     }
     if family == "sdxl":
         kohya = detect_layout(tensors) == "kohya"
+        reason = None  # why it is not ok: always said (the CLI's warning names it)
+        if not kohya:
+            reason = "A1111/Forge read kohya names: lora_format=kohya"
+        elif not comfy["ok"]:
+            reason = "Forge reads kohya names through ComfyUI's map, whose check failed (comfyui)"
         result["a1111_forge"] = {
             "checked": True,
-            "ok": kohya and comfy["ok"],
+            "ok": reason is None,
             "rules": "kohya lora_unet_<SGM name> keys + .alpha (ComfyUI's native map covers the same names)",
-            **({} if kohya else {"reason": "A1111/Forge read kohya names: lora_format=kohya"}),
+            **({"reason": reason} if reason else {}),
         }
     else:
         result["a1111_forge"] = {

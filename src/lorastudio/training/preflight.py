@@ -96,7 +96,6 @@ def preflight(
     from lorastudio.data import resolve_dataset_dir
     from lorastudio.data.entries import resolve_entries
     from lorastudio.data.holdout import split_validation
-    from lorastudio.data.masks import mask_warning
     from lorastudio.data.pairs import resolve_control_dirs
     from lorastudio.data.run_scan import control_resolution_problems, scan_for_run
     from lorastudio.data.safe_open import check_not_relinked
@@ -155,18 +154,10 @@ def preflight(
 
     scanned = scanned_problems(resolved, scan, holdout.train)  # the job service's rules too: raised below
     scan = holdout.train
-    from lorastudio.data.caption_variants import variation_warning
-    from lorastudio.data.crop import crop_warning
-    from lorastudio.data.upscaling import upscale_warning
+    from lorastudio.data.scan_warnings import scan_warnings
 
-    for warning in (
-        upscale_warning(scan.items, resolved.no_upscale, scan.labels()),
-        crop_warning(scan.items, resolved.random_crop, scan.labels()),
-        variation_warning(scan, scan.labels()),
-        mask_warning(scan.items, scan.labels()),
-    ):
-        if warning:
-            log.warning("%s", warning)  # the job service's preflight report lists it too
+    for warning in scan_warnings(scan, resolved, holdout):  # the job service's preflight lists them too
+        log.warning("%s", warning)
     from lorastudio.basemodels import resolve_base
     from lorastudio.basemodels.single_file import base_updates
     from lorastudio.families.single_file import model_source

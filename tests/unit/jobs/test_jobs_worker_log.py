@@ -1,9 +1,10 @@
 """The worker's log tee (jobs/worker_log.py) in a real child process: what the process writes to
 fds 1 and 2 (Python and C level) and its log records land in the file and still reach the
-terminal; the file stops at its size limit and says so."""
+terminal; a log past its size limit is rotated, keeping its newest lines (the API's tail)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,9 +47,57 @@ def test_the_tee_keeps_every_line_and_the_terminal_still_sees_them(tmp_path: Pat
     assert text.count("WARNING lorastudio.worker: a warning") == 1 and "a warning" in terminal
 
 
-def test_the_file_stops_at_its_limit(tmp_path: Path) -> None:
-    text, _ = _run(tmp_path, 200, 5000)
-    assert len(text.encode()) < 300 and text.endswith("[log truncated: the file reached its size limit]\n")
+def test_every_line_in_the_file_says_when_it_came(tmp_path: Path) -> None:
+    """A library's warning or a traceback (the process's own output) carries the time in the
+    file as the log records do; the terminal copy is as printed. Before, only log records had
+    one: "from print" and a library's warning stood bare in the log."""
+    text, done = _run(tmp_path, 1 << 20, 10)
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} "
+    lines = text.splitlines()
+    assert len(lines) == 5 and all(re.match(stamp, line) for line in lines), lines
+    assert any(re.fullmatch(stamp + "from print", line) for line in lines)
+    assert any(re.fullmatch(stamp + "from fd 2", line) for line in lines)
+    assert any(re.fullmatch(stamp + "x" * 10, line) for line in lines)
+    assert any(
+        re.fullmatch(stamp + "WARNING lorastudio.worker: a warning", line) for line in lines
+    )  # one stamp
+    assert re.search("^from print$", done.stdout + done.stderr, re.MULTILINE)  # the terminal: as printed
+
+
+LONG_RUN = """
+import logging, sys
+from pathlib import Path
+from lorastudio.jobs.worker_log import WorkerLog
+log = WorkerLog(Path(sys.argv[1]), limit=4000).start()
+for step in range(1, 501):  # the engine's records (the worker logs each event)
+    logging.getLogger("lorastudio.worker").info("step %d/500 loss 0.1234", step)
+print("Traceback (most recent call last): the run's end")
+log.close()
+"""
+
+
+def test_a_log_past_its_limit_keeps_its_newest_lines(tmp_path: Path) -> None:
+    """A long run's log (500 step records, 37 KB, into a 4 KB limit) then its crash: the file and
+    its rotated part hold at most the limit and end with the crash, which the API's tail shows
+    after the steps before it, in order. Before, the file stopped at the limit: the tail ended
+    with "[log truncated ...]" at step ~50, the crash lost."""
+    from lorastudio.jobs.worker_log import read_tail, rotated_path
+
+    path = tmp_path / "logs" / "run.log"
+    done = subprocess.run(
+        [sys.executable, "-c", LONG_RUN, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    rotated = rotated_path(path)
+    assert path.stat().st_size + rotated.stat().st_size <= 4000 + 200  # + the rotation's line
+    assert path.read_text().endswith(" Traceback (most recent call last): the run's end\n")
+    assert "step 1/500 " not in path.read_text() + rotated.read_text()  # the oldest dropped
+    tail = read_tail(path, 100)
+    assert tail.lines[-1].endswith(" Traceback (most recent call last): the run's end")
+    assert tail.lines[0].startswith("[log rotated: older lines were dropped")  # the rotated part's first
+    steps = [int(line.split("step ")[1].split("/")[0]) for line in tail.lines if " step " in line]
+    assert steps == list(range(steps[0], 501)) and len(steps) > 30, steps  # both parts, in order
+    assert tail.size_bytes == path.stat().st_size + rotated.stat().st_size
 
 
 SPLIT_LINE = """

@@ -64,7 +64,9 @@ def _settings(home: Path, token: str | None) -> Settings:
     return Settings(home=home, hf_token=SecretStr(token) if token else None)
 
 
-def test_a_push_is_one_commit_of_the_lora_its_sidecar_card_and_newest_samples(run_home, hub):
+def test_a_push_is_one_commit_of_the_lora_its_sidecar_card_and_newest_samples(
+    run_home, hub, tiny_model, sample_dataset
+):
     result = push_lora(_settings(run_home, WRITE_TOKEN), "pushme", "me/existing")
     (commit,) = hub.commits
     run = run_home / "outputs" / "pushme"
@@ -74,7 +76,20 @@ def test_a_push_is_one_commit_of_the_lora_its_sidecar_card_and_newest_samples(ru
         "README.md", "pushme.json", "pushme.safetensors", "samples/step-000004-0.png", "samples/step-000004-1.png",
     ]  # fmt: skip
     assert files["pushme.safetensors"] == (run / "pushme.safetensors").read_bytes()
-    assert files["pushme.json"] == (run / "pushme.json").read_bytes()
+    # the sidecar's shared copy: the settings, without the trainer's folders (the base model's, the
+    # training images'): each named by its last part (lora/shared.py); the run's own keeps them
+    local = json.loads((run / "pushme.json").read_text())
+    pushed = json.loads(files["pushme.json"])
+    assert str(tiny_model("z-image")) in json.dumps(local) and str(sample_dataset) in json.dumps(local)
+    assert str(tiny_model("z-image").parent) not in files["pushme.json"].decode()
+    assert str(sample_dataset.parent) not in files["pushme.json"].decode()
+    assert pushed["base_model"] == pushed["config"]["base_model"] == tiny_model("z-image").name
+    assert pushed["config"]["data_dir"] == pushed["dataset"]["path"] == sample_dataset.name
+    assert pushed["config"] == {
+        **local["config"],
+        "base_model": tiny_model("z-image").name,
+        "data_dir": sample_dataset.name,
+    }
     assert files["samples/step-000004-1.png"] == (run / "samples" / "step-000004-1.png").read_bytes()
     card = files["README.md"].decode()
     assert card.startswith("---\n") and 'instance_prompt: "sks"' in card
