@@ -45,12 +45,14 @@ export function SampleHistory({ runId, latest, prompts }: { runId: string; lates
   const rows = Math.max(...steps.map((s) => rounds.get(s)?.length ?? 0));
   return (
     <div className="card" data-testid="sample-history">
-      <h3>Sample history</h3>
+      <h2>Sample history</h2>
       <div className="table-wrap">
         <table className="sample-history">
           <thead>
             <tr>
-              <th />
+              <th scope="col">
+                <span className="visually-hidden">Prompt</span>
+              </th>
               {steps.map((s) => (
                 <th key={s} scope="col">
                   step {s}
