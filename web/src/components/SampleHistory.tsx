@@ -3,6 +3,7 @@ import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
 import { useLoad } from "../lib/latest";
 import { SampleAgain, SampleAgainOnClick } from "./SampleAgain";
+import { ScrollRegion } from "./ScrollRegion";
 
 /** Sample rounds by step: each round's image URLs in prompt order. */
 export type Rounds = Map<number, string[]>;
@@ -46,7 +47,7 @@ export function SampleHistory({ runId, latest, prompts }: { runId: string; lates
   return (
     <div className="card" data-testid="sample-history">
       <h2>Sample history</h2>
-      <div className="table-wrap">
+      <ScrollRegion label="sample history">
         <table className="sample-history">
           <thead>
             <tr>
@@ -87,7 +88,7 @@ export function SampleHistory({ runId, latest, prompts }: { runId: string; lates
             ))}
           </tbody>
         </table>
-      </div>
+      </ScrollRegion>
     </div>
   );
 }
