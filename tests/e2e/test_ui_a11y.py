@@ -76,7 +76,7 @@ def test_every_screen_reflows_at_320_and_640_px(studio, browser, artifacts: Path
                     box = nav.get_by_role("link", name=name, exact=True).bounding_box()
                     if box is None or box["x"] < 0 or box["x"] + box["width"] > width:
                         problems.append(f"#/{screen} at {width} px: the top bar's {name} is out of view ({box})")
-        assert problems == []
+        assert problems == [], "\n".join(problems)
         # the run log scrolls: Tab reaches it (a named region), in Chromium as in any browser
         page.goto(f"{url}/#/runs/{run_id}")
         log = page.get_by_role("region", name="run log")
