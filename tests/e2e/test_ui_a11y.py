@@ -55,7 +55,16 @@ def test_every_screen_reflows_at_320_and_640_px(studio, browser, artifacts: Path
     url, home = str(studio["url"]), Path(studio["home"])
     shutil.copytree(Path(studio["sample"]), home / "datasets" / "shapes", dirs_exist_ok=True)
     run_id = _train(url, Path(studio["model"]))
-    screens = ["datasets", "datasets/shapes", "train/shapes", "live", "runs", f"runs/{run_id}", "generate", "models"]
+    screens = [
+        "datasets",
+        "datasets/shapes",
+        "train/shapes",
+        "live",
+        "runs",
+        f"runs/{run_id}",
+        "generate",
+        "models",
+    ]
     problems: list[str] = []
     with open_page(browser, viewport={"width": WIDTHS[0], "height": 800}) as page:
         errors: list[str] = []
@@ -69,13 +78,19 @@ def test_every_screen_reflows_at_320_and_640_px(studio, browser, artifacts: Path
                 page.wait_for_function(f"document.documentElement.clientWidth === {width}")
                 wide = page.evaluate(_WIDE_JS)
                 if wide["scroll"] > wide["width"] or wide["past"]:
-                    problems.append(f"#/{screen} at {width} px: page {wide['scroll']} px wide, past it: {wide['past']}")
-                    page.screenshot(path=artifacts / f"reflow-{screen.replace('/', '-')}-{width}.png", full_page=True)
+                    problems.append(
+                        f"#/{screen} at {width} px: page {wide['scroll']} px wide, past it: {wide['past']}"
+                    )
+                    page.screenshot(
+                        path=artifacts / f"reflow-{screen.replace('/', '-')}-{width}.png", full_page=True
+                    )
                 nav = page.get_by_role("navigation", name="screens")
                 for name in NAV:
                     box = nav.get_by_role("link", name=name, exact=True).bounding_box()
                     if box is None or box["x"] < 0 or box["x"] + box["width"] > width:
-                        problems.append(f"#/{screen} at {width} px: the top bar's {name} is out of view ({box})")
+                        problems.append(
+                            f"#/{screen} at {width} px: the top bar's {name} is out of view ({box})"
+                        )
         assert problems == [], "\n".join(problems)
         # the run log scrolls: Tab reaches it (a named region), in Chromium as in any browser
         page.goto(f"{url}/#/runs/{run_id}")
