@@ -1,5 +1,6 @@
 import { useRef } from "react";
 import { formatDuration, formatNumber } from "../lib/format";
+import { LiveStatus } from "./LiveStatus";
 
 interface Props {
   jobId: string;
@@ -38,9 +39,5 @@ export function ProgressAnnouncer(props: Props) {
   // the text of the moment the key last changed: a new step or ETA alone says nothing new
   const said = useRef<{ key: string; text: string } | null>(null);
   if (said.current?.key !== key) said.current = { key, text: progressAnnouncement(props) };
-  return (
-    <p className="visually-hidden" role="status" aria-live="polite" aria-atomic="true" data-testid="progress-announcement">
-      {said.current.text}
-    </p>
-  );
+  return <LiveStatus text={said.current.text} testId="progress-announcement" />;
 }
