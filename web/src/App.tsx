@@ -27,8 +27,8 @@ function LiveBadge() {
   if (!job || !["queued", "preparing", "running", "stopping"].includes(job.status)) return null;
   const p = job.progress;
   return (
-    <a className="live-badge" href={href("live")} title="the running job">
-      <span className="pulse" />
+    <a className="live-badge" href={href("live")} title="the running job" aria-label={p ? `training: step ${p.step} of ${p.total_steps}` : `training: ${job.status}`}>
+      <span className="pulse" aria-hidden="true" />
       {p ? `${p.step}/${p.total_steps}` : job.status}
     </a>
   );
@@ -68,9 +68,9 @@ function Shell() {
           <span className="logo" />
           lorastudio
         </a>
-        <nav>
+        <nav aria-label="screens">
           {NAV.map(([key, label]) => (
-            <a key={key} href={href(key)} className={current === key ? "active" : undefined}>
+            <a key={key} href={href(key)} className={current === key ? "active" : undefined} aria-current={current === key ? "page" : undefined}>
               {label}
             </a>
           ))}

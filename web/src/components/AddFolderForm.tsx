@@ -24,7 +24,7 @@ export function AddFolderForm({ onAdded }: { onAdded: (model: CatalogueModel) =>
   };
   return (
     <form className="card" onSubmit={(e) => void submit(e)}>
-      <h3>Add a folder</h3>
+      <h2>Add a folder</h2>
       <Field label="Folder on the server" error={error ?? undefined} hint="absolute path of a diffusers pipeline (model_index.json)" wide>
         <input name="model_folder" value={path} placeholder="/data/models/my-sdxl" autoComplete="off" spellCheck={false} onChange={(e) => setPath(e.target.value)} />
       </Field>

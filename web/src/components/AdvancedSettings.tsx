@@ -50,7 +50,7 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
     <details className="advanced" data-testid="advanced-settings" ref={ref}>
       <summary>Advanced settings</summary>
       <div className="grid">
-        <h4 className="grid-head">Data</h4>
+        <h3 className="grid-head">Data</h3>
         {c.line("default_caption", "Default caption", { hint: "for images without one", wide: true })}
         {edits &&
           c.area("control_dirs", "Control folders", {
@@ -74,13 +74,13 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
 
         <PreservationFields value={c.text("preservation")} error={c.error("preservation")} onChange={(v) => c.set("preservation", v)} />
 
-        <h4 className="grid-head">Masked loss</h4>
+        <h3 className="grid-head">Masked loss</h3>
         {c.num("unmasked_weight", "Unmasked weight", {
           hint: "loss weight outside each image's mask (the dataset's masks/ folder, same file names); 0 = ignored",
         })}
         <div className="checks">{c.check("alpha_mask", "Mask = alpha channel")}</div>
 
-        <h4 className="grid-head">Validation</h4>
+        <h3 className="grid-head">Validation</h3>
         {c.line("validation_split", "Validation split", {
           placeholder: "off",
           hint: "a fraction held out of training (e.g. 0.1, chosen by the seed) or a folder of validation images",
@@ -90,7 +90,7 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
           hint: "optimizer steps: the held-out loss at fixed noise; best / last LoRA marked",
         })}
 
-        <h4 className="grid-head">Optimizer</h4>
+        <h3 className="grid-head">Optimizer</h3>
         {c.choice("optimizer", "Optimizer", OPTIMIZERS, {
           hint: Object.keys(OPTIMIZERS).every((o) => optimizerAvailable(o as Optimizer, host))
             ? "8-bit ones need a CUDA GPU and bitsandbytes"
@@ -113,7 +113,7 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
         {c.num("max_grad_norm", "Gradient clipping", { placeholder: "off" })}
         {c.num("max_bad_steps", "Bad steps to fail", { hint: "non-finite steps in a row" })}
 
-        <h4 className="grid-head">EMA</h4>
+        <h3 className="grid-head">EMA</h3>
         {c.num("ema_decay", "EMA decay", { placeholder: "off", hint: "e.g. 0.999: the saved LoRA is the average; the raw one is kept" })}
         {c.num("ema_update_every", "EMA every", { hint: "optimizer steps" })}
         <div className="checks">
@@ -121,7 +121,7 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
           {c.check("sample_with_ema", "Samples use the EMA")}
         </div>
 
-        <h4 className="grid-head">LoRA and base model</h4>
+        <h3 className="grid-head">LoRA and base model</h3>
         {c.choice("adapter", "Adapter", ADAPTERS, { hint: "LoHa / LoKr files load in ComfyUI (LyCORIS keys), not in diffusers" })}
         {shown("lokr_factor") && c.num("lokr_factor", "LoKr factor", { placeholder: "-1", hint: "-1: as square as possible" })}
         {shown("lokr_decompose_both") && <div className="checks">{c.check("lokr_decompose_both", "Low-rank w1 too")}</div>}
@@ -154,12 +154,12 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
         })}
         <div className="checks">{c.check("enable_tf32", "TF32 matmuls")}</div>
 
-        <h4 className="grid-head">Loss</h4>
+        <h3 className="grid-head">Loss</h3>
         {c.choice("loss", "Loss", LOSSES, { hint: "huber / smooth L1: MSE-like for small errors, L1-like for large (robust to outliers)" })}
         {shown("huber_c") && c.num("huber_c", "Huber c", { placeholder: "0.1", hint: "the threshold (with a schedule: its value at pure noise)" })}
         {shown("huber_schedule") && c.choice("huber_schedule", "Huber schedule", HUBER_SCHEDULES, { hint: "c by noise level" })}
 
-        {objective && <h4 className="grid-head">Objective</h4>}
+        {objective && <h3 className="grid-head">Objective</h3>}
         {offers("snr_gamma") && c.num("snr_gamma", "Min-SNR gamma", { placeholder: "off" })}
         {offers("noise_offset") &&
           c.num("noise_offset", "Noise offset", { placeholder: "off", hint: "0.03-0.1: darker darks, brighter brights" })}
@@ -171,7 +171,7 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
         {offers("max_sequence_length") &&
           c.num("max_sequence_length", "Max text tokens", tokens != null ? { max: tokens, hint: `at most ${tokens}` } : {})}
 
-        <h4 className="grid-head">Sample previews</h4>
+        <h3 className="grid-head">Sample previews</h3>
         {c.area("sample_prompts", "Sample prompts", {
           hint: 'one per line: previews rendered with the LoRA as it trains; an edit model\'s references after ||, e.g. make it blue || control/a.png; a line may be a JSON object with its own size, seed and guidance: {"prompt": "a cat", "width": 768, "seed": 3}',
           wide: true,

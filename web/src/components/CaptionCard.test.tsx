@@ -46,4 +46,16 @@ describe("CaptionCard: two editors of one caption", () => {
     expect(onDisk).toBe("newer words");
     expect(screen.queryByRole("alert")).toBeNull();
   });
+
+  it("says a save to a screen reader: 'saved' in a polite region that was there before (RELIABILITY 798)", async () => {
+    mockFetch(({ method, body }) => (method === "PUT" ? { body: { file: "a.png", caption: (body as { caption: string }).caption, caption_file: "a.txt" } } : undefined));
+    render(<CaptionCard dataset="ds" image={IMAGE} onRemoved={() => undefined} />);
+    const region = screen.getByRole("status");
+    expect(region).toHaveAttribute("aria-live", "polite");
+    const box = screen.getByLabelText("caption of a.png");
+    await userEvent.type(box, ", on grass");
+    box.blur();
+    await waitFor(() => expect(region).toHaveTextContent("saved"));
+    expect(screen.getByRole("status")).toBe(region); // the same region: its change is what is read
+  });
 });

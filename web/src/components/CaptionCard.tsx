@@ -140,9 +140,12 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
           }}
         />
         <div className="caption-state small">
-          {state === "saving" && <span className="muted">saving…</span>}
-          {state === "saved" && <span className="ok">saved</span>}
-          {text !== saved && state === "idle" && <span className="muted">unsaved</span>}
+          {/* a polite region, always there: "saving…", then "saved" are said as a save goes */}
+          <span role="status" aria-live="polite">
+            {state === "saving" && <span className="muted">saving…</span>}
+            {state === "saved" && <span className="ok">saved</span>}
+            {text !== saved && state === "idle" && <span className="muted">unsaved</span>}
+          </span>
           {error && (
             <span className="field-error" role="alert" id={errorId}>
               {error}

@@ -27,7 +27,7 @@ export function CheckpointsCard({ run, checkpoints, onResumed }: Props) {
   };
   return (
     <div className="card" data-testid="checkpoints">
-      <h3>Checkpoints</h3>
+      <h2>Checkpoints</h2>
       {checkpoints == null ? (
         <p className="muted small">Loading…</p>
       ) : checkpoints.length === 0 ? (

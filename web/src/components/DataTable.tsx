@@ -35,7 +35,18 @@ export function DataTable<T>({ rows, columns, rowKey, stack = false, testId, row
       <table className={stack ? "table stack" : "table"} data-testid={testId}>
         <thead>
           <tr>
-            {columns.map((c, i) => (c.header ? <th key={i} className={c.num ? "num" : undefined}>{c.header}</th> : <th key={i} />))}
+            {/* an actions column has no visible header, but a screen reader names it (its cells' buttons are read under it) */}
+            {columns.map((c, i) =>
+              c.header ? (
+                <th key={i} className={c.num ? "num" : undefined}>
+                  {c.header}
+                </th>
+              ) : (
+                <th key={i}>
+                  <span className="visually-hidden">Actions</span>
+                </th>
+              ),
+            )}
           </tr>
         </thead>
         <tbody>

@@ -10,7 +10,8 @@ interface Props {
   control?: string;
 }
 
-/** Drop images and .txt captions here, or click to pick them. */
+/** Drop images and .txt captions here, or click to pick them (Enter or Space from the keyboard: the
+ * same picker); while `disabled` (an upload running) neither opens it, and it says so (aria-disabled). */
 export function DropZone({ onFiles, disabled, control }: Props) {
   const input = useRef<HTMLInputElement | null>(null);
   const [over, setOver] = useState(false);
@@ -35,7 +36,12 @@ export function DropZone({ onFiles, disabled, control }: Props) {
       onClick={() => !disabled && input.current?.click()}
       role="button"
       tabIndex={0}
-      onKeyDown={(e) => (e.key === "Enter" || e.key === " ") && input.current?.click()}
+      onKeyDown={(e) => {
+        if (e.key !== "Enter" && e.key !== " ") return;
+        e.preventDefault(); // Space presses the button: it must not scroll the page too
+        if (!disabled) input.current?.click(); // as a click: nothing while an upload runs
+      }}
+      aria-disabled={disabled || undefined}
       aria-label={
         control === "mask"
           ? "drop loss masks for masks/, or click to choose files"

@@ -34,7 +34,7 @@ export function FetchForm({ onStarted }: { onStarted: (fetch: Fetch) => void }) 
   return (
     <>
       <form className="card fetch-form" onSubmit={submit}>
-        <h3>Fetch from the hub</h3>
+        <h2>Fetch from the hub</h2>
         <div className="grid">
           <Field label="Hub model id" hint="owner/name of a diffusers pipeline" wide>
             <input name="repo_id" value={repo} placeholder="black-forest-labs/FLUX.1-dev" autoComplete="off" spellCheck={false} onChange={(e) => setRepo(e.target.value)} />

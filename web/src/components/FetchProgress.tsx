@@ -7,7 +7,7 @@ export function FetchProgress({ fetches, onCancel }: { fetches: Fetch[]; onCance
   if (!fetches.length) return null;
   return (
     <div className="card" data-testid="fetches">
-      <h3>Downloads</h3>
+      <h2>Downloads</h2>
       <ul className="plain fetches">
         {[...fetches].reverse().map((f) => (
           <li key={f.id} data-testid={`fetch-${f.repo_id}`}>

@@ -89,7 +89,7 @@ export function GallerySection({
   return (
     <>
       <div className="section-head">
-        <h3>Gallery</h3>
+        <h2>Gallery</h2>
         {images != null && (
           <span className="muted small">
             {count > images.length ? `${images.length} of ` : ""}

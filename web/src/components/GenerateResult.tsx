@@ -1,6 +1,7 @@
 import { api } from "../api/endpoints";
 import type { GalleryImage } from "../api/types";
 import { imageMeta, LoraChips } from "./Gallery";
+import { LiveStatus } from "./LiveStatus";
 import { ReferenceStrip } from "./ReferenceImages";
 
 interface Props {
@@ -20,8 +21,11 @@ interface Props {
 /** The Generate screen's result card: the image shown, its prompt, settings, LoRAs and references,
  * "Reuse these settings" and "Delete this image"; or what to do while there is none. */
 export function GenerateResult({ selected, seconds, busy, galleryEmpty, onReuse, deleting, onDelete }: Props) {
+  // said to a screen reader: the generation running, then the image it made (not an image picked)
+  const news = busy ? "Generating…" : selected && seconds != null ? `Image generated in ${seconds.toFixed(1)} s: ${selected.prompt ?? "no prompt"}` : "";
   return (
     <div className="card result">
+      <LiveStatus text={news} testId="generate-status" />
       {selected ? (
         <figure>
           <a href={api.imageUrl(selected.url)} target="_blank" rel="noreferrer" title="open full size">

@@ -1,6 +1,7 @@
 import type { Plan } from "../api/types";
 import { formatGb, formatNumber } from "../lib/format";
 import { isChosenTrial, planDecidedText, planLine } from "../lib/plan";
+import { ScrollRegion } from "./ScrollRegion";
 
 /**
  * The plan a run uses, in one compact line ("bf16 · checkpointing off · 0 blocks offloaded ·
@@ -23,7 +24,7 @@ export function PlanSummary({ plan }: { plan: Plan }) {
         </ul>
       )}
       {measured && (
-        <div className="table-wrap">
+        <ScrollRegion label="memory plan trials">
           <table className="table stack plan-trials" data-testid="plan-trials">
             <thead>
               <tr>
@@ -64,7 +65,7 @@ export function PlanSummary({ plan }: { plan: Plan }) {
               })}
             </tbody>
           </table>
-        </div>
+        </ScrollRegion>
       )}
     </div>
   );

@@ -16,7 +16,7 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
   const attention = report.config.attention_backend; // the setting; the run reports the kernel it used
   return (
     <div className="card preflight" data-testid="preflight">
-      <h3>Preflight</h3>
+      <h2>Preflight</h2>
       <div className="stats">
         <div className="stat">
           <span className="stat-label">Images used</span>

@@ -52,7 +52,7 @@ export function PushToHub({ name }: Props) {
         if (valid && !busy) void push();
       }}
     >
-      <h3>Push to hub</h3>
+      <h2>Push to hub</h2>
       <label>
         Repo id
         <input

@@ -12,7 +12,7 @@ export function RunLog({ runId, lines = 500 }: { runId: string; lines?: number }
   return (
     <div className="card" data-testid="run-log">
       <div className="card-head">
-        <h3>Log</h3>
+        <h2>Log</h2>
         <button type="button" className="ghost small" onClick={load}>
           Refresh
         </button>
@@ -22,7 +22,8 @@ export function RunLog({ runId, lines = 500 }: { runId: string; lines?: number }
       {log && log.lines.length > 0 && (
         <>
           {log.truncated && <p className="muted small">Showing the last {log.lines.length} lines.</p>}
-          <pre className="log" aria-label="run log">
+          {/* a scrolling box: a Tab stop (arrow keys scroll it) and a named region in every browser */}
+          <pre className="log" role="region" aria-label="run log" tabIndex={0}>
             {log.lines.join("\n")}
           </pre>
         </>

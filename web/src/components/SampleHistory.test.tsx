@@ -18,7 +18,11 @@ describe("SampleHistory", () => {
     );
     const { rerender } = render(<SampleHistory runId="j1" latest={null} prompts={PROMPTS} />);
     const table = await screen.findByRole("table");
-    expect(within(table).getAllByRole("columnheader").map((h) => h.textContent)).toEqual(["", "step 100", "step 200"]);
+    expect(within(table).getAllByRole("columnheader").map((h) => h.textContent)).toEqual(["Prompt", "step 100", "step 200"]); // the corner named for a screen reader (792)
+    // the table scrolls sideways as rounds come: a named region a keyboard reaches to scroll it (793)
+    const region = screen.getByRole("region", { name: "sample history" });
+    expect(region).toContainElement(table);
+    expect(region.tabIndex).toBe(0);
     const rows = within(table).getAllByRole("row").slice(1);
     expect(rows.map((r) => within(r).getByRole("rowheader").textContent)).toEqual(PROMPTS);
     expect(within(rows[1]).getByAltText("a blue square, step 200")).toHaveAttribute("src", "/api/runs/j1/samples/step-000200-1.png");

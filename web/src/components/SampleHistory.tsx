@@ -3,6 +3,7 @@ import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
 import { useLoad } from "../lib/latest";
 import { SampleAgain, SampleAgainOnClick } from "./SampleAgain";
+import { ScrollRegion } from "./ScrollRegion";
 
 /** Sample rounds by step: each round's image URLs in prompt order. */
 export type Rounds = Map<number, string[]>;
@@ -45,12 +46,14 @@ export function SampleHistory({ runId, latest, prompts }: { runId: string; lates
   const rows = Math.max(...steps.map((s) => rounds.get(s)?.length ?? 0));
   return (
     <div className="card" data-testid="sample-history">
-      <h3>Sample history</h3>
-      <div className="table-wrap">
+      <h2>Sample history</h2>
+      <ScrollRegion label="sample history">
         <table className="sample-history">
           <thead>
             <tr>
-              <th />
+              <th scope="col">
+                <span className="visually-hidden">Prompt</span>
+              </th>
               {steps.map((s) => (
                 <th key={s} scope="col">
                   step {s}
@@ -85,7 +88,7 @@ export function SampleHistory({ runId, latest, prompts }: { runId: string; lates
             ))}
           </tbody>
         </table>
-      </div>
+      </ScrollRegion>
     </div>
   );
 }

@@ -48,7 +48,7 @@ export function groupByStep(samples: SampleImage[]): { step: number; tiles: Samp
 export function SampleRound({ runId, step, tiles, live = false }: { runId: string; step: number; tiles: SampleTile[]; live?: boolean }) {
   return (
     <div className="sample-round" data-testid={`samples-step-${step}`}>
-      <h4>Step {step}</h4>
+      <h3>Step {step}</h3>
       <div className="thumb-grid samples">
         {tiles.map((t) => (
           <figure className="thumb" key={t.index}>

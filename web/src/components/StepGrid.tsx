@@ -68,7 +68,7 @@ export function StepGrid({ pick, body, generate, busy }: Props) {
 
   return (
     <div className="card step-grid" data-testid="step-grid">
-      <h3>Compare {pick.name} over its steps</h3>
+      <h2>Compare {pick.name} over its steps</h2>
       <div className="step-choices">
         {steps.map((item) => (
           <label key={stepLabel(item)}>

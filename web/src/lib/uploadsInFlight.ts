@@ -83,3 +83,12 @@ export function forgetUploads(): void {
   views.clear();
   holdLeave("upload", false);
 }
+
+/** What a screen reader is told of an upload (its page's live region): each batch, then how it
+ * ended; "" while there is none. Not its bytes: those move at every progress event. */
+export function uploadNews(upload: UploadState | null, refused: number): string {
+  if (!upload) return "";
+  if (!upload.done) return `Uploading batch ${upload.batch} of ${upload.batches}`;
+  const stored = `${upload.stored.length} file${upload.stored.length === 1 ? "" : "s"} stored`;
+  return `Upload finished: ${stored}${refused > 0 ? `, ${refused} refused` : ""}`;
+}

@@ -38,12 +38,13 @@ describe("DatasetDetailScreen: an upload while the user looks elsewhere", () => 
     const first = render();
     const user = userEvent.setup({ applyAccept: false });
     await user.upload(await screen.findByTestId("file-input"), [file("b.png"), file("b.txt")]);
-    await screen.findByText("Uploading batch 1 of 1");
+    await screen.findByText("Uploading batch 1 of 1", { selector: ".upload-status span" }); // (also said in the page's live region)
     first.unmount(); // to Train and back, while the batch is sent
 
     render();
     await screen.findByText("a.png");
-    expect(screen.getByText("Uploading batch 1 of 1")).toBeInTheDocument();
+    expect(screen.getByText("Uploading batch 1 of 1", { selector: ".upload-status span" })).toBeInTheDocument();
+    expect(screen.getByTestId("upload-announcement")).toHaveTextContent("Uploading batch 1 of 1");
     expect(document.querySelector(".dropzone")).toHaveClass("disabled"); // no second upload of the same files meanwhile
     const loads = calls.filter((c) => c.url === "/api/datasets/mix?limit=200").length;
     detail = { ...detail, images: 2, total_files: 2, files: [...detail.files, { file: "b.png", caption: "b", bytes: 10, width: 8, height: 8 }] };

@@ -67,6 +67,9 @@ describe("DatasetDetailScreen upload", () => {
     await user.upload(picker, ["a.png", "a.txt", "broken.png", "broken.txt", "scan.bmp"].map((n) => file(n)));
     const summary = await screen.findByTestId("upload-summary");
     expect(summary.textContent).toBe("2 files stored, 3 refused (listed below)");
+    // and a screen reader is told, in the page's polite region (RELIABILITY 798)
+    expect(screen.getByTestId("upload-announcement")).toHaveRole("status");
+    expect(screen.getByTestId("upload-announcement")).toHaveTextContent("Upload finished: 2 files stored, 3 refused");
     expect(sent).toEqual([["a.png", "a.txt", "broken.png", "broken.txt"]]); // the .bmp never left
     const stored = within(screen.getByTestId("stored-files")).getAllByRole("listitem").map((li) => li.textContent);
     expect(stored).toEqual(["a.png", "a.txt"]);

@@ -11,7 +11,8 @@ import { ProgressBar } from "../components/ProgressBar";
 import { formatBytes } from "../lib/format";
 import { href, navigate } from "../lib/route";
 import { CONTROL_SLOTS, planControlUpload, planUpload, type RefusedFile } from "../lib/upload";
-import { useUploadView } from "../lib/uploadsInFlight";
+import { uploadNews, useUploadView } from "../lib/uploadsInFlight";
+import { LiveStatus } from "../components/LiveStatus";
 import { Crumb } from "../components/Crumb";
 import { isAbort, loadMessage, useAction, useLatest, useLoad } from "../lib/latest";
 import { ErrorBanner } from "../components/ErrorBanner";
@@ -218,6 +219,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
         </select>
       </label>
       <DropZone onFiles={(f, folders) => void onFiles(f, folders)} disabled={upload != null && !upload.done} control={slot === "files" ? undefined : slot} />
+      <LiveStatus text={uploadNews(upload, refused.length)} testId="upload-announcement" />
       {upload && (
         <div className="upload-status card" data-testid="upload-status">
           <div className="row-between">

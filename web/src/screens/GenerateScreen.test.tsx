@@ -156,8 +156,11 @@ describe("GenerateScreen", () => {
     renderScreen();
     await screen.findByTestId("gallery");
     expect(document.querySelector('[name="gen_base_model"]')).toHaveValue(INFO.models[0].path);
+    const said = screen.getByRole("status"); // the result's polite region, there before anything is said (RELIABILITY 798)
+    expect(said).toHaveTextContent(/^$/); // an image picked from the gallery is no news
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
     await waitFor(() => expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/new.png"));
+    expect(said).toHaveTextContent(/^Image generated in [0-9.]+ s: a new dog$/);
     const sent = calls.find((c) => c.url === "/api/generate")?.body as Record<string, unknown>;
     expect(sent).toMatchObject({ family: "flux", base_model: INFO.models[0].path, loras: [] });
     const items = within(screen.getByTestId("gallery")).getAllByRole("button");

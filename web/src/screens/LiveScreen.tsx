@@ -6,6 +6,7 @@ import { LineChart } from "../components/LineChart";
 import { LoraSaved } from "../components/LoraSaved";
 import { PlanSummary } from "../components/PlanSummary";
 import { ProgressBar } from "../components/ProgressBar";
+import { ProgressAnnouncer } from "../components/ProgressAnnouncer";
 import { SampleHistory } from "../components/SampleHistory";
 import { roundTiles, SampleRound, samplePrompts } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
@@ -163,6 +164,15 @@ export function LiveScreen() {
           <Stat label="ETA">{live && p ? formatDuration(etaSeconds(steps.current, total, Date.now())) : "–"}</Stat>
         </div>
         {total > 0 && <ProgressBar value={step} max={total} label="training progress" />}
+        <ProgressAnnouncer
+          jobId={job.id}
+          name={job.output_name ?? "training"}
+          status={job.status}
+          step={step}
+          total={total}
+          loss={p?.loss}
+          eta={live && p ? etaSeconds(steps.current, total, Date.now()) : null}
+        />
         {job.plan && <PlanSummary plan={job.plan} />}
       </div>
       <div className="card">
@@ -170,7 +180,7 @@ export function LiveScreen() {
       </div>
       {job.samples && !discarded && (
         <div className="card">
-          <h3>Sample previews</h3>
+          <h2>Sample previews</h2>
           <SampleRound live runId={job.id} step={job.samples.step} tiles={roundTiles(job.id, job.samples.images, samplePrompts(job.config))} />
         </div>
       )}
@@ -183,7 +193,7 @@ export function LiveScreen() {
       />
       {status?.queue.length ? (
         <div className="card">
-          <h3>Queue</h3>
+          <h2>Queue</h2>
           <ol className="queue">
             {status.queue.map((q) => (
               <li key={q.id}>

@@ -204,7 +204,7 @@ export function ModelsScreen() {
       {bases && bases.length > 0 && <DataTable rows={bases} rowKey={(m) => m.id} stack testId="models-table" columns={columns} />}
       {captioners.length > 0 && (
         <>
-          <h2>Captioning models</h2>
+          <h2 className="section-title">Captioning models</h2>
           <p className="muted small">
             For &quot;Caption with AI&quot; on a dataset (or <code>lorastudio datasets caption NAME --model ID</code>); fetched like base models.
           </p>

@@ -112,7 +112,7 @@ export function RunDetailScreen({ id }: { id: string }) {
       </div>
       {samples.length > 0 && (
         <div className="card">
-          <h3>Sample previews</h3>
+          <h2>Sample previews</h2>
           {groupByStep(samples).map((r) => (
             <SampleRound key={r.step} runId={run.id} step={r.step} tiles={r.tiles} />
           ))}
@@ -120,7 +120,7 @@ export function RunDetailScreen({ id }: { id: string }) {
       )}
       {loras.length > 1 && (
         <div className="card" data-testid="lora-steps">
-          <h3>LoRA by step</h3>
+          <h2>LoRA by step</h2>
           <ul className="plain lora-steps">
             {loras.map((l) => (
               <li key={l.path}>
@@ -147,7 +147,7 @@ export function RunDetailScreen({ id }: { id: string }) {
       <CheckpointsCard run={run} checkpoints={checkpoints} onResumed={() => navigate("live")} />
       <div className="two-col">
         <div className="card">
-          <h3>Outputs</h3>
+          <h2>Outputs</h2>
           {run.outputs.length ? (
             <ul className="plain outputs">
               {run.outputs.map((o) => (
@@ -165,7 +165,7 @@ export function RunDetailScreen({ id }: { id: string }) {
           )}
         </div>
         <div className="card">
-          <h3>Config</h3>
+          <h2>Config</h2>
           <table className="kv">
             <tbody>
               {Object.entries(run.config)

@@ -214,7 +214,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         }}
       >
         <div className="card">
-          <h3>Model and data</h3>
+          <h2>Model and data</h2>
           <FamilyPicker families={info.families} value={text("family")} onChange={pickFamily} />
           {errors.family && <span className="field-error" role="alert">{errors.family}</span>}
           <div className="grid">
@@ -255,7 +255,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         </div>
 
         <div className="card">
-          <h3>Schedule</h3>
+          <h2>Schedule</h2>
           <div className="grid">
             <Field label="Length" error={errors.steps || errors.num_epochs}>
               <div className="joined">
@@ -280,7 +280,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         </div>
 
         <div className="card">
-          <h3>LoRA and data</h3>
+          <h2>LoRA and data</h2>
           <div className="grid">
             {num("lora_rank", "Rank")}
             {num("lora_alpha", "Alpha", { placeholder: "= rank" })}
@@ -299,7 +299,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         </div>
 
         <div className="card">
-          <h3>Memory and speed</h3>
+          <h2>Memory and speed</h2>
           <div className="grid">
             {c.choice("base_precision", "Precision", precisionChoices(precisions), {
               hint: `of the frozen base; this host runs ${precisions.join(", ")}`,
@@ -332,7 +332,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         </div>
 
         <div className="card">
-          <h3>Checkpoints and output</h3>
+          <h2>Checkpoints and output</h2>
           <div className="grid">
             {num("save_every", "Checkpoint every", { placeholder: "on stop only", hint: "optimizer steps (resume points)" })}
             {num("keep_last", "Keep last", { hint: "checkpoints retained" })}

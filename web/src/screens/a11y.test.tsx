@@ -4,7 +4,8 @@
  * error is announced (role=alert) and tied to the control of its field (aria-invalid +
  * aria-describedby), each action is a button or link reachable by keyboard (no clickable
  * div/span), nothing keeps saying "Loading…" once the server answered, and the Stop dialog traps
- * the focus and closes on Escape.
+ * the focus and closes on Escape; each screen has one h1 and no heading level skipped, every table
+ * header is named, and a scrolling log is a named Tab stop (RELIABILITY 791-793).
  */
 import { render, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
@@ -147,16 +148,43 @@ function unannouncedErrors(root: HTMLElement): string[] {
   return out;
 }
 
+/** The screen's headings out of order: not exactly one h1, first; or a level skipped on the way down
+ * (h1 then h3), which a screen reader's list of headings shows as a missing section. */
+function headingProblems(root: HTMLElement): string[] {
+  const levels = [...root.querySelectorAll("h1, h2, h3, h4, h5, h6")].filter((h) => !hidden(h)).map((h) => Number(h.tagName[1]));
+  const out: string[] = [];
+  if (levels.filter((l) => l === 1).length !== 1 || levels[0] !== 1) out.push(`not one h1 first: h${levels.join(" h")}`);
+  levels.forEach((l, i) => {
+    if (i > 0 && l > levels[i - 1] + 1) out.push(`h${levels[i - 1]} then h${l}`);
+  });
+  return out;
+}
+
+/** Table headers with no name (an actions column): a screen reader reads each cell under nothing. */
+function unnamedHeaders(root: HTMLElement): string[] {
+  return [...root.querySelectorAll("th")].filter((th) => !(th.textContent ?? "").trim() && !th.getAttribute("aria-label")).map(describeEl);
+}
+
+/** Scrolling text boxes (a log) that a keyboard cannot reach to scroll, or that have no name. */
+function unreachableScrollers(root: HTMLElement): string[] {
+  return [...root.querySelectorAll("pre")]
+    .filter((el) => el.tabIndex < 0 || el.getAttribute("role") !== "region" || !hasName(el))
+    .map(describeEl);
+}
+
 afterEach(() => vi.unstubAllGlobals());
 
 describe("accessibility of every screen", () => {
-  it.each(SCREENS)("%s, with fixture data: named controls, keyboard actions, announced errors", async (_, make) => {
+  it.each(SCREENS)("%s, with fixture data: named controls, keyboard actions, announced errors, headings, table headers", async (_, make) => {
     const calls = mockFetch(fixtureServer());
     const { container } = renderIn(make());
     await settle(calls);
     expect(unnamedControls(container)).toEqual([]);
     expect(clickableNonButtons(container)).toEqual([]);
     expect(unannouncedErrors(container)).toEqual([]);
+    expect(headingProblems(container)).toEqual([]);
+    expect(unnamedHeaders(container)).toEqual([]);
+    expect(unreachableScrollers(container)).toEqual([]);
   });
 
   it.each(SCREENS.filter(([name]) => name !== "Datasets"))("%s, every load refused (503): the refusal is announced and nothing keeps loading", async (_, make, act) => {
@@ -170,6 +198,17 @@ describe("accessibility of every screen", () => {
     expect(within(container).getAllByRole("alert").some((a) => /server is stopping/.test(a.textContent ?? ""))).toBe(true);
     expect(unannouncedErrors(container)).toEqual([]);
     expect(unnamedControls(container)).toEqual([]);
+  });
+
+  it("Run detail: the scrolling log is a named region a keyboard reaches (Tab) to scroll", async () => {
+    const calls = mockFetch(fixtureServer());
+    renderIn(<RunDetailScreen id="r1" />);
+    await settle(calls);
+    const log = await screen.findByRole("region", { name: "run log" });
+    expect(log).toHaveTextContent("a line");
+    log.scrollIntoView = () => undefined;
+    for (let i = 0; i < 40 && document.activeElement !== log; i++) await userEvent.tab();
+    expect(document.activeElement).toBe(log);
   });
 
   it("a field's error is announced and tied to its control", () => {
