@@ -120,6 +120,12 @@ class GenerateBody(_StrictBody):
         max_length=4000,
         description="what to steer away from; only for families whose pipeline takes one (FamilyOut.negative_prompt)",
     )
+    max_sequence_length: int | None = Field(
+        default=None,
+        description="text tokens the prompt is read to (a run's sample preview: the run's max_sequence_length); "
+        "only for families whose FamilyOut.supports has it, at most their max_sequence_length_max (else 4096); "
+        "null: the pipeline's default, 512",
+    )
     loras: list[LoraRef] = Field(default_factory=list, max_length=8)
     base_identity: str | None = Field(
         default=None,

@@ -183,6 +183,7 @@ class GenerateOut(_Out):
     )
     negative_prompt: str | None = None
     guidance: float | None = Field(default=None, description="null: the family's default")
+    max_sequence_length: int | None = Field(default=None, description="null: the pipeline's default (512)")
     loras: list[LoraRef]
     references: list[str] = Field(default_factory=list, description="ids of the reference images used")
     reference_urls: list[str] = Field(
@@ -199,6 +200,9 @@ class GalleryImage(_Out):
     prompt: str | None = None
     negative_prompt: str | None = None
     guidance: float | None = Field(default=None, allow_inf_nan=False)
+    max_sequence_length: int | None = Field(
+        default=None, description="text tokens the prompt was read to (null: the pipeline's default, 512)"
+    )
     seed: int | None = None
     family: str | None = None
     base_model: str | None = None

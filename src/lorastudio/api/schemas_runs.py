@@ -126,6 +126,11 @@ class SampleImage(_Out):
         default=None,
         description="inference steps: sample_steps, else the family's default for the run's base (null: not known)",
     )
+    max_sequence_length: int | None = Field(
+        default=None,
+        description="the text tokens the preview read its prompt to (the run's max_sequence_length): send it "
+        "to Generate; null: a family without the setting",
+    )
     weights: Literal["ema", "raw"] = Field(
         default="raw",
         description="the adapter weights it shows: the EMA ones (ema_decay with sample_with_ema) or the raw",
@@ -138,8 +143,7 @@ class SampleImage(_Out):
     note: str | None = Field(
         default=None,
         description="null: Generate with `lora` at these settings renders this preview's pixels; else why not "
-        "(no file keeps its EMA weights; the run's max_sequence_length is not the 512 tokens Generate reads; its "
-        "references were sized as the run trains them)",
+        "(no file keeps its EMA weights; its references were sized as the run trains them)",
     )
 
 

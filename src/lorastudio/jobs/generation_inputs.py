@@ -48,6 +48,9 @@ class GenerationRequest:
     # the base's content identity a gallery image recorded (base_identity): sent again, a base
     # whose files changed since is refused (jobs/generation.py), not rendered as another image
     base_identity: str | None = None
+    # the text tokens the prompt is read to (a run's previews: the run's max_sequence_length);
+    # None: the pipeline's default (512); only for a family that takes it (generation_rules)
+    max_sequence_length: int | None = None
 
 
 def meta_of(
@@ -55,7 +58,7 @@ def meta_of(
 ) -> dict[str, Any]:
     """The settings of one gallery image (its sidecar and PNG text, less the size the worker
     reports): every setting of the request that decides its pixels, so that they, sent again,
-    render it again (a revision and a single file's v_prediction when given; each LoRA's sha256,
+    render it again (a revision, a single file's v_prediction and a max_sequence_length when given; each LoRA's sha256,
     `digests` in the order of req.loras, and the base's content identity `base_identity`
     (training/identity_base.source_record's fingerprint; None: not known, a hub id not
     downloaded yet): sent again, the same files or a refusal)."""
@@ -71,6 +74,7 @@ def meta_of(
         "steps": req.steps,
         "guidance": req.guidance,
         **({"negative_prompt": req.negative_prompt} if req.negative_prompt else {}),
+        **({"max_sequence_length": req.max_sequence_length} if req.max_sequence_length is not None else {}),
         "loras": [
             {
                 "name": c.name,

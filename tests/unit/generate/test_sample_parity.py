@@ -72,6 +72,7 @@ def _render(
     image = generate_image(
         pipe, "flux", prompt=PROMPT["prompt"], seed=source["seed"], steps=source["steps"],
         width=source["width"], height=source["height"], guidance=source["guidance"],
+        max_sequence_length=source["max_sequence_length"],
     )  # fmt: skip
     return np.asarray(image, dtype=np.int16)
 
@@ -116,17 +117,34 @@ def test_an_ema_runs_previews_name_the_file_that_renders_them_or_that_none_does(
     apply_loras(flux_pipe, [])
 
 
-def test_a_run_read_to_other_than_generations_text_tokens_is_named(tmp_path):
+def test_the_listing_names_the_family_defaults_by_number(tmp_path):
     config = {"resolution": [32, 64], "sample_seed": 3, "sample_prompts": ["a"], "max_sequence_length": 16}
     source = sample_source(config, tmp_path / "gone", 4, 0)
     assert (source["seed"], source["width"], source["height"], source["steps"]) == (3, 64, 64, None)
     # the family's defaults by number (Generate's own default is 20 steps): FLUX.1 dev's 28 and 3.5
     flux = sample_source({**config, "family": "flux", "base_model": "not/here"}, tmp_path, 4, 0)
     assert (flux["steps"], flux["guidance"]) == (28, 3.5)
-    assert source["lora"] is None and "max_sequence_length 16 tokens" in source["note"]
-    assert sample_source({**config, "max_sequence_length": 512}, tmp_path, 4, 0)["note"].startswith(
-        "no LoRA file"
+    assert source["lora"] is None and source["note"] == "the run has no output folder"
+
+
+def test_a_run_read_to_other_than_generations_text_tokens_renders_again_at_its_length(
+    flux_pipe, tiny_model, sample_dataset, tmp_path_factory
+):
+    """A run at max_sequence_length 16 previews its prompt read to 16 tokens; Generate read 512
+    only (6 levels off on the tiny FLUX.1), so nothing rendered such a preview again (RELIABILITY 810)."""
+    settings, config = _run(
+        tiny_model, sample_dataset, tmp_path_factory, "parity-tokens", max_sequence_length=16
     )
+    run_dir = settings.outputs_dir / "parity-tokens"
+    source = sample_source(config, run_dir, 1, 0)
+    assert source["max_sequence_length"] == 16 and source["note"] is None, source
+    assert source["lora"] == {"name": "parity-tokens", "step": 1}
+    np.testing.assert_array_equal(
+        _render(flux_pipe, settings, source), _preview(settings, "parity-tokens", 1)
+    )
+    at_512 = _render(flux_pipe, settings, {**source, "max_sequence_length": None})  # the pipeline's default
+    assert np.abs(at_512 - _preview(settings, "parity-tokens", 1)).max() > 0  # the length matters here
+    apply_loras(flux_pipe, [])
 
 
 @pytest.fixture(scope="module")
