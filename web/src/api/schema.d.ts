@@ -2102,6 +2102,11 @@ export interface components {
             height?: number | null;
             /** Loras */
             loras?: components["schemas"]["LoraRef"][];
+            /**
+             * Max Sequence Length
+             * @description text tokens the prompt was read to (null: the pipeline's default, 512)
+             */
+            max_sequence_length?: number | null;
             /** Negative Prompt */
             negative_prompt?: string | null;
             /** Prompt */
@@ -2186,6 +2191,11 @@ export interface components {
             /** Loras */
             loras?: components["schemas"]["LoraRef"][];
             /**
+             * Max Sequence Length
+             * @description text tokens the prompt is read to (a run's sample preview: the run's max_sequence_length); only for families whose FamilyOut.supports has it, at most their max_sequence_length_max (else 4096); null: the pipeline's default, 512
+             */
+            max_sequence_length?: number | null;
+            /**
              * Negative Prompt
              * @description what to steer away from; only for families whose pipeline takes one (FamilyOut.negative_prompt)
              */
@@ -2256,6 +2266,11 @@ export interface components {
             height: number;
             /** Loras */
             loras: components["schemas"]["LoraRef"][];
+            /**
+             * Max Sequence Length
+             * @description null: the pipeline's default (512)
+             */
+            max_sequence_length?: number | null;
             /** Negative Prompt */
             negative_prompt?: string | null;
             /** Path */
@@ -3699,13 +3714,18 @@ export interface components {
             /** @description the run's LoRA file holding those weights, as Generate's `loras` entry (step null: the final file); null when no file keeps them (`note` says why: an EMA preview before the last step) */
             lora?: components["schemas"]["SampleLora"] | null;
             /**
+             * Max Sequence Length
+             * @description the text tokens the preview read its prompt to (the run's max_sequence_length): send it to Generate; null: a family without the setting
+             */
+            max_sequence_length?: number | null;
+            /**
              * Name
              * @description file name: step-000123-0.png
              */
             name: string;
             /**
              * Note
-             * @description null: Generate with `lora` at these settings renders this preview's pixels; else why not (no file keeps its EMA weights; the run's max_sequence_length is not the 512 tokens Generate reads; its references were sized as the run trains them)
+             * @description null: Generate with `lora` at these settings renders this preview's pixels; else why not (no file keeps its EMA weights; its references were sized as the run trains them)
              */
             note?: string | null;
             /**

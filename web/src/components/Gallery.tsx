@@ -11,6 +11,7 @@ export function imageMeta(img: GalleryImage): string {
   if (img.steps != null) parts.push(`${img.steps} steps`);
   if (img.guidance != null) parts.push(`guidance ${img.guidance}`);
   if (img.negative_prompt) parts.push(`not: ${img.negative_prompt}`);
+  if (img.max_sequence_length != null) parts.push(`${img.max_sequence_length} text tokens`);
   return parts.join(" · ");
 }
 
