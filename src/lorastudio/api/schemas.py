@@ -82,6 +82,11 @@ class LoraRef(_StrictBody):
         ge=0,
         description="one of its snapshots by step (loras/<name>-step-N); null: the final LoRA",
     )
+    weights: Literal["raw", "ema"] | None = Field(
+        default=None,
+        description='with `step`: "ema" picks the EMA weights of that step (an EMA run keeps them with each '
+        'checkpoint, and in its final LoRA for the last step); null or "raw": the raw weights',
+    )
     sha256: str | None = Field(
         default=None,
         pattern=r"^[0-9a-f]{64}$",

@@ -147,7 +147,8 @@ class LoraStep(_Out):
     step: int | None = Field(description="optimizer step the LoRA was saved at (null: unknown)")
     path: str
     final: bool = Field(
-        description="a file of the run's end (the LoRA, or with EMA its <name>.raw.safetensors), else a snapshot under loras/"
+        description="a file of the run's end (the LoRA, or with EMA its <name>.raw.safetensors), else a snapshot under "
+        "loras/ or (weights ema) the EMA weights a checkpoint keeps (checkpoints/step-N/<name>-step-N.ema.safetensors)"
     )
     weights: Literal["ema", "raw"] = Field(
         description="what the file holds: the EMA of the adapter weights or the raw trained ones "

@@ -102,6 +102,11 @@ class SampleRound(_Out):
 class SampleLora(_Out):
     name: str = Field(description="the run's output name")
     step: int | None = Field(description="its snapshot of this step (the raw weights); null: the final file")
+    weights: Literal["raw", "ema"] | None = Field(
+        default=None,
+        description='"ema": the EMA weights of `step`, the file its checkpoint keeps (Generate\'s LoraRef.weights); '
+        "null: as `step` says",
+    )
 
 
 class SampleImage(_Out):

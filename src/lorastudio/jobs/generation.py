@@ -198,7 +198,7 @@ class GenerationService:
         )
         if req.references and small:
             problems.append(FieldProblem("references", small))
-        loras = [(lora_file(self.settings, c.name, c.step), c.scale) for c in req.loras]
+        loras = [(lora_file(self.settings, c.name, c.step, c.weights), c.scale) for c in req.loras]
         digests: list[str] = []
         for i, ((path, _), choice) in enumerate(zip(loras, req.loras, strict=True)):
             try:

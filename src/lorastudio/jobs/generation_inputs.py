@@ -12,7 +12,7 @@ from typing import Any
 
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import NotFound
-from lorastudio.lora.snapshots import LORAS, raw_lora_at, snapshot_name
+from lorastudio.lora.snapshots import LORAS, ema_lora_at, raw_lora_at, snapshot_name
 from lorastudio.settings import Settings
 
 
@@ -27,6 +27,9 @@ class LoraChoice:
     scale: float = 1.0
     step: int | None = None
     sha256: str | None = None
+    # "ema" with `step`: the EMA weights of that step (an EMA run's checkpoint keeps them); None /
+    # "raw": the raw ones (lora_file)
+    weights: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ def meta_of(
                 "name": c.name,
                 "scale": c.scale,
                 **({"step": c.step} if c.step is not None else {}),
+                **({"weights": c.weights} if c.weights == "ema" else {}),
                 "sha256": d,
             }
             for c, d in zip(req.loras, digests, strict=True)
@@ -95,14 +99,25 @@ def negative_prompt_refusal(spec: Any) -> str:
     return f"the {spec.title} pipeline takes no negative prompt"
 
 
-def lora_file(settings: Settings, name: str, step: int | None = None) -> Path:
+def lora_file(settings: Settings, name: str, step: int | None = None, weights: str | None = None) -> Path:
     """The LoRA file of run output `name` (outputs/<name>/<name>.safetensors: with EMA, the EMA
     weights), or the raw weights of step `step`: its snapshot (outputs/<name>/loras/<name>-step-N
     .safetensors), else the final file of that step holding them (with EMA <name>.raw.safetensors,
-    the file validation measured; lora/snapshots.raw_lora_at), kept inside the outputs root.
-    Raises ConfigError/PathOutsideRoot for a bad name, NotFound if missing."""
+    the file validation measured; lora/snapshots.raw_lora_at), or with `weights` "ema" the EMA
+    weights of step `step`: the file its checkpoint keeps, else the final LoRA of that step
+    (lora/snapshots.ema_lora_at); kept inside the outputs root. Raises ConfigError/PathOutsideRoot
+    for a bad name, NotFound if missing."""
     safe_component(name, field="loras.name")
     root = settings.outputs_dir.resolve()
+    if weights == "ema" and step is not None:
+        found = ema_lora_at(root / name, step) if (root / name).is_dir() else None
+        path = found.resolve() if found is not None else None
+        if path is None or not path.is_relative_to(root) or not path.is_file():
+            raise NotFound(
+                f"no EMA weights of step {step} of a trained LoRA named {name!r} in {settings.outputs_dir} "
+                "(an EMA run keeps them with each checkpoint: keep_last removed it, or none was written)"
+            )
+        return path
     if step is None:
         path = (root / name / f"{name}.safetensors").resolve()
     else:

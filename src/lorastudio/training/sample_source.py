@@ -4,10 +4,11 @@ the LoRA file of the run that holds the weights it shows, as a Generate request 
 A preview of step N renders the run's adapter as it was after step N (training/samples.py): the
 raw weights, or with `ema_decay` and `sample_with_ema` (the default) their EMA. The raw weights
 of every step with a snapshot, and of the final step, are kept in a file (lora/snapshots.py:
-`raw_lora_at`, Generate's `{"name", "step"}`); the EMA weights only for the final step, in the
-run's <name>.safetensors (Generate's `{"name"}`). An EMA preview of an earlier step shows
-weights no file keeps, so no generation renders it again: `lora` is None there and `note` says
-why (RELIABILITY 696); so it does for an edit preview whose references were sized as the run trains them (control_resolution other than "target": README),
+`raw_lora_at`, Generate's `{"name", "step"}`); the EMA weights of every checkpoint's step in that
+checkpoint (Generate's `{"name", "step", "weights": "ema"}`, RELIABILITY 812) and of the final
+step in the run's <name>.safetensors (Generate's `{"name"}`). An EMA preview of a step with
+neither shows weights no file keeps, so no generation renders it again: `lora` is None there and
+`note` says why (RELIABILITY 696); so it does for an edit preview whose references were sized as the run trains them (control_resolution other than "target": README),
 where Generate fits a reference to the output size (FLUX.1 Kontext: 21 levels off on the tiny one).
 A preview reads its prompt to the run's max_sequence_length: the listing names it, Generate takes
 it (RELIABILITY 810; before, Generate read 512 tokens only). Generating with the file `lora` names at these settings renders the
@@ -105,13 +106,17 @@ def _lora(run_dir: Path | None, step: int, weights: str) -> tuple[dict[str, Any]
         if raw_lora_at(run_dir, step) is not None:
             return {"name": name, "step": step}, None
         return None, f"no LoRA file of step {step} is kept (no snapshot of it, or keep_loras removed it)"
-    for row in run_loras(run_dir):
-        if row["final"] and row["weights"] == "ema" and row["step"] == step:
-            return {"name": name, "step": None}, None
+    for row in run_loras(run_dir):  # a checkpoint's EMA file, or the final LoRA of the last step
+        if row["weights"] == "ema" and row["step"] == step:
+            return (
+                {"name": name, "step": None}
+                if row["final"]
+                else {"name": name, "step": step, "weights": "ema"}
+            ), None
     return None, (
-        f"this preview shows the EMA weights of step {step}, which no file keeps (snapshots hold the "
-        "raw weights; the EMA ones are saved for the last step only): generating with the step's "
-        "snapshot renders the raw weights"
+        f"this preview shows the EMA weights of step {step}, which no file keeps (they are kept with "
+        "each checkpoint and in the final LoRA: this step had no checkpoint, or keep_last removed it): "
+        "generating with the step's snapshot renders the raw weights"
     )
 
 

@@ -87,7 +87,7 @@ async def generate(
         guidance=body.guidance,
         negative_prompt=body.negative_prompt,
         max_sequence_length=body.max_sequence_length,
-        loras=tuple(LoraChoice(r.name, r.scale, r.step, r.sha256) for r in body.loras),
+        loras=tuple(LoraChoice(r.name, r.scale, r.step, r.sha256, r.weights) for r in body.loras),
         references=tuple(body.references),
         base_identity=body.base_identity,
     )
