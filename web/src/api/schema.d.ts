@@ -572,8 +572,8 @@ export interface paths {
         /**
          * Download
          * @description The .safetensors file of trained LoRA `name` (with EMA: the EMA weights), or the raw
-         *     weights of `step`: its snapshot, or with EMA <name>.raw.safetensors for the final step
-         *     (jobs/generation_inputs.lora_file; 404 when missing).
+         *     weights of `step`: its snapshot, or with EMA <name>.raw.safetensors for the final step; with
+         *     `weights` "ema" the EMA weights of `step` (jobs/generation_inputs.lora_file; 404 when missing).
          */
         get: operations["download_api_loras__name__file_get"];
         put?: never;
@@ -2593,6 +2593,11 @@ export interface components {
              * @description one of its snapshots by step (loras/<name>-step-N); null: the final LoRA
              */
             step?: number | null;
+            /**
+             * Weights
+             * @description with `step`: "ema" picks the EMA weights of that step (an EMA run keeps them with each checkpoint, and in its final LoRA for the last step); null or "raw": the raw weights
+             */
+            weights?: ("raw" | "ema") | null;
         };
         /** LoraStep */
         LoraStep: {
@@ -2604,7 +2609,7 @@ export interface components {
             best?: boolean;
             /**
              * Final
-             * @description a file of the run's end (the LoRA, or with EMA its <name>.raw.safetensors), else a snapshot under loras/
+             * @description a file of the run's end (the LoRA, or with EMA its <name>.raw.safetensors), else a snapshot under loras/ or (weights ema) the EMA weights a checkpoint keeps (checkpoints/step-N/<name>-step-N.ema.safetensors)
              */
             final: boolean;
             /**
@@ -3788,6 +3793,11 @@ export interface components {
              * @description its snapshot of this step (the raw weights); null: the final file
              */
             step: number | null;
+            /**
+             * Weights
+             * @description "ema": the EMA weights of `step`, the file its checkpoint keeps (Generate's LoraRef.weights); null: as `step` says
+             */
+            weights?: ("raw" | "ema") | null;
         };
         /**
          * SamplePrompt
@@ -8282,6 +8292,8 @@ export interface operations {
             query?: {
                 /** @description the raw weights of this step: a snapshot, or an EMA run's <name>.raw.safetensors (default: the run's LoRA, with EMA the EMA weights) */
                 step?: number | null;
+                /** @description with `step`: "ema" for the EMA weights of that step (the file an EMA run's checkpoint keeps); null or raw: the raw weights */
+                weights?: ("raw" | "ema") | null;
             };
             header?: never;
             path: {

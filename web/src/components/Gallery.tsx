@@ -21,9 +21,9 @@ export function LoraChips({ loras }: { loras: GalleryImage["loras"] }) {
   return (
     <>
       {loras.map((l) => (
-        <span className="chip" key={`${l.name}@${l.step ?? ""}`}>
+        <span className="chip" key={`${l.name}@${l.step ?? ""}${l.weights === "ema" ? "-ema" : ""}`}>
           {l.name}
-          {l.step != null ? ` @${l.step}` : ""} ×{(l.scale ?? 1).toFixed(2)}
+          {l.step != null ? ` @${l.step}${l.weights === "ema" ? " EMA" : ""}` : ""} ×{(l.scale ?? 1).toFixed(2)}
         </span>
       ))}
     </>

@@ -64,7 +64,7 @@ export function sampleAgain(sample: SampleImage, run: Pick<RunDetail, "family" |
       baseConfig: str("base_config"),
       revision: str("revision") || null,
       vPrediction: typeof config.v_prediction === "boolean" ? config.v_prediction : null,
-      picks: [{ name: sample.lora.name, scale: 1, step: sample.lora.step ?? null }],
+      picks: [{ name: sample.lora.name, scale: 1, step: sample.lora.step ?? null, ...(sample.lora.weights === "ema" ? { weights: "ema" as const } : {}) }],
       prompt: sample.prompt,
       negative: "",
       seed: text(sample.seed),

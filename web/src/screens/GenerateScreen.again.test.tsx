@@ -24,6 +24,7 @@ const SAMPLES = [
   sample(40, { max_sequence_length: 16 }),
   sample(80, { weights: "ema", lora: null, note: EMA_NOTE }),
   sample(120, { lora: { name: "portrait", step: null }, note: SIZED_NOTE }),
+  sample(100, { weights: "ema", lora: { name: "portrait", step: 100, weights: "ema" } }),
 ];
 
 describe("Generate again of a sample preview", () => {
@@ -47,7 +48,8 @@ describe("Generate again of a sample preview", () => {
         return { body: { root: "/o", loras: [{ name: "portrait", family: "flux", path: "/o/portrait/portrait.safetensors", bytes: 2048, modified: 1, sidecar: null }] } };
       }
       if (url === "/api/loras/portrait/steps") {
-        return { body: { name: "portrait", loras: [40, 120].map((s) => ({ step: s, final: s === 120, weights: "raw", path: `/o/${s}`, bytes: 1 })) } };
+        const rows = [40, 120].map((s) => ({ step: s, final: s === 120, weights: "raw", path: `/o/${s}`, bytes: 1 }));
+        return { body: { name: "portrait", loras: [...rows, { step: 100, final: false, weights: "ema", path: "/o/c100", bytes: 1 }] } };
       }
       if (url === "/api/gallery") return { body: { images: [] } };
       if (method === "POST" && url === "/api/generate") return { status: 201, body: { file: "new.png" } };
@@ -100,6 +102,19 @@ describe("Generate again of a sample preview", () => {
     await screen.findByRole("button", { name: "Generate" });
     expect(field("prompt")).toHaveValue("my own prompt");
     expect(field("gen_seed")).toHaveValue("9");
+  });
+
+  it("picks the EMA weights a checkpoint kept for an EMA preview of its step", async () => {
+    renderWithProviders(<GenerateScreen fromSample={{ runId: "r1", step: 100, index: 0 }} />);
+    expect(await screen.findByTestId("again-from")).toHaveTextContent("Generate renders it again.");
+    // listed as that step's EMA file (its checkpoint's), ticked, not called missing
+    expect(await screen.findByLabelText("use LoRA portrait (EMA, step 100)")).toBeChecked();
+    expect(screen.queryByTestId("missing-loras")).toBeNull();
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.some((c) => c.method === "POST" && c.url === "/api/generate")).toBe(true));
+    expect(calls.find((c) => c.method === "POST" && c.url === "/api/generate")?.body).toMatchObject({
+      loras: [{ name: "portrait", scale: 1, step: 100, weights: "ema" }],
+    });
   });
 
   it("says the note instead of filling the form where no file keeps the preview's weights", async () => {
