@@ -32,14 +32,19 @@ def test_an_ema_checkpoints_weights_are_listed_downloaded_and_picked(
     assert ema == [(2, False, "/api/loras/emas/file?step=2&weights=ema"), (3, True, "/api/loras/emas/file")]
     assert client.get("/api/loras/emas/file?step=2&weights=ema").content == kept.read_bytes()
     raw = client.get("/api/loras/emas/file?step=2").content  # the step's raw weights: another file
-    assert raw == (run_dir / "loras" / "emas-step-000002.safetensors").read_bytes() and raw != kept.read_bytes()
+    assert (
+        raw == (run_dir / "loras" / "emas-step-000002.safetensors").read_bytes() and raw != kept.read_bytes()
+    )
 
     gone = client.get("/api/loras/emas/file?step=1&weights=ema")  # keep_last removed its checkpoint
     assert gone.status_code == 404 and "keep_last removed it" in gone.json()["detail"]
     body = {"family": "flux", "base_model": str(tiny_model("flux")), "prompt": "x", "steps": 1, "width": 32,
             "height": 32, "loras": [{"name": "emas", "step": 1, "weights": "ema"}]}  # fmt: skip
     assert client.post("/api/generate", json=body).status_code == 404
-    assert client.post("/api/generate", json={**body, "loras": [{"name": "emas", "weights": "x"}]}).status_code == 422
+    assert (
+        client.post("/api/generate", json={**body, "loras": [{"name": "emas", "weights": "x"}]}).status_code
+        == 422
+    )
 
     from lorastudio.jobs.generation import GenerationService
     from lorastudio.jobs.generation_inputs import GenerationRequest, LoraChoice

@@ -143,7 +143,7 @@ class SampleImage(_Out):
     lora: SampleLora | None = Field(
         default=None,
         description="the run's LoRA file holding those weights, as Generate's `loras` entry (step null: the "
-        "final file); null when no file keeps them (`note` says why: an EMA preview before the last step)",
+        "final file); null when no file keeps them (`note` says why: an EMA preview of a step whose checkpoint, which keeps them, is not there)",
     )
     note: str | None = Field(
         default=None,

@@ -62,7 +62,14 @@ def ema_run(
 ) -> tuple[Settings, dict]:
     """3 steps, a checkpoint after steps 1 and 2 of which keep_last keeps the newest."""
     return _run(
-        tiny_model, sample_dataset, tmp_path_factory, "parity-ema", ema_decay=0.5, steps=3, save_every=1, keep_last=1
+        tiny_model,
+        sample_dataset,
+        tmp_path_factory,
+        "parity-ema",
+        ema_decay=0.5,
+        steps=3,
+        save_every=1,
+        keep_last=1,
     )
 
 
@@ -137,7 +144,9 @@ def test_an_ema_checkpoints_file_is_a_loadable_lora_with_the_final_files_facts(e
     run_dir = settings.outputs_dir / "parity-ema"
     path = run_dir / "checkpoints" / "step-000002" / "parity-ema-step-000002.ema.safetensors"
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-000002"]
-    step, final = (json.loads(p.with_suffix(".json").read_text()) for p in (path, run_dir / "parity-ema.safetensors"))
+    step, final = (
+        json.loads(p.with_suffix(".json").read_text()) for p in (path, run_dir / "parity-ema.safetensors")
+    )
     assert (step["steps"], step["ema"]["weights"], step["snapshot"]) == (2, "ema", True)
     assert step["lora_file"] == "checkpoints/step-000002/parity-ema-step-000002.ema.safetensors"
     same = {k for k in final if k not in ("steps", "lora_file", "ema", "validation", "stopped")}
@@ -147,7 +156,13 @@ def test_an_ema_checkpoints_file_is_a_loadable_lora_with_the_final_files_facts(e
         header, final_header = f.metadata(), g.metadata()
     assert set(header) == set(final_header)
     rows = [(r["step"], r["weights"], r["final"]) for r in run_loras(run_dir)]
-    assert rows == [(1, "raw", False), (2, "raw", False), (2, "ema", False), (3, "raw", True), (3, "ema", True)]
+    assert rows == [
+        (1, "raw", False),
+        (2, "raw", False),
+        (2, "ema", False),
+        (3, "raw", True),
+        (3, "ema", True),
+    ]
 
 
 def test_the_listing_names_the_family_defaults_by_number(tmp_path):

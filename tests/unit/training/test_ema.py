@@ -175,7 +175,10 @@ def test_an_extended_ema_run_keeps_its_raw_final_as_the_step_snapshot(make_confi
     assert "ema weights" in lines["vx.safetensors"] and "val" not in lines["vx.safetensors"]
     assert "raw weights" in lines["vx.raw.safetensors"] and "last" in lines["vx.raw.safetensors"]
     assert all("raw weights, val " in lines[f"vx-step-00000{n}.safetensors"] for n in (1, 2))
-    assert "ema weights" in lines["vx-step-000001.ema.safetensors"] and "val" not in lines["vx-step-000001.ema.safetensors"]
+    assert (
+        "ema weights" in lines["vx-step-000001.ema.safetensors"]
+        and "val" not in lines["vx-step-000001.ema.safetensors"]
+    )
     assert sum("best" in line for line in lines.values()) == 1
 
 

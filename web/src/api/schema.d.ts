@@ -3716,7 +3716,7 @@ export interface components {
              * @description index of the prompt in the config's sample_prompts
              */
             index: number;
-            /** @description the run's LoRA file holding those weights, as Generate's `loras` entry (step null: the final file); null when no file keeps them (`note` says why: an EMA preview before the last step) */
+            /** @description the run's LoRA file holding those weights, as Generate's `loras` entry (step null: the final file); null when no file keeps them (`note` says why: an EMA preview of a step whose checkpoint, which keeps them, is not there) */
             lora?: components["schemas"]["SampleLora"] | null;
             /**
              * Max Sequence Length
