@@ -1,3 +1,4 @@
+import { useEffect, useState } from "react";
 import type { Family } from "../api/types";
 import { Field } from "./Field";
 
@@ -23,10 +24,21 @@ export function GenerateAdvanced({
   onTokens: (v: string) => void;
   errors: Record<string, string>;
 }) {
+  // opened by the user, or by a value filled in (Generate again, Reuse) or refused; never closed under them
+  const shown = tokens.trim() !== "" || errors.max_sequence_length != null;
+  const [open, setOpen] = useState(shown);
+  useEffect(() => {
+    if (shown) setOpen(true);
+  }, [shown]);
   if (!takesTextTokens(family)) return null;
   const most = family.max_sequence_length_max ?? 4096;
   return (
-    <details className="advanced" data-testid="generate-advanced" open={tokens.trim() !== "" || errors.max_sequence_length != null}>
+    <details
+      className="advanced"
+      data-testid="generate-advanced"
+      open={open}
+      onToggle={(e) => setOpen((e.currentTarget as HTMLDetailsElement).open)}
+    >
       <summary>Advanced</summary>
       <Field
         label="Text tokens"

@@ -165,6 +165,22 @@ describe("GenerateScreen", () => {
     expect(items[0]).toHaveAttribute("aria-pressed", "true");
   });
 
+  it("reusing an image's settings brings back its text tokens and an EMA step pick (RELIABILITY 810, 812)", async () => {
+    images = [{ ...OLD, max_sequence_length: 16, loras: [{ name: "cats", scale: 1, step: 2, weights: "ema" }] }];
+    renderScreen();
+    const item = within(await screen.findByTestId("gallery")).getByRole("button", { name: /an old cat/ });
+    expect(item).toHaveTextContent("cats @2 EMA ×1.00");
+    await userEvent.click(item);
+    await userEvent.click(screen.getByRole("button", { name: "Reuse these settings" }));
+    expect(document.querySelector('[name="gen_max_sequence_length"]')).toHaveValue("16");
+    expect(screen.getByTestId("generate-advanced")).toHaveAttribute("open");
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
+    expect(calls.find((c) => c.url === "/api/generate")?.body).toMatchObject({
+      max_sequence_length: 16, loras: [{ name: "cats", scale: 1, step: 2, weights: "ema" }],
+    }); // prettier-ignore
+  });
+
   it("a single-file base model asks for its base config and sends it", async () => {
     images = [{ ...OLD, base_model: "/m/flux-finetune.safetensors", base_config: "/m/flux-", loras: [] }];
     renderScreen();
