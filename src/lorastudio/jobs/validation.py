@@ -148,11 +148,9 @@ def validate_run(
             )
         )
 
-    if not host_checks:
-        pass
-    elif cfg is not None:
+    if host_checks and cfg is not None:
         problems += host_problems(cfg, settings)
-    else:  # the config's other problems do not hide what this host cannot run
+    elif host_checks:  # the config's other problems do not hide what this host cannot run
         problems += raw_host_problems(raw, reported, settings)
 
     scan: DatasetScan | None = None
