@@ -93,7 +93,12 @@ def preflight(
     except ConfigError as err:
         raise ConfigError(every_problem(cfg, settings, err.problems)) from None
     except DatasetError as err:
-        others = [p for p in every_problem(cfg, settings, []) if _top(p.field) not in DATASET_FIELDS]
+        said = {*err.problems, str(err)}  # the verdict's words for this problem (e.g. a sample reference's)
+        others = [
+            p
+            for p in every_problem(cfg, settings, [])
+            if _top(p.field) not in DATASET_FIELDS and p.message not in said
+        ]
         if not others:
             raise
         # the dataset's problem as the engine found it (its pixels, as no header says), then the rest
