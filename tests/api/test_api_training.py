@@ -177,7 +177,9 @@ def test_full_job_start_events_complete_listed_and_generate(
     # carrying its prompt and seed
     at_step = client.post("/api/generate", json={**body, "loras": [{"name": name, "scale": 0.8, "step": 2}]})
     assert at_step.status_code == 201, at_step.text
-    assert at_step.json()["loras"] == [{"name": name, "scale": 0.8, "step": 2, "weights": None, "sha256": sha[2]}]
+    assert at_step.json()["loras"] == [
+        {"name": name, "scale": 0.8, "step": 2, "weights": None, "sha256": sha[2]}
+    ]
     png = Image.open(io.BytesIO(client.get(at_step.json()["url"]).content))
     assert png.text["prompt"] == "a red circle" and png.text["seed"] == "3"
     assert json.loads(png.text["lorastudio"])["loras"] == [
