@@ -10,6 +10,10 @@ jobs.generation's check) and the engine's generate_image. No torch.
 - guidance: a finite number in 0..GUIDANCE_MAX (a sample prompt's range): inf renders NaN
   pixels (a black image), 1e308 overflows the float32 guidance tensor;
 - a LoRA's scale: -LORA_SCALE_LIMIT..LORA_SCALE_LIMIT, finite;
+- max_sequence_length (the text tokens the prompt is read to; None: the pipeline's 512): only for
+  a family whose `supports` has it (a T5 / LLM text encoder its pipeline cuts: FamilySpec.
+  no_max_sequence_length says why another takes none), 1..its max_sequence_length_max (else
+  TEXT_TOKENS_MAX, the training config's bound), as a run's own (`text_tokens_problems`);
 - the budget (per request, `budget_problems`): width and height each at most MAX_SIDE pixels,
   width x height at most MAX_PIXELS, steps 1..MAX_STEPS, and width x height x steps at most
   MAX_PIXEL_STEPS. The CLI checks it before the pipeline loads, the API before the worker runs.
@@ -29,6 +33,7 @@ MAX_PIXELS = 2048 * 2048  # width x height: 4.2 megapixels
 MAX_PIXELS_SIDE = math.isqrt(MAX_PIXELS)  # the square at the budget, named in its refusal
 MAX_STEPS = 200
 MAX_PIXEL_STEPS = 1024 * 1024 * 200  # width x height x steps: 200 steps at 1 MP, 50 at 4 MP
+TEXT_TOKENS_MAX = 4096  # TrainConfig.max_sequence_length's bound, for a family with no cap of its own
 
 
 def side_problem(field: str, value: int, family: str) -> FieldProblem | None:
@@ -71,6 +76,30 @@ def guidance_problems(guidance: float | None, prefix: str = "") -> list[FieldPro
             f"{prefix}guidance", f"{guidance:g}: must be a finite number between 0 and {GUIDANCE_MAX:g}"
         )
     ]
+
+
+def text_tokens_problems(value: int | None, family: str, prefix: str = "") -> list[FieldProblem]:
+    """A max_sequence_length `family`'s generation cannot take (None: the pipeline's default,
+    fine): a family without the setting (the reason its spec gives), or a value outside 1..its
+    cap (the family's max_sequence_length_max, else TEXT_TOKENS_MAX). Raises UnknownFamily."""
+    from lorastudio import families
+
+    if value is None:
+        return []
+    spec = families.get(family).spec
+    field = f"{prefix}max_sequence_length"
+    if "max_sequence_length" not in spec.supports:
+        why = spec.no_max_sequence_length or f"the {spec.title} pipeline takes no max_sequence_length"
+        return [FieldProblem(field, why)]
+    cap = spec.max_sequence_length_max or TEXT_TOKENS_MAX
+    if not 1 <= value <= cap:
+        why = (
+            f": {spec.title}'s text encoder takes at most {cap} tokens"
+            if spec.max_sequence_length_max
+            else ""
+        )
+        return [FieldProblem(field, f"{value}: must be between 1 and {cap}{why}")]
+    return []
 
 
 def budget_problems(

@@ -27,4 +27,4 @@ def test_an_old_gallery_sidecar_is_listed_whole_without_a_base_identity(client, 
     assert image["base_identity"] is None
     for key in ("prompt", "seed", "family", "base_model", "steps", "width", "height"):
         assert image[key] == OLD_SIDECAR[key], key
-    assert image["loras"] == [{**OLD_SIDECAR["loras"][0], "step": None}]
+    assert image["loras"] == [{**OLD_SIDECAR["loras"][0], "step": None, "weights": None}]

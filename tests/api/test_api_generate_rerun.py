@@ -70,7 +70,9 @@ def test_a_damaged_sidecar_costs_its_own_fields_not_the_gallery(client, settings
     assert listed["typed.png"]["prompt"] == "kept" and listed["typed.png"]["width"] == 32
     assert listed["typed.png"]["seed"] is None and listed["typed.png"]["loras"] == []
     assert listed["infinite.png"]["guidance"] is None and listed["infinite.png"]["seed"] == 3
-    assert listed["good.png"]["loras"] == [{"name": "a", "scale": 0.5, "step": None, "sha256": None}]
+    assert listed["good.png"]["loras"] == [
+        {"name": "a", "scale": 0.5, "step": None, "weights": None, "sha256": None}
+    ]
     assert listed["list.png"]["prompt"] is None and listed["broken.png"]["url"] == "/gallery/broken.png"
 
 

@@ -47,7 +47,9 @@ def test_generate_again_renders_the_previews_pixels(studio, browser, artifacts: 
         time.sleep(0.5)
     assert api_json(url, "/api/train/status")["job"]["status"] == "completed"
     listed = {s["step"]: s for s in api_json(url, f"/api/runs/{run_id}/samples")["samples"]}
-    assert listed[1]["lora"] == {"name": "again", "step": 1} and listed[1]["note"] is None, listed[1]
+    assert listed[1]["lora"] == {"name": "again", "step": 1, "weights": None} and listed[1]["note"] is None, (
+        listed[1]
+    )
 
     with open_page(browser) as page:
         errors: list[str] = []

@@ -82,6 +82,11 @@ class LoraRef(_StrictBody):
         ge=0,
         description="one of its snapshots by step (loras/<name>-step-N); null: the final LoRA",
     )
+    weights: Literal["raw", "ema"] | None = Field(
+        default=None,
+        description='with `step`: "ema" picks the EMA weights of that step (an EMA run keeps them with each '
+        'checkpoint, and in its final LoRA for the last step); null or "raw": the raw weights',
+    )
     sha256: str | None = Field(
         default=None,
         pattern=r"^[0-9a-f]{64}$",
@@ -119,6 +124,12 @@ class GenerateBody(_StrictBody):
         default=None,
         max_length=4000,
         description="what to steer away from; only for families whose pipeline takes one (FamilyOut.negative_prompt)",
+    )
+    max_sequence_length: int | None = Field(
+        default=None,
+        description="text tokens the prompt is read to (a run's sample preview: the run's max_sequence_length); "
+        "only for families whose FamilyOut.supports has it, at most their max_sequence_length_max (else 4096); "
+        "null: the pipeline's default, 512",
     )
     loras: list[LoraRef] = Field(default_factory=list, max_length=8)
     base_identity: str | None = Field(

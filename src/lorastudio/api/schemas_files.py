@@ -147,7 +147,8 @@ class LoraStep(_Out):
     step: int | None = Field(description="optimizer step the LoRA was saved at (null: unknown)")
     path: str
     final: bool = Field(
-        description="a file of the run's end (the LoRA, or with EMA its <name>.raw.safetensors), else a snapshot under loras/"
+        description="a file of the run's end (the LoRA, or with EMA its <name>.raw.safetensors), else a snapshot under "
+        "loras/ or (weights ema) the EMA weights a checkpoint keeps (checkpoints/step-N/<name>-step-N.ema.safetensors)"
     )
     weights: Literal["ema", "raw"] = Field(
         description="what the file holds: the EMA of the adapter weights or the raw trained ones "
@@ -183,6 +184,7 @@ class GenerateOut(_Out):
     )
     negative_prompt: str | None = None
     guidance: float | None = Field(default=None, description="null: the family's default")
+    max_sequence_length: int | None = Field(default=None, description="null: the pipeline's default (512)")
     loras: list[LoraRef]
     references: list[str] = Field(default_factory=list, description="ids of the reference images used")
     reference_urls: list[str] = Field(
@@ -199,6 +201,9 @@ class GalleryImage(_Out):
     prompt: str | None = None
     negative_prompt: str | None = None
     guidance: float | None = Field(default=None, allow_inf_nan=False)
+    max_sequence_length: int | None = Field(
+        default=None, description="text tokens the prompt was read to (null: the pipeline's default, 512)"
+    )
     seed: int | None = None
     family: str | None = None
     base_model: str | None = None

@@ -102,6 +102,11 @@ class SampleRound(_Out):
 class SampleLora(_Out):
     name: str = Field(description="the run's output name")
     step: int | None = Field(description="its snapshot of this step (the raw weights); null: the final file")
+    weights: Literal["raw", "ema"] | None = Field(
+        default=None,
+        description='"ema": the EMA weights of `step`, the file its checkpoint keeps (Generate\'s LoraRef.weights); '
+        "null: as `step` says",
+    )
 
 
 class SampleImage(_Out):
@@ -126,6 +131,11 @@ class SampleImage(_Out):
         default=None,
         description="inference steps: sample_steps, else the family's default for the run's base (null: not known)",
     )
+    max_sequence_length: int | None = Field(
+        default=None,
+        description="the text tokens the preview read its prompt to (the run's max_sequence_length): send it "
+        "to Generate; null: a family without the setting",
+    )
     weights: Literal["ema", "raw"] = Field(
         default="raw",
         description="the adapter weights it shows: the EMA ones (ema_decay with sample_with_ema) or the raw",
@@ -133,13 +143,12 @@ class SampleImage(_Out):
     lora: SampleLora | None = Field(
         default=None,
         description="the run's LoRA file holding those weights, as Generate's `loras` entry (step null: the "
-        "final file); null when no file keeps them (`note` says why: an EMA preview before the last step)",
+        "final file); null when no file keeps them (`note` says why: an EMA preview of a step whose checkpoint, which keeps them, is not there)",
     )
     note: str | None = Field(
         default=None,
         description="null: Generate with `lora` at these settings renders this preview's pixels; else why not "
-        "(no file keeps its EMA weights; the run's max_sequence_length is not the 512 tokens Generate reads; its "
-        "references were sized as the run trains them)",
+        "(no file keeps its EMA weights; its references were sized as the run trains them)",
     )
 
 

@@ -114,6 +114,12 @@ def generate_cmd(
     negative: str | None = typer.Option(
         None, "--negative", help="negative prompt (families whose pipeline takes one: `lorastudio families`)"
     ),
+    max_sequence_length: int | None = typer.Option(
+        None,
+        "--max-sequence-length",
+        help="text tokens the prompt is read to, for families with a T5 / LLM text encoder (a run's "
+        "previews: the run's max_sequence_length; default: the pipeline's 512)",
+    ),
     revision: str | None = typer.Option(None, "--revision", help="hub revision"),
     base_config: str | None = typer.Option(
         None,
@@ -139,7 +145,7 @@ def generate_cmd(
     try:
         _generate(  # a SIGTERM mid-write removes the staging file (cli/termination.py)
             base, prompt, out, lora, family, seed, steps, width, height, guidance, revision, device,
-            overwrite, control, base_config, v_prediction, negative,
+            overwrite, control, base_config, v_prediction, negative, max_sequence_length,
         )  # fmt: skip
     except LorastudioError as err:
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
@@ -164,6 +170,7 @@ def _generate(
     base_config: str | None = None,
     v_prediction: bool | None = None,
     negative: str | None = None,
+    max_sequence_length: int | None = None,
 ) -> None:
 
     from lorastudio import families
@@ -174,7 +181,12 @@ def _generate(
     from lorastudio.cli.run_display import quiet_libraries
     from lorastudio.config import local_revision_problem, revision_problem
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
-    from lorastudio.generation_rules import LORA_SCALE_LIMIT, guidance_problems, seed_problems
+    from lorastudio.generation_rules import (
+        LORA_SCALE_LIMIT,
+        guidance_problems,
+        seed_problems,
+        text_tokens_problems,
+    )
     from lorastudio.jobs.generation_worker import png_text
     from lorastudio.lora.file_digest import changed_problem, lora_digest
     from lorastudio.lora.header import check_lora_file
@@ -259,6 +271,11 @@ def _generate(
 
         if not families.get(family).spec.negative_prompt:  # refused before the pipeline loads
             problems.append(FieldProblem("--negative", negative_prompt_refusal(families.get(family).spec)))
+    if family is not None and family in families.names():  # the API's rule, before the pipeline loads
+        problems += [
+            FieldProblem("--max-sequence-length", p.message)
+            for p in text_tokens_problems(max_sequence_length, family)
+        ]
     if problems or source is None or family is None:
         raise ConfigError(problems)
     spec = families.get(family).spec
@@ -295,6 +312,7 @@ def _generate(
         height=default_side if height is None else height,
         guidance=guidance,
         negative_prompt=negative,
+        max_sequence_length=max_sequence_length,
         controls=references,
     )
     remove_killed_staging(out.parent, IMAGE_PARTIAL)  # what killed `generate --out` left there
@@ -310,6 +328,7 @@ def _generate(
         **({"base_identity": identity} if identity is not None else {}),
         "steps": steps, "guidance": guidance,
         **({"negative_prompt": negative} if negative else {}),
+        **({"max_sequence_length": max_sequence_length} if max_sequence_length is not None else {}),
         "loras": [
             {"file": t, "scale": s, "sha256": d} for t, (_, s), d in zip(typed_loras, loras, digests, strict=True)
         ],

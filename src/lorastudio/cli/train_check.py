@@ -71,6 +71,7 @@ def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, devi
     removes it: replace_outputs). Raises ConfigError listing every problem; a taken output_name
     is explained with `--overwrite` and a free name."""
     from lorastudio.jobs.validation import validate_run
+    from lorastudio.training.verdict import target_problems, targets_beside
 
     # the GPU count is checked with the CLI's own terms (gpu_count_problems: --device cpu)
     settings = settings.model_copy(update={"cpu_data_parallel": True})
@@ -89,55 +90,14 @@ def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, devi
         problems = [
             _explain(p, name, settings) if taken and p.field == "output_name" else p for p in err.problems
         ]
-        raise ConfigError(problems + launch + _targets_beside(raw, settings, problems)) from None
+        raise ConfigError(problems + launch + targets_beside(raw, settings, problems)) from None
     if launch:
         raise ConfigError(launch)
-    if targets := _target_problems(run.config):
+    if targets := target_problems(run.config):
         raise ConfigError(targets)
     if taken and overwrite:  # the report names the folder the run replaces
         run = dataclasses.replace(run, config=run.config.model_copy(update={"output_name": name}))
     return run
-
-
-def _targets_beside(
-    raw: dict[str, Any], settings: Settings, problems: list[FieldProblem]
-) -> list[FieldProblem]:
-    """The lora_targets / rank_pattern / alpha_pattern problems of a config refused for other
-    reasons, so that `--check` names them with the rest (as the API's preflight does) rather than
-    after the others are fixed; [] when the config itself does not parse, or its base is not found or
-    refused (those are the problems then)."""
-    from lorastudio.config import parse_train_config, resolve_train_config
-    from lorastudio.jobs.validation import with_resolved_base
-
-    named = {p.field.split(".")[0] for p in problems}
-    if named & {
-        "lora_targets",
-        "rank_pattern",
-        "alpha_pattern",
-        "family",
-        "base_model",
-        "base_config",
-        "revision",
-    }:
-        return []  # said already, or no denoiser to ask
-    try:
-        cfg = with_resolved_base(resolve_train_config(parse_train_config(raw)), settings)
-    except ConfigError:
-        return []
-    return _target_problems(cfg)
-
-
-def _target_problems(cfg: Any) -> list[FieldProblem]:
-    """lora_targets / rank_pattern / alpha_pattern the base's denoiser cannot honour, asked of it
-    built without weights (training/lora.planned_target_problems, what the engine's preflight
-    asks; torch and diffusers are imported only when the config sets one of them). The job
-    service asks the same in a child process (jobs/target_check.py: the server stays torch-free)."""
-    if not (cfg.lora_targets or cfg.rank_pattern or cfg.alpha_pattern):
-        return []
-    from lorastudio import families
-    from lorastudio.training.lora import planned_target_problems
-
-    return planned_target_problems(cfg, families.get(cfg.family))
 
 
 def _explain(problem: FieldProblem, name: str, settings: Settings) -> FieldProblem:

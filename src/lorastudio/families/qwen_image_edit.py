@@ -55,6 +55,8 @@ SPEC = replace(
     # max_sequence_length): the setting is not offered rather than silently ignored
     defaults={k: v for k, v in QWEN_SPEC.defaults.items() if k != "max_sequence_length"},
     supports=QWEN_SPEC.supports - {"max_sequence_length"},
+    no_max_sequence_length="the Qwen-Image-Edit pipelines never cut the instruction (their encode_prompt "
+    "ignores max_sequence_length): it takes none",
     caption_tokens=CaptionTokens("processor", cuts=False),  # nothing to measure: nothing is cut
     control_images=(0, 3),  # the widest of the flavours; each row says its own
     edit_model=True,

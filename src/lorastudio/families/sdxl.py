@@ -76,6 +76,8 @@ SPEC = FamilySpec(
     generation_defaults={"num_inference_steps": 30, "guidance_scale": 5.0},
     guidance="cfg",
     negative_prompt=True,
+    no_max_sequence_length="SDXL's two CLIP text encoders read a fixed 77 tokens (no T5 or LLM encoder): "
+    "it takes no max_sequence_length",
     # the attention blocks' parents and the convolutional glue between them (bench note 13)
     wide_compile_blocks=("Transformer2DModel", "ResnetBlock2D", "Downsample2D", "Upsample2D"),
     # self-attention q/k/v read the block's hidden states, cross-attention k/v the prompt's

@@ -113,6 +113,10 @@ class FamilySpec:
     # the most tokens its text encoder reads (its pipeline's tokenizer limit): a larger
     # max_sequence_length is refused; None: no cap beyond the config's own
     max_sequence_length_max: int | None = None
+    # why its pipeline takes no max_sequence_length (a family whose `supports` lacks it says why:
+    # SDXL's CLIP reads a fixed 77 tokens); a generation asking for one is refused with it
+    # (generation_rules.text_tokens_problems)
+    no_max_sequence_length: str = ""
     # how a caption is measured against what its text encoder reads, so a run names the captions
     # cut short (training/caption_length.py); None: not measured
     caption_tokens: CaptionTokens | None = None

@@ -23,7 +23,7 @@ from lorastudio import json_read
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, GenerationCancelled, ModelSourceError, NotFound
 from lorastudio.generate.references import reference_kwargs
-from lorastudio.generation_rules import guidance_problems, seed_problems, size_problems
+from lorastudio.generation_rules import guidance_problems, seed_problems, size_problems, text_tokens_problems
 from lorastudio.user_paths import is_file, missing_file
 
 if TYPE_CHECKING:
@@ -313,6 +313,7 @@ def generate_image(
     height: int,
     guidance: float | None = None,
     negative_prompt: str | None = None,
+    max_sequence_length: int | None = None,
     extra: Mapping[str, Any] | None = None,
     controls: Sequence[Image.Image] = (),
     cancelled: Callable[[], bool] | None = None,
@@ -320,8 +321,10 @@ def generate_image(
     """One image for `prompt`. steps/guidance default to the family's generation defaults (those
     of the pipeline's variant: Family.generation_defaults);
     `guidance` goes to the family's guidance keyword (spec.guidance_kwarg); `negative_prompt`
-    only to a family whose pipeline takes one (spec.negative_prompt);
-    `extra` adds pipeline call arguments (e.g. max_sequence_length). The noise comes from a CPU
+    only to a family whose pipeline takes one (spec.negative_prompt); `max_sequence_length`: the
+    text tokens the prompt is read to (None: the pipeline's 512), for a family that takes it
+    (generation_rules.text_tokens_problems: a run's previews read at the run's);
+    `extra` adds pipeline call arguments. The noise comes from a CPU
     generator seeded with `seed`, so a seed gives the same image on any device. `controls`: the
     reference images of an edit family (spec.control_images), each resized to cover
     width x height and centre-cropped to it, as training crops a control to its target.
@@ -339,6 +342,7 @@ def generate_image(
     fam = families.get(family)
     spec = fam.spec
     problems = size_problems(width, height, spec.name) + seed_problems(seed) + guidance_problems(guidance)
+    problems += text_tokens_problems(max_sequence_length, spec.name)
     if steps is not None and steps < 1:
         problems.append(FieldProblem("steps", "must be >= 1"))
     if negative_prompt and not spec.negative_prompt:
@@ -374,6 +378,8 @@ def generate_image(
         kwargs[spec.guidance_kwarg] = guidance
     if negative_prompt:
         kwargs["negative_prompt"] = negative_prompt
+    if max_sequence_length is not None:
+        kwargs["max_sequence_length"] = max_sequence_length
     kwargs.update(extra or {})
     kwargs["prompt"] = prompt
     generator = torch.Generator("cpu").manual_seed(seed)

@@ -59,7 +59,7 @@ from lorastudio.errors import (
     ServerStopping,
     writing,
 )
-from lorastudio.generation_rules import budget_problems
+from lorastudio.generation_rules import budget_problems, text_tokens_problems
 from lorastudio.jobs.gallery import gallery_dir
 from lorastudio.jobs.generation_base import base_identities, base_identity, base_identity_problem, job_at_base
 from lorastudio.jobs.generation_inputs import (
@@ -191,13 +191,14 @@ class GenerationService:
             problems.append(FieldProblem("revision", why))  # a folder has no revision: not ignored
         if req.negative_prompt and not family.spec.negative_prompt:
             problems.append(FieldProblem("negative_prompt", negative_prompt_refusal(family.spec)))
+        problems += text_tokens_problems(req.max_sequence_length, family.spec.name)
         problems += reference_problems(self.settings, family.spec.name, req.references)
         small = reference_size_problem(
             family.spec.name, family.spec.min_reference_side, req.width, req.height
         )
         if req.references and small:
             problems.append(FieldProblem("references", small))
-        loras = [(lora_file(self.settings, c.name, c.step), c.scale) for c in req.loras]
+        loras = [(lora_file(self.settings, c.name, c.step, c.weights), c.scale) for c in req.loras]
         digests: list[str] = []
         for i, ((path, _), choice) in enumerate(zip(loras, req.loras, strict=True)):
             try:
@@ -307,6 +308,7 @@ class GenerationService:
             height=req.height,
             guidance=req.guidance,
             negative_prompt=req.negative_prompt or None,
+            max_sequence_length=req.max_sequence_length,
             loras=tuple(loras),
             lora_digests=digests,
             references=tuple(str(use_reference(self.settings, r)) for r in req.references),

@@ -12,7 +12,7 @@ from typing import Any
 
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import NotFound
-from lorastudio.lora.snapshots import LORAS, raw_lora_at, snapshot_name
+from lorastudio.lora.snapshots import LORAS, ema_lora_at, raw_lora_at, snapshot_name
 from lorastudio.settings import Settings
 
 
@@ -27,6 +27,9 @@ class LoraChoice:
     scale: float = 1.0
     step: int | None = None
     sha256: str | None = None
+    # "ema" with `step`: the EMA weights of that step (an EMA run's checkpoint keeps them); None /
+    # "raw": the raw ones (lora_file)
+    weights: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class GenerationRequest:
     # the base's content identity a gallery image recorded (base_identity): sent again, a base
     # whose files changed since is refused (jobs/generation.py), not rendered as another image
     base_identity: str | None = None
+    # the text tokens the prompt is read to (a run's previews: the run's max_sequence_length);
+    # None: the pipeline's default (512); only for a family that takes it (generation_rules)
+    max_sequence_length: int | None = None
 
 
 def meta_of(
@@ -55,7 +61,7 @@ def meta_of(
 ) -> dict[str, Any]:
     """The settings of one gallery image (its sidecar and PNG text, less the size the worker
     reports): every setting of the request that decides its pixels, so that they, sent again,
-    render it again (a revision and a single file's v_prediction when given; each LoRA's sha256,
+    render it again (a revision, a single file's v_prediction and a max_sequence_length when given; each LoRA's sha256,
     `digests` in the order of req.loras, and the base's content identity `base_identity`
     (training/identity_base.source_record's fingerprint; None: not known, a hub id not
     downloaded yet): sent again, the same files or a refusal)."""
@@ -71,11 +77,13 @@ def meta_of(
         "steps": req.steps,
         "guidance": req.guidance,
         **({"negative_prompt": req.negative_prompt} if req.negative_prompt else {}),
+        **({"max_sequence_length": req.max_sequence_length} if req.max_sequence_length is not None else {}),
         "loras": [
             {
                 "name": c.name,
                 "scale": c.scale,
                 **({"step": c.step} if c.step is not None else {}),
+                **({"weights": c.weights} if c.weights == "ema" else {}),
                 "sha256": d,
             }
             for c, d in zip(req.loras, digests, strict=True)
@@ -91,14 +99,25 @@ def negative_prompt_refusal(spec: Any) -> str:
     return f"the {spec.title} pipeline takes no negative prompt"
 
 
-def lora_file(settings: Settings, name: str, step: int | None = None) -> Path:
+def lora_file(settings: Settings, name: str, step: int | None = None, weights: str | None = None) -> Path:
     """The LoRA file of run output `name` (outputs/<name>/<name>.safetensors: with EMA, the EMA
     weights), or the raw weights of step `step`: its snapshot (outputs/<name>/loras/<name>-step-N
     .safetensors), else the final file of that step holding them (with EMA <name>.raw.safetensors,
-    the file validation measured; lora/snapshots.raw_lora_at), kept inside the outputs root.
-    Raises ConfigError/PathOutsideRoot for a bad name, NotFound if missing."""
+    the file validation measured; lora/snapshots.raw_lora_at), or with `weights` "ema" the EMA
+    weights of step `step`: the file its checkpoint keeps, else the final LoRA of that step
+    (lora/snapshots.ema_lora_at); kept inside the outputs root. Raises ConfigError/PathOutsideRoot
+    for a bad name, NotFound if missing."""
     safe_component(name, field="loras.name")
     root = settings.outputs_dir.resolve()
+    if weights == "ema" and step is not None:
+        found = ema_lora_at(root / name, step) if (root / name).is_dir() else None
+        path = found.resolve() if found is not None else None
+        if path is None or not path.is_relative_to(root) or not path.is_file():
+            raise NotFound(
+                f"no EMA weights of step {step} of a trained LoRA named {name!r} in {settings.outputs_dir} "
+                "(an EMA run keeps them with each checkpoint: keep_last removed it, or none was written)"
+            )
+        return path
     if step is None:
         path = (root / name / f"{name}.safetensors").resolve()
     else:

@@ -91,6 +91,7 @@ class GenerationJob:
     v_prediction: bool | None = None
     lora_digests: tuple[str, ...] = ()  # sha256 of each of `loras`, as the server checked them
     base_identity: str | None = None  # the base's content (jobs/generation_base.py), in the key
+    max_sequence_length: int | None = None  # the text tokens the prompt is read to (None: 512)
 
     def __post_init__(self) -> None:
         if len(self.lora_digests) != len(self.loras):  # the worker applies only checked files
@@ -230,6 +231,7 @@ def run_job(
             height=job.height,
             guidance=job.guidance,
             negative_prompt=job.negative_prompt,
+            max_sequence_length=job.max_sequence_length,
             controls=[load_rgb(Path(p)) for p in job.references],
             cancelled=cancelled,
         )

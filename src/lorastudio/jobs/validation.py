@@ -74,6 +74,8 @@ def validate_run(
     live_output_names: set[str],
     allow_outside_root: bool = False,
     check_targets: bool = False,
+    decode_budget_s: float | None = None,
+    host_checks: bool = True,
 ) -> ValidatedRun:
     """Check a training request completely. Takes the raw config mapping, the settings and the
     output names of live jobs; `allow_outside_root` only for the CLI (a dataset folder anywhere,
@@ -81,7 +83,10 @@ def validate_run(
     (config fields, base model, dataset files, output name, precision; with `check_targets`,
     the API's, also lora_targets / rank_pattern / alpha_pattern against the denoiser's module
     names: jobs/target_check.py, a child process when one of them is set; a check left to the
-    run's start is named in ValidatedRun.notes)."""
+    run's start is named in ValidatedRun.notes). `decode_budget_s`: the seconds the dataset scan
+    spends fully decoding images (data/run_scan.scan_for_run; None: the checks' budget, 0: none,
+    only what the headers say). `host_checks` False leaves out the precision and host rules (the
+    engine's verdict, training/verdict.py: it checks its own device)."""
     problems: list[FieldProblem] = []
     notes: list[str] = []
     given: TrainConfig | None = None
@@ -134,7 +139,7 @@ def validate_run(
             problems += err.problems
 
     precision = raw.get("base_precision", "auto")
-    if "base_precision" not in reported and precision not in host_info().precisions:
+    if host_checks and "base_precision" not in reported and precision not in host_info().precisions:
         problems.append(
             FieldProblem(
                 "base_precision",
@@ -143,9 +148,9 @@ def validate_run(
             )
         )
 
-    if cfg is not None:
+    if host_checks and cfg is not None:
         problems += host_problems(cfg, settings)
-    else:  # the config's other problems do not hide what this host cannot run
+    elif host_checks:  # the config's other problems do not hide what this host cannot run
         problems += raw_host_problems(raw, reported, settings)
 
     scan: DatasetScan | None = None
@@ -155,7 +160,9 @@ def validate_run(
     if cfg is not None and entries is not None and family is not None:
         try:
             control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, False)
-            scan = scan_for_run(entries, cfg, family.spec, settings, control_dirs, flavour_controls)
+            scan = scan_for_run(
+                entries, cfg, family.spec, settings, control_dirs, flavour_controls, decode_budget_s
+            )
         except DatasetError as err:
             problems += _as_problems("data_dir" if cfg.datasets is None else "datasets", err)
         except ConfigError as err:  # control_dirs, or a mask setting (data/masks.py) that names itself
@@ -175,7 +182,7 @@ def validate_run(
                         given, settings.datasets_dir, allow_outside_root, field="validation_split"
                     ),
                     scan_folder=lambda folder: scan_for_run(
-                        folder, run_cfg, spec, settings, (), flavour_controls
+                        folder, run_cfg, spec, settings, (), flavour_controls, decode_budget_s
                     ),
                 )
             except (ConfigError, PathOutsideRoot, DatasetError) as err:

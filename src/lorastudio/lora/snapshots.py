@@ -12,7 +12,10 @@ Weights: snapshots hold the raw (trained) adapter weights. With EMA (ema_decay) 
 <name>.safetensors holds the EMA weights and <name>.raw.safetensors the raw ones; each sidecar's
 "ema": {"weights": "ema" | "raw"} says which (`file_weights`). The validation loss is measured on
 the raw weights, so "the LoRA of step N" for validation, download and generation is the raw one:
-a snapshot, or <name>.raw.safetensors for the final step (`raw_lora_at`).
+a snapshot, or <name>.raw.safetensors for the final step (`raw_lora_at`). The EMA weights of a
+checkpoint's step are kept in that checkpoint's folder, checkpoints/step-N/<name>-step-N.ema
+.safetensors + .json (training/export.save_ema_step_lora), removed with the checkpoint by
+keep_last (`ema_step_loras`; with the final EMA file: `ema_lora_at`, Generate's `"weights": "ema"`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ from typing import Any
 
 from lorastudio import json_read
 from lorastudio.training.folder_guard import check_folder, replace_in_run
-from lorastudio.training.run_files import LORAS, snapshot_name, staging_path
+from lorastudio.training.run_files import (
+    CHECKPOINTS,
+    LORAS,
+    checkpoint_step,
+    ema_step_name,
+    snapshot_name,
+    staging_path,
+)
 from lorastudio.training.run_files import snapshot_step as _step_of_name
 
 
@@ -43,6 +53,23 @@ def list_lora_snapshots(run_dir: Path) -> list[tuple[int, Path]]:
     for path in folder.iterdir():
         step = snapshot_step(path)
         if step is not None and path.is_file() and path.with_suffix(".json").is_file():
+            found.append((step, path))
+    return sorted(found)
+
+
+def ema_step_loras(run_dir: Path) -> list[tuple[int, Path]]:
+    """[(step, .safetensors path)] of the EMA weights its checkpoints keep (an EMA run's
+    checkpoints/step-N/<name>-step-N.ema.safetensors with its sidecar), oldest step first."""
+    folder = run_dir / CHECKPOINTS
+    if not folder.is_dir():
+        return []
+    found = []
+    for checkpoint in folder.iterdir():
+        step = checkpoint_step(checkpoint.name)
+        if step is None or checkpoint.is_symlink() or not checkpoint.is_dir():
+            continue
+        path = checkpoint / f"{ema_step_name(run_dir.name, step)}.safetensors"
+        if path.is_file() and path.with_suffix(".json").is_file():
             found.append((step, path))
     return sorted(found)
 
@@ -69,13 +96,20 @@ def _step_of(sidecar: dict[str, Any]) -> int | None:
 
 
 def run_loras(run_dir: Path) -> list[dict[str, Any]]:
-    """Every LoRA of a run by step: the snapshots, then (EMA runs) the final raw
-    <name>.raw.safetensors, then the final <name>.safetensors when present (steps from the
-    sidecars). Each {"step", "path", "final", "weights": "ema" | "raw"}; steps ascending."""
+    """Every LoRA of a run by step: the snapshots and (EMA runs) the EMA files its checkpoints
+    keep (a step's raw snapshot before its EMA file), then the final raw <name>.raw.safetensors,
+    then the final <name>.safetensors when present (steps from the sidecars). Each {"step",
+    "path", "final", "weights": "ema" | "raw"}; steps ascending."""
     found: list[dict[str, Any]] = [
         {"step": step, "path": str(path), "final": False, "weights": file_weights(_sidecar(path))}
         for step, path in list_lora_snapshots(run_dir)
     ]
+    found += [
+        {"step": step, "path": str(path), "final": False, "weights": "ema"}
+        for step, path in ema_step_loras(run_dir)
+        if file_weights(_sidecar(path)) == "ema"
+    ]
+    found.sort(key=lambda row: (row["step"], row["weights"] == "ema"))
     final = run_dir / f"{run_dir.name}.safetensors"
     if not final.is_file():
         return found
@@ -95,6 +129,16 @@ def raw_lora_at(run_dir: Path, step: int) -> Path | None:
     when there is none."""
     for row in run_loras(run_dir):  # snapshots first
         if row["step"] == step and row["weights"] == "raw":
+            return Path(row["path"])
+    return None
+
+
+def ema_lora_at(run_dir: Path, step: int) -> Path | None:
+    """The file holding the EMA weights of step `step`: its checkpoint's EMA file, else the
+    run's final LoRA when it is of that step and holds them; None when there is none (a run
+    without EMA, a step with no checkpoint, or one keep_last removed)."""
+    for row in run_loras(run_dir):
+        if row["step"] == step and row["weights"] == "ema":
             return Path(row["path"])
     return None
 

@@ -31,7 +31,7 @@ from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.fresh_mark import settle
 from lorastudio.training.lora import adapter_alpha, adapter_metadata, lora_state_dict, module_scales
 from lorastudio.training.lycoris_export import lycoris_file
-from lorastudio.training.run_files import staging_path
+from lorastudio.training.run_files import CHECKPOINTS, checkpoint_name, ema_step_name, staging_path
 
 if TYPE_CHECKING:
     from peft import LoraConfig
@@ -174,6 +174,36 @@ def save_lora_snapshot(
     return save_lora(
         run.run_dir / LORAS, name, run.family.spec, denoiser, lora_config, sidecar, text_encoders
     )
+
+
+def save_ema_step_lora(run: PreparedRun, state: RunState, folder: Path) -> Path:
+    """With EMA: the EMA weights of the step just done (state.steps_run) as a LoRA file in the
+    checkpoint (staging) `folder` of that step, <name>-step-N.ema.safetensors + sidecar
+    (run_files.ema_step_name): the run's layout, header and sidecar as the final file's, with
+    "steps" the step, "snapshot": true and "ema": {"decay", "update_every", "weights": "ema",
+    "updates"}; checked like it. Returns its path (in `folder`)."""
+    assert state.ema is not None
+    cfg, step = run.cfg, state.steps_run
+    stem = ema_step_name(str(cfg.output_name), step)
+    sidecar = run_sidecar(
+        run,
+        steps_run=step,
+        total_steps=state.total_steps,
+        stopped=False,
+        lora_file=f"{CHECKPOINTS}/{checkpoint_name(step)}/{stem}.safetensors",
+        extensions=state.extensions,
+    )
+    sidecar["snapshot"] = True
+    sidecar["ema"] = {
+        "decay": cfg.ema_decay,
+        "update_every": cfg.ema_update_every,
+        "weights": "ema",
+        "updates": state.ema.updates,
+    }
+    with state.ema.swapped_in():  # the raw weights are put back after, bitwise
+        return save_lora(
+            folder, stem, run.family.spec, state.denoiser, state.lora_config, sidecar, state.text_encoders
+        )
 
 
 def save_lora(

@@ -31,7 +31,7 @@ from lorastudio.training.conditioning import CaptionPicker, Conditioning
 from lorastudio.training.distributed import ParallelContext, StopPoll, all_reduce_sum
 from lorastudio.training.ema import AdapterEma, make_ema
 from lorastudio.training.events import Emit, Progress
-from lorastudio.training.export import save_lora_snapshot
+from lorastudio.training.export import save_ema_step_lora, save_lora_snapshot
 from lorastudio.training.extend import respan_schedule
 from lorastudio.training.first_step_report import log_first_step_compile
 from lorastudio.training.latents import LatentSource
@@ -338,6 +338,9 @@ def _checkpoint(run: PreparedRun, state: RunState, parts: LoopParts) -> None:
         plan=state.plan.as_dict() if state.plan is not None else None,
         extensions=state.extensions,
         validation=state.validation.series if state.validation is not None else None,
+        # with EMA the step's EMA weights as a LoRA file too (no other file keeps them), in the
+        # checkpoint's folder: the checkpoint limit removes them together
+        beside=(lambda folder: save_ema_step_lora(run, state, folder)) if state.ema is not None else None,
     )
     state.checkpointed_step = state.steps_run
     if state.keeper is not None:

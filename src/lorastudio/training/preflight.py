@@ -2,8 +2,12 @@
 the output folder, the precision and the plan settings on this host (memory_budget_gb and
 offload_blocks need CUDA), the dataset and the base model source. Nothing here writes a file.
 
-Order of errors: ConfigError (every config problem at once), then DatasetError, then
-ModelSourceError.
+Every problem at once (RELIABILITY 811): a refusal names what the engine's own checks found with
+every other problem of the checks' one verdict (training/verdict.every_problem: the config's
+rules, the base, the dataset, the rules that need the scan, the adapter targets), judged on a
+scan that decodes no image in full; the config's own rules and this device's still refuse before
+the run's scan decodes its dataset. Errors: ConfigError (every problem), DatasetError (a dataset
+problem alone, e.g. pixels that do not decode), ModelSourceError.
 """
 
 from __future__ import annotations
@@ -71,6 +75,46 @@ def resolve_model_source(
 
 
 def preflight(
+    cfg: TrainConfig,
+    settings: Settings,
+    device: str | None,
+    decode_budget_s: float = math.inf,
+    progress: DecodeProgress | None = None,
+) -> PreparedRun:
+    """Validate a run without loading or writing anything (`_preflight`); a refusal lists every
+    problem at once (training/verdict.every_problem): what the engine's checks found and the rest
+    of the checks' verdict. A DatasetError (a folder missing, pixels that do not decode) stays
+    one where the verdict finds no other problem; beside others it is one of them (ConfigError).
+    Raises what `_preflight` raises."""
+    from lorastudio.training.verdict import dedupe, every_problem
+
+    try:
+        return _preflight(cfg, settings, device, decode_budget_s, progress)
+    except ConfigError as err:
+        raise ConfigError(every_problem(cfg, settings, err.problems)) from None
+    except DatasetError as err:
+        said = {*err.problems, str(err)}  # the verdict's words for this problem (e.g. a sample reference's)
+        others = [
+            p
+            for p in every_problem(cfg, settings, [])
+            if _top(p.field) not in DATASET_FIELDS and p.message not in said
+        ]
+        if not others:
+            raise
+        # the dataset's problem as the engine found it (its pixels, as no header says), then the rest
+        found = FieldProblem("datasets" if cfg.datasets else "data_dir", str(err))
+        raise ConfigError(dedupe([found, *others])) from None
+
+
+# the fields a dataset's own problems are named on (jobs/validation words a DatasetError so)
+DATASET_FIELDS = frozenset({"data_dir", "datasets", "control_dirs", "validation_split"})
+
+
+def _top(field: str) -> str:
+    return field.split(".")[0]
+
+
+def _preflight(
     cfg: TrainConfig,
     settings: Settings,
     device: str | None,

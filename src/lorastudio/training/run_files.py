@@ -9,7 +9,9 @@ removes is what runs write:
     <name>.safetensors, <name>.json          the LoRA and its sidecar (training/export.py)
     <name>.raw.safetensors, <name>.raw.json  with EMA, the raw weights (training/ema.py)
     validation.json                          the validation record (training/validation_file.py)
-    checkpoints/step-NNNNNN/                 a checkpoint, written whole (training/checkpoint.py)
+    checkpoints/step-NNNNNN/                 a checkpoint, written whole (training/checkpoint.py);
+                                             with EMA it holds <name>-step-NNNNNN.ema.safetensors
+                                             (+ .json): the EMA weights of that step (`ema_step_name`)
     loras/<name>-step-NNNNNN.safetensors     a LoRA snapshot, + .json (lora/snapshots.py)
     samples/step-NNNNNN-I.png, ref-I-S.png   previews, reference copies (training/sample_files.py)
     tensorboard/, wandb/                     a tracker's own folder, whole (training/trackers.py)
@@ -122,6 +124,13 @@ def parse_reference_name(name: str) -> tuple[int, int] | None:
 def snapshot_name(output_name: str, step: int) -> str:
     """File stem of the LoRA snapshot after optimizer step `step` ("my-run-step-000500")."""
     return f"{output_name}-step-{step:06d}"
+
+
+def ema_step_name(output_name: str, step: int) -> str:
+    """File stem of an EMA run's LoRA of the EMA weights after step `step`, kept in that step's
+    checkpoint folder, so that the checkpoint limit removes it with its checkpoint
+    ("my-run-step-000500.ema")."""
+    return f"{snapshot_name(output_name, step)}.ema"
 
 
 def snapshot_step(name: str) -> int | None:

@@ -4,13 +4,14 @@ the LoRA file of the run that holds the weights it shows, as a Generate request 
 A preview of step N renders the run's adapter as it was after step N (training/samples.py): the
 raw weights, or with `ema_decay` and `sample_with_ema` (the default) their EMA. The raw weights
 of every step with a snapshot, and of the final step, are kept in a file (lora/snapshots.py:
-`raw_lora_at`, Generate's `{"name", "step"}`); the EMA weights only for the final step, in the
-run's <name>.safetensors (Generate's `{"name"}`). An EMA preview of an earlier step shows
-weights no file keeps, so no generation renders it again: `lora` is None there and `note` says
-why (RELIABILITY 696); so it does for a run whose max_sequence_length is not the 512 tokens
-Generate reads (the preview read the prompt as the run trained), and for an edit preview whose
-references were sized as the run trains them (control_resolution other than "target": README),
-where Generate fits a reference to the output size (FLUX.1 Kontext: 21 levels off on the tiny one). Generating with the file `lora` names at these settings renders the
+`raw_lora_at`, Generate's `{"name", "step"}`); the EMA weights of every checkpoint's step in that
+checkpoint (Generate's `{"name", "step", "weights": "ema"}`, RELIABILITY 812) and of the final
+step in the run's <name>.safetensors (Generate's `{"name"}`). An EMA preview of a step with
+neither shows weights no file keeps, so no generation renders it again: `lora` is None there and
+`note` says why (RELIABILITY 696); so it does for an edit preview whose references were sized as the run trains them (control_resolution other than "target": README),
+where Generate fits a reference to the output size (FLUX.1 Kontext: 21 levels off on the tiny one).
+A preview reads its prompt to the run's max_sequence_length: the listing names it, Generate takes
+it (RELIABILITY 810; before, Generate read 512 tokens only). Generating with the file `lora` names at these settings renders the
 preview's pixels (tests/unit/generate/test_sample_parity.py); README "Sample previews" bounds the
 exceptions (save_dtype bf16 / fp16, fused projections, CPU thread counts).
 """
@@ -23,11 +24,6 @@ from typing import Any
 
 from lorastudio.config_datasets import top_resolution
 from lorastudio.lora.snapshots import raw_lora_at, run_loras
-
-# the text tokens every family's pipeline reads by default (max_sequence_length of FluxPipeline,
-# ChromaPipeline, QwenImagePipeline, ZImagePipeline, Flux2Pipeline ...: diffusers 0.42.1), which
-# Generate and `lorastudio generate` use; SDXL's CLIP reads a fixed 77 (no max_sequence_length)
-GENERATION_TEXT_TOKENS = 512
 
 
 def sample_weights(config: Mapping[str, Any]) -> str:
@@ -42,7 +38,7 @@ def sample_source(
     """The settings of preview `index` of step `step` of the run whose stored (resolved) config
     is `config`, in Generate's words: {"seed", "width", "height", "guidance" and "steps" (the
     prompt's or the run's, else the family's defaults for its base: `_defaults`; None where
-    not known), "weights": "ema" | "raw", "lora": {"name",
+    not known), "max_sequence_length" (the run's; None: a family without it), "weights": "ema" | "raw", "lora": {"name",
     "step"} (step None: the final file) or None when no file keeps those weights, "note": None
     when generating with `lora` at these settings renders the preview's pixels, else why not}.
     A prompt index past the config's prompts (the config changed since) gives its run-wide
@@ -54,13 +50,7 @@ def sample_source(
     steps, guidance = _defaults(config)
     weights = sample_weights(config)
     lora, note = _lora(run_dir, step, weights)
-    tokens = config.get("max_sequence_length")
-    if isinstance(tokens, int) and tokens != GENERATION_TEXT_TOKENS:
-        cut = (
-            f"its prompt was read to max_sequence_length {tokens} tokens as the run trained, where "
-            f"Generate reads {GENERATION_TEXT_TOKENS} (the pipelines' default): the pixels differ"
-        )
-        note = cut if note is None else f"{note}; {cut}"
+    tokens = config.get("max_sequence_length")  # resolved: the family's default filled in
     sizing = config.get("control_resolution", "pipeline")
     if references and sizing != "target":
         sized = (
@@ -74,6 +64,7 @@ def sample_source(
         "height": own.get("height") or size,
         "guidance": own["guidance"] if own.get("guidance") is not None else guidance,
         "steps": config.get("sample_steps") or steps,
+        "max_sequence_length": tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
         "weights": weights,
         "lora": lora,
         "note": note,
@@ -115,13 +106,17 @@ def _lora(run_dir: Path | None, step: int, weights: str) -> tuple[dict[str, Any]
         if raw_lora_at(run_dir, step) is not None:
             return {"name": name, "step": step}, None
         return None, f"no LoRA file of step {step} is kept (no snapshot of it, or keep_loras removed it)"
-    for row in run_loras(run_dir):
-        if row["final"] and row["weights"] == "ema" and row["step"] == step:
-            return {"name": name, "step": None}, None
+    for row in run_loras(run_dir):  # a checkpoint's EMA file, or the final LoRA of the last step
+        if row["weights"] == "ema" and row["step"] == step:
+            return (
+                {"name": name, "step": None}
+                if row["final"]
+                else {"name": name, "step": step, "weights": "ema"}
+            ), None
     return None, (
-        f"this preview shows the EMA weights of step {step}, which no file keeps (snapshots hold the "
-        "raw weights; the EMA ones are saved for the last step only): generating with the step's "
-        "snapshot renders the raw weights"
+        f"this preview shows the EMA weights of step {step}, which no file keeps (they are kept with "
+        "each checkpoint and in the final LoRA: this step had no checkpoint, or keep_last removed it): "
+        "generating with the step's snapshot renders the raw weights"
     )
 
 

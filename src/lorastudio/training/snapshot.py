@@ -14,6 +14,7 @@ import datetime
 import json
 import pickle
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,12 +110,15 @@ def save_checkpoint(
     plan: dict[str, Any] | None = None,
     extensions: list[dict[str, Any]] | None = None,
     validation: list[dict[str, Any]] | None = None,
+    beside: Callable[[Path], Any] | None = None,
 ) -> Path:
     """Write checkpoint `step` of the run (atomically; see training/checkpoint.py). Returns its
     folder. `identity` is the run's identity, `config` its resolved config (JSON dict), `plan`
     the plan it runs (training/plan.py Plan.as_dict; a resume reuses it), `extensions` the
     record of the times the run was trained longer (training/extend.py), `validation` the
-    validation rounds so far ({step, loss} each, training/validate.py; a resume continues them)."""
+    validation rounds so far ({step, loss} each, training/validate.py; a resume continues them),
+    `beside` a writer of more files into the checkpoint's staging folder (an EMA run's LoRA of the
+    step's EMA weights: training/export.save_ema_step_lora), part of the checkpoint's one write."""
     from safetensors.torch import save_file
 
     state = {
@@ -148,6 +152,8 @@ def save_checkpoint(
             save_file(parts.text_encoders.state_dict(), str(folder / TEXT_ENCODERS_FILE))
         torch.save(state, folder / STATE_FILE)
         (folder / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        if beside is not None:
+            beside(folder)
 
     return write_checkpoint_folder(run_dir, step, write)
 

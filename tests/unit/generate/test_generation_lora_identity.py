@@ -65,7 +65,9 @@ def test_a_gallery_image_records_its_loras_sha256_and_a_retrained_one_is_refused
         assert made.status_code == 201, made.text
         assert made.json()["loras"][0]["sha256"] == first
         (listed,) = client.get("/api/gallery").json()["images"]
-        assert listed["loras"] == [{"name": "look", "scale": 1.0, "step": None, "sha256": first}]
+        assert listed["loras"] == [
+            {"name": "look", "scale": 1.0, "step": None, "weights": None, "sha256": first}
+        ]
         png_meta = json.loads(
             Image.open(io.BytesIO(client.get(made.json()["url"]).content)).text["lorastudio"]
         )

@@ -207,3 +207,53 @@ def test_an_area_just_over_the_budget_is_refused_in_numbers_that_differ(width, h
         f"{width}x{height} = {width * height:,} pixels is over the generation budget of 4,194,304 pixels "
         "(2048x2048) per image"
     )
+
+
+def test_the_cli_refuses_a_text_length_the_family_cannot_read_before_any_load(tiny_model, tmp_path, no_load):
+    """`generate --max-sequence-length` (RELIABILITY 810): over FLUX.1's 512 tokens or under 1, and
+    for SDXL (whose CLIP reads a fixed 77), refused with the reason before the pipeline loads."""
+    said = _run(tiny_model, tmp_path, "--max-sequence-length", "513")
+    assert (
+        "--max-sequence-length: 513: must be between 1 and 512: FLUX.1's text encoder takes at most 512"
+        in said
+    )
+    _register()
+    out = tmp_path / "img.png"
+    sdxl = ["generate", "--base", str(tiny_model("sdxl")), "--prompt", "p", "--out", str(out)]
+    result = CliRunner().invoke(app, [*sdxl, "--max-sequence-length", "77"])
+    assert result.exit_code == 2 and "fixed 77 tokens" in result.output and not out.exists()
+
+
+def test_the_engine_reads_the_prompt_to_the_length_asked_and_records_it(tiny_model, tmp_path):
+    """generate_image takes max_sequence_length (refused for SDXL and past the cap as the rules
+    say); the CLI's PNG records it and renders at it: 4 tokens is another image than 512."""
+    import json
+
+    import numpy as np
+
+    with pytest.raises(ConfigError) as info:
+        generate_image(load_pipeline(str(tiny_model("sdxl")), "sdxl", device="cpu"), "sdxl", prompt="x",
+                       seed=0, steps=1, width=64, height=64, max_sequence_length=77)  # fmt: skip
+    assert [p.field for p in info.value.problems] == ["max_sequence_length"]
+    _register()
+    args = ["generate", "--base", str(tiny_model("flux")), "--prompt", "a red circle on a blue square",
+            "--steps", "2", "--width", "32", "--height", "32", "--device", "cpu"]  # fmt: skip
+    cut, full = tmp_path / "cut.png", tmp_path / "full.png"
+    made = CliRunner().invoke(app, [*args, "--max-sequence-length", "4", "--out", str(cut)])
+    assert made.exit_code == 0, made.output
+    assert json.loads(Image.open(cut).text["lorastudio"])["max_sequence_length"] == 4
+    assert CliRunner().invoke(app, [*args, "--out", str(full)]).exit_code == 0
+    assert "max_sequence_length" not in json.loads(Image.open(full).text["lorastudio"])
+    pipe = load_pipeline(str(tiny_model("flux")), "flux", device="cpu")
+    again = generate_image(pipe, "flux", prompt="a red circle on a blue square", seed=0, steps=2, width=32,
+                           height=32, max_sequence_length=4)  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(again), np.asarray(Image.open(cut)))
+    assert np.abs(np.asarray(Image.open(full), dtype=np.int16) - np.asarray(again, dtype=np.int16)).max() > 0
+
+
+def test_every_family_reads_a_prompt_to_a_length_or_says_why_it_cannot():
+    from lorastudio import families
+
+    for family in families.all_families():
+        spec = family.spec
+        assert ("max_sequence_length" in spec.supports) != bool(spec.no_max_sequence_length), spec.name

@@ -25,8 +25,8 @@ PROMPT = {"prompt": "a dog", "seed": 5, "width": 48, "height": 32, "guidance": 4
 
 
 def _run(tiny_model, sample_dataset, tmp_path_factory, name: str, **extra: Any) -> tuple[Settings, dict]:
-    """A 2-step FLUX.1 run with a snapshot and a preview at steps 1 and 2; (its home's settings,
-    its config as the run store keeps it)."""
+    """A 2-step FLUX.1 run (`steps` in `extra`: another count) with a snapshot and a preview at
+    every step; (its home's settings, its config as the run store keeps it)."""
     raw = {
         "family": "flux",
         "base_model": str(tiny_model("flux")),
@@ -60,7 +60,17 @@ def dropout_run(
 def ema_run(
     tiny_model: Callable[[str], Path], sample_dataset: Path, tmp_path_factory
 ) -> tuple[Settings, dict]:
-    return _run(tiny_model, sample_dataset, tmp_path_factory, "parity-ema", ema_decay=0.5)
+    """3 steps, a checkpoint after steps 1 and 2 of which keep_last keeps the newest."""
+    return _run(
+        tiny_model,
+        sample_dataset,
+        tmp_path_factory,
+        "parity-ema",
+        ema_decay=0.5,
+        steps=3,
+        save_every=1,
+        keep_last=1,
+    )
 
 
 def _render(
@@ -68,10 +78,11 @@ def _render(
 ) -> np.ndarray:
     """Generate's render of `source`'s settings with the run's file `lora` names (its `lora`)."""
     lora = lora or source["lora"]
-    apply_loras(pipe, [(lora_file(settings, lora["name"], lora["step"]), 1.0)])
+    apply_loras(pipe, [(lora_file(settings, lora["name"], lora["step"], lora.get("weights")), 1.0)])
     image = generate_image(
         pipe, "flux", prompt=PROMPT["prompt"], seed=source["seed"], steps=source["steps"],
         width=source["width"], height=source["height"], guidance=source["guidance"],
+        max_sequence_length=source["max_sequence_length"],
     )  # fmt: skip
     return np.asarray(image, dtype=np.int16)
 
@@ -99,14 +110,18 @@ def test_a_lora_trained_with_dropout_renders_its_previews_and_the_same_pixels_tw
 
 def test_an_ema_runs_previews_name_the_file_that_renders_them_or_that_none_does(flux_pipe, ema_run):
     """An EMA run's preview of step N shows the EMA weights of step N; its snapshot holds the raw
-    ones and no file the EMA ones before the last step: the listing named no such gap."""
+    ones. Each checkpoint now keeps the EMA weights of its step as a LoRA file (RELIABILITY 812;
+    before, no file kept them before the last step), removed with it by keep_last."""
     settings, config = ema_run
     run_dir = settings.outputs_dir / "parity-ema"
-    last = sample_source(config, run_dir, 2, 0)
+    last = sample_source(config, run_dir, 3, 0)
     assert last["weights"] == "ema" and last["lora"] == {"name": "parity-ema", "step": None}
     assert last["note"] is None
-    np.testing.assert_array_equal(_render(flux_pipe, settings, last), _preview(settings, "parity-ema", 2))
-    first = sample_source(config, run_dir, 1, 0)
+    np.testing.assert_array_equal(_render(flux_pipe, settings, last), _preview(settings, "parity-ema", 3))
+    kept = sample_source(config, run_dir, 2, 0)  # its checkpoint's EMA file renders it
+    assert kept["lora"] == {"name": "parity-ema", "step": 2, "weights": "ema"} and kept["note"] is None, kept
+    np.testing.assert_array_equal(_render(flux_pipe, settings, kept), _preview(settings, "parity-ema", 2))
+    first = sample_source(config, run_dir, 1, 0)  # keep_last = 1 removed step 1's checkpoint with its file
     assert first["weights"] == "ema" and first["lora"] is None
     assert "EMA weights of step 1, which no file keeps" in first["note"]
     snapshot = _render(flux_pipe, settings, first, {"name": "parity-ema", "step": 1})  # its raw weights
@@ -116,17 +131,68 @@ def test_an_ema_runs_previews_name_the_file_that_renders_them_or_that_none_does(
     apply_loras(flux_pipe, [])
 
 
-def test_a_run_read_to_other_than_generations_text_tokens_is_named(tmp_path):
+def test_an_ema_checkpoints_file_is_a_loadable_lora_with_the_final_files_facts(ema_run):
+    """The EMA file of step 2 lies in that step's checkpoint, with the final file's header and
+    sidecar (its own step), and is listed as that step's EMA file; step 1's went with its checkpoint."""
+    import json
+
+    from safetensors import safe_open
+
+    from lorastudio.lora.snapshots import run_loras
+
+    settings, _ = ema_run
+    run_dir = settings.outputs_dir / "parity-ema"
+    path = run_dir / "checkpoints" / "step-000002" / "parity-ema-step-000002.ema.safetensors"
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-000002"]
+    step, final = (
+        json.loads(p.with_suffix(".json").read_text()) for p in (path, run_dir / "parity-ema.safetensors")
+    )
+    assert (step["steps"], step["ema"]["weights"], step["snapshot"]) == (2, "ema", True)
+    assert step["lora_file"] == "checkpoints/step-000002/parity-ema-step-000002.ema.safetensors"
+    same = {k for k in final if k not in ("steps", "lora_file", "ema", "validation", "stopped")}
+    assert {k: step[k] for k in same} == {k: final[k] for k in same}
+    with safe_open(str(path), "pt") as f, safe_open(str(run_dir / "parity-ema.safetensors"), "pt") as g:
+        assert set(f.keys()) == set(g.keys())
+        header, final_header = f.metadata(), g.metadata()
+    assert set(header) == set(final_header)
+    rows = [(r["step"], r["weights"], r["final"]) for r in run_loras(run_dir)]
+    assert rows == [
+        (1, "raw", False),
+        (2, "raw", False),
+        (2, "ema", False),
+        (3, "raw", True),
+        (3, "ema", True),
+    ]
+
+
+def test_the_listing_names_the_family_defaults_by_number(tmp_path):
     config = {"resolution": [32, 64], "sample_seed": 3, "sample_prompts": ["a"], "max_sequence_length": 16}
     source = sample_source(config, tmp_path / "gone", 4, 0)
     assert (source["seed"], source["width"], source["height"], source["steps"]) == (3, 64, 64, None)
     # the family's defaults by number (Generate's own default is 20 steps): FLUX.1 dev's 28 and 3.5
     flux = sample_source({**config, "family": "flux", "base_model": "not/here"}, tmp_path, 4, 0)
     assert (flux["steps"], flux["guidance"]) == (28, 3.5)
-    assert source["lora"] is None and "max_sequence_length 16 tokens" in source["note"]
-    assert sample_source({**config, "max_sequence_length": 512}, tmp_path, 4, 0)["note"].startswith(
-        "no LoRA file"
+    assert source["lora"] is None and source["note"] == "the run has no output folder"
+
+
+def test_a_run_read_to_other_than_generations_text_tokens_renders_again_at_its_length(
+    flux_pipe, tiny_model, sample_dataset, tmp_path_factory
+):
+    """A run at max_sequence_length 16 previews its prompt read to 16 tokens; Generate read 512
+    only (6 levels off on the tiny FLUX.1), so nothing rendered such a preview again (RELIABILITY 810)."""
+    settings, config = _run(
+        tiny_model, sample_dataset, tmp_path_factory, "parity-tokens", max_sequence_length=16
     )
+    run_dir = settings.outputs_dir / "parity-tokens"
+    source = sample_source(config, run_dir, 1, 0)
+    assert source["max_sequence_length"] == 16 and source["note"] is None, source
+    assert source["lora"] == {"name": "parity-tokens", "step": 1}
+    np.testing.assert_array_equal(
+        _render(flux_pipe, settings, source), _preview(settings, "parity-tokens", 1)
+    )
+    at_512 = _render(flux_pipe, settings, {**source, "max_sequence_length": None})  # the pipeline's default
+    assert np.abs(at_512 - _preview(settings, "parity-tokens", 1)).max() > 0  # the length matters here
+    apply_loras(flux_pipe, [])
 
 
 @pytest.fixture(scope="module")

@@ -161,7 +161,10 @@ def test_an_extended_ema_run_keeps_its_raw_final_as_the_step_snapshot(make_confi
     assert kept.read_bytes() == raw_at_2  # the raw weights of step 2, not the EMA ones
     assert json.loads(kept.with_suffix(".json").read_text())["ema"]["weights"] == "raw"
     rows = [(r["step"], r["final"], r["weights"]) for r in run_loras(run_dir)]
-    assert rows == [(1, False, "raw"), (2, False, "raw"), (3, True, "raw"), (3, True, "ema")]
+    # each checkpoint keeps its step's EMA weights too (RELIABILITY 812)
+    assert rows == [
+        (1, False, "raw"), (1, False, "ema"), (2, False, "raw"), (2, False, "ema"), (3, True, "raw"), (3, True, "ema")
+    ]  # fmt: skip
 
     monkeypatch.setenv("LORASTUDIO_HOME", str(tmp_path / "home"))
     if not app.registered_commands:
@@ -172,6 +175,10 @@ def test_an_extended_ema_run_keeps_its_raw_final_as_the_step_snapshot(make_confi
     assert "ema weights" in lines["vx.safetensors"] and "val" not in lines["vx.safetensors"]
     assert "raw weights" in lines["vx.raw.safetensors"] and "last" in lines["vx.raw.safetensors"]
     assert all("raw weights, val " in lines[f"vx-step-00000{n}.safetensors"] for n in (1, 2))
+    assert (
+        "ema weights" in lines["vx-step-000001.ema.safetensors"]
+        and "val" not in lines["vx-step-000001.ema.safetensors"]
+    )
     assert sum("best" in line for line in lines.values()) == 1
 
 

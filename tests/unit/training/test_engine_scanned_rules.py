@@ -47,3 +47,34 @@ def test_a_weighted_entry_with_no_sample_of_the_epoch_is_refused(
         list(problems) == ["datasets.0.weight"]
         and "gives it 0 of the epoch's" in problems["datasets.0.weight"]
     )
+
+
+def test_the_engine_lists_every_problem_at_once_without_decoding_the_dataset(
+    make_config, small_dataset, tmp_path, monkeypatch
+) -> None:
+    """The engine's preflight refused in stages (RELIABILITY 811): a config problem of its own
+    (fp16 on this CPU) ended it before the scan, so the rules that need the scan (an epoch run's
+    save_every past its end) and the adapter targets were named only once it was fixed. Now one
+    refusal names all three, as `train --check` and the API do, and no image is decoded in full."""
+    import shutil
+
+    import lorastudio.data.images as images
+
+    def no_full_decode(*args, **kwargs):
+        raise AssertionError("a refused run decoded its dataset")
+
+    monkeypatch.setattr(images, "_full_decode", no_full_decode)
+    data = tmp_path / "fresh"  # no decoded record lists its images
+    shutil.copytree(small_dataset, data)
+    cfg = make_config(data_dir=str(data), base_precision="fp16", num_epochs=1, save_every=1000,
+                      lora_targets=["no_such_layer"], output_name="all")  # fmt: skip
+    problems = _refused(cfg)
+    assert set(problems) == {"base_precision", "save_every", "lora_targets"}, problems
+    assert "no_such_layer" in problems["lora_targets"]
+
+
+def test_a_dataset_problem_is_named_with_the_configs_other_problems(make_config, tmp_path) -> None:
+    """A missing dataset folder (found by the engine's scan) beside bad lora_targets: both at once."""
+    cfg = make_config(data_dir=str(tmp_path / "gone"), lora_targets=["no_such_layer"], output_name="gone")
+    problems = _refused(cfg)
+    assert set(problems) == {"data_dir", "lora_targets"}, problems

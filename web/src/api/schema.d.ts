@@ -572,8 +572,8 @@ export interface paths {
         /**
          * Download
          * @description The .safetensors file of trained LoRA `name` (with EMA: the EMA weights), or the raw
-         *     weights of `step`: its snapshot, or with EMA <name>.raw.safetensors for the final step
-         *     (jobs/generation_inputs.lora_file; 404 when missing).
+         *     weights of `step`: its snapshot, or with EMA <name>.raw.safetensors for the final step; with
+         *     `weights` "ema" the EMA weights of `step` (jobs/generation_inputs.lora_file; 404 when missing).
          */
         get: operations["download_api_loras__name__file_get"];
         put?: never;
@@ -2102,6 +2102,11 @@ export interface components {
             height?: number | null;
             /** Loras */
             loras?: components["schemas"]["LoraRef"][];
+            /**
+             * Max Sequence Length
+             * @description text tokens the prompt was read to (null: the pipeline's default, 512)
+             */
+            max_sequence_length?: number | null;
             /** Negative Prompt */
             negative_prompt?: string | null;
             /** Prompt */
@@ -2186,6 +2191,11 @@ export interface components {
             /** Loras */
             loras?: components["schemas"]["LoraRef"][];
             /**
+             * Max Sequence Length
+             * @description text tokens the prompt is read to (a run's sample preview: the run's max_sequence_length); only for families whose FamilyOut.supports has it, at most their max_sequence_length_max (else 4096); null: the pipeline's default, 512
+             */
+            max_sequence_length?: number | null;
+            /**
              * Negative Prompt
              * @description what to steer away from; only for families whose pipeline takes one (FamilyOut.negative_prompt)
              */
@@ -2256,6 +2266,11 @@ export interface components {
             height: number;
             /** Loras */
             loras: components["schemas"]["LoraRef"][];
+            /**
+             * Max Sequence Length
+             * @description null: the pipeline's default (512)
+             */
+            max_sequence_length?: number | null;
             /** Negative Prompt */
             negative_prompt?: string | null;
             /** Path */
@@ -2578,6 +2593,11 @@ export interface components {
              * @description one of its snapshots by step (loras/<name>-step-N); null: the final LoRA
              */
             step?: number | null;
+            /**
+             * Weights
+             * @description with `step`: "ema" picks the EMA weights of that step (an EMA run keeps them with each checkpoint, and in its final LoRA for the last step); null or "raw": the raw weights
+             */
+            weights?: ("raw" | "ema") | null;
         };
         /** LoraStep */
         LoraStep: {
@@ -2589,7 +2609,7 @@ export interface components {
             best?: boolean;
             /**
              * Final
-             * @description a file of the run's end (the LoRA, or with EMA its <name>.raw.safetensors), else a snapshot under loras/
+             * @description a file of the run's end (the LoRA, or with EMA its <name>.raw.safetensors), else a snapshot under loras/ or (weights ema) the EMA weights a checkpoint keeps (checkpoints/step-N/<name>-step-N.ema.safetensors)
              */
             final: boolean;
             /**
@@ -3696,8 +3716,13 @@ export interface components {
              * @description index of the prompt in the config's sample_prompts
              */
             index: number;
-            /** @description the run's LoRA file holding those weights, as Generate's `loras` entry (step null: the final file); null when no file keeps them (`note` says why: an EMA preview before the last step) */
+            /** @description the run's LoRA file holding those weights, as Generate's `loras` entry (step null: the final file); null when no file keeps them (`note` says why: an EMA preview of a step whose checkpoint, which keeps them, is not there) */
             lora?: components["schemas"]["SampleLora"] | null;
+            /**
+             * Max Sequence Length
+             * @description the text tokens the preview read its prompt to (the run's max_sequence_length): send it to Generate; null: a family without the setting
+             */
+            max_sequence_length?: number | null;
             /**
              * Name
              * @description file name: step-000123-0.png
@@ -3705,7 +3730,7 @@ export interface components {
             name: string;
             /**
              * Note
-             * @description null: Generate with `lora` at these settings renders this preview's pixels; else why not (no file keeps its EMA weights; the run's max_sequence_length is not the 512 tokens Generate reads; its references were sized as the run trains them)
+             * @description null: Generate with `lora` at these settings renders this preview's pixels; else why not (no file keeps its EMA weights; its references were sized as the run trains them)
              */
             note?: string | null;
             /**
@@ -3768,6 +3793,11 @@ export interface components {
              * @description its snapshot of this step (the raw weights); null: the final file
              */
             step: number | null;
+            /**
+             * Weights
+             * @description "ema": the EMA weights of `step`, the file its checkpoint keeps (Generate's LoraRef.weights); null: as `step` says
+             */
+            weights?: ("raw" | "ema") | null;
         };
         /**
          * SamplePrompt
@@ -8262,6 +8292,8 @@ export interface operations {
             query?: {
                 /** @description the raw weights of this step: a snapshot, or an EMA run's <name>.raw.safetensors (default: the run's LoRA, with EMA the EMA weights) */
                 step?: number | null;
+                /** @description with `step`: "ema" for the EMA weights of that step (the file an EMA run's checkpoint keeps); null or raw: the raw weights */
+                weights?: ("raw" | "ema") | null;
             };
             header?: never;
             path: {

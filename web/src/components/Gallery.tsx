@@ -11,6 +11,7 @@ export function imageMeta(img: GalleryImage): string {
   if (img.steps != null) parts.push(`${img.steps} steps`);
   if (img.guidance != null) parts.push(`guidance ${img.guidance}`);
   if (img.negative_prompt) parts.push(`not: ${img.negative_prompt}`);
+  if (img.max_sequence_length != null) parts.push(`${img.max_sequence_length} text tokens`);
   return parts.join(" · ");
 }
 
@@ -20,9 +21,9 @@ export function LoraChips({ loras }: { loras: GalleryImage["loras"] }) {
   return (
     <>
       {loras.map((l) => (
-        <span className="chip" key={`${l.name}@${l.step ?? ""}`}>
+        <span className="chip" key={`${l.name}@${l.step ?? ""}${l.weights === "ema" ? "-ema" : ""}`}>
           {l.name}
-          {l.step != null ? ` @${l.step}` : ""} ×{(l.scale ?? 1).toFixed(2)}
+          {l.step != null ? ` @${l.step}${l.weights === "ema" ? " EMA" : ""}` : ""} ×{(l.scale ?? 1).toFixed(2)}
         </span>
       ))}
     </>

@@ -7,9 +7,10 @@ import { formatBytes } from "../lib/format";
 import { useLoad } from "../lib/latest";
 
 /** A chosen LoRA file and its scale: `step` null/absent = the run's LoRA (with EMA the EMA
- * weights), a step = the raw weights of that step (an EMA run's <name>.raw.safetensors); `sha256`:
+ * weights), a step = the raw weights of that step (an EMA run's <name>.raw.safetensors), or with
+ * `weights` "ema" the EMA weights of that step (the file an EMA run's checkpoint keeps); `sha256`:
  * that exact file (a reused gallery image's; the server refuses a file since changed), absent: the file as it is. */
-export type LoraPick = Required<Pick<LoraRef, "name" | "scale">> & { step?: number | null; sha256?: string | null };
+export type LoraPick = Required<Pick<LoraRef, "name" | "scale">> & { step?: number | null; sha256?: string | null; weights?: "raw" | "ema" | null };
 
 type LoraFile = NonNullable<Lora["files"]>[number];
 
@@ -32,10 +33,14 @@ function filesOf(l: Lora): LoraFile[] {
   return [{ weights: l.weights, step: null, trained_steps: null, bytes: l.bytes, url: `/api/loras/${l.name}/file`, validation_loss: null, best: false, last: false }];
 }
 
-const samePick = (p: LoraPick, name: string, step: number | null) => p.name === name && (p.step ?? null) === step;
+const isEma = (p: Pick<LoraPick, "weights">) => p.weights === "ema";
+const samePick = (p: LoraPick, name: string, step: number | null, ema = false) =>
+  p.name === name && (p.step ?? null) === step && (step == null || isEma(p) === ema);
 
-/** How a file is named in its controls: "smooth", or "smooth (raw, step 400)". */
-export const fileLabel = (name: string, f: Pick<LoraFile, "step">) => (f.step == null ? name : `${name} (raw, step ${f.step})`);
+/** How a file is named in its controls: "smooth", "smooth (raw, step 400)", or "smooth (EMA, step 400)"
+ * for the EMA weights an EMA run's checkpoint kept. */
+export const fileLabel = (name: string, f: Pick<LoraFile, "step"> & { weights?: string | null }) =>
+  f.step == null ? name : `${name} (${f.weights === "ema" ? "EMA" : "raw"}, step ${f.step})`;
 
 /**
  * The trained LoRAs of a family: a checkbox and a scale slider per file, and a download link.
@@ -43,14 +48,14 @@ export const fileLabel = (name: string, f: Pick<LoraFile, "step">) => (f.step ==
  * the best / last validation marks (only raw weights are measured).
  */
 export function LoraPicker({ loras, picks, onChange, family, error, unavailable, loaded = true }: Props) {
-  const toggle = (name: string, step: number | null) =>
+  const toggle = (name: string, step: number | null, ema = false) =>
     onChange(
-      picks.some((p) => samePick(p, name, step))
-        ? picks.filter((p) => !samePick(p, name, step))
-        : [...picks, step == null ? { name, scale: 1 } : { name, scale: 1, step }],
+      picks.some((p) => samePick(p, name, step, ema))
+        ? picks.filter((p) => !samePick(p, name, step, ema))
+        : [...picks, step == null ? { name, scale: 1 } : { name, scale: 1, step, ...(ema ? { weights: "ema" as const } : {}) }],
     );
-  const setScale = (name: string, step: number | null, scale: number) =>
-    onChange(picks.map((p) => (samePick(p, name, step) ? { ...p, scale } : p)));
+  const setScale = (name: string, step: number | null, scale: number, ema = false) =>
+    onChange(picks.map((p) => (samePick(p, name, step, ema) ? { ...p, scale } : p)));
 
   // picks of files the list does not have: a snapshot of a listed LoRA (a step grid's image
   // reused, a preview's "Generate again": the list offers final files only), asked of the
@@ -58,7 +63,10 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable,
   // ticked, so that they can be seen and unticked, not sent unseen
   const unlisted =
     loaded && !unavailable
-      ? picks.filter((p) => !loras.some((l) => l.name === p.name && filesOf(l).some((f) => (f.step ?? null) === (p.step ?? null))))
+      ? picks.filter(
+          // an EMA step pick is never one of the list's files (those are final files and raw steps)
+          (p) => (isEma(p) && p.step != null) || !loras.some((l) => l.name === p.name && filesOf(l).some((f) => (f.step ?? null) === (p.step ?? null))),
+        )
       : [];
   const stepNames = [...new Set(unlisted.filter((p) => p.step != null && loras.some((l) => l.name === p.name)).map((p) => p.name))].sort();
   const snapshotSteps = useLoad(
@@ -67,15 +75,17 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable,
           Promise.all(
             stepNames.map((n) =>
               api.loraSteps(n, signal).then(
-                (r) => [n, r.loras.filter((x) => x.weights === "raw").map((x) => x.step)] as const,
-                () => [n, [] as (number | null)[]] as const,
+                // "raw-N" / "ema-N": the weights kept of each step (snapshots, an EMA run's checkpoints)
+                (r) => [n, r.loras.map((x) => `${x.weights}-${x.step}`)] as const,
+                () => [n, [] as string[]] as const,
               ),
             ),
-          ).then((rows) => new Map<string, (number | null)[]>(rows))
+          ).then((rows) => new Map<string, string[]>(rows))
       : null,
     stepNames,
   );
-  const isSnapshot = (p: LoraPick) => p.step != null && (snapshotSteps.data?.get(p.name) ?? []).includes(p.step);
+  const isSnapshot = (p: LoraPick) =>
+    p.step != null && (snapshotSteps.data?.get(p.name) ?? []).includes(`${isEma(p) ? "ema" : "raw"}-${p.step}`);
   // a step pick of a listed LoRA is not called missing before its steps are known
   const settled = (p: LoraPick) => p.step == null || !stepNames.includes(p.name) || snapshotSteps.data != null;
   const snapshots = unlisted.filter(isSnapshot);
@@ -165,13 +175,20 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable,
       {snapshots.length > 0 && (
         <ul className="lora-list" data-testid="snapshot-loras">
           {snapshots.map((p) => {
-            const label = fileLabel(p.name, { step: p.step ?? null });
+            const label = fileLabel(p.name, { step: p.step ?? null, weights: p.weights });
             return (
-              <li key={`${p.name}@${p.step}`} className="picked">
+              <li key={`${p.name}@${p.step}${isEma(p) ? "-ema" : ""}`} className="picked">
                 <label className="check lora-name">
-                  <input type="checkbox" checked onChange={() => toggle(p.name, p.step ?? null)} aria-label={`use LoRA ${label}`} />
+                  <input type="checkbox" checked onChange={() => toggle(p.name, p.step ?? null, isEma(p))} aria-label={`use LoRA ${label}`} />
                   <span className="filename">{label}</span>
-                  <span className="chip small" title="a LoRA snapshot the run kept of this step (loras/<name>-step-N)">
+                  <span
+                    className="chip small"
+                    title={
+                      isEma(p)
+                        ? "the EMA weights the run's checkpoint of this step kept (checkpoints/step-N/<name>-step-N.ema)"
+                        : "a LoRA snapshot the run kept of this step (loras/<name>-step-N)"
+                    }
+                  >
                     snapshot
                   </span>
                 </label>
@@ -179,7 +196,7 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable,
                   <ScaleSlider
                     label={label}
                     scale={p.scale}
-                    onScale={(scale) => setScale(p.name, p.step ?? null, scale)}
+                    onScale={(scale) => setScale(p.name, p.step ?? null, scale, isEma(p))}
                   />
                 </span>
               </li>
@@ -190,11 +207,11 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable,
       {missing.length > 0 && (
         <ul className="lora-list" data-testid="missing-loras">
           {missing.map((p) => {
-            const label = fileLabel(p.name, { step: p.step ?? null });
+            const label = fileLabel(p.name, { step: p.step ?? null, weights: p.weights });
             return (
-              <li key={`${p.name}@${p.step ?? "final"}`} className="picked">
+              <li key={`${p.name}@${p.step ?? "final"}${isEma(p) ? "-ema" : ""}`} className="picked">
                 <label className="check lora-name">
-                  <input type="checkbox" checked onChange={() => toggle(p.name, p.step ?? null)} aria-label={`use LoRA ${label}`} />
+                  <input type="checkbox" checked onChange={() => toggle(p.name, p.step ?? null, isEma(p))} aria-label={`use LoRA ${label}`} />
                   <span className="filename">{label}</span>
                   <span className="muted small">not found: deleted or renamed since it was picked; untick it</span>
                 </label>

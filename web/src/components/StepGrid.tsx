@@ -23,7 +23,12 @@ interface Props {
 const isRawFinal = (item: StepLora) => item.final && item.weights === "raw" && /\.raw\.safetensors$/.test(item.path);
 const weightsNote = (item: StepLora) => (item.weights === "ema" ? ", EMA" : isRawFinal(item) ? ", raw" : "");
 const stepLabel = (item: StepLora) =>
-  item.final ? `final (step ${item.step ?? "?"}${weightsNote(item)})` : `step ${item.step}`;
+  item.final ? `final (step ${item.step ?? "?"}${weightsNote(item)})` : `step ${item.step}${item.weights === "ema" ? " (EMA)" : ""}`;
+/** The Generate `loras` entry of a row: the run's LoRA, a step's raw weights, or the EMA weights a checkpoint kept. */
+const loraOf = (item: StepLora, pick: LoraPick) => {
+  if (item.final && !isRawFinal(item)) return { name: pick.name, scale: pick.scale };
+  return { name: pick.name, scale: pick.scale, step: item.step, ...(!item.final && item.weights === "ema" ? { weights: "ema" as const } : {}) };
+};
 /** The validation marks of a step's LoRA (a run with validation_split): " · best", " · last". */
 const marks = (item: StepLora) => `${item.best ? " · best" : ""}${item.last ? " · last" : ""}`;
 
@@ -59,7 +64,7 @@ export function StepGrid({ pick, body, generate, busy }: Props) {
       .filter((s) => chosen.has(stepLabel(s)))
       .map((item) => ({
         label: stepLabel(item),
-        lora: item.final && !isRawFinal(item) ? { name: pick.name, scale: pick.scale } : { name: pick.name, scale: pick.scale, step: item.step },
+        lora: loraOf(item, pick),
       }));
     void renderGrid(pick, items, body, generate);
   };

@@ -14,6 +14,8 @@ export interface GenerateDraft {
   height: string;
   guidance: string;
   negative: string;
+  /** max_sequence_length (blank: the pipeline's default) */
+  tokens?: string;
 }
 export const GENERATE_DRAFT = "generate";
 /** A draft's text field, or `fallback` when it has none (or not text). */

@@ -57,7 +57,13 @@ export function newRequestId(): string {
 /** A gallery image's LoRAs as picks, each with the sha256 of the file that made it (the server
  * then refuses a file retrained or replaced since, instead of rendering another image). */
 export function picksOf(img: Pick<GalleryImage, "loras">): LoraPick[] {
-  return (img.loras ?? []).map((l) => ({ name: l.name, scale: l.scale ?? 1, step: l.step ?? null, ...(l.sha256 ? { sha256: l.sha256 } : {}) }));
+  return (img.loras ?? []).map((l) => ({
+    name: l.name,
+    scale: l.scale ?? 1,
+    step: l.step ?? null,
+    ...(l.weights === "ema" && l.step != null ? { weights: "ema" as const } : {}),
+    ...(l.sha256 ? { sha256: l.sha256 } : {}),
+  }));
 }
 
 /** The picks the server refused because their file is no longer the one of their sha256 (its
@@ -68,7 +74,7 @@ export function changedLoras(err: unknown, sent: readonly LoraPick[]): string[] 
   for (const p of err.problems) {
     const at = /^(?:body\.)?loras\.(\d+)\.sha256$/.exec(p.field);
     const pick = at ? sent[Number(at[1])] : undefined;
-    if (pick) out.push(pick.step == null ? pick.name : `${pick.name} (raw, step ${pick.step})`);
+    if (pick) out.push(pick.step == null ? pick.name : `${pick.name} (${pick.weights === "ema" ? "EMA" : "raw"}, step ${pick.step})`);
   }
   return out;
 }

@@ -13,7 +13,7 @@ import { placeProblems } from "./problems";
 
 /** The GenerateBody fields the form has an input for (a problem of another goes to the banner only). */
 const GENERATE_INPUTS: ReadonlySet<string> = new Set([
-  "base_model", "base_config", "loras", "references", "prompt", "guidance", "negative_prompt", "seed", "steps", "width", "height",
+  "base_model", "base_config", "loras", "references", "prompt", "guidance", "negative_prompt", "max_sequence_length", "seed", "steps", "width", "height",
 ]);
 
 /** The generation's view; `loadGallery(file)` reloads the gallery showing `file`. */

@@ -1,6 +1,6 @@
 /**
  * "Generate again" of a sample preview: what the Generate form receives to render that preview
- * again (the listing's `seed`, `width`, `height`, `guidance`, `steps` and `lora`:
+ * again (the listing's `seed`, `width`, `height`, `guidance`, `steps`, `max_sequence_length` and `lora`:
  * training/sample_source.py) and its reference images (an edit family's: uploaded again as
  * Generate's references), or why Generate cannot (its `note`: RELIABILITY 696).
  */
@@ -31,6 +31,8 @@ export interface SampleSettings {
   width: string;
   height: string;
   guidance: string;
+  /** the text tokens the preview read its prompt to (the run's max_sequence_length; "" where none) */
+  tokens: string;
   /** the preview's reference images as Generate's uploads (slot order; [] until uploaded: useSamplePreset) */
   refs: UploadedReference[];
 }
@@ -62,7 +64,7 @@ export function sampleAgain(sample: SampleImage, run: Pick<RunDetail, "family" |
       baseConfig: str("base_config"),
       revision: str("revision") || null,
       vPrediction: typeof config.v_prediction === "boolean" ? config.v_prediction : null,
-      picks: [{ name: sample.lora.name, scale: 1, step: sample.lora.step ?? null }],
+      picks: [{ name: sample.lora.name, scale: 1, step: sample.lora.step ?? null, ...(sample.lora.weights === "ema" ? { weights: "ema" as const } : {}) }],
       prompt: sample.prompt,
       negative: "",
       seed: text(sample.seed),
@@ -70,6 +72,7 @@ export function sampleAgain(sample: SampleImage, run: Pick<RunDetail, "family" |
       width: text(sample.width),
       height: text(sample.height),
       guidance: text(sample.guidance),
+      tokens: text(sample.max_sequence_length),
       refs: [],
     },
     note,

@@ -18,12 +18,13 @@ const sample = (step: number, extra: Partial<SampleImage>): SampleImage => ({
   guidance: 3.5, steps: 2, weights: "raw", lora: { name: "portrait", step }, note: null, ...extra,
 }); // prettier-ignore
 const EMA_NOTE = "this preview shows the EMA weights of step 80, which no file keeps";
-const CUT_NOTE = "its prompt was read to max_sequence_length 16 tokens as the run trained";
+const SIZED_NOTE = "its references were sized as the run trains them (control_resolution 'pipeline')";
 const REF = "/api/runs/r2/samples/ref-0-0.png";
 const SAMPLES = [
-  sample(40, {}),
+  sample(40, { max_sequence_length: 16 }),
   sample(80, { weights: "ema", lora: null, note: EMA_NOTE }),
-  sample(120, { lora: { name: "portrait", step: null }, note: CUT_NOTE }),
+  sample(120, { lora: { name: "portrait", step: null }, note: SIZED_NOTE }),
+  sample(100, { weights: "ema", lora: { name: "portrait", step: 100, weights: "ema" } }),
 ];
 
 describe("Generate again of a sample preview", () => {
@@ -47,7 +48,8 @@ describe("Generate again of a sample preview", () => {
         return { body: { root: "/o", loras: [{ name: "portrait", family: "flux", path: "/o/portrait/portrait.safetensors", bytes: 2048, modified: 1, sidecar: null }] } };
       }
       if (url === "/api/loras/portrait/steps") {
-        return { body: { name: "portrait", loras: [40, 120].map((s) => ({ step: s, final: s === 120, weights: "raw", path: `/o/${s}`, bytes: 1 })) } };
+        const rows = [40, 120].map((s) => ({ step: s, final: s === 120, weights: "raw", path: `/o/${s}`, bytes: 1 }));
+        return { body: { name: "portrait", loras: [...rows, { step: 100, final: false, weights: "ema", path: "/o/c100", bytes: 1 }] } };
       }
       if (url === "/api/gallery") return { body: { images: [] } };
       if (method === "POST" && url === "/api/generate") return { status: 201, body: { file: "new.png" } };
@@ -70,7 +72,7 @@ describe("Generate again of a sample preview", () => {
     expect(within(screen.getByTestId("samples-step-80")).getByTestId("again-note")).toHaveTextContent(`Generate cannot render it again: ${EMA_NOTE}`);
     // rendered only approximately: the action, with the note beside it
     expect(link(120)).toHaveAttribute("href", "#/again/r1/120/0");
-    expect(within(screen.getByTestId("samples-step-120")).getByTestId("again-note")).toHaveTextContent(`not the same pixels: ${CUT_NOTE}`);
+    expect(within(screen.getByTestId("samples-step-120")).getByTestId("again-note")).toHaveTextContent(`not the same pixels: ${SIZED_NOTE}`);
   });
 
   it("fills the form with the preview's settings and sends them, leaving the tab's draft alone", async () => {
@@ -80,6 +82,9 @@ describe("Generate again of a sample preview", () => {
     expect(screen.getByTestId("again-from")).toHaveTextContent("The form you had here is kept");
     expect(field("prompt")).toHaveValue("a blue cat");
     expect([field("gen_seed"), field("gen_steps"), field("gen_width"), field("gen_height")].map((f) => f.value)).toEqual(["42", "2", "48", "32"]);
+    // the run's text length (its previews read the prompt to it): the advanced settings open on it
+    expect(field("gen_max_sequence_length")).toHaveValue("16");
+    expect(screen.getByTestId("generate-advanced")).toHaveAttribute("open");
     // the step's snapshot, at strength 1: ticked, not called missing (the list has final files only)
     expect(await screen.findByLabelText("use LoRA portrait (raw, step 40)")).toBeChecked();
     expect(screen.getByLabelText("scale of portrait (raw, step 40)")).toHaveValue("1");
@@ -89,7 +94,7 @@ describe("Generate again of a sample preview", () => {
     const sent = calls.find((c) => c.method === "POST" && c.url === "/api/generate")?.body;
     expect(sent).toMatchObject({
       family: "flux", base_model: BASE, prompt: "a blue cat", seed: 42, steps: 2, width: 48, height: 32, guidance: 3.5,
-      negative_prompt: null, loras: [{ name: "portrait", scale: 1, step: 40 }],
+      negative_prompt: null, max_sequence_length: 16, loras: [{ name: "portrait", scale: 1, step: 40 }],
     }); // prettier-ignore
     first.unmount();
     // the Generate tab still opens the draft the user had
@@ -97,6 +102,19 @@ describe("Generate again of a sample preview", () => {
     await screen.findByRole("button", { name: "Generate" });
     expect(field("prompt")).toHaveValue("my own prompt");
     expect(field("gen_seed")).toHaveValue("9");
+  });
+
+  it("picks the EMA weights a checkpoint kept for an EMA preview of its step", async () => {
+    renderWithProviders(<GenerateScreen fromSample={{ runId: "r1", step: 100, index: 0 }} />);
+    expect(await screen.findByTestId("again-from")).toHaveTextContent("Generate renders it again.");
+    // listed as that step's EMA file (its checkpoint's), ticked, not called missing
+    expect(await screen.findByLabelText("use LoRA portrait (EMA, step 100)")).toBeChecked();
+    expect(screen.queryByTestId("missing-loras")).toBeNull();
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.some((c) => c.method === "POST" && c.url === "/api/generate")).toBe(true));
+    expect(calls.find((c) => c.method === "POST" && c.url === "/api/generate")?.body).toMatchObject({
+      loras: [{ name: "portrait", scale: 1, step: 100, weights: "ema" }],
+    });
   });
 
   it("says the note instead of filling the form where no file keeps the preview's weights", async () => {
@@ -110,7 +128,7 @@ describe("Generate again of a sample preview", () => {
   it("fills the form of an approximate preview and says it will not render the same pixels", async () => {
     renderWithProviders(<GenerateScreen fromSample={{ runId: "r1", step: 120, index: 0 }} />);
     const banner = await screen.findByTestId("again-from");
-    expect(banner).toHaveTextContent(`Generate will not render the same pixels: ${CUT_NOTE}`);
+    expect(banner).toHaveTextContent(`Generate will not render the same pixels: ${SIZED_NOTE}`);
     expect(await screen.findByLabelText("use LoRA portrait")).toBeChecked();
     expect(field("prompt")).toHaveValue("a blue cat");
   });

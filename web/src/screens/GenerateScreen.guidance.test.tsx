@@ -64,6 +64,26 @@ describe("GenerateScreen: guidance, negative prompt, a run's preset", () => {
     await waitFor(() => expect(screen.getByLabelText("use LoRA portrait")).toBeChecked());
   });
 
+  it("offers the text tokens (max_sequence_length) only where the family takes them, and sends them", async () => {
+    renderScreen();
+    await waitFor(() => expect(input("gen_max_sequence_length")).toBeInTheDocument()); // FLUX.1's T5
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
+    expect(calls.find((c) => c.url === "/api/generate")?.body).toMatchObject({ family: "flux", max_sequence_length: null });
+    await waitFor(() => expect(screen.getByRole("button", { name: "Generate" })).toBeEnabled());
+    await userEvent.type(input("gen_max_sequence_length"), "16");
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.filter((c) => c.url === "/api/generate")).toHaveLength(2));
+    expect(calls.filter((c) => c.url === "/api/generate")[1].body).toMatchObject({ family: "flux", max_sequence_length: 16 });
+    await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
+    expect(input("gen_max_sequence_length")).toBeNull(); // SDXL's CLIP reads a fixed 77 tokens
+  });
+
+  it("a gallery image shows its text tokens", () => {
+    const img = { file: "a.png", url: "/gallery/a.png", created: 1, seed: 3, steps: 2, max_sequence_length: 16, loras: [] };
+    expect(imageMeta(img)).toBe("seed 3 · 2 steps · 16 text tokens");
+  });
+
   it("a gallery image shows its guidance and negative prompt", () => {
     const img = { file: "a.png", url: "/gallery/a.png", created: 1, seed: 3, width: 64, height: 64, steps: 2, guidance: 6.5, negative_prompt: "blurry", loras: [] };
     expect(imageMeta(img)).toBe("seed 3 · 64×64 · 2 steps · guidance 6.5 · not: blurry");

@@ -168,6 +168,22 @@ describe("GenerateScreen", () => {
     expect(items[0]).toHaveAttribute("aria-pressed", "true");
   });
 
+  it("reusing an image's settings brings back its text tokens and an EMA step pick (RELIABILITY 810, 812)", async () => {
+    images = [{ ...OLD, max_sequence_length: 16, loras: [{ name: "cats", scale: 1, step: 2, weights: "ema" }] }];
+    renderScreen();
+    const item = within(await screen.findByTestId("gallery")).getByRole("button", { name: /an old cat/ });
+    expect(item).toHaveTextContent("cats @2 EMA ×1.00");
+    await userEvent.click(item);
+    await userEvent.click(screen.getByRole("button", { name: "Reuse these settings" }));
+    expect(document.querySelector('[name="gen_max_sequence_length"]')).toHaveValue("16");
+    expect(screen.getByTestId("generate-advanced")).toHaveAttribute("open");
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
+    expect(calls.find((c) => c.url === "/api/generate")?.body).toMatchObject({
+      max_sequence_length: 16, loras: [{ name: "cats", scale: 1, step: 2, weights: "ema" }],
+    }); // prettier-ignore
+  });
+
   it("a single-file base model asks for its base config and sends it", async () => {
     images = [{ ...OLD, base_model: "/m/flux-finetune.safetensors", base_config: "/m/flux-", loras: [] }];
     renderScreen();
@@ -236,6 +252,9 @@ describe("GenerateScreen", () => {
     catsSteps = {
       name: "cats",
       loras: [
+        { step: 3, final: false, weights: "raw", path: "/o/cats/loras/cats-step-000003.safetensors", url: "/api/loras/cats/file?step=3", best: false, last: false },
+        // the EMA weights step 3's checkpoint kept (RELIABILITY 812): its own cell, picked by weights
+        { step: 3, final: false, weights: "ema", path: "/o/cats/checkpoints/step-000003/cats-step-000003.ema.safetensors", url: "/api/loras/cats/file?step=3&weights=ema", best: false, last: false },
         { step: 6, final: true, weights: "raw", path: "/o/cats/cats.raw.safetensors", url: "/api/loras/cats/file?step=6", best: true, last: true },
         { step: 6, final: true, weights: "ema", path: "/o/cats/cats.safetensors", url: "/api/loras/cats/file", best: false, last: false },
       ],
@@ -246,10 +265,17 @@ describe("GenerateScreen", () => {
     const grid = await screen.findByTestId("step-grid");
     expect(within(grid).getByLabelText("final (step 6, raw) · best · last")).toBeChecked();
     expect(within(grid).getByLabelText("final (step 6, EMA)")).toBeChecked();
-    await userEvent.click(within(grid).getByRole("button", { name: /Render grid \(2 images/ }));
-    await waitFor(() => expect(within(grid).getAllByRole("img")).toHaveLength(2));
+    expect(within(grid).getByLabelText("step 3")).toBeChecked();
+    expect(within(grid).getByLabelText("step 3 (EMA)")).toBeChecked();
+    await userEvent.click(within(grid).getByRole("button", { name: /Render grid \(4 images/ }));
+    await waitFor(() => expect(within(grid).getAllByRole("img")).toHaveLength(4));
     const sent = calls.filter((c) => c.url === "/api/generate").map((c) => (c.body as Record<string, unknown>).loras);
-    expect(sent).toEqual([[{ name: "cats", scale: 1, step: 6 }], [{ name: "cats", scale: 1 }]]);
+    expect(sent).toEqual([
+      [{ name: "cats", scale: 1, step: 3 }],
+      [{ name: "cats", scale: 1, step: 3, weights: "ema" }],
+      [{ name: "cats", scale: 1, step: 6 }],
+      [{ name: "cats", scale: 1 }],
+    ]);
   });
 
   it("renders its form without two siblings of one key (the base model and the references were both keyed by the family)", async () => {

@@ -13,6 +13,7 @@ import { GenerateResult } from "../components/GenerateResult";
 import { BaseChanged, LoraChanged } from "../components/LoraChanged";
 import { type LoraPick, LoraPicker } from "../components/LoraPicker";
 import { guidanceBody, GuidanceFields } from "../components/GuidanceFields";
+import { GenerateAdvanced, textTokensBody } from "../components/GenerateAdvanced";
 import { ReferenceImages, referencesOf } from "../components/ReferenceImages";
 import { StepGrid } from "../components/StepGrid";
 import { useRunPreset } from "../lib/runPreset";
@@ -56,6 +57,7 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
   const [height, setHeight] = useState(() => draftText(draft, "height", "512"));
   const [guidance, setGuidance] = useState(() => draftText(draft, "guidance", ""));
   const [negative, setNegative] = useState(() => draftText(draft, "negative", ""));
+  const [tokens, setTokens] = useState(() => draftText(draft, "tokens", "")); // max_sequence_length
   // a reused gallery image's hub revision, prediction type and base identity (no input of their own):
   // sent while its base model is the one chosen, so the same settings render the same pixels
   const [reusedBase, setReusedBase] = useState<Pick<GalleryImage, "base_model" | "revision" | "v_prediction" | "base_identity"> | null>(null);
@@ -84,6 +86,7 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
       setWidth(again.width);
       setHeight(again.height);
       setGuidance(again.guidance);
+      setTokens(again.tokens);
       setRefs(again.refs);
       setReusedBase({ base_model: again.baseModel, revision: again.revision, v_prediction: again.vPrediction, base_identity: null });
       return;
@@ -107,7 +110,7 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
     setBaseModel(defaultBaseModel(models, start));
   }, [info, models, family, fromRunState.pending, fromRunState.preset, fromSampleState.pending, fromSampleState.preset, draft]);
   const kept: GenerateDraft | null = family
-    ? { family, baseModel, baseConfig, picks, prompt, seed, steps, width, height, guidance, negative }
+    ? { family, baseModel, baseConfig, picks, prompt, seed, steps, width, height, guidance, negative, tokens }
     : null;
   // kept once the user changed something (a form never touched follows the defaults of its next visit)
   // (a "Generate again" form too: the draft it was opened over stays until this form is edited)
@@ -154,6 +157,7 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
     if (img.height != null) setHeight(String(img.height));
     setGuidance(img.guidance != null ? String(img.guidance) : "");
     setNegative(img.negative_prompt ?? "");
+    setTokens(img.max_sequence_length != null ? String(img.max_sequence_length) : "");
     choosePicks(picksOf(img));
     setRefs(referencesOf(img));
     setReusedBase({ base_model: img.base_model, revision: img.revision, v_prediction: img.v_prediction, base_identity: img.base_identity });
@@ -171,7 +175,8 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
     steps: Number(steps),
     width: Number(width),
     height: Number(height),
-    ...guidanceBody(info.families.find((f) => f.name === family), guidance, negative),
+    ...guidanceBody(famInfo, guidance, negative),
+    ...textTokensBody(famInfo, tokens),
     references: refs.map((r) => r.id),
   };
   const run = (body: GenerateBody, stopped: () => boolean = () => false) =>
@@ -313,6 +318,17 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
             {numberField("Width", "gen_width", width, setWidth)}
             {numberField("Height", "gen_height", height, setHeight)}
           </div>
+          {famInfo && (
+            <GenerateAdvanced
+              family={famInfo}
+              tokens={tokens}
+              onTokens={(v) => {
+                setTokens(v);
+                edited("max_sequence_length");
+              }}
+              errors={errors}
+            />
+          )}
           <ErrorBanner message={general} />
           <LoraChanged
             changed={changed}

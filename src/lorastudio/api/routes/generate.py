@@ -86,7 +86,8 @@ async def generate(
         height=body.height,
         guidance=body.guidance,
         negative_prompt=body.negative_prompt,
-        loras=tuple(LoraChoice(r.name, r.scale, r.step, r.sha256) for r in body.loras),
+        max_sequence_length=body.max_sequence_length,
+        loras=tuple(LoraChoice(r.name, r.scale, r.step, r.sha256, r.weights) for r in body.loras),
         references=tuple(body.references),
         base_identity=body.base_identity,
     )

@@ -4,7 +4,7 @@ files (with EMA: the EMA LoRA and the raw one, each with its validation marks)."
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 
@@ -79,12 +79,17 @@ def download(
         description="the raw weights of this step: a snapshot, or an EMA run's <name>.raw.safetensors "
         "(default: the run's LoRA, with EMA the EMA weights)",
     ),
+    weights: Literal["raw", "ema"] | None = Query(
+        default=None,
+        description='with `step`: "ema" for the EMA weights of that step (the file an EMA run\'s checkpoint '
+        "keeps); null or raw: the raw weights",
+    ),
     settings: Settings = Depends(settings_dep),
 ) -> Download:
     """The .safetensors file of trained LoRA `name` (with EMA: the EMA weights), or the raw
-    weights of `step`: its snapshot, or with EMA <name>.raw.safetensors for the final step
-    (jobs/generation_inputs.lora_file; 404 when missing)."""
-    path = lora_file(settings, name, step)
+    weights of `step`: its snapshot, or with EMA <name>.raw.safetensors for the final step; with
+    `weights` "ema" the EMA weights of `step` (jobs/generation_inputs.lora_file; 404 when missing)."""
+    path = lora_file(settings, name, step, weights)
     return Download(path, media_type="application/octet-stream", filename=path.name)
 
 
@@ -116,6 +121,8 @@ def lora_steps(settings: Settings, name: str) -> dict[str, Any]:
             item["weights"] == "raw" and Path(item["path"]).name != f"{name}.safetensors"
         )
         query = f"?step={item['step']}" if by_step else ""
+        if by_step and item["weights"] == "ema":  # the EMA file a checkpoint keeps
+            query += "&weights=ema"
         item["url"] = f"/api/loras/{name}/file{query}"
     return {"name": name, "loras": found}
 
