@@ -45,6 +45,7 @@ from typing import Any
 from lorastudio.config_datasets import read_folders
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
+from lorastudio.jobs.busy import stop_conflict
 from lorastudio.jobs.caption_gpu import TrainingMemory, planned_gpu_gib
 from lorastudio.jobs.dataset_claims import DatasetClaim
 from lorastudio.jobs.dataset_locks import claim_for_run
@@ -317,7 +318,9 @@ class JobService(Dispatcher):
 
     def stop(self, save: bool, job_id: str | None = None) -> dict[str, Any]:
         """Stop the active job (or cancel queued job `job_id`). save=True keeps a LoRA of the
-        steps run. Returns the job's snapshot. Raises NotFound if there is nothing to stop."""
+        steps run. Returns the job's snapshot. Raises NotFound if there is nothing to stop,
+        JobActive when a stop that asked the other way (another tab or client) is pending: the
+        worker may have read that one already, so this one's answer could not be kept."""
         with self._cond:
             queued = next((j for j in self._queue if j.id == job_id), None)
             if queued is not None:
@@ -327,6 +330,8 @@ class JobService(Dispatcher):
             job = self._active
             if job is None or not job.live or (job_id is not None and job.id != job_id):
                 raise NotFound("no training job is running" + (f" with id {job_id!r}" if job_id else ""))
+            if job.stop_save is not None and job.stop_save != save:
+                raise JobActive(stop_conflict(job.id, job.stop_save))
             job.stop_save = save
             if job.status != JobStatus.STOPPING:
                 job.status = JobStatus.STOPPING

@@ -45,9 +45,9 @@ from lorastudio.data.dataset_names import hand_named_folder, rename_dataset, unu
 from lorastudio.data.image_edits import delete_image, write_caption
 from lorastudio.data.listing import dataset_summary, list_datasets
 from lorastudio.data.mask_upload import MASK_FIELD, upload_masks
+from lorastudio.data.safe_open import FolderId, folder_identity
 from lorastudio.data.upload_pairs import control_slot, misnamed_control_field
 from lorastudio.data.uploads import UploadBatch, UploadResult, UploadTooLarge
-from lorastudio.data.safe_open import FolderId, folder_identity
 from lorastudio.errors import ConfigError, DatasetChanged, DatasetError, JobActive, NotFound, PathOutsideRoot
 from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
 from lorastudio.jobs.service import JobService
