@@ -33,12 +33,13 @@ job runs its steps or ends. `shutdown` ends it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ from lorastudio.jobs.run_delete import put_back, remove_trash, take_output_dir_a
 from lorastudio.jobs.standby import StandbyKeeper
 from lorastudio.jobs.step_watch import HANG_MIN_S
 from lorastudio.jobs.store import RunStore
-from lorastudio.jobs.validation import ValidatedRun, validate_run
+from lorastudio.jobs.validation import ValidatedRun, refuse_if_base_gone, validate_run
 from lorastudio.jobs.worker import worker_main
 from lorastudio.jobs.worker_log import log_path
 from lorastudio.processes import start_token
@@ -198,6 +199,14 @@ class JobService(Dispatcher):
                 job.id, planned, source, measured if isinstance(measured, float | int) else None
             )
 
+    @contextlib.contextmanager
+    def enqueues_held(self) -> Iterator[None]:
+        """No job is queued while the block runs: a base model's delete decides (the live jobs'
+        models) and moves the folder aside under it, so a start either is seen using it or sees
+        it gone (`_enqueue`: ConfigError), never queued on a folder deleted under it."""
+        with self._cond:
+            yield
+
     def watch_captioning(self, busy: Callable[[], dict[Path, str]]) -> None:
         """Refuse runs on the folders `busy()` names (dataset folder -> running caption job id);
         it is called under this service's lock (jobs/dataset_locks.py gives the lock order)."""
@@ -279,13 +288,15 @@ class JobService(Dispatcher):
     def _enqueue(self, config: Any, worker_config: Any, queue: bool, resume_from: Path | None = None) -> Job:
         """Record and queue a validated job (caller holds the lock). Raises JobActive (also when
         a caption job writes one of its datasets), DatasetBusy (another process writes one),
-        NotFound (a resume whose checkpoint a delete removed after its checks)."""
+        NotFound (a resume whose checkpoint a delete removed after its checks), ConfigError (its
+        base model deleted after its checks)."""
         if self._closing:
             raise JobActive("the server is shutting down")
         if not queue and self._busy():
             raise JobActive("a training job is already running; stop it or queue this one")
         if config.output_name in self._live_output_names():
             raise JobActive(f"output name {config.output_name!r} is used by a live job")
+        refuse_if_base_gone(config)  # a model delete landed since its checks (enqueues_held)
         if resume_from is not None and not resume_from.is_dir():  # a delete landed since its checks
             raise NotFound(
                 f"the checkpoint {resume_from} of {config.output_name!r} is gone (the run was deleted?)"

@@ -319,3 +319,15 @@ def local_models(models_dir: Path) -> list[dict[str, Any]]:
             continue
         found.append({"name": folder.name, "path": str(folder), "family": inspect_folder(folder).family})
     return found
+
+
+def refuse_if_base_gone(config: TrainConfig) -> None:
+    """Raise ConfigError when the local base model folder (or a single file's base_config folder)
+    that `config` was validated with is gone: a model delete landed after the run's checks
+    (JobService._enqueue calls this under the lock a model delete decides and moves it under)."""
+    for field in ("base_model", "base_config"):
+        value = getattr(config, field, None)
+        if isinstance(value, str) and os.path.isabs(value) and not os.path.lexists(value):
+            raise ConfigError(
+                [FieldProblem(field, f"{value} is gone: the model was deleted after the run's checks")]
+            )

@@ -168,10 +168,13 @@ def delete(
     (the user's folders, added folders, the hub cache), 409 while a job, a caption job, a
     generation request or a fetch uses it, 404 when unknown."""
     captions = getattr(request.app.state, "captions", None)  # created on first use (routes/captions.py)
-    in_use = _models_in_use(service) | fetches.busy_folders() | request.app.state.generation.models_in_use()
-    in_use |= captions.models_in_use() if captions is not None else set()
+
+    def in_use() -> set[Path]:  # asked while no training job can be queued (enqueues_held)
+        used = _models_in_use(service) | fetches.busy_folders() | request.app.state.generation.models_in_use()
+        return used | (captions.models_in_use() if captions is not None else set())
+
     try:
-        entry = delete_model(settings, model_id, in_use=in_use)
+        entry = delete_model(settings, model_id, in_use=in_use, hold=service.enqueues_held())
     except ModelNotDeletable as err:
         return _forbidden(err)
     return {"deleted": entry.id, "path": entry.path}
