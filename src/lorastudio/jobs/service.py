@@ -62,7 +62,7 @@ from lorastudio.jobs.run_delete import put_back, remove_trash, take_output_dir_a
 from lorastudio.jobs.standby import StandbyKeeper
 from lorastudio.jobs.step_watch import HANG_MIN_S
 from lorastudio.jobs.store import RunStore
-from lorastudio.jobs.validation import ValidatedRun, refuse_if_base_gone, validate_run
+from lorastudio.jobs.validation import ValidatedRun, refuse_if_gone, validate_run
 from lorastudio.jobs.worker import worker_main
 from lorastudio.jobs.worker_log import log_path
 from lorastudio.processes import start_token
@@ -289,24 +289,25 @@ class JobService(Dispatcher):
         """Record and queue a validated job (caller holds the lock). Raises JobActive (also when
         a caption job writes one of its datasets), DatasetBusy (another process writes one),
         NotFound (a resume whose checkpoint a delete removed after its checks), ConfigError (its
-        base model deleted after its checks)."""
+        base model deleted, a dataset renamed or deleted, after its checks)."""
         if self._closing:
             raise JobActive("the server is shutting down")
         if not queue and self._busy():
             raise JobActive("a training job is already running; stop it or queue this one")
         if config.output_name in self._live_output_names():
             raise JobActive(f"output name {config.output_name!r} is used by a live job")
-        refuse_if_base_gone(config)  # a model delete landed since its checks (enqueues_held)
         if resume_from is not None and not resume_from.is_dir():  # a delete landed since its checks
             raise NotFound(
                 f"the checkpoint {resume_from} of {config.output_name!r} is gone (the run was deleted?)"
             )
         job = Job(id=uuid.uuid4().hex[:12], config=config, worker_config=worker_config)
+        folders = read_folders(config, self.settings.datasets_dir)
         claim = claim_for_run(  # caption jobs here and other processes' caption writers
-            self.settings.home, self.settings.datasets_dir, read_folders(config, self.settings.datasets_dir), self._captioning(),
+            self.settings.home, self.settings.datasets_dir, folders, self._captioning(),
             f"training job {job.id} of the lorastudio server",
         )  # fmt: skip
         try:
+            refuse_if_gone(config, folders)  # a delete / rename landed since its checks
             self.store.create_run(
                 job.id,
                 config.output_name or "",
