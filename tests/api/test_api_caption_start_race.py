@@ -55,7 +55,10 @@ def test_a_dataset_changed_as_a_caption_job_starts_refuses_the_start(
 
     assert changed[0].status_code == 200, changed[0].text
     assert start.status_code == 404, start.text
-    assert start.json()["detail"] == "no dataset named 'cards': it was renamed or deleted as the caption job started"
+    assert (
+        start.json()["detail"]
+        == "no dataset named 'cards': it was renamed or deleted as the caption job started"
+    )
     assert client.get("/api/captions").json() == []
     claims = settings.home / "claims"
     assert not claims.is_dir() or not list(claims.glob("*.holder"))
