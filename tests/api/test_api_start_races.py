@@ -3,7 +3,9 @@ RELIABILITY 772) or its dataset (a rename or a delete, RELIABILITY 774). The sta
 (400 naming the field and what happened) or the other request is (409, in use), never a run
 queued on a folder gone from under it (it failed at its worker's start). The interleavings are
 forced: the change lands after the start's checks, before its queueing; and a model delete's
-check and move happen while no job can be queued (the job service's lock held)."""
+check and move happen while no job can be queued and no generation can take a base model (the
+job service's lock and the generation service's held). A generation whose base model is deleted
+after its checks is refused naming the delete (not diffusers' "neither a valid local path")."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from fastapi.testclient import TestClient
 
 from lorastudio.basemodels import catalogue
 from lorastudio.jobs import service as service_module
+from lorastudio.jobs.generation import GenerationService
 from lorastudio.settings import Settings
 
 
@@ -98,26 +101,51 @@ def test_a_dataset_changed_after_a_starts_checks_refuses_the_start(
 def test_a_model_delete_decides_and_moves_while_no_run_can_be_queued(
     client: TestClient, model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    service = client.app.state.service  # type: ignore[attr-defined]
+    state = client.app.state  # type: ignore[attr-defined]
     free_at_move: list[bool] = []
     rename = os.rename
 
     def watched(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-        if Path(src) == model:  # the delete moves the folder aside: may another thread queue a job?
-            probe = threading.Thread(target=lambda: free_at_move.append(_try_lock(service._cond)))
-            probe.start()
-            probe.join()
+        if Path(src) == model:  # the delete moves the folder aside: may a job queue, a generation start?
+            for lock in (state.service._cond, state.generation._bases_lock):
+                probe = threading.Thread(target=lambda lock=lock: free_at_move.append(_try_lock(lock)))
+                probe.start()
+                probe.join()
         rename(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(catalogue.os, "rename", watched)
 
     assert client.delete("/api/models/tiny-flux").status_code == 200
-    assert free_at_move == [False] and not model.exists()
+    assert free_at_move == [False, False] and not model.exists()
 
 
-def _try_lock(cond: threading.Condition) -> bool:
-    """Whether this thread could take `cond`'s lock now (released at once)."""
-    if cond.acquire(blocking=False):
-        cond.release()
+def test_a_model_deleted_after_a_generations_checks_refuses_it_naming_the_delete(
+    client: TestClient, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deleted: list[Any] = []
+    check = GenerationService.check  # then the request takes its base model
+
+    def delete_meanwhile(self: GenerationService, req: Any) -> Any:
+        checked = check(self, req)
+        deleted.append(client.delete("/api/models/tiny-flux"))
+        return checked
+
+    monkeypatch.setattr(GenerationService, "check", delete_meanwhile)
+    body = {"family": "flux", "base_model": "tiny-flux", "prompt": "x", "steps": 1, "width": 32, "height": 32}
+
+    answer = client.post("/api/generate", json=body)
+
+    assert deleted[0].status_code == 200, deleted[0].text
+    assert answer.status_code == 400, answer.text
+    assert answer.json() == {
+        "error": "ModelSourceError",
+        "detail": f"{model} is gone: the model was deleted as this generation started",
+    }
+
+
+def _try_lock(lock: Any) -> bool:
+    """Whether this thread could take `lock` (a Condition's, an RLock) now (released at once)."""
+    if lock.acquire(blocking=False):
+        lock.release()
         return True
     return False
