@@ -347,8 +347,8 @@ def delete_model(
     """Delete a base model lorastudio downloaded or created (fetched or tiny, under models/).
 
     `in_use`: folders that a queued or running job or a running fetch uses (a callable: asked
-    under `hold`, a lock of the caller's that new users of a model take: JobService.enqueues_held;
-    the check and the move aside happen under it, the files' removal after). Returns the deleted
+    under `hold`, the locks new users of a model take: JobService.enqueues_held, the generation
+    service's bases_held; the check and the move aside happen under it, the removal after). Returns the deleted
     entry. Raises NotFound, ModelNotDeletable (added folders, the hub cache, the user's own
     folders) and JobActive (in use). The folder is first renamed to a hidden sibling, so it
     leaves the catalogue at once even if removing its files is slow or fails half-way.

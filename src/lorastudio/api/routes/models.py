@@ -179,7 +179,7 @@ def delete(
     generation request or a fetch uses it, 404 when unknown."""
     captions = getattr(request.app.state, "captions", None)  # created on first use (routes/captions.py)
 
-    def in_use() -> set[Path]:  # asked while no training job can be queued (enqueues_held)
+    def in_use() -> set[Path]:  # asked while nothing can start on a model (_nothing_starts)
         used = _models_in_use(service) | fetches.busy_folders() | request.app.state.generation.models_in_use()
         return used | (captions.models_in_use() if captions is not None else set())
 
