@@ -88,6 +88,12 @@ class CaptionConflict(LorastudioError):
         super().__init__(message)
 
 
+class DatasetChanged(LorastudioError):
+    """A dataset renamed, deleted or replaced (another tab, person or client) while an upload to
+    it was sent: nothing was stored, the upload is refused rather than made a new dataset under
+    the old name."""
+
+
 class TrainingStopped(LorastudioError):
     """Raised inside the engine when a stop request is honoured; carries whether to save."""
 

@@ -2,6 +2,7 @@
 
 ConfigError 400 (body lists every problem as {field, message}), DatasetError 400 (problems as
 strings), UnknownFamily / PathOutsideRoot / ModelSourceError 400, NotFound 404, JobActive 409, CaptionConflict 409,
+DatasetChanged 409,
 UploadTooLarge 413, GenerationFailed 500, WriteFailed 500 (a write refused for another reason than
 a full disk: the file-size limit, a read-only folder, no permission, an I/O error), GenerationWorkerLost 503, GenerationTimedOut 504 (the
 worker hung past its allowance), NoSpaceLeft 507 (Insufficient
@@ -46,6 +47,7 @@ from lorastudio.errors import (
     CacheError,
     CaptionConflict,
     ConfigError,
+    DatasetChanged,
     DatasetError,
     GenerationCancelled,
     GenerationFailed,
@@ -90,6 +92,7 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
     WriteFailed: 500,  # a write refused for another reason than a full disk (file too large, read-only)
     JobActive: 409,
     CaptionConflict: 409,  # the caption changed since the editor read it (the current one in the body)
+    DatasetChanged: 409,  # the dataset an upload began on was renamed / deleted / replaced meanwhile
     UploadTooLarge: 413,
     GenerationCancelled: 409,  # stopped on request (a cancel, the client left): no image kept
     ServerStopping: 503,  # the server's shutdown stopped it: send it again once the server is back

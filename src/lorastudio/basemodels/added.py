@@ -1,14 +1,19 @@
 """The folders a user added to the catalogue (kept in `<home>/added_models.json`, a JSON object
 {"folders": [absolute paths]}). lorastudio never writes into or deletes an added folder; forgetting
-one only removes it from this list. Writes are atomic (temp file + rename) and serialised.
+one only removes it from this list. Writes are atomic (temp file + rename) and serialised, across
+threads and processes (a CLI `models add` beside the server's Models page): each read-modify-write
+holds an flock on `<home>/.added_models.lock`, which the kernel drops when its holder dies.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from lorastudio.basemodels.jsonfile import read_json
@@ -19,7 +24,25 @@ from lorastudio.staged_files import staging_path
 from lorastudio.user_paths import expand_user, is_dir, resolved
 
 ADDED_FILE = "added_models.json"
+LOCK_FILE = ".added_models.lock"
 _lock = threading.Lock()
+
+
+@contextmanager
+def _list_held(settings: Settings) -> Iterator[None]:
+    """Hold the added list for a read-modify-write: this process's threads one at a time, and
+    other processes of the home (an flock on LOCK_FILE, kept; nothing else is in it). Without the
+    flock, a CLI `models add` and the server's add at once each wrote the list it read: one lost."""
+    path = settings.home / LOCK_FILE
+    with _lock:
+        with writing("the lock of the list of added model folders could not be made", path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
 
 def added_list_path(settings: Settings) -> Path:
@@ -108,7 +131,7 @@ def add_folder(settings: Settings, path: str) -> Path:
     why = refusal(folder, settings)
     if why is not None:
         raise ConfigError([FieldProblem("path", why)])
-    with _lock:
+    with _list_held(settings):
         folders = added_folders(settings)
         if folder not in folders:
             _write(settings, [*folders, folder])
@@ -118,7 +141,7 @@ def add_folder(settings: Settings, path: str) -> Path:
 def forget_folder(settings: Settings, model_id: str) -> Path:
     """Remove the added folder with catalogue id `model_id` from the list (its files are left
     alone); returns its path. Raises NotFound when no added folder has that id."""
-    with _lock:
+    with _list_held(settings):
         folders = added_folders(settings)
         match = next((f for f in folders if added_id(f) == model_id), None)
         if match is None:

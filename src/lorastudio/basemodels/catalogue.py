@@ -25,12 +25,14 @@ be deleted.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -335,20 +337,29 @@ def get_model(settings: Settings, model_id: str) -> ModelEntry:
     raise NotFound(f"no model with id {model_id!r} (see GET /api/models or `lorastudio models list`)")
 
 
-def delete_model(settings: Settings, model_id: str, *, in_use: Collection[Path] = ()) -> ModelEntry:
+def delete_model(
+    settings: Settings,
+    model_id: str,
+    *,
+    in_use: Collection[Path] | Callable[[], Collection[Path]] = (),
+    hold: AbstractContextManager[Any] | None = None,
+) -> ModelEntry:
     """Delete a base model lorastudio downloaded or created (fetched or tiny, under models/).
 
-    `in_use`: folders that a queued or running job or a running fetch uses. Returns the deleted
+    `in_use`: folders that a queued or running job or a running fetch uses (a callable: asked
+    under `hold`, the locks new users of a model take: JobService.enqueues_held, the generation
+    service's bases_held; the check and the move aside happen under it, the removal after). Returns the deleted
     entry. Raises NotFound, ModelNotDeletable (added folders, the hub cache, the user's own
     folders) and JobActive (in use). The folder is first renamed to a hidden sibling, so it
     leaves the catalogue at once even if removing its files is slow or fails half-way.
     """
-    with _delete_lock:  # a second delete of it lists it as gone, not half-renamed (a 403 or a 500)
+    # a second delete of it lists it as gone, not half-renamed (a 403 or a 500)
+    with hold or contextlib.nullcontext(), _delete_lock:
         entry = get_model(settings, model_id)
         if not entry.deletable:
             raise ModelNotDeletable(_why_not_deletable(entry))
         folder = Path(entry.path)
-        busy = {Path(p).resolve() for p in in_use}
+        busy = {Path(p).resolve() for p in (in_use() if callable(in_use) else in_use)}
         if folder.resolve() in busy:
             raise JobActive(
                 f"{model_id!r} is in use by a queued or running job, a generation or a fetch; try again when it ends"

@@ -168,15 +168,25 @@ def rm_cmd(
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
 ) -> None:
     """Delete a model lorastudio downloaded or created (never the hub cache or your folders).
-    Does not know about a server's running jobs: stop them first."""
+    The command holds the studio home exclusively meanwhile, so it is refused while a server
+    owns the home (delete through it: the Models page or DELETE /api/models/ID, which refuses
+    while a job, a generation or a fetch uses the model) or a `lorastudio train` runs."""
     from lorastudio.basemodels import delete_model, get_model
+    from lorastudio.errors import HomeInUse
+    from lorastudio.jobs.homelock import HomeLock
     from lorastudio.settings import get_settings
 
     settings = get_settings()
     entry = get_model(settings, model_id)
-    if not yes and entry.deletable:
-        confirm_or_stop(f"delete {entry.path} ({_size(entry.size_bytes)})?", f"{entry.path} not deleted")
-    delete_model(settings, model_id)
+    try:
+        lock = HomeLock.for_command(settings.ensure_dirs().home, "models rm")  # no server, no run
+    except HomeInUse as err:
+        typer.echo(f"{model_id} not deleted: {err}", err=True)
+        raise typer.Exit(1) from None
+    with lock:
+        if not yes and entry.deletable:
+            confirm_or_stop(f"delete {entry.path} ({_size(entry.size_bytes)})?", f"{entry.path} not deleted")
+        delete_model(settings, model_id)
     typer.echo(f"deleted {entry.path}")
 
 

@@ -111,3 +111,17 @@ def stop_deadline(
     if busy is not None:
         return stop_at + max(timeouts.busy_grace_s, timeouts.stop_grace_s)
     return max(stop_at, busy_changed_at or stop_at) + timeouts.stop_grace_s
+
+
+def stop_conflict(job_id: str, saving: bool) -> str:
+    """Why a stop asking the other way than the pending one (`saving`) of job `job_id` is
+    refused (JobService.stop): the worker may have read the first already."""
+    if saving:
+        return (
+            f"a stop-and-save of run {job_id} was already asked for (another tab or client): it ends "
+            "with a LoRA of the steps run; delete the run afterwards to discard it"
+        )
+    return (
+        f"a stop without saving of run {job_id} was already asked for (another tab or client): it "
+        "ends without a LoRA"
+    )

@@ -163,7 +163,13 @@ class CaptionJobs:
             job.claim = DatasetClaim.take(
                 self.settings.home, self.settings.datasets_dir, [folder], WRITE, f"caption job {job.id}"
             )
-        except BaseException:  # busy, or its record not written (a full disk): the job never ran
+            if not folder.is_dir():  # renamed or deleted since the check above (the claim holds it now)
+                raise NotFound(
+                    f"no dataset named {dataset!r}: it was renamed or deleted as the caption job started"
+                )
+        except BaseException:  # busy, gone, or its record not written (a full disk): the job never ran
+            if job.claim is not None:
+                job.claim.release()
             self._withdraw(job)
             raise
         job.recorder = CaptionRecorder(self.settings.home, "server")

@@ -61,7 +61,13 @@ from lorastudio.errors import (
 )
 from lorastudio.generation_rules import budget_problems, text_tokens_problems
 from lorastudio.jobs.gallery import gallery_dir
-from lorastudio.jobs.generation_base import base_identities, base_identity, base_identity_problem, job_at_base
+from lorastudio.jobs.generation_base import (
+    base_identities,
+    base_identity,
+    base_identity_problem,
+    job_at_base,
+    refuse_if_base_gone,
+)
 from lorastudio.jobs.generation_inputs import (
     GenerationRequest,
     lora_file,
@@ -117,7 +123,7 @@ class GenerationService:
         self._key: tuple[Any, ...] | None = None
         self._flight = InFlight()  # requests in flight (waiting, running or saving)
         self._bases: dict[str, tuple[str, ...]] = {}  # request id -> its base's source and config
-        self._bases_lock = threading.Lock()
+        self._bases_lock = threading.RLock()  # held by a model delete across its check (bases_held)
         self._stopping = False  # the server is stopping: `stopping`
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
@@ -283,9 +289,15 @@ class GenerationService:
             used = [p for paths in self._bases.values() for p in paths]
         return {Path(p) for p in used if Path(p).is_absolute()}
 
+    def bases_held(self) -> contextlib.AbstractContextManager[Any]:
+        """No request takes a base model while held: a model delete checks `models_in_use` and
+        moves the folder under it, so a generation is either seen using it or sees it gone."""
+        return self._bases_lock
+
     def _generate(self, req: GenerationRequest, rid: str) -> dict[str, Any]:
         base, loras, digests = self.check(req)
         with self._bases_lock:
+            refuse_if_base_gone(base)  # a model delete landed since the check
             self._bases[rid] = tuple(p for p in (base.source, base.config) if p)
         spec = families.get(req.family).spec
         family = spec.name

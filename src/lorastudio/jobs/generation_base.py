@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 from lorastudio.basemodels import ResolvedBase
-from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
 
 
 def base_identity(base: ResolvedBase, denoiser: str, revision: str | None) -> str | None:
@@ -77,3 +78,12 @@ def job_at_base(
     if (changed := base_identity_problem(req.base_identity, now, req.base_model, files)) is not None:
         raise ConfigError([changed])
     return dataclasses.replace(job, base_identity=now, png_meta=json.dumps(meta(now))), now
+
+
+def refuse_if_base_gone(base: ResolvedBase) -> None:
+    """Raise ModelSourceError when the local base model of `base` (or its single file's config
+    folder) is gone: a model delete landed after the generation's checks. Called under the lock
+    the delete decides and moves the folder under (GenerationService.bases_held)."""
+    for path in (base.source, base.config):
+        if path and os.path.isabs(path) and not os.path.lexists(path):
+            raise ModelSourceError(f"{path} is gone: the model was deleted as this generation started")

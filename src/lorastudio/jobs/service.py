@@ -33,18 +33,20 @@ job runs its steps or ends. `shutdown` ends it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from lorastudio.config_datasets import read_folders
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
+from lorastudio.jobs.busy import stop_conflict
 from lorastudio.jobs.caption_gpu import TrainingMemory, planned_gpu_gib
 from lorastudio.jobs.dataset_claims import DatasetClaim
 from lorastudio.jobs.dataset_locks import claim_for_run
@@ -60,7 +62,7 @@ from lorastudio.jobs.run_delete import put_back, remove_trash, take_output_dir_a
 from lorastudio.jobs.standby import StandbyKeeper
 from lorastudio.jobs.step_watch import HANG_MIN_S
 from lorastudio.jobs.store import RunStore
-from lorastudio.jobs.validation import ValidatedRun, validate_run
+from lorastudio.jobs.validation import ValidatedRun, refuse_if_gone, validate_run
 from lorastudio.jobs.worker import worker_main
 from lorastudio.jobs.worker_log import remove_log
 from lorastudio.processes import start_token
@@ -197,6 +199,14 @@ class JobService(Dispatcher):
                 job.id, planned, source, measured if isinstance(measured, float | int) else None
             )
 
+    @contextlib.contextmanager
+    def enqueues_held(self) -> Iterator[None]:
+        """No job is queued while the block runs: a base model's delete decides (the live jobs'
+        models) and moves the folder aside under it, so a start either is seen using it or sees
+        it gone (`_enqueue`: ConfigError), never queued on a folder deleted under it."""
+        with self._cond:
+            yield
+
     def watch_captioning(self, busy: Callable[[], dict[Path, str]]) -> None:
         """Refuse runs on the folders `busy()` names (dataset folder -> running caption job id);
         it is called under this service's lock (jobs/dataset_locks.py gives the lock order)."""
@@ -278,7 +288,8 @@ class JobService(Dispatcher):
     def _enqueue(self, config: Any, worker_config: Any, queue: bool, resume_from: Path | None = None) -> Job:
         """Record and queue a validated job (caller holds the lock). Raises JobActive (also when
         a caption job writes one of its datasets), DatasetBusy (another process writes one),
-        NotFound (a resume whose checkpoint a delete removed after its checks)."""
+        NotFound (a resume whose checkpoint a delete removed after its checks), ConfigError (its
+        base model deleted, a dataset renamed or deleted, after its checks)."""
         if self._closing:
             raise JobActive("the server is shutting down")
         if not queue and self._busy():
@@ -290,11 +301,13 @@ class JobService(Dispatcher):
                 f"the checkpoint {resume_from} of {config.output_name!r} is gone (the run was deleted?)"
             )
         job = Job(id=uuid.uuid4().hex[:12], config=config, worker_config=worker_config)
+        folders = read_folders(config, self.settings.datasets_dir)
         claim = claim_for_run(  # caption jobs here and other processes' caption writers
-            self.settings.home, self.settings.datasets_dir, read_folders(config, self.settings.datasets_dir), self._captioning(),
+            self.settings.home, self.settings.datasets_dir, folders, self._captioning(),
             f"training job {job.id} of the lorastudio server",
         )  # fmt: skip
         try:
+            refuse_if_gone(config, folders)  # a delete / rename landed since its checks
             self.store.create_run(
                 job.id,
                 config.output_name or "",
@@ -317,7 +330,9 @@ class JobService(Dispatcher):
 
     def stop(self, save: bool, job_id: str | None = None) -> dict[str, Any]:
         """Stop the active job (or cancel queued job `job_id`). save=True keeps a LoRA of the
-        steps run. Returns the job's snapshot. Raises NotFound if there is nothing to stop."""
+        steps run. Returns the job's snapshot. Raises NotFound if there is nothing to stop,
+        JobActive when a stop that asked the other way (another tab or client) is pending: the
+        worker may have read that one already, so this one's answer could not be kept."""
         with self._cond:
             queued = next((j for j in self._queue if j.id == job_id), None)
             if queued is not None:
@@ -327,6 +342,8 @@ class JobService(Dispatcher):
             job = self._active
             if job is None or not job.live or (job_id is not None and job.id != job_id):
                 raise NotFound("no training job is running" + (f" with id {job_id!r}" if job_id else ""))
+            if job.stop_save is not None and job.stop_save != save:
+                raise JobActive(stop_conflict(job.id, job.stop_save))
             job.stop_save = save
             if job.status != JobStatus.STOPPING:
                 job.status = JobStatus.STOPPING

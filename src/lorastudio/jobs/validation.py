@@ -326,3 +326,28 @@ def local_models(models_dir: Path) -> list[dict[str, Any]]:
             continue
         found.append({"name": folder.name, "path": str(folder), "family": inspect_folder(folder).family})
     return found
+
+
+def refuse_if_gone(config: TrainConfig, folders: list[Path]) -> None:
+    """Raise ConfigError when the local base model (or a single file's base_config folder) or a
+    dataset folder of `folders` (the run's read folders) that `config` was validated with is
+    gone: a model delete, or a dataset's rename or delete, landed after the run's checks.
+    JobService._enqueue calls this under the locks those take (enqueues_held; the datasets'
+    read claim, just taken), so nothing is queued to fail at its worker's start."""
+    for field in ("base_model", "base_config"):
+        value = getattr(config, field, None)
+        if isinstance(value, str) and os.path.isabs(value) and not os.path.lexists(value):
+            raise ConfigError(
+                [FieldProblem(field, f"{value} is gone: the model was deleted after the run's checks")]
+            )
+    field = "data_dir" if config.datasets is None else "datasets"
+    for folder in folders:
+        if not folder.is_dir():
+            raise ConfigError(
+                [
+                    FieldProblem(
+                        field,
+                        f"dataset folder {folder} is gone: it was renamed or deleted after the run's checks",
+                    )
+                ]
+            )

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import json_read
+from lorastudio.folder_entries import entries
 from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.run_files import (
     CHECKPOINTS,
@@ -50,7 +51,7 @@ def list_lora_snapshots(run_dir: Path) -> list[tuple[int, Path]]:
     if not folder.is_dir():
         return []
     found = []
-    for path in folder.iterdir():
+    for path in entries(folder):  # gone since the check (a run delete): none
         step = snapshot_step(path)
         if step is not None and path.is_file() and path.with_suffix(".json").is_file():
             found.append((step, path))

@@ -24,6 +24,7 @@ from typing import Any
 from lorastudio import json_read
 from lorastudio.durable import fsync_path
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
+from lorastudio.folder_entries import entries
 from lorastudio.training.extend import extension_steps
 from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.fresh_mark import settle
@@ -58,7 +59,7 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
         return []
     found = [
         p
-        for p in folder.iterdir()
+        for p in entries(folder)  # gone since the check (a run delete): none
         if checkpoint_step(p) is not None and p.is_dir() and all((p / f).is_file() for f in CHECKPOINT_FILES)
     ]
     return sorted(found, key=lambda p: checkpoint_step(p) or 0)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorastudio.folder_entries import entries
 from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.run_files import (
     SAMPLES,
@@ -32,7 +33,7 @@ def list_references(run_dir: Path) -> dict[int, list[str]]:
     if not folder.is_dir() or folder.is_symlink():
         return {}
     found: dict[int, list[tuple[int, str]]] = {}
-    for path in folder.iterdir():
+    for path in entries(folder):  # gone since the check (a run delete): none
         parsed = parse_reference_name(path.name)
         if parsed is not None and path.is_file() and not path.is_symlink():
             found.setdefault(parsed[0], []).append((parsed[1], path.name))
@@ -64,7 +65,7 @@ def list_samples(run_dir: Path) -> list[SampleFile]:
     if not folder.is_dir() or folder.is_symlink():
         return []
     found = []
-    for path in folder.iterdir():
+    for path in entries(folder):  # gone since the check (a run delete): none
         parsed = parse_sample_name(path.name)
         if parsed is not None and path.is_file() and not path.is_symlink():
             found.append(SampleFile(parsed[0], parsed[1], path.name))

@@ -300,7 +300,8 @@ export interface paths {
          *     is checked, then the good ones are committed at once (201, listing `committed` and
          *     `refused` with reasons); 400 listing every problem when nothing could be stored, or with
          *     `strict=true` when any file is bad. Repeated uploads accumulate. 413 above the size cap,
-         *     400 for a body that is not multipart/form-data.
+         *     400 for a body that is not multipart/form-data, 409 DatasetChanged when the dataset was
+         *     renamed, deleted or replaced (another client) while the body was sent: nothing stored.
          */
         post: operations["upload_api_datasets__name__files_post"];
         delete?: never;
@@ -1101,7 +1102,8 @@ export interface paths {
         put?: never;
         /**
          * Stop
-         * @description Stop the running job (save or discard), or cancel a queued one. 404 when none.
+         * @description Stop the running job (save or discard), or cancel a queued one. 404 when none, 409 when
+         *     a stop asking the other way (another tab or client) is pending.
          */
         post: operations["stop_api_train_stop_post"];
         delete?: never;

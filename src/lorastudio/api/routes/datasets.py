@@ -45,9 +45,10 @@ from lorastudio.data.dataset_names import hand_named_folder, rename_dataset, unu
 from lorastudio.data.image_edits import delete_image, write_caption
 from lorastudio.data.listing import dataset_summary, list_datasets
 from lorastudio.data.mask_upload import MASK_FIELD, upload_masks
+from lorastudio.data.safe_open import FolderId, folder_identity
 from lorastudio.data.upload_pairs import control_slot, misnamed_control_field
 from lorastudio.data.uploads import UploadBatch, UploadResult, UploadTooLarge
-from lorastudio.errors import ConfigError, DatasetError, JobActive, NotFound, PathOutsideRoot
+from lorastudio.errors import ConfigError, DatasetChanged, DatasetError, JobActive, NotFound, PathOutsideRoot
 from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
 from lorastudio.jobs.service import JobService
 from lorastudio.settings import Settings
@@ -190,7 +191,8 @@ async def upload(
     is checked, then the good ones are committed at once (201, listing `committed` and
     `refused` with reasons); 400 listing every problem when nothing could be stored, or with
     `strict=true` when any file is bad. Repeated uploads accumulate. 413 above the size cap,
-    400 for a body that is not multipart/form-data."""
+    400 for a body that is not multipart/form-data, 409 DatasetChanged when the dataset was
+    renamed, deleted or replaced (another client) while the body was sent: nothing stored."""
     content_type = request.headers.get("content-type", "")
     if not content_type.lower().startswith("multipart/form-data") or "boundary=" not in content_type:
         raise DatasetError(
@@ -200,6 +202,7 @@ async def upload(
     folder = _editable(settings, service, name)
     if not os.path.lexists(folder):  # this upload creates the dataset: its name is a new one
         new_name(name, field="dataset name")
+    began_on = _identity(folder)  # the dataset as the upload began (None: this upload makes it)
     cap = settings.max_upload_mb * 2**20
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > cap:
@@ -213,14 +216,36 @@ async def upload(
         raise DatasetError("malformed multipart upload", [err.message]) from None
     try:
         uploads = file_parts(form)
-        result = await run_in_threadpool(_commit, settings, folder, uploads, strict)
+        result = await run_in_threadpool(_commit, settings, folder, began_on, uploads, strict)
     finally:
         await form.close()
     refused = [{"file": name, "reason": reason} for name, reason in result.refused]
     return {**dataset_summary(folder), "committed": result.stored, "refused": refused}
 
 
-def _commit(settings: Settings, folder: Path, uploads: list[Any], strict: bool) -> UploadResult:
+def _identity(folder: Path) -> FolderId | None:
+    """The dataset folder's (device, inode); None when there is none (or a link: refused later)."""
+    try:
+        return folder_identity(folder)
+    except DatasetError:
+        return None
+
+
+def _unchanged(folder: Path, began_on: FolderId | None) -> None:
+    """Refuse (DatasetChanged, 409) an upload whose dataset folder was renamed, deleted or
+    replaced since the upload began (`began_on`: its identity then; None: the upload makes it).
+    The caller holds the folder's write claim, which a rename and a delete take: it stays so
+    until the commit ends. Without this the commit made a new dataset under the old name."""
+    if began_on is not None and _identity(folder) != began_on:
+        raise DatasetChanged(
+            f"dataset {folder.name!r} was renamed, deleted or replaced while this upload was sent "
+            "(another tab or client); nothing was stored: upload again into the dataset as listed now"
+        )
+
+
+def _commit(
+    settings: Settings, folder: Path, began_on: FolderId | None, uploads: list[Any], strict: bool
+) -> UploadResult:
     masks = [(up.filename or "", up.file) for field, up in uploads if field == MASK_FIELD]
     if masks:  # loss masks into masks/ (data/mask_upload.py), in an upload of their own
         if len(masks) != len(uploads):
@@ -229,11 +254,18 @@ def _commit(settings: Settings, folder: Path, uploads: list[Any], strict: bool) 
                 [f"masks (fields named {MASK_FIELD!r}) go in an upload of their own, after their images"],
             )
         with _write_claim(settings, folder):
+            _unchanged(folder, began_on)
             return upload_masks(
                 settings.datasets_dir, folder, masks, settings.max_image_pixels, strict=strict
             )
+    with _write_claim(settings, folder):
+        _unchanged(folder, began_on)
+        return _commit_files(settings, folder, uploads, strict)
+
+
+def _commit_files(settings: Settings, folder: Path, uploads: list[Any], strict: bool) -> UploadResult:
+    """Stage, check and commit the upload's images, captions and controls (data/uploads.py)."""
     with (
-        _write_claim(settings, folder),
         UploadBatch(
             settings.datasets_dir,
             folder,

@@ -15,6 +15,7 @@ from lorastudio.api.downloads import Download
 from lorastudio.api.schemas_files import LoraList, LoraSteps, PushBody, PushOut
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import NotFound
+from lorastudio.folder_entries import entries
 from lorastudio.jobs.generation_inputs import lora_file
 from lorastudio.lora.snapshots import file_weights, raw_lora_at, run_loras
 from lorastudio.settings import Settings
@@ -33,9 +34,7 @@ def loras(
     sidecar's family."""
     root = settings.outputs_dir
     found = []
-    folders = (
-        [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")] if root.is_dir() else []
-    )
+    folders = [p for p in entries(root) if p.is_dir() and not p.name.startswith(".")]
     for folder in folders:
         lora = folder / f"{folder.name}.safetensors"
         if not lora.is_file():
@@ -45,7 +44,10 @@ def loras(
         weights = file_weights(sidecar)
         if family is not None and fam != family:
             continue
-        stat = lora.stat()
+        try:
+            stat = lora.stat()
+        except FileNotFoundError:  # its run was deleted since it was found: not listed
+            continue
         found.append(
             {
                 "name": folder.name,

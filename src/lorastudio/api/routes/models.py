@@ -9,7 +9,9 @@ create is 403; deleting one a job, a generation or a fetch uses is 409.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +136,14 @@ async def events(
     return event_stream(request, fetches, after, last_event_id)
 
 
+@contextlib.contextmanager
+def _nothing_starts(service: JobService, request: Request) -> Iterator[None]:
+    """No training job is queued and no generation takes a base model while the block runs (a
+    model delete's check and move: RELIABILITY 772)."""
+    with service.enqueues_held(), request.app.state.generation.bases_held():
+        yield
+
+
 @router.post("/added", status_code=201, response_model=CatalogueModelOut)
 def add(body: AddFolderBody, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
     """List an existing folder (absolute path) in the catalogue; lorastudio never writes to or
@@ -168,10 +178,13 @@ def delete(
     (the user's folders, added folders, the hub cache), 409 while a job, a caption job, a
     generation request or a fetch uses it, 404 when unknown."""
     captions = getattr(request.app.state, "captions", None)  # created on first use (routes/captions.py)
-    in_use = _models_in_use(service) | fetches.busy_folders() | request.app.state.generation.models_in_use()
-    in_use |= captions.models_in_use() if captions is not None else set()
+
+    def in_use() -> set[Path]:  # asked while nothing can start on a model (_nothing_starts)
+        used = _models_in_use(service) | fetches.busy_folders() | request.app.state.generation.models_in_use()
+        return used | (captions.models_in_use() if captions is not None else set())
+
     try:
-        entry = delete_model(settings, model_id, in_use=in_use)
+        entry = delete_model(settings, model_id, in_use=in_use, hold=_nothing_starts(service, request))
     except ModelNotDeletable as err:
         return _forbidden(err)
     return {"deleted": entry.id, "path": entry.path}

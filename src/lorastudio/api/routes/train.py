@@ -35,7 +35,8 @@ def preflight(body: PreflightBody, service: JobService = Depends(service_dep)) -
 
 @router.post("/stop", response_model=JobOut)
 def stop(body: StopBody, service: JobService = Depends(service_dep)) -> dict[str, Any]:
-    """Stop the running job (save or discard), or cancel a queued one. 404 when none."""
+    """Stop the running job (save or discard), or cancel a queued one. 404 when none, 409 when
+    a stop asking the other way (another tab or client) is pending."""
     return service.stop(body.save, job_id=body.job_id)
 
 
