@@ -288,13 +288,7 @@ class _ContiguousGrad(torch.autograd.Function):
 
 
 def _contiguous_grad_hook(module: torch.nn.Module, args: Any, output: Any) -> Any:
-    """Eager calls only. Inside a compiled block, Inductor lays out the SDPA backward's inputs
-    itself (its `sdpa_constraint`), and an autograd.Function in a graph keeps AOTAutograd's cache
-    from storing that graph: FLUX.1's single block was traced by AOTAutograd again in every run,
-    ~0.9 s of a warm first step on an H100 (RESULTS note 39)."""
-    if not isinstance(output, torch.Tensor) or torch.compiler.is_compiling():
-        return output
-    return _ContiguousGrad.apply(output)
+    return _ContiguousGrad.apply(output) if isinstance(output, torch.Tensor) else output
 
 
 def contiguous_attention_grads(denoiser: torch.nn.Module) -> int:
