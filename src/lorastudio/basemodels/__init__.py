@@ -21,10 +21,11 @@ Public API:
 
 from lorastudio.basemodels.accepted import AcceptedFamily, accepted_families, accepted_text
 from lorastudio.basemodels.added import add_folder, added_folders, forget_folder
-from lorastudio.basemodels.catalogue import ModelEntry, delete_model, get_model, list_models
+from lorastudio.basemodels.catalogue import ModelEntry, get_model, list_models
 from lorastudio.basemodels.fetch import FetchOutcome, FetchPlan, fetch_model, plan_fetch, run_fetch
 from lorastudio.basemodels.fetches import FetchManager
 from lorastudio.basemodels.hubcache import hub_offline, is_hub_id
+from lorastudio.basemodels.model_delete import delete_model
 from lorastudio.basemodels.resolve import ResolvedBase, resolve_base, resolve_base_model, resolve_hub_id
 from lorastudio.basemodels.vetting import Recognition, inspect_folder, vet_pipeline_folder
 

@@ -21,7 +21,8 @@ then SIGKILL, and the job fails naming what timed out, so it frees its claim and
 job is recorded in the studio home (jobs/caption_records.py: at its start, its plan, its progress
 at most every 2 s, its end), so `get`, `latest` and `recent` answer after a restart too; a job
 left running by a server that died reads "interrupted" with what it had done. The API creates the service on first use (from a request
-thread, so the caption worker inherits the server's lowered priority: training goes first).
+thread, so the caption worker inherits the server's lowered priority: training goes first). The
+queries (get, recent, latest, the folders and models in use, the event log) are jobs/caption_queries.py.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ from lorastudio.jobs.caption_gpu import (
     place_caption,
 )
 from lorastudio.jobs.caption_job import CaptionJob, now_iso, remove_staged
-from lorastudio.jobs.caption_records import KEEP, CaptionRecorder, list_records, prune, read_record
+from lorastudio.jobs.caption_queries import CaptionQueries
+from lorastudio.jobs.caption_records import CaptionRecorder, prune
 from lorastudio.jobs.caption_worker import CAPTION_ERROR, CaptionWorkerArgs, caption_worker_main
 from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
 from lorastudio.jobs.dataset_locks import overlaps
@@ -82,7 +84,7 @@ def _nothing_known() -> TrainingMemory | None:
     return None
 
 
-class CaptionJobs:
+class CaptionJobs(CaptionQueries):
     """The server's caption jobs. Thread-safe. `datasets_in_use()`: folders of live training
     jobs; `training_memory()`: what the job service knows of the live training job's GPU memory
     (JobService.training_memory; None: nothing); `target` (tests), `host_device` and `gpus`
@@ -336,62 +338,6 @@ class CaptionJobs:
             raise NotFound(f"no running caption job with id {job_id!r}")
         self._cancel(job, "cancelled by the user")
         return self.get(job_id)
-
-    def get(self, job_id: str) -> dict[str, Any]:
-        """The snapshot of a caption job: of this server's life, else its record (one of an
-        earlier server or a CLI caption; "interrupted" when it was left running,
-        jobs/caption_records.py). Raises NotFound."""
-        with self._lock:
-            job = self._jobs.get(job_id)
-            if job is not None:
-                return job.snapshot()
-        recorded = read_record(self.settings.home, job_id)
-        if recorded is None:
-            raise NotFound(f"no caption job with id {job_id!r} (the newest {KEEP} are kept)")
-        return recorded
-
-    def recent(self, limit: int = KEEP) -> list[dict[str, Any]]:
-        """The newest `limit` caption jobs (at most KEEP are recorded), newest first: this
-        server's as they are now, the others from their records."""
-        with self._lock:
-            live = {j.id: j.snapshot() for j in self._jobs.values()}
-        listed = [live.pop(r["id"], r) for r in list_records(self.settings.home, limit)]
-        return [*reversed(live.values()), *listed][:limit]  # first: any whose record failed
-
-    def latest(self, dataset: str) -> dict[str, Any]:
-        """The newest caption job of `dataset` (of the recent ones). Raises NotFound when it
-        has none."""
-        for job in self.recent():
-            if job["dataset"] == dataset:
-                return job
-        raise NotFound(f"dataset {dataset!r} has no recent caption job")
-
-    def busy_jobs(self) -> dict[Path, str]:
-        """Dataset folders being captioned now -> the caption job's id (JobService.watch_captioning)."""
-        with self._lock:
-            return {j.folder: j.id for j in self._jobs.values() if j.status == "running"}
-
-    def models_in_use(self) -> set[Path]:
-        """The captioner folders of running jobs (a model delete is refused meanwhile)."""
-        with self._lock:
-            return {j.model_folder for j in self._jobs.values() if j.status == "running" and j.model_folder}
-
-    def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
-        """Wait for a job's thread to end (tests, shutdown); returns its snapshot."""
-        with self._lock:
-            job = self._jobs.get(job_id)
-        if job is None:
-            raise NotFound(f"no caption job with id {job_id!r} in this server's life")
-        if job.thread is not None:
-            job.thread.join(timeout)
-        return self.get(job_id)
-
-    @property
-    def event_seq(self) -> int:
-        return self._log.seq
-
-    def events_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
-        return self._log.after(seq)
 
     def shutdown(self) -> None:
         """Cancel the running job, wait for it, stop the spawner thread."""

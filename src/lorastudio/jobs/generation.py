@@ -25,7 +25,8 @@ base model. Images go to the gallery
 (settings.home/gallery): the worker writes the PNG under a hidden staging name, the server
 writes the sidecar, then renames the PNG into place. No torch here.
 
-The budget (per request) is generation_rules.budget_problems, the CLI's too. What a request is
+The budget (per request) is generation_rules.budget_problems, the CLI's too; the check itself is
+jobs/generation_check.py. What a request is
 (its LoRA choices, the gallery settings of its image, the LoRA file a choice names) is
 jobs/generation_inputs.py. The bookkeeping of requests in flight (ids, owners, cancel, the MAX_IN_FLIGHT cap) is jobs/generation_requests.py.
 """
@@ -44,44 +45,19 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import families
-from lorastudio.basemodels import ResolvedBase, resolve_base
-from lorastudio.basemodels.single_file import base_updates
-from lorastudio.config import local_revision_problem, revision_problem
-from lorastudio.data.sample_refs import reference_size_problem
+from lorastudio.basemodels import ResolvedBase
 from lorastudio.data.writes import staged_write
-from lorastudio.errors import (
-    ConfigError,
-    FieldProblem,
-    GenerationCancelled,
-    GenerationWorkerLost,
-    ModelSourceError,
-    NotFound,
-    ServerStopping,
-    writing,
-)
-from lorastudio.generation_rules import budget_problems, text_tokens_problems
+from lorastudio.errors import GenerationCancelled, GenerationWorkerLost, ServerStopping, writing
 from lorastudio.jobs.gallery import gallery_dir
-from lorastudio.jobs.generation_base import (
-    base_identities,
-    base_identity,
-    base_identity_problem,
-    job_at_base,
-    refuse_if_base_gone,
-)
-from lorastudio.jobs.generation_inputs import (
-    GenerationRequest,
-    lora_file,
-    meta_of,
-    negative_prompt_refusal,
-)
+from lorastudio.jobs.generation_base import base_identity, job_at_base, refuse_if_base_gone
+from lorastudio.jobs.generation_check import check_request
+from lorastudio.jobs.generation_inputs import GenerationRequest, meta_of
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
 from lorastudio.jobs.generation_requests import InFlight
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
-from lorastudio.jobs.references import reference_problems, use_reference
+from lorastudio.jobs.references import use_reference
 from lorastudio.jobs.worker_allowance import GenerationAllowance
-from lorastudio.lora.file_digest import lora_digest
-from lorastudio.lora.header import check_lora_file
 from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
@@ -189,59 +165,7 @@ class GenerationService:
         (revision, size budget, a LoRA file that is not a LoRA of this family or not the file
         of the sha256 asked for: every problem at once), NotFound (a LoRA name),
         ModelSourceError (the base model)."""
-        family = families.get(req.family)
-        problems = budget_problems(req.width, req.height, req.steps, family.spec.name)
-        if req.revision is not None and (why := revision_problem(req.revision)):
-            problems.append(FieldProblem("revision", why))
-        elif why := local_revision_problem(req.base_model, req.revision, req.base_config):
-            problems.append(FieldProblem("revision", why))  # a folder has no revision: not ignored
-        if req.negative_prompt and not family.spec.negative_prompt:
-            problems.append(FieldProblem("negative_prompt", negative_prompt_refusal(family.spec)))
-        problems += text_tokens_problems(req.max_sequence_length, family.spec.name)
-        problems += reference_problems(self.settings, family.spec.name, req.references)
-        small = reference_size_problem(
-            family.spec.name, family.spec.min_reference_side, req.width, req.height
-        )
-        if req.references and small:
-            problems.append(FieldProblem("references", small))
-        loras = [(lora_file(self.settings, c.name, c.step, c.weights), c.scale) for c in req.loras]
-        digests: list[str] = []
-        for i, ((path, _), choice) in enumerate(zip(loras, req.loras, strict=True)):
-            try:
-                check_lora_file(path, family.spec.name)
-                digests.append(lora_digest(path))
-            except (ModelSourceError, NotFound) as err:
-                problems.append(FieldProblem(f"loras.{i}", str(err)))
-                continue
-            if choice.sha256 is not None and choice.sha256 != digests[-1]:
-                problems.append(
-                    FieldProblem(
-                        f"loras.{i}.sha256",
-                        f"LoRA {choice.name!r} is no longer the file of that sha256 (now {digests[-1]}): "
-                        "its run was retrained or the file replaced; leave sha256 out to use the file as it is",
-                    )
-                )
-        if problems:
-            raise ConfigError(problems)
-        base = resolve_base(req.base_model, family.spec.name, self.settings, req.revision, req.base_config)
-        _, base_problems = base_updates(
-            base.source, base.folder, base.file, base.config, req.base_config, req.v_prediction, req.revision
-        )
-        if base_problems:
-            raise ConfigError(base_problems)
-        now, files = base_identities(base, family.spec.denoiser, req.revision)  # jobs/generation_base.py
-        if (changed := base_identity_problem(req.base_identity, now, req.base_model, files)) is not None:
-            raise ConfigError([changed])
-        configs = base.configs  # where the checkpoint's flavour is read (a single file: its base config)
-        folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None
-        flavour = family.folder_variant(folder) if folder is not None and folder.is_dir() else None
-        if flavour is not None and flavour.control_images is not None:
-            # the checkpoint's flavour may take fewer (Qwen-Image-Edit: 1; Plus: 0-3) or need one
-            # (Qwen-Image-Edit: its pipeline renders no text-to-image)
-            problems = reference_problems(self.settings, family.spec.name, req.references, flavour)
-            if problems:
-                raise ConfigError(problems)
-        return base, [(str(p), s) for p, s in loras], tuple(digests)
+        return check_request(self.settings, req)
 
     def cancel(self, request_id: str, owner: object | None = None) -> str:
         """Cancel the generation `request_id` in flight: "waiting" (for the worker: it ends

@@ -13,7 +13,8 @@ launch: the rank or agent that died). A stop is cooperative first, then terminat
 it waits for a sample round or checkpoint in flight, up to a bound (jobs/busy.py). A step loop
 silent past its allowance is stopped the same way, as hung (jobs/step_watch.py). Every run
 records this server as its owner, so a reader without a server tells a killed server's runs
-(RunStore.settle_dead_owners). The pump is in jobs/pump.py, the dispatcher in jobs/dispatch.py.
+(RunStore.settle_dead_owners). The pump is in jobs/pump.py, the dispatcher in jobs/dispatch.py,
+the queries (status, events, datasets in use, training memory) in jobs/service_queries.py.
 
 Nothing a job does ends the dispatcher: a run store write that fails (a full disk) fails the
 job with the reason ("no space left on device") and kills its worker; a job state the store
@@ -47,7 +48,7 @@ from lorastudio.config_datasets import read_folders
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.busy import stop_conflict
-from lorastudio.jobs.caption_gpu import TrainingMemory, planned_gpu_gib
+from lorastudio.jobs.caption_gpu import planned_gpu_gib
 from lorastudio.jobs.dataset_claims import DatasetClaim
 from lorastudio.jobs.dataset_locks import claim_for_run
 from lorastudio.jobs.dispatch import Dispatcher
@@ -59,6 +60,7 @@ from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, forget_oldest_finished, now_iso
 from lorastudio.jobs.resume import validate_resume
 from lorastudio.jobs.run_delete import put_back, remove_trash, take_output_dir_aside
+from lorastudio.jobs.service_queries import JobQueries
 from lorastudio.jobs.standby import StandbyKeeper
 from lorastudio.jobs.step_watch import HANG_MIN_S
 from lorastudio.jobs.store import RunStore
@@ -73,7 +75,7 @@ log = logging.getLogger("lorastudio.jobs")
 FINISHED_KEPT = 32  # in memory for job(); a job holds up to 2,000 metric points (the store keeps all)
 
 
-class JobService(Dispatcher):
+class JobService(JobQueries, Dispatcher):
     """Runs training jobs one at a time. `start()` before use, `shutdown()` at the end."""
 
     def __init__(
@@ -147,57 +149,13 @@ class JobService(Dispatcher):
         with self._cond:
             self._recorder.retry()  # a last try for writes a full disk refused
 
-    # -- queries ---------------------------------------------------------------------------------
-    def status(self, since: int | None = None) -> dict[str, Any]:
-        """{"job": the active (else the latest) job's snapshot or None, "queue": queued jobs,
-        "busy": whether a start without queueing would be refused, "event_seq": last event id}.
-        The snapshot reflects exactly the events up to event_seq: both are read under the lock
-        that every event is folded and logged under (pump._ingest, _log_event)."""
-        with self._cond:
-            job = self._active or self._last
-            return {
-                "job": job.snapshot(since) if job else None,
-                "queue": [{"id": j.id, "output_name": j.config.output_name} for j in self._queue],
-                "busy": self._busy(),
-                "event_seq": self.event_log.seq,
-            }
-
+    # -- queries (the rest: jobs/service_queries.py) ---------------------------------------------
     def job(self, job_id: str) -> dict[str, Any]:
         """Snapshot of a live job or of one of the newest FINISHED_KEPT finished. Raises NotFound."""
         with self._cond:
             if job_id not in self._jobs:
                 raise NotFound(f"no job {job_id!r} live or among the newest {FINISHED_KEPT} finished ones")
             return self._jobs[job_id].snapshot()
-
-    @property
-    def event_seq(self) -> int:
-        """Id of the latest event (0 before the first)."""
-        return self.event_log.seq
-
-    def events_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
-        """Events with id > seq, oldest first (the log keeps the most recent ones only)."""
-        return self.event_log.after(seq)
-
-    def datasets_in_use(self) -> set[Path]:
-        """Dataset folders (resolved) that the active or a queued job reads (data_dir, or every
-        datasets entry's folder, and a validation folder: config_datasets.read_folders)."""
-        with self._cond:
-            return {p for j in self._live_jobs() for p in read_folders(j.config, self.settings.datasets_dir)}
-
-    def training_memory(self) -> TrainingMemory | None:
-        """What is known of the live active training job's GPU memory (None: no live active
-        job): its planned peak (memory_budget_gb or the preflight estimate, taken at submit) and
-        its measured peak so far (the last progress event's peak_memory_gb, GiB). Read by the
-        caption jobs (jobs/caption_gpu.py)."""
-        with self._cond:
-            job = self._active
-            if job is None or not job.live:
-                return None
-            planned, source = job.gpu_plan or (None, None)
-            measured = (job.progress or {}).get("peak_memory_gb")
-            return TrainingMemory(
-                job.id, planned, source, measured if isinstance(measured, float | int) else None
-            )
 
     @contextlib.contextmanager
     def enqueues_held(self) -> Iterator[None]:
@@ -212,11 +170,6 @@ class JobService(Dispatcher):
         it is called under this service's lock (jobs/dataset_locks.py gives the lock order)."""
         with self._cond:
             self._captioning = busy
-
-    def _busy(self) -> bool:
-        """A live active job or a queued one; a final job whose worker is still exiting does not
-        count (a new job is accepted and dispatched once that process is gone)."""
-        return (self._active is not None and self._active.live) or bool(self._queue)
 
     # -- commands --------------------------------------------------------------------------------
     def preflight(self, raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -384,12 +337,6 @@ class JobService(Dispatcher):
         with self._cond:
             taken = self._live_output_names()
         return validate_run(raw, self.settings, live_output_names=taken, check_targets=True)
-
-    def _live_jobs(self) -> list[Job]:
-        return ([self._active] if self._active and self._active.live else []) + list(self._queue)
-
-    def _live_output_names(self) -> set[str]:
-        return {j.config.output_name for j in self._live_jobs() if j.config.output_name}
 
     # -- bookkeeping (callers hold the lock) -------------------------------------------------------
     def _finish(self, job: Job, status: JobStatus, error: str | None) -> None:

@@ -1,0 +1,86 @@
+"""One generation request checked before any work, every problem at once (GenerationService.check,
+jobs/generation.py): the family, the revision, the size and steps against the budget
+(generation_rules.budget_problems), the negative prompt, the text tokens, the references, the LoRA
+files (their headers read with a size cap and checked, lora/header.py; each file's sha256 taken,
+lora/file_digest.py) and the base model (resolved, its single-file updates, its identity against
+the one asked for, jobs/generation_base.py). No torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lorastudio import families
+from lorastudio.basemodels import ResolvedBase, resolve_base
+from lorastudio.basemodels.single_file import base_updates
+from lorastudio.config import local_revision_problem, revision_problem
+from lorastudio.data.sample_refs import reference_size_problem
+from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
+from lorastudio.generation_rules import budget_problems, text_tokens_problems
+from lorastudio.jobs.generation_base import base_identities, base_identity_problem
+from lorastudio.jobs.generation_inputs import GenerationRequest, lora_file, negative_prompt_refusal
+from lorastudio.jobs.references import reference_problems
+from lorastudio.lora.file_digest import lora_digest
+from lorastudio.lora.header import check_lora_file
+from lorastudio.settings import Settings
+
+
+def check_request(
+    settings: Settings, req: GenerationRequest
+) -> tuple[ResolvedBase, list[tuple[str, float]], tuple[str, ...]]:
+    """Check everything about `req` before any work: returns (the resolved base model,
+    [(LoRA file, scale)], each LoRA file's sha256). Raises UnknownFamily, ConfigError
+    (revision, size budget, a LoRA file that is not a LoRA of this family or not the file
+    of the sha256 asked for: every problem at once), NotFound (a LoRA name),
+    ModelSourceError (the base model)."""
+    family = families.get(req.family)
+    problems = budget_problems(req.width, req.height, req.steps, family.spec.name)
+    if req.revision is not None and (why := revision_problem(req.revision)):
+        problems.append(FieldProblem("revision", why))
+    elif why := local_revision_problem(req.base_model, req.revision, req.base_config):
+        problems.append(FieldProblem("revision", why))  # a folder has no revision: not ignored
+    if req.negative_prompt and not family.spec.negative_prompt:
+        problems.append(FieldProblem("negative_prompt", negative_prompt_refusal(family.spec)))
+    problems += text_tokens_problems(req.max_sequence_length, family.spec.name)
+    problems += reference_problems(settings, family.spec.name, req.references)
+    small = reference_size_problem(family.spec.name, family.spec.min_reference_side, req.width, req.height)
+    if req.references and small:
+        problems.append(FieldProblem("references", small))
+    loras = [(lora_file(settings, c.name, c.step, c.weights), c.scale) for c in req.loras]
+    digests: list[str] = []
+    for i, ((path, _), choice) in enumerate(zip(loras, req.loras, strict=True)):
+        try:
+            check_lora_file(path, family.spec.name)
+            digests.append(lora_digest(path))
+        except (ModelSourceError, NotFound) as err:
+            problems.append(FieldProblem(f"loras.{i}", str(err)))
+            continue
+        if choice.sha256 is not None and choice.sha256 != digests[-1]:
+            problems.append(
+                FieldProblem(
+                    f"loras.{i}.sha256",
+                    f"LoRA {choice.name!r} is no longer the file of that sha256 (now {digests[-1]}): "
+                    "its run was retrained or the file replaced; leave sha256 out to use the file as it is",
+                )
+            )
+    if problems:
+        raise ConfigError(problems)
+    base = resolve_base(req.base_model, family.spec.name, settings, req.revision, req.base_config)
+    _, base_problems = base_updates(
+        base.source, base.folder, base.file, base.config, req.base_config, req.v_prediction, req.revision
+    )
+    if base_problems:
+        raise ConfigError(base_problems)
+    now, files = base_identities(base, family.spec.denoiser, req.revision)  # jobs/generation_base.py
+    if (changed := base_identity_problem(req.base_identity, now, req.base_model, files)) is not None:
+        raise ConfigError([changed])
+    configs = base.configs  # where the checkpoint's flavour is read (a single file: its base config)
+    folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None
+    flavour = family.folder_variant(folder) if folder is not None and folder.is_dir() else None
+    if flavour is not None and flavour.control_images is not None:
+        # the checkpoint's flavour may take fewer (Qwen-Image-Edit: 1; Plus: 0-3) or need one
+        # (Qwen-Image-Edit: its pipeline renders no text-to-image)
+        problems = reference_problems(settings, family.spec.name, req.references, flavour)
+        if problems:
+            raise ConfigError(problems)
+    return base, [(str(p), s) for p, s in loras], tuple(digests)
