@@ -176,6 +176,7 @@ class ErrorOut(_Out):
     current: str | None = Field(
         default=None, description='CaptionConflict: the caption as it is now ("" for none)'
     )
+    dataset: str | None = Field(default=None, description="DatasetNotFound: the dataset name asked for")
     forecast_gb: float | None = Field(
         default=None, description="HostMemoryShort: the run's forecast host RAM"
     )

@@ -40,7 +40,7 @@ from lorastudio.captioning.options import CaptionOptions, check_prompt
 from lorastudio.captioning.source import CaptionerSource, resolve_captioner
 from lorastudio.data import resolve_dataset_dir, safe_component
 from lorastudio.data.discovery import require_folder
-from lorastudio.errors import ConfigError, FieldProblem, JobActive, NotFound
+from lorastudio.errors import ConfigError, DatasetNotFound, FieldProblem, JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.caption_gpu import (
     CaptionNeed,
@@ -124,13 +124,13 @@ class CaptionJobs:
 
     def start(self, dataset: str, options: CaptionOptions) -> dict[str, Any]:
         """Check and start captioning dataset `dataset`; returns the job's snapshot. Raises
-        ConfigError / PathOutsideRoot (name, device), DatasetError (no such folder),
+        ConfigError / PathOutsideRoot (name, device), DatasetNotFound (no such folder),
         ModelSourceError / ModelAccessDenied / NotFound (the model), JobActive (a caption job
         runs, training uses the dataset, or training holds the GPU this job needs)."""
         safe_component(dataset, field="dataset name")
         folder = resolve_dataset_dir(dataset, self.settings.datasets_dir, allow_outside_root=False)
         if not os.path.lexists(folder):
-            raise NotFound(f"no dataset named {dataset!r} in {self.settings.datasets_dir}")
+            raise DatasetNotFound(dataset)
         require_folder(folder)
         device = self._device(options)
         source = resolve_captioner(self.settings, options.model, options.revision)
