@@ -219,7 +219,8 @@ export interface paths {
         };
         /**
          * Latest
-         * @description The dataset's newest caption job (of the recent ones, recorded across restarts; 404: none).
+         * @description The dataset's newest caption job (of the recent ones, recorded across restarts; 404: none,
+         *     or no such dataset).
          */
         get: operations["latest_api_datasets__name__caption_get"];
         put?: never;
@@ -1879,6 +1880,11 @@ export interface components {
              * @description CaptionConflict: the caption as it is now ("" for none)
              */
             current?: string | null;
+            /**
+             * Dataset
+             * @description DatasetNotFound: the dataset name asked for
+             */
+            dataset?: string | null;
             /**
              * Detail
              * @description a complete, user-facing message
