@@ -164,9 +164,7 @@ class CaptionJobs:
                 self.settings.home, self.settings.datasets_dir, [folder], WRITE, f"caption job {job.id}"
             )
             if not folder.is_dir():  # renamed or deleted since the check above (the claim holds it now)
-                raise NotFound(
-                    f"no dataset named {dataset!r}: it was renamed or deleted as the caption job started"
-                )
+                raise DatasetNotFound(dataset, "it was renamed or deleted as the caption job started")
         except BaseException:  # busy, gone, or its record not written (a full disk): the job never ran
             if job.claim is not None:
                 job.claim.release()
