@@ -105,10 +105,10 @@ def dataset(
     return dataset_detail(folder, offset, limit or None)
 
 
-@router.delete("/{name}", response_model=DatasetDeleted)
+# the listed dataset looked up first (404 DatasetNotFound before the body or a claim)
+@router.delete("/{name}", response_model=DatasetDeleted, dependencies=[Depends(listed_dataset_dep)])
 def remove_dataset(
     name: str,
-    listed: Path = Depends(listed_dataset_dep),  # 404 DatasetNotFound before anything else
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
@@ -128,11 +128,10 @@ def remove_dataset(
     return {"deleted": name}
 
 
-@router.post("/{name}/rename", response_model=DatasetRenamed)
+@router.post("/{name}/rename", response_model=DatasetRenamed, dependencies=[Depends(listed_dataset_dep)])
 def rename(
     name: str,
     body: RenameBody,
-    listed: Path = Depends(listed_dataset_dep),  # 404 DatasetNotFound before anything else
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
