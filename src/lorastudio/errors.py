@@ -71,6 +71,15 @@ class NotFound(LorastudioError):
     """A named thing (run, dataset, LoRA, image) that does not exist."""
 
 
+class DatasetNotFound(NotFound):
+    """No dataset folder of that name (`dataset`) under the datasets root: every
+    /api/datasets/{name}/... route answers it alike (404, the body's `dataset` names it)."""
+
+    def __init__(self, dataset: str, why: str = ""):
+        self.dataset = dataset
+        super().__init__(f"no dataset named {dataset!r}" + (f": {why}" if why else ""))
+
+
 class JobActive(LorastudioError):
     """The GPU is busy (a training job or a conflicting workload is active)."""
 

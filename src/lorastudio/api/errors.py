@@ -1,7 +1,7 @@
 """Domain errors -> HTTP responses, in one place.
 
 ConfigError 400 (body lists every problem as {field, message}), DatasetError 400 (problems as
-strings), UnknownFamily / PathOutsideRoot / ModelSourceError 400, NotFound 404, JobActive 409, CaptionConflict 409,
+strings), UnknownFamily / PathOutsideRoot / ModelSourceError 400, NotFound 404 (DatasetNotFound: `dataset` names it), JobActive 409, CaptionConflict 409,
 DatasetChanged 409,
 UploadTooLarge 413, GenerationFailed 500, WriteFailed 500 (a write refused for another reason than
 a full disk: the file-size limit, a read-only folder, no permission, an I/O error), GenerationWorkerLost 503, GenerationTimedOut 504 (the
@@ -49,6 +49,7 @@ from lorastudio.errors import (
     ConfigError,
     DatasetChanged,
     DatasetError,
+    DatasetNotFound,
     GenerationCancelled,
     GenerationFailed,
     GenerationTimedOut,
@@ -147,6 +148,8 @@ def error_body(err: LorastudioError) -> dict:
         body["problems"] = list(err.problems)
     elif isinstance(err, CaptionConflict):
         body["current"] = err.current
+    elif isinstance(err, DatasetNotFound):
+        body["dataset"] = err.dataset
     elif isinstance(err, HostMemoryShort):
         body["forecast_gb"], body["available_gb"] = err.forecast_gb, err.available_gb
     return body

@@ -46,7 +46,8 @@ class ResumeBody(_Body):
         "save_lora_every, keep_loras, max_bad_steps, lora_format, save_dtype, compile, gradient_checkpointing, offload_blocks, "
         "micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir; latent_cache and "
         "latent_cache_max_gb where the latents stay cached once, or stay encoded every step), or steps above the "
-        "run's total to train it longer (RunSummary.train_longer)",
+        "run's total to train it longer (RunSummary.train_longer); base_model / base_config / datasets where a "
+        "moved run's are now (the refusal names them; their content is compared)",
     )
     queue: bool = Field(default=True, description="wait in the queue when busy (false: 409 when busy)")
 
@@ -176,6 +177,7 @@ class ErrorOut(_Out):
     current: str | None = Field(
         default=None, description='CaptionConflict: the caption as it is now ("" for none)'
     )
+    dataset: str | None = Field(default=None, description="DatasetNotFound: the dataset name asked for")
     forecast_gb: float | None = Field(
         default=None, description="HostMemoryShort: the run's forecast host RAM"
     )

@@ -268,18 +268,18 @@ def delete_cmd(
 
 
 def _check_dataset_exists(root: Path, name: str) -> None:
-    """Raise NotFound (or a bad name's ConfigError) unless `name` is a dataset under `root`, as
+    """Raise DatasetNotFound (or a bad name's ConfigError) unless `name` is a dataset under `root`, as
     delete_dataset would, before the command asks to delete it."""
     from lorastudio.data import safe_component
     from lorastudio.data.dataset_names import hand_named_folder
-    from lorastudio.errors import NotFound
+    from lorastudio.errors import DatasetNotFound
     from lorastudio.user_paths import is_dir, lexists
 
     if hand_named_folder(root, name) is not None:
         return
     folder = root / safe_component(name, field="dataset name")
     if not (is_dir(folder) or (lexists(folder) and folder.is_symlink())):
-        raise NotFound(f"no dataset named {name!r}")
+        raise DatasetNotFound(name)
 
 
 @datasets_app.command("rename")

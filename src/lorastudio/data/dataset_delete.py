@@ -20,7 +20,7 @@ from lorastudio.data.decoded import forget_record
 from lorastudio.data.paths import safe_component
 from lorastudio.data.safe_open import FolderId, folder_identity
 from lorastudio.data.writes import dataset_lock
-from lorastudio.errors import DatasetError, JobActive, NotFound, os_error_text, writing
+from lorastudio.errors import DatasetError, DatasetNotFound, JobActive, os_error_text, writing
 
 TRASH_PREFIX = ".deleting-"
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def delete_dataset(
     folder = datasets_root / name
     with dataset_lock(datasets_root, name):
         if not os.path.lexists(folder) or not (folder.is_symlink() or folder.is_dir()):
-            raise NotFound(f"no dataset named {name!r}")
+            raise DatasetNotFound(name)
         if folder.resolve() in in_use():
             raise JobActive(
                 f"dataset {name!r} is used by a queued or running training job; delete it when the job ends"

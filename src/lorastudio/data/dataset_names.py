@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lorastudio.data.paths import existing_component, new_name, safe_component
 from lorastudio.data.writes import dataset_lock
-from lorastudio.errors import ConfigError, FieldProblem, JobActive, NotFound, PathOutsideRoot
+from lorastudio.errors import ConfigError, DatasetNotFound, FieldProblem, JobActive, PathOutsideRoot
 
 RENAME_FIX = "rename the folder"
 
@@ -101,7 +101,7 @@ def rename_dataset(root: Path, name: str, to: str, in_use: Callable[[], set[Path
     target = new_name(to, field="new name")
     folder = root / name
     if name.startswith(".") or folder.is_symlink() or not folder.is_dir():
-        raise NotFound(f"no dataset named {name!r}")
+        raise DatasetNotFound(name)
     if target == name:
         raise ConfigError([FieldProblem("new name", f"the dataset is already named {target!r}")])
     locked = sorted({target} if name_problem(root, name) is not None else {target, name})

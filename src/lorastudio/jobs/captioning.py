@@ -41,7 +41,7 @@ from lorastudio.captioning.options import CaptionOptions, check_prompt
 from lorastudio.captioning.source import CaptionerSource, resolve_captioner
 from lorastudio.data import resolve_dataset_dir, safe_component
 from lorastudio.data.discovery import require_folder
-from lorastudio.errors import ConfigError, FieldProblem, JobActive, NotFound
+from lorastudio.errors import ConfigError, DatasetNotFound, FieldProblem, JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.caption_gpu import (
     CaptionNeed,
@@ -126,13 +126,13 @@ class CaptionJobs(CaptionQueries):
 
     def start(self, dataset: str, options: CaptionOptions) -> dict[str, Any]:
         """Check and start captioning dataset `dataset`; returns the job's snapshot. Raises
-        ConfigError / PathOutsideRoot (name, device), DatasetError (no such folder),
+        ConfigError / PathOutsideRoot (name, device), DatasetNotFound (no such folder),
         ModelSourceError / ModelAccessDenied / NotFound (the model), JobActive (a caption job
         runs, training uses the dataset, or training holds the GPU this job needs)."""
         safe_component(dataset, field="dataset name")
         folder = resolve_dataset_dir(dataset, self.settings.datasets_dir, allow_outside_root=False)
         if not os.path.lexists(folder):
-            raise NotFound(f"no dataset named {dataset!r} in {self.settings.datasets_dir}")
+            raise DatasetNotFound(dataset)
         require_folder(folder)
         device = self._device(options)
         source = resolve_captioner(self.settings, options.model, options.revision)
@@ -166,9 +166,7 @@ class CaptionJobs(CaptionQueries):
                 self.settings.home, self.settings.datasets_dir, [folder], WRITE, f"caption job {job.id}"
             )
             if not folder.is_dir():  # renamed or deleted since the check above (the claim holds it now)
-                raise NotFound(
-                    f"no dataset named {dataset!r}: it was renamed or deleted as the caption job started"
-                )
+                raise DatasetNotFound(dataset, "it was renamed or deleted as the caption job started")
         except BaseException:  # busy, gone, or its record not written (a full disk): the job never ran
             if job.claim is not None:
                 job.claim.release()

@@ -219,7 +219,8 @@ export interface paths {
         };
         /**
          * Latest
-         * @description The dataset's newest caption job (of the recent ones, recorded across restarts; 404: none).
+         * @description The dataset's newest caption job (of the recent ones, recorded across restarts; 404: none,
+         *     or no such dataset).
          */
         get: operations["latest_api_datasets__name__caption_get"];
         put?: never;
@@ -1879,6 +1880,11 @@ export interface components {
              * @description CaptionConflict: the caption as it is now ("" for none)
              */
             current?: string | null;
+            /**
+             * Dataset
+             * @description DatasetNotFound: the dataset name asked for
+             */
+            dataset?: string | null;
             /**
              * Detail
              * @description a complete, user-facing message
@@ -3541,7 +3547,7 @@ export interface components {
             queue?: boolean;
             /**
              * Settings
-             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, save_dtype, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir; latent_cache and latent_cache_max_gb where the latents stay cached once, or stay encoded every step), or steps above the run's total to train it longer (RunSummary.train_longer)
+             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, save_dtype, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir; latent_cache and latent_cache_max_gb where the latents stay cached once, or stay encoded every step), or steps above the run's total to train it longer (RunSummary.train_longer); base_model / base_config / datasets where a moved run's are now (the refusal names them; their content is compared)
              */
             settings?: {
                 [key: string]: unknown;

@@ -1,6 +1,6 @@
 import { render, screen } from "@testing-library/react";
 import { describe, expect, it } from "vitest";
-import { decimate, extent, LineChart, seriesPath } from "./LineChart";
+import { chartSummary, decimate, extent, LineChart, seriesPath } from "./LineChart";
 
 describe("LineChart", () => {
   it("draws one path per series with a vertex per point, and a gap for null", () => {
@@ -46,5 +46,38 @@ describe("LineChart", () => {
     expect(extent([2, 3])?.[0]).toBeCloseTo(1.94, 5); // far from zero: padded as before
     expect(extent([-1, 1])?.[0]).toBeCloseTo(-1.12, 5); // a negative series keeps its padding
     expect(extent([null, NaN])).toBeNull();
+  });
+
+  it("gives the chart a text alternative: its loss history in words, its description, kept current but not live", () => {
+    const lines = (loss: (number | null | undefined)[], val: (number | null | undefined)[]) => [
+      { name: "loss", color: "red", values: loss },
+      { name: "avg loss", color: "orange", values: loss },
+      { name: "val loss", color: "pink", values: val },
+      { name: "lr", color: "green", values: loss.map(() => 1e-4), axis: "right" as const },
+    ];
+    const { rerender } = render(
+      <LineChart xs={[1, 2, 3, 4]} series={lines([0.5, 0.25, null, 0.3], [undefined, 0.4, undefined, undefined])} />,
+    );
+    const svg = screen.getByRole("img", { name: "training chart" });
+    const summary = screen.getByTestId("chart-summary");
+    expect(svg.getAttribute("aria-describedby")).toBe(summary.id);
+    expect(summary).not.toHaveAttribute("aria-live"); // a step a second would flood a screen reader (fix 794)
+    expect(summary).toHaveClass("visually-hidden");
+    expect(svg).toHaveAccessibleDescription(
+      "loss over 3 steps (to step 4): first 0.5, lowest 0.25 at step 2, latest 0.3. " +
+        "val loss: lowest 0.4 at step 2, latest 0.4 (step 2).",
+    );
+    rerender(<LineChart xs={[1, 2, 3, 4, 5]} series={lines([0.5, 0.25, null, 0.3, 0.125], [undefined, 0.4])} />);
+    expect(summary.textContent).toBe(
+      "loss over 4 steps (to step 5): first 0.5, lowest 0.125 at step 5, latest 0.125. " +
+        "val loss: lowest 0.4 at step 2, latest 0.4 (step 2).",
+    );
+  });
+
+  it("summarises nothing without a point", () => {
+    expect(chartSummary([1, 2], [{ name: "loss", color: "red", values: [null, NaN] }])).toBeNull();
+    expect(chartSummary([7], [{ name: "loss", color: "red", values: [0.5] }])).toBe(
+      "loss over 1 step (to step 7): first 0.5, lowest 0.5 at step 7, latest 0.5.",
+    );
   });
 });

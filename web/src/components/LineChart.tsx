@@ -1,4 +1,4 @@
-import { useEffect, useMemo, useRef, useState } from "react";
+import { useEffect, useId, useMemo, useRef, useState } from "react";
 import { formatNumber } from "../lib/format";
 
 /** One plotted line: `values[i]` is the y of `xs[i]` (null = gap; undefined = no point at that x, the line runs on). */
@@ -70,6 +70,50 @@ export function seriesPath(
   return d;
 }
 
+/**
+ * The chart's text alternative: the history of its first line (the loss) in words, e.g. "loss
+ * over 120 steps (step 1 to 120): first 0.52, lowest 0.31 at step 97, latest 0.33." A second
+ * left-axis line that has points (a validation loss) adds its latest and lowest. null: no point.
+ */
+export function chartSummary(xs: number[], series: Series[], xLabel = "step"): string | null {
+  const stats = (s: Series) => {
+    let first: number | null = null;
+    let latest: number | null = null;
+    let low: number | null = null;
+    let lowAt = 0;
+    let lastAt = 0;
+    let n = 0;
+    for (let i = 0; i < s.values.length; i++) {
+      const v = s.values[i];
+      if (v == null || !Number.isFinite(v)) continue;
+      n += 1;
+      if (first == null) first = v;
+      latest = v;
+      lastAt = xs[i];
+      if (low == null || v < low) {
+        low = v;
+        lowAt = xs[i];
+      }
+    }
+    return { first, latest, low, lowAt, lastAt, n };
+  };
+  const [main, ...rest] = series;
+  if (!main) return null;
+  const m = stats(main);
+  if (!m.n) return null;
+  const plural = m.n === 1 ? "" : "s";
+  let text =
+    `${main.name} over ${m.n} ${xLabel}${plural} (to ${xLabel} ${m.lastAt}): first ${formatNumber(m.first)}, ` +
+    `lowest ${formatNumber(m.low)} at ${xLabel} ${m.lowAt}, latest ${formatNumber(m.latest)}.`;
+  for (const s of rest) {
+    if (s.axis === "right" || s.name.startsWith("avg")) continue; // the lr, the running mean of the loss
+    const o = stats(s);
+    if (o.n)
+      text += ` ${s.name}: lowest ${formatNumber(o.low)} at ${xLabel} ${o.lowAt}, latest ${formatNumber(o.latest)} (${xLabel} ${o.lastAt}).`;
+  }
+  return text;
+}
+
 function useWidth(): [React.RefObject<HTMLDivElement | null>, number] {
   const ref = useRef<HTMLDivElement | null>(null);
   const [width, setWidth] = useState(640);
@@ -92,11 +136,15 @@ function ticks(lo: number, hi: number, n: number): number[] {
 
 /**
  * A dependency-free SVG line chart: shared x (steps), a left and an optional right y axis,
- * a legend, and a hover read-out. Draws at most ~one point per pixel per series.
+ * a legend, and a hover read-out. Draws at most ~one point per pixel per series. Its text
+ * alternative (`chartSummary`: visually hidden, the SVG's aria-describedby, read in order after
+ * it) tells the first line's history: points so far, first, lowest (at which x), latest.
  */
 export function LineChart({ xs, series, height = 240, xLabel = "step", empty = "No data yet" }: Props) {
   const [ref, width] = useWidth();
   const [hover, setHover] = useState<number | null>(null);
+  const summaryId = useId();
+  const summary = useMemo(() => chartSummary(xs, series, xLabel), [xs, series, xLabel]);
   const innerW = Math.max(10, width - PAD.left - PAD.right);
   const innerH = Math.max(10, height - PAD.top - PAD.bottom);
   const hasRight = series.some((s) => s.axis === "right");
@@ -152,6 +200,7 @@ export function LineChart({ xs, series, height = 240, xLabel = "step", empty = "
         height={height}
         role="img"
         aria-label="training chart"
+        aria-describedby={summary ? summaryId : undefined}
         onMouseMove={onMove}
         onMouseLeave={() => setHover(null)}
       >
@@ -190,6 +239,11 @@ export function LineChart({ xs, series, height = 240, xLabel = "step", empty = "
           <line className="cursor" x1={sx(xs[hover])} x2={sx(xs[hover])} y1={PAD.top} y2={PAD.top + innerH} />
         )}
       </svg>
+      {/* the history in words for a screen reader: current at every step, but not a live region
+          (a step a second would flood it; the Live screen's ProgressAnnouncer says the progress) */}
+      <p id={summaryId} className="visually-hidden" data-testid="chart-summary">
+        {summary}
+      </p>
     </div>
   );
 }

@@ -3,7 +3,9 @@ import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { placeProblems } from "../lib/problems";
 import { useAction } from "../lib/latest";
+import { allRelocated, movedPaths, relocatedSettings, type MovedPath } from "../lib/relocation";
 import type { Job, RunSummary } from "../api/types";
+import { MovedPathFields } from "./MovedPathFields";
 
 interface Props {
   run: RunSummary;
@@ -19,7 +21,9 @@ interface Props {
  * `train_longer`): asks the new total steps, above the run's total, and resumes the run from its
  * newest checkpoint with `steps` set to it (POST /api/runs/{id}/resume {settings: {steps}}); the
  * LR schedule is the one a fresh run of that total would have (training/extend.py). Renders
- * nothing for a run that cannot be trained longer (live, no checkpoint, counts epochs).
+ * nothing for a run that cannot be trained longer (live, no checkpoint, counts epochs). Refused
+ * because the run's base or dataset has nothing at its recorded path any more (a moved studio
+ * home), it shows an input for each (MovedPathFields), sent with the steps the next time.
  */
 export function TrainLonger({ run, onStarted, onError }: Props) {
   const offer = run.train_longer;
@@ -28,22 +32,29 @@ export function TrainLonger({ run, onStarted, onError }: Props) {
   // the server's refusal of these steps (e.g. over its 10,000,000 limit), said under the input until it is edited
   const [refused, setRefused] = useState<string | null>(null);
   const noteId = useId(); // the note under the input says what the steps do, or why they are refused
+  const [moved, setMoved] = useState<MovedPath[]>([]); // paths the server found nothing at
+  const [places, setPlaces] = useState<Record<string, string>>({}); // where the user says each is now
   // one request per click: Enter and a click start one run
   const action = useAction(async (steps: number) => {
     setRefused(null);
     try {
-      onStarted(await api.resumeRun(run.id, { settings: { steps } }));
+      onStarted(await api.resumeRun(run.id, { settings: { steps, ...relocatedSettings(moved, places) } }));
     } catch (err) {
-      const placed = err instanceof ApiError ? placeProblems(err.problems, (f) => f === "steps" || f === "settings.steps") : null;
+      const found = movedPaths(err);
+      if (found.length) setMoved(found);
+      const mine = (f: string) =>
+        f === "steps" || f === "settings.steps" || found.some((m) => f === m.field || f === `settings.${m.field}`);
+      const placed = err instanceof ApiError ? placeProblems(err.problems, mine) : null;
       const own = placed && (placed.fields.steps ?? placed.fields["settings.steps"]);
       if (own) setRefused(own);
-      if (!own || placed.general.length) onError(placed?.general.length ? placed.general.join("; ") : err instanceof Error ? err.message : String(err));
+      if (placed?.general.length) onError(placed.general.join("; "));
+      else if (!own && !found.length) onError(err instanceof Error ? err.message : String(err)); // the moved paths: said at their inputs
     }
   });
   const busy = action.pending;
   if (!offer) return null;
   const steps = Number(value);
-  const valid = value.trim() !== "" && Number.isInteger(steps) && steps > offer.steps;
+  const valid = value.trim() !== "" && Number.isInteger(steps) && steps > offer.steps && allRelocated(moved, places);
   const start = () => action.run(steps);
   if (!open) {
     return (
@@ -86,6 +97,7 @@ export function TrainLonger({ run, onStarted, onError }: Props) {
             ? `Continues from the checkpoint at step ${offer.from_step} to step ${steps}; the learning-rate schedule is the one a ${steps}-step run has.`
             : `Set more than the run's ${offer.steps} steps.`)}
       </p>
+      <MovedPathFields moved={moved} values={places} disabled={busy} onChange={(f, v) => setPlaces((p) => ({ ...p, [f]: v }))} />
       <div className="train-longer-actions">
         <button type="submit" className="primary" disabled={!valid || busy}>
           {busy ? "Starting…" : valid ? `Train to ${steps} steps` : "Train longer"}

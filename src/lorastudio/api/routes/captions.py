@@ -12,12 +12,14 @@ caption_summary, caption_error, caption_end) stream at /api/captions/events.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from lorastudio.api.contract import EVENT_STREAM
+from lorastudio.api.dataset_lookup import dataset_dep
 from lorastudio.api.host_wait import HOST_KNOWN
 from lorastudio.api.schemas_caption import CaptionJobOut
 from lorastudio.api.sse import event_stream
@@ -48,7 +50,12 @@ def captions_dep(request: Request) -> CaptionJobs:
 @router.post(
     "/api/datasets/{name}/caption", status_code=202, response_model=CaptionJobOut, dependencies=HOST_KNOWN
 )
-def start(name: str, body: CaptionOptions, jobs: CaptionJobs = Depends(captions_dep)) -> dict[str, Any]:
+def start(
+    name: str,
+    body: CaptionOptions,
+    dataset: Path = Depends(dataset_dep),
+    jobs: CaptionJobs = Depends(captions_dep),
+) -> dict[str, Any]:
     """Caption the images of dataset `name` that have no caption (all with `overwrite`) with a
     vision-language model (catalogue id, hub id or model folder), in a worker. 400 bad model /
     device / a catalogue captioner not fetched, 404 no such dataset, 409 a caption job runs,
@@ -58,8 +65,11 @@ def start(name: str, body: CaptionOptions, jobs: CaptionJobs = Depends(captions_
 
 
 @router.get("/api/datasets/{name}/caption", response_model=CaptionJobOut)
-def latest(name: str, jobs: CaptionJobs = Depends(captions_dep)) -> dict[str, Any]:
-    """The dataset's newest caption job (of the recent ones, recorded across restarts; 404: none)."""
+def latest(
+    name: str, dataset: Path = Depends(dataset_dep), jobs: CaptionJobs = Depends(captions_dep)
+) -> dict[str, Any]:
+    """The dataset's newest caption job (of the recent ones, recorded across restarts; 404: none,
+    or no such dataset)."""
     return jobs.latest(name)
 
 

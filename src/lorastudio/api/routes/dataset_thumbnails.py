@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse, Response
 
 from lorastudio.api.contract import file_answer
+from lorastudio.api.dataset_lookup import dataset_dep
 from lorastudio.api.deps import settings_dep
-from lorastudio.api.routes.datasets import dataset_path
 from lorastudio.api.schemas import ErrorOut
 from lorastudio.data.decode_slots import DecodeBusy
 from lorastudio.data.image_edits import existing_image
@@ -42,13 +42,14 @@ def thumbnail(
         default=None,
         description="a control folder (control, control_2 ...): the thumbnail of its image `file`",
     ),
+    dataset: Path = Depends(dataset_dep),
     settings: Settings = Depends(settings_dep),
 ) -> Response:
     """A JPEG thumbnail (longest side `size`) of one dataset image, decoded at reduced size and
     cached under the studio home. A PNG/WebP larger than settings.max_decode_pixels gets a grey
     placeholder (header X-Lorastudio-Placeholder says why); 503 with Retry-After when the
     server's decode slots stay busy."""
-    folder = dataset_path(settings, name)
+    folder = dataset
     if control is not None:
         if control_slot(control) is None:
             raise NotFound(
@@ -65,13 +66,14 @@ def mask_thumbnail(
     name: str,
     file: str,
     size: int = Query(default=256, ge=16, le=1024),
+    dataset: Path = Depends(dataset_dep),
     settings: Settings = Depends(settings_dep),
 ) -> Response:
     """A JPEG thumbnail of one loss mask of the dataset (masks/<file>, data/masks.py), like the
     image thumbnails. 404 when there is no such mask (or the masks folder is a link)."""
     # rendered as the mask it trains with (data.images.mask_grey: a transparent pixel black);
     # the docstring above is the API's description (web/src/api/schema.d.ts is generated from it)
-    masks = dataset_path(settings, name) / MASKS_DIR
+    masks = dataset / MASKS_DIR
     if masks.is_symlink():
         raise NotFound(f"dataset {name!r} has no masks folder")
     return _thumbnail(existing_image(masks, file), size, settings, mask=True)
@@ -82,12 +84,13 @@ def alpha_thumbnail(
     name: str,
     file: str,
     size: int = Query(default=256, ge=16, le=1024),
+    dataset: Path = Depends(dataset_dep),
     settings: Settings = Depends(settings_dep),
 ) -> Response:
     """A JPEG thumbnail of the alpha channel of one image of the dataset (grey, opaque = white:
     its loss mask with alpha_mask, data/masks.py), like the image thumbnails. 404 when there is
     no such image or it has no alpha channel."""
-    path = existing_image(dataset_path(settings, name), file)
+    path = existing_image(dataset, file)
     if not file_has_alpha(path):
         raise NotFound(f"{file} has no alpha channel")
     return _thumbnail(path, size, settings, alpha=True)
@@ -119,5 +122,5 @@ def _thumbnail(
             headers={"Retry-After": str(err.retry_after_s)},
         )
     except FileNotFoundError:  # deleted since it was found (its cache key stats it)
-        raise NotFound(f"no image {path.name!r} in dataset {path.parent.name}") from None
+        raise NotFound(f"no image {path.name!r} in {path.parent}") from None
     return Response(data, media_type="image/jpeg", headers=headers)

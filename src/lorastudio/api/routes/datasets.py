@@ -20,6 +20,7 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from lorastudio.api.contract import multipart_body
+from lorastudio.api.dataset_lookup import dataset_dep, dataset_path, listed_dataset_dep
 from lorastudio.api.deps import service_dep, settings_dep
 from lorastudio.api.form_files import file_parts
 from lorastudio.api.schemas import (
@@ -37,18 +38,18 @@ from lorastudio.api.schemas_files import (
     DeletedFiles,
     UploadOut,
 )
-from lorastudio.data import new_name, resolve_dataset_dir, safe_component
+from lorastudio.data import new_name, safe_component
 from lorastudio.data.caption_bulk import CaptionEdit, bulk_edit_captions
 from lorastudio.data.dataset_delete import delete_dataset
 from lorastudio.data.dataset_detail import dataset_detail
-from lorastudio.data.dataset_names import hand_named_folder, rename_dataset, unusable_error
+from lorastudio.data.dataset_names import hand_named_folder, rename_dataset
 from lorastudio.data.image_edits import delete_image, write_caption
 from lorastudio.data.listing import dataset_summary, list_datasets
 from lorastudio.data.mask_upload import MASK_FIELD, upload_masks
 from lorastudio.data.safe_open import FolderId, folder_identity
 from lorastudio.data.upload_pairs import control_slot, misnamed_control_field
 from lorastudio.data.uploads import UploadBatch, UploadResult, UploadTooLarge
-from lorastudio.errors import ConfigError, DatasetChanged, DatasetError, JobActive, NotFound, PathOutsideRoot
+from lorastudio.errors import DatasetChanged, DatasetError, DatasetNotFound, JobActive
 from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
 from lorastudio.jobs.service import JobService
 from lorastudio.settings import Settings
@@ -61,34 +62,18 @@ MAX_FILES_PER_UPLOAD = 10_000
 STREAMED_BODY_LIMIT = 2**62
 
 
-def dataset_path(settings: Settings, name: str) -> Path:
-    """The dataset folder `name` (one safe component) inside the datasets root. A folder listed
-    under a name the studio cannot use (data/dataset_names.py) is refused (400) with the reason
-    and the fix (rename it), never looked up under another name."""
-    try:
-        safe_component(name, field="dataset name")
-    except (ConfigError, PathOutsideRoot):
-        if (err := unusable_error(settings.datasets_dir, name)) is not None:
-            raise err from None
-        raise
-    if (err := unusable_error(settings.datasets_dir, name)) is not None:  # NFD
-        raise err
-    return resolve_dataset_dir(name, settings.datasets_dir, allow_outside_root=False)
-
-
-def _editable(settings: Settings, service: JobService, name: str) -> Path:
-    folder = dataset_path(settings, name)
+def _editable(service: JobService, folder: Path) -> Path:
+    """`folder` (a dataset's), refused (JobActive, 409) while a live training job uses it."""
     if folder in service.datasets_in_use():
-        raise JobActive(f"dataset {name!r} is used by a live training job; edit it when the job ends")
+        raise JobActive(f"dataset {folder.name!r} is used by a live training job; edit it when the job ends")
     return folder
 
 
 @contextmanager
-def _writing(settings: Settings, service: JobService, name: str) -> Iterator[Path]:
-    """The editable dataset folder `name`, claimed for writing while the block runs (a caption
-    job of this server, or a CLI train or caption on this home, holds it: DatasetBusy, 409)."""
-    folder = _editable(settings, service, name)
-    with _write_claim(settings, folder):
+def _writing(settings: Settings, service: JobService, folder: Path) -> Iterator[Path]:
+    """The editable dataset folder, claimed for writing while the block runs (a caption job of
+    this server, or a CLI train or caption on this home, holds it: DatasetBusy, 409)."""
+    with _write_claim(settings, _editable(service, folder)):
         yield folder
 
 
@@ -108,7 +93,7 @@ def dataset(
     name: str,
     offset: int = Query(default=0, ge=0, description="the first image of the page (by file name)"),
     limit: int = Query(default=0, ge=0, description="images in the page (0: every image from `offset` on)"),
-    settings: Settings = Depends(settings_dep),
+    folder: Path = Depends(dataset_dep),
 ) -> dict[str, Any]:
     """The images of a dataset with their captions (txt wins over metadata.jsonl), control
     images (paired datasets: relative paths, slot order; orphan controls listed as dropped),
@@ -117,13 +102,11 @@ def dataset(
     `total_files` count them all). Links are listed as dropped, never read; a caption file of the
     page or metadata.jsonl that cannot be used is listed as dropped with the reason
     (data/dataset_detail.py)."""
-    folder = dataset_path(settings, name)
-    if not folder.is_dir():
-        raise NotFound(f"no dataset named {name!r}")
     return dataset_detail(folder, offset, limit or None)
 
 
-@router.delete("/{name}", response_model=DatasetDeleted)
+# the listed dataset looked up first (404 DatasetNotFound before the body or a claim)
+@router.delete("/{name}", response_model=DatasetDeleted, dependencies=[Depends(listed_dataset_dep)])
 def remove_dataset(
     name: str,
     settings: Settings = Depends(settings_dep),
@@ -145,7 +128,7 @@ def remove_dataset(
     return {"deleted": name}
 
 
-@router.post("/{name}/rename", response_model=DatasetRenamed)
+@router.post("/{name}/rename", response_model=DatasetRenamed, dependencies=[Depends(listed_dataset_dep)])
 def rename(
     name: str,
     body: RenameBody,
@@ -159,7 +142,7 @@ def rename(
     root = settings.datasets_dir
     folder = hand_named_folder(root, name) or dataset_path(settings, name)
     if not folder.is_dir() or folder.is_symlink():
-        raise NotFound(f"no dataset named {name!r}")
+        raise DatasetNotFound(name)
     with _write_claim(settings, folder):
         new = rename_dataset(root, name, body.to, in_use=service.datasets_in_use)
     return {"renamed": name, "name": new}
@@ -199,7 +182,7 @@ async def upload(
             "an upload must be a multipart/form-data body (files as form fields)",
             [f"Content-Type is {content_type!r}" if content_type else "no Content-Type header"],
         )
-    folder = _editable(settings, service, name)
+    folder = _editable(service, dataset_path(settings, name))  # a new name: this upload creates it
     if not os.path.lexists(folder):  # this upload creates the dataset: its name is a new one
         new_name(name, field="dataset name")
     began_on = _identity(folder)  # the dataset as the upload began (None: this upload makes it)
@@ -297,12 +280,13 @@ def put_caption(
     name: str,
     file: str,
     body: CaptionBody,
+    dataset: Path = Depends(dataset_dep),
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
     """Set (or, when empty, remove) the .txt caption of one image; with `expected`, 409 when
     the caption changed since the editor read it (the current one in the body)."""
-    with _writing(settings, service, name) as folder:
+    with _writing(settings, service, dataset) as folder:
         path = write_caption(folder, file, body.caption, body.expected)
     return {
         "file": file,
@@ -315,6 +299,7 @@ def put_caption(
 def bulk_captions(
     name: str,
     body: BulkCaptionBody,
+    dataset: Path = Depends(dataset_dep),
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
@@ -322,9 +307,9 @@ def bulk_captions(
     all or nothing, each file staged and renamed); `dry_run` counts and shows, writes nothing."""
     edit = CaptionEdit(find=body.find, replace=body.replace, prepend=body.prepend, append=body.append)
     if body.dry_run:  # reads only
-        result = bulk_edit_captions(_editable(settings, service, name), edit, dry_run=True)
+        result = bulk_edit_captions(_editable(service, dataset), edit, dry_run=True)
     else:
-        with _writing(settings, service, name) as folder:
+        with _writing(settings, service, dataset) as folder:
             result = bulk_edit_captions(folder, edit, dry_run=False)
     return {
         "changed": len(result.changed),
@@ -339,10 +324,11 @@ def bulk_captions(
 def remove_image(
     name: str,
     file: str,
+    dataset: Path = Depends(dataset_dep),
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
     """Delete one image with its .txt caption, control images and mask (each kept while another
     image of that stem uses it)."""
-    with _writing(settings, service, name) as folder:
+    with _writing(settings, service, dataset) as folder:
         return {"deleted": delete_image(folder, file)}

@@ -1,0 +1,97 @@
+import { render, screen, waitFor } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import type { RunSummary } from "../api/types";
+import { mockFetch } from "../test/fixtures";
+import { ResumeButton } from "./ResumeButton";
+import { TrainLonger } from "./TrainLonger";
+
+// The server's refusal of a resume whose run recorded paths with nothing there any more (a moved
+// studio home): jobs/resume.py raises ConfigError(training/relocation.py moved_problems(...)),
+// answered by api/errors.py as below (messages as the server writes them).
+const gone = (field: string, where: string, fix: string, key = field) =>
+  `nothing at ${where} any more (no folder or file there); if it moved (or the studio home was moved or renamed), ` +
+  `resume with ${fix} (CLI: --set ${key}=...; API: {"settings": {"${key}": ...}}): its content is compared with the checkpoint's`;
+const BASE = { field: "base_model", message: gone("base_model", "/old/home/models/tiny-flux", "base_model set to where it is now, a name under models/ or a path") };
+const DATA = { field: "data_dir", message: gone("data_dir", "/old/home/datasets/shapes", "data_dir set to where it is now, a dataset name or a path") };
+const ENTRY = {
+  field: "datasets.0.path",
+  message: gone("datasets.0.path", "/old/x", "datasets given again, each entry's path where it is now (its other settings as they were)", "datasets"),
+};
+const refusal = (...problems: { field: string; message: string }[]) => ({
+  status: 400,
+  body: {
+    error: "ConfigError",
+    detail: `invalid configuration (${problems.length} problem(s)):` + problems.map((p) => `\n  - ${p.field}: ${p.message}`).join(""),
+    problems,
+  },
+});
+
+const RUN: RunSummary = {
+  id: "abc123",
+  output_name: "portrait",
+  family: "flux",
+  status: "stopped",
+  created_at: "2025-01-01T00:00:00Z",
+  started_at: "2025-01-01T00:00:01Z",
+  finished_at: "2025-01-01T00:10:00Z",
+  steps_run: 120,
+  total_steps: 1000,
+  last_loss: 0.1,
+  error: null,
+  resume_step: 100,
+  lora_file: true,
+  train_longer: { from_step: 100, steps: 1000 },
+};
+
+afterEach(() => vi.unstubAllGlobals());
+
+describe("a resume of a run whose base or dataset moved", () => {
+  it("Resume shows an input for each moved path the refusal names and sends them as settings", async () => {
+    const calls = mockFetch((call) =>
+      call.body && (call.body as { settings?: unknown }).settings ? { status: 201, body: { id: "new1", status: "queued" } } : refusal(BASE, DATA),
+    );
+    const onResumed = vi.fn();
+    const onError = vi.fn();
+    render(<ResumeButton run={RUN} onResumed={onResumed} onError={onError} />);
+    await userEvent.click(screen.getByRole("button", { name: "resume portrait from step 100" }));
+    const base = await screen.findByRole("textbox", { name: "Base model (base_model) now at" });
+    const data = screen.getByRole("textbox", { name: "Dataset (data_dir) now at" });
+    expect(base).toHaveAccessibleDescription(BASE.message); // the old path and what to name
+    const resume = screen.getByRole("button", { name: "resume portrait from step 100" });
+    expect(resume).toBeDisabled(); // until each is named
+    await userEvent.type(base, "tiny-flux");
+    expect(resume).toBeDisabled();
+    await userEvent.type(data, " shapes ");
+    await userEvent.click(resume);
+    await waitFor(() => expect(onResumed).toHaveBeenCalledWith({ id: "new1", status: "queued" }));
+    expect(calls.map((c) => c.body)).toEqual([{}, { settings: { base_model: "tiny-flux", data_dir: "shapes" } }]);
+    expect(onError).not.toHaveBeenCalled(); // said at the inputs
+  });
+
+  it("Train longer shows the moved dataset's input and sends it with the steps", async () => {
+    const calls = mockFetch((call) =>
+      (call.body as { settings: Record<string, unknown> }).settings.data_dir ? { status: 201, body: { id: "new2", status: "queued" } } : refusal(DATA),
+    );
+    const onStarted = vi.fn();
+    render(<TrainLonger run={RUN} onStarted={onStarted} onError={vi.fn()} />);
+    await userEvent.click(screen.getByRole("button", { name: "train portrait longer" }));
+    await userEvent.click(screen.getByRole("button", { name: "Train to 2000 steps" }));
+    const data = await screen.findByRole("textbox", { name: "Dataset (data_dir) now at" });
+    expect(screen.getByRole("button", { name: "Train longer" })).toBeDisabled();
+    await userEvent.type(data, "/mnt/new/shapes");
+    await userEvent.click(screen.getByRole("button", { name: "Train to 2000 steps" }));
+    await waitFor(() => expect(onStarted).toHaveBeenCalledWith({ id: "new2", status: "queued" }));
+    expect(calls.map((c) => c.body)).toEqual([{ settings: { steps: 2000 } }, { settings: { steps: 2000, data_dir: "/mnt/new/shapes" } }]);
+  });
+
+  it("a moved entry of a multi-dataset run is said as the refusal (the whole list is given again by the CLI / API)", async () => {
+    mockFetch(() => refusal(BASE, ENTRY));
+    const onError = vi.fn();
+    render(<ResumeButton run={RUN} onResumed={vi.fn()} onError={onError} />);
+    await userEvent.click(screen.getByRole("button", { name: "resume portrait from step 100" }));
+    await screen.findByRole("textbox", { name: "Base model (base_model) now at" });
+    expect(onError).toHaveBeenCalledWith(`datasets.0.path: ${ENTRY.message}`);
+    expect(screen.queryByRole("textbox", { name: /datasets/ })).toBeNull();
+  });
+});
