@@ -114,7 +114,7 @@ class GenerateBody(_StrictBody):
     prompt: str = Field(max_length=4000)
     seed: int = Field(default=0, ge=0, le=SEED_MAX)  # lorastudio.generation_rules, as the CLI's
     # sizes and steps are checked against the generation budget (400 with the reason):
-    # lorastudio.jobs.generation.budget_problems
+    # lorastudio.generation_rules.budget_problems
     steps: int = Field(default=20, description="at most 200, and width x height x steps <= 209.7 M")
     width: int = Field(default=1024, description="pixels; at most 4096, and width x height <= 4.2 MP")
     height: int = Field(default=1024, description="pixels; at most 4096, and width x height <= 4.2 MP")

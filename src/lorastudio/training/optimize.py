@@ -338,8 +338,7 @@ def _checkpoint(run: PreparedRun, state: RunState, parts: LoopParts) -> None:
         plan=state.plan.as_dict() if state.plan is not None else None,
         extensions=state.extensions,
         validation=state.validation.series if state.validation is not None else None,
-        # with EMA the step's EMA weights as a LoRA file too (no other file keeps them), in the
-        # checkpoint's folder: the checkpoint limit removes them together
+        # EMA: the step's EMA weights as a LoRA file in the checkpoint (pruned with it)
         beside=(lambda folder: save_ema_step_lora(run, state, folder)) if state.ema is not None else None,
     )
     state.checkpointed_step = state.steps_run
