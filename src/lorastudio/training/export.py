@@ -182,7 +182,8 @@ def save_ema_step_lora(run: PreparedRun, state: RunState, folder: Path) -> Path:
     (run_files.ema_step_name): the run's layout, header and sidecar as the final file's, with
     "steps" the step, "snapshot": true and "ema": {"decay", "update_every", "weights": "ema",
     "updates"}; checked like it. Returns its path (in `folder`)."""
-    assert state.ema is not None
+    if state.ema is None:
+        raise ValueError("save_ema_step_lora is for a run with EMA weights")
     cfg, step = run.cfg, state.steps_run
     stem = ema_step_name(str(cfg.output_name), step)
     sidecar = run_sidecar(
