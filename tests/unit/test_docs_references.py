@@ -208,7 +208,7 @@ FIELDS = [
 ]  # fmt: skip
 
 
-def test_each_error_readme_names_with_its_status_is_answered_so():
+def test_each_error_readme_names_with_its_status_is_answered_so(openapi):
     """README's "409 `JobActive`", "404 `DatasetNotFound`" (`{"error": CLASS}`): each class named
     beside a status is a domain error api/errors.py answers with that status (its nearest mapped
     class), so a client keyed on the body's `error` gets what README says."""
@@ -224,6 +224,11 @@ def test_each_error_readme_names_with_its_status_is_answered_so():
         if mapped != int(status):
             wrong.append(f"{status} `{name}`: answered {mapped}")
     assert wrong == []
+    # the error body's own fields README names: a missing dataset's name, a caption edit's current text
+    assert '404 `DatasetNotFound` (`"dataset": NAME` in the body)' in PROSE
+    assert {"error", "detail", "dataset", "current"} <= set(
+        openapi["components"]["schemas"]["ErrorOut"]["properties"]
+    )
 
 
 def test_the_gallerys_paging_parameters_readme_names_are_the_routes(openapi):
