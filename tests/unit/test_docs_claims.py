@@ -286,6 +286,28 @@ def test_generates_text_tokens_help_names_the_families_that_refuse_them():
     assert named == refusing, help_text
 
 
+def test_the_text_token_cap_readme_gives_generate_is_the_rule():
+    """README: Generate's `max_sequence_length` is at most the family's `max_sequence_length_max`,
+    "4096 where it has none: Qwen-Image, Z-Image, Krea 2" (generation_rules.text_tokens_problems)."""
+    from lorastudio.generation_rules import text_tokens_problems
+
+    flat = re.sub(r"\s+", " ", README.read_text(encoding="utf-8"))
+    said = re.search(r"`max_sequence_length_max` \(`/api/info`; (\d+) where it has none: ([^)]+)\)", flat)
+    assert said, "README no longer gives the cap of a family without one: update this test"
+    uncapped = [
+        f
+        for f in families.names()
+        if "max_sequence_length" in families.get(f).spec.supports
+        and not families.get(f).spec.max_sequence_length_max
+    ]
+    assert sorted(families.get(f).spec.title for f in uncapped) == sorted(
+        said[2].replace(", ", ",").split(",")
+    )
+    for f in uncapped:
+        cap = int(said[1])
+        assert text_tokens_problems(cap, f) == [] and text_tokens_problems(cap + 1, f), f
+
+
 def test_the_environment_defaults_readme_states_are_the_settings_defaults():
     """`LORASTUDIO_MAX_JSON_MB` (default 4; ...), `LORASTUDIO_MAX_DECODE_PIXELS` (default
     4096x4096): each default README gives a LORASTUDIO_* setting is the one Settings has."""
