@@ -254,6 +254,60 @@ def test_families_says_which_take_a_negative_prompt():
         assert rows[family].endswith("; negative prompt" if takes else "; no negative prompt"), rows[family]
 
 
+def test_generates_text_tokens_help_names_the_families_that_refuse_them():
+    """`generate --max-sequence-length`'s help sends the user to `lorastudio families` (whose
+    settings column lists max_sequence_length for the families that take it) and names the
+    families that refuse it: exactly those whose generation refuses every length (session 29:
+    the help said "families with a T5 / LLM text encoder", which Qwen-Image-Edit has and refuses)."""
+    from typer.testing import CliRunner
+
+    from lorastudio.generation_rules import text_tokens_problems
+
+    _register()
+    out = CliRunner().invoke(app, ["families"], env={"COLUMNS": "400"})
+    assert out.exit_code == 0, out.output
+    rows = {line.split("\t")[0]: line.split("\t") for line in out.output.splitlines()[1:] if "\t" in line}
+    refusing = {f for f in families.names() if text_tokens_problems(64, f)}
+    listed = {f for f in families.names() if "max_sequence_length" in rows[f][4].split(", ")}
+    assert refusing and listed and refusing == set(families.names()) - listed
+    help_text = " ".join(
+        next(
+            p.help
+            for p in typer.main.get_command(app).commands["generate"].params
+            if p.name == "max_sequence_length"
+        ).split()
+    )
+    assert "`lorastudio families`" in help_text
+    named = set(
+        re.findall(r"refused for ([\w -]+(?: and [\w-]+)?)\)", help_text)[0]
+        .replace(" and ", ", ")
+        .split(", ")
+    )
+    assert named == refusing, help_text
+
+
+def test_the_text_token_cap_readme_gives_generate_is_the_rule():
+    """README: Generate's `max_sequence_length` is at most the family's `max_sequence_length_max`,
+    "4096 where it has none: Qwen-Image, Z-Image, Krea 2" (generation_rules.text_tokens_problems)."""
+    from lorastudio.generation_rules import text_tokens_problems
+
+    flat = re.sub(r"\s+", " ", README.read_text(encoding="utf-8"))
+    said = re.search(r"`max_sequence_length_max` \(`/api/info`; (\d+) where it has none: ([^)]+)\)", flat)
+    assert said, "README no longer gives the cap of a family without one: update this test"
+    uncapped = [
+        f
+        for f in families.names()
+        if "max_sequence_length" in families.get(f).spec.supports
+        and not families.get(f).spec.max_sequence_length_max
+    ]
+    assert sorted(families.get(f).spec.title for f in uncapped) == sorted(
+        said[2].replace(", ", ",").split(",")
+    )
+    for f in uncapped:
+        cap = int(said[1])
+        assert text_tokens_problems(cap, f) == [] and text_tokens_problems(cap + 1, f), f
+
+
 def test_the_environment_defaults_readme_states_are_the_settings_defaults():
     """`LORASTUDIO_MAX_JSON_MB` (default 4; ...), `LORASTUDIO_MAX_DECODE_PIXELS` (default
     4096x4096): each default README gives a LORASTUDIO_* setting is the one Settings has."""

@@ -127,8 +127,8 @@ def test_every_query_parameter_readme_gives_a_route_is_one_it_takes(openapi):
     given = re.findall(r"(GET|POST|PUT|DELETE) (/api/[\w/{}.-]+)\?([\w=&]+)", PROSE)
     # `?strict=true` (a query parameter) of the upload, `?step=N` of a LoRA's download
     given += [("POST", "/api/datasets/NAME/files", q) for q in re.findall(r"`\?(strict=\w+)`", PROSE)]
-    given += [("GET", "/api/loras/NAME/file", q) for q in re.findall(r"download `\?(step=\w+)`", PROSE)]
-    assert len(given) >= 5, given
+    given += [("GET", "/api/loras/NAME/file", q) for q in re.findall(r"download `\?(step=[\w=&]+)`", PROSE)]
+    assert len(given) >= 6, given
     for method, path, query in given:
         takes = {p["name"] for p in _route(openapi, method, path).get("parameters", []) if p["in"] == "query"}
         names = {pair.split("=", 1)[0] for pair in query.split("&")}
@@ -165,8 +165,9 @@ FIELDS = [
     ('take a config as `{"config": {...}}`', "POST /api/train/start", "body", ["config"]),
     ('take a config as `{"config": {...}}`', "POST /api/train/preflight", "body", ["config"]),
     ('the resume API with `{"settings": {"steps": N}}`', "POST /api/runs/ID/resume", "body", ["settings"]),
-    ("(`loras: [{name, scale, step, sha256}]`)", "POST /api/generate", "body", ["loras[].name", "loras[].scale"]),
-    ("(`loras: [{name, scale, step, sha256}]`)", "POST /api/generate", "body", ["loras[].step", "loras[].sha256"]),
+    ("(`loras: [{name, scale, step, weights, sha256}]`)", "POST /api/generate", "body", ["loras[].name", "loras[].scale"]),
+    ("(`loras: [{name, scale, step, weights, sha256}]`)", "POST /api/generate", "body",
+     ["loras[].step", "loras[].weights", "loras[].sha256"]),
     ("then `references` in `/api/generate`", "POST /api/generate", "body", ["references"]),
     ("a negative prompt (`negative_prompt`, `generate --negative`)", "POST /api/generate", "body", ["negative_prompt"]),
     ("for a request sent with that `request_id`", "POST /api/generate", "body", ["request_id"]),
@@ -195,7 +196,39 @@ FIELDS = [
      "GET /api/runs/ID/samples", "answer", ["samples[].weights", "samples[].lora", "samples[].note"]),
     ("the answer's `total` counts every image and its `next_cursor`", "GET /api/gallery", "answer",
      ["total", "next_cursor", "images"]),
+    # session 29: EMA step files, Generate's text tokens (docs29)
+    ('`weights=ema` with it (download `?step=N&weights=ema`, `[{name, step, weights: "ema"}]`)',
+     "POST /api/generate", "body", ["loras[].weights"]),
+    ("The text tokens the prompt is read to (`max_sequence_length`, `generate --max-sequence-length`",
+     "POST /api/generate", "body", ["max_sequence_length"]),
+    ("`steps`, `max_sequence_length` (the run's: its previews read their prompt to it)",
+     "GET /api/runs/ID/samples", "answer", ["samples[].max_sequence_length"]),
+    ("each labelled with the weights it holds (`weights`: `ema` / `raw`", "GET /api/runs/ID/loras", "answer",
+     ["loras[].weights", "loras[].step"]),
 ]  # fmt: skip
+
+
+def test_each_error_readme_names_with_its_status_is_answered_so(openapi):
+    """README's "409 `JobActive`", "404 `DatasetNotFound`" (`{"error": CLASS}`): each class named
+    beside a status is a domain error api/errors.py answers with that status (its nearest mapped
+    class), so a client keyed on the body's `error` gets what README says."""
+    from lorastudio import errors
+    from lorastudio.api.errors import STATUS_CODES
+
+    named = set(re.findall(r"\b([45]\d\d)[),:;]? `([A-Z][A-Za-z]+)`", PROSE))
+    assert {("409", "JobActive"), ("409", "DatasetChanged"), ("404", "DatasetNotFound")} <= named, named
+    wrong = []
+    for status, name in sorted(named):
+        cls = getattr(errors, name, None)
+        mapped = next((STATUS_CODES[c] for c in getattr(cls, "__mro__", ()) if c in STATUS_CODES), None)
+        if mapped != int(status):
+            wrong.append(f"{status} `{name}`: answered {mapped}")
+    assert wrong == []
+    # the error body's own fields README names: a missing dataset's name, a caption edit's current text
+    assert '404 `DatasetNotFound` (`"dataset": NAME` in the body)' in PROSE
+    assert {"error", "detail", "dataset", "current"} <= set(
+        openapi["components"]["schemas"]["ErrorOut"]["properties"]
+    )
 
 
 def test_the_gallerys_paging_parameters_readme_names_are_the_routes(openapi):

@@ -117,8 +117,9 @@ def generate_cmd(
     max_sequence_length: int | None = typer.Option(
         None,
         "--max-sequence-length",
-        help="text tokens the prompt is read to, for families with a T5 / LLM text encoder (a run's "
-        "previews: the run's max_sequence_length; default: the pipeline's 512)",
+        help="text tokens the prompt is read to, for the families whose settings list max_sequence_length "
+        "(`lorastudio families`; refused for sdxl and qwen-image-edit); a run's previews: the run's "
+        "max_sequence_length; default: the pipeline's 512",
     ),
     revision: str | None = typer.Option(None, "--revision", help="hub revision"),
     base_config: str | None = typer.Option(

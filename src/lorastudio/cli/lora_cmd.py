@@ -46,9 +46,10 @@ def convert_cmd(
 def list_cmd(
     run: str = typer.Argument(..., help="a run folder, or a run name under the studio's outputs/"),
 ) -> None:
-    """A run's LoRA files by step: the snapshots (every checkpoint, every save_lora_every), then
-    the final LoRA (with EMA: the raw file, then the EMA one, each saying which weights it
-    holds); validation losses and best / last mark the raw files measured."""
+    """A run's LoRA files by step: the snapshots (every checkpoint, every save_lora_every; with
+    EMA each checkpoint's EMA file too), then the final LoRA (with EMA: the raw file, then the EMA
+    one), each saying which weights it holds; validation losses and best / last mark the raw
+    files measured."""
     from lorastudio.lora.snapshots import run_loras
     from lorastudio.settings import get_settings
     from lorastudio.training.validation_file import mark_loras, read_validation
@@ -114,8 +115,9 @@ def push_cmd(
     create: bool = typer.Option(False, "--create", help="create the repo first if it does not exist"),
     private: bool = typer.Option(False, "--private", help="with --create: make the new repo private"),
 ) -> None:
-    """Upload a run's LoRA with its sidecar, a model card and its newest samples to a hub repo,
-    with the studio's hub token (LORASTUDIO_HF_TOKEN, else huggingface_hub's login)."""
+    """Upload a run's LoRA with its sidecar (each local base or dataset path named by its last
+    part), a model card and its newest samples to a hub repo (HF_ENDPOINT's hub when set), with
+    the studio's hub token (LORASTUDIO_HF_TOKEN, else huggingface_hub's login)."""
     from lorastudio.errors import LorastudioError
     from lorastudio.lora.hub_push import push_lora
     from lorastudio.settings import get_settings

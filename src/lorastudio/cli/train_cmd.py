@@ -97,7 +97,8 @@ def train_cmd(
         None,
         "--resume",
         help="continue a run: its output folder (newest checkpoint), a run's name under outputs/, or "
-        "a checkpoint folder; --set steps=N (above its total) trains it longer",
+        "a checkpoint folder; --set steps=N (above its total) trains it longer; --set base_model=NAME "
+        "(base_config, data_dir) names a base or dataset that moved (a moved studio home), its content compared",
     ),
     gpus: int | None = typer.Option(
         None,
