@@ -181,7 +181,8 @@ def save_ema_step_lora(run: PreparedRun, state: RunState, folder: Path) -> Path:
     checkpoint (staging) `folder` of that step, <name>-step-N.ema.safetensors + sidecar
     (run_files.ema_step_name): the run's layout, header and sidecar as the final file's, with
     "steps" the step, "snapshot": true and "ema": {"decay", "update_every", "weights": "ema",
-    "updates"}; checked like it. Returns its path (in `folder`)."""
+    "updates"}, and "created_at" (modelspec.date) its own write time, as every snapshot's; checked
+    like it. Returns its path (in `folder`)."""
     if state.ema is None:
         raise ValueError("save_ema_step_lora is for a run with EMA weights")
     cfg, step = run.cfg, state.steps_run

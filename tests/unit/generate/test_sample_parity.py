@@ -135,6 +135,7 @@ def test_an_ema_checkpoints_file_is_a_loadable_lora_with_the_final_files_facts(e
     """The EMA file of step 2 lies in that step's checkpoint, with the final file's header and
     sidecar (its own step), and is listed as that step's EMA file; step 1's went with its checkpoint."""
     import json
+    from datetime import datetime
 
     from safetensors import safe_open
 
@@ -149,7 +150,10 @@ def test_an_ema_checkpoints_file_is_a_loadable_lora_with_the_final_files_facts(e
     )
     assert (step["steps"], step["ema"]["weights"], step["snapshot"]) == (2, "ema", True)
     assert step["lora_file"] == "checkpoints/step-000002/parity-ema-step-000002.ema.safetensors"
-    same = {k for k in final if k not in ("steps", "lora_file", "ema", "validation", "stopped")}
+    # created_at is each file's write time (the step's file is written at step 2, the final one
+    # after the last step: a second apart or not), so it is compared by order, not equality
+    assert datetime.fromisoformat(step["created_at"]) <= datetime.fromisoformat(final["created_at"])
+    same = {k for k in final if k not in ("steps", "lora_file", "ema", "validation", "stopped", "created_at")}
     assert {k: step[k] for k in same} == {k: final[k] for k in same}
     with safe_open(str(path), "pt") as f, safe_open(str(run_dir / "parity-ema.safetensors"), "pt") as g:
         assert set(f.keys()) == set(g.keys())

@@ -87,11 +87,14 @@ def test_a_step_loop_silent_past_its_allowance_is_stopped_then_killed_and_fails(
         assert "sent nothing for" in snap["error"] and "after step 2" in snap["error"], snap["error"]
         assert "terminated" in snap["error"] and snap["lora_path"] is None
         # the allowance (at least 1 s after the last step; 5 x the slowest step the service saw,
-        # longer on a loaded host), then the stop grace (0.5 s) and the kill grace (0.5 s)
+        # longer on a loaded host), then the stop grace (0.5 s) and the kill grace (0.5 s). The
+        # watch fires within its poll of the allowance, by the service's own clock (the silence it
+        # names, whole seconds); not bounded by this test's clock, which adds the worker's spawn,
+        # its kill and reaping: seconds more on a loaded host.
         allowed = float(re.search(r"\(allowed: (\d+) s,", snap["error"]).group(1))
-        assert allowed >= WATCH["hang_min_s"]
-        graces = WATCH["stop_grace_s"] + WATCH["kill_grace_s"]
-        assert WATCH["hang_min_s"] < took < allowed + 0.5 + graces + 4.0, (took, snap["error"])
+        silent = float(re.search(r"sent nothing for (\d+) s", snap["error"]).group(1))
+        assert allowed >= WATCH["hang_min_s"] and allowed <= silent <= allowed + 1, snap["error"]
+        assert took > WATCH["hang_min_s"], (took, snap["error"])
         with pytest.raises(ProcessLookupError):
             os.kill(snap["pid"], 0)
         assert service.arbiter.training_job is None and service.status()["busy"] is False

@@ -14,9 +14,9 @@ import torch
 from lorastudio.jobs.hardware import HostInfo, precisions_for
 from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.time_fit import fit_line
-from lorastudio.jobs.validation import validate_run
+from lorastudio.jobs.validation import ValidatedRun, validate_run
 from lorastudio.settings import Settings
-from lorastudio.timings import read_records
+from lorastudio.timings import read_records, write_record
 from lorastudio.training.loop import train
 
 CPU = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
@@ -31,11 +31,21 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-def _run(settings: Settings, model: Path, resolution: int) -> tuple[dict, dict]:
-    """The preflight's time forecast of a tiny FLUX.1 CPU run at `resolution`, then the run's record."""
+# Rounds of the three sizes at most. Load only adds time, so each size's fastest run is its least
+# disturbed measure; a quiet host passes in the first round (3 runs), a loaded one gets more tries.
+ROUNDS = 3
+
+
+def _validated(settings: Settings, model: Path, resolution: int, name: str) -> ValidatedRun:
+    """A tiny FLUX.1 CPU run of 10 steps at `resolution`, validated."""
     raw = {"family": "flux", "base_model": str(model), "data_dir": "shapes", "resolution": resolution}
-    raw |= {"steps": 10, "batch_size": 1, "output_name": f"fit{resolution}"}
-    run = validate_run(raw, settings, live_output_names=set())
+    raw |= {"steps": 10, "batch_size": 1, "output_name": name}
+    return validate_run(raw, settings, live_output_names=set())
+
+
+def _run(settings: Settings, model: Path, resolution: int, round_: int) -> tuple[dict, dict]:
+    """The preflight's time forecast of a tiny FLUX.1 CPU run at `resolution`, then the run's record."""
+    run = _validated(settings, model, resolution, f"fit{resolution}-{round_}")
     forecast = preflight_report(run, host=CPU, home=settings.home)["time"]
     train(run.worker_config, [].append, settings=settings, device="cpu")
     return forecast, read_records(settings.home)[0]
@@ -46,27 +56,46 @@ def _phase(forecast: dict, name: str) -> dict:
 
 
 def test_two_sizes_forecast_a_third_by_fixed_and_scaling_parts(
-    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], one_thread: None
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], one_thread: None, tmp_path: Path
 ) -> None:
     model = tiny_model("flux")
-    _run(settings, model, 64)
-    one, _ = _run(settings, model, 256)  # one record, of another size: the proportional rule
-    assert one["source"] == "history" and "scaled by pixels x samples" in _phase(one, "steps")["basis"]
-    fitted, measured = _run(settings, model, 128)  # two sizes recorded: the fit
-    steps = _phase(fitted, "steps")
-    assert fitted["source"] == "history" and fitted["confidence"] == "scaled"
-    assert "fitted on 2 of 2 earlier runs" in steps["basis"] and "at 2 sizes" in steps["basis"]
-    assert "fixed part" in fitted["note"]
-    # The bound. The tiny model's step is mostly a fixed cost (on the 2-core host: ~14 ms at 64 px,
-    # ~18 at 128, ~20 at 256), so the proportional rule forecast 128 px as the median of the 64 px
-    # record x 4 and the 256 px one / 4: ~2x the step it measures (+76 % on an idle host). The
-    # fit interpolates between the two records. Compared phase by phase on the steps phase, the
-    # median of the step-to-step intervals (a load spike moves single intervals, not the median),
-    # not on the wall time (a run of ~1 s on a shared host varies with the others' load); 40 %
-    # holds the three runs' drift under load and fails the old rule's ~2x.
-    got = measured["phases"]["steps"]
-    print(f"steps at 128 px: forecast {steps['seconds']} s, measured {got} s; basis: {steps['basis']}")
-    assert steps["seconds"] == pytest.approx(got, rel=0.4), (steps, measured["phases"])
+    records: dict[int, list[dict]] = {64: [], 256: [], 128: []}
+    tries = []
+    for round_ in range(ROUNDS):
+        records[64].append(_run(settings, model, 64, round_)[1])
+        one, record = _run(settings, model, 256, round_)
+        records[256].append(record)
+        fitted, record = _run(settings, model, 128, round_)
+        records[128].append(record)
+        if round_ == 0:  # the preflight's path: one record of another size, then two sizes
+            assert one["source"] == "history"
+            assert "scaled by pixels x samples" in _phase(one, "steps")["basis"]
+            steps = _phase(fitted, "steps")
+            assert fitted["source"] == "history" and fitted["confidence"] == "scaled"
+            assert "fitted on 2 of 2 earlier runs" in steps["basis"] and "at 2 sizes" in steps["basis"]
+            assert "fixed part" in fitted["note"]
+        # The bound. The tiny model's step is mostly a fixed cost (on the 2-core host: ~14 ms at 64 px,
+        # ~18 at 128, ~20 at 256), so the proportional rule forecast 128 px as the median of the 64 px
+        # record x 4 and the 256 px one / 4: ~2x the step it measures (+76 % on an idle host). The
+        # fit interpolates between the two records. Compared on the steps phase, the median of the
+        # step-to-step intervals (a load spike moves single intervals, not the median), not on the
+        # wall time. A load lasting a whole run (~1 s) moves its median too (a CI run: 128 px
+        # measured 0.331 s against 0.15 forecast): so the forecast is the preflight's from the
+        # fastest 64 and 256 px records so far, against the fastest 128 px one, each size's least
+        # disturbed. 40 % holds the drift left and fails the old rule's ~2x in every round.
+        best = {side: min(rs, key=lambda r: r["s_per_step"]) for side, rs in records.items()}
+        home = tmp_path / f"fit-{round_}"  # a history of those two records only
+        for side in (64, 256):
+            write_record(home, f"fit{side}", best[side])
+        run = _validated(settings, model, 128, f"fit128-forecast-{round_}")
+        forecast = _phase(preflight_report(run, host=CPU, home=home)["time"], "steps")
+        got = best[128]["phases"]["steps"]
+        tries.append((forecast["seconds"], got, forecast["basis"]))
+        print(f"round {round_}: steps at 128 px: forecast {forecast['seconds']} s, measured {got} s")
+        if forecast["seconds"] == pytest.approx(got, rel=0.4):
+            break
+    assert "fitted on 2 of 2 earlier runs" in tries[-1][2], tries
+    assert tries[-1][0] == pytest.approx(tries[-1][1], rel=0.4), tries
 
 
 def test_the_fit_is_bounded_at_zero_each_part() -> None:

@@ -44,10 +44,14 @@ def _forecast(settings: Settings, raw: dict) -> tuple[dict, object]:
     return preflight_report(run, host=CPU, home=settings.home)["time"], run
 
 
-def _train(settings: Settings, run: object) -> float:
+def _train(settings: Settings, run: object) -> tuple[float, float]:
+    """Train `run`; returns (its wall time by the test's clock, the span from its first event to
+    its last by the same clock). The run's own clock starts after the first and ends before the
+    second, and spans its events: its total lies between them whatever the host's load."""
+    seen: list[float] = []
     t0 = time.monotonic()
-    train(run.worker_config, [].append, settings=settings, device="cpu")  # type: ignore[attr-defined]
-    return time.monotonic() - t0
+    train(run.worker_config, lambda _: seen.append(time.monotonic()), settings=settings, device="cpu")  # type: ignore[attr-defined]
+    return time.monotonic() - t0, seen[-1] - seen[0]
 
 
 @pytest.fixture
@@ -67,14 +71,16 @@ def test_a_second_run_is_forecast_within_15_percent_from_the_first(
     cold, run = _forecast(settings, _raw(model, "first"))
     assert cold["source"] == "model" and cold["confidence"] == "guess" and "guess" in cold["note"]
     assert [p["name"] for p in cold["phases"]] == list(PHASES) and cold["total_s"] > 0
-    wall = _train(settings, run)
+    wall, events = _train(settings, run)
     (record,) = read_records(settings.home)
     assert record["steps"] == 12 and record["sample_rounds"] == 2 and record["checkpoints"] == 1
     assert record["signature"]["device_name"] == "cpu" and record["s_per_step"] > 0
     assert sum(record["phases"].values()) == pytest.approx(record["total_s"], rel=0.02)
-    # the record is the run's wall time: the same run timed from outside (a loaded host slows
-    # both alike; outside the run's own clock: train()'s checks before it and the record's write)
-    assert record["total_s"] == pytest.approx(wall, rel=0.05), (record["total_s"], wall)
+    # the record is the run's wall time: the same run timed from outside, it lies between the
+    # span of the run's events and train()'s call (outside the run's own clock: train()'s checks
+    # before it and the record's write). Not within 5 % of the call: a load spike in those parts
+    # alone moved a run of ~3 s by more on a shared 2-core host.
+    assert events <= record["total_s"] + 0.0005 and record["total_s"] <= wall + 0.0005, (record, events, wall)
 
     # the next run of the same signature is forecast as the first one measured it, phase by phase
     # (compared with its record, not with a second run's wall time: on a shared host single runs
