@@ -209,7 +209,7 @@ def validate_run(
             problems += targets.problems
             notes += [targets.not_checked] if targets.not_checked else []
     if problems or given is None or cfg is None or scan is None or model_source is None or entries is None:
-        raise ConfigError(_dedupe(problems) or [FieldProblem("(config)", "invalid request")])
+        raise ConfigError(problems or [FieldProblem("(config)", "invalid request")])
     folders = [str(p) for p in resolved_folders(cfg, settings.datasets_dir, allow_outside_root)]
     fixed = with_paths({**base, "output_name": cfg.output_name}, cfg, folders)
     # The worker re-resolves the config, so it gets the user's explicit fields as they were given.
@@ -301,16 +301,6 @@ def _as_problems(field: str, err: Exception) -> list[FieldProblem]:
     if isinstance(err, DatasetError) and err.problems:
         return [FieldProblem(field, p) for p in err.problems]
     return [FieldProblem(field, str(err))]
-
-
-def _dedupe(problems: list[FieldProblem]) -> list[FieldProblem]:
-    seen: set[tuple[str, str]] = set()
-    out = []
-    for p in problems:
-        if (p.field, p.message) not in seen:
-            seen.add((p.field, p.message))
-            out.append(p)
-    return out
 
 
 def local_models(models_dir: Path) -> list[dict[str, Any]]:

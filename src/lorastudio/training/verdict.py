@@ -91,11 +91,5 @@ def target_problems(cfg: TrainConfig) -> list[FieldProblem]:
 
 
 def dedupe(problems: Sequence[FieldProblem]) -> list[FieldProblem]:
-    """Each (field, message) once, in order."""
-    seen: set[tuple[str, str]] = set()
-    out = []
-    for p in problems:
-        if (p.field, p.message) not in seen:
-            seen.add((p.field, p.message))
-            out.append(p)
-    return out
+    """Each (field, message) once, in order (FieldProblem is frozen: equal by both)."""
+    return list(dict.fromkeys(problems))
