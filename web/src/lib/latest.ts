@@ -11,6 +11,9 @@
  *   what is shown until the new answer comes.
  * - `useAction(fn)`: one request per click: a second call while one is in flight is ignored
  *   (a double click, Enter then click), and `pending` disables the button meanwhile.
+ * - `useUnmountSignal()`: a signal aborted when the component unmounts, for a request whose
+ *   answer is for it alone (a Start, Stop or Resume: api.start's `answerSignal` drops the answer,
+ *   not the request), so an answer never lands on a screen gone (navigates, calls back).
  */
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { ApiError } from "../api/client";
@@ -108,6 +111,18 @@ export function useLoad<T>(
     loading: fetcher != null && !(mine && held.done),
     reload,
   };
+}
+
+/** `() => signal`, the signal aborted when this component unmounts (read it at call time; under
+ * StrictMode's second mount it is a fresh one). */
+export function useUnmountSignal(): () => AbortSignal {
+  const ctl = useRef(new AbortController());
+  useEffect(() => {
+    if (ctl.current.signal.aborted) ctl.current = new AbortController(); // StrictMode mounts twice
+    const mine = ctl.current;
+    return () => mine.abort();
+  }, []);
+  return useCallback(() => ctl.current.signal, []);
 }
 
 /**
