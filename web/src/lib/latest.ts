@@ -34,10 +34,18 @@ export function isAbort(err: unknown): boolean {
 /** "Latest request wins": see the module doc. The tickets of an unmounted component are never current. */
 export function useLatest(): { begin: () => Ticket; cancel: () => void } {
   const last = useRef<AbortController | null>(null);
-  useEffect(() => () => last.current?.abort(), []);
+  const alive = useRef(true);
+  useEffect(() => {
+    alive.current = true; // StrictMode mounts twice
+    return () => {
+      alive.current = false;
+      last.current?.abort();
+    };
+  }, []);
   const begin = useCallback((): Ticket => {
     last.current?.abort();
     const ctl = new AbortController();
+    if (!alive.current) ctl.abort(); // begun by an answer that came after the unmount (a reload after an action): sent for nobody
     last.current = ctl;
     return { signal: ctl.signal, current: () => last.current === ctl && !ctl.signal.aborted };
   }, []);
