@@ -18,6 +18,7 @@ import { href } from "../lib/route";
 import { chartData } from "../lib/series";
 import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { ErrorBanner } from "../components/ErrorBanner";
+import { DatasetWarnings } from "../components/DatasetWarnings";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 
@@ -133,6 +134,7 @@ export function LiveScreen() {
           {w}
         </div>
       ))}
+      <DatasetWarnings warnings={job.dataset_warnings} />
       {job.lora_path && <LoraSaved jobId={job.id} path={job.lora_path} outputName={job.output_name} />}
       {nothingKept(job) && (
         <div className="banner info" data-testid="nothing-kept">
