@@ -8,7 +8,14 @@ import math
 from typing import Any
 
 from lorastudio.jobs.worker import WorkerArgs, WorkerChannel, prepare_child
-from lorastudio.training.events import Complete, ModelLoadStarted, PlanChosen, PlanTrial, Progress
+from lorastudio.training.events import (
+    Complete,
+    DatasetWarnings,
+    ModelLoadStarted,
+    PlanChosen,
+    PlanTrial,
+    Progress,
+)
 
 _SELECTIVE = {
     "base_precision": "bf16",
@@ -56,4 +63,20 @@ def report_a_measured_plan(args: WorkerArgs, events: Any, stop_event: Any, stop_
         )
     )
     channel.emit(Complete(lora_path=None, steps_run=1, stopped=False))
+    channel.close()
+
+
+SAID = [
+    "2 image(s) are cut by more than 20% to the crop of their bucket: a.png (33% cut), b.png (33% cut)",
+    "1 validation image(s) are also training images: again.png (= a.png)",
+]
+
+
+def report_dataset_warnings(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
+    """Worker target: a run whose preflight warned about its dataset (DatasetWarnings)."""
+    prepare_child(args)
+    channel = WorkerChannel(args, events, stop_event, stop_save)
+    channel.emit(DatasetWarnings(warnings=SAID))
+    channel.emit(ModelLoadStarted(component="denoiser"))
+    channel.emit(Complete(lora_path=None, steps_run=0, stopped=False))
     channel.close()

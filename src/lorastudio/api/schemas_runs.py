@@ -188,6 +188,11 @@ class JobOut(_Out):
         description="what failed without failing the run (e.g. its final sample round after the LoRA "
         "was written: the run completed, its LoRA whole)",
     )
+    dataset_warnings: list[str] = Field(
+        default_factory=list,
+        description="what may hurt the run about its dataset, as the preflight's dataset.warnings "
+        "(images upscaled, cut to their bucket, ...): said by the run when it started",
+    )
     pid: int | None
     stop_requested: StopRequested | None
     busy: BusyOut | None = Field(
@@ -263,6 +268,11 @@ class OutputOut(_Out):
 class RunDetail(RunSummary):
     config: TrainConfigOut = Field(description="the resolved TrainConfig the run was started with")
     plan: PlanOut | None = Field(default=None, description="the plan the run used (null: none reported)")
+    dataset_warnings: list[str] = Field(
+        default_factory=list,
+        description="what may hurt the run about its dataset, as the preflight's dataset.warnings "
+        "(images upscaled, cut to their bucket, ...): said by the run when it started",
+    )
     metrics: list[MetricPoint]
     validation: list[ValidationPoint] = Field(
         default_factory=list, description="the run's validation rounds (validation_split), by step"

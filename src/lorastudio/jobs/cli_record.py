@@ -146,6 +146,9 @@ class CliRunRecord:
             self._write(lambda: self.store.update_run(job.id, status=job.status))
         if folded.plan is not None:
             self._write(lambda: self.store.set_plan(job.id, folded.plan))
+        if folded.dataset_warnings is not None:
+            said = folded.dataset_warnings
+            self._write(lambda: self.store.set_dataset_warnings(job.id, said))
         if folded.point is not None:
             self._write(lambda: self.store.add_metric(job.id, folded.point))
         elif data["type"] == "progress":

@@ -39,6 +39,7 @@ class Folded:
     plan: dict[str, Any] | None = None
     validation: dict[str, Any] | None = None  # a validation round to store: {step, loss}
     warning: str | None = None  # a warning event's message to store
+    dataset_warnings: list[str] | None = None  # the run's dataset warnings to store (None: none came)
     now_running: bool = False
     final: tuple[JobStatus, str | None] | None = None
 
@@ -86,6 +87,9 @@ def fold_event(job: Job, data: dict[str, Any]) -> Folded:
         point = {"step": data["step"], "loss": data["loss"]}  # loss None: not finite
         job.validation = [p for p in job.validation if p["step"] != point["step"]] + [point]
         return Folded(validation=point)
+    elif kind == "dataset_warnings":
+        job.dataset_warnings = list(data["warnings"])
+        return Folded(dataset_warnings=job.dataset_warnings)
     elif kind == "warning":
         job.warnings.append(data["message"])
         return Folded(warning=data["message"])

@@ -182,6 +182,8 @@ class EventPump(abc.ABC):
             self.store.add_validation(job.id, folded.validation)
         if folded.warning is not None:
             self.store.add_warning(job.id, folded.warning)
+        if folded.dataset_warnings is not None:
+            self.store.set_dataset_warnings(job.id, folded.dataset_warnings)
         if folded.point is not None:
             self.store.add_metric(job.id, folded.point)
         elif data["type"] == "progress":

@@ -124,6 +124,7 @@ class Job:
     total_steps: int | None = None  # the run's length as its last progress event said
     error: str | None = None
     warnings: list[str] = field(default_factory=list)  # what failed without failing it (warning events)
+    dataset_warnings: list[str] = field(default_factory=list)  # what may hurt it (DatasetWarnings event)
     stop_save: bool | None = None  # set when a stop was requested
     stop_reason: str | None = None  # why the service itself stopped it (hung: jobs/step_watch.py)
     generation: int = 0  # identity of the worker process that runs it (0 = none yet)
@@ -156,6 +157,7 @@ class Job:
             "steps_run": self.steps_run,
             "error": self.error,
             "warnings": list(self.warnings),
+            "dataset_warnings": list(self.dataset_warnings),
             "pid": self.pid,
             "stop_requested": None if self.stop_save is None else {"save": self.stop_save},
             "busy": self.busy,

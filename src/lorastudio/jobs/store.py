@@ -216,6 +216,12 @@ class RunStore:
         with self._tx() as cur:
             cur.execute("UPDATE runs SET plan_json=? WHERE id=?", (json.dumps(plan, allow_nan=False), run_id))
 
+    def set_dataset_warnings(self, run_id: str, warnings: list[str]) -> None:
+        """Record what may hurt a run about its dataset (its DatasetWarnings event: the preflight's
+        `dataset.warnings`). A later call replaces them (a resume scans again)."""
+        with self._tx() as cur:
+            cur.execute("UPDATE runs SET dataset_warnings_json=? WHERE id=?", (json.dumps(warnings), run_id))
+
     def add_warning(self, run_id: str, message: str, *, output_name: str | None = None) -> bool:
         """Add one warning to a run's record (a part of the run that failed without failing it:
         the engine's warning event; what a clean-up removed of a killed run), in one statement
@@ -278,7 +284,8 @@ class RunStore:
         dead = self.settle_dead_owners()
         with self._lock:
             row = self._conn.execute(
-                f"SELECT {', '.join(RUN_COLUMNS)}, config_json, plan_json, warnings_json FROM runs WHERE id=?",
+                f"SELECT {', '.join(RUN_COLUMNS)}, config_json, plan_json, warnings_json, dataset_warnings_json"
+                " FROM runs WHERE id=?",
                 (run_id,),
             ).fetchone()
             if row is None:
@@ -296,6 +303,7 @@ class RunStore:
         run["config"] = json_read.loads(run.pop("config_json"))
         plan = run.pop("plan_json")
         run["plan"] = json_read.loads(plan) if plan else None
+        run["dataset_warnings"] = _warnings(run.pop("dataset_warnings_json"))
         points = [dict(m) for m in metrics]
         if len(points) > max_points:
             every = -(-len(points) // max_points)

@@ -78,6 +78,7 @@ ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
     ("owner_pid", "INTEGER"),  # the `lorastudio train` process of a CLI run, the server of a service run
     ("owner_start", "TEXT"),  # its processes.start_token (a reused pid is another process)
     ("warnings_json", "TEXT"),  # a JSON list: what failed without failing the run (warning events)
+    ("dataset_warnings_json", "TEXT"),  # a JSON list: the dataset scan's warnings (DatasetWarnings event)
 )
 
 

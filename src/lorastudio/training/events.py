@@ -97,6 +97,15 @@ class RunWarning(_Event):
     message: str
 
 
+class DatasetWarnings(_Event):
+    """What may hurt the run about its dataset (data/scan_warnings.py: the job service's preflight
+    lists the same as its `dataset.warnings`), emitted once after the run's preflight when there
+    is any: the run record keeps them (`dataset_warnings`), its log states them too."""
+
+    type: Literal["dataset_warnings"] = "dataset_warnings"
+    warnings: list[str]
+
+
 class PlanTrial(BaseModel):
     """One candidate plan measured by the plan chooser: its settings (as in PlanChosen), the
     measured seconds per sample and peak GPU memory, or why it could not run (out of memory)."""
@@ -164,6 +173,7 @@ Event = Annotated[
     | SampleReady
     | Validated
     | RunWarning
+    | DatasetWarnings
     | Complete
     | Error,
     Field(discriminator="type"),

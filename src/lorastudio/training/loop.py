@@ -80,6 +80,7 @@ from lorastudio.training.distributed import (
 )
 from lorastudio.training.events import (
     Complete,
+    DatasetWarnings,
     Emit,
     Error,
     RunWarning,
@@ -189,6 +190,8 @@ def train(
             lambda: scan_progress(emit, should_stop),
             should_stop,
         )
+        if run.dataset_warnings:  # the run record keeps them (rank 0's emit only)
+            emit(DatasetWarnings(warnings=list(run.dataset_warnings)))
         if state.resume is not None:
             _note_extension(run, state)
         if wants_compile(run.cfg.compile, run.device):

@@ -57,6 +57,7 @@ class PreparedRun:
     validation_labels: tuple[
         str, ...
     ] = ()  # Holdout.labels: the entries that name them (data.items.item_name)
+    dataset_warnings: tuple[str, ...] = ()  # data/scan_warnings.py: logged, and emitted (DatasetWarnings)
 
 
 def resolve_model_source(
@@ -200,7 +201,8 @@ def _preflight(
     scan = holdout.train
     from lorastudio.data.scan_warnings import scan_warnings
 
-    for warning in scan_warnings(scan, resolved, holdout):  # the job service's preflight lists them too
+    warnings = tuple(scan_warnings(scan, resolved, holdout))  # the job service's preflight lists them too
+    for warning in warnings:
         log.warning("%s", warning)
     from lorastudio.basemodels import resolve_base
     from lorastudio.basemodels.single_file import base_updates
@@ -247,7 +249,9 @@ def _preflight(
     if problems:
         raise ConfigError(problems)
     dtype = pick_dtype(resolved.base_precision, dev)
-    return PreparedRun(resolved, family, scan, run_dir, dev, dtype, holdout.validation, holdout.labels)
+    return PreparedRun(
+        resolved, family, scan, run_dir, dev, dtype, holdout.validation, holdout.labels, warnings
+    )
 
 
 def scan_progress(emit: Emit, should_stop: StopCheck | None) -> DecodeProgress:

@@ -202,3 +202,19 @@ def test_a_run_cut_short_inside_the_engine_is_recorded_interrupted(tiny_model, s
     done.abort("interrupted by Ctrl-C")
     done.close()
     assert store_of().get_run(done.run_id)["status"] == "completed"
+
+
+def test_a_cli_runs_record_keeps_its_dataset_warnings(tiny_model, sample_dataset, tmp_path, run_settings):
+    """The warnings the run said about its dataset (its DatasetWarnings event) are in its record
+    as `dataset_warnings` (RELIABILITY 847), not among its `warnings` (nothing failed)."""
+    over = {"steps": 1, "resolution": 32, "output_name": "warned-cli"}
+    result = _train(tmp_path, run_settings("flux", tiny_model("flux"), sample_dataset, over))
+    assert result.exit_code == 0, result.output
+    store = RunStore.open(get_settings().db_path, recover=False)
+    try:
+        run = store.get_run(store.list_runs()[0]["id"])
+    finally:
+        store.close()
+    (cut,) = [w for w in run["dataset_warnings"] if "to the crop of their bucket" in w]
+    assert "shape_06.png (33% cut), shape_07.png (33% cut)" in cut
+    assert run["warnings"] == []

@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from lorastudio.settings import get_settings
+from lorastudio.training.loop import train
 from lorastudio.training.preflight import preflight
 
 
@@ -28,9 +29,26 @@ def test_a_run_logs_the_preflights_cut_and_overlap_warnings(
     (held / "other.txt").write_text("a different caption of another image")
     cfg = make_config(data_dir=str(sample_dataset), resolution=32, validation_split=str(held))
     caplog.set_level(logging.WARNING, logger="lorastudio")
-    preflight(cfg, get_settings(), "cpu")
+    prepared = preflight(cfg, get_settings(), "cpu")
     said = [r.getMessage() for r in caplog.records if r.name == "lorastudio.training.preflight"]
     cut = [m for m in said if "to the crop of their bucket" in m]
     assert len(cut) == 1 and "shape_06.png (33% cut), shape_07.png (33% cut)" in cut[0], said
     overlap = [m for m in said if "are also training images" in m]
     assert len(overlap) == 1 and "again.png (= shape_00.png)" in overlap[0], said
+    assert list(prepared.dataset_warnings) == [*cut, *overlap]  # what the run's record keeps (fix 847)
+
+
+def test_a_run_reports_its_dataset_warnings_once_before_its_first_step(
+    make_config, sample_dataset: Path
+) -> None:
+    """The run's DatasetWarnings event (the record's `dataset_warnings`, the Live and run pages):
+    the preflight's words, once, before the first step."""
+    cfg = make_config(data_dir=str(sample_dataset), resolution=32, steps=1, output_name="warned")
+    events: list = []
+    train(cfg, events.append, device="cpu")
+    said = [e for e in events if e.type == "dataset_warnings"]
+    assert len(said) == 1, [e.type for e in events]
+    (cut,) = [w for w in said[0].warnings if "to the crop of their bucket" in w]
+    assert "shape_06.png (33% cut), shape_07.png (33% cut)" in cut
+    types = [e.type for e in events]
+    assert types.index("dataset_warnings") < types.index("progress")

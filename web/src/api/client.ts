@@ -103,8 +103,37 @@ export async function request<T>(method: string, url: string, body?: unknown, in
 /** `signal`: aborts the request (it then rejects with the fetch's AbortError; see lib/latest.ts). */
 export const get = <T>(url: string, signal?: AbortSignal) => request<T>("GET", url, undefined, signal && { signal });
 export const post = <T>(url: string, body?: unknown, signal?: AbortSignal) => request<T>("POST", url, body, signal && { signal });
+/**
+ * POST a request whose effect on the server must stand (a Start, a Stop, a Resume): aborting
+ * `answerSignal` (the screen that sent it unmounted) stops waiting for its answer, which the
+ * returned promise then rejects with an AbortError, but not the request itself: a Start sent
+ * stays started. (Aborting the fetch could cancel it before the server read it.)
+ */
+export const postEffect = <T>(url: string, body?: unknown, answerSignal?: AbortSignal) =>
+  unheeded(request<T>("POST", url, body), answerSignal);
 export const put = <T>(url: string, body?: unknown) => request<T>("PUT", url, body);
 export const del = <T>(url: string) => request<T>("DELETE", url);
+
+/** `answer`, or an AbortError once `signal` aborts (the answer is then dropped unread). */
+export function unheeded<T>(answer: Promise<T>, signal?: AbortSignal): Promise<T> {
+  if (!signal) return answer;
+  answer.catch(() => undefined); // dropped: its refusal is nobody's unhandled rejection
+  return new Promise<T>((resolve, reject) => {
+    const drop = () => reject(new DOMException("the answer is no longer awaited", "AbortError"));
+    if (signal.aborted) return drop();
+    signal.addEventListener("abort", drop, { once: true });
+    answer.then(
+      (v) => {
+        signal.removeEventListener("abort", drop);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener("abort", drop);
+        reject(e);
+      },
+    );
+  });
+}
 
 /** Encode one path segment (dataset, file or run name). */
 export const seg = (s: string) => encodeURIComponent(s);

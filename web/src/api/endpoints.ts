@@ -4,7 +4,7 @@
  * A GET's last argument `signal` aborts it (lib/latest.ts: an answer for what is no longer shown).
  */
 import { withToken } from "./auth";
-import { del, get, post, postWithProgress, put, seg } from "./client";
+import { del, get, post, postEffect, postWithProgress, put, seg } from "./client";
 import type {
   BulkCaptionBody,
   BulkCaptionResult,
@@ -107,8 +107,10 @@ export const api = {
   cancelCaption: (id: string) => post<CaptionJob>(`/api/captions/${seg(id)}/cancel`),
 
   preflight: (config: Partial<TrainConfig>, signal?: AbortSignal) => post<PreflightReport>("/api/train/preflight", { config }, signal),
-  start: (config: Partial<TrainConfig>, queue = true) => post<Job>("/api/train/start", { config, queue }),
-  stop: (body: StopBody) => post<Job>("/api/train/stop", body),
+  /** `answerSignal` (here and on stop, resumeRun): drops the answer, not the request (client.postEffect). */
+  start: (config: Partial<TrainConfig>, queue = true, answerSignal?: AbortSignal) =>
+    postEffect<Job>("/api/train/start", { config, queue }, answerSignal),
+  stop: (body: StopBody, answerSignal?: AbortSignal) => postEffect<Job>("/api/train/stop", body, answerSignal),
   status: (since?: number, signal?: AbortSignal) => get<TrainStatus>(`/api/train/status${since != null ? `?since=${since}` : ""}`, signal),
   /** The event stream's URL (a function: the token may be set after load). */
   eventsUrl: () => withToken("/api/train/events"),
@@ -130,7 +132,8 @@ export const api = {
   /** The last `lines` lines of a run's worker log (bounded by the server). */
   runLog: (id: string, lines = 500, signal?: AbortSignal) => get<RunLog>(`/api/runs/${seg(id)}/log?lines=${lines}`, signal),
   /** Continue a stopped/failed run from its newest checkpoint (or `body.checkpoint`). */
-  resumeRun: (id: string, body: ResumeBody = {}) => post<Job>(`/api/runs/${seg(id)}/resume`, body),
+  resumeRun: (id: string, body: ResumeBody = {}, answerSignal?: AbortSignal) =>
+    postEffect<Job>(`/api/runs/${seg(id)}/resume`, body, answerSignal),
 
   loras: (family?: string, signal?: AbortSignal) => get<LoraList>(`/api/loras${family ? `?family=${seg(family)}` : ""}`, signal),
   /** Download URL of a trained LoRA's .safetensors (served as an attachment); `step`: the raw

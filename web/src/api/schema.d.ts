@@ -2386,6 +2386,11 @@ export interface components {
             config: components["schemas"]["TrainConfigOut"];
             /** Created At */
             created_at: string;
+            /**
+             * Dataset Warnings
+             * @description what may hurt the run about its dataset, as the preflight's dataset.warnings (images upscaled, cut to their bucket, ...): said by the run when it started
+             */
+            dataset_warnings?: string[];
             /** Error */
             error: string | null;
             /** Family */
@@ -3566,6 +3571,11 @@ export interface components {
             config: components["schemas"]["TrainConfigOut"];
             /** Created At */
             created_at: string;
+            /**
+             * Dataset Warnings
+             * @description what may hurt the run about its dataset, as the preflight's dataset.warnings (images upscaled, cut to their bucket, ...): said by the run when it started
+             */
+            dataset_warnings?: string[];
             /** Error */
             error: string | null;
             /** Family */

@@ -30,6 +30,7 @@ export const EVENT_TYPES = [
   "validation",
   "complete",
   "warning",
+  "dataset_warnings",
   "error",
   "status",
   "busy",

@@ -1,6 +1,6 @@
 import { useState } from "react";
 import { api } from "../api/endpoints";
-import { useAction } from "../lib/latest";
+import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { allRelocated, movedPaths, otherProblems, relocatedSettings, type MovedPath } from "../lib/relocation";
 import type { Checkpoint, Job, RunSummary } from "../api/types";
 import { MovedPathFields } from "./MovedPathFields";
@@ -27,14 +27,16 @@ interface Props {
 export function ResumeButton({ run, checkpoints, onResumed, onError }: Props) {
   const [picked, setPicked] = useState<string | null>(null);
   const [moved, setMoved] = useState<MovedPath[]>([]); // paths the server found nothing at
+  const mounted = useUnmountSignal();
   const [places, setPlaces] = useState<Record<string, string>>({}); // where the user says each is now
   // one request per click: a double click resumes once (before the early return: a hook)
   const action = useAction(async (checkpoint?: string) => {
     const settings = relocatedSettings(moved, places);
     const body = { ...(checkpoint ? { checkpoint } : {}), ...(Object.keys(settings).length ? { settings } : {}) };
     try {
-      onResumed(await api.resumeRun(run.id, body));
+      onResumed(await api.resumeRun(run.id, body, mounted())); // left meanwhile: it resumes, nobody is called back
     } catch (err) {
+      if (isAbort(err)) return;
       const found = movedPaths(err);
       if (!found.length) return onError(err instanceof Error ? err.message : String(err));
       setMoved(found);

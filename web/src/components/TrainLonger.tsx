@@ -2,7 +2,7 @@ import { useId, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { placeProblems } from "../lib/problems";
-import { useAction } from "../lib/latest";
+import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { allRelocated, movedPaths, relocatedSettings, type MovedPath } from "../lib/relocation";
 import type { Job, RunSummary } from "../api/types";
 import { MovedPathFields } from "./MovedPathFields";
@@ -33,13 +33,16 @@ export function TrainLonger({ run, onStarted, onError }: Props) {
   const [refused, setRefused] = useState<string | null>(null);
   const noteId = useId(); // the note under the input says what the steps do, or why they are refused
   const [moved, setMoved] = useState<MovedPath[]>([]); // paths the server found nothing at
+  const mounted = useUnmountSignal();
   const [places, setPlaces] = useState<Record<string, string>>({}); // where the user says each is now
   // one request per click: Enter and a click start one run
   const action = useAction(async (steps: number) => {
     setRefused(null);
     try {
-      onStarted(await api.resumeRun(run.id, { settings: { steps, ...relocatedSettings(moved, places) } }));
+      const settings = { steps, ...relocatedSettings(moved, places) };
+      onStarted(await api.resumeRun(run.id, { settings }, mounted())); // left meanwhile: it runs, nobody is called back
     } catch (err) {
+      if (isAbort(err)) return;
       const found = movedPaths(err);
       if (found.length) setMoved(found);
       const mine = (f: string) =>

@@ -5,10 +5,11 @@
  * outside the screen (lib/generationInFlight): a screen mounted while one runs follows it.
  */
 import { useEffect, useRef, useState } from "react";
-import { ApiError } from "../api/client";
+import { ApiError, unheeded } from "../api/client";
 import { api } from "../api/endpoints";
 import { type InFlight, inFlight } from "./generationInFlight";
 import { baseChanged, changedLoras } from "./generateRequest";
+import { isAbort, useUnmountSignal } from "./latest";
 import { placeProblems } from "./problems";
 
 /** The GenerateBody fields the form has an input for (a problem of another goes to the banner only). */
@@ -30,6 +31,7 @@ export function useGenerationView(loadGallery: (select?: string) => Promise<void
   const [staleBase, setStaleBase] = useState<string | null>(null); // the base model refused as changed (base_identity)
   // a generation in flight: a second submit (Enter twice, Ctrl+Enter and a click) sends nothing
   const generating = useRef(false);
+  const mounted = useUnmountSignal();
 
   /** Show `flight` until it ends: busy (Cancel) meanwhile, then its image, or what went wrong (each
    * problem next to its input). Also a generation sent before this screen was last left. */
@@ -43,11 +45,13 @@ export function useGenerationView(loadGallery: (select?: string) => Promise<void
     setChanged([]);
     setStaleBase(null);
     try {
-      const res = await flight.result;
+      // left meanwhile: the flight goes on (lib/generationInFlight: the next screen follows it), this view hears nothing
+      const res = await unheeded(flight.result, mounted());
       setGeneral(null);
       setSeconds(res.seconds);
       await loadGallery(res.file);
     } catch (err) {
+      if (isAbort(err)) return;
       if (flight.cancelled && err instanceof ApiError && err.status === 409) {
         setGeneral(null); // the server stopped it between denoising steps: nothing kept
         setNotice("Generation cancelled: nothing was kept.");

@@ -1,9 +1,9 @@
-import { act, render, screen, waitFor } from "@testing-library/react";
+import { act, render, renderHook, screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { api } from "../api/endpoints";
 import { deferFetch } from "../test/fixtures";
-import { useAction, useLoad } from "./latest";
+import { useAction, useLatest, useLoad, useUnmountSignal } from "./latest";
 
 afterEach(() => vi.unstubAllGlobals());
 
@@ -77,5 +77,26 @@ describe("useAction", () => {
     await waitFor(() => expect(button).toHaveTextContent("go"));
     await userEvent.click(button);
     expect(fn).toHaveBeenCalledTimes(2);
+  });
+});
+
+describe("after the unmount", () => {
+  it("a request begun by a late answer (a reload after an action) is sent for nobody: aborted, never current", () => {
+    const { result, unmount } = renderHook(() => useLatest());
+    const before = result.current.begin();
+    expect(before.signal.aborted).toBe(false);
+    unmount();
+    expect(before.signal.aborted).toBe(true);
+    const late = result.current.begin();
+    expect(late.signal.aborted).toBe(true);
+    expect(late.current()).toBe(false);
+  });
+
+  it("useUnmountSignal aborts on unmount, not before (StrictMode's second mount included)", () => {
+    const { result, unmount } = renderHook(() => useUnmountSignal(), { reactStrictMode: true });
+    const signal = result.current();
+    expect(signal.aborted).toBe(false);
+    unmount();
+    expect(signal.aborted).toBe(true);
   });
 });

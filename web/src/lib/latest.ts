@@ -11,6 +11,9 @@
  *   what is shown until the new answer comes.
  * - `useAction(fn)`: one request per click: a second call while one is in flight is ignored
  *   (a double click, Enter then click), and `pending` disables the button meanwhile.
+ * - `useUnmountSignal()`: a signal aborted when the component unmounts, for a request whose
+ *   answer is for it alone (a Start, Stop or Resume: api.start's `answerSignal` drops the answer,
+ *   not the request), so an answer never lands on a screen gone (navigates, calls back).
  */
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { ApiError } from "../api/client";
@@ -31,10 +34,18 @@ export function isAbort(err: unknown): boolean {
 /** "Latest request wins": see the module doc. The tickets of an unmounted component are never current. */
 export function useLatest(): { begin: () => Ticket; cancel: () => void } {
   const last = useRef<AbortController | null>(null);
-  useEffect(() => () => last.current?.abort(), []);
+  const alive = useRef(true);
+  useEffect(() => {
+    alive.current = true; // StrictMode mounts twice
+    return () => {
+      alive.current = false;
+      last.current?.abort();
+    };
+  }, []);
   const begin = useCallback((): Ticket => {
     last.current?.abort();
     const ctl = new AbortController();
+    if (!alive.current) ctl.abort(); // begun by an answer that came after the unmount (a reload after an action): sent for nobody
     last.current = ctl;
     return { signal: ctl.signal, current: () => last.current === ctl && !ctl.signal.aborted };
   }, []);
@@ -108,6 +119,18 @@ export function useLoad<T>(
     loading: fetcher != null && !(mine && held.done),
     reload,
   };
+}
+
+/** `() => signal`, the signal aborted when this component unmounts (read it at call time; under
+ * StrictMode's second mount it is a fresh one). */
+export function useUnmountSignal(): () => AbortSignal {
+  const ctl = useRef(new AbortController());
+  useEffect(() => {
+    if (ctl.current.signal.aborted) ctl.current = new AbortController(); // StrictMode mounts twice
+    const mine = ctl.current;
+    return () => mine.abort();
+  }, []);
+  return useCallback(() => ctl.current.signal, []);
 }
 
 /**

@@ -16,8 +16,9 @@ import { etaSeconds, observeStep, type StepClock } from "../lib/stepClock";
 import { describePhase } from "../lib/phase";
 import { href } from "../lib/route";
 import { chartData } from "../lib/series";
-import { useAction } from "../lib/latest";
+import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { ErrorBanner } from "../components/ErrorBanner";
+import { DatasetWarnings } from "../components/DatasetWarnings";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 
@@ -41,13 +42,15 @@ export function LiveScreen() {
   const { job, series, status, refresh, connected, error: statusError } = useTraining();
   const [asking, setAsking] = useState(false);
   const [error, setError] = useState<string | null>(null);
+  const mounted = useUnmountSignal();
   // one stop request per click (Stop and save clicked twice sends one)
   const stopAction = useAction(async (save: boolean, jobId: string) => {
     try {
-      await api.stop({ save, job_id: jobId });
+      await api.stop({ save, job_id: jobId }, mounted()); // left meanwhile: the stop stands, its answer is dropped
       setAsking(false);
       await refresh();
     } catch (err) {
+      if (isAbort(err)) return;
       setError(err instanceof Error ? err.message : String(err));
     }
   });
@@ -55,8 +58,9 @@ export function LiveScreen() {
   // cancel a queued job: one request per click; a refusal is shown
   const dequeue = useAction(async (jobId: string) => {
     try {
-      await api.stop({ save: false, job_id: jobId });
+      await api.stop({ save: false, job_id: jobId }, mounted());
     } catch (err) {
+      if (isAbort(err)) return;
       setError(err instanceof Error ? err.message : String(err));
     }
     await refresh().catch(() => undefined);
@@ -130,6 +134,7 @@ export function LiveScreen() {
           {w}
         </div>
       ))}
+      <DatasetWarnings warnings={job.dataset_warnings} />
       {job.lora_path && <LoraSaved jobId={job.id} path={job.lora_path} outputName={job.output_name} />}
       {nothingKept(job) && (
         <div className="banner info" data-testid="nothing-kept">

@@ -15,6 +15,7 @@ import { chartData, fromPoints } from "../lib/series";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { Crumb } from "../components/Crumb";
 import { loadMessage, useAction, useLoad } from "../lib/latest";
+import { DatasetWarnings } from "../components/DatasetWarnings";
 
 /**
  * One run: the plan it used, its chart, sample previews, its worker log, checkpoints (resume from a picked
@@ -89,6 +90,7 @@ export function RunDetailScreen({ id }: { id: string }) {
           {w}
         </div>
       ))}
+      <DatasetWarnings warnings={run.dataset_warnings} />
       <div className="card">
         <div className="stats">
           <Stat label="Family">{run.family}</Stat>

@@ -1,5 +1,5 @@
 import { useEffect, useMemo, useRef, useState } from "react";
-import { ApiError } from "../api/client";
+import { ApiError, unheeded } from "../api/client";
 import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import { useModelChoices } from "../api/models";
@@ -15,7 +15,7 @@ import { PreflightPanel } from "../components/PreflightPanel";
 import { trainControls } from "../components/TrainControls";
 import { useCloneValues } from "../lib/clone";
 import { placeProblems } from "../lib/problems";
-import { isAbort, useLatest } from "../lib/latest";
+import { isAbort, useLatest, useUnmountSignal } from "../lib/latest";
 import { href, navigate } from "../lib/route";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { clearDraft, loadDraft, useDraft } from "../lib/draft";
@@ -72,6 +72,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
   const [busy, setBusy] = useState<"check" | "start" | null>(null);
   // the Check in flight: an edit drops it (its report would be of settings no longer in the form)
   const checks = useLatest();
+  const mounted = useUnmountSignal();
   // a Check or Start in flight: a second submit (Enter twice, Enter and a click) sends nothing
   const submitting = useRef(false);
 
@@ -170,8 +171,10 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         if (!blocked) setReport(report);
         setErrors(own);
       } else {
-        await api.start(built.config);
-        clearDraft(TRAIN_DRAFT); // used: the run's settings are on its page (Clone repeats them)
+        const started = api.start(built.config);
+        // used once started (even if this screen was left meanwhile): the run's settings are on its page (Clone repeats them)
+        started.then(() => clearDraft(TRAIN_DRAFT), () => undefined);
+        await unheeded(started, mounted()); // left meanwhile: the run starts, this screen hears nothing (no jump to Live)
         await refresh();
         navigate("live");
       }
