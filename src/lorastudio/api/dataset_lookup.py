@@ -55,8 +55,20 @@ def listed_dataset(settings: Settings, name: str) -> Path:
         return hand_named
     folder = root / safe_component(name, field="dataset name")
     if not (folder.is_symlink() or folder.is_dir()):
+        _busy_if_being_made(settings, folder)
         raise DatasetNotFound(name)
     return folder
+
+
+def _busy_if_being_made(settings: Settings, folder: Path) -> None:
+    """A dataset not there yet may be being made under its name (a kohya import commits into
+    its folder's claim before the folder is listed): a delete or rename of it is then the
+    claim's 409 naming that holder, not a 404. Takes and drops a brief write claim."""
+    from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
+
+    holder = f"an edit of dataset {folder.name!r} through the lorastudio server"
+    with DatasetClaim.take(settings.home, settings.datasets_dir, [folder], WRITE, holder, brief=True):
+        pass
 
 
 def listed_dataset_dep(name: str, settings: Settings = Depends(settings_dep)) -> Path:
