@@ -1,8 +1,7 @@
 import { render, screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { RunSummary } from "../api/types";
-import { mockFetch } from "../test/fixtures";
+import { mockFetch, stoppedRun } from "../test/fixtures";
 import { ResumeButton } from "./ResumeButton";
 import { TrainLonger } from "./TrainLonger";
 
@@ -27,22 +26,7 @@ const refusal = (...problems: { field: string; message: string }[]) => ({
   },
 });
 
-const RUN: RunSummary = {
-  id: "abc123",
-  output_name: "portrait",
-  family: "flux",
-  status: "stopped",
-  created_at: "2025-01-01T00:00:00Z",
-  started_at: "2025-01-01T00:00:01Z",
-  finished_at: "2025-01-01T00:10:00Z",
-  steps_run: 120,
-  total_steps: 1000,
-  last_loss: 0.1,
-  error: null,
-  resume_step: 100,
-  lora_file: true,
-  train_longer: { from_step: 100, steps: 1000 },
-};
+const RUN = stoppedRun({ train_longer: { from_step: 100, steps: 1000 } });
 
 afterEach(() => vi.unstubAllGlobals());
 

@@ -1,25 +1,11 @@
 import { render, screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { Checkpoint, RunSummary } from "../api/types";
-import { mockFetch } from "../test/fixtures";
+import type { Checkpoint } from "../api/types";
+import { mockFetch, stoppedRun } from "../test/fixtures";
 import { ResumeButton } from "./ResumeButton";
 
-const RUN: RunSummary = {
-  id: "abc123",
-  output_name: "portrait",
-  family: "flux",
-  status: "stopped",
-  created_at: "2025-01-01T00:00:00Z",
-  started_at: "2025-01-01T00:00:01Z",
-  finished_at: "2025-01-01T00:10:00Z",
-  steps_run: 120,
-  total_steps: 1000,
-  last_loss: 0.1,
-  error: null,
-  resume_step: 100,
-  lora_file: true,
-};
+const RUN = stoppedRun();
 const CHECKPOINTS: Checkpoint[] = [50, 75, 100].map((step) => ({
   name: `step-${step}`,
   step,

@@ -8,12 +8,11 @@ import { act, render, screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { TrainingProvider } from "../api/training";
-import type { RunSummary } from "../api/types";
 import { ResumeButton } from "../components/ResumeButton";
 import { TrainLonger } from "../components/TrainLonger";
 import { loadDraft } from "../lib/draft";
 import { forgetGeneration, inFlight } from "../lib/generationInFlight";
-import { deferFetch, galleryImage, INFO, JOB } from "../test/fixtures";
+import { deferFetch, galleryImage, INFO, JOB, stoppedRun } from "../test/fixtures";
 import { renderWithProviders } from "../test/render";
 import { GenerateScreen } from "./GenerateScreen";
 import { input, mockTrainServer, renderTrain } from "../test/trainServer";
@@ -29,22 +28,7 @@ class SilentEventSource {
   close() {}
 }
 
-const RUN: RunSummary = {
-  id: "abc123",
-  output_name: "portrait",
-  family: "flux",
-  status: "stopped",
-  created_at: "2025-01-01T00:00:00Z",
-  started_at: "2025-01-01T00:00:01Z",
-  finished_at: "2025-01-01T00:10:00Z",
-  steps_run: 120,
-  total_steps: 1000,
-  last_loss: 0.1,
-  error: null,
-  resume_step: 100,
-  lora_file: true,
-  train_longer: { from_step: 100, steps: 1000 },
-};
+const RUN = stoppedRun({ train_longer: { from_step: 100, steps: 1000 } });
 
 /** Long enough for an answer's promise chain (all microtasks here) to have run out. */
 const settle = () => act(() => new Promise((r) => setTimeout(r, 50)));

@@ -1,6 +1,6 @@
 /** Test data in the server's shapes, and a fetch double that answers per route. */
 import { vi } from "vitest";
-import type { CatalogueModel, DatasetDetail, GalleryImage, Info, RunDetail } from "../api/types";
+import type { CatalogueModel, DatasetDetail, GalleryImage, Info, RunDetail, RunSummary } from "../api/types";
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import { SERVER_RULES } from "./serverRules.gen";
 
@@ -192,6 +192,26 @@ export const JOB = {
   stop_requested: null,
   config: {},
 };
+
+/** A stopped FLUX.1 run ("portrait", id abc123) resumable from step 100, as the run list gives it. */
+export function stoppedRun(extra: Partial<RunSummary> = {}): RunSummary {
+  return {
+    id: "abc123",
+    output_name: "portrait",
+    family: "flux",
+    status: "stopped",
+    created_at: "2025-01-01T00:00:00Z",
+    started_at: "2025-01-01T00:00:01Z",
+    finished_at: "2025-01-01T00:10:00Z",
+    steps_run: 120,
+    total_steps: 1000,
+    last_loss: 0.1,
+    error: null,
+    resume_step: 100,
+    lora_file: true,
+    ...extra,
+  };
+}
 
 /** A stopped FLUX.1 run ("portrait", id r1) whose files are under `out`, with two loss points. */
 export function runDetail(out = "/home/u/.lorastudio/outputs/portrait"): RunDetail {
