@@ -21,7 +21,7 @@ through the server, or use another LORASTUDIO_HOME); see jobs/homelock.py. `--ch
 (it trains and writes nothing), so it runs beside a server.
 
 Config file loading and --set overrides are in cli/config_file.py; the progress display and the
-Ctrl-C stop handler in cli/run_display.py; the torchrun launch of `--gpus N` in cli/train_launch.py.
+Ctrl-C stop handler in cli/run_display.py; the torchrun launch of `--gpus N` in cli/train_launch.py; what it trains (config or checkpoint) in cli/train_source.py.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from lorastudio.cli.config_file import apply_overrides, load_config_file, locali
 from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, loader_warnings, quiet_libraries
 from lorastudio.cli.termination import Terminated, refusal_status
 from lorastudio.cli.train_launch import bind_to_agent, check_launch, launch
+from lorastudio.cli.train_source import resume_folder, run_config
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.jobs.dataset_claims import claim_cli_run
 from lorastudio.jobs.launch_report import RUN_ID_ENV, note_rank_failure, note_rank_state
@@ -52,32 +53,6 @@ EXIT_INTERRUPTED = 130  # stopped by Ctrl-C or SIGTERM (saved or not: the comman
 
 def register(app: typer.Typer) -> None:
     app.command("train")(train_cmd)
-
-
-def _run_config(config: Path | None, overrides: list[str], resume: Path | None) -> tuple[Any, Path | None]:
-    """(TrainConfig, checkpoint folder or None) of a `train` command. Without CONFIG, --resume
-    takes the checkpoint's settings with --set overrides (only those that do not change the
-    maths). Raises ConfigError (no CONFIG and no --resume, bad settings), NotFound."""
-    from lorastudio.config import parse_train_config
-    from lorastudio.jobs.validation import with_resolved_base
-    from lorastudio.settings import get_settings
-    from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
-    from lorastudio.training.identity_base import RELOCATABLE
-    from lorastudio.training.relocation import moved_problems
-
-    checkpoint = find_checkpoint(resume.resolve()) if resume is not None else None
-    if config is not None:  # base_model as the job service stores it (a checkpoint's is already)
-        data = localize_paths(apply_overrides(load_config_file(config), overrides))
-        return with_resolved_base(parse_train_config(data), get_settings()), checkpoint
-    if checkpoint is not None:  # --set paths taken against this directory, as in a config file
-        given = localize_paths(apply_overrides({}, overrides))
-        data = resume_settings(read_checkpoint_info(checkpoint), given)
-        moved = moved_problems(data)  # a base or dataset recorded where it is no more (a moved home)
-        if moved:
-            raise ConfigError(moved)
-        cfg = parse_train_config(data)
-        return (with_resolved_base(cfg, get_settings()) if RELOCATABLE & set(given) else cfg), checkpoint
-    raise ConfigError([FieldProblem("config", "give a config file, or --resume a run folder or checkpoint")])
 
 
 def train_cmd(
@@ -137,7 +112,7 @@ def train_cmd(
     stopper: StopOnInterrupt | None = None  # the run's own Ctrl-C / SIGTERM handler, once installed
     ranks = 0  # the processes of a --gpus launch, once started (a SIGTERM then ends them)
     try:
-        resume = _resume_folder(resume) if resume is not None else None
+        resume = resume_folder(resume) if resume is not None else None
         settings = [*overrides, f"num_gpus={gpus}"] if gpus is not None else overrides
         if (
             check and not launched and config is not None and resume is None
@@ -153,10 +128,10 @@ def train_cmd(
             remove_killed_staging()  # a killed import's datasets/.uploads staging (data/staging_owner.py)
         if not launched and config is not None and resume is None:
             _check_fresh_run(config, settings, device, check=check, overwrite=overwrite)
-        elif (check or overwrite) and resume is not None:  # without either: _run_config asks for one
+        elif (check or overwrite) and resume is not None:  # without either: run_config asks for one
             flag = "--check" if check else "--overwrite"
             raise ConfigError([FieldProblem(flag, "applies to a fresh run's config file, not to a --resume")])
-        cfg, checkpoint = _run_config(config, settings, resume)
+        cfg, checkpoint = run_config(config, settings, resume)
         if prefetch is None and config is None and not launched:  # a --resume: its checkpoint's base
             from lorastudio.jobs.prefetch import start_prefetch
             from lorastudio.settings import get_settings
@@ -254,20 +229,6 @@ def train_cmd(
         typer.secho(f"warning: {line}", fg=typer.colors.YELLOW, err=True)
     if result.stopped and not launched:  # a rank exits 0: torchrun takes any other code for a failure
         raise typer.Exit(EXIT_INTERRUPTED)
-
-
-def _resume_folder(resume: Path) -> Path:
-    """`--resume NAME`: a bare name that is nothing here is the run of that name under the
-    studio's outputs/ (as `lora list` and `generate --lora` take it), when that folder exists;
-    any other path as given (find_checkpoint says what is wrong with it)."""
-    from lorastudio.settings import get_settings
-    from lorastudio.user_paths import is_dir, lexists
-
-    text = str(resume)
-    if "/" in text or text.startswith((".", "~")) or lexists(resume):
-        return resume
-    named = get_settings().outputs_dir / text
-    return named if is_dir(named) else resume
 
 
 def _start_prefetch(config: Path | None, overrides: list[str]) -> WeightPrefetch | None:

@@ -18,6 +18,7 @@ from lorastudio.training.distributed import BatchShard, ParallelContext, gradien
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
+    from lorastudio.data import DatasetScan
     from lorastudio.families.base import Family
     from lorastudio.training.latents import LatentBatch
     from lorastudio.training.noise import DdpmObjective, FlowObjective
@@ -114,3 +115,11 @@ def batch_forward_backward(
                     )  # type: ignore[arg-type]
                 )
     return shares
+
+
+def entry_loss_weights(scan: DatasetScan, indices: list[int]) -> torch.Tensor | None:
+    """[B] fp32: the loss_weight of each sample's dataset entry; None when every entry's is 1."""
+    entries = scan.entries
+    if all(e.loss_weight == 1.0 for e in entries):
+        return None
+    return torch.tensor([entries[scan.items[i].entry].loss_weight for i in indices], dtype=torch.float32)

@@ -37,7 +37,7 @@ from lorastudio.training.first_step_report import log_first_step_compile
 from lorastudio.training.latents import LatentSource
 from lorastudio.training.loop_end import finish_run, sample_round
 from lorastudio.training.meter import DivergenceGuard, StepMeter
-from lorastudio.training.micro_batches import batch_forward_backward
+from lorastudio.training.micro_batches import batch_forward_backward, entry_loss_weights
 from lorastudio.training.noise import DdpmObjective, FlowObjective
 from lorastudio.training.optim import (
     iter_sampler_steps,
@@ -57,7 +57,6 @@ from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkp
 from lorastudio.training.validate import HeldOut, ValidationRounds, validation_round
 
 if TYPE_CHECKING:
-    from lorastudio.data import DatasetScan
     from lorastudio.data.preservation_texts import PreservationTexts
     from lorastudio.training.text_encoders import TextEncoderLora
 
@@ -392,11 +391,3 @@ def _micro_step(
         preserve=preservation_cond(state.preservation, run.family, conds, captions, indices),
         prior=prior_mask(run.scan, indices),
     )  # fmt: skip
-
-
-def entry_loss_weights(scan: DatasetScan, indices: list[int]) -> torch.Tensor | None:
-    """[B] fp32: the loss_weight of each sample's dataset entry; None when every entry's is 1."""
-    entries = scan.entries
-    if all(e.loss_weight == 1.0 for e in entries):
-        return None
-    return torch.tensor([entries[scan.items[i].entry].loss_weight for i in indices], dtype=torch.float32)

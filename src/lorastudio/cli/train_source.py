@@ -1,0 +1,50 @@
+"""What a `lorastudio train` command trains (cli/train_cmd.py): its config file with `--set`
+overrides, or with `--resume` a checkpoint's settings (a bare run name found under outputs/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lorastudio.cli.config_file import apply_overrides, load_config_file, localize_paths
+from lorastudio.errors import ConfigError, FieldProblem
+
+
+def run_config(config: Path | None, overrides: list[str], resume: Path | None) -> tuple[Any, Path | None]:
+    """(TrainConfig, checkpoint folder or None) of a `train` command. Without CONFIG, --resume
+    takes the checkpoint's settings with --set overrides (only those that do not change the
+    maths). Raises ConfigError (no CONFIG and no --resume, bad settings), NotFound."""
+    from lorastudio.config import parse_train_config
+    from lorastudio.jobs.validation import with_resolved_base
+    from lorastudio.settings import get_settings
+    from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
+    from lorastudio.training.identity_base import RELOCATABLE
+    from lorastudio.training.relocation import moved_problems
+
+    checkpoint = find_checkpoint(resume.resolve()) if resume is not None else None
+    if config is not None:  # base_model as the job service stores it (a checkpoint's is already)
+        data = localize_paths(apply_overrides(load_config_file(config), overrides))
+        return with_resolved_base(parse_train_config(data), get_settings()), checkpoint
+    if checkpoint is not None:  # --set paths taken against this directory, as in a config file
+        given = localize_paths(apply_overrides({}, overrides))
+        data = resume_settings(read_checkpoint_info(checkpoint), given)
+        moved = moved_problems(data)  # a base or dataset recorded where it is no more (a moved home)
+        if moved:
+            raise ConfigError(moved)
+        cfg = parse_train_config(data)
+        return (with_resolved_base(cfg, get_settings()) if RELOCATABLE & set(given) else cfg), checkpoint
+    raise ConfigError([FieldProblem("config", "give a config file, or --resume a run folder or checkpoint")])
+
+
+def resume_folder(resume: Path) -> Path:
+    """`--resume NAME`: a bare name that is nothing here is the run of that name under the
+    studio's outputs/ (as `lora list` and `generate --lora` take it), when that folder exists;
+    any other path as given (find_checkpoint says what is wrong with it)."""
+    from lorastudio.settings import get_settings
+    from lorastudio.user_paths import is_dir, lexists
+
+    text = str(resume)
+    if "/" in text or text.startswith((".", "~")) or lexists(resume):
+        return resume
+    named = get_settings().outputs_dir / text
+    return named if is_dir(named) else resume
