@@ -26,7 +26,9 @@ LORASTUDIO_CPU_DATA_PARALLEL=1 lets the job service run a num_gpus > 1 job as th
 processes on the CPU (torchrun, like a multi-GPU job): for testing the launcher without GPUs.
 
 The hub token (LORASTUDIO_HF_TOKEN) is a SecretStr: it prints as '**********' and only
-`get_secret_value()` (in lorastudio.basemodels, handing it to huggingface_hub) reveals it.
+`get_secret_value()` (in lorastudio.basemodels, handing it to huggingface_hub) reveals it. So is
+the W&B API key (LORASTUDIO_WANDB_API_KEY; `serve` takes WANDB_API_KEY from its environment
+too: jobs/childenv.drop_process_secrets), revealed only to wandb.init (training/trackers.py).
 """
 
 from __future__ import annotations
@@ -93,6 +95,13 @@ class Settings(BaseSettings):
     hf_token: SecretStr | None = Field(
         default=None,
         description="hub token for gated/private repos and LoRA pushes (else huggingface_hub's own login)",
+    )
+    wandb_api_key: SecretStr | None = Field(
+        default=None,
+        description=(
+            "Weights & Biases API key of the runs with report_to wandb (`serve` also takes WANDB_API_KEY"
+            " from its environment, which it drops); else wandb's own login (~/.netrc: `wandb login`)"
+        ),
     )
     server_nice: int = Field(
         default=10,
@@ -183,6 +192,17 @@ class Settings(BaseSettings):
             value = value.strip() or None
             if value is not None and (problem := hub_token_problem(value)):
                 raise ValueError(problem)
+        return value
+
+    @field_validator("wandb_api_key", mode="before")
+    @classmethod
+    def _wandb_key(cls, value: object) -> object:
+        """LORASTUDIO_WANDB_API_KEY: surrounding whitespace dropped (wandb refuses a key with
+        any), blank is none."""
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, str):
+            value = value.strip() or None
         return value
 
     @field_validator("allowed_hosts", mode="before")

@@ -14,7 +14,12 @@ of the children's environment before they start:
 - a worker that needs the hub token (a run whose base model is a hub id, not a local folder)
   gets it inside WorkerArgs.settings (pickled over its spawn pipe or the rank channel, never
   through the environment) and `give_hub_token` puts it in that process's os.environ as
-  HF_TOKEN (what from_pretrained reads) after the exec, so no /proc/PID/environ shows it.
+  HF_TOKEN (what from_pretrained reads) after the exec, so no /proc/PID/environ shows it;
+- a run with report_to wandb gets the W&B API key the same way, inside WorkerArgs.settings
+  (`wandb_api_key`: LORASTUDIO_WANDB_API_KEY, or the WANDB_API_KEY `serve` had, kept by
+  `drop_process_secrets`); the engine hands it to wandb.init's settings
+  (training/trackers.py), never to an environment: not the worker's, nor the wandb-core
+  service's it starts.
 
 Secret names: LORASTUDIO_API_TOKEN, LORASTUDIO_HF_TOKEN, HF_TOKEN, HUGGING_FACE_HUB_TOKEN, and any
 name with a TOKEN, SECRET, PASSWORD, PASSWD, KEY, APIKEY or CREDENTIALS word (underscore
@@ -34,6 +39,7 @@ from lorastudio.settings import Settings
 
 SECRET_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "APIKEY", "CREDENTIALS"})
 HUB_TOKEN_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # what huggingface_hub reads
+WANDB_KEY_NAME = "WANDB_API_KEY"  # what wandb reads (a KEY word: dropped like the others)
 
 
 def is_secret(name: str) -> bool:
@@ -61,11 +67,14 @@ def drop_process_secrets(settings: Settings) -> Settings:
     """Remove every secret from this process's environment (so from every child it starts from
     now on). Returns `settings` with the hub token kept: the studio's own (LORASTUDIO_HF_TOKEN,
     already read), else the HF_TOKEN / HUGGING_FACE_HUB_TOKEN the environment had (which the
-    hub client would have read there)."""
+    hub client would have read there); and the W&B API key likewise: LORASTUDIO_WANDB_API_KEY,
+    else the environment's WANDB_API_KEY (which wandb would have read there)."""
     if settings.hf_token is None:
         found = next((os.environ[n] for n in HUB_TOKEN_NAMES if os.environ.get(n)), None)
         if found:
             settings = settings.model_copy(update={"hf_token": SecretStr(found)})
+    if settings.wandb_api_key is None and (key := os.environ.get(WANDB_KEY_NAME, "").strip()):
+        settings = settings.model_copy(update={"wandb_api_key": SecretStr(key)})
     drop_secrets(os.environ)
     return settings
 

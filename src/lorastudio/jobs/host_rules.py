@@ -28,6 +28,7 @@ from lorastudio.config_host import (
 from lorastudio.errors import FieldProblem
 from lorastudio.jobs.hardware import host_info
 from lorastudio.settings import Settings
+from lorastudio.tracker_login import wandb_login_problems
 from lorastudio.training.parallel_rules import data_parallel_problems
 
 
@@ -39,7 +40,8 @@ def host_problems(cfg: TrainConfig, settings: Settings) -> list[FieldProblem]:
     equal slice of every batch), or lora_dropout > 0 (see training/distributed.py: each rank
     would draw its own masks, which is not the maths of one process); memory_budget_gb or
     offload_blocks > 0 without CUDA; an 8-bit optimizer without CUDA and bitsandbytes; a
-    report_to tracker whose package is not installed (the rules are config_host's)."""
+    report_to tracker whose package is not installed, or wandb online without an API key (the
+    rules are config_host's and tracker_login's)."""
     return _host_rules(cfg.model_dump(), set(), settings)
 
 
@@ -65,7 +67,8 @@ def _host_rules(values: Mapping[str, Any], reported: set[str], settings: Setting
         "memory_budget_gb": lambda budget: memory_budget_problems(budget, device),
         "offload_blocks": lambda blocks: offload_problems(blocks, device),
         "optimizer": lambda name: optimizer_host_problems(name, device),  # 8-bit: CUDA + bitsandbytes
-        "report_to": tracker_problems,  # report_to: the tracker's package installed
+        # report_to: the tracker's package installed, W&B's key known (tracker_login.py)
+        "report_to": lambda names: tracker_problems(names) + wandb_login_problems(names, settings),
     }
     if not settings.cpu_data_parallel:
         rules["num_gpus"] = lambda count: gpu_count_problems(count, host.gpu_count)

@@ -65,6 +65,7 @@ from lorastudio.timings import FINAL_LORA_SAVED, PhaseClock
 from lorastudio.training.attention_fa4 import keep_fa4_cache
 from lorastudio.training.checkpoint import (
     CheckpointKeeper,
+    checkpoint_step,
     find_checkpoint,
     read_checkpoint_info,
 )
@@ -177,7 +178,8 @@ def train(
     try:
         state.ctx = launched_context()
         main = state.ctx.is_main
-        trackers = TrackerSink(cfg.report_to if main else [])  # report_to (training/trackers.py)
+        # report_to (training/trackers.py); the studio's W&B key from its settings (jobs/childenv.py)
+        trackers = TrackerSink(cfg.report_to if main else [], settings.wandb_api_key)
         emit = clock.wrap(trackers.wrap(emit if main else _emit_nothing))
         check_parallel_config(cfg, state.ctx)
         state.resume = find_checkpoint(resume) if resume is not None else None
@@ -203,7 +205,9 @@ def train(
         elif main:
             state.run_lock = lock_run_dir(run.run_dir)  # JobActive while another session writes it
         claimed = main
-        trackers.open(run.run_dir, run.cfg.model_dump(mode="json"))
+        # a resume logs from the step after its checkpoint's (TensorBoard purges a later one's)
+        first = (checkpoint_step(state.resume) or 0) if state.resume is not None else 0
+        trackers.open(run.run_dir, run.cfg.model_dump(mode="json"), first_step=first + 1)
         state.keeper = CheckpointKeeper(run.run_dir, run.cfg.save_every, run.cfg.keep_last)
         state.loras = SnapshotKeeper(run.run_dir, run.cfg.save_lora_every, run.cfg.keep_loras)
         if main:

@@ -23,6 +23,7 @@ import torch
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
 from lorastudio.config_host import optimizer_host_problems
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, ModelSourceError, TrainingStopped
+from lorastudio.tracker_login import wandb_login_problems
 from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
@@ -153,6 +154,7 @@ def _preflight(
     problems += plan_host_problems(cfg, dev.type)
     problems += optimizer_host_problems(cfg.optimizer, dev.type)  # 8-bit: CUDA + bitsandbytes
     problems += tracker_problems(cfg.report_to)  # report_to: the tracker's package installed
+    problems += wandb_login_problems(cfg.report_to, settings)  # W&B online: an API key known
     if cfg.output_name is not None:
         taken = settings.outputs_dir / cfg.output_name
         if taken.exists() or taken.is_symlink():

@@ -10,16 +10,29 @@ validation/best_loss, when the run has a validation_split) and each sample round
 by default; a run that asks for one whose package is missing is refused with the reason
 (config_host.tracker_problems, called by the preflight and the job service). TensorBoard writes into
 <run folder>/tensorboard/ (through torch.utils.tensorboard); W&B into <run folder>/wandb/ with
-its own settings (WANDB_MODE, WANDB_PROJECT, its login). A tracker that fails while the run
-trains is closed with a warning in the log; the training goes on.
+its own settings (WANDB_MODE, WANDB_PROJECT), logged in with the studio's `wandb_api_key` when
+it has one (Settings: handed to wandb.init's settings, never to an environment: jobs/childenv.py),
+else its own login (WANDB_API_KEY, ~/.netrc); a run with no key anywhere is refused before it
+starts (tracker_login.py). A tracker that cannot start (an OSError, RuntimeError, ValueError or
+the tracker's own error: wandb's UsageError / CommError) is the run's ConfigError naming report_to
+(`start_failure`); one that fails while the run trains is closed with a warning in the log; the
+training goes on.
+
+A resumed session starts its trackers at its first step (`open(..., first_step)`): TensorBoard's
+writer purges what an earlier session logged from that step on (`purge_step`), so the steps
+between the checkpoint and a killed session's last step are drawn once, as this session logs
+them (RELIABILITY 861).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from pydantic import SecretStr
 
 from lorastudio.config_host import tracker_problems
 from lorastudio.errors import ConfigError, FieldProblem
@@ -40,12 +53,21 @@ _SCALARS = (
 
 
 class TrackerSink:
-    """The trackers of one run. `wrap(emit)` before training, `open(run_dir, config)` once the run
-    folder is claimed (events before it are passed on only), `close()` at the end (also done by
-    the Complete or Error event)."""
+    """The trackers of one run. `wrap(emit)` before training, `open(run_dir, config, first_step)`
+    once the run folder is claimed (events before it are passed on only), `close()` at the end
+    (also done by the Complete or Error event). `wandb_key`: the studio's W&B API key (None:
+    wandb's own login). `writers`: name -> factory(run_dir, config, first_step, wandb_key) of
+    each tracker's writer (WRITERS; a test may record what a factory is given)."""
 
-    def __init__(self, report_to: list[str]):
+    def __init__(
+        self,
+        report_to: list[str],
+        wandb_key: SecretStr | None = None,
+        writers: dict[str, Callable[..., Any]] | None = None,
+    ):
         self.report_to = list(report_to)
+        self._key = wandb_key
+        self._factories = writers if writers is not None else WRITERS
         self._writers: list[Any] = []
         self._run_dir: Path | None = None
 
@@ -59,9 +81,10 @@ class TrackerSink:
 
         return both
 
-    def open(self, run_dir: Path, config: dict[str, Any]) -> None:
-        """Start each tracker. Raises ConfigError (report_to) when a package is missing or a
-        tracker cannot start."""
+    def open(self, run_dir: Path, config: dict[str, Any], first_step: int = 1) -> None:
+        """Start each tracker; `first_step`: the first step this session logs (a resume's
+        checkpoint step + 1). Raises ConfigError (report_to) when a package is missing or a
+        tracker cannot start (`start_failure`)."""
         if not self.report_to:
             return
         problems = tracker_problems(self.report_to)
@@ -71,12 +94,13 @@ class TrackerSink:
         check_folder(run_dir)  # a folder put at the run's path since it started takes no tracker folder
         for name in self.report_to:
             try:
-                self._writers.append(
-                    _TensorBoard(run_dir) if name == "tensorboard" else _Wandb(run_dir, config)
-                )
-            except (OSError, RuntimeError, ValueError) as err:
+                self._writers.append(self._factories[name](run_dir, config, first_step, self._key))
+            except Exception as err:  # mapped below; anything else is raised as it is
+                failure = start_failure(name, err, self._key)
                 self.close()
-                raise ConfigError([FieldProblem("report_to", f"{name} could not start: {err}")]) from err
+                if failure is None:
+                    raise
+                raise failure from None  # from None: wandb's chain may quote its settings
 
     def write(self, event: Event) -> None:
         """Write one event to every open tracker; a tracker that fails is closed (logged)."""
@@ -96,17 +120,44 @@ class TrackerSink:
         for writer in list(self._writers):
             try:
                 action(writer)
-            except (OSError, RuntimeError, ValueError) as err:
-                log.warning("experiment tracker %s failed and is closed: %s", writer.name, err)
+            except (OSError, RuntimeError, ValueError, *tracker_errors()) as err:
+                said = _hidden(str(err), self._key)
+                log.warning("experiment tracker %s failed and is closed: %s", writer.name, said)
                 self._writers.remove(writer)
 
     def close(self) -> None:
         for writer in self._writers:
             try:
                 writer.close()
-            except (OSError, RuntimeError, ValueError) as err:
-                log.warning("experiment tracker %s did not close cleanly: %s", writer.name, err)
+            except (OSError, RuntimeError, ValueError, *tracker_errors()) as err:
+                said = _hidden(str(err), self._key)
+                log.warning("experiment tracker %s did not close cleanly: %s", writer.name, said)
         self._writers = []
+
+
+def tracker_errors() -> tuple[type[BaseException], ...]:
+    """The trackers' own error classes among the loaded modules: wandb.errors.Error (its
+    UsageError "No API key configured", its CommError / AuthenticationError of a server it cannot
+    reach or that refuses the key), once wandb was imported; () before."""
+    errors = sys.modules.get("wandb.errors")
+    found = getattr(errors, "Error", None)
+    return (found,) if isinstance(found, type) and issubclass(found, BaseException) else ()
+
+
+def start_failure(name: str, err: BaseException, key: SecretStr | None = None) -> ConfigError | None:
+    """The run's ConfigError (report_to) for tracker `name`'s failure to start `err`: an
+    OSError, RuntimeError, ValueError or one of `tracker_errors()`; None for anything else (a
+    defect, raised as it is). The message never shows the API key `key`."""
+    if not isinstance(err, (OSError, RuntimeError, ValueError, *tracker_errors())):
+        return None
+    said = _hidden(str(err).strip() or type(err).__name__, key)
+    return ConfigError([FieldProblem("report_to", f"{name} could not start: {said}")])
+
+
+def _hidden(text: str, key: SecretStr | None) -> str:
+    """`text` with the API key `key` (if any) shown as '**********'."""
+    secret = key.get_secret_value() if key is not None else ""
+    return text.replace(secret, "**********") if secret else text
 
 
 def _pixels(path: Path) -> Any:
@@ -118,13 +169,20 @@ def _pixels(path: Path) -> Any:
         return np.asarray(image.convert("RGB"))  # (H, W, 3)
 
 
+def tensorboard_arguments(run_dir: Path, first_step: int) -> dict[str, Any]:
+    """SummaryWriter's arguments for a session whose first logged step is `first_step`: from
+    a resume (first_step > 1) it purges the events an earlier session wrote at that step and
+    after (`purge_step`: a killed session logged past its last checkpoint)."""
+    return {"log_dir": str(run_dir / TENSORBOARD), "purge_step": first_step if first_step > 1 else None}
+
+
 class _TensorBoard:
     name = "tensorboard"
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, config: dict[str, Any], first_step: int, key: SecretStr | None):
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(log_dir=str(run_dir / TENSORBOARD))
+        self._writer = SummaryWriter(**tensorboard_arguments(run_dir, first_step))
 
     def scalars(self, values: dict[str, float], step: int) -> None:
         for tag, value in values.items():
@@ -141,13 +199,17 @@ class _TensorBoard:
 class _Wandb:
     name = "wandb"
 
-    def __init__(self, run_dir: Path, config: dict[str, Any]):
+    def __init__(self, run_dir: Path, config: dict[str, Any], first_step: int, key: SecretStr | None):
         import wandb
 
         self._wandb = wandb
+        # the studio's key in wandb.init's settings (sent to its wandb-core service over its
+        # socket), never in an environment; None: wandb's own login (WANDB_API_KEY, ~/.netrc)
+        settings = wandb.Settings(api_key=key.get_secret_value()) if key is not None else None
         self._run = wandb.init(  # W&B writes under <dir>/wandb (run_files.WANDB)
-            project="lorastudio", name=run_dir.name, dir=str(run_dir), config=config, reinit="create_new"
-        )
+            project="lorastudio", name=run_dir.name, dir=str(run_dir), config=config,
+            reinit="create_new", settings=settings,
+        )  # fmt: skip
 
     def scalars(self, values: dict[str, float], step: int) -> None:
         self._run.log(values, step=step)
@@ -157,3 +219,6 @@ class _Wandb:
 
     def close(self) -> None:
         self._run.finish()
+
+
+WRITERS: dict[str, Callable[..., Any]] = {"tensorboard": _TensorBoard, "wandb": _Wandb}

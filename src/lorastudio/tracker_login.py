@@ -1,0 +1,98 @@
+"""Whether a run with report_to wandb can log in to W&B, judged before it starts (no torch, no
+wandb import: the job service's check and the engine's preflight both call it).
+
+wandb.init finds its API key in the settings it is given (the studio's `wandb_api_key`:
+LORASTUDIO_WANDB_API_KEY, or the WANDB_API_KEY `serve` had: jobs/childenv.py), in the
+environment (WANDB_API_KEY, WANDB_IDENTITY_TOKEN_FILE: a CLI run keeps its own) or in the
+netrc file (`wandb login`: NETRC, else ~/.netrc or ~/_netrc) under the host of its server
+(WANDB_BASE_URL, else the global settings file's `base_url`, else api.wandb.ai). A run in
+offline or disabled mode (WANDB_MODE, WANDB_DISABLED, or `wandb offline`'s global settings
+file: WANDB_CONFIG_DIR/settings, else ~/.config/wandb/settings) needs none. Without any of
+them wandb.init fails at the run's start ("No API key configured"); here the run is refused
+before, naming the setting (RELIABILITY 860).
+"""
+
+from __future__ import annotations
+
+import configparser
+import netrc
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from lorastudio.errors import FieldProblem
+from lorastudio.settings import Settings
+
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+KEYLESS_MODES = frozenset({"offline", "dryrun", "disabled"})
+NO_KEY = (
+    "wandb has no API key here: set LORASTUDIO_WANDB_API_KEY (for `serve`: before it starts; "
+    "WANDB_API_KEY in its environment is taken too), log in with `wandb login` (~/.netrc) or "
+    "set WANDB_MODE=offline (or leave wandb out of report_to)"
+)
+
+
+def wandb_login_problems(
+    report_to: list[str], settings: Settings, env: Mapping[str, str] | None = None
+) -> list[FieldProblem]:
+    """A report_to problem when the run reports to wandb, online, with no API key known
+    (see the module docstring); [] otherwise. `env`: the environment (default os.environ)."""
+    if "wandb" not in report_to:
+        return []
+    env = os.environ if env is None else env
+    if settings.wandb_api_key is not None or _given(env, "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
+        return []
+    files = _settings_file(env)
+    if _mode(env, files) in KEYLESS_MODES or _netrc_has_key(env, _base_url(env, files)):
+        return []
+    return [FieldProblem("report_to", NO_KEY)]
+
+
+def _given(env: Mapping[str, str], *names: str) -> bool:
+    return any(env.get(name, "").strip() for name in names)
+
+
+def _mode(env: Mapping[str, str], files: Mapping[str, str]) -> str:
+    if env.get("WANDB_MODE", "").strip():
+        return env["WANDB_MODE"].strip().lower()
+    if env.get("WANDB_DISABLED", "").strip().lower() in ("true", "1", "yes"):
+        return "disabled"
+    return files.get("mode", "online").strip().lower()
+
+
+def _base_url(env: Mapping[str, str], files: Mapping[str, str]) -> str:
+    return (env.get("WANDB_BASE_URL", "").strip() or files.get("base_url", "").strip()) or DEFAULT_BASE_URL
+
+
+def _settings_file(env: Mapping[str, str]) -> dict[str, str]:
+    """wandb's global settings file's [default] section ({} when absent or unreadable)."""
+    folder = env.get("WANDB_CONFIG_DIR", "").strip()
+    path = Path(folder).expanduser() if folder else Path("~/.config/wandb").expanduser()
+    parser = configparser.ConfigParser()
+    try:
+        parser.read(path / "settings", encoding="utf-8")
+    except (configparser.Error, OSError, UnicodeDecodeError):
+        return {}
+    return dict(parser["default"]) if parser.has_section("default") else {}
+
+
+def _netrc_has_key(env: Mapping[str, str], base_url: str) -> bool:
+    """Whether the netrc file wandb reads holds a password for `base_url`'s host (an unreadable
+    or malformed file holds none, as wandb reads it)."""
+    given = env.get("NETRC", "").strip()
+    if given:
+        path = Path(given).expanduser()
+    else:
+        path = next(
+            (p for p in (Path("~/.netrc").expanduser(), Path("~/_netrc").expanduser()) if p.is_file()),
+            None,
+        )
+    host = urlsplit(base_url).netloc
+    if path is None or not host or not path.is_file():
+        return False
+    try:
+        found = netrc.netrc(str(path)).authenticators(host)
+    except (netrc.NetrcParseError, OSError, UnicodeDecodeError):
+        return False
+    return bool(found and found[2])

@@ -1,0 +1,127 @@
+"""W&B from the server (session 30, RELIABILITY 860): `serve` drops WANDB_API_KEY from its
+environment with every other secret; the studio keeps it in its settings (or takes
+LORASTUDIO_WANDB_API_KEY) and a run's worker gets it in them, as the hub token travels; a run
+with report_to wandb and no key anywhere (settings, environment, ~/.netrc) is refused before it
+starts, naming the setting, by the job service's check and the engine's preflight; and wandb's
+own failure to start (its UsageError / CommError) is the run's ConfigError naming report_to."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+from lorastudio.errors import ConfigError
+from lorastudio.jobs.childenv import drop_process_secrets
+from lorastudio.jobs.validation import validate_run
+from lorastudio.settings import Settings, get_settings
+from lorastudio.tracker_login import wandb_login_problems
+from lorastudio.training.loop import train
+from lorastudio.training.trackers import TrackerSink, start_failure
+
+WANDB_VARIABLES = ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_MODE", "WANDB_DISABLED",
+                   "WANDB_BASE_URL", "WANDB_CONFIG_DIR", "NETRC", "LORASTUDIO_WANDB_API_KEY")  # fmt: skip
+
+
+@pytest.fixture
+def no_login(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No W&B key anywhere: no variable, an empty home (no ~/.netrc, no wandb settings file)."""
+    for name in WANDB_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "user"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    get_settings.cache_clear()
+    return home
+
+
+def test_the_server_keeps_the_wandb_key_it_drops_from_its_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "environ", {"WANDB_API_KEY": " wk-env \n", "PATH": "/bin"})
+    kept = drop_process_secrets(Settings())
+    assert os.environ == {"PATH": "/bin"}  # no child of the server inherits it
+    assert kept.wandb_api_key is not None and kept.wandb_api_key.get_secret_value() == "wk-env"
+    travelled = pickle.loads(pickle.dumps(kept))  # as WorkerArgs reaches a spawned worker
+    assert travelled.wandb_api_key.get_secret_value() == "wk-env"
+    assert "wk-env" not in repr(kept) and "wk-env" not in kept.model_dump_json()
+    monkeypatch.setattr(os, "environ", {"WANDB_API_KEY": "wk-env", "LORASTUDIO_WANDB_API_KEY": "wk-studio"})
+    assert drop_process_secrets(Settings()).wandb_api_key.get_secret_value() == "wk-studio"
+    assert os.environ == {}
+
+
+def test_wandb_online_without_a_key_is_refused_naming_the_setting(no_login: Path) -> None:
+    (problem,) = wandb_login_problems(["wandb"], Settings())
+    assert problem.field == "report_to" and "LORASTUDIO_WANDB_API_KEY" in problem.message
+    assert wandb_login_problems(["tensorboard"], Settings()) == []
+    with_key = Settings(wandb_api_key="wk-0123")
+    assert wandb_login_problems(["wandb"], with_key) == []
+    assert wandb_login_problems(["wandb"], Settings(), {"WANDB_API_KEY": "wk"}) == []  # a CLI's own
+    assert wandb_login_problems(["wandb"], Settings(), {"WANDB_MODE": "offline"}) == []
+    (no_login / ".config" / "wandb").mkdir(parents=True)
+    (no_login / ".config" / "wandb" / "settings").write_text("[default]\nmode = offline\n")  # `wandb offline`
+    assert wandb_login_problems(["wandb"], Settings(), {}) == []
+    (no_login / ".config" / "wandb" / "settings").write_text("[default]\nmode = online\n")
+    assert len(wandb_login_problems(["wandb"], Settings(), {})) == 1
+    (no_login / ".netrc").write_text(
+        "machine api.wandb.ai\n  login user\n  password wk-netrc\n"
+    )  # `wandb login`
+    assert wandb_login_problems(["wandb"], Settings(), {}) == []
+    elsewhere = {"WANDB_BASE_URL": "https://wandb.corp.example"}  # a login for another server is none
+    assert len(wandb_login_problems(["wandb"], Settings(), elsewhere)) == 1
+
+
+def test_a_wandb_run_without_a_key_is_refused_before_it_starts(
+    no_login: Path, make_config, tiny_model, small_dataset
+) -> None:
+    """Without wandb installed too: the key is checked apart from the package."""
+    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": str(small_dataset),
+           "report_to": ["wandb"]}  # fmt: skip
+    with pytest.raises(ConfigError) as err:  # the job service's check (its start, `train --check`)
+        validate_run(raw, get_settings(), live_output_names=set(), allow_outside_root=True)
+    assert any("LORASTUDIO_WANDB_API_KEY" in p.message for p in err.value.problems)
+    events: list = []
+    with pytest.raises(ConfigError, match="LORASTUDIO_WANDB_API_KEY"):  # the engine's own preflight
+        train(make_config(report_to=["wandb"]), events.append, device="cpu")
+    outputs = get_settings().outputs_dir
+    assert events[-1].type == "error" and (not outputs.exists() or not any(outputs.iterdir()))
+
+
+def test_wandbs_own_errors_are_the_runs_named_config_error() -> None:
+    errors = pytest.importorskip("wandb.errors", reason="wandb is not installed (lorastudio[wandb])")
+    from pydantic import SecretStr
+
+    key = SecretStr("wk-0123456789")
+    for err in (errors.UsageError("No API key configured. Use `wandb login` to log in."),
+                errors.CommError("invalid api key wk-0123456789"), errors.AuthenticationError("refused")):  # fmt: skip
+        failure = start_failure("wandb", err, key)
+        assert failure is not None and [p.field for p in failure.problems] == ["report_to"], err
+        assert failure.problems[0].message.startswith("wandb could not start: ")
+        assert "wk-0123456789" not in failure.problems[0].message
+    assert start_failure("wandb", KeyError("a defect")) is None  # raised as it is
+
+
+def test_a_wandb_that_cannot_log_in_is_the_runs_config_error(no_login: Path, tmp_path: Path) -> None:
+    """A real wandb.init online with no key (the preflight's refusal left out): its UsageError."""
+    pytest.importorskip("wandb", reason="wandb is not installed (lorastudio[wandb])")
+    sink = TrackerSink(["wandb"])
+    with pytest.raises(ConfigError, match="wandb could not start: No API key configured") as err:
+        sink.open(tmp_path / "run", {})
+    assert [p.field for p in err.value.problems] == ["report_to"]
+
+
+def test_the_studios_key_is_given_to_wandb_init_not_to_an_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wandb = pytest.importorskip("wandb", reason="wandb is not installed (lorastudio[wandb])")
+    from pydantic import SecretStr
+
+    from lorastudio.training.trackers import WRITERS
+
+    given: dict = {}
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: given.update(kwargs))
+    WRITERS["wandb"](tmp_path, {}, 1, SecretStr("wk-0123456789"))
+    assert given["settings"].api_key == "wk-0123456789"
+    assert "wk-0123456789" not in os.environ.values()
