@@ -1,6 +1,6 @@
 """How a run shows itself on the console (`lorastudio train`, `lorastudio demo`): the progress
-display of train()'s events, the plan line, the Ctrl-C stop handler, and quieting the libraries'
-own progress bars.
+display of train()'s events, the plan line, the Ctrl-C stop handler, the run's own warnings
+as `warning:` lines (WarningLines) and quieting the libraries' own progress bars.
 
 On a terminal the display is live bars (one per preparation phase, then training with loss,
 average loss, LR, samples/s, peak memory and ETA). A narrow terminal (below WIDE_COLUMNS) drops
@@ -16,6 +16,7 @@ on the last step.
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from collections.abc import Callable
@@ -43,15 +44,51 @@ WIDE_COLUMNS = 120  # a terminal at least this wide shows every column of the li
 _NARROW_FIXED = 9 + 10 + 13 + 11 + 5
 
 
+class WarningLines(logging.Handler):
+    """While installed (a context manager), lorastudio's own warning records (the run's dataset
+    warnings: data/scan_warnings.py, the captions its text encoder cuts; a tracker closed ...) are
+    the command's `warning:` lines on stderr, yellow on a terminal unless NO_COLOR, as every other
+    warning it prints (`warning (rank N):` from a rank other than 0); an error record an `error:`
+    line. Without it they were bare lines (Python's last-resort handler). They go on to any other
+    handler as before (a test's caplog)."""
+
+    def __init__(self, rank: int = 0):
+        super().__init__(logging.WARNING)
+        self.rank = rank
+        self._logger = logging.getLogger("lorastudio")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        import typer
+
+        from lorastudio.cli.app import no_color
+
+        error = record.levelno >= logging.ERROR
+        kind = "error" if error else "warning"
+        prefix = kind if self.rank == 0 else f"{kind} (rank {self.rank})"
+        colour = typer.colors.RED if error else typer.colors.YELLOW
+        try:
+            text = record.getMessage()
+        except (TypeError, ValueError):  # a record whose arguments do not format
+            text = str(record.msg)
+        typer.secho(f"{prefix}: {text}", fg=colour, err=True, color=False if no_color() else None)
+
+    def __enter__(self) -> WarningLines:
+        self._logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
+
+
 def quiet_libraries() -> None:
     """Silence diffusers' and transformers' own progress bars and info logs (our display shows
     progress); warnings and errors still print."""
     from diffusers.utils import logging as diffusers_logging
     from transformers.utils import logging as transformers_logging
 
-    for logging in (diffusers_logging, transformers_logging):
-        logging.set_verbosity_error()
-        logging.disable_progress_bar()
+    for library in (diffusers_logging, transformers_logging):
+        library.set_verbosity_error()
+        library.disable_progress_bar()
 
 
 def step_stats(event: ProgressEvent, width: int | None = None) -> str:

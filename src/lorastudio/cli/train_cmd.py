@@ -36,7 +36,13 @@ from rich.console import Console
 
 from lorastudio import json_read
 from lorastudio.cli.config_file import apply_overrides, load_config_file, localize_paths, split_overrides
-from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, loader_warnings, quiet_libraries
+from lorastudio.cli.run_display import (
+    ProgressDisplay,
+    StopOnInterrupt,
+    WarningLines,
+    loader_warnings,
+    quiet_libraries,
+)
 from lorastudio.cli.termination import Terminated, refusal_status
 from lorastudio.cli.train_launch import bind_to_agent, check_launch, launch
 from lorastudio.cli.train_source import resume_folder, run_config
@@ -169,7 +175,7 @@ def train_cmd(
 
             record.carry_over(int(read_checkpoint_info(checkpoint)["step"]))
         stopper = StopOnInterrupt(console, sigterm=not launched, quiet=rank != 0)
-        with stopper, display or nullcontext():
+        with stopper, display or nullcontext(), WarningLines(rank):  # its warnings as `warning:` lines
             emit = display.emit if display is not None else _ignore
             emit = record.wrap(emit) if record is not None else emit
             emit = prefetch.wrap(emit) if prefetch is not None else emit  # follows the loads

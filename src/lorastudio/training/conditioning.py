@@ -191,6 +191,7 @@ def encode_texts(
     emit: Emit,
     check_stop: Callable[[], None],
     notes: list[str] | None = None,
+    said: list[str] | None = None,
     sink: Callable[[int, str, dict[str, torch.Tensor]], bool] | None = None,
     measure: Callable[[Any], None] | None = None,
     one_by_one: Collection[int] = (),
@@ -204,8 +205,8 @@ def encode_texts(
     (an EditPrompt is encoded with its control images and keyed by caption + controls).
     `sink(group, key, tensors)` (optional) is handed each text's tensors as they come; a text it
     returns True for is left out of the result (the on-disk cache took it: conditioning_disk.py).
-    The captions the text encoder cuts (the first group) are named in `notes` (when given:
-    caption_length.cut_captions_note); `measure(encoders)` (optional) is called instead once the
+    The captions the text encoder cuts (the first group) are named in `said` (when given: a
+    dataset warning of the run, caption_length.cut_captions_note); `measure(encoders)` (optional) is called instead once the
     encoders are loaded, for a caller that names them itself (conditioning_disk.py: the cached
     captions' counts are in their shards).
 
@@ -241,8 +242,8 @@ def encode_texts(
         emit(ModelLoadCompleted(component="text_encoders", seconds=time.perf_counter() - t0))
         if measure is not None:
             measure(encoders)
-        elif groups and notes is not None:  # the first group: the captions (and their variants)
-            notes += [cut] if (cut := cut_captions_note(family.spec, cfg, encoders, groups[0])) else []
+        elif groups and said is not None:  # the first group: the captions (and their variants)
+            said += [cut] if (cut := cut_captions_note(family.spec, cfg, encoders, groups[0])) else []
     total = sum(len(group) for group in groups)
     done = 0
     try:

@@ -122,6 +122,7 @@ def encode_texts_on_disk(
     emit: Emit,
     check_stop: Callable[[], None],
     notes: list[str] | None = None,
+    said: list[str] | None = None,
     holds: list[int] | None = None,
     signatures: Path | None = None,
     one_by_one: Collection[int] = (),
@@ -246,8 +247,8 @@ def encode_texts_on_disk(
         if bad:  # shards that fitted the stale signature and not the encoders'
             found[0].update(encode(bad, [])[0])
     barrier(ctx)
-    if notes is not None and ctx.is_main and measurable:  # rank 0 encodes whenever any rank does
-        notes += [cut] if (cut := cut_note(family.spec, cfg, captions, counts)) else []
+    if said is not None and ctx.is_main and measurable:  # rank 0 encodes whenever any rank does
+        said += [cut] if (cut := cut_note(family.spec, cfg, captions, counts)) else []
     return [DiskConditioning(root, model, keys, found[0], signature), *found[1:]]
 
 

@@ -100,7 +100,9 @@ class RunWarning(_Event):
 class DatasetWarnings(_Event):
     """What may hurt the run about its dataset (data/scan_warnings.py: the job service's preflight
     lists the same as its `dataset.warnings`), emitted once after the run's preflight when there
-    is any: the run record keeps them (`dataset_warnings`), its log states them too."""
+    is any, and again, the whole list, when the text encoders find captions longer than they read
+    (training/caption_length.py: after its conditioning phase): the run record keeps the latest
+    list (`dataset_warnings`), its log states each once."""
 
     type: Literal["dataset_warnings"] = "dataset_warnings"
     warnings: list[str]

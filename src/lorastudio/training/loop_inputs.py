@@ -9,6 +9,7 @@ and `latent_cache` call for (data/disk_cache.latent_mode): memory, disk or per-s
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from typing import Any
 
@@ -24,7 +25,7 @@ from lorastudio.settings import Settings
 from lorastudio.training.conditioning import Conditioning, captions_to_encode, edit_prompts, encode_texts
 from lorastudio.training.conditioning_disk import encode_texts_on_disk, with_texts
 from lorastudio.training.distributed import StopPoll
-from lorastudio.training.events import Emit, ModelLoadCompleted, ModelLoadStarted
+from lorastudio.training.events import DatasetWarnings, Emit, ModelLoadCompleted, ModelLoadStarted
 from lorastudio.training.latents import (
     EncodedPerStep,
     LatentSource,
@@ -36,6 +37,8 @@ from lorastudio.training.precision import free_accelerator_memory
 from lorastudio.training.preflight import PreparedRun
 from lorastudio.training.samples import sample_reference_paths, sample_texts
 from lorastudio.training.validate import ValidationRounds, encode_held_out
+
+log = logging.getLogger(__name__)
 
 
 def encode_conditioning(
@@ -68,6 +71,7 @@ def encode_conditioning(
     if cfg.train_text_encoder:  # encoded in every step (the picked variant), through the TE LoRA
         texts = [[], [], [], []]
     encode = encode_texts
+    cut: list[str] = []  # the note naming the captions the text encoder cuts (measured as it loads)
     if run_latent_mode(run) == "disk" and not sees and not cfg.train_text_encoder:  # captions on disk too
         encode = functools.partial(  # conditioning_disk.py
             encode_texts_on_disk,
@@ -84,8 +88,13 @@ def encode_conditioning(
         emit=emit,
         check_stop=stop,
         notes=state.notes,
+        said=cut,
         one_by_one=(1,),  # the sample prompts, each alone as Generate encodes it (RELIABILITY 697)
     )  # each group in chunks of its own: the captions' tensors are those of a run without the others
+    if cut and state.ctx.is_main:  # captions the text encoder cuts: a dataset warning (RELIABILITY 863)
+        for line in cut:
+            log.warning("%s", line)  # the run's log, the CLI's stderr (its `warning:` lines)
+        emit(DatasetWarnings(warnings=[*run.dataset_warnings, *cut]))  # the record's whole list
     conds = with_texts(conds, kept)  # the class-word captions beside the captions (RAM)
     return conds, prompt_conds, variants, dropouts
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from lorastudio.training.events import PlanChosen
+from lorastudio.training.events import DatasetWarnings, PlanChosen
 from lorastudio.training.loop import train
 
 LONG = ", ".join(f"tag{n} word{n}" for n in range(60))  # well past 77 CLIP / 16 T5 tokens
@@ -23,8 +23,12 @@ def _with_a_long_caption(small_dataset: Path, tmp_path: Path) -> Path:
 
 
 def _notes(events: list) -> list[str]:
+    """The run's cut-caption notes: a dataset warning (its latest list: the record's), never a
+    plan fallback (RELIABILITY 863)."""
     (plan,) = [e for e in events if isinstance(e, PlanChosen)]
-    return [n for n in plan.fallbacks if n.startswith("captions:")]
+    assert not [n for n in plan.fallbacks if n.startswith("captions:")]
+    said = [e.warnings for e in events if isinstance(e, DatasetWarnings)]
+    return [n for n in (said[-1] if said else []) if n.startswith("captions:")]
 
 
 def test_an_sdxl_caption_past_77_tokens_is_named_with_its_length(

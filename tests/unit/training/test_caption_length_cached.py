@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 from lorastudio import families
 from lorastudio.data.disk_cache import cache_root
 from lorastudio.settings import get_settings
-from lorastudio.training.events import PlanChosen
+from lorastudio.training.events import DatasetWarnings, PlanChosen
 from lorastudio.training.latents_disk import read_shard_entry, write_shard
 from lorastudio.training.loop import train
 
@@ -49,7 +49,9 @@ def _cut_notes(make_config, data: Path, name: str, cache: str) -> list[str]:
     cfg = make_config("flux", data_dir=str(data), output_name=name, latent_cache=cache, **SETTINGS)
     train(cfg, events.append, device="cpu")
     (plan,) = [e for e in events if isinstance(e, PlanChosen)]
-    return [n for n in plan.fallbacks if n.startswith("captions:")]
+    assert not [n for n in plan.fallbacks if n.startswith("captions:")]  # a dataset warning (RELIABILITY 863)
+    said = [e.warnings for e in events if isinstance(e, DatasetWarnings)]
+    return [n for n in (said[-1] if said else []) if n.startswith("captions:")]
 
 
 def _text_shards() -> list[Path]:
@@ -99,3 +101,5 @@ def test_short_cached_captions_say_nothing(make_config, text_encodes):
     assert encoded[0] > 0 and encoded[1] == encoded[0]  # the second run from the cache
     plans = [e for e in events if isinstance(e, PlanChosen)]
     assert len(plans) == 2 and not [n for p in plans for n in p.fallbacks if n.startswith("captions:")]
+    said = [w for e in events if isinstance(e, DatasetWarnings) for w in e.warnings]
+    assert not [n for n in said if n.startswith("captions:")]
