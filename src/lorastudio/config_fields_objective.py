@@ -80,7 +80,7 @@ class ObjectiveFields(StrictFields):
         ge=1,
         le=4096,
         description="text tokens per caption the text encoder reads, the family's prompt template included "
-        "(longer captions are cut and named in the plan notes; null: the family's default)",
+        "(longer captions are cut and named in the run's dataset warnings; null: the family's default)",
     )
     assistant_lora: str | None = Field(
         default=None,

@@ -4,8 +4,9 @@ A family's text encoder reads a fixed number of tokens (SDXL's CLIPs 77, FLUX.1'
 T5 the run's max_sequence_length); its pipeline's encode_prompt cuts the rest without a word
 (diffusers logs it at most), so a long tag list trains as its first part only. Phase 1 measures
 each caption with the pipeline's own tokenizer (FamilySpec.caption_tokens says which and its
-limit) and the run's plan notes (PlanChosen.fallbacks: the web form's plan summary, the CLI's
-log) say how many are cut and show the longest. A family whose pipeline wraps the caption in a
+limit) and one of the run's dataset warnings says how many are cut and shows the longest
+(training/loop_inputs.py: logged once, the CLI's `warning:` line, a DatasetWarnings event whose
+list the run record keeps: RELIABILITY 863; it was a plan fallback, in none of them). A family whose pipeline wraps the caption in a
 template of its own (Qwen-Image, Z-Image, FLUX.2 / klein, Krea 2) is measured with that template
 built as its pipeline builds it (CaptionTokens.template): the template's tokens count against the
 limit, as they do in the pipeline; Qwen-Image-Edit never cuts (CaptionTokens.cuts False).

@@ -4367,7 +4367,7 @@ export interface components {
             max_grad_norm?: number | null;
             /**
              * Max Sequence Length
-             * @description text tokens per caption the text encoder reads, the family's prompt template included (longer captions are cut and named in the plan notes; null: the family's default)
+             * @description text tokens per caption the text encoder reads, the family's prompt template included (longer captions are cut and named in the run's dataset warnings; null: the family's default)
              * @default null
              */
             max_sequence_length?: number | null;
@@ -4975,7 +4975,7 @@ export interface components {
             max_grad_norm: number | null;
             /**
              * Max Sequence Length
-             * @description text tokens per caption the text encoder reads, the family's prompt template included (longer captions are cut and named in the plan notes; null: the family's default)
+             * @description text tokens per caption the text encoder reads, the family's prompt template included (longer captions are cut and named in the run's dataset warnings; null: the family's default)
              */
             max_sequence_length: number | null;
             /**

@@ -112,7 +112,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "lr_warmup_steps": "optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule; fewer than the run's steps)",
   "max_bad_steps": "consecutive non-finite steps before the run fails as diverged",
   "max_grad_norm": "gradient clipping; null = off",
-  "max_sequence_length": "text tokens per caption the text encoder reads, the family's prompt template included (longer captions are cut and named in the plan notes; null: the family's default)",
+  "max_sequence_length": "text tokens per caption the text encoder reads, the family's prompt template included (longer captions are cut and named in the run's dataset warnings; null: the family's default)",
   "memory_budget_gb": "GPU memory the run may use: the settings left at auto (precision, checkpointing, block swap, micro-batch) are chosen by measuring a few real steps; null = no budget",
   "micro_batch_size": "samples per forward/backward pass (batch_size must divide by it; same maths); null = batch_size (with memory_budget_gb: what the measured plan needs)",
   "no_upscale": "train an image smaller than its bucket at the largest bucket inside its own size instead of upscaling it",
