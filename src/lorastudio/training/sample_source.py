@@ -8,7 +8,8 @@ of every step with a snapshot, and of the final step, are kept in a file (lora/s
 checkpoint (Generate's `{"name", "step", "weights": "ema"}`, RELIABILITY 812) and of the final
 step in the run's <name>.safetensors (Generate's `{"name"}`). An EMA preview of a step with
 neither shows weights no file keeps, so no generation renders it again: `lora` is None there and
-`note` says why (RELIABILITY 696); so it does for an edit preview whose references were sized as the run trains them (control_resolution other than "target": README),
+`note` says why (RELIABILITY 696), exactly: what a file of that step renders instead only where
+one is kept (`ema_gap_note`, RELIABILITY 862); so it does for an edit preview whose references were sized as the run trains them (control_resolution other than "target": README),
 where Generate fits a reference to the output size (FLUX.1 Kontext: 21 levels off on the tiny one).
 A preview reads its prompt to the run's max_sequence_length: the listing names it, Generate takes
 it (RELIABILITY 810; before, Generate read 512 tokens only). Generating with the file `lora` names at these settings renders the
@@ -113,10 +114,25 @@ def _lora(run_dir: Path | None, step: int, weights: str) -> tuple[dict[str, Any]
                 if row["final"]
                 else {"name": name, "step": step, "weights": "ema"}
             ), None
-    return None, (
-        f"this preview shows the EMA weights of step {step}, which no file keeps (they are kept with "
-        "each checkpoint and in the final LoRA: this step had no checkpoint, or keep_last removed it): "
-        "generating with the step's snapshot renders the raw weights"
+    return None, ema_gap_note(name, step, raw_lora_at(run_dir, step) is not None)
+
+
+def ema_gap_note(name: str, step: int, raw_kept: bool) -> str:
+    """Why an EMA preview of step `step` of run `name` has no file, said exactly (RELIABILITY
+    862): where the EMA weights are kept, and what a file of that step renders instead, only when
+    one is kept (`raw_kept`: its snapshot, or the final raw file, holds the raw weights; before,
+    the note offered "the step's snapshot" of a step that had none)."""
+    raw = (
+        f'the LoRA of step {step} (Generate\'s {{"name": "{name}", "step": {step}}}) holds its raw '
+        "weights: it renders those, not this preview"
+        if raw_kept
+        else f"no LoRA file of step {step} is kept either (no snapshot of it, or keep_loras removed it)"
+    )
+    return (
+        f"this preview shows the EMA weights of step {step}, which no file keeps: an EMA run keeps them "
+        f"in each checkpoint's folder (until keep_last removes it) and in its final LoRA, and no "
+        f"checkpoint of step {step} is kept; {raw} (checkpoints at the sample steps keep the "
+        "previews' weights: save_every = sample_every, with keep_last counting them)"
     )
 
 

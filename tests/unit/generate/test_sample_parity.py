@@ -131,6 +131,37 @@ def test_an_ema_runs_previews_name_the_file_that_renders_them_or_that_none_does(
     apply_loras(flux_pipe, [])
 
 
+def test_an_ema_previews_note_offers_a_file_of_its_step_only_where_one_is_kept(
+    flux_pipe, tiny_model, sample_dataset, tmp_path_factory
+):
+    """Session 30 (RELIABILITY 862): the note of an EMA preview no file keeps sent the user to
+    "the step's snapshot" of a step that had none (only sample_every fell on it). 4 steps, a
+    checkpoint after step 2, a snapshot after step 3: step 1 has no file at all, step 3 its raw
+    snapshot (named, and it renders the raw weights, not the preview), step 2 its checkpoint's
+    EMA file, step 4 the final LoRA."""
+    from lorastudio.lora.snapshots import raw_lora_at
+
+    extra = {"ema_decay": 0.5, "steps": 4, "save_every": 2, "save_lora_every": 3}
+    settings, config = _run(tiny_model, sample_dataset, tmp_path_factory, "gap-ema", **extra)
+    run_dir = settings.outputs_dir / "gap-ema"
+    bare = sample_source(config, run_dir, 1, 0)
+    assert bare["weights"] == "ema" and bare["lora"] is None and raw_lora_at(run_dir, 1) is None
+    assert "EMA weights of step 1, which no file keeps" in bare["note"]
+    assert "no LoRA file of step 1 is kept either" in bare["note"] and "snapshot renders" not in bare["note"]
+    snapshot = sample_source(config, run_dir, 3, 0)
+    assert snapshot["lora"] is None and raw_lora_at(run_dir, 3) is not None
+    assert (
+        'the LoRA of step 3 (Generate\'s {"name": "gap-ema", "step": 3}) holds its raw weights'
+        in snapshot["note"]
+    )
+    named = _render(flux_pipe, settings, snapshot, {"name": "gap-ema", "step": 3})
+    assert np.abs(named - _preview(settings, "gap-ema", 3)).max() > 0  # the raw weights, as said
+    kept = sample_source(config, run_dir, 2, 0)
+    assert kept["lora"] == {"name": "gap-ema", "step": 2, "weights": "ema"} and kept["note"] is None
+    assert sample_source(config, run_dir, 4, 0)["lora"] == {"name": "gap-ema", "step": None}
+    apply_loras(flux_pipe, [])
+
+
 def test_an_ema_checkpoints_file_is_a_loadable_lora_with_the_final_files_facts(ema_run):
     """The EMA file of step 2 lies in that step's checkpoint, with the final file's header and
     sidecar (its own step), and is listed as that step's EMA file; step 1's went with its checkpoint."""
