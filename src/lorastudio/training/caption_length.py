@@ -127,7 +127,7 @@ def caption_counts(spec: FamilySpec, encoders: Any, captions: Sequence[str]) -> 
 def cut_captions_note(
     spec: FamilySpec, cfg: TrainConfig, encoders: Any, texts: Sequence[object]
 ) -> str | None:
-    """The plan note naming the captions among `texts` (strings; others are skipped) that are
+    """The dataset warning naming the captions among `texts` (strings; others are skipped) that are
     longer than the text encoder reads (`token_limit`), measured with the text pipeline
     `encoders`' tokenizer; None when none is, or the family is not measured."""
     captions = [t for t in texts if isinstance(t, str)]
