@@ -1,4 +1,4 @@
-"""Captions longer than the text encoder reads (tiny SDXL and FLUX.1, CPU): the run.s dataset warnings
+"""Captions longer than the text encoder reads (tiny SDXL and FLUX.1, CPU): the run's dataset warnings
 name them with their token counts, measured independently here with the model's own tokenizer;
 a run of short captions says nothing."""
 
