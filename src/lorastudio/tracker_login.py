@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from lorastudio.config_host import tracker_problems
 from lorastudio.errors import FieldProblem
 from lorastudio.settings import Settings
 
@@ -31,6 +32,16 @@ NO_KEY = (
     "WANDB_API_KEY in its environment is taken too), log in with `wandb login` (~/.netrc) or "
     "set WANDB_MODE=offline (or leave wandb out of report_to)"
 )
+
+
+def report_to_problems(
+    report_to: list[str], settings: Settings, env: Mapping[str, str] | None = None
+) -> list[FieldProblem]:
+    """Every report_to problem, one per tracker: its package missing (config_host.
+    tracker_problems), else, for wandb, no API key known (`wandb_login_problems`)."""
+    missing = {name for name in report_to if tracker_problems([name])}
+    installed = [name for name in report_to if name not in missing]
+    return tracker_problems(report_to) + wandb_login_problems(installed, settings, env)
 
 
 def wandb_login_problems(

@@ -27,6 +27,7 @@ SECRETS = {
     "DB_PASSWORD": "hunter2-0123456789",
     "OPENAI_API_KEY": "sk-0123456789",
     "MY_SECRET": "psst-0123456789",
+    "WANDB_API_KEY": "wk-0123456789",  # kept in the settings (RELIABILITY 860), in no environment
 }
 
 

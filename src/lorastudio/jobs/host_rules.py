@@ -23,12 +23,11 @@ from lorastudio.config_host import (
     memory_budget_problems,
     offload_problems,
     optimizer_host_problems,
-    tracker_problems,
 )
 from lorastudio.errors import FieldProblem
 from lorastudio.jobs.hardware import host_info
 from lorastudio.settings import Settings
-from lorastudio.tracker_login import wandb_login_problems
+from lorastudio.tracker_login import report_to_problems
 from lorastudio.training.parallel_rules import data_parallel_problems
 
 
@@ -68,7 +67,7 @@ def _host_rules(values: Mapping[str, Any], reported: set[str], settings: Setting
         "offload_blocks": lambda blocks: offload_problems(blocks, device),
         "optimizer": lambda name: optimizer_host_problems(name, device),  # 8-bit: CUDA + bitsandbytes
         # report_to: the tracker's package installed, W&B's key known (tracker_login.py)
-        "report_to": lambda names: tracker_problems(names) + wandb_login_problems(names, settings),
+        "report_to": lambda names: report_to_problems(names, settings),
     }
     if not settings.cpu_data_parallel:
         rules["num_gpus"] = lambda count: gpu_count_problems(count, host.gpu_count)

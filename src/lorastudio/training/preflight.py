@@ -23,7 +23,7 @@ import torch
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
 from lorastudio.config_host import optimizer_host_problems
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, ModelSourceError, TrainingStopped
-from lorastudio.tracker_login import wandb_login_problems
+from lorastudio.tracker_login import report_to_problems
 from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
@@ -32,7 +32,6 @@ from lorastudio.training.guidance_rules import guidance_problems
 from lorastudio.training.lora import planned_target_problems
 from lorastudio.training.plan import plan_host_problems
 from lorastudio.training.precision import pick_device, pick_dtype, precision_problems
-from lorastudio.training.trackers import tracker_problems
 
 log = logging.getLogger(__name__)
 
@@ -153,8 +152,7 @@ def _preflight(
     problems += attention_problems(cfg.attention_backend, dev)
     problems += plan_host_problems(cfg, dev.type)
     problems += optimizer_host_problems(cfg.optimizer, dev.type)  # 8-bit: CUDA + bitsandbytes
-    problems += tracker_problems(cfg.report_to)  # report_to: the tracker's package installed
-    problems += wandb_login_problems(cfg.report_to, settings)  # W&B online: an API key known
+    problems += report_to_problems(cfg.report_to, settings)  # each tracker's package; W&B's key
     if cfg.output_name is not None:
         taken = settings.outputs_dir / cfg.output_name
         if taken.exists() or taken.is_symlink():

@@ -74,9 +74,17 @@ def test_wandb_online_without_a_key_is_refused_naming_the_setting(no_login: Path
 
 
 def test_a_wandb_run_without_a_key_is_refused_before_it_starts(
-    no_login: Path, make_config, tiny_model, small_dataset
+    no_login: Path, make_config, tiny_model, small_dataset, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without wandb installed too: the key is checked apart from the package."""
+    """Whether or not wandb is installed here: its package's check is told it is ("json" for
+    "wandb"); without its package a run is refused for that alone (one report_to problem each)."""
+    from lorastudio import config_host
+    from lorastudio.tracker_login import report_to_problems
+
+    monkeypatch.setitem(config_host.TRACKERS, "wandb", ("lorastudio_no_such_package", "wandb"))
+    (missing,) = report_to_problems(["wandb"], Settings())
+    assert "needs the lorastudio_no_such_package package" in missing.message
+    monkeypatch.setitem(config_host.TRACKERS, "wandb", ("json", "wandb"))  # "installed"
     raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": str(small_dataset),
            "report_to": ["wandb"]}  # fmt: skip
     with pytest.raises(ConfigError) as err:  # the job service's check (its start, `train --check`)
