@@ -80,7 +80,7 @@ def _run_demo(family: str, steps: int, console: Console) -> None:
     import torch
 
     from lorastudio import families
-    from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, quiet_libraries
+    from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, WarningLines, quiet_libraries
     from lorastudio.config import parse_train_config
     from lorastudio.generate import apply_loras, generate_image, load_pipeline
     from lorastudio.settings import get_settings
@@ -105,7 +105,7 @@ def _run_demo(family: str, steps: int, console: Console) -> None:
         dataset = make_sample_dataset(settings.datasets_dir / DEMO_DATASET)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     cfg = parse_train_config(demo_config(family, model, steps, f"demo-{family}-{stamp}"))
-    with StopOnInterrupt(console) as stopper, display:
+    with StopOnInterrupt(console) as stopper, display, WarningLines():  # its warnings as `warning:` lines
         result = train(cfg, display.emit, stopper.check, settings=settings)
     if result.lora_path is None:
         typer.echo(f"stopped after {result.steps_run} step(s); nothing saved")
