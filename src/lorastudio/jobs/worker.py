@@ -55,7 +55,8 @@ log = logging.getLogger("lorastudio.worker")
 @dataclass(frozen=True)
 class WorkerArgs:
     """What the child needs (picklable). settings carries no API token; its hf_token is how the
-    hub token reaches the worker (not the environment)."""
+    hub token reaches the worker, its wandb_api_key how the W&B key does (not the environment:
+    jobs/childenv.py)."""
 
     job_id: str
     generation: int
