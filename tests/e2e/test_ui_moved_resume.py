@@ -15,6 +15,7 @@ from tests.e2e.ui_expect import expect
 from tests.e2e.ui_pages import open_page
 
 WIDE = {"width": 1280, "height": 900}
+pytestmark = pytest.mark.slow  # two short runs on the tiny model (~40 s on the 2-core host)
 
 
 def _wait_done(client: httpx.Client, run_id: str) -> dict:
