@@ -47,7 +47,8 @@ class ResumeBody(_Body):
         "micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir; latent_cache and "
         "latent_cache_max_gb where the latents stay cached once, or stay encoded every step), or steps above the "
         "run's total to train it longer (RunSummary.train_longer); base_model / base_config / datasets where a "
-        "moved run's are now (the refusal names them; their content is compared)",
+        'moved run\'s are now (the refusal names them; their content is compared), or "datasets.N.path" for '
+        "entry N of the run's datasets alone (the others as recorded)",
     )
     queue: bool = Field(default=True, description="wait in the queue when busy (false: 409 when busy)")
 

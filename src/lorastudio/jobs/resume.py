@@ -36,7 +36,7 @@ from lorastudio.training.checkpoint import (
 from lorastudio.training.extend import extension_steps, finished_problem
 from lorastudio.training.identity import check_identity, config_as_recorded, dataset_files, run_identity
 from lorastudio.training.identity_base import RELOCATABLE, record_for
-from lorastudio.training.relocation import moved_problems
+from lorastudio.training.relocation import moved_problems, with_entry_paths
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,7 @@ def validate_resume(
             )
         found = find_checkpoint(run_dir / CHECKPOINTS / checkpoint)
     info = read_checkpoint_info(found)
+    overrides = with_entry_paths(info["config"], overrides)  # datasets.N.path: a moved entry named anew
     new_total = extension_steps(info, overrides)  # training it longer (training/extend.py)
     step, total = int(info["step"]), new_total or int(info["total_steps"])
     finished = finished_problem(run_dir, new_total is not None)

@@ -9,12 +9,15 @@ with nothing there any more is refused up front, saying so. No torch.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from lorastudio.errors import FieldProblem
+from lorastudio.errors import ConfigError, FieldProblem
 
 _HOW = 'CLI: --set {key}=...; API: {{"settings": {{"{key}": ...}}}}'
+_ENTRY_HOW = 'CLI: --set datasets=... (the whole list); API: {{"settings": {{"{field}": ...}}}}'
+_ENTRY_PATH = re.compile(r"^datasets\.(\d+)\.path$")
 
 
 def moved_problems(config: Mapping[str, Any]) -> list[FieldProblem]:
@@ -40,8 +43,8 @@ def moved_problems(config: Mapping[str, Any]) -> list[FieldProblem]:
                 _problem(
                     f"datasets.{n}.path",
                     str(entry["path"]),
-                    "datasets given again, each entry's path where it is now (its other settings as they were)",
-                    key="datasets",
+                    f"datasets.{n}.path set to where it is now, a dataset name or a path",
+                    how=_ENTRY_HOW.format(field=f"datasets.{n}.path"),
                 )
             )
     return problems
@@ -51,8 +54,49 @@ def _gone(where: object) -> bool:
     return isinstance(where, str) and os.path.isabs(where) and not os.path.lexists(where)
 
 
-def _problem(field: str, where: str, fix: str, key: str | None = None) -> FieldProblem:
-    how = _HOW.format(key=key or field)
+def with_entry_paths(recorded: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """`overrides` of a resume with each "datasets.N.path" key (where a multi-dataset run's entry N
+    is now: the refusal above names it so) folded into a `datasets` list: the run's recorded one
+    (`recorded`: the checkpoint's config) with those paths replaced, its other settings as they
+    were. Raises ConfigError naming each such key that cannot be taken (the run has no entry N,
+    not a path, or `datasets` given whole too)."""
+    keyed = {k: v for k, v in overrides.items() if _ENTRY_PATH.match(k)}
+    if not keyed:
+        return dict(overrides)
+    entries = recorded.get("datasets")
+    count = len(entries) if isinstance(entries, list) else 0
+    problems = []
+    for key, value in sorted(keyed.items()):
+        index = int(_ENTRY_PATH.match(key).group(1))  # type: ignore[union-attr]
+        if "datasets" in overrides:
+            problems.append(
+                FieldProblem(key, "not with datasets given whole: name each entry's path in one of them")
+            )
+        elif not count:
+            problems.append(
+                FieldProblem(key, "the run has no datasets list: name its dataset's folder as data_dir")
+            )
+        elif index >= count:
+            problems.append(
+                FieldProblem(
+                    key, f"the run has {count} datasets entries (datasets.0 to datasets.{count - 1})"
+                )
+            )
+        elif not isinstance(value, str) or not value.strip():
+            problems.append(FieldProblem(key, "a dataset name or a folder path (text)"))
+    if problems:
+        raise ConfigError(problems)
+    listed = [dict(e) if isinstance(e, Mapping) else e for e in entries]  # type: ignore[union-attr]
+    for key, value in keyed.items():
+        listed[int(_ENTRY_PATH.match(key).group(1))]["path"] = value.strip()  # type: ignore[union-attr,index]
+    rest = {k: v for k, v in overrides.items() if k not in keyed}
+    return {**rest, "datasets": listed}
+
+
+def _problem(
+    field: str, where: str, fix: str, key: str | None = None, how: str | None = None
+) -> FieldProblem:
+    how = how or _HOW.format(key=key or field)
     return FieldProblem(
         field,
         f"nothing at {where} any more (no folder or file there); if it moved (or the studio home was "

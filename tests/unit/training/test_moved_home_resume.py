@@ -86,6 +86,53 @@ def test_moved_dataset_entries_are_named_and_may_be_given_again(tmp_path: Path) 
     problems = moved_problems(config)
     assert [p.field for p in problems] == ["datasets.1.path"]
     assert f"nothing at {tmp_path / 'gone'} any more" in problems[0].message
-    assert '{"settings": {"datasets": ...}}' in problems[0].message
+    assert "datasets.1.path set to where it is now" in problems[0].message
     assert override_problems({"datasets": config["datasets"], "base_model": "x", "base_config": "y"}) == []
     assert [p.field for p in override_problems({"lora_rank": 8})] == ["lora_rank"]
+
+
+def test_a_moved_entry_of_a_multi_dataset_run_is_named_alone(
+    tiny_model, small_dataset, run_settings, tmp_path, capsys, monkeypatch
+) -> None:
+    """The job service's resume takes `datasets.N.path` (what the web UI's Resume sends for a
+    moved entry, RELIABILITY 870): the run's recorded list with that path replaced, its other
+    settings as they were; an entry it does not have, or `datasets` given whole too, is refused."""
+    from lorastudio.jobs.resume import validate_resume
+
+    home = tmp_path / "home"
+    shutil.copytree(tiny_model("flux"), home / "models" / "tiny")
+    for name in ("a", "b"):
+        shutil.copytree(small_dataset, home / "datasets" / name)
+    entries = [{"path": str(home / "datasets" / "a")}, {"path": str(home / "datasets" / "b"), "repeats": 2}]
+    settings = run_settings(
+        "flux", home / "models" / "tiny", home / "datasets" / "a", {"save_every": 1, "output_name": "mix"}
+    )
+    del settings["data_dir"]
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({**settings, "datasets": entries}))
+    monkeypatch.setenv("LORASTUDIO_HOME", str(home))
+    get_settings.cache_clear()
+    code, out = run_cli(capsys, monkeypatch, "train", str(config), "--device", "cpu")
+    assert code == 0, out
+    (home / "datasets" / "b").rename(home / "datasets" / "b2")  # the second entry moved
+    run_dir = home / "outputs" / "mix"
+
+    def resume(overrides: dict):
+        return validate_resume(
+            run_dir, None, {"steps": 3, **overrides}, get_settings(), live_output_names=set()
+        )
+
+    with pytest.raises(ConfigError) as err:
+        resume({})
+    assert [p.field for p in err.value.problems] == ["datasets.1.path"]
+    assert '{"settings": {"datasets.1.path": ...}}' in err.value.problems[0].message
+    ok = resume({"datasets.1.path": "b2"})
+    assert [(Path(e.path).name, e.repeats) for e in ok.config.datasets] == [("a", None), ("b2", 2)]
+    assert ok.worker_config.datasets[1].repeats == 2  # the other settings as recorded
+    with pytest.raises(ConfigError) as err:
+        resume({"datasets.2.path": "b2", "datasets.1.path": "b2"})
+    assert [p.field for p in err.value.problems] == ["datasets.2.path"]
+    assert "the run has 2 datasets entries" in err.value.problems[0].message
+    with pytest.raises(ConfigError) as err:
+        resume({"datasets.1.path": "b2", "datasets": entries})
+    assert "not with datasets given whole" in err.value.problems[0].message

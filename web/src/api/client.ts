@@ -104,15 +104,23 @@ export async function request<T>(method: string, url: string, body?: unknown, in
 export const get = <T>(url: string, signal?: AbortSignal) => request<T>("GET", url, undefined, signal && { signal });
 export const post = <T>(url: string, body?: unknown, signal?: AbortSignal) => request<T>("POST", url, body, signal && { signal });
 /**
- * POST a request whose effect on the server must stand (a Start, a Stop, a Resume): aborting
- * `answerSignal` (the screen that sent it unmounted) stops waiting for its answer, which the
- * returned promise then rejects with an AbortError, but not the request itself: a Start sent
- * stays started. (Aborting the fetch could cancel it before the server read it.)
+ * Whom a mutation's answer is for (every POST, PUT and DELETE with an effect takes one): the
+ * signal of the screen that sent it (lib/latest.useUnmountSignal, aborted when it unmounts), or
+ * null for a flight kept outside every screen whose answer is for whichever screen is open then
+ * (lib/generationInFlight, lib/uploadsInFlight, lib/stepGridInFlight). Once the signal aborts, the
+ * answer is dropped unread (the promise rejects with an AbortError: `unheeded`), but the request
+ * is never aborted: a Start, a delete or a push sent stands. (Aborting the fetch could cancel it
+ * before the server read it.)
  */
-export const postEffect = <T>(url: string, body?: unknown, answerSignal?: AbortSignal) =>
-  unheeded(request<T>("POST", url, body), answerSignal);
-export const put = <T>(url: string, body?: unknown) => request<T>("PUT", url, body);
-export const del = <T>(url: string) => request<T>("DELETE", url);
+export type AnswerTo = AbortSignal | null;
+
+/** A request whose effect on the server must stand, its answer for `answerTo` (see AnswerTo). */
+export const effect = <T>(method: "POST" | "PUT" | "DELETE", url: string, body: unknown, answerTo: AnswerTo) =>
+  unheeded(request<T>(method, url, body), answerTo ?? undefined);
+/** POST with an effect (a Start, a Stop, a Resume ...): see AnswerTo. */
+export const postEffect = <T>(url: string, body: unknown, answerTo: AnswerTo) => effect<T>("POST", url, body, answerTo);
+export const putEffect = <T>(url: string, body: unknown, answerTo: AnswerTo) => effect<T>("PUT", url, body, answerTo);
+export const delEffect = <T>(url: string, answerTo: AnswerTo) => effect<T>("DELETE", url, undefined, answerTo);
 
 /** `answer`, or an AbortError once `signal` aborts (the answer is then dropped unread). */
 export function unheeded<T>(answer: Promise<T>, signal?: AbortSignal): Promise<T> {
@@ -140,13 +148,22 @@ export const seg = (s: string) => encodeURIComponent(s);
 
 /**
  * POST a multipart form with upload progress (XMLHttpRequest: fetch has no upload progress).
- * `onProgress(sentBytes, totalBytes)`; resolves with the JSON answer, rejects with ApiError.
+ * `onProgress(sentBytes, totalBytes)`; resolves with the JSON answer, rejects with ApiError; its
+ * answer (and its progress) for `answerTo` (see AnswerTo).
  */
 export function postWithProgress<T>(
   url: string,
   form: FormData,
   onProgress: (sent: number, total: number) => void,
+  answerTo: AnswerTo,
 ): Promise<T> {
+  const heard = (sent: number, total: number) => {
+    if (!answerTo?.aborted) onProgress(sent, total);
+  };
+  return unheeded(sendWithProgress<T>(url, form, heard), answerTo ?? undefined);
+}
+
+function sendWithProgress<T>(url: string, form: FormData, onProgress: (sent: number, total: number) => void): Promise<T> {
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
     xhr.open("POST", url);

@@ -1,10 +1,12 @@
 /**
  * One typed function per API route the UI uses. URLs live here only. URLs the browser loads by
  * itself (images, the event stream, downloads) carry the API token as `?token=` (see auth.ts).
- * A GET's last argument `signal` aborts it (lib/latest.ts: an answer for what is no longer shown).
+ * A GET's last argument `signal` aborts it (lib/latest.ts: an answer for what is no longer shown);
+ * a request with an effect takes `answerTo` instead, never optional (client.AnswerTo: its answer is
+ * dropped once the screen that sent it is gone, the request itself stands).
  */
 import { withToken } from "./auth";
-import { del, get, post, postEffect, postWithProgress, put, seg } from "./client";
+import { type AnswerTo, delEffect, get, post, postEffect, postWithProgress, putEffect, seg } from "./client";
 import type {
   BulkCaptionBody,
   BulkCaptionResult,
@@ -52,15 +54,15 @@ export const api = {
   /** The base-model catalogue: models/, added folders and the hub cache, vetted. */
   models: (signal?: AbortSignal) => get<CatalogueModel[]>("/api/models", signal),
   /** Start fetching a hub repo (202); `token`: a hub token for this fetch only (a gated repo). */
-  fetchModel: (body: FetchBody) => post<Fetch>("/api/models/fetch", body),
+  fetchModel: (body: FetchBody, answerTo: AnswerTo) => postEffect<Fetch>("/api/models/fetch", body, answerTo),
   fetches: (signal?: AbortSignal) => get<FetchList>("/api/models/fetch", signal),
-  cancelFetch: (id: string) => post<Fetch>(`/api/models/fetch/${seg(id)}/cancel`, {}),
+  cancelFetch: (id: string, answerTo: AnswerTo) => postEffect<Fetch>(`/api/models/fetch/${seg(id)}/cancel`, {}, answerTo),
   /** List an existing folder (absolute path) in the catalogue. */
-  addModelFolder: (path: string) => post<CatalogueModel>("/api/models/added", { path }),
+  addModelFolder: (path: string, answerTo: AnswerTo) => postEffect<CatalogueModel>("/api/models/added", { path }, answerTo),
   /** Remove an added folder from the catalogue (its files stay). */
-  forgetModelFolder: (id: string) => del<unknown>(`/api/models/added/${seg(id)}`),
+  forgetModelFolder: (id: string, answerTo: AnswerTo) => delEffect<unknown>(`/api/models/added/${seg(id)}`, answerTo),
   /** Delete a model lorastudio downloaded or created. */
-  deleteModel: (id: string) => del<unknown>(`/api/models/${seg(id)}`),
+  deleteModel: (id: string, answerTo: AnswerTo) => delEffect<unknown>(`/api/models/${seg(id)}`, answerTo),
 
   /** One page of a dataset's images (by file name; the totals count them all); no page: all. */
   dataset: (name: string, page?: { offset: number; limit: number }, signal?: AbortSignal) =>
@@ -78,10 +80,10 @@ export const api = {
     withToken(`/api/datasets/${seg(name)}/alpha/${seg(file)}?size=${size}`),
   /** `field`: "files" for images and captions, or a control folder ("control", "control_2" ...)
    * whose control images pair with the targets by file name. */
-  upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void, field = "files") => {
+  upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void, field: string, answerTo: AnswerTo) => {
     const form = new FormData();
     for (const f of files) form.append(field, f, f.name);
-    return postWithProgress<UploadResult>(`/api/datasets/${seg(name)}/files`, form, onProgress);
+    return postWithProgress<UploadResult>(`/api/datasets/${seg(name)}/files`, form, onProgress, answerTo);
   },
   /** Thumbnail of a control image: `path` as the dataset lists it ("control_2/a.png"). */
   controlThumbnailUrl: (name: string, path: string, size = 128) => {
@@ -89,35 +91,42 @@ export const api = {
     return withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file ?? "")}?size=${size}&control=${seg(folder)}`);
   },
   /** `expected`: the caption the edit started from ("" for none); another one there now is a 409 with `current`. */
-  setCaption: (name: string, file: string, caption: string, expected?: string) =>
-    put<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption, expected } satisfies CaptionBody),
-  /** Find / replace, prepend, append over every caption of the dataset (dry_run: count only). */
-  bulkCaptions: (name: string, body: BulkCaptionBody, signal?: AbortSignal) =>
-    post<BulkCaptionResult>(`/api/datasets/${seg(name)}/captions`, body, signal),
-  deleteDataset: (name: string) => del<DatasetDeleted>(`/api/datasets/${seg(name)}`),
+  setCaption: (name: string, file: string, caption: string, expected: string | undefined, answerTo: AnswerTo) =>
+    putEffect<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption, expected } satisfies CaptionBody, answerTo),
+  /** Find / replace, prepend, append over every caption of the dataset, a dry run (the count only):
+   * `signal` aborts it (a newer preview, an edit). */
+  previewBulkCaptions: (name: string, body: BulkCaptionBody, signal: AbortSignal) =>
+    post<BulkCaptionResult>(`/api/datasets/${seg(name)}/captions`, { ...body, dry_run: true }, signal),
+  /** The same edit, written. */
+  bulkCaptions: (name: string, body: BulkCaptionBody, answerTo: AnswerTo) =>
+    postEffect<BulkCaptionResult>(`/api/datasets/${seg(name)}/captions`, { ...body, dry_run: false }, answerTo),
+  deleteDataset: (name: string, answerTo: AnswerTo) => delEffect<DatasetDeleted>(`/api/datasets/${seg(name)}`, answerTo),
   /** Rename a dataset folder (as listed: one made by hand under a name the studio cannot use too) to `to`. */
-  renameDataset: (name: string, to: string) =>
-    post<DatasetRenamed>(`/api/datasets/${seg(name)}/rename`, { to } satisfies RenameBody),
-  removeImage: (name: string, file: string) => del<DeletedFiles>(`/api/datasets/${seg(name)}/images/${seg(file)}`),
+  renameDataset: (name: string, to: string, answerTo: AnswerTo) =>
+    postEffect<DatasetRenamed>(`/api/datasets/${seg(name)}/rename`, { to } satisfies RenameBody, answerTo),
+  removeImage: (name: string, file: string, answerTo: AnswerTo) =>
+    delEffect<DeletedFiles>(`/api/datasets/${seg(name)}/images/${seg(file)}`, answerTo),
   /** Start auto-captioning a dataset with a vision-language model (202: the caption job). */
-  captionDataset: (name: string, body: CaptionOptions) => post<CaptionJob>(`/api/datasets/${seg(name)}/caption`, body),
+  captionDataset: (name: string, body: CaptionOptions, answerTo: AnswerTo) =>
+    postEffect<CaptionJob>(`/api/datasets/${seg(name)}/caption`, body, answerTo),
   captionJob: (id: string, signal?: AbortSignal) => get<CaptionJob>(`/api/captions/${seg(id)}`, signal),
   /** The dataset's newest caption job, recorded across server restarts ("interrupted" when the server died while it ran; 404: none). */
   latestCaption: (name: string, signal?: AbortSignal) => get<CaptionJob>(`/api/datasets/${seg(name)}/caption`, signal),
-  cancelCaption: (id: string) => post<CaptionJob>(`/api/captions/${seg(id)}/cancel`),
+  cancelCaption: (id: string, answerTo: AnswerTo) => postEffect<CaptionJob>(`/api/captions/${seg(id)}/cancel`, undefined, answerTo),
 
   preflight: (config: Partial<TrainConfig>, signal?: AbortSignal) => post<PreflightReport>("/api/train/preflight", { config }, signal),
-  /** `answerSignal` (here and on stop, resumeRun): drops the answer, not the request (client.postEffect). */
-  start: (config: Partial<TrainConfig>, queue = true, answerSignal?: AbortSignal) =>
-    postEffect<Job>("/api/train/start", { config, queue }, answerSignal),
-  stop: (body: StopBody, answerSignal?: AbortSignal) => postEffect<Job>("/api/train/stop", body, answerSignal),
+  /** `answerTo` (here and on every request with an effect): whom the answer is for; its abort
+   * drops the answer, not the request (client.AnswerTo). */
+  start: (config: Partial<TrainConfig>, answerTo: AnswerTo, queue = true) =>
+    postEffect<Job>("/api/train/start", { config, queue }, answerTo),
+  stop: (body: StopBody, answerTo: AnswerTo) => postEffect<Job>("/api/train/stop", body, answerTo),
   status: (since?: number, signal?: AbortSignal) => get<TrainStatus>(`/api/train/status${since != null ? `?since=${since}` : ""}`, signal),
   /** The event stream's URL (a function: the token may be set after load). */
   eventsUrl: () => withToken("/api/train/events"),
 
   runs: (signal?: AbortSignal) => get<RunList>("/api/runs", signal),
   run: (id: string, signal?: AbortSignal) => get<RunDetail>(`/api/runs/${seg(id)}`, signal),
-  deleteRun: (id: string) => del<RunDeleted>(`/api/runs/${seg(id)}`),
+  deleteRun: (id: string, answerTo: AnswerTo) => delEffect<RunDeleted>(`/api/runs/${seg(id)}`, answerTo),
   /** The sample previews in a run's folder, oldest step first. */
   runSamples: (id: string, signal?: AbortSignal) => get<SampleList>(`/api/runs/${seg(id)}/samples`, signal),
   /** URL of a sample PNG of run `id`; `path` is run-relative ("samples/step-000123-0.png") or a file name. */
@@ -132,8 +141,7 @@ export const api = {
   /** The last `lines` lines of a run's worker log (bounded by the server). */
   runLog: (id: string, lines = 500, signal?: AbortSignal) => get<RunLog>(`/api/runs/${seg(id)}/log?lines=${lines}`, signal),
   /** Continue a stopped/failed run from its newest checkpoint (or `body.checkpoint`). */
-  resumeRun: (id: string, body: ResumeBody = {}, answerSignal?: AbortSignal) =>
-    postEffect<Job>(`/api/runs/${seg(id)}/resume`, body, answerSignal),
+  resumeRun: (id: string, body: ResumeBody, answerTo: AnswerTo) => postEffect<Job>(`/api/runs/${seg(id)}/resume`, body, answerTo),
 
   loras: (family?: string, signal?: AbortSignal) => get<LoraList>(`/api/loras${family ? `?family=${seg(family)}` : ""}`, signal),
   /** Download URL of a trained LoRA's .safetensors (served as an attachment); `step`: the raw
@@ -143,23 +151,24 @@ export const api = {
   /** A run's LoRAs by step: its snapshots (loras/<name>-step-N), then the final file. */
   loraSteps: (name: string, signal?: AbortSignal) => get<LoraSteps>(`/api/loras/${seg(name)}/steps`, signal),
   /** Upload a trained LoRA (with its sidecar, a model card and its newest samples) to a hub repo. */
-  pushLora: (name: string, body: PushBody) => post<PushResult>(`/api/loras/${seg(name)}/push`, body),
-  generate: (body: GenerateBody) => post<GenerateResult>("/api/generate", body),
+  pushLora: (name: string, body: PushBody, answerTo: AnswerTo) => postEffect<PushResult>(`/api/loras/${seg(name)}/push`, body, answerTo),
+  generate: (body: GenerateBody, answerTo: AnswerTo) => postEffect<GenerateResult>("/api/generate", body, answerTo),
   /** Stop the generation sent with this `request_id` (after its current denoising step): its
    * POST answers 409 and nothing is kept. 404 once it ended. */
-  cancelGenerate: (requestId: string) => post<GenerateCancel>(`/api/generate/${seg(requestId)}/cancel`),
+  cancelGenerate: (requestId: string, answerTo: AnswerTo) =>
+    postEffect<GenerateCancel>(`/api/generate/${seg(requestId)}/cancel`, undefined, answerTo),
   /** Upload reference images (slot order) for generation with an edit family; their ids go in GenerateBody.references. */
-  uploadReferences: (files: File[]) => {
+  uploadReferences: (files: File[], answerTo: AnswerTo) => {
     const form = new FormData();
     for (const f of files) form.append("files", f, f.name);
-    return post<ReferencesResult>("/api/generate/references", form);
+    return postEffect<ReferencesResult>("/api/generate/references", form, answerTo);
   },
   /** A page of the server's gallery, newest first, with each image's settings: the newest page,
    * or the page after the one whose `next_cursor` is `cursor` (the server's default page size). */
   gallery: (signal?: AbortSignal, cursor?: string) =>
     get<GalleryList>(cursor ? `/api/gallery?cursor=${encodeURIComponent(cursor)}` : "/api/gallery", signal),
   /** Delete a gallery image and its settings sidecar (404 when it is gone). */
-  deleteGalleryImage: (file: string) => del<GalleryDeleted>(`/api/gallery/${seg(file)}`),
+  deleteGalleryImage: (file: string, answerTo: AnswerTo) => delEffect<GalleryDeleted>(`/api/gallery/${seg(file)}`, answerTo),
   /** An image URL the server returned (gallery or generate), loadable by <img>. */
   imageUrl: (url: string) => withToken(url),
 };

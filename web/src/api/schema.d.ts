@@ -3552,7 +3552,7 @@ export interface components {
             queue?: boolean;
             /**
              * Settings
-             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, save_dtype, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir; latent_cache and latent_cache_max_gb where the latents stay cached once, or stay encoded every step), or steps above the run's total to train it longer (RunSummary.train_longer); base_model / base_config / datasets where a moved run's are now (the refusal names them; their content is compared)
+             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, save_dtype, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir; latent_cache and latent_cache_max_gb where the latents stay cached once, or stay encoded every step), or steps above the run's total to train it longer (RunSummary.train_longer); base_model / base_config / datasets where a moved run's are now (the refusal names them; their content is compared), or "datasets.N.path" for entry N of the run's datasets alone (the others as recorded)
              */
             settings?: {
                 [key: string]: unknown;

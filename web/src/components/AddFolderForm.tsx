@@ -2,19 +2,21 @@ import { type FormEvent, useState } from "react";
 import { api } from "../api/endpoints";
 import type { CatalogueModel } from "../api/types";
 import { Field } from "./Field";
-import { useAction } from "../lib/latest";
+import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 
 /** List an existing pipeline folder (an absolute path on the server) in the catalogue; lorastudio never writes to it. */
 export function AddFolderForm({ onAdded }: { onAdded: (model: CatalogueModel) => void }) {
   const [path, setPath] = useState("");
   const [error, setError] = useState<string | null>(null);
+  const mounted = useUnmountSignal(); // left meanwhile: the folder is added, nobody is called back
   // one request per click: Enter and a click add the folder once
   const add = useAction(async () => {
     setError(null);
     try {
-      onAdded(await api.addModelFolder(path.trim()));
+      onAdded(await api.addModelFolder(path.trim(), mounted()));
       setPath("");
     } catch (err) {
+      if (isAbort(err)) return;
       setError(err instanceof Error ? err.message : String(err));
     }
   });

@@ -4,7 +4,7 @@ import { api } from "../api/endpoints";
 import type { CaptionJob, CatalogueModel } from "../api/types";
 import { ProgressBar } from "./ProgressBar";
 import { ErrorBanner } from "./ErrorBanner";
-import { isAbort, useAction, useLatest } from "../lib/latest";
+import { isAbort, useAction, useLatest, useUnmountSignal } from "../lib/latest";
 
 const POLL_MS = 1000;
 export const DEFAULT_CAPTION_MODEL = "Qwen/Qwen2.5-VL-3B-Instruct";
@@ -104,24 +104,26 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
     return () => clearTimeout(timer);
   }, [job, polls, retries]);
 
+  const mounted = useUnmountSignal(); // left meanwhile: the job starts (or stops), its answer is dropped
   // one request per click: a double click starts one job
   const start = useAction(async () => {
     setError(null);
     try {
-      setJob(await api.captionDataset(dataset, { model: model.trim(), prefix: prefix.trim() || null, overwrite }));
+      setJob(await api.captionDataset(dataset, { model: model.trim(), prefix: prefix.trim() || null, overwrite }, mounted()));
     } catch (err) {
-      setError(err instanceof Error ? err.message : String(err));
+      if (!isAbort(err)) setError(err instanceof Error ? err.message : String(err));
     }
   });
 
   const cancel = useAction(async () => {
     if (!job) return;
     try {
-      const ended = await api.cancelCaption(job.id);
+      const ended = await api.cancelCaption(job.id, mounted());
       polls.cancel();
       setJob(ended);
       if (ended.status !== "running") finished.current();
     } catch (err) {
+      if (isAbort(err)) return;
       setError(err instanceof Error ? err.message : String(err));
     }
   });

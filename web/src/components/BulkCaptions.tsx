@@ -3,7 +3,7 @@ import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { BulkCaptionResult } from "../api/types";
 import { ErrorBanner } from "./ErrorBanner";
-import { isAbort, useAction, useLatest } from "../lib/latest";
+import { isAbort, useAction, useLatest, useUnmountSignal } from "../lib/latest";
 
 /**
  * Bulk caption edit of one dataset: find / replace, prepend, append over every caption.
@@ -16,12 +16,13 @@ export function BulkCaptions({ name, onDone }: { name: string; onDone: () => voi
   const [error, setError] = useState<string | null>(null);
   // an edit drops the Preview in flight (its counts would be of another edit)
   const previews = useLatest();
+  const mounted = useUnmountSignal(); // left meanwhile: the edit is written, nobody is called back
   // one request at a time: a double click on Apply writes once
   const action = useAction(async (dry_run: boolean) => {
     const ticket = previews.begin();
     setError(null);
     try {
-      const answer = await api.bulkCaptions(name, { ...edit, dry_run }, dry_run ? ticket.signal : undefined);
+      const answer = dry_run ? await api.previewBulkCaptions(name, edit, ticket.signal) : await api.bulkCaptions(name, edit, mounted());
       if (dry_run && !ticket.current()) return;
       setResult(answer);
       if (!dry_run) onDone();

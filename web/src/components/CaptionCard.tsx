@@ -3,7 +3,7 @@ import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { DatasetImage } from "../api/types";
 import { inControlFolder } from "../lib/upload";
-import { useAction } from "../lib/latest";
+import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 
 interface Props {
   dataset: string;
@@ -24,6 +24,7 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
   const errorId = useId(); // the error is read with the caption it concerns
   /** The caption another editor wrote since this card read it (the server's 409): keep mine or use theirs. */
   const [theirs, setTheirs] = useState<string | null>(null);
+  const mounted = useUnmountSignal(); // left meanwhile (the page, a reload of its list): the write stands, its answer is dropped
 
   // the save in flight, and the caption the server holds (for the next save's `expected`): a save
   // asked while one is in flight (Ctrl+Enter, then the blur) waits for it, then writes only if the
@@ -40,13 +41,14 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
     const write = (async () => {
       setState("saving");
       try {
-        await api.setCaption(dataset, image.file, text, from);
+        await api.setCaption(dataset, image.file, text, from, mounted());
         savedRef.current = text;
         setSaved(text);
         setTheirs(null);
         setState("saved");
         setError(null);
       } catch (err) {
+        if (isAbort(err)) return;
         setState("error");
         const current = err instanceof ApiError && err.status === 409 ? (err.body as { current?: unknown }).current : undefined;
         setTheirs(typeof current === "string" ? current : null);
@@ -74,9 +76,10 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
     const what = paired ? `${image.file}, its caption and its control images` : `${image.file} and its caption`;
     if (!window.confirm(`Remove ${what}?`)) return;
     try {
-      await api.removeImage(dataset, image.file);
+      await api.removeImage(dataset, image.file, mounted());
       onRemoved();
     } catch (err) {
+      if (isAbort(err)) return;
       if (err instanceof ApiError && err.status === 404) onRemoved();
       else setError(err instanceof Error ? err.message : String(err));
     }

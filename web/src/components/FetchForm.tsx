@@ -3,7 +3,7 @@ import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { Fetch } from "../api/types";
 import { Field } from "./Field";
-import { useAction } from "../lib/latest";
+import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { HubTokenDialog } from "./HubTokenDialog";
 import { ErrorBanner } from "./ErrorBanner";
 
@@ -13,14 +13,16 @@ export function FetchForm({ onStarted }: { onStarted: (fetch: Fetch) => void }) 
   const [revision, setRevision] = useState("");
   const [error, setError] = useState<string | null>(null);
   const [denied, setDenied] = useState<string | null>(null);
+  const mounted = useUnmountSignal(); // left meanwhile: the fetch runs, nobody is called back
   // one request per click: Enter and a click start one fetch
   const action = useAction(async (token?: string) => {
     setError(null);
     try {
-      const fetch = await api.fetchModel({ repo_id: repo.trim(), revision: revision.trim() || null, ...(token ? { token } : {}) });
+      const fetch = await api.fetchModel({ repo_id: repo.trim(), revision: revision.trim() || null, ...(token ? { token } : {}) }, mounted());
       setDenied(null);
       onStarted(fetch);
     } catch (err) {
+      if (isAbort(err)) return;
       if (err instanceof ApiError && err.status === 403) setDenied(err.message);
       else setError(err instanceof Error ? err.message : String(err));
     }

@@ -81,3 +81,13 @@ describe("LineChart", () => {
     );
   });
 });
+
+describe("LineChart's x axis (session 30 web audit, RELIABILITY 872)", () => {
+  it("names each step of a short run once, where its step is", () => {
+    render(<LineChart xs={[1, 2, 3]} series={[{ name: "loss", color: "red", values: [0.5, 0.4, 0.3] }]} />);
+    const labels = [...document.querySelectorAll<SVGTextElement>('text.tick[text-anchor="middle"]')];
+    expect(labels.map((t) => t.textContent)).toEqual(["1", "2", "3"]);
+    const xs = labels.map((t) => Number(t.getAttribute("x")));
+    expect(xs[1] - xs[0]).toBeCloseTo(xs[2] - xs[1]); // evenly spaced: each at its step
+  });
+});

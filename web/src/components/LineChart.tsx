@@ -134,6 +134,12 @@ function ticks(lo: number, hi: number, n: number): number[] {
   return Array.from({ length: n }, (_, i) => lo + ((hi - lo) * i) / (n - 1));
 }
 
+/** The x axis's ticks: at most `n` whole steps from `lo` to `hi`, each once (a 3-step run's axis
+ * reads "1 2 3", not "1 1 2 2 3 3"), each where its step is. */
+export function xTicks(lo: number, hi: number, n: number): number[] {
+  return [...new Set(ticks(lo, hi, n).map((t) => Math.round(t)))];
+}
+
 /**
  * A dependency-free SVG line chart: shared x (steps), a left and an optional right y axis,
  * a legend, and a hover read-out. Draws at most ~one point per pixel per series. Its text
@@ -220,9 +226,9 @@ export function LineChart({ xs, series, height = 240, xLabel = "step", empty = "
               {formatNumber(t, 2)}
             </text>
           ))}
-        {ticks(x0, x1, Math.min(6, Math.max(2, Math.floor(innerW / 90)))).map((t) => (
+        {xTicks(x0, x1, Math.min(6, Math.max(2, Math.floor(innerW / 90)))).map((t) => (
           <text key={`x${t}`} className="tick" x={sx(t)} y={height - 6} textAnchor="middle">
-            {Math.round(t)}
+            {t}
           </text>
         ))}
         {series.map((s) => (

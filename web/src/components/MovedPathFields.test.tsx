@@ -8,15 +8,20 @@ import { TrainLonger } from "./TrainLonger";
 // The server's refusal of a resume whose run recorded paths with nothing there any more (a moved
 // studio home): jobs/resume.py raises ConfigError(training/relocation.py moved_problems(...)),
 // answered by api/errors.py as below (messages as the server writes them).
-const gone = (field: string, where: string, fix: string, key = field) =>
+const gone = (field: string, where: string, fix: string, how = `CLI: --set ${field}=...; API: {"settings": {"${field}": ...}}`) =>
   `nothing at ${where} any more (no folder or file there); if it moved (or the studio home was moved or renamed), ` +
-  `resume with ${fix} (CLI: --set ${key}=...; API: {"settings": {"${key}": ...}}): its content is compared with the checkpoint's`;
+  `resume with ${fix} (${how}): its content is compared with the checkpoint's`;
 const BASE = { field: "base_model", message: gone("base_model", "/old/home/models/tiny-flux", "base_model set to where it is now, a name under models/ or a path") };
 const DATA = { field: "data_dir", message: gone("data_dir", "/old/home/datasets/shapes", "data_dir set to where it is now, a dataset name or a path") };
-const ENTRY = {
-  field: "datasets.0.path",
-  message: gone("datasets.0.path", "/old/x", "datasets given again, each entry's path where it is now (its other settings as they were)", "datasets"),
-};
+const entry = (n: number, where: string) => ({
+  field: `datasets.${n}.path`,
+  message: gone(
+    `datasets.${n}.path`,
+    where,
+    `datasets.${n}.path set to where it is now, a dataset name or a path`,
+    `CLI: --set datasets=... (the whole list); API: {"settings": {"datasets.${n}.path": ...}}`,
+  ),
+});
 const refusal = (...problems: { field: string; message: string }[]) => ({
   status: 400,
   body: {
@@ -69,13 +74,44 @@ describe("a resume of a run whose base or dataset moved", () => {
     expect(calls.map((c) => c.body)).toEqual([{ settings: { steps: 2000 } }, { settings: { steps: 2000, data_dir: "/mnt/new/shapes" } }]);
   });
 
-  it("a moved entry of a multi-dataset run is said as the refusal (the whole list is given again by the CLI / API)", async () => {
-    mockFetch(() => refusal(BASE, ENTRY));
+  it("Resume names each moved entry of a multi-dataset run alone (datasets.N.path), the other problems said", async () => {
+    const [first, third] = [entry(0, "/old/x"), entry(2, "/old/z")];
+    const other = { field: "save_every", message: "must be at least 1" };
+    const calls = mockFetch((call) =>
+      (call.body as { settings?: unknown }).settings ? { status: 201, body: { id: "new3", status: "queued" } } : refusal(BASE, first, third, other),
+    );
+    const onResumed = vi.fn();
     const onError = vi.fn();
-    render(<ResumeButton run={RUN} onResumed={vi.fn()} onError={onError} />);
+    render(<ResumeButton run={RUN} onResumed={onResumed} onError={onError} />);
     await userEvent.click(screen.getByRole("button", { name: "resume portrait from step 100" }));
-    await screen.findByRole("textbox", { name: "Base model (base_model) now at" });
-    expect(onError).toHaveBeenCalledWith(`datasets.0.path: ${ENTRY.message}`);
-    expect(screen.queryByRole("textbox", { name: /datasets/ })).toBeNull();
+    const one = await screen.findByRole("textbox", { name: "Dataset entry 1 (datasets.0.path) now at" });
+    const three = screen.getByRole("textbox", { name: "Dataset entry 3 (datasets.2.path) now at" });
+    expect(three).toHaveAccessibleDescription(third.message); // its old path, what to name
+    expect(onError).toHaveBeenCalledWith(`save_every: ${other.message}`); // only what no input says
+    await userEvent.type(screen.getByRole("textbox", { name: "Base model (base_model) now at" }), "tiny-flux");
+    await userEvent.type(one, "x2");
+    const resume = screen.getByRole("button", { name: "resume portrait from step 100" });
+    expect(resume).toBeDisabled(); // entry 3 not named yet
+    await userEvent.type(three, "/mnt/z");
+    await userEvent.click(resume);
+    await waitFor(() => expect(onResumed).toHaveBeenCalledWith({ id: "new3", status: "queued" }));
+    expect(calls[1].body).toEqual({ settings: { base_model: "tiny-flux", "datasets.0.path": "x2", "datasets.2.path": "/mnt/z" } });
+  });
+
+  it("Train longer names a moved entry with the steps", async () => {
+    const moved = entry(1, "/old/y");
+    const calls = mockFetch((call) =>
+      (call.body as { settings: Record<string, unknown> }).settings["datasets.1.path"] ? { status: 201, body: { id: "new4", status: "queued" } } : refusal(moved),
+    );
+    const onStarted = vi.fn();
+    const onError = vi.fn();
+    render(<TrainLonger run={RUN} onStarted={onStarted} onError={onError} />);
+    await userEvent.click(screen.getByRole("button", { name: "train portrait longer" }));
+    await userEvent.click(screen.getByRole("button", { name: "Train to 2000 steps" }));
+    await userEvent.type(await screen.findByRole("textbox", { name: "Dataset entry 2 (datasets.1.path) now at" }), "y2");
+    await userEvent.click(screen.getByRole("button", { name: "Train to 2000 steps" }));
+    await waitFor(() => expect(onStarted).toHaveBeenCalledWith({ id: "new4", status: "queued" }));
+    expect(calls[1].body).toEqual({ settings: { steps: 2000, "datasets.1.path": "y2" } });
+    expect(onError).not.toHaveBeenCalled(); // said at its input
   });
 });

@@ -1,5 +1,5 @@
 import { useId } from "react";
-import { MOVABLE, type MovedPath } from "../lib/relocation";
+import { movedLabel, type MovedPath } from "../lib/relocation";
 
 interface Props {
   moved: readonly MovedPath[];
@@ -22,17 +22,17 @@ export function MovedPathFields({ moved, values, onChange, disabled }: Props) {
       {moved.map(({ field, message }) => (
         <div key={field} className="moved-path">
           <label>
-            {`${MOVABLE[field]} (${field}) now at`}
+            {`${movedLabel(field)} (${field}) now at`}
             <input
               name={`moved_${field}`}
               value={values[field] ?? ""}
               disabled={disabled}
               required
               onChange={(e) => onChange(field, e.target.value)}
-              aria-describedby={`${id}-${field}`}
+              aria-describedby={`${id}-${field.replaceAll(".", "-")}`}
             />
           </label>
-          <p className="field-error" id={`${id}-${field}`}>
+          <p className="field-error" id={`${id}-${field.replaceAll(".", "-")}`}>
             {message}
           </p>
         </div>

@@ -1,6 +1,6 @@
 import { useState } from "react";
 import { api } from "../api/endpoints";
-import { useAction } from "../lib/latest";
+import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import type { PushResult } from "../api/types";
 import { ErrorBanner } from "./ErrorBanner";
 
@@ -24,13 +24,15 @@ export function PushToHub({ name }: Props) {
   const [priv, setPriv] = useState(false);
   const [done, setDone] = useState<PushResult | null>(null);
   const [error, setError] = useState<string | null>(null);
+  const mounted = useUnmountSignal(); // left meanwhile: the push goes on, its answer is dropped
   const valid = REPO.test(repo.trim());
   // one upload per click: Enter and a click push once
   const action = useAction(async () => {
     setError(null);
     try {
-      setDone(await api.pushLora(name, { repo: repo.trim(), create, private: create && priv }));
+      setDone(await api.pushLora(name, { repo: repo.trim(), create, private: create && priv }, mounted()));
     } catch (err) {
+      if (isAbort(err)) return;
       setError(err instanceof Error ? err.message : String(err));
     }
   });

@@ -2,7 +2,7 @@ import { useRef, useState } from "react";
 import { api } from "../api/endpoints";
 import type { GalleryImage, UploadedReference } from "../api/types";
 import { IMAGE_EXTENSIONS } from "../lib/upload";
-import { useAction, useLatest } from "../lib/latest";
+import { isAbort, useAction, useLatest } from "../lib/latest";
 
 interface Props {
   /** The most reference images the family takes (FamilyOut.control_images[1]); 0 hides the field. */
@@ -29,9 +29,10 @@ export function ReferenceImages({ max, value, onChange, error }: Props) {
     if (!files.length) return;
     const ticket = uploads.begin();
     try {
-      const { references } = await api.uploadReferences(files);
+      const { references } = await api.uploadReferences(files, ticket.signal); // dropped once this field is gone
       if (ticket.current()) onChange([...value, ...references]);
     } catch (err) {
+      if (isAbort(err) || !ticket.current()) return;
       setProblem(err instanceof Error ? err.message : String(err));
     }
   });

@@ -9,7 +9,7 @@ import { useCallback, useEffect, useRef, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { GalleryImage, GalleryList } from "../api/types";
-import { isAbort, useAction, useLatest } from "./latest";
+import { isAbort, useAction, useLatest, useUnmountSignal } from "./latest";
 import { useStepGrid } from "./stepGridInFlight";
 
 /** The images shown, the cursor of the next page (null: none) and the gallery's image count. */
@@ -53,6 +53,7 @@ export function useGallery(onError: (message: string) => void) {
   // only the latest reload's answer is shown; a "Show more" answer only on what it was asked for
   const galleryLoads = useLatest();
   const moreLoads = useLatest();
+  const mounted = useUnmountSignal(); // a delete answered after the screen was left: nothing shown or reloaded
   /** Load the newest page again and show `select` (the image just made), else the one shown, else the newest. */
   const loadGallery = useCallback(
     async (select?: string) => {
@@ -111,8 +112,9 @@ export function useGallery(onError: (message: string) => void) {
   const remove = useAction(async (img: GalleryImage) => {
     if (!window.confirm(`Delete the image "${img.prompt ?? img.file}" and its settings from the gallery?`)) return;
     try {
-      await api.deleteGalleryImage(img.file);
+      await api.deleteGalleryImage(img.file, mounted());
     } catch (err) {
+      if (isAbort(err)) return;
       // deleted meanwhile (another tab): what was asked is done
       if (!(err instanceof ApiError && err.status === 404)) {
         onError(err instanceof Error ? err.message : String(err));

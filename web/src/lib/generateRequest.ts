@@ -38,7 +38,7 @@ export async function generateWithRetry(
 ): Promise<GenerateResult> {
   for (let attempt = 0; ; attempt++) {
     try {
-      return await api.generate(body);
+      return await api.generate(body, null); // a flight of its own (lib/generationInFlight): followed by whichever screen is open
     } catch (err) {
       if (!(err instanceof ApiError && err.status === 409) || jobLive || stopped() || attempt >= GPU_RETRIES) throw err;
       onWait();

@@ -92,8 +92,9 @@ export function useGenerationView(loadGallery: (select?: string) => Promise<void
     if (!flight || flight.requestId !== requestId) return;
     flight.cancelled = true;
     try {
-      await api.cancelGenerate(flight.requestId);
+      await api.cancelGenerate(flight.requestId, mounted()); // left meanwhile: it stops, nothing is said here
     } catch (err) {
+      if (isAbort(err)) return;
       if (!(err instanceof ApiError && err.status === 404)) setGeneral(err instanceof Error ? err.message : String(err));
     }
   };

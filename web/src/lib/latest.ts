@@ -12,8 +12,9 @@
  * - `useAction(fn)`: one request per click: a second call while one is in flight is ignored
  *   (a double click, Enter then click), and `pending` disables the button meanwhile.
  * - `useUnmountSignal()`: a signal aborted when the component unmounts, for a request whose
- *   answer is for it alone (a Start, Stop or Resume: api.start's `answerSignal` drops the answer,
- *   not the request), so an answer never lands on a screen gone (navigates, calls back).
+ *   answer is for it alone: every request with an effect (a Start, a delete, a push ...: the
+ *   endpoints' `answerTo`, client.AnswerTo) drops its answer, not the request, once it aborts, so
+ *   an answer never lands on a screen gone (navigates, calls back, reloads).
  */
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { ApiError } from "../api/client";

@@ -2,9 +2,9 @@
  * A resume of a run whose base or dataset moved (a studio home moved or renamed: RELIABILITY 801).
  * The server refuses it (400 ConfigError) with one problem per recorded path that has nothing at it
  * any more (training/relocation.py `moved_problems`): field "base_model", "base_config" or
- * "data_dir", message "nothing at <old path> any more ...". The resume may then name each anew in
- * its `settings`. A multi-dataset run's entries ("datasets.N.path") need the whole list given
- * again: left to the CLI / API (the refusal says how). Pure functions, no React.
+ * "data_dir", or "datasets.N.path" for entry N of a multi-dataset run, message "nothing at <old
+ * path> any more ...". The resume may then name each anew in its `settings` (an entry alone as
+ * "datasets.N.path": the server keeps the run's other entries and settings). Pure functions, no React.
  */
 import { ApiError } from "../api/client";
 import { problemField } from "./problems";
@@ -16,7 +16,8 @@ export const MOVABLE = {
   data_dir: "Dataset",
 } as const;
 
-export type Movable = keyof typeof MOVABLE;
+/** A setting a resume may name anew: a MOVABLE one, or the path of a multi-dataset run's entry N. */
+export type Movable = keyof typeof MOVABLE | `datasets.${number}.path`;
 
 export interface MovedPath {
   field: Movable;
@@ -24,7 +25,15 @@ export interface MovedPath {
   message: string;
 }
 
-const isMovable = (field: string): field is Movable => Object.hasOwn(MOVABLE, field);
+const ENTRY = /^datasets\.(\d+)\.path$/;
+
+const isMovable = (field: string): field is Movable => Object.hasOwn(MOVABLE, field) || ENTRY.test(field);
+
+/** What the web UI calls a moved setting: "Dataset", "Dataset entry 2" (datasets.1.path) ... */
+export function movedLabel(field: Movable): string {
+  const entry = ENTRY.exec(field);
+  return entry ? `Dataset entry ${Number(entry[1]) + 1}` : MOVABLE[field as keyof typeof MOVABLE];
+}
 
 /** The moved paths a refused resume names (none: `err` is another refusal). */
 export function movedPaths(err: unknown): MovedPath[] {

@@ -128,5 +128,5 @@ async function uploadAgain(urls: readonly string[], signal: AbortSignal): Promis
       return new File([blob], url.split("/").pop() || "reference.png", { type: blob.type });
     }),
   );
-  return (await api.uploadReferences(files)).references;
+  return (await api.uploadReferences(files, signal)).references; // for this load only
 }

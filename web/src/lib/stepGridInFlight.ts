@@ -110,7 +110,7 @@ export async function cancelGrid(): Promise<void> {
   update({ cancelled: true });
   if (!mine.requestId) return;
   try {
-    await api.cancelGenerate(mine.requestId);
+    await api.cancelGenerate(mine.requestId, null); // the grid outlives its screen
   } catch (err) {
     if (!(err instanceof ApiError && err.status === 404)) throw err;
   }

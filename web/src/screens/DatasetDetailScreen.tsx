@@ -14,7 +14,7 @@ import { CONTROL_SLOTS, planControlUpload, planUpload, type RefusedFile } from "
 import { uploadNews, useUploadView } from "../lib/uploadsInFlight";
 import { LiveStatus } from "../components/LiveStatus";
 import { Crumb } from "../components/Crumb";
-import { isAbort, loadMessage, useAction, useLatest, useLoad } from "../lib/latest";
+import { isAbort, loadMessage, useAction, useLatest, useLoad, useUnmountSignal } from "../lib/latest";
 import { ErrorBanner } from "../components/ErrorBanner";
 
 /** Images asked for at once: a dataset of 10,000 images is shown a page at a time ("Show more"). */
@@ -98,6 +98,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
             setUpload((u) => u && { ...u, batch: i + 1, sentBytes: sentBefore + frac * batchBytes });
           },
           field,
+          null, // the upload outlives this page (lib/uploadsInFlight): its answers are for the page open then
         );
         stored.push(...result.committed);
         problems.push(...result.refused);
@@ -121,11 +122,13 @@ export function DatasetDetailScreen({ name }: { name: string }) {
     await reloadInfo();
   };
 
+  const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
   const onDelete = useAction(async () => {
     if (!window.confirm(`Delete dataset ${name} and every file in it?`)) return;
     try {
-      await api.deleteDataset(name);
+      await api.deleteDataset(name, mounted()); // left meanwhile: it is deleted, no jump to Datasets
     } catch (err) {
+      if (isAbort(err)) return;
       // deleted meanwhile (another tab, the CLI): what was asked is done
       if (!(err instanceof ApiError && err.status === 404)) {
         setDeleteError(err instanceof Error ? err.message : String(err));

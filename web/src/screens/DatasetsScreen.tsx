@@ -4,7 +4,7 @@ import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import type { DatasetSummary, NameRule } from "../api/types";
 import { DataTable } from "../components/DataTable";
-import { useAction } from "../lib/latest";
+import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { nameProblem } from "../lib/nameRule";
 import { href, navigate } from "../lib/route";
 
@@ -14,6 +14,7 @@ function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule
   const [open, setOpen] = useState(false);
   const [to, setTo] = useState("");
   const [error, setError] = useState<string | null>(null);
+  const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
   const [busy, setBusy] = useState(false);
   if (!open) {
     return (
@@ -39,10 +40,11 @@ function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule
     }
     setBusy(true);
     try {
-      await api.renameDataset(dataset.name, n);
+      await api.renameDataset(dataset.name, n, mounted());
       setOpen(false);
       onDone();
     } catch (err) {
+      if (isAbort(err)) return;
       setError(err instanceof Error ? err.message : String(err));
     } finally {
       setBusy(false);
@@ -75,11 +77,13 @@ function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule
  * meanwhile); any other refusal (busy: a run or a caption job holds it) is shown beside it. */
 function DeleteFolder({ dataset, onDone }: { dataset: DatasetSummary; onDone: () => void }) {
   const [error, setError] = useState<string | null>(null);
+  const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
   const onDelete = useAction(async () => {
     if (!window.confirm(`Delete the folder ${dataset.name} and every file in it?`)) return;
     try {
-      await api.deleteDataset(dataset.name);
+      await api.deleteDataset(dataset.name, mounted());
     } catch (err) {
+      if (isAbort(err)) return;
       if (!(err instanceof ApiError && err.status === 404)) {
         setError(err instanceof Error ? err.message : String(err));
         return;

@@ -14,11 +14,11 @@ import { StopDialog } from "../components/StopDialog";
 import { formatDuration, formatGb, formatNumber, secondsBetween } from "../lib/format";
 import { etaSeconds, observeStep, type StepClock } from "../lib/stepClock";
 import { describePhase } from "../lib/phase";
-import { href } from "../lib/route";
 import { chartData } from "../lib/series";
 import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { DatasetWarnings } from "../components/DatasetWarnings";
+import { NoLiveJob } from "../components/NoLiveJob";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 
@@ -91,13 +91,7 @@ export function LiveScreen() {
             </button>
           </>
         ) : (
-        <div className="empty card">
-          <strong>No training job yet</strong>
-          <p>Start a run and follow its loss, learning rate and speed here as it trains.</p>
-          <a className="button primary" href={href("train")}>
-            Train a LoRA
-          </a>
-        </div>
+          <NoLiveJob />
         )}
       </section>
     );

@@ -8,7 +8,7 @@ import { FetchProgress } from "../components/FetchProgress";
 import { formatBytes } from "../lib/format";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { ApiError } from "../api/client";
-import { isAbort, useAction, useLatest } from "../lib/latest";
+import { isAbort, useAction, useLatest, useUnmountSignal } from "../lib/latest";
 
 const SOURCES: Record<CatalogueModel["source"], string> = {
   local: "models/",
@@ -78,13 +78,15 @@ export function ModelsScreen() {
   }, [running, loadFetches]);
 
   // one request per click for each action below; a model removed meanwhile (another tab) is gone as asked
+  const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
   const act = useAction(async (m: CatalogueModel) => {
     const what = removal(m);
     if (!what || !window.confirm(what.confirm)) return;
     setError(null);
     try {
-      await (m.source === "added" ? api.forgetModelFolder(m.id) : api.deleteModel(m.id));
+      await (m.source === "added" ? api.forgetModelFolder(m.id, mounted()) : api.deleteModel(m.id, mounted()));
     } catch (err) {
+      if (isAbort(err)) return; // left meanwhile: done as asked, nothing reloaded
       if (!(err instanceof ApiError && err.status === 404)) setError(err instanceof Error ? err.message : String(err));
     }
     load();
@@ -92,8 +94,9 @@ export function ModelsScreen() {
   const cancelFetch = useAction(async (id: string) => {
     setError(null);
     try {
-      await api.cancelFetch(id);
+      await api.cancelFetch(id, mounted());
     } catch (err) {
+      if (isAbort(err)) return;
       setError(err instanceof Error ? err.message : String(err));
     }
     load();
@@ -102,10 +105,11 @@ export function ModelsScreen() {
   const fetchCaptioner = useAction(async (m: CatalogueModel) => {
     setError(null);
     try {
-      const started = await api.fetchModel({ repo_id: m.repo_id ?? m.name, revision: null });
+      const started = await api.fetchModel({ repo_id: m.repo_id ?? m.name, revision: null }, mounted());
       fetchLoads.cancel(); // a poll sent before this fetch began must not drop it from the list
       setFetches((now) => [...now.filter((x) => x.id !== started.id), started]);
     } catch (err) {
+      if (isAbort(err)) return;
       setError(err instanceof Error ? err.message : String(err));
     }
   });

@@ -14,7 +14,7 @@ import { href, navigate } from "../lib/route";
 import { chartData, fromPoints } from "../lib/series";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { Crumb } from "../components/Crumb";
-import { loadMessage, useAction, useLoad } from "../lib/latest";
+import { isAbort, loadMessage, useAction, useLoad, useUnmountSignal } from "../lib/latest";
 import { DatasetWarnings } from "../components/DatasetWarnings";
 
 /**
@@ -29,13 +29,15 @@ export function RunDetailScreen({ id }: { id: string }) {
   const loras = useLoad((signal) => api.runLoras(id, signal).then((l) => l.loras, () => []), id).data ?? [];
   // a refused action (resume, delete): shown above the run, which stays on screen
   const [actionError, setActionError] = useState<string | null>(null);
+  const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
   const remove = useAction(async () => {
     const run = loaded.data;
     if (!run || !window.confirm(`Delete run ${run.output_name} and its files?`)) return;
     try {
-      await api.deleteRun(run.id);
+      await api.deleteRun(run.id, mounted()); // left meanwhile: it is deleted, no jump to Runs
       navigate("runs");
     } catch (err) {
+      if (isAbort(err)) return;
       // deleted meanwhile (another tab, the CLI): what was asked is done
       if (err instanceof ApiError && err.status === 404) navigate("runs");
       else setActionError(err instanceof Error ? err.message : String(err));

@@ -7,7 +7,7 @@ import { ResumeButton } from "../components/ResumeButton";
 import type { RunSummary } from "../api/types";
 import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
 import { href, navigate } from "../lib/route";
-import { loadMessage, useAction, useLoad } from "../lib/latest";
+import { isAbort, loadMessage, useAction, useLoad, useUnmountSignal } from "../lib/latest";
 import { ErrorBanner } from "../components/ErrorBanner";
 
 /** Run history: status, final loss, duration; open, download the LoRA, delete. */
@@ -21,12 +21,14 @@ export function RunsScreen() {
   const error = actionError ?? (loaded.error ? loadMessage(loaded.error, "") : null);
   const load = loaded.reload;
 
+  const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
   const remove = useAction(async (run: RunSummary) => {
     if (!window.confirm(`Delete run ${run.output_name} and its files?`)) return;
     try {
-      await api.deleteRun(run.id);
+      await api.deleteRun(run.id, mounted()); // left meanwhile: it is deleted, the list gone is not reloaded
       setError(null);
     } catch (err) {
+      if (isAbort(err)) return;
       // deleted meanwhile (another tab, the CLI): what was asked is done
       if (!(err instanceof ApiError && err.status === 404)) setError(err instanceof Error ? err.message : String(err));
     }

@@ -171,7 +171,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         if (!blocked) setReport(report);
         setErrors(own);
       } else {
-        const started = api.start(built.config);
+        const started = api.start(built.config, null); // its answer heard by this screen only (below)
         // used once started (even if this screen was left meanwhile): the run's settings are on its page (Clone repeats them)
         started.then(() => clearDraft(TRAIN_DRAFT), () => undefined);
         await unheeded(started, mounted()); // left meanwhile: the run starts, this screen hears nothing (no jump to Live)
