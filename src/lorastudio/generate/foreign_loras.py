@@ -12,6 +12,10 @@ lorastudio's readers do:
   lorastudio's readers give; the T5 layers are merged into T5's weights at the strength, as
   ComfyUI patches them (W + strength * (alpha / rank) * up @ down), and restored exactly by the
   next apply_loras (generate/lycoris_patch.restore_lycoris keeps the originals).
+- Diffusers-named files with a per-layer `.alpha` (`transformer.<module>.alpha` beside its
+  lora_A / lora_B): diffusers' FLUX.1 reader takes them, its SDXL, Qwen-Image, Z-Image, FLUX.2 and
+  Krea 2 readers fail on them; read with each alpha / rank folded into its lora_B
+  (lora/file_read.fold_layer_alphas), as ComfyUI applies them.
 - Text-encoder layers of a family that takes none (Qwen-Image's Qwen2.5-VL, ...:
   lora/text_encoder_names.refusal): refused naming the key and the reason; diffusers' loaders
   would drop them or fail on them.
@@ -78,6 +82,7 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
 
     from lorastudio.generate.lycoris_names import layout_of_pipeline
     from lorastudio.lora import onetrainer_names, text_encoder_names
+    from lorastudio.lora.file_read import has_layer_alphas
 
     family = family_of_pipeline(pipe)
     layout = layout_of_pipeline(type(pipe).__name__)
@@ -94,6 +99,9 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
     merged = any(text_encoder_names.component_of(k) in unread for k in encoders)
     ours = layout in onetrainer_names.FAMILIES or family in _FLUX  # lora_transformer_ read here
     theirs = ours and any(k.startswith(_ONETRAINER) for k in keys)
+    # diffusers' names with a per-layer .alpha: its readers of Qwen-Image, Z-Image, SDXL, FLUX.2
+    # and Krea 2 fail on them (lora/file_read.fold_layer_alphas)
+    theirs = theirs or has_layer_alphas(keys)
     if not (theirs or merged):
         return None
     try:
