@@ -106,3 +106,22 @@ def test_layer_alphas_beside_an_adapter_config_alpha_are_refused(tmp_path):
     assert str(both) in str(err.value)
     with pytest.raises(ModelSourceError, match="alpha twice"):
         convert_file(both, tmp_path / "out.safetensors", "diffusers", "qwen-image")
+
+
+def test_an_assistant_lora_with_layer_alphas_merges_at_alpha_over_rank(tmp_path):
+    """A run's assistant_lora (merged into the base weights before training) read the same way."""
+    from types import SimpleNamespace
+
+    from lorastudio.training.assistant import merge_assistant
+
+    pipe = build_tiny_pipeline("qwen-image")
+    layers = _layers(pipe, "qwen-image")
+    theirs, _ = _files(pipe, "qwen-image", tmp_path)
+    model = pipe.transformer
+    base = {name: model.get_submodule(name).weight.detach().clone() for name in layers}
+    cfg = SimpleNamespace(assistant_lora=str(theirs))  # merge_assistant reads this field alone
+    info = merge_assistant(model, cfg, families.get("qwen-image"))  # type: ignore[arg-type]
+    assert info is not None and info["layers"] == len(layers)
+    for name, (a, b) in layers.items():
+        got = model.get_submodule(name).weight - base[name]
+        torch.testing.assert_close(got, b @ a * ALPHA / RANK, rtol=1e-4, atol=1e-5, msg=name)
