@@ -16,6 +16,9 @@ lorastudio's readers do:
   lora_A / lora_B): diffusers' FLUX.1 reader takes them, its SDXL, Qwen-Image, Z-Image, FLUX.2 and
   Krea 2 readers fail on them; read with each alpha / rank folded into its lora_B
   (lora/file_read.fold_layer_alphas), as ComfyUI applies them.
+- SDXL kohya files whose layers differ in `.alpha` (kohya's dynamic resize): diffusers' SDXL
+  loader applies the most common alpha to every layer; read with each layer's alpha / rank
+  folded into its lora_B, as ComfyUI applies them.
 - Text-encoder layers of a family that takes none (Qwen-Image's Qwen2.5-VL, ...:
   lora/text_encoder_names.refusal): refused naming the key and the reason; diffusers' loaders
   would drop them or fail on them.
@@ -51,6 +54,11 @@ _ONETRAINER = "lora_transformer_"
 # (`single_transformer_blocks.0.lora_A.weight`) and the load fails (KeyError)
 _FLUX = ("flux", "flux-kontext")
 _A, _B = ".lora_A.weight", ".lora_B.weight"
+# families whose diffusers loader (StableDiffusionXLLoraLoaderMixin: utils/peft_utils.get_peft_kwargs)
+# gives every layer of a kohya file the most common `.alpha`: a file of per-layer alphas (kohya's
+# resize_lora.py --dynamic_method, block-weighted merges) came out at the wrong strength in every
+# layer of another alpha (diffusers 0.42.1), so such a file is read here
+_ONE_ALPHA = ("sdxl",)
 
 
 @dataclass(frozen=True)
@@ -102,12 +110,29 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
     # diffusers' names with a per-layer .alpha: its readers of Qwen-Image, Z-Image, SDXL, FLUX.2
     # and Krea 2 fail on them (lora/file_read.fold_layer_alphas)
     theirs = theirs or has_layer_alphas(keys)
+    # SDXL's kohya files whose layers differ in alpha: diffusers' SDXL loader applies the most
+    # common alpha to every layer (its alpha_pattern matches no module)
+    theirs = theirs or (family in _ONE_ALPHA and _alphas_differ(path, keys))
     if not (theirs or merged):
         return None
     try:
         return _read(path, family or "", layout or "", unread)
     except (ConfigError, ModelSourceError, ValueError) as err:
         raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
+
+
+def _alphas_differ(path: Path, keys: list[str]) -> bool:
+    """Whether the `.alpha` tensors of the file `path` (of these keys) hold more than one value."""
+    from safetensors import SafetensorError, safe_open
+
+    alphas = [k for k in keys if k.endswith(".alpha")]
+    if len(alphas) < 2:
+        return False
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return len({float(f.get_tensor(k).float().reshape(-1)[0]) for k in alphas}) > 1
+    except (OSError, SafetensorError, IndexError):
+        return False  # the loader names the problem
 
 
 def _read(path: Path, family: str, layout: str, unread: set[str]) -> ForeignLora:
