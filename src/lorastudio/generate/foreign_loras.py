@@ -19,6 +19,9 @@ lorastudio's readers do:
 - SDXL kohya files whose layers differ in `.alpha` (kohya's dynamic resize): diffusers' SDXL
   loader applies the most common alpha to every layer; read with each layer's alpha / rank
   folded into its lora_B, as ComfyUI applies them.
+- Files of text-encoder layers alone (kohya's `--network_train_text_encoder_only`), and SDXL
+  files whose kohya CLIP layers are q / k / v projections only: diffusers' SDXL loader fails on
+  them ("Could not automatically infer state dict type").
 - Text-encoder layers of a family that takes none (Qwen-Image's Qwen2.5-VL, ...:
   lora/text_encoder_names.refusal): refused naming the key and the reason; diffusers' loaders
   would drop them or fail on them.
@@ -113,12 +116,30 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
     # SDXL's kohya files whose layers differ in alpha: diffusers' SDXL loader applies the most
     # common alpha to every layer (its alpha_pattern matches no module)
     theirs = theirs or (family in _ONE_ALPHA and _alphas_differ(path, keys))
+    # text-encoder layers alone, or kohya CLIP layers of q / k / v only: diffusers' SDXL loader
+    # fails on them (its kohya text-encoder names tell its old format by to_out_lora /
+    # lora_linear_layer, which only out_proj / mlp layers get: "Could not automatically infer
+    # state dict type")
+    theirs = (
+        theirs or (bool(encoders) and len(encoders) == len(keys)) or _attention_only_clip(family, encoders)
+    )
     if not (theirs or merged):
         return None
     try:
         return _read(path, family or "", layout or "", unread)
     except (ConfigError, ModelSourceError, ValueError) as err:
         raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
+
+
+def _attention_only_clip(family: str | None, encoders: list[str]) -> bool:
+    """Whether an SDXL file's kohya CLIP layers (`lora_te1_` / `lora_te2_`) are all of q / k / v
+    projections (no out_proj, mlp or text_projection: read_foreign's comment)."""
+    kohya = [k for k in encoders if k.startswith("lora_te")]
+    return (
+        family in _ONE_ALPHA
+        and bool(kohya)
+        and not any(w in k for k in kohya for w in ("out_proj", "_mlp_", "text_projection"))
+    )
 
 
 def _alphas_differ(path: Path, keys: list[str]) -> bool:
