@@ -112,7 +112,9 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
     theirs = ours and any(k.startswith(_ONETRAINER) for k in keys)
     # diffusers' names with a per-layer .alpha: its readers of Qwen-Image, Z-Image, SDXL, FLUX.2
     # and Krea 2 fail on them (lora/file_read.fold_layer_alphas)
-    theirs = theirs or has_layer_alphas(keys)
+    # (a DoRA's magnitudes are diffusers' loader's to read: lorastudio's reader takes LoRA files)
+    dora = any(k.endswith(".lora_magnitude_vector") for k in keys)
+    theirs = theirs or (has_layer_alphas(keys) and not dora)
     # SDXL's kohya files whose layers differ in alpha: diffusers' SDXL loader applies the most
     # common alpha to every layer (its alpha_pattern matches no module)
     theirs = theirs or (family in _ONE_ALPHA and _alphas_differ(path, keys))
