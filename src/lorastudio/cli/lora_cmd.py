@@ -62,6 +62,18 @@ def list_cmd(
         raise typer.Exit(2)
     typer.echo("step  file")
     rows = mark_loras(run_loras(run_dir), read_validation(run_dir))
+    if not rows:  # a run yet to write one, or a folder of LoRA files that is no run's: said, not blank
+        others = sorted(p.name for p in run_dir.glob("*.safetensors"))
+        held = (
+            f"; its {len(others)} .safetensors file(s) ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}) are not a run's LoRAs"
+            if others
+            else ""
+        )
+        typer.echo(
+            f"no LoRA file of a run in {run_dir} (a run writes loras/<name>-step-N.safetensors and"
+            f" {run_dir.name}.safetensors){held}",
+            err=True,
+        )
     ema_run = any(item["weights"] == "ema" for item in rows)  # else every file holds the raw weights
     for item in rows:
         step = "?" if item["step"] is None else str(item["step"])

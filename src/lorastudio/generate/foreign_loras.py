@@ -12,6 +12,16 @@ lorastudio's readers do:
   lorastudio's readers give; the T5 layers are merged into T5's weights at the strength, as
   ComfyUI patches them (W + strength * (alpha / rank) * up @ down), and restored exactly by the
   next apply_loras (generate/lycoris_patch.restore_lycoris keeps the originals).
+- Diffusers-named files with a per-layer `.alpha` (`transformer.<module>.alpha` beside its
+  lora_A / lora_B): diffusers' FLUX.1 reader takes them, its SDXL, Qwen-Image, Z-Image, FLUX.2 and
+  Krea 2 readers fail on them; read with each alpha / rank folded into its lora_B
+  (lora/file_read.fold_layer_alphas), as ComfyUI applies them.
+- SDXL kohya files whose layers differ in `.alpha` (kohya's dynamic resize): diffusers' SDXL
+  loader applies the most common alpha to every layer; read with each layer's alpha / rank
+  folded into its lora_B, as ComfyUI applies them.
+- Files of text-encoder layers alone (kohya's `--network_train_text_encoder_only`), and SDXL
+  files whose kohya CLIP layers are q / k / v projections only: diffusers' SDXL loader fails on
+  them ("Could not automatically infer state dict type").
 - Text-encoder layers of a family that takes none (Qwen-Image's Qwen2.5-VL, ...:
   lora/text_encoder_names.refusal): refused naming the key and the reason; diffusers' loaders
   would drop them or fail on them.
@@ -47,6 +57,11 @@ _ONETRAINER = "lora_transformer_"
 # (`single_transformer_blocks.0.lora_A.weight`) and the load fails (KeyError)
 _FLUX = ("flux", "flux-kontext")
 _A, _B = ".lora_A.weight", ".lora_B.weight"
+# families whose diffusers loader (StableDiffusionXLLoraLoaderMixin: utils/peft_utils.get_peft_kwargs)
+# gives every layer of a kohya file the most common `.alpha`: a file of per-layer alphas (kohya's
+# resize_lora.py --dynamic_method, block-weighted merges) came out at the wrong strength in every
+# layer of another alpha (diffusers 0.42.1), so such a file is read here
+_ONE_ALPHA = ("sdxl",)
 
 
 @dataclass(frozen=True)
@@ -78,6 +93,7 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
 
     from lorastudio.generate.lycoris_names import layout_of_pipeline
     from lorastudio.lora import onetrainer_names, text_encoder_names
+    from lorastudio.lora.file_read import has_layer_alphas
 
     family = family_of_pipeline(pipe)
     layout = layout_of_pipeline(type(pipe).__name__)
@@ -94,12 +110,52 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
     merged = any(text_encoder_names.component_of(k) in unread for k in encoders)
     ours = layout in onetrainer_names.FAMILIES or family in _FLUX  # lora_transformer_ read here
     theirs = ours and any(k.startswith(_ONETRAINER) for k in keys)
+    # diffusers' names with a per-layer .alpha: its readers of Qwen-Image, Z-Image, SDXL, FLUX.2
+    # and Krea 2 fail on them (lora/file_read.fold_layer_alphas)
+    # (a DoRA's magnitudes are diffusers' loader's to read: lorastudio's reader takes LoRA files)
+    dora = any(k.endswith(".lora_magnitude_vector") for k in keys)
+    theirs = theirs or (has_layer_alphas(keys) and not dora)
+    # SDXL's kohya files whose layers differ in alpha: diffusers' SDXL loader applies the most
+    # common alpha to every layer (its alpha_pattern matches no module)
+    theirs = theirs or (family in _ONE_ALPHA and _alphas_differ(path, keys))
+    # text-encoder layers alone, or kohya CLIP layers of q / k / v only: diffusers' SDXL loader
+    # fails on them (its kohya text-encoder names tell its old format by to_out_lora /
+    # lora_linear_layer, which only out_proj / mlp layers get: "Could not automatically infer
+    # state dict type")
+    theirs = (
+        theirs or (bool(encoders) and len(encoders) == len(keys)) or _attention_only_clip(family, encoders)
+    )
     if not (theirs or merged):
         return None
     try:
         return _read(path, family or "", layout or "", unread)
     except (ConfigError, ModelSourceError, ValueError) as err:
         raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
+
+
+def _attention_only_clip(family: str | None, encoders: list[str]) -> bool:
+    """Whether an SDXL file's kohya CLIP layers (`lora_te1_` / `lora_te2_`) are all of q / k / v
+    projections (no out_proj, mlp or text_projection: read_foreign's comment)."""
+    kohya = [k for k in encoders if k.startswith("lora_te")]
+    return (
+        family in _ONE_ALPHA
+        and bool(kohya)
+        and not any(w in k for k in kohya for w in ("out_proj", "_mlp_", "text_projection"))
+    )
+
+
+def _alphas_differ(path: Path, keys: list[str]) -> bool:
+    """Whether the `.alpha` tensors of the file `path` (of these keys) hold more than one value."""
+    from safetensors import SafetensorError, safe_open
+
+    alphas = [k for k in keys if k.endswith(".alpha")]
+    if len(alphas) < 2:
+        return False
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return len({float(f.get_tensor(k).float().reshape(-1)[0]) for k in alphas}) > 1
+    except (OSError, SafetensorError, IndexError):
+        return False  # the loader names the problem
 
 
 def _read(path: Path, family: str, layout: str, unread: set[str]) -> ForeignLora:

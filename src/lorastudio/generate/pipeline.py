@@ -171,6 +171,7 @@ def apply_loras(
     from lorastudio.generate.dora_strength import merge_dora_adapter
     from lorastudio.generate.foreign_loras import merge_layers, read_foreign
     from lorastudio.generate.lora_coverage import converted_layers, layers_not_loaded
+    from lorastudio.generate.lora_messages import loader_failure, no_layer_message
     from lorastudio.generate.lycoris_patch import is_lycoris_file, patch_lycoris, restore_lycoris
     from lorastudio.lora.file_read import check_lora_values, widened_kohya_file
 
@@ -212,14 +213,13 @@ def apply_loras(
             AssertionError,
         ) as err:  # diffusers' converters assert
             _unload(pipe)
-            reason = str(err) or f"diffusers' loader failed ({type(err).__name__}) on its layers"
-            raise ModelSourceError(f"cannot apply LoRA {path}: {reason}") from err
+            raise loader_failure(path, err) from err  # bounded: peft's names every module
         if foreign is not None and not foreign.state:
             continue  # nothing of it left to diffusers' loader
         loaded = {n for names_ in pipe.get_list_adapters().values() for n in names_}
         if name not in loaded:
             _unload(pipe)
-            raise ModelSourceError(f"LoRA {path} has no layer matching this {type(pipe).__name__}")
+            raise ModelSourceError(no_layer_message(pipe, path))
         try:
             missing, total = layers_not_loaded(pipe, layers, name)
         except ModelSourceError:

@@ -76,6 +76,9 @@ _ONETRAINER_LAYOUTS: dict[str, Callable[[str], str]] = {
     "flux": names.flux_from_flat,
     **{f: partial(onetrainer_names.from_flat, family=f) for f in onetrainer_names.FAMILIES},
 }
+# families whose `lora_unet_` files name diffusers' modules ("_" for "."), resolved as OneTrainer's
+# are (lora/onetrainer_names.py): Z-Image's (musubi-tuner; diffusers' Z-Image reader takes them)
+_UNET_DIFFUSERS_NAMES = frozenset({"z-image"})
 _PARTS = {_DOWN: "down", _A: "down", _UP: "up", _B: "up", ".alpha": "alpha"}
 # ComfyUI's full differences (comfy/lora.py load_lora: W + s * diff), which its trainer node
 # writes beside its LoRA pairs: read only when all zero (they change nothing then)
@@ -108,10 +111,16 @@ def _kohya_layers(
         suffix = next((s for s in _PARTS if key.endswith(s)), None)
         generic = key.startswith(_GENERIC)
         theirs = onetrainer is not None and key.startswith(_ONETRAINER)
-        if suffix is None or not (generic or theirs or (key.startswith("lora_unet_") and not peft_suffixed)):
+        # musubi-tuner's Z-Image files: `lora_unet_<diffusers name, "_" for ".">`, which diffusers'
+        # Z-Image reader takes (lora_conversion_utils' _convert_non_diffusers_z_image_lora_to_diffusers)
+        musubi = family in _UNET_DIFFUSERS_NAMES and key.startswith("lora_unet_")
+        if suffix is None or not (
+            generic or theirs or musubi or (key.startswith("lora_unet_") and not peft_suffixed)
+        ):
             raise _problem(f"{key!r} is not a {family} kohya/ComfyUI key ({own[0]}<module>{own[1]} ...)")
-        if onetrainer is not None and theirs:
-            layer = (onetrainer(key[len(_ONETRAINER) : -len(suffix)]), True)
+        if onetrainer is not None and (theirs or musubi):
+            prefix = _ONETRAINER if theirs else "lora_unet_"
+            layer = (onetrainer(key[len(prefix) : -len(suffix)]), True)
         elif family == "sdxl" and not generic:
             layer = onetrainer_names.sdxl_layer(key[len("lora_unet_") : -len(suffix)])
         else:

@@ -9,19 +9,24 @@ merge, resize, the assistant, the generation worker's LoRAs) goes through these.
   of 0 (a layer scaled by alpha / rank = 0).
 - `widened`: a tensor of an 8-bit float dtype as float32 (torch has no arithmetic on them);
   `widened_kohya_file`: a kohya-layout file so, for generation's loader.
+- `fold_layer_alphas` / `has_layer_alphas`: a diffusers-named file's per-layer `.alpha` tensors
+  (`transformer.<module>.alpha` beside its lora_A / lora_B: TheLastBen's FLUX trainer and others)
+  folded into each layer's lora_B, as ComfyUI applies them.
 
 Each raises NotFound (no such file) or ModelSourceError naming the file and what is wrong.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import torch
 
+from lorastudio import json_read
 from lorastudio.errors import ModelSourceError, NotFound
 from lorastudio.file_version import FileVersion, version_of
-from lorastudio.lora.header import check_lora_structure, read_header
+from lorastudio.lora.header import ADAPTER_METADATA_KEY, check_lora_structure, read_header
 from lorastudio.user_paths import is_file, missing_file
 
 
@@ -43,7 +48,57 @@ def read_lora_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]
         raise ModelSourceError(f"{path} is not a readable safetensors file: {err}") from err
     for name, tensor in tensors.items():
         check_finite(path, name, tensor)
-    return tensors, metadata
+    return fold_layer_alphas(path, tensors, metadata), metadata
+
+
+# diffusers' denoiser prefixes: a per-layer alpha beside these names is read here (kohya's
+# lora_unet_ / ComfyUI's diffusion_model. ones by their own readers, lora/convert_read.py)
+_PEFT_PREFIXES = ("transformer.", "unet.")
+_A, _B = ".lora_A.weight", ".lora_B.weight"
+
+
+def has_layer_alphas(keys: Iterable[str]) -> bool:
+    """Whether a file of these tensor names holds a diffusers-named layer's `.alpha`
+    (`transformer.<module>.alpha` / `unet.<module>.alpha` beside `<module>.lora_A.weight`)."""
+    names = set(keys)
+    return any(
+        k.startswith(_PEFT_PREFIXES) and k.endswith(".alpha") and k.removesuffix(".alpha") + _A in names
+        for k in names
+    )
+
+
+def fold_layer_alphas(
+    path: Path, tensors: dict[str, torch.Tensor], metadata: Mapping[str, str]
+) -> dict[str, torch.Tensor]:
+    """`tensors` with each diffusers-named layer's `.alpha` (`has_layer_alphas`) folded into its
+    lora_B (B * alpha / rank, computed in float32, stored in B's dtype) and dropped: the layer then
+    changes its weight by (alpha / rank) * B @ A under diffusers' rule for a file without alpha
+    (scale 1), as ComfyUI applies the file (comfy/lora.py: `<layer>.alpha` beside
+    `<layer>.lora_A.weight`). Such files (TheLastBen's FLUX trainer; `transformer.<module>.lora_A.weight`
+    + `transformer.<module>.alpha`) were refused by convert, merge, resize and assistant_lora
+    ("not a diffusers or kohya LoRA") and by generation for every family but FLUX.1 (diffusers'
+    Qwen-Image / Z-Image readers take them for ComfyUI's names and fail naming every module).
+    Other tensors come back as they are (a layer without alpha is at scale 1, diffusers' and
+    ComfyUI's rule). Raises ModelSourceError for a file that also states alpha in its adapter
+    config (`lora_adapter_metadata`: two alphas for one layer)."""
+    if not has_layer_alphas(tensors):
+        return tensors
+    config = json_read.loads(metadata.get(ADAPTER_METADATA_KEY) or "{}")  # JSON: read_header checked it
+    if any(k == "lora_alpha" or k.endswith(".lora_alpha") for k in config):
+        raise ModelSourceError(
+            f"{path} is not a usable LoRA: it gives its layers' alpha twice, as `.alpha` tensors and in"
+            " lora_adapter_metadata's lora_alpha; keep one of them"
+        )
+    out = dict(tensors)
+    for key in [k for k in tensors if k.startswith(_PEFT_PREFIXES) and k.endswith(".alpha")]:
+        layer = key.removesuffix(".alpha")
+        down, up = tensors.get(layer + _A), tensors.get(layer + _B)
+        if down is None or up is None:
+            continue  # no layer of diffusers' names: left to the structure checks / readers
+        scale = float(tensors[key].float()) / down.shape[0]  # alpha / rank
+        out[layer + _B] = (up.float() * scale).to(up.dtype)  # [out, r]
+        del out[key]
+    return out
 
 
 _8BIT_FLOATS = frozenset({torch.float8_e4m3fn, torch.float8_e5m2})

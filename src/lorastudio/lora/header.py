@@ -5,7 +5,7 @@ A safetensors file is an 8-byte little-endian header length N, N bytes of JSON
 then the tensor bytes. `read_header` reads only the length and the header, with a size cap, and
 checks what the format promises: JSON object, string metadata, known dtypes, non-negative
 shapes whose byte size matches their offsets, offsets that tile the data exactly (what the
-safetensors library itself requires). `check_lora_header` then refuses what cannot be a LoRA of
+safetensors library itself requires), and no name given twice. `check_lora_header` then refuses what cannot be a LoRA of
 the requested family: no tensors, a rank-0 (empty) adapter, a header or key layout naming
 another family. `check_lora_structure` (also run by `lora.file_read.read_lora_file`, for every family)
 refuses what no adapter file holds: a tensor that is not floating point, an `.alpha` that is not
@@ -133,7 +133,13 @@ def read_header(path: Path, max_bytes: int = MAX_HEADER_BYTES) -> LoraHeader:
     except OSError as err:
         raise _bad(path, f"cannot be read ({err.strerror or err})") from None
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except _DuplicateKey as dup:
+        raise _bad(
+            path,
+            f"its header names {dup.key[:120]!r} twice (a reader keeps one of the two descriptions without"
+            " a word, which one is up to the reader: the file would not read the same everywhere)",
+        ) from None
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise _bad(path, "its header is not JSON") from None
     if not isinstance(header, dict):
@@ -149,6 +155,24 @@ def read_header(path: Path, max_bytes: int = MAX_HEADER_BYTES) -> LoraHeader:
     tensors = {name: _tensor(path, name, entry) for name, entry in header.items()}
     _check_tiling(path, tensors, size - 8 - length)
     return LoraHeader(path, dict(metadata), tensors)
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """json.loads' object_pairs_hook: the object, or _DuplicateKey for a name given twice (a
+    tensor or a metadata key: Python's json keeps the last entry without a word, so a header could
+    describe a tensor twice, the checks reading one description and another reader the other)."""
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
 
 
 def _tensor(path: Path, name: str, entry: object) -> TensorInfo:

@@ -121,3 +121,19 @@ def test_keep_loras_bounds_the_snapshots_only(tiny_model, sample_dataset, tmp_pa
         "snap-step-000004.json", "snap-step-000004.safetensors", "snap-step-000005.json",
         "snap-step-000005.safetensors",
     ]  # fmt: skip
+
+
+def test_lora_list_of_a_folder_of_other_lora_files_says_so(tmp_path):
+    """A folder of downloaded LoRA files given to `lora list`: before (RELIABILITY 893) it printed
+    the header line alone and exited 0, as for a run with no LoRA yet; now it says that the folder
+    holds no run's LoRA and names the files that are not."""
+    from lorastudio.cli.app import _register, app
+
+    folder = tmp_path / "downloads"
+    folder.mkdir()
+    (folder / "someone-elses.safetensors").write_bytes(b"\0" * 16)
+    _register()
+    out = CliRunner().invoke(app, ["lora", "list", str(folder)])
+    assert out.exit_code == 0, out.output
+    assert f"no LoRA file of a run in {folder}" in out.output
+    assert "someone-elses.safetensors" in out.output and "not a run's LoRAs" in out.output
