@@ -37,9 +37,12 @@ def fit_line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
     return fixed, rate
 
 
-def sizes(records: list[dict[str, Any]]) -> set[float]:
-    """The distinct step sizes (pixels x batch x accumulation) of `records`."""
-    return {_step_work(r) for r in records}
+Work = Callable[[dict[str, Any]], float]
+
+
+def sizes(records: list[dict[str, Any]], step_x: Work | None = None) -> set[float]:
+    """The distinct step sizes of `records`: `step_x(record)` (default pixels x batch x accumulation)."""
+    return {(step_x or _step_work)(r) for r in records}
 
 
 def refit(
@@ -47,34 +50,41 @@ def refit(
     records: list[dict[str, Any]],
     units: dict[str, float],
     first_step_share: Callable[[dict[str, Any]], float],
+    step_x: Work | None = None,
+    image_x: Work | None = None,
 ) -> dict[str, Any]:
     """`forecast` (time_forecast's proportional section from the newest records) with each sized
     phase (first step, steps, caption encoding, latent cache, sample rounds) replaced by its
     fixed + scaling fit over `records` (one signature, FIT_RUNS newest) where they give two or
     more distinct work values; `units`: this run's work (time_forecast._units);
-    `first_step_share(record)`: the factor from a record's first step to this run's (its compile).
+    `first_step_share(record)`: the factor from a record's first step to this run's (its compile);
+    `step_x(record)` / `image_x(record)`: a record's step work and latent cache work in the measure
+    of `units` "step_work" / "images" (jobs/time_work.py's FLOPs; default pixels x samples and
+    encoded images x pixels).
     Each fitted phase says so in its basis; the total and the note follow."""
     n = len(records)
+    step_x = step_x or _step_work
+    image_x = image_x or (lambda r: _encoded(r) * r["signature"]["pixels"])
     fits: dict[str, tuple[list[tuple[float, float]], float, float, str]] = {}
-    step_x = units["step_work"]
+    step_now = units["step_work"]
     fits["steps"] = (
-        [(_step_work(r), float(r["s_per_step"])) for r in records],
-        step_x,
+        [(step_x(r), float(r["s_per_step"])) for r in records],
+        step_now,
         max(units["steps"] - 1, 0),
-        "s per step, the step's pixels x samples",
+        "s per step, the step's work" if step_x is not _step_work else "s per step, the step's pixels x samples",
     )
     fits["first_step"] = (
-        [(_step_work(r), r["phases"]["first_step"] * first_step_share(r)) for r in records],
-        step_x,
+        [(step_x(r), r["phases"]["first_step"] * first_step_share(r)) for r in records],
+        step_now,
         1.0,
-        "the first step, its pixels x samples",
+        "the first step, its work" if step_x is not _step_work else "the first step, its pixels x samples",
     )
     if units["texts"]:
         texts = [(float(r["texts"]), r["phases"]["caption_encoding"]) for r in records if r.get("texts")]
         fits["caption_encoding"] = (texts, units["texts"], 1.0, "caption encoding, the texts encoded")
     if units["images"]:
         images = [
-            (_encoded(r) * r["signature"]["pixels"], r["phases"]["latent_cache"])
+            (image_x(r), r["phases"]["latent_cache"])
             for r in records
             if _encoded(r)
         ]
@@ -117,7 +127,7 @@ def refit(
     forecast["note"] = (
         f"scaled from measured runs: expect +-30 % (basis: {', '.join(fitted)} fitted as a fixed part"
         f" + a part that scales with their work on {n} runs of this base and plan at"
-        f" {len(sizes(records))} sizes, the rest from the newest runs;"
+        f" {len(sizes(records, step_x))} sizes, the rest from the newest runs;"
         " from the CLI's or job worker's start to the run's end)"
     )
     return forecast

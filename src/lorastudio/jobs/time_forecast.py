@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import statistics
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import families
@@ -40,6 +41,14 @@ from lorastudio.jobs.time_model import (
 )
 from lorastudio.jobs.time_model import (
     PROCESS_START_S as PROCESS_START_S,
+)
+from lorastudio.jobs.time_work import (
+    device_rate,
+    record_image_work,
+    record_step_work,
+    scaled,
+    step_work,
+    vae_work,
 )
 from lorastudio.timings import PHASES, read_records, run_signature
 
@@ -100,15 +109,19 @@ def time_forecast(
     )
     units = _units(cfg, now, work)
     records = [r for r in read_records(home) if _usable(r)]
+    here = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
+    rate = device_rate(here, now["device_name"], _SAME)
     alike_runs = [r for r in records if all(_key(r, k) == now[k] for k in _SAME)][:FIT_RUNS]
     if alike_runs:  # an earlier run of this signature left its compiled graphs in the cache (if it is kept)
         warm = compiled and _compile_cache_kept(home)
         cache = "warm" if warm else "cold" if compiled else None
         exact = [r for r in alike_runs if _same_size(r, now)]
-        if exact or len(sizes(alike_runs)) < 2:  # this size measured, or one size only: in proportion
-            return _from_history((exact or alike_runs)[:HISTORY_RUNS], units, now, compile_cache=cache)
-        newest = _from_history(alike_runs[:HISTORY_RUNS], units, now, compile_cache=cache)
-        return refit(newest, alike_runs, units, lambda r: _first_step_share(r, cache))
+        step_x, image_x, fit_units = _work_of(alike_runs, units)
+        if exact or len(sizes(alike_runs, step_x)) < 2:  # this size measured, or one size: by its work
+            return _from_history((exact or alike_runs)[:HISTORY_RUNS], units, now, rate, compile_cache=cache)
+        newest = _from_history(alike_runs[:HISTORY_RUNS], units, now, rate, compile_cache=cache)
+        share = lambda r: _first_step_share(r, cache)  # noqa: E731
+        return refit(newest, alike_runs, fit_units, share, step_x, image_x)
     machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
     # runs of the same plan (precision, checkpointing, block swap) and compile first: an nf4
     # or checkpointed run's time per unit of work says little of a bf16 one's
@@ -116,8 +129,39 @@ def time_forecast(
     machine = (alike or machine)[:HISTORY_RUNS]
     if machine and now["denoiser_bytes"]:
         cold = "cold" if compiled else None  # another base or plan: its graphs are compiled afresh
-        return _from_history(machine, units, now, other_base=True, compile_cache=cold)
+        return _from_history(machine, units, now, rate, other_base=True, compile_cache=cold)
     return _from_model(cfg, fam.spec.denoiser_class, host, now, units)
+
+
+Work = Callable[[dict[str, Any]], float]
+
+
+def _work_of(records: list[dict[str, Any]], units: dict[str, float]) -> tuple[Work, Work, dict[str, float]]:
+    """What the fit of `records` measures a step's and the latent cache's work in, and `units`
+    in that measure: the cost model's FLOPs (jobs/time_work.py) where this run's and every
+    record's base can be read, else pixels x samples and images x pixels (without the shapes)."""
+
+    def pixels(r: dict[str, Any]) -> float:
+        sig = r["signature"]
+        return float(sig["pixels"] * sig["batch_size"] * sig["grad_accum"])
+
+    def images(r: dict[str, Any]) -> float:
+        return float(r.get("latents_encoded", r.get("latents")) or 0) * r["signature"]["pixels"]
+
+    def step_flops(r: dict[str, Any]) -> float:
+        return record_step_work(r) or 0.0
+
+    def image_flops(r: dict[str, Any]) -> float:
+        return float(r.get("latents_encoded", r.get("latents")) or 0) * (record_image_work(r) or 0.0)
+
+    step_x: Work = pixels
+    image_x: Work = images
+    fit_units = dict(units)
+    if units["step_flops"] and all(record_step_work(r) for r in records):
+        step_x, fit_units["step_work"] = step_flops, units["step_flops"]
+    if units["image_flops"] and all(record_image_work(r) for r in records):
+        image_x, fit_units["images"] = image_flops, units["image_flops"]
+    return step_x, image_x, fit_units
 
 
 def _compile_cache_kept(home: Path) -> bool:
@@ -188,12 +232,17 @@ def _units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> dict[
     rounds = 0
     if cfg.sample_prompts:
         rounds = steps // every + (1 if steps % every else 0) if every else 1
+    samples = sig["batch_size"] * sig["grad_accum"]
+    flops = step_work(cfg.family, sig["base_model"], sig["pixels"], samples)
+    image = vae_work(cfg.family, sig["base_model"], sig["pixels"])
     return {
         "steps": steps,
-        "step_work": sig["pixels"] * sig["batch_size"] * sig["grad_accum"],
+        "step_work": sig["pixels"] * samples,  # pixels x samples: the rule without the model's shapes
+        "step_flops": flops or 0.0,  # the cost model's (jobs/time_work.py); 0: not readable
         "pixels": sig["pixels"],
         "texts": work["texts"],
         "images": work["images"] * sig["pixels"],
+        "image_flops": work["images"] * image if image else 0.0,
         "sample_rounds": rounds,
         "sample_work": len(cfg.sample_prompts) * (cfg.sample_steps or 1),
         "checkpoints": (steps - 1) // cfg.save_every if cfg.save_every else 0,
@@ -204,28 +253,36 @@ def _from_history(
     records: list[dict[str, Any]],
     units: dict[str, float],
     now: dict[str, Any],
+    rate: tuple[float | None, str],
     *,
     other_base: bool = False,
     compile_cache: str | None = None,
 ) -> dict[str, Any]:
-    """Each phase: the median over `records` of the phase scaled by this run's work;
+    """Each phase: the median over `records` of the phase scaled by this run's work (the cost
+    model's where both bases can be read, its fixed part kept at `rate`: (work per second or None,
+    its source), jobs/time_work.py; else pixels x samples, and denoiser bytes for another base);
     `compile_cache`: "warm" / "cold", how this run's compile is expected to go (None: no compile)."""
     exact = not other_base and all(_same_size(r, now) for r in records)
     per: dict[str, list[float]] = {name: [] for name in PHASES}
     unmeasured: set[str] = set()
+    by_flops = [False]  # whether every record's step was scaled by the cost model
     for r in records:
         sig, ph = r["signature"], r["phases"]
         size = (
             now["denoiser_bytes"] / sig["denoiser_bytes"] if other_base and sig.get("denoiser_bytes") else 1.0
         )
-        step_work = sig["pixels"] * sig["batch_size"] * sig["grad_accum"]
         dop = _dop(now["preservation"]) / _dop(_key(r, "preservation"))  # a step's own work
-        step = r["s_per_step"] * size * dop * _ratio(units["step_work"], step_work)
+        then = record_step_work(r) if units["step_flops"] else None
+        by_flops.append(bool(then))
+        if then:  # the cost model: the record's fixed part kept, its work part scaled
+            plain = scaled(r["s_per_step"], then, units["step_flops"], rate[0])
+            first = max(ph["first_step"] + plain - r["s_per_step"], 0.0)
+        else:  # pixels x samples (x denoiser bytes for another base), in proportion
+            ratio = size * _ratio(units["step_work"], sig["pixels"] * sig["batch_size"] * sig["grad_accum"])
+            plain, first = r["s_per_step"] * ratio, ph["first_step"] * ratio
+        step = plain * dop
         per["steps"].append(step * max(units["steps"] - 1, 0))
-        compile_share = _first_step_share(r, compile_cache)
-        per["first_step"].append(
-            ph["first_step"] * size * dop * _ratio(units["step_work"], step_work) * compile_share
-        )
+        per["first_step"].append(first * dop * _first_step_share(r, compile_cache))
         per["weights_load"].append(ph["weights_load"] * size)
         # the encode phases scale by the texts / images still to encode (the disk cache holds the
         # rest); a record that encoded none says nothing of their rate (one without the counts:
@@ -234,7 +291,11 @@ def _from_history(
         if texts != 0 or not units["texts"]:
             per["caption_encoding"].append(ph["caption_encoding"] * _ratio(units["texts"], texts or 0))
         encoded = r.get("latents_encoded", r.get("latents"))
-        if encoded != 0 or not units["images"]:
+        image = record_image_work(r) if units["image_flops"] else None
+        if image and encoded:  # the VAE's encoder: a forward only, twice a step's work per second
+            vae_rate = rate[0] * 2 if rate[0] else None
+            per["latent_cache"].append(scaled(ph["latent_cache"], encoded * image, units["image_flops"], vae_rate))
+        elif encoded != 0 or not units["images"]:
             image_work = (encoded or 0) * sig["pixels"]
             per["latent_cache"].append(ph["latent_cache"] * _ratio(units["images"], image_work))
         rounds = r.get("sample_rounds", 0)
@@ -253,21 +314,28 @@ def _from_history(
         per["process_start"].append(ph.get("process_start", 0.0))  # older records: not measured
     n = len(records)
     runs = f"{n} earlier run{'s' if n > 1 else ''}"
+    if all(by_flops[1:]):
+        how = (
+            "scaled by the work of each model's shapes at each size (linear and attention FLOPs,"
+            f" jobs/time_work.py), the fixed part kept at {_rate_words(rate)}"
+        )
+    else:
+        how = "scaled by " + ("denoiser size x " if other_base else "") + "pixels x samples"
     if other_base and all(_same_plan(r, now) for r in records):
-        basis = f"this machine's time per unit of work from {runs} of other bases with this plan, scaled by denoiser size x pixels x samples"
+        basis = f"this machine's time per unit of work from {runs} of other bases with this plan, {how}"
         source, confidence = "machine", "scaled"
     elif other_base:  # no run of this plan here: another precision / checkpointing / compile
         basis = (
             f"a guess: this machine's time per unit of work from {runs} of other bases and plans"
-            f" ({_plan_words(records[0])}, this run: {_plan_words({'signature': now})}), scaled by denoiser"
-            " size x pixels x samples; another plan's step can be several times slower or faster"
+            f" ({_plan_words(records[0])}, this run: {_plan_words({'signature': now})}), {how};"
+            " another plan's step can be several times slower or faster"
         )
         source, confidence = "machine", "guess"
     elif exact:
         basis = f"measured by {runs} of this base and plan on this machine"
         source, confidence = "history", "measured"
     else:
-        basis = f"{runs} of this base and plan on this machine, scaled by pixels x samples per step"
+        basis = f"{runs} of this base and plan on this machine, {how}"
         source, confidence = "history", "scaled"
     bases = dict.fromkeys(PHASES, basis)
     bases["other"] = f"{basis} (engine preflight, freeing memory, gaps between phases)"
@@ -308,6 +376,13 @@ def _from_history(
             confidence = "scaled" if confidence == "measured" else confidence
     phases = [{"name": k, "seconds": round(statistics.median(per[k]), 2), "basis": bases[k]} for k in PHASES]
     return _section(phases, source, confidence, n, basis)
+
+
+def _rate_words(rate: tuple[float | None, str]) -> str:
+    """The device rate as words for a basis."""
+    if rate[0] is None:
+        return f"none ({rate[1]}: all of a phase scales)"
+    return f"{rate[0] / 1e9:.3g} GFLOP/s ({rate[1]})"
 
 
 def _ratio(now: float, then: float) -> float:
