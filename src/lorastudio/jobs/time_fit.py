@@ -71,7 +71,9 @@ def refit(
         [(step_x(r), float(r["s_per_step"])) for r in records],
         step_now,
         max(units["steps"] - 1, 0),
-        "s per step, the step's work" if step_x is not _step_work else "s per step, the step's pixels x samples",
+        "s per step, the step's work"
+        if step_x is not _step_work
+        else "s per step, the step's pixels x samples",
     )
     fits["first_step"] = (
         [(step_x(r), r["phases"]["first_step"] * first_step_share(r)) for r in records],
@@ -83,11 +85,7 @@ def refit(
         texts = [(float(r["texts"]), r["phases"]["caption_encoding"]) for r in records if r.get("texts")]
         fits["caption_encoding"] = (texts, units["texts"], 1.0, "caption encoding, the texts encoded")
     if units["images"]:
-        images = [
-            (image_x(r), r["phases"]["latent_cache"])
-            for r in records
-            if _encoded(r)
-        ]
+        images = [(image_x(r), r["phases"]["latent_cache"]) for r in records if _encoded(r)]
         fits["latent_cache"] = (images, units["images"], 1.0, "the latent cache, images x pixels encoded")
     if units["sample_rounds"]:
         rounds = [

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 import statistics
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import families
@@ -294,7 +294,9 @@ def _from_history(
         image = record_image_work(r) if units["image_flops"] else None
         if image and encoded:  # the VAE's encoder: a forward only, twice a step's work per second
             vae_rate = rate[0] * 2 if rate[0] else None
-            per["latent_cache"].append(scaled(ph["latent_cache"], encoded * image, units["image_flops"], vae_rate))
+            per["latent_cache"].append(
+                scaled(ph["latent_cache"], encoded * image, units["image_flops"], vae_rate)
+            )
         elif encoded != 0 or not units["images"]:
             image_work = (encoded or 0) * sig["pixels"]
             per["latent_cache"].append(ph["latent_cache"] * _ratio(units["images"], image_work))

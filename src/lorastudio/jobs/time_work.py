@@ -78,27 +78,35 @@ def step_work(family: str, base_model: str, pixels: float, samples: float) -> fl
 
 
 def vae_work(family: str, base_model: str, pixels: float) -> float | None:
-    """Forward FLOPs of one image of `pixels` through the VAE's encoder of `base_model`; None
-    when its headers cannot be read or its layout is not the 2D VAE's (down_blocks, mid_block)."""
+    """Forward FLOPs of one image of `pixels` through the VAE's encoder of `base_model`: each
+    convolution's weights x the pixels of its level, each attention's 4 x cells^2 x inner dim
+    (the mid block's). A block's level is the number of downsampling blocks before it (the 2D
+    VAE's down_blocks.i hold their own downsampler; the Qwen-Image VAE's resample blocks are
+    blocks of their own); None when its headers cannot be read or no down_blocks are found."""
+    del family  # every family's VAE folder is "vae"
     shapes = [(n[8:], s) for n, s in _shapes(Path(base_model) / "vae") if n.startswith("encoder.")]
-    levels = {int(m.group(2)) for n, _ in shapes if (m := _LEVEL.match(n))}
-    if not levels or pixels <= 0:
+    down = {int(m.group(2)) for n, _ in shapes if (m := _LEVEL.match(n)) and _downsamples(n)}
+    if not any(_LEVEL.match(n) for n, _ in shapes) or pixels <= 0:
         return None
-    last = max(levels)
     total = 0.0
     for name, shape in shapes:
         match = _LEVEL.match(name)
-        level = int(match.group(2)) if match else last if not name.startswith("conv_in") else 0
-        if "downsamplers" in name:
-            level += 1
+        if match:
+            index = int(match.group(2))
+            level = sum(1 for d in down if d < index) + (1 if _downsamples(name) else 0)
+        else:  # conv_in at full size; the mid block, conv_out at the last level
+            level = 0 if name.startswith("conv_in") else len(down)
         at = pixels / 4**level
-        if len(shape) == 4:
+        if len(shape) >= 2 and not name.endswith("gamma"):
             total += 2 * _count(shape) * at
-        elif len(shape) == 2:
-            total += 2 * _count(shape) * at
-            if name.endswith("to_q.weight"):
-                total += 4 * at * at * shape[0]
+        if name.endswith(("to_q.weight", "to_qkv.weight")):
+            inner = shape[0] // (3 if name.endswith("to_qkv.weight") else 1)
+            total += 4 * at * at * inner
     return total or None
+
+
+def _downsamples(name: str) -> bool:
+    return "downsamplers" in name or ".resample." in name
 
 
 def _transformer(shapes: list[tuple[str, list[int]]], img: float, txt: float) -> float:
@@ -128,7 +136,9 @@ def _unet(shapes: list[tuple[str, list[int]]], cells: float, txt: float) -> floa
     for name, shape in shapes:
         match = _LEVEL.match(name)
         if match:
-            level = int(match.group(2)) if match.group(1) == "down_blocks" else levels - 1 - int(match.group(2))
+            level = (
+                int(match.group(2)) if match.group(1) == "down_blocks" else levels - 1 - int(match.group(2))
+            )
         else:
             level = levels - 1 if name.startswith("mid_block") else 0
         level += 1 if "downsamplers" in name else -1 if "upsamplers" in name else 0
@@ -167,16 +177,14 @@ def _cached_shapes(files: tuple[tuple[str, int], ...]) -> tuple[tuple[str, list[
     return tuple(item for path, _ in files for item in _safetensors_shapes(Path(path)))
 
 
-
-
-
-
 def record_step_work(record: dict[str, Any]) -> float | None:
     """The step work of a record (its signature's family, base, mean pixels, batch x accumulation);
     None when the base's headers cannot be read (a hub id, a folder since removed)."""
     sig = record["signature"]
     try:
-        return step_work(sig["family"], sig["base_model"], sig["pixels"], sig["batch_size"] * sig["grad_accum"])
+        return step_work(
+            sig["family"], sig["base_model"], sig["pixels"], sig["batch_size"] * sig["grad_accum"]
+        )
     except (KeyError, TypeError, families.UnknownFamily):
         return None
 
@@ -190,7 +198,9 @@ def record_image_work(record: dict[str, Any]) -> float | None:
         return None
 
 
-def device_rate(records: list[dict[str, Any]], device: str, same: tuple[str, ...]) -> tuple[float | None, str]:
+def device_rate(
+    records: list[dict[str, Any]], device: str, same: tuple[str, ...]
+) -> tuple[float | None, str]:
     """Step work per second of this device and where it comes from: the median over the signatures
     (`same`: the keys that make one) among `records` (this device's) that ran two or more sizes of
     the slope of their s/step against their step work (jobs/time_fit.fit_line); else
