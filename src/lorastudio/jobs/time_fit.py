@@ -7,7 +7,10 @@ a 1024 px run at 184 s, which took 48 s: bench/RESULTS note 36). Where two or mo
 signature (family, base, device, plan, compile, rank, ...) ran at different sizes, each sized
 phase is `fixed + rate x work`, least squares over those records (FIT_RUNS newest), bounded: a
 negative rate is 0 (the phase is its mean), a negative fixed part is 0 (the rate through the
-origin, the proportional rule). Under two sizes a phase keeps the proportional rule. No torch.
+origin, the proportional rule). The work is the cost model's (jobs/time_work.py: a step's and
+the VAE encoder's FLOPs from the model's shapes; a line in pixels missed the attention's
+tokens^2, the tiny FLUX.1 at 2048 px -35 %) where the base's headers can be read, else pixels.
+Under two sizes a phase is scaled from one record by that work (jobs/time_forecast.py). No torch.
 """
 
 from __future__ import annotations

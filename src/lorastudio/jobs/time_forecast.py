@@ -4,13 +4,17 @@ Sources, best first:
   history   records of finished runs on this machine (lorastudio/timings.py, written by the
             engine under <home>/run_timings/) with the same family, base model, plan, compile,
             attention setting, LoRA rank and device: the median of up to HISTORY_RUNS newest,
-            each phase scaled by its work (steps x pixels x samples per step, texts, images x
-            pixels, sample rounds x prompts x steps, checkpoints); where none ran this size and
-            the records ran two or more sizes, each sized phase is a fixed part + a part that
-            scales with its work, fitted on them (jobs/time_fit.py). Checked within 15 % on tiny
-            CPU runs (tests/unit/jobs/test_time_forecast.py, test_time_fit.py).
-  machine   runs of other bases / plans on this device: its measured time per unit of work
-            (denoiser bytes x pixels x samples) scaled to this run; the fixed phases as measured.
+            each phase scaled by its work: a step and the latent cache by the cost model of the
+            model's own shapes (jobs/time_work.py: linear + attention FLOPs, a U-Net's levels,
+            the VAE encoder's), the record's fixed part kept at the device's rate; texts, sample
+            rounds x prompts x steps, checkpoints as counted (pixels x samples where the base's
+            headers cannot be read); where none ran this size and the records ran two or more
+            sizes, each sized phase is a fixed part + a part that scales with its work, fitted
+            on them (jobs/time_fit.py). Checked on tiny CPU runs (tests/unit/jobs/
+            test_time_forecast.py, test_time_fit.py).
+  machine   runs of other bases / plans on this device: their steps scaled by the cost model's
+            work of each base at each size (else denoiser bytes x pixels x samples); the fixed
+            phases as measured.
   model     no run on this device: the H200 step table of bench/RESULTS.md (seconds per sample
             at 1024 px of each family's default plan) scaled by denoiser size and pixels, other
             phases from the end-to-end FLUX.1 run (RESULTS note 23); on another GPU or a CPU a
