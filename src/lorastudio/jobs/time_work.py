@@ -37,8 +37,9 @@ from lorastudio import families
 from lorastudio.jobs.vram_estimate import _safetensors_shapes
 
 # Forward FLOPs per second a CPU training step achieves on the tiny models' work above (the
-# backward included: work is forward FLOPs): the slope of s/step against work over the tiny
-# FLUX.1 at 64-1024 px and the tiny SDXL at 64-512 px on the 2-core host (RELIABILITY 880).
+# backward included: work counts the forward): the tiny FLUX.1's step, one thread on the 2-core
+# host, 12 GFLOP/s from 64 to 512 px, 19 to 1024; the tiny SDXL's 15-17 (RELIABILITY 880). Only
+# a record's split into fixed and work parts depends on it.
 CPU_WORK_RATE = 1.2e10
 TEXT_TOKENS = 77  # a family without max_sequence_length: CLIP's
 
