@@ -15,6 +15,7 @@ Under two sizes a phase is scaled from one record by that work (jobs/time_foreca
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -78,12 +79,6 @@ def refit(
         if step_x is not _step_work
         else "s per step, the step's pixels x samples",
     )
-    fits["first_step"] = (
-        [(step_x(r), r["phases"]["first_step"] * first_step_share(r)) for r in records],
-        step_now,
-        1.0,
-        "the first step, its work" if step_x is not _step_work else "the first step, its pixels x samples",
-    )
     if units["texts"]:
         texts = [(float(r["texts"]), r["phases"]["caption_encoding"]) for r in records if r.get("texts")]
         fits["caption_encoding"] = (texts, units["texts"], 1.0, "caption encoding, the texts encoded")
@@ -121,6 +116,17 @@ def refit(
             + (f", x {times:g}" if times != 1 else "")
         )
         fitted.append(name)
+        if name == "steps":  # the first step: a step at this size + its own warm-up (compile), as measured
+            warm = statistics.median(
+                max(r["phases"]["first_step"] * first_step_share(r) - float(r["s_per_step"]), 0.0)
+                for r in records
+            )
+            by_name["first_step"]["seconds"] = round(warm + fixed + rate * x_now, 2)
+            by_name["first_step"]["basis"] = (
+                f"a step at this size as fitted ({what}) + the first step's own {warm:.3g} s beyond a"
+                f" steady step (compile, warm-up: the median of the {n} earlier runs)"
+            )
+            fitted.append("first_step")
     if not fitted:
         return forecast
     forecast["total_s"] = round(sum(p["seconds"] for p in forecast["phases"]), 1)

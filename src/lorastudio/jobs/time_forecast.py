@@ -25,6 +25,7 @@ seconds, passed in to train() and kept as the process_start phase) to train()'s 
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from collections.abc import Callable
@@ -130,7 +131,7 @@ def time_forecast(
     # runs of the same plan (precision, checkpointing, block swap) and compile first: an nf4
     # or checkpointed run's time per unit of work says little of a bf16 one's
     alike = [r for r in machine if _same_plan(r, now)]
-    machine = (alike or machine)[:HISTORY_RUNS]
+    machine = _nearest(alike or machine, units)[:HISTORY_RUNS]
     if machine and now["denoiser_bytes"]:
         cold = "cold" if compiled else None  # another base or plan: its graphs are compiled afresh
         return _from_history(machine, units, now, rate, other_base=True, compile_cache=cold)
@@ -138,6 +139,20 @@ def time_forecast(
 
 
 Work = Callable[[dict[str, Any]], float]
+
+
+def _nearest(records: list[dict[str, Any]], units: dict[str, float]) -> list[dict[str, Any]]:
+    """`records` (newest first) with those whose step work is nearest this run's first (the cost
+    model's ratio either way; a record without it last): a run of another base at its size says
+    more of this one's fixed and work parts than a larger one scaled down."""
+    if not units["step_flops"]:
+        return records
+
+    def distance(r: dict[str, Any]) -> float:
+        work = record_step_work(r)
+        return abs(math.log(work / units["step_flops"])) if work else math.inf
+
+    return sorted(records, key=distance)  # stable: the newest first among equals
 
 
 def _work_of(records: list[dict[str, Any]], units: dict[str, float]) -> tuple[Work, Work, dict[str, float]]:
