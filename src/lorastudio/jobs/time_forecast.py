@@ -25,10 +25,8 @@ seconds, passed in to train() and kept as the process_start phase) to train()'s 
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +47,8 @@ from lorastudio.jobs.time_model import (
 )
 from lorastudio.jobs.time_work import (
     device_rate,
+    fit_measures,
+    nearest,
     record_image_work,
     record_step_work,
     scaled,
@@ -121,7 +121,7 @@ def time_forecast(
         warm = compiled and _compile_cache_kept(home)
         cache = "warm" if warm else "cold" if compiled else None
         exact = [r for r in alike_runs if _same_size(r, now)]
-        step_x, image_x, fit_units = _work_of(alike_runs, units)
+        step_x, image_x, fit_units = fit_measures(alike_runs, units)
         if exact or len(sizes(alike_runs, step_x)) < 2:  # this size measured, or one size: by its work
             return _from_history((exact or alike_runs)[:HISTORY_RUNS], units, now, rate, compile_cache=cache)
         newest = _from_history(alike_runs[:HISTORY_RUNS], units, now, rate, compile_cache=cache)
@@ -131,56 +131,11 @@ def time_forecast(
     # runs of the same plan (precision, checkpointing, block swap) and compile first: an nf4
     # or checkpointed run's time per unit of work says little of a bf16 one's
     alike = [r for r in machine if _same_plan(r, now)]
-    machine = _nearest(alike or machine, units)[:HISTORY_RUNS]
+    machine = nearest(alike or machine, units)[:HISTORY_RUNS]
     if machine and now["denoiser_bytes"]:
         cold = "cold" if compiled else None  # another base or plan: its graphs are compiled afresh
         return _from_history(machine, units, now, rate, other_base=True, compile_cache=cold)
     return _from_model(cfg, fam.spec.denoiser_class, host, now, units)
-
-
-Work = Callable[[dict[str, Any]], float]
-
-
-def _nearest(records: list[dict[str, Any]], units: dict[str, float]) -> list[dict[str, Any]]:
-    """`records` (newest first) with those whose step work is nearest this run's first (the cost
-    model's ratio either way; a record without it last): a run of another base at its size says
-    more of this one's fixed and work parts than a larger one scaled down."""
-    if not units["step_flops"]:
-        return records
-
-    def distance(r: dict[str, Any]) -> float:
-        work = record_step_work(r)
-        return abs(math.log(work / units["step_flops"])) if work else math.inf
-
-    return sorted(records, key=distance)  # stable: the newest first among equals
-
-
-def _work_of(records: list[dict[str, Any]], units: dict[str, float]) -> tuple[Work, Work, dict[str, float]]:
-    """What the fit of `records` measures a step's and the latent cache's work in, and `units`
-    in that measure: the cost model's FLOPs (jobs/time_work.py) where this run's and every
-    record's base can be read, else pixels x samples and images x pixels (without the shapes)."""
-
-    def pixels(r: dict[str, Any]) -> float:
-        sig = r["signature"]
-        return float(sig["pixels"] * sig["batch_size"] * sig["grad_accum"])
-
-    def images(r: dict[str, Any]) -> float:
-        return float(r.get("latents_encoded", r.get("latents")) or 0) * r["signature"]["pixels"]
-
-    def step_flops(r: dict[str, Any]) -> float:
-        return record_step_work(r) or 0.0
-
-    def image_flops(r: dict[str, Any]) -> float:
-        return float(r.get("latents_encoded", r.get("latents")) or 0) * (record_image_work(r) or 0.0)
-
-    step_x: Work = pixels
-    image_x: Work = images
-    fit_units = dict(units)
-    if units["step_flops"] and all(record_step_work(r) for r in records):
-        step_x, fit_units["step_work"] = step_flops, units["step_flops"]
-    if units["image_flops"] and all(record_image_work(r) for r in records):
-        image_x, fit_units["images"] = image_flops, units["image_flops"]
-    return step_x, image_x, fit_units
 
 
 def _compile_cache_kept(home: Path) -> bool:
@@ -320,7 +275,14 @@ def _from_history(
             image_work = (encoded or 0) * sig["pixels"]
             per["latent_cache"].append(ph["latent_cache"] * _ratio(units["images"], image_work))
         rounds = r.get("sample_rounds", 0)
-        if rounds:
+        if rounds and then and r.get("sample_work"):  # prompts x sample steps x a sample's forward work
+            per_sample_now = units["step_flops"] / max(units["step_work"] / max(units["pixels"], 1), 1)
+            work_then = then / (sig["batch_size"] * sig["grad_accum"]) * r["sample_work"]
+            forward = rate[0] * 2 if rate[0] else None  # a forward only, as the VAE's
+            one_round = scaled(
+                ph["sample_rounds"] / rounds, work_then, per_sample_now * units["sample_work"], forward
+            )
+        elif rounds:
             one_round = ph["sample_rounds"] / rounds * _ratio(units["sample_work"], r.get("sample_work", 0))
         else:  # none measured: sample steps at the e2e run's share of a training step
             one_round = step * units["sample_work"] * SAMPLE_STEP_SHARE

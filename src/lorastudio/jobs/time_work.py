@@ -28,12 +28,15 @@ its fixed part and its work part, and the work part scales by the work ratio.
 from __future__ import annotations
 
 import functools
+import math
 import re
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lorastudio import families
+from lorastudio.jobs.time_fit import fit_line
 from lorastudio.jobs.vram_estimate import _safetensors_shapes
 
 # Forward FLOPs per second a CPU training step achieves on the tiny models' work above (the
@@ -206,8 +209,6 @@ def device_rate(
     (`same`: the keys that make one) among `records` (this device's) that ran two or more sizes of
     the slope of their s/step against their step work (jobs/time_fit.fit_line); else
     CPU_WORK_RATE on a CPU; else (None, ...): unknown, a record's time is all work."""
-    from lorastudio.jobs.time_fit import fit_line
-
     groups: dict[str, list[tuple[float, float]]] = {}
     for r in records:
         work = record_step_work(r)
@@ -231,3 +232,50 @@ def scaled(seconds: float, work_then: float, work_now: float, rate: float | None
         return seconds
     part = seconds if rate is None else min(seconds, work_then / rate)
     return seconds - part + part * work_now / work_then
+
+
+Work = Callable[[dict[str, Any]], float]
+
+
+def nearest(records: list[dict[str, Any]], units: dict[str, float]) -> list[dict[str, Any]]:
+    """`records` (newest first) with those whose step work is nearest this run's first (the cost
+    model's ratio either way; a record without it last): a run of another base at its size says
+    more of this one's fixed and work parts than a larger one scaled down."""
+    if not units["step_flops"]:
+        return records
+
+    def distance(r: dict[str, Any]) -> float:
+        work = record_step_work(r)
+        return abs(math.log(work / units["step_flops"])) if work else math.inf
+
+    return sorted(records, key=distance)  # stable: the newest first among equals
+
+
+def fit_measures(
+    records: list[dict[str, Any]], units: dict[str, float]
+) -> tuple[Work, Work, dict[str, float]]:
+    """What the fit of `records` measures a step's and the latent cache's work in, and `units`
+    in that measure: the cost model's FLOPs (jobs/time_work.py) where this run's and every
+    record's base can be read, else pixels x samples and images x pixels (without the shapes)."""
+
+    def pixels(r: dict[str, Any]) -> float:
+        sig = r["signature"]
+        return float(sig["pixels"] * sig["batch_size"] * sig["grad_accum"])
+
+    def images(r: dict[str, Any]) -> float:
+        return float(r.get("latents_encoded", r.get("latents")) or 0) * r["signature"]["pixels"]
+
+    def step_flops(r: dict[str, Any]) -> float:
+        return record_step_work(r) or 0.0
+
+    def image_flops(r: dict[str, Any]) -> float:
+        return float(r.get("latents_encoded", r.get("latents")) or 0) * (record_image_work(r) or 0.0)
+
+    step_x: Work = pixels
+    image_x: Work = images
+    fit_units = dict(units)
+    if units["step_flops"] and all(record_step_work(r) for r in records):
+        step_x, fit_units["step_work"] = step_flops, units["step_flops"]
+    if units["image_flops"] and all(record_image_work(r) for r in records):
+        image_x, fit_units["images"] = image_flops, units["image_flops"]
+    return step_x, image_x, fit_units
