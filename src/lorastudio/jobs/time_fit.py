@@ -68,7 +68,7 @@ def refit(
     Each fitted phase says so in its basis; the total and the note follow."""
     n = len(records)
     step_x = step_x or _step_work
-    image_x = image_x or (lambda r: _encoded(r) * r["signature"]["pixels"])
+    image_x = image_x or _pixels_encoded
     fits: dict[str, tuple[list[tuple[float, float]], float, float, str]] = {}
     step_now = units["step_work"]
     fits["steps"] = (
@@ -84,7 +84,8 @@ def refit(
         fits["caption_encoding"] = (texts, units["texts"], 1.0, "caption encoding, the texts encoded")
     if units["images"]:
         images = [(image_x(r), r["phases"]["latent_cache"]) for r in records if _encoded(r)]
-        fits["latent_cache"] = (images, units["images"], 1.0, "the latent cache, images x pixels encoded")
+        measure = "the VAE encoder's work" if image_x is not _pixels_encoded else "images x pixels"
+        fits["latent_cache"] = (images, units["images"], 1.0, f"the latent cache, {measure} encoded")
     if units["sample_rounds"]:
         rounds = [
             (
@@ -148,3 +149,8 @@ def _step_work(record: dict[str, Any]) -> float:
 def _encoded(record: dict[str, Any]) -> float:
     """The images the record's latent phase encoded (0: none, or not counted)."""
     return float(record.get("latents_encoded", record.get("latents")) or 0)
+
+
+def _pixels_encoded(record: dict[str, Any]) -> float:
+    """The images the record's latent phase encoded x their pixels."""
+    return _encoded(record) * record["signature"]["pixels"]

@@ -239,7 +239,7 @@ def _from_history(
     exact = not other_base and all(_same_size(r, now) for r in records)
     per: dict[str, list[float]] = {name: [] for name in PHASES}
     unmeasured: set[str] = set()
-    by_flops = [False]  # whether every record's step was scaled by the cost model
+    by_flops: list[bool] = []  # whether each record's step was scaled by the cost model
     for r in records:
         sig, ph = r["signature"], r["phases"]
         size = (
@@ -297,7 +297,7 @@ def _from_history(
         per["process_start"].append(ph.get("process_start", 0.0))  # older records: not measured
     n = len(records)
     runs = f"{n} earlier run{'s' if n > 1 else ''}"
-    if all(by_flops[1:]):
+    if by_flops and all(by_flops):
         how = (
             "scaled by the work of each model's shapes at each size (linear and attention FLOPs,"
             f" jobs/time_work.py), the fixed part kept at {_rate_words(rate)}"
