@@ -5,9 +5,10 @@ Why hand-written: no library forecasts a training step's time from a diffusers f
 counters (fvcore, torch.utils.flop_counter) need the model in memory and a traced step, which the
 job service (no torch) cannot do before a run. What a step's time scales with is not its pixels:
 a transformer's linear layers cost tokens x weights, its attention tokens^2 x heads x head_dim
-(the tiny FLUX.1's step at 2048 px, 16k tokens, grew 14x from 1024 px, not 4x), a text stream
-costs the same at every size (FLUX.1's 512 T5 tokens are most of a tiny model's 64 px step), a
-U-Net's convolutions cost weights x the cells of their level (1/4 per level down). So:
+(the tiny FLUX.1's step at 2048 px, 16.9k tokens, grew 12x from 1024 px on one thread, not 4x),
+a text stream costs the same at every size (FLUX.1's 512 T5 tokens are most of a tiny model's
+64 px step: 16 ms, 36 at 256 px), a U-Net's convolutions cost weights x the cells of their level
+(1/4 per level down). So:
 
     step work   forward FLOPs of one sample through the denoiser at `pixels`, each weight of the
                 safetensors headers x the tokens it sees: 2 x weights x tokens for a linear
@@ -22,7 +23,12 @@ before. A record's time is then `fixed + work / rate`: `rate` (work per second o
 the slope fitted on this machine's records of one signature at two sizes (median over the
 signatures that have them), else CPU_WORK_RATE on a CPU (measured on the tiny models, below), else
 unknown (a GPU: the time is all work, the proportional rule by work). One record so splits into
-its fixed part and its work part, and the work part scales by the work ratio.
+its fixed part and its work part, and the work part scales by the work ratio. The VAE's encoder
+and a sample round (forward passes only) run at twice the step's rate.
+
+What it leaves out: FLOPs of different kinds run at different rates (the tiny VAE's mid
+attention at several times its 16-32-channel convolutions': its encode 4.4-5.9x from 1024 to
+2048 px against 11.7x of work), memory traffic, and the host's load (RELIABILITY, Known problems).
 """
 
 from __future__ import annotations
