@@ -4,6 +4,7 @@ its pixels (issue 31 item 5; RELIABILITY 880)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,3 +54,55 @@ def test_no_headers_no_work_and_the_split_keeps_the_fixed_part(tmp_path: Path) -
     # no record of two sizes on a CPU: its default rate; on a GPU: none (all of a phase scales)
     assert device_rate([], "cpu", ("family",))[0] == CPU_WORK_RATE
     assert device_rate([], "NVIDIA H100", ("family",))[0] is None
+
+
+def test_another_base_is_scaled_by_its_work_from_the_records_nearest_its_size(
+    tiny_model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """The `machine` basis: a base with no record of its own (the tiny FLUX.1 less one single
+    block) forecast from another base's records, those nearest its work first (before: the
+    newest, three 2048 px runs scaled down by pixels x denoiser bytes)."""
+    from safetensors.torch import load_file, save_file
+
+    from lorastudio.config import TrainConfig
+    from lorastudio.jobs.hardware import HostInfo, precisions_for
+    from lorastudio.jobs.time_forecast import time_forecast
+    from lorastudio.timings import PHASES, run_signature, write_record
+
+    base = tiny_model("flux")
+    other = tmp_path / "other"
+    shutil.copytree(base, other)
+    (weights,) = (other / "transformer").glob("*.safetensors")
+    tensors = {
+        k: v for k, v in load_file(weights).items() if not k.startswith("single_transformer_blocks.1.")
+    }
+    save_file(tensors, weights)
+    plan = {
+        "base_precision": "fp32",
+        "gradient_checkpointing": "off",
+        "offload_blocks": 0,
+        "micro_batch_size": 1,
+    }
+    cpu = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
+
+    def signature(model: Path, side: int) -> dict:
+        return run_signature(
+            family="flux", base_model=str(model), denoiser="transformer", device_name="cpu", plan=plan,
+            compiled=False, attention_backend="auto", buckets={f"{side}x{side}": 1}, batch_size=1,
+            grad_accum=1, lora_rank=16,
+        )  # fmt: skip
+
+    # two 256 px runs of 1 s a step, then three 2048 px runs of 50 s (the newest)
+    for i, (side, step) in enumerate([(256, 1.0), (256, 1.0), (2048, 50.0), (2048, 50.0), (2048, 50.0)]):
+        phases = dict.fromkeys(PHASES, 1.0) | {"steps": step * 10, "first_step": step}
+        record = {"signature": signature(base, side), "phases": phases, "s_per_step": step, "steps": 11}
+        write_record(tmp_path / "home", f"r{i}", record | {"texts": 1, "latents_encoded": 1})
+    cfg = TrainConfig(
+        family="flux", base_model=str(other), data_dir="d", steps=11, resolution=256, lora_rank=16
+    )
+    work = {"steps": 11, "texts": 1, "images": 1, "buckets": {"256x256": 1}}
+    forecast = time_forecast(cfg, other, cpu, plan, False, work, tmp_path / "home")
+    steps = next(p for p in forecast["phases"] if p["name"] == "steps")
+    assert forecast["source"] == "machine" and "work of each model's shapes" in steps["basis"]
+    # the 256 px records' 1 s a step, less the one block's work (a few ms at 12 GFLOP/s)
+    assert steps["seconds"] == pytest.approx(10.0, rel=0.05)
