@@ -10,6 +10,7 @@ same functions in this process (cli.train_check.check_run + jobs.preflight.prefl
 one studio home, so the wall-time forecast learns from the earlier points as a user's would.
 
     PYTHONPATH=$PWD/src python -m bench.forecast_matrix [--only flux-256 sdxl-1024 ...] [--list]
+        [--threads N]   (the children's torch threads, OMP_NUM_THREADS; default: torch's, the cores)
 
 Prints one JSON line per point, then a markdown table (label, forecast / measured GB and error,
 forecast / measured s and error, the time forecast's source). Runs one child at a time: a 4096 px
@@ -85,7 +86,9 @@ def _datasets(root: Path) -> tuple[Path, Path]:
     return out[0], out[1]
 
 
-def measure(label: str, models: Path, data: dict[str, Path], home: Path) -> dict[str, Any]:
+def measure(
+    label: str, models: Path, data: dict[str, Path], home: Path, threads: int | None = None
+) -> dict[str, Any]:
     """Forecast (the `--check` report) and measure (a CPU `lorastudio train` child) the point `label`."""
     from lorastudio.cli.train_check import check_run
     from lorastudio.jobs.preflight import preflight_report
@@ -113,6 +116,8 @@ def measure(label: str, models: Path, data: dict[str, Path], home: Path) -> dict
     entry = "import sys; from lorastudio.cli.app import main; sys.argv[0] = 'lorastudio'; main()"
     command = [sys.executable, "-c", entry, "train", str(path), "--device", "cpu"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if threads:  # torch's intra-op threads in the child (its default: the cores)
+        env["OMP_NUM_THREADS"] = str(threads)
     t0 = time.perf_counter()
     child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(child.pid, 0)
@@ -158,6 +163,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", default=None, help="labels to run (default: all)")
     parser.add_argument("--list", action="store_true", help="print the labels and exit")
     parser.add_argument("--root", type=Path, default=None, help="keep models, data and home here")
+    parser.add_argument("--threads", type=int, default=None, help="the children's torch threads")
     args = parser.parse_args()
     if args.list:
         print("\n".join(MATRIX))
@@ -176,7 +182,7 @@ def main() -> None:
         home.mkdir(exist_ok=True)
         points = []
         for label in labels:
-            point = measure(label, root / "models", {"shapes": shapes, "pairs": pairs}, home)
+            point = measure(label, root / "models", {"shapes": shapes, "pairs": pairs}, home, args.threads)
             print(json.dumps(point), flush=True)
             points.append(point)
         print(table(points))

@@ -7,11 +7,15 @@ a 1024 px run at 184 s, which took 48 s: bench/RESULTS note 36). Where two or mo
 signature (family, base, device, plan, compile, rank, ...) ran at different sizes, each sized
 phase is `fixed + rate x work`, least squares over those records (FIT_RUNS newest), bounded: a
 negative rate is 0 (the phase is its mean), a negative fixed part is 0 (the rate through the
-origin, the proportional rule). Under two sizes a phase keeps the proportional rule. No torch.
+origin, the proportional rule). The work is the cost model's (jobs/time_work.py: a step's and
+the VAE encoder's FLOPs from the model's shapes; a line in pixels missed the attention's
+tokens^2, the tiny FLUX.1 at 2048 px -35 %) where the base's headers can be read, else pixels.
+Under two sizes a phase is scaled from one record by that work (jobs/time_forecast.py). No torch.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -37,9 +41,12 @@ def fit_line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
     return fixed, rate
 
 
-def sizes(records: list[dict[str, Any]]) -> set[float]:
-    """The distinct step sizes (pixels x batch x accumulation) of `records`."""
-    return {_step_work(r) for r in records}
+Work = Callable[[dict[str, Any]], float]
+
+
+def sizes(records: list[dict[str, Any]], step_x: Work | None = None) -> set[float]:
+    """The distinct step sizes of `records`: `step_x(record)` (default pixels x batch x accumulation)."""
+    return {(step_x or _step_work)(r) for r in records}
 
 
 def refit(
@@ -47,38 +54,38 @@ def refit(
     records: list[dict[str, Any]],
     units: dict[str, float],
     first_step_share: Callable[[dict[str, Any]], float],
+    step_x: Work | None = None,
+    image_x: Work | None = None,
 ) -> dict[str, Any]:
     """`forecast` (time_forecast's proportional section from the newest records) with each sized
     phase (first step, steps, caption encoding, latent cache, sample rounds) replaced by its
     fixed + scaling fit over `records` (one signature, FIT_RUNS newest) where they give two or
     more distinct work values; `units`: this run's work (time_forecast._units);
-    `first_step_share(record)`: the factor from a record's first step to this run's (its compile).
+    `first_step_share(record)`: the factor from a record's first step to this run's (its compile);
+    `step_x(record)` / `image_x(record)`: a record's step work and latent cache work in the measure
+    of `units` "step_work" / "images" (jobs/time_work.py's FLOPs; default pixels x samples and
+    encoded images x pixels).
     Each fitted phase says so in its basis; the total and the note follow."""
     n = len(records)
+    step_x = step_x or _step_work
+    image_x = image_x or _pixels_encoded
     fits: dict[str, tuple[list[tuple[float, float]], float, float, str]] = {}
-    step_x = units["step_work"]
+    step_now = units["step_work"]
     fits["steps"] = (
-        [(_step_work(r), float(r["s_per_step"])) for r in records],
-        step_x,
+        [(step_x(r), float(r["s_per_step"])) for r in records],
+        step_now,
         max(units["steps"] - 1, 0),
-        "s per step, the step's pixels x samples",
-    )
-    fits["first_step"] = (
-        [(_step_work(r), r["phases"]["first_step"] * first_step_share(r)) for r in records],
-        step_x,
-        1.0,
-        "the first step, its pixels x samples",
+        "s per step, the step's work"
+        if step_x is not _step_work
+        else "s per step, the step's pixels x samples",
     )
     if units["texts"]:
         texts = [(float(r["texts"]), r["phases"]["caption_encoding"]) for r in records if r.get("texts")]
         fits["caption_encoding"] = (texts, units["texts"], 1.0, "caption encoding, the texts encoded")
     if units["images"]:
-        images = [
-            (_encoded(r) * r["signature"]["pixels"], r["phases"]["latent_cache"])
-            for r in records
-            if _encoded(r)
-        ]
-        fits["latent_cache"] = (images, units["images"], 1.0, "the latent cache, images x pixels encoded")
+        images = [(image_x(r), r["phases"]["latent_cache"]) for r in records if _encoded(r)]
+        measure = "the VAE encoder's work" if image_x is not _pixels_encoded else "images x pixels"
+        fits["latent_cache"] = (images, units["images"], 1.0, f"the latent cache, {measure} encoded")
     if units["sample_rounds"]:
         rounds = [
             (
@@ -110,6 +117,17 @@ def refit(
             + (f", x {times:g}" if times != 1 else "")
         )
         fitted.append(name)
+        if name == "steps":  # the first step: a step at this size + its own warm-up (compile), as measured
+            warm = statistics.median(
+                max(r["phases"]["first_step"] * first_step_share(r) - float(r["s_per_step"]), 0.0)
+                for r in records
+            )
+            by_name["first_step"]["seconds"] = round(warm + fixed + rate * x_now, 2)
+            by_name["first_step"]["basis"] = (
+                f"a step at this size as fitted ({what}) + the first step's own {warm:.3g} s beyond a"
+                f" steady step (compile, warm-up: the median of the {n} earlier runs)"
+            )
+            fitted.append("first_step")
     if not fitted:
         return forecast
     forecast["total_s"] = round(sum(p["seconds"] for p in forecast["phases"]), 1)
@@ -117,7 +135,7 @@ def refit(
     forecast["note"] = (
         f"scaled from measured runs: expect +-30 % (basis: {', '.join(fitted)} fitted as a fixed part"
         f" + a part that scales with their work on {n} runs of this base and plan at"
-        f" {len(sizes(records))} sizes, the rest from the newest runs;"
+        f" {len(sizes(records, step_x))} sizes, the rest from the newest runs;"
         " from the CLI's or job worker's start to the run's end)"
     )
     return forecast
@@ -131,3 +149,8 @@ def _step_work(record: dict[str, Any]) -> float:
 def _encoded(record: dict[str, Any]) -> float:
     """The images the record's latent phase encoded (0: none, or not counted)."""
     return float(record.get("latents_encoded", record.get("latents")) or 0)
+
+
+def _pixels_encoded(record: dict[str, Any]) -> float:
+    """The images the record's latent phase encoded x their pixels."""
+    return _encoded(record) * record["signature"]["pixels"]

@@ -4,13 +4,17 @@ Sources, best first:
   history   records of finished runs on this machine (lorastudio/timings.py, written by the
             engine under <home>/run_timings/) with the same family, base model, plan, compile,
             attention setting, LoRA rank and device: the median of up to HISTORY_RUNS newest,
-            each phase scaled by its work (steps x pixels x samples per step, texts, images x
-            pixels, sample rounds x prompts x steps, checkpoints); where none ran this size and
-            the records ran two or more sizes, each sized phase is a fixed part + a part that
-            scales with its work, fitted on them (jobs/time_fit.py). Checked within 15 % on tiny
-            CPU runs (tests/unit/jobs/test_time_forecast.py, test_time_fit.py).
-  machine   runs of other bases / plans on this device: its measured time per unit of work
-            (denoiser bytes x pixels x samples) scaled to this run; the fixed phases as measured.
+            each phase scaled by its work: a step and the latent cache by the cost model of the
+            model's own shapes (jobs/time_work.py: linear + attention FLOPs, a U-Net's levels,
+            the VAE encoder's), the record's fixed part kept at the device's rate; texts, sample
+            rounds x prompts x steps, checkpoints as counted (pixels x samples where the base's
+            headers cannot be read); where none ran this size and the records ran two or more
+            sizes, each sized phase is a fixed part + a part that scales with its work, fitted
+            on them (jobs/time_fit.py). Checked on tiny CPU runs (tests/unit/jobs/
+            test_time_forecast.py, test_time_fit.py).
+  machine   runs of other bases / plans on this device: their steps scaled by the cost model's
+            work of each base at each size (else denoiser bytes x pixels x samples); the fixed
+            phases as measured.
   model     no run on this device: the H200 step table of bench/RESULTS.md (seconds per sample
             at 1024 px of each family's default plan) scaled by denoiser size and pixels, other
             phases from the end-to-end FLUX.1 run (RESULTS note 23); on another GPU or a CPU a
@@ -40,6 +44,16 @@ from lorastudio.jobs.time_model import (
 )
 from lorastudio.jobs.time_model import (
     PROCESS_START_S as PROCESS_START_S,
+)
+from lorastudio.jobs.time_work import (
+    device_rate,
+    fit_measures,
+    nearest,
+    record_image_work,
+    record_step_work,
+    scaled,
+    step_work,
+    vae_work,
 )
 from lorastudio.timings import PHASES, read_records, run_signature
 
@@ -100,23 +114,27 @@ def time_forecast(
     )
     units = _units(cfg, now, work)
     records = [r for r in read_records(home) if _usable(r)]
+    here = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
+    rate = device_rate(here, now["device_name"], _SAME)
     alike_runs = [r for r in records if all(_key(r, k) == now[k] for k in _SAME)][:FIT_RUNS]
     if alike_runs:  # an earlier run of this signature left its compiled graphs in the cache (if it is kept)
         warm = compiled and _compile_cache_kept(home)
         cache = "warm" if warm else "cold" if compiled else None
         exact = [r for r in alike_runs if _same_size(r, now)]
-        if exact or len(sizes(alike_runs)) < 2:  # this size measured, or one size only: in proportion
-            return _from_history((exact or alike_runs)[:HISTORY_RUNS], units, now, compile_cache=cache)
-        newest = _from_history(alike_runs[:HISTORY_RUNS], units, now, compile_cache=cache)
-        return refit(newest, alike_runs, units, lambda r: _first_step_share(r, cache))
+        step_x, image_x, fit_units = fit_measures(alike_runs, units)
+        if exact or len(sizes(alike_runs, step_x)) < 2:  # this size measured, or one size: by its work
+            return _from_history((exact or alike_runs)[:HISTORY_RUNS], units, now, rate, compile_cache=cache)
+        newest = _from_history(alike_runs[:HISTORY_RUNS], units, now, rate, compile_cache=cache)
+        share = lambda r: _first_step_share(r, cache)  # noqa: E731
+        return refit(newest, alike_runs, fit_units, share, step_x, image_x)
     machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
     # runs of the same plan (precision, checkpointing, block swap) and compile first: an nf4
     # or checkpointed run's time per unit of work says little of a bf16 one's
     alike = [r for r in machine if _same_plan(r, now)]
-    machine = (alike or machine)[:HISTORY_RUNS]
+    machine = nearest(alike or machine, units)[:HISTORY_RUNS]
     if machine and now["denoiser_bytes"]:
         cold = "cold" if compiled else None  # another base or plan: its graphs are compiled afresh
-        return _from_history(machine, units, now, other_base=True, compile_cache=cold)
+        return _from_history(machine, units, now, rate, other_base=True, compile_cache=cold)
     return _from_model(cfg, fam.spec.denoiser_class, host, now, units)
 
 
@@ -188,12 +206,17 @@ def _units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> dict[
     rounds = 0
     if cfg.sample_prompts:
         rounds = steps // every + (1 if steps % every else 0) if every else 1
+    samples = sig["batch_size"] * sig["grad_accum"]
+    flops = step_work(cfg.family, sig["base_model"], sig["pixels"], samples)
+    image = vae_work(cfg.family, sig["base_model"], sig["pixels"])
     return {
         "steps": steps,
-        "step_work": sig["pixels"] * sig["batch_size"] * sig["grad_accum"],
+        "step_work": sig["pixels"] * samples,  # pixels x samples: the rule without the model's shapes
+        "step_flops": flops or 0.0,  # the cost model's (jobs/time_work.py); 0: not readable
         "pixels": sig["pixels"],
         "texts": work["texts"],
         "images": work["images"] * sig["pixels"],
+        "image_flops": work["images"] * image if image else 0.0,
         "sample_rounds": rounds,
         "sample_work": len(cfg.sample_prompts) * (cfg.sample_steps or 1),
         "checkpoints": (steps - 1) // cfg.save_every if cfg.save_every else 0,
@@ -204,28 +227,36 @@ def _from_history(
     records: list[dict[str, Any]],
     units: dict[str, float],
     now: dict[str, Any],
+    rate: tuple[float | None, str],
     *,
     other_base: bool = False,
     compile_cache: str | None = None,
 ) -> dict[str, Any]:
-    """Each phase: the median over `records` of the phase scaled by this run's work;
+    """Each phase: the median over `records` of the phase scaled by this run's work (the cost
+    model's where both bases can be read, its fixed part kept at `rate`: (work per second or None,
+    its source), jobs/time_work.py; else pixels x samples, and denoiser bytes for another base);
     `compile_cache`: "warm" / "cold", how this run's compile is expected to go (None: no compile)."""
     exact = not other_base and all(_same_size(r, now) for r in records)
     per: dict[str, list[float]] = {name: [] for name in PHASES}
     unmeasured: set[str] = set()
+    by_flops: list[bool] = []  # whether each record's step was scaled by the cost model
     for r in records:
         sig, ph = r["signature"], r["phases"]
         size = (
             now["denoiser_bytes"] / sig["denoiser_bytes"] if other_base and sig.get("denoiser_bytes") else 1.0
         )
-        step_work = sig["pixels"] * sig["batch_size"] * sig["grad_accum"]
         dop = _dop(now["preservation"]) / _dop(_key(r, "preservation"))  # a step's own work
-        step = r["s_per_step"] * size * dop * _ratio(units["step_work"], step_work)
+        then = record_step_work(r) if units["step_flops"] else None
+        by_flops.append(bool(then))
+        if then:  # the cost model: the record's fixed part kept, its work part scaled
+            plain = scaled(r["s_per_step"], then, units["step_flops"], rate[0])
+            first = max(ph["first_step"] + plain - r["s_per_step"], 0.0)
+        else:  # pixels x samples (x denoiser bytes for another base), in proportion
+            ratio = size * _ratio(units["step_work"], sig["pixels"] * sig["batch_size"] * sig["grad_accum"])
+            plain, first = r["s_per_step"] * ratio, ph["first_step"] * ratio
+        step = plain * dop
         per["steps"].append(step * max(units["steps"] - 1, 0))
-        compile_share = _first_step_share(r, compile_cache)
-        per["first_step"].append(
-            ph["first_step"] * size * dop * _ratio(units["step_work"], step_work) * compile_share
-        )
+        per["first_step"].append(first * dop * _first_step_share(r, compile_cache))
         per["weights_load"].append(ph["weights_load"] * size)
         # the encode phases scale by the texts / images still to encode (the disk cache holds the
         # rest); a record that encoded none says nothing of their rate (one without the counts:
@@ -234,11 +265,24 @@ def _from_history(
         if texts != 0 or not units["texts"]:
             per["caption_encoding"].append(ph["caption_encoding"] * _ratio(units["texts"], texts or 0))
         encoded = r.get("latents_encoded", r.get("latents"))
-        if encoded != 0 or not units["images"]:
+        image = record_image_work(r) if units["image_flops"] else None
+        if image and encoded:  # the VAE's encoder: a forward only, twice a step's work per second
+            vae_rate = rate[0] * 2 if rate[0] else None
+            per["latent_cache"].append(
+                scaled(ph["latent_cache"], encoded * image, units["image_flops"], vae_rate)
+            )
+        elif encoded != 0 or not units["images"]:
             image_work = (encoded or 0) * sig["pixels"]
             per["latent_cache"].append(ph["latent_cache"] * _ratio(units["images"], image_work))
         rounds = r.get("sample_rounds", 0)
-        if rounds:
+        if rounds and then and r.get("sample_work"):  # prompts x sample steps x a sample's forward work
+            per_sample_now = units["step_flops"] / max(units["step_work"] / max(units["pixels"], 1), 1)
+            work_then = then / (sig["batch_size"] * sig["grad_accum"]) * r["sample_work"]
+            forward = rate[0] * 2 if rate[0] else None  # a forward only, as the VAE's
+            one_round = scaled(
+                ph["sample_rounds"] / rounds, work_then, per_sample_now * units["sample_work"], forward
+            )
+        elif rounds:
             one_round = ph["sample_rounds"] / rounds * _ratio(units["sample_work"], r.get("sample_work", 0))
         else:  # none measured: sample steps at the e2e run's share of a training step
             one_round = step * units["sample_work"] * SAMPLE_STEP_SHARE
@@ -253,21 +297,28 @@ def _from_history(
         per["process_start"].append(ph.get("process_start", 0.0))  # older records: not measured
     n = len(records)
     runs = f"{n} earlier run{'s' if n > 1 else ''}"
+    if by_flops and all(by_flops):
+        how = (
+            "scaled by the work of each model's shapes at each size (linear and attention FLOPs,"
+            f" jobs/time_work.py), the fixed part kept at {_rate_words(rate)}"
+        )
+    else:
+        how = "scaled by " + ("denoiser size x " if other_base else "") + "pixels x samples"
     if other_base and all(_same_plan(r, now) for r in records):
-        basis = f"this machine's time per unit of work from {runs} of other bases with this plan, scaled by denoiser size x pixels x samples"
+        basis = f"this machine's time per unit of work from {runs} of other bases with this plan, {how}"
         source, confidence = "machine", "scaled"
     elif other_base:  # no run of this plan here: another precision / checkpointing / compile
         basis = (
             f"a guess: this machine's time per unit of work from {runs} of other bases and plans"
-            f" ({_plan_words(records[0])}, this run: {_plan_words({'signature': now})}), scaled by denoiser"
-            " size x pixels x samples; another plan's step can be several times slower or faster"
+            f" ({_plan_words(records[0])}, this run: {_plan_words({'signature': now})}), {how};"
+            " another plan's step can be several times slower or faster"
         )
         source, confidence = "machine", "guess"
     elif exact:
         basis = f"measured by {runs} of this base and plan on this machine"
         source, confidence = "history", "measured"
     else:
-        basis = f"{runs} of this base and plan on this machine, scaled by pixels x samples per step"
+        basis = f"{runs} of this base and plan on this machine, {how}"
         source, confidence = "history", "scaled"
     bases = dict.fromkeys(PHASES, basis)
     bases["other"] = f"{basis} (engine preflight, freeing memory, gaps between phases)"
@@ -308,6 +359,13 @@ def _from_history(
             confidence = "scaled" if confidence == "measured" else confidence
     phases = [{"name": k, "seconds": round(statistics.median(per[k]), 2), "basis": bases[k]} for k in PHASES]
     return _section(phases, source, confidence, n, basis)
+
+
+def _rate_words(rate: tuple[float | None, str]) -> str:
+    """The device rate as words for a basis."""
+    if rate[0] is None:
+        return f"none ({rate[1]}: all of a phase scales)"
+    return f"{rate[0] / 1e9:.3g} GFLOP/s ({rate[1]})"
 
 
 def _ratio(now: float, then: float) -> float:

@@ -1,0 +1,287 @@
+"""The work of a run's sized phases as a cost model of the model's own shapes, for the wall-time
+forecast (jobs/time_forecast.py, jobs/time_fit.py). No torch: the safetensors headers and configs.
+
+Why hand-written: no library forecasts a training step's time from a diffusers folder; FLOP
+counters (fvcore, torch.utils.flop_counter) need the model in memory and a traced step, which the
+job service (no torch) cannot do before a run. What a step's time scales with is not its pixels:
+a transformer's linear layers cost tokens x weights, its attention tokens^2 x heads x head_dim
+(the tiny FLUX.1's step at 2048 px, 16.9k tokens, grew 12x from 1024 px on one thread, not 4x),
+a text stream costs the same at every size (FLUX.1's 512 T5 tokens are most of a tiny model's
+64 px step: 16 ms, 36 at 256 px), a U-Net's convolutions cost weights x the cells of their level
+(1/4 per level down). So:
+
+    step work   forward FLOPs of one sample through the denoiser at `pixels`, each weight of the
+                safetensors headers x the tokens it sees: 2 x weights x tokens for a linear
+                (image tokens = pixels / (vae_scale x patch)^2; text tokens = the family's
+                max_sequence_length, else 77; per-sample modulation / time embeddings x 1; a
+                joint block's weights x both), 2 x weights x cells of its level for a U-Net's
+                convolution, plus 4 x tokens_q x tokens_kv x inner dim per attention (each to_q)
+    VAE work    the same for the VAE's encoder at full pixels (its levels and mid attention)
+
+Both None when the folder has no readable headers (a hub id): the callers then scale by pixels as
+before. A record's time is then `fixed + work / rate`: `rate` (work per second of this device) is
+the slope fitted on this machine's records of one signature at two sizes (median over the
+signatures that have them), else CPU_WORK_RATE on a CPU (measured on the tiny models, below), else
+unknown (a GPU: the time is all work, the proportional rule by work). One record so splits into
+its fixed part and its work part, and the work part scales by the work ratio. The VAE's encoder
+and a sample round (forward passes only) run at twice the step's rate.
+
+What it leaves out: FLOPs of different kinds run at different rates (the tiny VAE's mid
+attention at several times its 16-32-channel convolutions': its encode 4.4-5.9x from 1024 to
+2048 px against 11.7x of work), memory traffic, and the host's load (RELIABILITY, Known problems).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lorastudio import families
+from lorastudio.jobs.time_fit import fit_line
+from lorastudio.jobs.vram_estimate import _safetensors_shapes
+
+# Forward FLOPs per second a CPU training step achieves on the tiny models' work above (the
+# backward included: work counts the forward): the tiny FLUX.1's step, one thread on the 2-core
+# host, 12 GFLOP/s from 64 to 512 px, 19 to 1024; the tiny SDXL's 15-17 (RELIABILITY 880). Only
+# a record's split into fixed and work parts depends on it.
+CPU_WORK_RATE = 1.2e10
+TEXT_TOKENS = 77  # a family without max_sequence_length: CLIP's
+
+_MODULATION = (
+    "norm1.linear",
+    "norm1_context.linear",
+    "norm.linear",
+    "norm_out.linear",
+    "img_mod",
+    "txt_mod",
+    "adaLN_modulation",
+    "time_text_embed",
+    "t_embedder",
+    "time_embed",
+    "time_emb_proj",
+    "add_embedding",
+    "guidance",
+)
+_TEXT = ("context", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out", "txt", "cap_")
+_LEVEL = re.compile(r"^(down_blocks|up_blocks)\.(\d+)\.")
+
+
+def step_work(family: str, base_model: str, pixels: float, samples: float) -> float | None:
+    """Forward FLOPs of `samples` samples of `pixels` through the denoiser of `base_model` (module
+    docstring); None when its headers cannot be read."""
+    spec = families.get(family).spec
+    shapes = _shapes(Path(base_model) / spec.denoiser)
+    if not shapes or pixels <= 0:
+        return None
+    txt = float(spec.defaults.get("max_sequence_length") or TEXT_TOKENS)
+    cells = pixels / spec.vae_scale_factor**2  # latent cells of one sample
+    if any(_LEVEL.match(n) for n, _ in shapes):
+        work = _unet(shapes, cells, txt)
+    else:
+        work = _transformer(shapes, cells / spec.patch_size**2, txt)
+    return work * samples if work > 0 else None
+
+
+def vae_work(family: str, base_model: str, pixels: float) -> float | None:
+    """Forward FLOPs of one image of `pixels` through the VAE's encoder of `base_model`: each
+    convolution's weights x the pixels of its level, each attention's 4 x cells^2 x inner dim
+    (the mid block's). A block's level is the number of downsampling blocks before it (the 2D
+    VAE's down_blocks.i hold their own downsampler; the Qwen-Image VAE's resample blocks are
+    blocks of their own); None when its headers cannot be read or no down_blocks are found."""
+    del family  # every family's VAE folder is "vae"
+    shapes = [(n[8:], s) for n, s in _shapes(Path(base_model) / "vae") if n.startswith("encoder.")]
+    down = {int(m.group(2)) for n, _ in shapes if (m := _LEVEL.match(n)) and _downsamples(n)}
+    if not any(_LEVEL.match(n) for n, _ in shapes) or pixels <= 0:
+        return None
+    total = 0.0
+    for name, shape in shapes:
+        match = _LEVEL.match(name)
+        if match:
+            index = int(match.group(2))
+            level = sum(1 for d in down if d < index) + (1 if _downsamples(name) else 0)
+        else:  # conv_in at full size; the mid block, conv_out at the last level
+            level = 0 if name.startswith("conv_in") else len(down)
+        at = pixels / 4**level
+        if len(shape) >= 2 and not name.endswith("gamma"):
+            total += 2 * _count(shape) * at
+        if name.endswith(("to_q.weight", "to_qkv.weight")):
+            inner = shape[0] // (3 if name.endswith("to_qkv.weight") else 1)
+            total += 4 * at * at * inner
+    return total or None
+
+
+def _downsamples(name: str) -> bool:
+    return "downsamplers" in name or ".resample." in name
+
+
+def _transformer(shapes: list[tuple[str, list[int]]], img: float, txt: float) -> float:
+    total = 0.0
+    for name, shape in shapes:
+        if len(shape) != 2:
+            continue
+        text = any(t in name for t in _TEXT)
+        if any(m in name for m in _MODULATION):
+            tokens = 1.0
+        elif text:
+            tokens = txt
+        elif name.startswith(("single_transformer_blocks.", "layers.")):
+            tokens = img + txt  # a joint block: one stream of both
+        else:
+            tokens = img
+        total += 2 * _count(shape) * tokens
+        if name.endswith("to_q.weight"):  # joint attention, or a refiner over one stream
+            seq = txt if text else img if "noise_refiner" in name else img + txt
+            total += 4 * seq * seq * shape[0]
+    return total
+
+
+def _unet(shapes: list[tuple[str, list[int]]], cells: float, txt: float) -> float:
+    levels = max(int(m.group(2)) for n, _ in shapes if (m := _LEVEL.match(n))) + 1
+    total = 0.0
+    for name, shape in shapes:
+        match = _LEVEL.match(name)
+        if match:
+            level = (
+                int(match.group(2)) if match.group(1) == "down_blocks" else levels - 1 - int(match.group(2))
+            )
+        else:
+            level = levels - 1 if name.startswith("mid_block") else 0
+        level += 1 if "downsamplers" in name else -1 if "upsamplers" in name else 0
+        at = cells / 4 ** max(level, 0)
+        if any(m in name for m in _MODULATION):
+            at = 1.0
+        elif "attn2.to_k" in name or "attn2.to_v" in name:
+            at = txt
+        if len(shape) in (2, 4):
+            total += 2 * _count(shape) * at
+        if name.endswith("attn1.to_q.weight"):
+            total += 4 * at * at * shape[0]
+        elif name.endswith("attn2.to_q.weight"):
+            total += 4 * at * txt * shape[0]
+    return total
+
+
+def _count(shape: list[int]) -> int:
+    out = 1
+    for d in shape:
+        out *= int(d)
+    return out
+
+
+def _shapes(folder: Path) -> list[tuple[str, list[int]]]:
+    """(tensor name, shape) of the *.safetensors in `folder` ([] when none), cached per file set."""
+    try:
+        files = tuple((str(f), f.stat().st_mtime_ns) for f in sorted(folder.glob("*.safetensors")))
+    except OSError:
+        return []
+    return list(_cached_shapes(files))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_shapes(files: tuple[tuple[str, int], ...]) -> tuple[tuple[str, list[int]], ...]:
+    return tuple(item for path, _ in files for item in _safetensors_shapes(Path(path)))
+
+
+def record_step_work(record: dict[str, Any]) -> float | None:
+    """The step work of a record (its signature's family, base, mean pixels, batch x accumulation);
+    None when the base's headers cannot be read (a hub id, a folder since removed)."""
+    sig = record["signature"]
+    try:
+        return step_work(
+            sig["family"], sig["base_model"], sig["pixels"], sig["batch_size"] * sig["grad_accum"]
+        )
+    except (KeyError, TypeError, families.UnknownFamily):
+        return None
+
+
+def record_image_work(record: dict[str, Any]) -> float | None:
+    """The VAE work of one image of a record's pixels (None: not readable)."""
+    sig = record["signature"]
+    try:
+        return vae_work(sig["family"], sig["base_model"], sig["pixels"])
+    except (KeyError, TypeError, families.UnknownFamily):
+        return None
+
+
+def device_rate(
+    records: list[dict[str, Any]], device: str, same: tuple[str, ...]
+) -> tuple[float | None, str]:
+    """Step work per second of this device and where it comes from: the median over the signatures
+    (`same`: the keys that make one) among `records` (this device's) that ran two or more sizes of
+    the slope of their s/step against their step work (jobs/time_fit.fit_line); else
+    CPU_WORK_RATE on a CPU; else (None, ...): unknown, a record's time is all work."""
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for r in records:
+        work = record_step_work(r)
+        if work:
+            key = repr([r["signature"].get(k) for k in same])
+            groups.setdefault(key, []).append((work, float(r["s_per_step"])))
+    slopes = [line[1] for points in groups.values() if (line := fit_line(points)) and line[1] > 0]
+    if slopes:
+        n = len(slopes)
+        return 1 / statistics.median(slopes), f"fitted on {n} signature{'s' if n > 1 else ''} of this machine"
+    if device == "cpu":
+        return CPU_WORK_RATE, "the tiny models' CPU rate"
+    return None, "no rate measured on this device"
+
+
+def scaled(seconds: float, work_then: float, work_now: float, rate: float | None) -> float:
+    """A phase of `seconds` measured at `work_then`, forecast at `work_now`: its work part
+    (work_then / rate, at most all of it; all of it without a rate) scaled by the work ratio,
+    the rest (its fixed part) kept."""
+    if work_then <= 0:
+        return seconds
+    part = seconds if rate is None else min(seconds, work_then / rate)
+    return seconds - part + part * work_now / work_then
+
+
+Work = Callable[[dict[str, Any]], float]
+
+
+def nearest(records: list[dict[str, Any]], units: dict[str, float]) -> list[dict[str, Any]]:
+    """`records` (newest first) with those whose step work is nearest this run's first (the cost
+    model's ratio either way; a record without it last): a run of another base at its size says
+    more of this one's fixed and work parts than a larger one scaled down."""
+    if not units["step_flops"]:
+        return records
+
+    def distance(r: dict[str, Any]) -> float:
+        work = record_step_work(r)
+        return abs(math.log(work / units["step_flops"])) if work else math.inf
+
+    return sorted(records, key=distance)  # stable: the newest first among equals
+
+
+def fit_measures(
+    records: list[dict[str, Any]], units: dict[str, float]
+) -> tuple[Work, Work, dict[str, float]]:
+    """What the fit of `records` measures a step's and the latent cache's work in, and `units`
+    in that measure: the cost model's FLOPs (jobs/time_work.py) where this run's and every
+    record's base can be read, else pixels x samples and images x pixels (without the shapes)."""
+
+    def pixels(r: dict[str, Any]) -> float:
+        sig = r["signature"]
+        return float(sig["pixels"] * sig["batch_size"] * sig["grad_accum"])
+
+    def images(r: dict[str, Any]) -> float:
+        return float(r.get("latents_encoded", r.get("latents")) or 0) * r["signature"]["pixels"]
+
+    def step_flops(r: dict[str, Any]) -> float:
+        return record_step_work(r) or 0.0
+
+    def image_flops(r: dict[str, Any]) -> float:
+        return float(r.get("latents_encoded", r.get("latents")) or 0) * (record_image_work(r) or 0.0)
+
+    step_x: Work = pixels
+    image_x: Work = images
+    fit_units = dict(units)
+    if units["step_flops"] and all(record_step_work(r) for r in records):
+        step_x, fit_units["step_work"] = step_flops, units["step_flops"]
+    if units["image_flops"] and all(record_image_work(r) for r in records):
+        image_x, fit_units["images"] = image_flops, units["image_flops"]
+    return step_x, image_x, fit_units
