@@ -13,7 +13,7 @@ import typer
 
 from lorastudio import __version__
 from lorastudio.cli.safe_output import escaped_output
-from lorastudio.cli.termination import INTERRUPTED_STATUS, refusal_status, sigterm_exits
+from lorastudio.cli.termination import COULD_NOT_STATUS, INTERRUPTED_STATUS, refusal_status, sigterm_exits
 from lorastudio.errors import LorastudioError, NoSpaceLeft, is_no_space, os_error_text
 
 app = typer.Typer(
@@ -109,6 +109,13 @@ def main() -> None:
 
 def _run() -> None:
     """main's body: the app under main's handlers, every way it ends a SystemExit."""
+    if not _working_folder_exists():
+        _error(
+            "the current folder no longer exists (deleted or moved away after the shell entered it):"
+            " cd to a folder that exists (relative paths are taken against it, and torch cannot load"
+            " in a deleted one)"
+        )
+        sys.exit(COULD_NOT_STATUS)
     try:
         with sigterm_exits():
             _register()
@@ -126,6 +133,17 @@ def _run() -> None:
             sys.exit(2)
         _error(os_error_text(err))
         sys.exit(1)
+
+
+def _working_folder_exists() -> bool:
+    """Whether the process's working folder still exists. In a deleted one `train` died
+    importing torch ("Intel oneMKL FATAL ERROR: Cannot load .../libtorch_cpu.so"), a relative
+    LORASTUDIO_HOME was a bare "No such file or directory", and a relative path named nothing."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _output_closed() -> bool:

@@ -1,0 +1,61 @@
+"""The process environments users run the CLI and the server in (session 30 environment audit):
+a working folder deleted under the command. Each limited part runs in a child process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {**os.environ, "LORASTUDIO_HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+def test_a_command_in_a_deleted_folder_is_refused_naming_it(tmp_path: Path) -> None:
+    """Before: `train` died importing torch ("Intel oneMKL FATAL ERROR"), a relative
+    LORASTUDIO_HOME was a bare "error: No such file or directory"."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "lorastudio.cli", "runs", "list"],
+        cwd=gone,
+        preexec_fn=lambda: os.rmdir(gone),  # noqa: PLW1509 (the child's own folder, nothing threaded)
+        env={**_env(tmp_path / "home"), "LORASTUDIO_HOME": "relative-home"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done
+    assert done.stderr.startswith("error: the current folder no longer exists"), done.stderr
+    assert "cd to a folder that exists" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_worker_spawns_once_the_working_folder_is_deleted(tmp_path: Path) -> None:
+    """The job service's spawn (and the standby's fingerprint, which read os.getcwd()) in a
+    process whose folder was deleted after its start: the worker runs, from "/"."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = textwrap.dedent(
+        f"""
+        import os
+        os.chdir({str(gone)!r}); os.rmdir({str(gone)!r})
+        from lorastudio.jobs.standby import spawn_fingerprint
+        from lorastudio.processes import spawn_context
+        assert spawn_fingerprint()[1] == "/"
+        child = spawn_context().Process(target=os.getcwd)
+        child.start(); child.join(60)
+        print("exit", child.exitcode, os.getcwd())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["exit", "0", "/"]
