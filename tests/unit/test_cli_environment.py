@@ -43,8 +43,8 @@ def test_a_worker_spawns_once_the_working_folder_is_deleted(tmp_path: Path) -> N
         import os
         os.chdir({str(gone)!r}); os.rmdir({str(gone)!r})
         from lorastudio.jobs.standby import spawn_fingerprint
-        from lorastudio.processes import spawn_context
         assert spawn_fingerprint()[1] == "/"
+        from lorastudio.processes import spawn_context
         child = spawn_context().Process(target=os.getcwd)
         child.start(); child.join(60)
         print("exit", child.exitcode, os.getcwd())

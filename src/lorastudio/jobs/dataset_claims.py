@@ -314,7 +314,7 @@ def _open_lock(path: Path) -> int:
     Raises DatasetBusy naming it when it cannot be removed (a folder with files)."""
     for _ in range(3):
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
         except OSError as err:
             if isinstance(err, FileNotFoundError) or err.errno not in (
                 errno.ELOOP,

@@ -13,7 +13,9 @@ the migration of an older store: jobs/store_schema.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -55,6 +57,8 @@ class RunStore:
         every run left live by a previous server is marked interrupted; readers that run next
         to a live server (the CLI) pass recover=False."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # sqlite makes it 0644 whatever the umask
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
         conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
