@@ -8,6 +8,7 @@ a whole run's files: the slow test."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -99,11 +100,12 @@ def test_a_runs_files_follow_a_group_umask(
     cache entries and the home's database all group-writable."""
     home = tmp_path / "home"
     config = tmp_path / "c.json"
-    config.write_text(
-        '{"family": "flux", "base_model": "%s", "data_dir": "%s", "resolution": 32, "steps": 2,'
-        ' "output_name": "shared", "save_every": 1, "latent_cache": "disk", "max_sequence_length": 16}'
-        % (tiny_model("flux"), sample_dataset)
-    )
+    body = {
+        "family": "flux", "base_model": str(tiny_model("flux")), "data_dir": str(sample_dataset),
+        "resolution": 32, "steps": 2, "output_name": "shared", "save_every": 1,
+        "latent_cache": "disk", "max_sequence_length": 16,
+    }  # fmt: skip
+    config.write_text(json.dumps(body))
     _in_umask_002(
         f"""
         import sys
