@@ -109,3 +109,20 @@ def spawn_context() -> SpawnContext:
     what every worker of the job service is started with."""
     keep_working_folder()
     return mp.get_context("spawn")
+
+
+def start_resource_tracker_deaf_to_hangup() -> None:
+    """Start multiprocessing's resource tracker (the process that unlinks the workers' queues'
+    semaphores) with SIGHUP ignored, as it ignores SIGINT and SIGTERM itself: a terminal's hangup
+    reaches the whole process group, and the tracker died of it while the server shut down
+    ("resource_tracker: process died unexpectedly", a KeyError traceback for each semaphore).
+    An ignored signal stays ignored across the tracker's exec. Main thread only (signal.signal);
+    no-op where the tracker already runs."""
+    import signal
+    from multiprocessing import resource_tracker
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
