@@ -271,12 +271,14 @@ class RunStore:
     def list_runs(self, limit: int = 200) -> list[dict[str, Any]]:
         """The newest runs first, at most `limit` (any size: one past SQLite's 64-bit integers
         means all), without configs or metrics (a live run whose owning process is gone is
-        marked interrupted first: settle_dead_owners)."""
+        marked interrupted first: settle_dead_owners). Newest by the order they were recorded
+        (rowid: every run is recorded as it is created), not by `created_at`: the wall clock
+        set back an hour (a wrong clock corrected, NTP's step) listed a run made after it below
+        the last hour's runs."""
         dead = self.settle_dead_owners()
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT {', '.join(RUN_COLUMNS)}, warnings_json FROM runs"
-                " ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                f"SELECT {', '.join(RUN_COLUMNS)}, warnings_json FROM runs ORDER BY rowid DESC LIMIT ?",
                 (min(limit, _SQLITE_MAX_INT),),
             ).fetchall()
         return [_as_read(_settled(dict(r), dead)) for r in rows]
