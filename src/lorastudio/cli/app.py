@@ -125,6 +125,14 @@ def _run() -> None:
         sys.exit(refusal_status(err))
     except KeyboardInterrupt:
         sys.exit(INTERRUPTED_STATUS)
+    except MemoryError as err:
+        _error(f"out of memory: {err or 'MemoryError'}{address_space_note()}")
+        sys.exit(COULD_NOT_STATUS)
+    except ImportError as err:
+        if "failed to map segment" not in str(err):  # a library's code could not be mapped
+            raise
+        _error(f"a library could not be loaded (out of memory): {err}{address_space_note()}")
+        sys.exit(COULD_NOT_STATUS)
     except OSError as err:  # the file system refused a read or write: its words, not a traceback
         if err.errno == errno.EPIPE:
             die_of_sigpipe()
@@ -133,6 +141,21 @@ def _run() -> None:
             sys.exit(2)
         _error(os_error_text(err))
         sys.exit(1)
+
+
+def address_space_note() -> str:
+    """Where this process runs under an address-space limit (`ulimit -v`, RLIMIT_AS), what it is,
+    for an out-of-memory error's line (a traceback of MemoryError or of torch's "failed to map
+    segment from shared object" before); "" where there is none."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return ""
+    return (
+        f" (this process may use at most {soft / 2**20:,.0f} MiB of address space: the limit"
+        " `ulimit -v` sets)"
+    )
 
 
 def _working_folder_exists() -> bool:

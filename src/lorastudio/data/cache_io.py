@@ -19,6 +19,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from lorastudio.capped_read import read_capped
 from lorastudio.data.disk_cache import ENTRY_LOCK, staging_name
 from lorastudio.errors import CacheError
 
@@ -95,7 +96,7 @@ def read_shard_bytes(shard: Path) -> bytes | None:
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SHARD_BYTES:
             return None
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(MAX_SHARD_BYTES + 1)
+            data = read_capped(fh, MAX_SHARD_BYTES + 1)
         return data if len(data) <= MAX_SHARD_BYTES else None
     except OSError:
         return None
