@@ -46,3 +46,25 @@ def test_an_upload_of_many_spooled_files_fits_a_low_descriptor_limit(
     assert (stored / "img_077.png").read_bytes() == files[77][1][1]
     assert (stored / "img_077.txt").read_text(encoding="utf-8") == "picture 77 é"
     assert list(tmp_path.glob("lorastudio-upload-*")) == []  # each spool removed with the form
+
+
+def test_a_spool_that_cannot_be_written_names_the_temporary_folder(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A full TMPDIR (here the file-size limit: the same path) answered 507 / 500 "a file this
+    request changes could not be written" with a traceback in the log: the dataset's disk was
+    blamed. Now the error names the temporary folder."""
+    monkeypatch.setattr(MultiPartParser, "spool_max_size", 1024)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1500, hard))  # Python ignores SIGXFSZ: EFBIG
+    try:
+        answer = client.post("/api/datasets/tmpfull/files", files=[("files", ("a.png", _png(1)))])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert answer.status_code == 500, answer.text
+    detail = answer.json()["detail"]
+    assert detail.startswith(
+        "write failed: an uploaded file's temporary copy in the temporary folder (TMPDIR)"
+    )
+    assert "File too large" in detail and list(tmp_path.iterdir()) == []

@@ -30,7 +30,10 @@ from starlette.formparsers import (  # type: ignore[attr-defined]
     parse_options_header,
 )
 
+from lorastudio.errors import writing
+
 SPOOL_MEMORY_BYTES = 1 << 20  # starlette's spool_max_size
+WHAT = "an uploaded file's temporary copy in the temporary folder (TMPDIR)"
 
 
 class ParkedSpool:
@@ -56,22 +59,29 @@ class ParkedSpool:
     def park(self) -> None:
         """Close the disk file's descriptor, keeping the file and the position (no-op in memory)."""
         if self._fh is not None:
-            self._pos = self._fh.tell()
-            self._fh.close()
-            self._fh = None
+            fh, self._fh = self._fh, None
+            with contextlib.suppress(OSError, ValueError):  # after a failed write: closed all the same
+                self._pos = fh.tell()
+            with contextlib.suppress(OSError, ValueError):
+                fh.close()
 
     def write(self, data: bytes) -> int:
-        if self._memory is not None:
-            if self._memory.tell() + len(data) <= self._max_memory:
-                return self._memory.write(data)
-            fd, self._path = tempfile.mkstemp(prefix="lorastudio-upload-")
-            os.close(fd)
-            self._rolled = True
-            held, self._memory = self._memory, None
-            self._pos = 0
-            self._disk().write(held.getvalue())
-        written = self._disk().write(data)
-        self.park()  # the parser writes every part of a chunk before it ends any of them
+        """Append `data`. A failed write of the disk file (a full TMPDIR) is NoSpaceLeft or
+        WriteFailed naming it (was a 507 "a file this request changes could not be written")."""
+        if self._memory is not None and self._memory.tell() + len(data) <= self._max_memory:
+            return self._memory.write(data)
+        with writing(WHAT, self._path or tempfile.gettempdir()):
+            if self._memory is not None:
+                fd, self._path = tempfile.mkstemp(prefix="lorastudio-upload-")
+                os.close(fd)
+                self._rolled = True
+                held, self._memory = self._memory, None
+                self._pos = 0
+                self._disk().write(held.getvalue())
+            disk = self._disk()
+            written = disk.write(data)
+            disk.flush()  # its failure raised here, named (park ignores a failed flush)
+            self.park()  # the parser writes every part of a chunk before it ends any of them
         return written
 
     def read(self, size: int = -1) -> bytes:
