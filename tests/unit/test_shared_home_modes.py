@@ -51,7 +51,7 @@ def test_the_homes_locks_database_and_cache_follow_a_group_umask(tmp_path: Path)
     _in_umask_002(
         f"""
         from pathlib import Path
-        from lorastudio.basemodels.added import add_folder
+        from lorastudio.basemodels.added import _list_held
         from lorastudio.basemodels.fetch_lock import FetchLock
         from lorastudio.data.cache_io import hold_entry, hold_readers, one_prune, write_shard_bytes
         from lorastudio.data.staging_owner import make_owned
@@ -71,10 +71,8 @@ def test_the_homes_locks_database_and_cache_follow_a_group_umask(tmp_path: Path)
             make_owned(settings.datasets_dir)
         (settings.models_dir / "m").mkdir()
         FetchLock(settings.models_dir / "m", "org/m")
-        try:
-            add_folder(settings, str(settings.models_dir / "m"))
-        except Exception:
-            pass  # refused (no model there): the list's lock was taken first
+        with _list_held(settings):  # the added list's lock (`models add`)
+            pass
         from lorastudio.data.disk_cache import cache_root
         root = cache_root(settings)
         shard = root / "latents" / "model" / "ab" / "abcdef.safetensors"
