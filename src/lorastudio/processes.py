@@ -3,9 +3,14 @@ leftovers, dataset claims) and the on-disk cache (staged files of a dead writer)
 
 from __future__ import annotations
 
+import logging
+import multiprocessing as mp
 import os
 import socket
+from multiprocessing.context import SpawnContext
 from pathlib import Path
+
+log = logging.getLogger("lorastudio.jobs")
 
 
 def process_alive(pid: int) -> bool:
@@ -82,3 +87,42 @@ def process_gone(pid: int, token: str | None) -> bool:
         return True
     now = start_token(pid) if token is not None else None
     return now is not None and now != token
+
+
+def keep_working_folder() -> None:
+    """Make sure this process's working folder exists before it starts another process: when it
+    was deleted (a `lorastudio serve` started in a folder removed later), move to "/". A spawn
+    asks for the folder (multiprocessing's spawn reads os.getcwd(): "could not start the worker:
+    [Errno 2] No such file or directory" for every run) and a child started in a deleted folder
+    dies importing torch ("Intel oneMKL FATAL ERROR: Cannot load .../libtorch_cpu.so"). Nothing
+    of the studio is relative to it (the home and every path a server takes are absolute), and a
+    relative path against a deleted folder named nothing anyway."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        os.chdir("/")
+        log.warning("the working folder of this process was deleted; it works in / now")
+
+
+def spawn_context() -> SpawnContext:
+    """multiprocessing's spawn context, with a working folder that exists (keep_working_folder):
+    what every worker of the job service is started with."""
+    keep_working_folder()
+    return mp.get_context("spawn")
+
+
+def start_resource_tracker_deaf_to_hangup() -> None:
+    """Start multiprocessing's resource tracker (the process that unlinks the workers' queues'
+    semaphores) with SIGHUP ignored, as it ignores SIGINT and SIGTERM itself: a terminal's hangup
+    reaches the whole process group, and the tracker died of it while the server shut down
+    ("resource_tracker: process died unexpectedly", a KeyError traceback for each semaphore).
+    An ignored signal stays ignored across the tracker's exec. Main thread only (signal.signal);
+    no-op where the tracker already runs."""
+    import signal
+    from multiprocessing import resource_tracker
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, previous)

@@ -33,6 +33,7 @@ too: jobs/childenv.drop_process_secrets), revealed only to wandb.init (training/
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
@@ -171,6 +172,25 @@ class Settings(BaseSettings):
             return Path(value).expanduser().absolute()
         return value
 
+    @field_validator("home", "cache_dir")
+    @classmethod
+    def _room_below(cls, value: Path | None) -> Path | None:
+        """A home (cache folder) whose path leaves the studio's own files below it room under the
+        file system's PATH_MAX: refused up front, naming the limit. Before, a home 4,039 bytes
+        deep served and preflighted, and its run failed at its first cache write ("File name too
+        long: <home>/cache/decoded/.<hash>.json.<pid>-<hex>.tmp")."""
+        if value is None:
+            return value
+        limit = path_max(value)
+        length = len(os.fsencode(str(value)))
+        if length + BELOW_HOME_BYTES > limit - 1:
+            raise ValueError(
+                f"{value} is {length:,} bytes long; the studio writes paths of up to"
+                f" {BELOW_HOME_BYTES} bytes below it and the system's limit on a path (PATH_MAX) is"
+                f" {limit:,} bytes: give a folder of at most {limit - 1 - BELOW_HOME_BYTES:,} bytes"
+            )
+        return value
+
     @field_validator("api_token", mode="before")
     @classmethod
     def _blank_token_is_none(cls, value: object) -> object:
@@ -295,6 +315,25 @@ def hub_token_problem(token: str) -> str | None:
     return None
 
 
+# The longest path the studio makes below its home (or cache folder), in bytes: a checkpoint's
+# staged text-encoder file under an output name of 100 characters (outputs/NAME/checkpoints/...),
+# a cache shard and its staging name (cache/encoded/latents/<20 hex>/<2>/<64 hex>.safetensors.
+# <pid>-<hex>.tmp: ~150). Names the user picks (a dataset's, an image's) are theirs to fit.
+BELOW_HOME_BYTES = 255
+
+
+def path_max(path: Path) -> int:
+    """The file system's limit on a path's bytes (PATH_MAX, with its final NUL) where `path` is
+    (or would be made: its nearest existing folder is asked); 4096, Linux's, where it cannot be
+    asked."""
+    for folder in (path, *path.parents):
+        try:
+            return int(os.pathconf(folder, "PC_PATH_MAX"))
+        except (OSError, ValueError):
+            continue
+    return 4096
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """The settings of this process (cached; tests call `get_settings.cache_clear()`). Raises
@@ -312,5 +351,7 @@ def _env_problem(item: object) -> FieldProblem:
     name = str(loc[0]) if loc else "settings"
     return FieldProblem(
         f"LORASTUDIO_{name.upper()}",
-        str(item.get("msg", "invalid value") if isinstance(item, dict) else item),
+        str(item.get("msg", "invalid value") if isinstance(item, dict) else item).removeprefix(
+            "Value error, "
+        ),
     )

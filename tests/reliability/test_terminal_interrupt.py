@@ -12,15 +12,27 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from reliability_helpers import serve_process, wait_for
 
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
 
 
+@pytest.mark.parametrize(
+    "sig",
+    [
+        signal.SIGINT,
+        pytest.param(signal.SIGHUP, marks=pytest.mark.slow),
+    ],  # fast: tests/unit/jobs/test_hangup.py
+    ids=["ctrl-c", "hangup"],
+)
 def test_ctrl_c_interrupts_the_run_and_the_server_exits_quietly(
-    settings: Settings, shapes: Path, flux_config: Callable[..., dict], tmp_path: Path
+    settings: Settings, shapes: Path, flux_config: Callable[..., dict], tmp_path: Path, sig: int
 ) -> None:
+    """And the terminal's hangup (SIGHUP to the group: its window closed, its ssh dropped),
+    session 30 environ: before, the server died of it at once, no shutdown (the run's record left
+    running until the next start), and the workers of it too, nothing saved."""
     config = flux_config(output_name="ctrl-c", steps=5000, save_every=5)
     log = tmp_path / "serve.log"
     with serve_process(settings, log=log, own_session=True) as (proc, client):
@@ -36,7 +48,7 @@ def test_ctrl_c_interrupts_the_run_and_the_server_exits_quietly(
             120,
             "6 steps",
         )
-        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        os.killpg(proc.pid, sig)  # what the terminal does on Ctrl-C, or on a hangup
         assert proc.wait(60) == 0
     output = log.read_text()
     assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]

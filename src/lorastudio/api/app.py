@@ -244,12 +244,15 @@ def serve(settings: Settings, host: str, port: int, home_lock: HomeLock | None =
     CLI run holds the home."""
     import uvicorn
 
+    from lorastudio.processes import start_resource_tracker_deaf_to_hangup
+
     check_bind(host, settings)
     settings = settings.model_copy(update={"host": host})  # the Host policy allows a public bind address
     lock = home_lock or HomeLock.for_server(settings.ensure_dirs().home, port)
     settings = drop_process_secrets(settings)  # before any child exists: none inherits a secret
     install_log_redaction()  # the access log prints paths: hide ?token= values
     install_server_logging()  # the server's own lines (GPU facts, standby worker, recoveries) on its console
+    start_resource_tracker_deaf_to_hangup()  # before any worker: a hangup must not end it
     # Open event streams never end on their own: give them 5 s before a shutdown cuts them.
     config = uvicorn.Config(
         create_app(settings, home_lock=lock),
@@ -266,7 +269,7 @@ def serve(settings: Settings, host: str, port: int, home_lock: HomeLock | None =
 
 
 def _stopping_server(config: Any) -> Any:
-    """A uvicorn.Server for `config` that, after the graceful shutdown a Ctrl-C or SIGTERM starts, returns from
+    """A uvicorn.Server for `config` that, after the graceful shutdown a Ctrl-C, SIGTERM or SIGHUP starts, returns from
     run() instead of raising the signal again. uvicorn re-raises it (>= 0.29) so that the process
     dies of it; here that only turned into KeyboardInterrupt inside the event loop and a
     traceback of the cancelled lifespan task on every Ctrl-C. The shutdown itself (the job
@@ -291,7 +294,10 @@ def _stopping_server(config: Any) -> Any:
             if threading.current_thread() is not threading.main_thread():
                 yield
                 return
-            previous = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS}
+            # SIGHUP: the terminal that started `serve` closed; by default it ended the server at
+            # once, no shutdown: its run unsaved, its workers' semaphores leaked
+            stopping = {*HANDLED_SIGNALS, signal.SIGHUP}
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in stopping}
             try:
                 yield
             finally:

@@ -37,7 +37,7 @@ def _list_held(settings: Settings) -> Iterator[None]:
     with _lock:
         with writing("the lock of the list of added model folders could not be made", path):
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

@@ -13,7 +13,7 @@ import typer
 
 from lorastudio import __version__
 from lorastudio.cli.safe_output import escaped_output
-from lorastudio.cli.termination import INTERRUPTED_STATUS, refusal_status, sigterm_exits
+from lorastudio.cli.termination import COULD_NOT_STATUS, INTERRUPTED_STATUS, refusal_status, sigterm_exits
 from lorastudio.errors import LorastudioError, NoSpaceLeft, is_no_space, os_error_text
 
 app = typer.Typer(
@@ -109,6 +109,13 @@ def main() -> None:
 
 def _run() -> None:
     """main's body: the app under main's handlers, every way it ends a SystemExit."""
+    if not _working_folder_exists():
+        _error(
+            "the current folder no longer exists (deleted or moved away after the shell entered it):"
+            " cd to a folder that exists (relative paths are taken against it, and torch cannot load"
+            " in a deleted one)"
+        )
+        sys.exit(COULD_NOT_STATUS)
     try:
         with sigterm_exits():
             _register()
@@ -118,6 +125,14 @@ def _run() -> None:
         sys.exit(refusal_status(err))
     except KeyboardInterrupt:
         sys.exit(INTERRUPTED_STATUS)
+    except MemoryError as err:
+        _error(f"out of memory: {err or 'MemoryError'}{address_space_note()}")
+        sys.exit(COULD_NOT_STATUS)
+    except ImportError as err:
+        if "failed to map segment" not in str(err):  # a library's code could not be mapped
+            raise
+        _error(f"a library could not be loaded (out of memory): {err}{address_space_note()}")
+        sys.exit(COULD_NOT_STATUS)
     except OSError as err:  # the file system refused a read or write: its words, not a traceback
         if err.errno == errno.EPIPE:
             die_of_sigpipe()
@@ -126,6 +141,32 @@ def _run() -> None:
             sys.exit(2)
         _error(os_error_text(err))
         sys.exit(1)
+
+
+def address_space_note() -> str:
+    """Where this process runs under an address-space limit (`ulimit -v`, RLIMIT_AS), what it is,
+    for an out-of-memory error's line (a traceback of MemoryError or of torch's "failed to map
+    segment from shared object" before); "" where there is none."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return ""
+    return (
+        f" (this process may use at most {soft / 2**20:,.0f} MiB of address space: the limit"
+        " `ulimit -v` sets)"
+    )
+
+
+def _working_folder_exists() -> bool:
+    """Whether the process's working folder still exists. In a deleted one `train` died
+    importing torch ("Intel oneMKL FATAL ERROR: Cannot load .../libtorch_cpu.so"), a relative
+    LORASTUDIO_HOME was a bare "No such file or directory", and a relative path named nothing."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _output_closed() -> bool:

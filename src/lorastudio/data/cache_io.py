@@ -19,6 +19,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from lorastudio.capped_read import read_capped
 from lorastudio.data.disk_cache import ENTRY_LOCK, staging_name
 from lorastudio.errors import CacheError
 
@@ -35,7 +36,7 @@ def _open_folder(root: Path, names: Sequence[str], create: bool) -> int:
         for name in names:
             if create:
                 with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, 0o755, dir_fd=fd)
+                    os.mkdir(name, 0o777, dir_fd=fd)
             inner = os.open(name, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = inner
@@ -95,7 +96,7 @@ def read_shard_bytes(shard: Path) -> bytes | None:
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SHARD_BYTES:
             return None
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(MAX_SHARD_BYTES + 1)
+            data = read_capped(fh, MAX_SHARD_BYTES + 1)
         return data if len(data) <= MAX_SHARD_BYTES else None
     except OSError:
         return None
@@ -115,7 +116,7 @@ def write_shard_bytes(shard: Path, data: bytes) -> bool:
         return False
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        with os.fdopen(os.open(staged, flags, 0o644, dir_fd=folder), "wb") as fh:
+        with os.fdopen(os.open(staged, flags, 0o666, dir_fd=folder), "wb") as fh:
             fh.write(data)
         os.replace(staged, shard.name, src_dir_fd=folder, dst_dir_fd=folder)
     except OSError:
@@ -151,7 +152,7 @@ def hold_readers(root: Path) -> int | None:
     except OSError:  # a parent this process may not write: the open below says what it can
         pass
     try:
-        fd = os.open(root / READERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(root / READERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as err:
         if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             try:
@@ -173,7 +174,7 @@ def readers_gone(root: Path) -> Iterator[None]:
     """Hold the cache's readers lock exclusively for a clear. Raises CacheError naming the
     pids of the runs that read the cache (jobs may share one cache folder across homes)."""
     try:
-        fd = os.open(root / READERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(root / READERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except FileNotFoundError:  # no cache folder: nothing to clear, nobody reads it
         yield
         return
@@ -229,7 +230,7 @@ def one_prune(root: Path) -> Iterator[None]:
     or a FIFO is there."""
     try:
         fd = os.open(
-            root / PRUNE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644
+            root / PRUNE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666
         )
     except OSError as err:
         why = (
@@ -263,7 +264,7 @@ def _open_entry_lock(root: Path, kind: str, model: str, create: bool) -> tuple[i
             fd = os.open(
                 ENTRY_LOCK,
                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                0o644,
+                0o666,
                 dir_fd=folder,
             )
         except PermissionError:  # a cache this process may read, not write

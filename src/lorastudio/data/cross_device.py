@@ -33,7 +33,7 @@ def replace_into(source: Path, name: str, dir_fd: int) -> None:
         if err.errno != errno.EXDEV:
             raise
     staged = staging_path(Path(name)).as_posix()  # ".a.png.<pid>-<hex>.tmp" beside the target
-    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "wb") as out, source.open("rb") as src:
             shutil.copyfileobj(src, out)

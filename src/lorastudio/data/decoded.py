@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lorastudio import json_read
+from lorastudio.capped_read import read_capped
 from lorastudio.data.images import DECODE_RULES, ImageInfo
 from lorastudio.data.items import ImageItem, item_name
 from lorastudio.data.safe_open import FolderId, open_in_folder
@@ -255,7 +256,7 @@ def _read_record(path: Path) -> dict[str, tuple[FileKey, ImageInfo]]:
     record costs decodes again, never an error nor a wrong size: rows are checked one by one)."""
     try:
         with open_in_folder(path) as fh:
-            text = fh.read(RECORD_MAX_BYTES + 1)
+            text = read_capped(fh, RECORD_MAX_BYTES + 1)
         if len(text) > RECORD_MAX_BYTES:
             return {}
         data = json_read.loads(text.decode("utf-8"))

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from lorastudio import json_read
+from lorastudio.capped_read import read_capped
 from lorastudio.data.captions import MAX_METADATA_BYTES
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.writes import staged_write
@@ -37,7 +38,7 @@ def _read_bounded(path: Path) -> bytes:
                 f"{path.name} is too large",
                 [f"{path.name}: {size:,} bytes, larger than the {MAX_METADATA_BYTES // 2**20} MB allowed"],
             )
-        return fh.read(MAX_METADATA_BYTES + 1)
+        return read_capped(fh, MAX_METADATA_BYTES + 1)
 
 
 def _row_name(line: bytes) -> tuple[dict[str, object], str] | None:

@@ -54,7 +54,7 @@ def make_owned(parent: Path, prefix: str = "") -> tuple[Path, int | None]:
         folder = parent / f"{prefix}{uuid.uuid4().hex}"
         owner = owner_file(folder)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        opened = os.open(owner, flags, 0o600)
+        opened = os.open(owner, flags, 0o666)
         fd: int | None = opened
         try:
             fcntl.flock(opened, fcntl.LOCK_EX)  # waits only while a remover holds it

@@ -48,7 +48,7 @@ def dataset_lock(datasets_root: Path, name: str) -> Iterator[None]:
     while True:
         make_dir(folder)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except FileNotFoundError:  # the folder was removed meanwhile
             continue
         fcntl.flock(fd, fcntl.LOCK_EX)

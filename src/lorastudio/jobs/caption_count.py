@@ -9,7 +9,8 @@ hours (nested range()) or renders gigabytes ('a'|center(10**9), lipsum(10**6)). 
 never reads or renders them itself: it runs this module as a child with a wall-clock limit, and
 the child caps its own address space and CPU time (`LIMIT_AS_BYTES`, `LIMIT_CPU_S`), reads only
 regular files of at most `MAX_FILE_BYTES` that resolve inside the folder (or, for a hub cache
-snapshot, inside its repository's cache folder, where the snapshot's links point), and answers
+snapshot, inside its repository's cache folder, where the snapshot's links point; or to a hub
+cache blob, where an old `--local-dir` with symlinks points: is_hub_blob), and answers
 any failure as "cannot count here: <why>".
 
 Protocol: stdin one JSON object {"folder", "root", "tokenizer", "template", "texts"}; stdout one
@@ -57,12 +58,28 @@ class CannotCount(Exception):
     """The tokenizer files cannot be counted with here (the reason is the message)."""
 
 
+def is_hub_blob(real: Path) -> bool:
+    """Whether `real` (a resolved path) is a file of a hub cache's content store:
+    `.../models--ORG--NAME/blobs/<40 or 64 hex>`, where huggingface_hub's snapshots and its old
+    `--local-dir` with symlinks (`local_dir_use_symlinks`) link a model folder's files. Such a
+    link out of the model folder is followed: the blob is a model's file, named by its hash,
+    never a file of the user's own (a link to /etc/passwd or a home's file is still refused)."""
+    name = real.name
+    return (
+        len(name) in (40, 64)
+        and all(c in "0123456789abcdef" for c in name)
+        and real.parent.name == "blobs"
+        and real.parent.parent.name.startswith("models--")
+    )
+
+
 def read_bounded(file: Path, root: Path) -> bytes:
     """`file`'s bytes: a regular file of at most MAX_FILE_BYTES whose real path is inside `root`
-    (opened without blocking, so a FIFO or a device is refused, never waited on). Raises
-    FileNotFoundError when it does not exist, CannotCount otherwise."""
+    or is a hub cache blob (is_hub_blob: a folder made by huggingface_hub's old `--local-dir`
+    with symlinks), opened without blocking, so a FIFO or a device is refused, never waited on.
+    Raises FileNotFoundError when it does not exist, CannotCount otherwise."""
     real = Path(os.path.realpath(file))
-    if not real.is_relative_to(os.path.realpath(root)):
+    if not real.is_relative_to(os.path.realpath(root)) and not is_hub_blob(real):
         if not os.path.lexists(file):
             raise FileNotFoundError(file)
         raise CannotCount(f"{file.parent.name}/{file.name} leads out of the model folder (to {real})")

@@ -28,6 +28,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from lorastudio.capped_read import read_capped
 from lorastudio.durable import fsync_path
 from lorastudio.jobs.caption_job import now_iso
 from lorastudio.processes import process_gone, start_token
@@ -95,7 +96,7 @@ def _read(path: Path) -> dict[str, Any] | None:
         if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RECORD_BYTES:
             return None
         with os.fdopen(os.dup(fd), "rb") as file:
-            data = file.read(MAX_RECORD_BYTES + 1)
+            data = read_capped(file, MAX_RECORD_BYTES + 1)
         record = json.loads(data.decode("utf-8")) if len(data) <= MAX_RECORD_BYTES else None
     except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested beyond the parser
         return None

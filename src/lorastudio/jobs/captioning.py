@@ -27,7 +27,6 @@ queries (get, recent, latest, the folders and models in use, the event log) are 
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import queue
 import threading
@@ -60,6 +59,7 @@ from lorastudio.jobs.dataset_locks import overlaps
 from lorastudio.jobs.generation_process import Spawner, death_reason
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.worker_allowance import SCALE_SETTING, CaptionAllowance, seconds_words
+from lorastudio.processes import spawn_context
 from lorastudio.settings import Settings
 
 STOP_GRACE_S = 30.0  # a cancelled worker finishes its image, then is killed
@@ -146,7 +146,7 @@ class CaptionJobs(CaptionQueries):
             job.need = caption_need(source)
             holder, placement = self._place(job.need)
             job.gpu, job.beside = placement.index, placement.beside
-        ctx = mp.get_context("spawn")
+        ctx = spawn_context()
         events, job.cancel = ctx.Queue(), ctx.Event()
         with self._lock:
             busy = next((j for j in self._jobs.values() if j.status == "running"), None)
@@ -236,7 +236,7 @@ class CaptionJobs(CaptionQueries):
             job.thread.join(STOP_GRACE_S + 10)
 
     def _run(self, job: CaptionJob, source: CaptionerSource, events: Any) -> None:
-        ctx = mp.get_context("spawn")
+        ctx = spawn_context()
         args = CaptionWorkerArgs(os.getpid(), str(job.folder), source, job.options, self.settings, job.gpu)
         process = ctx.Process(
             target=self._target, args=(args, events, job.cancel), name="lorastudio-caption", daemon=True

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import json_read
+from lorastudio.capped_read import read_capped
 from lorastudio.errors import DatasetBusy, writing
 from lorastudio.jobs.homelock import LOCK_NAME, lock_holders
 from lorastudio.processes import process_alive
@@ -282,7 +283,7 @@ def _read_record(record: Path) -> dict[str, Any] | None:
     with os.fdopen(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise IsADirectoryError(f"{record}: not a regular file")
-        raw = fh.read(MAX_RECORD_BYTES + 1)
+        raw = read_capped(fh, MAX_RECORD_BYTES + 1)
     try:
         info = json_read.loads(raw) if len(raw) <= MAX_RECORD_BYTES else None
     except ValueError:
@@ -314,7 +315,7 @@ def _open_lock(path: Path) -> int:
     Raises DatasetBusy naming it when it cannot be removed (a folder with files)."""
     for _ in range(3):
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
         except OSError as err:
             if isinstance(err, FileNotFoundError) or err.errno not in (
                 errno.ELOOP,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import json_read
+from lorastudio.capped_read import read_capped
 
 MAX_SIDECAR_BYTES = 2**20  # a sidecar read (ours are a few KB: the prompts are capped)
 MEMO_MAX = 20_000  # sidecar versions remembered (a few KB each at most: ~tens of MB worst case)
@@ -75,7 +76,7 @@ def _read(path: Path) -> tuple[_Version | None, dict[str, Any]]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None, {}
-        raw = fh.read(MAX_SIDECAR_BYTES + 1)
+        raw = read_capped(fh, MAX_SIDECAR_BYTES + 1)
     try:
         meta = json_read.loads(raw) if len(raw) <= MAX_SIDECAR_BYTES else None
     except ValueError:  # UnicodeDecodeError included

@@ -13,7 +13,6 @@ stopped as hung, SIGTERM then SIGKILL, and reported as GenerationTimedOut.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
 import queue
 import signal
@@ -34,6 +33,7 @@ from lorastudio.errors import (
 )
 from lorastudio.jobs.generation_worker import GenerationJob, GenerationWorkerArgs, generation_worker_main
 from lorastudio.jobs.worker_allowance import GenerationAllowance, timed_out_message, work_words
+from lorastudio.processes import spawn_context
 from lorastudio.settings import Settings
 
 GenerationTarget = Callable[[GenerationWorkerArgs, Any], None]
@@ -118,7 +118,7 @@ class GenerationProcess:
             scale = settings.worker_timeout_scale if settings is not None else 1.0
             allowance = GenerationAllowance().scaled(scale)
         self.allowance = allowance
-        ctx = mp.get_context("spawn")
+        ctx = spawn_context()
         self._conn, child_conn = ctx.Pipe(duplex=True)
         self._child_conn = child_conn
         self._cancel = ctx.Event()  # set: the job in flight stops (generation_worker's protocol)

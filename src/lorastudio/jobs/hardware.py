@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from lorastudio import json_read
+from lorastudio.processes import keep_working_folder
 
 log = logging.getLogger("lorastudio.jobs")
 
@@ -289,6 +290,7 @@ def _ask_child() -> Mapping[str, Any]:
     hide the answer after them)."""
     from lorastudio.jobs.childenv import child_environment
 
+    keep_working_folder()  # the child imports torch: not in a deleted folder
     try:
         child = subprocess.Popen(
             PROBE_COMMAND,

@@ -79,7 +79,7 @@ class HomeLock:
         `asker` (a CLI command's name; None: a server, or the shared `through` command)."""
         home.mkdir(parents=True, exist_ok=True)
         path = home / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)  # the umask decides (a shared home)
         try:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError:

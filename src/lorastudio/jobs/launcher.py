@@ -46,7 +46,7 @@ from lorastudio.jobs.process import TaggedEvent, Timeouts, escalate
 from lorastudio.jobs.rank_silence import RankSilence
 from lorastudio.jobs.torchrun_launch import kill_quietly, rank_environment, torchrun_command
 from lorastudio.jobs.worker import WorkerArgs
-from lorastudio.processes import process_alive, process_ending
+from lorastudio.processes import keep_working_folder, process_alive, process_ending
 from lorastudio.settings import Settings
 from lorastudio.training.events import Error
 
@@ -111,6 +111,7 @@ class TorchrunWorker:
             self._listener.bind(str(path))
             self._listener.listen(self.world_size)
             self._listener.settimeout(ACCEPT_POLL_S)
+            keep_working_folder()  # torchrun and its ranks import torch: not in a deleted folder
             self._agent = subprocess.Popen(
                 torchrun_command(os.getpid(), self.world_size, self._dir / "torchrun"),
                 env=rank_environment(self._devices, str(path)),

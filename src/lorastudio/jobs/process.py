@@ -13,7 +13,6 @@ single-GPU jobs) and `jobs.launcher.TorchrunWorker` (a torchrun launch, num_gpus
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import queue
 import time
@@ -26,6 +25,7 @@ from lorastudio.config import TrainConfig
 from lorastudio.jobs.standby import StandbyProcess
 from lorastudio.jobs.step_watch import HANG_MIN_S, HANG_STEP_FACTOR
 from lorastudio.jobs.worker import WorkerArgs, worker_main
+from lorastudio.processes import spawn_context
 from lorastudio.settings import Settings
 
 # (generation, pid, event dict) as sent by the worker
@@ -127,7 +127,7 @@ class WorkerProcess:
             )
             self.process = standby.process
             return
-        ctx = mp.get_context("spawn")
+        ctx = spawn_context()
         self.events = ctx.Queue()
         self._stop_event = ctx.Event()
         self._stop_save = ctx.Value("b", 0)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from lorastudio import families
+from lorastudio.capped_read import read_capped
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import probe_image
@@ -87,7 +88,7 @@ def prune_orphans(settings: Settings, older_than_s: float = ORPHAN_AFTER_S) -> i
             fd = os.open(sidecar, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             with os.fdopen(fd, "rb") as fh:
                 if stat.S_ISREG(os.fstat(fd).st_mode):
-                    named.update(m.decode() for m in _REF_ID.findall(fh.read(MAX_SIDECAR_BYTES)))
+                    named.update(m.decode() for m in _REF_ID.findall(read_capped(fh, MAX_SIDECAR_BYTES)))
         except OSError:
             continue
     cutoff = time.time() - older_than_s

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import multiprocessing as mp
 import os
 import sys
 import threading
@@ -42,6 +41,7 @@ from typing import Any
 from lorastudio.import_freeze import freeze_imports
 from lorastudio.jobs.standby_cuda import barred_by_cuda, trace_cuda_init
 from lorastudio.jobs.worker import WorkerArgs, bind_to_parent, ignore_terminal_interrupt
+from lorastudio.processes import keep_working_folder, spawn_context
 
 log = logging.getLogger("lorastudio.jobs")
 
@@ -86,6 +86,7 @@ def spawn_fingerprint() -> Fingerprint:
     PYTORCH_* ...; the secrets are already gone, jobs/childenv.py), the working directory,
     sys.path and the interpreter multiprocessing runs."""
     skip = ENV_SKIP | APPLIED_AT_HAND
+    keep_working_folder()  # a deleted one: "/" from now on (the next spawn's)
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k not in skip))
     return env, os.getcwd(), tuple(sys.path), sys.executable
 
@@ -153,7 +154,7 @@ class StandbyProcess:
     """The parent's handle on one standby (spawned by `spawn`, from the keeper's thread)."""
 
     def __init__(self, parent_pid: int) -> None:
-        ctx = mp.get_context("spawn")
+        ctx = spawn_context()
         self.events = ctx.Queue()  # the job's, created for this process alone
         self.stop_event = ctx.Event()
         self.stop_save = ctx.Value("b", 0)

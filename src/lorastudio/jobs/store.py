@@ -13,7 +13,9 @@ the migration of an older store: jobs/store_schema.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -55,6 +57,8 @@ class RunStore:
         every run left live by a previous server is marked interrupted; readers that run next
         to a live server (the CLI) pass recover=False."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # sqlite makes it 0644 whatever the umask
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
         conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
@@ -267,12 +271,14 @@ class RunStore:
     def list_runs(self, limit: int = 200) -> list[dict[str, Any]]:
         """The newest runs first, at most `limit` (any size: one past SQLite's 64-bit integers
         means all), without configs or metrics (a live run whose owning process is gone is
-        marked interrupted first: settle_dead_owners)."""
+        marked interrupted first: settle_dead_owners). Newest by the order they were recorded
+        (rowid: every run is recorded as it is created), not by `created_at`: the wall clock
+        set back an hour (a wrong clock corrected, NTP's step) listed a run made after it below
+        the last hour's runs."""
         dead = self.settle_dead_owners()
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT {', '.join(RUN_COLUMNS)}, warnings_json FROM runs"
-                " ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                f"SELECT {', '.join(RUN_COLUMNS)}, warnings_json FROM runs ORDER BY rowid DESC LIMIT ?",
                 (min(limit, _SQLITE_MAX_INT),),
             ).fetchall()
         return [_as_read(_settled(dict(r), dead)) for r in rows]

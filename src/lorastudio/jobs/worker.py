@@ -93,8 +93,11 @@ def ignore_terminal_interrupt() -> None:
     """In a child of the server (training, generation and caption worker; multi-GPU ranks):
     ignore SIGINT (not the torchrun agent, which the CLI's data-parallel runs use too). A Ctrl-C in the server's terminal reaches the whole process group;
     the server's own shutdown stops its children (a running job is marked interrupted), so a
-    child must not die of it first, mid-step, with a KeyboardInterrupt traceback."""
+    child must not die of it first, mid-step, with a KeyboardInterrupt traceback. SIGHUP likewise:
+    the terminal's hangup reaches the group too, and the server stops on it as on a Ctrl-C
+    (api/app._stopping_server); a worker killed by it first saved nothing."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 def _watch_parent(parent_pid: int) -> None:

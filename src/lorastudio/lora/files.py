@@ -170,6 +170,13 @@ def peft_from_file(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, s
     )
 
 
+def follow_umask(path: Path | str) -> None:
+    """Give a file safetensors wrote (always 0600) the mode every other file the studio writes
+    gets: 0666 less the umask. A LoRA file, and a checkpoint's (training/snapshot.py: another
+    user of a group's shared home, umask 002, could not resume from a checkpoint 0600)."""
+    os.chmod(path, 0o666 & ~process_umask())
+
+
 def process_umask() -> int:
     """This process's umask, read without changing it (Linux: /proc/self/status; elsewhere the
     common 0o022). os.umask would set it process-wide for a moment, racing other threads."""
@@ -230,9 +237,7 @@ def write_lora_file(
             except safetensors.SafetensorError as err:  # its I/O errors: the errno only in its text
                 raise library_os_error(err, staged) or err from err
             record_content_hash(staged)
-            os.chmod(
-                staged, 0o666 & ~process_umask()
-            )  # safetensors writes 0600; other outputs follow the umask
+            follow_umask(staged)
             fsync_path(staged)
             if why := publish_file(staged, path, overwrite, "--force"):
                 raise ConfigError([FieldProblem("out", why)])

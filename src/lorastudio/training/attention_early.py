@@ -41,6 +41,7 @@ import torch
 from lorastudio.config_datasets import top_resolution
 from lorastudio.errors import ModelSourceError
 from lorastudio.families.single_file import model_source
+from lorastudio.processes import keep_working_folder
 from lorastudio.training import attention
 from lorastudio.training.attention import AttentionChoice, KernelProbe, pick_kernel, read_probe_output
 from lorastudio.training.plan import Plan
@@ -120,6 +121,7 @@ class RunningProbe:
         self.lines: list[str] = []
         self.errors: collections.deque[str] = collections.deque(maxlen=20)  # the child's last stderr lines
         self.ready = threading.Event()
+        keep_working_folder()  # the child imports torch: not in a deleted folder
         self.proc = subprocess.Popen(
             [*PROBE_COMMAND, json.dumps(spec)],
             stdin=subprocess.PIPE,

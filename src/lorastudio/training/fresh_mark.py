@@ -55,7 +55,7 @@ def mark_fresh(run_dir: Path, run_id: str | None = None) -> None:
         {"folder": run_dir.name, "device": folder.st_dev, "inode": folder.st_ino, "run": run_id}
     ).encode()
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-    fd = os.open(run_dir / FRESH_MARK, flags, 0o644)
+    fd = os.open(run_dir / FRESH_MARK, flags, 0o666)
     try:
         view = memoryview(body)
         while view:

@@ -25,6 +25,7 @@ import torch
 from lorastudio import __version__
 from lorastudio.data import BucketBatchSampler
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.lora.files import follow_umask
 from lorastudio.training.checkpoint import (
     INFO_FILE,
     LORA_FILE,
@@ -148,8 +149,10 @@ def save_checkpoint(
 
     def write(folder: Path) -> None:
         save_file(lora_state_dict(parts.denoiser), str(folder / LORA_FILE))
+        follow_umask(folder / LORA_FILE)  # safetensors writes 0600
         if parts.text_encoders is not None:
             save_file(parts.text_encoders.state_dict(), str(folder / TEXT_ENCODERS_FILE))
+            follow_umask(folder / TEXT_ENCODERS_FILE)
         torch.save(state, folder / STATE_FILE)
         (folder / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         if beside is not None:

@@ -136,6 +136,35 @@ def test_a_hub_snapshots_links_into_its_blobs_are_followed(base: Path, tmp_path:
     assert caption_counts(SPEC, snapshot, ["a red circle"]) == caption_counts(SPEC, base, ["a red circle"])
 
 
+def test_a_local_dir_of_links_into_hub_blobs_is_counted(base: Path, tmp_path: Path) -> None:
+    """huggingface_hub's old `--local-dir` with symlinks: a plain folder whose files link into the
+    hub cache's blobs (session 30 environ). Before: "counted at the start of the run (... leads
+    out of the model folder)". A link out to any other file is still refused."""
+    import hashlib
+
+    blobs = tmp_path / "hub" / "models--acme--tiny" / "blobs"
+    blobs.mkdir(parents=True)
+    local = tmp_path / "local-dir"
+    (local / "tokenizer").mkdir(parents=True)
+    for file in (base / "tokenizer").iterdir():
+        blob = blobs / hashlib.sha256(file.read_bytes()).hexdigest()
+        shutil.copy(file, blob)
+        (local / "tokenizer" / file.name).symlink_to(blob)
+    assert caption_counts(SPEC, local, ["a red circle"]) == caption_counts(SPEC, base, ["a red circle"])
+    tokenizer = local / "tokenizer" / "tokenizer.json"
+    target = tokenizer.resolve()
+    for elsewhere in (
+        tmp_path / "notes" / target.name,  # a hash's name, not in a hub cache's blobs
+        tmp_path / "blobs" / target.name,  # blobs/, not a models-- repository's
+        target.with_name("tokenizer.json"),  # in blobs/, not named by a hash
+    ):
+        elsewhere.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(target, elsewhere)
+        tokenizer.unlink()
+        tokenizer.symlink_to(elsewhere)
+        _refused(local, "leads out of the model folder")
+
+
 def test_concurrent_counts_never_pile_up(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Eight preflights at once of a base whose template loops: two children run, two requests
     wait, the others are answered at once (the count left to the start), not held in turn."""

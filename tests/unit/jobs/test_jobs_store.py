@@ -114,3 +114,22 @@ def test_a_run_records_who_started_it_and_an_older_store_gains_the_column(tmp_pa
     assert store.get_run("old")["plan"] is None
     with pytest.raises(ValueError, match="unknown run source"):
         store.create_run("x", "x", "flux", {}, now_iso(), source="cron")
+
+
+def test_runs_are_listed_newest_first_across_a_clock_set_back(tmp_path: Path) -> None:
+    """Session 30 environ: the wall clock set back an hour between two runs (a wrong clock
+    corrected): the run made after is still listed first (was below the earlier hour's runs)."""
+    store = RunStore.open(tmp_path / "db.sqlite")
+    try:
+        for run_id, stamp in [
+            ("a", "2026-12-06T15:00:00.000+00:00"),
+            ("b", "2026-12-06T15:30:00.000+00:00"),
+            ("c", "2026-12-06T14:40:00.000+00:00"),  # made after b, the clock set back an hour
+        ]:
+            store.create_run(run_id, run_id, "flux", {"steps": 1}, stamp)
+        assert [r["id"] for r in store.list_runs()] == ["c", "b", "a"]
+        store.delete_run("c")
+        store.create_run("d", "d", "flux", {"steps": 1}, "2026-12-06T14:41:00.000+00:00")
+        assert [r["id"] for r in store.list_runs(limit=2)] == ["d", "b"]
+    finally:
+        store.close()

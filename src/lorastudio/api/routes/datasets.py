@@ -17,7 +17,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.formparsers import MultiPartException
 
 from lorastudio.api.contract import multipart_body
 from lorastudio.api.dataset_lookup import dataset_dep, dataset_path, listed_dataset_dep
@@ -38,6 +38,7 @@ from lorastudio.api.schemas_files import (
     DeletedFiles,
     UploadOut,
 )
+from lorastudio.api.upload_spool import ParkingMultiPartParser
 from lorastudio.data import new_name, safe_component
 from lorastudio.data.caption_bulk import CaptionEdit, bulk_edit_captions
 from lorastudio.data.dataset_delete import delete_dataset
@@ -190,7 +191,7 @@ async def upload(
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > cap:
         raise UploadTooLarge(cap)
-    parser = MultiPartParser(
+    parser = ParkingMultiPartParser(  # one descriptor per upload, not per file (upload_spool)
         request.headers, _capped(request.stream(), cap), max_files=MAX_FILES_PER_UPLOAD, max_fields=100
     )
     try:
