@@ -84,7 +84,7 @@ def step_work(family: str, base_model: str, pixels: float, samples: float) -> fl
         work = _unet(shapes, cells, txt)
     else:
         work = _transformer(shapes, cells / spec.patch_size**2, txt)
-    return work * samples if work > 0 else None
+    return work * samples if math.isfinite(work) and work > 0 else None
 
 
 def vae_work(family: str, base_model: str, pixels: float) -> float | None:
@@ -112,7 +112,7 @@ def vae_work(family: str, base_model: str, pixels: float) -> float | None:
         if name.endswith(("to_q.weight", "to_qkv.weight")):
             inner = shape[0] // (3 if name.endswith("to_qkv.weight") else 1)
             total += 4 * at * at * inner
-    return total or None
+    return total if math.isfinite(total) and total > 0 else None
 
 
 def _downsamples(name: str) -> bool:
@@ -166,15 +166,16 @@ def _unet(shapes: list[tuple[str, list[int]]], cells: float, txt: float) -> floa
     return total
 
 
-def _count(shape: list[int]) -> int:
-    out = 1
-    for d in shape:
-        out *= int(d)
-    return out
+def _count(shape: list[int]) -> float:
+    """Elements of `shape` as a float (inf past float's range: the callers' sums then are not
+    finite and read as no work)."""
+    return math.prod(float(d) for d in shape)
 
 
 def _shapes(folder: Path) -> list[tuple[str, list[int]]]:
-    """(tensor name, shape) of the *.safetensors in `folder` ([] when none), cached per file set."""
+    """(tensor name, shape) of the *.safetensors in `folder` ([] when none; a header whose shapes
+    are not whole numbers >= 0 reads as none: vram_estimate._safetensors_shapes), cached per file
+    set."""
     try:
         files = tuple((str(f), f.stat().st_mtime_ns) for f in sorted(folder.glob("*.safetensors")))
     except OSError:
