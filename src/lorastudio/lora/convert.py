@@ -108,11 +108,18 @@ def pattern_scales(
 
 def fold_module_scales(lora: PeftLora, scales: Mapping[str, float]) -> PeftLora:
     """`lora` with each module's own scale (`scales`: module -> alpha_m / r_m) folded into its
-    lora_B: a PeftLora of scale 1 (alpha = rank) in every layer, whatever their ranks."""
+    lora_B: a PeftLora of scale 1 (alpha = rank) in every layer, whatever their ranks. Raises
+    ModelSourceError for a scale that takes a lora_B past its dtype's range (an alpha of 1e30
+    beside F16 weights: inf, every image black)."""
     tensors = {}
     for key, value in lora.tensors.items():
         module = key.removesuffix(".lora_B.weight")
         tensors[key] = value * scales[module] if module != key and scales[module] != 1.0 else value
+        if not bool(torch.isfinite(tensors[key]).all()):
+            raise ModelSourceError(
+                f"layer {module[:120]}: its alpha / rank ({scales[module]:g}) scales its weights past"
+                f" what {str(value.dtype).removeprefix('torch.')} holds (inf)"
+            )
     return PeftLora(tensors, lora.rank, float(lora.rank))
 
 
