@@ -47,6 +47,14 @@ def test_a_cut_caption_is_a_dataset_warning_of_the_log_the_cli_and_the_record(
     assert [w for w in said if "text encoder reads" in w] == logged
     assert [w for w in said if "to the crop of their bucket" in w] == [crop[0].removeprefix("warning: ")]
     assert run["warnings"] == []
+    # `runs show` names them too (RELIABILITY 913: its text left the record's dataset warnings out)
+    code, out, _ = run_cli_streams(capsys, monkeypatch, "runs", "show", run["id"])
+    assert code == 0
+    assert [line for line in out.splitlines() if line.startswith("dataset ")] == [
+        f"{'dataset':12} {w}" for w in said
+    ]
+    code, out, _ = run_cli_streams(capsys, monkeypatch, "runs", "show", run["id"], "--json")
+    assert code == 0 and json.loads(out)["dataset_warnings"] == said  # stdout stays one JSON document
 
 
 @pytest.mark.parametrize("rank", [0, 1])
