@@ -55,3 +55,21 @@ def test_a_base_with_a_damaged_header_has_no_work_and_no_crash(
         assert vae_work(family, str(copy), 256 * 256) is None, label
         # the VRAM estimate's LoRA size reads the same headers (a string size concatenated)
         assert lora_param_count(copy / denoiser, ("to_q",), 4) == 0, label
+
+
+def test_a_u_net_header_of_absurd_levels_is_counted_without_a_hang(tmp_path: Path) -> None:
+    """A level is a number from the names (`down_blocks.<i>.`): 10^8 raised OverflowError after
+    computing 4 ** 10^8 as an integer (0.75 s), 10^12 did not end (4 ** 10^12 is 250 GB)."""
+    for i, index in enumerate((10**8, 10**12, int("9" * 400))):
+        base = tmp_path / str(i)
+        header = {
+            f"down_blocks.{index}.resnets.0.conv1.weight": {"dtype": "F32", "shape": [4, 4, 3, 3], "data_offsets": [0, 576]},
+            "down_blocks.0.resnets.0.conv1.weight": {"dtype": "F32", "shape": [4, 4, 3, 3], "data_offsets": [576, 1152]},
+            "up_blocks.0.resnets.0.conv1.weight": {"dtype": "F32", "shape": [4, 4, 3, 3], "data_offsets": [1152, 1728]},
+        }  # fmt: skip
+        raw = json.dumps(header).encode()
+        (base / "unet").mkdir(parents=True)
+        (base / "unet" / "m.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(1728))
+        work = step_work("sdxl", str(base), 1024 * 1024, 1)
+        # down_blocks.0's convolution at the latent's 16,384 cells (the others at no cell left)
+        assert work == pytest.approx(2 * 4 * 4 * 3 * 3 * 16384, rel=1e-6), index
