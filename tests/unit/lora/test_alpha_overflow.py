@@ -1,5 +1,6 @@
 """A per-layer alpha that, folded into its layer's lora_B (alpha / rank), takes the weights past
-their dtype's range: refused naming the alpha, not read as inf weights (RELIABILITY 912)."""
+their dtype's range: refused naming the alpha, not read as inf weights (RELIABILITY 912); a
+rank-0 layer beside its alpha: refused "rank 0" by every reader, not a ZeroDivisionError (915)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,25 @@ def test_a_kohya_layer_alpha_that_overflows_is_refused_by_the_conversion() -> No
     assert torch.isfinite(torch.stack([t.float().sum() for t in ok.tensors.values()])).all()
     with pytest.raises(ModelSourceError, match=r"attn1\.to_k.*float16"):
         to_diffusers({**layer(q, 2.0), **layer(k, 1e30)}, "sdxl")
+
+
+@pytest.mark.parametrize(
+    "down, up",
+    [
+        (LAYER + ".lora_A.weight", LAYER + ".lora_B.weight"),
+        ("lora_unet_down_blocks_1_attentions_0_transformer_blocks_0_attn1_to_q.lora_down.weight",
+         "lora_unet_down_blocks_1_attentions_0_transformer_blocks_0_attn1_to_q.lora_up.weight"),
+    ],
+)  # fmt: skip
+def test_a_rank_0_layer_with_an_alpha_is_refused_by_every_reader(tmp_path, down: str, up: str) -> None:
+    """alpha / rank of a [0, in] down matrix: ZeroDivisionError out of fold_layer_alphas (the
+    old code: generation's and convert's reader), where the CLI / API check said "rank 0"
+    (RELIABILITY 915)."""
+    from lorastudio.lora.file_read import check_lora_values
+
+    path = tmp_path / "rank0.safetensors"
+    alpha = down.removesuffix(".lora_A.weight").removesuffix(".lora_down.weight") + ".alpha"
+    save_file({down: torch.ones(0, 8), up: torch.ones(8, 0), alpha: torch.tensor(4.0)}, str(path))
+    for reader in (read_lora_file, check_lora_values):
+        with pytest.raises(ModelSourceError, match=r"rank 0: the adapter matrix .* has shape \[0, 8\]"):
+            reader(path)
