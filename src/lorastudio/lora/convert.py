@@ -74,12 +74,12 @@ class PeftLora:
 
 def fold_strength(lora: PeftLora) -> PeftLora:
     """The same adapter with alpha/rank folded into every lora_B and alpha = rank, so that a loader
-    that ignores alpha (scale 1.0) applies the intended weight (alpha/rank) * B @ A."""
+    that ignores alpha (scale 1.0) applies the intended weight (alpha/rank) * B @ A. Raises
+    ModelSourceError for a scale that takes a lora_B past its dtype's range (fold_module_scales)."""
     scale = lora.alpha / lora.rank
     if scale == 1.0:
         return lora
-    tensors = {k: v * scale if k.endswith(_B) else v for k, v in lora.tensors.items()}
-    return PeftLora(tensors, lora.rank, float(lora.rank))
+    return fold_module_scales(lora, {k.removesuffix(_B): scale for k in lora.tensors if k.endswith(_B)})
 
 
 def pattern_scales(
@@ -115,7 +115,7 @@ def fold_module_scales(lora: PeftLora, scales: Mapping[str, float]) -> PeftLora:
     for key, value in lora.tensors.items():
         module = key.removesuffix(".lora_B.weight")
         tensors[key] = value * scales[module] if module != key and scales[module] != 1.0 else value
-        if not bool(torch.isfinite(tensors[key]).all()):
+        if module != key and not bool(torch.isfinite(tensors[key]).all()):
             raise ModelSourceError(
                 f"layer {module[:120]}: its alpha / rank ({scales[module]:g}) scales its weights past"
                 f" what {str(value.dtype).removeprefix('torch.')} holds (inf)"

@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from lorastudio.errors import ModelSourceError
+from lorastudio.lora.convert import fold_strength
 from lorastudio.lora.convert_read import to_diffusers
 from lorastudio.lora.file_read import read_lora_file
 
@@ -57,6 +58,11 @@ def test_a_kohya_layer_alpha_that_overflows_is_refused_by_the_conversion() -> No
     assert torch.isfinite(torch.stack([t.float().sum() for t in ok.tensors.values()])).all()
     with pytest.raises(ModelSourceError, match=r"attn1\.to_k.*float16"):
         to_diffusers({**layer(q, 2.0), **layer(k, 1e30)}, "sdxl")
+    # one alpha in every layer: folded by fold_strength (convert to diffusers, merge, generation's
+    # reader of a text-encoder part), the same refusal
+    same = to_diffusers({**layer(q, 1e30), **layer(k, 1e30)}, "sdxl")
+    with pytest.raises(ModelSourceError, match=r"attn1\.to_[qk].*float16"):
+        fold_strength(same)
 
 
 @pytest.mark.parametrize(
