@@ -6,8 +6,12 @@ LORASTUDIO_WANDB_API_KEY, or the WANDB_API_KEY `serve` had: jobs/childenv.py), i
 environment (WANDB_API_KEY, WANDB_IDENTITY_TOKEN_FILE: a CLI run keeps its own) or in the
 netrc file (`wandb login`: NETRC, else ~/.netrc or ~/_netrc) under the host of its server
 (WANDB_BASE_URL, else the global settings file's `base_url`, else api.wandb.ai). A run in
-offline or disabled mode (WANDB_MODE, WANDB_DISABLED, or `wandb offline`'s global settings
-file: WANDB_CONFIG_DIR/settings, else ~/.config/wandb/settings) needs none. Without any of
+offline or disabled mode (WANDB_MODE, else `wandb offline`'s global settings file:
+WANDB_CONFIG_DIR/settings, else ~/.config/wandb/settings) needs none. The mode is read as wandb
+0.31 reads it: WANDB_MODE exactly (a value that is not one of its modes, "Offline" or blank
+included, makes wandb.init fail whatever the key: refused here, naming it), the settings file's
+mode only when it is one of them (else wandb runs online); WANDB_DISABLED is none of wandb's
+(transformers' Trainer reads it: wandb runs online, RELIABILITY 916). Without any of
 them wandb.init fails at the run's start ("No API key configured"); here the run is refused
 before, naming the setting (RELIABILITY 860).
 """
@@ -27,6 +31,7 @@ from lorastudio.settings import Settings
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 KEYLESS_MODES = frozenset({"offline", "dryrun", "disabled"})
+WANDB_MODES = ("online", "offline", "disabled", "dryrun", "shared", "run")  # wandb.Settings.mode
 NO_KEY = (
     "wandb has no API key here: set LORASTUDIO_WANDB_API_KEY (for `serve`: before it starts; "
     "WANDB_API_KEY in its environment is taken too), log in with `wandb login` (~/.netrc) or "
@@ -52,6 +57,14 @@ def wandb_login_problems(
     if "wandb" not in report_to:
         return []
     env = os.environ if env is None else env
+    if "WANDB_MODE" in env and env["WANDB_MODE"] not in WANDB_MODES:  # wandb.init's ValidationError
+        return [
+            FieldProblem(
+                "report_to",
+                f"WANDB_MODE={env['WANDB_MODE'][:40]!r} is not one of wandb's modes"
+                f" ({', '.join(WANDB_MODES)}, as written): wandb would not start",
+            )
+        ]
     if settings.wandb_api_key is not None or _given(env, "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
         return []
     files = _settings_file(env)
@@ -65,11 +78,12 @@ def _given(env: Mapping[str, str], *names: str) -> bool:
 
 
 def _mode(env: Mapping[str, str], files: Mapping[str, str]) -> str:
-    if env.get("WANDB_MODE", "").strip():
-        return env["WANDB_MODE"].strip().lower()
-    if env.get("WANDB_DISABLED", "").strip().lower() in ("true", "1", "yes"):
-        return "disabled"
-    return files.get("mode", "online").strip().lower()
+    """The mode wandb 0.31 runs in: WANDB_MODE as written (checked above), else the settings
+    file's when it is one of wandb's modes (configparser strips its spaces), else online."""
+    if "WANDB_MODE" in env:
+        return env["WANDB_MODE"]
+    mode = files.get("mode", "online")
+    return mode if mode in WANDB_MODES else "online"
 
 
 def _base_url(env: Mapping[str, str], files: Mapping[str, str]) -> str:

@@ -95,6 +95,8 @@ def show_cmd(
     typer.echo(f"{'steps':12} {run['steps_run']}/{run['total_steps'] or '?'}")
     for warning in run.get("warnings") or []:
         typer.echo(f"{'warning':12} {warning}")
+    for warning in run.get("dataset_warnings") or []:  # the scan's, the captions cut (RELIABILITY 913)
+        typer.echo(f"{'dataset':12} {warning}")
     if resume := _resume_line(run):
         typer.echo(f"{'resume':12} {resume}")
     for out in run["outputs"]:

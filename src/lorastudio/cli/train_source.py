@@ -13,21 +13,24 @@ from lorastudio.errors import ConfigError, FieldProblem
 def run_config(config: Path | None, overrides: list[str], resume: Path | None) -> tuple[Any, Path | None]:
     """(TrainConfig, checkpoint folder or None) of a `train` command. Without CONFIG, --resume
     takes the checkpoint's settings with --set overrides (only those that do not change the
-    maths). Raises ConfigError (no CONFIG and no --resume, bad settings), NotFound."""
+    maths; `datasets.N.path=...` names a moved entry of a multi-dataset run alone). Raises ConfigError (no CONFIG and no --resume, bad settings), NotFound."""
     from lorastudio.config import parse_train_config
     from lorastudio.jobs.validation import with_resolved_base
     from lorastudio.settings import get_settings
     from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
     from lorastudio.training.identity_base import RELOCATABLE
-    from lorastudio.training.relocation import moved_problems
+    from lorastudio.training.relocation import moved_problems, with_entry_paths
 
     checkpoint = find_checkpoint(resume.resolve()) if resume is not None else None
     if config is not None:  # base_model as the job service stores it (a checkpoint's is already)
         data = localize_paths(apply_overrides(load_config_file(config), overrides))
         return with_resolved_base(parse_train_config(data), get_settings()), checkpoint
     if checkpoint is not None:  # --set paths taken against this directory, as in a config file
-        given = localize_paths(apply_overrides({}, overrides))
-        data = resume_settings(read_checkpoint_info(checkpoint), given)
+        info = read_checkpoint_info(checkpoint)
+        # --set datasets.N.path=...: a moved entry named alone, the recorded list with that path
+        # replaced (as the API's and the web's resume take it: training/relocation.with_entry_paths)
+        given = localize_paths(with_entry_paths(info["config"], apply_overrides({}, overrides)))
+        data = resume_settings(info, given)
         moved = moved_problems(data)  # a base or dataset recorded where it is no more (a moved home)
         if moved:
             raise ConfigError(moved)

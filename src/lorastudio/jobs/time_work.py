@@ -84,7 +84,7 @@ def step_work(family: str, base_model: str, pixels: float, samples: float) -> fl
         work = _unet(shapes, cells, txt)
     else:
         work = _transformer(shapes, cells / spec.patch_size**2, txt)
-    return work * samples if work > 0 else None
+    return work * samples if math.isfinite(work) and work > 0 else None
 
 
 def vae_work(family: str, base_model: str, pixels: float) -> float | None:
@@ -106,13 +106,13 @@ def vae_work(family: str, base_model: str, pixels: float) -> float | None:
             level = sum(1 for d in down if d < index) + (1 if _downsamples(name) else 0)
         else:  # conv_in at full size; the mid block, conv_out at the last level
             level = 0 if name.startswith("conv_in") else len(down)
-        at = pixels / 4**level
+        at = _at_level(pixels, level)
         if len(shape) >= 2 and not name.endswith("gamma"):
             total += 2 * _count(shape) * at
         if name.endswith(("to_q.weight", "to_qkv.weight")):
             inner = shape[0] // (3 if name.endswith("to_qkv.weight") else 1)
             total += 4 * at * at * inner
-    return total or None
+    return total if math.isfinite(total) and total > 0 else None
 
 
 def _downsamples(name: str) -> bool:
@@ -152,7 +152,7 @@ def _unet(shapes: list[tuple[str, list[int]]], cells: float, txt: float) -> floa
         else:
             level = levels - 1 if name.startswith("mid_block") else 0
         level += 1 if "downsamplers" in name else -1 if "upsamplers" in name else 0
-        at = cells / 4 ** max(level, 0)
+        at = _at_level(cells, level)
         if any(m in name for m in _MODULATION):
             at = 1.0
         elif "attn2.to_k" in name or "attn2.to_v" in name:
@@ -166,15 +166,27 @@ def _unet(shapes: list[tuple[str, list[int]]], cells: float, txt: float) -> floa
     return total
 
 
-def _count(shape: list[int]) -> int:
-    out = 1
-    for d in shape:
-        out *= int(d)
-    return out
+# a level past this many halvings has no cell left (4^-40 of a 2048 px image's pixels): a
+# header's level is a number from its names ("down_blocks.<i>."), which a damaged or hostile
+# header may make 10^12 (4 ** 10^12 as Python's integer: a hang, then an OverflowError)
+_MAX_LEVEL = 40
+
+
+def _at_level(cells: float, level: int) -> float:
+    """`cells` at `level` halvings of each side (1/4 per level; level 0 and below: all of them)."""
+    return cells * 0.25 ** min(max(level, 0), _MAX_LEVEL)
+
+
+def _count(shape: list[int]) -> float:
+    """Elements of `shape` as a float (inf past float's range: the callers' sums then are not
+    finite and read as no work)."""
+    return math.prod(float(d) for d in shape)
 
 
 def _shapes(folder: Path) -> list[tuple[str, list[int]]]:
-    """(tensor name, shape) of the *.safetensors in `folder` ([] when none), cached per file set."""
+    """(tensor name, shape) of the *.safetensors in `folder` ([] when none; a header whose shapes
+    are not whole numbers >= 0 reads as none: vram_estimate._safetensors_shapes), cached per file
+    set."""
     try:
         files = tuple((str(f), f.stat().st_mtime_ns) for f in sorted(folder.glob("*.safetensors")))
     except OSError:

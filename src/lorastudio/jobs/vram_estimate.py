@@ -209,12 +209,24 @@ def _read_header(file: Path) -> dict[str, Any]:
 
 
 def _safetensors_shapes(file: Path) -> list[tuple[str, list[int]]]:
-    """(tensor name, shape) of every tensor in a safetensors header."""
-    return [
-        (name, list(meta.get("shape", [])))
+    """(tensor name, shape) of every tensor in a safetensors header; [] when any tensor's shape is
+    not a list of at most 8 whole numbers >= 0 (what safetensors writes): a damaged or hostile
+    header (a string, null or nested list, a negative or fractional size) reads as no header,
+    never as a crash of the estimate or the forecast (jobs/time_work.py)."""
+    out = [
+        (name, meta.get("shape", []))
         for name, meta in _read_header(file).items()
         if name != "__metadata__" and isinstance(meta, dict)
     ]
+    return out if all(_well_formed(shape) for _, shape in out) else []
+
+
+def _well_formed(shape: object) -> bool:
+    return (
+        isinstance(shape, list)
+        and len(shape) <= 8
+        and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**63 for d in shape)
+    )
 
 
 def _safetensors_tensors(file: Path) -> list[tuple[str, int]]:

@@ -74,12 +74,12 @@ class PeftLora:
 
 def fold_strength(lora: PeftLora) -> PeftLora:
     """The same adapter with alpha/rank folded into every lora_B and alpha = rank, so that a loader
-    that ignores alpha (scale 1.0) applies the intended weight (alpha/rank) * B @ A."""
+    that ignores alpha (scale 1.0) applies the intended weight (alpha/rank) * B @ A. Raises
+    ModelSourceError for a scale that takes a lora_B past its dtype's range (fold_module_scales)."""
     scale = lora.alpha / lora.rank
     if scale == 1.0:
         return lora
-    tensors = {k: v * scale if k.endswith(_B) else v for k, v in lora.tensors.items()}
-    return PeftLora(tensors, lora.rank, float(lora.rank))
+    return fold_module_scales(lora, {k.removesuffix(_B): scale for k in lora.tensors if k.endswith(_B)})
 
 
 def pattern_scales(
@@ -108,11 +108,18 @@ def pattern_scales(
 
 def fold_module_scales(lora: PeftLora, scales: Mapping[str, float]) -> PeftLora:
     """`lora` with each module's own scale (`scales`: module -> alpha_m / r_m) folded into its
-    lora_B: a PeftLora of scale 1 (alpha = rank) in every layer, whatever their ranks."""
+    lora_B: a PeftLora of scale 1 (alpha = rank) in every layer, whatever their ranks. Raises
+    ModelSourceError for a scale that takes a lora_B past its dtype's range (an alpha of 1e30
+    beside F16 weights: inf, every image black)."""
     tensors = {}
     for key, value in lora.tensors.items():
         module = key.removesuffix(".lora_B.weight")
         tensors[key] = value * scales[module] if module != key and scales[module] != 1.0 else value
+        if module != key and not bool(torch.isfinite(tensors[key]).all()):
+            raise ModelSourceError(
+                f"layer {module[:120]}: its alpha / rank ({scales[module]:g}) scales its weights past"
+                f" what {str(value.dtype).removeprefix('torch.')} holds (inf)"
+            )
     return PeftLora(tensors, lora.rank, float(lora.rank))
 
 

@@ -97,8 +97,21 @@ def fold_layer_alphas(
             continue  # no layer of diffusers' names: left to the structure checks / readers
         scale = float(tensors[key].float()) / down.shape[0]  # alpha / rank
         out[layer + _B] = (up.float() * scale).to(up.dtype)  # [out, r]
+        check_folded(path, key, out[layer + _B])
         del out[key]
     return out
+
+
+def check_folded(path: Path, alpha_key: str, folded: torch.Tensor) -> None:
+    """Refuse a lora_B that its layer's alpha / rank, folded in, took past its dtype's range (an
+    alpha of 1e30 beside F16 weights: every value inf, every image black, every merge or
+    conversion of it the same, where the file's own values passed `check_finite`). Raises
+    ModelSourceError naming the file and the alpha."""
+    if not bool(torch.isfinite(folded).all()):
+        raise ModelSourceError(
+            f"{path} is not a usable LoRA: its alpha {alpha_key[:120]!r} over the layer's rank scales"
+            f" its weights past what {str(folded.dtype).removeprefix('torch.')} holds (inf)"
+        )
 
 
 _8BIT_FLOATS = frozenset({torch.float8_e4m3fn, torch.float8_e5m2})

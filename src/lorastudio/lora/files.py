@@ -344,12 +344,15 @@ def convert_file(
     denoiser, text_encoders = split_text_encoders(tensors)  # text-encoder LoRA beside the denoiser's
     from lorastudio.lora.text_encoder_files import denoiser_part, folded_text_encoders, with_text_encoders
 
-    if text_encoders:  # refused (naming the key and why) before the denoiser's names are read
-        text_encoders = folded_text_encoders(text_encoders, metadata, family)
-    lora = denoiser_part(denoiser, metadata, family, text_encoders)
-    info = carried_header(metadata)
-    info[PREFIX + "family"] = family
-    out_tensors, header = file_for_layout(lora, family, to, info)
+    try:  # a fold of alpha / rank that overflows (convert.fold_module_scales) named with the file
+        if text_encoders:  # refused (naming the key and why) before the denoiser's names are read
+            text_encoders = folded_text_encoders(text_encoders, metadata, family)
+        lora = denoiser_part(denoiser, metadata, family, text_encoders)
+        info = carried_header(metadata)
+        info[PREFIX + "family"] = family
+        out_tensors, header = file_for_layout(lora, family, to, info)
+    except ModelSourceError as err:
+        raise err if str(src) in str(err) else ModelSourceError(f"{src}: {err}") from None
     if text_encoders:
         out_tensors, header = with_text_encoders(text_encoders, to, out_tensors, header, family=family)
     write_lora_file(dst, out_tensors, header, overwrite=overwrite)

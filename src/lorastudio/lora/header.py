@@ -250,9 +250,7 @@ def check_lora_header(header: LoraHeader, family: str) -> None:
     if not header.tensors:
         raise _bad(path, "it holds no tensors")
     check_lora_structure(header)
-    for name, info in header.tensors.items():
-        if _DOWN.search(name) and (not info.shape or info.shape[0] == 0):
-            raise _bad(path, f"rank 0: the adapter matrix {name[:120]!r} has shape {list(info.shape)}")
+    for name, info in header.tensors.items():  # a rank-0 down matrix: check_lora_structure
         if info.shape and 0 in info.shape:
             raise _bad(path, f"the tensor {name[:120]!r} is empty (shape {list(info.shape)})")
     if header.metadata.get("ss_network_dim", "").strip() == "0":
@@ -271,7 +269,8 @@ def check_lora_header(header: LoraHeader, family: str) -> None:
 def check_lora_structure(header: LoraHeader) -> None:
     """Refuse tensors no adapter file holds, whatever its family or layout: a dtype that is not
     floating point (an integer tensor would be cast silently by the loaders), an `.alpha` that
-    is not a single number, a layer with a down (A) matrix and no up (B) one or the reverse (a
+    is not a single number, a rank-0 down (A) matrix (alpha / rank: every reader's division by
+    zero), a layer with a down (A) matrix and no up (B) one or the reverse (a
     LoHa / LoKr layer missing a factor, an `.alpha` / `.dora_scale` without its layer's weights, a
     layer under two spellings), or
     whose down [r, in, ...] and up [out, r, ...] disagree on r (diffusers would fail deep in
@@ -308,6 +307,8 @@ def check_lora_structure(header: LoraHeader) -> None:
             raise _bad(path, f"the tensor {label} is {info.dtype}, not a floating-point dtype")
         if name.endswith(".alpha") and info.shape not in ((), (1,)):
             raise _bad(path, f"the alpha {label} has shape {list(info.shape)}, not one number")
+        if _DOWN.search(name) and (not info.shape or info.shape[0] == 0):  # every reader's: alpha / r
+            raise _bad(path, f"rank 0: the adapter matrix {label} has shape {list(info.shape)}")
         match = _PAIR_KEY.match(name)
         if match is not None:
             part = match["part"]

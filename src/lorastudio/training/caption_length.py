@@ -159,8 +159,9 @@ def cut_note(
         return f"captions: {unknown} of {len(unique)} {UNMEASURED}"
     if not cut:
         return None
-    shown = "; ".join(
-        f'"{c[:QUOTED_CHARS]}{"..." if len(c) > QUOTED_CHARS else ""}" ({n} tokens)' for n, c in cut[:SHOWN]
+    shown = "; ".join(  # a caption's line breaks as \n: the note is one line (a log line, `warning:`)
+        f'"{_one_line(c[:QUOTED_CHARS])}{"..." if len(c) > QUOTED_CHARS else ""}" ({n} tokens)'
+        for n, c in cut[:SHOWN]
     )
     more = f" and {len(cut) - SHOWN} more" if len(cut) > SHOWN else ""
     return (
@@ -169,6 +170,11 @@ def cut_note(
         + (" or raise max_sequence_length" if _may_raise(spec, limit, ceiling) else "")
         + (f"; {unknown} other(s) {UNMEASURED}" if unknown else "")
     )
+
+
+def _one_line(text: str) -> str:
+    """`text` with its line breaks written as the two characters \\n (a caption of two lines)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\\n")
 
 
 def _with_template(spec: FamilySpec) -> str:

@@ -16,7 +16,6 @@ from typing import Any
 from lorastudio.errors import ConfigError, FieldProblem
 
 _HOW = 'CLI: --set {key}=...; API: {{"settings": {{"{key}": ...}}}}'
-_ENTRY_HOW = 'CLI: --set datasets=... (the whole list); API: {{"settings": {{"{field}": ...}}}}'
 _ENTRY_PATH = re.compile(r"^datasets\.(\d+)\.path$")
 
 
@@ -44,7 +43,6 @@ def moved_problems(config: Mapping[str, Any]) -> list[FieldProblem]:
                     f"datasets.{n}.path",
                     str(entry["path"]),
                     f"datasets.{n}.path set to where it is now, a dataset name or a path",
-                    how=_ENTRY_HOW.format(field=f"datasets.{n}.path"),
                 )
             )
     return problems

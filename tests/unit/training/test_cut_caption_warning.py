@@ -47,6 +47,14 @@ def test_a_cut_caption_is_a_dataset_warning_of_the_log_the_cli_and_the_record(
     assert [w for w in said if "text encoder reads" in w] == logged
     assert [w for w in said if "to the crop of their bucket" in w] == [crop[0].removeprefix("warning: ")]
     assert run["warnings"] == []
+    # `runs show` names them too (RELIABILITY 913: its text left the record's dataset warnings out)
+    code, out, _ = run_cli_streams(capsys, monkeypatch, "runs", "show", run["id"])
+    assert code == 0
+    assert [line for line in out.splitlines() if line.startswith("dataset ")] == [
+        f"{'dataset':12} {w}" for w in said
+    ]
+    code, out, _ = run_cli_streams(capsys, monkeypatch, "runs", "show", run["id"], "--json")
+    assert code == 0 and json.loads(out)["dataset_warnings"] == said  # stdout stays one JSON document
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -61,3 +69,20 @@ def test_the_clis_warning_lines_name_a_rank_other_than_0(rank: int, capsys) -> N
         "warning: 2 image(s) upscaled" if rank == 0 else "warning (rank 1): 2 image(s) upscaled"
     )
     assert "warning:" not in "".join(err[1:])
+
+
+def test_five_thousand_cut_captions_of_two_lines_are_one_line_of_the_note() -> None:
+    """RELIABILITY 917: a caption file of two lines is one caption with its line break, which the
+    note quoted as it was, so the note (a log line, the CLI's `warning:` line, the record's list)
+    broke over lines; 5,000 of them are still one note naming three."""
+    from lorastudio import families
+    from lorastudio.config import TrainConfig
+    from lorastudio.training.caption_length import cut_note
+
+    captions = [f"caption {i} of a red circle\r\non a blue background" for i in range(5000)]
+    cfg = TrainConfig.model_construct(max_sequence_length=8)
+    note = cut_note(families.get("flux").spec, cfg, captions, dict.fromkeys(captions, 30))
+    assert note is not None and note.startswith("captions: 5000 of 5000 are longer than the 8 tokens")
+    assert "\n" not in note and "\r" not in note, note
+    assert '"caption 0 of a red circle\\non a blue background" (30 tokens)' in note
+    assert "and 4997 more" in note and len(note) < 600

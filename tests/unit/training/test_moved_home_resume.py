@@ -136,3 +136,21 @@ def test_a_moved_entry_of_a_multi_dataset_run_is_named_alone(
     with pytest.raises(ConfigError) as err:
         resume({"datasets.1.path": "b2", "datasets": entries})
     assert "not with datasets given whole" in err.value.problems[0].message
+
+    # the CLI's --resume takes the same form (RELIABILITY 911): refused naming it, then resumed
+    # with the entry alone, an entry the run lacks refused as the API does
+    code, out = run_cli(
+        capsys, monkeypatch, "train", "--resume", "mix", "--set", "steps=3", "--device", "cpu"
+    )
+    assert code == 2 and "--set datasets.1.path=..." in out, out
+    code, out = run_cli(
+        capsys, monkeypatch, "train", "--resume", "mix", "--set", "steps=3", "--set", "datasets.2.path=b2"
+    )
+    assert code == 2 and "the run has 2 datasets entries" in out, out
+    code, out = run_cli(
+        capsys, monkeypatch, "train", "--resume", "mix", "--set", "steps=3",
+        "--set", f"datasets.1.path={home / 'datasets' / 'b2'}", "--device", "cpu",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "resumed from step 1" in out and "done: 3 step(s)" in out, out
+    assert "datasets/b2/shape_06.png" in out  # its crop warning: the moved entry trained on

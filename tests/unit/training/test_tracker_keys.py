@@ -73,6 +73,26 @@ def test_wandb_online_without_a_key_is_refused_naming_the_setting(no_login: Path
     assert len(wandb_login_problems(["wandb"], Settings(), elsewhere)) == 1
 
 
+def test_the_mode_is_read_as_wandb_reads_it(no_login: Path) -> None:
+    """RELIABILITY 916: wandb 0.31 reads no WANDB_DISABLED (online: "No API key configured" at the
+    run's start) and refuses a WANDB_MODE not written as one of its modes ("Offline", " offline",
+    blank: a ValidationError at the start, key or not); a settings file's mode that is none of them
+    is online. Each was taken for a keyless mode (the run accepted, then failing as it started)."""
+    for env in ({"WANDB_MODE": "disabled"}, {"WANDB_MODE": "dryrun"}, {"WANDB_MODE": "offline"}):
+        assert wandb_login_problems(["wandb"], Settings(), env) == []
+    assert len(wandb_login_problems(["wandb"], Settings(), {"WANDB_DISABLED": "true"})) == 1
+    assert len(wandb_login_problems(["wandb"], Settings(), {"WANDB_MODE": "online"})) == 1
+    for bad in ("Offline", " offline", "", "DISABLED"):
+        for settings in (Settings(), Settings(wandb_api_key="wk-0123")):
+            (problem,) = wandb_login_problems(["wandb"], settings, {"WANDB_MODE": bad})
+            assert f"WANDB_MODE={bad!r} is not one of wandb's modes" in problem.message
+    (no_login / ".config" / "wandb").mkdir(parents=True)
+    (no_login / ".config" / "wandb" / "settings").write_text("[default]\nmode = Offline\n")
+    assert len(wandb_login_problems(["wandb"], Settings(), {})) == 1  # wandb: online
+    (no_login / ".config" / "wandb" / "settings").write_text("[default]\nmode =  offline \n")
+    assert wandb_login_problems(["wandb"], Settings(), {}) == []
+
+
 def test_a_wandb_run_without_a_key_is_refused_before_it_starts(
     no_login: Path, make_config, tiny_model, small_dataset, monkeypatch: pytest.MonkeyPatch
 ) -> None:

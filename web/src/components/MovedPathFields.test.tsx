@@ -19,7 +19,6 @@ const entry = (n: number, where: string) => ({
     `datasets.${n}.path`,
     where,
     `datasets.${n}.path set to where it is now, a dataset name or a path`,
-    `CLI: --set datasets=... (the whole list); API: {"settings": {"datasets.${n}.path": ...}}`,
   ),
 });
 const refusal = (...problems: { field: string; message: string }[]) => ({
