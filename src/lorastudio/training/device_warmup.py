@@ -10,7 +10,9 @@ on torch's own initialisation lock for whatever is left.
 
 Contract: `warm_device(device)` returns at once. For a CUDA device it starts one daemon thread
 that makes the device's primary context (a one-element allocation, through the caching allocator)
-and loads cuBLAS (a handle: the library is process-wide, the handle this thread's own); any
+and loads cuBLAS and cuDNN (a handle and one small convolution: the libraries are process-wide,
+the handles this thread's own; a real run's first text-encoder matmul and first VAE convolution
+otherwise load them, 0.5-0.6 s each on an H100, RESULTS note 40); any
 RuntimeError there (torch's AcceleratorError included) is logged at debug level and left for the
 run's own first CUDA call to raise where it belongs. For any other device it does nothing and
 returns None. Nothing else in the run depends on the thread: it is never joined.
@@ -43,8 +45,12 @@ def _warm(device: torch.device) -> None:
         with torch.cuda.device(device):
             torch.zeros(1, device=device)  # the primary context, the caching allocator's first segment
             torch.cuda.current_blas_handle()  # cuBLAS (and cuBLASLt) loaded for the whole process
+            pixels = torch.zeros(1, 3, 8, 8, device=device, dtype=torch.bfloat16)  # [B, C, H, W]
+            torch.nn.functional.conv2d(pixels, torch.zeros(4, 3, 3, 3, device=device, dtype=torch.bfloat16))
             torch.cuda.synchronize(device)
     except RuntimeError as err:
         log.debug("CUDA warm-up of %s failed (the run's first CUDA call reports it): %s", device, err)
         return
-    log.info("CUDA context and cuBLAS ready in %.2f s (beside the preflight)", time.perf_counter() - started)
+    log.info(
+        "CUDA context, cuBLAS and cuDNN ready in %.2f s (beside the preflight)", time.perf_counter() - started
+    )
