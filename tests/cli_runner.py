@@ -22,6 +22,9 @@ def run_cli_streams(
     from lorastudio.cli.app import main
 
     monkeypatch.setattr(sys, "argv", ["lorastudio", *args])
+    # the console program's `train` freezes its imports (import_freeze.py); this runner's process
+    # goes on to other tests, so it is not marked as that program
+    monkeypatch.setattr("lorastudio.cli.app.mark_standalone", lambda: None)
     capsys.readouterr()
     try:
         main()

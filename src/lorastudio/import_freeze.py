@@ -9,12 +9,16 @@ run during the steps; each full pass took ~0.16 s on the dev host with nothing o
 collection scans (measured: 0.16 s -> microseconds a pass). Frozen objects are still freed by
 reference counting; only a cycle among them is never collected, which is why this runs once,
 right after a process's imports, before any model exists, and only in processes that exist to
-train or generate (never in the server or a test runner, whose objects come and go).
+train or generate (never in the server or a test runner, whose objects come and go). The CLI's
+`train` freezes only when the command runs as the console program (`cli/app.main` marks the process
+standalone): a test runner calls the same command in its own process.
 """
 
 from __future__ import annotations
 
 import gc
+
+_standalone = False  # set by the console entry point (cli/app.main): this process runs one command
 
 
 def freeze_imports(collect_first: bool = False) -> int:
@@ -25,3 +29,14 @@ def freeze_imports(collect_first: bool = False) -> int:
         gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
+
+
+def mark_standalone() -> None:
+    """Record that this process is the `lorastudio` console program: it runs one command, then exits."""
+    global _standalone
+    _standalone = True
+
+
+def freeze_if_standalone() -> int | None:
+    """freeze_imports() in the console program (mark_standalone); None, nothing frozen, elsewhere."""
+    return freeze_imports() if _standalone else None

@@ -68,3 +68,34 @@ def test_compiled_flux_matches_eager_bf16():
     assert all(torch.isfinite(torch.tensor(eager)))
     for e, c in zip(eager, compiled, strict=True):
         assert c == pytest.approx(e, rel=2e-2)  # bf16, fused and reordered kernels
+
+
+def test_a_cudnn_flux_graph_comes_from_aotautograds_cache_in_a_second_process(tmp_path):
+    """FLUX.1's single block holds cuDNN's contiguous-gradient autograd.Function; AOTAutograd's
+    cache used to bypass such a graph, so every run traced it again (~0.9 s of a warm first step at
+    real size, RESULTS note 39). Two processes on one Inductor cache: the second takes both graphs
+    from AOTAutograd's cache, bypasses none, and computes what the first did."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    child = Path(__file__).with_name("cached_compile_child.py")
+    runs = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, str(child)], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(runs)
+    first, second = runs
+    assert first["aot"].get("autograd_cache_bypass", 0) == 0
+    assert second["aot"].get("autograd_cache_bypass", 0) == 0
+    assert (
+        second["aot"].get("autograd_cache_hit", 0) == 2 and second["aot"].get("autograd_cache_miss", 0) == 0
+    )
+    assert second["loss"] == first["loss"]
+    assert second["grad_norm"] == pytest.approx(first["grad_norm"], rel=1e-2)

@@ -15,6 +15,7 @@ from lorastudio import __version__
 from lorastudio.cli.safe_output import escaped_output
 from lorastudio.cli.termination import COULD_NOT_STATUS, INTERRUPTED_STATUS, refusal_status, sigterm_exits
 from lorastudio.errors import LorastudioError, NoSpaceLeft, is_no_space, os_error_text
+from lorastudio.import_freeze import mark_standalone
 
 app = typer.Typer(
     name="lorastudio",
@@ -92,6 +93,7 @@ def main() -> None:
     reader is gone (`| head -1`) ends it by SIGPIPE, quietly (die_of_sigpipe: 141 in a shell).
     Every control character of what it prints (a name's ESC, CR, bidi override) is escaped
     visibly (cli/safe_output.py)."""
+    mark_standalone()  # a training command may freeze its imports (import_freeze.py)
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)  # absent on a replaced stream
         if reconfigure is not None:

@@ -156,10 +156,12 @@ def train_cmd(
             if code != 0:  # a rank failed (torchrun stopped the others): no empty run folder stays
                 _remove_abandoned_runs()
             raise typer.Exit(code)
+        from lorastudio.import_freeze import freeze_if_standalone
         from lorastudio.jobs.cli_record import open_cli_record
         from lorastudio.timings import process_started_at
         from lorastudio.training.loop import train
 
+        freeze_if_standalone()  # the collections after each dropped model skip the libraries (import_freeze)
         if checkpoint is None and cfg.output_name is None and not launched:  # an abort says where
             from lorastudio.config import resolve_train_config
 

@@ -195,6 +195,7 @@ def compile_denoiser(
     state = RegionalCompile(params=list(params))
     blocks = _outermost(repeated_blocks(denoiser, classes))
     _allow_recompiles(STATIC_RECOMPILE_LIMIT if dynamic is False else RECOMPILE_LIMIT)
+    _cache_autograd_functions()
     if not blocks:
         state.fallback_reason = f"{type(denoiser).__name__} declares no repeated blocks to compile"
         log.warning("compile: staying eager: %s", state.fallback_reason)
@@ -316,6 +317,18 @@ def _allow_recompiles(limit: int) -> None:
 
     dynamo_config.recompile_limit = max(int(dynamo_config.recompile_limit), limit)
     dynamo_config.accumulated_recompile_limit = max(int(dynamo_config.accumulated_recompile_limit), 4 * limit)
+
+
+def _cache_autograd_functions() -> None:
+    """Let AOTAutograd's on-disk cache keep graphs that hold a torch.autograd.Function
+    (process-wide; torch's `TORCHINDUCTOR_AUTOGRAD_CACHE_ALLOW_CUSTOM_AUTOGRAD`). FLUX.1's single
+    block holds the cuDNN path's contiguous-gradient Function (training/attention.py), still needed
+    inside the compiled graph (RESULTS note 39), so by default its graph went through AOTAutograd
+    again in every run (~0.9 s of a warm first step on an H100). Dynamo traces such a Function's
+    forward and backward into the graph, so the cache key covers what they compute."""
+    import torch._functorch.config as functorch_config
+
+    functorch_config.autograd_cache_allow_custom_autograd_functions = True
 
 
 def compile_state(denoiser: torch.nn.Module) -> RegionalCompile | None:

@@ -70,6 +70,7 @@ from lorastudio.training.checkpoint import (
     read_checkpoint_info,
 )
 from lorastudio.training.compile import keep_compile_cache, wants_compile
+from lorastudio.training.device_warmup import warm_device
 from lorastudio.training.distributed import (
     StopPoll,
     barrier,
@@ -186,6 +187,7 @@ def train(
         rank_device = process_device(device, state.ctx)
         # the group first: rank 0's preflight alone tells the others its outcome (training/rank_scan.py)
         state.ctx = start_group(state.ctx, pick_device(rank_device))
+        warm_device(pick_device(rank_device))  # CUDA's context starts beside the preflight (device_warmup)
         run, state.identity = prepare_on_ranks(
             state.ctx,
             lambda progress: _prepare_session(cfg, settings, rank_device, state.resume, meter, progress),

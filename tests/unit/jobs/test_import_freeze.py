@@ -1,5 +1,6 @@
 """A training process's imported libraries are frozen out of the garbage collector's passes
-(lorastudio/import_freeze.py), in each process that trains (job worker, standby, rank)."""
+(lorastudio/import_freeze.py), in each process that trains (job worker, standby, rank, the
+console program's `train`)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,31 @@ def test_each_rank_process_freezes_after_its_imports() -> None:
     rank of a multi-GPU job (torchrun, not run by the CPU suite) calls it after importing the loop."""
     source = inspect.getsource(rank_worker.run_rank)
     assert source.index("import train") < source.index("freeze_imports(")
+
+
+CONSOLE = """
+import json, sys
+from lorastudio import import_freeze
+from lorastudio.cli.app import main
+sys.argv = ["lorastudio", "--version"]
+try:
+    main()
+except SystemExit:
+    pass
+print(json.dumps({"frozen": import_freeze.freeze_if_standalone()}))
+"""
+
+
+def test_the_console_program_may_freeze_and_an_in_process_caller_may_not() -> None:
+    """`lorastudio train` as its own program freezes before training (cli/train_cmd.py); the
+    same command called inside another process (a test runner, tests/cli_runner.py) does not."""
+    from lorastudio import import_freeze
+    from lorastudio.cli import train_cmd
+
+    out = subprocess.run(
+        [sys.executable, "-c", CONSOLE], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1])["frozen"] > 10_000
+    assert import_freeze.freeze_if_standalone() is None  # this runner is not the console program
+    source = inspect.getsource(train_cmd)
+    assert source.index("freeze_if_standalone()") < source.index("result = train(")
