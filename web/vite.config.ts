@@ -13,5 +13,8 @@ export default defineConfig({
     setupFiles: ["./src/test/setup.ts"],
     include: ["src/**/*.test.{ts,tsx}"],
     css: false,
+    // a screen test renders the whole screen in jsdom: 1-3 s alone, past 5 s (vitest's default)
+    // on a loaded 2-core host (the CI runner beside other work)
+    testTimeout: 20_000,
   },
 });
