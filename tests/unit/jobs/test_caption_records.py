@@ -202,7 +202,11 @@ def test_a_job_begun_after_the_clock_was_set_back_is_the_newest_and_kept() -> No
 
     def job(i: int, hour: int) -> dict:
         snap = CaptionJob(f"{i:012x}", "ds", Path("/x"), CaptionOptions(model="m"), "cpu").snapshot()
-        return {**snap, "created_at": f"2026-12-06T{hour:02d}:{i // 60:02d}:{i % 60:02d}+00:00", "status": "completed"}
+        return {
+            **snap,
+            "created_at": f"2026-12-06T{hour:02d}:{i // 60:02d}:{i % 60:02d}+00:00",
+            "status": "completed",
+        }
 
     caption_records.write_record(home, job(999, 9), live)  # an old record: no seq
     for i in range(KEEP):
