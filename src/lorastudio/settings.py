@@ -104,6 +104,15 @@ class Settings(BaseSettings):
             " from its environment, which it drops); else wandb's own login (~/.netrc: `wandb login`)"
         ),
     )
+    wandb_identity_token_file: Path | None = Field(
+        default=None,
+        description=(
+            "W&B identity token file (workload identity federation: a JWT file wandb exchanges for"
+            " access) of the runs with report_to wandb; `serve` also takes WANDB_IDENTITY_TOKEN_FILE"
+            " from its environment, which it drops (a TOKEN name). The path travels, the file is"
+            " read by wandb in the run's worker"
+        ),
+    )
     server_nice: int = Field(
         default=10,
         ge=0,
@@ -224,6 +233,15 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             value = value.strip() or None
         return value
+
+    @field_validator("wandb_identity_token_file", mode="before")
+    @classmethod
+    def _identity_file(cls, value: object) -> object:
+        """LORASTUDIO_WANDB_IDENTITY_TOKEN_FILE: blank is none; a relative path is taken from the
+        folder the studio started in (a worker may run elsewhere)."""
+        if isinstance(value, str):
+            value = value.strip() or None
+        return Path(value).expanduser().absolute() if isinstance(value, (str, Path)) else value
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod

@@ -2,12 +2,16 @@
 wandb import: the job service's check and the engine's preflight both call it).
 
 wandb.init finds its API key in the settings it is given (the studio's `wandb_api_key`:
-LORASTUDIO_WANDB_API_KEY, or the WANDB_API_KEY `serve` had: jobs/childenv.py), in the
+LORASTUDIO_WANDB_API_KEY, or the WANDB_API_KEY `serve` had; its `wandb_identity_token_file`
+likewise: jobs/childenv.py), in the
 environment (WANDB_API_KEY, WANDB_IDENTITY_TOKEN_FILE: a CLI run keeps its own) or in the
 netrc file (`wandb login`: NETRC, else ~/.netrc or ~/_netrc) under the host of its server
-(WANDB_BASE_URL, else the global settings file's `base_url`, else api.wandb.ai). A run in
-offline or disabled mode (WANDB_MODE, else `wandb offline`'s global settings file:
-WANDB_CONFIG_DIR/settings, else ~/.config/wandb/settings) needs none. The mode is read as wandb
+(WANDB_BASE_URL, else the settings files' `base_url`, else api.wandb.ai). A run in offline
+or disabled mode (WANDB_MODE, else `wandb offline`'s settings files) needs none. The settings
+files are read as wandb 0.31's setup reads them: the global one (WANDB_CONFIG_DIR/settings,
+else ~/.config/wandb/settings), then the local one of the folder the process runs in (a
+worker's is the server's) over it: `./wandb/settings`, or `./.wandb/settings` where `./.wandb`
+exists (WANDB_DIR is read after them: not theirs). The mode is read as wandb
 0.31 reads it: WANDB_MODE exactly (a value that is not one of its modes, "Offline" or blank
 included, makes wandb.init fail whatever the key: refused here, naming it), the settings file's
 mode only when it is one of them (else wandb runs online); WANDB_DISABLED is none of wandb's
@@ -34,7 +38,8 @@ KEYLESS_MODES = frozenset({"offline", "dryrun", "disabled"})
 WANDB_MODES = ("online", "offline", "disabled", "dryrun", "shared", "run")  # wandb.Settings.mode
 NO_KEY = (
     "wandb has no API key here: set LORASTUDIO_WANDB_API_KEY (for `serve`: before it starts; "
-    "WANDB_API_KEY in its environment is taken too), log in with `wandb login` (~/.netrc) or "
+    "WANDB_API_KEY in its environment is taken too) or LORASTUDIO_WANDB_IDENTITY_TOKEN_FILE "
+    "(WANDB_IDENTITY_TOKEN_FILE likewise), log in with `wandb login` (~/.netrc) or "
     "set WANDB_MODE=offline (or leave wandb out of report_to)"
 )
 
@@ -65,7 +70,9 @@ def wandb_login_problems(
                 f" ({', '.join(WANDB_MODES)}, as written): wandb would not start",
             )
         ]
-    if settings.wandb_api_key is not None or _given(env, "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
+    if settings.wandb_api_key is not None or settings.wandb_identity_token_file is not None:
+        return []
+    if _given(env, "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
         return []
     files = _settings_file(env)
     if _mode(env, files) in KEYLESS_MODES or _netrc_has_key(env, _base_url(env, files)):
@@ -91,12 +98,22 @@ def _base_url(env: Mapping[str, str], files: Mapping[str, str]) -> str:
 
 
 def _settings_file(env: Mapping[str, str]) -> dict[str, str]:
-    """wandb's global settings file's [default] section ({} when absent or unreadable)."""
+    """wandb's settings files' [default] sections, the local one's keys over the global one's
+    (see the module docstring; {} for a file absent or unreadable)."""
     folder = env.get("WANDB_CONFIG_DIR", "").strip()
     path = Path(folder).expanduser() if folder else Path("~/.config/wandb").expanduser()
+    try:
+        local = Path.cwd() / (".wandb" if (Path.cwd() / ".wandb").exists() else "wandb")
+    except OSError:  # the folder this process runs in was removed: wandb would find none there
+        return _read_settings(path / "settings")
+    return {**_read_settings(path / "settings"), **_read_settings(local / "settings")}
+
+
+def _read_settings(path: Path) -> dict[str, str]:
+    """A wandb settings file's [default] section ({} when absent or unreadable)."""
     parser = configparser.ConfigParser()
     try:
-        parser.read(path / "settings", encoding="utf-8")
+        parser.read(path, encoding="utf-8")
     except (configparser.Error, OSError, UnicodeDecodeError):
         return {}
     return dict(parser["default"]) if parser.has_section("default") else {}

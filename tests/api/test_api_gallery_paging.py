@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
+from lorastudio.jobs.gallery import new_image_name
 from lorastudio.settings import Settings
 
 N = 300
@@ -113,3 +114,35 @@ def test_a_page_boundary_holds_while_an_image_is_made(gallery: Path, client: Tes
 )
 def test_a_bad_page_is_refused(client: TestClient, params: dict[str, Any]) -> None:
     assert client.get("/api/gallery", params=params).status_code == 422
+
+
+def test_the_studio_orders_its_images_by_number_not_mtime(settings: Settings, client: TestClient) -> None:
+    """RELIABILITY 930: images made after the clock was set back an hour (mtimes an hour older)
+    list above the ones before; images of a gallery made before the numbering (an upgraded home)
+    still list, below the numbered ones, by mtime; paging crosses from the one kind to the other."""
+    folder = settings.home / "gallery"
+    folder.mkdir(parents=True)
+    png = _png_bytes()
+    old = [_image(folder, i, png) for i in range(3)]  # an upgraded home's images
+    first, second = new_image_name(settings, 7), new_image_name(settings, 7)  # two requests in flight
+    assert first.split("_")[0] == "000001" and second.split("_")[0] == "000002"
+    made = []
+    for i, name in enumerate((first, second, new_image_name(settings, 8))):
+        (folder / name).write_bytes(png)
+        at = BASE_NS + (10 - 3600 * 1000 * i) * 1_000_000  # the clock set back an hour at each image
+        os.utime(folder / name, ns=(at, at))
+        made.append(name)
+    assert new_image_name(settings, 9).startswith("000004_")
+    listed = [i["file"] for i in _walk_files(client, limit=2)]
+    assert listed == [*reversed(made), *reversed(old)]
+
+
+def _walk_files(client: TestClient, limit: int) -> list[dict[str, Any]]:
+    images: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"limit": limit}
+    while True:
+        body = client.get("/api/gallery", params=params).json()
+        images += body["images"]
+        if body["next_cursor"] is None:
+            return images
+        params = {"limit": limit, "cursor": body["next_cursor"]}

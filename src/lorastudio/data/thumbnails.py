@@ -10,7 +10,9 @@
 - Every decode runs on one of the process's two decode threads (`data.decode_slots`).
 - Results are cached as JPEG files under <home>/cache/thumbs, keyed by the image's path, inode,
   size and mtime and the thumbnail size (an edited or replaced image gets a new key), written
-  stage-then-rename. The cache keeps at most CACHE_MAX_FILES files (oldest pruned first).
+  stage-then-rename. The cache keeps at most CACHE_MAX_FILES files, the oldest written pruned
+  first: those this process wrote in the order it wrote them (a sequence, not the wall clock,
+  which a time sync may set back), older ones (an earlier process's) before them by mtime.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ THUMB_WAIT_S = 20.0  # longest wait of a thumbnail request for a decode slot
 JPEG_QUALITY = 85
 _BAND_BYTES = 8 * 2**20  # bytes of one band of rows reduced at once
 _writes = 0
+_written: dict[Path, int] = {}  # this process's cached files -> their write number (its own order)
 
 
 class TooLargeToPreview(LorastudioError):
@@ -187,19 +190,40 @@ def _store(target: Path, data: bytes) -> None:
     finally:
         tmp.unlink(missing_ok=True)
     _writes += 1
+    _written.pop(target, None)  # rewritten: the newest again
+    _written[target] = _writes
     if _writes % PRUNE_EVERY == 0:
         prune_cache(target.parent.parent)
 
 
 def prune_cache(cache_dir: Path, keep: int = CACHE_MAX_FILES) -> int:
-    """Delete the oldest cached thumbnails beyond `keep` files. Returns how many were deleted."""
+    """Delete the oldest cached thumbnails beyond `keep` files. Returns how many were deleted.
+
+    Oldest: the files this process did not write (an earlier process's: older than all of its
+    own) by mtime, then its own in the order it wrote them; never the wall clock alone, so a
+    clock set back does not make the thumbnails written after it the first to go."""
     files = [p for p in cache_dir.glob("*/*.jpg") if p.is_file()]
     if len(files) <= keep:
         return 0
-    files.sort(key=lambda p: p.stat().st_mtime)
+    for gone in _written.keys() - set(files):  # removed otherwise (a cache cleared): forgotten
+        del _written[gone]
+    files.sort(key=_age)
     for old in files[: len(files) - keep]:
         old.unlink(missing_ok=True)
+        _written.pop(old, None)
     return len(files) - keep
+
+
+def _age(path: Path) -> tuple[int, int]:
+    """A cached file's place in the pruning order: (this process's write number, or 0 for a file
+    of an earlier process, then its mtime_ns for those; 0 for a file gone since the scan)."""
+    number = _written.get(path)
+    if number is not None:
+        return number, 0
+    try:
+        return 0, path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return 0, 0
 
 
 @lru_cache(maxsize=8)

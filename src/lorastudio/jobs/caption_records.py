@@ -17,6 +17,12 @@ caption shares it only with other CLI commands (jobs/homelock.py), so a server a
 write records at once; two CLI captions (on two datasets: the dataset claim refuses the same one
 twice) each write only their own file. The newest KEEP records are kept: a new job removes the
 oldest beyond that, never a running one whose owner lives.
+
+Order (listing, and which KEEP are kept): a record's "seq", the job's number in the order the
+home's jobs began (one more than the highest recorded when its recorder was made), never the
+wall clock (a clock set back an hour would list the next jobs below the last hour's and remove
+them first); then created_at / created_ns / id, which order the records written before "seq"
+was (seq 0: below every numbered one) and two CLI jobs begun at the same instant.
 """
 
 from __future__ import annotations
@@ -59,16 +65,19 @@ def owner(source: str) -> dict[str, Any]:
     return {"pid": os.getpid(), "start": start_token(os.getpid()), "source": source}
 
 
-def write_record(home: Path, snapshot: dict[str, Any], who: dict[str, Any], created_ns: int = 0) -> None:
-    """Write job `snapshot` (owned by `who`; `created_ns`: when the job began, in ns, which
-    orders two jobs begun in one second) atomically. Raises OSError (a full disk, a read-only
-    home): callers go on without the record (`CaptionRecorder`)."""
+def write_record(
+    home: Path, snapshot: dict[str, Any], who: dict[str, Any], created_ns: int = 0, seq: int = 0
+) -> None:
+    """Write job `snapshot` (owned by `who`; `seq`: its place in the home's order of jobs,
+    `next_seq`; `created_ns`: when the job began, in ns) atomically. Raises OSError (a full
+    disk, a read-only home): callers go on without the record (`CaptionRecorder`)."""
     folder = records_dir(home)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{snapshot['id']}.json"
     tmp = staging_path(target)  # staged_files.py: a killed writer's is removed at a server start
     record = {
-        "version": VERSION, "job": snapshot, "owner": who, "recorded_at": now_iso(), "created_ns": created_ns
+        "version": VERSION, "job": snapshot, "owner": who, "recorded_at": now_iso(), "created_ns": created_ns,
+        "seq": seq,
     }  # fmt: skip
     data = json.dumps(record, allow_nan=False)
     try:
@@ -160,10 +169,32 @@ def interrupted_error(job: dict[str, Any], who: dict[str, Any]) -> str:
     )
 
 
-def _age(record: dict[str, Any]) -> tuple[str, int, str]:
-    """A record's place in time: its creation (the second, then the ns), then its id."""
-    ns = record.get("created_ns")
-    return str(record["job"].get("created_at", "")), ns if isinstance(ns, int) else 0, record["job"]["id"]
+def _count_of(record: dict[str, Any], key: str) -> int:
+    """record[key] when it is a count (an int >= 0, not a bool), else 0 (a record before it)."""
+    value = record.get(key)
+    return value if _is_count(value) else 0
+
+
+def _age(record: dict[str, Any]) -> tuple[int, str, int, str]:
+    """A record's place in the order jobs began: its seq, then (records before seq, two jobs
+    numbered alike) its creation (the second, then the ns), then its id."""
+    created = str(record["job"].get("created_at", ""))
+    return _count_of(record, "seq"), created, _count_of(record, "created_ns"), record["job"]["id"]
+
+
+def _all_records(home: Path) -> list[dict[str, Any]]:
+    """Every readable record of the home (unsorted, unsettled)."""
+    folder = records_dir(home)
+    try:
+        paths = [p for p in folder.iterdir() if p.suffix == ".json" and not p.name.startswith(".")]
+    except OSError:
+        return []
+    return [r for r in map(_read, paths) if r is not None]
+
+
+def next_seq(home: Path) -> int:
+    """The seq of a job beginning now: one more than the highest recorded (1 in a home without)."""
+    return 1 + max((_count_of(r, "seq") for r in _all_records(home)), default=0)
 
 
 def _settled(record: dict[str, Any], home: Path | None) -> dict[str, Any]:
@@ -180,7 +211,7 @@ def _settled(record: dict[str, Any], home: Path | None) -> dict[str, Any]:
     job["finished_at"] = job.get("finished_at") or record.get("recorded_at") or job.get("created_at")
     if home is not None:
         try:
-            write_record(home, job, who, record.get("created_ns") or 0)
+            write_record(home, job, who, _count_of(record, "created_ns"), _count_of(record, "seq"))
         except OSError as err:  # a read-only or full home: read as interrupted all the same
             log.warning("caption job %s: could not record it interrupted (%s)", job["id"], err)
     return job
@@ -195,13 +226,8 @@ def read_record(home: Path, job_id: str) -> dict[str, Any] | None:
 
 
 def list_records(home: Path, limit: int = KEEP) -> list[dict[str, Any]]:
-    """The newest `limit` recorded jobs' snapshots (settled), newest first."""
-    folder = records_dir(home)
-    try:
-        paths = [p for p in folder.iterdir() if p.suffix == ".json" and not p.name.startswith(".")]
-    except OSError:
-        return []
-    records = [r for r in map(_read, paths) if r is not None]
+    """The newest `limit` recorded jobs' snapshots (settled), newest first (by `_age`)."""
+    records = _all_records(home)
     records.sort(key=_age, reverse=True)
     return [_settled(r, home) for r in records[:limit]]
 
@@ -238,6 +264,7 @@ class CaptionRecorder:
         self.home = home
         self.who = owner(source)
         self.created_ns = time.time_ns()
+        self.seq = next_seq(home)
         self.every_s = every_s
         self._clock = clock or time.monotonic
         self._last: float | None = None
@@ -249,7 +276,7 @@ class CaptionRecorder:
         if not force and self._last is not None and now - self._last < self.every_s:
             return
         try:
-            write_record(self.home, snapshot, self.who, self.created_ns)
+            write_record(self.home, snapshot, self.who, self.created_ns, self.seq)
         except OSError as err:
             if not self._failing:
                 log.error("caption job %s: its record could not be written (%s)", snapshot["id"], err)

@@ -19,7 +19,9 @@ of the children's environment before they start:
   (`wandb_api_key`: LORASTUDIO_WANDB_API_KEY, or the WANDB_API_KEY `serve` had, kept by
   `drop_process_secrets`); the engine hands it to wandb.init's settings
   (training/trackers.py), never to an environment: not the worker's, nor the wandb-core
-  service's it starts.
+  service's it starts; a W&B identity token file likewise (`wandb_identity_token_file`:
+  LORASTUDIO_WANDB_IDENTITY_TOKEN_FILE, or the WANDB_IDENTITY_TOKEN_FILE `serve` had: a path, the
+  secret is the file's, which the worker's wandb reads).
 
 Secret names: LORASTUDIO_API_TOKEN, LORASTUDIO_HF_TOKEN, HF_TOKEN, HUGGING_FACE_HUB_TOKEN, and any
 name with a TOKEN, SECRET, PASSWORD, PASSWD, KEY, APIKEY or CREDENTIALS word (underscore
@@ -40,6 +42,7 @@ from lorastudio.settings import Settings
 SECRET_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "APIKEY", "CREDENTIALS"})
 HUB_TOKEN_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # what huggingface_hub reads
 WANDB_KEY_NAME = "WANDB_API_KEY"  # what wandb reads (a KEY word: dropped like the others)
+WANDB_IDENTITY_NAME = "WANDB_IDENTITY_TOKEN_FILE"  # wandb's identity token file (a TOKEN word: dropped)
 
 
 def is_secret(name: str) -> bool:
@@ -68,13 +71,21 @@ def drop_process_secrets(settings: Settings) -> Settings:
     now on). Returns `settings` with the hub token kept: the studio's own (LORASTUDIO_HF_TOKEN,
     already read), else the HF_TOKEN / HUGGING_FACE_HUB_TOKEN the environment had (which the
     hub client would have read there); and the W&B API key likewise: LORASTUDIO_WANDB_API_KEY,
-    else the environment's WANDB_API_KEY (which wandb would have read there)."""
+    else the environment's WANDB_API_KEY (which wandb would have read there), and the W&B
+    identity token file: LORASTUDIO_WANDB_IDENTITY_TOKEN_FILE, else WANDB_IDENTITY_TOKEN_FILE
+    (made absolute against this process's folder)."""
     if settings.hf_token is None:
         found = next((os.environ[n] for n in HUB_TOKEN_NAMES if os.environ.get(n)), None)
         if found:
             settings = settings.model_copy(update={"hf_token": SecretStr(found)})
     if settings.wandb_api_key is None and (key := os.environ.get(WANDB_KEY_NAME, "").strip()):
         settings = settings.model_copy(update={"wandb_api_key": SecretStr(key)})
+    if settings.wandb_identity_token_file is None and (
+        file := os.environ.get(WANDB_IDENTITY_NAME, "").strip()
+    ):
+        settings = settings.model_copy(
+            update={"wandb_identity_token_file": Path(file).expanduser().absolute()}
+        )
     drop_secrets(os.environ)
     return settings
 

@@ -1,16 +1,24 @@
 """The gallery of generated images (`<home>/gallery`): listing and deleting (no torch).
 
-Each image is `<stamp>-<seed>-<id>.png` with its settings sidecar `<stem>.json` (written by
-jobs/generation.py: the sidecar first, the image last). Nothing here follows a link: a linked
-image is not listed or deleted, a linked sidecar not read or deleted; a sidecar that is not a
+Each image is `<n>_<stamp>-<seed>-<id>.png` with its settings sidecar `<stem>.json` (written by
+jobs/generation.py: the sidecar first, the image last). `<n>` numbers the gallery's images in the
+order the studio made them (`new_image_name`): the listing's order, never the files' mtimes (a
+clock set back an hour would list the next images below the last hour's). Images made before
+the numbering (`<stamp>-<seed>-<id>.png`) or put there by hand (not `<digits>_...`) list below
+every numbered one, by mtime among themselves. Nothing here follows a link: a linked image is
+not listed or deleted, a linked sidecar not read or deleted; a sidecar that is not a
 regular file (a FIFO would block) or over MAX_SIDECAR_BYTES is read as none. The listing is
 paged (gallery_page) and reads each sidecar once per file version (gallery_sidecars)."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
+import re
 import stat
+import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +27,45 @@ from lorastudio.errors import ConfigError, NotFound
 from lorastudio.jobs.gallery_sidecars import MAX_SIDECAR_BYTES, read_sidecar
 from lorastudio.settings import Settings
 
-__all__ = ["MAX_SIDECAR_BYTES", "delete_gallery_image", "gallery_dir", "gallery_page"]
+__all__ = ["MAX_SIDECAR_BYTES", "delete_gallery_image", "gallery_dir", "gallery_page", "new_image_name"]
 
 
 def gallery_dir(settings: Settings) -> Path:
     return settings.home / "gallery"
 
 
-CURSOR_PATTERN = r"^[0-9]{1,20}:[^/\\\x00]{1,255}$"  # "<mtime_ns>:<file>" of a page's last image
+CURSOR_PATTERN = r"^[0-9]{1,20}:[^/\\\x00]{1,255}$"  # "<order>:<file>" of a page's last image
+NUMBERED = 10**19  # a numbered image's order is NUMBERED + n: above every mtime_ns (< 10**19 until 2286)
+_NUMBER = re.compile(r"^([0-9]{1,18})_")  # a numbered image's name: `<n>_...`
+_numbers_lock = threading.Lock()
+_last_numbers: dict[Path, int] = {}  # gallery folder -> the last number this process gave
+
+
+def new_image_name(settings: Settings, seed: int) -> str:
+    """The name of the next image of the gallery: `<n>_<stamp>-<seed>-<id>.png`, `n` one more
+    than both the highest number in the gallery and the last this process gave (two requests in
+    flight get two numbers, in the order they asked). The server alone writes the gallery (it
+    owns the home), so no other process numbers images meanwhile. The stamp (local wall clock)
+    is for the eye only; the order is `n`'s."""
+    folder = gallery_dir(settings)
+    with _numbers_lock:
+        highest = max((_order(name, 0) - NUMBERED for _ns, name, _m, _p in _pngs(folder)), default=0)
+        n = max(highest, _last_numbers.get(folder, 0)) + 1
+        _last_numbers[folder] = n
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{n:06d}_{stamp}-{seed}-{uuid.uuid4().hex[:8]}.png"
+
+
+def _order(name: str, mtime_ns: int) -> int:
+    """An image's place in the listing (higher: newer): NUMBERED + n for a numbered name, its
+    mtime_ns for another (made before the numbering, or by hand)."""
+    numbered = _NUMBER.match(name)
+    return NUMBERED + int(numbered.group(1)) if numbered else mtime_ns
 
 
 def gallery_page(settings: Settings, limit: int, cursor: str | None = None) -> dict[str, Any]:
-    """A page of the gallery's PNGs, newest first (by mtime_ns, then file name, both
-    descending): {"images": at most `limit`, each with its sidecar's fields (prompt, seed,
+    """A page of the gallery's PNGs, newest first (by `_order`: the studio's numbers, then
+    unnumbered images by mtime_ns; then file name; all descending): {"images": at most `limit`, each with its sidecar's fields (prompt, seed,
     loras, ...; absent when the sidecar is missing or unreadable) and "created" (mtime);
     "total": the images in the gallery; "next_cursor": give it as `cursor` for the next page,
     None after the last}. `cursor` (a page's next_cursor) starts the page after that page's last
@@ -42,7 +76,9 @@ def gallery_page(settings: Settings, limit: int, cursor: str | None = None) -> d
     files only (a link or a folder named *.png is left out); one deleted while the listing is
     made is left out (`total` may still count it)."""
     after = _cursor_key(cursor) if cursor else None
-    entries = _pngs(gallery_dir(settings))
+    entries = [
+        (_order(name, ns), name, mtime, path) for ns, name, mtime, path in _pngs(gallery_dir(settings))
+    ]
     entries.sort(reverse=True)
     rest = entries if after is None else [e for e in entries if e[:2] < after]
     page = rest[:limit]
@@ -60,7 +96,7 @@ def gallery_page(settings: Settings, limit: int, cursor: str | None = None) -> d
 
 
 def _cursor_key(cursor: str) -> tuple[int, str]:
-    """(mtime_ns, file) of a cursor "<mtime_ns>:<file>"; ConfigError for another shape (the
+    """(order, file) of a cursor "<order>:<file>"; ConfigError for another shape (the
     route's pattern refuses those first)."""
     ns, sep, name = cursor.partition(":")
     if not (sep and ns.isdigit() and name):

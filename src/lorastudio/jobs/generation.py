@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import datetime
 import json
 import os
 import threading
@@ -48,7 +47,7 @@ from lorastudio import families
 from lorastudio.basemodels import ResolvedBase
 from lorastudio.data.writes import staged_write
 from lorastudio.errors import GenerationCancelled, GenerationWorkerLost, ServerStopping, writing
-from lorastudio.jobs.gallery import gallery_dir
+from lorastudio.jobs.gallery import gallery_dir, new_image_name
 from lorastudio.jobs.generation_base import base_identity, job_at_base, refuse_if_base_gone
 from lorastudio.jobs.generation_check import check_request
 from lorastudio.jobs.generation_inputs import GenerationRequest, meta_of
@@ -228,8 +227,7 @@ class GenerationService:
         out_dir = gallery_dir(self.settings)
         with _no_space_as(out_dir, "the gallery folder could not be made"):
             out_dir.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        target = out_dir / f"{stamp}-{req.seed}-{uuid.uuid4().hex[:8]}.png"
+        target = out_dir / new_image_name(self.settings, req.seed)
         staging = target.with_name(f".{target.name}.partial")
         job = GenerationJob(
             source=base.source,

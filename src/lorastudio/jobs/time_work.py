@@ -33,7 +33,6 @@ attention at several times its 16-32-channel convolutions': its encode 4.4-5.9x 
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import statistics
@@ -119,7 +118,7 @@ def _downsamples(name: str) -> bool:
     return "downsamplers" in name or ".resample." in name
 
 
-def _transformer(shapes: list[tuple[str, list[int]]], img: float, txt: float) -> float:
+def _transformer(shapes: list[tuple[str, tuple[int, ...]]], img: float, txt: float) -> float:
     total = 0.0
     for name, shape in shapes:
         if len(shape) != 2:
@@ -140,7 +139,7 @@ def _transformer(shapes: list[tuple[str, list[int]]], img: float, txt: float) ->
     return total
 
 
-def _unet(shapes: list[tuple[str, list[int]]], cells: float, txt: float) -> float:
+def _unet(shapes: list[tuple[str, tuple[int, ...]]], cells: float, txt: float) -> float:
     levels = max(int(m.group(2)) for n, _ in shapes if (m := _LEVEL.match(n))) + 1
     total = 0.0
     for name, shape in shapes:
@@ -177,26 +176,21 @@ def _at_level(cells: float, level: int) -> float:
     return cells * 0.25 ** min(max(level, 0), _MAX_LEVEL)
 
 
-def _count(shape: list[int]) -> float:
+def _count(shape: tuple[int, ...]) -> float:
     """Elements of `shape` as a float (inf past float's range: the callers' sums then are not
     finite and read as no work)."""
     return math.prod(float(d) for d in shape)
 
 
-def _shapes(folder: Path) -> list[tuple[str, list[int]]]:
+def _shapes(folder: Path) -> list[tuple[str, tuple[int, ...]]]:
     """(tensor name, shape) of the *.safetensors in `folder` ([] when none; a header whose shapes
-    are not whole numbers >= 0 reads as none: vram_estimate._safetensors_shapes), cached per file
-    set."""
+    are not whole numbers >= 0 reads as none: vram_estimate._safetensors_shapes), each header
+    parsed once per file version and shared with the VRAM estimate (jobs/safetensors_headers.py)."""
     try:
-        files = tuple((str(f), f.stat().st_mtime_ns) for f in sorted(folder.glob("*.safetensors")))
+        files = sorted(folder.glob("*.safetensors"))
     except OSError:
         return []
-    return list(_cached_shapes(files))
-
-
-@functools.lru_cache(maxsize=64)
-def _cached_shapes(files: tuple[tuple[str, int], ...]) -> tuple[tuple[str, list[int]], ...]:
-    return tuple(item for path, _ in files for item in _safetensors_shapes(Path(path)))
+    return [item for f in files for item in _safetensors_shapes(f)]
 
 
 def record_step_work(record: dict[str, Any]) -> float | None:

@@ -6,12 +6,12 @@ pipeline (no model is loaded): `estimate_memory_gb`, shown by the preflight repo
 from __future__ import annotations
 
 import re
-import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lorastudio import families, json_read
+from lorastudio import families
 from lorastudio.config_datasets import top_resolution
+from lorastudio.jobs.safetensors_headers import header_tensors
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -189,54 +189,28 @@ def converted_bytes(folder: Path, load_dtype: str) -> int:
     size = _DTYPE_BYTES.get(load_dtype, 4)
     total = 0
     for file in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
-        for meta in _read_header(file).values():
-            if not isinstance(meta, dict) or "dtype" not in meta or meta.get("dtype") == load_dtype:
+        for t in header_tensors(file):
+            if t.dtype is None or t.dtype == load_dtype:
                 continue
-            begin, end = meta.get("data_offsets", (0, 0))
-            total += (end - begin) // _DTYPE_BYTES.get(meta["dtype"], 4) * size
+            total += t.nbytes // _DTYPE_BYTES.get(t.dtype, 4) * size
     return total
 
 
-def _read_header(file: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file ({} when it cannot be read)."""
-    try:
-        with file.open("rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            header = json_read.loads(fh.read(min(size, 100_000_000)))
-    except (OSError, ValueError, struct.error):
-        return {}
-    return header if isinstance(header, dict) else {}
-
-
-def _safetensors_shapes(file: Path) -> list[tuple[str, list[int]]]:
+def _safetensors_shapes(file: Path) -> list[tuple[str, tuple[int, ...]]]:
     """(tensor name, shape) of every tensor in a safetensors header; [] when any tensor's shape is
     not a list of at most 8 whole numbers >= 0 (what safetensors writes): a damaged or hostile
     header (a string, null or nested list, a negative or fractional size) reads as no header,
-    never as a crash of the estimate or the forecast (jobs/time_work.py)."""
-    out = [
-        (name, meta.get("shape", []))
-        for name, meta in _read_header(file).items()
-        if name != "__metadata__" and isinstance(meta, dict)
-    ]
-    return out if all(_well_formed(shape) for _, shape in out) else []
-
-
-def _well_formed(shape: object) -> bool:
-    return (
-        isinstance(shape, list)
-        and len(shape) <= 8
-        and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**63 for d in shape)
-    )
+    never as a crash of the estimate or the forecast (jobs/time_work.py). The header is parsed
+    once per file version (jobs/safetensors_headers.py)."""
+    out = []
+    for t in header_tensors(file):
+        if t.shape is None:
+            return []
+        out.append((t.name, t.shape))
+    return out
 
 
 def _safetensors_tensors(file: Path) -> list[tuple[str, int]]:
     """(tensor name, element count) of every tensor in a safetensors header (reads only the
-    header; [] when it cannot be read)."""
-    header = _read_header(file)
-    out = []
-    for name, meta in header.items():
-        if name == "__metadata__" or not isinstance(meta, dict):
-            continue
-        begin, end = meta.get("data_offsets", (0, 0))
-        out.append((name, (end - begin) // _DTYPE_BYTES.get(meta.get("dtype", "F32"), 4)))
-    return out
+    header, once per file version; [] when it cannot be read)."""
+    return [(t.name, t.nbytes // _DTYPE_BYTES.get(t.dtype or "F32", 4)) for t in header_tensors(file)]

@@ -180,7 +180,11 @@ def train(
         state.ctx = launched_context()
         main = state.ctx.is_main
         # report_to (training/trackers.py); the studio's W&B key from its settings (jobs/childenv.py)
-        trackers = TrackerSink(cfg.report_to if main else [], settings.wandb_api_key)
+        trackers = TrackerSink(
+            cfg.report_to if main else [],
+            settings.wandb_api_key,
+            wandb_identity_file=settings.wandb_identity_token_file,
+        )
         emit = clock.wrap(trackers.wrap(emit if main else _emit_nothing))
         check_parallel_config(cfg, state.ctx)
         state.resume = find_checkpoint(resume) if resume is not None else None

@@ -56,17 +56,21 @@ class TrackerSink:
     """The trackers of one run. `wrap(emit)` before training, `open(run_dir, config, first_step)`
     once the run folder is claimed (events before it are passed on only), `close()` at the end
     (also done by the Complete or Error event). `wandb_key`: the studio's W&B API key (None:
-    wandb's own login). `writers`: name -> factory(run_dir, config, first_step, wandb_key) of
-    each tracker's writer (WRITERS; a test may record what a factory is given)."""
+    wandb's own login); `wandb_identity_file`: the studio's W&B identity token file (used when
+    there is no key). `writers`: name -> factory(run_dir, config, first_step, wandb_key) of each
+    tracker's writer, wandb's also given `identity_file=` when there is one (WRITERS; a test may
+    record what a factory is given)."""
 
     def __init__(
         self,
         report_to: list[str],
         wandb_key: SecretStr | None = None,
         writers: dict[str, Callable[..., Any]] | None = None,
+        wandb_identity_file: Path | None = None,
     ):
         self.report_to = list(report_to)
         self._key = wandb_key
+        self._identity_file = wandb_identity_file
         self._factories = writers if writers is not None else WRITERS
         self._writers: list[Any] = []
         self._run_dir: Path | None = None
@@ -94,7 +98,10 @@ class TrackerSink:
         check_folder(run_dir)  # a folder put at the run's path since it started takes no tracker folder
         for name in self.report_to:
             try:
-                self._writers.append(self._factories[name](run_dir, config, first_step, self._key))
+                extra = (
+                    {"identity_file": self._identity_file} if name == "wandb" and self._identity_file else {}
+                )
+                self._writers.append(self._factories[name](run_dir, config, first_step, self._key, **extra))
             except Exception as err:  # mapped below; anything else is raised as it is
                 failure = start_failure(name, err, self._key)
                 self.close()
@@ -199,13 +206,25 @@ class _TensorBoard:
 class _Wandb:
     name = "wandb"
 
-    def __init__(self, run_dir: Path, config: dict[str, Any], first_step: int, key: SecretStr | None):
+    def __init__(
+        self,
+        run_dir: Path,
+        config: dict[str, Any],
+        first_step: int,
+        key: SecretStr | None,
+        identity_file: Path | None = None,
+    ):
         import wandb
 
         self._wandb = wandb
         # the studio's key in wandb.init's settings (sent to its wandb-core service over its
         # socket), never in an environment; None: wandb's own login (WANDB_API_KEY, ~/.netrc)
         settings = wandb.Settings(api_key=key.get_secret_value()) if key is not None else None
+        if key is None and identity_file is not None:
+            # wandb 0.31's login reads an identity token file from WANDB_IDENTITY_TOKEN_FILE or
+            # from the session's credentials, which wandb.setup's settings set (wandb.init's are
+            # not read for it): the path, never an environment
+            wandb.setup(settings=wandb.Settings(identity_token_file=str(identity_file)))
         self._run = wandb.init(  # W&B writes under <dir>/wandb (run_files.WANDB)
             project="lorastudio", name=run_dir.name, dir=str(run_dir), config=config,
             reinit="create_new", settings=settings,

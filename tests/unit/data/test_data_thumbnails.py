@@ -143,3 +143,26 @@ def test_a_decode_that_cannot_start_in_time_is_busy() -> None:
         for t in holders:
             t.join(10)
     assert run_decode(lambda: "ran", wait_s=5) == "ran"
+
+
+def test_the_cache_prunes_by_write_order_not_the_wall_clock(tmp_path: Path) -> None:
+    """RELIABILITY 932: thumbnails written after a clock was set back an hour (mtimes an hour
+    older than the ones before) are not the first pruned: this process's writes go in the order
+    it made them, an earlier process's files (by mtime) before them."""
+    cache = tmp_path / "thumbs"
+    earlier = cache / "00" / "earlier.jpg"  # an earlier process's
+    earlier.parent.mkdir(parents=True)
+    earlier.write_bytes(b"x")
+    images = []
+    for i, colour in enumerate(((255, 0, 0), (0, 255, 0), (0, 0, 255))):
+        images.append(_save(tmp_path / f"{i}.png", Image.new("RGB", (40, 40), colour)))
+    made = []
+    for path in images:
+        thumbnail_jpeg(path, 32, cache_dir=cache, max_pixels=BIG, decode_pixels=BIG)
+        made.append(next(p for p in cache.glob("*/*.jpg") if p not in made and p != earlier))
+    now = made[0].stat().st_mtime
+    os.utime(earlier, (now - 60, now - 60))
+    for p in made[1:]:  # the clock set back an hour after the first write
+        os.utime(p, (now - 3600, now - 3600))
+    assert prune_cache(cache, keep=2) == 2
+    assert sorted(cache.glob("*/*.jpg")) == sorted(made[1:])  # the earlier one and the first write went

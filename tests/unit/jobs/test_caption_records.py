@@ -191,3 +191,31 @@ def test_a_record_whose_owner_lives_stays_running_and_a_dead_owner_is_settled_at
         assert answered.status_code == 200 and answered.json()["status"] == "interrupted", answered.text
         listed = client.get("/api/captions")
         assert [j["id"] for j in listed.json()] == ["0000000000cc"]
+
+
+def test_a_job_begun_after_the_clock_was_set_back_is_the_newest_and_kept() -> None:
+    """RELIABILITY 931: KEEP records made in the hour before the clock was set back an hour (and
+    one made before records were numbered); the next job, begun with an earlier created_at, is
+    listed first and a later prune keeps it (it removed it by created_at)."""
+    home = get_settings().home
+    live = caption_records.owner("server")
+
+    def job(i: int, hour: int) -> dict:
+        snap = CaptionJob(f"{i:012x}", "ds", Path("/x"), CaptionOptions(model="m"), "cpu").snapshot()
+        return {
+            **snap,
+            "created_at": f"2026-12-06T{hour:02d}:{i // 60:02d}:{i % 60:02d}+00:00",
+            "status": "completed",
+        }
+
+    caption_records.write_record(home, job(999, 9), live)  # an old record: no seq
+    for i in range(KEEP):
+        recorder = CaptionRecorder(home, "server")
+        recorder.write(job(i, 10), force=True)
+    later = CaptionRecorder(home, "server")  # the clock set back an hour: created_at 09:..
+    later.write(job(KEEP, 9), force=True)
+    assert [j["id"] for j in list_records(home, limit=2)] == [f"{KEEP:012x}", f"{KEEP - 1:012x}"]
+    assert list_records(home, limit=10**6)[-1]["id"] == f"{999:012x}"  # before numbering: the oldest
+    assert caption_records.prune(home) == 2  # the unnumbered one, then the first numbered
+    kept = {j["id"] for j in list_records(home, limit=10**6)}
+    assert f"{KEEP:012x}" in kept and f"{999:012x}" not in kept and f"{0:012x}" not in kept

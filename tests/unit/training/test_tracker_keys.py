@@ -153,3 +153,69 @@ def test_the_studios_key_is_given_to_wandb_init_not_to_an_environment(
     WRITERS["wandb"](tmp_path, {}, 1, SecretStr("wk-0123456789"))
     assert given["settings"].api_key == "wk-0123456789"
     assert "wk-0123456789" not in os.environ.values()
+
+
+def test_the_server_carries_the_wandb_identity_token_file_it_drops(
+    no_login: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 934: `serve` dropped WANDB_IDENTITY_TOKEN_FILE (a TOKEN name) and kept nothing
+    of it: its W&B runs were refused. Now its path travels in the settings (made absolute: the
+    worker may run elsewhere), lifts the refusal, and reaches the wandb writer."""
+    from lorastudio import config_host
+
+    monkeypatch.setitem(config_host.TRACKERS, "wandb", ("json", "wandb"))  # "installed"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(
+        os, "environ", {"WANDB_IDENTITY_TOKEN_FILE": "jwt/token", "PATH": "/bin", "HOME": str(no_login)}
+    )
+    kept = drop_process_secrets(Settings())
+    assert os.environ == {"PATH": "/bin", "HOME": str(no_login)}  # no child inherits it
+    travelled = pickle.loads(pickle.dumps(kept))  # as WorkerArgs reaches a spawned worker
+    assert travelled.wandb_identity_token_file == tmp_path / "jwt" / "token"
+    assert wandb_login_problems(["wandb"], travelled, {}) == []
+    assert len(wandb_login_problems(["wandb"], Settings(), {})) == 1
+    given: list[dict] = []
+    sink = TrackerSink(
+        ["wandb"], travelled.wandb_api_key, {"wandb": lambda *a, **kw: given.append(kw)},
+        wandb_identity_file=travelled.wandb_identity_token_file,
+    )  # fmt: skip
+    sink.open(tmp_path / "run", {})
+    assert given == [{"identity_file": tmp_path / "jwt" / "token"}]
+
+
+def test_wandbs_local_settings_file_is_read_as_wandb_reads_it(
+    no_login: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 935: `wandb offline` run in the server's folder writes ./wandb/settings, which
+    wandb reads over the global file; the check read only the global one."""
+    work = tmp_path / "work"
+    (work / "wandb").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    (no_login / ".config" / "wandb").mkdir(parents=True)
+    (no_login / ".config" / "wandb" / "settings").write_text("[default]\nmode = online\n")
+    (work / "wandb" / "settings").write_text("[default]\nmode = offline\n")
+    assert wandb_login_problems(["wandb"], Settings(), {}) == []
+    (work / ".wandb").mkdir()  # wandb then reads ./.wandb/settings instead
+    assert len(wandb_login_problems(["wandb"], Settings(), {})) == 1
+    (work / ".wandb" / "settings").write_text("[default]\nmode = disabled\n")
+    assert wandb_login_problems(["wandb"], Settings(), {}) == []
+
+
+def test_the_identity_token_file_is_wandbs_session_login(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With wandb 0.31 installed: the writer makes the file wandb's session credentials (what its
+    login reads; wandb.init's own settings are not read for it), through no environment."""
+    wandb = pytest.importorskip("wandb", reason="wandb is not installed (lorastudio[wandb])")
+    from wandb.sdk.lib import wbauth
+
+    from lorastudio.training.trackers import WRITERS
+
+    token = tmp_path / "token.jwt"
+    token.write_text("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln")
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: None)
+    WRITERS["wandb"](tmp_path, {}, 1, None, identity_file=token)
+    base = wandb.setup().settings.base_url
+    auth = wbauth.session_credentials(host=wbauth.HostUrl(base))
+    assert isinstance(auth, wbauth.AuthIdentityTokenFile) and auth.path == token
+    assert str(token) not in os.environ.values()

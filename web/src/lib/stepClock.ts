@@ -2,8 +2,14 @@
  * The Live screen's ETA, from the pace of the steps this page has seen advance (client clock):
  * the run's elapsed time would count its preparation (model loading, latent caching) and, for a
  * resumed run, divide this session's time by every step since the first run's start. Pure
- * functions, no React.
+ * functions, no React. Times are `stepClockNow()`'s: the page's monotonic clock, not Date.now()
+ * (the wall clock, which a time sync or a user setting it moves back or forward mid-run).
  */
+
+/** Now (ms) on the page's monotonic clock (performance.now): the time every StepClock is read in. */
+export function stepClockNow(): number {
+  return performance.now();
+}
 
 /** The first and the latest step seen of one job, each with when (ms) it was first seen. */
 export interface StepClock {

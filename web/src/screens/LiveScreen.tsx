@@ -12,7 +12,7 @@ import { roundTiles, SampleRound, samplePrompts } from "../components/SamplePrev
 import { Stat } from "../components/Stat";
 import { StopDialog } from "../components/StopDialog";
 import { formatDuration, formatGb, formatNumber, secondsBetween } from "../lib/format";
-import { etaSeconds, observeStep, type StepClock } from "../lib/stepClock";
+import { etaSeconds, observeStep, stepClockNow, type StepClock } from "../lib/stepClock";
 import { describePhase } from "../lib/phase";
 import { chartData } from "../lib/series";
 import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
@@ -76,7 +76,7 @@ export function LiveScreen() {
   useEffect(() => {
     if (!ticking) setAsking(false); // the Stop dialog of a run that ended must not open again for the next one
   }, [ticking]);
-  if (job?.progress) steps.current = observeStep(steps.current, job.id, job.progress.step, Date.now());
+  if (job?.progress) steps.current = observeStep(steps.current, job.id, job.progress.step, stepClockNow());
 
   const statusMessage = statusError && `Cannot load the training status: ${statusError}`;
   if (!job) {
@@ -160,7 +160,7 @@ export function LiveScreen() {
           <Stat label="Samples/s">{formatNumber(p?.samples_per_second, 3)}</Stat>
           <Stat label="Peak memory">{formatGb(p?.peak_memory_gb)}</Stat>
           <Stat label="Elapsed">{formatDuration(elapsed)}</Stat>
-          <Stat label="ETA">{live && p ? formatDuration(etaSeconds(steps.current, total, Date.now())) : "–"}</Stat>
+          <Stat label="ETA" testId="stat-eta">{live && p ? formatDuration(etaSeconds(steps.current, total, stepClockNow())) : "–"}</Stat>
         </div>
         {total > 0 && <ProgressBar value={step} max={total} label="training progress" />}
         <ProgressAnnouncer
@@ -170,7 +170,7 @@ export function LiveScreen() {
           step={step}
           total={total}
           loss={p?.loss}
-          eta={live && p ? etaSeconds(steps.current, total, Date.now()) : null}
+          eta={live && p ? etaSeconds(steps.current, total, stepClockNow()) : null}
         />
         {job.plan && <PlanSummary plan={job.plan} />}
       </div>
