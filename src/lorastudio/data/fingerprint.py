@@ -31,7 +31,8 @@ SAMPLES = 64  # chunks sampled from a larger file
 SAMPLE_BYTES = 64 * 1024
 # how component_fingerprint takes a component: 1 (before session 26) a hub-cache one by its
 # config.json only, 2 a hub-cache tokenizer by its files too, 3 (session 30) a component the base
-# lacks as ABSENT (rules 1-2: "hub:<the base's name>@<revision>", which changed with the name);
+# lacks as ABSENT (rules 1-2: "hub:<the base's name>@<revision>", which changed with the name)
+# and a hub-cache scheduler by its files (rules 1-2: by the hub id);
 # a run's identity records the rule (training/identity_base.py) and a resume compares under it
 RULE = 3
 ABSENT = "absent"  # rule 3's part of a component the base does not have (no folder, not indexed)
@@ -88,7 +89,8 @@ def _sampled_digest(path: Path) -> str:
 def _hub_folder(repo: str, component: str, revision: str | None, rule: int = RULE) -> Path | None:
     """The local snapshot folder of a hub repo's component, when the hub cache holds it: its
     `<component>/config.json`, or (rule 2) for a tokenizer one of TOKENIZER_FILES (a tokenizer
-    folder has no config.json: rule 1 found none and fingerprinted it by the hub id). The
+    folder has no config.json: rule 1 found none and fingerprinted it by the hub id), or (rule 3)
+    its scheduler_config.json (a scheduler's: rules 1-2 fingerprinted it by the hub id). The
     snapshot is found by basemodels.hubcache.cached_snapshot: its ref read bounded (a ref that
     is a FIFO, a /dev/zero link or a sparse terabyte is no snapshot; huggingface_hub's
     try_to_load_from_cache read a regular one whole, until the out-of-memory kill) in the hub
@@ -97,7 +99,11 @@ def _hub_folder(repo: str, component: str, revision: str | None, rule: int = RUL
 
     snapshot = cached_snapshot(repo, revision)
     folder = snapshot / component if snapshot is not None else None
-    markers = ("config.json", *(TOKENIZER_FILES if rule >= 2 and component.startswith("tokenizer") else ()))
+    markers = (
+        "config.json",
+        *(TOKENIZER_FILES if rule >= 2 and component.startswith("tokenizer") else ()),
+        *(("scheduler_config.json",) if rule >= 3 else ()),
+    )
     return folder if folder is not None and any((folder / m).is_file() for m in markers) else None
 
 

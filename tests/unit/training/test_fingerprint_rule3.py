@@ -97,6 +97,35 @@ def test_a_gallery_identity_is_the_same_after_a_home_move_and_an_old_rule_one_is
         assert problem is not None and problem.field == "base_identity" and now != before[0]
 
 
+def test_a_hub_base_has_its_folders_gallery_identity_and_its_scheduler_is_read(
+    tiny_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hub id in the hub cache has the gallery identity of its snapshot folder and of a copy of
+    it (rule 2: its scheduler, which has no config.json, by the hub id), and its scheduler's files
+    are read: one edited in the snapshot changes the identity (rule 2: unchanged, the image's
+    settings sent again rendered with another scheduler under the old identity)."""
+    from lorastudio.basemodels import resolve_base
+    from lorastudio.jobs.generation_base import base_identities, check_identity
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_model("flux"), copy)
+    snapshot = _as_hub_cache(copy, tmp_path / "hub")
+    settings = Settings(home=tmp_path / "home")
+    hub = resolve_base("acme/flux", "flux", settings)
+    identity = base_identities(hub, "transformer", None)
+    assert {
+        base_identities(resolve_base(str(s), "flux", settings), "transformer", None) for s in (snapshot, copy)
+    } == {identity}
+    old = base_identities(hub, "transformer", None, rule=2)
+    assert old != identity and check_identity(old[0], hub, "transformer", None, "acme/flux")[1] is None
+    config = snapshot / "scheduler" / "scheduler_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "shift": 1.0}))
+    now, problem = check_identity(identity[0], hub, "transformer", None, "acme/flux")
+    assert now != identity[0] and problem is not None and problem.field == "base_identity"
+
+
 def test_a_rule_2_checkpoint_resumes_on_its_base_moved_and_reads_the_caption_shards(
     make_config, tiny_model, tmp_path: Path
 ) -> None:
