@@ -2,9 +2,10 @@
 code of the session's start (commit OLD, extracted with `git archive`; tests/upgrade/old_home.py
 run on it) is opened by this code. Every stopped run resumes bitwise onto the run the old code
 made uninterrupted, or is refused early (exit 2, before any model loads) naming why; gallery
-images render again pixel for pixel; the disk cache is reused (no entry re-encoded but a hub base's
-text entry, whose key now covers its tokenizer's files) and can be pruned and cleared; the old caption job, kept only in the old server's memory, is answered as
-unknown. Skipped where the repository lacks the old commit (a shallow clone)."""
+images render again pixel for pixel; the disk cache is reused (no latent entry re-encoded; the
+text entry is encoded once more under fingerprint rule 3's key, which a hub id of the same files
+shares) and can be pruned and cleared; the old caption job, kept only in the old server's memory,
+is answered as unknown. Skipped where the repository lacks the old commit (a shallow clone)."""
 
 from __future__ import annotations
 
@@ -147,18 +148,23 @@ def test_an_old_home_upgrades(home: tuple[Path, dict]) -> None:
             resume=folder / "outputs" / name,
         )
         assert resumed.losses == runs[name]["full_losses"], name
-    assert _shards(folder).keys() == cached.keys()  # the old entries read, none written anew
+    # the latent entries read, none written anew; the FLUX.1's text entry was keyed by the base's
+    # name for the components it lacks (rules 1-2), now by a fixed marker (fingerprint rule 3,
+    # RELIABILITY 920): its captions encoded once more under the new key, one new text entry (the
+    # old one left unread, prunable), never misread
+    resumed_shards = _shards(folder)
+    assert cached.keys() < resumed_shards.keys()
+    fresh = {Path(k).parts[2:4] for k in resumed_shards.keys() - cached.keys()}
+    assert len(fresh) == 1 and {kind for kind, _ in fresh} == {"text"}, fresh
 
-    # a hub-cache base: its text entry was keyed by the tokenizer's hub id (rule 1), now by its
-    # files: re-encoded under the new key (the old entry left unread, prunable), never misread
+    # a hub-cache base (the same files as models/tiny-flux): its text entry was keyed by the
+    # tokenizer's hub id (rule 1) and the base's name (rule 2), now by its files alone: the one
+    # the folder's runs wrote is read, nothing encoded anew
     hub_run = _cli("train", "--resume", "hub", "--device", "cpu")
     assert hub_run.returncode == 0, hub_run.stderr[-2000:]
     lora, full = (load_file(str(folder / "outputs" / n / f"{n}.safetensors")) for n in ("hub", "hub-full"))
     assert lora.keys() == full.keys() and all(torch.equal(lora[k], full[k]) for k in lora)
-    entries = {Path(k).parts[2:4] for k in _shards(folder)}
-    assert {Path(k).parts[2:4] for k in cached} < entries and all(
-        kind == "text" for kind, _ in entries - {Path(k).parts[2:4] for k in cached}
-    )
+    assert _shards(folder).keys() == resumed_shards.keys()
 
     shown = _cli("runs", "show", run["id"])
     assert shown.returncode == 0 and "clirun" in shown.stdout, shown.stdout + shown.stderr

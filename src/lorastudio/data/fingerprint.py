@@ -7,7 +7,10 @@ file up to FULL_HASH_BYTES, else its header and SAMPLES spread chunks) and its c
 different VAE (even one with identical shapes, e.g. another random initialisation) is another
 model. Hand-written: diffusers and huggingface_hub keep no content hash of a local folder's
 weights. A hub id is read from the hub cache (its snapshot found by a bounded ref read); one
-not downloaded yet is fingerprinted by its id and revision (`source_on_disk` tells).
+not downloaded yet is fingerprinted by its id and revision (`source_on_disk` tells). A component
+the base does not have (FLUX.1's text_encoder_3) is the fixed ABSENT (rule 3), whatever names
+the base: the same files as a hub id, its snapshot folder, a copy or after a home move give the
+same caption-shard keys and gallery identity.
 
 Imports no torch.
 """
@@ -26,9 +29,13 @@ from lorastudio.file_version import FileVersion, version_of
 FULL_HASH_BYTES = 64 * 1024 * 1024  # a file up to this size is hashed whole
 SAMPLES = 64  # chunks sampled from a larger file
 SAMPLE_BYTES = 64 * 1024
-# how component_fingerprint finds a hub-cache component: 1 (before session 26) by its config.json
-# only, 2 a tokenizer by its files too; a run's identity records the rule (training/identity.py)
-RULE = 2
+# how component_fingerprint takes a component: 1 (before session 26) a hub-cache one by its
+# config.json only, 2 a hub-cache tokenizer by its files too, 3 (session 30) a component the base
+# lacks as ABSENT (rules 1-2: "hub:<the base's name>@<revision>", which changed with the name)
+# and a hub-cache scheduler by its files (rules 1-2: by the hub id);
+# a run's identity records the rule (training/identity_base.py) and a resume compares under it
+RULE = 3
+ABSENT = "absent"  # rule 3's part of a component the base does not have (no folder, not indexed)
 TOKENIZER_FILES = (
     "tokenizer_config.json",
     "tokenizer.json",
@@ -82,7 +89,8 @@ def _sampled_digest(path: Path) -> str:
 def _hub_folder(repo: str, component: str, revision: str | None, rule: int = RULE) -> Path | None:
     """The local snapshot folder of a hub repo's component, when the hub cache holds it: its
     `<component>/config.json`, or (rule 2) for a tokenizer one of TOKENIZER_FILES (a tokenizer
-    folder has no config.json: rule 1 found none and fingerprinted it by the hub id). The
+    folder has no config.json: rule 1 found none and fingerprinted it by the hub id), or (rule 3)
+    its scheduler_config.json (a scheduler's: rules 1-2 fingerprinted it by the hub id). The
     snapshot is found by basemodels.hubcache.cached_snapshot: its ref read bounded (a ref that
     is a FIFO, a /dev/zero link or a sparse terabyte is no snapshot; huggingface_hub's
     try_to_load_from_cache read a regular one whole, until the out-of-memory kill) in the hub
@@ -91,7 +99,11 @@ def _hub_folder(repo: str, component: str, revision: str | None, rule: int = RUL
 
     snapshot = cached_snapshot(repo, revision)
     folder = snapshot / component if snapshot is not None else None
-    markers = ("config.json", *(TOKENIZER_FILES if rule >= 2 and component.startswith("tokenizer") else ()))
+    markers = (
+        "config.json",
+        *(TOKENIZER_FILES if rule >= 2 and component.startswith("tokenizer") else ()),
+        *(("scheduler_config.json",) if rule >= 3 else ()),
+    )
     return folder if folder is not None and any((folder / m).is_file() for m in markers) else None
 
 
@@ -138,32 +150,55 @@ def source_on_disk(source: Any, revision: str | None) -> bool:
 def _whole(snapshot: Path) -> bool:
     """Whether every component snapshot/model_index.json names (a [library, class] pair) has its
     folder there (a model_index.json that is missing, over 1 MiB or not a JSON object: not whole)."""
+    parts = _index_parts(snapshot)
+    return parts is not None and all((snapshot / name).is_dir() for name in parts)
+
+
+def _index_parts(snapshot: Path) -> list[str] | None:
+    """The components snapshot/model_index.json names (a [library, class] pair: not [null, null]),
+    or None for a model_index.json that is missing, over 1 MiB or not a JSON object."""
     index = snapshot / "model_index.json"
     try:
         if not index.is_file() or index.stat().st_size > 1 << 20:
-            return False
+            return None
         names = json_read.loads(index.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
+        return None
     if not isinstance(names, dict):
-        return False
-    parts = [k for k, v in names.items() if not k.startswith("_") and isinstance(v, list) and None not in v]
-    return all((snapshot / name).is_dir() for name in parts)
+        return None
+    return [k for k, v in names.items() if not k.startswith("_") and isinstance(v, list) and None not in v]
+
+
+def _lacks(source: Any, component: str, revision: str | None) -> bool:
+    """Whether base `source` (a folder or a hub id: a single file's config) is on this machine and
+    does not have `component`: a local folder without its folder, or a hub-cache snapshot whose
+    model_index.json does not name it (a [library, class] pair). False for a hub id not in the
+    hub cache, or whose snapshot lacks a component its index names (yet to download)."""
+    if Path(str(source)).is_dir():
+        return not (Path(str(source)) / component).is_dir()
+    from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
+
+    snapshot = cached_snapshot(str(source), revision) if is_hub_id(str(source)) else None
+    names = _index_parts(snapshot) if snapshot is not None else None
+    return names is not None and component not in names
 
 
 def component_fingerprint(source: Any, component: str, revision: str | None, rule: int = RULE) -> str:
     """A short content fingerprint of one component (e.g. "vae") of a run's base: `source` is
     model_source(cfg) (a folder, a hub id, or a SingleFile holding the component). A hub id that
-    is not in the local hub cache is fingerprinted by its id and revision. `rule`: RULE, or 1
-    (before session 26: a hub-cache tokenizer by its id, its files unread) for the identity of a
-    checkpoint written then (training/identity.py)."""
+    is not in the local hub cache is fingerprinted by its id and revision; a component the base
+    does not have (`_lacks`) by ABSENT. `rule`: RULE, or the rule of a checkpoint's identity
+    (training/identity_base.py): 1 (before session 26: a hub-cache tokenizer by its id, its files
+    unread), 2 (before session 30: a component the base lacks by the base's name and revision)."""
     parts: list[str] = [component]
     holder, folder = _component_folder(source, component, revision, rule)
     if holder is not None:
         parts.append(_sampled_digest(holder))
     if getattr(source, "file", None) is not None:
         source = source.config  # a single file's configs (and the components it lacks)
-    if folder is None:
+    if folder is None and rule >= 3 and _lacks(source, component, revision):
+        parts.append(ABSENT)
+    elif folder is None:
         parts += [f"hub:{source}@{revision}"]
     else:
         for path in sorted(folder.iterdir()):

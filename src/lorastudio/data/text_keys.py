@@ -27,7 +27,9 @@ TORCH_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def text_fingerprint(source: Any, revision: str | None) -> str:
-    """The content fingerprint of a base's text encoders and tokenizers (those it has)."""
+    """The content fingerprint of a base's text encoders and tokenizers: those it has by their
+    files, those it lacks by a fixed marker (fingerprint rule 3: before it, by the base's name,
+    so a copy, a moved home or the hub id of the same files encoded every caption once more)."""
     parts = [component_fingerprint(source, name, revision) for name in TEXT_COMPONENTS]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 

@@ -17,7 +17,7 @@ from lorastudio.config import local_revision_problem, revision_problem
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
 from lorastudio.generation_rules import budget_problems, text_tokens_problems
-from lorastudio.jobs.generation_base import base_identities, base_identity_problem
+from lorastudio.jobs.generation_base import check_identity
 from lorastudio.jobs.generation_inputs import GenerationRequest, lora_file, negative_prompt_refusal
 from lorastudio.jobs.references import reference_problems
 from lorastudio.lora.file_digest import lora_digest
@@ -71,8 +71,8 @@ def check_request(
     )
     if base_problems:
         raise ConfigError(base_problems)
-    now, files = base_identities(base, family.spec.denoiser, req.revision)  # jobs/generation_base.py
-    if (changed := base_identity_problem(req.base_identity, now, req.base_model, files)) is not None:
+    _, changed = check_identity(req.base_identity, base, family.spec.denoiser, req.revision, req.base_model)
+    if changed is not None:  # jobs/generation_base.py
         raise ConfigError([changed])
     configs = base.configs  # where the checkpoint's flavour is read (a single file: its base config)
     folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None

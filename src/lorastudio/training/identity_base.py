@@ -3,8 +3,9 @@ of the base, and how a resume compares it. No torch (the job service validates r
 
 Recorded (run_identity): `base_fingerprint`, the content fingerprint of the denoiser, the VAE and
 the text encoders and tokenizers (data/fingerprint.component_fingerprint); `base_rule`, the rule
-it was taken with (fingerprint.RULE: 2 fingerprints a hub-cache tokenizer by its files; a
-checkpoint without it was written under rule 1, its tokenizers by the hub id); `base_parts`, each
+it was taken with (fingerprint.RULE: 3 takes a component the base lacks as a fixed marker; 2 took
+it by the base's name, a hub-cache tokenizer by its files; a checkpoint without it was written
+under rule 1, its tokenizers by the hub id); `base_parts`, each
 component's fingerprint (a refusal names the components that changed); `base_on_disk`, False for
 a hub id not downloaded yet, whose fingerprint names the id, not content.
 
@@ -141,9 +142,10 @@ def base_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[
 
 
 def _absent(component: str, part: Any, side: Mapping[str, Any]) -> bool:
-    """Whether `part` is the fingerprint data/fingerprint.component_fingerprint gives a component
-    the base does not have (e.g. FLUX.1's text_encoder_3): its source's name and revision, no
-    content. A base named anew on resume (RELOCATABLE) changes those parts only."""
+    """Whether `part` is the fingerprint data/fingerprint.component_fingerprint gave, under rules
+    1-2, a component the base does not have (e.g. FLUX.1's text_encoder_3): its source's name and
+    revision, no content. A base named anew on resume (RELOCATABLE) changes those parts only
+    (rule 3 takes them as a fixed marker, the same under any name)."""
     names = [side.get(k) for k in ("base_model", "base_config")]
     revisions = {side.get("revision"), None}
     return any(
@@ -156,7 +158,7 @@ def _absent(component: str, part: Any, side: Mapping[str, Any]) -> bool:
 
 def relocation_compared(saved: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
     """Whether a resume compares the base by its content, so that RELOCATABLE (where it is) may
-    differ: both sides fingerprinted the base's files (rule 2, on disk)."""
+    differ: both sides fingerprinted the base's files (rule 2 or later, on disk)."""
     return all(
         isinstance(side.get("base_parts"), dict) and side.get("base_on_disk") is True
         for side in (saved, current)

@@ -114,7 +114,7 @@ def test_a_run_saved_with_a_revision_beside_its_folder_still_resumes(
     settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
 ) -> None:
     from lorastudio.jobs.resume import validate_resume
-    from lorastudio.training.identity import base_fingerprint
+    from lorastudio.training.identity_base import base_record
     from lorastudio.training.loop import train
 
     cfg = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32,
@@ -126,9 +126,14 @@ def test_a_run_saved_with_a_revision_beside_its_folder_still_resumes(
     info = json.loads(info_file.read_text(encoding="utf-8"))
     assert info["identity"]["revision"] is None
     info["config"]["revision"] = info["identity"]["revision"] = "main"
-    with_it = run.config.model_copy(update={"revision": "main"})  # its base fingerprint named it too
-    info["identity"]["base_fingerprint"] = base_fingerprint(with_it, "transformer")
-    assert info["identity"]["base_fingerprint"] != base_fingerprint(run.config, "transformer")
+    # its base fingerprint (fingerprint rule 2: the components FLUX.1 lacks by the base's name and
+    # revision) named it too
+    with_it = run.config.model_copy(update={"revision": "main"})
+    info["identity"].update(base_record(with_it, "transformer", rule=2))
+    assert (
+        info["identity"]["base_fingerprint"]
+        != base_record(run.config, "transformer", rule=2)["base_fingerprint"]
+    )
     info_file.write_text(json.dumps(info), encoding="utf-8")
     longer = {"steps": 5}  # train it longer: a resume of a finished run
     resume = validate_resume(settings.outputs_dir / "r", None, longer, settings, live_output_names=set())

@@ -102,7 +102,7 @@ def test_a_changed_hub_tokenizer_gets_new_shards_and_refuses_the_resume(make_con
     assert [p.field for p in err.value.problems] == ["base_model"]
     assert "(tokenizer changed)" in str(err.value)
     saved = read_checkpoint_info(find_checkpoint(run_dir))["identity"]
-    assert saved["base_rule"] == 2 and saved["base_on_disk"] is True
+    assert saved["base_rule"] == 3 and saved["base_on_disk"] is True
     train(make_config(base_model=REPO, latent_cache="disk", output_name="again"), [].append, device="cpu")
     text_after = {s.model for s in cache_stats(root) if s.kind == "text"}
     assert text_after - text_before  # new shards for the new tokenizer

@@ -2,7 +2,8 @@
 under its models/ and its dataset one under datasets/: a run records each by its absolute path,
 gone after the move. The resume says so and how to go on; given them where they are now (CLI
 `--set base_model=NAME --set data_dir=NAME`, the API's settings), it resumes when the content is the checkpoint's (the
-parts FLUX.1 lacks, fingerprinted by the base's name, set aside) and is refused on another one."""
+parts FLUX.1 lacks are a fixed marker since fingerprint rule 3; a rule-2 checkpoint's, by the
+base's name, are set aside: test_fingerprint_rule3.py) and is refused on another one."""
 
 from __future__ import annotations
 
