@@ -96,6 +96,16 @@ def build(home: Path) -> dict:
     summary["killed"]["full_losses"] = list(train(twin, events.append, check, device="cpu").losses)
     summary["gallery"], summary["caption_job"] = _app_work(settings, model, vlm)
     summary["cache"] = _cli(["cache", "ls"])
+    summary["modes"] = {  # what the old code left (the umask of the build: 002, a team's)
+        str(p.relative_to(home)): oct(p.stat().st_mode & 0o777)
+        for p in (
+            home / "lorastudio.lock",
+            home / ".added_models.lock",
+            home / "lorastudio.db",
+            *sorted((home / "cache" / "encoded").glob("*/*")),
+            *sorted(home.glob("outputs/*/checkpoints/*/lora.safetensors")),
+        )
+    }
     return summary
 
 

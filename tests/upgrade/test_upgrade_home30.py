@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-
 from tests.polling import until
 
 OLD = "89e293be"  # session 30's start
@@ -76,30 +75,17 @@ def _cli(*args: str, src: Path = REPO / "src") -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+def _cli_python(code: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -c code args` with this code, under umask 002."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env, capture_output=True, text=True, preexec_fn=_umask_002,  # noqa: PLW1509
+    )  # fmt: skip
+
+
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
-
-
-def test_the_old_homes_shared_files_follow_the_umask_after_a_command(home: tuple[Path, dict, Path]) -> None:
-    """The old code made the home's locks 0600, the database 0644, the cache folders 0755
-    whatever the umask: a second member of the group was refused every command after the
-    upgrade. This code's first commands (by the owner) give them the group's bits."""
-    folder, _, _ = home
-    made_old = {p: _mode(p) for p in (folder / "lorastudio.lock", folder / ".added_models.lock")}
-    assert all(not mode & 0o020 for mode in made_old.values()), made_old  # as the old code left them
-    for args in (("runs", "list"), ("models", "list"), ("cache", "prune", "--max-gb", "100")):
-        done = _cli(*args)
-        assert done.returncode == 0, done.stderr[-2000:]
-    cache = folder / "cache" / "encoded"
-    shared = [
-        folder / "lorastudio.lock",
-        folder / ".added_models.lock",
-        folder / "lorastudio.db",
-        cache,
-        *[p for p in cache.rglob("*") if p.is_dir() or p.name.startswith(".")],
-    ]
-    bad = [f"{oct(_mode(p))} {p.relative_to(folder)}" for p in shared if _mode(p) & 0o020 != 0o020]
-    assert not bad, bad
 
 
 def test_an_old_home_upgrades_and_downgrades(home: tuple[Path, dict, Path]) -> None:
@@ -151,7 +137,10 @@ def test_an_old_home_upgrades_and_downgrades(home: tuple[Path, dict, Path]) -> N
     # exact resume of each stopped kind: bitwise the old code's uninterrupted run
     for name in ("plain", "ema", "multi", "disk"):
         resumed = train(
-            TrainConfig.model_validate(runs[name]["raw"]), [].append, device="cpu", resume=folder / "outputs" / name
+            TrainConfig.model_validate(runs[name]["raw"]),
+            [].append,
+            device="cpu",
+            resume=folder / "outputs" / name,
         )
         assert resumed.losses == runs[name]["full_losses"], name
     assert {p: p.stat().st_mtime_ns for p in shards} == shards  # read, none re-encoded
@@ -181,7 +170,9 @@ def test_an_old_home_upgrades_and_downgrades(home: tuple[Path, dict, Path]) -> N
     assert back.returncode == 0, back.stderr[-2000:]
     from safetensors.torch import load_file
 
-    lora, full = (load_file(str(folder / "outputs" / n / f"{n}.safetensors")) for n in ("ema-new", "ema-full"))
+    lora, full = (
+        load_file(str(folder / "outputs" / n / f"{n}.safetensors")) for n in ("ema-new", "ema-full")
+    )
     assert lora.keys() == full.keys() and all((lora[k] == full[k]).all() for k in lora)
     rolled = _cli("runs", "list", src=old_src)  # the old code lists the store this code wrote
     assert rolled.returncode == 0 and "ema-new" in rolled.stdout, rolled.stderr[-2000:]
@@ -193,7 +184,12 @@ def _listing_pages_of_a_served_home(folder: Path, order: list[str]) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "LORASTUDIO_HOME": str(folder)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "src"),
+        "HF_HUB_OFFLINE": "1",
+        "LORASTUDIO_HOME": str(folder),
+    }
     server = subprocess.Popen(
         [sys.executable, "-m", "lorastudio.cli", "serve", "--port", str(port)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_umask_002,  # noqa: PLW1509
@@ -228,3 +224,28 @@ def _listing_pages_of_a_served_home(folder: Path, order: list[str]) -> None:
     finally:
         server.terminate()
         server.wait(timeout=60)
+
+
+def test_the_old_homes_shared_files_follow_the_umask_after_its_commands(
+    home: tuple[Path, dict, Path],
+) -> None:
+    """The old code made the home's locks 0600, the database 0644, the cache's folders 0755 and
+    each checkpoint's LoRA 0600 whatever the umask: a second member of the group was refused
+    every command after the upgrade ("Permission denied: .../lorastudio.lock"), every cache
+    write and every resume of the first member's runs. This code's commands (the owner's, under
+    the team's umask 002: a CLI command, a run's hold on the cache) give them the group's bits."""
+    folder, old, _ = home
+    narrow = {name for name, mode in old["modes"].items() if not int(mode, 8) & 0o020}
+    assert {"lorastudio.lock", ".added_models.lock", "lorastudio.db"} <= narrow, old["modes"]
+    assert any("cache/encoded" in n for n in narrow) and any("checkpoints" in n for n in narrow)
+    for args in (("runs", "list"), ("cache", "prune", "--max-gb", "100")):
+        done = _cli(*args)
+        assert done.returncode == 0, done.stderr[-2000:]
+    held = _cli_python(
+        "import sys; from pathlib import Path; from lorastudio.data.cache_io import hold_readers;"
+        " hold_readers(Path(sys.argv[1]))",
+        str(folder / "cache" / "encoded"),
+    )
+    assert held.returncode == 0, held.stderr[-2000:]
+    bad = [f"{oct(_mode(folder / n))} {n}" for n in old["modes"] if _mode(folder / n) & 0o020 != 0o020]
+    assert not bad, bad

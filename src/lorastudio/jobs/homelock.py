@@ -22,7 +22,7 @@ from typing import Any
 
 from lorastudio import json_read
 from lorastudio.errors import HomeInUse
-from lorastudio.file_modes import follow_umask_fd
+from lorastudio.file_modes import follow_umask_fd, home_shared_files, mend_once
 
 LOCK_NAME = "lorastudio.lock"
 TRAIN_THROUGH = "train through it (web UI or POST /api/train/start"
@@ -90,6 +90,7 @@ class HomeLock:
         except OSError:
             os.close(fd)
             raise
+        mend_once(home, lambda: home_shared_files(home))  # an older version's 0600 locks and checkpoints
         return path, fd
 
     def release(self) -> None:
