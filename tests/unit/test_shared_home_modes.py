@@ -118,3 +118,47 @@ def test_a_runs_files_follow_a_group_umask(
     )
     assert list((home / "outputs" / "shared" / "checkpoints").glob("step-*/lora.safetensors"))
     assert _not_group_writable(home) == []
+
+
+def test_an_older_versions_narrow_files_follow_a_group_umask(tmp_path: Path) -> None:
+    """A home an older lorastudio made (fix 940): its locks 0600, database and claims 0644, cache
+    folders 0755 and checkpoint files 0600 get the group's bits at the owner's first command of
+    this version (the home lock, the run store, a run's hold on the cache), once per umask."""
+    home = tmp_path / "home"
+    narrow = {
+        "lorastudio.lock": 0o600,
+        ".added_models.lock": 0o600,
+        "lorastudio.db": 0o644,
+        "claims/abc.lock": 0o644,
+        "outputs/r/checkpoints/step-000001/lora.safetensors": 0o600,
+        "cache/encoded/.readers.lock": 0o644,
+        "cache/encoded/latents/model/.used": 0o644,
+    }
+    for name, mode in narrow.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_bytes(b"")
+        (home / name).chmod(mode)
+    for folder in ("cache/encoded", "cache/encoded/latents", "cache/encoded/latents/model"):
+        (home / folder).chmod(0o755)
+    _in_umask_002(
+        f"""
+        from pathlib import Path
+        from lorastudio.data.cache_io import hold_readers
+        from lorastudio.jobs.homelock import HomeLock
+        from lorastudio.jobs.store import RunStore
+
+        home = Path({str(home)!r})
+        (home / "lorastudio.db").unlink()  # sqlite's own file, made 0644 by the old code
+        RunStore.open(home / "lorastudio.db").close()
+        (home / "lorastudio.db").chmod(0o644)
+        RunStore.open(home / "lorastudio.db").close()
+        HomeLock.for_command(home, "datasets import").release()
+        hold_readers(home / "cache" / "encoded")
+        """,
+        home,
+    )
+    made_old = [*narrow, "cache/encoded", "cache/encoded/latents", "cache/encoded/latents/model"]
+    want = {n: 0o070 if (home / n).is_dir() else 0o060 for n in made_old}
+    assert [n for n, w in want.items() if (home / n).stat().st_mode & w != w] == []
+    assert (home / ".modes-umask").read_text() == "2\n"
+    assert (home / "cache" / "encoded" / ".modes-umask").read_text() == "2\n"

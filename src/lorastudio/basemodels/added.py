@@ -19,6 +19,7 @@ from pathlib import Path
 from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.single_file import is_single_file
 from lorastudio.errors import ConfigError, FieldProblem, NotFound, writing
+from lorastudio.file_modes import follow_umask_fd
 from lorastudio.settings import Settings
 from lorastudio.staged_files import staging_path
 from lorastudio.user_paths import expand_user, is_dir, resolved
@@ -39,6 +40,7 @@ def _list_held(settings: Settings) -> Iterator[None]:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         try:
+            follow_umask_fd(fd)  # an older version's 0600 lock (file_modes.py)
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from lorastudio.errors import JobActive
+from lorastudio.file_modes import follow_umask_fd
 
 
 def lock_path(target: Path) -> Path:
@@ -32,6 +33,7 @@ class FetchLock:
         path = lock_path(target)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
+        follow_umask_fd(self._fd)  # an older version's 0600 lock (file_modes.py)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

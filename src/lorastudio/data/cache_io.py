@@ -22,6 +22,7 @@ from pathlib import Path
 from lorastudio.capped_read import read_capped
 from lorastudio.data.disk_cache import ENTRY_LOCK, staging_name
 from lorastudio.errors import CacheError
+from lorastudio.file_modes import cache_shared_files, follow_umask_fd, mend_once
 
 MAX_SHARD_BYTES = 1 << 30  # one variant's latents or one caption's embedding is far below this
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -38,6 +39,8 @@ def _open_folder(root: Path, names: Sequence[str], create: bool) -> int:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(name, 0o777, dir_fd=fd)
             inner = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            if create:
+                follow_umask_fd(inner)  # an older version's 0755 folder (file_modes.py)
             os.close(fd)
             fd = inner
     except BaseException:
@@ -151,8 +154,10 @@ def hold_readers(root: Path) -> int | None:
         ) from None
     except OSError:  # a parent this process may not write: the open below says what it can
         pass
+    mend_once(root, lambda: cache_shared_files(root))  # an older version's 0755 folders (file_modes.py)
     try:
         fd = os.open(root / READERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        follow_umask_fd(fd)  # an older version's 0600 lock (file_modes.py)
     except OSError as err:
         if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             try:
@@ -242,6 +247,7 @@ def one_prune(root: Path) -> Iterator[None]:
             "the cache was not pruned", [f"{root / PRUNE_LOCK}: {err.strerror or err} ({why})"]
         ) from None
     try:
+        mend_once(root, lambda: cache_shared_files(root))  # an older version's 0755 folders (file_modes.py)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise CacheError(
                 "the cache was not pruned", [f"{root / PRUNE_LOCK}: not a regular file (remove it)"]

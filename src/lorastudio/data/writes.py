@@ -21,6 +21,7 @@ from typing import BinaryIO
 
 from lorastudio import json_read
 from lorastudio.errors import reading
+from lorastudio.file_modes import follow_umask_fd
 
 LOCKS_DIR = ".locks"  # hidden folder under the datasets root: one lock file per dataset name
 RENAMES_JOURNAL = ".renames.journal"  # in a dataset folder: renames its lock's killed holder left
@@ -51,6 +52,7 @@ def dataset_lock(datasets_root: Path, name: str) -> Iterator[None]:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except FileNotFoundError:  # the folder was removed meanwhile
             continue
+        follow_umask_fd(fd)  # an older version's lock (file_modes.py)
         fcntl.flock(fd, fcntl.LOCK_EX)
         held = os.fstat(fd)
         try:

@@ -53,6 +53,7 @@ from typing import Any
 from lorastudio import json_read
 from lorastudio.capped_read import read_capped
 from lorastudio.errors import DatasetBusy, writing
+from lorastudio.file_modes import follow_umask_fd
 from lorastudio.jobs.homelock import LOCK_NAME, lock_holders
 from lorastudio.processes import process_alive
 from lorastudio.staged_files import staging_path
@@ -326,6 +327,7 @@ def _open_lock(path: Path) -> int:
             _remove_planted(path)
             continue
         if stat.S_ISREG(os.fstat(fd).st_mode):
+            follow_umask_fd(fd)  # an older version's 0600 lock (file_modes.py)
             return fd
         os.close(fd)  # a FIFO opened without blocking
         _remove_planted(path)

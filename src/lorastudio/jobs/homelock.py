@@ -22,6 +22,7 @@ from typing import Any
 
 from lorastudio import json_read
 from lorastudio.errors import HomeInUse
+from lorastudio.file_modes import follow_umask_fd, home_shared_files, mend_once
 
 LOCK_NAME = "lorastudio.lock"
 TRAIN_THROUGH = "train through it (web UI or POST /api/train/start"
@@ -80,6 +81,7 @@ class HomeLock:
         home.mkdir(parents=True, exist_ok=True)
         path = home / LOCK_NAME
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)  # the umask decides (a shared home)
+        follow_umask_fd(fd)  # an older version's 0600 lock (file_modes.py)
         try:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -88,6 +90,7 @@ class HomeLock:
         except OSError:
             os.close(fd)
             raise
+        mend_once(home, lambda: home_shared_files(home))  # an older version's 0600 locks and checkpoints
         return path, fd
 
     def release(self) -> None:

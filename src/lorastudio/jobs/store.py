@@ -25,6 +25,7 @@ from typing import Any
 
 from lorastudio import json_read
 from lorastudio.errors import NoSpaceLeft, NotFound, is_no_space
+from lorastudio.file_modes import follow_umask_path
 from lorastudio.jobs.records import LIVE_STATUSES, METRIC_KEYS, JobStatus, now_iso
 from lorastudio.jobs.store_schema import RUN_COLUMNS, SCHEMA, UPDATABLE, add_missing_columns
 from lorastudio.processes import process_gone
@@ -59,6 +60,8 @@ class RunStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):  # sqlite makes it 0644 whatever the umask
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+        for made in (path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")):
+            follow_umask_path(made)  # an older version's 0644 database (file_modes.py)
         conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")

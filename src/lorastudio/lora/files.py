@@ -18,6 +18,7 @@ import torch
 from lorastudio import json_read
 from lorastudio.durable import fsync_path
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, library_os_error, writing
+from lorastudio.file_modes import process_umask
 from lorastudio.lora.content_hash import record_content_hash
 from lorastudio.lora.convert import (
     FAMILIES,
@@ -175,16 +176,6 @@ def follow_umask(path: Path | str) -> None:
     gets: 0666 less the umask. A LoRA file, and a checkpoint's (training/snapshot.py: another
     user of a group's shared home, umask 002, could not resume from a checkpoint 0600)."""
     os.chmod(path, 0o666 & ~process_umask())
-
-
-def process_umask() -> int:
-    """This process's umask, read without changing it (Linux: /proc/self/status; elsewhere the
-    common 0o022). os.umask would set it process-wide for a moment, racing other threads."""
-    try:
-        lines = Path("/proc/self/status").read_text().splitlines()
-        return next((int(line.split()[1], 8) for line in lines if line.startswith("Umask:")), 0o022)
-    except (OSError, ValueError, IndexError):
-        return 0o022
 
 
 def check_destination(out: Path, inputs: Sequence[Path], overwrite: bool) -> None:

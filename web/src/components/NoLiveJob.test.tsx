@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { mockFetch, stoppedRun } from "../test/fixtures";
 import { renderWithProviders } from "../test/render";
 import { LiveScreen } from "../screens/LiveScreen";
+import { newestRun } from "./NoLiveJob";
 
 afterEach(() => vi.unstubAllGlobals());
 
@@ -24,11 +25,23 @@ describe("Live with no job since the server started", () => {
     vi.stubGlobal("EventSource", class { close() {} addEventListener() {} });
     const older = stoppedRun({ id: "old1", output_name: "first", created_at: "2025-01-01T00:00:00Z" });
     const cut = stoppedRun({ id: "new2", output_name: "audit", status: "interrupted", resume_step: 16, created_at: "2025-01-02T00:00:00Z" });
-    serve([older, cut]);
+    serve([cut, older]); // as GET /api/runs lists them: newest first
     renderWithProviders(<LiveScreen />);
     expect(await screen.findByText("No training job since the server started")).toBeInTheDocument();
     expect(screen.getByRole("link", { name: "audit" })).toHaveAttribute("href", "#/runs/new2");
     expect(screen.getByTestId("no-live-job")).toHaveTextContent("The latest run, audit, is interrupted (its page resumes it from step 16).");
+  });
+
+  it("names the run the API lists first, not the one with the latest wall-clock stamp (941)", async () => {
+    vi.stubGlobal("EventSource", class { close() {} addEventListener() {} });
+    // the store's order (newest recorded first): "after" was made once the clock was set back an hour
+    const after = stoppedRun({ id: "a2", output_name: "after", created_at: "2026-12-06T14:40:00.000+00:00" });
+    const before = stoppedRun({ id: "b1", output_name: "before", created_at: "2026-12-06T15:30:00.000+00:00" });
+    expect(newestRun([after, before])?.id).toBe("a2");
+    expect(newestRun([])).toBeNull();
+    serve([after, before]);
+    renderWithProviders(<LiveScreen />);
+    expect(await screen.findByRole("link", { name: "after" })).toHaveAttribute("href", "#/runs/a2");
   });
 
   it("says no job yet in a studio without a run", async () => {

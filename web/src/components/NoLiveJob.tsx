@@ -3,9 +3,14 @@ import type { RunSummary } from "../api/types";
 import { useLoad } from "../lib/latest";
 import { href } from "../lib/route";
 
-/** The newest of `runs` (by its start), or null. */
+/**
+ * The newest of `runs` as GET /api/runs lists them (newest first, in the order the store recorded
+ * them: fix 905), or null. Not the greatest `created_at`: that is the wall clock's, and after a
+ * clock set back it named an older run as "the latest" while the Runs page listed another first
+ * (session 30 upgrade audit, RELIABILITY 941).
+ */
 export function newestRun(runs: readonly RunSummary[]): RunSummary | null {
-  return runs.reduce<RunSummary | null>((best, r) => (best == null || r.created_at > best.created_at ? r : best), null);
+  return runs[0] ?? null;
 }
 
 /**
