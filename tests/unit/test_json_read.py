@@ -26,6 +26,7 @@ OWN_HANDLING = {
     "json_keys.py",
     "jobs/caption_count.py",
     "lora/header.py",
+    "lora/header_read.py",
     "basemodels/jsonfile.py",
     "api/body_checks.py",
     "jobs/caption_records.py",

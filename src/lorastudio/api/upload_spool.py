@@ -51,7 +51,8 @@ class ParkedSpool:
     def _disk(self) -> io.BufferedRandom:
         """The disk file, opened again at the parked position when it was parked."""
         if self._fh is None:
-            assert self._path is not None
+            if self._path is None:  # a file in memory has no disk file to open again
+                raise ValueError("the spooled upload has no disk file")
             self._fh = open(self._path, "r+b")  # noqa: SIM115 (closed by park or close)
             self._fh.seek(self._pos)
         return self._fh
