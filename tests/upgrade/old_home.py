@@ -131,14 +131,18 @@ def _cli(args: list[str]) -> dict:
     return {"args": args, "rc": done.returncode, "out": done.stdout[-4000:], "err": done.stderr[-2000:]}
 
 
-def _app_work(settings, model: Path, vlm: Path) -> tuple[list, dict]:
+def _app_work(
+    settings, model: Path, vlm: Path, lora: str = "done", listed: bool = False
+) -> tuple[list, dict]:
+    """Gallery images (with the run `lora`'s LoRA, another at half strength, none) and a finished
+    caption job through the app's routes; `listed`: the caption jobs' listing kept too (old_home30)."""
     from fastapi.testclient import TestClient
 
     from lorastudio.api.app import create_app
 
     with TestClient(create_app(settings), base_url="http://127.0.0.1") as client:
         images = []
-        for loras in ([{"name": "done", "scale": 1.0}], [{"name": "plain", "scale": 0.5}], []):
+        for loras in ([{"name": lora, "scale": 1.0}], [{"name": "plain", "scale": 0.5}], []):
             body = {"family": "flux", "base_model": str(model), "prompt": "a red circle", "seed": 1,
                     "steps": 2, "width": 32, "height": 32, "loras": loras}  # fmt: skip
             made = client.post("/api/generate", json=body)
@@ -154,6 +158,8 @@ def _app_work(settings, model: Path, vlm: Path) -> tuple[list, dict]:
                     break
                 time.sleep(0.5)
             caption["end"] = now
+        if listed:
+            caption["list"] = client.get("/api/captions").json() if job.status_code == 202 else None
         return images, caption
 
 

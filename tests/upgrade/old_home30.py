@@ -22,6 +22,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["LORASTUDIO_STANDBY_WORKER"] = "0"
 
+from old_home import _app_work, _cli  # noqa: E402 (the session 26 fixture's, beside this file)
+
 RUNS = {
     # name: (extra settings, stop step or None for a finished run)
     "plain": ({"sample_prompts": ["a red circle"], "sample_every": 1, "sample_steps": 2}, 2),
@@ -94,7 +96,7 @@ def build(home: Path) -> dict:
     events, check = _stop_at(KILLED_TWIN_STEPS)  # the killed run's twin, uninterrupted to that step
     twin = TrainConfig.model_validate({**summary["killed"]["raw"], "output_name": "killed-full"})
     summary["killed"]["full_losses"] = list(train(twin, events.append, check, device="cpu").losses)
-    summary["gallery"], summary["caption_job"] = _app_work(settings, model, vlm)
+    summary["gallery"], summary["caption_job"] = _app_work(settings, model, vlm, lora="done32", listed=True)
     summary["cache"] = _cli(["cache", "ls"])
     summary["modes"] = {  # what the old code left (the umask of the build: 002, a team's)
         str(p.relative_to(home)): oct(p.stat().st_mode & 0o777)
@@ -128,38 +130,6 @@ def _killed(home: Path, model: Path, shapes: Path) -> dict:
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     return {"raw": raw, "checkpoints": sorted(p.name for p in checkpoints.glob("step-*"))}
-
-
-def _cli(args: list[str]) -> dict:
-    done = subprocess.run([sys.executable, "-m", "lorastudio.cli", *args], capture_output=True, text=True)
-    return {"args": args, "rc": done.returncode, "out": done.stdout[-4000:], "err": done.stderr[-2000:]}
-
-
-def _app_work(settings, model: Path, vlm: Path) -> tuple[list, dict]:
-    from fastapi.testclient import TestClient
-
-    from lorastudio.api.app import create_app
-
-    with TestClient(create_app(settings), base_url="http://127.0.0.1") as client:
-        images = []
-        for loras in ([{"name": "done32", "scale": 1.0}], [{"name": "plain", "scale": 0.5}], []):
-            body = {"family": "flux", "base_model": str(model), "prompt": "a red circle", "seed": 1,
-                    "steps": 2, "width": 32, "height": 32, "loras": loras}  # fmt: skip
-            made = client.post("/api/generate", json=body)
-            images.append({"status": made.status_code, "body": body, "out": made.json()})
-        job = client.post(
-            "/api/datasets/cards/caption", json={"model": str(vlm), "max_tokens": 4, "overwrite": True}
-        )
-        caption = {"start": job.status_code, "out": job.json()}
-        if job.status_code == 202:
-            for _ in range(600):
-                now = client.get(f"/api/captions/{job.json()['id']}").json()
-                if now["status"] not in ("queued", "running"):
-                    break
-                time.sleep(0.5)
-            caption["end"] = now
-        caption["list"] = client.get("/api/captions").json() if job.status_code == 202 else None
-        return images, caption
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -22,25 +21,17 @@ import pytest
 import torch
 from PIL import Image
 from safetensors.torch import load_file
+from tests.upgrade.old_tree import old_src
 
 OLD = "a85de674"  # the session's start
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def _old_src(out: Path) -> Path:
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", OLD, "src"], capture_output=True)
-    if archive.returncode != 0:
-        pytest.skip(f"commit {OLD} not in this clone: {archive.stderr.decode()[:200]}")
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(out, filter="data")
-    return out / "src"
-
-
 @pytest.fixture(scope="module")
 def old_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("upgrade")
-    env = {**os.environ, "PYTHONPATH": str(_old_src(root / "old")), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(old_src(OLD, root / "old")), "OMP_NUM_THREADS": "1"}
     built = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("old_home.py")), str(root / "home")],
         env=env, capture_output=True, text=True, cwd=root,

@@ -17,7 +17,6 @@ import socket
 import stat
 import subprocess
 import sys
-import tarfile
 import urllib.request
 from pathlib import Path
 
@@ -25,19 +24,11 @@ import numpy as np
 import pytest
 from PIL import Image
 from tests.polling import until
+from tests.upgrade.old_tree import old_src
 
 OLD = "89e293be"  # session 30's start
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-def _old_src(out: Path) -> Path:
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", OLD, "src"], capture_output=True)
-    if archive.returncode != 0:
-        pytest.skip(f"commit {OLD} not in this clone: {archive.stderr.decode()[:200]}")
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(out, filter="data")
-    return out / "src"
 
 
 def _umask_002() -> None:
@@ -47,14 +38,14 @@ def _umask_002() -> None:
 @pytest.fixture(scope="module")
 def old_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
     root = tmp_path_factory.mktemp("upgrade30")
-    old_src = _old_src(root / "old")
-    env = {**os.environ, "PYTHONPATH": str(old_src), "OMP_NUM_THREADS": "1"}
+    source = old_src(OLD, root / "old")
+    env = {**os.environ, "PYTHONPATH": str(source), "OMP_NUM_THREADS": "1"}
     built = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("old_home30.py")), str(root / "home")],
         env=env, capture_output=True, text=True, cwd=root, preexec_fn=_umask_002,  # noqa: PLW1509
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
-    return root / "home", json.loads((root / "old_home.json").read_text()), old_src
+    return root / "home", json.loads((root / "old_home.json").read_text()), source
 
 
 @pytest.fixture

@@ -6,26 +6,9 @@ import { LiveScreen } from "../screens/LiveScreen";
 import { RunDetailScreen } from "../screens/RunDetailScreen";
 import { type Call, JOB as RUNNING_JOB, mockFetch } from "../test/fixtures";
 import { groupByStep, roundTiles, samplePrompts } from "./SamplePreviews";
+import { FakeEventSource } from "../test/fakeEventSource";
 
 /** An EventSource double: the test pushes named server-sent events into it. */
-class FakeEventSource {
-  static last: FakeEventSource | null = null;
-  listeners = new Map<string, ((e: MessageEvent) => void)[]>();
-  onopen: (() => void) | null = null;
-  onerror: (() => void) | null = null;
-  onmessage: ((e: MessageEvent) => void) | null = null;
-  constructor(public url: string) {
-    FakeEventSource.last = this;
-  }
-  addEventListener(type: string, fn: (e: MessageEvent) => void) {
-    this.listeners.set(type, [...(this.listeners.get(type) ?? []), fn]);
-  }
-  close() {}
-  emit(type: string, data: object) {
-    const e = new MessageEvent(type, { data: JSON.stringify(data) });
-    for (const fn of this.listeners.get(type) ?? []) fn(e);
-  }
-}
 
 const PROMPTS = ["a red circle", "a blue square"];
 // the fixtures' running job j1, at step 2 with no metrics yet, sampling PROMPTS

@@ -7,26 +7,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { TrainingProvider } from "../api/training";
 import { JOB, mockFetch } from "../test/fixtures";
 import { LiveScreen } from "./LiveScreen";
-
-/** A minimal EventSource double: the test pushes named server-sent events into it. */
-class FakeEventSource {
-  static last: FakeEventSource | null = null;
-  listeners = new Map<string, ((e: MessageEvent) => void)[]>();
-  onopen: (() => void) | null = null;
-  onerror: (() => void) | null = null;
-  onmessage: ((e: MessageEvent) => void) | null = null;
-  constructor(public url: string) {
-    FakeEventSource.last = this;
-  }
-  addEventListener(type: string, fn: (e: MessageEvent) => void) {
-    this.listeners.set(type, [...(this.listeners.get(type) ?? []), fn]);
-  }
-  close() {}
-  emit(type: string, data: object) {
-    const e = new MessageEvent(type, { data: JSON.stringify(data) });
-    for (const fn of this.listeners.get(type) ?? []) fn(e);
-  }
-}
+import { FakeEventSource } from "../test/fakeEventSource";
 
 const TOTAL = 100;
 const progress = (step: number) => ({
