@@ -82,6 +82,7 @@ def expected(layers: Layers, alphas: dict[str, float | None], dtype) -> dict[str
 
 
 def effective(pipe, family: str, names) -> dict[str, torch.Tensor]:
+    """Each module's effective weight [out, in] as the pipeline applies it now (LoRA included)."""
     model = getattr(pipe, families.get(family).spec.denoiser)
     out = {}
     with torch.no_grad():

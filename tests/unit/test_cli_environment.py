@@ -14,6 +14,13 @@ def _env(home: Path) -> dict[str, str]:
     return {**os.environ, "LORASTUDIO_HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)}
 
 
+def _run_script(script: str, home: Path) -> subprocess.CompletedProcess:
+    """`python -c script` with a studio home of its own (its output as text)."""
+    return subprocess.run(
+        [sys.executable, "-c", script], env=_env(home), capture_output=True, text=True, timeout=120
+    )
+
+
 def test_a_command_in_a_deleted_folder_is_refused_naming_it(tmp_path: Path) -> None:
     """Before: `train` died importing torch ("Intel oneMKL FATAL ERROR"), a relative
     LORASTUDIO_HOME was a bare "error: No such file or directory"."""
@@ -50,13 +57,7 @@ def test_a_worker_spawns_once_the_working_folder_is_deleted(tmp_path: Path) -> N
         print("exit", child.exitcode, os.getcwd())
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        env=_env(tmp_path / "home"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run_script(script, tmp_path / "home")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["exit", "0", "/"]
 
@@ -85,13 +86,7 @@ def test_small_files_are_read_under_an_address_space_limit(tmp_path: Path) -> No
         print("read")
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        env=_env(tmp_path / "home"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run_script(script, tmp_path / "home")
     assert (done.returncode, done.stdout) == (0, "read\n"), done.stderr[-2000:]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from bench.foreign_lora_audit import effective as effective_weights
 from safetensors.torch import load_file, save_file
 
 from lorastudio import families
@@ -52,33 +53,21 @@ def _files(pipe, family: str, folder: Path) -> tuple[Path, Path]:
     return folder / "theirs.safetensors", folder / "folded.safetensors"
 
 
-def _weights(pipe, family: str, names) -> dict[str, torch.Tensor]:
-    """Each module's effective weight [out, in] as the pipeline applies it now (LoRA included)."""
-    model = getattr(pipe, families.get(family).spec.denoiser)
-    out = {}
-    with torch.no_grad():
-        for name in names:
-            module = model.get_submodule(name)
-            width = getattr(module, "base_layer", module).in_features
-            out[name] = (module(torch.eye(width)) - module(torch.zeros(1, width))).T
-    return out
-
-
 @pytest.mark.parametrize("family", ["sdxl", "qwen-image", "z-image", "flux2", "krea2"])
 def test_a_file_with_layer_alphas_generates_at_alpha_over_rank(family, tmp_path):
     pipe = build_tiny_pipeline(family)
     names = list(_layers(pipe, family))
     theirs, folded = _files(pipe, family, tmp_path)
-    base = _weights(pipe, family, names)
+    base = effective_weights(pipe, family, names)
     apply_loras(pipe, [(folded, 0.7)])
-    want = _weights(pipe, family, names)
+    want = effective_weights(pipe, family, names)
     apply_loras(pipe, [(theirs, 0.7)])
-    got = _weights(pipe, family, names)
+    got = effective_weights(pipe, family, names)
     for name in names:
         assert not torch.allclose(want[name], base[name]), name
         torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-5, msg=name)
     apply_loras(pipe, [])
-    for name, weight in _weights(pipe, family, names).items():
+    for name, weight in effective_weights(pipe, family, names).items():
         torch.testing.assert_close(weight, base[name], rtol=0, atol=1e-6)
 
 
