@@ -22,7 +22,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["LORASTUDIO_STANDBY_WORKER"] = "0"
 
-from old_home import _app_work, _cli  # noqa: E402 (the session 26 fixture's, beside this file)
+from old_home import _app_work, _cli, _settings, _stop_at  # noqa: E402 (the session 26 fixture's, beside this file)
 
 RUNS = {
     # name: (extra settings, stop step or None for a finished run)
@@ -33,28 +33,6 @@ RUNS = {
 }
 KILLED_TWIN_STEPS = 40  # the killed run's uninterrupted twin is stopped there (the kill comes far before)
 CLI_RUNS = {"done32": {}, "done64": {"resolution": 64}}  # finished through the CLI: in the run store
-
-
-def _stop_at(step: int):
-    from lorastudio.training.events import StopRequest
-
-    events: list = []
-
-    def check():
-        done = [e for e in events if e.type == "progress"]
-        return StopRequest(save=True) if done and done[-1].step >= step else None
-
-    return events, check
-
-
-def _settings(model: Path, data: Path, name: str, extra: dict) -> dict:
-    raw = {
-        "family": "flux", "base_model": str(model), "data_dir": str(data), "resolution": 32,
-        "steps": 4, "learning_rate": 5e-3, "lora_rank": 4, "batch_size": 1, "save_every": 1,
-        "seed": 0, "output_name": name, "max_sequence_length": 16,
-    }  # fmt: skip
-    raw.update(extra)
-    return raw
 
 
 def build(home: Path) -> dict:

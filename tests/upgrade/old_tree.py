@@ -1,5 +1,6 @@
-"""The source tree of an older commit, for the upgrade tests: `git archive` of its src/ into a
-folder (skipping the test where the clone lacks the commit, a shallow CI clone)."""
+"""What the upgrade tests share: the source tree of an older commit (`git archive` of its src/
+into a folder, skipping the test where the clone lacks the commit: a shallow CI clone) and the
+check that an old home's gallery images render again the same."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import io
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
+from PIL import Image
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,3 +25,16 @@ def old_src(commit: str, out: Path) -> Path:
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(out, filter="data")
     return out / "src"
+
+
+def renders_again(client: Any, gallery: list[dict]) -> None:
+    """Each gallery image an old home's fixture made (its request `body`, its answer `out`) is
+    generated again through `client` (the app's TestClient) to the same pixels."""
+    for made in gallery:
+        again = client.post("/api/generate", json=made["body"])
+        assert again.status_code == 201, again.text
+        pixels = [
+            np.asarray(Image.open(io.BytesIO(client.get(u).content)))
+            for u in (made["out"]["url"], again.json()["url"])
+        ]
+        np.testing.assert_array_equal(*pixels)

@@ -9,19 +9,16 @@ is answered as unknown. Skipped where the repository lacks the old commit (a sha
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 from safetensors.torch import load_file
-from tests.upgrade.old_tree import old_src
+from tests.upgrade.old_tree import old_src, renders_again
 
 OLD = "a85de674"  # the session's start
 REPO = Path(__file__).resolve().parents[2]
@@ -117,14 +114,7 @@ def test_an_old_home_upgrades(home: tuple[Path, dict]) -> None:
         assert client.get(f"/api/runs/{run['id']}").status_code == 200
         images = client.get("/api/gallery").json()["images"]
         assert len(images) == len(old["gallery"])
-        for made in old["gallery"]:  # the LoRAs unchanged yet: each image renders again, the same
-            again = client.post("/api/generate", json=made["body"])
-            assert again.status_code == 201, again.text
-            pixels = [
-                np.asarray(Image.open(io.BytesIO(client.get(u).content)))
-                for u in (made["out"]["url"], again.json()["url"])
-            ]
-            np.testing.assert_array_equal(*pixels)
+        renders_again(client, old["gallery"])  # the LoRAs unchanged yet: the same pixels
         job = old["caption_job"]
         assert job["end"]["status"] == "completed"
         assert (

@@ -10,7 +10,6 @@ Skipped where the repository lacks the old commit (a shallow clone)."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import socket
@@ -20,11 +19,9 @@ import sys
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 from tests.polling import until
-from tests.upgrade.old_tree import old_src
+from tests.upgrade.old_tree import old_src, renders_again
 
 OLD = "89e293be"  # session 30's start
 REPO = Path(__file__).resolve().parents[2]
@@ -107,14 +104,7 @@ def test_an_old_home_upgrades_and_downgrades(home: tuple[Path, dict, Path]) -> N
     _listing_pages_of_a_served_home(folder, ["killed", "done64", "done32"])
 
     with TestClient(create_app(get_settings()), base_url="http://127.0.0.1") as client:
-        for made in old["gallery"]:  # generation with the old LoRAs: the same pixels
-            again = client.post("/api/generate", json=made["body"])
-            assert again.status_code == 201, again.text
-            pixels = [
-                np.asarray(Image.open(io.BytesIO(client.get(u).content)))
-                for u in (made["out"]["url"], again.json()["url"])
-            ]
-            np.testing.assert_array_equal(*pixels)
+        renders_again(client, old["gallery"])  # generation with the old LoRAs: the same pixels
         assert client.get(f"/api/captions/{old['caption_job']['out']['id']}").json()["status"] == "completed"
         config = {k: v for k, v in runs["plain"]["raw"].items() if not k.startswith("sample_")}
         for resolution, confidence in ((32, "measured"), (48, "scaled"), (64, "measured")):
