@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lorastudio.errors import ModelSourceError
+from lorastudio.errors import ModelSourceError, library_open_reason
 
 if TYPE_CHECKING:
     import torch
@@ -101,7 +101,7 @@ def _checkpoint(sf: SingleFile, subfolder: str) -> dict[str, torch.Tensor]:
                 if (k.startswith(wanted) if wanted else not k.startswith(BUNDLED_PREFIXES))
             }
     except (OSError, ValueError, RuntimeError) as err:
-        raise ModelSourceError(f"cannot read the checkpoint {sf.file}: {err}") from err
+        raise ModelSourceError(f"cannot read the checkpoint {sf.file}: {library_open_reason(err)}") from err
 
 
 def _no_meta(model: Any, sf: SingleFile, component: str) -> Any:

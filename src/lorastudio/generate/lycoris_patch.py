@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from lorastudio.errors import ModelSourceError
+from lorastudio.errors import ModelSourceError, library_open_reason
 from lorastudio.generate.lycoris_names import Target, to_lycoris_names
 from lorastudio.lora.lycoris import (
     COMFY_DIFF_SUFFIXES,
@@ -189,7 +189,7 @@ def patch_lycoris(pipe: DiffusionPipeline, files: Sequence[tuple[Path, float]]) 
             grouped = group_modules(load_file(str(path)), COMFY_SUFFIXES | COMFY_DIFF_SUFFIXES)
             modules = to_lycoris_names(grouped, type(pipe).__name__)
         except (OSError, ValueError, ModelSourceError) as err:  # LycorisError is a ValueError
-            raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
+            raise ModelSourceError(f"cannot apply LoRA {path}: {library_open_reason(err)}") from err
         missing = sorted(
             {
                 x

@@ -24,9 +24,10 @@ from pathlib import Path
 import torch
 
 from lorastudio import json_read
-from lorastudio.errors import ModelSourceError, NotFound
+from lorastudio.errors import ModelSourceError, NotFound, library_open_reason
 from lorastudio.file_version import FileVersion, version_of
-from lorastudio.lora.header import ADAPTER_METADATA_KEY, check_lora_structure, read_header
+from lorastudio.lora.header import ADAPTER_METADATA_KEY, MAX_ALPHA_SCALE, check_lora_structure, read_header
+from lorastudio.lora.header_read import TensorInfo
 from lorastudio.user_paths import is_file, missing_file
 
 
@@ -39,15 +40,19 @@ def read_lora_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]
 
     if not is_file(path):
         raise NotFound(missing_file(path, "LoRA file"))
-    check_lora_structure(read_header(path))  # header checked (size cap, offsets, dtypes, ranks) first
+    header = read_header(path)
+    check_lora_structure(header)  # header checked (size cap, offsets, dtypes, ranks) first
     try:
         with safe_open(str(path), framework="pt") as f:
             tensors = {k: widened(f.get_tensor(k)) for k in f.keys()}  # noqa: SIM118
             metadata = dict(f.metadata() or {})
     except (SafetensorError, OSError) as err:
-        raise ModelSourceError(f"{path} is not a readable safetensors file: {err}") from err
+        raise ModelSourceError(
+            f"{path} is not a readable safetensors file: {library_open_reason(err)}"
+        ) from err
     for name, tensor in tensors.items():
         check_finite(path, name, tensor)
+        check_alpha_scale(path, name, tensor, header.tensors)
     return fold_layer_alphas(path, tensors, metadata), metadata
 
 
@@ -167,6 +172,37 @@ def check_finite(path: Path, name: str, tensor: torch.Tensor) -> None:
         )
 
 
+# a layer's rank: the first dimension of its down matrix (LoRA), of hada_w1_b (LoHa), of
+# lokr_w2_b or else lokr_w1_b (LoKr: ComfyUI's weight_adapter/lokr.py; a LoKr layer without
+# either ignores its alpha)
+_RANK_OF = (
+    ".lora_A.weight",
+    ".lora_down.weight",
+    ".lora.down.weight",
+    ".hada_w1_b",
+    ".lokr_w2_b",
+    ".lokr_w1_b",
+)
+
+
+def check_alpha_scale(path: Path, name: str, tensor: torch.Tensor, infos: Mapping[str, TensorInfo]) -> None:
+    """Refuse a `.alpha` whose alpha / rank is past MAX_ALPHA_SCALE in size (`infos`: the file's
+    header tensors, whose shapes give the layer's rank; an alpha without a rank beside it is left
+    to the other checks). Raises ModelSourceError naming the file, the alpha and the scale."""
+    if not name.endswith(".alpha") or tensor.numel() != 1:
+        return
+    layer = name.removesuffix(".alpha")
+    rank = next(
+        (infos[layer + s].shape[0] for s in _RANK_OF if layer + s in infos and infos[layer + s].shape), 0
+    )
+    if rank and abs(float(tensor.float())) / rank > MAX_ALPHA_SCALE:
+        raise ModelSourceError(
+            f"{path} is not a usable LoRA: the alpha {name[:120]!r} is {float(tensor.float()):g} at rank"
+            f" {rank}, a scale alpha / rank past {MAX_ALPHA_SCALE:g} that no trainer writes (alpha is"
+            " usually 1 to a few times the rank): the file is damaged"
+        )
+
+
 # Files that passed check_lora_values, by version (file_version.version_of, ctime included): a
 # generation worker checks the LoRAs of every request, and re-reading an unchanged file each time
 # cost a read of all of it.
@@ -194,13 +230,18 @@ def check_lora_values(path: Path) -> None:
     before = _identity(path)
     if before is not None and before in _CHECKED:
         return
-    check_lora_structure(read_header(path))
+    header = read_header(path)
+    check_lora_structure(header)
     try:
         with safe_open(str(path), framework="pt") as f:
             for name in f.keys():  # noqa: SIM118
-                check_finite(path, name, f.get_tensor(name))
+                tensor = f.get_tensor(name)
+                check_finite(path, name, tensor)
+                check_alpha_scale(path, name, tensor, header.tensors)
     except (SafetensorError, OSError) as err:
-        raise ModelSourceError(f"{path} is not a readable safetensors file: {err}") from err
+        raise ModelSourceError(
+            f"{path} is not a readable safetensors file: {library_open_reason(err)}"
+        ) from err
     if before is not None and _identity(path) == before:  # unchanged while it was read
         if len(_CHECKED) >= _CHECKED_MAX:
             _CHECKED.pop(next(iter(_CHECKED)))

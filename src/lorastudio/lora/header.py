@@ -53,6 +53,13 @@ _SHARED_KEYS: dict[str, frozenset[str]] = {
     "flux": frozenset({"flux", "flux-kontext", "chroma", "flux2", "flux2-klein"}),
     "qwen-image": frozenset({"qwen-image", "qwen-image-edit"}),  # one transformer
 }
+# The largest |alpha / rank| a layer may have. kohya's sd-scripts defaults alpha to 1 (scale 1/rank)
+# or is run at alpha = rank (scale 1, ai-toolkit's linear_alpha default, OneTrainer's too), and
+# files seen in the wild stay within a few x rank (alpha 16 at rank 4: scale 4; alpha 128 at rank
+# 1 would be 128). A scale past 1e4 multiplies the layer's change 10^4 times what any trainer
+# writes: it is a damaged or hostile file (1e30 beside rank 4, below fix 912's overflow in F32,
+# gave black images through diffusers' loader and was kept by `lora convert --to kohya`).
+MAX_ALPHA_SCALE = 1e4
 _DOWN = re.compile(r"(lora_A|lora_down|lora\.down)(\.[A-Za-z_]+)?\.weight$")
 FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"})  # what an adapter's weights are
 # a layer's down (A) and up (B) matrix names: down [r, in, ...] and up [out, r, ...] share r
@@ -153,6 +160,14 @@ def check_lora_structure(header: LoraHeader) -> None:
         alphas = [v for k, v in config.items() if k.endswith(".lora_alpha") or k == "lora_alpha"]
         if any(not (type(a) in (int, float) and math.isfinite(a) and a != 0) for a in alphas):  # 0: no change
             raise _bad(path, f"{ADAPTER_METADATA_KEY} gives an impossible lora_alpha {str(alphas[:3])[:80]}")
+        for key, alpha in config.items():  # lora_alpha over the r beside it (MAX_ALPHA_SCALE)
+            rank = config.get(key.removesuffix("lora_alpha") + "r") if key.endswith("lora_alpha") else None
+            if type(rank) is int and rank >= 1 and abs(alpha) / rank > MAX_ALPHA_SCALE:
+                raise _bad(
+                    path,
+                    f"{ADAPTER_METADATA_KEY} gives {key[:80]!r} = {alpha:g} at r = {rank}, a scale alpha / rank"
+                    f" past {MAX_ALPHA_SCALE:g} that no trainer writes",
+                )
         for key, value in config.items():
             kind = next(
                 (k for k in ("rank_pattern", "alpha_pattern") if key.endswith("." + k) or key == k), None

@@ -24,7 +24,7 @@ import torch
 
 from lorastudio import __version__
 from lorastudio.data import BucketBatchSampler
-from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.errors import ConfigError, FieldProblem, library_open_reason
 from lorastudio.lora.files import follow_umask
 from lorastudio.training.checkpoint import (
     INFO_FILE,
@@ -182,7 +182,7 @@ def load_checkpoint(checkpoint: Path, parts: LoopParts) -> tuple[int, list[float
         weights = load_file(str(checkpoint / LORA_FILE))
         state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as err:
-        reason = (str(err).splitlines() or [type(err).__name__])[0]
+        reason = library_open_reason(err).splitlines()[0]  # safetensors says ENOENT for EACCES
         raise ConfigError(
             [FieldProblem("resume", f"cannot read checkpoint {checkpoint}: {reason}")]
         ) from None
@@ -249,4 +249,4 @@ def _load_text_encoders(checkpoint: Path, text_encoders: Any) -> None:
     try:
         text_encoders.load_state_dict(load_file(str(path)))
     except (OSError, ValueError, RuntimeError) as err:
-        raise ConfigError([FieldProblem("resume", f"{path}: {err}")]) from None
+        raise ConfigError([FieldProblem("resume", f"{path}: {library_open_reason(err)}")]) from None

@@ -233,10 +233,11 @@ def test_a_conversion_that_would_overflow_the_dtype_writes_nothing(
 ) -> None:
     """A bf16 lora_up times a huge alpha / rank (folded into lora_B by the conversion) is infinite
     in bf16: the file was written with infinities, which every reader then refused."""
-    src = _kohya_file(tmp_path / "big.safetensors", torch.bfloat16, alpha=3e38, up=4.0)
+    # alpha / rank 1e4 (the largest fix 951 reads) over a lora_up of 1e35: past bf16's 3.4e38
+    src = _kohya_file(tmp_path / "big.safetensors", torch.bfloat16, alpha=2e4, up=1e35)
     out = tmp_path / "out.safetensors"
     # refused where alpha / rank is folded in (RELIABILITY 912), before the write's own check
-    said = r"alpha / rank \(1.5e\+38\) scales its weights past what bfloat16 holds"
+    said = r"alpha / rank \(10000\) scales its weights past what bfloat16 holds"
     with pytest.raises(ModelSourceError, match=said):
         convert_file(src, out, to="diffusers")
     code, printed = _cli(capsys, monkeypatch, "lora", "convert", str(src), str(out), "--to", "diffusers")
