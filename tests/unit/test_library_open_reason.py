@@ -10,7 +10,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from lorastudio.errors import ConfigError, ModelSourceError, library_open_reason
+from lorastudio.errors import ConfigError, ModelSourceError
+from lorastudio.open_reason import library_open_reason
 
 
 def _denied(monkeypatch, path) -> None:

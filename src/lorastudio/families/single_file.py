@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lorastudio.errors import ModelSourceError, library_open_reason
+from lorastudio.errors import ModelSourceError
+from lorastudio.open_reason import library_open_reason
 
 if TYPE_CHECKING:
     import torch

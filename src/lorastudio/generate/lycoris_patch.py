@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from lorastudio.errors import ModelSourceError, library_open_reason
+from lorastudio.errors import ModelSourceError
 from lorastudio.generate.lycoris_names import Target, to_lycoris_names
 from lorastudio.lora.lycoris import (
     COMFY_DIFF_SUFFIXES,
@@ -53,6 +53,7 @@ from lorastudio.lora.lycoris import (
     group_modules,
     module_key,
 )
+from lorastudio.open_reason import library_open_reason
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline

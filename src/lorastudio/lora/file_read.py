@@ -24,10 +24,11 @@ from pathlib import Path
 import torch
 
 from lorastudio import json_read
-from lorastudio.errors import ModelSourceError, NotFound, library_open_reason
+from lorastudio.errors import ModelSourceError, NotFound
 from lorastudio.file_version import FileVersion, version_of
 from lorastudio.lora.header import ADAPTER_METADATA_KEY, MAX_ALPHA_SCALE, check_lora_structure, read_header
 from lorastudio.lora.header_read import TensorInfo
+from lorastudio.open_reason import library_open_reason
 from lorastudio.user_paths import is_file, missing_file
 
 

@@ -24,8 +24,9 @@ import torch
 
 from lorastudio import __version__
 from lorastudio.data import BucketBatchSampler
-from lorastudio.errors import ConfigError, FieldProblem, library_open_reason
+from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.lora.files import follow_umask
+from lorastudio.open_reason import library_open_reason
 from lorastudio.training.checkpoint import (
     INFO_FILE,
     LORA_FILE,
