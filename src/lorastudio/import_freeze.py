@@ -17,6 +17,8 @@ standalone): a test runner calls the same command in its own process.
 from __future__ import annotations
 
 import gc
+import sys
+from pathlib import Path
 
 _standalone = False  # set by the console entry point (cli/app.main): this process runs one command
 
@@ -32,9 +34,20 @@ def freeze_imports(collect_first: bool = False) -> int:
 
 
 def mark_standalone() -> None:
-    """Record that this process is the `lorastudio` console program: it runs one command, then exits."""
+    """Record that this process is the `lorastudio` console program (it runs one command, then
+    exits): called by cli/app.main, it counts only where the process's main module is that
+    program (the `lorastudio` script or `python -m lorastudio.cli`), never where main() is called
+    inside another program (a test runner)."""
     global _standalone
-    _standalone = True
+    _standalone = _is_console_program()
+
+
+def _is_console_program() -> bool:
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None:
+        return spec.name in ("lorastudio.cli", "lorastudio.cli.__main__")
+    return Path(getattr(main, "__file__", None) or "").name == "lorastudio"
 
 
 def freeze_if_standalone() -> int | None:

@@ -47,7 +47,7 @@ from lorastudio.data.dataset_names import hand_named_folder, rename_dataset
 from lorastudio.data.image_edits import delete_image, write_caption
 from lorastudio.data.listing import dataset_summary, list_datasets
 from lorastudio.data.mask_upload import MASK_FIELD, upload_masks
-from lorastudio.data.safe_open import FolderId, folder_identity
+from lorastudio.data.safe_open import FolderId, folder_identity, open_folder
 from lorastudio.data.upload_pairs import control_slot, misnamed_control_field
 from lorastudio.data.uploads import UploadBatch, UploadResult, UploadTooLarge
 from lorastudio.errors import DatasetChanged, DatasetError, DatasetNotFound, JobActive
@@ -186,25 +186,43 @@ async def upload(
     folder = _editable(service, dataset_path(settings, name))  # a new name: this upload creates it
     if not os.path.lexists(folder):  # this upload creates the dataset: its name is a new one
         new_name(name, field="dataset name")
-    began_on = _identity(folder)  # the dataset as the upload began (None: this upload makes it)
-    cap = settings.max_upload_mb * 2**20
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > cap:
-        raise UploadTooLarge(cap)
-    parser = ParkingMultiPartParser(  # one descriptor per upload, not per file (upload_spool)
-        request.headers, _capped(request.stream(), cap), max_files=MAX_FILES_PER_UPLOAD, max_fields=100
-    )
+    # the dataset as the upload began (None: this upload makes it), its folder held open until
+    # the commit: a folder deleted meanwhile keeps its inode, so a replacement never has it
+    began_on, held = _hold(folder)
     try:
-        form = await parser.parse()
-    except MultiPartException as err:
-        raise DatasetError("malformed multipart upload", [err.message]) from None
-    try:
-        uploads = file_parts(form)
-        result = await run_in_threadpool(_commit, settings, folder, began_on, uploads, strict)
+        cap = settings.max_upload_mb * 2**20
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > cap:
+            raise UploadTooLarge(cap)
+        parser = ParkingMultiPartParser(  # one descriptor per upload, not per file (upload_spool)
+            request.headers, _capped(request.stream(), cap), max_files=MAX_FILES_PER_UPLOAD, max_fields=100
+        )
+        try:
+            form = await parser.parse()
+        except MultiPartException as err:
+            raise DatasetError("malformed multipart upload", [err.message]) from None
+        try:
+            uploads = file_parts(form)
+            result = await run_in_threadpool(_commit, settings, folder, began_on, uploads, strict)
+        finally:
+            await form.close()
+        refused = [{"file": name, "reason": reason} for name, reason in result.refused]
     finally:
-        await form.close()
-    refused = [{"file": name, "reason": reason} for name, reason in result.refused]
+        if held is not None:
+            os.close(held)
     return {**dataset_summary(folder), "committed": result.stored, "refused": refused}
+
+
+def _hold(folder: Path) -> tuple[FolderId | None, int | None]:
+    """The dataset folder's identity and an open descriptor of it (the caller closes it): while
+    it is open the folder's inode is not reused, so `_unchanged` tells a folder deleted and made
+    again under its name from the one the upload began on. (None, None) when there is none."""
+    try:
+        fd = open_folder(folder)
+    except DatasetError:
+        return None, None
+    st = os.fstat(fd)
+    return (st.st_dev, st.st_ino), fd
 
 
 def _identity(folder: Path) -> FolderId | None:
