@@ -26,11 +26,20 @@ from starlette.datastructures import Headers, UploadFile
 from starlette.formparsers import (  # type: ignore[attr-defined]
     MultiPartException,
     MultiPartParser,
-    _user_safe_decode,
     parse_options_header,
 )
 
 from lorastudio.errors import writing
+
+
+def _user_safe_decode(src: bytes | bytearray, codec: str) -> str:
+    """A part's name or filename as starlette decodes it (its private helper of that name, kept
+    here so that a starlette upgrade cannot take it away): the form's charset, else latin-1."""
+    try:
+        return src.decode(codec)
+    except (UnicodeDecodeError, LookupError):
+        return src.decode("latin-1")
+
 
 SPOOL_MEMORY_BYTES = 1 << 20  # starlette's spool_max_size
 WHAT = "an uploaded file's temporary copy in the temporary folder (TMPDIR)"
