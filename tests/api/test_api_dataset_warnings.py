@@ -6,7 +6,6 @@ plan_workers.report_dataset_warnings (the real run's event: tests/unit/training/
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from lorastudio.api.schemas_runs import JobOut, RunDetail
 from lorastudio.jobs.records import now_iso
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
+from old_store import first_version_store
 
 
 @pytest.fixture
@@ -53,20 +53,7 @@ def test_a_runs_dataset_warnings_are_kept_in_its_status_and_record(
 
 
 def test_a_store_written_before_dataset_warnings_reads_none(tmp_path: Path) -> None:
-    db = tmp_path / "old.db"
-    old = sqlite3.connect(db)
-    old.executescript(
-        "CREATE TABLE runs (id TEXT PRIMARY KEY, output_name TEXT NOT NULL, family TEXT NOT NULL,"
-        " status TEXT NOT NULL, created_at TEXT NOT NULL, started_at TEXT, finished_at TEXT,"
-        " config_json TEXT NOT NULL, steps_run INTEGER NOT NULL DEFAULT 0, total_steps INTEGER,"
-        " last_loss REAL, error TEXT);"
-    )
-    old.execute(
-        "INSERT INTO runs (id, output_name, family, status, created_at, config_json) VALUES (?,?,?,?,?,?)",
-        ("r1", "older", "flux", "completed", now_iso(), "{}"),
-    )
-    old.commit()
-    old.close()
+    db = first_version_store(tmp_path / "old.db", "r1", "older", now_iso())
     store = RunStore.open(db)
     try:
         assert store.get_run("r1")["dataset_warnings"] == []

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sqlite3
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,6 +39,7 @@ from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
 from lorastudio.training.compile import repeated_blocks
 from lorastudio.training.events import PlanChosen
+from old_store import first_version_store
 
 # -- the preflight's plan section ----------------------------------------------------------------
 
@@ -312,20 +312,7 @@ def test_the_reported_plan_is_kept_in_status_events_and_run_record(
 
 
 def test_a_store_written_before_plans_is_upgraded_in_place(tmp_path: Path) -> None:
-    db = tmp_path / "old.db"
-    old = sqlite3.connect(db)
-    old.executescript(
-        "CREATE TABLE runs (id TEXT PRIMARY KEY, output_name TEXT NOT NULL, family TEXT NOT NULL,"
-        " status TEXT NOT NULL, created_at TEXT NOT NULL, started_at TEXT, finished_at TEXT,"
-        " config_json TEXT NOT NULL, steps_run INTEGER NOT NULL DEFAULT 0, total_steps INTEGER,"
-        " last_loss REAL, error TEXT);"
-    )
-    old.execute(
-        "INSERT INTO runs (id, output_name, family, status, created_at, config_json) VALUES (?,?,?,?,?,?)",
-        ("r1", "older", "flux", "completed", now_iso(), "{}"),
-    )
-    old.commit()
-    old.close()
+    db = first_version_store(tmp_path / "old.db", "r1", "older", now_iso())
     store = RunStore.open(db)
     try:
         assert store.get_run("r1")["plan"] is None

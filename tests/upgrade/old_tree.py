@@ -1,6 +1,7 @@
 """What the upgrade tests share: the source tree of an older commit (`git archive` of its src/
 into a folder, skipping the test where the clone lacks the commit: a shallow CI clone) and the
-check that an old home's gallery images render again the same."""
+check that an old home's gallery images render again the same and its stopped runs resume
+bitwise."""
 
 from __future__ import annotations
 
@@ -38,3 +39,19 @@ def renders_again(client: Any, gallery: list[dict]) -> None:
             for u in (made["out"]["url"], again.json()["url"])
         ]
         np.testing.assert_array_equal(*pixels)
+
+
+def resumes_bitwise(home: Path, runs: dict, names: tuple[str, ...]) -> None:
+    """Each stopped run `names` of an old home (its fixture's `raw` config and `full_losses`, the
+    old code's uninterrupted run) resumed by this code to the same losses, bit for bit."""
+    from lorastudio.config import TrainConfig
+    from lorastudio.training.loop import train
+
+    for name in names:
+        resumed = train(
+            TrainConfig.model_validate(runs[name]["raw"]),
+            [].append,
+            device="cpu",
+            resume=home / "outputs" / name,
+        )
+        assert resumed.losses == runs[name]["full_losses"], name

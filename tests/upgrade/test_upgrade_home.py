@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from tests.upgrade.old_tree import old_src, renders_again
+from tests.upgrade.old_tree import old_src, renders_again, resumes_bitwise
 
 OLD = "a85de674"  # the session's start
 REPO = Path(__file__).resolve().parents[2]
@@ -68,9 +68,7 @@ def test_an_old_home_upgrades(home: tuple[Path, dict]) -> None:
     from fastapi.testclient import TestClient
 
     from lorastudio.api.app import create_app
-    from lorastudio.config import TrainConfig
     from lorastudio.settings import get_settings
-    from lorastudio.training.loop import train
 
     folder, old = home
     runs = old["runs"]
@@ -121,14 +119,8 @@ def test_an_old_home_upgrades(home: tuple[Path, dict]) -> None:
             client.get(f"/api/captions/{job['out']['id']}").status_code == 404
         )  # the old server kept it in memory only
 
-    for name in ("plain", "ema", "dora", "disk", "capfiles"):  # the maths unchanged: bitwise the old full run
-        resumed = train(
-            TrainConfig.model_validate(runs[name]["raw"]),
-            [].append,
-            device="cpu",
-            resume=folder / "outputs" / name,
-        )
-        assert resumed.losses == runs[name]["full_losses"], name
+    # the maths unchanged: bitwise the old full run
+    resumes_bitwise(folder, runs, ("plain", "ema", "dora", "disk", "capfiles"))
     # the latent entries read, none written anew; the FLUX.1's text entry was keyed by the base's
     # name for the components it lacks (rules 1-2), now by a fixed marker (fingerprint rule 3,
     # RELIABILITY 920): its captions encoded once more under the new key, one new text entry (the

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from tests.polling import until
-from tests.upgrade.old_tree import old_src, renders_again
+from tests.upgrade.old_tree import old_src, renders_again, resumes_bitwise
 
 OLD = "89e293be"  # session 30's start
 REPO = Path(__file__).resolve().parents[2]
@@ -116,14 +116,7 @@ def test_an_old_home_upgrades_and_downgrades(home: tuple[Path, dict, Path]) -> N
             assert wall["total_s"] > 0
 
     # exact resume of each stopped kind: bitwise the old code's uninterrupted run
-    for name in ("plain", "ema", "multi", "disk"):
-        resumed = train(
-            TrainConfig.model_validate(runs[name]["raw"]),
-            [].append,
-            device="cpu",
-            resume=folder / "outputs" / name,
-        )
-        assert resumed.losses == runs[name]["full_losses"], name
+    resumes_bitwise(folder, runs, ("plain", "ema", "multi", "disk"))
     assert {p: p.stat().st_mtime_ns for p in shards} == shards  # kept, none rewritten
     added = set((folder / "cache" / "encoded").rglob("*.safetensors")) - set(shards)
     # fingerprint rule 3 (RELIABILITY 920) keys the captions anew once: no latent is encoded again

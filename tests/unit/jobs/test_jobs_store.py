@@ -10,6 +10,7 @@ import pytest
 from lorastudio.errors import NotFound
 from lorastudio.jobs.records import JobStatus, now_iso
 from lorastudio.jobs.store import RunStore
+from old_store import first_version_store
 
 
 def _store(tmp_path: Path) -> RunStore:
@@ -93,18 +94,8 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
 
 
 def test_a_run_records_who_started_it_and_an_older_store_gains_the_column(tmp_path: Path) -> None:
-    path = tmp_path / "old.db"
-    conn = sqlite3.connect(path)  # a store of a version without sources: its runs are the service's
-    conn.execute(
-        "CREATE TABLE runs (id TEXT PRIMARY KEY, output_name TEXT NOT NULL, family TEXT NOT NULL,"
-        " status TEXT NOT NULL, created_at TEXT NOT NULL, started_at TEXT, finished_at TEXT,"
-        " config_json TEXT NOT NULL, steps_run INTEGER NOT NULL DEFAULT 0, total_steps INTEGER,"
-        " last_loss REAL, error TEXT)"
-    )
-    conn.execute("INSERT INTO runs (id, output_name, family, status, created_at, config_json) VALUES"
-                 " ('old', 'o', 'flux', 'completed', '2026-01-01', '{}')")  # fmt: skip
-    conn.commit()
-    conn.close()
+    # a store of a version without sources: its runs are the service's
+    path = first_version_store(tmp_path / "old.db", "old", "o", "2026-01-01")
     store = RunStore.open(path)
     store.create_run("c", "c", "flux", {}, now_iso(), source="cli", status=JobStatus.RUNNING)
     assert {r["id"]: (r["source"], r["status"]) for r in store.list_runs()} == {

@@ -6,21 +6,12 @@ import { TrainingProvider } from "../api/training";
 import { JOB, mockFetch, runDetail } from "../test/fixtures";
 import { LiveScreen } from "../screens/LiveScreen";
 import { RunDetailScreen } from "../screens/RunDetailScreen";
+import { FakeEventSource } from "../test/fakeEventSource";
 
 const SAID = [
   "2 image(s) are cut by more than 20% to the crop of their bucket: a.png (33% cut), b.png (33% cut)",
   "1 validation image(s) are also training images: again.png (= a.png)",
 ];
-
-/** An EventSource that never says anything (the Live screen's stream). */
-class SilentEventSource {
-  onopen: (() => void) | null = null;
-  onerror: (() => void) | null = null;
-  onmessage: ((e: MessageEvent) => void) | null = null;
-  constructor(public url: string) {}
-  addEventListener() {}
-  close() {}
-}
 
 afterEach(() => vi.unstubAllGlobals());
 
@@ -40,7 +31,7 @@ describe("a run's dataset warnings", () => {
   });
 
   it("are listed on the Live screen, and nothing when there is none", async () => {
-    vi.stubGlobal("EventSource", SilentEventSource);
+    vi.stubGlobal("EventSource", FakeEventSource);
     let job: object = { ...JOB, dataset_warnings: SAID };
     mockFetch(({ url }) => {
       if (url.startsWith("/api/train/status")) return { body: { job, queue: [], busy: true, event_seq: 1 } };

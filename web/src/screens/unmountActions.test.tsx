@@ -17,16 +17,7 @@ import { renderWithProviders } from "../test/render";
 import { GenerateScreen } from "./GenerateScreen";
 import { input, mockTrainServer, renderTrain } from "../test/trainServer";
 import { LiveScreen } from "./LiveScreen";
-
-/** An EventSource that never says anything (the Live screen's stream). */
-class SilentEventSource {
-  onopen: (() => void) | null = null;
-  onerror: (() => void) | null = null;
-  onmessage: ((e: MessageEvent) => void) | null = null;
-  constructor(public url: string) {}
-  addEventListener() {}
-  close() {}
-}
+import { FakeEventSource } from "../test/fakeEventSource";
 
 const RUN = stoppedRun({ train_longer: { from_step: 100, steps: 1000 } });
 
@@ -74,7 +65,7 @@ describe("a screen's POST answered after it unmounted", () => {
   });
 
   it("Stop: the stop stands, the status is not refreshed for a screen gone", async () => {
-    vi.stubGlobal("EventSource", SilentEventSource);
+    vi.stubGlobal("EventSource", FakeEventSource);
     const { calls, held } = deferFetch(({ url }) =>
       url.startsWith("/api/train/status") ? { body: { job: JOB, queue: [], busy: true, event_seq: 1 } } : url.includes("/samples") ? { body: { samples: [] } } : undefined,
     );

@@ -216,19 +216,7 @@ export function stoppedRun(extra: Partial<RunSummary> = {}): RunSummary {
 /** A stopped FLUX.1 run ("portrait", id r1) whose files are under `out`, with two loss points. */
 export function runDetail(out = "/home/u/.lorastudio/outputs/portrait"): RunDetail {
   return {
-    id: "r1",
-    output_name: "portrait",
-    family: "flux",
-    status: "stopped",
-    created_at: "2025-01-01T00:00:00Z",
-    started_at: "2025-01-01T00:00:01Z",
-    finished_at: "2025-01-01T00:10:00Z",
-    steps_run: 120,
-    total_steps: 1000,
-    last_loss: 0.1,
-    error: null,
-    resume_step: 120,
-    lora_file: true,
+    ...stoppedRun({ id: "r1", resume_step: 120 }),
     config: { ...CONFIG_DEFAULTS, family: "flux", base_model: "/m", data_dir: "/d", save_every: 40 } as RunDetail["config"],
     metrics: [
       { step: 1, loss: 0.5 },
