@@ -5,7 +5,8 @@ transformers, peft and torchao before its first model load. While the server run
 service keeps ONE such process ready (`StandbyKeeper`, setting LORASTUDIO_STANDBY_WORKER):
 
 - `standby_main` (the child): binds itself to the server's lifetime (jobs/worker.py), ignores
-  the terminal's SIGINT, imports `PRELOAD` and waits on its pipe. It holds no GPU memory while
+  the terminal's SIGINT, imports `PRELOAD` and the registered families' diffusers classes
+  (families/preload.py) and waits on its pipe. It holds no GPU memory while
   it waits: an import may initialise CUDA's runtime (torchao does on a GPU host, as in a fresh
   worker), but a standby whose imports created a CUDA context exits and is not used
   (jobs/standby_cuda.py).
@@ -38,6 +39,7 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
+from lorastudio.families.preload import import_family_classes
 from lorastudio.import_freeze import freeze_imports
 from lorastudio.jobs.standby_cuda import barred_by_cuda, trace_cuda_init
 from lorastudio.jobs.worker import WorkerArgs, bind_to_parent, ignore_terminal_interrupt
@@ -56,6 +58,8 @@ PRELOAD = (
     "peft",
     "torchao",
     "diffusers.models",
+    "diffusers.optimization",  # the learning-rate schedules
+    "diffusers.guiders",  # imported by the pipelines' modules at a run's first load
     "transformers.modeling_utils",
     "peft.tuners.lora",
     "lorastudio.training.block_swap",
@@ -67,6 +71,10 @@ PRELOAD = (
     # CUDA context
     "torch._inductor.compile_fx",
 )
+# then every registered family's diffusers classes: diffusers imports a pipeline's module (and
+# with it every model module, the text encoders' and scipy.stats) at the first attribute access,
+# which was 2.6 s of a real FLUX.1 job's time before its first load (RESULTS note 41)
+FAMILY_CLASSES = "the families' diffusers classes (families/preload.py)"
 MAX_DEATHS = 3  # standbys in a row that die before a job takes one, then no more
 CUDA_BY_IMPORT_EXIT = 4  # a standby whose imports created a CUDA context (it says which first)
 POLL_S = 0.5  # the keeper's check of its standby's liveness
@@ -121,6 +129,8 @@ def standby_main(conn: Connection, events: Any, stop_event: Any, stop_save: Any,
             importlib.import_module(name)
         except ImportError as err:  # an optional library missing: the job says so if it needs it
             skipped.append(f"{name} ({err})")
+    first_init.importing = FAMILY_CLASSES
+    skipped.extend(import_family_classes())  # diffusers' lazy pipelines and models (families/preload.py)
     first_init.restore()
     freeze_imports(collect_first=True)  # before "ready": no collection scans the libraries again
     torch = sys.modules.get("torch")
