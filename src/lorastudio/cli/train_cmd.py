@@ -49,6 +49,7 @@ from lorastudio.cli.train_source import resume_folder, run_config
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.jobs.dataset_claims import claim_cli_run
 from lorastudio.jobs.launch_report import RUN_ID_ENV, note_rank_failure, note_rank_state
+from lorastudio.jobs.rank_watch import connect_rank_watch
 from lorastudio.training.events import Event
 
 if TYPE_CHECKING:
@@ -177,14 +178,18 @@ def train_cmd(
 
             record.carry_over(int(read_checkpoint_info(checkpoint)["step"]))
         stopper = StopOnInterrupt(console, sigterm=not launched, quiet=rank != 0)
+        check = stopper.check
+        watch = connect_rank_watch(rank, cfg) if launched else None  # the launch's hang watch
         with stopper, display or nullcontext(), WarningLines(rank):  # its warnings as `warning:` lines
             emit = display.emit if display is not None else _ignore
             emit = record.wrap(emit) if record is not None else emit
             emit = prefetch.wrap(emit) if prefetch is not None else emit  # follows the loads
+            if watch is not None:  # beats, and rank 0's steps and busy work (cli/launch_hang.py)
+                emit, check = watch.wrap_emit(emit), watch.wrap_check(check)
             started = process_started_at()  # the run's wall-time record counts the CLI's start
             run_id = record.run_id if record is not None else None  # in a fresh run's mark
             result = train(
-                cfg, emit, stopper.check, device=device, resume=checkpoint, started_at=started, run_id=run_id
+                cfg, emit, check, device=device, resume=checkpoint, started_at=started, run_id=run_id
             )
         if record is not None:
             record.end(result.stopped, result.steps_run, result.lora_path)
