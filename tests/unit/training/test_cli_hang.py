@@ -49,7 +49,9 @@ def _rank_pid(rank: int) -> int | None:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"RANK={rank}".encode() in environ and any(e.startswith(b"LORASTUDIO_AGENT_PID=") for e in environ):
+        if f"RANK={rank}".encode() in environ and any(
+            e.startswith(b"LORASTUDIO_AGENT_PID=") for e in environ
+        ):
             return pid
     return None
 
