@@ -99,6 +99,9 @@ class RankWatch:
             except OSError:  # the command is gone: the launch ends with it
                 self._broken = True
 
+    def answered(self) -> None:
+        """A rank's run says nothing of a hang stop: its launching command does."""
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._sock.close()

@@ -3,15 +3,20 @@ side; jobs/rank_watch.py, a rank's): the job service's step watch and rank beats
 launch. Its decision: no hang before rank 0's first step, nor while announced work runs, nor once
 a stop was asked for; past the allowance the reason names the silent rank first, with its pid.
 Its wire: real ranks' watches over the launch folder's socket (no torch). The real launch (a
-SIGSTOPped gloo rank) is tests/unit/training/test_cli_hang.py's (slow). Was: no watch at all
-(RELIABILITY 985)."""
+SIGSTOPped gloo rank) is tests/unit/training/test_cli_hang.py's (slow), as is a hung one-process
+run's (cli/self_watch.py: the same watch in a thread of the run's process, decided here too).
+Was: no watch at all (RELIABILITY 985, 986)."""
 
 from __future__ import annotations
 
+import io
+import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from lorastudio.cli.self_watch import SelfWatch
 from lorastudio.config import TrainConfig
 from lorastudio.jobs import launch_report
 from lorastudio.jobs.launch_watch import LaunchWatch
@@ -112,3 +117,47 @@ def test_ranks_report_over_the_launch_folder_and_rank_0_takes_the_hang_stop(
         for rank in ranks:
             rank.close()
         watch.close()
+
+
+def test_a_one_process_run_is_asked_to_stop_then_ended_as_hung(config: TrainConfig) -> None:
+    """cli/self_watch.py (RELIABILITY 986): the same decision on the run of this process; past
+    the allowance a stop-and-save at its next poll, past the stop path's deadline (stop grace,
+    kill grace) the end of the process (here: noted)."""
+    ended: list[int] = []
+    out = io.StringIO()
+    timeouts = Timeouts(hang_min_s=10.0, hang_step_factor=4.0, stop_grace_s=1.0, kill_grace_s=1.0)
+    watch = SelfWatch(config, None, None, Console(file=out), timeouts, end=ended.append)
+    shown: list[str] = []
+    emit, check = watch.wrap_emit(lambda event: shown.append(event.type)), watch.wrap_check(lambda: None)
+    emit(ModelLoadStarted(component="transformer"))
+    watch.tick(time.monotonic() + 5000)  # before the first step: not timed
+    assert watch.reason is None
+    emit(_progress(1))
+    emit(_progress(3))  # a checkpoint is due (save_every 3): announced, not timed
+    watch.tick(time.monotonic() + 5000)
+    assert watch.reason is None and check() is None  # the poll: the checkpoint's end
+    at = time.monotonic()
+    watch.tick(at + 5)
+    assert watch.reason is None
+    watch.tick(at + 30)
+    assert watch.reason is not None and "after step 3" in watch.reason, watch.reason
+    assert "asking it to stop and save" in out.getvalue()
+    watch.tick(at + 31.5)  # the stop grace (1 s) passed, the kill grace (1 s) not yet
+    assert ended == []
+    watch.tick(at + 32.5)
+    assert ended == [1] and "error: " + watch.reason in out.getvalue().replace("\n", "")
+    assert shown == ["model_load_started", "progress", "progress"]
+
+
+def test_a_slow_step_that_answered_the_stop_says_why_it_stopped(config: TrainConfig) -> None:
+    out = io.StringIO()
+    watch = SelfWatch(config, None, None, Console(file=out), TIMEOUTS, end=lambda code: None)
+    check = watch.wrap_check(lambda: None)
+    watch.wrap_emit(lambda event: None)(_progress(1))
+    watch.tick(time.monotonic() + 60)
+    assert check() == StopRequest(save=True)  # the run's next poll stops and saves: it answers
+    watch.tick(time.monotonic() + 600)  # saving the stop's checkpoint and LoRA: within busy_grace_s
+    assert watch.answered() == watch.reason and watch.reason is not None
+    assert out.getvalue().replace("\n", "").count(f"error: {watch.reason}") == 1  # not ended: answered
+    idle = SelfWatch(config, None, None, Console(file=io.StringIO()), TIMEOUTS, end=lambda code: None)
+    assert idle.answered() is None
