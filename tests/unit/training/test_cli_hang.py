@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -115,3 +117,26 @@ def test_a_hung_rank_is_named_every_rank_ended_and_the_run_failed_with_its_check
     assert run["status"] == "failed" and run["error"] == line.removeprefix("error: "), run
     run_dir = get_settings().outputs_dir / "hang"
     assert list_checkpoints(run_dir), sorted(run_dir.rglob("*"))  # kept: the run can be resumed
+
+
+def test_a_hung_one_process_run_ends_itself_failed_leaving_no_fresh_folder(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """A one-process run whose step loop hangs after step 3 (tests/cli_hang_driver.py: its event
+    sink blocks for ever): the watch in its own process (cli/self_watch.py) asks for the stop,
+    then records the run failed, removes the fresh run's folder (no checkpoint yet: the service's
+    rule), prints the one-line error and exits 1 (RELIABILITY 986)."""
+    settings = {"steps": 50000, "output_name": "alone"}
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(run_settings("flux", tiny_model("flux"), small_dataset, settings)))
+    driver = Path(__file__).parents[2] / "cli_hang_driver.py"
+    cmd = [sys.executable, str(driver), "3", "train", str(config), "--device", "cpu"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]  # one line
+    assert line.startswith("error: the worker sent nothing for") and "after step 3" in line, line
+    assert line.endswith("it did not answer the stop and was terminated; no LoRA was saved"), line
+    assert "asking it to stop and save" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    [run] = RunStore.open(get_settings().db_path, recover=False).list_runs()
+    assert run["status"] == "failed" and run["error"] == line.removeprefix("error: "), run
+    assert not (get_settings().outputs_dir / "alone").exists()
