@@ -31,6 +31,7 @@ from rich.console import Console
 from lorastudio.jobs.busy import stop_deadline
 from lorastudio.jobs.launch_watch import LaunchWatch
 from lorastudio.jobs.process import Timeouts, escalate
+from lorastudio.jobs.records import JobStatus
 from lorastudio.jobs.step_watch import HANG_MIN_S
 from lorastudio.jobs.torchrun_launch import kill_quietly
 from lorastudio.processes import process_alive
@@ -84,7 +85,11 @@ def run_watched(
     with its watch listening in the launch's `folder`; returns (the agent's exit code, Hung when
     the watch stopped it, else None)."""
     timeouts = launch_timeouts()
-    watch = LaunchWatch(folder, world, timeouts).start()
+    watch = LaunchWatch(folder, world, timeouts)
+    try:
+        watch.start()
+    except OSError as err:  # (a socket path too long): the launch runs, unwatched as before
+        console.print(f"[yellow]warning: this launch has no hang watch: {err}[/yellow]", highlight=False)
     try:
         agent = subprocess.Popen(command, env=env)
         launch = _Launch(agent, watch)
@@ -101,7 +106,7 @@ def run_watched(
     if launch.reason is None:
         return code, None
     reason = launch.reason
-    if code == 0 and "complete" in watch.run.saw:  # only slow: it saved (the service: "stopped")
+    if code == 0 and watch.run.status == JobStatus.COMPLETED:  # only slow: it saved ("stopped")
         return code, Hung("stopped", reason)
     note = f"{reason}; it did not answer the stop and was terminated; no LoRA was saved"
     return code, Hung("failed", note)

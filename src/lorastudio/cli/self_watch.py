@@ -156,6 +156,7 @@ class SelfWatch:
             if removed is not None and self._run_id is not None:
                 record_note(get_settings(), self._run_dir, self._run_id, removed)
         self._console.print(f"[red]error: {note}[/red]", highlight=False, soft_wrap=True)
+        self._console.show_cursor(True)  # the progress display hid it; no exit of its own shows it
         sys.stdout.flush()
         sys.stderr.flush()
         self._end(EXIT_HUNG)

@@ -27,6 +27,7 @@ import logging
 import socket
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ class WatchedRun:
     busy_changed_at: float | None = None
     stop_save: bool | None = None
     steps_run: int = 0
-    saw: list[str] = field(default_factory=list)  # rank 0's event types, in order (for tests)
+    saw: deque[str] = field(default_factory=lambda: deque(maxlen=16))  # the last event types seen
 
     def fold(self, data: dict[str, Any], now: float) -> None:
         """Note rank 0's event or busy message `data` at `now` (as jobs/ingest.fold_event does)."""

@@ -106,7 +106,7 @@ def test_ranks_report_over_the_launch_folder_and_rank_0_takes_the_hang_stop(
         emit(_progress(3))  # a checkpoint is due after step 3 (save_every 3): announced
         until(lambda: watch.run.busy == {"work": "checkpoint", "step": 3}, 10, "the checkpoint announced")
         assert shown == ["model_load_started", "progress", "progress"]  # the command's own sink too
-        assert watch.run.saw[:3] == ["model_load_started", "progress", "progress"]
+        assert list(watch.run.saw)[:3] == ["model_load_started", "progress", "progress"]
         assert sorted(watch.rank_pids) == [0, 1]
         until(lambda: watch.silence.note(3600.0) is None and len(watch.rank_pids) == 2, 10, "both heard")
         assert check0() is None
