@@ -13,6 +13,9 @@ the same way the job service does (jobs/agent.py: torchrun bound to this process
 Rank 0 shows the progress and writes the files; Ctrl-C reaches every rank through torchrun, and
 rank 0's stop-and-save is what every rank does.
 
+A step loop silent past the job service's hang allowance is stopped as the service stops a
+hung job (cli/self_watch.py in this process; a launch's: cli/launch_hang.py), exit 1.
+
 The run is recorded in the studio's run store (jobs/cli_record.py, marked as a CLI run), so it
 is listed under Runs by the server, the UI and `runs list`.
 
@@ -105,7 +108,8 @@ def train_cmd(
     """Train a LoRA from a config file (every setting of TrainConfig; unknown keys are errors),
     or resume one from a checkpoint. Ctrl-C (or SIGTERM) once stops and saves, twice aborts.
     Exits 0 when done, 2 when refused (every problem listed), 130 when stopped by Ctrl-C or
-    SIGTERM, 1 when a server or another run holds the studio home or on an unexpected error."""
+    SIGTERM, 1 when a server or another run holds the studio home, its step loop hung past the
+    job service's allowance (LORASTUDIO_WORKER_TIMEOUT_SCALE) or on an unexpected error."""
     console = Console(stderr=True, log_path=False)
     rank = int(os.environ.get("RANK", "0"))
     launched = "WORLD_SIZE" in os.environ

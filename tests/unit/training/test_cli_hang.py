@@ -100,7 +100,6 @@ def test_a_hung_rank_is_named_every_rank_ended_and_the_run_failed_with_its_check
     assert isinstance(pids, dict)
     assert code == 1, out + err
     [line] = [ln for ln in err.splitlines() if ln.startswith("error: ")]  # one line
-    print("HANGLINE", line, err.count("asking its ranks"), file=sys.__stderr__)
     assert "the worker sent nothing for" in line and "it was stopped as hung" in line, line
     # rank 1 went silent first (rank 0 waits for it in the next collective), named with its pid
     assert f"is silent: rank 1 (pid {pids[1]}, last heard" in line or (
