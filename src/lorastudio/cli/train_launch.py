@@ -110,9 +110,8 @@ def launch(
             code, hung = run_watched(command, env, Path(logs), world, console)
             cause = launch_failure(Path(logs), world) if code != 0 and hung is None else None
             if hung is not None:  # the watch stopped it (the ranks' own errors follow from that)
-                console.print(
-                    f"[red]error: {hung.message}[/red]", highlight=False, soft_wrap=True
-                )  # one line
+                message = f"[red]error: {hung.message}[/red]"
+                console.print(message, highlight=False, soft_wrap=True)  # one line, not wrapped
                 record_launch_failure(run_id, hung.message, status=hung.status, note_stopped=True)
                 return 1
             if cause is not None:
