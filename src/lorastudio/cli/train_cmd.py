@@ -13,6 +13,9 @@ the same way the job service does (jobs/agent.py: torchrun bound to this process
 Rank 0 shows the progress and writes the files; Ctrl-C reaches every rank through torchrun, and
 rank 0's stop-and-save is what every rank does.
 
+A step loop silent past the job service's hang allowance is stopped as the service stops a
+hung job (cli/self_watch.py in this process; a launch's: cli/launch_hang.py), exit 1.
+
 The run is recorded in the studio's run store (jobs/cli_record.py, marked as a CLI run), so it
 is listed under Runs by the server, the UI and `runs list`.
 
@@ -43,6 +46,7 @@ from lorastudio.cli.run_display import (
     loader_warnings,
     quiet_libraries,
 )
+from lorastudio.cli.self_watch import EXIT_HUNG, hang_watch
 from lorastudio.cli.termination import Terminated, refusal_status
 from lorastudio.cli.train_launch import bind_to_agent, check_launch, launch
 from lorastudio.cli.train_source import resume_folder, run_config
@@ -104,7 +108,8 @@ def train_cmd(
     """Train a LoRA from a config file (every setting of TrainConfig; unknown keys are errors),
     or resume one from a checkpoint. Ctrl-C (or SIGTERM) once stops and saves, twice aborts.
     Exits 0 when done, 2 when refused (every problem listed), 130 when stopped by Ctrl-C or
-    SIGTERM, 1 when a server or another run holds the studio home or on an unexpected error."""
+    SIGTERM, 1 when a server or another run holds the studio home, its step loop hung past the
+    job service's allowance (LORASTUDIO_WORKER_TIMEOUT_SCALE) or on an unexpected error."""
     console = Console(stderr=True, log_path=False)
     rank = int(os.environ.get("RANK", "0"))
     launched = "WORLD_SIZE" in os.environ
@@ -114,7 +119,7 @@ def train_cmd(
     home_lock = claim = None
     prefetch: WeightPrefetch | None = None
     cfg = None
-    record = None
+    record = watch = None
     stopper: StopOnInterrupt | None = None  # the run's own Ctrl-C / SIGTERM handler, once installed
     ranks = 0  # the processes of a --gpus launch, once started (a SIGTERM then ends them)
     try:
@@ -177,17 +182,22 @@ def train_cmd(
 
             record.carry_over(int(read_checkpoint_info(checkpoint)["step"]))
         stopper = StopOnInterrupt(console, sigterm=not launched, quiet=rank != 0)
+        check = stopper.check
+        run_id = record.run_id if record is not None else None  # in a fresh run's mark
+        watch = hang_watch(launched, rank, cfg, run_id, console)  # the service's step watch
         with stopper, display or nullcontext(), WarningLines(rank):  # its warnings as `warning:` lines
             emit = display.emit if display is not None else _ignore
             emit = record.wrap(emit) if record is not None else emit
             emit = prefetch.wrap(emit) if prefetch is not None else emit  # follows the loads
+            if watch is not None:  # its steps and busy work (cli/self_watch.py, cli/launch_hang.py)
+                emit, check = watch.wrap_emit(emit), watch.wrap_check(check)
             started = process_started_at()  # the run's wall-time record counts the CLI's start
-            run_id = record.run_id if record is not None else None  # in a fresh run's mark
             result = train(
-                cfg, emit, stopper.check, device=device, resume=checkpoint, started_at=started, run_id=run_id
+                cfg, emit, check, device=device, resume=checkpoint, started_at=started, run_id=run_id
             )
         if record is not None:
             record.end(result.stopped, result.steps_run, result.lora_path)
+        hung = watch.answered() if watch is not None else None  # a hang stop it answered: saved
     except LorastudioError as err:
         if record is not None:
             record.fail(str(err))
@@ -208,6 +218,8 @@ def train_cmd(
         note_rank_failure(rank, f"{type(err).__name__}: {err}")
         raise
     finally:
+        if watch is not None:
+            watch.close()
         if prefetch is not None:
             prefetch.stop()
         if record is not None:
@@ -224,7 +236,7 @@ def train_cmd(
         typer.echo(f"resumed from step {result.resumed_from}")
     if result.lora_path is None:
         typer.echo(f"stopped after {result.steps_run} step(s); nothing saved")
-        raise typer.Exit(EXIT_INTERRUPTED if result.stopped and not launched else 0)
+        raise typer.Exit(EXIT_HUNG if hung else EXIT_INTERRUPTED if result.stopped and not launched else 0)
     state = "stopped early, saved" if result.stopped else "done"
     warned = display.warnings if display is not None else []
     typer.echo(f"{state}: {result.steps_run} step(s)" + (f", {len(warned)} warning(s)" if warned else ""))
@@ -236,7 +248,7 @@ def train_cmd(
     for line in loader_warnings(json_read.loads(sidecar.read_text()).get("loaders", {})):
         typer.secho(f"warning: {line}", fg=typer.colors.YELLOW, err=True)
     if result.stopped and not launched:  # a rank exits 0: torchrun takes any other code for a failure
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(EXIT_HUNG if hung else EXIT_INTERRUPTED)
 
 
 def _start_prefetch(config: Path | None, overrides: list[str]) -> WeightPrefetch | None:

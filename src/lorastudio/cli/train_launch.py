@@ -7,7 +7,9 @@ jobs/agent.py (bound to this process's lifetime, as the job service launches its
 - `launch_arguments`: the `train` command line of every rank (paths made absolute).
 - `launch`: run torchrun with N ranks; returns its exit code. Ctrl-C reaches the ranks through
   torchrun, not this process. A failed launch names the rank that failed and how, on the terminal
-  and in the run's record (jobs/launch_report.py).
+  and in the run's record (jobs/launch_report.py). A step loop silent past the job service's
+  allowance is stopped as the service stops a hung job, naming the rank that went silent first
+  (cli/launch_hang.py); the command then exits 1.
 - `bind_to_agent`: in a rank, die with the launching agent (never left waiting on a dead launch).
 """
 
@@ -16,7 +18,6 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 
 from rich.console import Console
 
+from lorastudio.cli.launch_hang import run_watched
 from lorastudio.errors import ConfigError, FieldProblem
 
 
@@ -104,8 +106,14 @@ def launch(
             agent = [sys.executable, "-m", "lorastudio.jobs.agent", str(os.getpid())]
             run_id = new_run_id()
             env = {**os.environ, LAUNCH_DIR_ENV: logs, RUN_ID_ENV: run_id}
-            code = subprocess.call([*agent, *torchrun, f"--log-dir={logs}", *rank_args], env=env)
-            cause = launch_failure(Path(logs), world) if code != 0 else None
+            command = [*agent, *torchrun, f"--log-dir={logs}", *rank_args]
+            code, hung = run_watched(command, env, Path(logs), world, console)
+            cause = launch_failure(Path(logs), world) if code != 0 and hung is None else None
+            if hung is not None:  # the watch stopped it (the ranks' own errors follow from that)
+                message = f"[red]error: {hung.message}[/red]"
+                console.print(message, highlight=False, soft_wrap=True)  # one line, not wrapped
+                record_launch_failure(run_id, hung.message, status=hung.status, note_stopped=True)
+                return 1
             if cause is not None:
                 console.print(f"[red]error: {cause}[/red]", highlight=False)
                 record_launch_failure(run_id, cause)

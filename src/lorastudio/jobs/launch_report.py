@@ -114,10 +114,13 @@ def launch_failure(folder: Path, world: int) -> str | None:
     return None
 
 
-def record_launch_failure(run_id: str, message: str, status: str = "failed") -> None:
+def record_launch_failure(
+    run_id: str, message: str, status: str = "failed", *, note_stopped: bool = False
+) -> None:
     """Write `message` as the error of the launch's run record `run_id` with `status` (failed,
     or interrupted for a launch that was stopped), unless the record ended otherwise (completed,
-    stopped) or does not exist (rank 0 never recorded it)."""
+    stopped) or does not exist (rank 0 never recorded it). `note_stopped`: a stopped record
+    takes `message` as its note (a hang stop the run answered: cli/launch_hang.py)."""
     from lorastudio.errors import NotFound
     from lorastudio.jobs.persist import STORE_ERRORS
     from lorastudio.jobs.records import JobStatus, now_iso
@@ -136,6 +139,9 @@ def record_launch_failure(run_id: str, message: str, status: str = "failed") -> 
             try:
                 run = store.get_run(run_id, max_points=1)
             except NotFound:
+                return
+            if run["status"] == JobStatus.STOPPED and note_stopped:
+                store.update_run(run_id, error=message)
                 return
             if run["status"] in (JobStatus.COMPLETED, JobStatus.STOPPED):
                 return

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from lorastudio.data.staging_owner import STAGING_DIR, remove_unless_held
+from lorastudio.training.fresh_mark import FRESH_MARK
 from lorastudio.training.run_files import WRITER_FOLDERS, remove_entry, written_name
 
 log = logging.getLogger("lorastudio.jobs")
@@ -28,7 +29,9 @@ def remove_leftovers(paths: list[Path]) -> tuple[int, int]:
     removed. A path that cannot be removed is logged
     and skipped."""
     total_files = total_bytes = 0
-    for path in sorted(paths, key=lambda p: len(p.parts), reverse=True):
+    # deepest first; a fresh run's mark after the other entries of its folder, before the folder:
+    # a removal cut short leaves the folder marked for the next clean-up (RELIABILITY 987)
+    for path in sorted(paths, key=lambda p: -len(p.parts) + (0.5 if p.name == FRESH_MARK else 0)):
         files, size = _size(path)
         try:
             if _is_writer_folder(path):

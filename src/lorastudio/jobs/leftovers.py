@@ -176,6 +176,18 @@ def clear_abandoned_run(run: Path) -> Cleared:
     return Cleared(run)
 
 
+def clear_own_run(run: Path) -> Cleared:
+    """`clear_abandoned_run` for a session of this process that ends itself with its folder's
+    lock held (a hung one-process `lorastudio train` the hang watch ends: cli/self_watch.py):
+    nothing writes `run` any more, so it is cleared without taking the lock."""
+    if run.name.startswith(".") or not run.is_dir() or run.is_symlink():
+        return Cleared(run)
+    mark = read_mark(run) if killed_fresh(run) else None
+    found = _run_leftovers(run)
+    remove_leftovers(found)
+    return Cleared(run, found, mark.run_id if mark is not None else None)
+
+
 def killed_fresh_runs(settings: Settings) -> dict[Path, str | None]:
     """{output folder: the run id its mark names} of every output folder that a fresh run killed
     before its first checkpoint or LoRA left (run_files.killed_fresh): for a server start, which

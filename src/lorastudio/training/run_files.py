@@ -228,12 +228,14 @@ def survey(run_dir: Path) -> tuple[list[Path], list[Path]]:
 
 
 def remove_session_files(run_dir: Path) -> list[str]:
-    """Remove what a session of the run writes in `run_dir` (`survey`), then each writer folder
-    and `run_dir` itself if empty (rmdir only). Returns what was kept, relative to `run_dir`
-    (a folder with a trailing "/"), sorted: what the run did not write; [] when the folder is
-    gone. A removal that fails is logged, and its entry keeps the folder."""
+    """Remove what a session of the run writes in `run_dir` (`survey`), its fresh mark last (a
+    removal cut short, a rank SIGTERMed by torchrun, leaves a marked folder the next clean-up
+    finishes, RELIABILITY 987), then each writer folder and `run_dir` itself if empty (rmdir
+    only). Returns what was kept, relative to `run_dir` (a folder with a trailing "/"), sorted:
+    what the run did not write; [] when the folder is gone. A removal that fails is logged, and
+    its entry keeps the folder."""
     mine, _ = survey(run_dir)
-    for path in mine:
+    for path in sorted(mine, key=lambda p: p.name == FRESH_MARK):  # the mark last
         try:
             remove_entry(run_dir, path)
         except OSError as err:

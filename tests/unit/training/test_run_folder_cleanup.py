@@ -165,3 +165,51 @@ def test_a_resumed_run_that_fails_or_is_discarded_touches_only_its_own_files(mak
     after = _tree(run_dir)
     assert before <= after and "checkpoints/step-000002/" in after  # resumable from its own
     assert not [n for n in after if "/.staging-" in n or n.startswith(".staging-")]
+
+
+@pytest.mark.parametrize("remover", ["session", "leftovers"])
+def test_a_fresh_runs_clean_up_cut_short_leaves_its_folder_marked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, remover: str
+) -> None:
+    """The mark goes last (RELIABILITY 987): a removal cut short after its first entry (a rank
+    SIGTERMed by torchrun while it cleaned up after a dead rank) leaves the fresh mark, so the
+    next clean-up (`lorastudio train`, a server start) still knows the folder for a killed fresh
+    run's and removes the rest. Was: the mark sorted first (".fresh-run"), and a folder of LoRA
+    snapshots and samples without it stayed for ever (test_failed_run_folder's CLI launch, at
+    times)."""
+    from lorastudio.jobs import leftover_removal
+    from lorastudio.jobs.leftovers import clear_abandoned_run
+    from lorastudio.training import run_files
+    from lorastudio.training.fresh_mark import FRESH_MARK, mark_fresh
+    from lorastudio.training.run_files import VALIDATION_FILE
+
+    run_dir = tmp_path / "outputs" / "run"
+    (run_dir / "loras").mkdir(parents=True)
+    (run_dir / "samples").mkdir()
+    mark_fresh(run_dir)
+    for name in ("loras/run-step-000001.safetensors", "loras/run-step-000002.safetensors"):
+        (run_dir / name).write_text("snapshot")
+    (run_dir / "samples" / "step-000001-0.png").write_bytes(b"png")
+    (run_dir / VALIDATION_FILE).write_text("{}")  # sorts after the mark, as every top entry does
+    assert run_files.killed_fresh(run_dir)
+    removed: list[str] = []
+    real = run_files.remove_entry
+
+    def cut_short(folder: Path, path: Path) -> None:
+        if path.name == VALIDATION_FILE:
+            raise KeyboardInterrupt  # the process ends inside its clean-up
+        removed.append(path.name)
+        real(folder, path)
+
+    monkeypatch.setattr(run_files, "remove_entry", cut_short)
+    monkeypatch.setattr(leftover_removal, "remove_entry", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        if remover == "session":
+            run_files.remove_session_files(run_dir)
+        else:
+            leftover_removal.remove_leftovers([*sorted(run_dir.rglob("*")), run_dir])
+    assert (run_dir / FRESH_MARK).is_file() and FRESH_MARK not in removed, removed
+    assert run_files.killed_fresh(run_dir)
+    monkeypatch.undo()
+    clear_abandoned_run(run_dir)  # the next clean-up finishes it
+    assert not run_dir.exists()
