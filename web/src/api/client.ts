@@ -5,6 +5,7 @@
  * then asks for the token).
  */
 import { authHeaders, getToken, reportUnauthorized } from "./auth";
+import { served } from "./base";
 import type { ProblemOut } from "./types";
 
 /** One problem with one field, as the server's 400 body lists them (ErrorOut.problems). */
@@ -88,7 +89,7 @@ export async function request<T>(method: string, url: string, body?: unknown, in
   }
   let res: Response;
   try {
-    res = await fetch(url, { method, headers, body: payload, ...init });
+    res = await fetch(served(url), { method, headers, body: payload, ...init });
   } catch (err) {
     if (err instanceof DOMException && err.name === "AbortError") throw err;
     throw new ApiError(0, noAnswer(err instanceof Error ? err.message : String(err)), [], null);
@@ -166,7 +167,7 @@ export function postWithProgress<T>(
 function sendWithProgress<T>(url: string, form: FormData, onProgress: (sent: number, total: number) => void): Promise<T> {
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
-    xhr.open("POST", url);
+    xhr.open("POST", served(url));
     xhr.setRequestHeader("Accept", "application/json");
     const sentWith = getToken();
     for (const [k, v] of Object.entries(authHeaders())) xhr.setRequestHeader(k, v);
