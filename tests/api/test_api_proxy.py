@@ -67,7 +67,9 @@ def test_the_public_origin_may_write_and_no_other(settings: Settings) -> None:
         assert ok.status_code == 400 and ok.json()["error"] != "CrossOriginRefused", ok.text  # the config's
         for origin, site in (("https://evil.example", "cross-site"), ("http://studio.example", "same-site")):
             res = client.post(
-                "/api/train/preflight", json=body, headers={**BEARER, "Origin": origin, "Sec-Fetch-Site": site}
+                "/api/train/preflight",
+                json=body,
+                headers={**BEARER, "Origin": origin, "Sec-Fetch-Site": site},
             )
             assert res.status_code == 403 and res.json()["error"] == "CrossOriginRefused", origin
         # a proxy that keeps the public Host (nginx `proxy_set_header Host $host`, Caddy, Traefik)

@@ -30,7 +30,10 @@ class _RenamedState(MultiPartParser):
 
 
 def test_an_upgrade_without_them_falls_back_to_starlettes_parser(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, sample_dataset: Path
+    client: TestClient,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    sample_dataset: Path,
 ) -> None:
     problem = upload_spool.internals_problem(_RenamedState)
     assert problem is not None and "_files_to_close_on_error" in problem and "starlette 1." in problem
@@ -42,9 +45,14 @@ def test_an_upgrade_without_them_falls_back_to_starlettes_parser(
         for name in ("one", "two"):
             answer = client.post(
                 f"/api/datasets/{name}/files",
-                files=[("files", (image.name, image.read_bytes())), ("files", (f"{image.stem}.txt", b"a shape"))],
+                files=[
+                    ("files", (image.name, image.read_bytes())),
+                    ("files", (f"{image.stem}.txt", b"a shape")),
+                ],
             )
             assert answer.status_code == 201, answer.text
             assert set(answer.json()["committed"]) == {image.name, f"{image.stem}.txt"}
-    warnings = [r.getMessage() for r in caplog.records if "starlette's own multipart parser" in r.getMessage()]
+    warnings = [
+        r.getMessage() for r in caplog.records if "starlette's own multipart parser" in r.getMessage()
+    ]
     assert len(warnings) == 1 and "_files_to_close_on_error" in warnings[0]  # logged once

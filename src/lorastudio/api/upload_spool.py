@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import tempfile
-from typing import Any
-
-import logging
 from collections.abc import AsyncGenerator
+from typing import Any
 
 import starlette
 from starlette.datastructures import Headers, UploadFile
