@@ -14,7 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from live_server import LOOPBACK
+from live_server import LOOPBACK, LiveServer
+from lorastudio.api import sse
 from lorastudio.api.app import check_bind, create_app
 from lorastudio.errors import ConfigError
 from lorastudio.remote_access import origin_entry, root_path_entry
@@ -134,3 +135,19 @@ def test_a_proxy_that_keeps_the_sub_path(settings: Settings, tmp_path: Path) -> 
         assert "'openapi.json'" in client.get("/studio/docs").text  # relative: /studio/openapi.json
         assert client.get("/studio/openapi.json").status_code == 200
         assert client.get("/studioz/api/info").status_code == 404  # only the path itself is a root
+
+
+def test_an_idle_event_stream_keeps_a_proxy_reading(server: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Held (session 31): an idle stream (a long caching phase) writes a comment before a proxy's
+    read timeout (nginx 60 s; every 15 s here, shortened), and says no proxy may buffer or cache it."""
+    assert sse.SSE_KEEPALIVE_S <= 15  # a quarter of nginx's default proxy_read_timeout at most
+    monkeypatch.setattr(sse, "SSE_IDLE_CHECK_S", 0.05)
+    monkeypatch.setattr(sse, "SSE_KEEPALIVE_S", 0.2)
+    with server.client.stream("GET", "/api/train/events", timeout=30) as res:
+        assert res.headers["cache-control"] == "no-cache" and res.headers["x-accel-buffering"] == "no"
+        seen = []
+        for line in res.iter_lines():
+            seen.append(line)
+            if seen.count(": keep-alive") == 2:
+                break
+    assert seen[0] == ": connected"
