@@ -137,7 +137,9 @@ def test_a_proxy_that_keeps_the_sub_path(settings: Settings, tmp_path: Path) -> 
         assert client.get("/studioz/api/info").status_code == 404  # only the path itself is a root
 
 
-def test_an_idle_event_stream_keeps_a_proxy_reading(server: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_idle_event_stream_keeps_a_proxy_reading(
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Held (session 31): an idle stream (a long caching phase) writes a comment before a proxy's
     read timeout (nginx 60 s; every 15 s here, shortened), and says no proxy may buffer or cache it."""
     assert sse.SSE_KEEPALIVE_S <= 15  # a quarter of nginx's default proxy_read_timeout at most
