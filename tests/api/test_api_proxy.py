@@ -60,6 +60,10 @@ def test_the_public_origin_may_write_and_no_other(settings: Settings) -> None:
     (https://studio.example) was never the server's `http://127.0.0.1`, so every write of the
     web UI was refused 403 with no setting to change it. Listed in LORASTUDIO_ALLOWED_ORIGINS,
     that origin writes; another site still cannot."""
+    plain = settings.model_copy(update={"api_token": TOKEN})
+    with TestClient(create_app(plain), base_url=LOOPBACK) as client:  # the refusal says what to set
+        res = client.post("/api/train/preflight", json={"config": {}}, headers={**BEARER, **FROM_PUBLIC})
+        assert res.status_code == 403 and "LORASTUDIO_ALLOWED_ORIGINS" in res.json()["detail"], res.text
     secured = Settings(home=settings.home, api_token=TOKEN, allowed_origins=f"{PUBLIC}:443/")
     assert secured.allowed_origins == [PUBLIC]  # as a browser sends it: no default port, no slash
     with TestClient(create_app(secured), base_url=LOOPBACK) as client:

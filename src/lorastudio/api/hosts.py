@@ -130,8 +130,8 @@ def _refusal(host: str | None) -> str:
     return (
         f"request refused: {shown}. lorastudio answers loopback names"
         " (localhost, 127.0.0.1, [::1]) and the hosts listed in LORASTUDIO_ALLOWED_HOSTS"
-        " (comma-separated); add this host there if you reach the studio under that name"
-        " (this guards against DNS rebinding)"
+        " (comma-separated) or in the origins of LORASTUDIO_ALLOWED_ORIGINS; add this host there if"
+        " you reach the studio under that name (this guards against DNS rebinding)"
     )
 
 

@@ -67,6 +67,11 @@ class SameOriginWrites:
             detail = f"cross-site request refused (Sec-Fetch-Site: {fetch_site}, origin {origin!r})"
         elif origin is not None and not same_origin:
             detail = f"cross-origin request refused: origin {origin!r} is not this server's origin"
+            if fetch_site == "same-origin":  # the browser's page is ours: a proxy changed Host or scheme
+                detail += (
+                    f" ({own}, as a proxy in front of it forwards the request); to let the studio's pages"
+                    f" at {origin} write, list that origin in LORASTUDIO_ALLOWED_ORIGINS"
+                )
         else:
             await self.app(scope, receive, send)
             return
