@@ -67,9 +67,29 @@ export async function errorFrom(res: Response): Promise<ApiError> {
     problems = asProblems(o.problems ?? (Array.isArray(o.detail) ? o.detail : undefined));
     if (problems.length && typeof o.detail !== "string") message = problems.map((p) => p.message).join("; ");
   } else if (typeof body === "string" && body) {
-    message = body;
+    message = isHtml(res, body) ? foreignAnswer(res.status, res.statusText, body) : body;
   }
   return new ApiError(res.status, message, problems, body);
+}
+
+function isHtml(res: Response, text: string): boolean {
+  return (res.headers.get("content-type") ?? "").includes("text/html") || /^\s*<(!doctype|html)/i.test(text);
+}
+
+/**
+ * The words of an answer that is not the studio's (which answers JSON): an HTML page of a reverse
+ * proxy or gateway in front of it (nginx's 413 for an upload past its client_max_body_size, its
+ * 502 / 504 while the server is down). Its title and what it means, never the page's markup.
+ */
+export function foreignAnswer(status: number, statusText: string, html: string): string {
+  const title = /<title>([^<]*)<\/title>/i.exec(html)?.[1]?.trim() || `${status} ${statusText}`.trim();
+  let why = "";
+  if (status === 413) {
+    why = ": the request is larger than that proxy accepts (nginx: client_max_body_size; see README, Behind a reverse proxy)";
+  } else if (status === 502 || status === 503 || status === 504) {
+    why = ": it got no answer from the studio (is `lorastudio serve` running?)";
+  }
+  return `${title}, answered by a proxy or gateway in front of the studio, not by lorastudio${why}`;
 }
 
 /** The message of a request the server never answered (down, restarting, the network cut); `why`: the browser's words. */
