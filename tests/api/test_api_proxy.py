@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from live_server import LOOPBACK, LiveServer
 from lorastudio.api import sse
 from lorastudio.api.app import check_bind, create_app
+from lorastudio.api.hosts import HostPolicy
 from lorastudio.errors import ConfigError
 from lorastudio.remote_access import origin_entry, root_path_entry
 from lorastudio.settings import Settings
@@ -81,6 +82,16 @@ def test_the_public_origin_may_write_and_no_other(settings: Settings) -> None:
         kept = client.get("/api/runs", headers={**BEARER, "Host": "studio.example"})
         assert kept.status_code == 200
         assert client.get("/api/runs", headers={**BEARER, "Host": "evil.example"}).status_code == 421
+
+
+def test_listed_origins_add_hosts_and_never_narrow_a_wildcard_bind(settings: Settings) -> None:
+    """A token and a 0.0.0.0 bind answer any Host (LAN address, name) unless hosts are listed; the
+    origins listed for a proxy add their hosts and take none of the others away."""
+    wild = settings.model_copy(update={"api_token": TOKEN, "host": "0.0.0.0", "allowed_origins": [PUBLIC]})
+    assert HostPolicy.from_settings(wild).accepts("192.168.1.10:7860")
+    loop = settings.model_copy(update={"api_token": TOKEN, "allowed_origins": [PUBLIC]})
+    assert HostPolicy.from_settings(loop).accepts("studio.example")
+    assert not HostPolicy.from_settings(loop).accepts("192.168.1.10:7860")
 
 
 @pytest.mark.parametrize(

@@ -81,7 +81,8 @@ class HostPolicy:
         bind = settings.host.strip("[]").lower()
         if settings.api_token and not is_loopback(bind):
             if bind in WILDCARD_BINDS:
-                return cls(frozenset(allowed), any_host=not allowed)
+                # listed origins only add names: they never narrow a wildcard bind's "any Host"
+                return cls(frozenset(allowed), any_host=not settings.allowed_hosts)
             allowed.add(bind)
         return cls(frozenset(allowed))
 
