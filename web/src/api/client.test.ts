@@ -33,6 +33,12 @@ describe("an answer of a proxy in front of the studio", () => {
     );
   });
 
+  it("says that a proxy's read timeout (504) cut the request, and what that does to a generation", async () => {
+    vi.stubGlobal("fetch", vi.fn(async () => new Response(nginxPage("504 Gateway Time-out"), { status: 504 })));
+    const err = (await get("/api/runs").catch((e: unknown) => e)) as ApiError;
+    expect(err.message).toMatch(/^504 Gateway Time-out, answered by a proxy .*proxy_read_timeout.*generation/);
+  });
+
   it("names the proxy's body limit for an upload it refused (413)", async () => {
     class TooLarge {
       status = 413;

@@ -86,7 +86,12 @@ export function foreignAnswer(status: number, statusText: string, html: string):
   let why = "";
   if (status === 413) {
     why = ": the request is larger than that proxy accepts (nginx: client_max_body_size; see README, Behind a reverse proxy)";
-  } else if (status === 502 || status === 503 || status === 504) {
+  } else if (status === 504) {
+    // the proxy's read timeout (nginx: 60 s) cut a long request: the studio takes that for the
+    // client leaving, and a generation stops with nothing kept
+    why =
+      ": it stopped waiting for the studio's answer (nginx: proxy_read_timeout, 60 s by default); a generation cut so is cancelled: raise that timeout (see README, Behind a reverse proxy)";
+  } else if (status === 502 || status === 503) {
     why = ": it got no answer from the studio (is `lorastudio serve` running?)";
   }
   return `${title}, answered by a proxy or gateway in front of the studio, not by lorastudio${why}`;
