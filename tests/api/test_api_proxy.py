@@ -51,6 +51,7 @@ def test_a_proxied_request_without_a_token_is_refused(settings: Settings, header
             assert res.json()["error"] == "ProxyNeedsToken"
             assert header[0].lower() in res.json()["detail"].lower()
             assert "LORASTUDIO_API_TOKEN" in res.json()["detail"]
+            assert res.headers.get_list("x-frame-options") == ["DENY"]  # once: HostGuard's
     secured = settings.model_copy(update={"api_token": TOKEN})
     with TestClient(create_app(secured), base_url=LOOPBACK) as client:
         assert client.get("/api/runs", headers={**BEARER, header[0]: header[1]}).status_code == 200

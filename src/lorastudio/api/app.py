@@ -4,8 +4,9 @@
 interrupted), starts the job service and registers the generation pipeline with the GPU arbiter
 when the app starts, and shuts them down when it stops. OpenAPI docs are at /docs (and /redoc,
 /openapi.json), behind the token like every route.
-`serve(settings, host, port)` runs it with uvicorn, refusing a non-loopback address without an
-API token, with `?token=` values redacted from its logs.
+`serve(settings, host, port)` runs it with uvicorn, refusing a non-loopback address, allowed origins
+or a root path (a reverse proxy's settings, api/proxy.py) without an API token, with `?token=`
+values redacted from its logs.
 
 Middleware, outermost first: HostGuard (only loopback or configured Host headers are answered,
 anti-framing headers on every response; api/hosts.py), ProxiedNeedsToken (a request through a

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from lorastudio.api.hosts import SECURITY_HEADERS, send_json
+from lorastudio.api.hosts import send_json
 from lorastudio.remote_access import PROXY_HEADERS
 
 
@@ -96,4 +96,6 @@ class ProxiedNeedsToken:
             " LORASTUDIO_API_TOKEN to serve through a proxy (the web UI asks for it once), or reach the"
             " studio on this machine without the proxy"
         )
-        await send_json(send, 403, "ProxyNeedsToken", detail, SECURITY_HEADERS)
+        await send_json(
+            send, 403, "ProxyNeedsToken", detail
+        )  # HostGuard, outside, adds the anti-framing headers
