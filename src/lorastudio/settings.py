@@ -42,6 +42,7 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.remote_access import origin_entry, root_path_entry
 
 # Pillow's Image.open refuses an image over 2 x Image.MAX_IMAGE_PIXELS (its decompression-bomb
 # error; the value is Pillow's, restated here so this module stays free of Pillow): the most
@@ -69,6 +70,11 @@ class Settings(BaseSettings):
             " LORASTUDIO_ALLOWED_HOSTS; requests with another Host header get 421 (DNS rebinding)"
         ),
     )
+    allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="origins (scheme://host[:port]) whose pages may write besides the server's own (remote_access.py)",
+    )
+    root_path: str = Field(default="", description="sub-path a proxy that keeps it serves the studio under")
     max_upload_mb: int = Field(default=2048, ge=1)
     max_json_mb: int = Field(
         default=4, ge=1, le=1024, description="largest request body of every route but the uploads (413)"
@@ -253,6 +259,20 @@ class Settings(BaseSettings):
             return value
         hosts = [_host_entry(str(item)) for item in items if str(item).strip()]
         return hosts
+
+    @field_validator("allowed_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        """Accept "https://a.example, http://b.lan:8080" as well as a list (remote_access.origin_entry)."""
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            return value
+        return [origin_entry(str(item)) for item in items if str(item).strip()]
+
+    @field_validator("root_path", mode="before")
+    @classmethod
+    def _root_path(cls, value: object) -> object:
+        return root_path_entry(value) if isinstance(value, str) else value
 
     @property
     def datasets_dir(self) -> Path:

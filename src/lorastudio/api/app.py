@@ -4,11 +4,14 @@
 interrupted), starts the job service and registers the generation pipeline with the GPU arbiter
 when the app starts, and shuts them down when it stops. OpenAPI docs are at /docs (and /redoc,
 /openapi.json), behind the token like every route.
-`serve(settings, host, port)` runs it with uvicorn, refusing a non-loopback address without an
-API token, with `?token=` values redacted from its logs.
+`serve(settings, host, port)` runs it with uvicorn, refusing a non-loopback address, allowed origins
+or a root path (a reverse proxy's settings, api/proxy.py) without an API token, with `?token=`
+values redacted from its logs.
 
 Middleware, outermost first: HostGuard (only loopback or configured Host headers are answered,
-anti-framing headers on every response; api/hosts.py), SameOriginWrites (writes from another
+anti-framing headers on every response; api/hosts.py), ProxiedNeedsToken (a request through a
+proxy refused without an API token) and RootPath (a proxy's sub-path; both api/proxy.py),
+PathGuard (encoded traversal: 404; api/path_guard.py), SameOriginWrites (writes from another
 origin or site refused; api/origin.py), HeadAsGet (a HEAD request answered as its GET, without a
 body; api/downloads.py), BodyLimitAnswer (a body over its cap answered 413 in the JSON error
 shape; api/body_limit.py). Request bodies are capped at settings.max_json_mb by FastAPI's
@@ -47,6 +50,7 @@ from lorastudio.api.host_wait import no_probe_waits
 from lorastudio.api.hosts import HostGuard, HostPolicy, is_loopback
 from lorastudio.api.origin import SameOriginWrites, install_log_redaction
 from lorastudio.api.path_guard import PathGuard
+from lorastudio.api.proxy import ProxiedNeedsToken, RootPath
 from lorastudio.api.routes import (
     cache,
     captions,
@@ -125,8 +129,12 @@ def create_app(
     # add_middleware puts each one outside the ones added before it
     app.add_middleware(BodyLimitAnswer, json_cap_mb=settings.max_json_mb)  # 413 as JSON (api/body_limit.py)
     app.add_middleware(HeadAsGet)  # HEAD answered as GET without a body (api/downloads.py)
-    app.add_middleware(SameOriginWrites)  # cross-site writes refused (403); no CORS headers
+    # cross-site writes refused (403); no CORS headers
+    app.add_middleware(SameOriginWrites, allowed_origins=frozenset(settings.allowed_origins))
     app.add_middleware(PathGuard)  # an encoded separator or dot segment in a path: 404 (api/path_guard.py)
+    app.add_middleware(RootPath, root=settings.root_path)  # a proxy's sub-path kept (api/proxy.py)
+    # a request through a proxy needs a token (403); api/proxy.py
+    app.add_middleware(ProxiedNeedsToken, token_set=bool(settings.api_token))
     app.add_middleware(HostGuard, policy=HostPolicy.from_settings(settings))  # DNS rebinding: 421
     guarded = [Depends(no_probe_waits), Depends(require_token), Depends(check_inputs)]
     _add_docs(app, guarded)
@@ -202,7 +210,8 @@ def _add_docs(app: FastAPI, guarded: list[DependsParam]) -> None:
 
     def schema_url(request: Request) -> str:
         token = request.query_params.get("token")
-        return "/openapi.json" + (f"?token={quote(token, safe='')}" if token else "")
+        # relative: under a proxy's sub-path the page /studio/docs reads /studio/openapi.json
+        return "openapi.json" + (f"?token={quote(token, safe='')}" if token else "")
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=guarded)
     def openapi_json() -> JSONResponse:
@@ -218,18 +227,32 @@ def _add_docs(app: FastAPI, guarded: list[DependsParam]) -> None:
 
 
 def check_bind(host: str, settings: Settings) -> None:
-    """Refuse to listen beyond loopback without an API token (ConfigError). A blank or
-    whitespace-only LORASTUDIO_API_TOKEN is no token (settings.py drops it)."""
-    if not is_loopback(host) and not (settings.api_token or "").strip():
-        raise ConfigError(
-            [
-                FieldProblem(
-                    "host",
-                    f"refusing to listen on {host} without an API token; set LORASTUDIO_API_TOKEN "
-                    "(a blank or whitespace-only value counts as none) or bind 127.0.0.1",
-                )
-            ]
+    """Refuse to listen beyond loopback, or to be reached through a proxy (allowed origins, a
+    root path), without an API token (ConfigError naming each). A blank or whitespace-only
+    LORASTUDIO_API_TOKEN is no token (settings.py drops it)."""
+    if (settings.api_token or "").strip():
+        return
+    problems = []
+    if not is_loopback(host):
+        problems.append(
+            FieldProblem(
+                "host",
+                f"refusing to listen on {host} without an API token; set LORASTUDIO_API_TOKEN "
+                "(a blank or whitespace-only value counts as none) or bind 127.0.0.1",
+            )
         )
+    for field, value in (("allowed_origins", settings.allowed_origins), ("root_path", settings.root_path)):
+        if value:
+            problems.append(
+                FieldProblem(
+                    field,
+                    f"LORASTUDIO_{field.upper()} says the studio is reached through a proxy or from"
+                    " another site, where everyone who reaches it would use it as if on this machine;"
+                    " set LORASTUDIO_API_TOKEN too",
+                )
+            )
+    if problems:
+        raise ConfigError(problems)
 
 
 # Idle keep-alive connections are closed after this long (uvicorn's default is 5 s). Pollers reuse

@@ -42,6 +42,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from lorastudio.api.body_limit import TOO_LARGE, too_large
+from lorastudio.api.proxy import route_path
 from lorastudio.data.uploads import UploadTooLarge
 from lorastudio.errors import (
     CacheError,
@@ -231,7 +232,7 @@ async def _http_error(request: Request, err: Exception) -> Response:
         body = {"error": status_error_name(err.status_code), "detail": str(err.detail)}
         headers = dict(err.headers or {})
         allow = getattr(request.app.state, "allow", None)
-        methods = allow.methods(request.scope.get("path", "")) if allow is not None else []
+        methods = allow.methods(route_path(request.scope)) if allow is not None else []
         if err.status_code == 405 and methods:  # every method of the path (api/web_mount.py)
             headers["Allow"] = ", ".join(methods)
         return JSONOut(body, status_code=err.status_code, headers=headers)

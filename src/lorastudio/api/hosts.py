@@ -9,7 +9,8 @@ request on any route (API, event streams, static UI, gallery files, downloads) o
 Host names:
 
 - a loopback name or address: `localhost`, 127.0.0.0/8, `[::1]`, with any port;
-- a host of `settings.allowed_hosts` (LORASTUDIO_ALLOWED_HOSTS, comma-separated);
+- a host of `settings.allowed_hosts` (LORASTUDIO_ALLOWED_HOSTS, comma-separated) or of
+  `settings.allowed_origins` (LORASTUDIO_ALLOWED_ORIGINS);
 - the address the server binds, when that is a specific public address and a token is set.
   With a token set and a wildcard bind (0.0.0.0, ::) and no allowed hosts configured, every
   Host is answered: the token guards every API route and the page cannot know it.
@@ -30,6 +31,7 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from lorastudio.remote_access import origin_host
 from lorastudio.settings import Settings
 
 WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
@@ -74,11 +76,13 @@ class HostPolicy:
     @classmethod
     def from_settings(cls, settings: Settings) -> HostPolicy:
         """The policy of a server started with `settings` (settings.host is the bind address)."""
-        allowed = set(settings.allowed_hosts)
+        # a listed origin's host: a proxy that keeps the Host header sends it (api/origin.py)
+        allowed = {*settings.allowed_hosts, *(origin_host(o) for o in settings.allowed_origins)}
         bind = settings.host.strip("[]").lower()
         if settings.api_token and not is_loopback(bind):
             if bind in WILDCARD_BINDS:
-                return cls(frozenset(allowed), any_host=not allowed)
+                # listed origins only add names: they never narrow a wildcard bind's "any Host"
+                return cls(frozenset(allowed), any_host=not settings.allowed_hosts)
             allowed.add(bind)
         return cls(frozenset(allowed))
 
@@ -127,8 +131,8 @@ def _refusal(host: str | None) -> str:
     return (
         f"request refused: {shown}. lorastudio answers loopback names"
         " (localhost, 127.0.0.1, [::1]) and the hosts listed in LORASTUDIO_ALLOWED_HOSTS"
-        " (comma-separated); add this host there if you reach the studio under that name"
-        " (this guards against DNS rebinding)"
+        " (comma-separated) or in the origins of LORASTUDIO_ALLOWED_ORIGINS; add this host there if"
+        " you reach the studio under that name (this guards against DNS rebinding)"
     )
 
 

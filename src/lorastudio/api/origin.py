@@ -2,7 +2,9 @@
 
 `SameOriginWrites` (pure ASGI middleware): a request that can change something (any method but
 GET, HEAD, OPTIONS) and carries an `Origin` header must come from the server's own origin
-(`<scheme>://<Host header>`); otherwise it is refused with 403 before any route runs. Browsers
+(`<scheme>://<Host header>`) or one of settings.allowed_origins (LORASTUDIO_ALLOWED_ORIGINS: the
+studio's public origin behind a reverse proxy, whose `Host` and scheme the server does not see);
+otherwise it is refused with 403 before any route runs. Browsers
 send `Origin` on every cross-site POST/PUT/DELETE, including "simple" form posts (multipart
 uploads) that CORS lets through without a preflight; clients that send no Origin (CLI, curl,
 scripts) are unaffected. No CORS headers are ever sent, so other origins cannot read answers.
@@ -28,6 +30,7 @@ from urllib.parse import unquote_plus
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from lorastudio.api.hosts import send_json
+from lorastudio.remote_access import origin_entry
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _ONCE = frozenset({b"origin", b"host", b"sec-fetch-site"})  # a write naming one twice is refused
@@ -38,8 +41,9 @@ _QUERY_PARAM = re.compile(r"([?&;])([^=&;\s\"?]*)=([^&;\s\"]*)")
 class SameOriginWrites:
     """Refuse (403) state-changing requests whose Origin is not this server's origin."""
 
-    def __init__(self, app: ASGIApp):
+    def __init__(self, app: ASGIApp, allowed_origins: frozenset[str] = frozenset()):
         self.app = app
+        self.allowed_origins = allowed_origins  # normalised (remote_access.origin_entry)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in SAFE_METHODS:
@@ -55,16 +59,33 @@ class SameOriginWrites:
             return
         origin = headers.get("origin")
         own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}"
-        same_origin = origin is not None and origin.rstrip("/").lower() == own.lower()
+        same_origin = origin is not None and (
+            origin.rstrip("/").lower() == own.lower() or _listed(origin, self.allowed_origins)
+        )
         fetch_site = headers.get("sec-fetch-site", "").strip().lower()
         if fetch_site == "cross-site" or (fetch_site == "same-site" and not same_origin):
             detail = f"cross-site request refused (Sec-Fetch-Site: {fetch_site}, origin {origin!r})"
         elif origin is not None and not same_origin:
             detail = f"cross-origin request refused: origin {origin!r} is not this server's origin"
+            if fetch_site == "same-origin":  # the browser's page is ours: a proxy changed Host or scheme
+                detail += (
+                    f" ({own}, as a proxy in front of it forwards the request); to let the studio's pages"
+                    f" at {origin} write, list that origin in LORASTUDIO_ALLOWED_ORIGINS"
+                )
         else:
             await self.app(scope, receive, send)
             return
         await send_json(send, 403, "CrossOriginRefused", detail)
+
+
+def _listed(origin: str, allowed: frozenset[str]) -> bool:
+    """Whether the Origin header value `origin` is one of the `allowed` origins."""
+    if not allowed:
+        return False
+    try:
+        return origin_entry(origin) in allowed
+    except ValueError:  # "null", a malformed value: never listed
+        return False
 
 
 def redact_tokens(text: str) -> str:

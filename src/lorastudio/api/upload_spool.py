@@ -12,24 +12,39 @@ reader reaches its end, and opened again at the position it had by the next read
 holds a descriptor only for the part being received and the file being stored. The named file is
 removed when the form closes (a server killed mid-upload leaves it to the system's temporary-file
 cleaning, as any program's temporary file).
+
+`ParkingMultiPartParser` overrides one hook of starlette's parser and reads its private state
+(`_current_part`, `_charset`, `_current_files`, `_files_to_close_on_error`, starlette 1.x; fastapi,
+which brings starlette, was unpinned). `INTERNALS_PROBLEM` says at import whether this starlette
+has them (None: it does); `parser_class()` gives ParkingMultiPartParser then, else starlette's own
+parser (a descriptor per spooled file, as before fix 907) with the problem logged once, so that an
+upgrade that changed them costs the descriptor saving, never an upload (was: an AttributeError, a
+500 for every upload, or an ImportError that stopped `serve` altogether). The test suite fails
+with the problem named (tests/api/test_api_upload_spool_internals.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import tempfile
+from collections.abc import AsyncGenerator
 from typing import Any
 
+import starlette
 from starlette.datastructures import Headers, UploadFile
-from starlette.formparsers import (  # type: ignore[attr-defined]
-    MultiPartException,
-    MultiPartParser,
-    parse_options_header,
-)
+from starlette.formparsers import MultiPartException, MultiPartParser
 
 from lorastudio.errors import writing
+
+try:  # python-multipart's, re-exported by starlette's formparsers (not a public name of it)
+    from starlette.formparsers import parse_options_header  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - an upgrade took it away: see INTERNALS_PROBLEM
+    parse_options_header = None
+
+log_ = logging.getLogger("lorastudio.api")
 
 
 def _user_safe_decode(src: bytes | bytearray, codec: str) -> str:
@@ -172,3 +187,54 @@ class ParkingMultiPartParser(MultiPartParser):
             filename=_user_safe_decode(options[b"filename"], self._charset),
             headers=Headers(raw=self._current_part.item_headers),
         )
+
+
+# What ParkingMultiPartParser reads of starlette's parser: (instance attribute, what it must be).
+_PARSER_STATE = ("_current_part", "_charset", "_current_files", "_files_to_close_on_error", "max_files")
+_PART_FIELDS = ("content_disposition", "field_name", "file", "item_headers")
+
+
+def internals_problem(parser: type[MultiPartParser] = MultiPartParser) -> str | None:
+    """Why ParkingMultiPartParser cannot subclass `parser` (starlette's MultiPartParser) here,
+    naming the missing internal and the starlette version; None when it can. Builds one parser
+    (nothing is read) to see its instance state."""
+
+    async def nothing() -> AsyncGenerator[bytes, None]:
+        yield b""
+
+    where = f"starlette {getattr(starlette, '__version__', '?')}"
+    if parse_options_header is None:
+        return f"{where}: starlette.formparsers.parse_options_header is gone"
+    if not callable(getattr(parser, "on_headers_finished", None)):
+        return f"{where}: MultiPartParser.on_headers_finished is gone"
+    if not isinstance(getattr(parser, "spool_max_size", None), int):
+        return f"{where}: MultiPartParser.spool_max_size is not an int"
+    try:
+        probe = parser(Headers({"content-type": "multipart/form-data; boundary=x"}), nothing(), max_files=1)
+    except TypeError as err:
+        return f"{where}: MultiPartParser(headers, stream, max_files=...) fails: {err}"
+    missing = [name for name in _PARSER_STATE if not hasattr(probe, name)]
+    if not missing:
+        missing = [f"_current_part.{n}" for n in _PART_FIELDS if not hasattr(probe._current_part, n)]
+    if not missing and not isinstance(probe._files_to_close_on_error, list):
+        missing = ["_files_to_close_on_error (a list)"]
+    return f"{where}: MultiPartParser lacks {', '.join(missing)}" if missing else None
+
+
+INTERNALS_PROBLEM = internals_problem()
+_warned: list[bool] = []
+
+
+def parser_class() -> type[MultiPartParser]:
+    """ParkingMultiPartParser when this starlette has what it reads (INTERNALS_PROBLEM is None),
+    else starlette's own MultiPartParser, the problem logged once (module docstring)."""
+    if INTERNALS_PROBLEM is None:
+        return ParkingMultiPartParser
+    if not _warned:
+        _warned.append(True)
+        log_.warning(
+            "uploads use starlette's own multipart parser (one open file per spooled file): %s; "
+            "lorastudio's parser needs starlette's internals of 1.x",
+            INTERNALS_PROBLEM,
+        )
+    return MultiPartParser

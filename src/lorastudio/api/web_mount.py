@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import Scope
 
-SERVER_PATHS = ("/api", "/gallery", "/openapi.json", "/docs", "/redoc")
+from lorastudio.api.proxy import route_path
+from lorastudio.remote_access import SERVER_PATHS
 
 
 def is_server_path(path: str) -> bool:
@@ -31,7 +32,8 @@ class WebMount(Mount):
     """A Mount that never matches a server path (module docstring)."""
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        if scope["type"] == "http" and is_server_path(scope.get("path", "")):
+        # the path below a root path (api/proxy.py RootPath)
+        if scope["type"] == "http" and is_server_path(route_path(scope)):
             return Match.NONE, {}
         return super().matches(scope)
 

@@ -18,15 +18,30 @@ def serve_cmd(
     port: int | None = typer.Option(
         None, "--port", min=1, max=65535, help="port (default: LORASTUDIO_PORT, else 7860)"
     ),
+    root_path: str | None = typer.Option(
+        None,
+        "--root-path",
+        help=(
+            "sub-path a reverse proxy that keeps it serves the studio under, e.g. /studio (default:"
+            " LORASTUDIO_ROOT_PATH; a proxy that strips it needs none); needs LORASTUDIO_API_TOKEN"
+        ),
+    ),
 ) -> None:
     """Run the studio server. Listening beyond loopback needs LORASTUDIO_API_TOKEN; requests are
     answered only for loopback Host names and those in LORASTUDIO_ALLOWED_HOSTS. One server per
     studio home: a second one on the same home is refused, naming the first's pid and port."""
     from lorastudio.api.app import check_bind, serve
+    from lorastudio.errors import ConfigError, FieldProblem
     from lorastudio.jobs.homelock import HomeLock
+    from lorastudio.remote_access import root_path_entry
     from lorastudio.settings import get_settings
 
     settings = get_settings()
+    if root_path is not None:
+        try:
+            settings = settings.model_copy(update={"root_path": root_path_entry(root_path)})
+        except ValueError as err:
+            raise ConfigError([FieldProblem("root_path", str(err))]) from None
     raw_token = os.environ.get("LORASTUDIO_API_TOKEN")
     if raw_token is not None and not raw_token.strip():
         typer.echo("note: LORASTUDIO_API_TOKEN is blank; a blank token counts as no token", err=True)
@@ -35,5 +50,8 @@ def serve_cmd(
     check_bind(bind_host, settings)
     lock = HomeLock.for_server(settings.ensure_dirs().home, bind_port)  # one server per home
     shown = f"[{bind_host}]" if ":" in bind_host else bind_host
-    typer.echo(f"lorastudio serving on http://{shown}:{bind_port}/  (API docs: /docs, home: {settings.home})")
+    under = f" (and under {settings.root_path}/ for a proxy)" if settings.root_path else ""
+    typer.echo(
+        f"lorastudio serving on http://{shown}:{bind_port}/{under}  (API docs: /docs, home: {settings.home})"
+    )
     serve(settings, bind_host, bind_port, home_lock=lock)

@@ -6,6 +6,7 @@
  * A tiny external store: any 401 marks the token as needed, and the UI asks for it once.
  */
 import { useSyncExternalStore } from "react";
+import { served } from "./base";
 
 const KEY = "lorastudio.token";
 
@@ -67,8 +68,10 @@ export function authHeaders(): Record<string, string> {
   return state.token ? { Authorization: `Bearer ${state.token}` } : {};
 }
 
-/** `url` with `token=<token>` added to its query (unchanged without a token). */
-export function withToken(url: string): string {
+/** `url` under the page's folder (api/base.ts: a proxy's sub-path), with `token=<token>` added to
+ * its query (without a token, only the folder). */
+export function withToken(path: string): string {
+  const url = served(path);
   if (!state.token) return url;
   return `${url}${url.includes("?") ? "&" : "?"}token=${encodeURIComponent(state.token)}`;
 }

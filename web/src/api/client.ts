@@ -5,6 +5,7 @@
  * then asks for the token).
  */
 import { authHeaders, getToken, reportUnauthorized } from "./auth";
+import { served } from "./base";
 import type { ProblemOut } from "./types";
 
 /** One problem with one field, as the server's 400 body lists them (ErrorOut.problems). */
@@ -66,9 +67,34 @@ export async function errorFrom(res: Response): Promise<ApiError> {
     problems = asProblems(o.problems ?? (Array.isArray(o.detail) ? o.detail : undefined));
     if (problems.length && typeof o.detail !== "string") message = problems.map((p) => p.message).join("; ");
   } else if (typeof body === "string" && body) {
-    message = body;
+    message = isHtml(res, body) ? foreignAnswer(res.status, res.statusText, body) : body;
   }
   return new ApiError(res.status, message, problems, body);
+}
+
+function isHtml(res: Response, text: string): boolean {
+  return (res.headers.get("content-type") ?? "").includes("text/html") || /^\s*<(!doctype|html)/i.test(text);
+}
+
+/**
+ * The words of an answer that is not the studio's (which answers JSON): an HTML page of a reverse
+ * proxy or gateway in front of it (nginx's 413 for an upload past its client_max_body_size, its
+ * 502 / 504 while the server is down). Its title and what it means, never the page's markup.
+ */
+export function foreignAnswer(status: number, statusText: string, html: string): string {
+  const title = /<title>([^<]*)<\/title>/i.exec(html)?.[1]?.trim() || `${status} ${statusText}`.trim();
+  let why = "";
+  if (status === 413) {
+    why = ": the request is larger than that proxy accepts (nginx: client_max_body_size; see README, Behind a reverse proxy)";
+  } else if (status === 504) {
+    // the proxy's read timeout (nginx: 60 s) cut a long request: the studio takes that for the
+    // client leaving, and a generation stops with nothing kept
+    why =
+      ": it stopped waiting for the studio's answer (nginx: proxy_read_timeout, 60 s by default); a generation cut so is cancelled: raise that timeout (see README, Behind a reverse proxy)";
+  } else if (status === 502 || status === 503) {
+    why = ": it got no answer from the studio (is `lorastudio serve` running?)";
+  }
+  return `${title}, answered by a proxy or gateway in front of the studio, not by lorastudio${why}`;
 }
 
 /** The message of a request the server never answered (down, restarting, the network cut); `why`: the browser's words. */
@@ -88,7 +114,7 @@ export async function request<T>(method: string, url: string, body?: unknown, in
   }
   let res: Response;
   try {
-    res = await fetch(url, { method, headers, body: payload, ...init });
+    res = await fetch(served(url), { method, headers, body: payload, ...init });
   } catch (err) {
     if (err instanceof DOMException && err.name === "AbortError") throw err;
     throw new ApiError(0, noAnswer(err instanceof Error ? err.message : String(err)), [], null);
@@ -166,7 +192,7 @@ export function postWithProgress<T>(
 function sendWithProgress<T>(url: string, form: FormData, onProgress: (sent: number, total: number) => void): Promise<T> {
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
-    xhr.open("POST", url);
+    xhr.open("POST", served(url));
     xhr.setRequestHeader("Accept", "application/json");
     const sentWith = getToken();
     for (const [k, v] of Object.entries(authHeaders())) xhr.setRequestHeader(k, v);

@@ -38,7 +38,7 @@ from lorastudio.api.schemas_files import (
     DeletedFiles,
     UploadOut,
 )
-from lorastudio.api.upload_spool import ParkingMultiPartParser
+from lorastudio.api.upload_spool import parser_class
 from lorastudio.data import new_name, safe_component
 from lorastudio.data.caption_bulk import CaptionEdit, bulk_edit_captions
 from lorastudio.data.dataset_delete import delete_dataset
@@ -194,7 +194,7 @@ async def upload(
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > cap:
             raise UploadTooLarge(cap)
-        parser = ParkingMultiPartParser(  # one descriptor per upload, not per file (upload_spool)
+        parser = parser_class()(  # one descriptor per upload, not per file (upload_spool)
             request.headers, _capped(request.stream(), cap), max_files=MAX_FILES_PER_UPLOAD, max_fields=100
         )
         try:

@@ -1,0 +1,66 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { setToken } from "./auth";
+import { served } from "./base";
+import { get, postWithProgress } from "./client";
+import { api } from "./endpoints";
+
+/** The page as a reverse proxy serves it under a sub-path (nginx `location /studio/`). */
+describe("a studio served under a proxy's sub-path", () => {
+  beforeEach(() => window.history.pushState({}, "", "/studio/#/runs"));
+  afterEach(() => {
+    window.history.pushState({}, "", "/");
+    setToken("");
+    vi.unstubAllGlobals();
+  });
+
+  it("sends its API calls, uploads, event stream and image URLs under the sub-path", async () => {
+    const fetched: string[] = [];
+    vi.stubGlobal(
+      "fetch",
+      vi.fn(async (url: string) => {
+        fetched.push(url);
+        return new Response("[]", { status: 200 });
+      }),
+    );
+    await get("/api/runs");
+    expect(fetched).toEqual(["/studio/api/runs"]);
+
+    const opened: string[] = [];
+    class OpenXhr {
+      status = 201;
+      statusText = "";
+      responseText = "{}";
+      upload = { onprogress: null };
+      onload: null | (() => void) = null;
+      onerror: null | (() => void) = null;
+      open(_method: string, url: string) {
+        opened.push(url);
+      }
+      setRequestHeader() {}
+      send() {
+        this.onload?.();
+      }
+    }
+    vi.stubGlobal("XMLHttpRequest", OpenXhr);
+    await postWithProgress("/api/datasets/d/files", new FormData(), () => undefined, null);
+    expect(opened).toEqual(["/studio/api/datasets/d/files"]);
+
+    expect(api.eventsUrl()).toBe("/studio/api/train/events");
+    setToken("t0k");
+    // a URL the server answered with (a gallery image's `url`) goes under the sub-path too
+    expect(api.imageUrl("/gallery/a.png")).toBe("/studio/gallery/a.png?token=t0k");
+    expect(api.eventsUrl()).toBe("/studio/api/train/events?token=t0k");
+  });
+
+  it("leaves other sites' URLs and paths already under the sub-path as they are", () => {
+    expect(served("https://huggingface.co/me/lora")).toBe("https://huggingface.co/me/lora");
+    expect(served("//cdn.example/x")).toBe("//cdn.example/x");
+    expect(served("/studio/api/runs")).toBe("/studio/api/runs");
+  });
+
+  it("served at the root, uses the server's paths unchanged", () => {
+    window.history.pushState({}, "", "/#/runs");
+    expect(served("/api/runs")).toBe("/api/runs");
+    expect(api.eventsUrl()).toBe("/api/train/events");
+  });
+});
