@@ -4,6 +4,7 @@ new_name); one named so before (or by hand) is given after '--': `datasets delet
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -100,10 +101,12 @@ def import_cmd(
     and the `datasets` entries that train them with their repeats are printed (TOML)."""
     from lorastudio.data import new_name, resolve_dataset_dir, safe_component
     from lorastudio.data.control_import import control_files
-    from lorastudio.data.discovery import is_image_name
+    from lorastudio.data.discovery import METADATA_FILE, is_image_name
     from lorastudio.data.kohya import is_kohya_folder, parse_kohya_folder
     from lorastudio.data.listing import dataset_summary
     from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks
+    from lorastudio.data.metadata_csv import csv_as_jsonl
+    from lorastudio.data.peer_files import METADATA_CSV, foreign_file_reason
     from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.upload_pairs import control_slot
     from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS, UploadBatch, UploadResult, upload_kind
@@ -144,6 +147,11 @@ def import_cmd(
                 )  # an image of a refused type: the batch refuses it (and its caption) saying why
             else:
                 skipped.append(path.name)
+    # a Hugging Face imagefolder's metadata.csv: stored as the metadata.jsonl a dataset reads
+    table = None
+    if METADATA_CSV in skipped and not any(p.name == METADATA_FILE for p in wanted):
+        skipped.remove(METADATA_CSV)
+        table = csv_as_jsonl(source / METADATA_CSV)
     kohya_folders = [f for f in folders if is_kohya_folder(f)]
     if kohya_folders and not any(is_image_name(p.name) for p in wanted):  # the issue's img/10_sks ball/
         raise DatasetError(
@@ -177,6 +185,8 @@ def import_cmd(
                 for path in wanted:
                     with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
                         batch.add(path.name, fh, source=path)
+                if table is not None:
+                    batch.add(METADATA_FILE, io.BytesIO(table), source=source / METADATA_CSV)
                 for slot, path in controls:  # checked as an upload's controls: an image with a target
                     with open_in_folder(path) as fh:
                         batch.add(path.name, fh, slot=slot, source=path)
@@ -193,8 +203,12 @@ def import_cmd(
                                          if Path(n).stem not in stems]:  # fmt: skip
         say(f"refused {file}: {reason}")
     typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
+    if table is not None:
+        typer.echo(f"{METADATA_CSV}: its rows stored as {METADATA_FILE}")
+    stems = {Path(p.name).stem for p in wanted if is_image_name(p.name)}
     for skip in skipped:
-        say(f"skipped {skip} (not an image, .txt caption or metadata.jsonl)")
+        why = "metadata.jsonl is imported" if skip == METADATA_CSV else foreign_file_reason(skip, stems)
+        say(f"skipped {skip} ({why or 'not an image, .txt caption or metadata.jsonl'})")
     for link in links:
         say(f"skipped {link} (a symbolic link: links are not followed)")
     for file, reason in control_skips:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lorastudio.data.kohya_captions import is_kohya_caption_name
+from lorastudio.data.peer_files import foreign_file_reason
 from lorastudio.errors import DatasetError
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp")
@@ -171,6 +172,12 @@ def _discover(root: Path, kohya: bool = False) -> DatasetFiles:
         else:
             dropped.append((name, f"not an image (supported: {', '.join(IMAGE_EXTENSIONS)})"))
     image_stems = {p.stem for p in images}
+    dropped = [  # another tool's file, an image of another format: named for what it is
+        (name, foreign_file_reason(name, image_stems) or why)
+        if why.startswith("not an image")
+        else (name, why)
+        for name, why in dropped
+    ]
     if kohya:
         return _kohya_files(images, captions, metadata, dropped, image_stems)
     first_caption: dict[str, str] = {}  # stem -> its first .txt caption's name (sorted order)

@@ -1,0 +1,154 @@
+"""What the files other trainers and tools leave in a dataset folder are, named for the user (no
+torch, no HTTP).
+
+A folder brought from kohya sd-scripts, SimpleTuner, OneTrainer, ai-toolkit, a Hugging Face
+`imagefolder` or a scraper holds files lorastudio does not read: their captions, their configs,
+their caches, images of other formats. Each was listed as "not an image (supported: ...)", which
+hid what it was and what to do with it (RELIABILITY 1001): `foreign_file_reason` names it and the
+way to use what it holds. `image_subfolders` names the sub-folders holding images for a folder
+that has none of its own (a Hugging Face `train/` split, OneTrainer's concept folders, kohya's
+`N_words` folders).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from lorastudio.data.safe_open import FolderId
+
+METADATA_CSV = "metadata.csv"  # Hugging Face imagefolder's other caption table
+_CONVERT = "convert it to PNG, JPEG or WebP"
+_OTHER_IMAGES = {
+    ".gif": "a GIF image: not read; " + _CONVERT,
+    ".heic": "a HEIC image: not read; " + _CONVERT,
+    ".heif": "a HEIF image: not read; " + _CONVERT,
+    ".avif": "an AVIF image: not read; " + _CONVERT,
+    ".jxl": "a JPEG XL image: not read; " + _CONVERT,
+    ".tif": "a TIFF image: not read; " + _CONVERT,
+    ".tiff": "a TIFF image: not read; " + _CONVERT,
+    ".bmp": "a BMP image: not read; " + _CONVERT,
+    ".dib": "a BMP image: not read; " + _CONVERT,
+}
+_ENTRIES = "each of its image folders is a `[[datasets]]` entry of the run's config (path, repeats)"
+_CONFIGS = {
+    "multidatabackend.json": f"SimpleTuner's dataset config: not read; {_ENTRIES}",
+    "concepts.json": f"OneTrainer's concepts file: not read; {_ENTRIES}",
+}
+_KOHYA_CACHE = re.compile(r"_\d+x\d+(_[a-z0-9]+)?\.npz$")  # kohya's cached latents: img_1024x1024_flux.npz
+
+
+def foreign_file_reason(name: str, image_stems: set[str]) -> str | None:
+    """Why the dataset file `name` (not an image lorastudio reads, a .txt caption nor a
+    metadata.jsonl) is not used, when it is a file of another tool or an image of another format
+    (`image_stems`: the stems of the folder's images); None for any other file."""
+    lower = name.lower()
+    stem, _, ext = name.rpartition(".")
+    if not stem:
+        return None
+    ext = "." + ext.lower()
+    if ext in _OTHER_IMAGES:
+        return _OTHER_IMAGES[ext]
+    if lower in _CONFIGS:
+        return _CONFIGS[lower]
+    if lower == METADATA_CSV:
+        return metadata_csv_reason()
+    if ext == ".json" and stem in image_stems:
+        return f"a JSON caption sidecar: not read (save its caption as {stem}.txt or a metadata.jsonl row)"
+    if ext == ".toml":
+        return (
+            "a config file: not read (a kohya dataset config's subsets are `[[datasets]]` entries of the run's "
+            "config: image_dir -> path, num_repeats -> repeats, is_reg -> regularisation)"
+        )
+    if ext == ".npz" and (_KOHYA_CACHE.search(lower) or stem in image_stems):
+        return "another trainer's cached latents: not read (lorastudio encodes the images itself)"
+    return None
+
+
+def metadata_csv_reason() -> str:
+    """Why a Hugging Face imagefolder's metadata.csv is not read, and what to do."""
+    return (
+        "a Hugging Face imagefolder caption table: not read in a dataset (`lorastudio datasets import DIR` "
+        "stores its rows as metadata.jsonl, which is read; or give each image a .txt caption)"
+    )
+
+
+def unread_caption_problems(
+    root: Path, folder_id: FolderId, dropped: list[tuple[str, str]], untold: list[str], has_metadata: bool
+) -> list[str]:
+    """The problems naming the caption files a dataset holds in a form not read (a kohya
+    `<stem>.caption` in a plain folder, a JSON sidecar `<stem>.json`, a Hugging Face
+    `metadata.csv` without a metadata.jsonl) where an image they caption has no caption of its
+    own (`untold`: the names of the images that would train on the trigger word or default
+    caption, or have no caption at all). `dropped`: the listing's (name, reason) pairs, whose
+    reason says what to do. An image with a caption of its own keeps the rule of a file not used:
+    named by the preflight, not refused; so does a blank `.caption` (no caption in it, as a blank
+    .txt; read as `captions.read_sidecar` reads one, from `root` of identity `folder_id`)."""
+    from lorastudio.data.captions import read_sidecar
+    from lorastudio.errors import DatasetError
+
+    if not untold:
+        return []
+    by_stem = {Path(name).stem: name for name in untold}
+    out = []
+    for name, why in dropped:
+        stem, _, ext = name.rpartition(".")
+        if name.lower() == METADATA_CSV and not has_metadata:
+            out.append(f"{name}: {why}; {len(untold)} image(s) have no caption of their own")
+        elif (
+            ext.lower() in ("caption", "json")
+            and stem in by_stem
+            and why.startswith(("a .caption", "a JSON"))
+        ):
+            if ext.lower() == "caption":
+                try:
+                    if read_sidecar(root / name, folder_id) is None:
+                        continue  # blank: it holds no caption
+                except DatasetError:
+                    pass  # unreadable: named all the same
+            out.append(f"{name}: {why}; {by_stem[stem]} has no caption of its own")
+    return out
+
+
+def subfolder_hints(root: Path) -> list[str]:
+    """The problems naming the sub-folders of `root` that hold images, for a folder found with
+    none of its own, each with how to train them: kohya `N_words` folders through
+    `kohya_folders = true`, any other as a data_dir or `[[datasets]]` entry."""
+    from lorastudio.data.discovery import is_image_name
+    from lorastudio.data.kohya import is_kohya_folder
+
+    out = []
+    for name, count in image_subfolders(root, is_image_name):
+        if is_kohya_folder(name):
+            how = "a kohya N_words folder: set kohya_folders = true to train these folders as entries"
+        else:
+            how = "give this folder as data_dir, or each such folder as a [[datasets]] entry"
+        out.append(f"{root / name}: {count} image(s) in a sub-folder; {how}")
+    return out
+
+
+def image_subfolders(root: Path, is_image: Callable[[str], bool], most: int = 10) -> list[tuple[str, int]]:
+    """(name, images directly in it) of each sub-folder of `root` (not a link, not hidden) that
+    holds images, sorted by name; `is_image`: the name test (discovery.is_image_name). Reads one
+    level; a sub-folder that cannot be listed is left out. At most `most` listed."""
+    found: list[tuple[str, int]] = []
+    try:
+        with os.scandir(root) as it:
+            folders = sorted(
+                e.name for e in it if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+            )
+    except OSError:
+        return []
+    for name in folders:
+        try:
+            with os.scandir(root / name) as it:
+                count = sum(1 for e in it if e.is_file(follow_symlinks=False) and is_image(e.name))
+        except OSError:
+            continue
+        if count:
+            found.append((name, count))
+            if len(found) >= most:
+                break
+    return found

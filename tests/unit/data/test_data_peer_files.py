@@ -1,0 +1,101 @@
+"""Folders as the peer trainers and the web leave them (session 31 wild-data audit): their files
+named for what they are, a caption held in a form not read never trained as the trigger word
+instead, and a folder whose images sit in sub-folders answered with those folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lorastudio.data import scan_dataset
+from lorastudio.errors import DatasetError
+
+
+def _scan(root: Path, **kwargs):
+    kwargs.setdefault("trigger_word", "sks")
+    return scan_dataset(root, resolution=64, multiple=16, **kwargs)
+
+
+def test_other_tools_files_are_named_for_what_they_are(tmp_path: Path, make_image) -> None:
+    """Each was "not an image (supported: .png, ...)" (RELIABILITY 1001)."""
+    for stem in ("a", "b"):
+        make_image(tmp_path / f"{stem}.png")
+        (tmp_path / f"{stem}.txt").write_text(f"{stem} caption")
+    (tmp_path / "a.json").write_text(json.dumps({"caption": "a scraped caption"}))  # a has its .txt
+    for name in ("multidatabackend.json", "concepts.json", "dataset_config.toml", "b_1024x1024_flux.npz",
+                 "c.heic", "d.avif", "e.gif", "f.tiff", "notes.md"):  # fmt: skip
+        (tmp_path / name).write_bytes(b"x")
+    dropped = dict(_scan(tmp_path).dropped)
+    assert dropped["multidatabackend.json"].startswith("SimpleTuner's dataset config: not read; each of its")
+    assert dropped["concepts.json"].startswith("OneTrainer's concepts file: not read")
+    assert (
+        "image_dir -> path, num_repeats -> repeats, is_reg -> regularisation"
+        in dropped["dataset_config.toml"]
+    )
+    assert dropped["b_1024x1024_flux.npz"].startswith("another trainer's cached latents")
+    assert (
+        dropped["a.json"]
+        == "a JSON caption sidecar: not read (save its caption as a.txt or a metadata.jsonl row)"
+    )
+    assert dropped["c.heic"] == "a HEIC image: not read; convert it to PNG, JPEG or WebP"
+    assert dropped["d.avif"].startswith("an AVIF image") and dropped["e.gif"].startswith("a GIF image")
+    assert dropped["f.tiff"].startswith("a TIFF image")
+    assert dropped["notes.md"].startswith("not an image")
+
+
+@pytest.mark.parametrize("where", ["caption", "json", "csv"])
+def test_a_caption_held_in_a_form_not_read_is_refused_not_trained_as_the_trigger(
+    tmp_path: Path, make_image, where: str
+) -> None:
+    """kohya's `.caption` in a plain folder, a scraper's `<stem>.json`, HF imagefolder's
+    metadata.csv: the image trained on the trigger word alone, its caption named only among the
+    files not used (RELIABILITY 1002). Now refused naming the file and the fix; an image with a
+    caption of its own keeps the file a warning."""
+    make_image(tmp_path / "a.png")
+    make_image(tmp_path / "b.png", seed=1)
+    (tmp_path / "b.txt").write_text("b's own caption")
+    if where == "caption":
+        (tmp_path / "a.caption").write_text("a kohya caption")
+        (tmp_path / "b.caption").write_text("b kohya caption")
+    elif where == "json":
+        (tmp_path / "a.json").write_text(json.dumps({"caption": "a scraped caption"}))
+    else:
+        (tmp_path / "metadata.csv").write_text("file_name,text\na.png,a hub caption\n")
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path)
+    (problem,) = err.value.problems
+    name = {"caption": "a.caption", "json": "a.json", "csv": "metadata.csv"}[where]
+    assert problem.startswith(f"{name}: "), problem
+    tail = "1 image(s) have no caption of their own" if where == "csv" else "a.png has no caption of its own"
+    assert problem.endswith(tail), problem
+    fix = {
+        "caption": "rename it a.txt",
+        "json": "save its caption as a.txt",
+        "csv": "lorastudio datasets import",
+    }
+    assert fix[where] in problem
+    (tmp_path / "a.txt").write_text("a's own caption")  # every image captioned: named, not refused
+    scan = _scan(tmp_path)
+    assert name in dict(scan.dropped)
+    assert {it.caption for it in scan.items} == {"sks, a's own caption", "sks, b's own caption"}
+
+
+def test_a_folder_whose_images_are_in_sub_folders_names_them(tmp_path: Path, make_image) -> None:
+    """A HF `train/` split, OneTrainer's concept folders and kohya's `img/` parent were answered
+    "no png/jpg/jpeg/webp files (sub-folders are not scanned)", naming no folder (RELIABILITY 1003)."""
+    for folder in ("train", "5_sks dog", "empty"):
+        (tmp_path / folder).mkdir()
+    make_image(tmp_path / "train" / "a.png")
+    make_image(tmp_path / "train" / "b.png")
+    make_image(tmp_path / "5_sks dog" / "c.png")
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path)
+    problems = err.value.problems
+    assert problems[1:] == [
+        f"{tmp_path / '5_sks dog'}: 1 image(s) in a sub-folder; a kohya N_words folder: set kohya_folders = "
+        "true to train these folders as entries",
+        f"{tmp_path / 'train'}: 2 image(s) in a sub-folder; give this folder as data_dir, or each such folder "
+        "as a [[datasets]] entry",
+    ], problems
