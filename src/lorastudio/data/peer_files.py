@@ -80,7 +80,7 @@ def unread_caption_problems(
 ) -> list[str]:
     """The problems naming the caption files a dataset holds in a form not read (a kohya
     `<stem>.caption` in a plain folder, a JSON sidecar `<stem>.json`, a Hugging Face
-    `metadata.csv` without a metadata.jsonl) where an image they caption has no caption of its
+    `metadata.csv` without a metadata.jsonl, a `<stem>.txt` or metadata.jsonl that is a symbolic link) where an image they caption has no caption of its
     own (`untold`: the names of the images that would train on the trigger word or default
     caption, or have no caption at all). `dropped`: the listing's (name, reason) pairs, whose
     reason says what to do. An image with a caption of its own keeps the rule of a file not used:
@@ -97,6 +97,16 @@ def unread_caption_problems(
         stem, _, ext = name.rpartition(".")
         if name.lower() == METADATA_CSV and not has_metadata:
             out.append(f"{name}: {why}; {len(untold)} image(s) have no caption of their own")
+        elif name == "metadata.jsonl" and not has_metadata and why.startswith("symbolic link"):
+            out.append(
+                f"{name}: {why}; {len(untold)} image(s) have no caption of their own (copy the file itself into "
+                "the folder)"
+            )
+        elif ext.lower() == "txt" and stem in by_stem and why.startswith("symbolic link"):
+            out.append(  # its caption is elsewhere: links are never followed out of a dataset
+                f"{name}: {why}; {by_stem[stem]} has no caption of its own (copy the caption file itself into "
+                "the folder)"
+            )
         elif (
             ext.lower() in ("caption", "json")
             and stem in by_stem

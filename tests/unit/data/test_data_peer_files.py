@@ -45,13 +45,13 @@ def test_other_tools_files_are_named_for_what_they_are(tmp_path: Path, make_imag
     assert dropped["notes.md"].startswith("not an image")
 
 
-@pytest.mark.parametrize("where", ["caption", "json", "csv"])
+@pytest.mark.parametrize("where", ["caption", "json", "csv", "link"])
 def test_a_caption_held_in_a_form_not_read_is_refused_not_trained_as_the_trigger(
     tmp_path: Path, make_image, where: str
 ) -> None:
     """kohya's `.caption` in a plain folder, a scraper's `<stem>.json`, HF imagefolder's
-    metadata.csv: the image trained on the trigger word alone, its caption named only among the
-    files not used (RELIABILITY 1002). Now refused naming the file and the fix; an image with a
+    metadata.csv, a `.txt` linked in from elsewhere: the image trained on the trigger word alone,
+    its caption named only among the files not used (RELIABILITY 1002). Now refused naming the file and the fix; an image with a
     caption of its own keeps the file a warning."""
     make_image(tmp_path / "a.png")
     make_image(tmp_path / "b.png", seed=1)
@@ -61,24 +61,31 @@ def test_a_caption_held_in_a_form_not_read_is_refused_not_trained_as_the_trigger
         (tmp_path / "b.caption").write_text("b kohya caption")
     elif where == "json":
         (tmp_path / "a.json").write_text(json.dumps({"caption": "a scraped caption"}))
-    else:
+    elif where == "csv":
         (tmp_path / "metadata.csv").write_text("file_name,text\na.png,a hub caption\n")
+    else:  # a caption kept elsewhere, linked in: links are never followed
+        (tmp_path.parent / "a-caption.txt").write_text("a caption elsewhere")
+        (tmp_path / "a.txt").symlink_to(tmp_path.parent / "a-caption.txt")
     with pytest.raises(DatasetError) as err:
         _scan(tmp_path)
     (problem,) = err.value.problems
-    name = {"caption": "a.caption", "json": "a.json", "csv": "metadata.csv"}[where]
+    name = {"caption": "a.caption", "json": "a.json", "csv": "metadata.csv", "link": "a.txt"}[where]
     assert problem.startswith(f"{name}: "), problem
-    tail = "1 image(s) have no caption of their own" if where == "csv" else "a.png has no caption of its own"
-    assert problem.endswith(tail), problem
+    tail = {"csv": "1 image(s) have no caption of their own", "link": "a.png has no caption of its own (copy"}
+    assert tail.get(where, "a.png has no caption of its own") in problem, problem
     fix = {
         "caption": "rename it a.txt",
         "json": "save its caption as a.txt",
         "csv": "lorastudio datasets import",
+        "link": "copy the caption file itself into the folder",
     }
     assert fix[where] in problem
+    if where == "link":  # a second caption file beside the image's own: named, not refused
+        (tmp_path / "a.txt").unlink()
+        (tmp_path / "a.TXT").symlink_to(tmp_path.parent / "a-caption.txt")
     (tmp_path / "a.txt").write_text("a's own caption")  # every image captioned: named, not refused
     scan = _scan(tmp_path)
-    assert name in dict(scan.dropped)
+    assert ("a.TXT" if where == "link" else name) in dict(scan.dropped)
     assert {it.caption for it in scan.items} == {"sks, a's own caption", "sks, b's own caption"}
 
 
