@@ -107,6 +107,8 @@ def unread_caption_problems(
                 f"{name}: {why}; {by_stem[stem]} has no caption of its own (copy the caption file itself into "
                 "the folder)"
             )
+        elif stem in by_stem and why.startswith("a file of an image's name"):  # kohya_captions
+            out.append(f"{name}: {why}; {by_stem[stem]} has no caption of its own")
         elif (
             ext.lower() in ("caption", "json")
             and stem in by_stem

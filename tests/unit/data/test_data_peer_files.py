@@ -106,3 +106,40 @@ def test_a_folder_whose_images_are_in_sub_folders_names_them(tmp_path: Path, mak
         f"{tmp_path / 'train'}: 2 image(s) in a sub-folder; give this folder as data_dir, or each such folder "
         "as a [[datasets]] entry",
     ], problems
+
+
+def test_a_kohya_caption_of_another_extension_is_never_replaced_by_the_folders_words(
+    tmp_path: Path, make_image
+) -> None:
+    """kohya's --caption_extension takes any extension: a folder captioned in `.tags` files was
+    imported "2 captioned" with every caption the folder's words, and trained so in place
+    (kohya_folders), the files named "not an image" (RELIABILITY 1005). Now the import skips each
+    such image naming its file and the fix, and a run refuses it; kohya's `.npz` latent cache
+    beside an image is no caption."""
+    from lorastudio.data.kohya import plan_kohya_import
+
+    folder = tmp_path / "img" / "3_ohwx cat"
+    folder.mkdir(parents=True)
+    for stem in ("a", "b", "c"):
+        make_image(folder / f"{stem}.png", seed=ord(stem))
+        (folder / f"{stem}.npz").write_bytes(b"kohya latents")
+    (folder / "a.tags").write_text("a tag, cat")
+    (folder / "b.tags").write_text("b tag, cat")
+    (folder / "b.txt").write_text("b's caption")  # its own caption: the .tags only named
+    plan = plan_kohya_import(tmp_path / "img")
+    assert [(r["file_name"], r["text"]) for r in plan.rows] == [
+        ("b.png", "b's caption"),
+        ("c.png", "ohwx cat"),
+    ]
+    skipped = dict(plan.skipped)
+    rename = "if it holds a's caption (kohya's caption_extension .tags), rename it a.txt"
+    assert rename in skipped["3_ohwx cat/a.png"] and skipped["3_ohwx cat/a.png"].endswith(
+        "a.png has no caption of its own"
+    )
+    assert skipped["3_ohwx cat/b.tags"].startswith("a file of an image's name, not read")
+    assert skipped["3_ohwx cat/a.npz"] == "not an image or a caption (.txt, .caption)"
+
+    with pytest.raises(DatasetError) as err:
+        scan_dataset(folder, resolution=64, multiple=16, default_caption="ohwx cat", kohya=True)
+    (problem,) = err.value.problems
+    assert problem.startswith("a.tags: a file of an image's name") and rename in problem, problem
