@@ -20,6 +20,7 @@ from pathlib import Path
 from lorastudio.data.safe_open import FolderId
 
 METADATA_CSV = "metadata.csv"  # Hugging Face imagefolder's other caption table
+METADATA_FILE = "metadata.jsonl"  # discovery.METADATA_FILE (imported by it: not imported back)
 _CONVERT = "convert it to PNG, JPEG or WebP"
 _OTHER_IMAGES = {
     ".gif": "a GIF image: not read; " + _CONVERT,
@@ -80,7 +81,8 @@ def unread_caption_problems(
 ) -> list[str]:
     """The problems naming the caption files a dataset holds in a form not read (a kohya
     `<stem>.caption` in a plain folder, a JSON sidecar `<stem>.json`, a Hugging Face
-    `metadata.csv` without a metadata.jsonl, a `<stem>.txt` or metadata.jsonl that is a symbolic link) where an image they caption has no caption of its
+    `metadata.csv` without a metadata.jsonl, a `<stem>.txt` or metadata.jsonl that is a symbolic link, a
+    metadata.jsonl row naming the image otherwise: `images/x.png`, `X.PNG`) where an image they caption has no caption of its
     own (`untold`: the names of the images that would train on the trigger word or default
     caption, or have no caption at all). `dropped`: the listing's (name, reason) pairs, whose
     reason says what to do. An image with a caption of its own keeps the rule of a file not used:
@@ -92,10 +94,17 @@ def unread_caption_problems(
     if not untold:
         return []
     by_stem = {Path(name).stem: name for name in untold}
+    by_name = {name.lower(): name for name in untold}
     out = []
     for name, why in dropped:
         stem, _, ext = name.rpartition(".")
-        if name.lower() == METADATA_CSV and not has_metadata:
+        image = by_name.get(name.rpartition("/")[2].lower())
+        if why.startswith("listed in metadata.jsonl but not found") and image is not None:
+            out.append(  # HF's "images/x.png" beside a flat folder, another case of the name
+                f"metadata.jsonl row {name!r}: no such file here; {image} has no caption of its own (a row's "
+                f"file_name is the image's own name in this folder: {image})"
+            )
+        elif name.lower() == METADATA_CSV and not has_metadata:
             out.append(f"{name}: {why}; {len(untold)} image(s) have no caption of their own")
         elif name == "metadata.jsonl" and not has_metadata and why.startswith("symbolic link"):
             out.append(
@@ -131,12 +140,19 @@ def subfolder_hints(root: Path) -> list[str]:
     from lorastudio.data.discovery import is_image_name
     from lorastudio.data.kohya import is_kohya_folder
 
+    tables = [t for t in (METADATA_FILE, METADATA_CSV) if os.path.lexists(root / t)]
+    table = (  # HF's `images/x.png` rows: the table is read from the images' own folder only
+        f" ({' and '.join(tables)} here is read from the images' own folder only: move it there, each row's "
+        "file_name the image's own name)"
+        if tables
+        else ""
+    )
     out = []
     for name, count in image_subfolders(root, is_image_name):
         if is_kohya_folder(name):
             how = "a kohya N_words folder: set kohya_folders = true to train these folders as entries"
         else:
-            how = "give this folder as data_dir, or each such folder as a [[datasets]] entry"
+            how = f"give this folder as data_dir, or each such folder as a [[datasets]] entry{table}"
         out.append(f"{root / name}: {count} image(s) in a sub-folder; {how}")
     return out
 

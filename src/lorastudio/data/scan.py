@@ -297,7 +297,7 @@ def scan_dataset(
     # a caption the folder holds in a form not read (kohya's .caption, a JSON sidecar, metadata.csv)
     # was meant: the image never trains on the trigger word or default caption instead, unsaid
     untold = uncaptioned + [it.path.name for it in items if it.caption_source in ("default", "trigger")]
-    problems += unread_caption_problems(root, folder_id, files.dropped, untold, files.metadata is not None)
+    problems += unread_caption_problems(root, folder_id, dropped, untold, files.metadata is not None)
     if uncaptioned:
         problems += [
             f"{name}: no caption (add {Path(name).stem}.txt or a {METADATA_FILE} row, "

@@ -106,6 +106,35 @@ def test_a_folder_whose_images_are_in_sub_folders_names_them(tmp_path: Path, mak
         f"{tmp_path / 'train'}: 2 image(s) in a sub-folder; give this folder as data_dir, or each such folder "
         "as a [[datasets]] entry",
     ], problems
+    (tmp_path / "metadata.jsonl").write_text('{"file_name": "train/a.png", "text": "a"}\n')  # HF's rows
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path)
+    assert err.value.problems[2].endswith(
+        "(metadata.jsonl here is read from the images' own folder only: move it there, each row's file_name "
+        "the image's own name)"
+    )
+
+
+def test_a_metadata_row_naming_the_image_otherwise_is_refused_not_trained_as_the_trigger(
+    tmp_path: Path, make_image
+) -> None:
+    """HF's `images/a.png` rows beside a flattened folder, or `B.PNG` for b.png: the rows were
+    "listed in metadata.jsonl but not found" among the files not used, the images trained on the
+    trigger word (RELIABILITY 1002)."""
+    for stem in ("a", "b", "c"):
+        make_image(tmp_path / f"{stem}.png")
+    rows = [("images/a.png", "an a"), ("B.PNG", "a b"), ("c.png", "a c"), ("gone.png", "none")]
+    (tmp_path / "metadata.jsonl").write_text(
+        "".join(json.dumps({"file_name": f, "text": t}) + "\n" for f, t in rows)
+    )
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path)
+    assert err.value.problems == [
+        "metadata.jsonl row 'images/a.png': no such file here; a.png has no caption of its own (a row's file_name "
+        "is the image's own name in this folder: a.png)",
+        "metadata.jsonl row 'B.PNG': no such file here; b.png has no caption of its own (a row's file_name is the "
+        "image's own name in this folder: b.png)",
+    ]
 
 
 def test_a_kohya_caption_of_another_extension_is_never_replaced_by_the_folders_words(
