@@ -87,9 +87,8 @@ def unread_caption_problems(
     caption, or have no caption at all). `dropped`: the listing's (name, reason) pairs, whose
     reason says what to do. An image with a caption of its own keeps the rule of a file not used:
     named by the preflight, not refused; so does a blank `.caption` (no caption in it, as a blank
-    .txt; read as `captions.read_sidecar` reads one, from `root` of identity `folder_id`)."""
-    from lorastudio.data.captions import read_sidecar
-    from lorastudio.errors import DatasetError
+    .txt; read as `captions.read_sidecar` reads one, from `root` of identity `folder_id`). Each
+    problem also says how to train without the file (delete it)."""
 
     if not untold:
         return []
@@ -99,38 +98,48 @@ def unread_caption_problems(
     for name, why in dropped:
         stem, _, ext = name.rpartition(".")
         image = by_name.get(name.rpartition("/")[2].lower())
+        one = by_stem.get(stem)  # the image this file would caption
         if why.startswith("listed in metadata.jsonl but not found") and image is not None:
             out.append(  # HF's "images/x.png" beside a flat folder, another case of the name
                 f"metadata.jsonl row {name!r}: no such file here; {image} has no caption of its own (a row's "
-                f"file_name is the image's own name in this folder: {image})"
+                f"file_name is the image's own name in this folder: {image}; or delete the row {_WITHOUT})"
             )
         elif name.lower() == METADATA_CSV and not has_metadata:
-            out.append(f"{name}: {why}; {len(untold)} image(s) have no caption of their own")
+            out.append(
+                f"{name}: {why}; {len(untold)} image(s) have no caption of their own (or delete it {_WITHOUT})"
+            )
         elif name == "metadata.jsonl" and not has_metadata and why.startswith("symbolic link"):
             out.append(
                 f"{name}: {why}; {len(untold)} image(s) have no caption of their own (copy the file itself into "
-                "the folder)"
+                f"the folder, or delete the link {_WITHOUT})"
             )
-        elif ext.lower() == "txt" and stem in by_stem and why.startswith("symbolic link"):
+        elif one is not None and ext.lower() == "txt" and why.startswith("symbolic link"):
             out.append(  # its caption is elsewhere: links are never followed out of a dataset
-                f"{name}: {why}; {by_stem[stem]} has no caption of its own (copy the caption file itself into "
-                "the folder)"
+                f"{name}: {why}; {one} has no caption of its own (copy the caption file itself into the folder, "
+                f"or delete the link {_WITHOUT})"
             )
-        elif stem in by_stem and why.startswith("a file of an image's name"):  # kohya_captions
-            out.append(f"{name}: {why}; {by_stem[stem]} has no caption of its own")
-        elif (
-            ext.lower() in ("caption", "json")
-            and stem in by_stem
-            and why.startswith(("a .caption", "a JSON"))
-        ):
-            if ext.lower() == "caption":
-                try:
-                    if read_sidecar(root / name, folder_id) is None:
-                        continue  # blank: it holds no caption
-                except DatasetError:
-                    pass  # unreadable: named all the same
-            out.append(f"{name}: {why}; {by_stem[stem]} has no caption of its own")
+        elif one is not None and why.startswith(("a file of an image's name", "a .caption", "a JSON")):
+            if ext.lower() == "caption" and _blank(root / name, folder_id):
+                continue  # it holds no caption
+            out.append(f"{name}: {why}; {one} has no caption of its own (or delete {name} {_WITHOUT})")
     return out
+
+
+# the other way out of each refusal: the image trains on the trigger word or default caption, as
+# before the rule, which a run started on such a folder needs to resume with the same captions
+_WITHOUT = "to train without it"
+
+
+def _blank(path: Path, folder_id: FolderId) -> bool:
+    """Whether the caption file at `path` holds no caption (blank, as captions.read_sidecar reads
+    it); an unreadable one is not blank (named all the same)."""
+    from lorastudio.data.captions import read_sidecar
+    from lorastudio.errors import DatasetError
+
+    try:
+        return read_sidecar(path, folder_id) is None
+    except DatasetError:
+        return False
 
 
 def subfolder_hints(root: Path) -> list[str]:

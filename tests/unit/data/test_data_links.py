@@ -47,9 +47,9 @@ def test_links_in_a_dataset_are_dropped_not_read(tmp_path: Path, make_image, out
     (ds / "metadata.jsonl").symlink_to(outside / "metadata.jsonl")
     linked = [  # not read, and a.png not trained on the trigger word instead (RELIABILITY 1002)
         "a.txt: symbolic link (not followed); a.png has no caption of its own (copy the caption file itself "
-        "into the folder)",
+        "into the folder, or delete the link to train without it)",
         "metadata.jsonl: symbolic link (not followed); 1 image(s) have no caption of their own (copy the file "
-        "itself into the folder)",
+        "itself into the folder, or delete the link to train without it)",
     ]
     with pytest.raises(DatasetError) as err:
         _scan(ds)

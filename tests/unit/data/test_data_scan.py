@@ -52,7 +52,7 @@ def test_kohya_caption_files_are_named_for_what_they_are(tmp_path, make_image):
         _scan(tmp_path)
     assert err.value.problems == [
         "alone.caption: a .caption file: only <image name>.txt captions are read (rename it alone.txt to use "
-        "it); alone.png has no caption of its own"
+        "it); alone.png has no caption of its own (or delete alone.caption to train without it)"
     ]
     (tmp_path / "alone.txt").write_text("alone's own", encoding="utf-8")
     scan = _scan(tmp_path)
