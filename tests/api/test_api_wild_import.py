@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import typer
 from PIL import Image
 from typer.testing import CliRunner
 
+from lorastudio.data.uploads import upload_kind
+from lorastudio.errors import DatasetError
 from lorastudio.settings import Settings
 
 
@@ -48,3 +51,40 @@ def test_an_imagefolder_metadata_csv_is_imported_as_its_captions(
     refused = CliRunner().invoke(cli, ["datasets", "import", str(other), "--name", "nocol"])
     assert refused.exit_code != 0 and not (settings.datasets_dir / "nocol").exists()
     assert "no file_name column (its header: image, caption)" in str(refused.exception.problems)
+
+
+def test_a_plain_import_stores_kohyas_caption_files_as_the_txt_a_dataset_reads(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """A flat folder captioned in kohya's `.caption` files was imported "0 captioned", each
+    skipped as "not an image, .txt caption or metadata.jsonl" (RELIABILITY 1002): now each is
+    stored as the image's .txt; one beside the image's own .txt stays skipped, named."""
+    src = tmp_path / "flat"
+    src.mkdir()
+    for stem, colour in (("a", "red"), ("b", "blue")):
+        Image.new("RGB", (32, 32), colour).save(src / f"{stem}.png")
+    (src / "a.caption").write_text("a from .caption")
+    (src / "b.caption").write_text("b from .caption")
+    (src / "b.txt").write_text("b from .txt")
+    done = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "flat"])
+    assert done.exit_code == 0, done.output
+    assert "a.caption: stored as a.txt" in done.output
+    assert "skipped b.caption (b.txt is imported instead)" in done.output
+    dataset = settings.datasets_dir / "flat"
+    assert sorted(p.name for p in dataset.iterdir()) == ["a.png", "a.txt", "b.png", "b.txt"]
+    assert (dataset / "a.txt").read_text() == "a from .caption"
+
+
+def test_an_upload_names_other_tools_files_for_what_they_are() -> None:
+    """An upload (and the import's skip) said "not an image (png/jpg/jpeg/webp), a .txt caption or
+    metadata.jsonl" of each (RELIABILITY 1001)."""
+    said = {}
+    for name in ("metadata.csv", "a.caption", "b.heic", "multidatabackend.json", "notes.pdf"):
+        with pytest.raises(DatasetError) as err:
+            upload_kind(name)
+        said[name] = err.value.problems[0].split(": ", 1)[1]
+    assert said["metadata.csv"].startswith("a Hugging Face imagefolder caption table: not read")
+    assert said["a.caption"] == "a kohya .caption file: only .txt captions are read (rename it a.txt)"
+    assert said["b.heic"] == "a HEIC image: not read; convert it to PNG, JPEG or WebP"
+    assert said["multidatabackend.json"].startswith("SimpleTuner's dataset config")
+    assert said["notes.pdf"] == "not an image (png/jpg/jpeg/webp), a .txt caption or metadata.jsonl"

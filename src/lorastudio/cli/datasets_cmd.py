@@ -132,6 +132,7 @@ def import_cmd(
     folders = [p.name for p in listing if not p.is_symlink() and p.is_dir()]
     special = [p.name for p in listing if not p.is_symlink() and not p.is_file() and not p.is_dir()]
     wanted, skipped = [], []
+    kind_reasons: dict[str, str] = {}
     for path in files:
         try:
             upload_kind(path.name)
@@ -140,18 +141,20 @@ def import_cmd(
             wanted.append(
                 path
             )  # an unsafe name (control characters, not UTF-8): the batch refuses it saying why
-        except DatasetError:
+        except DatasetError as err:
             if path.name.lower().endswith(REFUSED_IMAGE_EXTENSIONS):
                 wanted.append(
                     path
                 )  # an image of a refused type: the batch refuses it (and its caption) saying why
             else:
                 skipped.append(path.name)
+                kind_reasons[path.name] = err.problems[0].split(": ", 1)[-1]  # upload_kind's: what it is
     # a Hugging Face imagefolder's metadata.csv: stored as the metadata.jsonl a dataset reads
     table = None
     if METADATA_CSV in skipped and not any(p.name == METADATA_FILE for p in wanted):
         skipped.remove(METADATA_CSV)
         table = csv_as_jsonl(source / METADATA_CSV)
+    captions_in = _kohya_captions_as_txt(wanted, skipped, kind_reasons)
     kohya_folders = [f for f in folders if is_kohya_folder(f)]
     if kohya_folders and not any(is_image_name(p.name) for p in wanted):  # the issue's img/10_sks ball/
         raise DatasetError(
@@ -187,6 +190,9 @@ def import_cmd(
                         batch.add(path.name, fh, source=path)
                 if table is not None:
                     batch.add(METADATA_FILE, io.BytesIO(table), source=source / METADATA_CSV)
+                for path, stored in captions_in:  # kohya's x.caption as the x.txt a dataset reads
+                    with open_in_folder(path) as fh:
+                        batch.add(stored, fh, source=path)
                 for slot, path in controls:  # checked as an upload's controls: an image with a target
                     with open_in_folder(path) as fh:
                         batch.add(path.name, fh, slot=slot, source=path)
@@ -205,10 +211,13 @@ def import_cmd(
     typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
     if table is not None:
         typer.echo(f"{METADATA_CSV}: its rows stored as {METADATA_FILE}")
+    for path, stored in captions_in:
+        if stored in result.stored:
+            typer.echo(f"{path.name}: stored as {stored}")
     stems = {Path(p.name).stem for p in wanted if is_image_name(p.name)}
     for skip in skipped:
         why = "metadata.jsonl is imported" if skip == METADATA_CSV else foreign_file_reason(skip, stems)
-        say(f"skipped {skip} ({why or 'not an image, .txt caption or metadata.jsonl'})")
+        say(f"skipped {skip} ({why or kind_reasons[skip]})")
     for link in links:
         say(f"skipped {link} (a symbolic link: links are not followed)")
     for file, reason in control_skips:
@@ -224,6 +233,35 @@ def import_cmd(
             f"note: the folder's name reads as kohya's N_words (repeats {own.repeats}, words {own.words!r}); "
             "import its parent with --kohya for them"
         )
+
+
+def _kohya_captions_as_txt(
+    wanted: list[Path], skipped: list[str], reasons: dict[str, str]
+) -> list[tuple[Path, str]]:
+    """(source, stored name) of each kohya `<stem>.caption` (any case) of an incoming image that
+    has no .txt: imported as `<stem>.txt`, the caption a dataset reads (a plain import skipped it,
+    leaving the image uncaptioned: RELIABILITY 1002). Each is taken out of `skipped`; one beside
+    the image's .txt, or a second of one stem, stays skipped with its reason in `reasons`."""
+    from lorastudio.data.discovery import is_image_name
+
+    txt = {p.stem for p in wanted if p.name.lower().endswith(".txt")}
+    images = {p.stem for p in wanted if is_image_name(p.name)}
+    out: list[tuple[Path, str]] = []
+    taken: dict[str, str] = {}
+    folder = wanted[0].parent if wanted else None
+    for name in list(skipped):
+        stem, _, ext = name.rpartition(".")
+        if ext.lower() != "caption" or stem not in images or folder is None:
+            continue
+        if stem in txt:
+            reasons[name] = f"{stem}.txt is imported instead"
+        elif stem in taken:
+            reasons[name] = f"{taken[stem]} is imported as {stem}.txt"
+        else:
+            skipped.remove(name)
+            taken[stem] = name
+            out.append((folder / name, f"{stem}.txt"))
+    return out
 
 
 def _image_stems(folder: Path) -> set[str]:
