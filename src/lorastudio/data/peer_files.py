@@ -38,6 +38,14 @@ _CONFIGS = {
     "multidatabackend.json": f"SimpleTuner's dataset config: not read; {_ENTRIES}",
     "concepts.json": f"OneTrainer's concepts file: not read; {_ENTRIES}",
 }
+_AS_JSONL = 'save its captions as metadata.jsonl, one {"file_name", "text"} object per line'
+_OTHER_TABLES = {  # other caption tables: each read by its own tool only
+    "metadata.json": f"a caption table in one JSON document: not read ({_AS_JSONL})",
+    "metadata.parquet": f"a Hugging Face parquet caption table: not read ({_AS_JSONL})",
+    "meta_cap.json": f"kohya's fine-tuning caption metadata: not read ({_AS_JSONL})",
+    "meta_cap_dd.json": f"kohya's fine-tuning caption metadata: not read ({_AS_JSONL})",
+    "meta_lat.json": f"kohya's fine-tuning caption metadata: not read ({_AS_JSONL})",
+}
 _KOHYA_CACHE = re.compile(r"_\d+x\d+(_[a-z0-9]+)?\.npz$")  # kohya's cached latents: img_1024x1024_flux.npz
 
 
@@ -56,6 +64,8 @@ def foreign_file_reason(name: str, image_stems: set[str]) -> str | None:
         return _CONFIGS[lower]
     if lower == METADATA_CSV:
         return metadata_csv_reason()
+    if lower in _OTHER_TABLES:
+        return _OTHER_TABLES[lower]
     if ext == ".json" and stem in image_stems:
         return f"a JSON caption sidecar: not read (save its caption as {stem}.txt or a metadata.jsonl row)"
     if ext == ".toml":
@@ -104,7 +114,7 @@ def unread_caption_problems(
                 f"metadata.jsonl row {name!r}: no such file here; {image} has no caption of its own (a row's "
                 f"file_name is the image's own name in this folder: {image}; or delete the row {_WITHOUT})"
             )
-        elif name.lower() == METADATA_CSV and not has_metadata:
+        elif (name.lower() == METADATA_CSV or name.lower() in _OTHER_TABLES) and not has_metadata:
             out.append(
                 f"{name}: {why}; {len(untold)} image(s) have no caption of their own (or delete it {_WITHOUT})"
             )

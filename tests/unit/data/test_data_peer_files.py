@@ -45,7 +45,7 @@ def test_other_tools_files_are_named_for_what_they_are(tmp_path: Path, make_imag
     assert dropped["notes.md"].startswith("not an image")
 
 
-@pytest.mark.parametrize("where", ["caption", "json", "csv", "link"])
+@pytest.mark.parametrize("where", ["caption", "json", "csv", "link", "meta_cap"])
 def test_a_caption_held_in_a_form_not_read_is_refused_not_trained_as_the_trigger(
     tmp_path: Path, make_image, where: str
 ) -> None:
@@ -61,6 +61,8 @@ def test_a_caption_held_in_a_form_not_read_is_refused_not_trained_as_the_trigger
         (tmp_path / "b.caption").write_text("b kohya caption")
     elif where == "json":
         (tmp_path / "a.json").write_text(json.dumps({"caption": "a scraped caption"}))
+    elif where == "meta_cap":  # kohya's fine-tuning metadata
+        (tmp_path / "meta_cap.json").write_text(json.dumps({"a": {"caption": "a kohya caption"}}))
     elif where == "csv":
         (tmp_path / "metadata.csv").write_text("file_name,text\na.png,a hub caption\n")
     else:  # a caption kept elsewhere, linked in: links are never followed
@@ -69,15 +71,19 @@ def test_a_caption_held_in_a_form_not_read_is_refused_not_trained_as_the_trigger
     with pytest.raises(DatasetError) as err:
         _scan(tmp_path)
     (problem,) = err.value.problems
-    name = {"caption": "a.caption", "json": "a.json", "csv": "metadata.csv", "link": "a.txt"}[where]
+    name = {"caption": "a.caption", "json": "a.json", "csv": "metadata.csv", "link": "a.txt"}.get(
+        where, "meta_cap.json"
+    )
     assert problem.startswith(f"{name}: "), problem
-    tail = {"csv": "1 image(s) have no caption of their own", "link": "a.png has no caption of its own (copy"}
+    table = "1 image(s) have no caption of their own"
+    tail = {"csv": table, "meta_cap": table, "link": "a.png has no caption of its own (copy"}
     assert tail.get(where, "a.png has no caption of its own") in problem, problem
     fix = {
         "caption": "rename it a.txt",
         "json": "save its caption as a.txt",
         "csv": "lorastudio datasets import",
         "link": "copy the caption file itself into the folder",
+        "meta_cap": 'save its captions as metadata.jsonl, one {"file_name", "text"} object per line',
     }
     assert fix[where] in problem and problem.endswith("to train without it)"), problem
     if where == "link":  # a second caption file beside the image's own: named, not refused
