@@ -13,6 +13,7 @@ base_model. Nothing in such a file is read as a run's settings.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 _ENTRY_KEYS = {  # kohya subset key -> lorastudio entry key
@@ -25,11 +26,21 @@ _ENTRY_KEYS = {  # kohya subset key -> lorastudio entry key
 _MOST_ENTRIES = 20
 
 
+def _list(value: object) -> list:
+    """`value` when it is a list, else none (a hand-edited file's `datasets = 5`)."""
+    return value if isinstance(value, list) else []
+
+
+def _finite(value: object) -> bool:
+    """Whether `value` is a finite number (JSON's Infinity and NaN read as floats)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _toml_value(value: object) -> str:
     """`value` as a TOML value (strings JSON-quoted: a TOML basic string takes JSON's escapes)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int | float):
+    if _finite(value):
         return repr(value)
     return json.dumps(str(value), ensure_ascii=False)
 
@@ -48,10 +59,10 @@ def _kohya_dataset(data: dict[str, Any]) -> str:
     general = data.get("general") if isinstance(data.get("general"), dict) else {}
     rows: list[dict[str, object]] = []
     extensions = set()
-    for dataset in data.get("datasets") or []:
+    for dataset in _list(data.get("datasets")):
         if not isinstance(dataset, dict):
             continue
-        for subset in dataset.get("subsets") or []:
+        for subset in _list(dataset.get("subsets")):
             if not isinstance(subset, dict):
                 continue
             merged = {**general, **{k: v for k, v in dataset.items() if k != "subsets"}, **subset}
@@ -96,9 +107,9 @@ def _onetrainer_concepts(concepts: list[dict[str, Any]]) -> str:
         row: dict[str, object] = {"path": concept["path"]}
         repeats = concept.get("balancing", concept.get("repeats"))
         by_repeats = concept.get("balancing_strategy", "REPEATS") == "REPEATS"
-        if by_repeats and isinstance(repeats, int | float) and int(repeats) == repeats and repeats > 1:
+        if by_repeats and _finite(repeats) and int(repeats) == repeats and repeats > 1:
             row["repeats"] = int(repeats)
-        if isinstance(concept.get("loss_weight"), int | float) and concept["loss_weight"] != 1:
+        if _finite(concept.get("loss_weight")) and concept["loss_weight"] != 1:
             row["loss_weight"] = concept["loss_weight"]
         rows.append(row)
     found = f" Its enabled concepts as entries:\n{_entries(rows)}" if rows else ""

@@ -176,10 +176,15 @@ def subfolder_hints(root: Path) -> list[str]:
     return out
 
 
+_MOST_FOLDERS = 1000  # sub-folders looked into
+_MOST_ENTRIES = 100_000  # entries of one sub-folder counted
+
+
 def image_subfolders(root: Path, is_image: Callable[[str], bool], most: int = 10) -> list[tuple[str, int]]:
     """(name, images directly in it) of each sub-folder of `root` (not a link, not hidden) that
     holds images, sorted by name; `is_image`: the name test (discovery.is_image_name). Reads one
-    level; a sub-folder that cannot be listed is left out. At most `most` listed."""
+    level: the first _MOST_FOLDERS sub-folders, the first _MOST_ENTRIES entries of each; a
+    sub-folder that cannot be listed is left out. At most `most` listed."""
     found: list[tuple[str, int]] = []
     try:
         with os.scandir(root) as it:
@@ -188,10 +193,14 @@ def image_subfolders(root: Path, is_image: Callable[[str], bool], most: int = 10
             )
     except OSError:
         return []
-    for name in folders:
+    for name in folders[:_MOST_FOLDERS]:  # an error path: bounded however the folder is filled
         try:
             with os.scandir(root / name) as it:
-                count = sum(1 for e in it if e.is_file(follow_symlinks=False) and is_image(e.name))
+                count = sum(
+                    1
+                    for e, _ in zip(it, range(_MOST_ENTRIES), strict=False)
+                    if e.is_file(follow_symlinks=False) and is_image(e.name)
+                )
         except OSError:
             continue
         if count:
