@@ -112,3 +112,15 @@ def test_simpletuner_and_onetrainer_files_are_named_with_their_folders(tmp_path:
     yaml = tmp_path / "train_lora.yaml"
     yaml.write_text("job: extension\n")
     assert "another trainer's YAML config is not read" in _refusal(yaml)
+
+
+def test_a_hand_edited_kohya_config_of_odd_values_is_named_never_a_traceback(tmp_path: Path) -> None:
+    """`subsets = 5` and TOML's `inf` repeats (iterating an int, int(inf)) raised TypeError /
+    OverflowError out of the check before it was bounded."""
+    path = tmp_path / "odd.toml"
+    path.write_text(
+        '[general]\n[[datasets]]\nsubsets = 5\n[[datasets]]\n[[datasets.subsets]]\nimage_dir = "/x"\nnum_repeats = inf\n'
+    )
+    said = _refusal(path)
+    assert said.startswith("odd.toml: a kohya sd-scripts dataset config")
+    assert 'path = "/x"\nrepeats = "inf"' in said
