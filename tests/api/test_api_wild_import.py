@@ -88,3 +88,46 @@ def test_an_upload_names_other_tools_files_for_what_they_are() -> None:
     assert said["b.heic"] == "a HEIC image: not read; convert it to PNG, JPEG or WebP"
     assert said["multidatabackend.json"].startswith("SimpleTuner's dataset config")
     assert said["notes.pdf"] == "not an image (png/jpg/jpeg/webp), a .txt caption or metadata.jsonl"
+
+
+def test_an_imagefolder_whose_rows_name_images_in_sub_folders_is_flattened(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """HF's `{"file_name": "images/0.png"}` beside an `images/` folder was imported as the table
+    alone: the folder skipped ("a sub-folder: import it on its own"), no image, every row naming
+    nothing (RELIABILITY 1006). Now each named image is stored under its own name with its row;
+    a name taken twice, a missing file and a link stay as they were, named."""
+    src = tmp_path / "hub"
+    (src / "images").mkdir(parents=True)
+    (src / "more").mkdir()
+    for stem, colour in (("0", "red"), ("1", "blue"), ("spare", "white")):
+        Image.new("RGB", (32, 32), colour).save(src / "images" / f"{stem}.png")
+    Image.new("RGB", (32, 32), "green").save(src / "more" / "0.png")
+    (src / "images" / "link.png").symlink_to(src / "images" / "1.png")
+    rows = [
+        ("images/0.png", "a red square"),
+        ("images/1.png", "a blue square"),
+        ("more/0.png", "taken"),
+        ("images/gone.png", "missing"),
+        ("images/link.png", "a link"),
+    ]
+    (src / "metadata.jsonl").write_text(
+        "".join(json.dumps({"file_name": f, "text": t}) + "\n" for f, t in rows)
+    )
+    done = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "hub"])
+    assert done.exit_code == 0, done.output
+    assert "2 image(s) the caption table names in sub-folders stored under their own names" in done.output
+    assert (
+        "skipped the row of more/0.png (0.png is already taken by another image of the import)" in done.output
+    )
+    assert "skipped the row of images/link.png (a link or not a regular file (not followed))" in done.output
+    assert "skipped 2 other file(s) of images/ (no caption table row names them)" in done.output
+    dataset = settings.datasets_dir / "hub"
+    assert sorted(p.name for p in dataset.iterdir()) == ["0.png", "1.png", "metadata.jsonl"]
+    stored = [json.loads(line) for line in (dataset / "metadata.jsonl").read_text().splitlines()]
+    assert stored[:2] == [
+        {"file_name": "0.png", "text": "a red square"},
+        {"file_name": "1.png", "text": "a blue square"},
+    ]
+    with Image.open(dataset / "0.png") as img:
+        assert img.getpixel((0, 0)) == (255, 0, 0)  # images/0.png, not more/0.png

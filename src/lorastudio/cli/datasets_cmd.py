@@ -99,9 +99,11 @@ def import_cmd(
     `N_words` folders: use --kohya; a folder of kohya folders alone is refused saying so). With --kohya, each of DIR's `N_words` sub-folders becomes a
     new dataset NAME-N_words (its images, each captioned by its .txt or .caption, else the folder's words)
     and the `datasets` entries that train them with their repeats are printed (TOML)."""
+    from lorastudio.cli.import_tables import kohya_captions_as_txt, table_rows, unnamed_files
     from lorastudio.data import new_name, resolve_dataset_dir, safe_component
     from lorastudio.data.control_import import control_files
     from lorastudio.data.discovery import METADATA_FILE, is_image_name
+    from lorastudio.data.imagefolder import flatten_rows
     from lorastudio.data.kohya import is_kohya_folder, parse_kohya_folder
     from lorastudio.data.listing import dataset_summary
     from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks
@@ -154,7 +156,18 @@ def import_cmd(
     if METADATA_CSV in skipped and not any(p.name == METADATA_FILE for p in wanted):
         skipped.remove(METADATA_CSV)
         table = csv_as_jsonl(source / METADATA_CSV)
-    captions_in = _kohya_captions_as_txt(wanted, skipped, kind_reasons)
+    from_csv = table is not None
+    captions_in = kohya_captions_as_txt(wanted, skipped, kind_reasons)
+    # a Hugging Face imagefolder's rows naming images in its sub-folders (images/x.png): flattened
+    nested: list[tuple[Path, str]] = []
+    nested_skips: list[tuple[str, str]] = []
+    rows = table_rows(source, wanted, table)
+    if any("/" in name for name in rows):
+        root_images = {p.name for p in wanted if is_image_name(p.name)}
+        nested, nested_skips, flat = flatten_rows(source, rows, root_images)
+        if flat is not None:
+            wanted = [p for p in wanted if p.name != METADATA_FILE]
+            table = flat
     kohya_folders = [f for f in folders if is_kohya_folder(f)]
     if kohya_folders and not any(is_image_name(p.name) for p in wanted):  # the issue's img/10_sks ball/
         raise DatasetError(
@@ -189,7 +202,11 @@ def import_cmd(
                     with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
                         batch.add(path.name, fh, source=path)
                 if table is not None:
-                    batch.add(METADATA_FILE, io.BytesIO(table), source=source / METADATA_CSV)
+                    table_source = source / (METADATA_CSV if from_csv else METADATA_FILE)
+                    batch.add(METADATA_FILE, io.BytesIO(table), source=table_source)
+                for path, stored in nested:  # the table's sub-folder images, under their own names
+                    with open_in_folder(path) as fh:
+                        batch.add(stored, fh, source=path)
                 for path, stored in captions_in:  # kohya's x.caption as the x.txt a dataset reads
                     with open_in_folder(path) as fh:
                         batch.add(stored, fh, source=path)
@@ -209,8 +226,16 @@ def import_cmd(
                                          if Path(n).stem not in stems]:  # fmt: skip
         say(f"refused {file}: {reason}")
     typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
-    if table is not None:
+    if from_csv:
         typer.echo(f"{METADATA_CSV}: its rows stored as {METADATA_FILE}")
+    if nested:
+        typer.echo(
+            f"{len(nested)} image(s) the caption table names in sub-folders stored under their own names "
+            "(their rows' file_name too)"
+        )
+    for name, why in nested_skips:
+        say(f"skipped the row of {name} ({why})")
+    nested_from = {path.relative_to(source).parts[0] for path, _ in nested}
     for path, stored in captions_in:
         if stored in result.stored:
             typer.echo(f"{path.name}: stored as {stored}")
@@ -225,7 +250,10 @@ def import_cmd(
     for name in special:  # a FIFO would block the copy; a socket or device is no image
         say(f"skipped {name} (not a regular file: a named pipe, socket or device is never read)")
     for folder in folders:
-        if folder != "masks" and control_slot(folder) is None:  # imported above
+        if folder in nested_from:
+            if left := unnamed_files(source / folder, {path for path, _ in nested}):
+                say(f"skipped {left} other file(s) of {folder}/ (no caption table row names them)")
+        elif folder != "masks" and control_slot(folder) is None:  # imported above
             say(f"skipped {folder}/ ({_folder_reason(folder)})")
     if is_kohya_folder(source.name):  # e.g. img/10_sks ball imported on its own
         own = parse_kohya_folder(source.name)
@@ -233,35 +261,6 @@ def import_cmd(
             f"note: the folder's name reads as kohya's N_words (repeats {own.repeats}, words {own.words!r}); "
             "import its parent with --kohya for them"
         )
-
-
-def _kohya_captions_as_txt(
-    wanted: list[Path], skipped: list[str], reasons: dict[str, str]
-) -> list[tuple[Path, str]]:
-    """(source, stored name) of each kohya `<stem>.caption` (any case) of an incoming image that
-    has no .txt: imported as `<stem>.txt`, the caption a dataset reads (a plain import skipped it,
-    leaving the image uncaptioned: RELIABILITY 1002). Each is taken out of `skipped`; one beside
-    the image's .txt, or a second of one stem, stays skipped with its reason in `reasons`."""
-    from lorastudio.data.discovery import is_image_name
-
-    txt = {p.stem for p in wanted if p.name.lower().endswith(".txt")}
-    images = {p.stem for p in wanted if is_image_name(p.name)}
-    out: list[tuple[Path, str]] = []
-    taken: dict[str, str] = {}
-    folder = wanted[0].parent if wanted else None
-    for name in list(skipped):
-        stem, _, ext = name.rpartition(".")
-        if ext.lower() != "caption" or stem not in images or folder is None:
-            continue
-        if stem in txt:
-            reasons[name] = f"{stem}.txt is imported instead"
-        elif stem in taken:
-            reasons[name] = f"{taken[stem]} is imported as {stem}.txt"
-        else:
-            skipped.remove(name)
-            taken[stem] = name
-            out.append((folder / name, f"{stem}.txt"))
-    return out
 
 
 def _image_stems(folder: Path) -> set[str]:
