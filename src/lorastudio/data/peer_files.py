@@ -161,8 +161,8 @@ def subfolder_hints(root: Path) -> list[str]:
 
     tables = [t for t in (METADATA_FILE, METADATA_CSV) if os.path.lexists(root / t)]
     table = (  # HF's `images/x.png` rows: the table is read from the images' own folder only
-        f" ({' and '.join(tables)} here is read from the images' own folder only: move it there, each row's "
-        "file_name the image's own name)"
+        f" ({' and '.join(tables)} here is read from the images' own folder only: `lorastudio datasets import "
+        f"{root}` stores the images its rows name with their captions)"
         if tables
         else ""
     )

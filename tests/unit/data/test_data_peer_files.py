@@ -116,8 +116,8 @@ def test_a_folder_whose_images_are_in_sub_folders_names_them(tmp_path: Path, mak
     with pytest.raises(DatasetError) as err:
         _scan(tmp_path)
     assert err.value.problems[2].endswith(
-        "(metadata.jsonl here is read from the images' own folder only: move it there, each row's file_name "
-        "the image's own name)"
+        f"(metadata.jsonl here is read from the images' own folder only: `lorastudio datasets import {tmp_path}` "
+        "stores the images its rows name with their captions)"
     )
 
 
