@@ -102,7 +102,7 @@ def test_an_upload_refuses_animated_images_and_their_captions(client: TestClient
         {"file": "anim.txt", "reason": "its image anim.webp was refused"},
         {"file": "anim.webp", "reason": _reason("WebP", 3)},
         {"file": "apng.png", "reason": _reason("PNG (APNG)", 4)},
-        {"file": "loop.gif", "reason": "not an image (png/jpg/jpeg/webp), a .txt caption or metadata.jsonl"},
+        {"file": "loop.gif", "reason": "a GIF image: not read; convert it to PNG, JPEG or WebP"},  # fix 1001
     ]
     assert sorted(p.name for p in (settings.datasets_dir / "moving").iterdir()) == ["still.png"]
     refs = client.post("/api/generate/references", files=[("f", ("r.webp", _image("WEBP", 2)))])

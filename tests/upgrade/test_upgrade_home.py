@@ -119,6 +119,15 @@ def test_an_old_home_upgrades(home: tuple[Path, dict]) -> None:
             client.get(f"/api/captions/{job['out']['id']}").status_code == 404
         )  # the old server kept it in memory only
 
+    # a plain folder's .caption files beside images trained on the default caption: refused since
+    # RELIABILITY 1002, naming the way to keep training as the run began (delete them)
+    refused = _cli("train", "--resume", "capfiles", "--device", "cpu")
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "shape_00.caption: a .caption file" in refused.stderr, refused.stderr[-2000:]
+    assert "(or delete shape_00.caption to train without it)" in refused.stderr, refused.stderr[-2000:]
+    for caption in (folder / "datasets" / "capfiles").glob("*.caption"):
+        caption.unlink()
+
     # the maths unchanged: bitwise the old full run
     resumes_bitwise(folder, runs, ("plain", "ema", "dora", "disk", "capfiles"))
     # the latent entries read, none written anew; the FLUX.1's text entry was keyed by the base's

@@ -9,6 +9,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from lorastudio.cli.peer_configs import peer_config_problem
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.json_keys import DuplicateKeys, loads_unique
 from lorastudio.user_paths import expand_user, missing_file
@@ -17,12 +18,17 @@ from lorastudio.user_paths import expand_user, missing_file
 def load_config_file(path: Path) -> dict[str, Any]:
     """Read a .json or .toml config file into a dict. Raises ConfigError (missing file, a folder
     or named pipe, unsupported extension, not UTF-8, syntax error, a key given twice, not a
-    table/object). A UTF-8 byte-order mark (what Windows' Notepad writes first) is skipped."""
+    table/object; another trainer's config file, naming it: cli/peer_configs.py). A UTF-8 byte-order mark (what Windows' Notepad writes first) is skipped."""
     if not path.is_file():
         raise ConfigError([FieldProblem("config", missing_file(path))])
     suffix = path.suffix.lower()
     if suffix not in (".json", ".toml"):
-        raise ConfigError([FieldProblem("config", f"{path.name}: use a .json or .toml file")])
+        yaml = (
+            " (a lorastudio run config; another trainer's YAML config is not read)"
+            if suffix in (".yaml", ".yml")
+            else ""
+        )
+        raise ConfigError([FieldProblem("config", f"{path.name}: use a .json or .toml file{yaml}")])
     try:
         text = _read_text(path)
         if suffix == ".json":  # a key given twice is refused, as TOML refuses it (json keeps the last)
@@ -35,6 +41,8 @@ def load_config_file(path: Path) -> dict[str, Any]:
         RecursionError,
     ) as err:  # JSON/TOMLDecodeError are ValueErrors; nesting too deep
         raise ConfigError([FieldProblem("config", f"cannot read {path}: {err}")]) from err
+    if (peer := peer_config_problem(data)) is not None:  # kohya's, SimpleTuner's, OneTrainer's
+        raise ConfigError([FieldProblem("config", f"{path.name}: {peer}")])
     if not isinstance(data, dict):
         raise ConfigError([FieldProblem("config", f"{path}: the top level must be an object of settings")])
     return data

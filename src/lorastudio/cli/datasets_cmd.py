@@ -4,6 +4,7 @@ new_name); one named so before (or by hand) is given after '--': `datasets delet
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -98,12 +99,16 @@ def import_cmd(
     `N_words` folders: use --kohya; a folder of kohya folders alone is refused saying so). With --kohya, each of DIR's `N_words` sub-folders becomes a
     new dataset NAME-N_words (its images, each captioned by its .txt or .caption, else the folder's words)
     and the `datasets` entries that train them with their repeats are printed (TOML)."""
+    from lorastudio.cli.import_tables import kohya_captions_as_txt, table_rows, unnamed_files
     from lorastudio.data import new_name, resolve_dataset_dir, safe_component
     from lorastudio.data.control_import import control_files
-    from lorastudio.data.discovery import is_image_name
+    from lorastudio.data.discovery import METADATA_FILE, is_image_name
+    from lorastudio.data.imagefolder import flatten_rows
     from lorastudio.data.kohya import is_kohya_folder, parse_kohya_folder
     from lorastudio.data.listing import dataset_summary
     from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks
+    from lorastudio.data.metadata_csv import csv_as_jsonl
+    from lorastudio.data.peer_files import METADATA_CSV, foreign_file_reason
     from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.upload_pairs import control_slot
     from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS, UploadBatch, UploadResult, upload_kind
@@ -129,6 +134,7 @@ def import_cmd(
     folders = [p.name for p in listing if not p.is_symlink() and p.is_dir()]
     special = [p.name for p in listing if not p.is_symlink() and not p.is_file() and not p.is_dir()]
     wanted, skipped = [], []
+    kind_reasons: dict[str, str] = {}
     for path in files:
         try:
             upload_kind(path.name)
@@ -137,13 +143,31 @@ def import_cmd(
             wanted.append(
                 path
             )  # an unsafe name (control characters, not UTF-8): the batch refuses it saying why
-        except DatasetError:
+        except DatasetError as err:
             if path.name.lower().endswith(REFUSED_IMAGE_EXTENSIONS):
                 wanted.append(
                     path
                 )  # an image of a refused type: the batch refuses it (and its caption) saying why
             else:
                 skipped.append(path.name)
+                kind_reasons[path.name] = err.problems[0].split(": ", 1)[-1]  # upload_kind's: what it is
+    # a Hugging Face imagefolder's metadata.csv: stored as the metadata.jsonl a dataset reads
+    table = None
+    if METADATA_CSV in skipped and not any(p.name == METADATA_FILE for p in wanted):
+        skipped.remove(METADATA_CSV)
+        table = csv_as_jsonl(source / METADATA_CSV)
+    from_csv = table is not None
+    captions_in = kohya_captions_as_txt(wanted, skipped, kind_reasons)
+    # a Hugging Face imagefolder's rows naming images in its sub-folders (images/x.png): flattened
+    nested: list[tuple[Path, str]] = []
+    nested_skips: list[tuple[str, str]] = []
+    rows = table_rows(source, wanted, table)
+    if any("/" in name for name in rows):
+        root_images = {p.name for p in wanted if is_image_name(p.name)}
+        nested, nested_skips, flat = flatten_rows(source, rows, root_images)
+        if flat is not None:
+            wanted = [p for p in wanted if p.name != METADATA_FILE]
+            table = flat
     kohya_folders = [f for f in folders if is_kohya_folder(f)]
     if kohya_folders and not any(is_image_name(p.name) for p in wanted):  # the issue's img/10_sks ball/
         raise DatasetError(
@@ -177,6 +201,15 @@ def import_cmd(
                 for path in wanted:
                     with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
                         batch.add(path.name, fh, source=path)
+                if table is not None:
+                    table_source = source / (METADATA_CSV if from_csv else METADATA_FILE)
+                    batch.add(METADATA_FILE, io.BytesIO(table), source=table_source)
+                for path, stored in nested:  # the table's sub-folder images, under their own names
+                    with open_in_folder(path) as fh:
+                        batch.add(stored, fh, source=path)
+                for path, stored in captions_in:  # kohya's x.caption as the x.txt a dataset reads
+                    with open_in_folder(path) as fh:
+                        batch.add(stored, fh, source=path)
                 for slot, path in controls:  # checked as an upload's controls: an image with a target
                     with open_in_folder(path) as fh:
                         batch.add(path.name, fh, slot=slot, source=path)
@@ -193,8 +226,23 @@ def import_cmd(
                                          if Path(n).stem not in stems]:  # fmt: skip
         say(f"refused {file}: {reason}")
     typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
+    if from_csv:
+        typer.echo(f"{METADATA_CSV}: its rows stored as {METADATA_FILE}")
+    if nested:
+        typer.echo(
+            f"{len(nested)} image(s) the caption table names in sub-folders stored under their own names "
+            "(their rows' file_name too)"
+        )
+    for name, why in nested_skips:
+        say(f"skipped the row of {name} ({why})")
+    nested_from = {path.relative_to(source).parts[0] for path, _ in nested}
+    for path, stored in captions_in:
+        if stored in result.stored:
+            typer.echo(f"{path.name}: stored as {stored}")
+    stems = {Path(p.name).stem for p in wanted if is_image_name(p.name)}
     for skip in skipped:
-        say(f"skipped {skip} (not an image, .txt caption or metadata.jsonl)")
+        why = "metadata.jsonl is imported" if skip == METADATA_CSV else foreign_file_reason(skip, stems)
+        say(f"skipped {skip} ({why or kind_reasons[skip]})")
     for link in links:
         say(f"skipped {link} (a symbolic link: links are not followed)")
     for file, reason in control_skips:
@@ -202,7 +250,10 @@ def import_cmd(
     for name in special:  # a FIFO would block the copy; a socket or device is no image
         say(f"skipped {name} (not a regular file: a named pipe, socket or device is never read)")
     for folder in folders:
-        if folder != "masks" and control_slot(folder) is None:  # imported above
+        if folder in nested_from:
+            if left := unnamed_files(source / folder, {path for path, _ in nested}):
+                say(f"skipped {left} other file(s) of {folder}/ (no caption table row names them)")
+        elif folder != "masks" and control_slot(folder) is None:  # imported above
             say(f"skipped {folder}/ ({_folder_reason(folder)})")
     if is_kohya_folder(source.name):  # e.g. img/10_sks ball imported on its own
         own = parse_kohya_folder(source.name)

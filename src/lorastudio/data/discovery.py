@@ -22,7 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lorastudio.data.kohya_captions import is_kohya_caption_name
+from lorastudio.data.kohya_captions import is_kohya_caption_name, other_caption_reason
+from lorastudio.data.peer_files import foreign_file_reason
 from lorastudio.errors import DatasetError
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp")
@@ -171,7 +172,14 @@ def _discover(root: Path, kohya: bool = False) -> DatasetFiles:
         else:
             dropped.append((name, f"not an image (supported: {', '.join(IMAGE_EXTENSIONS)})"))
     image_stems = {p.stem for p in images}
-    if kohya:
+    dropped = [  # another tool's file, an image of another format: named for what it is
+        (name, foreign_file_reason(name, image_stems) or why)
+        if why.startswith("not an image")
+        else (name, why)
+        for name, why in dropped
+    ]
+    if kohya:  # a caption file of another extension (kohya's caption_extension): named as one
+        dropped = [(name, other_caption_reason(name, image_stems) or why) for name, why in dropped]
         return _kohya_files(images, captions, metadata, dropped, image_stems)
     first_caption: dict[str, str] = {}  # stem -> its first .txt caption's name (sorted order)
     for cap in captions:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lorastudio.data.discovery import is_image_name
-from lorastudio.data.kohya_captions import is_kohya_caption_name, kohya_caption
+from lorastudio.data.kohya_captions import is_kohya_caption_name, kohya_caption, other_caption_reason
 from lorastudio.data.mix import MixEntry
 from lorastudio.errors import DatasetError
 
@@ -126,10 +126,13 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
         entries = sorted(p for p in sub.iterdir() if not p.name.startswith("."))
         stems = {p.stem for p in entries if is_image_name(p.name)}
         captions: dict[str, list[Path]] = {}  # image stem -> its .txt / .caption files (any case)
+        unread: dict[str, str] = {}  # image stem -> a caption file of another extension, and why
         for path in entries:
             where = f"{sub.name}/{path.name}"
             if path.is_symlink() or not path.is_file():
                 plan.skipped.append((where, "a link or a folder (not followed)"))
+            elif (why := other_caption_reason(path.name, stems)) is not None:
+                unread.setdefault(path.stem, f"{path.name}: {why}")
             elif is_kohya_caption_name(path.name):
                 if path.stem in stems:
                     captions.setdefault(path.stem, []).append(path)
@@ -139,13 +142,16 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
             where = f"{sub.name}/{path.name}"
             if path.is_symlink() or not path.is_file() or is_kohya_caption_name(path.name):
                 continue  # listed above
+            if (why := other_caption_reason(path.name, stems)) is not None:
+                plan.skipped.append((where, why))
+                continue
             if not is_image_name(path.name):
                 plan.skipped.append((where, "not an image or a caption (.txt, .caption)"))
             elif flat and path.name in taken:
                 plan.skipped.append((where, f"{path.name} is already taken by {taken[path.name]}"))
             else:
                 try:
-                    row = _row(path, sub.name, kohya, captions.get(path.stem, []))
+                    row = _row(path, sub.name, kohya, captions.get(path.stem, []), unread.get(path.stem))
                 except DatasetError as err:  # its caption cannot be read: the pair is skipped
                     plan.skipped.append((where, err.problems[0]))
                     continue
@@ -163,11 +169,18 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
     return plan
 
 
-def _row(image: Path, folder: str, kohya: KohyaFolder, captions: list[Path]) -> dict[str, object]:
+def _row(
+    image: Path, folder: str, kohya: KohyaFolder, captions: list[Path], unread: str | None = None
+) -> dict[str, object]:
     """The metadata row of `image`: its caption is that of its `captions` (the .txt / .caption
     files of its stem) by kohya_captions.kohya_caption, the rule a run reading the folder in place
-    follows too, else the folder's words. Raises DatasetError as kohya_caption does."""
-    text = kohya_caption(captions).text or kohya.words
+    follows too, else the folder's words, unless `unread` names a caption file of another
+    extension (kohya_captions.other_caption_reason): then the image is not imported under the
+    folder's words. Raises DatasetError as kohya_caption does, or naming `unread`."""
+    text = kohya_caption(captions).text
+    if text is None and unread is not None:
+        raise DatasetError("its caption is not read", [f"{unread}; {image.name} has no caption of its own"])
+    text = text or kohya.words
     return {"file_name": image.name, "text": text, "repeats": kohya.repeats, "kohya_folder": folder}
 
 

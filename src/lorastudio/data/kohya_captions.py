@@ -32,6 +32,32 @@ def is_kohya_caption_name(name: str) -> bool:
     return not name.startswith(".") and Path(name).suffix.lower() in KOHYA_CAPTION_SUFFIXES
 
 
+# files of an image's name that hold no caption: kohya's own latent cache (<stem>.npz, written
+# beside the image by --cache_latents_to_disk)
+_NOT_CAPTIONS = (".npz",)
+
+
+def other_caption_reason(name: str, image_stems: set[str] | frozenset[str]) -> str | None:
+    """Why the file `name` of a kohya folder, named as one of its images (`image_stems`) but
+    neither an image nor a .txt / .caption, is not read: kohya's `--caption_extension` takes any
+    extension (".tags", ".cap" ...), and such a file is that image's caption, which lorastudio
+    does not read (RELIABILITY 1005); None for any other file. The caller refuses (a run) or
+    skips (the import) such an image when it has no caption of its own, never training it on the
+    folder's words in silence."""
+    path = Path(name)
+    suffix = path.suffix.lower()
+    if not suffix or path.stem not in image_stems or is_kohya_caption_name(name) or suffix in _NOT_CAPTIONS:
+        return None
+    from lorastudio.data.discovery import IMAGE_EXTENSIONS
+
+    if suffix in IMAGE_EXTENSIONS:
+        return None
+    return (
+        f"a file of an image's name, not read: if it holds {path.stem}'s caption (kohya's caption_extension "
+        f"{suffix}), rename it {path.stem}.txt (captions: <image>.txt or .caption)"
+    )
+
+
 @dataclass(frozen=True)
 class KohyaCaption:
     """An image's caption in a kohya folder: `text` (None: no caption file holds any) and `path`,

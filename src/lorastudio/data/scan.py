@@ -26,6 +26,7 @@ from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover,
 from lorastudio.data.items import DatasetScan, ImageItem
 from lorastudio.data.kohya_captions import kohya_caption
 from lorastudio.data.pairs import control_folder_ids, misnamed_control_folder, pair_controls
+from lorastudio.data.peer_files import subfolder_hints, unread_caption_problems
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
 
@@ -193,6 +194,7 @@ def scan_dataset(
             [
                 f"{root}: no {'/'.join(e.lstrip('.') for e in IMAGE_EXTENSIONS)} files (sub-folders are not scanned)",
                 *unused_images(root, files.dropped),
+                *subfolder_hints(root),
             ],
         )
     problems: list[str] = []
@@ -292,6 +294,10 @@ def scan_dataset(
     # -- end of paired samples
     if bad_images and not skip_bad_images:
         problems += [f"{p} (fix or remove it)" for p in bad_images]
+    # a caption the folder holds in a form not read (kohya's .caption, a JSON sidecar, metadata.csv)
+    # was meant: the image never trains on the trigger word or default caption instead, unsaid
+    untold = uncaptioned + [it.path.name for it in items if it.caption_source in ("default", "trigger")]
+    problems += unread_caption_problems(root, folder_id, dropped, untold, files.metadata is not None)
     if uncaptioned:
         problems += [
             f"{name}: no caption (add {Path(name).stem}.txt or a {METADATA_FILE} row, "

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from lorastudio.data.caption_variants import variation_warning
 from lorastudio.data.crop import crop_warning, cut_warning
 from lorastudio.data.decoded import undecoded_warning
+from lorastudio.data.duplicates import duplicate_warning
 from lorastudio.data.holdout import overlap_warning
 from lorastudio.data.masks import mask_warning
 from lorastudio.data.upscaling import upscale_warning
@@ -34,5 +35,6 @@ def scan_warnings(scan: DatasetScan, cfg: TrainConfig, holdout: Holdout | None) 
         mask_warning(scan.items, labels),
         overlap_warning(holdout),
         undecoded_warning(scan.items, labels),
+        duplicate_warning(scan.items, labels),
     ]
     return [w for w in found if w]

@@ -46,6 +46,7 @@ from lorastudio.data.decoded import (
 from lorastudio.data.discovery import CAPTION_EXTENSION, IMAGE_EXTENSIONS, METADATA_FILE, is_image_name
 from lorastudio.data.images import ImageInfo, probe_full
 from lorastudio.data.paths import safe_component
+from lorastudio.data.peer_files import foreign_file_reason
 from lorastudio.data.safe_open import folder_identity, open_folder
 from lorastudio.data.staging_owner import STAGING_DIR, make_owned, release
 from lorastudio.data.upload_pairs import (
@@ -81,8 +82,10 @@ def upload_kind(name: str) -> str:
         return "caption"
     if name.lower().endswith(REFUSED_IMAGE_EXTENSIONS):
         reason = "BMP images are not accepted: convert it to PNG, JPEG or WebP"
-    else:
-        reason = (
+    elif name.lower().endswith(".caption"):  # kohya's caption_extension
+        reason = f"a kohya .caption file: only .txt captions are read (rename it {Path(name).stem}.txt)"
+    else:  # another tool's file or an image of another format, named for what it is (data/peer_files.py)
+        reason = foreign_file_reason(name, set()) or (
             f"not an image ({'/'.join(e[1:] for e in IMAGE_EXTENSIONS)}), a .txt caption or {METADATA_FILE}"
         )
     raise DatasetError(f"cannot upload {name}", [f"{name}: {reason}"])

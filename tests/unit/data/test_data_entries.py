@@ -151,9 +151,14 @@ def test_kohya_folders_read_caption_files_as_the_kohya_import_does(tmp_path: Pat
     assert dict(scan.dropped) == {
         "metadata.jsonl": "not read in a kohya folder (its captions: <image>.txt / .caption)"
     }
-    # a plain folder keeps its rule: .txt only, the .caption named as not read
+    # a plain folder keeps its rule: .txt only, the .caption named as not read; an image it would
+    # leave to the default caption is refused (RELIABILITY 1002), a blank one (e) holds none
+    with pytest.raises(DatasetError) as err:
+        scan_dataset(img / "5_sks cat", resolution=64, multiple=16, default_caption="x")
+    assert [p.split(":")[0] for p in err.value.problems] == ["a.caption"]
+    (img / "5_sks cat" / "a.txt").write_text("a from .txt")
     plain = scan_dataset(img / "5_sks cat", resolution=64, multiple=16, default_caption="x")
-    assert {it.path.name: it.caption for it in plain.items}["a.png"] == "x"
+    assert {it.path.name: it.caption for it in plain.items}["e.png"] == "x"
     assert dict(plain.dropped)["a.caption"].startswith("a .caption file: only <image name>.txt")
 
 

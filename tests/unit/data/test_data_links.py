@@ -45,13 +45,24 @@ def test_links_in_a_dataset_are_dropped_not_read(tmp_path: Path, make_image, out
     (ds / "a.txt").symlink_to(outside / "secret.txt")
     (ds / "b.png").symlink_to(outside / "secret.png")
     (ds / "metadata.jsonl").symlink_to(outside / "metadata.jsonl")
+    linked = [  # not read, and a.png not trained on the trigger word instead (RELIABILITY 1002)
+        "a.txt: symbolic link (not followed); a.png has no caption of its own (copy the caption file itself "
+        "into the folder, or delete the link to train without it)",
+        "metadata.jsonl: symbolic link (not followed); 1 image(s) have no caption of their own (copy the file "
+        "itself into the folder, or delete the link to train without it)",
+    ]
     with pytest.raises(DatasetError) as err:
         _scan(ds)
     assert err.value.problems == [
-        "a.png: no caption (add a.txt or a metadata.jsonl row, or set a trigger word or a default caption)"
+        *linked,
+        "a.png: no caption (add a.txt or a metadata.jsonl row, or set a trigger word or a default caption)",
     ]
+    with pytest.raises(DatasetError) as err:
+        scan_dataset(ds, resolution=64, multiple=16, trigger_word="sks")
+    assert err.value.problems == linked
+    (ds / "a.TXT").write_text("a's own caption")  # the links beside it: named, not refused
     scan = scan_dataset(ds, resolution=64, multiple=16, trigger_word="sks")
-    assert [(i.path.name, i.caption) for i in scan.items] == [("a.png", "sks")]
+    assert [(i.path.name, i.caption) for i in scan.items] == [("a.png", "sks, a's own caption")]
     assert dict(scan.dropped) == {
         "a.txt": "symbolic link (not followed)",
         "b.png": "symbolic link (not followed)",

@@ -46,11 +46,21 @@ def test_kohya_caption_files_are_named_for_what_they_are(tmp_path, make_image):
     (tmp_path / "both.txt").write_text("the txt caption", encoding="utf-8")
     (tmp_path / "ghost.caption").write_text("no image", encoding="utf-8")
 
+    with pytest.raises(
+        DatasetError
+    ) as err:  # alone.png would train on the default caption (RELIABILITY 1002)
+        _scan(tmp_path)
+    assert err.value.problems == [
+        "alone.caption: a .caption file: only <image name>.txt captions are read (rename it alone.txt to use "
+        "it); alone.png has no caption of its own (or delete alone.caption to train without it)"
+    ]
+    (tmp_path / "alone.txt").write_text("alone's own", encoding="utf-8")
     scan = _scan(tmp_path)
 
     dropped = dict(scan.dropped)
-    assert dropped["alone.caption"] == (
-        "a .caption file: only <image name>.txt captions are read (rename it alone.txt to use it)"
+    assert (
+        dropped["alone.caption"]
+        == "a .caption file: only <image name>.txt captions are read; alone.txt is used"
     )
     assert (
         dropped["both.caption"]
@@ -221,4 +231,5 @@ def test_an_images_caption_files_found_alone_are_those_the_listing_gives(tmp_pat
     for stem in ("a", "b", "c"):
         assert caption_files_of(tmp_path / f"{stem}.png") == listed.get(stem, ())
     assert [p.name for p in listed["a"]] == ["a.TXT", "a.tXt", "a.txt"]
+    (tmp_path / "c.caption").unlink()  # else refused: c.png would train without it (RELIABILITY 1002)
     assert _scan(tmp_path).items[0].caption == "a.TXT"

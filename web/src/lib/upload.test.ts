@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { CONTROL_SLOTS, FOLDER_REASON, inControlFolder, planControlUpload, planUpload } from "./upload";
+import { CONTROL_SLOTS, CSV_REASON, FOLDER_REASON, inControlFolder, planControlUpload, planUpload } from "./upload";
 
 const file = (name: string, size = 10) => new File([new Uint8Array(size)], name);
 
@@ -33,6 +33,16 @@ describe("planUpload", () => {
     const controls = planControlUpload([file("c.png"), file("more", 0)], 32, 1024, ["more"]);
     expect(controls.batches.flat().map((f) => f.name)).toEqual(["c.png"]);
     expect(controls.refused).toEqual([{ file: "more/", reason: FOLDER_REASON }]);
+  });
+
+  it("names kohya's .caption files and a Hugging Face metadata.csv for what they are", () => {
+    const plan = planUpload([file("a.png"), file("a.caption"), file("metadata.csv")]);
+    expect(plan.batches.flat().map((f) => f.name)).toEqual(["a.png"]);
+    expect(plan.refused).toEqual([
+      { file: "a.caption", reason: "a kohya .caption file: only .txt captions are read (rename it a.txt)" },
+      { file: "metadata.csv", reason: CSV_REASON },
+    ]);
+    expect(CSV_REASON).toMatch(/datasets import DIR/);
   });
 
   it("refuses .bmp by name, and the caption of a refused image names that image", () => {

@@ -13,6 +13,9 @@ export const REFUSED_IMAGE_EXTENSIONS = [".bmp", ".dib"] as const;
 /** The file picker's `accept` list: exactly what the server takes. */
 export const PICKER_ACCEPT = [...IMAGE_EXTENSIONS, ...SIDECAR_EXTENSIONS].join(",");
 export const BMP_REASON = "BMP images are not accepted: convert it to PNG, JPEG or WebP";
+/** Hugging Face imagefolder's CSV caption table (data/peer_files.py: the import stores it). */
+export const CSV_REASON =
+  "a Hugging Face imagefolder caption table: not read by an upload (`lorastudio datasets import DIR` stores it as metadata.jsonl; or upload a .txt caption per image)";
 /** A folder dropped whole: a browser drop does not read it. */
 export const FOLDER_REASON =
   "a folder: open it and drop the images and captions inside (kohya N_name folders: `lorastudio datasets import DIR --kohya`, or `kohya_folders = true` for a folder on the server)";
@@ -73,6 +76,8 @@ export function planUpload(files: File[], maxFiles = 32, maxBytes = 48 * 1024 * 
       refused.push({ file: f.name, reason: BMP_REASON });
     } else if (ext === ".txt") captions.set(stem(f.name), f);
     else if (f.name === "metadata.jsonl") extra.push(f);
+    else if (ext === ".caption") refused.push({ file: f.name, reason: `a kohya .caption file: only .txt captions are read (rename it ${stem(f.name)}.txt)` });
+    else if (f.name.toLowerCase() === "metadata.csv") refused.push({ file: f.name, reason: CSV_REASON });
     else refused.push({ file: f.name, reason: `not an image or caption (${ext || "no extension"})` });
   }
   const imageStems = new Set(images.map((f) => stem(f.name)));

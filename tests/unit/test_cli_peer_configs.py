@@ -1,0 +1,126 @@
+"""Another trainer's config given to `lorastudio train` (session 31 wild-data audit): named for
+what it is, with the `[[datasets]]` entries of its folders (RELIABILITY 1004)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from lorastudio.cli.config_file import load_config_file
+from lorastudio.config_datasets import DatasetEntry
+from lorastudio.errors import ConfigError
+
+KOHYA = """
+[general]
+shuffle_caption = true
+keep_tokens = 1
+
+[[datasets]]
+resolution = 1024
+batch_size = 2
+
+  [[datasets.subsets]]
+  image_dir = 'C:\\train\\img\\10_sks dog'
+  class_tokens = "sks dog"
+  num_repeats = 10
+
+  [[datasets.subsets]]
+  is_reg = true
+  image_dir = "/train/reg/1_dog"
+  class_tokens = "dog"
+  caption_extension = ".txt"
+"""
+
+
+def _refusal(path: Path) -> str:
+    with pytest.raises(ConfigError) as err:
+        load_config_file(path)
+    (problem,) = err.value.problems
+    assert problem.field == "config"
+    return problem.message
+
+
+def test_a_kohya_dataset_config_is_named_and_its_subsets_given_as_entries(tmp_path: Path) -> None:
+    """It was "family: Field required ... datasets.0.subsets: unknown setting ... general: unknown
+    setting": six schema problems naming neither the file's kind nor what to write."""
+    path = tmp_path / "dataset_config.toml"
+    path.write_text(KOHYA)
+    said = _refusal(path)
+    assert said.startswith(
+        "dataset_config.toml: a kohya sd-scripts dataset config ([general], [[datasets.subsets]])"
+    )
+    assert "Its captions are .caption files" in said  # kohya's default caption_extension, in the first subset
+    entries = tomllib.loads(said.split("(add family, base_model and your training settings):\n", 1)[1])[
+        "datasets"
+    ]
+    assert entries == [
+        {"path": "C:\\train\\img\\10_sks dog", "repeats": 10, "default_caption": "sks dog", "keep_tokens": 1,
+         "shuffle_tags": True},
+        {"path": "/train/reg/1_dog", "default_caption": "dog", "keep_tokens": 1, "shuffle_tags": True,
+         "regularisation": True},
+    ]  # fmt: skip
+    for entry in entries:  # each a valid lorastudio entry as printed
+        DatasetEntry.model_validate(entry)
+
+
+def test_simpletuner_and_onetrainer_files_are_named_with_their_folders(tmp_path: Path) -> None:
+    """Each was "the top level must be an object of settings"."""
+    backends = tmp_path / "multidatabackend.json"
+    backends.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "pics",
+                    "type": "local",
+                    "instance_data_dir": "/data/pics",
+                    "caption_strategy": "textfile",
+                },
+                {"id": "text-embeds", "type": "local", "dataset_type": "text_embeds", "cache_dir": "/c"},
+            ]
+        )
+    )
+    said = _refusal(backends)
+    assert said.startswith(
+        "multidatabackend.json: SimpleTuner's multidatabackend.json, not a lorastudio run config"
+    )
+    assert tomllib.loads(said.split("as entries:\n", 1)[1]) == {"datasets": [{"path": "/data/pics"}]}
+
+    concepts = tmp_path / "concepts.json"
+    concepts.write_text(
+        json.dumps(
+            [
+                {
+                    "name": "a",
+                    "path": "/data/a",
+                    "balancing": 3.0,
+                    "balancing_strategy": "REPEATS",
+                    "image": {},
+                },
+                {"name": "b", "path": "/data/b", "enabled": False, "image": {}},
+            ]
+        )
+    )
+    said = _refusal(concepts)
+    assert said.startswith("concepts.json: a OneTrainer concepts file")
+    assert tomllib.loads(said.split("as entries:\n", 1)[1]) == {
+        "datasets": [{"path": "/data/a", "repeats": 3}]
+    }
+
+    yaml = tmp_path / "train_lora.yaml"
+    yaml.write_text("job: extension\n")
+    assert "another trainer's YAML config is not read" in _refusal(yaml)
+
+
+def test_a_hand_edited_kohya_config_of_odd_values_is_named_never_a_traceback(tmp_path: Path) -> None:
+    """`subsets = 5` and TOML's `inf` repeats (iterating an int, int(inf)) raised TypeError /
+    OverflowError out of the check before it was bounded."""
+    path = tmp_path / "odd.toml"
+    path.write_text(
+        '[general]\n[[datasets]]\nsubsets = 5\n[[datasets]]\n[[datasets.subsets]]\nimage_dir = "/x"\nnum_repeats = inf\n'
+    )
+    said = _refusal(path)
+    assert said.startswith("odd.toml: a kohya sd-scripts dataset config")
+    assert 'path = "/x"\nrepeats = "inf"' in said
