@@ -18,7 +18,8 @@ so the peak is the process's base plus the largest phase:
             a tiny model at high resolution
     fixed, per_pixel, per_channel   per VAE class (VAE_ACT_BY_CLASS; else the 2D AutoencoderKL's
             0, 0 and VAE_ACT_PER_CHANNEL_PIXEL): the Qwen-Image VAE's causal 3D convolutions pad
-            and cache their inputs, holding more per pixel, part of it whatever c0 is
+            and cache their inputs, holding more per pixel, part of it whatever c0 is (its fixed
+            part builds up with the pixels: host_memory_vae.VAE_FIXED_RAMP)
     pixels  the largest bucket's W x H (the run's resolution when no bucket is known)
     K       images encoded in one VAE call: cache_variants per image when the latents are cached
             (in RAM or on disk), else the batch (encoded every step); 1 for a sample decode.
