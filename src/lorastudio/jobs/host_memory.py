@@ -109,6 +109,7 @@ from lorastudio import families, json_read
 from lorastudio.config_datasets import top_resolution
 from lorastudio.data.disk_cache import latent_mode
 from lorastudio.errors import HostMemoryShort
+from lorastudio.jobs.host_memory_texts import kept_params, texts_encoded, texts_held_gb
 from lorastudio.jobs.host_memory_vae import (  # the VAE's term (split out; names kept here)
     VAE_ACT_BY_CLASS as VAE_ACT_BY_CLASS,
 )
@@ -125,6 +126,7 @@ from lorastudio.jobs.host_memory_vae import (
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
+    from lorastudio.data import DatasetScan
     from lorastudio.jobs.hardware import HostInfo
     from lorastudio.jobs.preflight import PlanValues
     from lorastudio.jobs.validation import ValidatedRun
@@ -157,10 +159,12 @@ def host_memory_forecast(
     buckets: dict[str, int],
     controls: int = 0,
     control_sizes: Sequence[tuple[int, int]] = (),
+    texts: int = 0,
 ) -> dict[str, Any]:
     """Peak host RAM of the run (module docstring). `buckets`: "WxH" -> images (the scan's
     histogram); `controls`: control images per sample; `control_sizes`: every control's (w, h)
-    where controls train at sizes of their own (TrainConfig.control_resolution), else (). Returns {"host_gb": GB or None (a hub id:
+    where controls train at sizes of their own (TrainConfig.control_resolution), else ();
+    `texts`: the texts phase 1 encodes and keeps (host_memory_texts.texts_encoded). Returns {"host_gb": GB or None (a hub id:
     nothing to size), "phases": {...} (one process's, above its base) or None, "certain": whether the formula has been measured
     on this kind of host (CPU), "vae_pixels": the largest bucket's pixels}."""
     from lorastudio.jobs.preflight import WEIGHT_BYTES, denoiser_param_split, estimate_memory_gb, param_count
@@ -203,6 +207,8 @@ def host_memory_forecast(
     compute = "bf16" if plan.base_precision in ("fp8", "int8", "nf4") else plan.base_precision
     act_bytes = _DTYPE_BYTES.get(compute, 4)
     vae_act = vae_act_gb(model_dir / "vae", call_pixels, act_bytes)
+    # the caption embeddings, held in RAM from phase 1 to the end (a bound for a family that cuts them)
+    held, exact = texts_held_gb(spec, model_dir / spec.denoiser, cfg, texts, mode, act_bytes)
     if host.device == "cuda":
         # weights and activations on the GPU: host RAM holds the process (CUDA's libraries,
         # Inductor), the cache, the swapped blocks and what a load converts on the CPU
@@ -215,10 +221,11 @@ def host_memory_forecast(
             converted_bytes(model_dir / s, load_dtype)
             for s in ("text_encoder", "text_encoder_2", "text_encoder_3")
         )
+        denoiser_load = converted_bytes(model_dir / spec.denoiser, load_dtype) / 1e9
         phases = {
-            "conditioning": encoders / 1e9,
-            "latents": cache + converted_bytes(model_dir / "vae", vae_dtype) / 1e9,
-            "denoiser": cache + max(swapped, converted_bytes(model_dir / spec.denoiser, load_dtype) / 1e9),
+            "conditioning": held + encoders / 1e9,
+            "latents": held + cache + converted_bytes(model_dir / "vae", vae_dtype) / 1e9,
+            "denoiser": held + cache + max(swapped, denoiser_load),
         }
         base = CUDA_PROCESS_GB
         rough = float("inf")  # three families measured, one torch build: a warning, not a refusal
@@ -246,15 +253,21 @@ def host_memory_forecast(
             )
         if act is None:  # the accelerator formula's denoiser phase less its fixed allowance
             device_gb = estimate_memory_gb(cfg, model_dir, plan)["phases"] or {}
-            denoiser = max(device_gb.get("denoiser", 1.0) - 1.0, 0.0)
+            denoiser, resident = max(device_gb.get("denoiser", 1.0) - 1.0, 0.0), weights
         else:  # weights + LoRA (fp32 weights, grads, AdamW state) + the tokens' activations
             targets = tuple(cfg.lora_targets or spec.lora_targets)
             lora = lora_param_count(model_dir / spec.denoiser, targets, cfg.lora_rank or 16)
-            denoiser = weights + lora * _LORA_STATE_BYTES / 1e9 + act
+            resident = weights + lora * _LORA_STATE_BYTES / 1e9
+            denoiser = resident + act
+        # beside the denoiser: the VAE (latents per step), the text encoders (train_text_encoder)
+        kept = kept_params(model_dir, cfg, mode) * per
+        latents = param_count(model_dir / "vae") * per + vae_act + cache
+        if mode == "per_step":  # each step encodes its batch beside the loaded denoiser (no cache)
+            latents = resident + kept + vae_act
         phases = {
-            "conditioning": encoders * per,
-            "latents": param_count(model_dir / "vae") * per + vae_act + cache,
-            "denoiser": denoiser + cache,
+            "conditioning": held + encoders * per,
+            "latents": held + latents,
+            "denoiser": held + denoiser + kept + cache,
         }
         if cfg.sample_prompts:  # a sample decodes one image through the VAE at full resolution
             phases["samples"] = phases["denoiser"] + vae_act_gb(model_dir / "vae", target_pixels, act_bytes)
@@ -263,7 +276,8 @@ def host_memory_forecast(
         # where they are more than UNCERTAIN_SHARE of the peak, the forecast only warns
         unmeasured = act is None or plan.gradient_checkpointing != "off"
         leads = max(phases, key=phases.get) == "denoiser"
-        rough = phases["denoiser"] - cache - weights if unmeasured and leads else 0.0
+        rough = phases["denoiser"] - cache - weights - held - kept if unmeasured and leads else 0.0
+    rough += 0.0 if exact else held  # a family that cuts its texts: the term is a bound
     processes = max(int(cfg.num_gpus), 1)  # data-parallel: each rank a process with all of the above
     return {
         "host_gb": round(processes * (base + max(phases.values())), 2),
@@ -385,13 +399,17 @@ def refuse_if_short(run: ValidatedRun, host: HostInfo | None = None) -> str | No
 
     host = host or host_info()
     cfg = run.config
-    forecast = host_memory_forecast(
-        cfg,
-        run.model_dir,
-        plan_for_estimate(cfg, host),
-        host,
-        run.scan.bucket_histogram(),
-        run.scan.controls_per_image(),
-        [size for it in run.scan.items for size in it.control_sizes],
-    )
+    forecast = scan_forecast(cfg, run.model_dir, plan_for_estimate(cfg, host), host, run.scan)
     return check_host_memory(forecast, cfg, available_host_bytes())
+
+
+def scan_forecast(
+    cfg: TrainConfig, model_dir: Path | None, plan: PlanValues, host: HostInfo, scan: DatasetScan
+) -> dict[str, Any]:
+    """host_memory_forecast of a run over `scan`: its buckets, controls (their own sizes where
+    they have them) and the texts phase 1 keeps (the preflight report and refuse_if_short)."""
+    return host_memory_forecast(
+        cfg, model_dir, plan, host, scan.bucket_histogram(), scan.controls_per_image(),
+        [size for it in scan.items for size in it.control_sizes],
+        texts_encoded(cfg, scan, families.get(cfg.family).spec),
+    )  # fmt: skip
