@@ -48,7 +48,6 @@ def test_the_qwen_vae_term_reads_its_channels_and_its_own_constants(
     assert _forecast(settings, {**paired, "resolution": 256})["host_gb"] == pytest.approx(1.0, rel=0.15)
 
 
-
 def test_the_qwen_vae_fixed_part_builds_up_with_the_pixels(
     settings: Settings, tiny_model: Callable[[str], Path], shapes: Path
 ) -> None:
@@ -65,6 +64,7 @@ def test_the_qwen_vae_fixed_part_builds_up_with_the_pixels(
     raw = {"family": "qwen-image", "base_model": str(tiny_model("qwen-image")), "data_dir": "shapes"}
     small = _forecast(settings, {**raw, "steps": 2, "resolution": 64})
     assert small["host_gb"] == pytest.approx(0.494, rel=0.1)  # measured (RESULTS note 41); before 0.60
+
 
 def test_a_2d_vae_keeps_its_measured_constant(tiny_model: Callable[[str], Path]) -> None:
     """The 2D AutoencoderKL (FLUX.1, SDXL): no fixed or per-pixel part, 4.7 B per pixel per
