@@ -7,9 +7,16 @@ so the peak is the process's base plus the largest phase:
     host = processes x (BASE_PROCESS_GB + max(conditioning, latents, denoiser))   (GB, 10^9 bytes)
     processes = num_gpus (a data-parallel run: every rank encodes its share of the images and
                 holds the whole gathered cache)
-    conditioning = text encoder weights
-    latents  = VAE weights + vae_act_gb + cache
+    conditioning = text encoder weights + texts
+    latents  = VAE weights + vae_act_gb + cache + texts
     denoiser = denoiser weights + LoRA (fp32 weights, grads, AdamW state) + activations + cache
+               + texts + kept
+    texts   the caption embeddings phase 1 keeps in RAM to the end (host_memory_texts.py: texts x
+            tokens x the denoiser's text width x dtype bytes; 0 on disk)
+    kept    on CPU, the components loaded beside the denoiser: the VAE where latents are encoded
+            per step (whose latents phase is then the denoiser's weights and LoRA + kept +
+            vae_act_gb: each step encodes beside the loaded denoiser), the text encoders with
+            train_text_encoder
 
     vae_act_gb = fixed + (per_pixel + per_channel x c0) x pixels x K x dtype bytes
     c0      the VAE's channels at full resolution (vae/config.json block_out_channels[0], or the
@@ -105,10 +112,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lorastudio import families, json_read
+from lorastudio import families
 from lorastudio.config_datasets import top_resolution
 from lorastudio.data.disk_cache import latent_mode
 from lorastudio.errors import HostMemoryShort
+from lorastudio.jobs.host_memory_denoiser import (  # the denoiser's term (split out; names kept here)
+    CPU_ACT_PER_TOKEN as CPU_ACT_PER_TOKEN,
+)
+from lorastudio.jobs.host_memory_denoiser import (
+    CPU_ACT_PER_TOKEN_WIDTH as CPU_ACT_PER_TOKEN_WIDTH,
+)
+from lorastudio.jobs.host_memory_denoiser import (
+    CPU_UNET_ACT_PER_CELL_CHANNEL as CPU_UNET_ACT_PER_CELL_CHANNEL,
+)
+from lorastudio.jobs.host_memory_denoiser import _token_width, cpu_activation_gb, cpu_unet_activation_gb
 from lorastudio.jobs.host_memory_texts import kept_params, texts_encoded, texts_held_gb
 from lorastudio.jobs.host_memory_vae import (  # the VAE's term (split out; names kept here)
     VAE_ACT_BY_CLASS as VAE_ACT_BY_CLASS,
@@ -139,13 +156,6 @@ BASE_PROCESS_GB = 0.47
 # 3.77-3.79 GB, FLUX.2 klein 9B 3.91 GB, Qwen-Image 4.42 GB; the weights, 9.5-57.7 GB, do not show.
 CUDA_PROCESS_GB = 3.9
 _SAFETENSORS_DTYPE = {"fp32": "F32", "bf16": "BF16", "fp16": "F16"}
-# A transformer denoiser's activations on CPU, bytes per image token per byte of the compute
-# dtype: a fixed part and a part per unit of hidden x blocks (fitted: see the module docstring).
-CPU_ACT_PER_TOKEN = 850.0
-CPU_ACT_PER_TOKEN_WIDTH = 38.0
-# A U-Net denoiser's activations on CPU, bytes per latent cell of the micro-batch per channel of
-# its first level per byte of the compute dtype (fitted: see the module docstring).
-CPU_UNET_ACT_PER_CELL_CHANNEL = 250.0
 # The share of the peak a forecast may draw from the accelerator formula and still refuse a run.
 UNCERTAIN_SHARE = 0.15
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -287,33 +297,6 @@ def host_memory_forecast(
     }
 
 
-def cpu_activation_gb(tokens: int, width: int | None, act_bytes: int, plan: PlanValues) -> float | None:
-    """GB of activations a transformer denoiser keeps for the backward on CPU: `tokens` (the
-    micro-batch's image tokens) x `act_bytes` (the compute dtype's) x (CPU_ACT_PER_TOKEN +
-    CPU_ACT_PER_TOKEN_WIDTH x `width`, its hidden x blocks), x ACTIVATION_FACTOR of the plan's
-    checkpointing. None when the width is unknown (a U-Net): the caller asks
-    cpu_unet_activation_gb."""
-    from lorastudio.jobs.vram_estimate import ACTIVATION_FACTOR
-
-    if width is None:
-        return None
-    per_token = act_bytes * (CPU_ACT_PER_TOKEN + CPU_ACT_PER_TOKEN_WIDTH * width)
-    return tokens * per_token * ACTIVATION_FACTOR[plan.gradient_checkpointing] / 1e9
-
-
-def cpu_unet_activation_gb(cells: int, c0: int | None, act_bytes: int, plan: PlanValues) -> float | None:
-    """GB of activations a U-Net denoiser keeps for the backward on CPU: `cells` (the micro-batch's
-    latent cells) x `c0` (its first level's channels, block_out_channels[0]) x `act_bytes` x
-    CPU_UNET_ACT_PER_CELL_CHANNEL, x ACTIVATION_FACTOR of the plan's checkpointing. None when `c0`
-    is unknown (not a U-Net): the caller keeps the accelerator formula."""
-    from lorastudio.jobs.vram_estimate import ACTIVATION_FACTOR
-
-    if c0 is None:
-        return None
-    per_cell = act_bytes * CPU_UNET_ACT_PER_CELL_CHANNEL * c0
-    return cells * per_cell * ACTIVATION_FACTOR[plan.gradient_checkpointing] / 1e9
-
-
 def _unet_first_channels(folder: Path) -> int | None:
     """block_out_channels[0] of the U-Net denoiser whose config.json is in `folder` (a _class_name
     holding "UNet"); None when unreadable or not a U-Net."""
@@ -323,28 +306,6 @@ def _unet_first_channels(folder: Path) -> int | None:
         return None
     first = channels[0]
     return first if isinstance(first, int) and first > 0 else None
-
-
-def _token_width(folder: Path) -> int | None:
-    """hidden x blocks of the transformer denoiser whose config.json is in `folder`: the width
-    num_attention_heads x attention_head_dim (else dim, hidden_size), the blocks num_layers +
-    num_single_layers (else n_layers + n_refiner_layers). None when unreadable or a U-Net."""
-    try:
-        config = json_read.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(config, dict):
-        return None
-    heads, head_dim = config.get("num_attention_heads"), config.get("attention_head_dim")
-    if isinstance(heads, int) and isinstance(head_dim, int):
-        hidden = heads * head_dim
-    else:
-        hidden = config.get("dim") or config.get("hidden_size")
-    keys = ("num_layers", "num_single_layers", "n_layers", "n_refiner_layers")
-    blocks = sum(v for k in keys if isinstance(v := config.get(k), int))
-    if not isinstance(hidden, int) or hidden <= 0 or blocks <= 0:
-        return None
-    return hidden * blocks
 
 
 def available_host_bytes() -> int | None:
