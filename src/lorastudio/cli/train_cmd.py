@@ -313,8 +313,9 @@ def _check_fresh_run(
     config: Path, overrides: list[str], device: str | None, *, check: bool, overwrite: bool
 ) -> None:
     """Validate a fresh run like the job service (every problem at once: cli/train_check.py).
-    With `check`, print the preflight report and exit 0; with `overwrite`, remove the previous
-    run's outputs of that name. Raises ConfigError."""
+    With `check`, print the preflight report and exit 0, or exit 2 (HostMemoryShort, as the run
+    would be refused) where the host RAM check before loading refuses it; with `overwrite`,
+    remove the previous run's outputs of that name. Raises ConfigError."""
     from lorastudio.cli.train_check import check_run, print_report, replace_outputs
     from lorastudio.jobs.hardware import host_for_device, probe_in_this_process
     from lorastudio.jobs.host_memory import refuse_if_short
@@ -333,6 +334,7 @@ def _check_fresh_run(
     host = host_for_device(device)  # `--device cpu` on a GPU host: the CPU's forecast
     if check:
         print_report(preflight_report(run, host, home=settings.home))
+        refuse_if_short(run, host)  # the run's own check: a certain forecast over the memory exits 2
         raise typer.Exit(0)
     warning = refuse_if_short(run, host)  # HostMemoryShort before any model loads
     if warning:

@@ -104,6 +104,7 @@ SPEC = FamilySpec(
     guides_with_negative=True,
     # prefix + caption cut at max_sequence_length less its 5-token suffix (the prefix dropped)
     caption_tokens=CaptionTokens("tokenizer", template="krea2"),
+    text_padded=False,  # its embeddings cut to the caption's tokens
 )
 
 

@@ -70,6 +70,7 @@ SPEC = FamilySpec(
     fused_projection_groups={"QwenImageTransformerBlock": DUAL_STREAM_QKV},
     # its prompt_template_encode wraps the caption; the template's tail counts against the limit
     caption_tokens=CaptionTokens("tokenizer", template="qwen_image"),
+    text_padded=False,  # its embeddings cut to the caption's tokens
 )
 
 

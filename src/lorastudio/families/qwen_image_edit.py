@@ -58,6 +58,7 @@ SPEC = replace(
     no_max_sequence_length="the Qwen-Image-Edit pipelines never cut the instruction (their encode_prompt "
     "ignores max_sequence_length): it takes none",
     caption_tokens=CaptionTokens("processor", cuts=False),  # nothing to measure: nothing is cut
+    text_padded=False,  # its embeddings cut to the caption's tokens
     control_images=(0, 3),  # the widest of the flavours; each row says its own
     edit_model=True,
     prompt_sees_controls=True,

@@ -120,6 +120,10 @@ class FamilySpec:
     # how a caption is measured against what its text encoder reads, so a run names the captions
     # cut short (training/caption_length.py); None: not measured
     caption_tokens: CaptionTokens | None = None
+    # its encode_prompts pads every caption's embeddings to the token limit (caption_tokens.limit,
+    # else max_sequence_length); False: cut to the caption's own tokens (Qwen-Image, Z-Image,
+    # Krea 2, Qwen-Image-Edit), so the limit only bounds them (the host RAM forecast's text term)
+    text_padded: bool = True
     # boolean settings it refuses turned on -> why (Qwen-Image-Edit's random_flip)
     refuses_on: Mapping[str, str] = field(default_factory=dict)
     # flavours of the architecture, read from the checkpoint (Variant); empty: one flavour

@@ -82,6 +82,7 @@ SPEC = FamilySpec(
     },
     # Qwen3's chat template (thinking on) wraps the caption; all of it counts against the limit
     caption_tokens=CaptionTokens("tokenizer", template="chat_thinking"),
+    text_padded=False,  # its embeddings cut to the caption's tokens
 )
 
 

@@ -7,9 +7,16 @@ so the peak is the process's base plus the largest phase:
     host = processes x (BASE_PROCESS_GB + max(conditioning, latents, denoiser))   (GB, 10^9 bytes)
     processes = num_gpus (a data-parallel run: every rank encodes its share of the images and
                 holds the whole gathered cache)
-    conditioning = text encoder weights
-    latents  = VAE weights + vae_act_gb + cache
+    conditioning = text encoder weights + texts
+    latents  = VAE weights + vae_act_gb + cache + texts
     denoiser = denoiser weights + LoRA (fp32 weights, grads, AdamW state) + activations + cache
+               + texts + kept
+    texts   the caption embeddings phase 1 keeps in RAM to the end (host_memory_texts.py: texts x
+            tokens x the denoiser's text width x dtype bytes; 0 on disk)
+    kept    on CPU, the components loaded beside the denoiser: the VAE where latents are encoded
+            per step (whose latents phase is then the denoiser's weights and LoRA + kept +
+            vae_act_gb: each step encodes beside the loaded denoiser), the text encoders with
+            train_text_encoder
 
     vae_act_gb = fixed + (per_pixel + per_channel x c0) x pixels x K x dtype bytes
     c0      the VAE's channels at full resolution (vae/config.json block_out_channels[0], or the
@@ -18,7 +25,8 @@ so the peak is the process's base plus the largest phase:
             a tiny model at high resolution
     fixed, per_pixel, per_channel   per VAE class (VAE_ACT_BY_CLASS; else the 2D AutoencoderKL's
             0, 0 and VAE_ACT_PER_CHANNEL_PIXEL): the Qwen-Image VAE's causal 3D convolutions pad
-            and cache their inputs, holding more per pixel, part of it whatever c0 is
+            and cache their inputs, holding more per pixel, part of it whatever c0 is (its fixed
+            part builds up with the pixels: host_memory_vae.VAE_FIXED_RAMP)
     pixels  the largest bucket's W x H (the run's resolution when no bucket is known)
     K       images encoded in one VAE call: cache_variants per image when the latents are cached
             (in RAM or on disk), else the batch (encoded every step); 1 for a sample decode.
@@ -104,10 +112,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lorastudio import families, json_read
+from lorastudio import families
 from lorastudio.config_datasets import top_resolution
 from lorastudio.data.disk_cache import latent_mode
 from lorastudio.errors import HostMemoryShort
+from lorastudio.jobs.host_memory_denoiser import (  # the denoiser's term (split out; names kept here)
+    CPU_ACT_PER_TOKEN as CPU_ACT_PER_TOKEN,
+)
+from lorastudio.jobs.host_memory_denoiser import (
+    CPU_ACT_PER_TOKEN_WIDTH as CPU_ACT_PER_TOKEN_WIDTH,
+)
+from lorastudio.jobs.host_memory_denoiser import (
+    CPU_UNET_ACT_PER_CELL_CHANNEL as CPU_UNET_ACT_PER_CELL_CHANNEL,
+)
+from lorastudio.jobs.host_memory_denoiser import _token_width, cpu_activation_gb, cpu_unet_activation_gb
+from lorastudio.jobs.host_memory_texts import kept_params, texts_encoded, texts_held_gb
 from lorastudio.jobs.host_memory_vae import (  # the VAE's term (split out; names kept here)
     VAE_ACT_BY_CLASS as VAE_ACT_BY_CLASS,
 )
@@ -124,6 +143,7 @@ from lorastudio.jobs.host_memory_vae import (
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
+    from lorastudio.data import DatasetScan
     from lorastudio.jobs.hardware import HostInfo
     from lorastudio.jobs.preflight import PlanValues
     from lorastudio.jobs.validation import ValidatedRun
@@ -136,13 +156,6 @@ BASE_PROCESS_GB = 0.47
 # 3.77-3.79 GB, FLUX.2 klein 9B 3.91 GB, Qwen-Image 4.42 GB; the weights, 9.5-57.7 GB, do not show.
 CUDA_PROCESS_GB = 3.9
 _SAFETENSORS_DTYPE = {"fp32": "F32", "bf16": "BF16", "fp16": "F16"}
-# A transformer denoiser's activations on CPU, bytes per image token per byte of the compute
-# dtype: a fixed part and a part per unit of hidden x blocks (fitted: see the module docstring).
-CPU_ACT_PER_TOKEN = 850.0
-CPU_ACT_PER_TOKEN_WIDTH = 38.0
-# A U-Net denoiser's activations on CPU, bytes per latent cell of the micro-batch per channel of
-# its first level per byte of the compute dtype (fitted: see the module docstring).
-CPU_UNET_ACT_PER_CELL_CHANNEL = 250.0
 # The share of the peak a forecast may draw from the accelerator formula and still refuse a run.
 UNCERTAIN_SHARE = 0.15
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -156,10 +169,12 @@ def host_memory_forecast(
     buckets: dict[str, int],
     controls: int = 0,
     control_sizes: Sequence[tuple[int, int]] = (),
+    texts: int = 0,
 ) -> dict[str, Any]:
     """Peak host RAM of the run (module docstring). `buckets`: "WxH" -> images (the scan's
     histogram); `controls`: control images per sample; `control_sizes`: every control's (w, h)
-    where controls train at sizes of their own (TrainConfig.control_resolution), else (). Returns {"host_gb": GB or None (a hub id:
+    where controls train at sizes of their own (TrainConfig.control_resolution), else ();
+    `texts`: the texts phase 1 encodes and keeps (host_memory_texts.texts_encoded). Returns {"host_gb": GB or None (a hub id:
     nothing to size), "phases": {...} (one process's, above its base) or None, "certain": whether the formula has been measured
     on this kind of host (CPU), "vae_pixels": the largest bucket's pixels}."""
     from lorastudio.jobs.preflight import WEIGHT_BYTES, denoiser_param_split, estimate_memory_gb, param_count
@@ -202,6 +217,8 @@ def host_memory_forecast(
     compute = "bf16" if plan.base_precision in ("fp8", "int8", "nf4") else plan.base_precision
     act_bytes = _DTYPE_BYTES.get(compute, 4)
     vae_act = vae_act_gb(model_dir / "vae", call_pixels, act_bytes)
+    # the caption embeddings, held in RAM from phase 1 to the end (a bound for a family that cuts them)
+    held, exact = texts_held_gb(spec, model_dir / spec.denoiser, cfg, texts, mode, act_bytes)
     if host.device == "cuda":
         # weights and activations on the GPU: host RAM holds the process (CUDA's libraries,
         # Inductor), the cache, the swapped blocks and what a load converts on the CPU
@@ -214,10 +231,11 @@ def host_memory_forecast(
             converted_bytes(model_dir / s, load_dtype)
             for s in ("text_encoder", "text_encoder_2", "text_encoder_3")
         )
+        denoiser_load = converted_bytes(model_dir / spec.denoiser, load_dtype) / 1e9
         phases = {
-            "conditioning": encoders / 1e9,
-            "latents": cache + converted_bytes(model_dir / "vae", vae_dtype) / 1e9,
-            "denoiser": cache + max(swapped, converted_bytes(model_dir / spec.denoiser, load_dtype) / 1e9),
+            "conditioning": held + encoders / 1e9,
+            "latents": held + cache + converted_bytes(model_dir / "vae", vae_dtype) / 1e9,
+            "denoiser": held + cache + max(swapped, denoiser_load),
         }
         base = CUDA_PROCESS_GB
         rough = float("inf")  # three families measured, one torch build: a warning, not a refusal
@@ -245,15 +263,21 @@ def host_memory_forecast(
             )
         if act is None:  # the accelerator formula's denoiser phase less its fixed allowance
             device_gb = estimate_memory_gb(cfg, model_dir, plan)["phases"] or {}
-            denoiser = max(device_gb.get("denoiser", 1.0) - 1.0, 0.0)
+            denoiser, resident = max(device_gb.get("denoiser", 1.0) - 1.0, 0.0), weights
         else:  # weights + LoRA (fp32 weights, grads, AdamW state) + the tokens' activations
             targets = tuple(cfg.lora_targets or spec.lora_targets)
             lora = lora_param_count(model_dir / spec.denoiser, targets, cfg.lora_rank or 16)
-            denoiser = weights + lora * _LORA_STATE_BYTES / 1e9 + act
+            resident = weights + lora * _LORA_STATE_BYTES / 1e9
+            denoiser = resident + act
+        # beside the denoiser: the VAE (latents per step), the text encoders (train_text_encoder)
+        kept = kept_params(model_dir, cfg, mode) * per
+        latents = param_count(model_dir / "vae") * per + vae_act + cache
+        if mode == "per_step":  # each step encodes its batch beside the loaded denoiser (no cache)
+            latents = resident + kept + vae_act
         phases = {
-            "conditioning": encoders * per,
-            "latents": param_count(model_dir / "vae") * per + vae_act + cache,
-            "denoiser": denoiser + cache,
+            "conditioning": held + encoders * per,
+            "latents": held + latents,
+            "denoiser": held + denoiser + kept + cache,
         }
         if cfg.sample_prompts:  # a sample decodes one image through the VAE at full resolution
             phases["samples"] = phases["denoiser"] + vae_act_gb(model_dir / "vae", target_pixels, act_bytes)
@@ -262,7 +286,8 @@ def host_memory_forecast(
         # where they are more than UNCERTAIN_SHARE of the peak, the forecast only warns
         unmeasured = act is None or plan.gradient_checkpointing != "off"
         leads = max(phases, key=phases.get) == "denoiser"
-        rough = phases["denoiser"] - cache - weights if unmeasured and leads else 0.0
+        rough = phases["denoiser"] - cache - weights - held - kept if unmeasured and leads else 0.0
+    rough += 0.0 if exact else held  # a family that cuts its texts: the term is a bound
     processes = max(int(cfg.num_gpus), 1)  # data-parallel: each rank a process with all of the above
     return {
         "host_gb": round(processes * (base + max(phases.values())), 2),
@@ -270,33 +295,6 @@ def host_memory_forecast(
         "certain": rough <= UNCERTAIN_SHARE * (base + max(phases.values())),
         "vae_pixels": pixels,
     }
-
-
-def cpu_activation_gb(tokens: int, width: int | None, act_bytes: int, plan: PlanValues) -> float | None:
-    """GB of activations a transformer denoiser keeps for the backward on CPU: `tokens` (the
-    micro-batch's image tokens) x `act_bytes` (the compute dtype's) x (CPU_ACT_PER_TOKEN +
-    CPU_ACT_PER_TOKEN_WIDTH x `width`, its hidden x blocks), x ACTIVATION_FACTOR of the plan's
-    checkpointing. None when the width is unknown (a U-Net): the caller asks
-    cpu_unet_activation_gb."""
-    from lorastudio.jobs.vram_estimate import ACTIVATION_FACTOR
-
-    if width is None:
-        return None
-    per_token = act_bytes * (CPU_ACT_PER_TOKEN + CPU_ACT_PER_TOKEN_WIDTH * width)
-    return tokens * per_token * ACTIVATION_FACTOR[plan.gradient_checkpointing] / 1e9
-
-
-def cpu_unet_activation_gb(cells: int, c0: int | None, act_bytes: int, plan: PlanValues) -> float | None:
-    """GB of activations a U-Net denoiser keeps for the backward on CPU: `cells` (the micro-batch's
-    latent cells) x `c0` (its first level's channels, block_out_channels[0]) x `act_bytes` x
-    CPU_UNET_ACT_PER_CELL_CHANNEL, x ACTIVATION_FACTOR of the plan's checkpointing. None when `c0`
-    is unknown (not a U-Net): the caller keeps the accelerator formula."""
-    from lorastudio.jobs.vram_estimate import ACTIVATION_FACTOR
-
-    if c0 is None:
-        return None
-    per_cell = act_bytes * CPU_UNET_ACT_PER_CELL_CHANNEL * c0
-    return cells * per_cell * ACTIVATION_FACTOR[plan.gradient_checkpointing] / 1e9
 
 
 def _unet_first_channels(folder: Path) -> int | None:
@@ -308,28 +306,6 @@ def _unet_first_channels(folder: Path) -> int | None:
         return None
     first = channels[0]
     return first if isinstance(first, int) and first > 0 else None
-
-
-def _token_width(folder: Path) -> int | None:
-    """hidden x blocks of the transformer denoiser whose config.json is in `folder`: the width
-    num_attention_heads x attention_head_dim (else dim, hidden_size), the blocks num_layers +
-    num_single_layers (else n_layers + n_refiner_layers). None when unreadable or a U-Net."""
-    try:
-        config = json_read.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(config, dict):
-        return None
-    heads, head_dim = config.get("num_attention_heads"), config.get("attention_head_dim")
-    if isinstance(heads, int) and isinstance(head_dim, int):
-        hidden = heads * head_dim
-    else:
-        hidden = config.get("dim") or config.get("hidden_size")
-    keys = ("num_layers", "num_single_layers", "n_layers", "n_refiner_layers")
-    blocks = sum(v for k in keys if isinstance(v := config.get(k), int))
-    if not isinstance(hidden, int) or hidden <= 0 or blocks <= 0:
-        return None
-    return hidden * blocks
 
 
 def available_host_bytes() -> int | None:
@@ -384,13 +360,17 @@ def refuse_if_short(run: ValidatedRun, host: HostInfo | None = None) -> str | No
 
     host = host or host_info()
     cfg = run.config
-    forecast = host_memory_forecast(
-        cfg,
-        run.model_dir,
-        plan_for_estimate(cfg, host),
-        host,
-        run.scan.bucket_histogram(),
-        run.scan.controls_per_image(),
-        [size for it in run.scan.items for size in it.control_sizes],
-    )
+    forecast = scan_forecast(cfg, run.model_dir, plan_for_estimate(cfg, host), host, run.scan)
     return check_host_memory(forecast, cfg, available_host_bytes())
+
+
+def scan_forecast(
+    cfg: TrainConfig, model_dir: Path | None, plan: PlanValues, host: HostInfo, scan: DatasetScan
+) -> dict[str, Any]:
+    """host_memory_forecast of a run over `scan`: its buckets, controls (their own sizes where
+    they have them) and the texts phase 1 keeps (the preflight report and refuse_if_short)."""
+    return host_memory_forecast(
+        cfg, model_dir, plan, host, scan.bucket_histogram(), scan.controls_per_image(),
+        [size for it in scan.items for size in it.control_sizes],
+        texts_encoded(cfg, scan, families.get(cfg.family).spec),
+    )  # fmt: skip

@@ -19,15 +19,23 @@ VAE_ACT_PER_CHANNEL_PIXEL = 4.7
 VAE_ACT_BY_CLASS: dict[str, tuple[float, float, float]] = {
     "AutoencoderKLQwenImage": (0.12, 84.0, 6.5),
 }
+# The fixed part is not held whatever the call's size: it builds up with the pixels, at most
+# VAE_FIXED_RAMP bytes per pixel per channel of the first level per dtype byte, until it reaches
+# the fixed GB (the tiny Qwen-Image VAE, c0 16, fp32, one image alone: 0.012 / 0.043 / 0.087 /
+# 0.172 GB of working memory at 64 / 128 / 192 / 256 px, ~2,600 B per pixel, against the row's
+# 0.12 GB + 752 B per pixel above 256 px; RESULTS note 41). 29 B reaches 0.12 GB at 256 px for c0 16.
+VAE_FIXED_RAMP = 29.0
 
 
 def vae_act_gb(folder: Path, pixels: int, act_bytes: int) -> float:
     """GB of working memory the VAE in `folder` holds for one call over `pixels` full-resolution
-    pixels (images x W x H) in a dtype of `act_bytes`: its class's fixed part + (per pixel + per
-    channel x c0) x pixels x act_bytes (VAE_ACT_BY_CLASS; module docstring)."""
+    pixels (images x W x H) in a dtype of `act_bytes`: its class's fixed part, built up with the
+    pixels (at most VAE_FIXED_RAMP x c0 x pixels x act_bytes), + (per pixel + per channel x c0) x
+    pixels x act_bytes (VAE_ACT_BY_CLASS; module docstring)."""
     default = (0.0, 0.0, VAE_ACT_PER_CHANNEL_PIXEL)
     fixed, per_pixel, per_channel = VAE_ACT_BY_CLASS.get(_vae_class(folder), default)
     c0 = _vae_first_channels(folder)
+    fixed = min(fixed, VAE_FIXED_RAMP * c0 * pixels * act_bytes / 1e9)
     return fixed + (per_pixel + per_channel * c0) * pixels * act_bytes / 1e9
 
 

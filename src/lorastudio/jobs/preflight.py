@@ -338,10 +338,7 @@ def _memory_section(
             " the run measures and picks lighter ones when they do not fit"
         )
     section["lightest_gb"] = lightest["estimated_gb"] if lightest else None
-    forecast = host_memory.host_memory_forecast(
-        cfg, model_dir, plan, host, scan.bucket_histogram(), scan.controls_per_image(),
-        [size for it in scan.items for size in it.control_sizes],
-    )  # fmt: skip
+    forecast = host_memory.scan_forecast(cfg, model_dir, plan, host, scan)
     available = host_memory.available_host_bytes()
     section["host_gb"] = forecast["host_gb"]
     section["host_phases"] = forecast["phases"]

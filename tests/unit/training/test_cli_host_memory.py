@@ -30,9 +30,14 @@ def test_train_refuses_a_run_that_will_not_fit_before_loading(
     config = tmp_path / "run.json"
     config.write_text(json.dumps(raw))
     checked = CliRunner().invoke(app, ["train", str(config), "--check", "--device", "cpu"])
-    assert checked.exit_code == 0, checked.output
+    # the report, then the refusal the run would meet: exit 2 (before: 0, "the run would start")
+    assert checked.exit_code == 2, checked.output
     assert "host RAM: ~" in checked.output and "1.0 GB available" in checked.output
-    assert "1.00 GB is available" in checked.output  # the warning
+    assert "1.00 GB is available" in checked.output and "schedule:" in checked.output
+    monkeypatch.setattr(host_memory, "available_host_bytes", lambda: 100_000_000_000)
+    fits = CliRunner().invoke(app, ["train", str(config), "--check", "--device", "cpu"])
+    assert fits.exit_code == 0, fits.output
+    monkeypatch.setattr(host_memory, "available_host_bytes", lambda: 1_000_000_000)
     result = CliRunner().invoke(app, ["train", str(config), "--device", "cpu"])
     assert result.exit_code == 2, result.output  # cli.app.main: a domain error exits 2 with its message
     assert "GB of host RAM" in result.output and "1.00 GB is available" in result.output
@@ -52,7 +57,7 @@ def test_a_cpu_run_on_a_gpu_host_is_forecast_for_the_cpu(
     config = tmp_path / "run.json"
     config.write_text(json.dumps(raw))
     checked = CliRunner().invoke(app, ["train", str(config), "--check", "--device", "cpu"])
-    assert checked.exit_code == 0, checked.output
+    assert checked.exit_code == 2, checked.output  # the report, then the run's refusal
     gb = float(checked.output.split("host RAM: ~", 1)[1].split(" GB", 1)[0])
     # the CPU's: the VAE's full-resolution work (measured 1.8 GB), not CUDA_PROCESS_GB's 3.9 GB + the cache
     assert 1.5 < gb < CUDA_PROCESS_GB and "1.5 GB available" in checked.output, checked.output
