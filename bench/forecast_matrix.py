@@ -63,6 +63,7 @@ MATRIX: dict[str, tuple[str, dict[str, Any]]] = {
     "flux-1024-off": ("flux", {"resolution": 1024, "latent_cache": "off"}),
     "flux-1024-crop4": ("flux", {"resolution": 1024, "random_crop": True, "cache_variants": 4}),
     "flux-1024-val": ("flux", {"resolution": 1024, "validation_split": 0.25}),
+    "flux-256-sample": ("flux", {"resolution": 256, "sample_prompts": ["a red circle"], "sample_steps": 2}),
     "flux-1024-sample": ("flux", {"resolution": 1024, "sample_prompts": ["a red circle"], "sample_steps": 2}),
     "flux-1024-again": ("flux", {"resolution": 1024}),  # the same config again: the time's history basis
 }

@@ -16,7 +16,8 @@ a text stream costs the same at every size (FLUX.1's 512 T5 tokens are most of a
                 max_sequence_length, else 77; per-sample modulation / time embeddings x 1; a
                 joint block's weights x both), 2 x weights x cells of its level for a U-Net's
                 convolution, plus 4 x tokens_q x tokens_kv x inner dim per attention (each to_q)
-    VAE work    the same for the VAE's encoder at full pixels (its levels and mid attention)
+    VAE work    the same for the VAE's encoder at full pixels (its levels and mid attention),
+                plus ELEMENT_WORK per element of each convolution's output (below)
 
 Both None when the folder has no readable headers (a hub id): the callers then scale by pixels as
 before. A record's time is then `fixed + work / rate`: `rate` (work per second of this device) is
@@ -26,9 +27,10 @@ unknown (a GPU: the time is all work, the proportional rule by work). One record
 its fixed part and its work part, and the work part scales by the work ratio. The VAE's encoder
 and a sample round (forward passes only) run at twice the step's rate.
 
-What it leaves out: FLOPs of different kinds run at different rates (the tiny VAE's mid
-attention at several times its 16-32-channel convolutions': its encode 4.4-5.9x from 1024 to
-2048 px against 11.7x of work), memory traffic, and the host's load (RELIABILITY, Known problems).
+What it leaves out: FLOPs of different kinds run at different rates beyond the VAE's element
+term (ELEMENT_WORK: a narrow convolution's output traffic, which made the tiny VAE's mid attention
+look several times faster per FLOP than its convolutions), the denoiser's own memory traffic, and
+the host's load (RELIABILITY, Known problems).
 """
 
 from __future__ import annotations
@@ -50,6 +52,17 @@ from lorastudio.jobs.vram_estimate import _safetensors_shapes
 # a record's split into fixed and work parts depends on it.
 CPU_WORK_RATE = 1.2e10
 TEXT_TOKENS = 77  # a family without max_sequence_length: CLIP's
+# The VAE encoder's work per element of a convolution's output beyond its multiply-adds, in forward
+# FLOPs at the rate its attention runs: the GroupNorm, SiLU, residual add and the convolution's own
+# reads and writes of that element, memory traffic once a level's activations leave the cache. The
+# tiny VAE (16-32 channels: 290-580 FLOPs an element) on one CPU thread, CPU time (bench/RESULTS
+# note 41): its mid attention at 9.6e10 FLOP/s, its convolutions with their norms and activations
+# 0.80 s at 1024 px and 3.63 s at 2048 for 1.9e10 / 7.6e10 FLOPs, 780 / 920 such FLOPs an output
+# element beyond theirs (390 at 512 px, partly in the cache). Without it the encoder's work grew
+# 11.7x from 1024 to 2048 px (the attention's cells^2) where its time grows 8.2x, and the latent
+# cache fitted on 256 and 1024 px came out ~2x high at 2048. A real VAE's 128-512 channels
+# (2,300-9,200 FLOPs an element) make it 8-35 % of their convolutions' work.
+ELEMENT_WORK = 800.0
 
 _MODULATION = (
     "norm1.linear",
@@ -87,9 +100,10 @@ def step_work(family: str, base_model: str, pixels: float, samples: float) -> fl
 
 
 def vae_work(family: str, base_model: str, pixels: float) -> float | None:
-    """Forward FLOPs of one image of `pixels` through the VAE's encoder of `base_model`: each
-    convolution's weights x the pixels of its level, each attention's 4 x cells^2 x inner dim
-    (the mid block's). A block's level is the number of downsampling blocks before it (the 2D
+    """Forward work of one image of `pixels` through the VAE's encoder of `base_model`, in FLOPs:
+    each convolution's 2 x weights x the pixels of its level + ELEMENT_WORK x its output channels
+    x those pixels (the traffic of its output, which a narrow convolution's multiply-adds do not
+    show), each attention's 4 x cells^2 x inner dim (the mid block's). A block's level is the number of downsampling blocks before it (the 2D
     VAE's down_blocks.i hold their own downsampler; the Qwen-Image VAE's resample blocks are
     blocks of their own); None when its headers cannot be read or no down_blocks are found."""
     del family  # every family's VAE folder is "vae"
@@ -108,6 +122,8 @@ def vae_work(family: str, base_model: str, pixels: float) -> float | None:
         at = _at_level(pixels, level)
         if len(shape) >= 2 and not name.endswith("gamma"):
             total += 2 * _count(shape) * at
+        if len(shape) >= 4:  # a convolution: its output's traffic (its norm, activation, reads and writes)
+            total += ELEMENT_WORK * shape[0] * at
         if name.endswith(("to_q.weight", "to_qkv.weight")):
             inner = shape[0] // (3 if name.endswith("to_qkv.weight") else 1)
             total += 4 * at * at * inner
