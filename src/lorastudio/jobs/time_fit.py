@@ -86,20 +86,18 @@ def refit(
         images = [(image_x(r), r["phases"]["latent_cache"]) for r in records if _encoded(r)]
         measure = "the VAE encoder's work" if image_x is not _pixels_encoded else "images x pixels"
         fits["latent_cache"] = (images, units["images"], 1.0, f"the latent cache, {measure} encoded")
-    if units["sample_rounds"]:
+    if units["sample_rounds"]:  # prompts x sample steps x one sample's step work (a forward each)
         rounds = [
-            (
-                r.get("sample_work", 0) * r["signature"]["pixels"],
-                r["phases"]["sample_rounds"] / r["sample_rounds"],
-            )
+            (r["sample_work"] * step_x(r) / _samples(r), r["phases"]["sample_rounds"] / r["sample_rounds"])
             for r in records
             if r.get("sample_rounds") and r.get("sample_work")
         ]
         fits["sample_rounds"] = (
             rounds,
-            units["sample_work"] * units["pixels"],
+            units["sample_work"] * step_now / max(units.get("samples", 1), 1),
             units["sample_rounds"],
-            "a sample round, prompts x sample steps x pixels",
+            "a sample round, prompts x sample steps x a sample's "
+            + ("work" if step_x is not _step_work else "pixels"),
         )
     by_name = {p["name"]: p for p in forecast["phases"]}
     fitted = []
@@ -142,8 +140,13 @@ def refit(
 
 
 def _step_work(record: dict[str, Any]) -> float:
+    return float(record["signature"]["pixels"] * _samples(record))
+
+
+def _samples(record: dict[str, Any]) -> int:
+    """The samples of a record's step (batch x accumulation, at least 1)."""
     sig = record["signature"]
-    return float(sig["pixels"] * sig["batch_size"] * sig["grad_accum"])
+    return max(int(sig["batch_size"] * sig["grad_accum"]), 1)
 
 
 def _encoded(record: dict[str, Any]) -> float:

@@ -211,6 +211,7 @@ def _units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> dict[
     image = vae_work(cfg.family, sig["base_model"], sig["pixels"])
     return {
         "steps": steps,
+        "samples": samples,  # of a step (batch x accumulation)
         "step_work": sig["pixels"] * samples,  # pixels x samples: the rule without the model's shapes
         "step_flops": flops or 0.0,  # the cost model's (jobs/time_work.py); 0: not readable
         "pixels": sig["pixels"],
@@ -276,7 +277,7 @@ def _from_history(
             per["latent_cache"].append(ph["latent_cache"] * _ratio(units["images"], image_work))
         rounds = r.get("sample_rounds", 0)
         if rounds and then and r.get("sample_work"):  # prompts x sample steps x a sample's forward work
-            per_sample_now = units["step_flops"] / max(units["step_work"] / max(units["pixels"], 1), 1)
+            per_sample_now = units["step_flops"] / max(units["samples"], 1)
             work_then = then / (sig["batch_size"] * sig["grad_accum"]) * r["sample_work"]
             forward = rate[0] * 2 if rate[0] else None  # a forward only, as the VAE's
             one_round = scaled(

@@ -171,3 +171,53 @@ def test_records_of_two_sizes_give_the_line_and_a_record_of_this_size_is_measure
     assert _phase(between, "latent_cache")["seconds"] == pytest.approx(1.0)
     exact = forecast(512)  # before: both records, scaled, their median (the 256 one x 4 = 8 s a step)
     assert exact["confidence"] == "measured" and _phase(exact, "steps")["seconds"] == pytest.approx(50.0)
+
+
+def test_a_sample_round_is_fitted_against_a_samples_work(
+    tiny_model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Records at 256 and 1024 px of the tiny FLUX.1 whose sample round (prompts x sample steps
+    forward passes) takes 0.1 s per 1e9 of a sample's step work forecast 2048 px's round by that
+    work (13x 1024 px's: attention over 16.9k tokens). Before, the fit ran a line through prompts x
+    sample steps x pixels: 4x from 1024 px, a third of the round."""
+    from lorastudio.config import TrainConfig
+    from lorastudio.jobs.time_forecast import time_forecast
+    from lorastudio.jobs.time_work import step_work
+    from lorastudio.timings import PHASES, run_signature
+
+    base = tiny_model("flux")
+    plan = {
+        "base_precision": "fp32",
+        "gradient_checkpointing": "off",
+        "offload_blocks": 0,
+        "micro_batch_size": 1,
+    }
+    common = {"family": "flux", "base_model": str(base), "data_dir": "d", "steps": 11}
+    common |= {"sample_prompts": ["a red circle"], "sample_steps": 2, "lora_rank": 4}
+
+    def signature(side: int) -> dict:
+        return run_signature(
+            family="flux", base_model=str(base), denoiser="transformer", device_name="cpu", plan=plan,
+            compiled=False, attention_backend="auto", buckets={f"{side}x{side}": 1}, batch_size=1,
+            grad_accum=1, lora_rank=4,
+        )  # fmt: skip
+
+    def one_round(side: int) -> float:  # 2 forward passes (1 prompt x 2 steps) at 0.1 s per 1e9
+        return 2 * 0.1 * step_work("flux", str(base), side * side, 1) / 1e9
+
+    for side in (256, 1024):
+        step = 0.3 * step_work("flux", str(base), side * side, 1) / 1e9
+        phases = dict.fromkeys(PHASES, 1.0) | {"steps": step * 10, "first_step": step}
+        phases["sample_rounds"] = one_round(side)
+        record = {"signature": signature(side), "phases": phases, "s_per_step": step, "steps": 11}
+        extra = {"texts": 1, "latents_encoded": 1, "sample_rounds": 1, "sample_work": 2}
+        write_record(tmp_path, f"r{side}", record | extra)
+    work = {"steps": 11, "texts": 1, "images": 1, "buckets": {"2048x2048": 1}}
+    cfg = TrainConfig(**common, resolution=2048)
+    forecast = time_forecast(cfg, base, CPU, plan, False, work, tmp_path)
+    rounds = _phase(forecast, "sample_rounds")
+    assert rounds["seconds"] == pytest.approx(one_round(2048), rel=0.01)
+    assert "fitted on 2 of 2" in rounds["basis"] and "a sample's work" in rounds["basis"]
+    assert _phase(forecast, "steps")["seconds"] == pytest.approx(
+        10 * 0.3 * step_work("flux", str(base), 2048 * 2048, 1) / 1e9, rel=0.01
+    )
