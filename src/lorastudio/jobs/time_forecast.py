@@ -61,6 +61,10 @@ if TYPE_CHECKING:
     from lorastudio.jobs.hardware import HostInfo
 
 HISTORY_RUNS = 3
+# A pipeline's bytes over its denoiser's, and the rate they load at (the e2e FLUX.1 run, note 23):
+# another base's weights load scales only by the part of it that is reading bytes.
+LOAD_BYTES = 1.4
+LOAD_RATE = _E2E["load_gb_per_s"] * 1e9
 # A sampling step's time over a training step's at the same size (e2e FLUX.1: 5.3 s / 20 vs 0.342 s).
 SAMPLE_STEP_SHARE = 0.78
 # A compiled run's first step when its graphs come from the on-disk compile cache, over one that
@@ -258,7 +262,19 @@ def _from_history(
         step = plain * dop
         per["steps"].append(step * max(units["steps"] - 1, 0))
         per["first_step"].append(first * dop * _first_step_share(r, compile_cache))
-        per["weights_load"].append(ph["weights_load"] * size)
+        # the load's bytes part (the pipeline's bytes at the e2e run's read rate, at most all of it)
+        # scaled by the bases' sizes, the rest (a tiny pipeline's load is all of it: components
+        # built, files opened) kept
+        per["weights_load"].append(
+            scaled(
+                ph["weights_load"],
+                LOAD_BYTES * sig["denoiser_bytes"],
+                LOAD_BYTES * now["denoiser_bytes"],
+                LOAD_RATE,
+            )
+            if size != 1.0
+            else ph["weights_load"]
+        )
         # the encode phases scale by the texts / images still to encode (the disk cache holds the
         # rest); a record that encoded none says nothing of their rate (one without the counts:
         # taken as it is)
