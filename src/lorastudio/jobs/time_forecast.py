@@ -50,7 +50,9 @@ from lorastudio.jobs.time_work import (
     fit_measures,
     nearest,
     record_image_work,
+    record_round_work,
     record_step_work,
+    round_work,
     scaled,
     step_work,
     vae_work,
@@ -130,7 +132,7 @@ def time_forecast(
             return _from_history((exact or alike_runs)[:HISTORY_RUNS], units, now, rate, compile_cache=cache)
         newest = _from_history(alike_runs[:HISTORY_RUNS], units, now, rate, compile_cache=cache)
         share = lambda r: _first_step_share(r, cache)  # noqa: E731
-        return refit(newest, alike_runs, fit_units, share, step_x, image_x)
+        return refit(newest, alike_runs, fit_units, share, step_x, image_x, record_round_work)
     machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
     # runs of the same plan (precision, checkpointing, block swap) and compile first: an nf4
     # or checkpointed run's time per unit of work says little of a bf16 one's
@@ -213,6 +215,12 @@ def _units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> dict[
     samples = sig["batch_size"] * sig["grad_accum"]
     flops = step_work(cfg.family, sig["base_model"], sig["pixels"], samples)
     image = vae_work(cfg.family, sig["base_model"], sig["pixels"])
+    prompts = len(cfg.sample_prompts)
+    sample_work = prompts * (cfg.sample_steps or 1)
+    decode = vae_work(cfg.family, sig["base_model"], sig["pixels"], "decoder") if prompts else None
+    one_round = (
+        round_work(cfg.family, sig["base_model"], sig["pixels"], sample_work, prompts) if prompts else None
+    )
     return {
         "steps": steps,
         "samples": samples,  # of a step (batch x accumulation)
@@ -223,7 +231,10 @@ def _units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> dict[
         "images": work["images"] * sig["pixels"],
         "image_flops": work["images"] * image if image else 0.0,
         "sample_rounds": rounds,
-        "sample_work": len(cfg.sample_prompts) * (cfg.sample_steps or 1),
+        "sample_work": sample_work,
+        "sample_images": prompts,  # decoded each round
+        "round_flops": one_round or 0.0,  # a round's work (jobs/time_work.round_work); 0: not readable
+        "decode_flops": prompts * decode if decode else 0.0,
         "checkpoints": (steps - 1) // cfg.save_every if cfg.save_every else 0,
     }
 
@@ -292,17 +303,22 @@ def _from_history(
             image_work = (encoded or 0) * sig["pixels"]
             per["latent_cache"].append(ph["latent_cache"] * _ratio(units["images"], image_work))
         rounds = r.get("sample_rounds", 0)
-        if rounds and then and r.get("sample_work"):  # prompts x sample steps x a sample's forward work
+        forward = rate[0] * 2 if rate[0] else None  # a forward only, as the VAE's
+        round_then = record_round_work(r) if units["round_flops"] else None
+        if rounds and round_then:  # prompts x sample steps forward passes + the prompts' decodes
+            one_round = scaled(ph["sample_rounds"] / rounds, round_then, units["round_flops"], forward)
+        elif rounds and then and r.get("sample_work"):  # a record before its decodes were counted
             per_sample_now = units["step_flops"] / max(units["samples"], 1)
             work_then = then / (sig["batch_size"] * sig["grad_accum"]) * r["sample_work"]
-            forward = rate[0] * 2 if rate[0] else None  # a forward only, as the VAE's
             one_round = scaled(
                 ph["sample_rounds"] / rounds, work_then, per_sample_now * units["sample_work"], forward
             )
         elif rounds:
             one_round = ph["sample_rounds"] / rounds * _ratio(units["sample_work"], r.get("sample_work", 0))
-        else:  # none measured: sample steps at the e2e run's share of a training step
+        else:  # none measured: sample steps at the e2e run's share of a training step, the
+            # prompts' decodes at the VAE's rate where the device's is known
             one_round = step * units["sample_work"] * SAMPLE_STEP_SHARE
+            one_round += units["decode_flops"] / forward if forward else 0.0
             unmeasured.add("sample_rounds")
         per["sample_rounds"].append(one_round * units["sample_rounds"])
         checkpoints = r.get("checkpoints", 0)
@@ -362,6 +378,7 @@ def _from_history(
         bases["sample_rounds"] = (
             f"no sample round in the {runs}: their step time x sample steps x {SAMPLE_STEP_SHARE}"
             " (a sampling step's share of a training step in the e2e FLUX.1 run, bench/RESULTS note 23)"
+            + (" + each prompt's decode by the VAE at its work" if rate[0] and units["decode_flops"] else "")
         )
         confidence = "scaled" if confidence == "measured" else confidence
     for name, work, rate in (

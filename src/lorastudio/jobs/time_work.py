@@ -99,26 +99,33 @@ def step_work(family: str, base_model: str, pixels: float, samples: float) -> fl
     return work * samples if math.isfinite(work) and work > 0 else None
 
 
-def vae_work(family: str, base_model: str, pixels: float) -> float | None:
-    """Forward work of one image of `pixels` through the VAE's encoder of `base_model`, in FLOPs:
-    each convolution's 2 x weights x the pixels of its level + ELEMENT_WORK x its output channels
-    x those pixels (the traffic of its output, which a narrow convolution's multiply-adds do not
-    show), each attention's 4 x cells^2 x inner dim (the mid block's). A block's level is the number of downsampling blocks before it (the 2D
-    VAE's down_blocks.i hold their own downsampler; the Qwen-Image VAE's resample blocks are
-    blocks of their own); None when its headers cannot be read or no down_blocks are found."""
+def vae_work(family: str, base_model: str, pixels: float, part: str = "encoder") -> float | None:
+    """Forward work of one image of `pixels` through the VAE's encoder (`part` "encoder"; the
+    latent cache) or decoder ("decoder"; a sample) of `base_model`, in FLOPs: each convolution's
+    2 x weights x the pixels of its level + ELEMENT_WORK x its output channels x those pixels (the
+    traffic of its output, which a narrow convolution's multiply-adds do not show), each
+    attention's 4 x cells^2 x inner dim (the mid block's). A block's level is the number of
+    resampling blocks before it (the 2D VAE's down_blocks.i / up_blocks.i hold their own
+    down- / upsampler; the Qwen-Image VAE's encoder resample blocks are blocks of their own), counted
+    down from the latent's level in the decoder; None when its headers cannot be read or no
+    down_blocks / up_blocks are found."""
     del family  # every family's VAE folder is "vae"
-    shapes = [(n[8:], s) for n, s in _shapes(Path(base_model) / "vae") if n.startswith("encoder.")]
-    down = {int(m.group(2)) for n, _ in shapes if (m := _LEVEL.match(n)) and _downsamples(n)}
+    prefix = f"{part}."
+    shapes = [(n[len(prefix) :], s) for n, s in _shapes(Path(base_model) / "vae") if n.startswith(prefix)]
+    marks = {int(m.group(2)) for n, _ in shapes if (m := _LEVEL.match(n)) and _resamples(n)}
     if not any(_LEVEL.match(n) for n, _ in shapes) or pixels <= 0:
         return None
     total = 0.0
     for name, shape in shapes:
         match = _LEVEL.match(name)
-        if match:
+        if match:  # the resamplings before it, its own block's included when it is the resampler
             index = int(match.group(2))
-            level = sum(1 for d in down if d < index) + (1 if _downsamples(name) else 0)
-        else:  # conv_in at full size; the mid block, conv_out at the last level
-            level = 0 if name.startswith("conv_in") else len(down)
+            before = sum(1 for d in marks if d < index) + (1 if _resamples(name) else 0)
+            level = before if part == "encoder" else len(marks) - before
+        elif part == "encoder":  # conv_in at full size; the mid block, conv_out at the last level
+            level = 0 if name.startswith("conv_in") else len(marks)
+        else:  # the decoder's conv_in and mid block at the latent's level; conv_out at full size
+            level = len(marks) if name.startswith(("conv_in", "mid_block")) else 0
         at = _at_level(pixels, level)
         if len(shape) >= 2 and not name.endswith("gamma"):
             total += 2 * _count(shape) * at
@@ -130,8 +137,26 @@ def vae_work(family: str, base_model: str, pixels: float) -> float | None:
     return total if math.isfinite(total) and total > 0 else None
 
 
-def _downsamples(name: str) -> bool:
-    return "downsamplers" in name or ".resample." in name
+def _resamples(name: str) -> bool:
+    """Whether a VAE layer changes its level: a downsampler (the 2D VAE's, the Qwen-Image VAE's
+    resample blocks) or an upsampler's convolution after its upsampling (the Qwen-Image VAE's
+    time_conv runs before it, at the lower level)."""
+    return (
+        "downsamplers" in name or ".resample." in name or ("upsamplers" in name and "time_conv" not in name)
+    )
+
+
+def round_work(
+    family: str, base_model: str, pixels: float, sample_work: float, images: float
+) -> float | None:
+    """The work of one sample round: prompts x sample steps (`sample_work`) forward passes of one
+    sample at `pixels` and `images` (its prompts) decodes by the VAE; None when the base's
+    headers cannot be read."""
+    forward = step_work(family, base_model, pixels, 1)
+    decode = vae_work(family, base_model, pixels, "decoder")
+    if not forward or decode is None:
+        return None
+    return sample_work * forward + images * decode
 
 
 def _transformer(shapes: list[tuple[str, tuple[int, ...]]], img: float, txt: float) -> float:
@@ -226,6 +251,21 @@ def record_image_work(record: dict[str, Any]) -> float | None:
     sig = record["signature"]
     try:
         return vae_work(sig["family"], sig["base_model"], sig["pixels"])
+    except (KeyError, TypeError, families.UnknownFamily):
+        return None
+
+
+def record_round_work(record: dict[str, Any]) -> float | None:
+    """The work of one of a record's sample rounds (round_work: its prompts x sample steps and its
+    prompts' decodes, `sample_images`); None when not readable or the record has no such count
+    (records before it: their rounds are scaled by the forward work alone)."""
+    sig = record["signature"]
+    if not record.get("sample_work") or not record.get("sample_images"):
+        return None
+    try:
+        return round_work(
+            sig["family"], sig["base_model"], sig["pixels"], record["sample_work"], record["sample_images"]
+        )
     except (KeyError, TypeError, families.UnknownFamily):
         return None
 
