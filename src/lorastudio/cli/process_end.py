@@ -38,10 +38,18 @@ def end_process(code: object) -> NoReturn:
     """End this process with the status of `SystemExit(code)` (exit_status), its non-daemon
     threads finished and its atexit handlers run, skipping the interpreter's finalization."""
     status = exit_status(code)
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()  # what the interpreter runs before its finalization (CPython's own)
+    # the interpreter's own first steps of its shutdown, in its order: threading's exit hooks (a
+    # thread pool's workers are told to end by them, then joined) and the wait for every
+    # non-daemon thread, then the atexit handlers; a plain join of those threads waited forever
+    # on a pool's idle workers
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    else:  # another interpreter: the threads that are not daemons, as it would
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         if stream is not None:
             with contextlib.suppress(OSError, ValueError):

@@ -1,6 +1,7 @@
 """The console program ends without the interpreter's teardown (cli/process_end.py): its
-non-daemon threads finished, its atexit handlers run, its status kept; a program that calls
-cli.app.main inside itself ends as before."""
+non-daemon threads finished (a thread pool's idle worker told to end first, as the interpreter
+does), its atexit handlers run, its status kept; a program that calls cli.app.main inside itself
+ends as before."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ def writer():
     time.sleep(0.2)  # outlives main(): the end waits for it
     (out / "thread").write_text("1")
 threading.Thread(target=writer).start()
+import concurrent.futures  # a thread pool's idle worker: ended by threading's exit hooks, not a join
+pool = concurrent.futures.ThreadPoolExecutor(1)
+pool.submit(lambda: None).result()
 atexit.register(lambda: (out / "atexit").write_text("1"))
 from lorastudio.cli.app import main
 main()
@@ -37,6 +41,7 @@ def _run(tmp_path: Path, standalone: bool, *args: str) -> tuple[int, set[str]]:
     script = out / "lorastudio"  # the console program's name: import_freeze.mark_standalone
     script.write_text(PROGRAM)
     argv = [sys.executable, str(script)] if standalone else [sys.executable, "-c", PROGRAM]
+    # (a plain join of the non-daemon threads waited forever on the pool's worker: the timeout)
     done = subprocess.run([*argv, str(out), *args], capture_output=True, text=True, timeout=300)
     return done.returncode, {p.name for p in out.iterdir()} - {"lorastudio"}
 
