@@ -63,6 +63,13 @@ if TYPE_CHECKING:
     from lorastudio.jobs.hardware import HostInfo
 
 HISTORY_RUNS = 3
+# The work per second of a forward pass, and of the VAE's work (jobs/time_work.vae_work: its
+# element traffic counted at its attention's FLOP rate), over a training step's (a forward and a
+# backward, counted as the forward's work). One CPU thread, CPU time (bench/cpu_costs.py, RESULTS
+# note 41): the tiny FLUX.1's step 2.1e10 forward FLOPs/s at 1024 and 2048 px; the tiny VAE's
+# encode 9.6-9.9e10, its decode 8.3-8.8e10 (4.0-4.7x). Fix 880 had 2x for both.
+FORWARD_RATE = 3.0
+VAE_RATE = 4.0
 # A pipeline's bytes over its denoiser's, and the rate they load at (the e2e FLUX.1 run, note 23):
 # another base's weights load scales only by the part of it that is reading bytes.
 LOAD_BYTES = 1.4
@@ -294,8 +301,8 @@ def _from_history(
             per["caption_encoding"].append(ph["caption_encoding"] * _ratio(units["texts"], texts or 0))
         encoded = r.get("latents_encoded", r.get("latents"))
         image = record_image_work(r) if units["image_flops"] else None
-        if image and encoded:  # the VAE's encoder: a forward only, twice a step's work per second
-            vae_rate = rate[0] * 2 if rate[0] else None
+        if image and encoded:  # the VAE's encoder: a forward only, its work at VAE_RATE x a step's
+            vae_rate = rate[0] * VAE_RATE if rate[0] else None
             per["latent_cache"].append(
                 scaled(ph["latent_cache"], encoded * image, units["image_flops"], vae_rate)
             )
@@ -303,7 +310,7 @@ def _from_history(
             image_work = (encoded or 0) * sig["pixels"]
             per["latent_cache"].append(ph["latent_cache"] * _ratio(units["images"], image_work))
         rounds = r.get("sample_rounds", 0)
-        forward = rate[0] * 2 if rate[0] else None  # a forward only, as the VAE's
+        forward = rate[0] * FORWARD_RATE if rate[0] else None  # a round's forward passes and decodes
         round_then = record_round_work(r) if units["round_flops"] else None
         if rounds and round_then:  # prompts x sample steps forward passes + the prompts' decodes
             one_round = scaled(ph["sample_rounds"] / rounds, round_then, units["round_flops"], forward)
@@ -318,7 +325,7 @@ def _from_history(
         else:  # none measured: sample steps at the e2e run's share of a training step, the
             # prompts' decodes at the VAE's rate where the device's is known
             one_round = step * units["sample_work"] * SAMPLE_STEP_SHARE
-            one_round += units["decode_flops"] / forward if forward else 0.0
+            one_round += units["decode_flops"] / (rate[0] * VAE_RATE) if rate[0] else 0.0
             unmeasured.add("sample_rounds")
         per["sample_rounds"].append(one_round * units["sample_rounds"])
         checkpoints = r.get("checkpoints", 0)

@@ -24,8 +24,9 @@ before. A record's time is then `fixed + work / rate`: `rate` (work per second o
 the slope fitted on this machine's records of one signature at two sizes (median over the
 signatures that have them), else CPU_WORK_RATE on a CPU (measured on the tiny models, below), else
 unknown (a GPU: the time is all work, the proportional rule by work). One record so splits into
-its fixed part and its work part, and the work part scales by the work ratio. The VAE's encoder
-and a sample round (forward passes only) run at twice the step's rate.
+its fixed part and its work part, and the work part scales by the work ratio. The VAE's work runs
+at time_forecast.VAE_RATE x the step's rate, a sample round's (forward passes, decodes) at
+FORWARD_RATE x (a forward only; the step's work counts its forward, not its backward).
 
 What it leaves out: FLOPs of different kinds run at different rates beyond the VAE's element
 term (ELEMENT_WORK: a narrow convolution's output traffic, which made the tiny VAE's mid attention

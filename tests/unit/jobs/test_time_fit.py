@@ -183,7 +183,7 @@ def test_a_sample_round_is_fitted_against_its_forward_passes_and_decodes(
     tiny model's round (flux-1024-sample, bench/RESULTS note 41: 10.9 s a round where its two
     forward passes take ~1 s), was in no count."""
     from lorastudio.config import TrainConfig
-    from lorastudio.jobs.time_forecast import time_forecast
+    from lorastudio.jobs.time_forecast import FORWARD_RATE, time_forecast
     from lorastudio.jobs.time_work import CPU_WORK_RATE, step_work, vae_work
     from lorastudio.timings import PHASES, run_signature
 
@@ -204,9 +204,11 @@ def test_a_sample_round_is_fitted_against_its_forward_passes_and_decodes(
             grad_accum=1, lora_rank=4,
         )  # fmt: skip
 
-    def one_round(side: int) -> float:  # 2 forward passes + 1 decode at a forward's CPU rate
+    def one_round(side: int) -> float:  # 2 forward passes + 1 decode at a round's CPU rate
         forward = step_work("flux", str(base), side * side, 1)
-        return (2 * forward + vae_work("flux", str(base), side * side, "decoder")) / (2 * CPU_WORK_RATE)
+        return (2 * forward + vae_work("flux", str(base), side * side, "decoder")) / (
+            FORWARD_RATE * CPU_WORK_RATE
+        )
 
     # the decoder's work: its convolutions and mid attention from the latent's level up
     decode = {side: vae_work("flux", str(base), side * side, "decoder") for side in (1024, 2048)}
