@@ -47,12 +47,12 @@ def test_the_vae_counts_its_convolutions_output_beside_its_attention(
     tiny_model: Callable[[str], Path],
 ) -> None:
     """The tiny VAE's encode (16-32 channels, the mid attention over pixels / 64 cells) on one CPU
-    thread, CPU time (bench/RESULTS note 41): 1.154 s at 1024 px, 9.44 s at 2048 (8.2x), the
-    attention 5.8 of the 9.4 s. Its FLOPs alone grow 11.7x (the attention's cells^2 is 88 % of
+    thread, CPU time (bench/RESULTS note 41, `python -m bench.cpu_costs`): 1.134 s at 1024 px, 9.02 s
+    at 2048 (7.95x), the attention 5.4 of the 9.0 s. Its FLOPs alone grow 11.7x (the attention's cells^2 is 88 % of
     them at 2048 px), which put the latent cache fitted on 256 and 1024 px ~2x high at 2048."""
     model = str(tiny_model("flux"))
     vae = {side: vae_work("flux", model, side * side) for side in (256, 1024, 2048)}
-    assert vae[2048] / vae[1024] == pytest.approx(9.44 / 1.154, rel=0.15)
+    assert vae[2048] / vae[1024] == pytest.approx(9.02 / 1.134, rel=0.15)
     # the latent cache of the matrix's flux runs (one thread, 4 images; RESULTS note 41, round 1):
     # 0.49 s at 256 px and 13.69 s at 1024 px fit through the origin forecast 2048 px's 102.3 s
     rate = 13.69 / vae[1024]
