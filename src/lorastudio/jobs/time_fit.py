@@ -61,7 +61,7 @@ def refit(
     """`forecast` (time_forecast's proportional section from the newest records) with each sized
     phase (first step, steps, caption encoding, latent cache, sample rounds) replaced by its
     fixed + scaling fit over `records` (one signature, FIT_RUNS newest) where they give two or
-    more distinct work values; `units`: this run's work (time_forecast._units);
+    more distinct work values; `units`: this run's work (time_model.run_units);
     `first_step_share(record)`: the factor from a record's first step to this run's (its compile);
     `step_x(record)` / `image_x(record)`: a record's step work and latent cache work in the measure
     of `units` "step_work" / "images" (jobs/time_work.py's FLOPs; default pixels x samples and

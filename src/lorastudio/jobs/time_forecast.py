@@ -38,6 +38,7 @@ from lorastudio.jobs.time_model import (  # the no-history basis and the shared 
     _dop,
     _from_model,
     _section,
+    run_units,
 )
 from lorastudio.jobs.time_model import (
     PRESERVATION_STEP as PRESERVATION_STEP,
@@ -52,10 +53,7 @@ from lorastudio.jobs.time_work import (
     record_image_work,
     record_round_work,
     record_step_work,
-    round_work,
     scaled,
-    step_work,
-    vae_work,
 )
 from lorastudio.timings import PHASES, read_records, run_signature
 
@@ -125,7 +123,7 @@ def time_forecast(
         lora_rank=cfg.lora_rank,
         preservation=cfg.preservation is not None,
     )
-    units = _units(cfg, now, work)
+    units = run_units(cfg, now, work)
     records = [r for r in read_records(home) if _usable(r)]
     here = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
     rate = device_rate(here, now["device_name"], _SAME)
@@ -210,40 +208,6 @@ def _usable(record: dict[str, Any]) -> bool:
     numbers = [sig.get(k) for k in ("pixels", "batch_size", "grad_accum", "denoiser_bytes")]
     numbers += [phases.get(k) for k in PHASES if k != "process_start"] + [record.get("s_per_step")]
     return all(isinstance(v, int | float) for v in numbers) and record["s_per_step"] > 0
-
-
-def _units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> dict[str, float]:
-    """This run's work per phase: the same units a record's phases are divided by."""
-    steps = int(work["steps"])
-    every = cfg.sample_every
-    rounds = 0
-    if cfg.sample_prompts:
-        rounds = steps // every + (1 if steps % every else 0) if every else 1
-    samples = sig["batch_size"] * sig["grad_accum"]
-    flops = step_work(cfg.family, sig["base_model"], sig["pixels"], samples)
-    image = vae_work(cfg.family, sig["base_model"], sig["pixels"])
-    prompts = len(cfg.sample_prompts)
-    sample_work = prompts * (cfg.sample_steps or 1)
-    decode = vae_work(cfg.family, sig["base_model"], sig["pixels"], "decoder") if prompts else None
-    one_round = (
-        round_work(cfg.family, sig["base_model"], sig["pixels"], sample_work, prompts) if prompts else None
-    )
-    return {
-        "steps": steps,
-        "samples": samples,  # of a step (batch x accumulation)
-        "step_work": sig["pixels"] * samples,  # pixels x samples: the rule without the model's shapes
-        "step_flops": flops or 0.0,  # the cost model's (jobs/time_work.py); 0: not readable
-        "pixels": sig["pixels"],
-        "texts": work["texts"],
-        "images": work["images"] * sig["pixels"],
-        "image_flops": work["images"] * image if image else 0.0,
-        "sample_rounds": rounds,
-        "sample_work": sample_work,
-        "sample_images": prompts,  # decoded each round
-        "round_flops": one_round or 0.0,  # a round's work (jobs/time_work.round_work); 0: not readable
-        "decode_flops": prompts * decode if decode else 0.0,
-        "checkpoints": (steps - 1) // cfg.save_every if cfg.save_every else 0,
-    }
 
 
 def _from_history(
