@@ -63,6 +63,7 @@ MATRIX: dict[str, tuple[str, dict[str, Any]]] = {
     "flux-1024-off": ("flux", {"resolution": 1024, "latent_cache": "off"}),
     "flux-1024-crop4": ("flux", {"resolution": 1024, "random_crop": True, "cache_variants": 4}),
     "flux-1024-val": ("flux", {"resolution": 1024, "validation_split": 0.25}),
+    "flux-256-sample": ("flux", {"resolution": 256, "sample_prompts": ["a red circle"], "sample_steps": 2}),
     "flux-1024-sample": ("flux", {"resolution": 1024, "sample_prompts": ["a red circle"], "sample_steps": 2}),
     "flux-1024-again": ("flux", {"resolution": 1024}),  # the same config again: the time's history basis
 }
@@ -113,8 +114,9 @@ def measure(
     get_settings.cache_clear()
     run = check_run(cfg, get_settings(), overwrite=False, device="cpu")
     report = preflight_report(run)
-    entry = "import sys; from lorastudio.cli.app import main; sys.argv[0] = 'lorastudio'; main()"
-    command = [sys.executable, "-c", entry, "train", str(path), "--device", "cpu"]
+    # the console program, as a user's `lorastudio train` (`-m lorastudio.cli`: its import freeze
+    # and its end without the interpreter's teardown, cli/process_end.py; a `-c` entry had neither)
+    command = [sys.executable, "-m", "lorastudio.cli", "train", str(path), "--device", "cpu"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     if threads:  # torch's intra-op threads in the child (its default: the cores)
         env["OMP_NUM_THREADS"] = str(threads)

@@ -50,6 +50,11 @@ def _is_console_program() -> bool:
     return Path(getattr(main, "__file__", None) or "").name == "lorastudio"
 
 
+def is_standalone() -> bool:
+    """Whether this process is the console program (mark_standalone)."""
+    return _standalone
+
+
 def freeze_if_standalone() -> int | None:
     """freeze_imports() in the console program (mark_standalone); None, nothing frozen, elsewhere."""
     return freeze_imports() if _standalone else None

@@ -12,10 +12,11 @@ from typing import NoReturn
 import typer
 
 from lorastudio import __version__
+from lorastudio.cli.process_end import end_process
 from lorastudio.cli.safe_output import escaped_output
 from lorastudio.cli.termination import COULD_NOT_STATUS, INTERRUPTED_STATUS, refusal_status, sigterm_exits
 from lorastudio.errors import LorastudioError, NoSpaceLeft, is_no_space, os_error_text
-from lorastudio.import_freeze import mark_standalone
+from lorastudio.import_freeze import is_standalone, mark_standalone
 
 app = typer.Typer(
     name="lorastudio",
@@ -92,7 +93,8 @@ def main() -> None:
     before); a full disk prints NoSpaceLeft's message and exits 2. Output into a pipe whose
     reader is gone (`| head -1`) ends it by SIGPIPE, quietly (die_of_sigpipe: 141 in a shell).
     Every control character of what it prints (a name's ESC, CR, bidi override) is escaped
-    visibly (cli/safe_output.py)."""
+    visibly (cli/safe_output.py). The console program then ends without the interpreter's
+    teardown (cli/process_end.py: seconds after a run, once torch is imported)."""
     mark_standalone()  # a training command may freeze its imports (import_freeze.py)
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)  # absent on a replaced stream
@@ -101,12 +103,16 @@ def main() -> None:
     with escaped_output():  # a name's control characters escaped in every line (safe_output)
         try:
             _run()
-        except SystemExit:
+        except SystemExit as end:
             if _output_closed():
                 die_of_sigpipe()
+            if is_standalone():  # the console program: no interpreter teardown (cli/process_end.py)
+                end_process(end.code)
             raise
         if _output_closed():
             die_of_sigpipe()
+        if is_standalone():
+            end_process(0)
 
 
 def _run() -> None:

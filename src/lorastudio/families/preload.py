@@ -5,7 +5,7 @@ diffusers imports its pipelines and models lazily, on the first attribute access
 `diffusers.FluxPipeline`'s module unimported, and that module pulls in every transformer-model
 module of diffusers, the text encoders' modeling files of transformers, scipy.stats (through the
 schedulers) and torchvision. A real-size FLUX.1 run through the API spent 2.6 s before its first
-load in those imports, on the critical path (RESULTS note 41, a sampling profile of the worker on
+load in those imports, on the critical path (RESULTS note 43, a sampling profile of the worker on
 an H100). The standby resolves each family's classes while it waits, so a job finds them loaded.
 
 Resolving a class imports its module and nothing else: no weights, no CUDA (the standby checks

@@ -73,7 +73,7 @@ PRELOAD = (
 )
 # then every registered family's diffusers classes: diffusers imports a pipeline's module (and
 # with it every model module, the text encoders' and scipy.stats) at the first attribute access,
-# which was 2.6 s of a real FLUX.1 job's time before its first load (RESULTS note 41)
+# which was 2.6 s of a real FLUX.1 job's time before its first load (RESULTS note 43)
 FAMILY_CLASSES = "the families' diffusers classes (families/preload.py)"
 MAX_DEATHS = 3  # standbys in a row that die before a job takes one, then no more
 CUDA_BY_IMPORT_EXIT = 4  # a standby whose imports created a CUDA context (it says which first)

@@ -56,15 +56,18 @@ def refit(
     first_step_share: Callable[[dict[str, Any]], float],
     step_x: Work | None = None,
     image_x: Work | None = None,
+    round_x: Callable[[dict[str, Any]], float | None] | None = None,
 ) -> dict[str, Any]:
     """`forecast` (time_forecast's proportional section from the newest records) with each sized
     phase (first step, steps, caption encoding, latent cache, sample rounds) replaced by its
     fixed + scaling fit over `records` (one signature, FIT_RUNS newest) where they give two or
-    more distinct work values; `units`: this run's work (time_forecast._units);
+    more distinct work values; `units`: this run's work (time_model.run_units);
     `first_step_share(record)`: the factor from a record's first step to this run's (its compile);
     `step_x(record)` / `image_x(record)`: a record's step work and latent cache work in the measure
     of `units` "step_work" / "images" (jobs/time_work.py's FLOPs; default pixels x samples and
-    encoded images x pixels).
+    encoded images x pixels); `round_x(record)`: a record's sample round's work
+    (jobs/time_work.record_round_work; None: not counted), used with `units` "round_flops" where
+    every sampled record has it.
     Each fitted phase says so in its basis; the total and the note follow."""
     n = len(records)
     step_x = step_x or _step_work
@@ -87,20 +90,18 @@ def refit(
         measure = "the VAE encoder's work" if image_x is not _pixels_encoded else "images x pixels"
         fits["latent_cache"] = (images, units["images"], 1.0, f"the latent cache, {measure} encoded")
     if units["sample_rounds"]:
-        rounds = [
-            (
-                r.get("sample_work", 0) * r["signature"]["pixels"],
-                r["phases"]["sample_rounds"] / r["sample_rounds"],
+        sampled = [r for r in records if r.get("sample_rounds") and r.get("sample_work")]
+        by_round = round_x is not None and units.get("round_flops") and all(round_x(r) for r in sampled)
+        if by_round:  # prompts x sample steps forward passes + the prompts' decodes, the cost model's
+            x_round, now_round, what = round_x, units["round_flops"], "a sample round, its work"
+        else:  # prompts x sample steps x one sample's step work (a forward each)
+            x_round = lambda r: r["sample_work"] * step_x(r) / _samples(r)  # noqa: E731
+            now_round = units["sample_work"] * step_now / max(units.get("samples", 1), 1)
+            what = "a sample round, prompts x sample steps x a sample's " + (
+                "work" if step_x is not _step_work else "pixels"
             )
-            for r in records
-            if r.get("sample_rounds") and r.get("sample_work")
-        ]
-        fits["sample_rounds"] = (
-            rounds,
-            units["sample_work"] * units["pixels"],
-            units["sample_rounds"],
-            "a sample round, prompts x sample steps x pixels",
-        )
+        rounds = [(x_round(r), r["phases"]["sample_rounds"] / r["sample_rounds"]) for r in sampled]
+        fits["sample_rounds"] = (rounds, now_round, units["sample_rounds"], what)
     by_name = {p["name"]: p for p in forecast["phases"]}
     fitted = []
     for name, (points, x_now, times, what) in fits.items():
@@ -142,8 +143,13 @@ def refit(
 
 
 def _step_work(record: dict[str, Any]) -> float:
+    return float(record["signature"]["pixels"] * _samples(record))
+
+
+def _samples(record: dict[str, Any]) -> int:
+    """The samples of a record's step (batch x accumulation, at least 1)."""
     sig = record["signature"]
-    return float(sig["pixels"] * sig["batch_size"] * sig["grad_accum"])
+    return max(int(sig["batch_size"] * sig["grad_accum"]), 1)
 
 
 def _encoded(record: dict[str, Any]) -> float:

@@ -38,6 +38,7 @@ from lorastudio.jobs.time_model import (  # the no-history basis and the shared 
     _dop,
     _from_model,
     _section,
+    run_units,
 )
 from lorastudio.jobs.time_model import (
     PRESERVATION_STEP as PRESERVATION_STEP,
@@ -50,10 +51,9 @@ from lorastudio.jobs.time_work import (
     fit_measures,
     nearest,
     record_image_work,
+    record_round_work,
     record_step_work,
     scaled,
-    step_work,
-    vae_work,
 )
 from lorastudio.timings import PHASES, read_records, run_signature
 
@@ -61,6 +61,17 @@ if TYPE_CHECKING:
     from lorastudio.jobs.hardware import HostInfo
 
 HISTORY_RUNS = 3
+# The work per second of a forward pass, and of the VAE's work (jobs/time_work.vae_work: its
+# element traffic counted at its attention's FLOP rate), over a training step's (a forward and a
+# backward, counted as the forward's work). One CPU thread, CPU time (bench/cpu_costs.py, RESULTS
+# note 42): the tiny FLUX.1's step 2.1e10 forward FLOPs/s at 1024 and 2048 px; the tiny VAE's
+# encode 9.6-9.9e10, its decode 8.3-8.8e10 (4.0-4.7x). Fix 880 had 2x for both.
+FORWARD_RATE = 3.0
+VAE_RATE = 4.0
+# A pipeline's bytes over its denoiser's, and the rate they load at (the e2e FLUX.1 run, note 23):
+# another base's weights load scales only by the part of it that is reading bytes.
+LOAD_BYTES = 1.4
+LOAD_RATE = _E2E["load_gb_per_s"] * 1e9
 # A sampling step's time over a training step's at the same size (e2e FLUX.1: 5.3 s / 20 vs 0.342 s).
 SAMPLE_STEP_SHARE = 0.78
 # A compiled run's first step when its graphs come from the on-disk compile cache, over one that
@@ -112,7 +123,7 @@ def time_forecast(
         lora_rank=cfg.lora_rank,
         preservation=cfg.preservation is not None,
     )
-    units = _units(cfg, now, work)
+    units = run_units(cfg, now, work)
     records = [r for r in read_records(home) if _usable(r)]
     here = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
     rate = device_rate(here, now["device_name"], _SAME)
@@ -126,7 +137,7 @@ def time_forecast(
             return _from_history((exact or alike_runs)[:HISTORY_RUNS], units, now, rate, compile_cache=cache)
         newest = _from_history(alike_runs[:HISTORY_RUNS], units, now, rate, compile_cache=cache)
         share = lambda r: _first_step_share(r, cache)  # noqa: E731
-        return refit(newest, alike_runs, fit_units, share, step_x, image_x)
+        return refit(newest, alike_runs, fit_units, share, step_x, image_x, record_round_work)
     machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
     # runs of the same plan (precision, checkpointing, block swap) and compile first: an nf4
     # or checkpointed run's time per unit of work says little of a bf16 one's
@@ -199,30 +210,6 @@ def _usable(record: dict[str, Any]) -> bool:
     return all(isinstance(v, int | float) for v in numbers) and record["s_per_step"] > 0
 
 
-def _units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> dict[str, float]:
-    """This run's work per phase: the same units a record's phases are divided by."""
-    steps = int(work["steps"])
-    every = cfg.sample_every
-    rounds = 0
-    if cfg.sample_prompts:
-        rounds = steps // every + (1 if steps % every else 0) if every else 1
-    samples = sig["batch_size"] * sig["grad_accum"]
-    flops = step_work(cfg.family, sig["base_model"], sig["pixels"], samples)
-    image = vae_work(cfg.family, sig["base_model"], sig["pixels"])
-    return {
-        "steps": steps,
-        "step_work": sig["pixels"] * samples,  # pixels x samples: the rule without the model's shapes
-        "step_flops": flops or 0.0,  # the cost model's (jobs/time_work.py); 0: not readable
-        "pixels": sig["pixels"],
-        "texts": work["texts"],
-        "images": work["images"] * sig["pixels"],
-        "image_flops": work["images"] * image if image else 0.0,
-        "sample_rounds": rounds,
-        "sample_work": len(cfg.sample_prompts) * (cfg.sample_steps or 1),
-        "checkpoints": (steps - 1) // cfg.save_every if cfg.save_every else 0,
-    }
-
-
 def _from_history(
     records: list[dict[str, Any]],
     units: dict[str, float],
@@ -257,7 +244,19 @@ def _from_history(
         step = plain * dop
         per["steps"].append(step * max(units["steps"] - 1, 0))
         per["first_step"].append(first * dop * _first_step_share(r, compile_cache))
-        per["weights_load"].append(ph["weights_load"] * size)
+        # the load's bytes part (the pipeline's bytes at the e2e run's read rate, at most all of it)
+        # scaled by the bases' sizes, the rest (a tiny pipeline's load is all of it: components
+        # built, files opened) kept
+        per["weights_load"].append(
+            scaled(
+                ph["weights_load"],
+                LOAD_BYTES * sig["denoiser_bytes"],
+                LOAD_BYTES * now["denoiser_bytes"],
+                LOAD_RATE,
+            )
+            if size != 1.0
+            else ph["weights_load"]
+        )
         # the encode phases scale by the texts / images still to encode (the disk cache holds the
         # rest); a record that encoded none says nothing of their rate (one without the counts:
         # taken as it is)
@@ -266,8 +265,8 @@ def _from_history(
             per["caption_encoding"].append(ph["caption_encoding"] * _ratio(units["texts"], texts or 0))
         encoded = r.get("latents_encoded", r.get("latents"))
         image = record_image_work(r) if units["image_flops"] else None
-        if image and encoded:  # the VAE's encoder: a forward only, twice a step's work per second
-            vae_rate = rate[0] * 2 if rate[0] else None
+        if image and encoded:  # the VAE's encoder: a forward only, its work at VAE_RATE x a step's
+            vae_rate = rate[0] * VAE_RATE if rate[0] else None
             per["latent_cache"].append(
                 scaled(ph["latent_cache"], encoded * image, units["image_flops"], vae_rate)
             )
@@ -275,17 +274,22 @@ def _from_history(
             image_work = (encoded or 0) * sig["pixels"]
             per["latent_cache"].append(ph["latent_cache"] * _ratio(units["images"], image_work))
         rounds = r.get("sample_rounds", 0)
-        if rounds and then and r.get("sample_work"):  # prompts x sample steps x a sample's forward work
-            per_sample_now = units["step_flops"] / max(units["step_work"] / max(units["pixels"], 1), 1)
+        forward = rate[0] * FORWARD_RATE if rate[0] else None  # a round's forward passes and decodes
+        round_then = record_round_work(r) if units["round_flops"] else None
+        if rounds and round_then:  # prompts x sample steps forward passes + the prompts' decodes
+            one_round = scaled(ph["sample_rounds"] / rounds, round_then, units["round_flops"], forward)
+        elif rounds and then and r.get("sample_work"):  # a record before its decodes were counted
+            per_sample_now = units["step_flops"] / max(units["samples"], 1)
             work_then = then / (sig["batch_size"] * sig["grad_accum"]) * r["sample_work"]
-            forward = rate[0] * 2 if rate[0] else None  # a forward only, as the VAE's
             one_round = scaled(
                 ph["sample_rounds"] / rounds, work_then, per_sample_now * units["sample_work"], forward
             )
         elif rounds:
             one_round = ph["sample_rounds"] / rounds * _ratio(units["sample_work"], r.get("sample_work", 0))
-        else:  # none measured: sample steps at the e2e run's share of a training step
+        else:  # none measured: sample steps at the e2e run's share of a training step, the
+            # prompts' decodes at the VAE's rate where the device's is known
             one_round = step * units["sample_work"] * SAMPLE_STEP_SHARE
+            one_round += units["decode_flops"] / (rate[0] * VAE_RATE) if rate[0] else 0.0
             unmeasured.add("sample_rounds")
         per["sample_rounds"].append(one_round * units["sample_rounds"])
         checkpoints = r.get("checkpoints", 0)
@@ -345,6 +349,7 @@ def _from_history(
         bases["sample_rounds"] = (
             f"no sample round in the {runs}: their step time x sample steps x {SAMPLE_STEP_SHARE}"
             " (a sampling step's share of a training step in the e2e FLUX.1 run, bench/RESULTS note 23)"
+            + (" + each prompt's decode by the VAE at its work" if rate[0] and units["decode_flops"] else "")
         )
         confidence = "scaled" if confidence == "measured" else confidence
     for name, work, rate in (

@@ -1,11 +1,13 @@
 """The wall-time forecast's basis when no run of this kind is recorded on this machine (jobs/
 time_forecast.py, the "model" source): bench/RESULTS' H200 table and e2e FLUX.1 phases scaled by
 the denoiser's size and the run's work, a labelled guess elsewhere; and the forecast's section
-shape shared with the history basis."""
+shape and a run's work per phase (run_units) shared with the history basis."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from lorastudio.jobs.time_work import round_work, step_work, vae_work
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -115,3 +117,38 @@ def _section(
 def _dop(preservation: bool) -> float:
     """A step's work with differential output preservation on, in plain steps."""
     return PRESERVATION_STEP if preservation else 1.0
+
+
+def run_units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> dict[str, float]:
+    """This run's work per phase (`sig`: its run_signature; `work`: time_forecast's): the same
+    units a record's phases are divided by, the cost model's (jobs/time_work.py) beside pixels."""
+    steps = int(work["steps"])
+    every = cfg.sample_every
+    rounds = 0
+    if cfg.sample_prompts:
+        rounds = steps // every + (1 if steps % every else 0) if every else 1
+    samples = sig["batch_size"] * sig["grad_accum"]
+    flops = step_work(cfg.family, sig["base_model"], sig["pixels"], samples)
+    image = vae_work(cfg.family, sig["base_model"], sig["pixels"])
+    prompts = len(cfg.sample_prompts)
+    sample_work = prompts * (cfg.sample_steps or 1)
+    decode = vae_work(cfg.family, sig["base_model"], sig["pixels"], "decoder") if prompts else None
+    one_round = (
+        round_work(cfg.family, sig["base_model"], sig["pixels"], sample_work, prompts) if prompts else None
+    )
+    return {
+        "steps": steps,
+        "samples": samples,  # of a step (batch x accumulation)
+        "step_work": sig["pixels"] * samples,  # pixels x samples: the rule without the model's shapes
+        "step_flops": flops or 0.0,  # the cost model's (jobs/time_work.py); 0: not readable
+        "pixels": sig["pixels"],
+        "texts": work["texts"],
+        "images": work["images"] * sig["pixels"],
+        "image_flops": work["images"] * image if image else 0.0,
+        "sample_rounds": rounds,
+        "sample_work": sample_work,
+        "sample_images": prompts,  # decoded each round
+        "round_flops": one_round or 0.0,  # a round's work (jobs/time_work.round_work); 0: not readable
+        "decode_flops": prompts * decode if decode else 0.0,
+        "checkpoints": (steps - 1) // cfg.save_every if cfg.save_every else 0,
+    }

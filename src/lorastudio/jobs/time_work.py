@@ -16,19 +16,22 @@ a text stream costs the same at every size (FLUX.1's 512 T5 tokens are most of a
                 max_sequence_length, else 77; per-sample modulation / time embeddings x 1; a
                 joint block's weights x both), 2 x weights x cells of its level for a U-Net's
                 convolution, plus 4 x tokens_q x tokens_kv x inner dim per attention (each to_q)
-    VAE work    the same for the VAE's encoder at full pixels (its levels and mid attention)
+    VAE work    the same for the VAE's encoder at full pixels (its levels and mid attention),
+                plus ELEMENT_WORK per element of each convolution's output (below)
 
 Both None when the folder has no readable headers (a hub id): the callers then scale by pixels as
 before. A record's time is then `fixed + work / rate`: `rate` (work per second of this device) is
 the slope fitted on this machine's records of one signature at two sizes (median over the
 signatures that have them), else CPU_WORK_RATE on a CPU (measured on the tiny models, below), else
 unknown (a GPU: the time is all work, the proportional rule by work). One record so splits into
-its fixed part and its work part, and the work part scales by the work ratio. The VAE's encoder
-and a sample round (forward passes only) run at twice the step's rate.
+its fixed part and its work part, and the work part scales by the work ratio. The VAE's work runs
+at time_forecast.VAE_RATE x the step's rate, a sample round's (forward passes, decodes) at
+FORWARD_RATE x (a forward only; the step's work counts its forward, not its backward).
 
-What it leaves out: FLOPs of different kinds run at different rates (the tiny VAE's mid
-attention at several times its 16-32-channel convolutions': its encode 4.4-5.9x from 1024 to
-2048 px against 11.7x of work), memory traffic, and the host's load (RELIABILITY, Known problems).
+What it leaves out: FLOPs of different kinds run at different rates beyond the VAE's element
+term (ELEMENT_WORK: a narrow convolution's output traffic, which made the tiny VAE's mid attention
+look several times faster per FLOP than its convolutions), the denoiser's own memory traffic, and
+the host's load (RELIABILITY, Known problems).
 """
 
 from __future__ import annotations
@@ -50,6 +53,17 @@ from lorastudio.jobs.vram_estimate import _safetensors_shapes
 # a record's split into fixed and work parts depends on it.
 CPU_WORK_RATE = 1.2e10
 TEXT_TOKENS = 77  # a family without max_sequence_length: CLIP's
+# The VAE encoder's work per element of a convolution's output beyond its multiply-adds, in forward
+# FLOPs at the rate its attention runs: the GroupNorm, SiLU, residual add and the convolution's own
+# reads and writes of that element, memory traffic once a level's activations leave the cache. The
+# tiny VAE (16-32 channels: 290-580 FLOPs an element) on one CPU thread, CPU time (bench/RESULTS
+# note 42): its mid attention at 9.6e10 FLOP/s, its convolutions with their norms and activations
+# 0.80 s at 1024 px and 3.63 s at 2048 for 1.9e10 / 7.6e10 FLOPs, 780 / 920 such FLOPs an output
+# element beyond theirs (390 at 512 px, partly in the cache). Without it the encoder's work grew
+# 11.7x from 1024 to 2048 px (the attention's cells^2) where its time grows 8.2x, and the latent
+# cache fitted on 256 and 1024 px came out ~2x high at 2048. A real VAE's 128-512 channels
+# (2,300-9,200 FLOPs an element) make it 8-35 % of their convolutions' work.
+ELEMENT_WORK = 800.0
 
 _MODULATION = (
     "norm1.linear",
@@ -86,36 +100,64 @@ def step_work(family: str, base_model: str, pixels: float, samples: float) -> fl
     return work * samples if math.isfinite(work) and work > 0 else None
 
 
-def vae_work(family: str, base_model: str, pixels: float) -> float | None:
-    """Forward FLOPs of one image of `pixels` through the VAE's encoder of `base_model`: each
-    convolution's weights x the pixels of its level, each attention's 4 x cells^2 x inner dim
-    (the mid block's). A block's level is the number of downsampling blocks before it (the 2D
-    VAE's down_blocks.i hold their own downsampler; the Qwen-Image VAE's resample blocks are
-    blocks of their own); None when its headers cannot be read or no down_blocks are found."""
+def vae_work(family: str, base_model: str, pixels: float, part: str = "encoder") -> float | None:
+    """Forward work of one image of `pixels` through the VAE's encoder (`part` "encoder"; the
+    latent cache) or decoder ("decoder"; a sample) of `base_model`, in FLOPs: each convolution's
+    2 x weights x the pixels of its level + ELEMENT_WORK x its output channels x those pixels (the
+    traffic of its output, which a narrow convolution's multiply-adds do not show), each
+    attention's 4 x cells^2 x inner dim (the mid block's). A block's level is the number of
+    resampling blocks before it (the 2D VAE's down_blocks.i / up_blocks.i hold their own
+    down- / upsampler; the Qwen-Image VAE's encoder resample blocks are blocks of their own), counted
+    down from the latent's level in the decoder; None when its headers cannot be read or no
+    down_blocks / up_blocks are found."""
     del family  # every family's VAE folder is "vae"
-    shapes = [(n[8:], s) for n, s in _shapes(Path(base_model) / "vae") if n.startswith("encoder.")]
-    down = {int(m.group(2)) for n, _ in shapes if (m := _LEVEL.match(n)) and _downsamples(n)}
+    prefix = f"{part}."
+    shapes = [(n[len(prefix) :], s) for n, s in _shapes(Path(base_model) / "vae") if n.startswith(prefix)]
+    marks = {int(m.group(2)) for n, _ in shapes if (m := _LEVEL.match(n)) and _resamples(n)}
     if not any(_LEVEL.match(n) for n, _ in shapes) or pixels <= 0:
         return None
     total = 0.0
     for name, shape in shapes:
         match = _LEVEL.match(name)
-        if match:
+        if match:  # the resamplings before it, its own block's included when it is the resampler
             index = int(match.group(2))
-            level = sum(1 for d in down if d < index) + (1 if _downsamples(name) else 0)
-        else:  # conv_in at full size; the mid block, conv_out at the last level
-            level = 0 if name.startswith("conv_in") else len(down)
+            before = sum(1 for d in marks if d < index) + (1 if _resamples(name) else 0)
+            level = before if part == "encoder" else len(marks) - before
+        elif part == "encoder":  # conv_in at full size; the mid block, conv_out at the last level
+            level = 0 if name.startswith("conv_in") else len(marks)
+        else:  # the decoder's conv_in and mid block at the latent's level; conv_out at full size
+            level = len(marks) if name.startswith(("conv_in", "mid_block")) else 0
         at = _at_level(pixels, level)
         if len(shape) >= 2 and not name.endswith("gamma"):
             total += 2 * _count(shape) * at
+        if len(shape) >= 4:  # a convolution: its output's traffic (its norm, activation, reads and writes)
+            total += ELEMENT_WORK * shape[0] * at
         if name.endswith(("to_q.weight", "to_qkv.weight")):
             inner = shape[0] // (3 if name.endswith("to_qkv.weight") else 1)
             total += 4 * at * at * inner
     return total if math.isfinite(total) and total > 0 else None
 
 
-def _downsamples(name: str) -> bool:
-    return "downsamplers" in name or ".resample." in name
+def _resamples(name: str) -> bool:
+    """Whether a VAE layer changes its level: a downsampler (the 2D VAE's, the Qwen-Image VAE's
+    resample blocks) or an upsampler's convolution after its upsampling (the Qwen-Image VAE's
+    time_conv runs before it, at the lower level)."""
+    return (
+        "downsamplers" in name or ".resample." in name or ("upsamplers" in name and "time_conv" not in name)
+    )
+
+
+def round_work(
+    family: str, base_model: str, pixels: float, sample_work: float, images: float
+) -> float | None:
+    """The work of one sample round: prompts x sample steps (`sample_work`) forward passes of one
+    sample at `pixels` and `images` (its prompts) decodes by the VAE; None when the base's
+    headers cannot be read."""
+    forward = step_work(family, base_model, pixels, 1)
+    decode = vae_work(family, base_model, pixels, "decoder")
+    if not forward or decode is None:
+        return None
+    return sample_work * forward + images * decode
 
 
 def _transformer(shapes: list[tuple[str, tuple[int, ...]]], img: float, txt: float) -> float:
@@ -210,6 +252,21 @@ def record_image_work(record: dict[str, Any]) -> float | None:
     sig = record["signature"]
     try:
         return vae_work(sig["family"], sig["base_model"], sig["pixels"])
+    except (KeyError, TypeError, families.UnknownFamily):
+        return None
+
+
+def record_round_work(record: dict[str, Any]) -> float | None:
+    """The work of one of a record's sample rounds (round_work: its prompts x sample steps and its
+    prompts' decodes, `sample_images`); None when not readable or the record has no such count
+    (records before it: their rounds are scaled by the forward work alone)."""
+    sig = record["signature"]
+    if not record.get("sample_work") or not record.get("sample_images"):
+        return None
+    try:
+        return round_work(
+            sig["family"], sig["base_model"], sig["pixels"], record["sample_work"], record["sample_images"]
+        )
     except (KeyError, TypeError, families.UnknownFamily):
         return None
 

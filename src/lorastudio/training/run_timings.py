@@ -78,7 +78,10 @@ def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, set
     # the first step's compile came from the cache or not (jobs/time_forecast.py picks the kind)
     measured["compile_cache"] = compile_cache_state(state.compile_counts, signature["compiled"])
     try:
-        work = {"sample_work": len(cfg.sample_prompts) * (cfg.sample_steps or 1)}  # as jobs/time_forecast
+        work = {  # as jobs/time_forecast: a round's forward passes and its decodes (one a prompt)
+            "sample_work": len(cfg.sample_prompts) * (cfg.sample_steps or 1),
+            "sample_images": len(cfg.sample_prompts),
+        }
         write_record(settings.home, run.run_dir.name, {"signature": signature, **measured, **work})
     except OSError:
         return

@@ -41,15 +41,13 @@ def test_each_rank_process_freezes_after_its_imports() -> None:
 
 
 CONSOLE = """
-import json, sys
+import atexit, json, sys
 from lorastudio import import_freeze
 from lorastudio.cli.app import main
 sys.argv = ["lorastudio", "--version"]
-try:
-    main()
-except SystemExit:
-    pass
-print(json.dumps({"frozen": import_freeze.freeze_if_standalone()}))
+# the console program ends in main() (cli/process_end.py), after its atexit handlers
+atexit.register(lambda: print(json.dumps({"frozen": import_freeze.freeze_if_standalone()}), flush=True))
+main()
 """
 
 

@@ -171,3 +171,68 @@ def test_records_of_two_sizes_give_the_line_and_a_record_of_this_size_is_measure
     assert _phase(between, "latent_cache")["seconds"] == pytest.approx(1.0)
     exact = forecast(512)  # before: both records, scaled, their median (the 256 one x 4 = 8 s a step)
     assert exact["confidence"] == "measured" and _phase(exact, "steps")["seconds"] == pytest.approx(50.0)
+
+
+def test_a_sample_round_is_fitted_against_its_forward_passes_and_decodes(
+    tiny_model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Records at 256 and 1024 px of the tiny FLUX.1 whose sample round (1 prompt x 2 sample steps:
+    two forward passes and one decode by the VAE) takes 0.1 s per 1e9 of that work forecast 2048
+    px's round by it. Before, the fit ran a line through prompts x sample steps x pixels (4x from
+    1024 px, where the forward passes grow 13x and the decode 6.2x), and the decode, most of a
+    tiny model's round (flux-1024-sample, bench/RESULTS note 42: 10.9 s a round where its two
+    forward passes take ~1 s), was in no count."""
+    from lorastudio.config import TrainConfig
+    from lorastudio.jobs.time_forecast import FORWARD_RATE, time_forecast
+    from lorastudio.jobs.time_work import CPU_WORK_RATE, step_work, vae_work
+    from lorastudio.timings import PHASES, run_signature
+
+    base = tiny_model("flux")
+    plan = {
+        "base_precision": "fp32",
+        "gradient_checkpointing": "off",
+        "offload_blocks": 0,
+        "micro_batch_size": 1,
+    }
+    common = {"family": "flux", "base_model": str(base), "data_dir": "d", "steps": 11}
+    common |= {"sample_prompts": ["a red circle"], "sample_steps": 2, "lora_rank": 4}
+
+    def signature(side: int) -> dict:
+        return run_signature(
+            family="flux", base_model=str(base), denoiser="transformer", device_name="cpu", plan=plan,
+            compiled=False, attention_backend="auto", buckets={f"{side}x{side}": 1}, batch_size=1,
+            grad_accum=1, lora_rank=4,
+        )  # fmt: skip
+
+    def one_round(side: int) -> float:  # 2 forward passes + 1 decode at a round's CPU rate
+        forward = step_work("flux", str(base), side * side, 1)
+        return (2 * forward + vae_work("flux", str(base), side * side, "decoder")) / (
+            FORWARD_RATE * CPU_WORK_RATE
+        )
+
+    # the decoder's work: its convolutions and mid attention from the latent's level up
+    decode = {side: vae_work("flux", str(base), side * side, "decoder") for side in (1024, 2048)}
+    assert 4 < decode[2048] / decode[1024] < 8
+    for side in (256, 1024):
+        step = 0.3 * step_work("flux", str(base), side * side, 1) / 1e9
+        phases = dict.fromkeys(PHASES, 1.0) | {"steps": step * 10, "first_step": step}
+        phases["sample_rounds"] = one_round(side)
+        record = {"signature": signature(side), "phases": phases, "s_per_step": step, "steps": 11}
+        extra = {"texts": 1, "latents_encoded": 1, "sample_rounds": 1, "sample_work": 2, "sample_images": 1}
+        write_record(tmp_path, f"r{side}", record | extra)
+    work = {"steps": 11, "texts": 1, "images": 1, "buckets": {"2048x2048": 1}}
+    cfg = TrainConfig(**common, resolution=2048)
+    forecast = time_forecast(cfg, base, CPU, plan, False, work, tmp_path)
+    rounds = _phase(forecast, "sample_rounds")
+    assert rounds["seconds"] == pytest.approx(one_round(2048), rel=0.01)
+    assert "fitted on 2 of 2" in rounds["basis"] and "a sample round, its work" in rounds["basis"]
+    assert _phase(forecast, "steps")["seconds"] == pytest.approx(
+        10 * 0.3 * step_work("flux", str(base), 2048 * 2048, 1) / 1e9, rel=0.01
+    )
+    # one record (the 1024 px one alone, at 2048 px): its round's work part (all of it at this
+    # rate) scaled by the same work
+    (tmp_path / "one").mkdir()
+    (one,) = [r for r in read_records(tmp_path) if r["signature"]["pixels"] == 1024 * 1024]
+    write_record(tmp_path / "one", "r1024", one)
+    alone = _phase(time_forecast(cfg, base, CPU, plan, False, work, tmp_path / "one"), "sample_rounds")
+    assert alone["seconds"] == pytest.approx(one_round(2048), rel=0.05)

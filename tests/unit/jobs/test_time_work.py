@@ -43,6 +43,22 @@ def test_a_u_net_and_the_vae_count_their_levels_and_attention(tiny_model: Callab
     assert unet[2048] / unet[1024] == pytest.approx(10.94 / 0.90, rel=0.15)
 
 
+def test_the_vae_counts_its_convolutions_output_beside_its_attention(
+    tiny_model: Callable[[str], Path],
+) -> None:
+    """The tiny VAE's encode (16-32 channels, the mid attention over pixels / 64 cells) on one CPU
+    thread, CPU time (bench/RESULTS note 42, `python -m bench.cpu_costs`): 1.134 s at 1024 px, 9.02 s
+    at 2048 (7.95x), the attention 5.4 of the 9.0 s. Its FLOPs alone grow 11.7x (the attention's cells^2 is 88 % of
+    them at 2048 px), which put the latent cache fitted on 256 and 1024 px ~2x high at 2048."""
+    model = str(tiny_model("flux"))
+    vae = {side: vae_work("flux", model, side * side) for side in (256, 1024, 2048)}
+    assert vae[2048] / vae[1024] == pytest.approx(9.02 / 1.134, rel=0.15)
+    # the latent cache of the matrix's flux runs (one thread, 4 images; RESULTS note 42, round 1):
+    # 0.49 s at 256 px and 13.69 s at 1024 px fit through the origin forecast 2048 px's 102.3 s
+    rate = 13.69 / vae[1024]
+    assert rate * vae[2048] == pytest.approx(102.3, rel=0.15)
+
+
 def test_no_headers_no_work_and_the_split_keeps_the_fixed_part(tmp_path: Path) -> None:
     assert step_work("flux", str(tmp_path), 65536, 1) is None  # a hub id: the callers scale by pixels
     assert vae_work("flux", str(tmp_path), 65536) is None
@@ -106,3 +122,41 @@ def test_another_base_is_scaled_by_its_work_from_the_records_nearest_its_size(
     assert forecast["source"] == "machine" and "work of each model's shapes" in steps["basis"]
     # the 256 px records' 1 s a step, less the one block's work (a few ms at 12 GFLOP/s)
     assert steps["seconds"] == pytest.approx(10.0, rel=0.05)
+
+
+def test_another_bases_weights_load_scales_only_its_bytes_part(
+    tiny_model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """The `machine` basis's weights load: a tiny SDXL run forecast from a tiny FLUX.1 record's 3.7 s
+    load (bench/RESULTS note 42, sdxl-256: 3.76 s measured). A tiny pipeline's load is its
+    components built and files opened, not its bytes (~2 MB: a millisecond at the e2e run's read
+    rate); before, the whole load was scaled by the two denoisers' bytes (8.7x: 32.4 s)."""
+    from lorastudio.config import TrainConfig
+    from lorastudio.jobs.hardware import HostInfo, precisions_for
+    from lorastudio.jobs.time_forecast import time_forecast
+    from lorastudio.timings import PHASES, run_signature, write_record
+
+    flux, sdxl = tiny_model("flux"), tiny_model("sdxl")
+    plan = {
+        "base_precision": "fp32",
+        "gradient_checkpointing": "off",
+        "offload_blocks": 0,
+        "micro_batch_size": 1,
+    }
+    signature = run_signature(
+        family="flux", base_model=str(flux), denoiser="transformer", device_name="cpu", plan=plan,
+        compiled=False, attention_backend="auto", buckets={"256x256": 1}, batch_size=1,
+        grad_accum=1, lora_rank=16,
+    )  # fmt: skip
+    phases = dict.fromkeys(PHASES, 1.0) | {"weights_load": 3.7}
+    record = {"signature": signature, "phases": phases, "s_per_step": 0.1, "steps": 11}
+    write_record(tmp_path / "home", "r0", record | {"texts": 1, "latents_encoded": 1})
+    cfg = TrainConfig(
+        family="sdxl", base_model=str(sdxl), data_dir="d", steps=11, resolution=256, lora_rank=16
+    )
+    work = {"steps": 11, "texts": 1, "images": 1, "buckets": {"256x256": 1}}
+    cpu = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
+    forecast = time_forecast(cfg, sdxl, cpu, plan, False, work, tmp_path / "home")
+    load = next(p for p in forecast["phases"] if p["name"] == "weights_load")
+    assert forecast["source"] == "machine"
+    assert load["seconds"] == pytest.approx(3.7, rel=0.05)

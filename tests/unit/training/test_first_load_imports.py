@@ -1,6 +1,6 @@
 """A standby worker's imports (jobs/standby.PRELOAD, then families/preload.py) leave none of
 diffusers' or transformers' model, pipeline or loader modules for a run to import: those lazy
-imports were 2.6 s of a real FLUX.1 job's time to its first step on an H100 (RESULTS note 41)."""
+imports were 2.6 s of a real FLUX.1 job's time to its first step on an H100 (RESULTS note 43)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,73 @@
+"""Replay the wall-time forecast of each point of a bench.forecast_matrix root from the records
+written before it (bench/RESULTS note 42): a temporary home holding those records, then the same
+`check_run` + `preflight_report` as `lorastudio train --check`, with whichever tree is on
+PYTHONPATH (so one round's records give the forecast of two trees). Records of an older engine
+that lack `sample_images` get 1 (the matrix's sample points have one prompt).
+
+    PYTHONPATH=<tree>/src python -m bench.forecast_replay ROOT MATRIX_LOG OUT.json
+
+OUT.json: per point, its label, the forecast (total, source, per phase), the matrix's measured
+wall time (from MATRIX_LOG, the matrix's stdout), its record's total and measured phases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+
+def main() -> None:
+    from lorastudio.cli.train_check import check_run
+    from lorastudio.jobs.preflight import preflight_report
+    from lorastudio.settings import get_settings
+
+    root, log, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    measured = {}
+    for line in log.read_text().splitlines():
+        if line.startswith("{"):
+            point = json.loads(line)
+            measured[point["label"]] = point["measured_s"]
+    records = sorted((root / "home" / "run_timings").glob("*.json"))
+    points = []
+    configs = sorted((root / "home").glob("fm-*.json"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    for config in configs:
+        cfg = json.loads(config.read_text())
+        name = cfg["output_name"]
+        mine = [r for r in records if name in r.name]
+        if not mine:
+            continue
+        home = Path(tempfile.mkdtemp())
+        (home / "run_timings").mkdir()
+        for r in records:
+            if r.name < mine[0].name:  # written before this point
+                data = json.loads(r.read_text())
+                if data.get("sample_work") and "sample_images" not in data:
+                    data["sample_images"] = 1
+                (home / "run_timings" / r.name).write_text(json.dumps(data))
+        os.environ["LORASTUDIO_HOME"] = str(home)
+        get_settings.cache_clear()
+        cfg["output_name"] = f"{name}-replay"
+        timing = preflight_report(check_run(cfg, get_settings(), overwrite=False, device="cpu"))["time"]
+        record = json.loads(mine[0].read_text())
+        label = name[3:].rsplit("-", 1)[0]
+        points.append(
+            {
+                "label": label,
+                "forecast_s": timing["total_s"],
+                "source": timing["source"],
+                "forecast": {p["name"]: p["seconds"] for p in timing["phases"]},
+                "measured_s": measured.get(label),
+                "record_total_s": record["total_s"],
+                "measured": record["phases"],
+            }
+        )
+        shutil.rmtree(home)
+    out.write_text(json.dumps(points, indent=1))
+
+
+if __name__ == "__main__":
+    main()
