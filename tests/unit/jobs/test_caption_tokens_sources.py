@@ -12,9 +12,11 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from tests.polling import until
 
 from lorastudio import families
 from lorastudio.config import TrainConfig, resolve_train_config
+from lorastudio.errors import FieldProblem
 from lorastudio.jobs import caption_tokens, target_check
 
 
@@ -62,12 +64,28 @@ def test_a_child_out_of_time_gives_no_problems_and_caches_nothing(tiny_model):
     assert len(target_check._cache) == before
 
 
-def test_racing_checks_of_one_config_start_one_child(tiny_model):
+def test_racing_checks_of_one_config_start_one_child(tiny_model, monkeypatch: pytest.MonkeyPatch):
+    """The child answers once the three requests hold the three slots (one runs it, two wait):
+    the waiting two must find its answer. (A real child's answer to a missing layer, and its
+    ~5 CPU s of torch imports: test_api_lora_targets_preflight.)"""
+
+    asked: list[TrainConfig] = []
+
+    def child(cfg: TrainConfig, timeout_s: float) -> target_check.TargetAnswer:
+        if not asked:  # the first: its answer waits for the racing two
+            until(lambda: target_check._slots._value == 0, 60, "three racing requests")
+        asked.append(cfg)
+        return target_check.TargetAnswer(
+            (FieldProblem("lora_targets", f"no layer named {cfg.lora_targets[1]}"),)
+        )
+
+    monkeypatch.setattr(target_check, "_ask_child", child)
+    monkeypatch.setattr(target_check, "_cache", {})  # not an earlier test's answer
     cfg = _cfg(str(tiny_model("flux")), lora_targets=["to_q", "missing_one"])
     before = target_check.spawned
     with ThreadPoolExecutor(3) as pool:
         answers = list(pool.map(lambda _: target_check.check_lora_targets(cfg), range(3)))
-    assert target_check.spawned == before + 1
+    assert target_check.spawned == before + 1 and len(asked) == 1
     assert [[p.field for p in a.problems] for a in answers] == [["lora_targets"]] * 3
     assert "missing_one" in answers[0].problems[0].message and answers[0].not_checked is None
 
