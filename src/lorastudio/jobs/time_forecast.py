@@ -25,12 +25,12 @@ seconds, passed in to train() and kept as the process_start phase) to train()'s 
 
 from __future__ import annotations
 
-import os
 import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import families
+from lorastudio.compile_cache import chosen_compile_cache
 from lorastudio.config import TrainConfig
 from lorastudio.jobs.time_fit import FIT_RUNS, refit, sizes
 from lorastudio.jobs.time_model import (  # the no-history basis and the shared parts (split out)
@@ -151,8 +151,9 @@ def time_forecast(
 
 def _compile_cache_kept(home: Path) -> bool:
     """Whether Inductor's on-disk cache that runs of this home use holds anything
-    (training/compile.keep_compile_cache: $TORCHINDUCTOR_CACHE_DIR, else <home>/cache/inductor)."""
-    folder = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or home / "cache" / "inductor")
+    (training/compile.keep_compile_cache: the user's $TORCHINDUCTOR_CACHE_DIR, else
+    <home>/cache/inductor; lorastudio/compile_cache.py)."""
+    folder = chosen_compile_cache() or home / "cache" / "inductor"
     try:
         return folder.is_dir() and any(folder.iterdir())
     except OSError:

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from lorastudio.compile_cache import chosen_compile_cache
 from lorastudio.config_host import compile_device_problems, compile_runs
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.compile_trace import pin_processor_signatures
@@ -145,10 +146,12 @@ def keep_compile_cache(cache_dir: Path) -> Path:
     unless the user chose one (env TORCHINDUCTOR_CACHE_DIR), so that it survives a cleared /tmp
     (Inductor's default) and a later run with the same shapes reuses the compiles (SDXL compile
     "wide" on an H200: first step 134 s cold, 13 s from the cache). Process-wide (the
-    environment); call before the first compile. Returns the directory in use."""
-    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if chosen:
-        return Path(chosen)
+    environment); call before the first compile. Returns the directory in use. Inductor's own
+    default, which its import puts in the environment, is not the user's choice
+    (lorastudio/compile_cache.py, RELIABILITY 1010)."""
+    chosen = chosen_compile_cache()
+    if chosen is not None:
+        return chosen
     cache_dir.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
     return cache_dir

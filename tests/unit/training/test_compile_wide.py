@@ -168,6 +168,23 @@ def test_the_plan_event_names_what_is_compiled():
     assert not eager.compile and eager.compile_regions == ""  # nothing compiled: nothing named
 
 
+def test_inductors_own_default_in_the_environment_is_not_taken_for_the_users_choice(monkeypatch, tmp_path):
+    """Inductor's import writes its default folder into TORCHINDUCTOR_CACHE_DIR (a process that
+    imported diffusers has it): the studio's cache is still used (RELIABILITY 1010)."""
+    import torch._inductor.compile_fx  # noqa: F401  (what a worker's imports do)
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from lorastudio.compile_cache import inductor_default_cache
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    cache_dir()  # Inductor's own call, as at its import: it puts its default in the environment
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == os.path.abspath(default_cache_dir())
+    home_cache = tmp_path / "home" / "cache" / "inductor"
+    assert keep_compile_cache(home_cache) == home_cache
+    assert cache_dir() == str(home_cache)
+    assert inductor_default_cache() == os.path.abspath(default_cache_dir())  # the torch-free restatement
+
+
 def test_the_compile_cache_lives_in_the_studio_home_unless_the_user_chose_one(monkeypatch, tmp_path):
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     home_cache = tmp_path / "home" / "cache" / "inductor"

@@ -1,0 +1,40 @@
+"""Which folder holds Inductor's on-disk compile cache for a run: the user's
+TORCHINDUCTOR_CACHE_DIR, else the studio's `<home>/cache/inductor` (training/compile.
+keep_compile_cache sets it; jobs/time_forecast asks whether it holds anything). Torch-free.
+
+Inductor writes its own default (`<tmp>/torchinductor_<user>`) into the environment when it is
+imported (torch._inductor.runtime.cache_dir_utils.cache_dir, reached by diffusers' import), so
+that value in a process that imported it is not the user's choice: taken for one, it sent a CLI
+run's and a fresh worker's compiles to /tmp, never the studio's folder (RELIABILITY 1010). A user
+who names that very folder gets the studio's.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import tempfile
+from pathlib import Path
+
+
+def inductor_default_cache() -> str:
+    """Inductor's own default folder, as torch computes it (cache_dir_utils.default_cache_dir,
+    restated so that the server, which never imports torch, can tell it too; the test compares
+    the two)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        getuid = getattr(os, "getuid", None)
+        user = f"uid_{getuid()}" if callable(getuid) else "unknown_user"
+    return os.path.abspath(
+        os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+    )
+
+
+def chosen_compile_cache() -> Path | None:
+    """The user's TORCHINDUCTOR_CACHE_DIR, or None (unset, empty, or Inductor's own default)."""
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not chosen or os.path.abspath(chosen) == inductor_default_cache():
+        return None
+    return Path(chosen)
