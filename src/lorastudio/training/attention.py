@@ -24,6 +24,9 @@ Values: "auto" (default), "cudnn", "flash", "efficient", "math", "fa4".
   "auto" on a U-Net family (SDXL: many small attention calls) or without CUDA: torch's own choice
   with cuDNN off.
 Names of the torch flags: torch.backends.cuda.enable_{cudnn,flash,mem_efficient,math}_sdp.
+The probe child's environment is the run's without its secrets (`probe_environment`): a run
+from a hub id holds the hub token as HF_TOKEN in its os.environ (jobs/childenv.give_hub_token),
+which no child's /proc/PID/environ may show (RELIABILITY 1011).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import torch
 from lorastudio import json_read
 from lorastudio.config_host import attention_device_problems
 from lorastudio.errors import FieldProblem
+from lorastudio.jobs.childenv import child_environment
 from lorastudio.training.attention_fa4 import fa4_unavailable, route_denoiser_to_fa4
 
 log = logging.getLogger(__name__)
@@ -187,6 +191,13 @@ def pick_kernel(results: Mapping[str, KernelProbe]) -> AttentionChoice:
     )
 
 
+def probe_environment() -> dict[str, str]:
+    """The probe child's environment: this process's (FA4's cache variables, CUDA_VISIBLE_DEVICES
+    ...) without its secrets (jobs/childenv.child_environment: the HF_TOKEN a run from a hub id
+    was given), unbuffered so that its lines arrive as it writes them."""
+    return child_environment(os.environ) | {"PYTHONUNBUFFERED": "1"}
+
+
 def probe_attention(
     device: torch.device,
     dtype: torch.dtype,
@@ -204,7 +215,7 @@ def probe_attention(
         "kernels": kernels,
         "time": len(kernels) > 1,
     }
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = probe_environment()
     try:
         done = subprocess.run(
             [sys.executable, "-m", "lorastudio.training.attention_probe", json.dumps(spec)],

@@ -25,7 +25,6 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import os
 import subprocess
 import sys
 import threading
@@ -128,7 +127,7 @@ class RunningProbe:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            env=attention.probe_environment(),  # without the secrets (RELIABILITY 1011)
         )
         stdin, stdout, stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
         if stdin is None or stdout is None or stderr is None:  # Popen gives every PIPE asked for

@@ -261,3 +261,31 @@ def test_chroma_never_gets_cudnn_its_text_mask_crashed_it(make_config, monkeypat
             assert torch.backends.cuda.cudnn_sdp_enabled()
     finally:
         torch.backends.cuda.enable_cudnn_sdp(previous)
+
+
+class _Started(Exception):
+    """Raised by the fake process start once it has seen the child's environment."""
+
+
+def test_the_probe_childs_environment_holds_no_secret(monkeypatch):
+    """A run from a hub id holds the hub token as HF_TOKEN in its os.environ (give_hub_token):
+    both probe children were started with it, so their /proc/PID/environ showed it (RELIABILITY
+    1011). The rest of the run's environment still reaches them."""
+    monkeypatch.setenv("HF_TOKEN", "hf_run_secret")
+    monkeypatch.setenv("FLASH_ATTENTION_CUTE_DSL_CACHE_DIR", "/fa4-cache")
+    seen: list[dict[str, str]] = []
+
+    def start(*_args, env, **_kwargs):
+        seen.append(env)
+        raise _Started
+
+    monkeypatch.setattr(attention.subprocess, "run", start)
+    monkeypatch.setattr(attention_early.subprocess, "Popen", start)
+    with pytest.raises(_Started):
+        attention.probe_attention(CUDA, torch.bfloat16, [(1, 2, 64, 64)], ["cudnn"])
+    with pytest.raises(_Started):
+        attention_early.RunningProbe(CUDA, torch.bfloat16, [(1, 2, 64, 64)], ["cudnn"])
+    assert len(seen) == 2
+    for env in seen:
+        assert "HF_TOKEN" not in env and "hf_run_secret" not in env.values()
+        assert env["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"] == "/fa4-cache" and env["PYTHONUNBUFFERED"] == "1"
