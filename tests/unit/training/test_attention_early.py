@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import textwrap
 import time
@@ -239,10 +240,10 @@ def test_fa4s_jit_cache_goes_to_the_studio_home_unless_the_user_chose(tmp_path, 
     monkeypatch.delenv(CACHE_ENV, raising=False)
     monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
     assert keep_fa4_cache(tmp_path / "fa4")
-    assert (attention_early.os.environ[CACHE_ENV], attention_early.os.environ[CACHE_DIR_ENV]) == (
+    assert (os.environ[CACHE_ENV], os.environ[CACHE_DIR_ENV]) == (
         "1",
         str(tmp_path / "fa4"),
     )
     monkeypatch.setenv(CACHE_ENV, "0")
     monkeypatch.delenv(CACHE_DIR_ENV)
-    assert not keep_fa4_cache(tmp_path / "fa4") and CACHE_DIR_ENV not in attention_early.os.environ
+    assert not keep_fa4_cache(tmp_path / "fa4") and CACHE_DIR_ENV not in os.environ
