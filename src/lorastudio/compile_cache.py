@@ -6,7 +6,10 @@ Inductor writes its own default (`<tmp>/torchinductor_<user>`) into the environm
 imported (torch._inductor.runtime.cache_dir_utils.cache_dir, reached by diffusers' import), so
 that value in a process that imported it is not the user's choice: taken for one, it sent a CLI
 run's and a fresh worker's compiles to /tmp, never the studio's folder (RELIABILITY 1010). A user
-who names that very folder gets the studio's.
+who names that very folder gets the studio's. Nor is a folder the studio itself set in this
+process (`note_studio_cache`, by an earlier run's keep_compile_cache): a second train() in one
+process with another home (the Python API, the test suite) compiled into the first home's folder
+(RELIABILITY 1012).
 """
 
 from __future__ import annotations
@@ -32,9 +35,21 @@ def inductor_default_cache() -> str:
     )
 
 
+_studio_set: set[str] = set()  # the folders keep_compile_cache put in this process's environment
+
+
+def note_studio_cache(folder: str) -> None:
+    """Record that the studio itself put `folder` in TORCHINDUCTOR_CACHE_DIR (not a user's choice)."""
+    _studio_set.add(os.path.abspath(folder))
+
+
 def chosen_compile_cache() -> Path | None:
-    """The user's TORCHINDUCTOR_CACHE_DIR, or None (unset, empty, or Inductor's own default)."""
+    """The user's TORCHINDUCTOR_CACHE_DIR, or None (unset, empty, Inductor's own default, or a
+    folder the studio set in this process)."""
     chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if not chosen or os.path.abspath(chosen) == inductor_default_cache():
+    if not chosen:
+        return None
+    folder = os.path.abspath(chosen)
+    if folder == inductor_default_cache() or folder in _studio_set:
         return None
     return Path(chosen)

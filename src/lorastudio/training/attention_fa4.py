@@ -42,6 +42,7 @@ MAX_HEAD_DIM = 128  # on every supported arch (sm90 takes up to 256, sm10x 128 o
 
 
 CACHE_ENV, CACHE_DIR_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED", "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
+_fa4_set: set[tuple[str, str]] = set()  # the (CACHE_ENV, CACHE_DIR_ENV) values keep_fa4_cache set here
 
 
 def keep_fa4_cache(cache_dir: Path) -> bool:
@@ -50,11 +51,15 @@ def keep_fa4_cache(cache_dir: Path) -> bool:
     version) unless the user set either variable, so that a run loads the kernels its attention
     probe (a child process: it inherits the environment) or an earlier run compiled, instead of
     compiling them again in its first step. Process-wide; call before flash_attn.cute is
-    imported. Returns whether this call set them (False: the user's choice stands)."""
-    if CACHE_ENV in os.environ or CACHE_DIR_ENV in os.environ:
+    imported. Returns whether this call set them (False: the user's choice stands). The values an
+    earlier call of this process set are not a choice: a later run with another home moves them
+    (RELIABILITY 1012)."""
+    now = (os.environ.get(CACHE_ENV), os.environ.get(CACHE_DIR_ENV))
+    if now != (None, None) and now not in _fa4_set:
         return False
     os.environ[CACHE_ENV] = "1"
     os.environ[CACHE_DIR_ENV] = str(cache_dir)
+    _fa4_set.add(("1", str(cache_dir)))
     return True
 
 

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from lorastudio.compile_cache import chosen_compile_cache
+from lorastudio.compile_cache import chosen_compile_cache, note_studio_cache
 from lorastudio.config_host import compile_device_problems, compile_runs
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.compile_trace import pin_processor_signatures
@@ -148,12 +148,13 @@ def keep_compile_cache(cache_dir: Path) -> Path:
     "wide" on an H200: first step 134 s cold, 13 s from the cache). Process-wide (the
     environment); call before the first compile. Returns the directory in use. Inductor's own
     default, which its import puts in the environment, is not the user's choice
-    (lorastudio/compile_cache.py, RELIABILITY 1010)."""
+    (lorastudio/compile_cache.py, RELIABILITY 1010), nor a folder an earlier call set (1012)."""
     chosen = chosen_compile_cache()
     if chosen is not None:
         return chosen
     cache_dir.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    note_studio_cache(str(cache_dir))  # a later run of this process with another home moves it (1012)
     return cache_dir
 
 

@@ -247,3 +247,14 @@ def test_fa4s_jit_cache_goes_to_the_studio_home_unless_the_user_chose(tmp_path, 
     monkeypatch.setenv(CACHE_ENV, "0")
     monkeypatch.delenv(CACHE_DIR_ENV)
     assert not keep_fa4_cache(tmp_path / "fa4") and CACHE_DIR_ENV not in os.environ
+
+
+def test_fa4s_jit_cache_follows_a_later_runs_home_in_the_same_process(tmp_path, monkeypatch):
+    """The values an earlier run of this process set are not the user's choice (RELIABILITY 1012):
+    a second train() with another home kept the first home's FA4 cache."""
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    assert keep_fa4_cache(tmp_path / "one")
+    assert keep_fa4_cache(tmp_path / "two") and os.environ[CACHE_DIR_ENV] == str(tmp_path / "two")
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "mine"))  # the user's, still kept
+    assert not keep_fa4_cache(tmp_path / "three") and os.environ[CACHE_DIR_ENV] == str(tmp_path / "mine")

@@ -185,6 +185,18 @@ def test_inductors_own_default_in_the_environment_is_not_taken_for_the_users_cho
     assert inductor_default_cache() == os.path.abspath(default_cache_dir())  # the torch-free restatement
 
 
+def test_a_later_run_of_the_process_with_another_home_compiles_into_its_own(monkeypatch, tmp_path):
+    """The folder an earlier run of this process set is not the user's choice (RELIABILITY 1012):
+    the second train() of one process (the Python API) used the first home's cache."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    first, second = tmp_path / "one" / "inductor", tmp_path / "two" / "inductor"
+    assert keep_compile_cache(first) == first
+    assert keep_compile_cache(second) == second and cache_dir() == str(second)
+    mine = tmp_path / "mine"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(mine))  # the user's, still kept
+    assert keep_compile_cache(first) == mine
+
+
 def test_the_compile_cache_lives_in_the_studio_home_unless_the_user_chose_one(monkeypatch, tmp_path):
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     home_cache = tmp_path / "home" / "cache" / "inductor"
