@@ -39,8 +39,23 @@ _studio_set: set[str] = set()  # the folders keep_compile_cache put in this proc
 
 
 def note_studio_cache(folder: str) -> None:
-    """Record that the studio itself put `folder` in TORCHINDUCTOR_CACHE_DIR (not a user's choice)."""
+    """Record that the studio itself put `folder` in TORCHINDUCTOR_CACHE_DIR (not a user's choice),
+    and drop a TRITON_CACHE_DIR that Inductor derived from an unchosen folder (it derives it again
+    from `folder` at its next first kernel); the user's own Triton folder stays."""
     _studio_set.add(os.path.abspath(folder))
+    triton = os.environ.get("TRITON_CACHE_DIR")
+    if triton and derived_from_unchosen(triton) and not triton.startswith(os.path.abspath(folder)):
+        del os.environ["TRITON_CACHE_DIR"]
+
+
+def derived_from_unchosen(folder: str) -> bool:
+    """Whether `folder` lies in Inductor's own default or a folder the studio set in this
+    process: Inductor puts TRITON_CACHE_DIR under its cache folder at its first Triton kernel
+    (triton_heuristics), so such a value was no user's choice either."""
+    path = os.path.abspath(folder)
+    return any(
+        path == root or path.startswith(root + os.sep) for root in (inductor_default_cache(), *_studio_set)
+    )
 
 
 def chosen_compile_cache() -> Path | None:

@@ -154,7 +154,7 @@ def keep_compile_cache(cache_dir: Path) -> Path:
         return chosen
     cache_dir.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
-    note_studio_cache(str(cache_dir))  # a later run of this process with another home moves it (1012)
+    note_studio_cache(str(cache_dir))  # also forgets Triton's folder under the old one (1012)
     return cache_dir
 
 

@@ -191,10 +191,15 @@ def test_a_later_run_of_the_process_with_another_home_compiles_into_its_own(monk
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     first, second = tmp_path / "one" / "inductor", tmp_path / "two" / "inductor"
     assert keep_compile_cache(first) == first
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(first / "triton" / "0"))  # Inductor's, at its first kernel
     assert keep_compile_cache(second) == second and cache_dir() == str(second)
+    assert "TRITON_CACHE_DIR" not in os.environ  # Inductor derives it under `second` again
     mine = tmp_path / "mine"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(mine))  # the user's, still kept
     assert keep_compile_cache(first) == mine
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(mine))  # the user's Triton folder, kept too
+    assert keep_compile_cache(second) == second and os.environ["TRITON_CACHE_DIR"] == str(mine)
 
 
 def test_the_compile_cache_lives_in_the_studio_home_unless_the_user_chose_one(monkeypatch, tmp_path):
