@@ -14,7 +14,10 @@ of the children's environment before they start:
 - a worker that needs the hub token (a run whose base model is a hub id, not a local folder)
   gets it inside WorkerArgs.settings (pickled over its spawn pipe or the rank channel, never
   through the environment) and `give_hub_token` puts it in that process's os.environ as
-  HF_TOKEN (what from_pretrained reads) after the exec, so no /proc/PID/environ shows it;
+  HF_TOKEN (what from_pretrained reads) after the exec, so no /proc/PID/environ shows it; the
+  children such a worker starts itself get `child_environment` (the attention probes,
+  training/attention.probe_environment: RELIABILITY 1011); those a library starts from
+  os.environ (Inductor's compile workers, wandb-core) still get it (RELIABILITY Known problems);
 - a run with report_to wandb gets the W&B API key the same way, inside WorkerArgs.settings
   (`wandb_api_key`: LORASTUDIO_WANDB_API_KEY, or the WANDB_API_KEY `serve` had, kept by
   `drop_process_secrets`); the engine hands it to wandb.init's settings
