@@ -142,13 +142,10 @@ def compile_request(
 
 
 def keep_compile_cache(cache_dir: Path) -> Path:
-    """Point Inductor's on-disk cache (compiled kernels, FX graphs, Triton builds) at `cache_dir`
-    unless the user chose one (env TORCHINDUCTOR_CACHE_DIR), so that it survives a cleared /tmp
-    (Inductor's default) and a later run with the same shapes reuses the compiles (SDXL compile
-    "wide" on an H200: first step 134 s cold, 13 s from the cache). Process-wide (the
-    environment); call before the first compile. Returns the directory in use. Inductor's own
-    default, which its import puts in the environment, is not the user's choice
-    (lorastudio/compile_cache.py, RELIABILITY 1010), nor a folder an earlier call set (1012)."""
+    """Point Inductor's on-disk cache at `cache_dir` unless the user chose one (TORCHINDUCTOR_CACHE_DIR;
+    not Inductor's own default nor an earlier call's: lorastudio/compile_cache.py), so that it
+    survives a cleared /tmp and a later run reuses the compiles (SDXL "wide", H200: first step
+    134 s cold, 13 s cached). Process-wide; call before the first compile. Returns the folder."""
     chosen = chosen_compile_cache()
     if chosen is not None:
         return chosen
@@ -159,9 +156,8 @@ def keep_compile_cache(cache_dir: Path) -> Path:
 
 
 def runs_compiled(module: torch.nn.Module) -> bool:
-    """Whether `module` runs compiled: it is a compiled block (`nn.Module.compile`) or sits inside
-    one (compile_denoiser marks those; revert_to_eager clears the marks). A plain attribute, so
-    the check is free and constant when Dynamo traces code that asks it."""
+    """Whether `module` runs compiled: a compiled block (`nn.Module.compile`) or inside one (marked
+    by compile_denoiser, cleared by revert_to_eager); a plain attribute, constant under Dynamo."""
     return getattr(module, "_compiled_call_impl", None) is not None or getattr(module, INSIDE_ATTR, False)
 
 
