@@ -12,8 +12,7 @@ from pathlib import Path
 def table_rows(source: Path, wanted: list[Path], table: bytes | None) -> dict[str, dict[str, object]]:
     """file_name -> row of the caption table an import brings: its metadata.jsonl (none when a
     line is bad: the batch refuses that file as before), else the rows made of its metadata.csv."""
-    import json
-
+    from lorastudio import json_read
     from lorastudio.data.captions import metadata_rows, read_metadata
     from lorastudio.data.discovery import METADATA_FILE
 
@@ -22,7 +21,7 @@ def table_rows(source: Path, wanted: list[Path], table: bytes | None) -> dict[st
         return {} if read_metadata(path).problems else metadata_rows(path)
     if table is None:
         return {}
-    rows = (json.loads(line) for line in table.decode("utf-8").splitlines() if line.strip())
+    rows = (json_read.loads(line) for line in table.decode("utf-8").splitlines() if line.strip())
     return {str(row["file_name"]): row for row in rows}
 
 
