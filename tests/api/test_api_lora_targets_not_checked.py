@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,25 +15,13 @@ import pytest
 from fastapi.testclient import TestClient
 from huggingface_hub import constants
 from tests.polling import until
+from tests.target_check_patience import patient_target_check  # noqa: F401  (autouse)
 
 from lorastudio.config import TrainConfig, resolve_train_config
 from lorastudio.jobs import target_check
 from lorastudio.settings import Settings
 
 BOUND_NOTE = "lora_targets not checked now: 3 checks already running or waiting; the run's start checks it"
-
-
-@pytest.fixture(autouse=True)
-def _patient_target_check() -> Iterator[None]:
-    """The check's child (torch and diffusers imports) ran past target_check.TIMEOUT_S (120 s) on
-    a 2-core host at load 11: its preflight then noted "not checked" and these tests failed. The
-    bound is test_caption_tokens_sources' subject (a 0.01 s one), not these tests'. Each test has
-    an empty answer cache of its own (no answer of another test, real or faked, is found or left).
-    (Its own MonkeyPatch: a test's monkeypatch.undo() keeps it.)"""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(target_check, "TIMEOUT_S", 400.0)
-        patch.setattr(target_check, "_cache", {})
-        yield
 
 
 @pytest.fixture

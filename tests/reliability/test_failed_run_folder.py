@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from reliability_helpers import FINAL, LiveServer, wait_for
+from tests.process_tree import descendants
 
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.worker_log import log_path
@@ -101,23 +102,11 @@ def test_a_users_empty_folder_keeps_the_run_folder(
     assert f"kept 1 folder not written by the run in {run_dir}: empty/" in logged
 
 
-def _descendants(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            children = [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-        for child in children:
-            found += [child, *_descendants(child)]
-    return found
-
-
 def _rank_pid(launch: int, rank: int, timeout: float = 120) -> int:
     """The pid of rank `rank` among the processes of the launch `launch` started."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for pid in _descendants(launch):
+        for pid in descendants(launch):
             try:
                 environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:

@@ -88,6 +88,15 @@ def recv_json(sock: socket.socket) -> dict[str, Any] | None:
     return message
 
 
+def read_hello(sock: socket.socket) -> tuple[int, int]:
+    """A rank's first message, {"kind": "hello", "rank", "pid"}: (rank, pid). Raises
+    ChannelError (another message, or none), KeyError / ValueError / TypeError (bad fields)."""
+    hello = recv_json(sock)
+    if hello is None or hello["kind"] != "hello":
+        raise ChannelError(f"expected a hello, got {hello}")
+    return int(hello["rank"]), int(hello["pid"])
+
+
 def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
     """Exactly `size` bytes; None if the connection ends before the first byte. Raises
     ChannelError if it ends after some of them."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lorastudio.jobs.channel import ChannelError, recv_json, send_json
+from lorastudio.jobs.channel import ChannelError, read_hello, recv_json, send_json
 from lorastudio.jobs.process import Timeouts
 from lorastudio.jobs.rank_silence import RankSilence
 from lorastudio.jobs.records import JobStatus
@@ -117,10 +117,7 @@ class LaunchWatch:
         """Read one rank's messages to the end of its connection."""
         rank: int | None = None
         try:
-            hello = recv_json(conn)
-            if hello is None or hello["kind"] != "hello":
-                raise ChannelError(f"expected a hello, got {hello}")
-            rank, pid = int(hello["rank"]), int(hello["pid"])
+            rank, pid = read_hello(conn)
             with self._lock:
                 self._sockets[rank], self._pids[rank] = conn, pid
             self.silence.heard(rank, pid)

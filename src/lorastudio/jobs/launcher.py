@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from lorastudio.config import TrainConfig
-from lorastudio.jobs.channel import ChannelError, RankJob, recv_json, send_frame, send_json
+from lorastudio.jobs.channel import ChannelError, RankJob, read_hello, recv_json, send_frame, send_json
 from lorastudio.jobs.process import TaggedEvent, Timeouts, escalate
 from lorastudio.jobs.rank_silence import RankSilence
 from lorastudio.jobs.torchrun_launch import kill_quietly, rank_environment, torchrun_command
@@ -157,10 +157,7 @@ class TorchrunWorker:
         """Read one rank's connection `conn` to its end (the job's torchrun `agent`)."""
         rank: int | None = None
         try:
-            hello = recv_json(conn)
-            if hello is None or hello["kind"] != "hello":
-                raise ChannelError(f"expected a hello, got {hello}")
-            rank, pid = int(hello["rank"]), int(hello["pid"])
+            rank, pid = read_hello(conn)
             job = RankJob(
                 args=self._args,
                 tag=(self.generation, self.pid or 0),

@@ -17,6 +17,22 @@ import time
 BEAT_EVERY_S = 1.0  # a rank's beats at most this often (its stop polls come once a step)
 
 
+class BeatClock:
+    """A rank's side: `due()` is True at most once per BEAT_EVERY_S (the first call: True), when
+    the rank sends its {"kind": "beat"} (jobs/rank_worker.py to the job service, jobs/rank_watch.py
+    to a CLI launch)."""
+
+    def __init__(self) -> None:
+        self._at = -BEAT_EVERY_S
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self._at < BEAT_EVERY_S:
+            return False
+        self._at = now
+        return True
+
+
 class RankSilence:
     """When each rank of a job was last heard from (monotonic seconds). Thread-safe."""
 

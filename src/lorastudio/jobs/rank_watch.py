@@ -16,7 +16,6 @@ import contextlib
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from lorastudio.jobs.busy import BusyTracker
 from lorastudio.jobs.channel import ChannelError, recv_json, send_json
 from lorastudio.jobs.launch_report import LAUNCH_DIR_ENV
 from lorastudio.jobs.launch_watch import WATCH_SOCKET
-from lorastudio.jobs.rank_silence import BEAT_EVERY_S
+from lorastudio.jobs.rank_silence import BeatClock
 from lorastudio.training.events import Event, Progress, StopRequest
 
 StopCheck = Callable[[], StopRequest | None]
@@ -43,7 +42,7 @@ class RankWatch:
         self._busy = BusyTracker(config) if rank == 0 else None
         self._lock = threading.Lock()
         self._stop: StopRequest | None = None
-        self._beat_at = -BEAT_EVERY_S
+        self._beats = BeatClock()
         self._broken = False
 
     def listen(self) -> RankWatch:
@@ -78,9 +77,7 @@ class RankWatch:
             request = check() or self._stop
             if self._busy is not None:
                 self._send_busy(self._busy.after_poll(request))
-            now = time.monotonic()
-            if now - self._beat_at >= BEAT_EVERY_S:
-                self._beat_at = now
+            if self._beats.due():
                 self._send({"kind": "beat"})
             return request
 

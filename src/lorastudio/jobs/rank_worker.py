@@ -22,7 +22,6 @@ import pickle
 import socket
 import sys
 import threading
-import time
 from pathlib import Path
 
 from lorastudio.errors import LorastudioError
@@ -39,7 +38,7 @@ from lorastudio.jobs.channel import (
 )
 from lorastudio.jobs.childenv import give_hub_token
 from lorastudio.jobs.diskspace import explain_write_failure, output_folder
-from lorastudio.jobs.rank_silence import BEAT_EVERY_S
+from lorastudio.jobs.rank_silence import BeatClock
 from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt, start_log
 from lorastudio.training.events import Complete, Error, Event, StopRequest
 
@@ -59,7 +58,7 @@ class RankChannel:
         self._send_lock = threading.Lock()
         self._stop: StopRequest | None = None
         self.terminal_sent = False
-        self._beat_at = -BEAT_EVERY_S
+        self._beats = BeatClock()
 
     def listen(self) -> None:
         """Start the reader thread: stop requests set the flag; the end of the connection (the
@@ -91,9 +90,7 @@ class RankChannel:
         request = self._stop
         if self._rank == 0:
             self._send_busy(self._busy.after_poll(request))
-        now = time.monotonic()
-        if now - self._beat_at >= BEAT_EVERY_S:
-            self._beat_at = now
+        if self._beats.due():
             self._send({"kind": "beat"})
         return request
 

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from tests.process_tree import descendants
 
 from cli_runner import run_cli_streams
 from lorastudio.cli import launch_hang
@@ -32,21 +33,9 @@ pytestmark = pytest.mark.slow  # a torchrun launch of two gloo ranks (~20 s on a
 WATCH = Timeouts(hang_min_s=3.0, hang_step_factor=5.0, stop_grace_s=0.5, kill_grace_s=0.5)
 
 
-def _descendants(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            children = [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-        for child in children:
-            found += [child, *_descendants(child)]
-    return found
-
-
 def _rank_pid(rank: int) -> int | None:
     """The pid of this test's launched rank `rank`, once torchrun started it."""
-    for pid in _descendants(os.getpid()):
+    for pid in descendants(os.getpid()):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
@@ -83,7 +72,7 @@ def test_a_hung_rank_is_named_every_rank_ended_and_the_run_failed_with_its_check
         try:
             until(lambda: _steps_run() >= 3, 240, "step 3 recorded")
             pids = {r: until(lambda r=r: _rank_pid(r), 30, f"rank {r}") for r in (0, 1)}
-            stopped["launched"] = _descendants(os.getpid())
+            stopped["launched"] = descendants(os.getpid())
             os.kill(pids[1], signal.SIGSTOP)
             stopped["pids"] = pids
         except AssertionError as err:

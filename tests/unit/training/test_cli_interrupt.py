@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.process_tree import descendants
 
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import get_settings
@@ -214,19 +215,6 @@ def test_a_cli_run_killed_at_a_checkpoint_write_resumes_bitwise(
         assert a.keys() == b.keys() and a and all(torch.equal(a[k], b[k]) for k in a), name
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process under `pid` (children of each of its threads, recursively)."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            children = [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-        for child in children:
-            found += [child, *_descendants(child)]
-    return found
-
-
 def _gpus_launch(settings: dict, tmp_path: Path) -> subprocess.Popen[str]:
     """`lorastudio train --gpus 2 --device cpu` of `settings` in a session of its own (a
     terminal's Ctrl-C is then os.killpg of its pid), returned once it trains."""
@@ -255,7 +243,7 @@ def test_ctrl_c_of_a_gpus_launch_stops_saves_and_exits_130(tiny_model, small_dat
         run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 5000, "output_name": "cc"}),
         tmp_path,
     )
-    launched = _descendants(proc.pid)  # the agent and both ranks
+    launched = descendants(proc.pid)  # the agent and both ranks
     assert len(launched) >= 3, launched
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
@@ -272,7 +260,7 @@ def test_ctrl_c_of_a_gpus_launch_stops_saves_and_exits_130(tiny_model, small_dat
 
 
 def _rank_pid(launch: int, rank: int) -> int:
-    for pid in _descendants(launch):
+    for pid in descendants(launch):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
@@ -294,7 +282,7 @@ def test_a_hung_rank_of_a_gpus_launch_is_named_after_ctrl_c(
         run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 50000, "output_name": "hung"}),
         tmp_path,
     )
-    launched = _descendants(proc.pid)
+    launched = descendants(proc.pid)
     rank_1 = _rank_pid(proc.pid, 1)
     os.kill(rank_1, signal.SIGSTOP)
     os.killpg(proc.pid, signal.SIGINT)
