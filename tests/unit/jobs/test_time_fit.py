@@ -23,6 +23,13 @@ from lorastudio.training.loop import train
 
 CPU = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
 
+FP32_PLAN = {
+    "base_precision": "fp32",
+    "gradient_checkpointing": "off",
+    "offload_blocks": 0,
+    "micro_batch_size": 1,
+}
+
 
 @pytest.fixture
 def one_thread() -> Iterator[None]:
@@ -138,12 +145,7 @@ def test_records_of_two_sizes_give_the_line_and_a_record_of_this_size_is_measure
     base = tmp_path / "base"
     (base / "transformer").mkdir(parents=True)
     (base / "transformer" / "model.safetensors").write_bytes(b"\0" * 1000)
-    plan = {
-        "base_precision": "fp32",
-        "gradient_checkpointing": "off",
-        "offload_blocks": 0,
-        "micro_batch_size": 1,
-    }
+    plan = dict(FP32_PLAN)
     common = {"family": "flux", "base_model": str(base), "data_dir": "d", "steps": 11}
 
     def signature(side: int) -> dict:
@@ -188,12 +190,7 @@ def test_a_sample_round_is_fitted_against_its_forward_passes_and_decodes(
     from lorastudio.timings import PHASES, run_signature
 
     base = tiny_model("flux")
-    plan = {
-        "base_precision": "fp32",
-        "gradient_checkpointing": "off",
-        "offload_blocks": 0,
-        "micro_batch_size": 1,
-    }
+    plan = dict(FP32_PLAN)
     common = {"family": "flux", "base_model": str(base), "data_dir": "d", "steps": 11}
     common |= {"sample_prompts": ["a red circle"], "sample_steps": 2, "lora_rank": 4}
 
