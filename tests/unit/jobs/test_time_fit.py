@@ -74,9 +74,49 @@ def _forecast_from(
     return _phase(preflight_report(run, host=CPU, home=home)["time"], "steps")
 
 
-def test_one_size_forecasts_another_by_work_and_two_sizes_a_third_by_the_fit(
+def test_real_records_of_two_sizes_take_the_preflight_to_the_fit_through_them(
     settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], one_thread: None, tmp_path: Path
 ) -> None:
+    """Two real runs of the tiny FLUX.1 (64 and 256 px): the 64 px record forecasts 256 px by the
+    cost model's work (its fixed part kept), and the two forecast 128 px on the line through their
+    steps against that work, as the preflight reports it. How close that line comes to a measured
+    128 px run depends on the host's CPU: that bound is the slow measurement below."""
+    from lorastudio.jobs.time_work import record_step_work
+
+    model = tiny_model("flux")
+    _, low = _run(settings, model, 64, 0)
+    one, high = _run(settings, model, 256, 0)
+    assert (
+        one["source"] == "history"
+        and "scaled by the work of each model's shapes" in _phase(one, "steps")["basis"]
+    )
+    assert "the fixed part kept" in _phase(one, "steps")["basis"]
+    forecast = _validated(settings, model, 128, "between")
+    report = preflight_report(forecast, host=CPU, home=settings.home)["time"]
+    steps = _phase(report, "steps")
+    assert (
+        report["source"] == "history" and report["confidence"] == "scaled" and "fixed part" in report["note"]
+    )
+    assert "fitted on 2 of 2 earlier runs" in steps["basis"] and "at 2 sizes" in steps["basis"]
+    # the line through the two records' (work, s per step), read at 128 px's work, x the 9 steps after the first
+    (w_low, s_low), (w_high, s_high) = ((record_step_work(r), r["s_per_step"]) for r in (low, high))
+    w_mid = record_step_work(dict(low, signature=dict(low["signature"], pixels=128 * 128)))
+    assert w_low < w_mid < w_high
+    fixed, rate = fit_line([(w_low, s_low), (w_high, s_high)])
+    assert steps["seconds"] == pytest.approx((fixed + rate * w_mid) * 9, abs=0.01)
+    assert min(s_low, s_high) * 9 - 0.01 <= steps["seconds"] <= max(s_low, s_high) * 9 + 0.01
+
+
+@pytest.mark.slow
+def test_the_fit_forecasts_a_measured_third_size_within_40_percent(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], one_thread: None, tmp_path: Path
+) -> None:
+    """A measurement on this host's CPU, not a contract of the code: the fit through the fastest 64
+    and 256 px runs forecasts the fastest 128 px run within 40 %, and one 64 px record the 256 px
+    run. On the 2-core hosts here it holds (0.21 s forecast, 0.208 s measured); a CI host measured
+    128 px at 0.182 s against 0.26 forecast (+43 %): there its fastest 64 px step (~0.027 s, read
+    back from the fit) was slower than its 128 px one (0.020 s), which no line in work can follow
+    (the work grows 1.17x from 64 to 128 px), so the bound is not in the default suite."""
     model = tiny_model("flux")
     records: dict[int, list[dict]] = {64: [], 256: [], 128: []}
     tries, ones = [], []
