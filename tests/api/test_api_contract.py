@@ -161,6 +161,8 @@ def test_every_route_answers_as_its_openapi_declares(
     call("DELETE", "/api/cache")
     call("DELETE", "/api/datasets/{name}", "/api/datasets/ds")
     call("GET", "/api/datasets", params={"limt": 1})
+    call("POST", "/api/session")
+    call("DELETE", "/api/session")
     for stream in ("/api/train/events", "/api/captions/events", "/api/models/events"):
         call("HEAD", stream)  # the stream's headers alone (HeadAsGet)
         call("GET", stream, params={"after": "x"})

@@ -1,4 +1,5 @@
-import { useAuth } from "./api/auth";
+import { useEffect } from "react";
+import { ensureSession, installImageRetry, RENEW_EVERY_MS, renewSession, useAuth } from "./api/auth";
 import { InfoProvider, useInfo } from "./api/info";
 import { TrainingProvider, useTraining } from "./api/training";
 import { TokenDialog } from "./components/TokenDialog";
@@ -60,6 +61,15 @@ function Shell() {
   const route = useRoute();
   const { error, info } = useInfo();
   const { token } = useAuth();
+  // the browser session whose cookie stands for the token on images, streams and downloads
+  // (api/auth.ts): opened with the token, renewed while the page is open, and again when an image is refused
+  useEffect(() => {
+    if (!token) return;
+    void ensureSession();
+    const every = window.setInterval(() => void renewSession(), RENEW_EVERY_MS);
+    return () => window.clearInterval(every);
+  }, [token]);
+  useEffect(() => installImageRetry(), []);
   const current = route[0] === "clone" ? "train" : route[0] === "again" ? "generate" : (route[0] ?? "train");
   return (
     <div className="app">

@@ -62,10 +62,12 @@ from lorastudio.api.routes import (
     models,
     run_files,
     runs,
+    session,
     train,
 )
 from lorastudio.api.schemas import ERROR_RESPONSES
 from lorastudio.api.server_log import install_server_logging
+from lorastudio.api.sessions import SessionStore
 from lorastudio.api.web_mount import AllowTable, WebMount
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.jobs.caption_records import settle as settle_caption_records
@@ -125,6 +127,7 @@ def create_app(
         openapi_url=None,
     )
     app.state.settings = settings
+    app.state.sessions = SessionStore()  # browser sessions: the token out of URLs (api/sessions.py)
     install_error_handlers(app)
     # add_middleware puts each one outside the ones added before it
     app.add_middleware(BodyLimitAnswer, json_cap_mb=settings.max_json_mb)  # 413 as JSON (api/body_limit.py)
@@ -150,6 +153,7 @@ def create_app(
         info,
         models,
         cache,
+        session,
     )
     # a 405's Allow names every method of the path (api/web_mount.py)
     app.state.allow = AllowTable([*app.router.routes, *(r for m in modules for r in m.router.routes)])

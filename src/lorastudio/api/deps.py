@@ -6,6 +6,7 @@ import hmac
 
 from fastapi import HTTPException, Request
 
+from lorastudio.api.sessions import cookie_allowed, session_cookie_name
 from lorastudio.jobs.generation import GenerationService
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
@@ -29,10 +30,14 @@ def generation_dep(request: Request) -> GenerationService:
 
 
 def require_token(request: Request) -> None:
-    """With settings.api_token set, require `Authorization: Bearer <token>` (or, on GET only,
-    `?token=<token>`, for EventSource and <img> URLs that cannot send headers). Compared in
-    constant time. Raises 401 otherwise; without a token configured (or a blank one, which
-    settings.py already turns into None), everything is allowed."""
+    """With settings.api_token set, require `Authorization: Bearer <token>`, or, on GET only,
+    `?token=<token>` (for scripts) or a live browser session's cookie (api/sessions.py: the web
+    UI's EventSource, <img> and download URLs, which cannot send headers, carry no token). The
+    token is compared in constant time. Raises 401 otherwise: `SessionExpired` in the detail
+    when the request carried only a session cookie that is no longer live (expired, a restart, a
+    token change: the UI opens a new session with its token), or a session cookie the request
+    may not use (not a GET, another site's page). Without a token configured (or a blank one,
+    which settings.py already turns into None), everything is allowed."""
     token = (request.app.state.settings.api_token or "").strip()
     if not token:
         return
@@ -40,8 +45,22 @@ def require_token(request: Request) -> None:
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer":
         given = value.strip()
-    elif request.method == "GET":
+    elif request.method == "GET" and "token" in request.query_params:
         given = request.query_params.get("token", "")
+    else:
+        sid = request.cookies.get(session_cookie_name(request))
+        if sid:
+            if cookie_allowed(request) and request.app.state.sessions.check(sid, token):
+                return
+            raise HTTPException(
+                status_code=401,
+                detail=(
+                    "SessionExpired: the browser session is over or not usable here (the session cookie"
+                    " stands for the token only on GETs of the studio's own page); open a new one with"
+                    " POST /api/session and the API token"
+                ),
+                headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+            )
     if not hmac.compare_digest(given.encode(), token.encode()):
         raise HTTPException(
             status_code=401, detail="missing or wrong API token", headers={"WWW-Authenticate": "Bearer"}

@@ -3,7 +3,7 @@ import userEvent from "@testing-library/user-event";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { App } from "../App";
 import { type Call, INFO, mockFetch } from "../test/fixtures";
-import { getToken, resetAuthForTests, setToken, useAuth, withToken } from "./auth";
+import { browserUrl, getToken, resetAuthForTests, setToken, useAuth } from "./auth";
 import { request } from "./client";
 
 const TOKEN = "s3cret-token";
@@ -33,6 +33,7 @@ describe("API token", () => {
     calls = mockFetch(({ url, headers }) => {
       if (headers.Authorization !== `Bearer ${TOKEN}`) return { status: 401, body: { detail: "missing or wrong API token" } };
       if (url === "/api/info") return { body: { ...INFO, auth: true } };
+      if (url === "/api/session") return { body: { cookie: true, idle_s: 43200, max_s: 86400 } };
       if (url.startsWith("/api/train/status")) return { body: STATUS };
       if (url === "/api/runs") return { body: { runs: [] } };
       if (url === "/api/loras") return { body: { root: "/o", loras: [] } };
@@ -46,7 +47,7 @@ describe("API token", () => {
     resetAuthForTests();
   });
 
-  it("asks once after a 401, keeps the token and sends it as a header and ?token=", async () => {
+  it("asks once after a 401, keeps the token, sends it as a header and never in a URL", async () => {
     render(<App />);
     const dialog = await screen.findByRole("dialog", { name: "API token required" });
     expect(dialog).toBeInTheDocument();
@@ -60,10 +61,16 @@ describe("API token", () => {
     expect(await screen.findByText(/No runs yet/)).toBeInTheDocument();
     const authed = calls.filter((c) => c.headers.Authorization === `Bearer ${TOKEN}`).map((c) => c.url);
     expect(authed).toEqual(expect.arrayContaining(["/api/info", "/api/runs"]));
-    // the event stream is reopened with the token in its URL
-    expect(RecordingEventSource.urls.at(-1)).toBe(`/api/train/events?token=${TOKEN}`);
-    expect(withToken("/gallery/a.png")).toBe(`/gallery/a.png?token=${TOKEN}`);
-    expect(withToken("/x?size=64")).toBe(`/x?size=64&token=${TOKEN}`);
+    // the event stream is reopened without the token in its URL (it carried `?token=`, which a
+    // proxy's access log kept), once the browser session the token opened has set its cookie
+    await waitFor(() => expect(RecordingEventSource.urls.at(-1)).toBe("/api/train/events"));
+    const opened = calls.findIndex((c) => c.method === "POST" && c.url === "/api/session");
+    expect(opened).toBeGreaterThanOrEqual(0);
+    expect(calls[opened].headers.Authorization).toBe(`Bearer ${TOKEN}`);
+    expect(RecordingEventSource.urls.every((u) => !u.includes("token"))).toBe(true);
+    expect(calls.every((c) => !c.url.includes(TOKEN))).toBe(true);
+    expect(browserUrl("/gallery/a.png")).toBe("/gallery/a.png");
+    expect(browserUrl("/x?size=64")).toBe("/x?size=64");
   });
 
   it("a saved token that the server refuses is asked for again, with the reason", async () => {

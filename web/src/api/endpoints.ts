@@ -1,11 +1,12 @@
 /**
  * One typed function per API route the UI uses. URLs live here only. URLs the browser loads by
- * itself (images, the event stream, downloads) carry the API token as `?token=` (see auth.ts).
+ * itself (images, the event stream, downloads) never carry the API token: the browser session's
+ * cookie stands for it (auth.ts, browserUrl).
  * A GET's last argument `signal` aborts it (lib/latest.ts: an answer for what is no longer shown);
  * a request with an effect takes `answerTo` instead, never optional (client.AnswerTo: its answer is
  * dropped once the screen that sent it is gone, the request itself stands).
  */
-import { withToken } from "./auth";
+import { browserUrl } from "./auth";
 import { type AnswerTo, delEffect, get, post, postEffect, postWithProgress, putEffect, seg } from "./client";
 import type {
   BulkCaptionBody,
@@ -71,13 +72,13 @@ export const api = {
       signal,
     ),
   thumbnailUrl: (name: string, file: string, size = 256) =>
-    withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file)}?size=${size}`),
+    browserUrl(`/api/datasets/${seg(name)}/thumbnails/${seg(file)}?size=${size}`),
   /** A thumbnail of a loss mask of the dataset (masks/<file>). */
   maskThumbnailUrl: (name: string, file: string, size = 256) =>
-    withToken(`/api/datasets/${seg(name)}/masks/${seg(file)}?size=${size}`),
+    browserUrl(`/api/datasets/${seg(name)}/masks/${seg(file)}?size=${size}`),
   /** A thumbnail of an image's alpha channel (grey, opaque = white: its mask with alpha_mask). */
   alphaThumbnailUrl: (name: string, file: string, size = 256) =>
-    withToken(`/api/datasets/${seg(name)}/alpha/${seg(file)}?size=${size}`),
+    browserUrl(`/api/datasets/${seg(name)}/alpha/${seg(file)}?size=${size}`),
   /** `field`: "files" for images and captions, or a control folder ("control", "control_2" ...)
    * whose control images pair with the targets by file name. */
   upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void, field: string, answerTo: AnswerTo) => {
@@ -88,7 +89,7 @@ export const api = {
   /** Thumbnail of a control image: `path` as the dataset lists it ("control_2/a.png"). */
   controlThumbnailUrl: (name: string, path: string, size = 128) => {
     const [folder, file] = path.split("/");
-    return withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file ?? "")}?size=${size}&control=${seg(folder)}`);
+    return browserUrl(`/api/datasets/${seg(name)}/thumbnails/${seg(file ?? "")}?size=${size}&control=${seg(folder)}`);
   },
   /** `expected`: the caption the edit started from ("" for none); another one there now is a 409 with `current`. */
   setCaption: (name: string, file: string, caption: string, expected: string | undefined, answerTo: AnswerTo) =>
@@ -122,7 +123,7 @@ export const api = {
   stop: (body: StopBody, answerTo: AnswerTo) => postEffect<Job>("/api/train/stop", body, answerTo),
   status: (since?: number, signal?: AbortSignal) => get<TrainStatus>(`/api/train/status${since != null ? `?since=${since}` : ""}`, signal),
   /** The event stream's URL (a function: the token may be set after load). */
-  eventsUrl: () => withToken("/api/train/events"),
+  eventsUrl: () => browserUrl("/api/train/events"),
 
   runs: (signal?: AbortSignal) => get<RunList>("/api/runs", signal),
   run: (id: string, signal?: AbortSignal) => get<RunDetail>(`/api/runs/${seg(id)}`, signal),
@@ -131,13 +132,13 @@ export const api = {
   runSamples: (id: string, signal?: AbortSignal) => get<SampleList>(`/api/runs/${seg(id)}/samples`, signal),
   /** URL of a sample PNG of run `id`; `path` is run-relative ("samples/step-000123-0.png") or a file name. */
   sampleUrl: (id: string, path: string) =>
-    withToken(`/api/runs/${seg(id)}/samples/${seg(path.split("/").pop() ?? path)}`),
+    browserUrl(`/api/runs/${seg(id)}/samples/${seg(path.split("/").pop() ?? path)}`),
   /** The checkpoints in a run's folder, oldest first, and the step a resume would start from. */
   runCheckpoints: (id: string, signal?: AbortSignal) => get<CheckpointList>(`/api/runs/${seg(id)}/checkpoints`, signal),
   /** A run's LoRAs by step (snapshots under loras/, then the final file); 404 when it has none. */
   runLoras: (id: string, signal?: AbortSignal) => get<LoraSteps>(`/api/runs/${seg(id)}/loras`, signal),
   /** Download URL of a run's resolved config as a file `lorastudio train` takes. */
-  runConfigUrl: (id: string, format: "json" | "toml") => withToken(`/api/runs/${seg(id)}/config?format=${format}`),
+  runConfigUrl: (id: string, format: "json" | "toml") => browserUrl(`/api/runs/${seg(id)}/config?format=${format}`),
   /** The last `lines` lines of a run's worker log (bounded by the server). */
   runLog: (id: string, lines = 500, signal?: AbortSignal) => get<RunLog>(`/api/runs/${seg(id)}/log?lines=${lines}`, signal),
   /** Continue a stopped/failed run from its newest checkpoint (or `body.checkpoint`). */
@@ -147,7 +148,7 @@ export const api = {
   /** Download URL of a trained LoRA's .safetensors (served as an attachment); `step`: the raw
    * weights of that step (a snapshot, or an EMA run's <name>.raw.safetensors). */
   loraFileUrl: (name: string, step?: number | null) =>
-    withToken(`/api/loras/${seg(name)}/file${step == null ? "" : `?step=${step}`}`),
+    browserUrl(`/api/loras/${seg(name)}/file${step == null ? "" : `?step=${step}`}`),
   /** A run's LoRAs by step: its snapshots (loras/<name>-step-N), then the final file. */
   loraSteps: (name: string, signal?: AbortSignal) => get<LoraSteps>(`/api/loras/${seg(name)}/steps`, signal),
   /** Upload a trained LoRA (with its sidecar, a model card and its newest samples) to a hub repo. */
@@ -170,5 +171,5 @@ export const api = {
   /** Delete a gallery image and its settings sidecar (404 when it is gone). */
   deleteGalleryImage: (file: string, answerTo: AnswerTo) => delEffect<GalleryDeleted>(`/api/gallery/${seg(file)}`, answerTo),
   /** An image URL the server returned (gallery or generate), loadable by <img>. */
-  imageUrl: (url: string) => withToken(url),
+  imageUrl: (url: string) => browserUrl(url),
 };

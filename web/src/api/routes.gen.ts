@@ -44,6 +44,7 @@ export const ROUTES: ReadonlySet<string> = new Set([
   "/api/runs/{run_id}/resume",
   "/api/runs/{run_id}/samples",
   "/api/runs/{run_id}/samples/{name}",
+  "/api/session",
   "/api/train/events",
   "/api/train/preflight",
   "/api/train/start",

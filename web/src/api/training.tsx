@@ -6,14 +6,15 @@
  * adds a point to the job's validation series (no re-fetch); the
  * rare others (status changes, complete, error, a warning, a new job) re-fetch the small status snapshot
  * with `?since=<last step>` so only new metric points travel. Reconnects when the API token
- * changes (the stream carries it as `?token=`), and when the server closed the stream for good
- * (an error status while it restarted): one stream at a time, and an event of a stream closed
+ * changes (the stream is opened once the browser session of that token is: its cookie stands
+ * for the token, auth.ts), and when the server closed the stream for good (an error status while
+ * it restarted, the session over: renewed first): one stream at a time, and an event of a stream closed
  * since is never applied. Overlapping status re-fetches: an answer older than one applied is dropped.
  * A snapshot never shows an older state than the events already applied (lib/eventOrder.ts): the
  * events after its `event_seq` are folded onto it again.
  */
 import { createContext, type ReactNode, useCallback, useContext, useEffect, useRef, useState } from "react";
-import { useAuth } from "./auth";
+import { ensureSession, renewSession, useAuth } from "./auth";
 import { api } from "./endpoints";
 import type { Job, PlanChosenEvent, ProgressEvent, SampleReadyEvent, TrainEvent, TrainStatus, ValidationEvent } from "./types";
 import { planFromEvent } from "../lib/plan";
@@ -189,7 +190,14 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     let es: EventSource | null = null;
     let retry: number | undefined;
     let ended = false; // this effect was cleaned up: the token changed, or the provider unmounted
-    const open = () => {
+    // the stream carries no token: the browser session's cookie stands for it (auth.ts); a stream
+    // closed for good renews the session first (a restart ended it; a 401 there asks for the token)
+    const open = (renew = false) => {
+      void (renew ? renewSession() : ensureSession()).then(() => {
+        if (!ended) openStream();
+      });
+    };
+    const openStream = () => {
       const source = new EventSource(api.eventsUrl());
       es = source;
       // an event of a stream closed or replaced since is never applied
@@ -212,7 +220,7 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
         if (source.readyState === CLOSED) {
           source.close();
           es = null;
-          retry = window.setTimeout(open, REOPEN_MS);
+          retry = window.setTimeout(() => open(true), REOPEN_MS);
           refresh().catch(() => undefined);
         }
       };

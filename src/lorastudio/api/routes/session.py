@@ -1,0 +1,77 @@
+"""/api/session: a browser session for the URLs the web UI loads by itself (api/sessions.py).
+
+`POST /api/session` (the bearer header required: a write never takes a cookie or `?token=`)
+answers with a `Set-Cookie` of a new session id and closes the session the request's cookie
+named, if any; `DELETE /api/session` closes the cookie's session and clears the cookie. Without
+an API token configured every request is allowed anyway: no cookie is set.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from lorastudio.api.deps import settings_dep
+from lorastudio.api.sessions import SessionStore, came_over_https, session_cookie_name
+from lorastudio.settings import Settings
+
+router = APIRouter(prefix="/api", tags=["session"])
+
+
+class SessionOut(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    cookie: bool = Field(
+        description="whether a session cookie was set (false: no API token configured) or, on DELETE, closed"
+    )
+    idle_s: int = Field(description="the session ends after this long unused (each use restarts the clock)")
+    max_s: int = Field(description="and this long after it was opened, used or not")
+
+
+def _store(request: Request) -> SessionStore:
+    return request.app.state.sessions
+
+
+@router.post("/session", response_model=SessionOut)
+def open_session(
+    request: Request, response: Response, settings: Settings = Depends(settings_dep)
+) -> SessionOut:
+    """Open a browser session: the answer sets its HttpOnly, SameSite=Strict cookie, which stands
+    for the API token on the studio page's own GETs (event streams, images, downloads) until it
+    has been unused for `idle_s` or is `max_s` old, the server restarts or the token changes."""
+    store = _store(request)
+    out = SessionOut(cookie=False, idle_s=int(store.idle_s), max_s=int(store.max_s))
+    token = (settings.api_token or "").strip()
+    if not token:
+        return out
+    name = session_cookie_name(request)
+    sid = store.open(token, replacing=request.cookies.get(name))
+    response.set_cookie(
+        name,
+        sid,
+        max_age=int(store.max_s),
+        path=settings.root_path or "/",
+        secure=came_over_https(request),
+        httponly=True,
+        samesite="strict",
+    )
+    return out.model_copy(update={"cookie": True})
+
+
+@router.delete("/session", response_model=SessionOut)
+def close_session(
+    request: Request, response: Response, settings: Settings = Depends(settings_dep)
+) -> SessionOut:
+    """Close the session the request's cookie names and clear the cookie (`cookie`: whether a
+    live session was closed)."""
+    store = _store(request)
+    name = session_cookie_name(request)
+    sid = request.cookies.get(name)
+    closed = bool(sid) and store.close(sid or "")
+    response.delete_cookie(
+        name,
+        path=settings.root_path or "/",
+        secure=came_over_https(request),
+        httponly=True,
+        samesite="strict",
+    )
+    return SessionOut(cookie=closed, idle_s=int(store.idle_s), max_s=int(store.max_s))

@@ -1,0 +1,123 @@
+"""Browser sessions (api/sessions.py, session 32 token-in-URL audit): the web UI's EventSource,
+<img> and download URLs carry a session cookie instead of `?token=<the API token>`. The cookie
+stands for the token only on GETs of the studio's own page; writes need the bearer header; a
+session ends with its expiry, a restart or a token change; the store stays bounded."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from live_server import LOOPBACK
+from lorastudio.api.app import create_app
+from lorastudio.api.sessions import MAX_SESSIONS, SessionStore
+from lorastudio.settings import Settings
+
+TOKEN = "tok-session"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+OWN_PAGE = {"Sec-Fetch-Site": "same-origin"}
+NAME = "lorastudio_session_80"  # TestClient's server port
+
+
+@pytest.fixture
+def secured(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(
+        create_app(settings.model_copy(update={"api_token": TOKEN})), base_url=LOOPBACK
+    ) as client:
+        yield client
+
+
+def _open(client: TestClient, headers: dict[str, str] | None = None) -> tuple[str, str]:
+    """POST /api/session with the bearer: (the session id, the Set-Cookie header)."""
+    res = client.post("/api/session", headers={**BEARER, **(headers or {})})
+    assert res.status_code == 200 and res.json()["cookie"] is True, res.text
+    header = res.headers["set-cookie"]
+    value = header.split(";")[0]
+    assert value.startswith(f"{NAME}="), header
+    client.cookies.clear()  # each request below names its cookie itself
+    return value.split("=", 1)[1], header
+
+
+def _get(client: TestClient, path: str, sid: str, **headers: str):
+    return client.get(path, headers={"Cookie": f"{NAME}={sid}", **OWN_PAGE, **headers})
+
+
+def test_the_session_cookie_stands_for_the_token_on_the_pages_own_gets_only(secured: TestClient) -> None:
+    """Before: the UI put the API token itself in every such URL (`?token=`), where a proxy's
+    access log, the history, a Referer kept it."""
+    assert secured.post("/api/session").status_code == 401  # the bearer opens one, nothing else
+    assert secured.post("/api/session", params={"token": TOKEN}).status_code == 401
+    sid, header = _open(secured)
+    attrs = {a.strip().split("=")[0].lower(): a.strip() for a in header.split(";")[1:]}
+    assert "httponly" in attrs and attrs["samesite"].lower() == "samesite=strict", header
+    assert attrs["path"] == "Path=/" and "secure" not in attrs, header
+    assert TOKEN not in header
+    assert _get(secured, "/api/runs", sid).status_code == 200
+    assert (
+        _get(secured, "/api/runs", sid, **{"Sec-Fetch-Site": "none"}).status_code == 200
+    )  # typed by the user
+    # a stolen cookie on a write: refused (writes need the bearer), from our own page too
+    res = secured.post("/api/train/stop", json={}, headers={"Cookie": f"{NAME}={sid}", **OWN_PAGE})
+    assert res.status_code == 401 and "SessionExpired" in res.json()["detail"], res.text
+    # another site's page (or a sibling port's: same-site) loading our stream or images with it
+    for site in ("cross-site", "same-site"):
+        for path in ("/api/train/events", "/api/runs"):
+            res = _get(secured, path, sid, **{"Sec-Fetch-Site": site, "Origin": "http://127.0.0.1:9999"})
+            assert res.status_code == 401, (site, path, res.text)
+    assert _get(secured, "/api/runs", "forged-" + sid).status_code == 401
+    assert secured.get("/api/runs", params={"token": TOKEN}).status_code == 200  # scripts' ?token= stays
+    # closed: the cookie is dead and cleared
+    res = secured.delete("/api/session", headers={**BEARER, "Cookie": f"{NAME}={sid}"})
+    assert res.status_code == 200 and res.json()["cookie"] is True
+    assert f'{NAME}=""' in res.headers["set-cookie"] or "Max-Age=0" in res.headers["set-cookie"]
+    assert _get(secured, "/api/runs", sid).status_code == 401
+
+
+def test_a_token_change_or_a_restart_ends_every_session(secured: TestClient, tmp_path: Path) -> None:
+    sid, _ = _open(secured)
+    renewed, _ = _open(secured, {"Cookie": f"{NAME}={sid}"})  # a new one replaces the one it carried
+    assert _get(secured, "/api/runs", sid).status_code == 401
+    assert _get(secured, "/api/runs", renewed).status_code == 200
+    app = secured.app
+    app.state.settings = app.state.settings.model_copy(update={"api_token": "tok-rotated"})  # type: ignore[attr-defined]
+    res = _get(secured, "/api/runs", renewed)
+    assert res.status_code == 401 and "SessionExpired" in res.json()["detail"]
+    assert res.headers["www-authenticate"] == 'Bearer error="invalid_token"'
+    sid, _ = _open(secured, {"Authorization": "Bearer tok-rotated"})
+    # the server restarted (in memory only: a new server knows none)
+    with TestClient(
+        create_app(Settings(home=tmp_path, api_token="tok-rotated")), base_url=LOOPBACK
+    ) as restarted:
+        assert _get(restarted, "/api/runs", sid).status_code == 401  # another server's session
+
+
+def test_behind_a_proxy_the_cookie_is_secure_and_under_the_root_path(settings: Settings) -> None:
+    proxied = settings.model_copy(update={"api_token": TOKEN, "root_path": "/studio"})
+    with TestClient(create_app(proxied), base_url=LOOPBACK) as client:
+        _, header = _open(client, {"X-Forwarded-Proto": "https"})
+        assert "Path=/studio" in header and "Secure" in header, header
+
+
+def test_sessions_expire_and_stay_bounded() -> None:
+    now = [0.0]
+    store = SessionStore(idle_s=10, max_s=25, limit=4, clock=lambda: now[0])
+    sid = store.open(TOKEN)
+    now[0] = 9
+    assert store.check(sid, TOKEN)  # used: the idle clock restarts
+    now[0] = 18
+    assert store.check(sid, TOKEN)
+    now[0] = 25  # used all along, but as old as a session may be
+    assert not store.check(sid, TOKEN)
+    idle = store.open(TOKEN)
+    now[0] = 35
+    assert not store.check(idle, TOKEN)  # unused for idle_s
+    assert not store.check(store.open(TOKEN), "another token")
+    kept = store.open(TOKEN)
+    for _ in range(1000):  # a client opening sessions in a loop grows nothing
+        store.open(TOKEN)
+        assert store.check(kept, TOKEN)  # the one in use stays (the least recently used go)
+    assert len(store) == 4
+    assert len(SessionStore()) == 0 and MAX_SESSIONS >= 8
