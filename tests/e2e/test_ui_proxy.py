@@ -32,6 +32,7 @@ HOP = {
 
 class _Proxy(ThreadingHTTPServer):
     upstream: tuple[str, int] = ("127.0.0.1", 0)  # set once the studio listens
+    log: list[str]  # the request line of each request, as a proxy's access log keeps it
 
 
 def _proxy() -> _Proxy:
@@ -41,6 +42,7 @@ def _proxy() -> _Proxy:
         protocol_version = "HTTP/1.0"  # one request per connection; a body ends with the connection
 
         def _forward(self) -> None:
+            self.server.log.append(self.requestline)  # type: ignore[attr-defined]
             if not self.path.startswith(PREFIX + "/"):
                 self.send_error(404)
                 return
@@ -69,7 +71,9 @@ def _proxy() -> _Proxy:
         def log_message(self, *args: object) -> None:
             pass
 
-    return _Proxy(("127.0.0.1", 0), Forward)
+    server = _Proxy(("127.0.0.1", 0), Forward)
+    server.log = []
+    return server
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +90,7 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:
-            yield {"url": f"{origin}{PREFIX}/", "origin": origin, "token": token}
+            yield {"url": f"{origin}{PREFIX}/", "origin": origin, "token": token, "log": server.log}
         finally:
             server.shutdown()
             server.server_close()
@@ -122,3 +126,10 @@ def test_the_ui_works_under_a_proxys_sub_path(proxied, browser, artifacts: Path)
             raise
     outside = [u for u in requested if u.startswith(proxied["origin"]) and not u.startswith(proxied["url"])]
     assert outside == [] and any("/studio/api/info" in u for u in requested), requested
+    # the API token is in no URL: not in the page's requests, not in the proxy's access log (the
+    # event stream carried `?token=<the API token>`; now the session cookie stands for it)
+    log = proxied["log"]
+    assert any("/studio/api/train/events" in line for line in log), log
+    assert any(line.startswith("POST /studio/api/session") for line in log), log
+    assert [u for u in requested if proxied["token"] in u or "token=" in u] == [], requested
+    assert [line for line in log if proxied["token"] in line or "token=" in line] == [], log

@@ -28,12 +28,12 @@ describe("sample previews", () => {
     resetAuthForTests();
   });
 
-  it("builds served URLs (with the token) and keeps prompts in order", () => {
+  it("builds served URLs (never with the token: the session cookie stands for it) and keeps prompts in order", () => {
     setToken("s3cret");
     const tiles = roundTiles("j 1", ["samples/step-000004-0.png", "samples/step-000004-1.png"], ["only one"]);
     expect(tiles.map((t) => t.url)).toEqual([
-      "/api/runs/j%201/samples/step-000004-0.png?token=s3cret",
-      "/api/runs/j%201/samples/step-000004-1.png?token=s3cret",
+      "/api/runs/j%201/samples/step-000004-0.png",
+      "/api/runs/j%201/samples/step-000004-1.png",
     ]);
     expect(tiles.map((t) => t.prompt)).toEqual(["only one", null]);
     // an object entry gives its prompt; every entry keeps its index (the round's images are in prompt order)
