@@ -1,5 +1,6 @@
 """A studio behind an API token, in a real browser: the UI asks for the token once, keeps it in
-localStorage and sends it (header for fetch, ?token= for the event stream)."""
+localStorage and sends it as a header; the event stream (and images, downloads) carry the
+HttpOnly cookie of the browser session the token opened, never the token (session 32 tokenurl)."""
 
 from __future__ import annotations
 
@@ -39,11 +40,14 @@ def test_token_is_asked_once_and_sent(token_studio, browser, artifacts: Path, sh
             expect(page.get_by_role("dialog")).to_have_count(0)
             assert page.evaluate("localStorage.getItem('lorastudio.token')") == token
             # a new page load uses the saved token: no question, and the event stream is authorised
-            with page.expect_response(
-                lambda res: "/api/train/events" in res.url and f"token={token}" in res.url
-            ) as stream:
+            # by the session cookie (it carried `?token=<the API token>`)
+            with page.expect_response(lambda res: "/api/train/events" in res.url) as stream:
                 page.reload()  # (before: 500 ms for the stream's answer, which a loaded host passed)
             assert stream.value.status == 200, events
+            assert all(token not in u and "token=" not in u for u, _ in events), events
+            cookies = [c for c in page.context.cookies() if c["name"].startswith("lorastudio_session")]
+            assert len(cookies) == 1 and cookies[0]["httpOnly"] and cookies[0]["sameSite"] == "Strict", cookies
+            assert "lorastudio_session" not in page.evaluate("document.cookie")  # no script reads it
             page.get_by_text("No datasets yet").wait_for()
             expect(page.get_by_role("dialog")).to_have_count(0)
             assert errors == [], f"JavaScript errors in the page: {errors}"
