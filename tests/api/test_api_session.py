@@ -94,11 +94,21 @@ def test_a_token_change_or_a_restart_ends_every_session(secured: TestClient, tmp
         assert _get(restarted, "/api/runs", sid).status_code == 401  # another server's session
 
 
-def test_behind_a_proxy_the_cookie_is_secure_and_under_the_root_path(settings: Settings) -> None:
+def test_behind_a_proxy_the_cookie_is_secure_and_under_the_studios_folder(settings: Settings) -> None:
+    """The browser sends a Path=/ cookie to every application a proxy serves on the host."""
     proxied = settings.model_copy(update={"api_token": TOKEN, "root_path": "/studio"})
     with TestClient(create_app(proxied), base_url=LOOPBACK) as client:
         _, header = _open(client, {"X-Forwarded-Proto": "https"})
-        assert "Path=/studio" in header and "Secure" in header, header
+        assert "Path=/studio;" in header and "Secure" in header, header
+    with TestClient(
+        create_app(settings.model_copy(update={"api_token": TOKEN})), base_url=LOOPBACK
+    ) as client:
+        # a proxy that strips /lab/studio/: only the page knows its folder
+        res = client.post("/api/session", params={"path": "/lab/studio/"}, headers=BEARER)
+        assert "Path=/lab/studio/;" in res.headers["set-cookie"], res.headers
+        for bad in ("/a;Domain=evil.example", "/a b", "studio", "/a,b", "/a\x01"):
+            res = client.post("/api/session", params={"path": bad}, headers=BEARER)
+            assert res.status_code == 422 and "set-cookie" not in res.headers, (bad, res.text)
 
 
 def test_sessions_expire_and_stay_bounded() -> None:

@@ -121,6 +121,9 @@ def test_the_ui_works_under_a_proxys_sub_path(proxied, browser, artifacts: Path)
             assert status == 404  # no job to stop
             page.reload()  # the hash route survives a reload under the sub-path
             page.get_by_text("No datasets yet").wait_for()
+            # the session cookie goes to the studio's folder only, not to the proxy's other apps
+            cookies = [c for c in page.context.cookies() if c["name"].startswith("lorastudio_session")]
+            assert [c["path"] for c in cookies] == [PREFIX + "/"], cookies
         except Exception:
             page.screenshot(path=artifacts / "failure-proxy.png", full_page=True)
             raise

@@ -33,7 +33,7 @@ describe("API token", () => {
     calls = mockFetch(({ url, headers }) => {
       if (headers.Authorization !== `Bearer ${TOKEN}`) return { status: 401, body: { detail: "missing or wrong API token" } };
       if (url === "/api/info") return { body: { ...INFO, auth: true } };
-      if (url === "/api/session") return { body: { cookie: true, idle_s: 43200, max_s: 86400 } };
+      if (url.startsWith("/api/session?")) return { body: { cookie: true, idle_s: 43200, max_s: 86400 } };
       if (url.startsWith("/api/train/status")) return { body: STATUS };
       if (url === "/api/runs") return { body: { runs: [] } };
       if (url === "/api/loras") return { body: { root: "/o", loras: [] } };
@@ -64,9 +64,10 @@ describe("API token", () => {
     // the event stream is reopened without the token in its URL (it carried `?token=`, which a
     // proxy's access log kept), once the browser session the token opened has set its cookie
     await waitFor(() => expect(RecordingEventSource.urls.at(-1)).toBe("/api/train/events"));
-    const opened = calls.findIndex((c) => c.method === "POST" && c.url === "/api/session");
+    const opened = calls.findIndex((c) => c.method === "POST" && c.url.startsWith("/api/session?"));
     expect(opened).toBeGreaterThanOrEqual(0);
     expect(calls[opened].headers.Authorization).toBe(`Bearer ${TOKEN}`);
+    expect(calls[opened].url).toBe("/api/session?path=%2F"); // the cookie's Path: the page's folder
     expect(RecordingEventSource.urls.every((u) => !u.includes("token"))).toBe(true);
     expect(calls.every((c) => !c.url.includes(TOKEN))).toBe(true);
     expect(browserUrl("/gallery/a.png")).toBe("/gallery/a.png");

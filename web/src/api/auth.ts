@@ -13,7 +13,7 @@
  * A tiny external store: any 401 marks the token as needed, and the UI asks for it once.
  */
 import { useSyncExternalStore } from "react";
-import { served } from "./base";
+import { pageFolder, served } from "./base";
 
 const KEY = "lorastudio.token";
 
@@ -120,7 +120,9 @@ export function renewSession(): Promise<boolean> {
 function openSession(token: string): Promise<boolean> {
   const ready = (async () => {
     try {
-      const res = await fetch(served("/api/session"), {
+      // the cookie's Path: this page's folder (behind a proxy that strips its prefix, the server
+      // cannot see it), so the browser sends it to the studio only, not to the proxy's other apps
+      const res = await fetch(served(`/api/session?path=${encodeURIComponent(pageFolder())}`), {
         method: "POST",
         headers: { Accept: "application/json", Authorization: `Bearer ${token}` },
         credentials: "same-origin",

@@ -10751,7 +10751,10 @@ export interface operations {
     };
     open_session_api_session_post: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description the folder the page was loaded from (the cookie's Path); default: the root path or / */
+                path?: string | null;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -10861,7 +10864,10 @@ export interface operations {
     };
     close_session_api_session_delete: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description the folder the page was loaded from (the cookie's Path); default: the root path or / */
+                path?: string | null;
+            };
             header?: never;
             path?: never;
             cookie?: never;

@@ -4,11 +4,17 @@
 answers with a `Set-Cookie` of a new session id and closes the session the request's cookie
 named, if any; `DELETE /api/session` closes the cookie's session and clears the cookie. Without
 an API token configured every request is allowed anyway: no cookie is set.
+
+`?path=`: the folder the UI was loaded from, as the browser sees it (`/studio/` behind a proxy that
+strips its prefix, which the server cannot see): the cookie's Path, so that the browser sends it
+to the studio's URLs only, not to the other applications a proxy serves on the same host.
+Without it, the root path (LORASTUDIO_ROOT_PATH) or `/`. A path is not a secret: a client that
+names another only narrows (or misplaces) its own cookie.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from lorastudio.api.deps import settings_dep
@@ -27,13 +33,31 @@ class SessionOut(BaseModel):
     max_s: int = Field(description="and this long after it was opened, used or not")
 
 
+# the cookie's Path: a URL path of RFC 3986's characters (no `;`, `,`, space or control: they
+# would end or bend the Set-Cookie attribute)
+PATH_PATTERN = r"^/[A-Za-z0-9._~!$&'()*+=:@%/-]*$"
+PathQuery = Query(
+    None,
+    max_length=512,
+    pattern=PATH_PATTERN,
+    description="the folder the page was loaded from (the cookie's Path); default: the root path or /",
+)
+
+
 def _store(request: Request) -> SessionStore:
     return request.app.state.sessions
 
 
+def _cookie_path(path: str | None, settings: Settings) -> str:
+    return path or settings.root_path or "/"
+
+
 @router.post("/session", response_model=SessionOut)
 def open_session(
-    request: Request, response: Response, settings: Settings = Depends(settings_dep)
+    request: Request,
+    response: Response,
+    path: str | None = PathQuery,
+    settings: Settings = Depends(settings_dep),
 ) -> SessionOut:
     """Open a browser session: the answer sets its HttpOnly, SameSite=Strict cookie, which stands
     for the API token on the studio page's own GETs (event streams, images, downloads) until it
@@ -49,7 +73,7 @@ def open_session(
         name,
         sid,
         max_age=int(store.max_s),
-        path=settings.root_path or "/",
+        path=_cookie_path(path, settings),
         secure=came_over_https(request),
         httponly=True,
         samesite="strict",
@@ -59,7 +83,10 @@ def open_session(
 
 @router.delete("/session", response_model=SessionOut)
 def close_session(
-    request: Request, response: Response, settings: Settings = Depends(settings_dep)
+    request: Request,
+    response: Response,
+    path: str | None = PathQuery,
+    settings: Settings = Depends(settings_dep),
 ) -> SessionOut:
     """Close the session the request's cookie names and clear the cookie (`cookie`: whether a
     live session was closed)."""
@@ -69,7 +96,7 @@ def close_session(
     closed = bool(sid) and store.close(sid or "")
     response.delete_cookie(
         name,
-        path=settings.root_path or "/",
+        path=_cookie_path(path, settings),
         secure=came_over_https(request),
         httponly=True,
         samesite="strict",
