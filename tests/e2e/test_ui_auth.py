@@ -46,7 +46,9 @@ def test_token_is_asked_once_and_sent(token_studio, browser, artifacts: Path, sh
             assert stream.value.status == 200, events
             assert all(token not in u and "token=" not in u for u, _ in events), events
             cookies = [c for c in page.context.cookies() if c["name"].startswith("lorastudio_session")]
-            assert len(cookies) == 1 and cookies[0]["httpOnly"] and cookies[0]["sameSite"] == "Strict", cookies
+            assert len(cookies) == 1 and cookies[0]["httpOnly"] and cookies[0]["sameSite"] == "Strict", (
+                cookies
+            )
             assert "lorastudio_session" not in page.evaluate("document.cookie")  # no script reads it
             page.get_by_text("No datasets yet").wait_for()
             expect(page.get_by_role("dialog")).to_have_count(0)
