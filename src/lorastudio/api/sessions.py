@@ -22,8 +22,9 @@ What the cookie may do, and why it adds no CSRF surface (api/origin.py guards wr
   none, i.e. typed by the user; absent from old browsers and non-browser clients): a page on a
   sibling port of the same host is "same-site", so SameSite=Strict alone would send the cookie
   with its <img> or EventSource of our URLs;
-- the cookie is HttpOnly (no script reads it), SameSite=Strict, Path = the root path
-  (LORASTUDIO_ROOT_PATH, "/" without), Secure when the request came over https (the scheme
+- the cookie is HttpOnly (no script reads it), SameSite=Strict, Path = the folder the UI was
+  loaded from (it says, api/routes/session.py; else LORASTUDIO_ROOT_PATH, else "/": a proxy's
+  other applications on the host do not get it), Secure when the request came over https (the scheme
   uvicorn sets from a trusted proxy's headers, or the proxy's X-Forwarded-Proto / Forwarded
   proto: a Secure flag can only narrow where the cookie goes), and named after the server's
   port so that two studios on one host do not overwrite each other's.
