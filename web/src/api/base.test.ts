@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { setToken } from "./auth";
+import { ensureSession, setToken } from "./auth";
 import { served } from "./base";
 import { get, postWithProgress } from "./client";
 import { api } from "./endpoints";
@@ -48,8 +48,13 @@ describe("a studio served under a proxy's sub-path", () => {
     expect(api.eventsUrl()).toBe("/studio/api/train/events");
     setToken("t0k");
     // a URL the server answered with (a gallery image's `url`) goes under the sub-path too
-    expect(api.imageUrl("/gallery/a.png")).toBe("/studio/gallery/a.png?token=t0k");
-    expect(api.eventsUrl()).toBe("/studio/api/train/events?token=t0k");
+    // (never with the token: the browser session's cookie stands for it, its Path the sub-path)
+    expect(api.imageUrl("/gallery/a.png")).toBe("/studio/gallery/a.png");
+    expect(api.eventsUrl()).toBe("/studio/api/train/events");
+    const sessionFetch = vi.fn(async (_url: string, _init?: RequestInit) => new Response("{}"));
+    vi.stubGlobal("fetch", sessionFetch);
+    await ensureSession();
+    expect(sessionFetch.mock.calls.map((c) => c[0])).toEqual(["/studio/api/session?path=%2Fstudio%2F"]);
   });
 
   it("leaves other sites' URLs and paths already under the sub-path as they are", () => {
