@@ -18,7 +18,9 @@ shape; api/body_limit.py). Request bodies are capped at settings.max_json_mb by 
 `max_body_size` given to every router (a declared Content-Length over it is a 413 before
 anything is read, a chunked body is counted as it arrives); the upload route streams to disk
 under its own cap.
-Every route depends on the token check (api/deps.py) and on `check_inputs` (api/body_checks.py:
+Every route depends on the token check (api/deps.py: the bearer header; on a GET also `?token=`
+for scripts or the web UI's browser session cookie, api/sessions.py, which keeps the token out
+of the URLs the UI loads) and on `check_inputs` (api/body_checks.py:
 a JSON route's body of another media type is a 415, a JSON key or a single-valued query
 parameter given twice a 422).
 """
