@@ -4,9 +4,13 @@ HttpOnly cookie of the browser session the token opened, never the token (sessio
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+from tests.e2e.conftest import _running_studio
 from tests.e2e.ui_expect import expect
 from tests.e2e.ui_pages import open_page
 
@@ -56,3 +60,36 @@ def test_token_is_asked_once_and_sent(token_studio, browser, artifacts: Path, sh
         except Exception:
             page.screenshot(path=artifacts / "failure-token.png", full_page=True)
             raise
+
+
+@pytest.mark.timeout(240)
+def test_after_a_restart_the_ui_opens_a_new_session_for_its_stream(browser, tmp_path: Path) -> None:
+    """Sessions live in the server's memory: after a restart the stream the browser reconnects is
+    refused (401); the UI then opens a new session with the token it holds and a new stream, with
+    no question (the `?token=` stream survived a restart by itself)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    token = "e2e-" + os.urandom(8).hex()
+    env = {"LORASTUDIO_API_TOKEN": token}
+    seen: list[tuple[str, str, int]] = []
+    with open_page(browser, viewport=WIDE) as page:
+        page.on("response", lambda res: seen.append((res.request.method, res.url, res.status)))
+        with _running_studio(home, env) as url:
+            port = urlsplit(url).port
+            page.goto(f"{url}/#/datasets")
+            page.evaluate("(t) => localStorage.setItem('lorastudio.token', t)", token)
+            with page.expect_response(lambda res: "/api/train/events" in res.url and res.status == 200):
+                page.reload()
+        before = len(seen)
+        with _running_studio(home, env, port):
+            deadline = time.monotonic() + 60
+            after: list[tuple[str, str, int]] = []
+            while time.monotonic() < deadline:
+                after = seen[before:]
+                if any(m == "GET" and "/api/train/events" in u and s == 200 for m, u, s in after):
+                    break
+                page.wait_for_timeout(500)
+        assert any(m == "POST" and "/api/session" in u and s == 200 for m, u, s in after), after
+        assert any(m == "GET" and "/api/train/events" in u and s == 200 for m, u, s in after), after
+        expect(page.get_by_role("dialog")).to_have_count(0)  # the token was not asked for
+        assert all(token not in u for _, u, _ in seen)
