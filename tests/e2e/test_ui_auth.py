@@ -89,6 +89,7 @@ def test_after_a_restart_the_ui_opens_a_new_session_for_its_stream(browser, tmp_
                 if any(m == "GET" and "/api/train/events" in u and s == 200 for m, u, s in after):
                     break
                 page.wait_for_timeout(500)
+        assert any(m == "GET" and "/api/train/events" in u and s == 401 for m, u, s in after), after
         assert any(m == "POST" and "/api/session" in u and s == 200 for m, u, s in after), after
         assert any(m == "GET" and "/api/train/events" in u and s == 200 for m, u, s in after), after
         expect(page.get_by_role("dialog")).to_have_count(0)  # the token was not asked for
