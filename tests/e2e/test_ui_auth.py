@@ -62,6 +62,7 @@ def test_token_is_asked_once_and_sent(token_studio, browser, artifacts: Path, sh
             raise
 
 
+@pytest.mark.slow  # two server starts (~30 s on the 2-core host); the renewal logic is in vitest (browserUrls.test.ts)
 @pytest.mark.timeout(240)
 def test_after_a_restart_the_ui_opens_a_new_session_for_its_stream(browser, tmp_path: Path) -> None:
     """Sessions live in the server's memory: after a restart the stream the browser reconnects is
