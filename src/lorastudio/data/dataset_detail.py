@@ -1,10 +1,12 @@
 """One dataset's detail for the API (no HTTP, no torch): its images with captions, controls,
-masks, stored sizes and alpha flags, a page at a time, and the folder's dropped entries.
+masks, sizes (as shown: after EXIF orientation) and alpha flags, a page at a time, and the
+folder's dropped entries.
 
 Built for datasets of tens of thousands of images (session 23 scale audit): the folder is listed
 once per request (`discover`), the totals (images, captioned, masked, with alpha) count every
-image, but only the page's images have their caption files read; an image's stored size and
-alpha flag come from its header, read once per version of the file (`stored_header`: remembered
+image, but only the page's images have their caption files read; an image's size and
+alpha flag come from its header (and its EXIF orientation, read by Pillow where the file's first
+EXIF_LOOK bytes hold EXIF), read once per version of the file (`stored_header`: remembered
 by path and file_version.version_of), so a request costs one lstat per image, not one read.
 """
 
@@ -18,6 +20,7 @@ from typing import Any
 from lorastudio.data.captions import read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_headers import header_info
+from lorastudio.data.images import file_orientation, upright_size
 from lorastudio.data.listing import summary_of
 from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_index
 from lorastudio.data.pair_listing import listed_controls
@@ -31,12 +34,24 @@ from lorastudio.file_version import version_of
 _HEADERS_MAX = 200_000  # remembered headers (a few hundred bytes each); cleared when full
 _headers: dict[tuple[Any, ...], dict[str, Any]] = {}
 _headers_lock = threading.Lock()
+# Bytes of a file's start searched for EXIF (a JPEG's APP1 "Exif", a PNG's eXIf chunk) before
+# Pillow is asked for its orientation; a WebP says so in its VP8X flags.
+EXIF_LOOK = 64 * 1024
+_WEBP_VP8X_EXIF = 0x08
+
+
+def _may_have_exif(head: bytes) -> bool:
+    """Whether a file starting with `head` (up to EXIF_LOOK bytes) may hold an EXIF orientation."""
+    if head[:4] == b"RIFF" and head[8:16] == b"WEBPVP8X" and len(head) > 20:
+        return bool(head[20] & _WEBP_VP8X_EXIF)
+    return b"Exif\0\0" in head or b"eXIf" in head
 
 
 def stored_header(path: Path) -> dict[str, Any] | None:
     """{"bytes", "width", "height", "alpha"} of an image file, from one read of its header
-    (`header_info`: width and height None where it cannot be read); Pillow is asked for the alpha
-    flag only where the header cannot tell. Remembered per process by path and
+    (`header_info`: width and height None where it cannot be read; the size as shown and
+    trained, after its EXIF orientation: images.file_orientation, asked only where the header
+    holds EXIF); Pillow is asked for the alpha flag only where the header cannot tell. Remembered per process by path and
     file version (file_version.version_of): a file's header is read once per version. None when the file is gone."""
     try:
         st = os.stat(path, follow_symlinks=False)
@@ -47,17 +62,20 @@ def stored_header(path: Path) -> dict[str, Any] | None:
         known = _headers.get(key)
     if known is not None:
         return known
-    info = None
+    info, exif = None, False
     try:
         with open_in_folder(path) as fh:
             info = header_info(fh)
+            fh.seek(0)
+            exif = _may_have_exif(fh.read(EXIF_LOOK))
     except (DatasetError, OSError):
         pass
     if info is None:
         row: dict[str, Any] = {"bytes": st.st_size, "width": None, "height": None, "alpha": False}
     else:
         alpha = file_has_alpha(path) if info.alpha is None else info.alpha
-        row = {"bytes": st.st_size, "width": info.width, "height": info.height, "alpha": alpha}
+        width, height = upright_size(info.width, info.height, file_orientation(path) if exif else 1)
+        row = {"bytes": st.st_size, "width": width, "height": height, "alpha": alpha}
     with _headers_lock:
         if len(_headers) >= _HEADERS_MAX:
             _headers.clear()
@@ -69,7 +87,7 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
     """The detail of the dataset `folder` (an existing folder): its summary (`listing.summary_of`)
     with `masked` and `with_alpha` totals, `total_files`, `offset` and `limit`; `files`: the images
     [offset, offset + limit) by name (limit None: to the end), each with its caption (a .txt
-    wins over metadata.jsonl), controls (relative paths, slot order), mask, stored size and alpha
+    wins over metadata.jsonl), controls (relative paths, slot order), mask, size (after EXIF orientation) and alpha
     flag; `dropped`: the folder's entries not used (links, sub-folders, other files, orphan
     controls, clashing masks, metadata.jsonl problems) and the page's caption files that cannot
     be read, each with its reason. Raises DatasetError when the folder cannot be listed."""

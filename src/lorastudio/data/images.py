@@ -167,6 +167,22 @@ def exif_orientation(img: Image.Image) -> int:
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
+def file_orientation(path: Path, folder_id: FolderId | None = None) -> int:
+    """The EXIF orientation (1-8) that `load_rgb` applies to the image file `path` (its header
+    opened, no pixel decoded); 1 when it has none or cannot be opened."""
+    try:
+        with open_image(path, folder_id) as img:
+            return exif_orientation(img)
+    except DatasetError:
+        return 1
+
+
+def upright_size(width: int, height: int, orientation: int) -> tuple[int, int]:
+    """(width, height) of an image stored `width` x `height` once its EXIF `orientation` is
+    applied (a phone's portrait photo stored 4000x3000 with orientation 6 is 3000x4000)."""
+    return (height, width) if orientation in _SWAPS_AXES else (width, height)
+
+
 def decode_cost(img: Image.Image) -> int:
     """What decoding the opened (possibly drafted) `img` counts against the decode budget:
     its pixels, times WEBP_DECODE_COST for a WebP."""
@@ -303,8 +319,7 @@ def probe_pixels(
             decided = _full_decode(path, img, decode_pixels, folder_id, beyond_budget)
         else:
             _check_decodes(path, img, decode_pixels)
-    if orientation in _SWAPS_AXES:
-        width, height = height, width
+    width, height = upright_size(width, height, orientation)
     return ImageInfo(width=width, height=height, orientation=orientation), decided
 
 

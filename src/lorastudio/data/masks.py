@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from lorastudio.data.crop import _REDUCING_GAP, resized_size
+from lorastudio.data.crop import cover_crop, resized_size
 from lorastudio.data.decode_checks import check_images
 from lorastudio.data.decode_progress import DecodeProgress
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
@@ -312,12 +312,12 @@ def mask_crop(item: ImageItem, crop_top_left: tuple[int, int], flip: bool, scale
     grey = load_mask(item)
     bw, bh = item.bucket
     rw, rh = resized_size(grey.width, grey.height, item.bucket)
-    if (rw, rh) != grey.size:
-        grey = grey.resize((rw, rh), Image.Resampling.LANCZOS, reducing_gap=_REDUCING_GAP)
     top, left = crop_top_left
     if flip:  # undo the mirroring of `left` that load_crop reports for a flipped crop
         left = rw - left - bw
-    arr = np.asarray(grey, dtype=np.float32)[top : top + bh, left : left + bw] / 255.0  # [bh, bw]
+    arr = (
+        np.asarray(cover_crop(grey, (rw, rh), (top, left), item.bucket), dtype=np.float32) / 255.0
+    )  # [bh, bw]
     if flip:
         arr = arr[:, ::-1]  # [bh, bw] mirrored
     pixels = Image.fromarray(np.ascontiguousarray(np.clip(arr, 0.0, 1.0), dtype=np.float32))  # mode "F"
