@@ -18,7 +18,7 @@ _REDUCING_GAP = 3.0
 # An enlargement to cover a bucket larger than this many times the bucket's area is made of the
 # crop's window alone (`cover_crop`): a 1x4000 strip covering a 512x2048 bucket is 2 G pixels
 # enlarged whole (RELIABILITY 1036).
-WINDOW_AREA = 4
+WINDOW_AREA = 16
 _LANCZOS_ROWS = 4  # source rows beyond a window that Lanczos (support 3 when enlarging) reads, rounded up
 
 

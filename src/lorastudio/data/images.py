@@ -144,12 +144,40 @@ def open_frames(
             raise _bad(path, f"corrupt or not a PNG/JPEG/WebP image ({_reason(err, path)})") from None
         with img:
             if png is not None:
+                png_colour_key(img, path)
                 frames = png.frames
             elif img.format == "WEBP":
                 frames = int(getattr(img, "n_frames", 1))
             else:
                 frames = 1
             yield img, frames
+
+
+# A 2- or 4-bit grey PNG's largest sample: Pillow scales its pixels to 8 bits, not its tRNS key.
+_LOW_BIT_GREY = {"L;2": 3, "L;4": 15}
+
+
+def png_colour_key(img: Image.Image, path: Path) -> None:
+    """Make the opened PNG `img`'s colour key (tRNS of a grey or RGB PNG: images.has_transparency)
+    name the value its decoded 8-bit pixels hold, as viewers compare it on the stored samples:
+    Pillow scales a 2- or 4-bit grey PNG's pixels to 8 bits (2-bit 1 is 85) but keeps its key
+    unscaled (1), so the keyed pixels trained in their grey; the key is scaled here (exact: 255
+    is a multiple of 3 and 15). A 16-bit RGB PNG with a key is refused naming why: Pillow keeps
+    each sample's high byte, where the 16-bit key cannot be told apart (pixels of the key
+    opaque, others that share its high bytes transparent). 16-bit grey keeps its 16-bit samples
+    (`eight_bit`); 1-bit and 8-bit keys are Pillow's own. Raises DatasetError naming the file."""
+    key = img.info.get("transparency")
+    if key is None or not img.tile:
+        return
+    rawmode = img.tile[0].args
+    if rawmode in _LOW_BIT_GREY and isinstance(key, int):
+        img.info["transparency"] = key * (255 // _LOW_BIT_GREY[rawmode])
+    elif rawmode == "RGB;16B" and isinstance(key, tuple):
+        raise _bad(
+            path,
+            "a 16-bit RGB PNG with a colour key (tRNS): its transparent colour cannot be told apart "
+            "at the 8 bits it trains at; save it as RGBA, or at 8 bits",
+        )
 
 
 def exif_orientation(img: Image.Image) -> int:
