@@ -70,6 +70,14 @@ def crop_offset(
     return (rh - bh) // 2, (rw - bw) // 2
 
 
+def windowed(size: tuple[int, int], resized: tuple[int, int], bucket: tuple[int, int]) -> bool:
+    """Whether `cover_crop` makes an image of `size` (width, height) scaled to `resized` for
+    `bucket` from its crop's window alone: an enlargement whose whole exceeds WINDOW_AREA times
+    the bucket (data/pixel_rule.py names such files: fix 1036 reads them otherwise)."""
+    (w, h), (rw, rh), (bw, bh) = size, resized, bucket
+    return rw >= w and rh >= h and (rw, rh) != (w, h) and rw * rh > WINDOW_AREA * bw * bh
+
+
 def cover_crop(
     img: Image.Image, resized: tuple[int, int], top_left: tuple[int, int], bucket: tuple[int, int]
 ) -> Image.Image:
@@ -85,8 +93,7 @@ def cover_crop(
     generation's reference images."""
     (w, h), (rw, rh), (bw, bh) = img.size, resized, bucket
     top, left = top_left
-    enlarged = rw >= w and rh >= h and (rw, rh) != (w, h)
-    if not enlarged or rw * rh <= WINDOW_AREA * bw * bh:
+    if not windowed(img.size, resized, bucket):
         if (rw, rh) != (w, h):
             img = img.resize((rw, rh), Image.Resampling.LANCZOS, reducing_gap=_REDUCING_GAP)
         return img.crop((left, top, left + bw, top + bh))

@@ -56,8 +56,9 @@ EXIF_ORIENTATION_TAG = 0x0112
 DECODE_RULES = "srgb-1"
 # How an image's pixels are made (load_rgb, to_rgb): part of the latent cache's and the thumbnail
 # cache's keys, so a change to it encodes and renders images again rather than read stale ones
-# (2: a PNG colour key is transparency, RELIABILITY 553).
-PIXEL_RULES = "srgb-2"
+# (2: a PNG colour key is transparency, RELIABILITY 553; 3: a 2/4-bit grey PNG's key scaled, 1038,
+# and a crop far beyond its bucket cut from a window, 1036: data/pixel_rule.decode_rule).
+PIXEL_RULES = "srgb-3"
 
 # EXIF orientation -> the transpose that makes the image upright (same table as ImageOps).
 ORIENTATION_FIX: dict[int, Image.Transpose] = {
