@@ -228,3 +228,43 @@ def test_unusable_files_are_refused_naming_the_file_and_why(tmp_path: Path) -> N
         assert err.value.problems[0].startswith(f"{name}: ") and why in err.value.problems[0], name
     with pytest.raises(DatasetError, match="16-bit RGB PNG with a colour key"):
         load_rgb(tmp_path / "key48.png")
+
+
+def test_a_control_its_pipeline_cannot_size_is_refused_naming_it(tmp_path: Path) -> None:
+    """RELIABILITY 1040: a control under 16 px a side (or far from square) crashed FLUX.1
+    Kontext's sizing (ZeroDivisionError in the scan) and gave FLUX.2 a 0-px control (8000x8 ->
+    8000x0) to crop and encode, Qwen-Image-Edit's a 0-px side (1x40000): each is refused now,
+    naming the control, in the scan and a sample prompt's references alike."""
+    from lorastudio import families
+    from lorastudio.config_samples import SamplePrompt
+    from lorastudio.data.control_sizing import ControlTooSmall, control_size
+    from lorastudio.data.run_scan import with_control_sizes
+    from lorastudio.data.sample_refs import sample_references
+
+    for family, size in (("flux-kontext", (8000, 8)), ("flux2", (8000, 8)), ("qwen-image-edit", (1, 40000))):
+        with pytest.raises(ControlTooSmall, match=f"{size[0]}x{size[1]} is sized to"):
+            control_size(families.get(family).spec.control_sizing, "pipeline", *size)
+    root = tmp_path / "ds"
+    (root / "control").mkdir(parents=True)
+    Image.fromarray(STORED).save(root / "a.png")
+    Image.new("RGB", (400, 8)).save(root / "control" / "a.png")
+    (root / "a.txt").write_text("x")
+    Image.new("RGB", (10, 10)).save(root / "tiny.png")
+    (root / "tiny.txt").write_text("y")
+    scan = scan_dataset(root, resolution=64, multiple=16, control_images=(0, 1))
+    spec = families.get("flux2").spec
+    with pytest.raises(DatasetError) as err:
+        with_control_sizes(scan, spec, "pipeline")
+    assert err.value.problems[0].startswith("control image control/a.png: 400x8 is sized to 400x0")
+    assert with_control_sizes(scan, spec, "target") is scan  # controls cut with their target: any size
+    _, problems = sample_references(
+        [SamplePrompt(prompt="p", controls=["tiny.png"])],
+        scan,
+        (0, 4),
+        family="flux2",
+        max_pixels=10**6,
+        sizing=spec.control_sizing,
+        rule="pipeline",
+    )
+    assert problems == [f"sample prompt 0: control tiny.png: {problems[0].split(': ', 2)[2]}"]
+    assert "10x10 is sized to 0x0" in problems[0]
