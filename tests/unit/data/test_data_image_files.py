@@ -268,3 +268,37 @@ def test_a_control_its_pipeline_cannot_size_is_refused_naming_it(tmp_path: Path)
     )
     assert problems == [f"sample prompt 0: control tiny.png: {problems[0].split(': ', 2)[2]}"]
     assert "10x10 is sized to 0x0" in problems[0]
+
+
+def test_transparency_is_white_in_every_path(tmp_path: Path) -> None:
+    """README's rule, held (session 32 audit): an RGBA target and control whose transparent
+    pixels store magenta, an LA one and a palette one with tRNS train, preview, caption and
+    generate with those pixels white, and alpha_mask reads them as unmasked."""
+    root = tmp_path / "ds"
+    (root / "control").mkdir(parents=True)
+    opaque = XS >= 40  # [60, 80]: the right half opaque
+    rgba = np.dstack([STORED, np.where(opaque, 255, 0).astype(np.uint8)])
+    rgba[~opaque, :3] = (255, 0, 255)  # garbage under alpha 0
+    Image.fromarray(rgba, "RGBA").save(root / "rgba.png")
+    Image.fromarray(rgba, "RGBA").save(root / "control" / "rgba.png")
+    Image.fromarray(np.dstack([STORED[..., 1], rgba[..., 3]]), "LA").save(root / "la.png")
+    palette = Image.fromarray(np.where(opaque[..., None], STORED, 0).astype(np.uint8)).quantize(32)
+    palette.save(root / "p.png", transparency=int(np.asarray(palette)[0, 0]))
+    for name in ("rgba", "la", "p"):
+        (root / f"{name}.txt").write_text(name)
+    items = attach_masks(
+        scan_dataset(root, resolution=64, multiple=16, control_images=(0, 1)), alpha_mask=True
+    )
+    for item in items.items:
+        crop = load_crop(item, random_crop=False, flip=False, rng=np.random.default_rng(0))
+        left = _pixels(crop.pixels)[:, :4]  # [bh, 4, 3]: from the transparent half
+        assert left.min() >= 254.0, item.path.name
+        assert np.asarray(fit_pixels(load_rgb(item.path)))[:, :38].min() == 255, item.path.name  # captioner
+        assert np.asarray(fit_reference(load_rgb(item.path), 64, 48))[:, :4].min() >= 254, item.path.name
+        thumb = Image.open(io.BytesIO(render_thumbnail(item.path, 40, max_pixels=10**6, decode_pixels=10**6)))
+        assert np.asarray(thumb)[:, :16].min() > 235, item.path.name  # JPEG's loss
+        assert mask_crop(item, crop.crop_top_left, False, 1)[:, :4].max() == 0.0, item.path.name
+        if item.controls:
+            resized = resized_size(item.width, item.height, item.bucket)
+            control = load_control_crop(item.controls[0], item.bucket, crop.crop_top_left, resized, False)
+            assert _pixels(control)[:, :4].min() >= 254.0
