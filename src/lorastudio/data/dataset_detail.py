@@ -5,8 +5,8 @@ folder's dropped entries.
 Built for datasets of tens of thousands of images (session 23 scale audit): the folder is listed
 once per request (`discover`), the totals (images, captioned, masked, with alpha) count every
 image, but only the page's images have their caption files read; an image's size and
-alpha flag come from its header (and its EXIF orientation, read by Pillow where the file's first
-EXIF_LOOK bytes hold EXIF), read once per version of the file (`stored_header`: remembered
+alpha flag come from its header (and its EXIF orientation, read by Pillow where the header holds
+EXIF: orientation.header_has_exif), read once per version of the file (`stored_header`: remembered
 by path and file_version.version_of), so a request costs one lstat per image, not one read.
 """
 
@@ -20,9 +20,10 @@ from typing import Any
 from lorastudio.data.captions import read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_headers import header_info
-from lorastudio.data.images import file_orientation, upright_size
+from lorastudio.data.images import file_orientation
 from lorastudio.data.listing import summary_of
 from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_index
+from lorastudio.data.orientation import header_has_exif, upright_size
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.pairs import misnamed_control_folder
 from lorastudio.data.paths import stem_key
@@ -34,17 +35,6 @@ from lorastudio.file_version import version_of
 _HEADERS_MAX = 200_000  # remembered headers (a few hundred bytes each); cleared when full
 _headers: dict[tuple[Any, ...], dict[str, Any]] = {}
 _headers_lock = threading.Lock()
-# Bytes of a file's start searched for EXIF (a JPEG's APP1 "Exif", a PNG's eXIf chunk) before
-# Pillow is asked for its orientation; a WebP says so in its VP8X flags.
-EXIF_LOOK = 64 * 1024
-_WEBP_VP8X_EXIF = 0x08
-
-
-def _may_have_exif(head: bytes) -> bool:
-    """Whether a file starting with `head` (up to EXIF_LOOK bytes) may hold an EXIF orientation."""
-    if head[:4] == b"RIFF" and head[8:16] == b"WEBPVP8X" and len(head) > 20:
-        return bool(head[20] & _WEBP_VP8X_EXIF)
-    return b"Exif\0\0" in head or b"eXIf" in head
 
 
 def stored_header(path: Path) -> dict[str, Any] | None:
@@ -67,7 +57,7 @@ def stored_header(path: Path) -> dict[str, Any] | None:
         with open_in_folder(path) as fh:
             info = header_info(fh)
             fh.seek(0)
-            exif = _may_have_exif(fh.read(EXIF_LOOK))
+            exif = header_has_exif(fh)
     except (DatasetError, OSError):
         pass
     if info is None:

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import io
 import re
-import struct
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,7 +40,8 @@ from PIL import Image, ImageChops
 
 from lorastudio.data.colour import ProfileError, profile_problem, to_srgb
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS, run_decode
-from lorastudio.data.image_headers import RangesFile, bad_image, check_header, header_size
+from lorastudio.data.image_headers import DECODE_ERRORS, RangesFile, bad_image, check_header, header_size
+from lorastudio.data.orientation import ORIENTATION_FIX, exif_orientation, upright_size
 from lorastudio.data.png_stream import check_png_stream
 from lorastudio.data.safe_open import FolderId, open_in_folder
 from lorastudio.errors import DatasetError
@@ -51,7 +50,6 @@ from lorastudio.settings import MAX_IMAGE_PIXELS_ENV, PILLOW_MAX_PIXELS
 # Pillow's JPEG opener also returns MPO (multi-picture JPEG) images.
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
 WEBP_DECODE_COST = 4  # a WebP decode holds ~4x the memory of a PNG decode of the same size
-EXIF_ORIENTATION_TAG = 0x0112
 # What a check of an image accepts (probe_image): part of the decoded record's key (data/decoded.py).
 DECODE_RULES = "srgb-1"
 # How an image's pixels are made (load_rgb, to_rgb): part of the latent cache's and the thumbnail
@@ -60,21 +58,7 @@ DECODE_RULES = "srgb-1"
 # and a crop far beyond its bucket cut from a window, 1036: data/pixel_rule.decode_rule).
 PIXEL_RULES = "srgb-3"
 
-# EXIF orientation -> the transpose that makes the image upright (same table as ImageOps).
-ORIENTATION_FIX: dict[int, Image.Transpose] = {
-    2: Image.Transpose.FLIP_LEFT_RIGHT,
-    3: Image.Transpose.ROTATE_180,
-    4: Image.Transpose.FLIP_TOP_BOTTOM,
-    5: Image.Transpose.TRANSPOSE,
-    6: Image.Transpose.ROTATE_270,
-    7: Image.Transpose.TRANSVERSE,
-    8: Image.Transpose.ROTATE_90,
-}
-_SWAPS_AXES = frozenset({5, 6, 7, 8})
 _ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
-
-# What Pillow raises for unreadable, truncated or malformed files.
-DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, IndexError)
 
 
 @dataclass(frozen=True)
@@ -181,21 +165,6 @@ def png_colour_key(img: Image.Image, path: Path) -> None:
         )
 
 
-def exif_orientation(img: Image.Image) -> int:
-    """The EXIF orientation (1-8; 1 when absent or invalid) without decoding pixels.
-
-    PNG is read only from an eXIf chunk placed before the image data (as the PNG spec asks),
-    because Pillow would otherwise decode the whole image to look for a later one.
-    """
-    if img.format == "PNG" and "exif" not in img.info:
-        return 1
-    try:
-        value = img.getexif().get(EXIF_ORIENTATION_TAG, 1)
-    except DECODE_ERRORS:
-        return 1
-    return value if isinstance(value, int) and 1 <= value <= 8 else 1
-
-
 def file_orientation(path: Path, folder_id: FolderId | None = None) -> int:
     """The EXIF orientation (1-8) that `load_rgb` applies to the image file `path` (its header
     opened, no pixel decoded); 1 when it has none or cannot be opened."""
@@ -204,12 +173,6 @@ def file_orientation(path: Path, folder_id: FolderId | None = None) -> int:
             return exif_orientation(img)
     except DatasetError:
         return 1
-
-
-def upright_size(width: int, height: int, orientation: int) -> tuple[int, int]:
-    """(width, height) of an image stored `width` x `height` once its EXIF `orientation` is
-    applied (a phone's portrait photo stored 4000x3000 with orientation 6 is 3000x4000)."""
-    return (height, width) if orientation in _SWAPS_AXES else (width, height)
 
 
 def decode_cost(img: Image.Image) -> int:

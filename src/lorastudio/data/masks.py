@@ -31,14 +31,13 @@ from lorastudio.data.decoded import DecodedRecord
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import (
     DECODE_ERRORS,
-    ORIENTATION_FIX,
     eight_bit,
-    exif_orientation,
     has_transparency,
     mask_grey,
     open_image,
 )
 from lorastudio.data.items import DatasetScan, ImageItem, MaskRef, item_name
+from lorastudio.data.orientation import ORIENTATION_FIX, exif_orientation
 from lorastudio.data.paths import nfc, stem_key
 from lorastudio.data.safe_open import folder_identity
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem

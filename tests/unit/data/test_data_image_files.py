@@ -302,3 +302,42 @@ def test_transparency_is_white_in_every_path(tmp_path: Path) -> None:
             resized = resized_size(item.width, item.height, item.bucket)
             control = load_control_crop(item.controls[0], item.bucket, crop.crop_top_left, resized, False)
             assert _pixels(control)[:, :4].min() >= 254.0
+
+
+def test_a_headers_exif_is_found_by_seeking(tmp_path: Path) -> None:
+    """orientation.header_has_exif (the dataset listing's cue to read an orientation, fix 1037)
+    agrees with Pillow: a JPEG's EXIF behind a 60 KB segment, a PNG's eXIf, a WebP's VP8X
+    flag; a file without EXIF (or with a PNG eXIf after its image data, which Pillow's header-only
+    open does not read) is not opened."""
+    from lorastudio.data.orientation import header_has_exif
+
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    picture = Image.fromarray(STORED)
+    picture.save(tmp_path / "icc.jpg", exif=exif.tobytes())
+    jpeg = (tmp_path / "icc.jpg").read_bytes()
+    app2 = b"\xff\xe2" + struct.pack(">H", 2 + 60_000) + b"\0" * 60_000  # a 60 KB segment before the EXIF
+    (tmp_path / "icc.jpg").write_bytes(jpeg[:2] + app2 + jpeg[2:])
+    picture.save(tmp_path / "e.png", exif=exif.tobytes())
+    picture.save(tmp_path / "e.webp", exif=exif.tobytes())
+    for suffix in (".jpg", ".png", ".webp"):
+        picture.save(tmp_path / f"plain{suffix}")
+    late = (tmp_path / "plain.png").read_bytes()
+    body = exif.tobytes()
+    chunk = struct.pack(">I", len(body)) + b"eXIf" + body + struct.pack(">I", zlib.crc32(b"eXIf" + body))
+    (tmp_path / "late.png").write_bytes(late[:-12] + chunk + late[-12:])  # before IEND, after IDAT
+    found = {}
+    for path in sorted(tmp_path.iterdir()):
+        with open(path, "rb") as fh:
+            found[path.name] = header_has_exif(fh)
+    assert found == {
+        "icc.jpg": True,
+        "e.png": True,
+        "e.webp": True,
+        "plain.jpg": False,
+        "plain.png": False,
+        "plain.webp": False,
+        "late.png": False,
+    }
+    with Image.open(tmp_path / "icc.jpg") as img:
+        assert img.getexif()[0x0112] == 6  # Pillow reads it there too
