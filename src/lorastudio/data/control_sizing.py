@@ -48,6 +48,12 @@ KONTEXT_RESOLUTIONS: tuple[Size, ...] = (
 )  # fmt: skip
 
 
+class ControlTooSmall(ValueError):
+    """A control the pipeline's rule sizes to a side under its multiple (0 px: a control under
+    16 px a side, or one far from square at the rule's area): its pipeline cannot encode it
+    either (diffusers divides by, or crops to, a zero side)."""
+
+
 @dataclass(frozen=True)
 class ControlSizing:
     """A family edit pipeline's rule for the size it encodes a reference image at (see the
@@ -62,7 +68,23 @@ class ControlSizing:
 
     def size(self, width: int, height: int, area: int | None = None) -> Size:
         """The (width, height) a control of width x height is encoded at, at the pipeline's own
-        area (None) or `area` (the int rule: "preferred" then keeps the side ratio at that area)."""
+        area (None) or `area` (the int rule: "preferred" then keeps the side ratio at that area).
+        Raises ControlTooSmall when a side would be under the multiple (RELIABILITY 1040: a
+        ZeroDivisionError, or a 0-px side, before)."""
+        try:
+            w, h = self._size(width, height, area)
+        except ZeroDivisionError:  # "preferred": a side floored to 0 before the ratio is taken
+            w, h = 0, 0
+        if min(w, h) < self.multiple:
+            raise ControlTooSmall(
+                f"{width}x{height} is sized to {w}x{h} by its pipeline's reference rule ({self.label}): a side "
+                f"under {self.multiple} px, which the pipeline cannot encode; use a control of at least "
+                f"{self.multiple} px a side and nearer square"
+            )
+        return w, h
+
+    def _size(self, width: int, height: int, area: int | None) -> Size:
+        """`size` without its check."""
         if self.kind == "cap_area":
             cap = self.area if area is None else area
             if width * height > cap:  # Flux2ImageProcessor._resize_to_target_area

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,6 +15,11 @@ from lorastudio.data.items import ImageItem, item_name
 
 # Pillow's reducing_gap: box-reduce first, then Lanczos; visually identical and much faster.
 _REDUCING_GAP = 3.0
+# An enlargement to cover a bucket larger than this many times the bucket's area is made of the
+# crop's window alone (`cover_crop`): a 1x4000 strip covering a 512x2048 bucket is 2 G pixels
+# enlarged whole (RELIABILITY 1036).
+WINDOW_AREA = 16
+_LANCZOS_ROWS = 4  # source rows beyond a window that Lanczos (support 3 when enlarging) reads, rounded up
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,41 @@ def crop_offset(
     return (rh - bh) // 2, (rw - bw) // 2
 
 
+def windowed(size: tuple[int, int], resized: tuple[int, int], bucket: tuple[int, int]) -> bool:
+    """Whether `cover_crop` makes an image of `size` (width, height) scaled to `resized` for
+    `bucket` from its crop's window alone: an enlargement whose whole exceeds WINDOW_AREA times
+    the bucket (data/pixel_rule.py names such files: fix 1036 reads them otherwise)."""
+    (w, h), (rw, rh), (bw, bh) = size, resized, bucket
+    return rw >= w and rh >= h and (rw, rh) != (w, h) and rw * rh > WINDOW_AREA * bw * bh
+
+
+def cover_crop(
+    img: Image.Image, resized: tuple[int, int], top_left: tuple[int, int], bucket: tuple[int, int]
+) -> Image.Image:
+    """The `bucket`-sized (width, height) window at `top_left` (top, left) of `img` scaled to
+    `resized` (width, height; `resized_size`'s) with Lanczos: the image resized whole (Pillow's
+    reducing_gap), then cropped. An enlargement whose whole would exceed WINDOW_AREA times the
+    bucket (an image of an aspect ratio far beyond its bucket's: 1x4000, 8000x8, which would
+    otherwise take gigabytes and minutes per crop) is made of the window alone, in two passes of
+    the same Lanczos filter: the window's columns of the rows it reads, then its rows (Pillow's
+    two-axis `box` resize is not used: its 8-bit result differs from the whole resize by up to
+    ~50 levels); the pixels are the whole resize's within 2 levels of rounding. Memory: the
+    window and the source, never the enlarged whole. Shared by targets, controls, masks and
+    generation's reference images."""
+    (w, h), (rw, rh), (bw, bh) = img.size, resized, bucket
+    top, left = top_left
+    if not windowed(img.size, resized, bucket):
+        if (rw, rh) != (w, h):
+            img = img.resize((rw, rh), Image.Resampling.LANCZOS, reducing_gap=_REDUCING_GAP)
+        return img.crop((left, top, left + bw, top + bh))
+    sx, sy = w / rw, h / rh  # source pixels per resized pixel, <= 1
+    y0 = max(0, math.floor(top * sy) - _LANCZOS_ROWS)
+    y1 = min(h, math.ceil((top + bh) * sy) + _LANCZOS_ROWS)
+    rows = img.crop((0, y0, w, y1))  # [y1 - y0, w] the source rows the window reads
+    wide = rows.resize((bw, y1 - y0), Image.Resampling.LANCZOS, box=(left * sx, 0, (left + bw) * sx, y1 - y0))
+    return wide.resize((bw, bh), Image.Resampling.LANCZOS, box=(0, top * sy - y0, bw, (top + bh) * sy - y0))
+
+
 NAMED_FILES = 10  # files named in the warning; the rest are counted
 
 
@@ -107,10 +148,8 @@ def load_crop(item: ImageItem, *, random_crop: bool, flip: bool, rng: np.random.
     width, height = img.size
     bw, bh = item.bucket
     rw, rh = resized_size(width, height, item.bucket)
-    if (rw, rh) != (width, height):
-        img = img.resize((rw, rh), Image.Resampling.LANCZOS, reducing_gap=_REDUCING_GAP)
     top, left = crop_offset((rw, rh), item.bucket, random_crop=random_crop, rng=rng)
-    arr = np.asarray(img, dtype=np.uint8)[top : top + bh, left : left + bw]  # [bh, bw, 3]
+    arr = np.asarray(cover_crop(img, (rw, rh), (top, left), item.bucket), dtype=np.uint8)  # [bh, bw, 3]
     if flip:
         arr = arr[:, ::-1]  # [bh, bw, 3] mirrored
         left = rw - left - bw

@@ -1,10 +1,12 @@
 """One dataset's detail for the API (no HTTP, no torch): its images with captions, controls,
-masks, stored sizes and alpha flags, a page at a time, and the folder's dropped entries.
+masks, sizes (as shown: after EXIF orientation) and alpha flags, a page at a time, and the
+folder's dropped entries.
 
 Built for datasets of tens of thousands of images (session 23 scale audit): the folder is listed
 once per request (`discover`), the totals (images, captioned, masked, with alpha) count every
-image, but only the page's images have their caption files read; an image's stored size and
-alpha flag come from its header, read once per version of the file (`stored_header`: remembered
+image, but only the page's images have their caption files read; an image's size and
+alpha flag come from its header (and its EXIF orientation, read by Pillow where the header holds
+EXIF: orientation.header_has_exif), read once per version of the file (`stored_header`: remembered
 by path and file_version.version_of), so a request costs one lstat per image, not one read.
 """
 
@@ -18,8 +20,10 @@ from typing import Any
 from lorastudio.data.captions import read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_headers import header_info
+from lorastudio.data.images import file_orientation
 from lorastudio.data.listing import summary_of
 from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_index
+from lorastudio.data.orientation import header_has_exif, upright_size
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.pairs import misnamed_control_folder
 from lorastudio.data.paths import stem_key
@@ -35,8 +39,9 @@ _headers_lock = threading.Lock()
 
 def stored_header(path: Path) -> dict[str, Any] | None:
     """{"bytes", "width", "height", "alpha"} of an image file, from one read of its header
-    (`header_info`: width and height None where it cannot be read); Pillow is asked for the alpha
-    flag only where the header cannot tell. Remembered per process by path and
+    (`header_info`: width and height None where it cannot be read; the size as shown and
+    trained, after its EXIF orientation: images.file_orientation, asked only where the header
+    holds EXIF); Pillow is asked for the alpha flag only where the header cannot tell. Remembered per process by path and
     file version (file_version.version_of): a file's header is read once per version. None when the file is gone."""
     try:
         st = os.stat(path, follow_symlinks=False)
@@ -47,17 +52,20 @@ def stored_header(path: Path) -> dict[str, Any] | None:
         known = _headers.get(key)
     if known is not None:
         return known
-    info = None
+    info, exif = None, False
     try:
         with open_in_folder(path) as fh:
             info = header_info(fh)
+            fh.seek(0)
+            exif = header_has_exif(fh)
     except (DatasetError, OSError):
         pass
     if info is None:
         row: dict[str, Any] = {"bytes": st.st_size, "width": None, "height": None, "alpha": False}
     else:
         alpha = file_has_alpha(path) if info.alpha is None else info.alpha
-        row = {"bytes": st.st_size, "width": info.width, "height": info.height, "alpha": alpha}
+        width, height = upright_size(info.width, info.height, file_orientation(path) if exif else 1)
+        row = {"bytes": st.st_size, "width": width, "height": height, "alpha": alpha}
     with _headers_lock:
         if len(_headers) >= _HEADERS_MAX:
             _headers.clear()
@@ -69,7 +77,7 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
     """The detail of the dataset `folder` (an existing folder): its summary (`listing.summary_of`)
     with `masked` and `with_alpha` totals, `total_files`, `offset` and `limit`; `files`: the images
     [offset, offset + limit) by name (limit None: to the end), each with its caption (a .txt
-    wins over metadata.jsonl), controls (relative paths, slot order), mask, stored size and alpha
+    wins over metadata.jsonl), controls (relative paths, slot order), mask, size (after EXIF orientation) and alpha
     flag; `dropped`: the folder's entries not used (links, sub-folders, other files, orphan
     controls, clashing masks, metadata.jsonl problems) and the page's caption files that cannot
     be read, each with its reason. Raises DatasetError when the folder cannot be listed."""

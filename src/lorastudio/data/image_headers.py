@@ -29,6 +29,9 @@ from typing import BinaryIO
 from lorastudio.errors import DatasetError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# What Pillow raises for unreadable, truncated or malformed files (images.py's decodes and
+# orientation.py's EXIF reads).
+DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, IndexError)
 # Ancillary chunks above this size are refused (real ICC profiles and metadata are far smaller).
 MAX_PNG_ANCILLARY_CHUNK_BYTES = 16 * 2**20
 # More chunks than this are refused (walking them would cost seconds of CPU).

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import io
 import re
-import struct
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,7 +40,8 @@ from PIL import Image, ImageChops
 
 from lorastudio.data.colour import ProfileError, profile_problem, to_srgb
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS, run_decode
-from lorastudio.data.image_headers import RangesFile, bad_image, check_header, header_size
+from lorastudio.data.image_headers import DECODE_ERRORS, RangesFile, bad_image, check_header, header_size
+from lorastudio.data.orientation import ORIENTATION_FIX, exif_orientation, upright_size
 from lorastudio.data.png_stream import check_png_stream
 from lorastudio.data.safe_open import FolderId, open_in_folder
 from lorastudio.errors import DatasetError
@@ -51,29 +50,15 @@ from lorastudio.settings import MAX_IMAGE_PIXELS_ENV, PILLOW_MAX_PIXELS
 # Pillow's JPEG opener also returns MPO (multi-picture JPEG) images.
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
 WEBP_DECODE_COST = 4  # a WebP decode holds ~4x the memory of a PNG decode of the same size
-EXIF_ORIENTATION_TAG = 0x0112
 # What a check of an image accepts (probe_image): part of the decoded record's key (data/decoded.py).
 DECODE_RULES = "srgb-1"
 # How an image's pixels are made (load_rgb, to_rgb): part of the latent cache's and the thumbnail
 # cache's keys, so a change to it encodes and renders images again rather than read stale ones
-# (2: a PNG colour key is transparency, RELIABILITY 553).
-PIXEL_RULES = "srgb-2"
+# (2: a PNG colour key is transparency, RELIABILITY 553; 3: a 2/4-bit grey PNG's key scaled, 1038,
+# and a crop far beyond its bucket cut from a window, 1036: data/pixel_rule.decode_rule).
+PIXEL_RULES = "srgb-3"
 
-# EXIF orientation -> the transpose that makes the image upright (same table as ImageOps).
-ORIENTATION_FIX: dict[int, Image.Transpose] = {
-    2: Image.Transpose.FLIP_LEFT_RIGHT,
-    3: Image.Transpose.ROTATE_180,
-    4: Image.Transpose.FLIP_TOP_BOTTOM,
-    5: Image.Transpose.TRANSPOSE,
-    6: Image.Transpose.ROTATE_270,
-    7: Image.Transpose.TRANSVERSE,
-    8: Image.Transpose.ROTATE_90,
-}
-_SWAPS_AXES = frozenset({5, 6, 7, 8})
 _ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
-
-# What Pillow raises for unreadable, truncated or malformed files.
-DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, IndexError)
 
 
 @dataclass(frozen=True)
@@ -144,6 +129,7 @@ def open_frames(
             raise _bad(path, f"corrupt or not a PNG/JPEG/WebP image ({_reason(err, path)})") from None
         with img:
             if png is not None:
+                png_colour_key(img, path)
                 frames = png.frames
             elif img.format == "WEBP":
                 frames = int(getattr(img, "n_frames", 1))
@@ -152,19 +138,41 @@ def open_frames(
             yield img, frames
 
 
-def exif_orientation(img: Image.Image) -> int:
-    """The EXIF orientation (1-8; 1 when absent or invalid) without decoding pixels.
+# A 2- or 4-bit grey PNG's largest sample: Pillow scales its pixels to 8 bits, not its tRNS key.
+_LOW_BIT_GREY = {"L;2": 3, "L;4": 15}
 
-    PNG is read only from an eXIf chunk placed before the image data (as the PNG spec asks),
-    because Pillow would otherwise decode the whole image to look for a later one.
-    """
-    if img.format == "PNG" and "exif" not in img.info:
-        return 1
+
+def png_colour_key(img: Image.Image, path: Path) -> None:
+    """Make the opened PNG `img`'s colour key (tRNS of a grey or RGB PNG: images.has_transparency)
+    name the value its decoded 8-bit pixels hold, as viewers compare it on the stored samples:
+    Pillow scales a 2- or 4-bit grey PNG's pixels to 8 bits (2-bit 1 is 85) but keeps its key
+    unscaled (1), so the keyed pixels trained in their grey; the key is scaled here (exact: 255
+    is a multiple of 3 and 15). A 16-bit RGB PNG with a key is refused naming why: Pillow keeps
+    each sample's high byte, where the 16-bit key cannot be told apart (pixels of the key
+    opaque, others that share its high bytes transparent). 16-bit grey keeps its 16-bit samples
+    (`eight_bit`); 1-bit and 8-bit keys are Pillow's own. Raises DatasetError naming the file."""
+    key = img.info.get("transparency")
+    if key is None or not img.tile:
+        return
+    rawmode = img.tile[0].args
+    if rawmode in _LOW_BIT_GREY and isinstance(key, int):
+        img.info["transparency"] = key * (255 // _LOW_BIT_GREY[rawmode])
+    elif rawmode == "RGB;16B" and isinstance(key, tuple):
+        raise _bad(
+            path,
+            "a 16-bit RGB PNG with a colour key (tRNS): its transparent colour cannot be told apart "
+            "at the 8 bits it trains at; save it as RGBA, or at 8 bits",
+        )
+
+
+def file_orientation(path: Path, folder_id: FolderId | None = None) -> int:
+    """The EXIF orientation (1-8) that `load_rgb` applies to the image file `path` (its header
+    opened, no pixel decoded); 1 when it has none or cannot be opened."""
     try:
-        value = img.getexif().get(EXIF_ORIENTATION_TAG, 1)
-    except DECODE_ERRORS:
+        with open_image(path, folder_id) as img:
+            return exif_orientation(img)
+    except DatasetError:
         return 1
-    return value if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
 def decode_cost(img: Image.Image) -> int:
@@ -303,8 +311,7 @@ def probe_pixels(
             decided = _full_decode(path, img, decode_pixels, folder_id, beyond_budget)
         else:
             _check_decodes(path, img, decode_pixels)
-    if orientation in _SWAPS_AXES:
-        width, height = height, width
+    width, height = upright_size(width, height, orientation)
     return ImageInfo(width=width, height=height, orientation=orientation), decided
 
 

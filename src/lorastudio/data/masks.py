@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from lorastudio.data.crop import _REDUCING_GAP, resized_size
+from lorastudio.data.crop import cover_crop, resized_size
 from lorastudio.data.decode_checks import check_images
 from lorastudio.data.decode_progress import DecodeProgress
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
@@ -31,14 +31,13 @@ from lorastudio.data.decoded import DecodedRecord
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import (
     DECODE_ERRORS,
-    ORIENTATION_FIX,
     eight_bit,
-    exif_orientation,
     has_transparency,
     mask_grey,
     open_image,
 )
 from lorastudio.data.items import DatasetScan, ImageItem, MaskRef, item_name
+from lorastudio.data.orientation import ORIENTATION_FIX, exif_orientation
 from lorastudio.data.paths import nfc, stem_key
 from lorastudio.data.safe_open import folder_identity
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem
@@ -312,12 +311,12 @@ def mask_crop(item: ImageItem, crop_top_left: tuple[int, int], flip: bool, scale
     grey = load_mask(item)
     bw, bh = item.bucket
     rw, rh = resized_size(grey.width, grey.height, item.bucket)
-    if (rw, rh) != grey.size:
-        grey = grey.resize((rw, rh), Image.Resampling.LANCZOS, reducing_gap=_REDUCING_GAP)
     top, left = crop_top_left
     if flip:  # undo the mirroring of `left` that load_crop reports for a flipped crop
         left = rw - left - bw
-    arr = np.asarray(grey, dtype=np.float32)[top : top + bh, left : left + bw] / 255.0  # [bh, bw]
+    arr = (
+        np.asarray(cover_crop(grey, (rw, rh), (top, left), item.bucket), dtype=np.float32) / 255.0
+    )  # [bh, bw]
     if flip:
         arr = arr[:, ::-1]  # [bh, bw] mirrored
     pixels = Image.fromarray(np.ascontiguousarray(np.clip(arr, 0.0, 1.0), dtype=np.float32))  # mode "F"

@@ -55,12 +55,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from PIL import Image
 
 from lorastudio import json_read
 from lorastudio.data.captions import METADATA_CONTROL_KEYS
 from lorastudio.data.control_counts import count_problems
-from lorastudio.data.crop import resized_size, same_shape
+from lorastudio.data.crop import cover_crop, resized_size, same_shape
 from lorastudio.data.decode_checks import check_images
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import is_image_name
@@ -376,15 +375,13 @@ def load_control_crop(
     rw, rh = (
         (target_resized[0], target_resized[1]) if aligned else resized_size(img.width, img.height, bucket)
     )
-    if (rw, rh) != img.size:
-        img = img.resize((rw, rh), Image.Resampling.LANCZOS, reducing_gap=3.0)
     if aligned:
         top, left = crop_top_left
         if flip:  # undo the mirroring of `left` that load_crop reports for a flipped crop
             left = rw - left - bw
     else:
         top, left = (rh - bh) // 2, (rw - bw) // 2
-    arr = np.asarray(img, dtype=np.uint8)[top : top + bh, left : left + bw]  # [bh, bw, 3]
+    arr = np.asarray(cover_crop(img, (rw, rh), (top, left), bucket), dtype=np.uint8)  # [bh, bw, 3]
     if flip:
         arr = arr[:, ::-1]  # [bh, bw, 3] mirrored
     pixels = arr.astype(np.float32).transpose(2, 0, 1) / 127.5 - 1.0  # [3, bh, bw] in [-1, 1]

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lorastudio.config_datasets import resolution_list
-from lorastudio.data.control_sizing import ControlRule, control_size
+from lorastudio.data.control_sizing import ControlRule, ControlTooSmall, control_size
 from lorastudio.data.decode_progress import DecodeProgress
 from lorastudio.data.entries import scan_entries
 from lorastudio.data.items import DatasetScan
 from lorastudio.data.masks import attach_masks, masked_setting_problems
 from lorastudio.data.mix import MixEntry
-from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -99,12 +99,19 @@ def with_control_sizes(scan: DatasetScan, spec: FamilySpec, rule: ControlRule) -
     for "target" (controls take their targets' buckets) or a family without controls."""
     if rule == "target" or spec.control_sizing is None or not scan.controls_per_image():
         return scan
-    items = [
-        replace(
-            it, control_sizes=tuple(control_size(spec.control_sizing, rule, w, h) for w, h in it.control_dims)
+    items, problems = [], []
+    for it in scan.items:
+        sizes = []
+        for path, (w, h) in zip(it.controls, it.control_dims, strict=False):
+            try:
+                sizes.append(control_size(spec.control_sizing, rule, w, h))
+            except ControlTooSmall as err:
+                problems.append(f"control image {path.parent.name}/{path.name}: {err}")
+        items.append(replace(it, control_sizes=tuple(sizes)))
+    if problems:  # every such control at once (an image at several resolutions: named once)
+        raise DatasetError(
+            f"{scan.root}: control images too small for {spec.name}", list(dict.fromkeys(problems))
         )
-        for it in scan.items
-    ]
     return replace(scan, items=items)
 
 

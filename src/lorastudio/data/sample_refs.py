@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lorastudio.config_datasets import top_resolution
 from lorastudio.config_samples import SamplePrompt, prompt_controls
+from lorastudio.data.control_sizing import ControlRule, ControlSizing, ControlTooSmall, control_size
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.images import probe_image
 from lorastudio.data.items import DatasetScan
@@ -34,11 +35,16 @@ def sample_references(
     family: str,
     max_pixels: int,
     decode_pixels: int = DEFAULT_DECODE_PIXELS,
+    sizing: ControlSizing | None = None,
+    rule: ControlRule = "target",
 ) -> tuple[list[tuple[Path, ...]], list[str]]:
     """Each sample prompt's reference image paths, and every problem found (naming the prompt
-    and the file): a path outside the dataset folder, missing or not a readable image; more
-    references than the family takes (`allowed` = spec.control_images), fewer than it needs, or
-    any for a text-to-image family. The paths are usable only when the problems are empty."""
+    and the file): a path outside the dataset folder, missing or not a readable image, or one
+    the run's control sizing (`sizing`: the family's pipeline rule, `rule`: control_resolution;
+    a preview sizes its references as training sizes controls, training/samples.py) cannot size
+    (ControlTooSmall); more references than the family takes (`allowed` = spec.control_images),
+    fewer than it needs, or any for a text-to-image family. The paths are usable only when the
+    problems are empty."""
     low, high = allowed
     default = default_references(scan)
     found: list[tuple[Path, ...]] = []
@@ -65,9 +71,13 @@ def sample_references(
                 problems.append(f"{where}: control image {name} not found in {scan.root.name}/")
                 continue
             try:
-                probe_image(path, max_pixels, decode_pixels, folder_identity(path.parent))
+                info = probe_image(path, max_pixels, decode_pixels, folder_identity(path.parent))
+                control_size(sizing, rule, info.width, info.height)
             except DatasetError as err:
                 problems += [f"{where}: control {p}" for p in err.problems]
+                continue
+            except ControlTooSmall as err:
+                problems.append(f"{where}: control {name}: {err}")
                 continue
             paths.append(path)
         if high == 0 and asked:

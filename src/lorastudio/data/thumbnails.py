@@ -29,19 +29,18 @@ from lorastudio.data.colour import ProfileError
 from lorastudio.data.decode_slots import run_decode
 from lorastudio.data.images import (
     DECODE_ERRORS,
-    ORIENTATION_FIX,
     PIXEL_RULES,
     WEBP_DECODE_COST,
     bad_image,
     decode_cost,
     eight_bit,
-    exif_orientation,
     has_transparency,
     mask_grey,
     open_image,
     oversized,
     to_rgb,
 )
+from lorastudio.data.orientation import ORIENTATION_FIX, exif_orientation
 from lorastudio.errors import LorastudioError
 from lorastudio.file_version import version_of
 from lorastudio.staged_files import staging_path

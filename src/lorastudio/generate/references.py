@@ -14,16 +14,11 @@ from PIL import Image
 def fit_reference(image: Image.Image, width: int, height: int) -> Image.Image:
     """A reference image resized to cover (width, height) (Lanczos) and centre-cropped to it,
     as data.pairs.load_control_crop prepares a control for a target of that size."""
-    from PIL import Image as PILImage
-
-    from lorastudio.data.crop import resized_size
+    from lorastudio.data.crop import cover_crop, resized_size
 
     rgb = image.convert("RGB")
     rw, rh = resized_size(rgb.width, rgb.height, (width, height))
-    if (rw, rh) != rgb.size:
-        rgb = rgb.resize((rw, rh), PILImage.Resampling.LANCZOS, reducing_gap=3.0)
-    left, top = (rw - width) // 2, (rh - height) // 2
-    return rgb.crop((left, top, left + width, top + height))
+    return cover_crop(rgb, (rw, rh), ((rh - height) // 2, (rw - width) // 2), (width, height))
 
 
 def reference_kwargs(

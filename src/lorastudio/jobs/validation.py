@@ -243,6 +243,8 @@ def sample_prompt_problems(
         family=family.spec.name,
         max_pixels=settings.max_image_pixels,
         decode_pixels=settings.max_decode_pixels,
+        sizing=family.spec.control_sizing,
+        rule=cfg.control_resolution,
     )
     spec = family.spec  # each prompt's references at the size it renders at (its own, else the resolution)
     refs += reference_size_problems(

@@ -23,7 +23,10 @@ data/pixel_rule.py). Only a run whose data holds such a file records `pixel_rule
 `pixel_rule_files`, the first file of each fix, for the refusal to name; not compared: the
 dataset fingerprint covers the files); a checkpoint of such a run without the record (rule 1)
 is refused on resume, naming the rule, the fix and the file. Other runs record nothing: their
-checkpoints of either rule resume bitwise.
+checkpoints of either rule resume bitwise. Rule 3 (session 32): fixes 1036 (an image enlarged
+far beyond its bucket cut from its crop's window) and 1038 (a 2/4-bit grey PNG's colour key); a
+run records the rule its files need (FIX_RULE: 2 where they are of rule 2's fixes alone, as that
+code recorded it), and a checkpoint is refused only over files of a fix newer than its rule.
 
 DoRA's magnitudes: rule 2 (session 27, RELIABILITY 630): DoRA's magnitude vectors (peft's
 `lora_magnitude_vector`, initialised to the base weight's row norms) are a param group of their
@@ -51,7 +54,7 @@ KOHYA_CAPTION_RULE = "kohya_caption_rule"
 KOHYA_RULE = 2  # a kohya folder's .caption files are read (data/kohya_captions.py)
 PIXEL_RULE = "pixel_rule"
 PIXEL_FILES = "pixel_rule_files"
-PIXEL_RULE_NOW = 2  # fixes 550, 552 and 553 (data/pixel_rule.py)
+PIXEL_RULE_NOW = 3  # rule 2: fixes 550, 552 and 553; rule 3: 1036 and 1038 (data/pixel_rule.py)
 DORA_DECAY_RULE = "dora_decay_rule"
 DORA_DECAY_NOW = 2  # DoRA's magnitudes in a param group of their own, weight_decay 0 (training/optim.py)
 RULE_KEYS = frozenset({HOLDOUT_RULE, KOHYA_CAPTION_RULE, PIXEL_RULE, PIXEL_FILES, DORA_DECAY_RULE})
@@ -62,7 +65,13 @@ _PIXEL_FIXES = {
     "552": "a mask with transparent pixels, which now weigh as black where they weighed as white",
     "553": "a PNG with a colour key, whose keyed pixels now train transparent (composited onto white) "
     "where they trained in their stored colour",
+    "1036": "an image enlarged far beyond its bucket, now cut from its crop's window (its pixels within 2 "
+    "levels of before)",
+    "1038": "a 2- or 4-bit grey PNG with a colour key, whose keyed pixels now train transparent where they "
+    "trained in their grey",
 }
+# The pixel rule each fix came with: a checkpoint of an older rule read that fix's files otherwise.
+FIX_RULE = {"550": 2, "552": 2, "553": 2, "1036": 3, "1038": 3}
 
 
 def splits_regularisation(identity: Mapping[str, Any]) -> bool:
@@ -129,23 +138,37 @@ def dora_decay_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) ->
 
 
 def pixel_record(read_otherwise: Mapping[str, str]) -> dict[str, Any]:
-    """The identity's record of a run whose data holds files rule 2 reads otherwise
-    (data/pixel_rule.read_otherwise: fix -> first file): {"pixel_rule": 2, "pixel_rule_files":
-    ...}; {} for a run with none (its identity as before the rule)."""
-    return {PIXEL_RULE: PIXEL_RULE_NOW, PIXEL_FILES: dict(read_otherwise)} if read_otherwise else {}
+    """The identity's record of a run whose data holds files a later pixel rule reads otherwise
+    (data/pixel_rule.read_otherwise: fix -> first file): {"pixel_rule": N, "pixel_rule_files":
+    ...}, N the rule of its latest fix (FIX_RULE: 2 for data of session 27's fixes alone, as that
+    code recorded it; 3 with a file of 1036 or 1038); {} for a run with none (its identity as
+    before the rules)."""
+    if not read_otherwise:
+        return {}
+    rule = max(FIX_RULE.get(fix, PIXEL_RULE_NOW) for fix in read_otherwise)  # the rule these files need
+    return {PIXEL_RULE: rule, PIXEL_FILES: dict(read_otherwise)}
 
 
 def pixel_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[FieldProblem]:
-    """The refusal of a resume whose checkpoint read its pixels under another rule than this code
-    where this run's data holds files the rules read otherwise (a checkpoint of rule 1: no
-    record); empty otherwise (a run without such files records nothing and is not compared)."""
+    """The refusal of a resume whose checkpoint read its pixels under an older rule than a file of
+    this run's data needs (a checkpoint of rule 1: no record; of rule 2 over a file of 1036 or
+    1038), or under a rule this version does not know; empty otherwise (a run without such
+    files records nothing and is not compared; a rule-2 checkpoint over files of rule 2's fixes
+    alone resumes)."""
     if PIXEL_RULE not in current:
         return []
     was, now = saved.get(PIXEL_RULE, 1), current[PIXEL_RULE]
-    if was == now:
-        return []
     files = current.get(PIXEL_FILES)
-    listed = files.items() if isinstance(files, Mapping) else ()
+    every = list(files.items()) if isinstance(files, Mapping) else []
+    # a checkpoint of rule `was` read otherwise the files of the fixes that came after it (all of
+    # them for a checkpoint of a rule this version does not know)
+    listed = (
+        every
+        if not isinstance(was, int) or was > PIXEL_RULE_NOW
+        else [(fix, name) for fix, name in every if FIX_RULE.get(fix, PIXEL_RULE_NOW) > was]
+    )
+    if was == now or not listed:
+        return []
     said = "; ".join(
         f"{_PIXEL_FIXES.get(fix, 'a file read otherwise')} (RELIABILITY {fix}), e.g. {name}"
         for fix, name in listed

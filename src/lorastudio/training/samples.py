@@ -210,6 +210,8 @@ def sample_reference_paths(cfg: TrainConfig, family: Family, scan: DatasetScan) 
         family=family.spec.name,
         max_pixels=settings.max_image_pixels,
         decode_pixels=settings.max_decode_pixels,
+        sizing=family.spec.control_sizing,
+        rule=cfg.control_resolution,
     )
     if problems:
         raise DatasetError("the sample prompts' reference images cannot be used", problems)

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from lorastudio.data.decode_slots import DECODE_SLOTS, DecodeBusy, run_decode
-from lorastudio.data.images import EXIF_ORIENTATION_TAG
+from lorastudio.data.orientation import EXIF_ORIENTATION_TAG
 from lorastudio.data.thumbnails import (
     TooLargeToPreview,
     _reduced,

@@ -181,3 +181,51 @@ def test_only_a_colour_keyed_image_takes_the_new_pixel_rule_in_its_latent_key(tm
     rules = {item.path.name: decode_rule(item) for item in scan.items}
     assert rules == {"a.png": PIXEL_RULES, "b.png": DECODE_RULES}
     assert PIXEL_RULES != DECODE_RULES
+
+
+def test_session_32s_fixes_take_pixel_rule_3_and_refuse_only_older_checkpoints(tmp_path: Path) -> None:
+    """Pixel rule 3 (RELIABILITY 1036, 1038): a strip enlarged far beyond its bucket (cut from a
+    window now) and a 2-bit grey PNG's colour key are named by read_otherwise, their latent key
+    takes the new rule, and the run records rule 3: a rule-2 checkpoint over them is refused
+    naming the fix; over files of rule 2's fixes alone (an 8-bit colour key) it still resumes."""
+    import struct
+    import zlib
+
+    from lorastudio.data.images import DECODE_RULES, PIXEL_RULES
+    from lorastudio.data.pixel_rule import decode_rule, read_otherwise
+    from lorastudio.data.scan import scan_dataset
+    from lorastudio.training.identity_rules import pixel_problems, pixel_record
+
+    root = _dataset(tmp_path / "data", "colour-key")
+    Image.new("RGB", (1, 600), (90, 20, 200)).save(root / "strip.png")  # 16x9600 to cover 16x64
+    raw = b"".join(b"\0" + bytes([0b11000110, 0b01000000]) for _ in range(3))  # 2-bit grey: 3 0 1 2 1
+    chunks = [(b"IHDR", struct.pack(">IIBBBBB", 5, 3, 2, 0, 0, 0, 0)), (b"tRNS", b"\0\1")]
+    chunks += [(b"IDAT", zlib.compress(raw)), (b"IEND", b"")]
+    (root / "low.png").write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + b"".join(
+            struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d)) for t, d in chunks
+        )
+    )
+    for name in ("strip", "low"):
+        (root / f"{name}.txt").write_text(name)
+    scan = scan_dataset(root, resolution=32, multiple=16)
+    found = read_otherwise(scan)
+    assert found == {"553": "a.png", "1036": "strip.png", "1038": "low.png"}
+    rules = {item.path.name: decode_rule(item) for item in scan.items}
+    assert rules == {
+        "a.png": PIXEL_RULES,
+        "b.png": DECODE_RULES,
+        "strip.png": PIXEL_RULES,
+        "low.png": PIXEL_RULES,
+    }
+    current = pixel_record(found)
+    assert current["pixel_rule"] == 3
+    (problem,) = pixel_problems({"pixel_rule": 2}, current)
+    assert "RELIABILITY 1036" in problem.message and "strip.png" in problem.message
+    assert "RELIABILITY 1038" in problem.message and "RELIABILITY 553" not in problem.message
+    assert pixel_problems({"pixel_rule": 3}, current) == []
+    rule_two = pixel_record({"553": "a.png"})
+    assert rule_two["pixel_rule"] == 2  # as session 27's code recorded it
+    assert pixel_problems({"pixel_rule": 2}, rule_two) == []
+    assert len(pixel_problems({}, rule_two)) == 1  # rule 1: refused as before

@@ -1,0 +1,106 @@
+"""EXIF orientation: which way up a photo is shown (no torch). Phones and cameras store a portrait
+photo as the sensor read it (landscape) and say in its EXIF how a viewer turns it; every path that
+reads an image applies it (images.load_rgb, the thumbnails, the masks), sizes are given after it
+(`upright_size`: the buckets, the dataset page).
+
+`header_has_exif` finds out from a file's header alone, by seeking over its segments (no Pillow,
+no segment kept), whether it holds EXIF where Pillow's header-only open reads it: the dataset
+listing opens only those files with Pillow (data/dataset_detail.py).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from typing import BinaryIO
+
+from PIL import Image
+
+from lorastudio.data.image_headers import DECODE_ERRORS, PNG_SIGNATURE
+
+EXIF_ORIENTATION_TAG = 0x0112
+# EXIF orientation -> the transpose that makes the image upright (same table as ImageOps).
+ORIENTATION_FIX: dict[int, Image.Transpose] = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+_SWAPS_AXES = frozenset({5, 6, 7, 8})
+_EXIF_APP1 = b"Exif\0\0"  # the start of a JPEG's EXIF segment (APP1)
+_JPEG_SEGMENTS = 256  # segments walked before a JPEG's frame header; more: read it with Pillow
+_PNG_CHUNKS = 64  # chunks walked before a PNG's image data; more: read it with Pillow
+_WEBP_VP8X_EXIF = 0x08  # the EXIF flag of a WebP's VP8X flags byte
+
+
+def exif_orientation(img: Image.Image) -> int:
+    """The EXIF orientation (1-8; 1 when absent or invalid) without decoding pixels.
+
+    PNG is read only from an eXIf chunk placed before the image data (as the PNG spec asks),
+    because Pillow would otherwise decode the whole image to look for a later one.
+    """
+    if img.format == "PNG" and "exif" not in img.info:
+        return 1
+    try:
+        value = img.getexif().get(EXIF_ORIENTATION_TAG, 1)
+    except DECODE_ERRORS:
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def upright_size(width: int, height: int, orientation: int) -> tuple[int, int]:
+    """(width, height) of an image stored `width` x `height` once its EXIF `orientation` is
+    applied (a phone's portrait photo stored 4000x3000 with orientation 6 is 3000x4000)."""
+    return (height, width) if orientation in _SWAPS_AXES else (width, height)
+
+
+def header_has_exif(fh: BinaryIO) -> bool:
+    """Whether the file `fh` (open at its start) may hold an EXIF orientation that
+    `exif_orientation` reads: a JPEG's APP1 "Exif" segment before its frame header, a PNG's eXIf
+    chunk before its image data, a WebP whose VP8X flags say so. True also where the walk cannot
+    tell (more segments or chunks than it walks, a header cut short): Pillow is then asked."""
+    head = fh.read(30)
+    if head[:2] == b"\xff\xd8":
+        fh.seek(2)
+        return _jpeg_exif(fh)
+    if head[:8] == PNG_SIGNATURE:
+        fh.seek(8)
+        return _png_exif(fh)
+    if head[:4] == b"RIFF" and head[8:16] == b"WEBPVP8X" and len(head) > 20:
+        return bool(head[20] & _WEBP_VP8X_EXIF)
+    return False
+
+
+def _jpeg_exif(fh: BinaryIO) -> bool:
+    for _ in range(_JPEG_SEGMENTS):
+        head = fh.read(4)
+        if len(head) != 4 or head[0] != 0xFF:
+            return True  # malformed here: Pillow decides
+        marker = head[1]
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) or marker == 0xDA:
+            return False  # the frame header or the image data: no EXIF before it
+        length = struct.unpack(">H", head[2:])[0]
+        if marker == 0xE1 and length >= 8:
+            if fh.read(6) == _EXIF_APP1:
+                return True
+            fh.seek(length - 8, io.SEEK_CUR)
+        else:
+            fh.seek(length - 2, io.SEEK_CUR)
+    return True
+
+
+def _png_exif(fh: BinaryIO) -> bool:
+    for _ in range(_PNG_CHUNKS):
+        raw = fh.read(8)
+        if len(raw) != 8:
+            return True
+        length, ctype = struct.unpack(">I4s", raw)
+        if ctype == b"eXIf":
+            return True
+        if ctype in (b"IDAT", b"IEND"):
+            return False
+        fh.seek(length + 4, io.SEEK_CUR)
+    return True
