@@ -1,0 +1,75 @@
+"""The wall clock stepped back or forward (an NTP correction, a VM resumed, a host booted in
+1970): what the studio orders and measures must not follow it (session 32 clock audit). In
+process, no torch."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+import types
+
+import pytest
+
+from lorastudio import timings
+from lorastudio.host_clock import host_now
+from lorastudio.jobs import launch_report
+
+
+def _wall_clock(monkeypatch: pytest.MonkeyPatch, module: types.ModuleType) -> list[datetime.datetime]:
+    """`module.datetime.datetime.now()` answers the last time put in the returned list."""
+    times: list[datetime.datetime] = []
+
+    class Clock(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> datetime.datetime:  # type: ignore[override]
+            return times[-1].astimezone(tz) if tz else times[-1]
+
+    monkeypatch.setattr(module, "datetime", types.SimpleNamespace(UTC=datetime.UTC, datetime=Clock))
+    return times
+
+
+def test_run_time_records_are_newest_first_and_kept_across_a_clock_set_back(tmp_path, monkeypatch):
+    times = _wall_clock(monkeypatch, timings)
+    monkeypatch.setattr(timings, "MAX_RECORDS", 3)
+    home = tmp_path / "home"
+    (home / timings.HISTORY_DIR).mkdir(parents=True)  # a record of an older version's naming
+    old = {"version": timings.RECORD_VERSION, "run": "older"}
+    (home / timings.HISTORY_DIR / "20300101T000000000000-older.json").write_text(json.dumps(old))
+    utc = datetime.UTC
+    for run, when in [("a", (15, 0)), ("b", (15, 30)), ("c", (14, 40))]:  # then the clock set back 50 min
+        times.append(datetime.datetime(2026, 12, 6, *when, tzinfo=utc))
+        timings.write_record(home, run, {"run": run})
+    assert [r["run"] for r in timings.read_records(home)] == ["c", "b", "a"]  # the 2030 one pruned
+    times.append(datetime.datetime(1970, 1, 1, tzinfo=utc))  # a host booted with no clock
+    timings.write_record(home, "d", {"run": "d"})
+    assert [r["run"] for r in timings.read_records(home)] == ["d", "c", "b"]
+
+
+def _step_wall_clock(monkeypatch: pytest.MonkeyPatch, by_s: float) -> None:
+    """time.time() from now on `by_s` off (an NTP step, a VM's clock corrected on resume)."""
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + by_s)
+    monkeypatch.setattr(time, "time_ns", lambda: int((real() + by_s) * 1e9))
+
+
+def test_a_clock_step_before_the_run_begins_is_not_counted_as_the_process_start(monkeypatch):
+    started = timings.process_started_at()  # the CLI, the job worker, a rank: then train()
+    assert started is not None
+    _step_wall_clock(monkeypatch, 3600.0)  # the imports of train() meanwhile, or a standby's hand-over
+    clock = timings.PhaseClock(started_at=started)
+    assert abs(clock.before - (host_now() - started)) < 5.0  # this process's age, not an hour more
+
+
+def test_the_rank_that_failed_first_is_named_across_a_clock_set_back(tmp_path, monkeypatch):
+    monkeypatch.setenv(launch_report.LAUNCH_DIR_ENV, str(tmp_path))
+    launch_report.note_rank_failure(1, "cannot use image a.png: its pixels do not decode")
+    _step_wall_clock(monkeypatch, -3600.0)
+    launch_report.note_rank_failure(
+        0, "RuntimeError: [gloo] Connection reset by peer"
+    )  # rank 1's exit broke it
+    launch_report.write_failures({0: (100, 1), 1: (101, 1)})
+    assert (
+        launch_report.launch_failure(tmp_path, 2)
+        == "rank 1 of 2 failed: cannot use image a.png: its pixels do not decode"
+    )
