@@ -169,8 +169,11 @@ def train_cmd(
         freeze_if_standalone()  # the collections after each dropped model skip the libraries (import_freeze)
         if checkpoint is None and cfg.output_name is None and not launched:  # an abort says where
             from lorastudio.config import resolve_train_config
+            from lorastudio.config_resolve import free_output_name
+            from lorastudio.settings import get_settings
 
-            cfg = cfg.model_copy(update={"output_name": resolve_train_config(cfg).output_name})
+            named = free_output_name(str(resolve_train_config(cfg).output_name), get_settings().outputs_dir)
+            cfg = cfg.model_copy(update={"output_name": named})  # a run begun in the same second: -2
         for note in _flavour_notes(cfg):
             typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
         quiet_libraries()
