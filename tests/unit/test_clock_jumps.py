@@ -73,3 +73,39 @@ def test_the_rank_that_failed_first_is_named_across_a_clock_set_back(tmp_path, m
         launch_report.launch_failure(tmp_path, 2)
         == "rank 1 of 2 failed: cannot use image a.png: its pixels do not decode"
     )
+
+
+def test_a_jobs_elapsed_time_is_the_servers_monotonic_not_its_wall_clock(monkeypatch):
+    from lorastudio.jobs.records import Job
+
+    job = Job(id="j1", config=None, worker_config=None)  # type: ignore[arg-type]  # elapsed reads no config
+    assert job.elapsed_s() is None  # not started
+    job.started_mono = time.monotonic() - 60.0
+    _step_wall_clock(monkeypatch, -3600.0)  # the page's Elapsed must not go back an hour with it
+    assert 59.0 <= (job.elapsed_s() or 0.0) < 90.0
+    job.finished_mono = job.started_mono + 75.0
+    assert job.elapsed_s() == 75.0
+
+
+def test_the_lora_list_is_newest_first_by_the_run_store_not_the_files_mtimes(tmp_path):
+    import os
+
+    from lorastudio.api.routes.loras import loras
+    from lorastudio.jobs.records import now_iso
+    from lorastudio.jobs.store import RunStore
+    from lorastudio.settings import Settings
+
+    settings = Settings(home=tmp_path / "home").ensure_dirs()
+    store = RunStore.open(tmp_path / "runs.db")
+    hour_ago = time.time() - 3600
+    for name, mtime in [("before", hour_ago + 60), ("after", hour_ago), ("by-hand", hour_ago - 60)]:
+        folder = settings.outputs_dir / name  # "after" written once the clock was set back an hour
+        folder.mkdir()
+        (folder / f"{name}.safetensors").write_bytes(b"\0" * 8)
+        os.utime(folder / f"{name}.safetensors", (mtime, mtime))
+        if name != "by-hand":  # copied in by hand: no run recorded it
+            store.create_run(
+                name, name, "flux", {"family": "flux", "steps": 1, "output_name": name}, now_iso()
+            )
+    listed = loras(family=None, settings=settings, store=store)["loras"]
+    assert [item["name"] for item in listed] == ["after", "before", "by-hand"]

@@ -357,7 +357,7 @@ class JobService(JobQueries, Dispatcher):
         job.status = status
         job.error = error
         job.busy = None
-        job.finished_at = now_iso()
+        job.finished_at, job.finished_mono = now_iso(), time.monotonic()
         self._recorder.record(job)  # a failed write is retried until the store has it
         self.arbiter.end_training(job.id)
         claim = self._claims.pop(job.id, None)
