@@ -109,3 +109,31 @@ def test_the_lora_list_is_newest_first_by_the_run_store_not_the_files_mtimes(tmp
             )
     listed = loras(family=None, settings=settings, store=store)["loras"]
     assert [item["name"] for item in listed] == ["after", "before", "by-hand"]
+
+
+@pytest.fixture
+def new_york(monkeypatch):
+    """TZ=America/New_York for the test (daylight saving time from March to November)."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_runs_list_shows_the_records_utc_stamps_in_local_time(studio_home, new_york, capsys, monkeypatch):
+    from cli_runner import run_cli_streams
+    from lorastudio.jobs.store import RunStore
+    from lorastudio.settings import get_settings
+
+    settings = get_settings().ensure_dirs()
+    store = RunStore.open(settings.db_path)
+    for run, stamp in [
+        ("winter", "2026-12-06T22:40:54.123+00:00"),
+        ("summer", "2026-07-01T12:00:00.000+00:00"),
+    ]:
+        store.create_run(run, run, "flux", {"family": "flux", "steps": 1, "output_name": run}, stamp)
+    store.close()
+    code, out, err = run_cli_streams(capsys, monkeypatch, "runs", "list")
+    assert code == 0, err
+    assert "2026-12-06 17:40:54" in out and "2026-07-01 08:00:00" in out, out  # EST, then EDT
