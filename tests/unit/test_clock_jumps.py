@@ -137,3 +137,11 @@ def test_runs_list_shows_the_records_utc_stamps_in_local_time(studio_home, new_y
     code, out, err = run_cli_streams(capsys, monkeypatch, "runs", "list")
     assert code == 0, err
     assert "2026-12-06 17:40:54" in out and "2026-07-01 08:00:00" in out, out  # EST, then EDT
+
+
+def test_a_log_lines_time_tells_the_hour_daylight_saving_time_repeats(new_york):
+    from lorastudio.jobs.worker_log import stamp
+
+    first = datetime.datetime(2026, 11, 1, 5, 30, tzinfo=datetime.UTC).timestamp()  # 01:30 EDT
+    assert stamp(first) == "2026-11-01 01:30:00,000-0400"
+    assert stamp(first + 3600.25) == "2026-11-01 01:30:00,250-0500"  # 01:30 again, in EST
