@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import datetime
 import difflib
-from collections.abc import Mapping
+import os
+from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -314,6 +316,20 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
     if missing:
         raise ConfigError([FieldProblem(k, f"no default for {fam.spec.name}; set it") for k in missing])
     return resolved
+
+
+def free_output_name(name: str, outputs_dir: Path, taken: Collection[str] = ()) -> str:
+    """A defaulted output name (`<family>-<local date-time>`, resolve_train_config) made free:
+    `name` itself, else the first of `name-2`, `name-3`, ... that no folder in `outputs_dir` and
+    no name in `taken` (a queued or running job's) holds. The stamp is the wall clock's, to the
+    second: two runs begun in one second, an hour repeated when daylight saving time ends, or a
+    clock set back to a time a run was named at gave a name taken already, and the run was
+    refused for a name its user never chose."""
+    for n in range(1, 10_000):
+        candidate = name if n == 1 else f"{name}-{n}"
+        if candidate not in taken and not os.path.lexists(outputs_dir / candidate):
+            return candidate
+    return name  # all taken: refused with the reason as before (output_name_problems)
 
 
 # Family-specific fields whose schema default is not null: inert for families that do not use them.

@@ -63,7 +63,7 @@ HOME_STAGING = (
     "",  # added_models.json (basemodels/added.py)
     "claims",  # <key>.<pid>-<hex>.holder (jobs/dataset_claims.py)
     "caption-jobs",  # <id>.json (jobs/caption_records.py)
-    "run_timings",  # <stamp>-<name>.json (timings.py)
+    "run_timings",  # <n>_<stamp>-<name>.json (timings.py)
     "cache/text-signatures",  # training/text_signature.py
     "cache/decoded",  # data/decoded.py
     "cache/attention-probe",  # training/probe_cache.py
@@ -76,7 +76,7 @@ STALE_AFTER_S = 24 * 3600
 _HEX32_TMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # `.<name>.<uuid hex>.tmp`
 OLDER_HOME_STAGING: dict[str, re.Pattern[str]] = {
     "claims": re.compile(r"^\..+\.holder\.tmp$"),  # `.<key>.<pid>-<hex>.holder.tmp` (the holder's pid)
-    "run_timings": re.compile(r"^[^.].*\.json\.part$"),  # `<stamp>-<name>.json.part`
+    "run_timings": re.compile(r"^[^.].*\.json\.part$"),  # `<n>_<stamp>-<name>.json.part`
     "cache/decoded": _HEX32_TMP,
     "cache/thumbs/*": _HEX32_TMP,
     "cache/attention-probe": re.compile(r"^\.probe-[a-z0-9_]+\.json$"),  # tempfile.mkstemp's

@@ -36,6 +36,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from lorastudio import json_read
+from lorastudio.host_clock import host_now
 from lorastudio.staged_files import staging_path
 
 RECORD_VERSION = 1
@@ -66,15 +68,17 @@ PHASES: tuple[PhaseName, ...] = get_args(PhaseName)  # in the order a run passes
 
 
 def process_started_at() -> float | None:
-    """When this process started (time.time() seconds), from the OS: Linux's /proc/self/stat
-    start time against the boot clock (10 ms ticks). None where that cannot be read."""
+    """When this process started, on the host's clock (host_clock.host_now: never the wall
+    clock, which a time sync moves between this call and the run's first event), from the OS:
+    Linux's /proc/self/stat start time against the boot clock (10 ms ticks). None where that
+    cannot be read."""
     try:
         after_name = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         ticks = int(after_name[19])  # field 22, starttime: clock ticks after boot
         age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, AttributeError):
         return None
-    return time.time() - max(age, 0.0)
+    return host_now() - max(age, 0.0)
 
 
 FINAL_LORA_SAVED = "final_lora_saved"  # the mark of the run's LoRA written (before the final samples)
@@ -82,13 +86,14 @@ FINAL_LORA_SAVED = "final_lora_saved"  # the mark of the run's LoRA written (bef
 
 class PhaseClock:
     """The event sink wrapper that stamps each event (seconds since the clock was made).
-    `started_at`: when the process started (process_started_at()), None: not counted.
+    `started_at`: when the process started on the host's clock (process_started_at(), a
+    standby's hand-over: host_clock.host_now()), None: not counted.
     `marks`: named moments that are no event (FINAL_LORA_SAVED), same time base."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, started_at: float | None = None) -> None:
         self._clock = clock
         self._start = clock()
-        self.before = max(time.time() - started_at, 0.0) if started_at is not None else 0.0
+        self.before = max(host_now() - started_at, 0.0) if started_at is not None else 0.0
         self.stamped: list[tuple[float, dict[str, Any]]] = []
         self.marks: dict[str, float] = {}
 
@@ -244,29 +249,43 @@ def run_signature(
 
 
 def write_record(home: Path, name: str, record: dict[str, Any]) -> Path:
-    """Write `record` as <home>/run_timings/<UTC stamp>-<name>.json (staged, then renamed) and
-    keep the MAX_RECORDS newest. Returns the path."""
+    """Write `record` as <home>/run_timings/<n>_<UTC stamp>-<name>.json (staged, then renamed),
+    `n` one more than the highest number there, and keep the MAX_RECORDS newest (record_order:
+    by `n`, never by the wall clock's stamp, which a clock set back or a host booted in 1970
+    puts below older records). Returns the path."""
     folder = home / HISTORY_DIR
     folder.mkdir(parents=True, exist_ok=True)
+    n = max((record_order(p)[1] for p in folder.glob("*.json")), default=0) + 1
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
-    path = folder / f"{stamp}-{name}.json"
+    path = folder / f"{n:08d}_{stamp}-{name}.json"
     staged = staging_path(path)  # staged_files.py: a killed writer's is removed at a server start
     try:
         staged.write_text(json.dumps({"version": RECORD_VERSION, **record}, indent=1))
         os.replace(staged, path)
     finally:  # a failed write (a full disk, the file-size limit) leaves nothing beside the records
         staged.unlink(missing_ok=True)
-    for old in sorted(folder.glob("*.json"))[:-MAX_RECORDS]:
+    for old in sorted(folder.glob("*.json"), key=record_order)[:-MAX_RECORDS]:
         old.unlink(missing_ok=True)
     return path
 
 
+_NUMBERED = re.compile(r"^(\d{1,18})_")  # write_record's `<n>_`; an older record's name is `<stamp>-`
+
+
+def record_order(path: Path) -> tuple[int, int, str]:
+    """The sort key of a record file, oldest first: the numbered ones (write_record) by their
+    number, above every record written before the numbering (`<stamp>-<name>.json`, by name as
+    before); two writers that took one number at once, by name (their stamps)."""
+    numbered = _NUMBERED.match(path.name)
+    return (1, int(numbered.group(1)), path.name) if numbered else (0, 0, path.name)
+
+
 def read_records(home: Path) -> list[dict[str, Any]]:
-    """Every readable record of this version under <home>/run_timings/, newest first (a file that
-    is not one is skipped)."""
+    """Every readable record of this version under <home>/run_timings/, newest first
+    (record_order; a file that is not one is skipped)."""
     out = []
     folder = home / HISTORY_DIR
-    for path in sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []:
+    for path in sorted(folder.glob("*.json"), key=record_order, reverse=True) if folder.is_dir() else []:
         try:
             record = json_read.loads(path.read_text())
         except (OSError, ValueError):

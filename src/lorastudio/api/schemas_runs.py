@@ -174,6 +174,12 @@ class JobOut(_Out):
     created_at: str
     started_at: str | None
     finished_at: str | None
+    elapsed_s: float | None = Field(
+        default=None,
+        description="seconds from started_at to finished_at (to now while live) on the server's monotonic "
+        "clock (null before it started): a page adds its own monotonic time since it got it, never its wall "
+        "clock less started_at (the server's: another machine's clock, or stepped since)",
+    )
     phase: PhaseOut | None = Field(description="the last model_load_* / preparing event")
     progress: ProgressOut | None
     metrics: list[MetricPoint]

@@ -3,6 +3,7 @@ a CLI run whose process is gone is read as interrupted: RunStore.settle_dead_own
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -42,6 +43,19 @@ def _read(action: Callable[[Any], T]) -> T:
         raise StoreUnreadable(f"cannot read the run database {path}: {err}") from None
 
 
+def local_time(stamp: str) -> str:
+    """A record's stamp (UTC, ISO 8601 with its offset: jobs/records.now_iso) as the user's local
+    date and time to the second, "YYYY-MM-DD HH:MM:SS" (TZ's; as `cache ls`, the logs and a run's
+    default name show theirs): the list showed the UTC stamp cut of its offset, hours off a
+    local clock with nothing saying so. A stamp without an offset or not a date: as it is, to
+    the second."""
+    try:
+        when = datetime.datetime.fromisoformat(stamp)
+    except ValueError:
+        return stamp[:19]
+    return when.astimezone().strftime("%Y-%m-%d %H:%M:%S") if when.tzinfo is not None else stamp[:19]
+
+
 @runs_app.command("list")
 def list_cmd(limit: int = typer.Option(50, "--limit", min=1, help="at most this many, newest first")) -> None:
     """List runs, newest first: the server's (source service) and `lorastudio train`'s (source cli)."""
@@ -61,7 +75,7 @@ def list_cmd(limit: int = typer.Option(50, "--limit", min=1, help="at most this 
             r["output_name"],
             steps,
             loss,
-            r["created_at"][:19],
+            local_time(r["created_at"]),
         ]
         rows.append(row)
     headers = ("id", "status", "source", "family", "output", "steps", "last loss", "created")

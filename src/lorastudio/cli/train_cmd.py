@@ -56,6 +56,7 @@ from lorastudio.jobs.launch_report import RUN_ID_ENV, note_rank_failure, note_ra
 from lorastudio.training.events import Event
 
 if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
     from lorastudio.jobs.prefetch import WeightPrefetch
 
 EXIT_INTERRUPTED = 130  # stopped by Ctrl-C or SIGTERM (saved or not: the command says what it kept)
@@ -143,6 +144,9 @@ def train_cmd(
             flag = "--check" if check else "--overwrite"
             raise ConfigError([FieldProblem(flag, "applies to a fresh run's config file, not to a --resume")])
         cfg, checkpoint = run_config(config, settings, resume)
+        if checkpoint is None and cfg.output_name is None and not launched:  # an abort says where
+            cfg = _default_named(cfg)
+            settings = [*settings, f"output_name={cfg.output_name}"]  # a launch's ranks: this one name
         if prefetch is None and config is None and not launched:  # a --resume: its checkpoint's base
             from lorastudio.jobs.prefetch import start_prefetch
             from lorastudio.settings import get_settings
@@ -167,10 +171,6 @@ def train_cmd(
         from lorastudio.training.loop import train
 
         freeze_if_standalone()  # the collections after each dropped model skip the libraries (import_freeze)
-        if checkpoint is None and cfg.output_name is None and not launched:  # an abort says where
-            from lorastudio.config import resolve_train_config
-
-            cfg = cfg.model_copy(update={"output_name": resolve_train_config(cfg).output_name})
         for note in _flavour_notes(cfg):
             typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
         quiet_libraries()
@@ -307,6 +307,17 @@ def _report_abort(how: str, run_dir: Path | None) -> None:
         typer.echo(line)
     if not kept:
         typer.echo("nothing saved")
+
+
+def _default_named(cfg: TrainConfig) -> TrainConfig:
+    """`cfg` (no output_name) with its default name, `<family>-<local date-time>`, or `-2`,
+    `-3`, ... when a folder holds it (a run begun in the same second; config_resolve.free_output_name)."""
+    from lorastudio.config import resolve_train_config
+    from lorastudio.config_resolve import free_output_name
+    from lorastudio.settings import get_settings
+
+    named = free_output_name(str(resolve_train_config(cfg).output_name), get_settings().outputs_dir)
+    return cfg.model_copy(update={"output_name": named})
 
 
 def _check_fresh_run(

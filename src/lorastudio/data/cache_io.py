@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from lorastudio.capped_read import read_capped
-from lorastudio.data.disk_cache import ENTRY_LOCK, staging_name
+from lorastudio.data.disk_cache import ENTRY_LOCK, USE_STEP_NS, newest_use_ns, staging_name
 from lorastudio.errors import CacheError
 from lorastudio.file_modes import cache_shared_files, follow_umask_fd, mend_once
 
@@ -300,8 +300,9 @@ def _still_there(root: Path, kind: str, model: str, folder: int, fd: int) -> boo
 def hold_entry(root: Path, kind: str, model: str) -> int | None:
     """Hold the cache entry root/kind/model (one encoder's shards, as `cache ls` lists them) for
     a run that reads it: its ENTRY_LOCK taken shared (waits while a prune removes the entry,
-    then re-opens the new one) and its mtime set to now (the entry's last use: a prune removes
-    the least recently used entries first, data/cache_prune.py). Take it before the run looks at
+    then re-opens the new one) and its mtime set to now, or past the newest use of the cache's
+    entries after a clock set back (`_stamp_use`: the entry's last use; a prune
+    removes the least recently used entries first, data/cache_prune.py). Take it before the run looks at
     the entry's shards. Returns the descriptor (closing it, or the process's end, releases it);
     None when the entry cannot be held (a cache this process may not read or write: its runs
     keep what they encode in RAM)."""
@@ -314,7 +315,7 @@ def hold_entry(root: Path, kind: str, model: str) -> int | None:
             fcntl.flock(fd, fcntl.LOCK_SH)
             if _still_there(root, kind, model, folder, fd):
                 with contextlib.suppress(OSError):  # a read-only lock: the last use stays unknown
-                    os.utime(fd)
+                    _stamp_use(root, kind, model, fd)
                 return fd
         except OSError:
             pass
@@ -322,6 +323,19 @@ def hold_entry(root: Path, kind: str, model: str) -> int | None:
             os.close(folder)
         os.close(fd)  # the entry was removed under us: hold the new one
     return None
+
+
+def _stamp_use(root: Path, kind: str, model: str, fd: int) -> None:
+    """Set ENTRY_LOCK `fd`'s mtime to now (a group member's lock too: write access is enough),
+    then, when another entry's last use is as new or newer (the wall clock set back since it),
+    just past that one (disk_cache.newest_use_ns), so that the order of last uses is the order
+    of uses; only the lock's owner may set a given time (another user's keeps now). Raises
+    OSError (a read-only lock)."""
+    os.utime(fd)
+    newest = newest_use_ns(root, (kind, model))
+    if newest >= os.fstat(fd).st_mtime_ns:
+        with contextlib.suppress(PermissionError):
+            os.utime(fd, ns=(newest + USE_STEP_NS, newest + USE_STEP_NS))
 
 
 @contextlib.contextmanager

@@ -37,6 +37,7 @@ Imports no torch (the server and the CLI list and clear the cache through it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -140,6 +141,24 @@ def entry_last_use(folder: Path) -> float:
         except OSError:  # removed meanwhile
             continue
     return max(times, default=0.0)
+
+
+USE_STEP_NS = 1_000  # a use stamps at least this past the newest (a float's mtime keeps 0.24 µs)
+
+
+def newest_use_ns(root: Path, but: tuple[str, str]) -> int:
+    """The newest ENTRY_LOCK mtime (ns) of the entries under `root` other than `but` (kind,
+    model); 0 when none. cache_io.hold_entry stamps a use past it when the wall clock was set
+    back since that use (an NTP step, a VM's clock corrected): a prune's least recently used is
+    then the one used longest ago in the order of uses, never the one a run used since the step."""
+    newest = 0
+    for kind in KINDS:
+        for model in _real_subdirs(root / kind, _MODEL):
+            if (kind, model.name) == but:
+                continue
+            with contextlib.suppress(OSError):  # an entry from before the lock, or removed meanwhile
+                newest = max(newest, os.lstat(model / ENTRY_LOCK).st_mtime_ns)
+    return newest
 
 
 def _real_subdirs(folder: Path, pattern: re.Pattern[str]) -> list[Path]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from pathlib import Path
 
 from lorastudio.errors import JobActive
@@ -134,6 +135,7 @@ class Dispatcher(EventPump):
             with self._cond:
                 self._worker = worker
                 job.generation, job.pid, job.started_at = worker.generation, pid, now_iso()
+                job.started_mono = time.monotonic()  # the page's Elapsed (Job.elapsed_s)
                 if job.status == JobStatus.QUEUED:
                     job.status = JobStatus.PREPARING
                     self._log_status(job)

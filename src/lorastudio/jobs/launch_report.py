@@ -15,7 +15,8 @@ run's record (`record_launch_failure`; rank 0 records under the id the command c
 RUN_ID_ENV). The cause, as the job service decides it: a rank that died outright (a signal
 other than the SIGTERM torchrun stops the others with, or a non-zero exit without an error of
 its own) broke the others' collectives, so their errors are not the cause; else the earliest
-error a rank wrote; else torchrun's first failure.
+error a rank wrote (on the host's clock, host_clock.py: a time sync between two ranks' errors
+leaves their order); else torchrun's first failure.
 
 Every rank also notes when it starts and when its command ends (`note_rank_state`): after a
 Ctrl-C, torchrun kills the ranks that did not end within 30 s, and `launch_hung` names them (a
@@ -28,11 +29,11 @@ import contextlib
 import json
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 from lorastudio import json_read
+from lorastudio.host_clock import host_now
 from lorastudio.staged_files import staging_path
 
 LAUNCH_DIR_ENV = "LORASTUDIO_LAUNCH_DIR"  # the launch's report folder (the CLI's torchrun log folder)
@@ -47,7 +48,7 @@ def note_rank_failure(rank: int, message: str) -> None:
     folder = os.environ.get(LAUNCH_DIR_ENV)
     if not folder:
         return
-    record = {"message": message, "at": time.time()}
+    record = {"message": message, "at": host_now()}  # ranks of one host: one clock, never set
     _write_json(Path(folder) / f"rank{rank}.error", record)
 
 
@@ -55,7 +56,7 @@ def note_rank_state(rank: int, state: str) -> None:
     """In a rank of a CLI launch: note this rank's pid at `state` ("started", "ended")."""
     folder = os.environ.get(LAUNCH_DIR_ENV)
     if folder:
-        _write_json(Path(folder) / f"rank{rank}.{state}", {"pid": os.getpid(), "at": time.time()})
+        _write_json(Path(folder) / f"rank{rank}.{state}", {"pid": os.getpid(), "at": host_now()})
 
 
 def launch_hung(folder: Path, world: int) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -131,11 +132,21 @@ class Job:
     pid: int | None = None
     busy: dict[str, Any] | None = None  # work in flight a stop waits for: {work, step, since} (jobs/busy.py)
     busy_changed_at: float | None = None  # monotonic time busy last changed
+    started_mono: float | None = None  # monotonic time of started_at; finished_mono: of finished_at
+    finished_mono: float | None = None
     gpu_plan: tuple[float, str] | None = None  # planned GPU peak (GiB) and its source (jobs/caption_gpu.py)
 
     @property
     def live(self) -> bool:
         return self.status in LIVE_STATUSES
+
+    def elapsed_s(self) -> float | None:
+        """Seconds from the worker's start to the job's end (to now while live) on the server's
+        monotonic clock; None before it started. A page shows this, not its own clock's now less
+        `started_at` (the server's wall clock: another machine's, or stepped since)."""
+        if self.started_mono is None:
+            return None
+        return round((self.finished_mono or time.monotonic()) - self.started_mono, 1)
 
     def snapshot(self, since: int | None = None) -> dict[str, Any]:
         """A JSON-able view; `since` limits the metric points to steps after it."""
@@ -147,6 +158,7 @@ class Job:
             "created_at": self.created_at,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
+            "elapsed_s": self.elapsed_s(),
             "phase": self.phase,
             "progress": self.progress,
             "samples": self.samples,

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.config_datasets import read_folders
+from lorastudio.config_resolve import free_output_name
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.busy import stop_conflict
@@ -188,9 +189,20 @@ class JobService(JobQueries, Dispatcher):
             log.warning("%s", warning)
         gpu_plan = planned_gpu_gib(run.config, run.model_dir, run.scan)
         with self._cond:
-            job = self._enqueue(run.config, run.worker_config, queue)
+            config, worker_config = self._free_default_name(run)
+            job = self._enqueue(config, worker_config, queue)
             job.gpu_plan = gpu_plan
             return job.snapshot()
+
+    def _free_default_name(self, run: ValidatedRun) -> tuple[Any, Any]:
+        """`run`'s configs, with a defaulted output name that a job queued since its checks took
+        (two requests in one second) made free again (config_resolve.free_output_name); the
+        user's own name as it is (`_enqueue` refuses it). Caller holds the lock."""
+        taken = self._live_output_names()
+        if run.default_name is None or run.config.output_name not in taken:
+            return run.config, run.worker_config
+        name = {"output_name": free_output_name(run.default_name, self.settings.outputs_dir, taken)}
+        return run.config.model_copy(update=name), run.worker_config.model_copy(update=name)
 
     def submit_resume(
         self,
@@ -345,7 +357,7 @@ class JobService(JobQueries, Dispatcher):
         job.status = status
         job.error = error
         job.busy = None
-        job.finished_at = now_iso()
+        job.finished_at, job.finished_mono = now_iso(), time.monotonic()
         self._recorder.record(job)  # a failed write is retried until the store has it
         self.arbiter.end_training(job.id)
         claim = self._claims.pop(job.id, None)

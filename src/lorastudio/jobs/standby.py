@@ -40,6 +40,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from lorastudio.families.preload import import_family_classes
+from lorastudio.host_clock import host_now
 from lorastudio.import_freeze import freeze_imports
 from lorastudio.jobs.standby_cuda import barred_by_cuda, trace_cuda_init
 from lorastudio.jobs.worker import WorkerArgs, bind_to_parent, ignore_terminal_interrupt
@@ -226,7 +227,7 @@ class StandbyProcess:
         if pid is None or self.process.exitcode is not None:
             raise OSError("the standby worker is gone")
         env = {name: os.environ.get(name) for name in APPLIED_AT_HAND}
-        self._conn.send((target, replace(args, started_at=time.time()), env))
+        self._conn.send((target, replace(args, started_at=host_now()), env))
         self._conn.close()
         return pid
 

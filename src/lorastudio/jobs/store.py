@@ -325,6 +325,16 @@ class RunStore:
         run["outputs"] = [dict(o) for o in outputs]
         return run
 
+    def output_order(self) -> dict[str, int]:
+        """Each output name's place in the order runs were recorded (its newest run's rowid): the
+        LoRA list's newest first (api/routes/loras.py), never the files' mtimes, which a clock
+        set back puts below the last hour's."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT output_name, MAX(rowid) FROM runs GROUP BY output_name"
+            ).fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
+
     def runs_with_output_name(self, output_name: str) -> list[str]:
         """Ids of the runs that wrote (or will write) to `output_name`."""
         with self._lock:

@@ -20,6 +20,7 @@ from lorastudio.basemodels import inspect_folder, resolve_base
 from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.config_datasets import with_paths
+from lorastudio.config_resolve import free_output_name
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component
 from lorastudio.data.entries import (
     entry_field,
@@ -65,6 +66,7 @@ class ValidatedRun:
     model_dir: Path | None
     holdout: Holdout | None = None  # the validation hold-out (data/holdout.py)
     notes: tuple[str, ...] = ()  # checks not made now, each with why (the run's start makes them)
+    default_name: str | None = None  # the defaulted output name before free_output_name (None: the user's)
 
 
 def validate_run(
@@ -96,6 +98,13 @@ def validate_run(
         cfg = resolve_train_config(given)
     except ConfigError as err:
         problems += err.problems
+    default_name = (
+        cfg.output_name if given is not None and cfg is not None and given.output_name is None else None
+    )
+    if cfg is not None and default_name is not None:  # a wall-clock stamp: taken in the same second
+        cfg = cfg.model_copy(
+            update={"output_name": free_output_name(default_name, settings.outputs_dir, live_output_names)}
+        )
     reported = {p.field for p in problems}
     family = _family_or_none(raw.get("family"))
 
@@ -220,6 +229,7 @@ def validate_run(
         model_dir=model_dir,
         holdout=holdout,
         notes=tuple(notes),
+        default_name=default_name,
     )
 
 

@@ -64,7 +64,7 @@ class WorkerArgs:
     settings: Settings
     parent_pid: int
     resume: str | None = None  # checkpoint folder to continue from (a resumed run)
-    # when a standby worker (jobs/standby.py) was handed this job (time.time()); None: a fresh
+    # when a standby worker (jobs/standby.py) was handed this job (host_clock.host_now()); None: a fresh
     # process, whose own start counts (the run's process_start phase)
     started_at: float | None = None
 

@@ -39,7 +39,24 @@ MAX_LOG_BYTES = 32 * 1024 * 1024  # the most one run's log (its file and the rot
 TAIL_BYTES = 1024 * 1024  # the most of a log the API reads back at once
 _CHUNK = 65536
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-_STAMPED = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")  # _FORMAT's asctime and its space
+# _FORMAT's asctime (`stamp`) and its space; a log of an older version has no offset
+_STAMPED = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}(?:[+-]\d{4})? ")
+
+
+def stamp(when: float) -> str:
+    """`when` (time.time()) as a log line's time: local, with its UTC offset,
+    "2026-11-01 01:30:00,123-0400". Without the offset the hour that daylight saving time's end
+    repeats read the same twice, and a server's zone could not be told from the reader's."""
+    local = time.localtime(when)
+    millis = min(int(when % 1 * 1000), 999)
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', local)},{millis:03d}{time.strftime('%z', local)}"
+
+
+class _Stamped(logging.Formatter):
+    """_FORMAT with `stamp`'s asctime."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (logging's name)
+        return stamp(record.created)
 
 
 def log_path(settings: Settings, run_id: str) -> Path:
@@ -99,7 +116,7 @@ class WorkerLog:
         self._handlers = [quiet, loud]
         root = logging.getLogger()
         for handler in self._handlers:
-            handler.setFormatter(logging.Formatter(_FORMAT))
+            handler.setFormatter(_Stamped(_FORMAT))
             root.addHandler(handler)
         if root.level > logging.INFO or root.level == logging.NOTSET:
             root.setLevel(logging.INFO)
@@ -165,9 +182,7 @@ class WorkerLog:
         out = []
         for line in data.splitlines(keepends=True):
             if self._line_start and not _STAMPED.match(line):  # a record's own (the warnings' copy)
-                now = time.time()
-                out.append(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)).encode())
-                out.append(b",%03d " % int(now % 1 * 1000))
+                out.append(stamp(time.time()).encode() + b" ")
             out.append(line)
             self._line_start = line.endswith(b"\n")
         return b"".join(out)

@@ -52,7 +52,7 @@ def test_every_line_in_the_file_says_when_it_came(tmp_path: Path) -> None:
     file as the log records do; the terminal copy is as printed. Before, only log records had
     one: "from print" and a library's warning stood bare in the log."""
     text, done = _run(tmp_path, 1 << 20, 10)
-    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} "
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}[+-]\d{4} "  # local, with its UTC offset
     lines = text.splitlines()
     assert len(lines) == 5 and all(re.match(stamp, line) for line in lines), lines
     assert any(re.fullmatch(stamp + "from print", line) for line in lines)

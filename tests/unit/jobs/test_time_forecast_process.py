@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from lorastudio.host_clock import host_now
 from lorastudio.jobs.hardware import HostInfo, precisions_for
 from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.validation import validate_run
@@ -26,15 +27,18 @@ CPU = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
 
 
 def test_process_started_at_is_the_os_start_of_the_process() -> None:
-    code = "import time; time.sleep(1.0); from lorastudio.timings import process_started_at as s; print(s(), time.time())"
-    before = time.time()
+    code = (
+        "import time; time.sleep(1.0); from lorastudio.timings import process_started_at as s;"
+        " from lorastudio.host_clock import host_now; print(s(), host_now())"
+    )
+    before = host_now()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    after = time.time()
+    after = host_now()
     started, now = map(float, out.split())
     # between the parent's spawn and the child's sleep (10 ms ticks), however long the
-    # interpreter's start takes on a loaded host
+    # interpreter's start takes on a loaded host; on the host's clock, one for every process
     assert before - 0.05 <= started <= now - 1.0 and now <= after
-    assert 0 <= time.time() - (process_started_at() or 0) < time.time()  # this process: started earlier
+    assert 0 <= host_now() - (process_started_at() or 0) < host_now()  # this process: started earlier
 
 
 def _raw(model: Path, data: Path, name: str) -> dict:

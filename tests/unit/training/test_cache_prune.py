@@ -61,6 +61,20 @@ def test_the_cap_removes_the_oldest_unused_entries_first(tmp_path: Path) -> None
     assert [s.model for s in prune_cache(root, cap=0).removed] == [OLDEST, NEWEST]  # released now
 
 
+def test_an_entry_used_after_the_clock_was_set_back_is_not_the_least_recently_used(tmp_path: Path) -> None:
+    import time
+
+    root = tmp_path / "cache"
+    ahead = time.time() + 3600  # used an hour ago, before the clock was set back an hour
+    before = _entry(root, OLD, ahead)
+    after = _entry(root, NEWEST, None)
+    size = cache_stats(root)[0].bytes
+    os.close(hold_entry(root, "latents", NEWEST))  # a run reads it now: its last use
+    assert os.stat(after / ENTRY_LOCK).st_mtime > os.stat(before / ENTRY_LOCK).st_mtime
+    assert [s.model for s in prune_cache(root, cap=size).removed] == [OLD]
+    assert after.is_dir() and not before.exists()
+
+
 def test_an_entry_held_by_another_process_is_never_removed(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     _entry(root, OLDEST, 1_000)

@@ -2418,6 +2418,11 @@ export interface components {
              * @description what may hurt the run about its dataset, as the preflight's dataset.warnings (images upscaled, cut to their bucket, ...): said by the run when it started
              */
             dataset_warnings?: string[];
+            /**
+             * Elapsed S
+             * @description seconds from started_at to finished_at (to now while live) on the server's monotonic clock (null before it started): a page adds its own monotonic time since it got it, never its wall clock less started_at (the server's: another machine's clock, or stepped since)
+             */
+            elapsed_s?: number | null;
             /** Error */
             error: string | null;
             /** Family */

@@ -34,3 +34,24 @@ export function etaSeconds(clock: StepClock | null, total: number, now: number):
   const perStep = (last.at - first.at) / 1000 / (last.step - first.step);
   return Math.max(0, perStep * (total - last.step) - (now - last.at) / 1000);
 }
+
+/** A live job's elapsed seconds as the server measured them (`Job.elapsed_s`, its monotonic clock) and when (ms, stepClockNow()) this page got that value. */
+export interface ElapsedAnchor {
+  jobId: string;
+  seconds: number;
+  at: number;
+}
+
+/** `anchor` moved to the server's `seconds` of job `jobId` got at `at` when they are new (a fresh status snapshot); the same value again keeps it (an event folded onto the snapshot). */
+export function anchorElapsed(anchor: ElapsedAnchor | null, jobId: string, seconds: number, at: number): ElapsedAnchor {
+  return anchor && anchor.jobId === jobId && anchor.seconds === seconds ? anchor : { jobId, seconds, at };
+}
+
+/**
+ * The job's elapsed seconds at `now`: the server's value plus this page's monotonic time since it
+ * came. Never the browser's Date.now() less the server's `started_at`: two machines' wall clocks
+ * (a remote server's ahead: "0s" for as long; behind: an hour too many), or one stepped mid-run.
+ */
+export function elapsedAt(anchor: ElapsedAnchor, now: number): number {
+  return anchor.seconds + Math.max(0, now - anchor.at) / 1000;
+}

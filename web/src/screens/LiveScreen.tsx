@@ -12,7 +12,15 @@ import { roundTiles, SampleRound, samplePrompts } from "../components/SamplePrev
 import { Stat } from "../components/Stat";
 import { StopDialog } from "../components/StopDialog";
 import { formatDuration, formatGb, formatNumber, secondsBetween } from "../lib/format";
-import { etaSeconds, observeStep, stepClockNow, type StepClock } from "../lib/stepClock";
+import {
+  anchorElapsed,
+  elapsedAt,
+  etaSeconds,
+  observeStep,
+  stepClockNow,
+  type ElapsedAnchor,
+  type StepClock,
+} from "../lib/stepClock";
 import { describePhase } from "../lib/phase";
 import { chartData } from "../lib/series";
 import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
@@ -67,6 +75,7 @@ export function LiveScreen() {
   });
   const [, setTick] = useState(0);
   const steps = useRef<StepClock | null>(null); // the pace of the steps this page saw (the ETA)
+  const since = useRef<ElapsedAnchor | null>(null); // the server's elapsed seconds and when they came (Elapsed)
   const ticking = job != null && LIVE.has(job.status);
   useEffect(() => {
     if (!ticking) return;
@@ -77,6 +86,7 @@ export function LiveScreen() {
     if (!ticking) setAsking(false); // the Stop dialog of a run that ended must not open again for the next one
   }, [ticking]);
   if (job?.progress) steps.current = observeStep(steps.current, job.id, job.progress.step, stepClockNow());
+  if (job?.elapsed_s != null) since.current = anchorElapsed(since.current, job.id, job.elapsed_s, stepClockNow());
 
   const statusMessage = statusError && `Cannot load the training status: ${statusError}`;
   if (!job) {
@@ -98,7 +108,9 @@ export function LiveScreen() {
   }
   const p = job.progress;
   const live = LIVE.has(job.status);
-  const elapsed = secondsBetween(job.started_at, live ? null : job.finished_at);
+  // a live job's on the server's monotonic clock (never Date.now() less the server's started_at: RELIABILITY 1023)
+  const anchored = live && job.elapsed_s != null && since.current?.jobId === job.id ? since.current : null;
+  const elapsed = anchored ? elapsedAt(anchored, stepClockNow()) : secondsBetween(job.started_at, live ? null : job.finished_at);
   const total = p?.total_steps ?? 0;
   const step = Math.max(p?.step ?? 0, job.steps_run); // the record may be ahead of the last event seen (a restart)
   // stopped without saving: the files this session wrote (samples, snapshots, checkpoints) are gone
@@ -159,7 +171,7 @@ export function LiveScreen() {
           <Stat label="Learning rate">{formatNumber(p?.lr, 3)}</Stat>
           <Stat label="Samples/s">{formatNumber(p?.samples_per_second, 3)}</Stat>
           <Stat label="Peak memory">{formatGb(p?.peak_memory_gb)}</Stat>
-          <Stat label="Elapsed">{formatDuration(elapsed)}</Stat>
+          <Stat label="Elapsed" testId="stat-elapsed">{formatDuration(elapsed)}</Stat>
           <Stat label="ETA" testId="stat-eta">{live && p ? formatDuration(etaSeconds(steps.current, total, stepClockNow())) : "–"}</Stat>
         </div>
         {total > 0 && <ProgressBar value={step} max={total} label="training progress" />}
