@@ -62,7 +62,7 @@ def test_the_overlapped_load_trains_bitwise_like_the_sequential_one(family, make
     assert loads[0] == ("model_load_started", "denoiser", None)
     assert loads[-1][:2] == ("model_load_completed", "denoiser") and loads[-1][2] is not None
     done = next(e for e in events if e.type == "model_load_completed" and e.component == "denoiser")
-    assert 0 < done.waited_s and 0 < done.seconds
+    assert done.waited_s > 0 and done.seconds > 0
     assert not _threads()
 
 
@@ -76,7 +76,9 @@ def test_an_error_of_the_thread_ends_the_run_with_that_error_and_no_thread(make_
     assert not _threads()
 
 
-def test_a_bad_denoiser_file_is_reported_as_the_sequential_path_reports_it(make_config, tmp_path, monkeypatch):
+def test_a_bad_denoiser_file_is_reported_as_the_sequential_path_reports_it(
+    make_config, tmp_path, monkeypatch
+):
     base = tmp_path / "base"
     shutil.copytree(make_config().base_model, base)
     (weights,) = (base / "transformer").glob("*.safetensors")
