@@ -57,7 +57,7 @@ def run_one(
     if path == "old":
         denoiser_early.overlap_refusal = lambda run, plan: "bench: sequential"  # type: ignore[assignment]
     elif tiny:
-        denoiser_early._ON_CPU = True  # the CPU's path of the overlap (an unpinned buffer)
+        denoiser_early._ON_CPU = "device"  # the CPU's path of the overlap (an unpinned ring)
     cfg = _config(root, family, path, steps, tiny, compile_mode)
     _fresh_output(root, cfg["output_name"])
     table = run_cli(root, cfg, "cpu" if tiny else "cuda", t0)

@@ -11,25 +11,31 @@ of phase 1
   dtype, which a tensor made meanwhile by the main thread's encoders would take; `torch.nn.init`'s
   functions and accelerate's `nn.Module.register_parameter`, patched and restored by whichever
   thread leaves last), so no other load or computation may run beside it;
-- then copies its weights, in a background thread, into one host buffer (page-locked on CUDA:
-  cudaHostRegister), while the text encoders and the VAE load and encode. The copy is torch's
-  (the GIL released); it reads the weights' file pages that jobs/prefetch.py brought in;
+- then copies its weights in a background thread (training/weight_copy.py; torch's copies, the
+  GIL released) while the text encoders and the VAE load and encode: straight to the device
+  through a ring of two page-locked chunks on a stream of its own where the device has room for
+  the denoiser beside the text encoders and the VAE (`device_room`: their parameters +
+  DEVICE_MARGIN against the free memory; the run's denoiser phase holds more than that beside its
+  weights), else into one host buffer, page-locked once full. It reads the weights' file pages
+  that jobs/prefetch.py brings in (which an early denoiser start does not cut short).
 `EarlyDenoiser.finish` (where the old path loaded, after phase 2 freed its models) joins the
-thread and copies the buffer to the device, non-blocking from page-locked memory (the old path
-copied pageable memory, one tensor at a time). The run waits only for what is left of the
-thread's copy and for the device copy. The LoRA (and its `torch.manual_seed(cfg.seed)`) is
-added after `finish`, on the main thread, by plan_build as before: the run is bit-identical.
+thread and puts the copies in the denoiser's place (from a host buffer: a non-blocking copy from
+page-locked memory; the old path copied pageable memory, one tensor at a time). The run waits
+only for what is left of the thread's copy (and a host buffer's device copy). The LoRA (and its
+`torch.manual_seed(cfg.seed)`) is added after `finish`, on the main thread, by plan_build as
+before: the run is bit-identical.
 
 Refused (the old sequential path, the reason logged) where the plan is measured under a memory
 budget, where the base is quantised or blocks swap, on a device that is not CUDA, in a
 data-parallel run (its ranks share the host's RAM), for a base that is not a local folder (its
 size unknown), and where the host's available RAM (jobs/host_memory.available_host_bytes) does not
-hold the buffer, the CPU-built denoiser's converted tensors and the text encoders' beside each
+hold the CPU-built denoiser's converted tensors, the text encoders' and a host buffer beside each
 other with HOST_MARGIN to spare: jobs/host_memory's forecast counts the phases one after another,
 so a host it forecasts for the sequential path never runs the overlap short.
 
 A stop or an error in phases 1-2 `close`s it: the thread stops at its next tensor and is
-joined, the buffer freed. An error in the thread is raised by `finish` (the same exception).
+joined, its copies and buffer freed. An error in the thread is raised by `finish` (the same
+exception object) where the sequential path would have raised its load's error.
 """
 
 from __future__ import annotations
@@ -48,16 +54,14 @@ from lorastudio.training.events import Emit, ModelLoadStarted
 from lorastudio.training.plan import Plan
 from lorastudio.training.precision import is_quantised, pick_dtype
 from lorastudio.training.preflight import PreparedRun
+from lorastudio.training.weight_copy import HostBuffer, Stopped, ring_to_device
 
 log = logging.getLogger(__name__)
 
 HOST_MARGIN = 4 * 10**9  # bytes kept free beyond the overlap's own (the process, the caption embeddings)
-_ALIGN = 64  # each tensor's offset in the host buffer: any dtype's alignment
-_ON_CPU = False  # a test seam: overlap on a CPU device too (an unpinned buffer), to test the path
-
-
-class _Stopped(Exception):
-    """The thread saw `close`: it ends without a buffer."""
+DEVICE_MARGIN = 8 * 10**9  # bytes kept free beside the three components (the encoders' activations)
+_ENCODERS = ("text_encoder", "text_encoder_2", "text_encoder_3")
+_ON_CPU: str | None = None  # a test seam: overlap on a CPU device too, its copy "device" or "host"
 
 
 @dataclass
@@ -78,19 +82,19 @@ def overlap_refusal(run: PreparedRun, plan: Plan | None) -> str | None:
         return "a memory budget measures the plan after phases 1-2"
     if is_quantised(plan.base_precision) or plan.offload_blocks > 0:
         return "the denoiser is staged on the CPU (a quantised base or block swap)"
-    if device.type != "cuda" and not _ON_CPU:
+    if device.type != "cuda" and _ON_CPU is None:
         return f"the device is {device.type}, not CUDA"
     if cfg.num_gpus > 1:
         return "a data-parallel run's ranks share the host's RAM"
     source = model_source(cfg)
     if not isinstance(source, str) or not Path(source).is_dir():
         return "the base is not a local folder (its size is unknown before it loads)"
-    need = host_bytes_needed(run, plan, Path(source))
     from lorastudio.jobs.host_memory import available_host_bytes
 
     available = available_host_bytes()
     if available is None:
         return "the host's available RAM is unknown"
+    need = host_bytes_needed(run, plan, Path(source), buffer=not device_room(run, plan, Path(source)))
     if need + HOST_MARGIN > available:
         return (
             f"the host has {available / 1e9:.1f} GB available, the overlap needs {need / 1e9:.1f} GB"
@@ -99,93 +103,105 @@ def overlap_refusal(run: PreparedRun, plan: Plan | None) -> str | None:
     return None
 
 
-def host_bytes_needed(run: PreparedRun, plan: Plan, folder: Path) -> int:
-    """Host RAM the overlap holds at its peak in phase 1: the buffer (every denoiser parameter
-    in the plan's dtype), the CPU-built denoiser's converted tensors (those stored in another
-    dtype: jobs/vram_estimate.converted_bytes) and the text encoders' converted tensors."""
-    from lorastudio.jobs.host_memory import _SAFETENSORS_DTYPE
-    from lorastudio.jobs.vram_estimate import converted_bytes, param_count
+def _component_bytes(folder: Path, parts: tuple[str, ...], itemsize: int) -> int:
+    from lorastudio.jobs.vram_estimate import param_count
 
-    dtype = pick_dtype(plan.base_precision, run.device)
+    return sum(param_count(folder / part) for part in parts) * itemsize
+
+
+def device_room(run: PreparedRun, plan: Plan, folder: Path) -> bool:
+    """Whether the device has room for the denoiser beside the text encoders and the VAE with
+    DEVICE_MARGIN to spare (their activations): free memory (torch.cuda.mem_get_info) against
+    their parameters in the plan's dtype. Then the thread copies it to the device; else into a
+    host buffer."""
+    if run.device.type != "cuda":
+        return _ON_CPU == "device"
+    itemsize = pick_dtype(plan.base_precision, run.device).itemsize
+    need = _component_bytes(folder, (run.family.spec.denoiser, *_ENCODERS, "vae"), itemsize)
+    free, _total = torch.cuda.mem_get_info(run.device)
+    return need + DEVICE_MARGIN <= free
+
+
+def host_bytes_needed(run: PreparedRun, plan: Plan, folder: Path, *, buffer: bool) -> int:
+    """Host RAM the overlap holds at its peak in phase 1: the CPU-built denoiser's converted
+    tensors (those stored in another dtype: jobs/vram_estimate.converted_bytes), the text
+    encoders' converted tensors and, with `buffer`, the host buffer (every denoiser parameter
+    in the plan's dtype)."""
+    from lorastudio.jobs.host_memory import _SAFETENSORS_DTYPE
+    from lorastudio.jobs.vram_estimate import converted_bytes
+
+    itemsize = pick_dtype(plan.base_precision, run.device).itemsize
     name = _SAFETENSORS_DTYPE.get(plan.base_precision, "F32")
-    denoiser = folder / run.family.spec.denoiser
-    encoders = sum(
-        converted_bytes(folder / s, name) for s in ("text_encoder", "text_encoder_2", "text_encoder_3")
-    )
-    return param_count(denoiser) * dtype.itemsize + converted_bytes(denoiser, name) + encoders
+    denoiser = run.family.spec.denoiser
+    converted = sum(converted_bytes(folder / part, name) for part in (denoiser, *_ENCODERS))
+    return converted + (_component_bytes(folder, (denoiser,), itemsize) if buffer else 0)
 
 
 class EarlyDenoiser:
-    """A denoiser built on the CPU whose weights a thread copies into one host buffer (module
-    docstring). `finish(device)` returns it on the device; `close()` ends the thread and frees
-    the buffer (idempotent; `finish` calls it)."""
+    """A denoiser built on the CPU whose weights a thread copies beside phases 1-2 (module
+    docstring): to the device (`to_device`) or into one host buffer. `finish(device)` returns it
+    on the device; `close()` ends the thread and frees what it holds (idempotent; `finish`
+    calls it)."""
 
-    def __init__(self, denoiser: Any, build_s: float, pin: bool):
+    def __init__(self, denoiser: Any, build_s: float, device: torch.device, to_device: bool):
         self.denoiser: Any = denoiser
+        self.to_device = to_device
         self._build_s = build_s
-        self._pin = pin
+        self._device = device
         self._stop = threading.Event()
         self._error: Exception | None = None
-        self._buffer: torch.Tensor | None = None  # [bytes] uint8
-        self._views: dict[int, torch.Tensor] = {}  # id(param or buffer) -> its bytes in the buffer
-        self._pinned = False
+        self._host = HostBuffer()
+        self._copies: dict[int, torch.Tensor] = {}  # id(param or buffer) -> its copy on the device
         self._copy_s = 0.0
-        self._thread = threading.Thread(target=self._fill, name="denoiser-early", daemon=True)
+        self._thread = threading.Thread(target=self._copy, name="denoiser-early", daemon=True)
         self._thread.start()
 
     def _tensors(self) -> list[torch.Tensor]:
+        """The denoiser's parameters and buffers, each once (tied ones too), that the copy takes."""
         seen: dict[int, torch.Tensor] = {}
         for t in [*self.denoiser.parameters(), *self.denoiser.buffers()]:
             seen.setdefault(id(t), t)
-        return list(seen.values())
+        return [t for t in seen.values() if t.is_contiguous() and t.device.type == "cpu"]
 
-    def _fill(self) -> None:
+    def _copy(self) -> None:
         t0 = time.perf_counter()
+        cuda = self._device.type == "cuda"
         try:
-            tensors = [t for t in self._tensors() if t.is_contiguous() and t.device.type == "cpu"]
-            offsets, total = [], 0
-            for t in tensors:
-                offsets.append(total)
-                total += -(-t.numel() * t.element_size() // _ALIGN) * _ALIGN
-            self._buffer = buffer = torch.empty(total, dtype=torch.uint8)  # [bytes]
-            views = {}
-            for t, offset in zip(tensors, offsets, strict=True):
-                if self._stop.is_set():
-                    raise _Stopped
-                n = t.numel() * t.element_size()
-                view = buffer[offset : offset + n].view(t.dtype).view(t.shape)
-                view.copy_(t)
-                views[id(t)] = view
-            if self._pin and total and not self._stop.is_set():
-                self._pinned = _page_lock(buffer)  # after the copy: its pages are there to lock
-            self._views = views
-        except _Stopped:
+            if self.to_device:
+                self._copies = ring_to_device(self._tensors(), self._device, self._stop, pin=cuda)
+            else:
+                self._host.fill(self._tensors(), self._stop, pin=cuda)
+        except Stopped:
             pass
         except Exception as err:  # noqa: BLE001 - any error: raised again on the main thread by finish()
             self._error = err
         self._copy_s = time.perf_counter() - t0
 
     def finish(self, device: torch.device) -> tuple[Any, LoadReport]:
-        """Join the thread (raising its error, if any), move the denoiser to `device` from the
-        buffer (a tensor the buffer lacks: the ordinary copy) and free the buffer. Returns the
-        denoiser on `device` and its LoadReport."""
+        """Join the thread (raising its error, if any), put the denoiser on `device` (its
+        parameters and buffers as Module.to does: the thread's copies, else from the host buffer,
+        a tensor neither holds by the ordinary copy) and free the buffer. Returns the denoiser on
+        `device` and its LoadReport."""
         t0 = time.perf_counter()
         self._thread.join()
         joined = time.perf_counter()
         try:
             if self._error is not None:
                 raise self._error
-            views, non_blocking = self._views, self._pinned
+            copies, views, non_blocking = self._copies, self._host.views, self._host.pinned
 
             def place(t: torch.Tensor) -> torch.Tensor:
-                view = views.get(id(t))
-                if view is None or t.device.type != "cpu":  # a tied tensor moves once
+                if t.device.type != "cpu":  # a tied tensor, moved at its first place
                     return t.to(device)
-                return view.to(device, non_blocking=non_blocking)
+                if id(t) in copies:
+                    return copies[id(t)]
+                if id(t) in views:
+                    return views[id(t)].to(device, non_blocking=non_blocking)
+                return t.to(device)
 
-            denoiser = self.denoiser._apply(place)  # parameters and buffers, as Module.to does
+            denoiser = self.denoiser._apply(place)
             if device.type == "cuda":
-                torch.cuda.synchronize(device)  # the buffer is freed next
+                torch.cuda.synchronize(device)  # the host buffer is freed next
         finally:
             self.close()
         self.denoiser = None
@@ -194,35 +210,19 @@ class EarlyDenoiser:
             seconds=self._build_s + self._copy_s + (end - joined), waited=self._build_s + (end - t0)
         )
         log.info(
-            "denoiser load beside phases 1-2: build %.2f s, host copy %.2f s (%.2f s waited), device copy %.2f s",
+            "denoiser load beside phases 1-2 (%s): build %.2f s, copy %.2f s (%.2f s of it waited for),"
+            " then %.2f s to place it",
+            "to the device" if self.to_device else "through a host buffer",
             self._build_s, self._copy_s, joined - t0, end - joined,
         )  # fmt: skip
         return denoiser, report
 
     def close(self) -> None:
-        """End the thread (it stops at its next tensor) and free the buffer."""
+        """End the thread (it stops at its next tensor), drop its copies and free the buffer."""
         self._stop.set()
         self._thread.join()
-        self._views = {}
-        if self._pinned and self._buffer is not None:
-            from torch.cuda._pin_memory_utils import unpin_memory
-
-            unpin_memory(self._buffer.data_ptr())
-            self._pinned = False
-        self._buffer = None
-
-
-def _page_lock(buffer: torch.Tensor) -> bool:
-    """Page-lock `buffer` (cudaHostRegister) so that its device copy is a DMA; False (logged)
-    where the host refuses (a locked-memory limit): the copy is then pageable, as before."""
-    from torch.cuda._pin_memory_utils import pin_memory
-
-    try:
-        pin_memory(buffer.data_ptr(), buffer.numel())
-    except RuntimeError as err:
-        log.warning("denoiser load: its host buffer could not be page-locked (%s); copying it pageable", err)
-        return False
-    return True
+        self._copies = {}
+        self._host.release()
 
 
 def start_denoiser(run: PreparedRun, plan: Plan | None, emit: Emit) -> EarlyDenoiser | None:
@@ -237,5 +237,7 @@ def start_denoiser(run: PreparedRun, plan: Plan | None, emit: Emit) -> EarlyDeno
     cfg = run.cfg
     t0 = time.perf_counter()
     dtype = pick_dtype(plan.base_precision, run.device)
-    denoiser = run.family.load_denoiser(model_source(cfg), cfg.revision, dtype, torch.device("cpu"))
-    return EarlyDenoiser(denoiser, time.perf_counter() - t0, pin=run.device.type == "cuda")
+    source = model_source(cfg)
+    to_device = device_room(run, plan, Path(str(source)))
+    denoiser = run.family.load_denoiser(source, cfg.revision, dtype, torch.device("cpu"))
+    return EarlyDenoiser(denoiser, time.perf_counter() - t0, run.device, to_device)

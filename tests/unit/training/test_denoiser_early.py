@@ -1,5 +1,5 @@
 """The denoiser's load beside phases 1-2 (training/denoiser_early.py), forced on for the CPU here
-(its test seam `_ON_CPU`: an unpinned host buffer): the run trains bit-identically to the
+(its test seam `_ON_CPU`: the ring to the "device" or a host buffer, unpinned): the run trains bit-identically to the
 sequential path, an error of the load or of its thread ends the run as the sequential path's
 would, a stop in phase 1 leaves no thread behind, and a host without the RAM for both keeps the
 sequential path."""
@@ -16,14 +16,14 @@ from safetensors.torch import load_file
 
 from lorastudio.jobs import host_memory
 from lorastudio.timings import phase_seconds
-from lorastudio.training import denoiser_early
+from lorastudio.training import denoiser_early, weight_copy
 from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import TrainResult, train
 
 
 @pytest.fixture
 def early(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(denoiser_early, "_ON_CPU", True)
+    monkeypatch.setattr(denoiser_early, "_ON_CPU", "device")
 
 
 def _weights(result: TrainResult) -> dict[str, torch.Tensor]:
@@ -42,12 +42,12 @@ def _threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "denoiser-early"]
 
 
-@pytest.mark.parametrize("family", ["flux", "sdxl"])
-def test_the_overlapped_load_trains_bitwise_like_the_sequential_one(family, make_config, monkeypatch):
+@pytest.mark.parametrize(("family", "copy"), [("flux", "device"), ("sdxl", "host")])
+def test_the_overlapped_load_trains_bitwise_like_the_sequential_one(family, copy, make_config, monkeypatch):
     settings = {"steps": 2, "caption_dropout": 0.3, "random_flip": True}
     plain_events: list = []
     plain = train(make_config(family, output_name="plain", **settings), plain_events.append, device="cpu")
-    monkeypatch.setattr(denoiser_early, "_ON_CPU", True)
+    monkeypatch.setattr(denoiser_early, "_ON_CPU", copy)  # the ring to the device, or a host buffer
     events: list = []
     over = train(make_config(family, output_name="over", **settings), events.append, device="cpu")
     assert over.losses == plain.losses and _weights(over).keys() == _weights(plain).keys()
@@ -84,7 +84,7 @@ def test_a_bad_denoiser_file_is_reported_as_the_sequential_path_reports_it(
     (weights,) = (base / "transformer").glob("*.safetensors")
     weights.write_bytes(weights.read_bytes()[:200])  # the header cut short
     errors = []
-    for forced in (False, True):
+    for forced in (None, "device"):
         monkeypatch.setattr(denoiser_early, "_ON_CPU", forced)
         with pytest.raises(Exception) as caught:  # noqa: PT011 - compared below, type and message
             train(make_config(base_model=str(base), output_name=f"bad{forced}"), [].append, device="cpu")
@@ -108,7 +108,7 @@ def test_a_stop_in_phase_1_ends_the_run_and_its_thread(make_config, early):
 
 
 def test_a_host_without_room_for_both_keeps_the_sequential_path(make_config, early, monkeypatch, caplog):
-    monkeypatch.setattr(host_memory, "available_host_bytes", lambda: denoiser_early.HOST_MARGIN)
+    monkeypatch.setattr(host_memory, "available_host_bytes", lambda: denoiser_early.HOST_MARGIN // 2)
     events: list = []
     with caplog.at_level(logging.INFO, logger=denoiser_early.__name__):
         train(make_config(output_name="short"), events.append, device="cpu")
@@ -116,7 +116,7 @@ def test_a_host_without_room_for_both_keeps_the_sequential_path(make_config, ear
         ("model_load_started", "denoiser", None),
         ("model_load_completed", "denoiser", None),
     ]
-    assert "denoiser load after phases 1-2: the host has 4.0 GB available, the overlap needs" in caplog.text
+    assert "denoiser load after phases 1-2: the host has 2.0 GB available, the overlap needs" in caplog.text
 
 
 def test_the_phases_count_an_overlapped_load_by_its_wait():
@@ -130,3 +130,21 @@ def test_the_phases_count_an_overlapped_load_by_its_wait():
     phases = phase_seconds(stamped, None)["phases"]
     assert phases["weights_load"] == pytest.approx(1.6)
     assert phases["caption_encoding"] == pytest.approx(1.9)
+
+
+def test_the_copies_are_exact_across_ring_chunks_and_stop_at_the_next_tensor(monkeypatch):
+    monkeypatch.setattr(weight_copy, "RING_BYTES", 96)  # a tensor spans chunks, chunks are reused
+    tensors = [torch.randn(7, 5, dtype=torch.bfloat16), torch.arange(40), torch.ones(()), torch.rand(3) > 0.5]
+    stop = threading.Event()
+    copies = weight_copy.ring_to_device(tensors, torch.device("cpu"), stop, pin=False)
+    host = weight_copy.HostBuffer()
+    host.fill(tensors, stop, pin=False)
+    for t in tensors:
+        for copy in (copies[id(t)], host.views[id(t)]):
+            assert copy.dtype == t.dtype and torch.equal(copy, t) and copy.data_ptr() != t.data_ptr()
+    host.release()
+    stop.set()
+    with pytest.raises(weight_copy.Stopped):
+        weight_copy.ring_to_device(tensors, torch.device("cpu"), stop, pin=False)
+    with pytest.raises(weight_copy.Stopped):
+        weight_copy.HostBuffer().fill(tensors, stop, pin=False)
