@@ -11,7 +11,7 @@ process of its own (`one`): bench/e2e_run.run_cli's path (`lorastudio train`'s: 
 prefetch, then training.loop.train in the process), 1024 px, batch 1, --steps steps, no sample
 rounds nor checkpoints, compile per --compile (default off: the first step's Dynamo trace,
 3.3-4.3 s of FLUX.1's, is not this change's and a cold Inductor cache would load the first run
-only). "old" refuses the overlap (denoiser_early.overlap_refusal answers "bench: sequential"),
+only). "old" refuses the overlap (LORASTUDIO_EARLY_DENOISER=0),
 "new" lets the engine decide (its refusal, if any, is printed). Each run prints and writes
 DIR/overlap-<family>-<path>.json: the time to the first step, the loads (each ModelLoadCompleted's
 seconds; the denoiser's waited_s where it overlapped), bench/e2e_phases' phase table, the peak
@@ -55,7 +55,7 @@ def run_one(
     from lorastudio.training import denoiser_early
 
     if path == "old":
-        denoiser_early.overlap_refusal = lambda run, plan: "bench: sequential"  # type: ignore[assignment]
+        os.environ["LORASTUDIO_EARLY_DENOISER"] = "0"  # the sequential path
     elif tiny:
         denoiser_early._ON_CPU = "device"  # the CPU's path of the overlap (an unpinned ring)
     cfg = _config(root, family, path, steps, tiny, compile_mode)

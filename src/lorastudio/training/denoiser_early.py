@@ -25,7 +25,8 @@ only for what is left of the thread's copy (and a host buffer's device copy). Th
 `torch.manual_seed(cfg.seed)`) is added after `finish`, on the main thread, by plan_build as
 before: the run is bit-identical.
 
-Refused (the old sequential path, the reason logged) where the plan is measured under a memory
+Refused (the old sequential path, the reason logged) where Settings.early_denoiser is off
+(LORASTUDIO_EARLY_DENOISER=0: a GPU whose free memory DEVICE_MARGIN misjudged), where the plan is measured under a memory
 budget, where the base is quantised or blocks swap, on a device that is not CUDA, in a
 data-parallel run (its ranks share the host's RAM), for a base that is not a local folder (its
 size unknown), and where the host's available RAM (jobs/host_memory.available_host_bytes) does not
@@ -74,10 +75,12 @@ class LoadReport:
     waited: float
 
 
-def overlap_refusal(run: PreparedRun, plan: Plan | None) -> str | None:
+def overlap_refusal(run: PreparedRun, plan: Plan | None, enabled: bool = True) -> str | None:
     """Why the denoiser's load may not run beside phases 1-2 of `run` under `plan` (module
-    docstring), or None when it may."""
+    docstring), or None when it may; `enabled`: Settings.early_denoiser."""
     cfg, device = run.cfg, run.device
+    if not enabled:
+        return "LORASTUDIO_EARLY_DENOISER=0"
     if plan is None:
         return "a memory budget measures the plan after phases 1-2"
     if is_quantised(plan.base_precision) or plan.offload_blocks > 0:
@@ -225,11 +228,14 @@ class EarlyDenoiser:
         self._host.release()
 
 
-def start_denoiser(run: PreparedRun, plan: Plan | None, emit: Emit) -> EarlyDenoiser | None:
+def start_denoiser(
+    run: PreparedRun, plan: Plan | None, emit: Emit, enabled: bool = True
+) -> EarlyDenoiser | None:
     """The denoiser built on the CPU and its copy started beside phases 1-2 (module docstring),
     ModelLoadStarted("denoiser") emitted first; None where the overlap is refused (the reason
-    logged). Raises ModelSourceError (the load), as build_denoiser would."""
-    reason = overlap_refusal(run, plan)
+    logged; `enabled`: Settings.early_denoiser). Raises ModelSourceError (the load), as
+    build_denoiser would."""
+    reason = overlap_refusal(run, plan, enabled)
     if reason is not None or plan is None:
         log.info("denoiser load after phases 1-2: %s", reason)
         return None

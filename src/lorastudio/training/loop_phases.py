@@ -58,7 +58,7 @@ def run_phases(
     attention = start_attention(
         run, plan, settings.probe_cache_dir
     )  # auto's probe runs beside phases 1-2 (attention_early)
-    early = start_denoiser(run, plan, emit)  # its copy beside phases 1-2 (denoiser_early)
+    early = start_denoiser(run, plan, emit, settings.early_denoiser)  # its copy beside phases 1-2
     try:
         _inputs_and_steps(run, state, emit, stop, meter, settings, plan, decided_by, attention, early)
     finally:
