@@ -2,8 +2,8 @@
 same call, same pipeline folder: the time to the first step and the loads (issue 31; RESULTS
 note 44).
 
-    python -m bench.denoiser_overlap DIR [--family flux] [--order old,new] [--steps 2]
-                                         [--compile off] [--tiny] [--out OUT]
+    python -m bench.denoiser_overlap DIR [--family flux] [--order old,new,old,new] [--steps 2]
+                                         [--compile off] [--attention cudnn] [--tiny] [--out OUT]
 
 builds DIR/<family> first when it is not there (`python -m bench.e2e_run build`: a random-weight
 folder of the released config, FLUX.1 ~90 s on an H200), then runs each path of --order in a
@@ -11,7 +11,8 @@ process of its own (`one`): bench/e2e_run.run_cli's path (`lorastudio train`'s: 
 prefetch, then training.loop.train in the process), 1024 px, batch 1, --steps steps, no sample
 rounds nor checkpoints, compile per --compile (default off: the first step's Dynamo trace,
 3.3-4.3 s of FLUX.1's, is not this change's and a cold Inductor cache would load the first run
-only). "old" refuses the overlap (LORASTUDIO_EARLY_DENOISER=0),
+only), attention per --attention (default cudnn: auto's probe would load the first run only).
+Repeated paths are tagged by their place (old, new, old2, new3). "old" refuses the overlap (LORASTUDIO_EARLY_DENOISER=0),
 "new" lets the engine decide (its refusal, if any, is printed). Each run prints and writes
 DIR/overlap-<family>-<path>.json: the time to the first step, the loads (each ModelLoadCompleted's
 seconds; the denoiser's waited_s where it overlapped), bench/e2e_phases' phase table, the peak
@@ -34,10 +35,12 @@ REPO = Path(__file__).resolve().parents[1]
 PATHS = ("old", "new")
 
 
-def _config(root: Path, family: str, path: str, steps: int, tiny: bool, compile_mode: str) -> dict[str, Any]:
+def _config(
+    root: Path, family: str, path: str, steps: int, tiny: bool, compile_mode: str, attention: str
+) -> dict[str, Any]:
     from bench.e2e_run import train_config
 
-    cfg = train_config(root, family, f"overlap-{path}", steps, tiny, "auto")
+    cfg = train_config(root, family, f"overlap-{path}", steps, tiny, attention)
     for key in ("sample_prompts", "sample_every", "sample_steps", "save_every"):
         cfg.pop(key)
     cfg["compile"] = compile_mode
@@ -45,7 +48,7 @@ def _config(root: Path, family: str, path: str, steps: int, tiny: bool, compile_
 
 
 def run_one(
-    root: Path, family: str, path: str, steps: int, tiny: bool, compile_mode: str, t0: float
+    root: Path, family: str, path: str, steps: int, tiny: bool, compile_mode: str, attention: str, t0: float
 ) -> dict[str, Any]:
     """One run of `path` in this process (e2e_run.run_cli's path); its table."""
     from bench import e2e_build
@@ -58,7 +61,7 @@ def run_one(
         os.environ["LORASTUDIO_EARLY_DENOISER"] = "0"  # the sequential path
     elif tiny:
         denoiser_early._ON_CPU = "device"  # the CPU's path of the overlap (an unpinned ring)
-    cfg = _config(root, family, path, steps, tiny, compile_mode)
+    cfg = _config(root, family, path, steps, tiny, compile_mode, attention)
     _fresh_output(root, cfg["output_name"])
     table = run_cli(root, cfg, "cpu" if tiny else "cuda", t0)
     loads = [
@@ -92,15 +95,24 @@ KEYS = (
 
 
 def summary(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Each path's key figures and, with both, new less old of the time to the first step."""
-    out: dict[str, Any] = {path: {k: r.get(k) for k in KEYS if k in r} for path, r in runs.items()}
-    old, new = runs.get("old", {}), runs.get("new", {})
-    if old.get("time_to_first_step_s") is not None and new.get("time_to_first_step_s") is not None:
-        out["ttfs_new_less_old_s"] = round(new["time_to_first_step_s"] - old["time_to_first_step_s"], 2)
-        load = old.get("weights_load_total_s") or None
-        out["ttfs_over_old_load"] = {
-            p: round(runs[p]["time_to_first_step_s"] / load, 2) if load else None for p in ("old", "new")
-        }
+    """Each run's key figures (by tag: old, new, old2, new3...) and, with both paths, each
+    path's times to the first step, the mean of new less the mean of old, and each path's mean
+    over old's mean weights load (issue 31's ratio, against the sequential load)."""
+    out: dict[str, Any] = {tag: {k: r.get(k) for k in KEYS if k in r} for tag, r in runs.items()}
+    by_path: dict[str, list[float]] = {p: [] for p in PATHS}
+    loads: list[float] = []
+    for tag, r in runs.items():
+        path = tag.rstrip("0123456789")
+        if r.get("time_to_first_step_s") is not None and path in by_path:
+            by_path[path].append(r["time_to_first_step_s"])
+            if path == "old" and r.get("weights_load_total_s"):
+                loads.append(r["weights_load_total_s"])
+    out["ttfs_s"] = by_path
+    if by_path["old"] and by_path["new"]:
+        mean = {p: sum(v) / len(v) for p, v in by_path.items()}
+        out["ttfs_new_less_old_s"] = round(mean["new"] - mean["old"], 2)
+        load = sum(loads) / len(loads) if loads else None
+        out["ttfs_over_old_load"] = {p: round(mean[p] / load, 2) if load else None for p in PATHS}
     return out
 
 
@@ -112,10 +124,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("root", type=Path)
     p.add_argument("--family", default="flux")
-    p.add_argument("--order", default="old,new", help="the paths, in order (old, new; repeats allowed)")
+    p.add_argument(
+        "--order", default="old,new,old,new", help="the paths, in order (old, new; repeats allowed)"
+    )
     p.add_argument("--path", choices=PATHS, default="new", help="one: the path")
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--compile", default="off", help="the runs' compile setting")
+    p.add_argument(
+        "--attention", default="cudnn", help="attention_backend (default cudnn: no probe in the first run)"
+    )
     p.add_argument("--tiny", action="store_true", help="lorastudio.tiny's pipeline on the CPU")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON results here")
     args = p.parse_args(argv)
@@ -123,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     if args.what == "one":
-        result = run_one(root, args.family, args.path, args.steps, args.tiny, args.compile, t0)
+        result = run_one(
+            root, args.family, args.path, args.steps, args.tiny, args.compile, args.attention, t0
+        )
         name = f"overlap-{args.family}-{args.path}.json"
     else:
         if not (root / args.family / "model_index.json").is_file():
@@ -133,7 +152,16 @@ def main(argv: list[str] | None = None) -> int:
         for i, path in enumerate(args.order.split(",")):
             tag = path if path not in runs else f"{path}{i}"
             cmd = [sys.executable, "-m", "bench.denoiser_overlap", "one", str(root), "--family", args.family]
-            cmd += ["--path", path, "--steps", str(args.steps), "--compile", args.compile]
+            cmd += [
+                "--path",
+                path,
+                "--steps",
+                str(args.steps),
+                "--compile",
+                args.compile,
+                "--attention",
+                args.attention,
+            ]
             cmd += ["--tiny"] if args.tiny else []
             done = subprocess.run(cmd, check=False, env=env)
             file = root / f"overlap-{args.family}-{path}.json"
