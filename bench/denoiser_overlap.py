@@ -131,11 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--compile", default="off", help="the runs' compile setting")
     p.add_argument(
-        "--attention", default="cudnn", help="attention_backend (default cudnn: no probe in the first run)"
+        "--attention", default=None, help="attention_backend (default cudnn, auto with --tiny: no probe run)"
     )
     p.add_argument("--tiny", action="store_true", help="lorastudio.tiny's pipeline on the CPU")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON results here")
     args = p.parse_args(argv)
+    args.attention = args.attention or ("auto" if args.tiny else "cudnn")
     root: Path = args.root
     root.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
