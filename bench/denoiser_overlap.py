@@ -153,30 +153,26 @@ def main(argv: list[str] | None = None) -> int:
         for i, path in enumerate(args.order.split(",")):
             tag = path if path not in runs else f"{path}{i}"
             cmd = [sys.executable, "-m", "bench.denoiser_overlap", "one", str(root), "--family", args.family]
-            cmd += [
-                "--path",
-                path,
-                "--steps",
-                str(args.steps),
-                "--compile",
-                args.compile,
-                "--attention",
-                args.attention,
-            ]
-            cmd += ["--tiny"] if args.tiny else []
+            cmd += ["--path", path, "--steps", str(args.steps), "--compile", args.compile]
+            cmd += ["--attention", args.attention, *(["--tiny"] if args.tiny else [])]
             done = subprocess.run(cmd, check=False, env=env)
             file = root / f"overlap-{args.family}-{path}.json"
             runs[tag] = json.loads(file.read_text()) if done.returncode == 0 and file.is_file() else {}
             runs[tag]["returncode"] = done.returncode
             file.unlink(missing_ok=True)
-        result = {"runs": runs, "summary": summary(runs)}
-        name = f"overlap-{args.family}.json"
+            result = {"runs": runs, "summary": summary(runs)}
+            name = f"overlap-{args.family}.json"
+            _write([root, args.out], name, result)  # after each run: a call cut short keeps the runs done
         print(json.dumps(result["summary"], indent=1), flush=True)
+    _write([root, args.out], name, result)
+    return 0
+
+
+def _write(folders: list[Path | None], name: str, result: dict[str, Any]) -> None:
     text = json.dumps(result, indent=1, default=str)
-    for folder in {root, *([args.out] if args.out else [])}:
+    for folder in {f for f in folders if f is not None}:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
-    return 0
 
 
 if __name__ == "__main__":
