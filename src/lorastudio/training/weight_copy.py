@@ -104,23 +104,18 @@ class HostBuffer:
             view.copy_(t)
             views[id(t)] = view
         if pin and total and not stop.is_set():
-            from torch.cuda._pin_memory_utils import pin_memory
-
-            try:
-                pin_memory(buffer.data_ptr(), total)
-                self.pinned = True
-            except RuntimeError as err:
-                log.warning(
-                    "denoiser load: its host buffer could not be page-locked (%s); copying it pageable", err
-                )
+            code = int(
+                torch.cuda.cudart().cudaHostRegister(buffer.data_ptr(), total, 0)
+            )  # 0: the default flags
+            self.pinned = code == 0
+            if code != 0:  # a locked-memory limit: the device copy is pageable, as before
+                log.warning("denoiser load: its host buffer could not be page-locked (CUDA error %d)", code)
         self.views = views
 
     def release(self) -> None:
         """Unlock and drop the buffer (idempotent)."""
         self.views = {}
         if self.pinned and self.buffer is not None:
-            from torch.cuda._pin_memory_utils import unpin_memory
-
-            unpin_memory(self.buffer.data_ptr())
+            torch.cuda.cudart().cudaHostUnregister(self.buffer.data_ptr())
             self.pinned = False
         self.buffer = None
