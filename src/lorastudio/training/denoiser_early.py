@@ -171,11 +171,17 @@ class EarlyDenoiser:
         cuda = self._device.type == "cuda"
         try:
             if self.to_device:
-                self._copies = ring_to_device(self._tensors(), self._device, self._stop, pin=cuda)
+                ring_to_device(self._tensors(), self._device, self._stop, pin=cuda, out=self._copies)
             else:
                 self._host.fill(self._tensors(), self._stop, pin=cuda)
         except Stopped:
             pass
+        except torch.OutOfMemoryError:  # phases 1-2 took more than DEVICE_MARGIN: the rest after them
+            log.warning(
+                "denoiser load: the device ran out of memory beside the text encoders after %d of its"
+                " tensors; the rest are copied after phase 2",
+                len(self._copies),
+            )
         except Exception as err:  # noqa: BLE001 - any error: raised again on the main thread by finish()
             self._error = err
         self._copy_s = time.perf_counter() - t0
@@ -202,12 +208,11 @@ class EarlyDenoiser:
                     return views[id(t)].to(device, non_blocking=non_blocking)
                 return t.to(device)
 
-            denoiser = self.denoiser._apply(place)
+            denoiser = self.denoiser._apply(place)  # a tensor the thread did not copy: copied now
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # the host buffer is freed next
         finally:
             self.close()
-        self.denoiser = None
         end = time.perf_counter()
         report = LoadReport(
             seconds=self._build_s + self._copy_s + (end - joined), waited=self._build_s + (end - t0)
@@ -221,11 +226,13 @@ class EarlyDenoiser:
         return denoiser, report
 
     def close(self) -> None:
-        """End the thread (it stops at its next tensor), drop its copies and free the buffer."""
+        """End the thread (it stops at its next tensor), drop its copies, the CPU-built denoiser
+        and the buffer."""
         self._stop.set()
         self._thread.join()
         self._copies = {}
         self._host.release()
+        self.denoiser = None
 
 
 def start_denoiser(

@@ -38,16 +38,21 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def ring_to_device(
-    tensors: list[torch.Tensor], device: torch.device, stop: threading.Event, pin: bool
+    tensors: list[torch.Tensor],
+    device: torch.device,
+    stop: threading.Event,
+    pin: bool,
+    out: dict[int, torch.Tensor] | None = None,
 ) -> dict[int, torch.Tensor]:
     """Copies of the contiguous CPU `tensors` on `device` through the ring (module docstring);
-    `pin`: page-locked chunks (CUDA). Returns id(tensor) -> its copy, the copies complete.
-    Raises Stopped when `stop` is set, torch.OutOfMemoryError."""
+    `pin`: page-locked chunks (CUDA). Returns `out` (a new dict by default): id(tensor) -> its
+    copy, complete, for each tensor copied, so that a caller's `out` keeps the copies made before
+    an error. Raises Stopped when `stop` is set, torch.OutOfMemoryError."""
     cuda = device.type == "cuda"
     stream = torch.cuda.Stream(device) if cuda else None
     chunks = [torch.empty(RING_BYTES, dtype=torch.uint8, pin_memory=pin) for _ in range(2)]  # [bytes]
     done: list[torch.cuda.Event | None] = [None, None]  # a chunk's last copy
-    out: dict[int, torch.Tensor] = {}
+    out = {} if out is None else out
     k = 0
     try:
         for t in tensors:

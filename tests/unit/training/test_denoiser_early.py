@@ -148,3 +148,21 @@ def test_the_copies_are_exact_across_ring_chunks_and_stop_at_the_next_tensor(mon
         weight_copy.ring_to_device(tensors, torch.device("cpu"), stop, pin=False)
     with pytest.raises(weight_copy.Stopped):
         weight_copy.HostBuffer().fill(tensors, stop, pin=False)
+
+
+def test_a_device_out_of_memory_in_the_thread_leaves_the_rest_to_the_join(make_config, monkeypatch, caplog):
+    plain = train(make_config(output_name="plain_oom"), [].append, device="cpu")
+    ring = denoiser_early.ring_to_device
+
+    def short_of_memory(tensors, device, stop, pin, out):  # two tensors fit beside the encoders
+        ring(tensors[:2], device, stop, pin, out)
+        raise torch.OutOfMemoryError("CUDA out of memory (the test's)")
+
+    monkeypatch.setattr(denoiser_early, "_ON_CPU", "device")
+    monkeypatch.setattr(denoiser_early, "ring_to_device", short_of_memory)
+    with caplog.at_level(logging.WARNING, logger=denoiser_early.__name__):
+        over = train(make_config(output_name="over_oom"), [].append, device="cpu")
+    assert "ran out of memory beside the text encoders after 2 of its tensors" in caplog.text
+    assert over.losses == plain.losses
+    assert all(torch.equal(_weights(over)[k], v) for k, v in _weights(plain).items())
+    assert not _threads()
