@@ -159,8 +159,14 @@ def _prepare_denoiser(
     compile_blocks = wants_compile(cfg.compile, run.device)
     if early is not None:  # ModelLoadStarted was emitted when it started
         loaded, report = early.finish(run.device)
-        emit(ModelLoadCompleted(component="denoiser", seconds=report.seconds, waited_s=report.waited))
+        t0 = time.perf_counter()
         built = build_denoiser(run, plan, compile_blocks=compile_blocks, loaded=loaded)
+        rest = time.perf_counter() - t0  # the build after the load (LoRA, compile's wrapping), as before
+        emit(
+            ModelLoadCompleted(
+                component="denoiser", seconds=report.seconds + rest, waited_s=report.waited + rest
+            )
+        )
     else:
         emit(ModelLoadStarted(component="denoiser"))
         t0 = time.perf_counter()
