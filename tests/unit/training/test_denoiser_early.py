@@ -1,6 +1,6 @@
 """The denoiser's load beside phases 1-2 (training/denoiser_early.py), forced on for the CPU here
-(its test seam `_ON_CPU`: the ring to the "device" or a host buffer, unpinned): the run trains bit-identically to the
-sequential path, an error of the load or of its thread ends the run as the sequential path's
+(its test seam `_ON_CPU`: the ring to the "device" or a host buffer, unpinned): the run trains
+bit-identically to the sequential path, an error of the load or of its thread ends the run as the sequential path's
 would, a stop in phase 1 leaves no thread behind, and a host without the RAM for both keeps the
 sequential path."""
 
@@ -93,8 +93,15 @@ def test_a_bad_denoiser_file_is_reported_as_the_sequential_path_reports_it(
     assert not _threads()
 
 
-def test_a_stop_in_phase_1_ends_the_run_and_its_thread(make_config, early):
+def test_a_stop_in_phase_1_ends_the_run_and_its_thread(make_config, early, monkeypatch):
     events: list = []
+    ended_by_stop: list[bool] = []
+
+    def slow_copy(tensors, device, stop, pin, out):  # a copy still running when the stop comes
+        ended_by_stop.append(stop.wait(10))
+        raise weight_copy.Stopped
+
+    monkeypatch.setattr(denoiser_early, "ring_to_device", slow_copy)
 
     def stop_once_encoders_loaded() -> StopRequest | None:
         loaded = any(e.type == "model_load_completed" and e.component == "text_encoders" for e in events)
@@ -104,7 +111,7 @@ def test_a_stop_in_phase_1_ends_the_run_and_its_thread(make_config, early):
     assert result.stopped and result.steps_run == 0
     assert ("model_load_started", "denoiser", None) in _loads(events)
     assert not any(e.type == "model_load_completed" and e.component == "denoiser" for e in events)
-    assert not _threads()
+    assert ended_by_stop == [True] and not _threads()  # the run's end stopped the copy and joined it
 
 
 def test_a_host_without_room_for_both_keeps_the_sequential_path(make_config, early, monkeypatch, caplog):
