@@ -34,6 +34,13 @@ def phase_table(events: Timed, total_s: float) -> dict[str, Any]:
     memory figure. Phases a run did not reach are absent."""
     loads = {e.component: round(e.seconds, 1) for _, e in events if e.type == "model_load_completed"}
     out: dict[str, Any] = {"weights_load_s": loads, "weights_load_total_s": round(sum(loads.values()), 1)}
+    waited = {  # a load beside other work (the denoiser's beside phases 1-2): the part the run waited for
+        e.component: round(e.waited_s, 2)
+        for _, e in events
+        if e.type == "model_load_completed" and getattr(e, "waited_s", None) is not None
+    }
+    if waited:
+        out["weights_waited_s"] = waited
     for phase, after in (("conditioning", "text_encoders"), ("latents", "vae")):  # encoding, after the load
         start = _first(events, "model_load_completed", component=after)
         done = [t for t, e in events if e.type == "preparing" and e.phase == phase and e.done == e.total]

@@ -166,6 +166,13 @@ class Settings(BaseSettings):
             " beside its imports and preflight (jobs/prefetch.py; bounded by the available memory)"
         ),
     )
+    early_denoiser: bool = Field(
+        default=True,
+        description=(
+            "a one-GPU training run copies its denoiser's weights beside the text encoders' and the"
+            " VAE's work (training/denoiser_early.py); off: after them, as before"
+        ),
+    )
     standby_worker: bool = Field(
         default=True,
         description=(

@@ -7,7 +7,10 @@ forecast (jobs/time_forecast.py). No torch: the engine writes these records, the
     process_start     the process's start (the OS's) -> train(): Python, torch and the CLI's or
                       job worker's imports; they pass `process_started_at()` in (0 for a train()
                       called in a process that was already running)
-    weights_load      sum of ModelLoadCompleted.seconds (text encoders, VAE, denoiser)
+    weights_load      sum of ModelLoadCompleted.seconds (text encoders, VAE, denoiser); of a load
+                      that ran beside other work (the denoiser's beside phases 1-2:
+                      training/denoiser_early.py) its waited_s, the part the run waited for, so
+                      that the phases do not count the overlapped time twice
     caption_encoding  text encoders loaded -> the last Preparing("conditioning")
     latent_cache      VAE loaded -> the last Preparing("latents")
     probe_plan        Preparing("denoiser", 0) -> Preparing("denoiser", 1): the attention probe,
@@ -148,7 +151,11 @@ def phase_seconds(
         )
 
     phases = dict.fromkeys(PHASES, 0.0)
-    phases["weights_load"] = sum(e["seconds"] for _, e in stamped if e["type"] == "model_load_completed")
+    phases["weights_load"] = sum(
+        e["seconds"] if e.get("waited_s") is None else e["waited_s"]  # a load beside other work: its wait
+        for _, e in stamped
+        if e["type"] == "model_load_completed"
+    )
     counts = {"texts": 0, "latents": 0}
     for phase, component, key, name in (
         ("conditioning", "text_encoders", "caption_encoding", "texts"),

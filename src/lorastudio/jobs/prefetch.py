@@ -20,7 +20,9 @@ Bounds:
   files it warmed first;
 - the run's course: when the run starts loading a part (ModelLoadStarted: text encoders, VAE,
   denoiser; `observe` / `wrap`), the files of the parts before it are skipped, the one being read
-  included (the loader has read them itself); after the denoiser has loaded, or when the run ends
+  included (the loader has read them itself); a denoiser's load started before any other part's
+  (its load beside phases 1-2: training/denoiser_early.py) skips nothing, its files are still
+  read after the text encoders' and the VAE's; after the denoiser has loaded, or when the run ends
   or fails (`stop`), the thread stops within one chunk;
 - the network: never (a hub id that is not in the hub cache has no files to read);
 - the run: nothing here raises into it; a base that cannot be resolved or a file that cannot be
@@ -128,6 +130,7 @@ class WeightPrefetch:
         self._reader = reader
         self._stop = threading.Event()
         self._passed = -1  # index in LOAD_ORDER of the last part whose load has begun
+        self._started: set[str] = set()  # the parts whose load has begun
         self._thread = threading.Thread(target=self._run, name="weight-prefetch", daemon=True)
         self.report = PrefetchReport()
 
@@ -151,6 +154,10 @@ class WeightPrefetch:
         kind = getattr(event, "type", None)
         part = getattr(event, "component", None)
         if kind == "model_load_started" and part in LOAD_ORDER:
+            if part == LOAD_ORDER[-1] and not self._started:  # the denoiser's load beside phases 1-2
+                self._started.add(part)  # (training/denoiser_early.py): the parts before it load yet
+                return
+            self._started.add(part)
             self._passed = max(self._passed, LOAD_ORDER.index(part))
         elif (kind == "model_load_completed" and part == "denoiser") or kind in ("complete", "error"):
             self._stop.set()

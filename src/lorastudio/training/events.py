@@ -26,9 +26,14 @@ class ModelLoadStarted(_Event):
 
 
 class ModelLoadCompleted(_Event):
+    """`seconds`: the load's own time; `waited_s`: the part of it the run waited for, where the
+    load ran beside other work (the denoiser's beside phases 1-2: training/denoiser_early.py),
+    else None (the run waited for all of it)."""
+
     type: Literal["model_load_completed"] = "model_load_completed"
     component: str
     seconds: float
+    waited_s: float | None = None
 
 
 class Preparing(_Event):

@@ -23,6 +23,7 @@ from lorastudio.training.attention_early import PendingAttention, run_shapes, st
 from lorastudio.training.checkpoint import checkpoint_plan, read_checkpoint_info
 from lorastudio.training.compile import wants_compile
 from lorastudio.training.conditioning import CaptionPicker
+from lorastudio.training.denoiser_early import EarlyDenoiser, start_denoiser
 from lorastudio.training.distributed import StopPoll, wrap_denoiser
 from lorastudio.training.events import Emit, ModelLoadCompleted, ModelLoadStarted, Preparing
 from lorastudio.training.identity_base import settle_base
@@ -50,7 +51,6 @@ def run_phases(
     """Phases 1-3 of `run` (the module docstring of training/loop.py): conditioning, latents,
     the plan (measured under a memory budget), the denoiser with its LoRA, then the optimizer
     steps (training/optimize.py), honouring `stop` between them."""
-    cfg, family, items = run.cfg, run.family, run.scan.items
     if run.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(run.device)
     stop()
@@ -58,6 +58,29 @@ def run_phases(
     attention = start_attention(
         run, plan, settings.probe_cache_dir
     )  # auto's probe runs beside phases 1-2 (attention_early)
+    early = start_denoiser(run, plan, emit, settings.early_denoiser)  # its copy beside phases 1-2
+    try:
+        _inputs_and_steps(run, state, emit, stop, meter, settings, plan, decided_by, attention, early)
+    finally:
+        if early is not None:
+            early.close()  # a stop or an error before the join: the thread ends, the buffer goes
+
+
+def _inputs_and_steps(
+    run: PreparedRun,
+    state: RunState,
+    emit: Emit,
+    stop: StopPoll,
+    meter: DeviceMeter | None,
+    settings: Settings,
+    plan: Plan | None,
+    decided_by: str,
+    attention: PendingAttention,
+    early: EarlyDenoiser | None,
+) -> None:
+    """run_phases after the plan is settled and the early starts are made."""
+    cfg, family, items = run.cfg, run.family, run.scan.items
+    stop()
     rng = np.random.default_rng(cfg.seed)  # crops, flips, caption dropout
     # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -87,7 +110,7 @@ def run_phases(
         prompt_conds = LivePromptConds(state.text_encoders, sample_texts(cfg, family))  # type: ignore[assignment]
     if cfg.sample_prompts and state.ctx.is_main:
         state.previews = SamplePreviews(run, prompt_conds)
-    params = _prepare_denoiser(run, state, emit, plan, decided_by, trials, attention)
+    params = _prepare_denoiser(run, state, emit, plan, decided_by, trials, attention, early)
     # a hub base fetched by the loaders since the preflight: its content, not its id, is recorded
     # (and, for a resume, compared: ConfigError naming the base); identity_base.settle_base
     if state.identity.get("base_on_disk") is False:
@@ -127,14 +150,28 @@ def _prepare_denoiser(
     decided_by: str,
     trials: list[Any],
     pending: PendingAttention,
+    early: EarlyDenoiser | None = None,
 ) -> list[torch.nn.Parameter]:
-    """Build the denoiser for `plan` (training/plan_build.py), keep it in `state` and emit
-    PlanChosen (with the fallbacks known now). Returns the trainable LoRA parameters."""
+    """Build the denoiser for `plan` (training/plan_build.py; from `early`'s load where the
+    load ran beside phases 1-2), keep it in `state` and emit PlanChosen (with the fallbacks
+    known now). Returns the trainable LoRA parameters."""
     cfg = run.cfg
-    emit(ModelLoadStarted(component="denoiser"))
-    t0 = time.perf_counter()
-    built = build_denoiser(run, plan, compile_blocks=wants_compile(cfg.compile, run.device))
-    emit(ModelLoadCompleted(component="denoiser", seconds=time.perf_counter() - t0))
+    compile_blocks = wants_compile(cfg.compile, run.device)
+    if early is not None:  # ModelLoadStarted was emitted when it started
+        loaded, report = early.finish(run.device)
+        t0 = time.perf_counter()
+        built = build_denoiser(run, plan, compile_blocks=compile_blocks, loaded=loaded)
+        rest = time.perf_counter() - t0  # the build after the load (LoRA, compile's wrapping), as before
+        emit(
+            ModelLoadCompleted(
+                component="denoiser", seconds=report.seconds + rest, waited_s=report.waited + rest
+            )
+        )
+    else:
+        emit(ModelLoadStarted(component="denoiser"))
+        t0 = time.perf_counter()
+        built = build_denoiser(run, plan, compile_blocks=compile_blocks)
+        emit(ModelLoadCompleted(component="denoiser", seconds=time.perf_counter() - t0))
     emit(Preparing(phase="denoiser", done=0, total=1))
     state.denoiser, state.lora_config, state.swap = built.denoiser, built.lora_config, built.swap
     state.plan = plan

@@ -86,9 +86,13 @@ class BuiltDenoiser:
         self.params = []
 
 
-def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> BuiltDenoiser:
+def build_denoiser(
+    run: PreparedRun, plan: Plan, *, compile_blocks: bool, loaded: Any = None
+) -> BuiltDenoiser:
     """Build the run's denoiser for `plan` (module docstring order). `compile_blocks`: regionally
-    compile the repeated blocks (lazy; a compiler failure later falls back to eager).
+    compile the repeated blocks (lazy; a compiler failure later falls back to eager). `loaded`:
+    the denoiser already loaded for this plan, on the device (training/denoiser_early.py), for
+    the load step.
 
     Returns the BuiltDenoiser. Raises ModelSourceError (load), ConfigError (LoRA targets, a
     precision the device cannot run), torch.OutOfMemoryError."""
@@ -102,7 +106,10 @@ def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> Bui
     dtype = pick_dtype(plan.base_precision, device)
     stage_on_cpu = is_quantised(plan.base_precision) or plan.offload_blocks > 0
     load_device = torch.device("cpu") if stage_on_cpu else device
-    denoiser = family.load_denoiser(model_source(cfg), cfg.revision, dtype, load_device)
+    if loaded is None:
+        denoiser = family.load_denoiser(model_source(cfg), cfg.revision, dtype, load_device)
+    else:
+        denoiser = loaded
     clock.mark("load")
     merge_assistant(denoiser, cfg, family)  # a distilled base's assistant LoRA, into the frozen weights
     blocks = swap_candidates(denoiser, plan.offload_blocks) if plan.offload_blocks > 0 else []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lorastudio.basemodels.run_files import WeightFile, run_weight_files
+from lorastudio.basemodels.run_files import LOAD_ORDER, WeightFile, run_weight_files
 from lorastudio.jobs import prefetch as prefetch_module
 from lorastudio.jobs.prefetch import WeightPrefetch, read_through, start_prefetch
 from lorastudio.settings import Settings, get_settings
@@ -239,3 +239,18 @@ def test_an_unreadable_base_is_logged_not_raised(tmp_path: Path, caplog: pytest.
             prefetch._thread.join(10)
             assert prefetch.report.read == [] and not prefetch.running
     assert "no files read" in caplog.text and "GGUF" in caplog.text
+
+
+def test_a_denoiser_load_started_before_the_text_encoders_skips_nothing() -> None:
+    """The denoiser's load beside phases 1-2 (training/denoiser_early.py) starts first: the text
+    encoders' and the VAE's files are still read, and the denoiser's after them."""
+    prefetch = WeightPrefetch(lambda: [], available=lambda: GB)
+    prefetch.observe(ModelLoadStarted(component="denoiser"))
+    assert prefetch._passed == -1
+    prefetch.observe(ModelLoadStarted(component="text_encoders"))
+    prefetch.observe(ModelLoadStarted(component="vae"))
+    assert prefetch._passed == LOAD_ORDER.index("vae")  # the denoiser's files still read
+    sequential = WeightPrefetch(lambda: [], available=lambda: GB)
+    for part in LOAD_ORDER:
+        sequential.observe(ModelLoadStarted(component=part))
+    assert sequential._passed == LOAD_ORDER.index("denoiser")

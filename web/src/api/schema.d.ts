@@ -2770,7 +2770,12 @@ export interface components {
             /** Path */
             path: string;
         };
-        /** ModelLoadCompleted */
+        /**
+         * ModelLoadCompleted
+         * @description `seconds`: the load's own time; `waited_s`: the part of it the run waited for, where the
+         *     load ran beside other work (the denoiser's beside phases 1-2: training/denoiser_early.py),
+         *     else None (the run waited for all of it).
+         */
         ModelLoadCompleted: {
             /** Component */
             component: string;
@@ -2781,6 +2786,8 @@ export interface components {
              * @enum {string}
              */
             type: "model_load_completed";
+            /** Waited S */
+            waited_s?: number | null;
         };
         /** ModelLoadStarted */
         ModelLoadStarted: {
