@@ -57,9 +57,8 @@ def run_one(
     os.environ["LORASTUDIO_HOME"] = str(e2e_build.home_dir(root).resolve())
     from lorastudio.training import denoiser_early
 
-    if path == "old":
-        os.environ["LORASTUDIO_EARLY_DENOISER"] = "0"  # the sequential path
-    elif tiny:
+    os.environ["LORASTUDIO_EARLY_DENOISER"] = "0" if path == "old" else "1"  # old: the sequential path
+    if path != "old" and tiny:
         denoiser_early._ON_CPU = "device"  # the CPU's path of the overlap (an unpinned ring)
     cfg = _config(root, family, path, steps, tiny, compile_mode, attention)
     _fresh_output(root, cfg["output_name"])

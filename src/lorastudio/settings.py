@@ -167,10 +167,11 @@ class Settings(BaseSettings):
         ),
     )
     early_denoiser: bool = Field(
-        default=True,
+        default=False,
         description=(
             "a one-GPU training run copies its denoiser's weights beside the text encoders' and the"
-            " VAE's work (training/denoiser_early.py); off: after them, as before"
+            " VAE's work (training/denoiser_early.py); off (the default until its device copy has been"
+            " measured on a GPU: it has run only on the CPU): after them, as before"
         ),
     )
     standby_worker: bool = Field(

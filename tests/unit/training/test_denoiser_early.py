@@ -9,20 +9,37 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+from collections.abc import Iterator
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from lorastudio.jobs import host_memory
+from lorastudio.settings import get_settings
 from lorastudio.timings import phase_seconds
 from lorastudio.training import denoiser_early, weight_copy
 from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import TrainResult, train
 
 
+@pytest.fixture(autouse=True)
+def _settings_again(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's cached settings read again after a test that turned the overlap on."""
+    yield
+    monkeypatch.delenv("LORASTUDIO_EARLY_DENOISER", raising=False)
+    get_settings.cache_clear()
+
+
+def _turn_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LORASTUDIO_EARLY_DENOISER=1 (the overlap is off by default until measured on a GPU)."""
+    monkeypatch.setenv("LORASTUDIO_EARLY_DENOISER", "1")
+    get_settings.cache_clear()
+
+
 @pytest.fixture
 def early(monkeypatch: pytest.MonkeyPatch) -> None:
+    _turn_on(monkeypatch)
     monkeypatch.setattr(denoiser_early, "_ON_CPU", "device")
 
 
@@ -42,11 +59,15 @@ def _threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "denoiser-early"]
 
 
-@pytest.mark.parametrize(("family", "copy"), [("flux", "device"), ("sdxl", "host")])
+@pytest.mark.parametrize(
+    ("family", "copy"),
+    [("flux", "device"), pytest.param("sdxl", "host", marks=pytest.mark.slow)],  # SDXL's two runs: ~24 s
+)
 def test_the_overlapped_load_trains_bitwise_like_the_sequential_one(family, copy, make_config, monkeypatch):
     settings = {"steps": 2, "caption_dropout": 0.3, "random_flip": True}
     plain_events: list = []
     plain = train(make_config(family, output_name="plain", **settings), plain_events.append, device="cpu")
+    _turn_on(monkeypatch)
     monkeypatch.setattr(denoiser_early, "_ON_CPU", copy)  # the ring to the device, or a host buffer
     events: list = []
     over = train(make_config(family, output_name="over", **settings), events.append, device="cpu")
@@ -83,6 +104,7 @@ def test_a_bad_denoiser_file_is_reported_as_the_sequential_path_reports_it(
     shutil.copytree(make_config().base_model, base)
     (weights,) = (base / "transformer").glob("*.safetensors")
     weights.write_bytes(weights.read_bytes()[:200])  # the header cut short
+    _turn_on(monkeypatch)  # None: refused on the CPU; "device": the overlap
     errors = []
     for forced in (None, "device"):
         monkeypatch.setattr(denoiser_early, "_ON_CPU", forced)
@@ -165,6 +187,7 @@ def test_a_device_out_of_memory_in_the_thread_leaves_the_rest_to_the_join(make_c
         ring(tensors[:2], device, stop, pin, out)
         raise torch.OutOfMemoryError("CUDA out of memory (the test's)")
 
+    _turn_on(monkeypatch)
     monkeypatch.setattr(denoiser_early, "_ON_CPU", "device")
     monkeypatch.setattr(denoiser_early, "ring_to_device", short_of_memory)
     with caplog.at_level(logging.WARNING, logger=denoiser_early.__name__):
