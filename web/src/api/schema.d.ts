@@ -552,8 +552,10 @@ export interface paths {
         /**
          * Loras
          * @description Every outputs/<name>/<name>.safetensors with its <name>.json sidecar (null if missing or
-         *     unreadable) and its pickable files (`final_files`), newest first; `family` filters on the
-         *     sidecar's family.
+         *     unreadable) and its pickable files (`final_files`), newest first: the runs' by the order the
+         *     run store recorded their newest run (RunStore.output_order, as the runs list), then the
+         *     folders no run recorded (copied in by hand, a deleted record's) by the file's mtime; `family`
+         *     filters on the sidecar's family.
          */
         get: operations["loras_api_loras_get"];
         put?: never;
