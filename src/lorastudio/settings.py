@@ -189,6 +189,28 @@ class Settings(BaseSettings):
 
     @field_validator("home", "cache_dir")
     @classmethod
+    def _utf8_path(cls, value: Path | None) -> Path | None:
+        """A home (cache folder) whose path is UTF-8 text. A path of other bytes (a folder named
+        in Latin-1 by an old system) is held by Python as lone surrogates, which no config, run
+        record or JSON answer can hold: `runs list`, `paths` and imports worked there, and then
+        `train` died in a pydantic traceback ("data_dir: unable to parse raw data as a unicode
+        string") and the server's start of a run likewise (RELIABILITY 1032)."""
+        if value is None:
+            return value
+        raw = os.fsencode(str(value))
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            shown = raw.decode("utf-8", "backslashreplace")
+            raise ValueError(
+                f"{shown} is not UTF-8 text (byte 0x{raw[err.start]:02x} at {err.start}): the studio"
+                " records its folders' paths as text in configs, its run database and its answers;"
+                " give a folder whose path is UTF-8 (rename it)"
+            ) from None
+        return value
+
+    @field_validator("home", "cache_dir")
+    @classmethod
     def _room_below(cls, value: Path | None) -> Path | None:
         """A home (cache folder) whose path leaves the studio's own files below it room under the
         file system's PATH_MAX: refused up front, naming the limit. Before, a home 4,039 bytes
