@@ -10,14 +10,13 @@ from fastapi import APIRouter, Depends, Query
 
 from lorastudio import json_read
 from lorastudio.api.contract import file_answer
-from lorastudio.api.deps import settings_dep, store_dep
+from lorastudio.api.deps import settings_dep
 from lorastudio.api.downloads import Download
 from lorastudio.api.schemas_files import LoraList, LoraSteps, PushBody, PushOut
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import NotFound
 from lorastudio.folder_entries import entries
 from lorastudio.jobs.generation_inputs import lora_file
-from lorastudio.jobs.store import RunStore
 from lorastudio.lora.snapshots import file_weights, raw_lora_at, run_loras
 from lorastudio.settings import Settings
 from lorastudio.training.validation_file import mark_loras, read_validation
@@ -29,13 +28,10 @@ router = APIRouter(prefix="/api/loras", tags=["loras"])
 def loras(
     family: str | None = Query(default=None, description="only LoRAs of this family"),
     settings: Settings = Depends(settings_dep),
-    store: RunStore = Depends(store_dep),
 ) -> dict[str, Any]:
     """Every outputs/<name>/<name>.safetensors with its <name>.json sidecar (null if missing or
-    unreadable) and its pickable files (`final_files`), newest first: the runs' by the order the
-    run store recorded their newest run (RunStore.output_order, as the runs list), then the
-    folders no run recorded (copied in by hand, a deleted record's) by the file's mtime; `family`
-    filters on the sidecar's family."""
+    unreadable) and its pickable files (`final_files`), newest first; `family` filters on the
+    sidecar's family."""
     root = settings.outputs_dir
     found = []
     folders = [p for p in entries(root) if p.is_dir() and not p.name.startswith(".")]
@@ -65,10 +61,7 @@ def loras(
                 "files": final_files(folder),
             }
         )
-    order = store.output_order()
-    found.sort(
-        key=lambda item: (item["name"] in order, order.get(item["name"], item["modified"])), reverse=True
-    )
+    found.sort(key=lambda item: item["modified"], reverse=True)
     return {"root": str(root), "loras": found}
 
 
