@@ -43,6 +43,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.remote_access import origin_entry, root_path_entry
+from lorastudio.user_paths import not_utf8
 
 # Pillow's Image.open refuses an image over 2 x Image.MAX_IMAGE_PIXELS (its decompression-bomb
 # error; the value is Pillow's, restated here so this module stays free of Pillow): the most
@@ -195,18 +196,11 @@ class Settings(BaseSettings):
         record or JSON answer can hold: `runs list`, `paths` and imports worked there, and then
         `train` died in a pydantic traceback ("data_dir: unable to parse raw data as a unicode
         string") and the server's start of a run likewise (RELIABILITY 1032)."""
-        if value is None:
-            return value
-        raw = os.fsencode(str(value))
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            shown = raw.decode("utf-8", "backslashreplace")
+        if value is not None and (why := not_utf8(value)) is not None:
             raise ValueError(
-                f"{shown} is not UTF-8 text (byte 0x{raw[err.start]:02x} at {err.start}): the studio"
-                " records its folders' paths as text in configs, its run database and its answers;"
-                " give a folder whose path is UTF-8 (rename it)"
-            ) from None
+                f"{why}: the studio records its folders' paths as text in configs, its run database"
+                " and its answers; give a folder whose path is UTF-8 (rename it)"
+            )
         return value
 
     @field_validator("home", "cache_dir")
