@@ -76,7 +76,7 @@ def _free_port() -> int:
 def _memory(pid: int) -> tuple[float, float]:
     """(VmRSS, VmHWM) of process `pid` in MB."""
     fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
         key, _, value = line.partition(":")
         if key in ("VmRSS", "VmHWM"):
             fields[key] = int(value.split()[0]) / 1024

@@ -246,7 +246,7 @@ def rank_main(args: argparse.Namespace) -> None:
 
 def _write_row(path: Path, ctx: Any, row: dict[str, Any]) -> None:
     if ctx.is_main:
-        with path.open("a") as f:
+        with path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
 
 

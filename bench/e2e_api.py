@@ -160,7 +160,7 @@ def wait_for_standby(log: Path, timeout_s: float = 180.0) -> float | None:
     when it did not within `timeout_s` (standby off, or its imports failed: the log says)."""
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
-        text = log.read_text(errors="replace") if log.is_file() else ""
+        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
         if any("standby worker" in line and " ready" in line for line in text.splitlines()):
             return time.monotonic() - started
         time.sleep(0.2)

@@ -27,7 +27,7 @@ def main() -> None:
 
     root, log, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     measured = {}
-    for line in log.read_text().splitlines():
+    for line in log.read_text(encoding="utf-8").splitlines():
         if line.startswith("{"):
             point = json.loads(line)
             measured[point["label"]] = point["measured_s"]
@@ -66,7 +66,7 @@ def main() -> None:
             }
         )
         shutil.rmtree(home)
-    out.write_text(json.dumps(points, indent=1))
+    out.write_text(json.dumps(points, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":

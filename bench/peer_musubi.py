@@ -169,7 +169,7 @@ def run_peer_row(
         "musubi_args": BASE_ARGS + ROWS[name],
     }
     t = time.monotonic()
-    with log.open("w") as fh:
+    with log.open("w", encoding="utf-8") as fh:
         try:
             proc = subprocess.run(
                 cmd, stdout=fh, stderr=subprocess.STDOUT, env=peer_env(), cwd=ROOT, timeout=left_s
@@ -181,7 +181,7 @@ def run_peer_row(
     if timing.exists():
         row.update(steady(json.loads(timing.read_text()), args.warm))
     if row.get("returncode") not in (0, None) or "samples_per_s" not in row:
-        row["log_tail"] = log.read_text(errors="replace")[-1500:]
+        row["log_tail"] = log.read_text(encoding="utf-8", errors="replace")[-1500:]
     return row
 
 

@@ -141,7 +141,7 @@ def run_once(root: Path, family: str, device: str, prefetch: bool) -> dict[str, 
     env = os.environ | {"LORASTUDIO_HOME": str(home), "LORASTUDIO_PREFETCH_WEIGHTS": str(int(prefetch))}
     command = [sys.executable, "-m", "lorastudio.cli", "train", str(path), "--device", device, "--overwrite"]
     t = time.monotonic()
-    with tempfile.TemporaryFile("w+") as log:
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
         child = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
         cached = [(0.0, resident)]  # (seconds since the start, share of the weights in the cache)
         while child.poll() is None:

@@ -106,7 +106,7 @@ def main() -> None:
             errs = [x for x in done.stderr.splitlines() if "Error" in x or "error" in x]
             row["error"] = (errs or done.stderr.splitlines() or ["no output"])[-1][:300]
         print(json.dumps(row), flush=True)
-        with open(args.out / "cudnn_layouts.jsonl", "a") as f:
+        with open(args.out / "cudnn_layouts.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
 
 

@@ -77,7 +77,9 @@ def _tree(root: int) -> list[dict[str, Any]]:
 def _shm_maps(pid: int) -> int:
     """How many mappings of /dev/shm files (multiprocessing's semaphores and arenas) `pid` has."""
     try:
-        return sum("/dev/shm/" in line for line in Path(f"/proc/{pid}/maps").read_text().splitlines())
+        return sum(
+            "/dev/shm/" in line for line in Path(f"/proc/{pid}/maps").read_text(encoding="utf-8").splitlines()
+        )
     except OSError:
         return -1
 

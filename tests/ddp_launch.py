@@ -75,7 +75,9 @@ def _rank_main(rank: int, cfg: TrainConfig, port: int, out: str, stop_after: int
     """One scenario of a launched process: the environment torchrun would set, then a plain
     train() call; writes out/rank{rank}.json (`_train_record`)."""
     _environment(rank, port, out)
-    Path(out, f"rank{rank}.json").write_text(json.dumps(_train_record(rank, cfg, stop_after)))
+    Path(out, f"rank{rank}.json").write_text(
+        json.dumps(_train_record(rank, cfg, stop_after)), encoding="utf-8"
+    )
 
 
 def _train_record(rank: int, cfg: TrainConfig, stop_after: int | None) -> dict[str, Any]:
@@ -152,7 +154,7 @@ def _twice_rank_main(rank: int, cfg: TrainConfig, port: int, out: str) -> None:
             second = {"error": f"{type(err).__name__}: {err}"}
     finally:
         dist.destroy_process_group()
-    Path(out, f"rank{rank}.json").write_text(json.dumps({"first": first, "second": second}))
+    Path(out, f"rank{rank}.json").write_text(json.dumps({"first": first, "second": second}), encoding="utf-8")
 
 
 METHODS = {

@@ -29,7 +29,7 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 def _json(path: Path) -> dict:
     import json
 
-    return json.loads(path.read_text())
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def sdxl_unet_to_sgm(sd: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Tensor]:

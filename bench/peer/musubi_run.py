@@ -228,7 +228,7 @@ def train(timing: Path, warm: int, steady_s: float, musubi_args: list[str]) -> N
     sys.argv = ["qwen_image_train_network.py", *musubi_args]
     qtn.main()
     clock.out["finished"] = True
-    timing.write_text(json.dumps(clock.out))
+    timing.write_text(json.dumps(clock.out), encoding="utf-8")
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from pydantic import ConfigDict, Field, field_validator
 
 from lorastudio.config_fields_base import NumbersNotBooleans
+from lorastudio.data.paths import nfc
 from lorastudio.errors import FieldProblem
 from lorastudio.text_rules import one_line, visible_text
 
@@ -138,8 +139,8 @@ def preservation_problems(cfg: TrainConfig, prompt_sees_controls: bool = False) 
 
 def _has_word(text: str, word: str) -> bool:
     """Whether `word` occurs in `text` as a whole word (as data/preservation_texts.replace_trigger
-    finds it)."""
-    return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text) is not None
+    finds it: in NFC, RELIABILITY 1030)."""
+    return re.search(rf"(?<!\w){re.escape(nfc(word))}(?!\w)", nfc(text)) is not None
 
 
 def preservation_line(cfg: TrainConfig, samples: int | None = None) -> str | None:

@@ -24,7 +24,8 @@ def process_umask() -> int:
     """This process's umask, read without changing it (Linux: /proc/self/status; elsewhere the
     common 0o022). os.umask would set it process-wide for a moment, racing other threads."""
     try:
-        lines = Path("/proc/self/status").read_text().splitlines()
+        # errors: its Name line holds the process's own name, any bytes (RELIABILITY 1031)
+        lines = Path("/proc/self/status").read_text(encoding="utf-8", errors="replace").splitlines()
         return next((int(line.split()[1], 8) for line in lines if line.startswith("Umask:")), 0o022)
     except (OSError, ValueError, IndexError):
         return 0o022

@@ -16,7 +16,11 @@ jobs.generation's check) and the engine's generate_image. No torch.
   TEXT_TOKENS_MAX, the training config's bound), as a run's own (`text_tokens_problems`);
 - the budget (per request, `budget_problems`): width and height each at most MAX_SIDE pixels,
   width x height at most MAX_PIXELS, steps 1..MAX_STEPS, and width x height x steps at most
-  MAX_PIXEL_STEPS. The CLI checks it before the pipeline loads, the API before the worker runs.
+  MAX_PIXEL_STEPS. The CLI checks it before the pipeline loads, the API before the worker runs;
+- the prompt and the negative prompt: visible text (line breaks and tabs allowed;
+  text_rules.visible_text, as a config's sample prompts), `prompt_problems`: they go into the
+  image's PNG text chunks and the gallery's records, where a NUL cut the value and an ESC
+  sequence or U+202E reached a terminal or the UI (RELIABILITY 1033).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import math
 
 from lorastudio.errors import FieldProblem
+from lorastudio.text_rules import visible_text
 
 SEED_MAX = 2**32 - 1
 GUIDANCE_MAX = 100.0
@@ -139,4 +144,17 @@ def budget_problems(
                 f"{MAX_PIXEL_STEPS / 1e6:.0f} M pixel-steps (at most {most} steps at this size)",
             )
         )
+    return problems
+
+
+def prompt_problems(texts: dict[str, str | None]) -> list[FieldProblem]:
+    """A problem per prompt of `texts` (field name -> text; None: not given) holding a character
+    a sample prompt may not (text_rules.visible_text: a control, invisible or text-direction
+    character; line breaks and tabs are allowed), named with the characters."""
+    problems = []
+    for field, text in texts.items():
+        try:
+            visible_text(text)
+        except ValueError as err:
+            problems.append(FieldProblem(field, str(err)))
     return problems

@@ -18,7 +18,7 @@ def process_alive(pid: int) -> bool:
     has not reaped it). Where /proc is missing (not Linux) the kernel is asked with signal 0, and
     a process this user may not signal counts as running."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = _proc_stat(pid)
     except FileNotFoundError:
         return False
     except OSError:  # no /proc (not Linux): ask the kernel
@@ -51,7 +51,11 @@ def process_ending(pid: int) -> bool:
 
 
 def _proc_stat(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text()
+    """/proc/PID/stat as text. Its second field is the process's name, any bytes a process gave
+    itself, cut at 15 bytes (mid-character for a name of accented letters): a strict UTF-8 read
+    raised UnicodeDecodeError there, through every liveness check of a pid another process may
+    have taken (RELIABILITY 1031). The fields read are those after the name's last ")"."""
+    return Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
 
 
 def start_token(pid: int) -> str | None:
@@ -59,8 +63,8 @@ def start_token(pid: int) -> str | None:
     "host|boot id|pid namespace|start time in clock ticks after boot", from /proc. None where
     /proc cannot tell (not Linux, or the process is gone)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        stat = _proc_stat(pid)
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
         namespace = os.readlink(f"/proc/{pid}/ns/pid")
     except OSError:
         return None

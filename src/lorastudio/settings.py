@@ -43,6 +43,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.remote_access import origin_entry, root_path_entry
+from lorastudio.user_paths import not_utf8
 
 # Pillow's Image.open refuses an image over 2 x Image.MAX_IMAGE_PIXELS (its decompression-bomb
 # error; the value is Pillow's, restated here so this module stays free of Pillow): the most
@@ -193,6 +194,21 @@ class Settings(BaseSettings):
             return cls.model_fields[info.field_name or ""].get_default(call_default_factory=True)
         if isinstance(value, str | Path):
             return Path(value).expanduser().absolute()
+        return value
+
+    @field_validator("home", "cache_dir")
+    @classmethod
+    def _utf8_path(cls, value: Path | None) -> Path | None:
+        """A home (cache folder) whose path is UTF-8 text. A path of other bytes (a folder named
+        in Latin-1 by an old system) is held by Python as lone surrogates, which no config, run
+        record or JSON answer can hold: `runs list`, `paths` and imports worked there, and then
+        `train` died in a pydantic traceback ("data_dir: unable to parse raw data as a unicode
+        string") and the server's start of a run likewise (RELIABILITY 1032)."""
+        if value is not None and (why := not_utf8(value)) is not None:
+            raise ValueError(
+                f"{why}: the studio records its folders' paths as text in configs, its run database"
+                " and its answers; give a folder whose path is UTF-8 (rename it)"
+            )
         return value
 
     @field_validator("home", "cache_dir")

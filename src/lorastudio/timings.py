@@ -76,7 +76,8 @@ def process_started_at() -> float | None:
     Linux's /proc/self/stat start time against the boot clock (10 ms ticks). None where that
     cannot be read."""
     try:
-        after_name = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        stat = Path("/proc/self/stat").read_text(encoding="utf-8", errors="replace")  # a name: any bytes
+        after_name = stat.rsplit(")", 1)[1].split()
         ticks = int(after_name[19])  # field 22, starttime: clock ticks after boot
         age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, AttributeError):

@@ -16,6 +16,20 @@ import stat
 from pathlib import Path
 
 
+def not_utf8(path: str | Path) -> str | None:
+    """Why `path` cannot be held as text, or None when it can: a path of bytes that are not UTF-8
+    (a folder named in Latin-1 by an old system; Python holds those bytes as lone surrogates,
+    which no config, run record, JSON answer or request can carry: RELIABILITY 1032). Worded
+    "<path, bytes escaped> is not UTF-8 text (byte 0xe9 at 12)"."""
+    raw = os.fsencode(str(path))
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        shown = raw.decode("utf-8", "backslashreplace")
+        return f"{shown} is not UTF-8 text (byte 0x{raw[err.start]:02x} at {err.start})"
+    return None
+
+
 def expand_user(text: str | Path) -> Path:
     """`text` with a leading `~` / `~name` expanded; as typed when it names no user's home."""
     path = Path(text)

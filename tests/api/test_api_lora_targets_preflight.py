@@ -9,6 +9,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from tests.target_check_patience import patient_target_check  # noqa: F401  (autouse)
 
@@ -22,11 +23,22 @@ def _shapes(settings: Settings, sample_dataset: Path) -> None:
 
 
 def test_a_wrong_lora_target_is_refused_at_preflight_and_start_with_the_field_named(
-    client: TestClient, settings: Settings, sample_dataset: Path, flux_config: Callable[..., dict]
+    client: TestClient,
+    settings: Settings,
+    sample_dataset: Path,
+    flux_config: Callable[..., dict],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Also where the server's PYTHONIOENCODING (which the child inherits) is not UTF-8 and the
+    config holds non-ASCII text: the child read its stdin in that encoding and failed, so the
+    check was left to the start (RELIABILITY 1029)."""
     _shapes(settings, sample_dataset)
+    monkeypatch.setenv("PYTHONIOENCODING", "ascii")
     config = flux_config(
-        lora_targets=["to_q", "no_such_layer"], rank_pattern={"to_k": 8}, output_name="bad-targets"
+        lora_targets=["to_q", "no_such_layer"],
+        rank_pattern={"to_k": 8},
+        output_name="bad-targets",
+        trigger_word="Hündchen_猫",
     )
     before = target_check.spawned
     answer = client.post("/api/train/preflight", json={"config": {**config, "data_dir": "no-such-dataset"}})

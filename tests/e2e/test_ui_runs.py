@@ -62,7 +62,7 @@ def test_run_page_log_config_and_clone(studio, browser, artifacts: Path, shoot) 
             with page.expect_download() as download:
                 page.get_by_role("link", name="download the config as TOML").click()
             assert download.value.suggested_filename == "e2e-runs.toml"
-            assert 'family = "flux"' in Path(download.value.path()).read_text()
+            assert 'family = "flux"' in Path(download.value.path()).read_text(encoding="utf-8")
             shoot(page, "run-detail")
 
             page.get_by_role("link", name="Clone").click()

@@ -231,7 +231,7 @@ def _serve_with_token(settings: Settings, log: Path) -> Iterator[tuple[httpx.Cli
     log.write_bytes(b"")
 
     def start(port: int) -> subprocess.Popen:
-        with log.open("a") as out:
+        with log.open("a", encoding="utf-8") as out:
             return subprocess.Popen(
                 [*SERVE, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT
             )

@@ -19,7 +19,7 @@ CHUNK = b"[" + b"0," * (2**19 - 1) + b"0"  # 1 MB of a JSON array, never closed
 
 
 def _peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     raise AssertionError("no VmHWM")

@@ -97,14 +97,14 @@ def test_huge_metadata_captions_cost_info_and_listings_nothing(settings: Setting
 
 def _read_bytes(pid: int) -> int:
     """The bytes process `pid` has read through read() and pread() so far (/proc's rchar)."""
-    for row in Path(f"/proc/{pid}/io").read_text().splitlines():
+    for row in Path(f"/proc/{pid}/io").read_text(encoding="utf-8").splitlines():
         if row.startswith("rchar:"):
             return int(row.split()[1])
     raise AssertionError("no rchar")
 
 
 def _peak_rss_mb(pid: int) -> float:
-    for row in Path(f"/proc/{pid}/status").read_text().splitlines():
+    for row in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
         if row.startswith("VmHWM:"):
             return int(row.split()[1]) / 1024
     raise AssertionError("no VmHWM")

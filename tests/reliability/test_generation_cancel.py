@@ -40,7 +40,7 @@ def _body(model: Path, **extra: object) -> dict:
 
 
 def _steps(path: Path) -> int:
-    return len(path.read_text().splitlines())
+    return len(path.read_text(encoding="utf-8").splitlines())
 
 
 def _gallery(settings: Settings) -> list[str]:

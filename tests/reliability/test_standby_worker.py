@@ -33,7 +33,7 @@ def _children(pid: int) -> list[int]:
 
 def _gone(pid: int) -> bool:
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
 

@@ -50,6 +50,7 @@ from lorastudio.errors import NotFound
 from lorastudio.settings import Settings
 from lorastudio.tiny import MARKER_FILE as TINY_MARKER
 from lorastudio.tiny.vlm import MARKER_FILE as TINY_VLM_MARKER
+from lorastudio.user_paths import not_utf8
 
 Source = Literal["local", "hub-cache", "tiny", "added", "catalogue"]
 Kind = Literal["pipeline", "single-file", "captioner"]
@@ -189,6 +190,20 @@ def _bounded_missing(missing: Collection[str]) -> list[str]:
 def _entry(
     model_id: str, name: str, source: Source, folder: Path, deletable: bool, size: int | None
 ) -> ModelEntry:
+    if (why := not_utf8(folder)) is not None:  # listed "yes" before, refused by every use (RELIABILITY 1034)
+        return ModelEntry(
+            id=model_id,
+            name=name,
+            source=source,
+            path=str(folder),
+            family=None,
+            trainable=False,
+            reason=f"{why}: a config or a request cannot name it; rename it",
+            size_bytes=size or 0,
+            complete=False,
+            missing=[],
+            deletable=deletable,
+        )
     if folder.is_dir() and folder_captioner(folder) is not None:
         return _captioner_entry(model_id, name, source, folder, deletable, size)
     if folder.is_file():  # a single-file checkpoint (basemodels/single_file.py): its header only

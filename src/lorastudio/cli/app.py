@@ -15,6 +15,7 @@ from lorastudio import __version__
 from lorastudio.cli.process_end import end_process
 from lorastudio.cli.safe_output import escaped_output
 from lorastudio.cli.termination import COULD_NOT_STATUS, INTERRUPTED_STATUS, refusal_status, sigterm_exits
+from lorastudio.cli.utf8_mode import ensure_utf8_mode
 from lorastudio.errors import LorastudioError, NoSpaceLeft, is_no_space, os_error_text
 from lorastudio.import_freeze import is_standalone, mark_standalone
 
@@ -94,8 +95,12 @@ def main() -> None:
     reader is gone (`| head -1`) ends it by SIGPIPE, quietly (die_of_sigpipe: 141 in a shell).
     Every control character of what it prints (a name's ESC, CR, bidi override) is escaped
     visibly (cli/safe_output.py). The console program then ends without the interpreter's
-    teardown (cli/process_end.py: seconds after a run, once torch is imported)."""
+    teardown (cli/process_end.py: seconds after a run, once torch is imported). Under a locale
+    whose encoding is not UTF-8 the console program first starts itself again in Python's UTF-8
+    mode (cli/utf8_mode.py)."""
     mark_standalone()  # a training command may freeze its imports (import_freeze.py)
+    if is_standalone():  # file names and pipes in UTF-8 under any locale (cli/utf8_mode.py)
+        ensure_utf8_mode()
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)  # absent on a replaced stream
         if reconfigure is not None:

@@ -185,6 +185,7 @@ def _generate(
     from lorastudio.generation_rules import (
         LORA_SCALE_LIMIT,
         guidance_problems,
+        prompt_problems,
         seed_problems,
         text_tokens_problems,
     )
@@ -272,6 +273,7 @@ def _generate(
 
         if not families.get(family).spec.negative_prompt:  # refused before the pipeline loads
             problems.append(FieldProblem("--negative", negative_prompt_refusal(families.get(family).spec)))
+    problems += prompt_problems({"--prompt": prompt, "--negative": negative})  # the API's rule
     if family is not None and family in families.names():  # the API's rule, before the pipeline loads
         problems += [
             FieldProblem("--max-sequence-length", p.message)

@@ -21,6 +21,7 @@ from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.metadata_write import metadata_with_captions
 from lorastudio.data.writes import dataset_lock, journaled_renames, staging_name
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, writing
+from lorastudio.text_rules import visible_text
 
 EXAMPLES = 5  # (file, before, after) rows returned
 
@@ -41,7 +42,13 @@ class CaptionEdit:
             return [FieldProblem("replace", "needs find (the text to replace)")]
         if not (self.find or self.prepend or self.append):
             return [FieldProblem("find", "give find (and replace), prepend or append")]
-        return []
+        problems = []  # the texts written into captions: visible text (find may name any, to remove it)
+        for name in ("replace", "prepend", "append"):
+            try:
+                visible_text(getattr(self, name))
+            except ValueError as err:  # RELIABILITY 1033
+                problems.append(FieldProblem(name, str(err)))
+        return problems
 
     def apply(self, caption: str) -> str:
         text = caption.replace(self.find, self.replace) if self.find else caption

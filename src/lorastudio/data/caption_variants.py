@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lorastudio.data.items import item_name
+from lorastudio.data.paths import nfc
 
 if TYPE_CHECKING:
     from lorastudio.data.items import DatasetScan
@@ -68,14 +69,20 @@ def caption_variant(caption: str, style: CaptionStyle, rng: np.random.Generator)
         return caption
     fixed, rest = tags[: style.keep_tokens], tags[style.keep_tokens :]
     if style.tag_dropout > 0 and rest:
-        trigger = set(split_tags(style.trigger)) if style.trigger else set()  # "ohwx, man": two tags
-        keep = [t in trigger or rng.random() >= style.tag_dropout for t in rest]
+        trigger = _trigger_tags(style.trigger)
+        keep = [nfc(t) in trigger or rng.random() >= style.tag_dropout for t in rest]
         if not fixed and not any(keep):  # never an empty caption by dropout alone
             keep[int(rng.integers(len(rest)))] = True
         rest = [t for t, k in zip(rest, keep, strict=True) if k]
     if style.shuffle and len(rest) > 1:
         rest = [rest[i] for i in rng.permutation(len(rest))]
     return ", ".join(fixed + rest)
+
+
+def _trigger_tags(trigger: str | None) -> set[str]:
+    """The trigger word's tags ("ohwx, man": two) in NFC, for a caption's tags compared in NFC: a
+    caption saved in NFD holds the trigger typed in NFC (RELIABILITY 1030)."""
+    return {nfc(t) for t in split_tags(trigger)} if trigger else set()
 
 
 def can_vary(caption: str, style: CaptionStyle) -> bool:
@@ -88,8 +95,8 @@ def can_vary(caption: str, style: CaptionStyle) -> bool:
     fixed, rest = tags[: style.keep_tokens], tags[style.keep_tokens :]
     if style.shuffle and len(rest) > 1:
         return True
-    trigger = set(split_tags(style.trigger)) if style.trigger else set()
-    droppable = any(t not in trigger for t in rest)
+    trigger = _trigger_tags(style.trigger)
+    droppable = any(nfc(t) not in trigger for t in rest)
     return style.tag_dropout > 0 and droppable and (bool(fixed) or len(rest) > 1)
 
 

@@ -8,8 +8,9 @@ Precedence for one image (first non-empty wins):
   3. `default_caption` (the instance prompt);
   4. the trigger word alone.
 The trigger word is then prepended ("<trigger>, <caption>") unless the caption already starts
-with it as a whole word; a "[trigger]" in the caption is replaced by it instead (a caption with
-"[trigger]" and no trigger word is a problem the scan reports).
+with it as a whole word, compared in NFC (a caption saved in NFD, as macOS names spell "café",
+starts with the trigger typed in NFC: RELIABILITY 1030); a "[trigger]" in the caption is replaced
+by it instead (a caption with "[trigger]" and no trigger word is a problem the scan reports).
 
 Both sources are read bounded and without following links (`data.safe_open`): a caption is at
 most MAX_CAPTION_BYTES (UTF-8) wherever it comes from, a metadata.jsonl line at most
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import BinaryIO, Literal
 
 from lorastudio import json_read
+from lorastudio.data.paths import nfc
 from lorastudio.data.safe_open import FolderId, open_in_folder
 from lorastudio.errors import DatasetError
 
@@ -269,8 +271,9 @@ def apply_trigger(caption: str, trigger_word: str | None) -> str:
         return caption.replace(TRIGGER_PLACEHOLDER, trigger)
     if not caption:
         return trigger
-    if caption.startswith(trigger):
-        rest = caption[len(trigger) :]
+    start, word = nfc(caption), nfc(trigger)  # one spelling of "é" each (RELIABILITY 1030)
+    if start.startswith(word):
+        rest = start[len(word) :]
         if not rest or not (rest[0].isalnum() or rest[0] == "_"):
             return caption
     return f"{trigger}, {caption}"

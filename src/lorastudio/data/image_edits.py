@@ -15,13 +15,14 @@ import stat
 from pathlib import Path
 
 from lorastudio import json_read
-from lorastudio.data.captions import caption_problem, read_metadata, read_sidecar
+from lorastudio.data.captions import caption_problem, one_newline_form, read_metadata, read_sidecar
 from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, caption_files_of, is_image_name
 from lorastudio.data.masks import masks_of
 from lorastudio.data.paths import existing_component, nfc, stem_key
 from lorastudio.data.upload_pairs import controls_of
 from lorastudio.data.writes import dataset_lock, staged_write
 from lorastudio.errors import CaptionConflict, DatasetError, NotFound, writing
+from lorastudio.text_rules import visible_text
 
 
 def write_caption(
@@ -30,7 +31,9 @@ def write_caption(
     """Set the .txt caption of image `image_name` (staged, then renamed): the caption file a scan
     reads (discovery.caption_files_of: `a.TXT` too), else `<stem>.txt`; an empty caption removes its .txt
     files and the image's metadata.jsonl row. Returns the caption path (None when removed). Raises NotFound when the
-    image does not exist, ConfigError/PathOutsideRoot for a bad name, DatasetError if too long,
+    image does not exist, ConfigError/PathOutsideRoot for a bad name, DatasetError if too long or
+    holding a character no text a user gives may (text_rules.visible_text: an ESC sequence, U+202E,
+    a zero-width space; line breaks and tabs are allowed, CR LF written as LF: RELIABILITY 1033),
     NoSpaceLeft on a full disk. With `expected` (the caption the edit started from, "" for none),
     CaptionConflict when the image's caption is another one now (the caller holds the dataset's
     write claim, so nothing changes it between the check and the write)."""
@@ -43,7 +46,7 @@ def write_caption(
         )
     files = caption_files_of(image)
     target = files[0] if files else image.with_suffix(CAPTION_EXTENSION)  # the one a scan reads
-    text = caption.strip()
+    text = one_newline_form(caption).strip()
     if not text:
         for path in files:  # every one: a second .TXT left would become the caption
             path.unlink(missing_ok=True)
@@ -51,6 +54,10 @@ def write_caption(
         return None
     if (why := caption_problem(text)) is not None:  # a scan would refuse it (captions.read_sidecar)
         raise DatasetError(f"caption of {image_name} refused", [f"{image_name}: {why}"])
+    try:
+        visible_text(text, "the caption")
+    except ValueError as err:
+        raise DatasetError(f"caption of {image_name} refused", [f"{image_name}: {err}"]) from None
     with writing(f"the caption of {image_name} could not be written", target), staged_write(target) as tmp:
         tmp.write_text(text + "\n", encoding="utf-8")
     return target

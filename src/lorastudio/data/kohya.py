@@ -57,7 +57,7 @@ def parse_kohya_folder(name: str) -> KohyaFolder:
     if hidden:
         raise DatasetError(
             f"{ascii(name)}: not a kohya folder",
-            [f"{ascii(name)}: the name holds control or invisible characters ({hidden})"],
+            [f"{ascii(name)}: the name holds control or invisible characters or bytes ({hidden}); rename it"],
         )
     match = _FOLDER.match(name)
     if match is None:

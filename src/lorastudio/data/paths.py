@@ -159,11 +159,18 @@ def new_name(name: str, *, field: str = "name") -> str:
 def hidden_characters(name: str) -> str:
     """The invisible or text-direction characters of `name` (categories Cf, Cc, Zl, Zp, and
     lone surrogates: bytes of a file name that are not UTF-8), named ("U+202E RIGHT-TO-LEFT
-    OVERRIDE, ..."); "" when it has none."""
+    OVERRIDE, ...", a file name's byte as "byte 0xE9, not UTF-8": it was "U+DCE9 unnamed",
+    RELIABILITY 1028's audit); "" when it has none."""
     hidden = sorted({ch for ch in name if unicodedata.category(ch) in _HIDDEN_CATEGORIES | {"Cs"}})
-    return ", ".join(
-        f"U+{ord(ch):04X} {unicodedata.name(ch, '') or _CONTROL_NAMES.get(ch, 'unnamed')}" for ch in hidden
-    )
+    return ", ".join(_char_name(ch) for ch in hidden)
+
+
+def _char_name(ch: str) -> str:
+    if "\udc80" <= ch <= "\udcff":  # os.fsdecode's stand-in for a byte that is not UTF-8
+        return f"byte 0x{ord(ch) - 0xDC00:02X}, not UTF-8"
+    if "\ud800" <= ch <= "\udfff":  # JSON's lone \ud8xx
+        return f"U+{ord(ch):04X}, a lone surrogate"
+    return f"U+{ord(ch):04X} {unicodedata.name(ch, '') or _CONTROL_NAMES.get(ch, 'unnamed')}"
 
 
 def shown_name(text: str) -> str:

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lorastudio.data.paths import nfc
+
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.data import DatasetScan
@@ -20,10 +22,14 @@ if TYPE_CHECKING:
 
 def replace_trigger(caption: str, trigger: str | None, class_word: str) -> str:
     """`caption` with every whole-word occurrence of `trigger` replaced by `class_word`
-    (unchanged without a trigger)."""
+    (unchanged without a trigger or without one). Both are compared in NFC: a caption saved in NFD
+    holds the trigger typed in NFC, and NFD's combining accent after a shorter trigger ("cafe" in
+    "café") is no letter to the pattern (RELIABILITY 1030); a caption with an occurrence comes
+    back in NFC."""
     if not trigger:
         return caption
-    return re.sub(rf"(?<!\w){re.escape(trigger)}(?!\w)", lambda _: class_word, caption)
+    text, found = re.subn(rf"(?<!\w){re.escape(nfc(trigger))}(?!\w)", lambda _: class_word, nfc(caption))
+    return text if found else caption
 
 
 @dataclass(frozen=True)

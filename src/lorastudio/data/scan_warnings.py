@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lorastudio.data.caption_chars import hidden_text_warning
 from lorastudio.data.caption_variants import variation_warning
 from lorastudio.data.crop import crop_warning, cut_warning
 from lorastudio.data.decoded import undecoded_warning
@@ -36,5 +37,6 @@ def scan_warnings(scan: DatasetScan, cfg: TrainConfig, holdout: Holdout | None) 
         overlap_warning(holdout),
         undecoded_warning(scan.items, labels),
         duplicate_warning(scan.items, labels),
+        hidden_text_warning(scan.items, labels),
     ]
     return [w for w in found if w]

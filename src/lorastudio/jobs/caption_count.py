@@ -260,7 +260,7 @@ def main() -> int:
 
     resource.setrlimit(resource.RLIMIT_AS, (LIMIT_AS_BYTES, LIMIT_AS_BYTES))
     resource.setrlimit(resource.RLIMIT_CPU, (LIMIT_CPU_S, LIMIT_CPU_S))
-    ask = json.loads(sys.stdin.read())
+    ask = json.loads(sys.stdin.buffer.read())  # UTF-8 bytes whatever PYTHONIOENCODING says (RELIABILITY 1029)
     try:
         answer: dict[str, Any] = {
             "counts": count(

@@ -158,7 +158,8 @@ def _run_child(ask: dict[str, Any]) -> subprocess.CompletedProcess[str]:
             [sys.executable, "-m", "lorastudio.jobs.caption_count"],
             input=json.dumps(ask),
             capture_output=True,
-            text=True,
+            encoding="utf-8",  # the child reads its stdin's bytes as UTF-8 (RELIABILITY 1029)
+            errors="replace",
             timeout=COUNT_TIMEOUT_S,
             env=child_environment(os.environ) | _CHILD_ENV,
             check=False,

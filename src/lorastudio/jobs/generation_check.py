@@ -16,7 +16,7 @@ from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import local_revision_problem, revision_problem
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
-from lorastudio.generation_rules import budget_problems, text_tokens_problems
+from lorastudio.generation_rules import budget_problems, prompt_problems, text_tokens_problems
 from lorastudio.jobs.generation_base import check_identity
 from lorastudio.jobs.generation_inputs import GenerationRequest, lora_file, negative_prompt_refusal
 from lorastudio.jobs.references import reference_problems
@@ -35,6 +35,7 @@ def check_request(
     ModelSourceError (the base model)."""
     family = families.get(req.family)
     problems = budget_problems(req.width, req.height, req.steps, family.spec.name)
+    problems += prompt_problems({"prompt": req.prompt, "negative_prompt": req.negative_prompt})
     if req.revision is not None and (why := revision_problem(req.revision)):
         problems.append(FieldProblem("revision", why))
     elif why := local_revision_problem(req.base_model, req.revision, req.base_config):

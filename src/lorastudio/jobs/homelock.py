@@ -125,7 +125,7 @@ def lock_holders(path: Path) -> list[int]:
     """Pids holding a flock on `path`, from /proc/locks (Linux; [] elsewhere or unknown)."""
     try:
         st = path.stat()
-        lines = Path("/proc/locks").read_text().splitlines()
+        lines = Path("/proc/locks").read_text(encoding="utf-8").splitlines()
     except OSError:
         return []
     key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"

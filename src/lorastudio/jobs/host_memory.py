@@ -314,7 +314,7 @@ def available_host_bytes() -> int | None:
     None where neither can be read."""
     found: list[int] = []
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
             if line.startswith("MemAvailable:"):
                 found.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
@@ -324,7 +324,10 @@ def available_host_bytes() -> int | None:
         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
     ):
         try:
-            limit, usage = Path(limit_file).read_text().strip(), Path(usage_file).read_text().strip()
+            limit, usage = (
+                Path(limit_file).read_text(encoding="utf-8").strip(),
+                Path(usage_file).read_text(encoding="utf-8").strip(),
+            )
         except OSError:
             continue
         if limit.isdigit() and usage.isdigit() and int(limit) < 2**60:

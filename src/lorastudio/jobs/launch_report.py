@@ -170,7 +170,7 @@ def _write_json(path: Path, data: Any) -> None:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json_read.loads(path.read_text())
+        data = json_read.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -32,8 +32,6 @@ from lorastudio.data.text_keys import KIND, TORCH_DTYPE_NAMES, text_fingerprint,
 from lorastudio.training.text_signature import PROBE_TEXTS, read_signature, signature_path
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from lorastudio.config import TrainConfig
     from lorastudio.data import DatasetScan
     from lorastudio.jobs.hardware import HostInfo

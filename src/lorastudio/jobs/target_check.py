@@ -125,7 +125,8 @@ def _ask_child(cfg: TrainConfig, timeout_s: float) -> TargetAnswer | str:
             [sys.executable, "-m", "lorastudio.training.target_check"],
             input=cfg.model_dump_json(),
             capture_output=True,
-            text=True,
+            encoding="utf-8",  # the child reads its stdin's bytes as UTF-8 (RELIABILITY 1029)
+            errors="replace",
             timeout=timeout_s,
             env=env,
             check=False,

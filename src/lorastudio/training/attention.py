@@ -220,7 +220,8 @@ def probe_attention(
         done = subprocess.run(
             [sys.executable, "-m", "lorastudio.training.attention_probe", json.dumps(spec)],
             capture_output=True,
-            text=True,
+            encoding="utf-8",  # not the locale's (RELIABILITY 1029)
+            errors="replace",
             timeout=PROBE_TIMEOUT_S,
             env=env,
             check=False,

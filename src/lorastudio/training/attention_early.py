@@ -126,7 +126,8 @@ class RunningProbe:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
+            encoding="utf-8",  # not the locale's (RELIABILITY 1029)
+            errors="replace",
             env=attention.probe_environment(),  # without the secrets (RELIABILITY 1011)
         )
         stdin, stdout, stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr

@@ -3,7 +3,8 @@ alpha_pattern check (training/lora.planned_target_check: the denoiser built on t
 device) for the torch-free API server, which runs it as a short child process
 (jobs/target_check.py).
 
-Reads one resolved TrainConfig as JSON on stdin; writes one JSON line on stdout:
+Reads one resolved TrainConfig as JSON on stdin (UTF-8 bytes, whatever the locale or
+PYTHONIOENCODING say: RELIABILITY 1029); writes one JSON line on stdout:
 {"problems": [{"field", "message"}, ...], "checked": bool} (problems empty: the names match, or
 `checked` is false: the base's denoiser config cannot be read here, and the run's start checks).
 Exit code 0 whenever that line was written.
@@ -22,10 +23,10 @@ def main() -> int:
     from lorastudio.config import TrainConfig
     from lorastudio.training.lora import planned_target_check
 
-    cfg = TrainConfig.model_validate(json_read.loads(sys.stdin.read()))
+    cfg = TrainConfig.model_validate(json_read.loads(sys.stdin.buffer.read()))
     problems = planned_target_check(cfg, families.get(cfg.family))
     found = [{"field": p.field, "message": p.message} for p in problems or []]
-    print(json.dumps({"problems": found, "checked": problems is not None}))
+    print(json.dumps({"problems": found, "checked": problems is not None}))  # ASCII (ensure_ascii)
     return 0
 
 

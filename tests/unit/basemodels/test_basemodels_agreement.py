@@ -165,9 +165,9 @@ def test_a_component_of_another_model_is_refused_naming_it(
 
 
 def _edit_config(path: Path, **changes: object) -> None:
-    config = json.loads(path.read_text())
+    config = json.loads(path.read_text(encoding="utf-8"))
     config.update(changes)
-    path.write_text(json.dumps(config))
+    path.write_text(json.dumps(config), encoding="utf-8")
 
 
 def test_the_catalogue_lists_a_mixed_folder_as_untrainable_with_the_reason(

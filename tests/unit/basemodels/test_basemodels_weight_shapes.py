@@ -34,9 +34,9 @@ def _weights_of(model: Path, comp: str, source: Path) -> None:
 
 
 def _set(config: Path, **values: object) -> None:
-    meta = json.loads(config.read_text())
+    meta = json.loads(config.read_text(encoding="utf-8"))
     meta.update(values)
-    config.write_text(json.dumps(meta))
+    config.write_text(json.dumps(meta), encoding="utf-8")
 
 
 # (family, component, the family whose tiny component's weights replace its weights (None: the

@@ -207,7 +207,7 @@ def test_queue_is_fifo_and_refusals_change_nothing(settings: Settings, model: Pa
 def _process_state(pid: int) -> str:
     """The kernel's state letter of `pid` ("Z": exited, not yet reaped; "gone": no process)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
             if line.startswith("State:"):
                 return line.split()[1]
     except FileNotFoundError:

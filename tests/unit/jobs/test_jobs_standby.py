@@ -26,7 +26,7 @@ FINAL = {"completed", "stopped", "cancelled", "failed", "interrupted"}
 def _alive(pid: int) -> bool:
     """The process exists and is no zombie."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"

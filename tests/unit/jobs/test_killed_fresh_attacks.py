@@ -176,7 +176,7 @@ def _json_body(mark: Path, **over: object) -> str:
 
 
 def _json_mark(mark: Path, **over: object) -> None:
-    mark.write_text(_json_body(mark, **over))
+    mark.write_text(_json_body(mark, **over), encoding="utf-8")
 
 
 @pytest.mark.parametrize("kind", sorted(MARKS))

@@ -22,7 +22,7 @@ from polling import until
 
 def _stat_with_flags(pid: int, flags: int) -> str:
     """This process's real /proc stat line with its task flags (field 9) replaced."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
+    stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
     head, tail = stat[: stat.rindex(")") + 2], stat[stat.rindex(")") + 2 :].split(" ")
     tail[6] = str(flags)
     return head + " ".join(tail)
@@ -33,7 +33,9 @@ def test_process_ending_reads_exit_zombie_and_gone() -> None:
     assert not process_ending(me) and process_alive(me)
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     until(
-        lambda: Path(f"/proc/{child.pid}/stat").read_text().split(") ")[1][0] == "Z", 30, "the child a zombie"
+        lambda: Path(f"/proc/{child.pid}/stat").read_text(encoding="utf-8").split(") ")[1][0] == "Z",
+        30,
+        "the child a zombie",
     )
     assert process_ending(child.pid) and not process_alive(child.pid)  # a zombie, not yet reaped
     child.wait()
@@ -42,7 +44,7 @@ def test_process_ending_reads_exit_zombie_and_gone() -> None:
 
 def test_a_process_inside_its_exit_is_ending(monkeypatch: pytest.MonkeyPatch) -> None:
     me = os.getpid()
-    flags = int(Path(f"/proc/{me}/stat").read_text().rsplit(")", 1)[1].split()[6])
+    flags = int(Path(f"/proc/{me}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[6])
     monkeypatch.setattr(processes, "_proc_stat", lambda pid: _stat_with_flags(pid, flags | PF_EXITING))
     assert process_ending(me)
     assert process_alive(me)  # still "running" by its state: why the launcher asks process_ending
@@ -54,7 +56,7 @@ def test_the_launcher_blames_the_exiting_rank_not_the_one_that_reported(
     """Rank 1 reports its broken collective while rank 0 (here: this process, faked as inside
     its exit) has not become a zombie yet: rank 0 is the job's first failure."""
     me = os.getpid()
-    flags = int(Path(f"/proc/{me}/stat").read_text().rsplit(")", 1)[1].split()[6])
+    flags = int(Path(f"/proc/{me}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[6])
     monkeypatch.setattr(processes, "_proc_stat", lambda pid: _stat_with_flags(pid, flags | PF_EXITING))
     worker = object.__new__(TorchrunWorker)  # only the rank bookkeeping is exercised
     worker._lock = threading.Lock()

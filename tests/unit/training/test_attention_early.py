@@ -73,10 +73,10 @@ def child_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _notes(log: Path, want: str | None = None, timeout: float = 30.0) -> list[str]:
     deadline = time.monotonic() + timeout
     while want is not None and time.monotonic() < deadline:
-        if log.is_file() and want in log.read_text().split():
+        if log.is_file() and want in log.read_text(encoding="utf-8").split():
             break
         time.sleep(0.05)
-    return log.read_text().split() if log.is_file() else []
+    return log.read_text(encoding="utf-8").split() if log.is_file() else []
 
 
 def test_the_child_checks_every_kernel_first_and_times_only_once_released(monkeypatch, capsys):

@@ -35,9 +35,9 @@ def _rank(rank: int, port: int, out: str) -> None:
             time.sleep(ALONE_S)  # a sample round
             flag += 7
         dist.broadcast(flag, src=0)  # the stop poll every rank agrees on
-        Path(out, f"rank{rank}").write_text(str(int(flag.item())))
+        Path(out, f"rank{rank}").write_text(str(int(flag.item())), encoding="utf-8")
     except RuntimeError as err:
-        Path(out, f"rank{rank}").write_text(f"error: {err}")
+        Path(out, f"rank{rank}").write_text(f"error: {err}", encoding="utf-8")
     finally:
         end_group(ctx)
 

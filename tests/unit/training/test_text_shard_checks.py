@@ -154,9 +154,9 @@ def test_unpadded_families_reuse_their_shards(make_config, family: str, monkeypa
 def _skew(record: Path) -> None:
     """Rewrite a kept signature with another fixed dim (what an older lorastudio, whose encoder
     gave another form, or a damaged record leaves)."""
-    kept = json.loads(record.read_text())
+    kept = json.loads(record.read_text(encoding="utf-8"))
     kept["pooled"][1] = [d + 1 for d in kept["pooled"][1]]
-    record.write_text(json.dumps(kept))
+    record.write_text(json.dumps(kept), encoding="utf-8")
 
 
 def test_a_kept_signature_the_encoders_contradict_is_learnt_again(make_config, text_encodes, caplog) -> None:

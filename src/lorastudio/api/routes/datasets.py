@@ -41,6 +41,7 @@ from lorastudio.api.schemas_files import (
 from lorastudio.api.upload_spool import parser_class
 from lorastudio.data import new_name, safe_component
 from lorastudio.data.caption_bulk import CaptionEdit, bulk_edit_captions
+from lorastudio.data.captions import one_newline_form
 from lorastudio.data.dataset_delete import delete_dataset
 from lorastudio.data.dataset_detail import dataset_detail
 from lorastudio.data.dataset_names import hand_named_folder, rename_dataset
@@ -309,7 +310,7 @@ def put_caption(
         path = write_caption(folder, file, body.caption, body.expected)
     return {
         "file": file,
-        "caption": body.caption.strip() or None,
+        "caption": one_newline_form(body.caption).strip() or None,  # as written (CR LF as LF)
         "caption_file": path.name if path else None,
     }
 

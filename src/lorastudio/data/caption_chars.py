@@ -1,0 +1,35 @@
+"""The preflight's warning naming the captions that hold a character no text a user gives may
+hold (text_rules.visible_text: a control, invisible or text-direction character: U+200B ZERO
+WIDTH SPACE, U+202E RIGHT-TO-LEFT OVERRIDE, an ESC sequence; line breaks and tabs are fine). The
+edit API refuses such text (RELIABILITY 1033), but a caption file written by hand or a
+metadata.jsonl row is read as written (a NUL alone is refused there, captions.read_sidecar): the
+model then learns text that no prompt typed from what the UI shows will hold (RELIABILITY 1035).
+A warning, not a refusal: a dataset that trained before still trains. No torch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lorastudio.data.items import ImageItem, item_name
+from lorastudio.data.paths import hidden_characters
+from lorastudio.text_rules import TEXT_WHITESPACE
+
+SHOWN = 5  # images named in the warning, then "and N more"
+
+
+def hidden_text_warning(items: Sequence[ImageItem], labels: Sequence[str] = ()) -> str | None:
+    """ "N caption(s) hold invisible or text-direction characters ..." naming up to SHOWN images
+    (as data.items.item_name with `labels`) and the characters of each; None when none does."""
+    found = []
+    for item in items:
+        hidden = hidden_characters(item.caption.translate({ord(ch): None for ch in TEXT_WHITESPACE}))
+        if hidden:
+            found.append(f"{item_name(item, labels)} ({hidden})")
+    if not found:
+        return None
+    more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+    return (
+        f"{len(found)} caption(s) hold invisible or text-direction characters, trained as written: "
+        f"{'; '.join(found[:SHOWN])}{more}; remove them (a bulk caption edit's find takes them) or "
+        "the model learns text no prompt holds"
+    )
