@@ -28,7 +28,7 @@ describe("GenerateScreen: leaving the screen", () => {
       }
       if (url === "/api/loras/cats/steps") return { body: { name: "cats", loras: [] } };
       if (url === "/api/gallery") return { body: { images } };
-      if (method === "POST" && url === "/api/generate" && (body as { seed?: number }).seed === -5) {
+      if (method === "POST" && url === "/api/generations" && (body as { seed?: number }).seed === -5) {
         return { status: 422, body: { detail: [{ loc: ["body", "seed"], msg: "Input should be greater than or equal to 0", type: "greater_than_equal" }] } };
       }
       return undefined;
@@ -60,7 +60,7 @@ describe("GenerateScreen: leaving the screen", () => {
     vi.stubGlobal(
       "fetch",
       vi.fn(async (url: string, init?: RequestInit) => {
-        if (url === "/api/generate" && init?.method === "POST") {
+        if (url === "/api/generations" && init?.method === "POST") {
           calls.push({ method: "POST", url, body: JSON.parse(init.body as string), headers: {} });
           return new Promise<Response>((resolve) => (release = resolve)); // rendering
         }
@@ -82,7 +82,7 @@ describe("GenerateScreen: leaving the screen", () => {
     await waitFor(() => expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/new.png"));
     expect(within(screen.getByTestId("gallery")).getByRole("button", { name: /kept prompt/ })).toHaveAttribute("aria-pressed", "true");
     expect(screen.getByRole("button", { name: "Generate" })).toBeEnabled();
-    expect(calls.filter((c) => c.url === "/api/generate")).toHaveLength(1);
+    expect(calls.filter((c) => c.url === "/api/generations")).toHaveLength(1);
   });
 
   it("a value the server refuses is named next to its field, and fixing it clears the error", async () => {
@@ -123,8 +123,8 @@ describe("GenerateScreen: leaving the screen", () => {
     await userEvent.click(gone);
     expect(screen.queryByTestId("missing-loras")).toBeNull();
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
-    const sent = calls.find((c) => c.url === "/api/generate")?.body as { loras: { name: string }[] };
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generations")).toBe(true));
+    const sent = calls.find((c) => c.url === "/api/generations")?.body as { loras: { name: string }[] };
     expect(sent.loras.map((l) => l.name)).toEqual(["cats"]);
   });
 });
