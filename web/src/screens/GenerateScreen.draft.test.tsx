@@ -2,7 +2,7 @@ import { fireEvent, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import type { GalleryImage } from "../api/types";
-import { type Call, galleryImage, INFO, mockFetch } from "../test/fixtures";
+import { type Call, galleryImage, generationStatus, INFO, mockFetch } from "../test/fixtures";
 import { GenerateScreen } from "./GenerateScreen";
 import { renderWithProviders } from "../test/render";
 
@@ -78,7 +78,9 @@ describe("GenerateScreen: leaving the screen", () => {
     expect(await screen.findByRole("button", { name: "Generating…" })).toBeDisabled();
     expect(screen.getByRole("button", { name: "Cancel" })).toBeInTheDocument();
     images = [NEW, OLD];
-    release(json(201, { file: "new.png", url: "/gallery/new.png", path: "/g/new.png", seconds: 1.5, seed: 3, width: 64, height: 64, prompt: "kept prompt", loras: [] }));
+    const image = { file: "new.png", url: "/gallery/new.png", path: "/g/new.png", seconds: 1.5, seed: 3, width: 64, height: 64, prompt: "kept prompt", loras: [] };
+    const id = (calls.find((c) => c.url === "/api/generations")?.body as { request_id: string }).request_id;
+    release(json(202, generationStatus(id, "done", { image })));
     await waitFor(() => expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/new.png"));
     expect(within(screen.getByTestId("gallery")).getByRole("button", { name: /kept prompt/ })).toHaveAttribute("aria-pressed", "true");
     expect(screen.getByRole("button", { name: "Generate" })).toBeEnabled();
