@@ -2,8 +2,8 @@
 a generation that outlives a proxy's read timeout. Was: the only form was POST /api/generate,
 whose answer is the image; a proxy that cut it (nginx's 60 s) made the studio cancel it as a
 client that left. The service's bookkeeping is driven through an in-process stand-in of the
-worker (tests/generation_fakes.py); one test runs the real worker on tiny FLUX.1 in a real
-server, its client leaving after the 202."""
+worker (tests/generation_fakes.py); one slow test runs the real worker on tiny FLUX.1 in a real
+server, its client leaving after the 202 (RELIABILITY 1050)."""
 
 from __future__ import annotations
 
@@ -140,14 +140,12 @@ def test_a_cancel_and_a_failure_are_told_by_their_state(settings: Settings, clie
     assert _gallery(settings) == [] and service.in_flight == 0
 
 
-def test_refusals_are_the_posts_answer_and_the_cap_is_shared(
-    settings: Settings, client: TestClient, tiny_model: Callable[[str], Path]
-) -> None:
+def test_refusals_are_the_posts_answer_and_the_cap_is_shared(settings: Settings, client: TestClient) -> None:
     """A request the check refuses gets its 400 from the POST (nothing kept, no worker); past
     MAX_IN_FLIGHT the POST answers the cap's 409, counting the synchronous form's too."""
     real = client.post(
         "/api/generations",
-        json={**BODY, "base_model": str(tiny_model("flux")), "steps": 300, "request_id": "over"},
+        json={**BODY, "base_model": "nowhere", "steps": 300, "request_id": "over"},  # refused before the base
     )
     assert real.status_code == 400 and [p["field"] for p in real.json()["problems"]] == ["steps"], real.text
     assert client.get("/api/generations/over").status_code == 404
@@ -185,6 +183,9 @@ def test_ended_generations_are_forgotten_after_a_while_and_past_a_count(
     assert len(_gallery(settings)) == 6  # the images stay in the gallery
 
 
+@pytest.mark.slow  # a real worker's spawn and imports (~6 CPU s); by default the bookkeeping above, the
+# worker's step reports (unit/generate/test_generation_load_cancel.py) and their reading
+# (unit/jobs/test_generation_progress.py) cover its parts
 def test_a_client_that_leaves_after_the_202_still_gets_its_image(
     server: LiveServer, settings: Settings, tiny_model: Callable[[str], Path]
 ) -> None:
@@ -206,3 +207,24 @@ def test_a_client_that_leaves_after_the_202_still_gets_its_image(
     png = server.client.get(done["image"]["url"])
     assert png.status_code == 200 and png.content[:4] == b"\x89PNG"
     assert (settings.home / "gallery" / done["image"]["file"]).is_file()
+
+
+def test_a_server_stop_ends_the_asynchronous_generations_as_failed_with_its_503(
+    settings: Settings, client: TestClient
+) -> None:
+    """The stop's hook cancels them as it does the synchronous form's: each ends failed with
+    ServerStopping (503), nothing kept, and a new POST is refused the same way."""
+    from lorastudio.api.app import stop_generations
+
+    client.app.state.generation = service = _Blocking(settings, GpuArbiter())  # type: ignore[attr-defined]
+    for rid in ("s-run", "s-wait"):
+        assert client.post("/api/generations", json={**BODY, "request_id": rid}).status_code == 202
+    assert service.running.wait(10)
+    stop_generations(client.app)
+    service.release.set()
+    for rid in ("s-run", "s-wait"):
+        ended = _poll(client, rid, {"failed"})
+        assert ended["error"]["error"] == "ServerStopping" and ended["error"]["status"] == 503, ended
+    late = client.post("/api/generations", json={**BODY, "request_id": "s-late"})
+    assert late.status_code == 503 and late.json()["error"] == "ServerStopping", late.text
+    assert _gallery(settings) == [] and service.in_flight == 0

@@ -30,7 +30,9 @@ def test_typed_settings_and_a_generation_survive_leaving_the_screen(studio, brow
         posts: list[str] = []
         page.on(
             "request",
-            lambda r: posts.append(r.url) if r.method == "POST" and r.url.endswith("/api/generations") else None,
+            lambda r: (
+                posts.append(r.url) if r.method == "POST" and r.url.endswith("/api/generations") else None
+            ),
         )
         try:
             upload_captioned(page, url, "leaving", 2, "a shape")
@@ -63,7 +65,9 @@ def test_typed_settings_and_a_generation_survive_leaving_the_screen(studio, brow
             expect(page.get_by_role("button", name="Cancel")).to_be_visible()
             page.reload()  # mid-generation: nothing asks before leaving, and the page finds it again
             expect(page.get_by_role("button", name="Generating…")).to_be_disabled()
-            expect(page.get_by_test_id("generate-progress")).to_contain_text(re.compile(r"Step \d+ of 200|Loading|Waiting"))
+            expect(page.get_by_test_id("generate-progress")).to_contain_text(
+                re.compile(r"Step \d+ of 200|Loading|Waiting")
+            )
             item = page.get_by_test_id("gallery").get_by_role("button", name=re.compile("made while away"))
             expect(item).to_have_attribute("aria-pressed", "true", timeout=WORKER_TIMEOUT_S * 1000)
             expect(page.get_by_test_id("result-image")).to_have_attribute("alt", "made while away")

@@ -223,6 +223,10 @@ class GenerationService:
             raise
         return checked
 
+    def abandon(self, rid: str) -> None:
+        """End request `rid`, prepared (`prepare`) but never run (its id retired)."""
+        self._flight.finish(rid)
+
     def run_admitted(
         self,
         req: GenerationRequest,

@@ -37,7 +37,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lorastudio.errors import GenerationCancelled, GenerationFailed, JobActive, LorastudioError, NotFound
+from lorastudio.errors import (
+    GenerationCancelled,
+    GenerationFailed,
+    JobActive,
+    LorastudioError,
+    NotFound,
+    ServerStopping,
+)
 from lorastudio.jobs.generation_requests import MAX_IN_FLIGHT, QUEUED, SAVING
 
 if TYPE_CHECKING:
@@ -103,7 +110,15 @@ class GenerationJobs:
             raise
         with self._lock:
             entry.handed = True
-        self._pool.submit(self._run, req, entry, checked)
+        try:
+            self._pool.submit(self._run, req, entry, checked)
+        except RuntimeError as err:  # the pool was shut down (the server is stopping) meanwhile
+            self._service.abandon(request_id)
+            with self._lock:
+                self._entries.pop(request_id, None)
+            raise ServerStopping(
+                f"the server is stopping: generation {request_id!r} was not started"
+            ) from err
         return self.status(request_id)
 
     def _run(self, req: GenerationRequest, entry: _Entry, checked: Any) -> None:

@@ -165,6 +165,43 @@ describe("GenerateScreen", () => {
     expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/old.png");
   });
 
+  it("a Cancel pressed before the server knew the generation reaches it once its POST is answered (RELIABILITY 1052)", async () => {
+    const inner = globalThis.fetch;
+    const json = (status: number, body: unknown) =>
+      new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
+    let answerPost: (answer: Response) => void = () => {};
+    let state: Record<string, unknown> | null = null; // null: the server does not know it yet
+    const cancels: string[] = [];
+    vi.stubGlobal(
+      "fetch",
+      vi.fn(async (url: string, init?: RequestInit) => {
+        if (url === "/api/generations" && init?.method === "POST") {
+          calls.push({ method: "POST", url, body: JSON.parse(init.body as string), headers: {} });
+          return new Promise<Response>((resolve) => (answerPost = resolve)); // its check still runs
+        }
+        if (url.startsWith("/api/generations/") && url.endsWith("/cancel")) {
+          cancels.push(url);
+          if (!state) return json(404, { error: "NotFound", detail: "no generation in flight (unknown here)" });
+          const error = { error: "GenerationCancelled", detail: "generation cancelled while it waited for the worker", status: 409 };
+          state = { ...state, state: "cancelled", error, ended: 2 };
+          return json(200, { request_id: url.split("/")[3], was: "waiting" });
+        }
+        if (url.startsWith("/api/generations/")) return json(200, state);
+        return inner(url, init);
+      }),
+    );
+    renderScreen();
+    await screen.findByTestId("gallery");
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await userEvent.click(await screen.findByRole("button", { name: "Cancel" }));
+    await waitFor(() => expect(cancels).toHaveLength(1)); // 404: not in flight yet, said nowhere
+    const id = (calls.find((c) => c.url === "/api/generations")?.body as { request_id: string }).request_id;
+    state = generationStatus(id, "queued");
+    answerPost(json(202, state));
+    expect(await screen.findByText("Generation cancelled: nothing was kept.")).toBeInTheDocument();
+    expect(cancels).toEqual([`/api/generations/${id}/cancel`, `/api/generations/${id}/cancel`]);
+  });
+
   it("says a failed generation's error, as the server told it in the generation's state", async () => {
     const inner = globalThis.fetch;
     vi.stubGlobal(
