@@ -133,6 +133,9 @@ def test_every_route_answers_as_its_openapi_declares(
     call("POST", "/api/loras/{name}/push", "/api/loras/x/push", json={"repo": "a/b"})
     call("POST", "/api/generate", json={"prompt": "x", "width": 70})
     call("POST", "/api/generate/{request_id}/cancel", "/api/generate/abc/cancel")
+    call("POST", "/api/generations", json={"prompt": "x", "width": 70})
+    call("GET", "/api/generations/{request_id}", "/api/generations/abc")
+    call("POST", "/api/generations/{request_id}/cancel", "/api/generations/abc/cancel")
     refs = call("POST", "/api/generate/references", files=[("files", ("r.png", _png()))])
     ref = refs.json()["references"][0]["id"]
     assert call("GET", "/gallery/references/{ref_id}", f"/gallery/references/{ref}").status_code == 200
@@ -321,6 +324,16 @@ def test_a_real_runs_answers_are_as_declared(
     image = call("POST", "/api/generate", json={**_generation(config), "loras": [{"name": lora}]})
     assert image.status_code == 201, image.text
     file = image.json()["file"]
+    sent = call("POST", "/api/generations", json={**_generation(config), "request_id": "async-1"})
+    assert sent.status_code == 202, sent.text
+    until(
+        lambda: (
+            call("GET", "/api/generations/{request_id}", "/api/generations/async-1").json()["state"] == "done"
+        ),
+        60,
+        "the asynchronous generation done",
+    )
+    call("POST", "/api/generations/{request_id}/cancel", "/api/generations/async-1/cancel")  # 404: ended
     call("GET", "/api/gallery")
     assert call("GET", "/gallery/{file}", f"/gallery/{file}").status_code == 200
     assert call("DELETE", "/api/gallery/{file}", f"/api/gallery/{file}").status_code == 200

@@ -1,7 +1,8 @@
 """Leaving a screen mid-task, in a real browser on a real server: what the user typed in the Train
 and Generate forms is there again after another screen, Back and a reload (a per-tab draft), and a
 generation sent before the user looked at another screen is shown as running when they come back,
-then its image, without a reload and without a second request."""
+and again after a reload of the page (the asynchronous form: the server renders it whatever the page
+does, the tab keeps its request id), then its image, without a second request."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ def test_typed_settings_and_a_generation_survive_leaving_the_screen(studio, brow
         posts: list[str] = []
         page.on(
             "request",
-            lambda r: posts.append(r.url) if r.method == "POST" and r.url.endswith("/api/generate") else None,
+            lambda r: (
+                posts.append(r.url) if r.method == "POST" and r.url.endswith("/api/generations") else None
+            ),
         )
         try:
             upload_captioned(page, url, "leaving", 2, "a shape")
@@ -60,6 +63,11 @@ def test_typed_settings_and_a_generation_survive_leaving_the_screen(studio, brow
             expect(page.locator('[name="prompt"]')).to_have_value("made while away")
             expect(page.get_by_role("button", name="Generating…")).to_be_disabled()
             expect(page.get_by_role("button", name="Cancel")).to_be_visible()
+            page.reload()  # mid-generation: nothing asks before leaving, and the page finds it again
+            expect(page.get_by_role("button", name="Generating…")).to_be_disabled()
+            expect(page.get_by_test_id("generate-progress")).to_contain_text(
+                re.compile(r"Step \d+ of 200|Loading|Waiting")
+            )
             item = page.get_by_test_id("gallery").get_by_role("button", name=re.compile("made while away"))
             expect(item).to_have_attribute("aria-pressed", "true", timeout=WORKER_TIMEOUT_S * 1000)
             expect(page.get_by_test_id("result-image")).to_have_attribute("alt", "made while away")

@@ -123,12 +123,17 @@ def _load(
     return pipe, dev
 
 
-def _stop_when(cancelled: Callable[[], bool]) -> Callable[..., dict[str, Any]]:
-    """A callback_on_step_end that raises GenerationCancelled once `cancelled()` is True: the
-    pipeline's loop stops after the step it just finished (no decode, no image)."""
+def _after_steps(
+    cancelled: Callable[[], bool] | None, on_step: Callable[[int, int], None] | None, steps: int | None
+) -> Callable[..., dict[str, Any]]:
+    """A callback_on_step_end that tells `on_step(done, of)` each finished step (`of`: the
+    pipeline's own count, else `steps`), then raises GenerationCancelled once `cancelled()` is
+    True: the pipeline's loop stops after the step it just finished (no decode, no image)."""
 
     def after_step(pipe: Any, step: int, timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
-        if cancelled():
+        if on_step is not None:
+            on_step(step + 1, int(getattr(pipe, "num_timesteps", None) or steps or step + 1))
+        if cancelled is not None and cancelled():
             raise GenerationCancelled(f"generation cancelled after denoising step {step + 1}")
         return callback_kwargs
 
@@ -317,6 +322,7 @@ def generate_image(
     extra: Mapping[str, Any] | None = None,
     controls: Sequence[Image.Image] = (),
     cancelled: Callable[[], bool] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> Image.Image:
     """One image for `prompt`. steps/guidance default to the family's generation defaults (those
     of the pipeline's variant: Family.generation_defaults);
@@ -330,6 +336,7 @@ def generate_image(
     width x height and centre-cropped to it, as training crops a control to its target.
     `cancelled`: asked after every denoising step (the pipeline's callback_on_step_end, which
     every family's pipeline takes); True stops the render there with GenerationCancelled.
+    `on_step(done, of)`: told after every denoising step (the generation worker's progress).
 
     Raises GenerationCancelled (`cancelled`), UnknownFamily; ConfigError for what
     lorastudio.generation_rules refuses (width /
@@ -387,7 +394,9 @@ def generate_image(
         render = pipe
         if high and not controls:  # an edit family without references: text-to-image (its hook)
             render, kwargs = fam.render_without_references(pipe, kwargs)
-        if cancelled is not None:
-            kwargs["callback_on_step_end"] = _stop_when(cancelled)
+        if cancelled is not None or on_step is not None:
+            kwargs["callback_on_step_end"] = _after_steps(
+                cancelled, on_step, kwargs.get("num_inference_steps")
+            )
         out = render(width=width, height=height, generator=generator, output_type="pil", **kwargs)
     return out.images[0]

@@ -28,7 +28,10 @@ writes the sidecar, then renames the PNG into place. No torch here.
 The budget (per request) is generation_rules.budget_problems, the CLI's too; the check itself is
 jobs/generation_check.py. What a request is
 (its LoRA choices, the gallery settings of its image, the LoRA file a choice names) is
-jobs/generation_inputs.py. The bookkeeping of requests in flight (ids, owners, cancel, the MAX_IN_FLIGHT cap) is jobs/generation_requests.py.
+jobs/generation_inputs.py. The bookkeeping of requests in flight (ids, owners, cancel, the MAX_IN_FLIGHT cap, each one's
+phase and denoising step) is jobs/generation_requests.py; the asynchronous form (POST answers 202,
+the client polls: a generation that outlives a proxy's read timeout) is jobs/generation_jobs.py
+(`jobs`), which admits and checks a request here (`prepare`) and runs it (`run_admitted`).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import json
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,7 @@ from lorastudio.jobs.gallery import gallery_dir, new_image_name
 from lorastudio.jobs.generation_base import base_identity, job_at_base, refuse_if_base_gone
 from lorastudio.jobs.generation_check import check_request
 from lorastudio.jobs.generation_inputs import GenerationRequest, meta_of
+from lorastudio.jobs.generation_jobs import GenerationJobs
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
 from lorastudio.jobs.generation_requests import InFlight
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
@@ -100,6 +104,7 @@ class GenerationService:
         self._bases: dict[str, tuple[str, ...]] = {}  # request id -> its base's source and config
         self._bases_lock = threading.RLock()  # held by a model delete across its check (bases_held)
         self._stopping = False  # the server is stopping: `stopping`
+        self.jobs = GenerationJobs(self)  # the asynchronous form's requests (POST /api/generations)
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
     @property
@@ -150,6 +155,7 @@ class GenerationService:
             self._stop_locked()
         finally:
             self._lock.release()
+        self.jobs.shutdown()
         self._spawner.close()
 
     def _stop_locked(self) -> None:
@@ -189,18 +195,59 @@ class GenerationService:
         (`cancel`: no image kept), GenerationFailed / GenerationWorkerLost / GenerationTimedOut
         (the worker failed / died / hung: the next request starts a fresh worker)."""
         rid = request_id if request_id is not None else f"unnamed-{uuid.uuid4().hex}"
+        self.admit(rid, owner)
+        return self.run_admitted(req, rid)
+
+    def admit(self, rid: str, owner: object | None = None) -> None:
+        """Take request `rid` in flight (queued for the worker) before any work: `run_admitted`
+        must follow, which ends it whichever way. Raises ServerStopping, JobActive (a request of
+        this id is in flight or ended less than RETIRED_FOR_S ago, or MAX_IN_FLIGHT are)."""
         if self._stopping:
             raise ServerStopping(STOPPING)
         self._flight.admit(rid, owner)
+
+    def prepare(
+        self, req: GenerationRequest, rid: str
+    ) -> tuple[ResolvedBase, list[tuple[str, float]], tuple[str, ...]]:
+        """The asynchronous form's admission (jobs/generation_jobs.py): `admit` request `rid`,
+        `check` it and refuse it while training holds the GPU (JobActive, the synchronous form's
+        words), all before any work; returns what `check` returned, for `run_admitted`, which
+        must follow. When any of it raises, `rid` has ended (its id retired)."""
+        self.admit(rid)
         try:
-            if self._stopping:  # began between the check above and admit: cancel_all missed it
+            checked = self.check(req)
+            with self.arbiter.generation():  # training holds the GPU: refused now, not after a 202
+                pass
+        except BaseException:
+            self._flight.finish(rid)
+            raise
+        return checked
+
+    def abandon(self, rid: str) -> None:
+        """End request `rid`, prepared (`prepare`) but never run (its id retired)."""
+        self._flight.finish(rid)
+
+    def run_admitted(
+        self,
+        req: GenerationRequest,
+        rid: str,
+        checked: tuple[ResolvedBase, list[tuple[str, float]], tuple[str, ...]] | None = None,
+        last: Callable[[tuple[str, int, int]], None] | None = None,
+    ) -> dict[str, Any]:
+        """`generate` of request `rid`, admitted (`admit`); `checked`: what `check(req)` returned
+        for it (None: checked here); `last` is told its last `progress` as it ends. Its id is
+        retired when it ends, whichever way."""
+        try:
+            if self._stopping:  # began between the check in admit and its admission: cancel_all missed it
                 raise ServerStopping(STOPPING)
-            return self._generate(req, rid)
+            return self._generate(req, rid, checked)
         except GenerationCancelled as err:
             if self._stopping:
                 raise ServerStopping(STOPPING) from err
             raise
         finally:
+            if last is not None and (phase := self._flight.progress(rid)) is not None:
+                last(phase)
             self._flight.finish(rid)
             with self._bases_lock:
                 self._bases.pop(rid, None)
@@ -217,8 +264,18 @@ class GenerationService:
         moves the folder under it, so a generation is either seen using it or sees it gone."""
         return self._bases_lock
 
-    def _generate(self, req: GenerationRequest, rid: str) -> dict[str, Any]:
-        base, loras, digests = self.check(req)
+    def progress(self, rid: str) -> tuple[str, int, int] | None:
+        """(phase, denoising steps done, of how many) of request `rid` in flight, or None
+        (generation_requests.InFlight.progress)."""
+        return self._flight.progress(rid)
+
+    def _generate(
+        self,
+        req: GenerationRequest,
+        rid: str,
+        checked: tuple[ResolvedBase, list[tuple[str, float]], tuple[str, ...]] | None,
+    ) -> dict[str, Any]:
+        base, loras, digests = checked if checked is not None else self.check(req)
         with self._bases_lock:
             refuse_if_base_gone(base)  # a model delete landed since the check
             self._bases[rid] = tuple(p for p in (base.source, base.config) if p)
@@ -323,7 +380,7 @@ class GenerationService:
         self._flight.start_running(rid, self._process)  # a cancel from now on reaches the worker
         self._key = None  # unknown while the job runs (and after it failed)
         try:
-            result = self._process.call(job)
+            result = self._process.call(job, lambda done, of: self._flight.stepped(rid, done, of))
         finally:
             self._flight.stop_running()
             if self._process.spent:  # died or ran out of memory: the next job gets a fresh one

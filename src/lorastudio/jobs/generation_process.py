@@ -37,6 +37,7 @@ from lorastudio.processes import spawn_context
 from lorastudio.settings import Settings
 
 GenerationTarget = Callable[[GenerationWorkerArgs, Any], None]
+Progress = Callable[[int, int], None]  # (denoising steps done, of how many; 0: not known yet)
 POLL_S = 0.1  # how often a waiting request checks that the worker is alive
 STOP_GRACE_S = 5.0  # after asking the worker to exit, before it is killed
 UNKNOWN_STEPS = 50  # steps allowed for a job that leaves them to the family's default (fewer)
@@ -153,8 +154,10 @@ class GenerationProcess:
             raise GenerationWorkerLost(f"the generation worker sent {reply!r} instead of ready")
         return int(reply[1])
 
-    def call(self, job: GenerationJob) -> dict[str, Any]:
+    def call(self, job: GenerationJob, progress: Progress | None = None) -> dict[str, Any]:
         """Run `job` in the worker; returns its "ok" fields (width, height, seconds, loaded).
+        `progress(done, of)` is told once the pipeline is ready (0 of the steps asked) and after
+        each denoising step the worker reports (its allowance runs on: a step resets no clock).
         Raises the domain error it reported, GenerationFailed (an unexpected pipeline error),
         GenerationWorkerLost (it died or ran out of memory) or GenerationTimedOut (it did not load
         or generate within the allowance and was stopped); after the last two this handle is spent.
@@ -168,7 +171,15 @@ class GenerationProcess:
         if isinstance(reply, tuple) and reply[:1] == ("loaded",):  # the pipeline is ready: the work's clock
             steps = job.steps or UNKNOWN_STEPS
             allowed = self.allowance.work_s(steps, job.width, job.height)
-            reply = self._receive(allowed, f"finish {work_words(steps, job.width, job.height)}")
+            deadline = time.monotonic() + allowed
+            if progress is not None:
+                progress(0, job.steps or 0)
+            while True:
+                reply = self._receive(allowed, f"finish {work_words(steps, job.width, job.height)}", deadline)
+                if not (isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "step"):
+                    break
+                if progress is not None:
+                    progress(int(reply[1]), int(reply[2]))
         status = reply[0] if isinstance(reply, tuple) and reply else None
         if status == "ok":
             return dict(reply[1])
@@ -195,11 +206,13 @@ class GenerationProcess:
         """Forget a cancel: the next job runs (called before each `call`)."""
         self._cancel.clear()
 
-    def _receive(self, allowed_s: float, what: str) -> Any:
+    def _receive(self, allowed_s: float, what: str, deadline: float | None = None) -> Any:
         """The next message from the child, checking every POLL_S that it is alive. Raises
         GenerationWorkerLost when it died, GenerationTimedOut (after stopping it) when it did
-        not answer within `allowed_s` (`what` it was to do, for the message)."""
-        deadline = time.monotonic() + allowed_s
+        not answer within `allowed_s` (`what` it was to do, for the message) or by `deadline`
+        (time.monotonic(): the allowance of a phase whose progress messages came before)."""
+        if deadline is None:
+            deadline = time.monotonic() + allowed_s
         while True:
             try:
                 if self._conn.poll(POLL_S):

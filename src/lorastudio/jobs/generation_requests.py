@@ -11,6 +11,9 @@ and is forgotten when its call ends (`finish`). The checks and the changes that 
 A request's id names it alone: once it ended the id is retired for RETIRED_FOR_S (a cancel of it
 answers NotFound naming when it ended, a new request with it JobActive naming why), so a late
 cancel never reaches another request reusing the id; at most MAX_RETIRED ids are kept.
+Each request in flight also has a phase (`progress`): QUEUED for the worker, LOADING (the worker
+starts, loads the pipeline, applies the LoRAs), GENERATING step i of n (the worker's reports),
+SAVING; the asynchronous form's status (jobs/generation_jobs.py) reads it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from lorastudio.errors import GenerationCancelled, JobActive, NotFound
 
 # States of a request in flight: waiting or running / cancelled / its image being saved (ended).
 LIVE, CANCELLED, SAVING = "live", "cancelled", "saving"
+# Phases of a request in flight (`progress`), as the asynchronous form's status names them.
+QUEUED, LOADING, GENERATING = "queued", "loading", "generating"
 # Requests in flight at most (one runs, the rest wait): each holds a server thread while it
 # waits, and the API's threads (40) serve every other route, the cancel route included.
 MAX_IN_FLIGHT = 8
@@ -50,6 +55,7 @@ class InFlight:
         self._states: dict[str, str] = {}  # id -> LIVE / CANCELLED / SAVING
         self._owners: dict[str, object] = {}  # id -> the owner its `generate` was given
         self._running: tuple[str, Cancellable] | None = None  # the request in the worker
+        self._phases: dict[str, tuple[str, int, int]] = {}  # id -> (phase, steps done, of how many)
         self.retired: OrderedDict[str, float] = OrderedDict()  # ended ids -> when (monotonic)
 
     def __len__(self) -> int:
@@ -77,12 +83,14 @@ class InFlight:
                 )
             self._states[rid] = LIVE
             self._owners[rid] = owner
+            self._phases[rid] = (QUEUED, 0, 0)
 
     def finish(self, rid: str) -> None:
         """Forget request `rid` (its call ended, whichever way) and retire its id. Idempotent."""
         with self._lock:
             self._states.pop(rid, None)
             self._owners.pop(rid, None)
+            self._phases.pop(rid, None)
             self.retired[rid] = time.monotonic()
             self.retired.move_to_end(rid)
             while len(self.retired) > MAX_RETIRED:
@@ -140,6 +148,8 @@ class InFlight:
             if self._states.get(rid) == CANCELLED:
                 raise GenerationCancelled("generation cancelled; its image was not kept")
             self._states[rid] = SAVING
+            _, done, of = self._phases.get(rid, (SAVING, 0, 0))
+            self._phases[rid] = (SAVING, done, of)
 
     def start_running(self, rid: str, worker: Cancellable) -> None:
         """Record that `worker` runs request `rid` (a cancel from now on reaches it), clearing an
@@ -150,6 +160,20 @@ class InFlight:
                 raise GenerationCancelled("generation cancelled before it started")
             worker.clear_cancel()  # an earlier request's cancel is not this one's
             self._running = (rid, worker)
+            self._phases[rid] = (LOADING, 0, 0)
+
+    def stepped(self, rid: str, done: int, of: int) -> None:
+        """Request `rid`'s pipeline is ready and `done` of its `of` denoising steps are done
+        (0: none yet; `of` 0: not known yet). Ignored once it is saving or ended."""
+        with self._lock:
+            if self._states.get(rid) in (LIVE, CANCELLED):
+                self._phases[rid] = (GENERATING, max(0, done), max(0, of))
+
+    def progress(self, rid: str) -> tuple[str, int, int] | None:
+        """(phase, steps done, of how many) of request `rid` in flight (QUEUED, LOADING,
+        GENERATING or SAVING), or None when it is not in flight."""
+        with self._lock:
+            return self._phases.get(rid)
 
     def stop_running(self) -> None:
         """No request runs in the worker any more."""

@@ -13,6 +13,7 @@ Protocol over one duplex multiprocessing Connection (plain picklable values):
                     None                                        exit
   child -> parent   ("loaded", bool)                            the job's pipeline is ready (True:
                                                                 loaded now; False: resident), then
+                    ("step", done, of)                          after each denoising step (progress)
                     ("ok", {"width", "height", "seconds", "loaded"})
                     ("error", class name, message, [(field, message), ...])   a domain error
                     ("failed", message)                         an unexpected pipeline error
@@ -187,7 +188,7 @@ def run_job(
 ) -> tuple[Any, bool]:
     """Generate one image for `job`; returns (reply, fatal): fatal = the child must exit (it ran
     out of memory, its state is not to be trusted). `report` gets ("loaded", bool) once the
-    job's pipeline is ready; `cancelled()` True stops the job during the load before its next
+    job's pipeline is ready, then ("step", done, of) after each denoising step; `cancelled()` True stops the job during the load before its next
     component (what it loaded is freed, nothing is resident), before the next LoRA, before its
     first denoising step or after any (GenerationCancelled's error reply; no PNG is written)."""
     oom: str | None = None
@@ -234,6 +235,7 @@ def run_job(
             max_sequence_length=job.max_sequence_length,
             controls=[load_rgb(Path(p)) for p in job.references],
             cancelled=cancelled,
+            on_step=lambda done, of: report(("step", done, of)),
         )
         meta = {**json_read.loads(job.png_meta), "width": image.width, "height": image.height}
         # the server removes the staging file it named

@@ -29,6 +29,7 @@ import type {
   GenerateBody,
   GenerateCancel,
   GenerateResult,
+  GenerationStatus,
   Info,
   Job,
   LoraList,
@@ -153,11 +154,16 @@ export const api = {
   loraSteps: (name: string, signal?: AbortSignal) => get<LoraSteps>(`/api/loras/${seg(name)}/steps`, signal),
   /** Upload a trained LoRA (with its sidecar, a model card and its newest samples) to a hub repo. */
   pushLora: (name: string, body: PushBody, answerTo: AnswerTo) => postEffect<PushResult>(`/api/loras/${seg(name)}/push`, body, answerTo),
+  /** The synchronous form: answers with the image once it is made (a proxy may cut it: the UI uses startGeneration). */
   generate: (body: GenerateBody, answerTo: AnswerTo) => postEffect<GenerateResult>("/api/generate", body, answerTo),
+  /** Send a generation (the asynchronous form): 202 at once with its status; `generation` follows it. */
+  startGeneration: (body: GenerateBody, answerTo: AnswerTo) => postEffect<GenerationStatus>("/api/generations", body, answerTo),
+  /** A generation sent with startGeneration: its phase, its step of steps, then its image or its error. */
+  generation: (requestId: string, signal?: AbortSignal) => get<GenerationStatus>(`/api/generations/${seg(requestId)}`, signal),
   /** Stop the generation sent with this `request_id` (after its current denoising step): its
-   * POST answers 409 and nothing is kept. 404 once it ended. */
+   * state becomes cancelled and nothing is kept. 404 once it ended. */
   cancelGenerate: (requestId: string, answerTo: AnswerTo) =>
-    postEffect<GenerateCancel>(`/api/generate/${seg(requestId)}/cancel`, undefined, answerTo),
+    postEffect<GenerateCancel>(`/api/generations/${seg(requestId)}/cancel`, undefined, answerTo),
   /** Upload reference images (slot order) for generation with an edit family; their ids go in GenerateBody.references. */
   uploadReferences: (files: File[], answerTo: AnswerTo) => {
     const form = new FormData();

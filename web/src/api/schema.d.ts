@@ -463,7 +463,8 @@ export interface paths {
          *     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
          *     was asked (it is stopped): the next request starts a fresh one; 503 ServerStopping when the
          *     server began to stop (it was stopped, nothing kept), 507 NoSpaceLeft when the gallery's disk is
-         *     full (nothing of the image kept).
+         *     full (nothing of the image kept). The answer comes when the image is made: behind a proxy
+         *     with a shorter read timeout, POST /api/generations (202 at once, then poll) instead.
          */
         post: operations["generate_api_generate_post"];
         delete?: never;
@@ -513,6 +514,79 @@ export interface paths {
          *     never stops another request).
          */
         post: operations["cancel_api_generate__request_id__cancel_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/generations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start Generation
+         * @description Send one generation and answer at once: 202 with its status (queued); GET
+         *     /api/generations/{request_id} follows it to its image. Checked before the answer, as POST
+         *     /api/generate checks it: 400 for a request over the budget or a bad LoRA file, 404 for an
+         *     unknown LoRA, 409 while training runs, when its request_id is in flight, kept here or ended
+         *     less than 10 minutes ago, or when MAX_IN_FLIGHT (8) generations are in flight (both forms
+         *     count), 503 when the server is stopping. `request_id` null: the server names it (the
+         *     answer's). A client that goes away after the 202 cancels nothing: the generation goes on.
+         */
+        post: operations["start_generation_api_generations_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/generations/{request_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Generation Status
+         * @description The state of a generation sent to POST /api/generations: in flight (its phase, its
+         *     denoising step of steps), or how it ended (done: `image`; failed or cancelled: `error`).
+         *     404 for an id never sent there, or ended more than an hour ago (or 200 others since), or
+         *     sent before the server restarted (a generation that was done has its image in the gallery).
+         */
+        get: operations["generation_status_api_generations__request_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/generations/{request_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel Generation
+         * @description Cancel a generation sent to POST /api/generations: one waiting for the worker ends now, a
+         *     running one after its current denoising step (loading: before its next component or LoRA);
+         *     its state becomes cancelled and nothing of it is kept. A second cancel answers the same
+         *     while it stops. 404 when no such generation is in flight (unknown, or it ended: its state
+         *     says how).
+         */
+        post: operations["cancel_generation_api_generations__request_id__cancel_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2342,6 +2416,92 @@ export interface components {
             v_prediction?: boolean | null;
             /** Width */
             width: number;
+        };
+        /** GenerationErrorOut */
+        GenerationErrorOut: {
+            /**
+             * Available Gb
+             * @description HostMemoryShort: the host RAM available now
+             */
+            available_gb?: number | null;
+            /**
+             * Current
+             * @description CaptionConflict: the caption as it is now ("" for none)
+             */
+            current?: string | null;
+            /**
+             * Dataset
+             * @description DatasetNotFound: the dataset name asked for
+             */
+            dataset?: string | null;
+            /**
+             * Detail
+             * @description a complete, user-facing message
+             */
+            detail: string;
+            /**
+             * Error
+             * @description the domain error class, e.g. ConfigError
+             */
+            error: string;
+            /**
+             * Forecast Gb
+             * @description HostMemoryShort: the run's forecast host RAM
+             */
+            forecast_gb?: number | null;
+            /**
+             * Problems
+             * @description ConfigError: {field, message} each; DatasetError: one string per file/fact
+             */
+            problems?: components["schemas"]["ProblemOut"][] | string[] | null;
+            /**
+             * Status
+             * @description the HTTP status POST /api/generate answers for the same error
+             */
+            status: number;
+        };
+        /** GenerationStatusOut */
+        GenerationStatusOut: {
+            /**
+             * Cancelling
+             * @description a cancel was asked: it stops after its current denoising step
+             */
+            cancelling: boolean;
+            /**
+             * Created
+             * @description when it was sent, seconds since the epoch
+             */
+            created: number;
+            /**
+             * Ended
+             * @description when it ended, seconds since the epoch (null: in flight)
+             */
+            ended: number | null;
+            /** @description failed or cancelled: the error POST /api/generate would have answered, with its status */
+            error: components["schemas"]["GenerationErrorOut"] | null;
+            /** @description done: the gallery image, as POST /api/generate answers it (its `url`) */
+            image: components["schemas"]["GenerateOut"] | null;
+            /**
+             * Request Id
+             * @description its id: GET /api/generations/{request_id} reads this again
+             */
+            request_id: string;
+            /**
+             * State
+             * @description queued: waiting for the generation worker; loading: the worker starts, loads the pipeline or applies the LoRAs; generating: denoising, `step` of `steps`; saving: its image is kept in the gallery; then done (`image`), failed (`error`) or cancelled (nothing kept)
+             * @enum {string}
+             */
+            state: "queued" | "loading" | "generating" | "saving" | "done" | "failed" | "cancelled";
+            /**
+             * Step
+             * @description denoising steps done (generating; kept once it ended)
+             */
+            step: number;
+            /**
+             * Steps
+             * @description of how many (0: not known yet)
+             */
+            steps: number;
         };
         /** HostOut */
         HostOut: {
@@ -8066,6 +8226,344 @@ export interface operations {
         };
     };
     cancel_api_generate__request_id__cancel_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                request_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GenerateCancelOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token (Unauthorized) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a write from another origin or site (CrossOriginRefused) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request body is over the route's cap (BodyTooLarge / UploadTooLarge) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a Host header this server does not answer (DNS rebinding guard) */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    start_generation_api_generations_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GenerateBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GenerationStatusOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token (Unauthorized) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a write from another origin or site (CrossOriginRefused) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request body is over the route's cap (BodyTooLarge / UploadTooLarge) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the body is not sent as application/json (UnsupportedMediaType) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a Host header this server does not answer (DNS rebinding guard) */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the server is stopping: send it again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    generation_status_api_generations__request_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                request_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GenerationStatusOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token (Unauthorized) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a Host header this server does not answer (DNS rebinding guard) */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    cancel_generation_api_generations__request_id__cancel_post: {
         parameters: {
             query?: never;
             header?: never;

@@ -74,6 +74,8 @@ export type Lora = Schemas["LoraOut"];
 export type PushResult = Schemas["PushOut"];
 export type GenerateResult = Schemas["GenerateOut"];
 export type GenerateCancel = Schemas["GenerateCancelOut"];
+/** A generation sent to the asynchronous form (POST /api/generations), as GET /api/generations/{id} tells it. */
+export type GenerationStatus = Schemas["GenerationStatusOut"];
 export type GalleryList = Schemas["GalleryList"];
 export type GalleryDeleted = Schemas["GalleryDeleted"];
 export type GalleryImage = Schemas["GalleryImage"];

@@ -43,7 +43,7 @@ describe("ReferenceImages on the Generate screen", () => {
         const id = `u${uploaded}.png`;
         return { status: 201, body: { references: [{ id, url: `/gallery/references/${id}` }] } };
       }
-      if (method === "POST" && url === "/api/generate") {
+      if (method === "POST" && url === "/api/generations") {
         return { status: 201, body: { ...EDITED, path: "/g/edit.png", seconds: 1, width: 64, height: 64 } };
       }
       return undefined;
@@ -63,8 +63,8 @@ describe("ReferenceImages on the Generate screen", () => {
     const posted = calls.filter((c) => c.url === "/api/generate/references");
     expect(posted.map((c) => (c.body as FormData).getAll("files").map((f) => (f as File).name))).toEqual([["a.png"], ["b.png"]]);
     await user.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
-    expect(calls.find((c) => c.url === "/api/generate")?.body).toMatchObject({ references: ["u1.png", "u2.png"] });
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generations")).toBe(true));
+    expect(calls.find((c) => c.url === "/api/generations")?.body).toMatchObject({ references: ["u1.png", "u2.png"] });
     await user.click(within(field).getByRole("button", { name: "remove reference 1" }));
     expect(within(field).getAllByRole("img").map((i) => i.getAttribute("alt"))).toEqual(["reference 1"]);
     expect(within(field).getByRole("img")).toHaveAttribute("src", "/gallery/references/u2.png");

@@ -1,8 +1,9 @@
-/** The Generate screen's request helpers: the POST with its GPU-busy retries, a request id for
+/** The Generate screen's request helpers: the POST (the asynchronous form, followed to its image) with its GPU-busy retries, a request id for
  * Cancel, a reused gallery image's base settings, and the LoRA files the server says changed. */
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
-import type { GalleryImage, GenerateBody, GenerateResult } from "../api/types";
+import type { GalleryImage, GenerateBody, GenerateResult, GenerationStatus } from "../api/types";
+import { followGeneration } from "./generationPoll";
 import type { LoraPick } from "../components/LoraPicker";
 
 const GPU_RETRIES = 15;
@@ -28,22 +29,34 @@ export function baseChanged(err: unknown): boolean {
   return err instanceof ApiError && err.status === 400 && err.problems.some((p) => /^(?:body\.)?base_identity$/.test(p.field));
 }
 
-/** POST /api/generate, retrying a 409 for a while when no job is live (a finished run may still
- * be releasing the GPU). `onWait` is told while it waits. */
+/** Send a generation (POST /api/generations: 202 at once) and follow it to its image
+ * (lib/generationPoll), retrying a 409 of the POST for a while when no job is live (a finished run may
+ * still be releasing the GPU). `onWait` is told while it waits; `onSent` each request id sent (a
+ * retry sends a new one: the server refuses an id whose request ended, RELIABILITY 1051), before it
+ * is sent; `onProgress` each status. */
 export async function generateWithRetry(
   body: GenerateBody,
   jobLive: boolean,
   onWait: () => void,
   stopped: () => boolean,
+  onSent: (requestId: string) => void = () => undefined,
+  onProgress?: (status: GenerationStatus) => void,
 ): Promise<GenerateResult> {
   for (let attempt = 0; ; attempt++) {
+    const sent = attempt === 0 && body.request_id ? body : { ...body, request_id: newRequestId() };
+    const requestId = sent.request_id as string;
+    onSent(requestId);
+    let first: GenerationStatus;
     try {
-      return await api.generate(body, null); // a flight of its own (lib/generationInFlight): followed by whichever screen is open
+      first = await api.startGeneration(sent, null); // a flight of its own (lib/generationInFlight): followed by whichever screen is open
     } catch (err) {
       if (!(err instanceof ApiError && err.status === 409) || jobLive || stopped() || attempt >= GPU_RETRIES) throw err;
       onWait();
       await new Promise((r) => setTimeout(r, 1000));
+      continue;
     }
+    if (stopped()) void api.cancelGenerate(first.request_id, null).catch(() => undefined); // Cancel pressed before it was known
+    return followGeneration(first.request_id, first, onProgress);
   }
 }
 

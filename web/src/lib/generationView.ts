@@ -1,13 +1,14 @@
 /**
- * The Generate screen's view of its single generation: busy (Cancel by its request id) while it
- * runs, then its image selected in the reloaded gallery, or what went wrong (each problem next to
+ * The Generate screen's view of its single generation: busy (its progress; Cancel by its request id)
+ * while it runs, then its image selected in the reloaded gallery, or what went wrong (each problem next to
  * its input, a reused image's changed LoRA or base said on their own). The flight itself lives
  * outside the screen (lib/generationInFlight): a screen mounted while one runs follows it.
  */
 import { useEffect, useRef, useState } from "react";
 import { ApiError, unheeded } from "../api/client";
 import { api } from "../api/endpoints";
-import { type InFlight, inFlight } from "./generationInFlight";
+import { type InFlight, inFlight, resumed } from "./generationInFlight";
+import { GenerationGone, progressWords } from "./generationPoll";
 import { baseChanged, changedLoras } from "./generateRequest";
 import { isAbort, useUnmountSignal } from "./latest";
 import { placeProblems } from "./problems";
@@ -21,6 +22,7 @@ const GENERATE_INPUTS: ReadonlySet<string> = new Set([
 export function useGenerationView(loadGallery: (select?: string) => Promise<void>) {
   const [seconds, setSeconds] = useState<number | null>(null);
   const [busy, setBusy] = useState(false);
+  const [progress, setProgress] = useState<string | null>(null); // "Step 3 of 20" of the generation in flight
   // the generation in flight (its request_id, for Cancel; the flight itself outlives this screen)
   const [requestId, setRequestId] = useState<string | null>(null);
   const [notice, setNotice] = useState<string | null>(null);
@@ -44,6 +46,10 @@ export function useGenerationView(loadGallery: (select?: string) => Promise<void
     setNotice(null);
     setChanged([]);
     setStaleBase(null);
+    setProgress(flight.status ? progressWords(flight.status) : null);
+    flight.watch = (status) => {
+      if (!mounted().aborted) setProgress(progressWords(status));
+    };
     try {
       // left meanwhile: the flight goes on (lib/generationInFlight: the next screen follows it), this view hears nothing
       const res = await unheeded(flight.result, mounted());
@@ -52,6 +58,10 @@ export function useGenerationView(loadGallery: (select?: string) => Promise<void
       await loadGallery(res.file);
     } catch (err) {
       if (isAbort(err)) return;
+      if (flight.resumed && err instanceof GenerationGone) {
+        await loadGallery(); // found again after a reload, but the server forgot it (it restarted): its image, if made, is there
+        return;
+      }
       if (flight.cancelled && err instanceof ApiError && err.status === 409) {
         setGeneral(null); // the server stopped it between denoising steps: nothing kept
         setNotice("Generation cancelled: nothing was kept.");
@@ -72,14 +82,16 @@ export function useGenerationView(loadGallery: (select?: string) => Promise<void
       const onlyStale = (stale.length > 0 || base) && err instanceof ApiError && stale.length + Number(base) === err.problems.length;
       setGeneral(onlyStale ? null : placed ? placed.general.join("; ") || null : err instanceof Error ? err.message : String(err));
     } finally {
+      if (flight.watch && !mounted().aborted) flight.watch = null;
       generating.current = false;
       setBusy(false);
       setRequestId(null);
+      setProgress(null);
     }
   };
-  // a generation sent before this screen was left goes on on the server: shown as running, its image when done
+  // a generation sent before this screen was left (or this page reloaded) goes on on the server: shown as running, its image when done
   useEffect(() => {
-    const flight = inFlight();
+    const flight = inFlight() ?? resumed();
     if (flight) void follow(flight);
     // eslint-disable-next-line react-hooks/exhaustive-deps -- once, on mount
   }, []);
@@ -100,7 +112,7 @@ export function useGenerationView(loadGallery: (select?: string) => Promise<void
   };
 
   return {
-    seconds, busy, requestId, notice, errors, setErrors, general, setGeneral, changed, setChanged, staleBase, setStaleBase,
+    seconds, busy, progress, requestId, notice, errors, setErrors, general, setGeneral, changed, setChanged, staleBase, setStaleBase,
     generating, follow, cancel,
   };
 }

@@ -1,8 +1,10 @@
 /**
  * The browser's "Leave site?" question while work of this tab would be lost by a reload or by
- * closing it: a generation in flight (the server stops a generation whose page goes away) or an
- * upload being sent (its remaining batches are never sent). Moving between the app's screens is
- * not leaving (the work goes on: lib/generationInFlight, lib/uploadsInFlight).
+ * closing it: an upload being sent (its remaining batches are never sent) or a LoRA-by-step grid
+ * (its next images are never sent). A single generation no longer asks: it is sent to the
+ * asynchronous form, which the server renders to the end, and a reload follows it again
+ * (lib/generationInFlight). Moving between the app's screens is not leaving (the work goes on:
+ * lib/generationInFlight, lib/uploadsInFlight).
  */
 const holding = new Set<string>();
 

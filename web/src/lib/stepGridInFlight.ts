@@ -44,7 +44,8 @@ export interface GridView {
 }
 
 /** Sends one image (the screen's generate, with its GPU-busy retries); `stopped`: Cancel was pressed. */
-export type Generate = (body: GenerateBody, stopped: () => boolean) => Promise<GenerateResult>;
+/** Send one generation and follow it to its image; `onSent` is told each request id sent (a retry sends a new one). */
+export type Generate = (body: GenerateBody, stopped: () => boolean, onSent?: (requestId: string) => void) => Promise<GenerateResult>;
 
 const IDLE: GridView = { pick: null, cells: [], total: 0, running: false, error: null, cancelled: false, finished: 0 };
 let view: GridView = IDLE;
@@ -87,7 +88,11 @@ export async function renderGrid(pick: LoraPick, items: readonly GridItem[], bod
     for (const item of items) {
       if (mine.cancelled) break;
       mine.requestId = newRequestId();
-      const result = await generate({ ...body, loras: [item.lora], request_id: mine.requestId }, () => mine.cancelled);
+      const result = await generate(
+        { ...body, loras: [item.lora], request_id: mine.requestId },
+        () => mine.cancelled,
+        (id) => (mine.requestId = id), // Cancel grid reaches a retry's request too
+      );
       if (rendering !== mine) return; // forgotten meanwhile
       update({ cells: [...view.cells, { label: item.label, result }] });
     }

@@ -52,7 +52,7 @@ describe("Generate again of a sample preview", () => {
         return { body: { name: "portrait", loras: [...rows, { step: 100, final: false, weights: "ema", path: "/o/c100", bytes: 1 }] } };
       }
       if (url === "/api/gallery") return { body: { images: [] } };
-      if (method === "POST" && url === "/api/generate") return { status: 201, body: { file: "new.png" } };
+      if (method === "POST" && url === "/api/generations") return { status: 201, body: { file: "new.png" } };
       return undefined;
     });
   });
@@ -90,8 +90,8 @@ describe("Generate again of a sample preview", () => {
     expect(screen.getByLabelText("scale of portrait (raw, step 40)")).toHaveValue("1");
     expect(screen.queryByTestId("missing-loras")).toBeNull();
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.some((c) => c.method === "POST" && c.url === "/api/generate")).toBe(true));
-    const sent = calls.find((c) => c.method === "POST" && c.url === "/api/generate")?.body;
+    await waitFor(() => expect(calls.some((c) => c.method === "POST" && c.url === "/api/generations")).toBe(true));
+    const sent = calls.find((c) => c.method === "POST" && c.url === "/api/generations")?.body;
     expect(sent).toMatchObject({
       family: "flux", base_model: BASE, prompt: "a blue cat", seed: 42, steps: 2, width: 48, height: 32, guidance: 3.5,
       negative_prompt: null, max_sequence_length: 16, loras: [{ name: "portrait", scale: 1, step: 40 }],
@@ -111,8 +111,8 @@ describe("Generate again of a sample preview", () => {
     expect(await screen.findByLabelText("use LoRA portrait (EMA, step 100)")).toBeChecked();
     expect(screen.queryByTestId("missing-loras")).toBeNull();
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.some((c) => c.method === "POST" && c.url === "/api/generate")).toBe(true));
-    expect(calls.find((c) => c.method === "POST" && c.url === "/api/generate")?.body).toMatchObject({
+    await waitFor(() => expect(calls.some((c) => c.method === "POST" && c.url === "/api/generations")).toBe(true));
+    expect(calls.find((c) => c.method === "POST" && c.url === "/api/generations")?.body).toMatchObject({
       loras: [{ name: "portrait", scale: 1, step: 100, weights: "ema" }],
     });
   });
@@ -158,8 +158,8 @@ describe("Generate again of a sample preview", () => {
     const posted = calls.filter((c) => c.url === "/api/generate/references");
     expect(posted.map((c) => (c.body as FormData).getAll("files").map((f) => (f as File).name))).toEqual([["ref-0-0.png"]]);
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.some((c) => c.method === "POST" && c.url === "/api/generate")).toBe(true));
-    expect(calls.find((c) => c.method === "POST" && c.url === "/api/generate")?.body).toMatchObject({
+    await waitFor(() => expect(calls.some((c) => c.method === "POST" && c.url === "/api/generations")).toBe(true));
+    expect(calls.find((c) => c.method === "POST" && c.url === "/api/generations")?.body).toMatchObject({
       family: "flux-kontext", references: ["u1.png"], loras: [{ name: "edits", scale: 1, step: 2 }],
     }); // prettier-ignore
   });

@@ -35,13 +35,13 @@ describe("GenerateScreen: a reused image's base model", () => {
       if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
       if (url === "/api/loras?family=flux") return { body: { root: "/o", loras: [] } };
       if (url === "/api/gallery") return { body: { images: [OLD] } };
-      if (method === "POST" && url === "/api/generate") return generate(body as Sent);
+      if (method === "POST" && url === "/api/generations") return generate(body as Sent);
       return undefined;
     });
   });
   afterEach(() => vi.unstubAllGlobals());
 
-  const generated = () => calls.filter((c) => c.method === "POST" && c.url === "/api/generate").map((c) => c.body as Sent);
+  const generated = () => calls.filter((c) => c.method === "POST" && c.url === "/api/generations").map((c) => c.body as Sent);
 
   it("sends the base identity back, says a changed base clearly, and generates with the current base only when asked", async () => {
     renderScreen();

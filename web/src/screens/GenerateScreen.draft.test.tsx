@@ -2,7 +2,7 @@ import { fireEvent, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import type { GalleryImage } from "../api/types";
-import { type Call, galleryImage, INFO, mockFetch } from "../test/fixtures";
+import { type Call, galleryImage, generationStatus, INFO, mockFetch } from "../test/fixtures";
 import { GenerateScreen } from "./GenerateScreen";
 import { renderWithProviders } from "../test/render";
 
@@ -28,7 +28,7 @@ describe("GenerateScreen: leaving the screen", () => {
       }
       if (url === "/api/loras/cats/steps") return { body: { name: "cats", loras: [] } };
       if (url === "/api/gallery") return { body: { images } };
-      if (method === "POST" && url === "/api/generate" && (body as { seed?: number }).seed === -5) {
+      if (method === "POST" && url === "/api/generations" && (body as { seed?: number }).seed === -5) {
         return { status: 422, body: { detail: [{ loc: ["body", "seed"], msg: "Input should be greater than or equal to 0", type: "greater_than_equal" }] } };
       }
       return undefined;
@@ -60,7 +60,7 @@ describe("GenerateScreen: leaving the screen", () => {
     vi.stubGlobal(
       "fetch",
       vi.fn(async (url: string, init?: RequestInit) => {
-        if (url === "/api/generate" && init?.method === "POST") {
+        if (url === "/api/generations" && init?.method === "POST") {
           calls.push({ method: "POST", url, body: JSON.parse(init.body as string), headers: {} });
           return new Promise<Response>((resolve) => (release = resolve)); // rendering
         }
@@ -78,11 +78,13 @@ describe("GenerateScreen: leaving the screen", () => {
     expect(await screen.findByRole("button", { name: "Generating…" })).toBeDisabled();
     expect(screen.getByRole("button", { name: "Cancel" })).toBeInTheDocument();
     images = [NEW, OLD];
-    release(json(201, { file: "new.png", url: "/gallery/new.png", path: "/g/new.png", seconds: 1.5, seed: 3, width: 64, height: 64, prompt: "kept prompt", loras: [] }));
+    const image = { file: "new.png", url: "/gallery/new.png", path: "/g/new.png", seconds: 1.5, seed: 3, width: 64, height: 64, prompt: "kept prompt", loras: [] };
+    const id = (calls.find((c) => c.url === "/api/generations")?.body as { request_id: string }).request_id;
+    release(json(202, generationStatus(id, "done", { image })));
     await waitFor(() => expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/new.png"));
     expect(within(screen.getByTestId("gallery")).getByRole("button", { name: /kept prompt/ })).toHaveAttribute("aria-pressed", "true");
     expect(screen.getByRole("button", { name: "Generate" })).toBeEnabled();
-    expect(calls.filter((c) => c.url === "/api/generate")).toHaveLength(1);
+    expect(calls.filter((c) => c.url === "/api/generations")).toHaveLength(1);
   });
 
   it("a value the server refuses is named next to its field, and fixing it clears the error", async () => {
@@ -123,8 +125,8 @@ describe("GenerateScreen: leaving the screen", () => {
     await userEvent.click(gone);
     expect(screen.queryByTestId("missing-loras")).toBeNull();
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
-    const sent = calls.find((c) => c.url === "/api/generate")?.body as { loras: { name: string }[] };
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generations")).toBe(true));
+    const sent = calls.find((c) => c.url === "/api/generations")?.body as { loras: { name: string }[] };
     expect(sent.loras.map((l) => l.name)).toEqual(["cats"]);
   });
 });

@@ -41,7 +41,7 @@ describe("GenerateScreen with an EMA run", () => {
       if (url === "/api/loras?family=flux") return { body: { root: "/o", loras: [SMOOTH] } };
       if (url === "/api/gallery") return { body: { images: [RAW_IMAGE] } };
       if (url === "/api/loras/smooth/steps") return { body: { name: "smooth", loras: [] } };
-      if (method === "POST" && url === "/api/generate") {
+      if (method === "POST" && url === "/api/generations") {
         return { status: 201, body: { file: "n.png", url: "/gallery/n.png", path: "/g/n.png", seconds: 1, seed: 1, width: 64, height: 64, prompt: "x", loras: [] } };
       }
       return undefined;
@@ -59,8 +59,8 @@ describe("GenerateScreen with an EMA run", () => {
     expect(screen.getByLabelText("use LoRA smooth").closest("li")).toHaveTextContent("EMA");
     await userEvent.click(raw);
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
-    const sent = calls.find((c) => c.url === "/api/generate")?.body as Record<string, unknown>;
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generations")).toBe(true));
+    const sent = calls.find((c) => c.url === "/api/generations")?.body as Record<string, unknown>;
     expect(sent.loras).toEqual([{ name: "smooth", scale: 1, step: 6 }]);
   });
 

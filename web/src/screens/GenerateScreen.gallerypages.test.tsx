@@ -42,7 +42,7 @@ describe("GenerateScreen: the gallery's pages", () => {
       if (url === "/api/gallery") return { body: page(all, null) };
       const cursor = url.match(/^\/api\/gallery\?cursor=(.+)$/)?.[1];
       if (cursor) return { body: page(all, decodeURIComponent(cursor)) };
-      if (method === "POST" && url === "/api/generate") {
+      if (method === "POST" && url === "/api/generations") {
         all = [image(9), ...all];
         return { status: 201, body: { file: image(9).file, url: image(9).url, path: "/g/img009.png", seconds: 1, seed: 7, width: 64, height: 64, prompt: "prompt 9", loras: [] } };
       }

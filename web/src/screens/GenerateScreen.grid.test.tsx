@@ -2,7 +2,7 @@ import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import type { GalleryImage } from "../api/types";
-import { type Call, galleryImage, INFO, mockFetch } from "../test/fixtures";
+import { type Call, galleryImage, generationStatus, INFO, mockFetch } from "../test/fixtures";
 import { GenerateScreen } from "./GenerateScreen";
 import { renderWithProviders } from "../test/render";
 
@@ -37,14 +37,14 @@ describe("GenerateScreen: a LoRA-by-step grid across leaving the screen", () => 
       }
       if (url === "/api/loras/cats/steps") return { body: { name: "cats", loras: [at(2, false), at(4, false), at(6, true)] } };
       if (url === "/api/gallery") return { body: { images } };
-      if (/^\/api\/generate\/[^/]+\/cancel$/.test(url)) return { body: { request_id: url.split("/")[3], cancelled: true } };
+      if (/^\/api\/generations\/[^/]+\/cancel$/.test(url)) return { body: { request_id: url.split("/")[3], cancelled: true } };
       return undefined;
     });
     const inner = globalThis.fetch;
     vi.stubGlobal(
       "fetch",
       vi.fn(async (url: string, init?: RequestInit) => {
-        if (url === "/api/generate" && init?.method === "POST") {
+        if (url === "/api/generations" && init?.method === "POST") {
           calls.push({ method: "POST", url, body: JSON.parse(init.body as string), headers: {} });
           return new Promise<Response>((resolve) => answers.push(resolve)); // rendering
         }
@@ -52,7 +52,7 @@ describe("GenerateScreen: a LoRA-by-step grid across leaving the screen", () => 
       }),
     );
   });
-  const sent = () => calls.filter((c) => c.url === "/api/generate").map((c) => c.body as { loras: unknown; request_id: string });
+  const sent = () => calls.filter((c) => c.url === "/api/generations").map((c) => c.body as { loras: unknown; request_id: string });
 
   it("keeps rendering, shows its progress and images on the way back, and Cancel stops it there", async () => {
     const first = renderScreen();
@@ -62,7 +62,7 @@ describe("GenerateScreen: a LoRA-by-step grid across leaving the screen", () => 
     await userEvent.click(within(grid).getByRole("button", { name: /Render grid \(3 images/ }));
     await waitFor(() => expect(answers).toHaveLength(1));
     first.unmount(); // to Live and back, while the server renders the first step
-    answers[0](json(201, made("s2.png"))); // ended while away: the grid sends the next step
+    answers[0](json(202, generationStatus(sent()[0].request_id, "done", { image: made("s2.png") }))); // ended while away: the grid sends the next step
 
     renderScreen();
     const back = await screen.findByTestId("step-grid");
@@ -72,10 +72,11 @@ describe("GenerateScreen: a LoRA-by-step grid across leaving the screen", () => 
     expect(within(back).getByRole("img")).toHaveAttribute("alt", "cats step 2");
     expect(screen.getByRole("button", { name: "Generating…" })).toBeDisabled();
     await userEvent.click(within(back).getByRole("button", { name: "Cancel grid" }));
-    await waitFor(() => expect(calls.some((c) => c.url === `/api/generate/${sent()[1].request_id}/cancel`)).toBe(true));
+    await waitFor(() => expect(calls.some((c) => c.url === `/api/generations/${sent()[1].request_id}/cancel`)).toBe(true));
     images = [{ ...OLD, file: "s2.png", url: "/gallery/s2.png" }, OLD];
     const galleryLoads = calls.filter((c) => c.url === "/api/gallery").length;
-    answers[1](json(409, { error: "GenerationCancelled", detail: "cancelled" })); // stopped between denoising steps
+    const error = { error: "GenerationCancelled", detail: "cancelled", status: 409 };
+    answers[1](json(202, generationStatus(sent()[1].request_id, "cancelled", { error }))); // stopped between denoising steps
     await waitFor(() => expect(within(back).getByText(/Grid cancelled: 1 of 3 images made/)).toBeInTheDocument());
     expect(sent().map((b) => b.loras)).toEqual([[{ name: "cats", scale: 1, step: 2 }], [{ name: "cats", scale: 1, step: 4 }]]); // step 6 never sent
     expect(within(back).queryByRole("alert")).toBeNull(); // a cancel is no error

@@ -22,7 +22,7 @@ describe("GenerateScreen: guidance, negative prompt, a run's preset", () => {
       }
       if (url === "/api/gallery") return { body: { images: [] } };
       if (url === "/api/runs/r1") return { body: RUN };
-      if (method === "POST" && url === "/api/generate") {
+      if (method === "POST" && url === "/api/generations") {
         return { status: 201, body: { file: "n.png", url: "/gallery/n.png", path: "/g/n.png", seconds: 1, seed: 0, width: 64, height: 64, prompt: "p", loras: [] } };
       }
       return undefined;
@@ -44,8 +44,8 @@ describe("GenerateScreen: guidance, negative prompt, a run's preset", () => {
     await userEvent.type(input("negative_prompt"), "blurry");
     await userEvent.type(input("gen_guidance"), "7.5");
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
-    const body = calls.find((c) => c.url === "/api/generate")?.body;
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generations")).toBe(true));
+    const body = calls.find((c) => c.url === "/api/generations")?.body;
     expect(body).toMatchObject({ family: "sdxl", guidance: 7.5, negative_prompt: "blurry" });
   });
 
@@ -53,8 +53,8 @@ describe("GenerateScreen: guidance, negative prompt, a run's preset", () => {
     renderScreen();
     await waitFor(() => expect(input("gen_guidance")).toBeInTheDocument());
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
-    expect(calls.find((c) => c.url === "/api/generate")?.body).toMatchObject({ family: "flux", guidance: null, negative_prompt: null });
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generations")).toBe(true));
+    expect(calls.find((c) => c.url === "/api/generations")?.body).toMatchObject({ family: "flux", guidance: null, negative_prompt: null });
   });
 
   it("Generate with it: starts on the run's family, base model and LoRA", async () => {
@@ -68,13 +68,13 @@ describe("GenerateScreen: guidance, negative prompt, a run's preset", () => {
     renderScreen();
     await waitFor(() => expect(input("gen_max_sequence_length")).toBeInTheDocument()); // FLUX.1's T5
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
-    expect(calls.find((c) => c.url === "/api/generate")?.body).toMatchObject({ family: "flux", max_sequence_length: null });
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generations")).toBe(true));
+    expect(calls.find((c) => c.url === "/api/generations")?.body).toMatchObject({ family: "flux", max_sequence_length: null });
     await waitFor(() => expect(screen.getByRole("button", { name: "Generate" })).toBeEnabled());
     await userEvent.type(input("gen_max_sequence_length"), "16");
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.filter((c) => c.url === "/api/generate")).toHaveLength(2));
-    expect(calls.filter((c) => c.url === "/api/generate")[1].body).toMatchObject({ family: "flux", max_sequence_length: 16 });
+    await waitFor(() => expect(calls.filter((c) => c.url === "/api/generations")).toHaveLength(2));
+    expect(calls.filter((c) => c.url === "/api/generations")[1].body).toMatchObject({ family: "flux", max_sequence_length: 16 });
     await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
     expect(input("gen_max_sequence_length")).toBeNull(); // SDXL's CLIP reads a fixed 77 tokens
   });

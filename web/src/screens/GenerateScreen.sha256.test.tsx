@@ -38,13 +38,13 @@ describe("GenerateScreen: a reused image's LoRA files", () => {
       if (url === "/api/loras?family=flux") return { body: { root: "/o", loras: [{ name: "cats", family: "flux", path: "/o/cats/cats.safetensors", bytes: 2048, modified: 1, sidecar: null }] } };
       if (url === "/api/gallery") return { body: { images: [OLD] } };
       if (url === "/api/loras/cats/steps") return { body: { name: "cats", loras: [] } };
-      if (method === "POST" && url === "/api/generate") return generate(body as { loras: LoraSent[] });
+      if (method === "POST" && url === "/api/generations") return generate(body as { loras: LoraSent[] });
       return undefined;
     });
   });
   afterEach(() => vi.unstubAllGlobals());
 
-  const generated = () => calls.filter((c) => c.method === "POST" && c.url === "/api/generate").map((c) => (c.body as { loras: LoraSent[] }).loras);
+  const generated = () => calls.filter((c) => c.method === "POST" && c.url === "/api/generations").map((c) => (c.body as { loras: LoraSent[] }).loras);
 
   it("sends each LoRA's sha256 back, says a changed file clearly, and generates with the current file only when asked", async () => {
     renderScreen();

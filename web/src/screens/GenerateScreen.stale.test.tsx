@@ -14,7 +14,7 @@ function server({ url, method }: Call) {
   if (url === "/api/info") return { body: INFO };
   if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
   if (url === "/api/gallery") return { body: { images: [] } };
-  if (url.startsWith("/api/loras?") || (method === "POST" && url === "/api/generate")) return undefined; // held
+  if (url.startsWith("/api/loras?") || (method === "POST" && url === "/api/generations")) return undefined; // held
   return { status: 404, body: { detail: "not found" } };
 }
 
@@ -48,6 +48,6 @@ describe("GenerateScreen: slow answers", () => {
       fireEvent.submit(form); // ...and a click on Generate, before React re-rendered
     });
     await waitFor(() => expect(screen.getByRole("button", { name: "Generating…" })).toBeDisabled());
-    expect(calls.filter((c) => c.url === "/api/generate")).toHaveLength(1);
+    expect(calls.filter((c) => c.url === "/api/generations")).toHaveLength(1);
   });
 });

@@ -2,7 +2,8 @@ import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import type { GalleryImage } from "../api/types";
-import { type Call, galleryImage, INFO, mockFetch } from "../test/fixtures";
+import { type Call, galleryImage, generationStatus, INFO, mockFetch } from "../test/fixtures";
+import { forgetGeneration } from "../lib/generationInFlight";
 import { GenerateScreen } from "./GenerateScreen";
 import { renderWithProviders } from "../test/render";
 
@@ -19,7 +20,7 @@ describe("GenerateScreen", () => {
     catsSteps = null;
     calls = mockFetch(({ method, url, body }) => {
       if (url === "/api/info") return { body: INFO };
-      if (method === "POST" && url === "/api/generate" && (body as { prompt?: string }).prompt === "too strong") {
+      if (method === "POST" && url === "/api/generations" && (body as { prompt?: string }).prompt === "too strong") {
         // FastAPI's 422 of a LoRA scale out of range, and a 400 problem of a field the form has no input for
         return { status: 422, body: { detail: [{ loc: ["body", "loras", 0, "scale"], msg: "Input should be less than or equal to 4", type: "less_than_equal" }] } };
       }
@@ -45,7 +46,7 @@ describe("GenerateScreen", () => {
         });
         return { body: { name: "cats", loras: [at(2, false), at(4, false), at(6, true)] } };
       }
-      if (method === "POST" && url === "/api/generate") {
+      if (method === "POST" && url === "/api/generations") {
         images = [NEW, OLD];
         return { status: 201, body: { file: "new.png", url: "/gallery/new.png", path: "/g/new.png", seconds: 1.5, seed: 3, width: 64, height: 64, prompt: "a new dog", loras: [] } };
       }
@@ -118,22 +119,30 @@ describe("GenerateScreen", () => {
     await waitFor(() => expect(list).toHaveTextContent("#1 scale: Input should be less than or equal to 4"));
   });
 
-  it("cancels a generation in flight by its request id and keeps the shown image", async () => {
+  it("follows a generation by polling: its step of steps, Cancel by its request id, the shown image kept", async () => {
     const inner = globalThis.fetch;
-    let release: (answer: Response) => void = () => {};
+    let state: Record<string, unknown> = {};
     const json = (status: number, body: unknown) =>
       new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
     vi.stubGlobal(
       "fetch",
       vi.fn(async (url: string, init?: RequestInit) => {
-        if (url === "/api/generate" && init?.method === "POST") {
-          calls.push({ method: "POST", url, body: JSON.parse(init.body as string), headers: {} });
-          return new Promise<Response>((resolve) => (release = resolve)); // rendering until cancelled
+        if (url === "/api/generations" && init?.method === "POST") {
+          const body = JSON.parse(init.body as string) as { request_id: string };
+          calls.push({ method: "POST", url, body, headers: {} });
+          state = generationStatus(body.request_id, "queued"); // answered at once: no request stays open while it renders
+          return json(202, state);
         }
-        if (url.startsWith("/api/generate/") && url.endsWith("/cancel")) {
+        if (url.startsWith("/api/generations/") && url.endsWith("/cancel")) {
           calls.push({ method: "POST", url, body: null, headers: {} });
-          release(json(409, { detail: "generation cancelled after denoising step 3" }));
+          const error = { error: "GenerationCancelled", detail: "generation cancelled after denoising step 3", status: 409 };
+          state = { ...state, state: "cancelled", error, ended: 2 };
           return json(200, { request_id: url.split("/")[3], was: "running" });
+        }
+        if (url.startsWith("/api/generations/")) {
+          calls.push({ method: "GET", url, body: null, headers: {} });
+          if (state.state === "queued") state = { ...state, state: "generating", step: 3, steps: 20 };
+          return json(200, state);
         }
         return inner(url, init);
       }),
@@ -141,15 +150,117 @@ describe("GenerateScreen", () => {
     renderScreen();
     await screen.findByTestId("gallery");
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await userEvent.click(await screen.findByRole("button", { name: "Cancel" }));
-    const sent = (calls.find((c) => c.url === "/api/generate")?.body as { request_id: string }).request_id;
+    expect(await screen.findByTestId("generate-progress")).toHaveTextContent("Waiting for the GPU…"); // the 202's state
+    await waitFor(() => expect(screen.getByTestId("generate-progress")).toHaveTextContent("Step 3 of 20")); // then polled
+    const sent = (calls.find((c) => c.url === "/api/generations")?.body as { request_id: string }).request_id;
     expect(sent).toMatch(/^[A-Za-z0-9_-]{1,64}$/);
-    expect(calls.map((c) => c.url)).toContain(`/api/generate/${sent}/cancel`);
+    expect(calls.some((c) => c.method === "GET" && c.url === `/api/generations/${sent}`)).toBe(true);
+    await userEvent.click(await screen.findByRole("button", { name: "Cancel" }));
+    expect(calls.map((c) => c.url)).toContain(`/api/generations/${sent}/cancel`);
     expect(await screen.findByText("Generation cancelled: nothing was kept.")).toBeInTheDocument();
     expect(screen.getByRole("button", { name: "Generate" })).toBeEnabled();
     expect(screen.queryByRole("button", { name: "Cancel" })).toBeNull();
+    expect(screen.queryByTestId("generate-progress")).toBeNull();
     expect(document.querySelector(".banner.error")).toBeNull(); // a cancel is no error
     expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/old.png");
+  });
+
+  it("a Cancel pressed before the server knew the generation reaches it once its POST is answered (RELIABILITY 1052)", async () => {
+    const inner = globalThis.fetch;
+    const json = (status: number, body: unknown) =>
+      new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
+    let answerPost: (answer: Response) => void = () => {};
+    let state: Record<string, unknown> | null = null; // null: the server does not know it yet
+    const cancels: string[] = [];
+    vi.stubGlobal(
+      "fetch",
+      vi.fn(async (url: string, init?: RequestInit) => {
+        if (url === "/api/generations" && init?.method === "POST") {
+          calls.push({ method: "POST", url, body: JSON.parse(init.body as string), headers: {} });
+          return new Promise<Response>((resolve) => (answerPost = resolve)); // its check still runs
+        }
+        if (url.startsWith("/api/generations/") && url.endsWith("/cancel")) {
+          cancels.push(url);
+          if (!state) return json(404, { error: "NotFound", detail: "no generation in flight (unknown here)" });
+          const error = { error: "GenerationCancelled", detail: "generation cancelled while it waited for the worker", status: 409 };
+          state = { ...state, state: "cancelled", error, ended: 2 };
+          return json(200, { request_id: url.split("/")[3], was: "waiting" });
+        }
+        if (url.startsWith("/api/generations/")) return json(200, state);
+        return inner(url, init);
+      }),
+    );
+    renderScreen();
+    await screen.findByTestId("gallery");
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await userEvent.click(await screen.findByRole("button", { name: "Cancel" }));
+    await waitFor(() => expect(cancels).toHaveLength(1)); // 404: not in flight yet, said nowhere
+    const id = (calls.find((c) => c.url === "/api/generations")?.body as { request_id: string }).request_id;
+    state = generationStatus(id, "queued");
+    answerPost(json(202, state));
+    expect(await screen.findByText("Generation cancelled: nothing was kept.")).toBeInTheDocument();
+    expect(cancels).toEqual([`/api/generations/${id}/cancel`, `/api/generations/${id}/cancel`]);
+  });
+
+  it("says a failed generation's error, as the server told it in the generation's state", async () => {
+    const inner = globalThis.fetch;
+    vi.stubGlobal(
+      "fetch",
+      vi.fn(async (url: string, init?: RequestInit) => {
+        const json = (status: number, body: unknown) =>
+          new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
+        if (url === "/api/generations" && init?.method === "POST") {
+          const id = (JSON.parse(init.body as string) as { request_id: string }).request_id;
+          return json(202, generationStatus(id, "loading"));
+        }
+        if (url.startsWith("/api/generations/")) {
+          const error = { error: "GenerationWorkerLost", detail: "the generation worker was killed (SIGKILL; out of memory?)", status: 503 };
+          return json(200, generationStatus(url.split("/")[3], "failed", { error, ended: 2 }));
+        }
+        return inner(url, init);
+      }),
+    );
+    renderScreen();
+    await screen.findByTestId("gallery");
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    expect(await screen.findByText("the generation worker was killed (SIGKILL; out of memory?)")).toBeInTheDocument();
+    expect(screen.getByRole("button", { name: "Generate" })).toBeEnabled();
+  });
+
+  it("follows the generation this tab sent before a reload, and shows its image", async () => {
+    forgetGeneration();
+    window.sessionStorage.setItem("lorastudio.generation", "gen-before-reload");
+    const inner = globalThis.fetch;
+    let polls = 0;
+    vi.stubGlobal(
+      "fetch",
+      vi.fn(async (url: string, init?: RequestInit) => {
+        if (url === "/api/generations/gen-before-reload") {
+          calls.push({ method: "GET", url, body: null, headers: {} });
+          polls += 1;
+          const image = { file: "new.png", url: "/gallery/new.png", path: "/g/new.png", seconds: 1.5, seed: 3, width: 64, height: 64, prompt: "a new dog", loras: [] };
+          if (polls > 1) images = [NEW, OLD];
+          const now = polls > 1 ? generationStatus("gen-before-reload", "done", { image, ended: 2 }) : generationStatus("gen-before-reload", "generating", { step: 7, steps: 8 });
+          return new Response(JSON.stringify(now), { status: 200, headers: { "Content-Type": "application/json" } });
+        }
+        return inner(url, init);
+      }),
+    );
+    renderScreen();
+    await waitFor(() => expect(screen.getByTestId("generate-progress")).toHaveTextContent("Step 7 of 8"));
+    await waitFor(() => expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/new.png"));
+    expect(calls.some((c) => c.url === "/api/generations")).toBe(false); // nothing sent again
+    expect(window.sessionStorage.getItem("lorastudio.generation")).toBeNull();
+  });
+
+  it("a generation found after a reload that the server no longer knows is forgotten quietly", async () => {
+    forgetGeneration();
+    window.sessionStorage.setItem("lorastudio.generation", "gen-forgotten");
+    renderScreen(); // the test's fetch answers 404 for GET /api/generations/gen-forgotten
+    await screen.findByTestId("gallery");
+    await waitFor(() => expect(window.sessionStorage.getItem("lorastudio.generation")).toBeNull());
+    expect(screen.getByRole("button", { name: "Generate" })).toBeEnabled();
+    expect(document.querySelector(".banner.error")).toBeNull();
   });
 
   it("generates with the preselected tiny model and shows the new image first", async () => {
@@ -161,7 +272,7 @@ describe("GenerateScreen", () => {
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
     await waitFor(() => expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/new.png"));
     expect(said).toHaveTextContent(/^Image generated in [0-9.]+ s: a new dog$/);
-    const sent = calls.find((c) => c.url === "/api/generate")?.body as Record<string, unknown>;
+    const sent = calls.find((c) => c.url === "/api/generations")?.body as Record<string, unknown>;
     expect(sent).toMatchObject({ family: "flux", base_model: INFO.models[0].path, loras: [] });
     const items = within(screen.getByTestId("gallery")).getAllByRole("button");
     expect(items.map((b) => b.getAttribute("title"))).toEqual(["a new dog", "an old cat"]);
@@ -178,8 +289,8 @@ describe("GenerateScreen", () => {
     expect(document.querySelector('[name="gen_max_sequence_length"]')).toHaveValue("16");
     expect(screen.getByTestId("generate-advanced")).toHaveAttribute("open");
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
-    expect(calls.find((c) => c.url === "/api/generate")?.body).toMatchObject({
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generations")).toBe(true));
+    expect(calls.find((c) => c.url === "/api/generations")?.body).toMatchObject({
       max_sequence_length: 16, loras: [{ name: "cats", scale: 1, step: 2, weights: "ema" }],
     }); // prettier-ignore
   });
@@ -195,8 +306,8 @@ describe("GenerateScreen", () => {
     expect(config).toHaveValue("/m/flux-"); // reused from the image's settings
     await userEvent.type(config, "dev");
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
-    const sent = calls.find((c) => c.url === "/api/generate")?.body as Record<string, unknown>;
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generations")).toBe(true));
+    const sent = calls.find((c) => c.url === "/api/generations")?.body as Record<string, unknown>;
     expect(sent).toMatchObject({ base_model: "/m/flux-finetune.safetensors", base_config: "/m/flux-dev" });
   });
 
@@ -207,16 +318,16 @@ describe("GenerateScreen", () => {
     await userEvent.click(item);
     await userEvent.click(screen.getByRole("button", { name: "Reuse these settings" }));
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
-    const sent = calls.filter((c) => c.url === "/api/generate").map((c) => c.body as Record<string, unknown>);
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generations")).toBe(true));
+    const sent = calls.filter((c) => c.url === "/api/generations").map((c) => c.body as Record<string, unknown>);
     expect(sent[0]).toMatchObject({ base_model: "/m/sdxl-v.safetensors", revision: "v2", v_prediction: true });
     // another base model chosen: the image's revision and prediction type are not its own
     const base = document.querySelector('[name="gen_base_model"]') as HTMLElement;
     await userEvent.clear(base);
     await userEvent.type(base, "/m/other");
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    await waitFor(() => expect(calls.filter((c) => c.url === "/api/generate").length).toBe(2));
-    const second = calls.filter((c) => c.url === "/api/generate")[1].body as Record<string, unknown>;
+    await waitFor(() => expect(calls.filter((c) => c.url === "/api/generations").length).toBe(2));
+    const second = calls.filter((c) => c.url === "/api/generations")[1].body as Record<string, unknown>;
     expect(second.base_model).toBe("/m/other");
     expect(second).not.toHaveProperty("revision");
     expect(second).not.toHaveProperty("v_prediction");
@@ -228,8 +339,8 @@ describe("GenerateScreen", () => {
     const prompt = document.querySelector('[name="prompt"]') as HTMLTextAreaElement;
     await userEvent.clear(prompt);
     await userEvent.type(prompt, "a dog{Control>}{Enter}{/Control}");
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
-    expect(calls.find((c) => c.url === "/api/generate")?.body).toMatchObject({ prompt: "a dog" });
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generations")).toBe(true));
+    expect(calls.find((c) => c.url === "/api/generations")?.body).toMatchObject({ prompt: "a dog" });
   });
 
   it("renders one prompt and seed over the chosen steps of a LoRA as a grid", async () => {
@@ -242,7 +353,7 @@ describe("GenerateScreen", () => {
     await userEvent.click(within(grid).getByLabelText("step 4")); // leave step 4 out
     await userEvent.click(within(grid).getByRole("button", { name: /Render grid \(2 images/ }));
     await waitFor(() => expect(within(grid).getAllByRole("img")).toHaveLength(2));
-    const sent = calls.filter((c) => c.url === "/api/generate").map((c) => c.body as Record<string, unknown>);
+    const sent = calls.filter((c) => c.url === "/api/generations").map((c) => c.body as Record<string, unknown>);
     expect(sent.map((b) => b.loras)).toEqual([[{ name: "cats", scale: 1, step: 2 }], [{ name: "cats", scale: 1 }]]);
     expect(new Set(sent.map((b) => `${b.prompt}|${b.seed}`)).size).toBe(1); // one prompt and seed
     expect(within(grid).getAllByRole("img").map((i) => i.getAttribute("alt"))).toEqual(["cats step 2", "cats final (step 6)"]);
@@ -269,7 +380,7 @@ describe("GenerateScreen", () => {
     expect(within(grid).getByLabelText("step 3 (EMA)")).toBeChecked();
     await userEvent.click(within(grid).getByRole("button", { name: /Render grid \(4 images/ }));
     await waitFor(() => expect(within(grid).getAllByRole("img")).toHaveLength(4));
-    const sent = calls.filter((c) => c.url === "/api/generate").map((c) => (c.body as Record<string, unknown>).loras);
+    const sent = calls.filter((c) => c.url === "/api/generations").map((c) => (c.body as Record<string, unknown>).loras);
     expect(sent).toEqual([
       [{ name: "cats", scale: 1, step: 3 }],
       [{ name: "cats", scale: 1, step: 3, weights: "ema" }],

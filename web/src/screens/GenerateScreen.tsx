@@ -23,7 +23,7 @@ import { ErrorBanner } from "../components/ErrorBanner";
 import { useLoad } from "../lib/latest";
 import { loadDraft, useDraft } from "../lib/draft";
 import { draftText, GENERATE_DRAFT, type GenerateDraft } from "../lib/generateDraft";
-import { type InFlight, inFlight, track } from "../lib/generationInFlight";
+import { inFlight, newFlight, progressed, sent, track } from "../lib/generationInFlight";
 import { useGenerationView } from "../lib/generationView";
 import { useGallery } from "../lib/gallery";
 import { gridRunning, useStepGrid } from "../lib/stepGridInFlight";
@@ -179,12 +179,19 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
     ...textTokensBody(famInfo, tokens),
     references: refs.map((r) => r.id),
   };
-  const run = (body: GenerateBody, stopped: () => boolean = () => false) =>
+  const run = (
+    body: GenerateBody,
+    stopped: () => boolean = () => false,
+    onSent?: (requestId: string) => void,
+    onProgress?: Parameters<typeof generateWithRetry>[5],
+  ) =>
     generateWithRetry(
       body,
       job != null && LIVE.has(job.status),
       () => setGeneral("Waiting for the finished training run to release its memory…"),
       stopped,
+      onSent,
+      onProgress,
     );
 
   // the grid of the one LoRA picked; while a grid renders (sent before this screen was last left too), that grid
@@ -201,8 +208,8 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
     const rid = newRequestId();
     const { base_identity: identity, ...rest } = settings;
     const body: GenerateBody = { ...rest, ...(identity && !currentBase ? { base_identity: identity } : {}), loras: sending, request_id: rid };
-    const flight: InFlight = { requestId: rid, sending, baseModel, cancelled: false, result: Promise.resolve(null as never) };
-    flight.result = run(body, () => flight.cancelled);
+    const flight = newFlight(rid, sending, baseModel);
+    flight.result = run(body, () => flight.cancelled, (id) => sent(flight, id), (status) => progressed(flight, status));
     track(flight);
     await view.follow(flight);
   };
@@ -356,6 +363,11 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
               <button type="button" className="secondary" onClick={view.cancel}>
                 Cancel
               </button>
+            )}
+            {sending && view.progress && (
+              <span className="muted" data-testid="generate-progress">
+                {view.progress}
+              </span>
             )}
           </div>
         </form>

@@ -225,7 +225,7 @@ describe("accessibility of every screen", () => {
 
   it("Generate: the server's field problems are tied to their inputs", async () => {
     const calls = mockFetch((call) => {
-      if (call.method === "POST" && call.url === "/api/generate") {
+      if (call.method === "POST" && call.url === "/api/generations") {
         return { status: 400, body: { error: "ConfigError", detail: "invalid", problems: [{ field: "seed", message: "must be at least 0" }, { field: "prompt", message: "is empty" }, { field: "loras.0", message: "LoRA 'portrait' not found" }] } };
       }
       return fixtureServer()(call);

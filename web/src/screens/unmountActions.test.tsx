@@ -106,12 +106,12 @@ describe("a screen's POST answered after it unmounted", () => {
       if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
       if (url.startsWith("/api/loras")) return { body: { root: "/o", loras: [] } };
       if (url === "/api/gallery") return { body: { images: [galleryImage([])] } };
-      return method === "POST" && url === "/api/generate" ? undefined : { status: 404, body: { detail: "not found" } };
+      return method === "POST" && url === "/api/generations" ? undefined : { status: 404, body: { detail: "not found" } };
     });
     const view = renderWithProviders(<GenerateScreen />);
     await screen.findByTestId("gallery");
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
-    const generate = held("/api/generate");
+    const generate = held("/api/generations");
     view.unmount(); // another screen opened while it renders
     const galleries = calls.filter((c) => c.url === "/api/gallery").length;
     const made = { file: "new.png", url: "/gallery/new.png", path: "/g/new.png", seconds: 1.5, seed: 3, width: 64, height: 64, prompt: "p", loras: [] };

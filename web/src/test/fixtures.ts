@@ -102,6 +102,24 @@ export interface Call {
 
 type Handler = (call: Call) => { status?: number; body: unknown } | undefined;
 
+/** The 202 of POST /api/generations for a generation already `state` (done: `image`; failed / cancelled: `error`). */
+export function generationStatus(requestId: string, state: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { request_id: requestId, state, step: 0, steps: 0, cancelling: false, created: 1, ended: null, image: null, error: null, ...extra };
+}
+
+/**
+ * A test answers POST /api/generations with the generated image (201, GenerateOut: what the screen
+ * shows in the end); the server answers 202 with the request's status and the screen polls it
+ * (lib/generationPoll). Here that 201 becomes the 202 of a generation already done, so a test of
+ * what the screen does with an image needs no poll; refusals (4xx) are the POST's own, as they are.
+ * Tests of the polling answer GET /api/generations/{id} themselves.
+ */
+function asynchronous(call: Call, answer: { status?: number; body: unknown }): { status?: number; body: unknown } {
+  if (call.method !== "POST" || call.url !== "/api/generations" || answer.status !== 201) return answer;
+  const requestId = String((call.body as { request_id?: string } | null)?.request_id ?? "gen-test");
+  return { status: 202, body: generationStatus(requestId, "done", { image: answer.body, ended: 2 }) };
+}
+
 /** Replace global fetch: `handler` answers each call (undefined -> 404); returns the call log. */
 export function mockFetch(handler: Handler): Call[] {
   const calls: Call[] = [];
@@ -112,7 +130,7 @@ export function mockFetch(handler: Handler): Call[] {
       const headers = { ...((init?.headers as Record<string, string> | undefined) ?? {}) };
       const call = { method: init?.method ?? "GET", url, body: typeof raw === "string" ? JSON.parse(raw) : raw, headers };
       calls.push(call);
-      const answer = handler(call) ?? { status: 404, body: { detail: "not found" } };
+      const answer = asynchronous(call, handler(call) ?? { status: 404, body: { detail: "not found" } });
       return new Response(JSON.stringify(answer.body), {
         status: answer.status ?? 200,
         headers: { "Content-Type": "application/json" },
@@ -148,14 +166,18 @@ export function deferFetch(handler: Handler = () => undefined): { calls: Call[];
       const headers = { ...((init?.headers as Record<string, string> | undefined) ?? {}) };
       const call = { method: init?.method ?? "GET", url, body: typeof raw === "string" ? JSON.parse(raw) : raw, headers };
       calls.push(call);
-      const now = handler(call);
+      const handled = handler(call);
+      const now = handled && asynchronous(call, handled);
       if (now) return Promise.resolve(respond(now.body, now.status));
       return new Promise<Response>((resolve, reject) => {
         const entry = {
           call,
           aborted: false,
           taken: false,
-          answer: (body: unknown, status?: number) => resolve(respond(body, status)),
+          answer: (body: unknown, status?: number) => {
+            const late = asynchronous(call, { body, status });
+            resolve(respond(late.body, late.status));
+          },
         };
         init?.signal?.addEventListener("abort", () => {
           entry.aborted = true; // answering it later does nothing: it already rejected

@@ -1,5 +1,10 @@
 """/api/generate: one image from a base model + LoRAs, saved to the gallery; /gallery serves it.
 
+POST /api/generate is the synchronous form: its answer is the image, so its connection stays
+open for the whole generation and its client leaving cancels it. Behind a proxy whose read
+timeout is shorter than a generation, use the asynchronous form, /api/generations
+(api/routes/generations.py: 202 at once, then poll), as the web UI does.
+
 The route only routes: the request is checked and run by the GenerationService, whose worker
 process holds the pipeline (no torch in the server)."""
 
@@ -72,8 +77,22 @@ async def generate(
     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
     was asked (it is stopped): the next request starts a fresh one; 503 ServerStopping when the
     server began to stop (it was stopped, nothing kept), 507 NoSpaceLeft when the gallery's disk is
-    full (nothing of the image kept)."""
-    req = GenerationRequest(
+    full (nothing of the image kept). The answer comes when the image is made: behind a proxy
+    with a shorter read timeout, POST /api/generations (202 at once, then poll) instead."""
+    req = request_of(body)
+    request_id = body.request_id or f"unnamed-{uuid.uuid4().hex}"
+    owner = object()  # this POST: its client leaving cancels its own request, never another's
+    watcher = asyncio.ensure_future(_cancel_when_gone(request, service, request_id, owner))
+    try:
+        result = await run_in_threadpool(service.generate, req, request_id, owner)
+    finally:
+        watcher.cancel()
+    return {**result, "url": f"/gallery/{result['file']}", "reference_urls": _reference_urls(result)}
+
+
+def request_of(body: GenerateBody) -> GenerationRequest:
+    """The service's request of a GenerateBody (both forms: this route and /api/generations)."""
+    return GenerationRequest(
         family=body.family,
         base_model=body.base_model,
         revision=body.revision,
@@ -91,14 +110,6 @@ async def generate(
         references=tuple(body.references),
         base_identity=body.base_identity,
     )
-    request_id = body.request_id or f"unnamed-{uuid.uuid4().hex}"
-    owner = object()  # this POST: its client leaving cancels its own request, never another's
-    watcher = asyncio.ensure_future(_cancel_when_gone(request, service, request_id, owner))
-    try:
-        result = await run_in_threadpool(service.generate, req, request_id, owner)
-    finally:
-        watcher.cancel()
-    return {**result, "url": f"/gallery/{result['file']}", "reference_urls": _reference_urls(result)}
 
 
 async def _cancel_when_gone(
