@@ -43,6 +43,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.remote_access import origin_entry, root_path_entry
+from lorastudio.settings_values import BELOW_HOME_BYTES, _host_entry, hub_token_problem, path_max
 from lorastudio.user_paths import not_utf8
 
 # Pillow's Image.open refuses an image over 2 x Image.MAX_IMAGE_PIXELS (its decompression-bomb
@@ -351,49 +352,6 @@ class Settings(BaseSettings):
         for d in (self.home, self.datasets_dir, self.outputs_dir, self.models_dir):
             d.mkdir(parents=True, exist_ok=True)
         return self
-
-
-def _host_entry(item: str) -> str:
-    """One allowed-hosts entry, lower-cased, IPv6 brackets dropped. Raises ValueError for a URL,
-    a path or a port (the port is never compared)."""
-    host = item.strip().lower()
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not bare or any(c in bare for c in "/@ \t") or bare.count(":") == 1:
-        raise ValueError(f"{item!r} is not a host name or address (give it without scheme, path or port)")
-    return bare
-
-
-def hub_token_problem(token: str) -> str | None:
-    """Why `token` cannot be a hub token (None: it can): a hub token is visible ASCII (no space,
-    no control character, no other script), at most 400 characters. The message never quotes it."""
-    if len(token) > 400:
-        return f"a hub token is at most 400 characters; this one has {len(token)} (not shown)"
-    bad = next((i for i, c in enumerate(token) if not "!" <= c <= "~"), None)
-    if bad is not None:
-        return (
-            f"a hub token is printable ASCII without spaces; character {bad + 1} of the one given is not "
-            "(the token is not shown)"
-        )
-    return None
-
-
-# The longest path the studio makes below its home (or cache folder), in bytes: a checkpoint's
-# staged text-encoder file under an output name of 100 characters (outputs/NAME/checkpoints/...),
-# a cache shard and its staging name (cache/encoded/latents/<20 hex>/<2>/<64 hex>.safetensors.
-# <pid>-<hex>.tmp: ~150). Names the user picks (a dataset's, an image's) are theirs to fit.
-BELOW_HOME_BYTES = 255
-
-
-def path_max(path: Path) -> int:
-    """The file system's limit on a path's bytes (PATH_MAX, with its final NUL) where `path` is
-    (or would be made: its nearest existing folder is asked); 4096, Linux's, where it cannot be
-    asked."""
-    for folder in (path, *path.parents):
-        try:
-            return int(os.pathconf(folder, "PC_PATH_MAX"))
-        except (OSError, ValueError):
-            continue
-    return 4096
 
 
 @lru_cache(maxsize=1)
