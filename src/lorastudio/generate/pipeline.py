@@ -325,23 +325,21 @@ def generate_image(
     on_step: Callable[[int, int], None] | None = None,
 ) -> Image.Image:
     """One image for `prompt`. steps/guidance default to the family's generation defaults (those
-    of the pipeline's variant: Family.generation_defaults);
-    `guidance` goes to the family's guidance keyword (spec.guidance_kwarg); `negative_prompt`
-    only to a family whose pipeline takes one (spec.negative_prompt); `max_sequence_length`: the
-    text tokens the prompt is read to (None: the pipeline's 512), for a family that takes it
-    (generation_rules.text_tokens_problems: a run's previews read at the run's);
-    `extra` adds pipeline call arguments. The noise comes from a CPU
-    generator seeded with `seed`, so a seed gives the same image on any device. `controls`: the
-    reference images of an edit family (spec.control_images), each resized to cover
-    width x height and centre-cropped to it, as training crops a control to its target.
-    `cancelled`: asked after every denoising step (the pipeline's callback_on_step_end, which
-    every family's pipeline takes); True stops the render there with GenerationCancelled.
-    `on_step(done, of)`: told after every denoising step (the generation worker's progress).
+    of the pipeline's variant: Family.generation_defaults); `guidance` goes to the family's
+    guidance keyword (spec.guidance_kwarg); `negative_prompt` only to a family whose pipeline
+    takes one (spec.negative_prompt); `max_sequence_length`: the text tokens the prompt is read to
+    (None: the pipeline's 512), for a family that takes it (generation_rules.text_tokens_problems:
+    a run's previews read at the run's); `extra` adds pipeline call arguments. The noise comes from
+    a CPU generator seeded with `seed`, so a seed gives the same image on any device. `controls`:
+    the reference images of an edit family (spec.control_images), each resized to cover width x
+    height and centre-cropped to it, as training crops a control to its target. `cancelled`: asked
+    after every denoising step (the pipeline's callback_on_step_end, which every family's pipeline
+    takes); True stops the render there with GenerationCancelled. `on_step(done, of)`: told after
+    every denoising step (the generation worker's progress).
 
     Raises GenerationCancelled (`cancelled`), UnknownFamily; ConfigError for what
-    lorastudio.generation_rules refuses (width /
-    height not multiples of the family's, a seed or guidance out of range), steps < 1, or a number
-    of controls the family does not take.
+    lorastudio.generation_rules refuses (width / height not multiples of the family's, a seed or
+    guidance out of range), steps < 1, or a number of controls the family does not take.
     """
     from lorastudio import families
     from lorastudio.families.common import pipeline_facts
