@@ -336,15 +336,21 @@ def header_info(fh: BinaryIO) -> HeaderInfo | None:
 
 
 def _png_trns(fh: BinaryIO) -> bool | None:
-    """Whether a PNG, read up to the end of its IHDR chunk, has a tRNS chunk before its
-    image data (chunks skipped by seeking); None when the header is cut short or has more than
-    _PNG_ALPHA_CHUNKS chunks before the image data."""
-    for _ in range(_PNG_ALPHA_CHUNKS):
+    """Whether a PNG, read up to the end of its IHDR chunk, has a tRNS chunk before its image
+    data (png_chunk_before_data, at most _PNG_ALPHA_CHUNKS chunks)."""
+    return png_chunk_before_data(fh, b"tRNS", _PNG_ALPHA_CHUNKS)
+
+
+def png_chunk_before_data(fh: BinaryIO, name: bytes, limit: int) -> bool | None:
+    """Whether a PNG, read up to the end of its IHDR chunk, has a chunk `name` before its image
+    data (chunks skipped by seeking); None when the header is cut short or has more than `limit`
+    chunks before the image data."""
+    for _ in range(limit):
         raw = fh.read(8)
         if len(raw) != 8:
             return None
         length, ctype = struct.unpack(">I4s", raw)
-        if ctype == b"tRNS":
+        if ctype == name:
             return True
         if ctype in (b"IDAT", b"IEND"):
             return False

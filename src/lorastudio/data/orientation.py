@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 from PIL import Image
 
-from lorastudio.data.image_headers import DECODE_ERRORS, PNG_SIGNATURE
+from lorastudio.data.image_headers import DECODE_ERRORS, PNG_SIGNATURE, png_chunk_before_data
 
 EXIF_ORIENTATION_TAG = 0x0112
 # EXIF orientation -> the transpose that makes the image upright (same table as ImageOps).
@@ -93,14 +93,6 @@ def _jpeg_exif(fh: BinaryIO) -> bool:
 
 
 def _png_exif(fh: BinaryIO) -> bool:
-    for _ in range(_PNG_CHUNKS):
-        raw = fh.read(8)
-        if len(raw) != 8:
-            return True
-        length, ctype = struct.unpack(">I4s", raw)
-        if ctype == b"eXIf":
-            return True
-        if ctype in (b"IDAT", b"IEND"):
-            return False
-        fh.seek(length + 4, io.SEEK_CUR)
-    return True
+    """Whether a PNG may hold EXIF: an eXIf chunk before its image data, or a header cut short
+    or too long to tell (then Pillow is asked)."""
+    return png_chunk_before_data(fh, b"eXIf", _PNG_CHUNKS) is not False
