@@ -1,6 +1,7 @@
 """Fixtures of the browser tests: a real `lorastudio serve` on a free loopback port with a fresh
-studio home (tiny FLUX model under models/; a second one behind an API token), and Debian's
-Chromium driven by Playwright.
+studio home (tiny FLUX model under models/; a second one behind an API token; no standby
+training worker unless a test's environment asks for one), and Debian's Chromium driven by
+Playwright.
 
 Skipped (with the reason) when Chromium, the playwright package or the built UI is missing:
 scripts/setup.sh builds the UI; `apt-get install chromium` provides the browser.
@@ -87,7 +88,17 @@ def _running_studio(home: Path, extra_env: dict[str, str], port: int | None = No
     log = log_path.open("a")
 
     def start(port: int) -> subprocess.Popen:
-        env = {**os.environ, "LORASTUDIO_HOME": str(home), "LORASTUDIO_PORT": str(port), **extra_env}
+        # No standby training worker (jobs/standby.py) unless extra_env asks for one: as in every
+        # other studio of the suite (tests/conftest.py's studio_home sets it per test, but a
+        # module's server starts before that fixture runs). Each server's standby imported torch,
+        # diffusers, peft and every family's classes (~5-8 CPU s), and another after each run.
+        env = {
+            **os.environ,
+            "LORASTUDIO_STANDBY_WORKER": "0",
+            "LORASTUDIO_HOME": str(home),
+            "LORASTUDIO_PORT": str(port),
+            **extra_env,
+        }
         return subprocess.Popen(_serve_command(port), env=env, stdout=log, stderr=subprocess.STDOUT)
 
     if port is None:  # a free one, and the server's own: not one another server took meanwhile
