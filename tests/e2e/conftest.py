@@ -39,6 +39,8 @@ _OVERFLOW_JS = """() => {
     .slice(0, 5)
     .map(e => `${e.tagName}.${e.className} right=${Math.round(e.getBoundingClientRect().right)}`);
 }"""
+# jobs/standby.py's log line: a server of these tests runs none unless its environment asks
+STANDBY_SPAWNED = "standby worker spawned"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -83,7 +85,8 @@ def _missing(reason: str) -> None:
 def _running_studio(home: Path, extra_env: dict[str, str], port: int | None = None) -> Iterator[str]:
     """`lorastudio serve` on loopback `port` (default: a free one) with LORASTUDIO_HOME=home
     (+ extra_env); yields its URL once /api/info answers (200, or 401 behind a token); stops it
-    and prints its log (appended to home/server.log: a restart on the same home keeps the first's)."""
+    and prints its log (appended to home/server.log: a restart on the same home keeps the first's).
+    Without a standby training worker unless extra_env asks for one (its log is checked for it)."""
     log_path = home / "server.log"
     log = log_path.open("a")
 
@@ -134,6 +137,8 @@ def _running_studio(home: Path, extra_env: dict[str, str], port: int | None = No
         log.close()
         # shown by pytest only when a test of the module failed
         print("---- server log (tail) ----\n" + "".join(log_path.read_text().splitlines(True)[-60:]))
+    if extra_env.get("LORASTUDIO_STANDBY_WORKER", "0") == "0":  # its runs spawned their workers
+        assert STANDBY_SPAWNED not in log_path.read_text(), f"a standby worker ran: {log_path}"
 
 
 def _require_ui() -> None:
