@@ -1,21 +1,38 @@
 """POST /api/generate with a negative prompt and a guidance scale: honoured where the family's
 pipeline takes them (both recorded in the PNG's text chunks, the sidecar and the gallery with the
-prompt and seed), refused naming the family where it does not; /api/info says which is which."""
+prompt and seed), refused naming the family where it does not; /api/info says which is which.
+
+The tests share one server (`sdxl_server`), so one generation worker loads the tiny SDXL for both
+(a worker's start is most of their CPU): each reads only the images it made."""
 
 from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from api_helpers import LiveServer
+import pytest
+from api_helpers import LiveServer, live_server
 from PIL import Image
+
+from lorastudio.api.app import create_app
+from lorastudio.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def sdxl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The module's server on a home of its own (no standby worker: set here, as a module fixture
+    runs before tests/conftest.py's studio_home)."""
+    settings = Settings(home=tmp_path_factory.mktemp("home") / "lorastudio", standby_worker=False)
+    with live_server(create_app(settings)) as live:
+        yield live
 
 
 def test_negative_prompt_where_the_family_takes_one(
-    server: LiveServer, tiny_model: Callable[[str], Path]
+    sdxl_server: LiveServer, tiny_model: Callable[[str], Path]
 ) -> None:
+    server = sdxl_server
     client = server.client
     fams = {f["name"]: f for f in client.get("/api/info").json()["families"]}
     assert (fams["sdxl"]["guidance"], fams["sdxl"]["negative_prompt"], fams["sdxl"]["guidance_default"]) == (
@@ -34,6 +51,7 @@ def test_negative_prompt_where_the_family_takes_one(
         "width": 32,
         "height": 32,
     }
+    worker = server.app.state.generation.worker_pid  # None unless the other test ran first
     refused = client.post("/api/generate", json={**flux, "negative_prompt": "blurry"})
     assert refused.status_code == 400
     assert refused.json()["problems"] == [
@@ -42,7 +60,7 @@ def test_negative_prompt_where_the_family_takes_one(
             "message": "FLUX.1 guides with a distilled guidance embedding in one pass: it takes no negative prompt",
         }
     ]
-    assert server.app.state.generation.worker_pid is None
+    assert server.app.state.generation.worker_pid == worker  # the refusal started no worker
 
     body = {"family": "sdxl", "base_model": str(tiny_model("sdxl")), "prompt": "a red circle", "seed": 7,
             "steps": 2, "width": 64, "height": 64, "guidance": 6.5, "negative_prompt": "blurry"}  # fmt: skip
@@ -54,7 +72,7 @@ def test_negative_prompt_where_the_family_takes_one(
     assert png.text["prompt"] == "a red circle" and png.text["seed"] == "7"
     settings = json.loads(png.text["lorastudio"])
     assert (settings["negative_prompt"], settings["guidance"], settings["width"]) == ("blurry", 6.5, 64)
-    listed = client.get("/api/gallery").json()["images"][0]
+    (listed,) = [i for i in client.get("/api/gallery").json()["images"] if i["file"] == out["file"]]
     assert (listed["negative_prompt"], listed["guidance"], listed["prompt"]) == (
         "blurry",
         6.5,
@@ -63,12 +81,12 @@ def test_negative_prompt_where_the_family_takes_one(
 
 
 def test_a_negative_prompt_the_guidance_scale_turns_off_is_refused(
-    server: LiveServer, tiny_model: Callable[[str], Path]
+    sdxl_server: LiveServer, tiny_model: Callable[[str], Path]
 ) -> None:
     """SDXL runs classifier-free guidance (the pass that reads the negative prompt) only above
     guidance 1: a negative prompt at guidance 1 or 0 changed nothing while the image's record
     said it was used. Refused naming the field; at 1.5 it is used (the image differs)."""
-    client = server.client
+    client = sdxl_server.client
     body = {"family": "sdxl", "base_model": str(tiny_model("sdxl")), "prompt": "a red circle", "seed": 3,
             "steps": 2, "width": 64, "height": 64}  # fmt: skip
     for scale in (1.0, 0.0):

@@ -1,6 +1,7 @@
 """Fixtures of the browser tests: a real `lorastudio serve` on a free loopback port with a fresh
-studio home (tiny FLUX model under models/; a second one behind an API token), and Debian's
-Chromium driven by Playwright.
+studio home (tiny FLUX model under models/; a second one behind an API token; no standby
+training worker unless a test's environment asks for one), and Debian's Chromium driven by
+Playwright.
 
 Skipped (with the reason) when Chromium, the playwright package or the built UI is missing:
 scripts/setup.sh builds the UI; `apt-get install chromium` provides the browser.
@@ -38,6 +39,8 @@ _OVERFLOW_JS = """() => {
     .slice(0, 5)
     .map(e => `${e.tagName}.${e.className} right=${Math.round(e.getBoundingClientRect().right)}`);
 }"""
+# jobs/standby.py's log line: a server of these tests runs none unless its environment asks
+STANDBY_SPAWNED = "standby worker spawned"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -82,12 +85,23 @@ def _missing(reason: str) -> None:
 def _running_studio(home: Path, extra_env: dict[str, str], port: int | None = None) -> Iterator[str]:
     """`lorastudio serve` on loopback `port` (default: a free one) with LORASTUDIO_HOME=home
     (+ extra_env); yields its URL once /api/info answers (200, or 401 behind a token); stops it
-    and prints its log (appended to home/server.log: a restart on the same home keeps the first's)."""
+    and prints its log (appended to home/server.log: a restart on the same home keeps the first's).
+    Without a standby training worker unless extra_env asks for one (its log is checked for it)."""
     log_path = home / "server.log"
     log = log_path.open("a")
 
     def start(port: int) -> subprocess.Popen:
-        env = {**os.environ, "LORASTUDIO_HOME": str(home), "LORASTUDIO_PORT": str(port), **extra_env}
+        # No standby training worker (jobs/standby.py) unless extra_env asks for one: as in every
+        # other studio of the suite (tests/conftest.py's studio_home sets it per test, but a
+        # module's server starts before that fixture runs). Each server's standby imported torch,
+        # diffusers, peft and every family's classes (~5-8 CPU s), and another after each run.
+        env = {
+            **os.environ,
+            "LORASTUDIO_STANDBY_WORKER": "0",
+            "LORASTUDIO_HOME": str(home),
+            "LORASTUDIO_PORT": str(port),
+            **extra_env,
+        }
         return subprocess.Popen(_serve_command(port), env=env, stdout=log, stderr=subprocess.STDOUT)
 
     if port is None:  # a free one, and the server's own: not one another server took meanwhile
@@ -123,6 +137,8 @@ def _running_studio(home: Path, extra_env: dict[str, str], port: int | None = No
         log.close()
         # shown by pytest only when a test of the module failed
         print("---- server log (tail) ----\n" + "".join(log_path.read_text().splitlines(True)[-60:]))
+    if extra_env.get("LORASTUDIO_STANDBY_WORKER", "0") == "0":  # its runs spawned their workers
+        assert STANDBY_SPAWNED not in log_path.read_text(), f"a standby worker ran: {log_path}"
 
 
 def _require_ui() -> None:
