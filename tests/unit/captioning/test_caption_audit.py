@@ -243,13 +243,13 @@ def test_a_qwen_prompt_holding_the_chat_control_tokens_is_refused(tiny_vlm: Path
 
 def test_a_bulk_edit_that_would_write_a_nul_is_refused(make_dataset: Callable[..., Path]) -> None:
     """write_caption refused a NUL (a scan refuses such a caption file), the bulk edit wrote it
-    into every caption: the whole dataset then failed its scan."""
+    into every caption: the whole dataset then failed its scan. Since fix 1033 the edit itself is
+    refused, naming its field, before any caption is read."""
     from lorastudio.data.caption_bulk import CaptionEdit, bulk_edit_captions
 
     folder = make_dataset(captions={"red": "a red card"})
-    with pytest.raises(DatasetError) as refused:
+    with pytest.raises(ConfigError, match=r"append: .*U\+0000 NULL"):
         bulk_edit_captions(folder, CaptionEdit(append="\x00x"))
-    assert refused.value.problems == ["red.png: the caption holds a NUL character"]
     assert (folder / "red.txt").read_text(encoding="utf-8") == "a red card\n"
 
 
