@@ -10,11 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.e2e.conftest import _require_ui, _running_studio
 from tests.e2e.ui_expect import expect
 from tests.e2e.ui_pages import open_page
 from ui_uploads import api_json
-
-from conftest import _require_ui, _running_studio
 
 WIDE = {"width": 1280, "height": 900}
 
