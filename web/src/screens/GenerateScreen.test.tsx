@@ -9,6 +9,7 @@ import { renderWithProviders } from "../test/render";
 
 const OLD: GalleryImage = galleryImage([{ name: "cats", scale: 0.8 }]);
 const NEW: GalleryImage = { ...OLD, file: "new.png", url: "/gallery/new.png", created: 2, prompt: "a new dog", seed: 3, loras: [] };
+const json = (status: number, body: unknown) => new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
 
 describe("GenerateScreen", () => {
   let calls: Call[];
@@ -54,8 +55,7 @@ describe("GenerateScreen", () => {
     });
   });
 
-  const renderScreen = () =>
-    renderWithProviders(<GenerateScreen />);
+  const renderScreen = () => renderWithProviders(<GenerateScreen />);
 
   it("shows the server gallery with each image's prompt, seed and LoRAs, and reuses its settings", async () => {
     renderScreen();
@@ -122,8 +122,6 @@ describe("GenerateScreen", () => {
   it("follows a generation by polling: its step of steps, Cancel by its request id, the shown image kept", async () => {
     const inner = globalThis.fetch;
     let state: Record<string, unknown> = {};
-    const json = (status: number, body: unknown) =>
-      new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
     vi.stubGlobal(
       "fetch",
       vi.fn(async (url: string, init?: RequestInit) => {
@@ -167,8 +165,6 @@ describe("GenerateScreen", () => {
 
   it("a Cancel pressed before the server knew the generation reaches it once its POST is answered (RELIABILITY 1052)", async () => {
     const inner = globalThis.fetch;
-    const json = (status: number, body: unknown) =>
-      new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
     let answerPost: (answer: Response) => void = () => {};
     let state: Record<string, unknown> | null = null; // null: the server does not know it yet
     const cancels: string[] = [];
@@ -207,8 +203,6 @@ describe("GenerateScreen", () => {
     vi.stubGlobal(
       "fetch",
       vi.fn(async (url: string, init?: RequestInit) => {
-        const json = (status: number, body: unknown) =>
-          new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
         if (url === "/api/generations" && init?.method === "POST") {
           const id = (JSON.parse(init.body as string) as { request_id: string }).request_id;
           return json(202, generationStatus(id, "loading"));
@@ -241,7 +235,7 @@ describe("GenerateScreen", () => {
           const image = { file: "new.png", url: "/gallery/new.png", path: "/g/new.png", seconds: 1.5, seed: 3, width: 64, height: 64, prompt: "a new dog", loras: [] };
           if (polls > 1) images = [NEW, OLD];
           const now = polls > 1 ? generationStatus("gen-before-reload", "done", { image, ended: 2 }) : generationStatus("gen-before-reload", "generating", { step: 7, steps: 8 });
-          return new Response(JSON.stringify(now), { status: 200, headers: { "Content-Type": "application/json" } });
+          return json(200, now);
         }
         return inner(url, init);
       }),
