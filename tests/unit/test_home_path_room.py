@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.settings_refusal import refused_setting
 
-from lorastudio.errors import ConfigError
-from lorastudio.settings import BELOW_HOME_BYTES, Settings, get_settings, path_max
+from lorastudio.settings import BELOW_HOME_BYTES, Settings, path_max
 
 
 def _deep(root: Path, total: int) -> Path:
@@ -32,14 +32,7 @@ def test_a_home_too_deep_is_refused_naming_the_setting_and_the_limit(
     limit = path_max(tmp_path)
     most = limit - 1 - BELOW_HOME_BYTES
     assert Settings(home=_deep(tmp_path, most)).home == _deep(tmp_path, most)  # the deepest allowed
-    monkeypatch.setenv("LORASTUDIO_HOME", str(_deep(tmp_path, most + 1)))
-    get_settings.cache_clear()
-    try:
-        with pytest.raises(ConfigError) as refused:
-            get_settings()
-    finally:
-        get_settings.cache_clear()
-    (problem,) = refused.value.problems
+    problem = refused_setting(monkeypatch, "LORASTUDIO_HOME", str(_deep(tmp_path, most + 1)))
     assert problem.field == "LORASTUDIO_HOME"
     assert (
         f"is {most + 1:,} bytes long" in problem.message

@@ -9,9 +9,9 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.settings_refusal import refused_setting
 
-from lorastudio.errors import ConfigError
-from lorastudio.settings import Settings, get_settings
+from lorastudio.settings import Settings
 
 
 @pytest.mark.parametrize("variable", ["LORASTUDIO_HOME", "LORASTUDIO_CACHE_DIR"])
@@ -20,14 +20,7 @@ def test_a_home_whose_path_is_not_utf8_is_refused_naming_the_byte(
 ) -> None:
     latin1 = Path(os.fsdecode(os.fsencode(str(tmp_path)) + b"/caf\xe9"))
     assert Settings(home=tmp_path / "café").home == tmp_path / "café"  # UTF-8, any script: kept
-    monkeypatch.setenv(variable, str(latin1))
-    get_settings.cache_clear()
-    try:
-        with pytest.raises(ConfigError) as refused:
-            get_settings()
-    finally:
-        get_settings.cache_clear()
-    (problem,) = refused.value.problems
+    problem = refused_setting(monkeypatch, variable, str(latin1))
     assert problem.field == variable
     assert problem.message.startswith(f"{tmp_path}/caf\\xe9 is not UTF-8 text (byte 0xe9 at "), problem
     assert "rename it" in problem.message
