@@ -89,6 +89,8 @@ KEYS = (
     "first_step_s",
     "peak_vram_gib",
     "peak_host_rss_gib",
+    "peak_RssAnon_gib",
+    "peak_RssFile_gib",
     "end",
 )
 

@@ -32,7 +32,7 @@ def _settings_again(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def _turn_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """LORASTUDIO_EARLY_DENOISER=1 (the overlap is off by default until measured on a GPU)."""
+    """LORASTUDIO_EARLY_DENOISER=1 (the default; a test may have turned it off)."""
     monkeypatch.setenv("LORASTUDIO_EARLY_DENOISER", "1")
     get_settings.cache_clear()
 
