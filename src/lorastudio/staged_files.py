@@ -63,6 +63,7 @@ HOME_STAGING = (
     "",  # added_models.json (basemodels/added.py)
     "claims",  # <key>.<pid>-<hex>.holder (jobs/dataset_claims.py)
     "caption-jobs",  # <id>.json (jobs/caption_records.py)
+    "generation-jobs",  # <request_id>.json (jobs/generation_records.py)
     "run_timings",  # <n>_<stamp>-<name>.json (timings.py)
     "cache/text-signatures",  # training/text_signature.py
     "cache/decoded",  # data/decoded.py
