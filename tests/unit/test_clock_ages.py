@@ -70,3 +70,38 @@ def test_a_file_stamped_in_the_future_is_never_old() -> None:
     assert not file_age.older_than(now - 599, 600, now)
     assert not file_age.older_than(now + 10 * 365 * 86_400, 600, now)  # a clock set back since: kept
     assert not file_age.older_than(now + 1, 0.5, now)  # within a coarse file system's tick: not "future" yet
+
+
+def test_a_finished_runs_duration_is_its_monotonic_elapsed_not_two_wall_clock_stamps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 1097: a run's Duration was finished_at less started_at, so the clock set back
+    an hour 30 s into a run made it "-59m 30s" (the page showed "–"). The record now keeps
+    elapsed_s on the recording process's monotonic clock (a CLI run's here; the job service's
+    through Job.elapsed_s), which the runs list and a run's detail answer."""
+    import types
+
+    from lorastudio.api.schemas_runs import RunSummary
+    from lorastudio.config import parse_train_config, resolve_train_config
+    from lorastudio.jobs import cli_record
+    from lorastudio.jobs.store import RunStore
+
+    mono, stamps = [1000.0], iter(["2026-12-07T10:00:00+00:00", "2026-12-07T09:00:30+00:00"])
+    monkeypatch.setattr(cli_record, "time", types.SimpleNamespace(monotonic=lambda: mono[0]), raising=False)
+    monkeypatch.setattr(cli_record, "now_iso", lambda: next(stamps))
+    cfg = parse_train_config(
+        {"family": "flux", "base_model": "acme/base", "data_dir": "shapes", "output_name": "r"}
+    )
+    store = RunStore.open(tmp_path / "runs.db")
+    record = cli_record.CliRunRecord(store, cfg, resolve_train_config(cfg)).start()
+    mono[0] = 1030.5  # 30.5 s later, the wall clock an hour back meanwhile
+    record.end(False, 3, None)
+    record.close()
+    store = RunStore.open(tmp_path / "runs.db")
+    (listed,) = store.list_runs()
+    assert (listed["started_at"], listed["finished_at"]) == (
+        "2026-12-07T10:00:00+00:00",
+        "2026-12-07T09:00:30+00:00",
+    )
+    assert RunSummary.model_validate(listed).elapsed_s == 30.5
+    assert RunSummary.model_validate(store.get_run(record.run_id)).elapsed_s == 30.5

@@ -3779,6 +3779,11 @@ export interface components {
              * @description what may hurt the run about its dataset, as the preflight's dataset.warnings (images upscaled, cut to their bucket, ...): said by the run when it started
              */
             dataset_warnings?: string[];
+            /**
+             * Elapsed S
+             * @description an ended run's duration, started_at to finished_at on the monotonic clock of the process that ran it (null: live, or not measured: a run killed outright, or recorded by an older version; then finished_at less started_at, two wall-clock stamps a clock step between them moves)
+             */
+            elapsed_s?: number | null;
             /** Error */
             error: string | null;
             /** Family */
@@ -3871,6 +3876,11 @@ export interface components {
         RunSummary: {
             /** Created At */
             created_at: string;
+            /**
+             * Elapsed S
+             * @description an ended run's duration, started_at to finished_at on the monotonic clock of the process that ran it (null: live, or not measured: a run killed outright, or recorded by an older version; then finished_at less started_at, two wall-clock stamps a clock step between them moves)
+             */
+            elapsed_s?: number | null;
             /** Error */
             error: string | null;
             /** Family */
