@@ -175,7 +175,7 @@ class GenerationRecords:
         if record is None:
             return None
         error: LorastudioError | None = None
-        if record["outcome"] is None:
+        if record.get("outcome") is None:
             state = INTERRUPTED
             error = RecordedError(
                 "ServerStopping",
@@ -183,14 +183,14 @@ class GenerationRecords:
                 "nothing of it was kept; send it again",
             )
         else:
-            state = record["outcome"]
-            if isinstance(record["error"], dict):
+            state = record["outcome"]  # checked by _read: one of OUTCOMES here
+            if isinstance(record.get("error"), dict):
                 e = record["error"]
                 error = RecordedError(str(e.get("kind")), str(e.get("detail")), e.get("problems") or [])
         status = {
             "request_id": request_id, "state": state, "step": record["step"], "steps": record["steps"],
-            "cancelling": False, "created": record["created"], "ended": record["ended"],
-            "result": record["result"] if state == "done" else None, "error": error,
+            "cancelling": False, "created": record["created"], "ended": record.get("ended"),
+            "result": record.get("result") if state == "done" else None, "error": error,
         }  # fmt: skip
         return status, error
 
