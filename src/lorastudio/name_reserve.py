@@ -76,7 +76,10 @@ def _hold(path: Path) -> int | None:
             return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # a live holder (BlockingIOError); no flock here: only a new file is ours
+        except BlockingIOError:  # a live holder: another namer (one that took even our new file
+            os.close(fd)  # between its creation and our lock, as a killed holder's: it holds it)
+            return None
+        except OSError:  # no flock on this file system: only a file this call created is ours
             if created:
                 return fd
             os.close(fd)

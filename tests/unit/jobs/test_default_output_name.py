@@ -93,23 +93,22 @@ def test_cli_runs_named_in_the_same_second_get_a_name_each(
     assert _name(train_cmd._default_named(cfg)) == base
 
 
-def test_the_service_names_past_a_cli_runs_reservation(
-    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_service_names_past_a_cli_runs_reservation(settings: Settings) -> None:
     """A `lorastudio train` that reserved the default name (its folder not made yet) pushes the
     server's job of the same second to `-2`; the job's own reservation is given back when it
     ends (RELIABILITY 1094)."""
+    from lorastudio.config import parse_train_config
     from lorastudio.jobs.gpu import GpuArbiter
     from lorastudio.jobs.service import JobService
     from lorastudio.jobs.store import RunStore
     from lorastudio.name_reserve import reservation_path, reserve_output_name
 
-    monkeypatch.setattr(config_resolve, "datetime", types.SimpleNamespace(datetime=_Clock))
-    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32}
-    run = validate_run(raw, settings, live_output_names=set())
+    cfg = parse_train_config({"family": "flux", "base_model": "acme/base", "data_dir": "shapes"})
+    named = cfg.model_copy(update={"output_name": "flux-20261101-013000"})  # as validate_run names it
+    run = types.SimpleNamespace(default_name="flux-20261101-013000", config=named, worker_config=named)
     cli = reserve_output_name("flux-20261101-013000", settings.outputs_dir)
     service = JobService(settings, RunStore.open(settings.db_path), GpuArbiter())
-    config, worker_config, hold = service._free_default_name(run)
+    config, worker_config, hold = service._free_default_name(run)  # type: ignore[arg-type]
     assert cli.name == "flux-20261101-013000"
     assert config.output_name == worker_config.output_name == hold.name == "flux-20261101-013000-2"
     assert reservation_path(settings.outputs_dir, hold.name).exists()
