@@ -105,3 +105,24 @@ def test_a_finished_runs_duration_is_its_monotonic_elapsed_not_two_wall_clock_st
     )
     assert RunSummary.model_validate(listed).elapsed_s == 30.5
     assert RunSummary.model_validate(store.get_run(record.run_id)).elapsed_s == 30.5
+
+
+def test_a_live_runs_elapsed_is_the_services_so_far_never_an_earlier_sessions() -> None:
+    """While a run is live the list and the detail answer the server's job's elapsed_s so far
+    (its monotonic clock), null for another process's (a CLI run), never the stored elapsed_s
+    of the session a resume continues."""
+    import types
+
+    from lorastudio.api.routes.runs import _elapsed
+    from lorastudio.errors import NotFound
+
+    def job(run_id: str) -> dict[str, float]:
+        if run_id != "served":
+            raise NotFound(run_id)
+        return {"elapsed_s": 12.5}
+
+    service = types.SimpleNamespace(job=job)
+    resumed = {"id": "served", "status": "running", "elapsed_s": 30.5}  # its first session's
+    assert _elapsed(resumed, service)["elapsed_s"] == 12.5  # type: ignore[arg-type]
+    assert _elapsed({"id": "cli", "status": "running", "elapsed_s": 30.5}, service)["elapsed_s"] is None  # type: ignore[arg-type]
+    assert _elapsed({"id": "cli", "status": "completed", "elapsed_s": 30.5}, service)["elapsed_s"] == 30.5  # type: ignore[arg-type]

@@ -3781,7 +3781,7 @@ export interface components {
             dataset_warnings?: string[];
             /**
              * Elapsed S
-             * @description an ended run's duration, started_at to finished_at on the monotonic clock of the process that ran it (null: live, or not measured: a run killed outright, or recorded by an older version; then finished_at less started_at, two wall-clock stamps a clock step between them moves)
+             * @description the run's duration, started_at to finished_at on the monotonic clock of the process that ran it; while live, so far, for the server's own job (null: another process's live run, or not measured: a run killed outright, or recorded by an older version; then finished_at less started_at, two wall-clock stamps a clock step between them moves)
              */
             elapsed_s?: number | null;
             /** Error */
@@ -3878,7 +3878,7 @@ export interface components {
             created_at: string;
             /**
              * Elapsed S
-             * @description an ended run's duration, started_at to finished_at on the monotonic clock of the process that ran it (null: live, or not measured: a run killed outright, or recorded by an older version; then finished_at less started_at, two wall-clock stamps a clock step between them moves)
+             * @description the run's duration, started_at to finished_at on the monotonic clock of the process that ran it; while live, so far, for the server's own job (null: another process's live run, or not measured: a run killed outright, or recorded by an older version; then finished_at less started_at, two wall-clock stamps a clock step between them moves)
              */
             elapsed_s?: number | null;
             /** Error */
