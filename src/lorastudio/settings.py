@@ -6,6 +6,7 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
   models/     local base models (diffusers pipeline folders), including the tiny demo models
   lorastudio.db   the run store (SQLite)
   caption-jobs/   one JSON record per caption job, the newest 50 (jobs/caption_records.py)
+  generation-jobs/  one JSON record per asynchronous generation, the newest 200 (jobs/generation_records.py)
   added_models.json   folders the user added to the model catalogue
   cache/inductor/     torch.compile's on-disk cache (kernels, graphs), kept across runs and
                       reboots unless TORCHINDUCTOR_CACHE_DIR names another

@@ -47,6 +47,7 @@ import time
 import uuid
 from pathlib import Path
 
+from lorastudio.file_age import older_than
 from lorastudio.processes import process_alive
 
 log = logging.getLogger("lorastudio.jobs")
@@ -63,6 +64,8 @@ HOME_STAGING = (
     "",  # added_models.json (basemodels/added.py)
     "claims",  # <key>.<pid>-<hex>.holder (jobs/dataset_claims.py)
     "caption-jobs",  # <id>.json (jobs/caption_records.py)
+    "generation-jobs",  # <request_id>.json (jobs/generation_records.py)
+    "gallery/references",  # .uses.json (jobs/references.py: file_age.BootLedger)
     "run_timings",  # <n>_<stamp>-<name>.json (timings.py)
     "cache/text-signatures",  # training/text_signature.py
     "cache/decoded",  # data/decoded.py
@@ -171,7 +174,7 @@ def older_stale(entry: os.DirEntry[str], now: float) -> bool:
     try:
         if not entry.is_file(follow_symlinks=False):
             return False
-        return now - entry.stat(follow_symlinks=False).st_mtime > STALE_AFTER_S
+        return older_than(entry.stat(follow_symlinks=False).st_mtime, STALE_AFTER_S, now)  # future: kept
     except OSError:
         return False
 

@@ -22,7 +22,7 @@ from tests.polling import until
 
 from generation_fakes import InProcessGeneration
 from lorastudio.errors import GenerationCancelled, GenerationFailed
-from lorastudio.jobs import generation_jobs
+from lorastudio.jobs import generation_jobs, generation_records
 from lorastudio.jobs.generation_requests import MAX_IN_FLIGHT
 from lorastudio.jobs.generation_worker import GenerationJob
 from lorastudio.jobs.gpu import GpuArbiter
@@ -168,19 +168,72 @@ def test_refusals_are_the_posts_answer_and_the_cap_is_shared(settings: Settings,
 def test_ended_generations_are_forgotten_after_a_while_and_past_a_count(
     settings: Settings, client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Memory keeps KEEP_MAX ended statuses for KEEP_FOR_S; the home's records (the newest
+    generation_records.KEEP) answer past that, then 404."""
     client.app.state.generation = service = InProcessGeneration(settings, GpuArbiter())  # type: ignore[attr-defined]
     monkeypatch.setattr(generation_jobs, "KEEP_MAX", 2)
+    monkeypatch.setattr(generation_records, "KEEP", 2)
     for i in range(3):
         assert client.post("/api/generations", json={**BODY, "request_id": f"e{i}"}).status_code == 202
         _poll(client, f"e{i}", {"done"})
-    assert client.get("/api/generations/e0").status_code == 404  # the oldest past KEEP_MAX
+    gone = client.get("/api/generations/e0")  # the oldest past both
+    assert gone.status_code == 404 and "its record was removed" in gone.json()["detail"], gone.text
     assert len(service.jobs) == 2
     monkeypatch.setattr(generation_jobs, "KEEP_FOR_S", 0.2)
     time.sleep(0.3)
-    gone = client.get("/api/generations/e2")
-    assert gone.status_code == 404 and "ended more than" in gone.json()["detail"], gone.text
+    kept = client.get("/api/generations/e2")  # forgotten in memory, read from its record
+    assert kept.status_code == 200 and kept.json()["state"] == "done", kept.text
     assert len(service.jobs) == 0
     assert len(_gallery(settings)) == 6  # the images stay in the gallery
+
+
+def test_after_a_restart_a_finished_generation_answers_done_and_one_in_flight_interrupted(
+    settings: Settings, client: TestClient
+) -> None:
+    """RELIABILITY 1095: the statuses lived in the server's memory only, so after a restart GET
+    answered 404 for both (the web UI's reload then said the server had forgotten it). A new
+    service on the same home stands for the restarted server."""
+    client.app.state.generation = service = _Blocking(settings, GpuArbiter())  # type: ignore[attr-defined]
+    assert client.post("/api/generations", json={**BODY, "request_id": "r-done"}).status_code == 202
+    assert service.running.wait(10)
+    service.release.set()
+    done = _poll(client, "r-done", {"done"})
+    service.running.clear()
+    service.release.clear()
+    assert client.post("/api/generations", json={**BODY, "request_id": "r-flight"}).status_code == 202
+    assert service.running.wait(10)
+    failed = client.post("/api/generations", json={**BODY, "prompt": "fail", "request_id": "r-queued"})
+    assert failed.status_code == 202  # waits behind r-flight
+
+    client.app.state.generation = InProcessGeneration(settings, GpuArbiter())  # type: ignore[attr-defined]
+    again = client.get("/api/generations/r-done")
+    assert again.status_code == 200, again.text
+    assert {k: again.json()[k] for k in ("state", "image", "step", "steps", "created", "ended", "error")} == {
+        k: done[k] for k in ("state", "image", "step", "steps", "created", "ended", "error")
+    }
+    assert client.get(again.json()["image"]["url"]).status_code == 200
+    for rid in ("r-flight", "r-queued"):  # its step as recorded at its hand-over (not rewritten each step)
+        cut = client.get(f"/api/generations/{rid}")
+        assert cut.status_code == 200, cut.text
+        body = cut.json()
+        assert (body["state"], body["step"], body["image"], body["ended"]) == ("interrupted", 0, None, None)
+        assert body["error"]["error"] == "ServerStopping" and body["error"]["status"] == 503
+        assert "the server stopped before generation" in body["error"]["detail"]
+    reused = client.post("/api/generations", json={**BODY, "request_id": "r-done"})
+    assert reused.status_code == 409 and "send a new request_id" in reused.json()["detail"], reused.text
+    service.release.set()  # the old service's threads end (their records say so; no new server reads them)
+    _poll(_ClientOf(client, service), "r-queued", {"failed"})
+
+
+class _ClientOf:
+    """`client` answering from `service` (the server before the restart) while the test reads it."""
+
+    def __init__(self, client: TestClient, service: Any) -> None:
+        self.client, self.service = client, service
+
+    def get(self, url: str) -> Any:
+        self.client.app.state.generation = self.service  # type: ignore[attr-defined]
+        return self.client.get(url)
 
 
 @pytest.mark.slow  # a real worker's spawn and imports (~6 CPU s); by default the bookkeeping above, the

@@ -8,11 +8,14 @@ import json
 import os
 import time
 
+import pytest
 from api_helpers import upload_images
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from lorastudio.jobs.references import ORPHAN_AFTER_S
+from lorastudio import file_age
+from lorastudio.host_clock import host_now
+from lorastudio.jobs.references import ORPHAN_AFTER_S, USES
 from lorastudio.settings import Settings
 
 
@@ -38,7 +41,7 @@ def _png(shade: int) -> bytes:
 
 
 def test_uploaded_references_no_image_names_do_not_stay_for_ever(
-    client: TestClient, settings: Settings
+    client: TestClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each POST /api/generate/references kept its files for ever, used or not (the page
     uploads on each pick; a cancelled or failed generation, a deleted image leave them unnamed):
@@ -59,6 +62,8 @@ def test_uploaded_references_no_image_names_do_not_stay_for_ever(
     long_ago = time.time() - ORPHAN_AFTER_S - 60
     for path in folder.iterdir():
         os.utime(path, (long_ago, long_ago))
+    later = host_now() + ORPHAN_AFTER_S + 60  # the uploads' boot-clock ages too (file_age.BootLedger)
+    monkeypatch.setattr(file_age, "host_now", lambda: later)
     fresh = upload(200)
-    assert sorted(p.name for p in folder.iterdir()) == sorted([old[0], old[1], fresh])
+    assert sorted(p.name for p in folder.iterdir() if p.name != USES) == sorted([old[0], old[1], fresh])
     assert client.get(f"/gallery/references/{old[0]}").status_code == 200

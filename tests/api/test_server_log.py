@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -39,10 +40,47 @@ def test_info_lines_are_printed_once_in_uvicorns_style_with_tokens_hidden(
     logging.getLogger("lorastudio.jobs.hardware").debug("not shown")
     logging.getLogger("lorastudio.api").warning("GET %s refused", "/api/x?token=s3cret")
     lines = out.getvalue().splitlines()
-    assert lines == [
+    assert [_STAMP.sub("", line, count=1) for line in lines] == [
         "INFO:     lorastudio.jobs: standby worker 42 ready: its imports took 3.2 s",
         "WARNING:  lorastudio.api: GET /api/x?token=*** refused",
     ]
+    assert all(_STAMP.match(line) for line in lines), lines  # each with its time (RELIABILITY 1098)
+
+
+_STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}[+-]\d{4} ")  # worker_log.stamp's, and a space
+
+
+def test_uvicorns_own_lines_carry_the_time_with_its_offset_as_a_runs_log_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`lorastudio serve`'s console: uvicorn's start and access lines and ours begin with the
+    local time and its UTC offset (RELIABILITY 1098: the server's own lines carried no time; a
+    run's log had it since fix 1027). TZ=America/New_York: the December offset is -0500."""
+    import time
+
+    from lorastudio.api.server_log import uvicorn_log_config
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        config = uvicorn_log_config()
+        when = 1796601600.25  # 2026-12-07 00:00:00.250 UTC
+        out = {}
+        for name, args in (("default", ("Uvicorn running on %s", ("http://127.0.0.1:7860",))), (
+            "access", ('%s - "%s %s HTTP/%s" %d', ("127.0.0.1:5", "GET", "/api/info", "1.1", 200))
+        )):  # fmt: skip
+            spec = dict(config["formatters"][name])
+            formatter = spec.pop("()")(**spec)
+            record = logging.LogRecord("uvicorn", logging.INFO, __file__, 1, args[0], args[1], None)
+            record.created = when
+            out[name] = formatter.format(record)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert out["default"] == "2026-12-06 19:00:00,250-0500 INFO:     Uvicorn running on http://127.0.0.1:7860"
+    assert out["access"].startswith(
+        '2026-12-06 19:00:00,250-0500 INFO:     127.0.0.1:5 - "GET /api/info HTTP/1.1" 200'
+    )
 
 
 def test_a_served_studio_prints_its_standby_workers_lines(tmp_path: Path) -> None:
@@ -65,4 +103,6 @@ def test_a_served_studio_prints_its_standby_workers_lines(tmp_path: Path) -> Non
     finally:
         server.terminate()
         server.wait(30)
-    assert any(x.startswith("INFO:     lorastudio.jobs: standby worker spawned") for x in lines), lines
+    assert any(
+        _STAMP.sub("", x).startswith("INFO:     lorastudio.jobs: standby worker spawned") for x in lines
+    ), lines

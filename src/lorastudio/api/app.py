@@ -69,7 +69,7 @@ from lorastudio.api.routes import (
     train,
 )
 from lorastudio.api.schemas import ERROR_RESPONSES
-from lorastudio.api.server_log import install_server_logging
+from lorastudio.api.server_log import install_server_logging, uvicorn_log_config
 from lorastudio.api.sessions import SessionStore
 from lorastudio.api.web_mount import AllowTable, WebMount
 from lorastudio.errors import ConfigError, FieldProblem
@@ -290,6 +290,7 @@ def serve(settings: Settings, host: str, port: int, home_lock: HomeLock | None =
         host=host,
         port=port,
         log_level="info",
+        log_config=uvicorn_log_config(),  # each line with its time, as the server's own (api/server_log.py)
         timeout_graceful_shutdown=5,
         timeout_keep_alive=KEEP_ALIVE_S,
     )

@@ -134,7 +134,12 @@ def _finite(value: Any) -> Any:
 
 def status_code_of(err: LorastudioError) -> int:
     """The HTTP status of a domain error (the most specific class wins; others are 400)."""
-    for cls in type(err).__mro__:
+    return status_code_of_class(type(err))
+
+
+def status_code_of_class(kind: type[LorastudioError]) -> int:
+    """The HTTP status of domain error class `kind` (`status_code_of`)."""
+    for cls in kind.__mro__:
         if cls in STATUS_CODES:
             return STATUS_CODES[cls]
     return 400

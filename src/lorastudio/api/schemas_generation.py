@@ -17,10 +17,13 @@ class GenerationErrorOut(ErrorOut):
 
 class GenerationStatusOut(_Out):
     request_id: str = Field(description="its id: GET /api/generations/{request_id} reads this again")
-    state: Literal["queued", "loading", "generating", "saving", "done", "failed", "cancelled"] = Field(
+    state: Literal[
+        "queued", "loading", "generating", "saving", "done", "failed", "cancelled", "interrupted"
+    ] = Field(
         description="queued: waiting for the generation worker; loading: the worker starts, loads the "
         "pipeline or applies the LoRAs; generating: denoising, `step` of `steps`; saving: its image is "
-        "kept in the gallery; then done (`image`), failed (`error`) or cancelled (nothing kept)"
+        "kept in the gallery; then done (`image`), failed (`error`) or cancelled (nothing kept); "
+        "interrupted: the server stopped (restarted, or was killed) before it ended, nothing kept (`error`)"
     )
     step: int = Field(description="denoising steps done (generating; kept once it ended)")
     steps: int = Field(description="of how many (0: not known yet)")
@@ -31,5 +34,6 @@ class GenerationStatusOut(_Out):
         description="done: the gallery image, as POST /api/generate answers it (its `url`)"
     )
     error: GenerationErrorOut | None = Field(
-        description="failed or cancelled: the error POST /api/generate would have answered, with its status"
+        description="failed or cancelled: the error POST /api/generate would have answered, with its status; "
+        "interrupted: ServerStopping (503)"
     )

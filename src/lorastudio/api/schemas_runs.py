@@ -241,6 +241,13 @@ class RunSummary(_Out):
     created_at: str
     started_at: str | None
     finished_at: str | None
+    elapsed_s: float | None = Field(
+        default=None,
+        description="the run's duration, started_at to finished_at on the monotonic clock of the process "
+        "that ran it; while live, so far, for the server's own job (null: another process's live run, or not "
+        "measured: a run killed outright, or recorded by an older version; then finished_at less started_at, "
+        "two wall-clock stamps a clock step between them moves)",
+    )
     steps_run: int
     total_steps: int | None
     last_loss: float | None

@@ -6,25 +6,57 @@ last-resort handler): the GPU facts the probe child found, the standby worker's 
 import time, a run's store recovering, the killed runs' leftovers removed at a start. A user
 running `lorastudio serve` sees them now, in uvicorn's style (`INFO:     lorastudio.jobs: ...`),
 with ?token= values hidden as in the access log.
+
+Each line, ours and uvicorn's own (its start, its access log), begins with its time as a run's
+log has it (jobs/worker_log.stamp: local, with its UTC offset, "2026-11-01 01:30:00,123-0400"):
+they carried none, so a console or a service journal kept without times (`serve > file`, a
+container's log) could not say when a recovery, a refusal or a request happened.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from lorastudio.api.origin import RedactTokenFilter
+from lorastudio.jobs.worker_log import stamp
 
 LOGGER = "lorastudio"
 
 
 class _UvicornStyle(logging.Formatter):
-    """`LEVEL:` padded to 10 columns (uvicorn's default prefix), the logger's name, the message."""
+    """The time (`stamp`), `LEVEL:` padded to 10 columns (uvicorn's default prefix), the
+    logger's name, the message."""
 
     def format(self, record: logging.LogRecord) -> str:
         prefix = f"{record.levelname}:".ljust(10)
-        return f"{prefix}{record.name}: {super().format(record)}"
+        return f"{stamp(record.created)} {prefix}{record.name}: {super().format(record)}"
+
+
+def uvicorn_log_config() -> dict[str, Any]:
+    """uvicorn's own log config with each line's time first (`stamp`), as ours: its formatters'
+    classes and fields kept, `%(asctime)s ` put in front, the time `stamp`'s."""
+    from uvicorn.config import LOGGING_CONFIG
+    from uvicorn.logging import AccessFormatter, DefaultFormatter
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    for name, base in (("default", DefaultFormatter), ("access", AccessFormatter)):
+        formatter = config["formatters"][name]
+        formatter["()"] = _stamped(base)
+        formatter["fmt"] = "%(asctime)s " + formatter["fmt"]
+    return config
+
+
+def _stamped(base: type[logging.Formatter]) -> type[logging.Formatter]:
+    """`base` with `stamp`'s time."""
+
+    class Stamped(base):  # type: ignore[valid-type, misc]
+        def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (logging's name)
+            return stamp(record.created)
+
+    return Stamped
 
 
 class _ServerHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -58,6 +58,7 @@ from lorastudio.training.events import Event
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.jobs.prefetch import WeightPrefetch
+    from lorastudio.name_reserve import NameHold
 
 EXIT_INTERRUPTED = 130  # stopped by Ctrl-C or SIGTERM (saved or not: the command says what it kept)
 
@@ -123,6 +124,7 @@ def train_cmd(
     record = watch = None
     stopper: StopOnInterrupt | None = None  # the run's own Ctrl-C / SIGTERM handler, once installed
     ranks = 0  # the processes of a --gpus launch, once started (a SIGTERM then ends them)
+    name_hold = None  # a defaulted output name's reservation (name_reserve.py), held to the end
     try:
         resume = resume_folder(resume) if resume is not None else None
         settings = [*overrides, f"num_gpus={gpus}"] if gpus is not None else overrides
@@ -145,7 +147,7 @@ def train_cmd(
             raise ConfigError([FieldProblem(flag, "applies to a fresh run's config file, not to a --resume")])
         cfg, checkpoint = run_config(config, settings, resume)
         if checkpoint is None and cfg.output_name is None and not launched:  # an abort says where
-            cfg = _default_named(cfg)
+            cfg, name_hold = _default_named(cfg)
             settings = [*settings, f"output_name={cfg.output_name}"]  # a launch's ranks: this one name
         if prefetch is None and config is None and not launched:  # a --resume: its checkpoint's base
             from lorastudio.jobs.prefetch import start_prefetch
@@ -228,6 +230,8 @@ def train_cmd(
             claim.release()
         if home_lock is not None:
             home_lock.release()
+        if name_hold is not None:
+            name_hold.release()
         if launched:
             note_rank_state(rank, "ended")
     if rank != 0:
@@ -309,15 +313,16 @@ def _report_abort(how: str, run_dir: Path | None) -> None:
         typer.echo("nothing saved")
 
 
-def _default_named(cfg: TrainConfig) -> TrainConfig:
+def _default_named(cfg: TrainConfig) -> tuple[TrainConfig, NameHold]:
     """`cfg` (no output_name) with its default name, `<family>-<local date-time>`, or `-2`,
-    `-3`, ... when a folder holds it (a run begun in the same second; config_resolve.free_output_name)."""
+    `-3`, ... when a folder or another namer's reservation holds it (a run begun in the same
+    second), and the reservation (name_reserve.py: release it when the run ended)."""
     from lorastudio.config import resolve_train_config
-    from lorastudio.config_resolve import free_output_name
+    from lorastudio.name_reserve import reserve_output_name
     from lorastudio.settings import get_settings
 
-    named = free_output_name(str(resolve_train_config(cfg).output_name), get_settings().outputs_dir)
-    return cfg.model_copy(update={"output_name": named})
+    hold = reserve_output_name(str(resolve_train_config(cfg).output_name), get_settings().outputs_dir)
+    return cfg.model_copy(update={"output_name": hold.name}), hold
 
 
 def _check_fresh_run(

@@ -44,6 +44,7 @@ from typing import Any
 from lorastudio.data.cache_io import entry_unused, hold_readers, one_prune
 from lorastudio.data.disk_cache import CacheStats, cache_leftovers, cache_root, cache_stats, foreign_files
 from lorastudio.errors import CacheError
+from lorastudio.file_age import older_than
 
 log = logging.getLogger("lorastudio.cache")
 
@@ -152,14 +153,15 @@ LEFTOVER_AGE_S = 600.0  # a staged shard is written in seconds: one this old who
 def remove_dead_leftovers(root: Path) -> int:
     """Remove what killed writers left in the cache under `root` (disk_cache.cache_leftovers:
     staged shards and entries renamed aside whose process is gone) unchanged for LEFTOVER_AGE_S
-    (a writer in another PID namespace sharing the folder looks gone: its fresh files are kept),
+    (a writer in another PID namespace sharing the folder looks gone: its fresh files are kept;
+    one stamped in the future cannot be judged and is kept: file_age.older_than),
     each logged; returns how many. A server's start removes them too (jobs/leftovers.py); this
     is a CLI user's way."""
     removed = 0
     now = time.time()
     for path in cache_leftovers(root):
         try:
-            if now - os.lstat(path).st_mtime < LEFTOVER_AGE_S:
+            if not older_than(os.lstat(path).st_mtime, LEFTOVER_AGE_S, now):  # one from the future: kept
                 continue
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -77,6 +78,7 @@ class CliRunRecord:
         """Record the run as preparing (it starts at once: no queue)."""
         job = self.job
         job.status, job.started_at = JobStatus.PREPARING, now_iso()
+        job.started_mono = time.monotonic()  # its Duration (Job.elapsed_s), never two wall-clock stamps apart
         self._write(
             lambda: (
                 self.store.create_run(
@@ -187,9 +189,11 @@ class CliRunRecord:
     def _finish(self, status: JobStatus, error: str | None) -> None:
         job = self.job
         job.status, job.error, job.finished_at = status, error, now_iso()
+        job.finished_mono = time.monotonic()
+        elapsed = job.elapsed_s()
         self._write(
             lambda: self.store.finish_run(
-                job.id, status, job.finished_at or "", error, job.steps_run, job.lora_path
+                job.id, status, job.finished_at or "", error, job.steps_run, job.lora_path, elapsed
             )
         )
 

@@ -22,10 +22,13 @@ bookkeeping (jobs/generation_requests.py: the worker reports each denoising step
 
 Bounded memory: the requests in flight are the service's (MAX_IN_FLIGHT, shared with the
 synchronous form: past it the POST answers its JobActive 409); an ended request's entry is kept
-KEEP_FOR_S and at most KEEP_MAX are (the oldest forgotten first), each a few KB. A kept id is not
-taken again (JobActive) until forgotten. Entries live in the server's memory: a restart forgets
-them (a request that was done has its image in the gallery). Thread-safe; no HTTP here (the route
-maps a failed entry's error to its status, api/routes/generations.py).
+KEEP_FOR_S and at most KEEP_MAX are (the oldest forgotten first), each a few KB. Each request is
+also recorded in the studio home (jobs/generation_records.py: when it is handed to its thread and
+when it ends, the newest KEEP records kept), so a status forgotten here, or lost with a restart,
+is read from its record: done with its image, failed or cancelled with its error, or, for one a
+previous server had in flight, interrupted (never a 404 while its record is kept). A kept or
+recorded id is not taken again (JobActive). Thread-safe; no HTTP here (the route maps a failed
+entry's error to its status, api/routes/generations.py).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from lorastudio.errors import (
     NotFound,
     ServerStopping,
 )
+from lorastudio.jobs.generation_records import KEEP as RECORDS_KEEP
+from lorastudio.jobs.generation_records import GenerationRecords
 from lorastudio.jobs.generation_requests import MAX_IN_FLIGHT, QUEUED, SAVING
 
 if TYPE_CHECKING:
@@ -80,6 +85,7 @@ class GenerationJobs:
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # in flight and ended, by POST order
         self._pool = ThreadPoolExecutor(MAX_IN_FLIGHT, thread_name_prefix="lorastudio-generation")
+        self._records = GenerationRecords(service.settings.home)
 
     def __len__(self) -> int:
         """How many entries are kept (in flight and ended)."""
@@ -95,7 +101,7 @@ class GenerationJobs:
         ServerStopping, and what `GenerationService.check` raises (its id then ended)."""
         with self._lock:
             self._expire(time.monotonic())
-            if request_id in self._entries:
+            if request_id in self._entries or self._records.read(request_id) is not None:
                 raise JobActive(
                     f"request_id {request_id!r} names a generation kept here: GET /api/generations/"
                     f"{request_id} reads it; send a new request_id"
@@ -110,10 +116,12 @@ class GenerationJobs:
             raise
         with self._lock:
             entry.handed = True
+        self._records.write(self._ended_status(entry), new=True)  # before its thread can end it
         try:
             self._pool.submit(self._run, req, entry, checked)
         except RuntimeError as err:  # the pool was shut down (the server is stopping) meanwhile
             self._service.abandon(request_id)
+            self._records.forget(request_id)
             with self._lock:
                 self._entries.pop(request_id, None)
             raise ServerStopping(
@@ -152,20 +160,37 @@ class GenerationJobs:
         with self._lock:
             entry.outcome, entry.result, entry.error = outcome, result, error
             entry.ended, entry.ended_at = time.time(), time.monotonic()
+            ended = self._ended_status(entry)
+        self._records.write(ended, error)  # before it can be forgotten here: no 404 between
+        with self._lock:
             self._expire(entry.ended_at)
+
+    @staticmethod
+    def _ended_status(entry: _Entry) -> dict[str, Any]:
+        """`entry`'s status as its record keeps it (in flight: its last phase seen)."""
+        phase, step, steps = entry.last
+        return {
+            "request_id": entry.request_id, "state": entry.outcome or phase, "step": step, "steps": steps,
+            "created": entry.created, "ended": entry.ended, "result": entry.result,
+        }  # fmt: skip
 
     def status(self, request_id: str) -> dict[str, Any]:
         """The state of request `request_id`: {request_id, state (queued / loading /
         generating / saving / done / failed / cancelled), step, steps (0: not known yet),
         cancelling, created, ended, result (done: the gallery image's fields), error (failed or
-        cancelled: the exception)}. Raises NotFound for an id never posted here or forgotten."""
+        cancelled: the exception)}; one forgotten here (or sent to a previous server) from its
+        record (generation_records.py: also interrupted, a previous server's in flight). Raises
+        NotFound for an id never posted here or whose record is gone."""
         with self._lock:
             self._expire(time.monotonic())
             entry = self._entries.get(request_id)
             if entry is None:
+                recorded = self._records.read(request_id)
+                if recorded is not None:
+                    return recorded[0]
                 raise NotFound(
-                    f"no generation {request_id!r}: never sent to POST /api/generations, or it ended more "
-                    f"than {KEEP_FOR_S / 60:g} minutes ago (or {KEEP_MAX} others since), or the server restarted"
+                    f"no generation {request_id!r}: never sent to POST /api/generations, or its record was "
+                    f"removed ({RECORDS_KEEP} newer generations since)"
                 )
             if entry.outcome is None:
                 now = self._service.progress(request_id)
@@ -195,7 +220,9 @@ class GenerationJobs:
             self._expire(time.monotonic())
             entry = self._entries.get(request_id)
             if entry is None or entry.outcome is not None:
-                how = "unknown here" if entry is None else f"it ended: {entry.outcome}"
+                recorded = self._records.read(request_id) if entry is None else None
+                ended = entry.outcome if entry is not None else recorded[0]["state"] if recorded else None
+                how = "unknown here" if ended is None else f"it ended: {ended}"
                 raise NotFound(f"no generation {request_id!r} in flight ({how})")
         was = self._service.cancel(request_id)
         with self._lock:

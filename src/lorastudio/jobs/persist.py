@@ -56,8 +56,9 @@ class JobRecorder:
                 )
             else:
                 self.store.finish_run(
-                    job.id, job.status, job.finished_at or "", job.error, job.steps_run, job.lora_path
-                )
+                    job.id, job.status, job.finished_at or "", job.error, job.steps_run, job.lora_path,
+                    job.elapsed_s(),  # the server's monotonic clock: no wall-clock step in it
+                )  # fmt: skip
         except STORE_ERRORS as err:
             if job.id not in self._pending:
                 log.error("run %s: its %s status could not be stored (%s); retrying", job.id, job.status, err)

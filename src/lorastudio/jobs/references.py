@@ -3,7 +3,9 @@ GenerateBody.references): uploaded once, checked like dataset images (header siz
 decode check, data/images.py), stored under <home>/gallery/references/<id><ext> and kept there
 while a gallery image's sidecar names it (the references it was rendered with). One that no
 sidecar names (its generation cancelled or failed, its images deleted, never used) is removed
-ORPHAN_AFTER_S after its upload or its last use, by the next upload (`prune_orphans`). No torch, no HTTP.
+ORPHAN_AFTER_S after its upload or its last use, by the next upload (`prune_orphans`): measured on
+the host's boot clock for an upload or use of this boot (file_age.BootLedger, `.uses.json` beside
+them), else by its mtime, never for one stamped in the future (file_age.older_than). No torch, no HTTP.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from lorastudio.data.images import probe_image
 from lorastudio.data.paths import safe_component
 from lorastudio.data.writes import copy_stream
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, PathOutsideRoot, writing
+from lorastudio.file_age import BootLedger, aged
 from lorastudio.jobs.gallery import MAX_SIDECAR_BYTES, gallery_dir
 from lorastudio.settings import Settings
 
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
 # An uploaded reference no gallery image names is removed this long after its upload or last use: a page
 # that uploaded it keeps its id meanwhile (a request naming a removed one is a 400 saying so).
 ORPHAN_AFTER_S = 7 * 24 * 3600.0
+USES = ".uses.json"  # file_age.BootLedger: each reference's store or last use on the boot clock
 _REF_ID = re.compile(rb"[0-9a-f]{32}\.[A-Za-z0-9]{1,8}")  # store_reference's ids, as a sidecar holds them
 
 
@@ -69,7 +73,20 @@ def store_reference(
         os.replace(staging, folder / ref_id)
     finally:
         staging.unlink(missing_ok=True)
+    _uses(settings).note(ref_id)
     return ref_id
+
+
+def discard_references(settings: Settings, refs: Sequence[str]) -> None:
+    """Remove stored references `refs` (an upload refused as a whole) and their ledger entries."""
+    for ref in refs:
+        (references_dir(settings) / ref).unlink(missing_ok=True)
+    _uses(settings).forget(set(refs))
+
+
+def _uses(settings: Settings) -> BootLedger:
+    """When each reference was stored or last used, on the host's boot clock (file_age.py)."""
+    return BootLedger(references_dir(settings) / USES)
 
 
 def prune_orphans(settings: Settings, older_than_s: float = ORPHAN_AFTER_S) -> int:
@@ -91,18 +108,25 @@ def prune_orphans(settings: Settings, older_than_s: float = ORPHAN_AFTER_S) -> i
                     named.update(m.decode() for m in _REF_ID.findall(read_capped(fh, MAX_SIDECAR_BYTES)))
         except OSError:
             continue
-    cutoff = time.time() - older_than_s
-    removed = 0
+    ledger = _uses(settings)
+    ages, now = ledger.ages(), time.time()  # a clock stepped since an upload of this boot: its boot-clock age
+    removed, kept = 0, set()
     for path in folder.iterdir():
-        if path.name in named or (path.name.startswith(".") and not path.name.endswith(".partial")):
+        if path.name.startswith(".") and not path.name.endswith(".partial"):
             continue
         try:
             st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
-                path.unlink()
-                removed += 1
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if path.name in named or not aged(path.name, st.st_mtime, older_than_s, ages, now):
+                kept.add(path.name)
+                continue
+            path.unlink()
+            removed += 1
         except OSError:
+            kept.add(path.name)
             continue
+    ledger.keep_only(kept)
     return removed
 
 
@@ -125,6 +149,7 @@ def use_reference(settings: Settings, ref_id: str) -> Path | None:
     if path is not None:
         with contextlib.suppress(OSError):
             os.utime(path, follow_symlinks=False)
+        _uses(settings).note(ref_id)
     return path
 
 

@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.config_datasets import read_folders
-from lorastudio.config_resolve import free_output_name
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.busy import stop_conflict
@@ -68,6 +67,7 @@ from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import ValidatedRun, refuse_if_gone, validate_run
 from lorastudio.jobs.worker import worker_main
 from lorastudio.jobs.worker_log import remove_log
+from lorastudio.name_reserve import NameHold, reserve_output_name
 from lorastudio.processes import start_token
 from lorastudio.settings import Settings
 
@@ -111,6 +111,7 @@ class JobService(JobQueries, Dispatcher):
         self._closing = False
         self._captioning: Callable[[], dict[Path, str]] = dict  # folder -> caption job (watch_captioning)
         self._claims: dict[str, DatasetClaim] = {}  # job id -> its datasets' read claim, while live
+        self._names: dict[str, NameHold] = {}  # job id -> its defaulted output name's reservation, while live
         self.event_log = EventLog(event_log_size)  # appended to under self._cond only
         self._owner = (os.getpid(), start_token(os.getpid()))  # this server, recorded on each run
         self.ignored_events = 0  # events fenced off (superseded worker) or malformed
@@ -189,20 +190,28 @@ class JobService(JobQueries, Dispatcher):
             log.warning("%s", warning)
         gpu_plan = planned_gpu_gib(run.config, run.model_dir, run.scan)
         with self._cond:
-            config, worker_config = self._free_default_name(run)
-            job = self._enqueue(config, worker_config, queue)
+            config, worker_config, hold = self._free_default_name(run)
+            try:
+                job = self._enqueue(config, worker_config, queue)
+            except BaseException:
+                hold.release()
+                raise
+            self._names[job.id] = hold
             job.gpu_plan = gpu_plan
             return job.snapshot()
 
-    def _free_default_name(self, run: ValidatedRun) -> tuple[Any, Any]:
-        """`run`'s configs, with a defaulted output name that a job queued since its checks took
-        (two requests in one second) made free again (config_resolve.free_output_name); the
-        user's own name as it is (`_enqueue` refuses it). Caller holds the lock."""
-        taken = self._live_output_names()
-        if run.default_name is None or run.config.output_name not in taken:
-            return run.config, run.worker_config
-        name = {"output_name": free_output_name(run.default_name, self.settings.outputs_dir, taken)}
-        return run.config.model_copy(update=name), run.worker_config.model_copy(update=name)
+    def _free_default_name(self, run: ValidatedRun) -> tuple[Any, Any, NameHold]:
+        """`run`'s configs, with a defaulted output name reserved (name_reserve.py: held until
+        the job ended), `-2`, `-3`, ... past one a job queued since its checks, a folder or
+        another namer (a `lorastudio train` in the same second) took; the user's own name as it
+        is (`_enqueue` refuses it), unheld. Caller holds the lock."""
+        if run.default_name is None:
+            return run.config, run.worker_config, NameHold(str(run.config.output_name))
+        hold = reserve_output_name(run.default_name, self.settings.outputs_dir, self._live_output_names())
+        if hold.name == run.config.output_name:
+            return run.config, run.worker_config, hold
+        name = {"output_name": hold.name}
+        return run.config.model_copy(update=name), run.worker_config.model_copy(update=name), hold
 
     def submit_resume(
         self,
@@ -363,6 +372,9 @@ class JobService(JobQueries, Dispatcher):
         claim = self._claims.pop(job.id, None)
         if claim is not None:
             claim.release()
+        name_hold = self._names.pop(job.id, None)
+        if name_hold is not None:
+            name_hold.release()
         self._resume_from.pop(job.id, None)
         forget_oldest_finished(self._jobs, FINISHED_KEPT)
         self._log_status(job)

@@ -252,11 +252,20 @@ class RunStore:
 
     def finish_run(
         self, run_id: str, status: JobStatus, finished_at: str, error: str | None, steps_run: int,
-        lora_path: str | None,
+        lora_path: str | None, elapsed_s: float | None = None,
     ) -> None:  # fmt: skip
         """Record a run's final state and what it left: its LoRA file and, when it exists next to
-        it, the LoRA's sidecar JSON."""
-        self.update_run(run_id, status=status, finished_at=finished_at, error=error, steps_run=steps_run)
+        it, the LoRA's sidecar JSON. `elapsed_s`: its start to its end on the recording process's
+        monotonic clock (None: not measured; a reader then takes finished_at less started_at,
+        two wall-clock stamps that a clock step between them moves)."""
+        self.update_run(
+            run_id,
+            status=status,
+            finished_at=finished_at,
+            error=error,
+            steps_run=steps_run,
+            elapsed_s=elapsed_s,
+        )
         if lora_path:
             self.add_output(run_id, "lora", lora_path)
             sidecar = Path(lora_path).with_suffix(".json")

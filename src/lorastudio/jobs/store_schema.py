@@ -69,6 +69,7 @@ RUN_COLUMNS = (
     "last_loss",
     "error",
     "source",
+    "elapsed_s",
 )
 UPDATABLE = frozenset(RUN_COLUMNS) - {"id", "output_name", "family", "created_at", "source"}
 # Columns added after the first release: (name, SQL type), added to an older store on open.
@@ -78,6 +79,7 @@ ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
     ("owner_pid", "INTEGER"),  # the `lorastudio train` process of a CLI run, the server of a service run
     ("owner_start", "TEXT"),  # its processes.start_token (a reused pid is another process)
     ("warnings_json", "TEXT"),  # a JSON list: what failed without failing the run (warning events)
+    ("elapsed_s", "REAL"),  # started_at to finished_at on the recording process's monotonic clock
     ("dataset_warnings_json", "TEXT"),  # a JSON list: the dataset scan's warnings (DatasetWarnings event)
 )
 

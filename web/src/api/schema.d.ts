@@ -557,8 +557,10 @@ export interface paths {
          * Generation Status
          * @description The state of a generation sent to POST /api/generations: in flight (its phase, its
          *     denoising step of steps), or how it ended (done: `image`; failed or cancelled: `error`).
-         *     404 for an id never sent there, or ended more than an hour ago (or 200 others since), or
-         *     sent before the server restarted (a generation that was done has its image in the gallery).
+         *     Read from its record in the home once the server forgot it (ended more than an hour ago, or
+         *     sent before a restart): done, failed or cancelled as it ended, or interrupted (`error`: the
+         *     server stopped before it ended; nothing kept). 404 for an id never sent there, or whose
+         *     record was removed (the newest 200 are kept).
          */
         get: operations["generation_status_api_generations__request_id__get"];
         put?: never;
@@ -2477,7 +2479,7 @@ export interface components {
              * @description when it ended, seconds since the epoch (null: in flight)
              */
             ended: number | null;
-            /** @description failed or cancelled: the error POST /api/generate would have answered, with its status */
+            /** @description failed or cancelled: the error POST /api/generate would have answered, with its status; interrupted: ServerStopping (503) */
             error: components["schemas"]["GenerationErrorOut"] | null;
             /** @description done: the gallery image, as POST /api/generate answers it (its `url`) */
             image: components["schemas"]["GenerateOut"] | null;
@@ -2488,10 +2490,10 @@ export interface components {
             request_id: string;
             /**
              * State
-             * @description queued: waiting for the generation worker; loading: the worker starts, loads the pipeline or applies the LoRAs; generating: denoising, `step` of `steps`; saving: its image is kept in the gallery; then done (`image`), failed (`error`) or cancelled (nothing kept)
+             * @description queued: waiting for the generation worker; loading: the worker starts, loads the pipeline or applies the LoRAs; generating: denoising, `step` of `steps`; saving: its image is kept in the gallery; then done (`image`), failed (`error`) or cancelled (nothing kept); interrupted: the server stopped (restarted, or was killed) before it ended, nothing kept (`error`)
              * @enum {string}
              */
-            state: "queued" | "loading" | "generating" | "saving" | "done" | "failed" | "cancelled";
+            state: "queued" | "loading" | "generating" | "saving" | "done" | "failed" | "cancelled" | "interrupted";
             /**
              * Step
              * @description denoising steps done (generating; kept once it ended)
@@ -3777,6 +3779,11 @@ export interface components {
              * @description what may hurt the run about its dataset, as the preflight's dataset.warnings (images upscaled, cut to their bucket, ...): said by the run when it started
              */
             dataset_warnings?: string[];
+            /**
+             * Elapsed S
+             * @description the run's duration, started_at to finished_at on the monotonic clock of the process that ran it; while live, so far, for the server's own job (null: another process's live run, or not measured: a run killed outright, or recorded by an older version; then finished_at less started_at, two wall-clock stamps a clock step between them moves)
+             */
+            elapsed_s?: number | null;
             /** Error */
             error: string | null;
             /** Family */
@@ -3869,6 +3876,11 @@ export interface components {
         RunSummary: {
             /** Created At */
             created_at: string;
+            /**
+             * Elapsed S
+             * @description the run's duration, started_at to finished_at on the monotonic clock of the process that ran it; while live, so far, for the server's own job (null: another process's live run, or not measured: a run killed outright, or recorded by an older version; then finished_at less started_at, two wall-clock stamps a clock step between them moves)
+             */
+            elapsed_s?: number | null;
             /** Error */
             error: string | null;
             /** Family */

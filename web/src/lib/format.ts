@@ -21,6 +21,15 @@ export function secondsBetween(start: string | null | undefined, end?: string | 
   return Math.max(0, (b - a) / 1000);
 }
 
+/**
+ * A run's Duration: the server's `elapsed_s` (its start to its end on the monotonic clock of the
+ * process that ran it) when it has one, else finished_at less started_at (two wall-clock stamps: a
+ * clock stepped between them adds or takes the step; a live run, or one recorded without it).
+ */
+export function runDuration(run: { started_at: string | null; finished_at: string | null; elapsed_s?: number | null }): number | null {
+  return run.elapsed_s ?? secondsBetween(run.started_at, run.finished_at);
+}
+
 /** A number with `digits` significant digits, scientific for very small/large; "–" for null. */
 export function formatNumber(value: number | null | undefined, digits = 4): string {
   if (value == null || !Number.isFinite(value)) return "–";

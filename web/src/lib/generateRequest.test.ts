@@ -57,4 +57,14 @@ describe("followGeneration", () => {
     expect((failed as ApiError).problems).toEqual([{ field: "loras.0", message: "changed" }]);
     await expect(followGeneration("g-3", null)).rejects.toBeInstanceOf(GenerationGone);
   });
+
+  it("rejects with the server's word when a restart interrupted it, found again after a reload (RELIABILITY 1095)", async () => {
+    const error = { error: "ServerStopping", detail: "the server stopped before generation 'g-4' ended", status: 503 };
+    mockFetch(({ url }) => (url === "/api/generations/g-4" ? { body: generationStatus("g-4", "interrupted", { step: 3, steps: 20, error }) } : undefined));
+    const stopped = await followGeneration("g-4", null).catch((e: unknown) => e);
+    expect(stopped).toBeInstanceOf(ApiError);
+    expect(stopped).not.toBeInstanceOf(GenerationGone);
+    expect((stopped as ApiError).status).toBe(503);
+    expect((stopped as ApiError).message).toContain("the server stopped before generation 'g-4' ended");
+  }, 3000);
 });

@@ -63,7 +63,7 @@ export async function followGeneration(
     if (status) {
       onProgress(status);
       if (status.state === "done" && status.image) return status.image;
-      if (status.state === "failed" || status.state === "cancelled") throw errorOf(status);
+      if (status.state === "failed" || status.state === "cancelled" || status.state === "interrupted") throw errorOf(status);
       await new Promise((r) => setTimeout(r, pollDelay(n)));
     }
     try {

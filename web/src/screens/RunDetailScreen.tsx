@@ -9,7 +9,7 @@ import { RunLog } from "../components/RunLog";
 import { PushToHub } from "../components/PushToHub";
 import { groupByStep, SampleRound } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
-import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
+import { formatDuration, formatNumber, formatWhen, runDuration } from "../lib/format";
 import { href, navigate } from "../lib/route";
 import { chartData, fromPoints } from "../lib/series";
 import { ErrorBanner } from "../components/ErrorBanner";
@@ -101,7 +101,7 @@ export function RunDetailScreen({ id }: { id: string }) {
             {run.total_steps ? <small> / {run.total_steps}</small> : null}
           </Stat>
           <Stat label="Final loss">{formatNumber(run.last_loss)}</Stat>
-          <Stat label="Duration">{formatDuration(secondsBetween(run.started_at, run.finished_at))}</Stat>
+          <Stat label="Duration">{formatDuration(runDuration(run))}</Stat>
           <Stat label="Started">{formatWhen(run.started_at ?? run.created_at)}</Stat>
         </div>
         {run.plan && <PlanSummary plan={run.plan} />}

@@ -5,7 +5,7 @@ import { useTraining } from "../api/training";
 import { type Column, DataTable } from "../components/DataTable";
 import { ResumeButton } from "../components/ResumeButton";
 import type { RunSummary } from "../api/types";
-import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
+import { formatDuration, formatNumber, formatWhen, runDuration } from "../lib/format";
 import { href, navigate } from "../lib/route";
 import { isAbort, loadMessage, useAction, useLoad, useUnmountSignal } from "../lib/latest";
 import { ErrorBanner } from "../components/ErrorBanner";
@@ -59,7 +59,7 @@ export function RunsScreen() {
       ),
     },
     { header: "Final loss", num: true, cell: (r) => formatNumber(r.last_loss) },
-    { header: "Duration", num: true, cell: (r) => formatDuration(secondsBetween(r.started_at, r.finished_at)) },
+    { header: "Duration", num: true, cell: (r) => formatDuration(runDuration(r)) },
     { header: "Started", cell: (r) => formatWhen(r.created_at) },
     {
       header: "",

@@ -38,7 +38,12 @@ from lorastudio.errors import DatasetError, NotFound
 from lorastudio.jobs.gallery import CURSOR_PATTERN, delete_gallery_image, gallery_dir, gallery_page
 from lorastudio.jobs.generation import GenerationService
 from lorastudio.jobs.generation_inputs import GenerationRequest, LoraChoice
-from lorastudio.jobs.references import prune_orphans, reference_path, references_dir, store_reference
+from lorastudio.jobs.references import (
+    discard_references,
+    prune_orphans,
+    reference_path,
+    store_reference,
+)
 from lorastudio.settings import Settings
 
 CANCEL_RETRY_S = 0.05  # how often a left client's cancel is tried until its request is in flight
@@ -177,8 +182,7 @@ async def upload_references(request: Request, settings: Settings = Depends(setti
             except DatasetError as err:
                 problems += err.problems
         if problems:  # all or nothing: the references of one request go together
-            for ref in stored:
-                (references_dir(settings) / ref).unlink(missing_ok=True)
+            await run_in_threadpool(discard_references, settings, stored)
             raise DatasetError("reference images refused", problems)
     finally:
         await form.close()

@@ -4,7 +4,8 @@ a proxy's read timeout (jobs/generation_jobs.py says why and how it is bounded).
 POST answers 202 at once with the request's status (its `request_id`: the client's, or one the
 server names); GET /api/generations/{request_id} reads it (queued, loading, generating step i of
 n, saving, then done with the gallery image, failed with the error and the status the
-synchronous form would have answered, or cancelled); POST .../cancel stops it. Nothing here is
+synchronous form would have answered, or cancelled; interrupted when the server stopped before
+it ended: jobs/generation_records.py keeps the statuses past a restart); POST .../cancel stops it. Nothing here is
 cancelled by a client leaving. The routes only route: the service's registry does the work."""
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from typing import Any
 from fastapi import APIRouter, Depends, Path
 
 from lorastudio.api.deps import generation_dep
-from lorastudio.api.errors import error_body, status_code_of
+from lorastudio.api.errors import error_body, status_code_of, status_code_of_class
 from lorastudio.api.routes.generate import _reference_urls, request_of
 from lorastudio.api.schemas import REQUEST_ID_PATTERN, ErrorOut, GenerateBody
 from lorastudio.api.schemas_files import GenerateCancelOut
 from lorastudio.api.schemas_generation import GenerationStatusOut
 from lorastudio.jobs.generation import GenerationService
+from lorastudio.jobs.generation_records import RecordedError
 
 router = APIRouter(tags=["generate"])
 
@@ -52,8 +54,10 @@ def generation_status(
 ) -> dict[str, Any]:
     """The state of a generation sent to POST /api/generations: in flight (its phase, its
     denoising step of steps), or how it ended (done: `image`; failed or cancelled: `error`).
-    404 for an id never sent there, or ended more than an hour ago (or 200 others since), or
-    sent before the server restarted (a generation that was done has its image in the gallery)."""
+    Read from its record in the home once the server forgot it (ended more than an hour ago, or
+    sent before a restart): done, failed or cancelled as it ended, or interrupted (`error`: the
+    server stopped before it ended; nothing kept). 404 for an id never sent there, or whose
+    record was removed (the newest 200 are kept)."""
     return _status_out(service.jobs.status(request_id))
 
 
@@ -77,5 +81,11 @@ def _status_out(status: dict[str, Any]) -> dict[str, Any]:
     image = None
     if result is not None:
         image = {**result, "url": f"/gallery/{result['file']}", "reference_urls": _reference_urls(result)}
-    failure = None if error is None else {**error_body(error), "status": status_code_of(error)}
+    if isinstance(error, RecordedError):  # read from its record (a restart since, or forgotten here)
+        failure = {
+            "error": error.kind, "detail": str(error), "problems": error.problems or None,
+            "status": status_code_of_class(error.error_class()),
+        }  # fmt: skip
+    else:
+        failure = None if error is None else {**error_body(error), "status": status_code_of(error)}
     return {**status, "image": image, "error": failure}

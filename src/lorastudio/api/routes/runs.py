@@ -33,17 +33,21 @@ def list_runs(
     limit: int = Query(default=200, ge=1, le=10_000),
     store: RunStore = Depends(store_dep),
     settings: Settings = Depends(settings_dep),
+    service: JobService = Depends(service_dep),
 ) -> dict:
     """Runs, newest first (no configs or metrics), each with the step it could resume from."""
-    return {"runs": [_with_resume_step(run, settings) for run in store.list_runs(limit)]}
+    return {"runs": [_with_resume_step(_elapsed(run, service), settings) for run in store.list_runs(limit)]}
 
 
 @router.get("/{run_id}", response_model=RunDetail)
 def get_run(
-    run_id: str, store: RunStore = Depends(store_dep), settings: Settings = Depends(settings_dep)
+    run_id: str,
+    store: RunStore = Depends(store_dep),
+    settings: Settings = Depends(settings_dep),
+    service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
     """One run: config, metric points (decimated), outputs, error. 404 when unknown."""
-    return _with_resume_step(store.get_run(run_id), settings)
+    return _with_resume_step(_elapsed(store.get_run(run_id), service), settings)
 
 
 @router.get("/{run_id}/checkpoints", response_model=CheckpointList)
@@ -131,6 +135,18 @@ def resume_run(run_id: str, body: ResumeBody, service: JobService = Depends(serv
     return service.submit_resume(
         run_id, checkpoint=body.checkpoint, overrides=body.settings, queue=body.queue
     )
+
+
+def _elapsed(run: dict[str, Any], service: JobService) -> dict[str, Any]:
+    """The run with its elapsed_s while live: the service's job's so far (its monotonic clock),
+    None for another's (a CLI run) or a stored one of an earlier session (a resume's)."""
+    if run["status"] not in {s.value for s in LIVE_STATUSES}:
+        return run
+    try:
+        elapsed = service.job(run["id"]).get("elapsed_s")
+    except NotFound:
+        elapsed = None
+    return {**run, "elapsed_s": elapsed}
 
 
 def _with_resume_step(run: dict[str, Any], settings: Settings) -> dict[str, Any]:

@@ -1,0 +1,232 @@
+"""The asynchronous generations' records in the studio home, so that a server restart does not
+turn a generation's status into a 404 (jobs/generation_jobs.py keeps them in memory while the
+server lives). No torch, no HTTP.
+
+One JSON file per request, `<home>/generation-jobs/<request_id>.json` (request ids are
+`[A-Za-z0-9_-]{1,64}`: a file name of their own): {"version", "seq", "request_id", "created",
+"outcome" (null while in flight; done / failed / cancelled), "ended", "step", "steps" (its
+denoising step when last written: its hand-over, then its end; not rewritten each step),
+"result" (done: the gallery image's fields), "error" (failed / cancelled: {"kind": the domain
+error's class name, "detail", "problems"})}. Written when the request is handed to its thread
+and when it ends, each write atomic (staged beside it under a pid staging name, fsynced,
+renamed: staged_files.py removes a killed writer's). Only the server writes them, and it owns
+the home alone (jobs/homelock.py), so a record in flight that the running server does not hold
+in memory is a previous server's: read as interrupted (`read_record`).
+
+Bounded like the caption jobs' records: the newest KEEP by "seq" (the request's number in the
+order the home's requests were sent, one more than the highest recorded; never the wall
+clock), the oldest removed when a new one is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import stat
+import threading
+from pathlib import Path
+from typing import Any
+
+from lorastudio import errors, json_read
+from lorastudio.capped_read import read_capped
+from lorastudio.durable import fsync_path
+from lorastudio.errors import ConfigError, LorastudioError
+from lorastudio.staged_files import staging_path
+
+log = logging.getLogger("lorastudio.jobs")
+
+RECORDS_DIR = "generation-jobs"
+KEEP = 200  # records kept (the newest): each a few KB
+VERSION = 1
+MAX_RECORD_BYTES = 1 << 20
+INTERRUPTED = "interrupted"
+OUTCOMES = frozenset(("done", "failed", "cancelled"))
+_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class RecordedError(LorastudioError):
+    """A failed or cancelled generation's error as its record kept it: `kind` is the domain
+    error's class name (the route answers that class's status), `problems` its problems."""
+
+    def __init__(self, kind: str, detail: str, problems: list[Any] | None = None) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.problems = list(problems or [])
+
+    def error_class(self) -> type[LorastudioError]:
+        """The recorded error's class (GenerationFailed for a name this version does not know)."""
+        cls = getattr(errors, self.kind, None)
+        ok = isinstance(cls, type) and issubclass(cls, LorastudioError)
+        return cls if ok else errors.GenerationFailed  # type: ignore[return-value]
+
+
+def records_dir(home: Path) -> Path:
+    return home / RECORDS_DIR
+
+
+def _error_fields(err: LorastudioError | None) -> dict[str, Any] | None:
+    if err is None:
+        return None
+    if isinstance(err, RecordedError):
+        return {"kind": err.kind, "detail": str(err), "problems": err.problems}
+    problems: list[Any] = []
+    if isinstance(err, ConfigError):
+        problems = [{"field": p.field, "message": p.message} for p in err.problems]
+    elif isinstance(getattr(err, "problems", None), list):
+        problems = [str(p) for p in err.problems]  # type: ignore[attr-defined]
+    return {"kind": type(err).__name__, "detail": str(err), "problems": problems}
+
+
+class GenerationRecords:
+    """The records of one home, written by its server (thread-safe). A write that fails (a full
+    disk, a read-only home) is logged and the generation goes on: only its status after a
+    restart is lost."""
+
+    def __init__(self, home: Path) -> None:
+        self.folder = records_dir(home)
+        self._lock = threading.Lock()
+        self._seq: int | None = None  # the highest seq recorded, read once
+
+    def write(self, status: dict[str, Any], error: LorastudioError | None = None, new: bool = False) -> None:
+        """Record `status` (GenerationJobs.status's fields: request_id, state, step, steps,
+        created, ended, result) and its `error`; `new`: its first record (numbered, and the
+        oldest beyond KEEP removed)."""
+        rid = str(status["request_id"])
+        if not _ID.match(rid):
+            return
+        outcome = status["state"] if status["state"] in OUTCOMES else None
+        try:
+            with self._lock:
+                seq = self._next_seq() if new else self._seq_of(rid)
+                record = {
+                    "version": VERSION, "seq": seq, "request_id": rid, "created": status["created"],
+                    "outcome": outcome, "ended": status.get("ended"), "step": status.get("step", 0),
+                    "steps": status.get("steps", 0), "result": status.get("result"),
+                    "error": _error_fields(error),
+                }  # fmt: skip
+                self._write(self.folder / f"{rid}.json", record)
+                if new:
+                    self._prune()
+        except (OSError, TypeError, ValueError) as err:  # TypeError / ValueError: a result not JSON-able
+            log.warning("could not record generation %s in %s: %s", rid, self.folder, err)
+
+    def _write(self, target: Path, record: dict[str, Any]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        data = json.dumps(record, allow_nan=False)
+        tmp = staging_path(target)
+        try:
+            with open(tmp, "w", encoding="utf-8") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        fsync_path(self.folder)
+
+    def _all(self) -> list[dict[str, Any]]:
+        try:
+            paths = [p for p in self.folder.iterdir() if p.suffix == ".json" and not p.name.startswith(".")]
+        except OSError:
+            return []
+        return [r for r in map(_read, paths) if r is not None]
+
+    def _next_seq(self) -> int:
+        if self._seq is None:
+            self._seq = max((r["seq"] for r in self._all()), default=0)
+        self._seq += 1
+        return self._seq
+
+    def _seq_of(self, rid: str) -> int:
+        known = _read(self.folder / f"{rid}.json")
+        return known["seq"] if known is not None else self._next_seq()
+
+    def _prune(self) -> None:
+        """Remove the oldest records beyond KEEP (by seq, then id)."""
+        records = sorted(self._all(), key=lambda r: (r["seq"], r["request_id"]), reverse=True)
+        for record in records[KEEP:]:
+            try:
+                (self.folder / f"{record['request_id']}.json").unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                log.warning("could not remove the old generation record %s: %s", record["request_id"], err)
+
+    def forget(self, request_id: str) -> None:
+        """Remove request `request_id`'s record (it was never started)."""
+        if _ID.match(request_id):
+            try:
+                (self.folder / f"{request_id}.json").unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                log.warning("could not remove the generation record %s: %s", request_id, err)
+
+    def read(self, request_id: str) -> tuple[dict[str, Any], LorastudioError | None] | None:
+        """The status of a generation a previous server ran (GenerationJobs.status's fields) and
+        its error, from its record; None when there is none (or it is not readable). A record
+        still in flight reads as INTERRUPTED with a ServerStopping error: the server that ran it
+        stopped (or was killed) before it ended, and nothing of it was kept."""
+        if not _ID.match(request_id):
+            return None
+        record = _read(self.folder / f"{request_id}.json")
+        if record is None:
+            return None
+        error: LorastudioError | None = None
+        if record.get("outcome") is None:
+            state = INTERRUPTED
+            error = RecordedError(
+                "ServerStopping",
+                f"the server stopped before generation {request_id!r} ended (restarted, or killed): "
+                "nothing of it was kept; send it again",
+            )
+        else:
+            state = record["outcome"]  # checked by _read: one of OUTCOMES here
+            if isinstance(record.get("error"), dict):
+                e = record["error"]
+                error = RecordedError(str(e.get("kind")), str(e.get("detail")), e.get("problems") or [])
+        status = {
+            "request_id": request_id, "state": state, "step": record["step"], "steps": record["steps"],
+            "cancelling": False, "created": record["created"], "ended": record.get("ended"),
+            "result": record.get("result") if state == "done" else None, "error": error,
+        }  # fmt: skip
+        return status, error
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """A record's contents, None when it cannot be read or is not one (a regular file of at most
+    MAX_RECORD_BYTES, never a link or FIFO; every field of its type, its request_id its name's)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RECORD_BYTES:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as file:
+            record = json_read.loads(read_capped(file, MAX_RECORD_BYTES).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    ok = (
+        isinstance(record, dict)
+        and record.get("request_id") == path.stem
+        and isinstance(record.get("seq"), int)
+        and not isinstance(record.get("seq"), bool)
+        and _number(record.get("created"))
+        and (record.get("ended") is None or _number(record.get("ended")))
+        and (record.get("outcome") is None or record.get("outcome") in OUTCOMES)
+        and isinstance(record.get("step"), int)
+        and isinstance(record.get("steps"), int)
+        and (record.get("outcome") != "done" or isinstance((record.get("result") or {}).get("file"), str))
+        and (record.get("error") is None or isinstance(record.get("error"), dict))
+    )
+    return record if ok else None

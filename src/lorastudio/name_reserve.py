@@ -1,0 +1,117 @@
+"""A defaulted output name reserved across threads and processes (no torch).
+
+A run without an output_name is named `<family>-<local date-time>` to the second
+(config_resolve.resolve_train_config), made free with `-2`, `-3`, ... past a folder or a live
+job that holds it (config_resolve.free_output_name). Two namers in the same second (two
+`lorastudio train`, a CLI run beside the server's submit, two API requests) each found the name
+free before either made its folder, took the same one, and the second was refused "... already
+exists; choose another output_name" by the run folder's claim (training/run_lock.py) for a name
+its user never chose.
+
+So a namer holds its name: `reserve_output_name` takes the first free candidate whose
+reservation file `outputs/.<name>.reserved` it can lock (created with O_EXCL or, when it is
+there, flock'ed without waiting: a live holder's lock refuses, a dead holder's file is taken
+over, the kernel having dropped its lock with its process). The run folder itself cannot be the
+reservation: a fresh run's claim makes it, and refuses one that exists (a fresh run never
+writes into a folder it did not create). The holder keeps the reservation until its run's
+folder exists or the run ended (`NameHold.release`, which removes the file). Hidden files in
+outputs/ are no run's: the listings and clean-ups skip them. On a file system without flock a
+reservation file that is there counts as held (a killed holder's then moves later names on by
+one suffix, nothing worse).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+SUFFIX = ".reserved"
+MAX_SUFFIX = 10_000
+
+
+def reservation_path(outputs_dir: Path, name: str) -> Path:
+    """The reservation file of output name `name` in `outputs_dir`."""
+    return outputs_dir / f".{name}{SUFFIX}"
+
+
+@dataclass
+class NameHold:
+    """One reserved output name; `fd` holds the lock (None: nothing held, e.g. a user's own
+    name or every suffix taken)."""
+
+    name: str
+    path: Path | None = None
+    fd: int | None = None
+
+    def release(self) -> None:
+        """Give the name back: remove the reservation file (when it is still this hold's) and
+        drop the lock. Safe to call twice."""
+        fd, self.fd = self.fd, None
+        if fd is None or self.path is None:
+            return
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.fstat(fd), os.stat(self.path, follow_symlinks=False)):
+                os.unlink(self.path)  # under the lock: a taker checks it locked the file still named so
+        os.close(fd)
+
+
+def _hold(path: Path) -> int | None:
+    """A descriptor locking reservation file `path`, or None when a live holder has it (or it
+    cannot be locked or made here)."""
+    for _ in range(3):  # a file its holder removed between our open and our lock: open it again
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            created = True
+        except FileExistsError:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except OSError:  # a link, or removed meanwhile: the next try tells
+                continue
+            created = False
+        except OSError:  # no room, read-only: the run's own checks say so
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a live holder: another namer (one that took even our new file
+            os.close(fd)  # between its creation and our lock, as a killed holder's: it holds it)
+            return None
+        except OSError:  # no flock on this file system: only a file this call created is ours
+            if created:
+                return fd
+            os.close(fd)
+            return None
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
+                return fd
+        except OSError:
+            pass
+        os.close(fd)
+    return None
+
+
+def reserve_output_name(name: str, outputs_dir: Path, taken: Collection[str] = ()) -> NameHold:
+    """Reserve `name`, else the first of `name-2`, `name-3`, ... that no folder in
+    `outputs_dir`, no name in `taken` (a queued or running job's) and no live reservation of
+    another namer (thread or process) holds. Returns the hold (release it once the run's folder
+    exists or the run ended). Every suffix taken: `name` unheld, refused later with the reason
+    as before (the run folder's claim)."""
+    with contextlib.suppress(OSError):
+        outputs_dir.mkdir(parents=True, exist_ok=True)
+    for n in range(1, MAX_SUFFIX):
+        candidate = name if n == 1 else f"{name}-{n}"
+        if candidate in taken or os.path.lexists(outputs_dir / candidate):
+            continue
+        path = reservation_path(outputs_dir, candidate)
+        fd = _hold(path)
+        if fd is None:
+            continue
+        hold = NameHold(candidate, path, fd)
+        if os.path.lexists(outputs_dir / candidate):  # its run made the folder, then gave it back
+            hold.release()
+            continue
+        return hold
+    return NameHold(name)

@@ -1,0 +1,57 @@
+"""The asynchronous generations' records (jobs/generation_records.py): what is not a record reads
+as none, a record a writer left in flight reads as interrupted, and the newest KEEP are kept by
+their sequence number, never by the wall clock. In process, no torch."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from lorastudio.errors import GenerationFailed
+from lorastudio.jobs import generation_records
+from lorastudio.jobs.generation_records import GenerationRecords, records_dir
+
+
+def test_what_is_not_a_record_reads_as_none_and_one_left_in_flight_as_interrupted(tmp_path: Path) -> None:
+    records = GenerationRecords(tmp_path)
+    folder = records_dir(tmp_path)
+    folder.mkdir(parents=True)
+    flight = {"request_id": "cut", "seq": 1, "created": 1.0, "step": 0, "steps": 0}  # no outcome, no ended
+    (folder / "cut.json").write_text(json.dumps(flight))
+    (folder / "garbage.json").write_text("{not json")
+    (folder / "deep.json").write_text("[" * 100_000)
+    os.mkfifo(folder / "fifo.json")
+    os.symlink(folder / "cut.json", folder / "link.json")
+    (folder / "named.json").write_text(json.dumps(flight))  # its request_id is another's
+    (folder / "empty.json").write_text(json.dumps({**flight, "request_id": "empty", "outcome": "done"}))
+    for rid in ("garbage", "deep", "fifo", "link", "named", "empty", "../cut", "nobody"):
+        assert records.read(rid) is None, rid
+    status, error = records.read("cut")  # type: ignore[misc]
+    assert (status["state"], status["ended"], status["result"]) == ("interrupted", None, None)
+    assert error is not None and error.kind == "ServerStopping" and "nothing of it was kept" in str(error)
+
+
+def test_an_ended_record_keeps_its_error_and_the_newest_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(generation_records, "KEEP", 2)
+    records = GenerationRecords(tmp_path)
+    for rid in ("a", "b", "c"):
+        records.write({"request_id": rid, "state": "queued", "created": 5.0 - ord(rid)}, new=True)
+    records.write(
+        {"request_id": "c", "state": "failed", "created": 1.0, "ended": 2.0, "step": 3, "steps": 4},
+        GenerationFailed("generation failed: RuntimeError: boom"),
+    )
+    assert records.read("a") is None  # the oldest by its number (its created stamp is the newest)
+    status, error = records.read("c")  # type: ignore[misc]
+    assert (status["state"], status["step"], status["ended"]) == ("failed", 3, 2.0)
+    assert error is not None and (error.kind, str(error)) == (
+        "GenerationFailed",
+        "generation failed: RuntimeError: boom",
+    )
+    assert error.error_class() is GenerationFailed
+    assert records.read("b")[0]["state"] == "interrupted"  # type: ignore[index]
+    assert not [p.name for p in records_dir(tmp_path).iterdir() if p.name.startswith(".")]  # no staging left
