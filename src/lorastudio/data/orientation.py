@@ -31,7 +31,7 @@ ORIENTATION_FIX: dict[int, Image.Transpose] = {
 }
 _SWAPS_AXES = frozenset({5, 6, 7, 8})
 _EXIF_APP1 = b"Exif\0\0"  # the start of a JPEG's EXIF segment (APP1)
-_JPEG_SEGMENTS = 256  # segments walked before a JPEG's frame header; more: read it with Pillow
+_JPEG_SEGMENTS = 256  # segments walked before a JPEG's image data; more: read it with Pillow
 _PNG_CHUNKS = 64  # chunks walked before a PNG's image data; more: read it with Pillow
 _WEBP_VP8X_EXIF = 0x08  # the EXIF flag of a WebP's VP8X flags byte
 
@@ -59,7 +59,7 @@ def upright_size(width: int, height: int, orientation: int) -> tuple[int, int]:
 
 def header_has_exif(fh: BinaryIO) -> bool:
     """Whether the file `fh` (open at its start) may hold an EXIF orientation that
-    `exif_orientation` reads: a JPEG's APP1 "Exif" segment before its frame header, a PNG's eXIf
+    `exif_orientation` reads: a JPEG's APP1 "Exif" segment before its image data, a PNG's eXIf
     chunk before its image data, a WebP whose VP8X flags say so. True also where the walk cannot
     tell (more segments or chunks than it walks, a header cut short): Pillow is then asked."""
     head = fh.read(30)
@@ -75,13 +75,16 @@ def header_has_exif(fh: BinaryIO) -> bool:
 
 
 def _jpeg_exif(fh: BinaryIO) -> bool:
+    """Whether a JPEG (open after its SOI) has an APP1 "Exif" segment before its first scan
+    (SOS): Pillow's header-only open reads every segment up to there, those after the frame
+    header (SOF) too, where T.81 lets tables and APPn segments stand (RELIABILITY 1102)."""
     for _ in range(_JPEG_SEGMENTS):
         head = fh.read(4)
         if len(head) != 4 or head[0] != 0xFF:
             return True  # malformed here: Pillow decides
         marker = head[1]
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) or marker == 0xDA:
-            return False  # the frame header or the image data: no EXIF before it
+        if marker in (0xDA, 0xD9):
+            return False  # the image data (or the end): no EXIF that Pillow reads before it
         length = struct.unpack(">H", head[2:])[0]
         if marker == 0xE1 and length >= 8:
             if fh.read(6) == _EXIF_APP1:
