@@ -9,10 +9,20 @@ Two forms: `one_line` (a trigger word, a prefix, a class word: also no line brea
 tabs allowed, nothing else). Both raise ValueError naming the characters, so a pydantic
 validator reports it under the field's name; `OneLineText` and `VisibleText` are the field types
 that apply them (a config field declares `OneLineText | None` rather than a validator of its own).
+
+A zero-width joiner or non-joiner that joins (`hidden_in_text`) is part of the text, not hidden:
+an emoji ZWJ sequence (👩‍💻, 🏳️‍🌈: one glyph, as a phone's keyboard types it), a Persian or Urdu
+word's non-joiner (می‌خواهم), an Indic conjunct's or chillu's joiner after a virama (क्‍ष, ന്‍).
+They were refused as "U+200D ZERO WIDTH JOINER" (RELIABILITY 1103). One between Latin letters
+(`ca\u200dt`), at an end, beside a space or another joiner still is: it shapes nothing there.
+Hand-written after RFC 5892's CONTEXTJ rules (ZWJ / ZWNJ after a virama; ZWNJ between joining
+letters) and UTS #51's emoji ZWJ sequences, with what `unicodedata` knows (no script or joining
+type): the neighbours are non-ASCII letters or symbols, combining marks and skin tones skipped.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated
 
 from pydantic import AfterValidator
@@ -20,6 +30,34 @@ from pydantic import AfterValidator
 from lorastudio.data.paths import hidden_characters
 
 TEXT_WHITESPACE = "\n\t"  # the control characters a multi-line text may hold (not \r: it rewinds a line)
+_JOINERS = frozenset("\u200c\u200d")  # ZERO WIDTH NON-JOINER, ZERO WIDTH JOINER
+_SKIN_TONES = range(0x1F3FB, 0x1F400)  # EMOJI MODIFIER FITZPATRICK TYPE-1-2 .. TYPE-6 (category Sk)
+_VIRAMA = 9  # the canonical combining class of a virama (Devanagari U+094D, Malayalam U+0D4D, ...)
+
+
+def _joins(text: str, i: int) -> bool:
+    """Whether the joiner `text[i]` joins (module docstring): right after a virama, or between a
+    non-ASCII letter or symbol (combining marks, variation selectors and skin tones after it
+    skipped) and a non-ASCII letter or symbol."""
+    if i > 0 and unicodedata.combining(text[i - 1]) == _VIRAMA:
+        return True
+    j = i - 1
+    while j >= 0 and (unicodedata.category(text[j])[0] == "M" or ord(text[j]) in _SKIN_TONES):
+        j -= 1
+    return j >= 0 and i + 1 < len(text) and _joinable(text[j]) and _joinable(text[i + 1])
+
+
+def _joinable(ch: str) -> bool:
+    category = unicodedata.category(ch)
+    return not ch.isascii() and (category[0] == "L" or category == "So")
+
+
+def hidden_in_text(text: str, allowed: str = "") -> str:
+    """The hidden characters of the free text `text` (data/paths.hidden_characters' names), but
+    those in `allowed` (TEXT_WHITESPACE for a multi-line text) and the joiners that join (module
+    docstring); "" when it has none."""
+    kept = (ch for i, ch in enumerate(text) if ch not in allowed and not (ch in _JOINERS and _joins(text, i)))
+    return hidden_characters("".join(kept))
 
 
 def one_line(value: str | None, what: str = "") -> str | None:
@@ -27,7 +65,7 @@ def one_line(value: str | None, what: str = "") -> str | None:
 
     Raises: ValueError "<what >must be one line of visible text; it holds U+000A LINE FEED ...".
     """
-    hidden = hidden_characters(value) if value else ""
+    hidden = hidden_in_text(value) if value else ""
     if hidden:
         raise ValueError(f"{what + ' ' if what else ''}must be one line of visible text; it holds {hidden}")
     return value
@@ -38,7 +76,7 @@ def visible_text(value: str | None, what: str = "") -> str | None:
 
     Raises: ValueError "<what >must be visible text (line breaks allowed); it holds U+0000 ...".
     """
-    hidden = hidden_characters(value.translate({ord(ch): None for ch in TEXT_WHITESPACE})) if value else ""
+    hidden = hidden_in_text(value, TEXT_WHITESPACE) if value else ""
     if hidden:
         raise ValueError(
             f"{what + ' ' if what else ''}must be visible text (line breaks allowed); it holds {hidden}"
