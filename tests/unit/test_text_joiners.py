@@ -1,6 +1,6 @@
 """A zero-width joiner or non-joiner that joins is text (text_rules.hidden_in_text, RELIABILITY
 1103): a prompt holding an emoji ZWJ sequence (as a phone's keyboard types 👩‍💻), a Persian word's
-non-joiner or an Indic conjunct's joiner was refused 400 ("it holds U+200D ZERO WIDTH JOINER"),
+non-joiner, an Indic conjunct's joiner or an emoji flag's tags was refused 400 ("it holds U+200D ZERO WIDTH JOINER"),
 as were such captions, trigger words and sample prompts, and a caption file holding one was
 warned about. One that shapes nothing (between Latin letters, at an end, doubled) still is."""
 
@@ -23,8 +23,17 @@ JOINING = (
     "می\u200cخواهم",  # Persian: the non-joiner between two letters
     "क्\u200dष",  # Devanagari: after a virama
     "ന്\u200d is a chillu",  # Malayalam: after a virama, before a space
+    "\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f",  # Scotland's flag: tags
 )
-NOT_JOINING = ("ca\u200dt", "\u200d👩", "👩\u200d", "👩\u200d\u200d💻", "👩\u200d 💻", "a\u200cb")
+NOT_JOINING = (
+    "ca\u200dt",
+    "\u200d👩",
+    "👩\u200d",
+    "👩\u200d\u200d💻",
+    "👩\u200d 💻",
+    "a\u200cb",
+    "a\U000e0067\U000e007f",
+)
 
 
 def test_a_joiner_that_joins_is_text_and_one_that_joins_nothing_is_refused() -> None:
@@ -33,7 +42,7 @@ def test_a_joiner_that_joins_is_text_and_one_that_joins_nothing_is_refused() -> 
         assert prompt_problems({"prompt": text}) == [], text
     for text in NOT_JOINING:
         (problem,) = prompt_problems({"prompt": text})
-        assert problem.message.endswith(("U+200D ZERO WIDTH JOINER", "U+200C ZERO WIDTH NON-JOINER")), text
+        assert problem.message.endswith(("ZERO WIDTH JOINER", "ZERO WIDTH NON-JOINER", "CANCEL TAG")), text
 
 
 def test_the_config_rules_and_the_caption_warning_agree(tmp_path: Path) -> None:
@@ -54,5 +63,5 @@ def test_the_config_rules_and_the_caption_warning_agree(tmp_path: Path) -> None:
     assert (
         said is not None
         and said.startswith("1 caption(s) hold")
-        and "6.png (U+200D ZERO WIDTH JOINER)" in said
+        and "7.png (U+200D ZERO WIDTH JOINER)" in said
     )
