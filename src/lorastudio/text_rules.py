@@ -50,8 +50,10 @@ def _joins(text: str, i: int) -> bool:
 
 
 def _joinable(ch: str) -> bool:
+    """A non-ASCII letter or symbol (So; Sm: 🙂‍↔️'s arrow; Cn: an emoji newer than this
+    Python's Unicode tables)."""
     category = unicodedata.category(ch)
-    return not ch.isascii() and (category[0] == "L" or category == "So")
+    return not ch.isascii() and (category[0] == "L" or category in ("So", "Sm", "Cn"))
 
 
 def _flag_tags(text: str) -> set[int]:

@@ -20,6 +20,7 @@ JOINING = (
     "a 👩\u200d💻 at a desk",  # woman technologist
     "🏳\ufe0f\u200d🌈 flag",  # a variation selector before the joiner
     "👩🏽\u200d💻",  # a skin tone before it
+    "🙂\u200d↔\ufe0f",  # head shaking horizontally: an arrow (Sm) after the joiner
     "می\u200cخواهم",  # Persian: the non-joiner between two letters
     "क्\u200dष",  # Devanagari: after a virama
     "ന്\u200d is a chillu",  # Malayalam: after a virama, before a space
@@ -63,5 +64,5 @@ def test_the_config_rules_and_the_caption_warning_agree(tmp_path: Path) -> None:
     assert (
         said is not None
         and said.startswith("1 caption(s) hold")
-        and "7.png (U+200D ZERO WIDTH JOINER)" in said
+        and "8.png (U+200D ZERO WIDTH JOINER)" in said
     )
