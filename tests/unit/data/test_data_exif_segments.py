@@ -1,8 +1,9 @@
-"""The dataset page's size of a JPEG whose EXIF stands after its frame header (RELIABILITY 1102):
-orientation.header_has_exif stopped its walk at the frame header (SOF), but Pillow's
-header-only open reads every segment up to the first scan (SOS), where T.81 lets APPn segments
-stand too; the listing then showed such a portrait photo at its stored, landscape size while
-training turned it upright."""
+"""The dataset page's size of a photo whose orientation orientation.header_has_exif did not see
+while training (Pillow's getexif) turned it upright; the listing showed its stored, landscape
+size. A JPEG whose EXIF stands after its frame header (RELIABILITY 1102): the walk stopped at the
+frame header (SOF), but Pillow's header-only open reads every segment up to the first scan (SOS),
+where T.81 lets APPn segments stand too. A JPEG or WebP whose orientation is in its XMP alone
+(RELIABILITY 1104): Pillow's getexif takes XMP's tiff:Orientation where the EXIF has none."""
 
 from __future__ import annotations
 
@@ -47,3 +48,22 @@ def test_an_exif_segment_after_the_frame_header_is_found_as_pillow_finds_it(tmp_
         assert header_has_exif(fh)
     (row,) = dataset_detail(folder)["files"]
     assert (row["width"], row["height"]) == (40, 80), row
+
+
+XMP = (
+    b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
+    b'<rdf:Description xmlns:tiff="http://ns.adobe.com/tiff/1.0/" tiff:Orientation="6"/></rdf:RDF></x:xmpmeta>'
+)
+
+
+def test_an_orientation_in_xmp_alone_is_listed_as_training_reads_it(tmp_path: Path) -> None:
+    """Was: header_has_exif False for both, the listing 80x40, training 40x80."""
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    for name in ("x.jpg", "x.webp"):
+        Image.new("RGB", (80, 40), "red").save(folder / name, xmp=XMP)
+        assert file_orientation(folder / name) == 6, name  # Pillow's getexif: XMP's tiff:Orientation
+    assert {f["file"]: (f["width"], f["height"]) for f in dataset_detail(folder)["files"]} == {
+        "x.jpg": (40, 80),
+        "x.webp": (40, 80),
+    }
