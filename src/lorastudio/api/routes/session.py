@@ -2,8 +2,9 @@
 
 `POST /api/session` (the bearer header required: a write never takes a cookie or `?token=`)
 answers with a `Set-Cookie` of a new session id and closes the session of the same cookie path
-that the request's cookies named, if any (api/sessions.session_ids: one per path); `DELETE /api/session` closes the cookie's session and clears the cookie. Without
-an API token configured every request is allowed anyway: no cookie is set.
+that the request's cookies named, if any (api/sessions.session_ids: one per path); `DELETE
+/api/session` closes the cookie's session and clears the cookie. Without an API token configured
+every request is allowed anyway: no cookie is set.
 
 `?path=`: the folder the UI was loaded from, as the browser sees it (`/studio/` behind a proxy that
 strips its prefix, which the server cannot see): the cookie's Path, so that the browser sends it
