@@ -18,6 +18,7 @@ from __future__ import annotations
 import unicodedata
 from pathlib import Path
 
+from lorastudio.data.joiners import joined
 from lorastudio.errors import ConfigError, FieldProblem, PathOutsideRoot
 
 MAX_COMPONENT_LENGTH = 100
@@ -156,12 +157,21 @@ def new_name(name: str, *, field: str = "name") -> str:
     return name
 
 
-def hidden_characters(name: str) -> str:
+def hidden_characters(name: str, allowed: str = "") -> str:
     """The invisible or text-direction characters of `name` (categories Cf, Cc, Zl, Zp, and
     lone surrogates: bytes of a file name that are not UTF-8), named ("U+202E RIGHT-TO-LEFT
     OVERRIDE, ...", a file name's byte as "byte 0xE9, not UTF-8": it was "U+DCE9 unnamed",
-    RELIABILITY 1028's audit); "" when it has none."""
-    hidden = sorted({ch for ch in name if unicodedata.category(ch) in _HIDDEN_CATEGORIES | {"Cs"}})
+    RELIABILITY 1028's audit); "" when it has none. Not those in `allowed` (a multi-line text's
+    line breaks and tabs), nor the joiners that join and an emoji flag's tags (data/joiners.py:
+    part of a Persian word or an emoji, RELIABILITY 1103)."""
+    part = joined(name)
+    hidden = sorted(
+        {
+            ch
+            for i, ch in enumerate(name)
+            if unicodedata.category(ch) in _HIDDEN_CATEGORIES | {"Cs"} and ch not in allowed and i not in part
+        }
+    )
     return ", ".join(_char_name(ch) for ch in hidden)
 
 
@@ -177,12 +187,13 @@ def shown_name(text: str) -> str:
     """`text` (a line naming files of a folder the user did not write: an archive's) safe to print
     on a terminal: its control, invisible and text-direction characters and lone surrogates
     (bytes that are not UTF-8) escaped as \\xNN / \\uNNNN, so no name moves the cursor, sends an
-    escape sequence or reads backwards."""
+    escape sequence or reads backwards (a joiner that joins is kept: data/joiners.py)."""
+    part = joined(text)
     return "".join(
         ch.encode("unicode_escape").decode("ascii")
-        if unicodedata.category(ch) in _HIDDEN_CATEGORIES | {"Cs"}
+        if unicodedata.category(ch) in _HIDDEN_CATEGORIES | {"Cs"} and i not in part
         else ch
-        for ch in text
+        for i, ch in enumerate(text)
     )
 
 
