@@ -164,3 +164,13 @@ def test_a_cookie_at_two_paths_stands_for_each_page_and_a_renewal_replaces_its_o
         ).status_code
         == 200
     )
+
+
+def test_a_proxy_prefix_a_browser_keeps_unescaped_is_the_cookies_path(secured: TestClient) -> None:
+    """A browser's URL.pathname keeps `[`, `]`, `|` and `^` as they are (a proxy serving the
+    studio under `/lab[2]/`): the UI's `?path=` was refused 422, no session opened, and every
+    image and stream of the page was then refused (RELIABILITY 1106)."""
+    for folder in ("/lab[2]/", "/a|b/", "/x^y/"):
+        res = secured.post("/api/session", params={"path": folder}, headers=BEARER)
+        assert res.status_code == 200, (folder, res.text)
+        assert f"Path={folder};" in res.headers["set-cookie"], res.headers

@@ -1,8 +1,8 @@
 """A zero-width joiner or non-joiner that joins is text (text_rules.hidden_in_text, RELIABILITY
 1103): a prompt holding an emoji ZWJ sequence (as a phone's keyboard types 👩‍💻), a Persian word's
 non-joiner, an Indic conjunct's joiner or an emoji flag's tags was refused 400 ("it holds U+200D ZERO WIDTH JOINER"),
-as were such captions, trigger words, sample prompts and file or folder names, and a caption file
-holding one was warned about. One that shapes nothing (between Latin letters, at an end, doubled) still is."""
+as were such captions, trigger words and sample prompts, and a caption file holding one was
+warned about. One that shapes nothing (between Latin letters, at an end, doubled) still is."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from pydantic import ValidationError
 from lorastudio.config import TrainConfig
 from lorastudio.data.caption_chars import hidden_text_warning
 from lorastudio.data.items import ImageItem
-from lorastudio.data.paths import safe_component, shown_name
-from lorastudio.errors import ConfigError
 from lorastudio.generation_rules import prompt_problems
 
 JOINING = (
@@ -68,15 +66,3 @@ def test_the_config_rules_and_the_caption_warning_agree(tmp_path: Path) -> None:
         and said.startswith("1 caption(s) hold")
         and "8.png (U+200D ZERO WIDTH JOINER)" in said
     )
-
-
-def test_a_name_written_with_a_joiner_is_a_name() -> None:
-    """A Persian file or folder name's non-joiner (گل‌ها: "flowers") and an emoji's joiner are
-    taken as the name (was: "must not contain invisible or text-direction characters (U+200C
-    ZERO WIDTH NON-JOINER)"), printed as written; one between Latin letters still disguises."""
-    for name in ("گل\u200cها.jpg", "👩\u200d💻 desk"):
-        assert safe_component(name, field="file name") == name
-        assert shown_name(name) == name
-    with pytest.raises(ConfigError, match="U\\+200C"):
-        safe_component("inv\u200coice.png", field="file name")
-    assert shown_name("a\u200bb") == "a\\u200bb"

@@ -1,16 +1,18 @@
-"""The format characters that are part of a text or a name, not hidden in it (no torch).
+"""The format characters that are part of a free text, not hidden in it (no torch).
 
 data/paths.hidden_characters names the invisible and text-direction characters (category Cf:
 zero-width spaces and joiners, bidi marks, the BOM, tags) that a name or a text a user gives may
-not hold. Some Cf characters are how a script or an emoji is written, and change what is seen:
+not hold (text_rules: prompts, captions, trigger words). Some Cf characters are how a script or
+an emoji is written, and change what is seen:
 - a zero-width joiner or non-joiner that joins: an emoji ZWJ sequence (👩‍💻, 🏳️‍🌈: one glyph, as
-  a phone's keyboard types it), a Persian or Urdu word's non-joiner (می‌خواهم, گل‌ها), an Indic
+  a phone's keyboard types it), a Persian or Urdu word's non-joiner (می‌خواهم), an Indic
   conjunct's or chillu's joiner after a virama (क्‍ष, ന്‍);
 - the tags of an emoji flag (🏴 U+E0067 U+E0062 U+E0073 U+E0063 U+E0074 U+E007F: Scotland's; England
   and Wales likewise).
 They were refused as "U+200D ZERO WIDTH JOINER", "U+E0067 TAG LATIN SMALL LETTER G" (RELIABILITY
 1103). A joiner between Latin letters (`ca\u200dt`), at an end, beside a space or another
-joiner, and a tag anywhere else, still are: they shape nothing there.
+joiner, and a tag anywhere else, still are: they shape nothing there. Names (safe_component)
+keep the strict rule: the web form holds a copy of it as a regex (data/name_rule.py).
 
 Hand-written after RFC 5892's CONTEXTJ rules (ZWJ / ZWNJ after a virama; ZWNJ between joining
 letters) and UTS #51's emoji ZWJ and tag sequences, with what `unicodedata` knows (no script,

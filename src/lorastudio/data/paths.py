@@ -16,9 +16,9 @@ API. These two functions are the one place that decides what may reach the file 
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Collection
 from pathlib import Path
 
-from lorastudio.data.joiners import joined
 from lorastudio.errors import ConfigError, FieldProblem, PathOutsideRoot
 
 MAX_COMPONENT_LENGTH = 100
@@ -157,14 +157,14 @@ def new_name(name: str, *, field: str = "name") -> str:
     return name
 
 
-def hidden_characters(name: str, allowed: str = "") -> str:
+def hidden_characters(name: str, allowed: str = "", part: Collection[int] = ()) -> str:
     """The invisible or text-direction characters of `name` (categories Cf, Cc, Zl, Zp, and
     lone surrogates: bytes of a file name that are not UTF-8), named ("U+202E RIGHT-TO-LEFT
     OVERRIDE, ...", a file name's byte as "byte 0xE9, not UTF-8": it was "U+DCE9 unnamed",
     RELIABILITY 1028's audit); "" when it has none. Not those in `allowed` (a multi-line text's
-    line breaks and tabs), nor the joiners that join and an emoji flag's tags (data/joiners.py:
-    part of a Persian word or an emoji, RELIABILITY 1103)."""
-    part = joined(name)
+    line breaks and tabs) nor those at the indices `part` (text_rules.hidden_in_text: a free
+    text's joiners that join, data/joiners.py; a name keeps the strict rule, which the web form's
+    copy, name_rule, states as a regex)."""
     hidden = sorted(
         {
             ch
@@ -187,13 +187,12 @@ def shown_name(text: str) -> str:
     """`text` (a line naming files of a folder the user did not write: an archive's) safe to print
     on a terminal: its control, invisible and text-direction characters and lone surrogates
     (bytes that are not UTF-8) escaped as \\xNN / \\uNNNN, so no name moves the cursor, sends an
-    escape sequence or reads backwards (a joiner that joins is kept: data/joiners.py)."""
-    part = joined(text)
+    escape sequence or reads backwards."""
     return "".join(
         ch.encode("unicode_escape").decode("ascii")
-        if unicodedata.category(ch) in _HIDDEN_CATEGORIES | {"Cs"} and i not in part
+        if unicodedata.category(ch) in _HIDDEN_CATEGORIES | {"Cs"}
         else ch
-        for i, ch in enumerate(text)
+        for ch in text
     )
 
 

@@ -34,9 +34,11 @@ class SessionOut(BaseModel):
     max_s: int = Field(description="and this long after it was opened, used or not")
 
 
-# the cookie's Path: a URL path of RFC 3986's characters (no `;`, `,`, space or control: they
-# would end or bend the Set-Cookie attribute)
-PATH_PATTERN = r"^/[A-Za-z0-9._~!$&'()*+=:@%/-]*$"
+# the cookie's Path: a URL path as a browser's URL.pathname gives it (RFC 3986's characters, and
+# `[`, `]`, `|`, `^`, which browsers leave unescaped in a path: a proxy prefix `/lab[2]/` was 422,
+# RELIABILITY 1106); no `;`, `,`, space, quote or control: they would end or bend the Set-Cookie
+# attribute
+PATH_PATTERN = r"^/[A-Za-z0-9._~!$&'()*+=:@%/\[\]|^-]*$"
 PathQuery = Query(
     None,
     max_length=512,
