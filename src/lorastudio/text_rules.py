@@ -9,6 +9,10 @@ Two forms: `one_line` (a trigger word, a prefix, a class word: also no line brea
 tabs allowed, nothing else). Both raise ValueError naming the characters, so a pydantic
 validator reports it under the field's name; `OneLineText` and `VisibleText` are the field types
 that apply them (a config field declares `OneLineText | None` rather than a validator of its own).
+
+A zero-width joiner or non-joiner that joins (an emoji ZWJ sequence, a Persian word's non-joiner,
+an Indic joiner after a virama) and an emoji flag's tags are part of the text (data/joiners.py,
+RELIABILITY 1103).
 """
 
 from __future__ import annotations
@@ -17,9 +21,18 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
+from lorastudio.data.joiners import joined
 from lorastudio.data.paths import hidden_characters
 
 TEXT_WHITESPACE = "\n\t"  # the control characters a multi-line text may hold (not \r: it rewinds a line)
+
+
+def hidden_in_text(text: str, allowed: str = "") -> str:
+    """The hidden characters of the free text `text` (data/paths.hidden_characters' names), but
+    those in `allowed` (TEXT_WHITESPACE for a multi-line text) and the format characters that
+    are part of the text (data/joiners.joined: an emoji's or a Persian word's joiner, an emoji
+    flag's tags); "" when it has none."""
+    return hidden_characters(text, allowed, joined(text))
 
 
 def one_line(value: str | None, what: str = "") -> str | None:
@@ -27,7 +40,7 @@ def one_line(value: str | None, what: str = "") -> str | None:
 
     Raises: ValueError "<what >must be one line of visible text; it holds U+000A LINE FEED ...".
     """
-    hidden = hidden_characters(value) if value else ""
+    hidden = hidden_in_text(value) if value else ""
     if hidden:
         raise ValueError(f"{what + ' ' if what else ''}must be one line of visible text; it holds {hidden}")
     return value
@@ -38,7 +51,7 @@ def visible_text(value: str | None, what: str = "") -> str | None:
 
     Raises: ValueError "<what >must be visible text (line breaks allowed); it holds U+0000 ...".
     """
-    hidden = hidden_characters(value.translate({ord(ch): None for ch in TEXT_WHITESPACE})) if value else ""
+    hidden = hidden_in_text(value, TEXT_WHITESPACE) if value else ""
     if hidden:
         raise ValueError(
             f"{what + ' ' if what else ''}must be visible text (line breaks allowed); it holds {hidden}"

@@ -134,3 +134,43 @@ def test_sessions_expire_and_stay_bounded() -> None:
         assert store.check(kept, TOKEN)  # the one in use stays (the least recently used go)
     assert len(store) == 4
     assert len(SessionStore()) == 0 and MAX_SESSIONS >= 8
+
+
+def test_a_cookie_at_two_paths_stands_for_each_page_and_a_renewal_replaces_its_own(
+    secured: TestClient,
+) -> None:
+    """The UI loaded from `/` and from `/studio/` on one host and port (the root path is served
+    both ways) holds the cookie at both paths, and the `/studio/` page's requests carry both,
+    its own first (RFC 6265 5.4). Was: Starlette's `request.cookies` kept the last (the `/`
+    page's), so the `/studio/` page opening its session closed the `/` page's, then every GET it
+    made was refused (SessionExpired) and each renewal closed the same dead one: 401 for good
+    (RELIABILITY 1105)."""
+    root, _ = _open(secured)  # the page at /
+    res = secured.post(
+        "/api/session", params={"path": "/studio/"}, headers={**BEARER, "Cookie": f"{NAME}={root}"}
+    )
+    studio = res.headers["set-cookie"].split(";")[0].split("=", 1)[1]
+    both = f"{NAME}={studio}; {NAME}={root}"  # what the /studio/ page's requests carry
+    assert _get(secured, "/api/runs", root).status_code == 200  # the / page's session lives on
+    res = secured.get("/api/runs", headers={"Cookie": both, **OWN_PAGE})
+    assert res.status_code == 200, res.text
+    res = secured.post("/api/session", params={"path": "/studio/"}, headers={**BEARER, "Cookie": both})
+    renewed = res.headers["set-cookie"].split(";")[0].split("=", 1)[1]
+    assert _get(secured, "/api/runs", studio).status_code == 401  # its own was replaced
+    assert _get(secured, "/api/runs", root).status_code == 200  # the other page's was not
+    assert (
+        secured.get(
+            "/api/runs", headers={"Cookie": f"{NAME}={renewed}; {NAME}={root}", **OWN_PAGE}
+        ).status_code
+        == 200
+    )
+
+
+def test_a_proxy_prefix_a_browser_keeps_unescaped_is_the_cookies_path(secured: TestClient) -> None:
+    """A browser's URL.pathname keeps `[`, `]`, `|` and `^` as they are (a proxy serving the
+    studio under `/lab[2]/`): the UI's `?path=` was refused 422, no session opened, and every
+    image and stream of the page was then refused (RELIABILITY 1106)."""
+    for folder in ("/lab[2]/", "/a|b/", "/x^y/"):
+        res = secured.post("/api/session", params={"path": folder}, headers=BEARER)
+        assert res.status_code == 200, (folder, res.text)
+        assert f"Path={folder};" in res.headers["set-cookie"], res.headers

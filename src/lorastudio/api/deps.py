@@ -6,7 +6,7 @@ import hmac
 
 from fastapi import HTTPException, Request
 
-from lorastudio.api.sessions import cookie_allowed, session_cookie_name
+from lorastudio.api.sessions import cookie_allowed, session_ids
 from lorastudio.jobs.generation import GenerationService
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
@@ -48,9 +48,9 @@ def require_token(request: Request) -> None:
     elif request.method == "GET" and "token" in request.query_params:
         given = request.query_params.get("token", "")
     else:
-        sid = request.cookies.get(session_cookie_name(request))
-        if sid:
-            if cookie_allowed(request) and request.app.state.sessions.check(sid, token):
+        sids = session_ids(request)  # each path's cookie: any live one stands (api/sessions.py)
+        if sids:
+            if cookie_allowed(request) and any(request.app.state.sessions.check(sid, token) for sid in sids):
                 return
             raise HTTPException(
                 status_code=401,

@@ -37,6 +37,10 @@ SESSION_IDLE_S) and an absolute one (SESSION_MAX_S). At most MAX_SESSIONS live a
 one more drops the least recently used, so a client calling the route in a loop grows nothing
 (it holds the token anyway). All in memory: a restart ends every session, and the UI opens a new
 one with the token it holds. `?token=` stays accepted on GET for scripts.
+
+A browser may hold the cookie at two paths (the UI loaded from `/` and from `/studio/` on one
+host and port) and send both: each value is checked (`session_ids`: any live one stands), and a
+renewal replaces the session of its own cookie path only, which the store keeps with each.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from starlette.requests import Request
@@ -56,6 +60,7 @@ SESSION_IDLE_S = 12 * 3600  # a session unused this long is over (each use resta
 SESSION_MAX_S = 24 * 3600  # and any session this old (the UI opens a new one well before)
 MAX_SESSIONS = 64  # live at once; one more drops the least recently used
 COOKIE_PREFIX = "lorastudio_session"
+COOKIE_VALUES = 8  # values of the cookie checked at most (one per path the UI was loaded from)
 # Sec-Fetch-Site values a cookie-carried GET may have: the studio's own page, or typed by the user
 COOKIE_FETCH_SITES = frozenset({"", "same-origin", "none"})
 
@@ -70,6 +75,7 @@ class _Session:
     token: bytes  # SHA-256 of the API token it was opened with
     opened: float
     used: float
+    path: str = "/"  # its cookie's Path: a renewal from that page replaces this one only
 
 
 class SessionStore:
@@ -91,19 +97,24 @@ class SessionStore:
         self._lock = threading.Lock()
         self._live: OrderedDict[bytes, _Session] = OrderedDict()  # least recently used first
 
-    def open(self, token: str, replacing: str | None = None) -> str:
-        """A new session for `token` (the API token its bearer header carried): its id. The
-        session named by `replacing` (the cookie the request carried, if any) is closed."""
+    def open(self, token: str, replacing: Sequence[str] = (), path: str = "/") -> str:
+        """A new session for `token` (the API token its bearer header carried) whose cookie goes
+        to `path`: its id. Of the sessions named by `replacing` (the cookies the request carried,
+        `session_ids`), the one opened for the same `path` is closed: a page loaded from `/`
+        and one from `/studio/` hold a cookie each, and the `/studio/` page's requests carry
+        both (RELIABILITY 1105)."""
         sid = secrets.token_urlsafe(32)  # 256 bits
         now = self._clock()
         with self._lock:
-            if replacing:
-                self._live.pop(_digest(replacing), None)
+            for old in replacing:
+                found = self._live.get(_digest(old))
+                if found is not None and found.path == path:
+                    del self._live[found.key]
             self._prune(now)
             while len(self._live) >= self.limit:
                 self._live.popitem(last=False)  # the least recently used
             key = _digest(sid)
-            self._live[key] = _Session(key=key, token=_digest(token), opened=now, used=now)
+            self._live[key] = _Session(key=key, token=_digest(token), opened=now, used=now, path=path)
         return sid
 
     def check(self, sid: str, token: str) -> bool:
@@ -145,6 +156,24 @@ def session_cookie_name(request: Request) -> str:
     server = request.scope.get("server")
     port = server[1] if server and len(server) > 1 and server[1] else None
     return f"{COOKIE_PREFIX}_{port}" if port else COOKIE_PREFIX
+
+
+def session_ids(request: Request) -> list[str]:
+    """Every value of the session cookie (`session_cookie_name`) the request carries, in the
+    order sent. A browser holding the cookie at two paths (the UI loaded from `/` and from
+    `/studio/` on one host and port: the root path is served both ways) sends both, the longer
+    path's first (RFC 6265 5.4), and Starlette's `request.cookies` keeps only the last: the
+    shorter path's, another page's session, so the `/studio/` page's own was never checked and
+    its renewal closed the other page's instead of its own: 401 after every renewal (RELIABILITY
+    1105). Any live one stands for the token; a renewal replaces the one of its path."""
+    name = session_cookie_name(request)
+    found = []
+    for header in request.headers.getlist("cookie"):
+        for chunk in header.split(";"):
+            key, sep, value = chunk.partition("=")
+            if sep and key.strip() == name and value.strip():
+                found.append(value.strip().strip('"'))
+    return found[:COOKIE_VALUES]
 
 
 def came_over_https(request: Request) -> bool:

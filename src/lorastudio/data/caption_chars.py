@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lorastudio.data.items import ImageItem, item_name
-from lorastudio.data.paths import hidden_characters
-from lorastudio.text_rules import TEXT_WHITESPACE
+from lorastudio.text_rules import TEXT_WHITESPACE, hidden_in_text
 
 SHOWN = 5  # images named in the warning, then "and N more"
 
@@ -22,7 +21,7 @@ def hidden_text_warning(items: Sequence[ImageItem], labels: Sequence[str] = ()) 
     (as data.items.item_name with `labels`) and the characters of each; None when none does."""
     found = []
     for item in items:
-        hidden = hidden_characters(item.caption.translate({ord(ch): None for ch in TEXT_WHITESPACE}))
+        hidden = hidden_in_text(item.caption, TEXT_WHITESPACE)  # a joiner that joins is text (1103)
         if hidden:
             found.append(f"{item_name(item, labels)} ({hidden})")
     if not found:

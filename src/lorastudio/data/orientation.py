@@ -4,8 +4,9 @@ reads an image applies it (images.load_rgb, the thumbnails, the masks), sizes ar
 (`upright_size`: the buckets, the dataset page).
 
 `header_has_exif` finds out from a file's header alone, by seeking over its segments (no Pillow,
-no segment kept), whether it holds EXIF where Pillow's header-only open reads it: the dataset
-listing opens only those files with Pillow (data/dataset_detail.py).
+no segment kept), whether it holds EXIF where Pillow's header-only open reads it, or XMP (whose
+`tiff:Orientation` Pillow's `getexif` takes where the EXIF has none): the dataset listing opens
+only those files with Pillow (data/dataset_detail.py).
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ ORIENTATION_FIX: dict[int, Image.Transpose] = {
 }
 _SWAPS_AXES = frozenset({5, 6, 7, 8})
 _EXIF_APP1 = b"Exif\0\0"  # the start of a JPEG's EXIF segment (APP1)
-_JPEG_SEGMENTS = 256  # segments walked before a JPEG's frame header; more: read it with Pillow
+_XMP_APP1 = b"http://ns.adobe.com/xap/1.0/\0"  # the start of a JPEG's XMP segment (APP1), as Pillow reads it
+_JPEG_SEGMENTS = 256  # segments walked before a JPEG's image data; more: read it with Pillow
 _PNG_CHUNKS = 64  # chunks walked before a PNG's image data; more: read it with Pillow
-_WEBP_VP8X_EXIF = 0x08  # the EXIF flag of a WebP's VP8X flags byte
+_WEBP_VP8X_METADATA = 0x08 | 0x04  # the EXIF and XMP flags of a WebP's VP8X flags byte
 
 
 def exif_orientation(img: Image.Image) -> int:
@@ -59,9 +61,11 @@ def upright_size(width: int, height: int, orientation: int) -> tuple[int, int]:
 
 def header_has_exif(fh: BinaryIO) -> bool:
     """Whether the file `fh` (open at its start) may hold an EXIF orientation that
-    `exif_orientation` reads: a JPEG's APP1 "Exif" segment before its frame header, a PNG's eXIf
-    chunk before its image data, a WebP whose VP8X flags say so. True also where the walk cannot
-    tell (more segments or chunks than it walks, a header cut short): Pillow is then asked."""
+    `exif_orientation` reads: a JPEG's APP1 "Exif" or XMP segment before its image data, a PNG's
+    eXIf chunk before its image data, a WebP whose VP8X flags say it has EXIF or XMP (Pillow's
+    `getexif` takes an XMP `tiff:Orientation` where the EXIF has none: RELIABILITY 1104). True
+    also where the walk cannot tell (more segments or chunks than it walks, a header cut short):
+    Pillow is then asked."""
     head = fh.read(30)
     if head[:2] == b"\xff\xd8":
         fh.seek(2)
@@ -70,23 +74,27 @@ def header_has_exif(fh: BinaryIO) -> bool:
         fh.seek(8)
         return _png_exif(fh)
     if head[:4] == b"RIFF" and head[8:16] == b"WEBPVP8X" and len(head) > 20:
-        return bool(head[20] & _WEBP_VP8X_EXIF)
+        return bool(head[20] & _WEBP_VP8X_METADATA)
     return False
 
 
 def _jpeg_exif(fh: BinaryIO) -> bool:
+    """Whether a JPEG (open after its SOI) has an APP1 "Exif" or XMP segment before its first
+    scan (SOS): Pillow's header-only open reads every segment up to there, those after the frame
+    header (SOF) too, where T.81 lets tables and APPn segments stand (RELIABILITY 1102)."""
     for _ in range(_JPEG_SEGMENTS):
         head = fh.read(4)
         if len(head) != 4 or head[0] != 0xFF:
             return True  # malformed here: Pillow decides
         marker = head[1]
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) or marker == 0xDA:
-            return False  # the frame header or the image data: no EXIF before it
+        if marker in (0xDA, 0xD9):
+            return False  # the image data (or the end): no EXIF that Pillow reads before it
         length = struct.unpack(">H", head[2:])[0]
         if marker == 0xE1 and length >= 8:
-            if fh.read(6) == _EXIF_APP1:
+            start = fh.read(min(length - 2, len(_XMP_APP1)))
+            if start.startswith(_EXIF_APP1) or start == _XMP_APP1:
                 return True
-            fh.seek(length - 8, io.SEEK_CUR)
+            fh.seek(length - 2 - len(start), io.SEEK_CUR)
         else:
             fh.seek(length - 2, io.SEEK_CUR)
     return True

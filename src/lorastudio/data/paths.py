@@ -16,6 +16,7 @@ API. These two functions are the one place that decides what may reach the file 
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Collection
 from pathlib import Path
 
 from lorastudio.errors import ConfigError, FieldProblem, PathOutsideRoot
@@ -156,12 +157,21 @@ def new_name(name: str, *, field: str = "name") -> str:
     return name
 
 
-def hidden_characters(name: str) -> str:
+def hidden_characters(name: str, allowed: str = "", part: Collection[int] = ()) -> str:
     """The invisible or text-direction characters of `name` (categories Cf, Cc, Zl, Zp, and
     lone surrogates: bytes of a file name that are not UTF-8), named ("U+202E RIGHT-TO-LEFT
     OVERRIDE, ...", a file name's byte as "byte 0xE9, not UTF-8": it was "U+DCE9 unnamed",
-    RELIABILITY 1028's audit); "" when it has none."""
-    hidden = sorted({ch for ch in name if unicodedata.category(ch) in _HIDDEN_CATEGORIES | {"Cs"}})
+    RELIABILITY 1028's audit); "" when it has none. Not those in `allowed` (a multi-line text's
+    line breaks and tabs) nor those at the indices `part` (text_rules.hidden_in_text: a free
+    text's joiners that join, data/joiners.py; a name keeps the strict rule, which the web form's
+    copy, name_rule, states as a regex)."""
+    hidden = sorted(
+        {
+            ch
+            for i, ch in enumerate(name)
+            if unicodedata.category(ch) in _HIDDEN_CATEGORIES | {"Cs"} and ch not in allowed and i not in part
+        }
+    )
     return ", ".join(_char_name(ch) for ch in hidden)
 
 

@@ -1,9 +1,10 @@
 """/api/session: a browser session for the URLs the web UI loads by itself (api/sessions.py).
 
 `POST /api/session` (the bearer header required: a write never takes a cookie or `?token=`)
-answers with a `Set-Cookie` of a new session id and closes the session the request's cookie
-named, if any; `DELETE /api/session` closes the cookie's session and clears the cookie. Without
-an API token configured every request is allowed anyway: no cookie is set.
+answers with a `Set-Cookie` of a new session id and closes the session of the same cookie path
+that the request's cookies named, if any (api/sessions.session_ids: one per path); `DELETE
+/api/session` closes the cookie's session and clears the cookie. Without an API token configured
+every request is allowed anyway: no cookie is set.
 
 `?path=`: the folder the UI was loaded from, as the browser sees it (`/studio/` behind a proxy that
 strips its prefix, which the server cannot see): the cookie's Path, so that the browser sends it
@@ -18,7 +19,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from lorastudio.api.deps import settings_dep
-from lorastudio.api.sessions import SessionStore, came_over_https, session_cookie_name
+from lorastudio.api.sessions import SessionStore, came_over_https, session_cookie_name, session_ids
 from lorastudio.settings import Settings
 
 router = APIRouter(prefix="/api", tags=["session"])
@@ -33,9 +34,11 @@ class SessionOut(BaseModel):
     max_s: int = Field(description="and this long after it was opened, used or not")
 
 
-# the cookie's Path: a URL path of RFC 3986's characters (no `;`, `,`, space or control: they
-# would end or bend the Set-Cookie attribute)
-PATH_PATTERN = r"^/[A-Za-z0-9._~!$&'()*+=:@%/-]*$"
+# the cookie's Path: a URL path as a browser's URL.pathname gives it (RFC 3986's characters, and
+# `[`, `]`, `|`, `^`, which browsers leave unescaped in a path: a proxy prefix `/lab[2]/` was 422,
+# RELIABILITY 1106); no `;`, `,`, space, quote or control: they would end or bend the Set-Cookie
+# attribute
+PATH_PATTERN = r"^/[A-Za-z0-9._~!$&'()*+=:@%/\[\]|^-]*$"
 PathQuery = Query(
     None,
     max_length=512,
@@ -68,12 +71,13 @@ def open_session(
     if not token:
         return out
     name = session_cookie_name(request)
-    sid = store.open(token, replacing=request.cookies.get(name))
+    cookie_path = _cookie_path(path, settings)
+    sid = store.open(token, replacing=session_ids(request), path=cookie_path)  # this page's own
     response.set_cookie(
         name,
         sid,
         max_age=int(store.max_s),
-        path=_cookie_path(path, settings),
+        path=cookie_path,
         secure=came_over_https(request),
         httponly=True,
         samesite="strict",
@@ -92,8 +96,8 @@ def close_session(
     live session was closed)."""
     store = _store(request)
     name = session_cookie_name(request)
-    sid = request.cookies.get(name)
-    closed = bool(sid) and store.close(sid or "")
+    own = session_ids(request)[:1]  # the longest path's cookie is sent first (RFC 6265 5.4): this page's
+    closed = bool(own) and store.close(own[0])
     response.delete_cookie(
         name,
         path=_cookie_path(path, settings),
