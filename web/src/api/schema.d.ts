@@ -2872,6 +2872,21 @@ export interface components {
              */
             estimated_gb: number | null;
             /**
+             * Gpu Fit
+             * @description the plan's forecast against that GPU: fits; planned (the default plan does not fit: the GPU's memory becomes the budget); tight (within the forecast's error of the GPU: it may run out of memory); refused (even the lightest plan does not fit); null: nothing to judge (no GPU, no local weights)
+             */
+            gpu_fit: ("fits" | "planned" | "tight" | "refused") | null;
+            /**
+             * Gpu Gb
+             * @description memory of the GPU the run trains on, GiB (null: no GPU)
+             */
+            gpu_gb: number | null;
+            /**
+             * Gpu Note
+             * @description what gpu_fit means for this run (null: it fits)
+             */
+            gpu_note: string | null;
+            /**
              * Host Certain
              * @description the host forecast is measured (CPU, the rough activation formula <= 15 % of the peak): a run above the available memory is refused; false (CUDA, or activations leading): it only warns
              * @default false
@@ -3463,6 +3478,12 @@ export interface components {
         };
         /** PreflightPlan */
         PreflightPlan: {
+            /**
+             * Budget From Gpu
+             * @description no memory_budget_gb was set and the default plan is forecast over the GPU: the run takes the GPU's memory less 1 GiB as its budget (memory_budget_gb here) and measures the settings left at auto
+             * @default false
+             */
+            budget_from_gpu?: boolean;
             /**
              * Compile
              * @description regional compile will be on (auto = on with CUDA)

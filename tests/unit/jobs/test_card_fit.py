@@ -1,0 +1,55 @@
+"""A consumer or older GPU's verdict on a run before any worker starts (jobs/card_fit.py), in the
+job service's checks and preflight, on the tiny models: the GPU facts are faked at the seam the
+checks read them from (jobs/hardware.host_info). The real-size verdicts (12-40 GB cards, FLUX.1,
+Qwen-Image, SDXL, Z-Image) are tests/unit/jobs/test_real_size_forecasts.py's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lorastudio.config import TrainConfig
+from lorastudio.errors import ConfigError
+from lorastudio.jobs import hardware, preflight, validation
+from lorastudio.jobs.hardware import HostInfo, precisions_for
+from lorastudio.jobs.preflight import plan_for_estimate, preflight_report
+from lorastudio.jobs.validation import validate_run
+from lorastudio.settings import Settings
+
+T4 = HostInfo("cuda", "Tesla T4", 14.6, precisions_for("cuda", (7, 5)), gpu_count=1, gpu_memory_gb=(14.6,))
+
+
+def _card(monkeypatch: pytest.MonkeyPatch, name: str, gib: float, capability: tuple[int, int]) -> HostInfo:
+    host = HostInfo("cuda", name, gib, precisions_for("cuda", capability), gpu_count=1, gpu_memory_gb=(gib,))
+    for module in (hardware, validation, preflight):
+        monkeypatch.setattr(module, "host_info", lambda: host)
+    monkeypatch.setattr("lorastudio.jobs.host_rules.host_info", lambda: host)
+    return host
+
+
+def test_the_lightest_plan_on_a_gpu_without_bf16_is_the_engines_fp32_not_fp16() -> None:
+    # the engine's budget ladder (training/plan.py) is the plain default, then int8 / nf4 where they
+    # run: on sm_75 (T4, RTX 20xx) that is fp32 alone; the forecast assumed fp16, half its weights
+    cfg = TrainConfig(family="flux", base_model="/m", data_dir="d", memory_budget_gb=12)
+    assert plan_for_estimate(cfg, T4, lightest=True).base_precision == "fp32"
+    assert plan_for_estimate(cfg, T4).base_precision == "fp32"  # auto: no bf16 here
+
+
+def test_a_run_no_plan_fits_on_the_gpu_is_refused_before_a_worker_starts_and_one_that_fits_is_told_so(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32}
+    raw["steps"] = 2
+    _card(monkeypatch, "NVIDIA GeForce RTX 4090", 23.5, (8, 9))
+    report = preflight_report(validate_run(raw, settings, live_output_names=set()))
+    memory = report["memory"]
+    assert memory["gpu_gb"] == 23.5 and memory["gpu_fit"] == "fits" and memory["gpu_note"] is None
+    assert report["plan"]["budget_from_gpu"] is False and report["plan"]["memory_budget_gb"] is None
+
+    _card(monkeypatch, "a MIG 1g.5gb slice", 0.5, (8, 0))  # the tiny model's ~1 GB overhead exceeds it
+    with pytest.raises(ConfigError) as refused:
+        validate_run(raw, settings, live_output_names=set())
+    (problem,) = refused.value.problems
+    assert problem.field == "base_precision" and "0.5 GiB of a MIG 1g.5gb slice" in problem.message
