@@ -90,13 +90,17 @@ class KernelProbe:
 
 def attention_problems(backend: str, device: torch.device) -> list[FieldProblem]:
     """Why `backend` cannot be honoured on `device` (empty when it can): "cudnn" and "efficient"
-    are CUDA kernels; "flash" needs CUDA or a CPU (torch has a CPU flash kernel), not MPS; "fa4"
-    needs a Hopper / Blackwell GPU and flash_attn.cute (attention_fa4.fa4_unavailable)."""
+    are CUDA kernels; "flash" needs CUDA or a CPU (torch has a CPU flash kernel), not MPS; on a
+    GPU "cudnn" and "flash" need compute capability 8.0+ (config_host); "fa4" needs a Hopper /
+    Blackwell GPU and flash_attn.cute (attention_fa4.fa4_unavailable)."""
     if backend == "fa4":
         reason = fa4_unavailable(device)
         if reason is not None:
             return [FieldProblem("attention_backend", f"'fa4' cannot run here: {reason}; use 'auto'")]
         return []
+    if device.type == "cuda" and torch.cuda.is_available():  # the run's own card: cudnn / flash from sm80
+        capability = torch.cuda.get_device_capability(device)
+        return attention_device_problems(backend, "cuda", capability, torch.cuda.get_device_name(device))
     return attention_device_problems(backend, device.type)  # config_host: the host lists the same
 
 

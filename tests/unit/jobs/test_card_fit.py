@@ -53,3 +53,35 @@ def test_a_run_no_plan_fits_on_the_gpu_is_refused_before_a_worker_starts_and_one
         validate_run(raw, settings, live_output_names=set())
     (problem,) = refused.value.problems
     assert problem.field == "base_precision" and "0.5 GiB of a MIG 1g.5gb slice" in problem.message
+
+
+def _probed(name: str, gib: float, capability: tuple[int, int]) -> HostInfo:
+    """The HostInfo of a probe's answer on a host of that one GPU (jobs/gpu_probe.facts' form)."""
+    gpu = {"name": name, "total_memory": int(gib * 2**30), "capability": list(capability)}
+    return hardware.host_from_facts({"cuda": True, "devices": [gpu]})
+
+
+def test_attention_kernels_a_card_lacks_are_refused_before_a_worker_starts_and_not_offered(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lorastudio.jobs.host_rules import host_problems
+
+    rtx_4090, t4, h100 = (
+        _probed("NVIDIA GeForce RTX 4090", 23.5, (8, 9)),
+        _probed("Tesla T4", 14.6, (7, 5)),
+        _probed("NVIDIA H100 80GB HBM3", 79.2, (9, 0)),
+    )
+    # /api/info's choices (HostInfo.public): what the web UI offers for attention_backend
+    assert rtx_4090.public()["attention_backends"] == ["auto", "cudnn", "flash", "efficient", "math"]
+    assert t4.public()["attention_backends"] == ["auto", "efficient", "math"]
+    assert "fa4" in h100.public()["attention_backends"]
+    # the job service's host check: the worker's own check (training/attention.py) is no longer the first
+    cfg = TrainConfig(family="flux", base_model="/m", data_dir="d", attention_backend="fa4")
+    monkeypatch.setattr("lorastudio.jobs.host_rules.host_info", lambda: rtx_4090)
+    (problem,) = host_problems(cfg, settings)
+    assert problem.field == "attention_backend" and "NVIDIA GeForce RTX 4090 is sm89" in problem.message
+    monkeypatch.setattr("lorastudio.jobs.host_rules.host_info", lambda: t4)
+    for backend in ("cudnn", "flash"):
+        (problem,) = host_problems(cfg.model_copy(update={"attention_backend": backend}), settings)
+        assert "needs compute capability 8.0 or newer; Tesla T4 is 7.5" in problem.message
+    assert host_problems(cfg.model_copy(update={"attention_backend": "efficient"}), settings) == []

@@ -1,6 +1,6 @@
-"""The engine's precision choice on older and mixed GPUs (training/precision.py): torch's answers
-are faked as torch gives them on such a card (the seam: torch.cuda's queries), since this host has
-no GPU. On sm_75 (a T4, an RTX 2080 Ti) torch.cuda.is_bf16_supported() says True (a bf16 tensor
+"""The engine's precision and attention checks on older and mixed GPUs (training/precision.py,
+training/attention.py): torch's answers are faked as torch gives them on such a card (the seam:
+torch.cuda's queries), since this host has no GPU. On sm_75 (a T4, an RTX 2080 Ti) torch.cuda.is_bf16_supported() says True (a bf16 tensor
 can be made: emulation) although no tensor core computes bf16 there."""
 
 from __future__ import annotations
@@ -44,3 +44,15 @@ def test_auto_is_fp32_and_bf16_is_refused_on_the_sm75_card_and_bf16_on_the_amper
     with pytest.raises(ConfigError):
         pick_dtype("bf16", turing)
     assert pick_dtype("fp16", turing) == torch.float16  # what the card has
+
+
+@pytest.mark.usefixtures("two_cards")
+def test_an_attention_kernel_the_runs_own_card_lacks_is_refused_before_any_model_loads() -> None:
+    from lorastudio.training.attention import attention_problems
+
+    turing, ampere = torch.device("cuda:1"), torch.device("cuda:0")
+    for backend in ("cudnn", "flash"):  # torch would warn and run the next backend, not the one named
+        (problem,) = attention_problems(backend, turing)
+        assert "NVIDIA GeForce RTX 2080 Ti is 7.5: use 'auto' or 'efficient'" in problem.message
+        assert attention_problems(backend, ampere) == []
+    assert attention_problems("efficient", turing) == [] and attention_problems("auto", turing) == []

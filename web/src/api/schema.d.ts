@@ -2507,7 +2507,7 @@ export interface components {
         HostOut: {
             /**
              * Attention Backends
-             * @description the attention_backend values with a kernel here (fa4 also needs a Hopper / Blackwell GPU)
+             * @description the attention_backend values with a kernel on this GPU (cudnn and flash: compute capability 8.0+; fa4: a Hopper / Blackwell GPU, and flash_attn.cute, which the run's start checks)
              */
             attention_backends: string[];
             /**
@@ -4325,7 +4325,7 @@ export interface components {
             base_model: string;
             /**
              * Base Precision
-             * @description frozen base: auto = bf16 on a capable GPU, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)
+             * @description frozen base: auto = bf16 on a GPU of compute capability 8.0+, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)
              * @default auto
              * @enum {string}
              */
@@ -4613,7 +4613,7 @@ export interface components {
             max_sequence_length?: number | null;
             /**
              * Memory Budget Gb
-             * @description GPU memory the run may use: the settings left at auto (precision, checkpointing, block swap, micro-batch) are chosen by measuring a few real steps; null = no budget
+             * @description GPU memory the run may use: the settings left at auto (precision, checkpointing, block swap, micro-batch) are chosen by measuring a few real steps; null = no budget, unless the default plan is forecast over the GPU: then the GPU's memory less 1 GiB (the preflight says so)
              * @default null
              */
             memory_budget_gb?: number | null;
@@ -4952,7 +4952,7 @@ export interface components {
             base_model: string;
             /**
              * Base Precision
-             * @description frozen base: auto = bf16 on a capable GPU, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)
+             * @description frozen base: auto = bf16 on a GPU of compute capability 8.0+, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)
              * @default auto
              * @enum {string}
              */
@@ -5220,7 +5220,7 @@ export interface components {
             max_sequence_length: number | null;
             /**
              * Memory Budget Gb
-             * @description GPU memory the run may use: the settings left at auto (precision, checkpointing, block swap, micro-batch) are chosen by measuring a few real steps; null = no budget
+             * @description GPU memory the run may use: the settings left at auto (precision, checkpointing, block swap, micro-batch) are chosen by measuring a few real steps; null = no budget, unless the default plan is forecast over the GPU: then the GPU's memory less 1 GiB (the preflight says so)
              */
             memory_budget_gb: number | null;
             /**
