@@ -56,3 +56,15 @@ def test_an_attention_kernel_the_runs_own_card_lacks_is_refused_before_any_model
         assert "NVIDIA GeForce RTX 2080 Ti is 7.5: use 'auto' or 'efficient'" in problem.message
         assert attention_problems(backend, ampere) == []
     assert attention_problems("efficient", turing) == [] and attention_problems("auto", turing) == []
+
+
+@pytest.mark.usefixtures("two_cards")
+def test_auto_attention_on_a_card_without_cudnn_or_flash_is_the_efficient_kernel_by_its_name() -> None:
+    from lorastudio.training.attention import settled_choice
+
+    shapes = [(1, 24, 4608, 128)]
+    # fp16 on the sm_75 card: no probe (cuDNN's and flash's kernels start at sm80); the Ampere one probes
+    choice = settled_choice("auto", torch.device("cuda:1"), torch.float16, shapes)
+    assert choice is not None and choice.backend == "efficient"
+    assert "NVIDIA GeForce RTX 2080 Ti (compute capability 7.5)" in str(choice.fallback_reason)
+    assert settled_choice("auto", torch.device("cuda:0"), torch.bfloat16, shapes) is None
