@@ -86,7 +86,8 @@ def preflight_report(
     compiled = compile_runs(cfg.compile, host.device)
     fit = card_fit(cfg, run.model_dir, host, control_load(scan, cfg), compiled=compiled)  # the card's verdict
     planned = fit.budget_gib if fit is not None else None  # the card's memory, taken as the budget
-    plan = preflight_plan(cfg.model_copy(update={"memory_budget_gb": planned}) if planned else cfg, host)
+    budgeted = cfg.model_copy(update={"memory_budget_gb": planned}) if planned else cfg  # as the run has it
+    plan = preflight_plan(budgeted, host)
     plan["budget_from_gpu"] = planned is not None
     if cfg.compile == "wide" and plan["compile"]:
         plan["compile_shapes"] = len(batch_shapes(per_epoch, cfg.batch_size, cfg.micro_batch_size))
@@ -173,7 +174,7 @@ def preflight_report(
         },
         "plan": plan,
         "conditioning": conditioning_section(cfg),
-        "memory": {**_memory_section(cfg, run.model_dir, host, scan), **gpu_section(fit)},
+        "memory": {**_memory_section(budgeted, run.model_dir, host, scan), **gpu_section(fit)},
         "latent_cache": cache,
         "host": host.public(),
         "family": family_section(cfg, run.model_dir),

@@ -6,18 +6,26 @@ sparse, no weights)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from bench.header_pipelines import build_flux1, build_qwen_image, build_sdxl, build_z_image
 
 from lorastudio import families
+from lorastudio.api.schemas_preflight import PreflightOut
+from lorastudio.cli.train_check import print_report
 from lorastudio.config import TrainConfig
 from lorastudio.jobs.card_fit import CARD_RESERVE_GIB, card_fit
 from lorastudio.jobs.hardware import HostInfo, precisions_for
-from lorastudio.jobs.preflight import PlanValues
+from lorastudio.jobs.preflight import PlanValues, preflight_report
 from lorastudio.jobs.time_forecast import time_forecast
+from lorastudio.jobs.validation import validate_run
 from lorastudio.jobs.vram_estimate import estimate_memory_gb, lora_param_count
+from lorastudio.settings import Settings
 
 GIB = 1024**3 / 1e9
 BASELINE_TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]  # the plain step's (bench/models.py)
@@ -248,3 +256,29 @@ def test_a_run_no_plan_fits_is_refused_naming_the_card_and_what_would_fit(pipeli
     fit = card_fit(fixed, pipelines["flux"], RTX_4090, 0, compiled=True)
     assert fit is not None and fit.verdict == "refused" and fit.problem is not None
     assert fit.problem.field == "base_precision" and "leave base_precision=bf16" in fit.problem.message
+
+
+def test_the_preflight_of_a_default_flux1_run_on_a_12gb_card_shows_the_budget_the_run_takes(
+    pipelines: dict[str, Path],
+    settings: Settings,
+    shapes: Path,
+    tiny_model: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the tiny dataset's scan, checked against the real-size FLUX.1 headers (what a 12 GB user sees)
+    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 1024}
+    tiny = validate_run({**raw, "steps": 2}, settings, live_output_names=set())
+    real = tiny.config.model_copy(update={"base_model": str(pipelines["flux"])})
+    run = dataclasses.replace(tiny, config=real, model_dir=pipelines["flux"])
+    report = preflight_report(run, RTX_3060, home=settings.home)
+    plan, memory = report["plan"], report["memory"]
+    assert plan["budget_from_gpu"] is True and plan["memory_budget_gb"] == pytest.approx(10.6)
+    assert plan["decided_by"] == "measured" and {f["source"] for f in plan["fields"]} == {"budget"}
+    assert memory["gpu_gb"] == 11.6 and memory["gpu_fit"] == "planned"
+    assert "memory_budget_gb 10.6" in memory["gpu_note"] and memory["lightest_gb"] < memory["estimated_gb"]
+    PreflightOut.model_validate(report)  # what the API answers (api/schemas_preflight.py)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        print_report(report)  # `lorastudio train --check`
+    assert "GPU memory: 11.6 GiB, the card's memory is the budget" in printed.getvalue()
+    assert "memory_budget_gb 10.6" in printed.getvalue()
