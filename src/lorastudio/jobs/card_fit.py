@@ -23,7 +23,8 @@ less CARD_RESERVE_GIB for the CUDA context and the allocator's slack) and answer
   FIT_TOLERANCE: `problem` names the card, the forecast and what would fit.
 
 No verdict (None) off CUDA, with the GPU's memory unknown, or without local weights to size (a
-hub id, a single file). No torch: the engine passes its own device's facts.
+single file; a hub id whose denoiser is not in the hub cache: `sizing_folder`). No torch: the
+engine passes its own device's facts.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def card_fit(
     card = card_gib if card_gib is not None else card_memory_gib(host, None, cfg.num_gpus)
     if card is None or host.device != "cuda":
         return None
+    model_dir = sizing_folder(cfg, model_dir)
     plain = estimate_memory_gb(cfg, model_dir, plan_for_estimate(cfg, host), controls, compiled=compiled)
     if plain["phases"] is None:
         return None
@@ -143,6 +145,24 @@ def card_fit(
         return CardFit("fits", card, default_gib, lightest_gib, None, fits)
     note = f"the plan is forecast at ~{judged:.1f} GiB against the {card:g} GiB of {host.name}{rough}"
     return CardFit("tight", card, default_gib, lightest_gib, None, note)
+
+
+def sizing_folder(cfg: TrainConfig, model_dir: Path | None) -> Path | None:
+    """The folder whose safetensors headers size the run: `model_dir` (a local pipeline folder),
+    else for a hub id (no single file) its snapshot in the hub cache when the denoiser's weights
+    are there (what the loaders read; a snapshot missing them is left to the loader: None)."""
+    if model_dir is not None:
+        return model_dir
+    from lorastudio import families
+    from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
+
+    if cfg.base_config is not None or not is_hub_id(cfg.base_model):
+        return None
+    snapshot = cached_snapshot(cfg.base_model, cfg.revision)
+    denoiser = snapshot / families.get(cfg.family).spec.denoiser if snapshot is not None else None
+    if denoiser is None or not any(denoiser.glob("*.safetensors")):
+        return None
+    return snapshot
 
 
 def _peak_gib(phases: dict[str, float], budget_gib: float | None) -> float:

@@ -217,7 +217,7 @@ def validate_run(
             targets = check_lora_targets(based)
             problems += targets.problems
             notes += [targets.not_checked] if targets.not_checked else []
-    if host_checks and cfg is not None and scan is not None and model_dir is not None:
+    if host_checks and cfg is not None and scan is not None and model_source is not None:
         problems += card_problems(cfg, model_dir, scan)  # even the lightest plan over the GPU
     if problems or given is None or cfg is None or scan is None or model_source is None or entries is None:
         raise ConfigError(problems or [FieldProblem("(config)", "invalid request")])
@@ -235,7 +235,7 @@ def validate_run(
     )
 
 
-def card_problems(cfg: TrainConfig, model_dir: Path, scan: DatasetScan) -> list[FieldProblem]:
+def card_problems(cfg: TrainConfig, model_dir: Path | None, scan: DatasetScan) -> list[FieldProblem]:
     """The refusal of a run that even at its lightest plan is forecast over this host's GPU
     (jobs/card_fit.py, "refused"), before any worker starts; [] when it may run (a default plan
     over the GPU is planned by the engine: training/card_plan.py)."""

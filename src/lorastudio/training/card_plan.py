@@ -36,9 +36,9 @@ def card_planned(
     dataset's control load, jobs/preflight.control_load): with the card's
     memory as memory_budget_gb where the default plan does not fit it and the lightest does
     ("planned"), else unchanged; and the verdict's note to log and report (None when it fits or
-    there is nothing to judge: a CPU run, a hub id or a single file). Raises ConfigError
+    there is nothing to judge: a CPU run, a single file, a hub id not in the hub cache). Raises ConfigError
     ("refused": even the lightest plan is forecast over the card)."""
-    if device.type != "cuda" or model_dir is None:
+    if device.type != "cuda":
         return cfg, None
     from lorastudio.config_host import compile_runs
     from lorastudio.jobs.card_fit import card_fit

@@ -282,3 +282,26 @@ def test_the_preflight_of_a_default_flux1_run_on_a_12gb_card_shows_the_budget_th
         print_report(report)  # `lorastudio train --check`
     assert "GPU memory: 11.6 GiB, the card's memory is the budget" in printed.getvalue()
     assert "memory_budget_gb 10.6" in printed.getvalue()
+
+
+def test_a_hub_id_in_the_hub_cache_is_sized_from_its_snapshot(
+    pipelines: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # `base_model = "black-forest-labs/FLUX.1-dev"` downloaded by diffusers: the loaders read the
+    # hub cache's snapshot (links to its blobs), and so does the verdict
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    commit = "a" * 40
+    repo = tmp_path / "hub" / "models--black-forest-labs--FLUX.1-dev"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for part in pipelines["flux"].iterdir():
+        (snapshot / part.name).symlink_to(part)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    cfg = _default("flux", pipelines["flux"]).model_copy(
+        update={"base_model": "black-forest-labs/FLUX.1-dev"}
+    )
+    fit = card_fit(cfg, None, RTX_3060, 0, compiled=True)
+    assert fit is not None and fit.verdict == "planned" and fit.budget_gib == pytest.approx(10.6)
+    # a hub id not in the cache (the loader downloads it): nothing local to size, nothing judged
+    assert card_fit(cfg.model_copy(update={"base_model": "acme/elsewhere"}), None, RTX_3060, 0) is None
