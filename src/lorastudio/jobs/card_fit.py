@@ -73,20 +73,14 @@ class CardFit:
     problem: FieldProblem | None = None
 
 
-def card_memory_gib(host: HostInfo, device: str | None = None, num_gpus: int = 1) -> float | None:
-    """The memory (GiB) a run has on each of its GPUs: the smallest of the first `num_gpus` cards
-    (a data-parallel rank per card), or for one GPU the card `device` names ("cuda:1"; None or
-    "cuda": card 0, in CUDA_VISIBLE_DEVICES order). None off CUDA or when unknown."""
+def card_memory_gib(host: HostInfo, num_gpus: int = 1) -> float | None:
+    """The memory (GiB) a run has on each of its GPUs: GPU 0's (in CUDA_VISIBLE_DEVICES order, the
+    run's `cuda`), or the smallest of the first `num_gpus` (a data-parallel rank per GPU). None off
+    CUDA or when unknown."""
     if host.device != "cuda" or host.memory_gb is None:
         return None
     sizes = host.gpu_memory_gb or (host.memory_gb,)
-    if num_gpus > 1:
-        return min(sizes[:num_gpus])
-    index = 0
-    if device is not None and ":" in device:
-        tail = device.split(":", 1)[1]
-        index = int(tail) if tail.isdigit() else 0
-    return sizes[index] if index < len(sizes) else None
+    return min(sizes[: max(num_gpus, 1)])
 
 
 def card_fit(
@@ -95,16 +89,15 @@ def card_fit(
     host: HostInfo,
     controls: float | None = None,
     *,
-    card_gib: float | None = None,
     compiled: bool = False,
 ) -> CardFit | None:
     """The run's plan against its GPU (module docstring). `host` gives the plan's defaults
-    (bf16 or fp32, the quantised precisions it runs); `card_gib` the card's memory (default
-    card_memory_gib(host, None, cfg.num_gpus)); `controls` as estimate_memory_gb's; `compiled`:
+    (bf16 or fp32, the quantised precisions it runs) and the card's memory
+    (card_memory_gib(host, cfg.num_gpus)); `controls` as estimate_memory_gb's; `compiled`:
     regional compile will be on. None when there is nothing to judge."""
     from lorastudio.jobs.preflight import plan_for_estimate
 
-    card = card_gib if card_gib is not None else card_memory_gib(host, None, cfg.num_gpus)
+    card = card_memory_gib(host, cfg.num_gpus)
     if card is None or host.device != "cuda":
         return None
     model_dir = sizing_folder(cfg, model_dir)
@@ -128,7 +121,7 @@ def card_fit(
         problem = FieldProblem(
             "memory_budget_gb" if budget is not None else "base_precision",
             f"the run is forecast at ~{judged:.1f} GiB of GPU memory even at the lightest plan its settings"
-            f" allow, over the {card:g} GiB of {host.name}: {_what_fits(cfg, host, left)}",
+            f" allow, over the {card:g} GiB of {host.name}: {_what_fits(cfg, host)}",
         )
         return CardFit("refused", card, default_gib, lightest_gib, None, problem.message, problem)
     rough = f" (the forecast is rough, within {FIT_TOLERANCE:.0%}: it may run out of memory)"
@@ -141,8 +134,11 @@ def card_fit(
         return CardFit(
             "planned", card, default_gib, lightest_gib, implied, note + (rough if judged > usable else "")
         )
-    if judged <= usable:  # a budget's lightest plan fits
-        return CardFit("fits", card, default_gib, lightest_gib, None, fits)
+    if judged <= usable:  # the lightest plan the budget may choose fits
+        lightest_fits = (
+            f"the lightest plan is forecast at ~{lightest_gib:.1f} GiB: fits the {card:g} GiB of {host.name}"
+        )
+        return CardFit("fits", card, default_gib, lightest_gib, None, lightest_fits)
     note = f"the plan is forecast at ~{judged:.1f} GiB against the {card:g} GiB of {host.name}{rough}"
     return CardFit("tight", card, default_gib, lightest_gib, None, note)
 
@@ -178,9 +174,9 @@ def _peak_gib(phases: dict[str, float], budget_gib: float | None) -> float:
     return max(conditioning, phases["latents"], phases["denoiser"]) * 1e9 / GIB
 
 
-def _what_fits(cfg: TrainConfig, host: HostInfo, left: bool) -> str:
-    """What the user can change: the plan settings fixed against the card, the resolution, a
-    larger card."""
+def _what_fits(cfg: TrainConfig, host: HostInfo) -> str:
+    """What the user can change: the plan settings fixed (leave them to a budget), a GPU with bf16
+    (for int8 / nf4), the resolution."""
     fixed = [
         f"{name}={getattr(cfg, name)}"
         for name in ("base_precision", "gradient_checkpointing", "offload_blocks", "micro_batch_size")
@@ -190,8 +186,6 @@ def _what_fits(cfg: TrainConfig, host: HostInfo, left: bool) -> str:
     steps = []
     if fixed:
         steps.append(f"leave {', '.join(fixed)} at auto (a budget then measures lighter plans)")
-    elif not left:
-        steps.append("leave the plan settings at auto")
     if not quantised:
         steps.append(
             "this GPU has no bf16, so no int8 / nf4 base: a card of compute capability 8.0+ runs them"
