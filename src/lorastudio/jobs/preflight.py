@@ -308,8 +308,8 @@ def plan_for_estimate(cfg: TrainConfig, host: HostInfo, *, lightest: bool = Fals
     """The plan the memory estimate assumes: the fixed settings, and each setting left at auto at
     its plain default (the fastest plan) or, with `lightest`, at the lightest value a budget may
     choose (nf4 or int8 where the host runs them, else the plain default as the engine's ladder
-    has it: fp32 on a GPU without bf16; full checkpointing, every block swapped on a GPU,
-    micro-batch 1)."""
+    has it: fp32 on a GPU without bf16; full checkpointing, every block swapped on a GPU unless
+    compile is "wide", micro-batch 1)."""
     values = default_plan_values(cfg, host)
     left = set(plan_fields_left_auto(cfg))
     if lightest:
@@ -317,7 +317,9 @@ def plan_for_estimate(cfg: TrainConfig, host: HostInfo, *, lightest: bool = Fals
             (p for p in _LIGHTEST_PRECISIONS if p in host.precisions), values["base_precision"]
         )
         values["gradient_checkpointing"] = "full"
-        values["offload_blocks"] = 1000 if host.device == "cuda" else 0
+        # every block swapped where the engine may swap (training/plan.block_swap_searchable: CUDA,
+        # and not compile "wide", whose compiled regions hold the blocks)
+        values["offload_blocks"] = 1000 if host.device == "cuda" and cfg.compile != "wide" else 0
         values["micro_batch_size"] = 1
     for name in PLAN_FIELDS:
         if name not in left:

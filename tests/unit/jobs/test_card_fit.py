@@ -85,3 +85,15 @@ def test_attention_kernels_a_card_lacks_are_refused_before_a_worker_starts_and_n
         (problem,) = host_problems(cfg.model_copy(update={"attention_backend": backend}), settings)
         assert "needs compute capability 8.0 or newer; Tesla T4 is 7.5" in problem.message
     assert host_problems(cfg.model_copy(update={"attention_backend": "efficient"}), settings) == []
+
+
+def test_the_lightest_plan_swaps_no_block_under_compile_wide_as_the_engines_search_does() -> None:
+    # training/plan.block_swap_searchable: compile "wide" holds the blocks in its compiled regions,
+    # so a budget never swaps there; the lightest forecast swapped all of them (and said it fit)
+    rtx_3060 = HostInfo("cuda", "RTX 3060", 11.6, precisions_for("cuda", (8, 6)), 1, (11.6,))
+    cfg = TrainConfig(family="sdxl", base_model="/m", data_dir="d", compile="wide", memory_budget_gb=10)
+    assert plan_for_estimate(cfg, rtx_3060, lightest=True).offload_blocks == 0
+    assert (
+        plan_for_estimate(cfg.model_copy(update={"compile": "auto"}), rtx_3060, lightest=True).offload_blocks
+        == 1000
+    )
