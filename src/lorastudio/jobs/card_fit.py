@@ -29,6 +29,7 @@ engine passes its own device's facts.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ from lorastudio.jobs.vram_estimate import estimate_memory_gb
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.jobs.hardware import HostInfo
+    from lorastudio.jobs.preflight import PlanValues
 
 GIB = 1024**3
 # Kept off the plan on every card: the CUDA context (~0.3-0.5 GiB outside torch's allocator) and the
@@ -101,10 +103,11 @@ def card_fit(
     if card is None or host.device != "cuda":
         return None
     model_dir = sizing_folder(cfg, model_dir)
-    plain = estimate_memory_gb(cfg, model_dir, plan_for_estimate(cfg, host), controls, compiled=compiled)
+    per_gpu = _per_gpu(plan_for_estimate(cfg, host), cfg.num_gpus)
+    plain = estimate_memory_gb(cfg, model_dir, per_gpu, controls, compiled=compiled)
     if plain["phases"] is None:
         return None
-    lightest_plan = plan_for_estimate(cfg, host, lightest=True)
+    lightest_plan = _per_gpu(plan_for_estimate(cfg, host, lightest=True), cfg.num_gpus)
     # a budget's trials measure eagerly (training/plan.py): so is the lightest plan's forecast
     lightest = estimate_memory_gb(cfg, model_dir, lightest_plan, controls, compiled=False)["phases"]
     usable = max(card - CARD_RESERVE_GIB, 0.0)
@@ -159,6 +162,13 @@ def sizing_folder(cfg: TrainConfig, model_dir: Path | None) -> Path | None:
     if denoiser is None or not any(denoiser.glob("*.safetensors")):
         return None
     return snapshot
+
+
+def _per_gpu(plan: PlanValues, num_gpus: int) -> PlanValues:
+    """`plan` as one GPU of a data-parallel run holds it: micro_batch_size is the samples of a
+    pass over all the ranks (training/micro_batches.py gives each rank its slice), so one GPU
+    holds ceil(micro / num_gpus) of them."""
+    return dataclasses.replace(plan, micro_batch_size=-(-plan.micro_batch_size // max(num_gpus, 1)))
 
 
 def _peak_gib(phases: dict[str, float], budget_gib: float | None) -> float:

@@ -305,3 +305,16 @@ def test_a_hub_id_in_the_hub_cache_is_sized_from_its_snapshot(
     assert fit is not None and fit.verdict == "planned" and fit.budget_gib == pytest.approx(10.6)
     # a hub id not in the cache (the loader downloads it): nothing local to size, nothing judged
     assert card_fit(cfg.model_copy(update={"base_model": "acme/elsewhere"}), None, RTX_3060, 0) is None
+
+
+def test_a_data_parallel_run_is_judged_by_what_one_gpu_holds(pipelines: dict[str, Path]) -> None:
+    # num_gpus = 2, batch_size = 2 on two 4090s: each rank holds one sample of every pass
+    # (training/micro_batches.py), as a one-GPU run of batch 1 does, not the whole batch
+    two = HostInfo("cuda", RTX_4090.name, 23.5, RTX_4090.precisions, gpu_count=2, gpu_memory_gb=(23.5, 23.5))
+    sdxl = pipelines["sdxl"]
+    parallel = card_fit(_default("sdxl", sdxl, num_gpus=2, batch_size=2), sdxl, two, 0, compiled=True)
+    alone = card_fit(_default("sdxl", sdxl, batch_size=1), sdxl, RTX_4090, 0, compiled=True)
+    doubled = card_fit(_default("sdxl", sdxl, batch_size=2), sdxl, RTX_4090, 0, compiled=True)
+    assert parallel is not None and alone is not None and doubled is not None
+    assert parallel.default_gib == pytest.approx(alone.default_gib)
+    assert alone.default_gib < doubled.default_gib
