@@ -15,11 +15,12 @@ from lorastudio.errors import ConfigError
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
+    from lorastudio.jobs.hardware import HostInfo
 
 log = logging.getLogger(__name__)
 
 
-def device_host(device: torch.device):  # noqa: ANN201 (HostInfo: jobs/hardware, imported lazily)
+def device_host(device: torch.device) -> HostInfo:
     """The HostInfo of one CUDA device as jobs/hardware builds it from a probe's facts (its name,
     memory in GiB, the precisions its compute capability runs)."""
     from lorastudio.jobs.hardware import host_from_facts
