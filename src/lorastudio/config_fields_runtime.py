@@ -26,7 +26,7 @@ class RuntimeFields(StrictFields):
     base_precision: BasePrecision = Field(
         default="auto",
         description=(
-            "frozen base: auto = bf16 on a capable GPU, else fp32 (with memory_budget_gb: the fastest"
+            "frozen base: auto = bf16 on a GPU of compute capability 8.0+, else fp32 (with memory_budget_gb: the fastest"
             " measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs);"
             " int8 / nf4 = quantised base weights with bf16 compute (QLoRA)"
         ),
@@ -62,7 +62,8 @@ class RuntimeFields(StrictFields):
         le=4096,
         description=(
             "GPU memory the run may use: the settings left at auto (precision, checkpointing, block"
-            " swap, micro-batch) are chosen by measuring a few real steps; null = no budget"
+            " swap, micro-batch) are chosen by measuring a few real steps; null = no budget, unless the"
+            " default plan is forecast over the GPU: then the GPU's memory less 1 GiB (the preflight says so)"
         ),
     )
     enable_tf32: bool = Field(default=True, description="TF32 matmuls for the run (restored after)")

@@ -46,10 +46,42 @@ ATTENTION_DEVICES: dict[str, tuple[str, ...]] = {
 }
 
 
-def attention_device_problems(backend: str, device_type: str) -> list[FieldProblem]:
+# The CUDA compute capabilities of the kernels that need one: torch's flash and cuDNN SDPA kernels
+# take sm80-sm121 (aten sdp_utils: below, torch warns and runs the next backend, so a T4 asked for
+# 'cudnn' trained on another kernel than the one it named); FA4 (flash_attn.cute) Hopper and
+# Blackwell only (training/attention_fa4.SUPPORTED_MAJORS).
+ATTENTION_MIN_CAPABILITY: dict[str, tuple[int, int]] = {"cudnn": (8, 0), "flash": (8, 0), "fa4": (9, 0)}
+FA4_MAJORS: tuple[int, ...] = (9, 10, 11, 12)
+
+
+def attention_device_problems(
+    backend: str, device_type: str, capability: tuple[int, int] | None = None, gpu_name: str = "this GPU"
+) -> list[FieldProblem]:
     """Why TrainConfig.attention_backend `backend` has no kernel on a `device_type` device (empty
-    when it has): the rule behind training/attention.attention_problems and the host's choices."""
+    when it has): the rule behind training/attention.attention_problems and the host's choices.
+    On CUDA with the GPU's compute `capability` known (`gpu_name` names it), also the kernels
+    that need a newer GPU (ATTENTION_MIN_CAPABILITY; fa4: FA4_MAJORS; its package is the
+    engine's check)."""
     if device_type in ATTENTION_DEVICES.get(backend, (device_type,)):
+        if device_type != "cuda" or capability is None or backend not in ATTENTION_MIN_CAPABILITY:
+            return []
+        major, minor = capability
+        if backend == "fa4" and major not in FA4_MAJORS:
+            return [
+                FieldProblem(
+                    "attention_backend",
+                    f"'fa4' (FlashAttention-4) runs on Hopper (sm90) and Blackwell (sm100+) GPUs; {gpu_name} "
+                    f"is sm{major}{minor}: use 'auto'",
+                )
+            ]
+        if backend != "fa4" and capability < ATTENTION_MIN_CAPABILITY[backend]:
+            return [
+                FieldProblem(
+                    "attention_backend",
+                    f"torch's '{backend}' attention kernel needs compute capability 8.0 or newer; {gpu_name} is "
+                    f"{major}.{minor}: use 'auto' or 'efficient'",
+                )
+            ]
         return []
     if backend == "flash":
         return [

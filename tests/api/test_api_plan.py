@@ -27,7 +27,7 @@ from lorastudio.config_rules import PLAN_FIELDS
 from lorastudio.jobs import host_rules, preflight, validation
 from lorastudio.jobs.hardware import HostInfo, host_info
 from lorastudio.jobs.preflight import (
-    ACTIVATION_FACTOR,
+    DEVICE_ACTIVATION_FACTOR,
     IN_FLIGHT_BLOCKS,
     WEIGHT_BYTES,
     PlanValues,
@@ -246,7 +246,7 @@ def test_memory_estimate_follows_precision_checkpointing_block_swap_and_micro_ba
     activations = gb() - gb(micro_batch_size=1)  # one sample's worth at 1024 px
     assert activations > 1
     for mode in ("selective", "full"):
-        expected = 2 * activations * (1 - ACTIVATION_FACTOR[mode])
+        expected = 2 * activations * (1 - DEVICE_ACTIVATION_FACTOR[mode])
         assert gb() - gb(gradient_checkpointing=mode) == pytest.approx(expected, abs=0.02)
     assert gb(gradient_checkpointing="full") < gb(gradient_checkpointing="selective") < gb()
 

@@ -276,7 +276,8 @@ class HostOut(_Out):
     )
     attention_backends: list[str] = Field(
         default_factory=list,
-        description="the attention_backend values with a kernel here (fa4 also needs a Hopper / Blackwell GPU)",
+        description="the attention_backend values with a kernel on this GPU (cudnn and flash: compute capability"
+        " 8.0+; fa4: a Hopper / Blackwell GPU, and flash_attn.cute, which the run's start checks)",
     )
 
 

@@ -173,6 +173,11 @@ class PreflightPlan(_Out):
         " measured at the start of the run",
     )
     fields: list[PlanFieldOut] = Field(description="one per plan setting, in config_rules.PLAN_FIELDS order")
+    budget_from_gpu: bool = Field(
+        default=False,
+        description="no memory_budget_gb was set and the default plan is forecast over the GPU: the run takes"
+        " the GPU's memory less 1 GiB as its budget (memory_budget_gb here) and measures the settings left at auto",
+    )
 
 
 class MemoryEstimate(_Out):
@@ -201,6 +206,16 @@ class MemoryEstimate(_Out):
     host_warning: str | None = Field(
         default=None, description="the forecast exceeds the available memory: what to lower (null: it fits)"
     )
+    gpu_gb: float | None = Field(
+        default=None, description="memory of the GPU the run trains on, GiB (null: no GPU)"
+    )
+    gpu_fit: Literal["fits", "planned", "tight", "refused"] | None = Field(
+        default=None,
+        description="the plan's forecast against that GPU: fits; planned (the default plan does not fit: the GPU's"
+        " memory becomes the budget); tight (within the forecast's error of the GPU: it may run out of memory);"
+        " refused (even the lightest plan does not fit); null: nothing to judge (no GPU, no local weights)",
+    )
+    gpu_note: str | None = Field(default=None, description="what gpu_fit means for this run (null: it fits)")
 
 
 class PreflightFamily(_Out):

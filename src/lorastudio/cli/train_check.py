@@ -202,6 +202,11 @@ def print_report(report: dict[str, Any]) -> None:
     mem = report["memory"]
     gb = "unknown" if mem["estimated_gb"] is None else f"~{mem['estimated_gb']} GB"
     echo(f"memory: {gb} ({mem['note']})")
+    if mem.get("gpu_gb") is not None:  # jobs/card_fit.py: the plan against the GPU's memory
+        verdict = {"fits": "fits", "planned": "the card's memory is the budget", "tight": "tight"}
+        echo(f"GPU memory: {mem['gpu_gb']} GiB, {verdict.get(mem['gpu_fit'], mem['gpu_fit'])}")
+        if mem.get("gpu_note"):
+            typer.secho(f"  {mem['gpu_note']}", fg=typer.colors.YELLOW if mem["gpu_fit"] == "tight" else None)
     if mem.get("host_gb") is not None:
         free = "unknown" if mem.get("available_gb") is None else f"{mem['available_gb']} GB"
         sure = "" if mem.get("host_certain") else " (not measured on this kind of host: a guide)"

@@ -40,7 +40,7 @@ import threading
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from lorastudio import json_read
@@ -114,7 +114,8 @@ class HostInfo:
     failed probe: device "cpu"); memory_gb: memory of GPU 0 (None on
     CPU); precisions: the base_precision values a run can use here ("auto" always); gpu_count:
     CUDA GPUs visible to this process (0 on a CPU host); gpu_memory_gb: the total memory of each
-    of them in GiB, by index (the caption jobs' placement, jobs/caption_gpu.py)."""
+    of them in GiB, by index (the caption jobs' placement, jobs/caption_gpu.py); capability: GPU
+    0's compute capability (the attention kernels it has: config_host)."""
 
     device: str
     name: str
@@ -122,6 +123,8 @@ class HostInfo:
     precisions: tuple[str, ...]
     gpu_count: int = 0
     gpu_memory_gb: tuple[float, ...] = ()
+    # GPU 0's compute capability (None: no GPU, or not known); not part of the answer's equality
+    capability: tuple[int, int] | None = field(default=None, compare=False)
 
     def public(self) -> dict[str, Any]:
         """HostOut: with the optimizers and compile modes a run can use here (config_choices)."""
@@ -133,7 +136,7 @@ class HostInfo:
             "memory_gb": self.memory_gb,
             "precisions": list(self.precisions),
             "gpu_count": self.gpu_count,
-            **host_choices(self.device),
+            **host_choices(self.device, self.capability),
         }
 
 
@@ -257,6 +260,7 @@ def host_from_facts(facts: Mapping[str, Any]) -> HostInfo:
         precisions_for("cuda", capability),
         gpu_count=len(seen),
         gpu_memory_gb=tuple(gb for _, gb, _ in seen),
+        capability=capability,
     )
 
 

@@ -33,7 +33,8 @@ from lorastudio.training.parallel_rules import data_parallel_problems
 
 def host_problems(cfg: TrainConfig, settings: Settings) -> list[FieldProblem]:
     """Settings this server cannot run on its host: compile "on" / "wide" without CUDA; an attention
-    kernel without one here (cudnn / efficient / fa4 need CUDA, flash CUDA or a CPU); num_gpus > 1 with
+    kernel without one here (cudnn / efficient / fa4 need CUDA, flash CUDA or a CPU; cudnn and flash
+    compute capability 8.0+, fa4 a Hopper / Blackwell GPU); num_gpus > 1 with
     fewer CUDA GPUs than that (unless settings.cpu_data_parallel runs the ranks as gloo
     processes on the CPU), a batch_size that does not divide by num_gpus (each rank takes an
     equal slice of every batch), or lora_dropout > 0 (see training/distributed.py: each rank
@@ -60,9 +61,9 @@ def _host_rules(values: Mapping[str, Any], reported: set[str], settings: Setting
     problems: list[FieldProblem] = []
     rules: dict[str, Callable[[Any], list[FieldProblem]]] = {
         "compile": lambda mode: compile_device_problems(mode, device),
-        "attention_backend": lambda backend: attention_device_problems(
-            backend, device
-        ),  # here, not in the worker
+        "attention_backend": lambda backend: attention_device_problems(  # here, not in the worker
+            backend, device, host.capability, host.name
+        ),
         "memory_budget_gb": lambda budget: memory_budget_problems(budget, device),
         "offload_blocks": lambda blocks: offload_problems(blocks, device),
         "optimizer": lambda name: optimizer_host_problems(name, device),  # 8-bit: CUDA + bitsandbytes

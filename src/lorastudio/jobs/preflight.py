@@ -34,6 +34,7 @@ from lorastudio.data.scan_warnings import scan_warnings
 from lorastudio.errors import HostMemoryShort
 from lorastudio.jobs import host_memory
 from lorastudio.jobs.caption_tokens import caption_token_section, tokenizer_folder
+from lorastudio.jobs.card_fit import CardFit, card_fit
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.preflight_cache import latent_cache_section
 from lorastudio.jobs.preflight_pairs import controls_section, training_mode
@@ -41,6 +42,7 @@ from lorastudio.jobs.time_forecast import time_forecast
 from lorastudio.jobs.validation import ValidatedRun
 from lorastudio.jobs.vram_estimate import (  # noqa: F401 (re-exported: host_memory, tests)
     ACTIVATION_FACTOR,
+    DEVICE_ACTIVATION_FACTOR,
     IN_FLIGHT_BLOCKS,
     WEIGHT_BYTES,
     denoiser_param_split,
@@ -49,8 +51,9 @@ from lorastudio.jobs.vram_estimate import (  # noqa: F401 (re-exported: host_mem
 )
 from lorastudio.settings import get_settings
 
-# Lightest first: the precision a memory budget may fall back to (auto never picks fp8).
-_LIGHTEST_PRECISIONS = ("nf4", "int8", "bf16", "fp16", "fp32")
+# Lightest first: the quantised precisions a memory budget may fall back to from the plain default
+# (training/plan.QUANTISED_LADDER; never fp8, never fp16: auto without bf16 is fp32, training/plan.py).
+_LIGHTEST_PRECISIONS = ("nf4", "int8")
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,12 @@ def preflight_report(
     per_epoch = epoch_bucket_counts(scan)  # the entries' repeats / weights (data/mix.py), per batch key
     steps, steps_per_epoch = run_steps(cfg, scan)
     dtype = resolved_dtype(cfg.base_precision, host)
-    plan = preflight_plan(cfg, host)
+    compiled = compile_runs(cfg.compile, host.device)
+    fit = card_fit(cfg, run.model_dir, host, control_load(scan, cfg), compiled=compiled)  # the card's verdict
+    planned = fit.budget_gib if fit is not None else None  # the card's memory, taken as the budget
+    budgeted = cfg.model_copy(update={"memory_budget_gb": planned}) if planned else cfg  # as the run has it
+    plan = preflight_plan(budgeted, host)
+    plan["budget_from_gpu"] = planned is not None
     if cfg.compile == "wide" and plan["compile"]:
         plan["compile_shapes"] = len(batch_shapes(per_epoch, cfg.batch_size, cfg.micro_batch_size))
     captions = caption_report(
@@ -166,7 +174,7 @@ def preflight_report(
         },
         "plan": plan,
         "conditioning": conditioning_section(cfg),
-        "memory": _memory_section(cfg, run.model_dir, host, scan),
+        "memory": {**_memory_section(budgeted, run.model_dir, host, scan), **gpu_section(fit)},
         "latent_cache": cache,
         "host": host.public(),
         "family": family_section(cfg, run.model_dir),
@@ -299,8 +307,9 @@ def _fuses(cfg: TrainConfig, host: HostInfo, values: dict[str, Any]) -> bool | N
 def plan_for_estimate(cfg: TrainConfig, host: HostInfo, *, lightest: bool = False) -> PlanValues:
     """The plan the memory estimate assumes: the fixed settings, and each setting left at auto at
     its plain default (the fastest plan) or, with `lightest`, at the lightest value a budget may
-    choose (nf4 or int8 where the host runs them, full checkpointing, every block swapped on a
-    GPU, micro-batch 1)."""
+    choose (nf4 or int8 where the host runs them, else the plain default as the engine's ladder
+    has it: fp32 on a GPU without bf16; full checkpointing, every block swapped on a GPU unless
+    compile is "wide", micro-batch 1)."""
     values = default_plan_values(cfg, host)
     left = set(plan_fields_left_auto(cfg))
     if lightest:
@@ -308,7 +317,9 @@ def plan_for_estimate(cfg: TrainConfig, host: HostInfo, *, lightest: bool = Fals
             (p for p in _LIGHTEST_PRECISIONS if p in host.precisions), values["base_precision"]
         )
         values["gradient_checkpointing"] = "full"
-        values["offload_blocks"] = 1000 if host.device == "cuda" else 0
+        # every block swapped where the engine may swap (training/plan.block_swap_searchable: CUDA,
+        # and not compile "wide", whose compiled regions hold the blocks)
+        values["offload_blocks"] = 1000 if host.device == "cuda" and cfg.compile != "wide" else 0
         values["micro_batch_size"] = 1
     for name in PLAN_FIELDS:
         if name not in left:
@@ -349,6 +360,19 @@ def _memory_section(
     except HostMemoryShort as err:
         section["host_warning"] = str(err)
     return section
+
+
+def gpu_section(fit: CardFit | None) -> dict[str, Any]:
+    """The memory section's GPU part (jobs/card_fit.py): `gpu_gb` the card's memory (GiB; None
+    off CUDA), `gpu_fit` the verdict ("fits" | "planned" | "tight" | "refused"; None: nothing to
+    judge), `gpu_note` its sentence (None when it fits)."""
+    if fit is None:
+        return {"gpu_gb": None, "gpu_fit": None, "gpu_note": None}
+    return {
+        "gpu_gb": fit.card_gib,
+        "gpu_fit": fit.verdict,
+        "gpu_note": None if fit.verdict == "fits" else fit.note,
+    }
 
 
 def control_load(scan: DatasetScan, cfg: TrainConfig) -> float:

@@ -217,6 +217,8 @@ def validate_run(
             targets = check_lora_targets(based)
             problems += targets.problems
             notes += [targets.not_checked] if targets.not_checked else []
+    if host_checks and cfg is not None and scan is not None and model_source is not None:
+        problems += card_problems(cfg, model_dir, scan)  # even the lightest plan over the GPU
     if problems or given is None or cfg is None or scan is None or model_source is None or entries is None:
         raise ConfigError(problems or [FieldProblem("(config)", "invalid request")])
     folders = [str(p) for p in resolved_folders(cfg, settings.datasets_dir, allow_outside_root)]
@@ -231,6 +233,21 @@ def validate_run(
         notes=tuple(notes),
         default_name=default_name,
     )
+
+
+def card_problems(cfg: TrainConfig, model_dir: Path | None, scan: DatasetScan) -> list[FieldProblem]:
+    """The refusal of a run that even at its lightest plan is forecast over this host's GPU
+    (jobs/card_fit.py, "refused"), before any worker starts; [] when it may run (a default plan
+    over the GPU is planned by the engine: training/card_plan.py)."""
+    from lorastudio.config_host import compile_runs
+    from lorastudio.jobs.card_fit import card_fit
+    from lorastudio.jobs.preflight import control_load
+
+    host = host_info()
+    fit = card_fit(
+        cfg, model_dir, host, control_load(scan, cfg), compiled=compile_runs(cfg.compile, host.device)
+    )
+    return [fit.problem] if fit is not None and fit.problem is not None else []
 
 
 def sample_prompt_problems(

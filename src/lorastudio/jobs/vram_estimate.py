@@ -24,8 +24,15 @@ WEIGHT_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 
 _COMPUTE_DTYPE = {"fp8": "bf16", "int8": "bf16", "nf4": "bf16"}
 # Quantisation applies to the linears of the repeated blocks only (quant engineer's contract).
 _QUANTISED = frozenset({"int8", "nf4"})
-# Activation memory kept for the backward, relative to no checkpointing.
+# Activation memory kept for the backward, relative to no checkpointing (the host RAM forecast's,
+# jobs/host_memory.py, fitted on CPU runs).
 ACTIVATION_FACTOR: dict[str, float] = {"off": 1.0, "selective": 0.5, "full": 0.1}
+# The same on the accelerator. "full": the low-memory plans measured at real size (bench/RESULTS.md
+# note 10: nf4 / int8 with full checkpointing, eager, batch 1, 1024 px) held 0.025-0.047 of the eager
+# activations beside their weights, LoRA state and the 1 GB overhead (FLUX.1 0.047, Qwen-Image 0.025,
+# Z-Image 0.040); 0.05 keeps every one of them an overestimate, by 1-19 % (0.1 gave 18-38 %: a 16 GB
+# card's Qwen-Image plan, 13.2 GiB measured, was forecast at 15.8). "selective" is not measured.
+DEVICE_ACTIVATION_FACTOR: dict[str, float] = {"off": 1.0, "selective": 0.5, "full": 0.05}
 # Swapped blocks resident on the device at a time (the one computing + the one prefetched).
 IN_FLIGHT_BLOCKS = 2
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1}
@@ -80,16 +87,17 @@ def estimate_memory_gb(
     billion denoiser parameters per sample of the micro-batch at 1024 px: measured per denoiser
     class, compiled (`compiled`: regional compile on) or eager, _ACT_GB_PER_BPARAM_BY_CLASS; else
     2.5 eager, x _COMPILED_SHARE compiled; scaled by pixels (target + the edit
-    sample's control images, whose tokens join the sequence), x ACTIVATION_FACTOR
+    sample's control images, whose tokens join the sequence), x DEVICE_ACTIVATION_FACTOR
     of the checkpointing mode) + 1 GB. Checked within 15 % (8 % measured) of the H200 peaks of
     FLUX.1, Qwen-Image, Z-Image and SDXL (bf16 and fp8, compiled and eager, b1-b8; tests/unit/jobs/
-    test_real_size_forecasts.py); quantisation, checkpointing and block swap are not measured."""
+    test_real_size_forecasts.py); the low-memory plans (nf4 / int8, full checkpointing) are
+    overestimated by 1-19 % (RESULTS note 10); block swap and selective checkpointing are not measured."""
     fam = families.get(cfg.family)
     measured = fam.spec.denoiser_class in _ACT_GB_PER_BPARAM_BY_CLASS
     note = (
         "formula: the headers' weights + LoRA/optimizer + activations measured for this model class on"
-        " an H200 (within 15 % of the measured peaks of plans without checkpointing or block swap; rough"
-        " for those and for int8 / nf4, which are not measured)"
+        " an H200 (within 15 % of the measured peaks of plans without checkpointing or block swap, 1-19 %"
+        " over those of nf4 / int8 with full checkpointing; rough for block swap and selective checkpointing)"
         if measured
         else "rough formula (weights + LoRA/optimizer + activations scaled from H200 baselines), +-50%"
     )
@@ -120,7 +128,7 @@ def estimate_memory_gb(
         fam.spec.denoiser_class, (_ACT_GB_PER_BPARAM * _COMPILED_SHARE, _ACT_GB_PER_BPARAM)
     )
     act = (compiled_rate if compiled else eager_rate) * denoiser / 1e9 * plan.micro_batch_size * pixels
-    act *= ACTIVATION_FACTOR[plan.gradient_checkpointing]
+    act *= DEVICE_ACTIVATION_FACTOR[plan.gradient_checkpointing]
     phases = {
         "conditioning": round(encoders * per + _OVERHEAD_GB, 2),
         "latents": round(vae * per * 3 + _OVERHEAD_GB, 2),

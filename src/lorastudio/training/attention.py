@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from lorastudio import json_read
-from lorastudio.config_host import attention_device_problems
+from lorastudio.config_host import ATTENTION_MIN_CAPABILITY, attention_device_problems
 from lorastudio.errors import FieldProblem
 from lorastudio.jobs.childenv import child_environment
 from lorastudio.training.attention_fa4 import fa4_unavailable, route_denoiser_to_fa4
@@ -90,13 +90,17 @@ class KernelProbe:
 
 def attention_problems(backend: str, device: torch.device) -> list[FieldProblem]:
     """Why `backend` cannot be honoured on `device` (empty when it can): "cudnn" and "efficient"
-    are CUDA kernels; "flash" needs CUDA or a CPU (torch has a CPU flash kernel), not MPS; "fa4"
-    needs a Hopper / Blackwell GPU and flash_attn.cute (attention_fa4.fa4_unavailable)."""
+    are CUDA kernels; "flash" needs CUDA or a CPU (torch has a CPU flash kernel), not MPS; on a
+    GPU "cudnn" and "flash" need compute capability 8.0+ (config_host); "fa4" needs a Hopper /
+    Blackwell GPU and flash_attn.cute (attention_fa4.fa4_unavailable)."""
     if backend == "fa4":
         reason = fa4_unavailable(device)
         if reason is not None:
             return [FieldProblem("attention_backend", f"'fa4' cannot run here: {reason}; use 'auto'")]
         return []
+    if device.type == "cuda" and torch.cuda.is_available():  # the run's own card: cudnn / flash from sm80
+        capability = torch.cuda.get_device_capability(device)
+        return attention_device_problems(backend, "cuda", capability, torch.cuda.get_device_name(device))
     return attention_device_problems(backend, device.type)  # config_host: the host lists the same
 
 
@@ -144,7 +148,8 @@ def settled_choice(
     masked: bool = False,
 ) -> AttentionChoice | None:
     """choose_attention's answer where it needs no probe (an explicit backend, no CUDA, no
-    shapes, a masked family, a dtype cuDNN cannot take); None when "auto" must probe."""
+    shapes, a masked family, a dtype cuDNN and flash cannot take or a GPU without either kernel
+    (below sm80: a T4, an RTX 20xx): the efficient kernel); None when "auto" must probe."""
     if requested != "auto":
         return AttentionChoice(requested)
     if device.type != "cuda" or not shapes:
@@ -155,8 +160,21 @@ def settled_choice(
             "attention: every call carries the text mask, which flash cannot take and cuDNN crashed "
             "on (bench note 24): the efficient kernel",
         )
-    if dtype not in (torch.bfloat16, torch.float16):
-        return AttentionChoice("flash", f"attention: cuDNN needs bf16/fp16 compute (this run: {dtype})")
+    if dtype not in (torch.bfloat16, torch.float16):  # torch's flash kernel takes neither: it ran efficient
+        return AttentionChoice(
+            "efficient",
+            f"attention: cuDNN and flash need bf16/fp16 compute (this run: {dtype}): the efficient kernel",
+        )
+    if (
+        torch.cuda.is_available()
+        and torch.cuda.get_device_capability(device) < ATTENTION_MIN_CAPABILITY["cudnn"]
+    ):
+        major, minor = torch.cuda.get_device_capability(device)
+        return AttentionChoice(
+            "efficient",
+            f"attention: {torch.cuda.get_device_name(device)} (compute capability {major}.{minor}) has no cuDNN or"
+            " flash kernel (8.0+): the efficient kernel",
+        )
     return None
 
 

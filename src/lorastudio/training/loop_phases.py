@@ -189,7 +189,12 @@ def _prepare_denoiser(
             memory_budget_gb=cfg.memory_budget_gb,
             decided_by=decided_by,
             trials=trials,
-            fallbacks=[*state.notes, *built.fallbacks, *filter(None, [attention.fallback_reason])],
+            fallbacks=[
+                *filter(None, [run.card_note]),  # the card's memory taken as the budget
+                *state.notes,
+                *built.fallbacks,
+                *filter(None, [attention.fallback_reason]),
+            ],
             attention_backend=attention.backend,
             fused_projections=built.fused_groups,
         )

@@ -27,6 +27,7 @@ _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 BF16_COMPUTE = frozenset({"fp8", "int8", "nf4"})
 QUANTISED = frozenset({"int8", "nf4"})
 FP8_MIN_CAPABILITY = (8, 9)  # Ada (8.9) and Hopper (9.0) are the first GPUs with fp8 tensor cores
+BF16_MIN_CAPABILITY = (8, 0)  # Ampere (8.0) is the first with bf16 tensor cores (jobs/hardware.py's rule)
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -55,6 +56,19 @@ def is_quantised(base_precision: str) -> bool:
     return base_precision in QUANTISED
 
 
+def bf16_capable(device: torch.device) -> bool:
+    """Whether `device` computes in bf16: a CUDA GPU of compute capability >= 8.0 (ROCm: any).
+    Not torch.cuda.is_bf16_supported(): it asks the current device, not `device` (a box of an
+    RTX 3090 and an RTX 2080 Ti training on the second), and says yes on sm_75 (a T4, an RTX
+    20xx) where a bf16 tensor can be made but no tensor core computes it (emulated, slow), while
+    the studio's preflight and checks (jobs/hardware.precisions_for) say no there."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    if torch.version.hip:
+        return True
+    return torch.cuda.get_device_capability(device) >= BF16_MIN_CAPABILITY
+
+
 def fp8_capable(device: torch.device) -> bool:
     """Whether `device` runs fp8 matmuls: a CUDA GPU of compute capability >= 8.9."""
     if device.type != "cuda" or not torch.cuda.is_available():
@@ -64,20 +78,22 @@ def fp8_capable(device: torch.device) -> bool:
 
 def precision_problems(base_precision: str, device: torch.device) -> list[FieldProblem]:
     """Why `base_precision` cannot run on `device` (empty list when it can): fp16 needs CUDA;
-    bf16 (and int8 / nf4 / fp8, which compute in bf16) need bf16 support on a GPU; fp8 needs a
-    CUDA GPU of compute capability >= 8.9."""
+    bf16 (and int8 / nf4 / fp8, which compute in bf16) need bf16 support on a GPU (`bf16_capable`:
+    compute capability 8.0+); fp8 needs a CUDA GPU of compute capability >= 8.9."""
     if base_precision == "fp16" and device.type != "cuda":
         return [FieldProblem("base_precision", "fp16 needs a CUDA GPU; use fp32 (or bf16) on the CPU")]
     if base_precision == "fp8":
         return _fp8_problems(device)
     bf16_needed = base_precision == "bf16" or base_precision in QUANTISED
-    if bf16_needed and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    if bf16_needed and device.type == "cuda" and not bf16_capable(device):
+        major, minor = torch.cuda.get_device_capability(device)
+        card = f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor}, bf16 from 8.0)"
         if base_precision == "bf16":
-            return [FieldProblem("base_precision", "this GPU does not support bf16; use fp16 or fp32")]
+            return [FieldProblem("base_precision", f"{card} does not support bf16; use fp16 or fp32")]
         return [
             FieldProblem(
                 "base_precision",
-                f"{base_precision} computes in bf16, which this GPU does not support; use fp16 or fp32",
+                f"{base_precision} computes in bf16, which {card} does not support; use fp16 or fp32",
             )
         ]
     return []
@@ -109,7 +125,7 @@ def pick_dtype(base_precision: str, device: torch.device) -> torch.dtype:
     if problems:
         raise ConfigError(problems)
     if base_precision == "auto":
-        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        if bf16_capable(device):
             return torch.bfloat16
         return torch.float32
     if base_precision in BF16_COMPUTE:

@@ -58,6 +58,7 @@ class PreparedRun:
         str, ...
     ] = ()  # Holdout.labels: the entries that name them (data.items.item_name)
     dataset_warnings: tuple[str, ...] = ()  # data/scan_warnings.py: logged, and emitted (DatasetWarnings)
+    card_note: str | None = None  # training/card_plan.py: the plan against the card (its memory as a budget)
 
 
 def resolve_model_source(
@@ -249,8 +250,14 @@ def _preflight(
     if problems:
         raise ConfigError(problems)
     dtype = pick_dtype(resolved.base_precision, dev)
+    card_note = None
+    if dev.type == "cuda":  # a default plan over the card: its memory as the budget (training/card_plan.py)
+        from lorastudio.jobs.preflight import control_load
+        from lorastudio.training.card_plan import card_planned
+
+        resolved, card_note = card_planned(resolved, found.folder, control_load(scan, resolved), dev)
     return PreparedRun(
-        resolved, family, scan, run_dir, dev, dtype, holdout.validation, holdout.labels, warnings
+        resolved, family, scan, run_dir, dev, dtype, holdout.validation, holdout.labels, warnings, card_note
     )
 
 

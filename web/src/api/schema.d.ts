@@ -2509,7 +2509,7 @@ export interface components {
         HostOut: {
             /**
              * Attention Backends
-             * @description the attention_backend values with a kernel here (fa4 also needs a Hopper / Blackwell GPU)
+             * @description the attention_backend values with a kernel on this GPU (cudnn and flash: compute capability 8.0+; fa4: a Hopper / Blackwell GPU, and flash_attn.cute, which the run's start checks)
              */
             attention_backends: string[];
             /**
@@ -2873,6 +2873,21 @@ export interface components {
              * @description rough peak (a formula, not a measurement)
              */
             estimated_gb: number | null;
+            /**
+             * Gpu Fit
+             * @description the plan's forecast against that GPU: fits; planned (the default plan does not fit: the GPU's memory becomes the budget); tight (within the forecast's error of the GPU: it may run out of memory); refused (even the lightest plan does not fit); null: nothing to judge (no GPU, no local weights)
+             */
+            gpu_fit: ("fits" | "planned" | "tight" | "refused") | null;
+            /**
+             * Gpu Gb
+             * @description memory of the GPU the run trains on, GiB (null: no GPU)
+             */
+            gpu_gb: number | null;
+            /**
+             * Gpu Note
+             * @description what gpu_fit means for this run (null: it fits)
+             */
+            gpu_note: string | null;
             /**
              * Host Certain
              * @description the host forecast is measured (CPU, the rough activation formula <= 15 % of the peak): a run above the available memory is refused; false (CUDA, or activations leading): it only warns
@@ -3465,6 +3480,12 @@ export interface components {
         };
         /** PreflightPlan */
         PreflightPlan: {
+            /**
+             * Budget From Gpu
+             * @description no memory_budget_gb was set and the default plan is forecast over the GPU: the run takes the GPU's memory less 1 GiB as its budget (memory_budget_gb here) and measures the settings left at auto
+             * @default false
+             */
+            budget_from_gpu?: boolean;
             /**
              * Compile
              * @description regional compile will be on (auto = on with CUDA)
@@ -4316,7 +4337,7 @@ export interface components {
             base_model: string;
             /**
              * Base Precision
-             * @description frozen base: auto = bf16 on a capable GPU, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)
+             * @description frozen base: auto = bf16 on a GPU of compute capability 8.0+, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)
              * @default auto
              * @enum {string}
              */
@@ -4604,7 +4625,7 @@ export interface components {
             max_sequence_length?: number | null;
             /**
              * Memory Budget Gb
-             * @description GPU memory the run may use: the settings left at auto (precision, checkpointing, block swap, micro-batch) are chosen by measuring a few real steps; null = no budget
+             * @description GPU memory the run may use: the settings left at auto (precision, checkpointing, block swap, micro-batch) are chosen by measuring a few real steps; null = no budget, unless the default plan is forecast over the GPU: then the GPU's memory less 1 GiB (the preflight says so)
              * @default null
              */
             memory_budget_gb?: number | null;
@@ -4943,7 +4964,7 @@ export interface components {
             base_model: string;
             /**
              * Base Precision
-             * @description frozen base: auto = bf16 on a capable GPU, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)
+             * @description frozen base: auto = bf16 on a GPU of compute capability 8.0+, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)
              * @default auto
              * @enum {string}
              */
@@ -5211,7 +5232,7 @@ export interface components {
             max_sequence_length: number | null;
             /**
              * Memory Budget Gb
-             * @description GPU memory the run may use: the settings left at auto (precision, checkpointing, block swap, micro-batch) are chosen by measuring a few real steps; null = no budget
+             * @description GPU memory the run may use: the settings left at auto (precision, checkpointing, block swap, micro-batch) are chosen by measuring a few real steps; null = no budget, unless the default plan is forecast over the GPU: then the GPU's memory less 1 GiB (the preflight says so)
              */
             memory_budget_gb: number | null;
             /**

@@ -7,7 +7,8 @@ import { PLAN_FIELD_LABELS, planFieldText } from "../lib/plan";
  * The preflight report: what the run will train on, how long, in what precision, with which memory
  * plan (each setting fixed, a default, or measured at start against the memory budget), the
  * attention setting (auto: the kernel is chosen at the start of the run), how much memory (a
- * rough formula for the accelerator, a measured forecast of host RAM beside what is free), how long
+ * rough formula for the accelerator, with its verdict on the GPU's memory: a default plan over it takes the
+ * GPU's memory as its budget; a measured forecast of host RAM beside what is free), how long
  * (the wall-time forecast per phase, each with its basis; a guess says so), what training the base model's flavour means (e.g. a step-distilled one)
  * and each check the preflight did not make now (`notes`: the run's start makes it).
  */
@@ -189,6 +190,12 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
         <p className="small" data-testid="preflight-single-file">
           <strong>Single-file base:</strong> {report.family.single_file}
         </p>
+      )}
+      {memory.gpu_note && (
+        <div className={memory.gpu_fit === "planned" ? "banner" : "banner warn"} data-testid="preflight-gpu-note">
+          {memory.gpu_fit === "refused" ? "Will not start: " : ""}
+          {memory.gpu_note}
+        </div>
       )}
       {memory.host_warning && (
         <div className="banner warn" data-testid="preflight-host-warning">

@@ -21,10 +21,15 @@ export function gpuInput(host: Host): { max: number; disabled: boolean; hint: st
   return { max: count, disabled: false, hint: `data-parallel, up to ${count} on this host` };
 }
 
-/** The memory budget's hint: the GPU's memory, or why a budget cannot apply here. */
+/**
+ * The memory budget's hint: the GPU's memory, or why a budget cannot apply here. Blank on a GPU is
+ * no budget while the default plan is forecast to fit it, else the GPU's memory less 1 GiB
+ * (jobs/card_fit.py: the preflight says which).
+ */
 export function budgetHint(host: Host): string {
   if (host.device !== "cuda") return `needs a CUDA GPU (this host: ${host.name}); blank = no budget`;
-  return host.memory_gb != null ? `this GPU has ${host.memory_gb} GB; blank = no budget` : "blank = no budget";
+  const blank = "blank = none, or the GPU's memory less 1 GiB where the default plan does not fit it";
+  return host.memory_gb != null ? `this GPU has ${host.memory_gb} GB; ${blank}` : blank;
 }
 
 /**

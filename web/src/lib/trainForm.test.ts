@@ -251,6 +251,8 @@ describe("train form: the memory plan and GPUs", () => {
     expect(gpuInput(cuda(1))).toMatchObject({ max: 1, disabled: true, hint: "this host has 1 GPU" });
     expect(gpuInput(cuda(8))).toMatchObject({ max: 8, disabled: false });
     expect(budgetHint(cuda(1))).toMatch(/139.8 GB/);
+    // blank is no budget only while the default plan fits the GPU (jobs/card_fit.py)
+    expect(budgetHint(cuda(1))).toMatch(/the GPU's memory less 1 GiB where the default plan does not fit it/);
     expect(budgetHint(INFO.host)).toMatch(/needs a CUDA GPU/);
   });
   it("parses betas and per-module patterns, and reports malformed ones", () => {

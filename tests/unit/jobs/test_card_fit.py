@@ -1,0 +1,99 @@
+"""A consumer or older GPU's verdict on a run before any worker starts (jobs/card_fit.py), in the
+job service's checks and preflight, on the tiny models: the GPU facts are faked at the seam the
+checks read them from (jobs/hardware.host_info). The real-size verdicts (12-40 GB cards, FLUX.1,
+Qwen-Image, SDXL, Z-Image) are tests/unit/jobs/test_real_size_forecasts.py's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lorastudio.config import TrainConfig
+from lorastudio.errors import ConfigError
+from lorastudio.jobs import hardware, preflight, validation
+from lorastudio.jobs.hardware import HostInfo, precisions_for
+from lorastudio.jobs.preflight import plan_for_estimate, preflight_report
+from lorastudio.jobs.validation import validate_run
+from lorastudio.settings import Settings
+
+T4 = HostInfo("cuda", "Tesla T4", 14.6, precisions_for("cuda", (7, 5)), gpu_count=1, gpu_memory_gb=(14.6,))
+
+
+def _card(monkeypatch: pytest.MonkeyPatch, name: str, gib: float, capability: tuple[int, int]) -> HostInfo:
+    host = HostInfo("cuda", name, gib, precisions_for("cuda", capability), gpu_count=1, gpu_memory_gb=(gib,))
+    for module in (hardware, validation, preflight):
+        monkeypatch.setattr(module, "host_info", lambda: host)
+    monkeypatch.setattr("lorastudio.jobs.host_rules.host_info", lambda: host)
+    return host
+
+
+def test_the_lightest_plan_on_a_gpu_without_bf16_is_the_engines_fp32_not_fp16() -> None:
+    # the engine's budget ladder (training/plan.py) is the plain default, then int8 / nf4 where they
+    # run: on sm_75 (T4, RTX 20xx) that is fp32 alone; the forecast assumed fp16, half its weights
+    cfg = TrainConfig(family="flux", base_model="/m", data_dir="d", memory_budget_gb=12)
+    assert plan_for_estimate(cfg, T4, lightest=True).base_precision == "fp32"
+    assert plan_for_estimate(cfg, T4).base_precision == "fp32"  # auto: no bf16 here
+
+
+def test_a_run_no_plan_fits_on_the_gpu_is_refused_before_a_worker_starts_and_one_that_fits_is_told_so(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32}
+    raw["steps"] = 2
+    _card(monkeypatch, "NVIDIA GeForce RTX 4090", 23.5, (8, 9))
+    report = preflight_report(validate_run(raw, settings, live_output_names=set()))
+    memory = report["memory"]
+    assert memory["gpu_gb"] == 23.5 and memory["gpu_fit"] == "fits" and memory["gpu_note"] is None
+    assert report["plan"]["budget_from_gpu"] is False and report["plan"]["memory_budget_gb"] is None
+
+    _card(monkeypatch, "a MIG 1g.5gb slice", 0.5, (8, 0))  # the tiny model's ~1 GB overhead exceeds it
+    with pytest.raises(ConfigError) as refused:
+        validate_run(raw, settings, live_output_names=set())
+    (problem,) = refused.value.problems
+    assert problem.field == "base_precision" and "0.5 GiB of a MIG 1g.5gb slice" in problem.message
+
+
+def _probed(name: str, gib: float, capability: tuple[int, int]) -> HostInfo:
+    """The HostInfo of a probe's answer on a host of that one GPU (jobs/gpu_probe.facts' form)."""
+    gpu = {"name": name, "total_memory": int(gib * 2**30), "capability": list(capability)}
+    return hardware.host_from_facts({"cuda": True, "devices": [gpu]})
+
+
+def test_attention_kernels_a_card_lacks_are_refused_before_a_worker_starts_and_not_offered(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lorastudio.jobs.host_rules import host_problems
+
+    rtx_4090, t4, h100 = (
+        _probed("NVIDIA GeForce RTX 4090", 23.5, (8, 9)),
+        _probed("Tesla T4", 14.6, (7, 5)),
+        _probed("NVIDIA H100 80GB HBM3", 79.2, (9, 0)),
+    )
+    # /api/info's choices (HostInfo.public): what the web UI offers for attention_backend
+    assert rtx_4090.public()["attention_backends"] == ["auto", "cudnn", "flash", "efficient", "math"]
+    assert t4.public()["attention_backends"] == ["auto", "efficient", "math"]
+    assert "fa4" in h100.public()["attention_backends"]
+    # the job service's host check: the worker's own check (training/attention.py) is no longer the first
+    cfg = TrainConfig(family="flux", base_model="/m", data_dir="d", attention_backend="fa4")
+    monkeypatch.setattr("lorastudio.jobs.host_rules.host_info", lambda: rtx_4090)
+    (problem,) = host_problems(cfg, settings)
+    assert problem.field == "attention_backend" and "NVIDIA GeForce RTX 4090 is sm89" in problem.message
+    monkeypatch.setattr("lorastudio.jobs.host_rules.host_info", lambda: t4)
+    for backend in ("cudnn", "flash"):
+        (problem,) = host_problems(cfg.model_copy(update={"attention_backend": backend}), settings)
+        assert "needs compute capability 8.0 or newer; Tesla T4 is 7.5" in problem.message
+    assert host_problems(cfg.model_copy(update={"attention_backend": "efficient"}), settings) == []
+
+
+def test_the_lightest_plan_swaps_no_block_under_compile_wide_as_the_engines_search_does() -> None:
+    # training/plan.block_swap_searchable: compile "wide" holds the blocks in its compiled regions,
+    # so a budget never swaps there; the lightest forecast swapped all of them (and said it fit)
+    rtx_3060 = HostInfo("cuda", "RTX 3060", 11.6, precisions_for("cuda", (8, 6)), 1, (11.6,))
+    cfg = TrainConfig(family="sdxl", base_model="/m", data_dir="d", compile="wide", memory_budget_gb=10)
+    assert plan_for_estimate(cfg, rtx_3060, lightest=True).offload_blocks == 0
+    assert (
+        plan_for_estimate(cfg.model_copy(update={"compile": "auto"}), rtx_3060, lightest=True).offload_blocks
+        == 1000
+    )
