@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import safetensors
+import safetensors.torch
 import torch
-from safetensors.torch import save_file
 
 from lorastudio.errors import library_os_error
 
@@ -70,6 +70,6 @@ def save_tensors_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
     """safetensors' save_file of `tensors` to `path`, its I/O error raised as the OSError it
     names (naming `path`); another SafetensorError passes unchanged."""
     try:
-        save_file(tensors, str(path))
+        safetensors.torch.save_file(tensors, str(path))  # looked up at the call, as before
     except safetensors.SafetensorError as err:
         raise library_os_error(err, path) or err from err

@@ -1,5 +1,5 @@
-"""A checkpoint write that the file system refuses reaches the caller as the OSError it is (the
-errno and the file), not as torch's or safetensors' own exception (RELIABILITY 1070): a real
+"""A checkpoint write that the file system refuses is WriteFailed from the OSError it is (the
+errno and the file), not torch's or safetensors' own exception (RELIABILITY 1070): a real
 file-size limit (RLIMIT_FSIZE, `ulimit -f`; Python ignores SIGXFSZ, so write() fails with EFBIG)
 lowered around the checkpoint's own writes only, in process (no mount needed)."""
 
@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from lorastudio.errors import WRITE_ADVICE, WriteFailed
 from lorastudio.settings import get_settings
 from lorastudio.training import snapshot
 from lorastudio.training.loop import train
@@ -69,9 +70,12 @@ def test_a_checkpoint_past_the_file_size_limit_fails_with_its_oserror(make_confi
         monkeypatch.setattr(snapshot, "write_checkpoint_folder", _limited(snapshot.write_checkpoint_folder))
     else:  # lora.safetensors written (follow_umask runs after it), then the limit: torch.save's file
         _limit_after(monkeypatch, "follow_umask")
-    with pytest.raises(OSError) as caught:  # was SafetensorError / torch's RuntimeError
+    with pytest.raises(WriteFailed) as caught:  # was SafetensorError / torch's RuntimeError
         train(make_config(steps=2, save_every=1, output_name=f"limit-{failing[:4]}"), [].append, device="cpu")
-    assert caught.value.errno == errno.EFBIG
-    assert Path(str(caught.value.filename)).name == failing
+    cause = caught.value.__cause__
+    assert isinstance(cause, OSError) and cause.errno == errno.EFBIG
+    assert Path(str(cause.filename)).name == failing
+    assert str(caught.value).startswith("write failed: the checkpoint step-000001 could not be written")
+    assert f"File too large: {cause.filename}; {WRITE_ADVICE[errno.EFBIG]}" in str(caught.value)
     checkpoints = get_settings().outputs_dir / f"limit-{failing[:4]}" / "checkpoints"
     assert not checkpoints.exists() or list(checkpoints.iterdir()) == []  # no staging, no step folder
