@@ -257,9 +257,10 @@ def os_error_text(err: OSError) -> str:
 
 
 # The write failures that are not a full disk: the file too large, a read-only file system, no
-# permission (EACCES, EPERM), an I/O error. Other OSErrors (ENOENT, EEXIST, ...) are races or
-# refusals a caller handles itself, so `writing` lets them through.
-WRITE_FAILED_ERRNOS = frozenset({errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
+# permission (EACCES, EPERM), an I/O error, a folder the system holds (EBUSY: a mount point, which
+# no rename or removal moves). Other OSErrors (ENOENT, EEXIST, ...) are races or refusals a caller
+# handles itself, so `writing` lets them through.
+WRITE_FAILED_ERRNOS = frozenset({errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EBUSY})
 
 # What a user does about each (a WriteFailed's message ends with it): the system's reason alone
 # ("Operation not permitted") named the file but not what to do.
@@ -271,6 +272,8 @@ WRITE_ADVICE = {
     errno.EACCES: f"{_NO_PERMISSION}, then retry",
     errno.EPERM: f"{_NO_PERMISSION} (and lift an immutable attribute, `chattr -i`), then retry",
     errno.EIO: "the disk reported an I/O error: check the disk (and free space on it), then retry",
+    errno.EBUSY: "it is a mount point (another file system mounted on that folder), which cannot be renamed or"
+    " removed: unmount it (or mount it elsewhere and keep the files in a folder inside it), then retry",
 }
 
 

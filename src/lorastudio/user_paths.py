@@ -114,8 +114,18 @@ def output_file_problem(
     if not is_dir(out.parent):
         return f"the folder {out.parent} does not exist"
     if not os.access(out.parent, os.W_OK | os.X_OK):
-        return f"cannot write in the folder {out.parent} (permission denied)"
+        why = "a read-only file system" if _read_only(out.parent) else "permission denied"
+        return f"cannot write in the folder {out.parent} ({why})"
     return None
+
+
+def _read_only(folder: Path) -> bool:
+    """Whether `folder` is on a file system mounted read-only (access(2) refuses a write there
+    with EROFS, which os.access reports as a plain False: root too, whose permissions pass)."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def publish_file(staged: Path, out: Path, overwrite: bool, overwrite_flag: str) -> str | None:

@@ -1,6 +1,7 @@
 """A worker target that injects file-system faults into the real engine, for the reliability
 suite only. It runs the real `worker_main` in a real spawned child; before that it wraps the two
-writers of run files according to $LORASTUDIO_TEST_FAULT (inherited from the test process; the
+writers of run files (a checkpoint's state.pt: snapshot.save_torch_file; safetensors' save_file)
+according to $LORASTUDIO_TEST_FAULT (inherited from the test process; the
 production worker never reads it):
 
 - "slow_checkpoint": every checkpoint's state.pt is written in two halves with 0.3 s between
@@ -45,24 +46,22 @@ def _install(fault: str) -> None:
     import safetensors.torch
     import torch
 
-    real_torch_save = torch.save
+    from lorastudio.training import snapshot
+
     real_save_file = safetensors.torch.save_file
     calls = {"checkpoint": 0}
     kind, _, arg = fault.partition(":")
 
-    def torch_save(obj: Any, f: Any, *a: Any, **kw: Any) -> None:
-        if not isinstance(f, str | os.PathLike):
-            real_torch_save(obj, f, *a, **kw)
-            return
+    def save_torch_file(obj: Any, path: Path) -> None:  # a checkpoint's state.pt (checkpoint_writes.py)
         calls["checkpoint"] += 1
         buf = io.BytesIO()
-        real_torch_save(obj, buf, *a, **kw)
+        torch.save(obj, buf)
         if kind == "slow_checkpoint":
-            _half_write(Path(f), buf.getvalue(), "pause")
+            _half_write(Path(path), buf.getvalue(), "pause")
         elif kind == "enospc_checkpoint" and calls["checkpoint"] == int(arg):
-            _half_write(Path(f), buf.getvalue(), "enospc")
+            _half_write(Path(path), buf.getvalue(), "enospc")
         else:
-            Path(f).write_bytes(buf.getvalue())
+            Path(path).write_bytes(buf.getvalue())
 
     def save_file(tensors: Any, filename: str, metadata: Any = None) -> None:
         name = Path(filename).name
@@ -72,7 +71,7 @@ def _install(fault: str) -> None:
             _half_write(Path(filename), data, "enospc")
         real_save_file(tensors, filename, metadata=metadata)
 
-    torch.save = torch_save
+    snapshot.save_torch_file = save_torch_file
     safetensors.torch.save_file = save_file
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.basemodels.catalogue import FETCH_MARKER, ModelEntry, get_model
-from lorastudio.errors import JobActive, ModelNotDeletable, NotFound
+from lorastudio.errors import JobActive, ModelNotDeletable, NotFound, writing
 from lorastudio.settings import Settings
 from lorastudio.tiny import MARKER_FILE as TINY_MARKER
 
@@ -52,7 +52,8 @@ def delete_model(
             )
         trash = folder.with_name(f".{folder.name}.deleting-{uuid.uuid4().hex[:8]}")
         try:
-            os.rename(folder, trash)
+            with writing(f"the model {model_id} could not be deleted", folder):  # a mount point: EBUSY
+                os.rename(folder, trash)
         except FileNotFoundError:  # another process (`models rm`, another server) deleted it
             raise NotFound(f"no model with id {model_id!r}: it was deleted meanwhile") from None
     shutil.rmtree(trash)  # outside the lock: a large model's removal holds no other delete

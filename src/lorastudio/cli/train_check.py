@@ -11,13 +11,14 @@ outputs; and, as the engine's preflight, the adapter targets on the denoiser's m
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.errors import ConfigError, FieldProblem, writing
 from lorastudio.settings import Settings
 from lorastudio.user_paths import lexists
 
@@ -111,14 +112,28 @@ def _explain(problem: FieldProblem, name: str, settings: Settings) -> FieldProbl
 
 def replace_outputs(name: str, settings: Settings) -> Path | None:
     """Remove outputs/NAME (a previous run's folder) for `--overwrite`; returns the folder
-    removed, or None when there was none. A link is removed, never followed."""
+    removed, or None when there was none. A link is removed, never followed. A folder that is a
+    mount point is refused (ConfigError) before anything in it is removed: the folder itself
+    cannot go (EBUSY), so its files would be lost and the run still refused. A failed removal is
+    WriteFailed / NoSpaceLeft naming the folder."""
     folder = settings.outputs_dir / name
-    if folder.is_symlink() or folder.is_file():
-        folder.unlink()
-        return folder
-    if folder.is_dir():
-        shutil.rmtree(folder)
-        return folder
+    if not folder.is_symlink() and os.path.ismount(folder):
+        raise ConfigError(
+            [
+                FieldProblem(
+                    "output_name",
+                    f"{folder} is a mount point (another file system mounted on it): --overwrite cannot "
+                    "replace it, and nothing in it was removed; unmount it, or choose another output_name",
+                )
+            ]
+        )
+    with writing(f"the outputs of {name} could not be removed for --overwrite", folder):
+        if folder.is_symlink() or folder.is_file():
+            folder.unlink()
+            return folder
+        if folder.is_dir():
+            shutil.rmtree(folder)
+            return folder
     return None
 
 

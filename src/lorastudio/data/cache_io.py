@@ -132,6 +132,9 @@ def write_shard_bytes(shard: Path, data: bytes) -> bool:
 
 
 READERS_LOCK = ".readers.lock"  # in the cache folder: runs hold it shared, a clear exclusive
+# A cache folder this process cannot write its lock into: read-only, not its own, or full (no
+# block or inode left for the lock file): a run then uses no disk cache rather than failing
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
 
 
 def hold_readers(root: Path) -> int | None:
@@ -139,7 +142,8 @@ def hold_readers(root: Path) -> int | None:
     waits while a clear holds it): held by a run that reads shards, so a clear (`readers_gone`)
     from any process or studio home sharing this cache folder is refused meanwhile. Returns the
     descriptor: closing it (or the process's end, kill -9 included) releases it; None for a
-    cache this process may not write (read-only: it cannot clear it either).
+    cache this process may not write (read-only, or full with no lock file there yet: it cannot
+    clear it either).
     Raises CacheError naming the lock when a link or a folder is there, and naming the cache
     folder when a file is where it (or a folder above it) goes."""
     try:
@@ -159,7 +163,8 @@ def hold_readers(root: Path) -> int | None:
         fd = os.open(root / READERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         follow_umask_fd(fd)  # an older version's 0600 lock (file_modes.py)
     except OSError as err:
-        if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        if err.errno in _NOT_WRITABLE or (err.errno == errno.ENOENT and not root.is_dir()):
+            # ENOENT: the folder could not be made above (an empty cache on a read-only mount)
             try:
                 fd = os.open(root / READERS_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:

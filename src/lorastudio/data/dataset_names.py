@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lorastudio.data.paths import existing_component, new_name, safe_component
 from lorastudio.data.writes import dataset_lock
-from lorastudio.errors import ConfigError, DatasetNotFound, FieldProblem, JobActive, PathOutsideRoot
+from lorastudio.errors import ConfigError, DatasetNotFound, FieldProblem, JobActive, PathOutsideRoot, writing
 
 RENAME_FIX = "rename the folder"
 
@@ -115,7 +115,8 @@ def rename_dataset(root: Path, name: str, to: str, in_use: Callable[[], set[Path
             raise JobActive(
                 f"dataset {name!r} is used by a queued or running training job; rename it when the job ends"
             )
-        os.rename(folder, dest)
+        with writing(f"the dataset {name} could not be renamed", folder):  # a mount point: EBUSY
+            os.rename(folder, dest)
     return target
 
 

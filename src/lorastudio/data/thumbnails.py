@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -41,10 +42,11 @@ from lorastudio.data.images import (
     to_rgb,
 )
 from lorastudio.data.orientation import ORIENTATION_FIX, exif_orientation
-from lorastudio.errors import LorastudioError
+from lorastudio.errors import LorastudioError, os_error_text
 from lorastudio.file_version import version_of
 from lorastudio.staged_files import staging_path
 
+log = logging.getLogger(__name__)
 CACHE_MAX_FILES = 20_000
 PRUNE_EVERY = 200  # writes between two checks of the cache's size
 THUMB_WAIT_S = 20.0  # longest wait of a thumbnail request for a decode slot
@@ -169,13 +171,33 @@ def thumbnail_jpeg(
             data = render_thumbnail(
                 path, size, max_pixels=max_pixels, decode_pixels=decode_pixels, alpha=alpha, mask=mask
             )
-        _store(cached, data)
+        try:
+            _store(cached, data)
+        except OSError as err:  # a full or read-only cache: the thumbnail is served, not kept
+            _uncached(cache_dir, err)
         return data
 
     try:
         return cached.read_bytes()
     except FileNotFoundError:
         return run_decode(render, THUMB_WAIT_S if wait_s is None else wait_s)
+
+
+_told: set[tuple[str, int | None]] = set()  # (cache folder, errno) already logged by _uncached
+
+
+def _uncached(cache_dir: Path, err: OSError) -> None:
+    """A thumbnail the cache could not keep (a full disk, a read-only or unwritable cache folder):
+    served anyway, rendered again next time; logged once per folder and reason."""
+    told = (str(cache_dir), err.errno)
+    if told not in _told:
+        _told.add(told)
+        log.warning(
+            "thumbnails are not cached (%s: %s): each is decoded again when asked for; free space or"
+            " make that folder writable",
+            cache_dir,
+            err.strerror or os_error_text(err),
+        )
 
 
 def _store(target: Path, data: bytes) -> None:

@@ -5,6 +5,7 @@ failed writing file data/0: file write failed"; it drops the errno). No torch he
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -45,15 +46,33 @@ def explain_write_failure(message: str, folder: Path) -> str:
         full = free is not None and free < LOW_SPACE_BYTES
     if not full:
         return message
-    free = free_bytes(folder)
+    elsewhere = _named_elsewhere(message, folder)
+    free = free_bytes(elsewhere or folder)
     shown = f"{free / 2**20:.1f} MB free" if free is not None else "free space unknown"
+    what = f"in {elsewhere}" if elsewhere is not None else f"the run's files in {folder}"
     text = (
-        f"no space left on device while writing the run's files in {folder} ({shown}); free some "
+        f"no space left on device while writing {what} ({shown}); free some "
         "space, then resume the run from its last checkpoint or start it again"
     )
     if any(t in message for t in ZIP_WRITER_TEXTS):
         return text  # torch's words name no cause and no folder: nothing to add
     return f"{text} ({message})"
+
+
+_PATH = re.compile(r"(/[^\s'\"]+)")  # an absolute path in a message ("... device: '/x/a.pt'")
+
+
+def _named_elsewhere(message: str, folder: Path) -> Path | None:
+    """The folder of the first absolute path `message` names when it is not in the run's folder
+    `folder` (the encode cache, the run store, the log: another disk may be the full one, and the
+    run folder's free space would mislead); None when it names none or one in `folder`."""
+    found = _PATH.search(message)
+    if found is None:
+        return None
+    path = Path(found.group(1).rstrip(":;,.)"))
+    if path == folder or folder in path.parents:
+        return None
+    return path.parent
 
 
 def output_folder(outputs_dir: Path, output_name: str | None) -> Path:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import json_read
+from lorastudio.errors import writing
 from lorastudio.folder_entries import entries
 from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.run_files import (
@@ -166,6 +167,13 @@ def keep_final_as_snapshot(run_dir: Path) -> Path | None:
     if target.is_file():
         return target
     check_folder(run_dir)  # a folder put at the run's path since it started takes nothing (folder_guard.py)
+    with writing(f"the LoRA of step {step} could not be kept as a snapshot before the run goes on", target):
+        _copy_as_snapshot(final, target, sidecar, name)
+    return target
+
+
+def _copy_as_snapshot(final: Path, target: Path, sidecar: dict[str, Any], name: str) -> None:
+    """keep_final_as_snapshot's copy of `final` and its sidecar to `target` (staged, renamed)."""
     target.parent.mkdir(exist_ok=True)
     staged = staging_path(target.parent, ".safetensors")
     staged_json = staging_path(target.parent, ".json")  # as every pair: staged, sidecar renamed first
@@ -182,7 +190,6 @@ def keep_final_as_snapshot(run_dir: Path) -> Path | None:
     finally:
         staged.unlink(missing_ok=True)
         staged_json.unlink(missing_ok=True)
-    return target
 
 
 def remove_snapshot(path: Path) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from lorastudio import json_read
 from lorastudio.durable import fsync_path
-from lorastudio.errors import ConfigError, FieldProblem, NotFound
+from lorastudio.errors import ConfigError, FieldProblem, NotFound, writing
 from lorastudio.folder_entries import entries
 from lorastudio.training.extend import extension_steps
 from lorastudio.training.folder_guard import check_folder, replace_in_run
@@ -161,7 +161,8 @@ def resume_settings(info: Mapping[str, Any], overrides: Mapping[str, Any]) -> di
 def write_checkpoint_folder(run_dir: Path, step: int, write_files: Callable[[Path], None]) -> Path:
     """Write checkpoint `step` atomically: `write_files(staging)` fills a hidden staging folder,
     which is fsynced and renamed to checkpoints/step-N. Returns the checkpoint folder. An existing
-    checkpoint of the same step is replaced. On failure nothing is left behind."""
+    checkpoint of the same step is replaced. On failure nothing is left behind; a write the file
+    system refused is NoSpaceLeft / WriteFailed naming the checkpoint and the file."""
     parent = run_dir / CHECKPOINTS
     check_folder(run_dir)  # not a folder put at its path since the run started (folder_guard.py)
     parent.mkdir(exist_ok=True)
@@ -170,7 +171,8 @@ def write_checkpoint_folder(run_dir: Path, step: int, write_files: Callable[[Pat
     check_folder(parent)
     staging.mkdir()
     try:
-        write_files(staging)
+        with writing(f"the checkpoint {final.name} could not be written", final):  # full, EFBIG, ...
+            write_files(staging)
         missing = [f for f in CHECKPOINT_FILES if not (staging / f).is_file()]
         if missing:
             raise OSError(f"checkpoint {final.name} was written without {', '.join(missing)}")

@@ -34,6 +34,7 @@ from lorastudio.training.checkpoint import (
     STATE_FILE,
     write_checkpoint_folder,
 )
+from lorastudio.training.checkpoint_writes import save_tensors_file, save_torch_file
 from lorastudio.training.ema import AdapterEma
 from lorastudio.training.extend import EXTENSIONS_KEY
 from lorastudio.training.identity import IDENTITY_FORMAT
@@ -121,8 +122,6 @@ def save_checkpoint(
     validation rounds so far ({step, loss} each, training/validate.py; a resume continues them),
     `beside` a writer of more files into the checkpoint's staging folder (an EMA run's LoRA of the
     step's EMA weights: training/export.save_ema_step_lora), part of the checkpoint's one write."""
-    from safetensors.torch import save_file
-
     state = {
         "step": step,
         "losses": [float(x) for x in losses],
@@ -149,12 +148,12 @@ def save_checkpoint(
     }
 
     def write(folder: Path) -> None:
-        save_file(lora_state_dict(parts.denoiser), str(folder / LORA_FILE))
+        save_tensors_file(lora_state_dict(parts.denoiser), folder / LORA_FILE)
         follow_umask(folder / LORA_FILE)  # safetensors writes 0600
         if parts.text_encoders is not None:
-            save_file(parts.text_encoders.state_dict(), str(folder / TEXT_ENCODERS_FILE))
+            save_tensors_file(parts.text_encoders.state_dict(), folder / TEXT_ENCODERS_FILE)
             follow_umask(folder / TEXT_ENCODERS_FILE)
-        torch.save(state, folder / STATE_FILE)
+        save_torch_file(state, folder / STATE_FILE)  # a full disk's OSError, not torch's RuntimeError
         (folder / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         if beside is not None:
             beside(folder)

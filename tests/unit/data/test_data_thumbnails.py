@@ -4,6 +4,7 @@ in time is DecodeBusy."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import threading
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from lorastudio.data import thumbnails
 from lorastudio.data.decode_slots import DECODE_SLOTS, DecodeBusy, run_decode
 from lorastudio.data.orientation import EXIF_ORIENTATION_TAG
 from lorastudio.data.thumbnails import (
@@ -104,6 +106,29 @@ def test_the_decode_budget_refuses_png_and_webp_but_reduces_jpeg(tmp_path: Path)
     assert _decode(thumb).size == (32, 21)
     with pytest.raises(DatasetError, match="oversized"):
         render_thumbnail(jpeg, 32, max_pixels=1_000_000, decode_pixels=BIG)
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+def test_a_cache_that_cannot_keep_a_thumbnail_still_serves_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, code: int
+) -> None:
+    """A full or read-only home cache: the thumbnail was a 507 / 500 (RELIABILITY 1074); now it is
+    served uncached, nothing staged left, the reason logged once."""
+    cache = tmp_path / "cache"
+    path = _save(tmp_path / "a.png", Image.new("RGB", (100, 100), "red"))
+
+    def refused(src: object, dst: object) -> None:  # the staging's rename into the cache
+        raise OSError(code, os.strerror(code), os.fsdecode(dst))
+
+    monkeypatch.setattr(thumbnails.os, "replace", refused)
+    monkeypatch.setattr(thumbnails, "_told", set())
+    for _ in range(2):
+        assert _decode(thumbnail_jpeg(path, 32, cache_dir=cache, max_pixels=BIG, decode_pixels=BIG)).size == (
+            32,
+            32,
+        )
+    assert not [p for p in cache.rglob("*") if p.is_file()]  # nothing kept, no staging left
+    assert caplog.text.count("thumbnails are not cached") == 1 and os.strerror(code) in caplog.text
 
 
 def test_thumbnails_are_cached_by_file_version(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ def test_full_disk_messages_are_rewritten_and_others_kept(
 ) -> None:
     run = tmp_path / "outputs" / "run"  # missing: measured on its nearest existing parent
     monkeypatch.setattr(diskspace.shutil, "disk_usage", lambda p: Usage(8 << 20, 8 << 20, 3 << 20))
-    enospc = "OSError: [Errno 28] No space left on device: '/x/state.pt'"
+    enospc = f"OSError: [Errno 28] No space left on device: '{run}/checkpoints/.staging-1/state.pt'"
     told = explain_write_failure(enospc, run)
     assert told.startswith(f"no space left on device while writing the run's files in {run} (3.0 MB free)")
     assert told.endswith(f"({enospc})")
@@ -35,3 +35,17 @@ def test_full_disk_messages_are_rewritten_and_others_kept(
     monkeypatch.setattr(diskspace.shutil, "disk_usage", lambda p: Usage(1 << 40, 1 << 39, 1 << 39))
     assert explain_write_failure(ZIP, run) == ZIP  # plenty of room: not a full disk, said as it was
     assert explain_write_failure(short, run) == short
+
+
+def test_a_full_disk_elsewhere_is_named_not_the_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The encode cache's disk full (its lock file could not be made), the run folder's roomy: the
+    message named the run folder and its free space (RELIABILITY 1073)."""
+    run, cache = tmp_path / "outputs" / "run", tmp_path / "cache" / "encoded"
+    room = {str(cache): 0, str(run.parent): 64 << 30}
+    monkeypatch.setattr(diskspace, "free_bytes", lambda p: room.get(str(p), 1 << 40))
+    cause = f"the on-disk encode cache cannot be used\n  - {cache}/.readers.lock: No space left on device"
+    told = explain_write_failure(cause, run)
+    assert told.startswith(f"no space left on device while writing in {cache} (0.0 MB free)"), told
+    assert str(run) not in told and told.endswith(f"({cause})")

@@ -17,6 +17,7 @@ from lorastudio.errors import ConfigError, ModelSourceError
 from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.files import convert_file, file_for_layout, write_lora_file
 from lorastudio.lora.ops import merge_files, resize_file
+from lorastudio.user_paths import output_file_problem
 
 KEY = "single_transformer_blocks.0.attn.to_q"
 
@@ -198,3 +199,18 @@ def test_a_merge_of_mixed_families_or_layouts_is_refused_from_the_headers(
     with pytest.raises(ModelSourceError, match="is not a qwen-image LoRA"):
         merge_files([(flux, 0.5), (flux, 0.5)], out, "qwen-image")
     assert not out.exists()
+
+
+def test_a_folder_on_a_read_only_file_system_is_named_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lora convert|merge|resize --out` into a read-only mount said "(permission denied)"
+    (os.access is a plain False for EROFS too; root's permissions pass): RELIABILITY 1075."""
+
+    class ReadOnly:
+        f_flag = os.ST_RDONLY
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # what access(2) gives on a read-only mount
+    monkeypatch.setattr(os, "statvfs", lambda path: ReadOnly)
+    problem = output_file_problem(tmp_path / "x.safetensors", (".safetensors",), False, "--force")
+    assert problem == f"cannot write in the folder {tmp_path} (a read-only file system)"

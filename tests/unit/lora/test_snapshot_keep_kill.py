@@ -7,6 +7,7 @@ LoRA last): a kill leaves only staging names, and the extension redone writes th
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -14,7 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lorastudio import json_read
+from lorastudio.errors import NoSpaceLeft, WriteFailed
+from lorastudio.lora import snapshots
 from lorastudio.lora.snapshots import keep_final_as_snapshot, list_lora_snapshots
 from lorastudio.training.run_files import is_leftover
 
@@ -53,3 +58,28 @@ def test_a_kill_inside_the_kept_snapshots_sidecar_write_leaves_no_half_file(tmp_
     written = json_read.loads(kept.with_suffix(".json").read_text(encoding="utf-8"))
     assert written == {**sidecar, "snapshot": True, "lora_file": "loras/ext-step-000010.safetensors"}
     assert list_lora_snapshots(run_dir) == [(10, kept)]
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.ENOSPC])
+def test_a_refused_snapshot_copy_is_named_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """`train --resume RUN --set steps=N` of a run on a read-only (or full) disk: the copy's
+    OSError named only the hidden staging file ("error: Read-only file system:
+    .../loras/.staging-cc37612e.safetensors"); now what and where, and what to do (RELIABILITY 1076)."""
+    run_dir = tmp_path / "ext"
+    run_dir.mkdir()
+    (run_dir / "ext.safetensors").write_bytes(os.urandom(64))
+    (run_dir / "ext.json").write_text(json.dumps({"steps": 10, "family": "flux"}), encoding="utf-8")
+
+    def refused(src: object, dst: object, *args: object, **kwargs: object) -> None:
+        raise OSError(code, os.strerror(code), os.fsdecode(dst))
+
+    monkeypatch.setattr(snapshots.shutil, "copyfile", refused)
+    with pytest.raises(WriteFailed if code == errno.EROFS else NoSpaceLeft) as failed:  # was OSError
+        keep_final_as_snapshot(run_dir)
+    target = run_dir / "loras" / "ext-step-000010.safetensors"
+    assert f"the LoRA of step 10 could not be kept as a snapshot before the run goes on ({target})" in str(
+        failed.value
+    )
+    assert list((run_dir / "loras").iterdir()) == []
