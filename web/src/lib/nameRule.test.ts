@@ -20,6 +20,12 @@ describe("nameProblem (the served dataset_name_rule)", () => {
       expect(nameProblem(rule, name)).toMatch(/invisible or text-direction/);
   });
 
+  it("leaves to the server a check this browser cannot compile", () => {
+    const odd = { ...rule, checks: [{ refuse: "(?<=", flags: "u", reason: "never" }, ...rule.checks] };
+    expect(nameProblem(odd, "cats")).toBeNull();
+    expect(nameProblem(odd, "a|b")).toMatch(/must not contain any of/);
+  });
+
   it("says the server's reason", () => {
     expect(nameProblem(rule, "日".repeat(67))).toBe(rule.bytes_reason);
     expect(nameProblem(rule, "con.txt")).toBe("'con.txt' is a reserved device name on Windows; pick another name");
