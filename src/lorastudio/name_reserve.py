@@ -71,19 +71,20 @@ def _hold(path: Path, create: bool = True) -> int | None:
     """A descriptor locking reservation file `path`, or None when a live holder has it (or it
     cannot be locked or made here; without `create`, when it is not there)."""
     for _ in range(3):  # a file its holder removed between our open and our lock: open it again
-        try:
-            if not create:
-                raise FileExistsError(path)  # open only the file that is there
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-            created = True
-        except FileExistsError:
+        fd, created = None, False
+        if create:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+                created = True
+            except FileExistsError:  # a holder's, live or killed: opened below
+                pass
+            except OSError:  # no room, read-only: the run's own checks say so
+                return None
+        if fd is None:
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
             except OSError:  # a link, or removed meanwhile: the next try tells
                 continue
-            created = False
-        except OSError:  # no room, read-only: the run's own checks say so
-            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:  # a live holder: another namer (one that took even our new file
