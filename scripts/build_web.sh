@@ -36,9 +36,9 @@ fi
 # 2. API types, generated from the server's OpenAPI schema (plus TrainConfig and the events).
 # TrainConfig is config.py + its field groups config_fields_*.py + the config_*.py models they use
 # (and the web tests' copy of the config rules, from config*.py and the family specs' supports,
-# and of the new dataset name's rule, from data/paths.py and data/name_rule.py)
+# and of the new dataset name's rule, from data/paths.py, data/name_rule.py and data/joiners.py)
 api_want=$(tree_hash "$ROOT/src/lorastudio/api" "$ROOT"/src/lorastudio/config*.py "$ROOT/src/lorastudio/families" \
-  "$ROOT/src/lorastudio/data/paths.py" "$ROOT/src/lorastudio/data/name_rule.py" \
+  "$ROOT/src/lorastudio/data/paths.py" "$ROOT/src/lorastudio/data/name_rule.py" "$ROOT/src/lorastudio/data/joiners.py" \
   "$ROOT/src/lorastudio/training/events.py" "$WEB/scripts/dump_schema.py" "$WEB/scripts/routes.mjs" \
   "$WEB/scripts/dump_rules.py")
 api_have=$(cat "$WEB/.api-stamp" 2>/dev/null || true)

@@ -18,6 +18,14 @@ folder exists or the run ended (`NameHold.release`, which removes the file). Hid
 outputs/ are no run's: the listings and clean-ups skip them. On a file system without flock a
 reservation file that is there counts as held (a killed holder's then moves later names on by
 one suffix, nothing worse).
+
+A killed holder's file stays until a later namer of that name takes it over, so the places that
+sweep the leftovers of outputs/ (a server start, jobs/leftovers.start_leftover_cleanup;
+`lorastudio train`'s start, cli/train_cmd._remove_abandoned_runs) also remove the reservation
+files no live holder locks (`sweep_stale_reservations`, RELIABILITY 1127): each is locked as a
+namer takes it over, then removed under that lock, so a live holder's (another thread's or
+process's) is never removed and a namer that opened the file meanwhile finds it gone and makes
+its own (`_hold`'s check that the file it locked is still the one named so).
 """
 
 from __future__ import annotations
@@ -59,21 +67,24 @@ class NameHold:
         os.close(fd)
 
 
-def _hold(path: Path) -> int | None:
+def _hold(path: Path, create: bool = True) -> int | None:
     """A descriptor locking reservation file `path`, or None when a live holder has it (or it
-    cannot be locked or made here)."""
+    cannot be locked or made here; without `create`, when it is not there)."""
     for _ in range(3):  # a file its holder removed between our open and our lock: open it again
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-            created = True
-        except FileExistsError:
+        fd, created = None, False
+        if create:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+                created = True
+            except FileExistsError:  # a holder's, live or killed: opened below
+                pass
+            except OSError:  # no room, read-only: the run's own checks say so
+                return None
+        if fd is None:
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
             except OSError:  # a link, or removed meanwhile: the next try tells
                 continue
-            created = False
-        except OSError:  # no room, read-only: the run's own checks say so
-            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:  # a live holder: another namer (one that took even our new file
@@ -115,3 +126,34 @@ def reserve_output_name(name: str, outputs_dir: Path, taken: Collection[str] = (
             continue
         return hold
     return NameHold(name)
+
+
+def sweep_stale_reservations(outputs_dir: Path) -> list[Path]:
+    """Remove the reservation files (`.<name>.reserved`, regular files directly in `outputs_dir`)
+    that no live holder locks: a killed namer's (the kernel dropped its lock). Each is locked
+    without waiting and removed under the lock, as `NameHold.release` does; one a live holder (a thread
+    of this process, another process) locks is kept, and so is every one on a file system without
+    flock (its holder cannot be told). Returns the removed paths. Never raises for a file that
+    went or cannot be read: the next sweep or namer tells."""
+    try:
+        with os.scandir(outputs_dir) as entries:
+            found = [
+                Path(e.path)
+                for e in entries
+                if e.name.startswith(".") and e.name.endswith(SUFFIX) and e.is_file(follow_symlinks=False)
+            ]
+    except OSError:  # no outputs folder yet, or not one
+        return []
+    removed: list[Path] = []
+    for path in sorted(found):
+        fd = _hold(path, create=False)
+        if fd is None:  # a live holder's (or gone meanwhile)
+            continue
+        try:  # under the lock, the file checked to be the one named so (_hold): none but ours
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            pass  # kept: the next sweep or namer tells
+        finally:
+            os.close(fd)
+    return removed

@@ -364,12 +364,16 @@ def _remove_abandoned_runs() -> None:
     what a fresh run killed before its first checkpoint or LoRA wrote, and its folder), as a
     server start removes it: a CLI-only user's names are free again. Printed: the removed paths,
     or for a killed fresh run's files one line (leftovers.removal_note), which also goes to that
-    run's record (jobs/killed_notes.py: `runs show` shows it)."""
+    run's record (jobs/killed_notes.py: `runs show` shows it). And the name reservations killed
+    namers left (name_reserve.sweep_stale_reservations: never one a live run holds)."""
     from lorastudio.jobs.killed_notes import record_note
     from lorastudio.jobs.leftovers import clear_abandoned_runs, removal_note
+    from lorastudio.name_reserve import sweep_stale_reservations
     from lorastudio.settings import get_settings
 
     settings = get_settings()
+    for path in sweep_stale_reservations(settings.outputs_dir):
+        typer.echo(f"removed the name reservation a killed run left: {path}", err=True)
     for cleared in clear_abandoned_runs(settings):
         note = removal_note(cleared.run, cleared.removed)  # a killed fresh run's files: one line
         for line in [note] if note else cleared.removed:

@@ -11,8 +11,10 @@ an emoji is written, and change what is seen:
   and Wales likewise).
 They were refused as "U+200D ZERO WIDTH JOINER", "U+E0067 TAG LATIN SMALL LETTER G" (RELIABILITY
 1103). A joiner between Latin letters (`ca\u200dt`), at an end, beside a space or another
-joiner, and a tag anywhere else, still are: they shape nothing there. Names (safe_component)
-keep the strict rule: the web form holds a copy of it as a regex (data/name_rule.py).
+joiner, and a tag anywhere else, still are: they shape nothing there. File and folder names
+take the same (paths.hidden_in_name, RELIABILITY 1126); the web form's copy of the name rule is
+`joined_regex`, a regular expression built from this module's constants that matches where
+`joined` does (data/name_rule.py serves it; tests/unit/data/test_name_joiners.py checks both).
 
 Hand-written after RFC 5892's CONTEXTJ rules (ZWJ / ZWNJ after a virama; ZWNJ between joining
 letters) and UTS #51's emoji ZWJ and tag sequences, with what `unicodedata` knows (no script,
@@ -23,6 +25,7 @@ the first skipped.
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 
 _JOINERS = frozenset("\u200c\u200d")  # ZERO WIDTH NON-JOINER, ZERO WIDTH JOINER
@@ -67,3 +70,37 @@ def _flag_tags(text: str) -> set[int]:
             found.update(range(start + 1, end + 1))
         start = text.find(_TAG_BASE, end)
     return found
+
+
+@functools.cache
+def _viramas() -> str:
+    """Every character whose canonical combining class is a virama's, in this Python's Unicode."""
+    return "".join(chr(c) for c in range(0x110000) if unicodedata.combining(chr(c)) == _VIRAMA)
+
+
+def _escaped(ch: str) -> str:
+    """`ch` for a JavaScript (flag u) and Python `regex` character class: \\uXXXX in the BMP,
+    the character itself above (both read it so; neither reads the other's \\u{...} / \\U)."""
+    return f"\\u{ord(ch):04X}" if ord(ch) <= 0xFFFF else ch
+
+
+def joined_regex() -> str:
+    """A regular expression (JavaScript with flag u; Python's `regex` reads it alike) matching at
+    each index `joined` gives, the character there consumed: `(?!<joined_regex>)` before a class
+    of hidden characters leaves the joined ones (name_rule). Lookbehinds of any length, as both
+    engines have: a joiner after a virama; a joiner after a non-ASCII letter or symbol and its
+    marks and skin tones, before another; a flag's tags after its black flag and before its
+    cancel tag."""
+    joiners = "[" + "".join(_escaped(j) for j in sorted(_JOINERS)) + "]"
+    viramas = "[" + "".join(_escaped(v) for v in _viramas()) + "]"
+    joinable = r"(?![\x00-\x7F])[\p{L}\p{So}\p{Sm}\p{Cn}]"  # _joinable
+    tones = f"{chr(_SKIN_TONES.start)}-{chr(_SKIN_TONES.stop - 1)}"
+    tags = f"[{chr(_TAG_SPEC[0])}-{chr(_TAG_SPEC[1])}]"
+    return "|".join(
+        (
+            f"(?<={viramas}){joiners}",
+            f"(?<={joinable}[\\p{{M}}{tones}]*){joiners}(?={joinable})",
+            f"(?<={_TAG_BASE}{tags}*){tags}(?={tags}*{_TAG_END})",
+            f"(?<={_TAG_BASE}{tags}+){_TAG_END}",
+        )
+    )

@@ -51,9 +51,9 @@ def parse_kohya_folder(name: str) -> KohyaFolder:
     text-direction characters (they would reach captions, trigger words and dataset names).
     """
     from lorastudio.config_datasets import MAX_REPEATS
-    from lorastudio.data.paths import hidden_characters
+    from lorastudio.data.paths import hidden_in_name
 
-    hidden = hidden_characters(name)
+    hidden = hidden_in_name(name)  # a joiner that joins is part of the words (1103)
     if hidden:
         raise DatasetError(
             f"{ascii(name)}: not a kohya folder",

@@ -6,7 +6,10 @@ The rule is a list of checks, each a JavaScript regular expression a refused nam
 (`refuse`, with its `flags`; the name is NFC-normalised first, as new_name does) and the
 server's reason (`{name}` stands for the name in quotes), plus the UTF-8 length limit. It is
 built from the constants new_name uses; tests/unit/data/test_name_rule.py checks that it
-refuses exactly the names new_name refuses. No torch here.
+refuses exactly the names new_name refuses. Its hidden-character check leaves a joiner that joins
+(a Persian word's non-joiner, an emoji's ZWJ sequence) by data/joiners.joined_regex, the web's
+form of joiners.joined: lookbehinds, which JavaScript (flag u) and Python's `regex` both read.
+No torch here.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import re
 from typing import Any
 
 from lorastudio.data import paths
+from lorastudio.data.joiners import joined_regex
 
 
 def _checks() -> list[tuple[str, str, str]]:
@@ -33,7 +37,7 @@ def _checks() -> list[tuple[str, str, str]]:
         (rf"^[\s\S]{{{limit + 1},}}$", "u", f"must be at most {limit} characters"),
         (r"[\x00-\x1F\x7F]", "", "must not contain control characters"),
         (
-            f"[{hidden}]",
+            f"(?!{joined_regex()})[{hidden}]",  # but a joiner that joins (paths.hidden_in_name)
             "u",
             "must not contain invisible or text-direction characters: they disguise the name",
         ),

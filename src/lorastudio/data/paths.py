@@ -19,6 +19,7 @@ import unicodedata
 from collections.abc import Collection
 from pathlib import Path
 
+from lorastudio.data.joiners import joined
 from lorastudio.errors import ConfigError, FieldProblem, PathOutsideRoot
 
 MAX_COMPONENT_LENGTH = 100
@@ -71,7 +72,8 @@ def safe_component(name: str, *, field: str = "name") -> str:
     non-empty, at most 100 characters and MAX_COMPONENT_BYTES bytes in UTF-8 (room for staging
     suffixes under the 255-byte limit), no path separator, not "." or "..", no NUL, control,
     zero-width or bidi control characters (Unicode categories Cf, Cc, Zl, Zp: U+200B-U+200F,
-    U+202A-U+202E, U+2066-U+2069, U+FEFF...), none of <>:"|?*, not starting with "." (hidden),
+    U+202A-U+202E, U+2066-U+2069, U+FEFF...) but a joiner that joins as in a free text
+    (`hidden_in_name`: a Persian word's non-joiner, an emoji's ZWJ sequence), none of <>:"|?*, not starting with "." (hidden),
     no leading/trailing whitespace or trailing dot, and not a reserved device name (CON, NUL,
     COM1, LPT1, ..., with or without an extension).
     Raises: PathOutsideRoot for separators, "." and ".." (they would leave the folder);
@@ -98,7 +100,7 @@ def safe_component(name: str, *, field: str = "name") -> str:
         )
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         raise _config_error(field, "must not contain control characters")
-    shown = hidden_characters(name)
+    shown = hidden_in_name(name)
     if shown:
         raise _config_error(
             field,
@@ -157,14 +159,22 @@ def new_name(name: str, *, field: str = "name") -> str:
     return name
 
 
+def hidden_in_name(name: str) -> str:
+    """`hidden_characters(name)` but the format characters that are part of the name as of a free
+    text (data/joiners.joined: a Persian or Urdu word's non-joiner, U+200C between گل and ها; an
+    emoji's ZWJ sequence; an Indic joiner after a virama; an emoji flag's tags): the rule of file
+    and folder names (safe_component, kohya folders). A joiner that joins nothing (between Latin
+    letters, at an end, beside a space) is still named. The web form's copy: name_rule."""
+    return hidden_characters(name, "", joined(name))
+
+
 def hidden_characters(name: str, allowed: str = "", part: Collection[int] = ()) -> str:
     """The invisible or text-direction characters of `name` (categories Cf, Cc, Zl, Zp, and
     lone surrogates: bytes of a file name that are not UTF-8), named ("U+202E RIGHT-TO-LEFT
     OVERRIDE, ...", a file name's byte as "byte 0xE9, not UTF-8": it was "U+DCE9 unnamed",
     RELIABILITY 1028's audit); "" when it has none. Not those in `allowed` (a multi-line text's
-    line breaks and tabs) nor those at the indices `part` (text_rules.hidden_in_text: a free
-    text's joiners that join, data/joiners.py; a name keeps the strict rule, which the web form's
-    copy, name_rule, states as a regex)."""
+    line breaks and tabs) nor those at the indices `part` (a free text's or a name's joiners that
+    join, data/joiners.py: text_rules.hidden_in_text, hidden_in_name)."""
     hidden = sorted(
         {
             ch

@@ -39,7 +39,9 @@ tracker logs, then the folders by rmdir only; that run's record gets the note of
 (`note_killed_runs`, jobs/killed_notes.py). Nothing in an output folder is removed through a link
 (run_files.remove_entry). `lorastudio train` (no exclusive lock: other CLI runs share the home)
 removes the output folders' part of these at its start, for the folders no live run holds
-(`remove_abandoned_runs`).
+(`remove_abandoned_runs`). Both also remove the name reservations `outputs/.<name>.reserved` of
+killed namers, never one a live holder locks (name_reserve.sweep_stale_reservations, RELIABILITY
+1127).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from lorastudio.data.writes import finish_journaled_renames
 from lorastudio.jobs.killed_notes import record_note
 from lorastudio.jobs.leftover_removal import remove_leftovers  # the removal of what is listed here
 from lorastudio.jobs.run_delete import JOURNALED_TRASH, finish_killed_deletes
+from lorastudio.name_reserve import sweep_stale_reservations
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
 from lorastudio.staged_files import home_staging
@@ -285,12 +288,16 @@ def start_leftover_cleanup(settings: Settings) -> threading.Thread | None:
     caption edit journaled are finished (their staged files are not leftovers: the edit was
     written whole, data/writes.journaled_renames), and so are the run deletes killed after their
     folder went aside (jobs/run_delete.finish_killed_deletes: the record and log of the run its
-    trash names; a trash whose record the store refused to delete is kept for the next start).
-    The thread also removes the decoded-images records of dataset folders removed by hand
-    (data/decoded_sweep.py: only where the folder's root is there and is its file system)."""
+    trash names; a trash whose record the store refused to delete is kept for the next start),
+    and the name reservations of killed namers are removed (`sweep_stale_reservations`: a live
+    holder's, the job service's of a job submitted meanwhile, is kept). The thread also removes
+    the decoded-images records of dataset folders removed by hand (data/decoded_sweep.py: only
+    where the folder's root is there and is its file system)."""
     for name, err in finish_journaled_renames(settings.datasets_dir):  # a killed caption edit's
         log.warning("dataset %s: the renames of a killed caption edit: %s", name, err or "finished")
     unfinished = set(finish_killed_deletes(settings))  # a killed run delete's record and log
+    for path in sweep_stale_reservations(settings.outputs_dir):  # a few bytes each: at once
+        log.warning("removed the name reservation a killed run left: %s", path)
     found = [p for p in find_leftovers(settings) if p not in unfinished]  # kept: the next start's
     orphans = orphan_records(settings.decoded_record_dir)  # of dataset folders removed by hand
     if not found and not orphans:

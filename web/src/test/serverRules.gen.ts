@@ -113,7 +113,7 @@ export const SERVER_RULES: { config_rules: ConfigRules; dataset_name_rule: NameR
       {
         "flags": "u",
         "reason": "must not contain invisible or text-direction characters: they disguise the name",
-        "refuse": "[\\p{Cc}\\p{Cf}\\p{Zl}\\p{Zp}]"
+        "refuse": "(?!(?<=[\\u094D\\u09CD\\u0A4D\\u0ACD\\u0B4D\\u0BCD\\u0C4D\\u0CCD\\u0D3B\\u0D3C\\u0D4D\\u0DCA\\u0E3A\\u0EBA\\u0F84\\u1039\\u103A\\u1714\\u1715\\u1734\\u17D2\\u1A60\\u1B44\\u1BAA\\u1BAB\\u1BF2\\u1BF3\\u2D7F\\uA806\\uA82C\\uA8C4\\uA953\\uA9C0\\uAAF6\\uABED\ud802\ude3f\ud804\udc46\ud804\udc70\ud804\udc7f\ud804\udcb9\ud804\udd33\ud804\udd34\ud804\uddc0\ud804\ude35\ud804\udeea\ud804\udf4d\ud805\udc42\ud805\udcc2\ud805\uddbf\ud805\ude3f\ud805\udeb6\ud805\udf2b\ud806\udc39\ud806\udd3d\ud806\udd3e\ud806\udde0\ud806\ude34\ud806\ude47\ud806\ude99\ud807\udc3f\ud807\udd44\ud807\udd45\ud807\udd97])[\\u200C\\u200D]|(?<=(?![\\x00-\\x7F])[\\p{L}\\p{So}\\p{Sm}\\p{Cn}][\\p{M}\ud83c\udffb-\ud83c\udfff]*)[\\u200C\\u200D](?=(?![\\x00-\\x7F])[\\p{L}\\p{So}\\p{Sm}\\p{Cn}])|(?<=\ud83c\udff4[\udb40\udc20-\udb40\udc7e]*)[\udb40\udc20-\udb40\udc7e](?=[\udb40\udc20-\udb40\udc7e]*\udb40\udc7f)|(?<=\ud83c\udff4[\udb40\udc20-\udb40\udc7e]+)\udb40\udc7f)[\\p{Cc}\\p{Cf}\\p{Zl}\\p{Zp}]"
       },
       {
         "flags": "",
@@ -576,6 +576,62 @@ export const SERVER_RULES: { config_rules: ConfigRules; dataset_name_rule: NameR
     ],
     [
       "\ud800x",
+      true
+    ],
+    [
+      "\u06af\u0644\u200c\u0647\u0627",
+      false
+    ],
+    [
+      "\ud83d\udc69\u200d\ud83d\udcbb",
+      false
+    ],
+    [
+      "\ud83c\udff3\ufe0f\u200d\ud83c\udf08",
+      false
+    ],
+    [
+      "\ud83d\udc69\ud83c\udffd\u200d\ud83d\udcbb",
+      false
+    ],
+    [
+      "\u0915\u094d\u200d\u0937",
+      false
+    ],
+    [
+      "\ud83c\udff4\udb40\udc67\udb40\udc62\udb40\udc73\udb40\udc63\udb40\udc74\udb40\udc7f",
+      false
+    ],
+    [
+      "ca\u200dt",
+      true
+    ],
+    [
+      "\u06af\u0644\u200c",
+      true
+    ],
+    [
+      "\u200c\u0647",
+      true
+    ],
+    [
+      "\u06af\u0644\u200c \u0647",
+      true
+    ],
+    [
+      "\u06af\u200c\u200c\u0647",
+      true
+    ],
+    [
+      "a\udb40\udc67\udb40\udc7f",
+      true
+    ],
+    [
+      "\ud83c\udff4\udb40\udc67",
+      true
+    ],
+    [
+      "\u0915\u200d",
       true
     ]
   ]
