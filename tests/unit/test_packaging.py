@@ -2,7 +2,7 @@
 code reads beside its modules are package data, no module reads a file of the checkout around
 `src/`, the build backend refuses a wheel without the web UI, `python -m lorastudio` runs the
 console program, the build requirement matches the metadata's syntax and the license travels.
-The built artefacts' own file lists: tests/reliability/test_packaging_artefacts.py (slow)."""
+The built artefacts' own file lists: tests/unit/test_packaging_artefacts.py (slow)."""
 
 from __future__ import annotations
 
