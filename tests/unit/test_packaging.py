@@ -121,6 +121,38 @@ def test_the_build_requirement_reads_the_metadata_and_the_license_is_shipped() -
     assert f"include {backend.as_posix()}" in (ROOT / "MANIFEST.in").read_text(encoding="utf-8")
 
 
+# The lowest version of each dependency the code runs on where the floor was once too low, and
+# what needed it: found by installing every declared floor at once (`uv pip install --resolution
+# lowest-direct` of pyproject's dependencies) and running the demo, serve, an upload and int8 / nf4
+# runs there (session 33 packaging audit, RELIABILITY 1082)
+FLOORS = {
+    "peft": (
+        "0.20",
+        "an int8 base: TorchaoLoraLinear for torchao's Int8Tensor (< 0.18: no import on transformers 5)",
+    ),
+    "torchao": ("0.18", "Int8Tensor and to_nf4 in torchao.quantization (training/quantize.py)"),
+    "pydantic": ("2.10", "no 'protected namespace model_' UserWarning at every command's start"),
+    "pydantic-settings": ("2.7", "NoDecode (settings.py)"),
+    "typer": ("0.13", "options typed `Path | None` (0.12: 'Type not yet supported')"),
+    "pillow": ("11", "an image tile's fields by name: a PNG's colour key (data/images.py)"),
+}
+
+
+def test_each_dependency_floor_is_one_the_code_runs_on() -> None:
+    """Before: peft>=0.17, torchao>=0.14, pydantic>=2.7, pydantic-settings>=2.3, typer>=0.12 and
+    pillow>=10 let pip keep an installed version the code cannot import or run with."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    declared = {}
+    for line in PYPROJECT["project"]["dependencies"]:
+        req = Requirement(line)
+        lows = [Version(s.version) for s in req.specifier if s.operator in (">=", "==")]
+        declared[req.name.lower()] = max(lows) if lows else None
+    for name, (floor, why) in FLOORS.items():
+        assert declared[name] is not None and declared[name] >= Version(floor), (name, declared[name], why)
+
+
 def _backend() -> dict[str, Any]:
     """build_backend/lorastudio_build.py's names, loaded as the build frontend does (backend-path)."""
     system = PYPROJECT["build-system"]
