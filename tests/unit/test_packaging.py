@@ -131,7 +131,7 @@ FLOORS = {
         "an int8 base: TorchaoLoraLinear for torchao's Int8Tensor (< 0.18: no import on transformers 5)",
     ),
     "torchao": ("0.18", "Int8Tensor and to_nf4 in torchao.quantization (training/quantize.py)"),
-    "pydantic": ("2.10", "no 'protected namespace model_' UserWarning at every command's start"),
+    "pydantic": ("2.11", "FieldInfo.get_default(call_default_factory=True) alone (jobs/host_rules.py)"),
     "pydantic-settings": ("2.7", "NoDecode (settings.py)"),
     "typer": ("0.13", "options typed `Path | None` (0.12: 'Type not yet supported')"),
     "pillow": ("11", "an image tile's fields by name: a PNG's colour key (data/images.py)"),
