@@ -36,8 +36,8 @@ def freeze_imports(collect_first: bool = False) -> int:
 def mark_standalone() -> None:
     """Record that this process is the `lorastudio` console program (it runs one command, then
     exits): called by cli/app.main, it counts only where the process's main module is that
-    program (the `lorastudio` script or `python -m lorastudio.cli`), never where main() is called
-    inside another program (a test runner)."""
+    program (the `lorastudio` script, `python -m lorastudio` or `python -m lorastudio.cli`),
+    never where main() is called inside another program (a test runner)."""
     global _standalone
     _standalone = _is_console_program()
 
@@ -46,7 +46,7 @@ def _is_console_program() -> bool:
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     if spec is not None:
-        return spec.name in ("lorastudio.cli", "lorastudio.cli.__main__")
+        return spec.name in ("lorastudio", "lorastudio.__main__", "lorastudio.cli", "lorastudio.cli.__main__")
     return Path(getattr(main, "__file__", None) or "").name == "lorastudio"
 
 

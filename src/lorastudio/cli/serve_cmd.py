@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import typer
 
@@ -30,7 +31,7 @@ def serve_cmd(
     """Run the studio server. Listening beyond loopback needs LORASTUDIO_API_TOKEN; requests are
     answered only for loopback Host names and those in LORASTUDIO_ALLOWED_HOSTS. One server per
     studio home: a second one on the same home is refused, naming the first's pid and port."""
-    from lorastudio.api.app import check_bind, serve
+    from lorastudio.api.app import WEB_DIST, check_bind, serve
     from lorastudio.errors import ConfigError, FieldProblem
     from lorastudio.jobs.homelock import HomeLock
     from lorastudio.remote_access import root_path_entry
@@ -54,4 +55,17 @@ def serve_cmd(
     typer.echo(
         f"lorastudio serving on http://{shown}:{bind_port}/{under}  (API docs: /docs, home: {settings.home})"
     )
+    if not (WEB_DIST / "index.html").is_file():
+        typer.echo(no_web_ui_note(WEB_DIST), err=True)
     serve(settings, bind_host, bind_port, home_lock=lock)
+
+
+def no_web_ui_note(web_dist: Path) -> str:
+    """The line `serve` prints when the install holds no built web UI (`/` then answers 404): a
+    package built from a checkout before scripts/build_web.sh ran (build_backend refuses that
+    unless LORASTUDIO_BUILD_WITHOUT_UI=1), or a checkout whose UI was never built."""
+    return (
+        f"note: this install has no web UI ({web_dist / 'index.html'} is missing): / answers 404,"
+        " the API and /docs are served; build it with `bash scripts/build_web.sh` in the checkout"
+        " (then reinstall a wheel built from it)"
+    )
