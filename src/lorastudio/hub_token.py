@@ -16,7 +16,9 @@ Why a process-wide value and not an argument threaded through every loader: one 
 serves one run (or one generation or caption job at a time), the loaders' signatures are shared
 by every family, and the token is a fact of the process, set once after the worker starts.
 Processes that make hub calls with their settings at hand (the server's fetches, hub_push, the
-catalogue, the captioning CLI) pass settings.hf_token themselves. No torch, no huggingface_hub.
+catalogue, the captioning CLI) pass settings.hf_token themselves; `lorastudio train` and
+`generate`, which load models in the CLI's own process, hold it too (`hold_studio_hub_token`).
+No torch, no huggingface_hub.
 """
 
 from __future__ import annotations
@@ -39,3 +41,18 @@ def hub_kwargs() -> dict[str, str]:
     """`{"token": <the held token>}` for a hub call, or {} when none is held (the call then
     falls back to huggingface_hub's own login, as before)."""
     return {"token": _held} if _held else {}
+
+
+def hold_studio_hub_token() -> bool:
+    """In a CLI command that loads models in its own process (`lorastudio train`, `generate`):
+    hold the studio's hub token (settings.hf_token: LORASTUDIO_HF_TOKEN) for its hub calls, as
+    a worker holds it; with none set, nothing is held and the calls use huggingface_hub's own
+    login (HF_TOKEN of the user's shell, `hf auth login`). Never writes an environment. Returns
+    whether it held one."""
+    from lorastudio.settings import get_settings
+
+    token = get_settings().hf_token
+    if token is None:
+        return False
+    hold_hub_token(token.get_secret_value())
+    return True

@@ -9,6 +9,7 @@ what every request's Authorization comes from, spied on here)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -93,3 +94,58 @@ def test_a_worker_holding_the_hub_token_starts_an_inductor_style_child_without_i
     )
     assert SECRET.encode() not in child.stdout and b"PATH=" in child.stdout
     assert hub_token.hub_kwargs() == {"token": SECRET}  # the hub calls still get it
+
+
+class _FirstHubCall(Exception):
+    """Raised by the spy at the first hub request: the command has shown what it hands it."""
+
+
+@pytest.mark.parametrize("command", ["train", "generate"])
+def test_the_cli_hands_lorastudio_hf_token_to_its_hub_calls(
+    command: str, run_settings, small_dataset, tiny_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 1121: `lorastudio train` and `generate` load in the CLI's own process, and
+    nothing handed them LORASTUDIO_HF_TOKEN: their hub calls got no token (huggingface_hub then
+    read only HF_TOKEN and its login), so a gated hub id was refused with the studio's token
+    set. Now the first hub request of each (spied on, then stopped) is handed the token, and
+    it is not copied to HF_TOKEN."""
+    from huggingface_hub.utils import _headers
+    from typer.testing import CliRunner
+
+    from lorastudio.cli.app import _register, app
+
+    _register()
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.setattr(hub_token, "_held", None)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("LORASTUDIO_HF_TOKEN", SECRET)
+    get_settings.cache_clear()
+    _hub_cache(tiny_model, tmp_path / "hub", monkeypatch)
+    given: list[object] = []
+
+    def spy(token: bool | str | None) -> str | None:
+        given.append(token)
+        raise _FirstHubCall
+
+    monkeypatch.setattr(_headers, "get_token_to_send", spy)
+    if command == "train":
+        config = tmp_path / "run.json"
+        config.write_text(json.dumps(run_settings("flux", REPO, small_dataset, {"steps": 1})))
+        args = ["train", str(config), "--device", "cpu"]
+    else:
+        args = [
+            "generate",
+            "--base",
+            REPO,
+            "--family",
+            "flux",
+            "--prompt",
+            "p",
+            "--out",
+            str(tmp_path / "i.png"),
+        ]
+        args += ["--device", "cpu"]
+    result = CliRunner().invoke(app, args)
+    get_settings.cache_clear()
+    assert given == [SECRET], result.output
+    assert not {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"} & set(os.environ)  # not copied to the hub client's
