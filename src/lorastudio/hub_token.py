@@ -37,12 +37,10 @@ def held_hub_token() -> str | None:
     return _held
 
 
-def hub_kwargs(token: str | None = None) -> dict[str, str]:
-    """`{"token": ...}` for a hub call: `token` when given (a caller with the settings at hand:
-    the server's preflight), else the held token; {} when neither (the call then falls back to
-    huggingface_hub's own login, as before)."""
-    found = token or _held
-    return {"token": found} if found else {}
+def hub_kwargs() -> dict[str, str]:
+    """`{"token": <the held token>}` for a hub call, or {} when none is held (the call then
+    falls back to huggingface_hub's own login, as before)."""
+    return {"token": _held} if _held else {}
 
 
 def hold_studio_hub_token() -> bool:

@@ -28,14 +28,11 @@ class FlavourHooks:
     spec: FamilySpec
 
     # -- flavours ------------------------------------------------------------------------------
-    def checkpoint_facts(
-        self, source: str | SingleFile, revision: str | None, token: str | None = None
-    ) -> dict[str, Any]:
+    def checkpoint_facts(self, source: str | SingleFile, revision: str | None) -> dict[str, Any]:
         """What the checkpoint says about its flavour: model_index.json's plain attributes (e.g.
         `is_distilled`) and the denoiser's config as "<denoiser>.<key>" (e.g.
-        "transformer.guidance_embeds"); a single file's from its base config. A hub id's are
-        read with hub token `token`, else the one this process holds (hub_token.hub_kwargs).
-        Raises ModelSourceError when they cannot be read."""
+        "transformer.guidance_embeds"); a single file's from its base config. Raises
+        ModelSourceError when they cannot be read."""
         import diffusers
 
         from lorastudio.families.single_file import config_of
@@ -44,7 +41,7 @@ class FlavourHooks:
 
         cls = getattr(diffusers, self.spec.denoiser_class)
         try:
-            index = diffusers.DiffusionPipeline.load_config(source, revision=revision, **hub_kwargs(token))
+            index = diffusers.DiffusionPipeline.load_config(source, revision=revision, **hub_kwargs())
             denoiser = cls.load_config(
                 source, subfolder=self.spec.denoiser, revision=revision, **hub_kwargs()
             )
@@ -90,12 +87,10 @@ class FlavourHooks:
             return None
         return config_facts(index, self.spec.denoiser, denoiser)
 
-    def source_variant(
-        self, source: str | SingleFile, revision: str | None, token: str | None = None
-    ) -> Variant | None:
+    def source_variant(self, source: str | SingleFile, revision: str | None) -> Variant | None:
         """The variant of a run's base model source: a local folder's (folder_variant), else the
-        hub checkpoint's configs (checkpoint_facts with hub token `token`, else the held one;
-        None when they cannot be read); a single file's base config's."""
+        hub checkpoint's configs (checkpoint_facts; None when they cannot be read); a single
+        file's base config's."""
         from lorastudio.families.single_file import config_of
 
         if not self.spec.variants:
@@ -104,7 +99,7 @@ class FlavourHooks:
         if Path(source).is_dir():
             return self.folder_variant(Path(source))
         try:
-            return self.variant(self.checkpoint_facts(source, revision, token))
+            return self.variant(self.checkpoint_facts(source, revision))
         except ModelSourceError:
             return None
 

@@ -221,7 +221,7 @@ def _preflight(
         log.info("base model: single file %s with the config of %s", found.source, found.config)
     resolved = resolved.model_copy(update=updates)  # what the loaders read
     # e.g. Qwen-Image-Edit: 1 control, Plus: 0-3 (a single file: its base config's flavour)
-    flavour = family.source_variant(model_source(resolved), resolved.revision, _hub_token(settings))
+    flavour = family.source_variant(model_source(resolved), resolved.revision)
     if flavour is not None and flavour.control_images is not None:
         from lorastudio.data.control_counts import missing_controls, too_many_controls
 
@@ -243,9 +243,7 @@ def _preflight(
         )  # the job service's rule (jobs/validation.sample_prompt_problems): not a failed round mid-run
         scanned += [FieldProblem("sample_prompts", p) for p in small]
     problems = scanned + assistant_problems(resolved, family)  # needs the source: is the base distilled?
-    problems += guidance_problems(
-        resolved, family, _facts(family, model_source(resolved), resolved.revision, settings)
-    )
+    problems += guidance_problems(resolved, family, _facts(family, model_source(resolved), resolved.revision))
     problems += planned_target_problems(resolved, family)  # lora_targets / patterns: the meta denoiser's
     problems += family.objective_problems(model_source(resolved), resolved.revision)  # e.g. an EDM SDXL
     if problems:
@@ -276,21 +274,13 @@ def scan_progress(emit: Emit, should_stop: StopCheck | None) -> DecodeProgress:
     return DecodeProgress(report, check_stop)
 
 
-def _hub_token(settings: Settings) -> str | None:
-    """The studio's hub token for the preflight's hub reads (the server holds none: hub_token.py)."""
-    return settings.hf_token.get_secret_value() if settings.hf_token is not None else None
-
-
-def _facts(
-    family: Family, source: str | SingleFile, revision: str | None, settings: Settings
-) -> dict[str, Any] | None:
+def _facts(family: Family, source: str | SingleFile, revision: str | None) -> dict[str, Any] | None:
     """The base checkpoint's facts: from disk (Family.local_facts), else through diffusers'
-    load_config (a hub id not cached yet) with the studio's hub token (the server's preflight
-    holds none: hub_token.py); None when neither can read them."""
+    load_config (a hub id not cached yet); None when neither can read them."""
     facts = family.local_facts(source, revision)
     if facts is not None:
         return facts
     try:
-        return family.checkpoint_facts(source, revision, _hub_token(settings))
+        return family.checkpoint_facts(source, revision)
     except ModelSourceError:
         return None

@@ -148,31 +148,3 @@ def test_the_cli_hands_lorastudio_hf_token_to_its_hub_calls(
     assert result.exit_code == 0, result.output
     assert given and set(given) == {SECRET}  # every hub request of the command was handed it
     assert not {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"} & set(os.environ)  # not copied to the hub client's
-
-
-def test_the_servers_preflight_reads_a_hub_ids_configs_with_the_studio_token(
-    make_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """RELIABILITY 1122: the server holds no hub token (it passes settings.hf_token to its own
-    hub calls), but its preflight of a hub id not in the hub cache read the checkpoint's
-    configs (the flavour, the guidance facts) through load_config with no token: a gated
-    repo's were unread. Now the preflight hands them the settings' token. The hub answers
-    nothing here (the spy refuses each request after noting its token)."""
-    from huggingface_hub.utils import _headers
-
-    from lorastudio.basemodels import resolve
-    from lorastudio.training.preflight import preflight
-
-    monkeypatch.setattr(hub_token, "_held", None)  # as in the server
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
-    monkeypatch.setattr(resolve, "hub_offline", lambda: False)  # the loaders would download it
-    given: list[object] = []
-
-    def spy(token: bool | str | None) -> str | None:
-        given.append(token)
-        raise OSError("no hub here")
-
-    monkeypatch.setattr(_headers, "get_token_to_send", spy)
-    settings = get_settings().model_copy(update={"hf_token": SecretStr(SECRET)})
-    preflight(make_config(base_model=REPO, steps=1), settings, "cpu")
-    assert given and set(given) == {SECRET}
