@@ -18,6 +18,7 @@ from PIL import Image
 from lorastudio.captioning.options import DEFAULT_PROMPT, FLORENCE_DEFAULT_TASK
 from lorastudio.captioning.source import CaptionerSource
 from lorastudio.errors import ModelSourceError
+from lorastudio.hub_token import held_hub_token
 
 
 def pick_device(device: str, gpu: int | None = None) -> str:
@@ -52,7 +53,8 @@ class Captioner:
         if self.device.startswith("cuda:"):
             torch.cuda.set_device(self.device)  # kernels and caches of this process on that GPU only
         dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
-        kwargs: dict[str, Any] = {"revision": source.revision, "token": token}
+        # the token given (the CLI's settings), else the one this worker holds (hub_token.py)
+        kwargs: dict[str, Any] = {"revision": source.revision, "token": token or held_hub_token()}
         if self.kind != "florence2":
             from lorastudio.families.qwen_vl_processor import allow_processor_without_torchvision
 

@@ -189,6 +189,7 @@ def _generate(
         seed_problems,
         text_tokens_problems,
     )
+    from lorastudio.hub_token import hold_studio_hub_token
     from lorastudio.jobs.generation_worker import png_text
     from lorastudio.lora.file_digest import changed_problem, lora_digest
     from lorastudio.lora.header import check_lora_file
@@ -201,6 +202,7 @@ def _generate(
     if why := output_file_problem(out, tuple(IMAGE_SUFFIXES), overwrite, "--overwrite"):
         problems.append(FieldProblem("--out", why))
     settings = get_settings()
+    hold_studio_hub_token()  # LORASTUDIO_HF_TOKEN for the pipeline's hub calls (hub_token.py)
     typed = {"base_model": base, "base_config": base_config}  # the PNG records them as typed (below)
     base = localize_path(base, may_be_hub_id=True)
     base_config = localize_path(base_config, may_be_hub_id=True) if base_config else None

@@ -51,6 +51,7 @@ from lorastudio.cli.termination import Terminated, refusal_status
 from lorastudio.cli.train_launch import bind_to_agent, check_launch, launch
 from lorastudio.cli.train_source import resume_folder, run_config
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
+from lorastudio.hub_token import hold_studio_hub_token
 from lorastudio.jobs.dataset_claims import claim_cli_run
 from lorastudio.jobs.launch_report import RUN_ID_ENV, note_rank_failure, note_rank_state
 from lorastudio.training.events import Event
@@ -126,6 +127,7 @@ def train_cmd(
     ranks = 0  # the processes of a --gpus launch, once started (a SIGTERM then ends them)
     name_hold = None  # a defaulted output name's reservation (name_reserve.py), held to the end
     try:
+        hold_studio_hub_token()  # LORASTUDIO_HF_TOKEN for the preflight's and the loaders' hub calls
         resume = resume_folder(resume) if resume is not None else None
         settings = [*overrides, f"num_gpus={gpus}"] if gpus is not None else overrides
         if (

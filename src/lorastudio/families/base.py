@@ -24,6 +24,7 @@ from lorastudio.families.flavours import FlavourHooks, config_facts  # noqa: F40
 from lorastudio.families.loading import load_component, quiet_loading  # noqa: F401 (re-exported)
 from lorastudio.families.shifts import dynamic_shift_mu, static_shift, time_shift
 from lorastudio.families.spec import CaptionTokens, FamilySpec, Objective, Variant  # noqa: F401 (re-exported)
+from lorastudio.hub_token import hub_kwargs
 
 if TYPE_CHECKING:
     import torch
@@ -276,7 +277,9 @@ class Family(FlavourHooks, ABC):
         from lorastudio.families.single_file import config_of, scheduler_overrides
 
         try:
-            found = DDPMScheduler.load_config(config_of(source), subfolder="scheduler", revision=revision)
+            found = DDPMScheduler.load_config(
+                config_of(source), subfolder="scheduler", revision=revision, **hub_kwargs()
+            )
             return {**dict(found), **scheduler_overrides(source)}
         except (OSError, ValueError) as err:
             raise ModelSourceError(f"cannot read the scheduler config of {source!r}: {err}") from err

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lorastudio.errors import ModelSourceError
 from lorastudio.families.base import config_facts, quiet_loading
+from lorastudio.hub_token import hub_kwargs
 
 if TYPE_CHECKING:
     import torch
@@ -114,7 +115,7 @@ def load_text_pipeline(
     own encode_prompt then encodes exactly as inference does. Raises ModelSourceError."""
     quiet_loading()
     try:
-        pipe = pipeline_cls.from_pretrained(source, revision=revision, dtype=dtype, **skip)
+        pipe = pipeline_cls.from_pretrained(source, revision=revision, dtype=dtype, **hub_kwargs(), **skip)
     except (OSError, ValueError, KeyError) as err:
         raise ModelSourceError(f"cannot load the text encoders of {source!r}: {err}") from err
     pipe.to(device)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from lorastudio import json_read
 from lorastudio.errors import ModelSourceError
 from lorastudio.families.spec import FamilySpec, Variant
+from lorastudio.hub_token import hub_kwargs
 
 if TYPE_CHECKING:
     from lorastudio.families.single_file import SingleFile
@@ -40,8 +41,10 @@ class FlavourHooks:
 
         cls = getattr(diffusers, self.spec.denoiser_class)
         try:
-            index = diffusers.DiffusionPipeline.load_config(source, revision=revision)
-            denoiser = cls.load_config(source, subfolder=self.spec.denoiser, revision=revision)
+            index = diffusers.DiffusionPipeline.load_config(source, revision=revision, **hub_kwargs())
+            denoiser = cls.load_config(
+                source, subfolder=self.spec.denoiser, revision=revision, **hub_kwargs()
+            )
         except (OSError, ValueError) as err:
             raise ModelSourceError(f"cannot read the configs of {source!r}: {err}") from err
         return config_facts(index, self.spec.denoiser, denoiser)

@@ -43,6 +43,7 @@ from lorastudio.families.config_rules import (
     projection_shape,
     qwen_vl_pipeline_shapes,
 )
+from lorastudio.hub_token import hub_kwargs
 
 if TYPE_CHECKING:
     import torch
@@ -125,7 +126,7 @@ class Krea2Family(Family):
 
         denoiser = super().load_denoiser(source, revision, dtype, device)
         try:
-            index = Krea2Pipeline.load_config(source, revision=revision)
+            index = Krea2Pipeline.load_config(source, revision=revision, **hub_kwargs())
         except (OSError, ValueError) as err:
             raise ModelSourceError(f"cannot read model_index.json of {source!r}: {err}") from err
         declared, implied = int(index.get("patch_size", 2)), patch_side(denoiser)

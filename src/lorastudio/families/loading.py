@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from lorastudio.errors import ModelSourceError
+from lorastudio.hub_token import hub_kwargs
 
 
 def load_component(cls: Any, source: str, subfolder: str, revision: str | None, **kwargs: Any) -> Any:
-    """`cls.from_pretrained(source, subfolder=..., revision=..., **kwargs)`, with a clear
-    ModelSourceError naming the component when it is missing or unreadable."""
+    """`cls.from_pretrained(source, subfolder=..., revision=..., **kwargs)`, handed the
+    process's hub token (hub_token.hub_kwargs), with a clear ModelSourceError naming the
+    component when it is missing or unreadable."""
     quiet_loading()
     try:
-        return cls.from_pretrained(source, subfolder=subfolder, revision=revision, **kwargs)
+        return cls.from_pretrained(source, subfolder=subfolder, revision=revision, **hub_kwargs(), **kwargs)
     except (OSError, ValueError, KeyError) as err:
         raise ModelSourceError(f"cannot load {subfolder!r} ({cls.__name__}) from {source!r}: {err}") from err
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio.errors import ModelSourceError
+from lorastudio.hub_token import hub_kwargs
 from lorastudio.open_reason import library_open_reason
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def load_file_component(
     checkpoint = _converted(cls, sf, subfolder, revision)
     try:  # keys already diffusers': from_single_file loads them as they are
         model = cls.from_single_file(
-            checkpoint, config=sf.config, subfolder=subfolder, config_revision=revision
+            checkpoint, config=sf.config, subfolder=subfolder, config_revision=revision, **hub_kwargs()
         )
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise ModelSourceError(
@@ -149,7 +150,7 @@ def _converted(cls: Any, sf: SingleFile, subfolder: str, revision: str | None) -
     from lorastudio.families.bfl_keys import bfl_to_diffusers
 
     try:
-        config = cls.load_config(sf.config, subfolder=subfolder, revision=revision)
+        config = cls.load_config(sf.config, subfolder=subfolder, revision=revision, **hub_kwargs())
         raw = _checkpoint(sf, subfolder)
         if cls.__name__ in ("FluxTransformer2DModel", "ChromaTransformer2DModel"):
             converted = bfl_to_diffusers(raw, config)
@@ -217,7 +218,7 @@ def _file_pipeline(
     quiet_loading()
     try:
         pipe = pipeline_cls.from_single_file(
-            sf.file, config=sf.config, revision=revision, dtype=dtype, **parts
+            sf.file, config=sf.config, revision=revision, dtype=dtype, **hub_kwargs(), **parts
         )
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise ModelSourceError(f"cannot load {sf.file} with the config of {sf.config}: {err}") from err
@@ -252,7 +253,7 @@ def load_file_pipeline(
     denoiser = load_file_component(denoiser_cls, sf, spec.denoiser, revision, dtype)
     try:
         pipe = pipeline_cls.from_pretrained(
-            sf.config, revision=revision, dtype=dtype, **{spec.denoiser: denoiser}
+            sf.config, revision=revision, dtype=dtype, **hub_kwargs(), **{spec.denoiser: denoiser}
         )
     except (OSError, ValueError, KeyError) as err:
         raise ModelSourceError(f"cannot load {class_name} from {sf.config!r}: {err}") from err

@@ -24,6 +24,7 @@ from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, GenerationCancelled, ModelSourceError, NotFound
 from lorastudio.generate.references import reference_kwargs
 from lorastudio.generation_rules import guidance_problems, seed_problems, size_problems, text_tokens_problems
+from lorastudio.hub_token import hub_kwargs
 from lorastudio.user_paths import is_file, missing_file
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ def _load(
     class_name = families.get(family).source_pipeline_class(base_model, revision)  # the checkpoint's flavour
     pipeline_cls = getattr(diffusers, class_name)
     try:
-        pipe = pipeline_cls.from_pretrained(base_model, revision=revision, dtype=dtype)
+        pipe = pipeline_cls.from_pretrained(base_model, revision=revision, dtype=dtype, **hub_kwargs())
     except (OSError, ValueError) as err:
         raise ModelSourceError(f"cannot load {class_name} from {base_model!r}: {err}") from err
     return pipe, dev

@@ -2,7 +2,8 @@
 place that imports the captioning model).
 
 It dies with the server (jobs/worker.bind_to_parent), starts without secrets and gets the hub
-token from its pickled settings (jobs/childenv.give_hub_token, when the model is a hub id). Every
+token from its pickled settings, held in memory for the loaders' `token=` (jobs/childenv.give_hub_token,
+when the model is a hub id; never in its environment). Every
 event of captioning/run.py goes to the server through `events` (a multiprocessing queue), then a
 final {"type": "caption_error", "error": class name, "message"} when it failed; `cancel` (a
 multiprocessing event) is checked before each image.

@@ -13,11 +13,13 @@ of the children's environment before they start:
   (the torchrun launch, jobs/launcher.py), as a second line;
 - a worker that needs the hub token (a run whose base model is a hub id, not a local folder)
   gets it inside WorkerArgs.settings (pickled over its spawn pipe or the rank channel, never
-  through the environment) and `give_hub_token` puts it in that process's os.environ as
-  HF_TOKEN (what from_pretrained reads) after the exec, so no /proc/PID/environ shows it; the
-  children such a worker starts itself get `child_environment` (the attention probes,
-  training/attention.probe_environment: RELIABILITY 1011); those a library starts from
-  os.environ (Inductor's compile workers, wandb-core) still get it (RELIABILITY Known problems);
+  through the environment) and `give_hub_token` holds it in that process's memory
+  (lorastudio/hub_token.py), from where every hub call the studio makes is handed it as
+  `token=`; it is never put in any os.environ (it was, as HF_TOKEN, until RELIABILITY 1120: the
+  children a library starts from os.environ, Inductor's compile workers and wandb-core, then
+  inherited it), so neither this worker's children nor theirs can see it; the children such a
+  worker starts itself get `child_environment` besides (the attention probes,
+  training/attention.probe_environment: RELIABILITY 1011);
 - a run with report_to wandb gets the W&B API key the same way, inside WorkerArgs.settings
   (`wandb_api_key`: LORASTUDIO_WANDB_API_KEY, or the WANDB_API_KEY `serve` had, kept by
   `drop_process_secrets`); the engine hands it to wandb.init's settings
@@ -40,6 +42,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
+from lorastudio.hub_token import hold_hub_token
 from lorastudio.settings import Settings
 
 SECRET_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "APIKEY", "CREDENTIALS"})
@@ -94,12 +97,14 @@ def drop_process_secrets(settings: Settings) -> Settings:
 
 
 def give_hub_token(settings: Settings, base_model: str | None) -> bool:
-    """In a worker, after its start: remove any secret it was started with (a worker started
-    by an embedding process that kept them), then make the studio's hub token the HF_TOKEN of
-    this process when the run loads its base model from the hub (`base_model` is not a local
-    folder). Returns whether it did."""
+    """In a worker, after its start (and in a generation worker before each job): remove any
+    secret it was started with (a worker started by an embedding process that kept them), then
+    hold the studio's hub token in this process's memory (hub_token.hold_hub_token: every hub
+    call is handed it as `token=`) when the job loads from the hub (`base_model` is not a local
+    folder), else hold none. Never writes any environment. Returns whether it held one."""
     drop_secrets(os.environ)
     if settings.hf_token is None or not base_model or Path(base_model).expanduser().is_dir():
+        hold_hub_token(None)
         return False
-    os.environ["HF_TOKEN"] = settings.hf_token.get_secret_value()
+    hold_hub_token(settings.hf_token.get_secret_value())
     return True

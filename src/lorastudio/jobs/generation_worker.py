@@ -3,7 +3,8 @@
 Spawned by jobs/generation_process.py (spawn context). Like the training worker it binds itself to
 the server's lifetime (jobs/worker.py: `bind_to_parent`); it starts without secrets in its
 environment (jobs/childenv.py) and, for a base model from the hub, gets the studio's hub token from
-its pickled settings as an in-memory HF_TOKEN (`give_hub_token`). It is the only server-side place that imports the generation engine
+its pickled settings, held in memory and handed to each hub call as `token=` (`give_hub_token`,
+lorastudio/hub_token.py; never an environment variable). It is the only server-side place that imports the generation engine
 (`lorastudio.generate`: torch, diffusers), lazily, inside the child; this module itself imports no
 torch, so the server can name it as a spawn target.
 

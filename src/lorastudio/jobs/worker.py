@@ -5,7 +5,8 @@ This is the only module that imports the training engine (lazily, inside the chi
    ctypes, plus a watchdog thread that exits when the parent pid changes (other systems, and
    the race where the parent died before prctl);
 2. starts with an environment without secrets (jobs/childenv.py: the server dropped them before
-   it started anything); a run from a hub id gets the hub token from its settings as HF_TOKEN;
+   it started anything); a run from a hub id gets the hub token from its settings, held in
+   memory for its hub calls' `token=` (lorastudio/hub_token.py), never in its environment;
 3. keeps its own lines (stdout, stderr, log records, a line per engine event other than
    progress) in logs/<job id>.log (jobs/worker_log.py), still copied to the server's terminal;
 4. starts the page-cache prefetch of the run's weight files (jobs/prefetch.py), beside the
@@ -147,7 +148,8 @@ class WorkerChannel:
 
 def prepare_child(args: WorkerArgs) -> None:
     """What every worker does first: bind to the parent's lifetime; the hub token (from its
-    settings, never its environment) as HF_TOKEN where the run needs the hub (jobs/childenv.py)."""
+    settings, never its environment) held in memory where the run needs the hub
+    (jobs/childenv.give_hub_token)."""
     bind_to_parent(args.parent_pid)
     ignore_terminal_interrupt()  # the server stops its children itself
     give_hub_token(args.settings, args.config.base_model)

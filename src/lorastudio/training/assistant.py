@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.errors import ModelSourceError
+from lorastudio.hub_token import hub_kwargs
 from lorastudio.training.assistant_rules import hub_parts, hub_ref_damage, is_local
 from lorastudio.user_paths import expand_user, is_file
 
@@ -60,7 +61,11 @@ def assistant_file(value: str) -> Path:
     if damage is not None:
         raise ModelSourceError(f"assistant_lora: {damage}")
     try:  # the cache and endpoint of the environment now (huggingface_hub's are its import's)
-        return Path(hf_hub_download(repo, filename, cache_dir=hub_cache_dir(), endpoint=hub_endpoint()))
+        return Path(
+            hf_hub_download(
+                repo, filename, cache_dir=hub_cache_dir(), endpoint=hub_endpoint(), **hub_kwargs()
+            )
+        )
     except (OSError, ValueError) as err:
         raise ModelSourceError(f"assistant_lora: cannot get {filename} of {repo}: {err}") from err
 

@@ -24,9 +24,9 @@ Values: "auto" (default), "cudnn", "flash", "efficient", "math", "fa4".
   "auto" on a U-Net family (SDXL: many small attention calls) or without CUDA: torch's own choice
   with cuDNN off.
 Names of the torch flags: torch.backends.cuda.enable_{cudnn,flash,mem_efficient,math}_sdp.
-The probe child's environment is the run's without its secrets (`probe_environment`): a run
-from a hub id holds the hub token as HF_TOKEN in its os.environ (jobs/childenv.give_hub_token),
-which no child's /proc/PID/environ may show (RELIABILITY 1011).
+The probe child's environment is the run's without its secrets (`probe_environment`): no
+child's /proc/PID/environ may show one (RELIABILITY 1011; a run from a hub id holds the hub
+token in memory only since RELIABILITY 1120, jobs/childenv.give_hub_token: a second line).
 """
 
 from __future__ import annotations
@@ -211,8 +211,8 @@ def pick_kernel(results: Mapping[str, KernelProbe]) -> AttentionChoice:
 
 def probe_environment() -> dict[str, str]:
     """The probe child's environment: this process's (FA4's cache variables, CUDA_VISIBLE_DEVICES
-    ...) without its secrets (jobs/childenv.child_environment: the HF_TOKEN a run from a hub id
-    was given), unbuffered so that its lines arrive as it writes them."""
+    ...) without its secrets (jobs/childenv.child_environment: any an embedding process left
+    there), unbuffered so that its lines arrive as it writes them."""
     return child_environment(os.environ) | {"PYTHONUNBUFFERED": "1"}
 
 

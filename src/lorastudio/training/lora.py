@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.hub_token import hub_kwargs
 
 if TYPE_CHECKING:
     from peft import PeftConfig
@@ -171,7 +172,9 @@ def planned_target_check(cfg: TrainConfig, family: Family) -> list[FieldProblem]
     spec = family.spec
     cls = getattr(diffusers, spec.denoiser_class)
     try:
-        config = cls.load_config(config_of(model_source(cfg)), subfolder=spec.denoiser, revision=cfg.revision)
+        config = cls.load_config(
+            config_of(model_source(cfg)), subfolder=spec.denoiser, revision=cfg.revision, **hub_kwargs()
+        )
     except (OSError, ValueError):
         return None
     with torch.device("meta"):

@@ -32,6 +32,7 @@ from torch.utils._pytree import tree_flatten
 
 from lorastudio.errors import ConfigError
 from lorastudio.families.single_file import config_of, model_source
+from lorastudio.hub_token import hub_kwargs
 from lorastudio.training.conditioning import item_key
 from lorastudio.training.events import PlanTrial
 from lorastudio.training.plan import (
@@ -298,7 +299,9 @@ def repeated_block_count(run: PreparedRun) -> int:
 
     spec, cfg = run.family.spec, run.cfg
     cls = getattr(diffusers, spec.denoiser_class)
-    config = cls.load_config(config_of(model_source(cfg)), subfolder=spec.denoiser, revision=cfg.revision)
+    config = cls.load_config(
+        config_of(model_source(cfg)), subfolder=spec.denoiser, revision=cfg.revision, **hub_kwargs()
+    )
     with torch.device("meta"):
         model = cls.from_config(config)
     return len(repeated_blocks(model))

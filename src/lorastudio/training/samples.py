@@ -49,6 +49,7 @@ from lorastudio.data.safe_open import folder_identity
 from lorastudio.families.common import pipeline_facts
 from lorastudio.families.single_file import apply_scheduler_overrides, config_of, model_source
 from lorastudio.generate.references import reference_kwargs
+from lorastudio.hub_token import hub_kwargs
 from lorastudio.training.conditioning import EditPrompt, Text
 from lorastudio.training.precision import free_accelerator_memory
 from lorastudio.training.sample_files import (
@@ -312,7 +313,9 @@ def sampling_pipeline(run: PreparedRun, denoiser: torch.nn.Module, vae: Any) -> 
     parts.update({"vae": vae, spec.denoiser: denoiser})
     quiet_loading()
     try:
-        pipe = pipeline_cls.from_pretrained(config_of(source), revision=run.cfg.revision, **parts)
+        pipe = pipeline_cls.from_pretrained(
+            config_of(source), revision=run.cfg.revision, **hub_kwargs(), **parts
+        )
     except (OSError, ValueError, KeyError) as err:
         raise ModelSourceError(f"cannot build the {class_name} for samples: {err}") from err
     apply_scheduler_overrides(pipe, source)

@@ -154,13 +154,14 @@ def test_the_worker_gets_no_secrets(settings: Settings, model: Path, monkeypatch
         service.shutdown()
 
 
-def test_the_studio_hub_token_reaches_a_hub_run_only_as_hf_token(
+def test_the_studio_hub_token_reaches_a_hub_run_only_in_memory(
     settings: Settings, model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run whose base model is a hub id gets the studio's hub token from its settings (not
-    its environment) as HF_TOKEN."""
+    its environment), held in memory for its hub calls, never as HF_TOKEN (RELIABILITY 1120)."""
     from pydantic import SecretStr
 
+    from lorastudio import hub_token
     from lorastudio.jobs.childenv import give_hub_token
 
     monkeypatch.delenv("HF_TOKEN", raising=False)
@@ -174,10 +175,13 @@ def test_the_studio_hub_token_reaches_a_hub_run_only_as_hf_token(
     finally:
         service.shutdown()
     monkeypatch.setattr(os, "environ", dict(os.environ))  # this test process's own stays as it is
+    monkeypatch.setattr(hub_token, "_held", None)
     with_token = settings.model_copy(update={"hf_token": SecretStr("hf_studio")})
-    assert give_hub_token(with_token, "owner/gated-model") and os.environ["HF_TOKEN"] == "hf_studio"
-    assert "LORASTUDIO_HF_TOKEN" not in os.environ
-    assert not give_hub_token(with_token, str(model)) and "HF_TOKEN" not in os.environ
+    assert give_hub_token(with_token, "owner/gated-model") and hub_token.hub_kwargs() == {
+        "token": "hf_studio"
+    }
+    assert "hf_studio" not in os.environ.values() and "LORASTUDIO_HF_TOKEN" not in os.environ
+    assert not give_hub_token(with_token, str(model)) and hub_token.hub_kwargs() == {}
 
 
 def test_queue_is_fifo_and_refusals_change_nothing(settings: Settings, model: Path) -> None:
