@@ -39,6 +39,7 @@ from lorastudio.jobs.card_fit import CardFit, card_fit, sizing_folder
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.preflight_cache import latent_cache_section
 from lorastudio.jobs.preflight_pairs import controls_section, training_mode
+from lorastudio.jobs.run_host import host_for_run
 from lorastudio.jobs.time_forecast import time_forecast
 from lorastudio.jobs.validation import ValidatedRun
 from lorastudio.jobs.vram_estimate import (  # noqa: F401 (re-exported: host_memory, tests)
@@ -78,7 +79,7 @@ def preflight_report(
     `host` defaults to this machine (tests pass another)."""
     cfg = run.config
     scan = run.scan
-    host = host or host_info()
+    host = host or host_for_run(host_info(), None, cfg.num_gpus)  # the GPU(s) the service runs it on
     images = scan.images()  # each image once (a run of several resolutions has a copy at each)
     sources = Counter(item.caption_source for item in images)
     per_epoch = epoch_bucket_counts(scan)  # the entries' repeats / weights (data/mix.py), per batch key
