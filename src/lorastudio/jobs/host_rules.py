@@ -69,7 +69,7 @@ def _host_rules(
     device = host.device
     problems: list[FieldProblem] = []
     rules: dict[str, Callable[[Any], list[FieldProblem]]] = {
-        "compile": lambda mode: compile_device_problems(mode, device),
+        "compile": lambda mode: compile_device_problems(mode, device, host.capability, host.name),
         "attention_backend": lambda backend: attention_device_problems(  # here, not in the worker
             backend, device, host.capability, host.name
         ),

@@ -85,7 +85,7 @@ def preflight_report(
     per_epoch = epoch_bucket_counts(scan)  # the entries' repeats / weights (data/mix.py), per batch key
     steps, steps_per_epoch = run_steps(cfg, scan)
     dtype = resolved_dtype(cfg.base_precision, host)
-    compiled = compile_runs(cfg.compile, host.device)
+    compiled = compile_runs(cfg.compile, host.device, host.capability)
     controls = control_load(scan, cfg)
     fit = card_fit(cfg, run.model_dir, host, controls, compiled=compiled)  # the card's verdict
     planned = fit.budget_gib if fit is not None else None  # the card's memory, taken as the budget
@@ -287,7 +287,7 @@ def preflight_plan(cfg: TrainConfig, host: HostInfo) -> dict[str, Any]:
     return {
         "memory_budget_gb": budget,
         "decided_by": "measured" if budget is not None and left else "settings",
-        "compile": compile_runs(cfg.compile, host.device),
+        "compile": compile_runs(cfg.compile, host.device, host.capability),
         "compile_shapes": None,
         "fuse_projections": _fuses(cfg, host, {f["name"]: f["value"] for f in fields}),
         "fields": fields,
@@ -345,7 +345,7 @@ def _memory_section(
     `host_warning` (a forecast that exceeds it). The host RAM forecast is of `chosen` (the plan
     the budget is forecast to choose: jobs/budget_plan.py) when given, else of the fastest plan."""
     plan = plan_for_estimate(cfg, host)
-    compiled = compile_runs(cfg.compile, host.device)
+    compiled = compile_runs(cfg.compile, host.device, host.capability)
     controls = control_load(scan, cfg)
     section = estimate_memory_gb(cfg, model_dir, plan, controls, compiled=compiled)
     lightest = None

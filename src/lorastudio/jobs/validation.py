@@ -255,7 +255,11 @@ def card_problems(
 
     host = host or host_for_run(host_info(), None, cfg.num_gpus)
     fit = card_fit(
-        cfg, model_dir, host, control_load(scan, cfg), compiled=compile_runs(cfg.compile, host.device)
+        cfg,
+        model_dir,
+        host,
+        control_load(scan, cfg),
+        compiled=compile_runs(cfg.compile, host.device, host.capability),
     )
     return [fit.problem] if fit is not None and fit.problem is not None else []
 
