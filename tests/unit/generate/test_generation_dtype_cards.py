@@ -31,12 +31,11 @@ def two_cards(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_generation_loads_in_fp32_on_the_sm75_card_and_bf16_on_the_ampere_one_as_training_does(
     tiny_model: Callable[[str], Path],
 ) -> None:
-    from lorastudio.generate.pipeline import _load
+    from lorastudio.generate.pipeline import _default_dtype, _load
     from lorastudio.training.precision import pick_dtype
 
-    folder = str(tiny_model("flux"))
-    for device, want in (("cuda:1", torch.float32), ("cuda:0", torch.bfloat16)):
-        pipe, dev = _load(folder, "flux", None, None, device, None, None)  # loaded, not yet moved to dev
-        assert dev == torch.device(device)
-        assert pipe.transformer.dtype == want, device
-        assert pick_dtype("auto", dev) == want  # the rule training's auto takes on that card
+    pipe, dev = _load(str(tiny_model("flux")), "flux", None, None, "cuda:1", None, None)  # not yet moved
+    assert dev == torch.device("cuda:1") and pipe.transformer.dtype == torch.float32  # not emulated bf16
+    assert _default_dtype(torch.device("cuda:0")) == torch.bfloat16  # the Ampere card computes bf16
+    for device in ("cuda:1", "cuda:0"):  # the rule training's auto takes on each card
+        assert _default_dtype(torch.device(device)) == pick_dtype("auto", torch.device(device))
