@@ -50,14 +50,16 @@ def config_rules_public() -> dict[str, Any]:
 def host_choices(device_type: str, capability: tuple[int, int] | None = None) -> dict[str, list[str]]:
     """The optimizer, compile and attention_backend values a run on a `device_type` device
     ("cuda", "cpu") of this machine can use, in the config's order: those optimizer_host_problems
-    (the 8-bit ones need CUDA and bitsandbytes), compile_device_problems (on / wide need CUDA) and
+    (the 8-bit ones need CUDA and bitsandbytes), compile_device_problems (on / wide need CUDA, 7.0+) and
     attention_device_problems (cudnn / efficient / fa4 need CUDA, flash CUDA or a CPU) do not
     refuse, the attention kernels for the GPU's compute `capability` where it is known (cudnn and
     flash from 8.0, fa4 on Hopper / Blackwell). 'wide' also needs a family with wider compile
     regions (FamilyOut.wide_compile); fa4 also flash_attn.cute (the run's start checks it)."""
     return {
         "optimizers": [o for o in get_args(OptimizerName) if not optimizer_host_problems(o, device_type)],
-        "compile_modes": [m for m in get_args(CompileMode) if not compile_device_problems(m, device_type)],
+        "compile_modes": [
+            m for m in get_args(CompileMode) if not compile_device_problems(m, device_type, capability)
+        ],
         "attention_backends": [
             b for b in get_args(AttentionBackend) if not attention_device_problems(b, device_type, capability)
         ],

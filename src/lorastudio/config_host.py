@@ -16,9 +16,18 @@ from lorastudio.errors import FieldProblem
 COMPILE_NEEDS_CUDA: tuple[str, ...] = ("on", "wide")
 
 
-def compile_device_problems(mode: str, device_type: str) -> list[FieldProblem]:
+# torch.compile's Inductor writes its GPU kernels in Triton, which runs on compute capability 7.0+
+# (Volta): below it (Pascal, a GTX 1080) the first compiled call raises GPUTooOldForTriton
+COMPILE_MIN_CAPABILITY = (7, 0)
+
+
+def compile_device_problems(
+    mode: str, device_type: str, capability: tuple[int, int] | None = None, gpu_name: str = "this GPU"
+) -> list[FieldProblem]:
     """Why TrainConfig.compile `mode` cannot run on a `device_type` device (empty when it can):
-    "on" and "wide" need CUDA. The one rule behind the job service's host check and preflight."""
+    "on" and "wide" need CUDA, and on a GPU of known compute `capability` (`gpu_name` names it)
+    COMPILE_MIN_CAPABILITY. The one rule behind the job service's host check, the preflight, the
+    engine's check and the host's choices."""
     if mode in COMPILE_NEEDS_CUDA and device_type != "cuda":
         return [
             FieldProblem(
@@ -27,13 +36,31 @@ def compile_device_problems(mode: str, device_type: str) -> list[FieldProblem]:
                 "regional torch.compile is a GPU speed feature: use 'off' or 'auto' here",
             )
         ]
+    if mode in COMPILE_NEEDS_CUDA and not _compiles_on(capability):
+        major, minor = capability or (0, 0)
+        return [
+            FieldProblem(
+                "compile",
+                f"{mode!r} needs a GPU of compute capability 7.0 or newer (torch.compile's kernels are"
+                f" Triton's); {gpu_name} is {major}.{minor}: use 'off' or 'auto' (which does not compile there)",
+            )
+        ]
     return []
 
 
-def compile_runs(mode: str, device_type: str) -> bool:
+def compile_runs(mode: str, device_type: str, capability: tuple[int, int] | None = None) -> bool:
     """Whether TrainConfig.compile `mode` compiles on a device of `device_type` ("cuda", "cpu",
-    ...): "on" / "wide" always (they are refused without CUDA), "auto" on CUDA, "off" never."""
-    return mode in COMPILE_NEEDS_CUDA or (mode == "auto" and device_type == "cuda")
+    ...) of compute `capability` (None: not known): "on" / "wide" always (they are refused
+    without CUDA or below COMPILE_MIN_CAPABILITY), "auto" on a CUDA GPU that has Triton (7.0+ or
+    not known), "off" never."""
+    return mode in COMPILE_NEEDS_CUDA or (
+        mode == "auto" and device_type == "cuda" and _compiles_on(capability)
+    )
+
+
+def _compiles_on(capability: tuple[int, int] | None) -> bool:
+    """Whether a CUDA GPU of compute `capability` runs torch.compile's kernels (None: not known, yes)."""
+    return capability is None or tuple(capability) >= COMPILE_MIN_CAPABILITY
 
 
 # SDPA kernels by the device types that have one (any other backend runs anywhere); fa4 also needs

@@ -79,3 +79,33 @@ def test_tiny_model_prints_only_its_folder(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"{out}\n" and result.stderr == ""
+
+
+def test_tiny_output_on_a_mount_point_says_so_and_where_to_write_instead(tmp_path, monkeypatch):
+    # a disk mounted at the --out folder: its staging sibling cannot be renamed onto it (EBUSY)
+    import errno
+
+    import pytest
+
+    from lorastudio.errors import DatasetError
+    from lorastudio.tiny import make_sample_dataset
+
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    real_ismount = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: os.fspath(p) == os.fspath(mount) or real_ismount(p))
+    result = CliRunner().invoke(_cli(), ["tiny", "model", "--family", "flux", "--out", str(mount)])
+    assert result.exit_code != 0  # a ModelSourceError: the real CLI prints it as "error: ..."
+    said = str(result.exception)
+    assert f"{mount}: it is a mount point" in said and f"{mount / 'model'}" in said
+    assert os.listdir(tmp_path) == ["mnt"]  # nothing staged beside it
+    # a bind mount of a folder, which os.path.ismount does not see: the rename's EBUSY is named so
+    monkeypatch.setattr(os.path, "ismount", real_ismount)
+
+    def busy(path):  # an empty mount point cannot be removed to make way for the staged folder
+        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(path))
+
+    monkeypatch.setattr(type(mount), "rmdir", busy)
+    with pytest.raises(DatasetError, match="it is a mount point"):
+        make_sample_dataset(mount)
+    assert os.listdir(tmp_path) == ["mnt"]

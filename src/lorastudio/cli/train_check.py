@@ -86,7 +86,7 @@ def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, devi
     if taken and overwrite:
         raw["output_name"] = free_name(name, settings.outputs_dir)  # validated as if free
     try:
-        run = validate_run(raw, settings, live_output_names=set(), allow_outside_root=True)
+        run = validate_run(raw, settings, live_output_names=set(), allow_outside_root=True, device=device)
     except ConfigError as err:
         problems = [
             _explain(p, name, settings) if taken and p.field == "output_name" else p for p in err.problems

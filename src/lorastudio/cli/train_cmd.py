@@ -349,7 +349,7 @@ def _check_fresh_run(
         raise ConfigError(malformed + err.problems) from None
     if malformed:
         raise ConfigError(malformed)
-    host = host_for_device(device)  # `--device cpu` on a GPU host: the CPU's forecast
+    host = host_for_device(device, run.config.num_gpus)  # `--device cpu` on a GPU host: the CPU's forecast
     if check:
         print_report(preflight_report(run, host, home=settings.home))
         refuse_if_short(run, host)  # the run's own check: a certain forecast over the memory exits 2

@@ -64,7 +64,8 @@ def load_pipeline(
     cancelled: Callable[[], bool] | None = None,
 ) -> DiffusionPipeline:
     """Load `base_model` (hub id or local folder) with the family's pipeline class, in `dtype`
-    (default: bf16 on a bf16-capable GPU, else fp32) on `device` (default: CUDA if available).
+    (default: bf16 on a GPU of compute capability 8.0+, else fp32: training's auto) on `device`
+    (default: CUDA if available).
     With `base_config` (a resolved pipeline folder or hub id), `base_model` is a single-file
     checkpoint loaded through from_single_file (families/single_file.py; `v_prediction` None:
     as the file says, else the config's scheduler). `cancelled`: asked before each component
@@ -142,7 +143,13 @@ def _after_steps(
 
 
 def _default_dtype(dev: torch.device) -> torch.dtype:
-    return torch.bfloat16 if dev.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    """bf16 where `dev` computes it, else fp32: training's rule for `base_precision: auto`
+    (training/precision.bf16_capable: the device's own compute capability, 8.0+), not
+    torch.cuda.is_bf16_supported(), which asks the current device and says yes on sm_75 (a T4,
+    an RTX 20xx), where bf16 is emulated."""
+    from lorastudio.training.precision import pick_dtype
+
+    return pick_dtype("auto", dev)
 
 
 def _default_device() -> torch.device:

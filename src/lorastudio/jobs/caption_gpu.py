@@ -197,7 +197,7 @@ def planned_gpu_gib(
     controls = control_load(scan, cfg) if scan is not None else None
     plan = plan_for_estimate(cfg, host)
     estimate = estimate_memory_gb(
-        cfg, model_dir, plan, controls, compiled=compile_runs(cfg.compile, host.device)
+        cfg, model_dir, plan, controls, compiled=compile_runs(cfg.compile, host.device, host.capability)
     )
     gb = estimate.get("estimated_gb")
     return (gb * 1e9 / GIB, "the preflight estimate") if gb else None

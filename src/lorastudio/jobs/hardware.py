@@ -115,7 +115,8 @@ class HostInfo:
     CPU); precisions: the base_precision values a run can use here ("auto" always); gpu_count:
     CUDA GPUs visible to this process (0 on a CPU host); gpu_memory_gb: the total memory of each
     of them in GiB, by index (the caption jobs' placement, jobs/caption_gpu.py); capability: GPU
-    0's compute capability (the attention kernels it has: config_host)."""
+    0's compute capability (the attention kernels it has: config_host); gpus: (name, memory GiB,
+    capability) of each visible GPU, by index (jobs/run_host.py: the facts of the GPU a run uses)."""
 
     device: str
     name: str
@@ -125,6 +126,7 @@ class HostInfo:
     gpu_memory_gb: tuple[float, ...] = ()
     # GPU 0's compute capability (None: no GPU, or not known); not part of the answer's equality
     capability: tuple[int, int] | None = field(default=None, compare=False)
+    gpus: tuple[tuple[str, float, tuple[int, int]], ...] = field(default=(), compare=False)
 
     def public(self) -> dict[str, Any]:
         """HostOut: with the optimizers and compile modes a run can use here (config_choices)."""
@@ -216,14 +218,17 @@ def known_host_info() -> HostInfo | None:
     return _cached(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
-def host_for_device(device: str | None) -> HostInfo:
+def host_for_device(device: str | None, num_gpus: int = 1) -> HostInfo:
     """The HostInfo of the device a run trains on: CPU_HOST for a "cpu" device (`lorastudio train
     --device cpu`, also on a GPU host: its weights and activations live in host RAM and "auto"
     precision is fp32 there, so the forecast and the host RAM check are the CPU's), else
-    `host_info()` (None or a "cuda" device: this host's GPUs)."""
+    `host_info()` as the run sees it (jobs/run_host.host_for_run: `cuda:N` judged on GPU N's
+    facts, a `num_gpus` run on its weakest GPU's)."""
     if device is not None and device.strip().lower().split(":", 1)[0] == "cpu":
         return CPU_HOST
-    return host_info()
+    from lorastudio.jobs.run_host import host_for_run
+
+    return host_for_run(host_info(), device, num_gpus)
 
 
 def probe_in_this_process() -> None:
@@ -261,6 +266,7 @@ def host_from_facts(facts: Mapping[str, Any]) -> HostInfo:
         gpu_count=len(seen),
         gpu_memory_gb=tuple(gb for _, gb, _ in seen),
         capability=capability,
+        gpus=tuple(seen),
     )
 
 

@@ -25,13 +25,14 @@ from lorastudio.config_host import (
     optimizer_host_problems,
 )
 from lorastudio.errors import FieldProblem
-from lorastudio.jobs.hardware import host_info
+from lorastudio.jobs.hardware import HostInfo, host_info
+from lorastudio.jobs.run_host import host_for_run
 from lorastudio.settings import Settings
 from lorastudio.tracker_login import report_to_problems
 from lorastudio.training.parallel_rules import data_parallel_problems
 
 
-def host_problems(cfg: TrainConfig, settings: Settings) -> list[FieldProblem]:
+def host_problems(cfg: TrainConfig, settings: Settings, host: HostInfo | None = None) -> list[FieldProblem]:
     """Settings this server cannot run on its host: compile "on" / "wide" without CUDA; an attention
     kernel without one here (cudnn / efficient / fa4 need CUDA, flash CUDA or a CPU; cudnn and flash
     compute capability 8.0+, fa4 a Hopper / Blackwell GPU); num_gpus > 1 with
@@ -41,26 +42,34 @@ def host_problems(cfg: TrainConfig, settings: Settings) -> list[FieldProblem]:
     would draw its own masks, which is not the maths of one process); memory_budget_gb or
     offload_blocks > 0 without CUDA; an 8-bit optimizer without CUDA and bitsandbytes; a
     report_to tracker whose package is not installed, or wandb online without an API key (the
-    rules are config_host's and tracker_login's)."""
-    return _host_rules(cfg.model_dump(), set(), settings)
+    rules are config_host's and tracker_login's). `host`: the GPU facts as the run sees them
+    (jobs/run_host.host_for_run; None: this host's, the visible GPUs' first as the service places
+    the run, the weakest of its `num_gpus`)."""
+    return _host_rules(cfg.model_dump(), set(), settings, host)
 
 
-def raw_host_problems(raw: Mapping[str, Any], reported: set[str], settings: Settings) -> list[FieldProblem]:
+def raw_host_problems(
+    raw: Mapping[str, Any], reported: set[str], settings: Settings, host: HostInfo | None = None
+) -> list[FieldProblem]:
     """The rules of host_problems on a request whose config did not parse, so that they come in
     the same answer as its other problems: each field not already `reported` whose given value
     is valid by itself (TrainConfig's own field validation; else the schema reported it) is
     checked against this host; a field not given takes its schema default. Nothing is reported
-    twice."""
-    return _host_rules(raw, reported, settings)
+    twice. `host` as host_problems'."""
+    return _host_rules(raw, reported, settings, host)
 
 
-def _host_rules(values: Mapping[str, Any], reported: set[str], settings: Settings) -> list[FieldProblem]:
+def _host_rules(
+    values: Mapping[str, Any], reported: set[str], settings: Settings, host: HostInfo | None
+) -> list[FieldProblem]:
     """host_problems' rules on the fields of `values` that are valid and not `reported`."""
-    host = host_info()
+    if host is None:
+        ranks = _valid_field(values, "num_gpus", reported)
+        host = host_for_run(host_info(), None, ranks if isinstance(ranks, int) else 1)
     device = host.device
     problems: list[FieldProblem] = []
     rules: dict[str, Callable[[Any], list[FieldProblem]]] = {
-        "compile": lambda mode: compile_device_problems(mode, device),
+        "compile": lambda mode: compile_device_problems(mode, device, host.capability, host.name),
         "attention_backend": lambda backend: attention_device_problems(  # here, not in the worker
             backend, device, host.capability, host.name
         ),

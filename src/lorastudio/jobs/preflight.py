@@ -33,11 +33,13 @@ from lorastudio.data.resolutions import buckets_by_resolution
 from lorastudio.data.scan_warnings import scan_warnings
 from lorastudio.errors import HostMemoryShort
 from lorastudio.jobs import host_memory
+from lorastudio.jobs.budget_plan import budget_plan, plan_words
 from lorastudio.jobs.caption_tokens import caption_token_section, tokenizer_folder
-from lorastudio.jobs.card_fit import CardFit, card_fit
+from lorastudio.jobs.card_fit import CardFit, card_fit, sizing_folder
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.preflight_cache import latent_cache_section
 from lorastudio.jobs.preflight_pairs import controls_section, training_mode
+from lorastudio.jobs.run_host import host_for_run
 from lorastudio.jobs.time_forecast import time_forecast
 from lorastudio.jobs.validation import ValidatedRun
 from lorastudio.jobs.vram_estimate import (  # noqa: F401 (re-exported: host_memory, tests)
@@ -77,16 +79,22 @@ def preflight_report(
     `host` defaults to this machine (tests pass another)."""
     cfg = run.config
     scan = run.scan
-    host = host or host_info()
+    host = host or host_for_run(host_info(), None, cfg.num_gpus)  # the GPU(s) the service runs it on
     images = scan.images()  # each image once (a run of several resolutions has a copy at each)
     sources = Counter(item.caption_source for item in images)
     per_epoch = epoch_bucket_counts(scan)  # the entries' repeats / weights (data/mix.py), per batch key
     steps, steps_per_epoch = run_steps(cfg, scan)
     dtype = resolved_dtype(cfg.base_precision, host)
-    compiled = compile_runs(cfg.compile, host.device)
-    fit = card_fit(cfg, run.model_dir, host, control_load(scan, cfg), compiled=compiled)  # the card's verdict
+    compiled = compile_runs(cfg.compile, host.device, host.capability)
+    controls = control_load(scan, cfg)
+    fit = card_fit(cfg, run.model_dir, host, controls, compiled=compiled)  # the card's verdict
     planned = fit.budget_gib if fit is not None else None  # the card's memory, taken as the budget
     budgeted = cfg.model_copy(update={"memory_budget_gb": planned}) if planned else cfg  # as the run has it
+    # the time and host RAM forecasts: of the plan the budget is forecast to choose, else the default
+    chosen = budget_plan(
+        budgeted, sizing_folder(cfg, run.model_dir), host, budgeted.memory_budget_gb, controls
+    )
+    forecast_plan = chosen or plan_for_estimate(cfg, host)
     plan = preflight_plan(budgeted, host)
     plan["budget_from_gpu"] = planned is not None
     if cfg.compile == "wide" and plan["compile"]:
@@ -122,7 +130,7 @@ def preflight_report(
         cfg,
         run.model_dir,
         host,
-        dataclasses.asdict(plan_for_estimate(cfg, host)),
+        dataclasses.asdict(forecast_plan),
         plan["compile"],
         work,
         home or get_settings().home,
@@ -174,7 +182,7 @@ def preflight_report(
         },
         "plan": plan,
         "conditioning": conditioning_section(cfg),
-        "memory": {**_memory_section(budgeted, run.model_dir, host, scan), **gpu_section(fit)},
+        "memory": {**_memory_section(budgeted, run.model_dir, host, scan, chosen), **gpu_section(fit)},
         "latent_cache": cache,
         "host": host.public(),
         "family": family_section(cfg, run.model_dir),
@@ -279,7 +287,7 @@ def preflight_plan(cfg: TrainConfig, host: HostInfo) -> dict[str, Any]:
     return {
         "memory_budget_gb": budget,
         "decided_by": "measured" if budget is not None and left else "settings",
-        "compile": compile_runs(cfg.compile, host.device),
+        "compile": compile_runs(cfg.compile, host.device, host.capability),
         "compile_shapes": None,
         "fuse_projections": _fuses(cfg, host, {f["name"]: f["value"] for f in fields}),
         "fields": fields,
@@ -328,15 +336,16 @@ def plan_for_estimate(cfg: TrainConfig, host: HostInfo, *, lightest: bool = Fals
 
 
 def _memory_section(
-    cfg: TrainConfig, model_dir: Path | None, host: HostInfo, scan: DatasetScan
+    cfg: TrainConfig, model_dir: Path | None, host: HostInfo, scan: DatasetScan, chosen: PlanValues | None
 ) -> dict[str, Any]:
     """estimate_memory_gb for the fastest plan (with the dataset's most control images per
     sample); with a budget choosing some settings, also `lightest_gb`: the estimate of the
     lightest plan the budget may choose; and the host RAM forecast (jobs/host_memory.py):
     `host_gb`, `host_phases`, `host_certain`, `available_gb` (what this host has free now) and
-    `host_warning` (a forecast that exceeds it)."""
+    `host_warning` (a forecast that exceeds it). The host RAM forecast is of `chosen` (the plan
+    the budget is forecast to choose: jobs/budget_plan.py) when given, else of the fastest plan."""
     plan = plan_for_estimate(cfg, host)
-    compiled = compile_runs(cfg.compile, host.device)
+    compiled = compile_runs(cfg.compile, host.device, host.capability)
     controls = control_load(scan, cfg)
     section = estimate_memory_gb(cfg, model_dir, plan, controls, compiled=compiled)
     lightest = None
@@ -349,7 +358,11 @@ def _memory_section(
             " the run measures and picks lighter ones when they do not fit"
         )
     section["lightest_gb"] = lightest["estimated_gb"] if lightest else None
-    forecast = host_memory.scan_forecast(cfg, model_dir, plan, host, scan)
+    if chosen is not None:
+        section["note"] += (
+            f"; the time and host RAM forecasts assume the plan it is forecast to pick ({plan_words(chosen)})"
+        )
+    forecast = host_memory.scan_forecast(cfg, model_dir, chosen or plan, host, scan)
     available = host_memory.available_host_bytes()
     section["host_gb"] = forecast["host_gb"]
     section["host_phases"] = forecast["phases"]

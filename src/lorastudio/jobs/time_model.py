@@ -27,6 +27,18 @@ _H200_S_PER_SAMPLE: dict[str, tuple[float, float]] = {
     "ZImageTransformer2DModel": (0.306, 12.3e9),
     "UNet2DConditionModel": (0.081, 5.1e9),
 }
+# H200, the low-memory plans of bench/RESULTS.md note 10 (eager, full checkpointing, batch 1,
+# 1024 px): seconds per sample by (denoiser class, quantised precision), 3-6x the default plan's
+# (18x SDXL's, whose default row is a compiled b4). What a memory budget picks on a small card.
+_H200_LOW_MEMORY_S_PER_SAMPLE: dict[tuple[str, str], float] = {
+    ("FluxTransformer2DModel", "nf4"): 1.374,
+    ("QwenImageTransformer2DModel", "nf4"): 2.451,
+    ("ZImageTransformer2DModel", "nf4"): 0.982,
+    ("UNet2DConditionModel", "int8"): 1.506,
+    ("UNet2DConditionModel", "nf4"): 2.243,
+}
+# Recomputing activations: 20-35 % of a step (training/plan.py's chain order rests on it).
+CHECKPOINTING_COST = {"off": 1.0, "selective": 1.2, "full": 1.35}
 # The e2e FLUX.1 run's fixed phases (note 23, run 3 with cuDNN; the probe of run 1: 22 s).
 _E2E = {"load_gb_per_s": 33.7 / 22.6, "text_s": 1.3 / 17, "image_s": 1.8 / 16, "probe_s": 22.0}
 _E2E.update({"compile_s": 48.0, "sample_step_s": 5.3 / 20, "checkpoint_s": 0.6, "export_s": 1.0})
@@ -42,7 +54,13 @@ def _from_model(
     size = now["denoiser_bytes"] or (ref[1] if ref else 0.0)
     samples = now["batch_size"] * now["grad_accum"]
     pixels = now["pixels"] / 1024**2 if now["pixels"] else 1.0
-    per_sample = (ref[0] / ref[1] if ref else 0.342 / 23.8e9) * size * pixels
+    plan = now["plan"]
+    low = _H200_LOW_MEMORY_S_PER_SAMPLE.get((denoiser_class, str(plan.get("base_precision"))))
+    if ref and low and plan.get("gradient_checkpointing") == "full":
+        per_sample = low / ref[1] * size * pixels  # the measured low-memory plan
+    else:
+        per_sample = (ref[0] / ref[1] if ref else 0.342 / 23.8e9) * size * pixels
+        per_sample *= CHECKPOINTING_COST.get(str(plan.get("gradient_checkpointing")), 1.0)
     if not gpu:
         per_sample *= 200  # a guess: a CPU trains ~200x slower than an H200 (not calibrated)
     if now["plan"].get("base_precision") == "fp32":
@@ -58,6 +76,12 @@ def _from_model(
         what = f"a guess: the H200 table of bench/RESULTS applied to {host.name} (not measured there)"
     else:
         what = "a guess: the H200 table of bench/RESULTS x 200 for a CPU (no run on this machine yet)"
+    if plan.get("gradient_checkpointing") == "full" and low and ref:
+        what += f"; {plan['base_precision']} with full checkpointing: the measured low-memory plan (note 10)"
+    elif plan.get("gradient_checkpointing") in CHECKPOINTING_COST and plan["gradient_checkpointing"] != "off":
+        what += f"; x{CHECKPOINTING_COST[plan['gradient_checkpointing']]:.2f} for {plan['gradient_checkpointing']} checkpointing"
+    if plan.get("offload_blocks"):
+        what += f"; {plan['offload_blocks']} swapped blocks' transfers not counted (not measured)"
     if now["preservation"]:
         what += f"; x{PRESERVATION_STEP:.2f} for differential output preservation's pass"
     e2e = "the FLUX.1 e2e run of bench/RESULTS note 23" + ("" if h200 else " (a guess on this device)")

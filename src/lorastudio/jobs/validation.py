@@ -43,8 +43,9 @@ from lorastudio.errors import (
     UnknownFamily,
 )
 from lorastudio.families.single_file import model_source as source_of
-from lorastudio.jobs.hardware import host_info
+from lorastudio.jobs.hardware import HostInfo, host_info
 from lorastudio.jobs.host_rules import host_problems, raw_host_problems
+from lorastudio.jobs.run_host import host_for_run
 from lorastudio.jobs.target_check import check_lora_targets
 from lorastudio.settings import Settings
 from lorastudio.training.assistant_rules import assistant_problems
@@ -78,6 +79,7 @@ def validate_run(
     check_targets: bool = False,
     decode_budget_s: float | None = None,
     host_checks: bool = True,
+    device: str | None = None,
 ) -> ValidatedRun:
     """Check a training request completely. Takes the raw config mapping, the settings and the
     output names of live jobs; `allow_outside_root` only for the CLI (a dataset folder anywhere,
@@ -88,7 +90,10 @@ def validate_run(
     run's start is named in ValidatedRun.notes). `decode_budget_s`: the seconds the dataset scan
     spends fully decoding images (data/run_scan.scan_for_run; None: the checks' budget, 0: none,
     only what the headers say). `host_checks` False leaves out the precision and host rules (the
-    engine's verdict, training/verdict.py: it checks its own device)."""
+    engine's verdict, training/verdict.py: it checks its own device). The host rules judge the GPU
+    the run trains on (jobs/run_host.host_for_run): `device` (the CLI's `--device cuda:1`; None:
+    the visible GPUs' first, where the job service places it) and, with `num_gpus`, the weakest
+    of its GPUs."""
     problems: list[FieldProblem] = []
     notes: list[str] = []
     given: TrainConfig | None = None
@@ -148,19 +153,21 @@ def validate_run(
             problems += err.problems
 
     precision = raw.get("base_precision", "auto")
-    if host_checks and "base_precision" not in reported and precision not in host_info().precisions:
+    ranks = raw.get("num_gpus", 1) if cfg is None else cfg.num_gpus
+    host = host_for_run(host_info(), device, ranks if isinstance(ranks, int) else 1) if host_checks else None
+    if host is not None and "base_precision" not in reported and precision not in host.precisions:
         problems.append(
             FieldProblem(
                 "base_precision",
-                f"{precision} is not available on this host ({host_info().name}); "
-                f"use one of {', '.join(host_info().precisions)}",
+                f"{precision} is not available on this host ({host.name}); "
+                f"use one of {', '.join(host.precisions)}",
             )
         )
 
-    if host_checks and cfg is not None:
-        problems += host_problems(cfg, settings)
-    elif host_checks:  # the config's other problems do not hide what this host cannot run
-        problems += raw_host_problems(raw, reported, settings)
+    if host is not None and cfg is not None:
+        problems += host_problems(cfg, settings, host)
+    elif host is not None:  # the config's other problems do not hide what this host cannot run
+        problems += raw_host_problems(raw, reported, settings, host)
 
     scan: DatasetScan | None = None
     holdout: Holdout | None = None
@@ -218,7 +225,7 @@ def validate_run(
             problems += targets.problems
             notes += [targets.not_checked] if targets.not_checked else []
     if host_checks and cfg is not None and scan is not None and model_source is not None:
-        problems += card_problems(cfg, model_dir, scan)  # even the lightest plan over the GPU
+        problems += card_problems(cfg, model_dir, scan, host)  # even the lightest plan over the GPU
     if problems or given is None or cfg is None or scan is None or model_source is None or entries is None:
         raise ConfigError(problems or [FieldProblem("(config)", "invalid request")])
     folders = [str(p) for p in resolved_folders(cfg, settings.datasets_dir, allow_outside_root)]
@@ -235,17 +242,24 @@ def validate_run(
     )
 
 
-def card_problems(cfg: TrainConfig, model_dir: Path | None, scan: DatasetScan) -> list[FieldProblem]:
-    """The refusal of a run that even at its lightest plan is forecast over this host's GPU
+def card_problems(
+    cfg: TrainConfig, model_dir: Path | None, scan: DatasetScan, host: HostInfo | None = None
+) -> list[FieldProblem]:
+    """The refusal of a run that even at its lightest plan is forecast over its GPU (`host`, as
+    jobs/run_host.host_for_run gives it; None: this host's as the job service places the run)
     (jobs/card_fit.py, "refused"), before any worker starts; [] when it may run (a default plan
     over the GPU is planned by the engine: training/card_plan.py)."""
     from lorastudio.config_host import compile_runs
     from lorastudio.jobs.card_fit import card_fit
     from lorastudio.jobs.preflight import control_load
 
-    host = host_info()
+    host = host or host_for_run(host_info(), None, cfg.num_gpus)
     fit = card_fit(
-        cfg, model_dir, host, control_load(scan, cfg), compiled=compile_runs(cfg.compile, host.device)
+        cfg,
+        model_dir,
+        host,
+        control_load(scan, cfg),
+        compiled=compile_runs(cfg.compile, host.device, host.capability),
     )
     return [fit.problem] if fit is not None and fit.problem is not None else []
 

@@ -90,6 +90,7 @@ class WorkerLog:
         self._handlers: list[logging.Handler] = []
         self._lock = threading.Lock()  # the copy thread and the log handler both append
         self._line_start = True  # the copy thread's next byte starts a line (_stamped)
+        self._told = False  # a failed write was said on the terminal (_dropped)
 
     def start(self) -> WorkerLog:
         """Open the log file (appending: a resumed run's worker has its own run id, so its own
@@ -134,11 +135,26 @@ class WorkerLog:
                 return
             if len(data) > self._part:  # its end, from a line's start where it has one
                 data = data[data.find(b"\n", len(data) - self._part - 1) + 1 or len(data) - self._part :]
-            with contextlib.suppress(OSError):  # a full disk must not end the run: the log is a copy
+            try:  # a full disk must not end the run: the log is a copy
                 if self._written and self._written + len(data) > self._part:
                     self._rotate()
                 self._file.write(data)
+            except OSError as err:
+                self._dropped(err)
             self._written += len(data)
+
+    def _dropped(self, err: OSError) -> None:
+        """Say once on the terminal that the log's writes fail (a full disk): its lines are kept
+        there only (the API's note names the full disk: log_disk_problem)."""
+        if self._told:
+            return
+        self._told = True
+        terminal = self._saved[1] if self._saved else 2
+        with contextlib.suppress(OSError):
+            os.write(
+                terminal,
+                f"[worker] the run's log {self.path} cannot be written ({err}): its lines go to this terminal only\n".encode(),
+            )
 
     def _rotate(self) -> None:
         """Rename the file to its rotated path and go on in a new one that says so. Raises
@@ -274,3 +290,28 @@ def read_tail(path: Path, max_lines: int, max_bytes: int = TAIL_BYTES) -> LogTai
     shown = [line.rstrip("\r").rsplit("\r", 1)[-1] for line in lines]
     truncated = start > 0 or len(shown) > max_lines
     return LogTail(lines=shown[-max_lines:] if max_lines else [], truncated=truncated, size_bytes=size)
+
+
+# Less free than this on the logs' disk reads as full: a worker's next lines cannot be kept.
+LOG_DISK_FULL_BYTES = 1 << 20
+
+
+def log_disk_problem(folder: Path) -> str | None:
+    """Why the run logs' disk (the file system of `folder`, or of its nearest existing parent)
+    cannot keep a log's lines now: "full (0.0 MB free)" under LOG_DISK_FULL_BYTES, "out of
+    inodes (no file can be made there)" where no file can be created; None when it can, or when
+    the file system cannot be asked. A worker drops the log's writes that fail (the log is a
+    copy: the run goes on), so an empty or short log on a full disk says only this."""
+    path = folder
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        fs = os.statvfs(path)
+    except OSError:
+        return None
+    free = fs.f_bavail * fs.f_frsize
+    if free < LOG_DISK_FULL_BYTES:
+        return f"full ({free / 1e6:.1f} MB free)"
+    if fs.f_files and not fs.f_favail:
+        return "out of inodes (no file can be made there)"
+    return None

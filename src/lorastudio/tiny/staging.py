@@ -6,6 +6,7 @@ on errors; after a hard kill only a hidden `.NAME.staging-*` sibling can remain)
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import uuid
@@ -72,10 +73,18 @@ def publish_once(
         return out
     if out.exists() and not is_empty_dir(out):
         raise error(refusal)
+    mounted = (
+        f"cannot write {what} to {out}: it is a mount point, which the folder written beside it cannot"
+        f" replace; write it into a folder inside the mount (e.g. {out / 'model'})"
+    )
+    if not out.is_symlink() and os.path.ismount(out):  # its staging sibling is renamed onto it: EBUSY
+        raise error(mounted)
     try:
         publish_dir(out, fill, holds)
     except FileExistsError as err:
         raise error(f"{out} was created by someone else while {what} was written") from err
     except OSError as err:
+        if err.errno == errno.EBUSY:  # a mount point os.path.ismount does not see (a bind mount of a folder)
+            raise error(mounted) from err
         raise error(f"cannot write {what} to {out}: {err}") from err
     return out

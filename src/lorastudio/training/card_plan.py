@@ -45,7 +45,9 @@ def card_planned(
     from lorastudio.jobs.card_fit import card_fit
 
     host = device_host(device)
-    fit = card_fit(cfg, model_dir, host, controls, compiled=compile_runs(cfg.compile, device.type))
+    fit = card_fit(
+        cfg, model_dir, host, controls, compiled=compile_runs(cfg.compile, device.type, host.capability)
+    )
     if fit is None or fit.verdict == "fits":
         return cfg, None
     if fit.problem is not None:

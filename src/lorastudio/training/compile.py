@@ -74,19 +74,29 @@ class RegionalCompile:
 _STATES: weakref.WeakKeyDictionary[torch.nn.Module, RegionalCompile] = weakref.WeakKeyDictionary()
 
 
+def device_capability(device: torch.device) -> tuple[int, int] | None:
+    """`device`'s CUDA compute capability (None off CUDA or without a usable CUDA)."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    return tuple(torch.cuda.get_device_capability(device))  # type: ignore[return-value]
+
+
 def compile_problems(mode: str, device: torch.device) -> list[FieldProblem]:
-    """Why `mode` cannot be honoured on `device` (empty when it can): "on" and "wide" need CUDA
-    (config_host.compile_device_problems)."""
-    return compile_device_problems(mode, device.type)
+    """Why `mode` cannot be honoured on `device` (empty when it can): "on" and "wide" need CUDA,
+    on a GPU of compute capability 7.0+ (config_host.compile_device_problems: Triton's)."""
+    capability = device_capability(device)
+    name = torch.cuda.get_device_name(device) if capability is not None else "this GPU"
+    return compile_device_problems(mode, device.type, capability, name)
 
 
 def wants_compile(mode: str, device: torch.device) -> bool:
-    """Whether `mode` compiles on `device`: "on" / "wide" yes, "off" no, "auto" only on CUDA.
-    Raises ConfigError when "on" / "wide" cannot be honoured (see compile_problems)."""
+    """Whether `mode` compiles on `device`: "on" / "wide" yes, "off" no, "auto" only on a CUDA GPU
+    of compute capability 7.0+. Raises ConfigError when "on" / "wide" cannot be honoured (see
+    compile_problems)."""
     problems = compile_problems(mode, device)
     if problems:
         raise ConfigError(problems)
-    return compile_runs(mode, device.type)
+    return compile_runs(mode, device.type, device_capability(device))
 
 
 @dataclass(frozen=True)

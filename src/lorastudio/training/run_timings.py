@@ -49,6 +49,8 @@ def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, set
     """Write the record of a fresh run that finished (its events stamped by `clock`; `state`: its
     plan, the training/plan.Plan it ran, and the images it encoded, `latents_encoded`, fewer than
     the dataset's when the disk cache held some). A record that cannot be written is skipped."""
+    from lorastudio.training.compile import device_capability
+
     cfg, plan = run.cfg, state.plan
     if plan is None:
         return
@@ -58,7 +60,7 @@ def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, set
         denoiser=run.family.spec.denoiser,
         device_name=device_name(run.device),
         plan=plan.as_dict(),
-        compiled=compile_runs(cfg.compile, run.device.type),
+        compiled=compile_runs(cfg.compile, run.device.type, device_capability(run.device)),
         attention_backend=cfg.attention_backend,
         buckets=run.scan.bucket_histogram(),
         batch_size=cfg.batch_size,

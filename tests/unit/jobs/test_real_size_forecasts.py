@@ -318,3 +318,30 @@ def test_a_data_parallel_run_is_judged_by_what_one_gpu_holds(pipelines: dict[str
     assert parallel is not None and alone is not None and doubled is not None
     assert parallel.default_gib == pytest.approx(alone.default_gib)
     assert alone.default_gib < doubled.default_gib
+
+
+def test_a_planned_run_forecasts_its_time_and_host_ram_from_the_plan_the_budget_picks_not_the_default(
+    pipelines: dict[str, Path],
+    settings: Settings,
+    shapes: Path,
+    tiny_model: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lorastudio.jobs import preflight
+
+    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 1024}
+    tiny = validate_run({**raw, "steps": 2}, settings, live_output_names=set())
+    real = tiny.config.model_copy(update={"base_model": str(pipelines["flux"])})
+    run = dataclasses.replace(tiny, config=real, model_dir=pipelines["flux"])
+    report = preflight_report(run, RTX_3060, home=settings.home)
+    memory = report["memory"]
+    assert memory["gpu_fit"] == "planned"
+    assert "the plan it is forecast to pick (bf16, full checkpointing, 43 blocks swapped" in memory["note"]
+    steps = {p["name"]: p for p in report["time"]["phases"]}["steps"]
+    assert "full checkpointing" in steps["basis"] and "43 swapped blocks" in steps["basis"]
+    # the forecasts of the default plan (bf16, no checkpointing, no swap): what they were before
+    monkeypatch.setattr(preflight, "budget_plan", lambda *args: None)
+    plain = preflight_report(run, RTX_3060, home=settings.home)
+    # FLUX.1's swapped bf16 blocks wait in host RAM; full checkpointing recomputes in every step
+    assert memory["host_gb"] > plain["memory"]["host_gb"] + 10  # 18.1 against 4.0 GB
+    assert steps["seconds"] > 1.3 * {p["name"]: p for p in plain["time"]["phases"]}["steps"]["seconds"]

@@ -14,7 +14,7 @@ from lorastudio.api.deps import settings_dep, store_dep
 from lorastudio.api.schemas_runs import RunLog
 from lorastudio.config import TrainConfig
 from lorastudio.jobs.store import RunStore
-from lorastudio.jobs.worker_log import log_path, read_tail
+from lorastudio.jobs.worker_log import log_disk_problem, log_path, read_tail
 from lorastudio.settings import Settings
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -91,9 +91,17 @@ def run_log(
     line per engine event), reading at most 1 MiB from the end. A CLI run has none here (its
     lines went to its terminal). 404 when the run is unknown."""
     run = store.get_run(run_id, max_points=2)
-    tail = read_tail(log_path(settings, run_id), lines)
+    path = log_path(settings, run_id)
+    tail = read_tail(path, lines)
     note = None
-    if not tail.size_bytes:
+    full = log_disk_problem(path.parent) if run["source"] != "cli" else None
+    if full is not None:  # its writes are dropped there (the run goes on): say so, not "no log"
+        note = (
+            f"{'no log recorded for this run' if not tail.size_bytes else 'this log may end early'}:"
+            f" the disk of {path.parent} is {full}, so the run's lines go to the server's terminal only;"
+            " free space there"
+        )
+    elif not tail.size_bytes:
         note = (
             "a run started with `lorastudio train` prints its lines to its terminal"
             if run["source"] == "cli"
