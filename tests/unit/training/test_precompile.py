@@ -1,0 +1,182 @@
+"""Dynamo's saved output for the compiled blocks (training/precompile.py): a second compile of the
+same blocks loads the traced, guarded graph instead of tracing, gives the eager loss and
+gradients, and anything that does not fit (other inputs, a damaged file, a changed structure)
+takes the ordinary compile."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from lorastudio.training import precompile
+from lorastudio.training.compile import compile_denoiser, compile_state
+
+pytestmark = pytest.mark.skipif(
+    precompile.precompile_available() is not None, reason="this torch has no aot_compile"
+)
+
+
+class ToyBlock(torch.nn.Module):
+    """A repeated block: a LoRA-like trainable low-rank path beside a frozen linear layer."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(dim, dim)
+        self.down = torch.nn.Linear(dim, 2, bias=False)
+        self.up = torch.nn.Linear(2, dim, bias=False)
+        self.proj.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.nn.functional.gelu(self.proj(x) + self.up(self.down(x)))  # [B, N, D]
+
+
+class ToyDenoiser(torch.nn.Module):
+    _repeated_blocks = ["ToyBlock"]
+
+    def __init__(self, dim: int = 8, depth: int = 3) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = torch.nn.ModuleList(ToyBlock(dim) for _ in range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def _step(model: ToyDenoiser, x: torch.Tensor) -> tuple[float, list[torch.Tensor]]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.grad = None
+    loss = model(x).square().mean()
+    loss.backward()
+    return float(loss.detach()), [p.grad.clone() for p in params]
+
+
+def _compiled(x: torch.Tensor) -> tuple[ToyDenoiser, tuple[float, list[torch.Tensor]]]:
+    model = ToyDenoiser()
+    params = [p for p in model.parameters() if p.requires_grad]
+    compile_denoiser(model, params, backend="aot_eager")
+    return model, _step(model, x)
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.delenv(precompile.ENV, raising=False)
+    for name in precompile.COUNTERS:
+        monkeypatch.setitem(precompile.COUNTERS, name, 0)
+    return tmp_path / "inductor" / precompile.FOLDER
+
+
+def test_a_second_compile_loads_the_saved_graph_and_gives_the_eager_result(cache: Path):
+    torch._dynamo.reset()
+    x = torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(1))  # [B, N, D]
+    eager_loss, eager_grads = _step(ToyDenoiser(), x)
+    _compiled(x)
+    assert precompile.COUNTERS["saved"] == 1 and precompile.COUNTERS["hit"] == 0
+    assert len(list(cache.glob("*/ToyBlock-*.bin"))) == 1
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    model, (loss, grads) = _compiled(x)  # a fresh model, as a later run has
+    assert precompile.COUNTERS["hit"] == 1 and precompile.COUNTERS["saved"] == 1
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames  # nothing traced
+    assert loss == pytest.approx(eager_loss, rel=1e-6)
+    for e, g in zip(eager_grads, grads, strict=True):
+        torch.testing.assert_close(g, e)
+    assert compile_state(model).active
+
+
+def _ordinary_traces() -> int:
+    """How many frames Dynamo's ordinary path (not aot_compile's) compiled in this process."""
+    metrics = torch._dynamo.utils.compilation_time_metrics
+    return sum(len(v) for k, v in metrics.items() if str(k).endswith("_compile.compile_inner"))
+
+
+def test_inputs_the_guards_refuse_take_the_ordinary_compile(cache: Path):
+    torch._dynamo.reset()
+    x = torch.randn(2, 4, 8)  # [B, N, D]
+    frames = _ordinary_traces()
+    model, _ = _compiled(x)
+    with torch.no_grad():  # another grad mode: a second signature, traced and saved too
+        model(x)
+    assert precompile.COUNTERS["saved"] == 2
+    y = x.double()
+    for block in model.blocks:
+        block.double()
+    eager = ToyDenoiser().double()
+    loss, _ = _step(model, y)  # a third signature: traced and saved, then used
+    assert loss == pytest.approx(_step(eager, y)[0], rel=1e-9)
+    assert _ordinary_traces() == frames  # no ordinary trace yet
+    precompile.VARIANTS_PER_CLASS, old = 3, precompile.VARIANTS_PER_CLASS
+    try:
+        _step(model, torch.randn(3, 5, 8, dtype=torch.float64))  # past the limit: ordinary compile
+    finally:
+        precompile.VARIANTS_PER_CLASS = old
+    assert precompile.COUNTERS["guard_miss"] >= 1
+    assert _ordinary_traces() > frames
+
+
+def test_a_damaged_file_is_traced_again_and_replaced(cache: Path, caplog: pytest.LogCaptureFixture):
+    torch._dynamo.reset()
+    x = torch.randn(2, 4, 8)  # [B, N, D]
+    eager_loss, _ = _step(ToyDenoiser(), x)
+    _compiled(x)
+    (saved,) = cache.glob("*/ToyBlock-*.bin")
+    saved.write_bytes(saved.read_bytes()[:100])
+    with caplog.at_level(logging.WARNING, logger="lorastudio.training.precompile"):
+        _, (loss, _) = _compiled(x)
+    assert "unusable, traced again" in caplog.text
+    assert loss == pytest.approx(eager_loss, rel=1e-6)
+    assert precompile.COUNTERS["saved"] == 2 and saved.stat().st_size > 100
+    _compiled(x)
+    assert precompile.COUNTERS["hit"] == 1
+
+
+def test_another_block_structure_gets_another_key(cache: Path):
+    """A hook on a submodule is traced into the graph, and torch drops the guard on the hook's
+    identity from a saved function: the key must tell the two apart."""
+    torch._dynamo.reset()
+    x = torch.randn(2, 4, 8)  # [B, N, D]
+    _compiled(x)
+    model = ToyDenoiser()
+    for block in model.blocks:
+        block.proj.register_forward_hook(_double_output)
+    eager_loss, _ = _step(model, x)
+    compile_denoiser(model, [p for p in model.parameters() if p.requires_grad], backend="aot_eager")
+    loss, _ = _step(model, x)
+    assert precompile.COUNTERS["hit"] == 0 and precompile.COUNTERS["saved"] == 2
+    assert loss == pytest.approx(eager_loss, rel=1e-6)
+    assert len({p.parent for p in cache.glob("*/ToyBlock-*.bin")}) == 2
+
+
+def _double_output(module: torch.nn.Module, args: object, output: torch.Tensor) -> torch.Tensor:
+    return output * 2
+
+
+def test_a_failure_of_the_saved_path_falls_back_to_the_ordinary_compile(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("simulated: Graph breaks are not supported with aot compile")
+
+    monkeypatch.setattr(precompile, "trace_function", refuse)
+    torch._dynamo.reset()
+    x = torch.randn(2, 4, 8)  # [B, N, D]
+    eager_loss, eager_grads = _step(ToyDenoiser(), x)
+    with caplog.at_level(logging.WARNING, logger="lorastudio.training.precompile"):
+        model, (loss, grads) = _compiled(x)
+    assert "goes to the ordinary compile" in caplog.text and precompile.COUNTERS["fallback"] == 1
+    assert loss == pytest.approx(eager_loss, rel=1e-6)
+    for e, g in zip(eager_grads, grads, strict=True):
+        torch.testing.assert_close(g, e)
+    assert compile_state(model).active and not list(cache.glob("*/*.bin"))
+
+
+def test_off_by_the_environment(cache: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(precompile.ENV, "0")
+    torch._dynamo.reset()
+    _compiled(torch.randn(2, 4, 8))
+    assert precompile.COUNTERS["saved"] == 0 and not cache.exists()
