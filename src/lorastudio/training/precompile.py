@@ -50,6 +50,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import time
@@ -60,6 +61,7 @@ from typing import Any
 import torch
 
 log = logging.getLogger(__name__)
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 ENV = "LORASTUDIO_PRECOMPILE"  # "0": off (the ordinary compile only)
 FOLDER = "lorastudio-dynamo"  # under Inductor's cache folder in use
@@ -323,8 +325,22 @@ def _config_digest() -> str:
         for name in sorted(values):
             if "recompile_limit" in name:  # raised by compile.py per run's mode; no effect on a graph
                 continue
-            digest.update(f"{name}={values[name]!r};".encode())
+            digest.update(f"{name}={_stable_repr(values[name])};".encode())
     return digest.hexdigest()
+
+
+def _stable_repr(value: Any) -> str:
+    """`repr(value)` the same in every process: sets sorted (their order follows the string hash
+    seed), objects without their addresses."""
+    if isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(sorted(_stable_repr(v) for v in value)) + "}"
+    if isinstance(value, dict):
+        return (
+            "{" + ", ".join(sorted(f"{_stable_repr(k)}: {_stable_repr(v)}" for k, v in value.items())) + "}"
+        )
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_stable_repr(v) for v in value) + "]"
+    return _ADDRESS.sub("", repr(value))
 
 
 def _sdpa_flags() -> list[bool]:

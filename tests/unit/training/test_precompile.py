@@ -180,3 +180,15 @@ def test_off_by_the_environment(cache: Path, monkeypatch: pytest.MonkeyPatch):
     torch._dynamo.reset()
     _compiled(torch.randn(2, 4, 8))
     assert precompile.COUNTERS["saved"] == 0 and not cache.exists()
+
+
+def test_the_key_is_the_same_in_every_process():
+    """Dynamo's configuration holds sets, whose order follows the process's string hash seed, and
+    objects whose repr has an address: neither may change the key between runs."""
+    assert precompile._stable_repr({"torch._refs", "torch._prims"}) == precompile._stable_repr(
+        {"torch._prims", "torch._refs"}
+    )
+    assert precompile._stable_repr([object()]) == precompile._stable_repr([object()])
+    settings = {"backend": "aot_eager", "dynamic": None}
+    first = precompile.precompile_key(ToyDenoiser().blocks[0], settings)
+    assert precompile.precompile_key(ToyDenoiser().blocks[0], settings) == first

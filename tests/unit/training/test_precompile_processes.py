@@ -1,0 +1,51 @@
+"""Dynamo's saved output across processes (training/precompile.py): the tiny FLUX.1's second
+process on one cache folder loads both block graphs (the double and the single block) instead of
+tracing them, Dynamo compiles no frame in its first step, and the loss is the first process's.
+Slow: three fresh processes (torch's imports, one trace each way)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lorastudio.training.precompile import precompile_available
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _first_step(cache: Path, flag: str) -> dict:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "LORASTUDIO_PRECOMPILE": flag}
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.precompile_first_step", "tiny-child", str(cache), "--backend", "aot_eager"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _dynamo_s(run: dict) -> float:
+    return sum(v for k, v in run["report"].items() if k.endswith("_compile.compile_inner"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(precompile_available() is not None, reason="this torch has no aot_compile")
+def test_a_second_process_loads_the_tiny_flux_block_graphs(tmp_path: Path) -> None:
+    off = _first_step(tmp_path, "0")
+    saved = _first_step(tmp_path, "1")
+    loaded = _first_step(tmp_path, "1")
+    assert _dynamo_s(off) > 0 and off["report"]["stats.unique_graphs"] == 2
+    assert saved["report"]["precompile.saved"] == 2 and saved["report"]["precompile.fallback"] == 0
+    assert loaded["report"]["precompile.hit"] == 2 and loaded["report"]["precompile.saved"] == 0
+    assert _dynamo_s(loaded) == 0 and loaded["report"]["stats.unique_graphs"] == 0  # nothing traced
+    assert loaded["report"]["precompile.guard_miss"] == 0
+    assert loaded["loss"] == pytest.approx(off["loss"], rel=1e-6)
+    assert saved["loss"] == pytest.approx(off["loss"], rel=1e-6)
