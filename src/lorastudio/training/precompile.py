@@ -138,6 +138,10 @@ class ClassPrecompile:
             fn = self._load_or_trace(block, signature, args, kwargs)
         except torch.OutOfMemoryError:
             raise
+        except _NotSavable as err:  # known before any trace: the ordinary compile, no warning
+            self.off = str(err)
+            log.info("precompile: %s goes to the ordinary compile: %s", type(block).__name__, self.off)
+            return ordinary(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 - any failure of torch's experimental API: the ordinary compile
             self.off = (
                 f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300] if str(err).strip() else ''}"
@@ -153,6 +157,9 @@ class ClassPrecompile:
 
     def _load_or_trace(self, block: torch.nn.Module, signature: str, args: tuple, kwargs: dict) -> Any:
         if self.key is None:
+            local = local_classes(block)
+            if local:  # its guards could not be saved: no trace spent on finding that out
+                raise _NotSavable(f"classes pickle cannot find by name: {', '.join(local[:3])}")
             self.key = precompile_key(block, self.settings)
         path = cache_root() / self.key / f"{type(block).__name__}-{signature[:24]}.bin"
         name = type(block).__name__
@@ -176,6 +183,28 @@ class ClassPrecompile:
         COUNTERS["trace_s"] += time.perf_counter() - start
         log.info("precompile: %s traced and saved to %s in %.2f s", name, path, time.perf_counter() - start)
         return fn
+
+
+class _NotSavable(RuntimeError):
+    """A block whose saved function could not be loaded by another process."""
+
+
+def local_classes(block: torch.nn.Module) -> list[str]:
+    """The classes of `block`, its submodules and their attention processors that pickle cannot
+    find by their module and qualified name (a class made at run time, such as block_swap's
+    swapping subclass): Dynamo's saved guards refer to them by name, so their save would fail."""
+    found = []
+    for module in block.modules():
+        for cls in (type(module), type(getattr(module, "processor", None))):
+            if cls is type(None):
+                continue
+            owner = sys.modules.get(cls.__module__)
+            target: Any = owner
+            for part in cls.__qualname__.split("."):
+                target = getattr(target, part, None)
+            if target is not cls:
+                found.append(_qualified(cls))
+    return sorted(set(found))
 
 
 def trace_function(block: torch.nn.Module, args: tuple, kwargs: dict, settings: dict[str, Any]) -> Any:

@@ -192,3 +192,41 @@ def test_the_key_is_the_same_in_every_process():
     settings = {"backend": "aot_eager", "dynamic": None}
     first = precompile.precompile_key(ToyDenoiser().blocks[0], settings)
     assert precompile.precompile_key(ToyDenoiser().blocks[0], settings) == first
+
+
+def test_a_block_of_a_class_made_at_run_time_takes_the_ordinary_compile_without_a_trace(
+    cache: Path, caplog: pytest.LogCaptureFixture
+):
+    """block_swap gives a swapped block a subclass made at run time under its class's names
+    (block_swap._swapping_class): pickle cannot find it by name, so its guards could never be
+    saved; nothing is traced for a save that must fail."""
+    torch._dynamo.reset()
+    x = torch.randn(2, 4, 8)  # [B, N, D]
+    model = ToyDenoiser()
+    eager_loss, _ = _step(model, x)
+    made = type("ToyBlock", (ToyBlock,), {"__module__": ToyBlock.__module__, "__qualname__": "ToyBlock"})
+    for block in model.blocks:
+        block.__class__ = made
+    assert precompile.local_classes(model.blocks[0])
+    compile_denoiser(model, [p for p in model.parameters() if p.requires_grad], backend="aot_eager")
+    with caplog.at_level(logging.INFO, logger="lorastudio.training.precompile"):
+        loss, _ = _step(model, x)
+    assert "classes pickle cannot find by name" in caplog.text and "WARNING" not in caplog.text
+    assert precompile.COUNTERS["saved"] == 0 and precompile.COUNTERS["fallback"] == 0
+    assert loss == pytest.approx(eager_loss, rel=1e-6)
+    assert precompile.local_classes(ToyDenoiser().blocks[0]) == []
+
+
+def test_a_changed_source_line_is_traced_again(cache: Path, monkeypatch: pytest.MonkeyPatch, caplog):
+    """A saved function names every source line Dynamo traced with its hash: one that hashes
+    otherwise now (a library upgraded in place, an edited file) is refused at load."""
+    import torch._dynamo.package as package
+
+    torch._dynamo.reset()
+    x = torch.randn(2, 4, 8)  # [B, N, D]
+    _compiled(x)
+    monkeypatch.setattr(package, "_hash_sourcelines", lambda module, first, last: "another hash")
+    with caplog.at_level(logging.WARNING, logger="lorastudio.training.precompile"):
+        _compiled(x)
+    assert "traced source changed since it was saved" in caplog.text
+    assert precompile.COUNTERS["hit"] == 0 and precompile.COUNTERS["saved"] == 2
