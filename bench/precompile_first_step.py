@@ -107,19 +107,25 @@ def _run_tiny(root: Path, backend: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _run_e2e(root: Path, family: str, steps: int, extra: list[str]) -> list[dict[str, Any]]:
+def _run_e2e(root: Path, family: str, steps: int, extra: list[str], per_run_s: float) -> list[dict[str, Any]]:
     rows = []
     for name, flag in ORDER:
         tag = f"pc-{name}"
         cmd = [sys.executable, "-m", "bench.e2e_run", "run", str(root), "--family", family, "--mode", "cli"]
         cmd += ["--tag", tag, "--steps", str(steps), *extra]
-        out = subprocess.run(
-            cmd,
-            env={**os.environ, "LORASTUDIO_PRECOMPILE": flag},
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        try:
+            out = subprocess.run(
+                cmd,
+                env={**os.environ, "LORASTUDIO_PRECOMPILE": flag},
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=per_run_s,
+            )
+        except subprocess.TimeoutExpired as err:
+            rows.append({"run": name, "error": f"over {per_run_s} s: {str(err.stdout or '')[-1500:]}"})
+            _print_row(rows[-1])
+            continue
         path = root / f"e2e-{family}-{tag}.json"
         if out.returncode != 0 or not path.is_file():
             rows.append({"run": name, "error": (out.stderr or out.stdout)[-2000:]})
@@ -136,6 +142,9 @@ def _run_e2e(root: Path, family: str, steps: int, extra: list[str]) -> list[dict
                 "run": name,
                 "first_step_s": data.get("first_step_s"),
                 "time_to_first_step_s": data.get("time_to_first_step_s"),
+                "weights_load_total_s": data.get("weights_load_total_s"),
+                "ttfs_over_load": data.get("ttfs_over_load"),
+                "s_per_step_after_first": data.get("s_per_step_after_first"),
                 "loss": data.get("final_loss"),
                 "report": report,
             }
@@ -166,7 +175,13 @@ def _print_row(row: dict[str, Any]) -> None:
         f" (bytecode_tracing {metric('bytecode_tracing'):.2f}) fullgraph_capture {metric('fullgraph_capture'):.2f} s"
         f" | saved: hit {rep.get('precompile.hit', 0):g} saved {rep.get('precompile.saved', 0):g}"
         f" fallback {rep.get('precompile.fallback', 0):g} load {rep.get('precompile.load_s', 0):.2f} s"
-        f" | loss {row.get('loss')}",
+        f" | loss {row.get('loss')}"
+        + (
+            f" | to first step {row['time_to_first_step_s']} s ({row.get('ttfs_over_load')}x the load)"
+            f" s/step after {row.get('s_per_step_after_first')}"
+            if row.get("time_to_first_step_s")
+            else ""
+        ),
         flush=True,
     )
 
@@ -181,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--family", default="flux")
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--attention", default=None, help="e2e: attention_backend of the runs")
+    p.add_argument("--per-run-s", type=float, default=200.0, help="e2e: one run's time limit")
+    p.add_argument("--tiny", action="store_true", help="e2e: bench.e2e_run's --tiny (CPU: eager)")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON results here")
     args = p.parse_args(argv)
     if args.what == "tiny-child":
@@ -195,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
 
         shutil.rmtree(e2e_build.home_dir(args.root) / "cache", ignore_errors=True)
         extra = ["--attention", args.attention] if args.attention else []
-        rows = _run_e2e(args.root, args.family, args.steps, extra)
+        extra += ["--tiny"] if args.tiny else []  # the plumbing on the CPU (no compile there)
+        rows = _run_e2e(args.root, args.family, args.steps, extra, args.per_run_s)
     result = {"what": args.what, "backend": args.backend, "rows": rows}
     for folder in (args.root, args.out):
         if folder is not None:

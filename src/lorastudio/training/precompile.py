@@ -54,6 +54,7 @@ import re
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,10 +67,13 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 ENV = "LORASTUDIO_PRECOMPILE"  # "0": off (the ordinary compile only)
 FOLDER = "lorastudio-dynamo"  # under Inductor's cache folder in use
 FORMAT = 1  # this module's file format; part of the key
-VARIANTS_PER_CLASS = 4
+# input signatures traced and saved per block class and run: the first step's. A later shape (a
+# bucket) takes the ordinary compile, which goes dynamic at its second shape; each saved one is
+# a static graph, so more would cost a cold run one more Inductor compile per shape
+VARIANTS_PER_CLASS = 1
 # the backends whose output aot_compile can save (AOTAutograd's bundled entry); "aot_eager" from
 # torch 2.12 on (2.11 saves Inductor's only: there it falls back once, with a warning)
-SAVED_BACKENDS = ("inductor", "aot_eager")  # input signatures traced and saved per block class and run
+SAVED_BACKENDS = ("inductor", "aot_eager")
 
 # this process's counters, read by first_step_report (summed over runs in one process)
 COUNTERS: dict[str, float] = {
@@ -217,7 +221,9 @@ def trace_function(block: torch.nn.Module, args: tuple, kwargs: dict, settings: 
         dynamic=settings["dynamic"],
         options={"guard_filter_fn": _guard_filter},
     )
-    return compiled.aot_compile((args, kwargs))
+    with warnings.catch_warnings():  # torch's guard pickler reads .grad of non-leaf inputs
+        warnings.filterwarnings("ignore", message="The .grad attribute of a Tensor that is not a leaf")
+        return compiled.aot_compile((args, kwargs))
 
 
 def _guard_filter(entries: Any) -> list[bool]:

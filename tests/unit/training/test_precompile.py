@@ -95,28 +95,33 @@ def _ordinary_traces() -> int:
     return sum(len(v) for k, v in metrics.items() if str(k).endswith("_compile.compile_inner"))
 
 
-def test_inputs_the_guards_refuse_take_the_ordinary_compile(cache: Path):
+def test_inputs_the_guards_refuse_take_the_ordinary_compile(cache: Path, monkeypatch: pytest.MonkeyPatch):
+    """One input signature per class and run is saved (the first step's, VARIANTS_PER_CLASS);
+    inputs its guards refuse (another grad mode, dtype or shape) take the ordinary compile, with
+    the eager result. With a higher limit each new signature is traced, saved and used."""
     torch._dynamo.reset()
     x = torch.randn(2, 4, 8)  # [B, N, D]
     frames = _ordinary_traces()
     model, _ = _compiled(x)
-    with torch.no_grad():  # another grad mode: a second signature, traced and saved too
-        model(x)
-    assert precompile.COUNTERS["saved"] == 2
+    assert precompile.COUNTERS["saved"] == 1 and _ordinary_traces() == frames
+    with torch.no_grad():  # another grad mode: the saved guards refuse it
+        torch.testing.assert_close(model(x), ToyDenoiser()(x))
+    assert precompile.COUNTERS["guard_miss"] >= 1 and _ordinary_traces() > frames
+    assert precompile.COUNTERS["saved"] == 1
+
+    monkeypatch.setattr(precompile, "VARIANTS_PER_CLASS", 2)
+    torch._dynamo.reset()
+    frames = _ordinary_traces()
+    model, _ = _compiled(x)  # loads the first signature's
     y = x.double()
     for block in model.blocks:
         block.double()
-    eager = ToyDenoiser().double()
-    loss, _ = _step(model, y)  # a third signature: traced and saved, then used
-    assert loss == pytest.approx(_step(eager, y)[0], rel=1e-9)
-    assert _ordinary_traces() == frames  # no ordinary trace yet
-    precompile.VARIANTS_PER_CLASS, old = 3, precompile.VARIANTS_PER_CLASS
-    try:
-        _step(model, torch.randn(3, 5, 8, dtype=torch.float64))  # past the limit: ordinary compile
-    finally:
-        precompile.VARIANTS_PER_CLASS = old
-    assert precompile.COUNTERS["guard_miss"] >= 1
-    assert _ordinary_traces() > frames
+    loss, _ = _step(model, y)  # a second signature: traced, saved, then used
+    assert loss == pytest.approx(_step(ToyDenoiser().double(), y)[0], rel=1e-9)
+    assert precompile.COUNTERS["saved"] == 2 and precompile.COUNTERS["hit"] == 1
+    assert _ordinary_traces() == frames
+    _step(model, torch.randn(3, 5, 8, dtype=torch.float64))  # past the limit: the ordinary compile
+    assert _ordinary_traces() > frames and precompile.COUNTERS["saved"] == 2
 
 
 def test_a_damaged_file_is_traced_again_and_replaced(cache: Path, caplog: pytest.LogCaptureFixture):

@@ -21,7 +21,15 @@ ROOT = Path(__file__).resolve().parents[3]
 def _first_step(cache: Path, flag: str) -> dict:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "LORASTUDIO_PRECOMPILE": flag}
     out = subprocess.run(
-        [sys.executable, "-m", "bench.precompile_first_step", "tiny-child", str(cache), "--backend", "aot_eager"],
+        [
+            sys.executable,
+            "-m",
+            "bench.precompile_first_step",
+            "tiny-child",
+            str(cache),
+            "--backend",
+            "aot_eager",
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -49,3 +57,37 @@ def test_a_second_process_loads_the_tiny_flux_block_graphs(tmp_path: Path) -> No
     assert loaded["report"]["precompile.guard_miss"] == 0
     assert loaded["loss"] == pytest.approx(off["loss"], rel=1e-6)
     assert saved["loss"] == pytest.approx(off["loss"], rel=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(precompile_available() is not None, reason="this torch has no aot_compile")
+def test_a_second_run_of_the_engine_loads_the_saved_block_graphs(
+    make_config, monkeypatch, tmp_path: Path
+) -> None:
+    """The engine's own path (train(): plan_build's compile_denoiser, the step loop): the second
+    run of one config loads its block graphs, and its losses are the first run's and the eager
+    run's (compile forced on the CPU with aot_eager, as test_compile does with eager)."""
+    import torch
+
+    from lorastudio.training import compile as compile_module
+    from lorastudio.training import loop_phases, precompile
+    from lorastudio.training.loop import train
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    eager = train(make_config("flux", batch_size=1, output_name="eager"), lambda _e: None, device="cpu")
+    real_compile = compile_module.compile_denoiser
+    monkeypatch.setattr(loop_phases, "wants_compile", lambda mode, device: True)
+    monkeypatch.setattr(
+        compile_module, "compile_denoiser", lambda *a, **k: real_compile(*a, **{**k, "backend": "aot_eager"})
+    )
+    for name in precompile.COUNTERS:
+        monkeypatch.setitem(precompile.COUNTERS, name, 0)
+    torch._dynamo.reset()
+    first = train(make_config("flux", batch_size=1, output_name="first"), lambda _e: None, device="cpu")
+    assert precompile.COUNTERS["saved"] == 2 and precompile.COUNTERS["hit"] == 0
+    torch._dynamo.reset()
+    second = train(make_config("flux", batch_size=1, output_name="second"), lambda _e: None, device="cpu")
+    assert precompile.COUNTERS["hit"] == 2 and precompile.COUNTERS["saved"] == 2
+    assert precompile.COUNTERS["fallback"] == 0
+    assert first.losses == pytest.approx(eager.losses, rel=1e-5)
+    assert second.losses == pytest.approx(first.losses, rel=1e-6)
