@@ -180,13 +180,37 @@ class ClassPrecompile:
                 COUNTERS["load_s"] += time.perf_counter() - start
                 log.info("precompile: %s loaded from %s in %.2f s", name, path, time.perf_counter() - start)
                 return fn
+        refused = path.with_name(f"{path.stem}.refused")
+        if refused.is_file():  # torch refused this before: no trace spent on it again
+            why = refused.read_text(encoding="utf-8", errors="replace").strip()[:300]
+            raise _NotSavable(f"torch refused it in an earlier run ({why}); delete {refused} to try again")
         start = time.perf_counter()
-        fn = trace_function(block, args, kwargs, self.settings)
-        save_function(fn, path)
+        try:
+            fn = trace_function(block, args, kwargs, self.settings)
+            save_function(fn, path)
+        except (torch.OutOfMemoryError, OSError):  # not torch's refusal: tried again next run
+            raise
+        except Exception as err:  # noqa: BLE001 - recorded for the next runs of this key, then raised
+            _note_refusal(refused, err)
+            raise
         COUNTERS["saved"] += 1
         COUNTERS["trace_s"] += time.perf_counter() - start
         log.info("precompile: %s traced and saved to %s in %.2f s", name, path, time.perf_counter() - start)
         return fn
+
+
+def _note_refusal(marker: Path, err: BaseException) -> None:
+    """Write why torch refused a block's save to `marker` (atomically), so that later runs of the
+    same key take the ordinary compile at once instead of tracing for a save that fails again."""
+    text = f"{type(err).__name__}: {str(err).strip()[:2000]}\n"
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        fd, staging = tempfile.mkstemp(dir=marker.parent, prefix=f".{marker.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(staging, marker)
+    except OSError as write_err:
+        log.warning("precompile: could not record the refusal in %s: %s", marker, write_err)
 
 
 class _NotSavable(RuntimeError):

@@ -164,7 +164,10 @@ def _double_output(module: torch.nn.Module, args: object, output: torch.Tensor) 
 def test_a_failure_of_the_saved_path_falls_back_to_the_ordinary_compile(
     cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
+    calls = []
+
     def refuse(*args: object, **kwargs: object) -> None:
+        calls.append(1)
         raise RuntimeError("simulated: Graph breaks are not supported with aot compile")
 
     monkeypatch.setattr(precompile, "trace_function", refuse)
@@ -178,6 +181,13 @@ def test_a_failure_of_the_saved_path_falls_back_to_the_ordinary_compile(
     for e, g in zip(eager_grads, grads, strict=True):
         torch.testing.assert_close(g, e)
     assert compile_state(model).active and not list(cache.glob("*/*.bin"))
+    (marker,) = cache.glob("*/ToyBlock-*.refused")  # the next runs of this key do not trace for it
+    assert "Graph breaks are not supported" in marker.read_text()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="lorastudio.training.precompile"):
+        _, (loss, _) = _compiled(x)
+    assert len(calls) == 1 and "refused it in an earlier run" in caplog.text and "WARNING" not in caplog.text
+    assert loss == pytest.approx(eager_loss, rel=1e-6) and precompile.COUNTERS["fallback"] == 1
 
 
 def test_off_by_the_environment(cache: Path, monkeypatch: pytest.MonkeyPatch):
