@@ -32,26 +32,27 @@ What this module adds around it, and why it is safe:
   requires_grad, the grad mode and autocast state, constants); a call they refuse goes to the
   block's ordinary compiled path (nn.Module.compile), as does every call of a block with its own
   module hooks (the saved function is the block's forward, not its __call__).
-- Any error reading, checking or making a saved function (besides running out of memory) is
-  logged and the block class goes to the ordinary path for the rest of the run: never a failed
+- An error reading or checking a saved file traces it again (and replaces the file); an error
+  making one (besides running out of memory or a failed write) is logged, recorded beside it as
+  `<class>-<signature>.refused` (later runs of that key take the ordinary path at once, no trace
+  wasted) and the block class goes to the ordinary path for the rest of the run: never a failed
   run, never a graph traced for other code.
 The files are pickles the studio itself wrote, as trusted as Inductor's own cache beside them.
 
+One input signature is saved per block class and run: the first step's (VARIANTS_PER_CLASS).
 Not used for compile "wide" (CUDA graphs, static shapes: the wide regions' calls differ), for
 blocks holding tensor-subclass weights (int8 / nf4 / fp8: their subclass pickling is not
-proven) or where `LORASTUDIO_PRECOMPILE=0`. The first run pays one more copy of the trace
-per class (the saved function's, with its backward compiled at once), ~the normal trace's time.
+proven), blocks of classes made at run time (block swap: pickle cannot find them) or where
+`LORASTUDIO_PRECOMPILE=0`. The saving run pays aot_compile's trace instead of the ordinary one
+and, with Inductor, a compile of its bundled forward and backward (keyed apart from the ordinary
+path's cache entries); each later run reads the file instead (RESULTS note 45).
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import json
 import logging
 import os
-import re
-import sys
 import tempfile
 import time
 import warnings
@@ -61,12 +62,12 @@ from typing import Any
 
 import torch
 
+from lorastudio.training.precompile_key import input_signature, local_classes, precompile_key
+
 log = logging.getLogger(__name__)
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 ENV = "LORASTUDIO_PRECOMPILE"  # "0": off (the ordinary compile only)
 FOLDER = "lorastudio-dynamo"  # under Inductor's cache folder in use
-FORMAT = 1  # this module's file format; part of the key
 # input signatures traced and saved per block class and run: the first step's. A later shape (a
 # bucket) takes the ordinary compile, which goes dynamic at its second shape; each saved one is
 # a static graph, so more would cost a cold run one more Inductor compile per shape
@@ -133,7 +134,7 @@ class ClassPrecompile:
         for fn in self.functions:
             if fn.guard_check(block, *args, **kwargs):
                 return fn.fn(block, *args, **kwargs)
-        signature = _input_signature(args, kwargs)
+        signature = input_signature(args, kwargs)
         if signature in self.tried or len(self.tried) >= VARIANTS_PER_CLASS:
             COUNTERS["guard_miss"] += 1
             return ordinary(*args, **kwargs)
@@ -217,24 +218,6 @@ class _NotSavable(RuntimeError):
     """A block whose saved function could not be loaded by another process."""
 
 
-def local_classes(block: torch.nn.Module) -> list[str]:
-    """The classes of `block`, its submodules and their attention processors that pickle cannot
-    find by their module and qualified name (a class made at run time, such as block_swap's
-    swapping subclass): Dynamo's saved guards refer to them by name, so their save would fail."""
-    found = []
-    for module in block.modules():
-        for cls in (type(module), type(getattr(module, "processor", None))):
-            if cls is type(None):
-                continue
-            owner = sys.modules.get(cls.__module__)
-            target: Any = owner
-            for part in cls.__qualname__.split("."):
-                target = getattr(target, part, None)
-            if target is not cls:
-                found.append(_qualified(cls))
-    return sorted(set(found))
-
-
 def trace_function(block: torch.nn.Module, args: tuple, kwargs: dict, settings: dict[str, Any]) -> Any:
     """The AOTCompiledFunction of `block.forward` (called as fn(block, *args, **kwargs)) for
     these inputs: fullgraph (a graph break raises), the settings' backend and dynamic."""
@@ -312,109 +295,6 @@ def changed_sources(fn: Any) -> list[str]:
     return changed
 
 
-def precompile_key(block: torch.nn.Module, settings: dict[str, Any]) -> str:
-    """The key folder's name for `block`'s class under `settings` (see the module's doc)."""
-    parts = {
-        "format": FORMAT,
-        "python": sys.version,
-        "versions": _versions(),
-        "settings": {k: repr(v) for k, v in sorted(settings.items())},
-        "device": _device_name(block),
-        "configs": _config_digest(),
-        "sdpa": _sdpa_flags(),
-        "structure": block_structure(block),
-    }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=repr).encode()).hexdigest()[:32]
-
-
-def block_structure(block: torch.nn.Module) -> list[str]:
-    """One line per submodule of `block`: its name, class, its hooks' functions and its attention
-    processor's class (what the saved guards do not check by identity)."""
-    lines = []
-    for name, module in block.named_modules():
-        hooks = [
-            _qualified(h)
-            for hooks in (
-                module._forward_pre_hooks,
-                module._forward_hooks,
-                module._backward_hooks,
-                module._backward_pre_hooks,
-            )  # fmt: skip
-            for h in hooks.values()
-        ]
-        processor = getattr(module, "processor", None)
-        extra = f" processor={_qualified(type(processor))}" if processor is not None else ""
-        lines.append(f"{name}: {_qualified(type(module))} hooks={hooks}{extra}")
-    return lines
-
-
-def _qualified(obj: Any) -> str:
-    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
-
-
-def _versions() -> dict[str, str]:
-    import lorastudio
-
-    found = {"torch": torch.__version__, "lorastudio": lorastudio.__version__}
-    for name in ("diffusers", "peft", "transformers"):
-        module = sys.modules.get(name)
-        found[name] = str(getattr(module, "__version__", "-"))
-    return found
-
-
-def _device_name(block: torch.nn.Module) -> str:
-    param = next(block.parameters(), None)
-    device = param.device if param is not None else torch.device("cpu")
-    if device.type == "cuda":
-        return f"cuda {torch.cuda.get_device_name(device)} {torch.version.cuda}"
-    return device.type
-
-
-def _config_digest() -> str:
-    """A digest of Inductor's, AOTAutograd's and Dynamo's settings (what a compile depends on
-    beyond its inputs; each module's `save_config_portable`, else its whole copy)."""
-    import torch._dynamo.config as dynamo_config
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
-
-    digest = hashlib.sha256()
-    for config in (inductor_config, functorch_config, dynamo_config):
-        saver = getattr(config, "save_config_portable", None) or config.get_config_copy
-        values = saver()
-        for name in sorted(values):
-            if "recompile_limit" in name:  # raised by compile.py per run's mode; no effect on a graph
-                continue
-            digest.update(f"{name}={_stable_repr(values[name])};".encode())
-    return digest.hexdigest()
-
-
-def _stable_repr(value: Any) -> str:
-    """`repr(value)` the same in every process: sets sorted (their order follows the string hash
-    seed), objects without their addresses."""
-    if isinstance(value, (set, frozenset)):
-        return "{" + ", ".join(sorted(_stable_repr(v) for v in value)) + "}"
-    if isinstance(value, dict):
-        return (
-            "{" + ", ".join(sorted(f"{_stable_repr(k)}: {_stable_repr(v)}" for k, v in value.items())) + "}"
-        )
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_stable_repr(v) for v in value) + "]"
-    return _ADDRESS.sub("", repr(value))
-
-
-def _sdpa_flags() -> list[bool]:
-    backends = torch.backends.cuda
-    return [
-        bool(f())
-        for f in (
-            backends.flash_sdp_enabled,
-            backends.mem_efficient_sdp_enabled,
-            backends.math_sdp_enabled,
-            getattr(backends, "cudnn_sdp_enabled", lambda: False),
-        )  # fmt: skip
-    ]
-
-
 def _has_own_hooks(block: torch.nn.Module) -> bool:
     """Whether calling `block` runs module hooks around its forward (its own or global ones):
     the saved function is the forward alone."""
@@ -430,24 +310,6 @@ def _has_own_hooks(block: torch.nn.Module) -> bool:
         or nn_module._global_backward_hooks
         or nn_module._global_backward_pre_hooks
     )
-
-
-def _input_signature(args: tuple, kwargs: dict) -> str:
-    """A digest of what the inputs' guards look at: each tensor's shape, strides, dtype, device
-    and requires_grad, the other values' types and simple values, the grad mode."""
-    parts: list[str] = [f"grad={torch.is_grad_enabled()}"]
-    leaves, spec = torch.utils._pytree.tree_flatten((args, kwargs))
-    parts.append(str(spec))
-    for leaf in leaves:
-        if isinstance(leaf, torch.Tensor):
-            parts.append(
-                f"T{tuple(leaf.shape)}{leaf.stride()}{leaf.dtype}{leaf.device.type}{leaf.requires_grad}"
-            )
-        elif leaf is None or isinstance(leaf, (bool, int, float, str)):
-            parts.append(repr(leaf))
-        else:
-            parts.append(type(leaf).__qualname__)
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
 def saved_functions(

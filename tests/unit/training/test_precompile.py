@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lorastudio.training import precompile
+from lorastudio.training import precompile, precompile_key
 from lorastudio.training.compile import compile_denoiser, compile_state
 
 pytestmark = pytest.mark.skipif(
@@ -200,13 +200,13 @@ def test_off_by_the_environment(cache: Path, monkeypatch: pytest.MonkeyPatch):
 def test_the_key_is_the_same_in_every_process():
     """Dynamo's configuration holds sets, whose order follows the process's string hash seed, and
     objects whose repr has an address: neither may change the key between runs."""
-    assert precompile._stable_repr({"torch._refs", "torch._prims"}) == precompile._stable_repr(
+    assert precompile_key._stable_repr({"torch._refs", "torch._prims"}) == precompile_key._stable_repr(
         {"torch._prims", "torch._refs"}
     )
-    assert precompile._stable_repr([object()]) == precompile._stable_repr([object()])
+    assert precompile_key._stable_repr([object()]) == precompile_key._stable_repr([object()])
     settings = {"backend": "aot_eager", "dynamic": None}
-    first = precompile.precompile_key(ToyDenoiser().blocks[0], settings)
-    assert precompile.precompile_key(ToyDenoiser().blocks[0], settings) == first
+    first = precompile_key.precompile_key(ToyDenoiser().blocks[0], settings)
+    assert precompile_key.precompile_key(ToyDenoiser().blocks[0], settings) == first
 
 
 def test_a_block_of_a_class_made_at_run_time_takes_the_ordinary_compile_without_a_trace(
@@ -222,14 +222,14 @@ def test_a_block_of_a_class_made_at_run_time_takes_the_ordinary_compile_without_
     made = type("ToyBlock", (ToyBlock,), {"__module__": ToyBlock.__module__, "__qualname__": "ToyBlock"})
     for block in model.blocks:
         block.__class__ = made
-    assert precompile.local_classes(model.blocks[0])
+    assert precompile_key.local_classes(model.blocks[0])
     compile_denoiser(model, [p for p in model.parameters() if p.requires_grad], backend="aot_eager")
     with caplog.at_level(logging.INFO, logger="lorastudio.training.precompile"):
         loss, _ = _step(model, x)
     assert "classes pickle cannot find by name" in caplog.text and "WARNING" not in caplog.text
     assert precompile.COUNTERS["saved"] == 0 and precompile.COUNTERS["fallback"] == 0
     assert loss == pytest.approx(eager_loss, rel=1e-6)
-    assert precompile.local_classes(ToyDenoiser().blocks[0]) == []
+    assert precompile_key.local_classes(ToyDenoiser().blocks[0]) == []
 
 
 def test_a_changed_source_line_is_traced_again(cache: Path, monkeypatch: pytest.MonkeyPatch, caplog):
