@@ -189,6 +189,8 @@ def compile_denoiser(
     family's wide_compile_blocks) and the torch.compile `mode` (CUDA_GRAPHS: `run_compiled`
     then starts a new graph generation per call). Blocks nested in another selected block are
     not compiled twice: the outer one holds them, and they are marked as inside a compiled region.
+    With a backend of precompile.SAVED_BACKENDS and no `mode`, each class's first call goes
+    through Dynamo's output saved by an earlier run, or saves it (training/precompile.py).
     Returns: the RegionalCompile; when the model has none of those blocks it is inactive with
     the reason set (and logged), and the denoiser stays eager. Never raises for a model without
     blocks; torch.compile's own argument errors propagate.
