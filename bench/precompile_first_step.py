@@ -81,10 +81,10 @@ def tiny_child(backend: str) -> dict[str, Any]:
     }
 
 
-def _run_tiny(root: Path, backend: str) -> list[dict[str, Any]]:
+def _run_tiny(root: Path, backend: str, order: list[tuple[str, str]]) -> list[dict[str, Any]]:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor")}
     rows = []
-    for name, flag in ORDER:
+    for name, flag in order:
         out = subprocess.run(
             [
                 sys.executable,
@@ -107,9 +107,11 @@ def _run_tiny(root: Path, backend: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _run_e2e(root: Path, family: str, steps: int, extra: list[str], per_run_s: float) -> list[dict[str, Any]]:
+def _run_e2e(
+    root: Path, family: str, steps: int, extra: list[str], per_run_s: float, order: list[tuple[str, str]]
+) -> list[dict[str, Any]]:
     rows = []
-    for name, flag in ORDER:
+    for name, flag in order:
         tag = f"pc-{name}"
         cmd = [sys.executable, "-m", "bench.e2e_run", "run", str(root), "--family", family, "--mode", "cli"]
         cmd += ["--tag", tag, "--steps", str(steps), *extra]
@@ -196,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--family", default="flux")
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--attention", default=None, help="e2e: attention_backend of the runs")
+    p.add_argument("--runs", default=None, help="a subset of the runs, comma-separated, in ORDER's order")
     p.add_argument("--per-run-s", type=float, default=200.0, help="e2e: one run's time limit")
     p.add_argument("--tiny", action="store_true", help="e2e: bench.e2e_run's --tiny (CPU: eager)")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON results here")
@@ -204,16 +207,20 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(tiny_child(args.backend)), flush=True)
         return 0
     args.root.mkdir(parents=True, exist_ok=True)
+    wanted = args.runs.split(",") if args.runs else [name for name, _ in ORDER]
+    order = [(name, flag) for name, flag in ORDER if name in wanted]
     if args.what == "tiny":
-        shutil.rmtree(args.root / "inductor", ignore_errors=True)  # the first run is the cold one
-        rows = _run_tiny(args.root, args.backend)
+        if "off-cold" in wanted:  # the first run is the cold one
+            shutil.rmtree(args.root / "inductor", ignore_errors=True)
+        rows = _run_tiny(args.root, args.backend, order)
     else:
         from bench import e2e_build
 
-        shutil.rmtree(e2e_build.home_dir(args.root) / "cache", ignore_errors=True)
+        if "off-cold" in wanted:  # the first run is the cold one
+            shutil.rmtree(e2e_build.home_dir(args.root) / "cache", ignore_errors=True)
         extra = ["--attention", args.attention] if args.attention else []
         extra += ["--tiny"] if args.tiny else []  # the plumbing on the CPU (no compile there)
-        rows = _run_e2e(args.root, args.family, args.steps, extra, args.per_run_s)
+        rows = _run_e2e(args.root, args.family, args.steps, extra, args.per_run_s, order)
     result = {"what": args.what, "backend": args.backend, "rows": rows}
     for folder in (args.root, args.out):
         if folder is not None:
