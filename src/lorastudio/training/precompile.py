@@ -240,7 +240,10 @@ def _guard_filter(entries: Any) -> list[bool]:
 
     unsupported = set(CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES)
     return [
-        not (g.guard_type in unsupported or unsupported.intersection(g.derived_guard_types or ()))
+        not (
+            g.guard_type in unsupported
+            or unsupported.intersection(getattr(g, "derived_guard_types", None) or ())
+        )
         for g in entries
     ]
 
