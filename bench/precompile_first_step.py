@@ -147,6 +147,7 @@ def _run_e2e(
                 "weights_load_total_s": data.get("weights_load_total_s"),
                 "ttfs_over_load": data.get("ttfs_over_load"),
                 "s_per_step_after_first": data.get("s_per_step_after_first"),
+                "peak_vram_gib": data.get("peak_vram_gib"),
                 "loss": data.get("final_loss"),
                 "report": report,
             }
@@ -180,7 +181,7 @@ def _print_row(row: dict[str, Any]) -> None:
         f" | loss {row.get('loss')}"
         + (
             f" | to first step {row['time_to_first_step_s']} s ({row.get('ttfs_over_load')}x the load)"
-            f" s/step after {row.get('s_per_step_after_first')}"
+            f" s/step after {row.get('s_per_step_after_first')} peak VRAM {row.get('peak_vram_gib')} GiB"
             if row.get("time_to_first_step_s")
             else ""
         ),
