@@ -39,7 +39,7 @@ What this module adds around it, and why it is safe:
   run, never a graph traced for other code.
 The files are pickles the studio itself wrote, as trusted as Inductor's own cache beside them.
 
-One input signature is saved per block class and run: the first step's (VARIANTS_PER_CLASS).
+Input signatures are saved in a run's first step only (end_first_step; VARIANTS_PER_CLASS at most).
 Not used for compile "wide" (CUDA graphs, static shapes: the wide regions' calls differ), for
 blocks holding tensor-subclass weights (int8 / nf4 / fp8: their subclass pickling is not
 proven), blocks of classes made at run time (block swap: pickle cannot find them) or where
@@ -56,6 +56,7 @@ import os
 import tempfile
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -68,10 +69,11 @@ log = logging.getLogger(__name__)
 
 ENV = "LORASTUDIO_PRECOMPILE"  # "0": off (the ordinary compile only)
 FOLDER = "lorastudio-dynamo"  # under Inductor's cache folder in use
-# input signatures traced and saved per block class and run: the first step's. A later shape (a
-# bucket) takes the ordinary compile, which goes dynamic at its second shape; each saved one is
-# a static graph, so more would cost a cold run one more Inductor compile per shape
-VARIANTS_PER_CLASS = 1
+# input signatures traced and saved per block class and run, at most, all in the run's first step
+# (end_first_step): FLUX.1's training forward, differential output preservation's no-grad one. A
+# later shape (a bucket) takes the ordinary compile, which goes dynamic at its second shape; each
+# saved one is a static graph, so saving more would cost a cold run one Inductor compile a shape
+VARIANTS_PER_CLASS = 4
 # the backends whose output aot_compile can save (AOTAutograd's bundled entry); "aot_eager" from
 # torch 2.12 on (2.11 saves Inductor's only: there it falls back once, with a warning)
 SAVED_BACKENDS = ("inductor", "aot_eager")
@@ -125,15 +127,19 @@ class ClassPrecompile:
         self.tried: set[str] = set()  # input signatures looked up or traced in this run
         self.key: str | None = None  # the key folder's name (from the first block's structure)
         self.off: str | None = None
+        self.saving = True  # new signatures are traced and saved until the run's first step ends
+        _LIVE.add(self)
 
     def call(self, block: torch.nn.Module, ordinary: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """`block(*args, **kwargs)` through a saved function whose guards take these inputs, else
         through `ordinary` (the block's nn.Module.compile call); may load or trace one first."""
-        if self.off is not None or _has_own_hooks(block):
+        if _has_own_hooks(block):
             return ordinary(*args, **kwargs)
         for fn in self.functions:
             if fn.guard_check(block, *args, **kwargs):
                 return fn.fn(block, *args, **kwargs)
+        if self.off is not None:
+            return ordinary(*args, **kwargs)
         signature = input_signature(args, kwargs)
         if signature in self.tried or len(self.tried) >= VARIANTS_PER_CLASS:
             COUNTERS["guard_miss"] += 1
@@ -143,6 +149,11 @@ class ClassPrecompile:
             fn = self._load_or_trace(block, signature, args, kwargs)
         except torch.OutOfMemoryError:
             raise
+        except _NotNow as err:  # after the first step, or refused before: this signature is ordinary
+            COUNTERS["guard_miss"] += 1
+            if str(err):
+                log.info("precompile: %s: %s", type(block).__name__, err)
+            return ordinary(*args, **kwargs)
         except _NotSavable as err:  # known before any trace: the ordinary compile, no warning
             self.off = str(err)
             log.info("precompile: %s goes to the ordinary compile: %s", type(block).__name__, self.off)
@@ -181,10 +192,12 @@ class ClassPrecompile:
                 COUNTERS["load_s"] += time.perf_counter() - start
                 log.info("precompile: %s loaded from %s in %.2f s", name, path, time.perf_counter() - start)
                 return fn
+        if not self.saving:
+            raise _NotNow
         refused = path.with_name(f"{path.stem}.refused")
         if refused.is_file():  # torch refused this before: no trace spent on it again
             why = refused.read_text(encoding="utf-8", errors="replace").strip()[:300]
-            raise _NotSavable(f"torch refused it in an earlier run ({why}); delete {refused} to try again")
+            raise _NotNow(f"refused in an earlier run ({why}); delete {refused} to try again")
         start = time.perf_counter()
         try:
             fn = trace_function(block, args, kwargs, self.settings)
@@ -197,7 +210,16 @@ class ClassPrecompile:
         COUNTERS["saved"] += 1
         COUNTERS["trace_s"] += time.perf_counter() - start
         log.info("precompile: %s traced and saved to %s in %.2f s", name, path, time.perf_counter() - start)
-        return fn
+        try:  # what the next run will do: a file that does not load is no file
+            load_function(path, type(block).forward.__globals__)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as err:  # noqa: BLE001 - unpickling raises many types: recorded, file removed
+            path.unlink(missing_ok=True)
+            _note_refusal(refused, RuntimeError(f"its saved file did not load: {type(err).__name__}: {err}"))
+            COUNTERS["saved"] -= 1
+            log.warning("precompile: %s: the saved file did not load, recorded in %s: %s", name, refused, err)
+        return fn  # this run uses the traced function either way
 
 
 def _note_refusal(marker: Path, err: BaseException) -> None:
@@ -212,6 +234,22 @@ def _note_refusal(marker: Path, err: BaseException) -> None:
         os.replace(staging, marker)
     except OSError as write_err:
         log.warning("precompile: could not record the refusal in %s: %s", marker, write_err)
+
+
+class _NotNow(Exception):
+    """A signature with no saved file that is not traced now (after the run's first step, or
+    refused in an earlier run: the message says which): the ordinary compile."""
+
+
+_LIVE: weakref.WeakSet[ClassPrecompile] = weakref.WeakSet()  # this process's, for end_first_step
+
+
+def end_first_step() -> None:
+    """Stop tracing and saving new input signatures (call after a run's first step): a later
+    shape takes the ordinary compile (which goes dynamic), as it did before this module; files an
+    earlier run saved are still loaded."""
+    for state in list(_LIVE):
+        state.saving = False
 
 
 class _NotSavable(RuntimeError):

@@ -95,33 +95,62 @@ def _ordinary_traces() -> int:
     return sum(len(v) for k, v in metrics.items() if str(k).endswith("_compile.compile_inner"))
 
 
-def test_inputs_the_guards_refuse_take_the_ordinary_compile(cache: Path, monkeypatch: pytest.MonkeyPatch):
-    """One input signature per class and run is saved (the first step's, VARIANTS_PER_CLASS);
-    inputs its guards refuse (another grad mode, dtype or shape) take the ordinary compile, with
-    the eager result. With a higher limit each new signature is traced, saved and used."""
+def test_inputs_the_guards_refuse_take_the_ordinary_compile_after_the_first_step(cache: Path):
+    """Each new input signature of the run's first step is traced and saved (a no-grad pass, as
+    differential output preservation makes); after it (end_first_step) inputs the saved guards
+    refuse take the ordinary compile, with the eager result, and files saved earlier still load."""
     torch._dynamo.reset()
     x = torch.randn(2, 4, 8)  # [B, N, D]
     frames = _ordinary_traces()
     model, _ = _compiled(x)
-    assert precompile.COUNTERS["saved"] == 1 and _ordinary_traces() == frames
-    with torch.no_grad():  # another grad mode: the saved guards refuse it
+    for p in model.parameters():
+        p.grad = None  # as at a first step's no-grad pass (see the test after this one)
+    with torch.no_grad():  # another grad mode: a second signature, traced and saved too
         torch.testing.assert_close(model(x), ToyDenoiser()(x))
-    assert precompile.COUNTERS["guard_miss"] >= 1 and _ordinary_traces() > frames
-    assert precompile.COUNTERS["saved"] == 1
-
-    monkeypatch.setattr(precompile, "VARIANTS_PER_CLASS", 2)
-    torch._dynamo.reset()
-    frames = _ordinary_traces()
-    model, _ = _compiled(x)  # loads the first signature's
+    assert precompile.COUNTERS["saved"] == 2 and _ordinary_traces() == frames
+    precompile.end_first_step()
     y = x.double()
     for block in model.blocks:
         block.double()
-    loss, _ = _step(model, y)  # a second signature: traced, saved, then used
+    loss, _ = _step(model, y)  # after the first step: the ordinary compile
     assert loss == pytest.approx(_step(ToyDenoiser().double(), y)[0], rel=1e-9)
-    assert precompile.COUNTERS["saved"] == 2 and precompile.COUNTERS["hit"] == 1
+    assert precompile.COUNTERS["guard_miss"] >= 1 and _ordinary_traces() > frames
+    assert precompile.COUNTERS["saved"] == 2
+
+    torch._dynamo.reset()
+    frames = _ordinary_traces()
+    model, _ = _compiled(x)  # a later run: loads the first signature's graph
+    precompile.end_first_step()
+    with torch.no_grad():  # after its first step, but saved by the earlier run: loaded
+        torch.testing.assert_close(model(x), ToyDenoiser()(x))
+    assert precompile.COUNTERS["hit"] == 2 and precompile.COUNTERS["saved"] == 2
     assert _ordinary_traces() == frames
-    _step(model, torch.randn(3, 5, 8, dtype=torch.float64))  # past the limit: the ordinary compile
-    assert _ordinary_traces() > frames and precompile.COUNTERS["saved"] == 2
+
+
+def test_a_saved_file_that_does_not_load_is_recorded_and_not_traced_again(
+    cache: Path, caplog: pytest.LogCaptureFixture
+):
+    """torch 2.13 saves a parameter's gradient that is not in the guard tree as a placeholder its
+    loader cannot assign ("assigned grad expected to be a Tensor or None but got grad of type
+    _Missing"): a block traced while its parameters hold gradients saves a file no run can load.
+    Each save is loaded once: such a file is removed and recorded, the run goes on with the traced
+    graph, and later runs take the ordinary compile for that signature without a trace."""
+    torch._dynamo.reset()
+    x = torch.randn(2, 4, 8)  # [B, N, D]
+    model, _ = _compiled(x)  # its backward leaves gradients on the parameters
+    with caplog.at_level(logging.WARNING, logger="lorastudio.training.precompile"), torch.no_grad():
+        torch.testing.assert_close(model(x), ToyDenoiser()(x))
+    assert "the saved file did not load" in caplog.text
+    assert precompile.COUNTERS["saved"] == 1 and len(list(cache.glob("*/ToyBlock-*.bin"))) == 1
+    (marker,) = cache.glob("*/ToyBlock-*.refused")
+    assert "_Missing" in marker.read_text()
+    torch._dynamo.reset()
+    model, _ = _compiled(x)  # a later run
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="lorastudio.training.precompile"), torch.no_grad():
+        torch.testing.assert_close(model(x), ToyDenoiser()(x))
+    assert "refused in an earlier run" in caplog.text and precompile.COUNTERS["saved"] == 1
+    assert precompile.COUNTERS["hit"] == 1  # the training signature's file still loads
 
 
 def test_a_damaged_file_is_traced_again_and_replaced(cache: Path, caplog: pytest.LogCaptureFixture):
@@ -186,7 +215,7 @@ def test_a_failure_of_the_saved_path_falls_back_to_the_ordinary_compile(
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="lorastudio.training.precompile"):
         _, (loss, _) = _compiled(x)
-    assert len(calls) == 1 and "refused it in an earlier run" in caplog.text and "WARNING" not in caplog.text
+    assert len(calls) == 1 and "refused in an earlier run" in caplog.text and "WARNING" not in caplog.text
     assert loss == pytest.approx(eager_loss, rel=1e-6) and precompile.COUNTERS["fallback"] == 1
 
 
@@ -234,14 +263,29 @@ def test_a_block_of_a_class_made_at_run_time_takes_the_ordinary_compile_without_
 
 def test_a_changed_source_line_is_traced_again(cache: Path, monkeypatch: pytest.MonkeyPatch, caplog):
     """A saved function names every source line Dynamo traced with its hash: one that hashes
-    otherwise now (a library upgraded in place, an edited file) is refused at load."""
+    otherwise now (a library upgraded in place, an edited file) is refused at load, and the block
+    is traced again and saved anew."""
     import torch._dynamo.package as package
 
     torch._dynamo.reset()
     x = torch.randn(2, 4, 8)  # [B, N, D]
     _compiled(x)
-    monkeypatch.setattr(package, "_hash_sourcelines", lambda module, first, last: "another hash")
+    (path,) = cache.glob("*/ToyBlock-*.bin")
+    assert precompile.changed_sources(precompile.load_function(path, ToyBlock.forward.__globals__)) == []
+    with monkeypatch.context() as patch:
+        patch.setattr(package, "_hash_sourcelines", lambda module, first, last: "another hash")
+        with pytest.raises(RuntimeError, match="traced source changed since it was saved"):
+            precompile.load_function(path, ToyBlock.forward.__globals__)
+    real, seen = precompile.changed_sources, []
+
+    def changed_once(fn: object) -> list[str]:  # the file on disk is the stale one, once
+        seen.append(1)
+        return ["an.edited.module:1"] if len(seen) == 1 else real(fn)
+
+    monkeypatch.setattr(precompile, "changed_sources", changed_once)
     with caplog.at_level(logging.WARNING, logger="lorastudio.training.precompile"):
         _compiled(x)
     assert "traced source changed since it was saved" in caplog.text
     assert precompile.COUNTERS["hit"] == 0 and precompile.COUNTERS["saved"] == 2
+    _compiled(x)
+    assert precompile.COUNTERS["hit"] == 1
