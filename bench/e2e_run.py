@@ -122,6 +122,7 @@ _LOGGED = (
     "lorastudio.training.plan_build",
     "lorastudio.training.compile",
     "lorastudio.training.first_step_report",
+    "lorastudio.training.precompile",  # Dynamo's saved block graphs: loaded, saved, refused
     "lorastudio.training.denoiser_early",
 )
 

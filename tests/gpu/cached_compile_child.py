@@ -1,7 +1,8 @@
 """Child of tests/gpu/test_compile_gpu.py::test_a_cudnn_flux_graph_comes_from_aotautograds_cache_in_a_second_process:
 the tiny FLUX.1 with LoRA, cuDNN's contiguous-gradient hooks and regional compile, one forward and
-backward in bf16 under cuDNN SDPA; prints one JSON line: the loss, the LoRA gradients' norm and
-AOTAutograd's cache counters of this process."""
+backward in bf16 under cuDNN SDPA; prints one JSON line: the loss, the LoRA gradients' norm,
+AOTAutograd's cache counters, Dynamo's saved output's counters and the frames Dynamo's ordinary
+path compiled in this process."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.tiny.models import build
+from lorastudio.training import precompile
 from lorastudio.training.attention import contiguous_attention_grads
 from lorastudio.training.compile import compile_denoiser
 from lorastudio.training.lora import add_lora, lora_config_for
@@ -46,7 +48,19 @@ def main() -> None:
         loss.backward()
     counters = torch._dynamo.utils.counters["aot_autograd"]
     grad_norm = float(torch.stack([p.grad.float().norm() for p in params]).norm())
-    print(json.dumps({"loss": float(loss), "grad_norm": grad_norm, "aot": dict(counters)}))
+    metrics = torch._dynamo.utils.compilation_time_metrics
+    frames = sum(len(v) for k, v in metrics.items() if str(k).endswith("_compile.compile_inner"))
+    print(
+        json.dumps(
+            {
+                "loss": float(loss),
+                "grad_norm": grad_norm,
+                "aot": dict(counters),
+                "precompile": dict(precompile.COUNTERS),  # Dynamo's saved output (training/precompile.py)
+                "dynamo_frames": frames,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -81,7 +81,8 @@ def test_a_cudnn_flux_graph_comes_from_aotautograds_cache_in_a_second_process(tm
     import sys
     from pathlib import Path
 
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    # AOTAutograd's own cache: Dynamo's saved output (training/precompile.py) would skip it
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "LORASTUDIO_PRECOMPILE": "0"}
     child = Path(__file__).with_name("cached_compile_child.py")
     runs = []
     for _ in range(2):
@@ -97,5 +98,33 @@ def test_a_cudnn_flux_graph_comes_from_aotautograds_cache_in_a_second_process(tm
     assert (
         second["aot"].get("autograd_cache_hit", 0) == 2 and second["aot"].get("autograd_cache_miss", 0) == 0
     )
+    assert second["loss"] == first["loss"]
+    assert second["grad_norm"] == pytest.approx(first["grad_norm"], rel=1e-2)
+
+
+def test_a_cudnn_flux_graph_comes_from_dynamos_saved_output_in_a_second_process(tmp_path):
+    """Dynamo's saved output (training/precompile.py, RESULTS note 45) with Inductor on CUDA, the
+    cuDNN contiguous-gradient Function in the graph: the first process traces and saves both block
+    graphs, the second loads them (Dynamo compiles no frame) and computes what the first did."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "LORASTUDIO_PRECOMPILE": "1"}
+    child = Path(__file__).with_name("cached_compile_child.py")
+    runs = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, str(child)], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(runs)
+    first, second = runs
+    assert first["precompile"]["saved"] == 2 and first["precompile"]["fallback"] == 0
+    assert second["precompile"]["hit"] == 2 and second["precompile"]["saved"] == 0
+    assert second["dynamo_frames"] == 0  # nothing traced by Dynamo's ordinary path
     assert second["loss"] == first["loss"]
     assert second["grad_norm"] == pytest.approx(first["grad_norm"], rel=1e-2)

@@ -41,6 +41,7 @@ from lorastudio.compile_cache import chosen_compile_cache, note_studio_cache
 from lorastudio.config_host import compile_device_problems, compile_runs
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.compile_trace import pin_processor_signatures
+from lorastudio.training.precompile import saved_functions, through_saved
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +199,8 @@ def compile_denoiser(
     family's wide_compile_blocks) and the torch.compile `mode` (CUDA_GRAPHS: `run_compiled`
     then starts a new graph generation per call). Blocks nested in another selected block are
     not compiled twice: the outer one holds them, and they are marked as inside a compiled region.
+    With a backend of precompile.SAVED_BACKENDS and no `mode`, each class's first call goes
+    through Dynamo's output saved by an earlier run, or saves it (training/precompile.py).
     Returns: the RegionalCompile; when the model has none of those blocks it is inactive with
     the reason set (and logged), and the denoiser stays eager. Never raises for a model without
     blocks; torch.compile's own argument errors propagate.
@@ -209,12 +212,17 @@ def compile_denoiser(
     if not blocks:
         state.fallback_reason = f"{type(denoiser).__name__} declares no repeated blocks to compile"
         log.warning("compile: staying eager: %s", state.fallback_reason)
+    # Dynamo's saved output per block class (training/precompile.py), not for quantised blocks
+    saved = saved_functions(backend, dynamic, mode, classes is None) if blocks else None
     for block in blocks:
+        call_saved = saved
         if _holds_tensor_subclass(block):
             state.swapped.append((block, type(block)))
             block.__class__ = _unaliased_class(type(block))
+            call_saved = None
         block.compile(backend=backend, dynamic=dynamic, **({"mode": mode} if mode else {}))
-        block._compiled_call_impl = _with_stable_inputs(block._compiled_call_impl, promote=classes is None)
+        impl = through_saved(block, block._compiled_call_impl, call_saved)
+        block._compiled_call_impl = _with_stable_inputs(impl, promote=classes is None)
         for inner in list(block.modules())[1:]:
             setattr(inner, INSIDE_ATTR, True)
     pin_processor_signatures(blocks)  # less for Dynamo to trace, the same graphs (compile_trace.py)

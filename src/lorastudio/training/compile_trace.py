@@ -10,9 +10,10 @@ bytecodes for the tiny FLUX.1's two block graphs (9,580 -> 6,598, the same graph
 saved is smaller, since the costly part of tracing is each tensor op's fake-tensor run: the real
 FLUX.1's tracing went 1.625 -> 1.54 s on an H100 (RESULTS note 39).
 
-`pin_processor_signatures` moves each such processor to a subclass of its class (same name, one
-per class) whose `__call__` is a copy of the class's function (the same code, defaults and
-closure) carrying the signature CPython computes for it, once, as `__signature__`.
+`pin_processor_signatures` moves each such processor to a subclass of its class (one per class,
+named `_pinned_<module>_<class>` and kept as a global of this module: pickle finds it by
+reference, which Dynamo's saved guards need, training/precompile.py) whose `__call__` is a copy
+of the class's function (the same code, defaults and closure) carrying the signature CPython computes for it, once, as `__signature__`.
 `inspect.signature` takes a `__signature__` it finds as it is, so the traced call builds no
 Parameter objects (only the bound method's one-shorter Signature). The code that runs is the
 same, the signature is the one CPython computes, so the forward passes the same keywords;
@@ -74,9 +75,12 @@ def _pinned_class(cls: type) -> type:
         call.__dict__.update(original.__dict__)
         call.__qualname__, call.__doc__ = original.__qualname__, original.__doc__
         call.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
-        pinned = type(
-            cls.__name__, (cls,), {"__call__": call, PINNED_ATTR: True, "__qualname__": cls.__qualname__}
-        )
-        pinned.__module__ = cls.__module__
+        # named (qualified name = name: Dynamo saves no guard on a type whose two differ) as one of
+        # this module's globals, so that pickle finds it by reference (Dynamo's saved guards hold
+        # the processor: training/precompile.py)
+        qualname = "_pinned_" + "_".join(f"{cls.__module__}.{cls.__qualname__}".replace("<", "").split("."))
+        pinned = type(qualname, (cls,), {"__call__": call, PINNED_ATTR: True})
+        pinned.__module__ = __name__
+        globals()[qualname] = pinned
         _PINNED[cls] = pinned
     return _PINNED[cls]

@@ -28,6 +28,7 @@ _KEYS = (
     "PyCodeCache.load_by_key_path",  # loading the generated modules (kernels) from disk
     "async_compile.wait",  # kernel compiles (a cold cache)
     "bytecode_tracing",  # Dynamo's tracing alone
+    "fullgraph_capture",  # Dynamo's trace for a saved function (training/precompile.py, a miss)
     "build_guards",
 )
 _COUNTERS = (
@@ -42,8 +43,9 @@ _COUNTERS = (
 
 
 def first_step_compile_summary() -> dict[str, float] | None:
-    """Dynamo's seconds per function of `_KEYS` and the cache counters of `_COUNTERS` so far in
-    this process; None when Dynamo was never imported (nothing compiled)."""
+    """Dynamo's seconds per function of `_KEYS`, the cache counters of `_COUNTERS` and those of
+    Dynamo's saved output (training/precompile.py COUNTERS: hit, saved, fallback, guard_miss,
+    load_s, trace_s) so far in this process; None when Dynamo was never imported (nothing compiled)."""
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is None:
         return None
@@ -54,6 +56,10 @@ def first_step_compile_summary() -> dict[str, float] | None:
             seconds[name] = round(float(sum(values)), 3)
     for group, name in _COUNTERS:
         seconds[f"{group}.{name}"] = float(utils.counters[group][name])
+    saved = sys.modules.get("lorastudio.training.precompile")  # Dynamo's saved output: hits, misses
+    if saved is not None:
+        for name, value in saved.COUNTERS.items():
+            seconds[f"precompile.{name}"] = round(float(value), 3)
     return seconds
 
 

@@ -49,6 +49,7 @@ from lorastudio.training.optim import (
 from lorastudio.training.optimizers import step_size
 from lorastudio.training.plan import Plan
 from lorastudio.training.precision import peak_memory_gb
+from lorastudio.training.precompile import end_first_step
 from lorastudio.training.preflight import PreparedRun
 from lorastudio.training.preservation import preservation_cond, prior_mask
 from lorastudio.training.run_timings import compile_cache_counts
@@ -298,6 +299,7 @@ def _record(
     parts.meter.step_done(loss, flight.samples)
     if parts.meter.session_steps == 1:  # where its compile's time went
         log_first_step_compile(parts.meter.first_step_seconds or 0.0)
+        end_first_step()  # later shapes: the ordinary compile (training/precompile.py)
     emit(
         Progress(
             step=flight.step,
