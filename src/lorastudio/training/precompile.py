@@ -42,8 +42,8 @@ The files are pickles the studio itself wrote, as trusted as Inductor's own cach
 Input signatures are saved in a run's first step only (end_first_step; VARIANTS_PER_CLASS at most).
 Not used for compile "wide" (CUDA graphs, static shapes: the wide regions' calls differ), for
 blocks holding tensor-subclass weights (int8 / nf4 / fp8: their subclass pickling is not
-proven), blocks of classes made at run time (block swap: pickle cannot find them) or where
-`LORASTUDIO_PRECOMPILE=0`. The saving run pays aot_compile's trace instead of the ordinary one
+proven), blocks of classes made at run time (block swap: pickle cannot find them), and not
+unless `LORASTUDIO_PRECOMPILE=1` (off by default). The saving run pays aot_compile's trace instead of the ordinary one
 and, with Inductor, a compile of its bundled forward and backward (keyed apart from the ordinary
 path's cache entries); each later run reads the file instead (RESULTS note 45).
 """
