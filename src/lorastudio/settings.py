@@ -174,8 +174,8 @@ class Settings(BaseSettings):
         default=True,
         description=(
             "a one-GPU training run copies its denoiser's weights beside the text encoders' and the"
-            " VAE's work (training/denoiser_early.py; FLUX.1 on an H100: 4.6 s less to the first step,"
-            " bench/RESULTS note 44); off: after them, as before"
+            " VAE's work (training/denoiser_early.py; FLUX.1 on an H100: 2.5 s less to the first step"
+            " through the API, 4.6 s in a CLI run, bench/RESULTS.md note 44); off: after them, as before"
         ),
     )
     standby_worker: bool = Field(
