@@ -148,7 +148,7 @@ def test_a_proxy_that_keeps_the_sub_path(settings: Settings, tmp_path: Path) -> 
         wrong = client.patch("/studio/api/runs/x")
         assert wrong.status_code == 405 and wrong.headers["allow"] == "DELETE, GET, HEAD"
         assert client.get("/studio/api/nothing").status_code == 404  # a server path: not the UI
-        assert "'openapi.json'" in client.get("/studio/docs").text  # relative: /studio/openapi.json
+        assert '"openapi.json"' in client.get("/studio/docs").text  # relative: /studio/openapi.json
         assert client.get("/studio/openapi.json").status_code == 200
         assert client.get("/studioz/api/info").status_code == 404  # only the path itself is a root
 

@@ -101,6 +101,7 @@ def _swagger_body(schema_url: str) -> str:
 def _redoc_body(schema_url: str) -> str:
     """ReDoc's page body: the standalone bundle starts itself on the <redoc spec-url> element."""
     return (
+        "<style>body { margin: 0; padding: 0; }</style>\n"  # ReDoc's layout fills the window
         f'<redoc spec-url="{escape(schema_url)}"></redoc>\n'
         f'<script src="{_asset_url("redoc.standalone.js")}"></script>'
     )
