@@ -19,6 +19,9 @@ from setuptools import build_meta as _setuptools
 from setuptools.build_meta import *  # noqa: F403 (the hooks not wrapped here: editable, metadata)
 
 UI_INDEX = Path("src") / "lorastudio" / "web_dist" / "index.html"  # relative to the project root
+# the API docs viewers' files build_web.sh copies beside it (api/docs_pages.py's SWAGGER_FILES and
+# REDOC_FILES; tests/unit/test_packaging.py keeps the two lists the same)
+DOCS_ASSETS = ("swagger-ui.css", "swagger-ui-bundle.js", "swagger-init.js", "redoc.standalone.js")
 WITHOUT_UI = "LORASTUDIO_BUILD_WITHOUT_UI"
 
 
@@ -28,8 +31,19 @@ class MissingWebUI(RuntimeError):
 
 def require_web_ui(root: Path) -> None:
     """Raise MissingWebUI unless `root` (the project being built: a checkout or an unpacked
-    sdist) holds the built UI, or LORASTUDIO_BUILD_WITHOUT_UI=1 says to build without it."""
-    if os.environ.get(WITHOUT_UI) == "1" or (root / UI_INDEX).is_file():
+    sdist) holds the built UI, or LORASTUDIO_BUILD_WITHOUT_UI=1 says to build without it. A UI
+    built before the API docs viewers came with it (its docs-assets/ lacking a file) is refused
+    too: /docs and /redoc would only name the missing files."""
+    if os.environ.get(WITHOUT_UI) == "1":
+        return
+    docs = (root / UI_INDEX).parent / "docs-assets"
+    missing = [name for name in DOCS_ASSETS if not (docs / name).is_file()]
+    if (root / UI_INDEX).is_file() and missing:
+        raise MissingWebUI(
+            f"{docs} lacks {', '.join(missing)}: the web UI was built before the API docs viewers"
+            " came with it. Run `bash scripts/build_web.sh` again first."
+        )
+    if (root / UI_INDEX).is_file():
         return
     raise MissingWebUI(
         f"{root / UI_INDEX} is missing: the web UI is not built, and a wheel or sdist made now"

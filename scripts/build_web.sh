@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Build the web UI (web/) into src/lorastudio/web_dist/, which `lorastudio serve` mounts at /.
+# Also copies the API docs viewers (swagger-ui-dist, redoc: devDependencies) into
+# web_dist/docs-assets/ (api/docs_pages.py).
 # Idempotent: `npm ci` only when web/node_modules does not match web/package-lock.json, the
 # API types regenerated from the server's OpenAPI schema only when the API code changed, and
 # the build skipped when nothing it depends on changed since the last build (stamp files).
@@ -56,7 +58,8 @@ if [ "$api_want" != "$api_have" ] || [ ! -f "$WEB/src/api/schema.d.ts" ]; then
 fi
 
 # 3. build (tsc type-check + vite), skipped when web/ is unchanged since the last build.
-build_want=$(tree_hash "$WEB/src" "$WEB/index.html" "$WEB/package-lock.json" "$WEB/vite.config.ts" "$WEB/tsconfig.json")
+build_want=$(tree_hash "$WEB/src" "$WEB/public" "$WEB/index.html" "$WEB/package-lock.json" "$WEB/vite.config.ts" \
+  "$WEB/tsconfig.json" "$ROOT/scripts/build_web.sh")
 build_have=$(cat "$DIST/.build-stamp" 2>/dev/null || true)
 if [ "$build_want" = "$build_have" ] && [ -f "$DIST/index.html" ]; then
   say "web UI up to date ($DIST)"
@@ -68,6 +71,14 @@ say "building the web UI"
 stage="$DIST.staging.$$"
 rm -rf "$stage"
 cp -r "$WEB/dist" "$stage"
+# the API docs pages' viewers (api/docs_pages.py): served by the studio, never a CDN, so /docs and
+# /redoc work on a host without internet access. swagger-init.js came from web/public/docs-assets.
+NM="$WEB/node_modules"
+cp "$NM/swagger-ui-dist/swagger-ui-bundle.js" "$NM/swagger-ui-dist/swagger-ui.css" "$stage/docs-assets/"
+cp "$NM/swagger-ui-dist/LICENSE" "$stage/docs-assets/swagger-ui-dist.LICENSE"
+cp "$NM/swagger-ui-dist/NOTICE" "$stage/docs-assets/swagger-ui-dist.NOTICE"
+cp "$NM/redoc/bundles/redoc.standalone.js" "$stage/docs-assets/"
+cp "$NM/redoc/LICENSE" "$stage/docs-assets/redoc.LICENSE"
 echo "$build_want" > "$stage/.build-stamp"
 rm -rf "$DIST.old"
 [ -d "$DIST" ] && mv "$DIST" "$DIST.old"

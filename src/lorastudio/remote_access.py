@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-# The server's own paths (api/web_mount.py) and the UI's asset folder: a root path must not be one.
+# The server's own paths (api/web_mount.py) and the UI's asset folders (its own, and the API docs
+# viewers', api/docs_pages.py): a root path must not be one.
 SERVER_PATHS = ("/api", "/gallery", "/openapi.json", "/docs", "/redoc")
-RESERVED_ROOTS = (*SERVER_PATHS, "/assets")
+RESERVED_ROOTS = (*SERVER_PATHS, "/assets", "/docs-assets")
 
 # Headers a forwarding proxy adds (RFC 7239 Forwarded, the X-Forwarded-* family, nginx's
 # X-Real-IP, Via of RFC 9110); lower-case, as ASGI gives them.
@@ -45,8 +46,9 @@ def root_path_entry(value: str) -> str:
     """The root path `value` names, normalised to `/a/b` (no trailing slash; "" for none: blank
     or "/"). Raises ValueError for one without a leading slash, with an empty, `.` or `..`
     segment, a character outside letters, digits and `._~-`, or one that starts with a path of
-    the server's own (`/api`, `/gallery`, `/docs`, `/redoc`, `/openapi.json`, `/assets`):
-    requests made on this machine without the prefix would be taken for prefixed ones."""
+    the server's own (`/api`, `/gallery`, `/docs`, `/redoc`, `/openapi.json`, `/assets`,
+    `/docs-assets`): requests made on this machine without the prefix would be taken for
+    prefixed ones."""
     text = value.strip()
     if text in ("", "/"):
         return ""

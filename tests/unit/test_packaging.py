@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import lorastudio
+from lorastudio.api.docs_pages import ASSETS_DIR, REDOC_FILES, SWAGGER_FILES
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = Path(lorastudio.__file__).resolve().parent
@@ -175,6 +176,13 @@ def test_the_build_backend_refuses_a_wheel_without_the_web_ui(
     ui = tmp_path / backend["UI_INDEX"]
     ui.parent.mkdir(parents=True)
     ui.write_text("<html></html>", encoding="utf-8")
+    # built before the docs viewers came with it (fix 1154): /docs would serve a note only
+    with pytest.raises(backend["MissingWebUI"], match="redoc.standalone.js: the web UI was built before"):
+        backend["require_web_ui"](tmp_path)
+    assert backend["DOCS_ASSETS"] == (*SWAGGER_FILES, *REDOC_FILES)  # api/docs_pages.py's
+    (ui.parent / ASSETS_DIR).mkdir()
+    for name in backend["DOCS_ASSETS"]:
+        (ui.parent / ASSETS_DIR / name).write_text("//", encoding="utf-8")
     backend["require_web_ui"](tmp_path)  # built: no refusal
     ui.unlink()
     monkeypatch.setenv(backend["WITHOUT_UI"], "1")

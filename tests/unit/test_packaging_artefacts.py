@@ -1,8 +1,8 @@
 """The built artefacts (session 33 packaging audit), slow: an sdist built from the checkout's tracked
 files and its web UI, then a wheel built from that sdist alone (no checkout, no network: the build
 backend with the setuptools of this venv, as `pip wheel --no-build-isolation --no-index` does).
-The wheel carries the UI its index.html names, the license and the console script, and nothing of
-the checkout beside the package (tests, bench, web sources, caches)."""
+The wheel carries the UI its index.html names, the API docs viewers' files, the license and the
+console script, and nothing of the checkout beside the package (tests, bench, web sources, caches)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from lorastudio.api.docs_pages import ASSETS_DIR, REDOC_FILES, SWAGGER_FILES
 
 ROOT = Path(__file__).resolve().parents[2]
 UI = ROOT / "src" / "lorastudio" / "web_dist"
@@ -97,6 +99,8 @@ def test_the_wheel_built_from_the_sdist_carries_the_ui_and_the_license(artefacts
         scripts = archive.read(f"{info}/entry_points.txt").decode("utf-8")
     for asset in re.findall(r'(?:src|href)="/?(assets/[^"]+)"', index):
         assert f"lorastudio/web_dist/{asset}" in names, asset
+    for asset in (*SWAGGER_FILES, *REDOC_FILES):  # /docs and /redoc without a CDN (fix 1154)
+        assert f"lorastudio/web_dist/{ASSETS_DIR}/{asset}" in names, asset
     assert f"{info}/licenses/LICENSE" in names
     assert "lorastudio/__main__.py" in names and "lorastudio/py.typed" in names
     assert "lorastudio = lorastudio.cli.app:main" in scripts

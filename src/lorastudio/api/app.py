@@ -3,7 +3,8 @@
 `create_app(settings)` opens the run store (marking runs left live by a dead server as
 interrupted), starts the job service and registers the generation pipeline with the GPU arbiter
 when the app starts, and shuts them down when it stops. OpenAPI docs are at /docs (and /redoc,
-/openapi.json), behind the token like every route.
+/openapi.json), behind the token like every route, their viewers' files served by the studio
+(api/docs_pages.py).
 `serve(settings, host, port)` runs it with uvicorn, refusing a non-loopback address, allowed origins
 or a root path (a reverse proxy's settings, api/proxy.py) without an API token, with `?token=`
 values redacted from its logs.
@@ -33,12 +34,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.params import Depends as DependsParam
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from lorastudio import __version__
@@ -46,6 +43,7 @@ from lorastudio.api.body_checks import check_inputs
 from lorastudio.api.body_limit import BodyLimitAnswer
 from lorastudio.api.contract import declare_answers
 from lorastudio.api.deps import require_token
+from lorastudio.api.docs_pages import add_docs
 from lorastudio.api.downloads import HeadAsGet
 from lorastudio.api.errors import JSONOut, install_error_handlers
 from lorastudio.api.host_wait import no_probe_waits
@@ -143,7 +141,7 @@ def create_app(
     app.add_middleware(ProxiedNeedsToken, token_set=bool(settings.api_token))
     app.add_middleware(HostGuard, policy=HostPolicy.from_settings(settings))  # DNS rebinding: 421
     guarded = [Depends(no_probe_waits), Depends(require_token), Depends(check_inputs)]
-    _add_docs(app, guarded)
+    add_docs(app, guarded, web_dist)  # /openapi.json, /docs, /redoc; no CDN (api/docs_pages.py)
     modules = (
         train,
         runs,
@@ -210,28 +208,6 @@ async def _services(
             captioning.shutdown()
         app.state.generation.shutdown()
         store.close()
-
-
-def _add_docs(app: FastAPI, guarded: list[DependsParam]) -> None:
-    """/openapi.json, /docs (Swagger UI) and /redoc, each requiring the token when one is set;
-    the pages fetch the schema with the `?token=` they were opened with."""
-
-    def schema_url(request: Request) -> str:
-        token = request.query_params.get("token")
-        # relative: under a proxy's sub-path the page /studio/docs reads /studio/openapi.json
-        return "openapi.json" + (f"?token={quote(token, safe='')}" if token else "")
-
-    @app.get("/openapi.json", include_in_schema=False, dependencies=guarded)
-    def openapi_json() -> JSONResponse:
-        return JSONResponse(app.openapi())
-
-    @app.get("/docs", include_in_schema=False, dependencies=guarded)
-    def swagger(request: Request) -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url=schema_url(request), title="lorastudio API")
-
-    @app.get("/redoc", include_in_schema=False, dependencies=guarded)
-    def redoc(request: Request) -> HTMLResponse:
-        return get_redoc_html(openapi_url=schema_url(request), title="lorastudio API")
 
 
 def check_bind(host: str, settings: Settings) -> None:

@@ -232,12 +232,15 @@ class StandbyProcess:
         return pid
 
     def end(self) -> None:
-        """End an unused standby: terminate, then kill; reap it and free its queue."""
+        """End an unused standby: terminate, then kill; reap it and free its queue and pipes. One
+        whose start failed (spawn raised) has no process to end: only its queue and pipes."""
         self._conn.close()
-        if self.process.exitcode is None:
+        self._child_conn.close()  # spawn closes it once started; a failed start left it open
+        started = self.process.pid is not None
+        if started and self.process.exitcode is None:
             self.process.terminate()
             self.process.join(2.0)
-        if self.process.exitcode is None:
+        if started and self.process.exitcode is None:
             self.process.kill()
             self.process.join(5.0)
         self.events.close()

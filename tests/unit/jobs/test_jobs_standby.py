@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from tests.polling import until
 
+from lorastudio.jobs import standby
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.standby import spawn_fingerprint
@@ -172,3 +173,30 @@ def test_the_setting_reads_the_environment_and_defaults_on(
         JobService(Settings(home=studio_home), RunStore.open(studio_home / "y.db"), GpuArbiter())._standby
         is None
     )
+
+
+def test_a_standby_whose_start_fails_is_ended_and_counted(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A spawn that raised (EAGAIN or ENOMEM from the OS; multiprocessing's RuntimeError in a
+    process still bootstrapping) was followed by end() on a process never started:
+    multiprocessing's terminate() raised AttributeError, which killed the keeper's thread (no
+    standby ever again) with a traceback (session 33 offlinedocs, fix 1155). Now it logs the
+    failure and counts a death."""
+
+    made = standby.StandbyProcess.__init__
+
+    def refusing_start(self: standby.StandbyProcess, parent_pid: int) -> None:
+        made(self, parent_pid)
+
+        def refuse() -> None:
+            raise OSError(11, "Resource temporarily unavailable")
+
+        self.process.start = refuse  # its real spawn() calls it
+
+    monkeypatch.setattr(standby.StandbyProcess, "__init__", refusing_start)
+    keeper = standby.StandbyKeeper(may_spawn=lambda: True)
+    with caplog.at_level("ERROR", logger=standby.log.name):
+        keeper._spawn()  # the keeper thread's step; raised AttributeError before
+    assert keeper._standby is None and keeper._deaths == 1 and keeper.spawned == 0
+    assert "could not spawn a standby worker: [Errno 11]" in caplog.text, caplog.text
