@@ -24,7 +24,6 @@ import threading
 import time
 from pathlib import Path
 
-from lorastudio import json_read
 from lorastudio.host_clock import host_now
 
 log = logging.getLogger("lorastudio")
@@ -66,9 +65,12 @@ class BootLedger:
         self._lock = _LOCK
 
     def _load(self, boot: str | None) -> dict[str, float]:
-        try:
-            raw = self.path.read_bytes()
-            data = json_read.loads(raw) if len(raw) <= MAX_LEDGER_BYTES else None
+        from lorastudio.basemodels.jsonfile import (
+            read_json,
+        )  # (basemodels imports staged_files, which imports this)
+
+        try:  # never blocking on a FIFO nor reading a device (RELIABILITY 1163), at most MAX_LEDGER_BYTES
+            data = read_json(self.path, MAX_LEDGER_BYTES)
         except (OSError, ValueError):
             return {}
         if not isinstance(data, dict) or boot is None or data.get("boot") != boot:
