@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -78,8 +79,10 @@ class BootLedger:
         at = data.get("at")
         if not isinstance(at, dict):
             return {}
-        return {
-            str(k): float(v) for k, v in at.items() if isinstance(v, int | float) and not isinstance(v, bool)
+        return {  # a NaN or infinite moment (json reads them) would make its file never old: dropped
+            str(k): float(v)
+            for k, v in at.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
         }
 
     def _save(self, boot: str, at: dict[str, float]) -> None:

@@ -151,3 +151,6 @@ def test_a_ledger_planted_as_a_fifo_or_a_device_link_reads_as_empty_and_is_repla
     if file_age.boot_id() is not None:
         file_age.BootLedger(path).note("a")
         assert not path.is_symlink() and set(file_age.BootLedger(path).ages()) == {"a"}
+        at = '{"a": 1.0, "nan": NaN, "inf": -Infinity}'  # a never-old entry each: dropped
+        path.write_text(f'{{"boot": "{file_age.boot_id()}", "at": {at}}}')
+        assert set(file_age.BootLedger(path).ages()) == {"a"}
