@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 import time
 from pathlib import Path
 
-from lorastudio import json_read
 from lorastudio.host_clock import host_now
 
 log = logging.getLogger("lorastudio")
@@ -66,9 +66,12 @@ class BootLedger:
         self._lock = _LOCK
 
     def _load(self, boot: str | None) -> dict[str, float]:
-        try:
-            raw = self.path.read_bytes()
-            data = json_read.loads(raw) if len(raw) <= MAX_LEDGER_BYTES else None
+        from lorastudio.basemodels.jsonfile import (
+            read_json,
+        )  # (basemodels imports staged_files, which imports this)
+
+        try:  # never blocking on a FIFO nor reading a device (RELIABILITY 1163), at most MAX_LEDGER_BYTES
+            data = read_json(self.path, MAX_LEDGER_BYTES)
         except (OSError, ValueError):
             return {}
         if not isinstance(data, dict) or boot is None or data.get("boot") != boot:
@@ -76,8 +79,10 @@ class BootLedger:
         at = data.get("at")
         if not isinstance(at, dict):
             return {}
-        return {
-            str(k): float(v) for k, v in at.items() if isinstance(v, int | float) and not isinstance(v, bool)
+        return {  # a NaN or infinite moment (json reads them) would make its file never old: dropped
+            str(k): float(v)
+            for k, v in at.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
         }
 
     def _save(self, boot: str, at: dict[str, float]) -> None:

@@ -281,3 +281,21 @@ def test_a_server_stop_ends_the_asynchronous_generations_as_failed_with_its_503(
     late = client.post("/api/generations", json={**BODY, "request_id": "s-late"})
     assert late.status_code == 503 and late.json()["error"] == "ServerStopping", late.text
     assert _gallery(settings) == [] and service.in_flight == 0
+
+
+def test_a_recorded_image_without_the_answers_fields_is_a_404_naming_its_record(
+    settings: Settings, client: TestClient
+) -> None:
+    """RELIABILITY 1160: a done record whose result held only its file (another version's, or
+    written by hand) failed the answer's validation: 500 with nothing said."""
+    client.app.state.generation = InProcessGeneration(settings, GpuArbiter())  # type: ignore[attr-defined]
+    folder = generation_records.records_dir(settings.home)
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"request_id": "r", "seq": 1, "created": 1.0, "step": 1, "steps": 1, "outcome": "done"}
+    (folder / "r.json").write_text(json.dumps({**record, "result": {"file": "x.png"}}))
+    answer = client.get("/api/generations/r")
+    assert answer.status_code == 404, answer.text
+    assert (
+        str(folder / "r.json") in answer.json()["detail"]
+        and "does not hold a status" in answer.json()["detail"]
+    )

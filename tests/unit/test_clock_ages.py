@@ -126,3 +126,31 @@ def test_a_live_runs_elapsed_is_the_services_so_far_never_an_earlier_sessions() 
     assert _elapsed(resumed, service)["elapsed_s"] == 12.5  # type: ignore[arg-type]
     assert _elapsed({"id": "cli", "status": "running", "elapsed_s": 30.5}, service)["elapsed_s"] is None  # type: ignore[arg-type]
     assert _elapsed({"id": "cli", "status": "completed", "elapsed_s": 30.5}, service)["elapsed_s"] == 30.5  # type: ignore[arg-type]
+
+
+def test_a_ledger_planted_as_a_fifo_or_a_device_link_reads_as_empty_and_is_replaced(tmp_path: Path) -> None:
+    """RELIABILITY 1163: the ledger was read with read_bytes: a FIFO at its name blocked the
+    reading thread for ever under the process-wide ledger lock (every reference upload and
+    generation with references then hung), a link to /dev/zero read until memory ran out."""
+    import threading
+
+    path = tmp_path / ".uses.json"
+    os.mkfifo(path)
+    answers: list[dict[str, float]] = []
+    reader = threading.Thread(target=lambda: answers.append(file_age.BootLedger(path).ages()), daemon=True)
+    reader.start()
+    reader.join(30)  # a bound for the old code's hang, not a measurement
+    hung = reader.is_alive()
+    if hung:  # let the old code's reader go (EOF), so the lock is free for later tests
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(30)
+    assert not hung and answers == [{}]
+    path.unlink()
+    path.symlink_to("/dev/zero")
+    assert file_age.BootLedger(path).ages() == {}
+    if file_age.boot_id() is not None:
+        file_age.BootLedger(path).note("a")
+        assert not path.is_symlink() and set(file_age.BootLedger(path).ages()) == {"a"}
+        at = '{"a": 1.0, "nan": NaN, "inf": -Infinity}'  # a never-old entry each: dropped
+        path.write_text(f'{{"boot": "{file_age.boot_id()}", "at": {at}}}')
+        assert set(file_age.BootLedger(path).ages()) == {"a"}

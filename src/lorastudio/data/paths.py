@@ -164,7 +164,10 @@ def hidden_in_name(name: str) -> str:
     text (data/joiners.joined: a Persian or Urdu word's non-joiner, U+200C between گل and ها; an
     emoji's ZWJ sequence; an Indic joiner after a virama; an emoji flag's tags): the rule of file
     and folder names (safe_component, kohya folders). A joiner that joins nothing (between Latin
-    letters, at an end, beside a space) is still named. The web form's copy: name_rule."""
+    letters, at an end, beside a space) is still named. The web form's copy: name_rule. Judged on
+    the name's NFC form (`nfc`), as names are stored and compared: a kohya folder copied from macOS
+    (NFD, "e" + U+0301 for "é") was refused for a joiner its NFC twin keeps (RELIABILITY 1164)."""
+    name = nfc(name)
     return hidden_characters(name, "", joined(name))
 
 

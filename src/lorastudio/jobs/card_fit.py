@@ -78,11 +78,15 @@ class CardFit:
 def card_memory_gib(host: HostInfo, num_gpus: int = 1) -> float | None:
     """The memory (GiB) a run has on each of its GPUs: GPU 0's (in CUDA_VISIBLE_DEVICES order, the
     run's `cuda`), or the smallest of the first `num_gpus` (a data-parallel rank per GPU). None off
-    CUDA or when unknown."""
+    CUDA or when unknown, and when a size is not a finite number of at least 0 (RELIABILITY 1161: a NaN
+    or infinite size raised ValueError / OverflowError in the budget's rounding, a 500 for the run's
+    check; no verdict is told for a card whose size is not known)."""
     if host.device != "cuda" or host.memory_gb is None:
         return None
-    sizes = host.gpu_memory_gb or (host.memory_gb,)
-    return min(sizes[: max(num_gpus, 1)])
+    sizes = (host.gpu_memory_gb or (host.memory_gb,))[: max(num_gpus, 1)]
+    if not all(isinstance(gib, int | float) and math.isfinite(gib) and gib >= 0 for gib in sizes):
+        return None
+    return min(sizes)
 
 
 def card_fit(

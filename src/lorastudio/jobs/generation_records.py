@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import stat
@@ -196,12 +197,46 @@ class GenerationRecords:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A finite JSON number (json.loads reads NaN and Infinity, which no status may answer)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _fits(record: Any, rid: str) -> bool:
+    """Whether `record` has every field a status is made of, each of its type (RELIABILITY 1160:
+    a planted `"result": [1]` raised AttributeError here, which failed the GET of it and every
+    later POST /api/generations, whose numbering reads all records)."""
+    if not isinstance(record, dict) or record.get("request_id") != rid:
+        return False
+    outcome, result, error = record.get("outcome"), record.get("result"), record.get("error")
+    return (
+        isinstance(record.get("seq"), int)
+        and not isinstance(record.get("seq"), bool)
+        and _number(record.get("created"))
+        and (record.get("ended") is None or _number(record.get("ended")))
+        and (outcome is None or outcome in OUTCOMES)
+        and _count(record.get("step"))
+        and _count(record.get("steps"))
+        and (outcome != "done" or (isinstance(result, dict) and isinstance(result.get("file"), str)))
+        and (
+            error is None
+            or (
+                isinstance(error, dict)
+                and isinstance(error.get("kind"), str)
+                and isinstance(error.get("detail"), str)
+                and isinstance(error.get("problems", []), list | None)
+            )
+        )
+    )
 
 
 def _read(path: Path) -> dict[str, Any] | None:
     """A record's contents, None when it cannot be read or is not one (a regular file of at most
-    MAX_RECORD_BYTES, never a link or FIFO; every field of its type, its request_id its name's)."""
+    MAX_RECORD_BYTES, never a link or FIFO; every field of its type, its request_id its name's:
+    `_fits`). Never raises."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -216,17 +251,4 @@ def _read(path: Path) -> dict[str, Any] | None:
         return None
     finally:
         os.close(fd)
-    ok = (
-        isinstance(record, dict)
-        and record.get("request_id") == path.stem
-        and isinstance(record.get("seq"), int)
-        and not isinstance(record.get("seq"), bool)
-        and _number(record.get("created"))
-        and (record.get("ended") is None or _number(record.get("ended")))
-        and (record.get("outcome") is None or record.get("outcome") in OUTCOMES)
-        and isinstance(record.get("step"), int)
-        and isinstance(record.get("steps"), int)
-        and (record.get("outcome") != "done" or isinstance((record.get("result") or {}).get("file"), str))
-        and (record.get("error") is None or isinstance(record.get("error"), dict))
-    )
-    return record if ok else None
+    return record if _fits(record, path.stem) else None

@@ -253,7 +253,7 @@ def host_from_facts(facts: Mapping[str, Any]) -> HostInfo:
             if not (isinstance(major, int) and isinstance(minor, int)):
                 raise TypeError(f"capability {device['capability']!r}")
             seen.append((name, round(memory / 2**30, 1), (major, minor)))
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, OverflowError) as err:  # OverflowError: a size past a float's
         raise ValueError(f"the GPU probe's answer is not understood ({type(err).__name__}: {err})") from None
     if not seen:
         return CPU_HOST

@@ -21,7 +21,8 @@ def gpu_index(device: str | None) -> int:
     if device is None:
         return 0
     kind, _, index = device.strip().lower().partition(":")
-    return int(index) if kind == "cuda" and index.isdigit() else 0
+    ok = index.isascii() and index.isdecimal()  # "²" and "١" are digits to isdigit: int() refuses the first
+    return int(index) if kind == "cuda" and ok else 0
 
 
 def host_for_run(host: HostInfo, device: str | None = None, num_gpus: int = 1) -> HostInfo:

@@ -76,3 +76,11 @@ def _served(name: str) -> str | None:
         if regex.search(check["refuse"], name, regex.IGNORECASE if "i" in check["flags"] else 0):
             return check["reason"]
     return None
+
+
+def test_a_name_is_judged_in_its_nfc_form_as_it_is_stored():
+    """RELIABILITY 1164: a kohya folder named on macOS (NFD: "e" + U+0301) was refused for a
+    joiner after its "é" that the same name in NFC keeps."""
+    composed = f"10_caf\u00e9{ZWJ}\u00df"
+    decomposed = unicodedata.normalize("NFD", composed)
+    assert parse_kohya_folder(decomposed).repeats == parse_kohya_folder(composed).repeats == 10

@@ -13,6 +13,7 @@ import pytest
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.jobs import hardware, preflight, validation
+from lorastudio.jobs.card_fit import card_fit
 from lorastudio.jobs.hardware import HostInfo, precisions_for
 from lorastudio.jobs.preflight import plan_for_estimate, preflight_report
 from lorastudio.jobs.validation import validate_run
@@ -97,3 +98,24 @@ def test_the_lightest_plan_swaps_no_block_under_compile_wide_as_the_engines_sear
         plan_for_estimate(cfg.model_copy(update={"compile": "auto"}), rtx_3060, lightest=True).offload_blocks
         == 1000
     )
+
+
+def test_a_card_size_that_is_not_a_number_gives_no_verdict_and_a_probe_past_a_float_is_not_understood(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RELIABILITY 1161: a NaN or infinite card size (a faked or broken probe) raised ValueError /
+    OverflowError rounding the budget (math.floor), and a probe's total_memory past a float's range
+    OverflowError out of host_from_facts, whose contract is a ValueError in words. The forecast is
+    faked (a 2 GB denoiser phase): the verdict's arithmetic is under test, not the sizing."""
+    phases = {"conditioning": 1.0, "latents": 1.0, "denoiser": 2.0}
+    monkeypatch.setattr("lorastudio.jobs.card_fit.estimate_memory_gb", lambda *a, **k: {"phases": phases})
+    cfg = TrainConfig(family="flux", base_model="/m", data_dir="d", resolution=32)
+    for gib in (float("nan"), float("inf"), -1.0):
+        host = HostInfo("cuda", "X", gib, precisions_for("cuda", (8, 0)), gpu_count=1, gpu_memory_gb=(gib,))
+        assert card_fit(cfg, Path("/m"), host) is None, gib
+    fine = HostInfo("cuda", "X", 8.0, precisions_for("cuda", (8, 0)), gpu_count=1, gpu_memory_gb=(8.0,))
+    assert card_fit(cfg, Path("/m"), fine).verdict == "fits"  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="not understood"):
+        hardware.host_from_facts(
+            {"cuda": True, "devices": [{"name": "n", "total_memory": 10**400, "capability": [8, 0]}]}
+        )

@@ -55,3 +55,34 @@ def test_an_ended_record_keeps_its_error_and_the_newest_are_kept(
     assert error.error_class() is GenerationFailed
     assert records.read("b")[0]["state"] == "interrupted"  # type: ignore[index]
     assert not [p.name for p in records_dir(tmp_path).iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_a_planted_record_of_the_wrong_shape_reads_as_none_and_new_ones_are_still_written(
+    tmp_path: Path,
+) -> None:
+    """RELIABILITY 1160: a record whose result was not an object (`[1]`, `"abc"`) raised
+    AttributeError in the check, and one whose problems was a number TypeError: the GET of it
+    answered 500, and so did every later POST /api/generations (its numbering reads all records).
+    NaN and Infinity (json reads them) and negative steps were answered as they were."""
+    folder = records_dir(tmp_path)
+    folder.mkdir(parents=True)
+    base = {"seq": 1, "created": 1.0, "step": 0, "steps": 0}
+    planted = {
+        "list": {**base, "outcome": "done", "result": [1]},
+        "text": {**base, "outcome": "done", "result": "abc"},
+        "problems": {**base, "outcome": "failed", "error": {"kind": "X", "detail": "d", "problems": 5}},
+        "kind": {**base, "outcome": "failed", "error": {"kind": 3, "detail": "d"}},
+        "negative": {**base, "steps": -5},
+    }
+    for rid, record in planted.items():
+        (folder / f"{rid}.json").write_text(json.dumps({**record, "request_id": rid}))
+    (folder / "nan.json").write_text('{"request_id": "nan", "seq": 1, "created": NaN, "step": 0, "steps": 0}')
+    (folder / "inf.json").write_text(
+        '{"request_id": "inf", "seq": 1, "created": 1e400, "step": 0, "steps": 0}'
+    )
+    records = GenerationRecords(tmp_path)
+    for rid in (*planted, "nan", "inf"):
+        assert records.read(rid) is None, rid
+    records.write({"request_id": "new", "state": "queued", "created": 2.0}, new=True)
+    status, _ = records.read("new")  # type: ignore[misc]
+    assert status["state"] == "interrupted"

@@ -70,3 +70,14 @@ def test_the_checks_judge_the_gpu_the_run_trains_on_not_gpu_0(
     (problem,) = _problems(pair, settings)
     assert "NVIDIA GeForce RTX 2080 Ti (the weakest of the run's 2 GPUs)" in problem
     assert _problems({**pair, "num_gpus": 1}, settings) == []
+
+
+def test_a_device_index_of_other_digits_is_no_gpu_index_and_raises_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RELIABILITY 1162: `lorastudio train --check --device cuda:²` ended in a traceback of
+    ValueError (str.isdigit takes "²", int() does not) before the device's own check named it;
+    "cuda:١" was read as GPU 1, which torch refuses."""
+    monkeypatch.setattr(hardware, "host_info", lambda: BOX)
+    for device in ("cuda:\u00b2", "cuda:\u0661"):
+        assert host_for_device(device).name == "NVIDIA GeForce RTX 3090", device  # as "cuda": GPU 0's facts

@@ -560,7 +560,7 @@ export interface paths {
          *     Read from its record in the home once the server forgot it (ended more than an hour ago, or
          *     sent before a restart): done, failed or cancelled as it ended, or interrupted (`error`: the
          *     server stopped before it ended; nothing kept). 404 for an id never sent there, or whose
-         *     record was removed (the newest 200 are kept).
+         *     record was removed (the newest 200 are kept), or whose record is not one this server answers.
          */
         get: operations["generation_status_api_generations__request_id__get"];
         put?: never;

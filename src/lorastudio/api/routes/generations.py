@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path
+from pydantic import ValidationError
 
 from lorastudio.api.deps import generation_dep
 from lorastudio.api.errors import error_body, status_code_of, status_code_of_class
@@ -21,8 +22,9 @@ from lorastudio.api.routes.generate import _reference_urls, request_of
 from lorastudio.api.schemas import REQUEST_ID_PATTERN, ErrorOut, GenerateBody
 from lorastudio.api.schemas_files import GenerateCancelOut
 from lorastudio.api.schemas_generation import GenerationStatusOut
+from lorastudio.errors import NotFound
 from lorastudio.jobs.generation import GenerationService
-from lorastudio.jobs.generation_records import RecordedError
+from lorastudio.jobs.generation_records import RecordedError, records_dir
 
 router = APIRouter(tags=["generate"])
 
@@ -57,8 +59,17 @@ def generation_status(
     Read from its record in the home once the server forgot it (ended more than an hour ago, or
     sent before a restart): done, failed or cancelled as it ended, or interrupted (`error`: the
     server stopped before it ended; nothing kept). 404 for an id never sent there, or whose
-    record was removed (the newest 200 are kept)."""
-    return _status_out(service.jobs.status(request_id))
+    record was removed (the newest 200 are kept), or whose record is not one this server answers."""
+    status = _status_out(service.jobs.status(request_id))
+    try:  # a record written by hand or by another version: its fields not the answer's (RELIABILITY 1160)
+        GenerationStatusOut.model_validate(status)
+    except ValidationError as err:
+        record = records_dir(service.settings.home) / f"{request_id}.json"
+        raise NotFound(
+            f"no generation {request_id!r} readable here: its record {record} does not hold a status "
+            f"({err.error_count()} fields wrong, e.g. {'.'.join(map(str, err.errors()[0]['loc']))})"
+        ) from None
+    return status
 
 
 @router.post("/api/generations/{request_id}/cancel", response_model=GenerateCancelOut)
