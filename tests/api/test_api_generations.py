@@ -283,6 +283,7 @@ def test_a_server_stop_ends_the_asynchronous_generations_as_failed_with_its_503(
     assert _gallery(settings) == [] and service.in_flight == 0
 
 
+<<<<<<< HEAD
 def test_a_recorded_image_without_the_answers_fields_is_a_404_naming_its_record(
     settings: Settings, client: TestClient
 ) -> None:
@@ -299,3 +300,13 @@ def test_a_recorded_image_without_the_answers_fields_is_a_404_naming_its_record(
         str(folder / "r.json") in answer.json()["detail"]
         and "does not hold a status" in answer.json()["detail"]
     )
+=======
+def test_an_unknown_generation_names_an_upgrade_among_its_reasons(client: TestClient) -> None:
+    """RELIABILITY 1140: a generation sent to the server before an upgrade to the version that
+    keeps records (1095) has none, and the 404 said only "never sent ... or its record was
+    removed (200 newer generations since)", neither of which was so; it now names the upgrade and
+    where a finished one's image is."""
+    gone = client.get("/api/generations/sent-before-the-upgrade")
+    assert gone.status_code == 404, gone.text
+    assert "before this lorastudio's upgrade" in gone.json()["detail"] and "gallery" in gone.json()["detail"]
+>>>>>>> h-upgrade33

@@ -190,7 +190,9 @@ class GenerationJobs:
                     return recorded[0]
                 raise NotFound(
                     f"no generation {request_id!r}: never sent to POST /api/generations, or its record was "
-                    f"removed ({RECORDS_KEEP} newer generations since)"
+                    f"removed ({RECORDS_KEEP} newer generations since), or it was sent before this "
+                    "lorastudio's upgrade (an older version kept no record; a finished one's image is in "
+                    "the gallery)"
                 )
             if entry.outcome is None:
                 now = self._service.progress(request_id)
