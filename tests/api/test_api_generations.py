@@ -283,7 +283,6 @@ def test_a_server_stop_ends_the_asynchronous_generations_as_failed_with_its_503(
     assert _gallery(settings) == [] and service.in_flight == 0
 
 
-<<<<<<< HEAD
 def test_a_recorded_image_without_the_answers_fields_is_a_404_naming_its_record(
     settings: Settings, client: TestClient
 ) -> None:
@@ -300,7 +299,8 @@ def test_a_recorded_image_without_the_answers_fields_is_a_404_naming_its_record(
         str(folder / "r.json") in answer.json()["detail"]
         and "does not hold a status" in answer.json()["detail"]
     )
-=======
+
+
 def test_an_unknown_generation_names_an_upgrade_among_its_reasons(client: TestClient) -> None:
     """RELIABILITY 1140: a generation sent to the server before an upgrade to the version that
     keeps records (1095) has none, and the 404 said only "never sent ... or its record was
@@ -309,4 +309,3 @@ def test_an_unknown_generation_names_an_upgrade_among_its_reasons(client: TestCl
     gone = client.get("/api/generations/sent-before-the-upgrade")
     assert gone.status_code == 404, gone.text
     assert "before this lorastudio's upgrade" in gone.json()["detail"] and "gallery" in gone.json()["detail"]
->>>>>>> h-upgrade33
