@@ -74,8 +74,8 @@ FOLDER = "lorastudio-dynamo"  # under Inductor's cache folder in use
 # later shape (a bucket) takes the ordinary compile, which goes dynamic at its second shape; each
 # saved one is a static graph, so saving more would cost a cold run one Inductor compile a shape
 VARIANTS_PER_CLASS = 4
-# the backends whose output aot_compile can save (AOTAutograd's bundled entry); "aot_eager" from
-# torch 2.12 on (2.11 saves Inductor's only: there it falls back once, with a warning)
+# the backends whose output aot_compile can save (AOTAutograd's bundled entry); "aot_eager" only
+# where this torch can bundle it (saved_backends: 2.12 on; not 2.11)
 SAVED_BACKENDS = ("inductor", "aot_eager")
 
 # this process's counters, read by first_step_report (summed over runs in one process)
@@ -100,7 +100,7 @@ def precompile_available() -> str | None:
 
 def torch_cannot_precompile() -> str | None:
     """Why this torch cannot save and load a compiled block's Dynamo output (None when it can)."""
-    if not hasattr(torch.compile(_identity, fullgraph=True), "aot_compile"):  # no trace: nothing is called
+    if not hasattr(_compile(_identity), "aot_compile"):  # no trace: nothing is called
         return f"torch {torch.__version__}'s compiled functions have no aot_compile"
     try:
         from torch._dynamo.aot_compile import AOTCompiledFunction  # noqa: F401
@@ -115,6 +115,19 @@ def torch_cannot_precompile() -> str | None:
     if inductor_config.force_disable_caches:
         return "Inductor's caches are disabled (TORCHINDUCTOR_FORCE_DISABLE_CACHES)"
     return None
+
+
+def saved_backends() -> tuple[str, ...]:
+    """The SAVED_BACKENDS this torch can save: "aot_eager" only where its output is an OutputCode
+    that AOTAutograd's bundled cache entry takes (`AOTEagerOutputCode`, torch 2.12 on). torch
+    2.11's aot_eager returns a plain function, and its bundling raises "AssertionError: expected
+    OutputCode, got <class 'function'>" after the whole trace (autograd_cache.py): refused here,
+    before any trace."""
+    from torch._dynamo.backends import debugging
+
+    if hasattr(debugging, "AOTEagerOutputCode"):
+        return SAVED_BACKENDS
+    return tuple(b for b in SAVED_BACKENDS if b != "aot_eager")
 
 
 def cache_root() -> Path:
@@ -265,6 +278,17 @@ def _identity(x: Any) -> Any:
     return x
 
 
+def _compile(fn: Callable[..., Any], **kwargs: Any) -> Any:
+    """`torch.compile(fn, fullgraph=True, **kwargs)` with its `aot_compile` method: torch attaches
+    it to the wrapper it returns only while `torch._dynamo.config.enable_aot_compile` is on, which
+    is the default from 2.12 on and off in 2.11 (whose wrapper then lacks the method: RESULTS note
+    45's GPU run). The flag is read once, when the wrapper is made (2.11's and 2.13's eval_frame:
+    `_TorchDynamoContext.__call__`); what the method calls, `aot_compile_fullgraph`, is the same
+    entry point in both, and the flag changes nothing else on the ordinary path."""
+    with torch._dynamo.config.patch(enable_aot_compile=True):
+        return torch.compile(fn, fullgraph=True, **kwargs)
+
+
 class _NotSavable(RuntimeError):
     """A block whose saved function could not be loaded by another process."""
 
@@ -272,9 +296,8 @@ class _NotSavable(RuntimeError):
 def trace_function(block: torch.nn.Module, args: tuple, kwargs: dict, settings: dict[str, Any]) -> Any:
     """The AOTCompiledFunction of `block.forward` (called as fn(block, *args, **kwargs)) for
     these inputs: fullgraph (a graph break raises), the settings' backend and dynamic."""
-    compiled = torch.compile(
+    compiled = _compile(
         block.forward,
-        fullgraph=True,
         backend=settings["backend"],
         dynamic=settings["dynamic"],
         options={"guard_filter_fn": _guard_filter},
@@ -372,10 +395,13 @@ def saved_functions(
     """The per-class saved-function state of one compile_denoiser call (empty; filled as block
     classes are first called), or None where they are not used: a backend not in SAVED_BACKENDS
     (a function has no name to key it by; "eager" returns no savable output), a torch.compile `mode` (CUDA graphs: compile "wide"), regions that are
-    not the repeated blocks, or `precompile_available()`'s reason (logged)."""
+    not the repeated blocks, `precompile_available()`'s reason or a backend this torch cannot
+    save (saved_backends; both logged)."""
     if backend not in SAVED_BACKENDS or mode is not None or not regional:
         return None
     why = precompile_available()
+    if why is None and backend not in saved_backends():
+        why = f"torch {torch.__version__} cannot save the {backend} backend's output (Inductor's only)"
     if why is not None:
         log.info("precompile: off: %s", why)
         return None
