@@ -3,7 +3,7 @@
 With Inductor's and AOTAutograd's caches warm, a compiled FLUX.1 run's first step still spent
 ~3.6 s in Dynamo on an H100 (RESULTS notes 38-40): bytecode tracing (the fake-tensor run of each
 op of the double and the single block graphs), guards, and the backend's cache lookups. Every run
-paid it, the second run on the same model and shapes too. torch (2.9+) can save a traced,
+paid it, the second run on the same model and shapes too. torch (2.11+) can save a traced,
 guarded and compiled function and load it in another process: `torch.compile(fn,
 fullgraph=True).aot_compile((args, kwargs))` gives a `torch._dynamo.aot_compile.
 AOTCompiledFunction` holding the graph's bytecode, its guards (serialized), the list of traced
@@ -91,8 +91,8 @@ COUNTERS: dict[str, float] = {
 
 def precompile_available() -> str | None:
     """Why saved Dynamo functions are not used in this process (None when they are): off unless
-    LORASTUDIO_PRECOMPILE=1 (measured on the CPU only; the GPU host's torch 2.11 lacks the
-    compiled function's aot_compile, RESULTS note 45), or this torch cannot save them."""
+    LORASTUDIO_PRECOMPILE=1 (measured on the CPU only, torch 2.11 and 2.13: RESULTS note 45; the
+    GPU measure is the lead's), or this torch cannot save them."""
     if os.environ.get(ENV, "0").strip() != "1":
         return f"off ({ENV}=1 turns it on)"
     return torch_cannot_precompile()
@@ -328,7 +328,7 @@ def save_function(fn: Any, path: Path) -> None:
     from torch._dynamo.aot_compile import AOTCompiledFunction
 
     result = AOTCompiledFunction.serialize(fn)
-    data = result if isinstance(result, bytes) else result.serialized_data  # torch < 2.12: bytes
+    data = result if isinstance(result, bytes) else result.serialized_data  # 2.11, 2.13: a SaveResult
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

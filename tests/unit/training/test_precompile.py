@@ -232,8 +232,9 @@ def test_off_by_the_environment(cache: Path, monkeypatch: pytest.MonkeyPatch):
 def test_off_by_default_and_refused_where_compiled_functions_lack_aot_compile(
     cache: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """Off unless LORASTUDIO_PRECOMPILE=1 (the GPU host's torch 2.11 could not save, RESULTS note 45);
-    a torch whose compiled function has no aot_compile (2.11's) is refused before any trace."""
+    """Off unless LORASTUDIO_PRECOMPILE=1 (the lead turns it on after a GPU measure, RESULTS note
+    45); a torch whose compiled function has no aot_compile, even asked for it, is refused before
+    any trace."""
     monkeypatch.delenv(precompile.ENV)
     torch._dynamo.reset()
     _compiled(torch.randn(2, 4, 8))
