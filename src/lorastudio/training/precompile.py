@@ -64,6 +64,12 @@ from typing import Any
 import torch
 
 from lorastudio.training.precompile_key import input_signature, local_classes, precompile_key
+from lorastudio.training.precompile_torch import (
+    SAVED_BACKENDS,
+    aot_compilable,
+    defaults_source_pickles_its_arguments,
+    saved_backends,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +80,6 @@ FOLDER = "lorastudio-dynamo"  # under Inductor's cache folder in use
 # later shape (a bucket) takes the ordinary compile, which goes dynamic at its second shape; each
 # saved one is a static graph, so saving more would cost a cold run one Inductor compile a shape
 VARIANTS_PER_CLASS = 4
-# the backends whose output aot_compile can save (AOTAutograd's bundled entry); "aot_eager" only
-# where this torch can bundle it (saved_backends: 2.12 on; not 2.11)
-SAVED_BACKENDS = ("inductor", "aot_eager")
 
 # this process's counters, read by first_step_report (summed over runs in one process)
 COUNTERS: dict[str, float] = {
@@ -100,7 +103,7 @@ def precompile_available() -> str | None:
 
 def torch_cannot_precompile() -> str | None:
     """Why this torch cannot save and load a compiled block's Dynamo output (None when it can)."""
-    if not hasattr(_compile(_identity), "aot_compile"):  # no trace: nothing is called
+    if not hasattr(aot_compilable(_identity), "aot_compile"):  # no trace: nothing is called
         return f"torch {torch.__version__}'s compiled functions have no aot_compile"
     try:
         from torch._dynamo.aot_compile import AOTCompiledFunction  # noqa: F401
@@ -115,19 +118,6 @@ def torch_cannot_precompile() -> str | None:
     if inductor_config.force_disable_caches:
         return "Inductor's caches are disabled (TORCHINDUCTOR_FORCE_DISABLE_CACHES)"
     return None
-
-
-def saved_backends() -> tuple[str, ...]:
-    """The SAVED_BACKENDS this torch can save: "aot_eager" only where its output is an OutputCode
-    that AOTAutograd's bundled cache entry takes (`AOTEagerOutputCode`, torch 2.12 on). torch
-    2.11's aot_eager returns a plain function, and its bundling raises "AssertionError: expected
-    OutputCode, got <class 'function'>" after the whole trace (autograd_cache.py): refused here,
-    before any trace."""
-    from torch._dynamo.backends import debugging
-
-    if hasattr(debugging, "AOTEagerOutputCode"):
-        return SAVED_BACKENDS
-    return tuple(b for b in SAVED_BACKENDS if b != "aot_eager")
 
 
 def cache_root() -> Path:
@@ -278,17 +268,6 @@ def _identity(x: Any) -> Any:
     return x
 
 
-def _compile(fn: Callable[..., Any], **kwargs: Any) -> Any:
-    """`torch.compile(fn, fullgraph=True, **kwargs)` with its `aot_compile` method: torch attaches
-    it to the wrapper it returns only while `torch._dynamo.config.enable_aot_compile` is on, which
-    is the default from 2.12 on and off in 2.11 (whose wrapper then lacks the method: RESULTS note
-    45's GPU run). The flag is read once, when the wrapper is made (2.11's and 2.13's eval_frame:
-    `_TorchDynamoContext.__call__`); what the method calls, `aot_compile_fullgraph`, is the same
-    entry point in both, and the flag changes nothing else on the ordinary path."""
-    with torch._dynamo.config.patch(enable_aot_compile=True):
-        return torch.compile(fn, fullgraph=True, **kwargs)
-
-
 class _NotSavable(RuntimeError):
     """A block whose saved function could not be loaded by another process."""
 
@@ -296,13 +275,14 @@ class _NotSavable(RuntimeError):
 def trace_function(block: torch.nn.Module, args: tuple, kwargs: dict, settings: dict[str, Any]) -> Any:
     """The AOTCompiledFunction of `block.forward` (called as fn(block, *args, **kwargs)) for
     these inputs: fullgraph (a graph break raises), the settings' backend and dynamic."""
-    compiled = _compile(
+    compiled = aot_compilable(
         block.forward,
         backend=settings["backend"],
         dynamic=settings["dynamic"],
         options={"guard_filter_fn": _guard_filter},
     )
-    with warnings.catch_warnings():  # torch's guard pickler reads .grad of non-leaf inputs
+    with warnings.catch_warnings(), defaults_source_pickles_its_arguments():
+        # torch's guard pickler reads .grad of non-leaf inputs
         warnings.filterwarnings("ignore", message="The .grad attribute of a Tensor that is not a leaf")
         return compiled.aot_compile((args, kwargs))
 

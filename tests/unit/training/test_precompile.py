@@ -17,7 +17,7 @@ from lorastudio.training.compile import compile_denoiser, compile_state
 pytestmark = pytest.mark.skipif(
     precompile.torch_cannot_precompile() is not None, reason="this torch has no aot_compile"
 )
-# aot_eager where this torch can save its output (2.12 on: no C++ compile, the fast case);
+# aot_eager where this torch can save its output (2.13: no C++ compile, the fast case);
 # Inductor on torch 2.11, which saves Inductor's output only (precompile.saved_backends)
 BACKEND = "aot_eager" if "aot_eager" in precompile.saved_backends() else "inductor"
 
@@ -246,7 +246,7 @@ def test_off_by_default_and_refused_where_compiled_functions_lack_aot_compile(
 
 def test_saved_where_torch_attaches_aot_compile_only_when_asked(cache: Path):
     """torch 2.11 attaches `aot_compile` to a compiled function only while
-    `torch._dynamo.config.enable_aot_compile` is on, and it is off there by default (2.12 on: on);
+    `torch._dynamo.config.enable_aot_compile` is on, and it is off there by default (2.13: on);
     the GPU host's 2.11 refused every save with "'function' object has no attribute 'aot_compile'"
     (RESULTS note 45). With the flag off, as 2.11 has it, the block is still saved and loaded."""
     torch._dynamo.reset()

@@ -16,7 +16,7 @@ import pytest
 from lorastudio.training.precompile import saved_backends, torch_cannot_precompile
 
 ROOT = Path(__file__).resolve().parents[3]
-# aot_eager where this torch can save its output (2.12 on); torch 2.11 saves Inductor's only
+# aot_eager where this torch can save its output (2.13); torch 2.11 saves Inductor's only
 BACKEND = "aot_eager" if "aot_eager" in saved_backends() else "inductor"
 
 
