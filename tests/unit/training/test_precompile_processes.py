@@ -77,6 +77,7 @@ def test_a_second_run_of_the_engine_loads_the_saved_block_graphs(
     from lorastudio.training.loop import train
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv(precompile.ENV, "1")  # off by default
     eager = train(make_config("flux", batch_size=1, output_name="eager"), lambda _e: None, device="cpu")
     real_compile = compile_module.compile_denoiser
     monkeypatch.setattr(loop_phases, "wants_compile", lambda mode, device: True)
