@@ -9,6 +9,7 @@ counters and load seconds, and the first loss (the same in every run).
 
   CPU, tiny FLUX.1 (compile forced on the CPU, as the unit tests do):
     python -m bench.precompile_first_step tiny /tmp/pcb --backend aot_eager   (or inductor)
+  (torch 2.11 saves Inductor's output only: there the aot_eager "on" runs compile as "off" does)
   GPU, the real-size FLUX.1 of bench.e2e_run (build it first: `python -m bench.e2e_run build
   ROOT --family flux --place disk`), the CLI path, 2 steps per run:
     python -m bench.precompile_first_step e2e ROOT --family flux --out $OUT

@@ -3,7 +3,7 @@
 With Inductor's and AOTAutograd's caches warm, a compiled FLUX.1 run's first step still spent
 ~3.6 s in Dynamo on an H100 (RESULTS notes 38-40): bytecode tracing (the fake-tensor run of each
 op of the double and the single block graphs), guards, and the backend's cache lookups. Every run
-paid it, the second run on the same model and shapes too. torch (2.9+) can save a traced,
+paid it, the second run on the same model and shapes too. torch (2.11+) can save a traced,
 guarded and compiled function and load it in another process: `torch.compile(fn,
 fullgraph=True).aot_compile((args, kwargs))` gives a `torch._dynamo.aot_compile.
 AOTCompiledFunction` holding the graph's bytecode, its guards (serialized), the list of traced
@@ -64,6 +64,12 @@ from typing import Any
 import torch
 
 from lorastudio.training.precompile_key import input_signature, local_classes, precompile_key
+from lorastudio.training.precompile_torch import (
+    SAVED_BACKENDS,
+    aot_compilable,
+    defaults_source_pickles_its_arguments,
+    saved_backends,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +80,6 @@ FOLDER = "lorastudio-dynamo"  # under Inductor's cache folder in use
 # later shape (a bucket) takes the ordinary compile, which goes dynamic at its second shape; each
 # saved one is a static graph, so saving more would cost a cold run one Inductor compile a shape
 VARIANTS_PER_CLASS = 4
-# the backends whose output aot_compile can save (AOTAutograd's bundled entry); "aot_eager" from
-# torch 2.12 on (2.11 saves Inductor's only: there it falls back once, with a warning)
-SAVED_BACKENDS = ("inductor", "aot_eager")
 
 # this process's counters, read by first_step_report (summed over runs in one process)
 COUNTERS: dict[str, float] = {
@@ -91,8 +94,8 @@ COUNTERS: dict[str, float] = {
 
 def precompile_available() -> str | None:
     """Why saved Dynamo functions are not used in this process (None when they are): off unless
-    LORASTUDIO_PRECOMPILE=1 (measured on the CPU only; the GPU host's torch 2.11 lacks the
-    compiled function's aot_compile, RESULTS note 45), or this torch cannot save them."""
+    LORASTUDIO_PRECOMPILE=1 (measured on the CPU only, torch 2.11 and 2.13: RESULTS note 45; the
+    GPU measure is the lead's), or this torch cannot save them."""
     if os.environ.get(ENV, "0").strip() != "1":
         return f"off ({ENV}=1 turns it on)"
     return torch_cannot_precompile()
@@ -100,7 +103,7 @@ def precompile_available() -> str | None:
 
 def torch_cannot_precompile() -> str | None:
     """Why this torch cannot save and load a compiled block's Dynamo output (None when it can)."""
-    if not hasattr(torch.compile(_identity, fullgraph=True), "aot_compile"):  # no trace: nothing is called
+    if not hasattr(aot_compilable(_identity), "aot_compile"):  # no trace: nothing is called
         return f"torch {torch.__version__}'s compiled functions have no aot_compile"
     try:
         from torch._dynamo.aot_compile import AOTCompiledFunction  # noqa: F401
@@ -272,14 +275,14 @@ class _NotSavable(RuntimeError):
 def trace_function(block: torch.nn.Module, args: tuple, kwargs: dict, settings: dict[str, Any]) -> Any:
     """The AOTCompiledFunction of `block.forward` (called as fn(block, *args, **kwargs)) for
     these inputs: fullgraph (a graph break raises), the settings' backend and dynamic."""
-    compiled = torch.compile(
+    compiled = aot_compilable(
         block.forward,
-        fullgraph=True,
         backend=settings["backend"],
         dynamic=settings["dynamic"],
         options={"guard_filter_fn": _guard_filter},
     )
-    with warnings.catch_warnings():  # torch's guard pickler reads .grad of non-leaf inputs
+    with warnings.catch_warnings(), defaults_source_pickles_its_arguments():
+        # torch's guard pickler reads .grad of non-leaf inputs
         warnings.filterwarnings("ignore", message="The .grad attribute of a Tensor that is not a leaf")
         return compiled.aot_compile((args, kwargs))
 
@@ -305,7 +308,7 @@ def save_function(fn: Any, path: Path) -> None:
     from torch._dynamo.aot_compile import AOTCompiledFunction
 
     result = AOTCompiledFunction.serialize(fn)
-    data = result if isinstance(result, bytes) else result.serialized_data  # torch < 2.12: bytes
+    data = result if isinstance(result, bytes) else result.serialized_data  # 2.11, 2.13: a SaveResult
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -372,10 +375,13 @@ def saved_functions(
     """The per-class saved-function state of one compile_denoiser call (empty; filled as block
     classes are first called), or None where they are not used: a backend not in SAVED_BACKENDS
     (a function has no name to key it by; "eager" returns no savable output), a torch.compile `mode` (CUDA graphs: compile "wide"), regions that are
-    not the repeated blocks, or `precompile_available()`'s reason (logged)."""
+    not the repeated blocks, `precompile_available()`'s reason or a backend this torch cannot
+    save (saved_backends; both logged)."""
     if backend not in SAVED_BACKENDS or mode is not None or not regional:
         return None
     why = precompile_available()
+    if why is None and backend not in saved_backends():
+        why = f"torch {torch.__version__} cannot save the {backend} backend's output (Inductor's only)"
     if why is not None:
         log.info("precompile: off: %s", why)
         return None
