@@ -37,9 +37,13 @@ def free_bytes(folder: Path) -> int | None:
 def explain_write_failure(message: str, folder: Path) -> str:
     """`message` of a worker's Error event, rewritten when it is a full disk's: it then starts
     with "no space left on device" and names `folder` (the run's output folder) and the space
-    free there; the original text follows. Other messages come back unchanged."""
-    if message.startswith("no space left on device"):
-        return message
+    free there; the original text follows. A message the studio worded itself (errors.writing:
+    "no space left on device: the checkpoint ... could not be written (PATH) ...") gets the space
+    free on PATH's disk appended. Other messages come back unchanged."""
+    if message.startswith("no space left on device"):  # the studio's own words (errors.writing)
+        if "MB free" in message or "free space unknown" in message:
+            return message
+        return f"{message} ({_free_text(_named_elsewhere(message, folder) or folder)})"
     full = any(text in message for text in NO_SPACE_TEXTS)
     if not full and any(text in message for text in ZIP_WRITER_TEXTS):
         free = free_bytes(folder)
@@ -47,8 +51,7 @@ def explain_write_failure(message: str, folder: Path) -> str:
     if not full:
         return message
     elsewhere = _named_elsewhere(message, folder)
-    free = free_bytes(elsewhere or folder)
-    shown = f"{free / 2**20:.1f} MB free" if free is not None else "free space unknown"
+    shown = _free_text(elsewhere or folder)
     what = f"in {elsewhere}" if elsewhere is not None else f"the run's files in {folder}"
     text = (
         f"no space left on device while writing {what} ({shown}); free some "
@@ -57,6 +60,12 @@ def explain_write_failure(message: str, folder: Path) -> str:
     if any(t in message for t in ZIP_WRITER_TEXTS):
         return text  # torch's words name no cause and no folder: nothing to add
     return f"{text} ({message})"
+
+
+def _free_text(folder: Path) -> str:
+    """What is free on `folder`'s disk, as the messages say it."""
+    free = free_bytes(folder)
+    return f"{free / 2**20:.1f} MB free" if free is not None else "free space unknown"
 
 
 _PATH = re.compile(r"(/[^\s'\"]+)")  # an absolute path in a message ("... device: '/x/a.pt'")

@@ -49,3 +49,17 @@ def test_a_full_disk_elsewhere_is_named_not_the_run_folder(
     told = explain_write_failure(cause, run)
     assert told.startswith(f"no space left on device while writing in {cache} (0.0 MB free)"), told
     assert str(run) not in told and told.endswith(f"({cause})")
+
+
+def test_the_studios_own_full_disk_words_get_the_space_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint's refused write is worded by errors.writing since fix 1070 ("no space left on
+    device: the checkpoint ... could not be written (PATH) ..."), which the worker passed on as it
+    was: the space free on that disk was no longer said (test_disk_full_real found it)."""
+    run = tmp_path / "outputs" / "run"
+    monkeypatch.setattr(diskspace.shutil, "disk_usage", lambda p: Usage(8 << 20, 8 << 20, 3 << 20))
+    own = f"no space left on device: the checkpoint step-000002 could not be written ({run}/checkpoints/step-000002); free some space and retry"
+    told = explain_write_failure(own, run)
+    assert told == f"{own} (3.0 MB free)"
+    assert explain_write_failure(told, run) == told  # already said: unchanged
