@@ -30,11 +30,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
-from lorastudio.capped_read import read_capped
+from lorastudio.capped_read import read_small_file
 from lorastudio.durable import fsync_path
 from lorastudio.jobs.caption_job import now_iso
 from lorastudio.processes import process_gone, start_token
@@ -96,21 +95,13 @@ def _read(path: Path) -> dict[str, Any] | None:
     file of at most MAX_RECORD_BYTES is read (never a link, a FIFO, a device or a folder put in
     its place: opened without following a link and without blocking), and only a record of the
     job its name says, every field of the type a job snapshot gives (`well_formed`)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    data = read_small_file(path, MAX_RECORD_BYTES)
+    if data is None:
         return None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RECORD_BYTES:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as file:
-            data = read_capped(file, MAX_RECORD_BYTES + 1)
-        record = json.loads(data.decode("utf-8")) if len(data) <= MAX_RECORD_BYTES else None
-    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested beyond the parser
+        record = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):  # RecursionError: JSON nested beyond the parser
         return None
-    finally:
-        os.close(fd)
     ok = (
         isinstance(record, dict)
         and isinstance(record.get("job"), dict)

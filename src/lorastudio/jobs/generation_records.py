@@ -25,13 +25,12 @@ import logging
 import math
 import os
 import re
-import stat
 import threading
 from pathlib import Path
 from typing import Any
 
 from lorastudio import errors, json_read
-from lorastudio.capped_read import read_capped
+from lorastudio.capped_read import read_small_file
 from lorastudio.durable import fsync_path
 from lorastudio.errors import ConfigError, LorastudioError
 from lorastudio.staged_files import staging_path
@@ -237,18 +236,11 @@ def _read(path: Path) -> dict[str, Any] | None:
     """A record's contents, None when it cannot be read or is not one (a regular file of at most
     MAX_RECORD_BYTES, never a link or FIFO; every field of its type, its request_id its name's:
     `_fits`). Never raises."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    data = read_small_file(path, MAX_RECORD_BYTES)
+    if data is None:
         return None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RECORD_BYTES:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as file:
-            record = json_read.loads(read_capped(file, MAX_RECORD_BYTES).decode("utf-8"))
-    except (OSError, ValueError):
+        record = json_read.loads(data.decode("utf-8"))
+    except ValueError:
         return None
-    finally:
-        os.close(fd)
     return record if _fits(record, path.stem) else None
