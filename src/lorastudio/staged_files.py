@@ -47,6 +47,7 @@ import time
 import uuid
 from pathlib import Path
 
+from lorastudio.durable import fsync_path
 from lorastudio.file_age import older_than
 from lorastudio.processes import process_alive
 
@@ -105,6 +106,22 @@ def staging_path(target: Path, kind: str = TMP) -> Path:
     if len(os.fsencode(staged.name)) > NAME_MAX:
         staged = target.with_name(f".{tag}")
     return staged
+
+
+def write_staged_text(target: Path, text: str) -> None:
+    """Write `text` (UTF-8) to `target` whole or not at all: staged beside it (`staging_path`: a
+    killed writer's is removed at a server start), fsynced, renamed into place, its folder fsynced.
+    Raises OSError; the staging file never stays behind this process."""
+    tmp = staging_path(target)
+    try:
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_path(target.parent)
 
 
 def staged_writer(name: str, kind: str = TMP, with_id: bool = False) -> int | None:

@@ -34,10 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.capped_read import read_small_file
-from lorastudio.durable import fsync_path
 from lorastudio.jobs.caption_job import now_iso
 from lorastudio.processes import process_gone, start_token
-from lorastudio.staged_files import staging_path
+from lorastudio.staged_files import write_staged_text
 
 log = logging.getLogger("lorastudio.jobs")
 
@@ -73,21 +72,12 @@ def write_record(
     folder = records_dir(home)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{snapshot['id']}.json"
-    tmp = staging_path(target)  # staged_files.py: a killed writer's is removed at a server start
     record = {
         "version": VERSION, "job": snapshot, "owner": who, "recorded_at": now_iso(), "created_ns": created_ns,
         "seq": seq,
     }  # fmt: skip
-    data = json.dumps(record, allow_nan=False)
-    try:
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_path(folder)
+    # staged beside it: a killed writer's staging file is removed at a server start
+    write_staged_text(target, json.dumps(record, allow_nan=False))
 
 
 def _read(path: Path) -> dict[str, Any] | None:

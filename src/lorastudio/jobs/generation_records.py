@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import re
 import threading
 from pathlib import Path
@@ -31,9 +30,8 @@ from typing import Any
 
 from lorastudio import errors, json_read
 from lorastudio.capped_read import read_small_file
-from lorastudio.durable import fsync_path
 from lorastudio.errors import ConfigError, LorastudioError
-from lorastudio.staged_files import staging_path
+from lorastudio.staged_files import write_staged_text
 
 log = logging.getLogger("lorastudio.jobs")
 
@@ -114,17 +112,7 @@ class GenerationRecords:
 
     def _write(self, target: Path, record: dict[str, Any]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        data = json.dumps(record, allow_nan=False)
-        tmp = staging_path(target)
-        try:
-            with open(tmp, "w", encoding="utf-8") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-        fsync_path(self.folder)
+        write_staged_text(target, json.dumps(record, allow_nan=False))
 
     def _all(self) -> list[dict[str, Any]]:
         try:
