@@ -39,7 +39,6 @@ import resource
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -161,34 +160,6 @@ def compile_counters() -> dict[str, Any]:
     }
 
 
-class RssKinds:
-    """Peaks of this process's anonymous and file-backed resident memory (/proc/self/status'
-    RssAnon / RssFile, sampled every 0.2 s by a thread until `stop`): ru_maxrss counts the pages
-    of a memory-mapped weight file the process has read as its own, which the kernel can drop."""
-
-    def __init__(self) -> None:
-        self.peaks = {"RssAnon": 0, "RssFile": 0}  # KiB
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, name="rss-kinds", daemon=True)
-        self._thread.start()
-
-    def _sample(self) -> None:
-        status = Path("/proc/self/status")
-        while not self._stop.wait(0.2):
-            if not status.is_file():
-                return
-            for line in status.read_text(encoding="utf-8").splitlines():
-                key, _, value = line.partition(":")
-                if key in self.peaks:
-                    self.peaks[key] = max(self.peaks[key], int(value.split()[0]))
-
-    def stop(self) -> dict[str, float]:
-        """Ends the sampling; the peaks in GiB."""
-        self._stop.set()
-        self._thread.join()
-        return {f"peak_{k}_gib": round(v / 2**20, 2) for k, v in self.peaks.items()}
-
-
 def run_cli(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str, Any]:
     """The CLI's path in this process; t0: this process's start (before torch was imported). The
     weight prefetch starts first, as `lorastudio train` starts it (jobs/prefetch.py)."""
@@ -211,6 +182,8 @@ def run_cli(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str
     notes = AttentionLog(t0)
     logging.getLogger().addHandler(notes)
     logging.getLogger().setLevel(logging.INFO)
+    from bench.rss_kinds import RssKinds
+
     rss = RssKinds()
     try:
         loop.train(config, prefetch.wrap(rec) if prefetch is not None else rec, device=device)

@@ -1,11 +1,10 @@
 """`lorastudio generate --base B --lora PATH[:SCALE] ... --prompt P --out FILE`: one image from
 a base model with zero or more LoRAs.
 
-Runs in this process (it is a process of its own), with the same engine as the server's
-generation worker (lorastudio.generate); the revision and each LoRA's header are checked first
-(lora/header.py), so a bad file is a one-line error, never a traceback. A PNG carries its
-settings in its text chunks as a gallery image does (prompt, seed, and every setting as JSON under
-"lorastudio", its LoRAs by file and scale)."""
+Runs in this process with the server's generation engine (lorastudio.generate); the revision
+and each LoRA's header are checked first (lora/header.py): a bad file is a one-line error. A PNG
+carries its settings in its text chunks as a gallery image does (prompt, seed, every setting as
+JSON under "lorastudio", its LoRAs by file and scale)."""
 
 from __future__ import annotations
 
@@ -55,9 +54,8 @@ def parse_lora_arg(value: str, field: str = "--lora", number: str = "scale") -> 
 
 
 def resolve_lora_arg(path: Path, outputs: Path) -> Path:
-    """A --lora value as a file: an existing path as it is, else a run's name (the LoRA of
-    outputs/NAME/NAME.safetensors, as the UI and API name a LoRA). Raises NotFound naming both
-    places looked at."""
+    """A --lora value as a file: an existing path as it is, else a run's name (its LoRA
+    outputs/NAME/NAME.safetensors, as the UI and API name a LoRA). Raises NotFound naming both."""
     if is_file(path):  # user_paths: never raises (a path over the file system's limits)
         return path
     name = str(path)

@@ -49,6 +49,7 @@ from lorastudio.cli.run_display import (
 from lorastudio.cli.self_watch import EXIT_HUNG, hang_watch
 from lorastudio.cli.termination import Terminated, refusal_status
 from lorastudio.cli.train_launch import bind_to_agent, check_launch, launch
+from lorastudio.cli.train_source import default_named as _default_named
 from lorastudio.cli.train_source import resume_folder, run_config
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.hub_token import hold_studio_hub_token
@@ -57,9 +58,7 @@ from lorastudio.jobs.launch_report import RUN_ID_ENV, note_rank_failure, note_ra
 from lorastudio.training.events import Event
 
 if TYPE_CHECKING:
-    from lorastudio.config import TrainConfig
     from lorastudio.jobs.prefetch import WeightPrefetch
-    from lorastudio.name_reserve import NameHold
 
 EXIT_INTERRUPTED = 130  # stopped by Ctrl-C or SIGTERM (saved or not: the command says what it kept)
 
@@ -313,18 +312,6 @@ def _report_abort(how: str, run_dir: Path | None) -> None:
         typer.echo(line)
     if not kept:
         typer.echo("nothing saved")
-
-
-def _default_named(cfg: TrainConfig) -> tuple[TrainConfig, NameHold]:
-    """`cfg` (no output_name) with its default name, `<family>-<local date-time>`, or `-2`,
-    `-3`, ... when a folder or another namer's reservation holds it (a run begun in the same
-    second), and the reservation (name_reserve.py: release it when the run ended)."""
-    from lorastudio.config import resolve_train_config
-    from lorastudio.name_reserve import reserve_output_name
-    from lorastudio.settings import get_settings
-
-    hold = reserve_output_name(str(resolve_train_config(cfg).output_name), get_settings().outputs_dir)
-    return cfg.model_copy(update={"output_name": hold.name}), hold
 
 
 def _check_fresh_run(

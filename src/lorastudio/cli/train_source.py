@@ -4,10 +4,14 @@ overrides, or with `--resume` a checkpoint's settings (a bare run name found und
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lorastudio.cli.config_file import apply_overrides, load_config_file, localize_paths
 from lorastudio.errors import ConfigError, FieldProblem
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.name_reserve import NameHold
 
 
 def run_config(config: Path | None, overrides: list[str], resume: Path | None) -> tuple[Any, Path | None]:
@@ -51,3 +55,15 @@ def resume_folder(resume: Path) -> Path:
         return resume
     named = get_settings().outputs_dir / text
     return named if is_dir(named) else resume
+
+
+def default_named(cfg: TrainConfig) -> tuple[TrainConfig, NameHold]:
+    """`cfg` (no output_name) with its default name, `<family>-<local date-time>`, or `-2`,
+    `-3`, ... when a folder or another namer's reservation holds it (a run begun in the same
+    second), and the reservation (name_reserve.py: release it when the run ended)."""
+    from lorastudio.config import resolve_train_config
+    from lorastudio.name_reserve import reserve_output_name
+    from lorastudio.settings import get_settings
+
+    hold = reserve_output_name(str(resolve_train_config(cfg).output_name), get_settings().outputs_dir)
+    return cfg.model_copy(update={"output_name": hold.name}), hold

@@ -19,37 +19,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio import json_read
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, GenerationCancelled, ModelSourceError, NotFound
+from lorastudio.generate.detect import detect_family
 from lorastudio.generate.references import reference_kwargs
 from lorastudio.generation_rules import guidance_problems, seed_problems, size_problems, text_tokens_problems
 from lorastudio.hub_token import hub_kwargs
-from lorastudio.user_paths import is_file, missing_file
+from lorastudio.user_paths import missing_file
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
     from PIL import Image
 
 ADAPTER_PREFIX = "lorastudio_"  # adapter names given by apply_loras: lorastudio_0, lorastudio_1, ...
-
-
-def detect_family(base_model: str) -> str | None:
-    """The registered family whose accepted pipelines include the `_class_name` of a local
-    pipeline folder's model_index.json; None for a hub id or an unknown class."""
-    from lorastudio import families
-
-    index = Path(base_model).expanduser() / "model_index.json"
-    if not is_file(index):  # user_paths: never raises (a path over the file system's limits)
-        return None
-    try:
-        class_name = json_read.loads(index.read_text(encoding="utf-8")).get("_class_name")
-    except (OSError, ValueError):
-        return None
-    for family in families.all_families():
-        if class_name in family.spec.accepted_pipelines:
-            return family.spec.name
-    return None
 
 
 def load_pipeline(

@@ -69,6 +69,7 @@ from lorastudio.training.precompile_torch import (
     aot_compilable,
     defaults_source_pickles_its_arguments,
     saved_backends,
+    torch_cannot_precompile,
 )
 
 log = logging.getLogger(__name__)
@@ -99,25 +100,6 @@ def precompile_available() -> str | None:
     if os.environ.get(ENV, "0").strip() != "1":
         return f"off ({ENV}=1 turns it on)"
     return torch_cannot_precompile()
-
-
-def torch_cannot_precompile() -> str | None:
-    """Why this torch cannot save and load a compiled block's Dynamo output (None when it can)."""
-    if not hasattr(aot_compilable(_identity), "aot_compile"):  # no trace: nothing is called
-        return f"torch {torch.__version__}'s compiled functions have no aot_compile"
-    try:
-        from torch._dynamo.aot_compile import AOTCompiledFunction  # noqa: F401
-        from torch._dynamo.guards import CheckFunctionManager
-        from torch._dynamo.package import _hash_sourcelines  # noqa: F401
-    except ImportError as err:
-        return f"torch {torch.__version__} has no aot_compile ({err})"
-    if not hasattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES"):
-        return f"torch {torch.__version__} does not list its unserializable guards"
-    import torch._inductor.config as inductor_config
-
-    if inductor_config.force_disable_caches:
-        return "Inductor's caches are disabled (TORCHINDUCTOR_FORCE_DISABLE_CACHES)"
-    return None
 
 
 def cache_root() -> Path:
@@ -262,10 +244,6 @@ def end_first_step() -> None:
     earlier run saved are still loaded."""
     for state in list(_LIVE):
         state.saving = False
-
-
-def _identity(x: Any) -> Any:
-    return x
 
 
 class _NotSavable(RuntimeError):

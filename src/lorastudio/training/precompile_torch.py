@@ -79,3 +79,26 @@ def defaults_source_pickles_its_arguments() -> Iterator[None]:
             del DefaultsSource.__reduce__
         else:
             DefaultsSource.__reduce__ = had  # type: ignore[method-assign]
+
+
+def torch_cannot_precompile() -> str | None:
+    """Why this torch cannot save and load a compiled block's Dynamo output (None when it can)."""
+    if not hasattr(aot_compilable(_identity), "aot_compile"):  # no trace: nothing is called
+        return f"torch {torch.__version__}'s compiled functions have no aot_compile"
+    try:
+        from torch._dynamo.aot_compile import AOTCompiledFunction  # noqa: F401
+        from torch._dynamo.guards import CheckFunctionManager
+        from torch._dynamo.package import _hash_sourcelines  # noqa: F401
+    except ImportError as err:
+        return f"torch {torch.__version__} has no aot_compile ({err})"
+    if not hasattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES"):
+        return f"torch {torch.__version__} does not list its unserializable guards"
+    import torch._inductor.config as inductor_config
+
+    if inductor_config.force_disable_caches:
+        return "Inductor's caches are disabled (TORCHINDUCTOR_FORCE_DISABLE_CACHES)"
+    return None
+
+
+def _identity(x: Any) -> Any:
+    return x
