@@ -11,6 +11,7 @@ import dataclasses
 import io
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bench.header_pipelines import build_flux1, build_qwen_image, build_sdxl, build_z_image
@@ -258,6 +259,17 @@ def test_a_run_no_plan_fits_is_refused_naming_the_card_and_what_would_fit(pipeli
     assert fit.problem.field == "base_precision" and "leave base_precision=bf16" in fit.problem.message
 
 
+def _real_size_flux_run(
+    pipelines: dict[str, Path], settings: Settings, tiny_model: Callable[[str], Path]
+) -> Any:
+    """A default FLUX.1 run at 1024 px on the tiny dataset's scan, its base the real-size FLUX.1
+    headers (what a consumer card's user sees in the preflight)."""
+    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 1024}
+    tiny = validate_run({**raw, "steps": 2}, settings, live_output_names=set())
+    real = tiny.config.model_copy(update={"base_model": str(pipelines["flux"])})
+    return dataclasses.replace(tiny, config=real, model_dir=pipelines["flux"])
+
+
 def test_the_preflight_of_a_default_flux1_run_on_a_12gb_card_shows_the_budget_the_run_takes(
     pipelines: dict[str, Path],
     settings: Settings,
@@ -265,11 +277,7 @@ def test_the_preflight_of_a_default_flux1_run_on_a_12gb_card_shows_the_budget_th
     tiny_model: Callable[[str], Path],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # the tiny dataset's scan, checked against the real-size FLUX.1 headers (what a 12 GB user sees)
-    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 1024}
-    tiny = validate_run({**raw, "steps": 2}, settings, live_output_names=set())
-    real = tiny.config.model_copy(update={"base_model": str(pipelines["flux"])})
-    run = dataclasses.replace(tiny, config=real, model_dir=pipelines["flux"])
+    run = _real_size_flux_run(pipelines, settings, tiny_model)
     report = preflight_report(run, RTX_3060, home=settings.home)
     plan, memory = report["plan"], report["memory"]
     assert plan["budget_from_gpu"] is True and plan["memory_budget_gb"] == pytest.approx(10.6)
@@ -329,10 +337,7 @@ def test_a_planned_run_forecasts_its_time_and_host_ram_from_the_plan_the_budget_
 ) -> None:
     from lorastudio.jobs import preflight
 
-    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 1024}
-    tiny = validate_run({**raw, "steps": 2}, settings, live_output_names=set())
-    real = tiny.config.model_copy(update={"base_model": str(pipelines["flux"])})
-    run = dataclasses.replace(tiny, config=real, model_dir=pipelines["flux"])
+    run = _real_size_flux_run(pipelines, settings, tiny_model)
     report = preflight_report(run, RTX_3060, home=settings.home)
     memory = report["memory"]
     assert memory["gpu_fit"] == "planned"

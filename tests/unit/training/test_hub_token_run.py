@@ -45,19 +45,11 @@ def _hub_cache(tiny_model: Callable[[str], Path], cache: Path, monkeypatch: pyte
                     monkeypatch.setattr(module, attr, str(cache))
 
 
-def test_a_hub_run_hands_every_hub_call_its_token_and_no_child_sees_it(
-    make_config, tiny_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The worker's start (give_hub_token) then a tiny run from the hub id: every request header
-    huggingface_hub built got the token as an argument (it used to find none and read HF_TOKEN
-    from os.environ), the process's environment holds no hub token, and a child started as
-    Inductor starts its compile workers does not see it in its /proc/self/environ."""
+def _spy_on_hub_tokens(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The token each hub request is handed (huggingface_hub's get_token_to_send, which every
+    request's Authorization comes from), in order."""
     from huggingface_hub.utils import _headers
-    from torch._inductor.utils import python_subprocess_env
 
-    monkeypatch.setattr(os, "environ", dict(os.environ))  # this test process's own stays as it is
-    monkeypatch.setattr(hub_token, "_held", None)
-    _hub_cache(tiny_model, tmp_path / "hub", monkeypatch)
     given: list[object] = []
     real = _headers.get_token_to_send
 
@@ -66,6 +58,22 @@ def test_a_hub_run_hands_every_hub_call_its_token_and_no_child_sees_it(
         return real(token)
 
     monkeypatch.setattr(_headers, "get_token_to_send", spy)
+    return given
+
+
+def test_a_hub_run_hands_every_hub_call_its_token_and_no_child_sees_it(
+    make_config, tiny_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's start (give_hub_token) then a tiny run from the hub id: every request header
+    huggingface_hub built got the token as an argument (it used to find none and read HF_TOKEN
+    from os.environ), the process's environment holds no hub token, and a child started as
+    Inductor starts its compile workers does not see it in its /proc/self/environ."""
+    from torch._inductor.utils import python_subprocess_env
+
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # this test process's own stays as it is
+    monkeypatch.setattr(hub_token, "_held", None)
+    _hub_cache(tiny_model, tmp_path / "hub", monkeypatch)
+    given = _spy_on_hub_tokens(monkeypatch)
     settings = get_settings().model_copy(update={"hf_token": SecretStr(SECRET)})
     assert give_hub_token(settings, REPO)  # what every worker does first (jobs/worker.prepare_child)
     train(make_config(base_model=REPO, steps=1), [].append, device="cpu")
@@ -105,7 +113,6 @@ def test_the_cli_hands_lorastudio_hf_token_to_its_hub_calls(
     read only HF_TOKEN and its login), so a gated hub id was refused with the studio's token
     set. Now each hub request of a whole one-step run / one image (spied on) is handed the
     token, and it is not copied to HF_TOKEN."""
-    from huggingface_hub.utils import _headers
     from typer.testing import CliRunner
 
     from lorastudio.cli.app import _register, app
@@ -117,15 +124,7 @@ def test_the_cli_hands_lorastudio_hf_token_to_its_hub_calls(
     monkeypatch.setenv("LORASTUDIO_HF_TOKEN", SECRET)
     get_settings.cache_clear()
     _hub_cache(tiny_model, tmp_path / "hub", monkeypatch)
-    given: list[object] = []
-
-    real = _headers.get_token_to_send
-
-    def spy(token: bool | str | None) -> str | None:
-        given.append(token)
-        return real(token)
-
-    monkeypatch.setattr(_headers, "get_token_to_send", spy)
+    given = _spy_on_hub_tokens(monkeypatch)
     if command == "train":
         config = tmp_path / "run.json"
         config.write_text(json.dumps(run_settings("flux", REPO, small_dataset, {"steps": 1})))
