@@ -31,7 +31,6 @@ no block swap, no LoRA dropout), and `on` refuses fp8 / int8 / nf4 bases.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MethodType
 from typing import Any
 
 import torch
@@ -209,9 +208,9 @@ def share_lora_inputs(model: torch.nn.Module, adapter: str = "default") -> int:
         holder = holders[key]
         holder.lora_members = [m for _, m in group]  # plain list: already registered in the blocks
         holder.lora_ranks = [m.lora_A[adapter].out_features for m in holder.lora_members]
-        for slot, member in enumerate(holder.lora_members):
-            own = member.forward
-            member.forward = MethodType(_shared_lora_forward(holder, slot, adapter, own), member)
+        for slot, member in enumerate(holder.lora_members):  # slot: its place among the LoRA members
+            member.__class__ = _shared_class(type(member))
+            member.shared_lora_adapter, member.shared_lora_slot = adapter, slot
     return len(members)
 
 
@@ -228,13 +227,37 @@ def _lora_hidden(holder: FusedFrozenProjections, x: torch.Tensor, slot: int, ada
     return part
 
 
-def _shared_lora_forward(holder: FusedFrozenProjections, slot: int, adapter: str, own: Any) -> Any:
-    def forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        if self.disable_adapters or self.merged or adapter not in self.active_adapters:
-            return own(x, *args, **kwargs)  # peft's forward: it knows these states
-        result = self.base_layer(x, *args, **kwargs)  # [..., N_slot] in the base's dtype
-        h = _lora_hidden(holder, x, slot, adapter)  # [..., r_slot] in the LoRA's dtype
-        delta = self.lora_B[adapter](h) * self.scaling[adapter]  # [..., N_slot]
-        return (result + delta).to(result.dtype)  # as peft adds it
+def _shared_forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """The forward of a shared LoRA member (`share_lora_inputs`): its base slice plus
+    lora_B(its slice of the group's one x A^T) * scaling, peft's maths; peft's own forward for a
+    disabled, merged or inactive adapter (it knows those states)."""
+    adapter = self.shared_lora_adapter
+    if self.disable_adapters or self.merged or adapter not in self.active_adapters:
+        return self.unshared_forward(x, *args, **kwargs)
+    base = self.base_layer  # the member's FusedSlice of its group's holder
+    result = base(x, *args, **kwargs)  # [..., N_slot] in the base's dtype
+    h = _lora_hidden(base.holder, x, self.shared_lora_slot, adapter)  # [..., r_slot] in the LoRA's dtype
+    delta = self.lora_B[adapter](h) * self.scaling[adapter]  # [..., N_slot]
+    return (result + delta).to(result.dtype)  # as peft adds it
 
-    return forward
+
+_SHARED: dict[type, type] = {}
+
+
+def _shared_class(cls: type) -> type:
+    """The subclass of peft LoRA layer class `cls` whose forward is `_shared_forward` (one per
+    class; a class already shared is returned as it is). Named `_shared_<module>_<class>` and
+    kept as a global of this module, so that pickle finds it by reference: Dynamo's saved block
+    graphs pickle the block's modules with their guards (training/precompile.py). An instance's
+    own forward made from a closure, as it was, pickled as peft's class forward without its
+    closure, and every saved FLUX.1 block failed to load on the GPU (RELIABILITY 1230)."""
+    if getattr(cls, "shares_lora_input", False):
+        return cls
+    if cls not in _SHARED:
+        name = "_shared_" + "_".join(f"{cls.__module__}.{cls.__qualname__}".replace("<", "").split("."))
+        attrs = {"forward": _shared_forward, "unshared_forward": cls.forward, "shares_lora_input": True}
+        shared = type(name, (cls,), attrs)
+        shared.__module__ = __name__
+        globals()[name] = shared
+        _SHARED[cls] = shared
+    return _SHARED[cls]

@@ -63,7 +63,12 @@ from typing import Any
 
 import torch
 
-from lorastudio.training.precompile_key import input_signature, local_classes, precompile_key
+from lorastudio.training.precompile_key import (
+    input_signature,
+    local_classes,
+    local_instance_functions,
+    precompile_key,
+)
 from lorastudio.training.precompile_torch import (
     SAVED_BACKENDS,
     aot_compilable,
@@ -170,6 +175,9 @@ class ClassPrecompile:
             local = local_classes(block)
             if local:  # its guards could not be saved: no trace spent on finding that out
                 raise _NotSavable(f"classes pickle cannot find by name: {', '.join(local[:3])}")
+            own = local_instance_functions(block)
+            if own:  # pickled without their closures: the saved file would not load
+                raise _NotSavable(f"functions set on instances, made by closures: {', '.join(own[:3])}")
             self.key = precompile_key(block, self.settings)
         path = cache_root() / self.key / f"{type(block).__name__}-{signature[:24]}.bin"
         name = type(block).__name__

@@ -42,6 +42,23 @@ def local_classes(block: torch.nn.Module) -> list[str]:
     return sorted(set(found))
 
 
+def local_instance_functions(block: torch.nn.Module) -> list[str]:
+    """The functions set on an instance of `block` or its submodules (`module.forward = ...`)
+    that pickle cannot find by name (made by a closure: `<locals>` in their qualified name).
+    Dynamo's saved guards hold such a module, and pickle writes its own function in their place
+    with no closure, so the saved file cannot load (RELIABILITY 1230). The compiled call that
+    torch.compile sets on a module (`_compiled_call_impl`) is the outer wrapper, not traced."""
+    found = []
+    for module in block.modules():
+        for attr, value in vars(module).items():
+            if attr == "_compiled_call_impl":
+                continue
+            fn = getattr(value, "__func__", value)
+            if callable(fn) and "<locals>" in getattr(fn, "__qualname__", ""):
+                found.append(f"{type(module).__name__}.{attr} ({fn.__qualname__})")
+    return sorted(set(found))
+
+
 def precompile_key(block: torch.nn.Module, settings: dict[str, Any]) -> str:
     """The key folder's name for `block`'s class under `settings` (see the module's doc)."""
     parts = {

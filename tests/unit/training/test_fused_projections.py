@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import pickle
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from lorastudio import families
 from lorastudio.config_rules import FusionChoice, fusion_choice
 from lorastudio.errors import ConfigError
 from lorastudio.tiny.models import build_flux
+from lorastudio.training import precompile_key
 from lorastudio.training.fused_projections import (
     FusedFrozenProjections,
     FusedSlice,
@@ -308,3 +310,20 @@ def test_checkpointed_fused_blocks_train_alike_and_keep_nothing_after_the_step(m
     holders = [m for m in fused.denoiser.modules() if isinstance(m, FusedFrozenProjections)]
     # the backward's recomputation of each block served every member: no group output is held
     assert all(h._parts is None and h._lora_parts is None for h in holders)
+
+
+def test_a_shared_input_model_pickles_by_reference_and_its_copy_computes_the_same():
+    """Dynamo's saved block graphs pickle a block's modules with their guards
+    (training/precompile.py): the shared LoRA forward is a class's, found by name, not a closure
+    set on each instance, which torch pickled as peft's forward without its closure, so every
+    saved FLUX.1 block failed to load on the GPU (RELIABILITY 1230)."""
+    shared = build_flux(0).transformer
+    fuse_projections(shared, FLUX_GROUPS)
+    _with_lora(shared)
+    assert share_lora_inputs(shared) > 0
+    assert precompile_key.local_instance_functions(shared) == []
+    assert precompile_key.local_classes(shared) == []
+    restored = pickle.loads(pickle.dumps(shared))  # the old closures: "Can't pickle local object"
+    assert [type(m) for m in restored.modules()] == [type(m) for m in shared.modules()]
+    with torch.no_grad():
+        torch.testing.assert_close(restored(**_inputs())[0], shared(**_inputs())[0])

@@ -6,6 +6,7 @@ takes the ordinary compile."""
 from __future__ import annotations
 
 import logging
+import types
 from pathlib import Path
 
 import pytest
@@ -347,3 +348,81 @@ def test_a_changed_source_line_is_traced_again(cache: Path, monkeypatch: pytest.
     assert precompile.COUNTERS["hit"] == 0 and precompile.COUNTERS["saved"] == 2
     _compiled(x)
     assert precompile.COUNTERS["hit"] == 1
+
+
+def test_a_function_set_on_an_instance_by_a_closure_takes_the_ordinary_compile_without_a_trace(
+    cache: Path, caplog: pytest.LogCaptureFixture
+):
+    """pickle writes such a function as its class's, without the closure, so the saved file could
+    not load (RELIABILITY 1230: FLUX.1's shared LoRA forward did so on the GPU): no trace is spent."""
+    torch._dynamo.reset()
+    x = torch.randn(2, 4, 8)  # [B, N, D]
+    model = ToyDenoiser()
+    eager_loss, _ = _step(model, x)
+
+    def own_forward(scale: float):
+        def forward(self: torch.nn.Module, h: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.linear(h, self.weight, self.bias) * scale
+
+        return forward
+
+    for block in model.blocks:
+        block.proj.forward = types.MethodType(own_forward(1.0), block.proj)
+    assert precompile_key.local_instance_functions(model.blocks[0]) == [
+        "Linear.forward (test_a_function_set_on_an_instance_by_a_closure_takes_the_ordinary_compile_"
+        "without_a_trace.<locals>.own_forward.<locals>.forward)"
+    ]
+    compile_denoiser(model, [p for p in model.parameters() if p.requires_grad], backend=BACKEND)
+    with caplog.at_level(logging.INFO, logger="lorastudio.training.precompile"):
+        loss, _ = _step(model, x)
+    assert "functions set on instances, made by closures" in caplog.text and "WARNING" not in caplog.text
+    assert precompile.COUNTERS["saved"] == 0 and precompile.COUNTERS["fallback"] == 0
+    assert loss == pytest.approx(eager_loss, rel=1e-6)
+    assert precompile_key.local_instance_functions(ToyDenoiser().blocks[0]) == []
+
+
+@pytest.mark.slow
+def test_a_fused_flux_with_shared_lora_inputs_is_saved_and_loaded(cache: Path):
+    """FLUX.1's default GPU plan fuses its projections and shares the LoRA inputs: its blocks'
+    saved graphs load in the next compile and give the eager loss (RELIABILITY 1230)."""
+    from lorastudio import families
+    from lorastudio.tiny.models import build_flux
+    from lorastudio.training.fused_projections import fuse_projections, share_lora_inputs
+    from lorastudio.training.lora import add_lora, lora_config_for
+
+    def built() -> tuple[torch.nn.Module, list[torch.nn.Parameter]]:
+        model = build_flux(0).transformer
+        fuse_projections(model, families.get("flux").spec.fused_projection_groups)
+        cfg = type(
+            "Cfg", (), {"lora_rank": 4, "lora_alpha": 4.0, "lora_dropout": 0.0, "lora_targets": None}
+        )()
+        params = add_lora(model, lora_config_for(cfg, ("to_q", "to_k", "to_v", "add_q_proj")))
+        with torch.no_grad():
+            for i, p in enumerate(params):  # B starts at zero: make every adapter count
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) * 0.1)
+        share_lora_inputs(model)
+        return model, params
+
+    g = torch.Generator().manual_seed(1)
+    inputs = {
+        "hidden_states": torch.randn(1, 16, 64, generator=g),  # [B, L, C] packed latents
+        "encoder_hidden_states": torch.randn(1, 8, 32, generator=g),  # [B, T, D]
+        "pooled_projections": torch.randn(1, 32, generator=g),
+        "timestep": torch.tensor([0.3]),
+        "img_ids": torch.randint(0, 4, (16, 3), generator=g).float(),
+        "txt_ids": torch.zeros(8, 3),
+        "guidance": torch.tensor([3.5]),
+        "return_dict": False,
+    }
+
+    def loss_of(model: torch.nn.Module) -> float:
+        return float(model(**inputs)[0].square().mean().detach())
+
+    torch._dynamo.reset()
+    eager = loss_of(built()[0])
+    for _ in range(2):  # the first compile traces and saves, the second loads
+        model, params = built()
+        compile_denoiser(model, params, backend=BACKEND)
+        assert loss_of(model) == pytest.approx(eager, rel=1e-5)
+    assert precompile.COUNTERS["saved"] == 2 and precompile.COUNTERS["hit"] == 2
+    assert precompile.COUNTERS["fallback"] == 0
