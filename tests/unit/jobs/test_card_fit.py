@@ -119,3 +119,22 @@ def test_a_card_size_that_is_not_a_number_gives_no_verdict_and_a_probe_past_a_fl
         hardware.host_from_facts(
             {"cuda": True, "devices": [{"name": "n", "total_memory": 10**400, "capability": [8, 0]}]}
         )
+
+
+def test_a_budget_below_the_lightest_plans_forecast_is_refused_before_any_model_loads(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 1180: a memory_budget_gb of 0.01 on an 8 GiB card got the verdict "fits" (the
+    card was judged, not the budget) and the engine's search refused it only after the models
+    loaded and its trials ran. Now the job service's check (and the engine's card_plan, the same
+    verdict) refuses it naming the lightest plan's forecast; a budget over that forecast runs."""
+    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32}
+    raw["steps"] = 2
+    _card(monkeypatch, "NVIDIA GeForce RTX 4060", 8.0, (8, 9))
+    with pytest.raises(ConfigError) as refused:
+        validate_run({**raw, "memory_budget_gb": 0.01}, settings, live_output_names=set())
+    (problem,) = refused.value.problems
+    assert problem.field == "memory_budget_gb" and "below the lightest plan's forecast" in problem.message
+    assert "memory_budget_gb 0.01 " in problem.message and "GiB of GPU memory" in problem.message
+    run = validate_run({**raw, "memory_budget_gb": 4}, settings, live_output_names=set())
+    assert preflight_report(run)["memory"]["gpu_fit"] == "fits"
