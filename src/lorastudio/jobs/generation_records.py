@@ -15,7 +15,10 @@ in memory is a previous server's: read as interrupted (`read_record`).
 
 Bounded like the caption jobs' records: the newest KEEP by "seq" (the request's number in the
 order the home's requests were sent, one more than the highest recorded; never the wall
-clock), the oldest removed when a new one is written.
+clock), the oldest removed when a new one is written. The numbering and that prune list the
+folder on each new request but read each entry at most once per change (its name, size, mtime_ns,
+ctime_ns and inode: `_all`), so files there that are not records (a hand's, another shape: fix
+1160) are not parsed again by every POST (RELIABILITY 1181).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 import threading
 from pathlib import Path
@@ -86,6 +90,9 @@ class GenerationRecords:
         self.folder = records_dir(home)
         self._lock = threading.Lock()
         self._seq: int | None = None  # the highest seq recorded, read once
+        # each entry's (stat key, its record or None) when last read: `_all` reads an entry again
+        # only when it changed
+        self._memo: dict[str, tuple[tuple[int, ...], dict[str, Any] | None]] = {}
 
     def write(self, status: dict[str, Any], error: LorastudioError | None = None, new: bool = False) -> None:
         """Record `status` (GenerationJobs.status's fields: request_id, state, step, steps,
@@ -115,11 +122,25 @@ class GenerationRecords:
         write_staged_text(target, json.dumps(record, allow_nan=False))
 
     def _all(self) -> list[dict[str, Any]]:
+        """Every record in the folder (callers hold `_lock`). An entry is read again only when its
+        stat key changed since the last listing (a record is replaced by a rename: a new inode);
+        what is not a record is remembered as None while it stays as it is."""
         try:
-            paths = [p for p in self.folder.iterdir() if p.suffix == ".json" and not p.name.startswith(".")]
+            with os.scandir(self.folder) as listing:
+                entries = [e for e in listing if e.name.endswith(".json") and not e.name.startswith(".")]
         except OSError:
             return []
-        return [r for r in map(_read, paths) if r is not None]
+        seen: dict[str, tuple[tuple[int, ...], dict[str, Any] | None]] = {}
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:  # removed since the listing
+                continue
+            key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode)
+            known = self._memo.get(entry.name)
+            seen[entry.name] = known if known is not None and known[0] == key else (key, _read(Path(entry.path)))
+        self._memo = seen
+        return [record for _, record in seen.values() if record is not None]
 
     def _next_seq(self) -> int:
         if self._seq is None:

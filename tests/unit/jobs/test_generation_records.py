@@ -86,3 +86,30 @@ def test_a_planted_record_of_the_wrong_shape_reads_as_none_and_new_ones_are_stil
     records.write({"request_id": "new", "state": "queued", "created": 2.0}, new=True)
     status, _ = records.read("new")  # type: ignore[misc]
     assert status["state"] == "interrupted"
+
+
+def test_files_that_are_not_records_are_read_once_per_change_not_by_every_new_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 1181: each new request's numbering and prune read every file of the folder
+    again, records or not (5000 small files a hand left there: ~0.24 s a POST). Now an entry is
+    read once per change of its name, size, times or inode."""
+    folder = records_dir(tmp_path)
+    folder.mkdir(parents=True)
+    for i in range(5):
+        (folder / f"junk{i}.json").write_text("{not json")
+    reads: list[str] = []
+    real = generation_records.read_small_file
+    monkeypatch.setattr(
+        generation_records, "read_small_file", lambda path, cap: reads.append(path.name) or real(path, cap)
+    )
+    records = GenerationRecords(tmp_path)
+    for rid in ("a", "b", "c"):
+        records.write({"request_id": rid, "state": "queued", "created": 1.0}, new=True)
+    assert sorted(n for n in reads if n.startswith("junk")) == [f"junk{i}.json" for i in range(5)], reads
+    assert reads.count("a.json") <= 2  # its first listing, then once for its own rewrite at most
+    reads.clear()
+    (folder / "junk0.json").write_text("{still not json, longer}")  # changed: read again
+    records.write({"request_id": "d", "state": "queued", "created": 1.0}, new=True)
+    assert [n for n in reads if n.startswith("junk")] == ["junk0.json"], reads
+    assert [records.read(rid)[0]["state"] for rid in "abcd"] == ["interrupted"] * 4  # type: ignore[index]
