@@ -138,7 +138,9 @@ class GenerationRecords:
                 continue
             key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode)
             known = self._memo.get(entry.name)
-            seen[entry.name] = known if known is not None and known[0] == key else (key, _read(Path(entry.path)))
+            seen[entry.name] = (
+                known if known is not None and known[0] == key else (key, _read(Path(entry.path)))
+            )
         self._memo = seen
         return [record for _, record in seen.values() if record is not None]
 
