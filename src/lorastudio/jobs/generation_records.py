@@ -19,6 +19,14 @@ clock), the oldest removed when a new one is written. The numbering and that pru
 folder on each new request but read each entry at most once per change (its name, size, mtime_ns,
 ctime_ns and inode: `_all`), so files there that are not records (a hand's, another shape: fix
 1160) are not parsed again by every POST (RELIABILITY 1181).
+
+A roll-back to a version before these records (fix 1095) keeps its generations in memory only
+and does not read the folder, so it may take a request_id recorded here; after the next upgrade
+that id's record would answer the first generation, not the roll-back's. The folder's `.epoch`
+names the home's epoch (jobs/homelock.py: carried by every lock holder of this version, begun
+anew after a holder of an older one) its records were written under; a server that finds another
+epoch there removes the records as possibly overtaken (their GET then answers 404, as a roll-back's
+own generations do) and records on under its own (RELIABILITY 1182).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from typing import Any
 from lorastudio import errors, json_read
 from lorastudio.capped_read import read_small_file
 from lorastudio.errors import ConfigError, LorastudioError
+from lorastudio.jobs.homelock import home_epoch
 from lorastudio.staged_files import write_staged_text
 
 log = logging.getLogger("lorastudio.jobs")
@@ -46,6 +55,7 @@ MAX_RECORD_BYTES = 1 << 20
 INTERRUPTED = "interrupted"
 OUTCOMES = frozenset(("done", "failed", "cancelled"))
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+EPOCH_FILE = ".epoch"  # the home epoch the folder's records were written under
 
 
 class RecordedError(LorastudioError):
@@ -84,15 +94,19 @@ def _error_fields(err: LorastudioError | None) -> dict[str, Any] | None:
 class GenerationRecords:
     """The records of one home, written by its server (thread-safe). A write that fails (a full
     disk, a read-only home) is logged and the generation goes on: only its status after a
-    restart is lost."""
+    restart is lost. Made at the server's start, holding the home's lock: records written under
+    another home epoch than the lock's are removed then (module docstring)."""
 
     def __init__(self, home: Path) -> None:
         self.folder = records_dir(home)
+        self._epoch = home_epoch(home)  # None: no lock of this version (a test harness): not judged
+        self._epoch_marked = False
         self._lock = threading.Lock()
         self._seq: int | None = None  # the highest seq recorded, read once
         # each entry's (stat key, its record or None) when last read: `_all` reads an entry again
         # only when it changed
         self._memo: dict[str, tuple[tuple[int, ...], dict[str, Any] | None]] = {}
+        self._drop_another_epochs()
 
     def write(self, status: dict[str, Any], error: LorastudioError | None = None, new: bool = False) -> None:
         """Record `status` (GenerationJobs.status's fields: request_id, state, step, steps,
@@ -119,7 +133,40 @@ class GenerationRecords:
 
     def _write(self, target: Path, record: dict[str, Any]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._mark_epoch()
         write_staged_text(target, json.dumps(record, allow_nan=False))
+
+    def _mark_epoch(self) -> None:
+        """Name the home's epoch in the folder (once per instance), before a record is written."""
+        if self._epoch is not None and not self._epoch_marked:
+            write_staged_text(self.folder / EPOCH_FILE, self._epoch)
+            self._epoch_marked = True
+
+    def _drop_another_epochs(self) -> None:
+        """Remove the records written under another home epoch than the lock's (RELIABILITY 1182:
+        an older server may have taken their ids since). A folder without EPOCH_FILE holds the
+        records of a version before it (or none): kept, as before. Logs what it removed; an
+        OSError leaves the rest (logged) and marks nothing, so a later start tries again."""
+        if self._epoch is None or not self.folder.is_dir():
+            return
+        marked = read_small_file(self.folder / EPOCH_FILE, 256)
+        try:
+            if marked is not None and marked.decode("utf-8", "replace").strip() != self._epoch:
+                gone = 0
+                with os.scandir(self.folder) as listing:
+                    for entry in listing:
+                        if entry.name.endswith(".json") and not entry.name.startswith("."):
+                            os.unlink(entry.path)
+                            gone += 1
+                log.warning(
+                    "removed %d generation records in %s: an older lorastudio served this home since they"
+                    " were written (it keeps none) and may have taken their request ids",
+                    gone,
+                    self.folder,
+                )
+            self._mark_epoch()
+        except OSError as err:
+            log.warning("could not judge the generation records in %s: %s", self.folder, err)
 
     def _all(self) -> list[dict[str, Any]]:
         """Every record in the folder (callers hold `_lock`). An entry is read again only when its

@@ -113,3 +113,40 @@ def test_files_that_are_not_records_are_read_once_per_change_not_by_every_new_re
     records.write({"request_id": "d", "state": "queued", "created": 1.0}, new=True)
     assert [n for n in reads if n.startswith("junk")] == ["junk0.json"], reads
     assert [records.read(rid)[0]["state"] for rid in "abcd"] == ["interrupted"] * 4  # type: ignore[index]
+
+
+def _done(records: GenerationRecords, rid: str) -> None:
+    status = {"request_id": rid, "state": "done", "created": 1.0, "ended": 2.0, "result": {"file": "x.png"}}
+    records.write(status, new=True)
+
+
+def test_records_an_older_server_may_have_overtaken_are_not_answered_after_a_roll_back(
+    tmp_path: Path,
+) -> None:
+    """RELIABILITY 1182: after a roll-back to a version that keeps no records (before 1095) and took
+    a request_id recorded here, the next upgrade answered that id from the first generation's
+    record. The home lock's epoch now tells such a gap: this version's holders carry it over (a
+    restart, a kill -9, a CLI command between), an older holder's rewrite of the file drops it."""
+    from lorastudio.jobs.homelock import LOCK_NAME, HomeLock
+
+    server = HomeLock.for_server(tmp_path, 8000)
+    _done(GenerationRecords(tmp_path), "r")
+    server.release()
+    with HomeLock.for_command(tmp_path, "cache prune"):  # this version's command between: same epoch
+        pass
+    killed = HomeLock.for_server(tmp_path, 8000)
+    assert GenerationRecords(tmp_path).read("r") is not None  # a restart keeps it (fix 1095)
+    os.close(killed._fd)  # type: ignore[arg-type]  # a kill -9: the file keeps the holder's fields
+    killed._fd = None
+    assert GenerationRecords(tmp_path).read("r") is not None
+
+    lock = tmp_path / LOCK_NAME  # an older server's start and release (its homelock.py, before 1182)
+    lock.write_text(json.dumps({"pid": 1, "port": 8000, "kind": "server"}) + "\n")
+    lock.write_text("")
+    again = HomeLock.for_server(tmp_path, 8000)
+    records = GenerationRecords(tmp_path)
+    assert records.read("r") is None and not (records_dir(tmp_path) / "r.json").exists()
+    _done(records, "r")  # the id is taken anew and kept across the next restart
+    again.release()
+    with HomeLock.for_server(tmp_path, 8000):
+        assert GenerationRecords(tmp_path).read("r") is not None
