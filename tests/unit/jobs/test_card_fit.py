@@ -138,3 +138,31 @@ def test_a_budget_below_the_lightest_plans_forecast_is_refused_before_any_model_
     assert "memory_budget_gb 0.01 " in problem.message and "GiB of GPU memory" in problem.message
     run = validate_run({**raw, "memory_budget_gb": 4}, settings, live_output_names=set())
     assert preflight_report(run)["memory"]["gpu_fit"] == "fits"
+
+
+def test_a_data_parallel_runs_memory_estimate_is_one_gpus_share_of_a_micro_batch(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 1185: the preflight's `memory.estimated_gb` (and `lightest_gb`) of a `num_gpus`
+    run counted the whole micro-batch's activations on one GPU, where each rank holds its slice
+    (training/micro_batches.py): up to num_gpus times the activations, while the card verdict
+    counted one GPU's share. Now both size a rank's: batch 4 over 2 GPUs as 2 a GPU (the plans
+    the estimate is asked for are spied on: the tiny model's activations round to nothing)."""
+    import dataclasses
+
+    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32}
+    run = validate_run({**raw, "steps": 2, "batch_size": 4}, settings, live_output_names=set())
+    boxes = HostInfo(
+        "cuda", "H100", 79.2, precisions_for("cuda", (9, 0)), gpu_count=2, gpu_memory_gb=(79.2, 79.2)
+    )
+    sized: list[int] = []
+    real = preflight.estimate_memory_gb
+    monkeypatch.setattr(
+        preflight,
+        "estimate_memory_gb",
+        lambda cfg, d, plan, *a, **k: sized.append(plan.micro_batch_size) or real(cfg, d, plan, *a, **k),
+    )
+    cfg = run.config.model_copy(update={"num_gpus": 2, "memory_budget_gb": 40})
+    memory = preflight_report(dataclasses.replace(run, config=cfg), boxes)["memory"]
+    assert sized == [2, 1], sized  # the fastest plan's 4 over 2 ranks; the lightest plan's 1
+    assert "per GPU: each of the 2 ranks holds its slice" in memory["note"]
