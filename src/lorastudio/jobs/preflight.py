@@ -91,9 +91,8 @@ def preflight_report(
     planned = fit.budget_gib if fit is not None else None  # the card's memory, taken as the budget
     budgeted = cfg.model_copy(update={"memory_budget_gb": planned}) if planned else cfg  # as the run has it
     # the time and host RAM forecasts: of the plan the budget is forecast to choose, else the default
-    chosen = budget_plan(
-        budgeted, sizing_folder(cfg, run.model_dir), host, budgeted.memory_budget_gb, controls
-    )
+    sized = sizing_folder(cfg, run.model_dir)  # a local folder, or a hub id's snapshot in the hub cache
+    chosen = budget_plan(budgeted, sized, host, budgeted.memory_budget_gb, controls)
     forecast_plan = chosen or plan_for_estimate(cfg, host)
     plan = preflight_plan(budgeted, host)
     plan["budget_from_gpu"] = planned is not None
@@ -182,7 +181,8 @@ def preflight_report(
         },
         "plan": plan,
         "conditioning": conditioning_section(cfg),
-        "memory": {**_memory_section(budgeted, run.model_dir, host, scan, chosen), **gpu_section(fit)},
+        # a hub id in the hub cache is sized from its snapshot, as the verdict is (RELIABILITY 1186)
+        "memory": {**_memory_section(budgeted, sized, host, scan, chosen), **gpu_section(fit)},
         "latent_cache": cache,
         "host": host.public(),
         "family": family_section(cfg, run.model_dir),

@@ -166,3 +166,33 @@ def test_a_data_parallel_runs_memory_estimate_is_one_gpus_share_of_a_micro_batch
     memory = preflight_report(dataclasses.replace(run, config=cfg), boxes)["memory"]
     assert sized == [2, 1], sized  # the fastest plan's 4 over 2 ranks; the lightest plan's 1
     assert "per GPU: each of the 2 ranks holds its slice" in memory["note"]
+
+
+def test_a_hub_id_in_the_hub_cache_gets_a_memory_estimate_as_it_gets_a_verdict(
+    settings: Settings,
+    shapes: Path,
+    tiny_model: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """RELIABILITY 1186: the card verdict sized a hub id from its snapshot in the hub cache
+    (card_fit.sizing_folder), but the preflight's `memory.estimated_gb` read the run's local
+    folder only: null ("no local weights to size") for the same base."""
+    import dataclasses
+    import shutil
+
+    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32}
+    run = validate_run({**raw, "steps": 2}, settings, live_output_names=set())
+    local = preflight_report(run)["memory"]["estimated_gb"]
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    storage = tmp_path / "hub" / "models--acme--flux"
+    shutil.copytree(tiny_model("flux"), storage / "snapshots" / commit)
+    (storage / "refs").mkdir()
+    (storage / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub = dataclasses.replace(
+        run, config=run.config.model_copy(update={"base_model": "acme/flux"}), model_dir=None
+    )
+    assert local is not None and preflight_report(hub)["memory"]["estimated_gb"] == local
+    gone = dataclasses.replace(hub, config=hub.config.model_copy(update={"base_model": "acme/elsewhere"}))
+    assert preflight_report(gone)["memory"]["estimated_gb"] is None  # not in the cache: nothing to size
