@@ -17,7 +17,7 @@ from lorastudio.cli import train_check
 from lorastudio.data import dataset_delete, dataset_names
 from lorastudio.data.dataset_delete import delete_dataset
 from lorastudio.data.dataset_names import rename_dataset
-from lorastudio.errors import WRITE_ADVICE, ConfigError, WriteFailed
+from lorastudio.errors import WRITE_ADVICE, ConfigError, DatasetError, WriteFailed
 from lorastudio.settings import get_settings
 
 
@@ -94,6 +94,17 @@ def test_a_run_folder_that_is_an_empty_mount_point_is_trained_into_not_replaced(
     assert output_name_problems("disk", settings, set()) == []
     assert "already exists" in output_name_problems("plain", settings, set())[0].message
     assert train_check.replace_outputs("disk", settings) is None and (disk / "lost+found").is_dir()
+    from lorastudio.config import TrainConfig
+    from lorastudio.training.preflight import _preflight
+
+    for name, taken in (("disk", False), ("plain", True)):  # the engine's own check before loading
+        cfg = TrainConfig(family="flux", base_model="/nowhere", data_dir="none", output_name=name)
+        with pytest.raises((ConfigError, DatasetError)) as refused:  # `disk`: on to its missing dataset
+            _preflight(cfg, settings, "cpu")
+        named = isinstance(refused.value, ConfigError) and "output_name" in {
+            p.field for p in refused.value.problems
+        }
+        assert named is taken, refused.value
     inode = disk.stat().st_ino
     fd = claim_run_dir(disk, "run-1")
     try:
