@@ -101,6 +101,7 @@ class GenerationRecords:
         self.folder = records_dir(home)
         self._epoch = home_epoch(home)  # None: no lock of this version (a test harness): not judged
         self._epoch_marked = False
+        self._overtaken: set[str] = set()  # records of another epoch it could not remove: never answered
         self._lock = threading.Lock()
         self._seq: int | None = None  # the highest seq recorded, read once
         # each entry's (stat key, its record or None) when last read: `_all` reads an entry again
@@ -137,31 +138,39 @@ class GenerationRecords:
         write_staged_text(target, json.dumps(record, allow_nan=False))
 
     def _mark_epoch(self) -> None:
-        """Name the home's epoch in the folder (once per instance), before a record is written."""
-        if self._epoch is not None and not self._epoch_marked:
+        """Name the home's epoch in the folder (once per instance), before a record is written;
+        never while records of another epoch stay (`_overtaken`)."""
+        if self._epoch is not None and not self._epoch_marked and not self._overtaken:
             write_staged_text(self.folder / EPOCH_FILE, self._epoch)
             self._epoch_marked = True
 
     def _drop_another_epochs(self) -> None:
         """Remove the records written under another home epoch than the lock's (RELIABILITY 1182:
         an older server may have taken their ids since). A folder without EPOCH_FILE holds the
-        records of a version before it (or none): kept, as before. Logs what it removed; an
-        OSError leaves the rest (logged) and marks nothing, so a later start tries again."""
+        records of a version before it (or none): kept, as before. Logs what it removed; a record
+        it cannot remove is logged and never answered by this server (`_overtaken`), and the
+        folder is not marked, so a later start tries again."""
         if self._epoch is None or not self.folder.is_dir():
             return
         marked = read_small_file(self.folder / EPOCH_FILE, 256)
         try:
             if marked is not None and marked.decode("utf-8", "replace").strip() != self._epoch:
-                gone = 0
                 with os.scandir(self.folder) as listing:
-                    for entry in listing:
-                        if entry.name.endswith(".json") and not entry.name.startswith("."):
-                            os.unlink(entry.path)
-                            gone += 1
+                    names = [
+                        e.name for e in listing if e.name.endswith(".json") and not e.name.startswith(".")
+                    ]
+                for name in names:
+                    try:
+                        os.unlink(self.folder / name)
+                    except FileNotFoundError:
+                        pass
+                    except OSError as err:
+                        self._overtaken.add(name)
+                        log.warning("could not remove the overtaken generation record %s: %s", name, err)
                 log.warning(
                     "removed %d generation records in %s: an older lorastudio served this home since they"
                     " were written (it keeps none) and may have taken their request ids",
-                    gone,
+                    len(names) - len(self._overtaken),
                     self.folder,
                 )
             self._mark_epoch()
@@ -177,6 +186,7 @@ class GenerationRecords:
                 entries = [e for e in listing if e.name.endswith(".json") and not e.name.startswith(".")]
         except OSError:
             return []
+        entries = [e for e in entries if e.name not in self._overtaken]
         seen: dict[str, tuple[tuple[int, ...], dict[str, Any] | None]] = {}
         for entry in entries:
             try:
@@ -227,7 +237,7 @@ class GenerationRecords:
         its error, from its record; None when there is none (or it is not readable). A record
         still in flight reads as INTERRUPTED with a ServerStopping error: the server that ran it
         stopped (or was killed) before it ended, and nothing of it was kept."""
-        if not _ID.match(request_id):
+        if not _ID.match(request_id) or f"{request_id}.json" in self._overtaken:
             return None
         record = _read(self.folder / f"{request_id}.json")
         if record is None:

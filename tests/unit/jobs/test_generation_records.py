@@ -150,3 +150,34 @@ def test_records_an_older_server_may_have_overtaken_are_not_answered_after_a_rol
     again.release()
     with HomeLock.for_server(tmp_path, 8000):
         assert GenerationRecords(tmp_path).read("r") is not None
+
+
+def test_an_overtaken_record_that_cannot_be_removed_is_never_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 1182: a record of another epoch that the start cannot remove (a permission) is
+    not answered by this server, and the folder keeps the old epoch, so the next start tries again
+    (and removes this server's records with it: the folder cannot tell them apart)."""
+    from lorastudio.jobs.homelock import LOCK_NAME, HomeLock
+
+    with HomeLock.for_server(tmp_path, None):
+        _done(GenerationRecords(tmp_path), "r")
+    (tmp_path / LOCK_NAME).write_text("")  # an older server's start and release
+    real = os.unlink
+
+    def unlink(path: object, *args: object, **kwargs: object) -> None:
+        if str(path).endswith("r.json"):
+            raise PermissionError(13, "Permission denied", str(path))
+        real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    with HomeLock.for_server(tmp_path, None):
+        records = GenerationRecords(tmp_path)
+        assert records.read("r") is None and (records_dir(tmp_path) / "r.json").exists()
+        _done(records, "s")  # a new record is kept; the folder is not marked with the new epoch
+        assert records.read("s") is not None
+    monkeypatch.setattr(os, "unlink", real)
+    with HomeLock.for_server(tmp_path, None):  # the next start: the same epoch, the folder's is older
+        assert (
+            GenerationRecords(tmp_path).read("r") is None and not (records_dir(tmp_path) / "r.json").exists()
+        )
