@@ -196,3 +196,24 @@ def test_a_hub_id_in_the_hub_cache_gets_a_memory_estimate_as_it_gets_a_verdict(
     assert local is not None and preflight_report(hub)["memory"]["estimated_gb"] == local
     gone = dataclasses.replace(hub, config=hub.config.model_copy(update={"base_model": "acme/elsewhere"}))
     assert preflight_report(gone)["memory"]["estimated_gb"] is None  # not in the cache: nothing to size
+
+
+def test_api_info_offers_a_data_parallel_run_the_choices_of_its_weakest_gpu() -> None:
+    """RELIABILITY 1188: /api/info's precisions, compile modes and attention kernels were GPU 0's
+    alone, so the Train form offered a `num_gpus` run over mixed cards what the weakest lacks (the
+    job service's check, 1134, then refused it). Now `run_choices[k-1]` is what a run over the
+    first k GPUs may use: the weakest's, as the service judges it."""
+    from lorastudio.api.schemas import HostOut
+
+    gpus = [
+        {"name": "NVIDIA GeForce RTX 4090", "total_memory": 23 * 2**30, "capability": [8, 9]},
+        {"name": "Tesla T4", "total_memory": 15 * 2**30, "capability": [7, 5]},
+    ]
+    public = HostOut.model_validate(
+        hardware.host_from_facts({"cuda": True, "devices": gpus}).public()
+    ).model_dump()
+    one, two = public["run_choices"]
+    assert one["precisions"] == public["precisions"] and "fp8" in one["precisions"]
+    assert "bf16" not in two["precisions"] and "fp8" not in two["precisions"]
+    assert "cudnn" in one["attention_backends"] and "cudnn" not in two["attention_backends"]
+    assert HostOut.model_validate(T4.public()).run_choices == []  # no per-GPU facts

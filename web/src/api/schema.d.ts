@@ -2545,6 +2545,11 @@ export interface components {
              * @description the base_precision values a run can use here
              */
             precisions: string[];
+            /**
+             * Run Choices
+             * @description item k-1: what a run over the first k GPUs may use (num_gpus = k): the choices above of the weakest of them, as the job service judges it; [] off CUDA
+             */
+            run_choices: components["schemas"]["RunChoicesOut"][];
         };
         /** InfoOut */
         InfoOut: {
@@ -3781,6 +3786,17 @@ export interface components {
             settings?: {
                 [key: string]: unknown;
             };
+        };
+        /** RunChoicesOut */
+        RunChoicesOut: {
+            /** Attention Backends */
+            attention_backends: string[];
+            /** Compile Modes */
+            compile_modes: string[];
+            /** Optimizers */
+            optimizers: string[];
+            /** Precisions */
+            precisions: string[];
         };
         /** RunDeleted */
         RunDeleted: {
