@@ -17,11 +17,20 @@ serves one run (or one generation or caption job at a time), the loaders' signat
 by every family, and the token is a fact of the process, set once after the worker starts.
 Processes that make hub calls with their settings at hand (the server's fetches, hub_push, the
 catalogue, the captioning CLI) pass settings.hf_token themselves; `lorastudio train` and
-`generate`, which load models in the CLI's own process, hold it too (`hold_studio_hub_token`).
+`generate`, which load models in the CLI's own process, hold it too (`hold_studio_hub_token`)
+and take the hub token names out of their own os.environ once read (RELIABILITY 1183: the user's
+shell exported them, and the children a library starts from os.environ inherited them); the
+ranks of a `train --gpus N` launch are handed the held token in their environment
+(`rank_environment`), and each rank takes it out of its own likewise.
 No torch, no huggingface_hub.
 """
 
 from __future__ import annotations
+
+import os
+
+HUB_TOKEN_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # what huggingface_hub reads
+STUDIO_TOKEN_NAME = "LORASTUDIO_HF_TOKEN"  # settings.hf_token's
 
 _held: str | None = None
 
@@ -45,14 +54,29 @@ def hub_kwargs() -> dict[str, str]:
 
 def hold_studio_hub_token() -> bool:
     """In a CLI command that loads models in its own process (`lorastudio train`, `generate`):
-    hold the studio's hub token (settings.hf_token: LORASTUDIO_HF_TOKEN) for its hub calls, as
-    a worker holds it; with none set, nothing is held and the calls use huggingface_hub's own
-    login (HF_TOKEN of the user's shell, `hf auth login`). Never writes an environment. Returns
-    whether it held one."""
+    hold the studio's hub token (settings.hf_token: LORASTUDIO_HF_TOKEN), else the HF_TOKEN /
+    HUGGING_FACE_HUB_TOKEN of the user's shell (which huggingface_hub would have read there), for
+    its hub calls, as a worker holds it; then remove all three from this process's os.environ, so
+    no child started from it later (Inductor's compile workers, wandb-core) inherits them
+    (RELIABILITY 1183). With none set, nothing is held and the calls use huggingface_hub's login
+    (`hf auth login`'s token file). Returns whether it held one."""
     from lorastudio.settings import get_settings
 
     token = get_settings().hf_token
-    if token is None:
+    found = token.get_secret_value() if token is not None else None
+    found = found or next(
+        (os.environ[n].strip() for n in HUB_TOKEN_NAMES if os.environ.get(n, "").strip()), None
+    )
+    for name in (STUDIO_TOKEN_NAME, *HUB_TOKEN_NAMES):
+        os.environ.pop(name, None)
+    if not found:
         return False
-    hold_hub_token(token.get_secret_value())
+    hold_hub_token(found)
     return True
+
+
+def rank_environment() -> dict[str, str]:
+    """What a `train --gpus N` launch adds to its ranks' environment: the held token as
+    LORASTUDIO_HF_TOKEN (each rank's own `hold_studio_hub_token` reads it and takes it out of
+    that rank's os.environ), or {} when none is held."""
+    return {STUDIO_TOKEN_NAME: _held} if _held else {}

@@ -109,9 +109,12 @@ def test_behind_a_proxy_the_cookie_is_secure_and_under_the_studios_folder(settin
         # a proxy that strips /lab/studio/: only the page knows its folder
         res = client.post("/api/session", params={"path": "/lab/studio/"}, headers=BEARER)
         assert "Path=/lab/studio/;" in res.headers["set-cookie"], res.headers
-        for bad in ("/a;Domain=evil.example", "/a b", "studio", "/a,b", "/a\x01"):
+        for bad in ("/a b", "studio", "/a\x01"):
             res = client.post("/api/session", params={"path": bad}, headers=BEARER)
             assert res.status_code == 422 and "set-cookie" not in res.headers, (bad, res.text)
+        for cut in ("/a;Domain=evil.example", "/a,b"):  # cut at the folder above (RELIABILITY 1184)
+            header = client.post("/api/session", params={"path": cut}, headers=BEARER).headers["set-cookie"]
+            assert "Path=/;" in header and "Domain" not in header and "/a" not in header, (cut, header)
 
 
 def test_sessions_expire_and_stay_bounded() -> None:
@@ -174,3 +177,22 @@ def test_a_proxy_prefix_a_browser_keeps_unescaped_is_the_cookies_path(secured: T
         res = secured.post("/api/session", params={"path": folder}, headers=BEARER)
         assert res.status_code == 200, (folder, res.text)
         assert f"Path={folder};" in res.headers["set-cookie"], res.headers
+
+
+def test_a_proxy_prefix_holding_a_semicolon_or_comma_opens_a_session_at_the_folder_above(
+    secured: TestClient,
+) -> None:
+    """RELIABILITY 1184: a browser keeps `;` and `,` unescaped in a path, and a cookie's Path
+    cannot hold them: the UI's `?path=` was refused 422, so no session opened and the page's
+    images and streams were refused. Now the cookie takes the widest folder above that holds
+    neither; its session stands for the token and DELETE clears the same cookie."""
+    for folder, cookie_path in (("/a;b/studio/", "/"), ("/lab,2/x/", "/"), ("/ok/a;b,c/", "/ok/")):
+        res = secured.post("/api/session", params={"path": folder}, headers=BEARER)
+        assert res.status_code == 200 and res.json()["cookie"] is True, (folder, res.text)
+        header = res.headers["set-cookie"]
+        assert f"Path={cookie_path};" in header and ";b" not in header and ",2" not in header, header
+        sid = header.split(";")[0].split("=", 1)[1]
+        secured.cookies.clear()
+        assert _get(secured, "/api/info", sid).status_code == 200
+        gone = secured.request("DELETE", "/api/session", params={"path": folder}, headers=BEARER)
+        assert gone.status_code == 200 and f"Path={cookie_path};" in gone.headers["set-cookie"], gone.headers

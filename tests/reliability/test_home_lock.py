@@ -42,7 +42,8 @@ def test_a_second_server_and_a_cli_run_are_refused_while_a_server_owns_the_home(
     with serve_process(settings) as (first, client):
         port = int(str(client.base_url).rsplit(":", 1)[1].strip("/"))
         holder = json.loads((settings.home / LOCK_NAME).read_text())
-        assert holder == {"pid": first.pid, "port": port, "kind": "server"}
+        assert holder == {"pid": first.pid, "port": port, "kind": "server", "epoch": holder["epoch"]}
+        assert len(holder["epoch"]) == 32  # the home's epoch (RELIABILITY 1182)
 
         t0 = time.monotonic()
         second = _cli(settings, "serve", "--port", str(_free_port()))

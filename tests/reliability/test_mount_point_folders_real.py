@@ -55,3 +55,23 @@ def test_a_full_thumbnail_cache_still_serves_thumbnails(tmp_path: Path) -> None:
         data = thumbnail_jpeg(image, 64, cache_dir=cache, max_pixels=10**8, decode_pixels=10**8)
         assert data.startswith(b"\xff\xd8")  # a JPEG, not NoSpaceLeft
         assert sorted(p.name for p in cache.rglob("*") if p.is_file()) == ["filler.bin"]
+
+
+def test_an_empty_mounted_run_folder_is_claimed_and_written_into_as_it_is() -> None:
+    """RELIABILITY 1187 on a real tmpfs: the claim writes into the mount (its fresh mark), the
+    folder stays the mount, and a killed run's clean-up empties it without trying to remove it."""
+    from lorastudio.jobs.leftover_removal import remove_leftovers
+    from lorastudio.jobs.leftovers import _run_leftovers
+    from lorastudio.jobs.validation import output_name_problems
+    from lorastudio.training.run_lock import claim_run_dir, release_run_dir
+
+    settings = get_settings()
+    with small_disk(settings.outputs_dir / "disk", 1) as run:
+        assert output_name_problems("disk", settings, set()) == []
+        assert replace_outputs("disk", settings) is None
+        release_run_dir(claim_run_dir(run, "run-1"))
+        assert os.path.ismount(run) and os.listdir(run) == [".fresh-run"]
+        listed = _run_leftovers(run)
+        assert run not in listed
+        remove_leftovers(listed)
+        assert os.path.ismount(run) and os.listdir(run) == []

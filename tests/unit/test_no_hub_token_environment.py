@@ -2,7 +2,7 @@
 library starts from os.environ would inherit it in its /proc/PID/environ): the hub token is
 held in memory (lorastudio/hub_token.py) and handed to each hub call as `token=`. So src/ names
 huggingface_hub's token variables once, in the list of secrets a child's environment is cleared
-of (jobs/childenv.HUB_TOKEN_NAMES), and never writes or builds one."""
+of and the CLI takes out of its own (hub_token.HUB_TOKEN_NAMES), and never writes or builds one."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ SRC = Path(lorastudio.__file__).parent
 NAME = re.compile(r"""["'](HF_TOKEN|HUGGING_FACE_HUB_TOKEN)["']|\b(HF_TOKEN|HUGGING_FACE_HUB_TOKEN)\s*=""")
 ALLOWED = {
     (
-        "jobs/childenv.py",
+        "hub_token.py",
         'HUB_TOKEN_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # what huggingface_hub reads',
     )
 }

@@ -258,6 +258,13 @@ class FamilyOut(_Out):
     precisions: list[str] = Field(description="base_precision values this host can run")
 
 
+class RunChoicesOut(_Out):
+    precisions: list[str]
+    optimizers: list[str]
+    compile_modes: list[str]
+    attention_backends: list[str]
+
+
 class HostOut(_Out):
     model_config = ConfigDict(json_schema_serialization_defaults_required=True)
 
@@ -278,6 +285,11 @@ class HostOut(_Out):
         default_factory=list,
         description="the attention_backend values with a kernel on this GPU (cudnn and flash: compute capability"
         " 8.0+; fa4: a Hopper / Blackwell GPU, and flash_attn.cute, which the run's start checks)",
+    )
+    run_choices: list[RunChoicesOut] = Field(
+        default_factory=list,
+        description="item k-1: what a run over the first k GPUs may use (num_gpus = k): the choices above"
+        " of the weakest of them, as the job service judges it; [] off CUDA",
     )
 
 

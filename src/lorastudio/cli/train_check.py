@@ -115,8 +115,13 @@ def replace_outputs(name: str, settings: Settings) -> Path | None:
     removed, or None when there was none. A link is removed, never followed. A folder that is a
     mount point is refused (ConfigError) before anything in it is removed: the folder itself
     cannot go (EBUSY), so its files would be lost and the run still refused. A failed removal is
-    WriteFailed / NoSpaceLeft naming the folder."""
+    WriteFailed / NoSpaceLeft naming the folder. A mount point that holds nothing is left as it is
+    (None): the run writes into it (RELIABILITY 1187)."""
+    from lorastudio.training.run_lock import empty_mount_point
+
     folder = settings.outputs_dir / name
+    if empty_mount_point(folder):
+        return None
     if not folder.is_symlink() and os.path.ismount(folder):
         raise ConfigError(
             [

@@ -27,6 +27,7 @@ from rich.console import Console
 
 from lorastudio.cli.launch_hang import run_watched
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.hub_token import rank_environment
 
 
 def bind_to_agent() -> None:
@@ -105,7 +106,8 @@ def launch(
         with tempfile.TemporaryDirectory(prefix="lorastudio-torchrun-") as logs:
             agent = [sys.executable, "-m", "lorastudio.jobs.agent", str(os.getpid())]
             run_id = new_run_id()
-            env = {**os.environ, LAUNCH_DIR_ENV: logs, RUN_ID_ENV: run_id}
+            # the hub token this command held (and took out of its os.environ): each rank holds it
+            env = {**os.environ, **rank_environment(), LAUNCH_DIR_ENV: logs, RUN_ID_ENV: run_id}
             command = [*agent, *torchrun, f"--log-dir={logs}", *rank_args]
             code, hung = run_watched(command, env, Path(logs), world, console)
             cause = launch_failure(Path(logs), world) if code != 0 and hung is None else None

@@ -20,7 +20,10 @@ less CARD_RESERVE_GIB for the CUDA context and the allocator's slack) and answer
 - "tight": every plan setting fixed, or a budget set, and forecast over the usable memory but within
   the forecast's own error (FIT_TOLERANCE) of the whole card: a warning;
 - "refused": even the lightest plan the settings allow is forecast over the card by more than
-  FIT_TOLERANCE: `problem` names the card, the forecast and what would fit.
+  FIT_TOLERANCE: `problem` names the card, the forecast and what would fit; or a `memory_budget_gb`
+  below the lightest plan's denoiser phase (what the engine's search measures against the budget:
+  a trial's peak reserved memory, training/plan_measure.py) by more than BUDGET_TOLERANCE: the
+  search would refuse it only after the models loaded and its trials ran (RELIABILITY 1180).
 
 No verdict (None) off CUDA, with the GPU's memory unknown, or without local weights to size (a
 single file; a hub id whose denoiser is not in the hub cache: `sizing_folder`). No torch: the
@@ -54,6 +57,10 @@ FIT_TOLERANCE = 0.15
 # As training/conditioning.ENCODER_BUDGET_SHARE (torch-free here): a budgeted run's text encoders
 # stay on the device when their weights fit this share of the budget, else they encode on the CPU.
 ENCODER_BUDGET_SHARE = 0.85
+# A set budget is refused before the run only when the lightest plan's denoiser phase is forecast
+# over it by more than this: the low-memory plans' forecasts ran 1-19 % over their measured peaks
+# (jobs/vram_estimate.DEVICE_ACTIVATION_FACTOR), so a budget the search could still meet is left to it.
+BUDGET_TOLERANCE = 0.25
 _OVERHEAD_GB = 1.0  # vram_estimate's, in each phase
 
 Verdict = Literal["fits", "planned", "tight", "refused"]
@@ -129,6 +136,15 @@ def card_fit(
             "memory_budget_gb" if budget is not None else "base_precision",
             f"the run is forecast at ~{judged:.1f} GiB of GPU memory even at the lightest plan its settings"
             f" allow, over the {card:g} GiB of {host.name}: {_what_fits(cfg, host)}",
+        )
+        return CardFit("refused", card, default_gib, lightest_gib, None, problem.message, problem)
+    trial_gib = (lightest if left else plain["phases"])["denoiser"] * 1e9 / GIB  # what a trial measures
+    if budget is not None and trial_gib > budget * (1 + BUDGET_TOLERANCE):
+        problem = FieldProblem(
+            "memory_budget_gb",
+            f"memory_budget_gb {budget:g} is below the lightest plan's forecast: its denoiser is forecast at"
+            f" ~{trial_gib:.1f} GiB of GPU memory even at the lightest plan the settings allow, so no plan"
+            f" can be measured within the budget; raise it to ~{trial_gib:.1f} or more, or {_what_fits(cfg, host)}",
         )
         return CardFit("refused", card, default_gib, lightest_gib, None, problem.message, problem)
     rough = f" (the forecast is rough, within {FIT_TOLERANCE:.0%}: it may run out of memory)"

@@ -42,11 +42,10 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from lorastudio.hub_token import hold_hub_token
+from lorastudio.hub_token import HUB_TOKEN_NAMES, hold_hub_token
 from lorastudio.settings import Settings
 
 SECRET_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "APIKEY", "CREDENTIALS"})
-HUB_TOKEN_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # what huggingface_hub reads
 WANDB_KEY_NAME = "WANDB_API_KEY"  # what wandb reads (a KEY word: dropped like the others)
 WANDB_IDENTITY_NAME = "WANDB_IDENTITY_TOKEN_FILE"  # wandb's identity token file (a TOKEN word: dropped)
 

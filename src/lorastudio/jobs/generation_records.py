@@ -15,7 +15,18 @@ in memory is a previous server's: read as interrupted (`read_record`).
 
 Bounded like the caption jobs' records: the newest KEEP by "seq" (the request's number in the
 order the home's requests were sent, one more than the highest recorded; never the wall
-clock), the oldest removed when a new one is written.
+clock), the oldest removed when a new one is written. The numbering and that prune list the
+folder on each new request but read each entry at most once per change (its name, size, mtime_ns,
+ctime_ns and inode: `_all`), so files there that are not records (a hand's, another shape: fix
+1160) are not parsed again by every POST (RELIABILITY 1181).
+
+A roll-back to a version before these records (fix 1095) keeps its generations in memory only
+and does not read the folder, so it may take a request_id recorded here; after the next upgrade
+that id's record would answer the first generation, not the roll-back's. The folder's `.epoch`
+names the home's epoch (jobs/homelock.py: carried by every lock holder of this version, begun
+anew after a holder of an older one) its records were written under; a server that finds another
+epoch there removes the records as possibly overtaken (their GET then answers 404, as a roll-back's
+own generations do) and records on under its own (RELIABILITY 1182).
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 import threading
 from pathlib import Path
@@ -31,6 +43,7 @@ from typing import Any
 from lorastudio import errors, json_read
 from lorastudio.capped_read import read_small_file
 from lorastudio.errors import ConfigError, LorastudioError
+from lorastudio.jobs.homelock import home_epoch
 from lorastudio.staged_files import write_staged_text
 
 log = logging.getLogger("lorastudio.jobs")
@@ -42,6 +55,7 @@ MAX_RECORD_BYTES = 1 << 20
 INTERRUPTED = "interrupted"
 OUTCOMES = frozenset(("done", "failed", "cancelled"))
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+EPOCH_FILE = ".epoch"  # the home epoch the folder's records were written under
 
 
 class RecordedError(LorastudioError):
@@ -80,12 +94,20 @@ def _error_fields(err: LorastudioError | None) -> dict[str, Any] | None:
 class GenerationRecords:
     """The records of one home, written by its server (thread-safe). A write that fails (a full
     disk, a read-only home) is logged and the generation goes on: only its status after a
-    restart is lost."""
+    restart is lost. Made at the server's start, holding the home's lock: records written under
+    another home epoch than the lock's are removed then (module docstring)."""
 
     def __init__(self, home: Path) -> None:
         self.folder = records_dir(home)
+        self._epoch = home_epoch(home)  # None: no lock of this version (a test harness): not judged
+        self._epoch_marked = False
+        self._overtaken: set[str] = set()  # records of another epoch it could not remove: never answered
         self._lock = threading.Lock()
         self._seq: int | None = None  # the highest seq recorded, read once
+        # each entry's (stat key, its record or None) when last read: `_all` reads an entry again
+        # only when it changed
+        self._memo: dict[str, tuple[tuple[int, ...], dict[str, Any] | None]] = {}
+        self._drop_another_epochs()
 
     def write(self, status: dict[str, Any], error: LorastudioError | None = None, new: bool = False) -> None:
         """Record `status` (GenerationJobs.status's fields: request_id, state, step, steps,
@@ -112,14 +134,72 @@ class GenerationRecords:
 
     def _write(self, target: Path, record: dict[str, Any]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._mark_epoch()
         write_staged_text(target, json.dumps(record, allow_nan=False))
 
-    def _all(self) -> list[dict[str, Any]]:
+    def _mark_epoch(self) -> None:
+        """Name the home's epoch in the folder (once per instance), before a record is written;
+        never while records of another epoch stay (`_overtaken`)."""
+        if self._epoch is not None and not self._epoch_marked and not self._overtaken:
+            write_staged_text(self.folder / EPOCH_FILE, self._epoch)
+            self._epoch_marked = True
+
+    def _drop_another_epochs(self) -> None:
+        """Remove the records written under another home epoch than the lock's (RELIABILITY 1182:
+        an older server may have taken their ids since). A folder without EPOCH_FILE holds the
+        records of a version before it (or none): kept, as before. Logs what it removed; a record
+        it cannot remove is logged and never answered by this server (`_overtaken`), and the
+        folder is not marked, so a later start tries again."""
+        if self._epoch is None or not self.folder.is_dir():
+            return
+        marked = read_small_file(self.folder / EPOCH_FILE, 256)
         try:
-            paths = [p for p in self.folder.iterdir() if p.suffix == ".json" and not p.name.startswith(".")]
+            if marked is not None and marked.decode("utf-8", "replace").strip() != self._epoch:
+                with os.scandir(self.folder) as listing:
+                    names = [
+                        e.name for e in listing if e.name.endswith(".json") and not e.name.startswith(".")
+                    ]
+                for name in names:
+                    try:
+                        os.unlink(self.folder / name)
+                    except FileNotFoundError:
+                        pass
+                    except OSError as err:
+                        self._overtaken.add(name)
+                        log.warning("could not remove the overtaken generation record %s: %s", name, err)
+                log.warning(
+                    "removed %d generation records in %s: an older lorastudio served this home since they"
+                    " were written (it keeps none) and may have taken their request ids",
+                    len(names) - len(self._overtaken),
+                    self.folder,
+                )
+            self._mark_epoch()
+        except OSError as err:
+            log.warning("could not judge the generation records in %s: %s", self.folder, err)
+
+    def _all(self) -> list[dict[str, Any]]:
+        """Every record in the folder (callers hold `_lock`). An entry is read again only when its
+        stat key changed since the last listing (a record is replaced by a rename: a new inode);
+        what is not a record is remembered as None while it stays as it is."""
+        try:
+            with os.scandir(self.folder) as listing:
+                entries = [e for e in listing if e.name.endswith(".json") and not e.name.startswith(".")]
         except OSError:
             return []
-        return [r for r in map(_read, paths) if r is not None]
+        entries = [e for e in entries if e.name not in self._overtaken]
+        seen: dict[str, tuple[tuple[int, ...], dict[str, Any] | None]] = {}
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:  # removed since the listing
+                continue
+            key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode)
+            known = self._memo.get(entry.name)
+            seen[entry.name] = (
+                known if known is not None and known[0] == key else (key, _read(Path(entry.path)))
+            )
+        self._memo = seen
+        return [record for _, record in seen.values() if record is not None]
 
     def _next_seq(self) -> int:
         if self._seq is None:
@@ -157,7 +237,7 @@ class GenerationRecords:
         its error, from its record; None when there is none (or it is not readable). A record
         still in flight reads as INTERRUPTED with a ServerStopping error: the server that ran it
         stopped (or was killed) before it ended, and nothing of it was kept."""
-        if not _ID.match(request_id):
+        if not _ID.match(request_id) or f"{request_id}.json" in self._overtaken:
             return None
         record = _read(self.folder / f"{request_id}.json")
         if record is None:

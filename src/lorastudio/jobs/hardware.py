@@ -139,7 +139,20 @@ class HostInfo:
             "precisions": list(self.precisions),
             "gpu_count": self.gpu_count,
             **host_choices(self.device, self.capability),
+            "run_choices": self.run_choices(),
         }
+
+    def run_choices(self) -> list[dict[str, Any]]:
+        """Item k-1: the precisions and host_choices of a run over the first k GPUs (k = 1 ..
+        the GPUs with known facts), the weakest of them (jobs/run_host.host_for_run, as the job
+        service judges a `num_gpus` run: RELIABILITY 1188); [] off CUDA or without per-GPU facts."""
+        from lorastudio.config_choices import host_choices
+        from lorastudio.jobs.run_host import host_for_run
+
+        if self.device != "cuda":
+            return []
+        runs = [host_for_run(self, None, k) for k in range(1, len(self.gpus) + 1)]
+        return [{"precisions": list(r.precisions), **host_choices(r.device, r.capability)} for r in runs]
 
 
 def precisions_for(device: str, capability: tuple[int, int] | None = None) -> tuple[str, ...]:

@@ -9,6 +9,13 @@ beside it (`datasets delete|rename|captions`, `cache clear|prune`) holds it excl
 as that command (`for_command`). The kernel drops the lock when its holder dies (kill -9
 included), so a crashed server never leaves the home locked; a stale pid in the file means
 nothing. No torch, no HTTP.
+
+The file also carries the home's `epoch` (RELIABILITY 1182): a random token each exclusive holder
+of this version carries over from the file as it found it (a fresh one where the file holds
+none) and leaves there when it lets go (a server's release empties the file but for it). A
+server or command of a version before this one rewrites the file without it, so the next start
+of this version begins a new epoch: what a server recorded under another epoch (jobs/
+generation_records.py) may have been overtaken by an older server that kept no records.
 """
 
 from __future__ import annotations
@@ -17,23 +24,29 @@ import contextlib
 import fcntl
 import json
 import os
+import re
+import secrets
 from pathlib import Path
 from typing import Any
 
 from lorastudio import json_read
+from lorastudio.capped_read import read_small_file
 from lorastudio.errors import HomeInUse
 from lorastudio.file_modes import follow_umask_fd, home_shared_files, mend_once
 
 LOCK_NAME = "lorastudio.lock"
 TRAIN_THROUGH = "train through it (web UI or POST /api/train/start"
+_EPOCH = re.compile(r"^[0-9a-f]{32}$")
+_MAX_LOCK_BYTES = 4096  # a holder's few fields
 
 
 class HomeLock:
     """A held lock on a studio home; `release()` (or the process's end) frees it."""
 
-    def __init__(self, path: Path, fd: int, exclusive: bool):
+    def __init__(self, path: Path, fd: int, exclusive: bool, epoch: str | None = None):
         self.path = path
         self.exclusive = exclusive
+        self.epoch = epoch  # the home's epoch (module docstring); None: a shared holder's
         self._fd: int | None = fd
 
     @classmethod
@@ -55,15 +68,17 @@ class HomeLock:
 
     @classmethod
     def _recorded(cls, path: Path, fd: int, info: dict[str, Any]) -> HomeLock:
-        """The exclusive lock on `fd` with `info` written in its file (the lock freed on failure)."""
+        """The exclusive lock on `fd` with `info` written in its file, and the home's epoch carried
+        over from what the file held (a fresh one where it held none) (the lock freed on failure)."""
         try:
+            epoch = _epoch_in(os.pread(fd, _MAX_LOCK_BYTES + 1, 0)) or secrets.token_hex(16)
             os.ftruncate(fd, 0)
-            os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+            os.pwrite(fd, (json.dumps({**info, "epoch": epoch}) + "\n").encode(), 0)
         except OSError:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
             raise
-        return cls(path, fd, exclusive=True)
+        return cls(path, fd, exclusive=True, epoch=epoch)
 
     @classmethod
     def for_cli_run(cls, home: Path, through: str = TRAIN_THROUGH) -> HomeLock:
@@ -94,13 +109,16 @@ class HomeLock:
         return path, fd
 
     def release(self) -> None:
-        """Free the lock (a server empties the file first). Idempotent."""
+        """Free the lock (an exclusive holder empties the file first, but for the home's epoch).
+        Idempotent."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
         with contextlib.suppress(OSError):
             if self.exclusive:
                 os.ftruncate(fd, 0)
+                if self.epoch is not None:
+                    os.pwrite(fd, (json.dumps({"epoch": self.epoch}) + "\n").encode(), 0)
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
@@ -119,6 +137,24 @@ def holder_info(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return info if isinstance(info, dict) and isinstance(info.get("pid"), int) else None
+
+
+def home_epoch(home: Path) -> str | None:
+    """The epoch `home`'s lock file names (module docstring); None where it names none (no lock
+    file, an older version's, a file not the studio's)."""
+    return _epoch_in(read_small_file(home / LOCK_NAME, _MAX_LOCK_BYTES) or b"")
+
+
+def _epoch_in(data: bytes) -> str | None:
+    """The epoch in a lock file's bytes `data`; None when there is none or they are not one."""
+    if len(data) > _MAX_LOCK_BYTES:
+        return None
+    try:
+        info = json_read.loads(data.decode("utf-8") or "null")
+    except ValueError:  # UnicodeDecodeError included
+        return None
+    epoch = info.get("epoch") if isinstance(info, dict) else None
+    return epoch if isinstance(epoch, str) and _EPOCH.match(epoch) else None
 
 
 def lock_holders(path: Path) -> list[int]:

@@ -76,7 +76,7 @@ from lorastudio.training.run_files import (
     leftovers,
     survey,
 )
-from lorastudio.training.run_lock import unowned
+from lorastudio.training.run_lock import MOUNT_OWN_ENTRIES, unowned
 
 log = logging.getLogger("lorastudio.jobs")
 
@@ -250,19 +250,23 @@ def _run_leftovers(run: Path) -> list[Path]:
     (run_files.survey) and the folder when nothing else is in it; else the folder itself when it holds nothing else but the empty
     folders a run makes (killed before it wrote a file: its name is free again;
     `remove_leftovers` removes it only while it is empty). Anything no run writes keeps it (a
-    user's file or folder), logged when nothing else does."""
+    user's file or folder), logged when nothing else does. A folder that is a mount point (a
+    disk mounted for a run, RELIABILITY 1187) is never listed itself, nor its lost+found."""
     found = leftovers(run)
     mine, other = survey(run)
+    mounted = os.path.ismount(run)
+    itself = [] if mounted else [run]
+    other = [p for p in other if not (mounted and p.parent == run and p.name in MOUNT_OWN_ENTRIES)]
     if killed_fresh(run):  # its only session was killed before a checkpoint or LoRA: all of it
         found = sorted({*found, *mine})
         if not other:
-            return [*found, run]
+            return [*found, *itself]
         log.warning("%s", kept_note(run, entry_names(run, other)))
         return [*found, *(run / f for f in WRITER_FOLDERS if _is_folder(run / f))]  # rmdir only
     if not _holds_nothing(run, {*found, *other}):
         return found  # what a run wrote: kept (which session wrote it died with the session)
     if not other:
-        return [*found, run]
+        return [*found, *itself]
     log.warning("%s", kept_note(run, entry_names(run, other)))
     return found
 

@@ -35,7 +35,7 @@ from lorastudio.errors import HostMemoryShort
 from lorastudio.jobs import host_memory
 from lorastudio.jobs.budget_plan import budget_plan, plan_words
 from lorastudio.jobs.caption_tokens import caption_token_section, tokenizer_folder
-from lorastudio.jobs.card_fit import CardFit, card_fit, sizing_folder
+from lorastudio.jobs.card_fit import CardFit, _per_gpu, card_fit, sizing_folder
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.preflight_cache import latent_cache_section
 from lorastudio.jobs.preflight_pairs import controls_section, training_mode
@@ -91,9 +91,8 @@ def preflight_report(
     planned = fit.budget_gib if fit is not None else None  # the card's memory, taken as the budget
     budgeted = cfg.model_copy(update={"memory_budget_gb": planned}) if planned else cfg  # as the run has it
     # the time and host RAM forecasts: of the plan the budget is forecast to choose, else the default
-    chosen = budget_plan(
-        budgeted, sizing_folder(cfg, run.model_dir), host, budgeted.memory_budget_gb, controls
-    )
+    sized = sizing_folder(cfg, run.model_dir)  # a local folder, or a hub id's snapshot in the hub cache
+    chosen = budget_plan(budgeted, sized, host, budgeted.memory_budget_gb, controls)
     forecast_plan = chosen or plan_for_estimate(cfg, host)
     plan = preflight_plan(budgeted, host)
     plan["budget_from_gpu"] = planned is not None
@@ -182,7 +181,8 @@ def preflight_report(
         },
         "plan": plan,
         "conditioning": conditioning_section(cfg),
-        "memory": {**_memory_section(budgeted, run.model_dir, host, scan, chosen), **gpu_section(fit)},
+        # a hub id in the hub cache is sized from its snapshot, as the verdict is (RELIABILITY 1186)
+        "memory": {**_memory_section(budgeted, sized, host, scan, chosen), **gpu_section(fit)},
         "latent_cache": cache,
         "host": host.public(),
         "family": family_section(cfg, run.model_dir),
@@ -343,21 +343,23 @@ def _memory_section(
     lightest plan the budget may choose; and the host RAM forecast (jobs/host_memory.py):
     `host_gb`, `host_phases`, `host_certain`, `available_gb` (what this host has free now) and
     `host_warning` (a forecast that exceeds it). The host RAM forecast is of `chosen` (the plan
-    the budget is forecast to choose: jobs/budget_plan.py) when given, else of the fastest plan."""
+    the budget is forecast to choose: jobs/budget_plan.py) when given, else of the fastest plan.
+    The GPU estimates are one GPU's: a data-parallel rank holds its slice of a micro-batch (1185)."""
     plan = plan_for_estimate(cfg, host)
     compiled = compile_runs(cfg.compile, host.device, host.capability)
     controls = control_load(scan, cfg)
-    section = estimate_memory_gb(cfg, model_dir, plan, controls, compiled=compiled)
+    section = estimate_memory_gb(cfg, model_dir, _per_gpu(plan, cfg.num_gpus), controls, compiled=compiled)
     lightest = None
     if cfg.memory_budget_gb is not None and plan_fields_left_auto(cfg) and section["estimated_gb"]:
-        lightest = estimate_memory_gb(
-            cfg, model_dir, plan_for_estimate(cfg, host, lightest=True), controls, compiled=compiled
-        )
+        light = _per_gpu(plan_for_estimate(cfg, host, lightest=True), cfg.num_gpus)
+        lightest = estimate_memory_gb(cfg, model_dir, light, controls, compiled=compiled)
         section["note"] += (
             "; settings left to the memory budget are assumed at their fastest (default) values:"
             " the run measures and picks lighter ones when they do not fit"
         )
     section["lightest_gb"] = lightest["estimated_gb"] if lightest else None
+    if cfg.num_gpus > 1:
+        section["note"] += f"; per GPU: each of the {cfg.num_gpus} ranks holds its slice of a micro-batch"
     if chosen is not None:
         section["note"] += (
             f"; the time and host RAM forecasts assume the plan it is forecast to pick ({plan_words(chosen)})"

@@ -315,14 +315,17 @@ def with_resolved_base(cfg: TrainConfig, settings: Settings) -> TrainConfig:
 
 
 def output_name_problems(name: str, settings: Settings, live_output_names: set[str]) -> list[FieldProblem]:
-    """Why `name` cannot be a new run's output name (taken on disk or by a live job, unsafe)."""
+    """Why `name` cannot be a new run's output name (taken on disk or by a live job, unsafe). A
+    mount point there that holds nothing is free: the run writes into it (RELIABILITY 1187)."""
+    from lorastudio.training.run_lock import empty_mount_point
+
     try:
         safe_component(name, field="output_name")
     except (ConfigError, PathOutsideRoot) as err:
         return _as_problems("output_name", err)
     if name in live_output_names:
         return [FieldProblem("output_name", f"{name!r} is the output of a queued or running job")]
-    if os.path.lexists(settings.outputs_dir / name):
+    if os.path.lexists(settings.outputs_dir / name) and not empty_mount_point(settings.outputs_dir / name):
         return [
             FieldProblem("output_name", f"{name!r} already exists in {settings.outputs_dir}; pick another")
         ]

@@ -145,6 +145,7 @@ def _preflight(
     from lorastudio.data.pairs import resolve_control_dirs
     from lorastudio.data.run_scan import control_resolution_problems, scan_for_run
     from lorastudio.data.safe_open import check_not_relinked
+    from lorastudio.training.run_lock import empty_mount_point
 
     problems = family_problems(cfg)  # every config problem, before any default is filled
     dev = pick_device(device)
@@ -156,7 +157,7 @@ def _preflight(
     problems += report_to_problems(cfg.report_to, settings)  # each tracker's package; W&B's key
     if cfg.output_name is not None:
         taken = settings.outputs_dir / cfg.output_name
-        if taken.exists() or taken.is_symlink():
+        if (taken.exists() or taken.is_symlink()) and not empty_mount_point(taken):  # RELIABILITY 1187
             problems.append(
                 FieldProblem("output_name", f"{taken} already exists; choose another output_name")
             )

@@ -17,7 +17,7 @@ from lorastudio.cli import train_check
 from lorastudio.data import dataset_delete, dataset_names
 from lorastudio.data.dataset_delete import delete_dataset
 from lorastudio.data.dataset_names import rename_dataset
-from lorastudio.errors import WRITE_ADVICE, ConfigError, WriteFailed
+from lorastudio.errors import WRITE_ADVICE, ConfigError, DatasetError, WriteFailed
 from lorastudio.settings import get_settings
 
 
@@ -71,3 +71,49 @@ def test_overwrite_of_a_run_folder_that_is_a_mount_point_removes_nothing(
     assert problem.field == "output_name" and "is a mount point" in problem.message
     assert "nothing in it was removed" in problem.message
     assert sorted(p.name for p in run.iterdir()) == ["big-disk.safetensors", "checkpoints"]
+
+
+def test_a_run_folder_that_is_an_empty_mount_point_is_trained_into_not_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RELIABILITY 1187: a disk mounted at outputs/NAME (empty, or holding only its file system's
+    lost+found) was refused as "already exists", and `--overwrite` refused it. Now the checks take
+    it, the run claims it as it is (the same folder: never renamed or replaced; a second claim is
+    refused), and a killed run's clean-up empties it without listing the folder itself."""
+    from lorastudio.jobs.leftovers import _run_leftovers
+    from lorastudio.jobs.validation import output_name_problems
+    from lorastudio.training.fresh_mark import FRESH_MARK
+    from lorastudio.training.run_lock import claim_run_dir, release_run_dir
+
+    settings = get_settings()
+    disk, plain = settings.outputs_dir / "disk", settings.outputs_dir / "plain"
+    (disk / "lost+found").mkdir(parents=True)
+    plain.mkdir()
+    real = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == disk or real(p))
+    assert output_name_problems("disk", settings, set()) == []
+    assert "already exists" in output_name_problems("plain", settings, set())[0].message
+    assert train_check.replace_outputs("disk", settings) is None and (disk / "lost+found").is_dir()
+    from lorastudio.config import TrainConfig
+    from lorastudio.training.preflight import _preflight
+
+    for name, taken in (("disk", False), ("plain", True)):  # the engine's own check before loading
+        cfg = TrainConfig(family="flux", base_model="/nowhere", data_dir="none", output_name=name)
+        with pytest.raises((ConfigError, DatasetError)) as refused:  # `disk`: on to its missing dataset
+            _preflight(cfg, settings, "cpu")
+        named = isinstance(refused.value, ConfigError) and "output_name" in {
+            p.field for p in refused.value.problems
+        }
+        assert named is taken, refused.value
+    inode = disk.stat().st_ino
+    fd = claim_run_dir(disk, "run-1")
+    try:
+        assert disk.stat().st_ino == inode and (disk / FRESH_MARK).is_file()
+        with pytest.raises(ConfigError, match="already exists"):
+            claim_run_dir(disk, "run-2")  # held, and no longer empty
+    finally:
+        release_run_dir(fd)
+    listed = _run_leftovers(disk)  # the killed fresh run's mark, not the disk nor its lost+found
+    assert disk / FRESH_MARK in listed and disk not in listed and disk / "lost+found" not in listed
+    with pytest.raises(ConfigError, match="already exists"):
+        claim_run_dir(plain)  # a folder that is not a mount point: never written into

@@ -119,3 +119,101 @@ def test_a_card_size_that_is_not_a_number_gives_no_verdict_and_a_probe_past_a_fl
         hardware.host_from_facts(
             {"cuda": True, "devices": [{"name": "n", "total_memory": 10**400, "capability": [8, 0]}]}
         )
+
+
+def test_a_budget_below_the_lightest_plans_forecast_is_refused_before_any_model_loads(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 1180: a memory_budget_gb of 0.01 on an 8 GiB card got the verdict "fits" (the
+    card was judged, not the budget) and the engine's search refused it only after the models
+    loaded and its trials ran. Now the job service's check (and the engine's card_plan, the same
+    verdict) refuses it naming the lightest plan's forecast; a budget over that forecast runs."""
+    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32}
+    raw["steps"] = 2
+    _card(monkeypatch, "NVIDIA GeForce RTX 4060", 8.0, (8, 9))
+    with pytest.raises(ConfigError) as refused:
+        validate_run({**raw, "memory_budget_gb": 0.01}, settings, live_output_names=set())
+    (problem,) = refused.value.problems
+    assert problem.field == "memory_budget_gb" and "below the lightest plan's forecast" in problem.message
+    assert "memory_budget_gb 0.01 " in problem.message and "GiB of GPU memory" in problem.message
+    run = validate_run({**raw, "memory_budget_gb": 4}, settings, live_output_names=set())
+    assert preflight_report(run)["memory"]["gpu_fit"] == "fits"
+
+
+def test_a_data_parallel_runs_memory_estimate_is_one_gpus_share_of_a_micro_batch(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 1185: the preflight's `memory.estimated_gb` (and `lightest_gb`) of a `num_gpus`
+    run counted the whole micro-batch's activations on one GPU, where each rank holds its slice
+    (training/micro_batches.py): up to num_gpus times the activations, while the card verdict
+    counted one GPU's share. Now both size a rank's: batch 4 over 2 GPUs as 2 a GPU (the plans
+    the estimate is asked for are spied on: the tiny model's activations round to nothing)."""
+    import dataclasses
+
+    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32}
+    run = validate_run({**raw, "steps": 2, "batch_size": 4}, settings, live_output_names=set())
+    boxes = HostInfo(
+        "cuda", "H100", 79.2, precisions_for("cuda", (9, 0)), gpu_count=2, gpu_memory_gb=(79.2, 79.2)
+    )
+    sized: list[int] = []
+    real = preflight.estimate_memory_gb
+    monkeypatch.setattr(
+        preflight,
+        "estimate_memory_gb",
+        lambda cfg, d, plan, *a, **k: sized.append(plan.micro_batch_size) or real(cfg, d, plan, *a, **k),
+    )
+    cfg = run.config.model_copy(update={"num_gpus": 2, "memory_budget_gb": 40})
+    memory = preflight_report(dataclasses.replace(run, config=cfg), boxes)["memory"]
+    assert sized == [2, 1], sized  # the fastest plan's 4 over 2 ranks; the lightest plan's 1
+    assert "per GPU: each of the 2 ranks holds its slice" in memory["note"]
+
+
+def test_a_hub_id_in_the_hub_cache_gets_a_memory_estimate_as_it_gets_a_verdict(
+    settings: Settings,
+    shapes: Path,
+    tiny_model: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """RELIABILITY 1186: the card verdict sized a hub id from its snapshot in the hub cache
+    (card_fit.sizing_folder), but the preflight's `memory.estimated_gb` read the run's local
+    folder only: null ("no local weights to size") for the same base."""
+    import dataclasses
+    import shutil
+
+    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32}
+    run = validate_run({**raw, "steps": 2}, settings, live_output_names=set())
+    local = preflight_report(run)["memory"]["estimated_gb"]
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    storage = tmp_path / "hub" / "models--acme--flux"
+    shutil.copytree(tiny_model("flux"), storage / "snapshots" / commit)
+    (storage / "refs").mkdir()
+    (storage / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub = dataclasses.replace(
+        run, config=run.config.model_copy(update={"base_model": "acme/flux"}), model_dir=None
+    )
+    assert local is not None and preflight_report(hub)["memory"]["estimated_gb"] == local
+    gone = dataclasses.replace(hub, config=hub.config.model_copy(update={"base_model": "acme/elsewhere"}))
+    assert preflight_report(gone)["memory"]["estimated_gb"] is None  # not in the cache: nothing to size
+
+
+def test_api_info_offers_a_data_parallel_run_the_choices_of_its_weakest_gpu() -> None:
+    """RELIABILITY 1188: /api/info's precisions, compile modes and attention kernels were GPU 0's
+    alone, so the Train form offered a `num_gpus` run over mixed cards what the weakest lacks (the
+    job service's check, 1134, then refused it). Now `run_choices[k-1]` is what a run over the
+    first k GPUs may use: the weakest's, as the service judges it."""
+    from lorastudio.api.schemas import HostOut
+
+    gpus = [
+        {"name": "NVIDIA GeForce RTX 4090", "total_memory": 23 * 2**30, "capability": [8, 9]},
+        {"name": "Tesla T4", "total_memory": 15 * 2**30, "capability": [7, 5]},
+    ]
+    public = HostOut.model_validate(
+        hardware.host_from_facts({"cuda": True, "devices": gpus}).public()
+    ).model_dump()
+    one, two = public["run_choices"]
+    assert one["precisions"] == public["precisions"] and "fp8" in one["precisions"]
+    assert "bf16" not in two["precisions"] and "fp8" not in two["precisions"]
+    assert "cudnn" in one["attention_backends"] and "cudnn" not in two["attention_backends"]
+    assert HostOut.model_validate(T4.public()).run_choices == []  # no per-GPU facts

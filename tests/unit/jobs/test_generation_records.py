@@ -86,3 +86,98 @@ def test_a_planted_record_of_the_wrong_shape_reads_as_none_and_new_ones_are_stil
     records.write({"request_id": "new", "state": "queued", "created": 2.0}, new=True)
     status, _ = records.read("new")  # type: ignore[misc]
     assert status["state"] == "interrupted"
+
+
+def test_files_that_are_not_records_are_read_once_per_change_not_by_every_new_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 1181: each new request's numbering and prune read every file of the folder
+    again, records or not (5000 small files a hand left there: ~0.24 s a POST). Now an entry is
+    read once per change of its name, size, times or inode."""
+    folder = records_dir(tmp_path)
+    folder.mkdir(parents=True)
+    for i in range(5):
+        (folder / f"junk{i}.json").write_text("{not json")
+    reads: list[str] = []
+    real = generation_records.read_small_file
+    monkeypatch.setattr(
+        generation_records, "read_small_file", lambda path, cap: reads.append(path.name) or real(path, cap)
+    )
+    records = GenerationRecords(tmp_path)
+    for rid in ("a", "b", "c"):
+        records.write({"request_id": rid, "state": "queued", "created": 1.0}, new=True)
+    assert sorted(n for n in reads if n.startswith("junk")) == [f"junk{i}.json" for i in range(5)], reads
+    assert reads.count("a.json") <= 2  # its first listing, then once for its own rewrite at most
+    reads.clear()
+    (folder / "junk0.json").write_text("{still not json, longer}")  # changed: read again
+    records.write({"request_id": "d", "state": "queued", "created": 1.0}, new=True)
+    assert [n for n in reads if n.startswith("junk")] == ["junk0.json"], reads
+    assert [records.read(rid)[0]["state"] for rid in "abcd"] == ["interrupted"] * 4  # type: ignore[index]
+
+
+def _done(records: GenerationRecords, rid: str) -> None:
+    status = {"request_id": rid, "state": "done", "created": 1.0, "ended": 2.0, "result": {"file": "x.png"}}
+    records.write(status, new=True)
+
+
+def test_records_an_older_server_may_have_overtaken_are_not_answered_after_a_roll_back(
+    tmp_path: Path,
+) -> None:
+    """RELIABILITY 1182: after a roll-back to a version that keeps no records (before 1095) and took
+    a request_id recorded here, the next upgrade answered that id from the first generation's
+    record. The home lock's epoch now tells such a gap: this version's holders carry it over (a
+    restart, a kill -9, a CLI command between), an older holder's rewrite of the file drops it."""
+    from lorastudio.jobs.homelock import LOCK_NAME, HomeLock
+
+    server = HomeLock.for_server(tmp_path, 8000)
+    _done(GenerationRecords(tmp_path), "r")
+    server.release()
+    with HomeLock.for_command(tmp_path, "cache prune"):  # this version's command between: same epoch
+        pass
+    killed = HomeLock.for_server(tmp_path, 8000)
+    assert GenerationRecords(tmp_path).read("r") is not None  # a restart keeps it (fix 1095)
+    os.close(killed._fd)  # type: ignore[arg-type]  # a kill -9: the file keeps the holder's fields
+    killed._fd = None
+    assert GenerationRecords(tmp_path).read("r") is not None
+
+    lock = tmp_path / LOCK_NAME  # an older server's start and release (its homelock.py, before 1182)
+    lock.write_text(json.dumps({"pid": 1, "port": 8000, "kind": "server"}) + "\n")
+    lock.write_text("")
+    again = HomeLock.for_server(tmp_path, 8000)
+    records = GenerationRecords(tmp_path)
+    assert records.read("r") is None and not (records_dir(tmp_path) / "r.json").exists()
+    _done(records, "r")  # the id is taken anew and kept across the next restart
+    again.release()
+    with HomeLock.for_server(tmp_path, 8000):
+        assert GenerationRecords(tmp_path).read("r") is not None
+
+
+def test_an_overtaken_record_that_cannot_be_removed_is_never_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 1182: a record of another epoch that the start cannot remove (a permission) is
+    not answered by this server, and the folder keeps the old epoch, so the next start tries again
+    (and removes this server's records with it: the folder cannot tell them apart)."""
+    from lorastudio.jobs.homelock import LOCK_NAME, HomeLock
+
+    with HomeLock.for_server(tmp_path, None):
+        _done(GenerationRecords(tmp_path), "r")
+    (tmp_path / LOCK_NAME).write_text("")  # an older server's start and release
+    real = os.unlink
+
+    def unlink(path: object, *args: object, **kwargs: object) -> None:
+        if str(path).endswith("r.json"):
+            raise PermissionError(13, "Permission denied", str(path))
+        real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    with HomeLock.for_server(tmp_path, None):
+        records = GenerationRecords(tmp_path)
+        assert records.read("r") is None and (records_dir(tmp_path) / "r.json").exists()
+        _done(records, "s")  # a new record is kept; the folder is not marked with the new epoch
+        assert records.read("s") is not None
+    monkeypatch.setattr(os, "unlink", real)
+    with HomeLock.for_server(tmp_path, None):  # the next start: the same epoch, the folder's is older
+        assert (
+            GenerationRecords(tmp_path).read("r") is None and not (records_dir(tmp_path) / "r.json").exists()
+        )

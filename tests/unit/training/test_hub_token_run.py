@@ -147,3 +147,38 @@ def test_the_cli_hands_lorastudio_hf_token_to_its_hub_calls(
     assert result.exit_code == 0, result.output
     assert given and set(given) == {SECRET}  # every hub request of the command was handed it
     assert not {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"} & set(os.environ)  # not copied to the hub client's
+
+
+def test_the_cli_takes_the_hub_token_out_of_its_environment_once_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RELIABILITY 1183: `lorastudio train` / `generate` run in the user's shell environment, and
+    a LORASTUDIO_HF_TOKEN or HF_TOKEN exported there stayed in the CLI's os.environ, so the
+    children a library starts from it (Inductor's compile workers) inherited it. Now the CLI holds
+    it and takes the names out; a `--gpus N` launch hands its ranks the held token."""
+    from torch._inductor.utils import python_subprocess_env
+
+    monkeypatch.setattr(hub_token, "_held", None)
+    for studio, shell, expected in (
+        (SECRET, "hf_shell_other", SECRET),
+        (None, "hf_shell_only", "hf_shell_only"),
+    ):
+        monkeypatch.setattr(os, "environ", dict(os.environ))
+        if studio is None:
+            monkeypatch.delenv("LORASTUDIO_HF_TOKEN", raising=False)
+        else:
+            monkeypatch.setenv("LORASTUDIO_HF_TOKEN", studio)
+        monkeypatch.setenv("HF_TOKEN", shell)
+        monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", shell)
+        get_settings.cache_clear()
+        try:
+            assert hub_token.hold_studio_hub_token()
+        finally:
+            get_settings.cache_clear()
+        assert hub_token.hub_kwargs() == {"token": expected}  # the LORASTUDIO one first
+        assert not {"LORASTUDIO_HF_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"} & set(os.environ)
+        child = subprocess.run(
+            ["cat", "/proc/self/environ"], env=python_subprocess_env(), capture_output=True
+        )
+        assert shell.encode() not in child.stdout and expected.encode() not in child.stdout
+        assert hub_token.rank_environment() == {"LORASTUDIO_HF_TOKEN": expected}

@@ -166,9 +166,9 @@ export interface paths {
          * Dataset
          * @description The images of a dataset with their captions (txt wins over metadata.jsonl), control
          *     images (paired datasets: relative paths, slot order; orphan controls listed as dropped),
-         *     stored sizes and alpha flags (each file's header read once per version of it), a page at a
-         *     time (`offset`, `limit`; the totals `images`, `captions`, `masked`, `with_alpha` and
-         *     `total_files` count them all). Links are listed as dropped, never read; a caption file of the
+         *     upright sizes (EXIF orientation applied) and alpha flags (each file's header read once per
+         *     version of it), a page at a time (`offset`, `limit`; the totals `images`, `captions`,
+         *     `masked`, `with_alpha` and `total_files` count them all). Links are listed as dropped, never read; a caption file of the
          *     page or metadata.jsonl that cannot be used is listed as dropped with the reason
          *     (data/dataset_detail.py).
          */
@@ -2545,6 +2545,11 @@ export interface components {
              * @description the base_precision values a run can use here
              */
             precisions: string[];
+            /**
+             * Run Choices
+             * @description item k-1: what a run over the first k GPUs may use (num_gpus = k): the choices above of the weakest of them, as the job service judges it; [] off CUDA
+             */
+            run_choices: components["schemas"]["RunChoicesOut"][];
         };
         /** InfoOut */
         InfoOut: {
@@ -3781,6 +3786,17 @@ export interface components {
             settings?: {
                 [key: string]: unknown;
             };
+        };
+        /** RunChoicesOut */
+        RunChoicesOut: {
+            /** Attention Backends */
+            attention_backends: string[];
+            /** Compile Modes */
+            compile_modes: string[];
+            /** Optimizers */
+            optimizers: string[];
+            /** Precisions */
+            precisions: string[];
         };
         /** RunDeleted */
         RunDeleted: {

@@ -13,6 +13,16 @@ export function precisionChoices(precisions: readonly string[]): Record<string, 
   return Object.fromEntries([...known, ...unknown]);
 }
 
+/**
+ * `host` as a run over its first `numGpus` GPUs sees it: the precisions, compile modes, attention
+ * kernels and optimizers of the weakest of them (`run_choices`, as the job service judges a
+ * num_gpus run); `host` itself for one GPU or where the server gave none.
+ */
+export function hostForGpus(host: Host, numGpus: number): Host {
+  const choices = numGpus > 1 ? host.run_choices?.[Math.min(numGpus, host.run_choices.length) - 1] : undefined;
+  return choices ? { ...host, ...choices } : host;
+}
+
 /** How the GPUs input behaves on `host`: at most `gpu_count`; disabled (with why) below 2 GPUs. */
 export function gpuInput(host: Host): { max: number; disabled: boolean; hint: string } {
   const count = host.gpu_count ?? 0;

@@ -4,6 +4,7 @@ import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import { INFO, KONTEXT } from "../test/fixtures";
 import { SERVER_RULES } from "../test/serverRules.gen";
 import {
+  hostForGpus,
   attentionAvailable,
   attentionHint,
   budgetHint,
@@ -254,6 +255,16 @@ describe("train form: the memory plan and GPUs", () => {
     // blank is no budget only while the default plan fits the GPU (jobs/card_fit.py)
     expect(budgetHint(cuda(1))).toMatch(/the GPU's memory less 1 GiB where the default plan does not fit it/);
     expect(budgetHint(INFO.host)).toMatch(/needs a CUDA GPU/);
+  });
+  it("offers a num_gpus run what the weakest of its GPUs runs (RELIABILITY 1188)", () => {
+    const strong = { precisions: ["auto", "bf16", "fp8"], optimizers: ["adamw"], compile_modes: ["auto", "on"], attention_backends: ["auto", "cudnn"] };
+    const weak = { precisions: ["auto", "fp32"], optimizers: ["adamw"], compile_modes: ["auto", "on"], attention_backends: ["auto", "efficient"] };
+    const box = { ...INFO.host, device: "cuda", gpu_count: 2, ...strong, run_choices: [strong, weak] };
+    expect(hostForGpus(box, 1)).toBe(box);
+    expect(hostForGpus(box, 2).precisions).toEqual(["auto", "fp32"]);
+    expect(attentionAvailable("cudnn", hostForGpus(box, 2))).toBe(false);
+    expect(attentionAvailable("cudnn", hostForGpus(box, 1))).toBe(true);
+    expect(hostForGpus({ ...box, run_choices: [] }, 2)).toEqual({ ...box, run_choices: [] }); // an older server's answer
   });
   it("parses betas and per-module patterns, and reports malformed ones", () => {
     expect(numberList("0.9, 0.99")).toEqual([0.9, 0.99]);

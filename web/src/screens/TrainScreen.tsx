@@ -34,6 +34,7 @@ import {
   FIELD_KINDS,
   type FormValues,
   gpuInput,
+  hostForGpus,
   inapplicableFields,
   initialValues,
   LORA_FORMATS,
@@ -198,6 +199,9 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
   const { text, num } = c;
   const cuda = info.host.device === "cuda";
   const gpus = gpuInput(info.host);
+  // a num_gpus run is offered what the weakest of its GPUs runs (the job service's check)
+  const runHost = hostForGpus(info.host, Number(values.num_gpus) || 1);
+  const offered = runHost === info.host ? precisions : precisions.filter((p) => runHost.precisions.includes(p));
 
   return (
     <section className="screen train">
@@ -304,8 +308,8 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         <div className="card">
           <h2>Memory and speed</h2>
           <div className="grid">
-            {c.choice("base_precision", "Precision", precisionChoices(precisions), {
-              hint: `of the frozen base; this host runs ${precisions.join(", ")}`,
+            {c.choice("base_precision", "Precision", precisionChoices(offered), {
+              hint: `of the frozen base; ${runHost === info.host ? "this host runs" : "every GPU of the run runs"} ${offered.join(", ")}`,
             })}
             {c.choice("gradient_checkpointing", "Checkpointing", CHECKPOINTING, { hint: "recompute activations: less memory, slower" })}
             {num("memory_budget_gb", "Memory budget (GB)", { placeholder: "none", hint: budgetHint(info.host) })}
@@ -319,11 +323,11 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
               hint: cuda
                 ? "auto = on with this CUDA GPU; wide (SDXL) also compiles the U-Net's ResNets: faster, longer first step"
                 : `auto = off here; On / Wide need a CUDA GPU (this host: ${info.host.name})`,
-              disabled: (v) => !compileAvailable(v as keyof typeof COMPILE_MODES, info.host, family),
+              disabled: (v) => !compileAvailable(v as keyof typeof COMPILE_MODES, runHost, family),
             })}
             {c.choice("attention_backend", "Attention", ATTENTION_BACKENDS, {
-              hint: attentionHint(info.host, family),
-              disabled: (v) => !attentionAvailable(v as keyof typeof ATTENTION_BACKENDS, info.host, family),
+              hint: attentionHint(runHost, family),
+              disabled: (v) => !attentionAvailable(v as keyof typeof ATTENTION_BACKENDS, runHost, family),
             })}
             {c.choice("fuse_projections", "Fused projections", FUSE_PROJECTIONS, {
               hint: family?.fuse_projections === false

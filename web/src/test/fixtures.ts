@@ -47,7 +47,7 @@ export const INFO: Info = {
       precisions: ["auto", "fp32", "bf16", "int8", "nf4"],
     },
   ],
-  host: { device: "cpu", name: "cpu", memory_gb: null, precisions: ["auto", "fp32", "bf16", "int8", "nf4"], gpu_count: 0, ...SERVER_RULES.hosts.cpu },
+  host: { device: "cpu", name: "cpu", memory_gb: null, precisions: ["auto", "fp32", "bf16", "int8", "nf4"], gpu_count: 0, ...SERVER_RULES.hosts.cpu, run_choices: [] },
   auth: false,
   config_rules: SERVER_RULES.config_rules,
   dataset_name_rule: SERVER_RULES.dataset_name_rule,

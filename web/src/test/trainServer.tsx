@@ -21,7 +21,7 @@ export const input = (name: string) => document.querySelector(`[name="${name}"]`
 /** INFO on a CUDA host (an H200) with `gpuCount` GPUs. */
 export const cudaInfo = (gpuCount: number): Info => ({
   ...INFO,
-  host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: gpuCount, ...SERVER_RULES.hosts.cuda },
+  host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: gpuCount, ...SERVER_RULES.hosts.cuda, run_choices: [] },
 });
 
 /** The preflight's warning about small images (the real wording), gone with no_upscale. */

@@ -99,9 +99,9 @@ def dataset(
 ) -> dict[str, Any]:
     """The images of a dataset with their captions (txt wins over metadata.jsonl), control
     images (paired datasets: relative paths, slot order; orphan controls listed as dropped),
-    stored sizes and alpha flags (each file's header read once per version of it), a page at a
-    time (`offset`, `limit`; the totals `images`, `captions`, `masked`, `with_alpha` and
-    `total_files` count them all). Links are listed as dropped, never read; a caption file of the
+    upright sizes (EXIF orientation applied) and alpha flags (each file's header read once per
+    version of it), a page at a time (`offset`, `limit`; the totals `images`, `captions`,
+    `masked`, `with_alpha` and `total_files` count them all). Links are listed as dropped, never read; a caption file of the
     page or metadata.jsonl that cannot be used is listed as dropped with the reason
     (data/dataset_detail.py)."""
     return dataset_detail(folder, offset, limit or None)

@@ -10,7 +10,11 @@ every request is allowed anyway: no cookie is set.
 strips its prefix, which the server cannot see): the cookie's Path, so that the browser sends it
 to the studio's URLs only, not to the other applications a proxy serves on the same host.
 Without it, the root path (LORASTUDIO_ROOT_PATH) or `/`. A path is not a secret: a client that
-names another only narrows (or misplaces) its own cookie.
+names another only narrows (or misplaces) its own cookie. A folder holding `;` or `,` (which a
+browser keeps unescaped in a path, and which a cookie's Path cannot hold: `;` ends the attribute,
+`,` splits Set-Cookie for some parsers) gives the cookie the widest folder above it that holds
+neither (`/a;b/studio/` -> `/`): the session works, sent to that folder's other applications too
+(RELIABILITY 1184; it was 422, and no session opened).
 """
 
 from __future__ import annotations
@@ -36,9 +40,10 @@ class SessionOut(BaseModel):
 
 # the cookie's Path: a URL path as a browser's URL.pathname gives it (RFC 3986's characters, and
 # `[`, `]`, `|`, `^`, which browsers leave unescaped in a path: a proxy prefix `/lab[2]/` was 422,
-# RELIABILITY 1106); no `;`, `,`, space, quote or control: they would end or bend the Set-Cookie
-# attribute
-PATH_PATTERN = r"^/[A-Za-z0-9._~!$&'()*+=:@%/\[\]|^-]*$"
+# RELIABILITY 1106) and `;` `,` (cut off by `_cookie_path`: RELIABILITY 1184); no space, quote or
+# control: a browser escapes them, and they would end or bend the Set-Cookie attribute
+PATH_PATTERN = r"^/[A-Za-z0-9._~!$&'()*+=:@%/\[\]|^;,-]*$"
+COOKIE_PATH_ENDS = ";,"  # a cookie's Path holds neither
 PathQuery = Query(
     None,
     max_length=512,
@@ -52,7 +57,11 @@ def _store(request: Request) -> SessionStore:
 
 
 def _cookie_path(path: str | None, settings: Settings) -> str:
-    return path or settings.root_path or "/"
+    """The cookie's Path: `path` (else the root path, else `/`) up to the folder before its first
+    `;` or `,` (module docstring)."""
+    path = path or settings.root_path or "/"
+    cut = min((i for i, c in enumerate(path) if c in COOKIE_PATH_ENDS), default=-1)
+    return path if cut < 0 else path[: path.rindex("/", 0, cut) + 1]
 
 
 @router.post("/session", response_model=SessionOut)
