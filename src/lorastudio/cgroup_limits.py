@@ -29,21 +29,28 @@ narrows the CPUs, it sets OMP_NUM_THREADS and TORCHINDUCTOR_COMPILE_THREADS to t
 user set either (a value given is kept), so this process and every child it starts (a training
 or generation worker, the standby, Inductor's compile pool) follow the container. A torchrun
 launch's ranks get torchrun's own OMP_NUM_THREADS=1 back (jobs/torchrun_launch.rank_environment:
-`drop_cpu_limit`), not the whole quota each. No torch here.
+`drop_cpu_limit`), not the whole quota each.
+
+`shm_problems` refuses a multi-GPU CUDA run where /dev/shm is a container's default 64 MB (NCCL
+keeps its intra-node buffers there). No torch here.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
+
+from lorastudio.errors import FieldProblem
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_CGROUP = Path("/proc/self/cgroup")
 NO_LIMIT = 2**60  # v1 writes 9223372036854771712 (PAGE_COUNTER_MAX pages) for "no limit"
 CPU_VARIABLES = ("OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS")  # what follow_cpu_limit sets
 CPU_LIMIT_MARK = "LORASTUDIO_CPUS_FROM_CGROUP"  # the names follow_cpu_limit set, comma-separated
+SHM = Path("/dev/shm")
+MIN_SHM_BYTES = 256 * 2**20  # a multi-GPU run's /dev/shm floor (shm_problems); Docker's default is 64 MB
 
 
 def _read(path: Path) -> str | None:
@@ -195,3 +202,32 @@ def drop_cpu_limit(env: MutableMapping[str, str]) -> None:
     torchrun's own default (1 a rank) applies instead of the whole quota in every rank."""
     if "OMP_NUM_THREADS" in env.get(CPU_LIMIT_MARK, "").split(","):
         env.pop("OMP_NUM_THREADS", None)
+
+
+def shm_bytes(path: Path = SHM) -> int | None:
+    """The size of the shared-memory file system (/dev/shm); None where there is none."""
+    try:
+        vfs = os.statvfs(path)
+    except OSError:
+        return None
+    return vfs.f_blocks * vfs.f_frsize
+
+
+def shm_problems(num_gpus: int, env: Mapping[str, str] | None = None, path: Path = SHM) -> list[FieldProblem]:
+    """Why a `num_gpus` > 1 CUDA run cannot start here: NCCL's intra-node buffers live in
+    /dev/shm, and a container's default (Docker: 64 MB) is too small for them (NCCL's
+    troubleshooting page: "Error while creating shared memory segment", or a bus error mid-run).
+    NCCL_SHM_DISABLE=1 in the environment lifts it (NCCL then does without)."""
+    env = os.environ if env is None else env
+    size = shm_bytes(path)
+    if num_gpus <= 1 or size is None or size >= MIN_SHM_BYTES or env.get("NCCL_SHM_DISABLE") == "1":
+        return []
+    return [
+        FieldProblem(
+            "num_gpus",
+            f"num_gpus={num_gpus} needs NCCL's shared memory, and {path} holds {size / 2**20:.0f} MB"
+            f" (under {MIN_SHM_BYTES // 2**20} MB: a container's default); start the container with"
+            " --shm-size=1g (or --ipc=host; Kubernetes: an emptyDir of medium Memory at /dev/shm), or"
+            " train on one GPU",
+        )
+    ]

@@ -13,7 +13,10 @@ import pytest
 from lorastudio import cgroup_limits
 from lorastudio.cgroup_limits import CPU_LIMIT_MARK, follow_cpu_limit, memory_limit, memory_room, usable_cpus
 from lorastudio.jobs import host_memory
+from lorastudio.jobs.hardware import HostInfo, precisions_for
+from lorastudio.jobs.host_rules import raw_host_problems
 from lorastudio.jobs.torchrun_launch import rank_environment
+from lorastudio.settings import get_settings
 
 GB = 10**9
 
@@ -144,3 +147,25 @@ def test_refusal_names_the_container_limit(tmp_path: Path, monkeypatch: pytest.M
 
     with pytest.raises(host_memory.HostMemoryShort, match=r"cgroup limits it to 2\.00 GB"):
         host_memory.check_host_memory({"host_gb": 3.0, "certain": True}, Cfg(), 2 * GB)  # type: ignore[arg-type]
+
+
+def test_multi_gpu_needs_more_than_dockers_shm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Docker's default /dev/shm (64 MB) is too small for NCCL's buffers: a 2-GPU run is refused
+    before it starts, naming --shm-size (the ranks failed in NCCL's init or with a bus error);
+    NCCL_SHM_DISABLE=1 lifts it, and a one-GPU run never asks."""
+    real = os.statvfs
+
+    def small(path: object) -> os.statvfs_result:
+        if str(path) != "/dev/shm":
+            return real(path)  # type: ignore[arg-type]
+        return os.statvfs_result((4096, 4096, 64 * 2**20 // 4096, 0, 0, 0, 0, 0, 0, 255))
+
+    monkeypatch.setattr(os, "statvfs", small)
+    monkeypatch.delenv("NCCL_SHM_DISABLE", raising=False)
+    gpus = HostInfo("cuda", "H100", 80.0, precisions_for("cuda", (9, 0)), gpu_count=2)
+    problems = raw_host_problems({"num_gpus": 2, "batch_size": 2}, set(), get_settings(), gpus)
+    assert [p.field for p in problems] == ["num_gpus"] and "--shm-size=1g" in problems[0].message
+    assert "/dev/shm holds 64 MB" in problems[0].message
+    assert raw_host_problems({"num_gpus": 1}, set(), get_settings(), gpus) == []
+    monkeypatch.setenv("NCCL_SHM_DISABLE", "1")
+    assert raw_host_problems({"num_gpus": 2, "batch_size": 2}, set(), get_settings(), gpus) == []
