@@ -54,7 +54,7 @@ from lorastudio.settings_values import (
     hub_token_problem,
     path_max,
 )
-from lorastudio.user_paths import not_utf8
+from lorastudio.user_paths import not_utf8, owner_note
 
 # Pillow's Image.open refuses an image over 2 x Image.MAX_IMAGE_PIXELS (its decompression-bomb
 # error; the value is Pillow's, restated here so this module stays free of Pillow): the most
@@ -367,9 +367,8 @@ class Settings(BaseSettings):
             except OSError as err:
                 if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
                     raise
-                raise type(err)(
-                    err.errno, f"{err.strerror} (set LORASTUDIO_HOME to a writable folder)", str(d)
-                ) from err
+                why = owner_note(d) or " (set LORASTUDIO_HOME to a writable folder)"
+                raise type(err)(err.errno, f"{err.strerror}{why}", str(d)) from err
         return self
 
 

@@ -66,3 +66,24 @@ def test_unwritable_home_names_the_variable(tmp_path: Path, monkeypatch: pytest.
     with pytest.raises(OSError, match="set LORASTUDIO_HOME to a writable folder") as caught:
         Settings(home=tmp_path / "studio").ensure_dirs()
     assert caught.value.errno == errno.EROFS and caught.value.filename == str(tmp_path / "studio")
+
+
+def test_a_home_of_another_uid_says_whose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A studio home on a volume another uid made (`docker run --user 1000` over root's folder):
+    the server's lock says whose it is and what to do (was a bare "Permission denied"). The
+    refusal and the owner are faked: the suite may run as root, whom permissions do not bind."""
+    from lorastudio.jobs.homelock import HomeLock
+
+    home = tmp_path / "home"
+    home.mkdir()
+    real_open = os.open
+
+    def refused(path: object, *args: object, **kwargs: object) -> int:
+        if str(path).endswith("lorastudio.lock"):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", refused)
+    monkeypatch.setattr(os, "geteuid", lambda: os.stat(home).st_uid + 1000)
+    with pytest.raises(PermissionError, match=r"belongs to uid \d+ and this process runs as uid \d+: chown"):
+        HomeLock.for_server(home, 7860)
