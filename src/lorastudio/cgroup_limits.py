@@ -8,8 +8,8 @@ for most of every period; and a memory limit is charged with the page cache the 
 fill (a model's weights read once, or warmed by jobs/prefetch.py), which the kernel reclaims
 before it kills anything, so "limit less usage" was near zero after any large read.
 
-Read here, by hand (psutil and os.process_cpu_count read the affinity mask only, and no library in
-the environment reads cgroup limits):
+Read here, by hand (torch._utils.cpu_count, psutil's cpu_count and os.process_cpu_count count the
+affinity mask or the host, never a quota; /proc/meminfo is the host's):
 - the process's own cgroup from /proc/self/cgroup, each level from it up to the mount's root
   that exists there (a cgroup namespace, Docker's default on v2, or a v1 container's bind mount
   shows the process's own cgroup as the mount's root; a Slurm step or a systemd unit without one
