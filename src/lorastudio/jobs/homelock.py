@@ -81,10 +81,8 @@ class HomeLock:
         `asker` (a CLI command's name; None: a server, or the shared `through` command)."""
         home.mkdir(parents=True, exist_ok=True)
         path = home / LOCK_NAME
-        try:
-            fd = os.open(
-                path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666
-            )  # the umask decides (a shared home)
+        try:  # the umask decides the mode (a shared home)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
         except PermissionError as err:  # a home another uid made (a container's volume): say whose
             raise PermissionError(
                 err.errno, f"{err.strerror}{owner_note(path) or owner_note(home)}", str(path)
