@@ -72,6 +72,14 @@ def start_token(pid: int) -> str | None:
     return "|".join((socket.gethostname(), boot, namespace, ticks))
 
 
+def same_kernel(token: str | None) -> bool:
+    """Whether the process recorded with start token `token` ran on this kernel, this boot (its
+    boot id is this one's, whatever its host name or PID namespace: a container beside this one)."""
+    mine = start_token(os.getpid())
+    recorded = token.split("|") if token is not None else []
+    return mine is not None and len(recorded) == 4 and recorded[1] == mine.split("|")[1]
+
+
 def process_gone(pid: int, token: str | None) -> bool:
     """True only when this process can tell that the process recorded as (`pid`, `token` =
     its start_token then) has ended: `pid` is not running, or runs another process (a reused

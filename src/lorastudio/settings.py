@@ -35,6 +35,7 @@ too: jobs/childenv.drop_process_secrets), revealed only to wandb.init (training/
 
 from __future__ import annotations
 
+import errno
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -45,8 +46,15 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.remote_access import origin_entry, root_path_entry
-from lorastudio.settings_values import BELOW_HOME_BYTES, _host_entry, hub_token_problem, path_max
-from lorastudio.user_paths import not_utf8
+from lorastudio.settings_values import (
+    BELOW_HOME_BYTES,
+    _host_entry,
+    default_home,
+    expanded,
+    hub_token_problem,
+    path_max,
+)
+from lorastudio.user_paths import not_utf8, owner_note
 
 # Pillow's Image.open refuses an image over 2 x Image.MAX_IMAGE_PIXELS (its decompression-bomb
 # error; the value is Pillow's, restated here so this module stays free of Pillow): the most
@@ -60,7 +68,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LORASTUDIO_", extra="forbid")
 
-    home: Path = Field(default_factory=lambda: Path.home() / ".lorastudio")
+    home: Path = Field(default_factory=default_home)
     host: str = "127.0.0.1"
     port: int = Field(default=7860, ge=1, le=65535)
     api_token: str | None = Field(
@@ -196,7 +204,7 @@ class Settings(BaseSettings):
         if isinstance(value, str) and not value.strip():
             return cls.model_fields[info.field_name or ""].get_default(call_default_factory=True)
         if isinstance(value, str | Path):
-            return Path(value).expanduser().absolute()
+            return expanded(value)
         return value
 
     @field_validator("home", "cache_dir")
@@ -274,7 +282,7 @@ class Settings(BaseSettings):
         folder the studio started in (a worker may run elsewhere)."""
         if isinstance(value, str):
             value = value.strip() or None
-        return Path(value).expanduser().absolute() if isinstance(value, (str, Path)) else value
+        return expanded(value) if isinstance(value, (str, Path)) else value
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod
@@ -350,9 +358,17 @@ class Settings(BaseSettings):
         return self.home / "cache" / "fa4"
 
     def ensure_dirs(self) -> Settings:
-        """Create the home and its sub-folders if missing; returns self."""
+        """Create the home and its sub-folders if missing; returns self. A home that cannot be
+        made (a container's HOME=/ for a uid of its own, a read-only root file system) raises
+        the OSError with LORASTUDIO_HOME named in its words (was a bare "Permission denied")."""
         for d in (self.home, self.datasets_dir, self.outputs_dir, self.models_dir):
-            d.mkdir(parents=True, exist_ok=True)
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise
+                why = owner_note(d) or " (set LORASTUDIO_HOME to a writable folder)"
+                raise type(err)(err.errno, f"{err.strerror}{why}", str(d)) from err
         return self
 
 

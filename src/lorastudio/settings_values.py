@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["BELOW_HOME_BYTES", "_host_entry", "hub_token_problem", "path_max"]
+from lorastudio.errors import ConfigError, FieldProblem
+
+__all__ = ["BELOW_HOME_BYTES", "_host_entry", "default_home", "expanded", "hub_token_problem", "path_max"]
 
 
 def _host_entry(item: str) -> str:
@@ -51,3 +53,35 @@ def path_max(path: Path) -> int:
         except (OSError, ValueError):
             continue
     return 4096
+
+
+def default_home() -> Path:
+    """The studio home when LORASTUDIO_HOME is unset: ~/.lorastudio. Raises ConfigError naming
+    LORASTUDIO_HOME where there is no home to put it in: a container's user with no passwd entry
+    and HOME unset (`docker run --user 12345`, an OpenShift uid; pathlib raised "Could not determine
+    home directory." out of every command as a traceback)."""
+    try:
+        return Path.home() / ".lorastudio"
+    except (RuntimeError, KeyError):
+        raise ConfigError(
+            [
+                FieldProblem(
+                    "LORASTUDIO_HOME",
+                    f"unset, and user id {os.getuid()} has no home directory (HOME is unset and no"
+                    " passwd entry names one): set LORASTUDIO_HOME to a writable folder (in a"
+                    " container, a mounted volume)",
+                )
+            ]
+        ) from None
+
+
+def expanded(value: str | Path) -> Path:
+    """`value` with a leading "~" expanded and made absolute. Raises ValueError (pydantic names
+    the variable) where "~" names no home: pathlib's RuntimeError was a traceback."""
+    try:
+        return Path(value).expanduser().absolute()
+    except RuntimeError:
+        raise ValueError(
+            f"{value} starts with ~ and user id {os.getuid()} has no home directory (HOME is unset"
+            " and no passwd entry names one): give an absolute path"
+        ) from None

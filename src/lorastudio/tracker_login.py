@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from lorastudio.config_host import tracker_problems
 from lorastudio.errors import FieldProblem
 from lorastudio.settings import Settings
+from lorastudio.user_paths import expand_user
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 KEYLESS_MODES = frozenset({"offline", "dryrun", "disabled"})
@@ -101,7 +102,7 @@ def _settings_file(env: Mapping[str, str]) -> dict[str, str]:
     """wandb's settings files' [default] sections, the local one's keys over the global one's
     (see the module docstring; {} for a file absent or unreadable)."""
     folder = env.get("WANDB_CONFIG_DIR", "").strip()
-    path = Path(folder).expanduser() if folder else Path("~/.config/wandb").expanduser()
+    path = expand_user(folder or "~/.config/wandb")  # as typed where the user has no home
     try:
         local = Path.cwd() / (".wandb" if (Path.cwd() / ".wandb").exists() else "wandb")
     except OSError:  # the folder this process runs in was removed: wandb would find none there
@@ -124,10 +125,10 @@ def _netrc_has_key(env: Mapping[str, str], base_url: str) -> bool:
     or malformed file holds none, as wandb reads it)."""
     given = env.get("NETRC", "").strip()
     if given:
-        path = Path(given).expanduser()
+        path = expand_user(given)
     else:
         path = next(
-            (p for p in (Path("~/.netrc").expanduser(), Path("~/_netrc").expanduser()) if p.is_file()),
+            (p for p in (expand_user("~/.netrc"), expand_user("~/_netrc")) if p.is_file()),
             None,
         )
     host = urlsplit(base_url).netloc

@@ -148,3 +148,22 @@ def publish_file(staged: Path, out: Path, overwrite: bool, overwrite_flag: str) 
         return None
     staged.unlink()
     return None
+
+
+def owner_note(path: str | Path) -> str:
+    """Why this process may not write `path`, in words, where another user owns it (a container's
+    volume made by another uid: `docker run --user 1000` over a folder root made): "(it belongs
+    to uid 0 and this process runs as uid 1000: chown it, run as uid 0, or ...)". "" where the
+    path is this process's own, is not there (a folder to make in "/" is no volume to chown) or
+    cannot be stat'ed."""
+    probe = Path(path)
+    try:
+        owner, me = os.stat(probe).st_uid, os.geteuid()
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if owner == me:
+        return ""
+    return (
+        f" ({probe} belongs to uid {owner} and this process runs as uid {me}: chown it to uid {me},"
+        f" run as uid {owner} (docker run --user {owner}), or set LORASTUDIO_HOME to a folder of uid {me})"
+    )

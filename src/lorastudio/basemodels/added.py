@@ -109,7 +109,7 @@ def refusal(folder: Path, settings: Settings) -> str | None:
         return f"{folder} holds the studio home ({home}); add the folder of one model"
     if folder.is_relative_to(home):
         return f"{folder} is inside the studio home ({home}), whose folders lorastudio manages"
-    if folder == Path.home().resolve():
+    if folder == expand_user("~").resolve():  # "~" as typed where the user has no home (a container's uid)
         return f"{folder} is your home folder, not a model folder; add the folder of one model"
     return None
 

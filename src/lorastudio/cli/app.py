@@ -12,6 +12,7 @@ from typing import NoReturn
 import typer
 
 from lorastudio import __version__
+from lorastudio.cgroup_limits import follow_cpu_limit
 from lorastudio.cli.process_end import end_process
 from lorastudio.cli.safe_output import escaped_output
 from lorastudio.cli.termination import COULD_NOT_STATUS, INTERRUPTED_STATUS, refusal_status, sigterm_exits
@@ -97,10 +98,12 @@ def main() -> None:
     visibly (cli/safe_output.py). The console program then ends without the interpreter's
     teardown (cli/process_end.py: seconds after a run, once torch is imported). Under a locale
     whose encoding is not UTF-8 the console program first starts itself again in Python's UTF-8
-    mode (cli/utf8_mode.py)."""
+    mode (cli/utf8_mode.py). Where a cgroup's CPU quota leaves fewer CPUs than the affinity mask,
+    torch's threads and Inductor's compile workers follow the quota (cgroup_limits.follow_cpu_limit)."""
     mark_standalone()  # a training command may freeze its imports (import_freeze.py)
     if is_standalone():  # file names and pipes in UTF-8 under any locale (cli/utf8_mode.py)
         ensure_utf8_mode()
+        follow_cpu_limit()  # a container's CPU quota, before torch imports (cgroup_limits.py)
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)  # absent on a replaced stream
         if reconfigure is not None:

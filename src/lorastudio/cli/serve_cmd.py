@@ -32,6 +32,7 @@ def serve_cmd(
     answered only for loopback Host names and those in LORASTUDIO_ALLOWED_HOSTS. One server per
     studio home: a second one on the same home is refused, naming the first's pid and port."""
     from lorastudio.api.app import WEB_DIST, check_bind, serve
+    from lorastudio.cli.container_notes import serve_notes
     from lorastudio.errors import ConfigError, FieldProblem
     from lorastudio.jobs.homelock import HomeLock
     from lorastudio.remote_access import root_path_entry
@@ -57,6 +58,8 @@ def serve_cmd(
     )
     if not (WEB_DIST / "index.html").is_file():
         typer.echo(no_web_ui_note(WEB_DIST), err=True)
+    for note in serve_notes(bind_host):  # PID 1, loopback in a container, a CPU quota
+        typer.echo(note, err=True)
     serve(settings, bind_host, bind_port, home_lock=lock)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import typer
 
+from lorastudio.cgroup_limits import shm_problems
 from lorastudio.errors import ConfigError, FieldProblem, writing
 from lorastudio.settings import Settings
 from lorastudio.user_paths import lexists
@@ -33,14 +34,14 @@ def free_name(name: str, outputs: Path) -> str:
 
 def gpu_count_problems(num_gpus: int, device: str | None) -> list[FieldProblem]:
     """A data-parallel CLI run needs num_gpus CUDA GPUs, unless --device cpu runs its ranks as
-    gloo processes on the CPU."""
+    gloo processes on the CPU, and room in /dev/shm for NCCL (cgroup_limits.shm_problems)."""
     if num_gpus <= 1 or device == "cpu":
         return []
     import torch
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count >= num_gpus:
-        return []
+        return shm_problems(num_gpus)  # NCCL's buffers in /dev/shm (a container's 64 MB)
     return [
         FieldProblem(
             "num_gpus",

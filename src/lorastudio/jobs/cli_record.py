@@ -26,6 +26,7 @@ from lorastudio.config import TrainConfig
 from lorastudio.jobs.ingest import fold_event
 from lorastudio.jobs.persist import STORE_ERRORS
 from lorastudio.jobs.records import Job, JobStatus, now_iso, sanitize
+from lorastudio.jobs.run_owner import hold_owner_lock, release_owner_lock
 from lorastudio.jobs.store import RunStore
 from lorastudio.processes import start_token
 from lorastudio.settings import Settings, get_settings
@@ -69,6 +70,7 @@ class CliRunRecord:
         self.store = store
         self.job = Job(id=run_id or new_run_id(), config=resolved, worker_config=config)
         self._on = True
+        self._owner_fd: int | None = None  # the run's owner lock (jobs/run_owner.py), from start()
 
     @property
     def run_id(self) -> str:
@@ -79,6 +81,7 @@ class CliRunRecord:
         job = self.job
         job.status, job.started_at = JobStatus.PREPARING, now_iso()
         job.started_mono = time.monotonic()  # its Duration (Job.elapsed_s), never two wall-clock stamps apart
+        self._owner_fd = hold_owner_lock(self.store.path.parent, job.id)  # before the live record
         self._write(
             lambda: (
                 self.store.create_run(
@@ -196,6 +199,11 @@ class CliRunRecord:
                 job.id, status, job.finished_at or "", error, job.steps_run, job.lora_path, elapsed
             )
         )
+        self._release_owner()  # after the end is recorded
+
+    def _release_owner(self) -> None:
+        fd, self._owner_fd = self._owner_fd, None
+        release_owner_lock(self.store.path.parent, self.job.id, fd)
 
     def _write(self, action: Callable[[], Any]) -> None:
         if not self._on:
@@ -210,4 +218,5 @@ class CliRunRecord:
             )
 
     def close(self) -> None:
+        self._release_owner()
         self.store.close()

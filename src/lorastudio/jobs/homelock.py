@@ -33,6 +33,7 @@ from lorastudio import json_read
 from lorastudio.capped_read import read_small_file
 from lorastudio.errors import HomeInUse
 from lorastudio.file_modes import follow_umask_fd, home_shared_files, mend_once
+from lorastudio.user_paths import owner_note
 
 LOCK_NAME = "lorastudio.lock"
 TRAIN_THROUGH = "train through it (web UI or POST /api/train/start"
@@ -95,7 +96,12 @@ class HomeLock:
         `asker` (a CLI command's name; None: a server, or the shared `through` command)."""
         home.mkdir(parents=True, exist_ok=True)
         path = home / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)  # the umask decides (a shared home)
+        try:  # the umask decides the mode (a shared home)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except PermissionError as err:  # a home another uid made (a container's volume): say whose
+            raise PermissionError(
+                err.errno, f"{err.strerror}{owner_note(path) or owner_note(home)}", str(path)
+            ) from err
         follow_umask_fd(fd)  # an older version's 0600 lock (file_modes.py)
         try:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)

@@ -113,6 +113,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import families
+from lorastudio.cgroup_limits import memory_limit, memory_room
 from lorastudio.config_datasets import top_resolution
 from lorastudio.data.disk_cache import latent_mode
 from lorastudio.errors import HostMemoryShort
@@ -309,9 +310,10 @@ def _unet_first_channels(folder: Path) -> int | None:
 
 
 def available_host_bytes() -> int | None:
-    """Memory this process may still use: /proc/meminfo's MemAvailable, lowered to the cgroup's
-    limit less its usage when a cgroup (v2 memory.max or v1 memory.limit_in_bytes) sets one.
-    None where neither can be read."""
+    """Memory this process may still use: /proc/meminfo's MemAvailable, lowered to the room its
+    cgroups' memory limits leave (lorastudio/cgroup_limits.memory_room: every level of its
+    hierarchy, page cache the kernel reclaims first not counted as used). None where neither
+    can be read."""
     found: list[int] = []
     try:
         for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
@@ -319,19 +321,8 @@ def available_host_bytes() -> int | None:
                 found.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
         pass
-    for limit_file, usage_file in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
-    ):
-        try:
-            limit, usage = (
-                Path(limit_file).read_text(encoding="utf-8").strip(),
-                Path(usage_file).read_text(encoding="utf-8").strip(),
-            )
-        except OSError:
-            continue
-        if limit.isdigit() and usage.isdigit() and int(limit) < 2**60:
-            found.append(max(int(limit) - int(usage), 0))
+    room = memory_room()
+    found += [] if room is None else [room]
     return min(found) if found else None
 
 
@@ -348,6 +339,12 @@ def check_host_memory(forecast: dict[str, Any], cfg: TrainConfig, available: int
         f" cache_variants (now {cfg.cache_variants}) or latent_cache_max_gb (now {cfg.latent_cache_max_gb}),"
         " or free memory"
     )
+    limit = memory_limit()
+    if limit is not None:  # a container: its limit is one more thing to raise
+        message += (
+            f" (this process's cgroup limits it to {limit / 1e9:.2f} GB: a container's memory limit,"
+            " docker run --memory, a Kubernetes limit or a Slurm job's --mem, may be raised instead)"
+        )
     if forecast.get("certain"):
         raise HostMemoryShort(message, forecast_gb=gb, available_gb=round(available / 1e9, 2))
     return "may not fit: " + message

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from lorastudio.cgroup_limits import shm_problems
 from lorastudio.config import TrainConfig
 from lorastudio.config_host import (
     attention_device_problems,
@@ -79,8 +80,8 @@ def _host_rules(
         # report_to: the tracker's package installed, W&B's key known (tracker_login.py)
         "report_to": lambda names: report_to_problems(names, settings),
     }
-    if not settings.cpu_data_parallel:
-        rules["num_gpus"] = lambda count: gpu_count_problems(count, host.gpu_count)
+    if not settings.cpu_data_parallel:  # NCCL's ranks: the GPUs, and /dev/shm for NCCL's buffers
+        rules["num_gpus"] = lambda count: gpu_count_problems(count, host.gpu_count) or shm_problems(count)
     for field, rule in rules.items():
         value = _valid_field(values, field, reported)
         if value is not _INVALID:

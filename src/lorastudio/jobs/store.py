@@ -27,8 +27,9 @@ from lorastudio import json_read
 from lorastudio.errors import NoSpaceLeft, NotFound, is_no_space
 from lorastudio.file_modes import follow_umask_path
 from lorastudio.jobs.records import LIVE_STATUSES, METRIC_KEYS, JobStatus, now_iso
+from lorastudio.jobs.run_owner import owner_gone
 from lorastudio.jobs.store_schema import RUN_COLUMNS, SCHEMA, UPDATABLE, add_missing_columns
-from lorastudio.processes import process_gone
+from lorastudio.processes import process_gone, same_kernel
 
 # Why a live run whose owner is gone was marked interrupted, by the run's source.
 DEAD_OWNER_ERRORS = {
@@ -130,7 +131,7 @@ class RunStore:
                 "error": DEAD_OWNER_ERRORS[r["source"] or "service"].format(pid=r["owner_pid"]),
             }
             for r in rows
-            if process_gone(r["owner_pid"], r["owner_start"])
+            if process_gone(r["owner_pid"], r["owner_start"]) or self._cli_owner_gone(r)
         }
         if not dead:
             return dead
@@ -143,6 +144,15 @@ class RunStore:
                     [fields["status"], fields["finished_at"], fields["error"], run_id, *live],
                 )
         return dead
+
+    def _cli_owner_gone(self, row: sqlite3.Row) -> bool:
+        """A CLI run's owner that process_gone cannot tell (another PID namespace or host name, the
+        same kernel) is gone where its run's lock is free (jobs/run_owner.py)."""
+        return (
+            row["source"] == "cli"
+            and same_kernel(row["owner_start"])
+            and owner_gone(self.path.parent, row["id"])
+        )
 
     def create_run(
         self,

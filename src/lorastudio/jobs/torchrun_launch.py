@@ -12,6 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
+from lorastudio.cgroup_limits import drop_cpu_limit
 from lorastudio.jobs.channel import CHANNEL_ENV
 from lorastudio.jobs.childenv import child_environment
 
@@ -59,6 +60,7 @@ def rank_environment(devices: tuple[int, ...] | None, channel: str) -> dict[str,
     their RankJob) or an enclosing launch's torchrun variables, the channel's address, and
     CUDA_VISIBLE_DEVICES = the reserved `devices` (None: "" for gloo ranks on the CPU)."""
     env = child_environment(os.environ)
+    drop_cpu_limit(env)  # torchrun's OMP_NUM_THREADS=1 a rank, not the container's quota in each
     for name in LAUNCH_VARIABLES:
         env.pop(name, None)
     env[CHANNEL_ENV] = channel

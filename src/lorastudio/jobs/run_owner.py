@@ -1,0 +1,74 @@
+"""A `lorastudio train` run's proof of life that a reader in any PID namespace of the same kernel
+can read: an exclusive flock on `<home>/cache/run-owners/<run id>.lock`, held by the recording
+process from before its record is created until its end is recorded.
+
+Why (RELIABILITY 1195): a run records its owner as (pid, processes.start_token), and a reader in
+another PID namespace (the next container on the same volume, a reader on the host) cannot tell
+that pid from a live one, so a CLI run killed outright (`docker stop` past its grace, the OOM
+killer) stayed "running" for it. The kernel drops a flock when its holder dies, whatever the
+namespace, so a reader that can take the lock shared knows the owner is gone. Only where the
+reader and the owner share a kernel (the same boot id in the owner's start token): another host's
+lock may be local to that host (an NFS mount with local locks), and there the rule of
+process_gone ("cannot be told") stays. No torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+FOLDER = ("cache", "run-owners")
+
+
+def owner_lock_path(home: Path, run_id: str) -> Path:
+    """The lock file of run `run_id` in the studio home `home`."""
+    return home.joinpath(*FOLDER, f"{run_id}.lock")
+
+
+def hold_owner_lock(home: Path, run_id: str) -> int | None:
+    """Take run `run_id`'s lock exclusively for this process; its descriptor, or None where the
+    file cannot be made or locked (the run goes on; a reader then falls back to the pid rule)."""
+    path = owner_lock_path(home, run_id)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def release_owner_lock(home: Path, run_id: str, fd: int | None) -> None:
+    """Remove run `run_id`'s lock file and free the lock (after its end is recorded)."""
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        owner_lock_path(home, run_id).unlink()
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def owner_gone(home: Path, run_id: str) -> bool:
+    """True only where run `run_id`'s lock file is there and no process holds its lock (its owner
+    died without recording its end); the file is then removed. False where it is held, absent (a
+    run recorded before these locks, or one whose lock could not be made) or cannot be read."""
+    path = owner_lock_path(home, run_id)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:  # BlockingIOError: held by its live owner
+        return False
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return True

@@ -1,0 +1,59 @@
+"""A CLI run killed outright, read from another PID namespace (the next container on the same
+volume, a reader on the host): its owner lock (jobs/run_owner.py) tells the reader what the pid
+cannot. The other namespace is faked in the recorded start token; the lock is a real flock."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lorastudio.jobs.records import JobStatus
+from lorastudio.jobs.run_owner import hold_owner_lock, owner_lock_path, release_owner_lock
+from lorastudio.jobs.store import RunStore
+from lorastudio.processes import start_token
+
+
+def _record(store: RunStore, run_id: str, token: str) -> None:
+    store.create_run(
+        run_id,
+        "out",
+        "sdxl",
+        {},
+        "2026-12-07T00:00:00Z",
+        source="cli",
+        status=JobStatus.RUNNING,
+        owner=(1, token),
+    )
+
+
+def test_a_cli_run_of_another_namespace_is_settled_once_its_lock_is_free(tmp_path: Path) -> None:
+    """Owner pid 1 of another PID namespace, same kernel: while its lock is held the run stays
+    running (that pid cannot be told from a live one); once the lock is free (its owner died) the
+    reader marks it interrupted and removes the lock file. Without the lock it stayed running."""
+    home = tmp_path / "home"
+    store = RunStore.open(home / "lorastudio.db", recover=False)
+    host, boot, _, ticks = (start_token(os.getpid()) or "").split("|")
+    other_namespace = "|".join((host + "-next-container", boot, "pid:[4026999999]", ticks))
+    fd = hold_owner_lock(home, "run1")
+    assert fd is not None
+    _record(store, "run1", other_namespace)
+    assert store.settle_dead_owners() == {}
+    os.close(fd)  # the owner dies: the kernel frees its lock, the file stays
+    settled = store.settle_dead_owners()
+    assert settled["run1"]["status"] == JobStatus.INTERRUPTED.value
+    assert not owner_lock_path(home, "run1").exists()
+
+
+def test_another_kernels_run_and_an_unlocked_record_are_left(tmp_path: Path) -> None:
+    """Another boot id (another host: its locks may be local to it) or no lock file (a run
+    recorded before these locks): nothing can be told, the run is left as recorded."""
+    home = tmp_path / "home"
+    store = RunStore.open(home / "lorastudio.db", recover=False)
+    other_kernel = "elsewhere|00000000-0000-0000-0000-000000000000|pid:[4026999999]|5"
+    fd = hold_owner_lock(home, "run2")
+    release_owner_lock(home, "run2", fd)  # ended cleanly: no file left
+    owner_lock_path(home, "run3").parent.mkdir(parents=True, exist_ok=True)
+    owner_lock_path(home, "run3").touch()  # a free lock, but another kernel's run
+    _record(store, "run2", start_token(os.getpid()).replace("pid:[", "pid:[9"))  # type: ignore[union-attr]
+    _record(store, "run3", other_kernel)
+    assert store.settle_dead_owners() == {}
