@@ -33,7 +33,10 @@ def main() -> None:
             measured[point["label"]] = point["measured_s"]
     records = sorted((root / "home" / "run_timings").glob("*.json"))
     points = []
-    configs = sorted((root / "home").glob("fm-*.json"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    # a point's own config (bench.forecast_matrix's repeats, `<name>-r<n>.json`, left out: its
+    # record, where kept, is found by the point's name)
+    firsts = [p for p in (root / "home").glob("fm-*.json") if p.stem.rsplit("-", 1)[1].isdigit()]
+    configs = sorted(firsts, key=lambda p: int(p.stem.rsplit("-", 1)[1]))
     for config in configs:
         cfg = json.loads(config.read_text())
         name = cfg["output_name"]

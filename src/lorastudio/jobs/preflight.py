@@ -34,13 +34,14 @@ from lorastudio.data.scan_warnings import scan_warnings
 from lorastudio.errors import HostMemoryShort
 from lorastudio.jobs import host_memory
 from lorastudio.jobs.budget_plan import budget_plan, plan_words
-from lorastudio.jobs.caption_tokens import caption_token_section, tokenizer_folder
+from lorastudio.jobs.caption_tokens import caption_tokens_counted, tokenizer_folder
 from lorastudio.jobs.card_fit import CardFit, card_fit, sizing_folder
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.preflight_cache import latent_cache_section
 from lorastudio.jobs.preflight_pairs import controls_section, training_mode
 from lorastudio.jobs.run_host import host_for_run
 from lorastudio.jobs.time_forecast import time_forecast
+from lorastudio.jobs.time_work import seen_text_tokens
 from lorastudio.jobs.validation import ValidatedRun
 from lorastudio.jobs.vram_estimate import (  # noqa: F401 (re-exported: host_memory, tests)
     ACTIVATION_FACTOR,
@@ -112,6 +113,10 @@ def preflight_report(
     preserved = encode_list(  # and the class-word captions (or prompts) of preservation
         preservation_texts(cfg, scan), scan, scan_variants(scan, cfg.caption_variants, cfg.seed)
     )
+    spec = families.get(cfg.family).spec
+    token_section, token_counts, token_cut = caption_tokens_counted(
+        spec, cfg, scan, tokenizer_folder(cfg, run.model_dir)
+    )
     work = {  # what phase 1 encodes: less what the on-disk cache holds already
         "steps": steps,
         "texts": (
@@ -125,6 +130,8 @@ def preflight_report(
         + len(preserved),
         "images": len(scan.items) - (cache.get("images_cached") or 0),
         "buckets": scan.bucket_histogram(),
+        # the text tokens a caption gives the denoiser where the family cuts them to the caption's
+        "text_tokens": seen_text_tokens(spec, token_counts or [], token_cut),
     }
     timing = time_forecast(
         cfg,
@@ -159,9 +166,7 @@ def preflight_report(
             "validation": validation_section(run.holdout, cfg.validate_every) if run.holdout else None,
             "entries": entry_report(scan),
             "captions": captions,
-            "caption_tokens": caption_token_section(
-                families.get(cfg.family).spec, cfg, scan, tokenizer_folder(cfg, run.model_dir)
-            ),
+            "caption_tokens": token_section,
             "samples_per_epoch": sum(per_epoch.values()),
         },
         "schedule": {

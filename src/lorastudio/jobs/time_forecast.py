@@ -26,6 +26,7 @@ seconds, passed in to train() and kept as the process_start phase) to train()'s 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,10 +50,12 @@ from lorastudio.jobs.time_model import (
 from lorastudio.jobs.time_work import (
     device_rate,
     fit_measures,
+    fixed_round,
     nearest,
     record_image_work,
     record_round_work,
     record_step_work,
+    round_fixed,
     scaled,
 )
 from lorastudio.timings import PHASES, read_records, run_signature
@@ -134,10 +137,19 @@ def time_forecast(
         exact = [r for r in alike_runs if _same_size(r, now)]
         step_x, image_x, fit_units = fit_measures(alike_runs, units)
         if exact or len(sizes(alike_runs, step_x)) < 2:  # this size measured, or one size: by its work
-            return _from_history((exact or alike_runs)[:HISTORY_RUNS], units, now, rate, compile_cache=cache)
-        newest = _from_history(alike_runs[:HISTORY_RUNS], units, now, rate, compile_cache=cache)
+            return _from_history(
+                (exact or alike_runs)[:HISTORY_RUNS],
+                units,
+                now,
+                rate,
+                compile_cache=cache,
+                machine_rounds=here,
+            )
+        newest = _from_history(
+            alike_runs[:HISTORY_RUNS], units, now, rate, compile_cache=cache, machine_rounds=here
+        )
         share = lambda r: _first_step_share(r, cache)  # noqa: E731
-        return refit(newest, alike_runs, fit_units, share, step_x, image_x, record_round_work)
+        return refit(newest, alike_runs, fit_units, share, step_x, image_x, record_round_work, round_fixed)
     machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
     # runs of the same plan (precision, checkpointing, block swap) and compile first: an nf4
     # or checkpointed run's time per unit of work says little of a bf16 one's
@@ -145,7 +157,9 @@ def time_forecast(
     machine = nearest(alike or machine, units)[:HISTORY_RUNS]
     if machine and now["denoiser_bytes"]:
         cold = "cold" if compiled else None  # another base or plan: its graphs are compiled afresh
-        return _from_history(machine, units, now, rate, other_base=True, compile_cache=cold)
+        return _from_history(
+            machine, units, now, rate, other_base=True, compile_cache=cold, machine_rounds=here
+        )
     return _from_model(cfg, fam.spec.denoiser_class, host, now, units)
 
 
@@ -219,12 +233,16 @@ def _from_history(
     *,
     other_base: bool = False,
     compile_cache: str | None = None,
+    machine_rounds: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """Each phase: the median over `records` of the phase scaled by this run's work (the cost
     model's where both bases can be read, its fixed part kept at `rate`: (work per second or None,
     its source), jobs/time_work.py; else pixels x samples, and denoiser bytes for another base);
-    `compile_cache`: "warm" / "cold", how this run's compile is expected to go (None: no compile)."""
+    `compile_cache`: "warm" / "cold", how this run's compile is expected to go (None: no compile);
+    `machine_rounds`: this machine's records (newest first), whose measured round fixed parts stand
+    in where none of `records` sampled."""
     exact = not other_base and all(_same_size(r, now) for r in records)
+    fixed_elsewhere, fixed_from = fixed_round(list(machine_rounds), now["family"])
     per: dict[str, list[float]] = {name: [] for name in PHASES}
     unmeasured: set[str] = set()
     by_flops: list[bool] = []  # whether each record's step was scaled by the cost model
@@ -277,8 +295,13 @@ def _from_history(
         rounds = r.get("sample_rounds", 0)
         forward = rate[0] * FORWARD_RATE if rate[0] else None  # a round's forward passes and decodes
         round_then = record_round_work(r) if units["round_flops"] else None
+        # a round's fixed part as the record measured it (its VAE, the pipeline's assembly, the
+        # PNGs: SamplePreviews.fixed_s), kept; the rest scaled by the work
+        own = min(round_fixed(r) or 0.0, ph["sample_rounds"] / rounds) if rounds else 0.0
         if rounds and round_then:  # prompts x sample steps forward passes + the prompts' decodes
-            one_round = scaled(ph["sample_rounds"] / rounds, round_then, units["round_flops"], forward)
+            one_round = own + scaled(
+                ph["sample_rounds"] / rounds - own, round_then, units["round_flops"], forward
+            )
         elif rounds and then and r.get("sample_work"):  # a record before its decodes were counted
             per_sample_now = units["step_flops"] / max(units["samples"], 1)
             work_then = then / (sig["batch_size"] * sig["grad_accum"]) * r["sample_work"]
@@ -288,9 +311,11 @@ def _from_history(
         elif rounds:
             one_round = ph["sample_rounds"] / rounds * _ratio(units["sample_work"], r.get("sample_work", 0))
         else:  # none measured: sample steps at the e2e run's share of a training step, the
-            # prompts' decodes at the VAE's rate where the device's is known
+            # prompts' decodes at the VAE's rate where the device's is known, and a round's fixed
+            # part as another run on this machine measured it
             one_round = step * units["sample_work"] * SAMPLE_STEP_SHARE
             one_round += units["decode_flops"] / (rate[0] * VAE_RATE) if rate[0] else 0.0
+            one_round += fixed_elsewhere or 0.0
             unmeasured.add("sample_rounds")
         per["sample_rounds"].append(one_round * units["sample_rounds"])
         checkpoints = r.get("checkpoints", 0)
@@ -351,6 +376,11 @@ def _from_history(
             f"no sample round in the {runs}: their step time x sample steps x {SAMPLE_STEP_SHARE}"
             " (a sampling step's share of a training step in the e2e FLUX.1 run, bench/RESULTS note 23)"
             + (" + each prompt's decode by the VAE at its work" if rate[0] and units["decode_flops"] else "")
+            + (
+                f" + a round's fixed part, {fixed_elsewhere:.3g} s as {fixed_from} measured it"
+                if fixed_elsewhere
+                else ""
+            )
         )
         confidence = "scaled" if confidence == "measured" else confidence
     for name, work, rate in (
