@@ -99,6 +99,15 @@ def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, set
         before=clock.before,
         lora_saved=clock.marks.get(FINAL_LORA_SAVED),
     )
+    cpu = phase_seconds(  # the same phases in the process's CPU seconds (the host's load left out)
+        clock.cpu_stamped,
+        cfg.save_every,
+        end=clock.cpu_elapsed(),
+        before=clock.cpu_before,
+        lora_saved=clock.cpu_marks.get(FINAL_LORA_SAVED),
+        loads_by_stamps=True,
+    )
+    measured["cpu"] = {k: cpu[k] for k in ("phases", "total_s", "s_per_step")}
     encoded = measured["latents"] if state.latents_encoded is None else state.latents_encoded
     measured["latents_encoded"] = encoded  # the latent phase's work ("latents": the images in it)
     # the first step's compile came from the cache or not (jobs/time_forecast.py picks the kind)
