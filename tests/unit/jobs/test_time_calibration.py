@@ -157,3 +157,32 @@ def test_a_sample_rounds_fixed_part_is_kept_as_measured(
     assert small["seconds"] == pytest.approx(
         0.8 + scaled(2.2, then, now, FORWARD_RATE * CPU_WORK_RATE), abs=0.01
     )
+
+
+def test_each_phase_is_kept_on_the_cpu_clock_beside_the_wall_clock() -> None:
+    """A run's record keeps its phases on the process's CPU clock too (PhaseClock.cpu_stamped):
+    what its work cost whatever else the shared host ran, so a forecast's cost model can be
+    checked against CPU seconds where the host's load moves wall time 2-6x (RESULTS note 46). A
+    load's CPU seconds come from its start's and end's stamps (its event's `seconds` are wall)."""
+    from types import SimpleNamespace
+
+    from lorastudio.timings import PhaseClock, phase_seconds
+
+    wall, cpu = iter([0.0, 1.0, 5.0, 9.0, 10.0]), iter([0.0, 0.5, 1.5, 2.5, 3.0])
+    clock = PhaseClock(clock=lambda: next(wall), cpu_clock=lambda: next(cpu))
+    events = [
+        {"type": "model_load_started", "component": "vae"},
+        {"type": "model_load_completed", "component": "vae", "seconds": 4.0, "waited_s": None},
+        {"type": "complete", "lora_path": "x", "steps_run": 0, "stopped": False},
+    ]
+    seen: list[object] = []
+    emit = clock.wrap(seen.append)
+    for event in events:
+        emit(SimpleNamespace(model_dump=lambda mode, e=event: e))
+    assert [t for t, _ in clock.stamped] == [1.0, 5.0, 9.0] and len(seen) == 3
+    assert [t for t, _ in clock.cpu_stamped] == [0.5, 1.5, 2.5]
+    assert clock.cpu_elapsed() == 3.0
+    on_cpu = phase_seconds(clock.cpu_stamped, None, end=3.0, loads_by_stamps=True)
+    assert on_cpu["phases"]["weights_load"] == pytest.approx(1.0)  # 1.5 - 0.5, not the 4 wall seconds
+    assert on_cpu["total_s"] == 3.0 and sum(on_cpu["phases"].values()) == pytest.approx(3.0)
+    assert phase_seconds(clock.stamped, None, end=10.0)["phases"]["weights_load"] == 4.0
