@@ -85,6 +85,18 @@ def process_started_at() -> float | None:
     return host_now() - max(age, 0.0)
 
 
+def host_load() -> dict[str, float | int] | None:
+    """{"load_1min": the host's 1-minute load average, "cores": the CPUs this process may run on}
+    (the run record's `host_load`: how many runnable threads shared those cores as the run
+    started); None where the OS does not say."""
+    try:
+        load = os.getloadavg()[0]
+        cores = len(os.sched_getaffinity(0))
+    except (OSError, AttributeError):
+        return None
+    return {"load_1min": round(load, 2), "cores": cores}
+
+
 FINAL_LORA_SAVED = "final_lora_saved"  # the mark of the run's LoRA written (before the final samples)
 
 
@@ -113,6 +125,7 @@ class PhaseClock:
         self.cpu_before = self._cpu_start if started_at is not None else 0.0
         self.cpu_stamped: list[tuple[float, dict[str, Any]]] = []
         self.cpu_marks: dict[str, float] = {}
+        self.load_at_start = host_load()  # the others' load the run starts under (its record's `host_load`)
 
     def wrap(self, emit: Callable[[Any], None]) -> Callable[[Any], None]:
         """`emit` with every event stamped here first (the wall clock's and the CPU clock's)."""

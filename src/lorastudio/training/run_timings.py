@@ -108,6 +108,7 @@ def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, set
         loads_by_stamps=True,
     )
     measured["cpu"] = {k: cpu[k] for k in ("phases", "total_s", "s_per_step")}
+    measured["host_load"] = clock.load_at_start  # the load the wall-clock phases ran under
     encoded = measured["latents"] if state.latents_encoded is None else state.latents_encoded
     measured["latents_encoded"] = encoded  # the latent phase's work ("latents": the images in it)
     # the first step's compile came from the cache or not (jobs/time_forecast.py picks the kind)

@@ -85,6 +85,7 @@ def test_a_second_run_is_forecast_within_15_percent_from_the_first(
     on_cpu = record["cpu"]
     assert sum(on_cpu["phases"].values()) == pytest.approx(on_cpu["total_s"], rel=0.02)
     assert 0 < on_cpu["total_s"] <= record["total_s"] * 1.1 and on_cpu["s_per_step"] > 0
+    assert record["host_load"]["cores"] >= 1 and record["host_load"]["load_1min"] >= 0
     # the record is the run's wall time: the same run timed from outside, it lies between the
     # span of the run's events and train()'s call (outside the run's own clock: train()'s checks
     # before it and the record's write). Not within 5 % of the call: a load spike in those parts
