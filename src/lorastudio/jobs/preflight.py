@@ -41,7 +41,6 @@ from lorastudio.jobs.preflight_cache import latent_cache_section
 from lorastudio.jobs.preflight_pairs import controls_section, training_mode
 from lorastudio.jobs.run_host import host_for_run
 from lorastudio.jobs.time_forecast import time_forecast
-from lorastudio.jobs.time_work import seen_text_tokens
 from lorastudio.jobs.validation import ValidatedRun
 from lorastudio.jobs.vram_estimate import (  # noqa: F401 (re-exported: host_memory, tests)
     ACTIVATION_FACTOR,
@@ -108,15 +107,13 @@ def preflight_report(
         in_step=cfg.train_text_encoder,
     )
     cache = latent_cache_section(cfg, scan, host, dtype, get_settings())
-    sees = families.get(cfg.family).spec.prompt_sees_controls
+    spec = families.get(cfg.family).spec
+    sees = spec.prompt_sees_controls
     held = run.holdout.validation if run.holdout else ()  # their captions are encoded in phase 1 too
     preserved = encode_list(  # and the class-word captions (or prompts) of preservation
         preservation_texts(cfg, scan), scan, scan_variants(scan, cfg.caption_variants, cfg.seed)
     )
-    spec = families.get(cfg.family).spec
-    token_section, token_counts, token_cut = caption_tokens_counted(
-        spec, cfg, scan, tokenizer_folder(cfg, run.model_dir)
-    )
+    token_section, seen_tokens = caption_tokens_counted(spec, cfg, scan, tokenizer_folder(cfg, run.model_dir))
     work = {  # what phase 1 encodes: less what the on-disk cache holds already
         "steps": steps,
         "texts": (
@@ -130,8 +127,7 @@ def preflight_report(
         + len(preserved),
         "images": len(scan.items) - (cache.get("images_cached") or 0),
         "buckets": scan.bucket_histogram(),
-        # the text tokens a caption gives the denoiser where the family cuts them to the caption's
-        "text_tokens": seen_text_tokens(spec, token_counts or [], token_cut),
+        "text_tokens": seen_tokens,  # a caption's, where the family cuts its embeddings to them
     }
     timing = time_forecast(
         cfg,

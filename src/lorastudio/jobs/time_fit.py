@@ -69,7 +69,7 @@ def refit(
     encoded images x pixels); `round_x(record)`: a record's sample round's work
     (jobs/time_work.record_round_work; None: not counted), used with `units` "round_flops" where
     every sampled record has it; `round_fixed(record)`: a round's measured fixed part (its VAE,
-    the pipeline's assembly, jobs/time_work.round_fixed; None: not measured), taken out of each
+    the pipeline's assembly, jobs/time_rate.round_fixed; None: not measured), taken out of each
     record's round before the fit and added back as their median.
     Each fitted phase says so in its basis; the total and the note follow."""
     n = len(records)

@@ -25,8 +25,8 @@ seconds, passed in to train() and kept as the process_start phase) to train()'s 
 
 from __future__ import annotations
 
+import functools
 import statistics
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,15 +47,13 @@ from lorastudio.jobs.time_model import (
 from lorastudio.jobs.time_model import (
     PROCESS_START_S as PROCESS_START_S,
 )
+from lorastudio.jobs.time_rate import device_rate, fixed_round, round_fixed
 from lorastudio.jobs.time_work import (
-    device_rate,
     fit_measures,
-    fixed_round,
     nearest,
     record_image_work,
     record_round_work,
     record_step_work,
-    round_fixed,
     scaled,
 )
 from lorastudio.timings import PHASES, read_records, run_signature
@@ -131,23 +129,17 @@ def time_forecast(
     here = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
     rate = device_rate(here, now["device_name"], _SAME)
     alike_runs = [r for r in records if all(_key(r, k) == now[k] for k in _SAME)][:FIT_RUNS]
+    # a round's fixed part as this machine's runs measured it, where the records used sampled none
+    elsewhere = fixed_round(here, now["family"])
+    history = functools.partial(_from_history, units=units, now=now, rate=rate, elsewhere=elsewhere)
     if alike_runs:  # an earlier run of this signature left its compiled graphs in the cache (if it is kept)
         warm = compiled and _compile_cache_kept(home)
         cache = "warm" if warm else "cold" if compiled else None
         exact = [r for r in alike_runs if _same_size(r, now)]
         step_x, image_x, fit_units = fit_measures(alike_runs, units)
         if exact or len(sizes(alike_runs, step_x)) < 2:  # this size measured, or one size: by its work
-            return _from_history(
-                (exact or alike_runs)[:HISTORY_RUNS],
-                units,
-                now,
-                rate,
-                compile_cache=cache,
-                machine_rounds=here,
-            )
-        newest = _from_history(
-            alike_runs[:HISTORY_RUNS], units, now, rate, compile_cache=cache, machine_rounds=here
-        )
+            return history((exact or alike_runs)[:HISTORY_RUNS], compile_cache=cache)
+        newest = history(alike_runs[:HISTORY_RUNS], compile_cache=cache)
         share = lambda r: _first_step_share(r, cache)  # noqa: E731
         return refit(newest, alike_runs, fit_units, share, step_x, image_x, record_round_work, round_fixed)
     machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
@@ -157,9 +149,7 @@ def time_forecast(
     machine = nearest(alike or machine, units)[:HISTORY_RUNS]
     if machine and now["denoiser_bytes"]:
         cold = "cold" if compiled else None  # another base or plan: its graphs are compiled afresh
-        return _from_history(
-            machine, units, now, rate, other_base=True, compile_cache=cold, machine_rounds=here
-        )
+        return history(machine, other_base=True, compile_cache=cold)
     return _from_model(cfg, fam.spec.denoiser_class, host, now, units)
 
 
@@ -233,16 +223,16 @@ def _from_history(
     *,
     other_base: bool = False,
     compile_cache: str | None = None,
-    machine_rounds: Sequence[dict[str, Any]] = (),
+    elsewhere: tuple[float | None, str] = (None, ""),
 ) -> dict[str, Any]:
     """Each phase: the median over `records` of the phase scaled by this run's work (the cost
     model's where both bases can be read, its fixed part kept at `rate`: (work per second or None,
     its source), jobs/time_work.py; else pixels x samples, and denoiser bytes for another base);
     `compile_cache`: "warm" / "cold", how this run's compile is expected to go (None: no compile);
-    `machine_rounds`: this machine's records (newest first), whose measured round fixed parts stand
-    in where none of `records` sampled."""
+    `elsewhere`: a round's fixed part as other runs here measured it and their words
+    (time_rate.fixed_round), for where none of `records` sampled."""
     exact = not other_base and all(_same_size(r, now) for r in records)
-    fixed_elsewhere, fixed_from = fixed_round(list(machine_rounds), now["family"])
+    fixed_elsewhere, fixed_from = elsewhere
     per: dict[str, list[float]] = {name: [] for name in PHASES}
     unmeasured: set[str] = set()
     by_flops: list[bool] = []  # whether each record's step was scaled by the cost model
@@ -377,9 +367,8 @@ def _from_history(
             " (a sampling step's share of a training step in the e2e FLUX.1 run, bench/RESULTS note 23)"
             + (" + each prompt's decode by the VAE at its work" if rate[0] and units["decode_flops"] else "")
             + (
-                f" + a round's fixed part, {fixed_elsewhere:.3g} s as {fixed_from} measured it"
-                if fixed_elsewhere
-                else ""
+                f" + a round's fixed part, {fixed_elsewhere or 0:.3g} s as {fixed_from} measured it"
+                * bool(fixed_elsewhere)
             )
         )
         confidence = "scaled" if confidence == "measured" else confidence

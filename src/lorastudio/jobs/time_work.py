@@ -22,8 +22,8 @@ a text stream costs the same at every size (FLUX.1's 512 T5 tokens are most of a
 Both None when the folder has no readable headers (a hub id): the callers then scale by pixels as
 before. A record's time is then `fixed + work / rate`: `rate` (work per second of this device) is
 the slope fitted on this machine's records of one signature at two sizes (median over the
-signatures that have them), else CPU_WORK_RATE on a CPU (measured on the tiny models, below), else
-unknown (a GPU: the time is all work, the proportional rule by work). One record so splits into
+signatures that have them), else on a CPU this host's probed rate, else CPU_WORK_RATE (jobs/
+time_rate.py), else unknown (a GPU: the time is all work, the proportional rule by work). One record so splits into
 its fixed part and its work part, and the work part scales by the work ratio. The VAE's work runs
 at time_forecast.VAE_RATE x the step's rate, a sample round's (forward passes, decodes) at
 FORWARD_RATE x (a forward only; the step's work counts its forward, not its backward).
@@ -45,20 +45,8 @@ from typing import Any
 
 from lorastudio import families
 from lorastudio.families.spec import FamilySpec
-from lorastudio.jobs.time_fit import fit_line
 from lorastudio.jobs.vram_estimate import _safetensors_shapes
 
-# Forward FLOPs per second a CPU training step achieves on the tiny models' work above (the
-# backward included: work counts the forward): the tiny FLUX.1's step, one thread on the 2-core
-# host, 12 GFLOP/s from 64 to 512 px, 19 to 1024; the tiny SDXL's 15-17 (RELIABILITY 880). Only
-# a record's split into fixed and work parts depends on it.
-CPU_WORK_RATE = 1.2e10
-# That step rate over the rate of training/cpu_rate.py's probe (a 384 x 384 fp32 matmul at the
-# run's threads, the fastest of its bursts): 44-50 GFLOP/s one thread on the 2-core host where the
-# tiny models' step ran at CPU_WORK_RATE (RESULTS note 46). A CPU record carries its run's probe
-# (`cpu_rate`), so another CPU's rate is its own probe x this share, not the 2-core host's constant.
-CPU_WORK_SHARE = 0.26
-RATE_RECORDS = 8  # the newest records whose probes give this host's rate (their median)
 TEXT_TOKENS = 77  # a family without max_sequence_length: CLIP's
 # the multiple a transformer pads its text stream to (diffusers' ZImageTransformer2DModel:
 # SEQ_MULTI_OF); the others take a caption's tokens as they are
@@ -323,63 +311,6 @@ def seen_text_tokens(spec: FamilySpec, counts: list[int], limit: int | None) -> 
     multiple = _TEXT_MULTIPLE.get(spec.denoiser_class, 1)
     cut = [min(n, limit) if limit else n for n in counts]
     return statistics.fmean(math.ceil(max(n, 1) / multiple) * multiple for n in cut)
-
-
-def device_rate(
-    records: list[dict[str, Any]], device: str, same: tuple[str, ...]
-) -> tuple[float | None, str]:
-    """Step work per second of this device and where it comes from: the median over the signatures
-    (`same`: the keys that make one) among `records` (this device's) that ran two or more sizes of
-    the slope of their s/step against their step work (jobs/time_fit.fit_line); else
-    CPU_WORK_RATE on a CPU; else (None, ...): unknown, a record's time is all work."""
-    groups: dict[str, list[tuple[float, float]]] = {}
-    for r in records:
-        work = record_step_work(r)
-        if work:
-            key = repr([r["signature"].get(k) for k in same])
-            groups.setdefault(key, []).append((work, float(r["s_per_step"])))
-    slopes = [line[1] for points in groups.values() if (line := fit_line(points)) and line[1] > 0]
-    if slopes:
-        n = len(slopes)
-        return 1 / statistics.median(slopes), f"fitted on {n} signature{'s' if n > 1 else ''} of this machine"
-    if device == "cpu":
-        probes = [p for r in records if (p := probe_rate(r))][:RATE_RECORDS]
-        if probes:
-            n = len(probes)
-            return CPU_WORK_SHARE * statistics.median(probes), (
-                f"{CPU_WORK_SHARE} x this host's matmul rate, probed by {n} run{'s' if n > 1 else ''}"
-            )
-        return CPU_WORK_RATE, "the tiny models' CPU rate on the 2-core host (no run here probed this one's)"
-    return None, "no rate measured on this device"
-
-
-def round_fixed(record: dict[str, Any]) -> float | None:
-    """A record's sample round's fixed part (`sample_fixed_s`: its seconds beyond rendering its
-    prompts, training/samples.SamplePreviews.fixed_s); None: not measured (no round, an older
-    record)."""
-    value = record.get("sample_fixed_s")
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) and value >= 0 else None
-
-
-def fixed_round(records: list[dict[str, Any]], family: str) -> tuple[float | None, str]:
-    """(the median measured round fixed part of the newest RATE_RECORDS of `records` that have one,
-    those of `family` first, else any; the words naming them) or (None, "")."""
-    for words, pick in (
-        (f"earlier {family} runs here", lambda r: r["signature"].get("family") == family),
-        ("earlier runs of other families here", lambda r: True),
-    ):
-        values = [v for r in records if pick(r) and (v := round_fixed(r)) is not None][:RATE_RECORDS]
-        if values:
-            return statistics.median(values), words
-    return None, ""
-
-
-def probe_rate(record: dict[str, Any]) -> float | None:
-    """The matmul rate (FLOP/s) a CPU record's run probed at its threads (`cpu_rate`:
-    training/cpu_rate.py); None: not probed (a GPU run, a record before the probe)."""
-    probe = record.get("cpu_rate")
-    value = probe.get("matmul_flops") if isinstance(probe, dict) else None
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) and value > 0 else None
 
 
 def scaled(seconds: float, work_then: float, work_now: float, rate: float | None) -> float:

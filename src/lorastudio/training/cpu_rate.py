@@ -1,6 +1,6 @@
 """This CPU's matrix-multiply rate at the run's threads, probed at a CPU run's end and kept in its
 wall-time record (training/run_timings.py), so the preflight's forecast splits a record into its
-fixed and work parts at this host's rate (jobs/time_work.device_rate: CPU_WORK_SHARE x the
+fixed and work parts at this host's rate (jobs/time_rate.device_rate: CPU_WORK_SHARE x the
 probes' median) instead of one constant measured on another CPU.
 
 Why hand-written: a FLOP rate is what the forecast's work is counted in, and no library reports

@@ -120,7 +120,7 @@ def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, set
     }
     if state.previews is not None and state.previews.fixed_s:  # a round's own part beside its renders
         work["sample_fixed_s"] = round(statistics.median(state.previews.fixed_s), 3)
-    if run.device.type == "cpu":  # this host's rate at the run's threads (jobs/time_work.device_rate)
+    if run.device.type == "cpu":  # this host's rate at the run's threads (jobs/time_rate.device_rate)
         work["cpu_rate"] = probe_cpu_rate()
     try:
         write_record(settings.home, run.run_dir.name, {"signature": signature, **measured, **work})

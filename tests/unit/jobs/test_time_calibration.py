@@ -17,14 +17,8 @@ from lorastudio.config import TrainConfig
 from lorastudio.jobs.hardware import HostInfo, precisions_for
 from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.time_forecast import time_forecast
-from lorastudio.jobs.time_work import (
-    CPU_WORK_RATE,
-    CPU_WORK_SHARE,
-    device_rate,
-    scaled,
-    seen_text_tokens,
-    step_work,
-)
+from lorastudio.jobs.time_rate import CPU_WORK_RATE, CPU_WORK_SHARE, device_rate
+from lorastudio.jobs.time_work import scaled, seen_text_tokens, step_work
 from lorastudio.jobs.validation import validate_run
 from lorastudio.settings import Settings
 from lorastudio.timings import PHASES, run_signature, write_record
