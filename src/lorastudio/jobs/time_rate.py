@@ -18,10 +18,11 @@ from lorastudio.jobs.time_work import record_step_work
 # a record's split into fixed and work parts depends on it.
 CPU_WORK_RATE = 1.2e10
 # That step rate over the rate of training/cpu_rate.py's probe (a 384 x 384 fp32 matmul at the
-# run's threads, the fastest of its bursts): 44-50 GFLOP/s one thread on the 2-core host where the
-# tiny models' step ran at CPU_WORK_RATE (RESULTS note 46). A CPU record carries its run's probe
-# (`cpu_rate`), so another CPU's rate is its own probe x this share, not the 2-core host's constant.
-CPU_WORK_SHARE = 0.26
+# run's threads, on the process's CPU clock, the fastest of its bursts): 86-94 GFLOP/s one thread
+# on the 2-core host where the tiny models' step ran at CPU_WORK_RATE (RESULTS note 46; 35-37 on
+# the wall clock at a load of 9). A CPU record carries its run's probe (`cpu_rate`), so another
+# CPU's rate is its own probe x this share, not the 2-core host's constant.
+CPU_WORK_SHARE = 0.13
 RATE_RECORDS = 8  # the newest records whose probes give this host's rate (their median)
 
 

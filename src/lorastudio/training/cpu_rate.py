@@ -6,8 +6,10 @@ probes' median) instead of one constant measured on another CPU.
 Why hand-written: a FLOP rate is what the forecast's work is counted in, and no library reports
 one for a host; torch.utils.benchmark would time the same matmul with more machinery. The probe
 is a 384 x 384 fp32 matmul (its operands fit the cache, BLAS runs near its peak), repeated in
-bursts of PROBE_BURST_S; the fastest burst counts (the host's other load only slows one), so the
-probe costs ~PROBE_BURSTS x PROBE_BURST_S of a run's time. It is taken in every CPU run rather
+bursts of PROBE_BURST_S of the process's CPU time, timed on that clock (all threads): the
+threads' rate where nothing else runs, whatever the shared host's load (a wall-clock probe of the
+same bursts gave 14-63 GFLOP/s one thread under a load of 11-13, RESULTS note 46); the fastest
+burst counts. It costs ~PROBE_BURSTS x PROBE_BURST_S of CPU time (more wall time under load). It is taken in every CPU run rather
 than cached per host and torch version: each record then carries the rate of its own host, torch
 and thread count (the keys it is written with), and a forecast takes the median of the newest.
 """
@@ -25,21 +27,22 @@ PROBE_BURST_S = 0.03
 
 
 def probe_cpu_rate() -> dict[str, Any]:
-    """{"matmul_flops": FLOP/s of the fastest burst, "threads": torch's intra-op threads,
-    "torch": its version}: a PROBE_SIDE-square fp32 matmul on the CPU at the current threads."""
+    """{"matmul_flops": FLOPs per CPU second of the fastest burst x torch's intra-op threads,
+    "threads": those threads, "torch": its version}: a PROBE_SIDE-square fp32 matmul on the CPU
+    at the current threads."""
     a = torch.randn(PROBE_SIDE, PROBE_SIDE)  # [N, N]
     b = torch.randn(PROBE_SIDE, PROBE_SIDE)  # [N, N]
     with torch.no_grad():
         torch.mm(a, b)  # BLAS's first call: its threads and buffers
         best = float("inf")
         for _ in range(PROBE_BURSTS):
-            count, start = 0, time.perf_counter()
-            while (elapsed := time.perf_counter() - start) < PROBE_BURST_S:
+            count, start = 0, time.process_time()
+            while (elapsed := time.process_time() - start) < PROBE_BURST_S:
                 torch.mm(a, b)  # [N, N]
                 count += 1
             best = min(best, elapsed / count)
-    return {
-        "matmul_flops": round(2 * PROBE_SIDE**3 / best),
+    return {  # FLOPs per CPU second x the threads: the threads' rate where nothing else runs
+        "matmul_flops": round(2 * PROBE_SIDE**3 / best * torch.get_num_threads()),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }
