@@ -41,12 +41,8 @@ from lorastudio.jobs.time_model import (  # the no-history basis and the shared 
     _section,
     run_units,
 )
-from lorastudio.jobs.time_model import (
-    PRESERVATION_STEP as PRESERVATION_STEP,
-)
-from lorastudio.jobs.time_model import (
-    PROCESS_START_S as PROCESS_START_S,
-)
+from lorastudio.jobs.time_model import PRESERVATION_STEP as PRESERVATION_STEP
+from lorastudio.jobs.time_model import PROCESS_START_S as PROCESS_START_S
 from lorastudio.jobs.time_rate import device_rate, fixed_round, round_fixed
 from lorastudio.jobs.time_work import (
     fit_measures,
@@ -105,8 +101,8 @@ def time_forecast(
 
     Args: the resolved config, the local pipeline (None: a hub id), the HostInfo, the plan values
     (plan_for_estimate's, as a dict), whether regional compile runs, `work` = {"steps", "texts",
-    "images", "buckets"} of this run and the studio home (its run_timings/ history; records that
-    cannot be read or scaled are skipped).
+    "images", "buckets", optional "text_tokens": time_model.run_units} of this run and the studio
+    home (its run_timings/ history; records that cannot be read or scaled are skipped).
     Returns {"total_s", "phases": [{"name", "seconds", "basis"}], "source": "history" | "machine"
     | "model", "confidence": "measured" | "scaled" | "guess", "runs": records used, "note"}."""
     fam = families.get(cfg.family)
@@ -233,6 +229,7 @@ def _from_history(
     (time_rate.fixed_round), for where none of `records` sampled."""
     exact = not other_base and all(_same_size(r, now) for r in records)
     fixed_elsewhere, fixed_from = elsewhere
+    sampled = any(r.get("sample_rounds") for r in records)  # only these forecast a round (RELIABILITY 1214)
     per: dict[str, list[float]] = {name: [] for name in PHASES}
     unmeasured: set[str] = set()
     by_flops: list[bool] = []  # whether each record's step was scaled by the cost model
@@ -285,9 +282,9 @@ def _from_history(
         rounds = r.get("sample_rounds", 0)
         forward = rate[0] * FORWARD_RATE if rate[0] else None  # a round's forward passes and decodes
         round_then = record_round_work(r) if units["round_flops"] else None
-        # a round's fixed part as the record measured it (its VAE, the pipeline's assembly, the
-        # PNGs: SamplePreviews.fixed_s), kept; the rest scaled by the work
+        # a round's fixed part as measured (SamplePreviews.fixed_s) kept, the rest scaled by its work
         own = min(round_fixed(r) or 0.0, ph["sample_rounds"] / rounds) if rounds else 0.0
+        one_round: float | None
         if rounds and round_then:  # prompts x sample steps forward passes + the prompts' decodes
             one_round = own + scaled(
                 ph["sample_rounds"] / rounds - own, round_then, units["round_flops"], forward
@@ -300,6 +297,8 @@ def _from_history(
             )
         elif rounds:
             one_round = ph["sample_rounds"] / rounds * _ratio(units["sample_work"], r.get("sample_work", 0))
+        elif sampled:  # a record that sampled none beside one that did: the measured round speaks
+            one_round = None
         else:  # none measured: sample steps at the e2e run's share of a training step, the
             # prompts' decodes at the VAE's rate where the device's is known, and a round's fixed
             # part as another run on this machine measured it
@@ -307,7 +306,8 @@ def _from_history(
             one_round += units["decode_flops"] / (rate[0] * VAE_RATE) if rate[0] else 0.0
             one_round += fixed_elsewhere or 0.0
             unmeasured.add("sample_rounds")
-        per["sample_rounds"].append(one_round * units["sample_rounds"])
+        if one_round is not None:
+            per["sample_rounds"].append(one_round * units["sample_rounds"])
         checkpoints = r.get("checkpoints", 0)
         per["checkpoints"].append(  # with none written: validation rounds and snapshots, as measured
             ph["checkpoints"] / checkpoints * units["checkpoints"] if checkpoints else ph["checkpoints"]

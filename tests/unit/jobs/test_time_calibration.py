@@ -180,3 +180,22 @@ def test_each_phase_is_kept_on_the_cpu_clock_beside_the_wall_clock() -> None:
     assert on_cpu["phases"]["weights_load"] == pytest.approx(1.0)  # 1.5 - 0.5, not the 4 wall seconds
     assert on_cpu["total_s"] == 3.0 and sum(on_cpu["phases"].values()) == pytest.approx(3.0)
     assert phase_seconds(clock.stamped, None, end=10.0)["phases"]["weights_load"] == 4.0
+
+
+def test_records_that_sampled_nothing_leave_the_round_to_one_that_did(
+    tiny_model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Of a signature's newest runs one sampled (a 1.0 s round) and two did not: the round is that
+    run's. Before, each run that sampled nothing added its guess from its step time to the median
+    (flux-1024-sample, RESULTS note 46: 17.4 s forecast from two such guesses, 5.4 s measured)."""
+    base = tiny_model("flux")
+    common = {"family": "flux", "base_model": str(base), "data_dir": "d", "steps": 11, "lora_rank": 4}
+    work = {"steps": 11, "texts": 1, "images": 1, "buckets": {"256x256": 1}}
+    sampled = _record("flux", base, 256, 0.5, sample_rounds=1, sample_work=2, sample_images=1)
+    sampled["phases"]["sample_rounds"] = 1.0
+    write_record(tmp_path, "sampled", sampled)
+    for name in ("plain-1", "plain-2"):  # newer, slower steps: their guesses would be ~4x the round
+        write_record(tmp_path, name, _record("flux", base, 256, 3.0))
+    cfg = TrainConfig(**common, resolution=256, sample_prompts=["a red circle"], sample_steps=2)
+    rounds = _phase(time_forecast(cfg, base, CPU, PLAN, False, work, tmp_path), "sample_rounds")
+    assert rounds["seconds"] == pytest.approx(1.0)
