@@ -43,7 +43,7 @@ from lorastudio.jobs.time_model import (  # the no-history basis and the shared 
 )
 from lorastudio.jobs.time_model import PRESERVATION_STEP as PRESERVATION_STEP
 from lorastudio.jobs.time_model import PROCESS_START_S as PROCESS_START_S
-from lorastudio.jobs.time_rate import device_rate, fixed_round, round_fixed
+from lorastudio.jobs.time_rate import device_rate, fixed_round, round_fixed, rounds_from_sampled
 from lorastudio.jobs.time_work import (
     fit_measures,
     nearest,
@@ -133,9 +133,12 @@ def time_forecast(
         cache = "warm" if warm else "cold" if compiled else None
         exact = [r for r in alike_runs if _same_size(r, now)]
         step_x, image_x, fit_units = fit_measures(alike_runs, units)
+        sampled = [r for r in alike_runs if r.get("sample_rounds")][:HISTORY_RUNS]
+        rounds = functools.partial(rounds_from_sampled, sampled=sampled, history=history)
+        used = (exact or alike_runs)[:HISTORY_RUNS]
         if exact or len(sizes(alike_runs, step_x)) < 2:  # this size measured, or one size: by its work
-            return history((exact or alike_runs)[:HISTORY_RUNS], compile_cache=cache)
-        newest = history(alike_runs[:HISTORY_RUNS], compile_cache=cache)
+            return rounds(history(used, compile_cache=cache), used)
+        newest = rounds(history(alike_runs[:HISTORY_RUNS], compile_cache=cache), alike_runs[:HISTORY_RUNS])
         share = lambda r: _first_step_share(r, cache)  # noqa: E731
         return refit(newest, alike_runs, fit_units, share, step_x, image_x, record_round_work, round_fixed)
     machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from lorastudio.jobs.time_fit import fit_line
@@ -81,3 +82,25 @@ def probe_rate(record: dict[str, Any]) -> float | None:
     probe = record.get("cpu_rate")
     value = probe.get("matmul_flops") if isinstance(probe, dict) else None
     return float(value) if isinstance(value, int | float) and math.isfinite(value) and value > 0 else None
+
+
+def rounds_from_sampled(
+    forecast: dict[str, Any],
+    used: list[dict[str, Any]],
+    sampled: list[dict[str, Any]],
+    history: Callable[[list[dict[str, Any]]], dict[str, Any]],
+) -> dict[str, Any]:
+    """`forecast` (made from the records `used`) with its sample rounds taken from `history(sampled)`
+    (the same forecast made from the newest runs of this signature that sampled) where none of
+    `used` sampled (a run of this very size that did not, beside one of another size that did:
+    its guess from the step time is not what the measured round says; RELIABILITY 1214)."""
+    if not sampled or any(r.get("sample_rounds") for r in used):
+        return forecast
+    rounds = next(p for p in forecast["phases"] if p["name"] == "sample_rounds")
+    measured = next(p for p in history(sampled)["phases"] if p["name"] == "sample_rounds")
+    if not rounds["seconds"]:
+        return forecast
+    rounds["seconds"] = measured["seconds"]
+    rounds["basis"] = f"{measured['basis']} (the newest runs of this base and plan that sampled)"
+    forecast["total_s"] = round(sum(p["seconds"] for p in forecast["phases"]), 1)
+    return forecast

@@ -199,3 +199,21 @@ def test_records_that_sampled_nothing_leave_the_round_to_one_that_did(
     cfg = TrainConfig(**common, resolution=256, sample_prompts=["a red circle"], sample_steps=2)
     rounds = _phase(time_forecast(cfg, base, CPU, PLAN, False, work, tmp_path), "sample_rounds")
     assert rounds["seconds"] == pytest.approx(1.0)
+    # a run of this very size that sampled nothing beside one of another size that did (the
+    # matrix's flux-1024-sample: flux-1024 measured, flux-256-sample sampled): the round is the
+    # sampled run's, scaled by the round's work to this size
+    other = tmp_path / "other"
+    write_record(other, "sampled", sampled)
+    write_record(other, "exact", _record("flux", base, 1024, 3.0))
+    work_1024 = work | {"buckets": {"1024x1024": 1}}
+    cfg_1024 = TrainConfig(**common, resolution=1024, sample_prompts=["a red circle"], sample_steps=2)
+    forecast = time_forecast(cfg_1024, base, CPU, PLAN, False, work_1024, other)
+    from lorastudio.jobs.time_forecast import _SAME, FORWARD_RATE
+    from lorastudio.jobs.time_work import round_work
+    from lorastudio.timings import read_records
+
+    then, now = (round_work("flux", str(base), s * s, 2, 1) for s in (256, 1024))
+    rate = device_rate(read_records(other), "cpu", _SAME)[0]  # the two sizes' slope
+    expected = scaled(1.0, then, now, FORWARD_RATE * rate)
+    assert _phase(forecast, "sample_rounds")["seconds"] == pytest.approx(expected, abs=0.01)
+    assert "that sampled" in _phase(forecast, "sample_rounds")["basis"]
