@@ -8,14 +8,16 @@ one for a host; torch.utils.benchmark would time the same matmul with more machi
 is a 384 x 384 fp32 matmul (its operands fit the cache, BLAS runs near its peak), repeated in
 bursts of PROBE_BURST_S of the process's CPU time, timed on that clock (all threads): the
 threads' rate where nothing else runs, whatever the shared host's load (a wall-clock probe of the
-same bursts gave 14-63 GFLOP/s one thread under a load of 11-13, RESULTS note 46); the fastest
-burst counts. It costs ~PROBE_BURSTS x PROBE_BURST_S of CPU time (more wall time under load). It is taken in every CPU run rather
-than cached per host and torch version: each record then carries the rate of its own host, torch
-and thread count (the keys it is written with), and a forecast takes the median of the newest.
+same bursts gave 14-63 GFLOP/s one thread at loads of 10-13, RESULTS note 46); the fastest
+burst counts. It costs ~PROBE_BURSTS x PROBE_BURST_S of CPU time (more wall time under load),
+once per process and thread count; it is written into each CPU run's record with its threads and torch version, so a record
+carries the rate of the host, torch and threads it ran with, and a forecast takes the median of
+the newest records' probes.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -29,7 +31,14 @@ PROBE_BURST_S = 0.03
 def probe_cpu_rate() -> dict[str, Any]:
     """{"matmul_flops": FLOPs per CPU second of the fastest burst x torch's intra-op threads,
     "threads": those threads, "torch": its version}: a PROBE_SIDE-square fp32 matmul on the CPU
-    at the current threads."""
+    at the current threads, probed once per process and thread count (the CPU clock's rate does
+    not move with the host's load; a process that trains many runs, a test session, pays once)."""
+    return dict(_probe(torch.get_num_threads()))
+
+
+@functools.lru_cache(maxsize=8)
+def _probe(threads: int) -> dict[str, Any]:
+    """probe_cpu_rate's measure at `threads` (torch's current count, the cache's key)."""
     a = torch.randn(PROBE_SIDE, PROBE_SIDE)  # [N, N]
     b = torch.randn(PROBE_SIDE, PROBE_SIDE)  # [N, N]
     with torch.no_grad():
@@ -42,7 +51,7 @@ def probe_cpu_rate() -> dict[str, Any]:
                 count += 1
             best = min(best, elapsed / count)
     return {  # FLOPs per CPU second x the threads: the threads' rate where nothing else runs
-        "matmul_flops": round(2 * PROBE_SIDE**3 / best * torch.get_num_threads()),
-        "threads": torch.get_num_threads(),
+        "matmul_flops": round(2 * PROBE_SIDE**3 / best * threads),
+        "threads": threads,
         "torch": torch.__version__,
     }
