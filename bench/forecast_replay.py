@@ -4,10 +4,15 @@ written before it (bench/RESULTS note 42): a temporary home holding those record
 PYTHONPATH (so one round's records give the forecast of two trees). Records of an older engine
 that lack `sample_images` get 1 (the matrix's sample points have one prompt).
 
-    PYTHONPATH=<tree>/src python -m bench.forecast_replay ROOT MATRIX_LOG OUT.json
+    PYTHONPATH=<tree>/src python -m bench.forecast_replay ROOT MATRIX_LOG OUT.json [cpu]
 
 OUT.json: per point, its label, the forecast (total, source, per phase), the matrix's measured
 wall time (from MATRIX_LOG, the matrix's stdout), its record's total and measured phases.
+`cpu` (session 34, RESULTS note 46): the records' phases on the CPU clock (their `cpu` part:
+timings.PhaseClock.cpu_stamped, the process's CPU seconds) stand in for their wall-clock ones, so
+the forecast is one of CPU seconds, against the matrix's measured CPU seconds (`measured_cpu_s`):
+with one thread that is the run's work whatever else the shared host ran (records without the
+part are left out).
 """
 
 from __future__ import annotations
@@ -26,14 +31,19 @@ def main() -> None:
     from lorastudio.settings import get_settings
 
     root, log, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    measured = {}
+    on_cpu = sys.argv[4:] == ["cpu"]
+    measured, measured_cpu = {}, {}
     for line in log.read_text(encoding="utf-8").splitlines():
         if line.startswith("{"):
             point = json.loads(line)
             measured[point["label"]] = point["measured_s"]
+            measured_cpu[point["label"]] = point.get("cpu_s")
     records = sorted((root / "home" / "run_timings").glob("*.json"))
     points = []
-    configs = sorted((root / "home").glob("fm-*.json"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    # a point's own config (bench.forecast_matrix's repeats, `<name>-r<n>.json`, left out: its
+    # record, where kept, is found by the point's name)
+    firsts = [p for p in (root / "home").glob("fm-*.json") if p.stem.rsplit("-", 1)[1].isdigit()]
+    configs = sorted(firsts, key=lambda p: int(p.stem.rsplit("-", 1)[1]))
     for config in configs:
         cfg = json.loads(config.read_text())
         name = cfg["output_name"]
@@ -47,6 +57,10 @@ def main() -> None:
                 data = json.loads(r.read_text())
                 if data.get("sample_work") and "sample_images" not in data:
                     data["sample_images"] = 1
+                if on_cpu:  # the CPU clock's phases for the wall clock's
+                    if "cpu" not in data:
+                        continue
+                    data.update(data["cpu"])
                 (home / "run_timings" / r.name).write_text(json.dumps(data))
         os.environ["LORASTUDIO_HOME"] = str(home)
         get_settings.cache_clear()
@@ -61,8 +75,10 @@ def main() -> None:
                 "source": timing["source"],
                 "forecast": {p["name"]: p["seconds"] for p in timing["phases"]},
                 "measured_s": measured.get(label),
+                "measured_cpu_s": measured_cpu.get(label),
                 "record_total_s": record["total_s"],
                 "measured": record["phases"],
+                "measured_cpu": (record.get("cpu") or {}).get("phases"),
             }
         )
         shutil.rmtree(home)

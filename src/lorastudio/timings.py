@@ -85,6 +85,18 @@ def process_started_at() -> float | None:
     return host_now() - max(age, 0.0)
 
 
+def host_load() -> dict[str, float | int] | None:
+    """{"load_1min": the host's 1-minute load average, "cores": the CPUs this process may run on}
+    (the run record's `host_load`: how many runnable threads shared those cores as the run
+    started); None where the OS does not say."""
+    try:
+        load = os.getloadavg()[0]
+        cores = len(os.sched_getaffinity(0))
+    except (OSError, AttributeError):
+        return None
+    return {"load_1min": round(load, 2), "cores": cores}
+
+
 FINAL_LORA_SAVED = "final_lora_saved"  # the mark of the run's LoRA written (before the final samples)
 
 
@@ -94,21 +106,41 @@ class PhaseClock:
     standby's hand-over: host_clock.host_now()), None: not counted.
     `marks`: named moments that are no event (FINAL_LORA_SAVED), same time base."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, started_at: float | None = None) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        started_at: float | None = None,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> None:
         self._clock = clock
         self._start = clock()
         self.before = max(host_now() - started_at, 0.0) if started_at is not None else 0.0
         self.stamped: list[tuple[float, dict[str, Any]]] = []
         self.marks: dict[str, float] = {}
+        # the same stamps on the process's CPU clock (all its threads): what each phase cost in
+        # work, whatever else the host ran (`cpu_before`: the process's CPU before train(), its
+        # imports; 0 where process_start is not counted)
+        self._cpu_clock = cpu_clock
+        self._cpu_start = cpu_clock()
+        self.cpu_before = self._cpu_start if started_at is not None else 0.0
+        self.cpu_stamped: list[tuple[float, dict[str, Any]]] = []
+        self.cpu_marks: dict[str, float] = {}
+        self.load_at_start = host_load()  # the others' load the run starts under (its record's `host_load`)
 
     def wrap(self, emit: Callable[[Any], None]) -> Callable[[Any], None]:
-        """`emit` with every event stamped here first."""
+        """`emit` with every event stamped here first (the wall clock's and the CPU clock's)."""
 
         def stamped(event: Any) -> None:
-            self.stamped.append((self._clock() - self._start, event.model_dump(mode="json")))
+            data = event.model_dump(mode="json")
+            self.stamped.append((self._clock() - self._start, data))
+            self.cpu_stamped.append((self._cpu_clock() - self._cpu_start, data))
             emit(event)
 
         return stamped
+
+    def cpu_elapsed(self) -> float:
+        """CPU seconds of the process since the clock was made."""
+        return self._cpu_clock() - self._cpu_start
 
     def elapsed(self) -> float:
         """Seconds since the clock was made."""
@@ -117,6 +149,7 @@ class PhaseClock:
     def mark(self, name: str) -> None:
         """Remember now as `name` (the latest call wins)."""
         self.marks[name] = self.elapsed()
+        self.cpu_marks[name] = self.cpu_elapsed()
 
 
 def phase_seconds(
@@ -125,11 +158,15 @@ def phase_seconds(
     end: float | None = None,
     before: float = 0.0,
     lora_saved: float | None = None,
+    loads_by_stamps: bool = False,
 ) -> dict[str, Any]:
     """The phases (module docstring) of a run's stamped events, ending with Complete; `end`: when
     the run returned (its memory freed; default: the last event's time); `before`: the process's
     seconds before train() (the process_start phase, part of the total); `lora_saved`: when the
-    run's LoRA was written (PhaseClock.marks[FINAL_LORA_SAVED]; None: after the samples).
+    run's LoRA was written (PhaseClock.marks[FINAL_LORA_SAVED]; None: after the samples);
+    `loads_by_stamps`: the weights load from the stamps of each load's start and end rather than
+    the wall seconds its events carry (`stamped` on the CPU clock: PhaseClock.cpu_stamped; a load
+    beside other work keeps its waited_s, its CPU being in the phases it ran beside).
 
     Returns {"phases": {PHASES: seconds}, "total_s", "s_per_step" (None under 2 steps), "steps":
     steps run, "texts" / "latents": the last Preparing totals (0 when none), "sample_rounds",
@@ -157,6 +194,8 @@ def phase_seconds(
         for _, e in stamped
         if e["type"] == "model_load_completed"
     )
+    if loads_by_stamps:  # another clock's stamps (the CPU's): a load from its start's stamp to its end's
+        phases["weights_load"] = _loads_by_stamps(stamped)
     counts = {"texts": 0, "latents": 0}
     for phase, component, key, name in (
         ("conditioning", "text_encoders", "caption_encoding", "texts"),
@@ -211,6 +250,20 @@ def phase_seconds(
         "to_first_read_s": None if first_read is None else round(first_read + before, 3),
         "to_first_step_s": round(progress[0][0] + before, 3) if progress else None,
     }
+
+
+def _loads_by_stamps(stamped: list[tuple[float, dict[str, Any]]]) -> float:
+    """Each sequential load's span between its ModelLoadStarted and ModelLoadCompleted stamps
+    (a load beside other work: its waited_s)."""
+    total, started = 0.0, {}
+    for t, e in stamped:
+        if e["type"] == "model_load_started":
+            started[e.get("component")] = t
+        elif e["type"] == "model_load_completed":
+            begun = started.pop(e.get("component"), None)
+            waited = e.get("waited_s")
+            total += waited if waited is not None else (t - begun if begun is not None else e["seconds"])
+    return total
 
 
 def run_signature(

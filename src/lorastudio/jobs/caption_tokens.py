@@ -51,6 +51,7 @@ from lorastudio.jobs.caption_count import (  # noqa: F401 (the counting's names,
     render_chat,
 )
 from lorastudio.jobs.childenv import child_environment
+from lorastudio.jobs.time_work import seen_text_tokens
 from lorastudio.training.caption_length import QWEN_IMAGE_TOKENIZER_MAX, token_limit
 
 log = logging.getLogger("lorastudio.jobs")
@@ -72,16 +73,34 @@ def caption_token_section(
     encodes) counted as the pipeline builds it; `cut` names those over `limit`, longest first.
     `folder` is the base's local pipeline folder (None: not on this machine). None for a family
     that is not measured."""
+    return _counted(spec, cfg, scan, folder)[0]
+
+
+def caption_tokens_counted(
+    spec: FamilySpec, cfg: TrainConfig, scan: DatasetScan, folder: Path | None
+) -> tuple[dict[str, Any] | None, float | None]:
+    """(`caption_token_section`'s section, the mean text tokens a caption gives the denoiser of a
+    family that cuts them to the caption's own: time_work.seen_text_tokens over the same counts,
+    None where that is not so or nothing was counted): one count for the preflight's section and
+    its wall-time forecast."""
+    section, counts, limit = _counted(spec, cfg, scan, folder)
+    return section, seen_text_tokens(spec, counts or [], limit)
+
+
+def _counted(
+    spec: FamilySpec, cfg: TrainConfig, scan: DatasetScan, folder: Path | None
+) -> tuple[dict[str, Any] | None, list[int] | None, int | None]:
+    """(the section, each unique caption's count or None where not counted, the limit)."""
     limit = token_limit(spec, cfg)
     if limit is None or spec.caption_tokens is None:
-        return None
+        return None, None, None
     if spec.caption_tokens.template == "qwen_image":
         limit = min(limit, QWEN_IMAGE_TOKENIZER_MAX)
     variants = scan_variants(scan, cfg.caption_variants, cfg.seed)
     texts = sorted({v for vs in variants for v in vs})
     counts, why = _counts(spec, folder, texts)
     if counts is None:
-        return {"limit": limit, "counted": False, "cut": [], "note": AT_START.format(why=why)}
+        return {"limit": limit, "counted": False, "cut": [], "note": AT_START.format(why=why)}, None, limit
     by_text = dict(zip(texts, counts, strict=True))
     labels = scan.labels()
     cut = []
@@ -98,7 +117,7 @@ def caption_token_section(
             + ("" if spec.caption_tokens.template == "plain" else " (its prompt template's tokens included)")
             + f"; the longest: {cut[0]['file']} ({cut[0]['tokens']} tokens)"
         )
-    return {"limit": limit, "counted": True, "cut": cut, "note": note}
+    return {"limit": limit, "counted": True, "cut": cut, "note": note}, counts, limit
 
 
 def tokenizer_folder(cfg: TrainConfig, model_dir: Path | None) -> Path | None:

@@ -34,7 +34,7 @@ from lorastudio.data.scan_warnings import scan_warnings
 from lorastudio.errors import HostMemoryShort
 from lorastudio.jobs import host_memory
 from lorastudio.jobs.budget_plan import budget_plan, plan_words
-from lorastudio.jobs.caption_tokens import caption_token_section, tokenizer_folder
+from lorastudio.jobs.caption_tokens import caption_tokens_counted, tokenizer_folder
 from lorastudio.jobs.card_fit import CardFit, _per_gpu, card_fit, sizing_folder
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.preflight_cache import latent_cache_section
@@ -106,11 +106,13 @@ def preflight_report(
         in_step=cfg.train_text_encoder,
     )
     cache = latent_cache_section(cfg, scan, host, dtype, get_settings())
-    sees = families.get(cfg.family).spec.prompt_sees_controls
+    spec = families.get(cfg.family).spec
+    sees = spec.prompt_sees_controls
     held = run.holdout.validation if run.holdout else ()  # their captions are encoded in phase 1 too
     preserved = encode_list(  # and the class-word captions (or prompts) of preservation
         preservation_texts(cfg, scan), scan, scan_variants(scan, cfg.caption_variants, cfg.seed)
     )
+    token_section, seen_tokens = caption_tokens_counted(spec, cfg, scan, tokenizer_folder(cfg, run.model_dir))
     work = {  # what phase 1 encodes: less what the on-disk cache holds already
         "steps": steps,
         "texts": (
@@ -124,6 +126,7 @@ def preflight_report(
         + len(preserved),
         "images": len(scan.items) - (cache.get("images_cached") or 0),
         "buckets": scan.bucket_histogram(),
+        "text_tokens": seen_tokens,  # a caption's, where the family cuts its embeddings to them
     }
     timing = time_forecast(
         cfg,
@@ -158,9 +161,7 @@ def preflight_report(
             "validation": validation_section(run.holdout, cfg.validate_every) if run.holdout else None,
             "entries": entry_report(scan),
             "captions": captions,
-            "caption_tokens": caption_token_section(
-                families.get(cfg.family).spec, cfg, scan, tokenizer_folder(cfg, run.model_dir)
-            ),
+            "caption_tokens": token_section,
             "samples_per_epoch": sum(per_epoch.values()),
         },
         "schedule": {

@@ -57,6 +57,7 @@ def refit(
     step_x: Work | None = None,
     image_x: Work | None = None,
     round_x: Callable[[dict[str, Any]], float | None] | None = None,
+    round_fixed: Callable[[dict[str, Any]], float | None] | None = None,
 ) -> dict[str, Any]:
     """`forecast` (time_forecast's proportional section from the newest records) with each sized
     phase (first step, steps, caption encoding, latent cache, sample rounds) replaced by its
@@ -67,12 +68,15 @@ def refit(
     of `units` "step_work" / "images" (jobs/time_work.py's FLOPs; default pixels x samples and
     encoded images x pixels); `round_x(record)`: a record's sample round's work
     (jobs/time_work.record_round_work; None: not counted), used with `units` "round_flops" where
-    every sampled record has it.
+    every sampled record has it; `round_fixed(record)`: a round's measured fixed part (its VAE,
+    the pipeline's assembly, jobs/time_rate.round_fixed; None: not measured), taken out of each
+    record's round before the fit and added back as their median.
     Each fitted phase says so in its basis; the total and the note follow."""
     n = len(records)
     step_x = step_x or _step_work
     image_x = image_x or _pixels_encoded
     fits: dict[str, tuple[list[tuple[float, float]], float, float, str]] = {}
+    round_extra = 0.0  # a sample round's measured fixed part, beside its fitted work
     step_now = units["step_work"]
     fits["steps"] = (
         [(step_x(r), float(r["s_per_step"])) for r in records],
@@ -100,7 +104,18 @@ def refit(
             what = "a sample round, prompts x sample steps x a sample's " + (
                 "work" if step_x is not _step_work else "pixels"
             )
-        rounds = [(x_round(r), r["phases"]["sample_rounds"] / r["sample_rounds"]) for r in sampled]
+        own = [
+            min((round_fixed or _none)(r) or 0.0, r["phases"]["sample_rounds"] / r["sample_rounds"])
+            for r in sampled
+        ]
+        rounds = [
+            (x_round(r), r["phases"]["sample_rounds"] / r["sample_rounds"] - fixed)
+            for r, fixed in zip(sampled, own, strict=True)
+        ]
+        measured = [f for r, f in zip(sampled, own, strict=True) if (round_fixed or _none)(r) is not None]
+        if measured:
+            round_extra = statistics.median(measured)
+            what += f" (+ a round's fixed part, {round_extra:.3g} s, as measured)"
         fits["sample_rounds"] = (rounds, now_round, units["sample_rounds"], what)
     by_name = {p["name"]: p for p in forecast["phases"]}
     fitted = []
@@ -110,7 +125,8 @@ def refit(
             continue
         fixed, rate = line
         phase = by_name[name]
-        phase["seconds"] = round((fixed + rate * x_now) * times, 2)
+        extra = round_extra if name == "sample_rounds" else 0.0
+        phase["seconds"] = round((extra + fixed + rate * x_now) * times, 2)
         distinct = len({x for x, _ in points})
         phase["basis"] = (
             f"fitted on {len(points)} of {n} earlier runs of this base and plan on this machine at"
@@ -140,6 +156,11 @@ def refit(
         " from the CLI's or job worker's start to the run's end)"
     )
     return forecast
+
+
+def _none(record: dict[str, Any]) -> None:
+    """No measured part (refit's `round_fixed` left out)."""
+    return None
 
 
 def _step_work(record: dict[str, Any]) -> float:

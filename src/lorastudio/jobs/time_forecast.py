@@ -25,6 +25,7 @@ seconds, passed in to train() and kept as the process_start phase) to train()'s 
 
 from __future__ import annotations
 
+import functools
 import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,14 +41,10 @@ from lorastudio.jobs.time_model import (  # the no-history basis and the shared 
     _section,
     run_units,
 )
-from lorastudio.jobs.time_model import (
-    PRESERVATION_STEP as PRESERVATION_STEP,
-)
-from lorastudio.jobs.time_model import (
-    PROCESS_START_S as PROCESS_START_S,
-)
+from lorastudio.jobs.time_model import PRESERVATION_STEP as PRESERVATION_STEP
+from lorastudio.jobs.time_model import PROCESS_START_S as PROCESS_START_S
+from lorastudio.jobs.time_rate import device_rate, fixed_round, round_fixed, rounds_from_sampled
 from lorastudio.jobs.time_work import (
-    device_rate,
     fit_measures,
     nearest,
     record_image_work,
@@ -104,8 +101,8 @@ def time_forecast(
 
     Args: the resolved config, the local pipeline (None: a hub id), the HostInfo, the plan values
     (plan_for_estimate's, as a dict), whether regional compile runs, `work` = {"steps", "texts",
-    "images", "buckets"} of this run and the studio home (its run_timings/ history; records that
-    cannot be read or scaled are skipped).
+    "images", "buckets", optional "text_tokens": time_model.run_units} of this run and the studio
+    home (its run_timings/ history; records that cannot be read or scaled are skipped).
     Returns {"total_s", "phases": [{"name", "seconds", "basis"}], "source": "history" | "machine"
     | "model", "confidence": "measured" | "scaled" | "guess", "runs": records used, "note"}."""
     fam = families.get(cfg.family)
@@ -128,16 +125,22 @@ def time_forecast(
     here = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
     rate = device_rate(here, now["device_name"], _SAME)
     alike_runs = [r for r in records if all(_key(r, k) == now[k] for k in _SAME)][:FIT_RUNS]
+    # a round's fixed part as this machine's runs measured it, where the records used sampled none
+    elsewhere = fixed_round(here, now["family"])
+    history = functools.partial(_from_history, units=units, now=now, rate=rate, elsewhere=elsewhere)
     if alike_runs:  # an earlier run of this signature left its compiled graphs in the cache (if it is kept)
         warm = compiled and _compile_cache_kept(home)
         cache = "warm" if warm else "cold" if compiled else None
         exact = [r for r in alike_runs if _same_size(r, now)]
         step_x, image_x, fit_units = fit_measures(alike_runs, units)
+        sampled = [r for r in alike_runs if r.get("sample_rounds")][:HISTORY_RUNS]
+        rounds = functools.partial(rounds_from_sampled, sampled=sampled, history=history)
+        used = (exact or alike_runs)[:HISTORY_RUNS]
         if exact or len(sizes(alike_runs, step_x)) < 2:  # this size measured, or one size: by its work
-            return _from_history((exact or alike_runs)[:HISTORY_RUNS], units, now, rate, compile_cache=cache)
-        newest = _from_history(alike_runs[:HISTORY_RUNS], units, now, rate, compile_cache=cache)
+            return rounds(history(used, compile_cache=cache), used)
+        newest = rounds(history(alike_runs[:HISTORY_RUNS], compile_cache=cache), alike_runs[:HISTORY_RUNS])
         share = lambda r: _first_step_share(r, cache)  # noqa: E731
-        return refit(newest, alike_runs, fit_units, share, step_x, image_x, record_round_work)
+        return refit(newest, alike_runs, fit_units, share, step_x, image_x, record_round_work, round_fixed)
     machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
     # runs of the same plan (precision, checkpointing, block swap) and compile first: an nf4
     # or checkpointed run's time per unit of work says little of a bf16 one's
@@ -145,7 +148,7 @@ def time_forecast(
     machine = nearest(alike or machine, units)[:HISTORY_RUNS]
     if machine and now["denoiser_bytes"]:
         cold = "cold" if compiled else None  # another base or plan: its graphs are compiled afresh
-        return _from_history(machine, units, now, rate, other_base=True, compile_cache=cold)
+        return history(machine, other_base=True, compile_cache=cold)
     return _from_model(cfg, fam.spec.denoiser_class, host, now, units)
 
 
@@ -219,12 +222,17 @@ def _from_history(
     *,
     other_base: bool = False,
     compile_cache: str | None = None,
+    elsewhere: tuple[float | None, str] = (None, ""),
 ) -> dict[str, Any]:
     """Each phase: the median over `records` of the phase scaled by this run's work (the cost
     model's where both bases can be read, its fixed part kept at `rate`: (work per second or None,
     its source), jobs/time_work.py; else pixels x samples, and denoiser bytes for another base);
-    `compile_cache`: "warm" / "cold", how this run's compile is expected to go (None: no compile)."""
+    `compile_cache`: "warm" / "cold", how this run's compile is expected to go (None: no compile);
+    `elsewhere`: a round's fixed part as other runs here measured it and their words
+    (time_rate.fixed_round), for where none of `records` sampled."""
     exact = not other_base and all(_same_size(r, now) for r in records)
+    fixed_elsewhere, fixed_from = elsewhere
+    sampled = any(r.get("sample_rounds") for r in records)  # only these forecast a round (RELIABILITY 1214)
     per: dict[str, list[float]] = {name: [] for name in PHASES}
     unmeasured: set[str] = set()
     by_flops: list[bool] = []  # whether each record's step was scaled by the cost model
@@ -277,8 +285,13 @@ def _from_history(
         rounds = r.get("sample_rounds", 0)
         forward = rate[0] * FORWARD_RATE if rate[0] else None  # a round's forward passes and decodes
         round_then = record_round_work(r) if units["round_flops"] else None
+        # a round's fixed part as measured (SamplePreviews.fixed_s) kept, the rest scaled by its work
+        own = min(round_fixed(r) or 0.0, ph["sample_rounds"] / rounds) if rounds else 0.0
+        one_round: float | None
         if rounds and round_then:  # prompts x sample steps forward passes + the prompts' decodes
-            one_round = scaled(ph["sample_rounds"] / rounds, round_then, units["round_flops"], forward)
+            one_round = own + scaled(
+                ph["sample_rounds"] / rounds - own, round_then, units["round_flops"], forward
+            )
         elif rounds and then and r.get("sample_work"):  # a record before its decodes were counted
             per_sample_now = units["step_flops"] / max(units["samples"], 1)
             work_then = then / (sig["batch_size"] * sig["grad_accum"]) * r["sample_work"]
@@ -287,12 +300,17 @@ def _from_history(
             )
         elif rounds:
             one_round = ph["sample_rounds"] / rounds * _ratio(units["sample_work"], r.get("sample_work", 0))
+        elif sampled:  # a record that sampled none beside one that did: the measured round speaks
+            one_round = None
         else:  # none measured: sample steps at the e2e run's share of a training step, the
-            # prompts' decodes at the VAE's rate where the device's is known
+            # prompts' decodes at the VAE's rate where the device's is known, and a round's fixed
+            # part as another run on this machine measured it
             one_round = step * units["sample_work"] * SAMPLE_STEP_SHARE
             one_round += units["decode_flops"] / (rate[0] * VAE_RATE) if rate[0] else 0.0
+            one_round += fixed_elsewhere or 0.0
             unmeasured.add("sample_rounds")
-        per["sample_rounds"].append(one_round * units["sample_rounds"])
+        if one_round is not None:
+            per["sample_rounds"].append(one_round * units["sample_rounds"])
         checkpoints = r.get("checkpoints", 0)
         per["checkpoints"].append(  # with none written: validation rounds and snapshots, as measured
             ph["checkpoints"] / checkpoints * units["checkpoints"] if checkpoints else ph["checkpoints"]
@@ -351,6 +369,10 @@ def _from_history(
             f"no sample round in the {runs}: their step time x sample steps x {SAMPLE_STEP_SHARE}"
             " (a sampling step's share of a training step in the e2e FLUX.1 run, bench/RESULTS note 23)"
             + (" + each prompt's decode by the VAE at its work" if rate[0] and units["decode_flops"] else "")
+            + (
+                f" + a round's fixed part, {fixed_elsewhere or 0:.3g} s as {fixed_from} measured it"
+                * bool(fixed_elsewhere)
+            )
         )
         confidence = "scaled" if confidence == "measured" else confidence
     for name, work, rate in (

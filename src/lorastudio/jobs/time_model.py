@@ -144,21 +144,26 @@ def _dop(preservation: bool) -> float:
 
 
 def run_units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> dict[str, float]:
-    """This run's work per phase (`sig`: its run_signature; `work`: time_forecast's): the same
-    units a record's phases are divided by, the cost model's (jobs/time_work.py) beside pixels."""
+    """This run's work per phase (`sig`: its run_signature; `work`: time_forecast's, its optional
+    "text_tokens" the mean text tokens a caption gives the denoiser of a family that does not pad
+    them): the same units a record's phases are divided by, the cost model's (jobs/time_work.py)
+    beside pixels."""
     steps = int(work["steps"])
     every = cfg.sample_every
     rounds = 0
     if cfg.sample_prompts:
         rounds = steps // every + (1 if steps % every else 0) if every else 1
     samples = sig["batch_size"] * sig["grad_accum"]
-    flops = step_work(cfg.family, sig["base_model"], sig["pixels"], samples)
+    tokens = work.get("text_tokens")  # a non-padding family's captions, counted (jobs/caption_tokens.py)
+    flops = step_work(cfg.family, sig["base_model"], sig["pixels"], samples, tokens)
     image = vae_work(cfg.family, sig["base_model"], sig["pixels"])
     prompts = len(cfg.sample_prompts)
     sample_work = prompts * (cfg.sample_steps or 1)
     decode = vae_work(cfg.family, sig["base_model"], sig["pixels"], "decoder") if prompts else None
     one_round = (
-        round_work(cfg.family, sig["base_model"], sig["pixels"], sample_work, prompts) if prompts else None
+        round_work(cfg.family, sig["base_model"], sig["pixels"], sample_work, prompts, tokens)
+        if prompts
+        else None
     )
     return {
         "steps": steps,

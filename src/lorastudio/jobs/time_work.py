@@ -22,8 +22,8 @@ a text stream costs the same at every size (FLUX.1's 512 T5 tokens are most of a
 Both None when the folder has no readable headers (a hub id): the callers then scale by pixels as
 before. A record's time is then `fixed + work / rate`: `rate` (work per second of this device) is
 the slope fitted on this machine's records of one signature at two sizes (median over the
-signatures that have them), else CPU_WORK_RATE on a CPU (measured on the tiny models, below), else
-unknown (a GPU: the time is all work, the proportional rule by work). One record so splits into
+signatures that have them), else on a CPU this host's probed rate, else CPU_WORK_RATE (jobs/
+time_rate.py), else unknown (a GPU: the time is all work, the proportional rule by work). One record so splits into
 its fixed part and its work part, and the work part scales by the work ratio. The VAE's work runs
 at time_forecast.VAE_RATE x the step's rate, a sample round's (forward passes, decodes) at
 FORWARD_RATE x (a forward only; the step's work counts its forward, not its backward).
@@ -44,15 +44,13 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import families
-from lorastudio.jobs.time_fit import fit_line
+from lorastudio.families.spec import FamilySpec
 from lorastudio.jobs.vram_estimate import _safetensors_shapes
 
-# Forward FLOPs per second a CPU training step achieves on the tiny models' work above (the
-# backward included: work counts the forward): the tiny FLUX.1's step, one thread on the 2-core
-# host, 12 GFLOP/s from 64 to 512 px, 19 to 1024; the tiny SDXL's 15-17 (RELIABILITY 880). Only
-# a record's split into fixed and work parts depends on it.
-CPU_WORK_RATE = 1.2e10
 TEXT_TOKENS = 77  # a family without max_sequence_length: CLIP's
+# the multiple a transformer pads its text stream to (diffusers' ZImageTransformer2DModel:
+# SEQ_MULTI_OF); the others take a caption's tokens as they are
+_TEXT_MULTIPLE = {"ZImageTransformer2DModel": 32}
 # The VAE encoder's work per element of a convolution's output beyond its multiply-adds, in forward
 # FLOPs at the rate its attention runs: the GroupNorm, SiLU, residual add and the convolution's own
 # reads and writes of that element, memory traffic once a level's activations leave the cache. The
@@ -84,14 +82,21 @@ _TEXT = ("context", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out", "txt
 _LEVEL = re.compile(r"^(down_blocks|up_blocks)\.(\d+)\.")
 
 
-def step_work(family: str, base_model: str, pixels: float, samples: float) -> float | None:
+def step_work(
+    family: str, base_model: str, pixels: float, samples: float, text_tokens: float | None = None
+) -> float | None:
     """Forward FLOPs of `samples` samples of `pixels` through the denoiser of `base_model` (module
-    docstring); None when its headers cannot be read."""
+    docstring); None when its headers cannot be read. `text_tokens`: the text tokens a sample's
+    caption gives the denoiser, for a family that cuts its captions' embeddings to their tokens
+    (FamilySpec.text_padded False; `seen_text_tokens`); None, or a padding family: the
+    family's max_sequence_length (else TEXT_TOKENS)."""
     spec = families.get(family).spec
     shapes = _shapes(Path(base_model) / spec.denoiser)
     if not shapes or pixels <= 0:
         return None
     txt = float(spec.defaults.get("max_sequence_length") or TEXT_TOKENS)
+    if not spec.text_padded and text_tokens is not None and text_tokens > 0:
+        txt = float(text_tokens)
     cells = pixels / spec.vae_scale_factor**2  # latent cells of one sample
     if any(_LEVEL.match(n) for n, _ in shapes):
         work = _unet(shapes, cells, txt)
@@ -148,12 +153,17 @@ def _resamples(name: str) -> bool:
 
 
 def round_work(
-    family: str, base_model: str, pixels: float, sample_work: float, images: float
+    family: str,
+    base_model: str,
+    pixels: float,
+    sample_work: float,
+    images: float,
+    text_tokens: float | None = None,
 ) -> float | None:
     """The work of one sample round: prompts x sample steps (`sample_work`) forward passes of one
-    sample at `pixels` and `images` (its prompts) decodes by the VAE; None when the base's
-    headers cannot be read."""
-    forward = step_work(family, base_model, pixels, 1)
+    sample at `pixels` (`text_tokens`: as step_work's) and `images` (its prompts) decodes by the
+    VAE; None when the base's headers cannot be read."""
+    forward = step_work(family, base_model, pixels, 1, text_tokens)
     decode = vae_work(family, base_model, pixels, "decoder")
     if not forward or decode is None:
         return None
@@ -241,7 +251,11 @@ def record_step_work(record: dict[str, Any]) -> float | None:
     sig = record["signature"]
     try:
         return step_work(
-            sig["family"], sig["base_model"], sig["pixels"], sig["batch_size"] * sig["grad_accum"]
+            sig["family"],
+            sig["base_model"],
+            sig["pixels"],
+            sig["batch_size"] * sig["grad_accum"],
+            _text_tokens(record),
         )
     except (KeyError, TypeError, families.UnknownFamily):
         return None
@@ -265,32 +279,38 @@ def record_round_work(record: dict[str, Any]) -> float | None:
         return None
     try:
         return round_work(
-            sig["family"], sig["base_model"], sig["pixels"], record["sample_work"], record["sample_images"]
+            sig["family"],
+            sig["base_model"],
+            sig["pixels"],
+            record["sample_work"],
+            record["sample_images"],
+            _text_tokens(record),
         )
     except (KeyError, TypeError, families.UnknownFamily):
         return None
 
 
-def device_rate(
-    records: list[dict[str, Any]], device: str, same: tuple[str, ...]
-) -> tuple[float | None, str]:
-    """Step work per second of this device and where it comes from: the median over the signatures
-    (`same`: the keys that make one) among `records` (this device's) that ran two or more sizes of
-    the slope of their s/step against their step work (jobs/time_fit.fit_line); else
-    CPU_WORK_RATE on a CPU; else (None, ...): unknown, a record's time is all work."""
-    groups: dict[str, list[tuple[float, float]]] = {}
-    for r in records:
-        work = record_step_work(r)
-        if work:
-            key = repr([r["signature"].get(k) for k in same])
-            groups.setdefault(key, []).append((work, float(r["s_per_step"])))
-    slopes = [line[1] for points in groups.values() if (line := fit_line(points)) and line[1] > 0]
-    if slopes:
-        n = len(slopes)
-        return 1 / statistics.median(slopes), f"fitted on {n} signature{'s' if n > 1 else ''} of this machine"
-    if device == "cpu":
-        return CPU_WORK_RATE, "the tiny models' CPU rate"
-    return None, "no rate measured on this device"
+def _text_tokens(record: dict[str, Any]) -> float | None:
+    """The text tokens a record's captions gave its denoiser (`text_tokens`, written by the engine
+    for a family that does not pad its captions); None: not recorded (step_work's default)."""
+    value = record.get("text_tokens")
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) and value > 0 else None
+
+
+def seen_text_tokens(spec: FamilySpec, counts: list[int], limit: int | None) -> float | None:
+    """The mean text tokens the denoiser sees per caption of a family that cuts its captions'
+    embeddings to their own tokens (FamilySpec.text_padded False), each of `counts` cut at
+    `limit` (the text encoder's; None: none) and rounded up to the multiple its transformer pads
+    the text stream to (_TEXT_MULTIPLE); None for a padding family, one the preflight cannot
+    count (Qwen-Image-Edit: its prompt holds the control images) or no counts. The preflight's
+    counts (jobs/caption_tokens.py) and the engine's record (its embeddings' lengths,
+    training/run_timings.py) go through it alike."""
+    measured = spec.caption_tokens is not None and spec.caption_tokens.cuts  # the preflight counts them
+    if spec.text_padded or not measured or not counts:
+        return None
+    multiple = _TEXT_MULTIPLE.get(spec.denoiser_class, 1)
+    cut = [min(n, limit) if limit else n for n in counts]
+    return statistics.fmean(math.ceil(max(n, 1) / multiple) * multiple for n in cut)
 
 
 def scaled(seconds: float, work_then: float, work_now: float, rate: float | None) -> float:

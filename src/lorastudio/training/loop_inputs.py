@@ -35,6 +35,7 @@ from lorastudio.training.latents_disk import open_disk_latents
 from lorastudio.training.optimize import RunState
 from lorastudio.training.precision import free_accelerator_memory
 from lorastudio.training.preflight import PreparedRun
+from lorastudio.training.run_timings import conditioning_tokens
 from lorastudio.training.samples import sample_reference_paths, sample_texts
 from lorastudio.training.validate import ValidationRounds, encode_held_out
 
@@ -96,6 +97,8 @@ def encode_conditioning(
             log.warning("%s", line)  # the run's log, the CLI's stderr (its `warning:` lines)
         emit(DatasetWarnings(warnings=[*run.dataset_warnings, *cut]))  # the record's whole list
     conds = with_texts(conds, kept)  # the class-word captions beside the captions (RAM)
+    if not sees and not cfg.train_text_encoder:  # the wall-time record's text tokens (run_timings.py)
+        state.text_tokens = conditioning_tokens(family.spec, conds, [v for vs in variants for v in vs])
     return conds, prompt_conds, variants, dropouts
 
 

@@ -102,6 +102,7 @@ class RunState:
     # Inductor's cache hits / misses when the run began (training/run_timings.compile_cache_state)
     compile_counts: dict[str, int] = field(default_factory=compile_cache_counts)
     latents_encoded: int | None = None  # images phase 2 encoded (None: every image; the disk cache: fewer)
+    text_tokens: float | None = None  # a non-padding family's mean text tokens a caption (run_timings.py)
     # writes the run's LoRA after its last step (train() sets it on rank 0; loop_end.finish_run calls it)
     final_save: Callable[[], None] | None = None
     final_lora: Path | None = None  # the run's LoRA, once final_save wrote it

@@ -3,15 +3,20 @@ wall-time forecast of later runs on this machine (jobs/time_forecast.py)."""
 
 from __future__ import annotations
 
+import statistics
 import sys
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
 from lorastudio.config_host import compile_runs
+from lorastudio.jobs.time_work import seen_text_tokens
 from lorastudio.timings import FINAL_LORA_SAVED, PhaseClock, phase_seconds, run_signature, write_record
+from lorastudio.training.cpu_rate import probe_cpu_rate
 
 if TYPE_CHECKING:
+    from lorastudio.families.spec import FamilySpec
     from lorastudio.settings import Settings
     from lorastudio.training.optimize import RunState
     from lorastudio.training.preflight import PreparedRun
@@ -20,6 +25,25 @@ if TYPE_CHECKING:
 def device_name(device: torch.device) -> str:
     """The name the preflight's HostInfo gives this device: the GPU's name, else "cpu"."""
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+TOKEN_SAMPLE = 32  # the captions whose embeddings a record's text tokens are read from
+
+
+def conditioning_tokens(spec: FamilySpec, conds: Mapping[str, Any], texts: list[str]) -> float | None:
+    """The mean text tokens the denoiser sees per caption (jobs/time_work.seen_text_tokens) of a
+    family that cuts its captions' embeddings to their tokens, read from the embeddings of up to
+    TOKEN_SAMPLE of the run's unique `texts` in `conds` (phase 1's conditioning: cond_key -> its
+    tensors, each [L, ...] without a batch axis; the longest first axis of its 2-D or wider
+    tensors); None for a padding family (the record's default: max_sequence_length)."""
+    if spec.text_padded:
+        return None
+    counts = []
+    for text in sorted(set(texts))[:TOKEN_SAMPLE]:
+        if text in conds:
+            shapes = [t.shape[0] for t in conds[text].values() if isinstance(t, torch.Tensor) and t.ndim >= 2]
+            counts.extend([max(shapes)] if shapes else [])
+    return seen_text_tokens(spec, counts, None)
 
 
 def compile_cache_counts() -> dict[str, int]:
@@ -75,15 +99,30 @@ def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, set
         before=clock.before,
         lora_saved=clock.marks.get(FINAL_LORA_SAVED),
     )
+    cpu = phase_seconds(  # the same phases in the process's CPU seconds (the host's load left out)
+        clock.cpu_stamped,
+        cfg.save_every,
+        end=clock.cpu_elapsed(),
+        before=clock.cpu_before,
+        lora_saved=clock.cpu_marks.get(FINAL_LORA_SAVED),
+        loads_by_stamps=True,
+    )
+    measured["cpu"] = {k: cpu[k] for k in ("phases", "total_s", "s_per_step")}
+    measured["host_load"] = clock.load_at_start  # the load the wall-clock phases ran under
     encoded = measured["latents"] if state.latents_encoded is None else state.latents_encoded
     measured["latents_encoded"] = encoded  # the latent phase's work ("latents": the images in it)
     # the first step's compile came from the cache or not (jobs/time_forecast.py picks the kind)
     measured["compile_cache"] = compile_cache_state(state.compile_counts, signature["compiled"])
+    work: dict[str, object] = {  # as jobs/time_forecast: a round's forward passes and its decodes
+        "sample_work": len(cfg.sample_prompts) * (cfg.sample_steps or 1),
+        "sample_images": len(cfg.sample_prompts),
+        "text_tokens": state.text_tokens,  # a non-padding family's mean text tokens (loop_inputs.py)
+    }
+    if state.previews is not None and state.previews.fixed_s:  # a round's own part beside its renders
+        work["sample_fixed_s"] = round(statistics.median(state.previews.fixed_s), 3)
+    if run.device.type == "cpu":  # this host's rate at the run's threads (jobs/time_rate.device_rate)
+        work["cpu_rate"] = probe_cpu_rate()
     try:
-        work = {  # as jobs/time_forecast: a round's forward passes and its decodes (one a prompt)
-            "sample_work": len(cfg.sample_prompts) * (cfg.sample_steps or 1),
-            "sample_images": len(cfg.sample_prompts),
-        }
         write_record(settings.home, run.run_dir.name, {"signature": signature, **measured, **work})
     except OSError:
         return

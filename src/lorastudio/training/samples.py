@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,6 +99,10 @@ class SamplePreviews:
         self.conds = prompt_conds
         self.every = run.cfg.sample_every
         self.created: list[Path] = []  # files this session created (not merely replaced)
+        # each round's seconds beyond its prompts' renders (the VAE's load for the round, the
+        # pipeline's assembly, the PNGs written): the wall-time record's `sample_fixed_s`
+        self.fixed_s: list[float] = []
+        self._rendering = 0.0
         self.kept = False  # the reference copies are written
 
     @property
@@ -117,12 +122,14 @@ class SamplePreviews:
         never changed). Returns the paths relative to the run folder, in prompt order.
         Raises ModelSourceError when the VAE or scheduler cannot be loaded; whatever the
         pipeline raises. The denoiser is back in train mode afterwards in every case."""
+        start, self._rendering = time.perf_counter(), 0.0
         images = self._images(denoiser, vae)
         writers = [_png_writer(image) for image in images]
         existing = {p for p in _round_paths(self.run.run_dir, step, len(images)) if p.exists()}
         self._keep_references()
         paths = write_sample_files(self.run.run_dir, step, writers)
         self.created += [p for p in paths if p not in existing and p not in self.created]
+        self.fixed_s.append(max(time.perf_counter() - start - self._rendering, 0.0))
         return [p.relative_to(self.run.run_dir).as_posix() for p in paths]
 
     def _keep_references(self) -> None:
@@ -157,13 +164,21 @@ class SamplePreviews:
             pipe = sampling_pipeline(run, denoiser, vae)
             denoiser.eval()
             with _isolated(run.device):
-                return [self._one(pipe, i) for i in range(len(self.prompts))]
+                return [self._timed(pipe, i) for i in range(len(self.prompts))]
         finally:
             denoiser.train(was_training)
             del pipe
             if own_vae:
                 del vae
                 free_accelerator_memory(run.device)
+
+    def _timed(self, pipe: Any, index: int) -> Image.Image:
+        """`_one`, its seconds added to the round's rendering (the rest of a round is its fixed part)."""
+        start = time.perf_counter()
+        try:
+            return self._one(pipe, index)
+        finally:
+            self._rendering += time.perf_counter() - start
 
     def _one(self, pipe: Any, index: int) -> Image.Image:
         """Sample prompt `index` rendered with its references and its own size, seed and guidance."""

@@ -226,7 +226,8 @@ def test_a_sample_round_is_fitted_against_its_forward_passes_and_decodes(
     forward passes take ~1 s), was in no count."""
     from lorastudio.config import TrainConfig
     from lorastudio.jobs.time_forecast import FORWARD_RATE, time_forecast
-    from lorastudio.jobs.time_work import CPU_WORK_RATE, step_work, vae_work
+    from lorastudio.jobs.time_rate import CPU_WORK_RATE
+    from lorastudio.jobs.time_work import step_work, vae_work
     from lorastudio.timings import PHASES, run_signature
 
     base = tiny_model("flux")

@@ -76,6 +76,16 @@ def test_a_second_run_is_forecast_within_15_percent_from_the_first(
     assert record["steps"] == 12 and record["sample_rounds"] == 2 and record["checkpoints"] == 1
     assert record["signature"]["device_name"] == "cpu" and record["s_per_step"] > 0
     assert sum(record["phases"].values()) == pytest.approx(record["total_s"], rel=0.02)
+    # this host's matmul probe at the run's one thread (RELIABILITY 1210), a round's part beyond its
+    # renders (1212), no text tokens for FLUX.1 (its T5 pads to 512: 1211)
+    assert record["cpu_rate"]["threads"] == 1 and record["cpu_rate"]["matmul_flops"] > 1e8
+    assert 0 < record["sample_fixed_s"] < record["phases"]["sample_rounds"] / 2
+    assert record["text_tokens"] is None
+    # and each phase on the process's CPU clock (one thread: no more than the wall clock's)
+    on_cpu = record["cpu"]
+    assert sum(on_cpu["phases"].values()) == pytest.approx(on_cpu["total_s"], rel=0.02)
+    assert 0 < on_cpu["total_s"] <= record["total_s"] * 1.1 and on_cpu["s_per_step"] > 0
+    assert record["host_load"]["cores"] >= 1 and record["host_load"]["load_1min"] >= 0
     # the record is the run's wall time: the same run timed from outside, it lies between the
     # span of the run's events and train()'s call (outside the run's own clock: train()'s checks
     # before it and the record's write). Not within 5 % of the call: a load spike in those parts

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lorastudio.jobs.time_work import CPU_WORK_RATE, device_rate, scaled, step_work, vae_work
+from lorastudio.jobs.time_rate import CPU_WORK_RATE, device_rate
+from lorastudio.jobs.time_work import scaled, step_work, vae_work
 
 
 def test_the_tiny_flux_step_follows_its_text_tokens_then_its_attention(
