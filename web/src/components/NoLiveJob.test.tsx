@@ -16,7 +16,7 @@ afterEach(() => vi.unstubAllGlobals());
 const serve = (runs: unknown[]) =>
   mockFetch(({ url }) => {
     if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
-    if (url === "/api/runs") return { body: { runs } };
+    if (url === "/api/runs" || url.startsWith("/api/runs?")) return { body: { runs } };
     return undefined;
   });
 
