@@ -28,7 +28,9 @@ def test_a_resumed_cli_run_carries_the_history_of_a_run_past_the_newest_200(
         for step in range(1, 11):
             store.add_metric("first", {"step": step, "loss": 1.0 / step})
         for i in range(220):  # a year of other runs since
-            store.create_run(f"other{i}", f"other-{i}", "flux", {"steps": 1}, STAMP, status=JobStatus.COMPLETED)
+            store.create_run(
+                f"other{i}", f"other-{i}", "flux", {"steps": 1}, STAMP, status=JobStatus.COMPLETED
+            )
     finally:
         store.close()
     raw = run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 10, "output_name": "kept"})
