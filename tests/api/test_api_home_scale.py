@@ -121,3 +121,18 @@ def test_a_runs_sample_listing_reads_each_sidecar_once(
         alone = sample_source(config, run_dir, item["step"], item["index"])
         assert {k: item[k] for k in alone} == alone
         assert item["lora"] == {"name": output_name(0), "step": item["step"], "weights": "ema"}
+
+
+def test_the_lora_list_reads_no_snapshot_or_checkpoint_sidecar(
+    home_client: TestClient, sidecar_reads: Counter[Path]
+) -> None:
+    """Before, each LoRA's `files` came from every LoRA file of its run (run_loras: each
+    snapshot's and checkpoint EMA file's sidecar) to keep its final ones: 2,000 LoRAs, 100 of
+    them with 100 such files, read 10,000 sidecars per GET /api/loras (RELIABILITY 1224)."""
+    answer = home_client.get("/api/loras", params={"family": "flux"})
+    assert answer.status_code == 200, answer.text
+    listed = answer.json()["loras"]
+    assert len(listed) == SCALE.runs and listed[-1]["name"] == output_name(0)
+    assert [f["url"] for f in listed[-1]["files"]] == [f"/api/loras/{output_name(0)}/file"]
+    inner = [p for p in sidecar_reads if p.parent.name in ("loras",) or "checkpoints" in p.parts]
+    assert inner == [] and set(sidecar_reads.values()) == {1}

@@ -112,13 +112,23 @@ def run_loras(run_dir: Path) -> list[dict[str, Any]]:
         if file_weights(_sidecar(path)) == "ema"
     ]
     found.sort(key=lambda row: (row["step"], row["weights"] == "ema"))
+    return found + final_loras(run_dir)
+
+
+def final_loras(run_dir: Path) -> list[dict[str, Any]]:
+    """The final rows of `run_loras` alone (the final raw <name>.raw.safetensors of an EMA run,
+    then <name>.safetensors; [] without it), read without listing the snapshots and checkpoints:
+    the LoRA list asks for these of every run (RELIABILITY 1224)."""
     final = run_dir / f"{run_dir.name}.safetensors"
     if not final.is_file():
-        return found
+        return []
+    found = []
     raw = run_dir / f"{run_dir.name}.raw.safetensors"
-    sidecar, raw_sidecar = _sidecar(final), _sidecar(raw)
-    if file_weights(sidecar) == "ema" and raw.is_file() and file_weights(raw_sidecar) == "raw":
-        found.append({"step": _step_of(raw_sidecar), "path": str(raw), "final": True, "weights": "raw"})
+    sidecar = _sidecar(final)
+    if file_weights(sidecar) == "ema" and raw.is_file():
+        raw_sidecar = _sidecar(raw)
+        if file_weights(raw_sidecar) == "raw":
+            found.append({"step": _step_of(raw_sidecar), "path": str(raw), "final": True, "weights": "raw"})
     found.append(
         {"step": _step_of(sidecar), "path": str(final), "final": True, "weights": file_weights(sidecar)}
     )
