@@ -23,7 +23,7 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("gallery", "generated images: delete them on the Generate page"),
     ("datasets", "dataset folders: `lorastudio datasets delete NAME`"),
     ("models", "fetched or added base models: the Models page's Delete"),
-    ("cache/encoded", "encode cache: `lorastudio cache prune` (capped: latent_cache_max_gb's README)"),
+    ("cache/encoded", "encode cache: capped (README's disk cache), `lorastudio cache prune`"),
     ("cache/inductor", "torch.compile's cache: recompiled when removed (no run live)"),
     ("cache/thumbs", "dataset thumbnails: capped at 20,000 files"),
     ("cache/decoded", "decoded-images records of the datasets"),
@@ -34,8 +34,8 @@ PARTS: tuple[tuple[str, str], ...] = (
 
 @dataclass(frozen=True)
 class Usage:
-    """One part of the home: its path, files, bytes (st_blocks: what the disk holds, so a sparse
-    or a hard-linked file is not counted at its apparent size twice) and what it is."""
+    """One part of the home: its path, files, bytes (the blocks the disk holds: a sparse file by
+    what it holds, not its apparent size) and what it is."""
 
     path: Path
     files: int
@@ -43,11 +43,13 @@ class Usage:
     what: str
 
 
-def home_usage(settings: Settings) -> list[Usage]:
+def home_usage(settings: Settings, unread: list[Path] | None = None) -> list[Usage]:
     """The parts of the home (PARTS, the encode cache where Settings.cache_dir puts it, then the
     rest of the home as "other"), each with its files and bytes, largest first. A part that is not
-    there is left out. Hard links inside the home are counted once."""
+    there is left out. Hard links inside the home are counted once. A folder that cannot be read
+    is not counted and is appended to `unread` (the command names each)."""
     seen: set[tuple[int, int]] = set()
+    unread = [] if unread is None else unread
     parts = [(settings.home / name, what) for name, what in PARTS]
     if settings.cache_dir is not None:
         parts[[p for p, _ in parts].index(settings.home / "cache/encoded")] = (
@@ -62,12 +64,12 @@ def home_usage(settings: Settings) -> list[Usage]:
             group += [path.with_name("lorastudio.db-wal"), path.with_name("lorastudio.db-shm")]
         files = size = 0
         for one in group:
-            more = _walk(one, seen)
+            more = _walk(one, seen, unread)
             files, size = files + more[0], size + more[1]
             counted.add(one)
         if files:
             out.append(Usage(path, files, size, what))
-    other = _walk(settings.home, seen, skip=counted)
+    other = _walk(settings.home, seen, unread, skip=counted)
     if other[0]:
         out.append(
             Usage(settings.home, other[0], other[1], "the rest of the home (records, timings, probes)")
@@ -75,23 +77,27 @@ def home_usage(settings: Settings) -> list[Usage]:
     return sorted(out, key=lambda u: u.bytes, reverse=True)
 
 
-def largest_entries(folder: Path, count: int) -> list[Usage]:
+def largest_entries(folder: Path, count: int, unread: list[Path] | None = None) -> list[Usage]:
     """The `count` largest entries of `folder` (each run folder of outputs/, each dataset), by
-    bytes; [] when there is none."""
+    bytes; [] when there is none. A folder that cannot be read is appended to `unread`."""
+    unread = [] if unread is None else unread
     try:
         names = sorted(os.listdir(folder))
     except OSError:
         return []
     rows = []
     for name in names:
-        files, size = _walk(folder / name, set())
+        files, size = _walk(folder / name, set(), unread)
         rows.append(Usage(folder / name, files, size, ""))
     return sorted(rows, key=lambda u: u.bytes, reverse=True)[:count]
 
 
-def _walk(path: Path, seen: set[tuple[int, int]], skip: set[Path] | None = None) -> tuple[int, int]:
+def _walk(
+    path: Path, seen: set[tuple[int, int]], unread: list[Path], skip: set[Path] | None = None
+) -> tuple[int, int]:
     """(files, bytes) under `path` (itself when not a folder), never following a link, each
-    (device, inode) once; entries in `skip` (and below them) left out. (0, 0) when not there."""
+    (device, inode) once; entries in `skip` (and below them) left out; a folder that cannot be
+    listed appended to `unread`. (0, 0) when not there."""
     try:
         st = os.lstat(path)
     except OSError:
@@ -105,7 +111,10 @@ def _walk(path: Path, seen: set[tuple[int, int]], skip: set[Path] | None = None)
         try:
             with os.scandir(folder) as it:
                 entries = list(it)
-        except OSError:  # unreadable or gone meanwhile: what it holds is not counted
+        except FileNotFoundError:  # gone meanwhile (a run deleted)
+            continue
+        except OSError:  # unreadable: what it holds is not counted, and the command says so
+            unread.append(folder)
             continue
         for entry in entries:
             if skip and Path(entry.path) in skip:

@@ -51,3 +51,25 @@ def test_each_part_of_the_home_is_counted_once_and_links_are_not_followed(tmp_pa
     assert (
         "largest runs:" in shown.output and "big-run\t" in shown.output and "small-run\t" not in shown.output
     )
+
+
+def test_a_folder_that_cannot_be_read_is_named_not_silently_left_out(monkeypatch) -> None:
+    from lorastudio import home_usage as usage
+
+    home = get_settings().home
+    _file(home / "outputs" / "run-a" / "run-a.safetensors", 1_000)
+    locked = home / "outputs" / "run-b"
+    _file(locked / "run-b.safetensors", 1_000)
+    real = os.scandir
+
+    def scandir(path: os.PathLike[str] | str) -> object:
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(usage.os, "scandir", scandir)
+    _register()
+    shown = CliRunner().invoke(app, ["du"])
+    assert shown.exit_code == 0, shown.output
+    assert f"not counted (cannot be read): {locked}" in shown.output
+    assert "outputs\t1\t" in shown.output  # run-a's file only

@@ -77,18 +77,21 @@ def du_cmd(
     from lorastudio.settings import get_settings
 
     s = get_settings()
-    parts = home_usage(s)
+    unread: list[Path] = []
+    parts = home_usage(s, unread)
     typer.echo(f"home: {s.home}")
     rows = [[_part(u.path, s.home), str(u.files), _size(u.bytes), u.what] for u in parts]
     print_table(("part", "files", "size", "what it is, how it shrinks"), rows, keep=("part", "size"))
     typer.echo(f"total: {sum(u.files for u in parts)} files, {_size(sum(u.bytes for u in parts))}")
     for label, folder in (("runs", s.outputs_dir), ("datasets", s.datasets_dir)):
-        largest = largest_entries(folder, top) if top else []
+        largest = largest_entries(folder, top, unread) if top else []
         if largest:
             typer.echo(f"largest {label}:")
             print_table(
                 ("name", "files", "size"), [[u.path.name, str(u.files), _size(u.bytes)] for u in largest]
             )
+    for folder in sorted(set(unread)):
+        typer.echo(f"not counted (cannot be read): {folder}", err=True)
 
 
 def _part(path: Path, home: Path) -> str:
