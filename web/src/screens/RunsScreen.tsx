@@ -12,6 +12,8 @@ import { ErrorBanner } from "../components/ErrorBanner";
 
 /** The runs the API lists in a page by default (GET /api/runs' `limit`); "Show more" asks for the next. */
 export const RUNS_PAGE = 200;
+/** The most runs GET /api/runs answers in one page (its `limit`'s maximum). */
+const RUNS_LIMIT_MAX = 10_000;
 
 /** The pages shown below the first: their runs and the cursor of the page after them (null: none). */
 interface Older {
@@ -32,7 +34,8 @@ export function RunsScreen() {
   const loaded = useLoad(
     (signal) => {
       moreLoads.cancel();
-      return api.runs(signal, shownCount.current > RUNS_PAGE ? { limit: shownCount.current } : {}).then((page) => {
+      const limit = Math.min(shownCount.current, RUNS_LIMIT_MAX);
+      return api.runs(signal, limit > RUNS_PAGE ? { limit } : {}).then((page) => {
         setOlder(null); // the first page now holds every run shown
         return page;
       });
