@@ -107,8 +107,8 @@ def run(home: Path, scale: Scale, clients: int, rounds: int) -> list[dict[str, A
         print(json.dumps({"runs listed": len(runs.json()["runs"])}))
         heavy = run_id(0)
         bench.step("heavy run record", "GET", f"/api/runs/{heavy}")
-        bench.step("heavy run samples (200)", "GET", f"/api/runs/{heavy}/samples")
-        bench.step("heavy run checkpoints (50)", "GET", f"/api/runs/{heavy}/checkpoints")
+        bench.step(f"heavy run samples ({scale.samples})", "GET", f"/api/runs/{heavy}/samples")
+        bench.step(f"heavy run checkpoints ({scale.checkpoints})", "GET", f"/api/runs/{heavy}/checkpoints")
         bench.step("heavy run loras", "GET", f"/api/runs/{heavy}/loras")
         for name, path, params in LISTS:
             concurrent(bench, name, path, params, clients, rounds)
