@@ -82,7 +82,12 @@ def _runs(home: Path, scale: Scale) -> int:
             run_dir.mkdir()
             lora = run_dir / f"{name}.safetensors"
             lora.write_bytes(b"\0" * 64)
-            (run_dir / f"{name}.json").write_text(json.dumps({"family": "flux", "rank": 16}))
+            sidecar: dict = {"family": "flux", "rank": 16, "steps": 1000}
+            if (
+                i % scale.heavy_every == 0
+            ):  # an EMA run: its LoRA holds the EMA weights, its last snapshot the raw
+                sidecar |= {"steps": scale.checkpoints * 20, "ema": {"weights": "ema", "decay": 0.999}}
+            (run_dir / f"{name}.json").write_text(json.dumps(sidecar))
             files += 2 + _heavy(run_dir, scale) if i % scale.heavy_every == 0 else 2
             store.finish_run(rid, status, stamp, None if status is JobStatus.COMPLETED else "stopped",
                              scale.metrics * 20, str(lora))  # fmt: skip

@@ -131,11 +131,14 @@ def test_the_lora_list_reads_no_snapshot_or_checkpoint_sidecar(
 ) -> None:
     """Before, each LoRA's `files` came from every LoRA file of its run (run_loras: each
     snapshot's and checkpoint EMA file's sidecar) to keep its final ones: 2,000 LoRAs, 100 of
-    them with 100 such files, read 10,000 sidecars per GET /api/loras (RELIABILITY 1224)."""
+    them with 100 such files, read 10,000 sidecars per GET /api/loras (RELIABILITY 1224); an EMA
+    LoRA's `raw_step` read them all again (1227): now only its step's snapshot is read."""
     answer = home_client.get("/api/loras", params={"family": "flux"})
     assert answer.status_code == 200, answer.text
     listed = answer.json()["loras"]
     assert len(listed) == SCALE.runs and listed[-1]["name"] == output_name(0)
     assert [f["url"] for f in listed[-1]["files"]] == [f"/api/loras/{output_name(0)}/file"]
+    assert listed[-1]["weights"] == "ema" and listed[-1]["raw_step"] == SCALE.checkpoints * 20  # its snapshot
     inner = [p for p in sidecar_reads if p.parent.name in ("loras",) or "checkpoints" in p.parts]
-    assert inner == [] and set(sidecar_reads.values()) == {1}
+    assert [p.name for p in inner] == [f"{output_name(0)}-step-{SCALE.checkpoints * 20:06d}.safetensors"]
+    assert set(sidecar_reads.values()) <= {1, 2}  # the EMA LoRA's own: for its files and its raw step

@@ -138,8 +138,12 @@ def final_loras(run_dir: Path) -> list[dict[str, Any]]:
 def raw_lora_at(run_dir: Path, step: int) -> Path | None:
     """The file holding the raw weights of step `step`: its snapshot, else the final file of that
     step that holds them (an EMA run's <name>.raw.safetensors, a run without EMA's LoRA); None
-    when there is none."""
-    for row in run_loras(run_dir):  # snapshots first
+    when there is none. `run_loras`' first raw row of that step, reading only that step's
+    snapshots' sidecars (an EMA run's LoRA list asks this of each: RELIABILITY 1227)."""
+    for found, path in list_lora_snapshots(run_dir):  # snapshots first, in run_loras' order
+        if found == step and file_weights(_sidecar(path)) == "raw":
+            return path
+    for row in final_loras(run_dir):  # a checkpoint's EMA step file never holds raw weights
         if row["step"] == step and row["weights"] == "raw":
             return Path(row["path"])
     return None
