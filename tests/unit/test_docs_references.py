@@ -209,6 +209,9 @@ FIELDS = [
      "GET /api/runs/ID/samples", "answer", ["samples[].max_sequence_length"]),
     ("each labelled with the weights it holds (`weights`: `ema` / `raw`", "GET /api/runs/ID/loras", "answer",
      ["loras[].weights", "loras[].step"]),
+    # session 34: the paged runs list (home at scale audit)
+    ("the answer's `total` counts every run and its `next_cursor`", "GET /api/runs", "answer",
+     ["total", "next_cursor", "runs"]),
 ]  # fmt: skip
 
 
@@ -243,6 +246,15 @@ def test_the_gallerys_paging_parameters_readme_names_are_the_routes(openapi):
     assert {"limit", "cursor"} <= set(params), sorted(params)
     limit = params["limit"]["schema"]
     assert (limit.get("default"), limit.get("minimum"), limit.get("maximum")) == (60, 1, 1000), limit
+
+
+def test_the_runs_paging_parameters_readme_names_are_the_routes(openapi):
+    """README: `GET /api/runs?limit=200` (1-10000, the default 200) and `cursor` (session 34)."""
+    assert "`GET /api/runs?limit=200`, the default, `limit` 1-10000;" in PROSE
+    params = {p["name"]: p for p in _route(openapi, "GET", "/api/runs").get("parameters", [])}
+    assert {"limit", "cursor"} <= set(params), sorted(params)
+    limit = params["limit"]["schema"]
+    assert (limit.get("default"), limit.get("minimum"), limit.get("maximum")) == (200, 1, 10_000), limit
 
 
 @pytest.mark.parametrize(("words", "route", "side", "fields"), FIELDS)

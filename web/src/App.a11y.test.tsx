@@ -23,7 +23,7 @@ describe("the top bar", () => {
         const job = { ...JOB, progress: { step: 40, total_steps: 200, epoch: 1, loss: 0.3, avg_loss: 0.3, lr: 1e-4, grad_norm: 1, samples_per_second: 1, peak_memory_gb: 1 } };
         return { body: { job, queue: [], busy: true, event_seq: 1 } };
       }
-      if (url === "/api/runs") return { body: { runs: [] } };
+      if (url === "/api/runs" || url.startsWith("/api/runs?")) return { body: { runs: [] } };
       return undefined;
     });
     window.location.hash = "#/runs";

@@ -294,7 +294,11 @@ class RunDetail(RunSummary):
 
 
 class RunList(_Out):
-    runs: list[RunSummary]
+    runs: list[RunSummary] = Field(description="the page, newest first")
+    total: int = Field(description="the runs in the store")
+    next_cursor: str | None = Field(
+        description="give it as `cursor` for the next page; null after the last page"
+    )
 
 
 class CheckpointOut(_Out):

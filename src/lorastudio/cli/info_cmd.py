@@ -1,7 +1,9 @@
-"""`lorastudio families` and `lorastudio paths`: what this install knows and where it keeps things."""
+"""`lorastudio families`, `lorastudio paths` and `lorastudio du`: what this install knows, where it
+keeps things and what takes the space (home_usage.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -15,6 +17,7 @@ if TYPE_CHECKING:
 def register(app: typer.Typer) -> None:
     app.command("families")(families_cmd)
     app.command("paths")(paths_cmd)
+    app.command("du")(du_cmd)
 
 
 def families_cmd() -> None:
@@ -60,3 +63,45 @@ def paths_cmd() -> None:
         ("cache", cache_root(s)),
     ]:
         typer.echo(f"{label:9} {p}")
+
+
+def du_cmd(
+    top: int = typer.Option(
+        5, "--top", min=0, max=1000, help="also list this many of the largest runs and datasets"
+    ),
+) -> None:
+    """Show what takes the space of the studio home: each part (runs, gallery, datasets, models,
+    caches, logs, the run store) with its files and size, largest first, and how it shrinks;
+    then the largest run folders and datasets. Read-only: safe while a server runs."""
+    from lorastudio.home_usage import home_usage, largest_entries
+    from lorastudio.settings import get_settings
+
+    s = get_settings()
+    unread: list[Path] = []
+    parts = home_usage(s, unread)
+    typer.echo(f"home: {s.home}")
+    rows = [[_part(u.path, s.home), str(u.files), _size(u.bytes), u.what] for u in parts]
+    print_table(("part", "files", "size", "what it is, how it shrinks"), rows, keep=("part", "size"))
+    typer.echo(f"total: {sum(u.files for u in parts)} files, {_size(sum(u.bytes for u in parts))}")
+    for label, folder in (("runs", s.outputs_dir), ("datasets", s.datasets_dir)):
+        largest = largest_entries(folder, top, unread) if top else []
+        if largest:
+            typer.echo(f"largest {label}:")
+            print_table(
+                ("name", "files", "size"), [[u.path.name, str(u.files), _size(u.bytes)] for u in largest]
+            )
+    for folder in sorted(set(unread)):
+        typer.echo(f"not counted (cannot be read): {folder}", err=True)
+
+
+def _part(path: Path, home: Path) -> str:
+    if path == home:
+        return "(other)"
+    return path.relative_to(home).as_posix() if path.is_relative_to(home) else str(path)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"

@@ -107,19 +107,16 @@ class CliRunRecord:
         job = self.job
 
         def copy() -> None:
-            earlier = next(
-                (
-                    r
-                    for r in self.store.list_runs()
-                    if r["output_name"] == job.config.output_name
-                    and r["id"] != job.id
-                    and r["steps_run"] >= step
-                ),
-                None,
-            )
-            if earlier is None:
+            # every record of the folder, newest first: the newest 200 runs of the home missed a
+            # run older than them, and its history was lost (RELIABILITY 1222)
+            ids = [
+                i
+                for i in reversed(self.store.runs_with_output_name(job.config.output_name or ""))
+                if i != job.id
+            ]
+            record = next((r for r in map(self.store.get_run, ids) if r["steps_run"] >= step), None)
+            if record is None:
                 return
-            record = self.store.get_run(earlier["id"])
             for point in (p for p in record["metrics"] if p["step"] <= step):
                 job.history.add(point)
                 self.store.add_metric(job.id, point)

@@ -74,6 +74,7 @@ from lorastudio.training.run_files import (
     kept_note,
     killed_fresh,
     leftovers,
+    owned,
     survey,
 )
 from lorastudio.training.run_lock import MOUNT_OWN_ENTRIES, unowned
@@ -112,7 +113,7 @@ def find_leftovers(settings: Settings) -> list[Path]:
     found += home_staging(settings.home)  # staged_files.py: the single-file writers' of dead writers
     gallery = settings.home / "gallery"  # jobs/gallery.py gallery_dir, jobs/references.py
     for folder in (gallery, gallery / "references"):
-        found += [p for p in _children(folder) if _PARTIAL.match(p.name) and p.is_file()]
+        found += [p for p in _children(folder, hidden=True) if _PARTIAL.match(p.name) and p.is_file()]
     return sorted(found + _gallery_sidecar_leftovers(gallery))
 
 
@@ -123,7 +124,7 @@ def _gallery_sidecar_leftovers(gallery: Path) -> list[Path]:
     jobs/generation.py writes the sidecar first). A sidecar whose image a user removed by hand
     is not one (no staging beside it): kept."""
     found: list[Path] = []
-    for p in _children(gallery):
+    for p in _children(gallery, hidden=True):  # both are hidden names: no Path or stat for an image
         if not p.is_file() or p.is_symlink():
             continue
         if _SIDECAR_TMP.match(p.name):
@@ -253,11 +254,14 @@ def _run_leftovers(run: Path) -> list[Path]:
     user's file or folder), logged when nothing else does. A folder that is a mount point (a
     disk mounted for a run, RELIABILITY 1187) is never listed itself, nor its lost+found."""
     found = leftovers(run)
+    fresh = killed_fresh(run)
+    if not fresh and _keeps_a_file(run, found):
+        return found  # what `_holds_nothing` would say without walking it: a year of runs, 2.7 s a start
     mine, other = survey(run)
     mounted = os.path.ismount(run)
     itself = [] if mounted else [run]
     other = [p for p in other if not (mounted and p.parent == run and p.name in MOUNT_OWN_ENTRIES)]
-    if killed_fresh(run):  # its only session was killed before a checkpoint or LoRA: all of it
+    if fresh:  # its only session was killed before a checkpoint or LoRA: all of it
         found = sorted({*found, *mine})
         if not other:
             return [*found, *itself]
@@ -269,6 +273,15 @@ def _run_leftovers(run: Path) -> list[Path]:
         return [*found, *itself]
     log.warning("%s", kept_note(run, entry_names(run, other)))
     return found
+
+
+def _keeps_a_file(run: Path, found: list[Path]) -> bool:
+    """Whether output folder `run` holds, directly, a regular file a run writes (its LoRA, a
+    sidecar, validation.json) other than `found`: then `_holds_nothing` is false and the folder
+    is kept, so the rest of it (checkpoints, samples: thousands of entries in a long run's) need
+    not be walked at a server's start (RELIABILITY 1223)."""
+    aside = set(found)
+    return any(owned(run, p) for p in _children(run) if p not in aside)  # owned: a regular file by its name
 
 
 def _holds_nothing(folder: Path, aside: set[Path]) -> bool:
@@ -358,8 +371,9 @@ def _hidden_files(folder: Path) -> list[Path]:
         return []
 
 
-def _children(folder: Path) -> list[Path]:
+def _children(folder: Path, hidden: bool = False) -> list[Path]:
+    """The entries of `folder` (`hidden`: only those whose name starts with a dot)."""
     try:
-        return list(folder.iterdir())
+        return [folder / n for n in os.listdir(folder) if not hidden or n.startswith(".")]
     except OSError:  # missing or not a folder
         return []

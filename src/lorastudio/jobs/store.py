@@ -292,18 +292,37 @@ class RunStore:
     # -- reads -----------------------------------------------------------------------------------
     def list_runs(self, limit: int = 200) -> list[dict[str, Any]]:
         """The newest runs first, at most `limit` (any size: one past SQLite's 64-bit integers
-        means all), without configs or metrics (a live run whose owning process is gone is
-        marked interrupted first: settle_dead_owners). Newest by the order they were recorded
-        (rowid: every run is recorded as it is created), not by `created_at`: the wall clock
-        set back an hour (a wrong clock corrected, NTP's step) listed a run made after it below
-        the last hour's runs."""
+        means all): `runs_page`'s first page."""
+        return self.runs_page(limit)[0]
+
+    def runs_page(
+        self, limit: int = 200, before: int | None = None
+    ) -> tuple[list[dict[str, Any]], int, int | None]:
+        """(runs, total, next): a page of the runs, newest first, at most `limit`, without
+        configs or metrics (a live run whose owning process is gone is marked interrupted
+        first: settle_dead_owners); `total`, the runs in the store; `next`, what to give as
+        `before` for the next page (None after the last). `before`: only runs recorded before
+        the run a page ended on, so a run made between two pages is neither repeated nor makes
+        one skipped, and one deleted does not move the boundary. Newest by the order they were
+        recorded (rowid: every run is recorded as it is created), not by `created_at`: the wall
+        clock set back an hour (a wrong clock corrected, NTP's step) listed a run made after it
+        below the last hour's runs."""
         dead = self.settle_dead_owners()
+        limit = max(1, min(limit, _SQLITE_MAX_INT - 1))
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT {', '.join(RUN_COLUMNS)}, warnings_json FROM runs ORDER BY rowid DESC LIMIT ?",
-                (min(limit, _SQLITE_MAX_INT),),
+                f"SELECT rowid AS seq, {', '.join(RUN_COLUMNS)}, warnings_json FROM runs WHERE rowid < ?"
+                " ORDER BY rowid DESC LIMIT ?",
+                (_SQLITE_MAX_INT if before is None else min(before, _SQLITE_MAX_INT), limit + 1),
             ).fetchall()
-        return [_as_read(_settled(dict(r), dead)) for r in rows]
+            total = int(self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+        page = [dict(r) for r in rows[:limit]]
+        after = int(page[-1]["seq"]) if len(rows) > limit else None
+        return (
+            [_as_read(_settled({k: v for k, v in r.items() if k != "seq"}, dead)) for r in page],
+            total,
+            after,
+        )
 
     def get_run(self, run_id: str, max_points: int = 2000) -> dict[str, Any]:
         """One run with config, plan (None until the run reported one), metric points (decimated
@@ -355,9 +374,12 @@ class RunStore:
         return {str(r[0]): int(r[1]) for r in rows}
 
     def runs_with_output_name(self, output_name: str) -> list[str]:
-        """Ids of the runs that wrote (or will write) to `output_name`."""
+        """Ids of the runs that wrote (or will write) to `output_name`, in the order they were
+        recorded (oldest first)."""
         with self._lock:
-            rows = self._conn.execute("SELECT id FROM runs WHERE output_name=?", (output_name,)).fetchall()
+            rows = self._conn.execute(
+                "SELECT id FROM runs WHERE output_name=? ORDER BY rowid", (output_name,)
+            ).fetchall()
         return [r["id"] for r in rows]
 
 

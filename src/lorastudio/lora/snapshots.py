@@ -112,13 +112,23 @@ def run_loras(run_dir: Path) -> list[dict[str, Any]]:
         if file_weights(_sidecar(path)) == "ema"
     ]
     found.sort(key=lambda row: (row["step"], row["weights"] == "ema"))
+    return found + final_loras(run_dir)
+
+
+def final_loras(run_dir: Path) -> list[dict[str, Any]]:
+    """The final rows of `run_loras` alone (the final raw <name>.raw.safetensors of an EMA run,
+    then <name>.safetensors; [] without it), read without listing the snapshots and checkpoints:
+    the LoRA list asks for these of every run (RELIABILITY 1224)."""
     final = run_dir / f"{run_dir.name}.safetensors"
     if not final.is_file():
-        return found
+        return []
+    found = []
     raw = run_dir / f"{run_dir.name}.raw.safetensors"
-    sidecar, raw_sidecar = _sidecar(final), _sidecar(raw)
-    if file_weights(sidecar) == "ema" and raw.is_file() and file_weights(raw_sidecar) == "raw":
-        found.append({"step": _step_of(raw_sidecar), "path": str(raw), "final": True, "weights": "raw"})
+    sidecar = _sidecar(final)
+    if file_weights(sidecar) == "ema" and raw.is_file():
+        raw_sidecar = _sidecar(raw)
+        if file_weights(raw_sidecar) == "raw":
+            found.append({"step": _step_of(raw_sidecar), "path": str(raw), "final": True, "weights": "raw"})
     found.append(
         {"step": _step_of(sidecar), "path": str(final), "final": True, "weights": file_weights(sidecar)}
     )
@@ -128,8 +138,12 @@ def run_loras(run_dir: Path) -> list[dict[str, Any]]:
 def raw_lora_at(run_dir: Path, step: int) -> Path | None:
     """The file holding the raw weights of step `step`: its snapshot, else the final file of that
     step that holds them (an EMA run's <name>.raw.safetensors, a run without EMA's LoRA); None
-    when there is none."""
-    for row in run_loras(run_dir):  # snapshots first
+    when there is none. `run_loras`' first raw row of that step, reading only that step's
+    snapshots' sidecars (an EMA run's LoRA list asks this of each: RELIABILITY 1227)."""
+    for found, path in list_lora_snapshots(run_dir):  # snapshots first, in run_loras' order
+        if found == step and file_weights(_sidecar(path)) == "raw":
+            return path
+    for row in final_loras(run_dir):  # a checkpoint's EMA step file never holds raw weights
         if row["step"] == step and row["weights"] == "raw":
             return Path(row["path"])
     return None

@@ -46,6 +46,7 @@ import re
 import shutil
 import stat
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from lorastudio.training.folder_guard import check_folder
@@ -268,10 +269,10 @@ def kept_note(run_dir: Path, kept: list[str]) -> str:
 def leftovers(run_dir: Path) -> list[Path]:
     """The staging and removal entries of writes that never finished in `run_dir` and its writer
     folders (never inside a checkpoint or a tracker folder), sorted."""
-    found = [p for p in _children(run_dir) if is_leftover(p.name)]
+    found = _children(run_dir, is_leftover)
     for folder in WRITER_FOLDERS:
         if not (run_dir / folder).is_symlink():
-            found += [p for p in _children(run_dir / folder) if is_leftover(p.name)]
+            found += _children(run_dir / folder, is_leftover)
     return sorted(p for p in found if _is_file_or_folder(p))  # a link of that name: not a write's
 
 
@@ -335,8 +336,10 @@ def _is_folder(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink()
 
 
-def _children(folder: Path) -> list[Path]:
+def _children(folder: Path, named: Callable[[str], bool] | None = None) -> list[Path]:
+    """The entries of `folder` (`named`: only those whose name it takes, no Path made for the
+    others: a long run's samples/ at every server start)."""
     try:
-        return [folder / name for name in os.listdir(folder)]
+        return [folder / name for name in os.listdir(folder) if named is None or named(name)]
     except OSError:  # missing, a link to nowhere, or not a folder
         return []

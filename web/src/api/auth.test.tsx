@@ -35,7 +35,7 @@ describe("API token", () => {
       if (url === "/api/info") return { body: { ...INFO, auth: true } };
       if (url.startsWith("/api/session?")) return { body: { cookie: true, idle_s: 43200, max_s: 86400 } };
       if (url.startsWith("/api/train/status")) return { body: STATUS };
-      if (url === "/api/runs") return { body: { runs: [] } };
+      if (url === "/api/runs" || url.startsWith("/api/runs?")) return { body: { runs: [] } };
       if (url === "/api/loras") return { body: { root: "/o", loras: [] } };
       return undefined;
     });

@@ -126,7 +126,14 @@ export const api = {
   /** The event stream's URL (a function: the token may be set after load). */
   eventsUrl: () => browserUrl("/api/train/events"),
 
-  runs: (signal?: AbortSignal) => get<RunList>("/api/runs", signal),
+  /** A page of the runs, newest first: the newest `limit`, or those after a page's `cursor` (its next_cursor). */
+  runs: (signal?: AbortSignal, page: { limit?: number; cursor?: string } = {}) => {
+    const query = new URLSearchParams();
+    if (page.limit != null) query.set("limit", String(page.limit));
+    if (page.cursor) query.set("cursor", page.cursor);
+    const q = query.toString();
+    return get<RunList>(q ? `/api/runs?${q}` : "/api/runs", signal);
+  },
   run: (id: string, signal?: AbortSignal) => get<RunDetail>(`/api/runs/${seg(id)}`, signal),
   deleteRun: (id: string, answerTo: AnswerTo) => delEffect<RunDeleted>(`/api/runs/${seg(id)}`, answerTo),
   /** The sample previews in a run's folder, oldest step first. */

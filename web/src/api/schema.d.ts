@@ -895,7 +895,10 @@ export interface paths {
         };
         /**
          * List Runs
-         * @description Runs, newest first (no configs or metrics), each with the step it could resume from.
+         * @description Runs, newest first (no configs or metrics), each with the step it could resume from, a
+         *     page at a time (`limit`; `cursor`: the previous page's `next_cursor`, null after the last
+         *     page; a run made or deleted meanwhile never repeats or skips one); `total` counts every
+         *     run. Only the page's run folders are read.
          */
         get: operations["list_runs_api_runs_get"];
         put?: never;
@@ -3883,8 +3886,21 @@ export interface components {
         };
         /** RunList */
         RunList: {
-            /** Runs */
+            /**
+             * Next Cursor
+             * @description give it as `cursor` for the next page; null after the last page
+             */
+            next_cursor: string | null;
+            /**
+             * Runs
+             * @description the page, newest first
+             */
             runs: components["schemas"]["RunSummary"][];
+            /**
+             * Total
+             * @description the runs in the store
+             */
+            total: number;
         };
         /** RunLog */
         RunLog: {
@@ -10295,7 +10311,10 @@ export interface operations {
     list_runs_api_runs_get: {
         parameters: {
             query?: {
+                /** @description runs in the page */
                 limit?: number;
+                /** @description a page's next_cursor: the page after it (absent: the newest runs) */
+                cursor?: string | null;
             };
             header?: never;
             path?: never;

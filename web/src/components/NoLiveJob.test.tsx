@@ -16,7 +16,7 @@ afterEach(() => vi.unstubAllGlobals());
 const serve = (runs: unknown[]) =>
   mockFetch(({ url }) => {
     if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
-    if (url === "/api/runs") return { body: { runs } };
+    if (url === "/api/runs" || url.startsWith("/api/runs?")) return { body: { runs } };
     return undefined;
   });
 
@@ -39,9 +39,11 @@ describe("Live with no job since the server started", () => {
     const before = stoppedRun({ id: "b1", output_name: "before", created_at: "2026-12-06T15:30:00.000+00:00" });
     expect(newestRun([after, before])?.id).toBe("a2");
     expect(newestRun([])).toBeNull();
-    serve([after, before]);
+    const calls = serve([after, before]);
     renderWithProviders(<LiveScreen />);
     expect(await screen.findByRole("link", { name: "after" })).toHaveAttribute("href", "#/runs/a2");
+    // one run asked for, not the newest page of a home's thousands (RELIABILITY 1221)
+    expect(calls.filter((c) => c.url.startsWith("/api/runs")).map((c) => c.url)).toEqual(["/api/runs?limit=1"]);
   });
 
   it("says no job yet in a studio without a run", async () => {

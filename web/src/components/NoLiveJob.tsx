@@ -21,7 +21,8 @@ export function newestRun(runs: readonly RunSummary[]): RunSummary | null {
  * a restart does not say "no job yet" of a studio that has runs; a studio without one says so.
  */
 export function NoLiveJob() {
-  const runs = useLoad((signal) => api.runs(signal).then((r) => r.runs), "runs").data;
+  // the newest run only: a home of thousands of runs sends one (RELIABILITY 1221)
+  const runs = useLoad((signal) => api.runs(signal, { limit: 1 }).then((r) => r.runs), "runs").data;
   const newest = runs ? newestRun(runs) : null;
   return (
     <div className="empty card" data-testid="no-live-job">

@@ -1,4 +1,4 @@
-import { useState } from "react";
+import { useRef, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { useTraining } from "../api/training";
@@ -7,19 +7,61 @@ import { ResumeButton } from "../components/ResumeButton";
 import type { RunSummary } from "../api/types";
 import { formatDuration, formatNumber, formatWhen, runDuration } from "../lib/format";
 import { href, navigate } from "../lib/route";
-import { isAbort, loadMessage, useAction, useLoad, useUnmountSignal } from "../lib/latest";
+import { isAbort, loadMessage, useAction, useLatest, useLoad, useUnmountSignal } from "../lib/latest";
 import { ErrorBanner } from "../components/ErrorBanner";
 
-/** Run history: status, final loss, duration; open, download the LoRA, delete. */
+/** The runs the API lists in a page by default (GET /api/runs' `limit`); "Show more" asks for the next. */
+export const RUNS_PAGE = 200;
+/** The most runs GET /api/runs answers in one page (its `limit`'s maximum). */
+const RUNS_LIMIT_MAX = 10_000;
+
+/** The pages shown below the first: their runs and the cursor of the page after them (null: none). */
+interface Older {
+  runs: RunSummary[];
+  cursor: string | null;
+}
+
+/** Run history: status, final loss, duration; open, download the LoRA, delete. A page at a time
+ * (RELIABILITY 1221: the API listed the newest 200 runs and no others): "Show more" adds the next
+ * page; a reload asks again for as many runs as are shown, from the newest, in one request. */
 export function RunsScreen() {
   const { job } = useTraining();
+  const shownCount = useRef(RUNS_PAGE);
+  const [older, setOlder] = useState<Older | null>(null);
+  const moreLoads = useLatest(); // a "Show more" in flight is dropped when the list loads again
   // reloaded when the live job changes status (a run finishing shows up here): only the latest
   // answer is shown, so a slow one from before the change cannot bring back an older list
-  const loaded = useLoad((signal) => api.runs(signal).then((r) => r.runs), "runs", [job?.id, job?.status]);
-  const runs = loaded.data;
+  const loaded = useLoad(
+    (signal) => {
+      moreLoads.cancel();
+      const limit = Math.min(shownCount.current, RUNS_LIMIT_MAX);
+      return api.runs(signal, limit > RUNS_PAGE ? { limit } : {}).then((page) => {
+        setOlder(null); // the first page now holds every run shown
+        return page;
+      });
+    },
+    "runs",
+    [job?.id, job?.status],
+  );
+  const first = loaded.data;
+  const runs = first ? [...first.runs, ...(older?.runs ?? [])] : null;
+  const cursor = older ? older.cursor : (first?.next_cursor ?? null);
+  shownCount.current = Math.max(RUNS_PAGE, runs?.length ?? 0);
   const [actionError, setError] = useState<string | null>(null);
   const error = actionError ?? (loaded.error ? loadMessage(loaded.error, "") : null);
   const load = loaded.reload;
+  const more = useAction(async () => {
+    if (!cursor || !runs) return;
+    const ticket = moreLoads.begin();
+    try {
+      const page = await api.runs(ticket.signal, { cursor });
+      if (!ticket.current()) return;
+      const ids = new Set(runs.map((r) => r.id));
+      setOlder((was) => ({ runs: [...(was?.runs ?? []), ...page.runs.filter((r) => !ids.has(r.id))], cursor: page.next_cursor ?? null }));
+    } catch (err) {
+      if (!isAbort(err) && ticket.current()) setError(`Cannot load more runs: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  });
 
   const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
   const remove = useAction(async (run: RunSummary) => {
@@ -109,6 +151,19 @@ export function RunsScreen() {
       )}
       {runs && runs.length > 0 && (
         <DataTable rows={runs} rowKey={(r) => r.id} stack testId="runs-table" columns={columns} />
+      )}
+      {runs && runs.length > 0 && (
+        <p className="muted" data-testid="runs-count">
+          {runs.length} of {first?.total ?? runs.length} runs
+          {cursor && (
+            <>
+              {" "}
+              <button className="ghost small" disabled={more.pending} onClick={() => void more.run()}>
+                Show more
+              </button>
+            </>
+          )}
+        </p>
       )}
     </section>
   );

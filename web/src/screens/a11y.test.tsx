@@ -38,7 +38,7 @@ function fixtureServer(live = false) {
     if (url.startsWith("/api/train/status")) return { body: live ? { job: JOB, queue: [], busy: true, event_seq: 1 } : { job: null, queue: [], busy: false, event_seq: 0 } };
     if (url === "/api/models") return { body: CATALOGUE };
     if (url === "/api/models/fetch") return { body: { fetches: [], offline: false } };
-    if (url === "/api/runs") return { body: { runs: [RUN] } };
+    if (url === "/api/runs" || url.startsWith("/api/runs?")) return { body: { runs: [RUN] } };
     if (url === "/api/runs/r1") return { body: RUN };
     if (url === "/api/runs/r1/samples") return { body: { samples: [] } };
     if (url === "/api/runs/r1/checkpoints") return { body: CHECKPOINTS };

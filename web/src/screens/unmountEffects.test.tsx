@@ -31,7 +31,7 @@ function loads({ method, url }: Call) {
   if (method !== "GET") return undefined;
   if (url === "/api/info") return { body: INFO };
   if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
-  if (url === "/api/runs") return { body: { runs: [RUN] } };
+  if (url === "/api/runs" || url.startsWith("/api/runs?")) return { body: { runs: [RUN] } };
   if (url === `/api/runs/${RUN.id}`) return { body: { ...RUN, config: {}, metrics: [], outputs: [] } };
   if (url.endsWith("/samples")) return { body: { samples: [] } };
   if (url.endsWith("/checkpoints")) return { body: { checkpoints: [], resume_step: null } };

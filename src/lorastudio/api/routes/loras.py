@@ -18,7 +18,7 @@ from lorastudio.errors import NotFound
 from lorastudio.folder_entries import entries
 from lorastudio.jobs.generation_inputs import lora_file
 from lorastudio.jobs.store import RunStore
-from lorastudio.lora.snapshots import file_weights, raw_lora_at, run_loras
+from lorastudio.lora.snapshots import file_weights, final_loras, raw_lora_at, run_loras
 from lorastudio.settings import Settings
 from lorastudio.training.validation_file import mark_loras, read_validation
 
@@ -141,7 +141,7 @@ def final_files(run_dir: Path) -> list[dict[str, Any]]:
     <name>.raw.safetensors: each with the LoraRef.step that picks it (null: the run's LoRA) and its
     validation marks (training/validation_file.mark_loras: only raw weights are measured)."""
     name = run_dir.name
-    rows = [r for r in mark_loras(run_loras(run_dir), read_validation(run_dir)) if r["final"]]
+    rows = mark_loras(final_loras(run_dir), read_validation(run_dir))  # a row's marks are its own
     files = []
     for row in reversed(rows):  # run_loras: the raw file, then the run's LoRA
         path = Path(row["path"])

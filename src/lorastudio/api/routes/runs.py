@@ -23,20 +23,34 @@ from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import checkpoint_step, list_checkpoints
 from lorastudio.training.sample_files import list_references, list_samples, sample_path
-from lorastudio.training.sample_source import sample_source
+from lorastudio.training.sample_source import sample_sources
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
+RUNS_CURSOR = r"^[0-9]{1,19}$"  # the store's order of a page's last run (RunStore.runs_page)
 
 
 @router.get("", response_model=RunList)
 def list_runs(
-    limit: int = Query(default=200, ge=1, le=10_000),
+    limit: int = Query(default=200, ge=1, le=10_000, description="runs in the page"),
+    cursor: str | None = Query(
+        default=None,
+        pattern=RUNS_CURSOR,
+        description="a page's next_cursor: the page after it (absent: the newest runs)",
+    ),
     store: RunStore = Depends(store_dep),
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
 ) -> dict:
-    """Runs, newest first (no configs or metrics), each with the step it could resume from."""
-    return {"runs": [_with_resume_step(_elapsed(run, service), settings) for run in store.list_runs(limit)]}
+    """Runs, newest first (no configs or metrics), each with the step it could resume from, a
+    page at a time (`limit`; `cursor`: the previous page's `next_cursor`, null after the last
+    page; a run made or deleted meanwhile never repeats or skips one); `total` counts every
+    run. Only the page's run folders are read."""
+    runs, total, after = store.runs_page(limit, int(cursor) if cursor else None)
+    return {
+        "runs": [_with_resume_step(_elapsed(run, service), settings) for run in runs],
+        "total": total,
+        "next_cursor": None if after is None else str(after),
+    }
 
 
 @router.get("/{run_id}", response_model=RunDetail)
@@ -90,6 +104,7 @@ def run_samples(
     run_dir = settings.outputs_dir / run["output_name"] if run["output_name"] else None
     found = list_samples(run_dir) if run_dir else []
     refs = list_references(run_dir) if run_dir else {}
+    sources = sample_sources(config, run_dir, [(f.step, f.index, bool(refs.get(f.index))) for f in found])
     return {
         "samples": [
             {
@@ -99,9 +114,9 @@ def run_samples(
                 "name": f.name,
                 "url": f"/api/runs/{run_id}/samples/{f.name}",
                 "references": [f"/api/runs/{run_id}/samples/{n}" for n in refs.get(f.index, [])],
-                **sample_source(config, run_dir, f.step, f.index, bool(refs.get(f.index))),
+                **source,
             }
-            for f in found
+            for f, source in zip(found, sources, strict=True)
         ]
     }
 

@@ -1,0 +1,75 @@
+"""`lorastudio du` (home_usage.py, session 34 home at scale audit): what takes the space of the
+studio home, part by part, with the largest runs; a link is never followed (a run folder linking
+a 1 GB file elsewhere does not count it), a hard-linked file counts once, and the parts add up to
+the home's total."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from lorastudio.cli.app import _register, app
+from lorastudio.home_usage import home_usage, largest_entries
+from lorastudio.settings import Settings, get_settings
+
+
+def _file(path: Path, size: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(os.urandom(size))
+    return path
+
+
+def test_each_part_of_the_home_is_counted_once_and_links_are_not_followed(tmp_path: Path) -> None:
+    settings = get_settings()
+    home = settings.home
+    big = _file(home / "outputs" / "big-run" / "big-run.safetensors", 400_000)
+    _file(home / "outputs" / "small-run" / "small-run.safetensors", 10_000)
+    os.link(big, home / "outputs" / "big-run" / "same-bytes.safetensors")  # a hard link: counted once
+    outside = _file(tmp_path / "elsewhere.bin", 2_000_000)
+    (home / "outputs" / "small-run" / "linked.bin").symlink_to(outside)  # the link itself, not its target
+    _file(home / "gallery" / "000001_x.png", 50_000)
+    _file(home / "cache" / "inductor" / "graph.bin", 120_000)
+    _file(home / "generation-jobs" / "r1.json", 1_000)  # no part of its own: "(other)"
+
+    parts = {u.path: u for u in home_usage(Settings(home=home))}
+    outputs = parts[home / "outputs"]
+    assert outputs.files == 3 and 410_000 <= outputs.bytes < 600_000  # the link counts as itself, a block
+    assert parts[home / "gallery"].files == 1 and parts[home / "cache" / "inductor"].files == 1
+    assert parts[home].files == 1  # the rest of the home: the generation record
+    assert list(parts.values()) == sorted(parts.values(), key=lambda u: u.bytes, reverse=True)
+    assert [u.path.name for u in largest_entries(home / "outputs", 1)] == ["big-run"]
+
+    _register()
+    shown = CliRunner().invoke(app, ["du", "--top", "1"])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[0] == f"home: {home}" and lines[1].startswith("part\tfiles\tsize")
+    assert lines[2].startswith("outputs\t3\t") and "delete a run" in lines[2]
+    assert "cache/inductor\t1\t" in shown.output and "(other)\t1\t" in shown.output
+    assert (
+        "largest runs:" in shown.output and "big-run\t" in shown.output and "small-run\t" not in shown.output
+    )
+
+
+def test_a_folder_that_cannot_be_read_is_named_not_silently_left_out(monkeypatch) -> None:
+    from lorastudio import home_usage as usage
+
+    home = get_settings().home
+    _file(home / "outputs" / "run-a" / "run-a.safetensors", 1_000)
+    locked = home / "outputs" / "run-b"
+    _file(locked / "run-b.safetensors", 1_000)
+    real = os.scandir
+
+    def scandir(path: os.PathLike[str] | str) -> object:
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(usage.os, "scandir", scandir)
+    _register()
+    shown = CliRunner().invoke(app, ["du"])
+    assert shown.exit_code == 0, shown.output
+    assert f"not counted (cannot be read): {locked}" in shown.output
+    assert "outputs\t1\t" in shown.output  # run-a's file only
