@@ -61,21 +61,13 @@ else
   say "reusing $VENV (pyproject.toml unchanged)"
 fi
 
-# The versions that matter, and (newest) the index's newest where a bound of ours keeps it out.
-"$VENV/bin/python" - "$MODE" <<'EOF'
-import sys
-from importlib.metadata import version
-
-names = ["torch", "transformers", "diffusers", "peft", "accelerate", "safetensors", "torchao",
-         "fastapi", "starlette", "pydantic", "pydantic-settings", "pillow", "numpy",
-         "huggingface_hub", "tokenizers", "typer", "uvicorn"]
-print("[check_deps] installed: " + ", ".join(f"{n} {version(n)}" for n in names))
-EOF
+# The versions installed; (newest) beside the index's newest, where a bound holds one back.
+"$VENV/bin/python" -c 'import torch; print("[check_deps] torch", torch.__version__)'
 if [ "$MODE" = newest ]; then
-  for name in diffusers transformers starlette pydantic; do
-    latest=$("$VENV/bin/python" -m pip index versions "$name" 2>/dev/null | sed -n 's/^.*(\(.*\))$/\1/p' | head -1)
-    say "$name: the index's newest is ${latest:-unknown}"
-  done
+  "$VENV/bin/python" scripts/check_deps.py newest | sed 's/^/[check_deps newest] /'
+else
+  "$VENV/bin/python" -m pip freeze --exclude-editable | tr '\n' ' ' | sed 's/^/[check_deps floors] /'
+  echo
 fi
 
 # The default subset unless an argument names a test path (options alone, like -x or
