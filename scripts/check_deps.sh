@@ -2,7 +2,7 @@
 # Installs lorastudio in a venv of its own under /tmp with every dependency at its declared floor
 # (`floors`) or at the newest the package index has within pyproject's bounds (`newest`), then runs
 # a fast subset of the default suite there (model families, LoRA files and converters, the config,
-# one tiny training run per family, generation, the API's schemas). Not part of scripts/test.sh:
+# one tiny training run per family, generation, the API's schemas, the hub client's failures). Not part of scripts/test.sh:
 # each venv is minutes of installs and needs the index.
 #
 #   bash scripts/check_deps.sh floors|newest [PYTEST ARGS...]
@@ -85,7 +85,8 @@ if [ "$names_a_path" = 0 ]; then
     tests/unit/test_tiny_tokenizers.py tests/unit/data/test_data_images.py tests/unit/data/test_data_colour.py \
     tests/unit/data/test_data_png_stream.py tests/unit/data/test_data_thumbnails.py \
     tests/api/test_api_contract.py tests/api/test_api_attacks_http.py tests/unit/test_cli_json.py \
-    tests/unit/test_packaging.py
+    tests/unit/test_packaging.py tests/unit/basemodels/test_endpoint_credentials.py \
+    tests/unit/basemodels/test_basemodels_fetch_failures.py tests/unit/lora/test_hub_push.py
 fi
 say "pytest $*"
 unset PYTHONDONTWRITEBYTECODE
