@@ -2,8 +2,8 @@
 # Installs lorastudio in a venv of its own under /tmp with every dependency at its declared floor
 # (`floors`) or at the newest the package index has within pyproject's bounds (`newest`), then runs
 # a fast subset of the default suite there (model families, LoRA files and converters, the config,
-# one tiny training run per family, generation, the API's schemas, the hub client's failures). Not part of scripts/test.sh:
-# each venv is minutes of installs and needs the index.
+# one tiny training run per family, generation, the API's schemas, the hub client's failures).
+# Not part of scripts/test.sh: each venv is minutes of installs and needs the index.
 #
 #   bash scripts/check_deps.sh floors|newest [PYTEST ARGS...]
 #
@@ -88,8 +88,18 @@ if [ "$names_a_path" = 0 ]; then
     tests/unit/test_packaging.py tests/unit/basemodels/test_endpoint_credentials.py \
     tests/unit/basemodels/test_basemodels_fetch_failures.py tests/unit/lora/test_hub_push.py
 fi
-say "pytest $*"
+# pytest-xdist's workers as scripts/test.sh sets them; arguments that choose the workers themselves
+# (-n N, -p no:xdist, --dist ...) are passed through as given.
+xdist=(-n "${LORASTUDIO_TEST_WORKERS:-2}" --dist loadfile)
+prev=""
+for arg in "$@"; do
+  case "$arg" in
+    -n | -n[0-9]* | -nauto | --numprocesses* | --dist* | -pno:xdist) xdist=() ;;
+    no:xdist) [ "$prev" = "-p" ] && xdist=() ;;
+  esac
+  prev="$arg"
+done
+say "pytest ${xdist[*]:-} $*"
 unset PYTHONDONTWRITEBYTECODE
 cd "$ROOT"
-PYTHONPATH="$ROOT/src:$ROOT" exec "$VENV/bin/python" -m pytest -p no:cacheprovider \
-  -n "${LORASTUDIO_TEST_WORKERS:-2}" --dist loadfile "$@"
+PYTHONPATH="$ROOT/src:$ROOT" exec "$VENV/bin/python" -m pytest -p no:cacheprovider "${xdist[@]}" "$@"
