@@ -2,7 +2,7 @@
 # Installs lorastudio in a venv of its own under /tmp with every dependency at its declared floor
 # (`floors`) or at the newest the package index has within pyproject's bounds (`newest`), then runs
 # a fast subset of the default suite there (model families, LoRA files and converters, the config,
-# one tiny training run per family, generation, the API's schemas, the hub client's failures).
+# one tiny training run per family, generation, the API's schemas, the hub client's failures, --help).
 # Not part of scripts/test.sh: each venv is minutes of installs and needs the index.
 #
 #   bash scripts/check_deps.sh floors|newest [PYTEST ARGS...]
@@ -86,7 +86,8 @@ if [ "$names_a_path" = 0 ]; then
     tests/unit/data/test_data_png_stream.py tests/unit/data/test_data_thumbnails.py \
     tests/api/test_api_contract.py tests/api/test_api_attacks_http.py tests/unit/test_cli_json.py \
     tests/unit/test_packaging.py tests/unit/basemodels/test_endpoint_credentials.py \
-    tests/unit/basemodels/test_basemodels_fetch_failures.py tests/unit/lora/test_hub_push.py
+    tests/unit/basemodels/test_basemodels_fetch_failures.py tests/unit/lora/test_hub_push.py \
+    tests/unit/training/test_cli_tables.py
 fi
 # pytest-xdist's workers as scripts/test.sh sets them; arguments that choose the workers themselves
 # (-n N, -p no:xdist, --dist ...) are passed through as given.

@@ -134,7 +134,11 @@ FLOORS = {
     "torchao": ("0.18", "Int8Tensor and to_nf4 in torchao.quantization (training/quantize.py)"),
     "pydantic": ("2.11", "FieldInfo.get_default(call_default_factory=True) alone (jobs/host_rules.py)"),
     "pydantic-settings": ("2.7", "NoDecode (settings.py)"),
-    "typer": ("0.13", "options typed `Path | None` (0.12: 'Type not yet supported')"),
+    "typer": (
+        "0.16",
+        "--help with click 8.2+, which pip takes beside 0.13-0.15 (make_metavar's ctx; RELIABILITY 1202);"
+        " 0.13: options typed `Path | None` (0.12: 'Type not yet supported')",
+    ),
     "pillow": ("11", "an image tile's fields by name: a PNG's colour key (data/images.py)"),
     # below these, no install has the declared floors together: diffusers 0.42.0 requires
     # huggingface-hub>=1.32 and safetensors>=0.8, transformers 5.21.0 tokenizers>=0.23.1 (pip's
@@ -149,7 +153,8 @@ def test_each_dependency_floor_is_one_the_code_runs_on() -> None:
     """Before: peft>=0.17, torchao>=0.14, pydantic>=2.7, pydantic-settings>=2.3, typer>=0.12 and
     pillow>=10 let pip keep an installed version the code cannot import or run with; then
     huggingface_hub>=1.0, tokenizers>=0.22 and safetensors>=0.4 named floors no install could hold
-    beside diffusers>=0.42 and transformers>=5.21 (RELIABILITY 1200)."""
+    beside diffusers>=0.42 and transformers>=5.21 (RELIABILITY 1200), and typer>=0.13 let pip pair
+    a typer whose --help fails with the click it takes (RELIABILITY 1202)."""
     from packaging.requirements import Requirement
     from packaging.version import Version
 
