@@ -39,6 +39,10 @@ say() { printf '\033[1m[check_deps %s]\033[0m %s\n' "$MODE" "$*"; }
 want="$MODE $(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "${CHECK_DEPS_FRESH:-0}" = 1 ] || [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]; then
   say "making $VENV"
+  if [ -e "$VENV" ] && [ ! -f "$VENV/pyvenv.cfg" ]; then # never remove a folder that is not a venv
+    echo "check_deps: $VENV exists and is not a venv; remove it or set CHECK_DEPS_VENV" >&2
+    exit 2
+  fi
   rm -rf "$VENV"
   "$PY" -m venv "$VENV"
   PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
