@@ -134,14 +134,27 @@ FLOORS = {
     "torchao": ("0.18", "Int8Tensor and to_nf4 in torchao.quantization (training/quantize.py)"),
     "pydantic": ("2.11", "FieldInfo.get_default(call_default_factory=True) alone (jobs/host_rules.py)"),
     "pydantic-settings": ("2.7", "NoDecode (settings.py)"),
-    "typer": ("0.13", "options typed `Path | None` (0.12: 'Type not yet supported')"),
+    "typer": (
+        "0.16",
+        "--help with click 8.2+, which pip takes beside 0.13-0.15 (make_metavar's ctx; RELIABILITY 1202);"
+        " 0.13: options typed `Path | None` (0.12: 'Type not yet supported')",
+    ),
     "pillow": ("11", "an image tile's fields by name: a PNG's colour key (data/images.py)"),
+    # below these, no install has the declared floors together: diffusers 0.42.0 requires
+    # huggingface-hub>=1.32 and safetensors>=0.8, transformers 5.21.0 tokenizers>=0.23.1 (pip's
+    # ResolutionImpossible at the floors: scripts/check_deps.sh floors, RELIABILITY 1200)
+    "huggingface-hub": ("1.32", "diffusers 0.42.0's own floor (transformers 5.21.0: 1.31)"),
+    "tokenizers": ("0.23.1", "transformers 5.21.0's own floor"),
+    "safetensors": ("0.8", "diffusers 0.42.0's and transformers 5.21.0's own floor"),
 }
 
 
 def test_each_dependency_floor_is_one_the_code_runs_on() -> None:
     """Before: peft>=0.17, torchao>=0.14, pydantic>=2.7, pydantic-settings>=2.3, typer>=0.12 and
-    pillow>=10 let pip keep an installed version the code cannot import or run with."""
+    pillow>=10 let pip keep an installed version the code cannot import or run with; then
+    huggingface_hub>=1.0, tokenizers>=0.22 and safetensors>=0.4 named floors no install could hold
+    beside diffusers>=0.42 and transformers>=5.21 (RELIABILITY 1200), and typer>=0.13 let pip pair
+    a typer whose --help fails with the click it takes (RELIABILITY 1202)."""
     from packaging.requirements import Requirement
     from packaging.version import Version
 
@@ -149,7 +162,7 @@ def test_each_dependency_floor_is_one_the_code_runs_on() -> None:
     for line in PYPROJECT["project"]["dependencies"]:
         req = Requirement(line)
         lows = [Version(s.version) for s in req.specifier if s.operator in (">=", "==")]
-        declared[req.name.lower()] = max(lows) if lows else None
+        declared[req.name.lower().replace("_", "-")] = max(lows) if lows else None
     for name, (floor, why) in FLOORS.items():
         assert declared[name] is not None and declared[name] >= Version(floor), (name, declared[name], why)
 

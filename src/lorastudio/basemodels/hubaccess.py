@@ -19,7 +19,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lorastudio.basemodels.hubcache import hide_userinfo, hub_cache_dir, hub_endpoint, shown_endpoint
+from lorastudio.basemodels.hubcache import (
+    hide_userinfo,
+    hub_cache_dir,
+    hub_endpoint,
+    hub_transport_errors,
+    shown_endpoint,
+)
 from lorastudio.basemodels.jsonfile import read_json
 from lorastudio.basemodels.layout import MODEL_INDEX
 from lorastudio.errors import ModelAccessDenied, ModelSourceError, NoSpaceLeft, NotFound, is_no_space
@@ -54,9 +60,9 @@ def _first_line(err: BaseException) -> str:
 def hub_errors(repo_id: str, revision: str | None, token: str | None) -> Iterator[None]:
     """Run hub calls for `repo_id`, raising ModelAccessDenied / NotFound / ModelSourceError
     (see the module docstring) instead of huggingface_hub's and the HTTP client's errors."""
-    import httpx2
     from huggingface_hub import errors as hf
 
+    transport = hub_transport_errors()  # httpx2's or httpx's HTTPError: not OSErrors
     endpoint = shown_endpoint()
     try:
         yield
@@ -106,7 +112,7 @@ def hub_errors(repo_id: str, revision: str | None, token: str | None) -> Iterato
             f"cannot reach the hub at {endpoint} for {repo_id}: {type(err).__name__}: "
             f"{scrub(_first_line(err), token)}"
         ) from None
-    except httpx2.HTTPError as err:
+    except transport as err:
         raise ModelSourceError(
             f"cannot reach the hub at {endpoint} for {repo_id}: {type(err).__name__}: "
             f"{scrub(_first_line(err), token)}"

@@ -9,6 +9,7 @@ huggingface_hub's (HF_HUB_OFFLINE, read when it was imported), since that is wha
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import re
@@ -163,3 +164,19 @@ def cached_repos(cache_dir: Path | None = None) -> list[CachedRepo]:
 
 
 _noted: set[str] = set()  # the skip notes already logged (GET /api/models lists on every call)
+
+
+def hub_transport_errors() -> tuple[type[Exception], ...]:
+    """The HTTPError classes of the HTTP client huggingface_hub raises through (its connection
+    errors, timeouts and bad URLs are not OSErrors): httpx2 from huggingface_hub 2.0 on, httpx
+    before (1.x, which pyproject's floor allows). Each one that imports, so a handler catches the
+    transport failures of whichever huggingface_hub is installed; an import of httpx2 alone raised
+    ModuleNotFoundError at every hub call on huggingface_hub 1.x (RELIABILITY 1201)."""
+    errors: list[type[Exception]] = []
+    for name in ("httpx2", "httpx"):
+        try:
+            client = importlib.import_module(name)
+        except ModuleNotFoundError:  # not installed: huggingface_hub cannot be raising through it
+            continue
+        errors.append(client.HTTPError)
+    return tuple(errors)

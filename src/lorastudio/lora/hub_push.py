@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lorastudio import json_read
-from lorastudio.basemodels.hubcache import hide_userinfo, hub_endpoint, shown_endpoint
+from lorastudio.basemodels.hubcache import hide_userinfo, hub_endpoint, hub_transport_errors, shown_endpoint
 from lorastudio.errors import HubAccessDenied, HubTokenMissing, HubUploadError, NotFound
 from lorastudio.lora.hub_card import model_card
 from lorastudio.lora.shared import shared_copy
@@ -98,10 +98,10 @@ def _upload(
 ) -> str | None:
     """One commit of `files` ({path in the repo: file or bytes}) to `repo_id` (created first when
     `create`); returns the commit id."""
-    import httpx2  # huggingface_hub's HTTP client: its transport errors are not OSErrors
     from huggingface_hub import CommitOperationAdd, HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
+    transport = hub_transport_errors()  # huggingface_hub's HTTP client's errors: not OSErrors
     endpoint = shown_endpoint()  # in messages; the client gets the whole URL
     api = HfApi(endpoint=hub_endpoint(), token=token)
     try:
@@ -133,7 +133,7 @@ def _upload(
         raise HubUploadError(
             f"pushing to {repo_id} on {endpoint} failed: {status}: {_first_line(err)}"
         ) from None
-    except (OSError, ValueError, httpx2.HTTPError) as err:  # connection refused, DNS, a bad repo id
+    except (OSError, ValueError, *transport) as err:  # connection refused, DNS, a bad repo id
         raise HubUploadError(f"pushing to {repo_id} on {endpoint} failed: {_first_line(err)}") from None
     return getattr(info, "oid", None)
 
