@@ -1,11 +1,9 @@
 """The preflight report: what a validated run would do, computed without loading any model.
 
 The report's `plan` section says, for each setting of the memory plan (config_rules.PLAN_FIELDS), the
-value the run will use and where it comes from: fixed by the settings, the plain default of a
-setting left at auto (no memory budget), or chosen at the start of the run by measuring a few
-real steps against `memory_budget_gb` (value unknown until then). The VRAM estimate is a rough
-formula (see `estimate_memory_gb`), not a measurement.
-The host RAM forecast (`memory.host_gb`, jobs/host_memory.py) is fitted on measured CPU runs and
+value the run will use and where it comes from: fixed by the settings, the default of a setting
+left at auto, or chosen at the run's start by measuring a few steps against `memory_budget_gb`.
+The VRAM estimate is a formula (`estimate_memory_gb`), not a measurement. The host RAM forecast (`memory.host_gb`, jobs/host_memory.py) is fitted on measured CPU runs and
 says whether the run fits the memory available now.
 """
 

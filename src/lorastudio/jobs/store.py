@@ -113,10 +113,9 @@ class RunStore:
             return cur.rowcount
 
     def settle_dead_owners(self) -> dict[str, dict[str, Any]]:
-        """Mark every live run whose recorded process is gone (a CLI run or a server killed
-        outright, which could not record the end) as interrupted; returns {run id: the fields set}. Where the
-        store cannot be written (read-only, full disk) nothing is stored and the fields are
-        still returned, so a reader reports the run interrupted all the same."""
+        """Mark every live run whose recorded process is gone (killed outright: it could not
+        record the end) interrupted; returns {run id: the fields set}, also where the store
+        cannot be written (read-only, full disk), so a reader reports them all the same."""
         live = [s.value for s in LIVE_STATUSES]
         marks = ",".join("?" * len(live))
         with self._lock:
@@ -298,15 +297,11 @@ class RunStore:
     def runs_page(
         self, limit: int = 200, before: int | None = None
     ) -> tuple[list[dict[str, Any]], int, int | None]:
-        """(runs, total, next): a page of the runs, newest first, at most `limit`, without
-        configs or metrics (a live run whose owning process is gone is marked interrupted
-        first: settle_dead_owners); `total`, the runs in the store; `next`, what to give as
-        `before` for the next page (None after the last). `before`: only runs recorded before
-        the run a page ended on, so a run made between two pages is neither repeated nor makes
-        one skipped, and one deleted does not move the boundary. Newest by the order they were
-        recorded (rowid: every run is recorded as it is created), not by `created_at`: the wall
-        clock set back an hour (a wrong clock corrected, NTP's step) listed a run made after it
-        below the last hour's runs."""
+        """(runs, total, next): at most `limit` runs, newest first, without configs or metrics
+        (dead owners settled first); `total` in the store; `next`, the `before` of the next page
+        (None after the last). `before`: only runs recorded before the one a page ended on, so
+        runs made or deleted between pages repeat or skip none. Newest by rowid (the order of
+        recording), not `created_at`: a clock set back listed later runs below earlier ones."""
         dead = self.settle_dead_owners()
         limit = max(1, min(limit, _SQLITE_MAX_INT - 1))
         with self._lock:
@@ -392,9 +387,8 @@ def _settled(run: dict[str, Any], dead: dict[str, dict[str, Any]]) -> dict[str, 
 
 
 def _as_read(run: dict[str, Any]) -> dict[str, Any]:
-    """A run row as the store returns it: its source (a run recorded before sources were, when
-    only the job service recorded runs, reads as "service") and its warnings as a list ([] when
-    none, or unreadable)."""
+    """A run row as the store returns it: its source ("service" for runs recorded before
+    sources were) and its warnings as a list ([] when none or unreadable)."""
     run["source"] = run.get("source") or "service"
     run["warnings"] = _warnings(run.pop("warnings_json", None))
     return run
