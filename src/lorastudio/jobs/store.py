@@ -3,12 +3,10 @@
 It survives a server restart. `RunStore.open` marks every run that was live when the previous
 server died as interrupted. Every run records the process that owns it (pid and start token,
 lorastudio.processes): a `lorastudio train` run its own process, a server's run the server's
-(whose workers die with it); every read of the run list or a run first marks a live run
-interrupted when that process is gone (killed outright, no end recorded), so a reader never
-shows a dead run as running, with or without a server. Every write is one transaction; a write on a full disk raises
-NoSpaceLeft and leaves the store as it was. Thread-safe (one connection behind a
-lock), so the job service's pump thread and the API threads can share one store. The tables and
-the migration of an older store: jobs/store_schema.py.
+(whose workers die with it); every read first marks a live run whose process is gone
+interrupted, so no reader shows a dead run as running. Every write is one transaction; a full
+disk raises NoSpaceLeft and leaves the store as it was. Thread-safe (one connection behind a
+lock). The tables and the migration of an older store: jobs/store_schema.py.
 """
 
 from __future__ import annotations
