@@ -4,8 +4,10 @@ A home used for a year holds runs, a gallery, datasets, caches and records that 
 bounds in different ways (README "Disk use of the studio home"): some have a cap it keeps (the
 encode cache's, the thumbnails', the records'), some are the user's to remove (runs, gallery
 images, datasets, models). `home_usage` adds up each part's files and bytes, walking with
-os.scandir and never following a link (a link counts as itself, not what it points to), so
-the user sees which part grew and how to shrink it. Read-only: safe beside a live server.
+os.scandir and never following a link below a part (a link counts as itself, not what it
+points to), so the user sees which part grew and how to shrink it. The home and each part are
+followed where they are links themselves (a home on a larger disk reached by a link,
+`outputs` linked to another disk): the studio writes through them. Read-only: safe beside a live server.
 """
 
 from __future__ import annotations
@@ -95,11 +97,13 @@ def largest_entries(folder: Path, count: int, unread: list[Path] | None = None) 
 def _walk(
     path: Path, seen: set[tuple[int, int]], unread: list[Path], skip: set[Path] | None = None
 ) -> tuple[int, int]:
-    """(files, bytes) under `path` (itself when not a folder), never following a link, each
-    (device, inode) once; entries in `skip` (and below them) left out; a folder that cannot be
-    listed appended to `unread`. (0, 0) when not there."""
+    """(files, bytes) under `path` (itself when not a folder), following `path` where it is a
+    link (a home or a part the user linked elsewhere: before, a linked home's own files were
+    counted as the link, 0 bytes) but no link below it, each (device, inode) once; entries in
+    `skip` (and below them) left out; a folder that cannot be listed appended to `unread`.
+    (0, 0) when not there (a dangling link included)."""
     try:
-        st = os.lstat(path)
+        st = os.stat(path)
     except OSError:
         return 0, 0
     if not stat.S_ISDIR(st.st_mode):

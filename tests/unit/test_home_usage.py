@@ -73,3 +73,18 @@ def test_a_folder_that_cannot_be_read_is_named_not_silently_left_out(monkeypatch
     assert shown.exit_code == 0, shown.output
     assert f"not counted (cannot be read): {locked}" in shown.output
     assert "outputs\t1\t" in shown.output  # run-a's file only
+
+
+def test_a_linked_home_and_a_linked_part_are_counted(tmp_path: Path) -> None:
+    """RELIABILITY 1241: LORASTUDIO_HOME naming a link to a folder on a larger disk (and `outputs`
+    linked to another disk) was counted as the link itself: "(other) 1 file 0 B", the home's own
+    records, store and timings left out. The home and each part are followed; links below them
+    are still not."""
+    real = tmp_path / "disk" / "studio"
+    _file(real / "generation-jobs" / "r1.json", 30_000)
+    _file(tmp_path / "disk2" / "outputs" / "run" / "run.safetensors", 40_000)
+    (real / "outputs").symlink_to(tmp_path / "disk2" / "outputs")
+    (tmp_path / "home").symlink_to(real)
+    parts = {u.path: u for u in home_usage(Settings(home=tmp_path / "home"))}
+    assert parts[tmp_path / "home"].files == 1 and parts[tmp_path / "home"].bytes >= 30_000
+    assert parts[tmp_path / "home" / "outputs"].files == 1
