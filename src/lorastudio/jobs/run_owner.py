@@ -29,7 +29,9 @@ def owner_lock_path(home: Path, run_id: str) -> Path:
 
 def hold_owner_lock(home: Path, run_id: str) -> int | None:
     """Take run `run_id`'s lock exclusively for this process; its descriptor, or None where the
-    file cannot be made or locked (the run goes on; a reader then falls back to the pid rule)."""
+    file cannot be made or locked (the run goes on; a reader then falls back to the pid rule). A
+    file it could not lock (held by another process: planted, or a tool's) is removed: left, a
+    reader took it for this run's once that holder let go, and settled the live run as dead."""
     path = owner_lock_path(home, run_id)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,6 +41,8 @@ def hold_owner_lock(home: Path, run_id: str) -> int | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
+        with contextlib.suppress(OSError):
+            path.unlink()  # not this run's lock: no reader may judge the run by it
         os.close(fd)
         return None
     return fd

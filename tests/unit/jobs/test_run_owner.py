@@ -4,6 +4,7 @@ cannot. The other namespace is faked in the recorded start token; the lock is a 
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -56,4 +57,23 @@ def test_another_kernels_run_and_an_unlocked_record_are_left(tmp_path: Path) -> 
     owner_lock_path(home, "run3").touch()  # a free lock, but another kernel's run
     _record(store, "run2", start_token(os.getpid()).replace("pid:[", "pid:[9"))  # type: ignore[union-attr]
     _record(store, "run3", other_kernel)
+    assert store.settle_dead_owners() == {}
+
+
+def test_a_lock_file_held_by_another_process_is_not_taken_for_the_runs(tmp_path: Path) -> None:
+    """RELIABILITY 1243: a run whose lock file was already there and held (planted, a backup
+    tool's lock) ran without the lock, as meant, but the file stayed: once its holder let go a
+    reader of another namespace found it free and settled the live run as interrupted. The file
+    the run could not lock is now removed, and the reader falls back to "cannot be told"."""
+    home = tmp_path / "home"
+    store = RunStore.open(home / "lorastudio.db", recover=False)
+    host, boot, _, ticks = (start_token(os.getpid()) or "").split("|")
+    other_namespace = "|".join((host + "-next-container", boot, "pid:[4026999999]", ticks))
+    path = owner_lock_path(home, "run4")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    planted = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(planted, fcntl.LOCK_EX)
+    assert hold_owner_lock(home, "run4") is None  # the run goes on without its lock
+    _record(store, "run4", other_namespace)
+    os.close(planted)  # the other holder lets go; the run's owner lives on
     assert store.settle_dead_owners() == {}
