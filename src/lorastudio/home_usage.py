@@ -113,31 +113,34 @@ def _walk(
     while stack:
         folder = stack.pop()
         try:
-            with os.scandir(folder) as it:
-                entries = list(it)
+            with os.scandir(folder) as it:  # one entry at a time: a folder of 1e6 files is not held
+                for entry in it:
+                    if skip and Path(entry.path) in skip:
+                        continue
+                    try:
+                        est = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISDIR(est.st_mode):
+                        stack.append(Path(entry.path))
+                        continue
+                    one = _one(est, seen)
+                    files, size = files + one[0], size + one[1]
         except FileNotFoundError:  # gone meanwhile (a run deleted)
             continue
         except OSError:  # unreadable: what it holds is not counted, and the command says so
             unread.append(folder)
             continue
-        for entry in entries:
-            if skip and Path(entry.path) in skip:
-                continue
-            try:
-                est = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(est.st_mode):
-                stack.append(Path(entry.path))
-                continue
-            one = _one(est, seen)
-            files, size = files + one[0], size + one[1]
     return files, size
 
 
 def _one(st: os.stat_result, seen: set[tuple[int, int]]) -> tuple[int, int]:
-    key = (st.st_dev, st.st_ino)
-    if key in seen:
-        return 0, 0
-    seen.add(key)
+    """(1, its bytes) for a file not counted yet, else (0, 0). Only a file of more than one link
+    can be met twice, so only those are remembered in `seen` (every file's (device, inode) held
+    ~1 KB a file with the listing: 287 MB for a dataset of 300,000 images; RELIABILITY 1245)."""
+    if st.st_nlink > 1:
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            return 0, 0
+        seen.add(key)
     return 1, st.st_blocks * 512
