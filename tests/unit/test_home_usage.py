@@ -102,4 +102,12 @@ def test_only_files_of_several_links_are_remembered(tmp_path: Path) -> None:
     os.link(tmp_path / "set" / "0.png", tmp_path / "set" / "again.png")
     seen: set[tuple[int, int]] = set()
     assert _walk(tmp_path / "set", seen, [])[0] == 3  # the hard link once
-    assert len(seen) == 1
+    assert len(seen) == 2  # the folder and the file of two links
+
+
+def test_a_part_inside_another_is_counted_once(tmp_path: Path) -> None:
+    """LORASTUDIO_CACHE_DIR inside `outputs`: its files once, in whichever part came first."""
+    home = tmp_path / "home"
+    _file(home / "outputs" / "cache" / "shard.bin", 50_000)
+    parts = home_usage(Settings(home=home, cache_dir=home / "outputs" / "cache"))
+    assert sum(u.files for u in parts) == 1
