@@ -52,6 +52,13 @@ def home_usage(settings: Settings, unread: list[Path] | None = None) -> list[Usa
     is not counted and is appended to `unread` (the command names each)."""
     seen: set[tuple[int, int]] = set()
     unread = [] if unread is None else unread
+    try:
+        os.stat(settings.home)
+    except FileNotFoundError:
+        return []
+    except OSError:  # a link loop, a folder above it not searchable: the home alone is named
+        unread.append(settings.home)
+        return []
     parts = [(settings.home / name, what) for name, what in PARTS]
     if settings.cache_dir is not None:
         parts[[p for p, _ in parts].index(settings.home / "cache/encoded")] = (
@@ -100,11 +107,15 @@ def _walk(
     """(files, bytes) under `path` (itself when not a folder), following `path` where it is a
     link (a home or a part the user linked elsewhere: before, a linked home's own files were
     counted as the link, 0 bytes) but no link below it, each (device, inode) once; entries in
-    `skip` (and below them) left out; a folder that cannot be listed appended to `unread`.
-    (0, 0) when not there (a dangling link included)."""
+    `skip` (and below them) left out; a folder that cannot be listed, and a `path` that cannot
+    be stat'ed (a link loop, a folder above it not searchable), appended to `unread`. (0, 0)
+    when not there (a dangling link included)."""
     try:
         st = os.stat(path)
-    except OSError:
+    except FileNotFoundError:
+        return 0, 0
+    except OSError:  # a home given as a link loop was "total: 0 files" and nothing said why
+        unread.append(path)
         return 0, 0
     if not stat.S_ISDIR(st.st_mode):
         return _one(st, seen)

@@ -111,3 +111,18 @@ def test_a_part_inside_another_is_counted_once(tmp_path: Path) -> None:
     _file(home / "outputs" / "cache" / "shard.bin", 50_000)
     parts = home_usage(Settings(home=home, cache_dir=home / "outputs" / "cache"))
     assert sum(u.files for u in parts) == 1
+
+
+def test_a_home_that_cannot_be_reached_is_named(tmp_path: Path) -> None:
+    """RELIABILITY 1247: LORASTUDIO_HOME naming a link loop (or under a folder not searchable) was
+    "total: 0 files, 0 B" and nothing else; the home is now named as not counted. A run folder
+    that is a link loop is named too (it was the link itself, 1 file)."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    unread: list[Path] = []
+    assert home_usage(Settings(home=tmp_path / "a"), unread) == [] and unread == [tmp_path / "a"]
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "loop").symlink_to(tmp_path / "a")
+    unread = []
+    assert [u.files for u in largest_entries(tmp_path / "runs", 5, unread)] == [0]
+    assert unread == [tmp_path / "runs" / "loop"]
