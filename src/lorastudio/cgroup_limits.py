@@ -61,6 +61,15 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def _number(text: str | None) -> int | None:
+    """`text` as a non-negative integer where it is one written in ASCII digits (at most 20: the
+    kernel's largest, 2**64, has 20); None otherwise ("max", "-1", empty, absent, or what the
+    kernel never writes: str.isdigit accepts "²" and int() refuses it, and int() refuses over
+    4300 digits: either raised ValueError out of follow_cpu_limit, the program's first act)."""
+    text = (text or "").strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else None
+
+
 def _own_paths(proc: Path) -> dict[str, str]:
     """Controller -> this process's cgroup path, from /proc/self/cgroup ("" for v2's unified
     line "0::/path"); empty where it cannot be read."""
@@ -91,8 +100,8 @@ def _stat(level: Path, key: str) -> int:
     """A memory.stat value in bytes at `level`; 0 where absent."""
     for line in (_read(level / "memory.stat") or "").splitlines():
         name, _, value = line.partition(" ")
-        if name == key and value.strip().isdigit():
-            return int(value)
+        if name == key and (number := _number(value)) is not None:
+            return number
     return 0
 
 
@@ -111,17 +120,18 @@ def _memory_levels(root: Path | None, proc: Path | None) -> list[tuple[int, int]
     found: list[tuple[int, int]] = []
     v2 = _v2_mount(root)
     for level in _levels(v2, own.get("", "/")) if v2 is not None else []:
-        limit, usage = _read(level / "memory.max"), _read(level / "memory.current")
-        if limit and limit.isdigit() and usage and usage.isdigit() and int(limit) < NO_LIMIT:
-            found.append((int(limit), max(int(usage) - _stat(level, "inactive_file"), 0)))
+        limit, usage = _number(_read(level / "memory.max")), _number(_read(level / "memory.current"))
+        if limit is not None and usage is not None and limit < NO_LIMIT:
+            found.append((limit, max(usage - _stat(level, "inactive_file"), 0)))
     v1 = root / "memory"
     for depth, level in enumerate(_levels(v1, own.get("memory", "/")) if v1.is_dir() else []):
-        limit, usage = _read(level / "memory.limit_in_bytes"), _read(level / "memory.usage_in_bytes")
-        limits = [int(limit)] if limit and limit.isdigit() else []
+        limit = _number(_read(level / "memory.limit_in_bytes"))
+        usage = _number(_read(level / "memory.usage_in_bytes"))
+        limits = [limit] if limit is not None else []
         if depth == 0 and _stat(level, "hierarchical_memory_limit"):
             limits.append(_stat(level, "hierarchical_memory_limit"))
-        if limits and min(limits) < NO_LIMIT and usage and usage.isdigit():
-            found.append((min(limits), max(int(usage) - _stat(level, "total_inactive_file"), 0)))
+        if limits and min(limits) < NO_LIMIT and usage is not None:
+            found.append((min(limits), max(usage - _stat(level, "total_inactive_file"), 0)))
     return found
 
 
@@ -147,17 +157,19 @@ def cpu_quota(root: Path | None = None, proc: Path | None = None) -> float | Non
     quotas: list[float] = []
     v2 = _v2_mount(root)
     for level in _levels(v2, own.get("", "/")) if v2 is not None else []:
-        quota, _, period = (_read(level / "cpu.max") or "").partition(" ")
-        if quota.isdigit() and period.strip().isdigit() and int(period) > 0:
-            quotas.append(int(quota) / int(period))
+        text, _, rest = (_read(level / "cpu.max") or "").partition(" ")
+        quota, period = _number(text), _number(rest)
+        if quota is not None and period:
+            quotas.append(quota / period)
     for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
         mount = root / name
         if not mount.is_dir():
             continue
         for level in _levels(mount, own.get("cpu", "/")):
-            quota, period = _read(level / "cpu.cfs_quota_us"), _read(level / "cpu.cfs_period_us")
-            if quota and quota.isdigit() and period and period.isdigit() and int(period) > 0:
-                quotas.append(int(quota) / int(period))
+            quota = _number(_read(level / "cpu.cfs_quota_us"))
+            period = _number(_read(level / "cpu.cfs_period_us"))
+            if quota is not None and period:
+                quotas.append(quota / period)
         break
     return min(quotas) if quotas else None
 

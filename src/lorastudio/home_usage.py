@@ -4,8 +4,10 @@ A home used for a year holds runs, a gallery, datasets, caches and records that 
 bounds in different ways (README "Disk use of the studio home"): some have a cap it keeps (the
 encode cache's, the thumbnails', the records'), some are the user's to remove (runs, gallery
 images, datasets, models). `home_usage` adds up each part's files and bytes, walking with
-os.scandir and never following a link (a link counts as itself, not what it points to), so
-the user sees which part grew and how to shrink it. Read-only: safe beside a live server.
+os.scandir and never following a link below a part (a link counts as itself, not what it
+points to), so the user sees which part grew and how to shrink it. The home and each part are
+followed where they are links themselves (a home on a larger disk reached by a link,
+`outputs` linked to another disk): the studio writes through them. Read-only: safe beside a live server.
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ def home_usage(settings: Settings, unread: list[Path] | None = None) -> list[Usa
     is not counted and is appended to `unread` (the command names each)."""
     seen: set[tuple[int, int]] = set()
     unread = [] if unread is None else unread
+    try:
+        os.stat(settings.home)
+    except FileNotFoundError:
+        return []
+    except OSError:  # a link loop, a folder above it not searchable: the home alone is named
+        unread.append(settings.home)
+        return []
     parts = [(settings.home / name, what) for name, what in PARTS]
     if settings.cache_dir is not None:
         parts[[p for p, _ in parts].index(settings.home / "cache/encoded")] = (
@@ -95,45 +104,64 @@ def largest_entries(folder: Path, count: int, unread: list[Path] | None = None) 
 def _walk(
     path: Path, seen: set[tuple[int, int]], unread: list[Path], skip: set[Path] | None = None
 ) -> tuple[int, int]:
-    """(files, bytes) under `path` (itself when not a folder), never following a link, each
-    (device, inode) once; entries in `skip` (and below them) left out; a folder that cannot be
-    listed appended to `unread`. (0, 0) when not there."""
+    """(files, bytes) under `path` (itself when not a folder), following `path` where it is a
+    link (a home or a part the user linked elsewhere: before, a linked home's own files were
+    counted as the link, 0 bytes) but no link below it, each (device, inode) once; entries in
+    `skip` (and below them) left out; a folder that cannot be listed, and a `path` that cannot
+    be stat'ed (a link loop, a folder above it not searchable), appended to `unread`. (0, 0)
+    when not there (a dangling link included)."""
     try:
-        st = os.lstat(path)
-    except OSError:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return 0, 0
+    except OSError:  # a home given as a link loop was "total: 0 files" and nothing said why
+        unread.append(path)
         return 0, 0
     if not stat.S_ISDIR(st.st_mode):
         return _one(st, seen)
+    if not _first_visit(st, seen):  # a part inside another one (a link, LORASTUDIO_CACHE_DIR)
+        return 0, 0
     files = size = 0
     stack = [path]
     while stack:
         folder = stack.pop()
         try:
-            with os.scandir(folder) as it:
-                entries = list(it)
+            with os.scandir(folder) as it:  # one entry at a time: a folder of 1e6 files is not held
+                for entry in it:
+                    if skip and Path(entry.path) in skip:
+                        continue
+                    try:
+                        est = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISDIR(est.st_mode):
+                        if _first_visit(est, seen):
+                            stack.append(Path(entry.path))
+                        continue
+                    one = _one(est, seen)
+                    files, size = files + one[0], size + one[1]
         except FileNotFoundError:  # gone meanwhile (a run deleted)
             continue
         except OSError:  # unreadable: what it holds is not counted, and the command says so
             unread.append(folder)
             continue
-        for entry in entries:
-            if skip and Path(entry.path) in skip:
-                continue
-            try:
-                est = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(est.st_mode):
-                stack.append(Path(entry.path))
-                continue
-            one = _one(est, seen)
-            files, size = files + one[0], size + one[1]
     return files, size
 
 
-def _one(st: os.stat_result, seen: set[tuple[int, int]]) -> tuple[int, int]:
+def _first_visit(st: os.stat_result, seen: set[tuple[int, int]]) -> bool:
+    """Whether folder `st` is met for the first time (it is then remembered in `seen`): a part
+    reached again through a linked part or home is counted once."""
     key = (st.st_dev, st.st_ino)
     if key in seen:
-        return 0, 0
+        return False
     seen.add(key)
+    return True
+
+
+def _one(st: os.stat_result, seen: set[tuple[int, int]]) -> tuple[int, int]:
+    """(1, its bytes) for a file not counted yet, else (0, 0). Only a file of more than one link
+    can be met twice, so only those are remembered in `seen` (every file's (device, inode) held
+    ~1 KB a file with the listing: 287 MB for a dataset of 300,000 images; RELIABILITY 1245)."""
+    if st.st_nlink > 1 and not _first_visit(st, seen):
+        return 0, 0
     return 1, st.st_blocks * 512

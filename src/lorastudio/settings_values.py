@@ -81,6 +81,11 @@ def expanded(value: str | Path) -> Path:
     try:
         return Path(value).expanduser().absolute()
     except RuntimeError:
+        user = str(value)[1:].split("/", 1)[0]
+        if user:  # `~name/...`: no user of that name here (it was blamed on this process's user)
+            raise ValueError(
+                f"{value} starts with ~{user}, and no user {user} is known here: give an absolute path"
+            ) from None
         raise ValueError(
             f"{value} starts with ~ and user id {os.getuid()} has no home directory (HOME is unset"
             " and no passwd entry names one): give an absolute path"

@@ -169,3 +169,25 @@ def test_multi_gpu_needs_more_than_dockers_shm(monkeypatch: pytest.MonkeyPatch) 
     assert raw_host_problems({"num_gpus": 1}, set(), get_settings(), gpus) == []
     monkeypatch.setenv("NCCL_SHM_DISABLE", "1")
     assert raw_host_problems({"num_gpus": 2, "batch_size": 2}, set(), get_settings(), gpus) == []
+
+
+def test_numbers_the_kernel_never_writes_are_no_limit(
+    tmp_path: Path, many_cpus: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 1240: a cgroup file holding what str.isdigit accepts and int() refuses (a
+    superscript digit; over 4300 digits) raised ValueError out of follow_cpu_limit, the console
+    program's first act, so no `lorastudio` command started. Each is now no limit; a plain quota
+    beside them still counts."""
+    root, proc = _tree(tmp_path, "0::/a/b\n", {
+        "cgroup.controllers": "cpu memory",
+        "a/b/cpu.max": "²00000 100000",
+        "a/b/memory.max": "9" * 5000,
+        "a/b/memory.current": "1",
+        "a/memory.max": str(8 * GB),
+        "a/memory.current": str(GB),
+        "a/memory.stat": "inactive_file ²",
+        "a/cpu.max": "400000 100000",
+    })  # fmt: skip
+    env: dict[str, str] = {}
+    assert follow_cpu_limit(env, root, proc) is not None and env["OMP_NUM_THREADS"] == "4"
+    assert memory_room(root, proc) == 7 * GB and memory_limit(root, proc) == 8 * GB

@@ -87,3 +87,14 @@ def test_a_home_of_another_uid_says_whose(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(os, "geteuid", lambda: os.stat(home).st_uid + 1000)
     with pytest.raises(PermissionError, match=r"belongs to uid \d+ and this process runs as uid \d+: chown"):
         HomeLock.for_server(home, 7860)
+
+
+def test_a_home_of_an_unknown_user_names_that_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RELIABILITY 1246: LORASTUDIO_HOME=~nosuchuser/studio (a typo, a user of another host) was
+    refused saying this process's user id had no home directory, while HOME was set and fine:
+    the advice (set HOME / a passwd entry) sent the user the wrong way. It names the user now."""
+    monkeypatch.setenv("LORASTUDIO_HOME", "~no-such-user-nc3/studio")
+    get_settings.cache_clear()
+    with pytest.raises(ConfigError, match=r"~no-such-user-nc3, and no user no-such-user-nc3 is known") as err:
+        get_settings()
+    assert "user id" not in str(err.value)

@@ -73,3 +73,56 @@ def test_a_folder_that_cannot_be_read_is_named_not_silently_left_out(monkeypatch
     assert shown.exit_code == 0, shown.output
     assert f"not counted (cannot be read): {locked}" in shown.output
     assert "outputs\t1\t" in shown.output  # run-a's file only
+
+
+def test_a_linked_home_and_a_linked_part_are_counted(tmp_path: Path) -> None:
+    """RELIABILITY 1241: LORASTUDIO_HOME naming a link to a folder on a larger disk (and `outputs`
+    linked to another disk) was counted as the link itself: "(other) 1 file 0 B", the home's own
+    records, store and timings left out. The home and each part are followed; links below them
+    are still not."""
+    real = tmp_path / "disk" / "studio"
+    _file(real / "generation-jobs" / "r1.json", 30_000)
+    _file(tmp_path / "disk2" / "outputs" / "run" / "run.safetensors", 40_000)
+    (real / "outputs").symlink_to(tmp_path / "disk2" / "outputs")
+    (tmp_path / "home").symlink_to(real)
+    parts = {u.path: u for u in home_usage(Settings(home=tmp_path / "home"))}
+    assert parts[tmp_path / "home"].files == 1 and parts[tmp_path / "home"].bytes >= 30_000
+    assert parts[tmp_path / "home" / "outputs"].files == 1
+
+
+def test_only_files_of_several_links_are_remembered(tmp_path: Path) -> None:
+    """RELIABILITY 1245: every file's (device, inode) was kept to count hard links once, beside a
+    folder's whole listing: `du` took 287 MB more for a dataset folder of 300,000 images (1e6:
+    ~1 GB). Only a file of more than one link can be met twice: only those are remembered (and a
+    folder is read one entry at a time)."""
+    from lorastudio.home_usage import _walk
+
+    for i in range(3):
+        _file(tmp_path / "set" / f"{i}.png", 100)
+    os.link(tmp_path / "set" / "0.png", tmp_path / "set" / "again.png")
+    seen: set[tuple[int, int]] = set()
+    assert _walk(tmp_path / "set", seen, [])[0] == 3  # the hard link once
+    assert len(seen) == 2  # the folder and the file of two links
+
+
+def test_a_part_inside_another_is_counted_once(tmp_path: Path) -> None:
+    """LORASTUDIO_CACHE_DIR inside `outputs`: its files once, in whichever part came first."""
+    home = tmp_path / "home"
+    _file(home / "outputs" / "cache" / "shard.bin", 50_000)
+    parts = home_usage(Settings(home=home, cache_dir=home / "outputs" / "cache"))
+    assert sum(u.files for u in parts) == 1
+
+
+def test_a_home_that_cannot_be_reached_is_named(tmp_path: Path) -> None:
+    """RELIABILITY 1247: LORASTUDIO_HOME naming a link loop (or under a folder not searchable) was
+    "total: 0 files, 0 B" and nothing else; the home is now named as not counted. A run folder
+    that is a link loop is named too (it was the link itself, 1 file)."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    unread: list[Path] = []
+    assert home_usage(Settings(home=tmp_path / "a"), unread) == [] and unread == [tmp_path / "a"]
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "loop").symlink_to(tmp_path / "a")
+    unread = []
+    assert [u.files for u in largest_entries(tmp_path / "runs", 5, unread)] == [0]
+    assert unread == [tmp_path / "runs" / "loop"]

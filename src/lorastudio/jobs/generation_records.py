@@ -147,12 +147,16 @@ class GenerationRecords:
     def _drop_another_epochs(self) -> None:
         """Remove the records written under another home epoch than the lock's (RELIABILITY 1182:
         an older server may have taken their ids since). A folder without EPOCH_FILE holds the
-        records of a version before it (or none): kept, as before. Logs what it removed; a record
+        records of a version before it (or none): kept, as before; an EPOCH_FILE that is there
+        but no file of the studio's (a link, a FIFO, a huge file: RELIABILITY 1244) names
+        another epoch. Logs what it removed; a record
         it cannot remove is logged and never answered by this server (`_overtaken`), and the
         folder is not marked, so a later start tries again."""
         if self._epoch is None or not self.folder.is_dir():
             return
         marked = read_small_file(self.folder / EPOCH_FILE, 256)
+        if marked is None and os.path.lexists(self.folder / EPOCH_FILE):
+            marked = b""  # there but not one (a link, a FIFO, over 256 bytes): no epoch of this one
         try:
             if marked is not None and marked.decode("utf-8", "replace").strip() != self._epoch:
                 with os.scandir(self.folder) as listing:

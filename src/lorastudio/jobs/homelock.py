@@ -21,11 +21,13 @@ generation_records.py) may have been overtaken by an older server that kept no r
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import re
 import secrets
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -96,12 +98,17 @@ class HomeLock:
         `asker` (a CLI command's name; None: a server, or the shared `through` command)."""
         home.mkdir(parents=True, exist_ok=True)
         path = home / LOCK_NAME
-        try:  # the umask decides the mode (a shared home)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:  # the umask decides the mode (a shared home); a link there is never followed
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
         except PermissionError as err:  # a home another uid made (a container's volume): say whose
             raise PermissionError(
                 err.errno, f"{err.strerror}{owner_note(path) or owner_note(home)}", str(path)
             ) from err
+        except OSError as err:  # ELOOP: a link; EISDIR: a folder
+            raise _not_a_lock_file(path, err.errno) from err
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO ("Illegal seek" at the first read)
+            os.close(fd)
+            raise _not_a_lock_file(path, errno.EINVAL)
         follow_umask_fd(fd)  # an older version's 0600 lock (file_modes.py)
         try:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
@@ -143,6 +150,14 @@ def holder_info(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return info if isinstance(info, dict) and isinstance(info.get("pid"), int) else None
+
+
+def _not_a_lock_file(path: Path, code: int | None) -> OSError:
+    """The error for a lock file's place holding something else (RELIABILITY 1248): a link was
+    followed and its target overwritten with the holder's fields and emptied at release; a FIFO
+    failed as "Illegal seek", a folder as "Is a directory", naming nothing."""
+    why = "the home's lock file is not a regular file (a link, a FIFO or a folder in its place): remove it"
+    return OSError(code or errno.EINVAL, why, str(path))
 
 
 def home_epoch(home: Path) -> str | None:

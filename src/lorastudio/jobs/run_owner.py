@@ -17,9 +17,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from pathlib import Path
 
 FOLDER = ("cache", "run-owners")
+# a link in a lock's place is never followed, a FIFO never waited on (a reader's open of one
+# blocked the server's run listing for ever; RELIABILITY 1249)
+_NO_LINK = os.O_NOFOLLOW | os.O_NONBLOCK
 
 
 def owner_lock_path(home: Path, run_id: str) -> Path:
@@ -29,16 +33,20 @@ def owner_lock_path(home: Path, run_id: str) -> Path:
 
 def hold_owner_lock(home: Path, run_id: str) -> int | None:
     """Take run `run_id`'s lock exclusively for this process; its descriptor, or None where the
-    file cannot be made or locked (the run goes on; a reader then falls back to the pid rule)."""
+    file cannot be made or locked (the run goes on; a reader then falls back to the pid rule). A
+    file it could not lock (held by another process: planted, or a tool's) is removed: left, a
+    reader took it for this run's once that holder let go, and settled the live run as dead."""
     path = owner_lock_path(home, run_id)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _NO_LINK, 0o666)
     except OSError:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
+        with contextlib.suppress(OSError):
+            path.unlink()  # not this run's lock: no reader may judge the run by it
         os.close(fd)
         return None
     return fd
@@ -57,13 +65,16 @@ def release_owner_lock(home: Path, run_id: str, fd: int | None) -> None:
 def owner_gone(home: Path, run_id: str) -> bool:
     """True only where run `run_id`'s lock file is there and no process holds its lock (its owner
     died without recording its end); the file is then removed. False where it is held, absent (a
-    run recorded before these locks, or one whose lock could not be made) or cannot be read."""
+    run recorded before these locks, or one whose lock could not be made), cannot be read, or is
+    no regular file (a link, a FIFO: never opened through, never waited on)."""
     path = owner_lock_path(home, run_id)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | _NO_LINK)
     except OSError:
         return False
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device: no run's lock
+            return False
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:  # BlockingIOError: held by its live owner
         return False

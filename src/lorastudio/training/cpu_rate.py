@@ -32,15 +32,18 @@ def probe_cpu_rate() -> dict[str, Any]:
     """{"matmul_flops": FLOPs per CPU second of the fastest burst x torch's intra-op threads,
     "threads": those threads, "torch": its version}: a PROBE_SIDE-square fp32 matmul on the CPU
     at the current threads, probed once per process and thread count (the CPU clock's rate does
-    not move with the host's load; a process that trains many runs, a test session, pays once)."""
+    not move with the host's load; a process that trains many runs, a test session, pays once).
+    Draws nothing from torch's global RNG (train() returns right after it: a caller's next draw
+    is the one it would have been without the probe)."""
     return dict(_probe(torch.get_num_threads()))
 
 
 @functools.lru_cache(maxsize=8)
 def _probe(threads: int) -> dict[str, Any]:
     """probe_cpu_rate's measure at `threads` (torch's current count, the cache's key)."""
-    a = torch.randn(PROBE_SIDE, PROBE_SIDE)  # [N, N]
-    b = torch.randn(PROBE_SIDE, PROBE_SIDE)  # [N, N]
+    rng = torch.Generator().manual_seed(0)  # its own: the caller's global RNG stream is not drawn from
+    a = torch.randn(PROBE_SIDE, PROBE_SIDE, generator=rng)  # [N, N]
+    b = torch.randn(PROBE_SIDE, PROBE_SIDE, generator=rng)  # [N, N]
     with torch.no_grad():
         torch.mm(a, b)  # BLAS's first call: its threads and buffers
         best = float("inf")

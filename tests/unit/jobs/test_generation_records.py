@@ -181,3 +181,24 @@ def test_an_overtaken_record_that_cannot_be_removed_is_never_answered(
         assert (
             GenerationRecords(tmp_path).read("r") is None and not (records_dir(tmp_path) / "r.json").exists()
         )
+
+
+@pytest.mark.parametrize("kind", ["link", "huge"])
+def test_an_epoch_file_that_is_not_one_is_another_epoch(tmp_path: Path, kind: str) -> None:
+    """RELIABILITY 1244: an `.epoch` that the capped read refuses (a link, a file over 256 bytes)
+    read as no `.epoch` at all, a folder of a version before epochs: its records were kept and
+    answered whatever epoch they were written under. It now names another epoch: they go."""
+    from lorastudio.jobs.homelock import HomeLock
+
+    with HomeLock.for_server(tmp_path, None):
+        _done(GenerationRecords(tmp_path), "r")
+        epoch = records_dir(tmp_path) / generation_records.EPOCH_FILE
+        epoch.unlink()
+        if kind == "link":
+            (tmp_path / "elsewhere").write_text("x")
+            epoch.symlink_to(tmp_path / "elsewhere")
+        else:
+            epoch.write_bytes(b"\xff" * 100_000)
+        records = GenerationRecords(tmp_path)
+        assert records.read("r") is None and not (records_dir(tmp_path) / "r.json").exists()
+        assert epoch.is_file() and not epoch.is_symlink()  # marked anew with this epoch

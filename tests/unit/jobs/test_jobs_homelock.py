@@ -84,3 +84,27 @@ def test_a_command_holding_the_home_is_named_as_that_command_not_as_a_server(tmp
     said = str(refused.value)
     assert "port 7864" in said and "`lorastudio cache clear` needs the home to itself" in said, said
     assert "only one server" not in said and "http://127.0.0.1:7864/" in said, said
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo", "folder"])
+def test_a_lock_file_that_is_not_a_file_is_refused_naming_it(tmp_path: Path, kind: str) -> None:
+    """RELIABILITY 1248: a link at `<home>/lorastudio.lock` was followed: a server or `cache prune`
+    wrote its fields into the link's target (any file of the user's) and emptied it at release;
+    a FIFO there failed as "Illegal seek" and a folder as "Is a directory", naming nothing. Each
+    is now refused naming the file, the link's target untouched."""
+    import os
+
+    target = tmp_path / "notes.txt"
+    target.write_text("the user's own words")
+    path = tmp_path / "home" / "lorastudio.lock"
+    path.parent.mkdir()
+    if kind == "link":
+        path.symlink_to(target)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    with pytest.raises(OSError, match="lock file is not a regular file") as err:
+        HomeLock.for_command(tmp_path / "home", "cache prune")
+    assert err.value.filename == str(path)
+    assert target.read_text() == "the user's own words"

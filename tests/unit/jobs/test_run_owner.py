@@ -4,6 +4,7 @@ cannot. The other namespace is faked in the recorded start token; the lock is a 
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -57,3 +58,50 @@ def test_another_kernels_run_and_an_unlocked_record_are_left(tmp_path: Path) -> 
     _record(store, "run2", start_token(os.getpid()).replace("pid:[", "pid:[9"))  # type: ignore[union-attr]
     _record(store, "run3", other_kernel)
     assert store.settle_dead_owners() == {}
+
+
+def test_a_lock_file_held_by_another_process_is_not_taken_for_the_runs(tmp_path: Path) -> None:
+    """RELIABILITY 1243: a run whose lock file was already there and held (planted, a backup
+    tool's lock) ran without the lock, as meant, but the file stayed: once its holder let go a
+    reader of another namespace found it free and settled the live run as interrupted. The file
+    the run could not lock is now removed, and the reader falls back to "cannot be told"."""
+    home = tmp_path / "home"
+    store = RunStore.open(home / "lorastudio.db", recover=False)
+    host, boot, _, ticks = (start_token(os.getpid()) or "").split("|")
+    other_namespace = "|".join((host + "-next-container", boot, "pid:[4026999999]", ticks))
+    path = owner_lock_path(home, "run4")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    planted = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(planted, fcntl.LOCK_EX)
+    assert hold_owner_lock(home, "run4") is None  # the run goes on without its lock
+    _record(store, "run4", other_namespace)
+    os.close(planted)  # the other holder lets go; the run's owner lives on
+    assert store.settle_dead_owners() == {}
+
+
+def test_a_fifo_or_a_link_in_a_lock_files_place_is_no_lock(tmp_path: Path) -> None:
+    """RELIABILITY 1249: a reader opened the lock file following links and without O_NONBLOCK: a
+    FIFO planted at a live CLI run's lock path (its id is in GET /api/runs) blocked the server's
+    run listing for ever with no writer, and with one (held open here) was flock'ed and taken for
+    a dead owner's lock: the live run settled as interrupted. A link there was opened through.
+    Neither is a run's lock now: the run is left as recorded."""
+    home = tmp_path / "home"
+    store = RunStore.open(home / "lorastudio.db", recover=False)
+    host, boot, _, ticks = (start_token(os.getpid()) or "").split("|")
+    other_namespace = "|".join((host + "-next-container", boot, "pid:[4026999999]", ticks))
+    fd = hold_owner_lock(home, "run5")
+    assert fd is not None
+    _record(store, "run5", other_namespace)
+    path = owner_lock_path(home, "run5")
+    path.unlink()
+    os.mkfifo(path)
+    writer = os.open(path, os.O_RDWR | os.O_NONBLOCK)  # the old reader's open then returned
+    try:
+        assert store.settle_dead_owners() == {} and path.exists()
+    finally:
+        os.close(writer)
+    path.unlink()
+    (tmp_path / "free").touch()
+    path.symlink_to(tmp_path / "free")  # a free lock elsewhere
+    assert store.settle_dead_owners() == {} and (tmp_path / "free").exists()
+    os.close(fd)

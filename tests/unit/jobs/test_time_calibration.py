@@ -217,3 +217,18 @@ def test_records_that_sampled_nothing_leave_the_round_to_one_that_did(
     expected = scaled(1.0, then, now, FORWARD_RATE * rate)
     assert _phase(forecast, "sample_rounds")["seconds"] == pytest.approx(expected, abs=0.01)
     assert "that sampled" in _phase(forecast, "sample_rounds")["basis"]
+
+
+def test_the_cpu_probe_draws_nothing_from_the_global_rng() -> None:
+    """RELIABILITY 1242: the probe, run as train() returns (a CPU run's timings), made its
+    operands with torch.randn from the global RNG: the first run of a process moved its caller's
+    stream (the next draw after train() differed from the same code run where the probe was
+    cached or not run), against the engine's rule that nothing outside training draws from it."""
+    from lorastudio.training import cpu_rate
+
+    cpu_rate._probe.cache_clear()
+    torch.manual_seed(5)
+    probe_cpu_rate()
+    after_probe = torch.rand(4)
+    torch.manual_seed(5)
+    assert torch.equal(after_probe, torch.rand(4))
