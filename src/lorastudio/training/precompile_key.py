@@ -13,6 +13,7 @@ left out (RELIABILITY 1112).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import re
 import sys
@@ -31,32 +32,33 @@ def local_classes(block: torch.nn.Module) -> list[str]:
     found = []
     for module in block.modules():
         for cls in (type(module), type(getattr(module, "processor", None))):
-            if cls is type(None):
-                continue
-            owner = sys.modules.get(cls.__module__)
-            target: Any = owner
-            for part in cls.__qualname__.split("."):
-                target = getattr(target, part, None)
-            if target is not cls:
+            if cls is not type(None) and not _found_by_name(cls):
                 found.append(_qualified(cls))
     return sorted(set(found))
 
 
 def local_instance_functions(block: torch.nn.Module) -> list[str]:
     """The functions set on an instance of `block` or its submodules (`module.forward = ...`)
-    that pickle cannot find by name (made by a closure: `<locals>` in their qualified name).
-    Dynamo's saved guards hold such a module, and pickle writes its own function in their place
-    with no closure, so the saved file cannot load (RELIABILITY 1230). The compiled call that
-    torch.compile sets on a module (`_compiled_call_impl`) is the outer wrapper, not traced."""
+    that pickle cannot find by their module and qualified name (a closure, a lambda). Dynamo's
+    saved guards hold such a module, and pickle writes another function in their place (the
+    class's, without the closure), so the saved file cannot load (RELIABILITY 1230). The
+    compiled call that torch.compile sets on a module (`_compiled_call_impl`) is the outer
+    wrapper, not traced."""
     found = []
     for module in block.modules():
         for attr, value in vars(module).items():
-            if attr == "_compiled_call_impl":
-                continue
             fn = getattr(value, "__func__", value)
-            if callable(fn) and "<locals>" in getattr(fn, "__qualname__", ""):
+            if attr != "_compiled_call_impl" and inspect.isfunction(fn) and not _found_by_name(fn):
                 found.append(f"{type(module).__name__}.{attr} ({fn.__qualname__})")
     return sorted(set(found))
+
+
+def _found_by_name(obj: Any) -> bool:
+    """Whether pickle finds `obj` (a class or function) by its module and qualified name."""
+    target: Any = sys.modules.get(obj.__module__)
+    for part in obj.__qualname__.split("."):
+        target = getattr(target, part, None)
+    return target is obj
 
 
 def precompile_key(block: torch.nn.Module, settings: dict[str, Any]) -> str:

@@ -23,6 +23,9 @@ pytestmark = pytest.mark.skipif(
 BACKEND = "aot_eager" if "aot_eager" in precompile.saved_backends() else "inductor"
 
 
+_SCALED = lambda self, h: torch.nn.functional.linear(h, self.weight, self.bias) * 2  # noqa: E731
+
+
 class ToyBlock(torch.nn.Module):
     """A repeated block: a LoRA-like trainable low-rank path beside a frozen linear layer."""
 
@@ -379,3 +382,6 @@ def test_a_function_set_on_an_instance_by_a_closure_takes_the_ordinary_compile_w
     assert precompile.COUNTERS["saved"] == 0 and precompile.COUNTERS["fallback"] == 0
     assert loss == pytest.approx(eager_loss, rel=1e-6)
     assert precompile_key.local_instance_functions(ToyDenoiser().blocks[0]) == []
+    lambda_block = ToyDenoiser().blocks[0]  # a module-level lambda: pickle cannot find it either
+    lambda_block.proj.forward = types.MethodType(_SCALED, lambda_block.proj)
+    assert precompile_key.local_instance_functions(lambda_block) == ["Linear.forward (<lambda>)"]
