@@ -93,17 +93,8 @@ if [ "$names_a_path" = 0 ]; then
     tests/unit/basemodels/test_basemodels_fetch_failures.py tests/unit/lora/test_hub_push.py \
     tests/unit/training/test_cli_tables.py
 fi
-# pytest-xdist's workers as scripts/test.sh sets them; arguments that choose the workers themselves
-# (-n N, -p no:xdist, --dist ...) are passed through as given.
-xdist=(-n "${LORASTUDIO_TEST_WORKERS:-2}" --dist loadfile)
-prev=""
-for arg in "$@"; do
-  case "$arg" in
-    -n | -n[0-9]* | -nauto | --numprocesses* | --dist* | -pno:xdist) xdist=() ;;
-    no:xdist) [ "$prev" = "-p" ] && xdist=() ;;
-  esac
-  prev="$arg"
-done
+# pytest's workers (scripts/pytest_workers.sh sets `xdist` from the arguments)
+. "$ROOT/scripts/pytest_workers.sh"
 say "pytest ${xdist[*]:-} $*"
 unset PYTHONDONTWRITEBYTECODE
 cd "$ROOT"

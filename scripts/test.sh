@@ -12,18 +12,8 @@ echo "[test] ruff format --check"
 ruff format --check src tests bench web/scripts
 echo "[test] web component tests (vitest)"
 npm --prefix web test
-# pytest on LORASTUDIO_TEST_WORKERS processes (pytest-xdist; default 2, CI's core count), one test
-# file per worker at a time (--dist loadfile: a file's module fixtures are built once). Arguments
-# that choose the workers themselves (-n N, -p no:xdist, --dist ...) are passed through as given.
-xdist=(-n "${LORASTUDIO_TEST_WORKERS:-2}" --dist loadfile)
-prev=""
-for arg in "$@"; do
-  case "$arg" in
-    -n | -n[0-9]* | -nauto | --numprocesses* | --dist* | -pno:xdist) xdist=() ;;
-    no:xdist) [ "$prev" = "-p" ] && xdist=() ;;
-  esac
-  prev="$arg"
-done
+# pytest's workers (scripts/pytest_workers.sh sets `xdist` from the arguments)
+. scripts/pytest_workers.sh
 # Bytecode caches (__pycache__/, git-ignored) even where the environment says not to write them
 # (PYTHONDONTWRITEBYTECODE=1 in our containers), src/ compiled before the workers start: without
 # them each pytest worker compiled lorastudio's ~340 modules and assertion-rewrote the ~480 test

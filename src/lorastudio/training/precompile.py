@@ -176,8 +176,10 @@ class ClassPrecompile:
             if local:  # its guards could not be saved: no trace spent on finding that out
                 raise _NotSavable(f"classes pickle cannot find by name: {', '.join(local[:3])}")
             own = local_instance_functions(block)
-            if own:  # pickled without their closures: the saved file would not load
-                raise _NotSavable(f"functions set on instances, made by closures: {', '.join(own[:3])}")
+            if own:  # pickled as other functions: the saved file would not load
+                raise _NotSavable(
+                    f"functions set on instances that pickle cannot find by name: {', '.join(own[:3])}"
+                )
             self.key = precompile_key(block, self.settings)
         path = cache_root() / self.key / f"{type(block).__name__}-{signature[:24]}.bin"
         name = type(block).__name__

@@ -27,14 +27,20 @@ def _record(store: RunStore, run_id: str, token: str) -> None:
     )
 
 
+def _store_and_other_namespace(home: Path) -> tuple[RunStore, str]:
+    """The home's run store and a start token of pid 1 in another PID namespace of this kernel."""
+    host, boot, _, ticks = (start_token(os.getpid()) or "").split("|")
+    return RunStore.open(home / "lorastudio.db", recover=False), "|".join(
+        (host + "-next-container", boot, "pid:[4026999999]", ticks)
+    )
+
+
 def test_a_cli_run_of_another_namespace_is_settled_once_its_lock_is_free(tmp_path: Path) -> None:
     """Owner pid 1 of another PID namespace, same kernel: while its lock is held the run stays
     running (that pid cannot be told from a live one); once the lock is free (its owner died) the
     reader marks it interrupted and removes the lock file. Without the lock it stayed running."""
     home = tmp_path / "home"
-    store = RunStore.open(home / "lorastudio.db", recover=False)
-    host, boot, _, ticks = (start_token(os.getpid()) or "").split("|")
-    other_namespace = "|".join((host + "-next-container", boot, "pid:[4026999999]", ticks))
+    store, other_namespace = _store_and_other_namespace(home)
     fd = hold_owner_lock(home, "run1")
     assert fd is not None
     _record(store, "run1", other_namespace)
@@ -66,9 +72,7 @@ def test_a_lock_file_held_by_another_process_is_not_taken_for_the_runs(tmp_path:
     reader of another namespace found it free and settled the live run as interrupted. The file
     the run could not lock is now removed, and the reader falls back to "cannot be told"."""
     home = tmp_path / "home"
-    store = RunStore.open(home / "lorastudio.db", recover=False)
-    host, boot, _, ticks = (start_token(os.getpid()) or "").split("|")
-    other_namespace = "|".join((host + "-next-container", boot, "pid:[4026999999]", ticks))
+    store, other_namespace = _store_and_other_namespace(home)
     path = owner_lock_path(home, "run4")
     path.parent.mkdir(parents=True, exist_ok=True)
     planted = os.open(path, os.O_RDWR | os.O_CREAT)
@@ -86,9 +90,7 @@ def test_a_fifo_or_a_link_in_a_lock_files_place_is_no_lock(tmp_path: Path) -> No
     a dead owner's lock: the live run settled as interrupted. A link there was opened through.
     Neither is a run's lock now: the run is left as recorded."""
     home = tmp_path / "home"
-    store = RunStore.open(home / "lorastudio.db", recover=False)
-    host, boot, _, ticks = (start_token(os.getpid()) or "").split("|")
-    other_namespace = "|".join((host + "-next-container", boot, "pid:[4026999999]", ticks))
+    store, other_namespace = _store_and_other_namespace(home)
     fd = hold_owner_lock(home, "run5")
     assert fd is not None
     _record(store, "run5", other_namespace)

@@ -300,6 +300,19 @@ def test_the_key_is_the_same_in_every_process():
     assert precompile_key.precompile_key(ToyDenoiser().blocks[0], settings) == first
 
 
+def _ordinary_without_a_trace(
+    model: ToyDenoiser, x: torch.Tensor, eager_loss: float, caplog: pytest.LogCaptureFixture, reason: str
+) -> None:
+    """Compile `model` and take one step: `reason` logged (INFO, no warning), nothing saved and
+    nothing traced for the saved path, the eager loss."""
+    compile_denoiser(model, [p for p in model.parameters() if p.requires_grad], backend=BACKEND)
+    with caplog.at_level(logging.INFO, logger="lorastudio.training.precompile"):
+        loss, _ = _step(model, x)
+    assert reason in caplog.text and "WARNING" not in caplog.text
+    assert precompile.COUNTERS["saved"] == 0 and precompile.COUNTERS["fallback"] == 0
+    assert loss == pytest.approx(eager_loss, rel=1e-6)
+
+
 def test_a_block_of_a_class_made_at_run_time_takes_the_ordinary_compile_without_a_trace(
     cache: Path, caplog: pytest.LogCaptureFixture
 ):
@@ -314,12 +327,7 @@ def test_a_block_of_a_class_made_at_run_time_takes_the_ordinary_compile_without_
     for block in model.blocks:
         block.__class__ = made
     assert precompile_key.local_classes(model.blocks[0])
-    compile_denoiser(model, [p for p in model.parameters() if p.requires_grad], backend=BACKEND)
-    with caplog.at_level(logging.INFO, logger="lorastudio.training.precompile"):
-        loss, _ = _step(model, x)
-    assert "classes pickle cannot find by name" in caplog.text and "WARNING" not in caplog.text
-    assert precompile.COUNTERS["saved"] == 0 and precompile.COUNTERS["fallback"] == 0
-    assert loss == pytest.approx(eager_loss, rel=1e-6)
+    _ordinary_without_a_trace(model, x, eager_loss, caplog, "classes pickle cannot find by name")
     assert precompile_key.local_classes(ToyDenoiser().blocks[0]) == []
 
 
@@ -375,12 +383,7 @@ def test_a_function_set_on_an_instance_by_a_closure_takes_the_ordinary_compile_w
         "Linear.forward (test_a_function_set_on_an_instance_by_a_closure_takes_the_ordinary_compile_"
         "without_a_trace.<locals>.own_forward.<locals>.forward)"
     ]
-    compile_denoiser(model, [p for p in model.parameters() if p.requires_grad], backend=BACKEND)
-    with caplog.at_level(logging.INFO, logger="lorastudio.training.precompile"):
-        loss, _ = _step(model, x)
-    assert "functions set on instances, made by closures" in caplog.text and "WARNING" not in caplog.text
-    assert precompile.COUNTERS["saved"] == 0 and precompile.COUNTERS["fallback"] == 0
-    assert loss == pytest.approx(eager_loss, rel=1e-6)
+    _ordinary_without_a_trace(model, x, eager_loss, caplog, "functions set on instances that pickle cannot")
     assert precompile_key.local_instance_functions(ToyDenoiser().blocks[0]) == []
     lambda_block = ToyDenoiser().blocks[0]  # a module-level lambda: pickle cannot find it either
     lambda_block.proj.forward = types.MethodType(_SCALED, lambda_block.proj)
