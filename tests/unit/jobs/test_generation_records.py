@@ -181,3 +181,29 @@ def test_an_overtaken_record_that_cannot_be_removed_is_never_answered(
         assert (
             GenerationRecords(tmp_path).read("r") is None and not (records_dir(tmp_path) / "r.json").exists()
         )
+
+
+def test_a_roll_back_to_a_version_that_keeps_records_loses_none_of_them(tmp_path: Path) -> None:
+    """RELIABILITY 1250: the session's starting version keeps records (fix 1095) and refuses an id
+    recorded here, but rewrites the lock without the epoch; forward again, every record (this
+    version's and the roll-back's) was removed as overtaken. A record without an epoch numbered
+    above the mark now shows such a gap's server: nothing is removed. A gap with no such record
+    (a version that keeps none) still removes them."""
+    from lorastudio.jobs.homelock import LOCK_NAME, HomeLock
+
+    folder = records_dir(tmp_path)
+    folder.mkdir(parents=True)
+    old = {"version": 1, "request_id": "pre", "seq": 1, "created": 1.0, "outcome": "cancelled", "step": 0}
+    (folder / "pre.json").write_text(json.dumps({**old, "steps": 0}))  # from before the upgrade
+    with HomeLock.for_server(tmp_path, None):
+        _done(GenerationRecords(tmp_path), "new")
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 1, "port": None, "kind": "server"}))  # the old one's
+    (folder / "back.json").write_text(json.dumps({**old, "request_id": "back", "seq": 3, "steps": 0}))
+    (tmp_path / LOCK_NAME).write_text("")
+    with HomeLock.for_server(tmp_path, None):
+        records = GenerationRecords(tmp_path)
+        assert [records.read(r) is not None for r in ("pre", "new", "back")] == [True, True, True]
+    (tmp_path / LOCK_NAME).write_text("")  # a gap with no record written: as fix 1182
+    with HomeLock.for_server(tmp_path, None):
+        records = GenerationRecords(tmp_path)
+        assert [records.read(r) is not None for r in ("pre", "new", "back")] == [False, False, False]
