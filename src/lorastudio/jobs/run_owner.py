@@ -31,17 +31,24 @@ def hold_owner_lock(home: Path, run_id: str) -> int | None:
     """Take run `run_id`'s lock exclusively for this process; its descriptor, or None where the
     file cannot be made or locked (the run goes on; a reader then falls back to the pid rule)."""
     path = owner_lock_path(home, run_id)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
+    for _ in range(3):  # a sweep (`sweep_free_locks`) may remove the file between its open and its lock
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
+                return fd
+        except FileNotFoundError:  # removed meanwhile: tried again
+            os.close(fd)
+            continue
+        except OSError:  # not lockable here
+            os.close(fd)
+            return None
+        os.close(fd)  # another file made there meanwhile: tried again
+    return None
 
 
 def release_owner_lock(home: Path, run_id: str, fd: int | None) -> None:
@@ -72,3 +79,18 @@ def owner_gone(home: Path, run_id: str) -> bool:
     with contextlib.suppress(OSError):
         path.unlink()
     return True
+
+
+def sweep_free_locks(home: Path, keep: set[str]) -> None:
+    """Remove the lock files whose run is not in `keep` (the store's live runs) and whose lock no
+    process holds (RELIABILITY 1251: the owner died and its run was settled by the pid rule, by a
+    version before these locks, or deleted; each such file stayed for good). A held one stays
+    (a run between taking its lock and recording itself)."""
+    try:
+        with os.scandir(home.joinpath(*FOLDER)) as listing:
+            ids = [e.name[: -len(".lock")] for e in listing if e.name.endswith(".lock")]
+    except OSError:
+        return
+    for run_id in ids:
+        if run_id not in keep:
+            owner_gone(home, run_id)
