@@ -157,7 +157,7 @@ def test_an_overtaken_record_that_cannot_be_removed_is_never_answered(
 ) -> None:
     """RELIABILITY 1182: a record of another epoch that the start cannot remove (a permission) is
     not answered by this server, and the folder keeps the old epoch, so the next start tries again
-    (and removes this server's records with it: the folder cannot tell them apart)."""
+    (keeping this server's records: each names its epoch, fix 1250)."""
     from lorastudio.jobs.homelock import LOCK_NAME, HomeLock
 
     with HomeLock.for_server(tmp_path, None):
@@ -178,9 +178,9 @@ def test_an_overtaken_record_that_cannot_be_removed_is_never_answered(
         assert records.read("s") is not None
     monkeypatch.setattr(os, "unlink", real)
     with HomeLock.for_server(tmp_path, None):  # the next start: the same epoch, the folder's is older
-        assert (
-            GenerationRecords(tmp_path).read("r") is None and not (records_dir(tmp_path) / "r.json").exists()
-        )
+        records = GenerationRecords(tmp_path)
+        assert records.read("r") is None and not (records_dir(tmp_path) / "r.json").exists()
+        assert records.read("s") is not None
 
 
 def test_a_roll_back_to_a_version_that_keeps_records_loses_none_of_them(tmp_path: Path) -> None:
