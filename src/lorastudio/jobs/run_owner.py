@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from pathlib import Path
 
 FOLDER = ("cache", "run-owners")
@@ -31,7 +32,8 @@ def hold_owner_lock(home: Path, run_id: str) -> int | None:
     """Take run `run_id`'s lock exclusively for this process; its descriptor, or None where the
     file cannot be made or locked (the run goes on; a reader then falls back to the pid rule)."""
     path = owner_lock_path(home, run_id)
-    for _ in range(3):  # a sweep (`sweep_free_locks`) may remove the file between its open and its lock
+    # a sweep (`sweep_free_locks`) may look at or remove the file between its open and its lock
+    for _ in range(5):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
@@ -41,8 +43,9 @@ def hold_owner_lock(home: Path, run_id: str) -> int | None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
                 return fd
-        except FileNotFoundError:  # removed meanwhile: tried again
+        except (FileNotFoundError, BlockingIOError):  # removed, or a sweep's look (shared) meanwhile
             os.close(fd)
+            time.sleep(0.01)
             continue
         except OSError:  # not lockable here
             os.close(fd)
