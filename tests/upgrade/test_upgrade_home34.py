@@ -1,4 +1,4 @@
-"""Session 34 upgrade audit, end to end (slow: ~5-6 min on 2 cores): a studio home built by the
+"""Session 34 upgrade audit, end to end (slow: ~2.5 min on 2 cores): a studio home built by the
 code of the session's start (commit OLD, extracted with `git archive`; tests/upgrade/old_home34.py:
 session 33's fixture home and a server of that code killed outright, its lock file left) is opened
 by this code (every listing, the runs' pages by cursor, an old generation's record, the time
