@@ -26,7 +26,10 @@ that id's record would answer the first generation, not the roll-back's. The fol
 names the home's epoch (jobs/homelock.py: carried by every lock holder of this version, begun
 anew after a holder of an older one) its records were written under; a server that finds another
 epoch there removes the records as possibly overtaken (their GET then answers 404, as a roll-back's
-own generations do) and records on under its own (RELIABILITY 1182).
+own generations do) and records on under its own (RELIABILITY 1182). Each record names its
+epoch, and the mark the highest seq when it was made: a record without an epoch numbered above
+both shows that the gap's server was one that keeps records and refuses their ids (the version
+between fixes 1095 and 1182), and then nothing is removed (RELIABILITY 1250).
 """
 
 from __future__ import annotations
@@ -124,7 +127,7 @@ class GenerationRecords:
                     "version": VERSION, "seq": seq, "request_id": rid, "created": status["created"],
                     "outcome": outcome, "ended": status.get("ended"), "step": status.get("step", 0),
                     "steps": status.get("steps", 0), "result": status.get("result"),
-                    "error": _error_fields(error),
+                    "error": _error_fields(error), "epoch": self._epoch,
                 }  # fmt: skip
                 self._write(self.folder / f"{rid}.json", record)
                 if new:
@@ -141,7 +144,8 @@ class GenerationRecords:
         """Name the home's epoch in the folder (once per instance), before a record is written;
         never while records of another epoch stay (`_overtaken`)."""
         if self._epoch is not None and not self._epoch_marked and not self._overtaken:
-            write_staged_text(self.folder / EPOCH_FILE, self._epoch)
+            top = max((r["seq"] for r in self._all()), default=0)  # the last seq written before the mark
+            write_staged_text(self.folder / EPOCH_FILE, f"{self._epoch} {top}")
             self._epoch_marked = True
 
     def _drop_another_epochs(self) -> None:
@@ -151,18 +155,35 @@ class GenerationRecords:
         but no file of the studio's (a link, a FIFO, a huge file: RELIABILITY 1244) names
         another epoch. Logs what it removed; a record
         it cannot remove is logged and never answered by this server (`_overtaken`), and the
-        folder is not marked, so a later start tries again."""
+        folder is not marked, so a later start tries again.
+
+        Kept (RELIABILITY 1250): the records of this epoch (their "epoch" field: a start that could
+        not remove the overtaken ones), and all of them where a version that keeps records but
+        no epoch (fix 1095 up to 1182: it refuses an id recorded here) wrote one since the mark
+        (a record without "epoch" numbered above the mark's seq and every tagged record): that
+        version, not one that keeps none, served the gap."""
         if self._epoch is None or not self.folder.is_dir():
             return
         marked = read_small_file(self.folder / EPOCH_FILE, 256)
         if marked is None and os.path.lexists(self.folder / EPOCH_FILE):
             marked = b""  # there but not one (a link, a FIFO, over 256 bytes): no epoch of this one
         try:
-            if marked is not None and marked.decode("utf-8", "replace").strip() != self._epoch:
+            epoch, top = _mark_fields(marked)
+            if marked is not None and epoch != self._epoch:
                 with os.scandir(self.folder) as listing:
                     names = [
                         e.name for e in listing if e.name.endswith(".json") and not e.name.startswith(".")
                     ]
+                records = self._all()
+                if _recorder_served(records, top):
+                    log.info(
+                        "kept the generation records in %s: a lorastudio that keeps them (and checks"
+                        " their ids) served this home since they were written",
+                        self.folder,
+                    )
+                    names = []
+                ours = {f"{r['request_id']}.json" for r in records if r.get("epoch") == self._epoch}
+                names = [n for n in names if n not in ours]
                 for name in names:
                     try:
                         os.unlink(self.folder / name)
@@ -171,12 +192,13 @@ class GenerationRecords:
                     except OSError as err:
                         self._overtaken.add(name)
                         log.warning("could not remove the overtaken generation record %s: %s", name, err)
-                log.warning(
-                    "removed %d generation records in %s: an older lorastudio served this home since they"
-                    " were written (it keeps none) and may have taken their request ids",
-                    len(names) - len(self._overtaken),
-                    self.folder,
-                )
+                if names:
+                    log.warning(
+                        "removed %d generation records in %s: an older lorastudio served this home since they"
+                        " were written (it keeps none) and may have taken their request ids",
+                        len(names) - len(self._overtaken),
+                        self.folder,
+                    )
             self._mark_epoch()
         except OSError as err:
             log.warning("could not judge the generation records in %s: %s", self.folder, err)
@@ -302,6 +324,24 @@ def _fits(record: Any, rid: str) -> bool:
             )
         )
     )
+
+
+def _mark_fields(marked: bytes | None) -> tuple[str | None, int | None]:
+    """(epoch, seq) of an EPOCH_FILE's contents "<epoch> <the highest seq when marked>"; seq None
+    where the file names none (written before fix 1250) or is absent."""
+    parts = marked.decode("utf-8", "replace").split() if marked is not None else []
+    seq = parts[1] if len(parts) > 1 else ""
+    return (parts[0] if parts else None), (int(seq) if seq.isdigit() and len(seq) < 19 else None)
+
+
+def _recorder_served(records: list[dict[str, Any]], top: int | None) -> bool:
+    """Whether a record without an "epoch" (a version between fixes 1095 and 1182 wrote it) is
+    numbered above `top` (the mark's seq; None: not known, never judged so) and above every
+    record of this version."""
+    if top is None:
+        return False
+    floor = max([top, *(r["seq"] for r in records if r.get("epoch") is not None)])
+    return any(r.get("epoch") is None and r["seq"] > floor for r in records)
 
 
 def _read(path: Path) -> dict[str, Any] | None:

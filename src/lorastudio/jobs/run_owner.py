@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import os
 import stat
+import time
 from pathlib import Path
 
 FOLDER = ("cache", "run-owners")
@@ -37,19 +38,32 @@ def hold_owner_lock(home: Path, run_id: str) -> int | None:
     file it could not lock (held by another process: planted, or a tool's) is removed: left, a
     reader took it for this run's once that holder let go, and settled the live run as dead."""
     path = owner_lock_path(home, run_id)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _NO_LINK, 0o666)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        with contextlib.suppress(OSError):
-            path.unlink()  # not this run's lock: no reader may judge the run by it
-        os.close(fd)
-        return None
-    return fd
+    # a sweep (`sweep_free_locks`) may look at the file (a shared lock) or remove it between this
+    # open and this lock: tried again a few times
+    for attempt in range(5):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _NO_LINK, 0o666)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
+                return fd
+        except FileNotFoundError:  # removed by a sweep meanwhile
+            pass
+        except BlockingIOError:  # held: a sweep's look, or another process's for good
+            if attempt == 4:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    path.unlink()  # not this run's lock: no reader may judge the run by it
+                return None
+        except OSError:  # not lockable here
+            os.close(fd)
+            return None
+        os.close(fd)  # removed, held a moment, or another file made there meanwhile: again
+        time.sleep(0.01)
+    return None
 
 
 def release_owner_lock(home: Path, run_id: str, fd: int | None) -> None:
@@ -83,3 +97,18 @@ def owner_gone(home: Path, run_id: str) -> bool:
     with contextlib.suppress(OSError):
         path.unlink()
     return True
+
+
+def sweep_free_locks(home: Path, keep: set[str]) -> None:
+    """Remove the lock files whose run is not in `keep` (the store's live runs) and whose lock no
+    process holds (RELIABILITY 1251: the owner died and its run was settled by the pid rule, by a
+    version before these locks, or deleted; each such file stayed for good). A held one stays
+    (a run between taking its lock and recording itself)."""
+    try:
+        with os.scandir(home.joinpath(*FOLDER)) as listing:
+            ids = [e.name[: -len(".lock")] for e in listing if e.name.endswith(".lock")]
+    except OSError:
+        return
+    for run_id in ids:
+        if run_id not in keep:
+            owner_gone(home, run_id)

@@ -25,7 +25,7 @@ from lorastudio import json_read
 from lorastudio.errors import NoSpaceLeft, NotFound, is_no_space
 from lorastudio.file_modes import follow_umask_path
 from lorastudio.jobs.records import LIVE_STATUSES, METRIC_KEYS, JobStatus, now_iso
-from lorastudio.jobs.run_owner import owner_gone
+from lorastudio.jobs.run_owner import owner_gone, sweep_free_locks
 from lorastudio.jobs.store_schema import RUN_COLUMNS, SCHEMA, UPDATABLE, add_missing_columns
 from lorastudio.processes import process_gone, same_kernel
 
@@ -128,8 +128,10 @@ class RunStore:
                 "error": DEAD_OWNER_ERRORS[r["source"] or "service"].format(pid=r["owner_pid"]),
             }
             for r in rows
-            if process_gone(r["owner_pid"], r["owner_start"]) or self._cli_owner_gone(r)
+            # both asked: a gone CLI owner's free lock file is removed whichever tells (fix 1251)
+            if self._cli_owner_gone(r) | process_gone(r["owner_pid"], r["owner_start"])
         }
+        sweep_free_locks(self.path.parent, {r["id"] for r in rows if r["id"] not in dead})
         if not dead:
             return dead
         # a store this reader cannot write: the readers report the runs from `dead` (_settled)

@@ -157,7 +157,7 @@ def test_an_overtaken_record_that_cannot_be_removed_is_never_answered(
 ) -> None:
     """RELIABILITY 1182: a record of another epoch that the start cannot remove (a permission) is
     not answered by this server, and the folder keeps the old epoch, so the next start tries again
-    (and removes this server's records with it: the folder cannot tell them apart)."""
+    (keeping this server's records: each names its epoch, fix 1250)."""
     from lorastudio.jobs.homelock import LOCK_NAME, HomeLock
 
     with HomeLock.for_server(tmp_path, None):
@@ -178,9 +178,9 @@ def test_an_overtaken_record_that_cannot_be_removed_is_never_answered(
         assert records.read("s") is not None
     monkeypatch.setattr(os, "unlink", real)
     with HomeLock.for_server(tmp_path, None):  # the next start: the same epoch, the folder's is older
-        assert (
-            GenerationRecords(tmp_path).read("r") is None and not (records_dir(tmp_path) / "r.json").exists()
-        )
+        records = GenerationRecords(tmp_path)
+        assert records.read("r") is None and not (records_dir(tmp_path) / "r.json").exists()
+        assert records.read("s") is not None
 
 
 @pytest.mark.parametrize("kind", ["link", "huge"])
@@ -188,17 +188,45 @@ def test_an_epoch_file_that_is_not_one_is_another_epoch(tmp_path: Path, kind: st
     """RELIABILITY 1244: an `.epoch` that the capped read refuses (a link, a file over 256 bytes)
     read as no `.epoch` at all, a folder of a version before epochs: its records were kept and
     answered whatever epoch they were written under. It now names another epoch: they go."""
-    from lorastudio.jobs.homelock import HomeLock
+    from lorastudio.jobs.homelock import LOCK_NAME, HomeLock
 
     with HomeLock.for_server(tmp_path, None):
         _done(GenerationRecords(tmp_path), "r")
-        epoch = records_dir(tmp_path) / generation_records.EPOCH_FILE
-        epoch.unlink()
-        if kind == "link":
-            (tmp_path / "elsewhere").write_text("x")
-            epoch.symlink_to(tmp_path / "elsewhere")
-        else:
-            epoch.write_bytes(b"\xff" * 100_000)
+    (tmp_path / LOCK_NAME).write_text("")  # an older server's start and release: a new epoch next
+    epoch = records_dir(tmp_path) / generation_records.EPOCH_FILE
+    epoch.unlink()
+    if kind == "link":
+        (tmp_path / "elsewhere").write_text("x")
+        epoch.symlink_to(tmp_path / "elsewhere")
+    else:
+        epoch.write_bytes(b"\xff" * 100_000)
+    with HomeLock.for_server(tmp_path, None):
         records = GenerationRecords(tmp_path)
         assert records.read("r") is None and not (records_dir(tmp_path) / "r.json").exists()
         assert epoch.is_file() and not epoch.is_symlink()  # marked anew with this epoch
+
+
+def test_a_roll_back_to_a_version_that_keeps_records_loses_none_of_them(tmp_path: Path) -> None:
+    """RELIABILITY 1250: the session's starting version keeps records (fix 1095) and refuses an id
+    recorded here, but rewrites the lock without the epoch; forward again, every record (this
+    version's and the roll-back's) was removed as overtaken. A record without an epoch numbered
+    above the mark now shows such a gap's server: nothing is removed. A gap with no such record
+    (a version that keeps none) still removes them."""
+    from lorastudio.jobs.homelock import LOCK_NAME, HomeLock
+
+    folder = records_dir(tmp_path)
+    folder.mkdir(parents=True)
+    old = {"version": 1, "request_id": "pre", "seq": 1, "created": 1.0, "outcome": "cancelled", "step": 0}
+    (folder / "pre.json").write_text(json.dumps({**old, "steps": 0}))  # from before the upgrade
+    with HomeLock.for_server(tmp_path, None):
+        _done(GenerationRecords(tmp_path), "new")
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 1, "port": None, "kind": "server"}))  # the old one's
+    (folder / "back.json").write_text(json.dumps({**old, "request_id": "back", "seq": 3, "steps": 0}))
+    (tmp_path / LOCK_NAME).write_text("")
+    with HomeLock.for_server(tmp_path, None):
+        records = GenerationRecords(tmp_path)
+        assert [records.read(r) is not None for r in ("pre", "new", "back")] == [True, True, True]
+    (tmp_path / LOCK_NAME).write_text("")  # a gap with no record written: as fix 1182
+    with HomeLock.for_server(tmp_path, None):
+        records = GenerationRecords(tmp_path)
+        assert [records.read(r) is not None for r in ("pre", "new", "back")] == [False, False, False]

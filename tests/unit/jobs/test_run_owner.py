@@ -107,3 +107,30 @@ def test_a_fifo_or_a_link_in_a_lock_files_place_is_no_lock(tmp_path: Path) -> No
     path.symlink_to(tmp_path / "free")  # a free lock elsewhere
     assert store.settle_dead_owners() == {} and (tmp_path / "free").exists()
     os.close(fd)
+
+
+def test_a_dead_owners_lock_file_goes_whoever_settles_its_run(tmp_path: Path) -> None:
+    """RELIABILITY 1251: a CLI run killed in this namespace was settled by the pid rule, which
+    never looked at its lock, and one settled by a version before these locks (or deleted) was
+    never looked at again: each left its lock file for good. Free ones now go; a held one of a
+    run not yet recorded (its lock comes first) and a live run's stay."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    store = RunStore.open(home / "lorastudio.db", recover=False)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    token = start_token(child.pid)
+    child.kill()
+    child.wait()  # a killed owner of this namespace: process_gone tells it
+    os.close(hold_owner_lock(home, "killed"))  # type: ignore[arg-type]
+    _record(store, "killed", token)  # type: ignore[arg-type]
+    os.close(hold_owner_lock(home, "settled"))  # type: ignore[arg-type]  # an older version settled it
+    held = hold_owner_lock(home, "starting")
+    alive = hold_owner_lock(home, "alive")
+    _record(store, "alive", start_token(os.getpid()))  # type: ignore[arg-type]
+    assert store.settle_dead_owners()["killed"]["status"] == JobStatus.INTERRUPTED.value
+    left = sorted(p.stem for p in owner_lock_path(home, "x").parent.iterdir())
+    assert left == ["alive", "starting"], left
+    for fd in (held, alive):
+        os.close(fd)  # type: ignore[arg-type]
