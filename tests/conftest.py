@@ -18,7 +18,9 @@
 - `sample_dataset`: a session-wide folder with the 8-image sample dataset (seed 0);
 - a server route that reaches the GPU facts without awaiting them first (api/host_wait.HOST_KNOWN)
   fails (hardware.STRICT_PROBE_WAITS): on this CPU host the answer is always known, so only the
-  strict check shows the route that would hold a request thread on a GPU host.
+  strict check shows the route that would hold a request thread on a GPU host;
+- under `--dist loadfile` (scripts/test.sh) the files of one session-wide launch are one xdist
+  unit (`pytest_xdist_make_scheduler`): each worker that ran one of them ran the whole launch.
 
 The session folders are shared by every test: treat them as read-only (copy them to change them).
 """
@@ -42,6 +44,29 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from lorastudio.jobs import hardware  # noqa: E402  (after the environment above; no torch)
 
 hardware.STRICT_PROBE_WAITS = True
+
+
+# Test files that read one session-scoped process launch, by the start of their path: one xdist
+# unit each, so a single worker runs them and their launch. The two gloo ranks of
+# tests/ddp_launch.py's `launched` (test_ddp.py, test_ddp_stop.py, test_ddp_caches.py: ~28 CPU s
+# a launch, run by each worker that received one of the files before; test_ddp_rules and
+# test_ddp_timeout come along, a few seconds).
+ONE_UNIT = ("tests/unit/training/test_ddp",)
+
+
+@pytest.hookimpl(optionalhook=True)  # no such hook without pytest-xdist (-p no:xdist)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadfile` with the ONE_UNIT files as one unit; any other mode as xdist makes it."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class OneUnitLoadFile(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return next((unit for unit in ONE_UNIT if scope.startswith(unit)), scope)
+
+    return OneUnitLoadFile(config, log)  # type: ignore[arg-type]
 
 
 @pytest.fixture(autouse=True)

@@ -36,7 +36,7 @@ def test_a_preflight_turned_away_by_the_waiting_bound_says_the_check_was_not_mad
     release = threading.Event()
 
     def blocked(cfg: TrainConfig, timeout_s: float) -> target_check.TargetAnswer | str:
-        """The child, answering "passed" (a real child's pass: test_api_lora_targets_preflight);
+        """The child, answering "passed" (the check's own pass: test_api_lora_targets_preflight);
         the busy configs' only once released."""
         if cfg.lora_targets and cfg.lora_targets[0].startswith("busy_"):
             release.wait(30)  # a child's torch import on a loaded host: many seconds
@@ -86,7 +86,7 @@ def test_a_crashed_check_child_is_named_and_a_passing_check_is_not(
         "lora_targets / rank_pattern not checked now: the check failed (exit code 1); the run's start checks them"
     ]
     monkeypatch.undo()  # nothing was cached: the next preflight asks the child again
-    # a child that passes (a real child's pass, and its 5 CPU s of imports: test_api_lora_targets_preflight)
+    # a child that passes (the check's own pass, and a real child's 5 CPU s of imports: test_api_lora_targets_preflight)
     monkeypatch.setattr(target_check, "_ask_child", lambda cfg, timeout_s: target_check.TargetAnswer())
     before = target_check.spawned
     passed = client.post("/api/train/preflight", json={"config": config})

@@ -5,9 +5,15 @@ targets start no child, and a start after its preflight reuses the cached answer
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 from fastapi.testclient import TestClient
@@ -59,10 +65,34 @@ def test_a_wrong_lora_target_is_refused_at_preflight_and_start_with_the_field_na
     assert client.get("/api/runs").json()["runs"] == []  # nothing recorded
 
 
+def _child_in_this_process(args: list[str], *, input: str, **_: object) -> subprocess.CompletedProcess:
+    """`subprocess.run` of the check's child, run here: the same `main()` on the same stdin bytes,
+    its one stdout line parsed by jobs/target_check as the child's. What a child costs (~6 CPU s
+    of torch and diffusers imports) buys nothing a test reading the engine's answer needs; the real
+    child runs in the test above (and in test_api_server_imports)."""
+    assert args[1:] == ["-m", "lorastudio.training.target_check"], args
+    from lorastudio.training import target_check as child
+
+    out = io.StringIO()
+    with (
+        mock.patch.object(sys, "stdin", io.TextIOWrapper(io.BytesIO(input.encode()), encoding="utf-8")),
+        contextlib.redirect_stdout(out),
+    ):
+        code = child.main()
+    return subprocess.CompletedProcess(args, code, out.getvalue(), "")
+
+
 def test_a_pattern_that_adapts_nothing_is_refused_and_good_names_pass(
-    client: TestClient, settings: Settings, sample_dataset: Path, flux_config: Callable[..., dict]
+    client: TestClient,
+    settings: Settings,
+    sample_dataset: Path,
+    flux_config: Callable[..., dict],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _shapes(settings, sample_dataset)
+    faked = SimpleNamespace(run=_child_in_this_process, TimeoutExpired=subprocess.TimeoutExpired)
+    monkeypatch.setattr(target_check, "subprocess", faked)
+    before = target_check.spawned
     wrong = client.post(
         "/api/train/preflight",
         json={"config": flux_config(lora_targets=["to_q", "to_k"], alpha_pattern={"to_out.0": 4.0})},
@@ -77,6 +107,7 @@ def test_a_pattern_that_adapts_nothing_is_refused_and_good_names_pass(
     )
     assert good.status_code == 200, good.text
     assert good.json()["notes"] == []  # the child checked it (test_api_lora_targets_not_checked: the notes)
+    assert target_check.spawned == before + 2  # a child's answer each, not a cached one
 
 
 def test_the_default_targets_start_no_child(

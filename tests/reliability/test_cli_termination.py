@@ -57,8 +57,23 @@ def _lora(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-@pytest.mark.parametrize("command", ["generate", "convert", "merge", "resize"])
+# Every SIGTERM case (the fix's guards: each failed before) runs by default; Ctrl-C, which ran
+# the `finally` before the fix too, by default only through `convert` (~2 CPU s: its child imports
+# torch alone); the other commands' Ctrl-C cases (~6 CPU s each: their children import diffusers
+# or peft) are slow.
+_CASES = [
+    pytest.param(
+        command,
+        sig,
+        id=f"{command}-{sig.name}",
+        marks=pytest.mark.slow if sig == signal.SIGINT and command != "convert" else (),
+    )
+    for command in ("generate", "convert", "merge", "resize")
+    for sig in (signal.SIGTERM, signal.SIGINT)
+]
+
+
+@pytest.mark.parametrize(("command", "sig"), _CASES)
 def test_a_signal_mid_write_leaves_no_staging_file(
     tiny_model: Callable[[str], Path], tmp_path: Path, command: str, sig: signal.Signals
 ) -> None:

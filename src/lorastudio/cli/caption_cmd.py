@@ -43,11 +43,10 @@ def caption_cmd(
     """Caption the images of dataset NAME that have no caption (all with --overwrite) with a
     vision-language model (Qwen2.5-VL, Qwen2-VL, Florence-2), greedy: the same model gives the
     same captions. Prints a line per image and a summary; exits 1 when an image failed."""
-    from lorastudio.cli.run_display import quiet_libraries
-
-    quiet_libraries()
+    from huggingface_hub.utils import disable_progress_bars
     from pydantic import ValidationError
 
+    disable_progress_bars()  # quiet_libraries' hub part (below), before resolve_captioner's fetches
     from lorastudio.captioning.options import CaptionOptions, check_prompt
     from lorastudio.captioning.run import caption_dataset
     from lorastudio.captioning.source import resolve_captioner
@@ -92,6 +91,11 @@ def caption_cmd(
             typer.echo(f"dataset {name} not captioned: {err}", err=True)
             raise typer.Exit(EXIT_BUSY) from None
         with claim:
+            # diffusers and transformers (~3 CPU s of imports) only for a caption that runs: every
+            # refusal above (an option, the home, the dataset's claim) answers without them
+            from lorastudio.cli.run_display import quiet_libraries
+
+            quiet_libraries()
             record = _Record(settings.home, name, folder, options)
             try:
                 summary = caption_dataset(
