@@ -359,7 +359,7 @@ def test_an_encoded_path_traversal_is_a_404_not_a_redirect(settings: Settings, t
             assert resp.json()["error"] == "NotFound" and "dot segment" in resp.json()["detail"]
         assert client.get("/", follow_redirects=False).text == "<html>lorastudio ui</html>"
         assert client.get("/assets/app.js").text == "// ui"
-        assert client.get("/api/runs").json() == {"runs": []}
+        assert client.get("/api/runs").json() == {"runs": [], "total": 0, "next_cursor": None}
         assert client.get("/api/runs/nope").json()["detail"] == "no run with id 'nope'"
     with TestClient(create_app(settings, web_dist=tmp_path / "absent"), base_url=LOOPBACK) as client:
         slash = client.get("/api/runs/", follow_redirects=False)  # the routes' trailing-slash redirect stays
