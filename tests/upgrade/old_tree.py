@@ -6,8 +6,12 @@ bitwise."""
 from __future__ import annotations
 
 import io
+import json
+import os
 import subprocess
+import sys
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +59,44 @@ def resumes_bitwise(home: Path, runs: dict, names: tuple[str, ...]) -> None:
             resume=home / "outputs" / name,
         )
         assert resumed.losses == runs[name]["full_losses"], name
+
+
+def build_old_home(
+    root: Path, commit: str, builder: str, preexec: Callable[[], None] | None = None
+) -> tuple[Path, dict, Path]:
+    """(home, the builder's facts, the old source): the old code of `commit` extracted under
+    `root` and its home built there by tests/upgrade/`builder` (its facts: root/old_home.json)."""
+    source = old_src(commit, root / "old")
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": f"{source}{os.pathsep}{here}", "OMP_NUM_THREADS": "1"}
+    built = subprocess.run(
+        [sys.executable, str(here / builder), str(root / "home")],
+        env=env, capture_output=True, text=True, cwd=root, preexec_fn=preexec,  # noqa: PLW1509
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    return root / "home", json.loads((root / "old_home.json").read_text()), source
+
+
+def cli_env(src: Path) -> dict[str, str]:
+    """The environment of a CLI of source tree `src` (offline, one thread)."""
+    return {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def run_cli(*args: str, src: Path, preexec: Callable[[], None] | None = None) -> subprocess.CompletedProcess:
+    """`lorastudio ARGS` of source tree `src` on the home LORASTUDIO_HOME names."""
+    return subprocess.run(
+        [sys.executable, "-m", "lorastudio.cli", *args],
+        env=cli_env(src), capture_output=True, text=True, preexec_fn=preexec,  # noqa: PLW1509
+    )  # fmt: skip
+
+
+def use_old_home(
+    old_home: tuple[Path, dict, Path], monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, dict, Path]:
+    """`old_home` as this process's studio home (no standby worker); returns it."""
+    from lorastudio.settings import get_settings
+
+    monkeypatch.setenv("LORASTUDIO_HOME", str(old_home[0]))
+    monkeypatch.setenv("LORASTUDIO_STANDBY_WORKER", "0")
+    get_settings.cache_clear()
+    return old_home

@@ -19,7 +19,14 @@ from pathlib import Path
 
 import pytest
 from tests.polling import until
-from tests.upgrade.old_tree import old_src, renders_again, resumes_bitwise
+from tests.upgrade.old_tree import (
+    build_old_home,
+    cli_env,
+    renders_again,
+    resumes_bitwise,
+    run_cli,
+    use_old_home,
+)
 
 OLD = "50fed635"  # session 33's start
 REPO = Path(__file__).resolve().parents[2]
@@ -34,36 +41,17 @@ def _umask_002() -> None:
 @pytest.fixture(scope="module")
 def old_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
     root = tmp_path_factory.mktemp("upgrade33")
-    source = old_src(OLD, root / "old")
-    env = {**os.environ, "PYTHONPATH": f"{source}{os.pathsep}{Path(__file__).parent}", "OMP_NUM_THREADS": "1"}
-    built = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("old_home33.py")), str(root / "home")],
-        env=env, capture_output=True, text=True, cwd=root, preexec_fn=_umask_002,  # noqa: PLW1509
-    )  # fmt: skip
-    assert built.returncode == 0, built.stderr[-3000:]
-    return root / "home", json.loads((root / "old_home.json").read_text()), source
+    return build_old_home(root, OLD, "old_home33.py", preexec=_umask_002)
 
 
 @pytest.fixture
 def home(old_home: tuple[Path, dict, Path], monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict, Path]:
-    from lorastudio.settings import get_settings
-
-    monkeypatch.setenv("LORASTUDIO_HOME", str(old_home[0]))
-    monkeypatch.setenv("LORASTUDIO_STANDBY_WORKER", "0")
-    get_settings.cache_clear()
-    return old_home
-
-
-def _env(src: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return use_old_home(old_home, monkeypatch)
 
 
 def _cli(*args: str, src: Path = REPO / "src") -> subprocess.CompletedProcess:
     """The CLI of `src` (this code's by default) on the home, under umask 002 (a team's)."""
-    return subprocess.run(
-        [sys.executable, "-m", "lorastudio.cli", *args],
-        env=_env(src), capture_output=True, text=True, preexec_fn=_umask_002,  # noqa: PLW1509
-    )  # fmt: skip
+    return run_cli(*args, src=src, preexec=_umask_002)
 
 
 def _listed(src: Path = REPO / "src") -> list[list[str]]:
@@ -134,7 +122,7 @@ def test_an_old_home_upgrades_and_rolls_back(home: tuple[Path, dict, Path]) -> N
     path.write_text(json.dumps(config))
     proc = subprocess.Popen(
         [sys.executable, "-m", "lorastudio.cli", "train", str(path), "--device", "cpu"],
-        env=_env(REPO / "src"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=cli_env(REPO / "src"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     reserved = until(lambda: list((folder / "outputs").glob(".*.reserved")), 300, "the run's reservation")
     time.sleep(3)  # into its run

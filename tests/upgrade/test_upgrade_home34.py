@@ -12,7 +12,6 @@ fields (1210-1214). Skipped where the repository lacks the old commit (a shallow
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from tests.polling import until
-from tests.upgrade.old_tree import old_src, resumes_bitwise
+from tests.upgrade.old_tree import build_old_home, cli_env, resumes_bitwise, run_cli, use_old_home
 
 OLD = "04d52130"  # session 34's start
 REPO = Path(__file__).resolve().parents[2]
@@ -34,35 +33,17 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def old_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
     root = tmp_path_factory.mktemp("upgrade34")
-    source = old_src(OLD, root / "old")
-    env = {**os.environ, "PYTHONPATH": f"{source}{os.pathsep}{Path(__file__).parent}", "OMP_NUM_THREADS": "1"}
-    built = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("old_home34.py")), str(root / "home")],
-        env=env, capture_output=True, text=True, cwd=root,
-    )  # fmt: skip
-    assert built.returncode == 0, built.stderr[-3000:]
-    return root / "home", json.loads((root / "old_home.json").read_text()), source
+    return build_old_home(root, OLD, "old_home34.py")
 
 
 @pytest.fixture
 def home(old_home: tuple[Path, dict, Path], monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict, Path]:
-    from lorastudio.settings import get_settings
-
-    monkeypatch.setenv("LORASTUDIO_HOME", str(old_home[0]))
-    monkeypatch.setenv("LORASTUDIO_STANDBY_WORKER", "0")
-    get_settings.cache_clear()
-    return old_home
-
-
-def _env(src: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return use_old_home(old_home, monkeypatch)
 
 
 def _cli(*args: str, src: Path = REPO / "src") -> subprocess.CompletedProcess:
     """The CLI of `src` (this code's by default) on the home."""
-    return subprocess.run(
-        [sys.executable, "-m", "lorastudio.cli", *args], env=_env(src), capture_output=True, text=True
-    )
+    return run_cli(*args, src=src)
 
 
 def _listed(src: Path = REPO / "src") -> list[list[str]]:
@@ -98,7 +79,7 @@ def _old_server(src: Path, model: str) -> dict:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    env = {**_env(src), "LORASTUDIO_STANDBY_WORKER": "0"}
+    env = {**cli_env(src), "LORASTUDIO_STANDBY_WORKER": "0"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "lorastudio.cli", "serve", "--port", str(port)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -200,7 +181,7 @@ def test_an_old_home_upgrades_rolls_back_and_upgrades_again(home: tuple[Path, di
     path.write_text(json.dumps(config))
     proc = subprocess.Popen(
         [sys.executable, "-m", "lorastudio.cli", "train", str(path), "--device", "cpu"],
-        env=_env(REPO / "src"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=cli_env(REPO / "src"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     owners = folder / "cache" / "run-owners"
     until(lambda: list((folder / "outputs" / "new-killed").glob("checkpoints/step-*")), 300, "a checkpoint")
