@@ -100,3 +100,12 @@ def use_old_home(
     monkeypatch.setenv("LORASTUDIO_STANDBY_WORKER", "0")
     get_settings.cache_clear()
     return old_home
+
+
+def spawn_cli_train(config: Path, src: Path) -> subprocess.Popen:
+    """`lorastudio train CONFIG --device cpu` of source tree `src`, its output discarded (a run a
+    test kills)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "lorastudio.cli", "train", str(config), "--device", "cpu"],
+        env=cli_env(src), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,10 +20,10 @@ import pytest
 from tests.polling import until
 from tests.upgrade.old_tree import (
     build_old_home,
-    cli_env,
     renders_again,
     resumes_bitwise,
     run_cli,
+    spawn_cli_train,
     use_old_home,
 )
 
@@ -120,10 +119,7 @@ def test_an_old_home_upgrades_and_rolls_back(home: tuple[Path, dict, Path]) -> N
     config = {k: v for k, v in old["killed"]["raw"].items() if k != "output_name"}
     path = folder.parent / "long-default.json"
     path.write_text(json.dumps(config))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lorastudio.cli", "train", str(path), "--device", "cpu"],
-        env=cli_env(REPO / "src"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    proc = spawn_cli_train(path, REPO / "src")
     reserved = until(lambda: list((folder / "outputs").glob(".*.reserved")), 300, "the run's reservation")
     time.sleep(3)  # into its run
     proc.send_signal(signal.SIGKILL)

@@ -22,7 +22,14 @@ from pathlib import Path
 
 import pytest
 from tests.polling import until
-from tests.upgrade.old_tree import build_old_home, cli_env, resumes_bitwise, run_cli, use_old_home
+from tests.upgrade.old_tree import (
+    build_old_home,
+    cli_env,
+    resumes_bitwise,
+    run_cli,
+    spawn_cli_train,
+    use_old_home,
+)
 
 OLD = "04d52130"  # session 34's start
 REPO = Path(__file__).resolve().parents[2]
@@ -179,10 +186,7 @@ def test_an_old_home_upgrades_rolls_back_and_upgrades_again(home: tuple[Path, di
     config = {**old["killed"]["raw"], "output_name": "new-killed"}
     path = folder.parent / "new-killed.json"
     path.write_text(json.dumps(config))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lorastudio.cli", "train", str(path), "--device", "cpu"],
-        env=cli_env(REPO / "src"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    proc = spawn_cli_train(path, REPO / "src")
     owners = folder / "cache" / "run-owners"
     until(lambda: list((folder / "outputs" / "new-killed").glob("checkpoints/step-*")), 300, "a checkpoint")
     proc.send_signal(signal.SIGKILL)

@@ -21,6 +21,8 @@ import stat
 import time
 from pathlib import Path
 
+from lorastudio.processes import same_kernel
+
 FOLDER = ("cache", "run-owners")
 # a link in a lock's place is never followed, a FIFO never waited on (a reader's open of one
 # blocked the server's run listing for ever; RELIABILITY 1249)
@@ -97,6 +99,13 @@ def owner_gone(home: Path, run_id: str) -> bool:
     with contextlib.suppress(OSError):
         path.unlink()
     return True
+
+
+def cli_owner_gone(home: Path, run_id: str, source: str | None, owner_start: str | None) -> bool:
+    """Whether the owner of run `run_id` (its record's source and owner start token) is a CLI run
+    that process_gone cannot tell (another PID namespace or host name, the same kernel) and that
+    is gone: its lock is free (`owner_gone`, which removes the file)."""
+    return source == "cli" and same_kernel(owner_start) and owner_gone(home, run_id)
 
 
 def sweep_free_locks(home: Path, keep: set[str]) -> None:

@@ -25,9 +25,9 @@ from lorastudio import json_read
 from lorastudio.errors import NoSpaceLeft, NotFound, is_no_space
 from lorastudio.file_modes import follow_umask_path
 from lorastudio.jobs.records import LIVE_STATUSES, METRIC_KEYS, JobStatus, now_iso
-from lorastudio.jobs.run_owner import owner_gone, sweep_free_locks
+from lorastudio.jobs.run_owner import cli_owner_gone, sweep_free_locks
 from lorastudio.jobs.store_schema import RUN_COLUMNS, SCHEMA, UPDATABLE, add_missing_columns
-from lorastudio.processes import process_gone, same_kernel
+from lorastudio.processes import process_gone
 
 # Why a live run whose owner is gone was marked interrupted, by the run's source.
 DEAD_OWNER_ERRORS = {
@@ -129,7 +129,8 @@ class RunStore:
             }
             for r in rows
             # both asked: a gone CLI owner's free lock file is removed whichever tells (fix 1251)
-            if self._cli_owner_gone(r) | process_gone(r["owner_pid"], r["owner_start"])
+            if cli_owner_gone(self.path.parent, r["id"], r["source"], r["owner_start"])
+            | process_gone(r["owner_pid"], r["owner_start"])
         }
         sweep_free_locks(self.path.parent, {r["id"] for r in rows if r["id"] not in dead})
         if not dead:
@@ -143,15 +144,6 @@ class RunStore:
                     [fields["status"], fields["finished_at"], fields["error"], run_id, *live],
                 )
         return dead
-
-    def _cli_owner_gone(self, row: sqlite3.Row) -> bool:
-        """A CLI run's owner that process_gone cannot tell (another PID namespace or host name, the
-        same kernel) is gone where its run's lock is free (jobs/run_owner.py)."""
-        return (
-            row["source"] == "cli"
-            and same_kernel(row["owner_start"])
-            and owner_gone(self.path.parent, row["id"])
-        )
 
     def create_run(
         self,
