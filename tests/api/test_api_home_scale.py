@@ -133,7 +133,7 @@ def test_the_lora_list_reads_no_snapshot_or_checkpoint_sidecar(
     snapshot's and checkpoint EMA file's sidecar) to keep its final ones: 2,000 LoRAs, 100 of
     them with 100 such files, read 10,000 sidecars per GET /api/loras (RELIABILITY 1224); an EMA
     LoRA's `raw_step` read them all again (1227): now only its step's snapshot is read."""
-    answer = home_client.get("/api/loras", params={"family": "flux"})
+    answer = home_client.get("/api/loras", params={"family": "flux", "limit": SCALE.runs})
     assert answer.status_code == 200, answer.text
     listed = answer.json()["loras"]
     assert len(listed) == SCALE.runs and listed[-1]["name"] == output_name(0)

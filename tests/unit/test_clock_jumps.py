@@ -90,7 +90,7 @@ def test_a_jobs_elapsed_time_is_the_servers_monotonic_not_its_wall_clock(monkeyp
 def test_the_lora_list_is_newest_first_by_the_run_store_not_the_files_mtimes(tmp_path):
     import os
 
-    from lorastudio.api.routes.loras import loras
+    from lorastudio.api.routes.loras import lora_list
     from lorastudio.jobs.records import now_iso
     from lorastudio.jobs.store import RunStore
     from lorastudio.settings import Settings
@@ -107,7 +107,7 @@ def test_the_lora_list_is_newest_first_by_the_run_store_not_the_files_mtimes(tmp
             store.create_run(
                 name, name, "flux", {"family": "flux", "steps": 1, "output_name": name}, now_iso()
             )
-    listed = loras(family=None, settings=settings, store=store)["loras"]
+    listed = lora_list(settings, store)["loras"]
     assert [item["name"] for item in listed] == ["after", "before", "by-hand"]
 
 

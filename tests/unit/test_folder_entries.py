@@ -69,14 +69,14 @@ def test_a_lora_whose_run_is_deleted_while_the_loras_are_listed_is_left_out(
     for name in ("kept", "gone"):
         (settings.outputs_dir / name).mkdir()
         (settings.outputs_dir / name / f"{name}.safetensors").write_bytes(b"x" * 8)
-    sidecar = loras_route._sidecar  # read between the LoRA's check and its stat
+    sidecar = loras_route.read_sidecar  # read after the scan found the LoRA, before its files
 
     def deleted_meanwhile(path: Path) -> Any:
         if path.parent.name == "gone":
             shutil.rmtree(path.parent)  # its run deleted (the folder taken aside) just then
         return sidecar(path)
 
-    monkeypatch.setattr(loras_route, "_sidecar", deleted_meanwhile)
+    monkeypatch.setattr(loras_route, "read_sidecar", deleted_meanwhile)
     with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         answer = client.get("/api/loras")
 

@@ -140,7 +140,11 @@ class LoraOut(_Out):
 
 class LoraList(_Out):
     root: str
-    loras: list[LoraOut]
+    loras: list[LoraOut] = Field(description="the page, newest first")
+    total: int = Field(description="the LoRAs the filters keep (family, q, name), every page's")
+    next_cursor: str | None = Field(
+        description="give it as `cursor` for the next page; null after the last page"
+    )
 
 
 class LoraStep(_Out):

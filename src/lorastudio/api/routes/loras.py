@@ -8,14 +8,13 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 
-from lorastudio import json_read
 from lorastudio.api.contract import file_answer
 from lorastudio.api.deps import settings_dep, store_dep
 from lorastudio.api.downloads import Download
+from lorastudio.api.lora_pages import CURSOR, find_loras, page_of, read_sidecar
 from lorastudio.api.schemas_files import LoraList, LoraSteps, PushBody, PushOut
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import NotFound
-from lorastudio.folder_entries import entries
 from lorastudio.jobs.generation_inputs import lora_file
 from lorastudio.jobs.store import RunStore
 from lorastudio.lora.snapshots import file_weights, final_loras, raw_lora_at, run_loras
@@ -28,6 +27,16 @@ router = APIRouter(prefix="/api/loras", tags=["loras"])
 @router.get("", response_model=LoraList)
 def loras(
     family: str | None = Query(default=None, description="only LoRAs of this family"),
+    q: str | None = Query(
+        default=None, max_length=255, description="only LoRAs whose name holds this text (any case)"
+    ),
+    name: list[str] | None = Query(default=None, description="only the LoRAs of these names (repeat it)"),
+    limit: int = Query(default=200, ge=1, le=10_000, description="LoRAs in the page"),
+    cursor: str | None = Query(
+        default=None,
+        pattern=CURSOR,
+        description="a page's next_cursor: the page after it (absent: the newest LoRAs)",
+    ),
     settings: Settings = Depends(settings_dep),
     store: RunStore = Depends(store_dep),
 ) -> dict[str, Any]:
@@ -35,41 +44,50 @@ def loras(
     unreadable) and its pickable files (`final_files`), newest first: the runs' by the order the
     run store recorded their newest run (RunStore.output_order, as the runs list), then the
     folders no run recorded (copied in by hand, a deleted record's) by the file's mtime; `family`
-    filters on the sidecar's family."""
+    filters on the sidecar's family, `q` on the name, `name` picks names. A page at a time
+    (`limit`; `cursor`: the previous page's `next_cursor`, null after the last page; a LoRA made
+    or deleted meanwhile never repeats or skips one); `total` counts every LoRA the filters
+    keep. Only the page's LoRAs are read in full (api/lora_pages.py)."""
+    return lora_list(settings, store, family=family, query=q, names=name, limit=limit, cursor=cursor)
+
+
+def lora_list(
+    settings: Settings,
+    store: RunStore,
+    *,
+    family: str | None = None,
+    query: str | None = None,
+    names: list[str] | None = None,
+    limit: int = 200,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    """The LoraList answer of GET /api/loras (see `loras`). A page's LoRA whose run is deleted
+    while the page is read (its final files gone) is left out of it."""
     root = settings.outputs_dir
-    found = []
-    folders = [p for p in entries(root) if p.is_dir() and not p.name.startswith(".")]
-    for folder in folders:
-        lora = folder / f"{folder.name}.safetensors"
-        if not lora.is_file():
+    found = find_loras(root, store.output_order(), family=family, query=query or None, names=names)
+    page, after = page_of(found, limit, cursor)
+    items = []
+    for f in page:
+        name = f.folder.name
+        sidecar = f.sidecar if family is not None else read_sidecar(f.folder / f"{name}.json")
+        files = final_files(f.folder)
+        if not files:  # deleted since the scan found it
             continue
-        sidecar = _sidecar(folder / f"{folder.name}.json")
-        fam = sidecar.get("family") if sidecar else None
         weights = file_weights(sidecar)
-        if family is not None and fam != family:
-            continue
-        try:
-            stat = lora.stat()
-        except FileNotFoundError:  # its run was deleted since it was found: not listed
-            continue
-        found.append(
+        items.append(
             {
-                "name": folder.name,
-                "family": fam,
-                "path": str(lora),
-                "bytes": stat.st_size,
-                "modified": stat.st_mtime,
+                "name": name,
+                "family": sidecar.get("family") if sidecar else None,
+                "path": str(f.folder / f"{name}.safetensors"),
+                "bytes": f.stat_size,
+                "modified": f.mtime,
                 "sidecar": sidecar,
                 "weights": weights,
-                "raw_step": _raw_step(folder, sidecar) if weights == "ema" else None,
-                "files": final_files(folder),
+                "raw_step": _raw_step(f.folder, sidecar) if weights == "ema" else None,
+                "files": files,
             }
         )
-    order = store.output_order()
-    found.sort(
-        key=lambda item: (item["name"] in order, order.get(item["name"], item["modified"])), reverse=True
-    )
-    return {"root": str(root), "loras": found}
+    return {"root": str(root), "loras": items, "total": len(found), "next_cursor": after}
 
 
 @router.get("/{name}/steps", response_model=LoraSteps)
@@ -170,11 +188,3 @@ def _raw_step(folder: Path, sidecar: dict[str, Any] | None) -> int | None:
     with `step`), else None."""
     step = (sidecar or {}).get("steps")
     return step if isinstance(step, int) and raw_lora_at(folder, step) is not None else None
-
-
-def _sidecar(path: Any) -> dict[str, Any] | None:
-    try:
-        data = json_read.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
