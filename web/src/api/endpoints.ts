@@ -152,7 +152,17 @@ export const api = {
   /** Continue a stopped/failed run from its newest checkpoint (or `body.checkpoint`). */
   resumeRun: (id: string, body: ResumeBody, answerTo: AnswerTo) => postEffect<Job>(`/api/runs/${seg(id)}/resume`, body, answerTo),
 
-  loras: (family?: string, signal?: AbortSignal) => get<LoraList>(`/api/loras${family ? `?family=${seg(family)}` : ""}`, signal),
+  /** A page of the trained LoRAs (newest first, a family's when given): `q` keeps the names that
+   * hold it (any case), `names` these names only, `cursor` a page's next_cursor (the page after it). */
+  loras: (family?: string, signal?: AbortSignal, page: { q?: string; names?: readonly string[]; cursor?: string } = {}) => {
+    const query = new URLSearchParams();
+    if (family) query.set("family", family);
+    if (page.q) query.set("q", page.q);
+    for (const name of page.names ?? []) query.append("name", name);
+    if (page.cursor) query.set("cursor", page.cursor);
+    const q = query.toString();
+    return get<LoraList>(q ? `/api/loras?${q}` : "/api/loras", signal);
+  },
   /** Download URL of a trained LoRA's .safetensors (served as an attachment); `step`: the raw
    * weights of that step (a snapshot, or an EMA run's <name>.raw.safetensors). */
   loraFileUrl: (name: string, step?: number | null) =>

@@ -631,7 +631,10 @@ export interface paths {
          *     unreadable) and its pickable files (`final_files`), newest first: the runs' by the order the
          *     run store recorded their newest run (RunStore.output_order, as the runs list), then the
          *     folders no run recorded (copied in by hand, a deleted record's) by the file's mtime; `family`
-         *     filters on the sidecar's family.
+         *     filters on the sidecar's family, `q` on the name, `name` picks names. A page at a time
+         *     (`limit`; `cursor`: the previous page's `next_cursor`, null after the last page; a LoRA made
+         *     or deleted meanwhile never repeats or skips one); `total` counts every LoRA the filters
+         *     keep. Only the page's LoRAs are read in full (api/lora_pages.py).
          */
         get: operations["loras_api_loras_get"];
         put?: never;
@@ -2747,10 +2750,23 @@ export interface components {
         };
         /** LoraList */
         LoraList: {
-            /** Loras */
+            /**
+             * Loras
+             * @description the page, newest first
+             */
             loras: components["schemas"]["LoraOut"][];
+            /**
+             * Next Cursor
+             * @description give it as `cursor` for the next page; null after the last page
+             */
+            next_cursor: string | null;
             /** Root */
             root: string;
+            /**
+             * Total
+             * @description the LoRAs the filters keep (family, q, name), every page's
+             */
+            total: number;
         };
         /** LoraOut */
         LoraOut: {
@@ -8837,6 +8853,14 @@ export interface operations {
             query?: {
                 /** @description only LoRAs of this family */
                 family?: string | null;
+                /** @description only LoRAs whose name holds this text (any case) */
+                q?: string | null;
+                /** @description only the LoRAs of these names (repeat it) */
+                name?: string[] | null;
+                /** @description LoRAs in the page */
+                limit?: number;
+                /** @description a page's next_cursor: the page after it (absent: the newest LoRAs) */
+                cursor?: string | null;
             };
             header?: never;
             path?: never;

@@ -5,6 +5,7 @@ import { LORA_SCALE } from "../api/limits.gen";
 import type { Lora, LoraRef } from "../api/types";
 import { formatBytes } from "../lib/format";
 import { useLoad } from "../lib/latest";
+import type { LoraListView } from "../lib/loraList";
 
 /** A chosen LoRA file and its scale: `step` null/absent = the run's LoRA (with EMA the EMA
  * weights), a step = the raw weights of that step (an EMA run's <name>.raw.safetensors), or with
@@ -25,6 +26,8 @@ interface Props {
   unavailable?: string | null;
   /** Whether `loras` is the server's answer (false while it loads: no pick is called missing yet). */
   loaded?: boolean;
+  /** The list's pages and search (lib/loraList.useLoraList); absent: `loras` is every LoRA. */
+  pages?: Pick<LoraListView, "total" | "shown" | "searchable" | "query" | "setQuery" | "more" | "morePending" | "moreError">;
 }
 
 /** One row per pickable file of each LoRA (the API's `files`; a list without them: the run's LoRA). */
@@ -47,7 +50,7 @@ export const fileLabel = (name: string, f: Pick<LoraFile, "step"> & { weights?: 
  * A run with EMA offers both its files, labelled EMA / raw; each shows its validation loss and
  * the best / last validation marks (only raw weights are measured).
  */
-export function LoraPicker({ loras, picks, onChange, family, error, unavailable, loaded = true }: Props) {
+export function LoraPicker({ loras, picks, onChange, family, error, unavailable, loaded = true, pages }: Props) {
   const toggle = (name: string, step: number | null, ema = false) =>
     onChange(
       picks.some((p) => samePick(p, name, step, ema))
@@ -97,10 +100,22 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable,
   return (
     <div className={`field wide${error ? " has-error" : ""}`} ref={box} role="group" aria-label="LoRAs">
       <span className="field-label">LoRAs</span>
+      {pages?.searchable && !unavailable && (
+        <input
+          type="search"
+          className="lora-search"
+          value={pages.query}
+          onChange={(e) => pages.setQuery(e.target.value)}
+          placeholder="Search by name"
+          aria-label={`search the ${family} LoRAs by name`}
+        />
+      )}
       {unavailable ? (
         <span className="field-error" role="alert">
           {unavailable}
         </span>
+      ) : loras.length === 0 && pages?.query ? (
+        <span className="muted small lora-empty">No {family} LoRA's name holds “{pages.query}”.</span>
       ) : loras.length === 0 ? (
         <span className="muted small lora-empty">
           No trained {family} LoRA yet. <a href="#/train">Train one</a> and it appears here.
@@ -171,6 +186,24 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable,
             });
           })}
         </ul>
+      )}
+      {pages && !unavailable && pages.total != null && pages.shown < pages.total && (
+        <p className="muted small" data-testid="loras-count">
+          {pages.shown} of {pages.total} LoRAs{pages.query ? ` whose name holds “${pages.query}”` : ""}
+          {pages.more && (
+            <>
+              {" "}
+              <button type="button" className="ghost small" disabled={pages.morePending} onClick={pages.more}>
+                Show more
+              </button>
+            </>
+          )}
+        </p>
+      )}
+      {pages?.moreError && (
+        <span className="field-error" role="alert">
+          {pages.moreError}
+        </span>
       )}
       {snapshots.length > 0 && (
         <ul className="lora-list" data-testid="snapshot-loras">

@@ -1,5 +1,4 @@
 import { type FormEvent, useEffect, useRef, useState } from "react";
-import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import { useModelChoices } from "../api/models";
 import { useTraining } from "../api/training";
@@ -20,7 +19,7 @@ import { useRunPreset } from "../lib/runPreset";
 import { type SampleRef, useSamplePreset } from "../lib/sampleAgain";
 import { SampleFrom } from "../components/SampleFrom";
 import { ErrorBanner } from "../components/ErrorBanner";
-import { useLoad } from "../lib/latest";
+import { useLoraList } from "../lib/loraList";
 import { loadDraft, useDraft } from "../lib/draft";
 import { draftText, GENERATE_DRAFT, type GenerateDraft } from "../lib/generateDraft";
 import { inFlight, newFlight, progressed, sent, track } from "../lib/generationInFlight";
@@ -116,11 +115,12 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
   // (a "Generate again" form too: the draft it was opened over stays until this form is edited)
   const [touched, setTouched] = useState(draft != null && fromSample == null);
   useDraft(GENERATE_DRAFT, touched ? kept : null);
-  // keyed by the family: a slow answer for the family picked before never lists its LoRAs under this one
-  const lorasLoad = useLoad(family ? (signal) => api.loras(family, signal) : null, family);
-  const loras: Lora[] = lorasLoad.data?.loras ?? [];
-  const lorasError = lorasLoad.error
-    ? `Cannot load the ${family} LoRAs: ${lorasLoad.error instanceof Error ? lorasLoad.error.message : String(lorasLoad.error)}`
+  // a page at a time, searched on the server; keyed by the family (a slow answer for the family
+  // picked before never lists its LoRAs under this one) and the search
+  const loraList = useLoraList(family, picks);
+  const loras: Lora[] = loraList.loras;
+  const lorasError = loraList.error
+    ? `Cannot load the ${family} LoRAs: ${loraList.error instanceof Error ? loraList.error.message : String(loraList.error)}`
     : null;
   if (!info || !models || !family) return <section className="screen muted">Loading…</section>;
 
@@ -269,7 +269,8 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
           )}
           <LoraPicker
             loras={loras}
-            loaded={lorasLoad.data != null}
+            loaded={loraList.loaded}
+            pages={loraList}
             picks={picks}
             onChange={choosePicks}
             family={family}
