@@ -45,6 +45,10 @@ from lorastudio.jobs import hardware  # noqa: E402  (after the environment above
 
 hardware.STRICT_PROBE_WAITS = True
 
+import endless_streams  # noqa: E402
+
+endless_streams.guard()  # an event stream read through TestClient fails at once (RELIABILITY 1281)
+
 
 # Test files that read one session-scoped process launch, by the start of their path: one xdist
 # unit each, so a single worker runs them and their launch. The two gloo ranks of

@@ -1,5 +1,9 @@
 """api/sse.py: every stream of one event log shares one poller; each event is encoded once;
-streams that start far back catch up from the log; the fan-out goes away with its last stream."""
+streams that start far back catch up from the log; the fan-out goes away with its last stream.
+
+The endless streams are read from a real uvicorn (the `server` fixture), never through
+starlette's TestClient: before starlette 1.9 it buffers a whole response, so a test reading an
+endless stream through it never got an answer at the dependency floor (RELIABILITY 1281)."""
 
 from __future__ import annotations
 
@@ -8,9 +12,9 @@ import json
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 from starlette.requests import Request
 
+from live_server import LiveServer
 from lorastudio.api import sse
 from lorastudio.event_log import EventLog
 
@@ -104,11 +108,11 @@ def test_a_stream_far_behind_catches_up_from_the_log(monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.timeout(60)  # before: the stream stayed silent for ever
-def test_an_id_of_another_server_life_replays_this_lifes_events(client: TestClient) -> None:
+def test_an_id_of_another_server_life_replays_this_lifes_events(server: LiveServer) -> None:
     """A browser's EventSource reconnects to a restarted server with the Last-Event-ID it had
     (ids restart at 1): the stream sent nothing until this server's ids passed it. Now an id past
     the log's newest starts at its beginning; a current one resumes after it."""
-    service = client.app.state.service
+    service, client = server.app.state.service, server.client
     for n in range(1, 4):
         service.event_log.append({"type": "status", "n": n})
     for headers, params in (
@@ -127,10 +131,10 @@ def test_an_id_of_another_server_life_replays_this_lifes_events(client: TestClie
 
 
 @pytest.mark.timeout(60)
-def test_a_resume_past_what_the_log_keeps_says_so_before_the_rest(client: TestClient) -> None:
+def test_a_resume_past_what_the_log_keeps_says_so_before_the_rest(server: LiveServer) -> None:
     """A client resuming from an id whose next events the log dropped got the oldest kept ones
     as if they followed on (RELIABILITY 536): now an `event: gap` naming both ids comes first."""
-    service = client.app.state.service
+    service, client = server.app.state.service, server.client
     kept = service.event_log._events.maxlen
     for n in range(1, kept + 11):  # ids 1-10 dropped
         service.event_log.append({"type": "status", "n": n})
@@ -182,10 +186,11 @@ def test_a_stream_behind_writes_bounded_pieces() -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("path", ["/api/train/events", "/api/captions/events", "/api/models/events"])
-def test_a_last_event_id_of_5000_digits_is_an_id_of_another_life(client: TestClient, path: str) -> None:
+def test_a_last_event_id_of_5000_digits_is_an_id_of_another_life(server: LiveServer, path: str) -> None:
     """int() of it raised (Python's 4,300-digit limit): a 500 on every stream (RELIABILITY 540).
     Now it is past any id of this life: the stream replays the log from its start."""
-    client.app.state.service.event_log.append({"type": "status", "n": 1})
+    client = server.client
+    server.app.state.service.event_log.append({"type": "status", "n": 1})
     with client.stream("GET", path, headers={"last-event-id": "9" * 5000}) as resp:
         assert resp.status_code == 200
         assert next(resp.iter_lines()) == ": connected"
