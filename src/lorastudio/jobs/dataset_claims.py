@@ -10,7 +10,7 @@ kernel drops the lock when its holder dies (kill -9 included), so a dead holder 
 dataset stuck. Each holder also writes `<key>.<pid>-<id>.holder` (who holds it, for the refusal
 message); a record whose pid holds no lock any more is a crash leftover, removed by the next
 take or refusal on that dataset, and so is a record that is not a whole, well-typed one
-(records are renamed in whole). Nothing in the claims folder is followed: a link, a folder or
+(records are renamed in whole) and a killed taker's staged record (`.<record>.<pid>-<hex>.tmp`). Nothing in the claims folder is followed: a link, a folder or
 a FIFO planted at a lock's place is removed (the entry only) and a regular lock made; records
 are read without following links or blocking, 64 KiB at most.
 
@@ -56,7 +56,7 @@ from lorastudio.errors import DatasetBusy, writing
 from lorastudio.file_modes import follow_umask_fd
 from lorastudio.jobs.homelock import LOCK_NAME, lock_holders
 from lorastudio.processes import process_alive
-from lorastudio.staged_files import staging_path
+from lorastudio.staged_files import killed_writers_staging, staging_path
 
 CLAIMS_DIR = "claims"
 BRIEF_WAIT_S = 30.0  # how long a take waits for brief edits (and a releasing holder) by default
@@ -246,7 +246,12 @@ def claim_cli_run(cfg: Any) -> DatasetClaim:
 
 def holders(lock: Path) -> list[dict[str, Any]]:
     """The live holders recorded for lock file `lock` ({"pid", "mode", "holder", "dataset"});
-    records of processes that hold no lock on it any more are removed (crash leftovers)."""
+    records of processes that hold no lock on it any more are removed (crash leftovers), and so
+    is a killed taker's staged record of it, never renamed (staged_files' pid rule: it kept the
+    claims folder, RELIABILITY 1282)."""
+    for staged in killed_writers_staging(lock.parent):
+        if staged.name.startswith(f".{lock.stem}."):
+            staged.unlink(missing_ok=True)
     try:
         records = sorted(lock.parent.glob(f"{lock.stem}.*.holder"))
     except FileNotFoundError:  # the last holder removed the claims folder meanwhile: none left

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -111,3 +112,25 @@ def test_a_fifo_holder_record_does_not_hang_a_take(home: Path) -> None:
         worker.join(5)
         pytest.fail("a FIFO planted as a holder record blocked the claim")
     assert outcome == [2]  # the dataset's path key and its inode key (claim_keys)
+
+
+def test_a_killed_takers_staged_record_is_removed_and_the_claims_folder_goes(home: Path) -> None:
+    """A taker killed between staging its holder record and renaming it (the session 34 flake of
+    test_caption_cli_claims: a CLI caption frozen, then killed, while it took its second key) left
+    `.<record>.<pid>-<hex>.tmp`, which no take removed: the claims folder stayed for ever
+    (RELIABILITY 1282). Now the next take on that dataset removes it, as it removes a dead
+    holder's record; a live writer's staging file is kept."""
+    lock = _lock(home)
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # reaped: its pid runs nothing now
+    record = lock.with_name(f"{lock.stem}.{dead.pid}-abcdef.holder")
+    lock.parent.mkdir()
+    killed = lock.parent / f".{record.name}.{dead.pid}-0123ab.tmp"
+    killed.write_text('{"pid": 1', encoding="utf-8")  # cut mid-write
+    _take(home, WRITE).release()
+    assert not lock.parent.exists()
+    lock.parent.mkdir()
+    live = lock.parent / f".{record.name}.{os.getpid()}-0123ab.tmp"  # this process's: a writer running
+    live.write_text("{}", encoding="utf-8")
+    _take(home, WRITE).release()
+    assert [p.name for p in lock.parent.iterdir()] == [live.name]
