@@ -76,3 +76,36 @@ def test_a_resume_names_the_reason_safetensors_hid(tmp_path, monkeypatch) -> Non
     _denied(monkeypatch, weights)
     with pytest.raises(ConfigError, match=rf"cannot read checkpoint .*: Permission denied: {weights}"):
         load_checkpoint(tmp_path / "ck", None)  # type: ignore[arg-type]  (refused before it is used)
+
+
+def test_a_base_component_transformers_could_not_open_names_the_true_reason(
+    tiny_model, tmp_path, monkeypatch
+) -> None:
+    """transformers opens a text encoder's weights with safetensors' safe_open and lets its error
+    through: a base model's weights another user could not read (0600) said "No such file or
+    directory" although they are there (RELIABILITY 1283). Now the load's error gives the
+    system's reason. EACCES emulated (the suite may run as root): safetensors' own error for it,
+    and os.open's."""
+    import shutil
+
+    import transformers.modeling_utils as modeling_utils
+    from transformers import CLIPTextModel
+
+    from lorastudio.families.loading import load_component
+
+    base = tmp_path / "flux"
+    shutil.copytree(tiny_model("flux") / "text_encoder", base / "text_encoder")
+    weights = base / "text_encoder" / "model.safetensors"
+    real_open = modeling_utils.safe_open
+
+    def safe_open(path, *args, **kwargs):  # as safetensors answers an EACCES
+        if os.fspath(path) == str(weights):
+            raise FileNotFoundError(f"No such file or directory: {weights}")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(modeling_utils, "safe_open", safe_open)
+    _denied(monkeypatch, weights)
+    with pytest.raises(ModelSourceError) as refused:
+        load_component(CLIPTextModel, str(base), "text_encoder", None)
+    assert f"Permission denied: {weights}" in str(refused.value), refused.value
+    assert "No such file or directory" not in str(refused.value)

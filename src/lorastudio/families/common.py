@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from lorastudio.errors import ModelSourceError
 from lorastudio.families.base import config_facts, quiet_loading
 from lorastudio.hub_token import hub_kwargs
+from lorastudio.open_reason import library_open_reason
 
 if TYPE_CHECKING:
     import torch
@@ -117,7 +118,9 @@ def load_text_pipeline(
     try:
         pipe = pipeline_cls.from_pretrained(source, revision=revision, dtype=dtype, **hub_kwargs(), **skip)
     except (OSError, ValueError, KeyError) as err:
-        raise ModelSourceError(f"cannot load the text encoders of {source!r}: {err}") from err
+        raise ModelSourceError(
+            f"cannot load the text encoders of {source!r}: {library_open_reason(err)}"
+        ) from err
     pipe.to(device)
     for name in ("text_encoder", "text_encoder_2", "text_encoder_3"):
         module = getattr(pipe, name, None)

@@ -134,7 +134,8 @@ def load_file_component(
         )
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise ModelSourceError(
-            f"cannot load {subfolder!r} ({cls.__name__}) from {sf.file} with the config of {sf.config}: {err}"
+            f"cannot load {subfolder!r} ({cls.__name__}) from {sf.file} with the config of {sf.config}: "
+            f"{library_open_reason(err)}"
         ) from err
     return _no_meta(model, sf, subfolder).to(dtype)
 
@@ -221,7 +222,9 @@ def _file_pipeline(
             sf.file, config=sf.config, revision=revision, dtype=dtype, **hub_kwargs(), **parts
         )
     except (OSError, ValueError, KeyError, RuntimeError) as err:
-        raise ModelSourceError(f"cannot load {sf.file} with the config of {sf.config}: {err}") from err
+        raise ModelSourceError(
+            f"cannot load {sf.file} with the config of {sf.config}: {library_open_reason(err)}"
+        ) from err
     apply_scheduler_overrides(pipe, sf)
     return pipe
 
@@ -256,6 +259,8 @@ def load_file_pipeline(
             sf.config, revision=revision, dtype=dtype, **hub_kwargs(), **{spec.denoiser: denoiser}
         )
     except (OSError, ValueError, KeyError) as err:
-        raise ModelSourceError(f"cannot load {class_name} from {sf.config!r}: {err}") from err
+        raise ModelSourceError(
+            f"cannot load {class_name} from {sf.config!r}: {library_open_reason(err)}"
+        ) from err
     apply_scheduler_overrides(pipe, sf)
     return pipe

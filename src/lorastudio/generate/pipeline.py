@@ -25,6 +25,7 @@ from lorastudio.generate.detect import detect_family
 from lorastudio.generate.references import reference_kwargs
 from lorastudio.generation_rules import guidance_problems, seed_problems, size_problems, text_tokens_problems
 from lorastudio.hub_token import hub_kwargs
+from lorastudio.open_reason import library_open_reason
 from lorastudio.user_paths import missing_file
 
 if TYPE_CHECKING:
@@ -103,7 +104,9 @@ def _load(
     try:
         pipe = pipeline_cls.from_pretrained(base_model, revision=revision, dtype=dtype, **hub_kwargs())
     except (OSError, ValueError) as err:
-        raise ModelSourceError(f"cannot load {class_name} from {base_model!r}: {err}") from err
+        raise ModelSourceError(
+            f"cannot load {class_name} from {base_model!r}: {library_open_reason(err)}"
+        ) from err
     return pipe, dev
 
 
