@@ -229,11 +229,12 @@ class WriteFailed(_FailedWrite):
 class ReadFailed(LorastudioError):
     """Reading a file that was being copied failed (an upload's or an import's source: an I/O
     error of its disk, a network file system gone, no permission): not a write of the studio's.
-    The message names what was read and the system's reason: "read failed: <what>: <reason>"
-    (API 500, CLI exit 1, as WriteFailed)."""
+    The message names what was read, the system's reason and, for READ_ADVICE's errnos, what to
+    do: "read failed: <what>: <reason>[; <advice>]" (API 500, CLI exit 1, as WriteFailed)."""
 
-    def __init__(self, what: str, reason: str = ""):
-        super().__init__(f"read failed: {what}: {reason or 'unknown reason'}")
+    def __init__(self, what: str, reason: str = "", advice: str = ""):
+        then = f"; {advice}" if advice else ""
+        super().__init__(f"read failed: {what}: {reason or 'unknown reason'}{then}")
 
 
 @contextmanager
@@ -244,7 +245,8 @@ def reading(what: str) -> Iterator[None]:
     try:
         yield
     except OSError as err:
-        raise ReadFailed(what, err.strerror or str(err) or type(err).__name__) from err
+        reason = err.strerror or str(err) or type(err).__name__
+        raise ReadFailed(what, reason, READ_ADVICE.get(err.errno or 0, "")) from err
 
 
 def os_error_text(err: OSError) -> str:
@@ -274,6 +276,20 @@ WRITE_ADVICE = {
     errno.EIO: "the disk reported an I/O error: check the disk (and free space on it), then retry",
     errno.EBUSY: "it is a mount point (another file system mounted on that folder), which cannot be renamed or"
     " removed: unmount it (or mount it elsewhere and keep the files in a folder inside it), then retry",
+}
+
+
+# What a user does about a failed read of a file being copied in (a ReadFailed's message ends
+# with it, as a WriteFailed's with WRITE_ADVICE: RELIABILITY 1284): the system's reason alone
+# ("Input/output error") named the file but not what to do.
+_GONE_MOUNT = "the network file system it is on went away: mount it again, then retry"
+READ_ADVICE = {
+    errno.EIO: "the disk (or network share) it is read from reported an I/O error: check it, or copy the file"
+    " elsewhere first, then retry",
+    errno.EACCES: "the user running the studio may not read it: give that user read permission on it, then retry",
+    errno.EPERM: "the user running the studio may not read it: give that user read permission on it, then retry",
+    errno.ESTALE: _GONE_MOUNT,
+    errno.ENOTCONN: _GONE_MOUNT,
 }
 
 

@@ -3,7 +3,7 @@ one call wrapped as a write, so a read error of its SOURCE (EIO on the file bein
 as "write failed: ... could not be stored (<dataset>): Input/output error", and a kohya import's
 failure named its staging folder (datasets/.uploads/kohya-<id>/<name>) instead of the dataset.
 Now a failed read is ReadFailed naming the file read ("read failed: the source file X could not
-be read"), a failed write names the dataset the import makes."""
+be read", then what to do: RELIABILITY 1284), a failed write names the dataset the import makes."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from PIL import Image
 import lorastudio.data.safe_open as safe_open
 from cli_runner import run_cli
 from lorastudio.data.uploads import UploadBatch
-from lorastudio.errors import ReadFailed
+from lorastudio.errors import READ_ADVICE, ReadFailed, reading
 from lorastudio.settings import get_settings
 
 
@@ -57,7 +57,10 @@ def test_a_source_read_error_is_a_failed_read_of_that_file_not_a_write(tmp_path:
     ):
         with UploadBatch(root, root / "pets", 10**8) as batch, pytest.raises(ReadFailed) as err:
             batch.add("a.png", io.BufferedReader(_BadSector(data, 100), 16), source=source)
-        assert str(err.value) == f"read failed: {said} could not be read: Input/output error"
+        assert (
+            str(err.value)
+            == f"read failed: {said} could not be read: Input/output error; {READ_ADVICE[errno.EIO]}"
+        )
     assert not (root / "pets").exists()
 
 
@@ -78,7 +81,9 @@ def test_an_import_whose_source_cannot_be_read_names_the_file(capsys, monkeypatc
     monkeypatch.setattr(safe_open, "open_in_folder", unreadable_b)
     got, text = run_cli(capsys, monkeypatch, "datasets", "import", str(source), "--name", "pets")
     assert got == 1 and "Traceback" not in text, text
-    assert f"error: read failed: the source file {bad} could not be read: Input/output error" in text, text
+    assert (
+        f"error: read failed: the source file {bad} could not be read: Input/output error; the disk" in text
+    ), text
     assert "write failed" not in text and not (get_settings().datasets_dir / "pets").exists()
 
 
@@ -99,3 +104,21 @@ def test_a_kohya_imports_failed_write_names_the_dataset_not_its_staging(
         in text
     ), text
     assert ".uploads" not in text
+
+
+def test_a_failed_reads_message_says_what_to_do_by_its_errno() -> None:
+    """ReadFailed said the system's reason alone ("Permission denied"), where a failed write says
+    what to do (fix 757): now each errno of READ_ADVICE has its advice; another has none."""
+    for code, advice in ((errno.EACCES, "give that user read permission"), (errno.ESTALE, "mount it again")):
+        with pytest.raises(ReadFailed) as err, reading("the source file /m/a.png could not be read"):
+            raise OSError(code, os.strerror(code), "/m/a.png")
+        assert str(err.value).startswith(
+            f"read failed: the source file /m/a.png could not be read: {os.strerror(code)}; "
+        )
+        assert advice in str(err.value) and str(err.value).endswith("then retry")
+    with pytest.raises(ReadFailed) as err, reading("the source file /m/a.png could not be read"):
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+    assert (
+        str(err.value)
+        == f"read failed: the source file /m/a.png could not be read: {os.strerror(errno.EINVAL)}"
+    )
