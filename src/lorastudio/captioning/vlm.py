@@ -19,6 +19,7 @@ from lorastudio.captioning.options import DEFAULT_PROMPT, FLORENCE_DEFAULT_TASK
 from lorastudio.captioning.source import CaptionerSource
 from lorastudio.errors import ModelSourceError
 from lorastudio.hub_token import held_hub_token
+from lorastudio.open_reason import library_open_reason
 
 
 def pick_device(device: str, gpu: int | None = None) -> str:
@@ -67,7 +68,7 @@ class Captioner:
         # a config its class refuses: ValueError, TypeError, huggingface_hub's validation errors)
         except Exception as err:  # noqa: BLE001 - each is "this model cannot be loaded", named
             raise ModelSourceError(
-                f"captioning model {source.source} cannot be loaded: {type(err).__name__}: {err}"
+                f"captioning model {source.source} cannot be loaded: {type(err).__name__}: {library_open_reason(err)}"
             ) from None
         _require_every_weight(source.source, self.kind, info)
         try:

@@ -51,6 +51,7 @@ from lorastudio.families.common import pipeline_facts
 from lorastudio.families.single_file import apply_scheduler_overrides, config_of, model_source
 from lorastudio.generate.references import reference_kwargs
 from lorastudio.hub_token import hub_kwargs
+from lorastudio.open_reason import library_open_reason
 from lorastudio.training.conditioning import EditPrompt, Text
 from lorastudio.training.precision import free_accelerator_memory
 from lorastudio.training.sample_files import (
@@ -332,7 +333,9 @@ def sampling_pipeline(run: PreparedRun, denoiser: torch.nn.Module, vae: Any) -> 
             config_of(source), revision=run.cfg.revision, **hub_kwargs(), **parts
         )
     except (OSError, ValueError, KeyError) as err:
-        raise ModelSourceError(f"cannot build the {class_name} for samples: {err}") from err
+        raise ModelSourceError(
+            f"cannot build the {class_name} for samples: {library_open_reason(err)}"
+        ) from err
     apply_scheduler_overrides(pipe, source)
     pipe.set_progress_bar_config(disable=True)
     return pipe
