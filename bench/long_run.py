@@ -93,7 +93,9 @@ def main() -> None:
     parser.add_argument("--validate-every", type=int, default=100)
     parser.add_argument("--keep-last", type=int, default=3)
     parser.add_argument("--keep-loras", type=int, default=20)
-    parser.add_argument("--images", type=int, default=50, help="sample images fetched, as a Samples view does")
+    parser.add_argument(
+        "--images", type=int, default=50, help="sample images fetched, as a Samples view does"
+    )
     parser.add_argument("--rounds", type=int, default=10, help="repeats of the run's record")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="lorastudio-long-") as tmp:
