@@ -12,7 +12,8 @@ config, the status poll. Usage:
 
     PYTHONPATH=$PWD/src:$PWD python -m bench.long_run [--steps 100000 ...]
 
-Prints one JSON line per step: step, seconds, server_cpu_s, bytes, status, rss_mb, peak_mb.
+Prints one JSON line per step: step, seconds, server_cpu_s, bytes (the sample images' row: the
+previews listed), status, rss_mb, peak_mb. tests/reliability/test_long_run_bench.py (slow) runs it.
 Point PYTHONPATH at an older tree's src/ (a `git archive` of it) to measure that one.
 """
 
@@ -22,6 +23,7 @@ import argparse
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from bench.dataset_scale import tiny_pngs
 from bench.home_scale import HomeBench
@@ -85,7 +87,8 @@ def build(home: Path, args: argparse.Namespace) -> None:
     (home / "logs" / f"{RUN}.log").write_bytes(chunk)
 
 
-def main() -> None:
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    """The bench's options (`argv`: None, the command line's; [] the defaults)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--sample-every", type=int, default=250)
@@ -97,31 +100,45 @@ def main() -> None:
         "--images", type=int, default=50, help="sample images fetched, as a Samples view does"
     )
     parser.add_argument("--rounds", type=int, default=10, help="repeats of the run's record")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def run(home: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Build the home under `home` and measure it (see the module's docstring); returns the rows."""
+    build(home, args)
+    bench = HomeBench(home)
+    try:
+        base = f"/api/runs/{RUN}"
+        record = bench.step("run record (its page)", "GET", base).json()
+        print(
+            json.dumps(
+                {"metric points": len(record["metrics"]), "validation rounds": len(record["validation"])}
+            )
+        )
+        bench.mark()
+        for _ in range(args.rounds):
+            bench.client.get(base).raise_for_status()
+        bench.record(f"run record x{args.rounds} (cpu: all)", 0.0)
+        samples = bench.step("samples list", "GET", f"{base}/samples").json()["samples"]
+        bench.mark()
+        for sample in samples[-args.images :]:
+            bench.client.get(sample["url"]).raise_for_status()
+        bench.record(f"{args.images} sample images (cpu: all)", 0.0, len(samples))
+        bench.step("checkpoints", "GET", f"{base}/checkpoints")
+        bench.step("loras", "GET", f"{base}/loras")
+        bench.step("log (500 lines of 32 MB)", "GET", f"{base}/log")
+        bench.step("config", "GET", f"{base}/config")
+        bench.step("runs list", "GET", "/api/runs")
+        bench.step("status", "GET", "/api/train/status")
+    finally:
+        bench.close()
+    return bench.rows
+
+
+def main() -> None:
+    args = options()
     with tempfile.TemporaryDirectory(prefix="lorastudio-long-") as tmp:
-        home = Path(tmp) / "home"
-        build(home, args)
-        bench = HomeBench(home)
-        try:
-            base = f"/api/runs/{RUN}"
-            bench.step("run record (its page)", "GET", base)
-            bench.mark()
-            for _ in range(args.rounds):
-                bench.client.get(base).raise_for_status()
-            bench.record(f"run record x{args.rounds} (cpu: all)", 0.0)
-            samples = bench.step("samples list", "GET", f"{base}/samples").json()["samples"]
-            bench.mark()
-            for sample in samples[-args.images :]:
-                bench.client.get(sample["url"]).raise_for_status()
-            bench.record(f"{args.images} sample images (cpu: all)", 0.0)
-            bench.step("checkpoints", "GET", f"{base}/checkpoints")
-            bench.step("loras", "GET", f"{base}/loras")
-            bench.step("log (500 lines of 32 MB)", "GET", f"{base}/log")
-            bench.step("config", "GET", f"{base}/config")
-            bench.step("runs list", "GET", "/api/runs")
-            bench.step("status", "GET", "/api/train/status")
-        finally:
-            bench.close()
+        run(Path(tmp) / "home", args)
 
 
 if __name__ == "__main__":
