@@ -184,7 +184,8 @@ class JobOut(_Out):
     progress: ProgressOut | None
     metrics: list[MetricPoint]
     validation: list[ValidationPoint] = Field(
-        default_factory=list, description="the validation rounds so far (validation_split), by step"
+        default_factory=list,
+        description="the validation rounds so far (validation_split), by step (with `since`: those from that step on)",
     )
     lora_path: str | None
     steps_run: int

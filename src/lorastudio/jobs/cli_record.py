@@ -114,12 +114,14 @@ class CliRunRecord:
                 for i in reversed(self.store.runs_with_output_name(job.config.output_name or ""))
                 if i != job.id
             ]
-            record = next((r for r in map(self.store.get_run, ids) if r["steps_run"] >= step), None)
+            runs = (self.store.get_run(i, max_points=0) for i in ids)
+            record = next((r for r in runs if r["steps_run"] >= step), None)
             if record is None:
                 return
-            for point in (p for p in record["metrics"] if p["step"] <= step):
+            earlier = self.store.metric_points(record["id"], up_to=step)  # in one transaction (1292)
+            for point in earlier:
                 job.history.add(point)
-                self.store.add_metric(job.id, point)
+            self.store.add_metrics(job.id, earlier)
             for point in (v for v in record["validation"] if v["step"] <= step):
                 job.validation.append(point)
                 self.store.add_validation(job.id, point)

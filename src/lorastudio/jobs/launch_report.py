@@ -138,7 +138,7 @@ def record_launch_failure(
     try:
         with contextlib.suppress(*STORE_ERRORS):
             try:
-                run = store.get_run(run_id, max_points=1)
+                run = store.get_run(run_id, max_points=0)
             except NotFound:
                 return
             if run["status"] == JobStatus.STOPPED and note_stopped:

@@ -149,7 +149,10 @@ class Job:
         return round((self.finished_mono or time.monotonic()) - self.started_mono, 1)
 
     def snapshot(self, since: int | None = None) -> dict[str, Any]:
-        """A JSON-able view; `since` limits the metric points to steps after it."""
+        """A JSON-able view; `since` limits the metric points to steps after it and the validation
+        rounds to those from it on (a round follows its step's progress event: one of the step a
+        client saw last may be new to it), so a client's poll costs the same at any step of a long
+        run (RELIABILITY 1294)."""
         return {
             "id": self.id,
             "status": self.status.value,
@@ -164,7 +167,7 @@ class Job:
             "samples": self.samples,
             "plan": self.plan,
             "metrics": self.history.since(since),
-            "validation": list(self.validation),
+            "validation": [v for v in self.validation if since is None or v["step"] >= since],
             "lora_path": self.lora_path,
             "steps_run": self.steps_run,
             "error": self.error,

@@ -227,7 +227,7 @@ class JobService(JobQueries, Dispatcher):
         Returns its snapshot. Raises NotFound (no such run or checkpoint), JobActive (busy
         without `queue`, the run or its folder live), ConfigError (every problem; each identity
         field that differs)."""
-        record = self.store.get_run(run_id)
+        record = self.store.get_run(run_id, max_points=0)
         if record["status"] in {s.value for s in LIVE_STATUSES}:
             raise JobActive(f"run {run_id} is {record['status']}; it cannot be resumed while live")
         with self._cond:
@@ -242,12 +242,13 @@ class JobService(JobQueries, Dispatcher):
         with self._cond:
             job = self._enqueue(resume.config, resume.worker_config, queue, resume.checkpoint)
             job.gpu_plan = planned_gpu_gib(resume.config, None, None)  # its budget, if any
-            earlier = [p for p in record["metrics"] if p["step"] <= resume.step]
             rounds = [v for v in record["validation"] if v["step"] <= resume.step]
             try:
+                # the history up to the checkpoint, spread over its steps, stored in one transaction
+                earlier = self.store.metric_points(run_id, up_to=resume.step)
                 for point in earlier:
                     job.history.add(point)
-                    self.store.add_metric(job.id, point)
+                self.store.add_metrics(job.id, earlier)
                 for point in rounds:  # the validation rounds before the checkpoint, as its file has them
                     job.validation.append(point)
                     self.store.add_validation(job.id, point)
@@ -336,7 +337,7 @@ class JobService(JobQueries, Dispatcher):
         taken aside under the lock a resume is queued under (jobs/run_delete.py). Returns
         {"deleted": run_id, "files_removed"}. Raises NotFound (no such run), JobActive (live)."""
         with self._cond:
-            run = self.store.get_run(run_id, max_points=2)
+            run = self.store.get_run(run_id, max_points=0)
             live = {s.value for s in LIVE_STATUSES}
             if run["status"] in live or run_id in {j.id for j in self._live_jobs()}:
                 raise JobActive(f"run {run_id} is {run['status']}; stop it first")

@@ -213,6 +213,24 @@ def remove_snapshot(path: Path) -> None:
     path.with_suffix(".json").unlink(missing_ok=True)
 
 
+def remove_lone_sidecars(run_dir: Path, before: int) -> None:
+    """Remove the snapshot sidecars of steps before `before` whose LoRA is gone (regular files
+    only). A snapshot is written sidecar first and removed LoRA first (write_lora_pair,
+    remove_snapshot), so a run killed between the two leaves its sidecar, which no listing
+    shows and no rotation removed: one more a crash, for good (RELIABILITY 1295). One of a step
+    before the snapshot just written is no write in flight."""
+    folder = run_dir / LORAS
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    for path in entries(folder):
+        step = _step_of_name(path.with_suffix(".safetensors").name) if path.suffix == ".json" else None
+        if step is None or step >= before or path.is_symlink() or not path.is_file():
+            continue
+        if not path.with_suffix(".safetensors").exists():
+            check_folder(folder)  # another's folder at the run's path: nothing of it goes
+            path.unlink(missing_ok=True)
+
+
 class SnapshotKeeper:
     """Snapshot bookkeeping of one session of a run.
 
@@ -241,6 +259,9 @@ class SnapshotKeeper:
             removable = [old for step, old in everything if step != self.protected]
             for old in removable[: max(0, len(removable) - self.keep)]:
                 remove_snapshot(old)
+            step = _step_of_name(path.name)
+            if step is not None:
+                remove_lone_sidecars(self.run_dir, before=step)
 
     def discard(self) -> None:
         for path in self.written:

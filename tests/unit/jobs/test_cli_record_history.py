@@ -39,3 +39,33 @@ def test_a_resumed_cli_run_carries_the_history_of_a_run_past_the_newest_200() ->
         assert run["steps_run"] == 6
     finally:
         record.close()
+
+
+def test_a_resumed_runs_history_is_carried_in_one_transaction() -> None:
+    # session 35 long-run audit (RELIABILITY 1292): the carried points (up to 2,000) were stored
+    # one transaction each, ~1 ms of commit a point (the job service's resume held its lock for
+    # 2 s at 2,000 points); and they were the whole run's 2,000 points filtered to the
+    # checkpoint's steps, so a resume at half the run carried only half of them
+    settings = get_settings()
+    store = RunStore.open(settings.db_path)
+    store.create_run("long", "long", "flux", {"steps": 8000}, STAMP, status=JobStatus.STOPPED)
+    with store._tx() as cur:  # the long run's points, faked in one transaction
+        cur.executemany(
+            "INSERT INTO metrics (run_id, step, loss) VALUES (?, ?, ?)",
+            [("long", step, 1.0 / step) for step in range(1, 8001)],
+        )
+    store.update_run("long", steps_run=8000)
+    store.close()
+    raw = {"family": "flux", "base_model": "/nowhere/model", "data_dir": "/nowhere/data", "steps": 8000}
+    record = open_cli_record(parse_train_config({**raw, "output_name": "long"}), settings)
+    assert record is not None
+    commits: list[str] = []
+    record.store._conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    try:
+        record.carry_over(4000)
+        record.store._conn.set_trace_callback(None)
+        steps = [p["step"] for p in record.store.get_run(record.run_id, max_points=10_000)["metrics"]]
+        assert len(commits) <= 3, len(commits)  # the points, the steps run (old: one a point)
+        assert len(steps) == 2000 and steps[0] == 1 and steps[-1] == 4000  # old: 1,001 to step 4,000
+    finally:
+        record.close()

@@ -46,3 +46,19 @@ def test_history_decimates_past_its_cap_and_spans_the_whole_run() -> None:
 def test_history_cap_must_allow_two_points() -> None:
     with pytest.raises(ValueError):
         MetricHistory(cap=1)
+
+
+def test_a_polled_snapshot_carries_the_validation_rounds_from_its_since_on() -> None:
+    # session 35 long-run audit (RELIABILITY 1294): `since` cut the metric points only, so every
+    # poll of a long run carried all its validation rounds (1,000 at validation every 100 steps
+    # of 100,000); the web keeps the earlier ones (web/src/api/training.test.tsx)
+    from lorastudio.config import parse_train_config
+    from lorastudio.jobs.records import Job
+
+    config = parse_train_config({"family": "flux", "base_model": "acme/base", "data_dir": "shapes"})
+    job = Job(id="j", config=config, worker_config=config)
+    job.validation = [{"step": s, "loss": 0.5} for s in range(100, 100_001, 100)]
+    assert len(job.snapshot()["validation"]) == 1000
+    polled = job.snapshot(since=99_900)
+    assert [v["step"] for v in polled["validation"]] == [99_900, 100_000]  # old: all 1,000
+    assert json.loads(json.dumps(polled))["validation"][-1] == {"step": 100_000, "loss": 0.5}

@@ -2636,7 +2636,7 @@ export interface components {
             stop_requested: components["schemas"]["StopRequested"] | null;
             /**
              * Validation
-             * @description the validation rounds so far (validation_split), by step
+             * @description the validation rounds so far (validation_split), by step (with `since`: those from that step on)
              */
             validation?: components["schemas"]["ValidationPoint"][];
             /**
@@ -11925,7 +11925,7 @@ export interface operations {
     status_api_train_status_get: {
         parameters: {
             query?: {
-                /** @description only metric points after this step */
+                /** @description only metric points after this step and validation rounds from it on */
                 since?: number | null;
             };
             header?: never;

@@ -87,6 +87,32 @@ describe("live training state", () => {
     expect(calls.length).toBe(fetchesBefore);
   });
 
+  it("a snapshot asked with since keeps the validation rounds shown before it (RELIABILITY 1294)", async () => {
+    // the server answers `?since=N` with the rounds from step N on only (a long run's poll no longer
+    // carries all of them); the rounds the page showed stay on its chart
+    calls = mockFetch(({ url }) => {
+      if (url === "/api/train/status") return { body: { job: { ...JOB, validation: [{ step: 1, loss: 0.25 }] }, queue: [], busy: true, event_seq: 3 } };
+      if (url.startsWith("/api/train/status?since=")) return { body: { job: { ...JOB, status: "stopping", metrics: [], validation: [{ step: 4, loss: 0.5 }] }, queue: [], busy: true, event_seq: 9 } };
+      return undefined;
+    });
+    render(
+      <TrainingProvider>
+        <LiveScreen />
+      </TrainingProvider>,
+    );
+    await waitFor(() => expect(screen.getByTestId("chart").dataset.points).toBe("1"));
+    await settle();
+    act(() => {
+      for (let s = 2; s <= 4; s++) FakeEventSource.last?.emit("progress", progress(s));
+    });
+    act(() => FakeEventSource.last?.emit("status", { type: "status", job_id: "j1", status: "stopping", error: null }));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/train/status?since=4")).toBe(true));
+    await settle();
+    const val = screen.getByTestId("chart").querySelector('path[data-series="val loss"]');
+    expect(val?.getAttribute("d")?.match(/[ML]/g)).toEqual(["M", "L"]); // steps 1 and 4 (old: step 4 alone)
+    expect(screen.getByTestId("stat-val-loss")).toHaveTextContent("best 0.25");
+  });
+
   it("the Stop dialog closes by itself when the run ends while it is open (no Stop and discard of a finished run)", async () => {
     let done = false;
     calls = mockFetch(({ url }) => {

@@ -5,7 +5,8 @@
  * replaces the latest sample previews, a plan_chosen event sets the job's plan, a validation event
  * adds a point to the job's validation series (no re-fetch); the
  * rare others (status changes, complete, error, a warning, a new job) re-fetch the small status snapshot
- * with `?since=<last step>` so only new metric points travel. Reconnects when the API token
+ * with `?since=<last step>` so only new metric points and validation rounds travel (the earlier
+ * rounds kept). Reconnects when the API token
  * changes (the stream is opened once the browser session of that token is: its cookie stands
  * for the token, auth.ts), and when the server closed the stream for good (an error status while
  * it restarted, the session over: renewed first): one stream at a time, and an event of a stream closed
@@ -146,9 +147,10 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     const mine = ++asked.current;
     const current = jobRef.current;
     const same = current != null;
+    const asSince = same && lastStep.current != null ? lastStep.current : undefined;
     let s: TrainStatus;
     try {
-      s = await api.status(same && lastStep.current != null ? lastStep.current : undefined);
+      s = await api.status(asSince);
     } catch (err) {
       if (mine >= applied.current) setError(err instanceof Error ? err.message : String(err));
       throw err;
@@ -158,6 +160,12 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     if (mine < applied.current) return; // a newer refresh was applied meanwhile: its state stands
     applied.current = mine;
     setError(null);
+    // a snapshot asked with `since` has the validation rounds from that step on: the earlier ones
+    // shown stay (a long run's poll no longer carries every round, RELIABILITY 1294)
+    const shown = jobRef.current;
+    if (s.job && next && shown && next.id === shown.id && asSince != null) {
+      next = { ...next, validation: (next.validation ?? []).reduce(withValidation, shown.validation ?? []) };
+    }
     // events applied after the snapshot was taken (it was answered after them): folded onto it
     // again, so it never shows an older step, loss, sample or phase than the screen already did
     const later: ProgressEvent[] = [];

@@ -1,5 +1,6 @@
 import { render, screen, waitFor, within } from "@testing-library/react";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { api } from "../api/endpoints";
 import { mockFetch } from "../test/fixtures";
 import { SampleHistory } from "./SampleHistory";
 
@@ -38,5 +39,21 @@ describe("SampleHistory", () => {
     render(<SampleHistory runId="j1" latest={{ step: 100, images: ["samples/step-000100-0.png"] }} prompts={PROMPTS} />);
     await waitFor(() => expect(calls).toHaveLength(1));
     expect(screen.queryByTestId("sample-history")).toBeNull();
+  });
+
+  it("a long run's history is not drawn again at each step of the Live screen (RELIABILITY 1293)", async () => {
+    // 100 rounds of 2 prompts: the Live screen renders at every progress event, its prompts a new
+    // array each time; before, every such render rebuilt the table and searched the listing once a cell
+    const stored = Array.from({ length: 100 }, (_, r) => [file(100 * (r + 1), 0), file(100 * (r + 1), 1)]).flat();
+    mockFetch(({ url }) => (url === "/api/runs/j1/samples" ? { body: { samples: stored } } : undefined));
+    const { rerender } = render(<SampleHistory runId="j1" latest={null} prompts={[...PROMPTS]} />);
+    await waitFor(() => expect(screen.getAllByRole("columnheader")).toHaveLength(101));
+    const urls = vi.spyOn(api, "imageUrl");
+    rerender(<SampleHistory runId="j1" latest={null} prompts={[...PROMPTS]} />); // a step: the same rounds
+    expect(urls).not.toHaveBeenCalled(); // old: 400 calls (the table's every cell, its listing twice)
+    const next = { step: 10_100, images: ["samples/step-010100-0.png", "samples/step-010100-1.png"] };
+    rerender(<SampleHistory runId="j1" latest={next} prompts={[...PROMPTS]} />); // a new round: drawn
+    await waitFor(() => expect(screen.getAllByRole("columnheader")).toHaveLength(102));
+    expect(screen.getByAltText("a blue square, step 10100")).toHaveAttribute("src", "/api/runs/j1/samples/step-010100-1.png");
   });
 });

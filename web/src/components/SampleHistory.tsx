@@ -1,4 +1,4 @@
-import { useEffect, useState } from "react";
+import { memo, useEffect, useMemo, useState } from "react";
 import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
 import { useLoad } from "../lib/latest";
@@ -26,13 +26,28 @@ export function withRound(rounds: Rounds, runId: string, step: number, images: s
   return next;
 }
 
+interface Props {
+  runId: string;
+  latest: { step: number; images: string[] } | null;
+  prompts: string[];
+}
+
+/** Whether two renders' props show the same: the Live screen renders at every step, with its prompts a new array each time. */
+function sameProps(a: Props, b: Props): boolean {
+  return a.runId === b.runId && a.latest === b.latest && a.prompts.length === b.prompts.length && a.prompts.every((p, i) => p === b.prompts[i]);
+}
+
 /**
  * Every sample round of a run side by side: one column per step (oldest left), one row per prompt. Loads the
  * rounds already on disk once, then adds each new round (`latest`, from the event stream) without asking the
  * server again. Shown from the second round on. Each preview has its "Generate again" (SampleAgain; a
- * round added since asks for its listing entry on the click).
+ * round added since asks for its listing entry on the click). Rendered again only when a round comes or
+ * the run changes, not at each step of the Live screen, and each cell finds its listing entry by key: a
+ * long run's 1,600 previews made every step's render search the listing once a cell (RELIABILITY 1293).
  */
-export function SampleHistory({ runId, latest, prompts }: { runId: string; latest: { step: number; images: string[] } | null; prompts: string[] }) {
+export const SampleHistory = memo(SampleHistoryTable, sameProps);
+
+function SampleHistoryTable({ runId, latest, prompts }: Props) {
   // the stored rounds, keyed by the run (a slow answer for another run never shows), and those the
   // event stream added since, kept with the run they belong to
   const stored = useLoad((signal) => api.runSamples(runId, signal).then((s) => s.samples, () => []), runId).data;
@@ -40,7 +55,10 @@ export function SampleHistory({ runId, latest, prompts }: { runId: string; lates
   useEffect(() => {
     if (latest) setAdded((now) => ({ runId, rounds: withRound(now.runId === runId ? now.rounds : new Map(), runId, latest.step, latest.images) }));
   }, [runId, latest]);
-  const rounds: Rounds = new Map([...roundsFromFiles(stored ?? []), ...(added.runId === runId ? added.rounds : [])]);
+  const files = useMemo(() => roundsFromFiles(stored ?? []), [stored]);
+  // the listing's entry of each (step, prompt index)
+  const entries = useMemo(() => new Map((stored ?? []).map((x) => [`${x.step}:${x.index}`, x])), [stored]);
+  const rounds: Rounds = new Map([...files, ...(added.runId === runId ? added.rounds : [])]);
   const steps = [...rounds.keys()].sort((a, b) => a - b);
   if (steps.length < 2) return null;
   const rows = Math.max(...steps.map((s) => rounds.get(s)?.length ?? 0));
@@ -71,7 +89,8 @@ export function SampleHistory({ runId, latest, prompts }: { runId: string; lates
                   const url = rounds.get(s)?.[i];
                   const label = `${prompts[i] || `prompt ${i + 1}`}, step ${s}`;
                   // the listing's entry, while the cell shows the stored file (not a round added since)
-                  const source = stored?.find((x) => x.step === s && x.index === i && api.imageUrl(x.url) === url);
+                  const entry = entries.get(`${s}:${i}`);
+                  const source = entry && api.imageUrl(entry.url) === url ? entry : undefined;
                   return (
                     <td key={s}>
                       {url && <img src={url} alt={label} loading="lazy" />}

@@ -1,6 +1,10 @@
 /**
  * Chart series from metric points. Points arrive one per progress event; `appendPoint` keeps the
- * arrays sorted by step and replaces a point of a repeated step (resume after reconnect).
+ * arrays sorted by step and replaces a point of a repeated step (resume after reconnect). A series
+ * keeps at most MAX_POINTS: past it every other point goes and the least step distance between
+ * appended points doubles (the server's MetricHistory does the same, jobs/records.py), so a page
+ * left open for a 100,000-step run holds and copies 2,000 points an event, not every step's
+ * (RELIABILITY 1291), and its points still span the whole run evenly.
  */
 import type { Series } from "../components/LineChart";
 import type { MetricPoint, ProgressEvent, ValidationPoint } from "../api/types";
@@ -10,44 +14,80 @@ export interface MetricSeries {
   loss: (number | null)[];
   avgLoss: (number | null)[];
   lr: (number | null)[];
+  /** The least step distance from the last point to a newly appended one (doubles at each thinning). */
+  stride: number;
 }
 
-export const emptySeries = (): MetricSeries => ({ steps: [], loss: [], avgLoss: [], lr: [] });
+/** The most points a series keeps (the chart draws about one a pixel; the server's status keeps 2,000). */
+export const MAX_POINTS = 2000;
+
+export const emptySeries = (): MetricSeries => ({ steps: [], loss: [], avgLoss: [], lr: [], stride: 1 });
 
 type PointLike = Pick<MetricPoint, "step" | "loss" | "avg_loss" | "lr"> | ProgressEvent;
 
-/** A new MetricSeries with `p` added (arrays are copied only from the insertion point on). */
+/** `s` with every other point dropped (the last kept) and its stride doubled, while it holds more than MAX_POINTS. */
+function thinned(s: MetricSeries): MetricSeries {
+  let out = s;
+  while (out.steps.length > MAX_POINTS) {
+    const n = out.steps.length;
+    const keep = (_: unknown, i: number) => i % 2 === (n - 1) % 2; // the newest point stays
+    out = {
+      steps: out.steps.filter(keep),
+      loss: out.loss.filter(keep),
+      avgLoss: out.avgLoss.filter(keep),
+      lr: out.lr.filter(keep),
+      stride: out.stride * 2,
+    };
+  }
+  return out;
+}
+
+/**
+ * A new MetricSeries with `p` added (arrays are copied only from the insertion point on). A
+ * point after the last one but closer to it than the stride is not kept (the progress read-out
+ * shows it); one of a step already there replaces it.
+ */
 export function appendPoint(s: MetricSeries, p: PointLike): MetricSeries {
   const n = s.steps.length;
   const last = n ? s.steps[n - 1] : -Infinity;
   if (p.step > last) {
-    return {
+    if (p.step - last < s.stride) return s;
+    return thinned({
       steps: [...s.steps, p.step],
       loss: [...s.loss, p.loss ?? null],
       avgLoss: [...s.avgLoss, p.avg_loss ?? null],
       lr: [...s.lr, p.lr ?? null],
-    };
+      stride: s.stride,
+    });
   }
   const i = s.steps.findIndex((x) => x >= p.step);
   const replace = s.steps[i] === p.step ? 1 : 0;
   const splice = <T,>(arr: T[], v: T) => [...arr.slice(0, i), v, ...arr.slice(i + replace)];
-  return {
+  return thinned({
     steps: splice(s.steps, p.step),
     loss: splice(s.loss, p.loss ?? null),
     avgLoss: splice(s.avgLoss, p.avg_loss ?? null),
     lr: splice(s.lr, p.lr ?? null),
-  };
+    stride: s.stride,
+  });
 }
 
-/** A MetricSeries from a list of stored points. */
+/**
+ * A MetricSeries from a list of stored points (the server's: at most 2,000, spread over the run).
+ * Its stride is the largest power of two at most their mean step distance, so the points appended
+ * after them are about as dense as they are.
+ */
 export function fromPoints(points: PointLike[]): MetricSeries {
   const sorted = [...points].sort((a, b) => a.step - b.step);
-  return {
+  const n = sorted.length;
+  const mean = n > 1 ? (sorted[n - 1].step - sorted[0].step) / (n - 1) : 1;
+  return thinned({
     steps: sorted.map((p) => p.step),
     loss: sorted.map((p) => p.loss ?? null),
     avgLoss: sorted.map((p) => p.avg_loss ?? null),
     lr: sorted.map((p) => p.lr ?? null),
-  };
+    stride: 2 ** Math.max(0, Math.floor(Math.log2(Math.max(1, mean)))),
+  });
 }
 
 /** The three chart lines: loss, average loss (left axis) and learning rate (right axis). */

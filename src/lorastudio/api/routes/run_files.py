@@ -37,7 +37,7 @@ def run_config(
     has no null: a null setting is left out (it then takes its default), and one whose null means
     "off" where the default is on is named in a comment at the top (the JSON file keeps it). 404
     when the run is unknown."""
-    run = store.get_run(run_id, max_points=2)
+    run = store.get_run(run_id, max_points=0)
     config: dict[str, Any] = run["config"]
     name = run["output_name"] or run_id
     if format == "json":
@@ -90,7 +90,7 @@ def run_log(
     """The last `lines` lines of the run's worker log (its stdout, stderr and log records; a
     line per engine event), reading at most 1 MiB from the end. A CLI run has none here (its
     lines went to its terminal). 404 when the run is unknown."""
-    run = store.get_run(run_id, max_points=2)
+    run = store.get_run(run_id, max_points=0)
     path = log_path(settings, run_id)
     tail = read_tail(path, lines)
     note = None

@@ -70,7 +70,7 @@ def run_checkpoints(
 ) -> dict[str, Any]:
     """The checkpoints in the run's output folder (shared by every session of the run). 404
     when the run is unknown."""
-    run = _with_resume_step(store.get_run(run_id, max_points=2), settings)
+    run = _with_resume_step(store.get_run(run_id, max_points=0), settings)
     found = list_checkpoints(settings.outputs_dir / run["output_name"]) if run["output_name"] else []
     return {
         "checkpoints": [{"name": p.name, "step": checkpoint_step(p), "path": str(p)} for p in found],
@@ -84,7 +84,7 @@ def run_loras(
 ) -> dict[str, Any]:
     """The run's LoRAs by step (snapshots, then the final LoRA; see /api/loras/{name}/steps).
     404 when the run is unknown or has no LoRA yet."""
-    run = store.get_run(run_id, max_points=2)
+    run = store.get_run(run_id, max_points=0)
     if not run["output_name"]:
         raise NotFound(f"run {run_id} has no output folder")
     return lora_steps(settings, run["output_name"])
@@ -98,7 +98,7 @@ def run_samples(
     oldest step first, each with its prompt and URL, and what renders it again: its settings
     and the LoRA file holding the weights it shows, or why none does (training/sample_source.py).
     404 when the run is unknown."""
-    run = store.get_run(run_id, max_points=2)
+    run = store.get_run(run_id, max_points=0)
     config = run["config"] if isinstance(run["config"], dict) else {}
     prompts = [_prompt_of(p) for p in config.get("sample_prompts") or []]
     run_dir = settings.outputs_dir / run["output_name"] if run["output_name"] else None
@@ -134,7 +134,7 @@ def sample_file(
 ) -> Download:
     """One sample PNG of the run. Only a regular file named step-NNNNNN-I.png directly in the
     run's samples/ folder is served; anything else is 404."""
-    output_name = store.get_run(run_id, max_points=2)["output_name"]
+    output_name = store.get_run(run_id, max_points=0)["output_name"]
     path = sample_path(settings.outputs_dir / output_name, name) if output_name else None
     if path is None:
         raise NotFound(f"run {run_id} has no sample {name!r}")

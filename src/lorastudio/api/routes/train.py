@@ -42,7 +42,9 @@ def stop(body: StopBody, service: JobService = Depends(service_dep)) -> dict[str
 
 @router.get("/status", response_model=StatusOut)
 def status(
-    since: int | None = Query(default=None, ge=0, description="only metric points after this step"),
+    since: int | None = Query(
+        default=None, ge=0, description="only metric points after this step and validation rounds from it on"
+    ),
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
     """The active (else the latest) job's snapshot, the queue, and whether the GPU is busy."""
