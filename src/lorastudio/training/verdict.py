@@ -33,15 +33,20 @@ _NO_TARGETS = {
 }
 
 
-def every_problem(cfg: TrainConfig, settings: Settings, found: Sequence[FieldProblem]) -> list[FieldProblem]:
+def every_problem(
+    cfg: TrainConfig, settings: Settings, found: Sequence[FieldProblem], *, resume: bool = False
+) -> list[FieldProblem]:
     """`found` (the engine's problems of `cfg`: its device's, the config's own, its output
     folder's) and every other problem the checks' verdict names (jobs/validation.validate_run,
     with a scan that decodes no image in full and no host rules: the engine's device checks stand
     for them; output_name left to the engine, which knows a resume's folder), and the targets
-    (`targets_beside`); each (field, message) once, `found` first."""
+    (`targets_beside`); each (field, message) once, `found` first. `resume`: a resume's config,
+    whose init_lora is not asked about (the checkpoint holds the adapter)."""
     from lorastudio.jobs.validation import validate_run
 
     raw = cfg.model_dump(mode="json", exclude_unset=True)
+    if resume:
+        raw.pop("init_lora", None)
     rest: list[FieldProblem] = []
     try:
         validate_run(

@@ -1,0 +1,177 @@
+"""A run started from a LoRA file (TrainConfig.init_lora): its layers checked against the run's
+targets before any model loads, its per-layer ranks taken as the run's rank_pattern, and its
+weights put into the freshly added adapter (plan_build, right after training.lora.add_lora), so
+that the adapter's weight change is the file's exactly at the run's alpha / rank. The header
+rules (the file, its family, kind, rank and alpha against the settings): init_lora_rules.py.
+
+The file is read as `lorastudio lora convert` reads one (lora/file_read.read_lora_file, then
+lora/text_encoder_files.denoiser_part: diffusers, kohya / ComfyUI, OneTrainer and BFL names of
+the family, per-layer alphas and adapter-config patterns folded into each lora_B), so any file
+generation and convert take starts a run the same way. The reader gives each layer's change as
+s_f * B @ A (s_f = the PeftLora's alpha / rank); the run's adapter applies s_r * B' @ A' (s_r =
+its layer's alpha / rank, as peft resolved it), so A' = A and B' = B * s_f / s_r.
+
+Why hand-written: peft's set_peft_model_state_dict loads tensors as they are (the file's scale
+is not the run's where the file folded alpha / rank into lora_B, as every diffusers file of
+lorastudio does) and, for a layer the file lacks, says nothing; here each layer is copied with
+its scale and a layer missing from the file is named.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorastudio.errors import ConfigError, FieldProblem, LorastudioError, ModelSourceError
+from lorastudio.training.init_lora_rules import FIELD, file_sha256, init_lora_path
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.lora.convert import PeftLora
+    from lorastudio.settings import Settings
+
+_NAMED = 5  # layers named in a message; the rest counted
+
+
+@dataclass(frozen=True)
+class InitSource:
+    """The init file a fresh run loads: where it is, its sha256 when the preflight read it."""
+
+    path: Path
+    sha256: str
+
+    def record(self) -> dict[str, str]:
+        """What the identity, the sidecar and the LoRA header keep of it: its name and sha256."""
+        return {"file": self.path.name, "sha256": self.sha256}
+
+
+def read_init_lora(path: Path, family: str) -> PeftLora:
+    """The denoiser LoRA of the file `path` in peft naming (lora convert's reader). Raises
+    NotFound, ModelSourceError, ConfigError (a layer with no diffusers name)."""
+    from lorastudio.lora.file_read import read_lora_file
+    from lorastudio.lora.text_encoder_files import denoiser_part
+    from lorastudio.lora.text_encoders import split_text_encoders
+
+    tensors, metadata = read_lora_file(path)
+    denoiser, text_encoders = split_text_encoders(tensors)
+    try:
+        return denoiser_part(denoiser, metadata, family, {} if denoiser else text_encoders)
+    except (ModelSourceError, ConfigError) as err:
+        raise ModelSourceError(f"{path}: {err}") from err
+
+
+def _matches(module: str, target: str) -> bool:
+    """peft's rule for a list of target_modules: the module's name, or its last dotted parts."""
+    return module == target or module.endswith("." + target)
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(names[:_NAMED])
+    return shown + (f" and {len(names) - _NAMED} more" if len(names) > _NAMED else "")
+
+
+def layer_problems(
+    cfg: TrainConfig, lora: PeftLora, name: str, targets: tuple[str, ...]
+) -> list[FieldProblem]:
+    """The file's layers that the run's targets (cfg.lora_targets, else the family's `targets`)
+    do not adapt: their weights would be dropped. [] when every layer is a target's."""
+    from lorastudio.lora.convert import peft_modules
+
+    wanted = sorted(set(cfg.lora_targets or targets))
+    outside = sorted(m for m in peft_modules(lora.tensors) if not any(_matches(m, t) for t in wanted))
+    if not outside:
+        return []
+    return [
+        FieldProblem(
+            FIELD,
+            f"{name} has {len(outside)} layer(s) the run's targets ({', '.join(wanted)}) do not adapt, whose "
+            f"weights would be dropped: {_listed(outside)}; add their names to lora_targets",
+        )
+    ]
+
+
+def file_rank_pattern(lora: PeftLora) -> dict[str, int]:
+    """peft's rank_pattern of a file whose layers differ in rank: {escaped module name: rank} for
+    each layer not of the file's rank (the PeftLora's: its most common one)."""
+    from lorastudio.lora.convert import peft_modules
+
+    return {
+        re.escape(m): int(a.shape[0])
+        for m, (a, _) in sorted(peft_modules(lora.tensors).items())
+        if a.shape[0] != lora.rank
+    }
+
+
+def init_problems(
+    cfg: TrainConfig, settings: Settings, targets: tuple[str, ...]
+) -> tuple[TrainConfig, InitSource | None, list[FieldProblem]]:
+    """What the engine's preflight asks of cfg.init_lora (`cfg` resolved, its header rules passed:
+    init_lora_rules.init_lora_problems) that needs the file's weights: (the config with the file's
+    per-layer ranks as rank_pattern, the InitSource, the problems: layers the targets miss). Reads
+    the file whole (a LoRA: MBs), loads no model. (cfg, None, []) without init_lora."""
+    if cfg.init_lora is None:
+        return cfg, None, []
+    try:
+        path = init_lora_path(cfg.init_lora, settings)
+        lora = read_init_lora(path, cfg.family)
+    except (LorastudioError, OSError) as err:
+        return cfg, None, [FieldProblem(FIELD, str(err))]
+    problems = layer_problems(cfg, lora, path.name, targets)
+    pattern = file_rank_pattern(lora)
+    if pattern:
+        cfg = cfg.model_copy(update={"rank_pattern": pattern, "lora_rank": lora.rank})
+    return cfg, InitSource(path, file_sha256(path)), problems
+
+
+@dataclass(frozen=True)
+class InitLoad:
+    """What `load_init_lora` did: the layers loaded, and the run's adapted layers the file lacks
+    (they start fresh: LoRA B = 0, no change at the start)."""
+
+    loaded: int
+    fresh: tuple[str, ...]
+
+    def warning(self, name: str) -> str | None:
+        """The run's warning about the layers that start fresh, None when there are none."""
+        if not self.fresh:
+            return None
+        return (
+            f"init_lora {name}: {len(self.fresh)} of the run's {self.loaded + len(self.fresh)} adapted layers are "
+            f"not in the file and start fresh: {_listed(list(self.fresh))}"
+        )
+
+
+@torch.no_grad()
+def load_init_lora(denoiser: Any, source: InitSource, family: str) -> InitLoad:
+    """Put the file `source` into `denoiser`'s freshly added adapter ("default"), each layer at the
+    run's scale (module docstring: B' = B * s_f / s_r). Raises ModelSourceError for a file that
+    changed since the preflight read it, a layer the denoiser has no adapter on or of another
+    shape (the denoiser's adapter is then partly loaded: the run fails before its first step)."""
+    from lorastudio.lora.convert import peft_modules
+    from lorastudio.training.lora import module_scales
+
+    if file_sha256(source.path) != source.sha256:
+        raise ModelSourceError(f"init_lora {source.path} changed since the run's preflight read it")
+    lora = read_init_lora(source.path, family)
+    file_scale = lora.alpha / lora.rank
+    scales = module_scales(denoiser)  # {module: (rank, alpha)} as peft resolved them
+    layers = dict(denoiser.named_modules())
+    modules = peft_modules(lora.tensors)
+    for module, (a, b) in sorted(modules.items()):  # a [r, in, ...], b [out, r, ...]
+        if module not in scales:
+            raise ModelSourceError(f"init_lora {source.path}: the run has no adapter on its layer {module}")
+        rank, alpha = scales[module]
+        down, up = layers[module].lora_A["default"].weight, layers[module].lora_B["default"].weight
+        if tuple(a.shape) != tuple(down.shape) or tuple(b.shape) != tuple(up.shape):
+            raise ModelSourceError(
+                f"init_lora {source.path}: the layer {module} is {list(a.shape)} / {list(b.shape)} in the file, "
+                f"{list(down.shape)} / {list(up.shape)} in the run (lora_A / lora_B)"
+            )
+        down.copy_(a.to(down.device, torch.float32))
+        up.copy_((b.to(torch.float32) * (file_scale * rank / alpha)).to(up.device))  # [out, r, ...]
+    fresh = tuple(sorted(set(scales) - set(modules)))
+    return InitLoad(len(modules), fresh)

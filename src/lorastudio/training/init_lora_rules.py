@@ -1,0 +1,303 @@
+"""Whether a run may start from TrainConfig.init_lora, told from the file's header alone (no
+torch): the job service's preflight (jobs/validation.py), `lorastudio train --check` and the
+engine's preflight all call `init_lora_problems`; `resolve_train_config` takes the file's rank
+and alpha through `file_rank_alpha` where lora_rank / lora_alpha are left unset. What needs the
+file's weights (its layers by their diffusers names against the run's targets, the weights
+themselves): training/init_lora.py.
+
+The value names a file as other path settings do: an absolute path or `~/...` as it is, a bare
+name (no "/", no .safetensors) a trained LoRA of the studio's list (outputs/NAME/NAME.safetensors,
+as generation's LoRA picker and `generate --lora NAME` name them: jobs/generation_inputs.lora_file),
+any other relative path a file under outputs/ (kept inside it).
+
+The file's adapter kind is told by its key names (LyCORIS' lokr_ / hada_ factors, DoRA's
+dora_scale / lora_magnitude_vector), its rank by its down (A) matrices' rows, its alpha by its
+`.alpha` tensors, else lorastudio's header (`lorastudio.alpha`: a diffusers file of ours holds
+alpha / rank folded into lora_B), else diffusers' adapter config, else kohya's ss_network_alpha,
+else the rank (diffusers' rule).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lorastudio.errors import ConfigError, FieldProblem, LorastudioError, ModelSourceError, NotFound
+from lorastudio.user_paths import expand_user, is_file, missing_file
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.settings import Settings
+
+FIELD = "init_lora"
+_DOWN = re.compile(r"^(?P<layer>.+)\.(lora_A|lora_down|lora\.down)\.weight$")
+_TE_KEY = re.compile(r"^(lora_te\d*_|lora_te\d*\.|text_encoders?(_\d+)?\.)")  # lora/text_encoder_names' rule
+_ADAPTER_KEY = "lora_adapter_metadata"  # diffusers' header key (lora/files.ADAPTER_METADATA_KEY)
+
+
+@dataclass(frozen=True)
+class InitFile:
+    """What a LoRA file's header says about starting a run from it.
+
+    path: the file; kind: "lora", "dora", "loha" or "lokr"; ranks: {layer name as the file
+    spells it: rank}; rank: the most common rank; alpha: the file's alpha (None where its
+    layers' `.alpha` differ); text_encoder_keys: the keys of text-encoder layers."""
+
+    path: Path
+    kind: str
+    ranks: dict[str, int]
+    rank: int
+    alpha: float | None
+    text_encoder_keys: tuple[str, ...]
+
+    @property
+    def uniform(self) -> bool:
+        """Whether every layer has the same rank."""
+        return len(set(self.ranks.values())) <= 1
+
+
+def is_local(value: str) -> bool:
+    """An init_lora value that is a path as it is (absolute, or from ~)."""
+    return value.startswith(("/", "~"))
+
+
+def is_name(value: str) -> bool:
+    """An init_lora value that names a trained LoRA of the studio's list (outputs/NAME/NAME.safetensors)."""
+    return "/" not in value and not value.endswith(".safetensors") and not is_local(value)
+
+
+def form_problems(value: str) -> list[FieldProblem]:
+    """The form of an init_lora value (config_rules): a .safetensors path or a LoRA's name."""
+    if is_name(value):
+        return []
+    if not value.endswith(".safetensors"):
+        return [FieldProblem(FIELD, "must be a .safetensors LoRA file or a trained LoRA's name")]
+    if not is_local(value) and ".." in value.split("/"):
+        return [FieldProblem(FIELD, "a relative path names a file under outputs/: no '..' part")]
+    return []
+
+
+def init_lora_path(value: str, settings: Settings) -> Path:
+    """The file an init_lora value names (module docstring). Raises NotFound naming the value,
+    ConfigError / PathOutsideRoot for a name or relative path that is not one."""
+    if is_local(value):
+        path = expand_user(value)
+        if not is_file(path):
+            raise NotFound(missing_file(path, "LoRA file"))
+        return path
+    if is_name(value):
+        from lorastudio.jobs.generation_inputs import lora_file
+
+        return lora_file(settings, value)
+    root = settings.outputs_dir.resolve()
+    path = (root / value).resolve()
+    if not path.is_relative_to(root):
+        raise NotFound(f"{value} is not a file under {settings.outputs_dir}")
+    if not is_file(path):
+        raise NotFound(missing_file(path, "LoRA file"))
+    return path
+
+
+def _kind(keys: list[str]) -> str:
+    """The adapter kind of a file's keys: lokr / loha (LyCORIS' factors), dora (its per-row scale), lora."""
+    if any(".lokr_" in k for k in keys):
+        return "lokr"
+    if any(".hada_" in k for k in keys):
+        return "loha"
+    if any(k.endswith((".dora_scale", ".lora_magnitude_vector")) for k in keys):
+        return "dora"
+    return "lora"
+
+
+def _alphas(path: Path, names: list[str]) -> list[float]:
+    """The values of a file's `.alpha` tensors (each one number; safetensors' numpy reader: no torch)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            return [float(f.get_tensor(n).reshape(-1)[0]) for n in names]
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ModelSourceError(f"{path}: its alpha tensors cannot be read: {err}") from err
+
+
+def _header_alpha(metadata: dict[str, str]) -> float | None:
+    """The alpha a file's header gives: lorastudio's, else diffusers' adapter config's, else
+    kohya's ss_network_alpha; None when none gives one."""
+    ours = _number(metadata.get("lorastudio.alpha"))
+    if ours is not None:
+        return ours
+    packed = _packed_alpha(metadata)
+    return packed if packed is not None else _number(metadata.get("ss_network_alpha"))
+
+
+def _number(text: str | None) -> float | None:
+    """A positive finite number a header string holds, else None."""
+    try:
+        value = float(text or "")
+    except ValueError:
+        return None
+    return value if 0 < value < float("inf") else None
+
+
+def _packed_alpha(metadata: dict[str, str]) -> float | None:
+    """The lora_alpha of diffusers' adapter config in a header, None without one."""
+    from lorastudio import json_read
+
+    packed = metadata.get(_ADAPTER_KEY)
+    if packed is None:
+        return None
+    try:
+        config = json_read.loads(packed)
+    except (ValueError, RecursionError):
+        return None
+    alphas = [v for k, v in config.items() if k.endswith("lora_alpha") and isinstance(v, int | float)]
+    return float(alphas[0]) if alphas else None
+
+
+def read_init_file(path: Path, family: str) -> InitFile:
+    """The InitFile of the LoRA `path` for a run of `family`: its header read and checked as every
+    LoRA's is (lora/header.check_lora_file: a file of another family is refused naming both).
+    Raises NotFound, ModelSourceError."""
+    from lorastudio.lora.header import check_lora_file
+
+    header = check_lora_file(path, family)
+    keys = list(header.tensors)
+    te = tuple(k for k in keys if _TE_KEY.match(k))
+    ranks = {}
+    for key, info in header.tensors.items():
+        match = _DOWN.match(key)
+        if match is not None and not _TE_KEY.match(key):
+            ranks[match["layer"]] = int(info.shape[0])
+    if not ranks:
+        lyco = [int(i.shape[0]) for k, i in header.tensors.items() if k.endswith(("_w1_a", "_w2_a", "_w2_b"))]
+        ranks = {"(all)": min(lyco)} if lyco else {}
+    rank = Counter(ranks.values()).most_common(1)[0][0] if ranks else 0
+    alpha_keys = [k for k in keys if k.endswith(".alpha") and not _TE_KEY.match(k)]
+    alpha: float | None
+    if alpha_keys:
+        values = set(_alphas(path, alpha_keys))
+        alpha = values.pop() if len(values) == 1 else None
+    else:
+        alpha = _header_alpha(header.metadata)
+        alpha = float(rank) if alpha is None else alpha
+    return InitFile(path, _kind(keys), ranks, rank, alpha, te)
+
+
+def file_rank_alpha(cfg: TrainConfig, settings: Settings) -> tuple[int, float | None] | None:
+    """(the most common rank, the alpha) of cfg.init_lora's file for resolve_train_config, or None
+    where there is no file to read (unset, not found, not a LoRA of the family: init_lora_problems
+    says why)."""
+    if cfg.init_lora is None:
+        return None
+    try:
+        found = read_init_file(init_lora_path(cfg.init_lora, settings), cfg.family)
+    except (LorastudioError, OSError):
+        return None
+    return (found.rank, found.alpha) if found.rank else None
+
+
+def init_lora_problems(cfg: TrainConfig, settings: Settings, explicit: set[str]) -> list[FieldProblem]:
+    """Why cfg.init_lora cannot start this run ([] when it can, or is unset). `cfg`: resolved;
+    `explicit`: the settings the user gave (TrainConfig.model_fields_set of the config as given),
+    so that a rank or alpha the file set is not taken for the user's. Reads the header and the
+    `.alpha` tensors only; a file's layers against the run's targets: training/init_lora.py."""
+    value = cfg.init_lora
+    if value is None:
+        return []
+    try:
+        found = read_init_file(init_lora_path(value, settings), cfg.family)
+    except ConfigError as err:
+        return [FieldProblem(FIELD, p.message) for p in err.problems]
+    except (LorastudioError, OSError) as err:
+        return [FieldProblem(FIELD, str(err))]
+    name = found.path.name
+    problems = []
+    if found.kind != cfg.adapter:
+        problems.append(
+            FieldProblem(
+                FIELD,
+                f"{name} is a {found.kind} file and the run's adapter is {cfg.adapter!r}: set adapter = "
+                f"{found.kind!r} to continue it",
+            )
+        )
+    elif found.kind not in ("lora",):
+        problems.append(
+            FieldProblem(
+                FIELD,
+                f"{name} is a {found.kind} file: init_lora loads LoRA files only in this version (adapter 'lora')",
+            )
+        )
+    if found.text_encoder_keys:
+        problems.append(
+            FieldProblem(
+                FIELD,
+                f"{name} holds text-encoder layers (e.g. {found.text_encoder_keys[0][:100]!r}), which init_lora "
+                "does not load in this version (they would be dropped): use a file of the denoiser's layers "
+                "alone (`lorastudio lora convert` keeps them; a kohya tool can strip them)",
+            )
+        )
+    if "lora_rank" in explicit and found.rank and not found.uniform:
+        problems.append(
+            FieldProblem(
+                "lora_rank",
+                f"{name}'s layers differ in rank ({_ranks(found)}): leave lora_rank unset to take them",
+            )
+        )
+    elif "lora_rank" in explicit and found.rank and cfg.lora_rank != found.rank:
+        problems.append(
+            FieldProblem(
+                "lora_rank",
+                f"is {cfg.lora_rank} but {name} is of rank {found.rank}: leave it unset (or set {found.rank})",
+            )
+        )
+    if "lora_alpha" in explicit and found.alpha is not None and cfg.lora_alpha != found.alpha:
+        problems.append(
+            FieldProblem(
+                "lora_alpha",
+                f"is {cfg.lora_alpha:g} but {name}'s alpha is {found.alpha:g} (its scale alpha / rank would "
+                f"change): leave it unset (or set {found.alpha:g})",
+            )
+        )
+    for pattern in ("rank_pattern", "alpha_pattern"):
+        if getattr(cfg, pattern):
+            problems.append(
+                FieldProblem(pattern, f"init_lora takes each layer's rank and alpha from {name}: remove it")
+            )
+    if not found.uniform and cfg.lora_format == "kohya":
+        problems.append(
+            FieldProblem(
+                "lora_format",
+                f"{name}'s layers differ in rank ({_ranks(found)}), which the run keeps (rank_pattern): the kohya "
+                "layout of a LoRA holds one rank: use lora_format 'diffusers'",
+            )
+        )
+    return problems
+
+
+def _ranks(found: InitFile) -> str:
+    counts = Counter(found.ranks.values())
+    return ", ".join(f"{n} of rank {r}" for r, n in sorted(counts.items()))
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes (hex)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def init_record(path: Path, sha256: str) -> dict[str, str]:
+    """What a run's sidecar and LoRA header record of its init file: its name and sha256."""
+    return {"file": path.name, "sha256": sha256}
+
+
+def shown(record: dict[str, str]) -> str:
+    """An init record as one header string: "<file name> sha256:<hex>"."""
+    return json.dumps(record, sort_keys=True)
