@@ -107,12 +107,14 @@ def file_rank_pattern(lora: PeftLora) -> dict[str, int]:
 
 
 def init_problems(
-    cfg: TrainConfig, settings: Settings, targets: tuple[str, ...]
+    cfg: TrainConfig, settings: Settings, targets: tuple[str, ...], explicit: set[str]
 ) -> tuple[TrainConfig, InitSource | None, list[FieldProblem]]:
     """What the engine's preflight asks of cfg.init_lora (`cfg` resolved, its header rules passed:
-    init_lora_rules.init_lora_problems) that needs the file's weights: (the config with the file's
-    per-layer ranks as rank_pattern, the InitSource, the problems: layers the targets miss). Reads
-    the file whole (a LoRA: MBs), loads no model. (cfg, None, []) without init_lora."""
+    init_lora_rules.init_lora_problems; `explicit`: the settings the user gave) that needs the
+    file's weights: (the config with the file's per-layer ranks as rank_pattern, the InitSource,
+    the problems: layers the targets miss; layers of several ranks with lora_rank set, or with the
+    kohya layout, which holds one). Reads the file whole (a LoRA: MBs), loads no model.
+    (cfg, None, []) without init_lora."""
     if cfg.init_lora is None:
         return cfg, None, []
     try:
@@ -123,6 +125,17 @@ def init_problems(
     problems = layer_problems(cfg, lora, path.name, targets)
     pattern = file_rank_pattern(lora)
     if pattern:
+        shown = f"{path.name}'s layers differ in rank ({lora.rank} and {sorted(set(pattern.values()))})"
+        if "lora_rank" in explicit:
+            problems.append(FieldProblem("lora_rank", f"{shown}: leave lora_rank unset to take each one's"))
+        if cfg.lora_format == "kohya":
+            problems.append(
+                FieldProblem(
+                    "lora_format",
+                    f"{shown}, which the run keeps (rank_pattern): the kohya layout of a LoRA holds one rank; "
+                    "use lora_format 'diffusers'",
+                )
+            )
         cfg = cfg.model_copy(update={"rank_pattern": pattern, "lora_rank": lora.rank})
     return cfg, InitSource(path, file_sha256(path)), problems
 

@@ -11,10 +11,12 @@ as generation's LoRA picker and `generate --lora NAME` name them: jobs/generatio
 any other relative path a file under outputs/ (kept inside it).
 
 The file's adapter kind is told by its key names (LyCORIS' lokr_ / hada_ factors, DoRA's
-dora_scale / lora_magnitude_vector), its rank by its down (A) matrices' rows, its alpha by its
-`.alpha` tensors, else lorastudio's header (`lorastudio.alpha`: a diffusers file of ours holds
-alpha / rank folded into lora_B), else diffusers' adapter config, else kohya's ss_network_alpha,
-else the rank (diffusers' rule).
+dora_scale / lora_magnitude_vector), its rank by its header (lorastudio's, kohya's ss_network_dim)
+else its down (A) matrices' rows, its alpha by lorastudio's header (`lorastudio.alpha`: a
+diffusers file of ours holds alpha / rank folded into lora_B), else its `.alpha` tensors (each
+over its layer's rank: one scale alpha / rank, the file's alpha = that scale x the rank; a fused
+layer of a kohya layout stacks several ranks and alphas), else diffusers' adapter config, else
+kohya's ss_network_alpha, else the rank (diffusers' rule).
 """
 
 from __future__ import annotations
@@ -44,21 +46,17 @@ _ADAPTER_KEY = "lora_adapter_metadata"  # diffusers' header key (lora/files.ADAP
 class InitFile:
     """What a LoRA file's header says about starting a run from it.
 
-    path: the file; kind: "lora", "dora", "loha" or "lokr"; ranks: {layer name as the file
-    spells it: rank}; rank: the most common rank; alpha: the file's alpha (None where its
-    layers' `.alpha` differ); text_encoder_keys: the keys of text-encoder layers."""
+    path: the file; kind: "lora", "dora", "loha" or "lokr"; rank: the rank its header gives
+    (lorastudio's, kohya's ss_network_dim), else its down matrices' most common one (a kohya
+    layout's fused layer stacks several: per-layer ranks are read from the weights,
+    training/init_lora.py); alpha: the file's alpha (None where its layers' `.alpha` differ);
+    text_encoder_keys: the keys of text-encoder layers."""
 
     path: Path
     kind: str
-    ranks: dict[str, int]
     rank: int
     alpha: float | None
     text_encoder_keys: tuple[str, ...]
-
-    @property
-    def uniform(self) -> bool:
-        """Whether every layer has the same rank."""
-        return len(set(self.ranks.values())) <= 1
 
 
 def is_local(value: str) -> bool:
@@ -126,11 +124,8 @@ def _alphas(path: Path, names: list[str]) -> list[float]:
 
 
 def _header_alpha(metadata: dict[str, str]) -> float | None:
-    """The alpha a file's header gives: lorastudio's, else diffusers' adapter config's, else
-    kohya's ss_network_alpha; None when none gives one."""
-    ours = _number(metadata.get("lorastudio.alpha"))
-    if ours is not None:
-        return ours
+    """The alpha a file's header gives: diffusers' adapter config's, else kohya's
+    ss_network_alpha; None when neither gives one."""
     packed = _packed_alpha(metadata)
     return packed if packed is not None else _number(metadata.get("ss_network_alpha"))
 
@@ -176,16 +171,20 @@ def read_init_file(path: Path, family: str) -> InitFile:
     if not ranks:
         lyco = [int(i.shape[0]) for k, i in header.tensors.items() if k.endswith(("_w1_a", "_w2_a", "_w2_b"))]
         ranks = {"(all)": min(lyco)} if lyco else {}
-    rank = Counter(ranks.values()).most_common(1)[0][0] if ranks else 0
-    alpha_keys = [k for k in keys if k.endswith(".alpha") and not _TE_KEY.match(k)]
-    alpha: float | None
-    if alpha_keys:
-        values = set(_alphas(path, alpha_keys))
-        alpha = values.pop() if len(values) == 1 else None
-    else:
+    stated = _number(header.metadata.get("lorastudio.rank")) or _number(header.metadata.get("ss_network_dim"))
+    rank = int(stated) if stated else Counter(ranks.values()).most_common(1)[0][0] if ranks else 0
+    alpha_keys = [k for k in keys if k.endswith(".alpha") and k.removesuffix(".alpha") in ranks]
+    alpha = _number(header.metadata.get("lorastudio.alpha"))  # a file of ours: the run's alpha
+    if alpha is None and alpha_keys:  # each layer's alpha / its rank: one scale, the file's alpha
+        scales = {
+            a / ranks[k.removesuffix(".alpha")]
+            for k, a in zip(alpha_keys, _alphas(path, alpha_keys), strict=True)
+        }
+        alpha = scales.pop() * rank if len(scales) == 1 else None
+    elif alpha is None:
         alpha = _header_alpha(header.metadata)
         alpha = float(rank) if alpha is None else alpha
-    return InitFile(path, _kind(keys), ranks, rank, alpha, te)
+    return InitFile(path, _kind(keys), rank, alpha, te)
 
 
 def file_rank_alpha(cfg: TrainConfig, settings: Settings) -> tuple[int, float | None] | None:
@@ -241,14 +240,7 @@ def init_lora_problems(cfg: TrainConfig, settings: Settings, explicit: set[str])
                 "alone (`lorastudio lora convert` keeps them; a kohya tool can strip them)",
             )
         )
-    if "lora_rank" in explicit and found.rank and not found.uniform:
-        problems.append(
-            FieldProblem(
-                "lora_rank",
-                f"{name}'s layers differ in rank ({_ranks(found)}): leave lora_rank unset to take them",
-            )
-        )
-    elif "lora_rank" in explicit and found.rank and cfg.lora_rank != found.rank:
+    if "lora_rank" in explicit and found.rank and cfg.lora_rank != found.rank:
         problems.append(
             FieldProblem(
                 "lora_rank",
@@ -268,20 +260,7 @@ def init_lora_problems(cfg: TrainConfig, settings: Settings, explicit: set[str])
             problems.append(
                 FieldProblem(pattern, f"init_lora takes each layer's rank and alpha from {name}: remove it")
             )
-    if not found.uniform and cfg.lora_format == "kohya":
-        problems.append(
-            FieldProblem(
-                "lora_format",
-                f"{name}'s layers differ in rank ({_ranks(found)}), which the run keeps (rank_pattern): the kohya "
-                "layout of a LoRA holds one rank: use lora_format 'diffusers'",
-            )
-        )
     return problems
-
-
-def _ranks(found: InitFile) -> str:
-    counts = Counter(found.ranks.values())
-    return ", ".join(f"{n} of rank {r}" for r, n in sorted(counts.items()))
 
 
 def file_sha256(path: Path) -> str:

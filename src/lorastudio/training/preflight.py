@@ -266,7 +266,7 @@ def _preflight(
         header = init_lora_problems(resolved, settings, given)
         problems += header
         if not header:  # its layers against the run's targets (the file's weights read, no model)
-            resolved, init, layers = init_problems(resolved, settings, family.spec.lora_targets)
+            resolved, init, layers = init_problems(resolved, settings, family.spec.lora_targets, given)
             problems += layers
     if problems:
         raise ConfigError(problems)

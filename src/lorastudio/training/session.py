@@ -80,6 +80,7 @@ def prepare_session(
     info = read_checkpoint_info(checkpoint)
     old_total = int(info["total_steps"])
     extended = cfg.num_epochs == 0 and cfg.steps > old_total  # training it longer (training/extend.py)
+    cfg = _checkpoint_ranks(cfg, info)
     # The folder exists (it is the one continued): everything else is checked as for a new run.
     run = preflight(
         cfg.model_copy(update={"output_name": None}), settings, device, progress=progress, resume=True
@@ -100,6 +101,21 @@ def prepare_session(
     then = record_for(info["identity"], config_as_recorded(run.cfg, info), run.family.spec.denoiser)
     check_identity(info["identity"], _identity(run, before, then, pixels))
     return run, identity
+
+
+# the adapter's shape a run from init_lora took from its file where the user left it unset
+_FILE_RANKS = ("lora_rank", "lora_alpha", "rank_pattern")
+
+
+def _checkpoint_ranks(cfg: TrainConfig, info: dict[str, Any]) -> TrainConfig:
+    """A resume's `cfg` with init_lora and lora_rank / lora_alpha / rank_pattern unset: those the
+    checkpoint's run took from its init file (training/init_lora.py), so that the resume needs
+    neither the file (it may be gone) nor its reading to equal the checkpoint's."""
+    saved = info.get("config") or {}
+    if cfg.init_lora is None:
+        return cfg
+    update = {k: saved[k] for k in _FILE_RANKS if getattr(cfg, k) is None and saved.get(k) is not None}
+    return cfg.model_copy(update=update) if update else cfg
 
 
 def _identity(
