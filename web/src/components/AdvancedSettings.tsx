@@ -137,6 +137,11 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
           hint: "module name suffixes, comma-separated (blank: the family's)",
           wide: true,
         })}
+        {c.line("init_lora", "Start from LoRA", {
+          placeholder: "none: a fresh adapter",
+          hint: "a trained LoRA's name or a .safetensors file (its weights, rank and alpha; rank / alpha blank take the file's)",
+          wide: true,
+        })}
         {c.line("revision", "Hub revision", { placeholder: "default branch", hint: "branch, tag or commit (hub ids only)" })}
         {c.line("base_config", "Base config", {
           placeholder: "the original model's hub id",
