@@ -100,7 +100,8 @@ class TrainingFields(StrictFields):
         min_length=1,
         max_length=4096,
         description="start from this LoRA's weights instead of a fresh adapter: a .safetensors file "
-        "(absolute, ~/..., or a path under outputs/) or a trained LoRA's name (outputs/NAME/NAME.safetensors); "
+        "(absolute, ~/..., or relative: the CLI's to its directory, the server's under outputs/) or a trained "
+        "LoRA's name (outputs/NAME/NAME.safetensors); "
         "lorastudio's own files and kohya / ComfyUI / diffusers / OneTrainer ones of the run's family. "
         "lora_rank / lora_alpha null take the file's; targets the file lacks start fresh (a warning); "
         "a resume takes its weights from the checkpoint, not from this file",

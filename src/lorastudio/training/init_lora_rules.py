@@ -8,7 +8,9 @@ themselves): training/init_lora.py.
 The value names a file as other path settings do: an absolute path or `~/...` as it is, a bare
 name (no "/", no .safetensors) a trained LoRA of the studio's list (outputs/NAME/NAME.safetensors,
 as generation's LoRA picker and `generate --lora NAME` name them: jobs/generation_inputs.lora_file),
-any other relative path a file under outputs/ (kept inside it).
+any other relative path a file under outputs/ (kept inside it); the CLI makes a config file's
+relative path absolute against its directory first (cli/config_file.localize_paths), as it does
+a data_dir's.
 
 The file's adapter kind is told by its key names (LyCORIS' lokr_ / hada_ factors, DoRA's
 dora_scale / lora_magnitude_vector), its rank by its header (lorastudio's, kohya's ss_network_dim)

@@ -141,3 +141,14 @@ def test_the_verdict_names_every_problem_at_once(make_config, tmp_path):
         )
     fields = {p.field for p in err.value.problems}
     assert {"data_dir", "lora_rank", "lora_alpha"} <= fields, err.value.problems
+
+
+def test_the_cli_takes_a_relative_path_from_its_directory_and_keeps_a_name(tmp_path, monkeypatch):
+    from lorastudio.cli.config_file import localize_paths
+
+    monkeypatch.chdir(tmp_path)
+    assert localize_paths({"init_lora": "loras/a.safetensors"})["init_lora"] == str(
+        tmp_path / "loras/a.safetensors"
+    )
+    assert localize_paths({"init_lora": "./a.safetensors"})["init_lora"] == str(tmp_path / "a.safetensors")
+    assert localize_paths({"init_lora": "my-run"})["init_lora"] == "my-run"  # a trained LoRA's name

@@ -4509,7 +4509,7 @@ export interface components {
             huber_schedule?: ("constant" | "exponential" | "snr") | null;
             /**
              * Init Lora
-             * @description start from this LoRA's weights instead of a fresh adapter: a .safetensors file (absolute, ~/..., or a path under outputs/) or a trained LoRA's name (outputs/NAME/NAME.safetensors); lorastudio's own files and kohya / ComfyUI / diffusers / OneTrainer ones of the run's family. lora_rank / lora_alpha null take the file's; targets the file lacks start fresh (a warning); a resume takes its weights from the checkpoint, not from this file
+             * @description start from this LoRA's weights instead of a fresh adapter: a .safetensors file (absolute, ~/..., or relative: the CLI's to its directory, the server's under outputs/) or a trained LoRA's name (outputs/NAME/NAME.safetensors); lorastudio's own files and kohya / ComfyUI / diffusers / OneTrainer ones of the run's family. lora_rank / lora_alpha null take the file's; targets the file lacks start fresh (a warning); a resume takes its weights from the checkpoint, not from this file
              * @default null
              */
             init_lora?: string | null;
@@ -5132,7 +5132,7 @@ export interface components {
             huber_schedule: ("constant" | "exponential" | "snr") | null;
             /**
              * Init Lora
-             * @description start from this LoRA's weights instead of a fresh adapter: a .safetensors file (absolute, ~/..., or a path under outputs/) or a trained LoRA's name (outputs/NAME/NAME.safetensors); lorastudio's own files and kohya / ComfyUI / diffusers / OneTrainer ones of the run's family. lora_rank / lora_alpha null take the file's; targets the file lacks start fresh (a warning); a resume takes its weights from the checkpoint, not from this file
+             * @description start from this LoRA's weights instead of a fresh adapter: a .safetensors file (absolute, ~/..., or relative: the CLI's to its directory, the server's under outputs/) or a trained LoRA's name (outputs/NAME/NAME.safetensors); lorastudio's own files and kohya / ComfyUI / diffusers / OneTrainer ones of the run's family. lora_rank / lora_alpha null take the file's; targets the file lacks start fresh (a warning); a resume takes its weights from the checkpoint, not from this file
              */
             init_lora: string | null;
             /**
