@@ -49,19 +49,24 @@ class InitSource:
         return {"file": self.path.name, "sha256": self.sha256}
 
 
-def read_init_lora(path: Path, family: str) -> PeftLora:
-    """The denoiser LoRA of the file `path` in peft naming (lora convert's reader). Raises
-    NotFound, ModelSourceError, ConfigError (a layer with no diffusers name)."""
+def read_init_lora(path: Path, family: str) -> tuple[PeftLora, dict[str, torch.Tensor]]:
+    """(the denoiser LoRA, the text encoders' LoRA) of the file `path` (lora convert's reader): the
+    first in peft naming (empty for a file of text-encoder layers alone), the second as
+    "<encoder>.<module>.lora_A / lora_B.weight" with each layer's alpha / rank folded into its
+    lora_B (lora/text_encoders.folded_peft; {} without one). Raises NotFound, ModelSourceError
+    naming the file (a layer with no diffusers name, a text-encoder layer of no encoder)."""
     from lorastudio.lora.file_read import read_lora_file
-    from lorastudio.lora.text_encoder_files import denoiser_part
+    from lorastudio.lora.text_encoder_files import denoiser_part, folded_text_encoders
     from lorastudio.lora.text_encoders import split_text_encoders
 
     tensors, metadata = read_lora_file(path)
     denoiser, text_encoders = split_text_encoders(tensors)
     try:
-        return denoiser_part(denoiser, metadata, family, {} if denoiser else text_encoders)
+        folded = folded_text_encoders(text_encoders, metadata, family) if text_encoders else {}
+        return denoiser_part(denoiser, metadata, family, folded), folded
     except (ModelSourceError, ConfigError) as err:
-        raise ModelSourceError(f"{path}: {err}") from err
+        message = "; ".join(p.message for p in err.problems) if isinstance(err, ConfigError) else str(err)
+        raise ModelSourceError(f"{path}: {message}") from err
 
 
 def _matches(module: str, target: str) -> bool:
@@ -119,10 +124,11 @@ def init_problems(
         return cfg, None, []
     try:
         path = init_lora_path(cfg.init_lora, settings)
-        lora = read_init_lora(path, cfg.family)
+        lora, text_encoders = read_init_lora(path, cfg.family)
     except (LorastudioError, OSError) as err:
         return cfg, None, [FieldProblem(FIELD, str(err))]
     problems = layer_problems(cfg, lora, path.name, targets)
+    problems += text_encoder_problems(cfg, text_encoders, path.name)
     pattern = file_rank_pattern(lora)
     if pattern:
         shown = f"{path.name}'s layers differ in rank ({lora.rank} and {sorted(set(pattern.values()))})"
@@ -138,6 +144,70 @@ def init_problems(
             )
         cfg = cfg.model_copy(update={"rank_pattern": pattern, "lora_rank": lora.rank})
     return cfg, InitSource(path, file_sha256(path)), problems
+
+
+def text_encoder_problems(cfg: TrainConfig, folded: dict[str, torch.Tensor], name: str) -> list[FieldProblem]:
+    """Why the file's text-encoder layers (`folded`, read_init_lora's) cannot start the run's
+    text-encoder LoRA (training/text_encoders.py: q / k / v / out projections of both CLIP
+    encoders at lora_rank): layers it does not adapt, or of another rank. [] without any."""
+    from lorastudio.training.text_encoders import TARGETS
+
+    outside = sorted(
+        {
+            k.rsplit(".lora_", 1)[0]
+            for k in folded
+            if not any(_matches(k.rsplit(".lora_", 1)[0], t) for t in TARGETS)
+        }
+    )
+    problems = []
+    if outside:
+        problems.append(
+            FieldProblem(
+                FIELD,
+                f"{name} has text-encoder layers the run's text-encoder LoRA ({', '.join(TARGETS)}) does not "
+                f"adapt, whose weights would be dropped: {_listed(outside)}",
+            )
+        )
+    ranks = sorted({int(v.shape[0]) for k, v in folded.items() if k.endswith(".lora_A.weight")})
+    if ranks and ranks != [cfg.lora_rank]:
+        problems.append(
+            FieldProblem(
+                FIELD,
+                f"{name}'s text-encoder layers are of rank {', '.join(map(str, ranks))}; the run's text-encoder "
+                f"LoRA is of lora_rank ({cfg.lora_rank}) in every layer",
+            )
+        )
+    return problems
+
+
+@torch.no_grad()
+def load_init_text_encoders(text_encoders: Any, source: InitSource, cfg: TrainConfig) -> str | None:
+    """Put the file's text-encoder layers into the run's text-encoder LoRA (`text_encoders`, a
+    training.text_encoders.TextEncoderLora), each at the run's alpha / rank (B' = B_folded * r /
+    alpha). Returns the warning about its layers the file lacks (they start fresh), None when
+    there are none. Raises ModelSourceError for a layer of no adapter or of another shape."""
+    from lorastudio.lora.text_encoders import file_module
+
+    _, folded = read_init_lora(source.path, cfg.family)
+    scale = float(cfg.lora_alpha) / int(cfg.lora_rank)
+    params = {}  # the files' "<encoder>.text_model.<module>.lora_A.weight" -> the run's parameter
+    for name, param in text_encoders.named_parameters().items():  # "<encoder>.<module>.lora_A.default.weight"
+        encoder, _, rest = name.partition(".")
+        params[f"{encoder}.{file_module(rest.replace('.default.', '.'))}"] = param
+    for key, value in folded.items():
+        param = params.get(key)
+        if param is None or tuple(param.shape) != tuple(value.shape):
+            raise ModelSourceError(
+                f"init_lora {source.path}: its text-encoder layer {key} fits no layer of the run's text-encoder LoRA"
+            )
+        param.copy_((value.float() / scale if ".lora_B." in key else value.float()).to(param.device))
+    fresh = sorted({k.rsplit(".lora_", 1)[0] for k in params} - {k.rsplit(".lora_", 1)[0] for k in folded})
+    if not fresh:
+        return None
+    return (
+        f"init_lora {source.path.name}: {len(fresh)} of the run's text-encoder LoRA layers are not in the file "
+        f"and start fresh: {_listed(fresh)}"
+    )
 
 
 @dataclass(frozen=True)
@@ -169,7 +239,7 @@ def load_init_lora(denoiser: Any, source: InitSource, family: str) -> InitLoad:
 
     if file_sha256(source.path) != source.sha256:
         raise ModelSourceError(f"init_lora {source.path} changed since the run's preflight read it")
-    lora = read_init_lora(source.path, family)
+    lora, _ = read_init_lora(source.path, family)
     file_scale = lora.alpha / lora.rank
     scales = module_scales(denoiser)  # {module: (rank, alpha)} as peft resolved them
     layers = dict(denoiser.named_modules())

@@ -233,13 +233,13 @@ def init_lora_problems(cfg: TrainConfig, settings: Settings, explicit: set[str])
                 f"{name} is a {found.kind} file: init_lora loads LoRA files only in this version (adapter 'lora')",
             )
         )
-    if found.text_encoder_keys:
+    if found.text_encoder_keys and not cfg.train_text_encoder:
         problems.append(
             FieldProblem(
                 FIELD,
-                f"{name} holds text-encoder layers (e.g. {found.text_encoder_keys[0][:100]!r}), which init_lora "
-                "does not load in this version (they would be dropped): use a file of the denoiser's layers "
-                "alone (`lorastudio lora convert` keeps them; a kohya tool can strip them)",
+                f"{name} holds text-encoder layers (e.g. {found.text_encoder_keys[0][:100]!r}), which a run "
+                "without train_text_encoder would drop: set train_text_encoder = true to train them on"
+                + ("" if cfg.family == "sdxl" else f" (SDXL only: a {cfg.family} run cannot)"),
             )
         )
     if "lora_rank" in explicit and found.rank and cfg.lora_rank != found.rank:

@@ -108,6 +108,12 @@ def _inputs_and_steps(
     run = dataclasses.replace(run, dtype=pick_dtype(plan.base_precision, run.device))
     if cfg.train_text_encoder:
         state.text_encoders = load_text_encoder_lora(family, cfg, run.dtype, run.device, emit)
+        if run.init_lora is not None:  # the init file's text-encoder layers (training/init_lora.py)
+            from lorastudio.training.init_lora import load_init_text_encoders
+
+            if (note := load_init_text_encoders(state.text_encoders, run.init_lora, cfg)) is not None:
+                logging.getLogger(__name__).warning("%s", note)
+                emit(RunWarning(step=state.steps_run, message=note))
         prompt_conds = LivePromptConds(state.text_encoders, sample_texts(cfg, family))  # type: ignore[assignment]
     if cfg.sample_prompts and state.ctx.is_main:
         state.previews = SamplePreviews(run, prompt_conds)

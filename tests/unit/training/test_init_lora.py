@@ -183,3 +183,25 @@ def test_a_resume_needs_the_init_file_no_more(make_config, tmp_path):
     _close(load_file(str(full.lora_path)), load_file(str(resumed.lora_path)))
     sidecar = json.loads(resumed.lora_path.with_suffix(".json").read_text())
     assert sidecar["init_lora"] == {"file": "source.safetensors", "sha256": digest}
+
+
+def test_an_sdxl_files_text_encoder_layers_start_its_text_encoder_lora(make_config):
+    first = _trained(make_config, "sdxl", "te", train_text_encoder=True)
+    assert any(k.startswith("lora_te1_") for k in load_file(str(first)))  # SDXL's kohya layout
+    with pytest.raises(ConfigError) as err:  # without train_text_encoder they would be dropped
+        train(
+            make_config("sdxl", steps=1, output_name="no-te", init_lora=str(first)), [].append, device="cpu"
+        )
+    assert "set train_text_encoder = true" in str(err.value)
+    events: list = []
+    cfg = make_config(
+        "sdxl",
+        steps=1,
+        learning_rate=TINY_LR,
+        output_name="te-again",
+        init_lora=str(first),
+        train_text_encoder=True,
+    )
+    again = train(cfg, events.append, device="cpu")
+    _close(load_file(str(first)), load_file(str(again.lora_path)))  # U-Net and both CLIP encoders
+    assert not [e for e in events if isinstance(e, RunWarning)]
