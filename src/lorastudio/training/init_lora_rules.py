@@ -217,7 +217,7 @@ def init_lora_problems(cfg: TrainConfig, settings: Settings, explicit: set[str])
     except (LorastudioError, OSError) as err:
         return [FieldProblem(FIELD, str(err))]
     name = found.path.name
-    problems = []
+    problems = [p for p in [in_run_folder(found.path, str(cfg.output_name), settings)] if p is not None]
     if found.kind != cfg.adapter:
         problems.append(
             FieldProblem(
@@ -263,6 +263,22 @@ def init_lora_problems(cfg: TrainConfig, settings: Settings, explicit: set[str])
                 FieldProblem(pattern, f"init_lora takes each layer's rank and alpha from {name}: remove it")
             )
     return problems
+
+
+def in_run_folder(path: Path, output_name: str, settings: Settings) -> FieldProblem | None:
+    """The refusal of an init file inside the run's own output folder (outputs/<output_name>/):
+    a fresh run's folder must not exist, and `train --overwrite` removes it, file and all, before
+    the run starts (cli/train_check.check_run asks this for the name it replaces). None elsewhere."""
+    from lorastudio.user_paths import resolved
+
+    folder, found = resolved(settings.outputs_dir / output_name), resolved(path)
+    if folder is None or found is None or not found.is_relative_to(folder):
+        return None
+    return FieldProblem(
+        FIELD,
+        f"{path} is in the run's own output folder {settings.outputs_dir / output_name}, which a fresh run "
+        "replaces (--overwrite removes it first): copy the file elsewhere or choose another output_name",
+    )
 
 
 def file_sha256(path: Path) -> str:

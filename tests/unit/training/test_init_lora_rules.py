@@ -152,3 +152,17 @@ def test_the_cli_takes_a_relative_path_from_its_directory_and_keeps_a_name(tmp_p
     )
     assert localize_paths({"init_lora": "./a.safetensors"})["init_lora"] == str(tmp_path / "a.safetensors")
     assert localize_paths({"init_lora": "my-run"})["init_lora"] == "my-run"  # a trained LoRA's name
+
+
+def test_a_file_in_the_runs_own_folder_is_refused_before_overwrite_removes_it(make_config, tmp_path):
+    from lorastudio.cli.train_check import check_run
+
+    folder = get_settings().outputs_dir / "again"
+    folder.mkdir(parents=True)
+    _lora(folder / "again.safetensors")
+    raw = make_config(init_lora="again", output_name="again").model_dump(mode="json", exclude_unset=True)
+    for overwrite in (True, False):
+        with pytest.raises(ConfigError) as err:
+            check_run(raw, get_settings(), overwrite=overwrite, device="cpu")
+        assert any(p.field == "init_lora" and "own output folder" in p.message for p in err.value.problems)
+    assert (folder / "again.safetensors").is_file()  # nothing replaced
