@@ -130,9 +130,17 @@ def init_problems(
     problems = layer_problems(cfg, lora, path.name, targets)
     problems += text_encoder_problems(cfg, text_encoders, path.name)
     pattern = file_rank_pattern(lora)
+    if (
+        "rank_pattern" in explicit and cfg.rank_pattern and cfg.rank_pattern != pattern
+    ):  # "train again" sends the file's
+        problems.append(
+            FieldProblem(
+                "rank_pattern", f"is not {path.name}'s per-layer ranks, which the run takes: remove it"
+            )
+        )
     if pattern:
         shown = f"{path.name}'s layers differ in rank ({lora.rank} and {sorted(set(pattern.values()))})"
-        if "lora_rank" in explicit:
+        if "lora_rank" in explicit and cfg.lora_rank != lora.rank:
             problems.append(FieldProblem("lora_rank", f"{shown}: leave lora_rank unset to take each one's"))
         if cfg.lora_format == "kohya":
             problems.append(

@@ -257,11 +257,10 @@ def init_lora_problems(cfg: TrainConfig, settings: Settings, explicit: set[str])
                 f"change): leave it unset (or set {found.alpha:g})",
             )
         )
-    for pattern in ("rank_pattern", "alpha_pattern"):
-        if getattr(cfg, pattern):
-            problems.append(
-                FieldProblem(pattern, f"init_lora takes each layer's rank and alpha from {name}: remove it")
-            )
+    if cfg.alpha_pattern:  # rank_pattern: the file's own is taken (training/init_lora.init_problems)
+        problems.append(
+            FieldProblem("alpha_pattern", f"init_lora keeps {name}'s alpha / rank in every layer: remove it")
+        )
     return problems
 
 

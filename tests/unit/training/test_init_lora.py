@@ -154,6 +154,20 @@ def test_per_layer_ranks_become_the_runs_rank_pattern(make_config):
     sidecar = json.loads(again.lora_path.with_suffix(".json").read_text())
     pattern = sidecar["config"]["rank_pattern"]
     assert sidecar["rank"] == 4 and set(pattern.values()) == {2} and all("to_k" in k for k in pattern)
+    # train again: the recorded config sends the file's ranks explicitly, and is accepted
+    recorded = {k: sidecar["config"][k] for k in ("lora_rank", "lora_alpha", "rank_pattern")}
+    third = train(
+        make_config(steps=1, learning_rate=TINY_LR, output_name="third", init_lora=str(first), **recorded),
+        [].append,
+        device="cpu",
+    )
+    _close(load_file(str(first)), load_file(str(third.lora_path)))
+    with pytest.raises(ConfigError) as err:  # ranks of its own: refused, naming the field
+        train(
+            make_config(steps=1, output_name="fourth", init_lora=str(first), rank_pattern={"to_q": 2}),
+            [].append,
+        )
+    assert [p.field for p in err.value.problems] == ["rank_pattern"]
 
 
 def _stop_at(step: int):

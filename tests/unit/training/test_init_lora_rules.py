@@ -115,10 +115,12 @@ def test_an_adapter_of_another_kind_is_refused_saying_which_to_set(make_config, 
 
 def test_another_explicit_rank_alpha_or_pattern_is_refused_naming_both(make_config, tmp_path):
     path = _lora(tmp_path / "r4.safetensors", rank=4)  # alpha 8
-    found = _problems(make_config, init_lora=str(path), lora_rank=8, lora_alpha=4.0, rank_pattern={"to_k": 2})
+    found = _problems(
+        make_config, init_lora=str(path), lora_rank=8, lora_alpha=4.0, alpha_pattern={"to_k": 2.0}
+    )
     assert "is 8 but r4.safetensors is of rank 4" in found["lora_rank"]
     assert "is 4 but r4.safetensors's alpha is 8" in found["lora_alpha"]
-    assert "remove it" in found["rank_pattern"]
+    assert "remove it" in found["alpha_pattern"]
     assert _problems(make_config, init_lora=str(path), lora_rank=4, lora_alpha=8.0) == {}
 
 
