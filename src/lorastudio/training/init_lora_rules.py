@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -182,7 +183,10 @@ def read_init_file(path: Path, family: str) -> InitFile:
             a / ranks[k.removesuffix(".alpha")]
             for k, a in zip(alpha_keys, _alphas(path, alpha_keys), strict=True)
         }
-        alpha = scales.pop() * rank if len(scales) == 1 else None
+        one = scales.pop() if len(scales) == 1 else None
+        alpha = (
+            one * rank if one is not None and math.isfinite(one) and one > 0 else None
+        )  # 0 / NaN: read_lora_file's refusal
     elif alpha is None:
         alpha = _header_alpha(header.metadata)
         alpha = float(rank) if alpha is None else alpha
@@ -199,7 +203,29 @@ def file_rank_alpha(cfg: TrainConfig, settings: Settings) -> tuple[int, float | 
         found = read_init_file(init_lora_path(cfg.init_lora, settings), cfg.family)
     except (LorastudioError, OSError):
         return None
+    if bounds_problems(found):  # a rank or alpha no run takes: refused by init_lora_problems
+        return None
     return (found.rank, found.alpha) if found.rank else None
+
+
+MAX_RANK, MAX_ALPHA = 1024, 4096.0  # TrainConfig.lora_rank's and lora_alpha's bounds
+
+
+def bounds_problems(found: InitFile) -> list[FieldProblem]:
+    """A rank or alpha of the file that TrainConfig cannot hold (a header's stated rank of 10^6,
+    an alpha past 4096): refused naming the file, never resolved into a config that fails."""
+    problems = []
+    if not 1 <= found.rank <= MAX_RANK:
+        problems.append(
+            FieldProblem(FIELD, f"{found.path.name} is of rank {found.rank}; a run takes 1 to {MAX_RANK}")
+        )
+    if found.alpha is not None and not 0 < found.alpha <= MAX_ALPHA:
+        problems.append(
+            FieldProblem(
+                FIELD, f"{found.path.name}'s alpha is {found.alpha:g}; a run takes up to {MAX_ALPHA:g}"
+            )
+        )
+    return problems
 
 
 def init_lora_problems(cfg: TrainConfig, settings: Settings, explicit: set[str]) -> list[FieldProblem]:
@@ -218,6 +244,7 @@ def init_lora_problems(cfg: TrainConfig, settings: Settings, explicit: set[str])
         return [FieldProblem(FIELD, str(err))]
     name = found.path.name
     problems = [p for p in [in_run_folder(found.path, str(cfg.output_name), settings)] if p is not None]
+    problems += bounds_problems(found)
     if found.kind != cfg.adapter:
         problems.append(
             FieldProblem(

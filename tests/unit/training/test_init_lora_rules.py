@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from lorastudio import families
 from lorastudio.config import parse_train_config, resolve_train_config
 from lorastudio.errors import ConfigError
 from lorastudio.jobs.validation import validate_run
@@ -168,3 +169,13 @@ def test_a_file_in_the_runs_own_folder_is_refused_before_overwrite_removes_it(ma
             check_run(raw, get_settings(), overwrite=overwrite, device="cpu")
         assert any(p.field == "init_lora" and "own output folder" in p.message for p in err.value.problems)
     assert (folder / "again.safetensors").is_file()  # nothing replaced
+
+
+def test_a_header_rank_or_alpha_no_run_takes_is_refused_not_resolved(make_config, tmp_path):
+    path = _lora(
+        tmp_path / "huge.safetensors", header={"lorastudio.rank": "100000", "lorastudio.alpha": "1e9"}
+    )
+    resolved = resolve_train_config(make_config(init_lora=str(path), lora_rank=None))  # no ValidationError
+    assert resolved.lora_rank == families.get("flux").spec.defaults["lora_rank"]  # the file's is refused
+    message = _problems(make_config, init_lora=str(path), lora_rank=None)["init_lora"]
+    assert "rank 100000" in message or "alpha is 1e+09" in message
