@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from lorastudio.settings import Settings
 
 _NAMED = 5  # layers named in a message; the rest counted
+LYCORIS = ("loha", "lokr")  # the adapters whose files are read by training/init_lycoris.py
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,20 @@ def init_problems(
     (cfg, None, []) without init_lora."""
     if cfg.init_lora is None:
         return cfg, None, []
+    if cfg.adapter in LYCORIS:  # a LoHa / LoKr file (init_lora_rules: its kind is the adapter's)
+        from lorastudio import families
+        from lorastudio.training import init_lycoris
+
+        try:
+            path = init_lora_path(cfg.init_lora, settings)
+            layers = init_lycoris.file_layers(path, families.get(cfg.family).spec.pipeline_class)
+        except (LorastudioError, OSError) as err:
+            return cfg, None, [FieldProblem(FIELD, str(err))]
+        return (
+            cfg,
+            InitSource(path, file_sha256(path)),
+            init_lycoris.layer_problems(cfg, layers, path.name, targets),
+        )
     try:
         path = init_lora_path(cfg.init_lora, settings)
         lora, text_encoders = read_init_lora(path, cfg.family)
@@ -237,9 +252,10 @@ class InitLoad:
 
 
 @torch.no_grad()
-def load_init_lora(denoiser: Any, source: InitSource, family: str) -> InitLoad:
-    """Put the file `source` into `denoiser`'s freshly added adapter ("default"), each layer at the
-    run's scale (module docstring: B' = B * s_f / s_r). Raises ModelSourceError for a file that
+def load_init_lora(denoiser: Any, source: InitSource, family: str, adapter: str = "lora") -> InitLoad:
+    """Put the file `source` into `denoiser`'s freshly added adapter ("default") of kind `adapter`
+    (TrainConfig.adapter; LoHa / LoKr: training/init_lycoris.py), each layer at the run's scale
+    (module docstring: B' = B * s_f / s_r). Raises ModelSourceError for a file that
     changed since the preflight read it, a layer the denoiser has no adapter on or of another
     shape (the denoiser's adapter is then partly loaded: the run fails before its first step)."""
     from lorastudio.lora.convert import peft_modules
@@ -247,6 +263,12 @@ def load_init_lora(denoiser: Any, source: InitSource, family: str) -> InitLoad:
 
     if file_sha256(source.path) != source.sha256:
         raise ModelSourceError(f"init_lora {source.path} changed since the run's preflight read it")
+    if adapter in LYCORIS:
+        from lorastudio import families
+        from lorastudio.training.init_lycoris import load_init_lycoris
+
+        count, fresh = load_init_lycoris(denoiser, source.path, families.get(family).spec.pipeline_class)
+        return InitLoad(count, fresh)
     lora, _ = read_init_lora(source.path, family)
     file_scale = lora.alpha / lora.rank
     scales = module_scales(denoiser)  # {module: (rank, alpha)} as peft resolved them

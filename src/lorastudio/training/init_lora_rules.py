@@ -189,7 +189,7 @@ def read_init_file(path: Path, family: str) -> InitFile:
         )  # 0 / NaN: read_lora_file's refusal
     elif alpha is None:
         alpha = _header_alpha(header.metadata)
-        alpha = float(rank) if alpha is None else alpha
+        alpha = (float(rank) if rank else None) if alpha is None else alpha  # rank 0: not told
     return InitFile(path, _kind(keys), rank, alpha, te)
 
 
@@ -215,7 +215,7 @@ def bounds_problems(found: InitFile) -> list[FieldProblem]:
     """A rank or alpha of the file that TrainConfig cannot hold (a header's stated rank of 10^6,
     an alpha past 4096): refused naming the file, never resolved into a config that fails."""
     problems = []
-    if not 1 <= found.rank <= MAX_RANK:
+    if found.rank and not 1 <= found.rank <= MAX_RANK:  # 0: not told (a LoKr of full factors)
         problems.append(
             FieldProblem(FIELD, f"{found.path.name} is of rank {found.rank}; a run takes 1 to {MAX_RANK}")
         )
@@ -253,11 +253,11 @@ def init_lora_problems(cfg: TrainConfig, settings: Settings, explicit: set[str])
                 f"{found.kind!r} to continue it",
             )
         )
-    elif found.kind not in ("lora",):
+    elif found.kind == "dora":
         problems.append(
             FieldProblem(
                 FIELD,
-                f"{name} is a {found.kind} file: init_lora loads LoRA files only in this version (adapter 'lora')",
+                f"{name} is a DoRA file: init_lora loads LoRA, LoHa and LoKr files in this version, not DoRA ones",
             )
         )
     if found.text_encoder_keys and not cfg.train_text_encoder:

@@ -136,7 +136,7 @@ def build_denoiser(
     if run.init_lora is not None:  # a fresh run from a LoRA file: its weights, at the run's scale
         from lorastudio.training.init_lora import load_init_lora
 
-        loaded_init = load_init_lora(denoiser, run.init_lora, family.spec.name)
+        loaded_init = load_init_lora(denoiser, run.init_lora, family.spec.name, cfg.adapter)
         init_warning = loaded_init.warning(run.init_lora.path.name)
     if fusion.share:
         share_lora_inputs(denoiser)

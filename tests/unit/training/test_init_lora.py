@@ -219,3 +219,18 @@ def test_an_sdxl_files_text_encoder_layers_start_its_text_encoder_lora(make_conf
     again = train(cfg, events.append, device="cpu")
     _close(load_file(str(first)), load_file(str(again.lora_path)))  # U-Net and both CLIP encoders
     assert not [e for e in events if isinstance(e, RunWarning)]
+
+
+@pytest.mark.parametrize(("adapter", "options"), [("lokr", {"lokr_factor": 2}), ("loha", {})])
+def test_a_loha_or_lokr_file_starts_a_run_of_its_adapter(make_config, adapter, options):
+    first = _trained(make_config, "flux", adapter, adapter=adapter, **options)
+    assert any(k.startswith("lycoris_") for k in load_file(str(first)))  # the LyCORIS layout
+    cfg = make_config(
+        steps=1, learning_rate=TINY_LR, lora_rank=None, output_name=f"{adapter}-again", init_lora=str(first),
+        adapter=adapter, **options,
+    )  # fmt: skip
+    again = train(cfg, [].append, device="cpu")
+    _close(load_file(str(first)), load_file(str(again.lora_path)))
+    with pytest.raises(ConfigError) as err:  # a LoRA run from it: which adapter to set
+        train(make_config(steps=1, output_name="as-lora", init_lora=str(first)), [].append, device="cpu")
+    assert f"set adapter = '{adapter}'" in str(err.value)

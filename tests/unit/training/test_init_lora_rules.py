@@ -110,8 +110,19 @@ def test_an_adapter_of_another_kind_is_refused_saying_which_to_set(make_config, 
         metadata={"lorastudio.family": "flux"},
     )
     assert "set adapter = 'lokr'" in _problems(make_config, init_lora=str(lokr))["init_lora"]
-    same = _problems(make_config, init_lora=str(lokr), adapter="lokr", lora_format="kohya")
-    assert "LoRA files only" in same["init_lora"]
+    assert _problems(make_config, init_lora=str(lokr), adapter="lokr", lora_format="kohya") == {}
+    dora = tmp_path / "dora.safetensors"
+    prefix = "lycoris_transformer_blocks_0_attn_to_q"
+    parts = {
+        "lora_down.weight": torch.randn(4, 16),
+        "lora_up.weight": torch.randn(16, 4),
+        "dora_scale": torch.ones(16, 1),
+    }
+    save_file(
+        {f"{prefix}.{k}": v for k, v in parts.items()}, str(dora), metadata={"lorastudio.family": "flux"}
+    )
+    assert "set adapter = 'dora'" in _problems(make_config, init_lora=str(dora))["init_lora"]
+    assert "not DoRA ones" in _problems(make_config, init_lora=str(dora), adapter="dora")["init_lora"]
 
 
 def test_another_explicit_rank_alpha_or_pattern_is_refused_naming_both(make_config, tmp_path):
