@@ -24,7 +24,6 @@ kohya's ss_network_alpha, else the rank (diffusers' rule).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from collections import Counter
@@ -314,13 +313,3 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def init_record(path: Path, sha256: str) -> dict[str, str]:
-    """What a run's sidecar and LoRA header record of its init file: its name and sha256."""
-    return {"file": path.name, "sha256": sha256}
-
-
-def shown(record: dict[str, str]) -> str:
-    """An init record as one header string: "<file name> sha256:<hex>"."""
-    return json.dumps(record, sort_keys=True)
