@@ -169,6 +169,33 @@ def init_problems(
     return cfg, InitSource(path, file_sha256(path)), problems
 
 
+def preflight_init(
+    given: TrainConfig, resolved: TrainConfig, settings: Settings, targets: tuple[str, ...]
+) -> tuple[TrainConfig, InitSource | None, list[FieldProblem]]:
+    """The engine preflight's init_lora step (a fresh run; `given`: the config as the user gave it,
+    `resolved`: resolve_train_config's): the file's rank and alpha where the user left them unset,
+    read with this run's `settings` (resolve_train_config reads them with the process's), its
+    header's rules (init_lora_rules.init_lora_problems), then its weights' (`init_problems`).
+    Returns (the config the run trains, the InitSource or None, every problem)."""
+    from lorastudio.training.init_lora_rules import file_rank_alpha, init_lora_problems
+
+    explicit = {k for k in given.model_fields_set if getattr(given, k) is not None}
+    facts = file_rank_alpha(resolved, settings)
+    if facts is not None:
+        update: dict[str, Any] = {}
+        if "lora_rank" not in explicit:
+            update["lora_rank"] = facts[0]
+        if "lora_alpha" not in explicit:
+            update["lora_alpha"] = (
+                facts[1] if facts[1] is not None else float(update.get("lora_rank", resolved.lora_rank))
+            )
+        resolved = resolved.model_copy(update=update)
+    header = init_lora_problems(resolved, settings, explicit)
+    if header:
+        return resolved, None, header
+    return init_problems(resolved, settings, targets, explicit)
+
+
 def text_encoder_problems(cfg: TrainConfig, folded: dict[str, torch.Tensor], name: str) -> list[FieldProblem]:
     """Why the file's text-encoder layers (`folded`, read_init_lora's) cannot start the run's
     text-encoder LoRA (training/text_encoders.py: q / k / v / out projections of both CLIP

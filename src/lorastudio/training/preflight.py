@@ -259,15 +259,10 @@ def _preflight(
     problems += family.objective_problems(model_source(resolved), resolved.revision)  # e.g. an EDM SDXL
     init = None  # the file a fresh run starts from (training/init_lora.py), its ranks in `resolved`
     if resolved.init_lora is not None and not resume:
-        from lorastudio.training.init_lora import init_problems
-        from lorastudio.training.init_lora_rules import init_lora_problems
+        from lorastudio.training.init_lora import preflight_init
 
-        given = {k for k in cfg.model_fields_set if getattr(cfg, k) is not None}
-        header = init_lora_problems(resolved, settings, given)
-        problems += header
-        if not header:  # its layers against the run's targets (the file's weights read, no model)
-            resolved, init, layers = init_problems(resolved, settings, family.spec.lora_targets, given)
-            problems += layers
+        resolved, init, found = preflight_init(cfg, resolved, settings, family.spec.lora_targets)
+        problems += found
     if problems:
         raise ConfigError(problems)
     dtype = pick_dtype(resolved.base_precision, dev)

@@ -234,3 +234,23 @@ def test_a_loha_or_lokr_file_starts_a_run_of_its_adapter(make_config, adapter, o
     with pytest.raises(ConfigError) as err:  # a LoRA run from it: which adapter to set
         train(make_config(steps=1, output_name="as-lora", init_lora=str(first)), [].append, device="cpu")
     assert f"set adapter = '{adapter}'" in str(err.value)
+
+
+def test_a_name_is_read_in_the_runs_own_studio_home(make_config, tmp_path):
+    """train(settings=...) of another home than the process's: the file's rank is that home's file's."""
+    import shutil
+
+    from lorastudio.settings import Settings
+
+    first = _trained(make_config, "flux", "elsewhere", lora_rank=8)
+    other = Settings(home=tmp_path / "other-home").ensure_dirs()
+    shutil.move(str(first.parent), str(other.outputs_dir / "elsewhere"))
+    cfg = make_config(
+        steps=1, learning_rate=TINY_LR, lora_rank=None, output_name="there", init_lora="elsewhere"
+    )
+    again = train(cfg, [].append, device="cpu", settings=other)
+    assert json.loads(again.lora_path.with_suffix(".json").read_text())["rank"] == 8  # not the family's 16
+    _close(
+        load_file(str(other.outputs_dir / "elsewhere" / "elsewhere.safetensors")),
+        load_file(str(again.lora_path)),
+    )
