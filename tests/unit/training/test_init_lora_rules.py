@@ -190,3 +190,16 @@ def test_a_header_rank_or_alpha_no_run_takes_is_refused_not_resolved(make_config
     assert resolved.lora_rank == families.get("flux").spec.defaults["lora_rank"]  # the file's is refused
     message = _problems(make_config, init_lora=str(path), lora_rank=None)["init_lora"]
     assert "rank 100000" in message or "alpha is 1e+09" in message
+
+
+def test_train_check_names_the_layers_the_targets_miss(make_config, tmp_path):
+    from lorastudio.cli.train_check import check_run
+
+    path = _lora(tmp_path / "wide.safetensors")  # to_q and to_k
+    raw = make_config(init_lora=str(path), lora_targets=["to_q"], output_name="check").model_dump(
+        mode="json", exclude_unset=True
+    )
+    with pytest.raises(ConfigError) as err:
+        check_run(raw, get_settings(), overwrite=False, device="cpu")
+    (problem,) = [p for p in err.value.problems if p.field == "init_lora"]
+    assert "transformer_blocks.0.attn.to_k" in problem.message
