@@ -62,12 +62,29 @@ def read_init_lora(path: Path, family: str) -> tuple[PeftLora, dict[str, torch.T
 
     tensors, metadata = read_lora_file(path)
     denoiser, text_encoders = split_text_encoders(tensors)
+    denoiser = {k: v for k, v in denoiser.items() if not k.endswith(MAGNITUDE)}  # DoRA's: dora_magnitudes
     try:
         folded = folded_text_encoders(text_encoders, metadata, family) if text_encoders else {}
         return denoiser_part(denoiser, metadata, family, folded), folded
     except (ModelSourceError, ConfigError) as err:
         message = "; ".join(p.message for p in err.problems) if isinstance(err, ConfigError) else str(err)
         raise ModelSourceError(f"{path}: {message}") from err
+
+
+MAGNITUDE = ".lora_magnitude_vector"  # a DoRA file's per-row magnitude (peft's m), diffusers layout
+
+
+def dora_magnitudes(path: Path, family: str) -> dict[str, torch.Tensor]:
+    """{module: peft's DoRA magnitude m [out]} of a diffusers-layout DoRA file (its
+    `<denoiser>.<module>.lora_magnitude_vector` keys; lorastudio writes them fp32). {} without any."""
+    from lorastudio.lora.file_read import read_lora_file
+    from lorastudio.lora.files import denoiser_prefix
+
+    prefix = denoiser_prefix(family) + "."
+    tensors, _ = read_lora_file(path)
+    return {
+        k.removeprefix(prefix).removesuffix(MAGNITUDE): v for k, v in tensors.items() if k.endswith(MAGNITUDE)
+    }
 
 
 def _matches(module: str, target: str) -> bool:
@@ -297,6 +314,7 @@ def load_init_lora(denoiser: Any, source: InitSource, family: str, adapter: str 
         count, fresh = load_init_lycoris(denoiser, source.path, families.get(family).spec.pipeline_class)
         return InitLoad(count, fresh)
     lora, _ = read_init_lora(source.path, family)
+    magnitudes = dora_magnitudes(source.path, family) if adapter == "dora" else {}
     file_scale = lora.alpha / lora.rank
     scales = module_scales(denoiser)  # {module: (rank, alpha)} as peft resolved them
     layers = dict(denoiser.named_modules())
@@ -313,5 +331,17 @@ def load_init_lora(denoiser: Any, source: InitSource, family: str, adapter: str 
             )
         down.copy_(a.to(down.device, torch.float32))
         up.copy_((b.to(torch.float32) * (file_scale * rank / alpha)).to(up.device))  # [out, r, ...]
+    for module, magnitude in sorted(magnitudes.items()):  # DoRA: m as it is (the change B @ A is the same)
+        own = getattr(layers.get(module), "lora_magnitude_vector", None)
+        param = own["default"].weight if own is not None and "default" in own else None
+        if param is None or tuple(param.shape) != tuple(magnitude.shape):
+            raise ModelSourceError(
+                f"init_lora {source.path}: the DoRA magnitude of {module} fits no layer of the run"
+            )
+        param.copy_(magnitude.to(param.device, torch.float32))
+    if adapter == "dora" and set(magnitudes) != set(modules):
+        raise ModelSourceError(
+            f"init_lora {source.path}: a DoRA file holds a magnitude beside each layer's A and B"
+        )
     fresh = tuple(sorted(set(scales) - set(modules)))
     return InitLoad(len(modules), fresh)

@@ -59,6 +59,7 @@ class InitFile:
     rank: int
     alpha: float | None
     text_encoder_keys: tuple[str, ...]
+    dora_scale: bool = False  # a DoRA file in the LyCORIS layout (ComfyUI's dora_scale)
 
 
 def is_local(value: str) -> bool:
@@ -189,7 +190,7 @@ def read_init_file(path: Path, family: str) -> InitFile:
     elif alpha is None:
         alpha = _header_alpha(header.metadata)
         alpha = (float(rank) if rank else None) if alpha is None else alpha  # rank 0: not told
-    return InitFile(path, _kind(keys), rank, alpha, te)
+    return InitFile(path, _kind(keys), rank, alpha, te, any(k.endswith(".dora_scale") for k in keys))
 
 
 def file_rank_alpha(cfg: TrainConfig, settings: Settings) -> tuple[int, float | None] | None:
@@ -252,11 +253,12 @@ def init_lora_problems(cfg: TrainConfig, settings: Settings, explicit: set[str])
                 f"{found.kind!r} to continue it",
             )
         )
-    elif found.kind == "dora":
+    elif found.kind == "dora" and found.dora_scale:
         problems.append(
             FieldProblem(
                 FIELD,
-                f"{name} is a DoRA file: init_lora loads LoRA, LoHa and LoKr files in this version, not DoRA ones",
+                f"{name} is a DoRA file in the LyCORIS layout (dora_scale), which init_lora does not read in this "
+                "version: a DoRA run's diffusers-layout file (lora_format 'diffusers') starts one",
             )
         )
     if found.text_encoder_keys and not cfg.train_text_encoder:

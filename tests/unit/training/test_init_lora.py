@@ -221,10 +221,14 @@ def test_an_sdxl_files_text_encoder_layers_start_its_text_encoder_lora(make_conf
     assert not [e for e in events if isinstance(e, RunWarning)]
 
 
-@pytest.mark.parametrize(("adapter", "options"), [("lokr", {"lokr_factor": 2}), ("loha", {})])
-def test_a_loha_or_lokr_file_starts_a_run_of_its_adapter(make_config, adapter, options):
+@pytest.mark.parametrize(("adapter", "options"), [("lokr", {"lokr_factor": 2}), ("loha", {}), ("dora", {})])
+def test_a_loha_lokr_or_dora_file_starts_a_run_of_its_adapter(make_config, adapter, options):
     first = _trained(make_config, "flux", adapter, adapter=adapter, **options)
-    assert any(k.startswith("lycoris_") for k in load_file(str(first)))  # the LyCORIS layout
+    keys = list(load_file(str(first)))
+    if adapter == "dora":  # FLUX.1's diffusers layout: lora_A / lora_B and peft's magnitude per layer
+        assert any(k.endswith(".lora_magnitude_vector") for k in keys)
+    else:
+        assert any(k.startswith("lycoris_") for k in keys)  # the LyCORIS layout
     cfg = make_config(
         steps=1, learning_rate=TINY_LR, lora_rank=None, output_name=f"{adapter}-again", init_lora=str(first),
         adapter=adapter, **options,
