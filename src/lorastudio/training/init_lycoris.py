@@ -10,7 +10,7 @@ lokr_w1 or lokr_w1_a) is scaled so that peft's weight change (its get_delta_weig
 alpha / rank) equals ComfyUI's of the file (lora/lycoris.comfy_delta, its alpha rule) in that
 layer; a layer whose changes are not proportional (another factorisation) is refused. A kohya
 layer of several diffusers layers (FLUX.1's fused qkv) cannot be split into per-layer factors and
-is refused. DoRA files are not read here (their magnitude needs the base weights' norms).
+is refused. DoRA files: training/init_lora.py (the diffusers layout, its magnitudes as they are).
 
 Why hand-written: no library maps LyCORIS factors back into peft's layers.
 """
