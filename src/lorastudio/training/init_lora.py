@@ -9,7 +9,10 @@ lora/text_encoder_files.denoiser_part: diffusers, kohya / ComfyUI, OneTrainer an
 the family, per-layer alphas and adapter-config patterns folded into each lora_B), so any file
 generation and convert take starts a run the same way. The reader gives each layer's change as
 s_f * B @ A (s_f = the PeftLora's alpha / rank); the run's adapter applies s_r * B' @ A' (s_r =
-its layer's alpha / rank, as peft resolved it), so A' = A and B' = B * s_f / s_r.
+its layer's alpha / rank, as peft resolved it), so A' = A and B' = B * s_f / s_r. A DoRA file's
+magnitudes (peft's m, diffusers layout) are copied as they are: its change B @ A is the same, so
+its normalised weight is too. An SDXL file's text-encoder layers start the run's text-encoder LoRA
+(train_text_encoder); LoHa / LoKr files: training/init_lycoris.py.
 
 Why hand-written: peft's set_peft_model_state_dict loads tensors as they are (the file's scale
 is not the run's where the file folded alpha / rank into lora_B, as every diffusers file of
