@@ -30,6 +30,7 @@ def hand_values(dataset: str, family: str, seed: int) -> dict[str, list[Any]]:
         "alpha_pattern": [{"to_q": 1.0}, {"to_v": 4.0}],
         "report_to": [[], ["tensorboard"], ["wandb"]],
         "assistant_lora": [MISSING],
+        "init_lora": [MISSING],  # a file to start from: tests/unit/training/test_init_lora.py
         "resolution": [side, [side], [side, side + spec.resolution_multiple]],
         "optimizer_betas": [[0.9, 0.99], [0.95, 0.999]],
         "family": [family],

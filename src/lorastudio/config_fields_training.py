@@ -95,6 +95,17 @@ class TrainingFields(StrictFields):
         description='suffixes of the denoiser\'s module names that get an adapter, e.g. ["to_q", "to_k"] '
         "(null: the family's targets)",
     )
+    init_lora: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="start from this LoRA's weights instead of a fresh adapter: a .safetensors file "
+        "(absolute, ~/..., or relative: the CLI's to its directory, the server's under outputs/) or a trained "
+        "LoRA's name (outputs/NAME/NAME.safetensors); "
+        "lorastudio's own files and kohya / ComfyUI / diffusers / OneTrainer ones of the run's family. "
+        "lora_rank / lora_alpha null take the file's; targets the file lacks start fresh (a warning); "
+        "a resume takes its weights from the checkpoint, not from this file",
+    )
 
     # training methods (issue 28): the optimizer and its options (config_rules.OPTIMIZER_OPTIONS
     # says which optimizer reads which option; an option of another optimizer is refused), EMA

@@ -301,6 +301,7 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
     values["learning_rate"] = optimizer_learning_rate(cfg, values["learning_rate"])
     values["lora_format"] = adapter_lora_format(cfg, values["lora_format"])
     resolve_loss(cfg, values)
+    _init_lora_rank(cfg, values)
     if values["lora_alpha"] is None:
         values["lora_alpha"] = float(values["lora_rank"])
     if values["cache_variants"] is None:
@@ -316,6 +317,26 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
     if missing:
         raise ConfigError([FieldProblem(k, f"no default for {fam.spec.name}; set it") for k in missing])
     return resolved
+
+
+def _init_lora_rank(cfg: TrainConfig, values: dict[str, Any]) -> None:
+    """With init_lora: the file's rank and alpha in `values` where the user left lora_rank /
+    lora_alpha unset (training/init_lora_rules.file_rank_alpha; a file that cannot be read leaves
+    the family's: the preflight names the file's problem)."""
+    given = {k for k in cfg.model_fields_set if getattr(cfg, k) is not None}
+    if cfg.init_lora is None or {"lora_rank", "lora_alpha"} <= given:
+        return
+    from lorastudio.settings import get_settings
+    from lorastudio.training.init_lora_rules import file_rank_alpha
+
+    facts = file_rank_alpha(cfg, get_settings())
+    if facts is None:
+        return
+    rank, alpha = facts
+    if "lora_rank" not in given:
+        values["lora_rank"] = rank
+    if "lora_alpha" not in given:
+        values["lora_alpha"] = alpha  # None (layers of several alphas): the rank, below
 
 
 def free_output_name(name: str, outputs_dir: Path, taken: Collection[str] = ()) -> str:

@@ -106,6 +106,10 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
     problems += text_encoder_problems(cfg)
     if cfg.assistant_lora is not None:
         problems += assistant_lora_problems(cfg.assistant_lora)
+    if cfg.init_lora is not None:  # its file: training/init_lora_rules.init_lora_problems
+        from lorastudio.training.init_lora_rules import form_problems
+
+        problems += form_problems(cfg.init_lora)
     if cfg.fuse_projections == "on" and cfg.base_precision in UNFUSED_BASES:
         problems.append(
             FieldProblem(

@@ -117,3 +117,36 @@ def test_the_default_targets_start_no_child(
     before = target_check.spawned
     assert client.post("/api/train/preflight", json={"config": flux_config()}).status_code == 200
     assert target_check.spawned == before
+
+
+def test_init_lora_layers_outside_the_targets_are_refused_at_preflight(
+    client: TestClient,
+    settings: Settings,
+    sample_dataset: Path,
+    flux_config: Callable[..., dict],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The init file's layers against the run's targets (training/init_lora.init_problems) in the
+    same child: the header alone cannot tell them (a kohya file names fused layers otherwise)."""
+    import torch
+    from safetensors.torch import save_file
+
+    _shapes(settings, sample_dataset)
+    faked = SimpleNamespace(run=_child_in_this_process, TimeoutExpired=subprocess.TimeoutExpired)
+    monkeypatch.setattr(target_check, "subprocess", faked)
+    layers = ("transformer_blocks.0.attn.to_q", "single_transformer_blocks.0.proj_mlp")  # proj_mlp: no target
+    tensors = {f"transformer.{m}.lora_{p}.weight": torch.ones(4, 4) for m in layers for p in "AB"}
+    init = tmp_path / "wide.safetensors"
+    save_file(tensors, str(init), metadata={"lorastudio.family": "flux"})
+    before = target_check.spawned
+    answer = client.post("/api/train/preflight", json={"config": flux_config(init_lora=str(init))})
+    assert answer.status_code == 400, answer.text
+    (problem,) = answer.json()["problems"]
+    assert problem["field"] == "init_lora" and "single_transformer_blocks.0.proj_mlp" in problem["message"]
+    assert target_check.spawned == before + 1
+    narrow = {f"transformer.{layers[0]}.lora_{p}.weight": torch.ones(4, 4) for p in "AB"}
+    save_file(narrow, str(init), metadata={"lorastudio.family": "flux"})  # rewritten in place: asked again
+    again = client.post("/api/train/preflight", json={"config": flux_config(init_lora=str(init))})
+    assert again.status_code == 200, again.text
+    assert target_check.spawned == before + 2

@@ -129,10 +129,11 @@ def localize_path(value: str, *, may_be_hub_id: bool) -> str:
 
 
 def localize_paths(data: dict[str, Any]) -> dict[str, Any]:
-    """`data` with its data_dir (each datasets entry's path), base_model and base_config localized
-    (localize_path): a config file's paths are taken relative to the directory the command runs in."""
+    """`data` with its data_dir (each datasets entry's path), base_model, base_config and init_lora
+    localized (localize_path): a config file's paths are taken relative to the directory the
+    command runs in (init_lora's bare name stays a trained LoRA's name)."""
     out = dict(data)
-    for key, hub in (("data_dir", False), ("base_model", True), ("base_config", True)):
+    for key, hub in (("data_dir", False), ("base_model", True), ("base_config", True), ("init_lora", False)):
         if isinstance(out.get(key), str):
             out[key] = localize_path(out[key], may_be_hub_id=hub)
     if isinstance(out.get("datasets"), list):  # each entry's folder, like data_dir

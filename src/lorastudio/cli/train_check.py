@@ -66,6 +66,22 @@ def device_problems(device: str | None) -> list[FieldProblem]:
     return []
 
 
+def _init_in_replaced_folder(value: object, name: str, settings: Settings) -> list[FieldProblem]:
+    """An init_lora file inside the output folder `--overwrite` replaces: refused, never removed
+    with it before the run that starts from it (training/init_lora_rules.in_run_folder)."""
+    from lorastudio.errors import LorastudioError
+    from lorastudio.training.init_lora_rules import in_run_folder, init_lora_path
+
+    if not isinstance(value, str) or not value:
+        return []
+    try:
+        path = init_lora_path(value, settings)
+    except (LorastudioError, OSError):
+        return []  # not found: the verdict says so
+    problem = in_run_folder(path, name, settings)
+    return [problem] if problem is not None else []
+
+
 def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, device: str | None) -> Any:
     """Validate a CLI run's settings like the job service; returns the ValidatedRun.
 
@@ -86,6 +102,7 @@ def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, devi
     raw = dict(data)
     if taken and overwrite:
         raw["output_name"] = free_name(name, settings.outputs_dir)  # validated as if free
+        launch += _init_in_replaced_folder(data.get("init_lora"), str(name), settings)
     try:
         run = validate_run(raw, settings, live_output_names=set(), allow_outside_root=True, device=device)
     except ConfigError as err:

@@ -1,5 +1,6 @@
 """lora_targets / rank_pattern / alpha_pattern checked against the denoiser's real module names,
-for the torch-free API server (preflight and start).
+and init_lora's layers against the run's targets (the file's weights read), for the torch-free
+API server (preflight and start).
 
 Contract: `check_lora_targets(cfg)` returns a TargetAnswer: no problems and no note, without
 starting anything, when the config sets none of the three fields (the family's own targets need
@@ -47,7 +48,7 @@ from lorastudio.jobs.childenv import child_environment
 log = logging.getLogger("lorastudio.jobs")
 
 TIMEOUT_S = 120.0
-FIELDS = ("lora_targets", "rank_pattern", "alpha_pattern")
+FIELDS = ("lora_targets", "rank_pattern", "alpha_pattern", "init_lora")
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,22 @@ def _ask_child(cfg: TrainConfig, timeout_s: float) -> TargetAnswer | str:
     return TargetAnswer(problems)
 
 
+def _init_version(cfg: TrainConfig) -> str | None:
+    """The version (file_version.version_of: device, inode, size, times) of cfg.init_lora's file,
+    None without one or when it is not found (the header's check says so)."""
+    if cfg.init_lora is None:
+        return None
+    from lorastudio.errors import LorastudioError
+    from lorastudio.file_version import version_of
+    from lorastudio.settings import get_settings
+    from lorastudio.training.init_lora_rules import init_lora_path
+
+    try:
+        return str(version_of(os.stat(init_lora_path(cfg.init_lora, get_settings()))))
+    except (LorastudioError, OSError):
+        return None
+
+
 def _key(cfg: TrainConfig) -> str:
     """The cache key (a SHA-256: a request body of megabytes is not kept CACHE_SIZE times): the base's denoiser config (its content where it is on this machine, else
     the source and revision), the family, adapter and the three fields' values."""
@@ -167,5 +184,10 @@ def _key(cfg: TrainConfig) -> str:
         with contextlib.suppress(FileNotFoundError, PermissionError, NotADirectoryError):
             base = hashlib.sha256(read_bounded(folder / spec.denoiser / "config.json", root)).hexdigest()
     values = {f: getattr(cfg, f) for f in FIELDS}
-    whole = json.dumps([base, cfg.family, cfg.adapter, values], sort_keys=True, default=str)
+    init = _init_version(cfg)  # the init file as it is now: a rewrite in place asks again
+    whole = json.dumps(
+        [base, cfg.family, cfg.adapter, values, init, cfg.lora_format, cfg.train_text_encoder, cfg.lora_rank],
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(whole.encode()).hexdigest()  # 64 bytes kept, whatever the values' size

@@ -50,6 +50,7 @@ from lorastudio.jobs.target_check import check_lora_targets
 from lorastudio.settings import Settings
 from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.guidance_rules import guidance_problems
+from lorastudio.training.init_lora_rules import init_lora_problems
 
 if TYPE_CHECKING:
     from lorastudio.families.base import Family
@@ -217,6 +218,9 @@ def validate_run(
     if cfg is not None and model_source is not None and family is not None:  # what the base is
         based = cfg.model_copy(update=base)
         problems += assistant_problems(based, family)  # a distilled base?
+        if given is not None:  # the file a run starts from: its header (training/init_lora_rules.py)
+            explicit = {k for k in given.model_fields_set if getattr(given, k) is not None}
+            problems += init_lora_problems(cfg, settings, explicit)
         facts = family.local_facts(source_of(based), based.revision)  # on disk only: no download
         problems += guidance_problems(based, family, facts)  # a guidance embedding?
         problems += family.objective_problems(source_of(based), based.revision)  # e.g. EDM SDXL

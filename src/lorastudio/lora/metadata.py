@@ -94,7 +94,8 @@ def training_metadata(sidecar: Mapping[str, Any]) -> dict[str, str]:
     family, base model (its name, model_name: the sidecar keeps the path), rank, alpha, steps,
     resolution, trigger word, dataset fingerprint, the
     adapter and optimizer, and with EMA which weights the file holds ("ema" or "raw": the
-    sidecar's ema.weights; "" without EMA) and the decay, ..."""
+    sidecar's ema.weights; "" without EMA) and the decay, the init_lora file the run started from
+    (its name and sha256; only for such a run), ..."""
     config = sidecar.get("config", {})
     dataset = sidecar.get("dataset", {})
     ema = sidecar.get("ema") if isinstance(sidecar.get("ema"), Mapping) else {}
@@ -123,6 +124,10 @@ def training_metadata(sidecar: Mapping[str, Any]) -> dict[str, str]:
         "created_at": sidecar.get("created_at"),
         "version": sidecar.get("lorastudio_version"),
     }
+    init = sidecar.get("init_lora")  # the LoRA file the run started from (training/init_lora.py)
+    if isinstance(init, Mapping):
+        facts["init_lora"] = init.get("file")
+        facts["init_lora_sha256"] = init.get("sha256")
     return {PREFIX + k: _text(v) for k, v in facts.items()}
 
 

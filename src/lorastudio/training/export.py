@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,11 +62,14 @@ def build_sidecar(
     dataset_entries: list[dict[str, Any]] | None = None,
     masked_images: int = 0,
     validation_images: int = 0,
+    init_lora: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The sidecar JSON of a run (cfg must be resolved): what was trained, on what, how far;
     `variant`: the base model's flavour (FamilySpec.variants) when the family has them;
     "extensions": each time the run was trained longer (training/extend.py); the dataset's
-    images with a loss mask (data/masks.py) and held out for validation (data/holdout.py)."""
+    images with a loss mask (data/masks.py) and held out for validation (data/holdout.py);
+    "init_lora": the LoRA file the run started from, {"file", "sha256"} (training/init_lora.py),
+    only for such a run."""
     return {
         "format": SIDECAR_FORMAT,
         "lora_file": lora_file,
@@ -93,6 +97,7 @@ def build_sidecar(
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "lorastudio_version": __version__,
         **assistant_sidecar(cfg),  # a distilled base's assistant LoRA: merged for training, not in this file
+        **({"init_lora": dict(init_lora)} if init_lora else {}),
     }
 
 
@@ -131,6 +136,7 @@ def run_sidecar(
         extensions=extensions,
         masked_images=sum(1 for it in run.scan.images() if it.mask is not None),
         validation_images=len({(it.entry, it.path) for it in run.validation}),
+        init_lora=run.init_record,
     )
 
 

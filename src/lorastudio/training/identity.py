@@ -87,8 +87,12 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
 )
 
 
+# the init_lora file a run started from, {"file", "sha256"} (training/init_lora.py): recorded by a
+# fresh run and carried by its resumes, never compared (a resume takes its adapter from the
+# checkpoint; the file may have changed or gone since)
+INIT_KEY = "init_lora_file"
 # identity keys that are no setting: absent from an older checkpoint, they are not compared
-_DERIVED_SINCE = frozenset({"dataset_files"}) | RULE_KEYS | BASE_KEYS | DERIVED
+_DERIVED_SINCE = frozenset({"dataset_files", INIT_KEY}) | RULE_KEYS | BASE_KEYS | DERIVED
 _DIGEST = 16  # hex digits of each file's digests in dataset_files (a change, not a proof)
 _NAMED = 10  # files named per kind of change; the rest counted
 
@@ -239,7 +243,9 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
     problems = []
     files = _files_record(saved.get("dataset_files")) and _files_record(current.get("dataset_files"))
     handling = compares_handling(saved, current)
-    skipped = {"dataset_files"} | RULE_KEYS | DERIVED | BASE_KEYS | (set(SETTINGS) if handling else set())
+    skipped = (
+        {"dataset_files", INIT_KEY} | RULE_KEYS | DERIVED | BASE_KEYS | (set(SETTINGS) if handling else set())
+    )
     if relocation_compared(saved, current):
         skipped |= RELOCATABLE  # where the base is: its content is compared (base_problems)
     if handling:

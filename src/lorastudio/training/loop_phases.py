@@ -8,6 +8,7 @@ denoiser built for it with the attention kernel applied, and the optimizer steps
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Any
 
@@ -25,7 +26,7 @@ from lorastudio.training.compile import wants_compile
 from lorastudio.training.conditioning import CaptionPicker
 from lorastudio.training.denoiser_early import EarlyDenoiser, start_denoiser
 from lorastudio.training.distributed import StopPoll, wrap_denoiser
-from lorastudio.training.events import Emit, ModelLoadCompleted, ModelLoadStarted, Preparing
+from lorastudio.training.events import Emit, ModelLoadCompleted, ModelLoadStarted, Preparing, RunWarning
 from lorastudio.training.identity_base import settle_base
 from lorastudio.training.latents_disk import hold_latent_entry_early
 from lorastudio.training.loop_inputs import encode_conditioning, prepare_latents, run_latent_mode
@@ -107,6 +108,12 @@ def _inputs_and_steps(
     run = dataclasses.replace(run, dtype=pick_dtype(plan.base_precision, run.device))
     if cfg.train_text_encoder:
         state.text_encoders = load_text_encoder_lora(family, cfg, run.dtype, run.device, emit)
+        if run.init_lora is not None:  # the init file's text-encoder layers (training/init_lora.py)
+            from lorastudio.training.init_lora import load_init_text_encoders
+
+            if (note := load_init_text_encoders(state.text_encoders, run.init_lora, cfg)) is not None:
+                logging.getLogger(__name__).warning("%s", note)
+                emit(RunWarning(step=state.steps_run, message=note))
         prompt_conds = LivePromptConds(state.text_encoders, sample_texts(cfg, family))  # type: ignore[assignment]
     if cfg.sample_prompts and state.ctx.is_main:
         state.previews = SamplePreviews(run, prompt_conds)
@@ -173,6 +180,9 @@ def _prepare_denoiser(
         built = build_denoiser(run, plan, compile_blocks=compile_blocks)
         emit(ModelLoadCompleted(component="denoiser", seconds=time.perf_counter() - t0))
     emit(Preparing(phase="denoiser", done=0, total=1))
+    if built.init_warning is not None:  # init_lora's layers that start fresh (rank 0's emit only)
+        logging.getLogger(__name__).warning("%s", built.init_warning)
+        emit(RunWarning(step=state.steps_run, message=built.init_warning))
     state.denoiser, state.lora_config, state.swap = built.denoiser, built.lora_config, built.swap
     state.plan = plan
     attention = pending.result(run.dtype, run_shapes(run, plan, getattr(built.denoiser, "config", {})))

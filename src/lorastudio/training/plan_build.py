@@ -9,7 +9,8 @@ Order (each step needs the previous one):
               device except the swap set
   fuse        training.fused_projections (TrainConfig.fuse_projections, decided for the plan):
               each group of same-input frozen projections becomes one matmul
-  LoRA        torch.manual_seed(cfg.seed), then training.lora.add_lora (LoRA A init); then the
+  LoRA        torch.manual_seed(cfg.seed), then training.lora.add_lora (LoRA A init); a fresh
+              run's init_lora file put into it (training/init_lora.py); then the
               fused groups' LoRA members share their input (one A matmul per group)
   block swap  training.block_swap.attach_block_swap (LoRA parameters live on the device)
   compile     training.compile.compile_denoiser (the run only; trials measure eagerly): the
@@ -66,7 +67,8 @@ class BuiltDenoiser:
     requested feature is not in use (precision, checkpointing, compile); `compiled`: regional
     compile is active and `compile_regions` what it compiles (PlanChosen.compile_regions);
     `swap`: the BlockSwap when blocks wait in CPU RAM (else None); `fused_groups`: the groups
-    of same-input projections run as one matmul (0: none)."""
+    of same-input projections run as one matmul (0: none); `init_warning`: the run's adapted
+    layers its init_lora file lacks, which start fresh (training/init_lora.py; None: none)."""
 
     denoiser: Any
     params: list[torch.nn.Parameter]
@@ -77,6 +79,7 @@ class BuiltDenoiser:
     compile_regions: str = ""
     fallbacks: list[str] = field(default_factory=list)
     fused_groups: int = 0
+    init_warning: str | None = None
 
     def release(self) -> None:
         """Drop every reference this object holds (the caller frees the device memory:
@@ -129,10 +132,24 @@ def build_denoiser(
     torch.manual_seed(cfg.seed)  # LoRA A init and LoRA dropout masks
     lora_config = lora_config_for(cfg, family.spec.lora_targets)
     params = add_lora(denoiser, lora_config)
+    init_warning = None
+    if run.init_lora is not None:  # a fresh run from a LoRA file: its weights, at the run's scale
+        from lorastudio.training.init_lora import load_init_lora
+
+        loaded_init = load_init_lora(denoiser, run.init_lora, family.spec.name, cfg.adapter)
+        init_warning = loaded_init.warning(run.init_lora.path.name)
     if fusion.share:
         share_lora_inputs(denoiser)
     clock.mark("lora")
-    built = BuiltDenoiser(denoiser, params, lora_config, dtype, fallbacks=fallbacks, fused_groups=groups)
+    built = BuiltDenoiser(
+        denoiser,
+        params,
+        lora_config,
+        dtype,
+        fallbacks=fallbacks,
+        fused_groups=groups,
+        init_warning=init_warning,
+    )
     if blocks:
         built.swap = attach_block_swap(denoiser, blocks, device)
     denoiser.train()

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from lorastudio.families.base import Family
     from lorastudio.families.single_file import SingleFile
     from lorastudio.settings import Settings
+    from lorastudio.training.init_lora import InitSource
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,10 @@ class PreparedRun:
     ] = ()  # Holdout.labels: the entries that name them (data.items.item_name)
     dataset_warnings: tuple[str, ...] = ()  # data/scan_warnings.py: logged, and emitted (DatasetWarnings)
     card_note: str | None = None  # training/card_plan.py: the plan against the card (its memory as a budget)
+    # training/init_lora.py: the LoRA file a fresh run starts from (None: a fresh adapter, or a resume)
+    init_lora: InitSource | None = None
+    # what the sidecar and the LoRA header name of it, {"file", "sha256"}: a resume's from its checkpoint
+    init_record: dict[str, str] | None = None
 
 
 def resolve_model_source(
@@ -82,23 +87,26 @@ def preflight(
     device: str | None,
     decode_budget_s: float = math.inf,
     progress: DecodeProgress | None = None,
+    *,
+    resume: bool = False,
 ) -> PreparedRun:
     """Validate a run without loading or writing anything (`_preflight`); a refusal lists every
     problem at once (training/verdict.every_problem): what the engine's checks found and the rest
     of the checks' verdict. A DatasetError (a folder missing, pixels that do not decode) stays
     one where the verdict finds no other problem; beside others it is one of them (ConfigError).
-    Raises what `_preflight` raises."""
+    `resume`: the run continues a checkpoint, whose state holds the adapter: init_lora is neither
+    checked nor read (its file may be gone). Raises what `_preflight` raises."""
     from lorastudio.training.verdict import dedupe, every_problem
 
     try:
-        return _preflight(cfg, settings, device, decode_budget_s, progress)
+        return _preflight(cfg, settings, device, decode_budget_s, progress, resume)
     except ConfigError as err:
-        raise ConfigError(every_problem(cfg, settings, err.problems)) from None
+        raise ConfigError(every_problem(cfg, settings, err.problems, resume=resume)) from None
     except DatasetError as err:
         said = {*err.problems, str(err)}  # the verdict's words for this problem (e.g. a sample reference's)
         others = [
             p
-            for p in every_problem(cfg, settings, [])
+            for p in every_problem(cfg, settings, [], resume=resume)
             if _top(p.field) not in DATASET_FIELDS and p.message not in said
         ]
         if not others:
@@ -122,6 +130,7 @@ def _preflight(
     device: str | None,
     decode_budget_s: float = math.inf,
     progress: DecodeProgress | None = None,
+    resume: bool = False,
 ) -> PreparedRun:
     """Validate a run without loading or writing anything.
 
@@ -248,6 +257,12 @@ def _preflight(
     problems += guidance_problems(resolved, family, _facts(family, model_source(resolved), resolved.revision))
     problems += planned_target_problems(resolved, family)  # lora_targets / patterns: the meta denoiser's
     problems += family.objective_problems(model_source(resolved), resolved.revision)  # e.g. an EDM SDXL
+    init = None  # the file a fresh run starts from (training/init_lora.py), its ranks in `resolved`
+    if resolved.init_lora is not None and not resume:
+        from lorastudio.training.init_lora import preflight_init
+
+        resolved, init, found = preflight_init(cfg, resolved, settings, family.spec.lora_targets)
+        problems += found
     if problems:
         raise ConfigError(problems)
     dtype = pick_dtype(resolved.base_precision, dev)
@@ -258,8 +273,9 @@ def _preflight(
 
         resolved, card_note = card_planned(resolved, found.folder, control_load(scan, resolved), dev)
     return PreparedRun(
-        resolved, family, scan, run_dir, dev, dtype, holdout.validation, holdout.labels, warnings, card_note
-    )
+        resolved, family, scan, run_dir, dev, dtype, holdout.validation, holdout.labels, warnings, card_note,
+        init, init.record() if init is not None else None,
+    )  # fmt: skip
 
 
 def scan_progress(emit: Emit, should_stop: StopCheck | None) -> DecodeProgress:

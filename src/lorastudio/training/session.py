@@ -27,7 +27,13 @@ from lorastudio.training.checkpoint import (
     run_dir_of,
 )
 from lorastudio.training.extend import finished_problem
-from lorastudio.training.identity import check_identity, config_as_recorded, dataset_files, run_identity
+from lorastudio.training.identity import (
+    INIT_KEY,
+    check_identity,
+    config_as_recorded,
+    dataset_files,
+    run_identity,
+)
 from lorastudio.training.identity_base import base_record, record_for
 from lorastudio.training.identity_rules import as_checkpoint
 from lorastudio.training.preflight import PreparedRun, preflight
@@ -63,7 +69,10 @@ def prepare_session(
     if checkpoint is None:
         run = preflight(cfg, settings, device, progress=progress)
         base = base_record(run.cfg, run.family.spec.denoiser)
-        return run, _identity(run, run.cfg, base, read_otherwise(run.scan))
+        identity = _identity(run, run.cfg, base, read_otherwise(run.scan))
+        if run.init_record is not None:  # the file it starts from: kept, never compared (identity.py)
+            identity[INIT_KEY] = dict(run.init_record)
+        return run, identity
     problems = resume_problems(cfg, checkpoint)
     if problems:
         raise ConfigError(problems)
@@ -71,20 +80,42 @@ def prepare_session(
     info = read_checkpoint_info(checkpoint)
     old_total = int(info["total_steps"])
     extended = cfg.num_epochs == 0 and cfg.steps > old_total  # training it longer (training/extend.py)
+    cfg = _checkpoint_ranks(cfg, info)
     # The folder exists (it is the one continued): everything else is checked as for a new run.
-    run = preflight(cfg.model_copy(update={"output_name": None}), settings, device, progress=progress)
+    run = preflight(
+        cfg.model_copy(update={"output_name": None}), settings, device, progress=progress, resume=True
+    )
     run = dataclasses.replace(
         run, cfg=run.cfg.model_copy(update={"output_name": run_dir.name}), run_dir=run_dir
     )
     base = base_record(run.cfg, run.family.spec.denoiser)
     pixels = read_otherwise(run.scan)  # each file's header read once
     identity = as_checkpoint(_identity(run, run.cfg, base, pixels), info["identity"])
+    saved_init = info["identity"].get(INIT_KEY)
+    if isinstance(saved_init, dict):  # the file the run started from, as its first session recorded it
+        identity[INIT_KEY] = saved_init
+        run = dataclasses.replace(run, init_record={str(k): str(v) for k, v in saved_init.items()})
     before = run.cfg.model_copy(update={"steps": old_total}) if extended else run.cfg
     # the base as the checkpoint's rule takes it (identity_base.py: a checkpoint of rule 1 resumes),
     # with the revision it recorded beside a local folder (training/checkpoint.py)
     then = record_for(info["identity"], config_as_recorded(run.cfg, info), run.family.spec.denoiser)
     check_identity(info["identity"], _identity(run, before, then, pixels))
     return run, identity
+
+
+# the adapter's shape a run from init_lora took from its file where the user left it unset
+_FILE_RANKS = ("lora_rank", "lora_alpha", "rank_pattern")
+
+
+def _checkpoint_ranks(cfg: TrainConfig, info: dict[str, Any]) -> TrainConfig:
+    """A resume's `cfg` with init_lora and lora_rank / lora_alpha / rank_pattern unset: those the
+    checkpoint's run took from its init file (training/init_lora.py), so that the resume needs
+    neither the file (it may be gone) nor its reading to equal the checkpoint's."""
+    saved = info.get("config") or {}
+    if cfg.init_lora is None:
+        return cfg
+    update = {k: saved[k] for k in _FILE_RANKS if getattr(cfg, k) is None and saved.get(k) is not None}
+    return cfg.model_copy(update=update) if update else cfg
 
 
 def _identity(

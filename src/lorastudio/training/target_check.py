@@ -1,6 +1,7 @@
 """`python -m lorastudio.training.target_check`: the engine's lora_targets / rank_pattern /
 alpha_pattern check (training/lora.planned_target_check: the denoiser built on the meta
-device) for the torch-free API server, which runs it as a short child process
+device), and init_lora's layers against the run's targets (training/init_lora.init_problems:
+the file read, no model), for the torch-free API server, which runs it as a short child process
 (jobs/target_check.py).
 
 Reads one resolved TrainConfig as JSON on stdin (UTF-8 bytes, whatever the locale or
@@ -24,7 +25,17 @@ def main() -> int:
     from lorastudio.training.lora import planned_target_check
 
     cfg = TrainConfig.model_validate(json_read.loads(sys.stdin.buffer.read()))
-    problems = planned_target_check(cfg, families.get(cfg.family))
+    family = families.get(cfg.family)
+    problems = planned_target_check(cfg, family)
+    if cfg.init_lora is not None:  # the init file's layers against the targets (training/init_lora.py)
+        from lorastudio.settings import get_settings
+        from lorastudio.training.init_lora import init_problems
+        from lorastudio.training.init_lora_rules import init_lora_problems
+
+        settings = get_settings()
+        if not init_lora_problems(cfg, settings, set()):  # the header's problems: the server's own answer
+            layers = init_problems(cfg, settings, family.spec.lora_targets, set())[2]
+            problems = None if problems is None and not layers else [*(problems or []), *layers]
     found = [{"field": p.field, "message": p.message} for p in problems or []]
     print(json.dumps({"problems": found, "checked": problems is not None}))  # ASCII (ensure_ascii)
     return 0

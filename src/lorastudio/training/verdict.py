@@ -33,15 +33,20 @@ _NO_TARGETS = {
 }
 
 
-def every_problem(cfg: TrainConfig, settings: Settings, found: Sequence[FieldProblem]) -> list[FieldProblem]:
+def every_problem(
+    cfg: TrainConfig, settings: Settings, found: Sequence[FieldProblem], *, resume: bool = False
+) -> list[FieldProblem]:
     """`found` (the engine's problems of `cfg`: its device's, the config's own, its output
     folder's) and every other problem the checks' verdict names (jobs/validation.validate_run,
     with a scan that decodes no image in full and no host rules: the engine's device checks stand
     for them; output_name left to the engine, which knows a resume's folder), and the targets
-    (`targets_beside`); each (field, message) once, `found` first."""
+    (`targets_beside`); each (field, message) once, `found` first. `resume`: a resume's config,
+    whose init_lora is not asked about (the checkpoint holds the adapter)."""
     from lorastudio.jobs.validation import validate_run
 
     raw = cfg.model_dump(mode="json", exclude_unset=True)
+    if resume:
+        raw.pop("init_lora", None)
     rest: list[FieldProblem] = []
     try:
         validate_run(
@@ -81,13 +86,27 @@ def targets_beside(
 def target_problems(cfg: TrainConfig) -> list[FieldProblem]:
     """lora_targets / rank_pattern / alpha_pattern the base's denoiser cannot honour, asked of it
     built without weights (training/lora.planned_target_problems; torch and diffusers are
-    imported only when the config sets one of them)."""
-    if not (cfg.lora_targets or cfg.rank_pattern or cfg.alpha_pattern):
+    imported only when the config sets one of them), and init_lora's layers the targets miss
+    (training/init_lora.init_problems, where its header passed)."""
+    if not (cfg.lora_targets or cfg.rank_pattern or cfg.alpha_pattern or cfg.init_lora):
         return []
     from lorastudio import families
     from lorastudio.training.lora import planned_target_problems
 
-    return planned_target_problems(cfg, families.get(cfg.family))
+    family = families.get(cfg.family)
+    problems = planned_target_problems(cfg, family)
+    if cfg.init_lora is not None:
+        from lorastudio.settings import get_settings
+        from lorastudio.training.init_lora import init_problems
+        from lorastudio.training.init_lora_rules import init_lora_problems
+
+        if not init_lora_problems(cfg, get_settings(), set()):  # the header's problems: the verdict's own
+            problems += [
+                p
+                for p in init_problems(cfg, get_settings(), family.spec.lora_targets, set())[2]
+                if p.field == "init_lora"
+            ]
+    return problems
 
 
 def dedupe(problems: Sequence[FieldProblem]) -> list[FieldProblem]:

@@ -132,6 +132,8 @@ ELSEWHERE = {
     "train_text_encoder": "test_text_encoder_lora (both CLIPs train; kohya / diffusers files load; exact resume; other families refused)",
     "text_encoder_lr": "test_text_encoder_lora (1e-6 leaves the encoders nearly still while the U-Net trains)",
     "assistant_lora": "test_assistant (merged for training, not in the LoRA, refused on a base not distilled)",
+    "init_lora": "test_init_lora (the file's weights exactly at the start, every family; the loss continues; "
+    "resume without the file) and test_init_lora_rules (each refusal before any model loads)",
     # issue 29 part 4
     "alpha_mask": "test_masked_loss (the step gets the RGBA alpha) and tests/unit/data/test_data_masks",
     "unmasked_weight": "test_masked_loss (0: unmasked errors teach nothing; 0.5: they count)",

@@ -4524,6 +4524,12 @@ export interface components {
              */
             huber_schedule?: ("constant" | "exponential" | "snr") | null;
             /**
+             * Init Lora
+             * @description start from this LoRA's weights instead of a fresh adapter: a .safetensors file (absolute, ~/..., or relative: the CLI's to its directory, the server's under outputs/) or a trained LoRA's name (outputs/NAME/NAME.safetensors); lorastudio's own files and kohya / ComfyUI / diffusers / OneTrainer ones of the run's family. lora_rank / lora_alpha null take the file's; targets the file lacks start fresh (a warning); a resume takes its weights from the checkpoint, not from this file
+             * @default null
+             */
+            init_lora?: string | null;
+            /**
              * Keep Last
              * @description checkpoints retained (oldest removed)
              * @default 2
@@ -5140,6 +5146,11 @@ export interface components {
              * @description huber / smooth_l1: c by noise level: constant (null) | exponential (1 on clean latents decaying to huber_c at pure noise) | snr ((1 - c)/(1 + noise/signal)^2 + c, as SimpleTuner)
              */
             huber_schedule: ("constant" | "exponential" | "snr") | null;
+            /**
+             * Init Lora
+             * @description start from this LoRA's weights instead of a fresh adapter: a .safetensors file (absolute, ~/..., or relative: the CLI's to its directory, the server's under outputs/) or a trained LoRA's name (outputs/NAME/NAME.safetensors); lorastudio's own files and kohya / ComfyUI / diffusers / OneTrainer ones of the run's family. lora_rank / lora_alpha null take the file's; targets the file lacks start fresh (a warning); a resume takes its weights from the checkpoint, not from this file
+             */
+            init_lora: string | null;
             /**
              * Keep Last
              * @description checkpoints retained (oldest removed)

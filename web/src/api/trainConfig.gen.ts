@@ -89,6 +89,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "guidance": "guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser's guidance embedding while training (null: the family's default; another value is refused for a base without the embedding, e.g. FLUX.1 schnell)",
   "huber_c": "huber / smooth_l1: the threshold c (null: 0.1); with a schedule, its value at pure noise",
   "huber_schedule": "huber / smooth_l1: c by noise level: constant (null) | exponential (1 on clean latents decaying to huber_c at pure noise) | snr ((1 - c)/(1 + noise/signal)^2 + c, as SimpleTuner)",
+  "init_lora": "start from this LoRA's weights instead of a fresh adapter: a .safetensors file (absolute, ~/..., or relative: the CLI's to its directory, the server's under outputs/) or a trained LoRA's name (outputs/NAME/NAME.safetensors); lorastudio's own files and kohya / ComfyUI / diffusers / OneTrainer ones of the run's family. lora_rank / lora_alpha null take the file's; targets the file lacks start fresh (a warning); a resume takes its weights from the checkpoint, not from this file",
   "keep_last": "checkpoints retained (oldest removed)",
   "keep_loras": "LoRA snapshots retained (oldest removed; null: all); needs save_lora_every, save_every or validate_every below the run's steps (snapshots are written before the last step only)",
   "keep_tokens": "tags at the start of a caption kept in place (the trigger word is one)",

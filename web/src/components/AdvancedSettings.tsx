@@ -1,5 +1,7 @@
 import { useEffect, useRef } from "react";
+import { api } from "../api/endpoints";
 import type { Family, Host } from "../api/types";
+import { useLoad } from "../lib/latest";
 import {
   ADAPTERS,
   HUBER_SCHEDULES,
@@ -35,6 +37,9 @@ const OBJECTIVE = ["snr_gamma", "noise_offset", "timestep_sampling", "logit_mean
  */
 export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
   const ref = useRef<HTMLDetailsElement | null>(null);
+  // the family's trained LoRAs (Generate's list), offered by name to start a run from
+  const loras = useLoad(family ? (signal) => api.loras(family.name, signal) : null, family?.name ?? null);
+  const loraNames = loras.data?.loras.map((l) => l.name) ?? [];
   useEffect(() => {
     const details = ref.current;
     if (details && !details.open && details.querySelector(".has-error")) details.open = true;
@@ -135,6 +140,12 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
         {c.line("lora_targets", "Target modules", {
           placeholder: family?.lora_targets.join(", ") || "the family's",
           hint: "module name suffixes, comma-separated (blank: the family's)",
+          wide: true,
+        })}
+        {c.line("init_lora", "Start from LoRA", {
+          suggestions: loraNames,
+          placeholder: "none: a fresh adapter",
+          hint: "a trained LoRA's name or a .safetensors file (its weights, rank and alpha; rank / alpha blank take the file's)",
           wide: true,
         })}
         {c.line("revision", "Hub revision", { placeholder: "default branch", hint: "branch, tag or commit (hub ids only)" })}

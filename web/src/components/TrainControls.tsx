@@ -14,6 +14,11 @@ interface Options {
   disabled?: boolean;
 }
 
+interface LineOptions extends Options {
+  /** Values the input offers to pick (a datalist: any other text may still be typed). */
+  suggestions?: readonly string[];
+}
+
 interface NumberOptions extends Options {
   /** A whole-number spin box from 1 to `max` instead of a free numeric text input. */
   max?: number;
@@ -29,8 +34,8 @@ export interface TrainControls {
   set(k: Key, v: string | boolean): void;
   /** A numeric input (decimal keyboard); blank means "the default". */
   num(k: Key, label: string, opts?: NumberOptions): ReactNode;
-  /** A free-text input. */
-  line(k: Key, label: string, opts?: Options): ReactNode;
+  /** A free-text input (with `suggestions`, offered as a datalist). */
+  line(k: Key, label: string, opts?: LineOptions): ReactNode;
   /** A multi-line text input. */
   area(k: Key, label: string, opts?: Options): ReactNode;
   /** A checkbox (its server error beside it). */
@@ -88,7 +93,27 @@ export function trainControls(
         ),
       ),
     line: (k, label, opts = {}) =>
-      field(k, label, opts, <input name={k} value={text(k)} placeholder={opts.placeholder} onChange={(e) => set(k, e.target.value)} />),
+      field(
+        k,
+        label,
+        opts,
+        <>
+          <input
+            name={k}
+            value={text(k)}
+            placeholder={opts.placeholder}
+            list={opts.suggestions?.length ? `${k}-suggestions` : undefined}
+            onChange={(e) => set(k, e.target.value)}
+          />
+          {opts.suggestions?.length ? (
+            <datalist id={`${k}-suggestions`} data-testid={`${k}-suggestions`}>
+              {opts.suggestions.map((s) => (
+                <option key={s} value={s} />
+              ))}
+            </datalist>
+          ) : null}
+        </>,
+      ),
     area: (k, label, opts = {}) =>
       field(k, label, opts, <textarea name={k} rows={3} value={text(k)} placeholder={opts.placeholder} onChange={(e) => set(k, e.target.value)} />),
     check: (k, label) => (

@@ -82,6 +82,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   lora_alpha: "number",
   lora_dropout: "number",
   lora_targets: "list",
+  init_lora: "text",
   base_precision: "text",
   gradient_checkpointing: "text",
   offload_blocks: "integer",

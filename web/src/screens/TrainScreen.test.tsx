@@ -166,6 +166,22 @@ describe("TrainScreen", () => {
     }
   });
 
+  it("offers the family's trained LoRAs to start from, and sends the one picked", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    await userEvent.click(screen.getByText("Advanced settings"));
+    const offered = async () =>
+      [...(await screen.findByTestId("init_lora-suggestions")).querySelectorAll("option")].map((o) => o.getAttribute("value"));
+    expect(await offered()).toEqual(["smooth-flux"]); // FLUX.1's only
+    await userEvent.type(input("init_lora"), "smooth-flux");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await screen.findByTestId("preflight");
+    const sent = calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> };
+    expect(sent.config.init_lora).toBe("smooth-flux");
+    await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
+    await waitFor(async () => expect(await offered()).toEqual(["sharp-sdxl"]));
+  });
+
   it("greys out the optimizers the host cannot run, as the server lists them", async () => {
     renderTrain();
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));

@@ -83,6 +83,12 @@ function fakePreservation(p: unknown): string | null {
   );
 }
 
+/** The trained LoRAs /api/loras lists (the fields the Train form reads of them). */
+export const TRAINED_LORAS = [
+  { name: "smooth-flux", family: "flux", path: "/o/smooth-flux/smooth-flux.safetensors", bytes: 1, modified: 1, sidecar: null, weights: "raw", raw_step: null, files: [] },
+  { name: "sharp-sdxl", family: "sdxl", path: "/o/sharp-sdxl/sharp-sdxl.safetensors", bytes: 1, modified: 1, sidecar: null, weights: "raw", raw_step: null, files: [] },
+];
+
 /** Install the fake server; `info()` is read on each /api/info call; `runs` answers /api/runs/<id>. Returns the call log. */
 export function mockTrainServer(info: () => Info, runs: Record<string, unknown> = {}): Call[] {
   return mockFetch(({ method, url, body }) => {
@@ -90,6 +96,8 @@ export function mockTrainServer(info: () => Info, runs: Record<string, unknown> 
     const run = url.match(/^\/api\/runs\/([^/?]+)$/)?.[1];
     if (run !== undefined) return run in runs ? { body: runs[run] } : undefined;
     if (url === "/api/models") return { body: CATALOGUE };
+    const lorasOf = url.match(/^\/api\/loras\?family=([^&]+)$/)?.[1];  // the family's trained LoRAs, by name
+    if (lorasOf !== undefined) return { body: { root: "/o", loras: TRAINED_LORAS.filter((l) => l.family === lorasOf) } };
     if (url.startsWith("/api/train/status")) return { body: STATUS };
     if (method === "POST" && url === "/api/train/preflight") {
       const cfg = (body as { config: Record<string, unknown> }).config;

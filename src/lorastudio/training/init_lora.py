@@ -1,0 +1,350 @@
+"""A run started from a LoRA file (TrainConfig.init_lora): its layers checked against the run's
+targets before any model loads, its per-layer ranks taken as the run's rank_pattern, and its
+weights put into the freshly added adapter (plan_build, right after training.lora.add_lora), so
+that the adapter's weight change is the file's exactly at the run's alpha / rank. The header
+rules (the file, its family, kind, rank and alpha against the settings): init_lora_rules.py.
+
+The file is read as `lorastudio lora convert` reads one (lora/file_read.read_lora_file, then
+lora/text_encoder_files.denoiser_part: diffusers, kohya / ComfyUI, OneTrainer and BFL names of
+the family, per-layer alphas and adapter-config patterns folded into each lora_B), so any file
+generation and convert take starts a run the same way. The reader gives each layer's change as
+s_f * B @ A (s_f = the PeftLora's alpha / rank); the run's adapter applies s_r * B' @ A' (s_r =
+its layer's alpha / rank, as peft resolved it), so A' = A and B' = B * s_f / s_r. A DoRA file's
+magnitudes (peft's m, diffusers layout) are copied as they are: its change B @ A is the same, so
+its normalised weight is too. An SDXL file's text-encoder layers start the run's text-encoder LoRA
+(train_text_encoder); LoHa / LoKr files: training/init_lycoris.py.
+
+Why hand-written: peft's set_peft_model_state_dict loads tensors as they are (the file's scale
+is not the run's where the file folded alpha / rank into lora_B, as every diffusers file of
+lorastudio does) and, for a layer the file lacks, says nothing; here each layer is copied with
+its scale and a layer missing from the file is named.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorastudio.errors import ConfigError, FieldProblem, LorastudioError, ModelSourceError
+from lorastudio.training.init_lora_rules import FIELD, file_sha256, init_lora_path
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.lora.convert import PeftLora
+    from lorastudio.settings import Settings
+
+_NAMED = 5  # layers named in a message; the rest counted
+LYCORIS = ("loha", "lokr")  # the adapters whose files are read by training/init_lycoris.py
+
+
+@dataclass(frozen=True)
+class InitSource:
+    """The init file a fresh run loads: where it is, its sha256 when the preflight read it."""
+
+    path: Path
+    sha256: str
+
+    def record(self) -> dict[str, str]:
+        """What the identity, the sidecar and the LoRA header keep of it: its name and sha256."""
+        return {"file": self.path.name, "sha256": self.sha256}
+
+
+def read_init_lora(path: Path, family: str) -> tuple[PeftLora, dict[str, torch.Tensor]]:
+    """(the denoiser LoRA, the text encoders' LoRA) of the file `path` (lora convert's reader): the
+    first in peft naming (empty for a file of text-encoder layers alone), the second as
+    "<encoder>.<module>.lora_A / lora_B.weight" with each layer's alpha / rank folded into its
+    lora_B (lora/text_encoders.folded_peft; {} without one). Raises NotFound, ModelSourceError
+    naming the file (a layer with no diffusers name, a text-encoder layer of no encoder)."""
+    from lorastudio.lora.file_read import read_lora_file
+    from lorastudio.lora.text_encoder_files import denoiser_part, folded_text_encoders
+    from lorastudio.lora.text_encoders import split_text_encoders
+
+    tensors, metadata = read_lora_file(path)
+    denoiser, text_encoders = split_text_encoders(tensors)
+    denoiser = {k: v for k, v in denoiser.items() if not k.endswith(MAGNITUDE)}  # DoRA's: dora_magnitudes
+    try:
+        folded = folded_text_encoders(text_encoders, metadata, family) if text_encoders else {}
+        return denoiser_part(denoiser, metadata, family, folded), folded
+    except (ModelSourceError, ConfigError) as err:
+        message = "; ".join(p.message for p in err.problems) if isinstance(err, ConfigError) else str(err)
+        raise ModelSourceError(f"{path}: {message}") from err
+
+
+MAGNITUDE = ".lora_magnitude_vector"  # a DoRA file's per-row magnitude (peft's m), diffusers layout
+
+
+def dora_magnitudes(path: Path, family: str) -> dict[str, torch.Tensor]:
+    """{module: peft's DoRA magnitude m [out]} of a diffusers-layout DoRA file (its
+    `<denoiser>.<module>.lora_magnitude_vector` keys; lorastudio writes them fp32). {} without any."""
+    from lorastudio.lora.file_read import read_lora_file
+    from lorastudio.lora.files import denoiser_prefix
+
+    prefix = denoiser_prefix(family) + "."
+    tensors, _ = read_lora_file(path)
+    return {
+        k.removeprefix(prefix).removesuffix(MAGNITUDE): v for k, v in tensors.items() if k.endswith(MAGNITUDE)
+    }
+
+
+def _matches(module: str, target: str) -> bool:
+    """peft's rule for a list of target_modules: the module's name, or its last dotted parts."""
+    return module == target or module.endswith("." + target)
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(names[:_NAMED])
+    return shown + (f" and {len(names) - _NAMED} more" if len(names) > _NAMED else "")
+
+
+def layer_problems(
+    cfg: TrainConfig, lora: PeftLora, name: str, targets: tuple[str, ...]
+) -> list[FieldProblem]:
+    """The file's layers that the run's targets (cfg.lora_targets, else the family's `targets`)
+    do not adapt: their weights would be dropped. [] when every layer is a target's."""
+    from lorastudio.lora.convert import peft_modules
+
+    wanted = sorted(set(cfg.lora_targets or targets))
+    outside = sorted(m for m in peft_modules(lora.tensors) if not any(_matches(m, t) for t in wanted))
+    if not outside:
+        return []
+    return [
+        FieldProblem(
+            FIELD,
+            f"{name} has {len(outside)} layer(s) the run's targets ({', '.join(wanted)}) do not adapt, whose "
+            f"weights would be dropped: {_listed(outside)}; add their names to lora_targets",
+        )
+    ]
+
+
+def file_rank_pattern(lora: PeftLora) -> dict[str, int]:
+    """peft's rank_pattern of a file whose layers differ in rank: {escaped module name: rank} for
+    each layer not of the file's rank (the PeftLora's: its most common one)."""
+    from lorastudio.lora.convert import peft_modules
+
+    return {
+        re.escape(m): int(a.shape[0])
+        for m, (a, _) in sorted(peft_modules(lora.tensors).items())
+        if a.shape[0] != lora.rank
+    }
+
+
+def init_problems(
+    cfg: TrainConfig, settings: Settings, targets: tuple[str, ...], explicit: set[str]
+) -> tuple[TrainConfig, InitSource | None, list[FieldProblem]]:
+    """What the engine's preflight asks of cfg.init_lora (`cfg` resolved, its header rules passed:
+    init_lora_rules.init_lora_problems; `explicit`: the settings the user gave) that needs the
+    file's weights: (the config with the file's per-layer ranks as rank_pattern, the InitSource,
+    the problems: layers the targets miss; layers of several ranks with lora_rank set, or with the
+    kohya layout, which holds one). Reads the file whole (a LoRA: MBs), loads no model.
+    (cfg, None, []) without init_lora."""
+    if cfg.init_lora is None:
+        return cfg, None, []
+    if cfg.adapter in LYCORIS:  # a LoHa / LoKr file (init_lora_rules: its kind is the adapter's)
+        from lorastudio import families
+        from lorastudio.training import init_lycoris
+
+        try:
+            path = init_lora_path(cfg.init_lora, settings)
+            layers = init_lycoris.file_layers(path, families.get(cfg.family).spec.pipeline_class)
+        except (LorastudioError, OSError) as err:
+            return cfg, None, [FieldProblem(FIELD, str(err))]
+        return (
+            cfg,
+            InitSource(path, file_sha256(path)),
+            init_lycoris.layer_problems(cfg, layers, path.name, targets),
+        )
+    try:
+        path = init_lora_path(cfg.init_lora, settings)
+        lora, text_encoders = read_init_lora(path, cfg.family)
+    except (LorastudioError, OSError) as err:
+        return cfg, None, [FieldProblem(FIELD, str(err))]
+    problems = layer_problems(cfg, lora, path.name, targets)
+    problems += text_encoder_problems(cfg, text_encoders, path.name)
+    pattern = file_rank_pattern(lora)
+    if (
+        "rank_pattern" in explicit and cfg.rank_pattern and cfg.rank_pattern != pattern
+    ):  # "train again" sends the file's
+        problems.append(
+            FieldProblem(
+                "rank_pattern", f"is not {path.name}'s per-layer ranks, which the run takes: remove it"
+            )
+        )
+    if pattern:
+        shown = f"{path.name}'s layers differ in rank ({lora.rank} and {sorted(set(pattern.values()))})"
+        if "lora_rank" in explicit and cfg.lora_rank != lora.rank:
+            problems.append(FieldProblem("lora_rank", f"{shown}: leave lora_rank unset to take each one's"))
+        if cfg.lora_format == "kohya":
+            problems.append(
+                FieldProblem(
+                    "lora_format",
+                    f"{shown}, which the run keeps (rank_pattern): the kohya layout of a LoRA holds one rank; "
+                    "use lora_format 'diffusers'",
+                )
+            )
+        cfg = cfg.model_copy(update={"rank_pattern": pattern, "lora_rank": lora.rank})
+    return cfg, InitSource(path, file_sha256(path)), problems
+
+
+def preflight_init(
+    given: TrainConfig, resolved: TrainConfig, settings: Settings, targets: tuple[str, ...]
+) -> tuple[TrainConfig, InitSource | None, list[FieldProblem]]:
+    """The engine preflight's init_lora step (a fresh run; `given`: the config as the user gave it,
+    `resolved`: resolve_train_config's): the file's rank and alpha where the user left them unset,
+    read with this run's `settings` (resolve_train_config reads them with the process's), its
+    header's rules (init_lora_rules.init_lora_problems), then its weights' (`init_problems`).
+    Returns (the config the run trains, the InitSource or None, every problem)."""
+    from lorastudio.training.init_lora_rules import file_rank_alpha, init_lora_problems
+
+    explicit = {k for k in given.model_fields_set if getattr(given, k) is not None}
+    facts = file_rank_alpha(resolved, settings)
+    if facts is not None:
+        update: dict[str, Any] = {}
+        if "lora_rank" not in explicit:
+            update["lora_rank"] = facts[0]
+        if "lora_alpha" not in explicit:
+            update["lora_alpha"] = (
+                facts[1] if facts[1] is not None else float(update.get("lora_rank", resolved.lora_rank))
+            )
+        resolved = resolved.model_copy(update=update)
+    header = init_lora_problems(resolved, settings, explicit)
+    if header:
+        return resolved, None, header
+    return init_problems(resolved, settings, targets, explicit)
+
+
+def text_encoder_problems(cfg: TrainConfig, folded: dict[str, torch.Tensor], name: str) -> list[FieldProblem]:
+    """Why the file's text-encoder layers (`folded`, read_init_lora's) cannot start the run's
+    text-encoder LoRA (training/text_encoders.py: q / k / v / out projections of both CLIP
+    encoders at lora_rank): layers it does not adapt, or of another rank. [] without any."""
+    from lorastudio.training.text_encoders import TARGETS
+
+    outside = sorted(
+        {
+            k.rsplit(".lora_", 1)[0]
+            for k in folded
+            if not any(_matches(k.rsplit(".lora_", 1)[0], t) for t in TARGETS)
+        }
+    )
+    problems = []
+    if outside:
+        problems.append(
+            FieldProblem(
+                FIELD,
+                f"{name} has text-encoder layers the run's text-encoder LoRA ({', '.join(TARGETS)}) does not "
+                f"adapt, whose weights would be dropped: {_listed(outside)}",
+            )
+        )
+    ranks = sorted({int(v.shape[0]) for k, v in folded.items() if k.endswith(".lora_A.weight")})
+    if ranks and ranks != [cfg.lora_rank]:
+        problems.append(
+            FieldProblem(
+                FIELD,
+                f"{name}'s text-encoder layers are of rank {', '.join(map(str, ranks))}; the run's text-encoder "
+                f"LoRA is of lora_rank ({cfg.lora_rank}) in every layer",
+            )
+        )
+    return problems
+
+
+@torch.no_grad()
+def load_init_text_encoders(text_encoders: Any, source: InitSource, cfg: TrainConfig) -> str | None:
+    """Put the file's text-encoder layers into the run's text-encoder LoRA (`text_encoders`, a
+    training.text_encoders.TextEncoderLora), each at the run's alpha / rank (B' = B_folded * r /
+    alpha). Returns the warning about its layers the file lacks (they start fresh), None when
+    there are none. Raises ModelSourceError for a layer of no adapter or of another shape."""
+    from lorastudio.lora.text_encoders import file_module
+
+    _, folded = read_init_lora(source.path, cfg.family)
+    scale = float(cfg.lora_alpha) / int(cfg.lora_rank)
+    params = {}  # the files' "<encoder>.text_model.<module>.lora_A.weight" -> the run's parameter
+    for name, param in text_encoders.named_parameters().items():  # "<encoder>.<module>.lora_A.default.weight"
+        encoder, _, rest = name.partition(".")
+        params[f"{encoder}.{file_module(rest.replace('.default.', '.'))}"] = param
+    for key, value in folded.items():
+        param = params.get(key)
+        if param is None or tuple(param.shape) != tuple(value.shape):
+            raise ModelSourceError(
+                f"init_lora {source.path}: its text-encoder layer {key} fits no layer of the run's text-encoder LoRA"
+            )
+        param.copy_((value.float() / scale if ".lora_B." in key else value.float()).to(param.device))
+    fresh = sorted({k.rsplit(".lora_", 1)[0] for k in params} - {k.rsplit(".lora_", 1)[0] for k in folded})
+    if not fresh:
+        return None
+    return (
+        f"init_lora {source.path.name}: {len(fresh)} of the run's text-encoder LoRA layers are not in the file "
+        f"and start fresh: {_listed(fresh)}"
+    )
+
+
+@dataclass(frozen=True)
+class InitLoad:
+    """What `load_init_lora` did: the layers loaded, and the run's adapted layers the file lacks
+    (they start fresh: LoRA B = 0, no change at the start)."""
+
+    loaded: int
+    fresh: tuple[str, ...]
+
+    def warning(self, name: str) -> str | None:
+        """The run's warning about the layers that start fresh, None when there are none."""
+        if not self.fresh:
+            return None
+        return (
+            f"init_lora {name}: {len(self.fresh)} of the run's {self.loaded + len(self.fresh)} adapted layers are "
+            f"not in the file and start fresh: {_listed(list(self.fresh))}"
+        )
+
+
+@torch.no_grad()
+def load_init_lora(denoiser: Any, source: InitSource, family: str, adapter: str = "lora") -> InitLoad:
+    """Put the file `source` into `denoiser`'s freshly added adapter ("default") of kind `adapter`
+    (TrainConfig.adapter; LoHa / LoKr: training/init_lycoris.py), each layer at the run's scale
+    (module docstring: B' = B * s_f / s_r). Raises ModelSourceError for a file that
+    changed since the preflight read it, a layer the denoiser has no adapter on or of another
+    shape (the denoiser's adapter is then partly loaded: the run fails before its first step)."""
+    from lorastudio.lora.convert import peft_modules
+    from lorastudio.training.lora import module_scales
+
+    if file_sha256(source.path) != source.sha256:
+        raise ModelSourceError(f"init_lora {source.path} changed since the run's preflight read it")
+    if adapter in LYCORIS:
+        from lorastudio import families
+        from lorastudio.training.init_lycoris import load_init_lycoris
+
+        count, fresh = load_init_lycoris(denoiser, source.path, families.get(family).spec.pipeline_class)
+        return InitLoad(count, fresh)
+    lora, _ = read_init_lora(source.path, family)
+    magnitudes = dora_magnitudes(source.path, family) if adapter == "dora" else {}
+    file_scale = lora.alpha / lora.rank
+    scales = module_scales(denoiser)  # {module: (rank, alpha)} as peft resolved them
+    layers = dict(denoiser.named_modules())
+    modules = peft_modules(lora.tensors)
+    for module, (a, b) in sorted(modules.items()):  # a [r, in, ...], b [out, r, ...]
+        if module not in scales:
+            raise ModelSourceError(f"init_lora {source.path}: the run has no adapter on its layer {module}")
+        rank, alpha = scales[module]
+        down, up = layers[module].lora_A["default"].weight, layers[module].lora_B["default"].weight
+        if tuple(a.shape) != tuple(down.shape) or tuple(b.shape) != tuple(up.shape):
+            raise ModelSourceError(
+                f"init_lora {source.path}: the layer {module} is {list(a.shape)} / {list(b.shape)} in the file, "
+                f"{list(down.shape)} / {list(up.shape)} in the run (lora_A / lora_B)"
+            )
+        down.copy_(a.to(down.device, torch.float32))
+        up.copy_((b.to(torch.float32) * (file_scale * rank / alpha)).to(up.device))  # [out, r, ...]
+    for module, magnitude in sorted(magnitudes.items()):  # DoRA: m as it is (the change B @ A is the same)
+        own = getattr(layers.get(module), "lora_magnitude_vector", None)
+        param = own["default"].weight if own is not None and "default" in own else None
+        if param is None or tuple(param.shape) != tuple(magnitude.shape):
+            raise ModelSourceError(
+                f"init_lora {source.path}: the DoRA magnitude of {module} fits no layer of the run"
+            )
+        param.copy_(magnitude.to(param.device, torch.float32))
+    if adapter == "dora" and set(magnitudes) != set(modules):
+        raise ModelSourceError(
+            f"init_lora {source.path}: a DoRA file holds a magnitude beside each layer's A and B"
+        )
+    fresh = tuple(sorted(set(scales) - set(modules)))
+    return InitLoad(len(modules), fresh)
