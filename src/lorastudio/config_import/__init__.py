@@ -1,0 +1,83 @@
+"""`lorastudio config import`: another trainer's config file as a lorastudio run config (no torch).
+
+ai-toolkit's YAML job, kohya sd-scripts' / musubi-tuner's train_network arguments (TOML or JSON,
+with their dataset_config TOML), SimpleTuner's config.json (with its multidatabackend.json) and
+OneTrainer's exported JSON are read (reading.py: size cap, UTF-8, YAML without alias bombs), their
+format detected from their keys (detect.py) unless named, mapped by one module per trainer into
+our settings and a report line per peer setting (report.py), and the result checked by the
+strict config, the refused settings taken out and named (settle.py). Every peer setting is
+reported: carried, changed in meaning (how), or not carried (why); a key this importer does not
+know is reported as not read, never dropped without a word.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lorastudio.config_import.detect import FORMATS, detect
+from lorastudio.config_import.report import Draft, Line
+from lorastudio.errors import ConfigError, FieldProblem
+
+__all__ = ["FORMATS", "Imported", "import_config"]
+
+
+@dataclass(frozen=True)
+class Imported:
+    """An imported config: the peer format `kind`, our `settings` (they pass the strict config),
+    the report `lines` (one or more per peer setting) and `text`, the .toml or .json file."""
+
+    kind: str
+    settings: dict[str, Any]
+    lines: list[Line]
+    text: str
+
+
+def _builder(kind: str) -> Any:
+    from lorastudio.config_import import aitoolkit, kohya, onetrainer, simpletuner
+
+    return {"ai-toolkit": aitoolkit.build, "kohya": kohya.build, "simpletuner": simpletuner.build,
+            "onetrainer": onetrainer.build}[kind]  # fmt: skip
+
+
+def import_config(
+    path: Path, source: str | None = None, family: str | None = None, toml: bool = True
+) -> Imported:
+    """Read the peer config `path` (`source`: its format, one of FORMATS; None: detected) and
+    return it as a lorastudio run config (`toml`: the text as TOML, else JSON), `family`
+    replacing the family the file names. Raises ConfigError naming the file (and key): an
+    unreadable or hostile file, a format not detected (the candidates named), a fault of the
+    file, a family not named, a setting the strict config needs and the file lacks."""
+    from lorastudio.config_import.reading import read_document
+    from lorastudio.config_import.settle import render, settle
+
+    data = read_document(path)
+    if source is None:
+        found = detect(data)
+        if isinstance(found, list):
+            named = ", ".join(found or FORMATS)
+            why = "could be" if len(found) > 1 else "is none of the formats read here; it may be one of"
+            raise ConfigError(
+                [FieldProblem("config", f"{path.name} {why} {named}: say which with --from")]
+                if found or isinstance(data, dict)
+                else [FieldProblem("config", f"{path.name}: its top level is not a table of settings")]
+            )
+        source = found
+    elif source not in FORMATS:
+        raise ConfigError([FieldProblem("--from", f"{source!r}: one of {', '.join(FORMATS)}")])
+    if not isinstance(data, dict):
+        raise ConfigError([FieldProblem("config", f"{path.name}: its top level is not a table of settings")])
+    if source == "ai-toolkit" and not _is_job(data):
+        raise ConfigError(
+            [FieldProblem("config", f"{path.name}: not an ai-toolkit job (config.process is missing)")]
+        )
+    draft = Draft(path, source)
+    _builder(source)(draft, data, family)
+    settle(draft, toml)
+    return Imported(source, draft.settings, draft.report(), render(draft, toml))
+
+
+def _is_job(data: dict[str, Any]) -> bool:
+    config = data.get("config")
+    return isinstance(config, dict) and isinstance(config.get("process"), list)

@@ -1,0 +1,114 @@
+"""The imported settings checked by the strict config and written as a lorastudio run config
+(no torch).
+
+`settle` runs the same checks as `lorastudio train --check` does on a config file before it
+looks at the disk (parse_train_config: the schema, unknown keys, the family's rules and the
+combinations refused together; resolve_train_config: the family's defaults): a setting the check
+refuses (a value out of our range, a setting the family cannot honour, a combination) is taken
+out and its report line says why, and the check runs again until it passes. A problem with a
+setting the import did not write (no base model, no dataset folder in the file) refuses the
+import, naming the file. TOML has no null: a setting carried as null (off) is left out of a .toml
+and its line says how to ask for it; a .json keeps it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from lorastudio.config_import.report import Draft
+from lorastudio.errors import ConfigError, FieldProblem
+
+_MOST_ROUNDS = 64
+_NEEDED = frozenset({"family", "base_model"})
+
+
+def settle(draft: Draft, toml: bool) -> None:
+    """Make `draft.settings` pass the strict config (see the module's docstring). Raises
+    ConfigError naming the file: its own faults (draft.problems), or a problem of a setting this
+    import did not write."""
+    if draft.problems:
+        raise ConfigError(draft.problems)
+    if toml:
+        _drop_nulls(draft)
+    for _ in range(_MOST_ROUNDS):
+        problems = _check(draft.settings)
+        if not problems:
+            return
+        if not any(_refuse(draft, p) for p in problems):
+            raise ConfigError(
+                [
+                    FieldProblem(f"{draft.file.name}: the imported config's {p.field}", p.message)
+                    for p in problems
+                ]
+            )
+    raise ConfigError([FieldProblem(draft.file.name, "the imported config did not settle: report this")])
+
+
+def _check(settings: dict[str, Any]) -> list[FieldProblem]:
+    from lorastudio.config import parse_train_config, resolve_train_config
+
+    try:
+        resolve_train_config(parse_train_config(settings))
+    except ConfigError as err:
+        return err.problems
+    return []
+
+
+def _refuse(draft: Draft, problem: FieldProblem) -> bool:
+    """Take out the setting `problem` names (or the setting that holds it: a sample prompt's
+    width is sample_prompts') when this import wrote it; whether it did."""
+    parts = problem.field.split(".")
+    if parts[0] in _NEEDED:
+        return False  # the run cannot be without them: the import is refused, saying why
+    return any(draft.refuse(".".join(parts[:end]), problem.message) for end in range(len(parts), 0, -1))
+
+
+def _drop_nulls(draft: Draft) -> None:
+    for ours in [k for k in draft.origin if _value(draft.settings, k) is None]:
+        draft.refuse(
+            ours,
+            f"TOML has no null: add `--set {ours}=null` to `lorastudio train`, or import with --out FILE.json",
+        )
+
+
+def _value(settings: dict[str, Any], ours: str) -> Any:
+    head, _, rest = ours.partition(".")
+    if not rest:
+        return settings.get(head)
+    index, _, key = rest.partition(".")
+    return settings[head][int(index)].get(key)
+
+
+def _ordered(settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` in the order of TrainConfig's fields (the settings reference's order)."""
+    from lorastudio.config import TrainConfig
+
+    order = {name: i for i, name in enumerate(TrainConfig.model_fields)}
+    return dict(sorted(settings.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def render(draft: Draft, toml: bool) -> str:
+    """The settled config as the text of a .toml or .json run config, its source named on top
+    (TOML: a comment)."""
+    settings = _ordered(draft.settings)
+    if not toml:
+        return json.dumps(settings, indent=2, ensure_ascii=False) + "\n"
+    import tomlkit
+
+    doc = tomlkit.document()
+    doc.add(tomlkit.comment(f"lorastudio run config imported from {draft.file.name} ({draft.kind})"))
+    doc.add(tomlkit.comment("by `lorastudio config import`; check it with `lorastudio train FILE --check`"))
+    tables = {k: v for k, v in settings.items() if k == "datasets"}
+    for key, value in settings.items():
+        if key not in tables:
+            doc.add(key, value)
+    if "datasets" in tables:
+        array = tomlkit.aot()
+        for entry in tables["datasets"]:
+            table = tomlkit.table()
+            for key, value in entry.items():
+                table.add(key, value)
+            array.append(table)
+        doc.add("datasets", array)
+    return tomlkit.dumps(doc)
