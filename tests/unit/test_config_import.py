@@ -10,13 +10,13 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from tests.cli_runner import run_cli_streams
 
 from lorastudio.cli.config_file import load_config_file
 from lorastudio.config import parse_train_config, resolve_train_config
 from lorastudio.config_import import import_config
 from lorastudio.config_import.report import leaves
 from lorastudio.errors import ConfigError
-from tests.cli_runner import run_cli_streams
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "peer_configs"
 
@@ -35,7 +35,9 @@ def _every_leaf_reported(doc: object, lines: list, root: str = "") -> None:
     named = [line.peer for line in lines]
     for leaf in leaves(doc, root):
         assert any(
-            leaf == n or leaf.startswith((n + ".", n + "[")) or n.startswith((leaf + ".", leaf + "[", leaf + " "))
+            leaf == n
+            or leaf.startswith((n + ".", n + "["))
+            or n.startswith((leaf + ".", leaf + "[", leaf + " "))
             for n in named
         ), leaf
 
@@ -45,10 +47,21 @@ def test_ai_toolkit_flux_example(tmp_path: Path) -> None:
     assert result.kind == "ai-toolkit"
     data = _strict(result.text, tmp_path)
     assert data["family"] == "flux" and data["base_model"] == "black-forest-labs/FLUX.1-dev"
-    assert (data["lora_rank"], data["lora_alpha"], data["learning_rate"]) == (16, 16, 1e-4)  # lr: YAML's "1e-4" text
-    assert (data["optimizer"], data["steps"], data["ema_decay"], data["save_lora_every"]) == ("adamw8bit", 2000, 0.99, 250)
+    assert (data["lora_rank"], data["lora_alpha"], data["learning_rate"]) == (
+        16,
+        16,
+        1e-4,
+    )  # lr: YAML's "1e-4" text
+    assert (data["optimizer"], data["steps"], data["ema_decay"], data["save_lora_every"]) == (
+        "adamw8bit",
+        2000,
+        0.99,
+        250,
+    )
     assert data["resolution"] == [512, 768, 1024]
-    assert data["datasets"] == [{"path": "/data/images/person", "caption_dropout": 0.05, "shuffle_tags": False}]
+    assert data["datasets"] == [
+        {"path": "/data/images/person", "caption_dropout": 0.05, "shuffle_tags": False}
+    ]
     prompts = data["sample_prompts"]
     assert len(prompts) == 8 and prompts[0]["prompt"].startswith("p3r5on holding")  # [trigger] replaced
     assert [p["seed"] for p in prompts] == list(range(42, 50))  # walk_seed
@@ -62,7 +75,7 @@ def test_ai_toolkit_flux_example(tmp_path: Path) -> None:
 def _yaml(path: Path) -> object:
     import yaml
 
-    return yaml.safe_load(path.read_text())
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def test_kohya_flux_example_with_its_dataset_config_and_prompt_file(tmp_path: Path) -> None:
@@ -70,17 +83,35 @@ def test_kohya_flux_example_with_its_dataset_config_and_prompt_file(tmp_path: Pa
     assert result.kind == "kohya"
     data = _strict(result.text, tmp_path)
     assert (data["family"], data["lora_rank"], data["num_epochs"], data["batch_size"]) == ("flux", 4, 4, 2)
-    assert (data["timestep_sampling"], data["flow_shift"], data["base_precision"]) == ("sigmoid", 3.1582, "int8")
+    assert (data["timestep_sampling"], data["flow_shift"], data["base_precision"]) == (
+        "sigmoid",
+        3.1582,
+        "int8",
+    )
     assert data["datasets"] == [
-        {"path": "/data/train/sks_dog", "shuffle_tags": True, "keep_tokens": 1, "default_caption": "sks dog", "repeats": 10},
-        {"path": "/data/reg/dog", "shuffle_tags": True, "keep_tokens": 0, "regularisation": True, "default_caption": "dog"},
+        {
+            "path": "/data/train/sks_dog",
+            "shuffle_tags": True,
+            "keep_tokens": 1,
+            "default_caption": "sks dog",
+            "repeats": 10,
+        },
+        {
+            "path": "/data/reg/dog",
+            "shuffle_tags": True,
+            "keep_tokens": 0,
+            "regularisation": True,
+            "default_caption": "dog",
+        },
     ]
     assert data["sample_prompts"][0] == {
         "prompt": "masterpiece, best quality, 1girl, in white shirts, upper body, looking at viewer",
         "width": 768, "height": 768, "seed": 1, "guidance": 7.5,
     }  # fmt: skip
     _every_leaf_reported(tomllib.loads((DATA / "kohya_flux.toml").read_text()), result.lines)
-    _every_leaf_reported(tomllib.loads((DATA / "kohya_dataset.toml").read_text()), result.lines, "kohya_dataset.toml")
+    _every_leaf_reported(
+        tomllib.loads((DATA / "kohya_dataset.toml").read_text()), result.lines, "kohya_dataset.toml"
+    )
 
 
 def test_kohya_folders_reg_and_settings_the_strict_config_refuses(tmp_path: Path) -> None:
@@ -96,7 +127,10 @@ def test_kohya_folders_reg_and_settings_the_strict_config_refuses(tmp_path: Path
     result = import_config(path, toml=False)
     data = _strict(result.text, tmp_path, ".json")
     assert data["kohya_folders"] is True and data["max_grad_norm"] is None  # JSON keeps null (off)
-    assert data["datasets"] == [{"path": str(tmp_path / "img")}, {"path": "/data/reg", "regularisation": True}]
+    assert data["datasets"] == [
+        {"path": str(tmp_path / "img")},
+        {"path": "/data/reg", "regularisation": True},
+    ]
     assert data["resolution"] == 896  # the square of 1024 x 768's area, to 64
     by_peer = {line.peer: line for line in result.lines}
     assert "lora_rank" not in data and by_peer["network_dim"].outcome == "not carried"
@@ -135,9 +169,15 @@ def test_format_detection_refuses_naming_the_candidates(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "body", "said"),
     [
-        ("bomb.yaml", "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-            f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefg", "bcdefgh", strict=True)
-        ), "alias bomb"),
+        (
+            "bomb.yaml",
+            "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(
+                f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n"
+                for p, c in zip("abcdefg", "bcdefgh", strict=True)
+            ),
+            "alias bomb",
+        ),
         ("loop.yaml", "a: &a [1, *a]\n", "alias of a node inside that node"),
         ("bytes.yaml", b"config:\n  name: \xff\xfe\n", "not UTF-8 text: byte 0xff at line 2, column 9"),
         ("list.yaml", "- a\n- b\n", "not a table of settings"),
@@ -146,7 +186,9 @@ def test_format_detection_refuses_naming_the_candidates(tmp_path: Path) -> None:
         ("run.ini", "x", "a .yaml, .yml, .toml or .json file"),
     ],
 )
-def test_hostile_files_are_refused_naming_the_file(tmp_path: Path, name: str, body: str | bytes, said: str) -> None:
+def test_hostile_files_are_refused_naming_the_file(
+    tmp_path: Path, name: str, body: str | bytes, said: str
+) -> None:
     path = tmp_path / name
     path.write_bytes(body if isinstance(body, bytes) else body.encode())
     with pytest.raises(ConfigError, match=said.replace("(", r"\(").replace(")", r"\)")):
@@ -172,7 +214,9 @@ def test_a_path_with_dotdot_is_refused_naming_the_file_and_key(tmp_path: Path) -
     assert "'..'" in problem.message
     kohya = tmp_path / "k.toml"
     kohya.write_text('network_module = "networks.lora_flux"\ndataset_config = "../secret.toml"\n')
-    with pytest.raises(ConfigError, match=r"k.toml: dataset_config: '../secret.toml' is not a path without '..'"):
+    with pytest.raises(
+        ConfigError, match=r"k.toml: dataset_config: '../secret.toml' is not a path without '..'"
+    ):
         import_config(kohya)
 
 
@@ -190,5 +234,35 @@ def test_cli_writes_a_new_file_and_reports(
                                       "--out", str(out))  # fmt: skip
     assert code == 2 and "already exists" in stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.toml"]  # no staging left
-    code, stdout, _ = run_cli_streams(capsys, monkeypatch, "config", "import", str(DATA / "kohya_flux.toml"), "--json")
+    code, stdout, _ = run_cli_streams(
+        capsys, monkeypatch, "config", "import", str(DATA / "kohya_flux.toml"), "--json"
+    )
     assert code == 0 and json.loads(stdout)["from"] == "kohya"
+
+
+def test_simpletuner_flux_example_with_its_backends(tmp_path: Path) -> None:
+    result = import_config(DATA / "simpletuner" / "config.json")
+    assert result.kind == "simpletuner"
+    data = _strict(result.text, tmp_path)
+    assert (data["family"], data["base_model"], data["steps"], data["flow_shift"]) == (
+        "flux", "black-forest-labs/FLUX.1-dev", 100, 3,
+    )  # fmt: skip
+    assert data["datasets"] == [{"path": "/data/datasets/dreambooth-subject", "repeats": 5}]
+    assert data["sample_prompts"][0]["width"] == 1024
+    _every_leaf_reported(json.loads((DATA / "simpletuner" / "config.json").read_text()), result.lines)
+
+
+def test_onetrainer_sdxl_preset(tmp_path: Path) -> None:
+    result = import_config(DATA / "onetrainer_sdxl.json")
+    assert result.kind == "onetrainer"
+    data = _strict(result.text, tmp_path)
+    assert (data["family"], data["optimizer"], data["num_epochs"], data["noise_offset"]) == (
+        "sdxl",
+        "adamw8bit",
+        100,
+        0.05,
+    )
+    assert data["datasets"] == [{"path": "/data/concepts/subject", "repeats": 10, "loss_weight": 1.0}]
+    by_peer = {line.peer: line for line in result.lines}
+    assert by_peer["sample_after"].note.startswith("not supported here")  # minutes: not a step count
+    _every_leaf_reported(json.loads((DATA / "onetrainer_sdxl.json").read_text()), result.lines)

@@ -1,4 +1,4 @@
-"""`lorastudio config import FILE [--from FORMAT] [--family F] [--out run.toml] [--json]`: another
+"""`lorastudio config import FILE [--from FORMAT] [--family F] [--base-model M] [--out run.toml] [--json]`: another
 trainer's config as a lorastudio run config (lorastudio/config_import), with a report of every
 one of its settings."""
 
@@ -26,6 +26,9 @@ def import_cmd(
     family: str | None = typer.Option(
         None, "--family", help="the family to train (default: the one the file names)"
     ),
+    base: str | None = typer.Option(
+        None, "--base-model", help="the base model to train (default: the one the file names)"
+    ),
     out: Path | None = typer.Option(
         None, "--out", help="write the run config to this new .toml or .json file (default: print it)"
     ),
@@ -46,7 +49,7 @@ def import_cmd(
             raise ConfigError([FieldProblem("--out", f"{out.name}: write a .toml or .json run config")])
         if out is not None:
             _check_new(out)
-        result = import_config(file, source, family, toml=toml)
+        result = import_config(file, source, family, toml=toml, base=base)
         if out is not None:
             _write_new(out, result.text)
     counts = {

@@ -133,12 +133,14 @@ def peer_config_problem(data: object) -> str | None:
                 "a kohya sd-scripts training config, not a lorastudio run config: write one with family, "
                 "base_model (its pretrained_model_name_or_path), data_dir with kohya_folders = true (its "
                 "train_data_dir), lora_rank / lora_alpha (network_dim / network_alpha), learning_rate, steps "
-                "(max_train_steps): `lorastudio train --help` and the README's settings reference"
+                "(max_train_steps): `lorastudio config import FILE` writes it from this file, with a report of"
+                " every setting"
             )
         if "concept_file_name" in data or "training_method" in data:
             return (
                 "a OneTrainer training config, not a lorastudio run config: write one with family, base_model and "
-                "each concept folder as a [[datasets]] entry (path, repeats)"
+                "each concept folder as a [[datasets]] entry (path, repeats); `lorastudio config import FILE`"
+                " writes one from this file"
             )
         return None
     if isinstance(data, list) and data and all(isinstance(d, dict) for d in data):

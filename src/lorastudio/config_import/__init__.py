@@ -42,11 +42,15 @@ def _builder(kind: str) -> Any:
 
 
 def import_config(
-    path: Path, source: str | None = None, family: str | None = None, toml: bool = True
+    path: Path,
+    source: str | None = None,
+    family: str | None = None,
+    toml: bool = True,
+    base: str | None = None,
 ) -> Imported:
     """Read the peer config `path` (`source`: its format, one of FORMATS; None: detected) and
-    return it as a lorastudio run config (`toml`: the text as TOML, else JSON), `family`
-    replacing the family the file names. Raises ConfigError naming the file (and key): an
+    return it as a lorastudio run config (`toml`: the text as TOML, else JSON), `family` and
+    `base` replacing the family and base model the file names. Raises ConfigError naming the file (and key): an
     unreadable or hostile file, a format not detected (the candidates named), a fault of the
     file, a family not named, a setting the strict config needs and the file lacks."""
     from lorastudio.config_import.reading import read_document
@@ -74,6 +78,9 @@ def import_config(
         )
     draft = Draft(path, source)
     _builder(source)(draft, data, family)
+    if base is not None:
+        draft.settings.pop("base_model", None)
+        draft.set("--base-model", "base_model", base)
     settle(draft, toml)
     return Imported(source, draft.settings, draft.report(), render(draft, toml))
 

@@ -124,3 +124,12 @@ def parse_args(draft: Draft, peer: str, raw: Any) -> dict[str, Any]:
             continue
         out[key.strip()] = value.strip().strip("'\"")
     return out
+
+
+def simple(
+    draft: Draft, data: dict[str, Any], table: dict[str, tuple[str, Callable[[Any], Any]]], root: str = ""
+) -> None:
+    """Carry each key of `table` present in `data` (peer key -> our key, converter)."""
+    for key, (ours, convert) in table.items():
+        if key in data:
+            carry(draft, f"{root}{key}", data[key], ours, convert)

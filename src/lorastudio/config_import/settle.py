@@ -45,6 +45,18 @@ def settle(draft: Draft, toml: bool) -> None:
     raise ConfigError([FieldProblem(draft.file.name, "the imported config did not settle: report this")])
 
 
+def _fatal(draft: Draft, problem: FieldProblem) -> FieldProblem:
+    if problem.field == "base_model" and "required" in problem.message.lower():
+        return FieldProblem(
+            f"{draft.file.name}: base_model", "the file names no base model: pass --base-model"
+        )
+    if problem.field == "data_dir" and "base_model" in draft.settings:
+        return FieldProblem(
+            f"{draft.file.name}: data_dir", "the file names no image folder this import reads"
+        )
+    return FieldProblem(f"{draft.file.name}: the imported config's {problem.field}", problem.message)
+
+
 def _check(settings: dict[str, Any]) -> list[FieldProblem]:
     from lorastudio.config import parse_train_config, resolve_train_config
 
