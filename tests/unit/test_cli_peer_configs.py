@@ -124,3 +124,37 @@ def test_a_hand_edited_kohya_config_of_odd_values_is_named_never_a_traceback(tmp
     said = _refusal(path)
     assert said.startswith("odd.toml: a kohya sd-scripts dataset config")
     assert 'path = "/x"\nrepeats = "inf"' in said
+
+
+@pytest.mark.parametrize(
+    ("doc", "said"),
+    [
+        (
+            {
+                "--model_family": "flux",
+                "--pretrained_model_name_or_path": "black-forest-labs/FLUX.1-dev",
+                "--lora_rank": 16,
+            },
+            "SimpleTuner's config.json",
+        ),
+        (
+            {
+                "model_family": "flux",
+                "pretrained_model_name_or_path": "black-forest-labs/FLUX.1-dev",
+                "lora_rank": 16,
+            },
+            "SimpleTuner's config.json",
+        ),
+        (
+            {"job": "extension", "config": {"name": "x", "process": [{"type": "sd_trainer"}]}},
+            "an ai-toolkit job config",
+        ),
+    ],
+)
+def test_simpletuner_and_ai_toolkit_training_configs_are_named(tmp_path: Path, doc: dict, said: str) -> None:
+    """RELIABILITY 1300: they were schema noise ("--model_family: unknown setting", "job: unknown
+    setting"), or a SimpleTuner config without dashes was named a kohya training config."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc))
+    message = _refusal(path)
+    assert message.startswith(f"config.json: {said}") and "lorastudio config import FILE" in message

@@ -120,6 +120,32 @@ def _onetrainer_concepts(concepts: list[dict[str, Any]]) -> str:
     )
 
 
+def _job_config(data: dict[str, Any]) -> str | None:
+    """What an ai-toolkit job or a SimpleTuner config.json is, else None. Both were answered with
+    schema noise ("job: unknown setting", "--model_family: unknown setting"), and a SimpleTuner
+    config without dashes holding pretrained_model_name_or_path was named a kohya training config,
+    with kohya's advice (RELIABILITY 1300). Only their own keys are looked at (never ones a
+    lorastudio config may hold: output_name, seed)."""
+    config = data.get("config")
+    if isinstance(config, dict) and isinstance(config.get("process"), list):
+        return (
+            "an ai-toolkit job config (config.process), not a lorastudio run config: `lorastudio config import"
+            " FILE` writes one from it, with a report of every setting"
+        )
+    keys = {str(k).removeprefix("--") for k in data}
+    if any(str(k).startswith("--") for k in data) or keys & {
+        "model_family",
+        "data_backend_config",
+        "model_flavour",
+    }:
+        return (
+            "SimpleTuner's config.json, not a lorastudio run config: `lorastudio config import FILE` writes one"
+            " from it (with its data_backend_config's local folders as [[datasets]] entries), with a report of"
+            " every setting"
+        )
+    return None
+
+
 def peer_config_problem(data: object) -> str | None:
     """What the parsed config `data` is when it is another trainer's file, and how to train its
     data here; None when it is not one (the schema then says what is wrong)."""
@@ -128,6 +154,8 @@ def peer_config_problem(data: object) -> str | None:
         subsets = isinstance(datasets, list) and any(isinstance(d, dict) and "subsets" in d for d in datasets)
         if subsets or isinstance(data.get("general"), dict):
             return _kohya_dataset(data)
+        if (other := _job_config(data)) is not None:
+            return other
         if "pretrained_model_name_or_path" in data or "network_module" in data:
             return (
                 "a kohya sd-scripts training config, not a lorastudio run config: write one with family, "
