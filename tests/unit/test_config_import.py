@@ -266,3 +266,27 @@ def test_onetrainer_sdxl_preset(tmp_path: Path) -> None:
     by_peer = {line.peer: line for line in result.lines}
     assert by_peer["sample_after"].note.startswith("not supported here")  # minutes: not a step count
     _every_leaf_reported(json.loads((DATA / "onetrainer_sdxl.json").read_text()), result.lines)
+
+
+def test_a_schedule_the_strict_config_names_otherwise_and_a_combination_it_refuses(tmp_path: Path) -> None:
+    """kohya's cosine_with_restarts of one cycle (its default) is our cosine schedule (changed, said);
+    a warmup longer than the run, a cadence past its end and a sample cadence without prompts are
+    taken out with the strict config's reason, naming the peer key; the rest is written."""
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps({
+        "pretrained_model_name_or_path": "black-forest-labs/FLUX.1-dev", "network_module": "lycoris.kohya",
+        "network_args": ["algo=lokr", "factor=4"], "train_data_dir": "/data/img", "lr_scheduler": "cosine_with_restarts",
+        "lr_warmup_steps": 100, "max_train_steps": 50, "save_every_n_steps": 100, "sample_every_n_steps": 500,
+    }))  # fmt: skip
+    result = import_config(path, family="flux")
+    data = _strict(result.text, tmp_path)
+    assert (data["lr_scheduler"], data["adapter"], data["lokr_factor"], data["steps"]) == (
+        "cosine",
+        "lokr",
+        4,
+        50,
+    )
+    by_peer = {line.peer: line for line in result.lines}
+    assert by_peer["lr_scheduler"].outcome == "changed"
+    for key in ("lr_warmup_steps", "save_every_n_steps", "sample_every_n_steps"):
+        assert by_peer[key].outcome == "not carried" and by_peer[key].note.startswith("refused here"), key

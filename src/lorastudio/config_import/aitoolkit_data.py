@@ -104,6 +104,6 @@ def _resolutions(draft: Draft, found: list[tuple[str, int, Any]], entries: int) 
     for where, n, value in found:
         ours = "resolution" if entries == 1 else f"datasets.{n}.resolution"
         how = ""
-        if isinstance(value, list) and len({*value}) < len(value):
+        if isinstance(value, list) and len({repr(v) for v in value}) < len(value):
             how = "the sides once each ([1024, 1024] is 1024: square buckets of one area)"
         carry(draft, where, value, ours, _sides, how)

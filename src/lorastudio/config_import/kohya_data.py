@@ -114,10 +114,7 @@ def _folders(
     if found is None:
         return
     draft.set(train[0], "datasets.0.path", found[0], found[1])
-    draft.fold(
-        train[0], "datasets.0.path", True, "its N_name sub-folders read in place (kohya_folders = true)"
-    )
-    draft.settings["kohya_folders"] = True
+    draft.set(train[0], "kohya_folders", True, "its N_name sub-folders read in place, each an entry")
     if reg is not None and (got := folder(draft, reg[0], reg[1])) is not None:
         draft.set(reg[0], "datasets.1.path", got[0], got[1])
         draft.set(reg[0], "datasets.1.regularisation", True)

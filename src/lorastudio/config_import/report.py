@@ -94,6 +94,16 @@ class Draft:
         self.lines.append(Line(peer, "changed" if how else "carried", label or ours, value, how))
         self.origin.setdefault(ours, []).append(len(self.lines) - 1)
 
+    def amend(self, ours: str, value: Any, how: str) -> None:
+        """Write `value` for our setting `ours` instead of the one carried, its lines now "changed",
+        saying `how`."""
+        _put(self.settings, ours, value)
+        for index in self.origin.get(ours, []):
+            line = self.lines[index]
+            self.lines[index] = Line(
+                line.peer, "changed", line.ours, value, "; ".join(n for n in (line.note, how) if n)
+            )
+
     def drop(self, peer: str, why: str) -> None:
         """Report `peer` as not carried, for the reason `why`."""
         self.lines.append(Line(peer, "not carried", note=why))

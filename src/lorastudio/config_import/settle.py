@@ -31,18 +31,48 @@ def settle(draft: Draft, toml: bool) -> None:
         raise ConfigError(draft.problems)
     if toml:
         _drop_nulls(draft)
+    _one_cycle(draft)
     for _ in range(_MOST_ROUNDS):
         problems = _check(draft.settings)
         if not problems:
             return
-        if not any(_refuse(draft, p) for p in problems):
-            raise ConfigError(
-                [
-                    FieldProblem(f"{draft.file.name}: the imported config's {p.field}", p.message)
-                    for p in problems
-                ]
-            )
+        if not any(_refuse(draft, p) for p in problems) and not any(_culprit(draft, p) for p in problems):
+            raise ConfigError([_fatal(draft, p) for p in problems])
     raise ConfigError([FieldProblem(draft.file.name, "the imported config did not settle: report this")])
+
+
+def _one_cycle(draft: Draft) -> None:
+    """A cosine_with_restarts schedule without two cycles (kohya's default is 1) is the cosine
+    schedule, which our strict config asks for by name."""
+    if draft.settings.get("lr_scheduler") == "cosine_with_restarts" and draft.settings.get(
+        "lr_cycles", 1
+    ) in (None, 1):
+        draft.amend("lr_scheduler", "cosine", "one cycle of cosine_with_restarts is the cosine schedule")
+        if "lr_cycles" in draft.settings:
+            draft.refuse("lr_cycles", "one cycle: the cosine schedule")
+
+
+def _culprit(draft: Draft, problem: FieldProblem) -> bool:
+    """For a problem of a setting this import did not write (a combination: a schedule that needs
+    a setting the peer has none for), take out the setting it wrote whose absence ends the
+    problem, the latest written first; whether one did."""
+    for ours in reversed(list(draft.origin)):
+        if ours.split(".")[0] in _NEEDED:
+            continue
+        trial = json.loads(json.dumps(draft.settings))
+        _remove_key(trial, ours)
+        if problem not in _check(trial):
+            return draft.refuse(ours, f"{problem.field}: {problem.message}")
+    return False
+
+
+def _remove_key(settings: dict[str, Any], ours: str) -> None:
+    head, _, rest = ours.partition(".")
+    if not rest:
+        settings.pop(head, None)
+    else:
+        index, _, key = rest.partition(".")
+        settings[head][int(index)].pop(key, None)
 
 
 def _fatal(draft: Draft, problem: FieldProblem) -> FieldProblem:

@@ -174,27 +174,43 @@ def _validation(draft: Draft, args: dict[str, Any], names: dict[str, str]) -> No
     prompt = args.pop("validation_prompt", None)
     if prompt is None:
         return
+    if not isinstance(prompt, str) or not prompt.strip():
+        draft.drop(names["validation_prompt"], "not a prompt (text)")
+        return
     entry: dict[str, Any] = {"prompt": prompt}
+    folded: list[str] = []
     if "validation_guidance" in args:
-        entry["guidance"] = values.number(args.pop("validation_guidance"))
-    size = args.pop("validation_resolution", None)
-    if isinstance(size, str) and "x" in size:
-        width, height = size.split("x", 1)
-        entry |= {"width": values.integer(width), "height": values.integer(height)}
-    elif size is not None:
-        entry |= {"width": values.integer(size), "height": values.integer(size)}
+        try:
+            entry["guidance"] = values.number(args.pop("validation_guidance"))
+            folded.append("validation_guidance")
+        except values.Skip as why:
+            draft.drop(names["validation_guidance"], str(why))
+    if "validation_resolution" in args:
+        try:
+            entry |= _size(args.pop("validation_resolution"))
+            folded.append("validation_resolution")
+        except values.Skip as why:
+            draft.drop(names["validation_resolution"], str(why))
     draft.set(
         names["validation_prompt"],
         "sample_prompts",
         [entry],
         "SimpleTuner's validation prompt, as a sample prompt",
     )
-    for key in ("validation_guidance", "validation_resolution"):
-        if key in names:
-            draft.fold(names[key], "sample_prompts", entry, "the sample prompt's own")
+    for key in folded:
+        draft.fold(names[key], "sample_prompts", entry, "the sample prompt's own")
     if "validation_negative_prompt" in args:
         args.pop("validation_negative_prompt")
         draft.drop(names["validation_negative_prompt"], f"{NOT_SUPPORTED}: samples have no negative prompt")
+
+
+def _size(value: Any) -> dict[str, int]:
+    """SimpleTuner's validation_resolution ("1024x768", 1024) as width and height. Raises Skip."""
+    if isinstance(value, str) and "x" in value:
+        width, height = value.split("x", 1)
+        return {"width": values.integer(width), "height": values.integer(height)}
+    side = values.integer(value)
+    return {"width": side, "height": side}
 
 
 def _backends(draft: Draft, peer: str, value: Any) -> None:
