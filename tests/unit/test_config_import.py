@@ -290,3 +290,17 @@ def test_a_schedule_the_strict_config_names_otherwise_and_a_combination_it_refus
     assert by_peer["lr_scheduler"].outcome == "changed"
     for key in ("lr_warmup_steps", "save_every_n_steps", "sample_every_n_steps"):
         assert by_peer[key].outcome == "not carried" and by_peer[key].note.startswith("refused here"), key
+
+
+def test_musubi_tuner_qwen_image_example(tmp_path: Path) -> None:
+    """musubi-tuner's DiT file is the base (changed: a single-file checkpoint), its network module the
+    family, its dataset config's image_directory an entry and its [960, 544] resolution the side of a
+    square of that area."""
+    result = import_config(DATA / "musubi_qwen_image.toml")
+    data = _strict(result.text, tmp_path)
+    assert (data["family"], data["base_model"]) == ("qwen-image", "/models/qwen_image_bf16.safetensors")
+    assert (data["resolution"], data["flow_shift"], data["num_epochs"]) == (704, 2.2, 16)
+    assert data["datasets"] == [{"path": "/data/image_dir"}]
+    assert {line.peer: line for line in result.lines}["dit"].outcome == "changed"
+    _every_leaf_reported(tomllib.loads((DATA / "musubi_dataset.toml").read_text(encoding="utf-8")), result.lines,
+                         "musubi_dataset.toml")  # fmt: skip

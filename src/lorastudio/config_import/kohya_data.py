@@ -178,7 +178,7 @@ def _read_line(peer: str, path: Path) -> Any:
     from lorastudio.config_import.report import Line
 
     return Line(
-        peer, "changed", "datasets", str(path), "its [[datasets.subsets]] read as [[datasets]] entries"
+        peer, "changed", "datasets", str(path), "its image folders read as [[datasets]] entries"
     )
 
 
