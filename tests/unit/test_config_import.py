@@ -304,3 +304,23 @@ def test_musubi_tuner_qwen_image_example(tmp_path: Path) -> None:
     assert {line.peer: line for line in result.lines}["dit"].outcome == "changed"
     _every_leaf_reported(tomllib.loads((DATA / "musubi_dataset.toml").read_text(encoding="utf-8")), result.lines,
                          "musubi_dataset.toml")  # fmt: skip
+
+
+def test_ai_toolkit_zimage_turbo_example(tmp_path: Path) -> None:
+    """Its DOP becomes the preservation table, its training adapter assistant_lora, Prodigy's
+    optimizer_params their settings, samples: [{prompt}] sample prompts; ai-toolkit's weighted
+    timesteps are named as not supported."""
+    result = import_config(DATA / "ai-toolkit_zimage_turbo.yaml")
+    data = _strict(result.text, tmp_path)
+    assert (data["family"], data["optimizer"], data["learning_rate"], data["weight_decay"]) == (
+        "z-image",
+        "prodigy",
+        1.0,
+        0.01,
+    )
+    assert data["preservation"] == {"class_word": "person", "weight": 1.0}
+    assert data["assistant_lora"].startswith("ostris/zimage_turbo_training_adapter/")
+    assert [p["prompt"] for p in data["sample_prompts"]][1] == "sks on a beach, golden hour"
+    by_peer = {line.peer: line for line in result.lines}
+    assert by_peer["config.process[0].train.timestep_type"].note.startswith("not supported here")
+    _every_leaf_reported(_yaml(DATA / "ai-toolkit_zimage_turbo.yaml"), result.lines)

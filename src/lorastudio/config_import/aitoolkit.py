@@ -203,17 +203,7 @@ def _train(draft: Draft, peer: str, train: dict[str, Any]) -> None:
             draft.set(f"{peer}.timestep_type", "timestep_sampling", ours)
     if "loss_type" in train:
         carry(draft, f"{peer}.loss_type", train["loss_type"], "loss", _loss)
-    if train.get("diff_output_preservation") is True:
-        carry(draft, f"{peer}.diff_output_preservation_class", train.get("diff_output_preservation_class", "person"),
-              "preservation", lambda c: {"class_word": values.text(c),
-                                         "weight": values.number(train.get("diff_output_preservation_multiplier", 1.0))})  # fmt: skip
-        draft.drop(f"{peer}.diff_output_preservation", f"{NOT_NEEDED}: the preservation table turns it on")
-        if "diff_output_preservation_multiplier" in train:
-            draft.drop(
-                f"{peer}.diff_output_preservation_multiplier", f"{NOT_NEEDED}: carried as preservation.weight"
-            )
-    elif "diff_output_preservation" in train:
-        draft.drop(f"{peer}.diff_output_preservation", f"{NOT_NEEDED}: off by default")
+    _preservation(draft, peer, train)
     reasons = {
         "train_unet": f"{NOT_NEEDED}: the denoiser always gets the adapter",
         "noise_scheduler": f"{NOT_NEEDED}: the family's objective (flow matching or DDPM) is fixed",
@@ -224,11 +214,29 @@ def _train(draft: Draft, peer: str, train: dict[str, Any]) -> None:
         "unload_text_encoder": f"{NOT_NEEDED}: text encoders leave the GPU after phase 1",
         "content_or_style": f"{NOT_SUPPORTED}: timestep_sampling / logit_mean shape the noise levels",
         "switch_boundary_every": f"{NOT_NEEDED}: for Wan 2.2's two experts",
-        "optimizer_params": "",
-        "ema_config": "",
-        "diff_output_preservation_class": "",
     }
-    drop_all(draft, f"{peer}.", train, {k: v for k, v in reasons.items() if v})
+    drop_all(draft, f"{peer}.", train, reasons)
+
+
+def _preservation(draft: Draft, peer: str, train: dict[str, Any]) -> None:
+    """ai-toolkit's differential output preservation (DOP) -> our `preservation` table."""
+    keys = [k for k in ("diff_output_preservation", "diff_output_preservation_class",
+                        "diff_output_preservation_multiplier") if k in train]  # fmt: skip
+    if train.get("diff_output_preservation") is not True:
+        for key in keys:
+            draft.drop(f"{peer}.{key}", f"{NOT_NEEDED}: differential output preservation is off")
+        return
+    try:
+        table = {"class_word": values.text(train.get("diff_output_preservation_class", "person")),
+                 "weight": values.number(train.get("diff_output_preservation_multiplier", 1.0))}  # fmt: skip
+    except values.Skip as why:
+        for key in keys:
+            draft.drop(f"{peer}.{key}", str(why))
+        return
+    how = "" if "diff_output_preservation_class" in train else "ai-toolkit's default class word, person"
+    draft.set(f"{peer}.diff_output_preservation", "preservation", table, how)
+    for key in keys[1:]:
+        draft.fold(f"{peer}.{key}", "preservation", train[key], label=f"preservation.{key.rsplit('_', 1)[1]}")
 
 
 def _how(fn: Any, value: Any) -> str:

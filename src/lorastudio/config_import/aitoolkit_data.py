@@ -78,7 +78,7 @@ def dataset_entries(draft: Draft, peer: str, datasets: Any) -> None:
                         item[key],
                         ours,
                         conv,
-                        "for every entry (a run setting here)" * bool(n),
+                        "for every entry (a run setting here)" if n else "",
                     )
                 else:
                     draft.fold(f"{where}.{key}", ours, item[key])

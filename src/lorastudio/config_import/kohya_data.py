@@ -177,9 +177,7 @@ def _dataset_config(draft: Draft, config: tuple[str, Any]) -> None:
 def _read_line(peer: str, path: Path) -> Any:
     from lorastudio.config_import.report import Line
 
-    return Line(
-        peer, "changed", "datasets", str(path), "its image folders read as [[datasets]] entries"
-    )
+    return Line(peer, "changed", "datasets", str(path), "its image folders read as [[datasets]] entries")
 
 
 def _entry(draft: Draft, merged: dict[str, tuple[str, Any]], n: int, single: bool) -> bool:

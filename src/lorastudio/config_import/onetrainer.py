@@ -64,14 +64,17 @@ def build(draft: Draft, data: dict[str, Any], family: str | None) -> None:
             ours, note = values.compute_precision(
                 str(data["train_dtype"]).replace("FLOAT_", "fp").replace("BFLOAT_", "bf")
             )
-            draft.set("train_dtype", "base_precision", ours) if ours else draft.drop("train_dtype", note)
+            if ours:
+                draft.set("train_dtype", "base_precision", ours)
+            else:
+                draft.drop("train_dtype", note)
         except values.Skip as why:
             draft.drop("train_dtype", str(why))
     drop_all(draft, "", data, _NEEDLESS)
     if "gradient_checkpointing" in data:
         on = str(data["gradient_checkpointing"]).upper()
         draft.set("gradient_checkpointing", "gradient_checkpointing", "off" if on in ("OFF", "FALSE") else "full",
-                  "activations recomputed on the GPU, not offloaded" * (on == "CPU_OFFLOADED"))  # fmt: skip
+                  "activations recomputed on the GPU, not offloaded" if on == "CPU_OFFLOADED" else "")  # fmt: skip
     if "offset_noise_weight" in data:
         weight = data["offset_noise_weight"]
         if weight:

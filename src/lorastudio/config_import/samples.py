@@ -83,7 +83,10 @@ def sample_prompts(draft: Draft, peer: str, sample: dict[str, Any], trigger: str
         carry(draft, f"{peer}.sample_steps", sample["sample_steps"], "sample_steps", values.integer)
     neg = sample.get("neg")
     if "neg" in sample:
-        draft.drop(f"{peer}.neg", f"{NOT_SUPPORTED}: samples have no negative prompt" if neg else NOT_NEEDED)
+        draft.drop(
+            f"{peer}.neg",
+            f"{NOT_SUPPORTED}: samples have no negative prompt" if neg else f"{NOT_NEEDED}: empty",
+        )
     for key_, why in (("sampler", f"{NOT_NEEDED}: samples use the family's own scheduler"),
                       ("sample_start_step", f"{NOT_SUPPORTED}: samples start with sample_every's first multiple"),
                       ("format", f"{NOT_NEEDED}: samples are PNG files"),

@@ -133,9 +133,10 @@ def _switches(draft: Draft, args: dict[str, Any], names: dict[str, str]) -> None
         raw = args.pop("mixed_precision")
         try:
             ours, note = values.compute_precision(raw)
-            draft.set(names["mixed_precision"], "base_precision", ours) if ours else draft.drop(
-                names["mixed_precision"], note
-            )
+            if ours:
+                draft.set(names["mixed_precision"], "base_precision", ours)
+            else:
+                draft.drop(names["mixed_precision"], note)
         except values.Skip as why:
             draft.drop(names["mixed_precision"], str(why))
     if "base_model_precision" in args:
