@@ -121,7 +121,7 @@ def load_yaml(text: str) -> Any:
                 )
             ]
         ) from None
-    loader = yaml.SafeLoader(text)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)  # libyaml's parser when built with it
     try:
         node = loader.get_single_node()
         if node is None:
@@ -152,7 +152,12 @@ def _measure(root: Any) -> None:
             sizes[key] = min(MAX_NODES + 1, 1 + sum(sizes[id(c)] for c in children))
             if sizes[key] > MAX_NODES:
                 raise ConfigError(
-                    [FieldProblem("config", f"its YAML expands to over {MAX_NODES} values (an alias bomb?)")]
+                    [
+                        FieldProblem(
+                            "config",
+                            f"its YAML holds over {MAX_NODES} values once its aliases are expanded (an alias bomb; a trainer's config holds hundreds)",
+                        )
+                    ]
                 )
             continue
         if key in sizes:
