@@ -324,3 +324,31 @@ def test_ai_toolkit_zimage_turbo_example(tmp_path: Path) -> None:
     by_peer = {line.peer: line for line in result.lines}
     assert by_peer["config.process[0].train.timestep_type"].note.startswith("not supported here")
     _every_leaf_reported(_yaml(DATA / "ai-toolkit_zimage_turbo.yaml"), result.lines)
+
+
+def test_kohya_ss_gui_preset_with_a_windows_base(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The kohya_ss GUI's saved JSON: "" for unset and 0 for off (not needed), its own keys (epoch,
+    max_resolution, LoRA_type, the LyCORIS fields at the top level), the prompt text itself in
+    sample_prompts. Its Windows base path is not carried, so the import asks for --base-model."""
+    path = DATA / "kohya_ss_flux1D_adamw8bit_fp8.json"
+    code, _, stderr = run_cli_streams(capsys, monkeypatch, "config", "import", str(path))
+    assert code == 2 and "base_model: the file names no base model: pass --base-model" in stderr
+    result = import_config(path, base="/models/flux1-dev.safetensors")
+    data = _strict(result.text, tmp_path)
+    assert (data["family"], data["resolution"], data["num_epochs"], data["lr_cycles"]) == ("flux", 512, 25, 5)
+    assert (data["base_precision"], data["guidance"], data["kohya_folders"]) == ("int8", 3.5, True)
+    assert data["sample_prompts"] == [
+        {
+            "prompt": "a painting of a man wearing a funny hat, by darius kawasaki",
+            "width": 768,
+            "height": 768,
+            "guidance": 3.0,
+        }
+    ]
+    by_peer = {line.peer: line for line in result.lines}
+    assert "Windows path" in by_peer["pretrained_model_name_or_path"].note
+    assert by_peer["save_every_n_steps"].note == "not needed here: 0 is unset"
+    assert by_peer["huggingface_repo_id"].note.startswith("not needed here: unset in the file")
+    assert data["timestep_sampling"] == "uniform"  # kohya's "sigma" with its default weighting_scheme
+    _every_leaf_reported(json.loads(path.read_text(encoding="utf-8")), result.lines)

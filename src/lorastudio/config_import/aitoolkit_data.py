@@ -55,6 +55,7 @@ def dataset_entries(draft: Draft, peer: str, datasets: Any) -> None:
             continue
         found = folder(draft, f"{where}.folder_path", item["folder_path"])
         if found is None:
+            draft.drop(where, f"{NOT_SUPPORTED}: its folder is not carried")
             continue
         draft.set(f"{where}.folder_path", f"datasets.{n}.path", found[0], found[1])
         for key, ours, conv in _ENTRY:

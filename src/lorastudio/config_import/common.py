@@ -38,6 +38,11 @@ def folder(draft: Draft, peer: str, value: Any) -> tuple[str, str] | None:
     if values.has_dotdot(value):
         draft.fail(peer, f"the path {value!r} has a '..' part: write it without one (absolute)")
         return None
+    if values.is_windows_path(value):
+        draft.drop(
+            peer, f"{values.NOT_SUPPORTED}: {value!r} is a Windows path (the other machine's): set it by hand"
+        )
+        return None
     path = Path(value).expanduser()
     if path.is_absolute():
         return str(path), ""

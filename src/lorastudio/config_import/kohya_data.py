@@ -38,7 +38,13 @@ _RUN = (  # kohya dataset argument -> the run's setting, converter
     ("alpha_mask", "alpha_mask", values.flag),
     ("batch_size", "batch_size", values.integer),
 )
-_DATA_ARGS = {"resolution", "caption_extension", *(k for k, _, _ in _ENTRY), *(k for k, _, _ in _RUN)}
+_DATA_ARGS = {
+    "resolution",
+    "max_resolution",
+    "caption_extension",
+    *(k for k, _, _ in _ENTRY),
+    *(k for k, _, _ in _RUN),
+}
 _DATASET_REASONS = {
     "cache_directory": f"{NOT_NEEDED}: latents are cached by the studio",
     "cache_info": f"{NOT_NEEDED}: latents are cached by the studio",
@@ -112,6 +118,9 @@ def _folders(
 ) -> None:
     found = folder(draft, train[0], train[1])
     if found is None:
+        for item in (reg, *present.values()):
+            if item is not None:
+                draft.drop(item[0], f"{NOT_NEEDED}: no image folder carried")
         return
     draft.set(train[0], "datasets.0.path", found[0], found[1])
     draft.set(train[0], "kohya_folders", True, "its N_name sub-folders read in place, each an entry")
@@ -120,7 +129,7 @@ def _folders(
         draft.set(reg[0], "datasets.1.regularisation", True)
     for name, (peer, value) in present.items():
         ours = next((o for k, o, _ in _ENTRY if k == name), None)
-        if name == "resolution":
+        if name in ("resolution", "max_resolution"):  # max_resolution: the kohya_ss GUI's name
             carry(draft, peer, value, "resolution", side, _side_how(value))
         elif name == "caption_extension":
             ext = str(value).lstrip(".").lower()
@@ -171,6 +180,8 @@ def _dataset_config(draft: Draft, config: tuple[str, Any]) -> None:
             by_name = {k: (p, v) for p, (k, v) in merged.items()}  # the nearest wins
             if _entry(draft, by_name, n, single=len(datasets) == 1):
                 n += 1
+            elif subset is not dataset or not dataset.get("subsets"):
+                draft.drop(where, f"{NOT_SUPPORTED}: no image folder carried from it")
     draft.unread(doc, root)
 
 
@@ -230,17 +241,20 @@ def _prompt_file(draft: Draft, prompts: tuple[str, Any]) -> None:
     if not isinstance(value, str) or values.has_dotdot(value):
         draft.fail(peer, f"{value!r} is not a path without '..' parts")
         return
-    path = side_file(draft.file, value)
-    if path.suffix.lower() != ".txt":
-        draft.drop(peer, f"{NOT_SUPPORTED} by the importer: a .txt prompt file is read ({path.name})")
-        return
-    raw = read_bytes(path, f"{draft.file.name}: {peer}")
-    lines = [ln.strip() for ln in raw.decode("utf-8", errors="replace").splitlines()]
+    if "\n" in value or " --" in value or not value.lower().endswith((".txt", ".toml", ".json")):
+        lines, name = [ln.strip() for ln in value.splitlines()], "the prompt text"  # the kohya_ss GUI's field
+    else:
+        path = side_file(draft.file, value)
+        if path.suffix.lower() != ".txt":
+            draft.drop(peer, f"{NOT_SUPPORTED} by the importer: a .txt prompt file is read ({path.name})")
+            return
+        raw = read_bytes(path, f"{draft.file.name}: {peer}")
+        lines, name = [ln.strip() for ln in raw.decode("utf-8", errors="replace").splitlines()], path.name
     entries = []
     for number, line in enumerate(lines, 1):
         if not line or line.startswith("#"):
             continue
-        where = f"{peer}[{path.name} line {number}]"
+        where = f"{peer}[{name} line {number}]"
         if len(entries) >= MOST_PROMPTS:
             draft.drop(where, f"{NOT_SUPPORTED}: at most {MOST_PROMPTS} sample prompts")
             continue
@@ -249,6 +263,6 @@ def _prompt_file(draft: Draft, prompts: tuple[str, Any]) -> None:
         for why in dropped:
             draft.drop(f"{where} {why.split(':', 1)[0]}", why.split(": ", 1)[1])
     if entries:
-        draft.set(peer, "sample_prompts", entries, f"the prompt lines of {path.name}")
+        draft.set(peer, "sample_prompts", entries, f"the prompt lines of {name}")
     else:
-        draft.drop(peer, f"{NOT_NEEDED}: {path.name} holds no prompt")
+        draft.drop(peer, f"{NOT_NEEDED}: {name} holds no prompt")

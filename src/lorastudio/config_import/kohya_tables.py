@@ -139,6 +139,48 @@ UNSUPPORTED = {  # kohya argument -> what lorastudio lacks
 }
 
 
+# the kohya_ss GUI's own fields (its saved JSON; presets/lora/*.json), beside sd-scripts' arguments
+_PUSH = "`lorastudio lora push` uploads a LoRA after the run"
+_LAUNCH = "num_gpus launches the data-parallel processes"
+NEEDLESS |= {
+    "dynamo_backend": "compile auto decides", "dynamo_mode": "compile auto decides",
+    "dynamo_use_dynamic": "compile auto decides", "dynamo_use_fullgraph": "compile auto decides",
+    "extra_accelerate_launch_args": _LAUNCH, "gpu_ids": "`lorastudio train --device` picks the GPU",
+    "main_process_port": _LAUNCH, "multi_gpu": _LAUNCH, "num_machines": _LAUNCH, "num_processes": _LAUNCH,
+    "flux1_cache_text_encoder_outputs": "captions are encoded once, before training",
+    "flux1_cache_text_encoder_outputs_to_disk": "captions are encoded once, before training",
+    "sdxl_cache_text_encoder_outputs": "captions are encoded once, before training",
+    "sdxl_no_half_vae": "the VAE runs once, in phase 2, at the precision it needs",
+    "huggingface_path_in_repo": _PUSH, "huggingface_repo_type": _PUSH, "huggingface_repo_visibility": _PUSH,
+    "huggingface_token": _PUSH, "resume_from_huggingface": _PUSH, "save_state_to_huggingface": _PUSH,
+    "log_config": "the run's record keeps its settings", "log_tracker_config": "trackers take their defaults",
+    "metadata_author": "the LoRA's header names the run", "metadata_description": "the LoRA's header names the run",
+    "metadata_license": "the LoRA's header names the run", "metadata_tags": "the LoRA's header names the run",
+    "metadata_title": "the LoRA's header names the run", "save_as_bool": "the GUI's own switch",
+    "unit": "the GUI's own switch", "split_mode": "block swap (offload_blocks) moves whole blocks",
+    "noise_offset_type": "noise_offset is the original kind", "train_on_input": "the GUI's IA3 switch",
+    "no_token_padding": "captions are padded as the family's pipeline pads them",
+}  # fmt: skip
+UNSUPPORTED |= {
+    "additional_parameters": "extra command-line arguments are not read: check them by hand",
+    "lora_network_weights": "a run starts from a fresh adapter",
+    "stop_text_encoder_training": "the text encoders train to the end (train_text_encoder)",
+    "block_alphas": "per-block ranks: rank_pattern / alpha_pattern name modules",
+    "block_dims": "per-block ranks: rank_pattern / alpha_pattern name modules",
+    "conv_alphas": "adapters train linear layers only", "conv_dims": "adapters train linear layers only",
+    "conv_block_alphas": "adapters train linear layers only", "conv_block_dims": "adapters train linear layers only",
+    "block_lr_zero_threshold": "one learning rate for every block", "down_lr_weight": "one learning rate for every block",
+    "mid_lr_weight": "one learning rate for every block", "up_lr_weight": "one learning rate for every block",
+    "loraplus_lr_ratio": "no LoRA+ ratios", "loraplus_unet_lr_ratio": "no LoRA+ ratios",
+    "loraplus_text_encoder_lr_ratio": "no LoRA+ ratios",
+}  # fmt: skip
+ZERO_OFF = frozenset({  # kohya arguments whose 0 means unset (the GUI writes 0 for them)
+    "save_every_n_steps", "sample_every_n_steps", "noise_offset", "min_snr_gamma", "text_encoder_lr",
+    "lr_warmup_steps", "save_last_n_steps_state", "max_train_epochs", "epoch", "blocks_to_swap",
+    "max_train_steps", "v_parameterization",
+})  # fmt: skip
+
+
 def unset(why: str = "") -> str:
     return f"{NOT_NEEDED}: unset in the file" + (f" ({why})" if why else "")
 
@@ -147,5 +189,10 @@ def needless(key: str) -> str:
     return f"{NOT_NEEDED}: {NEEDLESS[key]}"
 
 
-def unsupported(key: str) -> str:
+def unsupported(key: str, value: object = True) -> str:
+    """Why `key` is not carried: not supported, or not needed when the peer has it off."""
+    from lorastudio.config_import.values import is_off
+
+    if is_off(value):
+        return f"{NOT_NEEDED}: off ({UNSUPPORTED[key]})"
     return f"{NOT_SUPPORTED}: {UNSUPPORTED[key]}"

@@ -156,6 +156,7 @@ def _concepts(draft: Draft, data: dict[str, Any]) -> None:
             continue
         found = folder(draft, f"{where}.path", concept["path"])
         if found is None:
+            draft.drop(where, f"{NOT_SUPPORTED}: its folder is not carried")
             continue
         draft.set(f"{where}.path", f"datasets.{n}.path", found[0], found[1])
         if concept.get("balancing_strategy", "REPEATS") == "REPEATS" and "balancing" in concept:

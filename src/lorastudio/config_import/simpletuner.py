@@ -239,6 +239,7 @@ def _backends(draft: Draft, peer: str, value: Any) -> None:
             continue
         found = folder(draft, f"{where}.instance_data_dir", backend["instance_data_dir"])
         if found is None:
+            draft.drop(where, f"{NOT_SUPPORTED}: its folder is not carried")
             continue
         draft.set(f"{where}.instance_data_dir", f"datasets.{n}.path", found[0], found[1])
         if "repeats" in backend:

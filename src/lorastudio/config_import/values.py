@@ -51,6 +51,15 @@ def flag(value: Any) -> bool:
     raise Skip(f"{value!r} is not true or false")
 
 
+def is_off(value: Any) -> bool:
+    """Whether `value` is a peer's "off": false, 0, or their text ("0", "false")."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value == 0
+    return isinstance(value, str) and value.strip().lower() in ("0", "0.0", "false")
+
+
 def text(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -176,6 +185,11 @@ def family_of(name: Any) -> str | None:
         if re.search(pattern, low):
             return family
     return None
+
+
+def is_windows_path(value: str) -> bool:
+    """Whether `value` is a Windows path ("C:\\x", "C:/x", "a\\b"): another machine's, here."""
+    return bool(re.match(r"^[A-Za-z]:[\\/]", value)) or "\\" in value
 
 
 def has_dotdot(value: str) -> bool:
