@@ -20,7 +20,7 @@ from lorastudio.config_import.detect import FORMATS, detect
 from lorastudio.config_import.report import Draft, Line
 from lorastudio.errors import ConfigError, FieldProblem
 
-__all__ = ["FORMATS", "Imported", "import_config"]
+__all__ = ["FORMATS", "Imported", "import_config", "import_upload"]
 
 
 @dataclass(frozen=True)
@@ -50,38 +50,60 @@ def import_config(
 ) -> Imported:
     """Read the peer config `path` (`source`: its format, one of FORMATS; None: detected) and
     return it as a lorastudio run config (`toml`: the text as TOML, else JSON), `family` and
-    `base` replacing the family and base model the file names. Raises ConfigError naming the file (and key): an
-    unreadable or hostile file, a format not detected (the candidates named), a fault of the
-    file, a family not named, a setting the strict config needs and the file lacks."""
+    `base` replacing the family and base model the file names. Files it names (kohya's
+    dataset_config, SimpleTuner's data_backend_config) are read, and relative paths taken against
+    its folder. Raises ConfigError naming the file (and key): an unreadable or hostile file, a
+    format not detected (the candidates named), a fault of the file, a family not named, a
+    setting the strict config needs and the file lacks."""
     from lorastudio.config_import.reading import read_document
+
+    return _import(Draft(path, ""), read_document(path), source, family, toml, base)
+
+
+def import_upload(
+    name: str, raw: bytes, source: str | None = None, family: str | None = None, base: str | None = None
+) -> Imported:
+    """`import_config` of a file sent to the server (the web UI's "Import a config"): `name` its
+    name (its suffix picks the parser), `raw` its bytes. Nothing on the server's disk is read for
+    it: the files it names are not read and its relative paths not carried (each line says so);
+    its image folders are optional (the form chooses the dataset)."""
+    from lorastudio.config_import.reading import parse_document
+
+    return _import(Draft(Path(Path(name).name or "config"), "", local=False), parse_document(name, raw), source,
+                   family, True, base)  # fmt: skip
+
+
+def _import(
+    draft: Draft, data: Any, source: str | None, family: str | None, toml: bool, base: str | None
+) -> Imported:
     from lorastudio.config_import.settle import render, settle
 
-    data = read_document(path)
+    name = draft.file.name
     if source is None:
         found = detect(data)
         if isinstance(found, list):
             named = ", ".join(found or FORMATS)
             why = "could be" if len(found) > 1 else "is none of the formats read here; it may be one of"
             raise ConfigError(
-                [FieldProblem("config", f"{path.name} {why} {named}: say which with --from")]
+                [FieldProblem("config", f"{name} {why} {named}: say which with --from (the API's trainer)")]
                 if found or isinstance(data, dict)
-                else [FieldProblem("config", f"{path.name}: its top level is not a table of settings")]
+                else [FieldProblem("config", f"{name}: its top level is not a table of settings")]
             )
         source = found
     elif source not in FORMATS:
         raise ConfigError([FieldProblem("--from", f"{source!r}: one of {', '.join(FORMATS)}")])
     if not isinstance(data, dict):
-        raise ConfigError([FieldProblem("config", f"{path.name}: its top level is not a table of settings")])
+        raise ConfigError([FieldProblem("config", f"{name}: its top level is not a table of settings")])
     if source == "ai-toolkit" and not _is_job(data):
         raise ConfigError(
-            [FieldProblem("config", f"{path.name}: not an ai-toolkit job (config.process is missing)")]
+            [FieldProblem("config", f"{name}: not an ai-toolkit job (config.process is missing)")]
         )
-    draft = Draft(path, source)
+    draft.kind = source
     _builder(source)(draft, data, family)
     if base is not None:
         draft.settings.pop("base_model", None)
         draft.set("--base-model", "base_model", base)
-    settle(draft, toml)
+    settle(draft, toml, need_data=draft.local)
     return Imported(source, draft.settings, draft.report(), render(draft, toml))
 
 

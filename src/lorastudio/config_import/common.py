@@ -46,6 +46,11 @@ def folder(draft: Draft, peer: str, value: Any) -> tuple[str, str] | None:
     path = Path(value).expanduser()
     if path.is_absolute():
         return str(path), ""
+    if not draft.local:
+        draft.drop(
+            peer, f"{values.NOT_SUPPORTED} by the web import: the relative path {value!r} (set it by hand)"
+        )
+        return None
     resolved = draft.file.parent.resolve() / path
     return str(resolved), f"the relative path {value!r} taken against the folder of {draft.file.name}"
 
@@ -68,6 +73,23 @@ def base_model(draft: Draft, peer: str, value: Any, how: str = "") -> None:
     found = folder(draft, peer, value)
     if found is not None:
         draft.set(peer, "base_model", found[0], "; ".join(h for h in (how, found[1]) if h))
+
+
+def side_path(draft: Draft, peer: str, value: Any) -> Path | None:
+    """The file `value` names inside the peer's file (kohya's dataset_config, SimpleTuner's
+    data_backend_config, OneTrainer's concept_file_name, a prompt file): absolute as written,
+    else against the peer file's folder. A path with a '..' part refuses the import (draft.fail);
+    an upload's (draft.local false) is not read: reported as not carried. None when not read."""
+    from lorastudio.config_import.reading import side_file
+
+    if not isinstance(value, str) or values.has_dotdot(value):
+        draft.fail(peer, f"{value!r} is not a path without '..' parts")
+        return None
+    if not draft.local:
+        draft.drop(peer, f"{values.NOT_SUPPORTED} by the web import, which reads the one file: `lorastudio config"
+                   " import` reads the files it names")  # fmt: skip
+        return None
+    return side_file(draft.file, value)
 
 
 def drop_all(draft: Draft, root: str, data: dict[str, Any], reasons: dict[str, str]) -> set[str]:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.config_import import values
-from lorastudio.config_import.common import carry, folder
-from lorastudio.config_import.reading import read_bytes, read_document, side_file
+from lorastudio.config_import.common import carry, folder, side_path
+from lorastudio.config_import.reading import read_bytes, read_document
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
 from lorastudio.config_import.samples import MOST_PROMPTS, prompt_line
 
@@ -151,10 +151,9 @@ def _folders(
 
 def _dataset_config(draft: Draft, config: tuple[str, Any]) -> None:
     peer, value = config
-    if not isinstance(value, str) or values.has_dotdot(value):
-        draft.fail(peer, f"{value!r} is not a path without '..' parts")
+    path = side_path(draft, peer, value)
+    if path is None:
         return
-    path = side_file(draft.file, value)
     doc = read_document(path, where=f"{draft.file.name}: {peer}")
     root = path.name  # its keys reported as "<file name>.datasets[0]...": not inside `peer`
     draft.lines.append(_read_line(peer, path))
@@ -238,13 +237,15 @@ def _entry(draft: Draft, merged: dict[str, tuple[str, Any]], n: int, single: boo
 
 def _prompt_file(draft: Draft, prompts: tuple[str, Any]) -> None:
     peer, value = prompts
-    if not isinstance(value, str) or values.has_dotdot(value):
-        draft.fail(peer, f"{value!r} is not a path without '..' parts")
+    if not isinstance(value, str):
+        draft.drop(peer, f"{value!r} is neither prompts nor a prompt file")
         return
     if "\n" in value or " --" in value or not value.lower().endswith((".txt", ".toml", ".json")):
         lines, name = [ln.strip() for ln in value.splitlines()], "the prompt text"  # the kohya_ss GUI's field
     else:
-        path = side_file(draft.file, value)
+        path = side_path(draft, peer, value)
+        if path is None:
+            return
         if path.suffix.lower() != ".txt":
             draft.drop(peer, f"{NOT_SUPPORTED} by the importer: a .txt prompt file is read ({path.name})")
             return

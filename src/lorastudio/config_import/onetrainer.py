@@ -7,8 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from lorastudio.config_import import values
-from lorastudio.config_import.common import base_model, carry, drop_all, folder, optimizer_args, simple
-from lorastudio.config_import.reading import read_document, side_file
+from lorastudio.config_import.common import (
+    base_model,
+    carry,
+    drop_all,
+    folder,
+    optimizer_args,
+    side_path,
+    simple,
+)
+from lorastudio.config_import.reading import read_document
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
 
 _FAMILIES = (("XL", "sdxl"), ("FLUX_2", "flux2"), ("FLUX_FILL", None), ("FLUX", "flux"), ("CHROMA", "chroma"),
@@ -136,11 +144,9 @@ def _every(draft: Draft, data: dict[str, Any], key: str, ours: str) -> None:
 def _concepts(draft: Draft, data: dict[str, Any]) -> None:
     concepts, root = data.get("concepts"), "concepts"
     if concepts is None and isinstance(data.get("concept_file_name"), str):
-        value = data["concept_file_name"]
-        if values.has_dotdot(value):
-            draft.fail("concept_file_name", f"{value!r} is not a path without '..' parts")
+        path = side_path(draft, "concept_file_name", data["concept_file_name"])
+        if path is None:
             return
-        path = side_file(draft.file, value)
         concepts = read_document(path, where=f"{draft.file.name}: concept_file_name")
         draft.drop("concept_file_name", f"{NOT_NEEDED}: its concepts read as [[datasets]] entries")
         root = path.name

@@ -72,10 +72,20 @@ def _text(raw: bytes, path: Path, where: str) -> str:
 def read_document(path: Path, where: str = "config") -> Any:
     """The parsed document of the peer file `path` (.json, .toml, .yaml / .yml). Raises
     ConfigError naming `where` and the file (see the module's docstring)."""
-    suffix = path.suffix.lower()
-    if suffix not in SUFFIXES:
+    if path.suffix.lower() not in SUFFIXES:
         raise _refuse(where, f"{path.name}: a trainer's config is a .yaml, .yml, .toml or .json file")
-    text = _text(read_bytes(path, where), path, where)
+    return parse_document(path.name, read_bytes(path, where), where)
+
+
+def parse_document(name: str, raw: bytes, where: str = "config") -> Any:
+    """The parsed document of a peer file named `name` (its suffix picks the parser) whose bytes
+    are `raw` (at most MAX_BYTES). Raises ConfigError naming `where` and `name`."""
+    suffix = Path(name).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise _refuse(where, f"{name}: a trainer's config is a .yaml, .yml, .toml or .json file")
+    if len(raw) > MAX_BYTES:
+        raise _refuse(where, f"{name} is {len(raw)} bytes: a trainer's config is at most {MAX_BYTES}")
+    text = _text(raw, Path(name), where)
     try:
         if suffix == ".json":
             from lorastudio.json_keys import loads_unique
@@ -88,9 +98,9 @@ def read_document(path: Path, where: str = "config") -> Any:
         _check_depth(data)
         return data
     except ConfigError as err:
-        raise _refuse(where, f"{path.name}: {err.problems[0].message}") from None
+        raise _refuse(where, f"{name}: {err.problems[0].message}") from None
     except (ValueError, RecursionError) as err:  # JSON / TOML errors are ValueErrors
-        raise _refuse(where, f"cannot read {path.name}: {str(err).splitlines()[0]}") from None
+        raise _refuse(where, f"cannot read {name}: {str(err).splitlines()[0]}") from None
 
 
 def _check_depth(data: Any) -> None:

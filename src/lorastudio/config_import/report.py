@@ -71,6 +71,7 @@ class Draft:
 
     file: Path
     kind: str
+    local: bool = True  # the file is on this machine: the files it names are read, its relative paths placed
     settings: dict[str, Any] = field(default_factory=dict)
     lines: list[Line] = field(default_factory=list)
     origin: dict[str, list[int]] = field(default_factory=dict)

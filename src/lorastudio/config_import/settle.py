@@ -23,20 +23,24 @@ _MOST_ROUNDS = 64
 _NEEDED = frozenset({"family", "base_model"})
 
 
-def settle(draft: Draft, toml: bool) -> None:
-    """Make `draft.settings` pass the strict config (see the module's docstring). Raises
-    ConfigError naming the file: its own faults (draft.problems), or a problem of a setting this
-    import did not write."""
+def settle(draft: Draft, toml: bool, need_data: bool = True) -> None:
+    """Make `draft.settings` pass the strict config (see the module's docstring); without
+    `need_data` a config without an image folder passes too (the web form chooses its dataset:
+    checked with a stand-in data_dir, never written). Raises ConfigError naming the file: its own
+    faults (draft.problems), or a problem of a setting this import did not write."""
     if draft.problems:
         raise ConfigError(draft.problems)
     if toml:
         _drop_nulls(draft)
     _one_cycle(draft)
+    stand_in = {} if need_data or draft.settings.get("datasets") else {"data_dir": "dataset"}
     for _ in range(_MOST_ROUNDS):
-        problems = _check(draft.settings)
+        problems = _check({**draft.settings, **stand_in})
         if not problems:
             return
-        if not any(_refuse(draft, p) for p in problems) and not any(_culprit(draft, p) for p in problems):
+        if not any(_refuse(draft, p) for p in problems) and not any(
+            _culprit(draft, p, stand_in) for p in problems
+        ):
             raise ConfigError([_fatal(draft, p) for p in problems])
     raise ConfigError([FieldProblem(draft.file.name, "the imported config did not settle: report this")])
 
@@ -52,14 +56,14 @@ def _one_cycle(draft: Draft) -> None:
             draft.refuse("lr_cycles", "one cycle: the cosine schedule")
 
 
-def _culprit(draft: Draft, problem: FieldProblem) -> bool:
+def _culprit(draft: Draft, problem: FieldProblem, stand_in: dict[str, Any]) -> bool:
     """For a problem of a setting this import did not write (a combination: a schedule that needs
     a setting the peer has none for), take out the setting it wrote whose absence ends the
     problem, the latest written first; whether one did."""
     for ours in reversed(list(draft.origin)):
         if ours.split(".")[0] in _NEEDED:
             continue
-        trial = json.loads(json.dumps(draft.settings))
+        trial = json.loads(json.dumps({**draft.settings, **stand_in}))
         _remove_key(trial, ours)
         if problem not in _check(trial):
             return draft.refuse(ours, f"{problem.field}: {problem.message}")

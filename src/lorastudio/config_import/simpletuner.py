@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from lorastudio.config_import import values
-from lorastudio.config_import.common import base_model, carry, drop_all, folder, simple
-from lorastudio.config_import.reading import read_document, side_file
+from lorastudio.config_import.common import base_model, carry, drop_all, folder, side_path, simple
+from lorastudio.config_import.reading import read_document
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft, Line
 
 _FAMILIES = {"flux": "flux", "sdxl": "sdxl", "qwen_image": "qwen-image", "z_image": "z-image", "zimage": "z-image",
@@ -215,10 +215,9 @@ def _size(value: Any) -> dict[str, int]:
 
 
 def _backends(draft: Draft, peer: str, value: Any) -> None:
-    if not isinstance(value, str) or values.has_dotdot(value):
-        draft.fail(peer, f"{value!r} is not a path without '..' parts")
+    path = side_path(draft, peer, value)
+    if path is None:
         return
-    path = side_file(draft.file, value)
     doc = read_document(path, where=f"{draft.file.name}: {peer}")
     draft.lines.append(
         Line(peer, "changed", "datasets", str(path), "its local image backends read as [[datasets]] entries")
