@@ -13,6 +13,7 @@ and its line says how to ask for it; a .json keeps it.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -63,7 +64,7 @@ def _culprit(draft: Draft, problem: FieldProblem, stand_in: dict[str, Any]) -> b
     for ours in reversed(list(draft.origin)):
         if ours.split(".")[0] in _NEEDED:
             continue
-        trial = json.loads(json.dumps({**draft.settings, **stand_in}))
+        trial = copy.deepcopy({**draft.settings, **stand_in})
         _remove_key(trial, ours)
         if problem not in _check(trial):
             return draft.refuse(ours, f"{problem.field}: {problem.message}")
