@@ -158,3 +158,16 @@ def test_simpletuner_and_ai_toolkit_training_configs_are_named(tmp_path: Path, d
     path.write_text(json.dumps(doc))
     message = _refusal(path)
     assert message.startswith(f"config.json: {said}") and "lorastudio config import FILE" in message
+
+
+def test_a_musubi_tuner_dataset_config_gives_its_folders(tmp_path: Path) -> None:
+    """RELIABILITY 1301: musubi-tuner's [[datasets]] hold their image_directory themselves (no
+    subsets): the file was named without a single entry, and one without [general] was schema
+    noise ("datasets.0.path: Field required", "datasets.0.image_directory: unknown setting")."""
+    for general in ('[general]\nresolution = [960, 544]\ncaption_extension = ".txt"\n\n', ""):
+        path = tmp_path / "dataset.toml"
+        path.write_text(general + '[[datasets]]\nimage_directory = "/data/imgs"\nnum_repeats = 2\n')
+        said = _refusal(path)
+        assert said.startswith("dataset.toml: a kohya sd-scripts dataset config")
+        entries = tomllib.loads(said.split("your training settings):\n", 1)[1])["datasets"]
+        assert entries == [{"path": "/data/imgs", "repeats": 2}]

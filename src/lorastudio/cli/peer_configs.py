@@ -62,11 +62,13 @@ def _kohya_dataset(data: dict[str, Any]) -> str:
     for dataset in _list(data.get("datasets")):
         if not isinstance(dataset, dict):
             continue
-        for subset in _list(dataset.get("subsets")):
+        # musubi-tuner's [[datasets]] hold their image_directory themselves, no subsets (RELIABILITY 1301)
+        subsets = _list(dataset.get("subsets")) if "subsets" in dataset else [dataset]
+        for subset in subsets:
             if not isinstance(subset, dict):
                 continue
             merged = {**general, **{k: v for k, v in dataset.items() if k != "subsets"}, **subset}
-            where = merged.get("image_dir")
+            where = merged.get("image_dir", merged.get("image_directory"))
             if not isinstance(where, str):
                 continue  # a fine-tuning subset (metadata_file): no folder to give
             row: dict[str, object] = {"path": where}
@@ -151,7 +153,10 @@ def peer_config_problem(data: object) -> str | None:
     data here; None when it is not one (the schema then says what is wrong)."""
     if isinstance(data, dict):
         datasets = data.get("datasets")
-        subsets = isinstance(datasets, list) and any(isinstance(d, dict) and "subsets" in d for d in datasets)
+        subsets = isinstance(datasets, list) and any(
+            isinstance(d, dict) and ("subsets" in d or "image_directory" in d or "image_dir" in d)
+            for d in datasets
+        )
         if subsets or isinstance(data.get("general"), dict):
             return _kohya_dataset(data)
         if (other := _job_config(data)) is not None:
