@@ -293,15 +293,19 @@ def test_a_schedule_the_strict_config_names_otherwise_and_a_combination_it_refus
 
 
 def test_musubi_tuner_qwen_image_example(tmp_path: Path) -> None:
-    """musubi-tuner's DiT file is the base (changed: a single-file checkpoint), its network module the
-    family, its dataset config's image_directory an entry and its [960, 544] resolution the side of a
-    square of that area."""
-    result = import_config(DATA / "musubi_qwen_image.toml")
+    """musubi-tuner's DiT file is refused as the base (lorastudio reads single files of SDXL, FLUX.1
+    and Chroma only: `train --check` would refuse it), naming the file and key; with --base-model
+    its network module is the family, its dataset config's image_directory an entry and its
+    [960, 544] resolution the side of a square of that area."""
+    with pytest.raises(ConfigError) as err:
+        import_config(DATA / "musubi_qwen_image.toml")
+    (problem,) = err.value.problems
+    assert problem.field == "musubi_qwen_image.toml: dit" and "pass --base-model" in problem.message
+    result = import_config(DATA / "musubi_qwen_image.toml", base="Qwen/Qwen-Image")
     data = _strict(result.text, tmp_path)
-    assert (data["family"], data["base_model"]) == ("qwen-image", "/models/qwen_image_bf16.safetensors")
+    assert (data["family"], data["base_model"]) == ("qwen-image", "Qwen/Qwen-Image")
     assert (data["resolution"], data["flow_shift"], data["num_epochs"]) == (704, 2.2, 16)
     assert data["datasets"] == [{"path": "/data/image_dir"}]
-    assert {line.peer: line for line in result.lines}["dit"].outcome == "changed"
     _every_leaf_reported(tomllib.loads((DATA / "musubi_dataset.toml").read_text(encoding="utf-8")), result.lines,
                          "musubi_dataset.toml")  # fmt: skip
 

@@ -103,8 +103,32 @@ def _import(
     if base is not None:
         draft.settings.pop("base_model", None)
         draft.set("--base-model", "base_model", base)
+    _single_file_base(draft)
     settle(draft, toml, need_data=draft.local)
     return Imported(source, draft.settings, draft.report(), render(draft, toml))
+
+
+def _single_file_base(draft: Draft) -> None:
+    """Refuse a base model that is one weights file of a family whose single files lorastudio does
+    not read (basemodels/single_file.LAYOUTS: SDXL, FLUX.1, Chroma): musubi-tuner's DiT file of
+    Qwen-Image, say, which `train --check` would refuse; --base-model then names its diffusers
+    folder or hub id. Raises ConfigError naming the file and key."""
+    from lorastudio.basemodels.single_file import LAYOUTS
+    from lorastudio.config_import.common import WEIGHT_FILES
+
+    value, family = draft.settings.get("base_model"), draft.settings.get("family")
+    readable = sorted({row.family for row in LAYOUTS})
+    from lorastudio import families
+
+    known = {f.spec.name for f in families.all_families()}
+    if draft.problems or family not in known or family in readable:
+        return  # the file's own faults, an unknown family (settle says them), or one that reads single files
+    if not isinstance(value, str) or not value.lower().endswith(WEIGHT_FILES):
+        return
+    peer = next((line.peer for line in draft.lines if line.ours == "base_model"), "base_model")
+    where = peer if peer.startswith("--") else f"{draft.file.name}: {peer}"
+    raise ConfigError([FieldProblem(where, f"{value}: lorastudio reads a single-file base for {', '.join(readable)} only;"
+                                    f" pass --base-model with the {family} model's diffusers folder or hub id")])  # fmt: skip
 
 
 def _is_job(data: dict[str, Any]) -> bool:

@@ -55,7 +55,7 @@ def folder(draft: Draft, peer: str, value: Any) -> tuple[str, str] | None:
     return str(resolved), f"the relative path {value!r} taken against the folder of {draft.file.name}"
 
 
-_WEIGHT_FILES = (".safetensors", ".ckpt", ".pt", ".sft", ".gguf")
+WEIGHT_FILES = (".safetensors", ".ckpt", ".pt", ".sft", ".gguf")
 
 
 def base_model(draft: Draft, peer: str, value: Any, how: str = "") -> None:
@@ -65,7 +65,7 @@ def base_model(draft: Draft, peer: str, value: Any, how: str = "") -> None:
         draft.drop(peer, f"{value!r} is not a model name or path")
         return
     looks_local = (
-        value.startswith((".", "/", "~", "\\")) or value.lower().endswith(_WEIGHT_FILES) or ":" in value[:3]
+        value.startswith((".", "/", "~", "\\")) or value.lower().endswith(WEIGHT_FILES) or ":" in value[:3]
     )
     if not looks_local:
         draft.set(peer, "base_model", value, how)
