@@ -35,6 +35,7 @@ class Imported:
 
 
 def _builder(kind: str) -> Any:
+    """The mapping function of the format `kind` (one module per trainer)."""
     from lorastudio.config_import import aitoolkit, kohya, onetrainer, simpletuner
 
     return {"ai-toolkit": aitoolkit.build, "kohya": kohya.build, "simpletuner": simpletuner.build,
@@ -76,6 +77,7 @@ def import_upload(
 def _import(
     draft: Draft, data: Any, source: str | None, family: str | None, toml: bool, base: str | None
 ) -> Imported:
+    """Map the parsed `data` into `draft` (its format detected unless `source` names it), check it by the strict config and render it; see import_config."""
     from lorastudio.config_import.settle import render, settle
 
     name = draft.file.name
@@ -132,5 +134,6 @@ def _single_file_base(draft: Draft) -> None:
 
 
 def _is_job(data: dict[str, Any]) -> bool:
+    """Whether `data` is an ai-toolkit job (a config.process list)."""
     config = data.get("config")
     return isinstance(config, dict) and isinstance(config.get("process"), list)

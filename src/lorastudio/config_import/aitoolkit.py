@@ -72,6 +72,7 @@ def build(draft: Draft, data: dict[str, Any], family: str | None) -> None:
 
 
 def _table(draft: Draft, process: dict[str, Any], key: str, root: str) -> dict[str, Any]:
+    """The table `process[key]` ({} when absent; a value that is not a table is a fault of the file)."""
     value = process.get(key, {})
     if isinstance(value, dict):
         return value
@@ -80,6 +81,7 @@ def _table(draft: Draft, process: dict[str, Any], key: str, root: str) -> dict[s
 
 
 def _model(draft: Draft, peer: str, model: dict[str, Any], family: str | None) -> None:
+    """model: the base (name_or_path), the family (`family`, else arch, the is_* flags or the name), quantisation, the assistant LoRA."""
     name = model.get("name_or_path")
     if name is not None:
         base_model(draft, f"{peer}.name_or_path", name)
@@ -137,6 +139,7 @@ def _model(draft: Draft, peer: str, model: dict[str, Any], family: str | None) -
 
 
 def _network(draft: Draft, peer: str, net: dict[str, Any]) -> None:
+    """network: the adapter (type), its rank, alpha, dropout and LoKr factor."""
     kind = str(net.get("type", "lora")).lower()
     adapter = {"lora": "lora", "lokr": "lokr", "loha": "loha", "dora": "dora", "locon": "lora"}.get(kind)
     if "type" in net:
@@ -160,6 +163,7 @@ def _network(draft: Draft, peer: str, net: dict[str, Any]) -> None:
 
 
 def _train(draft: Draft, peer: str, train: dict[str, Any]) -> None:
+    """train: steps, batch, learning rate and schedule, optimizer and its params, checkpointing, precision, EMA, timesteps, loss, DOP."""
     simple = (("steps", "steps", values.integer), ("batch_size", "batch_size", values.integer),
               ("gradient_accumulation_steps", "grad_accum", values.integer),
               ("gradient_accumulation", "grad_accum", values.integer), ("lr", "learning_rate", values.number),
@@ -240,6 +244,7 @@ def _preservation(draft: Draft, peer: str, train: dict[str, Any]) -> None:
 
 
 def _how(fn: Any, value: Any) -> str:
+    """How `fn`'s mapping of `value` differs (its second item), or "" when it refuses it."""
     try:
         return fn(value)[1]
     except values.Skip:
@@ -247,6 +252,7 @@ def _how(fn: Any, value: Any) -> str:
 
 
 def _precision(draft: Draft, peer: str, raw: Any) -> None:
+    """train.dtype: fp16 / fp32 as base_precision; bf16 is what auto does (not needed)."""
     try:
         ours, note = values.compute_precision(raw)
     except values.Skip as why:
@@ -261,6 +267,7 @@ def _precision(draft: Draft, peer: str, raw: Any) -> None:
 
 
 def _loss(value: Any) -> str:
+    """Our loss for ai-toolkit's loss_type. Raises values.Skip."""
     name = values.text(value).lower()
     found = {
         "mse": "mse",
@@ -276,6 +283,7 @@ def _loss(value: Any) -> str:
 
 
 def _save(draft: Draft, peer: str, save: dict[str, Any]) -> None:
+    """save: the LoRA's dtype, the snapshot cadence and how many are kept."""
     if "dtype" in save:
         carry(draft, f"{peer}.dtype", save["dtype"], "save_dtype", values.save_dtype)
     if "save_every" in save:
@@ -298,6 +306,7 @@ def _save(draft: Draft, peer: str, save: dict[str, Any]) -> None:
 
 
 def _datasets(draft: Draft, peer: str, datasets: Any) -> None:
+    """datasets: the [[datasets]] entries (aitoolkit_data.py)."""
     from lorastudio.config_import.aitoolkit_data import dataset_entries
 
     dataset_entries(draft, peer, datasets)

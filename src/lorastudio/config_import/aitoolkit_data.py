@@ -93,6 +93,7 @@ def dataset_entries(draft: Draft, peer: str, datasets: Any) -> None:
 
 
 def _sides(value: Any) -> int | list[int]:
+    """A resolution (a side or a list of sides) as our resolution: each side once, one as an int. Raises values.Skip."""
     sides = value if isinstance(value, list) else [value]
     got = sorted({values.integer(s) for s in sides})
     if not got:

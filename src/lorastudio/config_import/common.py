@@ -133,6 +133,7 @@ def optimizer_args(draft: Draft, peer: str, optimizer: str | None, args: dict[st
 
 
 def _betas(value: Any) -> list[float]:
+    """Two betas from a list or "0.9,0.99" text. Raises Skip."""
     parts = value.replace("(", "").replace(")", "").split(",") if isinstance(value, str) else value
     if not isinstance(parts, list | tuple) or len(parts) != 2:
         raise Skip(f"{value!r} is not two betas")

@@ -78,6 +78,7 @@ _DONE = frozenset({"lr_scheduler"})  # mapped with their neighbours, not from SI
 
 
 def _family_and_model(draft: Draft, args: dict[str, tuple[str, Any]], family: str | None) -> None:
+    """The base (pretrained_model_name_or_path, or musubi-tuner's dit) and the family (see the module's docstring)."""
     model = take(args, "pretrained_model_name_or_path")
     dit = take(args, "dit")
     base = dit or model
@@ -127,6 +128,7 @@ def _family_and_model(draft: Draft, args: dict[str, tuple[str, Any]], family: st
 
 
 def _adapter(draft: Draft, args: dict[str, tuple[str, Any]]) -> None:
+    """network_module / network_args (and the GUI's LoRA_type and LyCORIS fields) as our adapter and its options."""
     module = take(args, "network_module")
     raw = take(args, "network_args")
     net = parse_args(draft, raw[0], raw[1]) if raw else {}
@@ -197,6 +199,7 @@ def _network_arg(draft: Draft, where: str, key: str, value: Any) -> None:
 
 
 def _optimizer(draft: Draft, args: dict[str, tuple[str, Any]]) -> None:
+    """optimizer_type and its args, the learning rates, the schedule, max_grad_norm, network_train_unet_only."""
     chosen = None
     opt = take(args, "optimizer_type") or take(args, "optimizer")
     if opt is not None:

@@ -80,6 +80,7 @@ def side(value: Any) -> int:
 
 
 def _side_how(value: Any) -> str:
+    """How `side` changed a non-square resolution, or ""."""
     try:
         parts = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
         if len(parts) == 2 and values.integer(parts[0]) != values.integer(parts[1]):
@@ -116,6 +117,7 @@ def data(draft: Draft, args: dict[str, tuple[str, Any]]) -> None:
 def _folders(
     draft: Draft, train: tuple[str, Any], reg: tuple[str, Any] | None, present: dict[str, Any]
 ) -> None:
+    """train_data_dir's N_name folders in place (kohya_folders), reg_data_dir a regularisation entry, the dataset arguments the run's settings."""
     found = folder(draft, train[0], train[1])
     if found is None:
         for item in (reg, *present.values()):
@@ -150,6 +152,7 @@ def _folders(
 
 
 def _dataset_config(draft: Draft, config: tuple[str, Any]) -> None:
+    """The dataset_config TOML's subsets as [[datasets]] entries (general < dataset < subset)."""
     peer, value = config
     path = side_path(draft, peer, value)
     if path is None:
@@ -185,12 +188,14 @@ def _dataset_config(draft: Draft, config: tuple[str, Any]) -> None:
 
 
 def _read_line(peer: str, path: Path) -> Any:
+    """The report line of a dataset_config read into entries."""
     from lorastudio.config_import.report import Line
 
     return Line(peer, "changed", "datasets", str(path), "its image folders read as [[datasets]] entries")
 
 
 def _entry(draft: Draft, merged: dict[str, tuple[str, Any]], n: int, single: bool) -> bool:
+    """One subset's merged settings as entry `n` (`single`: the only dataset, whose resolution is the run's); whether it had a folder to carry."""
     image = merged.get("image_dir") or merged.get("image_directory")
     if image is None:
         return False
@@ -236,6 +241,7 @@ def _entry(draft: Draft, merged: dict[str, tuple[str, Any]], n: int, single: boo
 
 
 def _prompt_file(draft: Draft, prompts: tuple[str, Any]) -> None:
+    """sample_prompts: a .txt file's lines (or the kohya_ss GUI's text itself) as sample prompt objects, at most MOST_PROMPTS."""
     peer, value = prompts
     if not isinstance(value, str):
         draft.drop(peer, f"{value!r} is neither prompts nor a prompt file")

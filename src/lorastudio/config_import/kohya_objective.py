@@ -137,4 +137,5 @@ def _sampling(draft: Draft, args: Args) -> None:
 
 
 def skip(what: str) -> Any:
+    """Raise values.Skip: `what` is what lorastudio offers instead."""
     raise values.Skip(f"{NOT_SUPPORTED}: {what}")

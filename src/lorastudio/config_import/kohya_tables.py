@@ -182,10 +182,12 @@ ZERO_OFF = frozenset({  # kohya arguments whose 0 means unset (the GUI writes 0 
 
 
 def unset(why: str = "") -> str:
+    """Why an argument the file leaves empty ("", null) is not carried."""
     return f"{NOT_NEEDED}: unset in the file" + (f" ({why})" if why else "")
 
 
 def needless(key: str) -> str:
+    """Why `key` is not needed here."""
     return f"{NOT_NEEDED}: {NEEDLESS[key]}"
 
 

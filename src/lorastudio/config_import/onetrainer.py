@@ -110,6 +110,7 @@ _NEEDLESS = {
 
 
 def _optimizer(draft: Draft, raw: Any) -> None:
+    """optimizer (a name, or a table with its name and arguments)."""
     name = raw.get("optimizer") if isinstance(raw, dict) else raw
     if name is None:
         return
@@ -126,6 +127,7 @@ def _optimizer(draft: Draft, raw: Any) -> None:
 
 
 def _every(draft: Draft, data: dict[str, Any], key: str, ours: str) -> None:
+    """`key` with its `<key>_unit`: carried as `ours` when counted in steps."""
     if key not in data:
         return
     unit = str(data.get(f"{key}_unit", "STEP")).upper()
@@ -142,6 +144,7 @@ def _every(draft: Draft, data: dict[str, Any], key: str, ours: str) -> None:
 
 
 def _concepts(draft: Draft, data: dict[str, Any]) -> None:
+    """concepts (inline, or concept_file_name's file) as [[datasets]] entries: path, repeats by REPEATS balancing, loss weight."""
     concepts, root = data.get("concepts"), "concepts"
     if concepts is None and isinstance(data.get("concept_file_name"), str):
         path = side_path(draft, "concept_file_name", data["concept_file_name"])

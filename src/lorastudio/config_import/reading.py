@@ -27,6 +27,7 @@ SUFFIXES = (".json", ".toml", ".yaml", ".yml")
 
 
 def _refuse(where: str, why: str) -> ConfigError:
+    """The ConfigError of one problem at `where`."""
     return ConfigError([FieldProblem(where, why)])
 
 
@@ -58,6 +59,7 @@ def read_bytes(path: Path, where: str) -> bytes:
 
 
 def _text(raw: bytes, path: Path, where: str) -> str:
+    """`raw` as text (a UTF-8 byte-order mark skipped). Raises ConfigError naming the first byte that is not UTF-8."""
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -174,6 +176,7 @@ def _measure(root: Any) -> None:
 
 
 def _children(node: Any, yaml: Any) -> list[Any]:
+    """A YAML node's child nodes (a mapping's keys and values, a sequence's items)."""
     if isinstance(node, yaml.MappingNode):
         return [part for pair in node.value for part in pair]
     if isinstance(node, yaml.SequenceNode):

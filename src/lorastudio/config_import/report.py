@@ -42,6 +42,7 @@ class Line:
         return f"carried      {where}" if self.outcome == "carried" else f"changed      {where}: {self.note}"
 
     def as_json(self) -> dict[str, Any]:
+        """The line as the API and `--json` give it."""
         return {
             "peer": self.peer,
             "outcome": self.outcome,
@@ -164,6 +165,7 @@ def leaves(data: Any, root: str = "") -> list[str]:
 
 
 def _put(settings: dict[str, Any], ours: str, value: Any) -> None:
+    """Set `ours` ("key" or "datasets.N.key") in `settings`."""
     head, _, rest = ours.partition(".")
     if not rest:
         settings[head] = value
@@ -176,6 +178,7 @@ def _put(settings: dict[str, Any], ours: str, value: Any) -> None:
 
 
 def _remove(settings: dict[str, Any], ours: str) -> None:
+    """Remove `ours` ("key" or "datasets.N.key") from `settings`."""
     head, _, rest = ours.partition(".")
     if not rest:
         settings.pop(head, None)

@@ -72,6 +72,7 @@ def _culprit(draft: Draft, problem: FieldProblem, stand_in: dict[str, Any]) -> b
 
 
 def _remove_key(settings: dict[str, Any], ours: str) -> None:
+    """Remove `ours` ("key" or "datasets.N.key") from a trial copy of the settings."""
     head, _, rest = ours.partition(".")
     if not rest:
         settings.pop(head, None)
@@ -81,6 +82,7 @@ def _remove_key(settings: dict[str, Any], ours: str) -> None:
 
 
 def _fatal(draft: Draft, problem: FieldProblem) -> FieldProblem:
+    """A problem the import cannot take out, named with the file (a missing base or image folder in the user's words)."""
     if problem.field == "base_model" and "required" in problem.message.lower():
         return FieldProblem(
             f"{draft.file.name}: base_model", "the file names no base model: pass --base-model"
@@ -93,6 +95,7 @@ def _fatal(draft: Draft, problem: FieldProblem) -> FieldProblem:
 
 
 def _check(settings: dict[str, Any]) -> list[FieldProblem]:
+    """The strict config's problems with `settings` (parse and resolve, as `train --check`), none when it takes them."""
     from lorastudio.config import parse_train_config, resolve_train_config
 
     try:
@@ -112,6 +115,7 @@ def _refuse(draft: Draft, problem: FieldProblem) -> bool:
 
 
 def _drop_nulls(draft: Draft) -> None:
+    """Take out the settings carried as null: a .toml cannot hold them (each line says how to ask for it)."""
     for ours in [k for k in draft.origin if _value(draft.settings, k) is None]:
         draft.refuse(
             ours,
@@ -120,6 +124,7 @@ def _drop_nulls(draft: Draft) -> None:
 
 
 def _value(settings: dict[str, Any], ours: str) -> Any:
+    """The value of `ours` ("key" or "datasets.N.key") in `settings`."""
     head, _, rest = ours.partition(".")
     if not rest:
         return settings.get(head)

@@ -100,6 +100,7 @@ def build(draft: Draft, data: dict[str, Any], family: str | None) -> None:
 
 
 def _switches(draft: Draft, args: dict[str, Any], names: dict[str, str]) -> None:
+    """optimizer, model_type, lora_type, checkpointing, EMA, precision, quantisation and trackers."""
     if "optimizer" in args:
         raw = args.pop("optimizer")
         try:
@@ -161,6 +162,7 @@ def _switches(draft: Draft, args: dict[str, Any], names: dict[str, str]) -> None
 
 
 def _note(qtype: str) -> str:
+    """How a quantisation name differs here, or ""."""
     try:
         return values.quantised(qtype)[1]
     except values.Skip:
@@ -168,10 +170,12 @@ def _note(qtype: str) -> str:
 
 
 def _skip(value: Any) -> Any:
+    """Raise values.Skip for a tracker lorastudio does not offer."""
     raise values.Skip(f"{NOT_SUPPORTED}: {value!r}: trackers are tensorboard and wandb")
 
 
 def _validation(draft: Draft, args: dict[str, Any], names: dict[str, str]) -> None:
+    """validation_prompt with its guidance and resolution as one sample prompt object."""
     prompt = args.pop("validation_prompt", None)
     if prompt is None:
         return
@@ -215,6 +219,7 @@ def _size(value: Any) -> dict[str, int]:
 
 
 def _backends(draft: Draft, peer: str, value: Any) -> None:
+    """data_backend_config's local image backends as [[datasets]] entries (instance_data_dir, repeats, regularisation)."""
     path = side_path(draft, peer, value)
     if path is None:
         return

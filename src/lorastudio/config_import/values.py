@@ -61,6 +61,7 @@ def is_off(value: Any) -> bool:
 
 
 def text(value: Any) -> str:
+    """Text as it is. Raises Skip for another value."""
     if isinstance(value, str):
         return value
     raise Skip(f"{value!r} is not text")
