@@ -63,7 +63,7 @@ def test_ai_toolkit_flux_example(tmp_path: Path) -> None:
         {"path": "/data/images/person", "caption_dropout": 0.05, "shuffle_tags": False}
     ]
     prompts = data["sample_prompts"]
-    assert len(prompts) == 8 and prompts[0]["prompt"].startswith("p3r5on holding")  # [trigger] replaced
+    assert len(prompts) == 8 and prompts[0]["prompt"].startswith("p3r5on reading a newspaper")  # [trigger] replaced
     assert [p["seed"] for p in prompts] == list(range(42, 50))  # walk_seed
     by_peer = {line.peer: line for line in result.lines}
     assert by_peer["config.process[0].sample.prompts[9]"].outcome == "not carried"  # 10 prompts, 8 here
@@ -82,10 +82,10 @@ def test_kohya_flux_example_with_its_dataset_config_and_prompt_file(tmp_path: Pa
     result = import_config(DATA / "kohya_flux.toml")
     assert result.kind == "kohya"
     data = _strict(result.text, tmp_path)
-    assert (data["family"], data["lora_rank"], data["num_epochs"], data["batch_size"]) == ("flux", 4, 4, 2)
+    assert (data["family"], data["lora_rank"], data["num_epochs"], data["batch_size"]) == ("flux", 8, 6, 2)
     assert (data["timestep_sampling"], data["flow_shift"], data["base_precision"]) == (
         "sigmoid",
-        3.1582,
+        3.0,
         "int8",
     )
     assert data["datasets"] == [
@@ -105,7 +105,7 @@ def test_kohya_flux_example_with_its_dataset_config_and_prompt_file(tmp_path: Pa
         },
     ]
     assert data["sample_prompts"][0] == {
-        "prompt": "masterpiece, best quality, 1girl, in white shirts, upper body, looking at viewer",
+        "prompt": "a tabby cat asleep on a windowsill, afternoon sun",
         "width": 768, "height": 768, "seed": 1, "guidance": 7.5,
     }  # fmt: skip
     _every_leaf_reported(tomllib.loads((DATA / "kohya_flux.toml").read_text()), result.lines)
@@ -245,9 +245,9 @@ def test_simpletuner_flux_example_with_its_backends(tmp_path: Path) -> None:
     assert result.kind == "simpletuner"
     data = _strict(result.text, tmp_path)
     assert (data["family"], data["base_model"], data["steps"], data["flow_shift"]) == (
-        "flux", "black-forest-labs/FLUX.1-dev", 100, 3,
+        "flux", "black-forest-labs/FLUX.1-dev", 1200, 3,
     )  # fmt: skip
-    assert data["datasets"] == [{"path": "/data/datasets/dreambooth-subject", "repeats": 5}]
+    assert data["datasets"] == [{"path": "/data/datasets/my-subject", "repeats": 5}]
     assert data["sample_prompts"][0]["width"] == 1024
     _every_leaf_reported(json.loads((DATA / "simpletuner" / "config.json").read_text()), result.lines)
 
@@ -259,10 +259,10 @@ def test_onetrainer_sdxl_preset(tmp_path: Path) -> None:
     assert (data["family"], data["optimizer"], data["num_epochs"], data["noise_offset"]) == (
         "sdxl",
         "adamw8bit",
-        100,
-        0.05,
+        60,
+        0.04,
     )
-    assert data["datasets"] == [{"path": "/data/concepts/subject", "repeats": 10, "loss_weight": 1.0}]
+    assert data["datasets"] == [{"path": "/data/concepts/my-subject", "repeats": 8, "loss_weight": 1.0}]
     by_peer = {line.peer: line for line in result.lines}
     assert by_peer["sample_after"].note.startswith("not supported here")  # minutes: not a step count
     _every_leaf_reported(json.loads((DATA / "onetrainer_sdxl.json").read_text()), result.lines)
@@ -304,7 +304,7 @@ def test_musubi_tuner_qwen_image_example(tmp_path: Path) -> None:
     result = import_config(DATA / "musubi_qwen_image.toml", base="Qwen/Qwen-Image")
     data = _strict(result.text, tmp_path)
     assert (data["family"], data["base_model"]) == ("qwen-image", "Qwen/Qwen-Image")
-    assert (data["resolution"], data["flow_shift"], data["num_epochs"]) == (704, 2.2, 16)
+    assert (data["resolution"], data["flow_shift"], data["num_epochs"]) == (704, 2.2, 12)
     assert data["datasets"] == [{"path": "/data/image_dir"}]
     _every_leaf_reported(tomllib.loads((DATA / "musubi_dataset.toml").read_text(encoding="utf-8")), result.lines,
                          "musubi_dataset.toml")  # fmt: skip
@@ -324,7 +324,7 @@ def test_ai_toolkit_zimage_turbo_example(tmp_path: Path) -> None:
     )
     assert data["preservation"] == {"class_word": "person", "weight": 1.0}
     assert data["assistant_lora"].startswith("ostris/zimage_turbo_training_adapter/")
-    assert [p["prompt"] for p in data["sample_prompts"]][1] == "sks on a beach, golden hour"
+    assert [p["prompt"] for p in data["sample_prompts"]][1] == "sks hiking on a mountain ridge"
     by_peer = {line.peer: line for line in result.lines}
     assert by_peer["config.process[0].train.timestep_type"].note.startswith("not supported here")
     _every_leaf_reported(_yaml(DATA / "ai-toolkit_zimage_turbo.yaml"), result.lines)
@@ -335,19 +335,19 @@ def test_kohya_ss_gui_preset_with_a_windows_base(tmp_path: Path, capsys: pytest.
     """The kohya_ss GUI's saved JSON: "" for unset and 0 for off (not needed), its own keys (epoch,
     max_resolution, LoRA_type, the LyCORIS fields at the top level), the prompt text itself in
     sample_prompts. Its Windows base path is not carried, so the import asks for --base-model."""
-    path = DATA / "kohya_ss_flux1D_adamw8bit_fp8.json"
+    path = DATA / "kohya_ss_gui_flux.json"
     code, _, stderr = run_cli_streams(capsys, monkeypatch, "config", "import", str(path))
     assert code == 2 and "base_model: the file names no base model: pass --base-model" in stderr
     result = import_config(path, base="/models/flux1-dev.safetensors")
     data = _strict(result.text, tmp_path)
-    assert (data["family"], data["resolution"], data["num_epochs"], data["lr_cycles"]) == ("flux", 512, 25, 5)
-    assert (data["base_precision"], data["guidance"], data["kohya_folders"]) == ("int8", 3.5, True)
+    assert (data["family"], data["resolution"], data["num_epochs"], data["lr_cycles"]) == ("flux", 768, 20, 4)
+    assert (data["base_precision"], data["guidance"], data["kohya_folders"]) == ("int8", 3.0, True)
     assert data["sample_prompts"] == [
         {
-            "prompt": "a painting of a man wearing a funny hat, by darius kawasaki",
-            "width": 768,
+            "prompt": "a portrait of an old fisherman, oil painting",
+            "width": 1024,
             "height": 768,
-            "guidance": 3.0,
+            "guidance": 3.5,
         }
     ]
     by_peer = {line.peer: line for line in result.lines}
