@@ -63,7 +63,9 @@ def test_ai_toolkit_flux_example(tmp_path: Path) -> None:
         {"path": "/data/images/person", "caption_dropout": 0.05, "shuffle_tags": False}
     ]
     prompts = data["sample_prompts"]
-    assert len(prompts) == 8 and prompts[0]["prompt"].startswith("p3r5on reading a newspaper")  # [trigger] replaced
+    assert len(prompts) == 8 and prompts[0]["prompt"].startswith(
+        "p3r5on reading a newspaper"
+    )  # [trigger] replaced
     assert [p["seed"] for p in prompts] == list(range(42, 50))  # walk_seed
     by_peer = {line.peer: line for line in result.lines}
     assert by_peer["config.process[0].sample.prompts[9]"].outcome == "not carried"  # 10 prompts, 8 here
