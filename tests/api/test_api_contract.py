@@ -119,6 +119,11 @@ def test_every_route_answers_as_its_openapi_declares(
     assert call("POST", "/api/train/preflight", json={"config": config}).status_code == 200
     call("POST", "/api/train/preflight", json={"config": {**config, "steps": -1, "nokey": 1}})
     call("POST", "/api/train/start", json={"config": {**config, "steps": 0}})
+    job = (Path(__file__).resolve().parents[1] / "data" / "peer_configs" / "ai-toolkit_flux.yaml").read_text(
+        "utf-8"
+    )
+    assert call("POST", "/api/config/import", json={"name": "job.yaml", "text": job}).status_code == 200
+    call("POST", "/api/config/import", json={"name": "job.ini", "text": "a = 1"})
     call("POST", "/api/train/stop", json={})
     call("GET", "/api/train/status")
     call("GET", "/api/train/status", params={"since": "x"})

@@ -124,3 +124,50 @@ def test_a_hand_edited_kohya_config_of_odd_values_is_named_never_a_traceback(tmp
     said = _refusal(path)
     assert said.startswith("odd.toml: a kohya sd-scripts dataset config")
     assert 'path = "/x"\nrepeats = "inf"' in said
+
+
+@pytest.mark.parametrize(
+    ("doc", "said"),
+    [
+        (
+            {
+                "--model_family": "flux",
+                "--pretrained_model_name_or_path": "black-forest-labs/FLUX.1-dev",
+                "--lora_rank": 16,
+            },
+            "SimpleTuner's config.json",
+        ),
+        (
+            {
+                "model_family": "flux",
+                "pretrained_model_name_or_path": "black-forest-labs/FLUX.1-dev",
+                "lora_rank": 16,
+            },
+            "SimpleTuner's config.json",
+        ),
+        (
+            {"job": "extension", "config": {"name": "x", "process": [{"type": "sd_trainer"}]}},
+            "an ai-toolkit job config",
+        ),
+    ],
+)
+def test_simpletuner_and_ai_toolkit_training_configs_are_named(tmp_path: Path, doc: dict, said: str) -> None:
+    """RELIABILITY 1300: they were schema noise ("--model_family: unknown setting", "job: unknown
+    setting"), or a SimpleTuner config without dashes was named a kohya training config."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc))
+    message = _refusal(path)
+    assert message.startswith(f"config.json: {said}") and "lorastudio config import FILE" in message
+
+
+def test_a_musubi_tuner_dataset_config_gives_its_folders(tmp_path: Path) -> None:
+    """RELIABILITY 1301: musubi-tuner's [[datasets]] hold their image_directory themselves (no
+    subsets): the file was named without a single entry, and one without [general] was schema
+    noise ("datasets.0.path: Field required", "datasets.0.image_directory: unknown setting")."""
+    for general in ('[general]\nresolution = [960, 544]\ncaption_extension = ".txt"\n\n', ""):
+        path = tmp_path / "dataset.toml"
+        path.write_text(general + '[[datasets]]\nimage_directory = "/data/imgs"\nnum_repeats = 2\n')
+        said = _refusal(path)
+        assert said.startswith("dataset.toml: a kohya sd-scripts dataset config")
+        entries = tomllib.loads(said.split("your training settings):\n", 1)[1])["datasets"]
+        assert entries == [{"path": "/data/imgs", "repeats": 2}]

@@ -54,6 +54,7 @@ from lorastudio.api.proxy import ProxiedNeedsToken, RootPath
 from lorastudio.api.routes import (
     cache,
     captions,
+    config_import,
     dataset_thumbnails,
     datasets,
     generate,
@@ -156,6 +157,7 @@ def create_app(
         models,
         cache,
         session,
+        config_import,
     )
     # a 405's Allow names every method of the path (api/web_mount.py)
     app.state.allow = AllowTable([*app.router.routes, *(r for m in modules for r in m.router.routes)])

@@ -80,6 +80,9 @@ def _register() -> None:
     from lorastudio.cli import cache_cmd
 
     cache_cmd.register(app)
+    from lorastudio.cli import config_cmd
+
+    config_cmd.register(app)
 
 
 def main() -> None:

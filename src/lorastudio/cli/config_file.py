@@ -24,7 +24,8 @@ def load_config_file(path: Path) -> dict[str, Any]:
     suffix = path.suffix.lower()
     if suffix not in (".json", ".toml"):
         yaml = (
-            " (a lorastudio run config; another trainer's YAML config is not read)"
+            " (a lorastudio run config; another trainer's YAML config is not read: `lorastudio config import"
+            f" {path.name}` writes one from it)"
             if suffix in (".yaml", ".yml")
             else ""
         )

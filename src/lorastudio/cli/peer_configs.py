@@ -62,11 +62,13 @@ def _kohya_dataset(data: dict[str, Any]) -> str:
     for dataset in _list(data.get("datasets")):
         if not isinstance(dataset, dict):
             continue
-        for subset in _list(dataset.get("subsets")):
+        # musubi-tuner's [[datasets]] hold their image_directory themselves, no subsets (RELIABILITY 1301)
+        subsets = _list(dataset.get("subsets")) if "subsets" in dataset else [dataset]
+        for subset in subsets:
             if not isinstance(subset, dict):
                 continue
             merged = {**general, **{k: v for k, v in dataset.items() if k != "subsets"}, **subset}
-            where = merged.get("image_dir")
+            where = merged.get("image_dir", merged.get("image_directory"))
             if not isinstance(where, str):
                 continue  # a fine-tuning subset (metadata_file): no folder to give
             row: dict[str, object] = {"path": where}
@@ -120,25 +122,58 @@ def _onetrainer_concepts(concepts: list[dict[str, Any]]) -> str:
     )
 
 
+def _job_config(data: dict[str, Any]) -> str | None:
+    """What an ai-toolkit job or a SimpleTuner config.json is, else None. Both were answered with
+    schema noise ("job: unknown setting", "--model_family: unknown setting"), and a SimpleTuner
+    config without dashes holding pretrained_model_name_or_path was named a kohya training config,
+    with kohya's advice (RELIABILITY 1300). Only their own keys are looked at (never ones a
+    lorastudio config may hold: output_name, seed)."""
+    config = data.get("config")
+    if isinstance(config, dict) and isinstance(config.get("process"), list):
+        return (
+            "an ai-toolkit job config (config.process), not a lorastudio run config: `lorastudio config import"
+            " FILE` writes one from it, with a report of every setting"
+        )
+    keys = {str(k).removeprefix("--") for k in data}
+    if any(str(k).startswith("--") for k in data) or keys & {
+        "model_family",
+        "data_backend_config",
+        "model_flavour",
+    }:
+        return (
+            "SimpleTuner's config.json, not a lorastudio run config: `lorastudio config import FILE` writes one"
+            " from it (with its data_backend_config's local folders as [[datasets]] entries), with a report of"
+            " every setting"
+        )
+    return None
+
+
 def peer_config_problem(data: object) -> str | None:
     """What the parsed config `data` is when it is another trainer's file, and how to train its
     data here; None when it is not one (the schema then says what is wrong)."""
     if isinstance(data, dict):
         datasets = data.get("datasets")
-        subsets = isinstance(datasets, list) and any(isinstance(d, dict) and "subsets" in d for d in datasets)
+        subsets = isinstance(datasets, list) and any(
+            isinstance(d, dict) and ("subsets" in d or "image_directory" in d or "image_dir" in d)
+            for d in datasets
+        )
         if subsets or isinstance(data.get("general"), dict):
             return _kohya_dataset(data)
+        if (other := _job_config(data)) is not None:
+            return other
         if "pretrained_model_name_or_path" in data or "network_module" in data:
             return (
                 "a kohya sd-scripts training config, not a lorastudio run config: write one with family, "
                 "base_model (its pretrained_model_name_or_path), data_dir with kohya_folders = true (its "
                 "train_data_dir), lora_rank / lora_alpha (network_dim / network_alpha), learning_rate, steps "
-                "(max_train_steps): `lorastudio train --help` and the README's settings reference"
+                "(max_train_steps): `lorastudio config import FILE` writes it from this file, with a report of"
+                " every setting"
             )
         if "concept_file_name" in data or "training_method" in data:
             return (
                 "a OneTrainer training config, not a lorastudio run config: write one with family, base_model and "
-                "each concept folder as a [[datasets]] entry (path, repeats)"
+                "each concept folder as a [[datasets]] entry (path, repeats); `lorastudio config import FILE`"
+                " writes one from this file"
             )
         return None
     if isinstance(data, list) and data and all(isinstance(d, dict) for d in data):

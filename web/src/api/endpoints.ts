@@ -17,6 +17,8 @@ import type {
   CaptionResult,
   CatalogueModel,
   CheckpointList,
+  ConfigImport,
+  ConfigImportBody,
   DatasetDeleted,
   DatasetDetail,
   DatasetRenamed,
@@ -117,6 +119,8 @@ export const api = {
   cancelCaption: (id: string, answerTo: AnswerTo) => postEffect<CaptionJob>(`/api/captions/${seg(id)}/cancel`, undefined, answerTo),
 
   preflight: (config: Partial<TrainConfig>, signal?: AbortSignal) => post<PreflightReport>("/api/train/preflight", { config }, signal),
+  /** Another trainer's config file (its name and text) as Train settings, with the report of every one of its settings (reads and writes nothing on the server). */
+  importConfig: (body: ConfigImportBody, signal?: AbortSignal) => post<ConfigImport>("/api/config/import", body, signal),
   /** `answerTo` (here and on every request with an effect): whom the answer is for; its abort
    * drops the answer, not the request (client.AnswerTo). */
   start: (config: Partial<TrainConfig>, answerTo: AnswerTo, queue = true) =>

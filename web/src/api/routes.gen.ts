@@ -6,6 +6,7 @@ export const ROUTES: ReadonlySet<string> = new Set([
   "/api/captions/events",
   "/api/captions/{job_id}",
   "/api/captions/{job_id}/cancel",
+  "/api/config/import",
   "/api/datasets",
   "/api/datasets/{name}",
   "/api/datasets/{name}/alpha/{file}",

@@ -135,6 +135,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/config/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Import Config
+         * @description Read an ai-toolkit, kohya sd-scripts / musubi-tuner, SimpleTuner or OneTrainer config (its
+         *     text) and answer the lorastudio settings it maps to, with a report of every one of its
+         *     settings: carried, changed in meaning (how) or not carried (why). Nothing on the server's disk
+         *     is read for it (the files it names, its relative paths: each reported as not carried) and
+         *     nothing is written. 400 naming the file and key: a file that is not UTF-8, not a table, an
+         *     alias bomb, a format not detected (the candidates named), a family or base model it does not
+         *     name.
+         */
+        post: operations["import_config_api_config_import_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/datasets": {
         parameters: {
             query?: never;
@@ -1702,6 +1728,59 @@ export interface components {
              */
             type?: "complete";
         };
+        /** ConfigImportBody */
+        ConfigImportBody: {
+            /**
+             * Base Model
+             * @description the base model to train (null: the file's)
+             */
+            base_model?: string | null;
+            /**
+             * Family
+             * @description the family to train (null: the file's)
+             */
+            family?: string | null;
+            /**
+             * Name
+             * @description the file's name: its suffix (.yaml, .yml, .toml, .json) picks the parser
+             */
+            name: string;
+            /**
+             * Text
+             * @description the file's text (UTF-8)
+             */
+            text: string;
+            /**
+             * Trainer
+             * @description the trainer that wrote it (null: detected from its keys)
+             */
+            trainer?: ("ai-toolkit" | "kohya" | "simpletuner" | "onetrainer") | null;
+        };
+        /** ConfigImportOut */
+        ConfigImportOut: {
+            /**
+             * Config
+             * @description the settings (a TrainConfig's, which the strict config accepts; without a dataset when the file names none this import could carry)
+             */
+            config: {
+                [key: string]: unknown;
+            };
+            /**
+             * Report
+             * @description one line or more per setting of the file, in its order
+             */
+            report: components["schemas"]["ImportLineOut"][];
+            /**
+             * Toml
+             * @description the settings as a run config TOML (`lorastudio train FILE`)
+             */
+            toml: string;
+            /**
+             * Trainer
+             * @description the trainer the file was read as
+             */
+            trainer: string;
+        };
         /**
          * ConfigRulesOut
          * @description Rules of TrainConfig the UI follows to offer only what the server accepts
@@ -2556,6 +2635,34 @@ export interface components {
              * @description item k-1: what a run over the first k GPUs may use (num_gpus = k): the choices above of the weakest of them, as the job service judges it; [] off CUDA
              */
             run_choices: components["schemas"]["RunChoicesOut"][];
+        };
+        /** ImportLineOut */
+        ImportLineOut: {
+            /**
+             * Note
+             * @description how its meaning changed, or why it was not carried
+             */
+            note: string;
+            /**
+             * Ours
+             * @description the lorastudio setting it became (null: not carried)
+             */
+            ours: string | null;
+            /**
+             * Outcome
+             * @enum {string}
+             */
+            outcome: "carried" | "changed" | "not carried";
+            /**
+             * Peer
+             * @description the setting's key in the file (dotted, list items as [i])
+             */
+            peer: string;
+            /**
+             * Value
+             * @description the value written
+             */
+            value: unknown;
         };
         /** InfoOut */
         InfoOut: {
@@ -6348,6 +6455,129 @@ export interface operations {
             };
             /** @description the request body is over the route's cap (BodyTooLarge / UploadTooLarge) */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a Host header this server does not answer (DNS rebinding guard) */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    import_config_api_config_import_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ConfigImportBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConfigImportOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token (Unauthorized) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a write from another origin or site (CrossOriginRefused) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request body is over the route's cap (BodyTooLarge / UploadTooLarge) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the body is not sent as application/json (UnsupportedMediaType) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };

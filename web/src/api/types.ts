@@ -22,6 +22,9 @@ export type CaptionOptions = Schemas["CaptionOptions"];
 export type GenerateBody = Schemas["GenerateBody"];
 export type LoraRef = Schemas["LoraRef"];
 export type PushBody = Schemas["PushBody"];
+export type ConfigImportBody = Schemas["ConfigImportBody"];
+export type ConfigImport = Schemas["ConfigImportOut"];
+export type ImportLine = Schemas["ImportLineOut"];
 
 // ---- responses ------------------------------------------------------------------------------
 export type Info = Schemas["InfoOut"];

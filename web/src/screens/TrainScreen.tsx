@@ -4,12 +4,13 @@ import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import { useModelChoices } from "../api/models";
 import { useTraining } from "../api/training";
-import type { Family, PreflightReport, TrainConfig } from "../api/types";
+import type { ConfigImport, Family, PreflightReport, TrainConfig } from "../api/types";
 import { AdvancedSettings } from "../components/AdvancedSettings";
 import { BaseModelPicker } from "../components/BaseModelPicker";
 import { DatasetEntries } from "../components/DatasetEntries";
 import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
 import { FamilyPicker } from "../components/FamilyPicker";
+import { ImportConfig, ImportReport } from "../components/ImportConfig";
 import { Field } from "../components/Field";
 import { PreflightPanel } from "../components/PreflightPanel";
 import { trainControls } from "../components/TrainControls";
@@ -41,6 +42,7 @@ import {
   precisionChoices,
   SAVE_DTYPES,
   SCHEDULERS,
+  valuesFromConfig,
   withSetting,
 } from "../lib/trainForm";
 
@@ -71,6 +73,8 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
   const [general, setGeneral] = useState<string[]>([]);
   const [report, setReport] = useState<PreflightReport | null>(null);
   const [busy, setBusy] = useState<"check" | "start" | null>(null);
+  // the last config imported from another trainer (its report shown above the form)
+  const [imported, setImported] = useState<{ result: ConfigImport; name: string } | null>(null);
   // the Check in flight: an edit drops it (its report would be of settings no longer in the form)
   const checks = useLatest();
   const mounted = useUnmountSignal();
@@ -135,6 +139,26 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
     checks.cancel();
     setErrors({});
     setReport(null);
+  };
+
+  /** Fill the form from an imported config: its family's form with its settings (its output
+   * name kept); without image folders it could bring, the dataset chosen here stays. */
+  const takeImport = (result: ConfigImport, name: string) => {
+    const fam = info.families.find((f) => f.name === result.config.family);
+    if (!fam) {
+      setGeneral([`${name}: this server has no family ${String(result.config.family)}`]);
+      return;
+    }
+    const next = valuesFromConfig(fam, result.config as Partial<TrainConfig>);
+    next.output_name = typeof result.config.output_name === "string" ? result.config.output_name : "";
+    if (!("datasets" in result.config) && !("data_dir" in result.config)) next.data_dir = values.data_dir;
+    setValues(next);
+    setEdited(true);
+    checks.cancel();
+    setErrors({});
+    setGeneral([]);
+    setReport(null);
+    setImported({ result, name });
   };
 
   const hidden = inapplicableFields(values, info.config_rules);
@@ -208,6 +232,8 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
       <div className="screen-head">
         <h1>Train a LoRA</h1>
       </div>
+      <ImportConfig onImported={takeImport} />
+      {imported && <ImportReport result={imported.result} name={imported.name} />}
       {clone.from && (
         <div className="banner info" data-testid="clone-note">
           Settings of run <a href={href("runs", clone.from.id)}>{clone.from.output_name}</a>; the new run gets its own output name.

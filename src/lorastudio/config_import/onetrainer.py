@@ -1,0 +1,176 @@
+"""OneTrainer's exported config JSON -> lorastudio settings, main keys (no torch). Read from
+OneTrainer's training_presets/*.json: upper-case enum values (model_type, optimizer,
+learning_rate_scheduler, ema, *_unit), `concepts` inline or in `concept_file_name`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lorastudio.config_import import values
+from lorastudio.config_import.common import (
+    base_model,
+    carry,
+    drop_all,
+    folder,
+    optimizer_args,
+    side_path,
+    simple,
+)
+from lorastudio.config_import.reading import read_document
+from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
+
+_FAMILIES = (("XL", "sdxl"), ("FLUX_2", "flux2"), ("FLUX_FILL", None), ("FLUX", "flux"), ("CHROMA", "chroma"),
+             ("QWEN", "qwen-image"), ("Z_IMAGE", "z-image"), ("KREA", "krea2"))  # fmt: skip
+_SIMPLE = {
+    "learning_rate": ("learning_rate", values.number), "learning_rate_scheduler": ("lr_scheduler", values.scheduler),
+    "learning_rate_warmup_steps": ("lr_warmup_steps", values.integer), "weight_decay": ("weight_decay", values.number),
+    "epochs": ("num_epochs", values.integer), "batch_size": ("batch_size", values.integer),
+    "gradient_accumulation_steps": ("grad_accum", values.integer), "resolution": ("resolution", values.integer),
+    "lora_rank": ("lora_rank", values.integer), "lora_alpha": ("lora_alpha", values.number),
+    "dropout_probability": ("lora_dropout", values.number), "ema_decay": ("ema_decay", values.number),
+    "ema_update_step_interval": ("ema_update_every", values.integer), "output_dtype": ("save_dtype", values.save_dtype),
+    "aspect_ratio_bucketing": ("aspect_buckets", values.flag), "clip_grad_norm": ("max_grad_norm", values.number),
+}  # fmt: skip
+
+
+def build(draft: Draft, data: dict[str, Any], family: str | None) -> None:
+    """Map OneTrainer's `data` into `draft`."""
+    kind = str(data.get("model_type", ""))
+    found = next((fam for word, fam in _FAMILIES if word in kind.upper()), None)
+    if family is not None:
+        draft.set("--family", "family", family)
+    elif found is not None:
+        draft.set("model_type", "family", found)
+    else:
+        draft.fail(
+            "model_type", f"{kind!r} is not a family lorastudio trains: pass --family (`lorastudio families`)"
+        )
+    if "training_method" in data:
+        method = str(data["training_method"]).upper()
+        if method == "LORA":
+            draft.drop("training_method", f"{NOT_NEEDED}: lorastudio trains adapters")
+        else:
+            draft.fail("training_method", f"{method}: lorastudio trains LoRA-family adapters only")
+    if "base_model_name" in data:
+        base_model(draft, "base_model_name", data["base_model_name"])
+    simple(
+        draft,
+        {k: v for k, v in data.items() if k != "ema_decay" or data.get("ema") in ("GPU", "CPU")},
+        _SIMPLE,
+    )
+    if data.get("ema") in ("GPU", "CPU"):
+        draft.set("ema", "ema_on_cpu", data["ema"] == "CPU")
+    elif "ema" in data:
+        draft.drop("ema", f"{NOT_NEEDED}: EMA is off by default")
+        if "ema_decay" in data:
+            draft.drop("ema_decay", f"{NOT_NEEDED}: ema is OFF")
+    if data.get("lora_decompose") is True:
+        draft.set("lora_decompose", "adapter", "dora")
+    _optimizer(draft, data.get("optimizer"))
+    if "train_dtype" in data:
+        try:
+            ours, note = values.compute_precision(
+                str(data["train_dtype"]).replace("FLOAT_", "fp").replace("BFLOAT_", "bf")
+            )
+            if ours:
+                draft.set("train_dtype", "base_precision", ours)
+            else:
+                draft.drop("train_dtype", note)
+        except values.Skip as why:
+            draft.drop("train_dtype", str(why))
+    drop_all(draft, "", data, _NEEDLESS)
+    if "gradient_checkpointing" in data:
+        on = str(data["gradient_checkpointing"]).upper()
+        draft.set("gradient_checkpointing", "gradient_checkpointing", "off" if on in ("OFF", "FALSE") else "full",
+                  "activations recomputed on the GPU, not offloaded" if on == "CPU_OFFLOADED" else "")  # fmt: skip
+    if "offset_noise_weight" in data:
+        weight = data["offset_noise_weight"]
+        if weight:
+            carry(draft, "offset_noise_weight", weight, "noise_offset", values.number)
+        else:
+            draft.drop("offset_noise_weight", f"{NOT_NEEDED}: 0 is off")
+    _every(draft, data, "sample_after", "sample_every")
+    _every(draft, data, "save_every", "save_lora_every")
+    _concepts(draft, data)
+    draft.unread(data)
+
+
+_NEEDLESS = {
+    "__version": f"{NOT_NEEDED}: OneTrainer's own file version",
+    "workspace_dir": f"{NOT_NEEDED}: each run is written under the studio home's outputs/<output_name>",
+    "cache_dir": f"{NOT_NEEDED}: the studio keeps its caches",
+    "output_model_destination": f"{NOT_NEEDED}: the LoRA is written in the run's folder",
+    "output_model_format": f"{NOT_NEEDED}: LoRA files are .safetensors",
+    "latent_caching": f"{NOT_NEEDED}: latents are cached by default (latent_cache auto)",
+    "weight_dtype": f"{NOT_SUPPORTED} by the importer: set base_precision (int8 / nf4) by hand for a quantised base",
+    "tensorboard": f"{NOT_NEEDED}: report_to = ['tensorboard'] turns it on",
+    "train_device": f"{NOT_NEEDED}: `lorastudio train --device` picks the GPU",
+    "temp_device": f"{NOT_NEEDED}: memory_budget_gb plans memory",
+}
+
+
+def _optimizer(draft: Draft, raw: Any) -> None:
+    """optimizer (a name, or a table with its name and arguments)."""
+    name = raw.get("optimizer") if isinstance(raw, dict) else raw
+    if name is None:
+        return
+    peer = "optimizer.optimizer" if isinstance(raw, dict) else "optimizer"
+    ours = None
+    try:
+        ours, how = values.optimizer(name)
+        draft.set(peer, "optimizer", ours, how)
+    except values.Skip as why:
+        draft.drop(peer, str(why))
+    if isinstance(raw, dict):
+        args = {k: v for k, v in raw.items() if k != "optimizer" and v is not None}
+        optimizer_args(draft, "optimizer", ours, args)
+
+
+def _every(draft: Draft, data: dict[str, Any], key: str, ours: str) -> None:
+    """`key` with its `<key>_unit`: carried as `ours` when counted in steps."""
+    if key not in data:
+        return
+    unit = str(data.get(f"{key}_unit", "STEP")).upper()
+    if unit == "STEP":
+        carry(draft, key, data[key], ours, values.integer)
+        if f"{key}_unit" in data:
+            draft.fold(f"{key}_unit", ours, unit)
+    elif unit == "NEVER":
+        draft.drop(key, f"{NOT_NEEDED}: never is the default")
+        draft.drop(f"{key}_unit", f"{NOT_NEEDED}: never is the default")
+    else:
+        draft.drop(key, f"{NOT_SUPPORTED}: counted in optimizer steps here, not {unit.lower()}s")
+        draft.drop(f"{key}_unit", f"{NOT_SUPPORTED}: counted in optimizer steps here")
+
+
+def _concepts(draft: Draft, data: dict[str, Any]) -> None:
+    """concepts (inline, or concept_file_name's file) as [[datasets]] entries: path, repeats by REPEATS balancing, loss weight."""
+    concepts, root = data.get("concepts"), "concepts"
+    if concepts is None and isinstance(data.get("concept_file_name"), str):
+        path = side_path(draft, "concept_file_name", data["concept_file_name"])
+        if path is None:
+            return
+        concepts = read_document(path, where=f"{draft.file.name}: concept_file_name")
+        draft.drop("concept_file_name", f"{NOT_NEEDED}: its concepts read as [[datasets]] entries")
+        root = path.name
+    if not isinstance(concepts, list):
+        return
+    n = 0
+    for i, concept in enumerate(concepts):
+        where = f"{root}[{i}]"
+        if not isinstance(concept, dict) or concept.get("enabled") is False or "path" not in concept:
+            draft.drop(
+                where, f"{NOT_NEEDED}: a disabled concept" if isinstance(concept, dict) else "not a concept"
+            )
+            continue
+        found = folder(draft, f"{where}.path", concept["path"])
+        if found is None:
+            draft.drop(where, f"{NOT_SUPPORTED}: its folder is not carried")
+            continue
+        draft.set(f"{where}.path", f"datasets.{n}.path", found[0], found[1])
+        if concept.get("balancing_strategy", "REPEATS") == "REPEATS" and "balancing" in concept:
+            carry(draft, f"{where}.balancing", concept["balancing"], f"datasets.{n}.repeats", values.integer)
+        simple(draft, concept, {"loss_weight": (f"datasets.{n}.loss_weight", values.number)}, f"{where}.")
+        n += 1
+    if root != "concepts":
+        draft.unread(concepts, root)

@@ -1,0 +1,121 @@
+"""Sample prompts and their cadence, from ai-toolkit's `sample` table and kohya's prompt file
+lines (no torch).
+
+lorastudio renders at most MOST_PROMPTS prompts; each may be an object with its own width,
+height, seed and guidance, which is how a peer's one size, guidance and walking seed are carried.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from lorastudio.config_import import values
+from lorastudio.config_import.common import carry
+from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
+
+MOST_PROMPTS = 8  # TrainConfig.sample_prompts' max_length
+
+
+def sample_prompts(draft: Draft, peer: str, sample: dict[str, Any], trigger: str | None) -> None:
+    """ai-toolkit's `sample` table: prompts (or samples: [{prompt}]), width, height, seed,
+    walk_seed, guidance_scale, sample_steps, sample_every, neg, sampler."""
+    key = "prompts" if "prompts" in sample else "samples"
+    raw = sample.get(key, [])
+    texts: list[tuple[str, str]] = []  # (peer key, prompt)
+    for i, item in enumerate(raw if isinstance(raw, list) else []):
+        where = f"{peer}.{key}[{i}]"
+        prompt = item.get("prompt") if isinstance(item, dict) else item
+        if not isinstance(prompt, str) or not prompt.strip():
+            draft.drop(where, "not a prompt (text)")
+        elif len(texts) >= MOST_PROMPTS:
+            draft.drop(where, f"{NOT_SUPPORTED}: at most {MOST_PROMPTS} sample prompts")
+        else:
+            texts.append((where, prompt))
+    if key in sample and not isinstance(raw, list):
+        draft.drop(f"{peer}.{key}", "not a list of prompts")
+    own: dict[str, Any] = {}
+    folds: list[tuple[str, str, Any]] = []  # (peer key, our key in each prompt, value)
+    for theirs, ours, conv in (("width", "width", values.integer), ("height", "height", values.integer),
+                               ("guidance_scale", "guidance", values.number)):  # fmt: skip
+        if theirs in sample and texts:
+            try:
+                own[ours] = conv(sample[theirs])
+                folds.append((f"{peer}.{theirs}", ours, own[ours]))
+            except values.Skip as why:
+                draft.drop(f"{peer}.{theirs}", str(why))
+    walk = sample.get("walk_seed") is True
+    seed = sample.get("seed")
+    if texts:
+        prompts: list[Any] = []
+        changed = []
+        for i, (_, prompt) in enumerate(texts):
+            if "[trigger]" in prompt and trigger:
+                prompt = prompt.replace("[trigger]", trigger)
+                changed.append(i)
+            entry = {"prompt": prompt, **own}
+            if walk and isinstance(seed, int) and not isinstance(seed, bool):
+                entry["seed"] = seed + i
+            prompts.append(entry if len(entry) > 1 else prompt)
+        how = "[trigger] replaced by the trigger word, as ai-toolkit does at sampling"
+        draft.set(texts[0][0], "sample_prompts", prompts, how if 0 in changed else "",
+                  shown=("sample_prompts[0]", prompts[0]))  # fmt: skip
+        for i, (where, _) in enumerate(texts[1:], 1):
+            draft.fold(
+                where, "sample_prompts", prompts[i], how if i in changed else "", f"sample_prompts[{i}]"
+            )
+        for where, ours, value in folds:
+            draft.fold(where, "sample_prompts", value, f"each prompt's {ours}")
+    if "seed" in sample:
+        if walk and texts:
+            draft.fold(
+                f"{peer}.seed", "sample_prompts", seed, "each prompt's seed: seed + its index (walk_seed)"
+            )
+            draft.fold(f"{peer}.walk_seed", "sample_prompts", True, "each prompt's own seed")
+        else:
+            carry(draft, f"{peer}.seed", seed, "sample_seed", values.integer)
+    if "walk_seed" in sample and not (walk and texts and "seed" in sample):
+        draft.drop(f"{peer}.walk_seed", f"{NOT_NEEDED}: every sample has the one sample_seed" if not walk else
+                   f"{NOT_SUPPORTED}: no seed to walk from")  # fmt: skip
+    if "sample_every" in sample:
+        carry(draft, f"{peer}.sample_every", sample["sample_every"], "sample_every", values.integer)
+    if "sample_steps" in sample:
+        carry(draft, f"{peer}.sample_steps", sample["sample_steps"], "sample_steps", values.integer)
+    neg = sample.get("neg")
+    if "neg" in sample:
+        draft.drop(
+            f"{peer}.neg",
+            f"{NOT_SUPPORTED}: samples have no negative prompt" if neg else f"{NOT_NEEDED}: empty",
+        )
+    for key_, why in (("sampler", f"{NOT_NEEDED}: samples use the family's own scheduler"),
+                      ("sample_start_step", f"{NOT_SUPPORTED}: samples start with sample_every's first multiple"),
+                      ("format", f"{NOT_NEEDED}: samples are PNG files"),
+                      ("network_multiplier", f"{NOT_SUPPORTED}: samples render the LoRA at strength 1")):  # fmt: skip
+        if key_ in sample:
+            draft.drop(f"{peer}.{key_}", why)
+
+
+_OPTION = re.compile(r"\s--([a-z]+)\s+")
+
+
+def prompt_line(line: str) -> tuple[dict[str, Any], list[str]]:
+    """kohya's sample prompt line "a cat --n neg --w 1024 --h 768 --d 42 --l 3.5 --s 28" as our
+    prompt object and the options not carried (each "--x: why")."""
+    parts = _OPTION.split(" " + line.strip() + " ")
+    entry: dict[str, Any] = {"prompt": parts[0].strip()}
+    dropped = []
+    for flag_, raw in zip(parts[1::2], parts[2::2], strict=False):
+        raw = raw.strip()
+        ours = {"w": "width", "h": "height", "d": "seed", "l": "guidance"}.get(flag_)
+        try:
+            if ours is not None:
+                entry[ours] = values.number(raw) if ours == "guidance" else values.integer(raw)
+            elif flag_ == "n":
+                dropped.append(f"--n: {NOT_SUPPORTED}: samples have no negative prompt")
+            elif flag_ == "s":
+                dropped.append(f"--s: {NOT_SUPPORTED} per prompt: sample_steps is the run's")
+            else:
+                dropped.append(f"--{flag_}: {NOT_SUPPORTED}")
+        except values.Skip as why:
+            dropped.append(f"--{flag_}: {why}")
+    return entry, dropped
