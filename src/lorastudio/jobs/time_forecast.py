@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 from lorastudio import families
 from lorastudio.compile_cache import chosen_compile_cache
 from lorastudio.config import TrainConfig
+from lorastudio.host_share import HostShare
+from lorastudio.jobs.time_contention import contended, cpu_clocked
 from lorastudio.jobs.time_fit import FIT_RUNS, refit, sizes
 from lorastudio.jobs.time_model import (  # the no-history basis and the shared parts (split out)
     _E2E,
@@ -96,15 +98,37 @@ def time_forecast(
     compiled: bool,
     work: dict[str, Any],
     home: Path,
+    share: HostShare | None = None,
 ) -> dict[str, Any]:
     """The forecast section of the preflight report.
 
     Args: the resolved config, the local pipeline (None: a hub id), the HostInfo, the plan values
     (plan_for_estimate's, as a dict), whether regional compile runs, `work` = {"steps", "texts",
     "images", "buckets", optional "text_tokens": time_model.run_units} of this run and the studio
-    home (its run_timings/ history; records that cannot be read or scaled are skipped).
+    home (its run_timings/ history; records that cannot be read or scaled are skipped); `share`:
+    the meter of this host's share of a core (a CPU run's forecast from one-thread records is their
+    CPU seconds over it, jobs/time_contention.py; None: a meter of its own, bursts taken here).
     Returns {"total_s", "phases": [{"name", "seconds", "basis"}], "source": "history" | "machine"
-    | "model", "confidence": "measured" | "scaled" | "guess", "runs": records used, "note"}."""
+    | "model", "confidence": "measured" | "scaled" | "guess", "runs": records used, "note"}, and
+    where read on the CPU clock "cpu_s" and "host_share" (time_contention.contended)."""
+    records = [r for r in read_records(home) if _usable(r)]
+    clocked = cpu_clocked(records, host.name)
+    forecast = _forecast(cfg, host, plan, compiled, work, home, clocked)
+    if clocked is records or forecast["source"] == "model":
+        return forecast
+    return contended(forecast, (share or HostShare()).share())
+
+
+def _forecast(
+    cfg: TrainConfig,
+    host: HostInfo,
+    plan: dict[str, Any],
+    compiled: bool,
+    work: dict[str, Any],
+    home: Path,
+    records: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """time_forecast's section from `records` (this home's usable ones, a CPU's on its clock)."""
     fam = families.get(cfg.family)
     now = run_signature(
         family=cfg.family,
@@ -121,7 +145,6 @@ def time_forecast(
         preservation=cfg.preservation is not None,
     )
     units = run_units(cfg, now, work)
-    records = [r for r in read_records(home) if _usable(r)]
     here = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
     rate = device_rate(here, now["device_name"], _SAME)
     alike_runs = [r for r in records if all(_key(r, k) == now[k] for k in _SAME)][:FIT_RUNS]
