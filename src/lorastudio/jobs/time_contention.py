@@ -1,7 +1,11 @@
 """The wall-time forecast of a CPU run on a shared host: the run's CPU seconds, forecast from the
-records' CPU-clock phases, over the share of a core the host gives a busy thread now
-(lorastudio/host_share.py), in place of the records' wall-clock phases, which carry the load of
-whenever they ran (RESULTS notes 46 and 48). No torch.
+records' CPU-clock phases, x the wall seconds a CPU second is expected to take now, in place of the
+records' wall-clock phases, which carry the load of whenever they ran (RESULTS notes 46 and 48).
+That factor is the geometric mean of 1 / the share of a core a busy thread gets in the check
+(lorastudio/host_share.py) and the newest run's own wall / CPU seconds where it ended within
+RECENT_S (the host's load over a whole run lately): on 17 tiny runs at loads of 7-10 each alone
+predicted the run's factor within 15 % for 6-7 and the two together 9 of 16 (median error 10 %
+against 21-23 %; the load factor (load + 1) / cores: 3 of 17, median 93 %; note 48). No torch.
 
 Only records of one thread are read so: with one thread a run's CPU seconds are its work whatever
 else runs, and its wall seconds that work over its share of one core. A record of several threads
@@ -10,9 +14,16 @@ their wall-clock phases (Known problems)."""
 
 from __future__ import annotations
 
+import math
+import time
+from pathlib import Path
 from typing import Any
 
+from lorastudio import json_read
 from lorastudio.jobs.time_rate import probe_rate
+from lorastudio.timings import HISTORY_DIR, record_order
+
+RECENT_S = 1800.0  # the newest record's factor counts where it was written this recently
 
 
 def cpu_clocked(records: list[dict[str, Any]], device: str) -> list[dict[str, Any]]:
@@ -54,24 +65,48 @@ def _on_cpu_clock(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def contended(forecast: dict[str, Any], share: float) -> dict[str, Any]:
+def recent_factor(home: Path, now: float | None = None) -> float | None:
+    """The newest record's wall seconds over its CPU seconds (its `total_s` over its `cpu` part's),
+    where it is a one-thread CPU run's written within RECENT_S of `now` (default: the time);
+    None otherwise (none, older, a GPU's or several threads', unreadable)."""
+    folder = home / HISTORY_DIR
+    newest = max(folder.glob("*.json"), key=record_order, default=None) if folder.is_dir() else None
+    if newest is None:
+        return None
+    try:
+        age = (time.time() if now is None else now) - newest.stat().st_mtime
+        record = json_read.loads(newest.read_text())
+    except (OSError, ValueError):
+        return None
+    if age > RECENT_S or not isinstance(record, dict) or not _one_thread_cpu(record):
+        return None
+    wall, cpu = record.get("total_s"), record["cpu"].get("total_s")
+    numbers = all(isinstance(v, int | float) and math.isfinite(v) and v > 0 for v in (wall, cpu))
+    return max(wall / cpu, 1.0) if numbers else None
+
+
+def contended(forecast: dict[str, Any], share: float, recent: float | None = None) -> dict[str, Any]:
     """`forecast` (time_forecast's section, in CPU seconds: made from cpu_clocked records) in wall
-    seconds: each phase over `share` (the share of one core a busy thread got in the check,
-    host_share.HostShare.share), its CPU seconds kept as `cpu_s` and the share as `host_share`,
-    the note and each phase's basis saying so."""
+    seconds: each phase x 1 / `share` (the share of one core a busy thread got in the check,
+    host_share.HostShare.share), or where `recent` (recent_factor: the newest run's wall over CPU
+    seconds) is known, x the geometric mean of the two; its CPU seconds kept as `cpu_s`, the share
+    as `host_share`, the factor as `wall_per_cpu`, the note and each phase's basis saying so."""
     share = min(max(share, 0.01), 1.0)  # a stalled clock's 0: at most 100x
+    factor = math.sqrt(recent / share) if recent else 1 / share
     words = (
-        f"; on the CPU clock (the records' one-thread CPU seconds) over {share:.2f}, the share of a"
-        " core this check's busy bursts got (their CPU seconds over their wall seconds)"
+        f"; on the CPU clock (the records' one-thread CPU seconds) x {factor:.2f} wall seconds a CPU"
+        f" second: 1 / {share:.2f}, the share of a core this check's busy bursts got"
+        + (f", with the newest run's own {recent:.2f} (their geometric mean)" if recent else "")
     )
     phases = []
     for p in forecast["phases"]:
-        phases.append({**p, "seconds": round(p["seconds"] / share, 2), "basis": p["basis"] + words})
+        phases.append({**p, "seconds": round(p["seconds"] * factor, 2), "basis": p["basis"] + words})
     return {
         **forecast,
         "phases": phases,
         "total_s": round(sum(p["seconds"] for p in phases), 1),
         "cpu_s": forecast["total_s"],
         "host_share": round(share, 3),
+        "wall_per_cpu": round(factor, 3),
         "note": forecast["note"] + words,
     }

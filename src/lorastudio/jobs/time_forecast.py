@@ -34,7 +34,7 @@ from lorastudio import families
 from lorastudio.compile_cache import chosen_compile_cache
 from lorastudio.config import TrainConfig
 from lorastudio.host_share import HostShare
-from lorastudio.jobs.time_contention import contended, cpu_clocked
+from lorastudio.jobs.time_contention import contended, cpu_clocked, recent_factor
 from lorastudio.jobs.time_fit import FIT_RUNS, refit, sizes
 from lorastudio.jobs.time_model import (  # the no-history basis and the shared parts (split out)
     _E2E,
@@ -116,7 +116,7 @@ def time_forecast(
     forecast = _forecast(cfg, host, plan, compiled, work, home, clocked)
     if clocked is records or forecast["source"] == "model":
         return forecast
-    return contended(forecast, (share or HostShare()).share())
+    return contended(forecast, (share or HostShare()).share(), recent_factor(home))
 
 
 def _forecast(
