@@ -40,6 +40,9 @@ from lorastudio.jobs.time_model import (  # the no-history basis and the shared 
     _E2E,
     _dop,
     _from_model,
+    _plan_words,
+    _rate_words,
+    _ratio,
     _section,
     run_units,
 )
@@ -106,11 +109,11 @@ def time_forecast(
     (plan_for_estimate's, as a dict), whether regional compile runs, `work` = {"steps", "texts",
     "images", "buckets", optional "text_tokens": time_model.run_units} of this run and the studio
     home (its run_timings/ history; records that cannot be read or scaled are skipped); `share`:
-    the meter of this host's share of a core (a CPU run's forecast from one-thread records is their
-    CPU seconds over it, jobs/time_contention.py; None: a meter of its own, bursts taken here).
+    the meter of this host's share of a core (None: one of its own), which turns a CPU forecast
+    from one-thread records' CPU seconds into wall seconds (jobs/time_contention.py).
     Returns {"total_s", "phases": [{"name", "seconds", "basis"}], "source": "history" | "machine"
     | "model", "confidence": "measured" | "scaled" | "guess", "runs": records used, "note"}, and
-    where read on the CPU clock "cpu_s" and "host_share" (time_contention.contended)."""
+    on the CPU clock "cpu_s", "host_share", "wall_per_cpu" (time_contention.contended)."""
     records = [r for r in read_records(home) if _usable(r)]
     clocked = cpu_clocked(records, host.name)
     forecast = _forecast(cfg, host, plan, compiled, work, home, clocked)
@@ -202,19 +205,6 @@ def _same_plan(record: dict[str, Any], now: dict[str, Any]) -> bool:
     sig, keys = record["signature"], ("base_precision", "gradient_checkpointing", "offload_blocks")
     plan = sig.get("plan") or {}
     return all(plan.get(k) == now["plan"].get(k) for k in keys) and sig.get("compiled") == now["compiled"]
-
-
-def _plan_words(record: dict[str, Any]) -> str:
-    """A record's plan as a few words (base precision, checkpointing, compile)."""
-    sig = record["signature"]
-    plan = sig.get("plan") or {}
-    words = [str(plan.get("base_precision", "?"))]
-    if plan.get("gradient_checkpointing") not in (None, "off"):
-        words.append(f"checkpointing {plan['gradient_checkpointing']}")
-    if plan.get("offload_blocks"):
-        words.append(f"{plan['offload_blocks']} blocks swapped")
-    words.append("compiled" if sig.get("compiled") else "eager")
-    return ", ".join(words)
 
 
 def _key(record: dict[str, Any], name: str) -> Any:
@@ -410,14 +400,3 @@ def _from_history(
             confidence = "scaled" if confidence == "measured" else confidence
     phases = [{"name": k, "seconds": round(statistics.median(per[k]), 2), "basis": bases[k]} for k in PHASES]
     return _section(phases, source, confidence, n, basis)
-
-
-def _rate_words(rate: tuple[float | None, str]) -> str:
-    """The device rate as words for a basis."""
-    if rate[0] is None:
-        return f"none ({rate[1]}: all of a phase scales)"
-    return f"{rate[0] / 1e9:.3g} GFLOP/s ({rate[1]})"
-
-
-def _ratio(now: float, then: float) -> float:
-    return now / then if then else 1.0

@@ -181,3 +181,27 @@ def run_units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> di
         "decode_flops": prompts * decode if decode else 0.0,
         "checkpoints": (steps - 1) // cfg.save_every if cfg.save_every else 0,
     }
+
+
+def _plan_words(record: dict[str, Any]) -> str:
+    """A record's plan as a few words (base precision, checkpointing, compile)."""
+    sig = record["signature"]
+    plan = sig.get("plan") or {}
+    words = [str(plan.get("base_precision", "?"))]
+    if plan.get("gradient_checkpointing") not in (None, "off"):
+        words.append(f"checkpointing {plan['gradient_checkpointing']}")
+    if plan.get("offload_blocks"):
+        words.append(f"{plan['offload_blocks']} blocks swapped")
+    words.append("compiled" if sig.get("compiled") else "eager")
+    return ", ".join(words)
+
+
+def _rate_words(rate: tuple[float | None, str]) -> str:
+    """The device rate as words for a basis."""
+    if rate[0] is None:
+        return f"none ({rate[1]}: all of a phase scales)"
+    return f"{rate[0] / 1e9:.3g} GFLOP/s ({rate[1]})"
+
+
+def _ratio(now: float, then: float) -> float:
+    return now / then if then else 1.0

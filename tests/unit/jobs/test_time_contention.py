@@ -4,7 +4,7 @@ the records' one-thread CPU seconds over the share of a core a busy thread gets 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,13 +67,11 @@ def test_the_share_is_the_bursts_cpu_over_their_wall_seconds() -> None:
     assert 0 < live.share() <= 1 and live.bursts == BURSTS and live.cpu_s >= 0.003
 
 
-def test_a_cpu_run_is_forecast_from_its_records_cpu_seconds_over_the_share_now(
-    tiny_model: Callable[[str], Path], tmp_path: Path
-) -> None:
+def test_a_cpu_run_is_forecast_from_its_records_cpu_seconds_over_the_share_now(tmp_path: Path) -> None:
     """A record made at a heavy load (each phase 3 s of wall time, 1 s of CPU) forecasts the same
     run, at a share of a core of 0.5 now, as 2 s a phase: its CPU seconds over the share, not the
     load it ran under; before, 3 s (the record's wall time, whatever the host gives now)."""
-    base = tiny_model("flux")
+    base = tmp_path / "base"  # no headers: the same size, so every phase is the record's
     write_record(tmp_path, "loaded", _record(base, wall=3.0, cpu=1.0))
     write_record(tmp_path, "older", _record(base, wall=9.0, cpu=None))  # no CPU clock: left out
     cfg = TrainConfig(
@@ -87,7 +85,10 @@ def test_a_cpu_run_is_forecast_from_its_records_cpu_seconds_over_the_share_now(
     assert forecast["host_share"] == 0.5 and forecast["runs"] == 1
     assert forecast["cpu_s"] == pytest.approx(forecast["total_s"] / 2, abs=0.1)
     assert "share of a core" in forecast["note"] and "CPU clock" in forecast["note"]
-    assert all("x 2.00 wall seconds a CPU second: 1 / 0.50, the share of a core" in p["basis"] for p in forecast["phases"])
+    assert all(
+        "x 2.00 wall seconds a CPU second: 1 / 0.50, the share of a core" in p["basis"]
+        for p in forecast["phases"]
+    )
 
 
 def test_records_of_several_threads_or_another_device_keep_their_wall_clock(tmp_path: Path) -> None:
