@@ -53,16 +53,23 @@ def _one_thread_cpu(record: dict[str, Any]) -> bool:
 
 def _on_cpu_clock(record: dict[str, Any]) -> dict[str, Any]:
     """A copy of `record` whose phases, total and s/step are its CPU-clock ones (a phase the CPU
-    part lacks: its wall-clock value)."""
+    part lacks: its wall-clock value), and its sample round's fixed part (`sample_fixed_s`, timed on
+    the wall clock inside its rounds) at its rounds' CPU over wall seconds (RELIABILITY 1312)."""
     cpu = record["cpu"]
     phases = {**record["phases"], **cpu["phases"]}
-    return {
+    out = {
         **record,
         "phases": phases,
         "total_s": cpu.get("total_s", sum(phases.values())),
         "s_per_step": cpu["s_per_step"],
         "clock": "cpu",
     }
+    fixed, wall_rounds = record.get("sample_fixed_s"), record["phases"].get("sample_rounds")
+    cpu_rounds = phases.get("sample_rounds")
+    numbers = all(isinstance(v, int | float) and math.isfinite(v) for v in (fixed, wall_rounds, cpu_rounds))
+    if numbers and wall_rounds > 0:
+        out["sample_fixed_s"] = fixed * min(cpu_rounds / wall_rounds, 1.0)
+    return out
 
 
 def recent_factor(home: Path, now: float | None = None) -> float | None:

@@ -123,3 +123,17 @@ def test_the_newest_recent_runs_own_factor_joins_the_share(tmp_path: Path) -> No
     assert contended(section, 0.75)["total_s"] == pytest.approx(2.7)  # the share alone
     write_record(tmp_path, "gpu", _record(base, wall=3.0, cpu=1.0, device="NVIDIA H100") | {"cpu_rate": None})
     assert recent_factor(tmp_path) is None
+
+
+def test_a_rounds_fixed_part_is_read_on_the_cpu_clock_too(tmp_path: Path) -> None:
+    """A record's `sample_fixed_s` is timed on the wall clock inside its rounds: on the CPU clock
+    it is taken at the rounds' CPU over wall seconds (RELIABILITY 1312). Before, a round of 0.32
+    CPU s beside a fixed part of 0.9 wall s (flux-256-sample under load, RESULTS note 48) was all
+    fixed part, so a 1024 px run's round was forecast at 0.32 CPU s (3.65 measured)."""
+    record = _record(tmp_path / "base", wall=3.0, cpu=1.0) | {"sample_rounds": 1, "sample_fixed_s": 0.9}
+    record["phases"]["sample_rounds"], record["cpu"]["phases"]["sample_rounds"] = 3.0, 1.0
+    (clocked,) = cpu_clocked([record], "cpu")
+    assert clocked["sample_fixed_s"] == pytest.approx(0.3) and record["sample_fixed_s"] == 0.9
+    assert clocked["phases"]["sample_rounds"] == 1.0
+    unsampled = _record(tmp_path / "base", wall=3.0, cpu=1.0)
+    assert "sample_fixed_s" not in cpu_clocked([unsampled], "cpu")[0]
