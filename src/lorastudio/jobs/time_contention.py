@@ -3,9 +3,10 @@ records' CPU-clock phases, x the wall seconds a CPU second is expected to take n
 records' wall-clock phases, which carry the load of whenever they ran (RESULTS notes 46 and 48).
 That factor is the geometric mean of 1 / the share of a core a busy thread gets in the check
 (lorastudio/host_share.py) and the newest run's own wall / CPU seconds where it ended within
-RECENT_S (the host's load over a whole run lately): on 17 tiny runs at loads of 7-10 each alone
-predicted the run's factor within 15 % for 6-7 and the two together 9 of 16 (median error 10 %
-against 21-23 %; the load factor (load + 1) / cores: 3 of 17, median 93 %; note 48). No torch.
+RECENT_S (the host's load over a whole run lately): in two rounds of 17 tiny runs at loads of
+7-13 each alone predicted a run's factor within 15 % for 6-7, the two together for 9 and 6 of 16
+(median errors 10 and 18 %; the load factor (load + 1) / cores: 3 and 1 of 17, medians 93 and
+103 %; note 48). No torch.
 
 Only records of one thread are read so: with one thread a run's CPU seconds are its work whatever
 else runs, and its wall seconds that work over its share of one core. A record of several threads
@@ -34,11 +35,13 @@ def cpu_clocked(records: list[dict[str, Any]], device: str) -> list[dict[str, An
     clock; where none has, `records` as they are. Other devices' records are kept as they are."""
     if device != "cpu":
         return records
-    here = [r for r in records if r["signature"].get("device_name") == device]
-    clocked = [_on_cpu_clock(r) for r in here if _one_thread_cpu(r)]
-    if not clocked:
-        return records
-    return [r for r in records if r["signature"].get("device_name") != device] + clocked
+    out = []  # in their order (newest first)
+    for r in records:
+        if r["signature"].get("device_name") != device:
+            out.append(r)
+        elif _one_thread_cpu(r):
+            out.append(_on_cpu_clock(r))
+    return out if any(r.get("clock") == "cpu" for r in out) else records
 
 
 def _one_thread_cpu(record: dict[str, Any]) -> bool:
