@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from lorastudio.api.schemas_preflight import TimeForecast
 from lorastudio.config import TrainConfig
 from lorastudio.host_share import BURSTS, HostShare
 from lorastudio.jobs.hardware import HostInfo, precisions_for
@@ -121,6 +122,10 @@ def test_the_newest_recent_runs_own_factor_joins_the_share(tmp_path: Path) -> No
     assert both["phases"][0]["seconds"] == pytest.approx(4.0) and both["wall_per_cpu"] == 2.0
     assert "newest run's own 3.00" in both["phases"][0]["basis"] and both["cpu_s"] == 2.0
     assert contended(section, 0.75)["total_s"] == pytest.approx(2.7)  # the share alone
+    section |= {"source": "history", "confidence": "measured", "runs": 1}
+    section["phases"][0]["name"] = "steps"
+    out = TimeForecast.model_validate(contended(section, 0.75, 3.0))  # the API's answer keeps them
+    assert (out.cpu_s, out.host_share, out.wall_per_cpu) == (2.0, 0.75, 2.0)
     write_record(tmp_path, "gpu", _record(base, wall=3.0, cpu=1.0, device="NVIDIA H100") | {"cpu_rate": None})
     assert recent_factor(tmp_path) is None
 
