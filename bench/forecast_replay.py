@@ -47,11 +47,16 @@ def _fixed_share(share: float | None) -> None:
 
 def main() -> None:
     from lorastudio.cli.train_check import check_run
+    from lorastudio.jobs import preflight
     from lorastudio.jobs.preflight import preflight_report
     from lorastudio.settings import get_settings
 
     root, log, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     on_cpu = sys.argv[4:] == ["cpu"]
+    # a tree with the contention rule reads the records' CPU clock itself (and its sample rounds'
+    # fixed part at their CPU over wall seconds): its `cpu_s` is the CPU forecast, the records as
+    # they are; an older tree is given the CPU-clock phases in place of the wall-clock ones
+    swap = on_cpu and not hasattr(preflight, "HostShare")
     measured, measured_cpu, shares = {}, {}, {}
     for line in log.read_text(encoding="utf-8").splitlines():
         if line.startswith("{"):
@@ -78,7 +83,7 @@ def main() -> None:
                 data = json.loads(r.read_text())
                 if data.get("sample_work") and "sample_images" not in data:
                     data["sample_images"] = 1
-                if on_cpu:  # the CPU clock's phases for the wall clock's
+                if swap:  # the CPU clock's phases for the wall clock's
                     if "cpu" not in data:
                         continue
                     data.update(data["cpu"])
@@ -93,7 +98,9 @@ def main() -> None:
         points.append(
             {
                 "label": label,
-                "forecast_s": timing["total_s"],
+                # `cpu`: a tree with the contention rule turns its CPU forecast into wall seconds;
+                # its CPU seconds are the forecast here (none: its `model` basis, no CPU clock)
+                "forecast_s": timing.get("cpu_s", timing["total_s"]) if on_cpu else timing["total_s"],
                 "source": timing["source"],
                 "forecast_cpu_s": timing.get("cpu_s"),  # a CPU-clock forecast's, before the share
                 "host_share": timing.get("host_share"),
