@@ -20,7 +20,9 @@ Sources, best first:
             phases from the end-to-end FLUX.1 run (RESULTS note 23); on another GPU or a CPU a
             guess (CPU: no calibration is run here, the job service does not import torch).
 Times are from the process's start (the CLI's or job worker's: Python and torch imports, a few
-seconds, passed in to train() and kept as the process_start phase) to train()'s end. No torch here.
+seconds, passed in to train() and kept as the process_start phase) to train()'s end. On a CPU,
+one-thread records are read on the CPU clock and the forecast made wall seconds by the host's
+contention now (jobs/time_contention.py). No torch here.
 """
 
 from __future__ import annotations
