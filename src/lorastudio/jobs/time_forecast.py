@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import families
-from lorastudio.compile_cache import chosen_compile_cache
 from lorastudio.config import TrainConfig
 from lorastudio.host_share import HostShare
 from lorastudio.jobs.time_contention import contended, cpu_clocked, recent_factor
 from lorastudio.jobs.time_fit import FIT_RUNS, refit, sizes
 from lorastudio.jobs.time_model import (  # the no-history basis and the shared parts (split out)
     _E2E,
+    _compile_cache_kept,
     _dop,
     _from_model,
     _plan_words,
@@ -178,17 +178,6 @@ def _forecast(
         cold = "cold" if compiled else None  # another base or plan: its graphs are compiled afresh
         return history(machine, other_base=True, compile_cache=cold)
     return _from_model(cfg, fam.spec.denoiser_class, host, now, units)
-
-
-def _compile_cache_kept(home: Path) -> bool:
-    """Whether Inductor's on-disk cache that runs of this home use holds anything
-    (training/compile.keep_compile_cache: the user's $TORCHINDUCTOR_CACHE_DIR, else
-    <home>/cache/inductor; lorastudio/compile_cache.py)."""
-    folder = chosen_compile_cache() or home / "cache" / "inductor"
-    try:
-        return folder.is_dir() and any(folder.iterdir())
-    except OSError:
-        return False
 
 
 def _first_step_share(record: dict[str, Any], expect: str | None) -> float:

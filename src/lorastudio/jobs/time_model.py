@@ -5,8 +5,10 @@ shape and a run's work per phase (run_units) shared with the history basis."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lorastudio.compile_cache import chosen_compile_cache
 from lorastudio.jobs.time_work import round_work, step_work, vae_work
 
 if TYPE_CHECKING:
@@ -205,3 +207,14 @@ def _rate_words(rate: tuple[float | None, str]) -> str:
 
 def _ratio(now: float, then: float) -> float:
     return now / then if then else 1.0
+
+
+def _compile_cache_kept(home: Path) -> bool:
+    """Whether Inductor's on-disk cache that runs of this home use holds anything
+    (training/compile.keep_compile_cache: the user's $TORCHINDUCTOR_CACHE_DIR, else
+    <home>/cache/inductor; lorastudio/compile_cache.py)."""
+    folder = chosen_compile_cache() or home / "cache" / "inductor"
+    try:
+        return folder.is_dir() and any(folder.iterdir())
+    except OSError:
+        return False
