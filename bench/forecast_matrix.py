@@ -172,6 +172,11 @@ def measure(
             None if not timing.get("total_s") else round(100 * (timing["total_s"] - seconds) / seconds, 1)
         ),
         "time_source": timing.get("source"),
+        # the check's share of a core (host_share.py; None: no CPU-clock record yet), its CPU
+        # forecast, and a meter's share taken just before the child (every point has one)
+        "host_share": timing.get("host_share"),
+        "forecast_cpu_s": timing.get("cpu_s"),
+        "share_before": usage["share_before"],
         "cpu_s": usage["cpu_s"],
         "cpu_err_pct": (
             None
@@ -187,14 +192,17 @@ def measure(
 
 def _child(label: str, config: Path, threads: int | None) -> dict[str, Any]:
     """One `lorastudio train config --device cpu` child: its wall seconds, CPU seconds (user +
-    system, its reaped children's included), peak RSS and the load average (1 min) at its start
-    and end."""
+    system, its reaped children's included), peak RSS, the load average (1 min) at its start
+    and end, and the share of a core a busy thread got just before it (host_share.HostShare)."""
     # the console program, as a user's `lorastudio train` (`-m lorastudio.cli`: its import freeze
     # and its end without the interpreter's teardown, cli/process_end.py; a `-c` entry had neither)
     command = [sys.executable, "-m", "lorastudio.cli", "train", str(config), "--device", "cpu"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     if threads:  # torch's intra-op threads in the child (its default: the cores)
         env["OMP_NUM_THREADS"] = str(threads)
+    from lorastudio.host_share import HostShare
+
+    share_before = round(HostShare().share(), 3)  # 4 busy bursts, just before the child
     load = [round(os.getloadavg()[0], 1)]
     t0 = time.perf_counter()
     child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -209,6 +217,7 @@ def _child(label: str, config: Path, threads: int | None) -> dict[str, Any]:
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
         "maxrss_gb": usage.ru_maxrss * 1024 / 1e9,
         "load": load,
+        "share_before": share_before,
     }
 
 

@@ -285,6 +285,19 @@ class TimeForecast(_Out):
     )
     runs: int = Field(description="earlier runs the forecast is taken from")
     note: str
+    cpu_s: float | None = Field(
+        default=None,
+        description="a one-thread CPU run forecast on the CPU clock: its CPU seconds, before the host's"
+        " contention (jobs/time_contention.py); null: a wall-clock forecast",
+    )
+    host_share: float | None = Field(
+        default=None, description="the share of one core a busy thread got during the check (0-1)"
+    )
+    wall_per_cpu: float | None = Field(
+        default=None,
+        description="the wall seconds a CPU second is forecast to take: 1 / host_share, with the newest"
+        " recent run's own wall / CPU seconds (their geometric mean)",
+    )
 
 
 class PreflightOut(_Out):

@@ -38,6 +38,9 @@ from lorastudio.training.events import Event, PlanChosen, Preparing, StopRequest
 from lorastudio.training.events import Progress as ProgressEvent
 
 PLAIN_LINE_MAX_GAP_S = 60.0
+# A plain line's ETA: the pace of the steps of about the last minute (RELIABILITY 1311: since the
+# first step, a run whose steps got slower was forecast at its old pace for most of the run).
+PACE_WINDOW_S = 60.0
 WIDE_COLUMNS = 120  # a terminal at least this wide shows every column of the live bar
 # The narrow live bar's columns other than the figures: "training " (9), a 10-wide bar, "N/M"
 # (up to 13), "eta H:MM:SS" (11), rich's separators (1 each).
@@ -149,6 +152,7 @@ class ProgressDisplay:
         self.every = every
         self.clock = clock
         self._first: tuple[int, float] | None = None  # (step, time) of the first progress event
+        self._paces: list[tuple[int, float]] = []  # (step, time) of the ETA's window (PACE_WINDOW_S)
         self._last_line_at: float | None = None
         self._phase_line_at: dict[str, float] = {}  # plain mode: a phase's last line (or start)
 
@@ -233,6 +237,10 @@ class ProgressDisplay:
         now = self.clock()
         if self._first is None:
             self._first = (event.step, now)
+        if not self._paces or event.step > self._paces[-1][0]:
+            self._paces.append((event.step, now))
+            while len(self._paces) > 2 and now - self._paces[1][1] >= PACE_WINDOW_S:
+                self._paces.pop(0)  # the window's start: the newest step at least that old
         every = self.every or max(1, event.total_steps // 10)
         due = (
             event.step == self._first[0]
@@ -244,7 +252,7 @@ class ProgressDisplay:
             return
         self._last_line_at = now
         line = f"step {event.step}/{event.total_steps} {step_stats(event)}"
-        first_step, started = self._first
+        first_step, started = self._paces[0]
         if event.step > first_step and event.step < event.total_steps:
             per_step = (now - started) / (event.step - first_step)
             line += f" eta {_clock_text(per_step * (event.total_steps - event.step))}"

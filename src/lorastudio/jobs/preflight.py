@@ -30,6 +30,7 @@ from lorastudio.data.preservation_texts import encode_list, preservation_texts
 from lorastudio.data.resolutions import buckets_by_resolution
 from lorastudio.data.scan_warnings import scan_warnings
 from lorastudio.errors import HostMemoryShort
+from lorastudio.host_share import HostShare
 from lorastudio.jobs import host_memory
 from lorastudio.jobs.budget_plan import budget_plan, plan_words
 from lorastudio.jobs.caption_tokens import caption_tokens_counted, tokenizer_folder
@@ -78,6 +79,11 @@ def preflight_report(
     cfg = run.config
     scan = run.scan
     host = host or host_for_run(host_info(), None, cfg.num_gpus)  # the GPU(s) the service runs it on
+    # a CPU host's share of a core for a busy thread: a burst at the check's start, the rest at
+    # its end where the wall-time forecast reads it (jobs/time_contention.py)
+    share = HostShare() if host.name == "cpu" else None
+    if share:
+        share.burst()
     images = scan.images()  # each image once (a run of several resolutions has a copy at each)
     sources = Counter(item.caption_source for item in images)
     per_epoch = epoch_bucket_counts(scan)  # the entries' repeats / weights (data/mix.py), per batch key
@@ -134,6 +140,7 @@ def preflight_report(
         plan["compile"],
         work,
         home or get_settings().home,
+        share,
     )
     return {
         "config": cfg.model_dump(mode="json"),

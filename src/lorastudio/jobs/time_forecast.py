@@ -20,7 +20,9 @@ Sources, best first:
             phases from the end-to-end FLUX.1 run (RESULTS note 23); on another GPU or a CPU a
             guess (CPU: no calibration is run here, the job service does not import torch).
 Times are from the process's start (the CLI's or job worker's: Python and torch imports, a few
-seconds, passed in to train() and kept as the process_start phase) to train()'s end. No torch here.
+seconds, passed in to train() and kept as the process_start phase) to train()'s end. On a CPU,
+one-thread records are read on the CPU clock and the forecast made wall seconds by the host's
+contention now (jobs/time_contention.py). No torch here.
 """
 
 from __future__ import annotations
@@ -31,13 +33,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import families
-from lorastudio.compile_cache import chosen_compile_cache
 from lorastudio.config import TrainConfig
+from lorastudio.host_share import HostShare
+from lorastudio.jobs.time_contention import contended, cpu_clocked, recent_factor
 from lorastudio.jobs.time_fit import FIT_RUNS, refit, sizes
 from lorastudio.jobs.time_model import (  # the no-history basis and the shared parts (split out)
     _E2E,
+    _compile_cache_kept,
     _dop,
     _from_model,
+    _plan_words,
+    _rate_words,
+    _ratio,
     _section,
     run_units,
 )
@@ -96,15 +103,37 @@ def time_forecast(
     compiled: bool,
     work: dict[str, Any],
     home: Path,
+    share: HostShare | None = None,
 ) -> dict[str, Any]:
     """The forecast section of the preflight report.
 
     Args: the resolved config, the local pipeline (None: a hub id), the HostInfo, the plan values
     (plan_for_estimate's, as a dict), whether regional compile runs, `work` = {"steps", "texts",
     "images", "buckets", optional "text_tokens": time_model.run_units} of this run and the studio
-    home (its run_timings/ history; records that cannot be read or scaled are skipped).
+    home (its run_timings/ history; records that cannot be read or scaled are skipped); `share`:
+    the meter of this host's share of a core (None: one of its own), which turns a CPU forecast
+    from one-thread records' CPU seconds into wall seconds (jobs/time_contention.py).
     Returns {"total_s", "phases": [{"name", "seconds", "basis"}], "source": "history" | "machine"
-    | "model", "confidence": "measured" | "scaled" | "guess", "runs": records used, "note"}."""
+    | "model", "confidence": "measured" | "scaled" | "guess", "runs": records used, "note"}, and
+    on the CPU clock "cpu_s", "host_share", "wall_per_cpu" (time_contention.contended)."""
+    records = [r for r in read_records(home) if _usable(r)]
+    clocked = cpu_clocked(records, host.name)
+    forecast = _forecast(cfg, host, plan, compiled, work, home, clocked)
+    if clocked is records or forecast["source"] == "model":
+        return forecast
+    return contended(forecast, (share or HostShare()).share(), recent_factor(home))
+
+
+def _forecast(
+    cfg: TrainConfig,
+    host: HostInfo,
+    plan: dict[str, Any],
+    compiled: bool,
+    work: dict[str, Any],
+    home: Path,
+    records: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """time_forecast's section from `records` (this home's usable ones, a CPU's on its clock)."""
     fam = families.get(cfg.family)
     now = run_signature(
         family=cfg.family,
@@ -121,7 +150,6 @@ def time_forecast(
         preservation=cfg.preservation is not None,
     )
     units = run_units(cfg, now, work)
-    records = [r for r in read_records(home) if _usable(r)]
     here = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
     rate = device_rate(here, now["device_name"], _SAME)
     alike_runs = [r for r in records if all(_key(r, k) == now[k] for k in _SAME)][:FIT_RUNS]
@@ -152,17 +180,6 @@ def time_forecast(
     return _from_model(cfg, fam.spec.denoiser_class, host, now, units)
 
 
-def _compile_cache_kept(home: Path) -> bool:
-    """Whether Inductor's on-disk cache that runs of this home use holds anything
-    (training/compile.keep_compile_cache: the user's $TORCHINDUCTOR_CACHE_DIR, else
-    <home>/cache/inductor; lorastudio/compile_cache.py)."""
-    folder = chosen_compile_cache() or home / "cache" / "inductor"
-    try:
-        return folder.is_dir() and any(folder.iterdir())
-    except OSError:
-        return False
-
-
 def _first_step_share(record: dict[str, Any], expect: str | None) -> float:
     """The factor from a record's first step to this run's, by how their compiles went: a record
     that compiled afresh ("cold") forecasts a run that finds its graphs cached ("warm") at
@@ -179,19 +196,6 @@ def _same_plan(record: dict[str, Any], now: dict[str, Any]) -> bool:
     sig, keys = record["signature"], ("base_precision", "gradient_checkpointing", "offload_blocks")
     plan = sig.get("plan") or {}
     return all(plan.get(k) == now["plan"].get(k) for k in keys) and sig.get("compiled") == now["compiled"]
-
-
-def _plan_words(record: dict[str, Any]) -> str:
-    """A record's plan as a few words (base precision, checkpointing, compile)."""
-    sig = record["signature"]
-    plan = sig.get("plan") or {}
-    words = [str(plan.get("base_precision", "?"))]
-    if plan.get("gradient_checkpointing") not in (None, "off"):
-        words.append(f"checkpointing {plan['gradient_checkpointing']}")
-    if plan.get("offload_blocks"):
-        words.append(f"{plan['offload_blocks']} blocks swapped")
-    words.append("compiled" if sig.get("compiled") else "eager")
-    return ", ".join(words)
 
 
 def _key(record: dict[str, Any], name: str) -> Any:
@@ -387,14 +391,3 @@ def _from_history(
             confidence = "scaled" if confidence == "measured" else confidence
     phases = [{"name": k, "seconds": round(statistics.median(per[k]), 2), "basis": bases[k]} for k in PHASES]
     return _section(phases, source, confidence, n, basis)
-
-
-def _rate_words(rate: tuple[float | None, str]) -> str:
-    """The device rate as words for a basis."""
-    if rate[0] is None:
-        return f"none ({rate[1]}: all of a phase scales)"
-    return f"{rate[0] / 1e9:.3g} GFLOP/s ({rate[1]})"
-
-
-def _ratio(now: float, then: float) -> float:
-    return now / then if then else 1.0

@@ -5,8 +5,10 @@ shape and a run's work per phase (run_units) shared with the history basis."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lorastudio.compile_cache import chosen_compile_cache
 from lorastudio.jobs.time_work import round_work, step_work, vae_work
 
 if TYPE_CHECKING:
@@ -181,3 +183,38 @@ def run_units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> di
         "decode_flops": prompts * decode if decode else 0.0,
         "checkpoints": (steps - 1) // cfg.save_every if cfg.save_every else 0,
     }
+
+
+def _plan_words(record: dict[str, Any]) -> str:
+    """A record's plan as a few words (base precision, checkpointing, compile)."""
+    sig = record["signature"]
+    plan = sig.get("plan") or {}
+    words = [str(plan.get("base_precision", "?"))]
+    if plan.get("gradient_checkpointing") not in (None, "off"):
+        words.append(f"checkpointing {plan['gradient_checkpointing']}")
+    if plan.get("offload_blocks"):
+        words.append(f"{plan['offload_blocks']} blocks swapped")
+    words.append("compiled" if sig.get("compiled") else "eager")
+    return ", ".join(words)
+
+
+def _rate_words(rate: tuple[float | None, str]) -> str:
+    """The device rate as words for a basis."""
+    if rate[0] is None:
+        return f"none ({rate[1]}: all of a phase scales)"
+    return f"{rate[0] / 1e9:.3g} GFLOP/s ({rate[1]})"
+
+
+def _ratio(now: float, then: float) -> float:
+    return now / then if then else 1.0
+
+
+def _compile_cache_kept(home: Path) -> bool:
+    """Whether Inductor's on-disk cache that runs of this home use holds anything
+    (training/compile.keep_compile_cache: the user's $TORCHINDUCTOR_CACHE_DIR, else
+    <home>/cache/inductor; lorastudio/compile_cache.py)."""
+    folder = chosen_compile_cache() or home / "cache" / "inductor"
+    try:
+        return folder.is_dir() and any(folder.iterdir())
+    except OSError:
+        return False

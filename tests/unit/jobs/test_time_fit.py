@@ -21,6 +21,9 @@ from lorastudio.settings import Settings
 from lorastudio.timings import read_records, write_record
 from lorastudio.training.loop import train
 
+# the cost model against its wall-clock records (conftest.wall_clock; the CPU clock: test_time_contention)
+pytestmark = pytest.mark.usefixtures("wall_clock")
+
 CPU = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
 
 FP32_PLAN = {

@@ -19,6 +19,9 @@ from lorastudio.settings import Settings
 from lorastudio.timings import PHASES, phase_seconds, read_records
 from lorastudio.training.loop import train
 
+# the cost model against its wall-clock records (conftest.wall_clock; the CPU clock: test_time_contention)
+pytestmark = pytest.mark.usefixtures("wall_clock")
+
 CPU = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
 
 

@@ -125,3 +125,17 @@ def test_the_live_bar_at_80_columns_shows_loss_and_eta_uncut():
     assert "…" not in last, last
     assert "loss 0.5000" in last and "20/2000" in last and "eta" in last and "img/s" in last, last
     assert len(last) <= 80
+
+
+def test_a_log_files_eta_follows_a_run_whose_steps_got_slower():
+    """The plain line's ETA is the pace of about the last minute's steps (RELIABILITY 1311): 100
+    steps at 1 s, then 4 s a step; 2 minutes into the slow steps the ETA is at 4 s a step, where
+    the pace since the first step said 1.69 s."""
+    console, out = _plain_console()
+    times = [float(s) for s in range(1, 101)] + [100.0 + 4 * (s - 100) for s in range(101, 131)]
+    seconds = iter(times)
+    with ProgressDisplay(console, every=10, clock=lambda: next(seconds)) as display:
+        for step in range(1, 131):
+            display.emit(_step(step, total=1130))
+    last = _lines(out)[-1]
+    assert last.startswith("step 130/1130") and last.endswith("eta 1:06:40"), last  # 1000 x 4 s

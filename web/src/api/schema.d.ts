@@ -4380,6 +4380,16 @@ export interface components {
              * @enum {string}
              */
             confidence: "measured" | "scaled" | "guess";
+            /**
+             * Cpu S
+             * @description a one-thread CPU run forecast on the CPU clock: its CPU seconds, before the host's contention (jobs/time_contention.py); null: a wall-clock forecast
+             */
+            cpu_s?: number | null;
+            /**
+             * Host Share
+             * @description the share of one core a busy thread got during the check (0-1)
+             */
+            host_share?: number | null;
             /** Note */
             note: string;
             /** Phases */
@@ -4400,6 +4410,11 @@ export interface components {
              * @description forecast wall time of the run, from the CLI's or job worker's start to the run's end
              */
             total_s: number;
+            /**
+             * Wall Per Cpu
+             * @description the wall seconds a CPU second is forecast to take: 1 / host_share, with the newest recent run's own wall / CPU seconds (their geometric mean)
+             */
+            wall_per_cpu?: number | null;
         };
         /** TimePhase */
         TimePhase: {

@@ -1,8 +1,10 @@
 /**
  * The Live screen's ETA, from the pace of the steps this page has seen advance (client clock):
  * the run's elapsed time would count its preparation (model loading, latent caching) and, for a
- * resumed run, divide this session's time by every step since the first run's start. Pure
- * functions, no React. Times are `stepClockNow()`'s: the page's monotonic clock, not Date.now()
+ * resumed run, divide this session's time by every step since the first run's start. The pace is
+ * the run's own over its last PACE_WINDOW_MS or more (sample rounds and checkpoints in it included),
+ * not since the page opened: a run whose steps got slower (a loaded host, a longer bucket) is
+ * forecast at its new pace within the window (RELIABILITY 1311). Pure functions, no React. Times are `stepClockNow()`'s: the page's monotonic clock, not Date.now()
  * (the wall clock, which a time sync or a user setting it moves back or forward mid-run).
  */
 
@@ -11,21 +13,30 @@ export function stepClockNow(): number {
   return performance.now();
 }
 
-/** The first and the latest step seen of one job, each with when (ms) it was first seen. */
+/** The pace's window: the steps of about the last minute (at least this long, from a step seen). */
+export const PACE_WINDOW_MS = 60_000;
+
+/** One job's steps seen, each with when (ms) it was first seen: `first` the start of the pace's
+ * window (the newest step seen at least PACE_WINDOW_MS before `last`, else the first seen), `seen`
+ * those from `first` on, `last` the latest. */
 export interface StepClock {
   jobId: string;
   first: { step: number; at: number };
   last: { step: number; at: number };
+  seen: { step: number; at: number }[];
 }
 
 /** `clock` with `step` of job `jobId` seen at `at` (ms); a new job starts a new clock; a step seen before changes nothing. */
 export function observeStep(clock: StepClock | null, jobId: string, step: number, at: number): StepClock {
-  if (!clock || clock.jobId !== jobId || step < clock.last.step) return { jobId, first: { step, at }, last: { step, at } };
+  const now = { step, at };
+  if (!clock || clock.jobId !== jobId || step < clock.last.step) return { jobId, first: now, last: now, seen: [now] };
   if (step === clock.last.step) return clock;
-  return { ...clock, last: { step, at } };
+  const seen = [...clock.seen, now];
+  while (seen.length > 2 && at - seen[1].at >= PACE_WINDOW_MS) seen.shift(); // the window's start: the newest old enough
+  return { jobId, first: seen[0], last: now, seen };
 }
 
-/** Seconds left to step `total` at the pace seen so far, counting down from the latest step; null until two steps are seen. */
+/** Seconds left to step `total` at the pace of the window's steps, counting down from the latest step; null until two steps are seen. */
 export function etaSeconds(clock: StepClock | null, total: number, now: number): number | null {
   if (!clock) return null;
   const { first, last } = clock;
