@@ -10,7 +10,7 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
   added_models.json   folders the user added to the model catalogue
   cache/inductor/     torch.compile's on-disk cache (kernels, graphs), kept across runs and
                       reboots unless TORCHINDUCTOR_CACHE_DIR names another; its lorastudio-dynamo/
-                      holds Dynamo's traced, guarded block graphs (training/precompile.py, LORASTUDIO_PRECOMPILE=1)
+                      holds Dynamo's traced, guarded block graphs (training/precompile.py; CUDA runs)
   cache/thumbs/       dataset thumbnails (JPEG), keyed by image path, inode, size, mtime
   cache/decoded/      per dataset folder, which images had every pixel decoded, by name, size,
                       mtime and inode (data/decoded.py): each is decoded fully once

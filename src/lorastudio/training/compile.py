@@ -214,7 +214,9 @@ def compile_denoiser(
         state.fallback_reason = f"{type(denoiser).__name__} declares no repeated blocks to compile"
         log.warning("compile: staying eager: %s", state.fallback_reason)
     # Dynamo's saved output per block class (training/precompile.py), not for quantised blocks
-    saved = saved_functions(backend, dynamic, mode, classes is None) if blocks else None
+    saved = (
+        saved_functions(backend, dynamic, mode, classes is None, _device_type(denoiser)) if blocks else None
+    )
     for block in blocks:
         call_saved = saved
         if _holds_tensor_subclass(block):
@@ -240,6 +242,12 @@ def _outermost(blocks: list[torch.nn.Module]) -> list[torch.nn.Module]:
     """`blocks` without those nested inside another of them (module order kept)."""
     nested = {id(inner) for block in blocks for inner in list(block.modules())[1:]}
     return [b for b in blocks if id(b) not in nested]
+
+
+def _device_type(denoiser: torch.nn.Module) -> str:
+    """The device type of the denoiser's first parameter ("cpu" for one without parameters)."""
+    first = next(denoiser.parameters(), None)
+    return first.device.type if first is not None else "cpu"
 
 
 def _holds_tensor_subclass(block: torch.nn.Module) -> bool:

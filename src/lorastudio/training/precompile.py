@@ -42,8 +42,10 @@ The files are pickles the studio itself wrote, as trusted as Inductor's own cach
 Input signatures are saved in a run's first step only (end_first_step; VARIANTS_PER_CLASS at most).
 Not used for compile "wide" (CUDA graphs, static shapes: the wide regions' calls differ), for
 blocks holding tensor-subclass weights (int8 / nf4 / fp8: their subclass pickling is not
-proven), blocks of classes made at run time (block swap: pickle cannot find them), and not
-unless `LORASTUDIO_PRECOMPILE=1` (off by default). The saving run pays aot_compile's trace instead of the ordinary one
+proven), blocks of classes made at run time (block swap: pickle cannot find them). On by default for a
+denoiser on a CUDA GPU (measured at real size on an H100: RESULTS note 49), off on a CPU (whose
+runs rarely compile: `LORASTUDIO_PRECOMPILE=1` turns it on there); `LORASTUDIO_PRECOMPILE=0`
+turns it off everywhere. The saving run pays aot_compile's trace instead of the ordinary one
 and, with Inductor, a compile of its bundled forward and backward (keyed apart from the ordinary
 path's cache entries); each later run reads the file instead (RESULTS note 45).
 """
@@ -79,7 +81,7 @@ from lorastudio.training.precompile_torch import (
 
 log = logging.getLogger(__name__)
 
-ENV = "LORASTUDIO_PRECOMPILE"  # "1": on; anything else, the default: off (the ordinary compile only)
+ENV = "LORASTUDIO_PRECOMPILE"  # "1": on; "0": off (the ordinary compile only); unset: on for CUDA only
 FOLDER = "lorastudio-dynamo"  # under Inductor's cache folder in use
 # input signatures traced and saved per block class and run, at most, all in the run's first step
 # (end_first_step): FLUX.1's training forward, differential output preservation's no-grad one. A
@@ -98,12 +100,16 @@ COUNTERS: dict[str, float] = {
 }
 
 
-def precompile_available() -> str | None:
-    """Why saved Dynamo functions are not used in this process (None when they are): off unless
-    LORASTUDIO_PRECOMPILE=1 (measured on the CPU only, torch 2.11 and 2.13: RESULTS note 45; the
-    GPU measure is the lead's), or this torch cannot save them."""
-    if os.environ.get(ENV, "0").strip() != "1":
-        return f"off ({ENV}=1 turns it on)"
+def precompile_available(device_type: str = "cuda") -> str | None:
+    """Why saved Dynamo functions are not used for a denoiser on `device_type` (None when they
+    are): LORASTUDIO_PRECOMPILE=0, or unset for a device other than CUDA (the GPU measure, RESULTS
+    note 49; on a CPU measured only in RESULTS note 45: =1 turns it on), or this torch cannot save
+    them."""
+    flag = os.environ.get(ENV, "").strip()
+    if flag == "0":
+        return f"off ({ENV}=0)"
+    if flag != "1" and device_type != "cuda":
+        return f"off on {device_type} by default ({ENV}=1 turns it on)"
     return torch_cannot_precompile()
 
 
@@ -358,16 +364,16 @@ def _has_own_hooks(block: torch.nn.Module) -> bool:
 
 
 def saved_functions(
-    backend: Any, dynamic: bool | None, mode: str | None, regional: bool
+    backend: Any, dynamic: bool | None, mode: str | None, regional: bool, device_type: str = "cuda"
 ) -> dict[str, Any] | None:
     """The per-class saved-function state of one compile_denoiser call (empty; filled as block
     classes are first called), or None where they are not used: a backend not in SAVED_BACKENDS
     (a function has no name to key it by; "eager" returns no savable output), a torch.compile `mode` (CUDA graphs: compile "wide"), regions that are
     not the repeated blocks, `precompile_available()`'s reason or a backend this torch cannot
-    save (saved_backends; both logged)."""
+    save (saved_backends; both logged). `device_type`: where the denoiser's weights are."""
     if backend not in SAVED_BACKENDS or mode is not None or not regional:
         return None
-    why = precompile_available()
+    why = precompile_available(device_type)
     if why is None and backend not in saved_backends():
         why = f"torch {torch.__version__} cannot save the {backend} backend's output (Inductor's only)"
     if why is not None:

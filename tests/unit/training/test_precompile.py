@@ -73,7 +73,7 @@ def _compiled(x: torch.Tensor) -> tuple[ToyDenoiser, tuple[float, list[torch.Ten
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    monkeypatch.setenv(precompile.ENV, "1")  # off by default
+    monkeypatch.setenv(precompile.ENV, "1")  # off by default on a CPU
     for name in precompile.COUNTERS:
         monkeypatch.setitem(precompile.COUNTERS, name, 0)
     return tmp_path / "inductor" / precompile.FOLDER
@@ -233,17 +233,22 @@ def test_off_by_the_environment(cache: Path, monkeypatch: pytest.MonkeyPatch):
     assert precompile.COUNTERS["saved"] == 0 and not cache.exists()
 
 
-def test_off_by_default_and_refused_where_compiled_functions_lack_aot_compile(
+def test_on_by_default_for_cuda_only_and_refused_where_compiled_functions_lack_aot_compile(
     cache: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """Off unless LORASTUDIO_PRECOMPILE=1 (the lead turns it on after a GPU measure, RESULTS note
-    45); a torch whose compiled function has no aot_compile, even asked for it, is refused before
-    any trace."""
+    """Unset, on for a CUDA denoiser (measured there, RESULTS note 49) and off for a CPU one
+    (LORASTUDIO_PRECOMPILE=1 turns it on); =0 turns it off for CUDA too; a torch whose compiled
+    function has no aot_compile, even asked for it, is refused before any trace."""
     monkeypatch.delenv(precompile.ENV)
     torch._dynamo.reset()
-    _compiled(torch.randn(2, 4, 8))
+    _compiled(torch.randn(2, 4, 8))  # a CPU denoiser
     assert precompile.COUNTERS["saved"] == 0 and not cache.exists()
-    assert "LORASTUDIO_PRECOMPILE=1" in (precompile.precompile_available() or "")
+    assert "LORASTUDIO_PRECOMPILE=1" in (precompile.precompile_available("cpu") or "")
+    assert precompile.precompile_available("cuda") == precompile.torch_cannot_precompile()
+    monkeypatch.setenv(precompile.ENV, "0")
+    assert "LORASTUDIO_PRECOMPILE=0" in (precompile.precompile_available("cuda") or "")
+    monkeypatch.setenv(precompile.ENV, "1")
+    assert precompile.precompile_available("cpu") == precompile.torch_cannot_precompile()
     monkeypatch.setattr(torch, "compile", lambda fn, **_: lambda *a, **k: fn(*a, **k))
     assert "no aot_compile" in (precompile.torch_cannot_precompile() or "")
 
