@@ -95,7 +95,8 @@ def _matches(module: str, target: str) -> bool:
     return module == target or module.endswith("." + target)
 
 
-def _listed(names: list[str]) -> str:
+def listed(names: list[str]) -> str:
+    """The first few names, then how many more."""
     shown = ", ".join(names[:_NAMED])
     return shown + (f" and {len(names) - _NAMED} more" if len(names) > _NAMED else "")
 
@@ -109,13 +110,19 @@ def layer_problems(
 
     wanted = sorted(set(cfg.lora_targets or targets))
     outside = sorted(m for m in peft_modules(lora.tensors) if not any(_matches(m, t) for t in wanted))
+    return outside_problems(name, outside, wanted)
+
+
+def outside_problems(name: str, outside: list[str], wanted: list[str]) -> list[FieldProblem]:
+    """The refusal of a file's layers (`outside`) that none of the run's targets (`wanted`)
+    adapts, or [] when there are none (LoRA files here, LoHa / LoKr in training/init_lycoris.py)."""
     if not outside:
         return []
     return [
         FieldProblem(
             FIELD,
             f"{name} has {len(outside)} layer(s) the run's targets ({', '.join(wanted)}) do not adapt, whose "
-            f"weights would be dropped: {_listed(outside)}; add their names to lora_targets",
+            f"weights would be dropped: {listed(outside)}; add their names to lora_targets",
         )
     ]
 
@@ -235,7 +242,7 @@ def text_encoder_problems(cfg: TrainConfig, folded: dict[str, torch.Tensor], nam
             FieldProblem(
                 FIELD,
                 f"{name} has text-encoder layers the run's text-encoder LoRA ({', '.join(TARGETS)}) does not "
-                f"adapt, whose weights would be dropped: {_listed(outside)}",
+                f"adapt, whose weights would be dropped: {listed(outside)}",
             )
         )
     ranks = sorted({int(v.shape[0]) for k, v in folded.items() if k.endswith(".lora_A.weight")})
@@ -276,7 +283,7 @@ def load_init_text_encoders(text_encoders: Any, source: InitSource, cfg: TrainCo
         return None
     return (
         f"init_lora {source.path.name}: {len(fresh)} of the run's text-encoder LoRA layers are not in the file "
-        f"and start fresh: {_listed(fresh)}"
+        f"and start fresh: {listed(fresh)}"
     )
 
 
@@ -294,7 +301,7 @@ class InitLoad:
             return None
         return (
             f"init_lora {name}: {len(self.fresh)} of the run's {self.loaded + len(self.fresh)} adapted layers are "
-            f"not in the file and start fresh: {_listed(list(self.fresh))}"
+            f"not in the file and start fresh: {listed(list(self.fresh))}"
         )
 
 

@@ -23,17 +23,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
+from lorastudio.training.init_lora import listed, outside_problems
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
 
-FIELD = "init_lora"
 _SCALED = ("hada_w1_a", "lokr_w1", "lokr_w1_a")  # the factor that takes the scale, the first found
-_NAMED = 5
-
-
-def _listed(names: list[str]) -> str:
-    return ", ".join(names[:_NAMED]) + (f" and {len(names) - _NAMED} more" if len(names) > _NAMED else "")
 
 
 def file_layers(path: Path, pipeline_class: str) -> dict[str, dict[str, torch.Tensor]]:
@@ -52,7 +47,7 @@ def file_layers(path: Path, pipeline_class: str) -> dict[str, dict[str, torch.Te
     fused = sorted(x for x, (target, _) in modules.items() if len(target.keys) != 1 or target.swapped)
     if fused:
         raise ModelSourceError(
-            f"{path}: its layers {_listed(fused)} each patch several layers of the model (a fused checkpoint "
+            f"{path}: its layers {listed(fused)} each patch several layers of the model (a fused checkpoint "
             "layer), which a run's LoHa / LoKr cannot hold apart"
         )
     return {target.keys[0]: parts for _, (target, parts) in modules.items()}
@@ -70,15 +65,7 @@ def layer_problems(
     outside = sorted(
         x for x in layers if not any(("_" + x.removeprefix(PREFIX)).endswith(s) for s in suffixes)
     )
-    if not outside:
-        return []
-    return [
-        FieldProblem(
-            FIELD,
-            f"{name} has {len(outside)} layer(s) the run's targets ({', '.join(wanted)}) do not adapt, whose "
-            f"weights would be dropped: {_listed(outside)}; add their names to lora_targets",
-        )
-    ]
+    return outside_problems(name, outside, wanted)
 
 
 @torch.no_grad()
