@@ -16,7 +16,7 @@ from lorastudio import families
 from lorastudio.families.base import config_facts
 from lorastudio.families.common import pipeline_facts
 from lorastudio.generate import load_pipeline
-from lorastudio.jobs.preflight import family_section
+from lorastudio.jobs.preflight_family import family_section
 
 WITH_VARIANTS = [n for n in families.names() if families.get(n).spec.variants]
 

@@ -20,7 +20,7 @@ from lorastudio.config import TrainConfig
 from lorastudio.config_datasets import top_resolution
 from lorastudio.config_host import compile_runs
 from lorastudio.config_preservation import preservation_line
-from lorastudio.config_rules import PLAN_FIELDS, adapter_file_note, fusion_choice, plan_fields_left_auto
+from lorastudio.config_rules import PLAN_FIELDS, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
 from lorastudio.data.caption_variants import caption_report, scan_variants
 from lorastudio.data.entries import entry_report, epoch_bucket_counts, run_steps
@@ -37,6 +37,7 @@ from lorastudio.jobs.caption_tokens import caption_tokens_counted, tokenizer_fol
 from lorastudio.jobs.card_fit import CardFit, _per_gpu, card_fit, sizing_folder
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.preflight_cache import latent_cache_section
+from lorastudio.jobs.preflight_family import conditioning_section, family_section
 from lorastudio.jobs.preflight_pairs import controls_section, training_mode
 from lorastudio.jobs.run_host import host_for_run
 from lorastudio.jobs.time_forecast import time_forecast
@@ -195,50 +196,6 @@ def preflight_report(
         "time": timing,
         "notes": list(run.notes),
     }
-
-
-def conditioning_section(cfg: TrainConfig) -> dict[str, Any]:
-    """How captions become conditioning: encoded once before training (the caption cache), or in
-    every step (SDXL's train_text_encoder: the encoders train, so no embedding stays fixed)."""
-    if cfg.train_text_encoder:
-        note = (
-            "train_text_encoder: both CLIP text encoders stay loaded and train with a LoRA, so captions "
-            "are encoded in every step (no caption cache): more memory and time per step"
-        )
-        return {"per_step": True, "note": note}
-    return {"per_step": False, "note": "each unique caption is encoded once before training (caption cache)"}
-
-
-def family_section(cfg: TrainConfig, model_dir: Path | None) -> dict[str, Any]:
-    """The base model's flavour (a row of FamilySpec.variants, read from the local folder's
-    configs) and what training it means: {"name", "variant": title or None (no variants, a hub
-    id: read when the run loads it, or no row matched), "notes": [...]}."""
-    fam = families.get(cfg.family)
-    row = fam.folder_variant(model_dir) if model_dir is not None else None
-    file_note = adapter_file_note(cfg.adapter, cfg.lora_format or "diffusers")  # resolved: the family default
-    return {
-        "name": fam.spec.name,
-        "variant": row.title if row else None,
-        "notes": [n for n in (row.note if row else None, file_note) if n],
-        "single_file": single_file_text(cfg),
-    }
-
-
-def single_file_text(cfg: TrainConfig) -> str | None:
-    """'<file> (<layout>) with the configs of <base config>; <prediction>' for a resolved
-    single-file run; None for a folder or hub id."""
-    if cfg.base_config is None or not Path(cfg.base_model).is_file():
-        return None
-    from lorastudio.basemodels.single_file import read_file_facts
-
-    facts = read_file_facts(Path(cfg.base_model))
-    if cfg.v_prediction is None:
-        pred = "prediction type: the base config's scheduler" if cfg.family == "sdxl" else None
-    else:
-        told = "the file says so" if facts.v_prediction is not None else "v_prediction setting"
-        pred = f"{'v-prediction' if cfg.v_prediction else 'epsilon'} ({told})"
-    text = f"{cfg.base_model} ({facts.layout.title}) with the configs of {cfg.base_config}"
-    return f"{text}; {pred}" if pred else text
 
 
 def default_plan_values(cfg: TrainConfig, host: HostInfo) -> dict[str, Any]:

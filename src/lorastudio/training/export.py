@@ -33,6 +33,7 @@ from lorastudio.training.fresh_mark import settle
 from lorastudio.training.lora import adapter_alpha, adapter_metadata, lora_state_dict, module_scales
 from lorastudio.training.lycoris_export import lycoris_file
 from lorastudio.training.run_files import CHECKPOINTS, checkpoint_name, ema_step_name, staging_path
+from lorastudio.training.validation_file import validation_summary
 
 if TYPE_CHECKING:
     from peft import LoraConfig
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from lorastudio.training.optimize import RunState
     from lorastudio.training.preflight import PreparedRun
     from lorastudio.training.text_encoders import TextEncoderLora
-    from lorastudio.training.validate import ValidationRounds
 
 SIDECAR_FORMAT = "lorastudio.lora/1"
 
@@ -380,22 +380,3 @@ def export_run(run: PreparedRun, state: RunState, stopped: bool) -> Path:
         lora = save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar, te)
     settle(run.run_dir)  # a fresh run's folder now holds its LoRA: a kill keeps it whole
     return lora
-
-
-def validation_summary(state: RunState, validation: ValidationRounds, name: str) -> dict[str, Any]:
-    """The final sidecar's "validation": the record (training/validation_file.py) with the file of
-    the best and of the last round (a snapshot under loras/, or this LoRA for the last step); the
-    losses are those of the raw weights (the ones the snapshots hold), so with EMA the last step's
-    file is the raw one, <name>.raw.safetensors (the run's LoRA holds the EMA weights, which were
-    not measured)."""
-    record = validation.record_of([h.name for h in state.held_out])
-    last_file = f"{name}.raw.safetensors" if state.ema is not None else f"{name}.safetensors"
-    for key in ("best", "last"):
-        point = record[key]
-        if point is not None:
-            final = point["step"] == state.steps_run
-            point["lora"] = (
-                last_file if final else f"{LORAS}/{snapshot_name(name, point['step'])}.safetensors"
-            )
-    record["weights"] = "raw"
-    return record

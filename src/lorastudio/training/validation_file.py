@@ -12,11 +12,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lorastudio import json_read
+from lorastudio.lora.snapshots import LORAS, snapshot_name
 from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.run_files import VALIDATION_FILE, staging_path
+
+if TYPE_CHECKING:
+    from lorastudio.training.optimize import RunState
+    from lorastudio.training.validate import ValidationRounds
 
 VALIDATION_FORMAT = "lorastudio.validation/1"
 
@@ -83,3 +88,22 @@ def mark_loras(loras: list[dict[str, Any]], record: dict[str, Any] | None) -> li
             }
         )
     return marked
+
+
+def validation_summary(state: RunState, validation: ValidationRounds, name: str) -> dict[str, Any]:
+    """The final sidecar's "validation": the record (training/validation_file.py) with the file of
+    the best and of the last round (a snapshot under loras/, or this LoRA for the last step); the
+    losses are those of the raw weights (the ones the snapshots hold), so with EMA the last step's
+    file is the raw one, <name>.raw.safetensors (the run's LoRA holds the EMA weights, which were
+    not measured)."""
+    record = validation.record_of([h.name for h in state.held_out])
+    last_file = f"{name}.raw.safetensors" if state.ema is not None else f"{name}.safetensors"
+    for key in ("best", "last"):
+        point = record[key]
+        if point is not None:
+            final = point["step"] == state.steps_run
+            point["lora"] = (
+                last_file if final else f"{LORAS}/{snapshot_name(name, point['step'])}.safetensors"
+            )
+    record["weights"] = "raw"
+    return record
