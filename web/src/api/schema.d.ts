@@ -3589,7 +3589,7 @@ export interface components {
         };
         /** PreflightOut */
         PreflightOut: {
-            /** @description how captions become conditioning (jobs/preflight.conditioning_section) */
+            /** @description how captions become conditioning (jobs/preflight_family.conditioning_section) */
             conditioning?: components["schemas"]["PreflightConditioning"] | null;
             /** @description the resolved TrainConfig */
             config: components["schemas"]["TrainConfigOut"];
