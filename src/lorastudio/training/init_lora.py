@@ -132,6 +132,17 @@ def file_rank_pattern(lora: PeftLora) -> dict[str, int]:
     }
 
 
+def rank_problem(cfg: TrainConfig, rank: int, name: str) -> FieldProblem:
+    """The refusal of a run whose lora_rank is not the rank of every layer of its init file (a
+    header stating another rank than its weights': the run would load its model, then fail on
+    the first layer's shape)."""
+    return FieldProblem(
+        FIELD,
+        f"{name}'s layers are of rank {rank} but the run's lora_rank is {cfg.lora_rank} (set, or taken "
+        f"from the file's header, which states another rank than its weights): set lora_rank = {rank}",
+    )
+
+
 def init_problems(
     cfg: TrainConfig, settings: Settings, targets: tuple[str, ...], explicit: set[str]
 ) -> tuple[TrainConfig, InitSource | None, list[FieldProblem]]:
@@ -165,6 +176,8 @@ def init_problems(
     problems = layer_problems(cfg, lora, path.name, targets)
     problems += text_encoder_problems(cfg, text_encoders, path.name)
     pattern = file_rank_pattern(lora)
+    if lora.tensors and not pattern and cfg.lora_rank != lora.rank:  # the header's rank is not its layers'
+        problems.append(rank_problem(cfg, lora.rank, path.name))
     if (
         "rank_pattern" in explicit and cfg.rank_pattern and cfg.rank_pattern != pattern
     ):  # "train again" sends the file's
