@@ -311,6 +311,12 @@ class InitLoad:
         )
 
 
+def _unchanged(source: InitSource) -> None:
+    """Raise ModelSourceError when the file's bytes are no longer those the preflight hashed."""
+    if file_sha256(source.path) != source.sha256:
+        raise ModelSourceError(f"init_lora {source.path} changed since the run's preflight read it")
+
+
 @torch.no_grad()
 def load_init_lora(denoiser: Any, source: InitSource, family: str, adapter: str = "lora") -> InitLoad:
     """Put the file `source` into `denoiser`'s freshly added adapter ("default") of kind `adapter`
@@ -321,16 +327,17 @@ def load_init_lora(denoiser: Any, source: InitSource, family: str, adapter: str 
     from lorastudio.lora.convert import peft_modules
     from lorastudio.training.lora import module_scales
 
-    if file_sha256(source.path) != source.sha256:
-        raise ModelSourceError(f"init_lora {source.path} changed since the run's preflight read it")
+    _unchanged(source)
     if adapter in LYCORIS:
         from lorastudio import families
         from lorastudio.training.init_lycoris import load_init_lycoris
 
         count, fresh = load_init_lycoris(denoiser, source.path, families.get(family).spec.pipeline_class)
+        _unchanged(source)  # not replaced while it was read
         return InitLoad(count, fresh)
     lora, _ = read_init_lora(source.path, family)
     magnitudes = dora_magnitudes(source.path, family) if adapter == "dora" else {}
+    _unchanged(source)  # not replaced between the check above and the reads (they open it again)
     file_scale = lora.alpha / lora.rank
     scales = module_scales(denoiser)  # {module: (rank, alpha)} as peft resolved them
     layers = dict(denoiser.named_modules())

@@ -222,3 +222,23 @@ def test_a_header_rank_not_its_layers_is_refused_before_any_model(make_config, t
         assert cfg.lora_rank == run_rank
         assert [p.field for p in problems] == ["init_lora"]
         assert "layers are of rank 4 but the run's lora_rank is" in problems[0].message
+
+
+def test_a_file_replaced_between_the_check_and_the_read_is_refused(tmp_path, monkeypatch):
+    """load_init_lora compared the file's sha256 with the preflight's, then opened it again to
+    read it: a file replaced in between was loaded, recorded under the old file's sha256."""
+    from lorastudio.errors import ModelSourceError
+    from lorastudio.training import init_lora
+    from lorastudio.training.init_lora_rules import file_sha256
+
+    path = _lora(tmp_path / "m.safetensors", rank=4)
+    source = init_lora.InitSource(path, file_sha256(path))
+    read = init_lora.read_init_lora
+
+    def replaced_first(p: Path, family: str):
+        _lora(tmp_path / "other.safetensors", rank=8).replace(path)  # after the check, before the read
+        return read(p, family)
+
+    monkeypatch.setattr(init_lora, "read_init_lora", replaced_first)
+    with pytest.raises(ModelSourceError, match="changed since the run's preflight read it"):
+        init_lora.load_init_lora(torch.nn.Linear(2, 2), source, "flux")
