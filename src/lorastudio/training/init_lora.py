@@ -268,10 +268,12 @@ def load_init_text_encoders(text_encoders: Any, source: InitSource, cfg: TrainCo
     """Put the file's text-encoder layers into the run's text-encoder LoRA (`text_encoders`, a
     training.text_encoders.TextEncoderLora), each at the run's alpha / rank (B' = B_folded * r /
     alpha). Returns the warning about its layers the file lacks (they start fresh), None when
-    there are none. Raises ModelSourceError for a layer of no adapter or of another shape."""
+    there are none. Raises ModelSourceError for a layer of no adapter or of another shape, or a
+    file that changed since the preflight hashed it."""
     from lorastudio.lora.text_encoders import file_module
 
     _, folded = read_init_lora(source.path, cfg.family)
+    _unchanged(source)  # the bytes the preflight hashed (the denoiser's load checks them again)
     scale = float(cfg.lora_alpha) / int(cfg.lora_rank)
     params = {}  # the files' "<encoder>.text_model.<module>.lora_A.weight" -> the run's parameter
     for name, param in text_encoders.named_parameters().items():  # "<encoder>.<module>.lora_A.default.weight"
