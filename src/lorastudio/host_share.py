@@ -22,6 +22,9 @@ from collections.abc import Callable
 
 BURST_CPU_S = 0.025  # each burst's CPU seconds (a few of the scheduler's slices)
 BURSTS = 3  # the bursts a meter has taken by the time its share is read
+# a burst's longest wall time: a share of 1 % (the least the forecast takes) at BURST_CPU_S; a thread
+# CPU clock that does not move (a sandbox's) ends the burst here instead of spinning for ever
+BURST_WALL_MAX_S = 100 * BURST_CPU_S
 _CHUNK = 2000  # arithmetic between reads of the clocks
 
 
@@ -43,10 +46,12 @@ class HostShare:
         self.bursts = 0
 
     def burst(self) -> None:
-        """One busy burst of `burst_cpu_s` of this thread's CPU time, both clocks read around it."""
+        """One busy burst of `burst_cpu_s` of this thread's CPU time (at most 100 times that of
+        wall time: BURST_WALL_MAX_S), both clocks read around it."""
         wall0, cpu0 = self.wall(), self.cpu()
+        longest = self.burst_cpu_s * (BURST_WALL_MAX_S / BURST_CPU_S)
         x = 0
-        while self.cpu() - cpu0 < self.burst_cpu_s:
+        while self.cpu() - cpu0 < self.burst_cpu_s and self.wall() - wall0 < longest:
             for i in range(_CHUNK):
                 x += i * i
         self.add(self.cpu() - cpu0, self.wall() - wall0)

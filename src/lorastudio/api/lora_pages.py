@@ -11,7 +11,10 @@ first; the name breaks ties (hand-copied folders of one mtime).
 A cursor is the sort key of a page's last LoRA, "r<rowid>:<name>" (a recorded one) or
 "m<mtime_ns>:<name>", so a LoRA deleted or made between two pages neither repeats nor makes
 one skipped; a LoRA trained again meanwhile moves to the top (shown by asking the first page
-again).
+again). One exception (RELIABILITY Known problems): a LoRA whose newest run record is deleted
+between two pages while its folder stays (DELETE /api/runs/{id} with keep_files, or an older run
+sharing the folder) moves down, to its older run's place or among the folders no run recorded, and
+is listed again on a later page; the Generate picker keeps one LoRA of each name (web/src/lib/loraList.ts).
 """
 
 from __future__ import annotations

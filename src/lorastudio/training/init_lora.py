@@ -139,6 +139,17 @@ def file_rank_pattern(lora: PeftLora) -> dict[str, int]:
     }
 
 
+def rank_problem(cfg: TrainConfig, rank: int, name: str) -> FieldProblem:
+    """The refusal of a run whose lora_rank is not the rank of every layer of its init file (a
+    header stating another rank than its weights': the run would load its model, then fail on
+    the first layer's shape)."""
+    return FieldProblem(
+        FIELD,
+        f"{name}'s layers are of rank {rank} but the run's lora_rank is {cfg.lora_rank} (set, or taken "
+        f"from the file's header, which states another rank than its weights): set lora_rank = {rank}",
+    )
+
+
 def init_problems(
     cfg: TrainConfig, settings: Settings, targets: tuple[str, ...], explicit: set[str]
 ) -> tuple[TrainConfig, InitSource | None, list[FieldProblem]]:
@@ -172,6 +183,8 @@ def init_problems(
     problems = layer_problems(cfg, lora, path.name, targets)
     problems += text_encoder_problems(cfg, text_encoders, path.name)
     pattern = file_rank_pattern(lora)
+    if lora.tensors and not pattern and cfg.lora_rank != lora.rank:  # the header's rank is not its layers'
+        problems.append(rank_problem(cfg, lora.rank, path.name))
     if (
         "rank_pattern" in explicit and cfg.rank_pattern and cfg.rank_pattern != pattern
     ):  # "train again" sends the file's
@@ -262,10 +275,12 @@ def load_init_text_encoders(text_encoders: Any, source: InitSource, cfg: TrainCo
     """Put the file's text-encoder layers into the run's text-encoder LoRA (`text_encoders`, a
     training.text_encoders.TextEncoderLora), each at the run's alpha / rank (B' = B_folded * r /
     alpha). Returns the warning about its layers the file lacks (they start fresh), None when
-    there are none. Raises ModelSourceError for a layer of no adapter or of another shape."""
+    there are none. Raises ModelSourceError for a layer of no adapter or of another shape, or a
+    file that changed since the preflight hashed it."""
     from lorastudio.lora.text_encoders import file_module
 
     _, folded = read_init_lora(source.path, cfg.family)
+    _unchanged(source)  # the bytes the preflight hashed (the denoiser's load checks them again)
     scale = float(cfg.lora_alpha) / int(cfg.lora_rank)
     params = {}  # the files' "<encoder>.text_model.<module>.lora_A.weight" -> the run's parameter
     for name, param in text_encoders.named_parameters().items():  # "<encoder>.<module>.lora_A.default.weight"
@@ -305,6 +320,12 @@ class InitLoad:
         )
 
 
+def _unchanged(source: InitSource) -> None:
+    """Raise ModelSourceError when the file's bytes are no longer those the preflight hashed."""
+    if file_sha256(source.path) != source.sha256:
+        raise ModelSourceError(f"init_lora {source.path} changed since the run's preflight read it")
+
+
 @torch.no_grad()
 def load_init_lora(denoiser: Any, source: InitSource, family: str, adapter: str = "lora") -> InitLoad:
     """Put the file `source` into `denoiser`'s freshly added adapter ("default") of kind `adapter`
@@ -315,16 +336,17 @@ def load_init_lora(denoiser: Any, source: InitSource, family: str, adapter: str 
     from lorastudio.lora.convert import peft_modules
     from lorastudio.training.lora import module_scales
 
-    if file_sha256(source.path) != source.sha256:
-        raise ModelSourceError(f"init_lora {source.path} changed since the run's preflight read it")
+    _unchanged(source)
     if adapter in LYCORIS:
         from lorastudio import families
         from lorastudio.training.init_lycoris import load_init_lycoris
 
         count, fresh = load_init_lycoris(denoiser, source.path, families.get(family).spec.pipeline_class)
+        _unchanged(source)  # not replaced while it was read
         return InitLoad(count, fresh)
     lora, _ = read_init_lora(source.path, family)
     magnitudes = dora_magnitudes(source.path, family) if adapter == "dora" else {}
+    _unchanged(source)  # not replaced between the check above and the reads (they open it again)
     file_scale = lora.alpha / lora.rank
     scales = module_scales(denoiser)  # {module: (rank, alpha)} as peft resolved them
     layers = dict(denoiser.named_modules())

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError, ModelSourceError, NotFound
-from lorastudio.user_paths import expand_user, is_file, missing_file
+from lorastudio.user_paths import expand_user, is_file, missing_file, resolved
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -74,6 +74,8 @@ def is_name(value: str) -> bool:
 
 def form_problems(value: str) -> list[FieldProblem]:
     """The form of an init_lora value (config_rules): a .safetensors path or a LoRA's name."""
+    if "\x00" in value:  # no file has one in its name (os.stat raises ValueError for it)
+        return [FieldProblem(FIELD, "must not contain a NUL character")]
     if is_name(value):
         return []
     if not value.endswith(".safetensors"):
@@ -96,8 +98,8 @@ def init_lora_path(value: str, settings: Settings) -> Path:
 
         return lora_file(settings, value)
     root = settings.outputs_dir.resolve()
-    path = (root / value).resolve()
-    if not path.is_relative_to(root):
+    path = resolved(root / value)  # None: a NUL byte, a link loop (the config's rules refuse the first)
+    if path is None or not path.is_relative_to(root):
         raise NotFound(f"{value} is not a file under {settings.outputs_dir}")
     if not is_file(path):
         raise NotFound(missing_file(path, "LoRA file"))
@@ -142,6 +144,12 @@ def _number(text: str | None) -> float | None:
     return value if 0 < value < float("inf") else None
 
 
+def _whole(text: str | None) -> int | None:
+    """A rank a header string states: a whole number >= 1, else None ("0.5" is no rank, never 0)."""
+    value = _number(text)
+    return int(value) if value is not None and value >= 1 and value.is_integer() else None
+
+
 def _packed_alpha(metadata: dict[str, str]) -> float | None:
     """The lora_alpha of diffusers' adapter config in a header, None without one."""
     from lorastudio import json_read
@@ -174,8 +182,8 @@ def read_init_file(path: Path, family: str) -> InitFile:
     if not ranks:
         lyco = [int(i.shape[0]) for k, i in header.tensors.items() if k.endswith(("_w1_a", "_w2_a", "_w2_b"))]
         ranks = {"(all)": min(lyco)} if lyco else {}
-    stated = _number(header.metadata.get("lorastudio.rank")) or _number(header.metadata.get("ss_network_dim"))
-    rank = int(stated) if stated else Counter(ranks.values()).most_common(1)[0][0] if ranks else 0
+    stated = _whole(header.metadata.get("lorastudio.rank")) or _whole(header.metadata.get("ss_network_dim"))
+    rank = stated if stated else Counter(ranks.values()).most_common(1)[0][0] if ranks else 0
     alpha_keys = [k for k in keys if k.endswith(".alpha") and k.removesuffix(".alpha") in ranks]
     alpha = _number(header.metadata.get("lorastudio.alpha"))  # a file of ours: the run's alpha
     if alpha is None and alpha_keys:  # each layer's alpha / its rank: one scale, the file's alpha
@@ -296,8 +304,6 @@ def in_run_folder(path: Path, output_name: str, settings: Settings) -> FieldProb
     """The refusal of an init file inside the run's own output folder (outputs/<output_name>/):
     a fresh run's folder must not exist, and `train --overwrite` removes it, file and all, before
     the run starts (cli/train_check.check_run asks this for the name it replaces). None elsewhere."""
-    from lorastudio.user_paths import resolved
-
     folder, found = resolved(settings.outputs_dir / output_name), resolved(path)
     if folder is None or found is None or not found.is_relative_to(folder):
         return None

@@ -142,3 +142,18 @@ def test_a_rounds_fixed_part_is_read_on_the_cpu_clock_too(tmp_path: Path) -> Non
     assert clocked["phases"]["sample_rounds"] == 1.0
     unsampled = _record(tmp_path / "base", wall=3.0, cpu=1.0)
     assert "sample_fixed_s" not in cpu_clocked([unsampled], "cpu")[0]
+
+
+def test_a_burst_ends_when_the_thread_cpu_clock_does_not_move() -> None:
+    """A thread CPU clock stuck at 0 (a sandbox's) spun the preflight's burst for ever: it now ends
+    after BURST_WALL_MAX_S of wall time, and the share is 1 (nothing measured)."""
+    wall = iter(float(i) / 10 for i in range(10_000))  # 0.1 s a read
+    reads = iter(range(1_000))  # the old loop read the stuck clock until this runs out
+
+    def stuck() -> float:
+        next(reads)
+        return 0.0
+
+    meter = HostShare(clocks=(lambda: next(wall), stuck))
+    assert meter.share() == 1.0
+    assert meter.bursts == BURSTS

@@ -84,7 +84,7 @@ def test_a_missing_file_or_name_is_refused_naming_it(make_config, tmp_path):
     assert "not found" in inside["init_lora"] and str(get_settings().outputs_dir) in inside["init_lora"]
 
 
-@pytest.mark.parametrize("value", ["runs/weights.bin", "../elsewhere.safetensors"])
+@pytest.mark.parametrize("value", ["runs/weights.bin", "../elsewhere.safetensors", "x\x00/y.safetensors"])
 def test_the_form_is_refused_when_the_config_is_read(make_config, value):
     with pytest.raises(ConfigError) as err:
         parse_train_config(make_config(init_lora=value).model_dump(exclude_unset=True))
@@ -204,3 +204,41 @@ def test_train_check_names_the_layers_the_targets_miss(make_config, tmp_path):
         check_run(raw, get_settings(), overwrite=False, device="cpu")
     (problem,) = [p for p in err.value.problems if p.field == "init_lora"]
     assert "transformer_blocks.0.attn.to_k" in problem.message
+
+
+@pytest.mark.parametrize(("stated", "run_rank"), [("8", 8), ("2", 2), ("0.5", None)])
+def test_a_header_rank_not_its_layers_is_refused_before_any_model(make_config, tmp_path, stated, run_rank):
+    """A header stating another rank than its weights' (rank 4) was taken as the run's rank and
+    passed every check: the run loaded its model, then failed on the first layer's shape. A stated
+    rank that is no whole number ("0.5", once int()'d to 0: "not told") is none: the weights' is taken."""
+    from lorastudio.training.init_lora import preflight_init
+
+    path = _lora(tmp_path / "m.safetensors", rank=4, header={"lorastudio.rank": stated})
+    given = make_config(init_lora=str(path), lora_rank=None, lora_targets=["to_q", "to_k"])
+    cfg, _, problems = preflight_init(given, resolve_train_config(given), get_settings(), ("to_q", "to_k"))
+    if run_rank is None:
+        assert (cfg.lora_rank, problems) == (4, [])
+    else:
+        assert cfg.lora_rank == run_rank
+        assert [p.field for p in problems] == ["init_lora"]
+        assert "layers are of rank 4 but the run's lora_rank is" in problems[0].message
+
+
+def test_a_file_replaced_between_the_check_and_the_read_is_refused(tmp_path, monkeypatch):
+    """load_init_lora compared the file's sha256 with the preflight's, then opened it again to
+    read it: a file replaced in between was loaded, recorded under the old file's sha256."""
+    from lorastudio.errors import ModelSourceError
+    from lorastudio.training import init_lora
+    from lorastudio.training.init_lora_rules import file_sha256
+
+    path = _lora(tmp_path / "m.safetensors", rank=4)
+    source = init_lora.InitSource(path, file_sha256(path))
+    read = init_lora.read_init_lora
+
+    def replaced_first(p: Path, family: str):
+        _lora(tmp_path / "other.safetensors", rank=8).replace(path)  # after the check, before the read
+        return read(p, family)
+
+    monkeypatch.setattr(init_lora, "read_init_lora", replaced_first)
+    with pytest.raises(ModelSourceError, match="changed since the run's preflight read it"):
+        init_lora.load_init_lora(torch.nn.Linear(2, 2), source, "flux")
