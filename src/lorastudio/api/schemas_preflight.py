@@ -307,7 +307,8 @@ class PreflightOut(_Out):
     precision: PrecisionPlan
     plan: PreflightPlan
     conditioning: PreflightConditioning | None = Field(
-        default=None, description="how captions become conditioning (jobs/preflight_family.conditioning_section)"
+        default=None,
+        description="how captions become conditioning (jobs/preflight_family.conditioning_section)",
     )
     memory: MemoryEstimate
     latent_cache: LatentCacheOut | None = None
