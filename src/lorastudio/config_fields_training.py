@@ -15,6 +15,21 @@ AdapterName = Literal["lora", "dora", "loha", "lokr"]
 OptimizerName = Literal["adamw", "adamw8bit", "lion8bit", "prodigy", "adafactor"]
 
 
+# Settings newer than a version a user may roll back to (session 35's start, 45437a2e), left out
+# of every dump of a config while null (`exclude_if`): the run store's records, a checkpoint's
+# config and identity, the sidecars, the config download. That version's TrainConfig forbids
+# keys it does not know, so one written as null ("init_lora": null) made it refuse every resume
+# and every config file this version wrote, of runs that never used the setting (RELIABILITY
+# 1330). A config without the key reads back the same here (null is the default), and a
+# checkpoint's identity without it resumes (training/identity.py). The API's answers keep the key
+# (api/schemas_runs.TrainConfigOut).
+LEFT_OUT_WHEN_NULL: tuple[str, ...] = ("init_lora",)
+
+
+def _null(value: object) -> bool:
+    return value is None
+
+
 class TrainingFields(StrictFields):
     """The schedule, the adapter and its ranks, the optimizer and its options, EMA, SDXL text-encoder LoRA."""
 
@@ -97,6 +112,7 @@ class TrainingFields(StrictFields):
     )
     init_lora: str | None = Field(
         default=None,
+        exclude_if=_null,  # LEFT_OUT_WHEN_NULL
         min_length=1,
         max_length=4096,
         description="start from this LoRA's weights instead of a fresh adapter: a .safetensors file "

@@ -31,6 +31,15 @@ class TrainConfigOut(TrainConfig):
         extra="ignore", title="TrainConfigOut", json_schema_serialization_defaults_required=True
     )
 
+    # kept in the answer while null, as every other setting (TrainConfig leaves it out of what it
+    # writes: config_fields_training.LEFT_OUT_WHEN_NULL)
+    init_lora: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description=TrainConfig.model_fields["init_lora"].description,
+    )
+
 
 # What a job's `phase` holds: the last load/preparing event (the engine's own event models).
 PhaseOut = Annotated[ModelLoadStarted | ModelLoadCompleted | Preparing, Field(discriminator="type")]

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import json_read
+from lorastudio.config_fields_training import LEFT_OUT_WHEN_NULL
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.identity_base import (
     BASE_KEYS,
@@ -258,6 +259,8 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
         was, now = saved.get(key, "<absent>"), current.get(key, "<absent>")
         if key not in saved and (key in _DERIVED_SINCE or _is_schema_default(key, now)):
             continue  # a setting newer than the checkpoint, left at its default: the maths the run had
+        if key not in current and key in LEFT_OUT_WHEN_NULL and was is None:
+            continue  # written as null before it was left out (config_fields_training.py)
         if key in skipped:
             continue  # dataset_files: what dataset_fingerprint's problem says; latents, base: above
         if key == "dataset_fingerprint" and was != now and files:
