@@ -21,6 +21,8 @@ from lorastudio.jobs.standby import spawn_fingerprint
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
 
+pytestmark = pytest.mark.spawned_workers  # the standby is the product's own preloaded worker
+
 FINAL = {"completed", "stopped", "cancelled", "failed", "interrupted"}
 
 
