@@ -29,7 +29,7 @@ What it does not get, and when a real spawn is used instead (`fits`): a worker f
 zygote ran the zygote's imports under the zygote's environment, and its /proc/PID/environ and
 cmdline are the zygote's. So the zygote is used only while the environment differs from the
 test process's start (START_ENV, the zygote's) in LORASTUDIO_* variables (read when used: no module of src reads one at import;
-the secrets among them excepted), PYTEST_CURRENT_TEST and the standby's APPLIED_AT_HAND; any other
+the secrets among them excepted) and APPLIED_WHEN_USED (pytest's, the compile caches'); any other
 difference (HF_HOME, a TORCH* or CUDA_* setting, a secret whose absence from the worker's
 environment a test checks) gets a spawned worker. A test whose subject is the spawned process
 itself (its imports, environ, cmdline, the standby's own preload) is marked
@@ -69,8 +69,19 @@ PR_SET_CHILD_SUBREAPER = 36
 SIGNED = struct.Struct("q")
 MAX_FDS = 256
 ANSWER_S = 600.0  # its first answer waits for its imports (minutes on a loaded 2-core host)
-# environment variables that may differ between the zygote's start and a worker's request
-APPLIED_WHEN_USED = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"})
+# Environment variables besides LORASTUDIO_* that may differ between the zygote's start and a
+# worker's request: pytest's, and the compile caches' folders that the engine sets in a process
+# that trained (the in-process tests': training/compile.keep_compile_cache, attention_fa4.
+# keep_fa4_cache), read at a compile, not at import (the standby's APPLIED_AT_HAND names the
+# first; the zygote imports no flash-attn).
+APPLIED_WHEN_USED = frozenset(
+    {
+        "PYTEST_CURRENT_TEST",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED",
+        "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR",
+    }
+)
 # The test process's environment as this module is imported (by tests/conftest.py, before any
 # test changed it): the zygote's, and what a request's is compared with.
 START_ENV = dict(os.environ)
@@ -217,6 +228,7 @@ class ZygoteProcess(SpawnProcess):
 
     @staticmethod
     def _Popen(process_obj):
+        _note(process_obj)
         if ZYGOTE.fits(os.environ):
             try:
                 return ZygotePopen(process_obj)
@@ -224,6 +236,18 @@ class ZygoteProcess(SpawnProcess):
                 ZYGOTE.failed = str(err)
                 print(f"[zygote] workers are spawned from now on: {err}", file=sys.stderr)
         return SpawnProcess._Popen(process_obj)
+
+
+def _note(process_obj) -> None:
+    """With LORASTUDIO_ZYGOTE_LOG=FILE: a line per worker start (the test, the target, forked or
+    spawned, the variables that made it spawned), to find what keeps a test off the zygote."""
+    log = os.environ.get("LORASTUDIO_ZYGOTE_LOG")
+    if log:
+        names = sorted(_differences(START_ENV, os.environ))
+        fits = ZYGOTE.fits(os.environ)
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"{os.environ.get('PYTEST_CURRENT_TEST')}\t{process_obj._target.__name__}\t")
+            out.write(f"{'forked' if fits else 'spawned'}\t{ZYGOTE.failed or ''}\t{' '.join(names)}\n")
 
 
 class ZygoteContext(SpawnContext):
