@@ -19,6 +19,11 @@
 - a server route that reaches the GPU facts without awaiting them first (api/host_wait.HOST_KNOWN)
   fails (hardware.STRICT_PROBE_WAITS): on this CPU host the answer is always known, so only the
   strict check shows the route that would hold a request thread on a GPU host;
+- the job service's workers (training, standby, generation, caption) that a test starts in this
+  process are forked from a zygote that has imported what a standby worker imports
+  (tests/zygote.py: still children of this process, with its environment now; a real spawn where
+  the environment differs in what the imports read), unless the test is marked
+  `spawned_workers` (`_preloaded_workers`, autouse);
 - under `--dist loadfile` (scripts/test.sh) the files of one session-wide launch are one xdist
   unit (`pytest_xdist_make_scheduler`): each worker that ran one of them ran the whole launch.
 
@@ -49,6 +54,7 @@ import endless_streams  # noqa: E402
 
 endless_streams.guard()  # an event stream read through TestClient fails at once (RELIABILITY 1281)
 
+import zygote  # noqa: E402  (its START_ENV: the environment above, before any test changes it)
 
 # Test files that read one session-scoped process launch, by the start of their path: one xdist
 # unit each, so a single worker runs them and their launch. The two gloo ranks of
@@ -71,6 +77,30 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
             return next((unit for unit in ONE_UNIT if scope.startswith(unit)), scope)
 
     return OneUnitLoadFile(config, log)  # type: ignore[arg-type]
+
+
+class _ZygoteMultiprocessing:
+    """lorastudio.processes's `mp` in this process: its spawn context is tests/zygote.py's."""
+
+    def get_context(self, method: str | None = None) -> object:
+        import multiprocessing
+
+        return zygote.ZygoteContext() if method == "spawn" else multiprocessing.get_context(method)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The zygote ended and reaped here: its CPU counts in this process's children (the time
+    of a run, tests/cpu_costs.py's sums do not see it: it is no test's)."""
+    zygote.ZYGOTE.stop()
+
+
+@pytest.fixture(autouse=True)
+def _preloaded_workers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers forked from the zygote (module docstring), but in a test marked spawned_workers."""
+    if request.node.get_closest_marker("spawned_workers") is None:
+        from lorastudio import processes
+
+        monkeypatch.setattr(processes, "mp", _ZygoteMultiprocessing())
 
 
 @pytest.fixture(autouse=True)

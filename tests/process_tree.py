@@ -6,7 +6,10 @@ from pathlib import Path
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process under `pid` (children of each of its threads, recursively)."""
+    """Every process under `pid` (children of each of its threads, recursively), but the test
+    process's zygote (tests/zygote.py: no process of the test's, it outlives every test)."""
+    from zygote import ZYGOTE
+
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
@@ -14,5 +17,7 @@ def descendants(pid: int) -> list[int]:
         except OSError:
             continue
         for child in children:
+            if child == ZYGOTE.pid:
+                continue
             found += [child, *descendants(child)]
     return found

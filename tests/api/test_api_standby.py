@@ -16,6 +16,8 @@ from tests.polling import until
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 
+pytestmark = pytest.mark.spawned_workers  # the standby is the product's own preloaded worker
+
 
 @pytest.fixture
 def standby_server(settings: Settings) -> Iterator[LiveServer]:

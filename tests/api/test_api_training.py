@@ -13,6 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 from api_helpers import FINAL, LiveServer, read_events, upload_folder, wait_idle, wait_status
 from PIL import Image
 from pydantic import TypeAdapter
@@ -33,6 +34,7 @@ FULL_JOB = {
 }
 
 
+@pytest.mark.spawned_workers  # the forecast's process_start measured from a worker that imported torch
 def test_full_job_start_events_complete_listed_and_generate(
     server: LiveServer, sample_dataset: Path, flux_config: Callable[..., dict]
 ) -> None:

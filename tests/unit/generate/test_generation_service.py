@@ -54,6 +54,7 @@ def test_a_request_is_checked_before_any_work(studio_home: Path, tiny_model: Cal
         service.shutdown()
 
 
+@pytest.mark.spawned_workers  # its death signal follows the spawning thread (a zygote's: the main one)
 def test_the_worker_outlives_the_request_thread(studio_home: Path, tiny_model: Callable[[str], Path]) -> None:
     settings = Settings(home=studio_home).ensure_dirs()
     arbiter = GpuArbiter()

@@ -21,6 +21,8 @@ from lorastudio.jobs.standby import spawn_fingerprint
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
 
+pytestmark = pytest.mark.spawned_workers  # the standby is the product's own preloaded worker
+
 FINAL = {"completed", "stopped", "cancelled", "failed", "interrupted"}
 
 
@@ -142,7 +144,10 @@ def test_a_changed_environment_gets_a_fresh_process(
 
 
 def _children() -> list[int]:
-    """This process's child pids (Linux /proc), multiprocessing's resource tracker aside."""
+    """This process's child pids (Linux /proc), multiprocessing's resource tracker and the
+    zygote of the other tests' workers (tests/zygote.py) aside."""
+    from zygote import ZYGOTE
+
     me = os.getpid()
     found = []
     for entry in Path("/proc").iterdir():
@@ -151,7 +156,7 @@ def _children() -> list[int]:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) != me:
+            if int(stat.rsplit(")", 1)[1].split()[1]) != me or int(entry.name) == ZYGOTE.pid:
                 continue
             if b"resource_tracker" not in (entry / "cmdline").read_bytes():  # multiprocessing's own
                 found.append(int(entry.name))
