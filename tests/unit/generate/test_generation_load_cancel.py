@@ -118,12 +118,15 @@ def test_a_cancelled_load_in_the_worker_answers_within_one_component_and_the_nex
             with pytest.raises(GenerationCancelled, match="while its pipeline loaded"):
                 pending.result(60)
             answered = time.monotonic() - t0
+            at_answer = len(_lines(loads))  # components begun when the cancel was answered
         time.sleep(2 * LOAD_PAUSE_S)  # a load still going would name more components
         began = len(_lines(loads))
         # the component loading at the cancel ends, no other begins (one more: the cancel landed
         # between a boundary's check and its component's start)
         assert began <= at_cancel + 1 < FLUX_COMPONENTS, (at_cancel, _lines(loads))
-        assert answered < LOAD_PAUSE_S + 1.5, answered  # was: the whole load (7 x 0.5 s)
+        # answered within one component, counted, not timed (a loaded host stretches seconds):
+        # the old code answered after the whole load, every component begun
+        assert at_answer <= at_cancel + 1 < FLUX_COMPONENTS, (at_cancel, at_answer, answered)
         assert service.loaded is None and service.worker_pid == pid  # nothing resident, worker on
         assert [p.name for p in (settings.home / "gallery").iterdir()] == []
 
