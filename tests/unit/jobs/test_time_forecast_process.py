@@ -23,6 +23,10 @@ from lorastudio.jobs.validation import validate_run
 from lorastudio.settings import Settings
 from lorastudio.timings import process_started_at, read_records
 
+# the forecast against the wall-clock record it came from (conftest.wall_clock; a one-thread CPU
+# record is otherwise forecast from its CPU-clock phases over the share of a core measured now)
+pytestmark = pytest.mark.usefixtures("wall_clock")
+
 CPU = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
 
 
