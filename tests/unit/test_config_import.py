@@ -358,3 +358,30 @@ def test_kohya_ss_gui_preset_with_a_windows_base(tmp_path: Path, capsys: pytest.
     assert by_peer["huggingface_repo_id"].note.startswith("not needed here: unset in the file")
     assert data["timestep_sampling"] == "uniform"  # kohya's "sigma" with its default weighting_scheme
     _every_leaf_reported(json.loads(path.read_text(encoding="utf-8")), result.lines)
+
+
+def test_kohya_network_weights_become_init_lora(tmp_path: Path) -> None:
+    """kohya's network_weights (train on from a LoRA) is carried as init_lora, a relative path
+    taken against the file's folder (before init_lora: "a run starts from a fresh adapter"); a
+    file not on this machine is carried as the image folders are, for the run's check to name."""
+    from tests.hostile_loras import flux_lora_bytes
+
+    (tmp_path / "prev.safetensors").write_bytes(flux_lora_bytes(rank=2))
+    args = {
+        "pretrained_model_name_or_path": "black-forest-labs/FLUX.1-dev", "network_module": "networks.lora_flux",
+        "train_data_dir": "img", "network_weights": "prev.safetensors", "dim_from_weights": True,
+    }  # fmt: skip
+    path = tmp_path / "kohya.json"
+    path.write_text(json.dumps(args))
+    result = import_config(path, toml=False)
+    data = _strict(result.text, tmp_path, ".json")
+    by_peer = {line.peer: line for line in result.lines}
+    assert data["init_lora"] == str(tmp_path / "prev.safetensors")
+    assert (
+        by_peer["network_weights"].outcome == "changed" and "relative path" in by_peer["network_weights"].note
+    )
+    assert by_peer["dim_from_weights"].note.startswith("not needed here")
+
+    path.write_text(json.dumps({**args, "network_weights": "/elsewhere/gone.safetensors"}))
+    data = _strict(import_config(path, toml=False).text, tmp_path, ".json")
+    assert data["init_lora"] == "/elsewhere/gone.safetensors"

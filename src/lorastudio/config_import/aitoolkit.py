@@ -133,7 +133,7 @@ def _model(draft: Draft, peer: str, model: dict[str, Any], family: str | None) -
         "qtype_te": f"{NOT_SUPPORTED}: text encoders run once, in phase 1, then leave the GPU",
         "low_vram": f"{NOT_NEEDED}: memory_budget_gb plans memory",
         "model_kwargs": f"{NOT_SUPPORTED}: ai-toolkit's model options",
-        "lora_path": f"{NOT_SUPPORTED}: a run starts from a fresh adapter",
+        "lora_path": f"{NOT_SUPPORTED}: a LoRA fused into the base: merge it first (`lorastudio lora merge`)",
     }
     drop_all(draft, f"{peer}.", model, reasons)
 

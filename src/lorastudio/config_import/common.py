@@ -75,6 +75,15 @@ def base_model(draft: Draft, peer: str, value: Any, how: str = "") -> None:
         draft.set(peer, "base_model", found[0], "; ".join(h for h in (how, found[1]) if h))
 
 
+def init_lora(draft: Draft, peer: str, value: Any) -> None:
+    """The peer's LoRA to train on from (kohya's network_weights) as our init_lora: a path as
+    `folder` makes it (relative: against the peer file's folder). The strict check that follows
+    reads the file (family, adapter, rank): one it cannot read is reported as not carried."""
+    found = folder(draft, peer, value)
+    if found is not None:
+        draft.set(peer, "init_lora", found[0], found[1])
+
+
 def side_path(draft: Draft, peer: str, value: Any) -> Path | None:
     """The file `value` names inside the peer's file (kohya's dataset_config, SimpleTuner's
     data_backend_config, OneTrainer's concept_file_name, a prompt file): absolute as written,

@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from lorastudio.config_import import kohya_data, values
-from lorastudio.config_import.common import base_model, carry, optimizer_args, parse_args
+from lorastudio.config_import.common import base_model, carry, init_lora, optimizer_args, parse_args
 from lorastudio.config_import.kohya_objective import objective, take, truthy
 from lorastudio.config_import.kohya_tables import (
+    INIT_LORA,
     NEEDLESS,
     SIMPLE,
     UNSUPPORTED,
@@ -64,6 +65,8 @@ def build(draft: Draft, data: dict[str, Any], family: str | None) -> None:
     for name, (peer, value) in args.items():
         if name in ZERO_OFF and values.is_off(value):
             draft.drop(peer, f"{NOT_NEEDED}: 0 is unset")
+        elif name in INIT_LORA:
+            init_lora(draft, peer, value)
         elif name in SIMPLE and name not in _DONE:
             ours, conv = SIMPLE[name]
             carry(draft, peer, value, ours, conv)

@@ -41,7 +41,10 @@ SIMPLE = {  # kohya argument -> our setting, converter
     "save_last_n_steps_state": ("keep_last", values.integer),
 }
 
+INIT_LORA = ("network_weights", "lora_network_weights")  # the LoRA a run trains on from (init_lora)
+
 NEEDLESS = {  # kohya argument -> why lorastudio needs no setting for it
+    "dim_from_weights": "with init_lora, a lora_rank left blank takes the file's rank",
     "output_dir": "each run is written under the studio home's outputs/<output_name>",
     "logging_dir": "trackers write under the run's folder",
     "log_prefix": "trackers name the run by its output_name",
@@ -95,8 +98,6 @@ UNSUPPORTED = {  # kohya argument -> what lorastudio lacks
     "debiased_estimation_loss": "min-SNR weighting (snr_gamma) only",
     "scale_weight_norms": "no max-norm regularisation",
     "zero_terminal_snr": "the base's own noise schedule",
-    "network_weights": "a run starts from a fresh adapter",
-    "dim_from_weights": "a run starts from a fresh adapter",
     "base_weights": "merge LoRAs into the base before training",
     "save_every_n_epochs": "saves are counted in optimizer steps (save_lora_every)",
     "save_last_n_epochs": "keep_loras counts snapshots",
@@ -163,7 +164,6 @@ NEEDLESS |= {
 }  # fmt: skip
 UNSUPPORTED |= {
     "additional_parameters": "extra command-line arguments are not read: check them by hand",
-    "lora_network_weights": "a run starts from a fresh adapter",
     "stop_text_encoder_training": "the text encoders train to the end (train_text_encoder)",
     "block_alphas": "per-block ranks: rank_pattern / alpha_pattern name modules",
     "block_dims": "per-block ranks: rank_pattern / alpha_pattern name modules",
