@@ -13,6 +13,7 @@ from lorastudio.cli.peer_configs import peer_config_problem
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.json_keys import DuplicateKeys, loads_unique
 from lorastudio.user_paths import expand_user, missing_file
+from lorastudio.utf8_text import utf8_text
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
@@ -51,16 +52,11 @@ def load_config_file(path: Path) -> dict[str, Any]:
 
 def _read_text(path: Path) -> str:
     """The file's text without a leading UTF-8 byte-order mark. Raises ValueError naming the line
-    and column of the first byte that is not UTF-8, OSError."""
-    raw = path.read_bytes()
+    and column of the first byte that is not UTF-8 (utf8_text), OSError."""
     try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
-        raise ValueError(
-            f"not UTF-8 text: byte 0x{raw[err.start]:02x} at line {line}, column {column} (save it as UTF-8)"
-        ) from None
+        return utf8_text(path.read_bytes())
+    except ValueError as err:
+        raise ValueError(f"{err} (save it as UTF-8)") from None
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

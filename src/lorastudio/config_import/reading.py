@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.utf8_text import utf8_text
 
 MAX_BYTES = 4 * 1024 * 1024  # the largest peer config read; theirs are a few kB
 MAX_NODES = 100_000  # YAML nodes once every alias is expanded
@@ -61,14 +62,9 @@ def read_bytes(path: Path, where: str) -> bytes:
 def _text(raw: bytes, path: Path, where: str) -> str:
     """`raw` as text (a UTF-8 byte-order mark skipped). Raises ConfigError naming the first byte that is not UTF-8."""
     try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
-        raise _refuse(
-            where,
-            f"{path.name} is not UTF-8 text: byte 0x{raw[err.start]:02x} at line {line}, column {column}",
-        ) from None
+        return utf8_text(raw)
+    except ValueError as err:
+        raise _refuse(where, f"{path.name} is {err}") from None
 
 
 def read_document(path: Path, where: str = "config") -> Any:
