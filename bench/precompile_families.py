@@ -57,7 +57,9 @@ def prepare(root: Path, family: str) -> None:
                     ImageOps.invert(image.convert("RGB")).save(data / "control" / img.name)
 
 
-def run_config(root: Path, family: str, tag: str, steps: int, compile_mode: str) -> dict[str, Any]:
+def run_config(
+    root: Path, family: str, tag: str, steps: int, compile_mode: str, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     from lorastudio import families
 
     spec = families.get(family).spec
@@ -80,6 +82,7 @@ def run_config(root: Path, family: str, tag: str, steps: int, compile_mode: str)
         raw["max_sequence_length"] = 16
     if spec.control_sizing is not None and (data / "control").is_dir():
         raw["control_resolution"] = "target"
+    raw.update(extra or {})
     return raw
 
 
@@ -95,7 +98,9 @@ class _Notes(logging.Handler):
             self.lines.append(record.getMessage()[:400])
 
 
-def child(root: Path, family: str, tag: str, steps: int, compile_mode: str, device: str) -> dict[str, Any]:
+def child(
+    root: Path, family: str, tag: str, steps: int, compile_mode: str, device: str, extra: dict[str, Any]
+) -> dict[str, Any]:
     """One run in this process (a fresh one per run: the saved graphs load across processes)."""
     import shutil
 
@@ -117,7 +122,7 @@ def child(root: Path, family: str, tag: str, steps: int, compile_mode: str, devi
             if not first:
                 first.append(time.monotonic() - t0)
 
-    config = TrainConfig.model_validate(run_config(root, family, tag, steps, compile_mode))
+    config = TrainConfig.model_validate(run_config(root, family, tag, steps, compile_mode, extra))
     loop.train(config, sink, device=device)
     saved = sys.modules.get("lorastudio.training.precompile")
     counters = dict(saved.COUNTERS) if saved is not None else {}
@@ -129,13 +134,10 @@ def child(root: Path, family: str, tag: str, steps: int, compile_mode: str, devi
     }
 
 
-def run_family(root: Path, family: str, steps: int, timeout_s: float, device: str) -> dict[str, Any]:
+def run_family(
+    root: Path, family: str, steps: int, timeout_s: float, device: str, sets: list[str]
+) -> dict[str, Any]:
     result: dict[str, Any] = {"family": family, "runs": {}}
-    try:
-        prepare(root, family)
-    except Exception as exc:  # noqa: BLE001 - a bench reports every family's failure and goes on
-        result["error"] = f"prepare: {type(exc).__name__}: {exc}"
-        return result
     _, _, home = _folders(root, family)
     for tag, flag, compile_mode in RUNS:
         env = {**os.environ, "LORASTUDIO_HOME": str(home), "LORASTUDIO_PRECOMPILE": flag}
@@ -189,6 +191,18 @@ def verdict(result: dict[str, Any], tol: float, eager_tol: float) -> list[str]:
     return wrong
 
 
+def _sets(items: list[str]) -> dict[str, Any]:
+    """--set KEY=VALUE items as config entries (VALUE parsed as JSON when it parses)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.precompile_families", description=__doc__.split("\n")[0]
@@ -204,20 +218,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tag", default="off")
     p.add_argument("--compile", default="on")
     p.add_argument("--device", default="cuda", help="cuda (the measure) or cpu (the plumbing)")
+    p.add_argument("--set", action="append", default=[], help="KEY=VALUE (JSON when it parses) for every run")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     if args.what == "child":
-        row = child(args.root.resolve(), args.families, args.tag, args.steps, args.compile, args.device)
+        row = child(
+            args.root.resolve(),
+            args.families,
+            args.tag,
+            args.steps,
+            args.compile,
+            args.device,
+            _sets(args.set),
+        )
         print(json.dumps(row), flush=True)
         return 0
     from lorastudio import families
 
     names = args.families.split(",") if args.families else list(families.names())
     root = args.root.resolve()
+    prepared: dict[str, str] = {}  # family -> why it could not be prepared
+    for name in names:  # one at a time: diffusers' and transformers' lazy imports race in threads
+        try:
+            prepare(root, name)
+        except Exception as exc:  # noqa: BLE001 - a bench reports every family's failure and goes on
+            prepared[name] = f"prepare: {type(exc).__name__}: {exc}"
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         results = list(
-            pool.map(lambda f: run_family(root, f, args.steps, args.timeout_s, args.device), names)
+            pool.map(
+                lambda f: run_family(root, f, args.steps, args.timeout_s, args.device, args.set),
+                [name for name in names if name not in prepared],
+            )
         )
+    results += [{"family": name, "runs": {}, "error": why} for name, why in prepared.items()]
     failed = 0
     for result in results:
         wrong = verdict(result, args.tol, args.eager_tol)

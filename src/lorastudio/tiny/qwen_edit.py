@@ -18,7 +18,8 @@ MAX_VISION_PIXELS = 64 * 28 * 28  # at most 64 merged vision tokens per image (t
 
 def qwen_vl_processor() -> Any:
     """A Qwen2VLProcessor: the tiny Qwen tokenizer and Qwen2-VL's image processor (its PIL
-    implementation where torchvision is missing: families/qwen_vl_processor.py)."""
+    implementation where torchvision is missing: families/qwen_vl_processor.py), and where
+    torchvision is installed Qwen2-VL's video processor too (transformers requires it there)."""
     from transformers import Qwen2VLProcessor
     from transformers.utils import is_torchvision_available
 
@@ -33,7 +34,14 @@ def qwen_vl_processor() -> Any:
             Qwen2VLImageProcessorPil as ImageProcessor,
         )
     images = ImageProcessor(min_pixels=56 * 56, max_pixels=MAX_VISION_PIXELS)
-    return Qwen2VLProcessor(image_processor=images, tokenizer=toks.qwen_tokenizer())
+    if not is_torchvision_available():  # no video processor: allow_processor_without_torchvision
+        return Qwen2VLProcessor(image_processor=images, tokenizer=toks.qwen_tokenizer())
+    # With torchvision, transformers 5 refuses a Qwen2VLProcessor without its video processor
+    # (found on the GPU host: "Received a NoneType for argument video_processor"); never used here.
+    from transformers import Qwen2VLVideoProcessor
+
+    videos = Qwen2VLVideoProcessor(min_pixels=56 * 56, max_pixels=MAX_VISION_PIXELS)
+    return Qwen2VLProcessor(image_processor=images, tokenizer=toks.qwen_tokenizer(), video_processor=videos)
 
 
 def build_qwen_image_edit(seed: int, plus: bool = False, zero_cond_t: bool = False) -> DiffusionPipeline:
