@@ -199,3 +199,27 @@ def test_onetrainer_weight_and_train_dtypes(tmp_path: Path, weight, train, want,
     assert data.get("base_precision") == want
     if said is not None:
         assert any(said in line.note for line in result.lines if line.outcome == "not carried"), result.lines
+
+
+def test_simpletuner_side_files_of_its_documented_layout_are_found(tmp_path: Path) -> None:
+    """SimpleTuner reads data_backend_config and lycoris_config against its working folder, its
+    config in config/ ("config/lycoris_config.json": documentation/LYCORIS.md, the examples'
+    "config/examples/multidatabackend-....json"): before, the import was refused, the files
+    looked for in config/config/."""
+    root = tmp_path / "SimpleTuner"
+    (root / "config").mkdir(parents=True)
+    source = DATA / "simpletuner_lokr"
+    doc = json.loads((source / "config.json").read_text())
+    doc |= {
+        "data_backend_config": "config/multidatabackend.json",
+        "lycoris_config": "config/lycoris_config.json",
+    }
+    (root / "config" / "config.json").write_text(json.dumps(doc))
+    for name in ("multidatabackend.json", "lycoris_config.json"):
+        (root / "config" / name).write_text((source / name).read_text())
+    result = import_config(root / "config" / "config.json")
+    data = _strict(result.text, tmp_path)
+    assert data["adapter"] == "lokr" and data["datasets"] == [
+        {"path": "/data/datasets/my-subject", "repeats": 5}
+    ]
+    assert _lines(result)["lycoris_config"].value == str(root / "config" / "lycoris_config.json")
