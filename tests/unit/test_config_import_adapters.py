@@ -223,3 +223,24 @@ def test_simpletuner_side_files_of_its_documented_layout_are_found(tmp_path: Pat
         {"path": "/data/datasets/my-subject", "repeats": 5}
     ]
     assert _lines(result)["lycoris_config"].value == str(root / "config" / "lycoris_config.json")
+
+
+def test_onetrainer_side_files_of_its_working_folder_are_found(tmp_path: Path) -> None:
+    """OneTrainer's presets live in training_presets/ and name training_concepts/concepts.json and
+    training_samples/samples.json of its working folder (TrainConfig.py's defaults)."""
+    root = tmp_path / "OneTrainer"
+    for folder in ("training_presets", "training_concepts", "training_samples"):
+        (root / folder).mkdir(parents=True)
+    doc = json.loads((DATA / "onetrainer_flux" / "config.json").read_text())
+    concepts = doc.pop("concepts")
+    doc |= {
+        "concept_file_name": "training_concepts/concepts.json",
+        "sample_definition_file_name": "training_samples/samples.json",
+    }
+    (root / "training_presets" / "flux.json").write_text(json.dumps(doc))
+    (root / "training_concepts" / "concepts.json").write_text(json.dumps(concepts))
+    (root / "training_samples" / "samples.json").write_text(
+        (DATA / "onetrainer_flux" / "samples.json").read_text()
+    )
+    data = _strict(import_config(root / "training_presets" / "flux.json").text, tmp_path)
+    assert data["datasets"][0]["path"] == "/data/concepts/flux-subject" and len(data["sample_prompts"]) == 2

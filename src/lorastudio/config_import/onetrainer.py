@@ -13,7 +13,7 @@ from lorastudio.config_import.common import (
     drop_all,
     folder,
     optimizer_args,
-    side_path,
+    side_path_above,
     simple,
 )
 from lorastudio.config_import.onetrainer_samples import precision, samples
@@ -138,7 +138,7 @@ def _concepts(draft: Draft, data: dict[str, Any]) -> None:
     """concepts (inline, or concept_file_name's file) as [[datasets]] entries: path, repeats by REPEATS balancing, loss weight."""
     concepts, root = data.get("concepts"), "concepts"
     if concepts is None and isinstance(data.get("concept_file_name"), str):
-        path = side_path(draft, "concept_file_name", data["concept_file_name"])
+        path = side_path_above(draft, "concept_file_name", data["concept_file_name"])
         if path is None:
             return
         concepts = read_document(path, where=f"{draft.file.name}: concept_file_name")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from lorastudio.config_import import values
-from lorastudio.config_import.common import side_path
+from lorastudio.config_import.common import side_path_above
 from lorastudio.config_import.reading import read_document
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
 from lorastudio.config_import.samples import MOST_PROMPTS
@@ -55,7 +55,7 @@ def samples(draft: Draft, data: dict[str, Any]) -> None:
     if "samples" in data and listed is None:
         draft.drop("samples", f"{NOT_NEEDED}: null: the samples are sample_definition_file_name's")
     if listed is None and isinstance(data.get("sample_definition_file_name"), str):
-        path = side_path(draft, "sample_definition_file_name", data["sample_definition_file_name"])
+        path = side_path_above(draft, "sample_definition_file_name", data["sample_definition_file_name"])
         if path is None:
             return
         if not path.is_file():  # OneTrainer's default name, written only once samples are defined

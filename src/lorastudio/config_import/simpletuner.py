@@ -4,11 +4,10 @@ names -> lorastudio settings, main keys (no torch). Read from SimpleTuner's own 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from lorastudio.config_import import values
-from lorastudio.config_import.common import base_model, carry, drop_all, folder, side_path, simple
+from lorastudio.config_import.common import base_model, carry, drop_all, folder, side_path_above, simple
 from lorastudio.config_import.reading import read_document
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft, Line
 from lorastudio.config_import.simpletuner_lycoris import lycoris_settings, main_keys_taken
@@ -121,7 +120,7 @@ def _switches(draft: Draft, args: dict[str, Any], names: dict[str, str]) -> None
         kind = str(args.pop("lora_type")).lower()
         if kind == "lycoris" and "lycoris_config" in args:
             draft.drop(names["lora_type"], f"{NOT_NEEDED}: the adapter is its lycoris_config's algo")
-            path = _side_file(draft, names["lycoris_config"], args.pop("lycoris_config"))
+            path = side_path_above(draft, names["lycoris_config"], args.pop("lycoris_config"))
             if path is not None:
                 lycoris_settings(draft, names["lycoris_config"], path)
         else:
@@ -236,26 +235,9 @@ def _size(value: Any) -> dict[str, int]:
     return {"width": side, "height": side}
 
 
-UP = 3  # folders above the config's searched for a relative side file (config/<env>/config.json: 2)
-
-
-def _side_file(draft: Draft, peer: str, value: Any) -> Path | None:
-    """A file the config names (data_backend_config, lycoris_config): `common.side_path`'s, and
-    where a relative one is not beside the config, the first of the folders above it (up to UP)
-    that holds it: SimpleTuner reads these paths against its working folder, the one holding
-    config/ ("config/multidatabackend.json" of config/config.json, its documented layout)."""
-    path = side_path(draft, peer, value)
-    if path is None or path.exists() or Path(str(value)).expanduser().is_absolute():
-        return path
-    for above in list(draft.file.parent.resolve().parents)[:UP]:
-        if (above / str(value)).is_file():
-            return above / str(value)
-    return path
-
-
 def _backends(draft: Draft, peer: str, value: Any) -> None:
     """data_backend_config's local image backends as [[datasets]] entries (instance_data_dir, repeats, regularisation)."""
-    path = _side_file(draft, peer, value)
+    path = side_path_above(draft, peer, value)
     if path is None:
         return
     doc = read_document(path, where=f"{draft.file.name}: {peer}")
