@@ -97,6 +97,22 @@ def test_ai_toolkit_controls_of_several_datasets_and_masks_elsewhere(tmp_path: P
     assert lines[f"{root}[1].mask_min_value"].outcome == "not carried"
 
 
+def test_ai_toolkit_ui_nulls_are_no_folders(tmp_path: Path) -> None:
+    """The ai-toolkit UI saves every dataset with `control_path: null`, `mask_path: null` and
+    `mask_min_value: 0.1` (ui/src/types.ts DatasetConfig): no folder, never a refused import."""
+    path = _ai_toolkit(
+        tmp_path, [{"folder_path": "/d/a", "control_path": None, "mask_path": None, "mask_min_value": 0.1}]
+    )
+    result = import_config(path)
+    data = _strict(result.text, tmp_path)
+    assert "control_dirs" not in data and "unmasked_weight" not in data
+    lines = _lines(result)
+    assert all(
+        lines[f"config.process[0].datasets[0].{k}"].outcome == "not carried"
+        for k in ("control_path", "mask_path", "mask_min_value")
+    )
+
+
 def test_ai_toolkit_control_paths_of_one_dataset_are_its_control_dirs_in_slot_order(tmp_path: Path) -> None:
     """Qwen-Image-Edit-Plus's control_path, control_path2 (ai-toolkit
     config/examples/train_lora_qwen_image_edit_plus2509_32gb_2controls.yaml)."""

@@ -56,10 +56,16 @@ def read_entry(draft: Draft, where: str, item: dict[str, Any], n: int, path: str
         else:
             slots.append((slot, f"{where}.{key}", value))
     for _, peer, value in sorted(slots, key=lambda s: s[0]):
+        if value is None or value == "":  # the UI's saved job: `control_path: null`
+            draft.drop(peer, f"{NOT_NEEDED}: no control folder")
+            continue
         placed = folder(draft, peer, value)
         if placed is not None:
             found.controls.append((peer, placed[0]))
-    if "mask_path" in item:
+    if item.get("mask_path") in (None, ""):  # the UI's saved job: `mask_path: null`
+        if "mask_path" in item:
+            draft.drop(f"{where}.mask_path", f"{NOT_NEEDED}: no mask folder")
+    else:
         placed = folder(draft, f"{where}.mask_path", item["mask_path"])
         if placed is not None:
             found.masks = (f"{where}.mask_path", placed[0])
