@@ -163,11 +163,62 @@ METHODS = {
 }  # fmt: skip
 
 
+def init_config(make_config: Callable[..., TrainConfig], init_file: Path, **overrides: object) -> TrainConfig:
+    """The init-lora scenario's run: 2 steps of batch 2 from the LoRA `init_file` (its rank)."""
+    return make_config(steps=2, batch_size=2, lora_rank=None, init_lora=str(init_file), **overrides)
+
+
+def write_init_file(make_config: Callable[..., TrainConfig], path: Path) -> Path:
+    """The LoRA the init-lora scenario starts from: a 1-step FLUX.1 run at a large learning rate
+    (its lora_B far from zero), trained in a studio home of its own beside `path`."""
+    from lorastudio.settings import Settings
+
+    home = Settings(home=path.parent / "init-source-home").ensure_dirs()
+    cfg = make_config(steps=1, learning_rate=5e-2, lora_alpha=8.0, output_name="init-source")
+    made = train(cfg, [].append, device="cpu", settings=home).lora_path
+    assert made is not None
+    shutil.copyfile(made, path)
+    return path
+
+
+@contextlib.contextmanager
+def recorded_init(out: Path) -> Any:
+    """While open, every load_init_lora (training/plan_build's, imported at the call) also writes
+    the adapter's weights just after the load to `out` (peft names): what this rank holds at step 0."""
+    from safetensors.torch import save_file
+
+    from lorastudio.training import init_lora
+    from lorastudio.training.lora import lora_state_dict
+
+    real = init_lora.load_init_lora
+
+    def recording(denoiser: Any, *args: Any, **kwargs: Any) -> Any:
+        loaded = real(denoiser, *args, **kwargs)
+        save_file({k: v.detach().cpu().contiguous() for k, v in lora_state_dict(denoiser).items()}, str(out))
+        return loaded
+
+    init_lora.load_init_lora = recording  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        init_lora.load_init_lora = real  # type: ignore[assignment]
+
+
+def _init_rank_main(rank: int, cfg: TrainConfig, port: int, out: str) -> None:
+    """The init-lora scenario of a launched process: a plain train() (`_rank_main`) that records
+    the adapter each rank loaded (out/init{rank}.safetensors)."""
+    with recorded_init(Path(out, f"init{rank}.safetensors")):
+        _rank_main(rank, cfg, port, out)
+
+
 def scenarios(
-    make_config: Callable[..., TrainConfig], broken: Path = Path("broken")
+    make_config: Callable[..., TrainConfig],
+    broken: Path = Path("broken"),
+    init_file: Path = Path("init.safetensors"),
 ) -> dict[str, tuple[str, TrainConfig, int | None]]:
     """The launched scenarios, in order: name -> (kind, config, stop_after); `broken`: the
-    dataset of the scan-fail scenario (`broken_dataset`)."""
+    dataset of the scan-fail scenario (`broken_dataset`); `init_file`: the LoRA the init-lora
+    scenario starts from (written by `launch` when it runs)."""
     # 3 square images + 1 other: batches of 2 and tail batches of 1 (one rank's slice is empty)
     return {
         "flux": (
@@ -211,6 +262,8 @@ def scenarios(
         "mix": ("train", make_config(output_name="ddp", num_gpus=WORLD, **mix_settings(make_config)), None),
         # RELIABILITY 390: two train() calls in one group, the first stopped in rank 0's scan
         "twice": ("twice", make_config(steps=2, batch_size=2, output_name="ddp", num_gpus=WORLD), None),
+        # session 36: a run started from a LoRA file (init_lora), every rank loading it
+        "init-lora": ("init", init_config(make_config, init_file, output_name="ddp", num_gpus=WORLD), None),
     }
 
 
@@ -237,14 +290,17 @@ def _launched_main(
             _rank_main(rank, cfg, port, str(folder), stop_after)
         elif kind == "twice":
             _twice_rank_main(rank, cfg, port, str(folder))
+        elif kind == "init":
+            _init_rank_main(rank, cfg, port, str(folder))
         else:
             _cache_rank_main(rank, cfg, port, str(folder))
 
 
 @dataclass(frozen=True)
 class Launched:
-    """Where the launch wrote each scenario's records (out/<name>/rank{r}.json, cache{r}.pt)
-    and, for a training scenario, its studio home (out/<name>/home)."""
+    """Where the launch wrote each scenario's records (out/<name>/rank{r}.json, cache{r}.pt,
+    init{r}.safetensors), for a training scenario its studio home (out/<name>/home), and the
+    init-lora scenario's LoRA file (out/init-lora.safetensors)."""
 
     out: Path
 
@@ -273,6 +329,7 @@ SCENARIO_TESTS = {
     "disk": ("test_ddp::test_two_gloo_processes_train_from_the_disk_cache_like_one",),
     "disk-controls": ("test_ddp::test_two_gloo_processes_train_sized_controls_from_the_disk_cache_like_one",),
     "mix": ("test_ddp::test_two_gloo_processes_train_a_weighted_entry_like_one",),
+    "init-lora": ("test_ddp_init_lora::test_every_rank_starts_from_the_init_lora_file_and_trains_like_one",),
 }  # fmt: skip
 
 
@@ -290,7 +347,8 @@ def launch(
 ) -> Launched:
     """One launch of WORLD gloo processes running in turn every scenario of `scenarios` that a
     `selected` test reads ((module, test) pairs of the session's items); records under `out`."""
-    every = scenarios(make_config, broken)
+    init_file = out / "init-lora.safetensors"
+    every = scenarios(make_config, broken, init_file)
     assert sorted(SCENARIO_TESTS) == sorted(every), "every scenario names the tests reading it"
     wanted = {name: {tuple(t.split("::")) for t in tests} for name, tests in SCENARIO_TESTS.items()}
     chosen = {name: every[name] for name, tests in wanted.items() if selected & tests}
@@ -300,6 +358,8 @@ def launch(
     ]
     for name, *_ in runs:
         (out / name).mkdir()
+    if "init-lora" in chosen:
+        write_init_file(make_config, init_file)
     if runs:
         mp.spawn(_launched_main, args=(runs, str(out)), nprocs=WORLD, join=True)
     return Launched(out)

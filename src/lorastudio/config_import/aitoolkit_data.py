@@ -1,8 +1,9 @@
 """ai-toolkit's `datasets` list -> `[[datasets]]` entries (no torch).
 
 Each item's folder_path becomes an entry's path; its caption, repeat and regularisation keys the
-entry's own; its flips, crops and resolution are the run's settings here (one value for every
-entry: the first item's, the others' named when they differ).
+entry's own; its flips, crops, alpha_mask and resolution are the run's settings here (one value
+for every entry: the first item's, the others' named when they differ); its control_path(s) and
+mask_path: aitoolkit_pairs.py.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from lorastudio.config_import import values
+from lorastudio.config_import.aitoolkit_pairs import Pairs, pair_keys, place_pairs, read_entry
 from lorastudio.config_import.common import carry, folder
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
 
@@ -23,7 +25,11 @@ _ENTRY = (  # ai-toolkit key -> entry key, converter
     ("loss_multiplier", "loss_weight", values.number),
     ("is_reg", "regularisation", values.flag),
 )
-_RUN = (("flip_x", "random_flip", values.flag), ("random_crop", "random_crop", values.flag))
+_RUN = (
+    ("flip_x", "random_flip", values.flag),
+    ("random_crop", "random_crop", values.flag),
+    ("alpha_mask", "alpha_mask", values.flag),
+)
 _REASONS = {
     "cache_latents": f"{NOT_NEEDED}: latents are cached by default (latent_cache auto)",
     "cache_latents_to_disk": f"{NOT_NEEDED}: latent_cache auto caches in memory, or on disk when it is large",
@@ -33,9 +39,6 @@ _REASONS = {
     "network_weight": f"{NOT_SUPPORTED}: one adapter strength",
     "buckets": f"{NOT_NEEDED}: aspect_buckets is on by default",
     "bucket_tolerance": f"{NOT_SUPPORTED}: the buckets come from the resolution",
-    "control_path": f"{NOT_SUPPORTED} here by the importer: set control_dirs (paired datasets) by hand",
-    "mask_path": f"{NOT_SUPPORTED} here by the importer: a dataset's masks/ folder holds its masks",
-    "alpha_mask": f"{NOT_SUPPORTED} here by the importer: set alpha_mask by hand",
 }
 
 
@@ -48,6 +51,7 @@ def dataset_entries(draft: Draft, peer: str, datasets: Any) -> None:
         return
     n = 0
     resolutions: list[Any] = []
+    pairs: list[Pairs] = []
     for i, item in enumerate(datasets):
         where = f"{peer}[{i}]"
         if not isinstance(item, dict) or "folder_path" not in item:
@@ -58,6 +62,8 @@ def dataset_entries(draft: Draft, peer: str, datasets: Any) -> None:
             draft.drop(where, f"{NOT_SUPPORTED}: its folder is not carried")
             continue
         draft.set(f"{where}.folder_path", f"datasets.{n}.path", found[0], found[1])
+        if pair_keys(item):
+            pairs.append(read_entry(draft, where, item, n, found[0]))
         for key, ours, conv in _ENTRY:
             if key in item:
                 carry(draft, f"{where}.{key}", item[key], f"datasets.{n}.{ours}", conv)
@@ -90,6 +96,7 @@ def dataset_entries(draft: Draft, peer: str, datasets: Any) -> None:
                 draft.drop(f"{where}.{key}", why)
         n += 1
     _resolutions(draft, resolutions, n)
+    place_pairs(draft, pairs, n)
 
 
 def _sides(value: Any) -> int | list[int]:

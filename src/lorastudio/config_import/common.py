@@ -101,6 +101,24 @@ def side_path(draft: Draft, peer: str, value: Any) -> Path | None:
     return side_file(draft.file, value)
 
 
+UP = 3  # folders above the peer file's searched for a relative side file
+
+
+def side_path_above(draft: Draft, peer: str, value: Any) -> Path | None:
+    """`side_path`'s file, and where a relative one is not beside the peer file, the first of the
+    folders above it (up to UP) that holds it: SimpleTuner and OneTrainer read the files their
+    configs name against their working folder, the one holding the config's folder
+    (SimpleTuner's "config/multidatabackend.json" of config/config.json, OneTrainer's
+    "training_concepts/concepts.json" of training_presets/x.json)."""
+    path = side_path(draft, peer, value)
+    if path is None or path.exists() or Path(str(value)).expanduser().is_absolute():
+        return path
+    for above in list(draft.file.parent.resolve().parents)[:UP]:
+        if (above / str(value)).is_file():
+            return above / str(value)
+    return path
+
+
 def drop_all(draft: Draft, root: str, data: dict[str, Any], reasons: dict[str, str]) -> set[str]:
     """Report each key of `reasons` present in `data` as not carried for its reason; returns them."""
     done = set()

@@ -1,6 +1,6 @@
 """OneTrainer's exported config JSON -> lorastudio settings, main keys (no torch). Read from
 OneTrainer's training_presets/*.json: upper-case enum values (model_type, optimizer,
-learning_rate_scheduler, ema, *_unit), `concepts` inline or in `concept_file_name`."""
+learning_rate_scheduler, ema, *_unit), `concepts` inline or in `concept_file_name`; samples and weight dtypes: onetrainer_samples.py."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from lorastudio.config_import.common import (
     drop_all,
     folder,
     optimizer_args,
-    side_path,
+    side_path_above,
     simple,
 )
+from lorastudio.config_import.onetrainer_samples import precision, samples
 from lorastudio.config_import.reading import read_document
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
 
@@ -67,17 +68,8 @@ def build(draft: Draft, data: dict[str, Any], family: str | None) -> None:
     if data.get("lora_decompose") is True:
         draft.set("lora_decompose", "adapter", "dora")
     _optimizer(draft, data.get("optimizer"))
-    if "train_dtype" in data:
-        try:
-            ours, note = values.compute_precision(
-                str(data["train_dtype"]).replace("FLOAT_", "fp").replace("BFLOAT_", "bf")
-            )
-            if ours:
-                draft.set("train_dtype", "base_precision", ours)
-            else:
-                draft.drop("train_dtype", note)
-        except values.Skip as why:
-            draft.drop("train_dtype", str(why))
+    precision(draft, data)
+    samples(draft, data)
     drop_all(draft, "", data, _NEEDLESS)
     if "gradient_checkpointing" in data:
         on = str(data["gradient_checkpointing"]).upper()
@@ -102,7 +94,6 @@ _NEEDLESS = {
     "output_model_destination": f"{NOT_NEEDED}: the LoRA is written in the run's folder",
     "output_model_format": f"{NOT_NEEDED}: LoRA files are .safetensors",
     "latent_caching": f"{NOT_NEEDED}: latents are cached by default (latent_cache auto)",
-    "weight_dtype": f"{NOT_SUPPORTED} by the importer: set base_precision (int8 / nf4) by hand for a quantised base",
     "tensorboard": f"{NOT_NEEDED}: report_to = ['tensorboard'] turns it on",
     "train_device": f"{NOT_NEEDED}: `lorastudio train --device` picks the GPU",
     "temp_device": f"{NOT_NEEDED}: memory_budget_gb plans memory",
@@ -147,7 +138,7 @@ def _concepts(draft: Draft, data: dict[str, Any]) -> None:
     """concepts (inline, or concept_file_name's file) as [[datasets]] entries: path, repeats by REPEATS balancing, loss weight."""
     concepts, root = data.get("concepts"), "concepts"
     if concepts is None and isinstance(data.get("concept_file_name"), str):
-        path = side_path(draft, "concept_file_name", data["concept_file_name"])
+        path = side_path_above(draft, "concept_file_name", data["concept_file_name"])
         if path is None:
             return
         concepts = read_document(path, where=f"{draft.file.name}: concept_file_name")

@@ -23,6 +23,8 @@ def sample_prompts(draft: Draft, peer: str, sample: dict[str, Any], trigger: str
     key = "prompts" if "prompts" in sample else "samples"
     raw = sample.get(key, [])
     texts: list[tuple[str, str]] = []  # (peer key, prompt)
+    inline: list[dict[str, Any]] = []  # each prompt's own size, seed, guidance (its --flags)
+    inline_folds: list[tuple[str, str, Any]] = []  # (peer key, our key in the prompt, value)
     for i, item in enumerate(raw if isinstance(raw, list) else []):
         where = f"{peer}.{key}[{i}]"
         prompt = item.get("prompt") if isinstance(item, dict) else item
@@ -31,7 +33,17 @@ def sample_prompts(draft: Draft, peer: str, sample: dict[str, Any], trigger: str
         elif len(texts) >= MOST_PROMPTS:
             draft.drop(where, f"{NOT_SUPPORTED}: at most {MOST_PROMPTS} sample prompts")
         else:
-            texts.append((where, prompt))
+            label = f"{where}.prompt" if isinstance(item, dict) else where
+            text, own_flags, folded = _inline(draft, label, prompt)
+            if not text:
+                draft.drop(label, "not a prompt (text): only options")
+                continue
+            texts.append((label, text))
+            inline.append(own_flags)
+            inline_folds += folded
+            if isinstance(item, dict):
+                for extra in sorted(k for k in item if re.fullmatch(r"ctrl_img(_?\d)?", str(k))):
+                    draft.drop(f"{where}.{extra}", _REFERENCE)
     if key in sample and not isinstance(raw, list):
         draft.drop(f"{peer}.{key}", "not a list of prompts")
     own: dict[str, Any] = {}
@@ -56,6 +68,7 @@ def sample_prompts(draft: Draft, peer: str, sample: dict[str, Any], trigger: str
             entry = {"prompt": prompt, **own}
             if walk and isinstance(seed, int) and not isinstance(seed, bool):
                 entry["seed"] = seed + i
+            entry |= inline[i]  # the prompt's own --w / --h / --seed / --cfg win, as in ai-toolkit
             prompts.append(entry if len(entry) > 1 else prompt)
         how = "[trigger] replaced by the trigger word, as ai-toolkit does at sampling"
         draft.set(texts[0][0], "sample_prompts", prompts, how if 0 in changed else "",
@@ -66,6 +79,8 @@ def sample_prompts(draft: Draft, peer: str, sample: dict[str, Any], trigger: str
             )
         for where, ours, value in folds:
             draft.fold(where, "sample_prompts", value, f"each prompt's {ours}")
+        for where, ours, value in inline_folds:
+            draft.fold(where, "sample_prompts", value, f"the prompt's own {ours}")
     if "seed" in sample:
         if walk and texts:
             draft.fold(
@@ -93,6 +108,41 @@ def sample_prompts(draft: Draft, peer: str, sample: dict[str, Any], trigger: str
                       ("network_multiplier", f"{NOT_SUPPORTED}: samples render the LoRA at strength 1")):  # fmt: skip
         if key_ in sample:
             draft.drop(f"{peer}.{key_}", why)
+
+
+_REFERENCE = (
+    f"{NOT_SUPPORTED}: a sample's references are paths inside the dataset folder (sample_prompts' "
+    "controls); left out, a paired run renders each prompt as an edit of its first paired image's controls"
+)
+_INLINE = {"w": "width", "h": "height", "d": "seed", "seed": "seed", "l": "guidance", "cfg": "guidance"}
+
+
+def _inline(draft: Draft, peer: str, prompt: str) -> tuple[str, dict[str, Any], list[tuple[str, str, Any]]]:
+    """ai-toolkit's prompt text with its options ("make it red --ctrl_img /x/a.jpg --w 768"): the
+    text before the first "--", the options carried ({"width": 768}) and their (peer key, our
+    key, value) for the caller to report once the prompt is written; each other option is
+    reported here at "<peer> --<flag>" (ai-toolkit splits the text at every "--", as here)."""
+    parts = prompt.split("--")
+    own: dict[str, Any] = {}
+    folded: list[tuple[str, str, Any]] = []
+    for part in parts[1:]:
+        flag_ = part.strip().split(" ")[0].strip()
+        content = part.strip()[len(flag_) :].strip()
+        where = f"{peer} --{flag_}"
+        ours = _INLINE.get(flag_)
+        try:
+            if ours is not None:
+                own[ours] = values.number(content) if ours == "guidance" else values.integer(content)
+                folded.append((where, ours, own[ours]))
+            elif flag_.startswith("ctrl_img"):
+                draft.drop(where, _REFERENCE)
+            elif flag_ == "n":
+                draft.drop(where, f"{NOT_SUPPORTED}: samples have no negative prompt")
+            else:
+                draft.drop(where, f"{NOT_SUPPORTED}: the prompt option --{flag_}")
+        except values.Skip as why:
+            draft.drop(where, str(why))
+    return parts[0].strip(), own, folded
 
 
 _OPTION = re.compile(r"\s--([a-z]+)\s+")

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from lorastudio.config_import import values
-from lorastudio.config_import.common import base_model, carry, drop_all, folder, side_path, simple
+from lorastudio.config_import.common import base_model, carry, drop_all, folder, side_path_above, simple
 from lorastudio.config_import.reading import read_document
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft, Line
+from lorastudio.config_import.simpletuner_lycoris import lycoris_settings, main_keys_taken
 
 _FAMILIES = {"flux": "flux", "sdxl": "sdxl", "qwen_image": "qwen-image", "z_image": "z-image", "zimage": "z-image",
              "chroma": "chroma", "flux2": "flux2", "kontext": "flux-kontext"}  # fmt: skip
@@ -82,6 +83,9 @@ def build(draft: Draft, data: dict[str, Any], family: str | None) -> None:
             _DEFAULT_BASES[found],
             "SimpleTuner's default model of the family",
         )
+    lycoris = str(args.get("lora_type", "")).lower() == "lycoris"
+    if lycoris and "lycoris_config" in args:
+        main_keys_taken(draft, args, names)
     for key in list(_SIMPLE):
         if key in args:
             ours, conv = _SIMPLE[key]
@@ -114,8 +118,21 @@ def _switches(draft: Draft, args: dict[str, Any], names: dict[str, str]) -> None
                    f"{NOT_SUPPORTED}: lorastudio trains adapters, not full fine-tunes")  # fmt: skip
     if "lora_type" in args:
         kind = str(args.pop("lora_type")).lower()
-        draft.drop(names["lora_type"], f"{NOT_NEEDED}: adapter = lora" if kind == "standard" else
-                   f"{NOT_SUPPORTED} by the importer: set adapter (lokr / loha) by hand from its lycoris_config")  # fmt: skip
+        if kind == "lycoris" and "lycoris_config" in args:
+            draft.drop(names["lora_type"], f"{NOT_NEEDED}: the adapter is its lycoris_config's algo")
+            path = side_path_above(draft, names["lycoris_config"], args.pop("lycoris_config"))
+            if path is not None:
+                lycoris_settings(draft, names["lycoris_config"], path)
+        else:
+            draft.drop(names["lora_type"], f"{NOT_NEEDED}: adapter = lora" if kind == "standard" else
+                       f"{NOT_SUPPORTED}: {kind!r} without a lycoris_config")  # fmt: skip
+    if "lycoris_config" in args:
+        args.pop("lycoris_config")
+        draft.drop(names["lycoris_config"], f"{NOT_NEEDED}: read only for lora_type lycoris")
+    if "validation_lycoris_strength" in args:
+        one = args.pop("validation_lycoris_strength") in (1, 1.0)
+        draft.drop(names["validation_lycoris_strength"], f"{NOT_NEEDED}: samples render the adapter at strength 1"
+                   if one else f"{NOT_SUPPORTED}: samples render the adapter at strength 1")  # fmt: skip
     if "gradient_checkpointing" in args:
         carry(draft, names["gradient_checkpointing"], args.pop("gradient_checkpointing"), "gradient_checkpointing",
               lambda v: "full" if values.flag(v) else "off")  # fmt: skip
@@ -220,7 +237,7 @@ def _size(value: Any) -> dict[str, int]:
 
 def _backends(draft: Draft, peer: str, value: Any) -> None:
     """data_backend_config's local image backends as [[datasets]] entries (instance_data_dir, repeats, regularisation)."""
-    path = side_path(draft, peer, value)
+    path = side_path_above(draft, peer, value)
     if path is None:
         return
     doc = read_document(path, where=f"{draft.file.name}: {peer}")

@@ -179,7 +179,12 @@ def host_memory_forecast(
     nothing to size), "phases": {...} (one process's, above its base) or None, "certain": whether the formula has been measured
     on this kind of host (CPU), "vae_pixels": the largest bucket's pixels}."""
     from lorastudio.jobs.preflight import WEIGHT_BYTES, denoiser_param_split, estimate_memory_gb, param_count
-    from lorastudio.jobs.vram_estimate import _LORA_STATE_BYTES, converted_bytes, lora_param_count
+    from lorastudio.jobs.vram_estimate import (
+        _LORA_STATE_BYTES,
+        adapter_shape,
+        converted_bytes,
+        lora_param_count,
+    )
 
     if model_dir is None:
         return {"host_gb": None, "phases": None, "certain": False, "vae_pixels": None}
@@ -267,7 +272,9 @@ def host_memory_forecast(
             denoiser, resident = max(device_gb.get("denoiser", 1.0) - 1.0, 0.0), weights
         else:  # weights + LoRA (fp32 weights, grads, AdamW state) + the tokens' activations
             targets = tuple(cfg.lora_targets or spec.lora_targets)
-            lora = lora_param_count(model_dir / spec.denoiser, targets, cfg.lora_rank or 16)
+            lora = lora_param_count(
+                model_dir / spec.denoiser, targets, cfg.lora_rank or 16, *adapter_shape(cfg)
+            )
             resident = weights + lora * _LORA_STATE_BYTES / 1e9
             denoiser = resident + act
         # beside the denoiser: the VAE (latents per step), the text encoders (train_text_encoder)

@@ -119,7 +119,7 @@ def estimate_memory_gb(
     resident = _resident_block_params(blocks, plan.offload_blocks)
     weights_gb = (other * per) + resident * block_bytes / 1e9
     targets = tuple(cfg.lora_targets or fam.spec.lora_targets)
-    lora = lora_param_count(model_dir / fam.spec.denoiser, targets, cfg.lora_rank or 16)
+    lora = lora_param_count(model_dir / fam.spec.denoiser, targets, cfg.lora_rank or 16, *adapter_shape(cfg))
     pixels = ((top_resolution(cfg.resolution) or 1024) / 1024) ** 2  # the largest of several
     if controls is None:  # unknown dataset: the fewest the checkpoint's flavour takes
         controls = fam.source_control_images(model_dir)[0]
@@ -162,10 +162,20 @@ def denoiser_param_split(folder: Path) -> tuple[int, list[int]]:
     return other, list(blocks.values())
 
 
-def lora_param_count(folder: Path, targets: tuple[str, ...], rank: int) -> int:
-    """Trainable parameters of a rank-`rank` LoRA on the linears of the denoiser in `folder` whose
-    module name is a target or ends with "." + a target (peft's suffix match): rank x (in + out)
-    each, from the 2-D `.weight` shapes in the safetensors headers (0 when there are none)."""
+def lora_param_count(
+    folder: Path,
+    targets: tuple[str, ...],
+    rank: int,
+    adapter: str = "lora",
+    factor: int | None = None,
+    decompose_both: bool = False,
+) -> int:
+    """Trainable parameters of a rank-`rank` adapter (`adapter`: lora, dora, loha or lokr, with
+    LoKr's `factor` and `decompose_both`; jobs/adapter_params.py) on the linears of the denoiser
+    in `folder` whose module name is a target or ends with "." + a target (peft's suffix match),
+    from the 2-D `.weight` shapes in the safetensors headers (0 when there are none)."""
+    from lorastudio.jobs.adapter_params import layer_params
+
     total = 0
     for file in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
         for name, shape in _safetensors_shapes(file):
@@ -175,8 +185,17 @@ def lora_param_count(folder: Path, targets: tuple[str, ...], rank: int) -> int:
                 and len(shape) == 2
                 and any(module == t or module.endswith("." + t) for t in targets)
             ):
-                total += rank * (shape[0] + shape[1])
+                total += layer_params(adapter, rank, shape[0], shape[1], factor, decompose_both)
     return total
+
+
+def adapter_shape(cfg: Any) -> tuple[str, int | None, bool]:
+    """(adapter, lokr_factor, lokr_decompose_both) of a run config, for `lora_param_count`."""
+    return (
+        str(getattr(cfg, "adapter", "lora")),
+        getattr(cfg, "lokr_factor", None),
+        bool(getattr(cfg, "lokr_decompose_both", False)),
+    )
 
 
 def param_count(folder: Path) -> int:

@@ -12,7 +12,8 @@ s_f * B @ A (s_f = the PeftLora's alpha / rank); the run's adapter applies s_r *
 its layer's alpha / rank, as peft resolved it), so A' = A and B' = B * s_f / s_r. A DoRA file's
 magnitudes (peft's m, diffusers layout) are copied as they are: its change B @ A is the same, so
 its normalised weight is too. An SDXL file's text-encoder layers start the run's text-encoder LoRA
-(train_text_encoder); LoHa / LoKr files: training/init_lycoris.py.
+(train_text_encoder); LoHa / LoKr files and DoRA files of the LyCORIS layout (`.dora_scale`, the
+magnitude computed from the base weights at the load): training/init_lycoris.py.
 
 Why hand-written: peft's set_peft_model_state_dict loads tensors as they are (the file's scale
 is not the run's where the file folded alpha / rank into lora_B, as every diffusers file of
@@ -90,6 +91,23 @@ def dora_magnitudes(path: Path, family: str) -> dict[str, torch.Tensor]:
     }
 
 
+def lycoris_layout(path: Path, adapter: str) -> bool:
+    """Whether a run of `adapter` reads its init file `path` as LyCORIS layers (training/init_lycoris.py):
+    every LoHa / LoKr file, and a DoRA file of ComfyUI's `.dora_scale` keys (a diffusers-layout DoRA
+    file holds peft's magnitudes instead). Raises ModelSourceError for a file safetensors cannot open."""
+    if adapter in LYCORIS:
+        return True
+    if adapter != "dora":
+        return False
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return any(k.endswith(".dora_scale") for k in f.keys())  # noqa: SIM118 (safe_open has no __iter__)
+    except (SafetensorError, OSError) as err:
+        raise ModelSourceError(f"{path}: {err}") from err
+
+
 def _matches(module: str, target: str) -> bool:
     """peft's rule for a list of target_modules: the module's name, or its last dotted parts."""
     return module == target or module.endswith("." + target)
@@ -161,12 +179,16 @@ def init_problems(
     (cfg, None, []) without init_lora."""
     if cfg.init_lora is None:
         return cfg, None, []
-    if cfg.adapter in LYCORIS:  # a LoHa / LoKr file (init_lora_rules: its kind is the adapter's)
+    try:
+        path = init_lora_path(cfg.init_lora, settings)
+        lycoris = lycoris_layout(path, cfg.adapter)
+    except (LorastudioError, OSError) as err:
+        return cfg, None, [FieldProblem(FIELD, str(err))]
+    if lycoris:  # a LoHa / LoKr / LyCORIS DoRA file (init_lora_rules: its kind is the adapter's)
         from lorastudio import families
         from lorastudio.training import init_lycoris
 
         try:
-            path = init_lora_path(cfg.init_lora, settings)
             layers = init_lycoris.file_layers(path, families.get(cfg.family).spec.pipeline_class)
         except (LorastudioError, OSError) as err:
             return cfg, None, [FieldProblem(FIELD, str(err))]
@@ -176,7 +198,6 @@ def init_problems(
             init_lycoris.layer_problems(cfg, layers, path.name, targets),
         )
     try:
-        path = init_lora_path(cfg.init_lora, settings)
         lora, text_encoders = read_init_lora(path, cfg.family)
     except (LorastudioError, OSError) as err:
         return cfg, None, [FieldProblem(FIELD, str(err))]
@@ -337,7 +358,7 @@ def load_init_lora(denoiser: Any, source: InitSource, family: str, adapter: str 
     from lorastudio.training.lora import module_scales
 
     _unchanged(source)
-    if adapter in LYCORIS:
+    if lycoris_layout(source.path, adapter):
         from lorastudio import families
         from lorastudio.training.init_lycoris import load_init_lycoris
 

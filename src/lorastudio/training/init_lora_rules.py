@@ -261,14 +261,6 @@ def init_lora_problems(cfg: TrainConfig, settings: Settings, explicit: set[str])
                 f"{found.kind!r} to continue it",
             )
         )
-    elif found.kind == "dora" and found.dora_scale:
-        problems.append(
-            FieldProblem(
-                FIELD,
-                f"{name} is a DoRA file in the LyCORIS layout (dora_scale), which init_lora does not read in this "
-                "version: a DoRA run's diffusers-layout file (lora_format 'diffusers') starts one",
-            )
-        )
     if found.text_encoder_keys and not cfg.train_text_encoder:
         problems.append(
             FieldProblem(
