@@ -9,7 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ddp_launch import LORA_ATOL, LORA_RTOL, LOSS_RTOL, init_config, recorded_init
+from ddp_init import init_config, recorded_init
+from ddp_launch import LORA_ATOL, LORA_RTOL, LOSS_RTOL
 from lorastudio.training.loop import train
 
 
