@@ -19,8 +19,8 @@ class DataFields(StrictFields):
     # data
     resolution: int | list[int] | None = Field(
         default=None,
-        description="training side in pixels, 16-4096 and a multiple of the family's resolution_multiple "
-        "(SDXL 32, the others 16; /api/info); a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with "
+        description="training side in pixels, 16-4096, a multiple of the family's resolution_multiple "
+        "(SDXL 32, the others 16; /api/info) and at least twice it; a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with "
         "the buckets of each (null: the family's default)",
     )
     aspect_buckets: bool = Field(default=True, description="batch images by aspect ratio (else square)")

@@ -175,6 +175,7 @@ def _generate(
     from lorastudio import families
     from lorastudio.basemodels import resolve_base
     from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
+    from lorastudio.basemodels.resolve import family_free_problem
     from lorastudio.basemodels.single_file import base_updates, read_file_facts
     from lorastudio.cli.config_file import localize_path
     from lorastudio.cli.run_display import quiet_libraries
@@ -221,8 +222,13 @@ def _generate(
     if family is None and not bad_revision and is_hub_id(base):  # one in the hub cache says it too
         snapshot = cached_snapshot(base, revision)
         family = detect_family(str(snapshot)) if snapshot is not None else None
-    if family is None:
-        problems.append(FieldProblem("--family", f"cannot tell the family of {base!r}; pass --family"))
+    if family is None:  # what is wrong with the base whatever its family, else ask for the family
+        why = family_free_problem(base, settings)
+        problems.append(
+            FieldProblem("--base", why)
+            if why
+            else FieldProblem("--family", f"cannot tell the family of {base!r}; pass --family")
+        )
     elif (
         not bad_revision
     ):  # the same check as a training run's base_model: folder, name under models/, hub id

@@ -1,0 +1,99 @@
+"""Refusals that name the field the user set wrong, with its own cause (session 36 messages
+audit): each row a wrong input and the (field, words) its refusal must carry."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from cli_runner import run_cli_streams
+from lorastudio.basemodels.resolve import family_free_problem
+from lorastudio.cli.serve_cmd import listen_problem
+from lorastudio.config import parse_train_config, resolve_train_config
+from lorastudio.errors import ConfigError
+from lorastudio.settings import Settings
+
+BASE = {"family": "flux", "base_model": "owner/model", "data_dir": "mydata"}
+
+# a side under two of the family's multiples passed the config and was refused by the dataset
+# scan under data_dir ("resolution 32 is smaller than 64 (2 x 32)"), a field nobody set wrong
+SIDES = [
+    ({"family": "sdxl", "resolution": 32}, "resolution", "must be at least 64 for sdxl"),
+    ({"resolution": 16}, "resolution", "must be at least 32 for flux"),
+    ({"resolution": [16, 512]}, "resolution", "must be at least 32 for flux"),
+    ({"resolution": 40}, "resolution", "must be a multiple of 16 for flux"),
+    (
+        {"data_dir": None, "datasets": [{"path": "a", "resolution": 16}]},
+        "datasets.0.resolution",
+        "must be at least 32 for flux",
+    ),
+]
+
+
+@pytest.mark.parametrize(("over", "field", "words"), SIDES)
+def test_a_side_the_family_cannot_train_names_its_setting(over: dict, field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve_train_config(parse_train_config({**BASE, **over}))
+    assert [(p.field, words in p.message) for p in info.value.problems] == [(field, True)]
+
+
+def test_the_smallest_sides_still_train() -> None:
+    for family, side in (("flux", 32), ("sdxl", 64)):
+        assert resolve_train_config(parse_train_config({**BASE, "family": family, "resolution": side}))
+
+
+def test_a_base_wrong_for_every_family_is_named_not_its_family(studio_home: Path, tmp_path: Path) -> None:
+    """`lorastudio generate --base B` without --family asked for --family when B did not exist
+    or was no pipeline ("cannot tell the family of '/tmp/x'; pass --family"): passing one only
+    moved the refusal. What is wrong with B whatever its family is said instead."""
+    settings = Settings(home=studio_home)
+    (tmp_path / "plain").mkdir()
+    for name, pipeline in (("sd15", "StableDiffusionPipeline"), ("flux", "FluxPipeline")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model_index.json").write_text(json.dumps({"_class_name": pipeline}))
+    rows = [
+        (str(tmp_path / "gone"), f"base model folder not found: {tmp_path / 'gone'}"),
+        ("gone", "'gone' is neither a pipeline folder or checkpoint file"),
+        ("../up", "use an absolute path, a name under models/, or a hub id"),
+        (str(tmp_path / "plain"), "is not a diffusers pipeline folder (no model_index.json)"),
+        ("owner/repo", None),  # a hub id not in the hub cache: only --family can say
+        (str(tmp_path / "sd15"), "StableDiffusionPipeline"),
+        (str(tmp_path / "flux"), None),  # a pipeline of a family: that family judges the rest
+    ]
+    for base, words in rows:
+        got = family_free_problem(base, settings)
+        assert got is None if words is None else got is not None and words in got, (base, got)
+
+
+def test_generate_names_the_missing_base(
+    studio_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = tmp_path / "gone"
+    args = ["generate", "--base", str(gone), "--prompt", "x", "--out", str(tmp_path / "a.png")]
+    code, _, err = run_cli_streams(capsys, monkeypatch, *args)
+    assert code == 2 and f"--base: base model folder not found: {gone}" in err, err
+    assert "--family" not in err and "Traceback" not in err
+
+
+def test_serve_names_a_port_in_use_before_it_says_it_serves(
+    studio_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port in use: `serve` printed "lorastudio serving on http://127.0.0.1:PORT/", started its
+    job service, then uvicorn's bare "[Errno 98] error while attempting to bind on address"."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = run_cli_streams(capsys, monkeypatch, "serve", "--port", str(port))
+    assert (code, out) == (3, ""), (code, out, err)
+    assert f"error: cannot listen on http://127.0.0.1:{port}/: port {port} is in use" in err
+    assert "pass --port with a free port" in err and "Errno" not in err
+
+
+def test_serve_names_an_address_of_another_machine() -> None:
+    why = listen_problem("192.0.2.1", 7860)  # TEST-NET-1: never this machine's
+    assert why is not None and "192.0.2.1 is not an address of this machine; pass --host" in why
+    assert listen_problem("127.0.0.1", 0) is None  # any free port binds
