@@ -97,3 +97,16 @@ def test_serve_names_an_address_of_another_machine() -> None:
     why = listen_problem("192.0.2.1", 7860)  # TEST-NET-1: never this machine's
     assert why is not None and "192.0.2.1 is not an address of this machine; pass --host" in why
     assert listen_problem("127.0.0.1", 0) is None  # any free port binds
+
+
+@pytest.mark.parametrize(
+    ("where", "words"),
+    [("file/home", "a folder on the studio home's path is a file"), ("file", "a file is where a folder")],
+)
+def test_a_home_on_a_file_names_the_variable(tmp_path: Path, where: str, words: str) -> None:
+    """A file where the home or a folder above it goes: the bare "Not a directory" / "File
+    exists" of mkdir, without the words that say which setting to change."""
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OSError, match="set LORASTUDIO_HOME to a writable folder") as caught:
+        Settings(home=tmp_path / where).ensure_dirs()
+    assert caught.value.filename == str(tmp_path / where) and words in str(caught.value)
