@@ -14,6 +14,8 @@ from lorastudio.basemodels.resolve import family_free_problem
 from lorastudio.cli.serve_cmd import listen_problem
 from lorastudio.config import parse_train_config, resolve_train_config
 from lorastudio.errors import ConfigError
+from lorastudio.jobs.generation_check import check_request
+from lorastudio.jobs.generation_inputs import GenerationRequest
 from lorastudio.settings import Settings
 
 BASE = {"family": "flux", "base_model": "owner/model", "data_dir": "mydata"}
@@ -110,3 +112,15 @@ def test_a_home_on_a_file_names_the_variable(tmp_path: Path, where: str, words: 
     with pytest.raises(OSError, match="set LORASTUDIO_HOME to a writable folder") as caught:
         Settings(home=tmp_path / where).ensure_dirs()
     assert caught.value.filename == str(tmp_path / where) and words in str(caught.value)
+
+
+def test_a_generations_base_is_named_with_its_other_problems(studio_home: Path, tmp_path: Path) -> None:
+    """A generation's base model that does not resolve was a ModelSourceError without a field
+    (the Generate form showed it in its banner, not at the base model's input), and only once
+    every other problem was fixed: now `base_model` with the rest, as the training preflight."""
+    settings = Settings(home=studio_home)
+    req = GenerationRequest(family="sdxl", base_model=str(tmp_path / "gone"), prompt="x", width=48, height=64)
+    with pytest.raises(ConfigError) as info:
+        check_request(settings, req)
+    assert [p.field for p in info.value.problems] == ["width", "base_model"]
+    assert "base model folder not found" in info.value.problems[1].message
