@@ -3,7 +3,9 @@ audit): each row a wrong input and the (field, words) its refusal must carry."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import socket
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from cli_runner import run_cli_streams
 from lorastudio.basemodels.resolve import family_free_problem
 from lorastudio.cli.serve_cmd import listen_problem
 from lorastudio.config import parse_train_config, resolve_train_config
-from lorastudio.errors import ConfigError
+from lorastudio.errors import ConfigError, writing
 from lorastudio.jobs.generation_check import check_request
 from lorastudio.jobs.generation_inputs import GenerationRequest
 from lorastudio.settings import Settings
@@ -124,3 +126,19 @@ def test_a_generations_base_is_named_with_its_other_problems(studio_home: Path, 
         check_request(settings, req)
     assert [p.field for p in info.value.problems] == ["width", "base_model"]
     assert "base model folder not found" in info.value.problems[1].message
+
+
+def test_generate_exits_1_when_its_image_cannot_be_written(
+    studio_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README: a command exits 1 when it could not do it (a write refused: the file-size limit, a
+    read-only folder); `generate` exited 2 for every domain error, its image's WriteFailed too."""
+
+    def refused(*args: object) -> None:
+        with writing("the image a.png could not be written", tmp_path / "a.png"):
+            raise OSError(errno.EFBIG, os.strerror(errno.EFBIG), str(tmp_path / "a.png"))
+
+    monkeypatch.setattr("lorastudio.cli.generate_cmd._generate", refused)
+    args = ["generate", "--base", "b", "--prompt", "x", "--out", str(tmp_path / "a.png")]
+    code, _, err = run_cli_streams(capsys, monkeypatch, *args)
+    assert code == 1 and "error: write failed: the image a.png could not be written" in err, (code, err)
