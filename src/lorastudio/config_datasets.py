@@ -43,7 +43,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from lorastudio.config_fields_base import NumbersNotBooleans
 from lorastudio.errors import FieldProblem
-from lorastudio.text_rules import OneLineText, VisibleText
+from lorastudio.text_rules import DefaultCaption, TriggerWord
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -100,11 +100,9 @@ class DatasetEntry(NumbersNotBooleans):
         description="sampling weight: the entry's share of an epoch is weight / sum of the weights "
         "(every entry sets one, or none does)",
     )
-    trigger_word: OneLineText | None = Field(
-        default=None, max_length=200, description="null: the run's trigger_word"
-    )
-    default_caption: VisibleText | None = Field(
-        default=None, max_length=2000, description="null: the run's default_caption"
+    trigger_word: TriggerWord | None = Field(default=None, description="null: the run's trigger_word")
+    default_caption: DefaultCaption | None = Field(
+        default=None, description="null: the run's default_caption"
     )
     caption_dropout: float | None = Field(
         default=None, ge=0.0, lt=1.0, description="null: the run's caption_dropout"

@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 
 from lorastudio.config_datasets import check_resolution
 from lorastudio.config_fields_base import StrictFields
-from lorastudio.text_rules import OneLineText, VisibleText
+from lorastudio.text_rules import DefaultCaption, TriggerWord
 
 LatentCacheMode = Literal["auto", "memory", "disk", "off"]
 
@@ -53,11 +53,9 @@ class DataFields(StrictFields):
         "per step), disk (memory-mapped shards kept across runs), auto (memory when it fits, else disk), "
         "off (encoded every step)",
     )
-    trigger_word: OneLineText | None = Field(
-        default=None, max_length=200, description="prepended to captions"
-    )
-    default_caption: VisibleText | None = Field(
-        default=None, max_length=2000, description="caption of images without one (instance prompt)"
+    trigger_word: TriggerWord | None = Field(default=None, description="prepended to captions")
+    default_caption: DefaultCaption | None = Field(
+        default=None, description="caption of images without one (instance prompt)"
     )
     caption_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="probability of an empty caption")
     # issue 29 part 3: caption augmentation (data/caption_variants.py)

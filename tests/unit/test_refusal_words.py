@@ -142,3 +142,29 @@ def test_generate_exits_1_when_its_image_cannot_be_written(
     args = ["generate", "--base", "b", "--prompt", "x", "--out", str(tmp_path / "a.png")]
     code, _, err = run_cli_streams(capsys, monkeypatch, *args)
     assert code == 1 and "error: write failed: the image a.png could not be written" in err, (code, err)
+
+
+BIG = "x" * 100_000
+# pydantic's words that said another thing than the rule, or a value echoed whole
+WORDS = [
+    ({"trigger_word": "x" * 201}, "trigger_word", "String should have at most 200 characters"),
+    ({"default_caption": "x" * 2001}, "default_caption", "String should have at most 2000 characters"),
+    (
+        {"data_dir": None, "datasets": [{"path": "a", "trigger_word": "x" * 201}]},
+        "datasets.0.trigger_word",
+        "String should have at most 200 characters",
+    ),
+    ({"revision": "a..b"}, "revision", "'a..b' is not a branch, tag or commit"),  # no "Value error, "
+    ({"family": BIG}, "family", "unknown model family 'xxxx"),
+    ({BIG: 1}, "x" * 200 + "... (100,000 characters)", "unknown setting"),
+]
+
+
+@pytest.mark.parametrize(("over", "field", "words"), WORDS, ids=[str(i) for i in range(len(WORDS))])
+def test_a_settings_refusal_says_its_rule_in_bounded_words(over: dict, field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_train_config({**BASE, **over})
+    assert [p.field for p in info.value.problems] == [field]
+    message = info.value.problems[0].message
+    assert message.startswith(words) or f" {words}" in message, message
+    assert len(str(info.value)) < 1000 and "Value error" not in message

@@ -17,7 +17,7 @@ from lorastudio.basemodels.hubcache import cached_snapshot, hub_cache_dir, hub_o
 from lorastudio.basemodels.single_file import SingleFileFacts, vet_single_file
 from lorastudio.basemodels.vetting import inspect_folder, vet_pipeline_folder
 from lorastudio.config_fields_source import local_revision_message
-from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
+from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, shown_text
 from lorastudio.settings import Settings
 from lorastudio.user_paths import expand_user
 from lorastudio.user_paths import resolved as resolved_path
@@ -111,7 +111,7 @@ def resolve_base(
     if os.path.lexists(candidate):
         resolved = resolved_path(candidate)
         if resolved is None:
-            raise ModelSourceError(_LOOPS.format(base_model))
+            raise ModelSourceError(_LOOPS.format(shown_text(base_model)))
         if resolved.is_file():  # `revision` applies to its base config (refused there when local)
             # the file as named, its links not followed: a hub cache's snapshot file (or any link)
             # names a blob without the .safetensors suffix the vetting and the loaders go by
@@ -130,7 +130,7 @@ def resolve_base(
     raise ModelSourceError(_missing(base_model, settings))
 
 
-_LOOPS = "base model {!r} cannot be resolved (a link that loops)"
+_LOOPS = "base model {} cannot be resolved (a link that loops)"
 
 
 def _candidate(base_model: str, settings: Settings) -> Path:
@@ -142,7 +142,7 @@ def _candidate(base_model: str, settings: Settings) -> Path:
         return given
     if ".." in given.parts or base_model.startswith((".", "~")):
         raise ModelSourceError(
-            f"base_model {base_model!r}: use an absolute path, a name under models/, or a hub id"
+            f"base_model {shown_text(base_model)}: use an absolute path, a name under models/, or a hub id"
         )
     return settings.models_dir / given
 
@@ -157,7 +157,7 @@ def _missing(base_model: str, settings: Settings) -> str:
     if expand_user(base_model).is_absolute():
         return f"base model folder not found: {base_model} (no folder or checkpoint file there)"
     return (
-        f"{base_model!r} is neither a pipeline folder or checkpoint file (absolute, or a name under "
+        f"{shown_text(base_model)} is neither a pipeline folder or checkpoint file (absolute, or a name under "
         f"{settings.models_dir}) nor a hub id (owner/name)"
     )
 
@@ -177,7 +177,7 @@ def family_free_problem(base_model: str, settings: Settings) -> str | None:
         return None if _hub_id(base_model) else _missing(base_model, settings)
     resolved = resolved_path(candidate)
     if resolved is None:
-        return _LOOPS.format(base_model)
+        return _LOOPS.format(shown_text(base_model))
     if not resolved.is_dir():
         return None
     rec = inspect_folder(resolved)
