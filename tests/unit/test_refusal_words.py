@@ -15,7 +15,8 @@ from cli_runner import run_cli_streams
 from lorastudio.basemodels.resolve import family_free_problem
 from lorastudio.cli.serve_cmd import listen_problem
 from lorastudio.config import parse_train_config, resolve_train_config
-from lorastudio.errors import ConfigError, writing
+from lorastudio.data.captions import read_sidecar
+from lorastudio.errors import ConfigError, DatasetError, writing
 from lorastudio.jobs.generation_check import check_request
 from lorastudio.jobs.generation_inputs import GenerationRequest
 from lorastudio.settings import Settings
@@ -168,3 +169,25 @@ def test_a_settings_refusal_says_its_rule_in_bounded_words(over: dict, field: st
     message = info.value.problems[0].message
     assert message.startswith(words) or f" {words}" in message, message
     assert len(str(info.value)) < 1000 and "Value error" not in message
+
+
+def test_an_unreadable_dataset_file_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caption or image the studio's user may not read: a bare "shape_02.txt: Permission
+    denied" before; now with READ_ADVICE's words, as a copy's read failure says them. The
+    refusal is faked: the suite may run as root, whom permissions do not bind."""
+    caption = tmp_path / "a.txt"
+    caption.write_text("a cat")
+    real_open = os.open
+
+    def refused(path: object, flags: int, *args: object, **kwargs: object) -> int:
+        if path == "a.txt":
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), "a.txt")
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("lorastudio.data.safe_open.os.open", refused)
+    with pytest.raises(DatasetError) as info:
+        read_sidecar(caption)
+    assert info.value.problems == [
+        "a.txt: Permission denied; the user running the studio may not read it: give that user read"
+        " permission on it, then retry"
+    ]
