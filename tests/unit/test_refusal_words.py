@@ -191,3 +191,14 @@ def test_an_unreadable_dataset_file_says_what_to_do(tmp_path: Path, monkeypatch:
         "a.txt: Permission denied; the user running the studio may not read it: give that user read"
         " permission on it, then retry"
     ]
+
+
+def test_an_unknown_device_names_the_ones_that_train() -> None:
+    """`--device tpu` listed torch's every device type ("Expected one of cpu, cuda, ipu, xpu,
+    mkldnn, opengl, opencl, ... device type at start of device string: tpu"), none of which but
+    two trains here."""
+    from lorastudio.training.precision import pick_device
+
+    with pytest.raises(ConfigError) as info:
+        pick_device("tpu")
+    assert [str(p) for p in info.value.problems] == ["device: unknown device 'tpu': use cpu, cuda or cuda:N"]
