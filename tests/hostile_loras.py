@@ -67,6 +67,10 @@ def hostile_cases() -> dict[str, tuple[bytes, str]]:
         "too_short": (b"abc", "too short for a safetensors header"),
         "huge_header": (struct.pack("<Q", 2**40) + b"{}", "is larger than the 16777216 allowed"),
         "header_past_end": (struct.pack("<Q", 1000) + b"{}", "runs past the end of the file"),
+        # another format named .safetensors (session 36: "a header of 4404653942100549990 bytes is
+        # larger than the 16777216 allowed" for a text file, "runs past the end" for a zip)
+        "text_file": (b'family = "flux"\nsteps = 10\n', "it is not a safetensors file"),
+        "zip_checkpoint": (b"PK\x03\x04" + bytes(60), "it is not a safetensors file"),
         "not_json": (safetensors_bytes(b"\xff\xfe not json"), "its header is not JSON"),
         "deep_json": (safetensors_bytes(b"[" * 200_000 + b"]" * 200_000), "its header is not JSON"),
         "json_array": (safetensors_bytes(b"[1, 2]"), "its header is not a JSON object"),

@@ -43,7 +43,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from lorastudio.config_fields_base import NumbersNotBooleans
 from lorastudio.errors import FieldProblem
-from lorastudio.text_rules import OneLineText, VisibleText
+from lorastudio.text_rules import DefaultCaption, TriggerWord
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -100,11 +100,9 @@ class DatasetEntry(NumbersNotBooleans):
         description="sampling weight: the entry's share of an epoch is weight / sum of the weights "
         "(every entry sets one, or none does)",
     )
-    trigger_word: OneLineText | None = Field(
-        default=None, max_length=200, description="null: the run's trigger_word"
-    )
-    default_caption: VisibleText | None = Field(
-        default=None, max_length=2000, description="null: the run's default_caption"
+    trigger_word: TriggerWord | None = Field(default=None, description="null: the run's trigger_word")
+    default_caption: DefaultCaption | None = Field(
+        default=None, description="null: the run's default_caption"
     )
     caption_dropout: float | None = Field(
         default=None, ge=0.0, lt=1.0, description="null: the run's caption_dropout"
@@ -274,12 +272,33 @@ def raw_dataset_problems(data: Mapping[str, Any]) -> list[FieldProblem]:
     return []
 
 
+def side_problems(
+    field: str, value: int | list[int] | None, multiple: int, family: str
+) -> list[FieldProblem]:
+    """Why the training sides of `value` (a `resolution` setting) cannot be trained by `family`,
+    whose sides are multiples of `multiple`: one not a multiple; one under two multiples, the
+    least the buckets take (data/buckets.resolution_problems, which the dataset scan asks too:
+    a config that passed here reported it there under data_dir, a field the user did not set
+    wrong). Each named `field`."""
+    sides = resolution_list(value)
+    problems = []
+    if any(side % multiple for side in sides):
+        problems.append(FieldProblem(field, f"must be a multiple of {multiple} for {family}"))
+    if any(side < 2 * multiple for side in sides):
+        problems.append(
+            FieldProblem(
+                field, f"must be at least {2 * multiple} for {family} (two of its {multiple}-pixel steps)"
+            )
+        )
+    return problems
+
+
 def resolution_entry_problems(cfg: TrainConfig, multiple: int, family: str) -> list[FieldProblem]:
-    """Entries whose resolution is not a multiple of the family's `multiple`."""
+    """Entries whose resolution the family cannot train (side_problems)."""
     return [
-        FieldProblem(f"datasets.{i}.resolution", f"must be a multiple of {multiple} for {family}")
+        problem
         for i, e in enumerate(cfg.datasets or [])
-        if any(side % multiple for side in resolution_list(e.resolution))
+        for problem in side_problems(f"datasets.{i}.resolution", e.resolution, multiple, family)
     ]
 
 

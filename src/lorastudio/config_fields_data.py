@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 
 from lorastudio.config_datasets import check_resolution
 from lorastudio.config_fields_base import StrictFields
-from lorastudio.text_rules import OneLineText, VisibleText
+from lorastudio.text_rules import DefaultCaption, TriggerWord
 
 LatentCacheMode = Literal["auto", "memory", "disk", "off"]
 
@@ -19,8 +19,8 @@ class DataFields(StrictFields):
     # data
     resolution: int | list[int] | None = Field(
         default=None,
-        description="training side in pixels, 16-4096 and a multiple of the family's resolution_multiple "
-        "(SDXL 32, the others 16; /api/info); a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with "
+        description="training side in pixels, 16-4096, a multiple of the family's resolution_multiple "
+        "(SDXL 32, the others 16; /api/info) and at least twice it; a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with "
         "the buckets of each (null: the family's default)",
     )
     aspect_buckets: bool = Field(default=True, description="batch images by aspect ratio (else square)")
@@ -53,11 +53,9 @@ class DataFields(StrictFields):
         "per step), disk (memory-mapped shards kept across runs), auto (memory when it fits, else disk), "
         "off (encoded every step)",
     )
-    trigger_word: OneLineText | None = Field(
-        default=None, max_length=200, description="prepended to captions"
-    )
-    default_caption: VisibleText | None = Field(
-        default=None, max_length=2000, description="caption of images without one (instance prompt)"
+    trigger_word: TriggerWord | None = Field(default=None, description="prepended to captions")
+    default_caption: DefaultCaption | None = Field(
+        default=None, description="caption of images without one (instance prompt)"
     )
     caption_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="probability of an empty caption")
     # issue 29 part 3: caption augmentation (data/caption_variants.py)

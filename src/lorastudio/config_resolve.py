@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from lorastudio.config import FAMILY_SPECIFIC_FIELDS, TrainConfig
 from lorastudio.config_cache import default_cache_variants
-from lorastudio.config_datasets import raw_dataset_problems, resolution_entry_problems, resolution_list
+from lorastudio.config_datasets import raw_dataset_problems, resolution_entry_problems, side_problems
 from lorastudio.config_methods import FAMILY_FIELD_REASONS, resolve_loss
 from lorastudio.config_preservation import preservation_problems
 from lorastudio.config_rules import (
@@ -88,9 +88,11 @@ def _pydantic_problems(err: ValidationError) -> list[FieldProblem]:
     out = []
     for e in _one_branch(list(err.errors())):
         loc = ".".join(str(p) for p in e["loc"]) or "(config)"
-        msg = e["msg"]
+        msg = e["msg"].removeprefix("Value error, ")  # pydantic's words before a validator's own
         if e["type"] == "extra_forbidden":
             msg = "unknown setting" + (_did_you_mean(e["loc"]) or _entry_did_you_mean(e["loc"]))
+            if len(loc) > 200:  # a key no form has, echoed whole in the field and the detail
+                loc = f"{loc[:200]}... ({len(loc):,} characters)"
         out.append(FieldProblem(loc, msg))
     return out
 
@@ -206,8 +208,7 @@ def setting_family_problems(cfg: TrainConfig, spec: FamilySpec) -> list[FieldPro
     ]
     res = cfg.resolution if cfg.resolution is not None else spec.defaults.get("resolution")
     mult = spec.resolution_multiple
-    if any(side % mult for side in resolution_list(res)):
-        problems.append(FieldProblem("resolution", f"must be a multiple of {mult} for {spec.name}"))
+    problems += side_problems("resolution", res, mult, spec.name)
     problems += resolution_entry_problems(cfg, mult, spec.name)
     for i, entry in enumerate(cfg.sample_prompts):  # a sample's own size (config_samples.py)
         for side in ("width", "height"):

@@ -17,6 +17,13 @@ from dataclasses import dataclass
 from lorastudio.io_advice import READ_ADVICE, WRITE_ADVICE
 
 
+def shown_text(value: str, limit: int = 100) -> str:
+    """`value` (a user's text: any length) quoted for a message: the repr of its first `limit`
+    characters, and its length where it is longer. Echoed whole, a 100,000-character family or
+    base model made a 200 KB refusal (its detail and its problem each held it)."""
+    return repr(value[:limit]) + (f" (cut: {len(value):,} characters)" if len(value) > limit else "")
+
+
 class LorastudioError(Exception):
     """Base of every domain error. `str(err)` is a complete, user-facing message."""
 
@@ -48,7 +55,7 @@ class UnknownFamily(LorastudioError):
     def __init__(self, name: str, valid: list[str]):
         self.name = name
         self.valid = list(valid)
-        super().__init__(f"unknown model family {name!r}; valid families: {', '.join(self.valid)}")
+        super().__init__(f"unknown model family {shown_text(name)}; valid families: {', '.join(self.valid)}")
 
 
 class DatasetError(LorastudioError):

@@ -359,17 +359,26 @@ class Settings(BaseSettings):
 
     def ensure_dirs(self) -> Settings:
         """Create the home and its sub-folders if missing; returns self. A home that cannot be
-        made (a container's HOME=/ for a uid of its own, a read-only root file system) raises
-        the OSError with LORASTUDIO_HOME named in its words (was a bare "Permission denied")."""
+        made (a container's HOME=/ for a uid of its own, a read-only root file system, a file
+        where it or a folder above it goes) raises the OSError with LORASTUDIO_HOME named in its
+        words (was a bare "Permission denied", "Not a directory" or "File exists")."""
         for d in (self.home, self.datasets_dir, self.outputs_dir, self.models_dir):
             try:
                 d.mkdir(parents=True, exist_ok=True)
             except OSError as err:
-                if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST):
                     raise
+                what = _NOT_A_FOLDER.get(err.errno or 0, err.strerror)
                 why = owner_note(d) or " (set LORASTUDIO_HOME to a writable folder)"
-                raise type(err)(err.errno, f"{err.strerror}{why}", str(d)) from err
+                raise type(err)(err.errno, f"{what}{why}", str(d)) from err
         return self
+
+
+# what a home that cannot be made because of a file on its path is, in words (mkdir's errno)
+_NOT_A_FOLDER = {
+    errno.ENOTDIR: "Not a directory (a folder on the studio home's path is a file)",
+    errno.EEXIST: "File exists (a file is where a folder of the studio home goes)",
+}
 
 
 @lru_cache(maxsize=1)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Field
 
 from lorastudio.data.joiners import joined
 from lorastudio.data.paths import hidden_characters
@@ -61,3 +61,8 @@ def visible_text(value: str | None, what: str = "") -> str | None:
 
 OneLineText = Annotated[str, AfterValidator(one_line)]  # a trigger word, a class word
 VisibleText = Annotated[str, AfterValidator(visible_text)]  # a caption (line breaks allowed)
+# A trigger word and a default caption with their lengths checked as a string's ("String should
+# have at most 200 characters"): a max_length on the field beside the validator's type was checked
+# as a sequence's, "Value should have at most 200 items after validation, not 5000" (session 36).
+TriggerWord = Annotated[str, Field(max_length=200), AfterValidator(one_line)]
+DefaultCaption = Annotated[str, Field(max_length=2000), AfterValidator(visible_text)]

@@ -55,7 +55,7 @@ def test_a_name_over_the_file_systems_limit_is_not_found(
         ),
         "generate --base": (
             ["generate", "--base", long, "--prompt", "x", "--out", "o.png"],
-            "cannot tell the family",
+            "is neither a pipeline folder or checkpoint file",  # named, not its family asked (session 36)
         ),
     }
     for what, (args, said) in commands.items():

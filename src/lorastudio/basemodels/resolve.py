@@ -17,7 +17,7 @@ from lorastudio.basemodels.hubcache import cached_snapshot, hub_cache_dir, hub_o
 from lorastudio.basemodels.single_file import SingleFileFacts, vet_single_file
 from lorastudio.basemodels.vetting import inspect_folder, vet_pipeline_folder
 from lorastudio.config_fields_source import local_revision_message
-from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
+from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, shown_text
 from lorastudio.settings import Settings
 from lorastudio.user_paths import expand_user
 from lorastudio.user_paths import resolved as resolved_path
@@ -107,19 +107,11 @@ def resolve_base(
     Raises ModelSourceError (see resolve_base_model; base_config problems name base_config),
     ConfigError on "revision" when one is given with a local folder (the base model's, or a
     single file's base_config): it could not be honoured."""
-    given = expand_user(base_model)
-    if given.is_absolute():
-        candidate: Path | None = given
-    elif ".." in given.parts or base_model.startswith((".", "~")):
-        raise ModelSourceError(
-            f"base_model {base_model!r}: use an absolute path, a name under models/, or a hub id"
-        )
-    else:
-        candidate = settings.models_dir / given
-    if candidate is not None and os.path.lexists(candidate):
+    candidate = _candidate(base_model, settings)
+    if os.path.lexists(candidate):
         resolved = resolved_path(candidate)
         if resolved is None:
-            raise ModelSourceError(f"base model {base_model!r} cannot be resolved (a link that loops)")
+            raise ModelSourceError(_LOOPS.format(shown_text(base_model)))
         if resolved.is_file():  # `revision` applies to its base config (refused there when local)
             # the file as named, its links not followed: a hub cache's snapshot file (or any link)
             # names a blob without the .safetensors suffix the vetting and the loaders go by
@@ -133,16 +125,67 @@ def resolve_base(
             raise ConfigError([FieldProblem("revision", local_revision_message("base_model", base_model))])
         vet_pipeline_folder(resolved, family)
         return ResolvedBase(str(resolved), resolved)
-    if given.is_absolute():
-        raise ModelSourceError(
-            f"base model folder not found: {base_model} (no folder or checkpoint file there)"
-        )
-    if is_hub_id(base_model):
+    if _hub_id(base_model):
         return ResolvedBase(*resolve_hub_id(settings, base_model, revision, family))
-    raise ModelSourceError(
-        f"{base_model!r} is neither a pipeline folder or checkpoint file (absolute, or a name under "
+    raise ModelSourceError(_missing(base_model, settings))
+
+
+_LOOPS = "base model {} cannot be resolved (a link that loops)"
+
+
+def _candidate(base_model: str, settings: Settings) -> Path:
+    """Where a base model given as `base_model` would be on disk: an absolute path ("~"
+    expanded) as it is, a name under the models root. Raises ModelSourceError for a relative
+    path that climbs or starts with "." or "~" (relative to nothing the server knows)."""
+    given = expand_user(base_model)
+    if given.is_absolute():
+        return given
+    if ".." in given.parts or base_model.startswith((".", "~")):
+        raise ModelSourceError(
+            f"base_model {shown_text(base_model)}: use an absolute path, a name under models/, or a hub id"
+        )
+    return settings.models_dir / given
+
+
+def _hub_id(base_model: str) -> bool:
+    """Whether `base_model`, not on disk as a path or a name under models/, names a hub repo."""
+    return not expand_user(base_model).is_absolute() and is_hub_id(base_model)
+
+
+def _missing(base_model: str, settings: Settings) -> str:
+    """The refusal of a base model that is on disk nowhere it was looked for (not a hub id)."""
+    if expand_user(base_model).is_absolute():
+        return f"base model folder not found: {base_model} (no folder or checkpoint file there)"
+    return (
+        f"{shown_text(base_model)} is neither a pipeline folder or checkpoint file (absolute, or a name under "
         f"{settings.models_dir}) nor a hub id (owner/name)"
     )
+
+
+def family_free_problem(base_model: str, settings: Settings) -> str | None:
+    """resolve_base's refusal of `base_model` where it holds for every family: no folder or file
+    there (and not a hub id), a relative path that climbs, a link that loops, a folder that is
+    no diffusers pipeline or a pipeline no family trains (SD 1.5, SD3). None where only a family
+    could judge it (a hub id not on disk, a pipeline of a family, a checkpoint file).
+    `lorastudio generate` without --family says this instead of asking for --family, which
+    would not help (it asked for --family of a folder that does not exist)."""
+    try:
+        candidate = _candidate(base_model, settings)
+    except ModelSourceError as err:
+        return str(err)
+    if not os.path.lexists(candidate):
+        return None if _hub_id(base_model) else _missing(base_model, settings)
+    resolved = resolved_path(candidate)
+    if resolved is None:
+        return _LOOPS.format(shown_text(base_model))
+    if not resolved.is_dir():
+        return None
+    rec = inspect_folder(resolved)
+    if rec.pipeline_class is None:
+        return rec.reason or f"{resolved} is not a diffusers pipeline folder"
+    if rec.family is None:
+        return f"{resolved}: {rec.reason}"
+    return None
 
 
 def resolve_base_config(base_config: str, family: str, settings: Settings, revision: str | None) -> str:

@@ -8,12 +8,13 @@ JSON under "lorastudio", its LoRAs by file and scale)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from lorastudio.cli.lora_args import parse_lora_arg, resolve_lora_arg
+from lorastudio.cli.termination import refusal_status
 from lorastudio.errors import (
     ConfigError,
     FieldProblem,
@@ -31,47 +32,6 @@ IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP
 
 def register(app: typer.Typer) -> None:
     app.command("generate")(generate_cmd)
-
-
-def parse_lora_arg(value: str, field: str = "--lora", number: str = "scale") -> tuple[Path, float]:
-    """'PATH' -> (PATH, 1.0); 'PATH:SCALE' -> (PATH, SCALE) when what follows the last ':' is a
-    number (so paths containing ':' still work). Raises ConfigError for an empty path or a scale
-    that is not finite (nan, inf: every pixel of the image would be NaN), naming `field` and
-    the number as `number` (`lora merge`: its LORAS argument's weight)."""
-    path, sep, tail = value.rpartition(":")
-    if sep:
-        try:
-            scale = float(tail)
-        except ValueError:
-            path, scale = value, 1.0
-    else:
-        path, scale = value, 1.0
-    if not path:
-        raise ConfigError([FieldProblem(field, f"{value!r}: expected PATH or PATH:{number.upper()}")])
-    if not math.isfinite(scale):
-        raise ConfigError([FieldProblem(field, f"{value!r}: the {number} must be a finite number")])
-    return Path(path).expanduser(), scale
-
-
-def resolve_lora_arg(path: Path, outputs: Path) -> Path:
-    """A --lora value as a file: an existing path as it is, else a run's name (its LoRA
-    outputs/NAME/NAME.safetensors, as the UI and API name a LoRA). Raises NotFound naming both."""
-    if is_file(path):  # user_paths: never raises (a path over the file system's limits)
-        return path
-    name = str(path)
-    if "/" not in name and path.suffix != ".safetensors":
-        from lorastudio.data import safe_component
-        from lorastudio.errors import PathOutsideRoot
-
-        try:
-            safe_component(name, field="--lora")
-            candidate = outputs / name / f"{name}.safetensors"
-        except (ConfigError, PathOutsideRoot):
-            candidate = None
-        if candidate is not None and candidate.is_file():
-            return candidate
-        raise NotFound(f"{name}: no such file, and no run named {name!r} with a LoRA in {outputs}")
-    raise NotFound(missing_file(path))
 
 
 def generate_cmd(
@@ -146,9 +106,9 @@ def generate_cmd(
             base, prompt, out, lora, family, seed, steps, width, height, guidance, revision, device,
             overwrite, control, base_config, v_prediction, negative, max_sequence_length,
         )  # fmt: skip
-    except LorastudioError as err:
+    except LorastudioError as err:  # README's statuses: 1 for a write that failed, 2 for a refusal
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(refusal_status(err)) from None
 
 
 def _generate(
@@ -175,6 +135,7 @@ def _generate(
     from lorastudio import families
     from lorastudio.basemodels import resolve_base
     from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
+    from lorastudio.basemodels.resolve import family_free_problem
     from lorastudio.basemodels.single_file import base_updates, read_file_facts
     from lorastudio.cli.config_file import localize_path
     from lorastudio.cli.run_display import quiet_libraries
@@ -221,8 +182,13 @@ def _generate(
     if family is None and not bad_revision and is_hub_id(base):  # one in the hub cache says it too
         snapshot = cached_snapshot(base, revision)
         family = detect_family(str(snapshot)) if snapshot is not None else None
-    if family is None:
-        problems.append(FieldProblem("--family", f"cannot tell the family of {base!r}; pass --family"))
+    if family is None:  # what is wrong with the base whatever its family, else ask for the family
+        why = family_free_problem(base, settings)
+        problems.append(
+            FieldProblem("--base", why)
+            if why
+            else FieldProblem("--family", f"cannot tell the family of {base!r}; pass --family")
+        )
     elif (
         not bad_revision
     ):  # the same check as a training run's base_model: folder, name under models/, hub id

@@ -96,7 +96,7 @@ def merge_cmd(
 ) -> None:
     """Merge LoRAs of one family and layout: the result applies sum of WEIGHT x each LoRA's
     change exactly (ranks concatenated; resize it afterwards to shrink it)."""
-    from lorastudio.cli.generate_cmd import parse_lora_arg
+    from lorastudio.cli.lora_args import parse_lora_arg
     from lorastudio.lora.ops import merge_files
 
     inputs = [parse_lora_arg(value, "LORAS", "weight") for value in loras]
@@ -130,6 +130,7 @@ def push_cmd(
     """Upload a run's LoRA with its sidecar (each local base or dataset path named by its last
     part), a model card and its newest samples to a hub repo (HF_ENDPOINT's hub when set), with
     the studio's hub token (LORASTUDIO_HF_TOKEN, else huggingface_hub's login)."""
+    from lorastudio.cli.termination import refusal_status
     from lorastudio.errors import LorastudioError
     from lorastudio.lora.hub_push import push_lora
     from lorastudio.settings import get_settings
@@ -138,7 +139,7 @@ def push_cmd(
         result = push_lora(get_settings(), run, repo, create=create, private=private)
     except LorastudioError as err:  # no token, refused, repo missing: say which
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(refusal_status(err)) from None
     typer.echo(f"pushed to {result.url} (commit {result.commit}):")
     for name in result.files:
         typer.echo(f"  {name}")

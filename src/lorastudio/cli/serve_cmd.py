@@ -52,6 +52,12 @@ def serve_cmd(
     check_bind(bind_host, settings)
     lock = HomeLock.for_server(settings.ensure_dirs().home, bind_port)  # one server per home
     shown = f"[{bind_host}]" if ":" in bind_host else bind_host
+    if why := listen_problem(bind_host, bind_port):  # before it says it serves, and starts its jobs
+        lock.release()
+        typer.secho(
+            f"error: cannot listen on http://{shown}:{bind_port}/: {why}", fg=typer.colors.RED, err=True
+        )
+        raise typer.Exit(EXIT_CANNOT_LISTEN)
     under = f" (and under {settings.root_path}/ for a proxy)" if settings.root_path else ""
     typer.echo(
         f"lorastudio serving on http://{shown}:{bind_port}/{under}  (API docs: /docs, home: {settings.home})"
@@ -61,6 +67,60 @@ def serve_cmd(
     for note in serve_notes(bind_host):  # PID 1, loopback in a container, a CPU quota
         typer.echo(note, err=True)
     serve(settings, bind_host, bind_port, home_lock=lock)
+
+
+EXIT_CANNOT_LISTEN = 3  # README's status of a `serve` that cannot listen (uvicorn's too, where it finds it)
+
+
+def listen_problem(host: str, port: int) -> str | None:
+    """Why `serve` cannot listen on (host, port), in words that say what to do: the port in use,
+    an address that is not this machine's, a host name that does not resolve, a port below 1024
+    without the right; None when a socket binds at each address the server would (asyncio's
+    create_server binds every address getaddrinfo gives, as here; closed at once). Asked before
+    the server prints that it serves and starts its job service: uvicorn's own refusal came after
+    both, a bare "[Errno 98] error while attempting to bind on address ('127.0.0.1', 7860):
+    address already in use" log line. A program that takes the port between this check and
+    uvicorn's bind still gets uvicorn's line and the same status (3)."""
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as err:
+        reason = err.strerror if isinstance(err, socket.gaierror) else str(err)
+        return (
+            f"the host name {host!r} does not resolve ({reason}); pass --host (or set"
+            " LORASTUDIO_HOST) with an address of this machine: 127.0.0.1, or 0.0.0.0 for every one"
+        )
+    for family, kind, proto, _, address in dict.fromkeys(infos):
+        try:
+            sock = socket.socket(family, kind, proto)
+        except OSError:  # an address family this host lacks (no IPv6): asyncio skips it too
+            continue
+        with sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as asyncio: the IPv6 socket takes no IPv4 traffic
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as err:
+                if err.errno == errno.EADDRINUSE:
+                    return (
+                        f"port {port} is in use (another `lorastudio serve` or another program listens"
+                        " there); pass --port with a free port (or set LORASTUDIO_PORT), or stop that program"
+                    )
+                if err.errno == errno.EADDRNOTAVAIL:
+                    return (
+                        f"{address[0]} is not an address of this machine; pass --host (or set LORASTUDIO_HOST)"
+                        " with one of its addresses: 127.0.0.1, or 0.0.0.0 for every one"
+                    )
+                if err.errno == errno.EACCES and port < 1024:
+                    return (
+                        f"port {port} is below 1024, which only root (or a program with the"
+                        " CAP_NET_BIND_SERVICE capability) may listen on; pass --port 1024 or above"
+                    )
+                return f"{address[0]} port {port}: {err.strerror or err}"
+    return None
 
 
 def no_web_ui_note(web_dist: Path) -> str:

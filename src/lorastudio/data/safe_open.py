@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lorastudio.errors import DatasetError
+from lorastudio.io_advice import READ_ADVICE
 
 FolderId = tuple[int, int]  # (st_dev, st_ino) of a dataset folder
 
@@ -89,7 +90,8 @@ def open_in_folder(path: Path, folder_id: FolderId | None = None) -> BinaryIO:
         except OSError as err:
             if err.errno == errno.ELOOP:
                 raise _refused(path, "is a symbolic link (not followed)") from None
-            raise _refused(path, err.strerror or str(err)) from None
+            advice = READ_ADVICE.get(err.errno or 0)  # what to do: bare "Permission denied" before
+            raise _refused(path, f"{err.strerror or err}" + (f"; {advice}" if advice else "")) from None
     finally:
         os.close(dir_fd)
     try:

@@ -168,8 +168,8 @@ class GenerationService:
         """Check everything about `req` before any work: returns (the resolved base model,
         [(LoRA file, scale)], each LoRA file's sha256). Raises UnknownFamily, ConfigError
         (revision, size budget, a LoRA file that is not a LoRA of this family or not the file
-        of the sha256 asked for: every problem at once), NotFound (a LoRA name),
-        ModelSourceError (the base model)."""
+        of the sha256 asked for, the base model: every problem at once), NotFound (a LoRA
+        name)."""
         return check_request(self.settings, req)
 
     def cancel(self, request_id: str, owner: object | None = None) -> str:

@@ -31,8 +31,8 @@ def check_request(
     """Check everything about `req` before any work: returns (the resolved base model,
     [(LoRA file, scale)], each LoRA file's sha256). Raises UnknownFamily, ConfigError
     (revision, size budget, a LoRA file that is not a LoRA of this family or not the file
-    of the sha256 asked for: every problem at once), NotFound (a LoRA name),
-    ModelSourceError (the base model)."""
+    of the sha256 asked for, the base model or its base_config: every problem at once), NotFound
+    (a LoRA name)."""
     family = families.get(req.family)
     problems = budget_problems(req.width, req.height, req.steps, family.spec.name)
     problems += prompt_problems({"prompt": req.prompt, "negative_prompt": req.negative_prompt})
@@ -64,9 +64,18 @@ def check_request(
                     "its run was retrained or the file replaced; leave sha256 out to use the file as it is",
                 )
             )
-    if problems:
+    base = None
+    if not any(p.field == "revision" for p in problems):  # a bad revision never reaches the hub cache
+        try:  # named by its field with the rest, as the training preflight names it: the form shows
+            # it at the base model's input (a bare ModelSourceError had no field: a banner)
+            base = resolve_base(req.base_model, family.spec.name, settings, req.revision, req.base_config)
+        except ModelSourceError as err:
+            field = "base_config" if str(err).startswith("base_config ") else "base_model"
+            problems.append(FieldProblem(field, str(err)))
+        except ConfigError as err:  # a revision with a local folder (resolve_base)
+            problems += err.problems
+    if problems or base is None:
         raise ConfigError(problems)
-    base = resolve_base(req.base_model, family.spec.name, settings, req.revision, req.base_config)
     _, base_problems = base_updates(
         base.source, base.folder, base.file, base.config, req.base_config, req.v_prediction, req.revision
     )

@@ -24,6 +24,10 @@ from pathlib import Path
 from lorastudio.errors import ModelSourceError, NotFound
 
 MAX_HEADER_BYTES = 16 * 1024 * 1024  # a LoRA's header (names, shapes, metadata) is KBs to a few MB
+NOT_SAFETENSORS = (
+    "it is not a safetensors file (its first 8 bytes are not the length of a JSON header that"
+    " follows; a .ckpt / .pt / .bin file or a text file?)"
+)
 MAX_TENSORS = 100_000
 MAX_DIMS = 8
 DTYPE_BYTES = {
@@ -70,6 +74,10 @@ def read_header(path: Path, max_bytes: int = MAX_HEADER_BYTES) -> LoraHeader:
             if size < 8:
                 raise _bad(path, f"{size} bytes, too short for a safetensors header")
             (length,) = struct.unpack("<Q", f.read(8))
+            if (length > max_bytes or length > size - 8) and f.read(1) != b"{":
+                # no length of a JSON header that follows: another format (a .ckpt / .pt pickle, a
+                # text file), not a header "larger than allowed" or "past the end of the file"
+                raise _bad(path, NOT_SAFETENSORS)
             if length > max_bytes:
                 raise _bad(path, f"a header of {length} bytes is larger than the {max_bytes} allowed")
             if length > size - 8:

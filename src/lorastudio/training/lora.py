@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.errors import ConfigError, FieldProblem, shown_text
 from lorastudio.hub_token import hub_kwargs
 
 if TYPE_CHECKING:
@@ -127,11 +127,8 @@ def target_problems(modules: Mapping[str, torch.nn.Module], lora_config: PeftCon
     unmatched = [t for t in targets if not any(_matches(n, t) for n in modules)]
     if unmatched:
         owner = next(iter(modules.values()), None)
-        return [
-            FieldProblem(
-                "lora_targets", f"no layer of the {type(owner).__name__} is named {', '.join(unmatched)}"
-            )
-        ]
+        named = ", ".join(t if len(t) <= 100 else shown_text(t) for t in unmatched)  # a long one cut
+        return [FieldProblem("lora_targets", f"no layer of the {type(owner).__name__} is named {named}")]
     if problems := _unwrappable_targets(dict(modules), targets):
         return problems
     adapted = [

@@ -37,8 +37,12 @@ def pick_device(device: str | None) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         dev = torch.device(device)
-    except RuntimeError as err:
-        raise ConfigError([FieldProblem("device", f"unknown device {device!r}: {err}")]) from err
+    except (
+        RuntimeError
+    ):  # torch's words list every device type it knows (opengl, fpga, ...): none trains here
+        raise ConfigError(
+            [FieldProblem("device", f"unknown device {device!r}: use cpu, cuda or cuda:N")]
+        ) from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError([FieldProblem("device", f"{device!r} requested but no CUDA GPU is available")])

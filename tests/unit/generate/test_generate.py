@@ -75,7 +75,8 @@ def test_bad_loras_are_refused_and_leave_the_base(flux_pipe, flux_lora, tmp_path
     garbage = tmp_path / "garbage.safetensors"
     garbage.write_text("not a safetensors file")
     with pytest.raises(
-        ModelSourceError, match="garbage.safetensors is not a usable safetensors LoRA: a header"
+        ModelSourceError,
+        match="garbage.safetensors is not a usable safetensors LoRA: it is not a safetensors file",
     ):
         apply_loras(flux_pipe, [(garbage, 1.0)])  # the header check, before diffusers' loader
     assert not any(flux_pipe.get_list_adapters().values())

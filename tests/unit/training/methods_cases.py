@@ -24,10 +24,12 @@ CPU = torch.device("cpu")
 def mini_config(family: str, model_dir: Path, **overrides: Any) -> TrainConfig:
     """A resolved config for a fixed-batch run on the tiny `family` model (an override of None
     removes the setting: learning_rate=None leaves it to the family / optimizer)."""
-    extra = {"max_sequence_length": 16} if "max_sequence_length" in families.get(family).spec.supports else {}
+    spec = families.get(family).spec
+    extra = {"max_sequence_length": 16} if "max_sequence_length" in spec.supports else {}
     raw = {
         "family": family, "base_model": str(model_dir), "data_dir": "unused", "lora_rank": 4,
-        "learning_rate": 1e-2, "resolution": 32, "output_name": "m", **extra, **overrides,
+        "learning_rate": 1e-2, "resolution": max(32, 2 * spec.resolution_multiple),  # mini_batch's size
+        "output_name": "m", **extra, **overrides,
     }  # fmt: skip
     raw = {k: v for k, v in raw.items() if v is not None}  # learning_rate=None: the optimizer's default
     return resolve_train_config(TrainConfig.model_validate(raw))

@@ -4926,7 +4926,7 @@ export interface components {
             report_to?: ("tensorboard" | "wandb")[];
             /**
              * Resolution
-             * @description training side in pixels, 16-4096 and a multiple of the family's resolution_multiple (SDXL 32, the others 16; /api/info); a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with the buckets of each (null: the family's default)
+             * @description training side in pixels, 16-4096, a multiple of the family's resolution_multiple (SDXL 32, the others 16; /api/info) and at least twice it; a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with the buckets of each (null: the family's default)
              * @default null
              */
             resolution?: number | number[] | null;
@@ -5524,7 +5524,7 @@ export interface components {
             report_to: ("tensorboard" | "wandb")[];
             /**
              * Resolution
-             * @description training side in pixels, 16-4096 and a multiple of the family's resolution_multiple (SDXL 32, the others 16; /api/info); a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with the buckets of each (null: the family's default)
+             * @description training side in pixels, 16-4096, a multiple of the family's resolution_multiple (SDXL 32, the others 16; /api/info) and at least twice it; a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with the buckets of each (null: the family's default)
              */
             resolution: number | number[] | null;
             /**

@@ -134,7 +134,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "random_flip": "horizontal flip augmentation",
   "rank_pattern": "per-module ranks, {module name or regex: rank} (peft's rank_pattern); others: lora_rank",
   "report_to": "experiment trackers (optional extras): loss, LR, grad norm, samples/s, memory and sample images to TensorBoard (<run>/tensorboard) and/or Weights & Biases",
-  "resolution": "training side in pixels, 16-4096 and a multiple of the family's resolution_multiple (SDXL 32, the others 16; /api/info); a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with the buckets of each (null: the family's default)",
+  "resolution": "training side in pixels, 16-4096, a multiple of the family's resolution_multiple (SDXL 32, the others 16; /api/info) and at least twice it; a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with the buckets of each (null: the family's default)",
   "revision": "hub revision (branch, tag or commit) of a hub id base_model (or of a single file's base_config); refused with a local folder, which has none",
   "sample_every": "render the samples every N optimizer steps (null: only at the end)",
   "sample_prompts": "prompts rendered as preview images during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, \"controls\": [reference images relative to data_dir, or to the first datasets entry's folder]",
