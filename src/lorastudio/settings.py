@@ -35,7 +35,6 @@ too: jobs/childenv.drop_process_secrets), revealed only to wandb.init (training/
 
 from __future__ import annotations
 
-import errno
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -54,7 +53,7 @@ from lorastudio.settings_values import (
     hub_token_problem,
     path_max,
 )
-from lorastudio.user_paths import not_utf8, owner_note
+from lorastudio.user_paths import make_home_folders, not_utf8
 
 # Pillow's Image.open refuses an image over 2 x Image.MAX_IMAGE_PIXELS (its decompression-bomb
 # error; the value is Pillow's, restated here so this module stays free of Pillow): the most
@@ -362,23 +361,8 @@ class Settings(BaseSettings):
         made (a container's HOME=/ for a uid of its own, a read-only root file system, a file
         where it or a folder above it goes) raises the OSError with LORASTUDIO_HOME named in its
         words (was a bare "Permission denied", "Not a directory" or "File exists")."""
-        for d in (self.home, self.datasets_dir, self.outputs_dir, self.models_dir):
-            try:
-                d.mkdir(parents=True, exist_ok=True)
-            except OSError as err:
-                if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST):
-                    raise
-                what = _NOT_A_FOLDER.get(err.errno or 0, err.strerror)
-                why = owner_note(d) or " (set LORASTUDIO_HOME to a writable folder)"
-                raise type(err)(err.errno, f"{what}{why}", str(d)) from err
+        make_home_folders((self.home, self.datasets_dir, self.outputs_dir, self.models_dir))
         return self
-
-
-# what a home that cannot be made because of a file on its path is, in words (mkdir's errno)
-_NOT_A_FOLDER = {
-    errno.ENOTDIR: "Not a directory (a folder on the studio home's path is a file)",
-    errno.EEXIST: "File exists (a file is where a folder of the studio home goes)",
-}
 
 
 @lru_cache(maxsize=1)

@@ -11,8 +11,10 @@ each was a 500 of the API for a mistyped field. Here such a path is simply not t
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -167,3 +169,25 @@ def owner_note(path: str | Path) -> str:
         f" ({probe} belongs to uid {owner} and this process runs as uid {me}: chown it to uid {me},"
         f" run as uid {owner} (docker run --user {owner}), or set LORASTUDIO_HOME to a folder of uid {me})"
     )
+
+
+# what a home that cannot be made because of a file on its path is, in words (mkdir's errno)
+_NOT_A_FOLDER = {
+    errno.ENOTDIR: "Not a directory (a folder on the studio home's path is a file)",
+    errno.EEXIST: "File exists (a file is where a folder of the studio home goes)",
+}
+
+
+def make_home_folders(folders: Iterable[Path]) -> None:
+    """mkdir -p each of the studio home's `folders`. One that cannot be made for want of rights
+    or room for a file, or because a file is on its path, raises the OSError with
+    LORASTUDIO_HOME (or the folder's owner) named in its words; other errors as they come."""
+    for d in folders:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST):
+                raise
+            what = _NOT_A_FOLDER.get(err.errno or 0, err.strerror)
+            why = owner_note(d) or " (set LORASTUDIO_HOME to a writable folder)"
+            raise type(err)(err.errno, f"{what}{why}", str(d)) from err
