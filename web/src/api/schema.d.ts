@@ -1083,10 +1083,12 @@ export interface paths {
         };
         /**
          * Run Samples
-         * @description The sample previews in the run's output folder (shared by every session of the run),
-         *     oldest step first, each with its prompt and URL, and what renders it again: its settings
-         *     and the LoRA file holding the weights it shows, or why none does (training/sample_source.py).
-         *     404 when the run is unknown.
+         * @description The sample previews in the run's output folder (shared by every session of the run), a page
+         *     of rounds at a time: the newest `limit` rounds (below `cursor`: the previous page's
+         *     `next_cursor`, null after the oldest round; `step`: that round only), listed oldest step first,
+         *     each with its prompt and URL, and what renders it again: its settings and the LoRA file
+         *     holding the weights it shows, or why none does (training/sample_source.py). `total` counts the
+         *     rounds. 404 when the run is unknown (api/sample_pages.py).
          */
         get: operations["run_samples_api_runs__run_id__samples_get"];
         put?: never;
@@ -4184,10 +4186,20 @@ export interface components {
         /** SampleList */
         SampleList: {
             /**
+             * Next Cursor
+             * @description give it as `cursor` for the page of older rounds; null after the oldest round
+             */
+            next_cursor: string | null;
+            /**
              * Samples
-             * @description oldest step first, then prompt order
+             * @description the page's rounds, oldest step first, then prompt order
              */
             samples: components["schemas"]["SampleImage"][];
+            /**
+             * Total
+             * @description the sample rounds (steps) of the run, every page's (with `step`: 0 or 1)
+             */
+            total: number;
         };
         /** SampleLora */
         SampleLora: {
@@ -11407,7 +11419,14 @@ export interface operations {
     };
     run_samples_api_runs__run_id__samples_get: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description sample rounds (steps) in the page */
+                limit?: number;
+                /** @description a page's next_cursor: the older rounds after it (absent: the newest rounds) */
+                cursor?: string | null;
+                /** @description only the round of this step */
+                step?: number | null;
+            };
             header?: never;
             path: {
                 run_id: string;

@@ -1,9 +1,19 @@
 import { memo, useEffect, useMemo, useState } from "react";
 import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
-import { useLoad } from "../lib/latest";
+import { isAbort, useAction, useLatest, useLoad } from "../lib/latest";
 import { SampleAgain, SampleAgainOnClick } from "./SampleAgain";
 import { ScrollRegion } from "./ScrollRegion";
+
+/** The rounds the table asks for in a page (GET /api/runs/{id}/samples' `limit`, newest first); "Show older rounds" adds the next. */
+export const HISTORY_ROUNDS = 20;
+
+/** The pages loaded below the first: their previews, the cursor of the page after them (null: none), and the run they are of. */
+interface Older {
+  runId: string;
+  samples: SampleImage[];
+  cursor: string | null;
+}
 
 /** Sample rounds by step: each round's image URLs in prompt order. */
 export type Rounds = Map<number, string[]>;
@@ -39,7 +49,7 @@ function sameProps(a: Props, b: Props): boolean {
 
 /**
  * Every sample round of a run side by side: one column per step (oldest left), one row per prompt. Loads the
- * rounds already on disk once, then adds each new round (`latest`, from the event stream) without asking the
+ * newest HISTORY_ROUNDS rounds already on disk once ("Show older rounds" adds the page before them), then adds each new round (`latest`, from the event stream) without asking the
  * server again. Shown from the second round on. Each preview has its "Generate again" (SampleAgain; a
  * round added since asks for its listing entry on the click). Rendered again only when a round comes or
  * the run changes, not at each step of the Live screen, and each cell finds its listing entry by key: a
@@ -50,7 +60,27 @@ export const SampleHistory = memo(SampleHistoryTable, sameProps);
 function SampleHistoryTable({ runId, latest, prompts }: Props) {
   // the stored rounds, keyed by the run (a slow answer for another run never shows), and those the
   // event stream added since, kept with the run they belong to
-  const stored = useLoad((signal) => api.runSamples(runId, signal).then((s) => s.samples, () => []), runId).data;
+  // the listing is paged (RELIABILITY 1341: a long run's 400 rounds were one 553 KB answer): the newest
+  // HISTORY_ROUNDS rounds first, older ones on "Show older rounds"
+  const first = useLoad((signal) => api.runSamples(runId, signal, { limit: HISTORY_ROUNDS }).catch(() => null), runId).data;
+  const [older, setOlder] = useState<Older | null>(null);
+  const moreLoads = useLatest(); // a page of another run's in flight is dropped
+  const olderOfRun = older?.runId === runId ? older : null;
+  const cursor = olderOfRun ? olderOfRun.cursor : (first?.next_cursor ?? null);
+  const [moreError, setMoreError] = useState<string | null>(null);
+  const more = useAction(async () => {
+    if (!cursor) return;
+    const ticket = moreLoads.begin();
+    try {
+      const page = await api.runSamples(runId, ticket.signal, { limit: HISTORY_ROUNDS, cursor });
+      if (!ticket.current()) return;
+      setMoreError(null);
+      setOlder({ runId, samples: [...page.samples, ...(olderOfRun?.samples ?? [])], cursor: page.next_cursor ?? null });
+    } catch (err) {
+      if (!isAbort(err) && ticket.current()) setMoreError(`Cannot load older rounds: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  });
+  const stored = useMemo(() => (first ? [...(olderOfRun?.samples ?? []), ...first.samples] : undefined), [first, olderOfRun]);
   const [added, setAdded] = useState<{ runId: string; rounds: Rounds }>({ runId, rounds: new Map() });
   useEffect(() => {
     if (latest) setAdded((now) => ({ runId, rounds: withRound(now.runId === runId ? now.rounds : new Map(), runId, latest.step, latest.images) }));
@@ -108,6 +138,19 @@ function SampleHistoryTable({ runId, latest, prompts }: Props) {
           </tbody>
         </table>
       </ScrollRegion>
+      {cursor && (
+        <p className="small muted">
+          The newest {steps.length} of {first?.total ?? steps.length} rounds.{" "}
+          <button type="button" className="ghost small" disabled={more.pending} onClick={() => void more.run()}>
+            Show older rounds
+          </button>
+        </p>
+      )}
+      {moreError && (
+        <p className="small error" role="alert">
+          {moreError}
+        </p>
+      )}
     </div>
   );
 }

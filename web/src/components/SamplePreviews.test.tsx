@@ -67,7 +67,7 @@ describe("sample previews", () => {
     await screen.findByText("shapes-lora");
     expect(screen.queryByText("Sample previews")).not.toBeInTheDocument();
     // the mount's own fetch of the stored rounds (an effect: under load it can start after the first render is seen)
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/runs/j1/samples")).toBe(true));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/runs/j1/samples?limit=20")).toBe(true));
     const fetches = calls.length;
     act(() => FakeEventSource.last?.emit("sample_ready", sampleReady(2)));
     const round = screen.getByTestId("samples-step-2");
@@ -86,7 +86,7 @@ describe("sample previews", () => {
     let job: Record<string, unknown> = JOB;
     mockFetch(({ url }) => {
       if (url.startsWith("/api/train/status")) return { body: { job, queue: [], busy: false, event_seq: 1 } };
-      if (url === "/api/runs/j1/samples") return { body: { samples: [] } }; // a fresh run's discarded folder is gone
+      if (url === "/api/runs/j1/samples?limit=20") return { body: { samples: [] } }; // a fresh run's discarded folder is gone
       return undefined;
     });
     render(
