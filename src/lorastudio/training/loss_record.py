@@ -11,7 +11,9 @@ A checkpoint's state.pt names its losses as `loss_record` = {"count": S, "spans"
 values], ...] in step order, "crc32": zlib.crc32 of those bytes}, plus "losses": the last WINDOW
 values (what an older version of lorastudio resumes with, and what a resume keeps when the file
 does not hold the checkpoint's losses). A checkpoint an older version wrote holds every loss in
-"losses": it resumes as before, and its losses join this session's segment at the next flush.
+"losses": it resumes as before, and its losses join this session's segment at the next flush
+(one it wrote after resuming a checkpoint of ours holds our window and its steps: the steps
+before are NaN, and a RunWarning says so).
 
 Why by hand: numpy.memmap or a sqlite table would do the same appends with more to explain; a
 resume reads the spans once (8 bytes a step: 0.8 MB at 100,000 steps).
@@ -124,8 +126,15 @@ class LossRecord:
         entry = state.get(RECORD_KEY)
         self._reset()
         if entry is None:  # an older version's checkpoint: every loss in state.pt
-            self.values = array("d", window)
-            return None
+            missing = max(0, step - len(window))  # that version resumed one of ours: its window only
+            self.values = array("d", [math.nan] * missing + window[len(window) - (step - missing) :])
+            if not missing:
+                return None
+            return (
+                f"the losses of steps 1-{missing} are not in the checkpoint (an older version of lorastudio "
+                "resumed this run from a checkpoint that kept its newest losses only): the run's result lists "
+                "them as NaN (its metrics keep them)"
+            )
         path = run_dir / LOSSES_FILE
         try:
             values, spans, crc = _read(path, entry, step)

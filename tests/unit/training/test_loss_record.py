@@ -82,5 +82,9 @@ def test_flush_restore_discard_and_a_record_that_does_not_match(tmp_path):
     assert note is not None and "steps 1-1" in note and LOSSES_FILE in note
     values = list(lost)
     assert math.isnan(values[0]) and values[1:] == [0.25, 7.0]
+    # an older version's checkpoint of a run it resumed from one of ours: its list is our window only
+    rolled = LossRecord()
+    note = rolled.restore(tmp_path, 4, {"losses": [0.25, 7.0]})
+    assert note is not None and "steps 1-2" in note and list(rolled)[2:] == [0.25, 7.0]
     with pytest.raises(ValueError, match="does not name 2 steps"):
         loss_record._read(tmp_path / LOSSES_FILE, second, 2)
