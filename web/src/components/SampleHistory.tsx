@@ -1,19 +1,13 @@
 import { memo, useEffect, useMemo, useState } from "react";
 import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
-import { isAbort, useAction, useLatest, useLoad } from "../lib/latest";
+import { useSamplePages } from "../lib/samplePages";
 import { SampleAgain, SampleAgainOnClick } from "./SampleAgain";
+import { OlderRounds } from "./OlderRounds";
 import { ScrollRegion } from "./ScrollRegion";
 
 /** The rounds the table asks for in a page (GET /api/runs/{id}/samples' `limit`, newest first); "Show older rounds" adds the next. */
 export const HISTORY_ROUNDS = 20;
-
-/** The pages loaded below the first: their previews, the cursor of the page after them (null: none), and the run they are of. */
-interface Older {
-  runId: string;
-  samples: SampleImage[];
-  cursor: string | null;
-}
 
 /** Sample rounds by step: each round's image URLs in prompt order. */
 export type Rounds = Map<number, string[]>;
@@ -62,25 +56,8 @@ function SampleHistoryTable({ runId, latest, prompts }: Props) {
   // event stream added since, kept with the run they belong to
   // the listing is paged (RELIABILITY 1341: a long run's 400 rounds were one 553 KB answer): the newest
   // HISTORY_ROUNDS rounds first, older ones on "Show older rounds"
-  const first = useLoad((signal) => api.runSamples(runId, signal, { limit: HISTORY_ROUNDS }).catch(() => null), runId).data;
-  const [older, setOlder] = useState<Older | null>(null);
-  const moreLoads = useLatest(); // a page of another run's in flight is dropped
-  const olderOfRun = older?.runId === runId ? older : null;
-  const cursor = olderOfRun ? olderOfRun.cursor : (first?.next_cursor ?? null);
-  const [moreError, setMoreError] = useState<string | null>(null);
-  const more = useAction(async () => {
-    if (!cursor) return;
-    const ticket = moreLoads.begin();
-    try {
-      const page = await api.runSamples(runId, ticket.signal, { limit: HISTORY_ROUNDS, cursor });
-      if (!ticket.current()) return;
-      setMoreError(null);
-      setOlder({ runId, samples: [...page.samples, ...(olderOfRun?.samples ?? [])], cursor: page.next_cursor ?? null });
-    } catch (err) {
-      if (!isAbort(err) && ticket.current()) setMoreError(`Cannot load older rounds: ${err instanceof Error ? err.message : String(err)}`);
-    }
-  });
-  const stored = useMemo(() => (first ? [...(olderOfRun?.samples ?? []), ...first.samples] : undefined), [first, olderOfRun]);
+  const pages = useSamplePages(runId, HISTORY_ROUNDS);
+  const stored = pages.samples;
   const [added, setAdded] = useState<{ runId: string; rounds: Rounds }>({ runId, rounds: new Map() });
   useEffect(() => {
     if (latest) setAdded((now) => ({ runId, rounds: withRound(now.runId === runId ? now.rounds : new Map(), runId, latest.step, latest.images) }));
@@ -138,19 +115,7 @@ function SampleHistoryTable({ runId, latest, prompts }: Props) {
           </tbody>
         </table>
       </ScrollRegion>
-      {cursor && (
-        <p className="small muted">
-          The newest {steps.length} of {first?.total ?? steps.length} rounds.{" "}
-          <button type="button" className="ghost small" disabled={more.pending} onClick={() => void more.run()}>
-            Show older rounds
-          </button>
-        </p>
-      )}
-      {moreError && (
-        <p className="small error" role="alert">
-          {moreError}
-        </p>
-      )}
+      <OlderRounds pages={pages} shown={steps.length} />
     </div>
   );
 }
