@@ -124,9 +124,8 @@ def place_output(cur: sqlite3.Cursor, output_name: str, rowid: int) -> None:
     """Put `output_name` above every other name of output_places (a run of it was just recorded as
     `rowid`), in the caller's transaction."""
     cur.execute(
-        "INSERT INTO output_places (output_name, place, newest) VALUES"
-        " (?, MAX((SELECT COALESCE(MAX(place), 0) + 1 FROM output_places), ?), ?)"
-        " ON CONFLICT(output_name) DO UPDATE SET place=excluded.place, newest=excluded.newest",
+        "INSERT OR REPLACE INTO output_places (output_name, place, newest) VALUES"  # no UPSERT: any SQLite 3
+        " (?, MAX((SELECT COALESCE(MAX(place), 0) + 1 FROM output_places), ?), ?)",
         (output_name, rowid, rowid),
     )
 
