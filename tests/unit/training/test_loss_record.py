@@ -24,25 +24,20 @@ def _state(run_dir, step: int) -> dict:
 
 def test_a_checkpoint_keeps_a_window_and_a_resume_reads_the_rest_beside_the_run(make_config, monkeypatch):
     monkeypatch.setattr(loss_record, "WINDOW", 2)
-    full = train(make_config(steps=6, output_name="full"), [].append, device="cpu")
-    events, stop = stop_at(5)
-    train(
-        make_config(steps=6, output_name="part", save_every=2, keep_last=5), events.append, stop, device="cpu"
-    )
+    full = train(make_config(steps=5, output_name="full"), [].append, device="cpu")
+    events, stop = stop_at(3)
+    part = make_config(steps=5, output_name="part", save_every=2, keep_last=5)
+    train(part, events.append, stop, device="cpu")  # checkpoints 2 and 3 (the stop's)
     run_dir = get_settings().outputs_dir / "part"
-    state = _state(run_dir, 4)
-    assert state["losses"] == full.losses[2:4]  # the window only: was every loss so far
-    assert state[RECORD_KEY]["count"] == 4 and (run_dir / LOSSES_FILE).stat().st_size == 5 * 8
-    # from the older checkpoint while the newer ones stay: its session appends, overwrites nothing
-    resumed = train(
-        make_config(steps=6, output_name="part", save_every=2, keep_last=5),
-        [].append,
-        device="cpu",
-        resume=run_dir / "checkpoints" / "step-000002",
-    )
+    state = _state(run_dir, 3)
+    assert state["losses"] == full.losses[1:3]  # the window only: was every loss so far
+    assert state[RECORD_KEY]["count"] == 3 and (run_dir / LOSSES_FILE).stat().st_size == 3 * 8
+    # from the older checkpoint while checkpoint 3 stays: its session's checkpoint 4 appends
+    resumed = train(part, [].append, device="cpu", resume=run_dir / "checkpoints" / "step-000002")
     assert resumed.losses == full.losses
-    kept = LossRecord()
-    assert kept.restore(run_dir, 5, _state(run_dir, 5)) is None and list(kept) == full.losses[:5]
+    assert _state(run_dir, 4)[RECORD_KEY]["spans"] == [[0, 2], [24, 2]]
+    kept = LossRecord()  # checkpoint 3's losses, never written over
+    assert kept.restore(run_dir, 3, _state(run_dir, 3)) is None and list(kept) == full.losses[:3]
 
 
 def test_an_older_versions_checkpoint_with_every_loss_still_resumes(make_config):
