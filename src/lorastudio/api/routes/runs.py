@@ -3,7 +3,7 @@ resuming a run from one."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
@@ -95,17 +95,20 @@ def run_loras(
 @router.get("/{run_id}/samples", response_model=SampleList)
 def run_samples(
     run_id: str,
-    limit: int = Query(
-        default=DEFAULT_ROUNDS, ge=1, le=10_000, description="sample rounds (steps) in the page"
-    ),
-    cursor: str | None = Query(
-        default=None,
-        pattern=SAMPLES_CURSOR,
-        description="a page's next_cursor: the older rounds after it (absent: the newest rounds)",
-    ),
-    step: int | None = Query(default=None, ge=0, description="only the round of this step"),
     store: RunStore = Depends(store_dep),
     settings: Settings = Depends(settings_dep),
+    # Annotated: a direct call (run_samples(id, store, settings)) gets these defaults, not Query objects
+    limit: Annotated[
+        int, Query(ge=1, le=10_000, description="sample rounds (steps) in the page")
+    ] = DEFAULT_ROUNDS,
+    cursor: Annotated[
+        str | None,
+        Query(
+            pattern=SAMPLES_CURSOR,
+            description="a page's next_cursor: the older rounds after it (absent: the newest rounds)",
+        ),
+    ] = None,
+    step: Annotated[int | None, Query(ge=0, description="only the round of this step")] = None,
 ) -> dict[str, Any]:
     """The sample previews in the run's output folder (shared by every session of the run), a page
     of rounds at a time: the newest `limit` rounds (below `cursor`: the previous page's
