@@ -123,7 +123,13 @@ def two_rank_job_stops_and_saves_and_resumes_in_one_process(
     assert service.ignored_events == ignored  # every event came from rank 0, tagged as the agent
     run_dir = settings.outputs_dir / "dp"
     assert snap["lora_path"] == str(run_dir / "dp.safetensors")
-    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "dp.json", "dp.safetensors", "loras"]
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "checkpoints",
+        "dp.json",
+        "dp.safetensors",
+        "loras",
+        "losses.bin",
+    ]
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"step-{stopped_at:06d}"]
     agent = snap["pid"]
     wait_job(service, job["id"], lambda s: not process_alive(agent), 10, "the agent's exit")

@@ -142,3 +142,31 @@ def test_the_lora_list_reads_no_snapshot_or_checkpoint_sidecar(
     inner = [p for p in sidecar_reads if p.parent.name in ("loras",) or "checkpoints" in p.parts]
     assert [p.name for p in inner] == [f"{output_name(0)}-step-{SCALE.checkpoints * 20:06d}.safetensors"]
     assert set(sidecar_reads.values()) <= {1, 2}  # the EMA LoRA's own: for its files and its raw step
+
+
+def test_a_runs_sample_listing_pages_its_rounds_newest_first(
+    home_client: TestClient, settings: Settings
+) -> None:
+    """Before, GET /api/runs/{id}/samples answered every preview of the run at once: 400 rounds of 4
+    prompts were 553 KB a listing (RELIABILITY 1341). A page holds the newest rounds below its
+    cursor, listed as before (oldest step first); with no parameters a short run's answer is the
+    whole listing; a round written between two pages neither repeats nor skips one."""
+    url = f"/api/runs/{run_id(0)}/samples"
+    whole = home_client.get(url).json()  # 5 rounds (steps 20..100) of 4 prompts: under the default
+    assert [(s["step"], s["index"]) for s in whole["samples"]] == [
+        (20 * (r + 1), i) for r in range(5) for i in range(4)
+    ]
+    assert whole["total"] == 5 and whole["next_cursor"] is None
+    first = home_client.get(url, params={"limit": 2}).json()
+    assert [s["step"] for s in first["samples"]] == [80] * 4 + [100] * 4 and first["next_cursor"] == "80"
+    png = settings.outputs_dir / output_name(0) / "samples" / "step-000100-0.png"
+    (png.parent / "step-000120-0.png").write_bytes(png.read_bytes())  # a new round meanwhile
+    second = home_client.get(url, params={"limit": 2, "cursor": first["next_cursor"]}).json()
+    assert {s["step"] for s in second["samples"]} == {40, 60} and second["total"] == 6
+    last = home_client.get(url, params={"limit": 2, "cursor": second["next_cursor"]}).json()
+    assert {s["step"] for s in last["samples"]} == {20} and last["next_cursor"] is None
+    one = home_client.get(url, params={"step": 60}).json()  # a preview's own round ("Generate again")
+    assert [s["name"] for s in one["samples"]] == [f"step-000060-{i}.png" for i in range(4)] and one[
+        "total"
+    ] == 1
+    assert home_client.get(url, params={"cursor": "x"}).status_code in (400, 422)

@@ -106,6 +106,22 @@ def test_a_lora_made_or_deleted_between_pages_repeats_or_skips_none(
     assert names == ["owls", "Bobcat", "cats", "hand-copied"]
 
 
+def test_a_lora_whose_newest_record_is_deleted_between_pages_keeps_its_place(
+    lora_client: TestClient, settings: Settings
+) -> None:
+    """RELIABILITY 1342: the deleted record's LoRA moved among the folders no run recorded (by
+    mtime) and was listed again on a later page ("Bobcat" twice)."""
+
+    def change(shown: int) -> None:
+        if shown == 2:
+            answer = lora_client.delete("/api/runs/Bobcat", params={"keep_files": "true"})
+            assert answer.status_code == 200, answer.text
+
+    names = _walk(lora_client, {"family": "flux", "limit": 2}, change)
+    assert names == ["owls", "Bobcat", "dogs", "cats", "hand-copied"]
+    assert _walk(lora_client, {"family": "flux", "limit": 2}) == names  # its place stays
+
+
 def test_only_the_pages_loras_are_read_in_full(
     lora_client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,16 +5,16 @@ Only what the order and the filters need is read for every folder: its entry, on
 <name>.safetensors, and with `family` its small <name>.json sidecar; the page's own LoRAs are then
 read in full by the route (their final files and validation marks, api/routes/loras.py). The
 order is the one the list always had: the runs' output names by the run store's order of their
-newest run (RunStore.output_order), then the folders no run recorded by the file's mtime, newest
-first; the name breaks ties (hand-copied folders of one mtime).
+newest run (RunStore.output_order: its output_places, which deleting a run record never lowers),
+then the folders no run recorded by the file's mtime, newest first; the name breaks ties
+(hand-copied folders of one mtime).
 
-A cursor is the sort key of a page's last LoRA, "r<rowid>:<name>" (a recorded one) or
+A cursor is the sort key of a page's last LoRA, "r<place>:<name>" (a recorded one) or
 "m<mtime_ns>:<name>", so a LoRA deleted or made between two pages neither repeats nor makes
 one skipped; a LoRA trained again meanwhile moves to the top (shown by asking the first page
-again). One exception (RELIABILITY Known problems): a LoRA whose newest run record is deleted
-between two pages while its folder stays (DELETE /api/runs/{id} with keep_files, or an older run
-sharing the folder) moves down, to its older run's place or among the folders no run recorded, and
-is listed again on a later page; the Generate picker keeps one LoRA of each name (web/src/lib/loraList.ts).
+again). A LoRA whose newest run record is deleted between two pages while its folder stays
+(DELETE /api/runs/{id} with keep_files, or an older run sharing the folder) keeps its place:
+before session 36 (RELIABILITY 1342) it moved down and was listed again on a later page.
 """
 
 from __future__ import annotations

@@ -162,7 +162,11 @@ class SampleImage(_Out):
 
 
 class SampleList(_Out):
-    samples: list[SampleImage] = Field(description="oldest step first, then prompt order")
+    samples: list[SampleImage] = Field(description="the page's rounds, oldest step first, then prompt order")
+    total: int = Field(description="the sample rounds (steps) of the run, every page's (with `step`: 0 or 1)")
+    next_cursor: str | None = Field(
+        description="give it as `cursor` for the page of older rounds; null after the oldest round"
+    )
 
 
 class StopRequested(_Out):

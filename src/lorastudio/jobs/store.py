@@ -27,7 +27,14 @@ from lorastudio.file_modes import follow_umask_path
 from lorastudio.jobs.records import LIVE_STATUSES, JobStatus, now_iso
 from lorastudio.jobs.run_owner import cli_owner_gone, sweep_free_locks
 from lorastudio.jobs.store_metrics import insert_points, read_points
-from lorastudio.jobs.store_schema import RUN_COLUMNS, SCHEMA, UPDATABLE, add_missing_columns
+from lorastudio.jobs.store_schema import (
+    RUN_COLUMNS,
+    SCHEMA,
+    UPDATABLE,
+    add_missing_columns,
+    place_output,
+    place_outputs,
+)
 from lorastudio.processes import process_gone
 
 # Why a live run whose owner is gone was marked interrupted, by the run's source.
@@ -68,6 +75,7 @@ class RunStore:
         conn.execute("PRAGMA foreign_keys=ON")
         conn.executescript(SCHEMA)
         add_missing_columns(conn)
+        place_outputs(conn)
         store = cls(conn, path)
         if recover:
             store.mark_interrupted()
@@ -184,6 +192,7 @@ class RunStore:
                     start,
                 ),
             )
+            place_output(cur, output_name, int(cur.lastrowid or 0))  # the LoRA list's top (store_schema.py)
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set some columns of a run (status, started_at, finished_at, steps_run, error, ...)."""
@@ -357,12 +366,15 @@ class RunStore:
             return read_points(self._conn, run_id, max_points, up_to)
 
     def output_order(self) -> dict[str, int]:
-        """Each output name's place in the order runs were recorded (its newest run's rowid): the
-        LoRA list's newest first (api/routes/loras.py), never the files' mtimes, which a clock
-        set back puts below the last hour's."""
+        """Each output name's place in the order runs were recorded (output_places, jobs/
+        store_schema.py: where its newest run put it, which deleting run records never lowers; a
+        name not placed yet, its newest run's rowid): the LoRA list's newest first (api/routes/
+        loras.py), never the files' mtimes, which a clock set back puts below the last hour's."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT output_name, MAX(rowid) FROM runs GROUP BY output_name"
+                "SELECT output_name, place FROM output_places UNION ALL"
+                " SELECT output_name, MAX(rowid) FROM runs"
+                " WHERE output_name NOT IN (SELECT output_name FROM output_places) GROUP BY output_name"
             ).fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
 

@@ -239,6 +239,8 @@ def train(
                 state.loras.discard()
                 if state.validation is not None and state.resume is not None:
                     state.validation.discard()  # the record as this session found it
+                if state.resume is not None:
+                    state.losses.discard()  # losses.bin as this session found it
                 kept = discard_session(run.run_dir, state.resume is not None, state.keeper)
                 _note_kept(emit, state, kept)
             claimed = False

@@ -30,12 +30,13 @@ from lorastudio.training.checkpoint import CheckpointKeeper, read_checkpoint_inf
 from lorastudio.training.conditioning import CaptionPicker, Conditioning
 from lorastudio.training.distributed import ParallelContext, StopPoll, all_reduce_sum
 from lorastudio.training.ema import AdapterEma, make_ema
-from lorastudio.training.events import Emit, Progress
+from lorastudio.training.events import Emit, Progress, RunWarning
 from lorastudio.training.export import save_ema_step_lora, save_lora_snapshot
 from lorastudio.training.extend import respan_schedule
 from lorastudio.training.first_step_report import log_first_step_compile
 from lorastudio.training.latents import LatentSource
 from lorastudio.training.loop_end import finish_run, sample_round
+from lorastudio.training.loss_record import LossRecord
 from lorastudio.training.meter import DivergenceGuard, StepMeter
 from lorastudio.training.micro_batches import batch_forward_backward, entry_loss_weights
 from lorastudio.training.noise import DdpmObjective, FlowObjective
@@ -72,7 +73,7 @@ class RunState:
 
     steps_run: int = 0
     total_steps: int = 0
-    losses: list[float] = field(default_factory=list)
+    losses: LossRecord = field(default_factory=LossRecord)  # every step's (training/loss_record.py)
     denoiser: Any = None
     lora_config: Any = None
     resume: Path | None = None  # the checkpoint this session continues from
@@ -146,7 +147,9 @@ def optimize(
     )
     state.ema = parts.ema
     if state.resume is not None:  # every stream continues where the interrupted run left it
-        state.steps_run, state.losses = load_checkpoint(state.resume, parts)
+        state.steps_run, lost = load_checkpoint(state.resume, parts, state.losses)
+        if lost is not None:  # the run goes on: only its result's list of losses lacks them
+            emit(RunWarning(step=state.steps_run, message=lost))
         if state.extended:  # the LR from here on is the new total's schedule (training/extend.py)
             respan_schedule(parts.scheduler)
         state.steps_at_start = state.checkpointed_step = state.steps_run

@@ -9,6 +9,8 @@ removes is what runs write:
     <name>.safetensors, <name>.json          the LoRA and its sidecar (training/export.py)
     <name>.raw.safetensors, <name>.raw.json  with EMA, the raw weights (training/ema.py)
     validation.json                          the validation record (training/validation_file.py)
+    losses.bin                               the per-step losses, appended at each checkpoint
+                                             (training/loss_record.py)
     checkpoints/step-NNNNNN/                 a checkpoint, written whole (training/checkpoint.py);
                                              with EMA it holds <name>-step-NNNNNN.ema.safetensors
                                              (+ .json): the EMA weights of that step (`ema_step_name`)
@@ -60,6 +62,7 @@ SAMPLES = "samples"
 TENSORBOARD = "tensorboard"
 WANDB = "wandb"
 VALIDATION_FILE = "validation.json"
+LOSSES_FILE = "losses.bin"  # the per-step losses the checkpoints name (training/loss_record.py)
 STAGING_PREFIX = ".staging-"
 REMOVING_PREFIX = ".removing-"
 
@@ -181,7 +184,11 @@ def _owned_kind(run_dir: Path, path: Path) -> str | None:
         (name,) = parts
         if is_leftover(name):
             return "either"
-        return "file" if name in final_names(run_dir.name) or name in (VALIDATION_FILE, FRESH_MARK) else None
+        return (
+            "file"
+            if name in final_names(run_dir.name) or name in (VALIDATION_FILE, LOSSES_FILE, FRESH_MARK)
+            else None
+        )
     if len(parts) != 2:
         return None
     folder, name = parts

@@ -1,8 +1,10 @@
 """What a checkpoint holds, and putting it back: the loop's complete state between two optimizer
 steps, so a resumed run continues bitwise where the interrupted one stopped (on CPU).
 
-state.pt = torch.save of {"step", "losses", "optimizer", "scheduler", "scaler", "sampler",
-"meter", "guard", "rng", "ema"}; "ema" = the adapter EMA's shadow (None without one); "rng" = python `random`, numpy's global state, torch CPU, every CUDA
+state.pt = torch.save of {"step", "losses", "loss_record", "optimizer", "scheduler", "scaler", "sampler",
+"meter", "guard", "rng", "ema"}; "losses" = the newest
+losses, "loss_record" = where the run folder's losses.bin holds them all (training/loss_record.py);
+"ema" = the adapter EMA's shadow (None without one); "rng" = python `random`, numpy's global state, torch CPU, every CUDA
 device, plus the run's own streams: the numpy Generator (crops, flips, caption dropout) and the
 CPU torch.Generator (noise, timesteps, cached-variant choice). lora.safetensors holds the LoRA
 weights (peft naming); text_encoders.safetensors the text encoders' (SDXL train_text_encoder). Loading uses torch.load(weights_only=True).
@@ -39,6 +41,7 @@ from lorastudio.training.ema import AdapterEma
 from lorastudio.training.extend import EXTENSIONS_KEY
 from lorastudio.training.identity import IDENTITY_FORMAT
 from lorastudio.training.lora import lora_state_dict
+from lorastudio.training.loss_record import RECORD_KEY, LossRecord
 from lorastudio.training.meter import DivergenceGuard, StepMeter
 
 TEXT_ENCODERS_FILE = "text_encoders.safetensors"  # the text encoders' LoRA (train_text_encoder)
@@ -107,7 +110,7 @@ def save_checkpoint(
     *,
     step: int,
     total_steps: int,
-    losses: list[float],
+    losses: LossRecord,
     identity: dict[str, Any],
     config: dict[str, Any],
     plan: dict[str, Any] | None = None,
@@ -121,10 +124,12 @@ def save_checkpoint(
     record of the times the run was trained longer (training/extend.py), `validation` the
     validation rounds so far ({step, loss} each, training/validate.py; a resume continues them),
     `beside` a writer of more files into the checkpoint's staging folder (an EMA run's LoRA of the
-    step's EMA weights: training/export.save_ema_step_lora), part of the checkpoint's one write."""
+    step's EMA weights: training/export.save_ema_step_lora), part of the checkpoint's one write.
+    `losses` (steps 1..step) go to the run folder's losses.bin first (its new ones appended), the
+    checkpoint naming them there and keeping the newest itself."""
     state = {
         "step": step,
-        "losses": [float(x) for x in losses],
+        "losses": losses.window(),
         "optimizer": parts.optimizer.state_dict(),
         "scheduler": parts.scheduler.state_dict(),
         "scaler": parts.scaler.state_dict(),
@@ -148,6 +153,7 @@ def save_checkpoint(
     }
 
     def write(folder: Path) -> None:
+        state[RECORD_KEY] = losses.flush(run_dir)  # before the checkpoint is renamed into place
         save_tensors_file(lora_state_dict(parts.denoiser), folder / LORA_FILE)
         follow_umask(folder / LORA_FILE)  # safetensors writes 0600
         if parts.text_encoders is not None:
@@ -170,10 +176,11 @@ def _group_sizes(optimizer_state: Any) -> list[int] | None:
     return [len(g.get("params", ())) for g in groups]
 
 
-def load_checkpoint(checkpoint: Path, parts: LoopParts) -> tuple[int, list[float]]:
+def load_checkpoint(checkpoint: Path, parts: LoopParts, losses: LossRecord) -> tuple[int, str | None]:
     """Restore the loop's state from `checkpoint` into `parts` (LoRA weights copied into the
-    existing parameters, so the optimizer keeps referring to them). Returns (step, losses of
-    steps 1..step). Raises ConfigError (field "resume") when the checkpoint does not fit the
+    existing parameters, so the optimizer keeps referring to them) and the losses of steps
+    1..step into `losses` (from the run folder's losses.bin; an older version's checkpoint holds
+    them itself). Returns (step, None or a note: the losses the file did not hold, NaN). Raises ConfigError (field "resume") when the checkpoint does not fit the
     model or cannot be read."""
     from peft.utils import set_peft_model_state_dict
     from safetensors.torch import load_file
@@ -233,7 +240,8 @@ def load_checkpoint(checkpoint: Path, parts: LoopParts) -> tuple[int, list[float
             parts.ema.load_state_dict(state["ema"])
         except ValueError as err:
             raise ConfigError([FieldProblem("resume", f"{checkpoint}: {err}")]) from None
-    return int(state["step"]), [float(x) for x in state["losses"]]
+    step = int(state["step"])
+    return step, losses.restore(checkpoint.parent.parent, step, state)
 
 
 def _load_text_encoders(checkpoint: Path, text_encoders: Any) -> None:

@@ -124,3 +124,38 @@ def test_runs_are_listed_newest_first_across_a_clock_set_back(tmp_path: Path) ->
         assert [r["id"] for r in store.list_runs(limit=2)] == ["d", "b"]
     finally:
         store.close()
+
+
+def test_an_output_names_place_survives_its_records_and_an_older_store_gains_the_places(
+    tmp_path: Path,
+) -> None:
+    """RELIABILITY 1342: the LoRA list's order came from the newest run record of each name, so
+    deleting that record moved the name down (a LoRA listed again on a later page). The places are
+    kept beside the runs: a store of the first layout gains them in its runs' order, a deleted
+    record lowers none, a new run goes on top, and a run an older version recorded meanwhile (no
+    place) is placed at the next open."""
+    path = first_version_store(tmp_path / "old.db", "old", "o", "2026-01-01")
+    store = RunStore.open(path)
+    try:
+        store.create_run("a", "a", "flux", {}, now_iso(), status=JobStatus.COMPLETED)
+        store.create_run("b", "b", "flux", {}, now_iso(), status=JobStatus.COMPLETED)
+        places = store.output_order()
+        assert sorted(places, key=places.__getitem__) == ["o", "a", "b"]
+        store.delete_run("b")  # was: b's place fell to nothing (below every recorded name)
+        assert store.output_order() == places
+        store.create_run("o2", "o", "flux", {}, now_iso(), status=JobStatus.COMPLETED)  # o trained again
+        assert max(store.output_order(), key=store.output_order().__getitem__) == "o"
+    finally:
+        store.close()
+    conn = sqlite3.connect(path)  # an older version records a run of a (it knows no places)
+    conn.execute(
+        "INSERT INTO runs (id, output_name, family, status, created_at, config_json) VALUES ('a2', 'a', 'flux', 'completed', '', '{}')"
+    )
+    conn.commit()
+    conn.close()
+    store = RunStore.open(path)
+    try:
+        places = store.output_order()
+        assert sorted(places, key=places.__getitem__) == ["b", "o", "a"]
+    finally:
+        store.close()

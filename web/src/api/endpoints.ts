@@ -140,8 +140,17 @@ export const api = {
   },
   run: (id: string, signal?: AbortSignal) => get<RunDetail>(`/api/runs/${seg(id)}`, signal),
   deleteRun: (id: string, answerTo: AnswerTo) => delEffect<RunDeleted>(`/api/runs/${seg(id)}`, answerTo),
-  /** The sample previews in a run's folder, oldest step first. */
-  runSamples: (id: string, signal?: AbortSignal) => get<SampleList>(`/api/runs/${seg(id)}/samples`, signal),
+  /** A page of the sample previews in a run's folder: the newest `limit` rounds (the server's default:
+   * 100), or the older ones after a page's `cursor` (its next_cursor), or the round of `step` only;
+   * listed oldest step first. */
+  runSamples: (id: string, signal?: AbortSignal, page: { limit?: number; cursor?: string; step?: number } = {}) => {
+    const query = new URLSearchParams();
+    if (page.limit != null) query.set("limit", String(page.limit));
+    if (page.cursor) query.set("cursor", page.cursor);
+    if (page.step != null) query.set("step", String(page.step));
+    const q = query.toString();
+    return get<SampleList>(q ? `/api/runs/${seg(id)}/samples?${q}` : `/api/runs/${seg(id)}/samples`, signal);
+  },
   /** URL of a sample PNG of run `id`; `path` is run-relative ("samples/step-000123-0.png") or a file name. */
   sampleUrl: (id: string, path: string) =>
     browserUrl(`/api/runs/${seg(id)}/samples/${seg(path.split("/").pop() ?? path)}`),

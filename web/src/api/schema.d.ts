@@ -659,9 +659,7 @@ export interface paths {
          *     folders no run recorded (copied in by hand, a deleted record's) by the file's mtime; `family`
          *     filters on the sidecar's family, `q` on the name, `name` picks names. A page at a time
          *     (`limit`; `cursor`: the previous page's `next_cursor`, null after the last page; a LoRA made
-         *     or deleted meanwhile skips none and repeats none, except a LoRA whose newest run record is
-         *     deleted between two pages while its folder stays, which can come again on a later page:
-         *     drop repeats by name); `total` counts every LoRA the filters keep. Only the page's LoRAs are read in full (api/lora_pages.py).
+         *     or deleted meanwhile skips none and repeats none, a run record deleted meanwhile moves none); `total` counts every LoRA the filters keep. Only the page's LoRAs are read in full (api/lora_pages.py).
          */
         get: operations["loras_api_loras_get"];
         put?: never;
@@ -1083,10 +1081,12 @@ export interface paths {
         };
         /**
          * Run Samples
-         * @description The sample previews in the run's output folder (shared by every session of the run),
-         *     oldest step first, each with its prompt and URL, and what renders it again: its settings
-         *     and the LoRA file holding the weights it shows, or why none does (training/sample_source.py).
-         *     404 when the run is unknown.
+         * @description The sample previews in the run's output folder (shared by every session of the run), a page
+         *     of rounds at a time: the newest `limit` rounds (below `cursor`: the previous page's
+         *     `next_cursor`, null after the oldest round; `step`: that round only), listed oldest step first,
+         *     each with its prompt and URL, and what renders it again: its settings and the LoRA file
+         *     holding the weights it shows, or why none does (training/sample_source.py). `total` counts the
+         *     rounds. 404 when the run is unknown (api/sample_pages.py).
          */
         get: operations["run_samples_api_runs__run_id__samples_get"];
         put?: never;
@@ -4184,10 +4184,20 @@ export interface components {
         /** SampleList */
         SampleList: {
             /**
+             * Next Cursor
+             * @description give it as `cursor` for the page of older rounds; null after the oldest round
+             */
+            next_cursor: string | null;
+            /**
              * Samples
-             * @description oldest step first, then prompt order
+             * @description the page's rounds, oldest step first, then prompt order
              */
             samples: components["schemas"]["SampleImage"][];
+            /**
+             * Total
+             * @description the sample rounds (steps) of the run, every page's (with `step`: 0 or 1)
+             */
+            total: number;
         };
         /** SampleLora */
         SampleLora: {
@@ -11407,7 +11417,14 @@ export interface operations {
     };
     run_samples_api_runs__run_id__samples_get: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description sample rounds (steps) in the page */
+                limit?: number;
+                /** @description a page's next_cursor: the older rounds after it (absent: the newest rounds) */
+                cursor?: string | null;
+                /** @description only the round of this step */
+                step?: number | null;
+            };
             header?: never;
             path: {
                 run_id: string;

@@ -53,7 +53,7 @@ export function SampleAgainOnClick({ runId, step, index, label }: { runId: strin
   const open = async () => {
     setAsking(true);
     try {
-      const listed = await api.runSamples(runId);
+      const listed = await api.runSamples(runId, undefined, { step }); // its round only (the listing is paged)
       const source = listed.samples.find((s) => s.step === step && s.index === index);
       const reason = source ? cannot(source) : "the run lists no such preview (deleted since?)";
       if (reason) setWhy(reason);

@@ -1,4 +1,5 @@
 import { render, screen, waitFor, within } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { api } from "../api/endpoints";
 import { mockFetch } from "../test/fixtures";
@@ -15,7 +16,7 @@ afterEach(() => vi.unstubAllGlobals());
 describe("SampleHistory", () => {
   it("shows the stored rounds side by side and adds new rounds from events without fetching again", async () => {
     const calls = mockFetch(({ url }) =>
-      url === "/api/runs/j1/samples" ? { body: { samples: [file(200, 1), file(100, 0), file(100, 1), file(200, 0)] } } : undefined,
+      url === "/api/runs/j1/samples?limit=20" ? { body: { samples: [file(200, 1), file(100, 0), file(100, 1), file(200, 0)] } } : undefined,
     );
     const { rerender } = render(<SampleHistory runId="j1" latest={null} prompts={PROMPTS} />);
     const table = await screen.findByRole("table");
@@ -31,7 +32,7 @@ describe("SampleHistory", () => {
     rerender(<SampleHistory runId="j1" latest={{ step: 300, images: ["samples/step-000300-0.png", "samples/step-000300-1.png"] }} prompts={PROMPTS} />);
     await waitFor(() => expect(within(table).getAllByRole("columnheader")).toHaveLength(4));
     expect(screen.getByAltText("a red circle, step 300")).toHaveAttribute("src", "/api/runs/j1/samples/step-000300-0.png");
-    expect(calls.filter((c) => c.url === "/api/runs/j1/samples")).toHaveLength(1);
+    expect(calls.filter((c) => c.url === "/api/runs/j1/samples?limit=20")).toHaveLength(1);
   });
 
   it("stays hidden until there are two rounds to compare", async () => {
@@ -45,7 +46,7 @@ describe("SampleHistory", () => {
     // 100 rounds of 2 prompts: the Live screen renders at every progress event, its prompts a new
     // array each time; before, every such render rebuilt the table and searched the listing once a cell
     const stored = Array.from({ length: 100 }, (_, r) => [file(100 * (r + 1), 0), file(100 * (r + 1), 1)]).flat();
-    mockFetch(({ url }) => (url === "/api/runs/j1/samples" ? { body: { samples: stored } } : undefined));
+    mockFetch(({ url }) => (url === "/api/runs/j1/samples?limit=20" ? { body: { samples: stored } } : undefined));
     const { rerender } = render(<SampleHistory runId="j1" latest={null} prompts={[...PROMPTS]} />);
     await waitFor(() => expect(screen.getAllByRole("columnheader")).toHaveLength(101));
     const urls = vi.spyOn(api, "imageUrl");
@@ -55,5 +56,24 @@ describe("SampleHistory", () => {
     rerender(<SampleHistory runId="j1" latest={next} prompts={[...PROMPTS]} />); // a new round: drawn
     await waitFor(() => expect(screen.getAllByRole("columnheader")).toHaveLength(102));
     expect(screen.getByAltText("a blue square, step 10100")).toHaveAttribute("src", "/api/runs/j1/samples/step-010100-1.png");
+  });
+
+  it("shows the newest rounds and loads the older ones on request (RELIABILITY 1341)", async () => {
+    // before, the table read the run's whole listing at once: 400 rounds of 4 previews were 553 KB
+    const page = (steps: number[], next: string | null) => ({
+      body: { samples: steps.flatMap((s) => [file(s, 0), file(s, 1)]), total: 3, next_cursor: next },
+    });
+    const calls = mockFetch(({ url }) =>
+      url === "/api/runs/j1/samples?limit=20" ? page([200, 300], "200") : url === "/api/runs/j1/samples?limit=20&cursor=200" ? page([100], null) : undefined,
+    );
+    render(<SampleHistory runId="j1" latest={null} prompts={PROMPTS} />);
+    const table = await screen.findByRole("table");
+    const headers = () => within(table).getAllByRole("columnheader").map((h) => h.textContent);
+    expect(headers()).toEqual(["Prompt", "step 200", "step 300"]);
+    expect(screen.getByText(/The newest 2 of 3 rounds/)).toBeInTheDocument();
+    await userEvent.click(screen.getByRole("button", { name: "Show older rounds" }));
+    await waitFor(() => expect(headers()).toEqual(["Prompt", "step 100", "step 200", "step 300"]));
+    expect(screen.queryByRole("button", { name: "Show older rounds" })).toBeNull();
+    expect(calls.map((c) => c.url)).toEqual(["/api/runs/j1/samples?limit=20", "/api/runs/j1/samples?limit=20&cursor=200"]);
   });
 });

@@ -1,9 +1,13 @@
 import { memo, useEffect, useMemo, useState } from "react";
 import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
-import { useLoad } from "../lib/latest";
+import { useSamplePages } from "../lib/samplePages";
 import { SampleAgain, SampleAgainOnClick } from "./SampleAgain";
+import { OlderRounds } from "./OlderRounds";
 import { ScrollRegion } from "./ScrollRegion";
+
+/** The rounds the table asks for in a page (GET /api/runs/{id}/samples' `limit`, newest first); "Show older rounds" adds the next. */
+export const HISTORY_ROUNDS = 20;
 
 /** Sample rounds by step: each round's image URLs in prompt order. */
 export type Rounds = Map<number, string[]>;
@@ -39,7 +43,7 @@ function sameProps(a: Props, b: Props): boolean {
 
 /**
  * Every sample round of a run side by side: one column per step (oldest left), one row per prompt. Loads the
- * rounds already on disk once, then adds each new round (`latest`, from the event stream) without asking the
+ * newest HISTORY_ROUNDS rounds already on disk once ("Show older rounds" adds the page before them), then adds each new round (`latest`, from the event stream) without asking the
  * server again. Shown from the second round on. Each preview has its "Generate again" (SampleAgain; a
  * round added since asks for its listing entry on the click). Rendered again only when a round comes or
  * the run changes, not at each step of the Live screen, and each cell finds its listing entry by key: a
@@ -50,7 +54,10 @@ export const SampleHistory = memo(SampleHistoryTable, sameProps);
 function SampleHistoryTable({ runId, latest, prompts }: Props) {
   // the stored rounds, keyed by the run (a slow answer for another run never shows), and those the
   // event stream added since, kept with the run they belong to
-  const stored = useLoad((signal) => api.runSamples(runId, signal).then((s) => s.samples, () => []), runId).data;
+  // the listing is paged (RELIABILITY 1341: a long run's 400 rounds were one 553 KB answer): the newest
+  // HISTORY_ROUNDS rounds first, older ones on "Show older rounds"
+  const pages = useSamplePages(runId, HISTORY_ROUNDS);
+  const stored = pages.samples;
   const [added, setAdded] = useState<{ runId: string; rounds: Rounds }>({ runId, rounds: new Map() });
   useEffect(() => {
     if (latest) setAdded((now) => ({ runId, rounds: withRound(now.runId === runId ? now.rounds : new Map(), runId, latest.step, latest.images) }));
@@ -108,6 +115,7 @@ function SampleHistoryTable({ runId, latest, prompts }: Props) {
           </tbody>
         </table>
       </ScrollRegion>
+      <OlderRounds pages={pages} shown={steps.length} />
     </div>
   );
 }

@@ -1,4 +1,5 @@
 import { act, render, screen, waitFor, within } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { resetAuthForTests, setToken } from "../api/auth";
 import { TrainingProvider } from "../api/training";
@@ -67,7 +68,7 @@ describe("sample previews", () => {
     await screen.findByText("shapes-lora");
     expect(screen.queryByText("Sample previews")).not.toBeInTheDocument();
     // the mount's own fetch of the stored rounds (an effect: under load it can start after the first render is seen)
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/runs/j1/samples")).toBe(true));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/runs/j1/samples?limit=20")).toBe(true));
     const fetches = calls.length;
     act(() => FakeEventSource.last?.emit("sample_ready", sampleReady(2)));
     const round = screen.getByTestId("samples-step-2");
@@ -86,7 +87,7 @@ describe("sample previews", () => {
     let job: Record<string, unknown> = JOB;
     mockFetch(({ url }) => {
       if (url.startsWith("/api/train/status")) return { body: { job, queue: [], busy: false, event_seq: 1 } };
-      if (url === "/api/runs/j1/samples") return { body: { samples: [] } }; // a fresh run's discarded folder is gone
+      if (url === "/api/runs/j1/samples?limit=20") return { body: { samples: [] } }; // a fresh run's discarded folder is gone
       return undefined;
     });
     render(
@@ -149,5 +150,24 @@ describe("RunDetailScreen samples", () => {
       "src",
       "/api/runs/r1/samples/step-000002-1.png",
     );
+  });
+
+  it("shows the newest rounds and adds the older ones on request (RELIABILITY 1341)", async () => {
+    const img = (step: number) => ({ step, index: 0, prompt: PROMPTS[0], name: `step-${String(step).padStart(6, "0")}-0.png`, url: `/api/runs/r1/samples/step-${String(step).padStart(6, "0")}-0.png` });
+    const run = { id: "r1", output_name: "shapes-lora", family: "flux", status: "completed", created_at: "2025-01-01T00:00:00Z", started_at: null, finished_at: null,
+      steps_run: 6, total_steps: 6, last_loss: 0.1, error: null, resume_step: null, config: { sample_prompts: PROMPTS }, metrics: [], outputs: [] }; // prettier-ignore
+    mockFetch(({ url }) => {
+      if (url === "/api/runs/r1") return { body: run };
+      if (url === "/api/runs/r1/samples") return { body: { samples: [img(4), img(6)], total: 3, next_cursor: "4" } };
+      if (url === "/api/runs/r1/samples?cursor=4") return { body: { samples: [img(2)], total: 3, next_cursor: null } };
+      return undefined;
+    });
+    render(<RunDetailScreen id="r1" />);
+    await waitFor(() => expect(screen.getByTestId("samples-step-6")).toBeInTheDocument());
+    expect(screen.getAllByTestId(/^samples-step-/).map((el) => el.dataset.testid)).toEqual(["samples-step-6", "samples-step-4"]);
+    expect(screen.getByText(/The newest 2 of 3 rounds/)).toBeInTheDocument();
+    await userEvent.click(screen.getByRole("button", { name: "Show older rounds" }));
+    await waitFor(() => expect(screen.getByTestId("samples-step-2")).toBeInTheDocument());
+    expect(screen.queryByRole("button", { name: "Show older rounds" })).toBeNull();
   });
 });

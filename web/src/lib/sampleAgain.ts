@@ -98,7 +98,7 @@ export function useSamplePreset(ref: SampleRef | undefined): { preset: SamplePre
   const loaded = useLoad(
     ref
       ? (signal) =>
-          Promise.all([api.run(ref.runId, signal), api.runSamples(ref.runId, signal)]).then(async ([run, list]) => {
+          Promise.all([api.run(ref.runId, signal), api.runSamples(ref.runId, signal, { step: ref.step })]).then(async ([run, list]) => {
             const sample = list.samples.find((s) => s.step === ref.step && s.index === ref.index);
             if (!sample) {
               const why = `run ${run.output_name} has no preview ${ref.index + 1} of step ${ref.step} (deleted since?)`;

@@ -16,6 +16,8 @@ import { ErrorBanner } from "../components/ErrorBanner";
 import { Crumb } from "../components/Crumb";
 import { isAbort, loadMessage, useAction, useLoad, useUnmountSignal } from "../lib/latest";
 import { DatasetWarnings } from "../components/DatasetWarnings";
+import { OlderRounds } from "../components/OlderRounds";
+import { useSamplePages } from "../lib/samplePages";
 
 /**
  * One run: the plan it used, its chart, sample previews, its worker log, checkpoints (resume from a picked
@@ -24,7 +26,8 @@ import { DatasetWarnings } from "../components/DatasetWarnings";
 export function RunDetailScreen({ id }: { id: string }) {
   // each keyed by the run: an answer for the run shown before never shows under this one
   const loaded = useLoad((signal) => api.run(id, signal), id);
-  const samples = useLoad((signal) => api.runSamples(id, signal).then((s) => s.samples, () => []), id).data ?? [];
+  const samplePages = useSamplePages(id); // the newest 100 rounds, "Show older rounds" the page before them
+  const samples = samplePages.samples ?? [];
   const checkpoints = useLoad((signal) => api.runCheckpoints(id, signal).then((c) => c.checkpoints, () => []), id).data;
   const loras = useLoad((signal) => api.runLoras(id, signal).then((l) => l.loras, () => []), id).data ?? [];
   // a refused action (resume, delete): shown above the run, which stays on screen
@@ -120,6 +123,7 @@ export function RunDetailScreen({ id }: { id: string }) {
           {groupByStep(samples).map((r) => (
             <SampleRound key={r.step} runId={run.id} step={r.step} tiles={r.tiles} />
           ))}
+          <OlderRounds pages={samplePages} shown={new Set(samples.map((s) => s.step)).size} />
         </div>
       )}
       {loras.length > 1 && (

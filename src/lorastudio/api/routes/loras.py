@@ -46,9 +46,7 @@ def loras(
     folders no run recorded (copied in by hand, a deleted record's) by the file's mtime; `family`
     filters on the sidecar's family, `q` on the name, `name` picks names. A page at a time
     (`limit`; `cursor`: the previous page's `next_cursor`, null after the last page; a LoRA made
-    or deleted meanwhile skips none and repeats none, except a LoRA whose newest run record is
-    deleted between two pages while its folder stays, which can come again on a later page:
-    drop repeats by name); `total` counts every LoRA the filters keep. Only the page's LoRAs are read in full (api/lora_pages.py)."""
+    or deleted meanwhile skips none and repeats none, a run record deleted meanwhile moves none); `total` counts every LoRA the filters keep. Only the page's LoRAs are read in full (api/lora_pages.py)."""
     return lora_list(settings, store, family=family, query=q, names=name, limit=limit, cursor=cursor)
 
 

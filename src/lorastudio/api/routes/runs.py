@@ -3,7 +3,7 @@ resuming a run from one."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
@@ -12,6 +12,8 @@ from lorastudio.api.deps import service_dep, settings_dep, store_dep
 from lorastudio.api.downloads import Download
 from lorastudio.api.host_wait import HOST_KNOWN
 from lorastudio.api.routes.loras import lora_steps
+from lorastudio.api.sample_pages import CURSOR as SAMPLES_CURSOR
+from lorastudio.api.sample_pages import DEFAULT_ROUNDS, page_rounds
 from lorastudio.api.schemas import ResumeBody
 from lorastudio.api.schemas_files import LoraSteps
 from lorastudio.api.schemas_runs import CheckpointList, JobOut, RunDeleted, RunDetail, RunList, SampleList
@@ -92,17 +94,35 @@ def run_loras(
 
 @router.get("/{run_id}/samples", response_model=SampleList)
 def run_samples(
-    run_id: str, store: RunStore = Depends(store_dep), settings: Settings = Depends(settings_dep)
+    run_id: str,
+    store: RunStore = Depends(store_dep),
+    settings: Settings = Depends(settings_dep),
+    # Annotated: a direct call (run_samples(id, store, settings)) gets these defaults, not Query objects
+    limit: Annotated[
+        int, Query(ge=1, le=10_000, description="sample rounds (steps) in the page")
+    ] = DEFAULT_ROUNDS,
+    cursor: Annotated[
+        str | None,
+        Query(
+            pattern=SAMPLES_CURSOR,
+            description="a page's next_cursor: the older rounds after it (absent: the newest rounds)",
+        ),
+    ] = None,
+    step: Annotated[int | None, Query(ge=0, description="only the round of this step")] = None,
 ) -> dict[str, Any]:
-    """The sample previews in the run's output folder (shared by every session of the run),
-    oldest step first, each with its prompt and URL, and what renders it again: its settings
-    and the LoRA file holding the weights it shows, or why none does (training/sample_source.py).
-    404 when the run is unknown."""
+    """The sample previews in the run's output folder (shared by every session of the run), a page
+    of rounds at a time: the newest `limit` rounds (below `cursor`: the previous page's
+    `next_cursor`, null after the oldest round; `step`: that round only), listed oldest step first,
+    each with its prompt and URL, and what renders it again: its settings and the LoRA file
+    holding the weights it shows, or why none does (training/sample_source.py). `total` counts the
+    rounds. 404 when the run is unknown (api/sample_pages.py)."""
     run = store.get_run(run_id, max_points=0)
     config = run["config"] if isinstance(run["config"], dict) else {}
     prompts = [_prompt_of(p) for p in config.get("sample_prompts") or []]
     run_dir = settings.outputs_dir / run["output_name"] if run["output_name"] else None
-    found = list_samples(run_dir) if run_dir else []
+    found, total, after = page_rounds(
+        list_samples(run_dir) if run_dir else [], limit, int(cursor) if cursor else None, step
+    )
     refs = list_references(run_dir) if run_dir else {}
     sources = sample_sources(config, run_dir, [(f.step, f.index, bool(refs.get(f.index))) for f in found])
     return {
@@ -117,7 +137,9 @@ def run_samples(
                 **source,
             }
             for f, source in zip(found, sources, strict=True)
-        ]
+        ],
+        "total": total,
+        "next_cursor": None if after is None else str(after),
     }
 
 

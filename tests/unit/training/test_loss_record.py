@@ -1,0 +1,85 @@
+"""A run's per-step losses beside it (training/loss_record.py, RELIABILITY 1340): a checkpoint's
+state.pt keeps a bounded window and names the rest in the run folder's losses.bin, an exact
+resume still gives the uninterrupted run's losses, and an older version's checkpoint (every loss
+in state.pt) still resumes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lorastudio.settings import get_settings
+from lorastudio.training import loss_record
+from lorastudio.training.loop import train
+from lorastudio.training.loss_record import RECORD_KEY, LossRecord
+from lorastudio.training.run_files import LOSSES_FILE
+from stop_at import stop_at
+
+
+def _state(run_dir, step: int) -> dict:
+    return torch.load(run_dir / "checkpoints" / f"step-{step:06d}" / "state.pt", weights_only=True)
+
+
+def test_a_checkpoint_keeps_a_window_and_a_resume_reads_the_rest_beside_the_run(make_config, monkeypatch):
+    monkeypatch.setattr(loss_record, "WINDOW", 2)
+    full = train(make_config(steps=5, output_name="full"), [].append, device="cpu")
+    events, stop = stop_at(3)
+    part = make_config(steps=5, output_name="part", save_every=2, keep_last=5)
+    train(part, events.append, stop, device="cpu")  # checkpoints 2 and 3 (the stop's)
+    run_dir = get_settings().outputs_dir / "part"
+    state = _state(run_dir, 3)
+    assert state["losses"] == full.losses[1:3]  # the window only: was every loss so far
+    assert state[RECORD_KEY]["count"] == 3 and (run_dir / LOSSES_FILE).stat().st_size == 3 * 8
+    # from the older checkpoint while checkpoint 3 stays: its session's checkpoint 4 appends
+    resumed = train(part, [].append, device="cpu", resume=run_dir / "checkpoints" / "step-000002")
+    assert resumed.losses == full.losses
+    assert _state(run_dir, 4)[RECORD_KEY]["spans"] == [[0, 2], [24, 2]]
+    kept = LossRecord()  # checkpoint 3's losses, never written over
+    assert kept.restore(run_dir, 3, _state(run_dir, 3)) is None and list(kept) == full.losses[:3]
+
+
+def test_an_older_versions_checkpoint_with_every_loss_still_resumes(make_config):
+    full = train(make_config(steps=4, output_name="full"), [].append, device="cpu")
+    events, stop = stop_at(3)
+    train(make_config(steps=4, output_name="old"), events.append, stop, device="cpu")
+    run_dir = get_settings().outputs_dir / "old"
+    path = run_dir / "checkpoints" / "step-000003" / "state.pt"
+    state = torch.load(path, weights_only=True)
+    del state[RECORD_KEY]
+    state["losses"] = full.losses[:3]  # as the older version wrote it
+    torch.save(state, path)
+    (run_dir / LOSSES_FILE).unlink()
+    resumed = train(make_config(steps=4, output_name="old"), [].append, device="cpu", resume=run_dir)
+    assert resumed.losses == full.losses
+
+
+def test_flush_restore_discard_and_a_record_that_does_not_match(tmp_path):
+    record = LossRecord()
+    for loss in (0.5, 0.25):
+        record.append(loss)
+    first = record.flush(tmp_path)
+    record.append(float("nan"))
+    second = record.flush(tmp_path)  # the same span goes on
+    assert first["spans"] == [[0, 2]] and second["spans"] == [[0, 3]] and second["count"] == 3
+    again = LossRecord()
+    assert again.restore(tmp_path, 3, {"losses": [0.25, math.nan], RECORD_KEY: second}) is None
+    assert list(again)[:2] == [0.5, 0.25] and math.isnan(list(again)[2])
+    again.append(0.125)
+    third = again.flush(tmp_path)  # a resumed session continues where the file ends
+    assert third["spans"] == [[0, 4]] and (tmp_path / LOSSES_FILE).stat().st_size == 32
+    again.discard()  # a resume stopped without save: the file as that session found it
+    assert (tmp_path / LOSSES_FILE).stat().st_size == 24
+    (tmp_path / LOSSES_FILE).write_bytes(b"\0" * 24)  # another file's values
+    lost = LossRecord()
+    note = lost.restore(tmp_path, 3, {"losses": [0.25, 7.0], RECORD_KEY: second})
+    assert note is not None and "steps 1-1" in note and LOSSES_FILE in note
+    values = list(lost)
+    assert math.isnan(values[0]) and values[1:] == [0.25, 7.0]
+    # an older version's checkpoint of a run it resumed from one of ours: its list is our window only
+    rolled = LossRecord()
+    note = rolled.restore(tmp_path, 4, {"losses": [0.25, 7.0]})
+    assert note is not None and "steps 1-2" in note and list(rolled)[2:] == [0.25, 7.0]
+    with pytest.raises(ValueError, match="does not name 2 steps"):
+        loss_record._read(tmp_path / LOSSES_FILE, second, 2)
