@@ -263,6 +263,7 @@ def pair_controls(
             used.update(paths)
         else:
             paths = [images[stem_key(target)][0] for _, images in indexed if stem_key(target) in images]
+            problems += _slot_gap(target, root, indexed)
         if paths:
             report.controls[target] = tuple(paths)
         else:
@@ -280,15 +281,18 @@ def pair_controls(
         report.sources.append(f"{metadata.name if metadata else 'metadata.jsonl'} (control_files)")
     problems += count_problems(report, allowed, family)
     escaping = _escaping_links(report, [root, *control_dirs])
-    problems += escaping
+    problems += escaping.values()
+    # a target with a control outside is not checked further (nothing outside is opened); the
+    # others are, so that every problem is named at once
+    checked = {t: paths for t, paths in report.controls.items() if not any(p in escaping for p in paths)}
     identities: dict[Path, FolderId] = {}
-    if record is not None and not escaping:
-        record.expect(path for paths in report.controls.values() for path in paths)
+    if record is not None:
+        record.expect(path for paths in checked.values() for path in paths)
     # each control's folder identity first, then every control checked at once (on the decode
     # threads: data/decode_checks.py), then the answers taken in the same order as before
     plan: list[tuple[str, list[tuple[Path, FolderId | None] | list[str]]]] = []
     files: list[tuple[Path, FolderId | None]] = []
-    for target, paths in [] if escaping else report.controls.items():  # nothing outside is opened
+    for target, paths in checked.items():
         steps: list[tuple[Path, FolderId | None] | list[str]] = []
         for path in paths:
             try:
@@ -324,6 +328,34 @@ def pair_controls(
     return report
 
 
+def _slot_gap(
+    target: str, root: Path, indexed: Sequence[tuple[Path, dict[str, tuple[Path, ...]]]]
+) -> list[str]:
+    """The problem of a target that has a control in a later control folder but none in an
+    earlier one (`control_2/f.png` without `control/f.*`): its controls would move up a slot
+    (control_2's image read as Picture 1 / the first reference), which no caption meant, so it is
+    refused naming the folders; [] when its controls fill the slots from the first on."""
+    have = [stem_key(target) in images for _, images in indexed]
+    last = len(have) - have[::-1].index(True) if True in have else 0  # one past its last folder
+    if all(have[:last]):
+        return []
+    missing = [
+        folder_label(root, folder) or "./"
+        for (folder, _), ok in zip(indexed[:last], have[:last], strict=True)
+        if not ok
+    ]
+    found = [
+        f"{folder_label(root, folder)}{images[stem_key(target)][0].name}"
+        for folder, images in indexed
+        if stem_key(target) in images
+    ]
+    return [
+        f"{target}: controls {', '.join(found)} but none in {', '.join(missing)}: its controls would "
+        f"shift to earlier slots (control slots follow the folders' order); add {missing[0]}"
+        f"{Path(target).stem}.* or move its controls up a folder"
+    ]
+
+
 def folder_label(root: Path, folder: Path) -> str:
     """The control folder `folder` as an error names it before a file name: "control/" for a
     sub-folder of the dataset `root`, its full path (with "/") for a control_dirs folder."""
@@ -332,16 +364,17 @@ def folder_label(root: Path, folder: Path) -> str:
     return f"{folder.relative_to(root).as_posix()}/" if folder.is_relative_to(root) else f"{folder}/"
 
 
-def _escaping_links(report: PairReport, roots: Sequence[Path]) -> list[str]:
+def _escaping_links(report: PairReport, roots: Sequence[Path]) -> dict[Path, str]:
     """Controls whose real path (symlinks followed) lies outside the dataset folder and the
-    control_dirs: refused, as a link out of the dataset would read any file of the host."""
+    control_dirs, each with its problem: refused, as a link out of the dataset would read any
+    file of the host."""
     allowed = [r.resolve() for r in roots]
-    return [
-        f"control {path.name}: a link to {path.resolve()}, outside the dataset folder"
+    return {
+        path: f"control {path.name}: a link to {path.resolve()}, outside the dataset folder"
         for paths in report.controls.values()
         for path in paths
         if not any(path.resolve().is_relative_to(r) for r in allowed)
-    ]
+    }
 
 
 def control_folder_ids(item: ImageItem) -> tuple[FolderId | None, ...]:
