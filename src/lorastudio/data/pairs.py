@@ -18,7 +18,9 @@ reported at once, naming the files: a control named in metadata that is missing,
 dataset or unreadable; targets without controls (when the family needs them); control images
 that match no target (orphans); two control images of one stem in one folder (a.png and a.jpg:
 none is picked); more or fewer controls than the family takes; controls given to a
-text-to-image family. Targets without controls beside paired ones (a mixed dataset) are allowed
+text-to-image family; a target with a control in a later folder but none in an earlier one (its
+controls would move up a slot); a control_dirs folder that is the dataset folder or a control
+folder read already (data/pair_checks.py). Targets without controls beside paired ones (a mixed dataset) are allowed
 where the family trains both (min 0: FLUX.2, FLUX.1 Kontext, Qwen-Image-Edit-Plus, whose
 pipelines edit with references or generate without), and refused naming them where it needs
 controls (min >= 1: the single-image Qwen-Image-Edit, whose prompt template always holds one). Targets
@@ -64,6 +66,7 @@ from lorastudio.data.decode_checks import check_images
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import load_rgb
+from lorastudio.data.pair_checks import escaping_links, folder_label, repeated_folders, slot_gap
 from lorastudio.data.paths import stem_key
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
@@ -246,7 +249,8 @@ def pair_controls(
     for folder in control_dirs:
         if not folder.is_dir():
             problems.append(f"control_dirs: {folder} is not a folder")
-    indexed = [(folder, _folder_images(folder)) for folder in folders]
+    repeated = repeated_folders(root, folders, problems)
+    indexed = [(folder, _folder_images(folder)) for folder in folders if folder not in repeated]
     stems = {stem_key(t): t for t in targets}
     used: set[Path] = set()
     for target in targets:
@@ -263,7 +267,7 @@ def pair_controls(
             used.update(paths)
         else:
             paths = [images[stem_key(target)][0] for _, images in indexed if stem_key(target) in images]
-            problems += _slot_gap(target, root, indexed)
+            problems += slot_gap(target, root, indexed)
         if paths:
             report.controls[target] = tuple(paths)
         else:
@@ -280,7 +284,7 @@ def pair_controls(
     if from_metadata:
         report.sources.append(f"{metadata.name if metadata else 'metadata.jsonl'} (control_files)")
     problems += count_problems(report, allowed, family)
-    escaping = _escaping_links(report, [root, *control_dirs])
+    escaping = escaping_links(report, [root, *control_dirs])
     problems += escaping.values()
     # a target with a control outside is not checked further (nothing outside is opened); the
     # others are, so that every problem is named at once
@@ -326,55 +330,6 @@ def pair_controls(
         report.dims[target] = tuple(dims)
         report.decoded[target] = tuple(decoded)
     return report
-
-
-def _slot_gap(
-    target: str, root: Path, indexed: Sequence[tuple[Path, dict[str, tuple[Path, ...]]]]
-) -> list[str]:
-    """The problem of a target that has a control in a later control folder but none in an
-    earlier one (`control_2/f.png` without `control/f.*`): its controls would move up a slot
-    (control_2's image read as Picture 1 / the first reference), which no caption meant, so it is
-    refused naming the folders; [] when its controls fill the slots from the first on."""
-    have = [stem_key(target) in images for _, images in indexed]
-    last = len(have) - have[::-1].index(True) if True in have else 0  # one past its last folder
-    if all(have[:last]):
-        return []
-    missing = [
-        folder_label(root, folder) or "./"
-        for (folder, _), ok in zip(indexed[:last], have[:last], strict=True)
-        if not ok
-    ]
-    found = [
-        f"{folder_label(root, folder)}{images[stem_key(target)][0].name}"
-        for folder, images in indexed
-        if stem_key(target) in images
-    ]
-    return [
-        f"{target}: controls {', '.join(found)} but none in {', '.join(missing)}: its controls would "
-        f"shift to earlier slots (control slots follow the folders' order); add {missing[0]}"
-        f"{Path(target).stem}.* or move its controls up a folder"
-    ]
-
-
-def folder_label(root: Path, folder: Path) -> str:
-    """The control folder `folder` as an error names it before a file name: "control/" for a
-    sub-folder of the dataset `root`, its full path (with "/") for a control_dirs folder."""
-    if folder == root:
-        return ""
-    return f"{folder.relative_to(root).as_posix()}/" if folder.is_relative_to(root) else f"{folder}/"
-
-
-def _escaping_links(report: PairReport, roots: Sequence[Path]) -> dict[Path, str]:
-    """Controls whose real path (symlinks followed) lies outside the dataset folder and the
-    control_dirs, each with its problem: refused, as a link out of the dataset would read any
-    file of the host."""
-    allowed = [r.resolve() for r in roots]
-    return {
-        path: f"control {path.name}: a link to {path.resolve()}, outside the dataset folder"
-        for paths in report.controls.values()
-        for path in paths
-        if not any(path.resolve().is_relative_to(r) for r in allowed)
-    }
 
 
 def control_folder_ids(item: ImageItem) -> tuple[FolderId | None, ...]:

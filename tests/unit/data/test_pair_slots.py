@@ -56,3 +56,25 @@ def test_a_control_linking_outside_does_not_hide_the_other_controls_problems(tmp
     text = "\n".join(err.value.problems)
     assert "control a.png: a link to" in text and "outside the dataset folder" in text
     assert "control/b.png" in text  # checked as well: every problem at once
+
+
+def test_a_control_dir_that_is_the_dataset_or_a_control_folder_read_already_is_refused(tmp_path):
+    """control_dirs naming the dataset folder made every target its own control (a copy learnt),
+    and naming its control/ folder gave each target the same control twice: both were trained."""
+    root = tmp_path / "data"
+    _targets(root, ["a"])
+    (root / "control").mkdir()
+    write_image(root / "control" / "a.png")
+    with pytest.raises(DatasetError) as err:
+        _scan(root, control_dirs=[root])
+    assert err.value.problems == [
+        f"control_dirs: {root} is the dataset folder itself: each image would be its own control; "
+        "give the folder of the control images"
+    ]
+    (tmp_path / "link").symlink_to(root / "control")
+    with pytest.raises(DatasetError) as err:
+        _scan(root, control_dirs=[tmp_path / "link"])
+    assert err.value.problems == [
+        f"control_dirs: {tmp_path / 'link'} is the control folder control/ read already (an earlier slot): "
+        "each image would take the same control twice; remove it"
+    ]

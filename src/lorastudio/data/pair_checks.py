@@ -1,0 +1,99 @@
+"""The pairing's checks of its folders and links (data/pairs.py's pair_controls): a control folder
+that is the dataset itself or one read already, a target whose controls skip a slot, a control
+linking out of the dataset. Each returns its problems naming the files; no image is opened."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lorastudio.data.paths import stem_key
+
+if TYPE_CHECKING:
+    from lorastudio.data.pairs import PairReport
+
+
+def repeated_folders(root: Path, folders: Sequence[Path], problems: list[str]) -> set[Path]:
+    """The control folders of `folders` that are the dataset folder `root` itself (each target
+    would be its own control: the edit learnt would be a copy) or a folder read already for an
+    earlier slot (`control_dirs = ["data/control"]` beside the dataset's control/: the same image
+    twice), compared as the file system's same folder (a link or another spelling included);
+    each is appended to `problems` by name and left out of the pairing."""
+    seen: list[tuple[tuple[int, int], Path]] = []
+    repeated: set[Path] = set()
+    try:
+        st = root.stat()
+        seen.append(((st.st_dev, st.st_ino), root))
+    except OSError:
+        return repeated  # the scan names a dataset folder it cannot read
+    for folder in folders:
+        try:
+            st = folder.stat()
+        except OSError:
+            continue  # "not a folder", named above
+        same = next((where for key, where in seen if key == (st.st_dev, st.st_ino)), None)
+        if same is None:
+            seen.append(((st.st_dev, st.st_ino), folder))
+            continue
+        repeated.add(folder)
+        if same == root:
+            problems.append(
+                f"control_dirs: {folder} is the dataset folder itself: each image would be its own control; "
+                "give the folder of the control images"
+            )
+        else:
+            problems.append(
+                f"control_dirs: {folder} is the control folder {folder_label(root, same) or same} read "
+                "already (an earlier slot): each image would take the same control twice; remove it"
+            )
+    return repeated
+
+
+def slot_gap(
+    target: str, root: Path, indexed: Sequence[tuple[Path, dict[str, tuple[Path, ...]]]]
+) -> list[str]:
+    """The problem of a target that has a control in a later control folder but none in an
+    earlier one (`control_2/f.png` without `control/f.*`): its controls would move up a slot
+    (control_2's image read as Picture 1 / the first reference), which no caption meant, so it is
+    refused naming the folders; [] when its controls fill the slots from the first on."""
+    have = [stem_key(target) in images for _, images in indexed]
+    last = len(have) - have[::-1].index(True) if True in have else 0  # one past its last folder
+    if all(have[:last]):
+        return []
+    missing = [
+        folder_label(root, folder) or "./"
+        for (folder, _), ok in zip(indexed[:last], have[:last], strict=True)
+        if not ok
+    ]
+    found = [
+        f"{folder_label(root, folder)}{images[stem_key(target)][0].name}"
+        for folder, images in indexed
+        if stem_key(target) in images
+    ]
+    return [
+        f"{target}: controls {', '.join(found)} but none in {', '.join(missing)}: its controls would "
+        f"shift to earlier slots (control slots follow the folders' order); add {missing[0]}"
+        f"{Path(target).stem}.* or move its controls up a folder"
+    ]
+
+
+def folder_label(root: Path, folder: Path) -> str:
+    """The control folder `folder` as an error names it before a file name: "control/" for a
+    sub-folder of the dataset `root`, its full path (with "/") for a control_dirs folder."""
+    if folder == root:
+        return ""
+    return f"{folder.relative_to(root).as_posix()}/" if folder.is_relative_to(root) else f"{folder}/"
+
+
+def escaping_links(report: PairReport, roots: Sequence[Path]) -> dict[Path, str]:
+    """Controls whose real path (symlinks followed) lies outside the dataset folder and the
+    control_dirs, each with its problem: refused, as a link out of the dataset would read any
+    file of the host."""
+    allowed = [r.resolve() for r in roots]
+    return {
+        path: f"control {path.name}: a link to {path.resolve()}, outside the dataset folder"
+        for paths in report.controls.values()
+        for path in paths
+        if not any(path.resolve().is_relative_to(r) for r in allowed)
+    }
