@@ -4,6 +4,7 @@ linking out of the dataset. Each returns its problems naming the files; no image
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -97,3 +98,38 @@ def escaping_links(report: PairReport, roots: Sequence[Path]) -> dict[Path, str]
         for path in paths
         if not any(path.resolve().is_relative_to(r) for r in allowed)
     }
+
+
+def unread_control_entries(folder: Path) -> list[tuple[str, str]]:
+    """The visible entries of the control folder `folder` that the pairing does not read, each
+    (name, why): a sub-folder (control folders are not scanned recursively), an image of another
+    format (a BMP, TIFF, GIF ...: data.peer_files names it), any other file. Hidden entries are
+    ignored, as in a dataset folder; [] for a folder that cannot be listed."""
+    from lorastudio.data.discovery import IMAGE_EXTENSIONS, is_image_name
+    from lorastudio.data.peer_files import foreign_file_reason
+
+    out: list[tuple[str, str]] = []
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted((e.name, e.is_dir(), e.is_file()) for e in it if not e.name.startswith("."))
+    except OSError:
+        return out
+    for name, is_dir, is_file in entries:
+        if is_dir:
+            out.append((name, "sub-folder (control folders are not scanned recursively)"))
+        elif not is_file:
+            out.append((name, "not a regular file"))
+        elif not is_image_name(name):
+            why = (
+                foreign_file_reason(name, set()) or f"not an image (supported: {', '.join(IMAGE_EXTENSIONS)})"
+            )
+            out.append((name, why))
+    return out
+
+
+def unread_control_problem(label: str, name: str, why: str, target: str) -> str:
+    """The problem of an image of a format not read (a BMP, TIFF, GIF ...: `why`) in control
+    folder `label` with the stem of the target image `target`, which then takes no control from
+    that folder: a mixed dataset would train it without the control it was given, unsaid (any
+    other entry not read is listed with the dataset's files not used: PairReport.unread)."""
+    return f"{label}/{name}: {why}; {target} would train without a control from {label}/"

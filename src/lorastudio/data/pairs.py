@@ -20,7 +20,9 @@ that match no target (orphans); two control images of one stem in one folder (a.
 none is picked); more or fewer controls than the family takes; controls given to a
 text-to-image family; a target with a control in a later folder but none in an earlier one (its
 controls would move up a slot); a control_dirs folder that is the dataset folder or a control
-folder read already (data/pair_checks.py). Targets without controls beside paired ones (a mixed dataset) are allowed
+folder read already; an image of a format not read (a.bmp, a.tif, a.gif) in a control folder
+beside the target a.png, which would train without it (data/pair_checks.py; a control folder's
+other entries not read, a sub-folder or a text file, are listed with the dataset's files not used). Targets without controls beside paired ones (a mixed dataset) are allowed
 where the family trains both (min 0: FLUX.2, FLUX.1 Kontext, Qwen-Image-Edit-Plus, whose
 pipelines edit with references or generate without), and refused naming them where it needs
 controls (min >= 1: the single-image Qwen-Image-Edit, whose prompt template always holds one). Targets
@@ -66,8 +68,16 @@ from lorastudio.data.decode_checks import check_images
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import load_rgb
-from lorastudio.data.pair_checks import escaping_links, folder_label, repeated_folders, slot_gap
+from lorastudio.data.pair_checks import (
+    escaping_links,
+    folder_label,
+    repeated_folders,
+    slot_gap,
+    unread_control_entries,
+    unread_control_problem,
+)
 from lorastudio.data.paths import stem_key
+from lorastudio.data.peer_files import OTHER_IMAGE_EXTENSIONS
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
 
@@ -99,6 +109,7 @@ class PairReport:
     sources: list[str] = field(default_factory=list)
     unpaired: list[str] = field(default_factory=list)  # targets without any control
     orphans: list[str] = field(default_factory=list)  # control files matching no target
+    unread: list[tuple[str, str]] = field(default_factory=list)  # (folder/name, why): not read
     problems: list[str] = field(default_factory=list)
 
 
@@ -274,6 +285,13 @@ def pair_controls(
             report.unpaired.append(target)
     for folder, images in indexed:
         label = folder.name if folder.parent == root else str(folder)
+        for name, why in unread_control_entries(folder):
+            other_image = os.path.splitext(name)[1].lower() in OTHER_IMAGE_EXTENSIONS
+            target = stems.get(stem_key(name)) if other_image else None
+            if target is not None and stem_key(name) not in images and target not in from_metadata:
+                problems.append(unread_control_problem(label, name, why, target))
+            else:
+                report.unread.append((f"{label}/{name}", why))
         for stem, paths in sorted(images.items()):
             if stem not in stems:
                 report.orphans.extend(f"{label}/{path.name}" for path in paths if path not in used)

@@ -78,3 +78,28 @@ def test_a_control_dir_that_is_the_dataset_or_a_control_folder_read_already_is_r
         f"control_dirs: {tmp_path / 'link'} is the control folder control/ read already (an earlier slot): "
         "each image would take the same control twice; remove it"
     ]
+
+
+def test_a_control_of_a_format_not_read_is_named_not_skipped(tmp_path):
+    """control/a.bmp was skipped unsaid: on a family that trains mixed datasets a.png trained
+    text-to-image without the control it was given. Now refused naming it; other entries of a
+    control folder not read are listed with the dataset's files not used."""
+    root = tmp_path / "data"
+    _targets(root, ["a", "b"])
+    (root / "control" / "nested").mkdir(parents=True)
+    write_image(root / "control" / "a.bmp")
+    write_image(root / "control" / "b.png")
+    (root / "control" / "notes.txt").write_text("x")
+    with pytest.raises(DatasetError) as err:
+        _scan(root)
+    assert err.value.problems == [
+        "control/a.bmp: a BMP image: not read; convert it to PNG, JPEG or WebP; a.png would train without a "
+        "control from control/"
+    ]
+    (root / "control" / "a.bmp").unlink()
+    scan = _scan(root)
+    assert [len(it.controls) for it in scan.items] == [0, 1]
+    assert scan.dropped == [
+        ("control/nested", "sub-folder (control folders are not scanned recursively)"),
+        ("control/notes.txt", "not an image (supported: .png, .jpg, .jpeg, .webp)"),
+    ]
