@@ -110,6 +110,9 @@ class PairReport:
     unpaired: list[str] = field(default_factory=list)  # targets without any control
     orphans: list[str] = field(default_factory=list)  # control files matching no target
     unread: list[tuple[str, str]] = field(default_factory=list)  # (folder/name, why): not read
+    case_twins: dict[str, str] = field(
+        default_factory=dict
+    )  # orphan -> the target its name differs from in case
     problems: list[str] = field(default_factory=list)
 
 
@@ -263,6 +266,7 @@ def pair_controls(
     repeated = repeated_folders(root, folders, problems)
     indexed = [(folder, _folder_images(folder)) for folder in folders if folder not in repeated]
     stems = {stem_key(t): t for t in targets}
+    folded = {key.casefold(): t for key, t in stems.items()}  # to name a control whose case differs
     used: set[Path] = set()
     for target in targets:
         if target in from_metadata:
@@ -294,7 +298,12 @@ def pair_controls(
                 report.unread.append((f"{label}/{name}", why))
         for stem, paths in sorted(images.items()):
             if stem not in stems:
-                report.orphans.extend(f"{label}/{path.name}" for path in paths if path not in used)
+                twin = folded.get(stem.casefold())
+                for path in paths:
+                    if path not in used:
+                        report.orphans.append(f"{label}/{path.name}")
+                        if twin is not None:
+                            report.case_twins[f"{label}/{path.name}"] = twin
             elif len(paths) > 1:
                 problems.append(stem_clash_problem(label, paths))
     report.sources.extend(f"{f.name}/" for f in sub)

@@ -103,3 +103,16 @@ def test_a_control_of_a_format_not_read_is_named_not_skipped(tmp_path):
         ("control/nested", "sub-folder (control folders are not scanned recursively)"),
         ("control/notes.txt", "not an image (supported: .png, .jpg, .jpeg, .webp)"),
     ]
+
+
+def test_a_control_whose_name_differs_in_case_is_named_with_its_target(tmp_path):
+    root = tmp_path / "data"
+    _targets(root, ["a"])
+    (root / "control").mkdir()
+    write_image(root / "control" / "A.png")
+    with pytest.raises(DatasetError) as err:
+        _scan(root)
+    assert err.value.problems == [
+        "control/A.png: control image with no target of the same name (rename or remove it; a.png differs "
+        "only in case: names are matched exactly)"
+    ]
