@@ -282,7 +282,7 @@ def pair_controls(
             used.update(paths)
         else:
             paths = [images[stem_key(target)][0] for _, images in indexed if stem_key(target) in images]
-            problems += slot_gap(target, root, indexed)
+            problems += slot_gap(target, root, indexed) if allowed[1] > 0 else []  # else: "takes none"
         if paths:
             report.controls[target] = tuple(paths)
         else:
@@ -291,7 +291,7 @@ def pair_controls(
         label = folder.name if folder.parent == root else str(folder)
         for name, why in unread_control_entries(folder):
             other_image = os.path.splitext(name)[1].lower() in OTHER_IMAGE_EXTENSIONS
-            target = stems.get(stem_key(name)) if other_image else None
+            target = stems.get(stem_key(name)) if other_image and allowed[1] > 0 else None
             if target is not None and stem_key(name) not in images and target not in from_metadata:
                 problems.append(unread_control_problem(label, name, why, target))
             else:
