@@ -2,7 +2,11 @@
 
 Each item's folder_path becomes an entry's path; its caption, repeat and regularisation keys the
 entry's own; its flips, crops and resolution are the run's settings here (one value for every
-entry: the first item's, the others' named when they differ).
+entry: the first item's, the others' named when they differ). Its control folders (`control_path`,
+a folder or a list in slot order, and the web UI's `control_path_1` .. `control_path_3`) are the
+run's `control_dirs` where the job has one dataset (control_dirs pairs one dataset's targets);
+the strict config then refuses them for a family that takes no control images (the import's
+"not carried" line says so).
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ _REASONS = {
     "network_weight": f"{NOT_SUPPORTED}: one adapter strength",
     "buckets": f"{NOT_NEEDED}: aspect_buckets is on by default",
     "bucket_tolerance": f"{NOT_SUPPORTED}: the buckets come from the resolution",
-    "control_path": f"{NOT_SUPPORTED} here by the importer: set control_dirs (paired datasets) by hand",
     "mask_path": f"{NOT_SUPPORTED} here by the importer: a dataset's masks/ folder holds its masks",
     "alpha_mask": f"{NOT_SUPPORTED} here by the importer: set alpha_mask by hand",
 }
@@ -48,6 +51,7 @@ def dataset_entries(draft: Draft, peer: str, datasets: Any) -> None:
         return
     n = 0
     resolutions: list[Any] = []
+    controls: list[tuple[str, Any]] = []  # (peer key, a folder or a list of folders)
     for i, item in enumerate(datasets):
         where = f"{peer}[{i}]"
         if not isinstance(item, dict) or "folder_path" not in item:
@@ -85,11 +89,41 @@ def dataset_entries(draft: Draft, peer: str, datasets: Any) -> None:
                     draft.fold(f"{where}.{key}", ours, item[key])
         if "resolution" in item:
             resolutions.append((f"{where}.resolution", n, item["resolution"]))
+        controls += [
+            (f"{where}.{key}", item[key]) for key in _CONTROL_KEYS if item.get(key) not in (None, "", [])
+        ]
         for key, why in _REASONS.items():
             if key in item:
                 draft.drop(f"{where}.{key}", why)
         n += 1
     _resolutions(draft, resolutions, n)
+    _control_dirs(draft, controls, n)
+
+
+_CONTROL_KEYS = ("control_path", "control_path_1", "control_path_2", "control_path_3")
+
+
+def _control_dirs(draft: Draft, found: list[tuple[str, Any]], entries: int) -> None:
+    """The control folders of the job's one dataset as control_dirs, in slot order (control_path's
+    folders, then control_path_1 .. _3: ai-toolkit's order); with several datasets each is named
+    as not carried (control_dirs pairs one dataset)."""
+    if entries != 1:
+        for peer, _ in found:
+            draft.drop(
+                peer, f"{NOT_SUPPORTED} with several datasets: control_dirs pairs one dataset's images"
+            )
+        return
+    dirs: list[tuple[str, str, str]] = []  # (peer key, folder, how it changed)
+    for peer, value in found:
+        for i, one in enumerate(value if isinstance(value, list) else [value]):
+            at = f"{peer}[{i}]" if isinstance(value, list) else peer
+            if (got := folder(draft, at, one)) is not None:
+                dirs.append((at, *got))
+    for k, (at, path, how) in enumerate(dirs):
+        if k == 0:
+            draft.set(at, "control_dirs", [d[1] for d in dirs], how, shown=("control_dirs[0]", path))
+        else:
+            draft.fold(at, "control_dirs", path, how, label=f"control_dirs[{k}]")
 
 
 def _sides(value: Any) -> int | list[int]:
