@@ -1,6 +1,8 @@
-"""The pairing's checks of its folders and links (data/pairs.py's pair_controls): a control folder
-that is the dataset itself or one read already, a target whose controls skip a slot, a control
-linking out of the dataset. Each returns its problems naming the files; no image is opened."""
+"""The pairing's checks of its folders, files and links (data/pairs.py's pair_controls): a control
+folder that is the dataset itself or one read already, a target whose controls skip a slot, a
+control linking out of the dataset, the control folders' files that pair with no target (orphans,
+two of one stem, a format not read, one a metadata.jsonl row overrides). Each returns its problems
+naming the files; no image is opened."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lorastudio.data.paths import stem_key
+from lorastudio.data.peer_files import OTHER_IMAGE_EXTENSIONS
 
 if TYPE_CHECKING:
     from lorastudio.data.pairs import PairReport
@@ -133,3 +136,62 @@ def unread_control_problem(label: str, name: str, why: str, target: str) -> str:
     that folder: a mixed dataset would train it without the control it was given, unsaid (any
     other entry not read is listed with the dataset's files not used: PairReport.unread)."""
     return f"{label}/{name}: {why}; {target} would train without a control from {label}/"
+
+
+def stem_clash_problem(label: str, paths: Sequence[Path]) -> str:
+    """The problem naming the several control images `paths` of one stem in control folder
+    `label`: a target takes one image per control folder, and none is picked silently."""
+    listed = ", ".join(f"{label}/{p.name}" for p in paths)
+    return (
+        f"{listed}: {len(paths)} control images for the image {paths[0].stem}.* in one folder "
+        "(which one?): keep one"
+    )
+
+
+def folder_files(
+    report: PairReport,
+    root: Path,
+    indexed: Sequence[tuple[Path, dict[str, tuple[Path, ...]]]],
+    stems: dict[str, str],
+    from_metadata: dict[str, list[str]],
+    used: set[Path],
+    takes_controls: bool,
+) -> list[str]:
+    """Every file of the control folders `indexed` (folder, stem_key -> its images) that pairs
+    with no target as read: orphans (PairReport.orphans, with a target whose name differs only in
+    case: case_twins), a folder image of a target whose metadata.jsonl row names its controls
+    and entries not read (PairReport.unread, listed as not used), and the problems: two images of
+    one stem in a folder, an image of a format not read with a target's stem (`takes_controls`:
+    the family takes controls). `stems`: stem_key -> target name; `used`: the controls the
+    metadata rows named. Returns the problems."""
+    problems: list[str] = []
+    folded = {key.casefold(): t for key, t in stems.items()}  # to name a control whose case differs
+    for folder, images in indexed:
+        label = folder.name if folder.parent == root else str(folder)
+        for name, why in unread_control_entries(folder):
+            other_image = os.path.splitext(name)[1].lower() in OTHER_IMAGE_EXTENSIONS
+            target = stems.get(stem_key(name)) if other_image and takes_controls else None
+            if target is not None and stem_key(name) not in images and target not in from_metadata:
+                problems.append(unread_control_problem(label, name, why, target))
+            else:
+                report.unread.append((f"{label}/{name}", why))
+        for stem, paths in sorted(images.items()):
+            if stem not in stems:
+                twin = folded.get(stem.casefold())
+                for path in paths:
+                    if path not in used:
+                        report.orphans.append(f"{label}/{path.name}")
+                        if twin is not None:
+                            report.case_twins[f"{label}/{path.name}"] = twin
+            elif stems[stem] in from_metadata:  # the row names its controls: this one is not read
+                report.unread.extend(
+                    (
+                        f"{label}/{path.name}",
+                        f"{stems[stem]}'s controls are the ones its metadata.jsonl row names",
+                    )
+                    for path in paths
+                    if path not in used
+                )
+            elif len(paths) > 1:
+                problems.append(stem_clash_problem(label, paths))
+    return problems

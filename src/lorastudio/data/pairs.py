@@ -70,14 +70,12 @@ from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import load_rgb
 from lorastudio.data.pair_checks import (
     escaping_links,
+    folder_files,
     folder_label,
     repeated_folders,
     slot_gap,
-    unread_control_entries,
-    unread_control_problem,
 )
 from lorastudio.data.paths import stem_key
-from lorastudio.data.peer_files import OTHER_IMAGE_EXTENSIONS
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
 
@@ -156,16 +154,6 @@ def _folder_images(folder: Path) -> dict[str, tuple[Path, ...]]:
     except OSError:
         return {}
     return {stem: tuple(paths) for stem, paths in by_stem.items()}
-
-
-def stem_clash_problem(label: str, paths: Sequence[Path]) -> str:
-    """The problem naming the several control images `paths` of one stem in control folder
-    `label`: a target takes one image per control folder, and none is picked silently."""
-    listed = ", ".join(f"{label}/{p.name}" for p in paths)
-    return (
-        f"{listed}: {len(paths)} control images for the image {paths[0].stem}.* in one folder "
-        "(which one?): keep one"
-    )
 
 
 def read_metadata_controls(
@@ -266,7 +254,6 @@ def pair_controls(
     repeated = repeated_folders(root, folders, problems)
     indexed = [(folder, _folder_images(folder)) for folder in folders if folder not in repeated]
     stems = {stem_key(t): t for t in targets}
-    folded = {key.casefold(): t for key, t in stems.items()}  # to name a control whose case differs
     used: set[Path] = set()
     for target in targets:
         if target in from_metadata:
@@ -287,25 +274,7 @@ def pair_controls(
             report.controls[target] = tuple(paths)
         else:
             report.unpaired.append(target)
-    for folder, images in indexed:
-        label = folder.name if folder.parent == root else str(folder)
-        for name, why in unread_control_entries(folder):
-            other_image = os.path.splitext(name)[1].lower() in OTHER_IMAGE_EXTENSIONS
-            target = stems.get(stem_key(name)) if other_image and allowed[1] > 0 else None
-            if target is not None and stem_key(name) not in images and target not in from_metadata:
-                problems.append(unread_control_problem(label, name, why, target))
-            else:
-                report.unread.append((f"{label}/{name}", why))
-        for stem, paths in sorted(images.items()):
-            if stem not in stems:
-                twin = folded.get(stem.casefold())
-                for path in paths:
-                    if path not in used:
-                        report.orphans.append(f"{label}/{path.name}")
-                        if twin is not None:
-                            report.case_twins[f"{label}/{path.name}"] = twin
-            elif len(paths) > 1:
-                problems.append(stem_clash_problem(label, paths))
+    problems += folder_files(report, root, indexed, stems, from_metadata, used, allowed[1] > 0)
     report.sources.extend(f"{f.name}/" for f in sub)
     report.sources.extend(str(f) for f in control_dirs)
     if from_metadata:

@@ -116,3 +116,18 @@ def test_a_control_whose_name_differs_in_case_is_named_with_its_target(tmp_path)
         "control/A.png: control image with no target of the same name (rename or remove it; a.png differs "
         "only in case: names are matched exactly)"
     ]
+
+
+def test_a_folder_control_of_a_target_whose_metadata_row_names_its_controls_is_listed_as_not_used(tmp_path):
+    """A metadata.jsonl row's control_files win over control/<stem>: the folder's image was
+    skipped with no word (neither an orphan nor a file not used)."""
+    root = tmp_path / "data"
+    _targets(root, ["a"])
+    (root / "control").mkdir()
+    write_image(root / "control" / "a.png")
+    (root / "refs").mkdir()
+    write_image(root / "refs" / "ref.png")
+    (root / "metadata.jsonl").write_text('{"file_name": "a.png", "control_files": ["refs/ref.png"]}\n')
+    scan = _scan(root)
+    assert scan.items[0].controls == (root / "refs" / "ref.png",)
+    assert ("control/a.png", "a.png's controls are the ones its metadata.jsonl row names") in scan.dropped
