@@ -210,6 +210,15 @@ def resolve_control_dirs(given: Sequence[str], datasets_root: Path, allow_outsid
     return [resolve_dataset_dir(d, datasets_root, allow_outside_root) for d in given]
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether `a` and `b` are one file (a link or another spelling included); False when either
+    cannot be read (named elsewhere)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def _inside(root: Path, name: str) -> Path | None:
     """root / name when `name` is a relative path that stays inside root, else None."""
     rel = Path(name)
@@ -264,6 +273,11 @@ def pair_controls(
                     problems.append(f"{target}: control {name!r} must be a relative path inside the dataset")
                 elif not path.is_file():
                     problems.append(f"{target}: control image {name} not found")
+                elif _same_file(path, root / target):
+                    problems.append(
+                        f"{target}: control {name} is the image itself (the edit learnt would be a copy); "
+                        "name its reference image"
+                    )
                 else:
                     paths.append(path)
             used.update(paths)

@@ -131,3 +131,15 @@ def test_a_folder_control_of_a_target_whose_metadata_row_names_its_controls_is_l
     scan = _scan(root)
     assert scan.items[0].controls == (root / "refs" / "ref.png",)
     assert ("control/a.png", "a.png's controls are the ones its metadata.jsonl row names") in scan.dropped
+
+
+def test_a_metadata_row_naming_the_image_itself_as_its_control_is_refused(tmp_path):
+    """`{"file_name": "a.png", "control_file_name": "a.png"}` trained a.png as its own edit."""
+    root = tmp_path / "data"
+    _targets(root, ["a"])
+    (root / "metadata.jsonl").write_text('{"file_name": "a.png", "control_file_name": "./a.png"}\n')
+    with pytest.raises(DatasetError) as err:
+        _scan(root)
+    assert err.value.problems == [
+        "a.png: control a.png is the image itself (the edit learnt would be a copy); name its reference image"
+    ]
