@@ -240,6 +240,23 @@ def setting_family_problems(cfg: TrainConfig, spec: FamilySpec) -> list[FieldPro
                 "control_resolution", f"{spec.title} takes no control images: leave it at 'pipeline'"
             )
         )
+    if cfg.control_dirs and spec.control_images[1] == 0:
+        problems.append(
+            FieldProblem(
+                "control_dirs",
+                f"{spec.title} trains text-to-image only and takes no control images: remove control_dirs "
+                "(or train an edit family)",
+            )
+        )
+    if spec.control_images[1] == 0:  # known from the config: named with its other problems
+        problems += [
+            FieldProblem(
+                "sample_prompts",
+                f"sample prompt {i}: {spec.name} takes no reference images (a text-to-image family)",
+            )
+            for i, entry in enumerate(cfg.sample_prompts)
+            if isinstance(entry, SamplePrompt) and entry.controls
+        ]
     return problems + spec_rule_problems(cfg, spec)
 
 

@@ -1,8 +1,9 @@
 """ai-toolkit's paired and masked datasets -> our control_dirs / control/ and masks/ folders (no torch).
 
 ai-toolkit pairs a dataset (`folder_path`) with control images of the same file names in
-`control_path` (FLUX.1 Kontext, Qwen-Image-Edit; `control_path2`, `control_path3` the further
-references of Qwen-Image-Edit-Plus, or one list), and weighs its loss by a mask of the same name
+`control_path` (FLUX.1 Kontext, Qwen-Image-Edit; one folder or a list) and its UI's
+`control_path_1` .. `control_path_3` (the further references of Qwen-Image-Edit-Plus; read as
+`control_path2` .. too), and weighs its loss by a mask of the same name
 in `mask_path` (white trained, black weighted `mask_min_value`). Here (config_fields_data.py) a
 dataset pairs through its own `control/`, `control_2/` ... sub-folders, or, for a run of one
 dataset, through `control_dirs` (parallel folders anywhere); its masks are its `masks/`
@@ -23,7 +24,7 @@ from lorastudio.config_import import values
 from lorastudio.config_import.common import carry, folder
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
 
-_CONTROL_KEY = re.compile(r"control_path([2-9])?$")
+_CONTROL_KEY = re.compile(r"control_path(?:_?([1-9]))?$")  # control_path2 and the UI's control_path_1 .. _3
 
 
 @dataclass

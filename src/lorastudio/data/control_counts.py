@@ -16,7 +16,12 @@ def count_problems(report: PairReport, allowed: tuple[int, int], family: str) ->
     """The control-count problems of a pairing for a family taking allowed = (min, max)."""
     low, high = allowed
     problems = [
-        f"{orphan}: control image with no target of the same name (rename or remove it)"
+        f"{orphan}: control image with no target of the same name (rename or remove it"
+        + (
+            f"; {report.case_twins[orphan]} differs only in case: names are matched exactly)"
+            if orphan in report.case_twins
+            else ")"
+        )
         for orphan in report.orphans
     ]
     if high == 0:

@@ -107,6 +107,19 @@ def split_validation(
         raise ConfigError(
             [FieldProblem(FIELD, f"validation folder {folder}: {p}") for p in (err.problems or [str(err)])]
         ) from None
+    bare = [it.path.name for it in other.items if not it.controls]
+    if bare and all(it.controls for it in scan.items):  # an edit run measured on text-to-image samples
+        listed = ", ".join(bare[:5]) + (" ..." if len(bare) > 5 else "")
+        raise ConfigError(
+            [
+                FieldProblem(
+                    FIELD,
+                    f"validation folder {folder}: {len(bare)} image(s) without a control image ({listed}) "
+                    "while every training image edits its controls: their loss would measure text-to-image "
+                    "generation; give them controls (its control/ sub-folder, a control_files row)",
+                )
+            ]
+        )
     return _checked(
         Holdout(scan, tuple(other.items), f"every image of {folder}"), f"validation folder {folder}"
     )

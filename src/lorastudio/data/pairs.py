@@ -18,7 +18,11 @@ reported at once, naming the files: a control named in metadata that is missing,
 dataset or unreadable; targets without controls (when the family needs them); control images
 that match no target (orphans); two control images of one stem in one folder (a.png and a.jpg:
 none is picked); more or fewer controls than the family takes; controls given to a
-text-to-image family. Targets without controls beside paired ones (a mixed dataset) are allowed
+text-to-image family; a target with a control in a later folder but none in an earlier one (its
+controls would move up a slot); a control_dirs folder that is the dataset folder or a control
+folder read already; an image of a format not read (a.bmp, a.tif, a.gif) in a control folder
+beside the target a.png, which would train without it (data/pair_checks.py; a control folder's
+other entries not read, a sub-folder or a text file, are listed with the dataset's files not used). Targets without controls beside paired ones (a mixed dataset) are allowed
 where the family trains both (min 0: FLUX.2, FLUX.1 Kontext, Qwen-Image-Edit-Plus, whose
 pipelines edit with references or generate without), and refused naming them where it needs
 controls (min >= 1: the single-image Qwen-Image-Edit, whose prompt template always holds one). Targets
@@ -64,6 +68,13 @@ from lorastudio.data.decode_checks import check_images
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import load_rgb
+from lorastudio.data.pair_checks import (
+    escaping_links,
+    folder_files,
+    folder_label,
+    repeated_folders,
+    slot_gap,
+)
 from lorastudio.data.paths import stem_key
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
@@ -96,6 +107,10 @@ class PairReport:
     sources: list[str] = field(default_factory=list)
     unpaired: list[str] = field(default_factory=list)  # targets without any control
     orphans: list[str] = field(default_factory=list)  # control files matching no target
+    unread: list[tuple[str, str]] = field(default_factory=list)  # (folder/name, why): not read
+    case_twins: dict[str, str] = field(
+        default_factory=dict
+    )  # orphan -> the target its name differs from in case
     problems: list[str] = field(default_factory=list)
 
 
@@ -139,16 +154,6 @@ def _folder_images(folder: Path) -> dict[str, tuple[Path, ...]]:
     except OSError:
         return {}
     return {stem: tuple(paths) for stem, paths in by_stem.items()}
-
-
-def stem_clash_problem(label: str, paths: Sequence[Path]) -> str:
-    """The problem naming the several control images `paths` of one stem in control folder
-    `label`: a target takes one image per control folder, and none is picked silently."""
-    listed = ", ".join(f"{label}/{p.name}" for p in paths)
-    return (
-        f"{listed}: {len(paths)} control images for the image {paths[0].stem}.* in one folder "
-        "(which one?): keep one"
-    )
 
 
 def read_metadata_controls(
@@ -205,6 +210,15 @@ def resolve_control_dirs(given: Sequence[str], datasets_root: Path, allow_outsid
     return [resolve_dataset_dir(d, datasets_root, allow_outside_root) for d in given]
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether `a` and `b` are one file (a link or another spelling included); False when either
+    cannot be read (named elsewhere)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def _inside(root: Path, name: str) -> Path | None:
     """root / name when `name` is a relative path that stays inside root, else None."""
     rel = Path(name)
@@ -246,7 +260,8 @@ def pair_controls(
     for folder in control_dirs:
         if not folder.is_dir():
             problems.append(f"control_dirs: {folder} is not a folder")
-    indexed = [(folder, _folder_images(folder)) for folder in folders]
+    repeated = repeated_folders(root, folders, problems)
+    indexed = [(folder, _folder_images(folder)) for folder in folders if folder not in repeated]
     stems = {stem_key(t): t for t in targets}
     used: set[Path] = set()
     for target in targets:
@@ -258,37 +273,40 @@ def pair_controls(
                     problems.append(f"{target}: control {name!r} must be a relative path inside the dataset")
                 elif not path.is_file():
                     problems.append(f"{target}: control image {name} not found")
+                elif _same_file(path, root / target):
+                    problems.append(
+                        f"{target}: control {name} is the image itself (the edit learnt would be a copy); "
+                        "name its reference image"
+                    )
                 else:
                     paths.append(path)
             used.update(paths)
         else:
             paths = [images[stem_key(target)][0] for _, images in indexed if stem_key(target) in images]
+            problems += slot_gap(target, root, indexed) if allowed[1] > 0 else []  # else: "takes none"
         if paths:
             report.controls[target] = tuple(paths)
         else:
             report.unpaired.append(target)
-    for folder, images in indexed:
-        label = folder.name if folder.parent == root else str(folder)
-        for stem, paths in sorted(images.items()):
-            if stem not in stems:
-                report.orphans.extend(f"{label}/{path.name}" for path in paths if path not in used)
-            elif len(paths) > 1:
-                problems.append(stem_clash_problem(label, paths))
+    problems += folder_files(report, root, indexed, stems, from_metadata, used, allowed[1] > 0)
     report.sources.extend(f"{f.name}/" for f in sub)
     report.sources.extend(str(f) for f in control_dirs)
     if from_metadata:
         report.sources.append(f"{metadata.name if metadata else 'metadata.jsonl'} (control_files)")
     problems += count_problems(report, allowed, family)
-    escaping = _escaping_links(report, [root, *control_dirs])
-    problems += escaping
+    escaping = escaping_links(report, [root, *control_dirs])
+    problems += escaping.values()
+    # a target with a control outside is not checked further (nothing outside is opened); the
+    # others are, so that every problem is named at once
+    checked = {t: paths for t, paths in report.controls.items() if not any(p in escaping for p in paths)}
     identities: dict[Path, FolderId] = {}
-    if record is not None and not escaping:
-        record.expect(path for paths in report.controls.values() for path in paths)
+    if record is not None:
+        record.expect(path for paths in checked.values() for path in paths)
     # each control's folder identity first, then every control checked at once (on the decode
     # threads: data/decode_checks.py), then the answers taken in the same order as before
     plan: list[tuple[str, list[tuple[Path, FolderId | None] | list[str]]]] = []
     files: list[tuple[Path, FolderId | None]] = []
-    for target, paths in [] if escaping else report.controls.items():  # nothing outside is opened
+    for target, paths in checked.items():
         steps: list[tuple[Path, FolderId | None] | list[str]] = []
         for path in paths:
             try:
@@ -322,26 +340,6 @@ def pair_controls(
         report.dims[target] = tuple(dims)
         report.decoded[target] = tuple(decoded)
     return report
-
-
-def folder_label(root: Path, folder: Path) -> str:
-    """The control folder `folder` as an error names it before a file name: "control/" for a
-    sub-folder of the dataset `root`, its full path (with "/") for a control_dirs folder."""
-    if folder == root:
-        return ""
-    return f"{folder.relative_to(root).as_posix()}/" if folder.is_relative_to(root) else f"{folder}/"
-
-
-def _escaping_links(report: PairReport, roots: Sequence[Path]) -> list[str]:
-    """Controls whose real path (symlinks followed) lies outside the dataset folder and the
-    control_dirs: refused, as a link out of the dataset would read any file of the host."""
-    allowed = [r.resolve() for r in roots]
-    return [
-        f"control {path.name}: a link to {path.resolve()}, outside the dataset folder"
-        for paths in report.controls.values()
-        for path in paths
-        if not any(path.resolve().is_relative_to(r) for r in allowed)
-    ]
 
 
 def control_folder_ids(item: ImageItem) -> tuple[FolderId | None, ...]:

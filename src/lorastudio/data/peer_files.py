@@ -33,6 +33,7 @@ _OTHER_IMAGES = {
     ".bmp": "a BMP image: not read; " + _CONVERT,
     ".dib": "a BMP image: not read; " + _CONVERT,
 }
+OTHER_IMAGE_EXTENSIONS = frozenset(_OTHER_IMAGES)  # images of formats lorastudio does not read
 _ENTRIES = "each of its image folders is a `[[datasets]]` entry of the run's config (path, repeats)"
 _CONFIGS = {
     "multidatabackend.json": f"SimpleTuner's dataset config: not read; {_ENTRIES}",

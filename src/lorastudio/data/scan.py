@@ -281,7 +281,7 @@ def scan_dataset(
         )
         for it in items
     ]
-    dropped = [(name, why) for name, why in dropped if name not in pairs.folders]
+    dropped = [(name, why) for name, why in dropped if name not in pairs.folders] + pairs.unread
     if control_images[1] > 0:  # an edit family: a misspelt control folder is named as one
         misnamed = {
             n: why

@@ -180,8 +180,13 @@ def validate_run(
             scan = scan_for_run(
                 entries, cfg, family.spec, settings, control_dirs, flavour_controls, decode_budget_s
             )
-        except DatasetError as err:
-            problems += _as_problems("data_dir" if cfg.datasets is None else "datasets", err)
+        except DatasetError as err:  # a control_dirs folder's own problem names that field (the form's)
+            problems += [
+                FieldProblem("control_dirs", p.message.removeprefix(CONTROL_DIRS))
+                if p.message.startswith(CONTROL_DIRS)
+                else p
+                for p in _as_problems("data_dir" if cfg.datasets is None else "datasets", err)
+            ]
         except ConfigError as err:  # control_dirs, or a mask setting (data/masks.py) that names itself
             problems += [
                 p if p.field in MASK_FIELDS else FieldProblem("control_dirs", p.message) for p in err.problems
@@ -343,6 +348,9 @@ def _family_or_none(name: Any) -> Family | None:
         return families.get(name)
     except UnknownFamily:
         return None
+
+
+CONTROL_DIRS = "control_dirs: "  # how data/pairs.py begins a problem of a control_dirs folder
 
 
 def _as_problems(field: str, err: Exception) -> list[FieldProblem]:

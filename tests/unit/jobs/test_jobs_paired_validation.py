@@ -64,6 +64,28 @@ def test_control_dirs_are_kept_under_the_datasets_root(
     assert any(p.field == "control_dirs" and "outside" in p.message for p in err.value.problems)
 
 
+def test_a_control_dirs_folders_problem_names_the_control_dirs_field(
+    settings: Settings, tiny_model: Callable[[str], Path]
+) -> None:
+    """The form shows a problem under its field: one of a control_dirs folder (the dataset folder
+    itself, a folder missing) was answered under data_dir."""
+    make_paired_dataset(settings.datasets_dir / "pairs")
+    with pytest.raises(ConfigError) as err:
+        validate_run(
+            _cfg(tiny_model("flux-kontext"), control_dirs=["pairs", "nope"]),
+            settings,
+            live_output_names=set(),
+        )
+    assert [(p.field, p.message.split(" ", 1)[1]) for p in err.value.problems] == [
+        ("control_dirs", "is not a folder"),
+        (
+            "control_dirs",
+            "is the dataset folder itself: each image would be its own control; "
+            "give the folder of the control images",
+        ),
+    ]
+
+
 def test_an_edit_family_refuses_an_unpaired_dataset_by_name(
     settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
 ) -> None:
