@@ -4,6 +4,7 @@ import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import type { DatasetSummary, NameRule } from "../api/types";
 import { DataTable } from "../components/DataTable";
+import { FILTER_FROM, matchesName, NameFilter } from "../components/NameFilter";
 import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { nameProblem } from "../lib/nameRule";
 import { href, navigate } from "../lib/route";
@@ -116,6 +117,8 @@ export function DatasetsScreen() {
   const [name, setName] = useState("");
   const [error, setError] = useState<string | null>(null);
   const datasets = info?.datasets ?? [];
+  const [query, setQuery] = useState(""); // a long list narrowed by name
+  const shown = query ? datasets.filter((d) => matchesName(d.name, query)) : datasets;
 
   const create = (e: FormEvent) => {
     e.preventDefault();
@@ -170,8 +173,15 @@ export function DatasetsScreen() {
           <p>Name one above, then drop its images with their .txt captions (cat.png + cat.txt).</p>
         </div>
       ) : (
+        <>
+        {datasets.length >= FILTER_FROM && <NameFilter value={query} onChange={setQuery} what="datasets" />}
+        {query && (
+          <p className="muted small" data-testid="datasets-count">
+            {shown.length ? `${shown.length} of ${datasets.length} datasets` : `No dataset's name holds “${query}”.`}
+          </p>
+        )}
         <DataTable
-          rows={datasets}
+          rows={shown}
           rowKey={(d) => d.name}
           rowClass={(d) => (d.usable ? undefined : "unusable")}
           columns={[
@@ -217,6 +227,7 @@ export function DatasetsScreen() {
             },
           ]}
         />
+        </>
       )}
     </section>
   );
