@@ -1,4 +1,4 @@
-import { type RefObject, useLayoutEffect, useState } from "react";
+import { type RefObject, useLayoutEffect, useRef, useState } from "react";
 
 /** One problem a form shows next to a field: the field's label and the control to go to. */
 interface Shown {
@@ -48,9 +48,13 @@ const same = (a: readonly Shown[], b: readonly Shown[]) =>
  */
 export function ProblemSummary({ scope }: { scope: RefObject<HTMLElement | null> }) {
   const [shown, setShown] = useState<Shown[]>([]);
+  const box = useRef<HTMLDivElement | null>(null);
+  const appeared = useRef(false); // the list was empty before this render: brought into sight once
   useLayoutEffect(() => {
     const next = scope.current ? shownProblems(scope.current) : [];
     setShown((prev) => (same(prev, next) ? prev : next));
+    if (appeared.current && box.current) box.current.scrollIntoView?.({ block: "nearest" });
+    appeared.current = !box.current;
   });
   if (!shown.length) return null;
   const go = (s: Shown) => {
@@ -59,7 +63,7 @@ export function ProblemSummary({ scope }: { scope: RefObject<HTMLElement | null>
     s.control.focus();
   };
   return (
-    <div className="banner error problem-summary" data-testid="problem-summary">
+    <div className="banner error problem-summary" data-testid="problem-summary" ref={box}>
       {shown.length === 1 ? "1 setting needs" : `${shown.length} settings need`} a change (its problem is shown
       beside it):{" "}
       {shown.map((s, i) => (
