@@ -143,6 +143,11 @@ export function RunsScreen() {
         </button>
       </div>
       <ErrorBanner message={error} />
+      {!runs && !error && (
+        <p className="muted" role="status" data-testid="runs-loading">
+          Loading the runs…
+        </p>
+      )}
       {runs && runs.length === 0 && (
         <div className="empty card">
           <strong>No runs yet</strong>
