@@ -5,13 +5,17 @@
 import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
+import type { Info } from "../api/types";
+import { MISSING } from "../lib/trainForm";
 import { INFO } from "../test/fixtures";
 import { input, mockTrainServer, renderTrain } from "../test/trainServer";
 
 describe("TrainScreen's problem summary", () => {
+  let info: Info = INFO;
   beforeEach(() => {
     vi.unstubAllGlobals();
-    mockTrainServer(() => INFO);
+    info = INFO;
+    mockTrainServer(() => info);
   });
 
   it("lists every field a Check found a problem with, beside the buttons, and each goes to its field", async () => {
@@ -67,5 +71,18 @@ describe("TrainScreen's problem summary", () => {
     );
     await userEvent.click(within(screen.getByTestId("problem-summary")).getByRole("button", { name: "Warmup init" }));
     expect(input("adafactor_warmup_init")).toHaveFocus();
+  });
+
+  it("on a fresh home, says how to get a dataset instead of a bare 'required' (RELIABILITY 1415)", async () => {
+    info = { ...INFO, datasets: [] };
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    const hint = screen.getByTestId("no-dataset");
+    expect(hint).toHaveTextContent("No dataset yet: make one from your images and their captions.");
+    expect(within(hint).getByRole("link", { name: "make one" })).toHaveAttribute("href", "#/datasets");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await waitFor(() => expect(input("data_dir").closest("label")).toHaveTextContent(MISSING.data_dir));
+    expect(MISSING.data_dir).toContain("make one on the Datasets page");
+    expect(within(screen.getByTestId("problem-summary")).getByRole("button", { name: "Dataset" })).toBeInTheDocument();
   });
 });

@@ -275,6 +275,11 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
                     </option>
                   ))}
                 </select>
+                {!info.datasets.length && (
+                  <span className="field-hint" data-testid="no-dataset">
+                    No dataset yet: <a href={href("datasets")}>make one</a> from your images and their captions.
+                  </span>
+                )}
               </Field>
             )}
             {c.line("output_name", "Output name", { hint: "folder and file name of the LoRA", placeholder: `${values.family}-<date>-<time>` })}
