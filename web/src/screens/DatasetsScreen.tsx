@@ -174,59 +174,59 @@ export function DatasetsScreen() {
         </div>
       ) : (
         <>
-        {datasets.length >= FILTER_FROM && <NameFilter value={query} onChange={setQuery} what="datasets" />}
-        {query && (
-          <p className="muted small" data-testid="datasets-count">
-            {shown.length ? `${shown.length} of ${datasets.length} datasets` : `No dataset's name holds “${query}”.`}
-          </p>
-        )}
-        <DataTable
-          rows={shown}
-          rowKey={(d) => d.name}
-          rowClass={(d) => (d.usable ? undefined : "unusable")}
-          columns={[
-            {
-              header: "Name",
-              cell: (d) =>
-                d.usable ? (
-                  <a href={href("datasets", d.name)}>{d.name}</a>
-                ) : (
+          {(datasets.length >= FILTER_FROM || query) && <NameFilter value={query} onChange={setQuery} what="datasets" />}
+          {query && (
+            <p className="muted small" data-testid="datasets-count">
+              {shown.length ? `${shown.length} of ${datasets.length} datasets` : `No dataset's name holds “${query}”.`}
+            </p>
+          )}
+          <DataTable
+            rows={shown}
+            rowKey={(d) => d.name}
+            rowClass={(d) => (d.usable ? undefined : "unusable")}
+            columns={[
+              {
+                header: "Name",
+                cell: (d) =>
+                  d.usable ? (
+                    <a href={href("datasets", d.name)}>{d.name}</a>
+                  ) : (
+                    <>
+                      <span>{d.name}</span>
+                      <div className="small" role="note">
+                        Unusable: {d.problem}
+                      </div>
+                    </>
+                  ),
+              },
+              { header: "Images", num: true, cell: (d) => d.images },
+              {
+                header: "Captions",
+                num: true,
+                cell: (d) => (
                   <>
-                    <span>{d.name}</span>
-                    <div className="small" role="note">
-                      Unusable: {d.problem}
-                    </div>
+                    {d.captions}
+                    {d.captions < d.images && <span className="warn-dot" title="some images have no caption" />}
                   </>
                 ),
-            },
-            { header: "Images", num: true, cell: (d) => d.images },
-            {
-              header: "Captions",
-              num: true,
-              cell: (d) => (
-                <>
-                  {d.captions}
-                  {d.captions < d.images && <span className="warn-dot" title="some images have no caption" />}
-                </>
-              ),
-            },
-            {
-              header: "",
-              kind: "actions",
-              cell: (d) =>
-                d.usable ? (
-                  <a className="button ghost" href={href("train", d.name)}>
-                    Train on it
-                  </a>
-                ) : (
-                  <>
-                    <RenameFolder dataset={d} rule={info?.dataset_name_rule} onDone={() => void reload()} />
-                    <DeleteFolder dataset={d} onDone={() => void reload()} />
-                  </>
-                ),
-            },
-          ]}
-        />
+              },
+              {
+                header: "",
+                kind: "actions",
+                cell: (d) =>
+                  d.usable ? (
+                    <a className="button ghost" href={href("train", d.name)}>
+                      Train on it
+                    </a>
+                  ) : (
+                    <>
+                      <RenameFolder dataset={d} rule={info?.dataset_name_rule} onDone={() => void reload()} />
+                      <DeleteFolder dataset={d} onDone={() => void reload()} />
+                    </>
+                  ),
+              },
+            ]}
+          />
         </>
       )}
     </section>

@@ -157,7 +157,7 @@ export function RunsScreen() {
           </a>
         </div>
       )}
-      {runs && runs.length >= FILTER_FROM && <NameFilter value={query} onChange={setQuery} what="runs" />}
+      {runs && (runs.length >= FILTER_FROM || query) && <NameFilter value={query} onChange={setQuery} what="runs" />}
       {query && found && (
         <p className="muted small" data-testid="runs-found">
           {found.length ? `${found.length} of the ${runs?.length} runs loaded` : `No run loaded has “${query}” in its name.`}
