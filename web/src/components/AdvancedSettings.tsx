@@ -53,7 +53,13 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
   const tokens = family?.max_sequence_length_max; // the most its text encoder reads
   return (
     <details className="advanced" data-testid="advanced-settings" ref={ref}>
-      <summary>Advanced settings</summary>
+      <summary>
+        <span>Advanced settings</span>{" "}
+        {/* what a user comes for is named while it is collapsed: the optimizer, adapter kind and sample prompts are in here */}
+        <span className="advanced-what" data-testid="advanced-what">
+          optimizer, adapter kind (DoRA, LoHa, LoKr), sample prompts, validation, EMA, loss
+        </span>
+      </summary>
       <div className="grid">
         <h3 className="grid-head">Data</h3>
         {c.line("default_caption", "Default caption", { hint: "for images without one", wide: true })}

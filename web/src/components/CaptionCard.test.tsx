@@ -59,3 +59,30 @@ describe("CaptionCard: two editors of one caption", () => {
     expect(screen.getByRole("status")).toBe(region); // the same region: its change is what is read
   });
 });
+
+describe("CaptionCard: a caption typed and not saved yet", () => {
+  afterEach(() => vi.unstubAllGlobals());
+
+  /** Whether the browser would ask before this tab is reloaded or closed. */
+  function asks(): boolean {
+    const e = new Event("beforeunload", { cancelable: true });
+    window.dispatchEvent(e);
+    return e.defaultPrevented;
+  }
+
+  it("makes the browser ask before a reload or a closed tab loses it, until it is saved (RELIABILITY 1416)", async () => {
+    mockFetch(({ method, body }) => (method === "PUT" ? { body: { file: "a.png", caption: (body as { caption: string }).caption, caption_file: "a.txt" } } : undefined));
+    const { unmount } = render(<CaptionCard dataset="ds" image={IMAGE} onRemoved={() => undefined} />);
+    const box = screen.getByLabelText("caption of a.png");
+    expect(asks()).toBe(false);
+    await userEvent.type(box, " by hand");
+    expect(asks()).toBe(true); // a reload now fires no blur: the words would be lost unasked
+    box.blur();
+    await screen.findByText("saved");
+    expect(asks()).toBe(false);
+    await userEvent.type(box, " again");
+    expect(asks()).toBe(true);
+    unmount(); // the screen left (its blur saved it): no question held for a card that is gone
+    expect(asks()).toBe(false);
+  });
+});

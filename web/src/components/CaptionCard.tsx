@@ -1,7 +1,8 @@
-import { useId, useRef, useState } from "react";
+import { useEffect, useId, useRef, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { DatasetImage } from "../api/types";
+import { holdLeave } from "../lib/leaveGuard";
 import { inControlFolder } from "../lib/upload";
 import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 
@@ -32,6 +33,14 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
   // refused as another editor's change
   const inFlight = useRef<Promise<void> | null>(null);
   const savedRef = useRef(saved);
+  // typed and not saved yet (saved on blur, which a reload or a closed tab never fires): the
+  // browser asks before the tab is left; moving to another screen blurs it, which saves
+  const unsaved = text !== saved;
+  useEffect(() => {
+    const reason = `caption:${dataset}/${image.file}`;
+    holdLeave(reason, unsaved);
+    return () => holdLeave(reason, false);
+  }, [unsaved, dataset, image.file]);
 
   /** Write `text` over the caption `base` (the one this card last read); another one there now is a conflict. */
   const save = async (base?: string) => {

@@ -1,7 +1,8 @@
 /**
  * The browser's "Leave site?" question while work of this tab would be lost by a reload or by
- * closing it: an upload being sent (its remaining batches are never sent) or a LoRA-by-step grid
- * (its next images are never sent). A single generation no longer asks: it is sent to the
+ * closing it: an upload being sent (its remaining batches are never sent), a LoRA-by-step grid
+ * (its next images are never sent) or a caption typed and not saved yet (CaptionCard saves on
+ * blur, which a reload never fires). A single generation no longer asks: it is sent to the
  * asynchronous form, which the server renders to the end, and a reload follows it again
  * (lib/generationInFlight). Moving between the app's screens is not leaving (the work goes on:
  * lib/generationInFlight, lib/uploadsInFlight).

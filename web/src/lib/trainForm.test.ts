@@ -64,7 +64,7 @@ describe("train form", () => {
     const v = { ...initialValues(flux), base_model: "", data_dir: "d", lora_rank: "1.5", learning_rate: "fast" };
     const { problems } = buildConfig({ ...v, length: "0" }, flux, INFO.config_rules);
     expect(problems).toMatchObject({
-      base_model: "required",
+      base_model: "pick a base model, or type a hub id (owner/name) or a model folder",
       lora_rank: "must be a whole number",
       learning_rate: "must be a number",
       steps: expect.stringMatching(/at least 1/),

@@ -164,6 +164,14 @@ export interface BuiltConfig {
   problems: Record<string, string>;
 }
 
+/** What a run without one of its required settings is told to do (not a bare "required"). */
+export const MISSING = {
+  family: "pick a model family",
+  base_model: "pick a base model, or type a hub id (owner/name) or a model folder",
+  data_dir: "pick a dataset (none yet? make one on the Datasets page: images and their captions)",
+  datasets: "add a dataset folder",
+} as const;
+
 /**
  * The TrainConfig body of the form: numbers parsed, blank optional fields left out (the server
  * fills family defaults) except where null means off (`rules.null_means_off`: sent as null);
@@ -261,7 +269,7 @@ export function buildConfig(values: FormValues, family: Family | undefined, rule
   }
   if (config.datasets) delete config.data_dir; // the entries name every folder (data_dir is their shorthand)
   for (const k of ["family", "base_model", config.datasets || problems.datasets ? "datasets" : "data_dir"] as const) {
-    if (!config[k] && !problems[k]) problems[k] = "required";
+    if (!config[k] && !problems[k]) problems[k] = MISSING[k];
   }
   return { config: config as Partial<TrainConfig>, problems };
 }

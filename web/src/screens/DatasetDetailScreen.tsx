@@ -172,6 +172,11 @@ export function DatasetDetailScreen({ name }: { name: string }) {
           {name}
         </h1>
         <div className="head-actions">
+          {loaded.data == null && loaded.error == null && (
+            <span className="muted" role="status" data-testid="dataset-loading">
+              Loading its images…
+            </span>
+          )}
           {data && (
             <span className="muted" data-testid="dataset-counts">
               {total} {total === 1 ? "image" : "images"} · {captioned} captioned{masked > 0 && ` · ${masked} masked`}

@@ -4,6 +4,7 @@ import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import type { DatasetSummary, NameRule } from "../api/types";
 import { DataTable } from "../components/DataTable";
+import { FILTER_FROM, matchesName, NameFilter } from "../components/NameFilter";
 import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { nameProblem } from "../lib/nameRule";
 import { href, navigate } from "../lib/route";
@@ -116,6 +117,8 @@ export function DatasetsScreen() {
   const [name, setName] = useState("");
   const [error, setError] = useState<string | null>(null);
   const datasets = info?.datasets ?? [];
+  const [query, setQuery] = useState(""); // a long list narrowed by name
+  const shown = query ? datasets.filter((d) => matchesName(d.name, query)) : datasets;
 
   const create = (e: FormEvent) => {
     e.preventDefault();
@@ -170,53 +173,61 @@ export function DatasetsScreen() {
           <p>Name one above, then drop its images with their .txt captions (cat.png + cat.txt).</p>
         </div>
       ) : (
-        <DataTable
-          rows={datasets}
-          rowKey={(d) => d.name}
-          rowClass={(d) => (d.usable ? undefined : "unusable")}
-          columns={[
-            {
-              header: "Name",
-              cell: (d) =>
-                d.usable ? (
-                  <a href={href("datasets", d.name)}>{d.name}</a>
-                ) : (
+        <>
+          {(datasets.length >= FILTER_FROM || query) && <NameFilter value={query} onChange={setQuery} what="datasets" />}
+          {query && (
+            <p className="muted small" data-testid="datasets-count">
+              {shown.length ? `${shown.length} of ${datasets.length} datasets` : `No dataset's name holds “${query}”.`}
+            </p>
+          )}
+          <DataTable
+            rows={shown}
+            rowKey={(d) => d.name}
+            rowClass={(d) => (d.usable ? undefined : "unusable")}
+            columns={[
+              {
+                header: "Name",
+                cell: (d) =>
+                  d.usable ? (
+                    <a href={href("datasets", d.name)}>{d.name}</a>
+                  ) : (
+                    <>
+                      <span>{d.name}</span>
+                      <div className="small" role="note">
+                        Unusable: {d.problem}
+                      </div>
+                    </>
+                  ),
+              },
+              { header: "Images", num: true, cell: (d) => d.images },
+              {
+                header: "Captions",
+                num: true,
+                cell: (d) => (
                   <>
-                    <span>{d.name}</span>
-                    <div className="small" role="note">
-                      Unusable: {d.problem}
-                    </div>
+                    {d.captions}
+                    {d.captions < d.images && <span className="warn-dot" title="some images have no caption" />}
                   </>
                 ),
-            },
-            { header: "Images", num: true, cell: (d) => d.images },
-            {
-              header: "Captions",
-              num: true,
-              cell: (d) => (
-                <>
-                  {d.captions}
-                  {d.captions < d.images && <span className="warn-dot" title="some images have no caption" />}
-                </>
-              ),
-            },
-            {
-              header: "",
-              kind: "actions",
-              cell: (d) =>
-                d.usable ? (
-                  <a className="button ghost" href={href("train", d.name)}>
-                    Train on it
-                  </a>
-                ) : (
-                  <>
-                    <RenameFolder dataset={d} rule={info?.dataset_name_rule} onDone={() => void reload()} />
-                    <DeleteFolder dataset={d} onDone={() => void reload()} />
-                  </>
-                ),
-            },
-          ]}
-        />
+              },
+              {
+                header: "",
+                kind: "actions",
+                cell: (d) =>
+                  d.usable ? (
+                    <a className="button ghost" href={href("train", d.name)}>
+                      Train on it
+                    </a>
+                  ) : (
+                    <>
+                      <RenameFolder dataset={d} rule={info?.dataset_name_rule} onDone={() => void reload()} />
+                      <DeleteFolder dataset={d} onDone={() => void reload()} />
+                    </>
+                  ),
+              },
+            ]}
+          />
+        </>
       )}
     </section>
   );

@@ -11,6 +11,7 @@ import { GallerySection } from "../components/Gallery";
 import { GenerateResult } from "../components/GenerateResult";
 import { BaseChanged, LoraChanged } from "../components/LoraChanged";
 import { type LoraPick, LoraPicker } from "../components/LoraPicker";
+import { TriggerWords } from "../components/TriggerWords";
 import { guidanceBody, GuidanceFields } from "../components/GuidanceFields";
 import { GenerateAdvanced, textTokensBody } from "../components/GenerateAdvanced";
 import { ReferenceImages, referencesOf } from "../components/ReferenceImages";
@@ -304,6 +305,8 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
               }}
             />
           </Field>
+          {/* a picked LoRA's trigger word the prompt lacks, added first as the run put it before each caption */}
+          <TriggerWords loras={loras} picks={picks} prompt={prompt} onAdd={(w) => (setPrompt((p) => (p.trim() ? `${w}, ${p}` : w)), edited("prompt"))} />
           {famInfo && (
             <GuidanceFields
               family={famInfo}

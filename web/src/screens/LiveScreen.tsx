@@ -27,8 +27,11 @@ import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { DatasetWarnings } from "../components/DatasetWarnings";
 import { NoLiveJob } from "../components/NoLiveJob";
+import { href } from "../lib/route";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
+/** Ended runs whose record (the run's page) holds what comes next: Resume, Train longer, Clone, its files. */
+const ENDED = new Set(["completed", "stopped", "failed", "interrupted"]);
 
 /** Why a stopped run kept nothing (null when it kept what it wrote, or is not stopped). */
 function nothingKept(job: Job): string | null {
@@ -146,6 +149,12 @@ export function LiveScreen() {
         <div className="banner info" data-testid="nothing-kept">
           {nothingKept(job)}
         </div>
+      )}
+      {ENDED.has(job.status) && (
+        <p className="muted small" data-testid="live-run-page">
+          What next (resume, train longer, clone its settings, its files):{" "}
+          <a href={href("runs", job.id)}>the page of {job.output_name ?? "this run"}</a>
+        </p>
       )}
       {phaseText(job) && <div className="banner info">{phaseText(job)}</div>}
       {job.status === "stopping" && job.busy && (

@@ -199,6 +199,11 @@ export function ModelsScreen() {
         <AddFolderForm onAdded={load} />
       </div>
       <FetchProgress fetches={fetches} onCancel={cancel} />
+      {!models && !loadError && (
+        <p className="muted" role="status" data-testid="models-loading">
+          Loading the models…
+        </p>
+      )}
       {bases && bases.length === 0 && (
         <div className="empty card">
           <strong>No base models yet</strong>

@@ -53,6 +53,9 @@ describe("RunDetailScreen", () => {
     expect(resume).toMatchObject({ method: "POST", body: { checkpoint: "step-80" } });
     expect(screen.getByRole("link", { name: "Download LoRA" })).toHaveAttribute("href", "/api/loras/portrait/file");
     expect(screen.getByRole("button", { name: "push portrait to the hub" })).toBeInTheDocument();
+    // Resume and Train longer come before the LoRAs by step and the log (a phone scrolled past both: RELIABILITY 1411)
+    const later = [await screen.findByTestId("lora-steps"), screen.getByLabelText("run log")];
+    for (const el of later) expect(card.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING).toBeTruthy();
   });
 
   it("lists the run's LoRAs by step, each downloadable", async () => {

@@ -117,6 +117,8 @@ export function RunDetailScreen({ id }: { id: string }) {
       <div className="card">
         <LineChart {...chartData(series, run.validation)} empty="No metric points recorded." />
       </div>
+      {/* what comes next (Resume, Train longer) above the samples and the log: not a phone's screens below them */}
+      <CheckpointsCard run={run} checkpoints={checkpoints} onResumed={() => navigate("live")} />
       {samples.length > 0 && (
         <div className="card">
           <h2>Sample previews</h2>
@@ -152,7 +154,6 @@ export function RunDetailScreen({ id }: { id: string }) {
         </div>
       )}
       <RunLog runId={run.id} />
-      <CheckpointsCard run={run} checkpoints={checkpoints} onResumed={() => navigate("live")} />
       <div className="two-col">
         <div className="card">
           <h2>Outputs</h2>

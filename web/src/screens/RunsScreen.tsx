@@ -9,6 +9,7 @@ import { formatDuration, formatNumber, formatWhen, runDuration } from "../lib/fo
 import { href, navigate } from "../lib/route";
 import { isAbort, loadMessage, useAction, useLatest, useLoad, useUnmountSignal } from "../lib/latest";
 import { ErrorBanner } from "../components/ErrorBanner";
+import { FILTER_FROM, matchesName, NameFilter } from "../components/NameFilter";
 
 /** The runs the API lists in a page by default (GET /api/runs' `limit`); "Show more" asks for the next. */
 export const RUNS_PAGE = 200;
@@ -48,6 +49,8 @@ export function RunsScreen() {
   const cursor = older ? older.cursor : (first?.next_cursor ?? null);
   shownCount.current = Math.max(RUNS_PAGE, runs?.length ?? 0);
   const [actionError, setError] = useState<string | null>(null);
+  const [query, setQuery] = useState(""); // the runs shown narrowed by name (the pages loaded)
+  const found = runs && query ? runs.filter((r) => matchesName(r.output_name, query)) : runs;
   const error = actionError ?? (loaded.error ? loadMessage(loaded.error, "") : null);
   const load = loaded.reload;
   const more = useAction(async () => {
@@ -140,6 +143,11 @@ export function RunsScreen() {
         </button>
       </div>
       <ErrorBanner message={error} />
+      {!runs && !error && (
+        <p className="muted" role="status" data-testid="runs-loading">
+          Loading the runs…
+        </p>
+      )}
       {runs && runs.length === 0 && (
         <div className="empty card">
           <strong>No runs yet</strong>
@@ -149,8 +157,15 @@ export function RunsScreen() {
           </a>
         </div>
       )}
-      {runs && runs.length > 0 && (
-        <DataTable rows={runs} rowKey={(r) => r.id} stack testId="runs-table" columns={columns} />
+      {runs && (runs.length >= FILTER_FROM || query) && <NameFilter value={query} onChange={setQuery} what="runs" />}
+      {query && found && (
+        <p className="muted small" data-testid="runs-found">
+          {found.length ? `${found.length} of the ${runs?.length} runs loaded` : `No run loaded has “${query}” in its name.`}
+          {cursor && " Older runs are not searched until Show more loads them."}
+        </p>
+      )}
+      {found && found.length > 0 && (
+        <DataTable rows={found} rowKey={(r) => r.id} stack testId="runs-table" columns={columns} />
       )}
       {runs && runs.length > 0 && (
         <p className="muted" data-testid="runs-count">

@@ -13,6 +13,7 @@ import { FamilyPicker } from "../components/FamilyPicker";
 import { ImportConfig, ImportReport } from "../components/ImportConfig";
 import { Field } from "../components/Field";
 import { PreflightPanel } from "../components/PreflightPanel";
+import { ProblemSummary } from "../components/ProblemSummary";
 import { trainControls } from "../components/TrainControls";
 import { useCloneValues } from "../lib/clone";
 import { placeProblems } from "../lib/problems";
@@ -80,6 +81,8 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
   const mounted = useUnmountSignal();
   // a Check or Start in flight: a second submit (Enter twice, Enter and a click) sends nothing
   const submitting = useRef(false);
+  // the form: its problems beside fields out of sight are listed by its buttons (ProblemSummary)
+  const form = useRef<HTMLFormElement | null>(null);
 
   const family: Family | undefined = info?.families.find((f) => f.name === values?.family);
   useEffect(() => {
@@ -240,6 +243,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         </div>
       )}
       <form
+        ref={form}
         className="train-form"
         onSubmit={(e) => {
           e.preventDefault();
@@ -271,6 +275,11 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
                     </option>
                   ))}
                 </select>
+                {!info.datasets.length && (
+                  <span className="field-hint" data-testid="no-dataset">
+                    No dataset yet: <a href={href("datasets")}>make one</a> from your images and their captions.
+                  </span>
+                )}
               </Field>
             )}
             {c.line("output_name", "Output name", { hint: "folder and file name of the LoRA", placeholder: `${values.family}-<date>-<time>` })}
@@ -385,6 +394,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
             ))}
           </div>
         )}
+        <ProblemSummary scope={form} />
         <div className="form-actions">
           <button type="button" className="secondary" disabled={busy != null} onClick={() => void submit("check")}>
             {busy === "check" ? "Checking…" : "Check"}

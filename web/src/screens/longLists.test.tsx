@@ -1,0 +1,72 @@
+/**
+ * The Datasets and Runs lists of a long-used home can be narrowed by name (RELIABILITY 1413): 40
+ * datasets or 200 runs were one long table with nothing to find one by.
+ */
+import { screen, waitFor, within } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { matchesName } from "../components/NameFilter";
+import type { RunSummary } from "../api/types";
+import { INFO, mockFetch, stoppedRun } from "../test/fixtures";
+import { renderWithProviders } from "../test/render";
+import { DatasetsScreen } from "./DatasetsScreen";
+import { RunsScreen } from "./RunsScreen";
+
+afterEach(() => vi.unstubAllGlobals());
+
+const names = (testId: string) =>
+  [...screen.getByTestId(testId).querySelectorAll("tbody tr")].map((r) => r.querySelector("a")?.textContent);
+
+describe("finding one of many by name", () => {
+  it("narrows the Datasets list, says when nothing matches, and Escape brings every one back", async () => {
+    const datasets = Array.from({ length: 12 }, (_, i) => ({
+      name: i === 7 ? "Café-portraits" : `set-${i}`, path: `/d/${i}`, images: 3, captions: 3, usable: true, problem: null,
+    })); // fmt: skip
+    mockFetch(({ url }) => (url === "/api/info" ? { body: { ...INFO, datasets } } : undefined));
+    const { container } = renderWithProviders(<DatasetsScreen />, { training: false });
+    const find = await screen.findByRole("searchbox", { name: "find datasets by name" });
+    const rows = () => [...container.querySelectorAll("tbody tr")].map((r) => r.querySelector("a")?.textContent);
+    expect(rows()).toHaveLength(12);
+    await userEvent.type(find, "cafe\u0301 PORT"); // NFD, another case, two words
+    expect(rows()).toEqual(["Café-portraits"]);
+    expect(screen.getByTestId("datasets-count")).toHaveTextContent("1 of 12 datasets");
+    await userEvent.clear(find);
+    await userEvent.type(find, "zebra");
+    expect(rows()).toEqual([]);
+    expect(screen.getByTestId("datasets-count")).toHaveTextContent("No dataset's name holds “zebra”.");
+    await userEvent.keyboard("{Escape}");
+    expect(find).toHaveValue("");
+    expect(rows()).toHaveLength(12);
+  });
+
+  it("offers no search box on a short list", async () => {
+    mockFetch(({ url }) => (url === "/api/info" ? { body: INFO } : undefined));
+    renderWithProviders(<DatasetsScreen />, { training: false });
+    await screen.findByText("shapes");
+    expect(screen.queryByRole("searchbox")).toBeNull();
+  });
+
+  it("narrows the Runs list to the runs loaded, and says older pages are not searched", async () => {
+    vi.stubGlobal("EventSource", class { close() {} addEventListener() {} });
+    const runs: RunSummary[] = Array.from({ length: 10 }, (_, i) => stoppedRun({ id: `r${i}`, output_name: i === 3 ? "my-first-lora" : `other-${i}` }));
+    mockFetch(({ url }) => {
+      if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
+      if (url === "/api/runs" || url.startsWith("/api/runs?")) return { body: { runs, total: 250, next_cursor: "10" } };
+      return undefined;
+    });
+    renderWithProviders(<RunsScreen />);
+    const find = await screen.findByRole("searchbox", { name: "find runs by name" });
+    await userEvent.type(find, "first");
+    await waitFor(() => expect(names("runs-table")).toEqual(["my-first-lora"]));
+    const found = screen.getByTestId("runs-found");
+    expect(found).toHaveTextContent("1 of the 10 runs loaded");
+    expect(found).toHaveTextContent("Older runs are not searched until Show more loads them.");
+    expect(within(screen.getByTestId("runs-count")).getByRole("button", { name: "Show more" })).toBeInTheDocument();
+  });
+
+  it("matches every word of the query, in any case", () => {
+    expect(matchesName("FLUX-style-v2", "style flux")).toBe(true);
+    expect(matchesName("FLUX-style-v2", "style sdxl")).toBe(false);
+    expect(matchesName("anything", "  ")).toBe(true);
+  });
+});
