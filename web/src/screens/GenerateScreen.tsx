@@ -194,7 +194,6 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
       onSent,
       onProgress,
     );
-
   // the grid of the one LoRA picked; while a grid renders (sent before this screen was last left too), that grid
   const gridPick = grid.running && grid.pick ? grid.pick : picks.length === 1 ? picks[0] : null;
 
