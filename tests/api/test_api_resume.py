@@ -116,9 +116,19 @@ def test_resume_a_stopped_run_to_the_uninterrupted_result(
 
     # the same run uninterrupted, in this process, gives the same LoRA
     reference = parse_train_config({**config, "data_dir": str(outputs.parent / "datasets" / "shapes")})
-    result = train(reference.model_copy(update={"output_name": "ref"}), [].append, device="cpu")
+    events: list = []
+    result = train(reference.model_copy(update={"output_name": "ref"}), events.append, device="cpu")
     expected, got = load_file(str(result.lora_path)), load_file(done["lora_path"])
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+    # and so does the curve the API shows: each step's loss, average, lr and grad norm, each round
+    # (session 36 resume audit: the carried history was compared by its steps only)
+    keys = ("step", "epoch", "loss", "avg_loss", "lr", "grad_norm")
+    assert [tuple(p[k] for k in keys) for p in done["metrics"]] == [
+        tuple(getattr(e, k) for k in keys) for e in events if e.type == "progress"
+    ]
+    assert [(v["step"], v["loss"]) for v in done["validation"]] == [
+        (e.step, e.loss) for e in events if e.type == "validation"
+    ]
 
     # a finished run: a plain resume is refused (it would re-run its last steps and overwrite its
     # LoRA); setting a larger total trains it longer, recorded in the sidecar (training/extend.py)

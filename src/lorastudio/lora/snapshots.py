@@ -232,13 +232,17 @@ def remove_lone_sidecars(run_dir: Path, before: int) -> None:
 
 
 class SnapshotKeeper:
-    """Snapshot bookkeeping of one session of a run.
+    """Snapshot bookkeeping of one session of a run (a fresh run, or one resume of it), as
+    training/checkpoint.CheckpointKeeper keeps checkpoints.
 
     `due(step, total)`: whether a `save_lora_every` snapshot falls on `step` (not the last step:
     the final LoRA is the run's result). `record(path)` registers a written snapshot and removes
-    the oldest beyond `keep` (None: keep all); the snapshot of step `protected` (the best
-    validation round, training/validate.py) is kept besides those. `discard()` removes the snapshots this session
-    wrote (a stop without save of a resumed run leaves the folder as it found it).
+    this session's oldest beyond `keep` (None: keep all); `finish()` (the session ended well)
+    applies `keep` to every snapshot of the folder. The snapshot of step `protected` (the best
+    validation round, training/validate.py) is kept besides those. `discard()` removes the
+    snapshots this session wrote that the folder did not hold before it: a stop without save of a
+    resumed run leaves the folder as it found it (a resume's keep_loras removed the snapshots it
+    found, and its discard then left the folder without them: RELIABILITY 1372).
     """
 
     def __init__(self, run_dir: Path, every: int | None, keep: int | None):
@@ -247,6 +251,7 @@ class SnapshotKeeper:
         self.keep = keep
         self.written: list[Path] = []
         self.protected: int | None = None  # the step of the best validation round: never removed
+        self.preexisting = {path for _, path in list_lora_snapshots(run_dir)}
 
     def due(self, step: int, total_steps: int) -> bool:
         return self.every is not None and step % self.every == 0 and step < total_steps
@@ -254,18 +259,27 @@ class SnapshotKeeper:
     def record(self, path: Path) -> None:
         if path not in self.written:
             self.written.append(path)
-        if self.keep is not None:
-            everything = list_lora_snapshots(self.run_dir)
-            removable = [old for step, old in everything if step != self.protected]
-            for old in removable[: max(0, len(removable) - self.keep)]:
+        self._prune(include_preexisting=False)
+        step = _step_of_name(path.name)
+        if self.keep is not None and step is not None:
+            remove_lone_sidecars(self.run_dir, before=step)
+
+    def finish(self) -> None:
+        self._prune(include_preexisting=True)
+
+    def _prune(self, include_preexisting: bool) -> None:
+        if self.keep is None:
+            return
+        everything = list_lora_snapshots(self.run_dir)
+        removable = [old for step, old in everything if step != self.protected]
+        for old in removable[: max(0, len(removable) - self.keep)]:
+            if include_preexisting or old not in self.preexisting:
                 remove_snapshot(old)
-            step = _step_of_name(path.name)
-            if step is not None:
-                remove_lone_sidecars(self.run_dir, before=step)
 
     def discard(self) -> None:
         for path in self.written:
-            remove_snapshot(path)
+            if path not in self.preexisting:
+                remove_snapshot(path)
         self.written = []
         folder = self.run_dir / LORAS
         if folder.is_dir() and not any(folder.iterdir()):

@@ -276,7 +276,7 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
             problems.append(
                 FieldProblem(
                     key,
-                    f"differs from the checkpoint (checkpoint: {_show(was)}, this run: {_show(now)}); "
+                    f"differs from the checkpoint ({_difference(key, was, now)}); "
                     "a resume must keep every setting that changes the maths"
                     + (old_checkpoint_note(saved) if key in SETTINGS else "")
                     + (kohya_caption_note(saved, current) if key == "dataset_fingerprint" else ""),
@@ -327,6 +327,36 @@ def override_problems(overrides: Mapping[str, Any]) -> list[FieldProblem]:
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         problems.append(FieldProblem(key, f"unknown setting: {hint}{may}"))
     return problems
+
+
+def _difference(key: str, was: Any, now: Any) -> str:
+    """What differs between a field's checkpoint value `was` and this run's `now`: the two values,
+    or, where either is too long to show whole, each setting that differs inside a list or mapping of
+    the same shape (the datasets entries' settings) named by its path ("datasets.0.repeats"): an
+    80-character cut of the whole list hid which entry's setting changed."""
+    whole = f"checkpoint: {_show(was)}, this run: {_show(now)}"
+    if _show(was) == json.dumps(was) and _show(now) == json.dumps(now):
+        return whole  # shown whole: nothing hidden
+    found = _differing(key, was, now)
+    if not found or len(found) > _NAMED or found == [(key, was, now)]:
+        return whole
+    return "; ".join(f"{path}: checkpoint: {_show(a)}, this run: {_show(b)}" for path, a, b in found)
+
+
+def _differing(path: str, was: Any, now: Any) -> list[tuple[str, Any, Any]]:
+    """(path, was, now) of each leaf that differs, descending into lists of the same length and
+    mappings (a key on one side only: "<absent>" on the other)."""
+    if isinstance(was, list) and isinstance(now, list) and len(was) == len(now):
+        return [
+            d for i, (a, b) in enumerate(zip(was, now, strict=True)) for d in _differing(f"{path}.{i}", a, b)
+        ]
+    if isinstance(was, dict) and isinstance(now, dict):
+        return [
+            d
+            for k in sorted(set(was) | set(now))
+            for d in _differing(f"{path}.{k}", was.get(k, "<absent>"), now.get(k, "<absent>"))
+        ]
+    return [] if was == now else [(path, was, now)]
 
 
 def _show(value: Any) -> str:

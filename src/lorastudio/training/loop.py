@@ -231,6 +231,7 @@ def train(
         elif save and state.steps_run > state.steps_at_start:
             lora_path = export_run(run, state, stopped)
             state.keeper.finish()
+            state.loras.finish()
         elif not save or state.resume is None:
             trackers.close()  # before their folders go (W&B's writer would make its own again)
             if _may_remove(run, state, emit):
@@ -290,13 +291,15 @@ def train(
 
 
 def _save_final(run: PreparedRun, state: RunState, clock: PhaseClock) -> None:
-    """The run's LoRA and sidecars after its last step (export_run), and the checkpoints pruned
-    as at a run's end. Called by the optimizer loop before the final sample round, so a kill or
+    """The run's LoRA and sidecars after its last step (export_run), and the checkpoints and
+    LoRA snapshots pruned as at a run's end. Called by the optimizer loop before the final sample round, so a kill or
     a failure while the samples render keeps the trained LoRA; the clock marks its end (the final
     sample round's time starts there: timings.phase_seconds)."""
     state.final_lora = export_run(run, state, stopped=False)
     if state.keeper is not None:
         state.keeper.finish()
+    if state.loras is not None:
+        state.loras.finish()
     clock.mark(FINAL_LORA_SAVED)
 
 

@@ -157,6 +157,9 @@ def optimize(
             state.validation.restore(
                 read_checkpoint_info(state.resume).get("validation", []), state.steps_run
             )
+            best = state.validation.best
+            if state.loras is not None and best is not None:  # keep_loras keeps it from the start
+                state.loras.protected = int(best["step"])
     clip = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
     pipelined = (
         run.device.type in PIPELINED_DEVICES

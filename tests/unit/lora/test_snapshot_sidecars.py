@@ -28,7 +28,9 @@ def test_keep_loras_removes_the_sidecars_a_killed_rotation_left(tmp_path: Path) 
     _pair(folder, 400, lora=False)  # a later step's: not before the snapshot written, kept
     (folder / "notes.json").write_text("{}")  # not a snapshot's: kept
     newest = _pair(folder, 300)
-    SnapshotKeeper(tmp_path / "run", 100, 2).record(newest)
+    keeper = SnapshotKeeper(tmp_path / "run", 100, 2)
+    keeper.record(newest)
+    keeper.finish()  # the session ended well: keep_loras over the snapshots it found too
     assert [step for step, _ in list_lora_snapshots(tmp_path / "run")] == [200, 300]
     assert sorted(p.name for p in folder.iterdir()) == [
         "notes.json",

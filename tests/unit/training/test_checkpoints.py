@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from lorastudio.errors import WRITE_ADVICE, ConfigError, NotFound, WriteFailed
+from lorastudio.lora.snapshots import list_lora_snapshots
 from lorastudio.settings import get_settings
 from lorastudio.training import snapshot
 from lorastudio.training.checkpoint import (
@@ -41,6 +42,10 @@ def _stop_at(step: int, save: bool) -> tuple[list, object]:
 
 def _steps(run_dir: Path) -> list[int]:
     return [int(p.name.removeprefix("step-")) for p in list_checkpoints(run_dir)]
+
+
+def _snapshots(run_dir: Path) -> list[int]:
+    return [step for step, _ in list_lora_snapshots(run_dir)]
 
 
 def _everything(folder: Path) -> list[str]:
@@ -83,20 +88,22 @@ def test_stop_and_discard_of_a_fresh_run_removes_everything(make_config):
 
 
 def test_a_discarded_resume_keeps_what_existed_before_it(make_config):
+    """keep_last and keep_loras apply to a resumed session's own checkpoints and LoRA snapshots
+    until it ends well (session 36: keep_loras removed the snapshot the resume found, and a stop
+    without save then left the folder without it)."""
+    cfg = make_config(steps=8, save_every=1, keep_last=2, keep_loras=1)
     events, stop = _stop_at(2, save=True)
-    train(make_config(steps=8, save_every=1, keep_last=2), events.append, stop, device="cpu")
+    train(cfg, events.append, stop, device="cpu")
     run_dir = get_settings().outputs_dir / "run"
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
-    assert _steps(run_dir) == [1, 2]
+    assert _steps(run_dir) == [1, 2] and _snapshots(run_dir) == [2]
     events, stop = _stop_at(6, save=False)
-    cfg = make_config(steps=8, save_every=1, keep_last=2)
     train(cfg, events.append, stop, device="cpu", resume=run_dir)
     assert [e.step for e in events if e.type == "progress"] == [3, 4, 5, 6]
-    # keep_last applies to the resumed session's own checkpoints only until it ends well
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
     events, stop = _stop_at(4, save=True)
     train(cfg, events.append, stop, device="cpu", resume=run_dir)
-    assert _steps(run_dir) == [3, 4]  # a session that ended well applies keep_last to all
+    assert _steps(run_dir) == [3, 4] and _snapshots(run_dir) == [4]  # one that ended well: to all
 
 
 def test_find_checkpoint(make_config, tmp_path):

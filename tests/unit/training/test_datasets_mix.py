@@ -135,9 +135,14 @@ def test_a_weighted_mix_resumes_bitwise(make_config, two_folders) -> None:
     assert all(
         torch.equal(x, y) for x, y in zip(_weights(full).values(), _weights(resumed).values(), strict=True)
     )
-    changed = [{"path": str(a), "weight": 2.0}, {"path": str(b), "weight": 3.0, "loss_weight": 0.5}]
+    changed = [{"path": str(a), "weight": 2.0}, {"path": str(b), "weight": 3.0, "loss_weight": 0.25}]
     longer = {**extra, "steps": 6}  # trained longer, with other weights: refused, naming the field
-    with pytest.raises(ConfigError, match="datasets: differs from the checkpoint"):
+    # and the entry's setting (session 36: an 80-character cut of the entries hid which one)
+    said = (
+        r"datasets: differs from the checkpoint \(datasets\.0\.weight: checkpoint: 1\.0, this run: 2\.0; "
+        r"datasets\.1\.loss_weight: checkpoint: 0\.5, this run: 0\.25\)"
+    )
+    with pytest.raises(ConfigError, match=said):
         train(
             _mix(make_config, changed, output_name="part", **longer), [].append, device="cpu", resume=run_dir
         )

@@ -21,6 +21,7 @@ from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import train
 from lorastudio.training.preflight import preflight
 from lorastudio.training.validation_file import read_validation
+from stop_at import stop_at
 
 
 def _rounds(events: list) -> list:
@@ -115,6 +116,38 @@ def test_best_and_last_marked_and_the_best_snapshot_kept(make_config, monkeypatc
         "val 0.4)",
         "final, val 0.3, last)",
     ]
+
+
+def test_a_resume_keeps_the_best_rounds_snapshot_from_keep_loras(make_config):
+    """Session 36 resume audit: the best round's step was protected from keep_loras only once a
+    round of the session ran, so a resumed run that saved before its own first round removed the
+    best snapshot of the checkpoint's rounds (and its sidecar's best named a deleted file): its
+    folder differed from the uninterrupted run's. The checkpoint's best is protected from the
+    resume's start."""
+    settings = {
+        "steps": 6,
+        "validation_split": 0.25,
+        "validate_every": 2,
+        "save_lora_every": 1,
+        "keep_loras": 1,
+    }
+    events, stop = stop_at(3)
+    train(make_config(output_name="whole", **settings), events.append, stop, device="cpu")
+    events, stop = stop_at(2)
+    assert train(make_config(output_name="parted", **settings), events.append, stop, device="cpu").stopped
+    run_dir = get_settings().outputs_dir / "parted"
+    events, stop = stop_at(3)  # stopped with save before the resume's first round
+    resumed = train(
+        make_config(output_name="parted", **settings), events.append, stop, device="cpu", resume=run_dir
+    )
+
+    def kept(name: str) -> list[str]:
+        folder = get_settings().outputs_dir / name / "loras"
+        return sorted(p.name.replace(name, "RUN") for p in folder.glob("*.safetensors"))
+
+    assert kept("parted") == kept("whole") == ["RUN-step-000002.safetensors", "RUN-step-000003.safetensors"]
+    best = json.loads(resumed.lora_path.with_suffix(".json").read_text())["validation"]["best"]
+    assert best["step"] == 2 and (run_dir / best["lora"]).is_file()
 
 
 def test_a_run_with_validation_resumes_exactly(make_config):
