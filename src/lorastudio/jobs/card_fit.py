@@ -44,6 +44,7 @@ from lorastudio.jobs.vram_estimate import estimate_memory_gb
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
+    from lorastudio.data import DatasetScan
     from lorastudio.jobs.hardware import HostInfo
     from lorastudio.jobs.preflight import PlanValues
 
@@ -222,3 +223,26 @@ def _what_fits(cfg: TrainConfig, host: HostInfo) -> str:
         )
     steps.append(f"train at a lower resolution (now {cfg.resolution})")
     return "; ".join(steps)
+
+
+def card_problems(
+    cfg: TrainConfig, model_dir: Path | None, scan: DatasetScan, host: HostInfo | None = None
+) -> list[FieldProblem]:
+    """The refusal of a run that even at its lightest plan is forecast over its GPU (`host`, as
+    jobs/run_host.host_for_run gives it; None: this host's as the job service places the run)
+    (jobs/card_fit.py, "refused"), before any worker starts; [] when it may run (a default plan
+    over the GPU is planned by the engine: training/card_plan.py)."""
+    from lorastudio.config_host import compile_runs
+    from lorastudio.jobs.hardware import host_info
+    from lorastudio.jobs.preflight import control_load
+    from lorastudio.jobs.run_host import host_for_run
+
+    host = host or host_for_run(host_info(), None, cfg.num_gpus)
+    fit = card_fit(
+        cfg,
+        model_dir,
+        host,
+        control_load(scan, cfg),
+        compiled=compile_runs(cfg.compile, host.device, host.capability),
+    )
+    return [fit.problem] if fit is not None and fit.problem is not None else []

@@ -27,14 +27,7 @@ from lorastudio.file_modes import follow_umask_path
 from lorastudio.jobs.records import LIVE_STATUSES, JobStatus, now_iso
 from lorastudio.jobs.run_owner import cli_owner_gone, sweep_free_locks
 from lorastudio.jobs.store_metrics import insert_points, read_points
-from lorastudio.jobs.store_schema import (
-    RUN_COLUMNS,
-    SCHEMA,
-    UPDATABLE,
-    add_missing_columns,
-    place_output,
-    place_outputs,
-)
+from lorastudio.jobs.store_schema import RUN_COLUMNS, UPDATABLE, open_schema, place_output, read_output_order
 from lorastudio.processes import process_gone
 
 # Why a live run whose owner is gone was marked interrupted, by the run's source.
@@ -73,9 +66,7 @@ class RunStore:
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA foreign_keys=ON")
-        conn.executescript(SCHEMA)
-        add_missing_columns(conn)
-        place_outputs(conn)
+        open_schema(conn)
         store = cls(conn, path)
         if recover:
             store.mark_interrupted()
@@ -366,17 +357,11 @@ class RunStore:
             return read_points(self._conn, run_id, max_points, up_to)
 
     def output_order(self) -> dict[str, int]:
-        """Each output name's place in the order runs were recorded (output_places, jobs/
-        store_schema.py: where its newest run put it, which deleting run records never lowers; a
-        name not placed yet, its newest run's rowid): the LoRA list's newest first (api/routes/
-        loras.py), never the files' mtimes, which a clock set back puts below the last hour's."""
+        """Each output name's place in the order runs were recorded, which deleting run records
+        never lowers (jobs/store_schema.read_output_order): the LoRA list's newest first
+        (api/routes/loras.py), never the files' mtimes, which a clock set back puts below."""
         with self._lock:
-            rows = self._conn.execute(
-                "SELECT output_name, place FROM output_places UNION ALL"
-                " SELECT output_name, MAX(rowid) FROM runs"
-                " WHERE output_name NOT IN (SELECT output_name FROM output_places) GROUP BY output_name"
-            ).fetchall()
-        return {str(r[0]): int(r[1]) for r in rows}
+            return read_output_order(self._conn)
 
     def runs_with_output_name(self, output_name: str) -> list[str]:
         """Ids of the runs that wrote (or will write) to `output_name`, in the order they were

@@ -156,3 +156,22 @@ def place_outputs(conn: sqlite3.Connection) -> None:
     except sqlite3.OperationalError as err:
         if "readonly" not in str(err) and not is_no_space(err):
             raise
+
+
+def read_output_order(conn: sqlite3.Connection) -> dict[str, int]:
+    """Each output name's place: where its newest run put it (output_places), or for a name not
+    placed yet its newest run's rowid (a run an older version recorded: placed at the next open)."""
+    rows = conn.execute(
+        "SELECT output_name, place FROM output_places UNION ALL"
+        " SELECT output_name, MAX(rowid) FROM runs"
+        " WHERE output_name NOT IN (SELECT output_name FROM output_places) GROUP BY output_name"
+    ).fetchall()
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
+def open_schema(conn: sqlite3.Connection) -> None:
+    """Make an opened store's tables current: create what is missing (SCHEMA), add the columns
+    an older version's store lacks, place the output names an older version recorded."""
+    conn.executescript(SCHEMA)
+    add_missing_columns(conn)
+    place_outputs(conn)

@@ -43,7 +43,8 @@ from lorastudio.errors import (
     UnknownFamily,
 )
 from lorastudio.families.single_file import model_source as source_of
-from lorastudio.jobs.hardware import HostInfo, host_info
+from lorastudio.jobs.card_fit import card_problems
+from lorastudio.jobs.hardware import host_info
 from lorastudio.jobs.host_rules import host_problems, raw_host_problems
 from lorastudio.jobs.run_host import host_for_run
 from lorastudio.jobs.target_check import check_lora_targets
@@ -249,28 +250,6 @@ def validate_run(
         notes=tuple(notes),
         default_name=default_name,
     )
-
-
-def card_problems(
-    cfg: TrainConfig, model_dir: Path | None, scan: DatasetScan, host: HostInfo | None = None
-) -> list[FieldProblem]:
-    """The refusal of a run that even at its lightest plan is forecast over its GPU (`host`, as
-    jobs/run_host.host_for_run gives it; None: this host's as the job service places the run)
-    (jobs/card_fit.py, "refused"), before any worker starts; [] when it may run (a default plan
-    over the GPU is planned by the engine: training/card_plan.py)."""
-    from lorastudio.config_host import compile_runs
-    from lorastudio.jobs.card_fit import card_fit
-    from lorastudio.jobs.preflight import control_load
-
-    host = host or host_for_run(host_info(), None, cfg.num_gpus)
-    fit = card_fit(
-        cfg,
-        model_dir,
-        host,
-        control_load(scan, cfg),
-        compiled=compile_runs(cfg.compile, host.device, host.capability),
-    )
-    return [fit.problem] if fit is not None and fit.problem is not None else []
 
 
 def sample_prompt_problems(

@@ -12,6 +12,7 @@ import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
 import { FamilyPicker } from "../components/FamilyPicker";
 import { ImportConfig, ImportReport } from "../components/ImportConfig";
 import { Field } from "../components/Field";
+import { DatasetSelect } from "../components/DatasetSelect";
 import { PreflightPanel } from "../components/PreflightPanel";
 import { ProblemSummary } from "../components/ProblemSummary";
 import { trainControls } from "../components/TrainControls";
@@ -266,21 +267,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
               modelsRoot={info.models_root}
             />
             {!text("datasets") && (
-              <Field label="Dataset" error={errors.data_dir}>
-                <select name="data_dir" value={text("data_dir")} onChange={(e) => set("data_dir", e.target.value)}>
-                  {!info.datasets.some((d) => d.name === values.data_dir) && <option value={text("data_dir")}>{text("data_dir") || "— pick one —"}</option>}
-                  {info.datasets.map((d) => (
-                    <option key={d.name} value={d.name} disabled={!d.usable} title={d.problem ?? undefined}>
-                      {d.name} ({d.images} images){d.usable ? "" : " — unusable: see the Datasets page"}
-                    </option>
-                  ))}
-                </select>
-                {!info.datasets.length && (
-                  <span className="field-hint" data-testid="no-dataset">
-                    No dataset yet: <a href={href("datasets")}>make one</a> from your images and their captions.
-                  </span>
-                )}
-              </Field>
+              <DatasetSelect datasets={info.datasets} value={text("data_dir")} error={errors.data_dir} onChange={(v) => set("data_dir", v)} />
             )}
             {c.line("output_name", "Output name", { hint: "folder and file name of the LoRA", placeholder: `${values.family}-<date>-<time>` })}
             {c.line("trigger_word", "Trigger word", { hint: "prepended to every caption", placeholder: "none" })}
