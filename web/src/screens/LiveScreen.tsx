@@ -151,7 +151,7 @@ export function LiveScreen() {
         </div>
       )}
       {ENDED.has(job.status) && (
-        <p className="muted small" data-testid="live-run-page">
+        <p className="muted small wrap-anywhere" data-testid="live-run-page">
           What next (resume, train longer, clone its settings, its files):{" "}
           <a href={href("runs", job.id)}>the page of {job.output_name ?? "this run"}</a>
         </p>
