@@ -260,3 +260,26 @@ def test_onetrainer_side_files_of_its_working_folder_are_found(tmp_path: Path) -
     )
     data = _strict(import_config(root / "training_presets" / "flux.json").text, tmp_path)
     assert data["datasets"][0]["path"] == "/data/concepts/flux-subject" and len(data["sample_prompts"]) == 2
+
+
+def test_a_side_file_above_is_not_taken_from_a_folder_others_can_write(tmp_path: Path) -> None:
+    """The lookup above the config stops at a folder anyone can write (a shared /tmp): before, a
+    config in /tmp/run/ whose data_backend_config was missing read another user's
+    /tmp/multidatabackend.json, its datasets carried as the run's."""
+    from lorastudio.errors import ConfigError
+
+    shared = tmp_path / "shared"
+    (shared / "run").mkdir(parents=True)
+    source = DATA / "simpletuner_lokr"
+    (shared / "run" / "config.json").write_text((source / "config.json").read_text())
+    (shared / "run" / "lycoris_config.json").write_text((source / "lycoris_config.json").read_text())
+    planted = [{"id": "x", "type": "local", "instance_data_dir": "/someone/elses", "repeats": 0}]
+    (shared / "multidatabackend.json").write_text(json.dumps(planted))
+    shared.chmod(0o1777)  # as /tmp
+    try:
+        with pytest.raises(ConfigError, match=r"run/multidatabackend.json: No such file"):
+            import_config(shared / "run" / "config.json")
+        shared.chmod(0o755)  # the user's own folder: read, as SimpleTuner's working folder
+        assert "/someone/elses" in import_config(shared / "run" / "config.json").text
+    finally:
+        shared.chmod(0o755)
