@@ -31,6 +31,8 @@ def _strict(text: str, tmp_path: Path) -> dict:
 
 def _every_leaf_reported(doc: object, lines: list, root: str = "") -> None:
     named = [line.peer for line in lines]
+    if root:  # a side file's leaves by its own lines ("lycoris_config" holds no "lycoris_config.json.algo")
+        named = [n for n in named if n == root or n.startswith((root + ".", root + "["))]
     for leaf in leaves(doc, root):
         assert any(
             leaf == n
@@ -283,3 +285,35 @@ def test_a_side_file_above_is_not_taken_from_a_folder_others_can_write(tmp_path:
         assert "/someone/elses" in import_config(shared / "run" / "config.json").text
     finally:
         shared.chmod(0o755)
+
+
+def test_a_side_file_s_unknown_keys_are_reported_though_its_name_starts_with_a_key(tmp_path: Path) -> None:
+    """lycoris_config.json's and samples.json's keys were matched against every line by text, so
+    the config's own "lycoris_config" / "samples" lines read as holding "lycoris_config.json.x" /
+    "samples.json[0].x": before, a key of either file the importer does not know had no line."""
+    for name, edit in (("simpletuner_lokr", "lycoris_config.json"), ("onetrainer_flux", "samples.json")):
+        folder = tmp_path / name
+        folder.mkdir()
+        for file in (DATA / name).iterdir():
+            (folder / file.name).write_text(file.read_text())
+        doc = json.loads((folder / edit).read_text())
+        (doc[0] if isinstance(doc, list) else doc)["mystery_key"] = 7
+        (folder / edit).write_text(json.dumps(doc))
+        lines = _lines(import_config(folder / "config.json"))
+        key = f"{edit}[0].mystery_key" if isinstance(doc, list) else f"{edit}.mystery_key"
+        assert lines[key].outcome == "not carried" and "not read" in lines[key].note
+
+
+def test_a_file_of_many_keys_and_lines_is_reported_in_a_blink(tmp_path: Path) -> None:
+    """Every leaf was compared with every line: 20 000 OneTrainer samples (each a line, each key a
+    leaf) took minutes; now sorted lookups (report._unnamed)."""
+    from lorastudio.config_import.report import _unnamed
+
+    found = [f"samples[{i}].{k}" for i in range(20_000) for k in ("prompt", "seed", "x")] + ["a", "b.c"]
+    named = [f"samples[{i}].prompt" for i in range(20_000)] + [
+        f"samples[{i}].seed" for i in range(0, 20_000, 2)
+    ]
+    named += ["a.b", "b"]  # "a" holds a line's key; "b.c" is inside one
+    left = _unnamed(found, named)
+    assert len(left) == 20_000 + 10_000 and "a" not in left and "b.c" not in left
+    assert left[:3] == ["samples[0].x", "samples[1].seed", "samples[1].x"]
