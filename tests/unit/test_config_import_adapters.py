@@ -317,3 +317,23 @@ def test_a_file_of_many_keys_and_lines_is_reported_in_a_blink(tmp_path: Path) ->
     left = _unnamed(found, named)
     assert len(left) == 20_000 + 10_000 and "a" not in left and "b.c" not in left
     assert left[:3] == ["samples[0].x", "samples[1].seed", "samples[1].x"]
+
+
+@pytest.mark.parametrize(
+    ("value", "rank", "note"),
+    [(1, 1024, None), ("true", 1024, None), ("yes", 8, "'yes' is not true or false"), (0, 8, "off")],
+)
+def test_a_lokr_full_matrix_switch_is_read_as_lycoris_reads_it(tmp_path: Path, value, rank, note) -> None:
+    """`full_matrix: 1` (LyCORIS: on) was reported "not needed here: lokr only" of a LoKr and
+    the rank of linear_dim taken: the full matrix silently lost."""
+    folder = tmp_path / "st"
+    folder.mkdir()
+    for file in (DATA / "simpletuner_lokr").iterdir():
+        (folder / file.name).write_text(file.read_text())
+    (folder / "lycoris_config.json").write_text(
+        json.dumps({"algo": "lokr", "linear_dim": 8, "linear_alpha": 4, "full_matrix": value})
+    )
+    result = import_config(folder / "config.json")
+    assert _strict(result.text, tmp_path)["lora_rank"] == rank
+    line = _lines(result).get("lycoris_config.json.full_matrix")
+    assert (line.ours in ("lora_rank", "lora_alpha")) if note is None else note in line.note
