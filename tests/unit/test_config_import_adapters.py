@@ -337,3 +337,24 @@ def test_a_lokr_full_matrix_switch_is_read_as_lycoris_reads_it(tmp_path: Path, v
     assert _strict(result.text, tmp_path)["lora_rank"] == rank
     line = _lines(result).get("lycoris_config.json.full_matrix")
     assert (line.ours in ("lora_rank", "lora_alpha")) if note is None else note in line.note
+
+
+def test_one_bad_onetrainer_sample_drops_its_own_value_not_every_prompt(tmp_path: Path) -> None:
+    """A sample of width 10^9 (or a prompt with an ESC) made the strict config refuse
+    sample_prompts whole: every good prompt lost, each reported "less than or equal to 2048"."""
+    folder = tmp_path / "ot"
+    folder.mkdir()
+    (folder / "config.json").write_text((DATA / "onetrainer_flux" / "config.json").read_text())
+    samples = [{"prompt": "good", "seed": 1}, {"prompt": "a\x1b[31mred"}, {"prompt": "wide", "width": 10**9}]
+    (folder / "samples.json").write_text(json.dumps(samples))
+    result = import_config(folder / "config.json")
+    assert _strict(result.text, tmp_path)["sample_prompts"] == [
+        {"prompt": "good", "seed": 1},
+        {"prompt": "wide"},
+    ]
+    lines = _lines(result)
+    assert "U+001B" in lines["samples.json[1]"].note
+    assert (
+        "width = 1000000000: Input should be less than or equal to 2048"
+        in lines["samples.json[2].width"].note
+    )

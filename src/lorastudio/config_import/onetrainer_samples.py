@@ -96,6 +96,10 @@ def _prompts(draft: Draft, root: str, listed: list[Any]) -> None:
         if len(prompts) >= MOST_PROMPTS:
             draft.drop(where, f"{NOT_SUPPORTED}: at most {MOST_PROMPTS} sample prompts")
             continue
+        why = _refused({"prompt": prompt.strip()})
+        if why:
+            draft.drop(where, f"refused here (its prompt: {why})")
+            continue
         entry: dict[str, Any] = {"prompt": prompt.strip()}
         label = f"sample_prompts[{len(prompts)}]"
         own: list[tuple[str, str, Any]] = [(f"{where}.prompt", label, entry["prompt"])]
@@ -107,10 +111,16 @@ def _prompts(draft: Draft, root: str, listed: list[Any]) -> None:
                 draft.drop(f"{where}.seed", f"{NOT_NEEDED}: random_seed is on")
                 continue
             try:
-                entry[ours] = conv(sample[theirs])
-                own.append((f"{where}.{theirs}", f"{label}.{ours}", entry[ours]))
-            except values.Skip as why:
-                draft.drop(f"{where}.{theirs}", str(why))
+                value = conv(sample[theirs])
+            except values.Skip as skip:
+                draft.drop(f"{where}.{theirs}", str(skip))
+                continue
+            why = _refused({"prompt": "p", ours: value})
+            if why:  # this sample's own value, not every sample's prompts
+                draft.drop(f"{where}.{theirs}", f"refused here ({ours} = {value}: {why})")
+                continue
+            entry[ours] = value
+            own.append((f"{where}.{theirs}", f"{label}.{ours}", value))
         if "diffusion_steps" in sample:
             steps[f"{where}.diffusion_steps"] = sample["diffusion_steps"]
         for key, (default, why) in _OFF.items():
@@ -131,6 +141,26 @@ def _prompts(draft: Draft, root: str, listed: list[Any]) -> None:
     for peer, label, value in lines[1:]:
         draft.fold(peer, "sample_prompts", value, label=label)
     _steps(draft, steps)
+
+
+def _refused(entry: dict[str, Any]) -> str:
+    """Why the strict config refuses the sample prompt `entry` ("" when it takes it): checked
+    sample by sample, so that one sample's width of 10^9 or a prompt with an ESC in it drops that
+    sample's value, not every sample's prompts (settle.py refuses a setting whole)."""
+    from pydantic import ValidationError
+
+    from lorastudio.config_samples import SamplePrompt
+    from lorastudio.text_rules import visible_text
+
+    try:
+        SamplePrompt.model_validate(entry)
+        visible_text(entry["prompt"], "the prompt")
+    except ValidationError as err:
+        first = err.errors()[0]
+        return str(first.get("msg", err))
+    except ValueError as err:
+        return str(err)
+    return ""
 
 
 def _steps(draft: Draft, steps: dict[str, Any]) -> None:
