@@ -358,3 +358,21 @@ def test_one_bad_onetrainer_sample_drops_its_own_value_not_every_prompt(tmp_path
         "width = 1000000000: Input should be less than or equal to 2048"
         in lines["samples.json[2].width"].note
     )
+
+
+def test_one_bad_ai_toolkit_prompt_drops_its_own_option_not_every_prompt(tmp_path: Path) -> None:
+    """The same for ai-toolkit: one prompt's `--w 100000` or ESC refused every sample prompt."""
+    doc = _yaml_doc(DATA / "ai-toolkit_flux.yaml")
+    doc["config"]["process"][0]["sample"]["prompts"] = ["good", "bad --w 100000", "esc \x1b[31m red"]
+    path = tmp_path / "a.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = import_config(path)
+    prompts = _strict(result.text, tmp_path)["sample_prompts"]
+    assert [p["prompt"] for p in prompts] == ["good", "bad"] and prompts[1]["width"] == 1024
+    lines = _lines(result)
+    assert "width = 100000" in lines["config.process[0].sample.prompts[1] --w"].note
+    assert "U+001B" in lines["config.process[0].sample.prompts[2]"].note
+
+
+def _yaml_doc(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -23,7 +23,7 @@ from lorastudio.config_import import values
 from lorastudio.config_import.common import side_path_above
 from lorastudio.config_import.reading import read_document
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
-from lorastudio.config_import.samples import MOST_PROMPTS
+from lorastudio.config_import.samples import MOST_PROMPTS, refused
 
 _FLOATS = {"FLOAT_32": "fp32", "BFLOAT_16": "bf16", "FLOAT_16": "fp16", "TFLOAT_32": "fp32"}
 _QUANTISED = {"INT_8": ("int8", ""), "NFLOAT_4": ("nf4", ""), "FLOAT_8": ("int8", values.EIGHT_BIT)}
@@ -96,7 +96,7 @@ def _prompts(draft: Draft, root: str, listed: list[Any]) -> None:
         if len(prompts) >= MOST_PROMPTS:
             draft.drop(where, f"{NOT_SUPPORTED}: at most {MOST_PROMPTS} sample prompts")
             continue
-        why = _refused({"prompt": prompt.strip()})
+        why = refused({"prompt": prompt.strip()})
         if why:
             draft.drop(where, f"refused here (its prompt: {why})")
             continue
@@ -115,7 +115,7 @@ def _prompts(draft: Draft, root: str, listed: list[Any]) -> None:
             except values.Skip as skip:
                 draft.drop(f"{where}.{theirs}", str(skip))
                 continue
-            why = _refused({"prompt": "p", ours: value})
+            why = refused({"prompt": "p", ours: value})
             if why:  # this sample's own value, not every sample's prompts
                 draft.drop(f"{where}.{theirs}", f"refused here ({ours} = {value}: {why})")
                 continue
@@ -141,26 +141,6 @@ def _prompts(draft: Draft, root: str, listed: list[Any]) -> None:
     for peer, label, value in lines[1:]:
         draft.fold(peer, "sample_prompts", value, label=label)
     _steps(draft, steps)
-
-
-def _refused(entry: dict[str, Any]) -> str:
-    """Why the strict config refuses the sample prompt `entry` ("" when it takes it): checked
-    sample by sample, so that one sample's width of 10^9 or a prompt with an ESC in it drops that
-    sample's value, not every sample's prompts (settle.py refuses a setting whole)."""
-    from pydantic import ValidationError
-
-    from lorastudio.config_samples import SamplePrompt
-    from lorastudio.text_rules import visible_text
-
-    try:
-        SamplePrompt.model_validate(entry)
-        visible_text(entry["prompt"], "the prompt")
-    except ValidationError as err:
-        first = err.errors()[0]
-        return str(first.get("msg", err))
-    except ValueError as err:
-        return str(err)
-    return ""
 
 
 def _steps(draft: Draft, steps: dict[str, Any]) -> None:
