@@ -16,6 +16,7 @@ from lorastudio.cli.config_file import load_config_file
 from lorastudio.config import parse_train_config, resolve_train_config
 from lorastudio.config_import import import_config
 from lorastudio.config_import.report import leaves
+from lorastudio.errors import ConfigError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "peer_configs"
 
@@ -376,3 +377,16 @@ def test_one_bad_ai_toolkit_prompt_drops_its_own_option_not_every_prompt(tmp_pat
 
 def _yaml_doc(path: Path) -> dict:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def test_one_bad_kohya_prompt_line_drops_its_own_option_and_a_file_not_utf8_is_named(tmp_path: Path) -> None:
+    """kohya's prompt file: the same whole refusal; and a file not UTF-8 was read with U+FFFD."""
+    for name in ("kohya_flux.toml", "kohya_dataset.toml"):
+        (tmp_path / name).write_text((DATA / name).read_text())
+    (tmp_path / "kohya_prompts.txt").write_text("good --w 512\nbad --w 100000\nesc \x1b[31m red\n")
+    result = import_config(tmp_path / "kohya_flux.toml")
+    assert _strict(result.text, tmp_path)["sample_prompts"] == [{"prompt": "good", "width": 512}, "bad"]
+    assert "U+001B" in _lines(result)["sample_prompts[kohya_prompts.txt line 3]"].note
+    (tmp_path / "kohya_prompts.txt").write_bytes(b"caf\xe9\n")
+    with pytest.raises(ConfigError, match="kohya_prompts.txt is not UTF-8 text: byte 0xe9"):
+        import_config(tmp_path / "kohya_flux.toml")

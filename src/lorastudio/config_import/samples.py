@@ -188,7 +188,12 @@ def prompt_line(line: str) -> tuple[dict[str, Any], list[str]]:
         ours = {"w": "width", "h": "height", "d": "seed", "l": "guidance"}.get(flag_)
         try:
             if ours is not None:
-                entry[ours] = values.number(raw) if ours == "guidance" else values.integer(raw)
+                value = values.number(raw) if ours == "guidance" else values.integer(raw)
+                why = refused({"prompt": "p", ours: value})
+                if why:  # this line's option only, not every prompt
+                    dropped.append(f"--{flag_}: refused here ({ours} = {value}: {why})")
+                else:
+                    entry[ours] = value
             elif flag_ == "n":
                 dropped.append(f"--n: {NOT_SUPPORTED}: samples have no negative prompt")
             elif flag_ == "s":
