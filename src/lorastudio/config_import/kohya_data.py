@@ -17,7 +17,7 @@ from typing import Any
 
 from lorastudio.config_import import values
 from lorastudio.config_import.common import carry, folder, side_path
-from lorastudio.config_import.reading import _text, read_bytes, read_document
+from lorastudio.config_import.reading import file_text, read_bytes, read_document
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
 from lorastudio.config_import.samples import MOST_PROMPTS, prompt_line, refused
 
@@ -256,7 +256,7 @@ def _prompt_file(draft: Draft, prompts: tuple[str, Any]) -> None:
             draft.drop(peer, f"{NOT_SUPPORTED} by the importer: a .txt prompt file is read ({path.name})")
             return
         raw = read_bytes(path, f"{draft.file.name}: {peer}")
-        text = _text(raw, path, f"{draft.file.name}: {peer}")  # not UTF-8: refused naming the byte
+        text = file_text(raw, path, f"{draft.file.name}: {peer}")  # not UTF-8: refused naming the byte
         lines, name = [ln.strip() for ln in text.splitlines()], path.name
     entries = []
     for number, line in enumerate(lines, 1):
