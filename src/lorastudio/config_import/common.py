@@ -109,7 +109,9 @@ UP = 3  # folders above the peer file's searched for a relative side file
 def _own_folder(folder: Path) -> bool:
     """Whether `folder` is this user's own (owned by this user, writable by no one else): a folder
     a working copy of SimpleTuner / OneTrainer is. Not /tmp, /home or another user's folder, where
-    a file of the side file's name may be anyone's. True where the system has no user ids."""
+    a file of the side file's name may be anyone's. Root (a container's user, its working copy
+    often a bind mount of the host user's) takes any owner's folder, never one anyone can write.
+    True where the system has no user ids."""
     getuid = getattr(os, "getuid", None)
     if getuid is None:
         return True
@@ -117,7 +119,7 @@ def _own_folder(folder: Path) -> bool:
         info = folder.stat()
     except OSError:
         return False
-    return info.st_uid == getuid() and not info.st_mode & stat.S_IWOTH
+    return getuid() in (0, info.st_uid) and not info.st_mode & stat.S_IWOTH
 
 
 def side_path_above(draft: Draft, peer: str, value: Any) -> Path | None:
