@@ -16,6 +16,7 @@ from lorastudio.cli.config_file import load_config_file
 from lorastudio.config import parse_train_config, resolve_train_config
 from lorastudio.config_import import import_config
 from lorastudio.config_import.report import leaves
+from lorastudio.errors import ConfigError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "peer_configs"
 
@@ -31,6 +32,8 @@ def _strict(text: str, tmp_path: Path) -> dict:
 
 def _every_leaf_reported(doc: object, lines: list, root: str = "") -> None:
     named = [line.peer for line in lines]
+    if root:  # a side file's leaves by its own lines ("lycoris_config" holds no "lycoris_config.json.algo")
+        named = [n for n in named if n == root or n.startswith((root + ".", root + "["))]
     for leaf in leaves(doc, root):
         assert any(
             leaf == n
@@ -260,3 +263,130 @@ def test_onetrainer_side_files_of_its_working_folder_are_found(tmp_path: Path) -
     )
     data = _strict(import_config(root / "training_presets" / "flux.json").text, tmp_path)
     assert data["datasets"][0]["path"] == "/data/concepts/flux-subject" and len(data["sample_prompts"]) == 2
+
+
+def test_a_side_file_above_is_not_taken_from_a_folder_others_can_write(tmp_path: Path) -> None:
+    """The lookup above the config stops at a folder anyone can write (a shared /tmp): before, a
+    config in /tmp/run/ whose data_backend_config was missing read another user's
+    /tmp/multidatabackend.json, its datasets carried as the run's."""
+    from lorastudio.errors import ConfigError
+
+    shared = tmp_path / "shared"
+    (shared / "run").mkdir(parents=True)
+    source = DATA / "simpletuner_lokr"
+    (shared / "run" / "config.json").write_text((source / "config.json").read_text())
+    (shared / "run" / "lycoris_config.json").write_text((source / "lycoris_config.json").read_text())
+    planted = [{"id": "x", "type": "local", "instance_data_dir": "/someone/elses", "repeats": 0}]
+    (shared / "multidatabackend.json").write_text(json.dumps(planted))
+    shared.chmod(0o1777)  # as /tmp
+    try:
+        with pytest.raises(ConfigError, match=r"run/multidatabackend.json: No such file"):
+            import_config(shared / "run" / "config.json")
+        shared.chmod(0o755)  # the user's own folder: read, as SimpleTuner's working folder
+        assert "/someone/elses" in import_config(shared / "run" / "config.json").text
+    finally:
+        shared.chmod(0o755)
+
+
+def test_a_side_file_s_unknown_keys_are_reported_though_its_name_starts_with_a_key(tmp_path: Path) -> None:
+    """lycoris_config.json's and samples.json's keys were matched against every line by text, so
+    the config's own "lycoris_config" / "samples" lines read as holding "lycoris_config.json.x" /
+    "samples.json[0].x": before, a key of either file the importer does not know had no line."""
+    for name, edit in (("simpletuner_lokr", "lycoris_config.json"), ("onetrainer_flux", "samples.json")):
+        folder = tmp_path / name
+        folder.mkdir()
+        for file in (DATA / name).iterdir():
+            (folder / file.name).write_text(file.read_text())
+        doc = json.loads((folder / edit).read_text())
+        (doc[0] if isinstance(doc, list) else doc)["mystery_key"] = 7
+        (folder / edit).write_text(json.dumps(doc))
+        lines = _lines(import_config(folder / "config.json"))
+        key = f"{edit}[0].mystery_key" if isinstance(doc, list) else f"{edit}.mystery_key"
+        assert lines[key].outcome == "not carried" and "not read" in lines[key].note
+
+
+def test_a_file_of_many_keys_and_lines_is_reported_in_a_blink(tmp_path: Path) -> None:
+    """Every leaf was compared with every line: 20 000 OneTrainer samples (each a line, each key a
+    leaf) took minutes; now sorted lookups (report._unnamed)."""
+    from lorastudio.config_import.report import _unnamed
+
+    found = [f"samples[{i}].{k}" for i in range(20_000) for k in ("prompt", "seed", "x")] + ["a", "b.c"]
+    named = [f"samples[{i}].prompt" for i in range(20_000)] + [
+        f"samples[{i}].seed" for i in range(0, 20_000, 2)
+    ]
+    named += ["a.b", "b"]  # "a" holds a line's key; "b.c" is inside one
+    left = _unnamed(found, named)
+    assert len(left) == 20_000 + 10_000 and "a" not in left and "b.c" not in left
+    assert left[:3] == ["samples[0].x", "samples[1].seed", "samples[1].x"]
+
+
+@pytest.mark.parametrize(
+    ("value", "rank", "note"),
+    [(1, 1024, None), ("true", 1024, None), ("yes", 8, "'yes' is not true or false"), (0, 8, "off")],
+)
+def test_a_lokr_full_matrix_switch_is_read_as_lycoris_reads_it(tmp_path: Path, value, rank, note) -> None:
+    """`full_matrix: 1` (LyCORIS: on) was reported "not needed here: lokr only" of a LoKr and
+    the rank of linear_dim taken: the full matrix silently lost."""
+    folder = tmp_path / "st"
+    folder.mkdir()
+    for file in (DATA / "simpletuner_lokr").iterdir():
+        (folder / file.name).write_text(file.read_text())
+    (folder / "lycoris_config.json").write_text(
+        json.dumps({"algo": "lokr", "linear_dim": 8, "linear_alpha": 4, "full_matrix": value})
+    )
+    result = import_config(folder / "config.json")
+    assert _strict(result.text, tmp_path)["lora_rank"] == rank
+    line = _lines(result).get("lycoris_config.json.full_matrix")
+    assert (line.ours in ("lora_rank", "lora_alpha")) if note is None else note in line.note
+
+
+def test_one_bad_onetrainer_sample_drops_its_own_value_not_every_prompt(tmp_path: Path) -> None:
+    """A sample of width 10^9 (or a prompt with an ESC) made the strict config refuse
+    sample_prompts whole: every good prompt lost, each reported "less than or equal to 2048"."""
+    folder = tmp_path / "ot"
+    folder.mkdir()
+    (folder / "config.json").write_text((DATA / "onetrainer_flux" / "config.json").read_text())
+    samples = [{"prompt": "good", "seed": 1}, {"prompt": "a\x1b[31mred"}, {"prompt": "wide", "width": 10**9}]
+    (folder / "samples.json").write_text(json.dumps(samples))
+    result = import_config(folder / "config.json")
+    assert _strict(result.text, tmp_path)["sample_prompts"] == [
+        {"prompt": "good", "seed": 1},
+        {"prompt": "wide"},
+    ]
+    lines = _lines(result)
+    assert "U+001B" in lines["samples.json[1]"].note
+    assert (
+        "width = 1000000000: Input should be less than or equal to 2048"
+        in lines["samples.json[2].width"].note
+    )
+
+
+def test_one_bad_ai_toolkit_prompt_drops_its_own_option_not_every_prompt(tmp_path: Path) -> None:
+    """The same for ai-toolkit: one prompt's `--w 100000` or ESC refused every sample prompt."""
+    doc = _yaml_doc(DATA / "ai-toolkit_flux.yaml")
+    doc["config"]["process"][0]["sample"]["prompts"] = ["good", "bad --w 100000", "esc \x1b[31m red"]
+    path = tmp_path / "a.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = import_config(path)
+    prompts = _strict(result.text, tmp_path)["sample_prompts"]
+    assert [p["prompt"] for p in prompts] == ["good", "bad"] and prompts[1]["width"] == 1024
+    lines = _lines(result)
+    assert "width = 100000" in lines["config.process[0].sample.prompts[1] --w"].note
+    assert "U+001B" in lines["config.process[0].sample.prompts[2]"].note
+
+
+def _yaml_doc(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def test_one_bad_kohya_prompt_line_drops_its_own_option_and_a_file_not_utf8_is_named(tmp_path: Path) -> None:
+    """kohya's prompt file: the same whole refusal; and a file not UTF-8 was read with U+FFFD."""
+    for name in ("kohya_flux.toml", "kohya_dataset.toml"):
+        (tmp_path / name).write_text((DATA / name).read_text())
+    (tmp_path / "kohya_prompts.txt").write_text("good --w 512\nbad --w 100000\nesc \x1b[31m red\n")
+    result = import_config(tmp_path / "kohya_flux.toml")
+    assert _strict(result.text, tmp_path)["sample_prompts"] == [{"prompt": "good", "width": 512}, "bad"]
+    assert "U+001B" in _lines(result)["sample_prompts[kohya_prompts.txt line 3]"].note
+    (tmp_path / "kohya_prompts.txt").write_bytes(b"caf\xe9\n")
+    with pytest.raises(ConfigError, match="kohya_prompts.txt is not UTF-8 text: byte 0xe9"):
+        import_config(tmp_path / "kohya_flux.toml")

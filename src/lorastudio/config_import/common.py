@@ -3,6 +3,8 @@ an optimizer's own arguments, and a table of keys with one reason each (no torch
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,18 +106,42 @@ def side_path(draft: Draft, peer: str, value: Any) -> Path | None:
 UP = 3  # folders above the peer file's searched for a relative side file
 
 
+def _own_folder(folder: Path) -> bool:
+    """Whether `folder` is this user's own (owned by this user, writable by no one else): a folder
+    a working copy of SimpleTuner / OneTrainer is. Not /tmp, /home or another user's folder, where
+    a file of the side file's name may be anyone's. Root (a container's user, its working copy
+    often a bind mount of the host user's) takes any owner's folder, never one anyone can write.
+    True where the system has no user ids."""
+    getuid = getattr(os, "getuid", None)
+    if getuid is None:
+        return True
+    try:
+        info = folder.stat()
+    except OSError:
+        return False
+    return getuid() in (0, info.st_uid) and not info.st_mode & stat.S_IWOTH
+
+
 def side_path_above(draft: Draft, peer: str, value: Any) -> Path | None:
     """`side_path`'s file, and where a relative one is not beside the peer file, the first of the
     folders above it (up to UP) that holds it: SimpleTuner and OneTrainer read the files their
     configs name against their working folder, the one holding the config's folder
     (SimpleTuner's "config/multidatabackend.json" of config/config.json, OneTrainer's
-    "training_concepts/concepts.json" of training_presets/x.json)."""
+    "training_concepts/concepts.json" of training_presets/x.json). A folder above is searched
+    only while it and every folder from it down to the file are the user's own (`_own_folder`):
+    a shared /tmp, /home or another user's folder could hold a file of that name the user never
+    wrote (its datasets read as the run's)."""
     path = side_path(draft, peer, value)
     if path is None or path.exists() or Path(str(value)).expanduser().is_absolute():
         return path
     for above in list(draft.file.parent.resolve().parents)[:UP]:
-        if (above / str(value)).is_file():
-            return above / str(value)
+        if not _own_folder(above):
+            break
+        found = above / str(value)
+        if found.is_file() and all(
+            _own_folder(p) for p in found.parents if p != above and above in p.parents
+        ):
+            return found
     return path
 
 

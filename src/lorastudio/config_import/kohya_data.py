@@ -17,9 +17,9 @@ from typing import Any
 
 from lorastudio.config_import import values
 from lorastudio.config_import.common import carry, folder, side_path
-from lorastudio.config_import.reading import read_bytes, read_document
+from lorastudio.config_import.reading import file_text, read_bytes, read_document
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
-from lorastudio.config_import.samples import MOST_PROMPTS, prompt_line
+from lorastudio.config_import.samples import MOST_PROMPTS, prompt_line, refused
 
 _ENTRY = (  # kohya subset argument -> entry key, converter
     ("num_repeats", "repeats", values.integer),
@@ -256,7 +256,8 @@ def _prompt_file(draft: Draft, prompts: tuple[str, Any]) -> None:
             draft.drop(peer, f"{NOT_SUPPORTED} by the importer: a .txt prompt file is read ({path.name})")
             return
         raw = read_bytes(path, f"{draft.file.name}: {peer}")
-        lines, name = [ln.strip() for ln in raw.decode("utf-8", errors="replace").splitlines()], path.name
+        text = file_text(raw, path, f"{draft.file.name}: {peer}")  # not UTF-8: refused naming the byte
+        lines, name = [ln.strip() for ln in text.splitlines()], path.name
     entries = []
     for number, line in enumerate(lines, 1):
         if not line or line.startswith("#"):
@@ -266,6 +267,10 @@ def _prompt_file(draft: Draft, prompts: tuple[str, Any]) -> None:
             draft.drop(where, f"{NOT_SUPPORTED}: at most {MOST_PROMPTS} sample prompts")
             continue
         entry, dropped = prompt_line(line)
+        why = refused({"prompt": entry["prompt"]})
+        if why:
+            draft.drop(where, f"refused here (its prompt: {why})")
+            continue
         entries.append(entry if len(entry) > 1 else entry["prompt"])
         for why in dropped:
             draft.drop(f"{where} {why.split(':', 1)[0]}", why.split(": ", 1)[1])

@@ -23,7 +23,7 @@ from lorastudio.config_import import values
 from lorastudio.config_import.common import side_path_above
 from lorastudio.config_import.reading import read_document
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
-from lorastudio.config_import.samples import MOST_PROMPTS
+from lorastudio.config_import.samples import MOST_PROMPTS, refused
 
 _FLOATS = {"FLOAT_32": "fp32", "BFLOAT_16": "bf16", "FLOAT_16": "fp16", "TFLOAT_32": "fp32"}
 _QUANTISED = {"INT_8": ("int8", ""), "NFLOAT_4": ("nf4", ""), "FLOAT_8": ("int8", values.EIGHT_BIT)}
@@ -96,6 +96,10 @@ def _prompts(draft: Draft, root: str, listed: list[Any]) -> None:
         if len(prompts) >= MOST_PROMPTS:
             draft.drop(where, f"{NOT_SUPPORTED}: at most {MOST_PROMPTS} sample prompts")
             continue
+        why = refused({"prompt": prompt.strip()})
+        if why:
+            draft.drop(where, f"refused here (its prompt: {why})")
+            continue
         entry: dict[str, Any] = {"prompt": prompt.strip()}
         label = f"sample_prompts[{len(prompts)}]"
         own: list[tuple[str, str, Any]] = [(f"{where}.prompt", label, entry["prompt"])]
@@ -107,10 +111,16 @@ def _prompts(draft: Draft, root: str, listed: list[Any]) -> None:
                 draft.drop(f"{where}.seed", f"{NOT_NEEDED}: random_seed is on")
                 continue
             try:
-                entry[ours] = conv(sample[theirs])
-                own.append((f"{where}.{theirs}", f"{label}.{ours}", entry[ours]))
-            except values.Skip as why:
-                draft.drop(f"{where}.{theirs}", str(why))
+                value = conv(sample[theirs])
+            except values.Skip as skip:
+                draft.drop(f"{where}.{theirs}", str(skip))
+                continue
+            why = refused({"prompt": "p", ours: value})
+            if why:  # this sample's own value, not every sample's prompts
+                draft.drop(f"{where}.{theirs}", f"refused here ({ours} = {value}: {why})")
+                continue
+            entry[ours] = value
+            own.append((f"{where}.{theirs}", f"{label}.{ours}", value))
         if "diffusion_steps" in sample:
             steps[f"{where}.diffusion_steps"] = sample["diffusion_steps"]
         for key, (default, why) in _OFF.items():

@@ -59,7 +59,7 @@ def read_bytes(path: Path, where: str) -> bytes:
         os.close(fd)
 
 
-def _text(raw: bytes, path: Path, where: str) -> str:
+def file_text(raw: bytes, path: Path, where: str) -> str:
     """`raw` as text (a UTF-8 byte-order mark skipped). Raises ConfigError naming the first byte that is not UTF-8."""
     try:
         return utf8_text(raw)
@@ -83,7 +83,7 @@ def parse_document(name: str, raw: bytes, where: str = "config") -> Any:
         raise _refuse(where, f"{name}: a trainer's config is a .yaml, .yml, .toml or .json file")
     if len(raw) > MAX_BYTES:
         raise _refuse(where, f"{name} is {len(raw)} bytes: a trainer's config is at most {MAX_BYTES}")
-    text = _text(raw, Path(name), where)
+    text = file_text(raw, Path(name), where)
     try:
         if suffix == ".json":
             from lorastudio.json_keys import loads_unique

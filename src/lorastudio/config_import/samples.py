@@ -38,6 +38,10 @@ def sample_prompts(draft: Draft, peer: str, sample: dict[str, Any], trigger: str
             if not text:
                 draft.drop(label, "not a prompt (text): only options")
                 continue
+            why = refused({"prompt": text})
+            if why:
+                draft.drop(label, f"refused here (its prompt: {why})")
+                continue
             texts.append((label, text))
             inline.append(own_flags)
             inline_folds += folded
@@ -132,8 +136,13 @@ def _inline(draft: Draft, peer: str, prompt: str) -> tuple[str, dict[str, Any], 
         ours = _INLINE.get(flag_)
         try:
             if ours is not None:
-                own[ours] = values.number(content) if ours == "guidance" else values.integer(content)
-                folded.append((where, ours, own[ours]))
+                value = values.number(content) if ours == "guidance" else values.integer(content)
+                why = refused({"prompt": "p", ours: value})
+                if why:  # this prompt's option only, not every prompt (refused)
+                    draft.drop(where, f"refused here ({ours} = {value}: {why})")
+                    continue
+                own[ours] = value
+                folded.append((where, ours, value))
             elif flag_.startswith("ctrl_img"):
                 draft.drop(where, _REFERENCE)
             elif flag_ == "n":
@@ -143,6 +152,26 @@ def _inline(draft: Draft, peer: str, prompt: str) -> tuple[str, dict[str, Any], 
         except values.Skip as why:
             draft.drop(where, str(why))
     return parts[0].strip(), own, folded
+
+
+def refused(entry: dict[str, Any]) -> str:
+    """Why the strict config refuses the sample prompt `entry` ("" when it takes it): checked
+    sample by sample, so that one sample's width of 10^9 or a prompt with an ESC in it drops that
+    sample's value, not every sample's prompts (settle.py refuses a setting whole). ai-toolkit's prompts and OneTrainer's samples."""
+    from pydantic import ValidationError
+
+    from lorastudio.config_samples import SamplePrompt
+    from lorastudio.text_rules import visible_text
+
+    try:
+        SamplePrompt.model_validate(entry)
+        visible_text(entry["prompt"], "the prompt")
+    except ValidationError as err:
+        first = err.errors()[0]
+        return str(first.get("msg", err))
+    except ValueError as err:
+        return str(err)
+    return ""
 
 
 _OPTION = re.compile(r"\s--([a-z]+)\s+")
@@ -159,7 +188,12 @@ def prompt_line(line: str) -> tuple[dict[str, Any], list[str]]:
         ours = {"w": "width", "h": "height", "d": "seed", "l": "guidance"}.get(flag_)
         try:
             if ours is not None:
-                entry[ours] = values.number(raw) if ours == "guidance" else values.integer(raw)
+                value = values.number(raw) if ours == "guidance" else values.integer(raw)
+                why = refused({"prompt": "p", ours: value})
+                if why:  # this line's option only, not every prompt
+                    dropped.append(f"--{flag_}: refused here ({ours} = {value}: {why})")
+                else:
+                    entry[ours] = value
             elif flag_ == "n":
                 dropped.append(f"--n: {NOT_SUPPORTED}: samples have no negative prompt")
             elif flag_ == "s":

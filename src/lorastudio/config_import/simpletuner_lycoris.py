@@ -45,6 +45,18 @@ _NOT_CARRIED = {
 }
 
 
+def _on(value: Any) -> bool | None:
+    """A LyCORIS switch (full_matrix, weight_decompose) as LyCORIS reads its JSON: true / false,
+    1 / 0 or their text ("true", "1"); None for anything else (not one we can tell)."""
+    if isinstance(value, bool) or value is None:
+        return bool(value)
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
+        return value.strip().lower() in ("true", "1")
+    return None
+
+
 def main_keys_taken(draft: Draft, args: dict[str, Any], names: dict[str, str]) -> None:
     """A lycoris run's main lora_rank / lora_alpha / lora_dropout (SimpleTuner's peft LoRA
     settings, which its LyCORIS run does not read): reported as not needed, taken out of `args`."""
@@ -68,7 +80,7 @@ def lycoris_settings(draft: Draft, peer: str, path: Path) -> None:
     root = path.name
     algo = str(doc.get("algo", "lora")).lower()
     adapter = _ALGOS.get(algo)
-    decompose = doc.get("weight_decompose") is True
+    decompose = _on(doc.get("weight_decompose")) is True
     if adapter is None:
         draft.drop(f"{root}.algo", f"{NOT_SUPPORTED}: {algo!r}: the adapters are lora, dora, loha and lokr")
         for key in doc:
@@ -80,7 +92,11 @@ def lycoris_settings(draft: Draft, peer: str, path: Path) -> None:
     draft.set(f"{root}.algo" if "algo" in doc else peer, "adapter", adapter,
               "LyCORIS' weight_decompose: peft's DoRA" if adapter == "dora" else "")  # fmt: skip
     if "weight_decompose" in doc:
-        if adapter == "dora":
+        if _on(doc["weight_decompose"]) is None:
+            draft.drop(
+                f"{root}.weight_decompose", f"{doc['weight_decompose']!r} is not true or false (read as off)"
+            )
+        elif adapter == "dora":
             draft.fold(f"{root}.weight_decompose", "adapter", True)
         elif decompose:
             draft.drop(f"{root}.weight_decompose", f"{NOT_SUPPORTED}: peft's DoRA is a LoRA's (algo lora)")
@@ -93,7 +109,7 @@ def lycoris_settings(draft: Draft, peer: str, path: Path) -> None:
 
 def _rank(draft: Draft, root: str, doc: dict[str, Any], adapter: str) -> None:
     """linear_dim / linear_alpha / full_matrix as lora_rank / lora_alpha."""
-    full = adapter == "lokr" and doc.get("full_matrix") is True
+    full = adapter == "lokr" and _on(doc.get("full_matrix")) is True
     try:
         dim = values.integer(doc["linear_dim"]) if "linear_dim" in doc else None
     except values.Skip as why:
@@ -102,7 +118,7 @@ def _rank(draft: Draft, root: str, doc: dict[str, Any], adapter: str) -> None:
     if adapter == "lokr" and dim is not None and dim > FULL_RANK:
         full = True
     if full:
-        source = f"{root}.full_matrix" if doc.get("full_matrix") is True else f"{root}.linear_dim"
+        source = f"{root}.full_matrix" if _on(doc.get("full_matrix")) is True else f"{root}.linear_dim"
         draft.set(source, "lora_rank", FULL_RANK, _FULL)
         draft.set(source, "lora_alpha", float(FULL_RANK), _FULL)
         for key in ("linear_dim", "full_matrix", "linear_alpha"):
@@ -114,9 +130,9 @@ def _rank(draft: Draft, root: str, doc: dict[str, Any], adapter: str) -> None:
     if "linear_alpha" in doc:
         carry(draft, f"{root}.linear_alpha", doc["linear_alpha"], "lora_alpha", values.number)
     if "full_matrix" in doc:
-        draft.drop(
-            f"{root}.full_matrix", f"{NOT_NEEDED}: lokr only" if doc["full_matrix"] else f"{NOT_NEEDED}: off"
-        )
+        on = _on(doc["full_matrix"])
+        draft.drop(f"{root}.full_matrix", f"{doc['full_matrix']!r} is not true or false (read as off)" if on is None
+                   else f"{NOT_NEEDED}: lokr only" if on else f"{NOT_NEEDED}: off")  # fmt: skip
 
 
 def _options(draft: Draft, root: str, doc: dict[str, Any], adapter: str) -> None:

@@ -204,10 +204,14 @@ def read_metadata_controls(
 def resolve_control_dirs(given: Sequence[str], datasets_root: Path, allow_outside_root: bool) -> list[Path]:
     """The config's control_dirs resolved like data_dir (data.paths.resolve_dataset_dir: a name
     under the datasets root, or an absolute path where the caller allows it). Raises
-    ConfigError / PathOutsideRoot naming the folder."""
+    ConfigError / PathOutsideRoot naming the folder and its place, "control_dirs[i]" (they named
+    data_dir, which was not the setting at fault)."""
     from lorastudio.data.paths import resolve_dataset_dir
 
-    return [resolve_dataset_dir(d, datasets_root, allow_outside_root) for d in given]
+    return [
+        resolve_dataset_dir(d, datasets_root, allow_outside_root, f"control_dirs[{i}]")
+        for i, d in enumerate(given)
+    ]
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -5,6 +5,7 @@ pipeline (no model is loaded): `estimate_memory_gb`, shown by the preflight repo
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -173,7 +174,8 @@ def lora_param_count(
     """Trainable parameters of a rank-`rank` adapter (`adapter`: lora, dora, loha or lokr, with
     LoKr's `factor` and `decompose_both`; jobs/adapter_params.py) on the linears of the denoiser
     in `folder` whose module name is a target or ends with "." + a target (peft's suffix match),
-    from the 2-D `.weight` shapes in the safetensors headers (0 when there are none)."""
+    from the 2-D (linear) and 3-D / 4-D (convolution) `.weight` shapes in the safetensors headers
+    (0 when there are none)."""
     from lorastudio.jobs.adapter_params import layer_params
 
     total = 0
@@ -182,10 +184,11 @@ def lora_param_count(
             module, _, leaf = name.rpartition(".")
             if (
                 leaf == "weight"
-                and len(shape) == 2
+                and len(shape) in (2, 3, 4)  # a linear layer, a 1-D / 2-D convolution (peft adapts each)
                 and any(module == t or module.endswith("." + t) for t in targets)
             ):
-                total += layer_params(adapter, rank, shape[0], shape[1], factor, decompose_both)
+                kernel = math.prod(shape[2:])
+                total += layer_params(adapter, rank, shape[0], shape[1], factor, decompose_both, kernel)
     return total
 
 

@@ -117,6 +117,29 @@ def _kind(keys: list[str]) -> str:
     return "lora"
 
 
+_MARKERS = ((".lokr_", "lokr"), (".hada_", "loha"), (".lora_up.", "lora"), (".lora_down.", "lora"),
+            (".lora_A.", "lora"), (".lora_B.", "lora"))  # fmt: skip
+
+
+def _mixed(path: Path, keys: list[str]) -> None:
+    """Raise ModelSourceError when the file's layers are of several kinds (LoKr, LoHa, LoRA /
+    DoRA: a LyCORIS preset's per-module algo, `module_algo_map`): a run trains one adapter kind,
+    and the loader cannot put a layer of another kind into it (it crashed, 'Linear' object has no
+    attribute 'lora_A')."""
+    seen: dict[str, str] = {}  # kind -> a layer of it
+    for key in keys:
+        for marker, kind in _MARKERS:
+            if marker in key:
+                seen.setdefault(kind, key.split(marker)[0])
+                break
+    if len(seen) > 1:
+        layers = ", ".join(f"{kind} ({layer[:80]})" for kind, layer in sorted(seen.items()))
+        raise ModelSourceError(
+            f"{path} mixes layers of several adapter kinds: {layers} (a LyCORIS preset's per-module algo); "
+            "a run trains one kind, so it cannot start from this file"
+        )
+
+
 def _alphas(path: Path, names: list[str]) -> list[float]:
     """The values of a file's `.alpha` tensors (each one number; safetensors' numpy reader: no torch)."""
     from safetensors import SafetensorError, safe_open
@@ -168,11 +191,12 @@ def _packed_alpha(metadata: dict[str, str]) -> float | None:
 def read_init_file(path: Path, family: str) -> InitFile:
     """The InitFile of the LoRA `path` for a run of `family`: its header read and checked as every
     LoRA's is (lora/header.check_lora_file: a file of another family is refused naming both).
-    Raises NotFound, ModelSourceError."""
+    Raises NotFound, ModelSourceError (also for a file of several adapter kinds: `_mixed`)."""
     from lorastudio.lora.header import check_lora_file
 
     header = check_lora_file(path, family)
     keys = list(header.tensors)
+    _mixed(path, keys)
     te = tuple(k for k in keys if _TE_KEY.match(k))
     ranks = {}
     for key, info in header.tensors.items():

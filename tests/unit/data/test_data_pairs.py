@@ -360,3 +360,15 @@ def test_the_module_states_the_control_sizing_rule_of_the_default():
     doc = " ".join((pairs.__doc__ or "").split())
     assert f'"{default}" (the default)' in doc and "control_resolution" in doc
     assert "Controls are resized to cover the target's bucket" not in doc
+
+
+def test_a_control_dir_outside_the_datasets_folder_is_named_as_one(tmp_path):
+    """The refusal named "data_dir '/x' is outside the datasets folder" for a control_dirs value
+    (found importing an ai-toolkit control_path): the user looked at the wrong setting."""
+    from lorastudio.data.pairs import resolve_control_dirs
+    from lorastudio.errors import PathOutsideRoot
+
+    root = tmp_path / "datasets"
+    root.mkdir()
+    with pytest.raises(PathOutsideRoot, match=r"^control_dirs\[1\] '/elsewhere/sources' is outside"):
+        resolve_control_dirs([str(root / "a"), "/elsewhere/sources"], root, allow_outside_root=False)

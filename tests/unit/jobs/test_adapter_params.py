@@ -63,3 +63,26 @@ def test_a_full_matrix_lokr_is_forecast_as_one(tmp_path: Path) -> None:
     lokr = gib(adapter="lokr", lora_rank=1024, lora_alpha=1024.0, lokr_factor=16)
     assert lokr <= lora16  # a few M parameters (w1 16 x 16, w2 192 x 192 a layer)
     assert gib(lora_rank=1024) > lora16 + 20  # a LoRA of that rank is what it was counted as
+
+
+def test_convolution_targets_are_counted_as_peft_builds_them(tiny_model):
+    """SDXL's resnet convolutions as lora_targets (peft adapts a Conv2d it is pointed at): the
+    forecast counted only 2-D weights, so conv1 / conv2 targets were 0 parameters."""
+    from lorastudio.training.lora import add_lora, lora_config_for
+
+    family = families.get("sdxl")
+    folder = Path(tiny_model("sdxl"))
+    for options in (
+        {"adapter": "dora", "lora_rank": 4},  # LoRA's count + a magnitude per row
+        {"adapter": "loha", "lora_rank": 4},
+        {"adapter": "lokr", "lora_rank": 4, "lokr_factor": 4, "lokr_decompose_both": True},
+    ):
+        cfg = TrainConfig(family="sdxl", base_model=str(folder), data_dir="d", lora_alpha=4.0,
+                          lora_targets=["conv1", "conv_shortcut", "to_q"], **options)  # fmt: skip
+        denoiser = family.load_denoiser(str(folder), None, torch.float32, torch.device("cpu"))
+        peft = sum(p.numel() for p in add_lora(denoiser, lora_config_for(cfg, family.spec.lora_targets)))
+        counted = lora_param_count(
+            folder / family.spec.denoiser, tuple(cfg.lora_targets), cfg.lora_rank, cfg.adapter,
+            cfg.lokr_factor, bool(cfg.lokr_decompose_both),
+        )  # fmt: skip
+        assert counted == peft, options

@@ -242,3 +242,24 @@ def test_a_file_replaced_between_the_check_and_the_read_is_refused(tmp_path, mon
     monkeypatch.setattr(init_lora, "read_init_lora", replaced_first)
     with pytest.raises(ModelSourceError, match="changed since the run's preflight read it"):
         init_lora.load_init_lora(torch.nn.Linear(2, 2), source, "flux")
+
+
+def test_a_file_of_several_adapter_kinds_is_refused_before_the_run(make_config, tmp_path):
+    """A LyCORIS file whose preset gave its layers different algos (LoKr attention, LoRA
+    elsewhere: `module_algo_map`) passed as a LoKr file; the load then crashed ('Linear' object
+    has no attribute 'lora_A') on its first LoRA layer."""
+    g = torch.Generator().manual_seed(0)
+    path = tmp_path / "mixed.safetensors"
+    save_file(
+        {
+            "lora_unet_double_blocks_0_img_attn_proj.lokr_w1": torch.randn(2, 2, generator=g),
+            "lora_unet_double_blocks_0_img_attn_proj.lokr_w2": torch.randn(8, 8, generator=g),
+            "lora_unet_double_blocks_0_txt_attn_proj.lora_up.weight": torch.randn(16, 4, generator=g),
+            "lora_unet_double_blocks_0_txt_attn_proj.lora_down.weight": torch.randn(4, 16, generator=g),
+        },
+        str(path),
+        metadata={"ss_base_model_version": "flux1"},
+    )
+    message = _problems(make_config, init_lora=str(path), adapter="lokr", lokr_factor=2)["init_lora"]
+    assert "mixes layers of several adapter kinds: lokr (lora_unet_double_blocks_0_img_attn_proj)" in message
+    assert "lora (lora_unet_double_blocks_0_txt_attn_proj)" in message
