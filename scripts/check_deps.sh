@@ -2,7 +2,8 @@
 # Installs lorastudio in a venv of its own under /tmp with every dependency at its declared floor
 # (`floors`) or at the newest the package index has within pyproject's bounds (`newest`), then runs
 # a fast subset of the default suite there (model families, LoRA files and converters, the config,
-# one tiny training run per family, generation, the API's schemas, the hub client's failures, --help).
+# one tiny training run per family, generation, the API's schemas, the hub client's failures, --help,
+# a config's dump (pydantic's exclude_if) and a download raced by a delete (starlette's FileResponse)).
 # Not part of scripts/test.sh: each venv is minutes of installs and needs the index.
 #
 #   bash scripts/check_deps.sh floors|newest [PYTEST ARGS...]
@@ -91,7 +92,8 @@ if [ "$names_a_path" = 0 ]; then
     tests/api/test_api_contract.py tests/api/test_api_attacks_http.py tests/unit/test_cli_json.py \
     tests/unit/test_packaging.py tests/unit/basemodels/test_endpoint_credentials.py \
     tests/unit/basemodels/test_basemodels_fetch_failures.py tests/unit/lora/test_hub_push.py \
-    tests/unit/training/test_cli_tables.py
+    tests/unit/training/test_cli_tables.py tests/unit/test_config_rollback.py \
+    tests/api/test_api_attacks_gallery_races.py
 fi
 # pytest's workers (scripts/pytest_workers.sh sets `xdist` from the arguments)
 . "$ROOT/scripts/pytest_workers.sh"

@@ -132,7 +132,19 @@ FLOORS = {
         "an int8 base: TorchaoLoraLinear for torchao's Int8Tensor (< 0.18: no import on transformers 5)",
     ),
     "torchao": ("0.18", "Int8Tensor and to_nf4 in torchao.quantization (training/quantize.py)"),
-    "pydantic": ("2.11", "FieldInfo.get_default(call_default_factory=True) alone (jobs/host_rules.py)"),
+    "pydantic": (
+        "2.12",
+        "Field(exclude_if=...): init_lora left out of a dump while null (config_fields_training.py;"
+        " 2.11: in every dump, and TrainConfig's JSON schema raised); 2.11: FieldInfo.get_default("
+        "call_default_factory=True) alone (jobs/host_rules.py)",
+    ),
+    # the whole default suite at the floors (session 36 depfloors2, RELIABILITY 1400-1401)
+    "starlette": (
+        "1.8",
+        "FileResponse._open_file: api/downloads.py sends the file it opened before the headers"
+        " (1.6-1.7 opened the path again: a file deleted after the headers was cut after its 200);"
+        " 1.7: a malformed multipart body a 400, not python-multipart's error as a 500",
+    ),
     "pydantic-settings": ("2.7", "NoDecode (settings.py)"),
     "typer": (
         "0.16",
@@ -154,7 +166,9 @@ def test_each_dependency_floor_is_one_the_code_runs_on() -> None:
     pillow>=10 let pip keep an installed version the code cannot import or run with; then
     huggingface_hub>=1.0, tokenizers>=0.22 and safetensors>=0.4 named floors no install could hold
     beside diffusers>=0.42 and transformers>=5.21 (RELIABILITY 1200), and typer>=0.13 let pip pair
-    a typer whose --help fails with the click it takes (RELIABILITY 1202)."""
+    a typer whose --help fails with the click it takes (RELIABILITY 1202); then pydantic>=2.11
+    and starlette>=1.6 let pip keep a release without Field(exclude_if) or FileResponse._open_file
+    (RELIABILITY 1400-1401)."""
     from packaging.requirements import Requirement
     from packaging.version import Version
 
