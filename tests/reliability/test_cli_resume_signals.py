@@ -11,44 +11,18 @@ guard is test_validation_loss's in-process test."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-import lorastudio
 from cli_runner import run_cli_streams
+from signalled_cli import run_signalled
 
 pytestmark = pytest.mark.slow
 
-SRC = str(Path(lorastudio.__file__).resolve().parents[1])
-
-# The child: HOOK (module, function, after how many calls) sends SIGNAL to this process before
-# that call, then the real CLI runs on. Ctrl-C is Python's KeyboardInterrupt in it.
-CHILD = """
-import importlib, os, signal, sys
-signal.signal(signal.SIGINT, signal.default_int_handler)
-module, name, after, sig = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-target = importlib.import_module(module)
-real = getattr(target, name)
-calls = [0]
-
-def hooked(*args, **kwargs):
-    calls[0] += 1
-    if calls[0] == after:
-        os.kill(os.getpid(), sig)
-    return real(*args, **kwargs)
-
-setattr(target, name, hooked)
-from lorastudio.cli.app import main
-sys.argv = ["lorastudio", *sys.argv[5:]]
-main()
-"""
 
 SETTINGS = dict(
     steps=8, save_every=2, keep_last=2, ema_decay=0.8, validation_split=0.25, validate_every=2,
@@ -97,11 +71,7 @@ def test_a_cli_run_stopped_or_killed_resumes_to_the_uninterrupted_run(
     code, out, err = run_cli_streams(capsys, monkeypatch, "train", config("full"), "--device", "cpu")
     assert code == 0, (out, err)
     (module, name, after), sig, exit_code = STOPS[stop]
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD, module, name, str(after), str(int(sig)),
-         "train", config("part"), "--device", "cpu"],
-        env={**os.environ, "PYTHONPATH": SRC}, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    child = run_signalled((module, name, after), sig, "train", config("part"), "--device", "cpu")
     assert child.returncode == exit_code, (child.stdout[-2000:], child.stderr[-2000:])
     run_dir = settings.outputs_dir / "part"
     code, out, err = run_cli_streams(

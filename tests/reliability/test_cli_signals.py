@@ -12,55 +12,17 @@ traceback of the import it cut; a SIGTERM ended Python before any `finally`, lea
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-import lorastudio
-
-SRC = str(Path(lorastudio.__file__).resolve().parents[1])
-
-# The child: Ctrl-C is Python's KeyboardInterrupt in it (pytest may run as a background job whose
-# SIGINT is ignored, and inherited). HOOK (module, function, after how many calls) is wrapped to
-# send SIGNAL to this process (TIMES times, each handled before the next) before its call, then
-# run as usual.
-CHILD = """
-import importlib, os, signal, sys
-signal.signal(signal.SIGINT, signal.default_int_handler)
-module, name, after, sig, times = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-target = importlib.import_module(module)
-real = getattr(target, name)
-calls = [0]
-
-def hooked(*args, **kwargs):
-    calls[0] += 1
-    if calls[0] == after:
-        for _ in range(times):
-            os.kill(os.getpid(), sig)  # Python runs the handler before the next bytecode
-    return real(*args, **kwargs)
-
-setattr(target, name, hooked)
-from lorastudio.cli.app import main
-sys.argv = ["lorastudio", *sys.argv[6:]]
-main()
-"""
+from signalled_cli import run_signalled
 
 
 def _run(hook: tuple[str, str, int], sig: signal.Signals, *args: str, times: int = 1) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of `lorastudio ARGS` whose HOOK sends itself `sig` `times` times."""
-    module, name, after = hook
-    env = {**os.environ, "PYTHONPATH": SRC}
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD, module, name, str(after), str(int(sig)), str(times), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    child = run_signalled(hook, sig, *args, times=times)
     return child.returncode, child.stdout, child.stderr
 
 

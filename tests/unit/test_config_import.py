@@ -12,42 +12,15 @@ from pathlib import Path
 import pytest
 from tests.cli_runner import run_cli_streams
 
-from lorastudio.cli.config_file import load_config_file
-from lorastudio.config import parse_train_config, resolve_train_config
 from lorastudio.config_import import import_config
-from lorastudio.config_import.report import leaves
 from lorastudio.errors import ConfigError
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "peer_configs"
-
-
-def _strict(text: str, tmp_path: Path, suffix: str = ".toml") -> dict:
-    """The written config read as `lorastudio train FILE --check` reads it, then parsed and
-    resolved by the strict config (raises ConfigError on any problem)."""
-    path = tmp_path / f"run{suffix}"
-    path.write_text(text, encoding="utf-8")
-    data = load_config_file(path)
-    resolve_train_config(parse_train_config(data))
-    return data
-
-
-def _every_leaf_reported(doc: object, lines: list, root: str = "") -> None:
-    named = [line.peer for line in lines]
-    if root:  # a side file's leaves by its own lines ("lycoris_config" holds no "lycoris_config.json.algo")
-        named = [n for n in named if n == root or n.startswith((root + ".", root + "["))]
-    for leaf in leaves(doc, root):
-        assert any(
-            leaf == n
-            or leaf.startswith((n + ".", n + "["))
-            or n.startswith((leaf + ".", leaf + "[", leaf + " "))
-            for n in named
-        ), leaf
+from peer_config_checks import DATA, every_leaf_reported, strict
 
 
 def test_ai_toolkit_flux_example(tmp_path: Path) -> None:
     result = import_config(DATA / "ai-toolkit_flux.yaml")
     assert result.kind == "ai-toolkit"
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert data["family"] == "flux" and data["base_model"] == "black-forest-labs/FLUX.1-dev"
     assert (data["lora_rank"], data["lora_alpha"], data["learning_rate"]) == (
         16,
@@ -73,7 +46,7 @@ def test_ai_toolkit_flux_example(tmp_path: Path) -> None:
     assert by_peer["config.process[0].sample.prompts[9]"].outcome == "not carried"  # 10 prompts, 8 here
     assert by_peer["config.process[0].model.quantize"].outcome == "changed"
     assert "bf16" in by_peer["config.process[0].train.dtype"].note
-    _every_leaf_reported(_yaml(DATA / "ai-toolkit_flux.yaml"), result.lines)
+    every_leaf_reported(_yaml(DATA / "ai-toolkit_flux.yaml"), result.lines)
 
 
 def _yaml(path: Path) -> object:
@@ -85,7 +58,7 @@ def _yaml(path: Path) -> object:
 def test_kohya_flux_example_with_its_dataset_config_and_prompt_file(tmp_path: Path) -> None:
     result = import_config(DATA / "kohya_flux.toml")
     assert result.kind == "kohya"
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert (data["family"], data["lora_rank"], data["num_epochs"], data["batch_size"]) == ("flux", 8, 6, 2)
     assert (data["timestep_sampling"], data["flow_shift"], data["base_precision"]) == (
         "sigmoid",
@@ -112,8 +85,8 @@ def test_kohya_flux_example_with_its_dataset_config_and_prompt_file(tmp_path: Pa
         "prompt": "a tabby cat asleep on a windowsill, afternoon sun",
         "width": 768, "height": 768, "seed": 1, "guidance": 7.5,
     }  # fmt: skip
-    _every_leaf_reported(tomllib.loads((DATA / "kohya_flux.toml").read_text()), result.lines)
-    _every_leaf_reported(
+    every_leaf_reported(tomllib.loads((DATA / "kohya_flux.toml").read_text()), result.lines)
+    every_leaf_reported(
         tomllib.loads((DATA / "kohya_dataset.toml").read_text()), result.lines, "kohya_dataset.toml"
     )
 
@@ -129,7 +102,7 @@ def test_kohya_folders_reg_and_settings_the_strict_config_refuses(tmp_path: Path
         "max_grad_norm": 0, "resolution": "1024,768", "optimizer_type": "CAME", "some_new_flag": True, "vae": "",
     }))  # fmt: skip
     result = import_config(path, toml=False)
-    data = _strict(result.text, tmp_path, ".json")
+    data = strict(result.text, tmp_path, ".json")
     assert data["kohya_folders"] is True and data["max_grad_norm"] is None  # JSON keeps null (off)
     assert data["datasets"] == [
         {"path": str(tmp_path / "img")},
@@ -154,7 +127,7 @@ def test_family_is_asked_for_never_guessed(tmp_path: Path) -> None:
                     'train_data_dir = "/data/img"\n')  # fmt: skip
     with pytest.raises(ConfigError, match="pass --family"):
         import_config(path)
-    data = _strict(import_config(path, family="sdxl").text, tmp_path)
+    data = strict(import_config(path, family="sdxl").text, tmp_path)
     assert data["family"] == "sdxl"
     with pytest.raises(ConfigError, match="unknown model family 'sd15'"):
         import_config(path, family="sd15")
@@ -233,7 +206,7 @@ def test_cli_writes_a_new_file_and_reports(
     assert code == 0, stdout
     assert "carried      config.process[0].train.lr -> learning_rate = 0.0001" in stdout
     assert "not carried  config.process[0].save.push_to_hub: not needed here" in stdout
-    _strict(out.read_text(), tmp_path)
+    strict(out.read_text(), tmp_path)
     code, _, stderr = run_cli_streams(capsys, monkeypatch, "config", "import", str(DATA / "ai-toolkit_flux.yaml"),
                                       "--out", str(out))  # fmt: skip
     assert code == 2 and "already exists" in stderr
@@ -247,19 +220,19 @@ def test_cli_writes_a_new_file_and_reports(
 def test_simpletuner_flux_example_with_its_backends(tmp_path: Path) -> None:
     result = import_config(DATA / "simpletuner" / "config.json")
     assert result.kind == "simpletuner"
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert (data["family"], data["base_model"], data["steps"], data["flow_shift"]) == (
         "flux", "black-forest-labs/FLUX.1-dev", 1200, 3,
     )  # fmt: skip
     assert data["datasets"] == [{"path": "/data/datasets/my-subject", "repeats": 5}]
     assert data["sample_prompts"][0]["width"] == 1024
-    _every_leaf_reported(json.loads((DATA / "simpletuner" / "config.json").read_text()), result.lines)
+    every_leaf_reported(json.loads((DATA / "simpletuner" / "config.json").read_text()), result.lines)
 
 
 def test_onetrainer_sdxl_preset(tmp_path: Path) -> None:
     result = import_config(DATA / "onetrainer_sdxl.json")
     assert result.kind == "onetrainer"
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert (data["family"], data["optimizer"], data["num_epochs"], data["noise_offset"]) == (
         "sdxl",
         "adamw8bit",
@@ -269,7 +242,7 @@ def test_onetrainer_sdxl_preset(tmp_path: Path) -> None:
     assert data["datasets"] == [{"path": "/data/concepts/my-subject", "repeats": 8, "loss_weight": 1.0}]
     by_peer = {line.peer: line for line in result.lines}
     assert by_peer["sample_after"].note.startswith("not supported here")  # minutes: not a step count
-    _every_leaf_reported(json.loads((DATA / "onetrainer_sdxl.json").read_text()), result.lines)
+    every_leaf_reported(json.loads((DATA / "onetrainer_sdxl.json").read_text()), result.lines)
 
 
 def test_a_schedule_the_strict_config_names_otherwise_and_a_combination_it_refuses(tmp_path: Path) -> None:
@@ -283,7 +256,7 @@ def test_a_schedule_the_strict_config_names_otherwise_and_a_combination_it_refus
         "lr_warmup_steps": 100, "max_train_steps": 50, "save_every_n_steps": 100, "sample_every_n_steps": 500,
     }))  # fmt: skip
     result = import_config(path, family="flux")
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert (data["lr_scheduler"], data["adapter"], data["lokr_factor"], data["steps"]) == (
         "cosine",
         "lokr",
@@ -306,11 +279,11 @@ def test_musubi_tuner_qwen_image_example(tmp_path: Path) -> None:
     (problem,) = err.value.problems
     assert problem.field == "musubi_qwen_image.toml: dit" and "pass --base-model" in problem.message
     result = import_config(DATA / "musubi_qwen_image.toml", base="Qwen/Qwen-Image")
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert (data["family"], data["base_model"]) == ("qwen-image", "Qwen/Qwen-Image")
     assert (data["resolution"], data["flow_shift"], data["num_epochs"]) == (704, 2.2, 12)
     assert data["datasets"] == [{"path": "/data/image_dir"}]
-    _every_leaf_reported(tomllib.loads((DATA / "musubi_dataset.toml").read_text(encoding="utf-8")), result.lines,
+    every_leaf_reported(tomllib.loads((DATA / "musubi_dataset.toml").read_text(encoding="utf-8")), result.lines,
                          "musubi_dataset.toml")  # fmt: skip
 
 
@@ -319,7 +292,7 @@ def test_ai_toolkit_zimage_turbo_example(tmp_path: Path) -> None:
     optimizer_params their settings, samples: [{prompt}] sample prompts; ai-toolkit's weighted
     timesteps are named as not supported."""
     result = import_config(DATA / "ai-toolkit_zimage_turbo.yaml")
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert (data["family"], data["optimizer"], data["learning_rate"], data["weight_decay"]) == (
         "z-image",
         "prodigy",
@@ -331,7 +304,7 @@ def test_ai_toolkit_zimage_turbo_example(tmp_path: Path) -> None:
     assert [p["prompt"] for p in data["sample_prompts"]][1] == "sks hiking on a mountain ridge"
     by_peer = {line.peer: line for line in result.lines}
     assert by_peer["config.process[0].train.timestep_type"].note.startswith("not supported here")
-    _every_leaf_reported(_yaml(DATA / "ai-toolkit_zimage_turbo.yaml"), result.lines)
+    every_leaf_reported(_yaml(DATA / "ai-toolkit_zimage_turbo.yaml"), result.lines)
 
 
 def test_kohya_ss_gui_preset_with_a_windows_base(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -343,7 +316,7 @@ def test_kohya_ss_gui_preset_with_a_windows_base(tmp_path: Path, capsys: pytest.
     code, _, stderr = run_cli_streams(capsys, monkeypatch, "config", "import", str(path))
     assert code == 2 and "base_model: the file names no base model: pass --base-model" in stderr
     result = import_config(path, base="/models/flux1-dev.safetensors")
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert (data["family"], data["resolution"], data["num_epochs"], data["lr_cycles"]) == ("flux", 768, 20, 4)
     assert (data["base_precision"], data["guidance"], data["kohya_folders"]) == ("int8", 3.0, True)
     assert data["sample_prompts"] == [
@@ -359,7 +332,7 @@ def test_kohya_ss_gui_preset_with_a_windows_base(tmp_path: Path, capsys: pytest.
     assert by_peer["save_every_n_steps"].note == "not needed here: 0 is unset"
     assert by_peer["huggingface_repo_id"].note.startswith("not needed here: unset in the file")
     assert data["timestep_sampling"] == "uniform"  # kohya's "sigma" with its default weighting_scheme
-    _every_leaf_reported(json.loads(path.read_text(encoding="utf-8")), result.lines)
+    every_leaf_reported(json.loads(path.read_text(encoding="utf-8")), result.lines)
 
 
 def test_kohya_network_weights_become_init_lora(tmp_path: Path) -> None:
@@ -376,7 +349,7 @@ def test_kohya_network_weights_become_init_lora(tmp_path: Path) -> None:
     path = tmp_path / "kohya.json"
     path.write_text(json.dumps(args))
     result = import_config(path, toml=False)
-    data = _strict(result.text, tmp_path, ".json")
+    data = strict(result.text, tmp_path, ".json")
     by_peer = {line.peer: line for line in result.lines}
     assert data["init_lora"] == str(tmp_path / "prev.safetensors")
     assert (
@@ -385,5 +358,5 @@ def test_kohya_network_weights_become_init_lora(tmp_path: Path) -> None:
     assert by_peer["dim_from_weights"].note.startswith("not needed here")
 
     path.write_text(json.dumps({**args, "network_weights": "/elsewhere/gone.safetensors"}))
-    data = _strict(import_config(path, toml=False).text, tmp_path, ".json")
+    data = strict(import_config(path, toml=False).text, tmp_path, ".json")
     assert data["init_lora"] == "/elsewhere/gone.safetensors"

@@ -12,35 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lorastudio.cli.config_file import load_config_file
-from lorastudio.config import parse_train_config, resolve_train_config
 from lorastudio.config_import import import_config
-from lorastudio.config_import.report import leaves
 from lorastudio.errors import ConfigError
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "peer_configs"
-
-
-def _strict(text: str, tmp_path: Path) -> dict:
-    """The written config read as `lorastudio train FILE --check` reads it, then parsed and resolved."""
-    path = tmp_path / "run.toml"
-    path.write_text(text, encoding="utf-8")
-    data = load_config_file(path)
-    resolve_train_config(parse_train_config(data))
-    return data
-
-
-def _every_leaf_reported(doc: object, lines: list, root: str = "") -> None:
-    named = [line.peer for line in lines]
-    if root:  # a side file's leaves by its own lines ("lycoris_config" holds no "lycoris_config.json.algo")
-        named = [n for n in named if n == root or n.startswith((root + ".", root + "["))]
-    for leaf in leaves(doc, root):
-        assert any(
-            leaf == n
-            or leaf.startswith((n + ".", n + "["))
-            or n.startswith((leaf + ".", leaf + "[", leaf + " "))
-            for n in named
-        ), leaf
+from peer_config_checks import DATA, every_leaf_reported, strict
 
 
 def _lines(result) -> dict:
@@ -52,7 +26,7 @@ def test_ai_toolkit_kontext_paired_and_masked_example(tmp_path: Path) -> None:
     prompts' --ctrl_img) with a mask_path (toolkit/config_modules.py DatasetConfig)."""
     source = DATA / "ai-toolkit_flux_kontext.yaml"
     result = import_config(source)
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert data["family"] == "flux-kontext" and data["control_dirs"] == ["/data/kontext/sources"]
     assert data["unmasked_weight"] == 0.1  # mask_min_value, the masks being the entry's masks/
     prompts = data["sample_prompts"]
@@ -69,7 +43,7 @@ def test_ai_toolkit_kontext_paired_and_masked_example(tmp_path: Path) -> None:
     )
     assert lines["config.process[0].sample.prompts[2] --n"].outcome == "not carried"
     assert lines["config.process[0].datasets[0].mask_path"].outcome == "carried"
-    _every_leaf_reported(yaml.safe_load(source.read_text(encoding="utf-8")), result.lines)
+    every_leaf_reported(yaml.safe_load(source.read_text(encoding="utf-8")), result.lines)
 
 
 def _ai_toolkit(tmp_path: Path, datasets: list[dict]) -> Path:
@@ -88,7 +62,7 @@ def test_ai_toolkit_controls_of_several_datasets_and_masks_elsewhere(tmp_path: P
         {"folder_path": "/d/b", "control_path": "/d/b-sources", "mask_path": "/d/b-masks", "mask_min_value": 0.2},
     ])  # fmt: skip
     result = import_config(path)
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert "control_dirs" not in data and "unmasked_weight" not in data
     assert [d["path"] for d in data["datasets"]] == ["/d/a", "/d/b"]
     lines = _lines(result)
@@ -107,7 +81,7 @@ def test_ai_toolkit_ui_nulls_are_no_folders(tmp_path: Path) -> None:
         tmp_path, [{"folder_path": "/d/a", "control_path": None, "mask_path": None, "mask_min_value": 0.1}]
     )
     result = import_config(path)
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert "control_dirs" not in data and "unmasked_weight" not in data
     lines = _lines(result)
     assert all(
@@ -122,7 +96,7 @@ def test_ai_toolkit_control_paths_of_one_dataset_are_its_control_dirs_in_slot_or
     path = _ai_toolkit(
         tmp_path, [{"folder_path": "/d/a", "control_path2": "/c/two", "control_path": "/c/one"}]
     )
-    data = _strict(import_config(path).text, tmp_path)
+    data = strict(import_config(path).text, tmp_path)
     assert data["control_dirs"] == ["/c/one", "/c/two"]
 
 
@@ -130,7 +104,7 @@ def test_simpletuner_lokr_lycoris_config_example(tmp_path: Path) -> None:
     """bghira/SimpleTuner documentation/LYCORIS.md: lora_type lycoris with its lycoris_config."""
     source = DATA / "simpletuner_lokr" / "config.json"
     result = import_config(source)
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert (data["adapter"], data["lokr_factor"]) == ("lokr", 16)
     # linear_dim 10000: LyCORIS' full matrix, scale 1 (its linear_alpha ignored)
     assert (data["lora_rank"], data["lora_alpha"]) == (1024, 1024)
@@ -138,8 +112,8 @@ def test_simpletuner_lokr_lycoris_config_example(tmp_path: Path) -> None:
     assert lines["lora_rank"].outcome == "not carried"  # SimpleTuner's peft rank, unused by LyCORIS
     assert lines["lycoris_config.json.apply_preset"].outcome == "not carried"
     assert lines["lycoris_config.json.linear_alpha"].outcome == "not carried"
-    _every_leaf_reported(json.loads(source.read_text()), result.lines)
-    _every_leaf_reported(
+    every_leaf_reported(json.loads(source.read_text()), result.lines)
+    every_leaf_reported(
         json.loads((source.parent / "lycoris_config.json").read_text()), result.lines, "lycoris_config.json"
     )
 
@@ -164,10 +138,10 @@ def test_simpletuner_lycoris_algos(tmp_path: Path, lycoris: dict, want: dict) ->
         (folder / name).write_text((source / name).read_text())
     (folder / "lycoris_config.json").write_text(json.dumps(lycoris))
     result = import_config(folder / "config.json")
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     for key, value in want.items():
         assert data.get(key) == value, (key, data)
-    _every_leaf_reported(lycoris, result.lines, "lycoris_config.json")
+    every_leaf_reported(lycoris, result.lines, "lycoris_config.json")
     if lycoris["algo"] == "diag-oft":
         assert "the adapters are lora, dora, loha and lokr" in _lines(result)["lycoris_config.json.algo"].note
 
@@ -177,7 +151,7 @@ def test_onetrainer_flux_samples_file_and_quantised_transformer(tmp_path: Path) 
     TrainConfig.py's transformer part weight_dtype (modules/util/enum/DataType.py NFLOAT_4)."""
     source = DATA / "onetrainer_flux" / "config.json"
     result = import_config(source)
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert data["base_precision"] == "nf4" and data["sample_steps"] == 20
     assert data["sample_prompts"] == [
         {"prompt": "a photo of my-subject on a mountain", "width": 768, "height": 1024, "seed": 42, "guidance": 3.5},
@@ -186,8 +160,8 @@ def test_onetrainer_flux_samples_file_and_quantised_transformer(tmp_path: Path) 
     lines = _lines(result)
     assert lines["samples.json[1].negative_prompt"].outcome == "not carried"
     assert lines["samples.json[2]"].note.endswith("a disabled sample")
-    _every_leaf_reported(json.loads(source.read_text()), result.lines)
-    _every_leaf_reported(
+    every_leaf_reported(json.loads(source.read_text()), result.lines)
+    every_leaf_reported(
         json.loads((source.parent / "samples.json").read_text()), result.lines, "samples.json"
     )
 
@@ -214,7 +188,7 @@ def test_onetrainer_weight_and_train_dtypes(tmp_path: Path, weight, train, want,
     path = tmp_path / "ot.json"
     path.write_text(json.dumps(doc))
     result = import_config(path)
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert data.get("base_precision") == want
     if said is not None:
         assert any(said in line.note for line in result.lines if line.outcome == "not carried"), result.lines
@@ -237,7 +211,7 @@ def test_simpletuner_side_files_of_its_documented_layout_are_found(tmp_path: Pat
     for name in ("multidatabackend.json", "lycoris_config.json"):
         (root / "config" / name).write_text((source / name).read_text())
     result = import_config(root / "config" / "config.json")
-    data = _strict(result.text, tmp_path)
+    data = strict(result.text, tmp_path)
     assert data["adapter"] == "lokr" and data["datasets"] == [
         {"path": "/data/datasets/my-subject", "repeats": 5}
     ]
@@ -261,7 +235,7 @@ def test_onetrainer_side_files_of_its_working_folder_are_found(tmp_path: Path) -
     (root / "training_samples" / "samples.json").write_text(
         (DATA / "onetrainer_flux" / "samples.json").read_text()
     )
-    data = _strict(import_config(root / "training_presets" / "flux.json").text, tmp_path)
+    data = strict(import_config(root / "training_presets" / "flux.json").text, tmp_path)
     assert data["datasets"][0]["path"] == "/data/concepts/flux-subject" and len(data["sample_prompts"]) == 2
 
 
@@ -335,7 +309,7 @@ def test_a_lokr_full_matrix_switch_is_read_as_lycoris_reads_it(tmp_path: Path, v
         json.dumps({"algo": "lokr", "linear_dim": 8, "linear_alpha": 4, "full_matrix": value})
     )
     result = import_config(folder / "config.json")
-    assert _strict(result.text, tmp_path)["lora_rank"] == rank
+    assert strict(result.text, tmp_path)["lora_rank"] == rank
     line = _lines(result).get("lycoris_config.json.full_matrix")
     assert (line.ours in ("lora_rank", "lora_alpha")) if note is None else note in line.note
 
@@ -349,7 +323,7 @@ def test_one_bad_onetrainer_sample_drops_its_own_value_not_every_prompt(tmp_path
     samples = [{"prompt": "good", "seed": 1}, {"prompt": "a\x1b[31mred"}, {"prompt": "wide", "width": 10**9}]
     (folder / "samples.json").write_text(json.dumps(samples))
     result = import_config(folder / "config.json")
-    assert _strict(result.text, tmp_path)["sample_prompts"] == [
+    assert strict(result.text, tmp_path)["sample_prompts"] == [
         {"prompt": "good", "seed": 1},
         {"prompt": "wide"},
     ]
@@ -368,7 +342,7 @@ def test_one_bad_ai_toolkit_prompt_drops_its_own_option_not_every_prompt(tmp_pat
     path = tmp_path / "a.yaml"
     path.write_text(yaml.safe_dump(doc))
     result = import_config(path)
-    prompts = _strict(result.text, tmp_path)["sample_prompts"]
+    prompts = strict(result.text, tmp_path)["sample_prompts"]
     assert [p["prompt"] for p in prompts] == ["good", "bad"] and prompts[1]["width"] == 1024
     lines = _lines(result)
     assert "width = 100000" in lines["config.process[0].sample.prompts[1] --w"].note
@@ -385,7 +359,7 @@ def test_one_bad_kohya_prompt_line_drops_its_own_option_and_a_file_not_utf8_is_n
         (tmp_path / name).write_text((DATA / name).read_text())
     (tmp_path / "kohya_prompts.txt").write_text("good --w 512\nbad --w 100000\nesc \x1b[31m red\n")
     result = import_config(tmp_path / "kohya_flux.toml")
-    assert _strict(result.text, tmp_path)["sample_prompts"] == [{"prompt": "good", "width": 512}, "bad"]
+    assert strict(result.text, tmp_path)["sample_prompts"] == [{"prompt": "good", "width": 512}, "bad"]
     assert "U+001B" in _lines(result)["sample_prompts[kohya_prompts.txt line 3]"].note
     (tmp_path / "kohya_prompts.txt").write_bytes(b"caf\xe9\n")
     with pytest.raises(ConfigError, match="kohya_prompts.txt is not UTF-8 text: byte 0xe9"):
