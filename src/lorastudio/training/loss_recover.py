@@ -16,7 +16,7 @@ import pickle
 from array import array
 from pathlib import Path
 
-from lorastudio.training.checkpoint import STATE_FILE, list_checkpoints
+from lorastudio.training.checkpoint import STATE_FILE, checkpoint_step, list_checkpoints
 from lorastudio.training.loss_record import RECORD_KEY, _from_bytes, _read, _to_bytes
 from lorastudio.training.run_files import LOSSES_FILE
 
@@ -31,6 +31,8 @@ def recover(run_dir: Path, missing: int, window: array) -> array | None:
         return None
     head = _to_bytes(window)
     for checkpoint in reversed(list_checkpoints(run_dir)):
+        if (checkpoint_step(checkpoint) or 0) <= missing:
+            continue  # names no step past `missing`: nothing to check its values against
         found = _from_checkpoint(run_dir, checkpoint, missing, head)
         if found is not None:
             return found
@@ -43,7 +45,7 @@ def _from_checkpoint(run_dir: Path, checkpoint: Path, missing: int, head: bytes)
     import torch
 
     try:
-        state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=True)
+        state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
     except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError):
         return None  # not readable: another checkpoint, or the file's start, may hold them
     entry = state.get(RECORD_KEY) if isinstance(state, dict) else None
