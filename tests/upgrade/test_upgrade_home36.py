@@ -1,4 +1,4 @@
-"""Session 36 upgrade audit, end to end (slow: ~8 min on 2 cores): a studio home built by the
+"""Session 36 upgrade audit, end to end (slow: 3 to 10 min on 2 shared cores, most of it building the home): a studio home built by the
 code of the session's start (commit OLD, extracted with `git archive`; tests/upgrade/old_home36.py:
 session 35's fixture home and a run stopped at step 3,000 whose checkpoint holds every loss) is
 opened by this code (the runs' and LoRAs' listings and pages, the LoRA list in the old code's
