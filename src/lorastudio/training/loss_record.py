@@ -13,7 +13,8 @@ values (what an older version of lorastudio resumes with, and what a resume keep
 does not hold the checkpoint's losses). A checkpoint an older version wrote holds every loss in
 "losses": it resumes as before, and its losses join this session's segment at the next flush
 (one it wrote after resuming a checkpoint of ours holds our window and its steps: the steps
-before are NaN, and a RunWarning says so).
+before are read back from losses.bin where it still holds them, training/loss_recover.py, else
+NaN, and a RunWarning says so).
 
 Why by hand: numpy.memmap or a sqlite table would do the same appends with more to explain; a
 resume reads the spans once (8 bytes a step: 0.8 MB at 100,000 steps).
@@ -127,11 +128,18 @@ class LossRecord:
         self._reset()
         if entry is None:  # an older version's checkpoint: every loss in state.pt
             missing = max(0, step - len(window))  # that version resumed one of ours: its window only
-            self.values = array("d", [math.nan] * missing + window[len(window) - (step - missing) :])
+            kept = array("d", window[len(window) - (step - missing) :])
             if not missing:
+                self.values = kept
+                return None
+            from lorastudio.training.loss_recover import recover  # it reads this module's file format
+
+            found = recover(run_dir, missing, kept)  # still in losses.bin (RELIABILITY 1440)
+            self.values = (found if found is not None else array("d", [math.nan] * missing)) + kept
+            if found is not None:
                 return None
             return (
-                f"the losses of steps 1-{missing} are not in the checkpoint (an older version of lorastudio "
+                f"the losses of steps 1-{missing} are not in the checkpoint nor in {LOSSES_FILE} (an older version of lorastudio "
                 "resumed this run from a checkpoint that kept its newest losses only): the run's result lists "
                 "them as NaN (its metrics keep them)"
             )

@@ -6,6 +6,8 @@ in state.pt) still resumes."""
 from __future__ import annotations
 
 import math
+import shutil
+import struct
 
 import pytest
 import torch
@@ -83,3 +85,33 @@ def test_flush_restore_discard_and_a_record_that_does_not_match(tmp_path):
     assert note is not None and "steps 1-2" in note and list(rolled)[2:] == [0.25, 7.0]
     with pytest.raises(ValueError, match="does not name 2 steps"):
         loss_record._read(tmp_path / LOSSES_FILE, second, 2)
+
+
+def test_the_losses_an_older_version_left_out_are_read_back_from_losses_bin(make_config, monkeypatch):
+    """RELIABILITY 1440: an older version resumed our checkpoint 3 (its window only) and wrote
+    checkpoint 4 of that window and its step; our resume of it had steps 1-1 NaN, though
+    losses.bin still held them (named by checkpoint 3, or at the file's start once it is gone)."""
+    monkeypatch.setattr(loss_record, "WINDOW", 2)
+    full = train(make_config(steps=5, output_name="full"), [].append, device="cpu")
+    events, stop = stop_at(4)
+    part = make_config(steps=5, output_name="part", save_every=3, keep_last=5)
+    train(part, events.append, stop, device="cpu")  # checkpoints 3 and 4 (the stop's)
+    run_dir = get_settings().outputs_dir / "part"
+    path = run_dir / "checkpoints" / "step-000004" / "state.pt"
+    state = _state(run_dir, 4)
+    del state[RECORD_KEY]
+    state["losses"] = full.losses[1:4]  # checkpoint 3's window and step 4, as the older version wrote it
+    torch.save(state, path)
+    (run_dir / LOSSES_FILE).write_bytes((run_dir / LOSSES_FILE).read_bytes()[:24])  # it never wrote there
+    warnings: list = []
+    resumed = train(part, warnings.append, device="cpu", resume=run_dir / "checkpoints" / "step-000004")
+    assert resumed.losses == full.losses and not [e for e in warnings if e.type == "warning"]
+    (run_dir / LOSSES_FILE).write_bytes(b"".join(struct.pack("<d", x) for x in full.losses[:3]))
+    for step in (3, 5):
+        shutil.rmtree(
+            run_dir / "checkpoints" / f"step-{step:06d}", ignore_errors=True
+        )  # only the older version's left
+    alone = LossRecord()
+    assert alone.restore(run_dir, 4, state) is None and list(alone) == full.losses[:4]
+    (run_dir / LOSSES_FILE).write_bytes(b"\0" * 24)  # another run's values: not taken
+    assert "steps 1-1" in (LossRecord().restore(run_dir, 4, state) or "")
