@@ -39,7 +39,7 @@ WINDOW = 1000  # the newest losses state.pt keeps itself (8 KB)
 _ITEM = 8  # bytes of one float64
 
 
-def _to_bytes(values: array) -> bytes:
+def to_bytes(values: array) -> bytes:
     """`values` (array 'd') as little-endian float64 bytes."""
     if sys.byteorder == "little":
         return values.tobytes()
@@ -48,7 +48,7 @@ def _to_bytes(values: array) -> bytes:
     return swapped.tobytes()
 
 
-def _from_bytes(data: bytes) -> array:
+def from_bytes(data: bytes) -> array:
     """Little-endian float64 bytes as an array 'd'."""
     values = array("d")
     values.frombytes(data)
@@ -104,7 +104,7 @@ class LossRecord:
             spans = [list(s) for s in self._spans]
             if not spans or spans[-1][0] + spans[-1][1] * _ITEM != start:
                 spans.append([start, 0])  # else the last span goes on (this session's, or the one resumed)
-            data = _to_bytes(self.values[self._flushed :])
+            data = to_bytes(self.values[self._flushed :])
             view = memoryview(data)
             offset = start
             while view:
@@ -145,7 +145,7 @@ class LossRecord:
             )
         path = run_dir / LOSSES_FILE
         try:
-            values, spans, crc = _read(path, entry, step)
+            values, spans, crc = read_span(path, entry, step)
         except (OSError, ValueError) as err:
             known = window[-step:] if step else []
             self.values = array("d", [math.nan] * (step - len(known)) + known)
@@ -176,7 +176,7 @@ class LossRecord:
         self._found = self._run_dir = None
 
 
-def _read(path: Path, entry: Any, step: int) -> tuple[array, list[list[int]], int]:
+def read_span(path: Path, entry: Any, step: int) -> tuple[array, list[list[int]], int]:
     """The losses `entry` (state.pt's RECORD_KEY) names in `path`, with its spans and CRC. Raises
     ValueError when the entry is malformed, counts other than `step` steps, or the bytes read
     differ from the ones it recorded (short, or another file); OSError when the file cannot be read."""
@@ -201,4 +201,4 @@ def _read(path: Path, entry: Any, step: int) -> tuple[array, list[list[int]], in
     crc = zlib.crc32(data)
     if crc != entry.get("crc32"):
         raise ValueError(f"{path.name} holds other losses than the checkpoint's")
-    return _from_bytes(bytes(data)), [list(s) for s in spans], crc
+    return from_bytes(bytes(data)), [list(s) for s in spans], crc

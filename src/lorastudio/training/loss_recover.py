@@ -17,7 +17,7 @@ from array import array
 from pathlib import Path
 
 from lorastudio.training.checkpoint import STATE_FILE, checkpoint_step, list_checkpoints
-from lorastudio.training.loss_record import RECORD_KEY, _from_bytes, _read, _to_bytes
+from lorastudio.training.loss_record import RECORD_KEY, from_bytes, read_span, to_bytes
 from lorastudio.training.run_files import LOSSES_FILE
 
 _ITEM = 8  # bytes of one float64
@@ -29,7 +29,7 @@ def recover(run_dir: Path, missing: int, window: array) -> array | None:
     nor the start of losses.bin holds them followed by `window`'s first values."""
     if missing <= 0 or not window:
         return None
-    head = _to_bytes(window)
+    head = to_bytes(window)
     for checkpoint in reversed(list_checkpoints(run_dir)):
         if (checkpoint_step(checkpoint) or 0) <= missing:
             continue  # names no step past `missing`: nothing to check its values against
@@ -53,11 +53,11 @@ def _from_checkpoint(run_dir: Path, checkpoint: Path, missing: int, head: bytes)
     if type(count) is not int or count <= missing:
         return None
     try:
-        values, _, _ = _read(run_dir / LOSSES_FILE, entry, count)
+        values, _, _ = read_span(run_dir / LOSSES_FILE, entry, count)
     except (OSError, ValueError):
         return None
     overlap = min(count - missing, len(head) // _ITEM)
-    if _to_bytes(values[missing : missing + overlap]) != head[: overlap * _ITEM]:
+    if to_bytes(values[missing : missing + overlap]) != head[: overlap * _ITEM]:
         return None
     return values[:missing]
 
@@ -73,4 +73,4 @@ def _from_file_start(path: Path, missing: int, head: bytes) -> array | None:
     after = data[missing * _ITEM :]
     if len(after) < _ITEM or len(after) % _ITEM or after != head[: len(after)]:
         return None
-    return _from_bytes(data[: missing * _ITEM])
+    return from_bytes(data[: missing * _ITEM])
