@@ -84,7 +84,7 @@ def test_flush_restore_discard_and_a_record_that_does_not_match(tmp_path):
     note = rolled.restore(tmp_path, 4, {"losses": [0.25, 7.0]})
     assert note is not None and "steps 1-2" in note and list(rolled)[2:] == [0.25, 7.0]
     with pytest.raises(ValueError, match="does not name 2 steps"):
-        loss_record._read(tmp_path / LOSSES_FILE, second, 2)
+        loss_record.read_span(tmp_path / LOSSES_FILE, second, 2)
 
 
 def test_the_losses_an_older_version_left_out_are_read_back_from_losses_bin(make_config, monkeypatch):
