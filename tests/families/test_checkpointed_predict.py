@@ -9,10 +9,9 @@ import pytest
 import torch
 from PIL import Image
 
+from family_sides import RES, config_side
 from lorastudio import families
 from lorastudio.config import TrainConfig, resolve_train_config
-
-RES = 32
 
 
 @pytest.mark.parametrize("family", families.names())
@@ -21,7 +20,9 @@ def test_a_checkpointed_prediction_equals_the_plain_one(family, tiny_model):
     base = str(tiny_model(family))
     extra = {"max_sequence_length": 24} if "max_sequence_length" in fam.spec.supports else {}
     cfg = resolve_train_config(
-        TrainConfig(family=family, base_model=base, data_dir="unused", resolution=RES, **extra)
+        TrainConfig(
+            family=family, base_model=base, data_dir="unused", resolution=config_side(family), **extra
+        )
     )
     dev, dt = torch.device("cpu"), torch.float32
     n_controls = min(fam.source_control_images(base)[1], 2)  # up to 2 the tiny checkpoint's flavour takes

@@ -40,10 +40,10 @@ from collections.abc import Sequence
 import pytest
 import torch
 
+from family_sides import RES, config_side
 from lorastudio import families
 from lorastudio.config import TrainConfig, resolve_train_config
 
-RES = 32
 PROMPTS = ["a red circle on a blue background", "a green square"]
 
 
@@ -63,7 +63,9 @@ def _setup(family: str, base: str, **extra):
         extra.setdefault("logit_mean", 0.3)
         extra.setdefault("logit_std", 1.2)
     return resolve_train_config(
-        TrainConfig(family=family, base_model=base, data_dir="unused", resolution=RES, **extra)
+        TrainConfig(
+            family=family, base_model=base, data_dir="unused", resolution=config_side(family), **extra
+        )
     )
 
 

@@ -14,11 +14,11 @@ import inspect
 import pytest
 import torch
 
+from family_sides import RES, config_side
 from lorastudio import families
 from lorastudio.config import TrainConfig, resolve_train_config
 
 PROMPT = "a red circle on a blue background"
-RES = 32
 
 
 def _cfg(family: str, base: str, **extra) -> TrainConfig:
@@ -26,7 +26,9 @@ def _cfg(family: str, base: str, **extra) -> TrainConfig:
     if "max_sequence_length" in fam.spec.supports:
         extra.setdefault("max_sequence_length", 64)
     return resolve_train_config(
-        TrainConfig(family=family, base_model=base, data_dir="unused", resolution=RES, **extra)
+        TrainConfig(
+            family=family, base_model=base, data_dir="unused", resolution=config_side(family), **extra
+        )
     )
 
 

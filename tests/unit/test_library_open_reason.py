@@ -53,7 +53,7 @@ def test_an_unreadable_checkpoint_and_lora_say_permission_denied(tmp_path) -> No
     )
     weights.chmod(0)
     with pytest.raises(ConfigError, match=rf"cannot read checkpoint .*: Permission denied: {weights}"):
-        load_checkpoint(tmp_path / "ck", None)  # type: ignore[arg-type]  (refused before it is used)
+        load_checkpoint(tmp_path / "ck", None, None)  # type: ignore[arg-type]  (refused before they are used)
     with pytest.raises(ModelSourceError, match="Permission denied"):
         read_lora_file(weights)
 
@@ -75,7 +75,7 @@ def test_a_resume_names_the_reason_safetensors_hid(tmp_path, monkeypatch) -> Non
     monkeypatch.setattr(safetensors.torch, "load_file", hidden)
     _denied(monkeypatch, weights)
     with pytest.raises(ConfigError, match=rf"cannot read checkpoint .*: Permission denied: {weights}"):
-        load_checkpoint(tmp_path / "ck", None)  # type: ignore[arg-type]  (refused before it is used)
+        load_checkpoint(tmp_path / "ck", None, None)  # type: ignore[arg-type]  (refused before they are used)
 
 
 def test_a_base_component_transformers_could_not_open_names_the_true_reason(
