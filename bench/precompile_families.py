@@ -128,10 +128,23 @@ def child(
     counters = dict(saved.COUNTERS) if saved is not None else {}
     return {
         "losses": losses,
+        "set": extra,
+        "adapter": config.adapter,
         "first_step_s": round(first[0], 2) if first else None,
         "counters": counters,
         "notes": notes.lines,
     }
+
+
+def child_command(
+    root: Path, family: str, tag: str, steps: int, compile_mode: str, device: str, sets: list[str]
+) -> list[str]:
+    """The child process's command line for one run: every --set item travels with it."""
+    cmd = [sys.executable, "-m", "bench.precompile_families", "child", str(root), "--families", family]
+    cmd += ["--tag", tag, "--steps", str(steps), "--compile", compile_mode, "--device", device]
+    for item in sets:
+        cmd += ["--set", item]
+    return cmd
 
 
 def run_family(
@@ -141,19 +154,7 @@ def run_family(
     _, _, home = _folders(root, family)
     for tag, flag, compile_mode in RUNS:
         env = {**os.environ, "LORASTUDIO_HOME": str(home), "LORASTUDIO_PRECOMPILE": flag}
-        cmd = [sys.executable, "-m", "bench.precompile_families", "child", str(root)]
-        cmd += [
-            "--families",
-            family,
-            "--tag",
-            tag,
-            "--steps",
-            str(steps),
-            "--compile",
-            compile_mode,
-            "--device",
-            device,
-        ]
+        cmd = child_command(root, family, tag, steps, compile_mode, device, sets)
         t = time.monotonic()
         try:
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)

@@ -1,6 +1,8 @@
 """bench/precompile_families.py's verdict: what makes a family's saved-graph runs fail."""
 
-from bench.precompile_families import verdict
+from pathlib import Path
+
+from bench.precompile_families import child_command, verdict
 
 
 def _runs(save: dict, load: dict, losses: dict[str, list[float]]) -> dict:
@@ -28,3 +30,13 @@ def test_each_failure_is_named():
     assert "differ from eager" in verdict(_runs({"saved": 2}, {"hit": 2}, eager), 1e-5, 1e-3)[0]
     errored = {"family": "flux", "runs": {"off": {"error": "Traceback: boom"}}}
     assert verdict(errored, 1e-5, 1e-3) == ["off: Traceback: boom"]
+
+
+def test_every_set_item_reaches_the_child_run():
+    """Session 36's `--set adapter=lokr` runs trained LoRA: the items never reached the child."""
+    cmd = child_command(Path("/r"), "flux", "off", 3, "on", "cuda", ["adapter=lokr", "lokr_factor=4"])
+    assert cmd[cmd.index("child") + 1] == "/r"
+    sets = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--set"]
+    assert sets == ["adapter=lokr", "lokr_factor=4"]
+    args = dict(zip(cmd[cmd.index("--families") :: 2], cmd[cmd.index("--families") + 1 :: 2], strict=False))
+    assert args["--families"] == "flux" and args["--tag"] == "off" and args["--device"] == "cuda"
