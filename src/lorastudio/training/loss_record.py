@@ -22,14 +22,16 @@ resume reads the spans once (8 bytes a step: 0.8 MB at 100,000 steps).
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import stat
 import sys
 import zlib
 from array import array
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from lorastudio.training.folder_guard import check_folder
 from lorastudio.training.run_files import LOSSES_FILE
@@ -95,7 +97,7 @@ class LossRecord:
         path = run_dir / LOSSES_FILE
         check_folder(run_dir)  # not a folder put at the run's path since it started (folder_guard.py)
         existed = os.path.lexists(path)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        fd = _open(path, os.O_RDWR | os.O_CREAT)
         try:
             size = os.fstat(fd).st_size
             if self._found is None:  # what `discard` puts back
@@ -149,6 +151,8 @@ class LossRecord:
         except (OSError, ValueError) as err:
             known = window[-step:] if step else []
             self.values = array("d", [math.nan] * (step - len(known)) + known)
+            if len(known) == step:  # the window holds every step: nothing lost (the next flush rewrites them)
+                return None
             return (
                 f"the losses of steps 1-{step - len(known)} are not in {path} as the checkpoint recorded "
                 f"({err}): the run's result lists them as NaN (its metrics keep them)"
@@ -191,7 +195,7 @@ def read_span(path: Path, entry: Any, step: int) -> tuple[array, list[list[int]]
     ):
         raise ValueError(f"state.pt's {RECORD_KEY} does not name {step} steps")
     data = bytearray()
-    with open(path, "rb") as file:
+    with open_losses(path) as file:
         for offset, count in spans:
             file.seek(offset)
             chunk = file.read(count * _ITEM)
@@ -202,3 +206,27 @@ def read_span(path: Path, entry: Any, step: int) -> tuple[array, list[list[int]]
     if crc != entry.get("crc32"):
         raise ValueError(f"{path.name} holds other losses than the checkpoint's")
     return from_bytes(bytes(data)), [list(s) for s in spans], crc
+
+
+def open_losses(path: Path) -> BinaryIO:
+    """`path` (a run folder's LOSSES_FILE) open for reading. Raises OSError when it is a symbolic
+    link (flush never writes through one either) or not a regular file: a FIFO put there would
+    block the resume's open forever (RELIABILITY 1540)."""
+    return os.fdopen(_open(path, os.O_RDONLY), "rb")
+
+
+def _open(path: Path, flags: int) -> int:
+    """A descriptor of the regular file `path` (created 0o666 & umask with O_CREAT in `flags`),
+    never through a symbolic link nor blocking on a FIFO. Raises OSError naming `path`."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise OSError(
+                errno.ELOOP, "a symbolic link, which lorastudio does not follow in a run folder", str(path)
+            ) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd
