@@ -40,6 +40,7 @@ describe("Generate: a picked LoRA's trigger word", () => {
     const before = prompt.value;
     await userEvent.click(screen.getByRole("button", { name: "Add “sks”" }));
     expect(prompt.value).toBe(`sks, ${before}`);
+    expect(prompt).toHaveFocus(); // the button gone with the hint: was the page's body (RELIABILITY 1545)
     await waitFor(() => expect(screen.queryByTestId("trigger-words")).toBeNull());
     // typed by hand, in another case: held too
     await userEvent.clear(prompt);
