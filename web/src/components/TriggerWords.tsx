@@ -37,7 +37,7 @@ export function TriggerWords({ loras, picks, prompt, onAdd }: Props) {
   }
   if (!missing.length) return null;
   return (
-    <div className="field wide muted small" data-testid="trigger-words">
+    <div className="field wide muted small trigger-words" data-testid="trigger-words">
       {missing.map(({ name, word }) => (
         <span key={word}>
           {name} was trained with the trigger word <code>{word}</code>, which the prompt does not hold.{" "}
