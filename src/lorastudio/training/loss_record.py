@@ -76,6 +76,7 @@ class LossRecord:
         self._end: int | None = None  # where this session's next write goes in the file
         self._found: int | None = None  # the file's size when this session first wrote it (-1: none)
         self._run_dir: Path | None = None
+        self._file: tuple[int, int] | None = None  # (st_dev, st_ino) of the file this session wrote
 
     def append(self, loss: float) -> None:
         self.values.append(loss)
@@ -99,9 +100,15 @@ class LossRecord:
         existed = os.path.lexists(path)
         fd = _open(path, os.O_RDWR | os.O_CREAT)
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size, file = st.st_size, (st.st_dev, st.st_ino)
             if self._found is None:  # what `discard` puts back
                 self._found, self._run_dir = (size if existed else -1), run_dir
+            if self._end is not None and (size < self._end or file != self._file):
+                # removed, cut or replaced since this session's last write (RELIABILITY 1548): the
+                # spans would name bytes it no longer holds; every step goes again at its end
+                self._spans, self._crc, self._flushed, self._end = [], 0, 0, None
+            self._file = file
             start = self._end if self._end is not None else -(-size // _ITEM) * _ITEM
             spans = [list(s) for s in self._spans]
             if not spans or spans[-1][0] + spans[-1][1] * _ITEM != start:
@@ -162,22 +169,28 @@ class LossRecord:
 
     def discard(self) -> None:
         """Put LOSSES_FILE back at the size this session found it (nothing of it written over:
-        only appended past it), or remove it where there was none. Nothing written: nothing done."""
+        only appended past it), or remove it where there was none. Nothing written: nothing done;
+        a file that is not the one this session wrote (replaced since) is left as it is."""
         if self._run_dir is None or self._found is None:
             return
         path = self._run_dir / LOSSES_FILE
         check_folder(self._run_dir)
-        if self._found < 0:
-            path.unlink(missing_ok=True)
-            self._found = self._run_dir = None
-            return
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        found, self._found, self._run_dir = self._found, None, None
         try:
-            os.ftruncate(fd, self._found)
-            os.fsync(fd)
+            fd = _open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return  # removed since: nothing of this session's left to take back
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != self._file:
+                return  # replaced since: not the file this session wrote
+            if found < 0:
+                path.unlink()
+            elif st.st_size > found:
+                os.ftruncate(fd, found)
+                os.fsync(fd)
         finally:
             os.close(fd)
-        self._found = self._run_dir = None
 
 
 def read_span(path: Path, entry: Any, step: int) -> tuple[array, list[list[int]], int]:

@@ -164,3 +164,35 @@ def test_a_fifo_or_a_link_at_losses_bin_is_refused_not_waited_on(tmp_path):
         loss_record.read_span(path, entry, 2)
     with pytest.raises(OSError, match="symbolic link"):
         record.flush(tmp_path)
+
+
+def test_a_losses_bin_removed_or_replaced_mid_run_gets_every_step_again(tmp_path):
+    """RELIABILITY 1548: losses.bin removed (a clean-up by hand) or replaced by another file while a
+    run trained: its next checkpoints named bytes the file no longer held, and their resume listed
+    every step before the window as NaN. Now the next flush writes every step again at the file's
+    end; a discard leaves a file it did not write as it is."""
+    path = tmp_path / LOSSES_FILE
+    record = LossRecord()
+    for loss in (0.5, 0.25, 0.125):
+        record.append(loss)
+    record.flush(tmp_path)
+    path.unlink()
+    record.append(1.0)
+    entry = record.flush(tmp_path)
+    assert entry["spans"] == [[0, 4]] and path.stat().st_size == 32
+    again = LossRecord()
+    assert again.restore(tmp_path, 4, {"losses": [1.0], RECORD_KEY: entry}) is None
+    assert list(again) == [0.5, 0.25, 0.125, 1.0]
+    other = b"\x01" * 40  # another file put in its place, longer than this session's part
+    path.with_name("other").write_bytes(other)
+    path.with_name("other").replace(path)
+    record.append(2.0)
+    entry = record.flush(tmp_path)
+    assert entry["spans"] == [[40, 5]] and path.read_bytes()[:40] == other
+    again = LossRecord()
+    assert again.restore(tmp_path, 5, {"losses": [2.0], RECORD_KEY: entry}) is None
+    assert list(again) == [0.5, 0.25, 0.125, 1.0, 2.0]
+    path.with_name("other").write_bytes(other)
+    path.with_name("other").replace(path)
+    record.discard()  # not the file it wrote: left whole
+    assert path.read_bytes() == other
