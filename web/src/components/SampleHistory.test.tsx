@@ -74,6 +74,8 @@ describe("SampleHistory", () => {
     await userEvent.click(screen.getByRole("button", { name: "Show older rounds" }));
     await waitFor(() => expect(headers()).toEqual(["Prompt", "step 100", "step 200", "step 300"]));
     expect(screen.queryByRole("button", { name: "Show older rounds" })).toBeNull();
+    // the button gone with the last page: the focus on the line that says so, not the page's start (RELIABILITY 1549)
+    expect(screen.getByText("All 3 rounds shown.")).toHaveFocus();
     expect(calls.map((c) => c.url)).toEqual(["/api/runs/j1/samples?limit=20", "/api/runs/j1/samples?limit=20&cursor=200"]);
   });
   it("counts the rounds a live run added since its first page, and a failed older page is its run's alone (RELIABILITY 1544)", async () => {

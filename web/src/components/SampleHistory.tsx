@@ -116,7 +116,7 @@ function SampleHistoryTable({ runId, latest, prompts }: Props) {
           </tbody>
         </table>
       </ScrollRegion>
-      <OlderRounds pages={pages} shown={steps.length} since={[...since.keys()].filter((s) => !files.has(s)).length} />
+      <OlderRounds key={runId} pages={pages} shown={steps.length} since={[...since.keys()].filter((s) => !files.has(s)).length} />
     </div>
   );
 }
