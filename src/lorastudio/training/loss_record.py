@@ -16,6 +16,10 @@ does not hold the checkpoint's losses). A checkpoint an older version wrote hold
 before are read back from losses.bin where it still holds them, training/loss_recover.py, else
 NaN, and a RunWarning says so).
 
+The file is opened without following a link and never blocks (a FIFO there is refused); a file
+removed, cut or replaced since this session's last write gets every step again at its end, and a
+discard leaves a file this session did not write as it is (RELIABILITY 1540, 1548).
+
 Why by hand: numpy.memmap or a sqlite table would do the same appends with more to explain; a
 resume reads the spans once (8 bytes a step: 0.8 MB at 100,000 steps).
 """
