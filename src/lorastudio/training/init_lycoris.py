@@ -169,8 +169,6 @@ def _load_dora(layer: Any, module: str, parts: dict[str, torch.Tensor], path: Pa
     rank = down.shape[0]
     file_scale = float(parts["alpha"]) / rank if "alpha" in parts else 1.0  # ComfyUI: no alpha, scale 1
     run_scale = float(layer.scaling["default"])
-    a.copy_(down.to(a.device))
-    b.copy_((up * (file_scale / run_scale)).to(b.device))
     base = layer.get_base_layer().weight.detach().float()  # [out, in] or [out, in, k, k]
     flat = base.reshape(rows, -1).to(a.device)  # [out, in (x k x k)]
     delta = (up.reshape(rows, rank) @ down.reshape(rank, -1)).to(a.device) * file_scale  # [out, in (x k x k)]
@@ -179,4 +177,11 @@ def _load_dora(layer: Any, module: str, parts: dict[str, torch.Tensor], path: Pa
         * (flat + delta).norm(dim=1)
         / (flat.norm(dim=1) + torch.finfo(torch.float32).eps)
     )  # [out]
+    if not bool(torch.isfinite(m).all()):  # finite values whose product is not (RELIABILITY 1542)
+        raise ModelSourceError(
+            f"init_lora {path}: its layer {module}'s change (lora_up @ lora_down x alpha / rank) and magnitude "
+            "are past what float32 holds (inf or NaN): the file is not a usable DoRA"
+        )
+    a.copy_(down.to(a.device))
+    b.copy_((up * (file_scale / run_scale)).to(b.device))
     magnitude.copy_(m.reshape(magnitude.shape).to(magnitude.dtype))

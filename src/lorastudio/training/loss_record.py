@@ -16,20 +16,26 @@ does not hold the checkpoint's losses). A checkpoint an older version wrote hold
 before are read back from losses.bin where it still holds them, training/loss_recover.py, else
 NaN, and a RunWarning says so).
 
+The file is opened without following a link and never blocks (a FIFO there is refused); a file
+removed, cut or replaced since this session's last write gets every step again at its end, and a
+discard leaves a file this session did not write as it is (RELIABILITY 1540, 1548).
+
 Why by hand: numpy.memmap or a sqlite table would do the same appends with more to explain; a
 resume reads the spans once (8 bytes a step: 0.8 MB at 100,000 steps).
 """
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import stat
 import sys
 import zlib
 from array import array
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from lorastudio.training.folder_guard import check_folder
 from lorastudio.training.run_files import LOSSES_FILE
@@ -74,6 +80,7 @@ class LossRecord:
         self._end: int | None = None  # where this session's next write goes in the file
         self._found: int | None = None  # the file's size when this session first wrote it (-1: none)
         self._run_dir: Path | None = None
+        self._file: tuple[int, int] | None = None  # (st_dev, st_ino) of the file this session wrote
 
     def append(self, loss: float) -> None:
         self.values.append(loss)
@@ -95,11 +102,17 @@ class LossRecord:
         path = run_dir / LOSSES_FILE
         check_folder(run_dir)  # not a folder put at the run's path since it started (folder_guard.py)
         existed = os.path.lexists(path)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        fd = _open(path, os.O_RDWR | os.O_CREAT)
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size, file = st.st_size, (st.st_dev, st.st_ino)
             if self._found is None:  # what `discard` puts back
                 self._found, self._run_dir = (size if existed else -1), run_dir
+            if self._end is not None and (size < self._end or file != self._file):
+                # removed, cut or replaced since this session's last write (RELIABILITY 1548): the
+                # spans would name bytes it no longer holds; every step goes again at its end
+                self._spans, self._crc, self._flushed, self._end = [], 0, 0, None
+            self._file = file
             start = self._end if self._end is not None else -(-size // _ITEM) * _ITEM
             spans = [list(s) for s in self._spans]
             if not spans or spans[-1][0] + spans[-1][1] * _ITEM != start:
@@ -149,6 +162,8 @@ class LossRecord:
         except (OSError, ValueError) as err:
             known = window[-step:] if step else []
             self.values = array("d", [math.nan] * (step - len(known)) + known)
+            if len(known) == step:  # the window holds every step: nothing lost (the next flush rewrites them)
+                return None
             return (
                 f"the losses of steps 1-{step - len(known)} are not in {path} as the checkpoint recorded "
                 f"({err}): the run's result lists them as NaN (its metrics keep them)"
@@ -158,22 +173,28 @@ class LossRecord:
 
     def discard(self) -> None:
         """Put LOSSES_FILE back at the size this session found it (nothing of it written over:
-        only appended past it), or remove it where there was none. Nothing written: nothing done."""
+        only appended past it), or remove it where there was none. Nothing written: nothing done;
+        a file that is not the one this session wrote (replaced since) is left as it is."""
         if self._run_dir is None or self._found is None:
             return
         path = self._run_dir / LOSSES_FILE
         check_folder(self._run_dir)
-        if self._found < 0:
-            path.unlink(missing_ok=True)
-            self._found = self._run_dir = None
-            return
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        found, self._found, self._run_dir = self._found, None, None
         try:
-            os.ftruncate(fd, self._found)
-            os.fsync(fd)
+            fd = _open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return  # removed since: nothing of this session's left to take back
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != self._file:
+                return  # replaced since: not the file this session wrote
+            if found < 0:
+                path.unlink()
+            elif st.st_size > found:
+                os.ftruncate(fd, found)
+                os.fsync(fd)
         finally:
             os.close(fd)
-        self._found = self._run_dir = None
 
 
 def read_span(path: Path, entry: Any, step: int) -> tuple[array, list[list[int]], int]:
@@ -191,7 +212,7 @@ def read_span(path: Path, entry: Any, step: int) -> tuple[array, list[list[int]]
     ):
         raise ValueError(f"state.pt's {RECORD_KEY} does not name {step} steps")
     data = bytearray()
-    with open(path, "rb") as file:
+    with open_losses(path) as file:
         for offset, count in spans:
             file.seek(offset)
             chunk = file.read(count * _ITEM)
@@ -202,3 +223,27 @@ def read_span(path: Path, entry: Any, step: int) -> tuple[array, list[list[int]]
     if crc != entry.get("crc32"):
         raise ValueError(f"{path.name} holds other losses than the checkpoint's")
     return from_bytes(bytes(data)), [list(s) for s in spans], crc
+
+
+def open_losses(path: Path) -> BinaryIO:
+    """`path` (a run folder's LOSSES_FILE) open for reading. Raises OSError when it is a symbolic
+    link (flush never writes through one either) or not a regular file: a FIFO put there would
+    block the resume's open forever (RELIABILITY 1540)."""
+    return os.fdopen(_open(path, os.O_RDONLY), "rb")
+
+
+def _open(path: Path, flags: int) -> int:
+    """A descriptor of the regular file `path` (created 0o666 & umask with O_CREAT in `flags`),
+    never through a symbolic link nor blocking on a FIFO. Raises OSError naming `path`."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise OSError(
+                errno.ELOOP, "a symbolic link, which lorastudio does not follow in a run folder", str(path)
+            ) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd

@@ -17,7 +17,7 @@ from array import array
 from pathlib import Path
 
 from lorastudio.training.checkpoint import STATE_FILE, checkpoint_step, list_checkpoints
-from lorastudio.training.loss_record import RECORD_KEY, from_bytes, read_span, to_bytes
+from lorastudio.training.loss_record import RECORD_KEY, from_bytes, open_losses, read_span, to_bytes
 from lorastudio.training.run_files import LOSSES_FILE
 
 _ITEM = 8  # bytes of one float64
@@ -66,7 +66,7 @@ def _from_file_start(path: Path, missing: int, head: bytes) -> array | None:
     """Steps 1..missing from the start of `path` when the values after them there are `head`
     (as many as the file holds, at least one)."""
     try:
-        with open(path, "rb") as file:
+        with open_losses(path) as file:  # no link, no FIFO
             data = file.read(missing * _ITEM + len(head))
     except OSError:
         return None

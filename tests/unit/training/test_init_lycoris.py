@@ -160,6 +160,35 @@ def test_an_input_axis_dora_scale_is_refused_naming_why(make_config, tiny_model,
         load_init_lora(denoiser, InitSource(path, file_sha256(path)), "flux", "dora")
 
 
+@pytest.mark.parametrize("dora_scale", [1.0, 3e38])
+def test_a_dora_file_whose_change_overflows_is_refused_not_loaded_as_nan(
+    make_config, tiny_model, tmp_path, dora_scale
+):
+    """RELIABILITY 1542: finite lora_up / lora_down (1e20 each: every value passes check_finite)
+    whose product is past float32, or a finite dora_scale (3e38) times its norm ratio past it: the
+    magnitude was loaded as inf / NaN and the run diverged on its first steps, blamed on its
+    learning rate. Now refused naming the layer, before anything is copied."""
+    d, r = _inner(tiny_model), 4
+    big = 1e20 if dora_scale == 1.0 else 1.0
+    parts = {
+        "lora_up.weight": torch.full((d, r), big),
+        "lora_down.weight": torch.full((r, d), big),
+        "dora_scale": torch.full((d, 1), dora_scale),
+    }
+    path = _fused_file(tmp_path, {"lora_unet_double_blocks_0_img_attn_proj": parts}, "dora-overflow")
+    family = families.get("flux")
+    from lorastudio.training.lora import add_lora, lora_config_for
+
+    denoiser = family.load_denoiser(str(tiny_model("flux")), None, torch.float32, torch.device("cpu"))
+    add_lora(
+        denoiser,
+        lora_config_for(make_config(adapter="dora", lora_rank=r, lora_alpha=8.0), family.spec.lora_targets),
+    )
+    with pytest.raises(ModelSourceError, match="attn.to_out.0's change .* past what float32 holds"):
+        load_init_lora(denoiser, InitSource(path, file_sha256(path)), "flux", "dora")
+    assert all(bool(torch.isfinite(p).all()) for p in denoiser.parameters())
+
+
 def test_a_lycoris_layout_dora_file_starts_a_dora_run(make_config, tiny_model):
     """A DoRA run's kohya-format file (lycoris_ layers with ComfyUI's dora_scale): before, refused
     ("does not read in this version"); now its magnitudes come from the dora_scale and the base."""

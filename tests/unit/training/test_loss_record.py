@@ -6,8 +6,10 @@ in state.pt) still resumes."""
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import struct
+import threading
 
 import pytest
 import torch
@@ -115,3 +117,82 @@ def test_the_losses_an_older_version_left_out_are_read_back_from_losses_bin(make
     assert alone.restore(run_dir, 4, state) is None and list(alone) == full.losses[:4]
     (run_dir / LOSSES_FILE).write_bytes(b"\0" * 24)  # another run's values: not taken
     assert "steps 1-1" in (LossRecord().restore(run_dir, 4, state) or "")
+
+
+def test_a_resume_within_the_window_lost_nothing_when_losses_bin_is_gone(tmp_path):
+    """RELIABILITY 1541: a checkpoint of step <= WINDOW copied without losses.bin (or beside a
+    damaged one) holds every loss itself; its resume warned "the losses of steps 1-0 ... NaN"."""
+    record = LossRecord()
+    for loss in (0.5, 0.25, 0.125):
+        record.append(loss)
+    entry = record.flush(tmp_path)
+    (tmp_path / LOSSES_FILE).unlink()
+    again = LossRecord()
+    assert again.restore(tmp_path, 3, {"losses": [0.5, 0.25, 0.125], RECORD_KEY: entry}) is None
+    assert list(again) == [0.5, 0.25, 0.125]
+    again.append(1.0)
+    assert again.flush(tmp_path)["spans"] == [[0, 4]]  # every step written again
+
+
+def test_a_fifo_or_a_link_at_losses_bin_is_refused_not_waited_on(tmp_path):
+    """RELIABILITY 1540: a FIFO at losses.bin blocked the resume's open forever (its read followed
+    a link the flush refuses); both now say what the file is."""
+    record = LossRecord()
+    record.append(0.5)
+    record.append(0.25)
+    entry = record.flush(tmp_path)
+    path = tmp_path / LOSSES_FILE
+    path.unlink()
+    os.mkfifo(path)
+    notes: list = []
+    reader = threading.Thread(
+        target=lambda: notes.append(LossRecord().restore(tmp_path, 2, {"losses": [0.25], RECORD_KEY: entry})),
+        daemon=True,
+    )
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # the old code's open: a writer's open and close lets it end
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join()
+        pytest.fail("the resume's read of a FIFO at losses.bin blocked")
+    assert "not a regular file" in notes[0] and "steps 1-1" in notes[0]
+    with pytest.raises(OSError, match="not a regular file"):
+        record.flush(tmp_path)
+    path.unlink()
+    path.symlink_to(tmp_path / "elsewhere.bin")
+    with pytest.raises(OSError, match="symbolic link"):
+        loss_record.read_span(path, entry, 2)
+    with pytest.raises(OSError, match="symbolic link"):
+        record.flush(tmp_path)
+
+
+def test_a_losses_bin_removed_or_replaced_mid_run_gets_every_step_again(tmp_path):
+    """RELIABILITY 1548: losses.bin removed (a clean-up by hand) or replaced by another file while a
+    run trained: its next checkpoints named bytes the file no longer held, and their resume listed
+    every step before the window as NaN. Now the next flush writes every step again at the file's
+    end; a discard leaves a file it did not write as it is."""
+    path = tmp_path / LOSSES_FILE
+    record = LossRecord()
+    for loss in (0.5, 0.25, 0.125):
+        record.append(loss)
+    record.flush(tmp_path)
+    path.unlink()
+    record.append(1.0)
+    entry = record.flush(tmp_path)
+    assert entry["spans"] == [[0, 4]] and path.stat().st_size == 32
+    again = LossRecord()
+    assert again.restore(tmp_path, 4, {"losses": [1.0], RECORD_KEY: entry}) is None
+    assert list(again) == [0.5, 0.25, 0.125, 1.0]
+    other = b"\x01" * 40  # another file put in its place, longer than this session's part
+    path.with_name("other").write_bytes(other)
+    path.with_name("other").replace(path)
+    record.append(2.0)
+    entry = record.flush(tmp_path)
+    assert entry["spans"] == [[40, 5]] and path.read_bytes()[:40] == other
+    again = LossRecord()
+    assert again.restore(tmp_path, 5, {"losses": [2.0], RECORD_KEY: entry}) is None
+    assert list(again) == [0.5, 0.25, 0.125, 1.0, 2.0]
+    path.with_name("other").write_bytes(other)
+    path.with_name("other").replace(path)
+    record.discard()  # not the file it wrote: left whole
+    assert path.read_bytes() == other

@@ -59,6 +59,9 @@ export function ProblemSummary({ scope }: { scope: RefObject<HTMLElement | null>
   if (!shown.length) return null;
   const go = (s: Shown) => {
     if (!s.control) return;
+    // a field inside a <details> the user collapsed since (the Advanced settings) is not rendered:
+    // a browser neither scrolls to nor focuses it, so the name did nothing (RELIABILITY 1543)
+    for (let d = s.control.closest("details"); d; d = d.parentElement?.closest("details") ?? null) d.open = true;
     s.control.scrollIntoView?.({ block: "center" });
     s.control.focus();
   };

@@ -74,6 +74,34 @@ describe("SampleHistory", () => {
     await userEvent.click(screen.getByRole("button", { name: "Show older rounds" }));
     await waitFor(() => expect(headers()).toEqual(["Prompt", "step 100", "step 200", "step 300"]));
     expect(screen.queryByRole("button", { name: "Show older rounds" })).toBeNull();
+    // the button gone with the last page: the focus on the line that says so, not the page's start (RELIABILITY 1549)
+    expect(screen.getByText("All 3 rounds shown.")).toHaveFocus();
     expect(calls.map((c) => c.url)).toEqual(["/api/runs/j1/samples?limit=20", "/api/runs/j1/samples?limit=20&cursor=200"]);
+  });
+  it("counts the rounds a live run added since its first page, and a failed older page is its run's alone (RELIABILITY 1544)", async () => {
+    const page = (run: string, steps: number[], next: string | null) => ({
+      body: { samples: steps.flatMap((s) => [file(s, 0), file(s, 1)]).map((f) => ({ ...f, url: f.url.replace("j1", run) })), total: 3, next_cursor: next },
+    });
+    mockFetch(({ url }) =>
+      url === "/api/runs/j1/samples?limit=20"
+        ? page("j1", [200, 300], "200")
+        : url === "/api/runs/j2/samples?limit=20"
+          ? page("j2", [200, 300], "200")
+          : url === "/api/runs/j1/samples?limit=20&cursor=200"
+            ? { status: 500, body: { detail: "disk gone" } }
+            : undefined,
+    );
+    const { rerender } = render(<SampleHistory runId="j1" latest={null} prompts={PROMPTS} />);
+    await screen.findByText(/The newest 2 of 3 rounds/);
+    const next = { step: 400, images: ["samples/step-000400-0.png", "samples/step-000400-1.png"] };
+    rerender(<SampleHistory runId="j1" latest={next} prompts={PROMPTS} />);
+    await waitFor(() => expect(screen.getAllByRole("columnheader")).toHaveLength(4));
+    expect(screen.getByText(/The newest 3 of 4 rounds/)).toBeInTheDocument(); // was "3 of 3"
+    await userEvent.click(screen.getByRole("button", { name: "Show older rounds" }));
+    expect(await screen.findByRole("alert")).toHaveTextContent("Cannot load older rounds: disk gone");
+    rerender(<SampleHistory runId="j2" latest={null} prompts={PROMPTS} />); // another run in the same table
+    await screen.findByAltText("a red circle, step 200");
+    await waitFor(() => expect(screen.getByAltText("a red circle, step 200")).toHaveAttribute("src", "/api/runs/j2/samples/step-000200-0.png"));
+    expect(screen.queryByRole("alert")).toBeNull(); // was j1's error under j2's rounds
   });
 });

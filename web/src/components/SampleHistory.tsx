@@ -65,7 +65,8 @@ function SampleHistoryTable({ runId, latest, prompts }: Props) {
   const files = useMemo(() => roundsFromFiles(stored ?? []), [stored]);
   // the listing's entry of each (step, prompt index)
   const entries = useMemo(() => new Map((stored ?? []).map((x) => [`${x.step}:${x.index}`, x])), [stored]);
-  const rounds: Rounds = new Map([...files, ...(added.runId === runId ? added.rounds : [])]);
+  const since = added.runId === runId ? added.rounds : new Map<number, string[]>();
+  const rounds: Rounds = new Map([...files, ...since]);
   const steps = [...rounds.keys()].sort((a, b) => a - b);
   if (steps.length < 2) return null;
   const rows = Math.max(...steps.map((s) => rounds.get(s)?.length ?? 0));
@@ -115,7 +116,7 @@ function SampleHistoryTable({ runId, latest, prompts }: Props) {
           </tbody>
         </table>
       </ScrollRegion>
-      <OlderRounds pages={pages} shown={steps.length} />
+      <OlderRounds key={runId} pages={pages} shown={steps.length} since={[...since.keys()].filter((s) => !files.has(s)).length} />
     </div>
   );
 }

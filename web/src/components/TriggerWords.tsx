@@ -18,7 +18,7 @@ interface Props {
   loras: readonly Lora[];
   picks: readonly LoraPick[];
   prompt: string;
-  /** Put `word` in the prompt (first, as the run put it before each caption). */
+  /** Put `word` in the prompt (first, as the run put it before each caption); the form's `prompt` field then has the focus. */
   onAdd: (word: string) => void;
 }
 
@@ -37,11 +37,21 @@ export function TriggerWords({ loras, picks, prompt, onAdd }: Props) {
   }
   if (!missing.length) return null;
   return (
-    <div className="field wide muted small" data-testid="trigger-words">
+    <div className="field wide muted small trigger-words" data-testid="trigger-words">
       {missing.map(({ name, word }) => (
         <span key={word}>
           {name} was trained with the trigger word <code>{word}</code>, which the prompt does not hold.{" "}
-          <button type="button" className="ghost small" onClick={() => onAdd(word)}>
+          <button
+            type="button"
+            className="ghost small"
+            onClick={(e) => {
+              // the button goes with the hint once the word is in: the focus goes to the prompt it
+              // went into, not lost to the page's start (keyboard only: RELIABILITY 1545)
+              const field = e.currentTarget.form?.elements.namedItem("prompt");
+              onAdd(word);
+              if (field instanceof HTMLElement) field.focus();
+            }}
+          >
             Add “{word}”
           </button>{" "}
         </span>

@@ -34,7 +34,8 @@ export interface SamplePages {
 export function useSamplePages(runId: string, limit?: number): SamplePages {
   const page = useLoad((signal) => api.runSamples(runId, signal, limit != null ? { limit } : {}).catch(() => NONE), runId).data;
   const [older, setOlder] = useState<Older | null>(null);
-  const [error, setError] = useState<string | null>(null);
+  const [failed, setError] = useState<{ runId: string; text: string } | null>(null);
+  const error = failed?.runId === runId ? failed.text : null; // another run's failed load is not this one's (RELIABILITY 1544)
   const loads = useLatest(); // a page of another run's in flight is dropped
   const olderOfRun = older?.runId === runId ? older : null;
   const cursor = olderOfRun ? olderOfRun.cursor : (page?.next_cursor ?? null);
@@ -47,7 +48,7 @@ export function useSamplePages(runId: string, limit?: number): SamplePages {
       setError(null);
       setOlder({ runId, samples: [...next.samples, ...(olderOfRun?.samples ?? [])], cursor: next.next_cursor ?? null });
     } catch (err) {
-      if (!isAbort(err) && ticket.current()) setError(`Cannot load older rounds: ${err instanceof Error ? err.message : String(err)}`);
+      if (!isAbort(err) && ticket.current()) setError({ runId, text: `Cannot load older rounds: ${err instanceof Error ? err.message : String(err)}` });
     }
   });
   // one array per answer (the tables memoize on it: RELIABILITY 1293)

@@ -3,6 +3,8 @@
  * adds it on request (RELIABILITY 1412): the LoRA list never named it, so a user generated with
  * "a red circle" and saw little of a LoRA trained on "sks".
  */
+// @ts-expect-error -- node's fs (vitest runs the tests in node); the web's tsconfig has no node types
+import { readFileSync } from "node:fs";
 import { screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
@@ -36,10 +38,16 @@ describe("Generate: a picked LoRA's trigger word", () => {
     expect(screen.queryByTestId("trigger-words")).toBeNull(); // trained without one
     await userEvent.click(screen.getByRole("checkbox", { name: "use LoRA cats" }));
     const hint = await screen.findByTestId("trigger-words");
+    // a LoRA name or word of one long token wraps, its button too: at 320 px the hint stuck out 54 px (RELIABILITY 1546)
+    expect(hint).toHaveClass("trigger-words");
+    const css: string = readFileSync("src/styles.css", "utf8");
+    expect(css).toMatch(/^\.trigger-words \{[^}]*overflow-wrap: anywhere;/m);
+    expect(css).toMatch(/^\.trigger-words button \{[^}]*white-space: normal;/m);
     expect(hint).toHaveTextContent("cats was trained with the trigger word sks, which the prompt does not hold.");
     const before = prompt.value;
     await userEvent.click(screen.getByRole("button", { name: "Add “sks”" }));
     expect(prompt.value).toBe(`sks, ${before}`);
+    expect(prompt).toHaveFocus(); // the button gone with the hint: was the page's body (RELIABILITY 1545)
     await waitFor(() => expect(screen.queryByTestId("trigger-words")).toBeNull());
     // typed by hand, in another case: held too
     await userEvent.clear(prompt);

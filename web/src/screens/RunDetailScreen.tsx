@@ -125,7 +125,7 @@ export function RunDetailScreen({ id }: { id: string }) {
           {groupByStep(samples).map((r) => (
             <SampleRound key={r.step} runId={run.id} step={r.step} tiles={r.tiles} />
           ))}
-          <OlderRounds pages={samplePages} shown={new Set(samples.map((s) => s.step)).size} />
+          <OlderRounds key={run.id} pages={samplePages} shown={new Set(samples.map((s) => s.step)).size} />
         </div>
       )}
       {loras.length > 1 && (

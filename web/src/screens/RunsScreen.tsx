@@ -159,7 +159,7 @@ export function RunsScreen() {
       )}
       {runs && (runs.length >= FILTER_FROM || query) && <NameFilter value={query} onChange={setQuery} what="runs" />}
       {query && found && (
-        <p className="muted small" data-testid="runs-found">
+        <p className="muted small wrap-anywhere" data-testid="runs-found">
           {found.length ? `${found.length} of the ${runs?.length} runs loaded` : `No run loaded has “${query}” in its name.`}
           {cursor && " Older runs are not searched until Show more loads them."}
         </p>

@@ -60,6 +60,13 @@ describe("TrainScreen's problem summary", () => {
     await userEvent.click(within(summary).getByRole("button", { name: "Cached variants" }));
     expect(input("cache_variants")).toHaveFocus();
     expect(details.open).toBe(true);
+    // collapsed again by the user while the problem is listed (no render follows): the name opens it
+    // to the field, which a browser does not focus inside a closed <details> (RELIABILITY 1543)
+    await userEvent.click(screen.getByText("Advanced settings"));
+    expect(details.open).toBe(false);
+    await userEvent.click(within(summary).getByRole("button", { name: "Cached variants" }));
+    expect(details.open).toBe(true);
+    expect(input("cache_variants")).toHaveFocus();
     await userEvent.clear(input("cache_variants"));
     await waitFor(() => expect(screen.queryByTestId("problem-summary")).toBeNull());
     // a checkbox's problem: named by the checkbox's label

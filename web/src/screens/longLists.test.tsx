@@ -34,6 +34,8 @@ describe("finding one of many by name", () => {
     await userEvent.type(find, "zebra");
     expect(rows()).toEqual([]);
     expect(screen.getByTestId("datasets-count")).toHaveTextContent("No dataset's name holds “zebra”.");
+    // the query said back wraps: a pasted path of one long token stuck out 51 px at 320 px (RELIABILITY 1547)
+    expect(screen.getByTestId("datasets-count")).toHaveClass("wrap-anywhere");
     await userEvent.keyboard("{Escape}");
     expect(find).toHaveValue("");
     expect(rows()).toHaveLength(12);
@@ -61,6 +63,7 @@ describe("finding one of many by name", () => {
     const found = screen.getByTestId("runs-found");
     expect(found).toHaveTextContent("1 of the 10 runs loaded");
     expect(found).toHaveTextContent("Older runs are not searched until Show more loads them.");
+    expect(found).toHaveClass("wrap-anywhere"); // RELIABILITY 1547
     expect(within(screen.getByTestId("runs-count")).getByRole("button", { name: "Show more" })).toBeInTheDocument();
   });
 
