@@ -59,3 +59,7 @@ def test_a_slow_ema_is_a_run_warning_with_the_decay_that_fits(small_dataset: Pat
     said = ema_horizon_warning(epochs, steps)
     assert f"run of {steps} optimizer steps: after its {steps // 2} EMA updates, one every 2 steps" in said
     assert [w for w in scan_warnings(scan, epochs, None) if "ema" in w] == [said]
+    from_file = _cfg(tmp_path, ema_decay=0.999, steps=1000, init_lora="/unused/start.safetensors")
+    assert "keeps 37% of init_lora's weights it started from, so it is that much that file's" in (
+        ema_horizon_warning(from_file, 1000) or ""
+    )
