@@ -236,6 +236,7 @@ def engine_fuses(name: str) -> bool:
         device_type=DEV,
         lora_dropout=engine_config(name).lora_dropout,
         plain_plan=True,
+        adapter=engine_config(name).adapter,
     )
     return choice.fuse
 

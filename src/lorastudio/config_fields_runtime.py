@@ -151,9 +151,9 @@ class RuntimeFields(StrictFields):
         default="auto",
         description="run each transformer block's projections that read one input (q/k/v, and FLUX.1's "
         "MLP input, Z-Image's SwiGLU, SDXL's cross-attention k/v) as one matmul, their LoRAs too; the LoRA "
-        "file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or "
-        "LoRA dropout (measured 1.7-3.7 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / "
-        "int8 / nf4)",
+        "file is unchanged. auto = on for a LoRA (adapter 'lora': DoRA / LoHa / LoKr run unfused) on a bf16 "
+        "/ fp16 base on CUDA without checkpointing, block swap or LoRA dropout (measured 1.7-3.7 % faster on an "
+        "H200); on: any bf16 / fp16 / fp32 base (not fp8 / int8 / nf4)",
     )
 
     @field_validator("gradient_checkpointing", mode="before")

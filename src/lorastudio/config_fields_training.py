@@ -166,7 +166,9 @@ class TrainingFields(StrictFields):
         gt=0,
         lt=1,
         description="EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw "
-        "one is kept beside it as <name>.raw.safetensors; null = off",
+        "one is kept beside it as <name>.raw.safetensors; null = off. No warmup: the start keeps decay^updates of "
+        "the saved LoRA, so a decay too slow for the run's length is named by its warnings (0.9999 wants ~30000 "
+        "steps)",
     )
     ema_update_every: int = Field(
         default=1, ge=1, le=10_000, description="EMA update every N optimizer steps"

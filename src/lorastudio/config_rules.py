@@ -40,15 +40,18 @@ def fusion_choice(
     device_type: str,
     lora_dropout: float,
     plain_plan: bool,
+    adapter: str,
 ) -> FusionChoice:
     """Decide TrainConfig.fuse_projections `setting` (auto / on / off) for a run's plan.
-    `has_groups`: the family declares projection groups; `precision`: the plan's resolved base
+    `has_groups`: the family declares projection groups; `adapter`: TrainConfig.adapter (only a
+    LoRA is fused: DoRA / LoHa / LoKr are peft's own layers, always unfused, and validation
+    refuses "on" with them: adapter_problems); `precision`: the plan's resolved base
     precision; `device_type`: "cuda", "cpu", ...; `plain_plan`: no checkpointing and no block
     swap. auto fuses (and shares) only the measured case: CUDA, a bf16 / fp16 base, a plain plan,
     no LoRA dropout. on fuses any base not in UNFUSED_BASES (validation refuses "on" with an
     explicit one, or for a family without groups; a budget's choice of one is noted); with LoRA
     dropout each adapter keeps its own input (its own dropout mask), noted."""
-    if setting == "off" or not has_groups:
+    if setting == "off" or not has_groups or adapter != "lora":
         return FusionChoice(False, False)
     if setting == "auto":
         measured = device_type == "cuda" and precision in ("bf16", "fp16") and plain_plan

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lorastudio.config_schedule import ema_horizon_warning
 from lorastudio.data.caption_chars import hidden_text_warning
 from lorastudio.data.caption_variants import variation_warning
 from lorastudio.data.crop import crop_warning, cut_warning
 from lorastudio.data.decoded import undecoded_warning
 from lorastudio.data.duplicates import duplicate_warning
+from lorastudio.data.entries import run_steps
 from lorastudio.data.holdout import overlap_warning
 from lorastudio.data.masks import mask_warning
 from lorastudio.data.upscaling import upscale_warning
@@ -26,7 +28,8 @@ if TYPE_CHECKING:
 
 def scan_warnings(scan: DatasetScan, cfg: TrainConfig, holdout: Holdout | None) -> list[str]:
     """Every warning about `scan` (the run's training images, the validation images held out in
-    `holdout`) under `cfg`, in the preflight's order."""
+    `holdout`) under `cfg`, in the preflight's order; last, the run's settings against its length
+    over `scan` (an EMA too slow for it: config_schedule.ema_horizon_warning)."""
     labels = scan.labels()
     found = [
         upscale_warning(scan.items, cfg.no_upscale, labels),
@@ -38,5 +41,6 @@ def scan_warnings(scan: DatasetScan, cfg: TrainConfig, holdout: Holdout | None) 
         undecoded_warning(scan.items, labels),
         duplicate_warning(scan.items, labels),
         hidden_text_warning(scan.items, labels),
+        ema_horizon_warning(cfg, run_steps(cfg, scan)[0]),
     ]
     return [w for w in found if w]

@@ -269,6 +269,7 @@ def _fuses(cfg: TrainConfig, host: HostInfo, values: dict[str, Any]) -> bool | N
         device_type=host.device,
         lora_dropout=cfg.lora_dropout,
         plain_plan=known["gradient_checkpointing"] == "off" and not known["offload_blocks"],
+        adapter=cfg.adapter,  # the engine's rule (plan_build): a DoRA / LoHa / LoKr run is unfused
     )
     if choice.fuse and any(values[n] is None for n in light):
         return None

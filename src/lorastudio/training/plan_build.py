@@ -119,12 +119,13 @@ def build_denoiser(
     fallbacks = list(apply_base_precision(denoiser, plan.base_precision, device, stay_on_cpu=blocks))
     clock.mark("precision")
     fusion = fusion_choice(
-        cfg.fuse_projections if cfg.adapter == "lora" else "off",  # LoHa / LoKr / DoRA: peft's own layers
+        cfg.fuse_projections,
         bool(family.spec.fused_projection_groups),
         precision=plan.base_precision,
         device_type=device.type,
         lora_dropout=cfg.lora_dropout,
         plain_plan=plan.offload_blocks == 0 and plan.gradient_checkpointing == "off",
+        adapter=cfg.adapter,  # LoHa / LoKr / DoRA: peft's own layers, unfused
     )
     fusion, groups, notes = fuse_for_run(denoiser, family.spec.fused_projection_groups, fusion)
     fallbacks += notes

@@ -159,7 +159,13 @@ def test_shared_lora_inputs_keep_peft_maths_with_one_a_matmul_per_group():
 
 
 def _choice(setting: str, **over):
-    kwargs = {"precision": "bf16", "device_type": "cuda", "lora_dropout": 0.0, "plain_plan": True}
+    kwargs = {
+        "precision": "bf16",
+        "device_type": "cuda",
+        "lora_dropout": 0.0,
+        "plain_plan": True,
+        "adapter": "lora",
+    }
     return fusion_choice(setting, True, **{**kwargs, **over})
 
 
@@ -177,7 +183,7 @@ def test_auto_fuses_only_the_measured_case_and_on_says_what_it_cannot_do():
         assert _choice("auto", **over) == FusionChoice(False, False), over
     assert _choice("off") == FusionChoice(False, False)
     assert fusion_choice(
-        "on", False, precision="bf16", device_type="cpu", lora_dropout=0.0, plain_plan=True
+        "on", False, precision="bf16", device_type="cpu", lora_dropout=0.0, plain_plan=True, adapter="lora"
     ) == FusionChoice(False, False)  # a family without groups (config validation refuses "on")
     assert _choice("on", device_type="cpu", precision="fp32", plain_plan=False) == FusionChoice(True, True)
     no_share = _choice("on", lora_dropout=0.1)
@@ -327,3 +333,21 @@ def test_a_shared_input_model_pickles_by_reference_and_its_copy_computes_the_sam
     assert [type(m) for m in restored.modules()] == [type(m) for m in shared.modules()]
     with torch.no_grad():
         torch.testing.assert_close(restored(**_inputs())[0], shared(**_inputs())[0])
+
+
+def test_the_preflight_says_a_dora_loha_or_lokr_run_is_unfused_as_the_engine_runs_it(make_config):
+    """RELIABILITY 1520: the engine never fuses a DoRA / LoHa / LoKr run (peft's own layers), but
+    the preflight's plan asked fusion_choice without the adapter and reported
+    fuse_projections true for one on a bf16 GPU (the web form's "projections fused" chip)."""
+    from lorastudio.jobs.hardware import HostInfo
+    from lorastudio.jobs.preflight import preflight_plan
+
+    gpu = HostInfo("cuda", "H100", 80.0, ("auto", "fp32", "fp16", "bf16"), 1, (80.0,), capability=(9, 0))
+    base = "black-forest-labs/FLUX.1-dev"  # schema-checked only: no model is read
+    assert (
+        preflight_plan(make_config("flux", base_model=base), gpu)["fuse_projections"] is True
+    )  # LoRA: fused
+    for adapter in ("dora", "loha", "lokr"):
+        cfg = make_config("flux", base_model=base, adapter=adapter)
+        assert preflight_plan(cfg, gpu)["fuse_projections"] is False, adapter
+        assert _choice("auto", adapter=adapter) == FusionChoice(False, False), adapter

@@ -4585,7 +4585,7 @@ export interface components {
             default_caption?: string | null;
             /**
              * Ema Decay
-             * @description EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw one is kept beside it as <name>.raw.safetensors; null = off
+             * @description EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw one is kept beside it as <name>.raw.safetensors; null = off. No warmup: the start keeps decay^updates of the saved LoRA, so a decay too slow for the run's length is named by its warnings (0.9999 wants ~30000 steps)
              * @default null
              */
             ema_decay?: number | null;
@@ -4620,7 +4620,7 @@ export interface components {
             flow_shift?: number | null;
             /**
              * Fuse Projections
-             * @description run each transformer block's projections that read one input (q/k/v, and FLUX.1's MLP input, Z-Image's SwiGLU, SDXL's cross-attention k/v) as one matmul, their LoRAs too; the LoRA file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or LoRA dropout (measured 1.7-3.7 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / int8 / nf4)
+             * @description run each transformer block's projections that read one input (q/k/v, and FLUX.1's MLP input, Z-Image's SwiGLU, SDXL's cross-attention k/v) as one matmul, their LoRAs too; the LoRA file is unchanged. auto = on for a LoRA (adapter 'lora': DoRA / LoHa / LoKr run unfused) on a bf16 / fp16 base on CUDA without checkpointing, block swap or LoRA dropout (measured 1.7-3.7 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / int8 / nf4)
              * @default auto
              * @enum {string}
              */
@@ -5213,7 +5213,7 @@ export interface components {
             default_caption: string | null;
             /**
              * Ema Decay
-             * @description EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw one is kept beside it as <name>.raw.safetensors; null = off
+             * @description EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw one is kept beside it as <name>.raw.safetensors; null = off. No warmup: the start keeps decay^updates of the saved LoRA, so a decay too slow for the run's length is named by its warnings (0.9999 wants ~30000 steps)
              */
             ema_decay: number | null;
             /**
@@ -5246,7 +5246,7 @@ export interface components {
             flow_shift: number | null;
             /**
              * Fuse Projections
-             * @description run each transformer block's projections that read one input (q/k/v, and FLUX.1's MLP input, Z-Image's SwiGLU, SDXL's cross-attention k/v) as one matmul, their LoRAs too; the LoRA file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or LoRA dropout (measured 1.7-3.7 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / int8 / nf4)
+             * @description run each transformer block's projections that read one input (q/k/v, and FLUX.1's MLP input, Z-Image's SwiGLU, SDXL's cross-attention k/v) as one matmul, their LoRAs too; the LoRA file is unchanged. auto = on for a LoRA (adapter 'lora': DoRA / LoHa / LoKr run unfused) on a bf16 / fp16 base on CUDA without checkpointing, block swap or LoRA dropout (measured 1.7-3.7 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / int8 / nf4)
              * @default auto
              * @enum {string}
              */
