@@ -182,10 +182,21 @@ VALIDATION_ERROR = "RequestValidationError"  # the `error` of every 422 (schemas
 # Body keys whose values are secrets (FetchBody.token): a 422 never echoes them.
 SECRET_KEYS = frozenset({"token", "hf_token", "api_token"})
 REDACTED = "**********"  # as pydantic prints a SecretStr
+ECHO_CHARS = 200  # an echoed string longer than this is cut (a 100,000-character `to` answered ~100 KB)
+
+
+def _cut(text: str) -> str:
+    """`text` as a 422 echoes it: whole up to ECHO_CHARS, else its start and how long it was."""
+    if len(text) <= ECHO_CHARS:
+        return text
+    return f"{text[:ECHO_CHARS]}... (cut: {len(text):,} characters)"
 
 
 def _redacted(value: Any) -> Any:
-    """`value` (an echoed input) with every value under a SECRET_KEYS key replaced by REDACTED."""
+    """`value` (an echoed input) with every value under a SECRET_KEYS key replaced by REDACTED
+    and every string longer than ECHO_CHARS cut (_cut: it says so and its length)."""
+    if isinstance(value, str):
+        return _cut(value)
     if isinstance(value, dict):
         return {k: REDACTED if k in SECRET_KEYS else _redacted(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
