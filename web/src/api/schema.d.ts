@@ -926,7 +926,8 @@ export interface paths {
          * @description Runs, newest first (no configs or metrics), each with the step it could resume from, a
          *     page at a time (`limit`; `cursor`: the previous page's `next_cursor`, null after the last
          *     page; a run made or deleted meanwhile never repeats or skips one); `total` counts every
-         *     run. Only the page's run folders are read.
+         *     run, or with `q` every run it keeps (jobs/run_search.py: the words of `q` in the run's
+         *     name, id or base_model; a cursor pages the matches). Only the page's run folders are read.
          */
         get: operations["list_runs_api_runs_get"];
         put?: never;
@@ -10606,6 +10607,8 @@ export interface operations {
                 limit?: number;
                 /** @description a page's next_cursor: the page after it (absent: the newest runs) */
                 cursor?: string | null;
+                /** @description only runs whose name, id or base_model holds each word of this text (any case) */
+                q?: string | null;
             };
             header?: never;
             path?: never;

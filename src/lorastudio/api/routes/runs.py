@@ -39,6 +39,11 @@ def list_runs(
         pattern=RUNS_CURSOR,
         description="a page's next_cursor: the page after it (absent: the newest runs)",
     ),
+    q: str | None = Query(
+        default=None,
+        max_length=255,
+        description="only runs whose name, id or base_model holds each word of this text (any case)",
+    ),
     store: RunStore = Depends(store_dep),
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
@@ -46,8 +51,9 @@ def list_runs(
     """Runs, newest first (no configs or metrics), each with the step it could resume from, a
     page at a time (`limit`; `cursor`: the previous page's `next_cursor`, null after the last
     page; a run made or deleted meanwhile never repeats or skips one); `total` counts every
-    run. Only the page's run folders are read."""
-    runs, total, after = store.runs_page(limit, int(cursor) if cursor else None)
+    run, or with `q` every run it keeps (jobs/run_search.py: the words of `q` in the run's
+    name, id or base_model; a cursor pages the matches). Only the page's run folders are read."""
+    runs, total, after = store.runs_page(limit, int(cursor) if cursor else None, q)
     return {
         "runs": [_with_resume_step(_elapsed(run, service), settings) for run in runs],
         "total": total,
