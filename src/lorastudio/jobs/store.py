@@ -383,6 +383,23 @@ class RunStore:
             ).fetchall()
         return [r["id"] for r in rows]
 
+    def output_sharers(self, output_names: list[str]) -> dict[str, list[str]]:
+        """{output name: the ids of its runs, oldest first} for each of `output_names` (a page's,
+        in one query): a run deleted while another of the list shares its folder keeps the files."""
+        names = sorted({n for n in output_names if n})
+        found: dict[str, list[str]] = {n: [] for n in names}
+        with self._lock:
+            for at in range(0, len(names), 500):  # within SQLite's bound variables
+                part = names[at : at + 500]
+                rows = self._conn.execute(
+                    f"SELECT output_name, id FROM runs WHERE output_name IN ({','.join('?' * len(part))})"
+                    " ORDER BY rowid",
+                    part,
+                ).fetchall()
+                for row in rows:
+                    found[row["output_name"]].append(row["id"])
+        return found
+
 
 def _settled(run: dict[str, Any], dead: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """`run` as settle_dead_owners left it, where the store could not be written."""

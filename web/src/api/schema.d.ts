@@ -947,7 +947,8 @@ export interface paths {
         };
         /**
          * Get Run
-         * @description One run: config, metric points (decimated), outputs, error. 404 when unknown.
+         * @description One run: config, metric points (decimated), outputs, error, and the other records of its
+         *     output folder (`shared_with`: deleting this one keeps the files). 404 when unknown.
          */
         get: operations["get_run_api_runs__run_id__get"];
         put?: never;
@@ -3979,6 +3980,11 @@ export interface components {
              */
             resume_step?: number | null;
             /**
+             * Shared With
+             * @description the ids of the other run records of this output folder (a resume's record, the run it resumed), oldest first: deleting this record then keeps the files, which go with the last of them
+             */
+            shared_with?: string[];
+            /**
              * Source
              * @description who started the run: the job service (API, UI) or `lorastudio train`
              * @default service
@@ -4082,6 +4088,11 @@ export interface components {
              * @description the step a resume would continue from (null: not resumable)
              */
             resume_step?: number | null;
+            /**
+             * Shared With
+             * @description the ids of the other run records of this output folder (a resume's record, the run it resumed), oldest first: deleting this record then keeps the files, which go with the last of them
+             */
+            shared_with?: string[];
             /**
              * Source
              * @description who started the run: the job service (API, UI) or `lorastudio train`

@@ -7,6 +7,7 @@ import { ResumeButton } from "../components/ResumeButton";
 import type { RunList, RunSummary } from "../api/types";
 import { formatDuration, formatNumber, formatWhen, runDuration } from "../lib/format";
 import { href, navigate } from "../lib/route";
+import { deleteQuestion } from "../lib/runDelete";
 import { isAbort, loadMessage, useAction, useLatest, useLoad, useUnmountSignal } from "../lib/latest";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { FILTER_FROM, matchesName, NameFilter } from "../components/NameFilter";
@@ -86,7 +87,7 @@ export function RunsScreen() {
 
   const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
   const remove = useAction(async (run: RunSummary) => {
-    if (!window.confirm(`Delete run ${run.output_name} and its files?`)) return;
+    if (!window.confirm(deleteQuestion(run))) return;
     try {
       await api.deleteRun(run.id, mounted()); // left meanwhile: it is deleted, the list gone is not reloaded
       setError(null);
