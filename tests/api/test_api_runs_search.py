@@ -16,7 +16,7 @@ def test_q_finds_old_runs_by_name_id_or_base_and_pages_them(client: TestClient) 
     store = client.app.state.store  # type: ignore[attr-defined]
     for i in range(12):
         name = "Café-cat" if i % 3 == 0 else f"dog-{i}"
-        base = "/models/FLUX.1-dev" if i == 1 else "owner/sdxl"
+        base = {1: "/models/FLUX.1-dev", 4: "D:\\Models\\Ünet-x"}.get(i, "owner/sdxl")  # 4: escapes in its JSON
         store.create_run(f"id{i:02d}", name, "flux", {"base_model": base}, "2026-12-01T00:00:00+00:00",
                          status=JobStatus.COMPLETED)  # fmt: skip
     store._conn.execute("UPDATE runs SET config_json='{not json' WHERE id='id02'")  # an odd row
@@ -33,8 +33,9 @@ def test_q_finds_old_runs_by_name_id_or_base_and_pages_them(client: TestClient) 
     assert (got, total, cursor) == (["id03", "id00"], 4, None)
     assert ids(q="flux.1")[:2] == (["id01"], 1)  # the base_model
     assert ids(q="ID07")[:2] == (["id07"], 1)
-    sdxl = ["id11", "id10", "id08", "id07", "id05", "id04"]  # id02's config unreadable: no base
-    assert ids(q="dog sdxl")[:2] == (sdxl, 6)
+    sdxl = ["id11", "id10", "id08", "id07", "id05"]  # id02's config unreadable: no base
+    assert ids(q="dog sdxl")[:2] == (sdxl, 5)
+    assert ids(q="ÜNET models\\ünet")[:2] == (["id04"], 1)
     assert ids(q="dog flux")[:2] == (["id01"], 1)  # one word in the name, the other in the base
     assert ids(q="  ")[1] == 12  # a blank q: every run
     assert ids(q="nothing") == ([], 0, None)

@@ -4,7 +4,9 @@ run store's page query calls, so that the rowid cursor pages the matches as it p
 
 A run is kept when every word of the query (split on white space; NFC, any case, as the web's
 NameFilter matches a name) is found in its output name, its id or its config's base_model. The
-config is parsed only for a word the name and id lack. No torch.
+config is parsed only for a word the name and id lack and its text holds (a config text with no
+backslash writes every string as it is, so a word missing from the whole text is in no value of
+it: ~0.1 ms a row saved on a full scan). No torch.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ def run_matches(query: object, run_id: object, output_name: object, config_json:
     missing = [w for w in words if w not in have]
     if not missing:
         return 1
+    if isinstance(config_json, str) and "\\" not in config_json:  # every string in it as written
+        text = _folded(config_json)  # holds the folded base_model whole: a word it lacks is in no value
+        if any(w not in text for w in missing):
+            return 0
     base = _base_model(config_json)
     return int(all(w in base for w in missing))
 
