@@ -39,7 +39,9 @@ def test_a_422_cuts_a_long_input_and_says_so(client: TestClient, settings: Setti
     r = client.post("/api/datasets/pets/rename", json={"to": 5, "note": short})
     assert {i["loc"][-1]: i["input"] for i in r.json()["detail"]} == {"to": 5, "note": short}, r.text
     r = client.post("/api/datasets/pets/rename", json={"to": ["x"] * 100_000})  # a long list: its first items
-    assert r.status_code == 422 and r.json()["detail"][0]["input"] == ["x"] * 20 + ["... (cut: 100,000 items)"]
+    assert r.status_code == 422 and r.json()["detail"][0]["input"] == ["x"] * 20 + [
+        "... (cut: 100,000 items)"
+    ]
     r = client.post("/api/datasets/pets/rename", json={"to": "a", long: 1})  # an unknown key's loc
     assert r.status_code == 422 and len(r.content) < 2_000, len(r.content)
     assert r.json()["detail"][0]["loc"] == ["body", "é" * 200 + "... (cut: 100,000 characters)"]

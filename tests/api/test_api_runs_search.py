@@ -16,7 +16,9 @@ def test_q_finds_old_runs_by_name_id_or_base_and_pages_them(client: TestClient) 
     store = client.app.state.store  # type: ignore[attr-defined]
     for i in range(12):
         name = "Café-cat" if i % 3 == 0 else f"dog-{i}"
-        base = {1: "/models/FLUX.1-dev", 4: "D:\\Models\\Ünet-x"}.get(i, "owner/sdxl")  # 4: escapes in its JSON
+        base = {1: "/models/FLUX.1-dev", 4: "D:\\Models\\Ünet-x"}.get(
+            i, "owner/sdxl"
+        )  # 4: escapes in its JSON
         store.create_run(f"id{i:02d}", name, "flux", {"base_model": base}, "2026-12-01T00:00:00+00:00",
                          status=JobStatus.COMPLETED)  # fmt: skip
     store._conn.execute("UPDATE runs SET config_json='{not json' WHERE id='id02'")  # an odd row
