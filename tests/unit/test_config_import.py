@@ -360,3 +360,14 @@ def test_kohya_network_weights_become_init_lora(tmp_path: Path) -> None:
     path.write_text(json.dumps({**args, "network_weights": "/elsewhere/gone.safetensors"}))
     data = strict(import_config(path, toml=False).text, tmp_path, ".json")
     assert data["init_lora"] == "/elsewhere/gone.safetensors"
+
+
+def test_a_non_text_network_weights_is_refused_as_no_file_path(tmp_path: Path) -> None:
+    """kohya's network_weights is a file: `5` there was refused as "5 is not a folder path"
+    (common.folder words every path key's refusal for a folder; session 37 kpfix6)."""
+    path = tmp_path / "kohya.json"
+    args = {"pretrained_model_name_or_path": "black-forest-labs/FLUX.1-dev", "network_module": "networks.lora_flux",
+            "train_data_dir": "img", "network_weights": 5}  # fmt: skip
+    path.write_text(json.dumps(args))
+    with pytest.raises(ConfigError, match="network_weights: 5 is not a LoRA file path"):
+        import_config(path, toml=False)

@@ -182,25 +182,47 @@ VALIDATION_ERROR = "RequestValidationError"  # the `error` of every 422 (schemas
 # Body keys whose values are secrets (FetchBody.token): a 422 never echoes them.
 SECRET_KEYS = frozenset({"token", "hf_token", "api_token"})
 REDACTED = "**********"  # as pydantic prints a SecretStr
+ECHO_CHARS = 200  # an echoed string longer than this is cut (a 100,000-character `to` answered ~100 KB)
+ECHO_ITEMS = 20  # an echoed list or object of more items than this is cut too
+
+
+def _cut(text: str) -> str:
+    """`text` as a 422 echoes it: whole up to ECHO_CHARS, else its start and how long it was."""
+    if len(text) <= ECHO_CHARS:
+        return text
+    return f"{text[:ECHO_CHARS]}... (cut: {len(text):,} characters)"
 
 
 def _redacted(value: Any) -> Any:
-    """`value` (an echoed input) with every value under a SECRET_KEYS key replaced by REDACTED."""
+    """`value` (an echoed input) with every value under a SECRET_KEYS key replaced by REDACTED,
+    every string longer than ECHO_CHARS cut (_cut: it says so and its length), and a list or
+    object of more than ECHO_ITEMS items cut to its first ones and a last one saying how many."""
+    if isinstance(value, str):
+        return _cut(value)
     if isinstance(value, dict):
-        return {k: REDACTED if k in SECRET_KEYS else _redacted(v) for k, v in value.items()}
+        items = list(value.items())
+        kept = {_cut(k): REDACTED if k in SECRET_KEYS else _redacted(v) for k, v in items[:ECHO_ITEMS]}
+        if len(items) > ECHO_ITEMS:
+            kept["..."] = f"(cut: {len(items):,} keys)"
+        return kept
     if isinstance(value, list | tuple):
-        return [_redacted(v) for v in value]
+        kept_items = [_redacted(v) for v in value[:ECHO_ITEMS]]
+        if len(value) > ECHO_ITEMS:
+            kept_items.append(f"... (cut: {len(value):,} items)")
+        return kept_items
     return value
 
 
 def _without_secrets(item: dict[str, Any]) -> dict[str, Any]:
-    """A pydantic error item whose echoed `input` holds no secret: the input of an error inside
-    a secret field (a token of the wrong type or length) is REDACTED, and a secret key inside a
-    larger input (the whole body of a `missing` error) too."""
+    """A pydantic error item whose echoed `input` holds no secret and no long text: the input of
+    an error inside a secret field (a token of the wrong type or length) is REDACTED, a secret key
+    inside a larger input (the whole body of a `missing` error) too, and a long input (or a long
+    key in `loc`: an unknown body key) is cut (_redacted)."""
+    loc = [_cut(part) if isinstance(part, str) else part for part in item.get("loc", ())]
     if "input" not in item:
-        return item
+        return {**item, "loc": loc} if "loc" in item else item
     inside = any(part in SECRET_KEYS for part in item.get("loc", ()))
-    return {**item, "input": REDACTED if inside else _redacted(item["input"])}
+    return {**item, "loc": loc, "input": REDACTED if inside else _redacted(item["input"])}
 
 
 async def _invalid_request(request: Request, err: Exception) -> JSONResponse:

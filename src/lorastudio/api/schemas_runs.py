@@ -271,6 +271,11 @@ class RunSummary(_Out):
         description="what failed without failing the run (e.g. its final sample round after the LoRA "
         "was written: the run completed, its LoRA whole)",
     )
+    shared_with: list[str] = Field(
+        default_factory=list,
+        description="the ids of the other run records of this output folder (a resume's record, the run it "
+        "resumed), oldest first: deleting this record then keeps the files, which go with the last of them",
+    )
     source: Literal["service", "cli"] = Field(
         default="service", description="who started the run: the job service (API, UI) or `lorastudio train`"
     )

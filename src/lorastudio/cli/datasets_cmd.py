@@ -356,8 +356,8 @@ def rename_cmd(
     except HomeInUse as err:
         typer.echo(f"dataset {shown_name(name)!r} not renamed: {err}", err=True)
         raise typer.Exit(1) from None
-    with lock:
-        new = rename_dataset(settings.datasets_dir, name, to, in_use=set)  # the lock excludes every job
+    with lock:  # it excludes every job
+        new = rename_dataset(settings.datasets_dir, name, to, in_use=set, field="TO")
     typer.echo(f"renamed dataset {shown_name(name)!r} to {new!r}")
 
 

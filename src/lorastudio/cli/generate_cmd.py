@@ -160,6 +160,10 @@ def _generate(
     fmt = IMAGE_SUFFIXES.get(out.suffix.lower())
     if why := output_file_problem(out, tuple(IMAGE_SUFFIXES), overwrite, "--overwrite"):
         problems.append(FieldProblem("--out", why))
+    try:  # with the other problems, as `train --check` names it (train_check.device_problems)
+        pick_device(device, "--device")
+    except ConfigError as err:
+        problems += err.problems
     settings = get_settings()
     hold_studio_hub_token()  # LORASTUDIO_HF_TOKEN for the pipeline's hub calls (hub_token.py)
     typed = {"base_model": base, "base_config": base_config}  # the PNG records them as typed (below)
@@ -209,7 +213,7 @@ def _generate(
             problems += [FieldProblem(f"--{p.field.replace('_', '-')}", p.message) for p in err.problems]
     loras = []
     typed_loras = []  # each LoRA as typed (a run's name, ~/...), for the PNG
-    for path, scale in (parse_lora_arg(v) for v in lora_args):
+    for path, scale in (parse_lora_arg(v, outputs=settings.outputs_dir) for v in lora_args):
         if abs(scale) > LORA_SCALE_LIMIT:  # the API's range (LoraRef.scale)
             problems.append(
                 FieldProblem(
@@ -250,7 +254,7 @@ def _generate(
     spec = families.get(family).spec
     default_side = int(spec.defaults.get("resolution", 1024))
     digests = [lora_digest(p) for p, _ in loras]  # what the PNG records; the files applied must stay these
-    dev = pick_device(device)
+    dev = pick_device(device, "--device")
     quiet_libraries()
     pipe = load_pipeline(
         source,

@@ -60,7 +60,7 @@ def device_problems(device: str | None) -> list[FieldProblem]:
     from lorastudio.training.precision import pick_device
 
     try:
-        pick_device(device)
+        pick_device(device, "--device")
     except ConfigError as err:
         return list(err.problems)
     return []

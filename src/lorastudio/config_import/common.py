@@ -28,14 +28,15 @@ def carry(
     return got
 
 
-def folder(draft: Draft, peer: str, value: Any) -> tuple[str, str] | None:
+def folder(draft: Draft, peer: str, value: Any, what: str = "folder") -> tuple[str, str] | None:
     """(the folder path `value` names, how it changed or "") for our settings: absolute as
     written (~ expanded), a relative one resolved against the peer file's folder (where the peer
     resolved it against its own working folder). A path with a '..' part refuses the import
     (draft.fail, naming the file and key): where it points depends on a folder the file does not
-    name. None when it is not usable."""
+    name; so does a value that is no path, worded as `what` the key names ("folder", a file's
+    "LoRA file"). None when it is not usable."""
     if not isinstance(value, str) or not value.strip():
-        draft.fail(peer, f"{value!r} is not a folder path")
+        draft.fail(peer, f"{value!r} is not a {what} path")
         return None
     if values.has_dotdot(value):
         draft.fail(peer, f"the path {value!r} has a '..' part: write it without one (absolute)")
@@ -81,7 +82,7 @@ def init_lora(draft: Draft, peer: str, value: Any) -> None:
     """The peer's LoRA to train on from (kohya's network_weights) as our init_lora: a path as
     `folder` makes it (relative: against the peer file's folder). The strict check that follows
     reads the file (family, adapter, rank): one it cannot read is reported as not carried."""
-    found = folder(draft, peer, value)
+    found = folder(draft, peer, value, what="LoRA file")
     if found is not None:
         draft.set(peer, "init_lora", found[0], found[1])
 

@@ -85,9 +85,10 @@ def unusable_error(root: Path, name: str, field: str = "dataset name") -> Config
     )
 
 
-def rename_dataset(root: Path, name: str, to: str, in_use: Callable[[], set[Path]]) -> str:
+def rename_dataset(root: Path, name: str, to: str, in_use: Callable[[], set[Path]], field: str = "to") -> str:
     """Rename the dataset folder `name` (as listed: any name a folder directly under `root` can
-    have, hand-made ones included) to `to` (a new dataset name: paths.new_name, NFC).
+    have, hand-made ones included) to `to` (a new dataset name: paths.new_name, NFC); the new
+    name's problems are named `field` (the API's body key `to`; the CLI its argument `TO`).
 
     Returns the new name. The rename is one os.rename under the new name's lock (and the old
     one's, when it is a name the studio uses: uploads and edits take it), after checking
@@ -98,19 +99,19 @@ def rename_dataset(root: Path, name: str, to: str, in_use: Callable[[], set[Path
     CLI run holding it refuses the rename, DatasetBusy).
     """
     name = existing_component(name, field="dataset name")
-    target = new_name(to, field="new name")
+    target = new_name(to, field=field)
     folder = root / name
     if name.startswith(".") or folder.is_symlink() or not folder.is_dir():
         raise DatasetNotFound(name)
     if target == name:
-        raise ConfigError([FieldProblem("new name", f"the dataset is already named {target!r}")])
+        raise ConfigError([FieldProblem(field, f"the dataset is already named {target!r}")])
     locked = sorted({target} if name_problem(root, name) is not None else {target, name})
     with contextlib.ExitStack() as stack:  # a usable source's lock too, both in one order
         for key in locked:
             stack.enter_context(dataset_lock(root, key))
         dest = root / target
         if os.path.lexists(dest) and not _same(folder, dest):
-            raise ConfigError([FieldProblem("new name", f"a dataset named {target!r} already exists")])
+            raise ConfigError([FieldProblem(field, f"a dataset named {target!r} already exists")])
         if folder.resolve() in in_use():
             raise JobActive(
                 f"dataset {name!r} is used by a queued or running training job; rename it when the job ends"

@@ -26,6 +26,8 @@ from lorastudio.errors import NoSpaceLeft, NotFound, is_no_space
 from lorastudio.file_modes import follow_umask_path
 from lorastudio.jobs.records import LIVE_STATUSES, JobStatus, now_iso
 from lorastudio.jobs.run_owner import cli_owner_gone, sweep_free_locks
+from lorastudio.jobs.run_search import SQL_FUNCTION, query_words
+from lorastudio.jobs.run_search import register as register_search
 from lorastudio.jobs.store_metrics import insert_points, read_points
 from lorastudio.jobs.store_schema import RUN_COLUMNS, UPDATABLE, open_schema, place_output, read_output_order
 from lorastudio.processes import process_gone
@@ -66,6 +68,7 @@ class RunStore:
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA foreign_keys=ON")
+        register_search(conn)  # GET /api/runs' q (jobs/run_search.py)
         open_schema(conn)
         store = cls(conn, path)
         if recover:
@@ -292,22 +295,30 @@ class RunStore:
         return self.runs_page(limit)[0]
 
     def runs_page(
-        self, limit: int = 200, before: int | None = None
+        self, limit: int = 200, before: int | None = None, query: str | None = None
     ) -> tuple[list[dict[str, Any]], int, int | None]:
         """(runs, total, next): at most `limit` runs, newest first, without configs or metrics
-        (dead owners settled first); `total` in the store; `next`, the `before` of the next page
-        (None after the last). `before`: only runs recorded before the one a page ended on, so
-        runs made or deleted between pages repeat or skip none. Newest by rowid (the order of
-        recording), not `created_at`: a clock set back listed later runs below earlier ones."""
+        (dead owners settled first); `total` in the store (with `query`: those it keeps);
+        `next`, the `before` of the next page (None after the last). `before`: only runs
+        recorded before the one a page ended on, so runs made or deleted between pages repeat
+        or skip none. Newest by rowid (the order of recording), not `created_at`: a clock set
+        back listed later runs below earlier ones. `query`: only the runs whose name, id or
+        base_model holds each of its words (jobs/run_search.py; blank: every run)."""
         dead = self.settle_dead_owners()
         limit = max(1, min(limit, _SQLITE_MAX_INT - 1))
+        search = query if query and query_words(query) else None
+        where = f" AND {SQL_FUNCTION}(?, id, output_name, config_json)" if search else ""
+        kept = (search,) if search else ()
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT rowid AS seq, {', '.join(RUN_COLUMNS)}, warnings_json FROM runs WHERE rowid < ?"
+                f"SELECT rowid AS seq, {', '.join(RUN_COLUMNS)}, warnings_json FROM runs WHERE rowid < ?{where}"
                 " ORDER BY rowid DESC LIMIT ?",
-                (_SQLITE_MAX_INT if before is None else min(before, _SQLITE_MAX_INT), limit + 1),
+                (_SQLITE_MAX_INT if before is None else min(before, _SQLITE_MAX_INT), *kept, limit + 1),
             ).fetchall()
-            total = int(self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+            counted = (
+                f"SELECT COUNT(*) FROM runs WHERE {where[5:]}" if search else "SELECT COUNT(*) FROM runs"
+            )
+            total = int(self._conn.execute(counted, kept).fetchone()[0])
         page = [dict(r) for r in rows[:limit]]
         after = int(page[-1]["seq"]) if len(rows) > limit else None
         return (
@@ -371,6 +382,23 @@ class RunStore:
                 "SELECT id FROM runs WHERE output_name=? ORDER BY rowid", (output_name,)
             ).fetchall()
         return [r["id"] for r in rows]
+
+    def output_sharers(self, output_names: list[str]) -> dict[str, list[str]]:
+        """{output name: the ids of its runs, oldest first} for each of `output_names` (a page's,
+        in one query): a run deleted while another of the list shares its folder keeps the files."""
+        names = sorted({n for n in output_names if n})
+        found: dict[str, list[str]] = {n: [] for n in names}
+        with self._lock:
+            for at in range(0, len(names), 500):  # within SQLite's bound variables
+                part = names[at : at + 500]
+                rows = self._conn.execute(
+                    f"SELECT output_name, id FROM runs WHERE output_name IN ({','.join('?' * len(part))})"
+                    " ORDER BY rowid",
+                    part,
+                ).fetchall()
+                for row in rows:
+                    found[row["output_name"]].append(row["id"])
+        return found
 
 
 def _settled(run: dict[str, Any], dead: dict[str, dict[str, Any]]) -> dict[str, Any]:

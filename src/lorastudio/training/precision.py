@@ -30,9 +30,10 @@ FP8_MIN_CAPABILITY = (8, 9)  # Ada (8.9) and Hopper (9.0) are the first GPUs wit
 BF16_MIN_CAPABILITY = (8, 0)  # Ampere (8.0) is the first with bf16 tensor cores (jobs/hardware.py's rule)
 
 
-def pick_device(device: str | None) -> torch.device:
+def pick_device(device: str | None, field: str = "device") -> torch.device:
     """The training device: `device` if given (e.g. "cpu", "cuda", "cuda:1"), else the first CUDA
-    GPU when there is one, else the CPU. Raises ConfigError for an unknown or unavailable device."""
+    GPU when there is one, else the CPU. Raises ConfigError for an unknown or unavailable device,
+    its problem named `field` (the CLI passes "--device", as its other options are named)."""
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -41,17 +42,15 @@ def pick_device(device: str | None) -> torch.device:
         RuntimeError
     ):  # torch's words list every device type it knows (opengl, fpga, ...): none trains here
         raise ConfigError(
-            [FieldProblem("device", f"unknown device {device!r}: use cpu, cuda or cuda:N")]
+            [FieldProblem(field, f"unknown device {device!r}: use cpu, cuda or cuda:N")]
         ) from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError([FieldProblem("device", f"{device!r} requested but no CUDA GPU is available")])
+            raise ConfigError([FieldProblem(field, f"{device!r} requested but no CUDA GPU is available")])
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ConfigError(
-                [FieldProblem("device", f"{device!r}: only {torch.cuda.device_count()} GPU(s)")]
-            )
+            raise ConfigError([FieldProblem(field, f"{device!r}: only {torch.cuda.device_count()} GPU(s)")])
     elif dev.type != "cpu":
-        raise ConfigError([FieldProblem("device", f"unsupported device type {dev.type!r} (use cpu or cuda)")])
+        raise ConfigError([FieldProblem(field, f"unsupported device type {dev.type!r} (use cpu or cuda)")])
     return dev
 
 

@@ -130,11 +130,13 @@ export const api = {
   /** The event stream's URL (a function: the token may be set after load). */
   eventsUrl: () => browserUrl("/api/train/events"),
 
-  /** A page of the runs, newest first: the newest `limit`, or those after a page's `cursor` (its next_cursor). */
-  runs: (signal?: AbortSignal, page: { limit?: number; cursor?: string } = {}) => {
+  /** A page of the runs, newest first: the newest `limit`, or those after a page's `cursor` (its
+   * next_cursor); `q` keeps the runs whose name, id or base model holds each of its words (any case). */
+  runs: (signal?: AbortSignal, page: { limit?: number; cursor?: string; q?: string } = {}) => {
     const query = new URLSearchParams();
     if (page.limit != null) query.set("limit", String(page.limit));
     if (page.cursor) query.set("cursor", page.cursor);
+    if (page.q) query.set("q", page.q);
     const q = query.toString();
     return get<RunList>(q ? `/api/runs?${q}` : "/api/runs", signal);
   },

@@ -926,7 +926,8 @@ export interface paths {
          * @description Runs, newest first (no configs or metrics), each with the step it could resume from, a
          *     page at a time (`limit`; `cursor`: the previous page's `next_cursor`, null after the last
          *     page; a run made or deleted meanwhile never repeats or skips one); `total` counts every
-         *     run. Only the page's run folders are read.
+         *     run, or with `q` every run it keeps (jobs/run_search.py: the words of `q` in the run's
+         *     name, id or base_model; a cursor pages the matches). Only the page's run folders are read.
          */
         get: operations["list_runs_api_runs_get"];
         put?: never;
@@ -946,7 +947,8 @@ export interface paths {
         };
         /**
          * Get Run
-         * @description One run: config, metric points (decimated), outputs, error. 404 when unknown.
+         * @description One run: config, metric points (decimated), outputs, error, and the other records of its
+         *     output folder (`shared_with`: deleting this one keeps the files). 404 when unknown.
          */
         get: operations["get_run_api_runs__run_id__get"];
         put?: never;
@@ -3978,6 +3980,11 @@ export interface components {
              */
             resume_step?: number | null;
             /**
+             * Shared With
+             * @description the ids of the other run records of this output folder (a resume's record, the run it resumed), oldest first: deleting this record then keeps the files, which go with the last of them
+             */
+            shared_with?: string[];
+            /**
              * Source
              * @description who started the run: the job service (API, UI) or `lorastudio train`
              * @default service
@@ -4081,6 +4088,11 @@ export interface components {
              * @description the step a resume would continue from (null: not resumable)
              */
             resume_step?: number | null;
+            /**
+             * Shared With
+             * @description the ids of the other run records of this output folder (a resume's record, the run it resumed), oldest first: deleting this record then keeps the files, which go with the last of them
+             */
+            shared_with?: string[];
             /**
              * Source
              * @description who started the run: the job service (API, UI) or `lorastudio train`
@@ -10606,6 +10618,8 @@ export interface operations {
                 limit?: number;
                 /** @description a page's next_cursor: the page after it (absent: the newest runs) */
                 cursor?: string | null;
+                /** @description only runs whose name, id or base_model holds each word of this text (any case) */
+                q?: string | null;
             };
             header?: never;
             path?: never;

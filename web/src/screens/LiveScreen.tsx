@@ -22,6 +22,7 @@ import {
   type StepClock,
 } from "../lib/stepClock";
 import { describePhase } from "../lib/phase";
+import { forecastLeft, forecastOf } from "../lib/runForecast";
 import { chartData } from "../lib/series";
 import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { ErrorBanner } from "../components/ErrorBanner";
@@ -119,6 +120,10 @@ export function LiveScreen() {
   // stopped without saving: the files this session wrote (samples, snapshots, checkpoints) are gone
   const discarded = job.status === "stopped" && job.stop_requested?.save === false;
 
+  const measured = live && p ? etaSeconds(steps.current, total, stepClockNow()) : null;
+  // while the run prepares (no step to measure a pace by): the Check's forecast, labelled so
+  const underway = job.status === "preparing" || job.status === "running";
+  const forecast = underway && measured == null ? forecastLeft(forecastOf(job.id), elapsed) : null;
   const stop = (save: boolean) => stopAction.run(save, job.id);
 
   return (
@@ -181,7 +186,16 @@ export function LiveScreen() {
           <Stat label="Samples/s">{formatNumber(p?.samples_per_second, 3)}</Stat>
           <Stat label="Peak memory">{formatGb(p?.peak_memory_gb)}</Stat>
           <Stat label="Elapsed" testId="stat-elapsed">{formatDuration(elapsed)}</Stat>
-          <Stat label="ETA" testId="stat-eta">{live && p ? formatDuration(etaSeconds(steps.current, total, stepClockNow())) : "–"}</Stat>
+          <Stat label="ETA" testId="stat-eta">
+            {measured != null || forecast == null ? (
+              formatDuration(measured)
+            ) : (
+              <span title="the Check's time forecast of this run, until its steps measure a pace">
+                {formatDuration(forecast)}
+                <small> forecast</small>
+              </span>
+            )}
+          </Stat>
         </div>
         {total > 0 && <ProgressBar value={step} max={total} label="training progress" />}
         <ProgressAnnouncer
@@ -191,7 +205,7 @@ export function LiveScreen() {
           step={step}
           total={total}
           loss={p?.loss}
-          eta={live && p ? etaSeconds(steps.current, total, stepClockNow()) : null}
+          eta={measured}
         />
         {job.plan && <PlanSummary plan={job.plan} />}
       </div>

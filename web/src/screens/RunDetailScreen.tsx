@@ -11,6 +11,7 @@ import { groupByStep, SampleRound } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
 import { formatDuration, formatNumber, formatWhen, runDuration } from "../lib/format";
 import { href, navigate } from "../lib/route";
+import { deleteQuestion } from "../lib/runDelete";
 import { chartData, fromPoints } from "../lib/series";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { Crumb } from "../components/Crumb";
@@ -35,7 +36,7 @@ export function RunDetailScreen({ id }: { id: string }) {
   const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
   const remove = useAction(async () => {
     const run = loaded.data;
-    if (!run || !window.confirm(`Delete run ${run.output_name} and its files?`)) return;
+    if (!run || !window.confirm(deleteQuestion(run))) return;
     try {
       await api.deleteRun(run.id, mounted()); // left meanwhile: it is deleted, no jump to Runs
       navigate("runs");

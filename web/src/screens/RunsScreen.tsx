@@ -4,63 +4,82 @@ import { api } from "../api/endpoints";
 import { useTraining } from "../api/training";
 import { type Column, DataTable } from "../components/DataTable";
 import { ResumeButton } from "../components/ResumeButton";
-import type { RunSummary } from "../api/types";
+import type { RunList, RunSummary } from "../api/types";
 import { formatDuration, formatNumber, formatWhen, runDuration } from "../lib/format";
 import { href, navigate } from "../lib/route";
+import { deleteQuestion } from "../lib/runDelete";
 import { isAbort, loadMessage, useAction, useLatest, useLoad, useUnmountSignal } from "../lib/latest";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { FILTER_FROM, matchesName, NameFilter } from "../components/NameFilter";
+import { useDebounced } from "../lib/debounce";
 
 /** The runs the API lists in a page by default (GET /api/runs' `limit`); "Show more" asks for the next. */
 export const RUNS_PAGE = 200;
 /** The most runs GET /api/runs answers in one page (its `limit`'s maximum). */
 const RUNS_LIMIT_MAX = 10_000;
 
-/** The pages shown below the first: their runs and the cursor of the page after them (null: none). */
+/** How long the search box waits for the typing to pause before it asks the server (GET /api/runs' q). */
+export const SEARCH_DELAY_MS = 300;
+
+/** The pages shown below the first: the search they belong to, their runs and the cursor of the page after them (null: none). */
 interface Older {
+  at: string;
   runs: RunSummary[];
   cursor: string | null;
 }
 
 /** Run history: status, final loss, duration; open, download the LoRA, delete. A page at a time
  * (RELIABILITY 1221: the API listed the newest 200 runs and no others): "Show more" adds the next
- * page; a reload asks again for as many runs as are shown, from the newest, in one request. */
+ * page; a reload asks again for as many runs as are shown, from the newest, in one request. The
+ * search box asks the server for the runs whose name, id or base model holds its words (GET
+ * /api/runs' q, once the typing pauses), so a run older than the pages loaded is found too; while
+ * it waits, the runs shown are narrowed by name at once. */
 export function RunsScreen() {
   const { job } = useTraining();
-  const shownCount = useRef(RUNS_PAGE);
+  const [query, setQuery] = useState(""); // as typed
+  const typed = query.trim();
+  const debounced = useDebounced(typed, SEARCH_DELAY_MS);
+  const searched = typed ? debounced : ""; // the search the list is the server's answer for (cleared at once)
+  const shownCount = useRef({ at: "", count: RUNS_PAGE });
   const [older, setOlder] = useState<Older | null>(null);
   const moreLoads = useLatest(); // a "Show more" in flight is dropped when the list loads again
-  // reloaded when the live job changes status (a run finishing shows up here): only the latest
-  // answer is shown, so a slow one from before the change cannot bring back an older list
+  // reloaded when the live job changes status (a run finishing shows up here) and keyed by the search:
+  // only the latest answer is shown, so a slow one from before the change cannot bring back an older list
   const loaded = useLoad(
     (signal) => {
       moreLoads.cancel();
-      const limit = Math.min(shownCount.current, RUNS_LIMIT_MAX);
-      return api.runs(signal, limit > RUNS_PAGE ? { limit } : {}).then((page) => {
+      const shown = shownCount.current.at === searched ? shownCount.current.count : RUNS_PAGE;
+      const limit = Math.min(shown, RUNS_LIMIT_MAX);
+      return api.runs(signal, { ...(limit > RUNS_PAGE ? { limit } : {}), ...(searched ? { q: searched } : {}) }).then((page) => {
         setOlder(null); // the first page now holds every run shown
         return page;
       });
     },
-    "runs",
+    ["runs", searched],
     [job?.id, job?.status],
   );
-  const first = loaded.data;
-  const runs = first ? [...first.runs, ...(older?.runs ?? [])] : null;
-  const cursor = older ? older.cursor : (first?.next_cursor ?? null);
-  shownCount.current = Math.max(RUNS_PAGE, runs?.length ?? 0);
+  // while another search loads, the last answer stays shown, narrowed by name (no "Loading" per keystroke)
+  const last = useRef<{ any: RunList | null; all: RunList | null }>({ any: null, all: null });
+  if (loaded.data) last.current = { any: loaded.data, all: searched ? last.current.all : loaded.data };
+  const first = loaded.data ?? (searched ? null : last.current.all) ?? last.current.any; // a cleared search: the whole list at once
+  const extra = loaded.data && older?.at === searched ? older : null;
+  const listed = first ? [...first.runs, ...(extra?.runs ?? [])] : null;
+  const cursor = loaded.data ? (extra ? extra.cursor : (loaded.data.next_cursor ?? null)) : null;
+  if (loaded.data && listed) shownCount.current = { at: searched, count: Math.max(RUNS_PAGE, listed.length) };
+  const settled = loaded.data != null && searched === typed; // the list is the server's answer for the words typed
+  const runs = listed && typed && !settled ? listed.filter((r) => matchesName(r.output_name, typed)) : listed;
   const [actionError, setError] = useState<string | null>(null);
-  const [query, setQuery] = useState(""); // the runs shown narrowed by name (the pages loaded)
-  const found = runs && query ? runs.filter((r) => matchesName(r.output_name, query)) : runs;
   const error = actionError ?? (loaded.error ? loadMessage(loaded.error, "") : null);
   const load = loaded.reload;
   const more = useAction(async () => {
-    if (!cursor || !runs) return;
+    if (!cursor || !listed) return;
     const ticket = moreLoads.begin();
+    const at = searched;
     try {
-      const page = await api.runs(ticket.signal, { cursor });
+      const page = await api.runs(ticket.signal, { cursor, ...(at ? { q: at } : {}) });
       if (!ticket.current()) return;
-      const ids = new Set(runs.map((r) => r.id));
-      setOlder((was) => ({ runs: [...(was?.runs ?? []), ...page.runs.filter((r) => !ids.has(r.id))], cursor: page.next_cursor ?? null }));
+      const ids = new Set(listed.map((r) => r.id));
+      setOlder((was) => ({ at, runs: [...(was?.at === at ? was.runs : []), ...page.runs.filter((r) => !ids.has(r.id))], cursor: page.next_cursor ?? null }));
     } catch (err) {
       if (!isAbort(err) && ticket.current()) setError(`Cannot load more runs: ${err instanceof Error ? err.message : String(err)}`);
     }
@@ -68,7 +87,7 @@ export function RunsScreen() {
 
   const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
   const remove = useAction(async (run: RunSummary) => {
-    if (!window.confirm(`Delete run ${run.output_name} and its files?`)) return;
+    if (!window.confirm(deleteQuestion(run))) return;
     try {
       await api.deleteRun(run.id, mounted()); // left meanwhile: it is deleted, the list gone is not reloaded
       setError(null);
@@ -148,7 +167,7 @@ export function RunsScreen() {
           Loading the runs…
         </p>
       )}
-      {runs && runs.length === 0 && (
+      {runs && runs.length === 0 && !typed && !searched && (
         <div className="empty card">
           <strong>No runs yet</strong>
           <p>Every training run lands here with its loss curve, settings and LoRA file.</p>
@@ -157,19 +176,22 @@ export function RunsScreen() {
           </a>
         </div>
       )}
-      {runs && (runs.length >= FILTER_FROM || query) && <NameFilter value={query} onChange={setQuery} what="runs" />}
-      {query && found && (
-        <p className="muted small wrap-anywhere" data-testid="runs-found">
-          {found.length ? `${found.length} of the ${runs?.length} runs loaded` : `No run loaded has “${query}” in its name.`}
-          {cursor && " Older runs are not searched until Show more loads them."}
+      {listed && (listed.length >= FILTER_FROM || (first?.total ?? 0) > listed.length || query || searched) && (
+        <NameFilter value={query} onChange={setQuery} what="runs" />
+      )}
+      {typed && runs && (
+        <p className="muted small wrap-anywhere" data-testid="runs-found" role="status">
+          {settled
+            ? runs.length
+              ? `${first?.total ?? runs.length} runs have “${typed}” in their name, id or base model.`
+              : `No run has “${typed}” in its name, id or base model.`
+            : `Searching every run for “${typed}”…`}
         </p>
       )}
-      {found && found.length > 0 && (
-        <DataTable rows={found} rowKey={(r) => r.id} stack testId="runs-table" columns={columns} />
-      )}
-      {runs && runs.length > 0 && (
+      {runs && runs.length > 0 && <DataTable rows={runs} rowKey={(r) => r.id} stack testId="runs-table" columns={columns} />}
+      {runs && runs.length > 0 && (settled || !typed) && (
         <p className="muted" data-testid="runs-count">
-          {runs.length} of {first?.total ?? runs.length} runs
+          {runs.length} of {first?.total ?? runs.length} {typed ? "runs found" : "runs"}
           {cursor && (
             <>
               {" "}

@@ -22,6 +22,7 @@ import { isAbort, useLatest, useUnmountSignal } from "../lib/latest";
 import { href, navigate } from "../lib/route";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { clearDraft, loadDraft, useDraft } from "../lib/draft";
+import { keepForecast } from "../lib/runForecast";
 import {
   ATTENTION_BACKENDS,
   FUSE_PROJECTIONS,
@@ -202,7 +203,14 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
       } else {
         const started = api.start(built.config, null); // its answer heard by this screen only (below)
         // used once started (even if this screen was left meanwhile): the run's settings are on its page (Clone repeats them)
-        started.then(() => clearDraft(TRAIN_DRAFT), () => undefined);
+        const time = report?.time; // the Check's forecast of these settings (an edit clears the report)
+        started.then(
+          (job) => {
+            clearDraft(TRAIN_DRAFT);
+            keepForecast(job.id, time); // the Live page's ETA until the steps measure one
+          },
+          () => undefined,
+        );
         await unheeded(started, mounted()); // left meanwhile: the run starts, this screen hears nothing (no jump to Live)
         await refresh();
         navigate("live");

@@ -48,23 +48,36 @@ describe("finding one of many by name", () => {
     expect(screen.queryByRole("searchbox")).toBeNull();
   });
 
-  it("narrows the Runs list to the runs loaded, and says older pages are not searched", async () => {
+  it("asks the server for the runs a search keeps (older pages too), narrowing the loaded ones meanwhile", async () => {
+    // session 37 kpfix6: the search looked only at the pages loaded, so an older run was not found
     vi.stubGlobal("EventSource", class { close() {} addEventListener() {} });
     const runs: RunSummary[] = Array.from({ length: 10 }, (_, i) => stoppedRun({ id: `r${i}`, output_name: i === 3 ? "my-first-lora" : `other-${i}` }));
-    mockFetch(({ url }) => {
+    const old = stoppedRun({ id: "r-old", output_name: "my-old-lora" }); // on no page loaded
+    const calls = mockFetch(({ url }) => {
       if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
+      const q = new URL(url, "http://x").searchParams.get("q");
+      if (q && url.includes("cursor=")) return { body: { runs: [old], total: 2, next_cursor: null } };
+      if (q) return { body: { runs: runs.filter((r) => r.output_name.includes(q)), total: 2, next_cursor: "3" } };
       if (url === "/api/runs" || url.startsWith("/api/runs?")) return { body: { runs, total: 250, next_cursor: "10" } };
       return undefined;
     });
     renderWithProviders(<RunsScreen />);
     const find = await screen.findByRole("searchbox", { name: "find runs by name" });
-    await userEvent.type(find, "first");
-    await waitFor(() => expect(names("runs-table")).toEqual(["my-first-lora"]));
-    const found = screen.getByTestId("runs-found");
-    expect(found).toHaveTextContent("1 of the 10 runs loaded");
-    expect(found).toHaveTextContent("Older runs are not searched until Show more loads them.");
-    expect(found).toHaveClass("wrap-anywhere"); // RELIABILITY 1547
-    expect(within(screen.getByTestId("runs-count")).getByRole("button", { name: "Show more" })).toBeInTheDocument();
+    await userEvent.type(find, "my-"); // three keystrokes, one request once the typing pauses
+    expect(names("runs-table")).toEqual(["my-first-lora"]); // at once: the runs loaded, by name
+    expect(screen.getByTestId("runs-found")).toHaveTextContent("Searching every run for “my-”…");
+    expect(screen.getByTestId("runs-found")).toHaveClass("wrap-anywhere"); // RELIABILITY 1547
+    await waitFor(() => expect(screen.getByTestId("runs-found")).toHaveTextContent("2 runs have “my-” in their name, id or base model."));
+    const asked = () => calls.filter((c) => c.url.startsWith("/api/runs")).map((c) => c.url);
+    expect(asked()).toEqual(["/api/runs", "/api/runs?q=my-"]);
+    expect(screen.getByTestId("runs-count")).toHaveTextContent("1 of 2 runs found");
+    await userEvent.click(within(screen.getByTestId("runs-count")).getByRole("button", { name: "Show more" }));
+    await waitFor(() => expect(names("runs-table")).toEqual(["my-first-lora", "my-old-lora"]));
+    expect(asked().at(-1)).toBe("/api/runs?cursor=3&q=my-"); // the cursor pages the matches
+    await userEvent.click(find);
+    await userEvent.keyboard("{Escape}"); // every run again, at once
+    await waitFor(() => expect(names("runs-table")).toHaveLength(10));
+    expect(screen.queryByTestId("runs-found")).toBeNull();
   });
 
   it("matches every word of the query, in any case", () => {

@@ -39,6 +39,11 @@ def list_runs(
         pattern=RUNS_CURSOR,
         description="a page's next_cursor: the page after it (absent: the newest runs)",
     ),
+    q: str | None = Query(
+        default=None,
+        max_length=255,
+        description="only runs whose name, id or base_model holds each word of this text (any case)",
+    ),
     store: RunStore = Depends(store_dep),
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
@@ -46,10 +51,12 @@ def list_runs(
     """Runs, newest first (no configs or metrics), each with the step it could resume from, a
     page at a time (`limit`; `cursor`: the previous page's `next_cursor`, null after the last
     page; a run made or deleted meanwhile never repeats or skips one); `total` counts every
-    run. Only the page's run folders are read."""
-    runs, total, after = store.runs_page(limit, int(cursor) if cursor else None)
+    run, or with `q` every run it keeps (jobs/run_search.py: the words of `q` in the run's
+    name, id or base_model; a cursor pages the matches). Only the page's run folders are read."""
+    runs, total, after = store.runs_page(limit, int(cursor) if cursor else None, q)
+    sharers = store.output_sharers([run["output_name"] for run in runs])
     return {
-        "runs": [_with_resume_step(_elapsed(run, service), settings) for run in runs],
+        "runs": [_with_resume_step(_shared(_elapsed(run, service), sharers), settings) for run in runs],
         "total": total,
         "next_cursor": None if after is None else str(after),
     }
@@ -62,8 +69,12 @@ def get_run(
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
-    """One run: config, metric points (decimated), outputs, error. 404 when unknown."""
-    return _with_resume_step(_elapsed(store.get_run(run_id), service), settings)
+    """One run: config, metric points (decimated), outputs, error, and the other records of its
+    output folder (`shared_with`: deleting this one keeps the files). 404 when unknown."""
+    run = store.get_run(run_id)
+    return _with_resume_step(
+        _shared(_elapsed(run, service), store.output_sharers([run["output_name"]])), settings
+    )
 
 
 @router.get("/{run_id}/checkpoints", response_model=CheckpointList)
@@ -184,6 +195,12 @@ def _elapsed(run: dict[str, Any], service: JobService) -> dict[str, Any]:
     except NotFound:
         elapsed = None
     return {**run, "elapsed_s": elapsed}
+
+
+def _shared(run: dict[str, Any], sharers: dict[str, list[str]]) -> dict[str, Any]:
+    """The run with `shared_with`: the other records of its output folder (RunStore.output_sharers)."""
+    ids = sharers.get(run["output_name"] or "", [])
+    return {**run, "shared_with": [i for i in ids if i != run["id"]]}
 
 
 def _with_resume_step(run: dict[str, Any], settings: Settings) -> dict[str, Any]:
