@@ -232,6 +232,7 @@ def sample_reference_paths(cfg: TrainConfig, family: Family, scan: DatasetScan) 
         decode_pixels=settings.max_decode_pixels,
         sizing=family.spec.control_sizing,
         rule=cfg.control_resolution,
+        control_names=cfg.control_dirs,
     )
     if problems:
         raise DatasetError("the sample prompts' reference images cannot be used", problems)
