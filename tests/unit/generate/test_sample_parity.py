@@ -318,3 +318,12 @@ def test_an_edit_preview_whose_references_the_run_sized_is_named(tmp_path):
     target = sample_source({**config, "control_resolution": "target"}, tmp_path, 1, 0, references=True)
     assert "references" not in target["note"]
     assert "references" not in sample_source(config, tmp_path, 1, 0)["note"]  # a text-to-image preview
+    # Qwen-Image-Edit's previews encode their references at the run's size, Generate's pipeline at
+    # ~1 MP: named under every rule (RELIABILITY 1490)
+    qwen = sample_source(
+        {**config, "family": "qwen-image-edit", "control_resolution": "target"}, tmp_path, 1, 0, True
+    )
+    assert (
+        "(control_resolution 'target'), where Generate fits a reference to the output size and its "
+        in qwen["note"]
+    )
