@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.data.control_sizing import ControlTooSmall
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, GenerationCancelled, ModelSourceError, NotFound
 from lorastudio.generate.detect import detect_family
@@ -377,7 +378,10 @@ def generate_image(
     if problems:
         raise ConfigError(problems)
     resize = None if control_resolution is None else run_sizer(spec.control_sizing, control_resolution)
-    kwargs.update(reference_kwargs(pipe, high, controls, width, height, resize))
+    try:
+        kwargs.update(reference_kwargs(pipe, high, controls, width, height, resize))
+    except ControlTooSmall as err:  # a run would have refused it as a control too
+        raise ConfigError([FieldProblem("controls", str(err))]) from None
     if steps is not None:
         kwargs["num_inference_steps"] = steps
     if guidance is not None:

@@ -44,7 +44,9 @@ def sample_source(
     """The settings of preview `index` of step `step` of the run whose stored (resolved) config
     is `config`, in Generate's words: {"seed", "width", "height", "guidance" and "steps" (the
     prompt's or the run's, else the family's defaults for its base: `_defaults`; None where
-    not known), "max_sequence_length" (the run's; None: a family without it), "weights": "ema" | "raw", "lora": {"name",
+    not known), "max_sequence_length" (the run's; None: a family without it), "control_resolution" (the
+    run's, for an edit preview: Generate's control_resolution renders its references so; None: none),
+    "weights": "ema" | "raw", "lora": {"name",
     "step"} (step None: the final file) or None when no file keeps those weights, "note": None
     when generating with `lora` at these settings renders the preview's pixels, else why not}.
     A prompt index past the config's prompts (the config changed since) gives its run-wide
@@ -96,7 +98,8 @@ def _source(
         )
         sized = (
             f"its references were sized as the run trains them (control_resolution {sizing!r}), "
-            f"where {generate}: the pixels may differ"
+            f"where {generate}: the pixels may differ (Generate given this control_resolution sizes "
+            "them as the run does)"
         )
         note = sized if note is None else f"{note}; {sized}"
     return {
@@ -106,6 +109,7 @@ def _source(
         "guidance": own["guidance"] if own.get("guidance") is not None else guidance,
         "steps": config.get("sample_steps") or steps,
         "max_sequence_length": tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
+        "control_resolution": sizing if references else None,
         "weights": weights,
         "lora": lora,
         "note": note,
