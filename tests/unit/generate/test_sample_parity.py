@@ -197,6 +197,7 @@ def test_an_ema_checkpoints_file_is_a_loadable_lora_with_the_final_files_facts(e
         assert set(f.keys()) == set(g.keys())
         header, final_header = f.metadata(), g.metadata()
     assert set(header) == set(final_header)
+    assert not list((run_dir / "samples").glob("*.ema.*"))  # every preview's step had a checkpoint
     rows = [(r["step"], r["weights"], r["final"]) for r in run_loras(run_dir)]
     assert rows == [
         (1, "raw", False),
