@@ -17,8 +17,8 @@ render always passes width and height. Nothing else of diffusers is copied; the 
 is never changed (a copy of its globals per call: thread-safe, a plain pipeline call unaffected).
 A diffusers whose `__call__` no longer sizes references through that function is refused by name.
 
-On the tiny model at control_resolution 64 a preview round went from ~4 minutes of CPU (two
-1024 x 1024 VAE encodes a prompt and ~4,100 reference tokens a step) to seconds (RELIABILITY 1490).
+On the tiny model at control_resolution 64 a preview round went from minutes of CPU (a 1024 x 1024
+VAE encode a reference and ~4,100 reference tokens a step) to seconds (RELIABILITY 1490).
 """
 
 from __future__ import annotations
