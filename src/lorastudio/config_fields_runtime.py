@@ -111,7 +111,7 @@ class RuntimeFields(StrictFields):
         description="prompts rendered as preview images during training (one image each, at the training "
         "resolution): a prompt, or an object that also sets its own width, height, seed and guidance "
         'and, for an edit family, "controls": [reference images relative to data_dir, or to the first '
-        "datasets entry's folder]",
+        "datasets entry's folder, or in a control_dirs folder]",
     )
     sample_every: int | None = Field(
         default=None, ge=1, description="render the samples every N optimizer steps (null: only at the end)"

@@ -10,7 +10,9 @@ guidance, the run's default references). Part of the one config schema (config.p
 In TOML: sample_prompts = ["a cat", { prompt = "a dog", width = 768, height = 512, seed = 3 }].
 
 `controls` are paths relative to the dataset folder (data_dir; with `datasets`, the first entry's
-folder), inside it, in slot order; they are checked with the dataset (data/sample_refs.py). Left
+folder), inside it, or files of the run's control_dirs folders (named by the folder as control_dirs
+names it, "aitk-controls/a.png", or by their full path), in slot order; they are checked with the
+dataset (data/sample_refs.py), and nothing outside those folders is read. Left
 out (null): a paired run renders the prompt as an edit of the first paired dataset image's
 controls, a text-to-image run without references; [] asks for none (text-to-image, for a family
 that also trains it: FLUX.2)."""
@@ -38,8 +40,9 @@ class SamplePrompt(NumbersNotBooleans):
     controls: list[str] | None = Field(
         default=None,
         max_length=MAX_SAMPLE_CONTROLS,
-        description="reference images, paths relative to the dataset folder (null: the first paired "
-        "image's controls on a paired dataset, none otherwise; []: none)",
+        description="reference images, paths relative to the dataset folder, or inside a control_dirs "
+        "folder (that folder as control_dirs names it, then the file; or its full path) (null: the first "
+        "paired image's controls on a paired dataset, none otherwise; []: none)",
     )
     width: int | None = Field(
         default=None, ge=16, le=MAX_SAMPLE_SIDE, description="pixels (null: the training resolution)"

@@ -107,6 +107,29 @@ def text_tokens_problems(value: int | None, family: str, prefix: str = "") -> li
     return []
 
 
+def control_resolution_problems(
+    value: str | int | None, family: str, references: int, prefix: str = ""
+) -> list[FieldProblem]:
+    """A control_resolution generation cannot take (None: references as Generate sizes them,
+    fine): one for a family without reference sizing (a text-to-image family's), one given
+    without references (it would size nothing: not ignored), or a value TrainConfig's
+    control_resolution refuses ("pipeline", "target" or a side of 64-4096). Raises UnknownFamily."""
+    from lorastudio import families
+
+    if value is None:
+        return []
+    spec = families.get(family).spec
+    field = f"{prefix}control_resolution"
+    if spec.control_sizing is None:
+        return [FieldProblem(field, f"{spec.title} takes no reference images")]
+    if not references:
+        return [FieldProblem(field, "sizes reference images: give one, or leave it out")]
+    side = isinstance(value, int) and not isinstance(value, bool) and 64 <= value <= 4096
+    if value not in ("pipeline", "target") and not side:
+        return [FieldProblem(field, f"{value!r}: must be 'pipeline', 'target' or a side of 64-4096 pixels")]
+    return []
+
+
 def budget_problems(
     width: int, height: int, steps: int | None, family: str, prefix: str = ""
 ) -> list[FieldProblem]:

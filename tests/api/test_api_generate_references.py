@@ -43,12 +43,20 @@ def test_generate_with_uploaded_references_keeps_them_in_the_gallery(
     images = [np.asarray(Image.open(io.BytesIO(client.get(r.json()["url"]).content)), dtype=np.float32)
               for r in (edited, plain, one)]  # fmt: skip
     assert np.abs(images[0] - images[1]).max() > 0 and np.abs(images[0] - images[2]).max() > 0
+    # a run's control_resolution reaches the worker and the record (RELIABILITY 1490); klein sizes
+    # a 64 px reference at a 64 x 64 area as Generate fits it to 64 x 64: the same pixels
+    sized = client.post("/api/generate", json={**body, "references": refs[:1], "control_resolution": 64})
+    assert sized.status_code == 201, sized.text
+    image = np.asarray(Image.open(io.BytesIO(client.get(sized.json()["url"]).content)), dtype=np.float32)
+    np.testing.assert_array_equal(image, images[2])
 
     gallery = {img["file"]: img for img in client.get("/api/gallery").json()["images"]}
     kept = gallery[edited.json()["file"]]
     assert kept["references"] == refs
     assert client.get(kept["reference_urls"][1]).content == _png(2)
     assert gallery[plain.json()["file"]]["references"] == []
+    assert gallery[sized.json()["file"]]["control_resolution"] == 64
+    assert gallery[plain.json()["file"]]["control_resolution"] is None
 
 
 def test_bad_references_are_refused_by_name_before_any_work(

@@ -82,5 +82,6 @@ def test_a_sample_equals_the_pipeline_image_of_its_prompt(family, tiny_model, tr
             height=size,
             extra=extra,
             controls=refs,
+            control_resolution=raw.get("control_resolution"),  # as the run's previews size them
         )
         assert np.array_equal(rendered, np.asarray(expected)), f"{family}: {rel} differs from inference"

@@ -9,7 +9,7 @@ lorastudio.config (400 with every problem listed), not by the HTTP schema.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -132,6 +132,12 @@ class GenerateBody(_StrictBody):
         description="text tokens the prompt is read to (a run's sample preview: the run's max_sequence_length); "
         "only for families whose FamilyOut.supports has it, at most their max_sequence_length_max (else 4096); "
         "null: the pipeline's default, 512",
+    )
+    control_resolution: Literal["pipeline", "target"] | Annotated[int, Field(ge=64, le=4096)] | None = Field(
+        default=None,
+        description="with references: size and encode each as a run of this control_resolution trains it "
+        "(a run's sample preview: its control_resolution, SampleImage.control_resolution); null: fitted to "
+        "the output size and handed to the pipeline (Qwen-Image-Edit's encodes it at ~1 MP)",
     )
     loras: list[LoraRef] = Field(default_factory=list, max_length=8)
     base_identity: str | None = Field(

@@ -189,6 +189,9 @@ class GenerateOut(_Out):
     negative_prompt: str | None = None
     guidance: float | None = Field(default=None, description="null: the family's default")
     max_sequence_length: int | None = Field(default=None, description="null: the pipeline's default (512)")
+    control_resolution: str | int | None = Field(
+        default=None, description="the run's control_resolution its references were sized by (null: fitted)"
+    )
     loras: list[LoraRef]
     references: list[str] = Field(default_factory=list, description="ids of the reference images used")
     reference_urls: list[str] = Field(
@@ -207,6 +210,11 @@ class GalleryImage(_Out):
     guidance: float | None = Field(default=None, allow_inf_nan=False)
     max_sequence_length: int | None = Field(
         default=None, description="text tokens the prompt was read to (null: the pipeline's default, 512)"
+    )
+    control_resolution: str | int | None = Field(
+        default=None,
+        description="the run's control_resolution its references were sized by (null: fitted to the output "
+        "size); GenerateBody.control_resolution",
     )
     seed: int | None = None
     family: str | None = None

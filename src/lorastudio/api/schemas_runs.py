@@ -145,6 +145,11 @@ class SampleImage(_Out):
         description="the text tokens the preview read its prompt to (the run's max_sequence_length): send it "
         "to Generate; null: a family without the setting",
     )
+    control_resolution: str | int | None = Field(
+        default=None,
+        description="an edit preview's: the run's control_resolution, which sized and encoded its references: "
+        "send it to Generate (GenerateBody.control_resolution) with them to render its pixels; null: no references",
+    )
     weights: Literal["ema", "raw"] = Field(
         default="raw",
         description="the adapter weights it shows: the EMA ones (ema_decay with sample_with_ema) or the raw",

@@ -98,6 +98,12 @@ def generate_cmd(
     control: list[Path] = typer.Option(  # noqa: B006 (typer needs a list default)
         [], "--control", help="reference image of an edit family, e.g. flux-kontext (repeatable)"
     ),
+    control_resolution: str | None = typer.Option(
+        None,
+        "--control-resolution",
+        help="with --control: size and encode each reference as a run of this control_resolution trains it "
+        "(pipeline, target or a side N; a run's previews: the run's); default: fitted to the output size",
+    ),
 ) -> None:
     """Generate one image, optionally with LoRAs applied at the given scales."""
 
@@ -105,6 +111,7 @@ def generate_cmd(
         _generate(  # a SIGTERM mid-write removes the staging file (cli/termination.py)
             base, prompt, out, lora, family, seed, steps, width, height, guidance, revision, device,
             overwrite, control, base_config, v_prediction, negative, max_sequence_length,
+            _control_rule(control_resolution),
         )  # fmt: skip
     except LorastudioError as err:  # README's statuses: 1 for a write that failed, 2 for a refusal
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
@@ -130,6 +137,7 @@ def _generate(
     v_prediction: bool | None = None,
     negative: str | None = None,
     max_sequence_length: int | None = None,
+    control_resolution: str | int | None = None,
 ) -> None:
 
     from lorastudio import families
@@ -143,6 +151,7 @@ def _generate(
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
     from lorastudio.generation_rules import (
         LORA_SCALE_LIMIT,
+        control_resolution_problems,
         guidance_problems,
         prompt_problems,
         seed_problems,
@@ -249,6 +258,10 @@ def _generate(
             FieldProblem("--max-sequence-length", p.message)
             for p in text_tokens_problems(max_sequence_length, family)
         ]
+        problems += [
+            FieldProblem("--control-resolution", p.message)
+            for p in control_resolution_problems(control_resolution, family, len(control or []))
+        ]
     if problems or source is None or family is None:
         raise ConfigError(problems)
     spec = families.get(family).spec
@@ -287,6 +300,7 @@ def _generate(
         negative_prompt=negative,
         max_sequence_length=max_sequence_length,
         controls=references,
+        control_resolution=control_resolution,
     )
     remove_killed_staging(out.parent, IMAGE_PARTIAL)  # what killed `generate --out` left there
     staging = staging_path(out, IMAGE_PARTIAL)  # `.<name>.<pid>-<hex>.partial`: this command's
@@ -302,6 +316,7 @@ def _generate(
         "steps": steps, "guidance": guidance,
         **({"negative_prompt": negative} if negative else {}),
         **({"max_sequence_length": max_sequence_length} if max_sequence_length is not None else {}),
+        **({"control_resolution": control_resolution} if control_resolution is not None else {}),
         "loras": [
             {"file": t, "scale": s, "sha256": d} for t, (_, s), d in zip(typed_loras, loras, digests, strict=True)
         ],
@@ -368,3 +383,9 @@ def _read_controls(paths: list[Path], problems: list[FieldProblem]) -> list:
         except DatasetError as err:
             problems.append(FieldProblem("--control", "; ".join(err.problems)))
     return images
+
+
+def _control_rule(value: str | None) -> str | int | None:
+    """--control-resolution as the rule it names: "pipeline", "target", or a side (digits) as an
+    int; anything else as given (control_resolution_problems names it)."""
+    return int(value) if value is not None and value.strip().isdigit() else value

@@ -115,8 +115,8 @@ def sample_prompts(draft: Draft, peer: str, sample: dict[str, Any], trigger: str
 
 
 _REFERENCE = (
-    f"{NOT_SUPPORTED}: a sample's references are paths inside the dataset folder (sample_prompts' "
-    "controls); left out, a paired run renders each prompt as an edit of its first paired image's controls"
+    f"{NOT_SUPPORTED}: a sample's references are paths inside the dataset folder or its control_dirs "
+    "folders (sample_prompts' controls: set them by hand); left out, a paired run renders each prompt as an edit of its first paired image's controls"
 )
 _INLINE = {"w": "width", "h": "height", "d": "seed", "seed": "seed", "l": "guidance", "cfg": "guidance"}
 

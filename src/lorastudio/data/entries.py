@@ -202,6 +202,7 @@ def scan_entries(
         dropped=dropped,
         fingerprint=mix_fingerprint(filled),
         control_sources=tuple(dict.fromkeys(s for scan in scans for s in scan.control_sources)),
+        control_dirs=tuple(control_dirs),
         entries=filled,
     )
 

@@ -74,6 +74,9 @@ class DatasetScan:
     dropped: list[tuple[str, str]]  # (file name, reason): not used, listed for the preflight report
     fingerprint: str
     control_sources: tuple[str, ...] = ()  # where the controls came from (data/pairs.py)
+    # the run's parallel control folders (control_dirs, resolved, in the config's order): where a
+    # sample prompt's `controls` may also name a file (data/sample_refs.py)
+    control_dirs: tuple[Path, ...] = ()
     # the run's dataset entries (data/entries.py), in order; ImageItem.entry indexes them. Empty
     # for a scan of one folder made directly with scan_dataset (one entry, sampled plainly).
     entries: tuple[MixEntry, ...] = ()

@@ -1,5 +1,7 @@
 """The reference images of a run's sample prompts (config_samples.SamplePrompt.controls):
-paths relative to the dataset folder, checked with the dataset and opened like its files.
+paths relative to the dataset folder, or inside one of the run's control_dirs folders (named by
+the folder as control_dirs names it, or by its full path), checked with the dataset and opened
+like its files; nothing outside those folders (RELIABILITY 1491).
 
 Which references a prompt renders with: its `controls` when given ([] = none); left out, a
 paired run's first paired image's controls (the edit a reader of the samples expects), a
@@ -37,9 +39,12 @@ def sample_references(
     decode_pixels: int = DEFAULT_DECODE_PIXELS,
     sizing: ControlSizing | None = None,
     rule: ControlRule = "target",
+    control_names: Sequence[str] = (),
 ) -> tuple[list[tuple[Path, ...]], list[str]]:
     """Each sample prompt's reference image paths, and every problem found (naming the prompt
-    and the file): a path outside the dataset folder, missing or not a readable image, or one
+    and the file): a path outside the dataset folder and the run's control_dirs folders
+    (`_reference_path`; `control_names`: the config's control_dirs as written, in the order of
+    scan.control_dirs), missing or not a readable image, or one
     the run's control sizing (`sizing`: the family's pipeline rule, `rule`: control_resolution;
     a preview sizes its references as training sizes controls, training/samples.py) cannot size
     (ControlTooSmall); more references than the family takes (`allowed` = spec.control_images),
@@ -57,18 +62,9 @@ def sample_references(
             continue
         paths: list[Path] = []
         for name in asked:
-            rel = Path(name)
-            if not name.strip() or rel.is_absolute() or ".." in rel.parts:
-                problems.append(
-                    f"{where}: control {name!r} must be a relative path inside the dataset folder"
-                )
-                continue
-            path = scan.root / rel
-            if not path.resolve().is_relative_to(scan.root.resolve()):
-                problems.append(f"{where}: control {name} is a link out of the dataset folder")
-                continue
-            if not path.is_file():
-                problems.append(f"{where}: control image {name} not found in {scan.root.name}/")
+            path, problem = _reference_path(name, scan, control_names)
+            if path is None:
+                problems.append(f"{where}: {problem}")
                 continue
             try:
                 info = probe_image(path, max_pixels, decode_pixels, folder_identity(path.parent))
@@ -88,6 +84,40 @@ def sample_references(
             problems.append(f"{where}: {len(asked)} control image(s), {family} needs at least {low}")
         found.append(tuple(paths))
     return found, problems
+
+
+def _reference_path(name: str, scan: DatasetScan, control_names: Sequence[str]) -> tuple[Path | None, str]:
+    """Where a prompt's control `name` is, or (None, why): a relative path inside the dataset
+    folder (scan.root) when that file is there; else a path inside one of the run's control_dirs
+    folders (scan.control_dirs), named by the folder as control_dirs names it (`control_names`,
+    e.g. "aitk-controls/a.png") or by its full path (as the preflight names such a control).
+    Never outside those folders: no "..", and a link whose real path leaves its folder is refused."""
+    rel = Path(name)
+    if not name.strip() or ".." in rel.parts:
+        return None, f"control {name!r} must be a path inside the dataset folder or a control_dirs folder"
+    if not rel.is_absolute() and (scan.root / rel).is_file():
+        return _confined(scan.root / rel, scan.root, name, "the dataset folder")
+    dirs = scan.control_dirs
+    names = list(control_names) if len(control_names) == len(dirs) else [""] * len(dirs)
+    for folder, given in zip(dirs, names, strict=True):
+        for prefix in dict.fromkeys(p for p in (Path(given) if given else None, folder) if p is not None):
+            if rel != prefix and rel.is_relative_to(prefix):
+                return _confined(
+                    folder / rel.relative_to(prefix), folder, name, f"the control_dirs folder {folder}"
+                )
+    if rel.is_absolute():
+        return None, f"control {name!r} must be a path inside the dataset folder or a control_dirs folder"
+    return _confined(scan.root / rel, scan.root, name, "the dataset folder")
+
+
+def _confined(path: Path, folder: Path, name: str, label: str) -> tuple[Path | None, str]:
+    """`path` (named `name`) when it is a file whose real path stays inside `folder`, else (None, why)."""
+    if not path.resolve().is_relative_to(folder.resolve()):
+        return None, f"control {name} is a link out of {label}"
+    if not path.is_file():
+        where = f"{folder.name}/" if label == "the dataset folder" else str(folder)
+        return None, f"control image {name} not found in {where}"
+    return path, ""
 
 
 def sample_size(prompt: str | SamplePrompt, resolution: int | list[int] | None) -> tuple[int, int]:

@@ -319,4 +319,5 @@ def scan_dataset(
         dropped=dropped,
         fingerprint=dataset_fingerprint(items),
         control_sources=tuple(pairs.sources),
+        control_dirs=tuple(control_dirs),
     )

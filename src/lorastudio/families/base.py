@@ -15,7 +15,7 @@ Tensor conventions used by every hook:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -148,6 +148,17 @@ class Family(FlavourHooks, ABC):
         """The pipeline and kwargs (`prompt` or its pipeline_prompt_kwargs) that render a prompt
         without references on an edit family's `pipe`. Default: both as they are (image=None);
         Qwen-Image-Edit-Plus, whose __call__ needs an image: a text-to-image pipeline on its parts."""
+        return pipe, kwargs
+
+    def render_sized_references(
+        self, pipe: Any, kwargs: dict[str, Any], references: Sequence[Any]
+    ) -> tuple[Any, dict[str, Any]]:
+        """The pipeline (a callable) and kwargs that render an edit with each reference of
+        kwargs["image"] (already sized as a run trains it: data/control_sizing.py) encoded at the
+        size handed; `references`: the same images as the run's text encoder reads them (for a
+        `prompt` text left in kwargs, where the prompt sees controls). Default: both as they are
+        (FLUX.1 Kontext with _auto_resize off and FLUX.2 under its area cap encode a reference at
+        its size); Qwen-Image-Edit, whose pipelines resize to ~1 MP: families/qwen_edit_render.py."""
         return pipe, kwargs
 
     # -- phase 2: latents ----------------------------------------------------------------------

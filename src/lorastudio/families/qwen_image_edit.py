@@ -79,7 +79,7 @@ SPEC = replace(
 )  # fmt: skip
 
 
-def _vl_images(encoders: Any, images: Sequence[Image.Image]) -> Any:
+def vl_images(encoders: Any, images: Sequence[Image.Image]) -> Any:
     """The control images as the checkpoint's edit pipeline hands them to Qwen2.5-VL (its
     __call__'s resizing): Plus, each at ~CONDITION_IMAGE_SIZE in its aspect ratio (a list);
     the edit pipeline, its one image at ~1 MP."""
@@ -121,7 +121,7 @@ class QwenImageEditFamily(QwenImageFamily):
                     f"{EDIT} encodes every caption with one control image: {prompt!r} has none"
                 )
             embeds, _ = encoders.encode_prompt(
-                [prompt], image=_vl_images(encoders, images) if images else None, device=encoders.device
+                [prompt], image=vl_images(encoders, images) if images else None, device=encoders.device
             )
             # [1, L, D]; one prompt: no padding
             out.append({"prompt_embeds": embeds[0].cpu()})
@@ -158,6 +158,16 @@ class QwenImageEditFamily(QwenImageFamily):
         t2i = QwenImagePipeline(**parts)
         t2i.set_progress_bar_config(**getattr(pipe, "_progress_bar_config", {}))
         return t2i, out
+
+    def render_sized_references(
+        self, pipe: Any, kwargs: dict[str, Any], references: Sequence[Image.Image]
+    ) -> tuple[Any, dict[str, Any]]:
+        """Both pipelines VAE-encode every reference at ~1 MP whatever size it is handed: the
+        render runs the pipeline's own __call__ with the handed sizes (families/qwen_edit_render.py),
+        a `prompt` / `negative_prompt` text first encoded with `references` as training reads them."""
+        from lorastudio.families.qwen_edit_render import encode_text_with_references, render_at_handed_sizes
+
+        return render_at_handed_sizes(pipe), encode_text_with_references(pipe, kwargs, references)
 
     def prepare_pipeline_loading(self) -> None:
         """Its pipelines' Qwen2VLProcessor loads on hosts without torchvision (this imports

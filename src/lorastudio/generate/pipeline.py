@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.data.control_sizing import ControlTooSmall
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, GenerationCancelled, ModelSourceError, NotFound
 from lorastudio.generate.detect import detect_family
-from lorastudio.generate.references import reference_kwargs
+from lorastudio.generate.references import fit_reference, reference_kwargs, run_sizer
 from lorastudio.generation_rules import guidance_problems, seed_problems, size_problems, text_tokens_problems
 from lorastudio.hub_token import hub_kwargs
 from lorastudio.open_reason import library_open_reason
@@ -31,6 +32,8 @@ from lorastudio.user_paths import missing_file
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
     from PIL import Image
+
+    from lorastudio.data.control_sizing import ControlRule
 
 ADAPTER_PREFIX = "lorastudio_"  # adapter names given by apply_loras: lorastudio_0, lorastudio_1, ...
 
@@ -314,6 +317,7 @@ def generate_image(
     max_sequence_length: int | None = None,
     extra: Mapping[str, Any] | None = None,
     controls: Sequence[Image.Image] = (),
+    control_resolution: ControlRule | None = None,
     cancelled: Callable[[], bool] | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> Image.Image:
@@ -325,7 +329,11 @@ def generate_image(
     a run's previews read at the run's); `extra` adds pipeline call arguments. The noise comes from
     a CPU generator seeded with `seed`, so a seed gives the same image on any device. `controls`:
     the reference images of an edit family (spec.control_images), each resized to cover width x
-    height and centre-cropped to it, as training crops a control to its target. `cancelled`: asked
+    height and centre-cropped to it, as training crops a control to its target, then handed to
+    the pipeline (Qwen-Image-Edit's re-sizes it to ~1 MP); `control_resolution`: a run's rule
+    instead (TrainConfig.control_resolution), each reference sized and encoded as that run's
+    previews encode it (training/samples.py: "target" fitted to width x height, else sized by
+    data/control_sizing.py), its prompt read with it as the run reads it. `cancelled`: asked
     after every denoising step (the pipeline's callback_on_step_end, which every family's pipeline
     takes); True stops the render there with GenerationCancelled. `on_step(done, of)`: told after
     every denoising step (the generation worker's progress).
@@ -369,7 +377,11 @@ def generate_image(
         )
     if problems:
         raise ConfigError(problems)
-    kwargs.update(reference_kwargs(pipe, high, controls, width, height))
+    resize = None if control_resolution is None else run_sizer(spec.control_sizing, control_resolution)
+    try:
+        kwargs.update(reference_kwargs(pipe, high, controls, width, height, resize))
+    except ControlTooSmall as err:  # a run would have refused it as a control too
+        raise ConfigError([FieldProblem("controls", str(err))]) from None
     if steps is not None:
         kwargs["num_inference_steps"] = steps
     if guidance is not None:
@@ -385,6 +397,9 @@ def generate_image(
         render = pipe
         if high and not controls:  # an edit family without references: text-to-image (its hook)
             render, kwargs = fam.render_without_references(pipe, kwargs)
+        elif controls and control_resolution is not None:  # as the run's previews encode them
+            read = [fit_reference(c, width, height) for c in controls] if resize is None else list(controls)
+            render, kwargs = fam.render_sized_references(pipe, kwargs, read)
         if cancelled is not None or on_step is not None:
             kwargs["callback_on_step_end"] = _after_steps(
                 cancelled, on_step, kwargs.get("num_inference_steps")

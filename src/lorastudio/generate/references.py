@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PIL import Image
+
+if TYPE_CHECKING:
+    from lorastudio.data.control_sizing import ControlRule, ControlSizing
 
 
 def fit_reference(image: Image.Image, width: int, height: int) -> Image.Image:
@@ -40,3 +43,20 @@ def reference_kwargs(
     if "max_area" in inspect.signature(type(pipe).__call__).parameters:
         kwargs["max_area"] = width * height  # else the edit pipeline picks its own output size
     return kwargs
+
+
+def run_sizer(sizing: ControlSizing | None, rule: ControlRule) -> Callable[[Image.Image], Image.Image] | None:
+    """How a run with control_resolution `rule` sizes a reference where it sizes its controls on
+    their own ("pipeline" or a side; data/control_sizing.py, `sizing` the family's pipeline rule):
+    an RGB image -> the image training would have encoded; None for "target" (or a family without
+    a rule), whose references are fitted to the output size (fit_reference)."""
+    from lorastudio.data.control_sizing import control_size, rule_area, sized_image
+
+    if sizing is None or rule == "target":
+        return None
+
+    def resize(image: Image.Image) -> Image.Image:
+        size = control_size(sizing, rule, image.width, image.height)
+        return image if size is None else sized_image(image, size, sizing, rule_area(rule))
+
+    return resize

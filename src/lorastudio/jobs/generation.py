@@ -300,6 +300,7 @@ class GenerationService:
             guidance=req.guidance,
             negative_prompt=req.negative_prompt or None,
             max_sequence_length=req.max_sequence_length,
+            control_resolution=req.control_resolution,
             loras=tuple(loras),
             lora_digests=digests,
             references=tuple(str(use_reference(self.settings, r)) for r in req.references),

@@ -54,6 +54,9 @@ class GenerationRequest:
     # the text tokens the prompt is read to (a run's previews: the run's max_sequence_length);
     # None: the pipeline's default (512); only for a family that takes it (generation_rules)
     max_sequence_length: int | None = None
+    # a run's control_resolution: the references sized and encoded as its previews do
+    # (generate.pipeline.generate_image); None: fitted to the output size
+    control_resolution: str | int | None = None
 
 
 def meta_of(
@@ -78,6 +81,7 @@ def meta_of(
         "guidance": req.guidance,
         **({"negative_prompt": req.negative_prompt} if req.negative_prompt else {}),
         **({"max_sequence_length": req.max_sequence_length} if req.max_sequence_length is not None else {}),
+        **({"control_resolution": req.control_resolution} if req.control_resolution is not None else {}),
         "loras": [
             {
                 "name": c.name,

@@ -94,6 +94,7 @@ class GenerationJob:
     lora_digests: tuple[str, ...] = ()  # sha256 of each of `loras`, as the server checked them
     base_identity: str | None = None  # the base's content (jobs/generation_base.py), in the key
     max_sequence_length: int | None = None  # the text tokens the prompt is read to (None: 512)
+    control_resolution: str | int | None = None  # a run's: references sized as its previews (None: fitted)
 
     def __post_init__(self) -> None:
         if len(self.lora_digests) != len(self.loras):  # the worker applies only checked files
@@ -235,6 +236,7 @@ def run_job(
             negative_prompt=job.negative_prompt,
             max_sequence_length=job.max_sequence_length,
             controls=[load_rgb(Path(p)) for p in job.references],
+            control_resolution=job.control_resolution,
             cancelled=cancelled,
             on_step=lambda done, of: report(("step", done, of)),
         )

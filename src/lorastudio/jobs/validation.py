@@ -274,6 +274,7 @@ def sample_prompt_problems(
         decode_pixels=settings.max_decode_pixels,
         sizing=family.spec.control_sizing,
         rule=cfg.control_resolution,
+        control_names=cfg.control_dirs,
     )
     spec = family.spec  # each prompt's references at the size it renders at (its own, else the resolution)
     refs += reference_size_problems(

@@ -15,7 +15,9 @@ the raw weights, so "the LoRA of step N" for validation, download and generation
 a snapshot, or <name>.raw.safetensors for the final step (`raw_lora_at`). The EMA weights of a
 checkpoint's step are kept in that checkpoint's folder, checkpoints/step-N/<name>-step-N.ema
 .safetensors + .json (training/export.save_ema_step_lora), removed with the checkpoint by
-keep_last (`ema_step_loras`; with the final EMA file: `ema_lora_at`, Generate's `"weights": "ema"`).
+keep_last (`ema_step_loras`; with the final EMA file: `ema_lora_at`, Generate's `"weights": "ema"`),
+and those of the newest previewed step no checkpoint keeps in samples/ (`ema_preview_loras`: one
+pair, replaced at each such sample round, training/ema_preview.py).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.run_files import (
     CHECKPOINTS,
     LORAS,
+    SAMPLES,
     checkpoint_step,
+    ema_preview_step,
     ema_step_name,
     snapshot_name,
     staging_path,
@@ -76,6 +80,26 @@ def ema_step_loras(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def ema_preview_loras(run_dir: Path) -> list[tuple[int, Path]]:
+    """[(step, .safetensors path)] of the EMA weights kept for the newest previewed step no
+    checkpoint keeps (samples/<name>-step-N.ema.safetensors with its sidecar:
+    training/ema_preview.py; one, or none), oldest step first."""
+    folder = run_dir / SAMPLES
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in entries(folder):  # gone since the check (a run delete): none
+        step = ema_preview_step(run_dir.name, path.name)
+        if (
+            step is not None
+            and path.suffix == ".safetensors"
+            and path.is_file()
+            and path.with_suffix(".json").is_file()
+        ):
+            found.append((step, path))
+    return sorted(found)
+
+
 def _sidecar(path: Path) -> dict[str, Any]:
     """The sidecar (.json) beside LoRA `path`, or {} when missing or unreadable."""
     try:
@@ -99,7 +123,7 @@ def _step_of(sidecar: dict[str, Any]) -> int | None:
 
 def run_loras(run_dir: Path) -> list[dict[str, Any]]:
     """Every LoRA of a run by step: the snapshots and (EMA runs) the EMA files its checkpoints
-    keep (a step's raw snapshot before its EMA file), then the final raw <name>.raw.safetensors,
+    keep and the newest preview's (a step's raw snapshot before its EMA file), then the final raw <name>.raw.safetensors,
     then the final <name>.safetensors when present (steps from the sidecars). Each {"step",
     "path", "final", "weights": "ema" | "raw"}; steps ascending."""
     found: list[dict[str, Any]] = [
@@ -108,7 +132,7 @@ def run_loras(run_dir: Path) -> list[dict[str, Any]]:
     ]
     found += [
         {"step": step, "path": str(path), "final": False, "weights": "ema"}
-        for step, path in ema_step_loras(run_dir)
+        for step, path in ema_step_loras(run_dir) + ema_preview_loras(run_dir)
         if file_weights(_sidecar(path)) == "ema"
     ]
     found.sort(key=lambda row: (row["step"], row["weights"] == "ema"))

@@ -182,9 +182,10 @@ def save_lora_snapshot(
     )
 
 
-def save_ema_step_lora(run: PreparedRun, state: RunState, folder: Path) -> Path:
+def save_ema_step_lora(run: PreparedRun, state: RunState, folder: Path, kept_in: str | None = None) -> Path:
     """With EMA: the EMA weights of the step just done (state.steps_run) as a LoRA file in the
-    checkpoint (staging) `folder` of that step, <name>-step-N.ema.safetensors + sidecar
+    checkpoint (staging) `folder` of that step (`kept_in`: else the run folder's sub-folder it is
+    written to, training/ema_preview.py), <name>-step-N.ema.safetensors + sidecar
     (run_files.ema_step_name): the run's layout, header and sidecar as the final file's, with
     "steps" the step, "snapshot": true and "ema": {"decay", "update_every", "weights": "ema",
     "updates"}, and "created_at" (modelspec.date) its own write time, as every snapshot's; checked
@@ -198,7 +199,7 @@ def save_ema_step_lora(run: PreparedRun, state: RunState, folder: Path) -> Path:
         steps_run=step,
         total_steps=state.total_steps,
         stopped=False,
-        lora_file=f"{CHECKPOINTS}/{checkpoint_name(step)}/{stem}.safetensors",
+        lora_file=f"{kept_in or f'{CHECKPOINTS}/{checkpoint_name(step)}'}/{stem}.safetensors",
         extensions=state.extensions,
     )
     sidecar["snapshot"] = True

@@ -30,6 +30,7 @@ from lorastudio.training.checkpoint import CheckpointKeeper, read_checkpoint_inf
 from lorastudio.training.conditioning import CaptionPicker, Conditioning
 from lorastudio.training.distributed import ParallelContext, StopPoll, all_reduce_sum
 from lorastudio.training.ema import AdapterEma, make_ema
+from lorastudio.training.ema_preview import keep_preview_ema
 from lorastudio.training.events import Emit, Progress, RunWarning
 from lorastudio.training.export import save_ema_step_lora, save_lora_snapshot
 from lorastudio.training.extend import respan_schedule
@@ -212,11 +213,14 @@ def optimize(
                 validation_round(run, state, objective, step, emit)
             finish_run(run, state, parts, source, emit)
             break
+        checkpoint_due = state.keeper is not None and state.keeper.due(step, num_steps)
         if state.previews is not None and state.previews.due(step, num_steps):
             sample_round(cfg, state.previews, state, parts, source, step, emit)
+            if not (checkpoint_due and parts.guard.bad_in_a_row == 0):  # a checkpoint keeps them
+                keep_preview_ema(run, state)
         if validating:  # with its LoRA snapshot
             validation_round(run, state, objective, step, emit)
-        if state.keeper is not None and state.keeper.due(step, num_steps) and parts.guard.bad_in_a_row == 0:
+        if checkpoint_due and parts.guard.bad_in_a_row == 0:
             _checkpoint(run, state, parts)  # with its LoRA snapshot
         elif snapshot_due:
             _lora_snapshot(run, state)

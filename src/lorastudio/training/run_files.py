@@ -16,6 +16,9 @@ removes is what runs write:
                                              (+ .json): the EMA weights of that step (`ema_step_name`)
     loras/<name>-step-NNNNNN.safetensors     a LoRA snapshot, + .json (lora/snapshots.py)
     samples/step-NNNNNN-I.png, ref-I-S.png   previews, reference copies (training/sample_files.py)
+    samples/<name>-step-NNNNNN.ema.safetensors  with EMA previews, the EMA weights of the newest
+                                             previewed step no checkpoint keeps, + .json: one pair
+                                             (training/ema_preview.py)
     tensorboard/, wandb/                     a tracker's own folder, whole (training/trackers.py)
     .staging-<hex>[.ext], .removing-<hex>    a write or delete in flight, in the run folder and in
                                              each folder above (`staging_path`, `removal_path`)
@@ -73,6 +76,7 @@ _CHECKPOINT = re.compile(r"^step-(\d+)$")
 _SAMPLE = re.compile(r"^step-(\d{6,})-(\d+)\.png$")
 _REFERENCE = re.compile(r"^ref-(\d+)-(\d+)\.png$")  # ref-<prompt index>-<slot>.png
 _SNAPSHOT = re.compile(r"^(?P<run>.+)-step-(?P<step>\d{6,})\.(safetensors|json)$")
+_EMA_PREVIEW = re.compile(r"^(?P<run>.+)-step-(?P<step>\d{6,})\.ema\.(safetensors|json)$")
 _LEFTOVER = re.compile(r"^(\.staging-[0-9a-f]+(\.[a-z]+)?|\.removing-[0-9a-f-]+)$")
 
 
@@ -137,6 +141,13 @@ def ema_step_name(output_name: str, step: int) -> str:
     return f"{snapshot_name(output_name, step)}.ema"
 
 
+def ema_preview_step(output_name: str, name: str) -> int | None:
+    """The step of run `output_name`'s kept EMA preview file name (samples/<name>-step-N.ema
+    .safetensors or its .json), or None when the name is not one."""
+    match = _EMA_PREVIEW.match(name)
+    return int(match.group("step")) if match and match.group("run") == output_name else None
+
+
 def snapshot_step(name: str) -> int | None:
     """The step of a snapshot's .safetensors file name, or None when the name is not one."""
     match = _SNAPSHOT.match(name)
@@ -197,9 +208,8 @@ def _owned_kind(run_dir: Path, path: Path) -> str | None:
     if folder == CHECKPOINTS:
         return "folder" if checkpoint_step(name) is not None else None
     if folder == SAMPLES:
-        return (
-            "file" if parse_sample_name(name) is not None or parse_reference_name(name) is not None else None
-        )
+        sample = parse_sample_name(name) is not None or parse_reference_name(name) is not None
+        return "file" if sample or ema_preview_step(run_dir.name, name) is not None else None
     if folder == LORAS:
         match = _SNAPSHOT.match(name)
         return "file" if match is not None and match.group("run") == run_dir.name else None

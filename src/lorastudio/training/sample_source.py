@@ -9,8 +9,13 @@ checkpoint (Generate's `{"name", "step", "weights": "ema"}`, RELIABILITY 812) an
 step in the run's <name>.safetensors (Generate's `{"name"}`). An EMA preview of a step with
 neither shows weights no file keeps, so no generation renders it again: `lora` is None there and
 `note` says why (RELIABILITY 696), exactly: what a file of that step renders instead only where
-one is kept (`ema_gap_note`, RELIABILITY 862); so it does for an edit preview whose references were sized as the run trains them (control_resolution other than "target": README),
-where Generate fits a reference to the output size (FLUX.1 Kontext: 21 levels off on the tiny one).
+one is kept (`ema_gap_note`, RELIABILITY 862); the newest preview of a step without a checkpoint
+has its EMA weights kept in samples/ (training/ema_preview.py, RELIABILITY 1492). So the note does
+for an edit preview whose references were sized as the run trains them (control_resolution other
+than "target": README), where Generate fits a reference to the output size (FLUX.1 Kontext: 21
+levels off on the tiny one), and for every Qwen-Image-Edit preview, whose references are encoded
+at the run's size where Generate's pipeline encodes them at ~1 MP (RELIABILITY 1490; the engine's
+generate_image takes the run's control_resolution and renders the preview's pixels).
 A preview reads its prompt to the run's max_sequence_length: the listing names it, Generate takes
 it (RELIABILITY 810; before, Generate read 512 tokens only). Generating with the file `lora` names at these settings renders the
 preview's pixels (tests/unit/generate/test_sample_parity.py); README "Sample previews" bounds the
@@ -39,7 +44,9 @@ def sample_source(
     """The settings of preview `index` of step `step` of the run whose stored (resolved) config
     is `config`, in Generate's words: {"seed", "width", "height", "guidance" and "steps" (the
     prompt's or the run's, else the family's defaults for its base: `_defaults`; None where
-    not known), "max_sequence_length" (the run's; None: a family without it), "weights": "ema" | "raw", "lora": {"name",
+    not known), "max_sequence_length" (the run's; None: a family without it), "control_resolution" (the
+    run's, for an edit preview: Generate's control_resolution renders its references so; None: none),
+    "weights": "ema" | "raw", "lora": {"name",
     "step"} (step None: the final file) or None when no file keeps those weights, "note": None
     when generating with `lora` at these settings renders the preview's pixels, else why not}.
     A prompt index past the config's prompts (the config changed since) gives its run-wide
@@ -82,10 +89,17 @@ def _source(
     lora, note = _lora(run_dir, rows, step, weights)
     tokens = config.get("max_sequence_length")  # resolved: the family's default filled in
     sizing = config.get("control_resolution", "pipeline")
-    if references and sizing != "target":
+    resizes = _pipeline_resizes(config.get("family"))
+    if references and (sizing != "target" or resizes):
+        generate = (
+            "Generate fits a reference to the output size and its pipeline encodes it at ~1 MP"
+            if resizes
+            else "Generate fits a reference to the output size"
+        )
         sized = (
-            f"its references were sized as the run trains them (control_resolution {sizing!r}), where "
-            "Generate fits a reference to the output size: the pixels may differ"
+            f"its references were sized as the run trains them (control_resolution {sizing!r}), "
+            f"where {generate}: the pixels may differ (Generate given this control_resolution sizes "
+            "them as the run does)"
         )
         note = sized if note is None else f"{note}; {sized}"
     return {
@@ -95,10 +109,25 @@ def _source(
         "guidance": own["guidance"] if own.get("guidance") is not None else guidance,
         "steps": config.get("sample_steps") or steps,
         "max_sequence_length": tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
+        "control_resolution": sizing if references else None,
         "weights": weights,
         "lora": lora,
         "note": note,
     }
+
+
+def _pipeline_resizes(family: Any) -> bool:
+    """Whether the family's edit pipeline re-sizes every reference on its own, whatever size it
+    is handed (Qwen-Image-Edit's, control_sizing "area": ~1 MP), so a preview (which encodes
+    references at the run's size, RELIABILITY 1490) differs from Generate under every rule."""
+    from lorastudio import families
+    from lorastudio.errors import LorastudioError
+
+    try:
+        sizing = families.get(str(family)).spec.control_sizing
+    except LorastudioError:
+        return False
+    return sizing is not None and sizing.kind == "area"
 
 
 def _defaults(config: Mapping[str, Any]) -> tuple[int | None, float | None]:

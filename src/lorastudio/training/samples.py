@@ -16,8 +16,9 @@ How a round renders (exactly what inference would render):
   the prompt's `controls`, else on a paired run the first paired image's controls: see
   data/sample_refs.py), fitted to the sample size as `lorastudio generate --control` does, or,
   where the run sizes its controls on their own (TrainConfig.control_resolution other than
-  "target"), sized as training sized them (data/control_sizing.py); a copy
-  of each is kept beside the samples (samples/ref-<prompt>-<slot>.png) for the gallery. Where the
+  "target"), sized as training sized them (data/control_sizing.py), and VAE-encoded at that
+  size (Family.render_sized_references: Qwen-Image-Edit's pipelines would re-size every reference
+  to ~1 MP, RELIABILITY 1490); a copy of each is kept beside the samples (samples/ref-<prompt>-<slot>.png) for the gallery. Where the
   family's prompt sees the controls (spec.prompt_sees_controls: Qwen-Image-Edit), phase 1 encoded
   each prompt with its own references (sample_texts: EditPrompts keyed by prompt + files; fitted
   to the sample size, or as they are where the run sizes controls: as training encodes them);
@@ -49,7 +50,7 @@ from lorastudio.data.images import load_rgb
 from lorastudio.data.safe_open import folder_identity
 from lorastudio.families.common import pipeline_facts
 from lorastudio.families.single_file import apply_scheduler_overrides, config_of, model_source
-from lorastudio.generate.references import reference_kwargs
+from lorastudio.generate.references import reference_kwargs, run_sizer
 from lorastudio.hub_token import hub_kwargs
 from lorastudio.open_reason import library_open_reason
 from lorastudio.training.conditioning import EditPrompt, Text
@@ -205,6 +206,8 @@ class SamplePreviews:
         render = pipe
         if high and not references:  # an edit family's prompt without references: text-to-image
             render, kwargs = family.render_without_references(pipe, kwargs)
+        elif references:  # each encoded at the size the run trains it (Qwen-Image-Edit: not ~1 MP)
+            render, kwargs = family.render_sized_references(pipe, kwargs, references)
         seed = cfg.sample_seed if own.seed is None else own.seed
         generator = torch.Generator("cpu").manual_seed(seed)
         out = render(width=width, height=height, generator=generator, output_type="pil", **kwargs)
@@ -229,6 +232,7 @@ def sample_reference_paths(cfg: TrainConfig, family: Family, scan: DatasetScan) 
         decode_pixels=settings.max_decode_pixels,
         sizing=family.spec.control_sizing,
         rule=cfg.control_resolution,
+        control_names=cfg.control_dirs,
     )
     if problems:
         raise DatasetError("the sample prompts' reference images cannot be used", problems)
@@ -274,17 +278,7 @@ def control_resizer(cfg: TrainConfig, family: Family) -> Callable[[Image.Image],
     """How the previews size a reference where the run sizes its controls on their own
     (control_resolution "pipeline" or a side; data/control_sizing.py): an RGB image -> the image
     training would have encoded; None for "target" (previews fit it to their size)."""
-    from lorastudio.data.control_sizing import control_size, rule_area, sized_image
-
-    sizing, rule = family.spec.control_sizing, cfg.control_resolution
-    if sizing is None or rule == "target":
-        return None
-
-    def resize(image: Image.Image) -> Image.Image:
-        size = control_size(sizing, rule, image.width, image.height)
-        return image if size is None else sized_image(image, size, sizing, rule_area(rule))
-
-    return resize
+    return run_sizer(family.spec.control_sizing, cfg.control_resolution)
 
 
 def _entry(entry: str | SamplePrompt) -> SamplePrompt:

@@ -135,13 +135,15 @@ def test_an_ema_previews_note_offers_a_file_of_its_step_only_where_one_is_kept(
     flux_pipe, tiny_model, sample_dataset, tmp_path_factory
 ):
     """Session 30 (RELIABILITY 862): the note of an EMA preview no file keeps sent the user to
-    "the step's snapshot" of a step that had none (only sample_every fell on it). 4 steps, a
-    checkpoint after step 2, a snapshot after step 3: step 1 has no file at all, step 3 its raw
-    snapshot (named, and it renders the raw weights, not the preview), step 2 its checkpoint's
-    EMA file, step 4 the final LoRA."""
+    "the step's snapshot" of a step that had none (only sample_every fell on it). Session 37
+    (RELIABILITY 1492): the newest preview of a step no checkpoint keeps has its EMA weights kept
+    in samples/ (one pair: each such round replaces the previous), so it renders again. 6 steps,
+    checkpoints after steps 2 and 4, snapshots after steps 3 and 6: step 1 has no file at all,
+    step 3 its raw snapshot (named, and it renders the raw weights, not the preview), step 2 its
+    checkpoint's EMA file, step 5 the kept preview EMA file (its pixels), step 6 the final LoRA."""
     from lorastudio.lora.snapshots import raw_lora_at
 
-    extra = {"ema_decay": 0.5, "steps": 4, "save_every": 2, "save_lora_every": 3}
+    extra = {"ema_decay": 0.5, "steps": 6, "save_every": 2, "save_lora_every": 3}
     settings, config = _run(tiny_model, sample_dataset, tmp_path_factory, "gap-ema", **extra)
     run_dir = settings.outputs_dir / "gap-ema"
     bare = sample_source(config, run_dir, 1, 0)
@@ -158,7 +160,12 @@ def test_an_ema_previews_note_offers_a_file_of_its_step_only_where_one_is_kept(
     assert np.abs(named - _preview(settings, "gap-ema", 3)).max() > 0  # the raw weights, as said
     kept = sample_source(config, run_dir, 2, 0)
     assert kept["lora"] == {"name": "gap-ema", "step": 2, "weights": "ema"} and kept["note"] is None
-    assert sample_source(config, run_dir, 4, 0)["lora"] == {"name": "gap-ema", "step": None}
+    newest = sample_source(config, run_dir, 5, 0)  # no checkpoint: the kept preview EMA file
+    assert newest["lora"] == {"name": "gap-ema", "step": 5, "weights": "ema"} and newest["note"] is None
+    np.testing.assert_array_equal(_render(flux_pipe, settings, newest), _preview(settings, "gap-ema", 5))
+    kept_files = sorted(p.name for p in (run_dir / "samples").iterdir() if not p.name.endswith(".png"))
+    assert kept_files == ["gap-ema-step-000005.ema.json", "gap-ema-step-000005.ema.safetensors"]  # one pair
+    assert sample_source(config, run_dir, 6, 0)["lora"] == {"name": "gap-ema", "step": None}
     apply_loras(flux_pipe, [])
 
 
@@ -190,6 +197,7 @@ def test_an_ema_checkpoints_file_is_a_loadable_lora_with_the_final_files_facts(e
         assert set(f.keys()) == set(g.keys())
         header, final_header = f.metadata(), g.metadata()
     assert set(header) == set(final_header)
+    assert not list((run_dir / "samples").glob("*.ema.*"))  # every preview's step had a checkpoint
     rows = [(r["step"], r["weights"], r["final"]) for r in run_loras(run_dir)]
     assert rows == [
         (1, "raw", False),
@@ -311,3 +319,12 @@ def test_an_edit_preview_whose_references_the_run_sized_is_named(tmp_path):
     target = sample_source({**config, "control_resolution": "target"}, tmp_path, 1, 0, references=True)
     assert "references" not in target["note"]
     assert "references" not in sample_source(config, tmp_path, 1, 0)["note"]  # a text-to-image preview
+    # Qwen-Image-Edit's previews encode their references at the run's size, Generate's pipeline at
+    # ~1 MP: named under every rule (RELIABILITY 1490)
+    qwen = sample_source(
+        {**config, "family": "qwen-image-edit", "control_resolution": "target"}, tmp_path, 1, 0, True
+    )
+    assert (
+        "(control_resolution 'target'), where Generate fits a reference to the output size and its "
+        in qwen["note"]
+    )

@@ -70,7 +70,7 @@ def test_sample_prompt_references_are_checked_with_the_dataset(
     messages = [m for f, m in problems if f == "sample_prompts"]
     assert "sample prompt 0: control image control/missing.png not found in pairs/" in messages
     assert (
-        "sample prompt 1: control '../escape.png' must be a relative path inside the dataset folder"
+        "sample prompt 1: control '../escape.png' must be a path inside the dataset folder or a control_dirs folder"
         in messages
     )
     assert any(m.startswith("sample prompt 2: control bad.png:") for m in messages), messages
@@ -156,3 +156,42 @@ def test_a_resumes_sample_prompt_references_are_checked_before_it_is_queued(
     with pytest.raises(DatasetError) as refused:
         preflight(cfg, settings, "cpu")
     assert "sample prompt 0: control image control/missing.png not found in pairs/" in refused.value.problems
+
+
+def test_sample_prompt_references_may_name_a_control_dirs_folders_files(
+    settings: Settings, tiny_model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """A run whose controls are in a control_dirs folder (ai-toolkit's layout) names one for a
+    preview (RELIABILITY 1491): by the folder as control_dirs names it, or by its full path; a
+    ".." out of it, a link out of it and a file of a folder the run does not declare are refused."""
+    pairs = make_paired_dataset(settings.datasets_dir / "pairs")
+    aitk = settings.datasets_dir / "aitk"
+    (pairs / "control").rename(aitk)
+    outside = tmp_path / "secret.png"
+    outside.write_bytes((aitk / "shape_00.png").read_bytes())
+    (aitk / "refs").mkdir()  # a sub-folder: not paired (a link at the top would be an orphan control)
+    (aitk / "refs" / "link.png").symlink_to(outside)
+    (settings.datasets_dir / "other").mkdir()
+    (settings.datasets_dir / "other" / "x.png").write_bytes(outside.read_bytes())
+    fine = [
+        {"prompt": "a", "controls": ["aitk/shape_01.png"]},
+        {"prompt": "b", "controls": [str(aitk / "shape_02.png")]},
+    ]
+    raw = _cfg(tiny_model("flux2-klein"), resolution=64, control_dirs=["aitk"])
+    assert validate_run(
+        {**raw, "sample_prompts": fine}, settings, live_output_names=set()
+    ).config.sample_prompts
+    bad = [
+        {"prompt": "c", "controls": ["aitk/../other/x.png"]},
+        {"prompt": "d", "controls": ["aitk/refs/link.png"]},
+        {"prompt": "e", "controls": [str(settings.datasets_dir / "other" / "x.png")]},
+        {"prompt": "f", "controls": ["aitk/missing.png"]},
+    ]
+    messages = [m for f, m in _problems(settings, {**raw, "sample_prompts": bad}) if f == "sample_prompts"]
+    inside = "must be a path inside the dataset folder or a control_dirs folder"
+    assert messages == [
+        f"sample prompt 0: control 'aitk/../other/x.png' {inside}",
+        f"sample prompt 1: control aitk/refs/link.png is a link out of the control_dirs folder {aitk}",
+        f"sample prompt 2: control '{settings.datasets_dir / 'other' / 'x.png'}' {inside}",
+        f"sample prompt 3: control image aitk/missing.png not found in {aitk}",
+    ]

@@ -106,3 +106,13 @@ def test_train_qwen_edit_in_kohya_layout_and_edit_with_a_reference(tiny_model, t
     assert np.abs(images["lora"] - images["base"]).mean() > 0.5  # out of 255: the LoRA changes the edit
     two = _invoke("generate", *common, "--control", reference, "--out", str(tmp_path / "x.png"))
     assert two.exit_code != 0 and "Qwen-Image-Edit takes at most 1 reference images, got 2" in two.output
+    # a run's control_resolution (RELIABILITY 1490): the reference encoded at its size, recorded
+    sized = _invoke("generate", *common, "--control-resolution", "64", "--out", str(tmp_path / "s.png"))
+    assert sized.exit_code == 0, sized.output
+    with Image.open(tmp_path / "s.png") as image:
+        assert json.loads(image.text["lorastudio"])["control_resolution"] == 64
+    small = _invoke("generate", *common, "--control-resolution", "32", "--out", str(tmp_path / "t.png"))
+    assert (
+        small.exit_code == 2
+        and "32: must be 'pipeline', 'target' or a side of 64-4096 pixels" in small.output
+    )

@@ -2289,6 +2289,11 @@ export interface components {
             /** Base Model */
             base_model?: string | null;
             /**
+             * Control Resolution
+             * @description the run's control_resolution its references were sized by (null: fitted to the output size); GenerateBody.control_resolution
+             */
+            control_resolution?: string | number | null;
+            /**
              * Created
              * @description seconds since the epoch
              */
@@ -2376,6 +2381,11 @@ export interface components {
              * @description hub id, absolute folder or .safetensors checkpoint, or name under models/
              */
             base_model: string;
+            /**
+             * Control Resolution
+             * @description with references: size and encode each as a run of this control_resolution trains it (a run's sample preview: its control_resolution, SampleImage.control_resolution); null: fitted to the output size and handed to the pipeline (Qwen-Image-Edit's encodes it at ~1 MP)
+             */
+            control_resolution?: ("pipeline" | "target") | number | null;
             /** Family */
             family: string;
             /**
@@ -2456,6 +2466,11 @@ export interface components {
              * @description the base model's content identity (send it again: GenerateBody.base_identity)
              */
             base_identity?: string | null;
+            /**
+             * Control Resolution
+             * @description the run's control_resolution its references were sized by (null: fitted)
+             */
+            control_resolution?: string | number | null;
             /** File */
             file: string;
             /**
@@ -4122,6 +4137,11 @@ export interface components {
         /** SampleImage */
         SampleImage: {
             /**
+             * Control Resolution
+             * @description an edit preview's: the run's control_resolution, which sized and encoded its references: send it to Generate (GenerateBody.control_resolution) with them to render its pixels; null: no references
+             */
+            control_resolution?: string | number | null;
+            /**
              * Guidance
              * @description the prompt's, else the family's default for the run's base (null: not known)
              */
@@ -4236,7 +4256,7 @@ export interface components {
         SamplePrompt: {
             /**
              * Controls
-             * @description reference images, paths relative to the dataset folder (null: the first paired image's controls on a paired dataset, none otherwise; []: none)
+             * @description reference images, paths relative to the dataset folder, or inside a control_dirs folder (that folder as control_dirs names it, then the file; or its full path) (null: the first paired image's controls on a paired dataset, none otherwise; []: none)
              * @default null
              */
             controls?: string[] | null;
@@ -4966,7 +4986,7 @@ export interface components {
             sample_every?: number | null;
             /**
              * Sample Prompts
-             * @description prompts rendered as preview images during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir, or to the first datasets entry's folder]
+             * @description prompts rendered as preview images during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir, or to the first datasets entry's folder, or in a control_dirs folder]
              */
             sample_prompts?: (string | components["schemas"]["SamplePrompt"])[];
             /**
@@ -5561,7 +5581,7 @@ export interface components {
             sample_every: number | null;
             /**
              * Sample Prompts
-             * @description prompts rendered as preview images during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir, or to the first datasets entry's folder]
+             * @description prompts rendered as preview images during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir, or to the first datasets entry's folder, or in a control_dirs folder]
              */
             sample_prompts: (string | components["schemas"]["SamplePrompt"])[];
             /**

@@ -137,7 +137,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "resolution": "training side in pixels, 16-4096, a multiple of the family's resolution_multiple (SDXL 32, the others 16; /api/info) and at least twice it; a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with the buckets of each (null: the family's default)",
   "revision": "hub revision (branch, tag or commit) of a hub id base_model (or of a single file's base_config); refused with a local folder, which has none",
   "sample_every": "render the samples every N optimizer steps (null: only at the end)",
-  "sample_prompts": "prompts rendered as preview images during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, \"controls\": [reference images relative to data_dir, or to the first datasets entry's folder]",
+  "sample_prompts": "prompts rendered as preview images during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, \"controls\": [reference images relative to data_dir, or to the first datasets entry's folder, or in a control_dirs folder]",
   "sample_seed": "noise seed of every sample",
   "sample_steps": "inference steps per sample (null: the family's default)",
   "sample_with_ema": "with ema_decay: sample previews render the EMA weights (false: the raw ones)",

@@ -111,6 +111,7 @@ def request_of(body: GenerateBody) -> GenerationRequest:
         guidance=body.guidance,
         negative_prompt=body.negative_prompt,
         max_sequence_length=body.max_sequence_length,
+        control_resolution=body.control_resolution,
         loras=tuple(LoraChoice(r.name, r.scale, r.step, r.sha256, r.weights) for r in body.loras),
         references=tuple(body.references),
         base_identity=body.base_identity,

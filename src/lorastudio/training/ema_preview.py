@@ -1,0 +1,58 @@
+"""An EMA run's preview weights kept where no checkpoint keeps them (RELIABILITY 1492).
+
+A preview of an EMA run (ema_decay with sample_with_ema, the default) renders the EMA weights of
+its step; a checkpoint of that step keeps them (RELIABILITY 812), the final LoRA the last step's.
+A preview of a step with neither (only `sample_every` or `save_lora_every` fell on it) showed
+weights no file kept. Now each such sample round writes the EMA weights of its step as
+samples/<name>-step-N.ema.safetensors + .json (training/export.save_ema_step_lora: the run's
+layout, header, sidecar and loader check), and removes the previous pair of the run's: one pair
+at most, so nothing grows with the run's length (a LoRA per round would: keep_loras counts the
+raw snapshots). So the newest preview is always obtainable (lora/snapshots.ema_preview_loras:
+listed, downloaded and generated with `{"name", "step", "weights": "ema"}` as a checkpoint's);
+older previews of steps without a checkpoint say so in their note (sample_source.ema_gap_note).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lorastudio.folder_entries import entries
+from lorastudio.training.export import save_ema_step_lora
+from lorastudio.training.folder_guard import check_folder
+from lorastudio.training.run_files import SAMPLES, ema_preview_step
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from lorastudio.config import TrainConfig
+    from lorastudio.training.optimize import RunState
+    from lorastudio.training.preflight import PreparedRun
+
+
+def keeps_preview_ema(cfg: TrainConfig) -> bool:
+    """Whether the run's previews render EMA weights (ema_decay with sample_with_ema)."""
+    return cfg.ema_decay is not None and cfg.sample_with_ema
+
+
+def keep_preview_ema(run: PreparedRun, state: RunState) -> Path | None:
+    """On rank 0 of a run whose previews render EMA weights: write the EMA weights of the step
+    just done (state.steps_run, whose sample round rendered them) into samples/, then remove
+    every other such pair of the run there. The caller skips a step whose checkpoint keeps them.
+    Returns the new .safetensors path (None: not such a run, or not rank 0). The new pair is
+    recorded as the session's (previews.created), so a discarded session takes it with its
+    samples. Raises what writing a LoRA raises (OSError, ConfigError)."""
+    if not keeps_preview_ema(run.cfg) or state.ema is None or not state.ctx.is_main:
+        return None
+    folder = run.run_dir / SAMPLES
+    path = save_ema_step_lora(run, state, folder, kept_in=SAMPLES)  # staged, then renamed in
+    keep = {path.name, path.with_suffix(".json").name}
+    check_folder(folder)  # another's folder at the run's path: nothing of it goes
+    for old in entries(folder):
+        named = old.name not in keep and ema_preview_step(run.run_dir.name, old.name) is not None
+        if named and old.is_file() and not old.is_symlink():
+            old.unlink(missing_ok=True)
+    if state.previews is not None:
+        state.previews.created += [
+            p for p in (path, path.with_suffix(".json")) if p not in state.previews.created
+        ]
+    return path
