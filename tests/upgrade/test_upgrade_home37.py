@@ -22,9 +22,11 @@ import pytest
 from tests.upgrade.old_tree import build_old_home, cli_env, run_cli, use_old_home
 from tests.upgrade.test_upgrade_home35 import _ended, _pages
 
+from stop_at import stop_at
+
 OLD = "a6793494"  # session 37's start
 REPO = Path(__file__).resolve().parents[2]
-OLD_RUNS = ["ema37", "dora37", "dora37", "srv-stopped", "srv-done", "killed", "failed", "done32"]  # fmt: skip
+OLD_RUNS = ["dora37", "ema37", "dora37", "srv-stopped", "srv-done", "killed", "failed", "done32"]  # fmt: skip
 pytestmark = pytest.mark.slow
 
 OLD_APP = (  # the old app's answers: GET each path of argv[1:] -> [status, json]
@@ -82,6 +84,8 @@ def test_an_old_home_upgrades_rolls_back_and_upgrades_again(home: tuple[Path, di
     assert dora["end"]["status"] == "stopped" and dora["resumed_end"]["status"] == "stopped", dora
     assert ema["end"]["status"] == "stopped", ema
     dora_ids = [dora["id"], dora["resumed_id"]]
+    dora_at = dora["resumed_end"]["progress"]["step"]  # where the old resume stopped
+    ema_steps = ema["raw"]["steps"]
     assert _names(REPO / "src") == OLD_RUNS
     with TestClient(create_app(get_settings()), base_url="http://127.0.0.1") as client:
         whole = client.get("/api/runs").json()
@@ -94,47 +98,60 @@ def test_an_old_home_upgrades_rolls_back_and_upgrades_again(home: tuple[Path, di
                          ("tiny-flux", OLD_RUNS), (dora_ids[0][:12], ["dora37"]), ("nothing-such", [])):  # fmt: skip
             found = client.get("/api/runs", params={"q": q}).json()
             assert [r["output_name"] for r in found["runs"]] == names and found["total"] == len(names), q
-        assert _pages(client, "/api/runs?q=srv", "runs") == (["srv-stopped", "srv-done"], 2)
+        page = client.get(
+            "/api/runs", params={"q": "srv", "limit": 1}
+        ).json()  # the search paged by its cursor
+        assert [r["output_name"] for r in page["runs"]] == ["srv-stopped"] and page["total"] == 2
+        page = client.get("/api/runs", params={"q": "srv", "limit": 1, "cursor": page["next_cursor"]}).json()
+        assert [r["output_name"] for r in page["runs"]] == ["srv-done"] and page["next_cursor"] is None
         detail = client.get(f"/api/runs/{dora_ids[1]}").json()
-        assert detail["shared_with"] == dora_ids[:1] and detail["resume_step"] == 4
+        assert detail["shared_with"] == dora_ids[:1] and detail["resume_step"] == dora_at
         for run in whole["runs"]:
             for tail in ("", "/checkpoints", "/samples", "/config", "/loras"):
-                assert client.get(f"/api/runs/{run['id']}{tail}").status_code == 200, (run, tail)
+                answer = client.get(f"/api/runs/{run['id']}{tail}")
+                kept = (folder / "outputs" / run["output_name"]).is_dir()  # a failed fresh run's: removed
+                assert answer.status_code == (404 if tail == "/loras" and not kept else 200), (run, tail)
         loras = [lo["name"] for lo in client.get("/api/loras").json()["loras"]]
         assert _pages(client, "/api/loras", "loras") == (loras, len(loras))
-        # the EMA run resumed by this code to its end: step 5's preview keeps its EMA weights
+        # the EMA run resumed by this code to its end: its newest preview keeps its EMA weights
         resumed = client.post(f"/api/runs/{ema['id']}/resume", json={})
         assert resumed.status_code == 201, resumed.text
         assert _ended(client, resumed.json()["id"])["status"] == "completed"
         kept = sorted(p.name for p in (folder / "outputs" / "ema37" / "samples").glob("*.ema.*"))
-        assert kept == ["ema37-step-000005.ema.json", "ema37-step-000005.ema.safetensors"], kept
+        last = f"ema37-step-{ema_steps - 1:06d}.ema"  # the newest preview of a step without a checkpoint
+        assert kept == [f"{last}.json", f"{last}.safetensors"], kept
         steps = client.get(f"/api/runs/{resumed.json()['id']}/loras").json()["loras"]
-        assert [s["step"] for s in steps if s["weights"] == "ema"][:2] == [3, 5], steps
+        ema_at = ema["end"]["progress"]["step"]  # the old checkpoint's
+        assert [s["step"] for s in steps if s["weights"] == "ema"] == [ema_at, ema_steps - 1, ema_steps], (
+            steps
+        )
         config = client.get(f"/api/runs/{dora_ids[0]}").json()["config"]
         config = {k: v for k, v in config.items() if v is not None and k != "output_name"}
         again = client.post("/api/train/start", json={"config": config})  # "train again" of the DoRA run
         assert again.status_code == 201, again.text
         assert _ended(client, again.json()["id"])["status"] == "completed"
-        plan = client.post("/api/train/preflight", json={"config": dora["raw"]}).json()
-        assert plan["plan"]["fuse_projections"] is False, plan["plan"]
+        plan = client.post("/api/train/preflight", json={"config": config})  # planned unfused, as run (1520)
+        assert plan.status_code == 200 and plan.json()["plan"]["fuse_projections"] is False, plan.text[:2000]
 
-    # the DoRA run (two old sessions) resumed by this code from step 4: the uninterrupted losses
+    # the DoRA run (two old sessions) resumed by this code 3 steps: the uninterrupted losses
     run_dir = folder / "outputs" / "dora37"
     cfg = TrainConfig.model_validate(dora["raw"])
-    warned: list = []
-    ours = train(cfg, warned.append, device="cpu", resume=run_dir)
-    assert ours.losses == dora["full_losses"]
+    warned, check = stop_at(dora_at + 3)
+    ours = train(cfg, warned.append, check, device="cpu", resume=run_dir)
+    assert ours.losses == dora["full_losses"][: dora_at + 3]
     assert not [e for e in warned if e.type == "warning"]
 
     # roll back: the old code lists this code's store and reads the EMA run this code wrote into
     listed = _names(REPO / "src")
-    assert _names(old_src_dir) == listed and listed[1:] == ["ema37", *OLD_RUNS], listed
+    assert _names(old_src_dir) == listed and listed[1:] == ["ema37", *OLD_RUNS], (
+        listed
+    )  # "train again", the resume
     ema_id = resumed.json()["id"]
     answers = _old_python(OLD_APP, "/api/runs", f"/api/runs/{ema_id}/loras", f"/api/runs/{ema_id}/samples",
                           "/api/loras", src=old_src_dir)  # fmt: skip
     assert [status for status, _ in answers] == [200] * 4, answers
     assert [r["output_name"] for r in answers[0][1]["runs"]] == listed
-    # the old code resumes the DoRA run from this code's checkpoint and losses.bin, bit for bit
+    # the old code resumes the DoRA run to its end from this code's checkpoint and losses.bin
     rolled, warnings = _old_python(RESUME, json.dumps(dora["raw"]), str(run_dir), src=old_src_dir)
     assert rolled == dora["full_losses"] and not warnings, warnings
 
