@@ -113,6 +113,13 @@ def test_an_old_home_upgrades_rolls_back_and_upgrades_again(home: tuple[Path, di
                 assert answer.status_code == (404 if tail == "/loras" and not kept else 200), (run, tail)
         loras = [lo["name"] for lo in client.get("/api/loras").json()["loras"]]
         assert _pages(client, "/api/loras", "loras") == (loras, len(loras))
+        assert {"dora37", "ema37", "srv-done", "done32"} <= set(loras), loras
+        assert len(client.get("/api/gallery").json()["images"]) == 4
+        kept = client.get("/api/generations/gen-old-async")  # the old server's asynchronous generation
+        assert kept.status_code == 200 and kept.json()["state"] == "done", kept.text
+        assert [j["status"] for j in client.get("/api/captions").json()] == ["completed"]
+        sets = {d["name"] for d in client.get("/api/datasets").json()["datasets"]}
+        assert {"shapes", "cards"} <= sets, sets
         # the EMA run resumed by this code to its end: its newest preview keeps its EMA weights
         resumed = client.post(f"/api/runs/{ema['id']}/resume", json={})
         assert resumed.status_code == 201, resumed.text
