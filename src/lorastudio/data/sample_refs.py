@@ -20,6 +20,7 @@ from lorastudio.data.images import probe_image
 from lorastudio.data.items import DatasetScan
 from lorastudio.data.safe_open import folder_identity
 from lorastudio.errors import DatasetError
+from lorastudio.user_paths import is_file, resolved
 
 
 def default_references(scan: DatasetScan) -> tuple[Path, ...]:
@@ -64,10 +65,17 @@ def sample_references(
                 )
                 continue
             path = scan.root / rel
-            if not path.resolve().is_relative_to(scan.root.resolve()):
+            real, root = resolved(path), resolved(scan.root)
+            if real is None or root is None:  # a link loop, a NUL byte, a name over the system's limits
+                problems.append(
+                    f"{where}: control {name!r} cannot be followed to a file (a link loop, a NUL"
+                    " character or a name longer than the file system allows)"
+                )
+                continue
+            if not real.is_relative_to(root):
                 problems.append(f"{where}: control {name} is a link out of the dataset folder")
                 continue
-            if not path.is_file():
+            if not is_file(path):
                 problems.append(f"{where}: control image {name} not found in {scan.root.name}/")
                 continue
             try:
