@@ -37,10 +37,20 @@ def require_token(request: Request) -> None:
     when the request carried only a session cookie that is no longer live (expired, a restart, a
     token change: the UI opens a new session with its token), or a session cookie the request
     may not use (not a GET, another site's page). Without a token configured (or a blank one,
-    which settings.py already turns into None), everything is allowed."""
+    which settings.py already turns into None), everything is allowed. The question is
+    `token_refusal`'s, which api/token_gate.py asks too before a write's body is read."""
+    refusal = token_refusal(request)
+    if refusal is not None:
+        raise refusal
+
+
+def token_refusal(request: Request) -> HTTPException | None:
+    """The 401 `require_token` raises for `request`, or None when the request may pass. Reads
+    only the request's method, headers, query and cookies (never its body) and the app's
+    settings and session store."""
     token = (request.app.state.settings.api_token or "").strip()
     if not token:
-        return
+        return None
     given = ""
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer":
@@ -51,8 +61,8 @@ def require_token(request: Request) -> None:
         sids = session_ids(request)  # each path's cookie: any live one stands (api/sessions.py)
         if sids:
             if cookie_allowed(request) and any(request.app.state.sessions.check(sid, token) for sid in sids):
-                return
-            raise HTTPException(
+                return None
+            return HTTPException(
                 status_code=401,
                 detail=(
                     "SessionExpired: the browser session is over or not usable here (the session cookie"
@@ -62,6 +72,7 @@ def require_token(request: Request) -> None:
                 headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
             )
     if not hmac.compare_digest(given.encode(), token.encode()):
-        raise HTTPException(
+        return HTTPException(
             status_code=401, detail="missing or wrong API token", headers={"WWW-Authenticate": "Bearer"}
         )
+    return None

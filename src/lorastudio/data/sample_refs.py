@@ -22,6 +22,7 @@ from lorastudio.data.images import probe_image
 from lorastudio.data.items import DatasetScan
 from lorastudio.data.safe_open import folder_identity
 from lorastudio.errors import DatasetError
+from lorastudio.user_paths import is_file, resolved
 
 
 def default_references(scan: DatasetScan) -> tuple[Path, ...]:
@@ -95,7 +96,7 @@ def _reference_path(name: str, scan: DatasetScan, control_names: Sequence[str]) 
     rel = Path(name)
     if not name.strip() or ".." in rel.parts:
         return None, f"control {name!r} must be a path inside the dataset folder or a control_dirs folder"
-    if not rel.is_absolute() and (scan.root / rel).is_file():
+    if not rel.is_absolute() and is_file(scan.root / rel):
         return _confined(scan.root / rel, scan.root, name, "the dataset folder")
     dirs = scan.control_dirs
     names = list(control_names) if len(control_names) == len(dirs) else [""] * len(dirs)
@@ -112,9 +113,15 @@ def _reference_path(name: str, scan: DatasetScan, control_names: Sequence[str]) 
 
 def _confined(path: Path, folder: Path, name: str, label: str) -> tuple[Path | None, str]:
     """`path` (named `name`) when it is a file whose real path stays inside `folder`, else (None, why)."""
-    if not path.resolve().is_relative_to(folder.resolve()):
+    real, root = resolved(path), resolved(folder)
+    if real is None or root is None:  # a link loop, a NUL byte, a name over the system's limits
+        return None, (
+            f"control {name!r} cannot be followed to a file (a link loop, a NUL character or a name"
+            " longer than the file system allows)"
+        )
+    if not real.is_relative_to(root):
         return None, f"control {name} is a link out of {label}"
-    if not path.is_file():
+    if not is_file(path):
         where = f"{folder.name}/" if label == "the dataset folder" else str(folder)
         return None, f"control image {name} not found in {where}"
     return path, ""
