@@ -19,7 +19,7 @@ from pathlib import Path
 from old_home import _settings  # noqa: E402 (beside this file)
 from old_home34 import _killed_server, build  # noqa: E402
 
-DORA_STEPS, EMA_STEPS = 60, 10  # the server's stop comes a few steps after it is asked for
+DORA_STEPS, EMA_STEPS = 200, 12  # the server's stop comes a few steps after it is asked for (up to 8 seen)
 ENDED = ("completed", "failed", "stopped", "interrupted", "cancelled")
 
 
