@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from lorastudio import __version__
 from lorastudio.families.single_file import model_source
 from lorastudio.lora.convert import PeftLora
@@ -334,7 +336,9 @@ def base_weight_shapes(denoiser: Any) -> dict[str, tuple[int, ...]]:
     (out_features, in_features): a quantized base (nf4, int8) stores its weight packed. A member of
     a fused projection group (training/fused_projections.FusedSlice: no weight parameter of its
     own, its weight a view into the group's holder) is reported by its own (out, in) too: the file
-    names it, and the loader checks look its key up here."""
+    names it, and the loader checks look its key up here. So is a linear layer that holds its
+    weight other than as a `weight` parameter: an fp8 base's training/fp8.Fp8FrozenLinear (two
+    e4m3 copies and their scales; `weight` a property)."""
     modules = dict(denoiser.named_modules())
     shapes = {}
     for key, param in denoiser.named_parameters():
@@ -345,7 +349,10 @@ def base_weight_shapes(denoiser: Any) -> dict[str, tuple[int, ...]]:
             shape = logical if None not in logical else tuple(param.shape)
             shapes[name.replace(".base_layer", "")] = tuple(shape)
     for name, module in modules.items():
-        if getattr(module, "fused_slice", False):
+        weightless_linear = isinstance(module, torch.nn.Linear) and "weight" not in dict(
+            module.named_parameters(recurse=False)
+        )
+        if (getattr(module, "fused_slice", False) or weightless_linear) and ".lora_" not in name:
             shapes[name.replace(".base_layer", "")] = (module.out_features, module.in_features)
     return shapes
 
