@@ -21,7 +21,7 @@ from lorastudio.families.single_file import model_source
 from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.files import ADAPTER_METADATA_KEY, cast_for_file, file_for_layout, write_lora_file
 from lorastudio.lora.metadata import ARCHITECTURE_KEY, architecture, training_metadata
-from lorastudio.lora.portability import check_loaders
+from lorastudio.lora.portability import check_diffusers_lokr, check_loaders
 from lorastudio.lora.snapshots import LORAS, snapshot_name
 from lorastudio.lora.text_encoders import (
     file_clip_shapes,
@@ -246,13 +246,16 @@ def save_lora(
     # the model spec's architecture id, from the trained denoiser's config (FLUX.1 dev / schnell)
     info[ARCHITECTURE_KEY] = architecture(spec.name, getattr(denoiser, "config", None))
     if adapter != "lora" and layout == "kohya":  # DoRA / LoHa / LoKr: the LyCORIS layout ComfyUI reads
-        tensors, header, check = lycoris_file(
-            denoiser, spec.name, adapter, info, base_weight_shapes(denoiser)
-        )
+        shapes = base_weight_shapes(denoiser)
+        tensors, header, check = lycoris_file(denoiser, spec.name, adapter, info, shapes)
         tensors = cast_for_file(tensors, save_dtype)
+        no_reader = {"checked": False, "reason": f"diffusers has no loader for LyCORIS {adapter} files"}
         loaders = {
             "comfyui": check,
-            "diffusers": {"checked": False, "reason": f"diffusers has no loader for LyCORIS {adapter} files"},
+            # diffusers reads FLUX.2's LyCORIS LoKr files (RELIABILITY 1501)
+            "diffusers": check_diffusers_lokr(tensors, spec.name, shapes, spec.pipeline_class)
+            if adapter == "lokr"
+            else no_reader,
             "a1111_forge": {"checked": False, "reason": "not checked for LyCORIS files"},
         }
     else:
