@@ -156,3 +156,68 @@ def worst_error(
     if missing:
         raise AssertionError(f"trained linear layers not found in the loaded model: {missing[:5]}")
     return worst, stray
+
+
+ENCODERS = ("text_encoder", "text_encoder_2")
+
+
+def train_run(family: str, work: Path, name: str, **over: object) -> tuple[Cell, Any]:
+    """A 3-step tiny run of a text-to-image `family` (the sample dataset) with train_case's settings and `over`
+    (its own tiny model and home under `work`): its Cell and the TrainResult (the trained
+    denoiser, and an SDXL run's text encoders with train_text_encoder)."""
+    from bench.comfyui_check import ALPHA, RANK, trained_change
+
+    from lorastudio.config import TrainConfig
+    from lorastudio.settings import Settings
+    from lorastudio.tiny import make_sample_dataset, save_tiny_model, tiny_model_dir
+    from lorastudio.training.loop import train
+
+    spec = families.get(family).spec
+    model = save_tiny_model(family, tiny_model_dir(family, work / "models"))
+    raw = {
+        "family": family, "base_model": str(model), "data_dir": str(make_sample_dataset(work / "data")),
+        "resolution": max(32, 2 * spec.resolution_multiple), "steps": 3, "learning_rate": 5e-2,
+        "lora_rank": RANK, "lora_alpha": ALPHA, "batch_size": 2, "output_name": name, "seed": 0,
+        **({"max_sequence_length": 16} if "max_sequence_length" in spec.supports else {}), **over,
+    }  # fmt: skip
+    result = train(
+        TrainConfig.model_validate(raw), [].append, settings=Settings(home=work / "home" / name),
+        device="cpu", return_denoiser=True,
+    )  # fmt: skip
+    with safe_open(str(result.lora_path), "pt") as f:
+        header = dict(f.metadata() or {})
+    cell = Cell(family, name, result.lora_path, model, trained_change(result.denoiser), header)
+    return cell, result
+
+
+def train_text_encoder_cell(work: Path, lora_format: str) -> tuple[Cell, dict[str, torch.Tensor]]:
+    """An SDXL run with train_text_encoder in `lora_format`: its Cell (the U-Net's change) and
+    {"<encoder>.<module>.weight": the encoder layer's trained change (peft's B @ A x scale)}."""
+    cell, result = train_run(
+        "sdxl", work, f"te-{lora_format}", train_text_encoder=True, lora_format=lora_format
+    )
+    encoders = {
+        f"{encoder}.{name}.weight": module.get_delta_weight("default").detach().float()  # [out, in]
+        for encoder in ENCODERS
+        for name, module in getattr(result.text_encoders.encoders, encoder).named_modules()
+        if hasattr(module, "lora_B") and "default" in module.lora_B
+    }
+    return cell, encoders
+
+
+def text_encoder_weights(cell: Cell, loader: str | None, strength: float) -> dict[str, torch.Tensor]:
+    """{"<encoder>.<module>.weight": [out, in]} of both CLIP encoders' linear layers after
+    `loader` ("generate" / "diffusers"; None: the plain pipeline) applied the file at `strength`."""
+    pipe = _pipeline(cell.model, cell.family)
+    if loader == "generate":
+        from lorastudio.generate.pipeline import apply_loras
+
+        apply_loras(pipe, [(cell.lora, strength)])
+    elif loader == "diffusers":
+        pipe.load_lora_weights(str(cell.lora), adapter_name="cell")
+        pipe.set_adapters(["cell"], adapter_weights=[strength])
+    return {
+        f"{encoder}.{name}": weight
+        for encoder in ENCODERS
+        for name, weight in linear_weights(getattr(pipe, encoder)).items()
+    }

@@ -46,7 +46,10 @@ from tests.unit.lora.portable_cells import (
     linear_weights,
     loaded_weights,
     peft_loaded,
+    text_encoder_weights,
     train_cell,
+    train_run,
+    train_text_encoder_cell,
     worst_error,
 )
 
@@ -183,3 +186,58 @@ def test_peft_alone_loads_a_diffusers_file_at_each_strength(tiny_model, tmp_path
     for strength in (1.0, 0.5):
         error, stray = worst_error(plain, linear_weights(peft_loaded(cell, strength)), change, strength)
         assert error <= TOLERANCE["fp32"] and not stray, (strength, error, stray[:5])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["kohya", "diffusers"])
+def test_an_sdxl_file_with_text_encoder_layers_loads_them_at_the_trained_strength(layout, tmp_path):
+    """SDXL's train_text_encoder: both CLIP encoders' layers, through generation and plain
+    diffusers, at 1.0 and 0.5 (the U-Net's as in the matrix); ComfyUI's CLIP loading:
+    tests/external/test_comfyui_text_encoders.py."""
+    cell, encoders = train_text_encoder_cell(tmp_path, layout)
+    sidecar = json.loads(cell.lora.with_suffix(".json").read_text())
+    assert sidecar["loaders"]["diffusers"]["ok"], sidecar["loaders"]["diffusers"]
+    assert sidecar["loaders"]["comfyui"]["ok"] is (layout == "kohya"), sidecar["loaders"]["comfyui"]
+    assert {k.split(".")[0] for k in encoders} == {"text_encoder", "text_encoder_2"}
+    plain, base = text_encoder_weights(cell, None, 1.0), base_weights(cell)
+    for loader in ("generate", "diffusers"):
+        for strength in (1.0, 0.5):
+            error, stray = worst_error(
+                plain, text_encoder_weights(cell, loader, strength), encoders, strength
+            )
+            assert error <= TOLERANCE["fp32"] and not stray, (loader, strength, error, stray[:5])
+            error, stray = worst_error(base, loaded_weights(cell, loader, strength), cell.change, strength)
+            assert error <= TOLERANCE["fp32"] and not stray, (loader, strength, error, stray[:5])
+
+
+def train_cell_like(cell: Cell, lora: Path, change: dict[str, torch.Tensor]) -> Cell:
+    """`cell`'s model and family with another file and change (a merged file's)."""
+    from safetensors import safe_open
+
+    with safe_open(str(lora), "pt") as f:
+        header = dict(f.metadata() or {})
+    return Cell(cell.family, "merged", lora, cell.model, change, header)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("family", "layout"), [("flux", "diffusers"), ("sdxl", "kohya"), ("flux2", "kohya")])
+def test_a_merged_file_loads_at_the_weighted_sum_of_its_inputs_changes(family, layout, tmp_path):
+    """`lora merge A:0.7 B:0.3` of two runs (other seeds): generation (and diffusers) applies
+    0.7 x A's change + 0.3 x B's, half of it at 0.5; the sidecar-free merged file's header is a
+    kohya / diffusers header as a run's (ss_* dims and alphas consistent with its layers)."""
+    from lorastudio.lora.ops import merge_files
+
+    one, _ = train_run(family, tmp_path, "one", lora_format=layout, seed=1)
+    two, _ = train_run(family, tmp_path, "two", lora_format=layout, seed=2)
+    out = merge_files([(one.lora, 0.7), (two.lora, 0.3)], tmp_path / "merged.safetensors")
+    change = {k: 0.7 * one.change[k] + 0.3 * two.change.get(k, 0) for k in one.change}
+    merged = train_cell_like(one, out, change)
+    assert merged.header["modelspec.merged_from"] == "one.safetensors, two.safetensors"
+    if layout == "kohya":
+        assert merged.header["ss_network_dim"] == "8"  # the ranks concatenated
+    base = base_weights(merged)
+    loaders = ("generate", "diffusers") if family != "flux" or layout == "diffusers" else ("generate",)
+    for loader in loaders:
+        for strength in (1.0, 0.5):
+            error, stray = worst_error(base, loaded_weights(merged, loader, strength), change, strength)
+            assert error <= TOLERANCE["fp32"] and not stray, (loader, strength, error, stray[:5])
