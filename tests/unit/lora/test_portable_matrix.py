@@ -122,7 +122,10 @@ def _assert_header(cell: Cell, layout: str) -> None:
         scale = float(header["ss_network_alpha"]) / 4
         for key, alpha in tensors.items():
             if key.endswith(".alpha"):
-                rank = tensors[key.removesuffix(".alpha") + ".lora_down.weight"].shape[0]
+                module = key.removesuffix(".alpha")  # its down matrix: kohya's or (Z-Image) lora_A
+                down = tensors.get(module + ".lora_down.weight", tensors.get(module + ".lora_A.weight"))
+                assert down is not None, key
+                rank = down.shape[0]
                 assert float(alpha) / rank == pytest.approx(scale), key
         if not any(k.endswith(".alpha") for k in tensors):
             assert scale == 1.0, header
