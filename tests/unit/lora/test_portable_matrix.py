@@ -27,7 +27,7 @@ What a cell does not load, and why (asserted as such, so a change shows):
   diffusers 0.42 reads (its LyCORIS FLUX.2 LoKr conversion);
 - the SDXL diffusers layout in ComfyUI (its SDXL diffusers map wants the old `processor` names).
 
-Slow (~25 min on 2 cores for the whole matrix); the default suite keeps one cheap cell of the one
+Slow (~10 min on 2 cores with -n 2 for the whole matrix); the default suite keeps one cheap cell of the one
 loader the rest of the suite does not run: peft alone on a diffusers-layout file
 (`test_peft_alone_loads_a_diffusers_file_at_each_strength`).
 """
