@@ -177,3 +177,26 @@ def test_the_api_pushes_and_answers_each_failure_with_its_status(run_home, hub):
     with TestClient(create_app(_settings(run_home, None)), base_url=LOOPBACK) as client:
         no_token = client.post("/api/loras/pushme/push", json={"repo": "me/existing"})
         assert no_token.status_code == 400 and "LORASTUDIO_HF_TOKEN" in no_token.json()["detail"]
+
+
+def test_a_hub_that_fails_is_a_502_the_api_document_declares(run_home, hub, monkeypatch):
+    """The route's docstring promised "502 the hub failed" while /openapi.json declared no 502 for
+    it (session 37 docs2): a client generated from the document had no case for it."""
+    import socket
+
+    from fastapi.testclient import TestClient
+
+    from live_server import LOOPBACK
+    from lorastudio.api.app import create_app
+
+    with socket.socket() as closed:  # a port nothing listens on: the connection is refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    app = create_app(_settings(run_home, WRITE_TOKEN))
+    with TestClient(app, base_url=LOOPBACK) as client:
+        failed = client.post("/api/loras/pushme/push", json={"repo": "me/existing"})
+    assert failed.status_code == 502 and failed.json()["error"] == "HubUploadError", failed.text
+    declared = app.openapi()["paths"]["/api/loras/{name}/push"]["post"]["responses"]
+    assert "502" in declared and "HubAccessDenied" in declared["403"]["description"]
+    assert hub.commits == []

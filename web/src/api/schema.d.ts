@@ -9387,7 +9387,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description the hub refused the token or gave it no write access (HubAccessDenied), or a write from another origin or site (CrossOriginRefused) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9452,6 +9452,15 @@ export interface operations {
             };
             /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the hub failed or could not be reached (HubUploadError) */
+            502: {
                 headers: {
                     [name: string]: unknown;
                 };
