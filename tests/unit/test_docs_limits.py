@@ -59,3 +59,20 @@ def test_each_bound_readme_states_is_the_codes(phrase: str, constant: float | No
     assert stated * unit == constant, (
         f"README says {found.group(0)!r}; the code's bound is {constant} ({unit} a unit)"
     )
+
+
+def test_readmes_paths_line_names_every_folder_paths_prints():
+    """README's `lorastudio paths` line names each folder the command prints (it left out the encode
+    cache's line, session 37 docs2)."""
+    from typer.testing import CliRunner
+
+    from lorastudio.cli.app import _register, app
+
+    _register()
+    out = CliRunner().invoke(app, ["paths"])
+    assert out.exit_code == 0, out.output
+    labels = [line.split()[0] for line in out.output.splitlines() if line.strip()]
+    line = re.search(r"lorastudio paths +# ([^`]*?) lorastudio du", README)
+    assert line and len(labels) >= 6
+    words = {"home": "where", "database": "run database", "cache": "encode cache"}
+    assert [w for w in labels if words.get(w, w) not in line.group(1)] == []
