@@ -76,3 +76,20 @@ def test_readmes_paths_line_names_every_folder_paths_prints():
     assert line and len(labels) >= 6
     words = {"home": "where", "database": "run database", "cache": "encode cache"}
     assert [w for w in labels if words.get(w, w) not in line.group(1)] == []
+
+
+def test_the_ranges_generates_help_states_are_the_rules():
+    """`lorastudio generate --help` states the seed, guidance and steps ranges the CLI and the API
+    check (generation_rules.py), and names the LoRA scale's range it refuses past."""
+    import typer
+
+    from lorastudio import generation_rules as rules
+    from lorastudio.cli.app import _register, app
+
+    _register()
+    command = typer.main.get_command(app).commands["generate"]  # type: ignore[attr-defined]
+    helps = {p.name: (p.help or "") for p in command.params}
+    assert f"0-{rules.SEED_MAX}" in helps["seed"]
+    assert f"0-{rules.GUIDANCE_MAX:g}" in helps["guidance"]
+    assert f"1-{rules.MAX_STEPS}" in helps["steps"]
+    assert f"{-rules.LORA_SCALE_LIMIT:g} to {rules.LORA_SCALE_LIMIT:g}" in helps["lora"]
