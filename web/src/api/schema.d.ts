@@ -4579,7 +4579,7 @@ export interface components {
             control_resolution?: ("pipeline" | "target") | number;
             /**
              * Data Dir
-             * @description dataset folder (absolute, or a name under datasets/): shorthand for one datasets entry
+             * @description dataset folder (a name under datasets/, or an absolute path: anywhere for the CLI, inside datasets/ for the server): shorthand for one datasets entry
              * @default null
              */
             data_dir?: string | null;
@@ -5081,7 +5081,7 @@ export interface components {
             validate_every?: number | null;
             /**
              * Validation Split
-             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off
+             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/, as data_dir) of validation images; null = off
              * @default null
              */
             validation_split?: number | string | null;
@@ -5210,7 +5210,7 @@ export interface components {
             control_resolution: ("pipeline" | "target") | number;
             /**
              * Data Dir
-             * @description dataset folder (absolute, or a name under datasets/): shorthand for one datasets entry
+             * @description dataset folder (a name under datasets/, or an absolute path: anywhere for the CLI, inside datasets/ for the server): shorthand for one datasets entry
              */
             data_dir: string | null;
             /**
@@ -5669,7 +5669,7 @@ export interface components {
             validate_every: number | null;
             /**
              * Validation Split
-             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off
+             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/, as data_dir) of validation images; null = off
              */
             validation_split: number | string | null;
             /**
