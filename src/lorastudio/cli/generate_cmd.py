@@ -49,7 +49,7 @@ def generate_cmd(
         [],
         "--lora",
         help="LoRA file or a run's name (outputs/NAME/NAME.safetensors), optionally with a scale: "
-        "PATH[:SCALE] or NAME[:SCALE] (repeatable)",
+        "PATH[:SCALE] or NAME[:SCALE], SCALE -4 to 4 (default 1.0; the API's range) (repeatable)",
     ),
     family: str | None = typer.Option(
         None, "--family", help="model family (default: from the folder, or the hub cache's copy of a hub id)"
