@@ -23,7 +23,13 @@ from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, GenerationCancelled, ModelSourceError, NotFound
 from lorastudio.generate.detect import detect_family
 from lorastudio.generate.references import reference_kwargs
-from lorastudio.generation_rules import guidance_problems, seed_problems, size_problems, text_tokens_problems
+from lorastudio.generation_rules import (
+    guidance_problems,
+    seed_problems,
+    size_problems,
+    text_tokens_problems,
+    unused_guidance_problems,
+)
 from lorastudio.hub_token import hub_kwargs
 from lorastudio.open_reason import library_open_reason
 from lorastudio.user_paths import missing_file
@@ -332,7 +338,8 @@ def generate_image(
 
     Raises GenerationCancelled (`cancelled`), UnknownFamily; ConfigError for what
     lorastudio.generation_rules refuses (width / height not multiples of the family's, a seed or
-    guidance out of range), steps < 1, or a number of controls the family does not take.
+    guidance out of range, a true-CFG scale above 1 without a negative prompt, which its pipeline
+    would not apply), steps < 1, or a number of controls the family does not take.
     """
     from lorastudio import families
     from lorastudio.families.common import pipeline_facts
@@ -341,6 +348,7 @@ def generate_image(
     spec = fam.spec
     problems = size_problems(width, height, spec.name) + seed_problems(seed) + guidance_problems(guidance)
     problems += text_tokens_problems(max_sequence_length, spec.name)
+    problems += unused_guidance_problems(guidance, negative_prompt, spec.name)
     if steps is not None and steps < 1:
         problems.append(FieldProblem("steps", "must be >= 1"))
     if negative_prompt and not spec.negative_prompt:

@@ -16,7 +16,12 @@ from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import local_revision_problem, revision_problem
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
-from lorastudio.generation_rules import budget_problems, prompt_problems, text_tokens_problems
+from lorastudio.generation_rules import (
+    budget_problems,
+    prompt_problems,
+    text_tokens_problems,
+    unused_guidance_problems,
+)
 from lorastudio.jobs.generation_base import check_identity
 from lorastudio.jobs.generation_inputs import GenerationRequest, lora_file, negative_prompt_refusal
 from lorastudio.jobs.references import reference_problems
@@ -43,6 +48,7 @@ def check_request(
     if req.negative_prompt and not family.spec.negative_prompt:
         problems.append(FieldProblem("negative_prompt", negative_prompt_refusal(family.spec)))
     problems += text_tokens_problems(req.max_sequence_length, family.spec.name)
+    problems += unused_guidance_problems(req.guidance, req.negative_prompt, family.spec.name)
     problems += reference_problems(settings, family.spec.name, req.references)
     small = reference_size_problem(family.spec.name, family.spec.min_reference_side, req.width, req.height)
     if req.references and small:
