@@ -4111,7 +4111,7 @@ export interface components {
         SampleImage: {
             /**
              * Guidance
-             * @description the prompt's, else the family's default for the run's base (null: not known)
+             * @description the prompt's, else the family's default for the run's base (null: not known); Qwen-Image's 1: its previews have no negative prompt, without which its true CFG is off
              */
             guidance?: number | null;
             /**
