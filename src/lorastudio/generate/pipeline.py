@@ -20,8 +20,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.data.sample_refs import reference_size_problem
-from lorastudio.errors import ConfigError, FieldProblem, GenerationCancelled, ModelSourceError, NotFound
+from lorastudio.errors import (
+    ConfigError,
+    FieldProblem,
+    GenerationCancelled,
+    ModelSourceError,
+    NotFound,
+)
 from lorastudio.generate.detect import detect_family
+from lorastudio.generate.finite_image import finite_image
 from lorastudio.generate.references import reference_kwargs
 from lorastudio.generation_rules import (
     guidance_problems,
@@ -336,7 +343,8 @@ def generate_image(
     takes); True stops the render there with GenerationCancelled. `on_step(done, of)`: told after
     every denoising step (the generation worker's progress).
 
-    Raises GenerationCancelled (`cancelled`), UnknownFamily; ConfigError for what
+    Raises GenerationCancelled (`cancelled`), UnknownFamily, GenerationFailed (a pixel came out
+    NaN or infinite: generate/finite_image.py; nothing is returned to be saved); ConfigError for what
     lorastudio.generation_rules refuses (width / height not multiples of the family's, a seed or
     guidance out of range, a true-CFG scale above 1 without a negative prompt, which its pipeline
     would not apply), steps < 1, or a number of controls the family does not take.
@@ -397,5 +405,5 @@ def generate_image(
             kwargs["callback_on_step_end"] = _after_steps(
                 cancelled, on_step, kwargs.get("num_inference_steps")
             )
-        out = render(width=width, height=height, generator=generator, output_type="pil", **kwargs)
-    return out.images[0]
+        out = render(width=width, height=height, generator=generator, output_type="np", **kwargs)
+    return finite_image(out.images[0])  # [H, W, 3] floats in 0..1
