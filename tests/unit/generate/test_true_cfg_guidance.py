@@ -82,3 +82,35 @@ def test_a_qwen_image_preview_is_listed_at_the_scale_it_rendered_at(tmp_path):
     assert qwen == [1.0, 1.0] and unused_guidance_problems(1.0, None, "qwen-image") == []
     sdxl = [sample_source({**config, "family": "sdxl"}, tmp_path, 4, i)["guidance"] for i in (0, 1)]
     assert sdxl == [4.0, 5.0]
+
+
+@pytest.mark.slow
+def test_a_qwen_image_preview_renders_again_at_its_listed_guidance(tiny_model, sample_dataset, tmp_path):
+    """A Qwen-Image run's previews (one at the family's 4, one at its own 4.5) are Generate's
+    pixels at what the listing says, guidance 1, which the rule takes."""
+    from PIL import Image
+
+    from lorastudio.config import parse_train_config
+    from lorastudio.generate import apply_loras
+    from lorastudio.jobs.generation_inputs import lora_file
+    from lorastudio.settings import Settings
+    from lorastudio.training.loop import train
+
+    prompts = ["a red circle", {"prompt": "a dog", "guidance": 4.5}]
+    raw = {"family": "qwen-image", "base_model": str(tiny_model("qwen-image")), "data_dir": str(sample_dataset),
+           "output_name": "parity-q", "resolution": 32, "steps": 1, "batch_size": 2, "lora_rank": 4,
+           "learning_rate": 1e-2, "sample_prompts": prompts, "sample_steps": 2, "max_sequence_length": 16}  # fmt: skip
+    settings = Settings(home=tmp_path)
+    cfg = parse_train_config(raw)
+    assert train(cfg, [].append, settings=settings, device="cpu").lora_path is not None
+    pipe = load_pipeline(str(tiny_model("qwen-image")), "qwen-image", device="cpu")
+    apply_loras(pipe, [(lora_file(settings, "parity-q", 1), 1.0)])
+    for index, prompt in enumerate(["a red circle", "a dog"]):
+        source = sample_source(cfg.model_dump(mode="json"), settings.outputs_dir / "parity-q", 1, index)
+        assert source["guidance"] == 1.0
+        image = generate_image(
+            pipe, "qwen-image", prompt=prompt, seed=source["seed"], steps=source["steps"], width=source["width"],
+            height=source["height"], guidance=source["guidance"], max_sequence_length=source["max_sequence_length"],
+        )  # fmt: skip
+        preview = settings.outputs_dir / "parity-q" / f"samples/step-000001-{index}.png"
+        np.testing.assert_array_equal(np.asarray(image), np.asarray(Image.open(preview)))
