@@ -156,6 +156,7 @@ def _generate(
         prompt_problems,
         seed_problems,
         text_tokens_problems,
+        unused_guidance_problems,
     )
     from lorastudio.hub_token import hold_studio_hub_token
     from lorastudio.jobs.generation_worker import png_text
@@ -252,6 +253,8 @@ def _generate(
 
         if not families.get(family).spec.negative_prompt:  # refused before the pipeline loads
             problems.append(FieldProblem("--negative", negative_prompt_refusal(families.get(family).spec)))
+    if family is not None and family in families.names():  # a scale its pipeline would not apply
+        problems += unused_guidance_problems(guidance, negative, family, "--")
     problems += prompt_problems({"--prompt": prompt, "--negative": negative})  # the API's rule
     if family is not None and family in families.names():  # the API's rule, before the pipeline loads
         problems += [

@@ -4143,7 +4143,7 @@ export interface components {
             control_resolution?: string | number | null;
             /**
              * Guidance
-             * @description the prompt's, else the family's default for the run's base (null: not known)
+             * @description the prompt's, else the family's default for the run's base (null: not known); Qwen-Image's 1: its previews have no negative prompt, without which its true CFG is off
              */
             guidance?: number | null;
             /**
