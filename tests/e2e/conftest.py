@@ -21,6 +21,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
+from tests.e2e.ui_pages import settle
 
 from ports import start_listening, wait_listening
 
@@ -207,14 +208,16 @@ def artifacts() -> Path:
 @pytest.fixture(scope="module")
 def shoot(artifacts: Path) -> Callable[[object, str], None]:
     """`shoot(page, name)`: full-page screenshots at 1280 px and 420 px into artifacts/
-    (name-1280.png, name-420.png), failing when at 420 px an element sticks out of the viewport
-    (sideways scrolling); leaves the viewport at 1280 px."""
+    (name-1280.png, name-420.png), failing when at 420 px, once the page has settled (its data in
+    and drawn: ui_pages.settle), an element sticks out of the viewport (sideways scrolling);
+    leaves the viewport at 1280 px."""
 
     def take(page, name: str) -> None:
         page.set_viewport_size(WIDE)
         page.screenshot(path=artifacts / f"{name}-1280.png", full_page=True)
         page.set_viewport_size(NARROW)
-        page.wait_for_timeout(100)  # let layout settle after the resize
+        page.wait_for_function(f"document.documentElement.clientWidth === {NARROW['width']}")
+        settle(page)  # its data in and drawn at this width (tests/e2e/ui_pages.py), not a sleep
         overflow = page.evaluate(_OVERFLOW_JS)
         page.screenshot(path=artifacts / f"{name}-420.png", full_page=True)
         page.set_viewport_size(WIDE)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.e2e.ui_pages import open_page
+from tests.e2e.ui_pages import open_page, settle
 from tests.e2e.ui_uploads import api_json
 
 try:
@@ -79,10 +79,11 @@ def test_every_screen_reflows_at_320_and_640_px(studio, browser, artifacts: Path
         for screen in screens:
             page.goto(f"{url}/#/{screen}")
             page.locator("main h1").first.wait_for()
-            page.wait_for_load_state("networkidle")
+            settle(page)  # its data in and drawn (a hash navigation's "networkidle" returned at once)
             for width in WIDTHS:
                 page.set_viewport_size({"width": width, "height": 800})
                 page.wait_for_function(f"document.documentElement.clientWidth === {width}")
+                settle(page)
                 # what measures itself (the chart, by a ResizeObserver) draws again at the new width;
                 # a page that never fits is said below, with what sticks out
                 with contextlib.suppress(PlaywrightTimeout):
