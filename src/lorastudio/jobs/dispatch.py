@@ -173,6 +173,7 @@ class Dispatcher(EventPump):
             self._pump(job, worker)
         except (OSError, RuntimeError) as err:  # spawn failures (no memory, bad __main__, ...)
             with self._cond:
-                self._finish(job, JobStatus.FAILED, error=f"could not start the worker: {err}")
+                if job.live:  # not one a shutdown ended (interrupted) while it was being spawned
+                    self._finish(job, JobStatus.FAILED, error=f"could not start the worker: {err}")
         finally:
             self.arbiter.end_training(job.id)  # normally already freed by `_finish`

@@ -2,7 +2,8 @@
 ends at once as a queued one does (record interrupted, dataset claim released), however long the
 spawn takes; the worker that finishes starting after the stop is killed and never pumped (it is
 told to stop before it trains). The spawn is held open by an event, never by a sleep racing the
-host: in process, a stand-in worker, no child process (well under a second each)."""
+host: in process, a stand-in worker, no child process (well under a second each); a spawn that fails
+after the stop leaves the job interrupted, not failed."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class SlowSpawn:
         self.release = threading.Event()  # let start() return
         self.calls: list[str] = []
         self.stop_asked: bool | None = None
+        self.fail = False
         self._exit: int | None = None
 
     def start(self) -> int:
@@ -42,6 +44,8 @@ class SlowSpawn:
         self.entered.set()
         if not self.release.wait(WAIT_S):
             raise AssertionError("the test never released the spawn")
+        if self.fail:
+            raise OSError("no memory for the worker")  # a spawn that fails after all
         self.calls.append("started")
         return 4242
 
@@ -156,4 +160,21 @@ def test_a_stop_while_the_job_waits_for_the_gpu_ends_it_and_starts_no_worker(
     assert not service._thread.is_alive()
     assert spawn.calls == [], "a worker was started for a job the server's stop had ended"
     assert arbiter.training_job is None
+    store.close()
+
+
+def test_a_spawn_that_fails_after_the_stop_leaves_the_job_interrupted(
+    settings: Settings, tiny_model: Callable[[str], Path], shapes: Path, spawn: SlowSpawn
+) -> None:
+    service, store = _service(settings, GpuArbiter())
+    job = service.submit(_config(tiny_model("flux")))
+    assert spawn.entered.wait(WAIT_S), "the dispatcher never started the worker"
+    service.shutdown(timeout=0.05)
+    spawn.fail = True
+    spawn.release.set()
+    service._thread.join(WAIT_S)
+    assert not service._thread.is_alive()
+    record = store.get_run(job["id"], max_points=0)
+    assert record["status"] == "interrupted", record  # not "failed: could not start the worker"
+    assert "before this run's worker started" in (record["error"] or "")
     store.close()
