@@ -138,13 +138,11 @@ class JobService(JobQueries, Dispatcher):
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop taking jobs, kill the running worker (its run is marked interrupted), and wait
-        for the dispatcher to end (up to `timeout` s).
-
-        A job whose worker has not started yet (the dispatcher waits for the GPU, or its worker
-        is still being spawned: seconds on a loaded host) ends here as a queued one does: its
-        record interrupted, its dataset claim and name released, its worker (if one is being
-        spawned) told to stop; the dispatcher kills that worker once its start returns, before it
-        trains (dispatch.py). So nothing of a live job outlasts this call, however slow the spawn."""
+        for the dispatcher to end (up to `timeout` s). A job whose worker has not started (it
+        waits for the GPU, or is being spawned: seconds on a loaded host) ends here as a queued
+        one does, claim and name released, the worker being spawned told to stop; the dispatcher
+        kills it once its start returns, before it trains (dispatch.py). Nothing of a live job
+        outlasts this call, however slow the spawn."""
         with self._cond:
             self._closing = True
             for job in self._queue:
