@@ -116,7 +116,8 @@ class DataFields(StrictFields):
     validation_split: float | str | None = Field(
         default=None,
         description="images held out of training for the validation loss: a fraction of the dataset (0-1, "
-        "chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off",
+        "chosen by the seed) or a folder (absolute, or a name under datasets/, as data_dir) of validation images; "
+        "null = off",
     )
     validate_every: int | None = Field(
         default=None,

@@ -96,7 +96,8 @@ class SourceFields(StrictFields):
     data_dir: str | None = Field(
         default=None,
         min_length=1,
-        description="dataset folder (absolute, or a name under datasets/): shorthand for one datasets entry",
+        description="dataset folder (a name under datasets/, or an absolute path: anywhere for the CLI, inside "
+        "datasets/ for the server): shorthand for one datasets entry",
     )
     # issue 29 part 1: several folders, each with its own sampling and captions (config_datasets.py)
     datasets: list[DatasetEntry] | None = Field(

@@ -267,11 +267,19 @@ def adapter_lora_format(cfg: TrainConfig, family_default: str) -> str:
     return family_default
 
 
-def adapter_file_note(adapter: str, layout: str) -> str | None:
+# the families whose diffusers pipeline reads a LyCORIS-layout LoKr file (diffusers 0.42's
+# LyCORIS FLUX.2 LoKr conversion; lora/portability.check_diffusers_lokr checks each written file)
+DIFFUSERS_LOKR_FAMILIES = frozenset({"flux2", "flux2-klein"})
+
+
+def adapter_file_note(adapter: str, layout: str, family: str | None = None) -> str | None:
     """What a run's file will not load in (adapter and resolved lora_format), for the preflight:
     a LoRA file loads in ComfyUI and diffusers' load_lora_weights alike (None); a DoRA file in one
     of them only, as its layout says (lora/portability.py checks the written file the same way);
-    LoHa / LoKr files in ComfyUI (and lorastudio generate) only."""
+    LoHa / LoKr files in ComfyUI (and lorastudio generate) only, but a LoKr file of a family of
+    DIFFUSERS_LOKR_FAMILIES, which diffusers' load_lora_weights reads too (None)."""
+    if adapter == "lokr" and family in DIFFUSERS_LOKR_FAMILIES:
+        return None
     if adapter == "dora" and layout == "diffusers":
         return (
             "adapter 'dora' in the diffusers layout: diffusers' load_lora_weights loads it, but ComfyUI "

@@ -8,7 +8,9 @@ jobs.generation's check) and the engine's generate_image. No torch.
 - seed: 0..SEED_MAX (the training config's sample_seed range; torch's generator takes at most
   2**64 - 1);
 - guidance: a finite number in 0..GUIDANCE_MAX (a sample prompt's range): inf renders NaN
-  pixels (a black image), 1e308 overflows the float32 guidance tensor;
+  pixels (a black image), 1e308 overflows the float32 guidance tensor; on a true-CFG family
+  (Qwen-Image) above 1 only with a negative prompt, which its pipeline needs to guide at all
+  (`unused_guidance_problems`);
 - a LoRA's scale: -LORA_SCALE_LIMIT..LORA_SCALE_LIMIT, finite;
 - max_sequence_length (the text tokens the prompt is read to; None: the pipeline's 512): only for
   a family whose `supports` has it (a T5 / LLM text encoder its pipeline cuts: FamilySpec.
@@ -81,6 +83,29 @@ def guidance_problems(guidance: float | None, prefix: str = "") -> list[FieldPro
             f"{prefix}guidance", f"{guidance:g}: must be a finite number between 0 and {GUIDANCE_MAX:g}"
         )
     ]
+
+
+def unused_guidance_problems(
+    guidance: float | None, negative_prompt: str | None, family: str, prefix: str = ""
+) -> list[FieldProblem]:
+    """A guidance scale that `family`'s pipeline would not apply: a true-CFG family's (Qwen-Image,
+    Qwen-Image-Edit: spec.guidance "true_cfg") above 1 without a negative prompt. Its pipeline runs
+    the guidance pass only when `true_cfg_scale > 1` and a negative prompt is given (diffusers'
+    QwenImagePipeline: `do_true_cfg`), so any scale rendered the same pixels as none, with only a
+    log line saying so (RELIABILITY 1560). None (the family's default) and a scale of 1 or less
+    (no guidance, as rendered) pass. An empty negative prompt is none (the request's rule).
+    Raises UnknownFamily."""
+    from lorastudio import families
+
+    spec = families.get(family).spec
+    if spec.guidance != "true_cfg" or guidance is None or guidance <= 1 or negative_prompt:
+        return []
+    why = (
+        f"{guidance:g}: the {spec.title} pipeline applies its true CFG scale only with a negative "
+        'prompt, so it would render the image of no guidance; give a negative prompt (" " for '
+        "nothing in particular, as its model card does) or leave guidance out"
+    )
+    return [FieldProblem(f"{prefix}guidance", why)]
 
 
 def text_tokens_problems(value: int | None, family: str, prefix: str = "") -> list[FieldProblem]:

@@ -12,6 +12,7 @@ import httpx
 from PIL import Image
 
 from live_server import LiveServer, live_server  # noqa: F401 (re-exported for the tests)
+from zygote import ANSWER_S
 
 
 def upload_folder(client: httpx.Client | object, name: str, folder: Path) -> httpx.Response:
@@ -36,6 +37,17 @@ def upload_images(client: httpx.Client | object, name: str, count: int, caption:
 
 
 def wait_status(client: httpx.Client, job_id: str, statuses: set[str], timeout: float = 90) -> dict:
+    """The status of `job_id` once it is one of `statuses`, `timeout` s after its worker started
+    at the most: the wait for that start (while the status names it queued) is bounded apart, by
+    the zygote's (the first worker of a test process waits for its imports, tests/zygote.py; a
+    90-s bound over both failed "still queued" on a host at load 15, RELIABILITY 1482)."""
+    start_by = time.monotonic() + ANSWER_S
+    while "queued" not in statuses:
+        job = client.get("/api/train/status").json()["job"]
+        if not (job and job["id"] == job_id and job["status"] == "queued"):
+            break
+        assert time.monotonic() < start_by, f"job {job_id} still queued after {ANSWER_S:.0f}s"
+        time.sleep(0.05)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         job = client.get("/api/train/status").json()["job"]

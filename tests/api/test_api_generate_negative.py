@@ -1,6 +1,7 @@
 """POST /api/generate with a negative prompt and a guidance scale: honoured where the family's
 pipeline takes them (both recorded in the PNG's text chunks, the sidecar and the gallery with the
-prompt and seed), refused naming the family where it does not; /api/info says which is which.
+prompt and seed), refused naming the family where it does not (and a true-CFG scale its pipeline
+would not apply without one); /api/info says which is which.
 
 The tests share one server (`sdxl_server`), so one generation worker loads the tiny SDXL for both
 (a worker's start is most of their CPU): each reads only the images it made."""
@@ -61,6 +62,17 @@ def test_negative_prompt_where_the_family_takes_one(
         }
     ]
     assert server.app.state.generation.worker_pid == worker  # the refusal started no worker
+    # Qwen-Image's true CFG runs only with a negative prompt: a scale without one rendered the
+    # image of no guidance (RELIABILITY 1560); refused before the worker, as the CLI and engine do
+    qwen = {**flux, "family": "qwen-image", "base_model": str(tiny_model("qwen-image")), "guidance": 7}
+    for path in ("/api/generate", "/api/generations"):
+        refused = client.post(path, json=qwen)
+        assert refused.status_code == 400, refused.text
+        ((field, message),) = [(p["field"], p["message"]) for p in refused.json()["problems"]]
+        assert field == "guidance" and message.startswith(
+            "7: the Qwen-Image pipeline applies its true CFG scale only with a negative prompt"
+        )
+    assert server.app.state.generation.worker_pid == worker
 
     body = {"family": "sdxl", "base_model": str(tiny_model("sdxl")), "prompt": "a red circle", "seed": 7,
             "steps": 2, "width": 64, "height": 64, "guidance": 6.5, "negative_prompt": "blurry"}  # fmt: skip

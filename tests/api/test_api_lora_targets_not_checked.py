@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from huggingface_hub import constants
 from tests.polling import until
+from tests.target_check_child import IN_PROCESS
 from tests.target_check_patience import patient_target_check  # noqa: F401  (autouse)
 
 from lorastudio.config import TrainConfig, resolve_train_config
@@ -103,7 +104,10 @@ def test_a_hub_base_not_on_this_machine_notes_both_checks_are_left_to_the_start(
 ) -> None:
     """Online, a hub id not yet fetched passes (the run fetches it). The child cannot read its
     denoiser config (it runs with the hub offline): the engine's check answers "not checked" (it
-    said [] before: a silent pass); and the caption count is left to the start too (fix 123)."""
+    said [] before: a silent pass); and the caption count is left to the start too (fix 123).
+    The child runs in this process (tests/target_check_child.py: its main() with the hub offline
+    as the server's environment for it says; a real child's imports: test_api_lora_targets_preflight)."""
+    monkeypatch.setattr(target_check, "subprocess", IN_PROCESS)
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))

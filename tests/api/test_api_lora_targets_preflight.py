@@ -5,18 +5,13 @@ targets start no child, and a start after its preflight reuses the cached answer
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
-from unittest import mock
 
 import pytest
 from fastapi.testclient import TestClient
+from tests.target_check_child import IN_PROCESS
 from tests.target_check_patience import patient_target_check  # noqa: F401  (autouse)
 
 from lorastudio.jobs import target_check
@@ -65,23 +60,6 @@ def test_a_wrong_lora_target_is_refused_at_preflight_and_start_with_the_field_na
     assert client.get("/api/runs").json()["runs"] == []  # nothing recorded
 
 
-def _child_in_this_process(args: list[str], *, input: str, **_: object) -> subprocess.CompletedProcess:
-    """`subprocess.run` of the check's child, run here: the same `main()` on the same stdin bytes,
-    its one stdout line parsed by jobs/target_check as the child's. What a child costs (~6 CPU s
-    of torch and diffusers imports) buys nothing a test reading the engine's answer needs; the real
-    child runs in the test above (and in test_api_server_imports)."""
-    assert args[1:] == ["-m", "lorastudio.training.target_check"], args
-    from lorastudio.training import target_check as child
-
-    out = io.StringIO()
-    with (
-        mock.patch.object(sys, "stdin", io.TextIOWrapper(io.BytesIO(input.encode()), encoding="utf-8")),
-        contextlib.redirect_stdout(out),
-    ):
-        code = child.main()
-    return subprocess.CompletedProcess(args, code, out.getvalue(), "")
-
-
 def test_a_pattern_that_adapts_nothing_is_refused_and_good_names_pass(
     client: TestClient,
     settings: Settings,
@@ -90,8 +68,7 @@ def test_a_pattern_that_adapts_nothing_is_refused_and_good_names_pass(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _shapes(settings, sample_dataset)
-    faked = SimpleNamespace(run=_child_in_this_process, TimeoutExpired=subprocess.TimeoutExpired)
-    monkeypatch.setattr(target_check, "subprocess", faked)
+    monkeypatch.setattr(target_check, "subprocess", IN_PROCESS)  # the real child: the test above
     before = target_check.spawned
     wrong = client.post(
         "/api/train/preflight",
@@ -133,8 +110,7 @@ def test_init_lora_layers_outside_the_targets_are_refused_at_preflight(
     from safetensors.torch import save_file
 
     _shapes(settings, sample_dataset)
-    faked = SimpleNamespace(run=_child_in_this_process, TimeoutExpired=subprocess.TimeoutExpired)
-    monkeypatch.setattr(target_check, "subprocess", faked)
+    monkeypatch.setattr(target_check, "subprocess", IN_PROCESS)  # the real child: the test above
     layers = ("transformer_blocks.0.attn.to_q", "single_transformer_blocks.0.proj_mlp")  # proj_mlp: no target
     tensors = {f"transformer.{m}.lora_{p}.weight": torch.ones(4, 4) for m in layers for p in "AB"}
     init = tmp_path / "wide.safetensors"

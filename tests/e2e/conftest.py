@@ -9,6 +9,7 @@ scripts/setup.sh builds the UI; `apt-get install chromium` provides the browser.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import subprocess
@@ -21,6 +22,12 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
+from tests.e2e.ui_pages import settle
+
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+except ImportError:  # the browser tests skip (`browser`); the module still imports
+    PlaywrightTimeout = TimeoutError
 
 from ports import start_listening, wait_listening
 
@@ -29,6 +36,7 @@ WEB_DIST = Path(__file__).resolve().parents[2] / "src" / "lorastudio" / "web_dis
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 WIDE = {"width": 1280, "height": 900}
 NARROW = {"width": 420, "height": 860}
+FITS_MS = 10_000  # how long a page may take to stop sticking out before `shoot` says it does
 LIMITED_FSIZE = 200_000  # bytes a file of `limited_studio` (and its workers) may reach
 # Elements (except those inside a scrolling table) whose right edge passes the viewport's.
 _OVERFLOW_JS = """() => {
@@ -207,14 +215,21 @@ def artifacts() -> Path:
 @pytest.fixture(scope="module")
 def shoot(artifacts: Path) -> Callable[[object, str], None]:
     """`shoot(page, name)`: full-page screenshots at 1280 px and 420 px into artifacts/
-    (name-1280.png, name-420.png), failing when at 420 px an element sticks out of the viewport
-    (sideways scrolling); leaves the viewport at 1280 px."""
+    (name-1280.png, name-420.png), failing when at 420 px, once the page has settled (its data in
+    and drawn: ui_pages.settle), an element sticks out of the viewport (sideways scrolling);
+    leaves the viewport at 1280 px."""
 
     def take(page, name: str) -> None:
         page.set_viewport_size(WIDE)
         page.screenshot(path=artifacts / f"{name}-1280.png", full_page=True)
         page.set_viewport_size(NARROW)
-        page.wait_for_timeout(100)  # let layout settle after the resize
+        page.wait_for_function(f"document.documentElement.clientWidth === {NARROW['width']}")
+        settle(page)  # its data in and drawn at this width (tests/e2e/ui_pages.py), not a sleep
+        # a layout read once can be one in flux: `DIV.grid right=391` was listed past a 420-px
+        # viewport though its parent was not and the same read gave 391 (RELIABILITY 1481); a fault
+        # is what still sticks out after FITS_S of frames, read again then
+        with contextlib.suppress(PlaywrightTimeout):
+            page.wait_for_function(f"() => ({_OVERFLOW_JS})().length === 0", polling="raf", timeout=FITS_MS)
         overflow = page.evaluate(_OVERFLOW_JS)
         page.screenshot(path=artifacts / f"{name}-420.png", full_page=True)
         page.set_viewport_size(WIDE)

@@ -5,6 +5,7 @@ later edit is told the caption there now and chooses: keep mine / use theirs).""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from tests.e2e.ui_pages import open_page
 from ui_uploads import api_json, upload_captioned
 
 WIDE = {"width": 1280, "height": 900}
+ENDED = ("completed", "failed")
+RUN_S = 300  # a 2-step tiny run on a real server, its worker spawned: seconds idle, minutes at load 20
 
 
 def _field(page, name: str):
@@ -80,7 +83,7 @@ def test_two_tabs_editing_one_caption_do_not_overwrite_each_other(studio, browse
         context.close()
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 def test_long_unicode_names_fit_a_narrow_screen(studio, browser, artifacts: Path, shoot) -> None:
     """A dataset named in several scripts and a run with a 95-character output name: the dataset
     page, Live, the run page, Clone and Generate keep to a 420 px screen (`shoot` fails on an
@@ -105,6 +108,13 @@ def test_long_unicode_names_fit_a_narrow_screen(studio, browser, artifacts: Path
             page.goto(f"{url}/#/datasets/{dataset}")
             page.get_by_role("heading", name=dataset).wait_for()
             shoot(page, "long-dataset")
+            # the run's end through the API, bounded apart: its spawned worker's imports take over a
+            # minute at load 20, past the page's wait for the saved LoRA (RELIABILITY 1483)
+            deadline = time.monotonic() + RUN_S
+            while (api_json(url, "/api/train/status")["job"] or {}).get("status") not in ENDED:
+                assert time.monotonic() < deadline, f"the run did not finish in {RUN_S} s"
+                time.sleep(0.5)
+            assert api_json(url, "/api/train/status")["job"]["status"] == "completed"
             page.goto(f"{url}/#/live")
             page.get_by_test_id("lora-saved").wait_for()
             shoot(page, "long-live")

@@ -16,6 +16,7 @@ from tests.e2e.ui_pages import open_page
 from ui_uploads import api_json
 
 WIDE = {"width": 1280, "height": 900}
+START_S = 300  # a run's worker spawned and loading on a real server: seconds idle, minutes at load 20
 
 
 def _seconds(text: str) -> float:
@@ -25,7 +26,7 @@ def _seconds(text: str) -> float:
 
 
 @pytest.mark.slow  # two server starts and a run (~60 s); the logic is in vitest (stepClock, training)
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(540)
 def test_live_eta_and_a_server_restart_mid_run(browser, tmp_path: Path, artifacts: Path) -> None:
     _require_ui()
     from lorastudio.tiny import make_sample_dataset, save_tiny_model
@@ -48,6 +49,12 @@ def test_live_eta_and_a_server_restart_mid_run(browser, tmp_path: Path, artifact
                     "output_name": "restarted",
                 }
                 run_id = api_json(url, "/api/train/start", {"config": config})["id"]
+                # its steps running first, bounded apart: its spawned worker's imports took over a
+                # minute at load 20, past the page's 60-s wait for step 40 (RELIABILITY 1484)
+                deadline = time.monotonic() + START_S
+                while api_json(url, "/api/train/status")["job"]["status"] in ("queued", "preparing"):
+                    assert time.monotonic() < deadline, f"the run was not running after {START_S} s"
+                    time.sleep(0.5)
                 page.goto(f"{url}/#/live")
                 eta = page.locator(".stat", has_text="ETA")
                 # past the first steps (their pace is warm-up), while the ETA shows a duration

@@ -111,6 +111,48 @@ def openapi() -> dict[str, Any]:
     return create_app(get_settings()).openapi()
 
 
+def test_every_status_a_route_description_names_is_declared(openapi):
+    """A route's description ("502 the hub failed") and its declared responses agree: a client
+    generated from /openapi.json has a case for each status the prose promises (another route's
+    status in parentheses after its name, `POST /api/generations (202 at once)`, is that route's)."""
+    undeclared = []
+    for route, ops in openapi["paths"].items():
+        for method, op in ops.items():
+            text = " ".join([op.get("summary", ""), op.get("description", "")])
+            text = re.sub(r"(?:GET|POST|PUT|DELETE) /\S+ \([^)]*\)", "", re.sub(r"\s+", " ", text))
+            named = {int(n) for n in re.findall(r"(?<![\w.%-])([2-5]\d\d)(?![\w.%-])", text)}
+            named = {n for n in named if n in HTTP_STATUSES}
+            undeclared += [
+                f"{method.upper()} {route}: {n}" for n in sorted(named) if str(n) not in op["responses"]
+            ]
+    assert undeclared == []
+
+
+HTTP_STATUSES = {
+    200,
+    201,
+    202,
+    204,
+    206,
+    400,
+    401,
+    403,
+    404,
+    405,
+    409,
+    413,
+    415,
+    416,
+    421,
+    422,
+    500,
+    502,
+    503,
+    504,
+    507,
+}
+
+
 def _route(openapi: dict[str, Any], method: str, path: str) -> dict[str, Any]:
     """The operation of `path` as README writes it (`/api/runs/{id}/log`, `/api/datasets/NAME`)."""
 

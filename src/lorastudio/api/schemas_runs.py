@@ -134,7 +134,8 @@ class SampleImage(_Out):
     height: int | None = Field(default=None, description="pixels")
     guidance: float | None = Field(
         default=None,
-        description="the prompt's, else the family's default for the run's base (null: not known)",
+        description="the prompt's, else the family's default for the run's base (null: not known); "
+        "Qwen-Image's 1: its previews have no negative prompt, without which its true CFG is off",
     )
     steps: int | None = Field(
         default=None,

@@ -49,7 +49,7 @@ def generate_cmd(
         [],
         "--lora",
         help="LoRA file or a run's name (outputs/NAME/NAME.safetensors), optionally with a scale: "
-        "PATH[:SCALE] or NAME[:SCALE] (repeatable)",
+        "PATH[:SCALE] or NAME[:SCALE], SCALE -4 to 4 (default 1.0; the API's range) (repeatable)",
     ),
     family: str | None = typer.Option(
         None, "--family", help="model family (default: from the folder, or the hub cache's copy of a hub id)"
@@ -156,6 +156,7 @@ def _generate(
         prompt_problems,
         seed_problems,
         text_tokens_problems,
+        unused_guidance_problems,
     )
     from lorastudio.hub_token import hold_studio_hub_token
     from lorastudio.jobs.generation_worker import png_text
@@ -252,6 +253,8 @@ def _generate(
 
         if not families.get(family).spec.negative_prompt:  # refused before the pipeline loads
             problems.append(FieldProblem("--negative", negative_prompt_refusal(families.get(family).spec)))
+    if family is not None and family in families.names():  # a scale its pipeline would not apply
+        problems += unused_guidance_problems(guidance, negative, family, "--")
     problems += prompt_problems({"--prompt": prompt, "--negative": negative})  # the API's rule
     if family is not None and family in families.names():  # the API's rule, before the pipeline loads
         problems += [

@@ -12,7 +12,6 @@ LoHa, kohya-layout DoRA), which diffusers cannot read, are merged into the weigh
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,10 +20,24 @@ import torch
 
 from lorastudio.data.control_sizing import ControlTooSmall
 from lorastudio.data.sample_refs import reference_size_problem
-from lorastudio.errors import ConfigError, FieldProblem, GenerationCancelled, ModelSourceError, NotFound
+from lorastudio.errors import (
+    ConfigError,
+    FieldProblem,
+    GenerationCancelled,
+    ModelSourceError,
+    NotFound,
+)
 from lorastudio.generate.detect import detect_family
+from lorastudio.generate.finite_image import finite_image
+from lorastudio.generate.guidance_checks import unapplied_guidance
 from lorastudio.generate.references import fit_reference, reference_kwargs, run_sizer
-from lorastudio.generation_rules import guidance_problems, seed_problems, size_problems, text_tokens_problems
+from lorastudio.generation_rules import (
+    guidance_problems,
+    seed_problems,
+    size_problems,
+    text_tokens_problems,
+    unused_guidance_problems,
+)
 from lorastudio.hub_token import hub_kwargs
 from lorastudio.open_reason import library_open_reason
 from lorastudio.user_paths import missing_file
@@ -277,32 +290,6 @@ def _unload(pipe: DiffusionPipeline) -> None:
     restore_lycoris(pipe)
 
 
-def _guidance_on(pipe: DiffusionPipeline, keyword: str, scale: float | None) -> bool:
-    """Whether `pipe` runs classifier-free guidance (the pass that reads the negative prompt) at
-    guidance `scale` (None: its __call__ default), by the pipeline's own rule: its
-    `do_classifier_free_guidance` property (SDXL, Chroma: scale > 1; Z-Image, Krea 2: > 0), or
-    QwenImagePipeline's `true_cfg_scale > 1`. True when the pipeline states no rule."""
-    if scale is None:
-        param = inspect.signature(type(pipe).__call__).parameters.get(keyword)
-        scale = param.default if param is not None and isinstance(param.default, (int, float)) else None
-    if scale is None:
-        return True
-    if keyword == "true_cfg_scale":
-        return float(scale) > 1
-    rule = getattr(type(pipe), "do_classifier_free_guidance", None)
-    if not isinstance(rule, property) or rule.fget is None:
-        return True
-    had, before = "_guidance_scale" in vars(pipe), vars(pipe).get("_guidance_scale")
-    pipe._guidance_scale = float(scale)  # what __call__ sets before it asks the property
-    try:
-        return bool(rule.fget(pipe))
-    finally:
-        if had:
-            pipe._guidance_scale = before
-        else:
-            del pipe._guidance_scale
-
-
 def generate_image(
     pipe: DiffusionPipeline,
     family: str,
@@ -338,9 +325,12 @@ def generate_image(
     takes); True stops the render there with GenerationCancelled. `on_step(done, of)`: told after
     every denoising step (the generation worker's progress).
 
-    Raises GenerationCancelled (`cancelled`), UnknownFamily; ConfigError for what
+    Raises GenerationCancelled (`cancelled`), UnknownFamily, GenerationFailed (a pixel came out
+    NaN or infinite: generate/finite_image.py; nothing is returned to be saved); ConfigError for what
     lorastudio.generation_rules refuses (width / height not multiples of the family's, a seed or
-    guidance out of range), steps < 1, or a number of controls the family does not take.
+    guidance out of range, a true-CFG scale above 1 without a negative prompt, which its pipeline
+    would not apply), a CFG scale above 1 that the pipeline's own rule runs no guidance at (a
+    step-distilled FLUX.2 klein: RELIABILITY 1562), steps < 1, or a number of controls the family does not take.
     """
     from lorastudio import families
     from lorastudio.families.common import pipeline_facts
@@ -349,6 +339,7 @@ def generate_image(
     spec = fam.spec
     problems = size_problems(width, height, spec.name) + seed_problems(seed) + guidance_problems(guidance)
     problems += text_tokens_problems(max_sequence_length, spec.name)
+    problems += unused_guidance_problems(guidance, negative_prompt, spec.name)
     if steps is not None and steps < 1:
         problems.append(FieldProblem("steps", "must be >= 1"))
     if negative_prompt and not spec.negative_prompt:
@@ -367,14 +358,7 @@ def generate_image(
         problems.append(FieldProblem("controls", small))
     kwargs = fam.generation_defaults(facts)
     scale = guidance if guidance is not None else kwargs.get(spec.guidance_kwarg)
-    if negative_prompt and spec.negative_prompt and not _guidance_on(pipe, spec.guidance_kwarg, scale):
-        problems.append(
-            FieldProblem(
-                "negative_prompt",
-                f"ignored at guidance {scale}: {type(pipe).__name__} reads a negative prompt only when "
-                "it runs classifier-free guidance, which is off at this scale; raise guidance or leave it out",
-            )
-        )
+    problems += unapplied_guidance(pipe, spec, guidance, negative_prompt, scale)
     if problems:
         raise ConfigError(problems)
     resize = None if control_resolution is None else run_sizer(spec.control_sizing, control_resolution)
@@ -404,5 +388,5 @@ def generate_image(
             kwargs["callback_on_step_end"] = _after_steps(
                 cancelled, on_step, kwargs.get("num_inference_steps")
             )
-        out = render(width=width, height=height, generator=generator, output_type="pil", **kwargs)
-    return out.images[0]
+        out = render(width=width, height=height, generator=generator, output_type="np", **kwargs)
+    return finite_image(out.images[0])  # [H, W, 3] floats in 0..1

@@ -37,6 +37,8 @@ class Dispatcher(EventPump):
     _active: Job | None
     _last: Job | None
     _worker: JobWorker | None
+    _spawning: JobWorker | None  # the worker being started (its `start()` not returned yet)
+    _closing: bool
     _generation: int
     _standby: StandbyKeeper | None  # None: every job spawns its worker (LORASTUDIO_STANDBY_WORKER=0)
 
@@ -86,10 +88,15 @@ class Dispatcher(EventPump):
             standby = self._standby.take()
 
         def make(standby: StandbyProcess | None) -> JobWorker:
-            return new_job_worker(
+            worker = new_job_worker(
                 job.id, generation, job.worker_config, self.settings, target=self._target,
                 devices=devices, resume=self._resume_from.get(job.id), standby=standby,
             )  # fmt: skip
+            with self._cond:  # a shutdown from now on tells it to stop before it trains (`shutdown`)
+                self._spawning = worker
+                if self._closing:
+                    worker.request_stop(False)
+            return worker
 
         if standby is not None:
             worker = make(standby)
@@ -116,6 +123,15 @@ class Dispatcher(EventPump):
             if job.live:
                 self._finish(job, JobStatus.FAILED, error=error)
 
+    def _end_unwanted(self, job: Job, worker: JobWorker) -> None:
+        """Kill the worker of `job`, which a shutdown ended while the worker was being
+        spawned (`shutdown` marked it interrupted, released its claim and told the worker to
+        stop): it finished starting too late, and must not train."""
+        log.info("job %s: its worker started after the server's stop; it is killed", job.id)
+        worker.kill()
+        worker.join(5.0)
+        worker.close()
+
     def _run(self, job: Job) -> None:
         """Give `job` the GPU(s), start its worker, pump it to the end, free the GPU(s)."""
         try:
@@ -126,14 +142,26 @@ class Dispatcher(EventPump):
             return
         try:
             with self._cond:
+                if not job.live:  # a shutdown ended it while it waited for the GPU
+                    return
                 if job.status == JobStatus.STOPPING:  # stopped before its worker existed
                     self._finish(job, JobStatus.STOPPED, error=None)
                     return
                 self._generation += 1
                 generation = self._generation
-            worker, pid = self._start_worker(job, generation, devices)
+            try:
+                worker, pid = self._start_worker(job, generation, devices)
+            finally:
+                with self._cond:
+                    self._spawning = None
             with self._cond:
-                self._worker = worker
+                ended = not job.live  # a shutdown ended it while its worker was being spawned
+                if not ended:
+                    self._worker = worker
+            if ended:
+                self._end_unwanted(job, worker)
+                return
+            with self._cond:
                 job.generation, job.pid, job.started_at = worker.generation, pid, now_iso()
                 job.started_mono = time.monotonic()  # the page's Elapsed (Job.elapsed_s)
                 if job.status == JobStatus.QUEUED:
@@ -145,6 +173,7 @@ class Dispatcher(EventPump):
             self._pump(job, worker)
         except (OSError, RuntimeError) as err:  # spawn failures (no memory, bad __main__, ...)
             with self._cond:
-                self._finish(job, JobStatus.FAILED, error=f"could not start the worker: {err}")
+                if job.live:  # not one a shutdown ended (interrupted) while it was being spawned
+                    self._finish(job, JobStatus.FAILED, error=f"could not start the worker: {err}")
         finally:
             self.arbiter.end_training(job.id)  # normally already freed by `_finish`

@@ -21,6 +21,7 @@ from lorastudio.generation_rules import (
     control_resolution_problems,
     prompt_problems,
     text_tokens_problems,
+    unused_guidance_problems,
 )
 from lorastudio.jobs.generation_base import check_identity
 from lorastudio.jobs.generation_inputs import GenerationRequest, lora_file, negative_prompt_refusal
@@ -49,6 +50,7 @@ def check_request(
         problems.append(FieldProblem("negative_prompt", negative_prompt_refusal(family.spec)))
     problems += text_tokens_problems(req.max_sequence_length, family.spec.name)
     problems += control_resolution_problems(req.control_resolution, family.spec.name, len(req.references))
+    problems += unused_guidance_problems(req.guidance, req.negative_prompt, family.spec.name)
     problems += reference_problems(settings, family.spec.name, req.references)
     small = reference_size_problem(family.spec.name, family.spec.min_reference_side, req.width, req.height)
     if req.references and small:

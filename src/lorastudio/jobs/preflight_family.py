@@ -29,7 +29,7 @@ def family_section(cfg: TrainConfig, model_dir: Path | None) -> dict[str, Any]:
     id: read when the run loads it, or no row matched), "notes": [...]}."""
     fam = families.get(cfg.family)
     row = fam.folder_variant(model_dir) if model_dir is not None else None
-    file_note = adapter_file_note(cfg.adapter, cfg.lora_format or "diffusers")  # resolved: the family default
+    file_note = adapter_file_note(cfg.adapter, cfg.lora_format or "diffusers", cfg.family)  # resolved
     return {
         "name": fam.spec.name,
         "variant": row.title if row else None,

@@ -106,6 +106,7 @@ class JobService(JobQueries, Dispatcher):
         self._active: Job | None = None
         self._last: Job | None = None
         self._worker: JobWorker | None = None
+        self._spawning: JobWorker | None = None  # the worker being started (dispatch.py)
         self._stop_at: float | None = None  # monotonic time of the stop request
         self._generation = 0
         self._closing = False
@@ -137,12 +138,22 @@ class JobService(JobQueries, Dispatcher):
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop taking jobs, kill the running worker (its run is marked interrupted), and wait
-        for the dispatcher to end."""
+        for the dispatcher to end (up to `timeout` s). A job whose worker has not started (it
+        waits for the GPU, or is being spawned: seconds on a loaded host) ends here as a queued
+        one does, claim and name released, the worker being spawned told to stop; the dispatcher
+        kills it once its start returns, before it trains (dispatch.py). Nothing of a live job
+        outlasts this call, however slow the spawn."""
         with self._cond:
             self._closing = True
             for job in self._queue:
                 self._finish(job, JobStatus.INTERRUPTED, error="the server stopped before this run started")
             self._queue.clear()
+            active = self._active
+            if active is not None and active.live and self._worker is None:
+                if self._spawning is not None:
+                    self._spawning.request_stop(False)
+                note = "the server stopped before this run's worker started"
+                self._finish(active, JobStatus.INTERRUPTED, error=note)
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)

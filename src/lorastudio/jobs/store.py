@@ -29,6 +29,7 @@ from lorastudio.jobs.run_owner import cli_owner_gone, sweep_free_locks
 from lorastudio.jobs.run_search import SQL_FUNCTION, query_words
 from lorastudio.jobs.run_search import register as register_search
 from lorastudio.jobs.store_metrics import insert_points, read_points
+from lorastudio.jobs.store_rows import as_read, read_output_sharers, settled, warnings_list
 from lorastudio.jobs.store_schema import RUN_COLUMNS, UPDATABLE, open_schema, place_output, read_output_order
 from lorastudio.processes import process_gone
 
@@ -138,7 +139,7 @@ class RunStore:
         sweep_free_locks(self.path.parent, {r["id"] for r in rows if r["id"] not in dead})
         if not dead:
             return dead
-        # a store this reader cannot write: the readers report the runs from `dead` (_settled)
+        # a store this reader cannot write: the readers report the runs from `dead` (store_rows.settled)
         with suppress(sqlite3.Error, NoSpaceLeft), self._tx() as cur:
             for run_id, fields in dead.items():
                 cur.execute(
@@ -322,7 +323,7 @@ class RunStore:
         page = [dict(r) for r in rows[:limit]]
         after = int(page[-1]["seq"]) if len(rows) > limit else None
         return (
-            [_as_read(_settled({k: v for k, v in r.items() if k != "seq"}, dead)) for r in page],
+            [as_read(settled({k: v for k, v in r.items() if k != "seq"}, dead)) for r in page],
             total,
             after,
         )
@@ -349,11 +350,11 @@ class RunStore:
             outputs = self._conn.execute(
                 "SELECT kind, path FROM outputs WHERE run_id=? ORDER BY kind, path", (run_id,)
             ).fetchall()
-        run = _as_read(_settled(dict(row), dead))
+        run = as_read(settled(dict(row), dead))
         run["config"] = json_read.loads(run.pop("config_json"))
         plan = run.pop("plan_json")
         run["plan"] = json_read.loads(plan) if plan else None
-        run["dataset_warnings"] = _warnings(run.pop("dataset_warnings_json"))
+        run["dataset_warnings"] = warnings_list(run.pop("dataset_warnings_json"))
         run["metrics"] = points
         run["validation"] = [dict(v) for v in validation]
         run["outputs"] = [dict(o) for o in outputs]
@@ -386,40 +387,5 @@ class RunStore:
     def output_sharers(self, output_names: list[str]) -> dict[str, list[str]]:
         """{output name: the ids of its runs, oldest first} for each of `output_names` (a page's,
         in one query): a run deleted while another of the list shares its folder keeps the files."""
-        names = sorted({n for n in output_names if n})
-        found: dict[str, list[str]] = {n: [] for n in names}
         with self._lock:
-            for at in range(0, len(names), 500):  # within SQLite's bound variables
-                part = names[at : at + 500]
-                rows = self._conn.execute(
-                    f"SELECT output_name, id FROM runs WHERE output_name IN ({','.join('?' * len(part))})"
-                    " ORDER BY rowid",
-                    part,
-                ).fetchall()
-                for row in rows:
-                    found[row["output_name"]].append(row["id"])
-        return found
-
-
-def _settled(run: dict[str, Any], dead: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """`run` as settle_dead_owners left it, where the store could not be written."""
-    fields = dead.get(run["id"])
-    if fields is None or run["status"] not in {s.value for s in LIVE_STATUSES}:
-        return run
-    return {**run, **fields, "error": run["error"] or fields["error"]}
-
-
-def _as_read(run: dict[str, Any]) -> dict[str, Any]:
-    """A run row as the store returns it: its source ("service" for runs recorded before
-    sources were) and its warnings as a list ([] when none or unreadable)."""
-    run["source"] = run.get("source") or "service"
-    run["warnings"] = _warnings(run.pop("warnings_json", None))
-    return run
-
-
-def _warnings(text: str | None) -> list[str]:
-    try:
-        found = json_read.loads(text) if text else []
-    except ValueError:
-        return []
-    return [w for w in found if isinstance(w, str)] if isinstance(found, list) else []
+            return read_output_sharers(self._conn, output_names)

@@ -13,6 +13,8 @@ A1111/Forge load every layer of it, at the strength the run trained?
   model needed) on the file, then every converted key must name a layer of the denoiser under its
   prefix (`unet.` / `transformer.`) with fitting shapes: `load_lora_weights` silently drops keys
   without the prefix, which is how a file can "load" and change nothing.
+- diffusers and a LyCORIS LoKr file (`check_diffusers_lokr`): the same, its converted layers'
+  Kronecker products against the layers' shapes, where the pipeline has a reader (FLUX.2's).
 - A1111/Forge (SDXL only; A1111 has no FLUX/Qwen-Image/Z-Image): kohya's `lora_unet_<SGM name>`
   keys with a `.alpha` per layer are what its Lora networks read; they are the names ComfyUI's
   native map consumes, so the ComfyUI check of a kohya SDXL file covers them.
@@ -175,6 +177,73 @@ def check_loaders(
             "reason": f"A1111 has no {family}; Forge uses ComfyUI's map",
         }
     return result
+
+
+_LOKR = ("lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b")
+
+
+def _kron_shape(factors: Mapping[str, torch.Tensor]) -> Shape | None:
+    """The (out, in) of a LoKr layer's Kronecker product w1 (x) w2, each factor full or low-rank
+    (a @ b); None when a factor is missing."""
+    sides = []
+    for w in ("lokr_w1", "lokr_w2"):
+        if w in factors:
+            sides.append(tuple(factors[w].shape[:2]))
+        elif f"{w}_a" in factors and f"{w}_b" in factors:
+            sides.append((factors[f"{w}_a"].shape[0], factors[f"{w}_b"].shape[1]))
+        else:
+            return None
+    (o1, i1), (o2, i2) = sides
+    return (o1 * o2, i1 * i2)
+
+
+def check_diffusers_lokr(
+    tensors: Mapping[str, torch.Tensor], family: str, module_shapes: Mapping[str, Shape], pipeline_class: str
+) -> dict[str, Any]:
+    """diffusers' own reading of a LyCORIS-layout LoKr file: `<pipeline_class>.lora_state_dict`
+    (diffusers 0.42 converts FLUX.2's and FLUX.2 klein's LyCORIS LoKr names; the other pipelines
+    refuse the file or pass its names through onto no layer). {"checked": False, "reason"} where
+    the reader refuses the file (its message in the reason: FLUX.2's refuses a layer outside its
+    table) or no converted key lands on a layer of the denoiser; else the check
+    of check_diffusers: every converted layer a layer of the denoiser whose weight has the
+    Kronecker product's (out, in)."""
+    import diffusers
+
+    rules = f"diffusers {diffusers.__version__} {pipeline_class}.lora_state_dict"
+    no_reader = {"checked": False, "reason": f"{rules} has no reader for LyCORIS lokr files of {family}"}
+    try:
+        out = getattr(diffusers, pipeline_class).lora_state_dict(dict(tensors))
+    except (ValueError, KeyError, IndexError, RuntimeError, AttributeError, AssertionError) as err:
+        said = (str(err).splitlines() or [type(err).__name__])[0][:200]
+        return {**no_reader, "reason": f"{rules} refuses the file ({said}): no reader for it"}
+    converted = out[0] if isinstance(out, tuple) else out
+    prefix = denoiser_prefix(family) + "."
+    layers: dict[str, dict[str, torch.Tensor]] = {}
+    unknown = []
+    for key, value in converted.items():
+        module, _, part = key.removeprefix(prefix).rpartition(".")
+        if not key.startswith(prefix) or part not in _LOKR or module not in module_shapes:
+            unknown.append(key)
+            continue
+        layers.setdefault(module, {})[part] = value
+    if not layers:
+        return no_reader
+    mismatched = []
+    for module, factors in layers.items():
+        shape = _kron_shape(factors)
+        if shape is None or shape != tuple(module_shapes[module][:2]):
+            mismatched.append(
+                f"{prefix}{module}: {sorted(factors)} -> {shape} vs layer {module_shapes[module]}"
+            )
+    return {
+        "checked": True,
+        "ok": not (unknown or mismatched),
+        "rules": rules,
+        "loaded": len(layers),
+        "dropped": [],
+        "unknown": sorted(unknown)[:20],
+        "mismatched": mismatched[:20],
+    }
 
 
 def _check_text_encoder(

@@ -14,12 +14,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from lorastudio import __version__
 from lorastudio.families.single_file import model_source
 from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.files import ADAPTER_METADATA_KEY, cast_for_file, file_for_layout, write_lora_file
 from lorastudio.lora.metadata import ARCHITECTURE_KEY, architecture, training_metadata
-from lorastudio.lora.portability import check_loaders
+from lorastudio.lora.portability import check_diffusers_lokr, check_loaders
 from lorastudio.lora.snapshots import LORAS, snapshot_name
 from lorastudio.lora.text_encoders import (
     file_clip_shapes,
@@ -245,13 +247,16 @@ def save_lora(
     # the model spec's architecture id, from the trained denoiser's config (FLUX.1 dev / schnell)
     info[ARCHITECTURE_KEY] = architecture(spec.name, getattr(denoiser, "config", None))
     if adapter != "lora" and layout == "kohya":  # DoRA / LoHa / LoKr: the LyCORIS layout ComfyUI reads
-        tensors, header, check = lycoris_file(
-            denoiser, spec.name, adapter, info, base_weight_shapes(denoiser)
-        )
+        shapes = base_weight_shapes(denoiser)
+        tensors, header, check = lycoris_file(denoiser, spec.name, adapter, info, shapes)
         tensors = cast_for_file(tensors, save_dtype)
+        no_reader = {"checked": False, "reason": f"diffusers has no loader for LyCORIS {adapter} files"}
         loaders = {
             "comfyui": check,
-            "diffusers": {"checked": False, "reason": f"diffusers has no loader for LyCORIS {adapter} files"},
+            # diffusers reads FLUX.2's LyCORIS LoKr files (RELIABILITY 1501)
+            "diffusers": check_diffusers_lokr(tensors, spec.name, shapes, spec.pipeline_class)
+            if adapter == "lokr"
+            else no_reader,
             "a1111_forge": {"checked": False, "reason": "not checked for LyCORIS files"},
         }
     else:
@@ -335,7 +340,9 @@ def base_weight_shapes(denoiser: Any) -> dict[str, tuple[int, ...]]:
     (out_features, in_features): a quantized base (nf4, int8) stores its weight packed. A member of
     a fused projection group (training/fused_projections.FusedSlice: no weight parameter of its
     own, its weight a view into the group's holder) is reported by its own (out, in) too: the file
-    names it, and the loader checks look its key up here."""
+    names it, and the loader checks look its key up here. So is a linear layer that holds its
+    weight other than as a `weight` parameter: an fp8 base's training/fp8.Fp8FrozenLinear (two
+    e4m3 copies and their scales; `weight` a property)."""
     modules = dict(denoiser.named_modules())
     shapes = {}
     for key, param in denoiser.named_parameters():
@@ -346,7 +353,10 @@ def base_weight_shapes(denoiser: Any) -> dict[str, tuple[int, ...]]:
             shape = logical if None not in logical else tuple(param.shape)
             shapes[name.replace(".base_layer", "")] = tuple(shape)
     for name, module in modules.items():
-        if getattr(module, "fused_slice", False):
+        weightless_linear = isinstance(module, torch.nn.Linear) and "weight" not in dict(
+            module.named_parameters(recurse=False)
+        )
+        if (getattr(module, "fused_slice", False) or weightless_linear) and ".lora_" not in name:
             shapes[name.replace(".base_layer", "")] = (module.out_features, module.in_features)
     return shapes
 

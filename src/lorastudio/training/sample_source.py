@@ -44,7 +44,8 @@ def sample_source(
     """The settings of preview `index` of step `step` of the run whose stored (resolved) config
     is `config`, in Generate's words: {"seed", "width", "height", "guidance" and "steps" (the
     prompt's or the run's, else the family's defaults for its base: `_defaults`; None where
-    not known), "max_sequence_length" (the run's; None: a family without it), "control_resolution" (the
+    not known; a true-CFG family's guidance 1, the none its previews render with: `_unguided`),
+    "max_sequence_length" (the run's; None: a family without it), "control_resolution" (the
     run's, for an edit preview: Generate's control_resolution renders its references so; None: none),
     "weights": "ema" | "raw", "lora": {"name",
     "step"} (step None: the final file) or None when no file keeps those weights, "note": None
@@ -62,12 +63,34 @@ def sample_sources(
     for them all: read per preview, a run's page of 200 previews with 50 checkpoints and 50
     snapshots read 20,000 sidecars and took seconds (RELIABILITY 1220)."""
     steps, guidance = _defaults(config)
+    unguided = _unguided(config)
     weights = sample_weights(config)
     rows = run_loras(run_dir) if run_dir is not None and run_dir.is_dir() else None
     return [
-        _source(config, run_dir, rows, (steps, guidance, weights), step, index, references)
-        for step, index, references in previews
+        {**source, "guidance": UNGUIDED} if unguided else source
+        for source in (
+            _source(config, run_dir, rows, (steps, guidance, weights), step, index, references)
+            for step, index, references in previews
+        )
     ]
+
+
+UNGUIDED = 1.0  # a true-CFG scale that turns its guidance off, as a preview without a negative prompt renders
+
+
+def _unguided(config: Mapping[str, Any]) -> bool:
+    """Whether the run's previews render without guidance whatever their scale: a true-CFG
+    family's (Qwen-Image: its pipeline guides only with a negative prompt, and a preview has
+    none). Listed as UNGUIDED, the scale Generate renders them again at (a scale above 1 without
+    a negative prompt is refused there: generation_rules.unused_guidance_problems, RELIABILITY
+    1560)."""
+    from lorastudio import families
+    from lorastudio.errors import LorastudioError
+
+    try:
+        return families.get(str(config.get("family"))).spec.guidance == "true_cfg"
+    except LorastudioError:
+        return False
 
 
 def _source(

@@ -17,6 +17,7 @@ from lorastudio.jobs.process import WorkerTarget
 from lorastudio.jobs.service import JobService, Timeouts
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
+from zygote import ANSWER_S
 
 FINAL = {"completed", "stopped", "cancelled", "failed", "interrupted"}
 
@@ -40,6 +41,14 @@ def _cfg(model: Path, name: str = "run") -> dict:
 
 
 def _wait(service: JobService, job_id: str, statuses: set[str], timeout: float = 30.0) -> dict:
+    """The job's snapshot once its status is one of `statuses`, `timeout` s after its worker
+    started at the most: the wait for that start is bounded apart, by the zygote's (the first
+    worker of a test process waits for its imports, tests/zygote.py: over 30 s at load 8-17,
+    where a 30-s bound over both failed "still queued", RELIABILITY 1482)."""
+    start_by = time.monotonic() + ANSWER_S
+    while service.job(job_id)["status"] == "queued" and "queued" not in statuses:
+        assert time.monotonic() < start_by, f"job {job_id} still queued after {ANSWER_S:.0f}s"
+        time.sleep(0.02)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         snap = service.job(job_id)

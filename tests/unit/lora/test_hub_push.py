@@ -156,13 +156,16 @@ def test_the_card_names_a_hub_base_model():
     ]
 
 
-def test_the_api_pushes_and_answers_each_failure_with_its_status(run_home, hub):
+def test_the_api_pushes_and_answers_each_failure_with_its_status(run_home, hub, monkeypatch):
+    import socket
+
     from fastapi.testclient import TestClient
 
     from live_server import LOOPBACK
     from lorastudio.api.app import create_app
 
-    with TestClient(create_app(_settings(run_home, WRITE_TOKEN)), base_url=LOOPBACK) as client:
+    app = create_app(_settings(run_home, WRITE_TOKEN))
+    with TestClient(app, base_url=LOOPBACK) as client:
         done = client.post("/api/loras/pushme/push", json={"repo": "me/api-lora", "create": True})
         assert done.status_code == 201, done.text
         assert done.json()["url"] == f"{hub.url}/me/api-lora" and "README.md" in done.json()["files"]
@@ -171,6 +174,17 @@ def test_the_api_pushes_and_answers_each_failure_with_its_status(run_home, hub):
         assert missing.status_code == 404 and "--create" in missing.json()["detail"]
         assert client.post("/api/loras/nope/push", json={"repo": "me/x"}).status_code == 404
         assert client.post("/api/loras/pushme/push", json={"repo": "no-owner"}).status_code == 422
+        # a hub that cannot be reached: 502, which the route's description promised and its
+        # responses did not declare (session 37 docs2)
+        with socket.socket() as closed:  # a port nothing listens on: the connection is refused
+            closed.bind(("127.0.0.1", 0))
+            port = closed.getsockname()[1]
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+        failed = client.post("/api/loras/pushme/push", json={"repo": "me/existing"})
+        assert failed.status_code == 502 and failed.json()["error"] == "HubUploadError", failed.text
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    declared = app.openapi()["paths"]["/api/loras/{name}/push"]["post"]["responses"]
+    assert "502" in declared and "HubAccessDenied" in declared["403"]["description"]
     with TestClient(create_app(_settings(run_home, READ_TOKEN)), base_url=LOOPBACK) as client:
         refused = client.post("/api/loras/pushme/push", json={"repo": "me/existing"})
         assert refused.status_code == 403 and refused.json()["error"] == "HubAccessDenied"

@@ -6,9 +6,11 @@ refuses the run naming it."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
@@ -91,17 +93,29 @@ def test_a_linked_prefix_folder_is_neither_read_nor_written_through(tmp_path: Pa
     assert (outside / path.name).read_bytes() == before and sorted(os.listdir(outside)) == [path.name]
 
 
+def _read_shard_into(path: str, answer: Connection) -> None:
+    answer.send(repr(read_shard(Path(path))))
+
+
 def test_a_fifo_at_a_shard_does_not_block_the_reader(tmp_path: Path) -> None:
-    """In a child process: the old reader blocked in open() holding the GIL (a hung run)."""
+    """In a child process (forked from this one, its imports done): the old reader blocked in
+    open() holding the GIL (a hung run)."""
     path = shard_path(tmp_path, "latents", MODEL, KEY)
     path.parent.mkdir(parents=True)
     os.mkfifo(path)
-    code = f"import pathlib; from lorastudio.training.latents_disk import read_shard; print(read_shard(pathlib.Path({str(path)!r})))"
+    answer, sender = multiprocessing.Pipe(duplex=False)
+    child = multiprocessing.get_context("fork").Process(target=_read_shard_into, args=(str(path), sender))
+    child.start()
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:
+        child.join(60)
+        blocked = child.is_alive()
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join()
+    if blocked:
         pytest.fail("reading a FIFO planted at a shard blocked")
-    assert done.returncode == 0 and done.stdout.strip() == "None", done.stderr
+    assert child.exitcode == 0 and answer.poll(5) and answer.recv() == "None", child.exitcode
 
 
 @pytest.mark.parametrize("plant", ["file", "link"])

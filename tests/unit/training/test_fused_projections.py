@@ -254,8 +254,9 @@ def test_a_fused_run_trains_like_an_unfused_one_and_writes_the_same_lora_file(fa
     for key in plain_lora:
         diff = (fused_lora[key] - plain_lora[key]).abs()
         assert diff.max() <= 2.5e-4 and diff.mean() <= 2e-6, key
-    auto, _, auto_plan = _trained(make_config, family, "auto", f"{family}-auto")
-    assert auto_plan.fused_projections == 0 and auto.losses == plain.losses  # auto: off on the CPU
+    if family == "flux":  # fusion_choice reads no family but has_groups (true for each here)
+        auto, _, auto_plan = _trained(make_config, family, "auto", f"{family}-auto")
+        assert auto_plan.fused_projections == 0 and auto.losses == plain.losses  # auto: off on the CPU
 
 
 def test_with_lora_dropout_the_base_is_fused_and_each_adapter_keeps_its_input(make_config):

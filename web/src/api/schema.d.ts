@@ -4143,7 +4143,7 @@ export interface components {
             control_resolution?: string | number | null;
             /**
              * Guidance
-             * @description the prompt's, else the family's default for the run's base (null: not known)
+             * @description the prompt's, else the family's default for the run's base (null: not known); Qwen-Image's 1: its previews have no negative prompt, without which its true CFG is off
              */
             guidance?: number | null;
             /**
@@ -4599,7 +4599,7 @@ export interface components {
             control_resolution?: ("pipeline" | "target") | number;
             /**
              * Data Dir
-             * @description dataset folder (absolute, or a name under datasets/): shorthand for one datasets entry
+             * @description dataset folder (a name under datasets/, or an absolute path: anywhere for the CLI, inside datasets/ for the server): shorthand for one datasets entry
              * @default null
              */
             data_dir?: string | null;
@@ -5101,7 +5101,7 @@ export interface components {
             validate_every?: number | null;
             /**
              * Validation Split
-             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off
+             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/, as data_dir) of validation images; null = off
              * @default null
              */
             validation_split?: number | string | null;
@@ -5230,7 +5230,7 @@ export interface components {
             control_resolution: ("pipeline" | "target") | number;
             /**
              * Data Dir
-             * @description dataset folder (absolute, or a name under datasets/): shorthand for one datasets entry
+             * @description dataset folder (a name under datasets/, or an absolute path: anywhere for the CLI, inside datasets/ for the server): shorthand for one datasets entry
              */
             data_dir: string | null;
             /**
@@ -5689,7 +5689,7 @@ export interface components {
             validate_every: number | null;
             /**
              * Validation Split
-             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off
+             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/, as data_dir) of validation images; null = off
              */
             validation_split: number | string | null;
             /**
@@ -9407,7 +9407,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description the hub refused the token or gave it no write access (HubAccessDenied), or a write from another origin or site (CrossOriginRefused) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9472,6 +9472,15 @@ export interface operations {
             };
             /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the hub failed or could not be reached (HubUploadError) */
+            502: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -74,7 +74,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "compile": "regional torch.compile of the repeated blocks: auto = on for CUDA; wide (SDXL, CUDA) also compiles the U-Net's ResNet blocks and samplers (faster steps, longer first step)",
   "control_dirs": "paired datasets: parallel folders of control images matched to the targets by file stem, folder N = control slot N after the dataset's control/, control_2/ ... sub-folders (each absolute, or a name under datasets/, like data_dir)",
   "control_resolution": "paired datasets: the size each control image trains at: 'pipeline' = the size the family's edit pipeline encodes a reference at (Qwen-Image-Edit ~1 MP in its own aspect ratio, FLUX.1 Kontext its preferred resolutions, FLUX.2 capped at 1 MP), 'target' = resized to cover its target's bucket and cropped like it, or a side N = the pipeline's rule at an N x N area",
-  "data_dir": "dataset folder (absolute, or a name under datasets/): shorthand for one datasets entry",
+  "data_dir": "dataset folder (a name under datasets/, or an absolute path: anywhere for the CLI, inside datasets/ for the server): shorthand for one datasets entry",
   "datasets": "several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, shuffle_tags, keep_tokens, tag_dropout, loss_weight, regularisation, prior_prediction}; instead of data_dir",
   "default_caption": "caption of images without one (instance prompt)",
   "ema_decay": "EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw one is kept beside it as <name>.raw.safetensors; null = off. No warmup: the start keeps decay^updates of the saved LoRA, so a decay too slow for the run's length is named by its warnings (0.9999 wants ~30000 steps)",
@@ -156,6 +156,6 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "unmasked_weight": "loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = in between, or alpha_mask); 0 = they teach nothing",
   "v_prediction": "SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon (false); unset: as the file says (its v_pred key), else the base config's scheduler",
   "validate_every": "with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)",
-  "validation_split": "images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off",
+  "validation_split": "images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/, as data_dir) of validation images; null = off",
   "weight_decay": "decoupled weight decay of the optimizer on the adapter weights"
 };

@@ -30,7 +30,9 @@ export function GuidanceFields({
   const hint =
     family.guidance === "embedded"
       ? `${family.title} is guidance-distilled: one pass, no negative prompt`
-      : "higher follows the prompt more closely";
+      : family.guidance === "true_cfg"
+        ? "applied only with a negative prompt (a space for nothing in particular)"
+        : "higher follows the prompt more closely";
   return (
     <>
       <Field label={guidanceLabel(family)} error={errors.guidance} hint={hint}>
@@ -51,11 +53,16 @@ export function GuidanceFields({
   );
 }
 
-/** The request fields of GuidanceFields' values: a blank guidance is the family's default (null); a negative prompt only where taken. */
+/**
+ * The request fields of GuidanceFields' values: a blank guidance is the family's default (null); a negative prompt
+ * only where taken, and only spaces as none, except for a true-CFG family (Qwen-Image), whose pipeline guides only
+ * with a negative prompt: there " " is the one its model card guides with (RELIABILITY 1560).
+ */
 export function guidanceBody(family: Family | undefined, guidance: string, negative: string): { guidance: number | null; negative_prompt: string | null } {
   const g = guidance.trim();
+  const given = family?.guidance === "true_cfg" ? negative !== "" : negative.trim() !== "";
   return {
     guidance: g === "" ? null : Number(g),
-    negative_prompt: family?.negative_prompt && negative.trim() ? negative : null,
+    negative_prompt: family?.negative_prompt && given ? negative : null,
   };
 }

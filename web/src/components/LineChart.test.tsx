@@ -1,5 +1,5 @@
 import { render, screen } from "@testing-library/react";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { chartSummary, decimate, extent, LineChart, seriesPath } from "./LineChart";
 
 describe("LineChart", () => {
@@ -89,5 +89,23 @@ describe("LineChart's x axis (session 30 web audit, RELIABILITY 872)", () => {
     expect(labels.map((t) => t.textContent)).toEqual(["1", "2", "3"]);
     const xs = labels.map((t) => Number(t.getAttribute("x")));
     expect(xs[1] - xs[0]).toBeCloseTo(xs[2] - xs[1]); // evenly spaced: each at its step
+  });
+});
+
+describe("LineChart on a narrow page", () => {
+  it("draws at its container's width from its first paint, not 640 px (RELIABILITY 1481)", () => {
+    // a 300 px container (a phone's page); jsdom has no layout, so the measure is stood in for
+    const measure = vi
+      .spyOn(HTMLElement.prototype, "getBoundingClientRect")
+      .mockReturnValue({ width: 300, height: 240, x: 0, y: 0, top: 0, left: 0, right: 300, bottom: 240 } as DOMRect);
+    try {
+      render(<LineChart xs={[1, 2, 3]} series={[{ name: "loss", color: "red", values: [0.5, 0.4, 0.3] }]} />);
+      const svg = screen.getByRole("img", { name: "training chart" });
+      expect(svg.getAttribute("width")).toBe("300");
+      const rights = [...document.querySelectorAll("line.grid")].map((l) => Number(l.getAttribute("x2")));
+      expect(Math.max(...rights)).toBeLessThanOrEqual(300);
+    } finally {
+      measure.mockRestore();
+    }
   });
 });

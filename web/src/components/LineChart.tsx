@@ -1,4 +1,4 @@
-import { useEffect, useId, useMemo, useRef, useState } from "react";
+import { useId, useLayoutEffect, useMemo, useRef, useState } from "react";
 import { formatNumber } from "../lib/format";
 
 /** One plotted line: `values[i]` is the y of `xs[i]` (null = gap; undefined = no point at that x, the line runs on). */
@@ -114,12 +114,20 @@ export function chartSummary(xs: number[], series: Series[], xLabel = "step"): s
   return text;
 }
 
+/** The chart's own width: measured before its first paint (a layout effect), then followed by a
+ * ResizeObserver. 640 only where nothing can be measured (no layout: jsdom). Measured first, not
+ * only observed: the observer answers a frame later, and until then a chart that mounted with its
+ * points drew 640 px wide and stuck out of a 320-420 px screen while the page loaded (RELIABILITY
+ * 1481). */
 function useWidth(): [React.RefObject<HTMLDivElement | null>, number] {
   const ref = useRef<HTMLDivElement | null>(null);
   const [width, setWidth] = useState(640);
-  useEffect(() => {
+  useLayoutEffect(() => {
     const el = ref.current;
-    if (!el || typeof ResizeObserver === "undefined") return;
+    if (!el) return;
+    const now = Math.floor(el.getBoundingClientRect().width);
+    if (now > 0) setWidth(now); // re-rendered before the browser paints
+    if (typeof ResizeObserver === "undefined") return;
     const ro = new ResizeObserver((entries) => {
       const w = Math.floor(entries[0].contentRect.width);
       if (w > 0) setWidth(w);

@@ -22,6 +22,7 @@ import { isAbort, useLatest, useUnmountSignal } from "../lib/latest";
 import { href, navigate } from "../lib/route";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { clearDraft, loadDraft, useDraft } from "../lib/draft";
+import { restoreDraft, TRAIN_DRAFT } from "../lib/trainDraft";
 import { keepForecast } from "../lib/runForecast";
 import {
   ATTENTION_BACKENDS,
@@ -50,20 +51,6 @@ import {
 } from "../lib/trainForm";
 
 type Errors = Record<string, string>;
-
-const TRAIN_DRAFT = "train";
-
-/** A saved Train draft as form values: over its family's initial values, only the keys a form of
- * this version has (null: no draft, or one of a family this server no longer has). */
-function restoreDraft(draft: Partial<FormValues> | null, families: readonly Family[]): FormValues | null {
-  const fam = families.find((f) => f.name === draft?.family);
-  if (!draft || !fam) return null;
-  const base = initialValues(fam);
-  const known = Object.entries(draft).filter(
-    ([k, v]) => (k in FIELD_KINDS || k in base) && (typeof v === "string" || typeof v === "boolean"),
-  );
-  return { ...base, ...Object.fromEntries(known), family: fam.name, unit: draft.unit === "epochs" ? "epochs" : "steps" };
-}
 
 /** Train: family, base model, dataset, settings; Check shows the preflight report; Start queues the run. */
 export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: string }) {

@@ -12,6 +12,7 @@ from lorastudio.api.contract import file_answer
 from lorastudio.api.deps import settings_dep, store_dep
 from lorastudio.api.downloads import Download
 from lorastudio.api.lora_pages import CURSOR, find_loras, page_of, read_sidecar
+from lorastudio.api.schemas import ErrorOut
 from lorastudio.api.schemas_files import LoraList, LoraSteps, PushBody, PushOut
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import NotFound
@@ -119,7 +120,19 @@ def download(
     return Download(path, media_type="application/octet-stream", filename=path.name)
 
 
-@router.post("/{name}/push", status_code=201, response_model=PushOut)
+@router.post(
+    "/{name}/push",
+    status_code=201,
+    response_model=PushOut,
+    responses={
+        403: {
+            "model": ErrorOut,
+            "description": "the hub refused the token or gave it no write access (HubAccessDenied), "
+            "or a write from another origin or site (CrossOriginRefused)",
+        },
+        502: {"model": ErrorOut, "description": "the hub failed or could not be reached (HubUploadError)"},
+    },
+)
 def push(name: str, body: PushBody, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
     """Upload trained LoRA `name` with its sidecar, a model card and its newest samples to hub
     repo `body.repo`, with the studio's hub token (lora/hub_push.py). 201 with the commit; 400 no

@@ -1,0 +1,58 @@
+"""The save-time diffusers check of a LyCORIS LoKr file (lora/portability.check_diffusers_lokr,
+RELIABILITY 1501): diffusers 0.42 reads FLUX.2's and FLUX.2 klein's LyCORIS LoKr names
+(tests/unit/lora/test_portable_matrix.py loads such files through it at 1.0 and 0.5), so their
+sidecar says it loads them, and names a factor whose Kronecker product does not fit its layer;
+a pipeline with no reader for the file is "not checked", with diffusers' reason."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lorastudio import families
+from lorastudio.lora.portability import check_diffusers_lokr
+
+LAYERS = [
+    "transformer_blocks.0.attn.to_q",
+    "transformer_blocks.0.ff.linear_in",
+    "single_transformer_blocks.0.attn.to_out",
+]
+
+
+def _lokr_file(shapes: dict[str, tuple[int, ...]], wrong: str | None = None) -> dict[str, torch.Tensor]:
+    """w1 [2, 2] (x) w2 low-rank [out / 2, 4] @ [4, in / 2] per layer (w2 one row short in `wrong`)."""
+    tensors = {}
+    for name in LAYERS:
+        out, inp = shapes[name][:2]
+        key = "lycoris_" + name.replace(".", "_")
+        rows = out // 2 - (1 if name == wrong else 0)
+        tensors |= {
+            f"{key}.lokr_w1": torch.randn(2, 2),  # [2, 2]
+            f"{key}.lokr_w2_a": torch.randn(rows, 4),  # [out / 2, r]
+            f"{key}.lokr_w2_b": torch.randn(4, inp // 2),  # [r, in / 2]
+            f"{key}.alpha": torch.tensor(8.0),
+        }
+    return tensors
+
+
+@pytest.mark.parametrize("family", ["flux2", "flux2-klein"])
+def test_a_flux2_lokr_file_is_checked_against_diffusers_own_reader(family, layer_shapes):
+    shapes = layer_shapes(family)
+    pipeline = families.get(family).spec.pipeline_class
+    check = check_diffusers_lokr(_lokr_file(shapes), family, shapes, pipeline)
+    assert check["checked"] and check["ok"] and check["loaded"] == len(LAYERS), check
+    bad = check_diffusers_lokr(_lokr_file(shapes, wrong=LAYERS[1]), family, shapes, pipeline)
+    assert bad["checked"] and not bad["ok"], bad
+    assert len(bad["mismatched"]) == 1 and "ff.linear_in" in bad["mismatched"][0]
+
+
+def test_a_pipeline_without_a_lokr_reader_leaves_the_file_unchecked_with_its_reason(layer_shapes):
+    shapes = layer_shapes("z-image")
+    name = "layers.0.attention.to_q"
+    out, inp = shapes[name]
+    tensors = {
+        f"lycoris_{name.replace('.', '_')}.lokr_w1": torch.randn(2, 2),
+        f"lycoris_{name.replace('.', '_')}.lokr_w2": torch.randn(out // 2, inp // 2),
+    }
+    check = check_diffusers_lokr(tensors, "z-image", shapes, families.get("z-image").spec.pipeline_class)
+    assert check["checked"] is False and "ZImagePipeline" in check["reason"], check
