@@ -43,3 +43,16 @@ def test_a_sigpipe_death_keeps_sigpipe_ignored_until_the_end(tmp_path: Path) -> 
     done = _run_into_closed_pipe(tmp_path / "home", "runs", "show", "no-such-run")
     assert done.returncode == 2, done.stderr.decode()[-2000:]
     assert b"no-such-run" in done.stderr
+
+
+def test_click_8_5s_pacify_wrapper_is_taken_as_a_closed_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """click 8.5 names its wrapper _PacifyFlushWrapper (PacifyFlushWrapper before, and in typer's
+    own copy of click): `runs list` into a closed pipe then exited 1 (RELIABILITY 1471)."""
+    from lorastudio.cli.app import _output_closed
+
+    class _PacifyFlushWrapper:  # what click 8.5 puts in sys.stdout's place after an EPIPE
+        def flush(self) -> None:
+            """click's wrapper swallows the EPIPE of a flush."""
+
+    monkeypatch.setattr(sys, "stdout", _PacifyFlushWrapper())
+    assert _output_closed()

@@ -147,10 +147,13 @@ FLOORS = {
     ),
     "pydantic-settings": ("2.7", "NoDecode (settings.py)"),
     "typer": (
-        "0.16",
-        "--help with click 8.2+, which pip takes beside 0.13-0.15 (make_metavar's ctx; RELIABILITY 1202);"
-        " 0.13: options typed `Path | None` (0.12: 'Type not yet supported')",
+        "0.26",
+        "its own copy of click: 0.16-0.25 take the newest click, and from click 8.5 on every"
+        " argument's help was gone from --help (RELIABILITY 1471); 0.16: --help with click 8.2+,"
+        " which pip takes beside 0.13-0.15 (make_metavar's ctx; RELIABILITY 1202); 0.13: options"
+        " typed `Path | None` (0.12: 'Type not yet supported')",
     ),
+    "rich": ("13.8", "typer 0.26's own floor (RELIABILITY 1471)"),
     "pillow": ("11", "an image tile's fields by name: a PNG's colour key (data/images.py)"),
     # below these, no install has the declared floors together: diffusers 0.42.0 requires
     # huggingface-hub>=1.32 and safetensors>=0.8, transformers 5.21.0 tokenizers>=0.23.1 (pip's
@@ -168,7 +171,8 @@ def test_each_dependency_floor_is_one_the_code_runs_on() -> None:
     beside diffusers>=0.42 and transformers>=5.21 (RELIABILITY 1200), and typer>=0.13 let pip pair
     a typer whose --help fails with the click it takes (RELIABILITY 1202); then pydantic>=2.11
     and starlette>=1.6 let pip keep a release without Field(exclude_if) or FileResponse._open_file
-    (RELIABILITY 1400-1401)."""
+    (RELIABILITY 1400-1401); then typer>=0.16 let pip pair a typer with click 8.5, which drops
+    every argument's help (RELIABILITY 1471)."""
     from packaging.requirements import Requirement
     from packaging.version import Version
 

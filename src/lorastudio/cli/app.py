@@ -191,7 +191,8 @@ def _working_folder_exists() -> bool:
 def _output_closed() -> bool:
     """Whether stdout's reader is gone: click met EPIPE in a command (it then swaps stdout for its
     PacifyFlushWrapper and exits 1) or what is still buffered cannot be written (EPIPE now)."""
-    if type(sys.stdout).__name__ == "PacifyFlushWrapper":  # click's or typer's own copy of click
+    # click's or typer's own copy of click; click 8.5+ names it _PacifyFlushWrapper
+    if type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
         return True
     try:
         sys.stdout.flush()

@@ -12,6 +12,7 @@ only those files with Pillow (data/dataset_detail.py).
 from __future__ import annotations
 
 import io
+import re
 import struct
 from typing import BinaryIO
 
@@ -36,6 +37,8 @@ _XMP_APP1 = b"http://ns.adobe.com/xap/1.0/\0"  # the start of a JPEG's XMP segme
 _JPEG_SEGMENTS = 256  # segments walked before a JPEG's image data; more: read it with Pillow
 _PNG_CHUNKS = 64  # chunks walked before a PNG's image data; more: read it with Pillow
 _WEBP_VP8X_METADATA = 0x08 | 0x04  # the EXIF and XMP flags of a WebP's VP8X flags byte
+# an XMP packet's orientation, as Pillow's getexif reads it (its own pattern, on the packet's bytes)
+_XMP_ORIENTATION = re.compile(rb'tiff:Orientation(="|>)([0-9])')
 
 
 def exif_orientation(img: Image.Image) -> int:
@@ -47,10 +50,24 @@ def exif_orientation(img: Image.Image) -> int:
     if img.format == "PNG" and "exif" not in img.info:
         return 1
     try:
-        value = img.getexif().get(EXIF_ORIENTATION_TAG, 1)
+        value = img.getexif().get(EXIF_ORIENTATION_TAG)
     except DECODE_ERRORS:
         return 1
+    if value is None:
+        value = _xmp_orientation(img)
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def _xmp_orientation(img: Image.Image) -> int | None:
+    """The `tiff:Orientation` of a JPEG's or WebP's XMP packet (`img.info["xmp"]`, bytes), None
+    where it has none. Pillow's `getexif` takes it where the EXIF has none from 11.2 on; 11.0-11.1
+    (pyproject's floor is 11) read only a PNG's XMP key, so a phone photo whose orientation is in
+    its XMP alone trained sideways there, and the listing showed it so (RELIABILITY 1470)."""
+    packet = img.info.get("xmp")
+    if not isinstance(packet, bytes):
+        return None
+    match = _XMP_ORIENTATION.search(packet)
+    return int(match[2]) if match else None
 
 
 def upright_size(width: int, height: int, orientation: int) -> tuple[int, int]:

@@ -11,10 +11,11 @@ import io
 import struct
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from lorastudio.data.dataset_detail import dataset_detail
-from lorastudio.data.images import file_orientation
+from lorastudio.data.images import file_orientation, load_rgb
 from lorastudio.data.orientation import header_has_exif
 
 
@@ -67,3 +68,16 @@ def test_an_orientation_in_xmp_alone_is_listed_as_training_reads_it(tmp_path: Pa
         "x.jpg": (40, 80),
         "x.webp": (40, 80),
     }
+
+
+def test_an_orientation_in_xmp_alone_is_read_where_pillow_getexif_leaves_it_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pillow 11.0-11.1 (pyproject's floor is 11): getexif read only a PNG's XMP, so a JPEG or WebP
+    whose orientation is in its XMP alone trained sideways and was listed so (RELIABILITY 1470).
+    Its getexif is stood in for here, on any Pillow."""
+    monkeypatch.setattr(Image.Image, "getexif", lambda self: Image.Exif())  # no XMP read
+    for name in ("x.jpg", "x.webp"):
+        Image.new("RGB", (80, 40), "red").save(tmp_path / name, xmp=XMP)
+        assert file_orientation(tmp_path / name) == 6, name
+        assert load_rgb(tmp_path / name).size == (40, 80), name
