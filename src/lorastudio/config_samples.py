@@ -19,9 +19,14 @@ that also trains it: FLUX.2)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import ConfigDict, Field
 
 from lorastudio.config_fields_base import NumbersNotBooleans
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
 
 MAX_SAMPLE_PROMPTS = 8  # sample prompts per run
 MAX_SAMPLE_PROMPT_CHARS = 1000  # characters per sample prompt
@@ -64,3 +69,35 @@ def prompt_text(entry: str | SamplePrompt) -> str:
 def prompt_controls(entry: str | SamplePrompt) -> list[str] | None:
     """The reference images asked for by a sample_prompts entry (None: the run's default)."""
     return None if isinstance(entry, str) else entry.controls
+
+
+def unapplied_sample_guidance_warning(cfg: TrainConfig) -> str | None:
+    """The warning for sample prompts whose own `guidance` a true-CFG family's previews do not
+    apply (Qwen-Image, Qwen-Image-Edit: spec.guidance "true_cfg"), else None. Their pipelines run
+    the guidance pass only with a negative prompt (diffusers' `do_true_cfg`), and previews have
+    none, so a scale above 1 renders the image of no guidance (RELIABILITY 1560: the previews are
+    listed at guidance 1). Said, not refused: a run recorded before this rule resumes as it did,
+    and nothing else of the run changes (Generate refuses the same scale without a negative
+    prompt: generation_rules.unused_guidance_problems). No torch."""
+    from lorastudio import families
+    from lorastudio.errors import UnknownFamily
+
+    try:
+        spec = families.get(cfg.family).spec
+    except UnknownFamily:
+        return None
+    if spec.guidance != "true_cfg":
+        return None
+    given = [
+        f"{i} ({entry.guidance:g})"
+        for i, entry in enumerate(cfg.sample_prompts or [], start=1)
+        if isinstance(entry, SamplePrompt) and entry.guidance is not None and entry.guidance > 1
+    ]
+    if not given:
+        return None
+    return (
+        f"sample prompt{'s' if len(given) > 1 else ''} {', '.join(given)}: guidance not applied to the preview: the {spec.title} "
+        "pipeline applies its true CFG scale only with a negative prompt and previews have none, so "
+        'each renders (and is listed) at guidance 1; Generate with a negative prompt (" " for nothing '
+        "in particular) renders with the scale"
+    )
