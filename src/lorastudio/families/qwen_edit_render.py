@@ -90,16 +90,6 @@ def encode_text_with_references(
     encoded by the pipeline's own encode_prompt with `references` as training's text encoder reads
     them (qwen_image_edit.vl_images: Plus ~384 x 384 each, the edit pipeline ~1 MP), not as the
     handed (run-sized) `image=`: the edit pipeline would read those at their own size."""
-    from lorastudio.families.qwen_image_edit import vl_images
+    from lorastudio.families.qwen_image_edit import prompts_encoded, vl_images
 
-    out = dict(kwargs)
-    images = vl_images(pipe, list(references))
-    for text, embeds, mask in (
-        ("prompt", "prompt_embeds", "prompt_embeds_mask"),
-        ("negative_prompt", "negative_prompt_embeds", "negative_prompt_embeds_mask"),
-    ):
-        if out.get(text) is not None:
-            out[embeds], out[mask] = pipe.encode_prompt(
-                out.pop(text), image=images, device=pipe._execution_device
-            )
-    return out
+    return prompts_encoded(pipe, kwargs, vl_images(pipe, list(references)))

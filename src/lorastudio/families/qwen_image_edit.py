@@ -143,15 +143,7 @@ class QwenImageEditFamily(QwenImageFamily):
             raise ConfigError(
                 [FieldProblem("controls", f"{type(pipe).__name__} edits one reference image: give one")]
             )
-        out = dict(kwargs)
-        for text, embeds, mask in (
-            ("prompt", "prompt_embeds", "prompt_embeds_mask"),
-            ("negative_prompt", "negative_prompt_embeds", "negative_prompt_embeds_mask"),
-        ):
-            if out.get(text) is not None:
-                out[embeds], out[mask] = pipe.encode_prompt(
-                    out.pop(text), image=None, device=pipe._execution_device
-                )
+        out = prompts_encoded(pipe, kwargs, None)
         parts = {
             k: getattr(pipe, k) for k in ("scheduler", "vae", "text_encoder", "tokenizer", "transformer")
         }
@@ -257,3 +249,19 @@ class QwenImageEditFamily(QwenImageFamily):
 
 
 FAMILY = QwenImageEditFamily()
+
+
+def prompts_encoded(pipe: Any, kwargs: dict[str, Any], image: Any) -> dict[str, Any]:
+    """`kwargs` with its prompt and negative prompt (where given) replaced by the pipeline's own
+    encode_prompt of them with `image` (the vision-language images, or None): the embeddings and
+    masks Qwen-Image-Edit's pipelines take instead of the text."""
+    out = dict(kwargs)
+    for text, embeds, mask in (
+        ("prompt", "prompt_embeds", "prompt_embeds_mask"),
+        ("negative_prompt", "negative_prompt_embeds", "negative_prompt_embeds_mask"),
+    ):
+        if out.get(text) is not None:
+            out[embeds], out[mask] = pipe.encode_prompt(
+                out.pop(text), image=image, device=pipe._execution_device
+            )
+    return out
