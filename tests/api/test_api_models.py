@@ -24,15 +24,17 @@ from lorastudio.settings import Settings, get_settings
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "basemodels"))
 from fake_hub import FakeHub, FakeHubServer, FakeRepo, flux_repo_files  # noqa: E402
 
+from zygote import START_ENV  # noqa: E402  (tests/zygote.py: the environment its workers' imports read)
+
 SECRET = "hf_api_secret_not_valid_on_the_hub_42"  # the studio's token: the fake hub accepts another
 ENTRY_KEYS = {"id", "name", "source", "path", "family", "trainable", "reason", "size_bytes", "complete",
               "missing", "deletable", "checkpoint", "distilled", "kind", "repo_id", "licence"}  # fmt: skip
 
 
 @pytest.fixture
-def settings(studio_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("LORASTUDIO_HF_TOKEN", SECRET)  # for the CLI (get_settings)
-    get_settings.cache_clear()
+def settings(studio_home: Path) -> Settings:
+    """The served studio's settings with the hub token (the CLI's test sets its variable: a
+    worker of a server test then forks from the preloaded zygote, tests/zygote.py)."""
     return Settings(home=studio_home, hf_token=SecretStr(SECRET))
 
 
@@ -50,6 +52,19 @@ def hub(
         monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
         yield fake
+
+
+def _hub_environment_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_ENDPOINT and HF_HUB_CACHE back to the test process's start, once the fetches are done
+    and before a job's worker loads the fetched folder from models/ (no hub call): the worker is
+    then forked from the preloaded zygote, whose huggingface_hub read them at its import (a real
+    spawn otherwise, ~6 CPU s of imports; tests/unit/test_zygote.py proves that a worker gets
+    one when these differ)."""
+    for name in ("HF_ENDPOINT", "HF_HUB_CACHE"):
+        if name in START_ENV:
+            monkeypatch.setenv(name, START_ENV[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
 
 
 def _wait_fetch(client: httpx.Client, fetch_id: str, timeout: float = 30) -> dict:
@@ -124,7 +139,11 @@ def test_catalogue_add_forget_and_delete_rules(
 
 
 def test_fetch_in_the_background_with_progress_then_train_refuses_a_bad_base(
-    server: LiveServer, settings: Settings, hub: FakeHub, sample_dataset: Path
+    server: LiveServer,
+    settings: Settings,
+    hub: FakeHub,
+    sample_dataset: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     client = server.client
     started = client.post("/api/models/fetch", json={"repo_id": "acme/flux"})
@@ -159,6 +178,7 @@ def test_fetch_in_the_background_with_progress_then_train_refuses_a_bad_base(
     every_answer = json.dumps([listed, events, client.get("/api/models").json(), gated.json()])
     assert SECRET not in every_answer
 
+    _hub_environment_ends(monkeypatch)
     image = client.post(
         "/api/generate",
         json={
@@ -191,7 +211,11 @@ def test_fetch_in_the_background_with_progress_then_train_refuses_a_bad_base(
     assert not (settings.models_dir / "acme--flux").exists()
 
 
-def test_cli_fetch_list_rm(cli: typer.Typer, settings: Settings, hub: FakeHub) -> None:
+def test_cli_fetch_list_rm(
+    cli: typer.Typer, settings: Settings, hub: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LORASTUDIO_HF_TOKEN", SECRET)  # the studio's token, as the CLI reads it
+    get_settings.cache_clear()
     runner = CliRunner()
     fetched = runner.invoke(cli, ["models", "fetch", "acme/flux"])
     assert fetched.exit_code == 0, fetched.output
@@ -242,7 +266,7 @@ def test_a_fetch_is_one_at_a_time_per_model_cancellable_and_resumable(
 
 
 def test_a_captioner_is_fetched_through_the_api_and_captions_by_its_catalogue_id(
-    server: LiveServer, settings: Settings, hub: FakeHub, tmp_path: Path
+    server: LiveServer, settings: Settings, hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The base models' fetch route takes a captioning model (progress events, the catalogue
     entry of kind captioner), and a caption job runs with it by its catalogue id (the tiny
@@ -277,6 +301,7 @@ def test_a_captioner_is_fetched_through_the_api_and_captions_by_its_catalogue_id
     folder = settings.ensure_dirs().datasets_dir / "cards"
     folder.mkdir()
     Image.new("RGB", (48, 40), (200, 20, 20)).save(folder / "card0.png")
+    _hub_environment_ends(monkeypatch)
     job = client.post("/api/datasets/cards/caption", json={"model": entry["id"], "max_tokens": 4})
     assert job.status_code == 202, job.text
     deadline = time.monotonic() + 120

@@ -86,6 +86,10 @@ def test_an_environment_the_imports_read_gets_a_spawned_worker(monkeypatch: pyte
     monkeypatch.setenv("LORASTUDIO_API_TOKEN", "a secret a test checks is not in a worker's environ")
     assert not zygote.ZYGOTE.fits(os.environ)
     monkeypatch.delenv("LORASTUDIO_API_TOKEN")
+    for name in ("HF_ENDPOINT", "HF_HUB_CACHE"):  # the fake hub's (tests/api/test_api_models.py)
+        with monkeypatch.context() as hub:
+            hub.setenv(name, "http://127.0.0.1:9/elsewhere")
+            assert not zygote.ZYGOTE.fits(os.environ), name
     monkeypatch.setenv("HF_HOME", "/elsewhere")
     assert not zygote.ZYGOTE.fits(os.environ)
     spawned = ctx.Process(target=_report, args=(queue, "spawned", 0))
