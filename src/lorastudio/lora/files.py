@@ -19,6 +19,7 @@ from lorastudio import json_read
 from lorastudio.durable import fsync_path
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, library_os_error, writing
 from lorastudio.file_modes import process_umask
+from lorastudio.lora.adapter_config import lora_config_dict
 from lorastudio.lora.content_hash import record_content_hash
 from lorastudio.lora.convert import (
     FAMILIES,
@@ -119,23 +120,14 @@ def diffusers_file(
     `adapter_metadata` defaults to a LoraConfig of the LoRA's rank, alpha and module names, with
     a rank_pattern / alpha_pattern entry for each layer of another rank (the LoRA's one scale,
     alpha / rank, in every layer)."""
-    from peft import LoraConfig
-
     prefix = denoiser_prefix(family)
     if adapter_metadata is None:
         modules = peft_modules(lora.tensors)
-        targets = sorted(modules)
         # a layer of another rank gets its own rank and the alpha of the LoRA's scale (peft's
         # patterns, keyed by the full module name as diffusers' own loader writes them)
         ranks = {m: int(a.shape[0]) for m, (a, _) in modules.items() if a.shape[0] != lora.rank}
-        meta = LoraConfig(
-            r=lora.rank,
-            lora_alpha=lora.alpha,
-            target_modules=targets,
-            rank_pattern=ranks,
-            alpha_pattern={m: r * lora.alpha / lora.rank for m, r in ranks.items()},
-        ).to_dict()
-        meta["target_modules"] = sorted(meta["target_modules"])
+        alphas = {m: r * lora.alpha / lora.rank for m, r in ranks.items()}
+        meta = lora_config_dict(lora.rank, lora.alpha, sorted(modules), ranks, alphas)
         adapter_metadata = meta
     packed = {f"{prefix}.{k}": v for k, v in adapter_metadata.items()}
     header = {"format": "pt", ADAPTER_METADATA_KEY: json.dumps(packed, indent=2, sort_keys=True)}
