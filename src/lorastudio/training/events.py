@@ -71,7 +71,9 @@ class Progress(_Event):
 
 class SampleReady(_Event):
     """Sample previews of optimizer step `step` were written: `images` are paths relative to the
-    run folder ("samples/step-000123-0.png"), one per sample prompt, in the config's order."""
+    run folder ("samples/step-000123-0.png"), one per sample prompt in the config's order, but a
+    prompt whose image came out NaN or infinite has none (a RunWarning says so, RELIABILITY
+    1651): a path's prompt index is the one in its name (run_files.parse_sample_name)."""
 
     type: Literal["sample_ready"] = "sample_ready"
     step: int
@@ -95,7 +97,8 @@ class RunWarning(_Event):
     """Part of the run failed without costing its result: the run goes on, or completes with this
     recorded (the run record's `warnings`). `step`: the optimizer step it happened at. Emitted
     today when the final sample round fails after the run's LoRA was written
-    (training/loop_end.finish_run): the run completes, its LoRA whole, without those samples."""
+    (training/loop_end.finish_run): the run completes, its LoRA whole, without those samples; and
+    when a sample prompt's preview came out NaN or infinite (no file: loop_end.sample_round)."""
 
     type: Literal["warning"] = "warning"
     step: int

@@ -71,9 +71,13 @@ def sample_round(
     emit: Emit,
 ) -> None:
     """Render the sample prompts (`previews`) with the live LoRA at `step` and announce them
-    (SampleReady)."""
+    (SampleReady); each prompt whose image was not finite (no file) is logged and announced as a
+    RunWarning: the run goes on (RELIABILITY 1651)."""
     with sample_weights(parts, cfg):
         images = previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
+    for failure in previews.failures:
+        log.warning("%s", failure)
+        emit(RunWarning(step=step, message=failure))
     emit(SampleReady(step=step, images=images))
 
 

@@ -10,7 +10,7 @@ folder and renamed into place. The names are training/run_files.py's (what a run
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,13 +96,17 @@ def write_reference_files(
     return _write_staged(samples_dir(run_dir), [writers[k] for k in keys], names)
 
 
-def write_sample_files(run_dir: Path, step: int, writers: list[Callable[[Path], None]]) -> list[Path]:
-    """Write the samples of `step`: writers[i](staging_path) writes the PNG of prompt i. Every
+def write_sample_files(
+    run_dir: Path, step: int, writers: Sequence[Callable[[Path], None] | None]
+) -> list[Path]:
+    """Write the samples of `step`: writers[i](staging_path) writes the PNG of prompt i; a None
+    writer writes no file for prompt i (its image was not finite: training/samples.py). Every
     file is first written under a staging name; once all are written they are renamed into
     place (replacing older files of the same name). Returns the final paths in prompt order.
     On failure no staging file is left behind (and no file of this round is renamed)."""
-    names = [sample_name(step, i) for i in range(len(writers))]
-    return _write_staged(samples_dir(run_dir), writers, names)
+    kept = [(i, write) for i, write in enumerate(writers) if write is not None]
+    names = [sample_name(step, i) for i, _ in kept]
+    return _write_staged(samples_dir(run_dir), [write for _, write in kept], names)
 
 
 def _write_staged(folder: Path, writers: list[Callable[[Path], None]], names: list[str]) -> list[Path]:

@@ -25,7 +25,11 @@ How a round renders (exactly what inference would render):
 - each prompt's noise comes from a CPU generator seeded with `sample_seed` (the same image for
   the same LoRA on any device), at the training resolution, with the family's generation
   defaults and `sample_steps` inference steps; a prompt given as an object (SamplePrompt) may
-  set its own width, height, seed and guidance scale (the family's guidance keyword).
+  set its own width, height, seed and guidance scale (the family's guidance keyword);
+- each image is taken as the pipeline's "np" output and checked as Generate checks its images
+  (generate/finite_image.py, RELIABILITY 1561): a prompt whose pixels came out NaN or infinite
+  (an overflowing LoRA: the "pil" cast made them a black PNG) has no file in that round; its
+  reason is in `failures`, which the loop announces as a RunWarning (RELIABILITY 1651).
 
 A round never changes the training: the denoiser runs in eval mode under no_grad (back to train
 mode after), the global CPU/CUDA RNG states are forked and restored (LoRA dropout draws from
@@ -48,8 +52,10 @@ import torch
 from lorastudio.config_samples import SamplePrompt, prompt_text
 from lorastudio.data.images import load_rgb
 from lorastudio.data.safe_open import folder_identity
+from lorastudio.errors import GenerationFailed
 from lorastudio.families.common import pipeline_facts
 from lorastudio.families.single_file import apply_scheduler_overrides, config_of, model_source
+from lorastudio.generate.finite_image import finite_image
 from lorastudio.generate.references import reference_kwargs, run_sizer
 from lorastudio.hub_token import hub_kwargs
 from lorastudio.open_reason import library_open_reason
@@ -81,8 +87,9 @@ class SamplePreviews:
 
     Takes the prepared run and the sample prompts' conditioning (prompt -> tensors, from phase
     1). `due(step, total_steps)` says whether a round falls on `step`; `render(denoiser, step,
-    vae=None)` writes one PNG per prompt and returns their paths relative to the run folder;
-    `discard()` removes the files this session created (stop-and-discard of a resumed run)."""
+    vae=None)` writes one PNG per prompt whose image is finite and returns their paths relative
+    to the run folder (`failures`: the round's others, why each has none); `discard()` removes
+    the files this session created (stop-and-discard of a resumed run)."""
 
     def __init__(self, run: PreparedRun, prompt_conds: Conditioning):
         self.run = run
@@ -106,6 +113,8 @@ class SamplePreviews:
         self.fixed_s: list[float] = []
         self._rendering = 0.0
         self.kept = False  # the reference copies are written
+        # the last round's prompts without a file: "sample prompt <n> (step k): why" (RELIABILITY 1651)
+        self.failures: list[str] = []
 
     @property
     def enabled(self) -> bool:
@@ -121,12 +130,18 @@ class SamplePreviews:
         """Render every sample prompt with `denoiser` as it is now and write the PNGs (staged,
         then renamed). `vae`: one already loaded on the run's device, else one is loaded for
         this round and freed (also when `vae` is not in the run's dtype: the training's VAE is
-        never changed). Returns the paths relative to the run folder, in prompt order.
+        never changed). Returns the paths relative to the run folder, in prompt order, of the
+        prompts whose image came out finite; each other prompt has no file this round and a line
+        in `failures` (RELIABILITY 1651: its pixels were NaN or infinite, saved black before).
         Raises ModelSourceError when the VAE or scheduler cannot be loaded; whatever the
         pipeline raises. The denoiser is back in train mode afterwards in every case."""
         start, self._rendering = time.perf_counter(), 0.0
+        self.failures = []
         images = self._images(denoiser, vae)
-        writers = [_png_writer(image) for image in images]
+        for index, image in enumerate(images):
+            if isinstance(image, GenerationFailed):
+                self.failures.append(f"sample prompt {index + 1} of step {step} has no preview: {image}")
+        writers = [None if isinstance(image, GenerationFailed) else _png_writer(image) for image in images]
         existing = {p for p in _round_paths(self.run.run_dir, step, len(images)) if p.exists()}
         self._keep_references()
         paths = write_sample_files(self.run.run_dir, step, writers)
@@ -153,7 +168,7 @@ class SamplePreviews:
         remove_samples(self.created)
         self.created = []
 
-    def _images(self, denoiser: torch.nn.Module, vae: Any) -> list[Image.Image]:
+    def _images(self, denoiser: torch.nn.Module, vae: Any) -> list[Image.Image | GenerationFailed]:
         run = self.run
         own_vae = vae is None or vae.dtype != run.dtype
         if own_vae:
@@ -174,16 +189,20 @@ class SamplePreviews:
                 del vae
                 free_accelerator_memory(run.device)
 
-    def _timed(self, pipe: Any, index: int) -> Image.Image:
-        """`_one`, its seconds added to the round's rendering (the rest of a round is its fixed part)."""
+    def _timed(self, pipe: Any, index: int) -> Image.Image | GenerationFailed:
+        """`_one`, its seconds added to the round's rendering (the rest of a round is its fixed
+        part); the refusal of a non-finite image returned, not raised (the round goes on)."""
         start = time.perf_counter()
         try:
             return self._one(pipe, index)
+        except GenerationFailed as refusal:
+            return refusal
         finally:
             self._rendering += time.perf_counter() - start
 
     def _one(self, pipe: Any, index: int) -> Image.Image:
-        """Sample prompt `index` rendered with its references and its own size, seed and guidance."""
+        """Sample prompt `index` rendered with its references and its own size, seed and guidance.
+        Raises GenerationFailed when a pixel came out NaN or infinite (finite_image)."""
         run = self.run
         cfg, family = run.cfg, run.family
         own = self.entries[index]
@@ -210,8 +229,8 @@ class SamplePreviews:
             render, kwargs = family.render_sized_references(pipe, kwargs, references)
         seed = cfg.sample_seed if own.seed is None else own.seed
         generator = torch.Generator("cpu").manual_seed(seed)
-        out = render(width=width, height=height, generator=generator, output_type="pil", **kwargs)
-        return out.images[0]
+        out = render(width=width, height=height, generator=generator, output_type="np", **kwargs)
+        return finite_image(out.images[0])  # [H, W, 3] floats in 0..1, as Generate (RELIABILITY 1651)
 
 
 def sample_reference_paths(cfg: TrainConfig, family: Family, scan: DatasetScan) -> list[tuple[Path, ...]]:

@@ -38,7 +38,7 @@ from lorastudio.config_host import tracker_problems
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.events import Event
 from lorastudio.training.folder_guard import check_folder
-from lorastudio.training.run_files import TENSORBOARD
+from lorastudio.training.run_files import TENSORBOARD, parse_sample_name
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +167,16 @@ def _hidden(text: str, key: SecretStr | None) -> str:
     return text.replace(secret, "**********") if secret else text
 
 
+def _prompt_indexed(paths: list[Path]) -> list[tuple[int, Path]]:
+    """Each sample file with its prompt index, read from its name: a round may lack a prompt's
+    file (its image was not finite, RELIABILITY 1651), so a position is not the prompt's index."""
+    indexed = []
+    for position, path in enumerate(paths):
+        parsed = parse_sample_name(path.name)
+        indexed.append((position if parsed is None else parsed[1], path))
+    return indexed
+
+
 def _pixels(path: Path) -> Any:
     """(H, W, 3) uint8 array of a sample PNG."""
     import numpy as np
@@ -196,7 +206,7 @@ class _TensorBoard:
             self._writer.add_scalar(tag, value, step)
 
     def images(self, paths: list[Path], step: int) -> None:
-        for i, path in enumerate(paths):
+        for i, path in _prompt_indexed(paths):
             self._writer.add_image(f"samples/{i}", _pixels(path), step, dataformats="HWC")
 
     def close(self) -> None:
@@ -234,7 +244,9 @@ class _Wandb:
         self._run.log(values, step=step)
 
     def images(self, paths: list[Path], step: int) -> None:
-        self._run.log({f"samples/{i}": self._wandb.Image(str(p)) for i, p in enumerate(paths)}, step=step)
+        self._run.log(
+            {f"samples/{i}": self._wandb.Image(str(p)) for i, p in _prompt_indexed(paths)}, step=step
+        )
 
     def close(self) -> None:
         self._run.finish()

@@ -29,15 +29,17 @@ const EDITED: GalleryImage = {
 describe("ReferenceImages on the Generate screen", () => {
   let calls: Call[];
   let uploaded = 0;
+  let shown: GalleryImage[] = [EDITED];
   beforeEach(() => {
     vi.unstubAllGlobals();
     uploaded = 0;
+    shown = [EDITED];
     calls = mockFetch(({ method, url }) => {
       if (url === "/api/info") return { body: KLEIN };
       if (url === "/api/models") return { body: [] };
       if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
       if (url.startsWith("/api/loras")) return { body: { root: "/o", loras: [] } };
-      if (url === "/api/gallery") return { body: { images: [EDITED] } };
+      if (url === "/api/gallery") return { body: { images: shown } };
       if (method === "POST" && url === "/api/generate/references") {
         uploaded += 1;
         const id = `u${uploaded}.png`;
@@ -68,6 +70,26 @@ describe("ReferenceImages on the Generate screen", () => {
     await user.click(within(field).getByRole("button", { name: "remove reference 1" }));
     expect(within(field).getAllByRole("img").map((i) => i.getAttribute("alt"))).toEqual(["reference 1"]);
     expect(within(field).getByRole("img")).toHaveAttribute("src", "/gallery/references/u2.png");
+  });
+
+  it("sends a reused image's control_resolution with its references, and not with others (RELIABILITY 1652)", async () => {
+    shown = [{ ...EDITED, control_resolution: 768 }]; // made with `lorastudio generate --control-resolution 768`
+    renderScreen();
+    await screen.findByTestId("gallery");
+    const user = userEvent.setup();
+    await user.click(screen.getByRole("button", { name: "Reuse these settings" }));
+    await user.click(screen.getByRole("button", { name: "Generate" }));
+    const sent = () => calls.filter((c) => c.url === "/api/generations").map((c) => c.body as Record<string, unknown>);
+    await waitFor(() => expect(sent()).toHaveLength(1));
+    expect(sent()[0]).toMatchObject({ references: ["r1.png"], control_resolution: 768 });
+    const field = screen.getByTestId("reference-images");
+    await user.click(within(field).getByRole("button", { name: "remove reference 1" }));
+    await user.upload(within(field).getByTestId("reference-input"), new File([new Uint8Array(4)], "a.png"));
+    await waitFor(() => expect(within(field).getAllByRole("img")).toHaveLength(1));
+    await user.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(sent()).toHaveLength(2));
+    expect(sent()[1]).toMatchObject({ references: ["u1.png"] });
+    expect(sent()[1]).not.toHaveProperty("control_resolution"); // another reference: fitted to the output size
   });
 
   it("shows the gallery's references and reuses them", async () => {

@@ -2,7 +2,7 @@ import { useState } from "react";
 import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
 import { navigate } from "../lib/route";
-import { againHref } from "../lib/sampleAgain";
+import { againHref, againNote } from "../lib/sampleAgain";
 
 /**
  * A preview's "Generate again": a link that opens Generate filled with what renders it again
@@ -12,7 +12,7 @@ import { againHref } from "../lib/sampleAgain";
  */
 export function SampleAgain({ runId, source, label }: { runId: string; source: SampleImage | undefined; label: string }) {
   if (!source) return null;
-  const note = source.note ?? null;
+  const note = againNote(source);
   const why = cannot(source);
   if (why) {
     return (

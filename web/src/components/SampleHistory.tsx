@@ -3,6 +3,7 @@ import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
 import { useSamplePages } from "../lib/samplePages";
 import { SampleAgain, SampleAgainOnClick } from "./SampleAgain";
+import { sampleIndex } from "./SamplePreviews";
 import { OlderRounds } from "./OlderRounds";
 import { ScrollRegion } from "./ScrollRegion";
 
@@ -26,7 +27,9 @@ export function roundsFromFiles(samples: SampleImage[]): Rounds {
 /** `rounds` with one more round (a sample_ready event: run-relative image paths), replacing a round of the same step. */
 export function withRound(rounds: Rounds, runId: string, step: number, images: string[]): Rounds {
   const next = new Map(rounds);
-  next.set(step, images.map((p) => api.sampleUrl(runId, p)));
+  const urls: string[] = []; // by the prompt index of each name: a round may lack a prompt's file (RELIABILITY 1651)
+  images.forEach((p, position) => (urls[sampleIndex(p, position)] = api.sampleUrl(runId, p)));
+  next.set(step, urls);
   return next;
 }
 

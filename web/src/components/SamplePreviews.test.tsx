@@ -37,6 +37,9 @@ describe("sample previews", () => {
       "/api/runs/j%201/samples/step-000004-1.png",
     ]);
     expect(tiles.map((t) => t.prompt)).toEqual(["only one", null]);
+    // a round without prompt 0's file (its image was not finite, RELIABILITY 1651): prompt 1's tile keeps index 1
+    const [second] = roundTiles("j1", ["samples/step-000004-1.png"], ["a", "b"]);
+    expect([second.index, second.prompt]).toEqual([1, "b"]);
     // an object entry gives its prompt; every entry keeps its index (the round's images are in prompt order)
     expect(samplePrompts({ sample_prompts: ["a", { prompt: "c", seed: 3 }, 3, "b"] })).toEqual(["a", "c", "", "b"]);
     expect(samplePrompts({})).toEqual([]);

@@ -25,9 +25,21 @@ export function samplePrompts(config: Record<string, unknown> | null | undefined
   });
 }
 
-/** The tiles of one round from run-relative image paths (one per prompt, in prompt order). */
+/**
+ * The prompt index of a sample file's run-relative path ("samples/step-000004-2.png": 2), else `position`. A round
+ * has no file for a prompt whose image came out NaN or infinite (RELIABILITY 1651): a position is not the index.
+ */
+export function sampleIndex(path: string, position: number): number {
+  const match = /-(\d+)\.png$/.exec(path);
+  return match ? Number(match[1]) : position;
+}
+
+/** The tiles of one round from run-relative image paths (in prompt order; each with the prompt index of its name). */
 export function roundTiles(runId: string, images: string[], prompts: string[]): SampleTile[] {
-  return images.map((path, index) => ({ index, url: api.sampleUrl(runId, path), prompt: prompts[index] ?? null }));
+  return images.map((path, position) => {
+    const index = sampleIndex(path, position);
+    return { index, url: api.sampleUrl(runId, path), prompt: prompts[index] ?? null };
+  });
 }
 
 /** A run's sample files grouped by step, newest step first, each round in prompt order. */

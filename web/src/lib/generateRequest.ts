@@ -23,6 +23,29 @@ export function reusedBaseSettings(
   };
 }
 
+/** A run's control_resolution as Generate takes it ("pipeline", "target" or a side). */
+export type ControlResolution = NonNullable<GenerateBody["control_resolution"]>;
+
+/** `value` (a listing's or gallery image's control_resolution: string | number) as Generate takes it; null: none or not one. */
+export function controlResolutionOf(value: string | number | null | undefined): ControlResolution | null {
+  if (typeof value === "number") return value;
+  if (value === "pipeline" || value === "target") return value;
+  return value != null && /^\d+$/.test(value) ? Number(value) : null;
+}
+
+/** A reused image's (or preview's) references and the control_resolution they were sized by. */
+export interface ReusedControls {
+  ids: string[];
+  resolution: ControlResolution;
+}
+
+/** The request's control_resolution: the reused one while the form's references are still those it
+ * came with (another reference set is fitted to the output size, as any), else nothing (RELIABILITY 1652). */
+export function reusedControlSettings(reused: ReusedControls | null, refs: { id: string }[]): Pick<GenerateBody, "control_resolution"> {
+  if (!reused || !refs.length || refs.length !== reused.ids.length || refs.some((r, i) => r.id !== reused.ids[i])) return {};
+  return { control_resolution: reused.resolution };
+}
+
 /** Whether the server refused the request because the base model's files changed since the reused
  * image was made (its 400 problem `base_identity`). */
 export function baseChanged(err: unknown): boolean {

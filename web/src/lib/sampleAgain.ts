@@ -7,6 +7,7 @@
 import { api } from "../api/endpoints";
 import type { RunDetail, SampleImage, UploadedReference } from "../api/types";
 import type { LoraPick } from "../components/LoraPicker";
+import { type ControlResolution, controlResolutionOf } from "./generateRequest";
 import { loadMessage, useLoad } from "./latest";
 import { href } from "./route";
 
@@ -35,6 +36,8 @@ export interface SampleSettings {
   tokens: string;
   /** the preview's reference images as Generate's uploads (slot order; [] until uploaded: useSamplePreset) */
   refs: UploadedReference[];
+  /** the run's control_resolution its references were sized by (null: none), sent with them (RELIABILITY 1652) */
+  controlResolution: ControlResolution | null;
 }
 
 /** The hand-over of one preview: its settings (null where Generate cannot render it: `why` says
@@ -47,12 +50,27 @@ export interface SampleAgain {
 
 const text = (v: number | null | undefined): string => (v == null ? "" : String(v));
 
+/** training/sample_source.py's words for a preview whose references the run sized (its note's last part). */
+const SIZED = "its references were sized as the run trains them";
+
+/**
+ * The listing's `note` of `sample` as "Generate again" stands: without its part on references the run sized
+ * where the form sends the run's control_resolution with them (RELIABILITY 1652: Generate then sizes them as
+ * the run did); null where nothing else is said.
+ */
+export function againNote(sample: SampleImage): string | null {
+  const note = sample.note ?? null;
+  if (note == null || !sample.references?.length || controlResolutionOf(sample.control_resolution) == null) return note;
+  const at = note.indexOf(SIZED);
+  return at < 0 ? note : note.slice(0, at).replace(/;\s*$/, "") || null;
+}
+
 /** The Generate form's values of `sample`, a preview of `run` (its family, stored config). A
  * preview whose weights no file keeps (`lora` null) or whose prompt the config no longer has
  * gives no settings and the reason. The preview's negative prompt is the pipeline's "" and its
  * LoRA is at strength 1 (training/samples.py). */
 export function sampleAgain(sample: SampleImage, run: Pick<RunDetail, "family" | "config">): SampleAgain {
-  const note = sample.note ?? null;
+  const note = againNote(sample);
   if (!sample.lora) return { settings: null, note, why: note ?? "no LoRA file keeps the weights it shows" };
   if (sample.prompt == null) return { settings: null, note, why: "the run's config no longer has its prompt" };
   const config = run.config as unknown as Record<string, unknown>;
@@ -74,6 +92,7 @@ export function sampleAgain(sample: SampleImage, run: Pick<RunDetail, "family" |
       guidance: text(sample.guidance),
       tokens: text(sample.max_sequence_length),
       refs: [],
+      controlResolution: sample.references?.length ? controlResolutionOf(sample.control_resolution) : null,
     },
     note,
     why: null,

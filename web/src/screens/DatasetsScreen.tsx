@@ -176,7 +176,7 @@ export function DatasetsScreen() {
         <>
           {(datasets.length >= FILTER_FROM || query) && <NameFilter value={query} onChange={setQuery} what="datasets" />}
           {query && (
-            <p className="muted small wrap-anywhere" data-testid="datasets-count">
+            <p className="muted small wrap-anywhere" data-testid="datasets-count" role="status">
               {shown.length ? `${shown.length} of ${datasets.length} datasets` : `No dataset's name holds “${query}”.`}
             </p>
           )}

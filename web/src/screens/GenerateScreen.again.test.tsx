@@ -35,7 +35,7 @@ describe("Generate again of a sample preview", () => {
     calls = mockFetch(({ method, url }) => {
       if (url === "/api/info") return { body: { ...INFO, families: [...INFO.families, KONTEXT] } };
       if (url === "/api/runs/r2") return { body: { ...RUN, id: "r2", output_name: "edits", family: "flux-kontext" } };
-      if (url === "/api/runs/r2/samples?step=2") return { body: { samples: [sample(2, { lora: { name: "edits", step: 2 }, references: [REF] })] } };
+      if (url === "/api/runs/r2/samples?step=2") return { body: { samples: [sample(2, { lora: { name: "edits", step: 2 }, references: [REF], control_resolution: "pipeline", note: SIZED_NOTE })] } };
       if (url === "/api/loras?family=flux-kontext") return { body: { root: "/o", loras: [] } };
       if (method === "POST" && url === "/api/generate/references") {
         return { status: 201, body: { references: [{ id: "u1.png", url: "/gallery/references/u1.png" }] } };
@@ -152,8 +152,11 @@ describe("Generate again of a sample preview", () => {
 
   it("hands an edit preview's reference images over as Generate's references", async () => {
     renderWithProviders(<GenerateScreen fromSample={{ runId: "r2", step: 2, index: 0 }} />);
-    await screen.findByTestId("again-from");
+    const banner = await screen.findByTestId("again-from");
     const field = await screen.findByTestId("reference-images");
+    // the run's control_resolution goes with them (below): not "will not render the same pixels" (RELIABILITY 1652)
+    expect(banner).toHaveTextContent("edits");
+    expect(banner).not.toHaveTextContent("same pixels");
     expect(within(field).getByRole("img")).toHaveAttribute("src", "/gallery/references/u1.png");
     const posted = calls.filter((c) => c.url === "/api/generate/references");
     expect(posted.map((c) => (c.body as FormData).getAll("files").map((f) => (f as File).name))).toEqual([["ref-0-0.png"]]);
@@ -161,6 +164,7 @@ describe("Generate again of a sample preview", () => {
     await waitFor(() => expect(calls.some((c) => c.method === "POST" && c.url === "/api/generations")).toBe(true));
     expect(calls.find((c) => c.method === "POST" && c.url === "/api/generations")?.body).toMatchObject({
       family: "flux-kontext", references: ["u1.png"], loras: [{ name: "edits", scale: 1, step: 2 }],
+      control_resolution: "pipeline", // sized as the run sized them (RELIABILITY 1652)
     }); // prettier-ignore
   });
 });

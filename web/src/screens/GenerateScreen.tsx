@@ -27,7 +27,8 @@ import { inFlight, newFlight, progressed, sent, track } from "../lib/generationI
 import { useGenerationView } from "../lib/generationView";
 import { useGallery } from "../lib/gallery";
 import { gridRunning, useStepGrid } from "../lib/stepGridInFlight";
-import { currentFiles, generateWithRetry, newRequestId, picksOf, reusedBaseSettings } from "../lib/generateRequest";
+import { controlResolutionOf, currentFiles, generateWithRetry, newRequestId, picksOf, reusedBaseSettings } from "../lib/generateRequest";
+import { type ReusedControls, reusedControlSettings } from "../lib/generateRequest";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 
@@ -61,6 +62,9 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
   // a reused gallery image's hub revision, prediction type and base identity (no input of their own):
   // sent while its base model is the one chosen, so the same settings render the same pixels
   const [reusedBase, setReusedBase] = useState<Pick<GalleryImage, "base_model" | "revision" | "v_prediction" | "base_identity"> | null>(null);
+  // a reused image's (a preview's) control_resolution (no input of its own): sent while its references are the form's,
+  // so they are sized and encoded as the run sized them, not fitted to the output size (RELIABILITY 1652)
+  const [reusedControls, setReusedControls] = useState<ReusedControls | null>(null);
   // the gallery (reloaded on a generation's or a grid's end, a delete) and the single generation's view
   const galleryLoad = useRef<(select?: string) => Promise<void>>(async () => undefined);
   const view = useGenerationView((select) => galleryLoad.current(select));
@@ -88,6 +92,8 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
       setGuidance(again.guidance);
       setTokens(again.tokens);
       setRefs(again.refs);
+      const sized = again.controlResolution;
+      setReusedControls(sized != null ? { ids: again.refs.map((r) => r.id), resolution: sized } : null);
       setReusedBase({ base_model: again.baseModel, revision: again.revision, v_prediction: again.vPrediction, base_identity: null });
       return;
     }
@@ -160,7 +166,10 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
     setNegative(img.negative_prompt ?? "");
     setTokens(img.max_sequence_length != null ? String(img.max_sequence_length) : "");
     choosePicks(picksOf(img));
-    setRefs(referencesOf(img));
+    const reused = referencesOf(img);
+    setRefs(reused);
+    const sized = controlResolutionOf(img.control_resolution);
+    setReusedControls(sized != null ? { ids: reused.map((r) => r.id), resolution: sized } : null);
     setReusedBase({ base_model: img.base_model, revision: img.revision, v_prediction: img.v_prediction, base_identity: img.base_identity });
     setStaleBase(null);
   };
@@ -179,6 +188,7 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
     ...guidanceBody(famInfo, guidance, negative),
     ...textTokensBody(famInfo, tokens),
     references: refs.map((r) => r.id),
+    ...reusedControlSettings(reusedControls, refs),
   };
   const run = (
     body: GenerateBody,

@@ -30,6 +30,8 @@ describe("finding one of many by name", () => {
     await userEvent.type(find, "cafe\u0301 PORT"); // NFD, another case, two words
     expect(rows()).toEqual(["Café-portraits"]);
     expect(screen.getByTestId("datasets-count")).toHaveTextContent("1 of 12 datasets");
+    // a live region, as the Runs search's line: a screen reader hears how many a query left (RELIABILITY 1650)
+    expect(screen.getByRole("status")).toHaveTextContent("1 of 12 datasets");
     await userEvent.clear(find);
     await userEvent.type(find, "zebra");
     expect(rows()).toEqual([]);
