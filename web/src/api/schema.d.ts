@@ -4293,7 +4293,9 @@ export interface components {
         /**
          * SampleReadyEvent
          * @description Sample previews of optimizer step `step` were written: `images` are paths relative to the
-         *     run folder ("samples/step-000123-0.png"), one per sample prompt, in the config's order.
+         *     run folder ("samples/step-000123-0.png"), one per sample prompt in the config's order, but a
+         *     prompt whose image came out NaN or infinite has none (a RunWarning says so, RELIABILITY
+         *     1651): a path's prompt index is the one in its name (run_files.parse_sample_name).
          */
         SampleReadyEvent: {
             /** Images */

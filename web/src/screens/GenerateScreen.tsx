@@ -8,6 +8,7 @@ import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
 import { FamilyPicker } from "../components/FamilyPicker";
 import { Field } from "../components/Field";
 import { GallerySection } from "../components/Gallery";
+import { GenerateButtons } from "../components/GenerateButtons";
 import { GenerateResult } from "../components/GenerateResult";
 import { BaseChanged, LoraChanged } from "../components/LoraChanged";
 import { type LoraPick, LoraPicker } from "../components/LoraPicker";
@@ -368,21 +369,7 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
             }}
           />
           {notice && <div className="banner info">{notice}</div>}
-          <div className="button-row">
-            <button type="submit" className="primary" disabled={busy}>
-              {busy ? "Generating…" : "Generate"}
-            </button>
-            {busy && requestId && (
-              <button type="button" className="secondary" onClick={view.cancel}>
-                Cancel
-              </button>
-            )}
-            {sending && view.progress && (
-              <span className="muted" data-testid="generate-progress">
-                {view.progress}
-              </span>
-            )}
-          </div>
+          <GenerateButtons busy={busy} cancellable={busy && !!requestId} progress={sending ? view.progress : null} onCancel={view.cancel} />
         </form>
         <GenerateResult
           selected={selected}
