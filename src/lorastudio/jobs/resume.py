@@ -37,6 +37,7 @@ from lorastudio.training.extend import extension_steps, finished_problem
 from lorastudio.training.identity import check_identity, config_as_recorded, dataset_files, run_identity
 from lorastudio.training.identity_base import RELOCATABLE, record_for
 from lorastudio.training.relocation import moved_problems, with_entry_paths
+from lorastudio.training.run_files import losses_file_problem
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,8 @@ def validate_resume(
     finished = finished_problem(run_dir, new_total is not None)
     if finished is not None:
         raise ConfigError([finished])
+    if (why := losses_file_problem(run_dir)) is not None:  # its first checkpoint would fail on it
+        raise ConfigError([FieldProblem("resume", why)])
     if step >= total:
         raise ConfigError(
             [FieldProblem("checkpoint", f"{found.name} is at step {step} of {total}: nothing left")]

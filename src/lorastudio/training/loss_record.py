@@ -37,8 +37,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.folder_guard import check_folder
-from lorastudio.training.run_files import LOSSES_FILE
+from lorastudio.training.run_files import LOSSES_FILE, losses_file_problem
 
 RECORD_KEY = "loss_record"  # state.pt's entry naming the checkpoint's losses in LOSSES_FILE
 WINDOW = 1000  # the newest losses state.pt keeps itself (8 KB)
@@ -135,7 +136,11 @@ class LossRecord:
         """Put back the losses of steps 1..`step` of a checkpoint of `run_dir` whose state.pt is
         `state`. Returns None, or a note (a RunWarning's) when LOSSES_FILE does not hold them as the
         checkpoint recorded (missing, shorter, another file's): the steps before state.pt's window
-        are then NaN, and the next flush writes them all again."""
+        are then NaN, and the next flush writes them all again. Raises ConfigError (field "resume")
+        where LOSSES_FILE is a link or not a regular file (run_files.losses_file_problem)."""
+        why = losses_file_problem(run_dir)  # refused now, not at the first checkpoint's append
+        if why is not None:
+            raise ConfigError([FieldProblem("resume", why)])
         window = [float(x) for x in state["losses"]]
         entry = state.get(RECORD_KEY)
         self._reset()

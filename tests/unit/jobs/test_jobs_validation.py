@@ -248,3 +248,25 @@ def test_a_resumes_host_refusals_come_with_its_refused_overrides(
     assert "changes the maths" in _fields(err)["learning_rate"]
     assert "measured on a CUDA GPU" in _fields(err)["memory_budget_gb"]
     assert f"needs the {tracker} package" in _fields(err)["report_to"]
+
+
+def test_a_resume_with_a_link_at_losses_bin_is_refused_at_submission(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    """RELIABILITY 1642: the job service accepted the resume of a run whose losses.bin is a link;
+    its worker then trained up to the first checkpoint and failed there, on the append."""
+    from lorastudio.jobs.resume import validate_resume
+    from lorastudio.training.loop import train
+    from lorastudio.training.run_files import LOSSES_FILE
+
+    run = validate_run(
+        _cfg(tiny_model("flux"), steps=3, save_every=2, output_name="ln"), settings, live_output_names=set()
+    )
+    train(run.worker_config, lambda event: None, settings=settings, device="cpu")
+    folder = settings.outputs_dir / "ln"
+    real = folder.parent / "kept-losses.bin"
+    (folder / LOSSES_FILE).rename(real)
+    (folder / LOSSES_FILE).symlink_to(real)
+    with pytest.raises(ConfigError) as err:
+        validate_resume(folder, None, {"steps": 6}, settings, live_output_names=set())  # train longer
+    assert "a symbolic link" in _fields(err)["resume"] and "then resume" in _fields(err)["resume"]

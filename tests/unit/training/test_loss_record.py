@@ -14,11 +14,12 @@ import threading
 import pytest
 import torch
 
+from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
 from lorastudio.training import loss_record
 from lorastudio.training.loop import train
 from lorastudio.training.loss_record import RECORD_KEY, LossRecord
-from lorastudio.training.run_files import LOSSES_FILE
+from lorastudio.training.run_files import LOSSES_FILE, losses_file_problem
 from stop_at import stop_at
 
 
@@ -134,6 +135,14 @@ def test_a_resume_within_the_window_lost_nothing_when_losses_bin_is_gone(tmp_pat
     assert again.flush(tmp_path)["spans"] == [[0, 4]]  # every step written again
 
 
+def _restored(run_dir, entry):
+    """What a restore of a 2-step checkpoint gives: its note, or the error it raised."""
+    try:
+        return LossRecord().restore(run_dir, 2, {"losses": [0.25], RECORD_KEY: entry})
+    except ConfigError as err:
+        return err
+
+
 def test_a_fifo_or_a_link_at_losses_bin_is_refused_not_waited_on(tmp_path):
     """RELIABILITY 1540: a FIFO at losses.bin blocked the resume's open forever (its read followed
     a link the flush refuses); both now say what the file is."""
@@ -146,7 +155,7 @@ def test_a_fifo_or_a_link_at_losses_bin_is_refused_not_waited_on(tmp_path):
     os.mkfifo(path)
     notes: list = []
     reader = threading.Thread(
-        target=lambda: notes.append(LossRecord().restore(tmp_path, 2, {"losses": [0.25], RECORD_KEY: entry})),
+        target=lambda: notes.append(_restored(tmp_path, entry)),
         daemon=True,
     )
     reader.start()
@@ -155,7 +164,9 @@ def test_a_fifo_or_a_link_at_losses_bin_is_refused_not_waited_on(tmp_path):
         os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
         reader.join()
         pytest.fail("the resume's read of a FIFO at losses.bin blocked")
-    assert "not a regular file" in notes[0] and "steps 1-1" in notes[0]
+    # RELIABILITY 1642: refused before training (each checkpoint appends to it), not read as lost
+    assert isinstance(notes[0], ConfigError) and "not a regular file" in str(notes[0])
+    assert "then resume" in str(notes[0])
     with pytest.raises(OSError, match="not a regular file"):
         record.flush(tmp_path)
     path.unlink()
@@ -196,3 +207,25 @@ def test_a_losses_bin_removed_or_replaced_mid_run_gets_every_step_again(tmp_path
     path.with_name("other").replace(path)
     record.discard()  # not the file it wrote: left whole
     assert path.read_bytes() == other
+
+
+def test_a_resume_refuses_a_link_or_a_fifo_at_losses_bin_before_training(tmp_path):
+    """RELIABILITY 1642: the resume read such a losses.bin as lost and then failed the run at its
+    first checkpoint's append, after training up to it. The job service's resume check and the
+    engine's restore now refuse it first, naming the file and what to do."""
+    record = LossRecord()
+    record.append(0.5)
+    entry = record.flush(tmp_path)
+    path = tmp_path / LOSSES_FILE
+    assert losses_file_problem(tmp_path) is None  # the run's own file
+    path.unlink()
+    assert losses_file_problem(tmp_path) is None  # none there: the next checkpoint writes one
+    path.symlink_to(tmp_path / "elsewhere.bin")
+    why = losses_file_problem(tmp_path)
+    assert why is not None and "a symbolic link" in why and str(path) in why
+    with pytest.raises(ConfigError, match="symbolic link") as err:
+        LossRecord().restore(tmp_path, 1, {"losses": [0.5], RECORD_KEY: entry})
+    assert err.value.problems[0].field == "resume"
+    path.unlink()
+    path.mkdir()
+    assert "not a regular file" in losses_file_problem(tmp_path)
