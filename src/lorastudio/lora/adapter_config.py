@@ -19,36 +19,37 @@ from importlib import metadata
 
 # LoraConfig().to_dict() of each peft version, as JSON values (peft_type: PeftType.LORA, a str
 # enum, which json.dumps writes as "LORA"); the five fields `lora_config_dict` sets are in it too.
-KNOWN: dict[str, dict[str, object]] = {
-    "0.21.2": {
-        "task_type": None, "peft_type": "LORA", "auto_mapping": None, "peft_version": "0.21.2",
-        "base_model_name_or_path": None, "revision": None, "inference_mode": False, "r": 8,
-        "target_modules": None, "exclude_modules": None, "lora_alpha": 8, "lora_dropout": 0.0,
-        "fan_in_fan_out": False, "bias": "none", "use_rslora": False, "modules_to_save": None,
-        "init_lora_weights": True, "layers_to_transform": None, "layers_pattern": None,
-        "rank_pattern": {}, "alpha_pattern": {}, "megatron_config": None,
-        "megatron_core": "megatron.core", "trainable_token_indices": None, "loftq_config": {},
-        "eva_config": None, "corda_config": None, "lora_ga_config": None, "use_dora": False,
-        "velora_config": None, "alora_invocation_tokens": None, "use_qalora": False,
-        "qalora_group_size": 16, "monteclora_config": None, "layer_replication": None,
-        "lora_bias": False, "target_parameters": None, "use_bdlora": None, "arrow_config": None,
-        "kasa_config": None, "ensure_weight_tying": False,
-    },
-    "0.22.0": {
-        "task_type": None, "peft_type": "LORA", "auto_mapping": None, "peft_version": "0.22.0",
-        "base_model_name_or_path": None, "revision": None, "inference_mode": False, "r": 8,
-        "target_modules": None, "exclude_modules": None, "lora_alpha": 8, "lora_dropout": 0.0,
-        "fan_in_fan_out": False, "bias": "none", "use_rslora": False, "modules_to_save": None,
-        "init_lora_weights": True, "layers_to_transform": None, "layers_pattern": None,
-        "rank_pattern": {}, "alpha_pattern": {}, "megatron_config": None,
-        "megatron_core": "megatron.core", "trainable_token_indices": None, "loftq_config": {},
-        "eva_config": None, "corda_config": None, "astra_config": None, "lora_ga_config": None,
-        "use_dora": False, "velora_config": None, "alora_invocation_tokens": None,
-        "use_qalora": False, "qalora_group_size": 16, "monteclora_config": None,
-        "layer_replication": None, "lora_bias": False, "target_parameters": None,
-        "use_bdlora": None, "arrow_config": None, "kasa_config": None, "ensure_weight_tying": False,
-    },
+_PEFT_0_21_2: dict[str, object] = {
+    "task_type": None, "peft_type": "LORA", "auto_mapping": None, "peft_version": "0.21.2",
+    "base_model_name_or_path": None, "revision": None, "inference_mode": False, "r": 8,
+    "target_modules": None, "exclude_modules": None, "lora_alpha": 8, "lora_dropout": 0.0,
+    "fan_in_fan_out": False, "bias": "none", "use_rslora": False, "modules_to_save": None,
+    "init_lora_weights": True, "layers_to_transform": None, "layers_pattern": None,
+    "rank_pattern": {}, "alpha_pattern": {}, "megatron_config": None,
+    "megatron_core": "megatron.core", "trainable_token_indices": None, "loftq_config": {},
+    "eva_config": None, "corda_config": None, "lora_ga_config": None, "use_dora": False,
+    "velora_config": None, "alora_invocation_tokens": None, "use_qalora": False,
+    "qalora_group_size": 16, "monteclora_config": None, "layer_replication": None,
+    "lora_bias": False, "target_parameters": None, "use_bdlora": None, "arrow_config": None,
+    "kasa_config": None, "ensure_weight_tying": False,
 }  # fmt: skip
+
+
+def _next_version(before: dict[str, object], version: str, after: str, **added: object) -> dict[str, object]:
+    """`before` (an earlier peft's dict) with peft_version `version` and the fields `added` placed
+    after `after`, in the order peft's to_dict gives them."""
+    out: dict[str, object] = {}
+    for key, value in before.items():
+        out[key] = version if key == "peft_version" else value
+        if key == after:
+            out.update(added)
+    return out
+
+
+KNOWN: dict[str, dict[str, object]] = {
+    "0.21.2": _PEFT_0_21_2,
+    "0.22.0": _next_version(_PEFT_0_21_2, "0.22.0", "corda_config", astra_config=None),  # + astra_config
+}
 
 
 def installed_peft() -> str | None:
