@@ -37,7 +37,11 @@ class _NoDrawForward:
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         layer: Any = self
         active = [a for a in layer.active_adapters if a in layer._available_adapters]
-        if layer.disable_adapters or layer.merged or (layer.training and any(layer.module_dropout[a] for a in active)):
+        if (
+            layer.disable_adapters
+            or layer.merged
+            or (layer.training and any(layer.module_dropout[a] for a in active))
+        ):
             return super().forward(x, *args, **kwargs)  # type: ignore[misc]
         previous_dtype = x.dtype
         result = layer.base_layer(x, *args, **kwargs)
