@@ -1,6 +1,6 @@
 """A diffusers-layout file whose adapter config sets use_rslora (peft's rank-stabilized LoRA,
-which another trainer on peft writes): peft, so diffusers' load_lora_weights, scales each layer by
-alpha / sqrt(r), not alpha / r. convert / merge / resize (peft_from_file), a run's init_lora and
+which another trainer on peft writes): peft, so diffusers' load_lora_weights, scales each layer
+by alpha / sqrt(r), not alpha / r. convert / merge / resize (peft_from_file), a run's init_lora and
 its text-encoder layers (folded_peft) and the ComfyUI check (diffusers_scale) read it so."""
 
 from __future__ import annotations
