@@ -9,12 +9,15 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
+from lorastudio.errors import ModelSourceError
 from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.file_read import read_lora_file
 from lorastudio.lora.files import file_for_layout, peft_from_file
+from lorastudio.lora.header import check_lora_structure, read_header
 from lorastudio.lora.ops import merge_files
 from lorastudio.lora.portability import diffusers_scale
 from lorastudio.lora.text_encoders import folded_peft
@@ -69,3 +72,23 @@ def test_an_rslora_text_encoder_config_folds_alpha_over_sqrt_r() -> None:
     out = folded_peft(tensors, {"lora_adapter_metadata": json.dumps(config)}, "flux")
     (b_key,) = [k for k in out if "lora_B" in k or "lora_up" in k]
     torch.testing.assert_close(out[b_key], b * (ALPHA / math.sqrt(R)))
+
+
+def test_a_use_dora_config_without_magnitudes_is_refused_by_the_header_check(tmp_path: Path) -> None:
+    """diffusers would load it as a DoRA with magnitudes taken from the base weights, while
+    convert / merge / resize read it as the plain LoRA its tensors are: every reader refuses it;
+    with its layers' lora_magnitude_vector (a DoRA file as peft saves one) it passes."""
+    path, _ = _rslora_file(tmp_path / "rs.safetensors")
+    tensors, header = read_lora_file(path)
+    config = json.loads(header["lora_adapter_metadata"])
+    config.update({"transformer.use_rslora": False, "transformer.use_dora": True})
+    bare = tmp_path / "bare.safetensors"
+    save_file(tensors, str(bare), {**header, "lora_adapter_metadata": json.dumps(config)})
+    with pytest.raises(ModelSourceError, match="use_dora' but the file holds no lora_magnitude_vector"):
+        check_lora_structure(read_header(bare))
+    with pytest.raises(ModelSourceError, match="lora_magnitude_vector"):
+        merge_files([(bare, 0.5), (bare, 0.5)], tmp_path / "merged.safetensors")
+    magnitudes = {f"transformer.{m}.lora_magnitude_vector": torch.ones(16) for m in MODULES}  # [out]
+    dora = tmp_path / "dora.safetensors"
+    save_file({**tensors, **magnitudes}, str(dora), {**header, "lora_adapter_metadata": json.dumps(config)})
+    check_lora_structure(read_header(dora))
