@@ -167,22 +167,34 @@ def ema_horizon_warning(cfg: TrainConfig, total: int) -> str | None:
     d**U above EMA_START_SHARE_WARNED the saved LoRA is that much weaker than the trained one: e.g.
     0.9999, which the setting's description calls typical, over the default 1000 steps keeps 90 %
     of the start, a LoRA at about a tenth of its strength (with init_lora the start is that file's
-    LoRA). Said, not refused: it is what the user asked for, and the raw weights are saved beside
-    it."""
+    LoRA). With ema_update_every over `total` (no update at all) no decay helps: the warning says
+    so and names ema_update_every instead. Said, not refused: it is what the user asked for, and
+    the raw weights are saved beside it."""
     if cfg.ema_decay is None or total < 1:
         return None
     updates = total // cfg.ema_update_every
     share = cfg.ema_decay**updates
     if share <= EMA_START_SHARE_WARNED:
         return None
-    fits = EMA_START_SHARE_WARNED ** (1 / max(updates, 1))  # the decay whose share is the limit
-    cadence = f", one every {cfg.ema_update_every} steps" if cfg.ema_update_every > 1 else ""
     start = (
         "init_lora's weights it started from, so it is that much that file's rather than the trained one"
         if cfg.init_lora is not None
         else "the adapter's starting weights (a fresh adapter starts as no change), so it is about that much "
         "weaker than the trained one"
     )
+    if updates == 0:  # no decay helps: the EMA is never updated
+        saved = (
+            "init_lora's weights it started from"
+            if cfg.init_lora is not None
+            else "the adapter's starting weights (no change: a fresh adapter's)"
+        )
+        return (
+            f"ema_update_every {cfg.ema_update_every} is more than this run's {total} optimizer steps: the "
+            f"EMA is never updated, so the saved LoRA is {saved}, not the trained one (saved beside it as "
+            f"<name>.raw.safetensors); set ema_update_every to at most {total}, or train longer"
+        )
+    fits = EMA_START_SHARE_WARNED ** (1 / updates)  # the decay whose share is the limit
+    cadence = f", one every {cfg.ema_update_every} steps" if cfg.ema_update_every > 1 else ""
     return (
         f"ema_decay {cfg.ema_decay:g} is slow for this run of {total} optimizer steps: after its {updates} "
         f"EMA updates{cadence}, the saved LoRA keeps {share:.0%} of {start}, saved beside it as "

@@ -137,8 +137,11 @@ def control_resolution_problems(
 ) -> list[FieldProblem]:
     """A control_resolution generation cannot take (None: references as Generate sizes them,
     fine): one for a family without reference sizing (a text-to-image family's), one given
-    without references (it would size nothing: not ignored), or a value TrainConfig's
-    control_resolution refuses ("pipeline", "target" or a side of 64-4096). Raises UnknownFamily."""
+    without references (it would size nothing: not ignored), a value TrainConfig's
+    control_resolution refuses ("pipeline", "target" or a side of 64-4096), or a side over
+    MAX_PIXELS_SIDE: each reference is encoded at side x side pixels (a 512 px one upscaled to
+    it), which the per-image budget bounds as it bounds the output (4096: 16.8 MP a reference,
+    4x MAX_PIXELS, past the budget's memory and time). Raises UnknownFamily."""
     from lorastudio import families
 
     if value is None:
@@ -152,6 +155,14 @@ def control_resolution_problems(
     side = isinstance(value, int) and not isinstance(value, bool) and 64 <= value <= 4096
     if value not in ("pipeline", "target") and not side:
         return [FieldProblem(field, f"{value!r}: must be 'pipeline', 'target' or a side of 64-4096 pixels")]
+    if isinstance(value, int) and value > MAX_PIXELS_SIDE:
+        return [
+            FieldProblem(
+                field,
+                f"{value}: each reference would be encoded at {value}x{value} = {value * value:,} pixels, over"
+                f" the generation budget of {MAX_PIXELS:,} pixels ({MAX_PIXELS_SIDE}x{MAX_PIXELS_SIDE}) per image",
+            )
+        ]
     return []
 
 

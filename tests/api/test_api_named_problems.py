@@ -48,3 +48,24 @@ def test_a_422_cuts_a_long_input_and_says_so(client: TestClient, settings: Setti
     r = client.post("/api/datasets/pets/rename", json={"to": short + "x" * 801})
     (item,) = r.json()["detail"]
     assert item["input"].endswith("... (cut: 1,001 characters)"), item
+
+
+def test_a_422_of_an_input_nested_hundreds_deep_is_answered(client: TestClient, settings: Settings) -> None:
+    """A JSON body of 500 nested lists (json parses ~1,000): the echo recursed past Python's
+    limit, a 500 on every JSON route; nested ECHO_DEPTH deep it is cut and says so."""
+    _two_datasets(settings)
+    deep = "[" * 500 + "]" * 500
+    for body in (
+        f'{{"to": {deep}}}',
+        f'{{"to": 5, "x": {deep}}}',
+        '{"to": ' + '{"a": ' * 500 + "1" + "}" * 501,
+    ):
+        r = client.post(
+            "/api/datasets/pets/rename", content=body, headers={"Content-Type": "application/json"}
+        )
+        assert r.status_code == 422 and len(r.content) < 2_000, (r.status_code, r.text[:200])
+    r = client.post(
+        "/api/datasets/pets/rename", content=f'{{"to": {deep}}}', headers={"Content-Type": "application/json"}
+    )
+    (item,) = r.json()["detail"]
+    assert item["input"] == [[[[[[[["... (cut: nested deeper than 8)"]]]]]]]]

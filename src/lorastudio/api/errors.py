@@ -184,6 +184,8 @@ SECRET_KEYS = frozenset({"token", "hf_token", "api_token"})
 REDACTED = "**********"  # as pydantic prints a SecretStr
 ECHO_CHARS = 200  # an echoed string longer than this is cut (a 100,000-character `to` answered ~100 KB)
 ECHO_ITEMS = 20  # an echoed list or object of more items than this is cut too
+# and one nested deeper than this: a body of 500 nested lists recursed past Python's limit (a 500)
+ECHO_DEPTH = 8
 
 
 def _cut(text: str) -> str:
@@ -193,20 +195,26 @@ def _cut(text: str) -> str:
     return f"{text[:ECHO_CHARS]}... (cut: {len(text):,} characters)"
 
 
-def _redacted(value: Any) -> Any:
+def _redacted(value: Any, depth: int = 0) -> Any:
     """`value` (an echoed input) with every value under a SECRET_KEYS key replaced by REDACTED,
-    every string longer than ECHO_CHARS cut (_cut: it says so and its length), and a list or
-    object of more than ECHO_ITEMS items cut to its first ones and a last one saying how many."""
+    every string longer than ECHO_CHARS cut (_cut: it says so and its length), a list or
+    object of more than ECHO_ITEMS items cut to its first ones and a last one saying how many,
+    and a list or object nested ECHO_DEPTH deep replaced by a string saying so (an input
+    nested hundreds deep, which a JSON body may be, never recurses past Python's limit)."""
     if isinstance(value, str):
         return _cut(value)
+    if isinstance(value, dict | list | tuple) and depth >= ECHO_DEPTH:
+        return f"... (cut: nested deeper than {ECHO_DEPTH})"
     if isinstance(value, dict):
         items = list(value.items())
-        kept = {_cut(k): REDACTED if k in SECRET_KEYS else _redacted(v) for k, v in items[:ECHO_ITEMS]}
+        kept = {
+            _cut(k): REDACTED if k in SECRET_KEYS else _redacted(v, depth + 1) for k, v in items[:ECHO_ITEMS]
+        }
         if len(items) > ECHO_ITEMS:
             kept["..."] = f"(cut: {len(items):,} keys)"
         return kept
     if isinstance(value, list | tuple):
-        kept_items = [_redacted(v) for v in value[:ECHO_ITEMS]]
+        kept_items = [_redacted(v, depth + 1) for v in value[:ECHO_ITEMS]]
         if len(value) > ECHO_ITEMS:
             kept_items.append(f"... (cut: {len(value):,} items)")
         return kept_items

@@ -39,6 +39,7 @@ apply the same weight, whatever loader reads the file.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -88,11 +89,19 @@ def pattern_scales(
     alpha: float,
     rank_pattern: Mapping[str, int],
     alpha_pattern: Mapping[str, float],
+    rslora: bool = False,
 ) -> dict[str, float]:
     """Each module's scale alpha_m / r_m by peft's rule (LoraModel: a rank_pattern / alpha_pattern
-    key matching the module's name, else r / lora_alpha). Raises ModelSourceError for a module
-    whose tensors are not of the rank the adapter config gives it (peft would refuse to load it)."""
-    from peft.utils.other import get_pattern_key
+    key matching the module's name, else r / lora_alpha); alpha_m / sqrt(r_m) with `rslora` (the
+    adapter config's use_rslora, which peft's LoraLayer.update_layer and so diffusers' loader
+    apply). Raises ModelSourceError for a module whose tensors are not of the rank the adapter
+    config gives it (peft would refuse to load it)."""
+    if rank_pattern or alpha_pattern:
+        from peft.utils.other import get_pattern_key
+    else:  # no pattern: every module at r / lora_alpha (`import peft` imports transformers: ~3 s)
+
+        def get_pattern_key(patterns: list[str], key: str) -> str:
+            return key
 
     scales = {}
     for m, (a, _) in modules.items():
@@ -102,7 +111,8 @@ def pattern_scales(
                 f"layer {m} is of rank {a.shape[0]} but the file's adapter config says {r}"
                 " (lora_adapter_metadata: r, rank_pattern)"
             )
-        scales[m] = float(alpha_pattern.get(get_pattern_key(list(alpha_pattern), m), alpha)) / r
+        alpha_m = float(alpha_pattern.get(get_pattern_key(list(alpha_pattern), m), alpha))
+        scales[m] = alpha_m / math.sqrt(r) if rslora else alpha_m / r
     return scales
 
 

@@ -137,8 +137,9 @@ def diffusers_file(
 def peft_from_file(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str], family: str) -> PeftLora:
     """The LoRA of a file in either layout, in peft naming with its rank and alpha. A diffusers
     file whose layers differ in rank or alpha (its adapter config's rank_pattern / alpha_pattern,
-    or tensors of several ranks) comes back with each layer's own scale folded into its lora_B
-    and alpha = rank: the PeftLora's one scale then holds for every layer. Raises
+    or tensors of several ranks) or that peft scales by alpha / sqrt(r) (use_rslora) comes back
+    with each layer's own scale folded into its lora_B and alpha = rank: the PeftLora's one scale
+    then holds for every layer. Raises
     ModelSourceError for a layer whose rank is not the adapter config's."""
     if detect_layout(tensors) == "kohya":
         return to_diffusers(tensors, family)
@@ -156,10 +157,12 @@ def peft_from_file(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, s
     rank, alpha = int(packed.get(prefix + "r", rank)), float(packed.get(prefix + "lora_alpha", alpha))
     rank_pattern = dict(packed.get(prefix + "rank_pattern") or {})
     alpha_pattern = dict(packed.get(prefix + "alpha_pattern") or {})
-    if not rank_pattern and not alpha_pattern and all(a.shape[0] == rank for a, _ in modules.values()):
+    rslora = packed.get(prefix + "use_rslora") is True  # peft's scale alpha / sqrt(r), not alpha / r
+    uniform = all(a.shape[0] == rank for a, _ in modules.values())
+    if not rank_pattern and not alpha_pattern and not rslora and uniform:
         return PeftLora(peft, rank, alpha)
     return fold_module_scales(
-        PeftLora(peft, rank, alpha), pattern_scales(modules, rank, alpha, rank_pattern, alpha_pattern)
+        PeftLora(peft, rank, alpha), pattern_scales(modules, rank, alpha, rank_pattern, alpha_pattern, rslora)
     )
 
 

@@ -143,7 +143,8 @@ def check_lora_structure(header: LoraHeader) -> None:
     load_state_dict, a conversion would write a file nothing loads), or diffusers' adapter
     config (`lora_adapter_metadata`) giving a rank or alpha that is not a number, or an alpha of
     0 (every layer's weight change scaled to nothing) (its rank_pattern / alpha_pattern too,
-    whose keys must be patterns peft can match). Raises
+    whose keys must be patterns peft can match), or setting use_dora for layers whose
+    lora_magnitude_vector the file lacks. Raises
     ModelSourceError naming the file and the tensor."""
     path = header.path
     packed = header.metadata.get(ADAPTER_METADATA_KEY)
@@ -174,6 +175,21 @@ def check_lora_structure(header: LoraHeader) -> None:
             )
             if kind is not None and value is not None:
                 _check_pattern(path, kind, value)
+        for key, value in config.items():  # peft saves a DoRA's magnitudes; without them diffusers
+            # would make a DoRA of magnitudes taken from the base weights, convert/merge a LoRA
+            own = key.removesuffix("use_dora")
+            if (
+                (key == "use_dora" or key.endswith(".use_dora"))
+                and value is True
+                and not any(
+                    k.startswith(own) and k.endswith(".lora_magnitude_vector") for k in header.tensors
+                )
+            ):
+                raise _bad(
+                    path,
+                    f"{ADAPTER_METADATA_KEY} sets {key[:80]!r} but the file holds no lora_magnitude_vector"
+                    " of those layers (a DoRA file without its magnitudes)",
+                )
     layers: dict[tuple[str, int], dict[str, tuple[str, TensorInfo]]] = {}
     for name, info in header.tensors.items():
         label = repr(name[:120])

@@ -26,6 +26,7 @@ A1111/Forge load every layer of it, at the strength the run trained?
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,15 +44,18 @@ _PLAIN_LORA = (_A, _B, ".lora_up.weight", ".lora_down.weight", ".alpha")
 
 
 def diffusers_scale(header: Mapping[str, str], family: str) -> float | None:
-    """alpha / r that diffusers applies to a diffusers-layout file (from its adapter metadata);
-    None when the header records none (diffusers then uses alpha = rank: 1.0)."""
+    """alpha / r that diffusers applies to a diffusers-layout file (from its adapter metadata;
+    alpha / sqrt(r) where it sets use_rslora, as peft does); None when the header records none
+    (diffusers then uses alpha = rank: 1.0)."""
     if ADAPTER_METADATA_KEY not in header:
         return None
     prefix = denoiser_prefix(family) + "."
     packed = json_read.loads(header[ADAPTER_METADATA_KEY])
     r = packed.get(prefix + "r")
     alpha = packed.get(prefix + "lora_alpha", r)
-    return None if not r else float(alpha) / float(r)
+    if not r:
+        return None
+    return float(alpha) / (math.sqrt(float(r)) if packed.get(prefix + "use_rslora") is True else float(r))
 
 
 def check_comfyui(

@@ -225,6 +225,7 @@ def _with_diffusers_scales(
             alpha,
             dict(packed.get(own + "rank_pattern") or {}),
             dict(packed.get(own + "alpha_pattern") or {}),
+            packed.get(own + "use_rslora") is True,
         )
         for module, scale in scales.items():
             if scale != 1.0:  # the file's module name, in out under its files' spelling

@@ -38,3 +38,16 @@ def test_the_api_carries_it_to_the_request_and_the_gallery_record() -> None:
     )
     with pytest.raises(ValidationError):
         GenerateBody(family="qwen-image-edit", base_model="m", prompt="p", control_resolution=32)
+
+
+@pytest.mark.parametrize("family", ["qwen-image-edit", "flux-kontext", "flux2"])
+def test_a_side_past_the_per_image_budget_is_refused(family: str) -> None:
+    """4096 (TrainConfig's bound) would encode each reference at 16.8 MP, a 512 px one upscaled
+    (data/control_sizing.py), 4x the 2048 x 2048 an output image may have."""
+    assert control_resolution_problems(2048, family, 1) == []
+    said = [p.message for p in control_resolution_problems(2064, family, 1)]
+    assert said == [
+        "2064: each reference would be encoded at 2064x2064 = 4,260,096 pixels, over the generation"
+        " budget of 4,194,304 pixels (2048x2048) per image"
+    ]
+    assert control_resolution_problems(4096, family, 2)

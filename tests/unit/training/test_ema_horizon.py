@@ -63,3 +63,17 @@ def test_a_slow_ema_is_a_run_warning_with_the_decay_that_fits(small_dataset: Pat
     assert "keeps 37% of init_lora's weights it started from, so it is that much that file's" in (
         ema_horizon_warning(from_file, 1000) or ""
     )
+
+
+def test_an_ema_never_updated_names_ema_update_every_not_a_decay(tmp_path: Path) -> None:
+    """ema_update_every over the run's steps: 0 updates, the saved LoRA is the start whatever the
+    decay; the warning advised "ema_decay 0.05 or lower", which changes nothing."""
+    cfg = _cfg(tmp_path, ema_decay=0.5, ema_update_every=100, steps=50)
+    said = ema_horizon_warning(cfg, 50) or ""
+    assert said.startswith(
+        "ema_update_every 100 is more than this run's 50 optimizer steps: the EMA is never"
+    )
+    assert "set ema_update_every to at most 50" in said and "ema_decay 0" not in said
+    assert (
+        ema_horizon_warning(_cfg(tmp_path, ema_decay=0.01, ema_update_every=50, steps=50), 50) is None
+    )  # 1 update

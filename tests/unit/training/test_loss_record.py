@@ -10,6 +10,7 @@ import os
 import shutil
 import struct
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -229,3 +230,22 @@ def test_a_resume_refuses_a_link_or_a_fifo_at_losses_bin_before_training(tmp_pat
     path.unlink()
     path.mkdir()
     assert "not a regular file" in losses_file_problem(tmp_path)
+
+
+def test_a_resume_refuses_a_losses_bin_it_cannot_write(tmp_path, monkeypatch):
+    """A regular losses.bin this user cannot write (a read-only copy from a backup, another user's
+    file in a shared home): the resume trained up to its first checkpoint and failed there on the
+    append (O_RDWR: PermissionError), as for a link (1642). As root every file is writable, so the
+    access answer is the system's where it can be (not root), else stood in for."""
+    LossRecord().flush(tmp_path)
+    path = tmp_path / LOSSES_FILE
+    path.chmod(0o444)
+    if os.geteuid() == 0:
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == path else real(p, mode))
+    why = losses_file_problem(tmp_path)
+    assert why is not None and "not readable and writable by this user (mode -r--r--r--)" in why, why
+    assert str(path) in why
+    path.chmod(0o644)
+    monkeypatch.undo()
+    assert losses_file_problem(tmp_path) is None
