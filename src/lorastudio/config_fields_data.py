@@ -127,6 +127,15 @@ class DataFields(StrictFields):
         "seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of "
         "its step, so the best one is marked and kept (null: only after the last step)",
     )
+    validation_seed: int = Field(
+        default=0,
+        ge=0,
+        le=2**32 - 1,
+        description="seed of the validation loss's fixed noise, apart from `seed`, so that runs of other seeds "
+        "measure the same held-out images at the same noise (a fraction's held-out images are still chosen by "
+        "`seed`: a validation folder holds out the same ones); a run resumed from a checkpoint of a version "
+        "before it keeps the noise of its `seed`",
+    )
 
     @field_validator("resolution")
     @classmethod

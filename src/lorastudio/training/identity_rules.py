@@ -36,6 +36,12 @@ the optimizer, so a DoRA checkpoint without the record (rule 1: one group, its m
 decayed) resumes under rule 1, bitwise, and keeps it (`as_checkpoint`: the resumed run's identity
 takes the checkpoint's rule, so its own checkpoints say rule 1 too). A new DoRA run records
 `dora_decay_rule` 2; other runs record nothing (their optimizer as before).
+
+The validation noise (session 38, RELIABILITY 1681): drawn from `validation_seed` (a setting,
+default 0, recorded as any) where it was drawn from `seed`. A checkpoint without the setting
+resumes with its identity left without it too (`as_checkpoint`), and so with its own noise
+(`validation_noise_seed`); such a resume given a validation_seed other than the default is
+refused as any setting that differs from the checkpoint.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ PIXEL_FILES = "pixel_rule_files"
 PIXEL_RULE_NOW = 3  # rule 2: fixes 550, 552 and 553; rule 3: 1036 and 1038 (data/pixel_rule.py)
 DORA_DECAY_RULE = "dora_decay_rule"
 DORA_DECAY_NOW = 2  # DoRA's magnitudes in a param group of their own, weight_decay 0 (training/optim.py)
+VALIDATION_SEED = "validation_seed"  # TrainConfig's; a checkpoint without it: the noise of `seed`
 RULE_KEYS = frozenset({HOLDOUT_RULE, KOHYA_CAPTION_RULE, PIXEL_RULE, PIXEL_FILES, DORA_DECAY_RULE})
 # what each fix of rule 2 reads otherwise (data/pixel_rule.read_otherwise's keys)
 _PIXEL_FIXES = {
@@ -113,13 +120,26 @@ def as_checkpoint(identity: Mapping[str, Any], saved: Mapping[str, Any]) -> dict
     """`identity` (this code's, of a run resuming the checkpoint whose identity is `saved`) with
     the checkpoint's DoRA weight-decay rule: a DoRA checkpoint without the record (rule 1) resumes
     under rule 1, and the run keeps it (its identity, written into its later checkpoints, has no
-    record either); one of rule 2 keeps 2. Other runs: `identity` as it is."""
+    record either); one of rule 2 keeps 2. Likewise a checkpoint without `validation_seed` (a
+    version before it) resumes with no such key: its validation noise stays its `seed`'s
+    (`validation_noise_seed`), in its later checkpoints too. Other runs: `identity` as it is."""
+    out = dict(identity)
+    if VALIDATION_SEED not in saved:
+        out.pop(VALIDATION_SEED, None)  # the identity check let it pass only at its default
     if DORA_DECAY_RULE not in identity:
-        return dict(identity)
-    out = {k: v for k, v in identity.items() if k != DORA_DECAY_RULE}
+        return out
+    out.pop(DORA_DECAY_RULE)
     if DORA_DECAY_RULE in saved:
         out[DORA_DECAY_RULE] = saved[DORA_DECAY_RULE]
     return out
+
+
+def validation_noise_seed(cfg: TrainConfig, identity: Mapping[str, Any]) -> int:
+    """The seed of the run's fixed validation noise (training/validate.fixed_noise):
+    `validation_seed` where the run's identity records it (every run of this version), else the
+    run's `seed` (a run resumed from a checkpoint written before validation_seed: `as_checkpoint`
+    left it out, so it measures at the noise it always had; RELIABILITY 1681)."""
+    return cfg.validation_seed if VALIDATION_SEED in identity else cfg.seed
 
 
 def dora_decay_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[FieldProblem]:
