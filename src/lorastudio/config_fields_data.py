@@ -10,6 +10,11 @@ from lorastudio.config_datasets import check_resolution
 from lorastudio.config_fields_base import StrictFields
 from lorastudio.text_rules import DefaultCaption, TriggerWord
 
+
+def _zero(value: object) -> bool:
+    return value == 0
+
+
 LatentCacheMode = Literal["auto", "memory", "disk", "off"]
 
 
@@ -129,6 +134,7 @@ class DataFields(StrictFields):
     )
     validation_seed: int = Field(
         default=0,
+        exclude_if=_zero,  # config_fields_training.LEFT_OUT_AT_DEFAULT
         ge=0,
         le=2**32 - 1,
         description="seed of the validation loss's fixed noise, apart from `seed`, so that runs of other seeds "

@@ -71,3 +71,23 @@ def test_a_distilled_klein_run_is_refused_at_submission_and_preflight_a_resume_i
     assert "sample_prompts.1.guidance" in {p.field for p in err.value.problems}
     run = preflight(cfg, settings, "cpu", resume=True)  # recorded before the rule: resumes as it was
     assert run.cfg.sample_prompts
+
+
+def test_the_spec_flag_is_what_each_pipeline_does_for_a_distilled_checkpoint():
+    """FamilySpec.distilled_runs_no_cfg (what a run is checked by before any load) is the loaded
+    pipeline's own rule (what Generate asks): no CFG at 4 for an is_distilled checkpoint."""
+    import diffusers
+    from diffusers.configuration_utils import FrozenDict
+
+    from lorastudio.generate.guidance_checks import guidance_on
+
+    flavoured = [
+        f.spec for f in families.all_families() if any("is_distilled" in v.when for v in f.spec.variants)
+    ]
+    assert {s.name for s in flavoured} >= {"flux2-klein"}
+    for spec in flavoured:
+        cls = getattr(diffusers, spec.pipeline_class)
+        pipe = cls.__new__(cls)
+        pipe._internal_dict = FrozenDict(is_distilled=True)  # what its `config` reads
+        runs = spec.guidance != "cfg" or guidance_on(pipe, spec.guidance_kwarg, 4.0)
+        assert spec.distilled_runs_no_cfg == (not runs), spec.name

@@ -51,9 +51,10 @@ def test_runs_of_other_seeds_validate_at_the_same_noise(make_config, small_datas
 
 def _as_before_the_setting(checkpoint) -> None:
     """Make `checkpoint` one of a version before validation_seed: neither its identity nor its
-    config records it."""
+    config records it, nor its identity the validation noise's rule."""
     path = checkpoint / "identity.json"
     info = json.loads(path.read_text())
+    assert info["identity"].pop("validation_noise_rule") == 2
     for part in ("identity", "config"):
         info[part].pop("validation_seed")
     path.write_text(json.dumps(info))
@@ -83,4 +84,23 @@ def test_an_older_checkpoint_resumes_with_the_noise_of_its_seed_exactly(make_con
     assert rounds == [(e.step, e.loss) for e in whole if e.type == "validation"]  # bitwise
     assert parted.losses[:2] + resumed.losses[2:] == done.losses
     last = read_checkpoint_info(find_checkpoint(get_settings().outputs_dir / "parted"))
-    assert last["step"] == 3 and "validation_seed" not in last["identity"]  # kept by its later checkpoints
+    assert (
+        last["step"] == 3 and "validation_noise_rule" not in last["identity"]
+    )  # kept by its later checkpoints
+
+
+def test_the_default_is_left_out_of_what_a_config_writes_and_the_api_keeps_it():
+    """The version before forbids keys it does not know (RELIABILITY 1330): a run at the default
+    writes no validation_seed (records, checkpoints, sidecars), one that sets it does; the API's
+    answers always carry it."""
+    from lorastudio.api.schemas_runs import TrainConfigOut
+    from lorastudio.config import TrainConfig
+
+    cfg = TrainConfig(family="flux", base_model="/m", data_dir="/d", output_name="a")
+    assert "validation_seed" not in cfg.model_dump(mode="json") and cfg.validation_seed == 0
+    assert TrainConfig.model_validate(cfg.model_dump(mode="json")) == cfg
+    assert cfg.model_copy(update={"validation_seed": 5}).model_dump(mode="json")["validation_seed"] == 5
+    assert (
+        TrainConfigOut.model_validate(cfg.model_dump(mode="json")).model_dump(mode="json")["validation_seed"]
+        == 0
+    )
