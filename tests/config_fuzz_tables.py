@@ -109,6 +109,7 @@ COMPANIONS: dict[str, dict[str, Any]] = {
     "lr_cycles": {"lr_scheduler": "cosine_with_restarts"},
     "lr_power": {"lr_scheduler": "polynomial"},
     "validate_every": {"validation_split": 0.25},
+    "validation_seed": {"validation_split": 0.25},
     "keep_loras": {"save_lora_every": 1},
     "sample_with_ema": {"ema_decay": 0.9},
     "ema_on_cpu": {"ema_decay": 0.9},

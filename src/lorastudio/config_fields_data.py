@@ -10,6 +10,11 @@ from lorastudio.config_datasets import check_resolution
 from lorastudio.config_fields_base import StrictFields
 from lorastudio.text_rules import DefaultCaption, TriggerWord
 
+
+def _zero(value: object) -> bool:
+    return value == 0
+
+
 LatentCacheMode = Literal["auto", "memory", "disk", "off"]
 
 
@@ -126,6 +131,16 @@ class DataFields(StrictFields):
         description="with validation_split: the mean loss over the held-out images at fixed noise levels and "
         "seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of "
         "its step, so the best one is marked and kept (null: only after the last step)",
+    )
+    validation_seed: int = Field(
+        default=0,
+        exclude_if=_zero,  # config_fields_training.LEFT_OUT_AT_DEFAULT
+        ge=0,
+        le=2**32 - 1,
+        description="seed of the validation loss's fixed noise, apart from `seed`, so that runs of other seeds "
+        "measure the same held-out images at the same noise (a fraction's held-out images are still chosen by "
+        "`seed`: a validation folder holds out the same ones); a run resumed from a checkpoint of a version "
+        "before it keeps the noise of its `seed`",
     )
 
     @field_validator("resolution")

@@ -24,6 +24,10 @@ OptimizerName = Literal["adamw", "adamw8bit", "lion8bit", "prodigy", "adafactor"
 # checkpoint's identity without it resumes (training/identity.py). The API's answers keep the key
 # (api/schemas_runs.TrainConfigOut).
 LEFT_OUT_WHEN_NULL: tuple[str, ...] = ("init_lora",)
+# Likewise left out of every dump at its default (session 38, RELIABILITY 1681): a run that keeps
+# it writes nothing the older version refuses; the identity records the validation noise's rule
+# instead (training/identity_rules.VALIDATION_NOISE_RULE). The API's answers keep the key.
+LEFT_OUT_AT_DEFAULT: tuple[str, ...] = ("validation_seed",)
 
 
 def _null(value: object) -> bool:

@@ -94,12 +94,11 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
             for name in SAMPLE_SETTINGS
             if getattr(cfg, name) != type(cfg).model_fields[name].default
         ]
-    if cfg.validate_every is not None and cfg.validation_split is None:
-        problems.append(
-            FieldProblem(
-                "validate_every", "needs validation_split (there are no held-out images to validate on)"
-            )
-        )
+    problems += [
+        FieldProblem(name, "needs validation_split (there are no held-out images to validate on)")
+        for name, unset in (("validate_every", None), ("validation_seed", 0))
+        if getattr(cfg, name) != unset and cfg.validation_split is None
+    ]
     problems += schedule_problems(cfg, None if cfg.num_epochs > 0 else cfg.steps)  # config_schedule.py
     problems += _plan_problems(cfg)
     problems += optimizer_problems(cfg)

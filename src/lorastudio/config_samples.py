@@ -76,9 +76,10 @@ def unapplied_sample_guidance_warning(cfg: TrainConfig) -> str | None:
     apply (Qwen-Image, Qwen-Image-Edit: spec.guidance "true_cfg"), else None. Their pipelines run
     the guidance pass only with a negative prompt (diffusers' `do_true_cfg`), and previews have
     none, so a scale above 1 renders the image of no guidance (RELIABILITY 1560: the previews are
-    listed at guidance 1). Said, not refused: a run recorded before this rule resumes as it did,
-    and nothing else of the run changes (Generate refuses the same scale without a negative
-    prompt: generation_rules.unused_guidance_problems). No torch."""
+    listed at guidance 1). A fresh run's such prompt is refused (training/guidance_rules.
+    sample_guidance_problems, RELIABILITY 1683: Generate's rule, generation_rules.
+    unused_guidance_problems); a run recorded before that rule resumes as it did, with this
+    warning. No torch."""
     from lorastudio import families
     from lorastudio.errors import UnknownFamily
 

@@ -85,8 +85,19 @@ def guidance_problems(guidance: float | None, prefix: str = "") -> list[FieldPro
     ]
 
 
+# the way out of a refused guidance where no negative prompt can be given (a run's sample prompt)
+NO_NEGATIVE = (
+    "a sample prompt takes no negative prompt (previews render without one), so leave guidance out "
+    'of it; Generate with a negative prompt (" " for nothing in particular) renders with the scale'
+)
+
+
 def unused_guidance_problems(
-    guidance: float | None, negative_prompt: str | None, family: str, prefix: str = ""
+    guidance: float | None,
+    negative_prompt: str | None,
+    family: str,
+    prefix: str = "",
+    way_out: str | None = None,
 ) -> list[FieldProblem]:
     """A guidance scale that `family`'s pipeline would not apply: a true-CFG family's (Qwen-Image,
     Qwen-Image-Edit: spec.guidance "true_cfg") above 1 without a negative prompt. Its pipeline runs
@@ -94,16 +105,38 @@ def unused_guidance_problems(
     QwenImagePipeline: `do_true_cfg`), so any scale rendered the same pixels as none, with only a
     log line saying so (RELIABILITY 1560). None (the family's default) and a scale of 1 or less
     (no guidance, as rendered) pass. An empty negative prompt is none (the request's rule).
-    Raises UnknownFamily."""
+    `way_out`: what the problem says to do (None: give a negative prompt or leave guidance out;
+    a run's sample prompts, which take none: NO_NEGATIVE). Raises UnknownFamily."""
     from lorastudio import families
 
     spec = families.get(family).spec
     if spec.guidance != "true_cfg" or guidance is None or guidance <= 1 or negative_prompt:
         return []
+    way_out = way_out or (
+        'give a negative prompt (" " for nothing in particular, as its model card does) or leave guidance out'
+    )
     why = (
         f"{guidance:g}: the {spec.title} pipeline applies its true CFG scale only with a negative "
-        'prompt, so it would render the image of no guidance; give a negative prompt (" " for '
-        "nothing in particular, as its model card does) or leave guidance out"
+        f"prompt, so it would render the image of no guidance; {way_out}"
+    )
+    return [FieldProblem(f"{prefix}guidance", why)]
+
+
+def unguided_cfg_problems(
+    guidance: float | None, runs_cfg: bool, pipeline: str, prefix: str = ""
+) -> list[FieldProblem]:
+    """A classifier-free guidance scale above 1 at which the pipeline `pipeline` (its class name)
+    runs no CFG (`runs_cfg` False: a step-distilled FLUX.2 klein, whose pipeline only logs that it
+    ignores the scale). The one rule of Generate (generate/guidance_checks.unapplied_guidance:
+    `runs_cfg` from the loaded pipeline's own property) and of a run's sample prompts (training/
+    guidance_rules.sample_guidance_problems: from FamilySpec.distilled_runs_no_cfg and the base's
+    is_distilled) (RELIABILITY 1562, 1682). None and a scale of 1 or less pass."""
+    if guidance is None or guidance <= 1 or runs_cfg:
+        return []
+    why = (
+        f"{guidance:g}: {pipeline} runs no classifier-free guidance for this checkpoint (a "
+        "step-distilled one renders without it), so it would render the image of no guidance; "
+        "leave guidance out"
     )
     return [FieldProblem(f"{prefix}guidance", why)]
 

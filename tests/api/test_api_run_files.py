@@ -12,7 +12,7 @@ from api_helpers import FINAL, LiveServer, upload_folder, wait_idle, wait_status
 
 from lorastudio.api.routes.run_files import config_toml
 from lorastudio.config import parse_train_config, resolve_train_config
-from lorastudio.config_fields_training import LEFT_OUT_WHEN_NULL
+from lorastudio.config_fields_training import LEFT_OUT_AT_DEFAULT, LEFT_OUT_WHEN_NULL
 from lorastudio.jobs.worker_log import read_tail
 
 
@@ -35,10 +35,15 @@ def test_config_download_and_worker_log(
     assert as_json.status_code == 200 and as_json.headers["content-type"].startswith("application/json")
     assert as_json.headers["content-disposition"] == 'attachment; filename="files.json"'
     again = resolve_train_config(parse_train_config(as_json.json()))
-    # the API answers every setting; the file leaves a null init_lora out (fix 1330: an older
-    # version refuses the key it does not know)
-    answered = {k: v for k, v in stored["config"].items() if not (k in LEFT_OUT_WHEN_NULL and v is None)}
-    assert "init_lora" not in as_json.json() and again.model_dump(mode="json") == answered
+    # the API answers every setting; the file leaves a null init_lora and a validation_seed of 0
+    # out (fixes 1330, 1681: an older version refuses the key it does not know)
+    answered = {
+        k: v
+        for k, v in stored["config"].items()
+        if not (k in LEFT_OUT_WHEN_NULL and v is None) and not (k in LEFT_OUT_AT_DEFAULT and v == 0)
+    }
+    assert not {"init_lora", "validation_seed"} & set(as_json.json())
+    assert again.model_dump(mode="json") == answered
 
     as_toml = client.get(f"/api/runs/{run_id}/config", params={"format": "toml", "download": False})
     assert as_toml.status_code == 200 and "content-disposition" not in as_toml.headers

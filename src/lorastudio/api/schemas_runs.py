@@ -39,6 +39,11 @@ class TrainConfigOut(TrainConfig):
         max_length=4096,
         description=TrainConfig.model_fields["init_lora"].description,
     )
+    # kept in the answer at its default 0 (TrainConfig leaves it out of what it writes there:
+    # config_fields_training.LEFT_OUT_AT_DEFAULT)
+    validation_seed: int = Field(
+        default=0, ge=0, le=2**32 - 1, description=TrainConfig.model_fields["validation_seed"].description
+    )
 
 
 # What a job's `phase` holds: the last load/preparing event (the engine's own event models).

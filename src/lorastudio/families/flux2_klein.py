@@ -90,6 +90,7 @@ SPEC = FamilySpec(
     # a base checkpoint: Flux2KleinPipeline's documented call (50 steps, CFG 4); distilled: DISTILLED
     generation_defaults={"num_inference_steps": 50, "guidance_scale": 4.0},
     guidance="cfg",
+    distilled_runs_no_cfg=True,  # Flux2KleinPipeline: CFG only when `not is_distilled`
     fused_projection_groups=FLUX2_SPEC.fused_projection_groups,
     no_cfg_kwargs={"guidance_scale": 1.0},
     max_sequence_length_max=MAX_TEXT_TOKENS,

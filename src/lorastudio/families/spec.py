@@ -99,6 +99,11 @@ class FamilySpec:
     # true_cfg_scale (Qwen-Image), "embedded" a distilled guidance embedding (guidance_scale:
     # FLUX.1, FLUX.2; one pass, no negative prompt)
     guidance: Literal["cfg", "true_cfg", "embedded"] = "cfg"
+    # its pipeline runs no classifier-free guidance for a step-distilled checkpoint (model_index
+    # is_distilled true) at any scale (Flux2KleinPipeline's do_classifier_free_guidance): what a
+    # run's sample prompt guidance is checked by before any pipeline loads (training/
+    # guidance_rules.sample_guidance_problems; Generate asks the loaded pipeline itself)
+    distilled_runs_no_cfg: bool = False
     # its pipeline takes a negative prompt (text) for its guidance; the contract suite checks
     # that __call__ has `negative_prompt` and the guidance keyword
     negative_prompt: bool = False

@@ -9,6 +9,7 @@ import inspect
 from typing import TYPE_CHECKING, Any
 
 from lorastudio.errors import FieldProblem
+from lorastudio.generation_rules import unguided_cfg_problems
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -36,21 +37,11 @@ def unapplied_guidance(
                 "it runs classifier-free guidance, which is off at this scale; raise guidance or leave it out",
             )
         )
-    # a CFG scale the pipeline's own rule runs no guidance at (a step-distilled FLUX.2 klein)
-    if (
-        spec.guidance == "cfg"
-        and guidance is not None
-        and guidance > 1
-        and not guidance_on(pipe, spec.guidance_kwarg, guidance)
-    ):
-        problems.append(
-            FieldProblem(
-                "guidance",
-                f"{guidance:g}: {type(pipe).__name__} runs no classifier-free guidance for this "
-                "checkpoint (a step-distilled one renders without it), so it would render the image "
-                "of no guidance; leave guidance out",
-            )
-        )
+    # a CFG scale the pipeline's own rule runs no guidance at (a step-distilled FLUX.2 klein):
+    # the rule a run's sample prompts are checked by too (generation_rules.unguided_cfg_problems)
+    if spec.guidance == "cfg" and guidance is not None and guidance > 1:
+        runs = guidance_on(pipe, spec.guidance_kwarg, guidance)
+        problems += unguided_cfg_problems(guidance, runs, type(pipe).__name__)
     return problems
 
 

@@ -50,7 +50,7 @@ from lorastudio.jobs.run_host import host_for_run
 from lorastudio.jobs.target_check import check_lora_targets
 from lorastudio.settings import Settings
 from lorastudio.training.assistant_rules import assistant_problems
-from lorastudio.training.guidance_rules import guidance_problems
+from lorastudio.training.guidance_rules import guidance_problems, sample_guidance_problems
 from lorastudio.training.init_lora_rules import init_lora_problems
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ def validate_run(
     decode_budget_s: float | None = None,
     host_checks: bool = True,
     device: str | None = None,
+    fresh: bool = True,
 ) -> ValidatedRun:
     """Check a training request completely. Takes the raw config mapping, the settings and the
     output names of live jobs; `allow_outside_root` only for the CLI (a dataset folder anywhere,
@@ -95,7 +96,8 @@ def validate_run(
     engine's verdict, training/verdict.py: it checks its own device). The host rules judge the GPU
     the run trains on (jobs/run_host.host_for_run): `device` (the CLI's `--device cuda:1`; None:
     the visible GPUs' first, where the job service places it) and, with `num_gpus`, the weakest
-    of its GPUs."""
+    of its GPUs. `fresh` False: a resume's config (the engine's verdict), whose sample prompts'
+    guidance is not refused (training/guidance_rules.sample_guidance_problems: it resumes as it was)."""
     problems: list[FieldProblem] = []
     notes: list[str] = []
     given: TrainConfig | None = None
@@ -229,6 +231,8 @@ def validate_run(
             problems += init_lora_problems(cfg, settings, explicit)
         facts = family.local_facts(source_of(based), based.revision)  # on disk only: no download
         problems += guidance_problems(based, family, facts)  # a guidance embedding?
+        if fresh:  # a sample prompt's guidance no preview applies (a resume's: as it was)
+            problems += sample_guidance_problems(based, family, facts)
         problems += family.objective_problems(source_of(based), based.revision)  # e.g. EDM SDXL
         if check_targets:  # the engine's meta-device check, in a child process (torch-free here)
             targets = check_lora_targets(based)

@@ -1,8 +1,10 @@
 """Whether a run's TrainConfig.guidance reaches its denoiser: the guidance-distilled families
 (FLUX.1, Kontext, FLUX.2 dev) feed it through the denoiser's guidance embedding, and a base
 without one (FLUX.1 schnell: `guidance_embeds` false) takes no guidance, so a value set for it
-would be ignored; it is refused instead. Torch-free: the engine's preflight and the job service
-(jobs/validation.py) both call `guidance_problems` with what they know of the checkpoint.
+would be ignored; it is refused instead. And whether a sample prompt's own `guidance` reaches
+its preview, by Generate's rules (`sample_guidance_problems`, RELIABILITY 1682). Torch-free: the
+engine's preflight and the job service (jobs/validation.py) both call them with what they know
+of the checkpoint.
 """
 
 from __future__ import annotations
@@ -38,3 +40,28 @@ def guidance_problems(
             f"{cfg.guidance:g} would be ignored; remove it",
         )
     ]
+
+
+def sample_guidance_problems(
+    cfg: TrainConfig, family: Family, facts: Mapping[str, Any] | None
+) -> list[FieldProblem]:
+    """Each sample prompt's own `guidance` that its preview would not apply, refused as Generate
+    refuses it (one rule each, generation_rules), field "sample_prompts.<index from 0>.guidance":
+    a step-distilled base whose pipeline then runs no CFG (FamilySpec.distilled_runs_no_cfg and
+    the checkpoint `facts`' is_distilled true: FLUX.2 klein; unknown facts pass), and a true-CFG
+    family's scale above 1 (Qwen-Image, Qwen-Image-Edit), which applies only with a negative prompt,
+    which a sample prompt does not take (previews render without one). For a fresh run: a run
+    recorded before this rule resumes as it did, its warning (config_samples.
+    unapplied_sample_guidance_warning) saying so where it is a true-CFG family's."""
+    from lorastudio.generation_rules import NO_NEGATIVE, unguided_cfg_problems, unused_guidance_problems
+
+    spec = family.spec
+    distilled = facts is not None and facts.get("is_distilled") is True
+    problems: list[FieldProblem] = []
+    for i, entry in enumerate(cfg.sample_prompts or []):
+        guidance = getattr(entry, "guidance", None)  # a plain string takes the family's
+        prefix = f"sample_prompts.{i}."
+        if spec.guidance == "cfg" and spec.distilled_runs_no_cfg:
+            problems += unguided_cfg_problems(guidance, not distilled, spec.pipeline_class, prefix)
+        problems += unused_guidance_problems(guidance, None, spec.name, prefix, NO_NEGATIVE)
+    return problems

@@ -46,6 +46,7 @@ from lorastudio.training.identity_rules import (
     pixel_problems,
     pixel_record,
     rules_record,
+    validation_noise_problems,
 )
 
 if TYPE_CHECKING:
@@ -255,6 +256,7 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
     problems += holdout_problems(saved, current)
     problems += pixel_problems(saved, current)  # the pixel rule where this dataset's files need it
     problems += dora_decay_problems(saved, current)  # rules 1 and 2 resume as they were, a newer one not
+    problems += validation_noise_problems(saved, current)  # likewise
     for key in sorted(set(saved) | set(current)):
         was, now = saved.get(key, "<absent>"), current.get(key, "<absent>")
         if key not in saved and (key in _DERIVED_SINCE or _is_schema_default(key, now)):

@@ -1,6 +1,6 @@
 """The rules a run's identity records because a later version read the same settings and files
 otherwise (no torch here): the validation split's and the kohya folders' caption rule, the pixel
-rule and DoRA's weight-decay rule.
+rule, DoRA's weight-decay rule and the validation noise's rule.
 
 The split: rule 2 (session 26, RELIABILITY 372): a regularisation entry holds no image out, so a run with
 `validation_split` and a regularisation entry trains (and validates on) other images than the
@@ -36,6 +36,14 @@ the optimizer, so a DoRA checkpoint without the record (rule 1: one group, its m
 decayed) resumes under rule 1, bitwise, and keeps it (`as_checkpoint`: the resumed run's identity
 takes the checkpoint's rule, so its own checkpoints say rule 1 too). A new DoRA run records
 `dora_decay_rule` 2; other runs record nothing (their optimizer as before).
+
+The validation noise: rule 2 (session 38, RELIABILITY 1681): drawn from `validation_seed` (a
+setting, default 0, left out of every dump at 0 so that the version before reads what this one
+writes: config_fields_training.LEFT_OUT_AT_DEFAULT) where rule 1 drew it from `seed`. A run with
+a validation split records `validation_noise_rule` 2; a checkpoint without it (rule 1) resumes
+under rule 1 (`as_checkpoint`, `validation_noise_seed`), and one given a validation_seed other
+than 0 is refused as any setting that differs from the checkpoint. The version before refuses
+to resume a rule-2 checkpoint (a key it does not know): it would measure at other noise.
 """
 
 from __future__ import annotations
@@ -57,7 +65,11 @@ PIXEL_FILES = "pixel_rule_files"
 PIXEL_RULE_NOW = 3  # rule 2: fixes 550, 552 and 553; rule 3: 1036 and 1038 (data/pixel_rule.py)
 DORA_DECAY_RULE = "dora_decay_rule"
 DORA_DECAY_NOW = 2  # DoRA's magnitudes in a param group of their own, weight_decay 0 (training/optim.py)
-RULE_KEYS = frozenset({HOLDOUT_RULE, KOHYA_CAPTION_RULE, PIXEL_RULE, PIXEL_FILES, DORA_DECAY_RULE})
+VALIDATION_NOISE_RULE = "validation_noise_rule"
+VALIDATION_NOISE_NOW = 2  # the validation noise drawn from validation_seed (1: from seed)
+RULE_KEYS = frozenset(
+    {HOLDOUT_RULE, KOHYA_CAPTION_RULE, PIXEL_RULE, PIXEL_FILES, DORA_DECAY_RULE, VALIDATION_NOISE_RULE}
+)
 # what each fix of rule 2 reads otherwise (data/pixel_rule.read_otherwise's keys)
 _PIXEL_FIXES = {
     "550": "a control of its target's shape whose cover size is a pixel off its target's, now cut with "
@@ -97,6 +109,8 @@ def rules_record(cfg: TrainConfig) -> dict[str, int]:
         record[KOHYA_CAPTION_RULE] = KOHYA_RULE
     if cfg.adapter == "dora":
         record[DORA_DECAY_RULE] = DORA_DECAY_NOW
+    if cfg.validation_split is not None:
+        record[VALIDATION_NOISE_RULE] = VALIDATION_NOISE_NOW
     return record
 
 
@@ -113,13 +127,41 @@ def as_checkpoint(identity: Mapping[str, Any], saved: Mapping[str, Any]) -> dict
     """`identity` (this code's, of a run resuming the checkpoint whose identity is `saved`) with
     the checkpoint's DoRA weight-decay rule: a DoRA checkpoint without the record (rule 1) resumes
     under rule 1, and the run keeps it (its identity, written into its later checkpoints, has no
-    record either); one of rule 2 keeps 2. Other runs: `identity` as it is."""
-    if DORA_DECAY_RULE not in identity:
-        return dict(identity)
-    out = {k: v for k, v in identity.items() if k != DORA_DECAY_RULE}
-    if DORA_DECAY_RULE in saved:
-        out[DORA_DECAY_RULE] = saved[DORA_DECAY_RULE]
+    record either); one of rule 2 keeps 2. Likewise the validation noise's rule: a checkpoint
+    without `validation_noise_rule` (a version before validation_seed) resumes with its noise
+    drawn from `seed` (`validation_noise_seed`), in its later checkpoints too. Other runs:
+    `identity` as it is."""
+    out = dict(identity)
+    for key in (DORA_DECAY_RULE, VALIDATION_NOISE_RULE):
+        if key not in identity:
+            continue
+        out.pop(key)
+        if key in saved:
+            out[key] = saved[key]
     return out
+
+
+def validation_noise_seed(cfg: TrainConfig, identity: Mapping[str, Any]) -> int:
+    """The seed of the run's fixed validation noise (training/validate.fixed_noise):
+    `validation_seed` where the run's identity records validation noise rule 2 (every run of this
+    version with a validation split), else the run's `seed` (rule 1: a run resumed from a
+    checkpoint written before validation_seed, `as_checkpoint`; RELIABILITY 1681)."""
+    return cfg.validation_seed if identity.get(VALIDATION_NOISE_RULE) == VALIDATION_NOISE_NOW else cfg.seed
+
+
+def validation_noise_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[FieldProblem]:
+    """The refusal of a checkpoint whose validation noise rule this code does not know (a newer
+    version's); empty for rule 1 (no record) and rule 2, which both resume as they were."""
+    rule = saved.get(VALIDATION_NOISE_RULE, 1)
+    if VALIDATION_NOISE_RULE not in current or rule in (1, VALIDATION_NOISE_NOW):
+        return []
+    return [
+        FieldProblem(
+            VALIDATION_NOISE_RULE,
+            f"the checkpoint drew its validation noise under rule {rule!r}, which this version does not "
+            f"know (it knows rules 1 and {VALIDATION_NOISE_NOW}): finish the run with the version that wrote it",
+        )
+    ]
 
 
 def dora_decay_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[FieldProblem]:

@@ -121,8 +121,10 @@ def load_init_lycoris(denoiser: Any, path: Path, pipeline_class: str) -> tuple[i
 def _load_factors(layer: Any, module: str, parts: dict[str, torch.Tensor], path: Path) -> None:
     """One layer's LoHa / LoKr factors into the peft layer of the same kind, scaled to its change."""
     from lorastudio.lora.lycoris import comfy_delta
+    from lorastudio.training.init_finite import refusal
 
     factors = {k: v for k, v in parts.items() if k != "alpha"}
+    params = {}
     for suffix, value in factors.items():
         own = getattr(layer, suffix, None)
         param = own["default"] if own is not None and "default" in own else None
@@ -131,8 +133,17 @@ def _load_factors(layer: Any, module: str, parts: dict[str, torch.Tensor], path:
                 f"init_lora {path}: its layer {module}'s {suffix} {list(value.shape)} fits no factor of the run's "
                 "adapter (set lokr_factor / lokr_decompose_both / lora_rank as the run that wrote it)"
             )
-        param.copy_(value.to(param.device, torch.float32))
-    want = comfy_delta(parts).flatten()  # the file's change in this layer, ComfyUI's rule
+        params[suffix] = param
+    want = comfy_delta(parts).flatten()  # the file's change in this layer, ComfyUI's rule (float32)
+    if not bool(torch.isfinite(want).all()):  # finite factors whose product is not (RELIABILITY 1680)
+        what = (
+            "(w1a @ w1b) * (w2a @ w2b) x alpha / rank"
+            if "hada_w1_a" in factors
+            else "kron(w1, w2) x alpha / rank"
+        )
+        raise ModelSourceError(refusal(path, module, what))
+    for suffix, value in factors.items():
+        params[suffix].copy_(value.to(params[suffix].device, torch.float32))
     have = layer.get_delta_weight("default").float().flatten().to(want.device)
     scaled = next(s for s in _SCALED if s in factors)
     ratio = float(want @ have) / max(float(have @ have), 1e-30)

@@ -26,6 +26,7 @@ from lorastudio.training.conditioning import Conditioning, captions_to_encode, e
 from lorastudio.training.conditioning_disk import encode_texts_on_disk, with_texts
 from lorastudio.training.distributed import StopPoll
 from lorastudio.training.events import DatasetWarnings, Emit, ModelLoadCompleted, ModelLoadStarted
+from lorastudio.training.identity_rules import validation_noise_seed
 from lorastudio.training.latents import (
     EncodedPerStep,
     LatentSource,
@@ -127,8 +128,9 @@ def prepare_latents(
     emit(ModelLoadCompleted(component="vae", seconds=time.perf_counter() - t0))
     if run.validation:  # the held-out images: encoded once, drawing from no run stream
         area = rule_area(cfg.control_resolution)  # the int control_resolution's, else None
+        seed = validation_noise_seed(cfg, state.identity)  # validation_seed; an older checkpoint's: seed
         state.held_out = encode_held_out(
-            family, vae, run.validation, cfg.seed, run.device, area, labels=run.validation_labels
+            family, vae, run.validation, seed, run.device, area, labels=run.validation_labels
         )
         state.validation = ValidationRounds(cfg.validate_every, run.run_dir)
     mode = run_latent_mode(run)

@@ -28,7 +28,7 @@ from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
 from lorastudio.training.events import Emit, Preparing, StopCheck
-from lorastudio.training.guidance_rules import guidance_problems
+from lorastudio.training.guidance_rules import guidance_problems, sample_guidance_problems
 from lorastudio.training.lora import planned_target_problems
 from lorastudio.training.plan import plan_host_problems
 from lorastudio.training.precision import pick_device, pick_dtype, precision_problems
@@ -254,7 +254,10 @@ def _preflight(
         )  # the job service's rule (jobs/validation.sample_prompt_problems): not a failed round mid-run
         scanned += [FieldProblem("sample_prompts", p) for p in small]
     problems = scanned + assistant_problems(resolved, family)  # needs the source: is the base distilled?
-    problems += guidance_problems(resolved, family, _facts(family, model_source(resolved), resolved.revision))
+    facts = _facts(family, model_source(resolved), resolved.revision)
+    problems += guidance_problems(resolved, family, facts)
+    if not resume:  # a sample prompt's guidance no preview applies (a run recorded before resumes as it did)
+        problems += sample_guidance_problems(resolved, family, facts)
     problems += planned_target_problems(resolved, family)  # lora_targets / patterns: the meta denoiser's
     problems += family.objective_problems(model_source(resolved), resolved.revision)  # e.g. an EDM SDXL
     init = None  # the file a fresh run starts from (training/init_lora.py), its ranks in `resolved`

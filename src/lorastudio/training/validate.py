@@ -2,16 +2,18 @@
 
 The held-out images (data/holdout.py) are encoded once in phase 2: a centre crop without flip at
 their bucket, the VAE posterior MEAN (no latent draw), their full caption (no dropout). Each one
-gets its own fixed noise, drawn once from a generator seeded by (seed, VALIDATION_STREAM, index),
+gets its own fixed noise, drawn once from a generator seeded by (validation_seed, VALIDATION_STREAM,
+index) (TrainConfig.validation_seed, not the run's `seed`; a run resumed from a checkpoint written
+before that setting: its `seed`, identity_rules.validation_noise_seed),
 and is measured at the same fixed noise levels, LEVELS: quantiles spread over the schedule (DDPM:
 timestep floor(q x T); flow: sigma q, shifted by the family's hook like a sampled one). A round
 runs under torch.no_grad() with the denoiser (and so the adapter) in eval mode (no LoRA dropout),
 then puts the mode back. Its value is the mean over images and levels of the per-sample MSE times
 the objective's weight (the training loss's weighting: min-SNR for DDPM, 1 for flow; a masked
 image's pixels weighted by its mask, training/step.py), so it is a
-function of the adapter weights alone: comparable across steps, and across runs with the same seed,
-dataset and split. It draws from no training stream: a run with validation trains exactly as one
-without it.
+function of the adapter weights alone: comparable across steps, and across runs with the same
+validation_seed, held-out images and split (a fraction's images are chosen by `seed`). It draws
+from no training stream: a run with validation trains exactly as one without it.
 
 Why hand-written: diffusers' training scripts have no held-out loss; this reuses the engine's own
 objective and family hooks so it measures exactly what training optimises.

@@ -56,6 +56,7 @@ def every_problem(
             allow_outside_root=True,
             decode_budget_s=0.0,
             host_checks=False,
+            fresh=not resume,
         )
     except ConfigError as err:
         rest = [p for p in err.problems if p.field not in ("output_name", "(config)")]

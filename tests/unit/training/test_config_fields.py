@@ -140,6 +140,8 @@ ELSEWHERE = {
     # issue 29 part 6
     "validation_split": "test_validation_loss (seeded hold-out never trained on; a folder; refused when nothing trains)",
     "validate_every": "test_validation_loss (rounds every N steps, same series for the same seed, exact resume)",
+    "validation_seed": "test_validation_seed (runs of other seeds: the same noise; another validation_seed: other "
+    "noise; an older checkpoint resumes with its seed's noise exactly)",
 }
 
 

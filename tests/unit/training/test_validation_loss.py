@@ -202,6 +202,7 @@ def test_sdxl_validates_at_fixed_timesteps(make_config):
     [
         ({"validation_split": 0.9}, "validation_split", "leaves no training image"),
         ({"validate_every": 2}, "validate_every", "needs validation_split"),
+        ({"validation_seed": 3}, "validation_seed", "needs validation_split"),
     ],
 )
 def test_refusals(make_config, overrides, field, text):

@@ -5102,6 +5102,12 @@ export interface components {
              */
             validate_every?: number | null;
             /**
+             * Validation Seed
+             * @description seed of the validation loss's fixed noise, apart from `seed`, so that runs of other seeds measure the same held-out images at the same noise (a fraction's held-out images are still chosen by `seed`: a validation folder holds out the same ones); a run resumed from a checkpoint of a version before it keeps the noise of its `seed`
+             * @default 0
+             */
+            validation_seed?: number;
+            /**
              * Validation Split
              * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/, as data_dir) of validation images; null = off
              * @default null
@@ -5689,6 +5695,12 @@ export interface components {
              * @description with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)
              */
             validate_every: number | null;
+            /**
+             * Validation Seed
+             * @description seed of the validation loss's fixed noise, apart from `seed`, so that runs of other seeds measure the same held-out images at the same noise (a fraction's held-out images are still chosen by `seed`: a validation folder holds out the same ones); a run resumed from a checkpoint of a version before it keeps the noise of its `seed`
+             * @default 0
+             */
+            validation_seed: number;
             /**
              * Validation Split
              * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/, as data_dir) of validation images; null = off

@@ -50,6 +50,7 @@ export const CONFIG_DEFAULTS: Partial<TrainConfig> = {
   "timestep_sampling": "logit_normal",
   "train_text_encoder": false,
   "unmasked_weight": 0,
+  "validation_seed": 0,
   "weight_decay": 0.0001
 };
 
@@ -156,6 +157,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "unmasked_weight": "loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = in between, or alpha_mask); 0 = they teach nothing",
   "v_prediction": "SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon (false); unset: as the file says (its v_pred key), else the base config's scheduler",
   "validate_every": "with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)",
+  "validation_seed": "seed of the validation loss's fixed noise, apart from `seed`, so that runs of other seeds measure the same held-out images at the same noise (a fraction's held-out images are still chosen by `seed`: a validation folder holds out the same ones); a run resumed from a checkpoint of a version before it keeps the noise of its `seed`",
   "validation_split": "images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/, as data_dir) of validation images; null = off",
   "weight_decay": "decoupled weight decay of the optimizer on the adapter weights"
 };

@@ -100,6 +100,10 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
           placeholder: "end only",
           hint: "optimizer steps: the held-out loss at fixed noise; best / last LoRA marked",
         })}
+        {c.num("validation_seed", "Validation seed", {
+          placeholder: "0",
+          hint: "seed of that fixed noise, apart from the run's seed: runs of other seeds compare",
+        })}
 
         <h3 className="grid-head">Optimizer</h3>
         {c.choice("optimizer", "Optimizer", OPTIMIZERS, {

@@ -135,6 +135,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   alpha_pattern: "mapping",
   validation_split: "number-or-text",
   validate_every: "integer",
+  validation_seed: "integer",
   alpha_mask: "bool",
   unmasked_weight: "number",
   loss: "text",

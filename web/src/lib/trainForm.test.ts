@@ -32,9 +32,9 @@ describe("train form", () => {
     expect(v.aspect_buckets).toBe(true);
   });
 
-  it("sends the validation split as a fraction or a folder name, and validate_every as a number", () => {
-    const v = { ...initialValues(flux), base_model: "m", data_dir: "shapes", validate_every: "50" };
-    expect(buildConfig({ ...v, validation_split: "0.1" }, flux, INFO.config_rules).config).toMatchObject({ validation_split: 0.1, validate_every: 50 });
+  it("sends the validation split as a fraction or a folder name, and validate_every / validation_seed as numbers", () => {
+    const v = { ...initialValues(flux), base_model: "m", data_dir: "shapes", validate_every: "50", validation_seed: "7" };
+    expect(buildConfig({ ...v, validation_split: "0.1" }, flux, INFO.config_rules).config).toMatchObject({ validation_split: 0.1, validate_every: 50, validation_seed: 7 });
     expect(buildConfig({ ...v, validation_split: " held-out " }, flux, INFO.config_rules).config.validation_split).toBe("held-out");
     expect(buildConfig({ ...v, validation_split: "" }, flux, INFO.config_rules).config).not.toHaveProperty("validation_split");
   });

@@ -99,6 +99,7 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "sample_seed",
   "validation_split",
   "validate_every",
+  "validation_seed",
   "alpha_mask",
   "unmasked_weight",
 ];
