@@ -365,9 +365,10 @@ def _children(folder: Path, named: Callable[[str], bool] | None = None) -> list[
 def losses_file_problem(run_dir: Path) -> str | None:
     """Why `run_dir`'s LOSSES_FILE cannot take this session's losses, else None (none there, or a
     regular file): a symbolic link (never followed in a run folder) or not a regular file (a FIFO,
-    a folder). Every checkpoint appends to it, so a resume refuses it before training rather than
-    fail at its first checkpoint (RELIABILITY 1642; the read side: training/loss_record.py). The
-    job service's resume check and the engine's restore both ask. No torch."""
+    a folder), or a regular file it cannot write (read-only: RELIABILITY 1740). Every checkpoint
+    appends to it, so a resume refuses it before training rather than fail at its first checkpoint
+    (RELIABILITY 1642; the read side: training/loss_record.py). The job service's resume check and
+    the engine's restore both ask. No torch."""
     path = run_dir / LOSSES_FILE
     try:
         mode = os.lstat(path).st_mode
@@ -380,8 +381,25 @@ def losses_file_problem(run_dir: Path) -> str | None:
     elif not stat.S_ISREG(mode):
         kind = "not a regular file"
     else:
-        return None
+        return _unwritable_losses(path)
     return (
         f"{path} is {kind}: the run appends its losses there at each checkpoint; put the file itself in "
         f'its place (cp --remove-destination "$(readlink -f {path})" {path}) or remove it, then resume'
     )
+
+
+def _unwritable_losses(path: Path) -> str | None:
+    """Why the regular file `path` (a LOSSES_FILE) cannot be opened for writing, else None: a
+    read-only file (its mode, another user's), file system or mount there (RELIABILITY 1740: the
+    resume trained up to its first checkpoint, whose append then failed). Opened as the appends
+    open it (no link followed, never blocking) and closed at once: nothing in it changes."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC))
+    except FileNotFoundError:
+        return None  # removed meanwhile: the next checkpoint writes one
+    except OSError as err:
+        return (
+            f"{path} cannot be written ({err.strerror or err}): the run appends its losses there at each "
+            f"checkpoint; make it writable (chmod u+w {path}, or a writable disk or mount), then resume"
+        )
+    return None

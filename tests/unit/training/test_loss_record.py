@@ -20,6 +20,7 @@ from lorastudio.training import loss_record
 from lorastudio.training.loop import train
 from lorastudio.training.loss_record import RECORD_KEY, LossRecord
 from lorastudio.training.run_files import LOSSES_FILE, losses_file_problem
+from read_only import read_only
 from stop_at import stop_at
 
 
@@ -229,3 +230,22 @@ def test_a_resume_refuses_a_link_or_a_fifo_at_losses_bin_before_training(tmp_pat
     path.unlink()
     path.mkdir()
     assert "not a regular file" in losses_file_problem(tmp_path)
+
+
+def test_a_resume_refuses_a_read_only_losses_bin_before_training(tmp_path):
+    """RELIABILITY 1740: a losses.bin the run cannot write (read-only: its mode, a mount) passed the
+    resume's checks; the resume trained up to its first checkpoint, whose append then failed the
+    run. The job service's resume check and the engine's restore now refuse it first, naming the
+    file and the fix; the file is left as it was."""
+    record = LossRecord()
+    record.append(0.5)
+    entry = record.flush(tmp_path)
+    path = tmp_path / LOSSES_FILE
+    before = path.read_bytes()
+    with read_only(path):
+        why = losses_file_problem(tmp_path)
+        assert why is not None and str(path) in why and "cannot be written" in why and "chmod u+w" in why
+        with pytest.raises(ConfigError, match="cannot be written") as err:
+            LossRecord().restore(tmp_path, 1, {"losses": [0.5], RECORD_KEY: entry})
+        assert err.value.problems[0].field == "resume"
+    assert path.read_bytes() == before and losses_file_problem(tmp_path) is None
