@@ -27,7 +27,9 @@ def read_only(path: Path) -> Iterator[Path]:
         return
     if shutil.which("mount") is None:
         pytest.skip("a read-only file for root needs a read-only bind mount: no mount command")
-    bound = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True, text=True, check=False)
+    bound = subprocess.run(
+        ["mount", "--bind", str(path), str(path)], capture_output=True, text=True, check=False
+    )
     if bound.returncode != 0:
         pytest.skip(f"a read-only file for root needs a bind mount: {bound.stderr.strip()}")
     try:
