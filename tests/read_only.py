@@ -16,7 +16,7 @@ import pytest
 
 @contextmanager
 def read_only(path: Path) -> Iterator[Path]:
-    """`path` (an existing regular file) not writable for this process during the block."""
+    """`path` (an existing regular file or folder) not writable for this process during the block."""
     if os.geteuid() != 0:
         mode = path.stat().st_mode
         path.chmod(mode & ~0o222)

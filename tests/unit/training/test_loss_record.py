@@ -19,7 +19,8 @@ from lorastudio.settings import get_settings
 from lorastudio.training import loss_record
 from lorastudio.training.loop import train
 from lorastudio.training.loss_record import RECORD_KEY, LossRecord
-from lorastudio.training.run_files import LOSSES_FILE, losses_file_problem
+from lorastudio.training.losses_file import losses_file_problem
+from lorastudio.training.run_files import LOSSES_FILE
 from read_only import read_only
 from stop_at import stop_at
 
@@ -249,3 +250,7 @@ def test_a_resume_refuses_a_read_only_losses_bin_before_training(tmp_path):
             LossRecord().restore(tmp_path, 1, {"losses": [0.5], RECORD_KEY: entry})
         assert err.value.problems[0].field == "resume"
     assert path.read_bytes() == before and losses_file_problem(tmp_path) is None
+    with read_only(tmp_path):  # the run folder: every checkpoint stages there
+        why = losses_file_problem(tmp_path)
+        assert why is not None and f"the run folder {tmp_path} is " in why and "make it writable" in why
+    assert losses_file_problem(tmp_path) is None
