@@ -25,6 +25,10 @@ Who stages this way, and who removes their leftovers:
   (`cross_device.killed_copies`, from jobs/leftovers.py), and so does a CLI command that removes
   a killed upload's staging (data/staging_owner.remove_stale_staging): those two levels only, by
   name, never a read of the dataset's images.
+- The saved Dynamo graphs (training/precompile.py, kind "tmp": `<Inductor's cache>/lorastudio-
+  dynamo/<key>/.<class>-<signature>.bin.<pid>-<hex>.tmp`, and its `.refused` notes): the next
+  save into that key's folder removes what killed savers left there, and an older version's
+  `tempfile.mkstemp` names a day old (RELIABILITY 1741).
 - In a folder the user named (kind "staging" for `lora convert|merge|resize` and a run's LoRA
   files, lora/files.py; "partial" for `generate --out`, cli/generate_cmd.py): the next such write
   into that folder removes what killed writers of its kind left there (`remove_killed_staging`).
@@ -112,10 +116,16 @@ def write_staged_text(target: Path, text: str) -> None:
     """Write `text` (UTF-8) to `target` whole or not at all: staged beside it (`staging_path`: a
     killed writer's is removed at a server start), fsynced, renamed into place, its folder fsynced.
     Raises OSError; the staging file never stays behind this process."""
+    write_staged_bytes(target, text.encode("utf-8"))
+
+
+def write_staged_bytes(target: Path, data: bytes) -> None:
+    """`write_staged_text` of bytes: `target` holds `data` whole or is as it was. Raises OSError;
+    the staging file never stays behind this process (a kill's: `killed_writers_staging`)."""
     tmp = staging_path(target)
     try:
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.write(text)
+        with open(tmp, "wb") as out:
+            out.write(data)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, target)
@@ -214,18 +224,18 @@ def home_staging(home: Path) -> list[Path]:
     return found
 
 
-def remove_killed_staging(folder: Path, kind: str) -> list[Path]:
+def remove_killed_staging(folder: Path, kind: str, older: re.Pattern[str] | None = None) -> list[Path]:
     """Remove what killed writers of `kind` left in `folder` (`killed_writers_staging`, and the
-    older names of `kind` without a pid a day old: OLDER_USER_STAGING, `older_stale`), each
-    logged, through the folder's descriptor (a folder swapped for a link meanwhile is not
-    followed); one that cannot be removed is skipped. Returns the removed paths."""
+    older names of `kind` without a pid a day old: `older`, by default OLDER_USER_STAGING's,
+    `older_stale`), each logged, through the folder's descriptor (a folder swapped for a link
+    meanwhile is not followed); one that cannot be removed is skipped. Returns the removed paths."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return []
     removed: list[Path] = []
     try:
-        for name in _killed(fd, kind, older=OLDER_USER_STAGING.get(kind)):
+        for name in _killed(fd, kind, older=older or OLDER_USER_STAGING.get(kind)):
             try:
                 os.unlink(name, dir_fd=fd)
             except FileNotFoundError:  # another command removed it meanwhile

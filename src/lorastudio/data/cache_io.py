@@ -107,24 +107,29 @@ def read_shard_bytes(shard: Path) -> bytes | None:
         os.close(fd)
 
 
-def write_shard_bytes(shard: Path, data: bytes) -> bool:
+def write_shard_bytes(shard: Path, data: bytes, problems: list[str] | None = None) -> bool:
     """Write `data` to `shard` (a disk_cache.shard_path): staged beside it, then renamed onto
     it, its folders made and walked without following links. Returns False when it cannot be
-    written (disk full, a link or a folder in the way, the cache cleared under the run)."""
+    written (disk full, a link or a folder in the way, the cache cleared under the run), and then
+    appends "<shard>: <the reason>" to `problems` where given (what a run tells: RELIABILITY 1742)."""
     root, names = _below(shard)
     staged = staging_name(shard).name
     try:
         folder = _open_folder(root, names, create=True)
-    except OSError:
+    except OSError as err:
+        if problems is not None:
+            problems.append(f"{shard}: {err.strerror or err}")
         return False
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
         with os.fdopen(os.open(staged, flags, 0o666, dir_fd=folder), "wb") as fh:
             fh.write(data)
         os.replace(staged, shard.name, src_dir_fd=folder, dst_dir_fd=folder)
-    except OSError:
+    except OSError as err:
         with contextlib.suppress(OSError):
             os.unlink(staged, dir_fd=folder)
+        if problems is not None:
+            problems.append(f"{shard}: {err.strerror or err}")
         return False
     finally:
         os.close(folder)

@@ -36,8 +36,8 @@ from lorastudio.training.checkpoint import (
 from lorastudio.training.extend import extension_steps, finished_problem
 from lorastudio.training.identity import check_identity, config_as_recorded, dataset_files, run_identity
 from lorastudio.training.identity_base import RELOCATABLE, record_for
+from lorastudio.training.losses_file import losses_file_problem
 from lorastudio.training.relocation import moved_problems, with_entry_paths
-from lorastudio.training.run_files import losses_file_problem
 
 
 @dataclass(frozen=True)

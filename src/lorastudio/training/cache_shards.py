@@ -26,15 +26,19 @@ def _crc(tensors: dict[str, torch.Tensor]) -> str:
 
 
 def write_shard(
-    path: Path, tensors: dict[str, torch.Tensor], metadata: Mapping[str, str] | None = None
+    path: Path,
+    tensors: dict[str, torch.Tensor],
+    metadata: Mapping[str, str] | None = None,
+    problems: list[str] | None = None,
 ) -> bool:
     """Write `tensors` (CPU, fp32) to shard `path` (data/cache_io.write_shard_bytes: staged,
     renamed, no link followed; another writer of the same key writes the same bytes), with
     `metadata` (strings, e.g. a caption's token count) beside its crc32.
-    Returns False when the disk refused it."""
+    Returns False when the disk refused it (its path and reason appended to `problems`)."""
     from safetensors.torch import save
 
-    return write_shard_bytes(path, save(tensors, metadata={**(metadata or {}), "crc32": _crc(tensors)}))
+    data = save(tensors, metadata={**(metadata or {}), "crc32": _crc(tensors)})
+    return write_shard_bytes(path, data, problems)
 
 
 def _metadata(data: bytes) -> dict[str, Any]:

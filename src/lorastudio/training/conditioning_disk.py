@@ -82,6 +82,19 @@ class DiskConditioning(Mapping[str, dict[str, torch.Tensor]]):
     ):
         self.root, self.model, self.shard_keys, self.kept = root, model, keys, kept
         self.signature = signature  # what the run's encoders give (None: not known, not checked)
+        self.unwritten: list[str] = []  # "<shard>: <reason>" of the shards the disk refused (rank 0's)
+
+    def unwritten_note(self) -> str | None:
+        """A RunWarning's text when caption shards could not be written (disk full, read-only:
+        held in RAM for this run, encoded again by the next), else None (RELIABILITY 1742)."""
+        if not self.unwritten:
+            return None
+        return (
+            f"{len(self.unwritten)} text embedding shard(s) could not be written to the disk cache "
+            f"{self.root / KIND / self.model} ({self.unwritten[0]}): this run keeps them in RAM and the next run "
+            "encodes them again; free space there (lorastudio cache prune), or set LORASTUDIO_CACHE_DIR to a "
+            "writable disk"
+        )
 
     def __getitem__(self, text: str) -> dict[str, torch.Tensor]:
         if text in self.kept:
@@ -185,6 +198,7 @@ def encode_texts_on_disk(
         counts.update(found or {})
 
     stale: list[str] = []  # why the kept signature is not what the encoders give (a fresh caption's misfit)
+    unwritten: list[str] = []  # the shards the disk refused, "<shard>: <reason>" (rank 0 writes)
 
     def sink(group: int, text: str, tensors: dict[str, torch.Tensor]) -> bool:
         if group != 0 or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
@@ -197,7 +211,7 @@ def encode_texts_on_disk(
             return True  # rank 0 writes it; this rank reads it after the barrier
         own = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
         kept = {TOKENS: str(counts[text])} if text in counts else None
-        written = write_shard(shard_path(root, KIND, model, keys[text]), own, kept)
+        written = write_shard(shard_path(root, KIND, model, keys[text]), own, kept, problems=unwritten)
         if not written and ctx.distributed:
             raise DatasetError(
                 "cannot write the text embedding cache", [f"{shard_path(root, KIND, model, keys[text])}"]
@@ -249,7 +263,9 @@ def encode_texts_on_disk(
     barrier(ctx)
     if said is not None and ctx.is_main and measurable:  # rank 0 encodes whenever any rank does
         said += [cut] if (cut := cut_note(family.spec, cfg, captions, counts)) else []
-    return [DiskConditioning(root, model, keys, found[0], signature), *found[1:]]
+    first = DiskConditioning(root, model, keys, found[0], signature)
+    first.unwritten = unwritten
+    return [first, *found[1:]]
 
 
 def _form(tensors: Mapping[str, torch.Tensor]) -> Summary:

@@ -121,6 +121,21 @@ class DiskLatents:
         )
         self.kept = kept  # shards that could not be written: key -> tensors
         self.encoded = 0  # images encoded by this run (the others' shards were on disk)
+        self.unwritten: list[str] = []  # "<shard>: <reason>" of this rank's refused writes
+
+    def unwritten_note(self) -> str | None:
+        """A RunWarning's text when shards could not be written (disk full, read-only: they are
+        in RAM for this run, and the next run encodes them again), else None (RELIABILITY 1742:
+        said nowhere, while RAM took what the disk cache was chosen to hold)."""
+        if not self.kept:
+            return None
+        held = sum(t.numel() * t.element_size() for s in self.kept.values() for t in s.values())
+        why = f" ({self.unwritten[0]})" if self.unwritten else ""
+        return (
+            f"{len(self.kept)} latent shard(s) could not be written to the disk cache {self.root / KIND / self.model}"
+            f"{why}: this run keeps them in RAM ({held / 2**20:.2f} MB) and the next run encodes them again; "
+            "free space there (lorastudio cache prune), or set LORASTUDIO_CACHE_DIR to a writable disk"
+        )
 
     def _tensors(self, key: str) -> dict[str, torch.Tensor]:
         if key in self.kept:
@@ -223,6 +238,7 @@ def build_disk_latents(
     ctx = group_context()
     todo = gather_round(todo, ctx)[0]  # rank 0's view (a rank may write before another has looked)
     kept: dict[str, dict[str, torch.Tensor]] = {}
+    unwritten: list[str] = []  # this rank's refused writes, "<shard>: <reason>"
     total, every = len(items), max(1, len(todo) // 100)
     emit(Preparing(phase="latents", done=total - len(todo), total=total))
     for members, mine in round_robin(len(todo), ctx):
@@ -249,7 +265,7 @@ def build_disk_latents(
                 }
                 if controls is not None:
                     tensors.update(control_tensors(controls, k))
-                if not write_shard(shard_path(root, KIND, model, v.key), tensors):
+                if not write_shard(shard_path(root, KIND, model, v.key), tensors, problems=unwritten):
                     failed[v.key] = tensors
         for result in gather_round(failed, ctx)[: len(members)]:
             kept.update(result or {})
@@ -258,7 +274,9 @@ def build_disk_latents(
             emit(Preparing(phase="latents", done=total - len(todo) + done, total=total))
     barrier(ctx)
     held = [[dataclasses.replace(v, rng=None) for v in vs] for vs in variants]  # the rngs are done with
-    return DiskLatents(root, model, items, held, spec.vae_scale_factor, kept), len(todo)
+    source = DiskLatents(root, model, items, held, spec.vae_scale_factor, kept)
+    source.unwritten = unwritten
+    return source, len(todo)
 
 
 def hold_latent_entry(cfg: TrainConfig, root: Path, holds: list[int] | None) -> str:

@@ -80,6 +80,7 @@ from lorastudio.training.distributed import (
     process_device,
     start_group,
 )
+from lorastudio.training.ema_preview import finish_preview_ema
 from lorastudio.training.events import (
     Complete,
     DatasetWarnings,
@@ -232,6 +233,7 @@ def train(
             lora_path = export_run(run, state, stopped)
             state.keeper.finish()
             state.loras.finish()
+            finish_preview_ema(run.run_dir)  # an earlier session's preview pair (RELIABILITY 1743)
         elif not save or state.resume is None:
             trackers.close()  # before their folders go (W&B's writer would make its own again)
             if _may_remove(run, state, emit):
@@ -300,6 +302,7 @@ def _save_final(run: PreparedRun, state: RunState, clock: PhaseClock) -> None:
         state.keeper.finish()
     if state.loras is not None:
         state.loras.finish()
+    finish_preview_ema(run.run_dir)  # an earlier session's preview pair (RELIABILITY 1743)
     clock.mark(FINAL_LORA_SAVED)
 
 

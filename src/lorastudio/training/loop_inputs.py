@@ -23,9 +23,9 @@ from lorastudio.data.preservation_texts import encode_list, preservation_texts
 from lorastudio.families.single_file import model_source
 from lorastudio.settings import Settings
 from lorastudio.training.conditioning import Conditioning, captions_to_encode, edit_prompts, encode_texts
-from lorastudio.training.conditioning_disk import encode_texts_on_disk, with_texts
+from lorastudio.training.conditioning_disk import DiskConditioning, encode_texts_on_disk, with_texts
 from lorastudio.training.distributed import StopPoll
-from lorastudio.training.events import DatasetWarnings, Emit, ModelLoadCompleted, ModelLoadStarted
+from lorastudio.training.events import DatasetWarnings, Emit, ModelLoadCompleted, ModelLoadStarted, RunWarning
 from lorastudio.training.identity_rules import validation_noise_seed
 from lorastudio.training.latents import (
     EncodedPerStep,
@@ -97,6 +97,9 @@ def encode_conditioning(
         for line in cut:
             log.warning("%s", line)  # the run's log, the CLI's stderr (its `warning:` lines)
         emit(DatasetWarnings(warnings=[*run.dataset_warnings, *cut]))  # the record's whole list
+    if isinstance(conds, DiskConditioning) and (note := conds.unwritten_note()) is not None:
+        log.warning("%s", note)  # disk full or read-only: said, not silent (RELIABILITY 1742)
+        emit(RunWarning(step=state.steps_run, message=note))
     conds = with_texts(conds, kept)  # the class-word captions beside the captions (RAM)
     if not sees and not cfg.train_text_encoder:  # the wall-time record's text tokens (run_timings.py)
         state.text_tokens = conditioning_tokens(family.spec, conds, [v for vs in variants for v in vs])
@@ -142,6 +145,9 @@ def prepare_latents(
                 run, vae, rng, cache_root(settings), emit=emit, check_stop=stop, holds=state.cache_entries
             )
             state.latents_encoded = disk.encoded  # the wall-time record scales by it (run_timings.py)
+            if (note := disk.unwritten_note()) is not None:  # disk full or read-only: said, not silent
+                log.warning("%s", note)
+                emit(RunWarning(step=state.steps_run, message=note))
             return disk
         return build_latent_cache(family, vae, items, cfg, rng, device=run.device, emit=emit, check_stop=stop)
     finally:

@@ -39,7 +39,8 @@ from typing import Any, BinaryIO
 
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.folder_guard import check_folder
-from lorastudio.training.run_files import LOSSES_FILE, losses_file_problem
+from lorastudio.training.losses_file import losses_file_problem
+from lorastudio.training.run_files import LOSSES_FILE
 
 RECORD_KEY = "loss_record"  # state.pt's entry naming the checkpoint's losses in LOSSES_FILE
 WINDOW = 1000  # the newest losses state.pt keeps itself (8 KB)
@@ -137,7 +138,8 @@ class LossRecord:
         `state`. Returns None, or a note (a RunWarning's) when LOSSES_FILE does not hold them as the
         checkpoint recorded (missing, shorter, another file's): the steps before state.pt's window
         are then NaN, and the next flush writes them all again. Raises ConfigError (field "resume")
-        where LOSSES_FILE is a link or not a regular file (run_files.losses_file_problem)."""
+        where LOSSES_FILE is a link or not a regular file, or it or the run folder cannot be written
+        (training/losses_file.py)."""
         why = losses_file_problem(run_dir)  # refused now, not at the first checkpoint's append
         if why is not None:
             raise ConfigError([FieldProblem("resume", why)])

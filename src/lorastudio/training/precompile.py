@@ -55,7 +55,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import tempfile
+import re
 import time
 import warnings
 import weakref
@@ -65,6 +65,7 @@ from typing import Any
 
 import torch
 
+from lorastudio.staged_files import TMP, remove_killed_staging, write_staged_bytes, write_staged_text
 from lorastudio.training.precompile_key import (
     input_signature,
     local_classes,
@@ -83,6 +84,7 @@ log = logging.getLogger(__name__)
 
 ENV = "LORASTUDIO_PRECOMPILE"  # "1": on; "0": off (the ordinary compile only); unset: on for CUDA only
 FOLDER = "lorastudio-dynamo"  # under Inductor's cache folder in use
+_OLDER_STAGING = re.compile(r"^\..+\.(bin|refused)\.[a-z0-9_]{8}\.tmp$")  # mkstemp's, before fix 1741
 # input signatures traced and saved per block class and run, at most, all in the run's first step
 # (end_first_step): FLUX.1's training forward, differential output preservation's no-grad one. A
 # later shape (a bucket) takes the ordinary compile, which goes dynamic at its second shape; each
@@ -238,10 +240,7 @@ def _note_refusal(marker: Path, err: BaseException) -> None:
     text = f"{type(err).__name__}: {str(err).strip()[:2000]}\n"
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
-        fd, staging = tempfile.mkstemp(dir=marker.parent, prefix=f".{marker.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(staging, marker)
+        write_staged_text(marker, text)
     except OSError as write_err:
         log.warning("precompile: could not record the refusal in %s: %s", marker, write_err)
 
@@ -298,22 +297,17 @@ def _guard_filter(entries: Any) -> list[bool]:
 
 def save_function(fn: Any, path: Path) -> None:
     """Write `fn` (an AOTCompiledFunction) to `path` atomically: a staging file in its folder,
-    then a rename; a concurrent writer's whole file or ours, never a part."""
+    then a rename; a concurrent writer's whole file or ours, never a part. The staging file names
+    this process (staged_files.staging_path): what a saver killed mid-write left in the folder
+    (MBs a graph) is removed first, and an older version's `mkstemp` name a day old (RELIABILITY
+    1741: each kill's stayed for ever)."""
     from torch._dynamo.aot_compile import AOTCompiledFunction
 
     result = AOTCompiledFunction.serialize(fn)
     data = result if isinstance(result, bytes) else result.serialized_data  # 2.11, 2.13: a SaveResult
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(staging, path)
-    except BaseException:
-        Path(staging).unlink(missing_ok=True)
-        raise
+    remove_killed_staging(path.parent, TMP, older=_OLDER_STAGING)
+    write_staged_bytes(path, data)
 
 
 def load_function(path: Path, f_globals: dict[str, Any]) -> Any:

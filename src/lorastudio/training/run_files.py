@@ -360,35 +360,3 @@ def _children(folder: Path, named: Callable[[str], bool] | None = None) -> list[
         return [folder / name for name in os.listdir(folder) if named is None or named(name)]
     except OSError:  # missing, a link to nowhere, or not a folder
         return []
-
-
-def losses_file_problem(run_dir: Path) -> str | None:
-    """Why `run_dir`'s LOSSES_FILE cannot take this session's losses, else None (none there, or a
-    regular file this user can read and write): a symbolic link (never followed in a run folder),
-    not a regular file (a FIFO, a folder), or a file this user cannot write (a read-only copy, or
-    another user's: the first checkpoint's append would fail on it). Every checkpoint appends to it, so a resume refuses it before training rather than
-    fail at its first checkpoint (RELIABILITY 1642; the read side: training/loss_record.py). The
-    job service's resume check and the engine's restore both ask. No torch."""
-    path = run_dir / LOSSES_FILE
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        return f"{path} cannot be read ({err.strerror or err})"
-    if stat.S_ISLNK(mode):
-        kind = "a symbolic link, which lorastudio does not follow in a run folder"
-    elif not stat.S_ISREG(mode):
-        kind = "not a regular file"
-    elif not os.access(path, os.R_OK | os.W_OK):  # read-only (a copy from a backup), another user's
-        return (
-            f"{path} is not readable and writable by this user (mode {stat.filemode(mode)}): the run "
-            f"appends its losses there at each checkpoint; give it write access (chmod u+rw {path}, as"
-            " its owner) or copy it to a file of your own in its place, then resume"
-        )
-    else:
-        return None
-    return (
-        f"{path} is {kind}: the run appends its losses there at each checkpoint; put the file itself in "
-        f'its place (cp --remove-destination "$(readlink -f {path})" {path}) or remove it, then resume'
-    )

@@ -276,3 +276,36 @@ def test_the_ema_swaps_back_the_raw_weights_and_refuses_a_foreign_state():
     assert torch.equal(param.detach(), torch.tensor([3.0, 4.0]))  # raw weights back
     with pytest.raises(ValueError, match="does not fit"):
         ema.load_state_dict({"shadow": {"v": torch.zeros(2)}, "updates": 1})
+
+
+@pytest.mark.slow  # three short runs (~10-20 s); the default suite: test_ema_preview_files.py
+def test_a_discarded_resume_keeps_the_preview_pair_it_found_and_a_finished_one_keeps_the_newest(make_config):
+    """RELIABILITY 1743: a resumed session's preview round removed the EMA preview pair an earlier
+    session kept (samples/<name>-step-N.ema.*), and a stop without save then removed its own: the
+    folder lost the weights of the earlier session's preview. It now removes an earlier session's
+    pair only when it ends well (beside keep_loras), keeping the newest step's."""
+    settings = {
+        "steps": 3, "sample_every": 1, "ema_decay": DECAY, "batch_size": 1,
+        "sample_prompts": ["a red circle"], "sample_steps": 1,
+    }  # fmt: skip
+    events, stop = _stop_at(1)
+    assert train(make_config(output_name="pair", **settings), events.append, stop, device="cpu").stopped
+    run_dir = get_settings().outputs_dir / "pair"
+
+    def pairs() -> list[str]:
+        return sorted(p.name for p in (run_dir / "samples").glob("*.ema.*"))
+
+    first = ["pair-step-000001.ema.json", "pair-step-000001.ema.safetensors"]
+    assert pairs() == first
+    seen: list = []
+
+    def discard() -> StopRequest | None:
+        done = [e for e in seen if e.type == "progress"]
+        return StopRequest(save=False) if done and done[-1].step >= 2 else None
+
+    resumed = train(
+        make_config(output_name="pair", **settings), seen.append, discard, device="cpu", resume=run_dir
+    )
+    assert resumed.stopped and pairs() == first  # was: [] (the step-2 pair gone with the session)
+    train(make_config(output_name="pair", **settings), [].append, device="cpu", resume=run_dir)
+    assert pairs() == ["pair-step-000002.ema.json", "pair-step-000002.ema.safetensors"]  # one pair

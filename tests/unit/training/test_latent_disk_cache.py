@@ -259,16 +259,45 @@ def test_the_preflight_says_how_many_images_a_run_reuses(tiny_model, small_datas
     assert preflight_report(auto, cpu)["latent_cache"]["mode"] == "memory"
 
 
-def test_shards_the_disk_refuses_stay_in_ram_for_the_run(make_config, monkeypatch):
-    from lorastudio.training import conditioning_disk, latents_disk
+def test_shards_the_disk_refuses_stay_in_ram_for_the_run_and_a_warning_says_so(make_config, monkeypatch):
+    """The run goes on with the refused shards in RAM; since RELIABILITY 1742 a RunWarning per
+    cache (latents, text embeddings) names the folder, the reason and the fix (was: not a word,
+    while RAM took what the disk cache was chosen to hold and the next run encoded it all again)."""
+    from lorastudio.training import cache_shards
 
     first, _ = _run(make_config, "first", latent_cache="memory")
-    monkeypatch.setattr(
-        latents_disk, "write_shard", lambda path, tensors, metadata=None: False
-    )  # a full disk
-    monkeypatch.setattr(conditioning_disk, "write_shard", lambda path, tensors, metadata=None: False)
-    full, _ = _run(make_config, "full")
+
+    def full_disk(shard, data, problems=None):  # what data/cache_io says of a full disk
+        if problems is not None:
+            problems.append(f"{shard}: No space left on device")
+        return False
+
+    monkeypatch.setattr(cache_shards, "write_shard_bytes", full_disk)
+    full, events = _run(make_config, "full")
     assert full.losses == first.losses and _shards() == _shards("text") == []
+    said = [e.message for e in events if e.type == "warning"]
+    root = cache_root(get_settings())
+    assert len(said) == 2, said
+    for kind in ("latents", "text"):
+        (note,) = [m for m in said if f"{root / kind}" in m]
+        assert "No space left on device" in note and "keeps them in RAM" in note
+        assert "LORASTUDIO_CACHE_DIR" in note
+
+
+def test_a_shard_write_the_disk_refuses_names_the_shard_and_why(tmp_path):
+    """data/cache_io.write_shard_bytes tells the run why (RELIABILITY 1742): a file where the
+    shard's folder goes (as a full disk refuses the folder) reads as the shard and the reason."""
+    from lorastudio.data.cache_io import write_shard_bytes
+    from lorastudio.data.disk_cache import shard_path
+
+    shard = shard_path(tmp_path, "latents", "m", "ab" + "0" * 62)
+    shard.parent.parent.mkdir(parents=True)
+    shard.parent.write_bytes(b"")  # a file in the folder's place
+    problems: list[str] = []
+    assert not write_shard_bytes(shard, b"x", problems)
+    assert problems == [f"{shard}: Not a directory"]
+    assert write_shard_bytes(shard_path(tmp_path, "latents", "m", "cd" + "0" * 62), b"x", problems)
+    assert len(problems) == 1
 
 
 def test_a_paired_run_caches_its_control_latents_and_re_encodes_a_changed_control(

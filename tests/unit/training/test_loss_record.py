@@ -20,7 +20,9 @@ from lorastudio.settings import get_settings
 from lorastudio.training import loss_record
 from lorastudio.training.loop import train
 from lorastudio.training.loss_record import RECORD_KEY, LossRecord
-from lorastudio.training.run_files import LOSSES_FILE, losses_file_problem
+from lorastudio.training.losses_file import losses_file_problem
+from lorastudio.training.run_files import LOSSES_FILE
+from read_only import read_only
 from stop_at import stop_at
 
 
@@ -232,20 +234,24 @@ def test_a_resume_refuses_a_link_or_a_fifo_at_losses_bin_before_training(tmp_pat
     assert "not a regular file" in losses_file_problem(tmp_path)
 
 
-def test_a_resume_refuses_a_losses_bin_it_cannot_write(tmp_path, monkeypatch):
-    """A regular losses.bin this user cannot write (a read-only copy from a backup, another user's
-    file in a shared home): the resume trained up to its first checkpoint and failed there on the
-    append (O_RDWR: PermissionError), as for a link (1642). As root every file is writable, so the
-    access answer is the system's where it can be (not root), else stood in for."""
-    LossRecord().flush(tmp_path)
+def test_a_resume_refuses_a_read_only_losses_bin_before_training(tmp_path):
+    """RELIABILITY 1740: a losses.bin the run cannot write (read-only: its mode, a mount) passed the
+    resume's checks; the resume trained up to its first checkpoint, whose append then failed the
+    run. The job service's resume check and the engine's restore now refuse it first, naming the
+    file and the fix; the file is left as it was."""
+    record = LossRecord()
+    record.append(0.5)
+    entry = record.flush(tmp_path)
     path = tmp_path / LOSSES_FILE
-    path.chmod(0o444)
-    if os.geteuid() == 0:
-        real = os.access
-        monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == path else real(p, mode))
-    why = losses_file_problem(tmp_path)
-    assert why is not None and "not readable and writable by this user (mode -r--r--r--)" in why, why
-    assert str(path) in why
-    path.chmod(0o644)
-    monkeypatch.undo()
+    before = path.read_bytes()
+    with read_only(path):
+        why = losses_file_problem(tmp_path)
+        assert why is not None and str(path) in why and "cannot be written" in why and "chmod u+w" in why
+        with pytest.raises(ConfigError, match="cannot be written") as err:
+            LossRecord().restore(tmp_path, 1, {"losses": [0.5], RECORD_KEY: entry})
+        assert err.value.problems[0].field == "resume"
+    assert path.read_bytes() == before and losses_file_problem(tmp_path) is None
+    with read_only(tmp_path):  # the run folder: every checkpoint stages there
+        why = losses_file_problem(tmp_path)
+        assert why is not None and f"the run folder {tmp_path} is " in why and "make it writable" in why
     assert losses_file_problem(tmp_path) is None
