@@ -7,6 +7,7 @@ on another host or in another pid namespace (which this reader cannot see) is le
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -76,6 +77,29 @@ def test_a_run_whose_process_is_gone_or_another_is_read_as_interrupted(settings:
         store.close()
 
 
+def _cli_train(config: str, log: str) -> None:
+    """`lorastudio train CONFIG --device cpu` in a child forked from the test process (its imports
+    done: a fresh interpreter's cost ~5 CPU s), its output to the file `log`; exits with the
+    command's status."""
+    from lorastudio.cli.app import main
+
+    with open(log, "w", encoding="utf-8") as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 - the child's own
+    sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.argv = ["lorastudio", "train", config, "--device", "cpu"]
+    code = 0
+    try:
+        main()
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
 def test_a_cli_run_killed_with_sigkill_is_interrupted_with_its_checkpoint(
     settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -86,24 +110,24 @@ def test_a_cli_run_killed_with_sigkill_is_interrupted_with_its_checkpoint(
     config = tmp_path / "run.json"
     body = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32}
     config.write_text(json.dumps({**body, "steps": 100_000, "save_every": 2, "output_name": "killed"}))
-    train = subprocess.Popen(
-        [sys.executable, "-m", "lorastudio.cli", "train", str(config), "--device", "cpu"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # a real process (its own pid and start token, killed by a real SIGKILL), forked rather than
+    # a fresh interpreter: the subject is the record it leaves, not its imports
+    log = tmp_path / "train.log"
+    train = multiprocessing.get_context("fork").Process(target=_cli_train, args=(str(config), str(log)))
+    train.start()
     run_dir = settings.outputs_dir / "killed"
     try:
         deadline = time.monotonic() + 240
         while not list_checkpoints(run_dir):
-            assert train.poll() is None, train.communicate()[1][-3000:]
+            assert train.is_alive(), log.read_text(encoding="utf-8")[-3000:]
             assert time.monotonic() < deadline, "no checkpoint was written"
             time.sleep(0.1)
         live = CliRunner().invoke(app, ["runs", "list"])
         assert live.exit_code == 0 and "\trunning\t" in live.output, live.output  # alive: not marked
     finally:
-        train.send_signal(signal.SIGKILL)
-        train.wait(30)
+        train.kill()
+        train.join(30)
+    assert train.exitcode == -signal.SIGKILL, train.exitcode
     killed_at = time.monotonic()
     listed = CliRunner().invoke(app, ["runs", "list"])
     listed_s = time.monotonic() - killed_at
