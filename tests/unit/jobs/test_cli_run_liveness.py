@@ -7,11 +7,9 @@ on another host or in another pid namespace (which this reader cannot see) is le
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +17,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
+from forked_cli import start_cli
 from live_server import LOOPBACK
 from lorastudio.api.app import create_app
 from lorastudio.jobs.records import JobStatus, now_iso
@@ -77,29 +76,6 @@ def test_a_run_whose_process_is_gone_or_another_is_read_as_interrupted(settings:
         store.close()
 
 
-def _cli_train(config: str, log: str) -> None:
-    """`lorastudio train CONFIG --device cpu` in a child forked from the test process (its imports
-    done: a fresh interpreter's cost ~5 CPU s), its output to the file `log`; exits with the
-    command's status."""
-    from lorastudio.cli.app import main
-
-    with open(log, "w", encoding="utf-8") as out:
-        os.dup2(out.fileno(), 1)
-        os.dup2(out.fileno(), 2)
-    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 - the child's own
-    sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-    sys.argv = ["lorastudio", "train", config, "--device", "cpu"]
-    code = 0
-    try:
-        main()
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(code)
-
-
 def test_a_cli_run_killed_with_sigkill_is_interrupted_with_its_checkpoint(
     settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -113,8 +89,7 @@ def test_a_cli_run_killed_with_sigkill_is_interrupted_with_its_checkpoint(
     # a real process (its own pid and start token, killed by a real SIGKILL), forked rather than
     # a fresh interpreter: the subject is the record it leaves, not its imports
     log = tmp_path / "train.log"
-    train = multiprocessing.get_context("fork").Process(target=_cli_train, args=(str(config), str(log)))
-    train.start()
+    train = start_cli(log, "train", str(config), "--device", "cpu")
     run_dir = settings.outputs_dir / "killed"
     try:
         deadline = time.monotonic() + 240
