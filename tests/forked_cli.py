@@ -18,7 +18,10 @@ from pathlib import Path
 
 
 def _main(args: list[str], log: str) -> None:
+    from lorastudio import processes
     from lorastudio.cli.app import main
+
+    processes.mp = multiprocessing  # the real one (tests/conftest.py's zygote is the test process's)
 
     with open(log, "w", encoding="utf-8") as out:
         os.dup2(out.fileno(), 1)
