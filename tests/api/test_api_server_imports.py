@@ -138,6 +138,24 @@ def test_the_gpu_probe_of_a_gpu_host_runs_in_a_child(
     assert starts.read_text() == "probe\n"  # one child for the three requests
 
 
+# The server's training workers forked from a zygote of the probe's own (tests/zygote.py, as the
+# suite's workers are): a fresh interpreter's pair of spawned workers imported torch, diffusers and
+# peft twice (~7 CPU s each); the zygote imports them once, outside the server, as a spawned
+# worker does (the server's sys.modules are the probe's; the zygote is another process).
+ZYGOTE_SETUP = f"""
+import multiprocessing, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+import zygote
+from lorastudio import processes
+
+class _ZygoteMultiprocessing:
+    def get_context(self, method=None):
+        return zygote.ZygoteContext() if method == "spawn" else multiprocessing.get_context(method)
+
+processes.mp = _ZygoteMultiprocessing()
+"""
+
+
 def test_family_lookups_do_not_import_torch_in_the_server(
     settings: Settings, sample_dataset: Path, tiny_model: Callable[[str], Path]
 ):
@@ -173,7 +191,7 @@ def test_family_lookups_do_not_import_torch_in_the_server(
     # the lora_targets check's child imports torch and diffusers: measured past its 120 s bound on
     # a 2-core host at load 10 (its preflight then leaves the check to the start: 200, not the
     # 400 asserted); that bound is target_check's own test's subject, not this one's
-    setup = "from lorastudio.jobs import target_check\ntarget_check.TIMEOUT_S = 400.0\n"
+    setup = ZYGOTE_SETUP + "from lorastudio.jobs import target_check\ntarget_check.TIMEOUT_S = 400.0\n"
     seen = _probe(settings.home, requests, setup)
     statuses = [status for status, _ in seen]
     assert statuses == [200, 400, 200, 400, 400, 400, 400, 201, 400, 201], seen

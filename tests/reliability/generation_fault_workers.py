@@ -66,3 +66,32 @@ def slow_steps_generation_worker(args: GenerationWorkerArgs, conn: Any) -> None:
 
     gen.generate_image = generate_image
     worker.generation_worker_main(args, conn)
+
+
+STAND_IN_OOM = "MemoryError: the stand-in worker's out of memory"
+
+
+def stand_in_generation_worker(args: GenerationWorkerArgs, conn: Any) -> None:
+    """The real worker's main loop (generation_worker_main: ready, jobs, replies, its exit codes)
+    whose jobs load no pipeline and import no torch: a job's PNG is one flat colour of its size
+    (the seed's), written as the real job writes it (`out_path`, its PNG text); an OOM_PROMPT job
+    answers "oom" and the worker exits OOM_EXIT_CODE, as after a real MemoryError. For a test of
+    what the server process does with a worker's replies (its imports), not of the pipeline."""
+    from PIL import Image
+
+    from lorastudio import json_read
+    from lorastudio.lora.shared import shared_copy
+
+    def run_job(resident: Resident, job: GenerationJob, report: Any = None, *rest: Any) -> tuple[Any, bool]:
+        if job.prompt.startswith(OOM_PROMPT):
+            return ("oom", STAND_IN_OOM), True
+        if report is not None:
+            report(("loaded", resident.key != job.key))
+        resident.key = job.key
+        image = Image.new("RGB", (job.width, job.height), (job.seed % 256, 0, 0))
+        meta = {**json_read.loads(job.png_meta), "width": image.width, "height": image.height}
+        image.save(job.out_path, format="PNG", pnginfo=worker.png_text(shared_copy(meta)))
+        return ("ok", {"width": image.width, "height": image.height, "seconds": 0.0, "loaded": True}), False
+
+    worker.run_job = run_job
+    worker.generation_worker_main(args, conn)

@@ -23,6 +23,7 @@ from PIL import Image
 from reliability_helpers import FINAL, record_figure, wait_for
 
 import lorastudio.api.deps as deps
+from cli_runner import run_cli_streams
 from live_server import LOOPBACK, WORKER_TIMEOUT_S
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
@@ -277,16 +278,24 @@ def test_docs_need_the_token_and_encoded_token_names_are_redacted(settings: Sett
 
 
 @pytest.mark.parametrize("blank", [" ", " \t "])
-def test_a_blank_token_is_no_token_and_allows_no_public_bind(settings: Settings, blank: str) -> None:
+def test_a_blank_token_is_no_token_and_allows_no_public_bind(
+    settings: Settings, blank: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lorastudio serve` run in this process (tests/cli_runner.py): the real process's refusal of
+    a public bind, its exit status and words, is test_a_public_bind_without_a_token_refuses_to_start's."""
+    import lorastudio.api.app as api_app
+
     assert Settings(home=settings.home, api_token=blank).api_token is None
-    env = {**os.environ, "LORASTUDIO_HOME": str(settings.home), "LORASTUDIO_API_TOKEN": blank}
-    done = subprocess.run(
-        [*SERVE, "--host", "0.0.0.0", "--port", str(_free_port())],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    monkeypatch.setenv("LORASTUDIO_HOME", str(settings.home))
+    monkeypatch.setenv("LORASTUDIO_API_TOKEN", blank)
+
+    def served(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a blank token let the server start on 0.0.0.0")
+
+    monkeypatch.setattr(api_app, "serve", served)
+    code, out, err = run_cli_streams(
+        capsys, monkeypatch, "serve", "--host", "0.0.0.0", "--port", str(_free_port())
     )
-    assert done.returncode != 0
-    out = done.stdout + done.stderr
+    assert code != 0
+    out = out + err
     assert "API token" in out and "blank" in out, out

@@ -8,10 +8,7 @@ about the files (jobs/killed_notes.py, training/fresh_mark.py: the mark names th
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +22,7 @@ from reliability_helpers import (
     writing_config,
 )
 
+from forked_cli import start_cli
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
 
@@ -37,33 +35,24 @@ def _killed_cli_run(settings: Settings, config: dict, tmp_path: Path) -> tuple[s
     run_dir = settings.outputs_dir / str(config["output_name"])
     path = tmp_path / f"{config['output_name']}.json"
     path.write_text(json.dumps(config))
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from lorastudio.cli.app import main; main()",
-            "train",
-            str(path),
-            "--device",
-            "cpu",
-        ],
-        env={**os.environ, "LORASTUDIO_HOME": str(settings.home)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    # a real process (forked from this one: tests/forked_cli.py; the home is studio_home's
+    # LORASTUDIO_HOME), kill -9'd: what it leaves is the subject, not its imports
+    log = tmp_path / f"{config['output_name']}.log"
+    child = start_cli(log, "train", str(path), "--device", "cpu")
     try:
 
         def wrote() -> bool:
-            if child.poll() is not None:
-                raise AssertionError(f"the run ended by itself ({child.returncode})")
+            if not child.is_alive():
+                raise AssertionError(f"the run ended by itself ({child.exitcode}): {log.read_text()[-2000:]}")
             return any((run_dir / "samples").glob("step-*.png")) and any(
                 (run_dir / "loras").glob("*.safetensors")
             )
 
         wait_for(wrote, 240, "the run's samples and snapshot", 0.02)
     finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(30)
+        child.kill()
+        child.join(30)
+    assert child.exitcode == -signal.SIGKILL, child.exitcode
     assert not (run_dir / "checkpoints").exists() or not any((run_dir / "checkpoints").glob("step-*"))
     store = RunStore.open(settings.db_path, recover=False)
     try:

@@ -1,6 +1,7 @@
-"""kill -9 the server (a real `lorastudio serve` process) mid-run: the worker dies with it; on
-restart the run record is intact and marked interrupted (also in the `lorastudio runs` CLI), and
-resuming it from its last checkpoint (POST /api/runs/{id}/resume) trains to the end."""
+"""kill -9 the server (a real `lorastudio serve` process) mid-run, a second run queued: the worker
+dies with it; before any server starts, `lorastudio runs list|show` read both runs as interrupted
+naming the server's pid; on restart the run record is intact and marked interrupted, and resuming
+it from its last checkpoint (POST /api/runs/{id}/resume) trains to the end."""
 
 from __future__ import annotations
 
@@ -48,11 +49,24 @@ def test_server_kill_then_restart_and_resume(
             "25 steps",
             poll=0.02,
         )
+        queued = client.post("/api/train/start", json={"config": flux_config(output_name="b"), "queue": True})
+        assert queued.status_code == 201 and queued.json()["status"] == "queued", queued.text
         proc.send_signal(signal.SIGKILL)  # the server dies without any cleanup
         proc.wait(10)
         t0 = time.monotonic()
         wait_for(lambda: not process_alive(seen["pid"]), 3, "the worker's death", poll=0.02)
         worker_gone_s = time.monotonic() - t0
+        server_pid = proc.pid
+
+    # Without a server, `runs list|show` (and any reader of the store) read the runs of a server
+    # killed outright as interrupted at once, naming the server's pid: they were left "running" /
+    # "queued" until the next server start (a user of the CLI alone saw them live for ever).
+    listed = cli_output(settings, "runs", "list")
+    for each in (job, queued.json()):
+        line = next(row for row in listed.splitlines() if row.startswith(each["id"][:8]))
+        assert "interrupted" in line, listed
+        shown = cli_output(settings, "runs", "show", each["id"])
+        assert "interrupted" in shown and f"pid {server_pid}" in shown, shown
 
     run_dir = settings.outputs_dir / "crash"
     assert partial_files(run_dir) == []
@@ -64,7 +78,8 @@ def test_server_kill_then_restart_and_resume(
         assert record["config"]["output_name"] == "crash" and record["config"]["steps"] == STEPS
         assert record["steps_run"] >= 25 and record["metrics"], record
         assert record["resume_step"] == int(kept[-1].name.split("-")[1])
-        assert [r["id"] for r in server.client.get("/api/runs").json()["runs"]] == [job["id"]]
+        listed_ids = [r["id"] for r in server.client.get("/api/runs").json()["runs"]]
+        assert sorted(listed_ids) == sorted([job["id"], queued.json()["id"]]), listed_ids
         assert server.client.get("/api/train/status").json()["job"] is None  # nothing runs after a restart
         resumed = server.client.post(f"/api/runs/{job['id']}/resume", json={})
         assert resumed.status_code == 201, resumed.text
@@ -89,33 +104,3 @@ def test_server_kill_then_restart_and_resume(
             "resumed_to_step": done["steps_run"],
         },
     )
-
-
-def test_runs_of_a_killed_server_read_as_interrupted_before_any_server_starts(
-    settings: Settings, shapes: Path, flux_config: Callable[..., dict]
-) -> None:
-    """Without a server, `runs list|show` (and any reader of the store) read the runs of a
-    server killed outright as interrupted at once, naming the server's pid: they were left
-    "running" / "queued" until the next server start (a user of the CLI alone saw them live for
-    ever)."""
-    with serve_process(settings) as (proc, client):
-        first = client.post("/api/train/start", json={"config": flux_config(output_name="a", steps=2000)})
-        assert first.status_code == 201, first.text
-        wait_for(
-            lambda: (j := client.get("/api/train/status").json()["job"]) and j["steps_run"] >= 1,
-            120,
-            "the first step",
-            poll=0.05,
-        )
-        queued = client.post("/api/train/start", json={"config": flux_config(output_name="b"), "queue": True})
-        assert queued.status_code == 201 and queued.json()["status"] == "queued", queued.text
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-        server_pid = proc.pid
-
-    listed = cli_output(settings, "runs", "list")
-    for job in (first.json(), queued.json()):
-        line = next(row for row in listed.splitlines() if row.startswith(job["id"][:8]))
-        assert "interrupted" in line, listed
-        shown = cli_output(settings, "runs", "show", job["id"])
-        assert "interrupted" in shown and f"pid {server_pid}" in shown, shown

@@ -4,20 +4,22 @@ it holds its claim), writing nothing; after a kill -9 of the first, the dataset 
 
 from __future__ import annotations
 
+import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from PIL import Image
 from typer.testing import CliRunner
 
+from forked_cli import start_cli
 from lorastudio.jobs.dataset_claims import CLAIMS_DIR, claim_keys, claim_root
 from lorastudio.settings import get_settings
 
 
-def test_a_second_cli_caption_is_refused_and_a_killed_one_blocks_nothing(tiny_vlm: Path) -> None:
+def test_a_second_cli_caption_is_refused_and_a_killed_one_blocks_nothing(
+    tiny_vlm: Path, tmp_path: Path
+) -> None:
     from lorastudio.cli.app import _register, app
 
     if not app.registered_commands:
@@ -28,19 +30,18 @@ def test_a_second_cli_caption_is_refused_and_a_killed_one_blocks_nothing(tiny_vl
     for i in range(4):
         Image.new("RGB", (40, 32), (60 * i, 80, 200)).save(folder / f"card{i}.png")
     args = ["datasets", "caption", "cards", "--model", str(tiny_vlm), "--device", "cpu", "--max-tokens", "4"]
-    first = subprocess.Popen(
-        [sys.executable, "-m", "lorastudio.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    log = tmp_path / "first-caption.log"
+    first = start_cli(log, *args)  # a real process, forked from this one (tests/forked_cli.py)
     try:
         deadline = time.monotonic() + 120
         keys = len(claim_keys(claim_root(folder, settings.datasets_dir)))  # its path's and its inode's
         # every key's record, not the first: frozen between two keys, the killed run left a staged
         # record that kept <home>/claims/ (RELIABILITY 1282; the session 34 flake on a loaded host)
         while len(list((settings.home / CLAIMS_DIR).glob(f"*.{first.pid}-*.holder"))) < keys:
-            assert first.poll() is None, first.communicate()[0]
+            assert first.is_alive(), log.read_text(encoding="utf-8")
             assert time.monotonic() < deadline, "the first caption run never claimed its dataset"
             time.sleep(0.02)
-        first.send_signal(signal.SIGSTOP)  # holds its claim, writes nothing more
+        os.kill(first.pid, signal.SIGSTOP)  # holds its claim, writes nothing more
         written = {p.name for p in folder.glob("*.txt")}
         second = CliRunner().invoke(app, args)
         assert second.exit_code == 3, second.output
@@ -50,8 +51,8 @@ def test_a_second_cli_caption_is_refused_and_a_killed_one_blocks_nothing(tiny_vl
         )
         assert {p.name for p in folder.glob("*.txt")} == written  # the refused run wrote nothing
     finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait(30)
+        first.kill()
+        first.join(30)
     again = CliRunner().invoke(app, args)  # the kernel dropped the killed run's claim
     assert again.exit_code == 0, again.output
     assert sorted(p.name for p in folder.glob("*.txt")) == [f"card{i}.txt" for i in range(4)]

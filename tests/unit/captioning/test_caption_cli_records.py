@@ -7,21 +7,23 @@ home lock refuses the CLI while a server owns the home (jobs/homelock.py)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from PIL import Image
 from typer.testing import CliRunner
 
+from forked_cli import start_cli
 from lorastudio.jobs.caption_records import list_records, records_dir
 from lorastudio.jobs.homelock import HomeLock
 from lorastudio.settings import get_settings
 from polling import until
 
 
-def test_a_killed_cli_caption_reads_interrupted_and_the_next_is_recorded(tiny_vlm: Path) -> None:
+def test_a_killed_cli_caption_reads_interrupted_and_the_next_is_recorded(
+    tiny_vlm: Path, tmp_path: Path
+) -> None:
     from lorastudio.cli.app import _register, app
 
     if not app.registered_commands:
@@ -32,12 +34,11 @@ def test_a_killed_cli_caption_reads_interrupted_and_the_next_is_recorded(tiny_vl
     for i in range(3):
         Image.new("RGB", (40, 32), (60 * i, 80, 200)).save(folder / f"card{i}.png")
     args = ["datasets", "caption", "cards", "--model", str(tiny_vlm), "--device", "cpu", "--max-tokens", "4"]
-    first = subprocess.Popen(
-        [sys.executable, "-m", "lorastudio.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    log = tmp_path / "first-caption.log"
+    first = start_cli(log, *args)  # a real process, forked from this one (tests/forked_cli.py)
     try:
         until(lambda: list(records_dir(settings.home).glob("*.json")), 120, "the CLI job's record")
-        first.send_signal(signal.SIGSTOP)  # mid-job (before or after its plan: either is a record)
+        os.kill(first.pid, signal.SIGSTOP)  # mid-job (before or after its plan: either is a record)
         (record,) = records_dir(settings.home).glob("*.json")
         left = json.loads(record.read_text(encoding="utf-8"))
         assert (left["job"]["status"], left["owner"]["pid"], left["owner"]["source"]) == (
@@ -47,8 +48,8 @@ def test_a_killed_cli_caption_reads_interrupted_and_the_next_is_recorded(tiny_vl
         )
         assert list_records(settings.home)[0]["status"] == "running"  # its process lives (stopped)
     finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait(30)
+        first.kill()
+        first.join(30)
     (killed,) = list_records(settings.home)
     assert killed["status"] == "interrupted", killed
     assert (

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
+from forked_cli import start_cli
 from live_server import LOOPBACK
 from lorastudio.api.app import create_app
 from lorastudio.jobs.records import JobStatus, now_iso
@@ -86,24 +86,23 @@ def test_a_cli_run_killed_with_sigkill_is_interrupted_with_its_checkpoint(
     config = tmp_path / "run.json"
     body = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32}
     config.write_text(json.dumps({**body, "steps": 100_000, "save_every": 2, "output_name": "killed"}))
-    train = subprocess.Popen(
-        [sys.executable, "-m", "lorastudio.cli", "train", str(config), "--device", "cpu"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # a real process (its own pid and start token, killed by a real SIGKILL), forked rather than
+    # a fresh interpreter: the subject is the record it leaves, not its imports
+    log = tmp_path / "train.log"
+    train = start_cli(log, "train", str(config), "--device", "cpu")
     run_dir = settings.outputs_dir / "killed"
     try:
         deadline = time.monotonic() + 240
         while not list_checkpoints(run_dir):
-            assert train.poll() is None, train.communicate()[1][-3000:]
+            assert train.is_alive(), log.read_text(encoding="utf-8")[-3000:]
             assert time.monotonic() < deadline, "no checkpoint was written"
             time.sleep(0.1)
         live = CliRunner().invoke(app, ["runs", "list"])
         assert live.exit_code == 0 and "\trunning\t" in live.output, live.output  # alive: not marked
     finally:
-        train.send_signal(signal.SIGKILL)
-        train.wait(30)
+        train.kill()
+        train.join(30)
+    assert train.exitcode == -signal.SIGKILL, train.exitcode
     killed_at = time.monotonic()
     listed = CliRunner().invoke(app, ["runs", "list"])
     listed_s = time.monotonic() - killed_at

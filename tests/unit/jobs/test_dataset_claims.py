@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import jobs_fake_workers as fakes
@@ -19,6 +18,7 @@ import pytest
 from caption_fake_workers import slow_fake_captioner, waiting_fake_captioner
 from typer.testing import CliRunner
 
+from forked_cli import finish, start_cli
 from lorastudio.captioning.options import CaptionOptions
 from lorastudio.errors import DatasetBusy
 from lorastudio.jobs.captioning import CaptionJobs
@@ -42,14 +42,10 @@ def _take(settings: Settings, folder: Path | str, mode: str, holder: str = "test
     return DatasetClaim.take(settings.home, settings.datasets_dir, [folder], mode, holder)
 
 
-def _cli(*args: str) -> subprocess.Popen[str]:
-    """A real `lorastudio` CLI process (this tree on PYTHONPATH, the test's LORASTUDIO_HOME)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "lorastudio.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+def _cli(log: Path, *args: str) -> BaseProcess:
+    """A real `lorastudio` CLI process, forked from this one (tests/forked_cli.py: its own pid,
+    claims and exit status; the test's LORASTUDIO_HOME), its output in `log`."""
+    return start_cli(log, *args)
 
 
 def _train_config(tmp_path: Path, model: Path, name: str, steps: int = 100_000) -> Path:
@@ -59,10 +55,10 @@ def _train_config(tmp_path: Path, model: Path, name: str, steps: int = 100_000) 
     return config
 
 
-def _wait_for_holder(settings: Settings, pid: int, proc: subprocess.Popen[str]) -> None:
+def _wait_for_holder(settings: Settings, pid: int, proc: BaseProcess, log: Path) -> None:
     deadline = time.monotonic() + 120
     while not list((settings.home / CLAIMS_DIR).glob(f"*.{pid}-*.holder")):
-        assert proc.poll() is None, proc.communicate()[0]
+        assert proc.is_alive(), log.read_text(encoding="utf-8")
         assert time.monotonic() < deadline, "the CLI run never claimed its dataset"
         time.sleep(0.1)
 
@@ -101,9 +97,10 @@ def test_cli_caption_refused_while_a_cli_train_reads_then_free_after_kill_9(
     if not app.registered_commands:
         _register()
     before = _captions(shapes)
-    train = _cli("train", str(_train_config(tmp_path, tiny_model("flux"), "r1")), "--device", "cpu")
+    log = tmp_path / "train.log"
+    train = _cli(log, "train", str(_train_config(tmp_path, tiny_model("flux"), "r1")), "--device", "cpu")
     try:
-        _wait_for_holder(settings, train.pid, train)
+        _wait_for_holder(settings, train.pid, train, log)
         caption = CliRunner().invoke(app, ["datasets", "caption", "shapes", "--model", vlm])
         assert caption.exit_code == 3, caption.output
         assert "dataset shapes not captioned: dataset 'shapes'" in caption.output
@@ -114,8 +111,9 @@ def test_cli_caption_refused_while_a_cli_train_reads_then_free_after_kill_9(
         assert jobs.busy_jobs() == {}  # withdrawn
         assert _captions(shapes) == before  # nothing written
     finally:
-        train.send_signal(signal.SIGKILL)
-        train.wait(30)
+        train.kill()
+        train.join(30)
+    assert train.exitcode == -signal.SIGKILL
     t0 = time.monotonic()
     with _take(settings, shapes, WRITE):  # free at once: the kernel dropped the dead run's lock
         assert time.monotonic() - t0 < 1
@@ -131,12 +129,16 @@ def test_a_server_caption_job_refuses_cli_train_and_cli_caption(
     jobs = CaptionJobs(settings, GpuArbiter(), target=waiting_fake_captioner, host_device=lambda: "cpu")
     job = jobs.start("shapes", CaptionOptions(model=vlm, overwrite=True))  # runs until cancelled
     try:
-        train = _cli("train", str(_train_config(tmp_path, model, "r2", steps=2)), "--device", "cpu")
-        caption = _cli("datasets", "caption", "shapes", "--model", vlm)
-        train_out, caption_out = train.communicate(timeout=300)[0], caption.communicate(timeout=300)[0]
+        logs = tmp_path / "train.log", tmp_path / "caption.log"
+        train = _cli(logs[0], "train", str(_train_config(tmp_path, model, "r2", steps=2)), "--device", "cpu")
+        caption = _cli(logs[1], "datasets", "caption", "shapes", "--model", vlm)
+        (train_code, train_out), (caption_code, caption_out) = (
+            finish(train, logs[0]),
+            finish(caption, logs[1]),
+        )
         holder = f"having its captions written by caption job {job['id']} (pid {os.getpid()})"
-        assert train.returncode == 2 and "dataset 'shapes'" in train_out and holder in train_out, train_out
-        assert caption.returncode == 3 and holder in caption_out, caption_out
+        assert train_code == 2 and "dataset 'shapes'" in train_out and holder in train_out, train_out
+        assert caption_code == 3 and holder in caption_out, caption_out
         assert jobs.get(job["id"])["status"] == "running"  # the job was not disturbed
     finally:
         jobs.cancel(job["id"])
