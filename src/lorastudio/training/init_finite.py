@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from lorastudio.errors import ModelSourceError
+
 F32_MAX = float(torch.finfo(torch.float32).max)
 
 
@@ -50,3 +52,14 @@ def refusal(path: object, module: str, what: str) -> str:
         "though each value is finite: the adapted layer's output would be inf and the run diverge; "
         "regenerate the file at a scale that fits float32"
     )
+
+
+def check_lora_layers(
+    path: object, modules: dict[str, tuple[torch.Tensor, torch.Tensor]], scale: float
+) -> None:
+    """Raise ModelSourceError (`refusal`) for the first layer, by name, of init_lora file `path`
+    whose change is not finite in float32; `modules` is {module: (down, up)} as peft_modules
+    reads a file, `scale` its alpha / rank. Asked before any layer is copied (RELIABILITY 1680)."""
+    for module, (down, up) in sorted(modules.items()):
+        if not lora_change_finite(up, down, scale):
+            raise ModelSourceError(refusal(path, module, "lora_up @ lora_down x alpha / rank"))

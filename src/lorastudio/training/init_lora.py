@@ -355,7 +355,7 @@ def load_init_lora(denoiser: Any, source: InitSource, family: str, adapter: str 
     changed since the preflight read it, a layer the denoiser has no adapter on or of another
     shape (the denoiser's adapter is then partly loaded: the run fails before its first step)."""
     from lorastudio.lora.convert import peft_modules
-    from lorastudio.training.init_finite import lora_change_finite, refusal
+    from lorastudio.training.init_finite import check_lora_layers
     from lorastudio.training.lora import module_scales
 
     _unchanged(source)
@@ -373,9 +373,7 @@ def load_init_lora(denoiser: Any, source: InitSource, family: str, adapter: str 
     scales = module_scales(denoiser)  # {module: (rank, alpha)} as peft resolved them
     layers = dict(denoiser.named_modules())
     modules = peft_modules(lora.tensors)
-    for module, (a, b) in sorted(modules.items()):  # each layer's change finite before any copy (1680)
-        if not lora_change_finite(b, a, file_scale):
-            raise ModelSourceError(refusal(source.path, module, "lora_up @ lora_down x alpha / rank"))
+    check_lora_layers(source.path, modules, file_scale)  # each layer's change finite before any copy (1680)
     for module, (a, b) in sorted(modules.items()):  # a [r, in, ...], b [out, r, ...]
         if module not in scales:
             raise ModelSourceError(f"init_lora {source.path}: the run has no adapter on its layer {module}")

@@ -10,7 +10,6 @@ import os
 import shutil
 import struct
 import threading
-from pathlib import Path
 
 import pytest
 import torch

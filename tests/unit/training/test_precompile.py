@@ -393,31 +393,3 @@ def test_a_function_set_on_an_instance_by_a_closure_takes_the_ordinary_compile_w
     lambda_block = ToyDenoiser().blocks[0]  # a module-level lambda: pickle cannot find it either
     lambda_block.proj.forward = types.MethodType(_SCALED, lambda_block.proj)
     assert precompile_key.local_instance_functions(lambda_block) == ["Linear.forward (<lambda>)"]
-
-
-def test_a_killed_savers_staging_file_goes_at_the_next_save_a_live_ones_stays(cache: Path):
-    """RELIABILITY 1741: a save killed mid-write left its `mkstemp` staging file (MBs a graph) in
-    the key's folder for ever, nothing removed it. The staging name now carries the saver's pid:
-    the next save there removes a dead saver's (and an older version's name a day old), never a
-    live one's, and no staging file of its own stays."""
-    import os
-    import time
-
-    torch._dynamo.reset()
-    x = torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(1))  # [B, N, D]
-    _compiled(x)
-    (saved,) = cache.glob("*/ToyBlock-*.bin")
-    folder = saved.parent
-    dead = folder / f".{saved.name}.999999999-abcdef.tmp"  # no such pid
-    live = folder / f".{saved.name}.{os.getpid()}-abcdef.tmp"  # a saver beside this one
-    older = folder / f".{saved.name}.k3_x9q0z.tmp"  # mkstemp's, before the fix
-    for path in (dead, live, older):
-        path.write_bytes(b"half a graph")
-    past = time.time() - 2 * 24 * 3600
-    os.utime(older, (past, past))
-    saved.unlink()  # the next run saves again into this folder
-    torch._dynamo.reset()
-    _compiled(x)
-    assert precompile.COUNTERS["saved"] == 2
-    assert saved.is_file() and live.is_file() and not dead.exists() and not older.exists()
-    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == [live.name]
