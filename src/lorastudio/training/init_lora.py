@@ -8,17 +8,17 @@ The file is read as `lorastudio lora convert` reads one (lora/file_read.read_lor
 lora/text_encoder_files.denoiser_part: diffusers, kohya / ComfyUI, OneTrainer and BFL names of
 the family, per-layer alphas and adapter-config patterns folded into each lora_B), so any file
 generation and convert take starts a run the same way. The reader gives each layer's change as
-s_f * B @ A (s_f = the PeftLora's alpha / rank); the run's adapter applies s_r * B' @ A' (s_r =
-its layer's alpha / rank, as peft resolved it), so A' = A and B' = B * s_f / s_r. A DoRA file's
+s_f * B @ A (s_f = the PeftLora's alpha / rank; finite in float32: init_finite); the run's adapter
+applies s_r * B' @ A' (s_r = its layer's alpha / rank, as peft resolved it), so A' = A and
+B' = B * s_f / s_r. A DoRA file's
 magnitudes (peft's m, diffusers layout) are copied as they are: its change B @ A is the same, so
 its normalised weight is too. An SDXL file's text-encoder layers start the run's text-encoder LoRA
 (train_text_encoder); LoHa / LoKr files and DoRA files of the LyCORIS layout (`.dora_scale`, the
 magnitude computed from the base weights at the load): training/init_lycoris.py.
 
-Why hand-written: peft's set_peft_model_state_dict loads tensors as they are (the file's scale
-is not the run's where the file folded alpha / rank into lora_B, as every diffusers file of
-lorastudio does) and, for a layer the file lacks, says nothing; here each layer is copied with
-its scale and a layer missing from the file is named.
+Why hand-written: peft's set_peft_model_state_dict loads tensors as they are (the file's scale is
+not the run's where the file folded alpha / rank into lora_B, as every diffusers file of lorastudio
+does) and, for a layer the file lacks, says nothing; here each is copied with its scale, a missing one named.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError, ModelSourceError
-from lorastudio.training.init_lora_rules import FIELD, file_sha256, init_lora_path
+from lorastudio.training.init_lora_rules import FIELD, file_sha256, init_lora_path, unchanged_since_preflight
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -301,7 +301,9 @@ def load_init_text_encoders(text_encoders: Any, source: InitSource, cfg: TrainCo
     from lorastudio.lora.text_encoders import file_module
 
     _, folded = read_init_lora(source.path, cfg.family)
-    _unchanged(source)  # the bytes the preflight hashed (the denoiser's load checks them again)
+    unchanged_since_preflight(
+        source.path, source.sha256
+    )  # the bytes the preflight hashed (the denoiser's load checks them again)
     scale = float(cfg.lora_alpha) / int(cfg.lora_rank)
     params = {}  # the files' "<encoder>.text_model.<module>.lora_A.weight" -> the run's parameter
     for name, param in text_encoders.named_parameters().items():  # "<encoder>.<module>.lora_A.default.weight"
@@ -341,12 +343,6 @@ class InitLoad:
         )
 
 
-def _unchanged(source: InitSource) -> None:
-    """Raise ModelSourceError when the file's bytes are no longer those the preflight hashed."""
-    if file_sha256(source.path) != source.sha256:
-        raise ModelSourceError(f"init_lora {source.path} changed since the run's preflight read it")
-
-
 @torch.no_grad()
 def load_init_lora(denoiser: Any, source: InitSource, family: str, adapter: str = "lora") -> InitLoad:
     """Put the file `source` into `denoiser`'s freshly added adapter ("default") of kind `adapter`
@@ -358,17 +354,19 @@ def load_init_lora(denoiser: Any, source: InitSource, family: str, adapter: str 
     from lorastudio.training.init_finite import check_lora_layers
     from lorastudio.training.lora import module_scales
 
-    _unchanged(source)
+    unchanged_since_preflight(source.path, source.sha256)
     if lycoris_layout(source.path, adapter):
         from lorastudio import families
         from lorastudio.training.init_lycoris import load_init_lycoris
 
         count, fresh = load_init_lycoris(denoiser, source.path, families.get(family).spec.pipeline_class)
-        _unchanged(source)  # not replaced while it was read
+        unchanged_since_preflight(source.path, source.sha256)  # not replaced while it was read
         return InitLoad(count, fresh)
     lora, _ = read_init_lora(source.path, family)
     magnitudes = dora_magnitudes(source.path, family) if adapter == "dora" else {}
-    _unchanged(source)  # not replaced between the check above and the reads (they open it again)
+    unchanged_since_preflight(
+        source.path, source.sha256
+    )  # not replaced between the check above and the reads (they open it again)
     file_scale = lora.alpha / lora.rank
     scales = module_scales(denoiser)  # {module: (rank, alpha)} as peft resolved them
     layers = dict(denoiser.named_modules())

@@ -337,3 +337,10 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def unchanged_since_preflight(path: Path, sha256: str) -> None:
+    """Raise ModelSourceError when init_lora file `path`'s bytes are no longer those the preflight
+    hashed (`sha256`): asked before and after a run's load reads it (training/init_lora.py)."""
+    if file_sha256(path) != sha256:
+        raise ModelSourceError(f"init_lora {path} changed since the run's preflight read it")
