@@ -17,7 +17,8 @@ Host names:
 
 Others get 421 Misdirected Request with a JSON body naming the Host and the setting to change.
 Every response (refusals included) carries `X-Frame-Options: DENY` and
-`Content-Security-Policy: frame-ancestors 'self'`, so no other site can frame the UI.
+`Content-Security-Policy: frame-ancestors 'self'`, so no other site can frame the UI, and
+`X-Content-Type-Options: nosniff`, so a browser renders no answer as a type it was not sent as.
 
 Hand-written rather than Starlette's TrustedHostMiddleware: that one splits the port off at
 the first ':' (so `[::1]:7860` never matches), cannot express 127.0.0.0/8 and answers a plain
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -38,6 +40,8 @@ WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
 SECURITY_HEADERS = (
     (b"x-frame-options", b"DENY"),
     (b"content-security-policy", b"frame-ancestors 'self'"),
+    # a served file is never content-sniffed into another type (a caption or JSON read as HTML)
+    (b"x-content-type-options", b"nosniff"),
 )
 
 
@@ -53,14 +57,24 @@ def is_loopback(host: str) -> bool:
 
 def host_name(header: str) -> str:
     """The host part of a Host header value, lower-cased, without port or IPv6 brackets
-    ("[::1]:7860" -> "::1", "Localhost:80" -> "localhost"). "" for an empty or malformed one."""
+    ("[::1]:7860" -> "::1", "Localhost:80" -> "localhost"). "" for an empty or malformed one: a
+    port that is not digits, or a name with a character no DNS name or address has
+    (`localhost:80@evil.example`, `localhost:x`, `127.0.0.1 evil`, `[::1]evil` were read as the
+    loopback name before them; RFC 9110 section 7.2 asks that a malformed Host be refused)."""
     value = header.strip().lower()
     if value.startswith("["):
         end = value.find("]")
-        return value[1:end] if end > 0 else ""
+        name, rest = (value[1:end], value[end + 1 :]) if end > 0 else ("", "")
+        return name if _HOST_TAIL.fullmatch(rest) and _IPV6_CHARS.fullmatch(name) else ""
     if value.count(":") > 1:  # a bare IPv6 address (not valid in Host, but unambiguous)
-        return value
-    return value.partition(":")[0]
+        return value if _IPV6_CHARS.fullmatch(value) else ""
+    name, colon, port = value.partition(":")
+    return name if _HOST_NAME.fullmatch(name) and _HOST_TAIL.fullmatch(colon + port) else ""
+
+
+_HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9._-]*[a-z0-9_.])?")  # a DNS name (punycode) or IPv4
+_IPV6_CHARS = re.compile(r"[0-9a-f:.]+(?:%[a-z0-9._~-]+)?")  # an IPv6 address, maybe a zone
+_HOST_TAIL = re.compile(r"(?::[0-9]{0,5})?")  # after the name: nothing, or a port (RFC 3986: may be empty)
 
 
 class HostPolicy:
