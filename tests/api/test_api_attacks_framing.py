@@ -15,7 +15,8 @@ import pytest
 from api_helpers import LiveServer
 from fastapi.testclient import TestClient
 
-from lorastudio.api.hosts import HostPolicy
+from lorastudio.api.docs_pages import DOCS_CSP
+from lorastudio.api.hosts import PAGE_CSP, HostPolicy
 
 MALFORMED_HOSTS = [
     "localhost:80@evil.example",
@@ -68,3 +69,10 @@ def test_every_answer_tells_the_browser_not_to_sniff_its_type(client: TestClient
 def test_a_malformed_host_is_a_421_naming_it(client: TestClient, host: str) -> None:
     resp = client.get("/api/info", headers={"Host": host})
     assert resp.status_code == 421 and host in resp.json()["detail"]
+
+
+def test_answers_carry_the_page_policy_and_the_docs_pages_keep_their_own(client: TestClient) -> None:
+    ui = client.get("/api/info").headers["content-security-policy"]
+    assert ui == PAGE_CSP.decode() and "script-src 'self';" in ui and "object-src 'none'" in ui
+    docs = client.get("/docs").headers.get_list("content-security-policy")
+    assert docs == [DOCS_CSP, "frame-ancestors 'self'"]  # its own (ReDoc's blob: worker), and no framing

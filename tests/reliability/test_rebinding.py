@@ -13,6 +13,7 @@ import httpx
 import pytest
 from reliability_helpers import record_figure, serve_process
 
+from lorastudio.api.hosts import PAGE_CSP
 from lorastudio.settings import Settings
 
 EVIL = "evil.example"
@@ -118,7 +119,8 @@ def test_every_answer_forbids_framing_and_cross_site_writes_are_refused(
     for path in ("/", "/api/runs", "/api/runs/nope", "/gallery/x.png"):
         resp = client.get(path)
         assert resp.headers["x-frame-options"] == "DENY", path
-        assert resp.headers["content-security-policy"] == "frame-ancestors 'self'", path
+        assert resp.headers["content-security-policy"] == PAGE_CSP.decode(), path
+        assert resp.headers["x-content-type-options"] == "nosniff", path
     before = sorted(p.name for p in (settings.datasets_dir / "shapes").iterdir())
     gallery = settings.home / "gallery"
     gallery.mkdir(exist_ok=True)

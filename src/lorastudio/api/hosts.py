@@ -16,9 +16,10 @@ Host names:
   Host is answered: the token guards every API route and the page cannot know it.
 
 Others get 421 Misdirected Request with a JSON body naming the Host and the setting to change.
-Every response (refusals included) carries `X-Frame-Options: DENY` and
-`Content-Security-Policy: frame-ancestors 'self'`, so no other site can frame the UI, and
-`X-Content-Type-Options: nosniff`, so a browser renders no answer as a type it was not sent as.
+Every response (refusals included) carries `X-Frame-Options: DENY` and a
+Content-Security-Policy with `frame-ancestors 'self'`, so no other site can frame the UI;
+`X-Content-Type-Options: nosniff`, so a browser renders no answer as a type it was not sent as;
+and, unless the answer sets a policy of its own, `PAGE_CSP`: the studio's own scripts only.
 
 Hand-written rather than Starlette's TrustedHostMiddleware: that one splits the port off at
 the first ':' (so `[::1]:7860` never matches), cannot express 127.0.0.0/8 and answers a plain
@@ -37,12 +38,33 @@ from lorastudio.remote_access import origin_host
 from lorastudio.settings import Settings
 
 WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
-SECURITY_HEADERS = (
+# The page policy of every answer that sets none of its own: the UI loads only the studio's own
+# scripts, styles and images (its favicon is a data: URL); no plugin, no <base>, no form posted
+# elsewhere. A caption or name that ever reached the page as markup would run no script, and a
+# served file opened as a document (a download, a gallery image) runs none either.
+PAGE_CSP = "; ".join(
+    (
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self' 'unsafe-inline'",
+        "img-src 'self' data: blob:",
+        "font-src 'self' data:",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'self'",
+    )
+).encode()
+_FRAMING = (
     (b"x-frame-options", b"DENY"),
-    (b"content-security-policy", b"frame-ancestors 'self'"),
     # a served file is never content-sniffed into another type (a caption or JSON read as HTML)
     (b"x-content-type-options", b"nosniff"),
 )
+SECURITY_HEADERS = (*_FRAMING, (b"content-security-policy", PAGE_CSP))
+# an answer with a policy of its own (the API docs pages, api/docs_pages.py) keeps it, and gets
+# only the anti-framing rule beside it (every policy sent is enforced)
+_BESIDE_OWN_POLICY = (*_FRAMING, (b"content-security-policy", b"frame-ancestors 'self'"))
 
 
 def is_loopback(host: str) -> bool:
@@ -130,7 +152,12 @@ class HostGuard:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+                headers = message.get("headers", [])
+                own = any(k.lower() == b"content-security-policy" for k, _ in headers)
+                message = {
+                    **message,
+                    "headers": [*headers, *(_BESIDE_OWN_POLICY if own else SECURITY_HEADERS)],
+                }
             await send(message)
 
         await self.app(scope, receive, send_with_headers if scope["type"] == "http" else send)
