@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from lorastudio.api.docs_pages import DOCS_CSP
 from lorastudio.api.hosts import PAGE_CSP, HostPolicy
+from lorastudio.settings import Settings
 
 MALFORMED_HOSTS = [
     "localhost:80@evil.example",
@@ -76,3 +77,16 @@ def test_answers_carry_the_page_policy_and_the_docs_pages_keep_their_own(client:
     assert ui == PAGE_CSP.decode() and "script-src 'self';" in ui and "object-src 'none'" in ui
     docs = client.get("/docs").headers.get_list("content-security-policy")
     assert docs == [DOCS_CSP, "frame-ancestors 'self'"]  # its own (ReDoc's blob: worker), and no framing
+
+
+def test_a_lora_that_is_a_link_downloads_under_its_own_name(client: TestClient, settings: Settings) -> None:
+    """The download took the link target's name (here one holding CRLF, sent percent-encoded)."""
+    run = settings.outputs_dir / "mine"
+    run.mkdir(parents=True)
+    target = run / "evil\r\nSet-Cookie: a=b.safetensors"
+    target.write_bytes(b"0" * 16)
+    (run / "mine.safetensors").symlink_to(target.name)
+    resp = client.get("/api/loras/mine/file")
+    assert resp.status_code == 200 and resp.content == b"0" * 16
+    assert resp.headers["content-disposition"] == 'attachment; filename="mine.safetensors"'
+    assert "set-cookie" not in resp.headers
