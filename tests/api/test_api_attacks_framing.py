@@ -66,6 +66,13 @@ def test_every_answer_tells_the_browser_not_to_sniff_its_type(client: TestClient
     assert [r.headers.get("x-content-type-options") for r in answers] == ["nosniff"] * 3
 
 
+def test_no_other_sites_page_may_embed_an_answer(client: TestClient) -> None:
+    """A page of another site told a dataset's file that exists from one that does not by an
+    <img>'s onload / onerror (checked in Chromium with private-network checks off, as Firefox)."""
+    answers = [client.get("/api/info"), client.get("/gallery/none.png"), client.get("/")]
+    assert [r.headers.get("cross-origin-resource-policy") for r in answers] == ["same-origin"] * 3
+
+
 @pytest.mark.parametrize("host", ["localhost:80@evil.example", "[::1]evil.example"])
 def test_a_malformed_host_is_a_421_naming_it(client: TestClient, host: str) -> None:
     resp = client.get("/api/info", headers={"Host": host})

@@ -19,6 +19,8 @@ Others get 421 Misdirected Request with a JSON body naming the Host and the sett
 Every response (refusals included) carries `X-Frame-Options: DENY` and a
 Content-Security-Policy with `frame-ancestors 'self'`, so no other site can frame the UI;
 `X-Content-Type-Options: nosniff`, so a browser renders no answer as a type it was not sent as;
+`Cross-Origin-Resource-Policy: same-origin`, so no other site's page embeds one (an <img> of a
+gallery image or thumbnail: its onload / onerror told which files exist);
 and, unless the answer sets a policy of its own, `PAGE_CSP`: the studio's own scripts only.
 
 Hand-written rather than Starlette's TrustedHostMiddleware: that one splits the port off at
@@ -60,6 +62,9 @@ _FRAMING = (
     (b"x-frame-options", b"DENY"),
     # a served file is never content-sniffed into another type (a caption or JSON read as HTML)
     (b"x-content-type-options", b"nosniff"),
+    # no page of another origin may embed an answer (an <img>, <script>, <video> of it): such a
+    # page told a file that exists from one that does not by the image's onload / onerror
+    (b"cross-origin-resource-policy", b"same-origin"),
 )
 SECURITY_HEADERS = (*_FRAMING, (b"content-security-policy", PAGE_CSP))
 # an answer with a policy of its own (the API docs pages, api/docs_pages.py) keeps it, and gets
