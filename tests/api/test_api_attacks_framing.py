@@ -97,3 +97,18 @@ def test_a_lora_that_is_a_link_downloads_under_its_own_name(client: TestClient, 
     assert resp.status_code == 200 and resp.content == b"0" * 16
     assert resp.headers["content-disposition"] == 'attachment; filename="mine.safetensors"'
     assert "set-cookie" not in resp.headers
+
+
+def test_a_read_another_sites_page_makes_is_refused_but_a_link_followed_is_answered(
+    client: TestClient,
+) -> None:
+    """Another site's <img> of a thumbnail made the studio decode it (its timing told which files
+    exist, CORP only hides the answer)."""
+
+    def status(site: str, mode: str) -> int:
+        return client.get("/api/info", headers={"Sec-Fetch-Site": site, "Sec-Fetch-Mode": mode}).status_code
+
+    assert [status("cross-site", m) for m in ("no-cors", "cors", "navigate")] == [403, 403, 200]
+    assert [status("same-site", m) for m in ("no-cors", "navigate")] == [403, 200]
+    assert [status(s, "no-cors") for s in ("same-origin", "none")] == [200, 200]
+    assert client.get("/api/info").status_code == 200  # no fetch metadata: a script, curl
