@@ -15,7 +15,7 @@ Transfer-Encoding and Content-Length refused and its connection closed: request 
 api/framing.py), ProxiedNeedsToken (a request through a
 proxy refused without an API token) and RootPath (a proxy's sub-path; both api/proxy.py),
 PathGuard (encoded traversal: 404; api/path_guard.py), SameOriginWrites (writes from another
-origin or site refused; api/origin.py), HeadAsGet (a HEAD request answered as its GET, without a
+origin or site refused, and another site's page's own reads; api/origin.py), HeadAsGet (a HEAD request answered as its GET, without a
 body; api/downloads.py), BodyLimitAnswer (a body over its cap answered 413 in the JSON error
 shape; api/body_limit.py). Request bodies are capped at settings.max_json_mb by FastAPI's
 `max_body_size` given to every router (a declared Content-Length over it is a 413 before
