@@ -13,6 +13,7 @@ import httpx
 import pytest
 from reliability_helpers import record_figure, serve_process
 
+from lorastudio.api.hosts import PAGE_CSP
 from lorastudio.settings import Settings
 
 EVIL = "evil.example"
@@ -118,7 +119,8 @@ def test_every_answer_forbids_framing_and_cross_site_writes_are_refused(
     for path in ("/", "/api/runs", "/api/runs/nope", "/gallery/x.png"):
         resp = client.get(path)
         assert resp.headers["x-frame-options"] == "DENY", path
-        assert resp.headers["content-security-policy"] == "frame-ancestors 'self'", path
+        assert resp.headers["content-security-policy"] == PAGE_CSP.decode(), path
+        assert resp.headers["x-content-type-options"] == "nosniff", path
     before = sorted(p.name for p in (settings.datasets_dir / "shapes").iterdir())
     gallery = settings.home / "gallery"
     gallery.mkdir(exist_ok=True)
@@ -146,4 +148,7 @@ def test_every_answer_forbids_framing_and_cross_site_writes_are_refused(
     assert client.put(caption, json={"caption": "a red circle"}, headers=own).status_code == 200
     assert client.delete("/api/gallery/kept.png", headers=own).json() == {"deleted": ["kept.png"]}
     assert client.post("/api/train/stop", json={}, headers={"Sec-Fetch-Site": "none"}).status_code == 404
-    assert client.get("/api/runs", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 200
+    # a read another site's page makes by itself is refused too (fix 1717); a link followed is answered
+    assert client.get("/api/runs", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
+    navigate = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}
+    assert client.get("/api/runs", headers=navigate).status_code == 200

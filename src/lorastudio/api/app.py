@@ -10,10 +10,12 @@ or a root path (a reverse proxy's settings, api/proxy.py) without an API token, 
 values redacted from its logs.
 
 Middleware, outermost first: HostGuard (only loopback or configured Host headers are answered,
-anti-framing headers on every response; api/hosts.py), ProxiedNeedsToken (a request through a
+anti-framing headers on every response; api/hosts.py), AmbiguousFraming (a request sending both
+Transfer-Encoding and Content-Length refused and its connection closed: request smuggling;
+api/framing.py), ProxiedNeedsToken (a request through a
 proxy refused without an API token) and RootPath (a proxy's sub-path; both api/proxy.py),
 PathGuard (encoded traversal: 404; api/path_guard.py), SameOriginWrites (writes from another
-origin or site refused; api/origin.py), HeadAsGet (a HEAD request answered as its GET, without a
+origin or site refused, and another site's page's own reads; api/origin.py), HeadAsGet (a HEAD request answered as its GET, without a
 body; api/downloads.py), BodyLimitAnswer (a body over its cap answered 413 in the JSON error
 shape; api/body_limit.py). Request bodies are capped at settings.max_json_mb by FastAPI's
 `max_body_size` given to every router (a declared Content-Length over it is a 413 before
@@ -46,6 +48,7 @@ from lorastudio.api.deps import require_token
 from lorastudio.api.docs_pages import add_docs
 from lorastudio.api.downloads import HeadAsGet
 from lorastudio.api.errors import JSONOut, install_error_handlers
+from lorastudio.api.framing import AmbiguousFraming
 from lorastudio.api.host_wait import no_probe_waits
 from lorastudio.api.hosts import HostGuard, HostPolicy, is_loopback
 from lorastudio.api.origin import SameOriginWrites, install_log_redaction
@@ -142,6 +145,7 @@ def create_app(
     app.add_middleware(RootPath, root=settings.root_path)  # a proxy's sub-path kept (api/proxy.py)
     # a request through a proxy needs a token (403); api/proxy.py
     app.add_middleware(ProxiedNeedsToken, token_set=bool(settings.api_token))
+    app.add_middleware(AmbiguousFraming)  # Transfer-Encoding with Content-Length: 400 (api/framing.py)
     app.add_middleware(HostGuard, policy=HostPolicy.from_settings(settings))  # DNS rebinding: 421
     guarded = [Depends(no_probe_waits), Depends(require_token), Depends(check_inputs)]
     add_docs(app, guarded, web_dist)  # /openapi.json, /docs, /redoc; no CDN (api/docs_pages.py)

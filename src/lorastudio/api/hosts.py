@@ -16,8 +16,12 @@ Host names:
   Host is answered: the token guards every API route and the page cannot know it.
 
 Others get 421 Misdirected Request with a JSON body naming the Host and the setting to change.
-Every response (refusals included) carries `X-Frame-Options: DENY` and
-`Content-Security-Policy: frame-ancestors 'self'`, so no other site can frame the UI.
+Every response (refusals included) carries `X-Frame-Options: DENY` and a
+Content-Security-Policy with `frame-ancestors 'self'`, so no other site can frame the UI;
+`X-Content-Type-Options: nosniff`, so a browser renders no answer as a type it was not sent as;
+`Cross-Origin-Resource-Policy: same-origin`, so no other site's page embeds one (an <img> of a
+gallery image or thumbnail: its onload / onerror told which files exist);
+and, unless the answer sets a policy of its own, `PAGE_CSP`: the studio's own scripts only.
 
 Hand-written rather than Starlette's TrustedHostMiddleware: that one splits the port off at
 the first ':' (so `[::1]:7860` never matches), cannot express 127.0.0.0/8 and answers a plain
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -35,10 +40,36 @@ from lorastudio.remote_access import origin_host
 from lorastudio.settings import Settings
 
 WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
-SECURITY_HEADERS = (
+# The page policy of every answer that sets none of its own: the UI loads only the studio's own
+# scripts, styles and images (its favicon is a data: URL); no plugin, no <base>, no form posted
+# elsewhere. A caption or name that ever reached the page as markup would run no script, and a
+# served file opened as a document (a download, a gallery image) runs none either.
+PAGE_CSP = "; ".join(
+    (
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self' 'unsafe-inline'",
+        "img-src 'self' data: blob:",
+        "font-src 'self' data:",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'self'",
+    )
+).encode()
+_FRAMING = (
     (b"x-frame-options", b"DENY"),
-    (b"content-security-policy", b"frame-ancestors 'self'"),
+    # a served file is never content-sniffed into another type (a caption or JSON read as HTML)
+    (b"x-content-type-options", b"nosniff"),
+    # no page of another origin may embed an answer (an <img>, <script>, <video> of it): such a
+    # page told a file that exists from one that does not by the image's onload / onerror
+    (b"cross-origin-resource-policy", b"same-origin"),
 )
+SECURITY_HEADERS = (*_FRAMING, (b"content-security-policy", PAGE_CSP))
+# an answer with a policy of its own (the API docs pages, api/docs_pages.py) keeps it, and gets
+# only the anti-framing rule beside it (every policy sent is enforced)
+_BESIDE_OWN_POLICY = (*_FRAMING, (b"content-security-policy", b"frame-ancestors 'self'"))
 
 
 def is_loopback(host: str) -> bool:
@@ -53,14 +84,24 @@ def is_loopback(host: str) -> bool:
 
 def host_name(header: str) -> str:
     """The host part of a Host header value, lower-cased, without port or IPv6 brackets
-    ("[::1]:7860" -> "::1", "Localhost:80" -> "localhost"). "" for an empty or malformed one."""
+    ("[::1]:7860" -> "::1", "Localhost:80" -> "localhost"). "" for an empty or malformed one: a
+    port that is not digits, or a name with a character no DNS name or address has
+    (`localhost:80@evil.example`, `localhost:x`, `127.0.0.1 evil`, `[::1]evil` were read as the
+    loopback name before them; RFC 9110 section 7.2 asks that a malformed Host be refused)."""
     value = header.strip().lower()
     if value.startswith("["):
         end = value.find("]")
-        return value[1:end] if end > 0 else ""
+        name, rest = (value[1:end], value[end + 1 :]) if end > 0 else ("", "")
+        return name if _HOST_TAIL.fullmatch(rest) and _IPV6_CHARS.fullmatch(name) else ""
     if value.count(":") > 1:  # a bare IPv6 address (not valid in Host, but unambiguous)
-        return value
-    return value.partition(":")[0]
+        return value if _IPV6_CHARS.fullmatch(value) else ""
+    name, colon, port = value.partition(":")
+    return name if _HOST_NAME.fullmatch(name) and _HOST_TAIL.fullmatch(colon + port) else ""
+
+
+_HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9._-]*[a-z0-9_.])?")  # a DNS name (punycode) or IPv4
+_IPV6_CHARS = re.compile(r"[0-9a-f:.]+(?:%[a-z0-9._~-]+)?")  # an IPv6 address, maybe a zone
+_HOST_TAIL = re.compile(r"(?::[0-9]{0,5})?")  # after the name: nothing, or a port (RFC 3986: may be empty)
 
 
 class HostPolicy:
@@ -116,7 +157,12 @@ class HostGuard:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+                headers = message.get("headers", [])
+                own = any(k.lower() == b"content-security-policy" for k, _ in headers)
+                message = {
+                    **message,
+                    "headers": [*headers, *(_BESIDE_OWN_POLICY if own else SECURITY_HEADERS)],
+                }
             await send(message)
 
         await self.app(scope, receive, send_with_headers if scope["type"] == "http" else send)

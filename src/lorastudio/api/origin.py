@@ -11,7 +11,9 @@ scripts) are unaffected. No CORS headers are ever sent, so other origins cannot 
 Where the browser sends `Sec-Fetch-Site` (all current ones do), a state-changing request marked
 `cross-site` is refused as well, and one marked `same-site` unless its Origin is this server's:
 a page on a sibling host (another port of 127.0.0.1 is same-site) cannot write. `same-origin`
-and `none` (typed by the user) pass. A write that sends Origin, Host or Sec-Fetch-Site twice is
+and `none` (typed by the user) pass. A read (GET, HEAD, OPTIONS) marked `cross-site` or `same-site` is
+refused too unless it is a navigation (`Sec-Fetch-Mode: navigate`, a link followed): another
+site's <img> of a thumbnail made the studio decode it, and the time taken told which files exist. A write that sends Origin, Host or Sec-Fetch-Site twice is
 refused (the last Origin was the one compared: `Origin: evil, Origin: <own>` passed). Which
 hosts are answered at all is api/hosts.py's matter.
 
@@ -46,7 +48,13 @@ class SameOriginWrites:
         self.allowed_origins = allowed_origins  # normalised (remote_access.origin_entry)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in SAFE_METHODS:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] in SAFE_METHODS:
+            if (refusal := _embedded_read(scope["headers"])) is not None:
+                await send_json(send, 403, "CrossOriginRefused", refusal)
+                return
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
@@ -76,6 +84,24 @@ class SameOriginWrites:
             await self.app(scope, receive, send)
             return
         await send_json(send, 403, "CrossOriginRefused", detail)
+
+
+def _embedded_read(raw_headers: list[tuple[bytes, bytes]]) -> str | None:
+    """Why a read (GET, HEAD, OPTIONS) is refused, or None: one that another site's page makes
+    by itself (an <img>, <script>, fetch; `Sec-Fetch-Site` cross-site or same-site, any mode but
+    a navigation). Cross-Origin-Resource-Policy (api/hosts.py) already keeps its answer from that
+    page, but the studio still did the work (a thumbnail decoded), and the time it took told an
+    existing file from a missing one; refused here, every such read costs the same. A link
+    followed from another site (`Sec-Fetch-Mode: navigate`) is answered."""
+    headers = {k.lower(): v for k, v in raw_headers}
+    site = headers.get(b"sec-fetch-site", b"").strip().lower()
+    mode = headers.get(b"sec-fetch-mode", b"").strip().lower()
+    if site in (b"cross-site", b"same-site") and mode != b"navigate":
+        return (
+            f"request refused: a page of another site ({site.decode('latin-1')}) may not load the"
+            " studio's answers; open the studio itself"
+        )
+    return None
 
 
 def _listed(origin: str, allowed: frozenset[str]) -> bool:

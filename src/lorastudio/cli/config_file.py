@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.cli.peer_configs import peer_config_problem
+from lorastudio.config_import.reading import read_bytes
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.json_keys import DuplicateKeys, loads_unique
 from lorastudio.user_paths import expand_user, missing_file
@@ -19,7 +20,10 @@ from lorastudio.utf8_text import utf8_text
 def load_config_file(path: Path) -> dict[str, Any]:
     """Read a .json or .toml config file into a dict. Raises ConfigError (missing file, a folder
     or named pipe, unsupported extension, not UTF-8, syntax error, a key given twice, not a
-    table/object; another trainer's config file, naming it: cli/peer_configs.py). A UTF-8 byte-order mark (what Windows' Notepad writes first) is skipped."""
+    table/object; another trainer's config file, naming it: cli/peer_configs.py). A UTF-8 byte-order mark (what Windows' Notepad writes first) is skipped.
+    The file is opened once, without blocking, and read only when it is a regular file of at most
+    config_import.reading.MAX_BYTES: a 2 GB (sparse) `config.json` was read whole into memory,
+    and a pipe put in its place after the check blocked the command."""
     if not path.is_file():
         raise ConfigError([FieldProblem("config", missing_file(path))])
     suffix = path.suffix.lower()
@@ -52,9 +56,10 @@ def load_config_file(path: Path) -> dict[str, Any]:
 
 def _read_text(path: Path) -> str:
     """The file's text without a leading UTF-8 byte-order mark. Raises ValueError naming the line
-    and column of the first byte that is not UTF-8 (utf8_text), OSError."""
+    and column of the first byte that is not UTF-8 (utf8_text), ConfigError (not a regular file,
+    over the size cap, unreadable: config_import.reading.read_bytes)."""
     try:
-        return utf8_text(path.read_bytes())
+        return utf8_text(read_bytes(path, "config", "a lorastudio config"))
     except ValueError as err:
         raise ValueError(f"{err} (save it as UTF-8)") from None
 

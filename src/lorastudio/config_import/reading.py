@@ -32,10 +32,11 @@ def _refuse(where: str, why: str) -> ConfigError:
     return ConfigError([FieldProblem(where, why)])
 
 
-def read_bytes(path: Path, where: str) -> bytes:
+def read_bytes(path: Path, where: str, kind: str = "a trainer's config") -> bytes:
     """The bytes of the regular file `path` (a link is followed: a user's config may be one), at
     most MAX_BYTES. Raises ConfigError naming `where` (a folder, a pipe or device, too big,
-    unreadable)."""
+    unreadable); `kind` names what the file is in the size refusal. Also the reader of
+    lorastudio's own CLI config files (cli/config_file.py)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as err:
@@ -45,13 +46,13 @@ def read_bytes(path: Path, where: str) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise _refuse(where, f"{path} is not a regular file")
         if info.st_size > MAX_BYTES:
-            raise _refuse(where, f"{path} is {info.st_size} bytes: a trainer's config is at most {MAX_BYTES}")
+            raise _refuse(where, f"{path} is {info.st_size} bytes: {kind} is at most {MAX_BYTES}")
         chunks, total = [], 0
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
             total += len(chunk)
             if total > MAX_BYTES:  # grew since the fstat
-                raise _refuse(where, f"{path} is over {MAX_BYTES} bytes: a trainer's config is smaller")
+                raise _refuse(where, f"{path} is over {MAX_BYTES} bytes: {kind} is smaller")
         return b"".join(chunks)
     except OSError as err:
         raise _refuse(where, f"cannot read {path}: {err.strerror or err}") from None

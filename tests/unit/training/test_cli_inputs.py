@@ -81,3 +81,20 @@ def test_resume_takes_a_runs_name_under_outputs(capsys, monkeypatch, tmp_path: P
     (tmp_path / "named").mkdir()  # a folder of that name here is the one meant
     code, out = run_cli(capsys, monkeypatch, "train", "--resume", "named", "--device", "cpu")
     assert code == 2 and f"{tmp_path / 'named'} holds no checkpoint" in out, out
+
+
+def test_a_config_file_over_the_cap_is_refused_unread_and_a_link_loop_named(tmp_path: Path) -> None:
+    """A 2 GB sparse `config.json` was read whole into memory (then failed to parse); one byte
+    over the cap here, so that the old code's failure costs 4 MB."""
+    from lorastudio.config_import.reading import MAX_BYTES
+    from lorastudio.errors import ConfigError
+
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as fh:
+        fh.truncate(MAX_BYTES + 1)  # sparse: no disk used
+    with pytest.raises(ConfigError, match=rf"huge.json is {MAX_BYTES + 1} bytes: .* at most {MAX_BYTES}"):
+        load_config_file(huge)
+    loop = tmp_path / "loop.toml"
+    loop.symlink_to(loop)
+    with pytest.raises(ConfigError, match="loop.toml"):
+        load_config_file(loop)

@@ -117,7 +117,10 @@ def download(
     weights of `step`: its snapshot, or with EMA <name>.raw.safetensors for the final step; with
     `weights` "ema" the EMA weights of `step` (jobs/generation_inputs.lora_file; 404 when missing)."""
     path = lora_file(settings, name, step, weights)
-    return Download(path, media_type="application/octet-stream", filename=path.name)
+    # the run's LoRA is named <name>.safetensors, even where that file is a link (lora_file
+    # resolves it: the download took the target's name); a step's file keeps its own name
+    filename = f"{name}.safetensors" if step is None else path.name
+    return Download(path, media_type="application/octet-stream", filename=filename)
 
 
 @router.post(
