@@ -98,11 +98,34 @@ def resolve_entries(
             out += kohya_entries(mixed) if cfg.kohya_folders else [mixed]
         except (ConfigError, PathOutsideRoot, DatasetError) as err:
             errors.append((i, err))
+    errors += [(i, ConfigError([FieldProblem(entry_field(cfg, i), why)])) for i, why in _inner_folders(seen)]
     if errors and cfg.datasets is None:
         raise errors[0][1]  # data_dir: its own error, as before entries
     if errors:
         raise ConfigError([p for i, err in errors for p in _problems(entry_field(cfg, i), err)])
     return out
+
+
+def _inner_folders(seen: dict[Path, int]) -> list[tuple[int, str]]:
+    """(entry index, why) for each entry whose folder (resolved: `seen` maps each to its entry)
+    is the masks/ or a control folder (control/, control_2/ ...) of another entry's folder: its
+    files are that entry's loss masks or control images, and as an entry of their own they would
+    train as subject images (captioned by the trigger word; RELIABILITY 1730)."""
+    from lorastudio.data.masks import MASKS_DIR
+    from lorastudio.data.pairs import CONTROL_FOLDER
+
+    out = []
+    for root, i in seen.items():
+        outer = seen.get(root.parent)
+        if outer is None or not (root.name == MASKS_DIR or CONTROL_FOLDER.match(root.name)):
+            continue
+        what = "loss masks" if root.name == MASKS_DIR else "control images"
+        out.append(
+            (i, f"{root} is the {root.name}/ folder of datasets.{outer} ({root.parent}): its images are "
+                f"that entry's {what}, and as an entry of their own they would train as images to learn; "
+                "leave it out (or copy the images to a folder of their own if they are meant to train)")
+        )  # fmt: skip
+    return sorted(out)
 
 
 def resolved_folders(cfg: TrainConfig, datasets_root: Path, allow_outside_root: bool) -> list[Path]:
