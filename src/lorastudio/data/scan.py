@@ -134,6 +134,15 @@ def _sidecar_caption(caption_files: Sequence[Path], folder_id: FolderId, kohya: 
     return read_sidecar(caption_files[0], folder_id) if caption_files else None
 
 
+def _unused_row(image: str, caption_file: str) -> str:
+    """Why an image's metadata.jsonl row is not read: its caption file holds another text (a
+    caption file wins, data/captions.py), so the row's caption never trains (RELIABILITY 1731)."""
+    return (
+        f"the row of {image} is not used: {caption_file} holds another caption and a caption file wins "
+        f"over {METADATA_FILE} (delete one of the two)"
+    )
+
+
 def scan_dataset(
     root: Path,
     *,
@@ -257,6 +266,9 @@ def scan_dataset(
             uncaptioned.append(path.name)
             continue
         caption, source = chosen
+        row = (metadata.get(path.name) or "").strip()
+        if source == "txt" and row and row != (sidecar or "").strip():  # two captions: said which trains
+            dropped.append((METADATA_FILE, _unused_row(path.name, files.caption_files[path.stem][0].name)))
         if TRIGGER_PLACEHOLDER in caption:
             problems.append(f"{path.name}: the caption has {TRIGGER_PLACEHOLDER} but no trigger word is set")
             continue

@@ -233,3 +233,29 @@ def test_an_images_caption_files_found_alone_are_those_the_listing_gives(tmp_pat
     assert [p.name for p in listed["a"]] == ["a.TXT", "a.tXt", "a.txt"]
     (tmp_path / "c.caption").unlink()  # else refused: c.png would train without it (RELIABILITY 1002)
     assert _scan(tmp_path).items[0].caption == "a.TXT"
+
+
+def test_a_metadata_row_that_a_caption_file_overrides_is_named(tmp_path, make_image):
+    """RELIABILITY 1731: a.txt and a's metadata.jsonl row holding two captions trained the .txt's
+    without a word; the unused row is now listed with the reason (a row that agrees is not)."""
+    import json
+
+    for stem in ("a", "b", "c"):
+        make_image(tmp_path / f"{stem}.png")
+    (tmp_path / "a.txt").write_text("from the txt", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("same text\n", encoding="utf-8")
+    rows = [{"file_name": "a.png", "text": "from the row"}, {"file_name": "b.png", "text": "same text"}]
+    rows.append({"file_name": "c.png", "text": "only the row"})
+    (tmp_path / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+    scan = _scan(tmp_path)
+
+    assert [(it.caption, it.caption_source) for it in scan.items] == [
+        ("from the txt", "txt"),
+        ("same text", "txt"),
+        ("only the row", "metadata"),
+    ]
+    assert [(name, why.split(":")[0]) for name, why in scan.dropped] == [
+        ("metadata.jsonl", "the row of a.png is not used")
+    ]
+    assert "a.txt holds another caption" in scan.dropped[0][1]
