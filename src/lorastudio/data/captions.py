@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -255,6 +256,21 @@ def metadata_rows(path: Path) -> dict[str, dict[str, object]]:
             if isinstance(name, str) and (key := name.strip().removeprefix("./")) in named:
                 rows.setdefault(key, {**row, "file_name": key})
     return rows
+
+
+# other trainers' or templates' spellings of a trigger placeholder ({trigger}, <trigger>,
+# [TRIGGER], {{trigger_word}} ...): not replaced, they would train as text (RELIABILITY 1733)
+_PLACEHOLDER_LIKE = re.compile(r"[\[{<]{1,2}\s*trigger(?:[ _]?word)?\s*[\]}>]{1,2}", re.IGNORECASE)
+
+
+def unread_placeholder(caption: str) -> str | None:
+    """The first trigger placeholder of `caption` spelt otherwise than TRIGGER_PLACEHOLDER
+    ("{trigger}", "<trigger>", "[Trigger]", "{{trigger_word}}" ...), which apply_trigger does
+    not replace, or None."""
+    for match in _PLACEHOLDER_LIKE.finditer(caption):
+        if match.group() != TRIGGER_PLACEHOLDER:
+            return match.group()
+    return None
 
 
 def apply_trigger(caption: str, trigger_word: str | None) -> str:
