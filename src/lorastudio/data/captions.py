@@ -273,6 +273,16 @@ def unread_placeholder(caption: str) -> str | None:
     return None
 
 
+def overridden_row(image: str, caption_file: str) -> str:
+    """Why `image`'s metadata.jsonl row is not read, its caption file `caption_file` holding
+    another text (the precedence above): the reason the scan and the dataset listing give it
+    under `dropped` (RELIABILITY 1731)."""
+    return (
+        f"the row of {image} is not used: {caption_file} holds another caption and a caption file wins "
+        "over metadata.jsonl (delete one of the two)"
+    )
+
+
 def apply_trigger(caption: str, trigger_word: str | None) -> str:
     """Prepend "<trigger>, " unless `caption` already starts with the trigger as a whole word;
     a caption holding the TRIGGER_PLACEHOLDER "[trigger]" gets the word there instead.

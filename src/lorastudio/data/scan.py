@@ -20,6 +20,7 @@ from lorastudio.data.buckets import choose_bucket, make_buckets, resolution_prob
 from lorastudio.data.captions import (
     TRIGGER_PLACEHOLDER,
     choose_caption,
+    overridden_row,
     read_metadata,
     read_sidecar,
     unread_placeholder,
@@ -138,15 +139,6 @@ def _sidecar_caption(caption_files: Sequence[Path], folder_id: FolderId, kohya: 
     if kohya:
         return kohya_caption(caption_files, folder_id).text
     return read_sidecar(caption_files[0], folder_id) if caption_files else None
-
-
-def _unused_row(image: str, caption_file: str) -> str:
-    """Why an image's metadata.jsonl row is not read: its caption file holds another text (a
-    caption file wins, data/captions.py), so the row's caption never trains (RELIABILITY 1731)."""
-    return (
-        f"the row of {image} is not used: {caption_file} holds another caption and a caption file wins "
-        f"over {METADATA_FILE} (delete one of the two)"
-    )
 
 
 def scan_dataset(
@@ -274,7 +266,7 @@ def scan_dataset(
         caption, source = chosen
         row = (metadata.get(path.name) or "").strip()
         if source == "txt" and row and row != (sidecar or "").strip():  # two captions: said which trains
-            dropped.append((METADATA_FILE, _unused_row(path.name, files.caption_files[path.stem][0].name)))
+            dropped.append((METADATA_FILE, overridden_row(path.name, files.caption_files[path.stem][0].name)))
         if (other := unread_placeholder(caption)) is not None:  # it would train as text
             problems.append(
                 f"{path.name}: the caption holds {other}, which is not replaced: the trigger word's place is "

@@ -7,6 +7,7 @@ import pytest
 from PIL import Image
 
 from lorastudio.data import make_buckets, nearest_bucket, scan_dataset
+from lorastudio.data.dataset_detail import dataset_detail
 from lorastudio.errors import DatasetError
 
 
@@ -259,6 +260,11 @@ def test_a_metadata_row_that_a_caption_file_overrides_is_named(tmp_path, make_im
         ("metadata.jsonl", "the row of a.png is not used")
     ]
     assert "a.txt holds another caption" in scan.dropped[0][1]
+    listed = dataset_detail(tmp_path, 0, None)  # the Datasets page says the same
+    assert [d for d in listed["dropped"] if d["file"] == "metadata.jsonl"] == [
+        {"file": "metadata.jsonl", "reason": scan.dropped[0][1]}
+    ]
+    assert [f["caption"] for f in listed["files"]] == ["from the txt", "same text", "only the row"]
 
 
 def test_a_trigger_placeholder_spelt_otherwise_is_refused_naming_it(tmp_path, make_image):
