@@ -3,9 +3,10 @@ transparent everywhere) while `unmasked_weight` is 0, so every pixel of the imag
 weight 0 (training/step.mask_weights) and its samples teach nothing while taking their share of
 each step. The preflight names them (RELIABILITY 1732), as it names images without a mask.
 
-Each mask is decoded (data.masks.load_mask) for its brightest value; a dataset of more masked
-images than MAX_CHECKED has the first MAX_CHECKED checked and says so (the check runs at every
-preflight, and a mask's decode is not recorded with its content).
+Each mask is decoded (data.masks.load_mask) for its brightest value, remembered in this process
+by the mask file's sha256 (a server's preflights of one dataset decode each mask once: a 1 MP
+mask of noise takes ~15 ms here); a dataset of more masked images than MAX_CHECKED has the first
+MAX_CHECKED checked and says so.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from lorastudio.data.items import ImageItem, item_name
 from lorastudio.data.masks import load_mask
 from lorastudio.errors import DatasetError
 
-MAX_CHECKED = 2_000  # masks decoded per preflight (a grey 1 MP PNG: a few ms each)
+MAX_CHECKED = 1_000  # masks checked per preflight
+_BRIGHTEST: dict[str, int] = {}  # mask sha256 -> its brightest value (0-255)
+_REMEMBERED = 100_000  # the most kept (a few MB)
 NAMED = 10  # blank masks named in the warning; the rest are counted
 
 
@@ -32,13 +35,31 @@ def blank_masks(items: Sequence[ImageItem], labels: Sequence[str] = ()) -> tuple
     masked = list(seen.values())
     blank = []
     for item in masked[:MAX_CHECKED]:
-        try:
-            brightest = load_mask(item).getextrema()[1]
-        except DatasetError:
+        brightest = _brightest(item)
+        if brightest is None:
             continue
         if brightest == 0:
             blank.append(item_name(item, labels))
     return sorted(blank), max(0, len(masked) - MAX_CHECKED)
+
+
+def _brightest(item: ImageItem) -> int | None:
+    """The brightest value of the item's mask (None: it cannot be decoded now)."""
+    ref = item.mask
+    if ref is None:
+        return None
+    key = ref.sha256 or (f"alpha:{item.sha256}" if ref.alpha and item.sha256 else "")  # an alpha_mask's image
+    if key and key in _BRIGHTEST:
+        return _BRIGHTEST[key]
+    try:
+        brightest = int(load_mask(item).getextrema()[1])
+    except DatasetError:
+        return None
+    if key:
+        if len(_BRIGHTEST) >= _REMEMBERED:
+            _BRIGHTEST.clear()
+        _BRIGHTEST[key] = brightest
+    return brightest
 
 
 def blank_mask_warning(
