@@ -263,13 +263,26 @@ def metadata_rows(path: Path) -> dict[str, dict[str, object]]:
 _PLACEHOLDER_LIKE = re.compile(r"[\[{<]{1,2}\s*trigger(?:[ _]?word)?\s*[\]}>]{1,2}", re.IGNORECASE)
 
 
-def unread_placeholder(caption: str) -> str | None:
-    """The first trigger placeholder of `caption` spelt otherwise than TRIGGER_PLACEHOLDER
-    ("{trigger}", "<trigger>", "[Trigger]", "{{trigger_word}}" ...), which apply_trigger does
-    not replace, or None."""
+KOHYA_KEEP_SEPARATOR = "|||"  # sd-scripts' keep_tokens_separator as its guides spell it
+
+
+def unread_markup(caption: str) -> str | None:
+    """Why `caption` holds markup of another trainer that would train as text, or None: a
+    trigger placeholder spelt otherwise than TRIGGER_PLACEHOLDER ("{trigger}", "<trigger>",
+    "[Trigger]", "{{trigger_word}}" ...: apply_trigger does not replace it), or kohya's
+    keep_tokens_separator "|||" (the tags before it kept in front by kohya's shuffle; not read
+    here). Words "the caption ..." completes (RELIABILITY 1733)."""
     for match in _PLACEHOLDER_LIKE.finditer(caption):
         if match.group() != TRIGGER_PLACEHOLDER:
-            return match.group()
+            return (
+                f"holds {match.group()}, which is not replaced: the trigger word's place is written "
+                f"{TRIGGER_PLACEHOLDER}"
+            )
+    if KOHYA_KEEP_SEPARATOR in caption:
+        return (
+            f"holds {KOHYA_KEEP_SEPARATOR}, kohya's keep_tokens_separator, which is not read (it would train "
+            "as text): put the tags to keep first and set keep_tokens to their count"
+        )
     return None
 
 

@@ -23,7 +23,7 @@ from lorastudio.data.captions import (
     overridden_row,
     read_metadata,
     read_sidecar,
-    unread_placeholder,
+    unread_markup,
 )
 from lorastudio.data.decode_checks import check_images
 from lorastudio.data.decode_progress import DecodeProgress
@@ -267,11 +267,8 @@ def scan_dataset(
         row = (metadata.get(path.name) or "").strip()
         if source == "txt" and row and row != (sidecar or "").strip():  # two captions: said which trains
             dropped.append((METADATA_FILE, overridden_row(path.name, files.caption_files[path.stem][0].name)))
-        if (other := unread_placeholder(caption)) is not None:  # it would train as text
-            problems.append(
-                f"{path.name}: the caption holds {other}, which is not replaced: the trigger word's place is "
-                f"written {TRIGGER_PLACEHOLDER}"
-            )
+        if (markup := unread_markup(caption)) is not None:  # it would train as text
+            problems.append(f"{path.name}: the caption {markup}")
             continue
         if TRIGGER_PLACEHOLDER in caption:
             problems.append(f"{path.name}: the caption has {TRIGGER_PLACEHOLDER} but no trigger word is set")

@@ -269,8 +269,10 @@ def test_a_metadata_row_that_a_caption_file_overrides_is_named(tmp_path, make_im
 
 def test_a_trigger_placeholder_spelt_otherwise_is_refused_naming_it(tmp_path, make_image):
     """RELIABILITY 1733: "{trigger} on a beach" trained as that text ("sks, {trigger} on a
-    beach"): only [trigger] is replaced. Other spellings are now refused, each image named."""
-    for stem, caption in {"a": "{trigger} on a beach", "b": "<Trigger> at home", "c": "[trigger] ok"}.items():
+    beach"): only [trigger] is replaced. Other spellings, and kohya's "|||", are now refused,
+    each image named."""
+    captions = {"a": "{trigger} on a beach", "b": "<Trigger> at home", "c": "[trigger] ok", "d": "x ||| y, z"}
+    for stem, caption in captions.items():
         make_image(tmp_path / f"{stem}.png")
         (tmp_path / f"{stem}.txt").write_text(caption, encoding="utf-8")
 
@@ -280,11 +282,13 @@ def test_a_trigger_placeholder_spelt_otherwise_is_refused_naming_it(tmp_path, ma
     assert [p.split(",")[0] for p in caught.value.problems] == [
         "a.png: the caption holds {trigger}",
         "b.png: the caption holds <Trigger>",
+        "d.png: the caption holds |||",  # kohya's keep_tokens_separator
     ]
-    (tmp_path / "a.txt").unlink()
-    (tmp_path / "b.txt").unlink()
+    for stem in "abd":
+        (tmp_path / f"{stem}.txt").unlink()
     assert [it.caption for it in _scan(tmp_path, trigger_word="sks").items] == [
         "sks, a photo",
         "sks, a photo",
         "sks ok",
+        "sks, a photo",
     ]
