@@ -218,7 +218,10 @@ def scan_entries(
             items += at_resolution(
                 first, side, multiple, aspect_buckets=aspect_buckets, no_upscale=no_upscale
             )
-        dropped += [(f"{entry.label}/{name}" if many else name, why) for name, why in scan.dropped]
+        dropped += [
+            (f"{entry.label}/{name}" if many else name, _inner_entry(entry.root / name, filled) or why)
+            for name, why in scan.dropped
+        ]
     return DatasetScan(
         root=scans[0].root,
         items=items,
@@ -228,6 +231,13 @@ def scan_entries(
         control_dirs=tuple(control_dirs),
         entries=filled,
     )
+
+
+def _inner_entry(path: Path, entries: Sequence[MixEntry]) -> str | None:
+    """The dropped reason of an entry's sub-folder `path` that is an entry of the run itself (its
+    images do train), None for any other file."""
+    inner = next((e for e in entries if e.root == path), None)
+    return None if inner is None else f"sub-folder: trained as an entry of its own ({inner.label})"
 
 
 def mix_fingerprint(entries: Sequence[MixEntry]) -> str:

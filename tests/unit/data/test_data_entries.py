@@ -4,6 +4,7 @@ and a fingerprint that covers every entry (a single plain folder keeps its own).
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,6 @@ def test_an_entry_that_is_another_entrys_masks_or_control_folder_is_refused(tmp_
     assert "loss masks" in caught.value.problems[0].message
     alone = resolve_entries(_cfg(datasets=entries[:1] + entries[2:3]), tmp_path, allow_outside_root=True)
     assert [e.root for e in alone] == [p.resolve(), sub.resolve()]
+    shutil.rmtree(p / "control")  # a text-to-image family refuses a dataset with controls
+    dropped = dict(scan_entries(alone, multiple=16).dropped)
+    assert dropped[f"{p}/sub"] == f"sub-folder: trained as an entry of its own ({sub})"
