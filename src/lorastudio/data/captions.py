@@ -291,8 +291,8 @@ def overridden_row(image: str, caption_file: str) -> str:
     another text (the precedence above): the reason the scan and the dataset listing give it
     under `dropped` (RELIABILITY 1731)."""
     return (
-        f"the row of {image} is not used: {caption_file} holds another caption and a caption file wins "
-        "over metadata.jsonl (delete one of the two)"
+        f"the row of {image} only: {caption_file} holds another caption, and a caption file wins over "
+        "metadata.jsonl (delete one of the two)"
     )
 
 

@@ -257,7 +257,7 @@ def test_a_metadata_row_that_a_caption_file_overrides_is_named(tmp_path, make_im
         ("only the row", "metadata"),
     ]
     assert [(name, why.split(":")[0]) for name, why in scan.dropped] == [
-        ("metadata.jsonl", "the row of a.png is not used")
+        ("metadata.jsonl", "the row of a.png only")
     ]
     assert "a.txt holds another caption" in scan.dropped[0][1]
     listed = dataset_detail(tmp_path, 0, None)  # the Datasets page says the same
