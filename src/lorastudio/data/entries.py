@@ -34,6 +34,16 @@ if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
 
 
+class EntryScanError(DatasetError):
+    """The problems of a several-entry scan (scan_entries), each also kept with the index of its
+    entry (`by_entry`: (index in the scanned entries, problem)), so that a caller whose entries
+    are the config's own (no kohya_folders) can name `datasets.N.path` (RELIABILITY 1736)."""
+
+    def __init__(self, message: str, by_entry: list[tuple[int, str]]):
+        super().__init__(message, [p for _, p in by_entry])
+        self.by_entry = list(dict.fromkeys(by_entry))
+
+
 def entry_field(cfg: TrainConfig, index: int) -> str:
     """The setting that names entry `index`'s folder: data_dir, or datasets.N.path."""
     return "data_dir" if cfg.datasets is None else f"datasets.{index}.path"
@@ -173,8 +183,8 @@ def scan_entries(
     every entry's problems (one entry: scan_dataset's own error), and what `prepare` raises."""
     many = len(entries) > 1
     scans: list[DatasetScan] = []
-    problems: list[str] = []
-    for entry in entries:
+    problems: list[tuple[int, str]] = []
+    for index, entry in enumerate(entries):
         try:
             scans.append(
                 scan_dataset(
@@ -202,9 +212,11 @@ def scan_entries(
             if not many:
                 raise  # one folder: its own error, as scan_dataset words it
             named = err.problems or [str(err)]  # each names its entry (a folder's own already does)
-            problems += [p if p.startswith(str(entry.root)) else f"{entry.label}: {p}" for p in named]
+            problems += [
+                (index, p if p.startswith(str(entry.root)) else f"{entry.label}: {p}") for p in named
+            ]
     if problems:
-        raise DatasetError(f"{len(problems)} dataset problem(s)", problems)
+        raise EntryScanError(f"{len(problems)} dataset problem(s)", problems)
     filled = tuple(
         replace(e, images=len(s.items), fingerprint=s.fingerprint)
         for e, s in zip(entries, scans, strict=True)
