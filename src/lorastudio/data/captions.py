@@ -128,12 +128,15 @@ def read_sidecar(path: Path, folder_id: FolderId | None = None) -> str | None:
 def caption_problem(text: str) -> str | None:
     """Why caption `text` cannot be stored so that every reader takes it back as written (None:
     it can): larger than MAX_CAPTION_BYTES, or holding a NUL (read_sidecar and read_metadata
-    refuse it: the dataset's scan would then refuse the file). Every writer of a caption checks
-    it before writing (data/image_edits.write_caption, data/caption_bulk)."""
+    refuse it: the dataset's scan would then refuse the file), or holding another trainer's markup
+    that the scan refuses (unread_markup: "{trigger}", kohya's "|||"). Every writer of a caption
+    checks it before writing (data/image_edits.write_caption, data/caption_bulk)."""
     if len(text.encode("utf-8")) > MAX_CAPTION_BYTES:
         return f"caption larger than {MAX_CAPTION_BYTES // 1024} KB"
     if "\0" in text:
         return "the caption holds a NUL character"
+    if (markup := unread_markup(text)) is not None:
+        return f"the caption {markup}"
     return None
 
 

@@ -8,6 +8,7 @@ from PIL import Image
 
 from lorastudio.data import make_buckets, nearest_bucket, scan_dataset
 from lorastudio.data.dataset_detail import dataset_detail
+from lorastudio.data.image_edits import write_caption
 from lorastudio.errors import DatasetError
 
 
@@ -284,6 +285,8 @@ def test_a_trigger_placeholder_spelt_otherwise_is_refused_naming_it(tmp_path, ma
         "b.png: the caption holds <Trigger>",
         "d.png: the caption holds |||",  # kohya's keep_tokens_separator
     ]
+    with pytest.raises(DatasetError, match=r"c.png: the caption holds \{trigger\}, which is not replaced"):
+        write_caption(tmp_path, "c.png", "{trigger} again")  # the Datasets page's edit refuses it too
     for stem in "abd":
         (tmp_path / f"{stem}.txt").unlink()
     assert [it.caption for it in _scan(tmp_path, trigger_word="sks").items] == [
