@@ -117,7 +117,9 @@ def clean_caption(text: str, prefix: str | None = None) -> str:
 
 class CaptionWriter:
     """Writes a run's captions where `store` says, under the dataset's lock (see the module
-    docstring). "txt": `write` writes the image's `<stem>.txt` at once (raising for that image).
+    docstring). "txt": `write` writes the image's `<stem>.txt` at once (raising for that image),
+    and queues its caption for its metadata.jsonl row where that row holds one (rewritten as
+    below: a row's old text would be a second caption).
     "metadata": `write` queues the caption and `flush_due` rewrites metadata.jsonl with every
     caption queued since the last rewrite once the time since that rewrite is FLUSH_RATIO times
     what it took (with a model slower than that, each caption is written before the next image;
@@ -129,18 +131,23 @@ class CaptionWriter:
     def __init__(self, folder: Path, store: CaptionStore, clock: Callable[[], float] = time.monotonic):
         self.folder, self.store, self._clock = folder, store, clock
         self.pending: dict[str, str] = {}
+        # "txt": the images whose metadata.jsonl row holds a caption: each new .txt's text is queued
+        # for its row too, rewritten in batches like the metadata store (RELIABILITY 1735)
+        self._rowed = _captioned_rows(folder) if store == "txt" else set()
         self._last_end, self._last_cost = clock(), 0.0
         self.rewrites = 0  # metadata.jsonl rewrites made
 
     def write(self, image: Path, caption: str) -> None:
         if self.store == "txt":
             try:
-                store_caption(self.folder, image, caption, "txt")
+                store_caption(self.folder, image, caption, "txt", sync_row=False)
             except IsADirectoryError:  # a folder at <stem>.txt: the rename onto it fails
                 raise DatasetError(
                     f"no caption written for {image.name}",
                     [f"{image.name}: {image.stem}.txt is a folder, not a caption file; nothing written"],
                 ) from None
+            if image.name in self._rowed:
+                self.pending[image.name] = caption
         else:
             self.pending[image.name] = caption
 
@@ -162,14 +169,21 @@ class CaptionWriter:
         start = self._clock()
         try:
             with dataset_lock(self.folder.parent, self.folder.name):
-                set_metadata_captions(self.folder / METADATA_FILE, self.pending, append_missing=True)
+                set_metadata_captions(
+                    self.folder / METADATA_FILE, self.pending, append_missing=self.store == "metadata"
+                )
         except (DatasetError, WriteFailed, OSError) as err:
             if isinstance(err, NoSpaceLeft):
                 raise
             names = ", ".join(sorted(self.pending))
+            lost = (
+                "are not saved"
+                if self.store == "metadata"
+                else "are saved in their .txt, their rows keep the old ones"
+            )
             raise DatasetError(
                 f"{METADATA_FILE} of {self.folder.name} could not be written",
-                [f"{METADATA_FILE}: {err}; the captions of {names} are not saved"],
+                [f"{METADATA_FILE}: {err}; the captions of {names} {lost}"],
             ) from err
         self.pending.clear()
         self.rewrites += 1
@@ -177,11 +191,26 @@ class CaptionWriter:
         self._last_end, self._last_cost = end, end - start
 
 
-def store_caption(folder: Path, image: Path, caption: str, store: CaptionStore) -> None:
-    """Write `caption` for `image` into `store` (see the module docstring) at once. Raises
-    DatasetError (caption too long, metadata.jsonl unreadable), NoSpaceLeft, OSError."""
+def _captioned_rows(folder: Path) -> set[str]:
+    """The image names whose metadata.jsonl row in `folder` holds a caption (none: no file, or
+    one that cannot be read, which the scan names)."""
+    table = folder / METADATA_FILE
+    if table.is_symlink() or not table.is_file():
+        return set()
+    try:
+        return {name for name, text in read_metadata(table).captions.items() if text.strip()}
+    except DatasetError:
+        return set()
+
+
+def store_caption(
+    folder: Path, image: Path, caption: str, store: CaptionStore, *, sync_row: bool = True
+) -> None:
+    """Write `caption` for `image` into `store` (see the module docstring) at once (a .txt:
+    `sync_row` as data.image_edits.write_caption's). Raises DatasetError (caption too long,
+    metadata.jsonl unreadable), NoSpaceLeft, OSError."""
     with dataset_lock(folder.parent, folder.name):
         if store == "txt":
-            write_caption(folder, image.name, caption)
+            write_caption(folder, image.name, caption, sync_row=sync_row)
         else:
             set_metadata_captions(folder / METADATA_FILE, {image.name: caption}, append_missing=True)

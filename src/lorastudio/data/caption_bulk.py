@@ -101,8 +101,8 @@ def bulk_edit_captions(folder: Path, edit: CaptionEdit, *, dry_run: bool = False
                 result.examples.append((image.name, before, after))
             if sidecar is not None:
                 txt[sidecar] = after
-            else:
-                rows[image.name] = after
+            if sidecar is None or (table.get(image.name) or "").strip():  # a row beside the .txt too:
+                rows[image.name] = after  # its old text would be a second caption (RELIABILITY 1735)
         if bad:
             raise DatasetError(f"caption edit refused ({len(bad)} caption(s))", bad)
         if not dry_run and (txt or rows):

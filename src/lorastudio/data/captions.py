@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,12 +128,15 @@ def read_sidecar(path: Path, folder_id: FolderId | None = None) -> str | None:
 def caption_problem(text: str) -> str | None:
     """Why caption `text` cannot be stored so that every reader takes it back as written (None:
     it can): larger than MAX_CAPTION_BYTES, or holding a NUL (read_sidecar and read_metadata
-    refuse it: the dataset's scan would then refuse the file). Every writer of a caption checks
-    it before writing (data/image_edits.write_caption, data/caption_bulk)."""
+    refuse it: the dataset's scan would then refuse the file), or holding another trainer's markup
+    that the scan refuses (unread_markup: "{trigger}", kohya's "|||"). Every writer of a caption
+    checks it before writing (data/image_edits.write_caption, data/caption_bulk)."""
     if len(text.encode("utf-8")) > MAX_CAPTION_BYTES:
         return f"caption larger than {MAX_CAPTION_BYTES // 1024} KB"
     if "\0" in text:
         return "the caption holds a NUL character"
+    if (markup := unread_markup(text)) is not None:
+        return f"the caption {markup}"
     return None
 
 
@@ -255,6 +259,44 @@ def metadata_rows(path: Path) -> dict[str, dict[str, object]]:
             if isinstance(name, str) and (key := name.strip().removeprefix("./")) in named:
                 rows.setdefault(key, {**row, "file_name": key})
     return rows
+
+
+# other trainers' or templates' spellings of a trigger placeholder ({trigger}, <trigger>,
+# [TRIGGER], {{trigger_word}} ...): not replaced, they would train as text (RELIABILITY 1733)
+_PLACEHOLDER_LIKE = re.compile(r"[\[{<]{1,2}\s*trigger(?:[ _]?word)?\s*[\]}>]{1,2}", re.IGNORECASE)
+
+
+KOHYA_KEEP_SEPARATOR = "|||"  # sd-scripts' keep_tokens_separator as its guides spell it
+
+
+def unread_markup(caption: str) -> str | None:
+    """Why `caption` holds markup of another trainer that would train as text, or None: a
+    trigger placeholder spelt otherwise than TRIGGER_PLACEHOLDER ("{trigger}", "<trigger>",
+    "[Trigger]", "{{trigger_word}}" ...: apply_trigger does not replace it), or kohya's
+    keep_tokens_separator "|||" (the tags before it kept in front by kohya's shuffle; not read
+    here). Words "the caption ..." completes (RELIABILITY 1733)."""
+    for match in _PLACEHOLDER_LIKE.finditer(caption):
+        if match.group() != TRIGGER_PLACEHOLDER:
+            return (
+                f"holds {match.group()}, which is not replaced: the trigger word's place is written "
+                f"{TRIGGER_PLACEHOLDER}"
+            )
+    if KOHYA_KEEP_SEPARATOR in caption:
+        return (
+            f"holds {KOHYA_KEEP_SEPARATOR}, kohya's keep_tokens_separator, which is not read (it would train "
+            "as text): put the tags to keep first and set keep_tokens to their count"
+        )
+    return None
+
+
+def overridden_row(image: str, caption_file: str) -> str:
+    """Why `image`'s metadata.jsonl row is not read, its caption file `caption_file` holding
+    another text (the precedence above): the reason the scan and the dataset listing give it
+    under `dropped` (RELIABILITY 1731)."""
+    return (
+        f"the row of {image} only: {caption_file} holds another caption, and a caption file wins over "
+        "metadata.jsonl (delete one of the two)"
+    )
 
 
 def apply_trigger(caption: str, trigger_word: str | None) -> str:

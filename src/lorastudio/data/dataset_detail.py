@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from lorastudio.data.captions import read_metadata, read_sidecar
+from lorastudio.data.captions import overridden_row, read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_headers import header_info
 from lorastudio.data.images import file_orientation
@@ -110,6 +110,9 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
         if sidecar:
             try:
                 caption = read_sidecar(sidecar)
+                row = (rows.get(path.name) or "").strip()
+                if row and caption and row != caption.strip():  # as the scan lists it (a run's preflight)
+                    dropped.append((METADATA_FILE, overridden_row(path.name, sidecar.name)))
             except DatasetError as err:
                 caption = None
                 dropped += [(sidecar.name, p.removeprefix(f"{sidecar.name}: ")) for p in err.problems]

@@ -34,6 +34,16 @@ if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
 
 
+class EntryScanError(DatasetError):
+    """The problems of a several-entry scan (scan_entries), each also kept with the index of its
+    entry (`by_entry`: (index in the scanned entries, problem)), so that a caller whose entries
+    are the config's own (no kohya_folders) can name `datasets.N.path` (RELIABILITY 1736)."""
+
+    def __init__(self, message: str, by_entry: list[tuple[int, str]]):
+        super().__init__(message, [p for _, p in by_entry])
+        self.by_entry = list(dict.fromkeys(by_entry))
+
+
 def entry_field(cfg: TrainConfig, index: int) -> str:
     """The setting that names entry `index`'s folder: data_dir, or datasets.N.path."""
     return "data_dir" if cfg.datasets is None else f"datasets.{index}.path"
@@ -98,11 +108,34 @@ def resolve_entries(
             out += kohya_entries(mixed) if cfg.kohya_folders else [mixed]
         except (ConfigError, PathOutsideRoot, DatasetError) as err:
             errors.append((i, err))
+    errors += [(i, ConfigError([FieldProblem(entry_field(cfg, i), why)])) for i, why in _inner_folders(seen)]
     if errors and cfg.datasets is None:
         raise errors[0][1]  # data_dir: its own error, as before entries
     if errors:
         raise ConfigError([p for i, err in errors for p in _problems(entry_field(cfg, i), err)])
     return out
+
+
+def _inner_folders(seen: dict[Path, int]) -> list[tuple[int, str]]:
+    """(entry index, why) for each entry whose folder (resolved: `seen` maps each to its entry)
+    is the masks/ or a control folder (control/, control_2/ ...) of another entry's folder: its
+    files are that entry's loss masks or control images, and as an entry of their own they would
+    train as subject images (captioned by the trigger word; RELIABILITY 1730)."""
+    from lorastudio.data.masks import MASKS_DIR
+    from lorastudio.data.pairs import CONTROL_FOLDER
+
+    out = []
+    for root, i in seen.items():
+        outer = seen.get(root.parent)
+        if outer is None or not (root.name == MASKS_DIR or CONTROL_FOLDER.match(root.name)):
+            continue
+        what = "loss masks" if root.name == MASKS_DIR else "control images"
+        out.append(
+            (i, f"{root} is the {root.name}/ folder of datasets.{outer} ({root.parent}): its images are "
+                f"that entry's {what}, and as an entry of their own they would train as images to learn; "
+                "leave it out (or copy the images to a folder of their own if they are meant to train)")
+        )  # fmt: skip
+    return sorted(out)
 
 
 def resolved_folders(cfg: TrainConfig, datasets_root: Path, allow_outside_root: bool) -> list[Path]:
@@ -150,8 +183,8 @@ def scan_entries(
     every entry's problems (one entry: scan_dataset's own error), and what `prepare` raises."""
     many = len(entries) > 1
     scans: list[DatasetScan] = []
-    problems: list[str] = []
-    for entry in entries:
+    problems: list[tuple[int, str]] = []
+    for index, entry in enumerate(entries):
         try:
             scans.append(
                 scan_dataset(
@@ -179,9 +212,11 @@ def scan_entries(
             if not many:
                 raise  # one folder: its own error, as scan_dataset words it
             named = err.problems or [str(err)]  # each names its entry (a folder's own already does)
-            problems += [p if p.startswith(str(entry.root)) else f"{entry.label}: {p}" for p in named]
+            problems += [
+                (index, p if p.startswith(str(entry.root)) else f"{entry.label}: {p}") for p in named
+            ]
     if problems:
-        raise DatasetError(f"{len(problems)} dataset problem(s)", problems)
+        raise EntryScanError(f"{len(problems)} dataset problem(s)", problems)
     filled = tuple(
         replace(e, images=len(s.items), fingerprint=s.fingerprint)
         for e, s in zip(entries, scans, strict=True)
@@ -195,7 +230,10 @@ def scan_entries(
             items += at_resolution(
                 first, side, multiple, aspect_buckets=aspect_buckets, no_upscale=no_upscale
             )
-        dropped += [(f"{entry.label}/{name}" if many else name, why) for name, why in scan.dropped]
+        dropped += [
+            (f"{entry.label}/{name}" if many else name, _inner_entry(entry.root / name, filled) or why)
+            for name, why in scan.dropped
+        ]
     return DatasetScan(
         root=scans[0].root,
         items=items,
@@ -205,6 +243,13 @@ def scan_entries(
         control_dirs=tuple(control_dirs),
         entries=filled,
     )
+
+
+def _inner_entry(path: Path, entries: Sequence[MixEntry]) -> str | None:
+    """The dropped reason of an entry's sub-folder `path` that is an entry of the run itself (its
+    images do train), None for any other file."""
+    inner = next((e for e in entries if e.root == path), None)
+    return None if inner is None else f"sub-folder: trained as an entry of its own ({inner.label})"
 
 
 def mix_fingerprint(entries: Sequence[MixEntry]) -> str:

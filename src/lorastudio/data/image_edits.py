@@ -26,7 +26,7 @@ from lorastudio.text_rules import visible_text
 
 
 def write_caption(
-    dataset_dir: Path, image_name: str, caption: str, expected: str | None = None
+    dataset_dir: Path, image_name: str, caption: str, expected: str | None = None, *, sync_row: bool = True
 ) -> Path | None:
     """Set the .txt caption of image `image_name` (staged, then renamed): the caption file a scan
     reads (discovery.caption_files_of: `a.TXT` too), else `<stem>.txt`; an empty caption removes its .txt
@@ -34,7 +34,8 @@ def write_caption(
     image does not exist, ConfigError/PathOutsideRoot for a bad name, DatasetError if too long or
     holding a character no text a user gives may (text_rules.visible_text: an ESC sequence, U+202E,
     a zero-width space; line breaks and tabs are allowed, CR LF written as LF: RELIABILITY 1033),
-    NoSpaceLeft on a full disk. With `expected` (the caption the edit started from, "" for none),
+    NoSpaceLeft on a full disk. With `sync_row`, the image's metadata.jsonl row, if it holds a
+    caption, is given the new one too (_sync_row). With `expected` (the caption the edit started from, "" for none),
     CaptionConflict when the image's caption is another one now (the caller holds the dataset's
     write claim, so nothing changes it between the check and the write)."""
     image = existing_image(dataset_dir, image_name)
@@ -60,7 +61,27 @@ def write_caption(
         raise DatasetError(f"caption of {image_name} refused", [f"{image_name}: {err}"]) from None
     with writing(f"the caption of {image_name} could not be written", target), staged_write(target) as tmp:
         tmp.write_text(text + "\n", encoding="utf-8")
+    if sync_row:  # a caption job syncs its rows in batches (captioning/targets.CaptionWriter)
+        _sync_row(dataset_dir, image.name, text)
     return target
+
+
+def _sync_row(dataset_dir: Path, image_name: str, text: str) -> None:
+    """Give `image_name`'s metadata.jsonl row (if it has one with a caption) the caption `text`
+    just written to its .txt, its other keys kept: the .txt wins, so an old text left in the row
+    would be a second caption the scan names as unused (RELIABILITY 1735). A metadata.jsonl that
+    cannot be read is left as it is (the scan refuses it, naming it)."""
+    from lorastudio.data.metadata_write import set_metadata_captions
+
+    table = dataset_dir / METADATA_FILE
+    if table.is_symlink() or not table.is_file():
+        return
+    try:
+        row = read_metadata(table).captions.get(image_name)
+    except DatasetError:
+        return
+    if row is not None and row.strip() and one_newline_form(row).strip() != text:
+        set_metadata_captions(table, {image_name: text}, append_missing=False)
 
 
 def delete_image(dataset_dir: Path, image_name: str) -> list[str]:

@@ -124,7 +124,12 @@ def _size_problem(width: int, height: int, image: Path, max_pixels: int) -> str 
         return None
     if (width, height) == (info.width, info.height):
         return None
-    return f"{width}x{height}, but {image.name} is {info.width}x{info.height} (a mask must have its image's size)"
+    from lorastudio.data.masks import turned_mask_hint
+
+    return (
+        f"{width}x{height}, but {image.name} is {info.width}x{info.height} (a mask must have its image's size)"
+        + turned_mask_hint(image, None, (info.width, info.height), (width, height))
+    )
 
 
 def copy_masks(

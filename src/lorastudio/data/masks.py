@@ -39,7 +39,7 @@ from lorastudio.data.images import (
 from lorastudio.data.items import DatasetScan, ImageItem, MaskRef, item_name
 from lorastudio.data.orientation import ORIENTATION_FIX, exif_orientation
 from lorastudio.data.paths import nfc, stem_key
-from lorastudio.data.safe_open import folder_identity
+from lorastudio.data.safe_open import FolderId, folder_identity
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem
 
 MASKS_DIR = "masks"
@@ -252,11 +252,37 @@ def _folder_items(
             problems.append(
                 f"{MASKS_DIR}/{path.name}: {info.width}x{info.height}, but {item.path.name} is "
                 f"{item.width}x{item.height} (a mask must have its image's size)"
+                + turned_mask_hint(
+                    item.path, item.folder_id, (item.width, item.height), (info.width, info.height)
+                )
             )
             continue
         mask = MaskRef(path, folder_id, sha256=file_sha256(path, folder_id), decoded=decoded)
         items.append(replace(item, mask=mask))
     return items, problems
+
+
+def turned_mask_hint(
+    image: Path, folder_id: FolderId | None, upright: tuple[int, int], mask: tuple[int, int]
+) -> str:
+    """A size mismatch's hint when the mask (width, height) has the STORED size of `image`, whose
+    `upright` size is that turned by its EXIF orientation (a mask made from the stored pixels, as
+    a script reading the file with Pillow without exif_transpose makes it: RELIABILITY 1734);
+    "" otherwise (also when the image cannot be read)."""
+    if mask != (upright[1], upright[0]) or upright[0] == upright[1]:
+        return ""
+    try:
+        with open_image(image, folder_id) as img:
+            turned = exif_orientation(img) in (5, 6, 7, 8)
+    except DatasetError:
+        return ""
+    if not turned:
+        return ""
+    return (
+        f": {image.name} is stored {upright[1]}x{upright[0]} and turned upright by its EXIF orientation, "
+        "so this mask was likely made from its stored pixels; make it from the upright image (e.g. "
+        "PIL.ImageOps.exif_transpose)"
+    )
 
 
 def _alpha_items(items: list[ImageItem]) -> tuple[list[ImageItem], list[str]]:

@@ -17,7 +17,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from lorastudio.data.buckets import choose_bucket, make_buckets, resolution_problems
-from lorastudio.data.captions import TRIGGER_PLACEHOLDER, choose_caption, read_metadata, read_sidecar
+from lorastudio.data.captions import (
+    TRIGGER_PLACEHOLDER,
+    choose_caption,
+    overridden_row,
+    read_metadata,
+    read_sidecar,
+    unread_markup,
+)
 from lorastudio.data.decode_checks import check_images
 from lorastudio.data.decode_progress import DecodeProgress
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
@@ -257,6 +264,12 @@ def scan_dataset(
             uncaptioned.append(path.name)
             continue
         caption, source = chosen
+        row = (metadata.get(path.name) or "").strip()
+        if source == "txt" and row and row != (sidecar or "").strip():  # two captions: said which trains
+            dropped.append((METADATA_FILE, overridden_row(path.name, files.caption_files[path.stem][0].name)))
+        if (markup := unread_markup(caption)) is not None:  # it would train as text
+            problems.append(f"{path.name}: the caption {markup}")
+            continue
         if TRIGGER_PLACEHOLDER in caption:
             problems.append(f"{path.name}: the caption has {TRIGGER_PLACEHOLDER} but no trigger word is set")
             continue

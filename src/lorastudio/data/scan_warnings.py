@@ -18,6 +18,7 @@ from lorastudio.data.decoded import undecoded_warning
 from lorastudio.data.duplicates import duplicate_warning
 from lorastudio.data.entries import run_steps
 from lorastudio.data.holdout import overlap_warning
+from lorastudio.data.mask_blank import blank_mask_warning
 from lorastudio.data.masks import mask_warning
 from lorastudio.data.upscaling import upscale_warning
 
@@ -39,6 +40,7 @@ def scan_warnings(scan: DatasetScan, cfg: TrainConfig, holdout: Holdout | None) 
         cut_warning(scan.items, cfg.aspect_buckets, labels),
         variation_warning(scan, labels),
         mask_warning(scan.items, labels),
+        blank_mask_warning(scan.items, cfg.unmasked_weight, labels),
         overlap_warning(holdout),
         undecoded_warning(scan.items, labels),
         duplicate_warning(scan.items, labels),

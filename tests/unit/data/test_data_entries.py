@@ -4,6 +4,7 @@ and a fingerprint that covers every entry (a single plain folder keeps its own).
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,26 @@ def test_a_changed_caption_file_changes_a_kohya_runs_fingerprint(tmp_path: Path)
     assert fingerprint() == before
     (img / "5_sks cat" / "a.caption").write_text("a changed")
     assert fingerprint() != before
+
+
+def test_an_entry_that_is_another_entrys_masks_or_control_folder_is_refused(tmp_path: Path) -> None:
+    """RELIABILITY 1730: p/masks (p's loss masks) or p/control (its control images) given as an
+    entry beside p trained the masks / controls as images to learn, captioned by the trigger."""
+    p = _folder(tmp_path / "p", {"a1": "one", "a2": "two"})
+    _folder(p / "masks", {"a1": None, "a2": None})
+    _folder(p / "control", {"a1": None, "a2": None})
+    sub = _folder(p / "sub", {"s1": "sub one"})  # any other sub-folder is an entry like any
+    entries = [{"path": str(p)}, {"path": str(p / "masks")}, {"path": str(sub)}, {"path": str(p / "control")}]
+    with pytest.raises(ConfigError) as caught:
+        resolve_entries(_cfg(datasets=entries, trigger_word="sks"), tmp_path, allow_outside_root=True)
+    problems = [(pr.field, pr.message.split(":")[0]) for pr in caught.value.problems]
+    assert problems == [
+        ("datasets.1.path", f"{p / 'masks'} is the masks/ folder of datasets.0 ({p})"),
+        ("datasets.3.path", f"{p / 'control'} is the control/ folder of datasets.0 ({p})"),
+    ]
+    assert "loss masks" in caught.value.problems[0].message
+    alone = resolve_entries(_cfg(datasets=entries[:1] + entries[2:3]), tmp_path, allow_outside_root=True)
+    assert [e.root for e in alone] == [p.resolve(), sub.resolve()]
+    shutil.rmtree(p / "control")  # a text-to-image family refuses a dataset with controls
+    dropped = dict(scan_entries(alone, multiple=16).dropped)
+    assert dropped[f"{p}/sub"] == f"sub-folder: trained as an entry of its own ({sub})"

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from lorastudio.data import load_crop, scan_dataset
+from lorastudio.data.mask_import import plan_masks
 from lorastudio.data.masks import (
     attach_masks,
     mask_clashes,
@@ -205,3 +206,32 @@ def test_a_mask_painted_on_a_transparent_layer_masks_what_it_covers(tmp_path: Pa
 
     thumb = np.asarray(Image.open(io.BytesIO(shown)).convert("L"), dtype=np.int16)  # [32, 64] JPEG
     assert thumb[:, :28].min() > 230 and thumb[:, 36:].max() < 25
+
+
+def test_a_mask_made_from_an_exif_turned_images_stored_pixels_is_refused_saying_so(tmp_path: Path) -> None:
+    """RELIABILITY 1734: a mask of a JPEG's stored size (24x40) beside the image turned upright
+    (40x24) by EXIF orientation 6 was refused as of another size, with no word of the turn."""
+    root = tmp_path / "data"
+    (root / "masks").mkdir(parents=True)
+    image = Image.new("RGB", (24, 40), "red")
+    exif = image.getexif()
+    exif[0x0112] = 6
+    image.save(root / "a.jpg", exif=exif.tobytes())
+    Image.new("L", (24, 40), 255).save(root / "masks" / "a.png")
+    Image.new("RGB", (24, 40), "blue").save(root / "b.png")  # no turn: the plain message
+    Image.new("L", (40, 24), 255).save(root / "masks" / "b.png")
+    with pytest.raises(DatasetError) as caught:
+        attach_masks(scan_dataset(root, resolution=32, multiple=16, trigger_word="x"), alpha_mask=False)
+    first, second = caught.value.problems
+    assert first.startswith(
+        "masks/a.png: 24x40, but a.jpg is 40x24 (a mask must have its image's size): a.jpg is"
+    )
+    assert "turned upright by its EXIF orientation" in first
+    assert second == "masks/b.png: 40x24, but b.png is 24x40 (a mask must have its image's size)"
+    dataset = tmp_path / "imported"  # `datasets import` / an upload of that folder says the same
+    dataset.mkdir()
+    plan = plan_masks(root, {"a": root / "a.jpg", "b": root / "b.png"}, dataset, 64_000_000)
+    assert [(name, "EXIF orientation" in why) for name, why in plan.refused] == [
+        ("masks/a.png", True),
+        ("masks/b.png", False),
+    ]

@@ -7,6 +7,8 @@ import pytest
 from PIL import Image
 
 from lorastudio.data import make_buckets, nearest_bucket, scan_dataset
+from lorastudio.data.dataset_detail import dataset_detail
+from lorastudio.data.image_edits import write_caption
 from lorastudio.errors import DatasetError
 
 
@@ -233,3 +235,63 @@ def test_an_images_caption_files_found_alone_are_those_the_listing_gives(tmp_pat
     assert [p.name for p in listed["a"]] == ["a.TXT", "a.tXt", "a.txt"]
     (tmp_path / "c.caption").unlink()  # else refused: c.png would train without it (RELIABILITY 1002)
     assert _scan(tmp_path).items[0].caption == "a.TXT"
+
+
+def test_a_metadata_row_that_a_caption_file_overrides_is_named(tmp_path, make_image):
+    """RELIABILITY 1731: a.txt and a's metadata.jsonl row holding two captions trained the .txt's
+    without a word; the unused row is now listed with the reason (a row that agrees is not)."""
+    import json
+
+    for stem in ("a", "b", "c"):
+        make_image(tmp_path / f"{stem}.png")
+    (tmp_path / "a.txt").write_text("from the txt", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("same text\n", encoding="utf-8")
+    rows = [{"file_name": "a.png", "text": "from the row"}, {"file_name": "b.png", "text": "same text"}]
+    rows.append({"file_name": "c.png", "text": "only the row"})
+    (tmp_path / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+    scan = _scan(tmp_path)
+
+    assert [(it.caption, it.caption_source) for it in scan.items] == [
+        ("from the txt", "txt"),
+        ("same text", "txt"),
+        ("only the row", "metadata"),
+    ]
+    assert [(name, why.split(":")[0]) for name, why in scan.dropped] == [
+        ("metadata.jsonl", "the row of a.png only")
+    ]
+    assert "a.txt holds another caption" in scan.dropped[0][1]
+    listed = dataset_detail(tmp_path, 0, None)  # the Datasets page says the same
+    assert [d for d in listed["dropped"] if d["file"] == "metadata.jsonl"] == [
+        {"file": "metadata.jsonl", "reason": scan.dropped[0][1]}
+    ]
+    assert [f["caption"] for f in listed["files"]] == ["from the txt", "same text", "only the row"]
+
+
+def test_a_trigger_placeholder_spelt_otherwise_is_refused_naming_it(tmp_path, make_image):
+    """RELIABILITY 1733: "{trigger} on a beach" trained as that text ("sks, {trigger} on a
+    beach"): only [trigger] is replaced. Other spellings, and kohya's "|||", are now refused,
+    each image named."""
+    captions = {"a": "{trigger} on a beach", "b": "<Trigger> at home", "c": "[trigger] ok", "d": "x ||| y, z"}
+    for stem, caption in captions.items():
+        make_image(tmp_path / f"{stem}.png")
+        (tmp_path / f"{stem}.txt").write_text(caption, encoding="utf-8")
+
+    with pytest.raises(DatasetError) as caught:
+        _scan(tmp_path, trigger_word="sks")
+
+    assert [p.split(",")[0] for p in caught.value.problems] == [
+        "a.png: the caption holds {trigger}",
+        "b.png: the caption holds <Trigger>",
+        "d.png: the caption holds |||",  # kohya's keep_tokens_separator
+    ]
+    with pytest.raises(DatasetError, match=r"c.png: the caption holds \{trigger\}, which is not replaced"):
+        write_caption(tmp_path, "c.png", "{trigger} again")  # the Datasets page's edit refuses it too
+    for stem in "abd":
+        (tmp_path / f"{stem}.txt").unlink()
+    assert [it.caption for it in _scan(tmp_path, trigger_word="sks").items] == [
+        "sks, a photo",
+        "sks, a photo",
+        "sks ok",
+        "sks, a photo",
+    ]

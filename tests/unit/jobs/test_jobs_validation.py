@@ -270,3 +270,18 @@ def test_a_resume_with_a_link_at_losses_bin_is_refused_at_submission(
     with pytest.raises(ConfigError) as err:
         validate_resume(folder, None, {"steps": 6}, settings, live_output_names=set())  # train longer
     assert "a symbolic link" in _fields(err)["resume"] and "then resume" in _fields(err)["resume"]
+
+
+def test_an_entrys_scan_problem_names_its_own_datasets_field(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    """RELIABILITY 1736: an entry of no images (or a corrupt one) among several was reported
+    under `datasets`, not the entry's `datasets.N.path` its resolve problems use."""
+    empty = settings.datasets_dir / "empty"
+    empty.mkdir(parents=True)
+    (empty / "notes.md").write_text("no images", encoding="utf-8")
+    raw = _cfg(tiny_model("flux"), data_dir=None, datasets=[{"path": "shapes"}, {"path": "empty"}])
+    with pytest.raises(ConfigError) as caught:
+        validate_run(raw, settings, live_output_names=set())
+    fields = _fields(caught)
+    assert list(fields) == ["datasets.1.path"] and "no png/jpg/jpeg/webp files" in fields["datasets.1.path"]

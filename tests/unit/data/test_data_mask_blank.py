@@ -1,0 +1,33 @@
+"""RELIABILITY 1732: a loss mask black everywhere (with unmasked_weight 0) leaves its image
+nothing to teach; the preflight's warnings (data/scan_warnings.py) name it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PIL import Image
+
+from lorastudio.config import TrainConfig
+from lorastudio.data import scan_dataset
+from lorastudio.data.masks import attach_masks
+from lorastudio.data.scan_warnings import scan_warnings
+
+
+def _cfg(root: Path, **kw: object) -> TrainConfig:
+    raw = {"family": "flux", "base_model": "x", "resolution": 32, "data_dir": str(root), **kw}
+    return TrainConfig.model_validate(raw)
+
+
+def test_an_all_black_mask_is_named_by_the_preflight_warnings(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    (root / "masks").mkdir(parents=True)
+    for i, (stem, grey) in enumerate({"a": 255, "b": 0, "c": 1}.items()):
+        Image.new("RGB", (32, 48), (60 * i, 90, 120)).save(root / f"{stem}.png")
+        Image.new("L", (32, 48), grey).save(root / "masks" / f"{stem}.png")
+    scan = attach_masks(scan_dataset(root, resolution=32, multiple=16, trigger_word="sks"), alpha_mask=False)
+
+    found = [w for w in scan_warnings(scan, _cfg(root), None) if "black" in w]
+
+    assert len(found) == 1 and found[0].startswith("1 image(s) have a mask that is black (or transparent)")
+    assert "everywhere: b.png;" in found[0]  # c's mask of grey 1 trains its pixels a little
+    assert not [w for w in scan_warnings(scan, _cfg(root, unmasked_weight=0.1), None) if "black" in w]
