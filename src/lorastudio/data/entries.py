@@ -174,12 +174,14 @@ def scan_entries(
     decoded_dir: Path | None = None,
     decode_budget_s: float | None = None,
     progress: DecodeProgress | None = None,
+    keep_markup: bool = False,
 ) -> DatasetScan:
     """Scan every entry (data.scan.scan_dataset with the entry's resolution and captions) and
     join them (see the module docstring); `prepare` is applied to each entry's own scan before
     the join (e.g. data.masks.attach_masks: each folder's masks/); `decoded_dir` and
     `decode_budget_s` are scan_dataset's (each folder's full decodes), `progress` too (the
-    run's count of them across every entry, and its stop check). Raises DatasetError listing
+    run's count of them across every entry, and its stop check), `keep_markup` too (a resume's
+    scan keeps captions with another trainer's markup). Raises DatasetError listing
     every entry's problems (one entry: scan_dataset's own error), and what `prepare` raises."""
     many = len(entries) > 1
     scans: list[DatasetScan] = []
@@ -204,6 +206,7 @@ def scan_entries(
                     decode_budget_s=decode_budget_s,
                     progress=progress,
                     kohya=entry.kohya,
+                    keep_markup=keep_markup,
                 )
             )
             if prepare is not None:

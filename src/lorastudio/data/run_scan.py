@@ -37,6 +37,7 @@ def scan_for_run(
     control_images: tuple[int, int] | None = None,
     decode_budget_s: float | None = None,
     progress: DecodeProgress | None = None,
+    resume: bool = False,
 ) -> DatasetScan:
     """Scan `source` for a run of `cfg` (resolved) on the family `spec`, with the host limits of
     `settings`. `source`: the run's entries (data.entries.resolve_entries), or one folder (a
@@ -48,7 +49,10 @@ def scan_for_run(
     checks' FULL_DECODE_BUDGET_S; math.inf: all of them, as the run's own preflight does, so
     that no image trains on the header check alone); `progress`: the run's count of those full
     decodes (targets, controls, masks of every entry; reported at a bounded rate) and its stop
-    check before each (data/decode_progress.py; None: neither). Raises what scan_entries and
+    check before each (data/decode_progress.py; None: neither); `resume`: the scan of a run
+    that continues a checkpoint, whose captions with another trainer's markup are kept as the
+    checkpoint trained them (data.scan.scan_dataset's keep_markup; a fresh run's are refused).
+    Raises what scan_entries and
     attach_masks raise (DatasetError; ConfigError naming a mask setting), and what the stop
     check raises (errors.TrainingStopped).
     """
@@ -76,6 +80,7 @@ def scan_for_run(
         decoded_dir=settings.decoded_record_dir,
         decode_budget_s=decode_budget_s,
         progress=progress,
+        keep_markup=resume,
         prepare=partial(
             attach_masks,
             alpha_mask=cfg.alpha_mask,

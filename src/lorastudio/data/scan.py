@@ -160,6 +160,7 @@ def scan_dataset(
     decode_budget_s: float | None = None,
     progress: DecodeProgress | None = None,
     kohya: bool = False,
+    keep_markup: bool = False,
 ) -> DatasetScan:
     """Discover, check, caption and bucket every image of the folder `root`.
 
@@ -181,7 +182,10 @@ def scan_dataset(
     its stop check's error ends the scan, the record saved with what was decoded); `kohya`, a
     kohya `N_words` folder read in place (TrainConfig.kohya_folders): an image's caption file is
     its `.txt` or `.caption` (data/kohya_captions.py, the rule `datasets import --kohya` follows;
-    two that disagree are a problem naming both).
+    two that disagree are a problem naming both); `keep_markup`, True for a resume: a caption
+    holding another trainer's markup (captions.unread_markup) is kept as the text it is, as the
+    checkpoint, made before such captions were refused, trained it (its fingerprint decides;
+    scan_warnings says it), where a fresh run's scan refuses it (RELIABILITY 1733, 1750).
     Returns: a DatasetScan with items sorted by file name.
     Raises: DatasetError, listing every problem at once: an unsupported resolution, a missing
     folder or a file instead of one, no images, images without a caption (when there is no
@@ -267,7 +271,7 @@ def scan_dataset(
         row = (metadata.get(path.name) or "").strip()
         if source == "txt" and row and row != (sidecar or "").strip():  # two captions: said which trains
             dropped.append((METADATA_FILE, overridden_row(path.name, files.caption_files[path.stem][0].name)))
-        if (markup := unread_markup(caption)) is not None:  # it would train as text
+        if not keep_markup and (markup := unread_markup(caption)) is not None:  # it would train as text
             problems.append(f"{path.name}: the caption {markup}")
             continue
         if TRIGGER_PLACEHOLDER in caption:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from lorastudio.config_samples import unapplied_sample_guidance_warning
 from lorastudio.config_schedule import ema_horizon_warning
-from lorastudio.data.caption_chars import hidden_text_warning
+from lorastudio.data.caption_chars import hidden_text_warning, kept_markup_warning
 from lorastudio.data.caption_variants import variation_warning
 from lorastudio.data.crop import crop_warning, cut_warning
 from lorastudio.data.decoded import undecoded_warning
@@ -45,6 +45,7 @@ def scan_warnings(scan: DatasetScan, cfg: TrainConfig, holdout: Holdout | None) 
         undecoded_warning(scan.items, labels),
         duplicate_warning(scan.items, labels),
         hidden_text_warning(scan.items, labels),
+        kept_markup_warning(scan.items, labels),  # a resume's only (RELIABILITY 1750)
         ema_horizon_warning(cfg, run_steps(cfg, scan)[0]),
         unapplied_sample_guidance_warning(cfg),
     ]

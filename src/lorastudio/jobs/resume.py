@@ -151,9 +151,9 @@ def validate_resume(
     entries = resolve_entries(cfg, settings.datasets_dir, allow_outside_root=False)
     control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, allow_outside_root=False)
     flavour_controls = family.source_control_images(configs)
-    scan = scan_for_run(
-        entries, cfg, family.spec, settings, control_dirs, flavour_controls
-    )  # with its masks: the fingerprint
+    scan = scan_for_run(  # with its masks: the fingerprint; its captions as the checkpoint trained them
+        entries, cfg, family.spec, settings, control_dirs, flavour_controls, resume=True
+    )
     problems += host_problems(cfg, settings)  # e.g. num_gpus set for the resume, a budget on a CPU host
     problems += sample_prompt_problems(cfg, scan, family, flavour_controls, settings)  # new ones too
     if problems:

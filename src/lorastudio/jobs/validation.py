@@ -98,7 +98,8 @@ def validate_run(
     the run trains on (jobs/run_host.host_for_run): `device` (the CLI's `--device cuda:1`; None:
     the visible GPUs' first, where the job service places it) and, with `num_gpus`, the weakest
     of its GPUs. `fresh` False: a resume's config (the engine's verdict), whose sample prompts'
-    guidance is not refused (training/guidance_rules.sample_guidance_problems: it resumes as it was)."""
+    guidance is not refused (training/guidance_rules.sample_guidance_problems: it resumes as it was)
+    nor its captions holding another trainer's markup (data/run_scan.scan_for_run's `resume`)."""
     problems: list[FieldProblem] = []
     notes: list[str] = []
     given: TrainConfig | None = None
@@ -181,9 +182,10 @@ def validate_run(
     if cfg is not None and entries is not None and family is not None:
         try:
             control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, False)
-            scan = scan_for_run(
-                entries, cfg, family.spec, settings, control_dirs, flavour_controls, decode_budget_s
-            )
+            scan = scan_for_run(  # a resume's: its captions as the checkpoint trained them (1750)
+                entries, cfg, family.spec, settings, control_dirs, flavour_controls, decode_budget_s,
+                resume=not fresh,
+            )  # fmt: skip
         except EntryScanError as err:  # each entry's problems under its own datasets.N.path
             by_config = (
                 cfg.datasets is not None and not cfg.kohya_folders
@@ -215,7 +217,14 @@ def validate_run(
                         given, settings.datasets_dir, allow_outside_root, field="validation_split"
                     ),
                     scan_folder=lambda folder: scan_for_run(
-                        folder, run_cfg, spec, settings, (), flavour_controls, decode_budget_s
+                        folder,
+                        run_cfg,
+                        spec,
+                        settings,
+                        (),
+                        flavour_controls,
+                        decode_budget_s,
+                        resume=not fresh,
                     ),
                 )
             except (ConfigError, PathOutsideRoot, DatasetError) as err:

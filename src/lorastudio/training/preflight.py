@@ -189,6 +189,7 @@ def _preflight(
         control_dirs,
         decode_budget_s=decode_budget_s,
         progress=progress,
+        resume=resume,  # captions the checkpoint trained as they were (RELIABILITY 1750)
     )
     sizing = control_resolution_problems(scan, resolved.control_resolution)
     if sizing:
@@ -201,7 +202,13 @@ def _preflight(
             given, settings.datasets_dir, allow_outside_root=True, field="validation_split"
         ),
         scan_folder=lambda folder: scan_for_run(
-            folder, resolved, family.spec, settings, decode_budget_s=decode_budget_s, progress=progress
+            folder,
+            resolved,
+            family.spec,
+            settings,
+            decode_budget_s=decode_budget_s,
+            progress=progress,
+            resume=resume,
         ),
     )
     if progress is not None:
