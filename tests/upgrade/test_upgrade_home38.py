@@ -78,7 +78,8 @@ def test_an_old_home_of_session_38_upgrades_rolls_back_and_upgrades_again(
         assert "{trigger}" in json.dumps(detail.json()), detail.text[:2000]  # its problem named (1733)
         fresh = {**s38["trig"]["raw"], "output_name": "trig38-again"}
         refused = client.post("/api/train/start", json={"config": fresh})  # a fresh run of it: refused
-        assert refused.status_code == 400 and "{trigger}" in refused.text and "|||" in refused.text, refused.text
+        assert refused.status_code == 400 and "{trigger}" in refused.text, refused.text
+        assert "|||" in refused.text, refused.text
 
     # this code resumes the old checkpoints: exact
     lokr = TrainConfig.model_validate(s38["lokr"]["raw"])
@@ -119,7 +120,7 @@ def test_an_old_home_of_session_38_upgrades_rolls_back_and_upgrades_again(
     answers = _old_python(OLD_APP, "/api/runs", f"/api/runs/{new_id}", f"/api/runs/{new_id}/config",
                           f"/api/runs/{new_id}/checkpoints", "/api/loras", src=old_src_dir)  # fmt: skip
     assert [status for status, _ in answers] == [200] * 5, answers
-    assert "validation_seed" not in answers[1][1]["config"]  # a key it does not know: dropped (Known problems)
+    assert "validation_seed" not in answers[1][1]["config"]  # not known to it: dropped (Known problems)
     resumed = run_cli("train", "--resume", str(outputs / "val38new"), "--device", "cpu", src=old_src_dir)
     assert resumed.returncode == 2 and "validation_seed: unknown setting" in resumed.stderr, resumed.stderr
     resumed = run_cli("train", "--resume", str(outputs / "val38zero"), "--device", "cpu", src=old_src_dir)
