@@ -104,10 +104,20 @@ COMFYUI_LOADER_KREA2 = (
     "ComfyUI v0.33.0 (2f35f4a08176d993cded35dac3332be4f7287f41) load_lora_for_models, bench/comfyui_check.py"
 )
 COMFYUI_LOADER_CHECKED["krea2"] = frozenset({"kohya", "diffusers"})
+# Z-Image LoKr files are written `diffusion_model.<diffusers name>` since session 38
+# (lora/lycoris.GENERIC_LOKR_FAMILIES): that spelling went through the loader of upstream
+# de6b062f (bench/comfyui_check.py, every LoKr factor layout, at 1.0 and 0.5)
+COMFYUI_LOADER_DE6B062F = (
+    "ComfyUI v0.33.0+34 (de6b062fb5ed1c9b471a3ebcd614705d93d67560) load_lora_for_models, "
+    "bench/comfyui_check.py"
+)
 
 
-def comfyui_loader(family: str) -> str:
-    """The ComfyUI release whose own loader bench/comfyui_check.py ran on `family`'s files."""
+def comfyui_loader(family: str, adapter: str | None = None) -> str:
+    """The ComfyUI release whose own loader bench/comfyui_check.py ran on `family`'s files (of
+    `adapter`, where that changes the file's names)."""
+    if family == "z-image" and adapter == "lokr":
+        return COMFYUI_LOADER_DE6B062F
     return COMFYUI_LOADER_KREA2 if family == "krea2" else COMFYUI_LOADER
 
 
