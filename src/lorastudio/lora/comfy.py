@@ -18,7 +18,8 @@ Rules mirrored:
                 `unet.…attn1.processor.to_q`)
     FLUX.1 (`flux_to_diffusers`): "transformer." + <diffusers name>, "lycoris_"/"lora_transformer_" +
                 underscored, the bare diffusers name (q/k/v and proj_mlp patch slices of the fused
-                linears)
+                linears); Chroma likewise, but for its approximator (`distilled_guidance_layer`),
+                which that table does not name
     Qwen-Image: <diffusers name>, "transformer." + it, "lycoris_" + underscored
     FLUX.2:     the generic keys of its BFL-named weights (lora/names_flux2.py); and, as its model
                 class is a Flux subclass, FLUX.1's table (`flux_to_diffusers`) names its diffusers
@@ -129,6 +130,10 @@ _FLUX2_MAPPED = re.compile(
     r"ff(_context)?\.linear_(in|out))|single_transformer_blocks\.\d+\.attn\.(to_qkv_mlp_proj|to_out)|"
     r"x_embedder|context_embedder|proj_out"
 )
+# Chroma's approximator (diffusers `distilled_guidance_layer.…`): ComfyUI's flux_to_diffusers table,
+# which maps Chroma's diffusers names too, has none of it, so only its native names load
+# (RELIABILITY 1701: found by ComfyUI's own key map, tests/data/comfyui_key_map.json.gz)
+_CHROMA_APPROXIMATOR = "distilled_guidance_layer."
 # diffusers names covered by ComfyUI's z_image_to_diffusers (weights only)
 # families addressed by BFL checkpoint names (fused linears: rows summed over their parts)
 _BFL_NAMES = {
@@ -183,7 +188,9 @@ def comfy_key_map(family: str, module_shapes: Mapping[str, Shape]) -> dict[str, 
             spelled = d.replace(".to_", ".processor.to_")
             spelled = spelled[:-2] if spelled.endswith(".to_out.0") else spelled
             key_map.update({spelled: shape, "unet." + spelled: shape})
-        elif family == "flux" or (family in ("flux2", "flux2-klein") and _FLUX2_MAPPED.fullmatch(d)):
+        elif (family == "flux" and not d.startswith(_CHROMA_APPROXIMATOR)) or (
+            family in ("flux2", "flux2-klein") and _FLUX2_MAPPED.fullmatch(d)
+        ):
             key_map.update(
                 {
                     "transformer." + d: shape,
