@@ -29,6 +29,15 @@ Session 25 ran every family and case again with upstream de6b062f (2026-08-20, v
 commits, the newest snapshot to be had; deps pinned as its requirements.txt: comfy-kitchen
 0.2.31, comfy-aimdo 0.4.13): all held. The reverse direction (ComfyUI's trainer node's files in
 lorastudio's generation) is bench/comfyui_trainer_check.py.
+
+Session 38 (no fork newer than that snapshot to be had; its comfy/ is upstream de6b062f's
+exactly): ComfyUI ran in a venv of its own (LORASTUDIO_COMFYUI_PYTHON=<venv>/bin/python: torch
+2.13.0 CPU, then numpy einops safetensors scipy torchsde trampoline psutil pyyaml Pillow tqdm
+transformers tokenizers sentencepiece comfy-kitchen==0.2.31 comfy-aimdo==0.4.13; no --pythonpath
+then), the tree exported from the snapshot (its three missing blobs, two tokenizer files and the
+SageAttention submodule, left out). `--key-table tests/data/comfyui_key_map.json.gz --commit
+<commit>` writes ComfyUI's own key map of each tiny model (no training) for the default suite's
+tests/unit/lora/test_comfyui_key_table.py.
 """
 
 from __future__ import annotations
