@@ -83,3 +83,22 @@ def test_a_zimage_lokr_file_as_written_loads_in_diffusers_own_reader(layer_shape
     assert all(k.startswith("diffusion_model.") for k in tensors)
     check = check_diffusers_lokr(tensors, "z-image", shapes, families.get("z-image").spec.pipeline_class)
     assert check["checked"] and check["ok"] and check["loaded"] == len(modules), check
+
+
+def test_lorastudio_reads_both_zimage_lokr_spellings_onto_the_same_layers(tmp_path):
+    """The old `lycoris_` files and the new `diffusion_model.` ones name the same layers for
+    generation and init_lora (both read through generate/lycoris_names.to_lycoris_names)."""
+    from safetensors.torch import save_file
+
+    from lorastudio.training.init_lycoris import file_targets
+
+    modules = ["layers.0.attention.to_q", "context_refiner.0.attention.to_out.0", "layers.1.feed_forward.w2"]
+    peft = {p: torch.randn(2, 2) for m in modules for p in (f"{m}.lokr_w1", f"{m}.lokr_w2")}
+    scales = {m: (2, 2.0) for m in modules}
+    pipeline = families.get("z-image").spec.pipeline_class
+    read = []
+    for generic in (False, True):
+        path = tmp_path / f"{generic}.safetensors"
+        save_file(peft_to_lycoris(peft, "lokr", scales, generic=generic), str(path))
+        read.append({target.keys: sorted(parts) for _, target, parts in file_targets(path, pipeline)})
+    assert read[0] == read[1] and len(read[0]) == len(modules), read
