@@ -43,7 +43,6 @@ tests/unit/lora/test_comfyui_key_table.py.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import subprocess
@@ -317,26 +316,6 @@ def check_family(
     return run_side(folder, comfyui, pythonpath, family, case) | {"strength": strength}
 
 
-def key_table(
-    names: list[str], comfyui: Path, work: Path, pythonpath: str | None, commit: str
-) -> dict[str, Any]:
-    """ComfyUI's own key map (comfyui_side.key_map: `comfy.lora.model_lora_keys_unet`) of each
-    family's tiny model, no training: the table tests/data/comfyui_key_map.json keeps, so that
-    the default suite checks lorastudio's restated rules and its writers' names against it
-    (tests/unit/lora/test_comfyui_key_table.py). `commit`: the ComfyUI commit the checkout is."""
-    from lorastudio.tiny import save_tiny_model, tiny_model_dir
-
-    table: dict[str, Any] = {"comfyui_commit": commit, "families": {}}
-    for family in names:
-        model = save_tiny_model(family, tiny_model_dir(family, work / "models"))
-        folder = write_given(family, work / "keymap" / family, "keymap", None, model, {})
-        result = run_side(folder, comfyui, pythonpath, family, "keymap", ["--key-map"])
-        if "keys" not in result:
-            raise SystemExit(f"{family}: no key map from ComfyUI: {result}")
-        table["families"][family] = result["keys"]
-    return table
-
-
 def run_side(
     folder: Path,
     comfyui: Path,
@@ -388,13 +367,9 @@ def main() -> None:
     if args.key_table is not None:
         if not args.commit:
             raise SystemExit("--key-table needs --commit (the ComfyUI commit the table is of)")
-        table = key_table(args.families, args.comfyui, work, args.pythonpath, args.commit)
-        text = json.dumps(table, indent=0, sort_keys=True) + "\n"  # ~570 kB: gzip it (~25 kB)
-        if args.key_table.suffix == ".gz":
-            args.key_table.write_bytes(gzip.compress(text.encode(), mtime=0))
-        else:
-            args.key_table.write_text(text)
-        print(f"{args.key_table}: {sum(len(k) for k in table['families'].values())} keys")
+        from bench.comfyui_key_table import write_key_table
+
+        write_key_table(args.key_table, args.families, args.comfyui, work, args.pythonpath, args.commit)
         return
     results = []
     for family, case in [(f, c) for f in args.families for c in args.case or ["lora"]]:

@@ -11,10 +11,10 @@ LoHa / LoKr file: ComfyUI's loader picks its weight adapter (comfy/weight_adapte
 
 What runs, all ComfyUI's code:
 1. the model's weights in ComfyUI's names, by ComfyUI's own diffusers loading conversion:
-   `comfy.utils.unet_to_diffusers` (SDXL, as `comfy.sd.load_diffusion_model_state_dict` does for
-   a diffusers U-Net), `comfy.model_detection.convert_diffusers_mmdit` (FLUX.1, Chroma, Kontext,
-   Z-Image), `comfy.utils.krea2_to_diffusers` (Krea 2: the table its lora.py maps diffusers
-   names by), none for Qwen-Image (ComfyUI's model uses the diffusers names); FLUX.2 has no
+   `comfy.utils.unet_to_diffusers` (SDXL, as `comfy.sd.load_diffusion_model_state_dict` does for a
+   diffusers U-Net), `comfy.model_detection.convert_diffusers_mmdit` (FLUX.1, Chroma, Kontext, Z-Image),
+   `comfy.utils.krea2_to_diffusers` (Krea 2: the table its lora.py maps diffusers names by), none
+   for Qwen-Image (ComfyUI's model uses the diffusers names); FLUX.2 has no
    diffusers conversion in ComfyUI, so its BFL-named weights are given by the caller. The
    expected change is converted the same way: convert(base + change) - convert(base).
 2. `comfy.sd.load_lora_for_models(model_patcher, None, lora, 1.0, 0)`: the LoraLoaderModelOnly
@@ -35,8 +35,7 @@ with isinstance) made without its constructor, holding the converted weights und
 `diffusion_model.` and the unet_config ComfyUI's own `detect_unet_config` reads from them (SDXL:
 written by the caller and checked to name every weight). torchvision and torchaudio, when not
 installed, are replaced by an absent module (_ABSENT_IF_MISSING: only models never built here
-use them).
-Model management runs for real with --cpu.
+use them). Model management runs for real with --cpu.
 With case.json's "clip" (bench/comfyui_te_check.py) the text encoders load too: a comfy.sd.CLIP
 made without its constructor whose cond_stage_model holds te_base.safetensors at ComfyUI's names
 (`text_encoders`), handed to load_lora_for_models beside the model (the LoraLoader node's call,

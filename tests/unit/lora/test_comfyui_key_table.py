@@ -3,7 +3,7 @@ ComfyUI" verdict) and its LyCORIS writer's layer names (lora/lycoris.py layer_ke
 ComfyUI's own key map, kept as data: tests/data/comfyui_key_map.json.gz is
 `comfy.lora.model_lora_keys_unet` of each family's tiny model, run by ComfyUI itself at the commit
 the file names (`python -m bench.comfyui_check --comfyui <checkout> --key-table
-tests/data/comfyui_key_map.json.gz --commit <its commit>`; bench/comfyui_check.py key_table). No
+tests/data/comfyui_key_map.json.gz --commit <its commit>`; bench/comfyui_key_table.py). No
 ComfyUI here: the default suite checks the facts that run learnt. Regenerate the table when a
 ComfyUI release changes comfy/lora.py (and the tiny models' layers with it)."""
 
