@@ -1,19 +1,24 @@
-"""The answers every route may give beyond its own, declared in the OpenAPI document once.
+"""The answers of each route, declared in the OpenAPI document by what its code can answer.
 
-A client author reads /openapi.json (the web UI's types are generated from it) as the list of
-what a route answers. Besides a route's success and the errors every router declares
-(schemas.ERROR_RESPONSES: 400, 401, 404, 409, 421, 422, 500, 507), the app answers by the route's
-kind, each in the error shape of api/errors.py ({"error", "detail"}):
+A client author reads /openapi.json (the web UI's types are generated from it; an outside
+checker provokes each status it declares) as the list of what a route answers, so each route
+declares its success, the error statuses of the domain errors its own code raises
+(api/route_errors.py ROUTE_ERRORS, a description of each for that route) and those the app
+answers by the route's kind, each in the error shape of api/errors.py ({"error", "detail"}):
 
-- 403 on every route but GET: a write from another origin or site (api/origin.py);
-- 413 on every route that reads a body (JSON or an upload): over its cap (api/body_limit.py);
+- 401 on every route: a missing or wrong API token, where one is set (api/deps.py);
+- 403 on every route: a request through a proxy to a studio without a token (api/proxy.py),
+  and on every route but GET a write from another origin or site (api/origin.py);
+- 421 on every route: a Host header the server does not answer (api/hosts.py);
+- 422 on every route: the request's shape (a query parameter the route does not take is one);
+- 413 on every route but GET: a body over its cap (api/body_limit.py);
 - 415 on every route that takes a JSON body: a body of another media type (api/body_checks.py);
 - 206 / 416 on every file download: a Range request (api/downloads.py);
-- `extra` responses a route declares itself (a generation's 500 / 503 / 504).
+- `responses` a route declares itself (a generation's 500 / 503 / 504) win.
 
-`declare_answers(router)` adds them to each APIRoute's `responses` (the app factory calls it
-for every router it includes); a route's own declaration of a status wins. tests/api/test_api_contract.py checks real
-answers against the document.
+`declare_answers(router)` sets them on each APIRoute's `responses` (the app factory calls it
+for every router it includes). tests/api/test_api_contract.py checks real answers against the
+document; tests/api/test_api_declared_statuses.py provokes every declared error status.
 """
 
 from __future__ import annotations
@@ -25,18 +30,32 @@ from fastapi.params import Form
 from fastapi.routing import APIRoute
 
 from lorastudio.api.downloads import Download
-from lorastudio.api.schemas import ErrorOut
+from lorastudio.api.route_errors import ROUTE_ERRORS
+from lorastudio.api.schemas import ErrorOut, ValidationErrorOut
 
 
 def _error(description: str) -> dict[str, Any]:
     return {"model": ErrorOut, "description": description}
 
 
+SHAPE_422 = (
+    "the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query "
+    "parameter the route does not take, a body the route does not take"
+)
+PROXY_403 = "through a proxy to a studio without an API token (ProxyNeedsToken)"
+ORIGIN_403 = "a write from another origin or site (CrossOriginRefused)"
+
+
 def _answers(route: APIRoute) -> dict[int | str, dict[str, Any]]:
     methods = route.methods or set()
-    answers: dict[int | str, dict[str, Any]] = {}
-    if methods - {"GET", "HEAD"}:
-        answers[403] = _error("a write from another origin or site (CrossOriginRefused)")
+    writes = bool(methods - {"GET", "HEAD"})
+    answers: dict[int | str, dict[str, Any]] = {
+        401: _error("a missing or wrong API token, where one is set (Unauthorized)"),
+        403: _error(f"{ORIGIN_403}; or {PROXY_403}" if writes else PROXY_403),
+        421: _error("a Host header this server does not answer (DNS rebinding guard)"),
+        422: {"model": ValidationErrorOut, "description": SHAPE_422},
+    }
+    if writes:
         answers[413] = _error("the request body is over the route's cap (BodyTooLarge / UploadTooLarge)")
     if route.body_field is not None and not isinstance(route.body_field.field_info, Form):
         answers[415] = _error("the body is not sent as application/json (UnsupportedMediaType)")
@@ -47,12 +66,16 @@ def _answers(route: APIRoute) -> dict[int | str, dict[str, Any]]:
             **({"content": whole} if whole else {}),
         }
         answers[416] = {"description": "a Range past the end of the file"}
+    for method in sorted(methods - {"HEAD"}):
+        for status, description in ROUTE_ERRORS[(method, route.path)].items():
+            answers[status] = _error(description)
     return answers
 
 
 def declare_answers(router: APIRouter) -> None:
-    """Add the answers of each route's kind (module docstring) to the declared responses of
-    `router`'s routes (before it is included: an app holds included routers, not their routes).
+    """Set the answers of each route (module docstring) on the declared responses of `router`'s
+    routes (before it is included: an app holds included routers, not their routes); a route's
+    own declaration of a status wins. KeyError naming a route missing from ROUTE_ERRORS.
     Idempotent."""
     for route in router.routes:
         if isinstance(route, APIRoute) and route.include_in_schema:
