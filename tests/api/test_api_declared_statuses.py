@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -43,6 +44,7 @@ UNPROVOKED: dict[tuple[str, str, int], str] = {
     ("POST", GEN, 500): "the pipeline failing in the generation worker",
     ("POST", GEN, 503): "the generation worker killed mid-request",
     ("POST", GEN, 504): "the generation worker hung past its allowance",
+    ("POST", GEN, 507): "the generation worker's image write on a full disk",
     ("POST", "/api/generations", 503): "the server stopping while it is sent",
     ("POST", "/api/loras/{name}/push", 502): "the hub failing (the network)",
     ("POST", "/api/models/fetch", 404): "the hub answering no such repo (the network)",
@@ -55,6 +57,12 @@ UNPROVOKED: dict[tuple[str, str, int], str] = {
     ("DELETE", MODEL, 507): "a model lorastudio fetched, its disk full",
     ("POST", "/api/generate/references", 413): "a body over the route's own 200 MiB cap",
     ("POST", "/api/datasets/{name}/caption", 409): "a captioner model that loads, beside a live job",
+}
+
+
+BODIES = {  # a valid body of a route that reads one before its path's names
+    ("PUT", "/api/datasets/{name}/captions/{file}"): {"caption": "x"},
+    ("POST", "/api/datasets/{name}/captions"): {"find": "a"},
 }
 
 
@@ -102,6 +110,10 @@ def _kind_statuses(call: Prober, doc: dict[str, Any]) -> None:
             call(method, template, content=big, headers={"content-type": "application/json"})
         if "415" in op["responses"]:
             call(method, template, content=b"{}", headers={"content-type": "text/plain"})
+        if "{" in template:  # an encoded separator (404); a name the studio refuses (400 where named)
+            body = BODIES.get((method, template), {}) if "415" in op["responses"] else None
+            for value in ("a%5Cb", "%20a"):
+                call(method, template, re.sub(r"\{[^}]+\}", value, template), json=body)
     over = [("files", ("big.png", b"\0" * (1024 * 1024 + 1)))]  # past max_upload_mb = 1
     call("POST", "/api/datasets/{name}/files", files=over)
     call("POST", "/api/generate/references", files=over)

@@ -10,6 +10,7 @@ answers by the route's kind, each in the error shape of api/errors.py ({"error",
 - 403 on every route: a request through a proxy to a studio without a token (api/proxy.py),
   and on every route but GET a write from another origin or site (api/origin.py);
 - 421 on every route: a Host header the server does not answer (api/hosts.py);
+- 404 on every route with a path parameter: one holding an encoded separator (api/path_guard.py);
 - 422 on every route: the request's shape (a query parameter the route does not take is one);
 - 413 on every route but GET: a body over its cap (api/body_limit.py);
 - 415 on every route that takes a JSON body: a body of another media type (api/body_checks.py);
@@ -44,6 +45,7 @@ SHAPE_422 = (
 )
 PROXY_403 = "through a proxy to a studio without an API token (ProxyNeedsToken)"
 ORIGIN_403 = "a write from another origin or site (CrossOriginRefused)"
+PATH_404 = "a path parameter holding an encoded separator or dot segment (api/path_guard.py)"
 
 
 def _answers(route: APIRoute) -> dict[int | str, dict[str, Any]]:
@@ -66,9 +68,12 @@ def _answers(route: APIRoute) -> dict[int | str, dict[str, Any]]:
             **({"content": whole} if whole else {}),
         }
         answers[416] = {"description": "a Range past the end of the file"}
+    if "{" in route.path:
+        answers[404] = _error(PATH_404)
     for method in sorted(methods - {"HEAD"}):
         for status, description in ROUTE_ERRORS[(method, route.path)].items():
-            answers[status] = _error(description)
+            kind = answers.get(status, {}).get("description")
+            answers[status] = _error(f"{description}; or {kind}" if kind else description)
     return answers
 
 

@@ -21,12 +21,20 @@ WRITE_500 = (
 FULL_507 = "no space left on the disk it writes (NoSpaceLeft)"
 RUN_404 = "no run of this id (NotFound)"
 DATASET_404 = "no dataset folder of this name (DatasetNotFound)"
+NAME_400 = (
+    "a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError)"
+)
+FILE_400 = "a file name the studio refuses (a leading dot, whitespace at an end, too long) (ConfigError)"
+LORA_400 = (
+    "a LoRA name the studio refuses (whitespace at an end, a control character, too long) (ConfigError)"
+)
 JOB_TRAINS_409 = "a queued or running training job uses the dataset (JobActive)"
 
 
 def _writes(**more: str) -> dict[int, str]:
-    """The statuses of a route that writes the studio's files, plus `more` ("s404": ...)."""
-    return {**{int(k[1:]): v for k, v in more.items()}, 500: WRITE_500, 507: FULL_507}
+    """The statuses of a route that writes the studio's files, plus `more` ("s404": ...; its
+    own "s500" wins)."""
+    return {500: WRITE_500, 507: FULL_507, **{int(k[1:]): v for k, v in more.items()}}
 
 
 def _only(**more: str) -> dict[int, str]:
@@ -66,8 +74,8 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("GET", "/api/runs/{run_id}/config"): _only(s404=RUN_404),
     ("GET", "/api/runs/{run_id}/log"): _only(s404=RUN_404),
     ("GET", "/api/datasets"): {},
-    ("GET", "/api/datasets/{name}"): _only(s404=DATASET_404),
-    ("DELETE", "/api/datasets/{name}"): _writes(s404=DATASET_404, s409=JOB_TRAINS_409),
+    ("GET", "/api/datasets/{name}"): _only(s400=NAME_400, s404=DATASET_404),
+    ("DELETE", "/api/datasets/{name}"): _writes(s400=NAME_400, s404=DATASET_404, s409=JOB_TRAINS_409),
     ("POST", "/api/datasets/{name}/rename"): _writes(
         s400="`to` is not a name a dataset may take, or is taken (DatasetError)",
         s404=DATASET_404,
@@ -77,27 +85,35 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         s400="nothing could be stored (every problem listed), a malformed upload, a dataset name "
         "refused (DatasetError)",
         s409=JOB_TRAINS_409 + ", or the dataset was renamed or replaced during the upload (DatasetChanged)",
+        s500=WRITE_500 + "; or the upload's spooled body could not be read back (ReadFailed)",
     ),
     ("PUT", "/api/datasets/{name}/captions/{file}"): _writes(
+        s400=NAME_400 + "; or such a file name",
         s404="no dataset of this name or no such image in it (NotFound)",
         s409="the caption changed since the editor read it, the current one in the body "
         "(CaptionConflict); or " + JOB_TRAINS_409,
     ),
     ("POST", "/api/datasets/{name}/captions"): _writes(
+        s400=NAME_400,
         s404=DATASET_404,
         s409=JOB_TRAINS_409,
     ),
     ("DELETE", "/api/datasets/{name}/images/{file}"): _writes(
-        s404="no dataset of this name or no such image in it (NotFound)", s409=JOB_TRAINS_409
+        s400=NAME_400 + "; or such a file name",
+        s404="no dataset of this name or no such image in it (NotFound)",
+        s409=JOB_TRAINS_409,
     ),
     ("GET", "/api/datasets/{name}/thumbnails/{file}"): _only(
-        s404="no dataset of this name or no such image (or control image) in it (NotFound)"
+        s400=NAME_400 + "; or such a file name",
+        s404="no dataset of this name or no such image (or control image) in it (NotFound)",
     ),
     ("GET", "/api/datasets/{name}/masks/{file}"): _only(
-        s404="no dataset of this name, no masks folder or no such mask (NotFound)"
+        s400=NAME_400 + "; or such a file name",
+        s404="no dataset of this name, no masks folder or no such mask (NotFound)",
     ),
     ("GET", "/api/datasets/{name}/alpha/{file}"): _only(
-        s404="no dataset of this name, no such image, or it has no alpha channel (NotFound)"
+        s400=NAME_400 + "; or such a file name",
+        s404="no dataset of this name, no such image, or it has no alpha channel (NotFound)",
     ),
     ("POST", "/api/datasets/{name}/caption"): _only(
         s400="the captioner refused: not a model folder, hub id or fetched catalogue captioner, or a "
@@ -107,16 +123,16 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         "does not fit beside it (JobActive)",
     ),
     ("GET", "/api/datasets/{name}/caption"): _only(
-        s404="no dataset of this name, or no caption job of it recorded (NotFound)"
+        s400=NAME_400, s404="no dataset of this name, or no caption job of it recorded (NotFound)"
     ),
     ("GET", "/api/captions"): {},
     ("GET", "/api/captions/events"): {},
     ("GET", "/api/captions/{job_id}"): _only(s404="no caption job of this id (unknown or pruned) (NotFound)"),
     ("POST", "/api/captions/{job_id}/cancel"): _only(s404="no caption job of this id (NotFound)"),
     ("GET", "/api/loras"): {},
-    ("GET", "/api/loras/{name}/steps"): _only(s404="no LoRA of a run of this name (NotFound)"),
+    ("GET", "/api/loras/{name}/steps"): _only(s400=LORA_400, s404="no LoRA of a run of this name (NotFound)"),
     ("GET", "/api/loras/{name}/file"): _only(
-        s404="no LoRA of a run of this name, or none of that `step` / `weights` (NotFound)"
+        s400=LORA_400, s404="no LoRA of a run of this name, or none of that `step` / `weights` (NotFound)"
     ),
     ("POST", "/api/loras/{name}/push"): _only(
         s400="no hub token is set (HubTokenMissing), or the repo id is refused",
@@ -127,20 +143,23 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         s404="an unknown LoRA or reference image (NotFound)",
         s409="training runs, the request_id is in flight or ended under 10 minutes ago, 8 are in "
         "flight, or it was cancelled (JobActive, GenerationCancelled)",
+        s507="the gallery's disk is full: nothing of the image kept (NoSpaceLeft)",
     ),
     ("POST", "/api/generate/{request_id}/cancel"): _only(
         s404="no generation of this request_id in flight (NotFound)"
     ),
     ("POST", "/api/generate/references"): _writes(
-        s400="no image in the upload, a malformed upload, or a refused file, every one named (DatasetError)"
+        s400="no image in the upload, a malformed upload, or a refused file, every one named (DatasetError)",
+        s500=WRITE_500 + "; or the upload's spooled body could not be read back (ReadFailed)",
     ),
     ("GET", "/gallery/references/{ref_id}"): _only(s404="no reference image of this id (NotFound)"),
     ("GET", "/api/gallery"): {},
     ("DELETE", "/api/gallery/{file}"): _only(
+        s400=FILE_400,
         s404="no gallery image of this name (NotFound)",
         s500="the gallery folder refused the removal (a read-only folder: WriteFailed), naming the file",
     ),
-    ("GET", "/gallery/{file}"): _only(s404="no gallery image of this name (NotFound)"),
+    ("GET", "/gallery/{file}"): _only(s400=FILE_400, s404="no gallery image of this name (NotFound)"),
     ("POST", "/api/generations"): _only(
         s400="a request over the budget (size, steps), a bad LoRA file, a reference refused (ConfigError)",
         s404="an unknown LoRA or reference image (NotFound)",

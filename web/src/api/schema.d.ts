@@ -5865,16 +5865,7 @@ export interface operations {
                     "application/json": components["schemas"]["CacheOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5883,17 +5874,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5917,24 +5899,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -5960,16 +5924,7 @@ export interface operations {
                     "application/json": components["schemas"]["CacheClearedOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5978,7 +5933,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5987,7 +5942,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no cached model of this `model` fingerprint (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -5996,7 +5951,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a training job is live and may read the cache (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -6030,24 +5985,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -6073,16 +6010,7 @@ export interface operations {
                     "application/json": components["schemas"]["CachePrunedOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6091,26 +6019,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6145,24 +6055,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     recent_api_captions_get: {
@@ -6183,16 +6075,7 @@ export interface operations {
                     "application/json": components["schemas"]["CaptionJobOut"][];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6201,17 +6084,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6235,24 +6109,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -6280,16 +6136,7 @@ export interface operations {
                     "text/event-stream": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6298,17 +6145,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6332,24 +6170,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -6374,16 +6194,7 @@ export interface operations {
                     "application/json": components["schemas"]["CaptionJobOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6392,8 +6203,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6401,8 +6212,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no caption job of this id (unknown or pruned) (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6428,24 +6239,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     cancel_api_captions__job_id__cancel_post: {
@@ -6468,16 +6261,7 @@ export interface operations {
                     "application/json": components["schemas"]["CaptionJobOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6486,7 +6270,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -6495,17 +6279,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no caption job of this id (NotFound) */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6540,24 +6315,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     import_config_api_config_import_post: {
@@ -6582,7 +6339,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConfigImportOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description the file is not UTF-8, not a table, an alias bomb, of a format not detected (the candidates named), or names no family or base model (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6591,7 +6348,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6600,26 +6357,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6663,24 +6402,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     datasets_api_datasets_get: {
@@ -6701,16 +6422,7 @@ export interface operations {
                     "application/json": components["schemas"]["DatasetList"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6719,17 +6431,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6753,24 +6456,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -6800,16 +6485,7 @@ export interface operations {
                     "application/json": components["schemas"]["DatasetDetail"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6818,8 +6494,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6827,8 +6503,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no dataset folder of this name (DatasetNotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6854,24 +6530,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     remove_dataset_api_datasets__name__delete: {
@@ -6894,16 +6552,7 @@ export interface operations {
                     "application/json": components["schemas"]["DatasetDeleted"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6912,7 +6561,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -6921,7 +6570,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no dataset folder of this name (DatasetNotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -6930,7 +6579,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a queued or running training job uses the dataset (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -6966,7 +6615,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -6975,7 +6624,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -7009,16 +6658,7 @@ export interface operations {
                     "image/jpeg": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7027,8 +6667,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7036,8 +6676,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no dataset of this name, no such image, or it has no alpha channel (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7063,26 +6703,8 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
             /** @description DecodeBusy: every decode slot is taken; send it again after Retry-After */
             503: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7112,16 +6734,7 @@ export interface operations {
                     "application/json": components["schemas"]["CaptionJobOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7130,8 +6743,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7139,8 +6752,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no dataset of this name, or no caption job of it recorded (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7164,24 +6777,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -7210,7 +6805,7 @@ export interface operations {
                     "application/json": components["schemas"]["CaptionJobOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description the captioner refused: not a model folder, hub id or fetched catalogue captioner, or a device refused (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7219,7 +6814,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7228,7 +6823,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7237,7 +6832,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no dataset folder of this name (DatasetNotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7246,7 +6841,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a caption job runs, a training job uses the dataset, or holds the GPU and the captioner does not fit beside it (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7289,24 +6884,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -7335,16 +6912,7 @@ export interface operations {
                     "application/json": components["schemas"]["BulkCaptionOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7353,7 +6921,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7362,7 +6930,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no dataset folder of this name (DatasetNotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7371,7 +6939,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a queued or running training job uses the dataset (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7416,7 +6984,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7425,7 +6993,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -7461,16 +7029,7 @@ export interface operations {
                     "application/json": components["schemas"]["CaptionOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7479,7 +7038,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7488,7 +7047,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no dataset of this name or no such image in it (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7497,7 +7056,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description the caption changed since the editor read it, the current one in the body (CaptionConflict); or a queued or running training job uses the dataset (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7542,7 +7101,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7551,7 +7110,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -7594,7 +7153,7 @@ export interface operations {
                     "application/json": components["schemas"]["UploadOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description nothing could be stored (every problem listed), a malformed upload, a dataset name refused (DatasetError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7603,7 +7162,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7612,7 +7171,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7621,16 +7180,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a queued or running training job uses the dataset (JobActive), or the dataset was renamed or replaced during the upload (DatasetChanged) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7666,7 +7216,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7675,7 +7225,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -7707,16 +7257,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeletedFiles"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7725,7 +7266,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7734,7 +7275,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no dataset of this name or no such image in it (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7743,7 +7284,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a queued or running training job uses the dataset (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7779,7 +7320,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7788,7 +7329,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -7822,16 +7363,7 @@ export interface operations {
                     "image/jpeg": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7840,8 +7372,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7849,8 +7381,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no dataset of this name, no masks folder or no such mask (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7876,26 +7408,8 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
             /** @description DecodeBusy: every decode slot is taken; send it again after Retry-After */
             503: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7929,7 +7443,7 @@ export interface operations {
                     "application/json": components["schemas"]["DatasetRenamed"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description `to` is not a name a dataset may take, or is taken (DatasetError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7938,7 +7452,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7947,7 +7461,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7956,7 +7470,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no dataset folder of this name (DatasetNotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7965,7 +7479,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a queued or running training job uses the dataset (JobActive), or a caption job or CLI run holds its claim */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -8010,7 +7524,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8019,7 +7533,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -8055,16 +7569,7 @@ export interface operations {
                     "image/jpeg": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8073,8 +7578,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8082,8 +7587,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no dataset of this name or no such image (or control image) in it (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8109,26 +7614,8 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
             /** @description DecodeBusy: every decode slot is taken; send it again after Retry-After */
             503: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8161,16 +7648,7 @@ export interface operations {
                     "application/json": components["schemas"]["GalleryList"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8179,17 +7657,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8215,24 +7684,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     delete_gallery_file_api_gallery__file__delete: {
@@ -8255,16 +7706,7 @@ export interface operations {
                     "application/json": components["schemas"]["GalleryDeleted"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8273,7 +7715,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8282,17 +7724,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no gallery image of this name (NotFound) */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8327,17 +7760,8 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description the gallery folder refused the removal (a read-only folder: WriteFailed), naming the file */
             500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8369,7 +7793,7 @@ export interface operations {
                     "application/json": components["schemas"]["GenerateOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a request over the budget (size, steps), a bad LoRA file, a reference refused (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8378,7 +7802,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8387,7 +7811,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8396,7 +7820,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description an unknown LoRA or reference image (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8405,7 +7829,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description training runs, the request_id is in flight or ended under 10 minutes ago, 8 are in flight, or it was cancelled (JobActive, GenerationCancelled) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -8477,15 +7901,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     upload_references_api_generate_references_post: {
@@ -8515,7 +7930,7 @@ export interface operations {
                     "application/json": components["schemas"]["ReferencesOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description no image in the upload, a malformed upload, or a refused file, every one named (DatasetError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8524,7 +7939,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8533,26 +7948,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8587,7 +7984,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8596,7 +7993,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -8627,16 +8024,7 @@ export interface operations {
                     "application/json": components["schemas"]["GenerateCancelOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8645,7 +8033,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8654,17 +8042,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no generation of this request_id in flight (NotFound) */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8699,24 +8078,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     start_generation_api_generations_post: {
@@ -8741,7 +8102,7 @@ export interface operations {
                     "application/json": components["schemas"]["GenerationStatusOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a request over the budget (size, steps), a bad LoRA file, a reference refused (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8750,7 +8111,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8759,7 +8120,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8768,7 +8129,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description an unknown LoRA or reference image (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8777,7 +8138,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description training runs, its request_id is in flight, kept or ended under 10 minutes ago, or 8 are in flight (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -8822,26 +8183,8 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
             /** @description the server is stopping: send it again */
             503: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8871,16 +8214,7 @@ export interface operations {
                     "application/json": components["schemas"]["GenerationStatusOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8889,8 +8223,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8898,8 +8232,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no generation of this request_id sent to POST /api/generations, or its record was removed (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8925,24 +8259,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     cancel_generation_api_generations__request_id__cancel_post: {
@@ -8965,16 +8281,7 @@ export interface operations {
                     "application/json": components["schemas"]["GenerateCancelOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8983,7 +8290,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8992,17 +8299,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no generation of this request_id in flight (NotFound) */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9037,24 +8335,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     info_api_info_get: {
@@ -9075,16 +8355,7 @@ export interface operations {
                     "application/json": components["schemas"]["InfoOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9093,17 +8364,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9127,24 +8389,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -9178,16 +8422,7 @@ export interface operations {
                     "application/json": components["schemas"]["LoraList"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9196,17 +8431,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9230,24 +8456,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -9286,16 +8494,7 @@ export interface operations {
                     "application/octet-stream": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9304,8 +8503,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9313,8 +8512,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no LoRA of a run of this name, or none of that `step` / `weights` (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9347,24 +8546,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     push_api_loras__name__push_post: {
@@ -9391,7 +8572,7 @@ export interface operations {
                     "application/json": components["schemas"]["PushOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description no hub token is set (HubTokenMissing), or the repo id is refused */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -9400,7 +8581,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9418,17 +8599,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no LoRA of a run of this name, or no such repo without `create` (NotFound) */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9472,26 +8644,8 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
             /** @description the hub failed or could not be reached (HubUploadError) */
             502: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9521,16 +8675,7 @@ export interface operations {
                     "application/json": components["schemas"]["LoraSteps"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9539,8 +8684,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9548,8 +8693,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no LoRA of a run of this name (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9573,24 +8718,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -9613,16 +8740,7 @@ export interface operations {
                     "application/json": components["schemas"]["CatalogueModelOut"][];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9631,17 +8749,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9665,24 +8774,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -9709,7 +8800,7 @@ export interface operations {
                     "application/json": components["schemas"]["CatalogueModelOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description not an absolute path of an existing folder, or one under the studio home (ModelSourceError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -9718,7 +8809,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9727,26 +8818,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9790,7 +8863,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -9799,7 +8872,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -9830,16 +8903,7 @@ export interface operations {
                     "application/json": components["schemas"]["FolderForgotten"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9848,7 +8912,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9857,17 +8921,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no added folder of this id (NotFound) */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9902,7 +8957,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -9911,7 +8966,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -9945,16 +9000,7 @@ export interface operations {
                     "text/event-stream": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9963,17 +9009,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9997,24 +9034,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -10037,16 +9056,7 @@ export interface operations {
                     "application/json": components["schemas"]["FetchList"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10055,17 +9065,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10089,24 +9090,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -10133,7 +9116,7 @@ export interface operations {
                     "application/json": components["schemas"]["FetchOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a repo id refused, a model that cannot be trained, or offline and not on disk (ModelSourceError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -10142,7 +9125,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10158,7 +9141,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description not found */
+            /** @description no such repo or revision on the hub (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -10167,7 +9150,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description this model is being fetched (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -10212,24 +9195,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     fetch_status_api_models_fetch__fetch_id__get: {
@@ -10252,16 +9217,7 @@ export interface operations {
                     "application/json": components["schemas"]["FetchOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10270,8 +9226,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10279,8 +9235,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no fetch of this id (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10304,24 +9260,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -10346,16 +9284,7 @@ export interface operations {
                     "application/json": components["schemas"]["FetchOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10364,7 +9293,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -10373,17 +9302,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no running fetch of this id (NotFound) */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10416,24 +9336,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -10458,16 +9360,7 @@ export interface operations {
                     "application/json": components["schemas"]["CatalogueModelOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10476,8 +9369,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10485,8 +9378,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no catalogue entry of this id (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10512,24 +9405,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     delete_api_models__model_id__delete: {
@@ -10552,16 +9427,7 @@ export interface operations {
                     "application/json": components["schemas"]["ModelDeleted"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10577,7 +9443,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description not found */
+            /** @description no catalogue entry of this id (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -10586,7 +9452,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a job, a caption job, a generation or a fetch uses the model (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -10622,7 +9488,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -10631,7 +9497,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -10667,16 +9533,7 @@ export interface operations {
                     "application/json": components["schemas"]["RunList"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10685,17 +9542,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10719,24 +9567,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -10761,16 +9591,7 @@ export interface operations {
                     "application/json": components["schemas"]["RunDetail"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10779,8 +9600,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10788,8 +9609,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no run of this id (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10813,24 +9634,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -10858,16 +9661,7 @@ export interface operations {
                     "application/json": components["schemas"]["RunDeleted"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10876,7 +9670,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -10885,7 +9679,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no run of this id (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -10894,7 +9688,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description the run is queued or running: stop it first (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -10930,7 +9724,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -10939,7 +9733,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -10970,16 +9764,7 @@ export interface operations {
                     "application/json": components["schemas"]["CheckpointList"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10988,8 +9773,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10997,8 +9782,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no run of this id (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11022,24 +9807,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -11070,16 +9837,7 @@ export interface operations {
                     "application/toml": unknown;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11088,8 +9846,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11097,8 +9855,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no run of this id (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11122,24 +9880,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -11167,16 +9907,7 @@ export interface operations {
                     "application/json": components["schemas"]["RunLog"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11185,8 +9916,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11194,8 +9925,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no run of this id (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11219,24 +9950,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -11261,16 +9974,7 @@ export interface operations {
                     "application/json": components["schemas"]["LoraSteps"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11279,8 +9983,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11288,8 +9992,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no run of this id, or it has no LoRA yet (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11313,24 +10017,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -11359,7 +10045,7 @@ export interface operations {
                     "application/json": components["schemas"]["JobOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a setting refused, or differing from the checkpoint's identity, every problem listed (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -11368,7 +10054,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11377,7 +10063,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -11386,7 +10072,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no run of this id, or no checkpoint to resume from (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -11395,7 +10081,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description the run is live, or the GPU is busy and `queue` is false (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -11440,7 +10126,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -11449,7 +10135,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -11487,16 +10173,7 @@ export interface operations {
                     "application/json": components["schemas"]["SampleList"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11505,8 +10182,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11514,8 +10191,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no run of this id (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11539,24 +10216,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -11591,16 +10250,7 @@ export interface operations {
                     "image/png": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11609,8 +10259,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11618,8 +10268,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no run of this id or no such sample (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11652,24 +10302,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     open_session_api_session_post: {
@@ -11693,16 +10325,7 @@ export interface operations {
                     "application/json": components["schemas"]["SessionOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11711,26 +10334,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11763,24 +10368,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -11806,16 +10393,7 @@ export interface operations {
                     "application/json": components["schemas"]["SessionOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11824,26 +10402,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11876,24 +10436,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -11921,16 +10463,7 @@ export interface operations {
                     "text/event-stream": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11939,17 +10472,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11973,24 +10497,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -12017,7 +10523,7 @@ export interface operations {
                     "application/json": components["schemas"]["PreflightOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description the config refused, every problem listed (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -12026,7 +10532,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -12035,26 +10541,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12096,24 +10584,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -12140,7 +10610,7 @@ export interface operations {
                     "application/json": components["schemas"]["JobOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description the config refused, every problem listed (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -12149,7 +10619,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -12158,7 +10628,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -12167,16 +10637,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description the GPU is busy (a job runs) and `queue` is false, or the run would not fit this host's RAM now (JobActive, HostMemoryShort) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -12221,7 +10682,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -12230,7 +10691,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -12262,16 +10723,7 @@ export interface operations {
                     "application/json": components["schemas"]["StatusOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -12280,17 +10732,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12314,24 +10757,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -12358,16 +10783,7 @@ export interface operations {
                     "application/json": components["schemas"]["JobOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -12376,7 +10792,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -12385,7 +10801,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no job is running or queued (or none of `job_id`) (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -12394,7 +10810,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a stop asking the other way (save / discard) is pending (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -12437,24 +10853,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -12488,16 +10886,7 @@ export interface operations {
                     "image/*": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -12506,8 +10895,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12515,8 +10904,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no reference image of this id (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12547,24 +10936,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -12598,16 +10969,7 @@ export interface operations {
                     "image/png": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -12616,8 +10978,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12625,8 +10987,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no gallery image of this name (NotFound) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12657,24 +11019,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
