@@ -71,7 +71,10 @@ def _answers(route: APIRoute) -> dict[int | str, dict[str, Any]]:
     if "{" in route.path:
         answers[404] = _error(PATH_404)
     for method in sorted(methods - {"HEAD"}):
-        for status, description in ROUTE_ERRORS[(method, route.path)].items():
+        own = ROUTE_ERRORS.get((method, route.path))
+        if own is None:
+            raise KeyError(f"{method} {route.path} declares no error statuses: add it to api/route_errors.py")
+        for status, description in own.items():
             kind = answers.get(status, {}).get("description")
             answers[status] = _error(f"{description}; or {kind}" if kind else description)
     return answers

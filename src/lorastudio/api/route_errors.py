@@ -28,7 +28,7 @@ FILE_400 = "a file name the studio refuses (a leading dot, whitespace at an end,
 LORA_400 = (
     "a LoRA name the studio refuses (whitespace at an end, a control character, too long) (ConfigError)"
 )
-JOB_TRAINS_409 = "a queued or running training job uses the dataset (JobActive)"
+JOB_TRAINS_409 = "a queued or running training job, a caption job or a CLI run uses the dataset (JobActive)"
 
 
 def _writes(**more: str) -> dict[int, str]:
@@ -79,7 +79,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("POST", "/api/datasets/{name}/rename"): _writes(
         s400="`to` is not a name a dataset may take, or is taken (DatasetError)",
         s404=DATASET_404,
-        s409=JOB_TRAINS_409 + ", or a caption job or CLI run holds its claim",
+        s409=JOB_TRAINS_409,
     ),
     ("POST", "/api/datasets/{name}/files"): _writes(
         s400="nothing could be stored (every problem listed), a malformed upload, a dataset name "
