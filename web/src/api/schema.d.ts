@@ -534,8 +534,8 @@ export interface paths {
          * Cancel
          * @description Cancel the generation of this request_id (GenerateBody.request_id): one waiting for the
          *     worker ends now, a running one after its current denoising step (loading: before its next
-         *     component or LoRA, and what it loaded is freed); its POST /api/generate answers 409 and
-         *     nothing of it is kept. A second cancel answers the same. 404 when no such generation is in
+         *     component or LoRA, and what it loaded is freed); its POST /api/generate (409: cancelled)
+         *     ends and nothing of it is kept. A second cancel answers the same. 404 when no such generation is in
          *     flight (unknown, or it ended: its id is not taken again for 10 minutes, so a late cancel
          *     never stops another request).
          */
@@ -6212,7 +6212,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no caption job of this id (unknown or pruned) (NotFound) */
+            /** @description no caption job of this id (unknown or pruned) (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -6279,7 +6279,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no caption job of this id (NotFound) */
+            /** @description no caption job of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -6485,6 +6485,15 @@ export interface operations {
                     "application/json": components["schemas"]["DatasetDetail"];
                 };
             };
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
@@ -6503,7 +6512,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no dataset folder of this name (DatasetNotFound) */
+            /** @description no dataset folder of this name (DatasetNotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -6552,6 +6561,15 @@ export interface operations {
                     "application/json": components["schemas"]["DatasetDeleted"];
                 };
             };
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
@@ -6570,7 +6588,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no dataset folder of this name (DatasetNotFound) */
+            /** @description no dataset folder of this name (DatasetNotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -6579,7 +6597,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a queued or running training job uses the dataset (JobActive) */
+            /** @description a queued or running training job, a caption job or a CLI run uses the dataset (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -6658,6 +6676,15 @@ export interface operations {
                     "image/jpeg": string;
                 };
             };
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError); or such a file name */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
@@ -6676,7 +6703,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no dataset of this name, no such image, or it has no alpha channel (NotFound) */
+            /** @description no dataset of this name, no such image, or it has no alpha channel (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -6734,6 +6761,15 @@ export interface operations {
                     "application/json": components["schemas"]["CaptionJobOut"];
                 };
             };
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
@@ -6752,7 +6788,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no dataset of this name, or no caption job of it recorded (NotFound) */
+            /** @description no dataset of this name, or no caption job of it recorded (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -6832,7 +6868,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no dataset folder of this name (DatasetNotFound) */
+            /** @description no dataset folder of this name (DatasetNotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -6912,6 +6948,15 @@ export interface operations {
                     "application/json": components["schemas"]["BulkCaptionOut"];
                 };
             };
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
@@ -6930,7 +6975,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no dataset folder of this name (DatasetNotFound) */
+            /** @description no dataset folder of this name (DatasetNotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -6939,7 +6984,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a queued or running training job uses the dataset (JobActive) */
+            /** @description a queued or running training job, a caption job or a CLI run uses the dataset (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7029,6 +7074,15 @@ export interface operations {
                     "application/json": components["schemas"]["CaptionOut"];
                 };
             };
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError); or such a file name */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
@@ -7047,7 +7101,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no dataset of this name or no such image in it (NotFound) */
+            /** @description no dataset of this name or no such image in it (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7056,7 +7110,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description the caption changed since the editor read it, the current one in the body (CaptionConflict); or a queued or running training job uses the dataset (JobActive) */
+            /** @description the caption changed since the editor read it, the current one in the body (CaptionConflict); or a queued or running training job, a caption job or a CLI run uses the dataset (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7180,7 +7234,16 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a queued or running training job uses the dataset (JobActive), or the dataset was renamed or replaced during the upload (DatasetChanged) */
+            /** @description a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a queued or running training job, a caption job or a CLI run uses the dataset (JobActive), or the dataset was renamed or replaced during the upload (DatasetChanged) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7216,7 +7279,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or the upload's spooled body could not be read back (ReadFailed) */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7257,6 +7320,15 @@ export interface operations {
                     "application/json": components["schemas"]["DeletedFiles"];
                 };
             };
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError); or such a file name */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
@@ -7275,7 +7347,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no dataset of this name or no such image in it (NotFound) */
+            /** @description no dataset of this name or no such image in it (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7284,7 +7356,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a queued or running training job uses the dataset (JobActive) */
+            /** @description a queued or running training job, a caption job or a CLI run uses the dataset (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7363,6 +7435,15 @@ export interface operations {
                     "image/jpeg": string;
                 };
             };
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError); or such a file name */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
@@ -7381,7 +7462,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no dataset of this name, no masks folder or no such mask (NotFound) */
+            /** @description no dataset of this name, no masks folder or no such mask (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7470,7 +7551,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no dataset folder of this name (DatasetNotFound) */
+            /** @description no dataset folder of this name (DatasetNotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7479,7 +7560,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a queued or running training job uses the dataset (JobActive), or a caption job or CLI run holds its claim */
+            /** @description a queued or running training job, a caption job or a CLI run uses the dataset (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7569,6 +7650,15 @@ export interface operations {
                     "image/jpeg": string;
                 };
             };
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError); or such a file name */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
@@ -7587,7 +7677,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no dataset of this name or no such image (or control image) in it (NotFound) */
+            /** @description no dataset of this name or no such image (or control image) in it (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7706,6 +7796,15 @@ export interface operations {
                     "application/json": components["schemas"]["GalleryDeleted"];
                 };
             };
+            /** @description a file name the studio refuses (a leading dot, whitespace at an end, too long) (ConfigError) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
@@ -7724,7 +7823,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no gallery image of this name (NotFound) */
+            /** @description no gallery image of this name (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7901,6 +8000,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description the gallery's disk is full: nothing of the image kept (NoSpaceLeft) */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     upload_references_api_generate_references_post: {
@@ -7984,7 +8092,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or the upload's spooled body could not be read back (ReadFailed) */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8042,7 +8150,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no generation of this request_id in flight (NotFound) */
+            /** @description no generation of this request_id in flight (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8232,7 +8340,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no generation of this request_id sent to POST /api/generations, or its record was removed (NotFound) */
+            /** @description no generation of this request_id sent to POST /api/generations, or its record was removed (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8299,7 +8407,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no generation of this request_id in flight (NotFound) */
+            /** @description no generation of this request_id in flight (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8494,6 +8602,15 @@ export interface operations {
                     "application/octet-stream": string;
                 };
             };
+            /** @description a LoRA name the studio refuses (whitespace at an end, a control character, too long) (ConfigError) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
@@ -8512,7 +8629,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no LoRA of a run of this name, or none of that `step` / `weights` (NotFound) */
+            /** @description no LoRA of a run of this name, or none of that `step` / `weights` (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8599,7 +8716,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no LoRA of a run of this name, or no such repo without `create` (NotFound) */
+            /** @description no LoRA of a run of this name, or no such repo without `create` (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8675,6 +8792,15 @@ export interface operations {
                     "application/json": components["schemas"]["LoraSteps"];
                 };
             };
+            /** @description a LoRA name the studio refuses (whitespace at an end, a control character, too long) (ConfigError) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
@@ -8693,7 +8819,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no LoRA of a run of this name (NotFound) */
+            /** @description no LoRA of a run of this name (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8921,7 +9047,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no added folder of this id (NotFound) */
+            /** @description no added folder of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -9235,7 +9361,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no fetch of this id (NotFound) */
+            /** @description no fetch of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -9302,7 +9428,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no running fetch of this id (NotFound) */
+            /** @description no running fetch of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -9378,7 +9504,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no catalogue entry of this id (NotFound) */
+            /** @description no catalogue entry of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -9443,7 +9569,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description no catalogue entry of this id (NotFound) */
+            /** @description no catalogue entry of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -9609,7 +9735,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no run of this id (NotFound) */
+            /** @description no run of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -9679,7 +9805,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no run of this id (NotFound) */
+            /** @description no run of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -9782,7 +9908,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no run of this id (NotFound) */
+            /** @description no run of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -9855,7 +9981,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no run of this id (NotFound) */
+            /** @description no run of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -9925,7 +10051,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no run of this id (NotFound) */
+            /** @description no run of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -9992,7 +10118,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no run of this id, or it has no LoRA yet (NotFound) */
+            /** @description no run of this id, or it has no LoRA yet (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -10072,7 +10198,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no run of this id, or no checkpoint to resume from (NotFound) */
+            /** @description no run of this id, or no checkpoint to resume from (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -10191,7 +10317,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no run of this id (NotFound) */
+            /** @description no run of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -10268,7 +10394,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no run of this id or no such sample (NotFound) */
+            /** @description no run of this id or no such sample (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -10904,7 +11030,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no reference image of this id (NotFound) */
+            /** @description no reference image of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -10969,6 +11095,15 @@ export interface operations {
                     "image/png": string;
                 };
             };
+            /** @description a file name the studio refuses (a leading dot, whitespace at an end, too long) (ConfigError) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
@@ -10987,7 +11122,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no gallery image of this name (NotFound) */
+            /** @description no gallery image of this name (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
