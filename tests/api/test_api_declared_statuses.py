@@ -16,6 +16,7 @@ import errno
 import io
 import os
 import re
+import shutil
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -38,8 +39,8 @@ from lorastudio.settings import Settings
 Seen = set[tuple[str, str, int]]
 
 # (method, path, status): declared, but produced only by what an in-process default test cannot
-# have (a generation worker, the hub, a real run's checkpoint, a downloaded model, 200 MiB)
-GEN, RESUME, MODEL = "/api/generate", "/api/runs/{run_id}/resume", "/api/models/{model_id}"
+# have (a generation worker, the hub, a real run's checkpoint, 200 MiB)
+GEN, RESUME = "/api/generate", "/api/runs/{run_id}/resume"
 UNPROVOKED: dict[tuple[str, str, int], str] = {
     ("POST", GEN, 500): "the pipeline failing in the generation worker",
     ("POST", GEN, 503): "the generation worker killed mid-request",
@@ -52,9 +53,6 @@ UNPROVOKED: dict[tuple[str, str, int], str] = {
     ("POST", RESUME, 400): "a checkpoint of a real run, its settings refused",
     ("POST", RESUME, 500): "a checkpoint of a real run, its writes refused",
     ("POST", RESUME, 507): "a checkpoint of a real run, its disk full",
-    ("DELETE", MODEL, 409): "a model lorastudio fetched, in use",
-    ("DELETE", MODEL, 500): "a model lorastudio fetched, its removal refused",
-    ("DELETE", MODEL, 507): "a model lorastudio fetched, its disk full",
     ("POST", "/api/generate/references", 413): "a body over the route's own 200 MiB cap",
     ("POST", "/api/datasets/{name}/caption", 409): "a captioner model that loads, beside a live job",
 }
@@ -191,9 +189,13 @@ def test_every_declared_status_of_every_route_is_provoked(
     ) as gated:
         for method, template, _ in _routes(doc):
             Prober(gated, seen)(method, template)
+    base = shutil.copytree(
+        tiny_model("flux"), studio_home / "models" / "tiny-flux"
+    )  # lorastudio's: deletable
+    model = next(m["id"] for m in client.get("/api/models").json() if Path(m["path"]) == base)
     config = {
         "family": "flux",
-        "base_model": str(tiny_model("flux")),
+        "base_model": str(base),
         "data_dir": "ds",
         "resolution": 32,
         "steps": 2,
@@ -203,7 +205,7 @@ def test_every_declared_status_of_every_route_is_provoked(
     with _decode_slots_busy(monkeypatch):
         for kind, file in (("thumbnails", "a.png"), ("masks", "a.png"), ("alpha", "e.png")):
             call("GET", f"/api/datasets/{{name}}/{kind}/{{file}}", f"/api/datasets/ds/{kind}/{file}")
-    run = _live_job(call, client, config)
+    run = _live_job(call, client, config, model)
     sample = studio_home / "outputs" / client.get(f"/api/runs/{run}").json()["output_name"] / "samples"
     sample.mkdir(parents=True)
     (sample / "step-000001-0.png").write_bytes(_png())
@@ -217,7 +219,7 @@ def test_every_declared_status_of_every_route_is_provoked(
     call("GET", "/gallery/references/{ref_id}", f"/gallery/references/{ref}", headers=past)
     call("GET", "/gallery/{file}", "/gallery/g.png", headers=past)
     call("GET", "/api/loras/{name}/file", "/api/loras/lo/file", headers=past)
-    _write_failures(call, client, run, tmp_path, monkeypatch)
+    _write_failures(call, client, run, model, tmp_path, monkeypatch)
     unprovoked = _declared(doc) - seen - set(UNPROVOKED)
     assert sorted(unprovoked) == [], f"declared statuses no request here produced: {sorted(unprovoked)}"
     assert sorted(seen - _declared(doc, 0)) == [], "answers the document does not declare"
@@ -307,7 +309,7 @@ def _own_statuses(call: Prober, config: dict) -> None:
     call("POST", "/api/train/stop", json={})
 
 
-def _live_job(call: Prober, client: TestClient, config: dict) -> str:
+def _live_job(call: Prober, client: TestClient, config: dict, model: str) -> str:
     """The 409s of a live training job; its id once it ended. The job waits for the GPU (a
     generation holds it: jobs/gpu.py), so no worker starts: it is live, training on `ds`."""
     with client.app.state.arbiter.generation():  # type: ignore[attr-defined]
@@ -339,6 +341,7 @@ def _live_job(call: Prober, client: TestClient, config: dict) -> str:
         )
         call("DELETE", "/api/datasets/{name}/images/{file}", "/api/datasets/ds/images/a.png")
         call("DELETE", "/api/cache")
+        call("DELETE", "/api/models/{model_id}", f"/api/models/{model}")  # the job's base model
         gen = {"family": "flux", "base_model": config["base_model"], "prompt": "x", "width": 32, "height": 32}
         call("POST", "/api/generate", json=gen)
         call("POST", "/api/generations", json=gen)
@@ -350,7 +353,7 @@ def _live_job(call: Prober, client: TestClient, config: dict) -> str:
 
 
 def _write_failures(
-    call: Prober, client: TestClient, run: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    call: Prober, client: TestClient, run: str, model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """507 and 500 of each route that writes, from a request that reaches its write."""
     added = client.post("/api/models/added", json={"path": str(tmp_path)})
@@ -385,6 +388,7 @@ def _write_failures(
             call("DELETE", "/api/models/added/{model_id}", f"/api/models/added/{added.json()['id']}")
             call("POST", "/api/train/start", json={"config": config})
             call("DELETE", "/api/runs/{run_id}", f"/api/runs/{run}")
+            call("DELETE", "/api/models/{model_id}", f"/api/models/{model}")
     with monkeypatch.context() as patch:  # a read-only gallery folder (root writes through a chmod)
         patch.setattr(gallery.os, "rename", _refused_rename)
         call("DELETE", "/api/gallery/{file}", "/api/gallery/g.png")
