@@ -1,14 +1,13 @@
 """Every error status the OpenAPI document declares on a route is one the route answers: each is
-provoked here by a request, in process on the tiny fixtures (RELIABILITY 1690). The document had
-400, 404, 409 and 507 on every route (`GET /api/info` answers none of them), so a client
-generator and an outside checker read statuses no request can produce. test_api_contract.py
-checks the other direction (every real answer is declared).
+provoked here by a request, in process on the tiny fixtures (RELIABILITY 1690; the document had
+400, 404, 409 and 507 on every route, `GET /api/info` answering none of them), and each answer
+got here is declared (test_api_contract.py checks the answers of every route's usual calls).
 
-The statuses of a route's kind (401, 403, 413, 415, 421, 422, 416) are provoked on every route
-from its template; a route's own (400, 404, 409, 500, 507, ...; api/route_errors.py) by a table
-of requests, some while a training job is live (tests/api/held_worker.py holds one) or while
-every write of the studio's files fails (the `writing` blocks raise the kernel's ENOSPC / EFBIG).
-UNPROVOKED names each declared status no in-process request here can produce, and why."""
+The statuses of a route's kind (401, 403, 404 of a path parameter, 413, 415, 421, 422, 416) are
+provoked on every route from its template; a route's own (api/route_errors.py) by a table of
+requests, some while a training job is live (it waits for the GPU a generation holds: no worker
+starts) or while every `writing` block fails with the kernel's ENOSPC / EFBIG. UNPROVOKED names
+each declared status no in-process request here can produce, and what does."""
 
 from __future__ import annotations
 
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 from api_helpers import FINAL, wait_idle, wait_status
 from fastapi.testclient import TestClient
+from huggingface_hub import constants as hf_constants
 from PIL import Image
 
 from live_server import LOOPBACK
@@ -180,6 +180,8 @@ def test_every_declared_status_of_every_route_is_provoked(
     """Each (route, declared status >= 300) of /openapi.json is answered to a request here, but
     the UNPROVOKED few (each saying what produces it)."""
     client = home_client
+    monkeypatch.delenv("HF_TOKEN", raising=False)  # no hub login of this machine's user: a push is 400
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-hf-token"))
     doc = client.get("/openapi.json").json()
     seen: Seen = set()
     call = Prober(client, seen)
@@ -213,9 +215,8 @@ def test_every_declared_status_of_every_route_is_provoked(
     call(
         "GET", "/api/runs/{run_id}/samples/{name}", f"/api/runs/{run}/samples/step-000001-0.png", headers=past
     )
-    ref = client.post("/api/generate/references", files=[("files", ("r.png", _png()))]).json()["references"][
-        0
-    ]["id"]
+    refs = client.post("/api/generate/references", files=[("files", ("r.png", _png()))]).json()
+    ref = refs["references"][0]["id"]
     call("GET", "/gallery/references/{ref_id}", f"/gallery/references/{ref}", headers=past)
     call("GET", "/gallery/{file}", "/gallery/g.png", headers=past)
     call("GET", "/api/loras/{name}/file", "/api/loras/lo/file", headers=past)
@@ -263,7 +264,8 @@ def _own_statuses(call: Prober, config: dict) -> None:
     call("POST", "/api/config/import", json={"name": "job.ini", "text": "a = 1"})
     call("DELETE", "/api/cache", params={"model": "nope"})
     call("POST", "/api/loras/{name}/push", json={"repo": "a/b"})
-    call("POST", "/api/loras/{name}/push", "/api/loras/lo/push", json={"repo": "a/b"})
+    pushed = call("POST", "/api/loras/{name}/push", "/api/loras/lo/push", json={"repo": "a/b"})
+    assert pushed.json()["error"] == "HubTokenMissing", pushed.text
     call("POST", "/api/models/fetch", json={"repo_id": "not a repo"})
     call("POST", "/api/models/added", json={"path": "relative"})
     for template in ("/api/train/start", "/api/train/preflight"):
