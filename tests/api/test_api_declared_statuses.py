@@ -54,10 +54,10 @@ UNPROVOKED: dict[tuple[str, str, int], str] = {
     ("POST", RESUME, 500): "a checkpoint of a real run, its writes refused",
     ("POST", RESUME, 507): "a checkpoint of a real run, its disk full",
     ("POST", "/api/generate/references", 413): "a body over the route's own 200 MiB cap",
-    ("POST", "/api/datasets/{name}/caption", 409): "a captioner model that loads, beside a live job",
 }
 
 
+CAPTION = "/api/datasets/{name}/captions/{file}"
 BODIES = {  # a valid body of a route that reads one before its path's names
     ("PUT", "/api/datasets/{name}/captions/{file}"): {"caption": "x"},
     ("POST", "/api/datasets/{name}/captions"): {"find": "a"},
@@ -207,7 +207,7 @@ def test_every_declared_status_of_every_route_is_provoked(
     with _decode_slots_busy(monkeypatch):
         for kind, file in (("thumbnails", "a.png"), ("masks", "a.png"), ("alpha", "e.png")):
             call("GET", f"/api/datasets/{{name}}/{kind}/{{file}}", f"/api/datasets/ds/{kind}/{file}")
-    run = _live_job(call, client, config, model)
+    run = _live_job(call, client, config, model, tmp_path / "captioner")
     sample = studio_home / "outputs" / client.get(f"/api/runs/{run}").json()["output_name"] / "samples"
     sample.mkdir(parents=True)
     (sample / "step-000001-0.png").write_bytes(_png())
@@ -311,7 +311,7 @@ def _own_statuses(call: Prober, config: dict) -> None:
     call("POST", "/api/train/stop", json={})
 
 
-def _live_job(call: Prober, client: TestClient, config: dict, model: str) -> str:
+def _live_job(call: Prober, client: TestClient, config: dict, model: str, captioner: Path) -> str:
     """The 409s of a live training job; its id once it ended. The job waits for the GPU (a
     generation holds it: jobs/gpu.py), so no worker starts: it is live, training on `ds`."""
     with client.app.state.arbiter.generation():  # type: ignore[attr-defined]
@@ -344,6 +344,11 @@ def _live_job(call: Prober, client: TestClient, config: dict, model: str) -> str
         call("DELETE", "/api/datasets/{name}/images/{file}", "/api/datasets/ds/images/a.png")
         call("DELETE", "/api/cache")
         call("DELETE", "/api/models/{model_id}", f"/api/models/{model}")  # the job's base model
+        captioner.mkdir()  # a captioner's folder: refused for the job before its weights are read
+        (captioner / "config.json").write_text('{"model_type": "qwen2_5_vl"}')
+        call(
+            "POST", "/api/datasets/{name}/caption", "/api/datasets/ds/caption", json={"model": str(captioner)}
+        )
         gen = {"family": "flux", "base_model": config["base_model"], "prompt": "x", "width": 32, "height": 32}
         call("POST", "/api/generate", json=gen)
         call("POST", "/api/generations", json=gen)
@@ -364,24 +369,10 @@ def _write_failures(
     config = {k: v for k, v in client.get(f"/api/runs/{run}/config").json().items() if k != "output_name"}
     for code in (errno.ENOSPC, errno.EFBIG):
         with _failing_writes(monkeypatch, code):
-            call(
-                "POST",
-                "/api/datasets/{name}/files",
-                "/api/datasets/ds/files",
-                files=[("files", ("c.png", _png()))],
-            )
-            call(
-                "PUT",
-                "/api/datasets/{name}/captions/{file}",
-                "/api/datasets/ds/captions/a.png",
-                json={"caption": "y"},
-            )
-            call(
-                "POST",
-                "/api/datasets/{name}/captions",
-                "/api/datasets/ds/captions",
-                json={"find": "red", "replace": "r"},
-            )
+            files, caption, bulk = "/api/datasets/{name}/files", CAPTION, "/api/datasets/{name}/captions"
+            call("POST", files, "/api/datasets/ds/files", files=[("files", ("c.png", _png()))])
+            call("PUT", caption, "/api/datasets/ds/captions/a.png", json={"caption": "y"})
+            call("POST", bulk, "/api/datasets/ds/captions", json={"find": "red", "replace": "r"})
             call("DELETE", "/api/datasets/{name}/images/{file}", "/api/datasets/ds/images/b.png")
             call("POST", "/api/datasets/{name}/rename", "/api/datasets/ds/rename", json={"to": "ds2"})
             call("DELETE", "/api/datasets/{name}", "/api/datasets/ds")
