@@ -48,7 +48,7 @@ ORIGIN_403 = "a write from another origin or site (CrossOriginRefused)"
 PATH_404 = "a path parameter holding an encoded separator or dot segment (api/path_guard.py)"
 
 
-def _answers(route: APIRoute) -> dict[int | str, dict[str, Any]]:
+def _answers(route: APIRoute, own: dict[int | str, dict[str, Any]]) -> dict[int | str, dict[str, Any]]:
     methods = route.methods or set()
     writes = bool(methods - {"GET", "HEAD"})
     answers: dict[int | str, dict[str, Any]] = {
@@ -62,7 +62,7 @@ def _answers(route: APIRoute) -> dict[int | str, dict[str, Any]]:
     if route.body_field is not None and not isinstance(route.body_field.field_info, Form):
         answers[415] = _error("the body is not sent as application/json (UnsupportedMediaType)")
     if route.response_class is Download:
-        whole = route.responses.get(200, {}).get("content")
+        whole = own.get(200, {}).get("content")
         answers[206] = {
             "description": "the byte range asked for (Range)",
             **({"content": whole} if whole else {}),
@@ -80,14 +80,28 @@ def _answers(route: APIRoute) -> dict[int | str, dict[str, Any]]:
     return answers
 
 
+OWN = "_lorastudio_own_responses"  # a route's own `responses=` as its decorator gave them
+
+
 def declare_answers(router: APIRouter) -> None:
     """Set the answers of each route (module docstring) on the declared responses of `router`'s
     routes (before it is included: an app holds included routers, not their routes); a route's
-    own declaration of a status wins. KeyError naming a route missing from ROUTE_ERRORS.
-    Idempotent."""
+    own declaration of a status wins, its description joined with the kind's (a hub's 403 and
+    another origin's). KeyError naming a route missing from ROUTE_ERRORS. Idempotent (every app
+    the process builds declares the same module-level routers)."""
     for route in router.routes:
         if isinstance(route, APIRoute) and route.include_in_schema:
-            route.responses = {**_answers(route), **route.responses}
+            own = vars(route).setdefault(OWN, dict(route.responses))  # declare_answers replaces them
+            answers = _answers(route, own)
+            for status, declared in own.items():
+                kind = answers.get(status, {})
+                both = [d for d in (declared.get("description"), kind.get("description")) if d]
+                answers[status] = {
+                    **kind,
+                    **declared,
+                    **({"description": "; or ".join(both)} if both else {}),
+                }
+            route.responses = answers
 
 
 def file_answer(*media: str, description: str = "the file") -> dict[int | str, dict[str, Any]]:

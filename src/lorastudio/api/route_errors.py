@@ -6,8 +6,8 @@ statuses of the domain errors reachable from it (api/errors.py STATUS_CODES) and
 `GET /api/info` raises none, and 409 on `POST /api/train/start` (the GPU is busy) is another
 answer than on `DELETE /api/runs/{run_id}` (the run is live). Read from each route's code by
 hand (no tool derives the exceptions a FastAPI route can raise through its services); the
-statuses every route or every route of a kind answers (401, 403, 413, 415, 421, 422, 206/416)
-are api/contract.py's. `ROUTE_ERRORS[(method, path)]`: status -> description; a route of the app
+statuses every route or every route of a kind answers (401, 403, 404 of a path parameter, 413,
+415, 421, 422, 206/416) are api/contract.py's. `ROUTE_ERRORS[(method, path)]`: status -> description; a route of the app
 missing here is a KeyError when the app is built (api/contract.declare_answers), and
 tests/api/test_api_declared_statuses.py provokes every status declared here.
 """

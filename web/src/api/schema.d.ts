@@ -8707,7 +8707,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description the hub refused the token or gave it no write access (HubAccessDenied), or a write from another origin or site (CrossOriginRefused) */
+            /** @description the hub refused the token or gave it no write access (HubAccessDenied); or a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9260,12 +9260,14 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no access */
+            /** @description the hub refused: a gated or private repo without access (ModelAccessDenied); or a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
             };
             /** @description no such repo or revision on the hub (NotFound) */
             404: {
@@ -9562,12 +9564,14 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not lorastudio's */
+            /** @description not a model lorastudio downloaded or created (ModelNotDeletable); or a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
             };
             /** @description no catalogue entry of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
