@@ -47,7 +47,11 @@ UNPROVOKED: dict[tuple[str, str, int], str] = {
     ("POST", GEN, 504): "the generation worker hung past its allowance",
     ("POST", GEN, 507): "the generation worker's image write on a full disk",
     ("POST", "/api/generations", 503): "the server stopping while it is sent",
-    ("POST", "/api/loras/{name}/push", 502): "the hub failing (the network)",
+    (
+        "POST",
+        "/api/loras/{name}/push",
+        502,
+    ): "the hub unreachable (tests/unit/lora/test_hub_push.py, a real LoRA)",
     ("POST", "/api/models/fetch", 404): "the hub answering no such repo (the network)",
     ("POST", "/api/models/fetch", 409): "a fetch of the model running (the network)",
     ("POST", RESUME, 400): "a checkpoint of a real run, its settings refused",
