@@ -29,6 +29,15 @@ Session 25 ran every family and case again with upstream de6b062f (2026-08-20, v
 commits, the newest snapshot to be had; deps pinned as its requirements.txt: comfy-kitchen
 0.2.31, comfy-aimdo 0.4.13): all held. The reverse direction (ComfyUI's trainer node's files in
 lorastudio's generation) is bench/comfyui_trainer_check.py.
+
+Session 38 (no fork newer than that snapshot to be had; its comfy/ is upstream de6b062f's
+exactly): ComfyUI ran in a venv of its own (LORASTUDIO_COMFYUI_PYTHON=<venv>/bin/python: torch
+2.13.0 CPU, then numpy einops safetensors scipy torchsde trampoline psutil pyyaml Pillow tqdm
+transformers tokenizers sentencepiece comfy-kitchen==0.2.31 comfy-aimdo==0.4.13; no --pythonpath
+then), the tree exported from the snapshot (its three missing blobs, two tokenizer files and the
+SageAttention submodule, left out). `--key-table tests/data/comfyui_key_map.json.gz --commit
+<commit>` writes ComfyUI's own key map of each tiny model (no training) for the default suite's
+tests/unit/lora/test_comfyui_key_table.py.
 """
 
 from __future__ import annotations
@@ -239,13 +248,14 @@ def write_given(
     family: str,
     folder: Path,
     case: str,
-    lora: Path,
+    lora: Path | None,
     model: Path,
     change: dict[str, torch.Tensor],
     dtype: str = "fp32",
 ) -> Path:
     """Write the case folder comfyui_side.py reads for the file `lora` on the tiny `model` whose
-    denoiser it changes by `change` ({diffusers weight name: change})."""
+    denoiser it changes by `change` ({diffusers weight name: change}); `lora` None: the model
+    alone (for `--key-map`)."""
     spec = families.get(family).spec
     base: dict[str, torch.Tensor] = {}
     for f in sorted((model / spec.denoiser).glob("*.safetensors")):
@@ -258,7 +268,7 @@ def write_given(
         "native": kind,
         "lora": str(lora),
         "tolerance": TOLERANCE[dtype],
-        "file_keys": file_kinds(lora),
+        "file_keys": file_kinds(lora) if lora is not None else {},
     }
     if kind == "unet":
         case_json["unet_config"] = sdxl_unet_config(model)
@@ -306,13 +316,22 @@ def check_family(
     return run_side(folder, comfyui, pythonpath, family, case) | {"strength": strength}
 
 
-def run_side(folder: Path, comfyui: Path, pythonpath: str | None, family: str, case: str) -> dict[str, Any]:
-    """comfyui_side.py's result on the case `folder` (in a process of its own)."""
+def run_side(
+    folder: Path,
+    comfyui: Path,
+    pythonpath: str | None,
+    family: str,
+    case: str,
+    extra: list[str] | None = None,
+) -> dict[str, Any]:
+    """comfyui_side.py's result on the case `folder` (in a process of its own: the Python of
+    LORASTUDIO_COMFYUI_PYTHON, a venv of ComfyUI's own, else this one with `pythonpath`)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
+    python = os.environ.get("LORASTUDIO_COMFYUI_PYTHON") or sys.executable
     run = subprocess.run(
-        [sys.executable, str(SIDE), "--comfyui", str(comfyui), str(folder)],
+        [python, str(SIDE), "--comfyui", str(comfyui), *(extra or []), str(folder)],
         capture_output=True,
         text=True,
         env=env,
@@ -333,11 +352,25 @@ def main() -> None:
         "--lora-format", default=None, help="kohya or diffusers (default: the case's / family's)"
     )
     parser.add_argument("--case", action="append", choices=list(CASES), help="repeatable (default: lora)")
+    parser.add_argument(
+        "--key-table",
+        type=Path,
+        default=None,
+        help="write ComfyUI's key map of each family's tiny model to this JSON (no training); needs --commit",
+    )
+    parser.add_argument("--commit", default=None, help="the ComfyUI commit of --comfyui (for --key-table)")
     parser.add_argument("families", nargs="*", default=[*COMFY_MODEL, *NOT_IN_COMFYUI])
     args = parser.parse_args()
     if args.comfyui is None or not (args.comfyui / "comfy" / "lora.py").is_file():
         raise SystemExit("give a ComfyUI checkout: --comfyui PATH (or LORASTUDIO_COMFYUI)")
     work = args.work or Path(tempfile.mkdtemp(prefix="comfyui-check-"))
+    if args.key_table is not None:
+        if not args.commit:
+            raise SystemExit("--key-table needs --commit (the ComfyUI commit the table is of)")
+        from bench.comfyui_key_table import write_key_table
+
+        write_key_table(args.key_table, args.families, args.comfyui, work, args.pythonpath, args.commit)
+        return
     results = []
     for family, case in [(f, c) for f in args.families for c in args.case or ["lora"]]:
         result = check_family(family, args.comfyui, work, args.pythonpath, args.lora_format, case)

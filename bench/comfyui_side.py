@@ -11,10 +11,10 @@ LoHa / LoKr file: ComfyUI's loader picks its weight adapter (comfy/weight_adapte
 
 What runs, all ComfyUI's code:
 1. the model's weights in ComfyUI's names, by ComfyUI's own diffusers loading conversion:
-   `comfy.utils.unet_to_diffusers` (SDXL, as `comfy.sd.load_diffusion_model_state_dict` does for
-   a diffusers U-Net), `comfy.model_detection.convert_diffusers_mmdit` (FLUX.1, Chroma, Kontext,
-   Z-Image), `comfy.utils.krea2_to_diffusers` (Krea 2: the table its lora.py maps diffusers
-   names by), none for Qwen-Image (ComfyUI's model uses the diffusers names); FLUX.2 has no
+   `comfy.utils.unet_to_diffusers` (SDXL, as `comfy.sd.load_diffusion_model_state_dict` does for a
+   diffusers U-Net), `comfy.model_detection.convert_diffusers_mmdit` (FLUX.1, Chroma, Kontext, Z-Image),
+   `comfy.utils.krea2_to_diffusers` (Krea 2: the table its lora.py maps diffusers names by), none
+   for Qwen-Image (ComfyUI's model uses the diffusers names); FLUX.2 has no
    diffusers conversion in ComfyUI, so its BFL-named weights are given by the caller. The
    expected change is converted the same way: convert(base + change) - convert(base).
 2. `comfy.sd.load_lora_for_models(model_patcher, None, lora, 1.0, 0)`: the LoraLoaderModelOnly
@@ -35,8 +35,7 @@ with isinstance) made without its constructor, holding the converted weights und
 `diffusion_model.` and the unet_config ComfyUI's own `detect_unet_config` reads from them (SDXL:
 written by the caller and checked to name every weight). torchvision and torchaudio, when not
 installed, are replaced by an absent module (_ABSENT_IF_MISSING: only models never built here
-use them).
-Model management runs for real with --cpu.
+use them). Model management runs for real with --cpu.
 With case.json's "clip" (bench/comfyui_te_check.py) the text encoders load too: a comfy.sd.CLIP
 made without its constructor whose cond_stage_model holds te_base.safetensors at ComfyUI's names
 (`text_encoders`), handed to load_lora_for_models beside the model (the LoraLoader node's call,
@@ -126,6 +125,7 @@ def import_comfy(root: Path) -> types.SimpleNamespace:
     import comfy.utils
 
     return types.SimpleNamespace(
+        lora=comfy.lora,
         clip_model=comfy.clip_model,
         t5=comfy.text_encoders.t5,
         ops=comfy.ops,
@@ -235,6 +235,47 @@ def cond_device() -> Any:
     return torch.device("cpu")
 
 
+def build_model(comfy: Any, case: dict[str, Any], cls: type, native: dict[str, Any]) -> Any:
+    """An instance of ComfyUI's model class `cls` made without its constructor (module
+    docstring) holding the `native` weights under `diffusion_model.` and the unet_config
+    ComfyUI's detect_unet_config reads from them (or the case's, checked for SDXL)."""
+    import torch
+
+    unet_config = case.get("unet_config") or comfy.detection.detect_unet_config(native, "")
+    if case["native"] == "unet":  # the written config must be the one ComfyUI reads off the weights
+        read = comfy.detection.detect_unet_config(native, "")
+        if comfy.utils.unet_to_diffusers(read) != comfy.utils.unet_to_diffusers(unet_config):
+            raise SystemExit(f"detect_unet_config reads another U-Net: {read}")
+    model = cls.__new__(cls)
+    torch.nn.Module.__init__(model)
+    model.model_config = types.SimpleNamespace(unet_config=unet_config)
+    model.diffusion_model = _tree(native)
+    model.device = torch.device("cpu")
+    return model
+
+
+def key_map(comfy: Any, case_dir: Path) -> dict[str, Any]:
+    """{"family", "keys": {LoRA layer name: the model weight it patches}} of ComfyUI's own key
+    map (`comfy.lora.model_lora_keys_unet`) for the case's tiny model: every layer name a LoRA,
+    DoRA, LoHa or LoKr file may use on it. A target that is a slice of a fused weight (FLUX's
+    q / k / v) is written "<weight>[<dim>:<start>+<length>]"."""
+    from safetensors.torch import load_file
+
+    case = json.loads((case_dir / "case.json").read_text())
+    cls = getattr(comfy.base, case["model_class"], None)
+    if cls is None:
+        return {"family": case["family"], "skipped": f"this ComfyUI has no {case['model_class']} model"}
+    native = native_weights(comfy, case, load_file(str(case_dir / "base.safetensors")))
+    keys = comfy.lora.model_lora_keys_unet(build_model(comfy, case, cls, native), {})
+    out = {}
+    for key, target in keys.items():
+        if isinstance(target, tuple):  # (weight, (dim, start, length) or None[, a function])
+            where = "" if target[1] is None else "[{}:{}+{}]".format(*target[1][:3])
+            target = f"{target[0]}{where}{'+fn' if len(target) > 2 else ''}"
+        out[key] = str(target)
+    return {"family": case["family"], "keys": dict(sorted(out.items()))}
+
+
 def run_case(comfy: Any, case_dir: Path) -> dict[str, Any]:
     """Load the case's LoRA with ComfyUI's loader; compare every patched weight (module docstring)."""
     import torch
@@ -255,17 +296,7 @@ def run_case(comfy: Any, case_dir: Path) -> dict[str, Any]:
     native = native_weights(comfy, case, base)
     moved = native_weights(comfy, case, {k: v + change.get(k, 0) for k, v in base.items()})
     expected = {k: moved[k] - v for k, v in native.items() if not torch.equal(moved[k], v)}
-    unet_config = case.get("unet_config") or comfy.detection.detect_unet_config(native, "")
-    if case["native"] == "unet":  # the written config must be the one ComfyUI reads off the weights
-        read = comfy.detection.detect_unet_config(native, "")
-        if comfy.utils.unet_to_diffusers(read) != comfy.utils.unet_to_diffusers(unet_config):
-            raise SystemExit(f"detect_unet_config reads another U-Net: {read}")
-
-    model = cls.__new__(cls)  # see the module docstring: ComfyUI's class, no constructor
-    torch.nn.Module.__init__(model)
-    model.model_config = types.SimpleNamespace(unet_config=unet_config)
-    model.diffusion_model = _tree(native)
-    model.device = torch.device("cpu")
+    model = build_model(comfy, case, cls, native)
     patcher = comfy.patcher.ModelPatcher(model, load_device=model.device, offload_device=model.device)
 
     lora = load_file(case["lora"])
@@ -358,10 +389,11 @@ class _Collect(logging.Handler):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--comfyui", type=Path, required=True, help="a ComfyUI checkout (its root folder)")
+    parser.add_argument("--key-map", action="store_true", help="print ComfyUI's key map of the case's model")
     parser.add_argument("case_dir", type=Path)
     args = parser.parse_args()
     comfy = import_comfy(args.comfyui)
-    print(json.dumps(run_case(comfy, args.case_dir)))
+    print(json.dumps(key_map(comfy, args.case_dir) if args.key_map else run_case(comfy, args.case_dir)))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The ComfyUI checkout the external tests run ComfyUI's own loader from (not on PyPI, never
 vendored): LORASTUDIO_COMFYUI=/path/to/ComfyUI, its extra dependencies in LORASTUDIO_COMFYUI_DEPS
-(bench/comfyui_check.py says which). NEEDS_COMFYUI is such a test module's `pytestmark`: slow, and
+(bench/comfyui_check.py says which), or a venv of ComfyUI's own whose Python runs its side:
+LORASTUDIO_COMFYUI_PYTHON=<venv>/bin/python (session 38). NEEDS_COMFYUI is such a test module's `pytestmark`: slow, and
 skipped without a checkout."""
 
 from __future__ import annotations

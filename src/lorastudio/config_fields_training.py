@@ -188,7 +188,8 @@ class TrainingFields(StrictFields):
         description="lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of "
         "two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 "
         "LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads "
-        "(lora_format kohya: diffusers cannot load them)",
+        "(lora_format kohya); diffusers loads a lokr file of FLUX.2, FLUX.2 klein and Z-Image, no other "
+        "loha / lokr file (the run's check and the file's sidecar say where each loads)",
     )
     lokr_factor: int | None = Field(
         default=None,

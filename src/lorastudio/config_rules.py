@@ -266,9 +266,11 @@ def adapter_lora_format(cfg: TrainConfig, family_default: str) -> str:
     return family_default
 
 
-# the families whose diffusers pipeline reads a LyCORIS-layout LoKr file (diffusers 0.42's
-# LyCORIS FLUX.2 LoKr conversion; lora/portability.check_diffusers_lokr checks each written file)
-DIFFUSERS_LOKR_FAMILIES = frozenset({"flux2", "flux2-klein"})
+# the families whose diffusers pipeline reads the LoKr file lorastudio writes (diffusers 0.42's
+# LyCORIS FLUX.2 LoKr conversion; its Z-Image reader of `diffusion_model.<diffusers name>` layers,
+# the spelling lora/lycoris.GENERIC_LOKR_FAMILIES writes; lora/portability.check_diffusers_lokr
+# checks each written file)
+DIFFUSERS_LOKR_FAMILIES = frozenset({"flux2", "flux2-klein", "z-image"})
 
 
 def adapter_file_note(adapter: str, layout: str, family: str | None = None) -> str | None:

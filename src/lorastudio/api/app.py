@@ -70,7 +70,6 @@ from lorastudio.api.routes import (
     session,
     train,
 )
-from lorastudio.api.schemas import ERROR_RESPONSES
 from lorastudio.api.server_log import install_server_logging, uvicorn_log_config
 from lorastudio.api.sessions import SessionStore
 from lorastudio.api.token_gate import TokenGate
@@ -170,11 +169,10 @@ def create_app(
     for module in modules:
         # 413 past the cap (the upload routes set their own); a router's cap, not the app's: an
         # app-wide one answers from outside the middleware (api/body_limit.py)
-        declare_answers(module.router)  # 403 / 413 / 415 / 422 / ranges by the route's kind (api/contract.py)
+        declare_answers(module.router)  # each route's statuses (api/contract.py, api/route_errors.py)
         app.include_router(
             module.router,
             dependencies=guarded,
-            responses=ERROR_RESPONSES,
             max_body_size=settings.max_json_mb * 2**20,
         )
     if web_dist.is_dir():

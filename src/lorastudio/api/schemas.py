@@ -349,29 +349,3 @@ class InfoOut(_Out):
 class DroppedFile(_Out):
     file: str
     reason: str
-
-
-# Error responses every router declares (the bodies of api/errors.py); api/contract.py adds those
-# of a route's kind (a body, a download, a generation).
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorOut, "description": "invalid request (every problem listed)"},
-    401: {"model": ErrorOut, "description": "missing or wrong API token (Unauthorized)"},
-    404: {"model": ErrorOut, "description": "not found"},
-    409: {"model": ErrorOut, "description": "busy: a training job holds the GPU or the resource"},
-    422: {
-        "model": ValidationErrorOut,
-        "description": "the request's shape: a body or parameter of the wrong type, a key unknown or given "
-        "twice, a query parameter the route does not take, a body the route does not take",
-    },
-    421: {
-        "model": ErrorOut,
-        "description": "a Host header this server does not answer (DNS rebinding guard)",
-    },
-    500: {
-        "model": ErrorOut,
-        "description": "a write refused for another reason than a full disk (WriteFailed: a file past the "
-        "size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), "
-        "naming what, where and why; or another server failure",
-    },
-    507: {"model": ErrorOut, "description": "no space left on the disk the route writes (NoSpaceLeft)"},
-}

@@ -18,7 +18,8 @@ Rules mirrored:
                 `unet.…attn1.processor.to_q`)
     FLUX.1 (`flux_to_diffusers`): "transformer." + <diffusers name>, "lycoris_"/"lora_transformer_" +
                 underscored, the bare diffusers name (q/k/v and proj_mlp patch slices of the fused
-                linears)
+                linears); Chroma likewise, but for its approximator (`distilled_guidance_layer`),
+                which that table does not name
     Qwen-Image: <diffusers name>, "transformer." + it, "lycoris_" + underscored
     FLUX.2:     the generic keys of its BFL-named weights (lora/names_flux2.py); and, as its model
                 class is a Flux subclass, FLUX.1's table (`flux_to_diffusers`) names its diffusers
@@ -104,10 +105,20 @@ COMFYUI_LOADER_KREA2 = (
     "ComfyUI v0.33.0 (2f35f4a08176d993cded35dac3332be4f7287f41) load_lora_for_models, bench/comfyui_check.py"
 )
 COMFYUI_LOADER_CHECKED["krea2"] = frozenset({"kohya", "diffusers"})
+# Z-Image LoKr files are written `diffusion_model.<diffusers name>` since session 38
+# (lora/lycoris.GENERIC_LOKR_FAMILIES): that spelling went through the loader of upstream
+# de6b062f (bench/comfyui_check.py, every LoKr factor layout, at 1.0 and 0.5)
+COMFYUI_LOADER_DE6B062F = (
+    "ComfyUI v0.33.0+34 (de6b062fb5ed1c9b471a3ebcd614705d93d67560) load_lora_for_models, "
+    "bench/comfyui_check.py"
+)
 
 
-def comfyui_loader(family: str) -> str:
-    """The ComfyUI release whose own loader bench/comfyui_check.py ran on `family`'s files."""
+def comfyui_loader(family: str, adapter: str | None = None) -> str:
+    """The ComfyUI release whose own loader bench/comfyui_check.py ran on `family`'s files (of
+    `adapter`, where that changes the file's names)."""
+    if family == "z-image" and adapter == "lokr":
+        return COMFYUI_LOADER_DE6B062F
     return COMFYUI_LOADER_KREA2 if family == "krea2" else COMFYUI_LOADER
 
 
@@ -119,6 +130,10 @@ _FLUX2_MAPPED = re.compile(
     r"ff(_context)?\.linear_(in|out))|single_transformer_blocks\.\d+\.attn\.(to_qkv_mlp_proj|to_out)|"
     r"x_embedder|context_embedder|proj_out"
 )
+# Chroma's approximator (diffusers `distilled_guidance_layer.…`): ComfyUI's flux_to_diffusers table,
+# which maps Chroma's diffusers names too, has none of it, so only its native names load
+# (RELIABILITY 1701: found by ComfyUI's own key map, tests/data/comfyui_key_map.json.gz)
+_CHROMA_APPROXIMATOR = "distilled_guidance_layer."
 # diffusers names covered by ComfyUI's z_image_to_diffusers (weights only)
 # families addressed by BFL checkpoint names (fused linears: rows summed over their parts)
 _BFL_NAMES = {
@@ -173,7 +188,9 @@ def comfy_key_map(family: str, module_shapes: Mapping[str, Shape]) -> dict[str, 
             spelled = d.replace(".to_", ".processor.to_")
             spelled = spelled[:-2] if spelled.endswith(".to_out.0") else spelled
             key_map.update({spelled: shape, "unet." + spelled: shape})
-        elif family == "flux" or (family in ("flux2", "flux2-klein") and _FLUX2_MAPPED.fullmatch(d)):
+        elif (family == "flux" and not d.startswith(_CHROMA_APPROXIMATOR)) or (
+            family in ("flux2", "flux2-klein") and _FLUX2_MAPPED.fullmatch(d)
+        ):
             key_map.update(
                 {
                     "transformer." + d: shape,

@@ -6,7 +6,8 @@ Hand-written because no library converts peft's LyCORIS-style adapters to ComfyU
 (diffusers' lora_conversion_utils only reads LyCORIS files into LoRA, and peft writes its own keys).
 
 Layout: every adapted module under one name that ComfyUI's key map has for every family
-(lora/comfy.py `comfy_key_map`): "lycoris_" + <diffusers module name, "." -> "_">, with the keys
+(lora/comfy.py `comfy_key_map`): "lycoris_" + <diffusers module name, "." -> "_">, but a LoKr
+layer of GENERIC_LOKR_FAMILIES "diffusion_model." + <diffusers module name> (`layer_key`), with the keys
 ComfyUI's readers look up (quoted from their `load`):
   loha  "{x}.hada_w1_a", "{x}.hada_w1_b", "{x}.hada_w2_a", "{x}.hada_w2_b" (+ "{x}.alpha")
   lokr  "{x}.lokr_w1" or "{x}.lokr_w1_a" + "{x}.lokr_w1_b"; "{x}.lokr_w2" or "{x}.lokr_w2_a" +
@@ -41,6 +42,14 @@ from typing import Any
 import torch
 
 PREFIX = "lycoris_"
+GENERIC = "diffusion_model."
+# families whose LoKr layers are written GENERIC + <diffusers module name> (ai-toolkit's spelling),
+# the one spelling that both ComfyUI (its z_image_to_diffusers map; ComfyUI's own loader ran on it:
+# bench/comfyui_check.py, session 38, upstream de6b062f) and diffusers 0.42's Z-Image reader
+# (`_convert_non_diffusers_lokr_to_diffusers`) read: diffusers' reader takes no `lycoris_` key.
+# Files of the older `lycoris_` spelling are still read (generation and init_lora through
+# generate/lycoris_names.py, which maps both).
+GENERIC_LOKR_FAMILIES = frozenset({"z-image"})
 # peft parameter name -> ComfyUI key suffix, per adapter
 PEFT_TO_LYCORIS: dict[str, dict[str, str]] = {
     "loha": {n: n for n in ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b")},
@@ -78,6 +87,18 @@ def module_key(module: str) -> str:
     return PREFIX + module.replace(".", "_")
 
 
+def generic_spelling(family: str, adapter: str) -> bool:
+    """Whether `family`'s `adapter` file names its layers GENERIC + <diffusers module name>
+    (GENERIC_LOKR_FAMILIES' LoKr) rather than `module_key`'s."""
+    return adapter == "lokr" and family in GENERIC_LOKR_FAMILIES
+
+
+def layer_key(module: str, generic: bool = False) -> str:
+    """The name a written file gives the diffusers `module`: `module_key`'s, or with `generic`
+    GENERIC + the module's own name (dots kept)."""
+    return GENERIC + module if generic else module_key(module)
+
+
 def split_peft(tensors: Mapping[str, torch.Tensor], adapter: str) -> dict[str, dict[str, torch.Tensor]]:
     """peft state dict of `adapter` -> {module: {peft parameter name: tensor}}. Raises
     LycorisError for a key that is not one of the adapter's parameters."""
@@ -98,6 +119,7 @@ def peft_to_lycoris(
     adapter: str,
     scales: Mapping[str, tuple[int, float]],
     dora_scale: Mapping[str, torch.Tensor] | None = None,
+    generic: bool = False,
 ) -> dict[str, torch.Tensor]:
     """peft state dict of a "loha" / "lokr" / "dora" adapter (diffusers module names, no file
     prefix) -> the LyCORIS state dict ComfyUI reads (module docstring).
@@ -108,6 +130,7 @@ def peft_to_lycoris(
         scales: {module: (rank, alpha)} as peft resolved them (training.lora.module_scales).
         dora_scale: DoRA only: {module: [out, 1] tensor ([out, 1, 1, 1] for a conv)} =
             m * ||W|| / ||W + delta|| per row.
+        generic: name the layers GENERIC + <diffusers name> (`generic_spelling`), not "lycoris_".
     Raises LycorisError (unknown keys, a module without its scale / DoRA scale).
     """
     out: dict[str, torch.Tensor] = {}
@@ -116,7 +139,7 @@ def peft_to_lycoris(
         if module not in scales:
             raise LycorisError(f"no rank / alpha for module {module}")
         rank, alpha = scales[module]
-        x = module_key(module)
+        x = layer_key(module, generic)
         params = dict(params)
         if adapter == "dora":
             if dora_scale is None or module not in dora_scale:

@@ -14,7 +14,7 @@ A1111/Forge load every layer of it, at the strength the run trained?
   prefix (`unet.` / `transformer.`) with fitting shapes: `load_lora_weights` silently drops keys
   without the prefix, which is how a file can "load" and change nothing.
 - diffusers and a LyCORIS LoKr file (`check_diffusers_lokr`): the same, its converted layers'
-  Kronecker products against the layers' shapes, where the pipeline has a reader (FLUX.2's).
+  Kronecker products against the layers' shapes, where the pipeline has a reader (FLUX.2's, Z-Image's).
 - A1111/Forge (SDXL only; A1111 has no FLUX/Qwen-Image/Z-Image): kohya's `lora_unet_<SGM name>`
   keys with a `.alpha` per layer are what its Lora networks read; they are the names ComfyUI's
   native map consumes, so the ComfyUI check of a kohya SDXL file covers them.
@@ -205,8 +205,9 @@ def check_diffusers_lokr(
     tensors: Mapping[str, torch.Tensor], family: str, module_shapes: Mapping[str, Shape], pipeline_class: str
 ) -> dict[str, Any]:
     """diffusers' own reading of a LyCORIS-layout LoKr file: `<pipeline_class>.lora_state_dict`
-    (diffusers 0.42 converts FLUX.2's and FLUX.2 klein's LyCORIS LoKr names; the other pipelines
-    refuse the file or pass its names through onto no layer). {"checked": False, "reason"} where
+    (diffusers 0.42 converts FLUX.2's and FLUX.2 klein's LyCORIS LoKr names, and Z-Image's
+    `diffusion_model.<diffusers name>` ones, the spelling lora/lycoris.py writes for Z-Image; the
+    other pipelines refuse the file or pass its names through onto no layer). {"checked": False, "reason"} where
     the reader refuses the file (its message in the reason: FLUX.2's refuses a layer outside its
     table) or no converted key lands on a layer of the denoiser; else the check
     of check_diffusers: every converted layer a layer of the denoiser whose weight has the

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from lorastudio.lora.comfy import COMFYUI_LOADER_CHECKED, comfy_key_map, comfyui_loader
-from lorastudio.lora.lycoris import check_lycoris_keys, peft_to_lycoris
+from lorastudio.lora.lycoris import check_lycoris_keys, generic_spelling, peft_to_lycoris
 from lorastudio.lora.metadata import PREFIX, kohya_metadata, modelspec_metadata
 from lorastudio.training.lora import lora_state_dict, module_scales
 
@@ -55,11 +55,14 @@ def lycoris_file(
     {diffusers module: base weight shape} (export.base_weight_shapes)."""
     scales = module_scales(denoiser)
     extra = dora_scales(denoiser) if adapter == "dora" else None
-    tensors = peft_to_lycoris(lora_state_dict(denoiser), adapter, scales, extra)
+    generic = generic_spelling(family, adapter)  # Z-Image LoKr: the spelling diffusers reads too
+    tensors = peft_to_lycoris(lora_state_dict(denoiser), adapter, scales, extra, generic=generic)
     key_map = comfy_key_map(family, module_shapes)
     check = check_lycoris_keys({k: tuple(v.shape) for k, v in tensors.items()}, key_map).to_json()
     if family in COMFYUI_LOADER_CHECKED:
-        check["loader_checked"] = comfyui_loader(family)  # this layout went through ComfyUI's own loader
+        check["loader_checked"] = comfyui_loader(
+            family, adapter
+        )  # this layout went through ComfyUI's own loader
     ranks = sorted({r for r, _ in scales.values()})
     alphas = sorted({a for _, a in scales.values()})
     lycoris_info = {**info, PREFIX + "lora_format": "lycoris"}

@@ -62,7 +62,9 @@ from lorastudio.training.lora import add_lora, lora_config_for, lora_state_dict
 FAMILIES = families.names()
 TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 3e-3}
 FLUX1_LAYOUT = {"flux", "flux-kontext", "chroma"}  # diffusers' kohya FLUX.1 reader's families
-FLUX2_LOKR = {"flux2", "flux2-klein"}  # diffusers 0.42's LyCORIS FLUX.2 LoKr reader
+# diffusers 0.42's LyCORIS FLUX.2 LoKr reader; its Z-Image reader of the diffusion_model. spelling
+# lorastudio writes Z-Image LoKr files in (RELIABILITY 1700)
+FLUX2_LOKR = {"flux2", "flux2-klein", "z-image"}
 # (case of bench.comfyui_check.CASES, lora_format: None = the case's / the family's default, "other")
 CASES = [
     ("lora", None),

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from lorastudio import families
 from lorastudio.config import parse_train_config
 from lorastudio.errors import ConfigError
-from lorastudio.lora.lycoris import COMFY_SUFFIXES, comfy_delta, module_key
+from lorastudio.lora.lycoris import COMFY_SUFFIXES, comfy_delta, generic_spelling, layer_key
 from lorastudio.lora.metadata import BASE_MODEL_VERSION
 from lorastudio.settings import get_settings
 from lorastudio.training.loop import train
@@ -76,7 +76,11 @@ def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, ext
         make_config(family, adapter=adapter, **extra), [].append, device="cpu", return_denoiser=True
     )
     tensors = load_file(str(result.lora_path))
-    assert tensors and all(k.startswith("lycoris_") and k.split(".", 1)[1] in COMFY_SUFFIXES for k in tensors)
+    generic = generic_spelling(family, adapter)  # Z-Image LoKr: diffusion_model.<diffusers name>
+    prefix = "diffusion_model." if generic else "lycoris_"
+    assert tensors and all(
+        k.startswith(prefix) and any(k.endswith("." + x) for x in COMFY_SUFFIXES) for k in tensors
+    )
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
     with safe_open(str(result.lora_path), "pt") as fh:
         header = fh.metadata()
@@ -99,14 +103,21 @@ def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, ext
     assert sidecar["adapter"] == adapter and sidecar["lora_format"] == "kohya"
     comfy = sidecar["loaders"]["comfyui"]
     assert (comfy["checked"], comfy["ok"], comfy["unconsumed"], comfy["mismatched"]) == (True, True, [], [])
-    # the LyCORIS layout of each adapter went through ComfyUI v0.19.3's own loader (bench/comfyui_check.py)
-    assert comfy["loader_checked"].startswith("ComfyUI v0.19.3 (3086026"), comfy
+    # the LyCORIS layout of each adapter went through ComfyUI v0.19.3's own loader (bench/comfyui_check.py);
+    # Z-Image LoKr's diffusion_model. spelling through upstream de6b062f's (session 38), and diffusers
+    # 0.42's Z-Image reader loads it too (RELIABILITY 1700: the lycoris_ spelling it refused)
+    assert comfy["loader_checked"].startswith(
+        "ComfyUI v0.33.0+34 (de6b062" if generic else "ComfyUI v0.19.3 (3086026"
+    )
+    if family == "z-image":
+        diffusers = sidecar["loaders"]["diffusers"]
+        assert (diffusers["checked"], diffusers["ok"]) == (True, True), diffusers
     denoiser = result.denoiser
     scales = module_scales(denoiser)
     adapted, moved = _adapted(denoiser), []
     assert adapted
     for name, module in adapted.items():
-        x = module_key(name)
+        x = layer_key(name, generic)
         parts = {k.removeprefix(x + "."): v for k, v in tensors.items() if k.startswith(x + ".")}
         base = module.get_base_layer().weight.detach().float()  # [out, in]
         inputs = torch.randn(3, base.shape[1], generator=torch.Generator().manual_seed(0))  # [3, in]
@@ -139,7 +150,7 @@ def test_conv_layers_get_the_lycoris_tensors_comfyui_reshapes_onto_the_4d_weight
     assert (comfy["ok"], comfy["unconsumed"], comfy["mismatched"]) == (True, [], []), comfy
     moved = []
     for name, module in _adapted(result.denoiser).items():
-        x = module_key(name)
+        x = layer_key(name)
         parts = {k.removeprefix(x + "."): v.float() for k, v in tensors.items() if k.startswith(x + ".")}
         base = module.get_base_layer().weight.detach().float().clone()  # [out, in, 3, 3]
         assert base.dim() == 4

@@ -534,8 +534,8 @@ export interface paths {
          * Cancel
          * @description Cancel the generation of this request_id (GenerateBody.request_id): one waiting for the
          *     worker ends now, a running one after its current denoising step (loading: before its next
-         *     component or LoRA, and what it loaded is freed); its POST /api/generate answers 409 and
-         *     nothing of it is kept. A second cancel answers the same. 404 when no such generation is in
+         *     component or LoRA, and what it loaded is freed); its POST /api/generate (409: cancelled)
+         *     ends and nothing of it is kept. A second cancel answers the same. 404 when no such generation is in
          *     flight (unknown, or it ended: its id is not taken again for 10 minutes, so a late cancel
          *     never stops another request).
          */
@@ -4501,7 +4501,7 @@ export interface components {
             adafactor_warmup_init?: boolean | null;
             /**
              * Adapter
-             * @description lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads (lora_format kohya: diffusers cannot load them)
+             * @description lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads (lora_format kohya); diffusers loads a lokr file of FLUX.2, FLUX.2 klein and Z-Image, no other loha / lokr file (the run's check and the file's sidecar say where each loads)
              * @default lora
              * @enum {string}
              */
@@ -5143,7 +5143,7 @@ export interface components {
             adafactor_warmup_init: boolean | null;
             /**
              * Adapter
-             * @description lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads (lora_format kohya: diffusers cannot load them)
+             * @description lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads (lora_format kohya); diffusers loads a lokr file of FLUX.2, FLUX.2 klein and Z-Image, no other loha / lokr file (the run's check and the file's sidecar say where each loads)
              * @default lora
              * @enum {string}
              */
@@ -5877,16 +5877,7 @@ export interface operations {
                     "application/json": components["schemas"]["CacheOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5895,17 +5886,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5929,24 +5911,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -5972,16 +5936,7 @@ export interface operations {
                     "application/json": components["schemas"]["CacheClearedOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -5990,7 +5945,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5999,7 +5954,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no cached model of this `model` fingerprint (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -6008,7 +5963,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a training job is live and may read the cache (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -6042,24 +5997,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -6085,16 +6022,7 @@ export interface operations {
                     "application/json": components["schemas"]["CachePrunedOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6103,26 +6031,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6157,24 +6067,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     recent_api_captions_get: {
@@ -6195,16 +6087,7 @@ export interface operations {
                     "application/json": components["schemas"]["CaptionJobOut"][];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6213,17 +6096,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6247,24 +6121,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -6292,16 +6148,7 @@ export interface operations {
                     "text/event-stream": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6310,17 +6157,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6344,24 +6182,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -6386,16 +6206,7 @@ export interface operations {
                     "application/json": components["schemas"]["CaptionJobOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6404,8 +6215,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6413,8 +6224,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no caption job of this id (unknown or pruned) (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6440,24 +6251,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     cancel_api_captions__job_id__cancel_post: {
@@ -6480,16 +6273,7 @@ export interface operations {
                     "application/json": components["schemas"]["CaptionJobOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6498,7 +6282,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -6507,17 +6291,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no caption job of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6552,24 +6327,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     import_config_api_config_import_post: {
@@ -6594,7 +6351,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConfigImportOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description the file is not UTF-8, not a table, an alias bomb, of a format not detected (the candidates named), or names no family or base model (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6603,7 +6360,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6612,26 +6369,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6675,24 +6414,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     datasets_api_datasets_get: {
@@ -6713,16 +6434,7 @@ export interface operations {
                     "application/json": components["schemas"]["DatasetList"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6731,17 +6443,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6765,24 +6468,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -6812,7 +6497,7 @@ export interface operations {
                     "application/json": components["schemas"]["DatasetDetail"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6821,7 +6506,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6830,8 +6515,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6839,8 +6524,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no dataset folder of this name (DatasetNotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6866,24 +6551,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     remove_dataset_api_datasets__name__delete: {
@@ -6906,7 +6573,7 @@ export interface operations {
                     "application/json": components["schemas"]["DatasetDeleted"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6915,7 +6582,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6924,7 +6591,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -6933,7 +6600,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no dataset folder of this name (DatasetNotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -6942,7 +6609,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a queued or running training job, a caption job or a CLI run uses the dataset (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -6978,7 +6645,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -6987,7 +6654,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -7021,7 +6688,7 @@ export interface operations {
                     "image/jpeg": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError); or such a file name */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7030,7 +6697,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7039,8 +6706,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7048,8 +6715,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no dataset of this name, no such image, or it has no alpha channel (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7075,26 +6742,8 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
             /** @description DecodeBusy: every decode slot is taken; send it again after Retry-After */
             503: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7124,7 +6773,7 @@ export interface operations {
                     "application/json": components["schemas"]["CaptionJobOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7133,7 +6782,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7142,8 +6791,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7151,8 +6800,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no dataset of this name, or no caption job of it recorded (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7176,24 +6825,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -7222,7 +6853,7 @@ export interface operations {
                     "application/json": components["schemas"]["CaptionJobOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description the captioner refused: not a model folder, hub id or fetched catalogue captioner, or a device refused (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7231,7 +6862,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7240,7 +6871,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7249,7 +6880,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no dataset folder of this name (DatasetNotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7258,7 +6889,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a caption job runs, a training job uses the dataset, or holds the GPU and the captioner does not fit beside it (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7301,24 +6932,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -7347,7 +6960,7 @@ export interface operations {
                     "application/json": components["schemas"]["BulkCaptionOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7356,7 +6969,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7365,7 +6978,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7374,7 +6987,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no dataset folder of this name (DatasetNotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7383,7 +6996,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a queued or running training job, a caption job or a CLI run uses the dataset (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7428,7 +7041,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7437,7 +7050,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -7473,7 +7086,7 @@ export interface operations {
                     "application/json": components["schemas"]["CaptionOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError); or such a file name */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7482,7 +7095,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7491,7 +7104,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7500,7 +7113,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no dataset of this name or no such image in it (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7509,7 +7122,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description the caption changed since the editor read it, the current one in the body (CaptionConflict); or a queued or running training job, a caption job or a CLI run uses the dataset (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7554,7 +7167,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7563,7 +7176,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -7606,7 +7219,7 @@ export interface operations {
                     "application/json": components["schemas"]["UploadOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description nothing could be stored (every problem listed), a malformed upload, a dataset name refused (DatasetError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7615,7 +7228,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7624,7 +7237,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7633,7 +7246,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7642,7 +7255,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a queued or running training job, a caption job or a CLI run uses the dataset (JobActive), or the dataset was renamed or replaced during the upload (DatasetChanged) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7678,7 +7291,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or the upload's spooled body could not be read back (ReadFailed) */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7687,7 +7300,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -7719,7 +7332,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeletedFiles"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError); or such a file name */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7728,7 +7341,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7737,7 +7350,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7746,7 +7359,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no dataset of this name or no such image in it (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7755,7 +7368,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a queued or running training job, a caption job or a CLI run uses the dataset (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7791,7 +7404,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -7800,7 +7413,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -7834,7 +7447,7 @@ export interface operations {
                     "image/jpeg": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError); or such a file name */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7843,7 +7456,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7852,8 +7465,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7861,8 +7474,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no dataset of this name, no masks folder or no such mask (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7888,26 +7501,8 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
             /** @description DecodeBusy: every decode slot is taken; send it again after Retry-After */
             503: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7941,7 +7536,7 @@ export interface operations {
                     "application/json": components["schemas"]["DatasetRenamed"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description `to` is not a name a dataset may take, or is taken (DatasetError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -7950,7 +7545,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -7959,7 +7554,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7968,7 +7563,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no dataset folder of this name (DatasetNotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -7977,7 +7572,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a queued or running training job, a caption job or a CLI run uses the dataset (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -8022,7 +7617,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8031,7 +7626,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -8067,7 +7662,7 @@ export interface operations {
                     "image/jpeg": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a dataset name the studio refuses (whitespace at an end, a control character, too long) (ConfigError); or such a file name */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8076,7 +7671,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8085,8 +7680,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8094,8 +7689,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no dataset of this name or no such image (or control image) in it (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8121,26 +7716,8 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
             /** @description DecodeBusy: every decode slot is taken; send it again after Retry-After */
             503: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8173,16 +7750,7 @@ export interface operations {
                     "application/json": components["schemas"]["GalleryList"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8191,17 +7759,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8227,24 +7786,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     delete_gallery_file_api_gallery__file__delete: {
@@ -8267,7 +7808,7 @@ export interface operations {
                     "application/json": components["schemas"]["GalleryDeleted"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a file name the studio refuses (a leading dot, whitespace at an end, too long) (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8276,7 +7817,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8285,7 +7826,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8294,17 +7835,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no gallery image of this name (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8339,17 +7871,8 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description the gallery folder refused the removal (a read-only folder: WriteFailed), naming the file */
             500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8381,7 +7904,7 @@ export interface operations {
                     "application/json": components["schemas"]["GenerateOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a request over the budget (size, steps), a bad LoRA file, a reference refused (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8390,7 +7913,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8399,7 +7922,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8408,7 +7931,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description an unknown LoRA or reference image (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8417,7 +7940,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description training runs, the request_id is in flight or ended under 10 minutes ago, 8 are in flight, or it was cancelled (JobActive, GenerationCancelled) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -8489,7 +8012,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description the gallery's disk is full: nothing of the image kept (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -8527,7 +8050,7 @@ export interface operations {
                     "application/json": components["schemas"]["ReferencesOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description no image in the upload, a malformed upload, or a refused file, every one named (DatasetError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8536,7 +8059,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8545,26 +8068,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8599,7 +8104,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why; or the upload's spooled body could not be read back (ReadFailed) */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -8608,7 +8113,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -8639,16 +8144,7 @@ export interface operations {
                     "application/json": components["schemas"]["GenerateCancelOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8657,7 +8153,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8666,17 +8162,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no generation of this request_id in flight (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8711,24 +8198,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     start_generation_api_generations_post: {
@@ -8753,7 +8222,7 @@ export interface operations {
                     "application/json": components["schemas"]["GenerationStatusOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a request over the budget (size, steps), a bad LoRA file, a reference refused (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8762,7 +8231,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8771,7 +8240,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8780,7 +8249,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description an unknown LoRA or reference image (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -8789,7 +8258,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description training runs, its request_id is in flight, kept or ended under 10 minutes ago, or 8 are in flight (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -8834,26 +8303,8 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
             /** @description the server is stopping: send it again */
             503: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8883,16 +8334,7 @@ export interface operations {
                     "application/json": components["schemas"]["GenerationStatusOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8901,8 +8343,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8910,8 +8352,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no generation of this request_id sent to POST /api/generations, or its record was removed (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8937,24 +8379,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     cancel_generation_api_generations__request_id__cancel_post: {
@@ -8977,16 +8401,7 @@ export interface operations {
                     "application/json": components["schemas"]["GenerateCancelOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8995,7 +8410,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9004,17 +8419,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no generation of this request_id in flight (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9049,24 +8455,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     info_api_info_get: {
@@ -9087,16 +8475,7 @@ export interface operations {
                     "application/json": components["schemas"]["InfoOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9105,17 +8484,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9139,24 +8509,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -9190,16 +8542,7 @@ export interface operations {
                     "application/json": components["schemas"]["LoraList"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9208,17 +8551,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9242,24 +8576,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -9298,7 +8614,7 @@ export interface operations {
                     "application/octet-stream": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a LoRA name the studio refuses (whitespace at an end, a control character, too long) (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -9307,7 +8623,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9316,8 +8632,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9325,8 +8641,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no LoRA of a run of this name, or none of that `step` / `weights` (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9359,24 +8675,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     push_api_loras__name__push_post: {
@@ -9403,7 +8701,7 @@ export interface operations {
                     "application/json": components["schemas"]["PushOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description no hub token is set (HubTokenMissing), or the repo id is refused */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -9412,7 +8710,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9421,7 +8719,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description the hub refused the token or gave it no write access (HubAccessDenied), or a write from another origin or site (CrossOriginRefused) */
+            /** @description the hub refused the token or gave it no write access (HubAccessDenied); or a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9430,17 +8728,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no LoRA of a run of this name, or no such repo without `create` (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9484,26 +8773,8 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
             /** @description the hub failed or could not be reached (HubUploadError) */
             502: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9533,7 +8804,7 @@ export interface operations {
                     "application/json": components["schemas"]["LoraSteps"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a LoRA name the studio refuses (whitespace at an end, a control character, too long) (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -9542,7 +8813,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9551,8 +8822,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9560,8 +8831,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no LoRA of a run of this name (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9585,24 +8856,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -9625,16 +8878,7 @@ export interface operations {
                     "application/json": components["schemas"]["CatalogueModelOut"][];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9643,17 +8887,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9677,24 +8912,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -9721,7 +8938,7 @@ export interface operations {
                     "application/json": components["schemas"]["CatalogueModelOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description not an absolute path of an existing folder, or one under the studio home (ModelSourceError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -9730,7 +8947,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9739,26 +8956,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9802,7 +9001,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -9811,7 +9010,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -9842,16 +9041,7 @@ export interface operations {
                     "application/json": components["schemas"]["FolderForgotten"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9860,7 +9050,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9869,17 +9059,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no added folder of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9914,7 +9095,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -9923,7 +9104,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -9957,16 +9138,7 @@ export interface operations {
                     "text/event-stream": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -9975,17 +9147,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10009,24 +9172,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -10049,16 +9194,7 @@ export interface operations {
                     "application/json": components["schemas"]["FetchList"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10067,17 +9203,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10101,24 +9228,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -10145,7 +9254,7 @@ export interface operations {
                     "application/json": components["schemas"]["FetchOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a repo id refused, a model that cannot be trained, or offline and not on disk (ModelSourceError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -10154,7 +9263,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10163,14 +9272,16 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no access */
+            /** @description the hub refused: a gated or private repo without access (ModelAccessDenied); or a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
             };
-            /** @description not found */
+            /** @description no such repo or revision on the hub (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -10179,7 +9290,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description this model is being fetched (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -10224,24 +9335,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     fetch_status_api_models_fetch__fetch_id__get: {
@@ -10264,16 +9357,7 @@ export interface operations {
                     "application/json": components["schemas"]["FetchOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10282,8 +9366,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10291,8 +9375,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no fetch of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10316,24 +9400,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -10358,16 +9424,7 @@ export interface operations {
                     "application/json": components["schemas"]["FetchOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10376,7 +9433,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -10385,17 +9442,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no running fetch of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10428,24 +9476,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -10470,16 +9500,7 @@ export interface operations {
                     "application/json": components["schemas"]["CatalogueModelOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10488,8 +9509,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10497,8 +9518,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no catalogue entry of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10524,24 +9545,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     delete_api_models__model_id__delete: {
@@ -10564,16 +9567,7 @@ export interface operations {
                     "application/json": components["schemas"]["ModelDeleted"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10582,14 +9576,16 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not lorastudio's */
+            /** @description not a model lorastudio downloaded or created (ModelNotDeletable); or a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
             };
-            /** @description not found */
+            /** @description no catalogue entry of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -10598,7 +9594,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a job, a caption job, a generation or a fetch uses the model (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -10634,7 +9630,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -10643,7 +9639,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -10679,16 +9675,7 @@ export interface operations {
                     "application/json": components["schemas"]["RunList"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10697,17 +9684,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10731,24 +9709,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -10773,16 +9733,7 @@ export interface operations {
                     "application/json": components["schemas"]["RunDetail"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10791,8 +9742,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10800,8 +9751,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no run of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10825,24 +9776,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -10870,16 +9803,7 @@ export interface operations {
                     "application/json": components["schemas"]["RunDeleted"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -10888,7 +9812,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -10897,7 +9821,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no run of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -10906,7 +9830,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description the run is queued or running: stop it first (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -10942,7 +9866,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -10951,7 +9875,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -10982,16 +9906,7 @@ export interface operations {
                     "application/json": components["schemas"]["CheckpointList"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11000,8 +9915,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11009,8 +9924,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no run of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11034,24 +9949,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -11082,16 +9979,7 @@ export interface operations {
                     "application/toml": unknown;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11100,8 +9988,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11109,8 +9997,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no run of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11134,24 +10022,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -11179,16 +10049,7 @@ export interface operations {
                     "application/json": components["schemas"]["RunLog"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11197,8 +10058,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11206,8 +10067,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no run of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11231,24 +10092,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -11273,16 +10116,7 @@ export interface operations {
                     "application/json": components["schemas"]["LoraSteps"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11291,8 +10125,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11300,8 +10134,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no run of this id, or it has no LoRA yet (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11325,24 +10159,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -11371,7 +10187,7 @@ export interface operations {
                     "application/json": components["schemas"]["JobOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a setting refused, or differing from the checkpoint's identity, every problem listed (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -11380,7 +10196,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11389,7 +10205,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -11398,7 +10214,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no run of this id, or no checkpoint to resume from (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -11407,7 +10223,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description the run is live, or the GPU is busy and `queue` is false (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -11452,7 +10268,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -11461,7 +10277,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -11499,16 +10315,7 @@ export interface operations {
                     "application/json": components["schemas"]["SampleList"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11517,8 +10324,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11526,8 +10333,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no run of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11551,24 +10358,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -11603,16 +10392,7 @@ export interface operations {
                     "image/png": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11621,8 +10401,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11630,8 +10410,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no run of this id or no such sample (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11664,24 +10444,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
         };
     };
     open_session_api_session_post: {
@@ -11705,16 +10467,7 @@ export interface operations {
                     "application/json": components["schemas"]["SessionOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11723,26 +10476,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11775,24 +10510,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -11818,16 +10535,7 @@ export interface operations {
                     "application/json": components["schemas"]["SessionOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11836,26 +10544,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11888,24 +10578,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -11933,16 +10605,7 @@ export interface operations {
                     "text/event-stream": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -11951,17 +10614,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11985,24 +10639,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -12029,7 +10665,7 @@ export interface operations {
                     "application/json": components["schemas"]["PreflightOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description the config refused, every problem listed (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -12038,7 +10674,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -12047,26 +10683,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12108,24 +10726,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -12152,7 +10752,7 @@ export interface operations {
                     "application/json": components["schemas"]["JobOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description the config refused, every problem listed (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -12161,7 +10761,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -12170,7 +10770,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -12179,16 +10779,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description the GPU is busy (a job runs) and `queue` is false, or the run would not fit this host's RAM now (JobActive, HostMemoryShort) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -12233,7 +10824,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
+            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what, where and why */
             500: {
                 headers: {
                     [name: string]: unknown;
@@ -12242,7 +10833,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
+            /** @description no space left on the disk it writes (NoSpaceLeft) */
             507: {
                 headers: {
                     [name: string]: unknown;
@@ -12274,16 +10865,7 @@ export interface operations {
                     "application/json": components["schemas"]["StatusOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -12292,17 +10874,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12326,24 +10899,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -12370,16 +10925,7 @@ export interface operations {
                     "application/json": components["schemas"]["JobOut"];
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -12388,7 +10934,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description a write from another origin or site (CrossOriginRefused) */
+            /** @description a write from another origin or site (CrossOriginRefused); or through a proxy to a studio without an API token (ProxyNeedsToken) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -12397,7 +10943,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
+            /** @description no job is running or queued (or none of `job_id`) (NotFound) */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -12406,7 +10952,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
+            /** @description a stop asking the other way (save / discard) is pending (JobActive) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -12449,24 +10995,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -12500,16 +11028,7 @@ export interface operations {
                     "image/*": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -12518,8 +11037,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12527,8 +11046,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no reference image of this id (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12559,24 +11078,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -12610,7 +11111,7 @@ export interface operations {
                     "image/png": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a file name the studio refuses (a leading dot, whitespace at an end, too long) (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -12619,7 +11120,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -12628,8 +11129,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12637,8 +11138,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no gallery image of this name (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12669,24 +11170,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };

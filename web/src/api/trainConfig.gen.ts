@@ -59,7 +59,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "adafactor_relative_step": "adafactor: its own time-dependent step size instead of learning_rate (null: off); then learning_rate, lr_scheduler and warmup are Adafactor's and cannot be set",
   "adafactor_scale_parameter": "adafactor: scale the step by each parameter's RMS (null: off)",
   "adafactor_warmup_init": "adafactor: warm the relative step up from 1e-6 (needs relative_step)",
-  "adapter": "lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads (lora_format kohya: diffusers cannot load them)",
+  "adapter": "lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads (lora_format kohya); diffusers loads a lokr file of FLUX.2, FLUX.2 klein and Z-Image, no other loha / lokr file (the run's check and the file's sidecar say where each loads)",
   "alpha_mask": "use each image's alpha channel as its loss mask (opaque = trained, transparent = unmasked_weight) instead of a masks/ folder; images without alpha train unmasked (named by the preflight)",
   "alpha_pattern": "per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha",
   "aspect_buckets": "batch images by aspect ratio (else square)",

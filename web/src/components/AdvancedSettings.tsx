@@ -137,7 +137,7 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
         </div>
 
         <h3 className="grid-head">LoRA and base model</h3>
-        {c.choice("adapter", "Adapter", ADAPTERS, { hint: "LoHa / LoKr files load in ComfyUI (LyCORIS keys), not in diffusers" })}
+        {c.choice("adapter", "Adapter", ADAPTERS, { hint: "LoHa / LoKr files load in ComfyUI (LyCORIS keys); in diffusers only a FLUX.2 / klein / Z-Image LoKr" })}
         {shown("lokr_factor") && c.num("lokr_factor", "LoKr factor", { placeholder: "-1", hint: "-1: as square as possible" })}
         {shown("lokr_decompose_both") && <div className="checks">{c.check("lokr_decompose_both", "Low-rank w1 too")}</div>}
         {c.line("rank_pattern", "Rank per module", { placeholder: "none", hint: "module=rank, comma-separated (e.g. to_k=8)", wide: true })}

@@ -142,8 +142,8 @@ def cancel(
 ) -> dict[str, Any]:
     """Cancel the generation of this request_id (GenerateBody.request_id): one waiting for the
     worker ends now, a running one after its current denoising step (loading: before its next
-    component or LoRA, and what it loaded is freed); its POST /api/generate answers 409 and
-    nothing of it is kept. A second cancel answers the same. 404 when no such generation is in
+    component or LoRA, and what it loaded is freed); its POST /api/generate (409: cancelled)
+    ends and nothing of it is kept. A second cancel answers the same. 404 when no such generation is in
     flight (unknown, or it ended: its id is not taken again for 10 minutes, so a late cancel
     never stops another request)."""
     return {"request_id": request_id, "was": service.cancel(request_id)}

@@ -130,8 +130,7 @@ def download(
     responses={
         403: {
             "model": ErrorOut,
-            "description": "the hub refused the token or gave it no write access (HubAccessDenied), "
-            "or a write from another origin or site (CrossOriginRefused)",
+            "description": "the hub refused the token or gave it no write access (HubAccessDenied)",
         },
         502: {"model": ErrorOut, "description": "the hub failed or could not be reached (HubUploadError)"},
     },

@@ -97,7 +97,12 @@ def fetch_list(fetches: FetchManager = Depends(fetches_dep)) -> dict[str, Any]:
 
 
 @router.post(
-    "/fetch", status_code=202, response_model=FetchOut, responses={403: {"description": "no access"}}
+    "/fetch",
+    status_code=202,
+    response_model=FetchOut,
+    responses={
+        403: {"description": "the hub refused: a gated or private repo without access (ModelAccessDenied)"}
+    },
 )
 def fetch_start(body: FetchBody, fetches: FetchManager = Depends(fetches_dep)) -> Any:
     """Check the repo (access, pipeline, family, files) and start downloading what training
@@ -165,7 +170,9 @@ def model(model_id: str, settings: Settings = Depends(settings_dep)) -> dict[str
 
 
 @router.delete(
-    "/{model_id}", response_model=ModelDeleted, responses={403: {"description": "not lorastudio's"}}
+    "/{model_id}",
+    response_model=ModelDeleted,
+    responses={403: {"description": "not a model lorastudio downloaded or created (ModelNotDeletable)"}},
 )
 def delete(
     model_id: str,
