@@ -65,3 +65,13 @@ def sample_guidance_problems(
             problems += unguided_cfg_problems(guidance, not distilled, spec.pipeline_class, prefix)
         problems += unused_guidance_problems(guidance, None, spec.name, prefix, NO_NEGATIVE)
     return problems
+
+
+def resumed_guidance_warning(problem: FieldProblem) -> str:
+    """The warning a resume gives for a sample prompt's guidance that sample_guidance_problems
+    refuses for a fresh run (a step-distilled klein's, RELIABILITY 1682): the run, recorded before
+    the rule, resumes as it was, its previews rendered without that guidance (RELIABILITY 1751)."""
+    return (
+        f"{problem.field} {problem.message}: this run was recorded before such guidance was refused and "
+        "resumes as it was, its previews rendered without it (a fresh run, or train again, refuses it)"
+    )

@@ -28,7 +28,11 @@ from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
 from lorastudio.training.events import Emit, Preparing, StopCheck
-from lorastudio.training.guidance_rules import guidance_problems, sample_guidance_problems
+from lorastudio.training.guidance_rules import (
+    guidance_problems,
+    resumed_guidance_warning,
+    sample_guidance_problems,
+)
 from lorastudio.training.lora import planned_target_problems
 from lorastudio.training.plan import plan_host_problems
 from lorastudio.training.precision import pick_device, pick_dtype, precision_problems
@@ -263,8 +267,14 @@ def _preflight(
     problems = scanned + assistant_problems(resolved, family)  # needs the source: is the base distilled?
     facts = _facts(family, model_source(resolved), resolved.revision)
     problems += guidance_problems(resolved, family, facts)
-    if not resume:  # a sample prompt's guidance no preview applies (a run recorded before resumes as it did)
-        problems += sample_guidance_problems(resolved, family, facts)
+    unapplied = sample_guidance_problems(resolved, family, facts)  # guidance no preview applies
+    if not resume:
+        problems += unapplied
+    elif family.spec.guidance != "true_cfg":  # recorded before the rule: resumes as it did, told
+        told = tuple(resumed_guidance_warning(p) for p in unapplied)  # (1751; Qwen's: scan_warnings)
+        for warning in told:
+            log.warning("%s", warning)
+        warnings += told
     problems += planned_target_problems(resolved, family)  # lora_targets / patterns: the meta denoiser's
     problems += family.objective_problems(model_source(resolved), resolved.revision)  # e.g. an EDM SDXL
     init = None  # the file a fresh run starts from (training/init_lora.py), its ranks in `resolved`

@@ -3,7 +3,8 @@ refused for a fresh run, by the rule Generate refuses it with (generation_rules)
 prompt and the field ("sample_prompts.1.guidance"): above 1 on a step-distilled FLUX.2 klein,
 whose pipeline runs no CFG (before: taken, listed, and Generate again refused), and above 1 on
 Qwen-Image, whose true CFG needs a negative prompt that no sample prompt takes (before: a warning,
-fix 1641). A resume keeps the run as it was recorded (the engine's preflight with resume=True)."""
+fix 1641). A resume keeps the run as it was recorded (the engine's preflight with resume=True),
+told so by a warning naming the prompt (RELIABILITY 1751: before, a klein run's resume said nothing)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,11 @@ def test_a_distilled_klein_run_is_refused_at_submission_and_preflight_a_resume_i
     assert "sample_prompts.1.guidance" in {p.field for p in err.value.problems}
     run = preflight(cfg, settings, "cpu", resume=True)  # recorded before the rule: resumes as it was
     assert run.cfg.sample_prompts
+    (told,) = [w for w in run.dataset_warnings if "guidance" in w]  # and is told so (RELIABILITY 1751)
+    assert (
+        told.startswith("sample_prompts.1.guidance 4: Flux2KleinPipeline runs no")
+        and "resumes as it was" in told
+    )
 
 
 def test_the_spec_flag_is_what_each_pipeline_does_for_a_distilled_checkpoint():
