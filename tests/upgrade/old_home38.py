@@ -5,7 +5,9 @@ run), then through the old train(): a LoKr run stopped with a checkpoint at step
 run uninterrupted (the old code drew the global CPU generator once per LoKr layer and step:
 RELIABILITY 1800), a run with a validation split stopped likewise beside its uninterrupted twin
 (its checkpoint has no `validation_noise_rule`: 1681), and a dataset whose captions hold
-`{trigger}` and `|||` (refused by this session's scan: 1733) with a run of it stopped at step 2.
+`{trigger}` and `|||` (refused by this session's scan: 1733) with a run of it stopped at step 2,
+and a step-distilled FLUX.2 klein run whose sample prompt sets guidance 4 (refused for a fresh run
+by this session: 1682) stopped likewise beside its twin.
 `python old_home38.py HOME` (`--s38` adds only this session's part to a home of old_home37.py);
 the summary goes to HOME/../old_home.json."""
 
@@ -48,18 +50,40 @@ def _stopped_and_full(raw: dict) -> dict:
     }
 
 
-def _session38(home: Path, model: Path) -> dict:
-    """The LoKr, validation and placeholder-caption runs (see the module)."""
+def _klein(home: Path) -> Path:
+    """A tiny FLUX.2 klein marked step-distilled (its pipeline runs no CFG), under models/."""
+    from lorastudio.tiny import save_tiny_model, tiny_model_dir
+
+    distilled = home / "models" / "klein38-distilled"
+    if not distilled.is_dir():
+        shutil.copytree(
+            save_tiny_model("flux2-klein", tiny_model_dir("flux2-klein", home.parent / "bases")), distilled
+        )
+        index = json.loads((distilled / "model_index.json").read_text())
+        (distilled / "model_index.json").write_text(json.dumps({**index, "is_distilled": True}))
+    return distilled
+
+
+def _session38(home: Path, model: Path, done: dict) -> dict:
+    """The LoKr, validation, placeholder-caption and klein runs (see the module); those of `done`
+    (an earlier build's) kept."""
     shapes = home / "datasets" / "shapes"
     trig = home / "datasets" / "trig38"
-    shutil.copytree(shapes, trig)
-    for i, txt in enumerate(sorted(trig.glob("*.txt"))):
-        txt.write_text(("{trigger} " if i % 2 else "sks, woman ||| ") + txt.read_text())
+    if not trig.is_dir():
+        shutil.copytree(shapes, trig)
+        for i, txt in enumerate(sorted(trig.glob("*.txt"))):
+            txt.write_text(("{trigger} " if i % 2 else "sks, woman ||| ") + txt.read_text())
     common = {"steps": STEPS, "save_every": None}
-    lokr = _settings(model, shapes, "lokr38", {**common, "adapter": "lokr"})
-    val = _settings(model, shapes, "val38", {**common, "validation_split": 0.25, "validate_every": 2})
-    trig_run = _settings(model, trig, "trig38", {**common, "trigger_word": "sks"})
-    return {k: _stopped_and_full(raw) for k, raw in (("lokr", lokr), ("val", val), ("trig", trig_run))}
+    runs = {
+        "lokr": lambda: _settings(model, shapes, "lokr38", {**common, "adapter": "lokr"}),
+        "val": lambda: _settings(model, shapes, "val38", {**common, "validation_split": 0.25, "validate_every": 2}),
+        "trig": lambda: _settings(model, trig, "trig38", {**common, "trigger_word": "sks"}),
+        "klein": lambda: _settings(_klein(home), shapes, "klein38", {  # a preview guidance it never applied
+            **common, "family": "flux2-klein", "sample_every": 1, "sample_steps": 1,
+            "sample_prompts": [{"prompt": "a dog", "guidance": 4}],
+        }),
+    }  # fmt: skip
+    return {k: done[k] if k in done else _stopped_and_full(raw()) for k, raw in runs.items()}
 
 
 if __name__ == "__main__":
@@ -75,6 +99,6 @@ if __name__ == "__main__":
         out = build(home)
         out["killed_server"] = _killed_server(home)
         out["s37"] = _session37(home, Path(out["model"]))
-    out["s38"] = _session38(home, Path(out["model"]))
+    out["s38"] = _session38(home, Path(out["model"]), out.get("s38", {}))
     summary.write_text(json.dumps(out, indent=1, default=str))
     print(json.dumps(out["s38"], default=str)[:3000])

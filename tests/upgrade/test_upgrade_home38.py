@@ -7,7 +7,7 @@ listings (the placeholder dataset listed with its problem, RELIABILITY 1733), th
 bitwise (the old code drew the global CPU generator per LoKr layer and step, 1800), the validation
 run resumed to its twin's losses and validation record (its checkpoint without
 `validation_noise_rule`: 1681), the placeholder run resumed bitwise with a warning (1750), while a
-fresh run of that dataset is refused; then by the old code again (its listings of a record this
+fresh run of that dataset is refused, and the klein run likewise (1682, 1751); then by the old code again (its listings of a record this
 code wrote with `validation_seed` 5, its resume of that run's rule-2 checkpoint refused naming the
 key, its resume of the LoKr run from this code's checkpoint to the uninterrupted losses); then by
 this code once more (that run resumed to its end). Skipped where the repository lacks the old
@@ -63,7 +63,7 @@ def test_an_old_home_of_session_38_upgrades_rolls_back_and_upgrades_again(
 
     folder, old, old_src_dir = home
     s38, outputs = old["s38"], folder / "outputs"
-    for key in ("lokr", "val", "trig"):
+    for key in ("lokr", "val", "trig", "klein"):
         assert s38[key]["stopped"] and len(s38[key]["stopped_losses"]) < len(s38[key]["full_losses"]), key
     listed = _names(REPO / "src")
     assert _names(old_src_dir) == listed
@@ -80,6 +80,14 @@ def test_an_old_home_of_session_38_upgrades_rolls_back_and_upgrades_again(
         refused = client.post("/api/train/start", json={"config": fresh})  # a fresh run of it: refused
         assert refused.status_code == 400 and "{trigger}" in refused.text, refused.text
         assert "|||" in refused.text, refused.text
+        fresh = {**s38["klein"]["raw"], "output_name": "klein38-again"}  # "train again" of the klein run
+        refused = client.post("/api/train/start", json={"config": fresh})  # its preview guidance (1682)
+        assert refused.status_code == 400, refused.text
+        (problem,) = refused.json()["problems"]
+        assert (
+            problem["field"] == "sample_prompts.0.guidance"
+            and "runs no classifier-free" in problem["message"]
+        )
 
     # this code resumes the old checkpoints: exact
     lokr = TrainConfig.model_validate(s38["lokr"]["raw"])
@@ -100,6 +108,18 @@ def test_an_old_home_of_session_38_upgrades_rolls_back_and_upgrades_again(
     assert ours.losses == s38["trig"]["full_losses"]
     said = [w for e in warned if e.type == "dataset_warnings" for w in e.warnings if "trainer's markup" in w]
     assert said and "holds {trigger}" in said[0] and "holds |||" in said[0], said
+
+    klein = s38["klein"]["raw"]  # resumed as it was recorded, told (1751), bitwise
+    validate_resume(
+        outputs / "klein38", None, {"data_dir": "shapes"}, get_settings(), live_output_names=set()
+    )
+    warned = []
+    ours = train(TrainConfig.model_validate(klein), warned.append, device="cpu", resume=outputs / "klein38")
+    assert ours.losses == s38["klein"]["full_losses"]
+    said = [w for e in warned if e.type == "dataset_warnings" for w in e.warnings if "guidance" in w]
+    assert said and said[0].startswith("sample_prompts.0.guidance 4:") and "resumes as it was" in said[0], (
+        said
+    )
 
     # this code writes two runs with a validation split (rule-2 checkpoints), stopped near step 2:
     # validation_seed 5 (in the config it writes) and the default (left out of it: fix 1330's rule)
