@@ -6346,8 +6346,26 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description TooManyStreams: this client holds the most event streams one may (api/sse_slots.py) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description TooManyStreams: the server holds the most event streams it keeps at once */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10011,8 +10029,26 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description TooManyStreams: this client holds the most event streams one may (api/sse_slots.py) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description TooManyStreams: the server holds the most event streams it keeps at once */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11987,8 +12023,26 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description TooManyStreams: this client holds the most event streams one may (api/sse_slots.py) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description TooManyStreams: the server holds the most event streams it keeps at once */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
