@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from lorastudio.cli.confirm import confirm_or_stop
@@ -126,3 +128,20 @@ def prune_cmd(
     typer.echo(
         f"freed {_gb(result.freed_bytes)}; the cache holds {_gb(result.after_bytes)} (cap {_gb(result.cap_bytes)})"
     )
+    _prune_dynamo(settings.home)
+
+
+def _prune_dynamo(home: Path) -> None:
+    """Remove the saved Dynamo graphs no run used for KEEP_DAYS days, saying what (torch-free;
+    training/precompile_prune.py)."""
+    from lorastudio.training.precompile_prune import KEEP_DAYS, dynamo_root, prune_keys
+
+    done = prune_keys(dynamo_root(home))
+    for gone in done.removed:
+        typer.echo(f"removed saved graphs {gone.path} ({_gb(gone.bytes)}, last used {_when(gone.last_used)})")
+    for kept in done.in_use:
+        typer.echo(f"kept saved graphs {kept}: a live run uses them")
+    for staged in done.staging:
+        typer.echo(f"removed {staged}: a killed save's staging file")
+    if not (done.removed or done.in_use or done.staging):
+        typer.echo(f"saved graphs: none unused for {KEEP_DAYS} days")
