@@ -681,7 +681,7 @@ export interface paths {
          * Download
          * @description The .safetensors file of trained LoRA `name` (with EMA: the EMA weights), or the raw
          *     weights of `step`: its snapshot, or with EMA <name>.raw.safetensors for the final step; with
-         *     `weights` "ema" the EMA weights of `step` (jobs/generation_inputs.lora_file; 404 when missing).
+         *     `weights` "ema" the EMA weights of `step` (jobs/generation_inputs.lora_download: named as the studio named the file; 404 when missing).
          */
         get: operations["download_api_loras__name__file_get"];
         put?: never;
