@@ -18,6 +18,7 @@ from lorastudio.cgroup_limits import MIN_SHM_BYTES
 from lorastudio.data import cache_prune, captions, colour, decoded, thumbnails
 from lorastudio.jobs import caption_records, generation_records, step_watch, worker_allowance, worker_log
 from lorastudio.timings import MAX_RECORDS as TIMING_RECORDS
+from lorastudio.training import precompile_prune
 
 README = re.sub(r"\s+", " ", (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8"))
 KB, MB = 2**10, 2**20
@@ -48,6 +49,7 @@ CLAIMS = [
     (r"holds at most (\d+) live event streams", sse_slots.SSE_MAX_PER_CLIENT, 1),
     (r"the server at most (\d+) in all", sse_slots.SSE_MAX_STREAMS, 1),
     (r"a stream that sent no event for (\d+) s is closed", sse.SSE_IDLE_CLOSE_S, 1),
+    (r"A key folder there that no run used for (\d+) days is removed", precompile_prune.KEEP_DAYS, 1),
     (r"while /dev/shm is under (\d+) MB", MIN_SHM_BYTES, MB),
 ]
 

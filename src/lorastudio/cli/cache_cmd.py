@@ -97,7 +97,8 @@ def prune_cmd(
     cache fits its cap: LORASTUDIO_CACHE_MAX_GB, else 50 GB or half of the cache plus its disk's
     free space, whichever is smaller. Entries a run reads are kept; a later run re-encodes what
     was removed. Refused while a server or a `lorastudio train` uses the studio home (use the
-    server's POST /api/cache/prune); runs prune by themselves at their end."""
+    server's POST /api/cache/prune); runs prune by themselves at their end. Then removes the saved
+    Dynamo graphs (lorastudio-dynamo/<key>/) no run used for 30 days, never a key a live run holds."""
     from lorastudio.data.cache_prune import prune_to_cap
     from lorastudio.errors import CacheError, HomeInUse
     from lorastudio.jobs.homelock import HomeLock
