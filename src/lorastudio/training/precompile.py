@@ -55,7 +55,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import re
 import time
 import warnings
 import weakref
@@ -72,7 +71,7 @@ from lorastudio.training.precompile_key import (
     local_instance_functions,
     precompile_key,
 )
-from lorastudio.training.precompile_prune import FOLDER, mark_in_use, prune_keys
+from lorastudio.training.precompile_prune import FOLDER, OLDER_STAGING, mark_in_use, prune_keys
 from lorastudio.training.precompile_torch import (
     SAVED_BACKENDS,
     aot_compilable,
@@ -84,7 +83,6 @@ from lorastudio.training.precompile_torch import (
 log = logging.getLogger(__name__)
 
 ENV = "LORASTUDIO_PRECOMPILE"  # "1": on; "0": off (the ordinary compile only); unset: on for CUDA only
-_OLDER_STAGING = re.compile(r"^\..+\.(bin|refused)\.[a-z0-9_]{8}\.tmp$")  # mkstemp's, before fix 1741
 # input signatures traced and saved per block class and run, at most, all in the run's first step
 # (end_first_step): FLUX.1's training forward, differential output preservation's no-grad one. A
 # later shape (a bucket) takes the ordinary compile, which goes dynamic at its second shape; each
@@ -310,7 +308,7 @@ def save_function(fn: Any, path: Path) -> None:
     result = AOTCompiledFunction.serialize(fn)
     data = result if isinstance(result, bytes) else result.serialized_data  # 2.11, 2.13: a SaveResult
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_killed_staging(path.parent, TMP, older=_OLDER_STAGING)
+    remove_killed_staging(path.parent, TMP, older=OLDER_STAGING)
     write_staged_bytes(path, data)
 
 

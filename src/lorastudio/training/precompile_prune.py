@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import shutil
 import stat
 import time
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 FOLDER = "lorastudio-dynamo"  # under Inductor's cache folder in use
 KEEP_DAYS = 30  # a key no run used for this many days is removed
 IN_USE = ".in-use"  # the lock file of a key folder (its time: when a run last used the key)
+OLDER_STAGING = re.compile(r"^\..+\.(bin|refused)\.[a-z0-9_]{8}\.tmp$")  # mkstemp's, before fix 1741
 _ASIDE = ".pruning-"  # a key folder renamed aside before it is deleted
 _HELD: dict[str, int] = {}  # key folder -> the descriptor this process's shared lock is on
 
@@ -148,7 +150,7 @@ def _prune_one(folder: Path, cutoff: float, result: DynamoPrune) -> None:
     held = str(folder) in _HELD
     if last >= cutoff or held:
         if not held:
-            result.staging += remove_killed_staging(folder, TMP)
+            result.staging += remove_killed_staging(folder, TMP, older=OLDER_STAGING)
         return
     fd = os.open(folder / IN_USE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
