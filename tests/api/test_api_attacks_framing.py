@@ -99,6 +99,21 @@ def test_a_lora_that_is_a_link_downloads_under_its_own_name(client: TestClient, 
     assert "set-cookie" not in resp.headers
 
 
+def test_a_steps_lora_that_is_a_link_downloads_under_its_own_name(
+    client: TestClient, settings: Settings
+) -> None:
+    """A step's snapshot that is a link downloaded under the target's name (RELIABILITY 1771)."""
+    loras = settings.outputs_dir / "mine" / "loras"
+    loras.mkdir(parents=True)
+    target = loras / "evil\r\nSet-Cookie: a=b.safetensors"
+    target.write_bytes(b"0" * 16)
+    (loras / "mine-step-000005.safetensors").symlink_to(target.name)
+    (loras / "mine-step-000005.json").write_text('{"steps": 5}', encoding="utf-8")
+    resp = client.get("/api/loras/mine/file", params={"step": 5})
+    assert resp.status_code == 200 and resp.content == b"0" * 16, resp.text
+    assert resp.headers["content-disposition"] == 'attachment; filename="mine-step-000005.safetensors"'
+
+
 def test_a_read_another_sites_page_makes_is_refused_but_a_link_followed_is_answered(
     client: TestClient,
 ) -> None:

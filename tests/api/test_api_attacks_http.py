@@ -168,6 +168,11 @@ def _reset(sock: socket.socket) -> None:
 def test_event_streams_abandoned_by_the_hundred_leave_no_traceback(
     server: LiveServer, server_log: list[logging.LogRecord]
 ) -> None:
+    from lorastudio.api.sse_slots import StreamSlots
+
+    server.app.state.sse_slots = StreamSlots(
+        per_client=300, total=300
+    )  # past the caps (test_api_sse_caps.py)
     host = server.url.removeprefix("http://").encode()
     before = _streams()
     for path in (b"/api/train/events", b"/api/models/events"):

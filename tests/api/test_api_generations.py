@@ -227,6 +227,32 @@ def test_after_a_restart_a_finished_generation_answers_done_and_one_in_flight_in
     _poll(_ClientOf(client, service), "r-queued", {"failed"})
 
 
+def test_after_a_restart_a_generation_whose_done_record_was_lost_answers_done_with_its_image(
+    settings: Settings, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 1773: its image committed, its "done" record lost (a kill between the two, or
+    a disk that refused the write): it answered interrupted, "nothing of it was kept"."""
+    client.app.state.generation = service = InProcessGeneration(settings, GpuArbiter())  # type: ignore[attr-defined]
+    real_write = generation_records.GenerationRecords.write
+
+    def lose_done(self: Any, status: dict[str, Any], *a: Any, **k: Any) -> None:
+        if status["state"] != "done":
+            real_write(self, status, *a, **k)
+
+    monkeypatch.setattr(generation_records.GenerationRecords, "write", lose_done)
+    assert client.post("/api/generations", json={**BODY, "request_id": "r-lost"}).status_code == 202
+    done = _poll(client, "r-lost", {"done"})  # from memory
+    monkeypatch.setattr(generation_records.GenerationRecords, "write", real_write)
+    assert service is not None
+    client.app.state.generation = InProcessGeneration(settings, GpuArbiter())  # type: ignore[attr-defined]
+    again = client.get("/api/generations/r-lost").json()
+    assert (again["state"], again["error"]) == ("done", None), again
+    assert again["image"]["file"] == done["image"]["file"] and again["image"]["url"] == done["image"]["url"]
+    assert again["image"]["seconds"] == done["image"]["seconds"]
+    record = json.loads((settings.home / "generation-jobs" / "r-lost.json").read_text(encoding="utf-8"))
+    assert record["outcome"] == "done"  # rewritten: the next read needs no look in the gallery
+
+
 class _ClientOf:
     """`client` answering from `service` (the server before the restart) while the test reads it."""
 

@@ -85,8 +85,8 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     expect(page.get_by_test_id("dataset-counts")).to_have_text(
         f"{len(images)} images · {len(images)} captioned"
     )
-    page.wait_for_function(
-        "[...document.querySelectorAll('.thumb img')].every(i => i.complete && i.naturalWidth > 0)"
+    page.wait_for_function(  # a function, not an expression: the page's CSP (1713) refuses eval
+        "() => [...document.querySelectorAll('.thumb img')].every(i => i.complete && i.naturalWidth > 0)"
     )
     # captions are editable in place
     first = thumbs.first.locator("textarea")

@@ -154,6 +154,11 @@ def _clients_during_a_run(
     sampled: the step rate with clients (inside the bursts) is compared with the rate in the
     pauses, so that a drift of the machine's speed over the test (this VM's tiny-model step rate
     wanders by +-10 % over tens of seconds without any client) weighs on both alike."""
+    from lorastudio.api.sse_slots import StreamSlots
+
+    server.app.state.sse_slots = StreamSlots(
+        per_client=n, total=n
+    )  # every client's stream: the load measured
     client = server.client
     job = client.post(
         "/api/train/start", json={"config": flux_config(output_name="load", steps=100_000)}

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from lorastudio.api import sse
+from lorastudio.api import sse, sse_slots
 from lorastudio.cgroup_limits import MIN_SHM_BYTES
 from lorastudio.data import cache_prune, captions, colour, decoded, thumbnails
 from lorastudio.jobs import caption_records, generation_records, step_watch, worker_allowance, worker_log
 from lorastudio.timings import MAX_RECORDS as TIMING_RECORDS
+from lorastudio.training import precompile_prune
 
 README = re.sub(r"\s+", " ", (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8"))
 KB, MB = 2**10, 2**20
@@ -45,6 +46,10 @@ CLAIMS = [
     (r"the caption jobs' records \(the newest (\d+)\)", caption_records.KEEP, 1),
     (r"\(`run_timings/`, the newest (\d+)\)", TIMING_RECORDS, 1),
     (r"a `: keep-alive` comment every (\d+) s when idle", sse.SSE_KEEPALIVE_S, 1),
+    (r"holds at most (\d+) live event streams", sse_slots.SSE_MAX_PER_CLIENT, 1),
+    (r"the server at most (\d+) in all", sse_slots.SSE_MAX_STREAMS, 1),
+    (r"a stream that sent no event for (\d+) s is closed", sse.SSE_IDLE_CLOSE_S, 1),
+    (r"A key folder there that no run used for (\d+) days is removed", precompile_prune.KEEP_DAYS, 1),
     (r"while /dev/shm is under (\d+) MB", MIN_SHM_BYTES, MB),
 ]
 

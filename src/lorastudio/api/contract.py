@@ -110,7 +110,11 @@ def file_answer(*media: str, description: str = "the file") -> dict[int | str, d
     return {200: {"description": description, "content": {m: {"schema": schema} for m in media}}}
 
 
-EVENT_STREAM = file_answer("text/event-stream", description="server-sent events (api/sse.py)")
+EVENT_STREAM = {
+    **file_answer("text/event-stream", description="server-sent events (api/sse.py)"),
+    429: _error("TooManyStreams: this client holds the most event streams one may (api/sse_slots.py)"),
+    503: _error("TooManyStreams: the server holds the most event streams it keeps at once"),
+}
 
 
 def multipart_body(description: str) -> dict[str, Any]:

@@ -20,6 +20,11 @@ writes the next piece only once the client has read enough of the last (uvicorn'
 a client that reads slowly, or not at all, holds about that much of the server's memory. Before,
 a stream behind wrote everything it lacked at once (up to the whole log: ~20 MB per stalled
 client of 2 KB events, measured).
+
+How many streams are live at once is capped (api/sse_slots.py: per client address and in all,
+refused 429 / 503 `TooManyStreams` naming the limit), and a stream that sent no event for
+SSE_IDLE_CLOSE_S ends (a comment says why): a browser's EventSource reconnects by itself with
+Last-Event-ID (nothing lost), a script that forgot its stream gives its slot back (RELIABILITY 1770).
 """
 
 from __future__ import annotations
@@ -35,13 +40,17 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any, Protocol
 
 from fastapi import Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from lorastudio.api.sse_slots import client_of, slots_of
 
 SSE_POLL_S = 0.25  # how often the one poller of a source looks for new events (batches writes)
 SSE_KEEPALIVE_S = 15.0
 SSE_IDLE_CHECK_S = 1.0  # an idle stream checks this often whether its client is gone
 FANOUT_BUFFER = 1000  # encoded events kept for streams that lag behind (older: read from the log)
 SSE_CHUNK_BYTES = 64 * 1024  # the most text one write of a stream holds (past one event's own size)
+SSE_IDLE_CLOSE_S = 600.0  # a stream that sent no event this long ends (the client reconnects)
 
 log_ = logging.getLogger("lorastudio.api")
 
@@ -143,15 +152,35 @@ def _release(log: EventLog, fanout: _Fanout) -> None:
             del per_loop[fanout.loop]
 
 
-def event_stream(
-    request: Request, log: EventLog, after: int | None, last_event_id: str | None
-) -> StreamingResponse:
+class _SlotStream(StreamingResponse):
+    """A stream response that gives its slot back when it ends, however it ends."""
+
+    def __init__(self, content: AsyncIterator[str], release: Any) -> None:
+        super().__init__(
+            content,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self._release_slot = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release_slot()
+
+
+def event_stream(request: Request, log: EventLog, after: int | None, last_event_id: str | None) -> Response:
     """The SSE response for `log`, starting after event `after` (or the Last-Event-ID header);
     with neither, only events newer than now are sent. An id past the log's newest is one of
     another server's life (ids restart at 1 when the server starts; a browser's EventSource
     reconnects to the new server with the old Last-Event-ID): every event of this life is new to
     that client, so the stream starts at the log's beginning (it waited, silent, until this
-    server's ids caught up)."""
+    server's ids caught up). Past the stream caps: the 429 / 503 of api/sse_slots.py."""
+    slots, client = slots_of(request), client_of(request)
+    refused = slots.acquire(client)
+    if refused is not None:
+        return refused
     start_at = after
     if start_at is None and last_event_id:
         start_at = _event_id(last_event_id)
@@ -159,11 +188,7 @@ def event_stream(
         start_at = log.event_seq
     elif start_at > log.event_seq:
         start_at = 0
-    return StreamingResponse(
-        _stream(request, log, start_at),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return _SlotStream(_stream(request, log, start_at), lambda: slots.release(client))
 
 
 def _pieces(messages: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
@@ -200,7 +225,7 @@ async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[st
     fanout.subscribe()
     try:
         yield ": connected\n\n"
-        idle = 0.0
+        idle = quiet = 0.0
         while True:
             texts = fanout.texts_after(seq)
             if texts is None:  # further back than the shared buffer: catch up from the log
@@ -219,7 +244,7 @@ async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[st
             if texts:
                 for last, text in _pieces(texts):
                     yield text
-                    seq, idle = last, 0.0
+                    seq, idle, quiet = last, 0.0, 0.0
                 continue
             woke = False
             # asyncio.timeout, not wait_for: wait_for ran the wait in a task of its own, and when
@@ -235,6 +260,10 @@ async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[st
             if await request.is_disconnected():
                 return
             idle += SSE_IDLE_CHECK_S
+            quiet += SSE_IDLE_CHECK_S
+            if quiet >= SSE_IDLE_CLOSE_S:
+                yield f": no event for {SSE_IDLE_CLOSE_S:.0f} s, closed; reconnect with Last-Event-ID\n\n"
+                return
             if idle >= SSE_KEEPALIVE_S:
                 idle = 0.0
                 yield ": keep-alive\n\n"

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from lorastudio.cli.confirm import confirm_or_stop
@@ -95,7 +97,8 @@ def prune_cmd(
     cache fits its cap: LORASTUDIO_CACHE_MAX_GB, else 50 GB or half of the cache plus its disk's
     free space, whichever is smaller. Entries a run reads are kept; a later run re-encodes what
     was removed. Refused while a server or a `lorastudio train` uses the studio home (use the
-    server's POST /api/cache/prune); runs prune by themselves at their end."""
+    server's POST /api/cache/prune); runs prune by themselves at their end. Then removes the saved
+    Dynamo graphs (lorastudio-dynamo/<key>/) no run used for 30 days, never a key a live run holds."""
     from lorastudio.data.cache_prune import prune_to_cap
     from lorastudio.errors import CacheError, HomeInUse
     from lorastudio.jobs.homelock import HomeLock
@@ -126,3 +129,20 @@ def prune_cmd(
     typer.echo(
         f"freed {_gb(result.freed_bytes)}; the cache holds {_gb(result.after_bytes)} (cap {_gb(result.cap_bytes)})"
     )
+    _prune_dynamo(settings.home)
+
+
+def _prune_dynamo(home: Path) -> None:
+    """Remove the saved Dynamo graphs no run used for KEEP_DAYS days, saying what (torch-free;
+    training/precompile_prune.py)."""
+    from lorastudio.training.precompile_prune import KEEP_DAYS, dynamo_root, prune_keys
+
+    done = prune_keys(dynamo_root(home))
+    for gone in done.removed:
+        typer.echo(f"removed saved graphs {gone.path} ({_gb(gone.bytes)}, last used {_when(gone.last_used)})")
+    for kept in done.in_use:
+        typer.echo(f"kept saved graphs {kept}: a live run uses them")
+    for staged in done.staging:
+        typer.echo(f"removed {staged}: a killed save's staging file")
+    if not (done.removed or done.in_use or done.staging):
+        typer.echo(f"saved graphs: none unused for {KEEP_DAYS} days")

@@ -39,9 +39,19 @@ class EntryScanError(DatasetError):
     entry (`by_entry`: (index in the scanned entries, problem)), so that a caller whose entries
     are the config's own (no kohya_folders) can name `datasets.N.path` (RELIABILITY 1736)."""
 
-    def __init__(self, message: str, by_entry: list[tuple[int, str]]):
+    def __init__(
+        self, message: str, by_entry: list[tuple[int, str]], config_of: dict[int, int] | None = None
+    ):
         super().__init__(message, [p for _, p in by_entry])
         self.by_entry = list(dict.fromkeys(by_entry))
+        self.config_of = dict(config_of or {})  # scanned entry -> its `[[datasets]]` entry
+
+    def field_of(self, index: int) -> str:
+        """The setting scanned entry `index`'s problems are named under: `datasets.N.path` of the
+        config entry it comes from (a kohya sub-folder: its parent's; RELIABILITY 1774), else
+        `datasets`."""
+        config = self.config_of.get(index)
+        return "datasets" if config is None else f"datasets.{config}.path"
 
 
 def entry_field(cfg: TrainConfig, index: int) -> str:
@@ -104,6 +114,7 @@ def resolve_entries(
                 tag_dropout=float(_pick(entry.tag_dropout, cfg.tag_dropout)),  # type: ignore[arg-type]
                 regularisation=entry.regularisation,
                 prior_prediction=entry.prior_prediction,
+                config_index=i if cfg.datasets is not None else None,
             )
             out += kohya_entries(mixed) if cfg.kohya_folders else [mixed]
         except (ConfigError, PathOutsideRoot, DatasetError) as err:
@@ -219,7 +230,8 @@ def scan_entries(
                 (index, p if p.startswith(str(entry.root)) else f"{entry.label}: {p}") for p in named
             ]
     if problems:
-        raise EntryScanError(f"{len(problems)} dataset problem(s)", problems)
+        config_of = {i: e.config_index for i, e in enumerate(entries) if e.config_index is not None}
+        raise EntryScanError(f"{len(problems)} dataset problem(s)", problems, config_of)
     filled = tuple(
         replace(e, images=len(s.items), fingerprint=s.fingerprint)
         for e, s in zip(entries, scans, strict=True)

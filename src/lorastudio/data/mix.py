@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +59,9 @@ class MixEntry:
     kohya: bool = False
     images: int = 0
     fingerprint: str = ""
+    # the `[[datasets]]` entry it comes from (a kohya sub-folder: its parent's; None: data_dir or
+    # a validation folder), for naming its problems' field; not a setting: never compared
+    config_index: int | None = field(default=None, compare=False)
 
     def settings(self) -> dict[str, object]:
         """What the entry's samples get, JSON-able (its label and folder left out)."""

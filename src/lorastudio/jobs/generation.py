@@ -319,6 +319,10 @@ class GenerationService:
                 **meta_of(req, family, digests, identity),
                 "width": result["width"],
                 "height": result["height"],
+                # the request it answers, read back after a restart that lost its "done" record
+                # (jobs/generation_recover.py); its seconds, for that answer
+                "request_id": rid,
+                "seconds": round(result["seconds"], 3),
             }
             # The sidecar first, the image last: a listed PNG always has its complete sidecar.
             try:

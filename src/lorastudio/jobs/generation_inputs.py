@@ -109,19 +109,40 @@ def lora_file(settings: Settings, name: str, step: int | None = None, weights: s
     .safetensors), else the final file of that step holding them (with EMA <name>.raw.safetensors,
     the file validation measured; lora/snapshots.raw_lora_at), or with `weights` "ema" the EMA
     weights of step `step`: the file its checkpoint keeps, else the final LoRA of that step
-    (lora/snapshots.ema_lora_at); kept inside the outputs root. Raises ConfigError/PathOutsideRoot
-    for a bad name, NotFound if missing."""
+    (lora/snapshots.ema_lora_at); kept inside the outputs root, links resolved. Raises
+    ConfigError/PathOutsideRoot for a bad name, NotFound if missing."""
+    return lora_download(settings, name, step, weights)[0]
+
+
+def lora_download(
+    settings: Settings, name: str, step: int | None = None, weights: str | None = None
+) -> tuple[Path, str]:
+    """`lora_file`'s file and the name to download it under: the name the studio gave the file
+    it found (`<name>.safetensors`, a snapshot's `<name>-step-N.safetensors`, `<name>.raw
+    .safetensors`, a checkpoint's EMA file), never a link's target's (RELIABILITY 1715, 1771).
+    The one naming rule of every LoRA download (GET /api/loras/{name}/file, with or without
+    `step` / `weights`)."""
     safe_component(name, field="loras.name")
     root = settings.outputs_dir.resolve()
     if weights == "ema" and step is not None:
         found = ema_lora_at(root / name, step) if (root / name).is_dir() else None
         path = found.resolve() if found is not None else None
-        if path is None or not path.is_relative_to(root) or not path.is_file():
+        if found is None or path is None or not path.is_relative_to(root) or not path.is_file():
             raise NotFound(
                 f"no EMA weights of step {step} of a trained LoRA named {name!r} in {settings.outputs_dir} "
                 "(an EMA run keeps them with each checkpoint: keep_last removed it, or none was written)"
             )
-        return path
+        return path, found.name
+    if step is None:
+        named = root / name / f"{name}.safetensors"
+    else:
+        found = raw_lora_at(root / name, step) if (root / name).is_dir() else None
+        named = found or root / name / LORAS / f"{snapshot_name(name, step)}.safetensors"
+    path = named.resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        at = "" if step is None else f" at step {step}"
+        raise NotFound(f"no trained LoRA named {name!r}{at} in {settings.outputs_dir}")
+    return path, named.name
     if step is None:
         path = (root / name / f"{name}.safetensors").resolve()
     else:

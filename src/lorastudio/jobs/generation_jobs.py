@@ -26,13 +26,16 @@ KEEP_FOR_S and at most KEEP_MAX are (the oldest forgotten first), each a few KB.
 also recorded in the studio home (jobs/generation_records.py: when it is handed to its thread and
 when it ends, the newest KEEP records kept), so a status forgotten here, or lost with a restart,
 is read from its record: done with its image, failed or cancelled with its error, or, for one a
-previous server had in flight, interrupted (never a 404 while its record is kept). A kept or
+previous server had in flight, interrupted (never a 404 while its record is kept), unless the
+gallery holds the image it committed before its "done" record was lost: then done with that image
+(jobs/generation_recover.py). A kept or
 recorded id is not taken again (JobActive). Thread-safe; no HTTP here (the route maps a failed
 entry's error to its status, api/routes/generations.py).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -48,13 +51,17 @@ from lorastudio.errors import (
     NotFound,
     ServerStopping,
 )
+from lorastudio.jobs.gallery import gallery_dir
+from lorastudio.jobs.generation_records import INTERRUPTED, GenerationRecords
 from lorastudio.jobs.generation_records import KEEP as RECORDS_KEEP
-from lorastudio.jobs.generation_records import GenerationRecords
+from lorastudio.jobs.generation_recover import committed_image
 from lorastudio.jobs.generation_requests import MAX_IN_FLIGHT, QUEUED, SAVING
 
 if TYPE_CHECKING:
     from lorastudio.jobs.generation import GenerationService
     from lorastudio.jobs.generation_inputs import GenerationRequest
+
+log = logging.getLogger("lorastudio.jobs")
 
 KEEP_FOR_S = 3600.0  # an ended request's entry is kept this long (its image stays in the gallery)
 KEEP_MAX = 200  # ended entries kept at most (the oldest forgotten first): each holds a few KB
@@ -86,6 +93,7 @@ class GenerationJobs:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # in flight and ended, by POST order
         self._pool = ThreadPoolExecutor(MAX_IN_FLIGHT, thread_name_prefix="lorastudio-generation")
         self._records = GenerationRecords(service.settings.home)
+        self._not_in_gallery: set[str] = set()  # interrupted records looked for in the gallery
 
     def __len__(self) -> int:
         """How many entries are kept (in flight and ended)."""
@@ -187,6 +195,8 @@ class GenerationJobs:
             if entry is None:
                 recorded = self._records.read(request_id)
                 if recorded is not None:
+                    if recorded[0]["state"] == INTERRUPTED:
+                        return self._recovered(recorded[0])
                     return recorded[0]
                 raise NotFound(
                     f"no generation {request_id!r}: never sent to POST /api/generations, or its record was "
@@ -212,6 +222,28 @@ class GenerationJobs:
                 "result": entry.result,
                 "error": entry.error,
             }
+
+    def _recovered(self, status: dict[str, Any]) -> dict[str, Any]:
+        """An interrupted record's status, or done with its image when the gallery holds the
+        image it committed before its "done" record was lost (jobs/generation_recover.py; the
+        record is then rewritten as done). Looked for once per record and server."""
+        rid = status["request_id"]
+        if rid in self._not_in_gallery:
+            return status
+        found = committed_image(gallery_dir(self._service.settings), rid, status["created"])
+        if found is None:
+            self._not_in_gallery.add(rid)
+            return status
+        result, ended = found
+        done = {**status, "state": DONE, "step": status["steps"] or status["step"], "ended": ended}
+        done.update(result=result, error=None)
+        self._records.write(done)
+        log.warning(
+            "generation %s: its record said in flight, its image %s is in the gallery: done",
+            rid,
+            result["file"],
+        )
+        return done
 
     def cancel(self, request_id: str) -> str:
         """Cancel request `request_id` (GenerationService.cancel): "waiting" (it ends now) or

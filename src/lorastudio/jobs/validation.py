@@ -187,12 +187,7 @@ def validate_run(
                 resume=not fresh,
             )  # fmt: skip
         except EntryScanError as err:  # each entry's problems under its own datasets.N.path
-            by_config = (
-                cfg.datasets is not None and not cfg.kohya_folders
-            )  # the scanned entries are the config's
-            problems += [
-                FieldProblem(f"datasets.{i}.path" if by_config else "datasets", p) for i, p in err.by_entry
-            ]
+            problems += [FieldProblem(err.field_of(i), p) for i, p in err.by_entry]
         except DatasetError as err:  # a control_dirs folder's own problem names that field (the form's)
             problems += [
                 FieldProblem("control_dirs", p.message.removeprefix(CONTROL_DIRS))

@@ -55,7 +55,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import re
 import time
 import warnings
 import weakref
@@ -72,6 +71,7 @@ from lorastudio.training.precompile_key import (
     local_instance_functions,
     precompile_key,
 )
+from lorastudio.training.precompile_prune import FOLDER, OLDER_STAGING, mark_in_use, prune_keys
 from lorastudio.training.precompile_torch import (
     SAVED_BACKENDS,
     aot_compilable,
@@ -83,8 +83,6 @@ from lorastudio.training.precompile_torch import (
 log = logging.getLogger(__name__)
 
 ENV = "LORASTUDIO_PRECOMPILE"  # "1": on; "0": off (the ordinary compile only); unset: on for CUDA only
-FOLDER = "lorastudio-dynamo"  # under Inductor's cache folder in use
-_OLDER_STAGING = re.compile(r"^\..+\.(bin|refused)\.[a-z0-9_]{8}\.tmp$")  # mkstemp's, before fix 1741
 # input signatures traced and saved per block class and run, at most, all in the run's first step
 # (end_first_step): FLUX.1's training forward, differential output preservation's no-grad one. A
 # later shape (a bucket) takes the ordinary compile, which goes dynamic at its second shape; each
@@ -189,6 +187,10 @@ class ClassPrecompile:
                     f"functions set on instances that pickle cannot find by name: {', '.join(own[:3])}"
                 )
             self.key = precompile_key(block, self.settings)
+            try:  # held for this process's life: a prune never removes it (precompile_prune.py)
+                mark_in_use(cache_root() / self.key)
+            except OSError as err:
+                log.warning("precompile: could not mark %s in use: %s", cache_root() / self.key, err)
         path = cache_root() / self.key / f"{type(block).__name__}-{signature[:24]}.bin"
         name = type(block).__name__
         if path.is_file():
@@ -306,7 +308,7 @@ def save_function(fn: Any, path: Path) -> None:
     result = AOTCompiledFunction.serialize(fn)
     data = result if isinstance(result, bytes) else result.serialized_data  # 2.11, 2.13: a SaveResult
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_killed_staging(path.parent, TMP, older=_OLDER_STAGING)
+    remove_killed_staging(path.parent, TMP, older=OLDER_STAGING)
     write_staged_bytes(path, data)
 
 
@@ -364,7 +366,8 @@ def saved_functions(
     classes are first called), or None where they are not used: a backend not in SAVED_BACKENDS
     (a function has no name to key it by; "eager" returns no savable output), a torch.compile `mode` (CUDA graphs: compile "wide"), regions that are
     not the repeated blocks, `precompile_available()`'s reason or a backend this torch cannot
-    save (saved_backends; both logged). `device_type`: where the denoiser's weights are."""
+    save (saved_backends; both logged). `device_type`: where the denoiser's weights are. Prunes
+    the saved graphs no run used for KEEP_DAYS days first (training/precompile_prune.py)."""
     if backend not in SAVED_BACKENDS or mode is not None or not regional:
         return None
     why = precompile_available(device_type)
@@ -373,6 +376,7 @@ def saved_functions(
     if why is not None:
         log.info("precompile: off: %s", why)
         return None
+    prune_keys(cache_root())  # keys no run used for KEEP_DAYS days (precompile_prune.py; each logged)
     return {"settings": {"backend": backend, "dynamic": dynamic}, "classes": {}}
 
 

@@ -115,9 +115,16 @@ def preflight(
         ]
         if not others:
             raise
-        # the dataset's problem as the engine found it (its pixels, as no header says), then the rest
-        found = FieldProblem("datasets" if cfg.datasets else "data_dir", str(err))
-        raise ConfigError(dedupe([found, *others])) from None
+        # the dataset's problem as the engine found it (its pixels, as no header says), then the rest;
+        # several entries' each under its own entry's field (RELIABILITY 1774)
+        from lorastudio.data.entries import EntryScanError
+
+        found = (
+            [FieldProblem(err.field_of(i), p) for i, p in err.by_entry]
+            if isinstance(err, EntryScanError)
+            else [FieldProblem("datasets" if cfg.datasets else "data_dir", str(err))]
+        )
+        raise ConfigError(dedupe([*found, *others])) from None
 
 
 # the fields a dataset's own problems are named on (jobs/validation words a DatasetError so)

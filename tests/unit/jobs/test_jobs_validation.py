@@ -285,3 +285,28 @@ def test_an_entrys_scan_problem_names_its_own_datasets_field(
         validate_run(raw, settings, live_output_names=set())
     fields = _fields(caught)
     assert list(fields) == ["datasets.1.path"] and "no png/jpg/jpeg/webp files" in fields["datasets.1.path"]
+
+
+def test_a_kohya_sub_folders_scan_problem_names_its_parents_datasets_field(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    """RELIABILITY 1774: with kohya_folders the scanned entries are the sub-folders, and their
+    scan problems came under `datasets`, not the parent entry's `datasets.N.path`."""
+    import shutil
+
+    first = settings.datasets_dir / "k0"
+    for sub in ("10_ball", "3_cube"):
+        shutil.copytree(shapes, first / sub)
+    bare = settings.datasets_dir / "k1" / "5_sks dog"
+    bare.mkdir(parents=True)
+    (bare / "notes.md").write_text("no images", encoding="utf-8")
+    raw = _cfg(
+        tiny_model("flux"), data_dir=None, kohya_folders=True, datasets=[{"path": "k0"}, {"path": "k1"}]
+    )
+    with pytest.raises(ConfigError) as caught:
+        validate_run(raw, settings, live_output_names=set())
+    fields = _fields(caught)
+    assert list(fields) == ["datasets.1.path"], fields
+    assert (
+        "no png/jpg/jpeg/webp files" in fields["datasets.1.path"] and "5_sks dog" in fields["datasets.1.path"]
+    )

@@ -234,3 +234,27 @@ def test_weights_of_another_model_under_the_right_config_fail_before_any_load(
         r"vae/diffusion_pytorch_model.safetensors: encoder.conv_out.weight is \[8, 32, 3, 3\]",
     )
     assert len(events) == 1  # failed before any model loaded
+
+
+def test_several_entries_scan_problems_beside_others_name_each_entrys_field(make_config, monkeypatch):
+    """RELIABILITY 1774: the engine's preflight (a CLI `train` without the service) named every
+    entry's scan problem under `datasets` (one problem, the joined message)."""
+    from lorastudio.data.entries import EntryScanError
+    from lorastudio.errors import FieldProblem
+    from lorastudio.training import preflight as pf
+    from lorastudio.training import verdict
+
+    scanned = [(0, "k0/10_ball: no images"), (2, "k1/5_dog: no images")]  # entry 2: config entry 1's
+
+    def fails(*_a, **_k):
+        raise EntryScanError("2 dataset problem(s)", scanned, {0: 0, 1: 0, 2: 1})
+
+    monkeypatch.setattr(pf, "_preflight", fails)
+    monkeypatch.setattr(verdict, "every_problem", lambda *a, **k: [FieldProblem("steps", "too few")])
+    with pytest.raises(ConfigError) as info:
+        pf.preflight(make_config(), get_settings(), None)
+    assert [(p.field, p.message) for p in info.value.problems] == [
+        ("datasets.0.path", "k0/10_ball: no images"),
+        ("datasets.1.path", "k1/5_dog: no images"),
+        ("steps", "too few"),
+    ]

@@ -681,7 +681,7 @@ export interface paths {
          * Download
          * @description The .safetensors file of trained LoRA `name` (with EMA: the EMA weights), or the raw
          *     weights of `step`: its snapshot, or with EMA <name>.raw.safetensors for the final step; with
-         *     `weights` "ema" the EMA weights of `step` (jobs/generation_inputs.lora_file; 404 when missing).
+         *     `weights` "ema" the EMA weights of `step` (jobs/generation_inputs.lora_download: named as the studio named the file; 404 when missing).
          */
         get: operations["download_api_loras__name__file_get"];
         put?: never;
@@ -6184,6 +6184,24 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description TooManyStreams: this client holds the most event streams one may (api/sse_slots.py) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description TooManyStreams: the server holds the most event streams it keeps at once */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     status_api_captions__job_id__get: {
@@ -9174,6 +9192,24 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
+            /** @description TooManyStreams: this client holds the most event streams one may (api/sse_slots.py) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description TooManyStreams: the server holds the most event streams it keeps at once */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     fetch_list_api_models_fetch_get: {
@@ -10639,6 +10675,24 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
+                };
+            };
+            /** @description TooManyStreams: this client holds the most event streams one may (api/sse_slots.py) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description TooManyStreams: the server holds the most event streams it keeps at once */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };

@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { LiveScreen } from "../screens/LiveScreen";
 import { JOB, deferFetch } from "../test/fixtures";
 import { resetAuthForTests, setToken } from "./auth";
-import { TrainingProvider, useTraining } from "./training";
+import { REOPEN_MS, TrainingProvider, useTraining } from "./training";
 
 /** An EventSource double that keeps every instance (open or closed) and its readyState. */
 class Stream {
@@ -63,6 +63,7 @@ describe("the event stream", () => {
     vi.stubGlobal("EventSource", Stream);
   });
   afterEach(() => {
+    vi.restoreAllMocks();
     vi.unstubAllGlobals();
     window.localStorage.clear();
     resetAuthForTests();
@@ -98,7 +99,7 @@ describe("the event stream", () => {
       first.readyState = 2; // the browser gave up on it
       first.onerror?.();
     });
-    expect(screen.getByText("reconnecting…")).toBeInTheDocument();
+    expect(screen.getByText("reconnecting in 3 s…")).toBeInTheDocument();
     // the status is asked now (a 401 would ask for the token); on a loaded host the reopened
     // stream's own status ask may already have followed it, so count the asks, not the calls
     await waitFor(() => expect(calls.slice(asked).some((c) => c.url.startsWith("/api/train/status"))).toBe(true));
@@ -106,6 +107,37 @@ describe("the event stream", () => {
     expect(open()).toEqual([Stream.all[1]]);
     act(() => Stream.all[1].onopen?.());
     expect(screen.queryByText("reconnecting…")).toBeNull();
+  });
+
+  it("streams closed for good in a row are reopened after 3, 6, 12... s up to 60 s, and it says so (RELIABILITY 1770)", async () => {
+    deferFetch(({ url }) => (url.startsWith("/api/train/status") ? { body: status(JOB) } : { status: 404, body: { detail: "none" } }));
+    const waits: number[] = [];
+    const reopen: (() => void)[] = [];
+    const real = window.setTimeout.bind(window);
+    vi.spyOn(window, "setTimeout").mockImplementation(((fn: () => void, ms?: number) => {
+      if ((ms ?? 0) < REOPEN_MS) return real(fn, ms);
+      waits.push(ms as number);
+      reopen.push(fn);
+      return 0;
+    }) as typeof window.setTimeout);
+    render(view());
+    await screen.findByRole("button", { name: "Stop" });
+    const refuse = async (n: number) => {
+      const s = Stream.all[n];
+      act(() => {
+        s.readyState = 2; // a 429 / 503 past the server's stream caps: the browser gives up on it
+        s.onerror?.();
+      });
+      expect(screen.getByText(`reconnecting in ${waits[waits.length - 1] / 1000} s…`)).toBeInTheDocument();
+      act(() => reopen.shift()?.());
+      await waitFor(() => expect(Stream.all).toHaveLength(n + 2));
+    };
+    for (let n = 0; n < 7; n++) await refuse(n);
+    expect(waits).toEqual([3000, 6000, 12000, 24000, 48000, 60000, 60000]);
+    act(() => Stream.all[7].onopen?.());
+    expect(screen.queryByText(/reconnecting/)).toBeNull();
+    await refuse(7);
+    expect(waits[7]).toBe(REOPEN_MS); // one that opened starts the count again
   });
 
   it("a status answer older than one already applied does not bring back the older state", async () => {

@@ -40,14 +40,19 @@ export const EVENT_TYPES = [
 
 /** EventSource.CLOSED (a literal: test doubles of EventSource have no constants). */
 const CLOSED = 2;
-/** How long after a stream closed for good a fresh one is opened. */
-const REOPEN_MS = 3000;
+/** How long after a stream closed for good (refused: 429 / 503 past the server's stream caps, a
+ * restart's 502, a 401) a fresh one is opened; twice as long after each one that failed again, up to
+ * REOPEN_MAX_MS, and REOPEN_MS again once one opened (RELIABILITY 1770: it was 3 s every time). */
+export const REOPEN_MS = 3000;
+export const REOPEN_MAX_MS = 60_000;
 
 export interface TrainingState {
   status: TrainStatus | null;
   job: Job | null;
   series: MetricSeries;
   connected: boolean;
+  /** Seconds until a stream closed for good is opened again (null: none waits). */
+  retryInS: number | null;
   /** Why the latest status snapshot could not be fetched (null: the latest answered). */
   error: string | null;
   /** Re-fetch the status snapshot (after start/stop). */
@@ -132,6 +137,7 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
   const [job, setJob] = useState<Job | null>(null);
   const [series, setSeries] = useState<MetricSeries>(emptySeries);
   const [connected, setConnected] = useState(false);
+  const [retryInS, setRetryInS] = useState<number | null>(null);
   const [error, setError] = useState<string | null>(null);
   const jobRef = useRef<Job | null>(null);
   const lastStep = useRef<number | null>(null);
@@ -197,6 +203,7 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     if (typeof EventSource === "undefined") return;
     let es: EventSource | null = null;
     let retry: number | undefined;
+    let failed = 0; // streams closed for good in a row (the next waits REOPEN_MS * 2^failed)
     let ended = false; // this effect was cleaned up: the token changed, or the provider unmounted
     // the stream carries no token: the browser session's cookie stands for it (auth.ts); a stream
     // closed for good renews the session first (a restart ended it; a 401 there asks for the token)
@@ -213,6 +220,8 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
       source.onopen = () => {
         if (!mine()) return;
         setConnected(true);
+        failed = 0;
+        setRetryInS(null);
         // a fresh stream starts with the events after its request reached the server, and one
         // reconnected by the browser cannot replay across a server restart: the events before it
         // (after the last snapshot; a "complete" among them) come with a snapshot asked now
@@ -228,7 +237,13 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
         if (source.readyState === CLOSED) {
           source.close();
           es = null;
-          retry = window.setTimeout(() => open(true), REOPEN_MS);
+          const wait = Math.min(REOPEN_MS * 2 ** failed, REOPEN_MAX_MS);
+          failed += 1;
+          setRetryInS(wait / 1000);
+          retry = window.setTimeout(() => {
+            setRetryInS(null);
+            open(true);
+          }, wait);
           refresh().catch(() => undefined);
         }
       };
@@ -268,5 +283,5 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     };
   }, [refresh, token]);
 
-  return <Ctx.Provider value={{ status, job, series, connected, error, refresh }}>{children}</Ctx.Provider>;
+  return <Ctx.Provider value={{ status, job, series, connected, retryInS, error, refresh }}>{children}</Ctx.Provider>;
 }

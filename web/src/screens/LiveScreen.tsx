@@ -51,7 +51,7 @@ function phaseText(job: Job): string | null {
 
 /** The running (else the latest) job: stats, the plan it runs with, live chart, queue, and the Stop dialog. */
 export function LiveScreen() {
-  const { job, series, status, refresh, connected, error: statusError } = useTraining();
+  const { job, series, status, refresh, connected, retryInS, error: statusError } = useTraining();
   const [asking, setAsking] = useState(false);
   const [error, setError] = useState<string | null>(null);
   const mounted = useUnmountSignal();
@@ -133,7 +133,9 @@ export function LiveScreen() {
           {job.output_name} <span className={`status status-${job.status}`}>{job.status}</span>
         </h1>
         <div className="head-actions">
-          {!connected && <span className="muted small">reconnecting…</span>}
+          {!connected && (
+            <span className="muted small">{retryInS == null ? "reconnecting…" : `reconnecting in ${retryInS} s…`}</span>
+          )}
           {live && (
             <button className="danger" onClick={() => setAsking(true)} disabled={job.status === "stopping"}>
               {job.status === "stopping" ? "Stopping…" : "Stop"}

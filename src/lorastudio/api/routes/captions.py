@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from lorastudio.api.contract import EVENT_STREAM
 from lorastudio.api.dataset_lookup import dataset_dep
@@ -87,7 +87,7 @@ async def events(
     after: int | None = Query(default=None, ge=0, description="resume after this event id"),
     last_event_id: str | None = Header(default=None),
     jobs: CaptionJobs = Depends(captions_dep),
-) -> StreamingResponse:
+) -> Response:
     """Server-sent events of every caption job, as `id:`, `event:`, `data:`. A resume from an id whose
     next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py)."""
     return event_stream(request, jobs, after, last_event_id)

@@ -16,7 +16,7 @@ from lorastudio.api.schemas import ErrorOut
 from lorastudio.api.schemas_files import LoraList, LoraSteps, PushBody, PushOut
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import NotFound
-from lorastudio.jobs.generation_inputs import lora_file
+from lorastudio.jobs.generation_inputs import lora_download
 from lorastudio.jobs.store import RunStore
 from lorastudio.lora.snapshots import file_weights, final_loras, raw_lora_at, run_loras
 from lorastudio.settings import Settings
@@ -115,11 +115,9 @@ def download(
 ) -> Download:
     """The .safetensors file of trained LoRA `name` (with EMA: the EMA weights), or the raw
     weights of `step`: its snapshot, or with EMA <name>.raw.safetensors for the final step; with
-    `weights` "ema" the EMA weights of `step` (jobs/generation_inputs.lora_file; 404 when missing)."""
-    path = lora_file(settings, name, step, weights)
-    # the run's LoRA is named <name>.safetensors, even where that file is a link (lora_file
-    # resolves it: the download took the target's name); a step's file keeps its own name
-    filename = f"{name}.safetensors" if step is None else path.name
+    `weights` "ema" the EMA weights of `step` (jobs/generation_inputs.lora_download: named as the studio named the file; 404 when missing)."""
+    # named as the studio named the file, never after a link's target (lora_download)
+    path, filename = lora_download(settings, name, step, weights)
     return Download(path, media_type="application/octet-stream", filename=filename)
 
 

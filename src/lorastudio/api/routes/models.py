@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from lorastudio.api.contract import EVENT_STREAM
 from lorastudio.api.deps import service_dep, settings_dep
@@ -133,7 +133,7 @@ async def events(
     after: int | None = Query(default=None, ge=0, description="resume after this event id"),
     last_event_id: str | None = Header(default=None),
     fetches: FetchManager = Depends(fetches_dep),
-) -> StreamingResponse:
+) -> Response:
     """Server-sent events of every fetch (fetch_started, fetch_progress, fetch_complete,
     fetch_error, fetch_cancelled) as `id:`, `event:`, `data:`. Without `after` (or
     Last-Event-ID) the stream starts with new events only. A resume from an id whose

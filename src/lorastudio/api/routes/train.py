@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from lorastudio.api.contract import EVENT_STREAM
 from lorastudio.api.deps import service_dep
@@ -57,7 +57,7 @@ async def events(
     after: int | None = Query(default=None, ge=0, description="resume after this event id"),
     last_event_id: str | None = Header(default=None),
     service: JobService = Depends(service_dep),
-) -> StreamingResponse:
+) -> Response:
     """Server-sent events: every event the job service ingests (engine events and status
     changes), as `id: <seq>`, `event: <type>`, `data: <json>`. Without `after` (or
     Last-Event-ID) the stream starts with new events only. A resume from an id whose

@@ -1,0 +1,84 @@
+"""The event streams' caps (api/sse_slots.py, RELIABILITY 1770): a client past its streams gets
+429 naming the limit, the server past its total 503, a closed stream gives its slot back, and a
+stream that sent no event for SSE_IDLE_CLOSE_S ends on its own. Read from a real uvicorn (the
+`server` fixture; see test_api_sse.py for why not TestClient)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import ExitStack
+from typing import Any
+
+import httpx
+import pytest
+from starlette.requests import Request
+
+from live_server import LiveServer
+from lorastudio.api import sse
+from lorastudio.api.sse_slots import StreamSlots
+from lorastudio.event_log import EventLog
+
+
+def _request() -> Request:
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the client never disconnects on its own
+        return {"type": "http.disconnect"}
+
+    return Request({"type": "http", "method": "GET", "path": "/", "headers": []}, receive)
+
+
+_LINES: list = []  # each open stream's line iterator (one dropped closes its stream)
+
+
+def _open(stack: ExitStack, client: httpx.Client, path: str) -> httpx.Response:
+    resp = stack.enter_context(client.stream("GET", path))
+    if resp.status_code == 200:
+        _LINES.append(lines := resp.iter_lines())
+        next(lines)  # ": connected": the server holds it now
+    else:
+        resp.read()
+    return resp
+
+
+@pytest.mark.timeout(60)
+def test_streams_past_a_clients_cap_and_the_servers_are_refused_naming_the_limit(server: LiveServer) -> None:
+    server.app.state.sse_slots = slots = StreamSlots(per_client=2, total=3)
+    with ExitStack() as stack:
+        first = _open(stack, server.client, "/api/train/events")
+        second = _open(stack, server.client, "/api/models/events")
+        assert (first.status_code, second.status_code) == (200, 200)
+        refused = _open(stack, server.client, "/api/captions/events")
+        assert refused.status_code == 429, refused.text
+        body = refused.json()
+        assert body["error"] == "TooManyStreams" and body["limit"] == 2
+        assert "SSE_MAX_PER_CLIENT" in body["detail"] and refused.headers["retry-after"] == "5"
+        slots.per_client = 5
+        assert _open(stack, server.client, "/api/train/events").status_code == 200
+        full = _open(stack, server.client, "/api/train/events")
+        assert full.status_code == 503 and full.json()["limit"] == 3, full.text
+        _LINES.pop(0)
+        first.close()
+        deadline = time.monotonic() + 20  # the server sees the client go (a bound, not a timing)
+        while sum(slots.held.values()) > 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _open(stack, server.client, "/api/train/events").status_code == 200
+    _LINES.clear()
+
+
+def test_a_stream_with_no_event_for_the_idle_bound_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sse, "SSE_IDLE_CHECK_S", 0.01)
+    monkeypatch.setattr(sse, "SSE_IDLE_CLOSE_S", 0.05)
+    log = EventLog(size=10)
+
+    class Source:
+        event_seq = property(lambda self: log.seq)
+
+        def events_after(self, seq: int) -> list:
+            return log.after(seq)
+
+    async def main() -> list[str]:
+        return [text async for text in sse._stream(_request(), Source(), 0)]
+
+    texts = asyncio.run(asyncio.wait_for(main(), 5))
+    assert texts[0] == ": connected\n\n" and "closed; reconnect with Last-Event-ID" in texts[-1]
