@@ -1,5 +1,5 @@
-"""Session 38 upgrade audit, end to end (slow: several minutes on 2 shared cores, most of it
-building the home): a studio home built by the code of the session's start (commit OLD, extracted
+"""Session 38 upgrade audit, end to end (slow: 7.4 min on 2 shared cores, 6 of them building the
+home): a studio home built by the code of the session's start (commit OLD, extracted
 with `git archive`; tests/upgrade/old_home38.py: session 37's fixture home, plus a LoKr run, a run
 with a validation split and a run on a dataset whose captions hold `{trigger}` and `|||`, each
 stopped with a checkpoint at step 2 beside its uninterrupted twin) is opened by this code: the
