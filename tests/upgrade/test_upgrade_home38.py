@@ -75,7 +75,8 @@ def test_an_old_home_of_session_38_upgrades_rolls_back_and_upgrades_again(
         assert {"shapes", "trig38"} <= set(sets), sets
         detail = client.get("/api/datasets/trig38")
         assert detail.status_code == 200, detail.text
-        assert "{trigger}" in json.dumps(detail.json()), detail.text[:2000]  # its problem named (1733)
+        shown = [f["caption"] for f in detail.json()["files"]]  # as written, no problem named
+        assert shown[0].startswith("sks, woman ||| ") and shown[1].startswith("{trigger} "), shown
         fresh = {**s38["trig"]["raw"], "output_name": "trig38-again"}
         refused = client.post("/api/train/start", json={"config": fresh})  # a fresh run of it: refused
         assert refused.status_code == 400 and "{trigger}" in refused.text, refused.text
