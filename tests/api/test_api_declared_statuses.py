@@ -177,6 +177,7 @@ def test_every_declared_status_of_every_route_is_provoked(
     call("GET", "/gallery/references/{ref_id}", f"/gallery/references/{ref}", headers=past)
     call("GET", "/gallery/{file}", "/gallery/g.png", headers=past)
     call("GET", "/api/loras/{name}/file", "/api/loras/lo/file", headers=past)
+    call("GET", "/api/loras/{name}/sidecar", "/api/loras/lo/sidecar", headers=past)
     _write_failures(call, client, run, model, tmp_path, monkeypatch)
     unprovoked = _declared(doc) - seen - set(UNPROVOKED)
     assert sorted(unprovoked) == [], f"declared statuses no request here produced: {sorted(unprovoked)}"

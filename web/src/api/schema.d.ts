@@ -8853,7 +8853,7 @@ export interface operations {
                     "application/json": string;
                 };
             };
-            /** @description invalid request (every problem listed) */
+            /** @description a LoRA name the studio refuses (whitespace at an end, a control character, too long) (ConfigError) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8862,7 +8862,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description missing or wrong API token (Unauthorized) */
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -8871,8 +8871,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description not found */
-            404: {
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8880,8 +8880,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description busy: a training job holds the GPU or the resource */
-            409: {
+            /** @description no LoRA of a run of this name, or no sidecar JSON beside it (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8912,24 +8912,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationErrorOut"];
-                };
-            };
-            /** @description a write refused for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder) or a copied file's source that could not be read (ReadFailed), naming what, where and why; or another server failure */
-            500: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description no space left on the disk the route writes (NoSpaceLeft) */
-            507: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };

@@ -127,7 +127,7 @@ def download_sidecar(name: str, settings: Settings = Depends(settings_dep)) -> D
     dataset fingerprint, the steps reached, the loader checks), as the file the run wrote, so a
     LoRA downloaded from the server keeps its record. 404 when the LoRA or its sidecar is missing."""
     # RELIABILITY 1783: the run page and /file gave the .safetensors alone
-    lora_file(settings, name, None, None)  # the name checked, the LoRA there (else 404)
+    lora_download(settings, name, None, None)  # the name checked, the LoRA there (else 404)
     name = safe_component(name)
     sidecar = settings.outputs_dir / name / f"{name}.json"  # beside the run's LoRA, as the run wrote it
     if sidecar.is_symlink() or not sidecar.is_file():
