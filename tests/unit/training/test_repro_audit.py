@@ -95,7 +95,11 @@ def _state_differences(a: object, b: object, at: str = "") -> list[str]:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         if len(a) != len(b):
             return [f"{at} length"]
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _state_differences(x, y, f"{at}[{i}]")]
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _state_differences(x, y, f"{at}[{i}]")
+        ]
     return [] if a == b else [f"{at}: {a!r:.80} != {b!r:.80}"]
 
 
