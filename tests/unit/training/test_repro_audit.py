@@ -188,11 +188,16 @@ def test_the_same_config_twice_writes_the_same_run_folder(make_config, masked_mi
     assert _samples(first) == _samples(second) and len(_samples(first)) == 2
 
 
-def _resume_equals_full(make_config, settings: dict, stop: int, before_resume=None) -> None:
+def _resume_equals_full(
+    make_config, settings: dict, stop: int, before_resume=None, before_start=None
+) -> list:
     """A run stopped with save at `stop` and resumed (`before_resume()` run between) against the
-    same run uninterrupted: events and every file (the stop's own checkpoint and snapshot aside)."""
+    same run uninterrupted: events and every file (the stop's own checkpoint and snapshot aside).
+    `before_start()` runs after the uninterrupted run. Returns the two parts' events."""
     whole: list = []
     train(make_config(output_name="run-whole", **settings), whole.append, device="cpu")
+    if before_start is not None:
+        before_start()
     events, check = stop_at(stop)
     cfg = make_config(output_name="run-parts", **settings)
     assert train(cfg, events.append, check, device="cpu").stopped
@@ -218,6 +223,7 @@ def _resume_equals_full(make_config, settings: dict, stop: int, before_resume=No
         _checkpoint_losses(out / "run-whole", stop),
     )
     assert parts.keys() <= whole_losses.keys() and all(parts[s] == whole_losses[s] for s in parts)
+    return events
 
 
 RESUMES = [  # (adapter, stop step, latent cache): k = 1, a checkpoint step (2, 4), the step before
@@ -241,6 +247,8 @@ def test_a_resume_with_the_disk_cache_full_writes_the_uninterrupted_run_folder(
     shard (RELIABILITY 1742: held in RAM, said)."""
     from lorastudio.training import cache_shards
 
+    real = cache_shards.write_shard_bytes
+
     def full_disk(shard, data, problems=None):  # what data/cache_io says of a full disk
         if problems is not None:
             problems.append(f"{shard}: No space left on device")
@@ -250,7 +258,23 @@ def test_a_resume_with_the_disk_cache_full_writes_the_uninterrupted_run_folder(
         clear_cache(cache_root(get_settings()))
         monkeypatch.setattr(cache_shards, "write_shard_bytes", full_disk)
 
-    _resume_equals_full(make_config, _settings(masked_mix, "lora", latent_cache="disk"), 2, fill)
+    settings = _settings(masked_mix, "lora", latent_cache="disk")
+    events = _resume_equals_full(make_config, settings, 2, fill)
+    assert len([e for e in events if e.type == "warning" and "keeps them in RAM" in e.message]) == 2
+    # the other way round: full while the first part ran, free at the resume
+    monkeypatch.setattr(cache_shards, "write_shard_bytes", real)
+    shutil.rmtree(get_settings().outputs_dir)
+    clear_cache(cache_root(get_settings()))
+
+    def full() -> None:
+        clear_cache(cache_root(get_settings()))  # the uninterrupted run's shards
+        monkeypatch.setattr(cache_shards, "write_shard_bytes", full_disk)
+
+    def freed() -> None:
+        monkeypatch.setattr(cache_shards, "write_shard_bytes", real)
+
+    events = _resume_equals_full(make_config, settings, 2, freed, full)
+    assert len([e for e in events if e.type == "warning" and "keeps them in RAM" in e.message]) == 2
 
 
 def test_a_preservation_run_twice_and_resumed_is_bitwise(make_config):
