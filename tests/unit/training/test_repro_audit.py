@@ -346,3 +346,27 @@ def test_runs_of_other_seeds_measure_the_held_out_images_at_the_same_noise(
     assert [n for n, _ in one] == [n for n, _ in two] and all(
         torch.equal(a, b) for (_, a), (_, b) in zip(one, two, strict=True)
     )
+
+
+def test_init_lora_and_caption_rows_twice_and_resumed_are_bitwise(make_config, masked_mix):
+    """A run started from a LoRA file (1680's finite checks on the way) on entries whose captions
+    are metadata.jsonl rows (1735), with EMA and validation: twice and resumed at 2, bitwise."""
+    for entry in masked_mix[:2]:
+        folder = Path(entry["path"])
+        rows = [
+            json.dumps(
+                {"file_name": t.with_suffix(".png").name, "text": t.read_text(encoding="utf-8").strip()}
+            )
+            for t in sorted(folder.glob("*.txt"))
+        ]
+        for t in folder.glob("*.txt"):
+            t.unlink()
+        (folder / "metadata.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    start = train(make_config(steps=1, output_name="run-start"), [].append, device="cpu").lora_path
+    settings = _settings(masked_mix, "lora", init_lora=str(start), lora_rank=None, steps=4, sample_prompts=[])
+    settings.pop("sample_every")
+    settings.pop("sample_steps")
+    train(make_config(output_name="run-again", **settings), [].append, device="cpu")
+    _resume_equals_full(make_config, settings, 2)
+    out = get_settings().outputs_dir
+    assert _differences(out / "run-whole", out / "run-again") == []
