@@ -319,7 +319,7 @@ def test_runs_of_other_seeds_measure_the_held_out_images_at_the_same_noise(
 ):
     """RELIABILITY 1681 through real runs: seeds 1 and 2, one validation_seed, a validation
     folder: the same images at the same noise; a fractional split holds out other images by seed
-    (Known problems) but each index's noise is still the validation_seed's."""
+    (Known problems: the Train form's hint says so, 1790)."""
     from lorastudio.training import loop_inputs
 
     seen: list = []
@@ -346,6 +346,13 @@ def test_runs_of_other_seeds_measure_the_held_out_images_at_the_same_noise(
     assert [n for n, _ in one] == [n for n, _ in two] and all(
         torch.equal(a, b) for (_, a), (_, b) in zip(one, two, strict=True)
     )
+    seen.clear()
+    for seed in (1, 2, 3):
+        cfg = make_config(
+            output_name=f"run-f{seed}", seed=seed, steps=1, validation_split=0.5, validation_seed=3
+        )
+        train(cfg, [].append, device="cpu")
+    assert len({tuple(n for n, _ in found) for found in seen}) > 1  # other images by seed
 
 
 def test_init_lora_and_caption_rows_twice_and_resumed_are_bitwise(make_config, masked_mix):
