@@ -5,7 +5,7 @@ folder bit for bit (every file, checkpoints included: tensors, metadata and JSON
 they were written), and a run stopped with save at step k and resumed writes the uninterrupted
 run's folder, with the RAM and the disk latent cache and with the disk cache full at the resume.
 The default suite keeps each piece alone (test_resume, test_validation_seed, test_lycoris_forward,
-test_latent_disk_cache, test_ema_preview_files); this file runs them together (~20-40 s a case)."""
+test_latent_disk_cache, test_ema_preview_files); this file runs them together (5-65 s a case)."""
 
 from __future__ import annotations
 
