@@ -13,15 +13,18 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 
-def _main(args: list[str], log: str) -> None:
+def _main(args: list[str], log: str, prepare: Callable[[], None] | None) -> None:
     from lorastudio import processes
     from lorastudio.cli.app import main
 
     processes.mp = multiprocessing  # the real one (tests/conftest.py's zygote is the test process's)
+    if prepare is not None:
+        prepare()
 
     with open(log, "w", encoding="utf-8") as out:
         os.dup2(out.fileno(), 1)
@@ -40,9 +43,10 @@ def _main(args: list[str], log: str) -> None:
     os._exit(code)
 
 
-def start_cli(log: Path, *args: str) -> BaseProcess:
-    """The started child running `lorastudio ARGS`, its stdout and stderr together in `log`."""
-    child = multiprocessing.get_context("fork").Process(target=_main, args=(list(args), str(log)))
+def start_cli(log: Path, *args: str, prepare: Callable[[], None] | None = None) -> BaseProcess:
+    """The started child running `lorastudio ARGS`, its stdout and stderr together in `log`;
+    `prepare` runs in the child first (a hook that only the child's copy of a module gets)."""
+    child = multiprocessing.get_context("fork").Process(target=_main, args=(list(args), str(log), prepare))
     child.start()
     return child
 

@@ -201,3 +201,25 @@ def ema_horizon_warning(cfg: TrainConfig, total: int) -> str | None:
         f"<name>.raw.safetensors; ema_decay {math.floor(fits * 1e4) / 1e4:g} or lower keeps under "
         f"{EMA_START_SHARE_WARNED:.0%}, or train longer"
     )
+
+
+def unused_steps_warning(cfg: TrainConfig, total: int) -> str | None:
+    """The warning for a `steps` that an epoch run (num_epochs > 0) does not use, else None.
+
+    With num_epochs the run's length is num_epochs x an epoch's optimizer steps (`total`), and
+    `steps` is not read. A `steps` left at the family's default says nothing, but one the user
+    changed (a kohya config's max_train_steps beside its epochs, `--set steps=N` on an epoch
+    config) was a length they meant: said, so it is not lost silently (session 38 journey). Works
+    on the resolved config too, whose every field counts as set."""
+    from lorastudio import families
+    from lorastudio.config import TrainConfig as Config
+
+    if cfg.num_epochs <= 0:
+        return None
+    default = families.get(cfg.family).spec.defaults.get("steps", Config.model_fields["steps"].default)
+    if cfg.steps == default:
+        return None
+    return (
+        f"steps = {cfg.steps} is not used: num_epochs = {cfg.num_epochs} sets the run's length "
+        f"({total} optimizer steps); remove num_epochs (or set it to 0) to train {cfg.steps} steps"
+    )

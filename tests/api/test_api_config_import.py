@@ -81,3 +81,25 @@ def test_refusals_name_the_file_and_key(client: TestClient) -> None:
         "/api/config/import", content=surrogate, headers={"content-type": "application/json"}
     )
     assert answer.status_code == 422 and "unicode" in answer.text  # refused before the route (never a 500)
+
+
+def test_a_kohya_configs_run_settings_carry_without_its_folders(client: TestClient) -> None:
+    """Session 38 journey (RELIABILITY 1784): kohya's flat `resolution = "512,512"` and bucket and
+    caption arguments are the run's settings; the web import, which reads no folder, dropped every
+    one as "no image folder carried", so the Train form kept its 1024 px for a 512 px config."""
+    text = json.dumps({
+        "network_module": "networks.lora_flux", "pretrained_model_name_or_path": "black-forest-labs/FLUX.1-dev",
+        "train_data_dir": "img", "resolution": "512,512", "enable_bucket": True, "caption_dropout_rate": 0.1,
+        "num_repeats": 3,
+    })  # fmt: skip
+    answer = client.post("/api/config/import", json={"name": "k.json", "text": text})
+    assert answer.status_code == 200, answer.text
+    config, lines = answer.json()["config"], {ln["peer"]: ln for ln in answer.json()["report"]}
+    assert "datasets" not in config  # the folder is the user's to pick
+    assert (config["resolution"], config["aspect_buckets"], config["caption_dropout"]) == (512, True, 0.1)
+    assert lines["resolution"]["outcome"] == "carried"
+    assert lines["num_repeats"] == {
+        "peer": "num_repeats", "outcome": "not carried", "ours": None, "value": None,
+        "note": "not needed here: no image folder carried",
+    }  # fmt: skip
+    resolve_train_config(parse_train_config({**config, "data_dir": "my-set"}))

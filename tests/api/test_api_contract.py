@@ -135,6 +135,7 @@ def test_every_route_answers_as_its_openapi_declares(
     call("GET", "/api/loras")
     call("GET", "/api/loras/{name}/steps", "/api/loras/x/steps")
     call("GET", "/api/loras/{name}/file", "/api/loras/x/file")
+    call("GET", "/api/loras/{name}/sidecar", "/api/loras/x/sidecar")
     call("POST", "/api/loras/{name}/push", "/api/loras/x/push", json={"repo": "a/b"})
     call("POST", "/api/generate", json={"prompt": "x", "width": 70})
     call("POST", "/api/generate/{request_id}/cancel", "/api/generate/abc/cancel")
@@ -326,6 +327,7 @@ def test_a_real_runs_answers_are_as_declared(
     lora = call("GET", "/api/loras").json()["loras"][0]["name"]
     call("GET", "/api/loras/{name}/steps", f"/api/loras/{lora}/steps")
     assert call("GET", "/api/loras/{name}/file", f"/api/loras/{lora}/file").status_code == 200
+    assert call("GET", "/api/loras/{name}/sidecar", f"/api/loras/{lora}/sidecar").status_code == 200
     image = call("POST", "/api/generate", json={**_generation(config), "loras": [{"name": lora}]})
     assert image.status_code == 201, image.text
     file = image.json()["file"]

@@ -16,10 +16,7 @@ import io
 import os
 import re
 import shutil
-import sys
-import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +25,11 @@ from api_helpers import FINAL, wait_idle, wait_status
 from fastapi.testclient import TestClient
 from huggingface_hub import constants as hf_constants
 from PIL import Image
+from status_conditions import decode_slots_busy, failing_writes
 
 from live_server import LOOPBACK
-from lorastudio import errors
 from lorastudio.api.app import create_app
-from lorastudio.data import decode_slots
+from lorastudio.api.sse_slots import StreamSlots
 from lorastudio.jobs import gallery
 from lorastudio.settings import Settings
 
@@ -121,51 +118,6 @@ def _kind_statuses(call: Prober, doc: dict[str, Any]) -> None:
     call("POST", "/api/generate/references", files=over)
 
 
-@contextmanager
-def _failing_writes(monkeypatch: pytest.MonkeyPatch, code: int) -> Iterator[None]:
-    """Every `writing` block of the studio's writers fails as the kernel's `code` would (the real
-    `writing` turns it into NoSpaceLeft / WriteFailed): a route that reaches a write answers it."""
-    real = errors.writing
-
-    @contextmanager
-    def refused(what: str, path: object = None, *, show_file: bool = True) -> Iterator[None]:
-        with real(what, path, show_file=show_file):
-            raise OSError(code, os.strerror(code), str(path))
-        yield  # never reached: the block above raises
-
-    with monkeypatch.context() as patch:
-        for module in list(sys.modules.values()):
-            if getattr(module, "writing", None) is real:
-                patch.setattr(module, "writing", refused)
-        yield
-
-
-@contextmanager
-def _decode_slots_busy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every decode thread busy and no room to wait (MAX_WAITING 0): a thumbnail is DecodeBusy."""
-    release, running = threading.Event(), threading.Barrier(decode_slots.DECODE_SLOTS + 1)
-
-    def hold() -> None:
-        running.wait(5)
-        release.wait(10)
-
-    holders = [
-        threading.Thread(target=decode_slots.run_decode, args=(hold,))
-        for _ in range(decode_slots.DECODE_SLOTS)
-    ]
-    for thread in holders:
-        thread.start()
-    running.wait(5)
-    try:
-        with monkeypatch.context() as patch:
-            patch.setattr(decode_slots, "MAX_WAITING", 0)
-            yield
-    finally:
-        release.set()
-        for thread in holders:
-            thread.join(10)
-
-
 @pytest.fixture
 def home_client(studio_home: Path) -> Iterator[TestClient]:
     with TestClient(
@@ -208,7 +160,8 @@ def test_every_declared_status_of_every_route_is_provoked(
     }
     _fixtures(call, studio_home)
     _own_statuses(call, config)
-    with _decode_slots_busy(monkeypatch):
+    _full_stream_slots(call, client)
+    with decode_slots_busy(monkeypatch):
         for kind, file in (("thumbnails", "a.png"), ("masks", "a.png"), ("alpha", "e.png")):
             call("GET", f"/api/datasets/{{name}}/{kind}/{{file}}", f"/api/datasets/ds/{kind}/{file}")
     run = _live_job(call, client, config, model, tmp_path / "captioner")
@@ -224,6 +177,7 @@ def test_every_declared_status_of_every_route_is_provoked(
     call("GET", "/gallery/references/{ref_id}", f"/gallery/references/{ref}", headers=past)
     call("GET", "/gallery/{file}", "/gallery/g.png", headers=past)
     call("GET", "/api/loras/{name}/file", "/api/loras/lo/file", headers=past)
+    call("GET", "/api/loras/{name}/sidecar", "/api/loras/lo/sidecar", headers=past)
     _write_failures(call, client, run, model, tmp_path, monkeypatch)
     unprovoked = _declared(doc) - seen - set(UNPROVOKED)
     assert sorted(unprovoked) == [], f"declared statuses no request here produced: {sorted(unprovoked)}"
@@ -315,6 +269,16 @@ def _own_statuses(call: Prober, config: dict) -> None:
     call("POST", "/api/train/stop", json={})
 
 
+def _full_stream_slots(call: Prober, client: TestClient) -> None:
+    """The event streams' 429 (this client's cap) and 503 (the server's) from full slots (1770):
+    refused before any stream opens, so TestClient answers them (an open stream it would not)."""
+    for per_client, total in ((0, 1), (1, 0)):
+        client.app.state.sse_slots = StreamSlots(per_client, total)
+        for kind in ("train", "models", "captions"):
+            call("GET", f"/api/{kind}/events")
+    client.app.state.sse_slots = StreamSlots()
+
+
 def _live_job(call: Prober, client: TestClient, config: dict, model: str, captioner: Path) -> str:
     """The 409s of a live training job; its id once it ended. The job waits for the GPU (a
     generation holds it: jobs/gpu.py), so no worker starts: it is live, training on `ds`."""
@@ -372,7 +336,7 @@ def _write_failures(
     (tmp_path / "other").mkdir()
     config = {k: v for k, v in client.get(f"/api/runs/{run}/config").json().items() if k != "output_name"}
     for code in (errno.ENOSPC, errno.EFBIG):
-        with _failing_writes(monkeypatch, code):
+        with failing_writes(monkeypatch, code):
             files, caption, bulk = "/api/datasets/{name}/files", CAPTION, "/api/datasets/{name}/captions"
             call("POST", files, "/api/datasets/ds/files", files=[("files", ("c.png", _png()))])
             call("PUT", caption, "/api/datasets/ds/captions/a.png", json={"caption": "y"})

@@ -341,3 +341,29 @@ def test_the_generation_budget_readme_states_is_the_rules():
     assert int(m[1]) == rules.MAX_SIDE and int(m[3]) ** 2 == rules.MAX_PIXELS
     assert float(m[2]) == round(rules.MAX_PIXELS / 1e6, 1) and int(m[4]) == rules.MAX_STEPS
     assert float(m[5]) == round(rules.MAX_PIXEL_STEPS / 1e6, 1)
+
+
+def _command_paths() -> list[str]:
+    """Every command the CLI has, as typed after `lorastudio` (`train`, `tiny model`, `models add`)."""
+    out: list[str] = []
+
+    def walk(cmd: Any, path: list[str]) -> None:
+        if hasattr(cmd, "commands"):  # a group
+            for name, sub in cmd.commands.items():
+                walk(sub, [*path, name])
+        else:
+            out.append(" ".join(path))
+
+    _register()
+    walk(typer.main.get_command(app), [])
+    return out
+
+
+def test_every_command_is_named_in_the_readme():
+    # session 38 journey: `lorastudio tiny model` (the offline stand-in for a hub id), `models add`
+    # and `models forget` were in no README line: a user reading it top to bottom never met them
+    flat = re.sub(r"\s+", " ", TEXT)
+    paths = _command_paths()
+    assert len(paths) >= 30
+    unnamed = [p for p in paths if not re.search(r"(lorastudio |`)" + re.escape(p) + r"\b", flat)]
+    assert unnamed == [], f"commands README never names: {unnamed}"

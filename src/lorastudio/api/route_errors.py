@@ -134,6 +134,9 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("GET", "/api/loras/{name}/file"): _only(
         s400=LORA_400, s404="no LoRA of a run of this name, or none of that `step` / `weights` (NotFound)"
     ),
+    ("GET", "/api/loras/{name}/sidecar"): _only(
+        s400=LORA_400, s404="no LoRA of a run of this name, or no sidecar JSON beside it (NotFound)"
+    ),
     ("POST", "/api/loras/{name}/push"): _only(
         s400="no hub token is set (HubTokenMissing), or the repo id is refused",
         s404="no LoRA of a run of this name, or no such repo without `create` (NotFound)",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -165,16 +166,8 @@ def print_report(report: dict[str, Any]) -> None:
     cfg = report["config"]
     echo = typer.echo
     echo("would train (nothing was loaded or written):")
-    for key in (
-        "family",
-        "base_model",
-        "data_dir",
-        "output_name",
-        "resolution",
-        "lora_rank",
-        "learning_rate",
-    ):
-        echo(f"  {key:<15}{cfg.get(key)}")
+    for line in settings_lines(cfg):
+        echo(line)
     if report["family"].get("single_file"):
         echo(f"  single file    {report['family']['single_file']}")
     data = report["dataset"]
@@ -263,15 +256,60 @@ def print_report(report: dict[str, Any]) -> None:
         typer.secho(f"warning: {line}", fg=typer.colors.YELLOW)
 
 
+def settings_lines(cfg: dict[str, Any]) -> list[str]:
+    """The report's first lines: the run's main settings, its data as given (data_dir, or each
+    `[[datasets]]` entry's path: never "data_dir None" for a run of entries)."""
+    lines = []
+    for key in (
+        "family",
+        "base_model",
+        "data_dir",
+        "output_name",
+        "resolution",
+        "lora_rank",
+        "learning_rate",
+    ):
+        if key == "data_dir" and cfg.get("data_dir") is None and cfg.get("datasets"):
+            paths = [str(entry["path"]) for entry in cfg["datasets"]]
+            lines.append(f"  {'datasets':<15}{', '.join(paths)}")
+            continue
+        lines.append(f"  {key:<15}{cfg.get(key)}")
+    return lines
+
+
 def print_time(forecast: dict[str, Any]) -> None:
-    """The wall-time forecast: its total and confidence, each phase with its basis (the basis once
-    when every phase shares it)."""
+    """The wall-time forecast: its total and confidence, then each phase with its basis where it
+    is not the one most phases share (that one is said once, on the first line; a phase whose basis
+    adds to it, as the process start's does, shows only what it adds)."""
     echo = typer.echo
     echo(f"time: ~{duration(forecast['total_s'])} ({forecast['confidence']}: {forecast['note']})")
-    bases = {p["basis"] for p in forecast["phases"] if p["name"] != "other"}
-    for phase in forecast["phases"]:
-        basis = "" if len(bases) == 1 else f"  ({phase['basis']})"
-        echo(f"  {phase['name']:<17}{duration(phase['seconds']):>9}{basis}")
+    for phase, basis in zip(
+        forecast["phases"], phase_bases(forecast["phases"], forecast["note"]), strict=True
+    ):
+        echo(f"  {phase['name']:<17}{duration(phase['seconds']):>9}" + (f"  ({basis})" if basis else ""))
+
+
+def phase_bases(phases: list[dict[str, Any]], note: str) -> list[str]:
+    """Each phase's basis as the report prints it: "" for the basis most phases share where the
+    forecast's note (the first line) says it (and for every phase when all but "other" share one),
+    the added part where a phase's basis extends it ("the shared basis (more)" -> "more"), else the
+    phase's own."""
+    counts = Counter(p["basis"] for p in phases if p["name"] != "other")
+    if len(counts) <= 1:
+        return ["" for _ in phases]
+    common, shared_by = counts.most_common(1)[0]
+    if shared_by < 2 or common not in note:  # none shared, or the first line does not say it
+        return [p["basis"] for p in phases]
+    out = []
+    for phase in phases:
+        basis = phase["basis"]
+        if basis == common:
+            out.append("")
+        elif basis.startswith(common) and basis[len(common) :].strip():
+            out.append(basis[len(common) :].strip().removeprefix("(").removesuffix(")"))
+        else:
+            out.append(basis)
+    return out
 
 
 def duration(seconds: float) -> str:

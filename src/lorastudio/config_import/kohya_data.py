@@ -120,18 +120,22 @@ def _folders(
     """train_data_dir's N_name folders in place (kohya_folders), reg_data_dir a regularisation entry, the dataset arguments the run's settings."""
     found = folder(draft, train[0], train[1])
     if found is None:
-        for item in (reg, *present.values()):
-            if item is not None:
-                draft.drop(item[0], f"{NOT_NEEDED}: no image folder carried")
-        return
-    draft.set(train[0], "datasets.0.path", found[0], found[1])
-    draft.set(train[0], "kohya_folders", True, "its N_name sub-folders read in place, each an entry")
-    if reg is not None and (got := folder(draft, reg[0], reg[1])) is not None:
-        draft.set(reg[0], "datasets.1.path", got[0], got[1])
-        draft.set(reg[0], "datasets.1.regularisation", True)
+        # the folders not read (the API reads no disk, or a folder not there): the run's own
+        # settings (resolution, buckets, caption settings) still carry, for the dataset the user
+        # picks; before, every one was dropped and the web form kept its 1024 px (RELIABILITY 1784)
+        if reg is not None:
+            draft.drop(reg[0], f"{NOT_NEEDED}: no image folder carried")
+    else:
+        draft.set(train[0], "datasets.0.path", found[0], found[1])
+        draft.set(train[0], "kohya_folders", True, "its N_name sub-folders read in place, each an entry")
+        if reg is not None and (got := folder(draft, reg[0], reg[1])) is not None:
+            draft.set(reg[0], "datasets.1.path", got[0], got[1])
+            draft.set(reg[0], "datasets.1.regularisation", True)
     for name, (peer, value) in present.items():
         ours = next((o for k, o, _ in _ENTRY if k == name), None)
-        if name in ("resolution", "max_resolution"):  # max_resolution: the kohya_ss GUI's name
+        if found is None and name in ("num_repeats", "is_reg", "class_tokens"):  # the folders' own
+            draft.drop(peer, f"{NOT_NEEDED}: no image folder carried")
+        elif name in ("resolution", "max_resolution"):  # max_resolution: the kohya_ss GUI's name
             carry(draft, peer, value, "resolution", side, _side_how(value))
         elif name == "caption_extension":
             ext = str(value).lstrip(".").lower()

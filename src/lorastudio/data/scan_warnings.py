@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lorastudio.config_samples import unapplied_sample_guidance_warning
-from lorastudio.config_schedule import ema_horizon_warning
+from lorastudio.config_schedule import ema_horizon_warning, unused_steps_warning
 from lorastudio.data.caption_chars import hidden_text_warning, kept_markup_warning
 from lorastudio.data.caption_variants import variation_warning
 from lorastudio.data.crop import crop_warning, cut_warning
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 def scan_warnings(scan: DatasetScan, cfg: TrainConfig, holdout: Holdout | None) -> list[str]:
     """Every warning about `scan` (the run's training images, the validation images held out in
     `holdout`) under `cfg`, in the preflight's order; last, the run's settings against its length
-    over `scan` (an EMA too slow for it: config_schedule.ema_horizon_warning) and sample prompts'
+    over `scan` (an EMA too slow for it: config_schedule.ema_horizon_warning; a `steps` an epoch run
+    does not use: unused_steps_warning) and sample prompts'
     guidance a true-CFG family's previews do not apply (config_samples)."""
     labels = scan.labels()
     found = [
@@ -47,6 +48,7 @@ def scan_warnings(scan: DatasetScan, cfg: TrainConfig, holdout: Holdout | None) 
         hidden_text_warning(scan.items, labels),
         kept_markup_warning(scan.items, labels),  # a resume's only (RELIABILITY 1750)
         ema_horizon_warning(cfg, run_steps(cfg, scan)[0]),
+        unused_steps_warning(cfg, run_steps(cfg, scan)[0]),
         unapplied_sample_guidance_warning(cfg),
     ]
     return [w for w in found if w]

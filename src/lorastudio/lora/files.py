@@ -112,6 +112,15 @@ def detect_layout(tensors: Mapping[str, object]) -> Layout:
     raise ModelSourceError(f"not a diffusers or kohya LoRA of a denoiser{detail}")
 
 
+def file_layout(tensors: Mapping[str, object], path: Path) -> Layout:
+    """detect_layout of the file at `path`, its refusal naming the file (`lora merge` reads
+    several: "not a diffusers or kohya LoRA" said which one none of them)."""
+    try:
+        return detect_layout(tensors)
+    except ModelSourceError as err:
+        raise ModelSourceError(f"{path}: {err}") from err
+
+
 def diffusers_file(
     lora: PeftLora, family: str, adapter_metadata: Mapping[str, object] | None = None
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -326,7 +335,7 @@ def convert_file(
             [FieldProblem("family", f"unknown family {shown_value(family)}; known: {', '.join(FAMILIES)}")]
         )
     check_lora_file(src, family)  # a --family its header or layers contradict: generation's check
-    source_layout = detect_layout(tensors)
+    source_layout = file_layout(tensors, src)
     denoiser, text_encoders = split_text_encoders(tensors)  # text-encoder LoRA beside the denoiser's
     from lorastudio.lora.text_encoder_files import denoiser_part, folded_text_encoders, with_text_encoders
 

@@ -31,8 +31,8 @@ from lorastudio.lora.file_read import read_lora_file
 from lorastudio.lora.files import (
     Layout,
     check_destination,
-    detect_layout,
     file_for_layout,
+    file_layout,
     peft_from_file,
     write_lora_file,
 )
@@ -129,7 +129,7 @@ def _facts(path: Path, family: str | None) -> tuple[str, Layout]:
     if kohya_layout(family) not in FAMILIES:  # Chroma, FLUX.1 Kontext, Qwen-Image-Edit: another's layout
         raise _problem("family", f"unknown family {shown_value(family)}; known: {', '.join(FAMILIES)}")
     check_lora_header(header, family)
-    return family, detect_layout(header.tensors)
+    return family, file_layout(header.tensors, path)
 
 
 def _load(path: Path, family: str) -> tuple[PeftLora, dict[str, str]]:

@@ -146,12 +146,13 @@ def optimize(
         generator=generator,
         ema=make_ema(state.denoiser, trained, cfg, te.named_parameters() if te is not None else None),
         text_encoders=te,
+        device_type=run.device.type,
     )
     state.ema = parts.ema
     if state.resume is not None:  # every stream continues where the interrupted run left it
-        state.steps_run, lost = load_checkpoint(state.resume, parts, state.losses)
-        if lost is not None:  # the run goes on: only its result's list of losses lacks them
-            emit(RunWarning(step=state.steps_run, message=lost))
+        state.steps_run, notes = load_checkpoint(state.resume, parts, state.losses)
+        for note in notes:  # the run goes on: losses the file lacked (NaN), another thread count
+            emit(RunWarning(step=state.steps_run, message=note))
         if state.extended:  # the LR from here on is the new total's schedule (training/extend.py)
             respan_schedule(parts.scheduler)
         state.steps_at_start = state.checkpointed_step = state.steps_run

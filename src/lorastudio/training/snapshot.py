@@ -2,11 +2,13 @@
 steps, so a resumed run continues bitwise where the interrupted one stopped (on CPU).
 
 state.pt = torch.save of {"step", "losses", "loss_record", "optimizer", "scheduler", "scaler", "sampler",
-"meter", "guard", "rng", "ema"}; "losses" = the newest
+"meter", "guard", "rng", "ema", "cpu_threads"}; "losses" = the newest
 losses, "loss_record" = where the run folder's losses.bin holds them all (training/loss_record.py);
 "ema" = the adapter EMA's shadow (None without one); "rng" = python `random`, numpy's global state, torch CPU, every CUDA
 device, plus the run's own streams: the numpy Generator (crops, flips, caption dropout) and the
-CPU torch.Generator (noise, timesteps, cached-variant choice). lora.safetensors holds the LoRA
+CPU torch.Generator (noise, timesteps, cached-variant choice); "cpu_threads" = torch's thread count of
+a CPU run (None on an accelerator): a CPU run's sums round otherwise at another count, so a resume
+at another one is said (a RunWarning: not bitwise the uninterrupted run, RELIABILITY 1791). lora.safetensors holds the LoRA
 weights (peft naming); text_encoders.safetensors the text encoders' (SDXL train_text_encoder). Loading uses torch.load(weights_only=True).
 """
 
@@ -63,6 +65,7 @@ class LoopParts:
     generator: torch.Generator  # the run's CPU torch stream (noise, timesteps, variants)
     ema: AdapterEma | None = None  # the EMA of the adapter weights (cfg.ema_decay), saved as "ema"
     text_encoders: Any = None  # SDXL train_text_encoder: TextEncoderLora, saved as TEXT_ENCODERS_FILE
+    device_type: str = "cpu"  # the training device's type: a CPU run records its thread count
 
 
 def capture_rng(rng: np.random.Generator, generator: torch.Generator) -> dict[str, Any]:
@@ -138,6 +141,7 @@ def save_checkpoint(
         "guard": parts.guard.state_dict(),
         "rng": capture_rng(parts.rng, parts.generator),
         "ema": parts.ema.state_dict() if parts.ema is not None else None,
+        "cpu_threads": torch.get_num_threads() if parts.device_type == "cpu" else None,
     }
     info = {
         "format": IDENTITY_FORMAT,
@@ -176,11 +180,25 @@ def _group_sizes(optimizer_state: Any) -> list[int] | None:
     return [len(g.get("params", ())) for g in groups]
 
 
-def load_checkpoint(checkpoint: Path, parts: LoopParts, losses: LossRecord) -> tuple[int, str | None]:
+def thread_note(checkpoint: Path, recorded: Any, device_type: str) -> str | None:
+    """What a CPU resume at another torch thread count than `recorded` (state.pt's "cpu_threads";
+    None, or absent in an older checkpoint: unknown, nothing said) means for exactness, or None."""
+    now = torch.get_num_threads()
+    if device_type != "cpu" or type(recorded) is not int or recorded == now:
+        return None
+    return (
+        f"this resume runs at {now} CPU thread(s), {checkpoint.name} was written at {recorded}: a CPU run's "
+        "sums round otherwise at another thread count, so the steps from here are close to the uninterrupted "
+        f"run's, not bitwise; to continue exactly resume with OMP_NUM_THREADS={recorded}"
+    )
+
+
+def load_checkpoint(checkpoint: Path, parts: LoopParts, losses: LossRecord) -> tuple[int, list[str]]:
     """Restore the loop's state from `checkpoint` into `parts` (LoRA weights copied into the
     existing parameters, so the optimizer keeps referring to them) and the losses of steps
     1..step into `losses` (from the run folder's losses.bin; an older version's checkpoint holds
-    them itself). Returns (step, None or a note: the losses the file did not hold, NaN). Raises ConfigError (field "resume") when the checkpoint does not fit the
+    them itself). Returns (step, notes for RunWarnings: the losses the file did not hold, NaN;
+    another CPU thread count than the checkpoint's, thread_note). Raises ConfigError (field "resume") when the checkpoint does not fit the
     model or cannot be read."""
     from peft.utils import set_peft_model_state_dict
     from safetensors.torch import load_file
@@ -241,7 +259,10 @@ def load_checkpoint(checkpoint: Path, parts: LoopParts, losses: LossRecord) -> t
         except ValueError as err:
             raise ConfigError([FieldProblem("resume", f"{checkpoint}: {err}")]) from None
     step = int(state["step"])
-    return step, losses.restore(checkpoint.parent.parent, step, state)
+    lost = losses.restore(checkpoint.parent.parent, step, state)
+    notes = [lost] if lost is not None else []
+    threads = thread_note(checkpoint, state.get("cpu_threads"), parts.device_type)
+    return step, notes + ([threads] if threads is not None else [])
 
 
 def _load_text_encoders(checkpoint: Path, text_encoders: Any) -> None:

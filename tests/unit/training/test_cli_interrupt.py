@@ -1,6 +1,11 @@
 """Ctrl-C on `lorastudio train` in a real process: once stops, saves and exits 130 naming the
 LoRA; twice aborts with 130 and says what the run left on disk (issue 30); a `--gpus 2` launch
-Ctrl-C'd from its terminal stops, saves and exits 130 too (RELIABILITY 393, slow)."""
+Ctrl-C'd from its terminal stops, saves and exits 130 too (RELIABILITY 393, slow).
+
+The Ctrl-C tests' process is forked from the test process (tests/forked_cli.py: its own pid,
+handlers, a real SIGINT and its exit status): their Ctrl-C lands after the first step, long past
+the imports (a fresh interpreter cost ~5 CPU s of them). The SIGTERM "while loading" keeps a fresh
+interpreter: its signal lands in the seconds of the imports, which a forked child skips."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from pathlib import Path
 import pytest
 from tests.process_tree import descendants
 
+from forked_cli import start_cli
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import get_settings
 from polling import until
@@ -45,17 +51,37 @@ def _wait_for_training(proc: subprocess.Popen[str], timeout: float = 120) -> str
     raise AssertionError(f"no step line: {''.join(seen)}")
 
 
+def _interruptible() -> None:
+    """In the forked child: Ctrl-C is KeyboardInterrupt, as in a terminal's foreground command
+    (a pytest run as a background job ignores SIGINT, and its children would inherit that)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _text(log: Path) -> str:
+    """What the forked child wrote so far ("" before it opened its log)."""
+    return log.read_text(encoding="utf-8") if log.is_file() else ""
+
+
 @pytest.mark.parametrize("presses", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_ctrl_c_exits_130_and_says_what_was_saved(presses, tiny_model, small_dataset, tmp_path, run_settings):
     settings = run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 5000, "output_name": "cc"})
-    proc = _start(tmp_path, settings)
-    _wait_for_training(proc)
-    proc.send_signal(signal.SIGINT)
-    if presses == 2:
-        time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, out + err
+    config, log = tmp_path / "run.json", tmp_path / "cli.log"
+    config.write_text(json.dumps(settings), encoding="utf-8")
+    proc = start_cli(log, "train", str(config), "--device", "cpu", prepare=_interruptible)
+    try:  # the first step line: the Ctrl-C handler is installed by then
+        until(lambda: "] step " in _text(log) or not proc.is_alive(), 120, "a step line")
+        assert proc.is_alive() and proc.pid is not None, log.read_text(encoding="utf-8")
+        os.kill(proc.pid, signal.SIGINT)
+        if presses == 2:
+            time.sleep(0.05)
+            os.kill(proc.pid, signal.SIGINT)
+        proc.join(120)
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    out = err = log.read_text(encoding="utf-8")  # stdout and stderr together
+    assert proc.exitcode == 130, out
     assert "Traceback" not in err, err
     lora = get_settings().outputs_dir / "cc" / "cc.safetensors"
     runs = RunStore.open(get_settings().db_path, recover=False).list_runs()

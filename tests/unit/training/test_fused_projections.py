@@ -225,8 +225,14 @@ def test_a_fused_run_renders_the_same_previews(make_config):
     for fuse in ("off", "on"):
         events: list = []
         result, _, _ = _trained(
-            make_config, "flux", fuse, f"preview-{fuse}", events, sample_prompts=["a red circle"]
-        )
+            make_config,
+            "flux",
+            fuse,
+            f"preview-{fuse}",
+            events,
+            sample_prompts=["a red circle"],
+            sample_steps=2,
+        )  # 2 denoising steps (flux's default: 28): the same training denoiser in each
         ready = [e for e in events if e.type == "sample_ready"]
         assert ready and ready[-1].images
         with Image.open(result.lora_path.parent / ready[-1].images[0]) as image:

@@ -100,6 +100,9 @@ def test_two_successive_resumes_with_epochs_and_accumulation(make_config):
         make_config(output_name="run", **settings), third_events.append, device="cpu", resume=run_dir
     )
     assert third.resumed_from == 4 and third.losses == full.losses
+    assert not [e for e in third_events if e.type == "warning" and "thread" in e.message]  # the same count
+    state = torch.load(run_dir / "checkpoints" / "step-000004" / "state.pt", weights_only=True)
+    assert state["cpu_threads"] == torch.get_num_threads() == 1  # what a resume compares (1791)
     assert [e.epoch for e in third_events if e.type == "progress"] == [3, 3]
     _assert_same_lora(_weights(full), _weights(third))
 
@@ -227,3 +230,41 @@ def test_cli_resume_from_a_run_folder(make_config, tmp_path):
     assert result.exit_code == 0, result.output
     assert "resumed from step 2" in result.output and "done: 4 step(s)" in result.output
     _assert_same_lora(load_file(str(full.lora_path)), load_file(str(run_dir / "run.safetensors")))
+
+
+def test_another_cpu_thread_count_than_the_checkpoints_is_said(tmp_path):
+    """RELIABILITY 1791 without a run (the slow test below runs one): a CPU resume at another
+    count than state.pt's names both and the fix; the same count, an accelerator or an older
+    checkpoint without the count say nothing."""
+    from lorastudio.training.snapshot import thread_note
+
+    here = torch.get_num_threads()
+    said = thread_note(tmp_path / "step-000003", here + 1, "cpu")
+    assert said is not None and f"runs at {here} CPU thread(s), step-000003 was written at {here + 1}" in said
+    assert f"OMP_NUM_THREADS={here + 1}" in said
+    assert thread_note(tmp_path, here, "cpu") is thread_note(tmp_path, here + 1, "cuda") is None
+    assert thread_note(tmp_path, None, "cpu") is None
+
+
+@pytest.mark.slow
+def test_a_cpu_resume_at_another_thread_count_says_it_is_not_bitwise(make_config):
+    """A CPU run's sums round otherwise at another torch thread count (1 vs 2 threads: the first
+    loss differs in its 8th digit, RELIABILITY "Session 38 reproducibility audit"), so a resume
+    there is not the uninterrupted run: since RELIABILITY 1791 state.pt records the count and
+    such a resume says so (was: nothing, though README promises a bitwise resume)."""
+    events, stop = stop_at(1)
+    cfg = make_config(steps=2, batch_size=1)
+    train(cfg, events.append, stop, device="cpu")
+    run_dir = get_settings().outputs_dir / "run"
+    state = torch.load(run_dir / "checkpoints" / "step-000001" / "state.pt", weights_only=True)
+    assert state["cpu_threads"] == torch.get_num_threads() == 1
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        resumed: list = []
+        train(cfg, resumed.append, device="cpu", resume=run_dir)
+    finally:
+        torch.set_num_threads(previous)
+    (said,) = [e.message for e in resumed if e.type == "warning" and "thread" in e.message]
+    assert "runs at 2 CPU thread(s), step-000001 was written at 1" in said
+    assert "OMP_NUM_THREADS=1" in said

@@ -70,7 +70,9 @@ def test_both_text_encoders_train_and_the_kohya_file_holds_them(make_config):
 
 def test_previews_render_with_the_live_text_encoder_lora(make_config):
     events: list = []
-    cfg = make_config(output_name="te-s", sample_prompts=["a red circle"], sample_every=1, **TE)
+    cfg = make_config(  # 2-step previews (sdxl's default: 30): each round still reads the live LoRA
+        output_name="te-s", sample_prompts=["a red circle"], sample_every=1, sample_steps=2, **TE
+    )
     train(cfg, events.append, device="cpu")
     rounds = [e for e in events if e.type == "sample_ready"]
     assert [r.step for r in rounds] == [1, 2, 3]

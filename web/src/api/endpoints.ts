@@ -182,6 +182,9 @@ export const api = {
    * weights of that step (a snapshot, or an EMA run's <name>.raw.safetensors). */
   loraFileUrl: (name: string, step?: number | null) =>
     browserUrl(`/api/loras/${seg(name)}/file${step == null ? "" : `?step=${step}`}`),
+  /** Download URL of a trained LoRA's sidecar JSON (<name>.json: resolved config, dataset fingerprint,
+   * loader checks), served as an attachment. */
+  loraSidecarUrl: (name: string) => browserUrl(`/api/loras/${seg(name)}/sidecar`),
   /** A run's LoRAs by step: its snapshots (loras/<name>-step-N), then the final file. */
   loraSteps: (name: string, signal?: AbortSignal) => get<LoraSteps>(`/api/loras/${seg(name)}/steps`, signal),
   /** Upload a trained LoRA (with its sidecar, a model card and its newest samples) to a hub repo. */

@@ -30,6 +30,7 @@ export const ROUTES: ReadonlySet<string> = new Set([
   "/api/loras",
   "/api/loras/{name}/file",
   "/api/loras/{name}/push",
+  "/api/loras/{name}/sidecar",
   "/api/loras/{name}/steps",
   "/api/models",
   "/api/models/added",

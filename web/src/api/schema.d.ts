@@ -715,6 +715,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/loras/{name}/sidecar": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download Sidecar
+         * @description The sidecar JSON beside run output `name`'s LoRA (`<name>.json`: the resolved config, the
+         *     dataset fingerprint, the steps reached, the loader checks), as the file the run wrote, so a
+         *     LoRA downloaded from the server keeps its record. 404 when the LoRA or its sidecar is missing.
+         */
+        get: operations["download_sidecar_api_loras__name__sidecar_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/loras/{name}/steps": {
         parameters: {
             query?: never;
@@ -8798,6 +8820,98 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    download_sidecar_api_loras__name__sidecar_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the file */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": string;
+                };
+            };
+            /** @description the byte range asked for (Range) */
+            206: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": string;
+                };
+            };
+            /** @description a LoRA name the studio refuses (whitespace at an end, a control character, too long) (ConfigError) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a missing or wrong API token, where one is set (Unauthorized) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description through a proxy to a studio without an API token (ProxyNeedsToken) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no LoRA of a run of this name, or no sidecar JSON beside it (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a Range past the end of the file */
+            416: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description a Host header this server does not answer (DNS rebinding guard) */
+            421: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the request's shape: a body or parameter of the wrong type, a key unknown or given twice, a query parameter the route does not take, a body the route does not take */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
         };

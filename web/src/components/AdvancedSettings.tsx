@@ -102,7 +102,7 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
         })}
         {c.num("validation_seed", "Validation seed", {
           placeholder: "0",
-          hint: "seed of that fixed noise, apart from the run's seed: runs of other seeds compare",
+          hint: "seed of that fixed noise, apart from the run's seed: runs of other seeds compare on a validation folder (a fraction's images follow the run's seed)",
         })}
 
         <h3 className="grid-head">Optimizer</h3>

@@ -52,6 +52,8 @@ describe("RunDetailScreen", () => {
     const resume = calls.find((c) => c.url === "/api/runs/r1/resume");
     expect(resume).toMatchObject({ method: "POST", body: { checkpoint: "step-80" } });
     expect(screen.getByRole("link", { name: "Download LoRA" })).toHaveAttribute("href", "/api/loras/portrait/file");
+    // the sidecar (resolved config, loader checks) downloads beside it (session 38 journey)
+    expect(screen.getByRole("link", { name: "Sidecar .json" })).toHaveAttribute("href", "/api/loras/portrait/sidecar");
     expect(screen.getByRole("button", { name: "push portrait to the hub" })).toBeInTheDocument();
     // Resume and Train longer come before the LoRAs by step and the log (a phone scrolled past both: RELIABILITY 1411)
     const later = [await screen.findByTestId("lora-steps"), screen.getByLabelText("run log")];

@@ -80,6 +80,11 @@ export function RunDetailScreen({ id }: { id: string }) {
             </a>
           )}
           {download && (
+            <a className="button secondary" href={api.loraSidecarUrl(run.output_name)} download>
+              Sidecar .json
+            </a>
+          )}
+          {download && (
             <a className="button secondary" href={href("generate", run.id)}>
               Generate with it
             </a>

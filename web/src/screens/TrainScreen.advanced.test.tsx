@@ -26,4 +26,11 @@ describe("TrainScreen's Advanced settings", () => {
     }
     expect(screen.getByText("Advanced settings").tagName).toBe("SPAN"); // still found by its name
   });
+
+  it("says that runs of other seeds compare on a validation folder, not a fraction (RELIABILITY 1790)", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    const details = screen.getByTestId("advanced-settings");
+    expect(details).toHaveTextContent("runs of other seeds compare on a validation folder (a fraction's images follow the run's seed)");
+  });
 });

@@ -121,6 +121,20 @@ def download(
     return Download(path, media_type="application/octet-stream", filename=filename)
 
 
+@router.get("/{name}/sidecar", response_class=Download, responses=file_answer("application/json"))
+def download_sidecar(name: str, settings: Settings = Depends(settings_dep)) -> Download:
+    """The sidecar JSON beside run output `name`'s LoRA (`<name>.json`: the resolved config, the
+    dataset fingerprint, the steps reached, the loader checks), as the file the run wrote, so a
+    LoRA downloaded from the server keeps its record. 404 when the LoRA or its sidecar is missing."""
+    # RELIABILITY 1783: the run page and /file gave the .safetensors alone
+    lora_download(settings, name, None, None)  # the name checked, the LoRA there (else 404)
+    name = safe_component(name)
+    sidecar = settings.outputs_dir / name / f"{name}.json"  # beside the run's LoRA, as the run wrote it
+    if sidecar.is_symlink() or not sidecar.is_file():
+        raise NotFound(f"LoRA {name!r} has no sidecar: {sidecar} is missing")
+    return Download(sidecar, media_type="application/json", filename=f"{name}.json")
+
+
 @router.post(
     "/{name}/push",
     status_code=201,
