@@ -223,3 +223,17 @@ def test_a_link_followed_from_another_sites_page_is_refused_saying_how_to_open_i
     )
     assert wrong.json()["detail"] == "missing or wrong API token", wrong.text
     assert secured.get("/api/runs").json()["detail"] == "missing or wrong API token"
+
+
+def test_a_scripts_write_with_the_token_in_the_query_is_told_to_send_the_header(secured: TestClient) -> None:
+    """`?token=` stands on a GET only (api/sessions.py): a script's POST or DELETE sending it there
+    was refused "missing or wrong API token", as if the token were wrong (RELIABILITY 1812)."""
+    for method, path in (("POST", "/api/train/stop"), ("DELETE", "/api/runs/nope")):
+        for value in (TOKEN, "wrong"):  # the same answer either way: the value is not read
+            res = secured.request(
+                method, path, params={"token": value}, json={} if method == "POST" else None
+            )
+            assert res.status_code == 401, (method, res.text)
+            assert "?token= is read on a GET only" in res.json()["detail"], (method, res.text)
+            assert "Authorization: Bearer" in res.json()["detail"]
+    assert secured.post("/api/train/stop", json={}).json()["detail"] == "missing or wrong API token"

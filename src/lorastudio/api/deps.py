@@ -57,6 +57,13 @@ FOLLOWED_LINK_REFUSAL = (
 )
 
 
+# A script's write that sent the token as `?token=`, which stands only on a GET (RELIABILITY 1812)
+QUERY_TOKEN_ON_WRITE = (
+    "?token= is read on a GET only: send the token of a POST, PUT or DELETE as the header"
+    " Authorization: Bearer <token>"
+)
+
+
 def followed_link(request: Request) -> bool:
     """Whether `request` is a GET the browser makes following a link on another site's page
     (`Sec-Fetch-Mode: navigate` with `Sec-Fetch-Site` cross-site or same-site)."""
@@ -101,7 +108,8 @@ def token_refusal(request: Request) -> HTTPException | None:
                 headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
             )
     if not hmac.compare_digest(given.encode(), token.encode()):
-        return HTTPException(
-            status_code=401, detail="missing or wrong API token", headers={"WWW-Authenticate": "Bearer"}
-        )
+        detail = "missing or wrong API token"
+        if not given and request.method != "GET" and "token" in request.query_params:
+            detail += f" ({QUERY_TOKEN_ON_WRITE})"  # whatever its value: it is not read here
+        return HTTPException(status_code=401, detail=detail, headers={"WWW-Authenticate": "Bearer"})
     return None
