@@ -198,3 +198,42 @@ def test_a_proxy_prefix_holding_a_semicolon_or_comma_opens_a_session_at_the_fold
         assert _get(secured, "/api/info", sid).status_code == 200
         gone = secured.request("DELETE", "/api/session", params={"path": folder}, headers=BEARER)
         assert gone.status_code == 200 and f"Path={cookie_path};" in gone.headers["set-cookie"], gone.headers
+
+
+def test_a_link_followed_from_another_sites_page_is_refused_saying_how_to_open_it(
+    secured: TestClient,
+) -> None:
+    """A download link pasted into a chat or mail read in the browser and clicked there: the
+    browser sends no SameSite=Strict cookie with that navigation (and a sibling port's, same-site,
+    is not used), so the 401 said only "missing or wrong API token" (RELIABILITY 1810)."""
+    sid, _ = _open(secured)
+    link = {"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
+    for site, cookie in (("cross-site", None), ("same-site", sid)):
+        headers = {**link, "Sec-Fetch-Site": site, **({"Cookie": f"{NAME}={cookie}"} if cookie else {})}
+        res = secured.get("/api/runs", headers=headers)
+        assert res.status_code == 401, (site, res.text)
+        detail = res.json()["detail"]
+        assert "link followed from another site" in detail and "address bar" in detail, (site, detail)
+    # the same link pasted into the address bar (Sec-Fetch-Site: none) carries the cookie: answered
+    pasted = _get(secured, "/api/runs", sid, **{**link, "Sec-Fetch-Site": "none"})
+    assert pasted.status_code == 200, pasted.text
+    # a wrong ?token= on such a link is still "wrong API token", and a fetch without one unchanged
+    wrong = secured.get(
+        "/api/runs", params={"token": "nope"}, headers={**link, "Sec-Fetch-Site": "cross-site"}
+    )
+    assert wrong.json()["detail"] == "missing or wrong API token", wrong.text
+    assert secured.get("/api/runs").json()["detail"] == "missing or wrong API token"
+
+
+def test_a_scripts_write_with_the_token_in_the_query_is_told_to_send_the_header(secured: TestClient) -> None:
+    """`?token=` stands on a GET only (api/sessions.py): a script's POST or DELETE sending it there
+    was refused "missing or wrong API token", as if the token were wrong (RELIABILITY 1812)."""
+    for method, path in (("POST", "/api/train/stop"), ("DELETE", "/api/runs/nope")):
+        for value in (TOKEN, "wrong"):  # the same answer either way: the value is not read
+            res = secured.request(
+                method, path, params={"token": value}, json={} if method == "POST" else None
+            )
+            assert res.status_code == 401, (method, res.text)
+            assert "?token= is read on a GET only" in res.json()["detail"], (method, res.text)
+            assert "Authorization: Bearer" in res.json()["detail"]
+    assert secured.post("/api/train/stop", json={}).json()["detail"] == "missing or wrong API token"

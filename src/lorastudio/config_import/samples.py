@@ -203,3 +203,51 @@ def prompt_line(line: str) -> tuple[dict[str, Any], list[str]]:
         except values.Skip as why:
             dropped.append(f"--{flag_}: {why}")
     return entry, dropped
+
+
+# a peer key that carried a sample prompt's guidance (ai-toolkit, OneTrainer, SimpleTuner, --l / --cfg)
+_GUIDANCE_KEYS = ("guidance_scale", "cfg_scale", "validation_guidance", " --l", " --cfg")
+
+
+def drop_unapplied_guidance(draft: Draft) -> None:
+    """Take each sample prompt's guidance above 1 out of a true-CFG family's config (Qwen-Image,
+    Qwen-Image-Edit), its report lines "not carried" saying why: such a pipeline applies the scale
+    only with a negative prompt, which a sample prompt does not take, so a run refuses it
+    (generation_rules.unused_guidance_problems, RELIABILITY 1683) and an imported config that kept
+    it (ai-toolkit's Qwen-Image example sets guidance_scale 3) was refused by its first `train
+    --check` (RELIABILITY 1811). Other families, an unknown one and a scale of 1 or less: unchanged."""
+    from lorastudio import families
+    from lorastudio.config_import.report import Line
+    from lorastudio.errors import UnknownFamily
+    from lorastudio.generation_rules import NO_NEGATIVE, unused_guidance_problems
+
+    family, prompts = draft.settings.get("family"), draft.settings.get("sample_prompts")
+    if not isinstance(family, str) or not isinstance(prompts, list):
+        return
+    try:
+        families.get(family)
+    except UnknownFamily:
+        return
+
+    def why(guidance: float) -> str:  # the run's own refusal of that scale, "" when it takes it
+        problems = unused_guidance_problems(guidance, None, family, way_out=NO_NEGATIVE)
+        return f"{NOT_SUPPORTED}: {problems[0].message}" if problems else ""
+
+    taken: list[tuple[int, float]] = []
+    for i, entry in enumerate(prompts):
+        guidance = entry.get("guidance") if isinstance(entry, dict) else None
+        if isinstance(guidance, int | float) and not isinstance(guidance, bool) and why(guidance):
+            del entry["guidance"]
+            taken.append((i, guidance))
+    if not taken:
+        return
+    found = False
+    for index in draft.origin.get("sample_prompts", []):
+        line = draft.lines[index]
+        value = line.value if isinstance(line.value, int | float) else taken[0][1]
+        if (line.peer.endswith(_GUIDANCE_KEYS) or (line.ours or "").endswith(".guidance")) and why(value):
+            draft.lines[index] = Line(line.peer, "not carried", note=why(value))
+            found = True
+    if not found:  # folded into a prompt's own line (kohya's prompt file): one line per prompt
+        for i, guidance in taken:
+            draft.drop(f"sample_prompts[{i}].guidance", why(guidance))

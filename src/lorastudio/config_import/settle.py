@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from lorastudio.config_import.report import Draft
+from lorastudio.config_import.samples import drop_unapplied_guidance
 from lorastudio.errors import ConfigError, FieldProblem
 
 _MOST_ROUNDS = 64
@@ -34,6 +35,7 @@ def settle(draft: Draft, toml: bool, need_data: bool = True) -> None:
     if toml:
         _drop_nulls(draft)
     _one_cycle(draft)
+    drop_unapplied_guidance(draft)  # a sample prompt's scale a run refuses (RELIABILITY 1811)
     stand_in = {} if need_data or draft.settings.get("datasets") else {"data_dir": "dataset"}
     for _ in range(_MOST_ROUNDS):
         problems = _check({**draft.settings, **stand_in})
