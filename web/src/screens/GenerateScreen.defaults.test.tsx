@@ -1,7 +1,7 @@
-import { screen, waitFor } from "@testing-library/react";
+import { screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
-import { type Call, INFO, mockFetch } from "../test/fixtures";
+import { type Call, galleryImage, INFO, mockFetch } from "../test/fixtures";
 import { GenerateScreen } from "./GenerateScreen";
 import { renderWithProviders } from "../test/render";
 
@@ -18,7 +18,7 @@ describe("GenerateScreen: the family's steps and size", () => {
       if (url === "/api/info") return { body: INFO };
       if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
       if (url.startsWith("/api/loras?family=")) return { body: { root: "/o", loras: [] } };
-      if (url === "/api/gallery") return { body: { images: [] } };
+      if (url === "/api/gallery") return { body: { images: [{ ...galleryImage([]), steps: null }] } };
       if (method === "POST" && url === "/api/generations") {
         return { status: 201, body: { file: "n.png", url: "/gallery/n.png", path: "/g/n.png", seconds: 1, seed: 0, width: 64, height: 64, prompt: "p", loras: [] } };
       }
@@ -56,5 +56,15 @@ describe("GenerateScreen: the family's steps and size", () => {
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
     await waitFor(() => expect(posted(calls)).toHaveLength(1));
     expect(posted(calls)[0]).toMatchObject({ steps: 12, width: 256, height: 384 });
+  });
+
+  it("reusing an image rendered at the family's steps (steps null) clears the steps typed", async () => {
+    renderWithProviders(<GenerateScreen />);
+    const gallery = await screen.findByTestId("gallery");
+    await userEvent.type(input("gen_steps"), "12");
+    await userEvent.click(within(gallery).getByRole("button", { name: /an old cat/ }));
+    await userEvent.click(screen.getByRole("button", { name: "Reuse these settings" }));
+    expect(input("gen_steps")).toHaveValue("");
+    expect(input("gen_width")).toHaveValue("64");
   });
 });

@@ -162,7 +162,7 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
     setBaseConfig(img.base_config ?? "");
     if (img.prompt != null) setPrompt(img.prompt);
     if (img.seed != null) setSeed(String(img.seed));
-    if (img.steps != null) setSteps(String(img.steps));
+    setSteps(img.steps != null ? String(img.steps) : ""); // null: the family's (rendered without steps), not the typed
     if (img.width != null) setWidth(String(img.width));
     if (img.height != null) setHeight(String(img.height));
     setGuidance(img.guidance != null ? String(img.guidance) : "");
