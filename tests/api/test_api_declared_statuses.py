@@ -318,6 +318,7 @@ def _live_job(call: Prober, client: TestClient, config: dict, model: str, captio
             "POST", "/api/datasets/{name}/caption", "/api/datasets/ds/caption", json={"model": str(captioner)}
         )
         gen = {"family": "flux", "base_model": config["base_model"], "prompt": "x", "width": 32, "height": 32}
+        gen["steps"] = 20  # not the family's 28 (RELIABILITY 1820): the suite's time
         call("POST", "/api/generate", json=gen)
         call("POST", "/api/generations", json=gen)
         assert client.post("/api/train/stop", json={"save": True}).status_code == 200

@@ -132,6 +132,7 @@ def test_failed_writes_are_told_in_words_on_every_screen(
         page.keyboard.type("noise, large")
         for field in ("gen_width", "gen_height"):
             page.locator(f'[name="{field}"]').fill("512")
+        page.locator('[name="gen_steps"]').fill("20")  # not the family's 28 (RELIABILITY 1820)
         page.get_by_role("button", name="Generate", exact=True).focus()
         page.keyboard.press("Enter")
         failed = page.get_by_role("alert").filter(has_text="write failed")

@@ -116,9 +116,17 @@ class GenerateBody(_StrictBody):
     seed: int = Field(default=0, ge=0, le=SEED_MAX)  # lorastudio.generation_rules, as the CLI's
     # sizes and steps are checked against the generation budget (400 with the reason):
     # lorastudio.generation_rules.budget_problems
-    steps: int = Field(default=20, description="at most 200, and width x height x steps <= 209.7 M")
-    width: int = Field(default=1024, description="pixels; at most 4096, and width x height <= 4.2 MP")
-    height: int = Field(default=1024, description="pixels; at most 4096, and width x height <= 4.2 MP")
+    # null (left out): the family's, as `lorastudio generate` takes them (FamilyOut.generation_side,
+    # FamilyOut.generation_steps; the steps of the base's flavour: a step-distilled FLUX.2 klein's 4)
+    steps: int | None = Field(
+        default=None, description="at most 200, and width x height x steps <= 209.7 M; null: the family's"
+    )
+    width: int | None = Field(
+        default=None, description="pixels; at most 4096, and width x height <= 4.2 MP; null: the family's"
+    )
+    height: int | None = Field(
+        default=None, description="pixels; at most 4096, and width x height <= 4.2 MP; null: the family's"
+    )
     guidance: float | None = Field(
         default=None, ge=0, le=GUIDANCE_MAX, allow_inf_nan=False, description="null: the family's default"
     )
@@ -249,6 +257,15 @@ class FamilyOut(_Out):
         "distilled guidance embedding (embedded: no negative prompt)",
     )
     guidance_default: float | None = Field(default=None, description="the pipeline's default guidance scale")
+    generation_side: int = Field(
+        default=1024,
+        description="the width and height a generation that names none renders at (its training resolution)",
+    )
+    generation_steps: int | None = Field(
+        default=None,
+        description="the inference steps a generation that names none takes (a flavour of the base may "
+        "take its own: a step-distilled FLUX.2 klein's 4)",
+    )
     negative_prompt: bool = Field(default=False, description="generation takes a negative prompt")
     attention_backends_refused: list[str] = Field(
         default_factory=list, description="attention_backend values this family refuses (Chroma: cudnn)"

@@ -268,7 +268,7 @@ def _generate(
     if problems or source is None or family is None:
         raise ConfigError(problems)
     spec = families.get(family).spec
-    default_side = int(spec.defaults.get("resolution", 1024))
+    default_side = spec.generation_side  # what POST /api/generate and the web take too
     digests = [lora_digest(p) for p, _ in loras]  # what the PNG records; the files applied must stay these
     dev = pick_device(device, "--device")
     quiet_libraries()
@@ -353,7 +353,7 @@ def _request_problems(
 
     fam = families.get(family)
     spec = fam.spec
-    side = int(spec.defaults.get("resolution", 1024))
+    side = spec.generation_side
     width, height = side if width is None else width, side if height is None else height
     problems = budget_problems(width, height, steps, spec.name, "--")
     configs = found.configs if found is not None else None

@@ -171,11 +171,19 @@ class FamilySpec:
             "control_images": list(self.control_images),
             "guidance": self.guidance,
             "guidance_default": self.generation_defaults.get(self.guidance_kwarg),
+            "generation_side": self.generation_side,
+            "generation_steps": self.generation_defaults.get("num_inference_steps"),
             "negative_prompt": self.negative_prompt,
             "attention_backends_refused": sorted(self.refused_attention),
             "max_sequence_length_max": self.max_sequence_length_max,
             "refuses_on": sorted(self.refuses_on),
         }
+
+    @property
+    def generation_side(self) -> int:
+        """The width and height a generation that names none renders at (CLI `generate`, POST
+        /api/generate, the web's Generate screen): the family's training resolution."""
+        return int(self.defaults.get("resolution", 1024))
 
     @property
     def guidance_kwarg(self) -> str:

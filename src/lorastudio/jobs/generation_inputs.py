@@ -38,7 +38,7 @@ class GenerationRequest:
     base_model: str
     prompt: str
     seed: int = 0
-    steps: int = 20
+    steps: int | None = None  # None: the family's default for the base's flavour (generate_image)
     width: int = 1024
     height: int = 1024
     guidance: float | None = None

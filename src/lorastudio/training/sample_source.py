@@ -157,8 +157,8 @@ def _defaults(config: Mapping[str, Any]) -> tuple[int | None, float | None]:
     """(inference steps, guidance) the run's previews take where the config sets none: the
     family's generation defaults for its base's flavour (Family.generation_defaults, the base's
     configs read as plain JSON; a base not on this machine: the family's own). (None, None) for
-    an unknown family. Generate's own defaults differ (GenerateBody: 20 steps), so the listing
-    names the numbers."""
+    an unknown family. Generate without steps takes the same (GenerateBody.steps null);
+    the listing names the numbers so that a preview sent again is the same whatever the base."""
     from lorastudio import families
     from lorastudio.errors import LorastudioError
 

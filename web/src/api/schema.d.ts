@@ -2144,6 +2144,17 @@ export interface components {
              */
             fuse_projections?: boolean;
             /**
+             * Generation Side
+             * @description the width and height a generation that names none renders at (its training resolution)
+             * @default 1024
+             */
+            generation_side?: number;
+            /**
+             * Generation Steps
+             * @description the inference steps a generation that names none takes (a flavour of the base may take its own: a step-distilled FLUX.2 klein's 4)
+             */
+            generation_steps?: number | null;
+            /**
              * Guidance
              * @description how its pipeline guides: classifier-free (cfg), true CFG (true_cfg_scale), or a distilled guidance embedding (embedded: no negative prompt)
              * @default cfg
@@ -2417,10 +2428,9 @@ export interface components {
             guidance?: number | null;
             /**
              * Height
-             * @description pixels; at most 4096, and width x height <= 4.2 MP
-             * @default 1024
+             * @description pixels; at most 4096, and width x height <= 4.2 MP; null: the family's
              */
-            height?: number;
+            height?: number | null;
             /** Loras */
             loras?: components["schemas"]["LoraRef"][];
             /**
@@ -2454,10 +2464,9 @@ export interface components {
             seed?: number;
             /**
              * Steps
-             * @description at most 200, and width x height x steps <= 209.7 M
-             * @default 20
+             * @description at most 200, and width x height x steps <= 209.7 M; null: the family's
              */
-            steps?: number;
+            steps?: number | null;
             /**
              * V Prediction
              * @description SDXL single file: v-prediction (true) / epsilon (false); unset: as the file says
@@ -2465,10 +2474,9 @@ export interface components {
             v_prediction?: boolean | null;
             /**
              * Width
-             * @description pixels; at most 4096, and width x height <= 4.2 MP
-             * @default 1024
+             * @description pixels; at most 4096, and width x height <= 4.2 MP; null: the family's
              */
-            width?: number;
+            width?: number | null;
         };
         /** GenerateCancelOut */
         GenerateCancelOut: {

@@ -8,6 +8,13 @@ import type { LoraPick } from "../components/LoraPicker";
 
 const GPU_RETRIES = 15;
 
+/** The body's steps / width / height of the form's fields: each one left empty is left out (the server then takes
+ * the family's, FamilyOut.generation_steps / generation_side, as `lorastudio generate` does). */
+export function sizeBody(steps: string, width: string, height: string): Pick<GenerateBody, "steps" | "width" | "height"> {
+  const given = Object.entries({ steps, width, height }).filter(([, v]) => v.trim() !== "");
+  return Object.fromEntries(given.map(([k, v]) => [k, Number(v)]));
+}
+
 /** The reused image's revision / v_prediction and its base's content identity (the server then
  * refuses a base replaced or re-fetched since, instead of rendering another image), while
  * `baseModel` is still the image's base model. */

@@ -28,7 +28,7 @@ import { inFlight, newFlight, progressed, sent, track } from "../lib/generationI
 import { useGenerationView } from "../lib/generationView";
 import { useGallery } from "../lib/gallery";
 import { gridRunning, useStepGrid } from "../lib/stepGridInFlight";
-import { controlResolutionOf, currentFiles, generateWithRetry, newRequestId, picksOf, reusedBaseSettings } from "../lib/generateRequest";
+import { controlResolutionOf, currentFiles, generateWithRetry, newRequestId, picksOf, reusedBaseSettings, sizeBody } from "../lib/generateRequest";
 import { type ReusedControls, reusedControlSettings } from "../lib/generateRequest";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
@@ -54,9 +54,11 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
   const [refs, setRefs] = useState<UploadedReference[]>([]);
   const [prompt, setPrompt] = useState(() => draftText(draft, "prompt", "a red circle on a blue background"));
   const [seed, setSeed] = useState(() => draftText(draft, "seed", "0"));
-  const [steps, setSteps] = useState(() => draftText(draft, "steps", "20"));
-  const [width, setWidth] = useState(() => draftText(draft, "width", "512"));
-  const [height, setHeight] = useState(() => draftText(draft, "height", "512"));
+  // steps and size: empty until the user types one (a saved draft keeps its own): the family's, as the CLI and the
+  // API take them when none is named (shown as the field's placeholder, FamilyOut.generation_steps / generation_side)
+  const [steps, setSteps] = useState(() => draftText(draft, "steps", ""));
+  const [width, setWidth] = useState(() => draftText(draft, "width", ""));
+  const [height, setHeight] = useState(() => draftText(draft, "height", ""));
   const [guidance, setGuidance] = useState(() => draftText(draft, "guidance", ""));
   const [negative, setNegative] = useState(() => draftText(draft, "negative", ""));
   const [tokens, setTokens] = useState(() => draftText(draft, "tokens", "")); // max_sequence_length
@@ -160,7 +162,7 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
     setBaseConfig(img.base_config ?? "");
     if (img.prompt != null) setPrompt(img.prompt);
     if (img.seed != null) setSeed(String(img.seed));
-    if (img.steps != null) setSteps(String(img.steps));
+    setSteps(img.steps != null ? String(img.steps) : ""); // null: the family's (rendered without steps), not the typed
     if (img.width != null) setWidth(String(img.width));
     if (img.height != null) setHeight(String(img.height));
     setGuidance(img.guidance != null ? String(img.guidance) : "");
@@ -183,9 +185,7 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
     ...reusedBaseSettings(reusedBase, baseModel),
     prompt,
     seed: Number(seed),
-    steps: Number(steps),
-    width: Number(width),
-    height: Number(height),
+    ...sizeBody(steps, width, height),
     ...guidanceBody(famInfo, guidance, negative),
     ...textTokensBody(famInfo, tokens),
     references: refs.map((r) => r.id),
@@ -224,12 +224,13 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
     track(flight);
     await view.follow(flight);
   };
-  const numberField = (label: string, name: string, value: string, onChange: (v: string) => void) => (
+  const numberField = (label: string, name: string, value: string, onChange: (v: string) => void, placeholder?: string) => (
     <Field label={label} error={errors[name.replace(/^gen_/, "")]}>
       <input
         name={name}
         inputMode="numeric"
         value={value}
+        placeholder={placeholder}
         onChange={(e) => {
           onChange(e.target.value);
           edited(name.replace(/^gen_/, ""));
@@ -335,9 +336,9 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
           )}
           <div className="grid quad">
             {numberField("Seed", "gen_seed", seed, setSeed)}
-            {numberField("Steps", "gen_steps", steps, setSteps)}
-            {numberField("Width", "gen_width", width, setWidth)}
-            {numberField("Height", "gen_height", height, setHeight)}
+            {numberField("Steps", "gen_steps", steps, setSteps, famInfo?.generation_steps != null ? String(famInfo.generation_steps) : "family's")}
+            {numberField("Width", "gen_width", width, setWidth, famInfo ? String(famInfo.generation_side) : undefined)}
+            {numberField("Height", "gen_height", height, setHeight, famInfo ? String(famInfo.generation_side) : undefined)}
           </div>
           {famInfo && (
             <GenerateAdvanced

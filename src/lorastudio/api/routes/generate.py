@@ -20,6 +20,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
+from lorastudio import families
 from lorastudio.api.contract import file_answer, multipart_body
 from lorastudio.api.deps import generation_dep, settings_dep
 from lorastudio.api.downloads import Download
@@ -34,7 +35,7 @@ from lorastudio.api.schemas_files import (
     ReferencesOut,
 )
 from lorastudio.data import safe_component
-from lorastudio.errors import DatasetError, NotFound
+from lorastudio.errors import DatasetError, NotFound, UnknownFamily
 from lorastudio.jobs.gallery import CURSOR_PATTERN, delete_gallery_image, gallery_dir, gallery_page
 from lorastudio.jobs.generation import GenerationService
 from lorastudio.jobs.generation_inputs import GenerationRequest, LoraChoice
@@ -96,7 +97,10 @@ async def generate(
 
 
 def request_of(body: GenerateBody) -> GenerationRequest:
-    """The service's request of a GenerateBody (both forms: this route and /api/generations)."""
+    """The service's request of a GenerateBody (both forms: this route and /api/generations). A
+    width / height left out: the family's (FamilySpec.generation_side, as `lorastudio generate`);
+    steps left out stay None: the family's for the base's flavour (generate_image)."""
+    side = _family_side(body.family)
     return GenerationRequest(
         family=body.family,
         base_model=body.base_model,
@@ -106,8 +110,8 @@ def request_of(body: GenerateBody) -> GenerationRequest:
         prompt=body.prompt,
         seed=body.seed,
         steps=body.steps,
-        width=body.width,
-        height=body.height,
+        width=side if body.width is None else body.width,
+        height=side if body.height is None else body.height,
         guidance=body.guidance,
         negative_prompt=body.negative_prompt,
         max_sequence_length=body.max_sequence_length,
@@ -116,6 +120,14 @@ def request_of(body: GenerateBody) -> GenerationRequest:
         references=tuple(body.references),
         base_identity=body.base_identity,
     )
+
+
+def _family_side(family: str) -> int:
+    """`family`'s generation side; an unknown family's 1024 (check_request refuses the family)."""
+    try:
+        return families.get(family).spec.generation_side
+    except UnknownFamily:
+        return 1024
 
 
 async def _cancel_when_gone(
