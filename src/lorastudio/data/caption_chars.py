@@ -28,10 +28,9 @@ def hidden_text_warning(items: Sequence[ImageItem], labels: Sequence[str] = ()) 
             found.append(f"{item_name(item, labels)} ({hidden})")
     if not found:
         return None
-    more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
     return (
         f"{len(found)} caption(s) hold invisible or text-direction characters, trained as written: "
-        f"{'; '.join(found[:SHOWN])}{more}; remove them (a bulk caption edit's find takes them) or "
+        f"{_listed(found)}; remove them (a bulk caption edit's find takes them) or "
         "the model learns text no prompt holds"
     )
 
@@ -47,9 +46,14 @@ def kept_markup_warning(items: Sequence[ImageItem], labels: Sequence[str] = ()) 
             found.append(f"{item_name(item, labels)} ({markup.split(',', 1)[0]})")
     if not found:
         return None
-    more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
     return (
         f"{len(found)} caption(s) hold another trainer's markup, trained as text as the checkpoint "
-        f"trained them: {'; '.join(found[:SHOWN])}{more}; a fresh run refuses them (write [trigger] "
+        f"trained them: {_listed(found)}; a fresh run refuses them (write [trigger] "
         "for the trigger word's place; put kohya's kept tags first, without |||)"
     )
+
+
+def _listed(found: Sequence[str]) -> str:
+    """The first SHOWN of `found` joined by "; ", then " and N more" for the rest."""
+    more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+    return f"{'; '.join(found[:SHOWN])}{more}"
