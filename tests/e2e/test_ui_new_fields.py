@@ -1,0 +1,133 @@
+"""Session 38's new fields as a demanding user meets them, in a real browser on a real server (at
+1280 and 320 px, keyboard only, a slow server): Generate's steps / size left to the family (a
+placeholder muted and italic, a description in words: RELIABILITY 1840, 1842), the Train form's
+validation seed and adapter hints (1681, 1790) read as each field's description, and no console
+message on the way (no CSP violation of `script-src 'self'`, no React warning)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.e2e.ui_pages import open_page, settle
+
+pytestmark = pytest.mark.slow  # a browser and a server: the e2e suite's slow marker
+
+WIDTHS = ({"width": 1280, "height": 900}, {"width": 320, "height": 800})
+# a control's accessible description as a screen reader gets it: the text of its aria-describedby
+_DESCRIPTION_JS = """e => (e.getAttribute('aria-describedby') || '').split(/\\s+/).filter(Boolean)
+  .map(id => document.getElementById(id)?.textContent || '').join(' ').trim()"""
+_PLACEHOLDER_JS = """e => { const s = getComputedStyle(e, '::placeholder');
+  return {style: s.fontStyle, colour: s.color, text: getComputedStyle(e).color}; }"""
+_FOCUS_RING_JS = "e => { const s = getComputedStyle(e); return s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) > 0; }"
+
+
+def _watch(page) -> list[str]:
+    """Every console message of type error / warning and every uncaught error of `page`."""
+    seen: list[str] = []
+    page.on(
+        "console", lambda m: seen.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None
+    )
+    page.on("pageerror", lambda exc: seen.append(f"pageerror: {exc}"))
+    return seen
+
+
+def _slow(page, ms: int = 1500) -> None:
+    """Every /api/ answer held back `ms` ms (a slow or loaded server)."""
+
+    def hold(route) -> None:
+        page.wait_for_timeout(ms)
+        route.continue_()
+
+    page.route("**/api/**", hold)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("viewport", WIDTHS, ids=("1280", "320"))
+def test_generate_steps_and_size_left_to_the_family_read_as_such(
+    studio, browser, artifacts: Path, viewport
+) -> None:
+    url = str(studio["url"])
+    with open_page(browser, viewport=viewport, timeout_ms=60_000) as page:
+        seen = _watch(page)
+        _slow(page)
+        try:
+            page.goto(f"{url}/#/generate")
+            steps = page.locator('[name="gen_steps"]')
+            steps.wait_for()
+            page.wait_for_function("() => document.querySelector('[name=gen_width]').placeholder !== ''")
+            settle(page)
+            width = page.locator('[name="gen_width"]')
+            assert width.input_value() == "" and width.get_attribute("placeholder") == "1024"  # tiny FLUX.1
+            assert width.evaluate(_DESCRIPTION_JS) == "empty: the family's 1024"
+            assert steps.evaluate(_DESCRIPTION_JS).startswith("empty: the family's")
+            look = width.evaluate(_PLACEHOLDER_JS)
+            assert look["style"] == "italic" and look["colour"] != look["text"], look
+            # keyboard only: Seed, then Steps, Width, Height in order, each with a visible focus ring
+            page.locator('[name="gen_seed"]').focus()
+            for name in ("gen_steps", "gen_width", "gen_height"):
+                page.keyboard.press("Tab")
+                focused = page.evaluate("() => document.activeElement.getAttribute('name')")
+                assert focused == name
+                assert page.locator(f'[name="{name}"]').evaluate(_FOCUS_RING_JS), f"{name}: no visible focus"
+            page.keyboard.type("768")
+            assert width.input_value() == ""  # typed into Height, the field focused
+            assert page.locator('[name="gen_height"]').input_value() == "768"
+            assert seen == [], seen
+        except Exception:
+            page.screenshot(path=artifacts / f"new-fields-generate-{viewport['width']}.png", full_page=True)
+            raise
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("viewport", WIDTHS, ids=("1280", "320"))
+def test_train_form_new_hints_are_their_fields_descriptions(
+    studio, browser, artifacts: Path, viewport
+) -> None:
+    url = str(studio["url"])
+    with open_page(browser, viewport=viewport, timeout_ms=60_000) as page:
+        seen = _watch(page)
+        _slow(page)
+        try:
+            page.goto(f"{url}/#/train")
+            page.locator(".advanced summary").first.wait_for()
+            settle(page)
+            page.locator(".advanced summary").first.focus()
+            page.keyboard.press("Enter")  # opened from the keyboard
+            seed = page.locator('[name="validation_seed"]')
+            seed.wait_for()
+            assert "validation folder" in seed.evaluate(_DESCRIPTION_JS)
+            assert (
+                seed.evaluate("e => e.labels[0].querySelector('.field-label').textContent")
+                == "Validation seed"
+            )
+            adapter = page.locator('[name="adapter"]')
+            assert "FLUX.2 / klein / Z-Image LoKr" in adapter.evaluate(_DESCRIPTION_JS)
+            importer = page.locator('[name="import_config"]')
+            assert "Import a config" in importer.evaluate("e => e.labels[0].textContent")
+            assert seen == [], seen
+        except Exception:
+            page.screenshot(path=artifacts / f"new-fields-train-{viewport['width']}.png", full_page=True)
+            raise
+
+
+@pytest.mark.timeout(240)
+def test_every_screen_leaves_the_console_empty_under_the_page_policy(
+    studio, browser, artifacts: Path
+) -> None:
+    """Each screen of the top bar at 320 px on a slow server: no CSP violation (the page's policy
+    says script-src 'self'), no React warning, no uncaught error."""
+    url = str(studio["url"])
+    with open_page(browser, viewport=WIDTHS[1], timeout_ms=60_000) as page:
+        seen = _watch(page)
+        _slow(page, 800)
+        try:
+            page.goto(f"{url}/#/datasets")
+            for screen in ("datasets", "train", "live", "runs", "generate", "models"):
+                page.goto(f"{url}/#/{screen}")
+                page.locator("section.screen").first.wait_for()
+                settle(page)
+                assert seen == [], f"#{screen}: {seen}"
+        except Exception:
+            page.screenshot(path=artifacts / "new-fields-console.png", full_page=True)
+            raise
