@@ -19,6 +19,7 @@ _DESCRIPTION_JS = """e => (e.getAttribute('aria-describedby') || '').split(/\\s+
   .map(id => document.getElementById(id)?.textContent || '').join(' ').trim()"""
 _PLACEHOLDER_JS = """e => { const s = getComputedStyle(e, '::placeholder');
   return {style: s.fontStyle, colour: s.color, text: getComputedStyle(e).color}; }"""
+_FITS_JS = "() => document.documentElement.scrollWidth <= document.documentElement.clientWidth"
 _FOCUS_RING_JS = "e => { const s = getComputedStyle(e); return s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) > 0; }"
 
 
@@ -61,6 +62,8 @@ def test_generate_steps_and_size_left_to_the_family_read_as_such(
             assert width.input_value() == "" and width.get_attribute("placeholder") == "1024"  # tiny FLUX.1
             assert width.evaluate(_DESCRIPTION_JS) == "empty: the family's 1024"
             assert steps.evaluate(_DESCRIPTION_JS).startswith("empty: the family's")
+            page.screenshot(path=artifacts / f"new-fields-generate-{viewport['width']}.png", full_page=True)
+            assert page.evaluate(_FITS_JS), "the page scrolls sideways (the hints under the quad's fields)"
             look = width.evaluate(_PLACEHOLDER_JS)
             assert look["style"] == "italic" and look["colour"] != look["text"], look
             # keyboard only: Seed, then Steps, Width, Height in order, each with a visible focus ring
