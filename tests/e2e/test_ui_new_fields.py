@@ -134,3 +134,41 @@ def test_every_screen_leaves_the_console_empty_under_the_page_policy(
         except Exception:
             page.screenshot(path=artifacts / "new-fields-console.png", full_page=True)
             raise
+
+
+@pytest.mark.timeout(420)
+def test_sidecar_link_by_keyboard_downloads_under_the_runs_name(studio, browser, artifacts: Path) -> None:
+    """The run page's Sidecar .json (RELIABILITY 1783) at 320 px: reached by Tab with a visible
+    focus ring, Enter downloads `<output name>.json` holding that run's record."""
+    import json
+    import shutil
+
+    from tests.e2e.test_ui_a11y import _train
+
+    url, home = str(studio["url"]), Path(studio["home"])
+    shutil.copytree(Path(studio["sample"]), home / "datasets" / "shapes", dirs_exist_ok=True)
+    run_id = _train(url, Path(studio["model"]))
+    with open_page(browser, viewport=WIDTHS[1], timeout_ms=60_000, accept_downloads=True) as page:
+        seen = _watch(page)
+        try:
+            page.goto(f"{url}/#/runs/{run_id}")
+            link = page.get_by_role("link", name="Sidecar .json")
+            link.wait_for()
+            settle(page)
+            page.get_by_role("link", name="Download LoRA").focus()
+            page.keyboard.press("Tab")
+            assert link.evaluate("e => e === document.activeElement")
+            ring = link.evaluate(
+                "e => { const s = getComputedStyle(e); return [s.outlineStyle, s.outlineWidth]; }"
+            )
+            assert ring[0] != "none" and ring[1] != "0px", ring
+            with page.expect_download() as download:
+                page.keyboard.press("Enter")
+            got = download.value
+            assert got.suggested_filename == "a11y-run.json"
+            record = json.loads(Path(got.path()).read_text(encoding="utf-8"))
+            assert record["config"]["output_name"] == "a11y-run"
+            assert seen == [], seen
+        except Exception:
+            page.screenshot(path=artifacts / "new-fields-sidecar.png", full_page=True)
+            raise
