@@ -139,7 +139,8 @@ def test_every_screen_leaves_the_console_empty_under_the_page_policy(
 @pytest.mark.timeout(420)
 def test_sidecar_link_by_keyboard_downloads_under_the_runs_name(studio, browser, artifacts: Path) -> None:
     """The run page's Sidecar .json (RELIABILITY 1783) at 320 px: reached by Tab with a visible
-    focus ring, Enter downloads `<output name>.json` holding that run's record."""
+    focus ring, Enter downloads `<output name>.json` holding that run's record; then Live's wait
+    before its refused stream is reopened, counting down."""
     import json
     import shutil
 
@@ -169,6 +170,14 @@ def test_sidecar_link_by_keyboard_downloads_under_the_runs_name(studio, browser,
             record = json.loads(Path(got.path()).read_text(encoding="utf-8"))
             assert record["config"]["output_name"] == "a11y-run"
             assert seen == [], seen
+            # Live with that (latest) run, its event stream refused (a 503 past the server's stream
+            # caps): "reconnecting in 3 s", counting down (RELIABILITY 1770, 1841), within 320 px
+            page.route("**/api/train/events**", lambda route: route.fulfill(status=503, body="busy"))
+            page.goto(f"{url}/#/live")
+            page.reload()  # the stream the page holds opened before the route: a fresh one goes through it
+            page.get_by_text("reconnecting in 3 s…").wait_for()
+            page.get_by_text("reconnecting in 2 s…").wait_for(timeout=5_000)
+            assert page.evaluate(_FITS_JS)
         except Exception:
             page.screenshot(path=artifacts / "new-fields-sidecar.png", full_page=True)
             raise
