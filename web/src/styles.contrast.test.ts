@@ -61,6 +61,16 @@ describe("the stylesheet's contrast", () => {
     expect(contrast(colour(sel, "color"), colour(hover, "background"))).toBeGreaterThanOrEqual(4.5);
   });
 
+  it("a placeholder is told from a typed value (muted, italic) and still reads on a field (4.5:1)", () => {
+    // RELIABILITY 1840: Chromium's dark placeholder (#a9a9a9) beside typed text (--text): Generate's "1024" / "28"
+    // looked like values typed
+    const sel = "input::placeholder, textarea::placeholder";
+    expect(colour(sel, "color")).not.toBe(VARS.text);
+    expect(rule(sel)).toMatch(/font-style:\s*italic/);
+    expect(rule(sel)).toMatch(/opacity:\s*1/); // Firefox's own placeholder opacity would fade it below 4.5:1
+    expect(contrast(colour(sel, "color"), colour("input, select, textarea", "background"))).toBeGreaterThanOrEqual(4.5);
+  });
+
   it("a link in text is underlined, not told apart by its colour alone", () => {
     expect(rule("a")).toMatch(/text-decoration:\s*underline/);
   });

@@ -140,6 +140,33 @@ describe("the event stream", () => {
     expect(waits[7]).toBe(REOPEN_MS); // one that opened starts the count again
   });
 
+  it("the wait before a stream is reopened counts down each second (RELIABILITY 1841)", async () => {
+    deferFetch(({ url }) => (url.startsWith("/api/train/status") ? { body: status(JOB) } : { status: 404, body: { detail: "none" } }));
+    const ticks: (() => void)[] = [];
+    vi.spyOn(window, "setInterval").mockImplementation(((fn: () => void, ms?: number) => {
+      if (ms === 1000) ticks.push(fn);
+      return ticks.length;
+    }) as typeof window.setInterval);
+    const real = window.setTimeout.bind(window);
+    vi.spyOn(window, "setTimeout").mockImplementation(((fn: () => void, ms?: number) =>
+      (ms ?? 0) < REOPEN_MS ? real(fn, ms) : 0) as typeof window.setTimeout); // the reopen itself never comes
+    render(view());
+    await screen.findByRole("button", { name: "Stop" });
+    const before = ticks.length; // the screen's own second tickers (elapsed time)
+    act(() => {
+      Stream.all[0].readyState = 2;
+      Stream.all[0].onerror?.();
+    });
+    expect(screen.getByText("reconnecting in 3 s…")).toBeInTheDocument();
+    const tick = ticks[before]; // the old code set none: "in 3 s" stayed until the reopen
+    expect(tick).toBeDefined();
+    act(() => tick());
+    expect(screen.getByText("reconnecting in 2 s…")).toBeInTheDocument();
+    act(() => tick());
+    act(() => tick());
+    expect(screen.getByText("reconnecting in 1 s…")).toBeInTheDocument(); // never 0 or below
+  });
+
   it("a status answer older than one already applied does not bring back the older state", async () => {
     const { held } = deferFetch();
     render(view());

@@ -203,6 +203,7 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     if (typeof EventSource === "undefined") return;
     let es: EventSource | null = null;
     let retry: number | undefined;
+    let tick: number | undefined; // counts retryInS down each second while `retry` waits (RELIABILITY 1841)
     let failed = 0; // streams closed for good in a row (the next waits REOPEN_MS * 2^failed)
     let ended = false; // this effect was cleaned up: the token changed, or the provider unmounted
     // the stream carries no token: the browser session's cookie stands for it (auth.ts); a stream
@@ -221,6 +222,7 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
         if (!mine()) return;
         setConnected(true);
         failed = 0;
+        window.clearInterval(tick);
         setRetryInS(null);
         // a fresh stream starts with the events after its request reached the server, and one
         // reconnected by the browser cannot replay across a server restart: the events before it
@@ -240,7 +242,11 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
           const wait = Math.min(REOPEN_MS * 2 ** failed, REOPEN_MAX_MS);
           failed += 1;
           setRetryInS(wait / 1000);
+          // the wait shown counts down (it said "in 60 s" for the whole minute)
+          window.clearInterval(tick);
+          tick = window.setInterval(() => setRetryInS((s) => (s != null && s > 1 ? s - 1 : s)), 1000);
           retry = window.setTimeout(() => {
+            window.clearInterval(tick);
             setRetryInS(null);
             open(true);
           }, wait);
@@ -279,6 +285,7 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     return () => {
       ended = true;
       window.clearTimeout(retry);
+      window.clearInterval(tick);
       es?.close();
     };
   }, [refresh, token]);

@@ -47,6 +47,16 @@ describe("GenerateScreen: the family's steps and size", () => {
     expect("height" in posted(calls)[1]).toBe(false);
   });
 
+  it("a field left to the family says so in its description, not by its placeholder alone (RELIABILITY 1842)", async () => {
+    renderWithProviders(<GenerateScreen />);
+    await waitFor(() => expect(input("gen_width")).toBeInTheDocument());
+    expect(input("gen_steps")).toHaveAccessibleDescription("empty: the family's 28");
+    expect(input("gen_width")).toHaveAccessibleDescription("empty: the family's 512");
+    await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
+    expect(input("gen_height")).toHaveAccessibleDescription("empty: the family's 1024");
+    expect(input("gen_seed")).not.toHaveAttribute("aria-describedby"); // a field with a value of its own: none
+  });
+
   it("a saved draft keeps its steps and size", async () => {
     const draft = { family: "sdxl", baseModel: "/m/sdxl", prompt: "p", seed: "0", steps: "12", width: "256", height: "384" };
     window.sessionStorage.setItem("lorastudio.draft.generate", JSON.stringify(draft));

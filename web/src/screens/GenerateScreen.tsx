@@ -224,8 +224,12 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
     track(flight);
     await view.follow(flight);
   };
+  // a field left to the family says so in words, the field's description (RELIABILITY 1842): its placeholder alone
+  // ("1024") looked like a value typed, and a screen reader read it as the field's value
+  const familyHint = (placeholder?: string) =>
+    placeholder == null ? undefined : /^\d+$/.test(placeholder) ? `empty: the family's ${placeholder}` : "empty: the family's";
   const numberField = (label: string, name: string, value: string, onChange: (v: string) => void, placeholder?: string) => (
-    <Field label={label} error={errors[name.replace(/^gen_/, "")]}>
+    <Field label={label} error={errors[name.replace(/^gen_/, "")]} hint={familyHint(placeholder)}>
       <input
         name={name}
         inputMode="numeric"
