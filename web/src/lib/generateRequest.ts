@@ -124,3 +124,10 @@ export function changedLoras(err: unknown, sent: readonly LoraPick[]): string[] 
 
 /** `picks` without their sha256: the LoRA files as they are now. */
 export const currentFiles = (picks: readonly LoraPick[]): LoraPick[] => picks.map(({ sha256: _, ...rest }) => rest);
+
+/** The description of a Generate field left to the family (RELIABILITY 1842): its placeholder alone ("1024")
+ * looked like a value typed, and a screen reader read it as the field's value. */
+export function familyHint(placeholder?: string): string | undefined {
+  if (placeholder == null) return undefined;
+  return /^\d+$/.test(placeholder) ? `empty: the family's ${placeholder}` : "empty: the family's";
+}

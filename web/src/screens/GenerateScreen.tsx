@@ -29,6 +29,7 @@ import { useGenerationView } from "../lib/generationView";
 import { useGallery } from "../lib/gallery";
 import { gridRunning, useStepGrid } from "../lib/stepGridInFlight";
 import { controlResolutionOf, currentFiles, generateWithRetry, newRequestId, picksOf, reusedBaseSettings, sizeBody } from "../lib/generateRequest";
+import { familyHint } from "../lib/generateRequest";
 import { type ReusedControls, reusedControlSettings } from "../lib/generateRequest";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
@@ -224,10 +225,6 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
     track(flight);
     await view.follow(flight);
   };
-  // a field left to the family says so in words, the field's description (RELIABILITY 1842): its placeholder alone
-  // ("1024") looked like a value typed, and a screen reader read it as the field's value
-  const familyHint = (placeholder?: string) =>
-    placeholder == null ? undefined : /^\d+$/.test(placeholder) ? `empty: the family's ${placeholder}` : "empty: the family's";
   const numberField = (label: string, name: string, value: string, onChange: (v: string) => void, placeholder?: string) => (
     <Field label={label} error={errors[name.replace(/^gen_/, "")]} hint={familyHint(placeholder)}>
       <input
