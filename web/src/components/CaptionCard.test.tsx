@@ -86,3 +86,20 @@ describe("CaptionCard: a caption typed and not saved yet", () => {
     expect(asks()).toBe(false);
   });
 });
+
+describe("CaptionCard: a caption a fresh run refuses", () => {
+  it("says why next to the caption (the detail's markup) until the text is changed", async () => {
+    const markup = "holds {trigger}, which is not replaced: the trigger word's place is written [trigger]";
+    render(<CaptionCard dataset="ds" image={{ ...IMAGE, caption: "{trigger}, a square", markup }} onRemoved={() => undefined} />);
+    expect(screen.getByTestId("markup-of-a.png")).toHaveTextContent(`A fresh run refuses this caption: it ${markup}.`);
+    const box = screen.getByLabelText("caption of a.png");
+    await userEvent.clear(box);
+    await userEvent.type(box, "[trigger], a square");
+    expect(screen.queryByTestId("markup-of-a.png")).toBeNull();
+  });
+
+  it("says nothing for a caption without markup", () => {
+    render(<CaptionCard dataset="ds" image={{ ...IMAGE, markup: null }} onRemoved={() => undefined} />);
+    expect(screen.queryByTestId("markup-of-a.png")).toBeNull();
+  });
+});

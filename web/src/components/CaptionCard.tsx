@@ -16,7 +16,8 @@ interface Props {
 
 type SaveState = "idle" | "saving" | "saved" | "error";
 
-/** A thumbnail (with its loss mask over it when asked: masks/, else its alpha channel) and its caption, editable in place (saved on blur or Ctrl/Cmd+Enter). */
+/** A thumbnail (with its loss mask over it when asked: masks/, else its alpha channel) and its caption, editable in place (saved on blur or Ctrl/Cmd+Enter),
+ * with the server's reason a fresh run refuses the caption (`markup`: another trainer's markup) until it is edited. */
 export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Props) {
   const [text, setText] = useState(image.caption ?? "");
   const [saved, setSaved] = useState(image.caption ?? "");
@@ -151,6 +152,13 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
             if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && theirs === null) void save();
           }}
         />
+        {/* the server's word on the caption it read (another trainer's markup, which a fresh run
+            refuses): shown until the text is changed from it */}
+        {image.markup && text === (image.caption ?? "") && (
+          <p className="warn-text small caption-markup" data-testid={`markup-of-${image.file}`}>
+            A fresh run refuses this caption: it {image.markup}.
+          </p>
+        )}
         <div className="caption-state small">
           {/* a polite region, always there: "saving…", then "saved" are said as a save goes */}
           <span role="status" aria-live="polite">
