@@ -16,6 +16,7 @@ import io
 import os
 import re
 import shutil
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,11 @@ from status_conditions import decode_slots_busy, failing_writes
 
 from live_server import LOOPBACK
 from lorastudio.api.app import create_app
+from lorastudio.api.routes.generate import REFERENCES_BODY_LIMIT
 from lorastudio.api.sse_slots import StreamSlots
 from lorastudio.jobs import gallery
 from lorastudio.settings import Settings
+from lorastudio.training.checkpoint import CHECKPOINT_FILES
 
 Seen = set[tuple[str, str, int]]
 
@@ -44,17 +47,10 @@ UNPROVOKED: dict[tuple[str, str, int], str] = {
     ("POST", GEN, 504): "the generation worker hung past its allowance",
     ("POST", GEN, 507): "the generation worker's image write on a full disk",
     ("POST", "/api/generations", 503): "the server stopping while it is sent",
-    (
-        "POST",
-        "/api/loras/{name}/push",
-        502,
-    ): "the hub unreachable (tests/unit/lora/test_hub_push.py, a real LoRA)",
     ("POST", "/api/models/fetch", 404): "the hub answering no such repo (the network)",
     ("POST", "/api/models/fetch", 409): "a fetch of the model running (the network)",
-    ("POST", RESUME, 400): "a checkpoint of a real run, its settings refused",
     ("POST", RESUME, 500): "a checkpoint of a real run, its writes refused",
     ("POST", RESUME, 507): "a checkpoint of a real run, its disk full",
-    ("POST", "/api/generate/references", 413): "a body over the route's own 200 MiB cap",
 }
 
 
@@ -178,6 +174,7 @@ def test_every_declared_status_of_every_route_is_provoked(
     call("GET", "/gallery/{file}", "/gallery/g.png", headers=past)
     call("GET", "/api/loras/{name}/file", "/api/loras/lo/file", headers=past)
     call("GET", "/api/loras/{name}/sidecar", "/api/loras/lo/sidecar", headers=past)
+    _cheap_stand_ins(call, client, studio_home, run, monkeypatch)
     _write_failures(call, client, run, model, tmp_path, monkeypatch)
     unprovoked = _declared(doc) - seen - set(UNPROVOKED)
     assert sorted(unprovoked) == [], f"declared statuses no request here produced: {sorted(unprovoked)}"
@@ -326,6 +323,40 @@ def _live_job(call: Prober, client: TestClient, config: dict, model: str, captio
     wait_status(client, run, FINAL)
     wait_idle(client)
     return run
+
+
+def _cheap_stand_ins(
+    call: Prober, client: TestClient, home: Path, run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Statuses of what the default suite has no real one of, each from a cheap stand-in (session 38
+    kpfix11, RELIABILITY 1832): resume's 400 from a checkpoint folder whose identity.json is not a
+    checkpoint description; the push's 502 from a hub endpoint nothing listens on (a token set);
+    the reference upload's own 413 from a declared Content-Length past its 200 MiB cap."""
+    checkpoint = home / "outputs" / client.get(f"/api/runs/{run}").json()["output_name"] / "checkpoints"
+    checkpoint /= "step-000001"
+    checkpoint.mkdir(parents=True)
+    for name in CHECKPOINT_FILES:
+        (checkpoint / name).write_bytes(b"{}")
+    refused = call("POST", RESUME, f"/api/runs/{run}/resume", json={})
+    assert refused.status_code == 400 and "checkpoint description" in refused.text, refused.text
+    shutil.rmtree(checkpoint.parent)
+    with socket.socket() as closed:  # a port nothing listens on: the connection is refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with monkeypatch.context() as patch:
+        patch.setenv("HF_TOKEN", "hf_stand_in")
+        patch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+        patch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+        failed = call("POST", "/api/loras/{name}/push", "/api/loras/lo/push", json={"repo": "a/b"})
+        assert failed.status_code == 502 and failed.json()["error"] == "HubUploadError", failed.text
+    # a declared length past the route's own cap is refused before a byte is read (Starlette's
+    # RequestBodyLimitMiddleware): the 413 without sending 200 MiB
+    past = {
+        "content-type": "multipart/form-data; boundary=x",
+        "content-length": str(REFERENCES_BODY_LIMIT + 1),
+    }
+    over = call("POST", "/api/generate/references", content=b"--x--\r\n", headers=past)
+    assert over.status_code == 413 and over.json()["error"] == "BodyTooLarge", over.text
 
 
 def _write_failures(
