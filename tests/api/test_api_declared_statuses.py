@@ -17,6 +17,8 @@ import os
 import re
 import shutil
 import socket
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from fastapi.testclient import TestClient
 from huggingface_hub import constants as hf_constants
 from PIL import Image
 from status_conditions import decode_slots_busy, failing_writes
+from tests.polling import until
 
 from live_server import LOOPBACK
 from lorastudio.api.app import create_app
@@ -36,10 +39,13 @@ from lorastudio.jobs import gallery
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import CHECKPOINT_FILES
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "basemodels"))
+from fake_hub import FakeHub, FakeHubServer, FakeRepo, flux_repo_files  # noqa: E402
+
 Seen = set[tuple[str, str, int]]
 
 # (method, path, status): declared, but produced only by what an in-process default test cannot
-# have (a generation worker, the hub, a real run's checkpoint, 200 MiB)
+# have (a generation worker, a server stopping, a real run's checkpoint whose writes fail)
 GEN, RESUME = "/api/generate", "/api/runs/{run_id}/resume"
 UNPROVOKED: dict[tuple[str, str, int], str] = {
     ("POST", GEN, 500): "the pipeline failing in the generation worker",
@@ -47,8 +53,6 @@ UNPROVOKED: dict[tuple[str, str, int], str] = {
     ("POST", GEN, 504): "the generation worker hung past its allowance",
     ("POST", GEN, 507): "the generation worker's image write on a full disk",
     ("POST", "/api/generations", 503): "the server stopping while it is sent",
-    ("POST", "/api/models/fetch", 404): "the hub answering no such repo (the network)",
-    ("POST", "/api/models/fetch", 409): "a fetch of the model running (the network)",
     ("POST", RESUME, 500): "a checkpoint of a real run, its writes refused",
     ("POST", RESUME, 507): "a checkpoint of a real run, its disk full",
 }
@@ -175,6 +179,7 @@ def test_every_declared_status_of_every_route_is_provoked(
     call("GET", "/api/loras/{name}/file", "/api/loras/lo/file", headers=past)
     call("GET", "/api/loras/{name}/sidecar", "/api/loras/lo/sidecar", headers=past)
     _cheap_stand_ins(call, client, studio_home, run, monkeypatch)
+    _fake_hub_fetches(call, client, tiny_model("flux"), tmp_path, monkeypatch)
     _write_failures(call, client, run, model, tmp_path, monkeypatch)
     unprovoked = _declared(doc) - seen - set(UNPROVOKED)
     assert sorted(unprovoked) == [], f"declared statuses no request here produced: {sorted(unprovoked)}"
@@ -357,6 +362,33 @@ def _cheap_stand_ins(
     }
     over = call("POST", "/api/generate/references", content=b"--x--\r\n", headers=past)
     assert over.status_code == 413 and over.json()["error"] == "BodyTooLarge", over.text
+
+
+def _fake_hub_fetches(
+    call: Prober, client: TestClient, tiny_flux: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model fetch's 404 (no such revision: a missing repo is the hub's 401, a 403 here) and 409 (a fetch of the model running) from the fake
+    hub of tests/unit/basemodels on 127.0.0.1 (RELIABILITY 1832): the running fetch is held at its
+    weights, cancelled, then let go, and ends before the test goes on."""
+    hub = FakeHub(token="hf_not_used")
+    hub.repos["acme/flux"] = FakeRepo(flux_repo_files(tiny_flux))
+    hub.hold["transformer/diffusion_pytorch_model.safetensors"] = held = threading.Event()
+    with FakeHubServer(hub), monkeypatch.context() as patch:
+        patch.setenv("HF_ENDPOINT", hub.url)
+        patch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+        patch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+        missing = call("POST", "/api/models/fetch", json={"repo_id": "acme/flux", "revision": "nope"})
+        assert missing.status_code == 404, missing.text
+        first = client.post("/api/models/fetch", json={"repo_id": "acme/flux"})
+        assert first.status_code < 300, first.text
+        twice = call("POST", "/api/models/fetch", json={"repo_id": "acme/flux"})
+        assert twice.status_code == 409 and twice.json()["error"] == "JobActive", twice.text
+        fetch = first.json()["id"]
+        client.post(f"/api/models/fetch/{fetch}/cancel")
+        held.set()
+        until(
+            lambda: client.get(f"/api/models/fetch/{fetch}").json()["status"] != "running", 30, "fetch ended"
+        )
 
 
 def _write_failures(
