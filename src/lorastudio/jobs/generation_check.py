@@ -15,7 +15,7 @@ from lorastudio.basemodels import ResolvedBase, resolve_base
 from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import local_revision_problem, revision_problem
 from lorastudio.data.sample_refs import reference_size_problem
-from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
+from lorastudio.errors import ConfigError, FieldProblem, LorastudioError, ModelSourceError, NotFound
 from lorastudio.generation_rules import (
     budget_problems,
     control_resolution_problems,
@@ -115,7 +115,7 @@ def planned_steps(req: GenerationRequest, base: ResolvedBase) -> int:
     family = families.get(req.family)
     try:
         facts = family.local_facts(str(base.configs), req.revision)
-    except (OSError, ValueError):  # an unreadable base: the worker's own check words it
+    except (LorastudioError, OSError, ValueError):  # an unreadable base: the worker's own check words it
         facts = None
     steps = family.generation_defaults(facts or {}).get("num_inference_steps")
     return steps if isinstance(steps, int) and steps > 0 else 0
