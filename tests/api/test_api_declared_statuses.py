@@ -16,9 +16,6 @@ import io
 import os
 import re
 import shutil
-import socket
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,18 +26,13 @@ from fastapi.testclient import TestClient
 from huggingface_hub import constants as hf_constants
 from PIL import Image
 from status_conditions import decode_slots_busy, failing_writes
-from tests.polling import until
+from status_stand_ins import cheap_stand_ins, fake_hub_fetches
 
 from live_server import LOOPBACK
 from lorastudio.api.app import create_app
-from lorastudio.api.routes.generate import REFERENCES_BODY_LIMIT
 from lorastudio.api.sse_slots import StreamSlots
 from lorastudio.jobs import gallery
 from lorastudio.settings import Settings
-from lorastudio.training.checkpoint import CHECKPOINT_FILES
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "basemodels"))
-from fake_hub import FakeHub, FakeHubServer, FakeRepo, flux_repo_files  # noqa: E402
 
 Seen = set[tuple[str, str, int]]
 
@@ -178,8 +170,8 @@ def test_every_declared_status_of_every_route_is_provoked(
     call("GET", "/gallery/{file}", "/gallery/g.png", headers=past)
     call("GET", "/api/loras/{name}/file", "/api/loras/lo/file", headers=past)
     call("GET", "/api/loras/{name}/sidecar", "/api/loras/lo/sidecar", headers=past)
-    _cheap_stand_ins(call, client, studio_home, run, monkeypatch)
-    _fake_hub_fetches(call, client, tiny_model("flux"), tmp_path, monkeypatch)
+    cheap_stand_ins(call, client, studio_home, run, monkeypatch)  # tests/api/status_stand_ins.py
+    fake_hub_fetches(call, client, tiny_model("flux"), tmp_path, monkeypatch)
     _write_failures(call, client, run, model, tmp_path, monkeypatch)
     unprovoked = _declared(doc) - seen - set(UNPROVOKED)
     assert sorted(unprovoked) == [], f"declared statuses no request here produced: {sorted(unprovoked)}"
@@ -328,67 +320,6 @@ def _live_job(call: Prober, client: TestClient, config: dict, model: str, captio
     wait_status(client, run, FINAL)
     wait_idle(client)
     return run
-
-
-def _cheap_stand_ins(
-    call: Prober, client: TestClient, home: Path, run: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Statuses of what the default suite has no real one of, each from a cheap stand-in (session 38
-    kpfix11, RELIABILITY 1832): resume's 400 from a checkpoint folder whose identity.json is not a
-    checkpoint description; the push's 502 from a hub endpoint nothing listens on (a token set);
-    the reference upload's own 413 from a declared Content-Length past its 200 MiB cap."""
-    checkpoint = home / "outputs" / client.get(f"/api/runs/{run}").json()["output_name"] / "checkpoints"
-    checkpoint /= "step-000001"
-    checkpoint.mkdir(parents=True)
-    for name in CHECKPOINT_FILES:
-        (checkpoint / name).write_bytes(b"{}")
-    refused = call("POST", RESUME, f"/api/runs/{run}/resume", json={})
-    assert refused.status_code == 400 and "checkpoint description" in refused.text, refused.text
-    shutil.rmtree(checkpoint.parent)
-    with socket.socket() as closed:  # a port nothing listens on: the connection is refused
-        closed.bind(("127.0.0.1", 0))
-        port = closed.getsockname()[1]
-    with monkeypatch.context() as patch:
-        patch.setenv("HF_TOKEN", "hf_stand_in")
-        patch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
-        patch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
-        failed = call("POST", "/api/loras/{name}/push", "/api/loras/lo/push", json={"repo": "a/b"})
-        assert failed.status_code == 502 and failed.json()["error"] == "HubUploadError", failed.text
-    # a declared length past the route's own cap is refused before a byte is read (Starlette's
-    # RequestBodyLimitMiddleware): the 413 without sending 200 MiB
-    past = {
-        "content-type": "multipart/form-data; boundary=x",
-        "content-length": str(REFERENCES_BODY_LIMIT + 1),
-    }
-    over = call("POST", "/api/generate/references", content=b"--x--\r\n", headers=past)
-    assert over.status_code == 413 and over.json()["error"] == "BodyTooLarge", over.text
-
-
-def _fake_hub_fetches(
-    call: Prober, client: TestClient, tiny_flux: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The model fetch's 404 (no such revision: a missing repo is the hub's 401, a 403 here) and 409 (a fetch of the model running) from the fake
-    hub of tests/unit/basemodels on 127.0.0.1 (RELIABILITY 1832): the running fetch is held at its
-    weights, cancelled, then let go, and ends before the test goes on."""
-    hub = FakeHub(token="hf_not_used")
-    hub.repos["acme/flux"] = FakeRepo(flux_repo_files(tiny_flux))
-    hub.hold["transformer/diffusion_pytorch_model.safetensors"] = held = threading.Event()
-    with FakeHubServer(hub), monkeypatch.context() as patch:
-        patch.setenv("HF_ENDPOINT", hub.url)
-        patch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        patch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
-        missing = call("POST", "/api/models/fetch", json={"repo_id": "acme/flux", "revision": "nope"})
-        assert missing.status_code == 404, missing.text
-        first = client.post("/api/models/fetch", json={"repo_id": "acme/flux"})
-        assert first.status_code < 300, first.text
-        twice = call("POST", "/api/models/fetch", json={"repo_id": "acme/flux"})
-        assert twice.status_code == 409 and twice.json()["error"] == "JobActive", twice.text
-        fetch = first.json()["id"]
-        client.post(f"/api/models/fetch/{fetch}/cancel")
-        held.set()
-        until(
-            lambda: client.get(f"/api/models/fetch/{fetch}").json()["status"] != "running", 30, "fetch ended"
-        )
 
 
 def _write_failures(
