@@ -87,3 +87,13 @@ def fake_hub_fetches(
         until(
             lambda: client.get(f"/api/models/fetch/{fetch}").json()["status"] != "running", 30, "fetch ended"
         )
+
+
+def server_stopping(call: Call, client: TestClient, base_model: str) -> None:
+    """Both generation forms' 503 of a server that began to stop (GenerationService.stopping, what
+    its signal handler calls): a request sent then is refused before any work (RELIABILITY 1832)."""
+    client.app.state.generation.stopping()  # type: ignore[attr-defined]
+    body = {"family": "flux", "base_model": base_model, "prompt": "x", "width": 32, "height": 32, "steps": 1}
+    for template in ("/api/generate", "/api/generations"):
+        refused = call("POST", template, json=body)
+        assert refused.status_code == 503 and refused.json()["error"] == "ServerStopping", refused.text
