@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 import socket
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from huggingface_hub import constants as hf_constants
-from tests.polling import until
 
 from lorastudio.api.routes.generate import REFERENCES_BODY_LIMIT
+from lorastudio.basemodels.fetch import fetch_target
+from lorastudio.basemodels.fetch_lock import FetchLock
 from lorastudio.training.checkpoint import CHECKPOINT_FILES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "basemodels"))
@@ -65,28 +65,24 @@ def cheap_stand_ins(
 def fake_hub_fetches(
     call: Call, client: TestClient, tiny_flux: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The model fetch's 404 (no such revision: a missing repo is the hub's 401, a 403 here) and 409 (a fetch of the model running) from the fake
-    hub of tests/unit/basemodels on 127.0.0.1 (RELIABILITY 1832): the running fetch is held at its
-    weights, cancelled, then let go, and ends before the test goes on."""
+    """The model fetch's 404 (no such revision: a missing repo is the hub's 401, a 403 here) and
+    409 (a fetch of the model running in another process: its FetchLock held here, so nothing is
+    downloaded) from the fake hub of tests/unit/basemodels on 127.0.0.1 (RELIABILITY 1832)."""
     hub = FakeHub(token="hf_not_used")
     hub.repos["acme/flux"] = FakeRepo(flux_repo_files(tiny_flux))
-    hub.hold["transformer/diffusion_pytorch_model.safetensors"] = held = threading.Event()
     with FakeHubServer(hub), monkeypatch.context() as patch:
         patch.setenv("HF_ENDPOINT", hub.url)
         patch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
         patch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
         missing = call("POST", "/api/models/fetch", json={"repo_id": "acme/flux", "revision": "nope"})
         assert missing.status_code == 404, missing.text
-        first = client.post("/api/models/fetch", json={"repo_id": "acme/flux"})
-        assert first.status_code < 300, first.text
-        twice = call("POST", "/api/models/fetch", json={"repo_id": "acme/flux"})
+        settings = client.app.state.settings  # type: ignore[attr-defined]
+        lock = FetchLock(fetch_target(settings, "acme/flux", None), "acme/flux")
+        try:
+            twice = call("POST", "/api/models/fetch", json={"repo_id": "acme/flux"})
+        finally:
+            lock.release()
         assert twice.status_code == 409 and twice.json()["error"] == "JobActive", twice.text
-        fetch = first.json()["id"]
-        client.post(f"/api/models/fetch/{fetch}/cancel")
-        held.set()
-        until(
-            lambda: client.get(f"/api/models/fetch/{fetch}").json()["status"] != "running", 30, "fetch ended"
-        )
 
 
 def server_stopping(call: Call, client: TestClient, base_model: str) -> None:
