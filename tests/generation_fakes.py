@@ -4,11 +4,11 @@ PNG of the asked size at once."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from PIL import Image
 
+from lorastudio.basemodels import ResolvedBase
 from lorastudio.jobs.generation import GenerationService
 from lorastudio.jobs.generation_inputs import GenerationRequest
 from lorastudio.jobs.generation_worker import GenerationJob
@@ -18,7 +18,7 @@ class InProcessGeneration(GenerationService):
     """The service with no worker process: the request is always valid, the job writes a PNG."""
 
     def check(self, req: GenerationRequest) -> Any:
-        return SimpleNamespace(source=req.base_model, config=None, file=None), [], ()
+        return ResolvedBase(source=req.base_model, folder=None), [], ()
 
     def _run_locked(self, job: GenerationJob, rid: str) -> dict[str, Any]:
         Image.new("RGB", (job.width, job.height), (200, 10, 10)).save(job.out_path, format="PNG")

@@ -26,6 +26,7 @@ from fastapi.testclient import TestClient
 from huggingface_hub import constants as hf_constants
 from PIL import Image
 from status_conditions import decode_slots_busy, failing_writes
+from status_stand_ins import cheap_stand_ins, fake_hub_fetches, server_stopping
 
 from live_server import LOOPBACK
 from lorastudio.api.app import create_app
@@ -36,25 +37,14 @@ from lorastudio.settings import Settings
 Seen = set[tuple[str, str, int]]
 
 # (method, path, status): declared, but produced only by what an in-process default test cannot
-# have (a generation worker, the hub, a real run's checkpoint, 200 MiB)
+# have (a generation worker, a server stopping, a real run's checkpoint whose writes fail)
 GEN, RESUME = "/api/generate", "/api/runs/{run_id}/resume"
 UNPROVOKED: dict[tuple[str, str, int], str] = {
     ("POST", GEN, 500): "the pipeline failing in the generation worker",
-    ("POST", GEN, 503): "the generation worker killed mid-request",
     ("POST", GEN, 504): "the generation worker hung past its allowance",
     ("POST", GEN, 507): "the generation worker's image write on a full disk",
-    ("POST", "/api/generations", 503): "the server stopping while it is sent",
-    (
-        "POST",
-        "/api/loras/{name}/push",
-        502,
-    ): "the hub unreachable (tests/unit/lora/test_hub_push.py, a real LoRA)",
-    ("POST", "/api/models/fetch", 404): "the hub answering no such repo (the network)",
-    ("POST", "/api/models/fetch", 409): "a fetch of the model running (the network)",
-    ("POST", RESUME, 400): "a checkpoint of a real run, its settings refused",
     ("POST", RESUME, 500): "a checkpoint of a real run, its writes refused",
     ("POST", RESUME, 507): "a checkpoint of a real run, its disk full",
-    ("POST", "/api/generate/references", 413): "a body over the route's own 200 MiB cap",
 }
 
 
@@ -178,7 +168,10 @@ def test_every_declared_status_of_every_route_is_provoked(
     call("GET", "/gallery/{file}", "/gallery/g.png", headers=past)
     call("GET", "/api/loras/{name}/file", "/api/loras/lo/file", headers=past)
     call("GET", "/api/loras/{name}/sidecar", "/api/loras/lo/sidecar", headers=past)
+    cheap_stand_ins(call, client, studio_home, run, monkeypatch)  # tests/api/status_stand_ins.py
+    fake_hub_fetches(call, client, tiny_model("flux"), tmp_path, monkeypatch)
     _write_failures(call, client, run, model, tmp_path, monkeypatch)
+    server_stopping(call, client, str(base))  # the last: a generation service that stops stays stopped
     unprovoked = _declared(doc) - seen - set(UNPROVOKED)
     assert sorted(unprovoked) == [], f"declared statuses no request here produced: {sorted(unprovoked)}"
     assert sorted(seen - _declared(doc, 0)) == [], "answers the document does not declare"

@@ -29,6 +29,12 @@ class DatasetFile(_Out):
         description="it has an alpha channel (its loss mask with alpha_mask); served as a thumbnail at "
         "/api/datasets/{name}/alpha/{file}",
     )
+    markup: str | None = Field(
+        default=None,
+        description="why its caption would train another trainer's markup as text ({trigger}-like "
+        "placeholders, kohya's |||), completing 'the caption ...': a fresh run refuses the dataset "
+        "until it is edited (null: none)",
+    )
 
 
 class DatasetDetail(DatasetSummary):

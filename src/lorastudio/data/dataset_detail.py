@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from lorastudio.data.captions import overridden_row, read_metadata, read_sidecar
+from lorastudio.data.captions import overridden_row, read_metadata, read_sidecar, unread_markup
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_headers import header_info
 from lorastudio.data.images import file_orientation
@@ -77,8 +77,10 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
     """The detail of the dataset `folder` (an existing folder): its summary (`listing.summary_of`)
     with `masked` and `with_alpha` totals, `total_files`, `offset` and `limit`; `files`: the images
     [offset, offset + limit) by name (limit None: to the end), each with its caption (a .txt
-    wins over metadata.jsonl), controls (relative paths, slot order), mask, size (after EXIF orientation) and alpha
-    flag; `dropped`: the folder's entries not used (links, sub-folders, other files, orphan
+    wins over metadata.jsonl), controls (relative paths, slot order), mask, size (after EXIF orientation), alpha
+    flag and `markup`: why its caption would train another trainer's markup as text, which a fresh run
+    refuses (captions.unread_markup's words completing "the caption ...", null when none; the page's
+    captions only, as they are the ones read: RELIABILITY 1830); `dropped`: the folder's entries not used (links, sub-folders, other files, orphan
     controls, clashing masks, metadata.jsonl problems) and the page's caption files that cannot
     be read, each with its reason. Raises DatasetError when the folder cannot be listed."""
     files = discover(folder)
@@ -123,6 +125,7 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
                 "caption": caption,
                 "controls": controls.get(path.name, []),
                 "mask": mask.name if mask else None,
+                "markup": None if caption is None else unread_markup(caption),  # a fresh run refuses it
                 **headers[path.name],  # type: ignore[dict-item]
             }
         )

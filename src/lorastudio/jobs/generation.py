@@ -52,7 +52,7 @@ from lorastudio.data.writes import staged_write
 from lorastudio.errors import GenerationCancelled, GenerationWorkerLost, ServerStopping, writing
 from lorastudio.jobs.gallery import gallery_dir, new_image_name
 from lorastudio.jobs.generation_base import base_identity, job_at_base, refuse_if_base_gone
-from lorastudio.jobs.generation_check import check_request
+from lorastudio.jobs.generation_check import check_request, planned_steps
 from lorastudio.jobs.generation_inputs import GenerationRequest, meta_of
 from lorastudio.jobs.generation_jobs import GenerationJobs
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
@@ -218,6 +218,7 @@ class GenerationService:
             checked = self.check(req)
             with self.arbiter.generation():  # training holds the GPU: refused now, not after a 202
                 pass
+            self._flight.plan(rid, planned_steps(req, checked[0]))  # its record says them from the start
         except BaseException:
             self._flight.finish(rid)
             raise
@@ -276,6 +277,7 @@ class GenerationService:
         checked: tuple[ResolvedBase, list[tuple[str, float]], tuple[str, ...]] | None,
     ) -> dict[str, Any]:
         base, loras, digests = checked if checked is not None else self.check(req)
+        self._flight.plan(rid, planned_steps(req, base))  # its progress says them before the worker does
         with self._bases_lock:
             refuse_if_base_gone(base)  # a model delete landed since the check
             self._bases[rid] = tuple(p for p in (base.source, base.config) if p)

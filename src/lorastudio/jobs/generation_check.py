@@ -15,7 +15,7 @@ from lorastudio.basemodels import ResolvedBase, resolve_base
 from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import local_revision_problem, revision_problem
 from lorastudio.data.sample_refs import reference_size_problem
-from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
+from lorastudio.errors import ConfigError, FieldProblem, LorastudioError, ModelSourceError, NotFound
 from lorastudio.generation_rules import (
     budget_problems,
     control_resolution_problems,
@@ -102,3 +102,20 @@ def check_request(
         if problems:
             raise ConfigError(problems)
     return base, [(str(p), s) for p, s in loras], tuple(digests)
+
+
+def planned_steps(req: GenerationRequest, base: ResolvedBase) -> int:
+    """The denoising steps request `req` will take with its resolved `base`: its own, else the
+    family's generation default for the base's flavour (Family.generation_defaults over the base's
+    configs read as plain JSON: Family.local_facts; a base whose configs are not on disk: the
+    family's own), as generate.pipeline.generate_image takes them; 0 where none is known. Said by
+    a generation's progress and record before its worker reports its first step (RELIABILITY 1831)."""
+    if req.steps is not None:
+        return req.steps
+    family = families.get(req.family)
+    try:
+        facts = family.local_facts(str(base.configs), req.revision)
+    except (LorastudioError, OSError, ValueError):  # an unreadable base: the worker's own check words it
+        facts = None
+    steps = family.generation_defaults(facts or {}).get("num_inference_steps")
+    return steps if isinstance(steps, int) and steps > 0 else 0

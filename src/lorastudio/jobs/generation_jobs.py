@@ -124,6 +124,7 @@ class GenerationJobs:
             raise
         with self._lock:
             entry.handed = True
+            entry.last = self._service.progress(request_id) or entry.last  # its planned steps
         self._records.write(self._ended_status(entry), new=True)  # before its thread can end it
         try:
             self._pool.submit(self._run, req, entry, checked)

@@ -56,6 +56,7 @@ class InFlight:
         self._owners: dict[str, object] = {}  # id -> the owner its `generate` was given
         self._running: tuple[str, Cancellable] | None = None  # the request in the worker
         self._phases: dict[str, tuple[str, int, int]] = {}  # id -> (phase, steps done, of how many)
+        self._planned: dict[str, int] = {}  # id -> the steps it will take, known before its worker says
         self.retired: OrderedDict[str, float] = OrderedDict()  # ended ids -> when (monotonic)
 
     def __len__(self) -> int:
@@ -91,6 +92,7 @@ class InFlight:
             self._states.pop(rid, None)
             self._owners.pop(rid, None)
             self._phases.pop(rid, None)
+            self._planned.pop(rid, None)
             self.retired[rid] = time.monotonic()
             self.retired.move_to_end(rid)
             while len(self.retired) > MAX_RETIRED:
@@ -160,14 +162,23 @@ class InFlight:
                 raise GenerationCancelled("generation cancelled before it started")
             worker.clear_cancel()  # an earlier request's cancel is not this one's
             self._running = (rid, worker)
-            self._phases[rid] = (LOADING, 0, 0)
+            self._phases[rid] = (LOADING, 0, self._planned.get(rid, 0))
+
+    def plan(self, rid: str, of: int) -> None:
+        """Request `rid` (in flight) will take `of` denoising steps (generation_check.planned_steps):
+        its progress says so from now on until its worker reports its own count."""
+        with self._lock:
+            if rid in self._phases:
+                self._planned[rid] = of
+                phase, done, _ = self._phases[rid]
+                self._phases[rid] = (phase, done, of)
 
     def stepped(self, rid: str, done: int, of: int) -> None:
         """Request `rid`'s pipeline is ready and `done` of its `of` denoising steps are done
-        (0: none yet; `of` 0: not known yet). Ignored once it is saving or ended."""
+        (0: none yet; `of` 0: not said by the worker: the `plan`ned count). Ignored once it is saving or ended."""
         with self._lock:
             if self._states.get(rid) in (LIVE, CANCELLED):
-                self._phases[rid] = (GENERATING, max(0, done), max(0, of))
+                self._phases[rid] = (GENERATING, max(0, done), max(0, of) or self._planned.get(rid, 0))
 
     def progress(self, rid: str) -> tuple[str, int, int] | None:
         """(phase, steps done, of how many) of request `rid` in flight (QUEUED, LOADING,

@@ -228,7 +228,10 @@ class FakeHubServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
         self.httpd.daemon_threads = True
         hub.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="fake-hub", daemon=True)
+        # polled every 50 ms: shutdown() waits up to one poll (the default 0.5 s, per server)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-hub", daemon=True
+        )
 
     def __enter__(self) -> FakeHub:
         self.thread.start()

@@ -2009,6 +2009,11 @@ export interface components {
             /** Height */
             height: number | null;
             /**
+             * Markup
+             * @description why its caption would train another trainer's markup as text ({trigger}-like placeholders, kohya's |||), completing 'the caption ...': a fresh run refuses the dataset until it is edited (null: none)
+             */
+            markup?: string | null;
+            /**
              * Mask
              * @description its loss mask in the dataset's masks/ folder (null: none); served as a thumbnail
              */

@@ -86,3 +86,36 @@ describe("CaptionCard: a caption typed and not saved yet", () => {
     expect(asks()).toBe(false);
   });
 });
+
+describe("CaptionCard: a caption a fresh run refuses", () => {
+  afterEach(() => vi.unstubAllGlobals());
+  const TRIGGER = "holds {trigger}, which is not replaced: the trigger word's place is written [trigger]";
+  const KOHYA = "holds |||, kohya's keep_tokens_separator, which is not read (it would train as text): put the tags to keep first and set keep_tokens to their count";
+
+  it("says why next to the caption (the detail's markup), hidden once edited and saved", async () => {
+    mockFetch(({ method, body }) => {
+      if (method !== "PUT") return undefined;
+      const { caption } = body as { caption: string };
+      if (caption.includes("|||")) return { status: 400, body: { error: "DatasetError", detail: `caption of a.png refused\n  - a.png: the caption ${KOHYA}` } };
+      return { body: { file: "a.png", caption, caption_file: "a.txt" } };
+    });
+    render(<CaptionCard dataset="ds" image={{ ...IMAGE, caption: "{trigger}, a square", markup: TRIGGER }} onRemoved={() => undefined} />);
+    expect(screen.getByTestId("markup-of-a.png")).toHaveTextContent(`A fresh run refuses this caption: it ${TRIGGER}.`);
+    const box = screen.getByLabelText("caption of a.png");
+    await userEvent.clear(box);
+    await userEvent.type(box, "[trigger], a square");
+    expect(screen.queryByTestId("markup-of-a.png")).toBeNull(); // edited: the words were the old text's
+    box.blur();
+    await screen.findByText("saved");
+    expect(screen.queryByTestId("markup-of-a.png")).toBeNull(); // saved: the edit refuses markup (400), so none
+    await userEvent.clear(box);
+    await userEvent.type(box, "red ||| blue"); // the edit's own refusal names it
+    box.blur();
+    expect(await screen.findByRole("alert")).toHaveTextContent(KOHYA);
+  });
+
+  it("says nothing for a caption without markup", () => {
+    render(<CaptionCard dataset="ds" image={{ ...IMAGE, markup: null }} onRemoved={() => undefined} />);
+    expect(screen.queryByTestId("markup-of-a.png")).toBeNull();
+  });
+});

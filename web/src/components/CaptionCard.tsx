@@ -16,11 +16,14 @@ interface Props {
 
 type SaveState = "idle" | "saving" | "saved" | "error";
 
-/** A thumbnail (with its loss mask over it when asked: masks/, else its alpha channel) and its caption, editable in place (saved on blur or Ctrl/Cmd+Enter). */
+/** A thumbnail (with its loss mask over it when asked: masks/, else its alpha channel) and its caption, editable in place (saved on blur or Ctrl/Cmd+Enter),
+ * with the server's reason a fresh run refuses the caption (`markup`: another trainer's markup) until it is edited. */
 export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Props) {
   const [text, setText] = useState(image.caption ?? "");
   const [saved, setSaved] = useState(image.caption ?? "");
   const [state, setState] = useState<SaveState>("idle");
+  /** Why a fresh run refuses the saved caption (the server's words: another trainer's markup), or null. */
+  const [markup, setMarkup] = useState<string | null>(image.markup ?? null);
   const [error, setError] = useState<string | null>(null);
   const errorId = useId(); // the error is read with the caption it concerns
   /** The caption another editor wrote since this card read it (the server's 409): keep mine or use theirs. */
@@ -51,6 +54,7 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
       setState("saving");
       try {
         await api.setCaption(dataset, image.file, text, from, mounted());
+        setMarkup(null); // a caption with markup is refused by the edit (400): the one saved has none
         savedRef.current = text;
         setSaved(text);
         setTheirs(null);
@@ -151,6 +155,13 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
             if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && theirs === null) void save();
           }}
         />
+        {/* the server's word on the caption saved (another trainer's markup, which a fresh run
+            refuses): shown while the text is the saved one */}
+        {markup && text === saved && (
+          <p className="warn-text small caption-markup" data-testid={`markup-of-${image.file}`}>
+            A fresh run refuses this caption: it {markup}.
+          </p>
+        )}
         <div className="caption-state small">
           {/* a polite region, always there: "saving…", then "saved" are said as a save goes */}
           <span role="status" aria-live="polite">
