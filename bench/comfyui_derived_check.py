@@ -111,12 +111,33 @@ def check_derived(
     lora, model, change = derived_file(family, case, work)
     if not lora.is_file():
         return {"family": family, "case": case, "ok": False, "error": f"{lora} was not written"}
+    verdict = save_time_verdict(lora, model, family)
     change = {k: strength * v for k, v in change.items()}
     folder = write_given(family, work / "cases" / f"{family}-{case}", case, lora, model, change)
     if strength != 1.0:
         case_json = json.loads((folder / "case.json").read_text())
         (folder / "case.json").write_text(json.dumps(case_json | {"strength": strength}, indent=1))
-    return run_side(folder, comfyui, pythonpath, family, case) | {"strength": strength, "lora": str(lora)}
+    result = run_side(folder, comfyui, pythonpath, family, case)
+    return result | {"strength": strength, "lora": str(lora), "verdict": verdict}
+
+
+def save_time_verdict(lora: Path, model: Path, family: str) -> dict[str, Any]:
+    """The sidecar's ComfyUI verdict (lora.portability.check_comfyui, the save-time check) of the
+    file on the tiny model's denoiser: a derived file has no sidecar, this is what one would say."""
+    from safetensors import safe_open
+
+    from lorastudio import families
+    from lorastudio.lora.files import read_lora_file
+    from lorastudio.lora.portability import check_comfyui
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for f in sorted((model / families.get(family).spec.denoiser).glob("*.safetensors")):
+        with safe_open(str(f), "pt") as weights:
+            for k in weights.keys():  # noqa: SIM118 (safe_open has no __iter__)
+                if k.endswith(".weight"):
+                    shapes[k.removesuffix(".weight")] = tuple(weights.get_slice(k).get_shape())
+    tensors, header = read_lora_file(lora)
+    return check_comfyui(tensors, header, family, shapes)
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ def _assert_loaded(result: dict) -> None:
     assert result["not_loaded"] == [] and result["comfy_errors"] == []
     assert result["patched_weights"] >= result["expected_weights"] > 0
     assert result["worst_relative_error"] <= TOLERANCE["fp32"]
+    assert result["verdict"]["ok"], result["verdict"]  # the save-time check would say so too
 
 
 @pytest.mark.parametrize(("family", "case"), CELLS)
