@@ -13,11 +13,12 @@ DERIVED (each a 3-step tiny CPU run of comfyui_check.train_case, rank 4, alpha 8
   approximation of each layer's trained change, by this module's own SVD of it.
 - "resume": the run stopped (with a checkpoint) after step 2 and resumed to step 3; expected:
   the resumed run's trained change.
+  "resume-<case>" (comfyui_check.CASES: "resume-lokr", "resume-dora"): that adapter's run.
 - "ema": a run with ema_decay 0.5: the saved (EMA) file, expected its own change read by
   lorastudio's file reader (lora.ops._load: (alpha / rank) x B @ A per layer; the EMA's adapter
   weights are in no model to merge), and "ema-raw": the raw file saved beside it
   (<name>.raw.safetensors), expected the run's trained change (the returned denoiser holds the
-  raw weights).
+  raw weights); "ema-raw-<case>": that adapter's run's raw file.
 Then comfyui_side.py (ComfyUI's `load_lora_for_models` + `patch_weight_to_device`) as for the
 trained files: every key loaded, every patched weight the expected change within fp32 rounding
 (1e-4 of the layer's largest change).
@@ -92,11 +93,12 @@ def derived_file(family: str, case: str, work: Path) -> tuple[Path, Path, dict[s
         out = lora.with_name("resized.safetensors")
         resize_file(lora, out, RESIZE_RANK, family)
         return out, model, best_rank(change, RESIZE_RANK)
-    if case == "resume":
-        return train_case(family, work, "lora", stop_at=2)
-    if case in ("ema", "ema-raw"):
-        lora, model, change = train_case(family, work, "lora", extra={"ema_decay": 0.5})
-        if case == "ema-raw":
+    if case == "resume" or case.startswith("resume-"):  # resume-<adapter case>: a LyCORIS / DoRA run
+        return train_case(family, work, case.removeprefix("resume").removeprefix("-") or "lora", stop_at=2)
+    if case in ("ema", "ema-raw") or case.startswith("ema-raw-"):
+        adapter = case.removeprefix("ema-raw-") if case.startswith("ema-raw-") else "lora"
+        lora, model, change = train_case(family, work, adapter, extra={"ema_decay": 0.5})
+        if case.startswith("ema-raw"):
             return lora.with_name(lora.name.replace(".safetensors", ".raw.safetensors")), model, change
         return lora, model, file_change(lora, family)
     raise ValueError(f"unknown derived case {case!r}; known: {', '.join(DERIVED)}")

@@ -29,6 +29,10 @@ CELLS = [
     ("sdxl", "resize"),
     ("sdxl", "resume"),
     ("sdxl", "ema"),
+    ("flux", "resume-lokr"),
+    ("z-image", "resume-dora"),
+    ("sdxl", "resume-loha"),
+    ("qwen-image", "ema-raw-lokr"),
 ]
 
 
