@@ -1,7 +1,7 @@
 """Does ComfyUI's own loader apply the files lorastudio DERIVES from a run as it applies a run's
 own file? (session 38 comfyreal2; comfyui_check.py runs the trained files.)
 
-    python -m bench.comfyui_derived_check --comfyui /path/to/ComfyUI [--pythonpath DIR] [FAMILY:CASE ...]
+    python -m bench.comfyui_derived_check --comfyui /path/to/ComfyUI [--pythonpath DIR] [FAMILY:CASE[@STRENGTH] ...]
 
 DERIVED (each a 3-step tiny CPU run of comfyui_check.train_case, rank 4, alpha 8, then):
 - "convert-kohya": `lora convert --to kohya` (lora.files.convert_file) of a diffusers-layout file;
@@ -150,8 +150,10 @@ def main() -> None:
     parser.add_argument("cells", nargs="*", default=[f"flux:{c}" for c in DERIVED])
     args = parser.parse_args()
     for cell in args.cells:
-        family, case = cell.split(":")
-        result = check_derived(family, case, args.comfyui, args.work / family / case, args.pythonpath)
+        family, _, rest = cell.partition(":")
+        case, _, at = rest.partition("@")  # FAMILY:CASE@STRENGTH, 1.0 when not given
+        work = args.work / family / rest
+        result = check_derived(family, case, args.comfyui, work, args.pythonpath, float(at or 1.0))
         print(
             json.dumps(
                 {
