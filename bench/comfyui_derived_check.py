@@ -124,9 +124,16 @@ def check_derived(
 
 
 def save_time_verdict(lora: Path, model: Path, family: str) -> dict[str, Any]:
-    """The sidecar's ComfyUI verdict (lora.portability.check_comfyui, the save-time check) of the
-    file on the tiny model's denoiser: a derived file has no sidecar, this is what one would say."""
+    """The sidecar's ComfyUI verdict of the file: a run's file (resumed, EMA, raw) has its sidecar
+    (<name>.json); a converted, merged or resized file has none, so the save-time check
+    (lora.portability.check_comfyui) on the tiny model's denoiser says what one would."""
     from safetensors import safe_open
+
+    from lorastudio import json_read
+
+    sidecar = lora.with_suffix(".json")
+    if sidecar.is_file():
+        return json_read.loads(sidecar.read_text())["loaders"]["comfyui"]
 
     from lorastudio import families
     from lorastudio.lora.files import read_lora_file
