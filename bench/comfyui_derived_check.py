@@ -168,6 +168,7 @@ def main() -> None:
                     for k in (
                         "family",
                         "case",
+                        "strength",
                         "ok",
                         "worst_relative_error",
                         "not_loaded",
@@ -179,6 +180,7 @@ def main() -> None:
                 }
             )
         )
+        print(json.dumps({"verdict_ok": (result.get("verdict") or {}).get("ok")}))
 
 
 if __name__ == "__main__":
