@@ -59,6 +59,7 @@ from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.lora import names_flux2
 from lorastudio.settings import Settings
+from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import train
 
 SIDE = Path(__file__).with_name("comfyui_side.py")
@@ -133,10 +134,18 @@ def trained_change(denoiser: Any) -> dict[str, torch.Tensor]:
 
 
 def train_case(
-    family: str, work: Path, case: str = "lora", lora_format: str | None = None
+    family: str,
+    work: Path,
+    case: str = "lora",
+    lora_format: str | None = None,
+    extra: dict[str, Any] | None = None,
+    stop_at: int | None = None,
 ) -> tuple[Path, Path, dict[str, torch.Tensor]]:
     """(adapter file, tiny model folder, {diffusers weight name: trained change}) of a 3-step run
-    with CASES[case]'s settings and `lora_format` (None: the case's, else the family's default)."""
+    with CASES[case]'s settings, `extra`'s over them and `lora_format` (None: the case's, else the
+    family's default). `stop_at`: the run is first stopped (with a checkpoint) once step `stop_at`
+    is done, then resumed from its run folder to the end; the file and change are the resumed
+    run's."""
     from lorastudio.tiny import make_sample_dataset, save_tiny_model, tiny_model_dir
     from lorastudio.tiny.paired import make_paired_dataset
 
@@ -162,11 +171,25 @@ def train_case(
         **CASES[case],
         **({"lora_format": lora_format} if lora_format else {}),
         **({"max_sequence_length": 16} if "max_sequence_length" in spec.supports else {}),
+        **(extra or {}),
     }
     settings = Settings(home=work / "home" / f"{family}-{case}-{lora_format or 'default'}")
-    result = train(
-        TrainConfig.model_validate(raw), [].append, settings=settings, device="cpu", return_denoiser=True
-    )
+    config = TrainConfig.model_validate(raw)
+    resume: Path | None = None
+    if stop_at is not None:
+        events: list[Any] = []
+
+        def stop() -> StopRequest | None:
+            done = [e for e in events if e.type == "progress"]
+            return StopRequest(save=True) if done and done[-1].step >= stop_at else None
+
+        stopped = train(config, events.append, stop, settings=settings, device="cpu")
+        if not stopped.stopped:
+            raise RuntimeError(f"{family} {case}: the run was not stopped at step {stop_at}")
+        resume = settings.outputs_dir / raw["output_name"]
+    result = train(config, [].append, settings=settings, device="cpu", return_denoiser=True, resume=resume)
+    if stop_at is not None and not result.resumed_from:
+        raise RuntimeError(f"{family} {case}: the second run did not resume ({result.resumed_from})")
     return result.lora_path, model, trained_change(result.denoiser)
 
 

@@ -117,6 +117,16 @@ HALF_STRENGTH_RUNS = [
     ("qwen-image", "lora-kohya"),
     ("krea2", "lokr-lowrank-w1"),
     ("sdxl", "conv-lora"),
+    # session 38 comfyreal2: every other adapter case at 0.5 too
+    ("chroma", "loha"),
+    ("krea2", "dora"),
+    ("flux-kontext", "lokr-full"),
+    ("qwen-image-edit", "lokr-lowrank-w2"),
+    ("sdxl", "conv-dora"),
+    ("sdxl", "conv-loha"),
+    ("sdxl", "conv-lokr"),
+    ("z-image", "lora-bf16"),
+    ("flux2-klein", "lora-fp16"),
 ]
 
 
