@@ -56,8 +56,6 @@ from safetensors.torch import load_file, save_file
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
-from lorastudio.errors import ConfigError
-from lorastudio.lora import names_flux2
 from lorastudio.settings import Settings
 from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import train
@@ -210,37 +208,6 @@ def sdxl_unet_config(model: Path) -> dict[str, Any]:
     }
 
 
-def flux2_native(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """FLUX.2 weights in BFL names (lorastudio's names_flux2: ComfyUI has no diffusers FLUX.2
-    conversion), fused q/k/v parts stacked in row order, the final adaLN's halves swapped (as
-    diffusers' convert_flux2_transformer_checkpoint_to_diffusers swaps them); the q / k norms'
-    weights too."""
-    parts: dict[str, dict[int, torch.Tensor]] = {}
-    norms = {  # the q / k RMSNorms ComfyUI's QKNorm holds as comfy.ops layers (`.weight`)
-        f"{blocks}.{i}.{d}": f"{bfl}.{i}.{o}"
-        for blocks, bfl, table in (
-            ("transformer_blocks", "double_blocks", names_flux2.QK_NORMS_DOUBLE),
-            ("single_transformer_blocks", "single_blocks", names_flux2.QK_NORMS_SINGLE),
-        )
-        for i in range(64)
-        for d, o in table.items()
-    }
-    for key, value in weights.items():
-        if not key.endswith(".weight"):
-            continue
-        module = key.removesuffix(".weight")
-        try:
-            bfl, part = (norms[module], None) if module in norms else names_flux2.to_original(module)
-        except ConfigError:  # a module with no BFL name is not one a LoRA patches
-            continue
-        parts.setdefault(bfl + ".weight", {})[0 if part is None else part] = value
-    out = {k: torch.cat([p[i] for i in sorted(p)], dim=0) for k, p in parts.items()}
-    swapped = f"{names_flux2.SWAPPED}.weight"  # BFL's (shift, scale) rows, diffusers' (scale, shift)
-    if swapped in out:
-        out[swapped] = torch.cat(out[swapped].chunk(2)[::-1])
-    return out
-
-
 def file_kinds(lora: Path) -> dict[str, int]:
     """{key suffix: count} of the file's per-module keys ("lokr_w2_a", "lora_up.weight", ...):
     which factors the file holds."""
@@ -300,6 +267,8 @@ def write_given(
         case_json["unet_config"] = {"image_model": "krea2", "layers": len(blocks)}
     if kind == "given":
         full = {k: change.get(k, torch.zeros_like(v)) for k, v in base.items()}
+        from bench.comfyui_native import flux2_native
+
         base, change = flux2_native(base), flux2_native(full)
         case_json["unet_config"] = {
             "depth": len({k.split(".")[1] for k in base if k.startswith("double_blocks.")}),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from tests.unit.training.test_precompile import _compiled, cache  # noqa: F401 (the fixture)
 
-from lorastudio.training import precompile
+from lorastudio.training import precompile, precompile_prune
 
 
 def test_a_killed_savers_staging_file_goes_at_the_next_save_a_live_ones_stays(cache):  # noqa: F811
@@ -34,4 +34,5 @@ def test_a_killed_savers_staging_file_goes_at_the_next_save_a_live_ones_stays(ca
     _compiled(x)
     assert precompile.COUNTERS["saved"] == 2
     assert saved.is_file() and live.is_file() and not dead.exists() and not older.exists()
-    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == [live.name]
+    hidden = sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+    assert hidden == sorted([live.name, precompile_prune.IN_USE])  # and the key's lock (1772)
