@@ -82,15 +82,18 @@ def api_answer(client: Any, doc: Doc) -> Answer:
 
 
 def engine_answer(doc: Doc, settings: Any) -> Answer:
-    """The engine's own validation: parse_train_config, then training.preflight.preflight (what
-    train() runs before any model load) on the CPU."""
+    """The engine's own validation: parse_train_config, then training.preflight.preflight and the
+    launch check (check_parallel_config, of this single process: what train() runs before any
+    model load) on the CPU."""
     from lorastudio.config import parse_train_config
     from lorastudio.errors import ConfigError, LorastudioError
+    from lorastudio.training.distributed import ParallelContext, check_parallel_config
     from lorastudio.training.preflight import preflight
 
     try:
         cfg = parse_train_config(doc.data)
         preflight(cfg, settings, "cpu", decode_budget_s=30.0)
+        check_parallel_config(cfg, ParallelContext())  # a num_gpus > 1 run started as one process
     except ConfigError as err:
         return Answer("engine", False, {p.field for p in err.problems}, str(err))
     except LorastudioError as err:
