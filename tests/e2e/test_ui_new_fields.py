@@ -6,7 +6,10 @@ message on the way (no CSP violation of `script-src 'self'`, no React warning)."
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.e2e.ui_pages import open_page, settle
@@ -43,43 +46,52 @@ def _slow(page, ms: int = 1500) -> None:
     page.route("**/api/**", hold)
 
 
+@contextmanager
+def _slowed_page(browser, viewport: dict, shot: Path) -> Iterator[tuple[Any, list[str]]]:
+    """A page at `viewport` whose API answers are held back (_slow), with its console watched
+    (_watch: the list yielded beside it); a screenshot to `shot` when the test fails in it."""
+    with open_page(browser, viewport=viewport, timeout_ms=60_000) as page:
+        seen = _watch(page)
+        _slow(page)
+        try:
+            yield page, seen
+        except Exception:
+            page.screenshot(path=shot, full_page=True)
+            raise
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("viewport", WIDTHS, ids=("1280", "320"))
 def test_generate_steps_and_size_left_to_the_family_read_as_such(
     studio, browser, artifacts: Path, viewport
 ) -> None:
     url = str(studio["url"])
-    with open_page(browser, viewport=viewport, timeout_ms=60_000) as page:
-        seen = _watch(page)
-        _slow(page)
-        try:
-            page.goto(f"{url}/#/generate")
-            steps = page.locator('[name="gen_steps"]')
-            steps.wait_for()
-            page.wait_for_function("() => document.querySelector('[name=gen_width]').placeholder !== ''")
-            settle(page)
-            width = page.locator('[name="gen_width"]')
-            assert width.input_value() == "" and width.get_attribute("placeholder") == "1024"  # tiny FLUX.1
-            assert width.evaluate(_DESCRIPTION_JS) == "empty: the family's 1024"
-            assert steps.evaluate(_DESCRIPTION_JS).startswith("empty: the family's")
-            page.screenshot(path=artifacts / f"new-fields-generate-{viewport['width']}.png", full_page=True)
-            assert page.evaluate(_FITS_JS), "the page scrolls sideways (the hints under the quad's fields)"
-            look = width.evaluate(_PLACEHOLDER_JS)
-            assert look["style"] == "italic" and look["colour"] != look["text"], look
-            # keyboard only: Seed, then Steps, Width, Height in order, each with a visible focus ring
-            page.locator('[name="gen_seed"]').focus()
-            for name in ("gen_steps", "gen_width", "gen_height"):
-                page.keyboard.press("Tab")
-                focused = page.evaluate("() => document.activeElement.getAttribute('name')")
-                assert focused == name
-                assert page.locator(f'[name="{name}"]').evaluate(_FOCUS_RING_JS), f"{name}: no visible focus"
-            page.keyboard.type("768")
-            assert width.input_value() == ""  # typed into Height, the field focused
-            assert page.locator('[name="gen_height"]').input_value() == "768"
-            assert seen == [], seen
-        except Exception:
-            page.screenshot(path=artifacts / f"new-fields-generate-{viewport['width']}.png", full_page=True)
-            raise
+    shot = artifacts / f"new-fields-generate-{viewport['width']}.png"
+    with _slowed_page(browser, viewport, shot) as (page, seen):
+        page.goto(f"{url}/#/generate")
+        steps = page.locator('[name="gen_steps"]')
+        steps.wait_for()
+        page.wait_for_function("() => document.querySelector('[name=gen_width]').placeholder !== ''")
+        settle(page)
+        width = page.locator('[name="gen_width"]')
+        assert width.input_value() == "" and width.get_attribute("placeholder") == "1024"  # tiny FLUX.1
+        assert width.evaluate(_DESCRIPTION_JS) == "empty: the family's 1024"
+        assert steps.evaluate(_DESCRIPTION_JS).startswith("empty: the family's")
+        page.screenshot(path=artifacts / f"new-fields-generate-{viewport['width']}.png", full_page=True)
+        assert page.evaluate(_FITS_JS), "the page scrolls sideways (the hints under the quad's fields)"
+        look = width.evaluate(_PLACEHOLDER_JS)
+        assert look["style"] == "italic" and look["colour"] != look["text"], look
+        # keyboard only: Seed, then Steps, Width, Height in order, each with a visible focus ring
+        page.locator('[name="gen_seed"]').focus()
+        for name in ("gen_steps", "gen_width", "gen_height"):
+            page.keyboard.press("Tab")
+            focused = page.evaluate("() => document.activeElement.getAttribute('name')")
+            assert focused == name
+            assert page.locator(f'[name="{name}"]').evaluate(_FOCUS_RING_JS), f"{name}: no visible focus"
+        page.keyboard.type("768")
+        assert width.input_value() == ""  # typed into Height, the field focused
+        assert page.locator('[name="gen_height"]').input_value() == "768"
+        assert seen == [], seen
 
 
 @pytest.mark.timeout(240)
@@ -88,30 +100,24 @@ def test_train_form_new_hints_are_their_fields_descriptions(
     studio, browser, artifacts: Path, viewport
 ) -> None:
     url = str(studio["url"])
-    with open_page(browser, viewport=viewport, timeout_ms=60_000) as page:
-        seen = _watch(page)
-        _slow(page)
-        try:
-            page.goto(f"{url}/#/train")
-            page.locator(".advanced summary").first.wait_for()
-            settle(page)
-            page.locator(".advanced summary").first.focus()
-            page.keyboard.press("Enter")  # opened from the keyboard
-            seed = page.locator('[name="validation_seed"]')
-            seed.wait_for()
-            assert "validation folder" in seed.evaluate(_DESCRIPTION_JS)
-            assert (
-                seed.evaluate("e => e.labels[0].querySelector('.field-label').textContent")
-                == "Validation seed"
-            )
-            adapter = page.locator('[name="adapter"]')
-            assert "FLUX.2 / klein / Z-Image LoKr" in adapter.evaluate(_DESCRIPTION_JS)
-            importer = page.locator('[name="import_config"]')
-            assert "Import a config" in importer.evaluate("e => e.labels[0].textContent")
-            assert seen == [], seen
-        except Exception:
-            page.screenshot(path=artifacts / f"new-fields-train-{viewport['width']}.png", full_page=True)
-            raise
+    shot = artifacts / f"new-fields-train-{viewport['width']}.png"
+    with _slowed_page(browser, viewport, shot) as (page, seen):
+        page.goto(f"{url}/#/train")
+        page.locator(".advanced summary").first.wait_for()
+        settle(page)
+        page.locator(".advanced summary").first.focus()
+        page.keyboard.press("Enter")  # opened from the keyboard
+        seed = page.locator('[name="validation_seed"]')
+        seed.wait_for()
+        assert "validation folder" in seed.evaluate(_DESCRIPTION_JS)
+        assert (
+            seed.evaluate("e => e.labels[0].querySelector('.field-label').textContent") == "Validation seed"
+        )
+        adapter = page.locator('[name="adapter"]')
+        assert "FLUX.2 / klein / Z-Image LoKr" in adapter.evaluate(_DESCRIPTION_JS)
+        importer = page.locator('[name="import_config"]')
+        assert "Import a config" in importer.evaluate("e => e.labels[0].textContent")
+        assert seen == [], seen
 
 
 @pytest.mark.timeout(240)
