@@ -60,6 +60,9 @@ variants:
              also runs the base prediction (adapter disabled, no grad) and the LoRA's forward +
              backward on the same draws (training/preservation.py); e.g. flux:ref,ref+dop gives
              its cost per step beside the plain compiled step
+  peftfwd    with loha / lokr: peft's own LycorisLayer forward (its per-layer `torch.rand(1)`
+             draw and branch: a graph break per adapted layer) instead of the engine's draw-free
+             one (training/lycoris_forward.py, RELIABILITY 1800): the step before that fix
 Variants combine with "+" (e.g. fp8+cudnn, fp8q+bf16lora): each part is applied in turn.
 
 usage: PYTHONPATH=src:. python -m bench.probe_speed --out DIR --deadline-s S flux:ref,fp8 qwen:cudnn ...
@@ -176,6 +179,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "a8",
         "prodigy",
         "dop",
+        "peftfwd",
     }
     if parts - known:
         raise ValueError(f"unknown probe variant part(s) {sorted(parts - known)}; known: {sorted(known)}")
@@ -224,8 +228,18 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             overrides["optimizer"] = "adamw8bit"
         elif "prodigy" in parts:
             overrides.update(optimizer="prodigy", learning_rate=1.0)
+        if "peftfwd" in parts:  # the step before fix 1800: peft's forward left in place
+            if not adapter & {"loha", "lokr"}:
+                raise ValueError("peftfwd applies to loha / lokr")
+            import lorastudio.training.lora as lora_module
+
+            lora_module.trace_friendly_lycoris = lambda model: 0
         eng = Engine(family, before_lora=before, targets=targets, overrides=overrides)
         row["lora_params"] = sum(p.numel() for p in eng.params)
+        if adapter & {"loha", "lokr"}:  # layers with the draw-free forward (0 with peftfwd)
+            from lorastudio.training.lycoris_forward import TRACED_ATTR
+
+            row["draw_free_layers"] = sum(getattr(type(m), TRACED_ATTR, False) for m in eng.model.modules())
         if family not in TFLOP_PER_SAMPLE and not base:  # bf16 FLOPs of one fwd+bwd, for the MFU
             row["tflop_per_sample"] = round(eng.flops_per_sample() / 1e12, 1)
         if "fbl" in parts:
