@@ -24,7 +24,8 @@ forecast (jobs/time_forecast.py). No torch: the engine writes these records, the
     checkpoints       what else the loop spent beyond its steady steps and sample rounds
                       (checkpoints, validation rounds, LoRA snapshots)
     export            the last step -> the run's end, less its sample round (its validation
-                      round, the LoRA written, Complete, memory freed)
+                      round, the LoRA written, memory freed, a CPU run's rate probe: the
+                      record is written just before Complete, which ends the run)
     other             the rest of the total: preflight of the engine, freeing, gaps
 
 `run_signature` names what a run's time depends on (family, base model and its size, device,
@@ -160,8 +161,9 @@ def phase_seconds(
     lora_saved: float | None = None,
     loads_by_stamps: bool = False,
 ) -> dict[str, Any]:
-    """The phases (module docstring) of a run's stamped events, ending with Complete; `end`: when
-    the run returned (its memory freed; default: the last event's time); `before`: the process's
+    """The phases (module docstring) of a run's stamped events (up to its Complete, which the
+    engine emits right after writing the record); `end`: the run's end (its memory freed, just
+    before Complete; default: the last event's time); `before`: the process's
     seconds before train() (the process_start phase, part of the total); `lora_saved`: when the
     run's LoRA was written (PhaseClock.marks[FINAL_LORA_SAVED]; None: after the samples);
     `loads_by_stamps`: the weights load from the stamps of each load's start and end rather than
