@@ -12,7 +12,14 @@ import torch
 
 from lorastudio.config_host import compile_runs
 from lorastudio.jobs.time_work import seen_text_tokens
-from lorastudio.timings import FINAL_LORA_SAVED, PhaseClock, phase_seconds, run_signature, write_record
+from lorastudio.timings import (
+    FINAL_LORA_SAVED,
+    PhaseClock,
+    adapter_signature,
+    phase_seconds,
+    run_signature,
+    write_record,
+)
 from lorastudio.training.cpu_rate import probe_cpu_rate
 
 if TYPE_CHECKING:
@@ -95,6 +102,7 @@ def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, set
         grad_accum=cfg.grad_accum,
         lora_rank=cfg.lora_rank,
         preservation=cfg.preservation is not None,
+        adapter=adapter_signature(cfg.adapter, cfg.lokr_factor, cfg.lokr_decompose_both),
     )
     measured = phase_seconds(
         clock.stamped,
