@@ -329,6 +329,15 @@ def adapter_signature(
     return {"kind": "lokr", "lokr_factor": factor, "lokr_decompose_both": bool(lokr_decompose_both)}
 
 
+def adapter_words(adapter: dict[str, Any]) -> str:
+    """A signature's adapter in words: "lora", "dora", "loha", "lokr (factor -1)", "lokr (factor 4,
+    both decomposed)"."""
+    if adapter.get("kind") != "lokr":
+        return str(adapter.get("kind"))
+    both = ", both decomposed" if adapter.get("lokr_decompose_both") else ""
+    return f"lokr (factor {adapter.get('lokr_factor')}{both})"
+
+
 def write_record(home: Path, name: str, record: dict[str, Any]) -> Path:
     """Write `record` as <home>/run_timings/<n>_<UTC stamp>-<name>.json (staged, then renamed),
     `n` one more than the highest number there, and keep the MAX_RECORDS newest (record_order:

@@ -59,7 +59,14 @@ from lorastudio.jobs.time_work import (
     record_step_work,
     scaled,
 )
-from lorastudio.timings import PHASES, PLAIN_ADAPTER, adapter_signature, read_records, run_signature
+from lorastudio.timings import (
+    PHASES,
+    PLAIN_ADAPTER,
+    adapter_signature,
+    adapter_words,
+    read_records,
+    run_signature,
+)
 
 if TYPE_CHECKING:
     from lorastudio.jobs.hardware import HostInfo
@@ -190,15 +197,6 @@ def _first_step_share(record: dict[str, Any], expect: str | None) -> float:
     if expect is None or then not in ("warm", "cold") or then == expect:
         return 1.0
     return WARM_COMPILE_SHARE if expect == "warm" else 1 / WARM_COMPILE_SHARE
-
-
-def _adapter_words(adapter: dict[str, Any]) -> str:
-    """A signature's adapter in words: "lora", "dora", "loha", "lokr (factor -1)", "lokr (factor 4,
-    both decomposed)"."""
-    if adapter.get("kind") != "lokr":
-        return str(adapter.get("kind"))
-    both = ", both decomposed" if adapter.get("lokr_decompose_both") else ""
-    return f"lokr (factor {adapter.get('lokr_factor')}{both})"
 
 
 def _same_plan(record: dict[str, Any], now: dict[str, Any]) -> bool:
@@ -368,10 +366,10 @@ def _from_history(
                 f"; differential output preservation's pass: x{PRESERVATION_STEP:.2f} a plain step"
                 " (a base forward + a second forward and backward), not measured in them"
             )
-    kinds = sorted({_adapter_words(_key(r, "adapter")) for r in records} - {_adapter_words(now["adapter"])})
+    kinds = sorted({adapter_words(_key(r, "adapter")) for r in records} - {adapter_words(now["adapter"])})
     if kinds:  # another adapter's runs (RELIABILITY 1861): its layers' work differs at one rank
         for name in ("first_step", "steps"):
-            bases[name] += f"; runs of {' / '.join(kinds)}, not this run's {_adapter_words(now['adapter'])}"
+            bases[name] += f"; runs of {' / '.join(kinds)}, not this run's {adapter_words(now['adapter'])}"
     bases["process_start"] = f"{basis} (the CLI's or job worker's start: Python and torch imports)"
     if compile_cache is not None:
         kinds = {r.get("compile_cache") for r in records}
