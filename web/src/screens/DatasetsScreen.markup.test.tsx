@@ -1,7 +1,9 @@
 import { render, screen, within } from "@testing-library/react";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { Info } from "../api/types";
+import { DatasetEntries } from "../components/DatasetEntries";
 import { DatasetSelect } from "../components/DatasetSelect";
+import { emptyRow, rowsValue } from "../lib/datasetEntries";
 import { INFO, mockFetch } from "../test/fixtures";
 import { renderWithProviders } from "../test/render";
 import { DatasetsScreen } from "./DatasetsScreen";
@@ -38,5 +40,11 @@ describe("a dataset whose captions hold markup a fresh run refuses", () => {
     const hint = screen.getByTestId("dataset-markup");
     expect(hint.textContent).toBe(`${WORDS}: its page names each under its image.`);
     expect(within(hint).getByRole("link").getAttribute("href")).toBe("#/datasets/pets");
+  });
+
+  it("says so in each folder picker of several dataset folders", () => {
+    const value = rowsValue([emptyRow("shapes")]);
+    render(<DatasetEntries value={value} dataDir="shapes" datasets={[...INFO.datasets, MARKED]} onChange={() => {}} />);
+    expect(screen.getByRole("option", { name: /^pets/ }).textContent).toBe(`pets (4 images) — ${WORDS}`);
   });
 });
