@@ -24,7 +24,8 @@ forecast (jobs/time_forecast.py). No torch: the engine writes these records, the
     checkpoints       what else the loop spent beyond its steady steps and sample rounds
                       (checkpoints, validation rounds, LoRA snapshots)
     export            the last step -> the run's end, less its sample round (its validation
-                      round, the LoRA written, Complete, memory freed)
+                      round, the LoRA written, memory freed, a CPU run's rate probe: the
+                      record is written just before Complete, which ends the run)
     other             the rest of the total: preflight of the engine, freeing, gaps
 
 `run_signature` names what a run's time depends on (family, base model and its size, device,
@@ -160,8 +161,9 @@ def phase_seconds(
     lora_saved: float | None = None,
     loads_by_stamps: bool = False,
 ) -> dict[str, Any]:
-    """The phases (module docstring) of a run's stamped events, ending with Complete; `end`: when
-    the run returned (its memory freed; default: the last event's time); `before`: the process's
+    """The phases (module docstring) of a run's stamped events (up to its Complete, which the
+    engine emits right after writing the record); `end`: the run's end (its memory freed, just
+    before Complete; default: the last event's time); `before`: the process's
     seconds before train() (the process_start phase, part of the total); `lora_saved`: when the
     run's LoRA was written (PhaseClock.marks[FINAL_LORA_SAVED]; None: after the samples);
     `loads_by_stamps`: the weights load from the stamps of each load's start and end rather than
@@ -280,12 +282,14 @@ def run_signature(
     grad_accum: int,
     lora_rank: int | None,
     preservation: bool = False,
+    adapter: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a run's time depends on, the same for a finished run and a planned one. `plan`: the
     four plan settings (base_precision resolved: fp32 / bf16 / ...); `buckets`: "WxH" -> images.
     `denoiser_bytes` (the denoiser's safetensors, 0 for a hub id) tells two bases apart;
     `pixels`: the mean pixels of a sample, which the time of a step scales with; `preservation`:
-    differential output preservation on (its pass makes a step ~2.3x the plain one)."""
+    differential output preservation on (its pass makes a step ~2.3x the plain one); `adapter`:
+    adapter_signature()'s (None: a plain LoRA's, as records before it are read)."""
     folder = Path(base_model) / denoiser
     size = sum(f.stat().st_size for f in folder.glob("*.safetensors")) if folder.is_dir() else 0
     sizes = [(int(k.split("x")[0]) * int(k.split("x")[1]), n) for k, n in buckets.items()]
@@ -306,7 +310,32 @@ def run_signature(
         "grad_accum": grad_accum,
         "lora_rank": lora_rank,
         "preservation": preservation,
+        "adapter": adapter if adapter is not None else dict(PLAIN_ADAPTER),
     }
+
+
+PLAIN_ADAPTER: dict[str, Any] = {"kind": "lora"}  # a record's `adapter` before it was kept (RELIABILITY 1861)
+
+
+def adapter_signature(
+    adapter: str, lokr_factor: int | None, lokr_decompose_both: bool | None
+) -> dict[str, Any]:
+    """The adapter part of a run's signature: its kind (lora / dora / loha / lokr: each layer's
+    work differs at one rank) and a LoKr's block shape (`lokr_factor`, None = -1: as square as
+    possible; `lokr_decompose_both`, None = off), which set its factors' sizes."""
+    if adapter != "lokr":
+        return {"kind": adapter}
+    factor = -1 if lokr_factor is None else lokr_factor
+    return {"kind": "lokr", "lokr_factor": factor, "lokr_decompose_both": bool(lokr_decompose_both)}
+
+
+def adapter_words(adapter: dict[str, Any]) -> str:
+    """A signature's adapter in words: "lora", "dora", "loha", "lokr (factor -1)", "lokr (factor 4,
+    both decomposed)"."""
+    if adapter.get("kind") != "lokr":
+        return str(adapter.get("kind"))
+    both = ", both decomposed" if adapter.get("lokr_decompose_both") else ""
+    return f"lokr (factor {adapter.get('lokr_factor')}{both})"
 
 
 def write_record(home: Path, name: str, record: dict[str, Any]) -> Path:

@@ -221,6 +221,11 @@ class DatasetSummary(_Out):
     path: str
     images: int
     captions: int = Field(description="images with a .txt caption or a metadata.jsonl row")
+    markup_captions: int = Field(
+        description="images whose caption holds another trainer's markup (a `{trigger}`-like placeholder, "
+        "kohya's `|||`), which a fresh run refuses; the dataset's detail names each (`markup` of its files). "
+        "An unchanged folder's count is remembered: a caption rewritten in place is counted within ~10 s",
+    )
     usable: bool = Field(
         description="false for a folder made by hand under a name the studio cannot look up "
         "(`problem` says why and the fix: POST /api/datasets/{name}/rename)"

@@ -64,6 +64,11 @@ def list_cmd() -> None:
         if not d["usable"]:  # a folder made by hand under a name the studio cannot use, a link
             fix = "" if Path(d["path"]).is_symlink() else " (`lorastudio datasets rename -- OLD NEW`)"
             typer.echo(f"unusable: {shown_name(d['name'])!r}: {shown_name(d['problem'])}{fix}")
+        elif d["markup_captions"]:  # RELIABILITY 1862: a fresh run refuses the dataset until they are edited
+            typer.echo(
+                f"markup: {shown_name(d['name'])!r}: {d['markup_captions']} caption(s) hold a {{trigger}}-like "
+                "placeholder or kohya's |||, which a fresh run refuses (its preflight names each)"
+            )
 
 
 @datasets_app.command("import")

@@ -14,13 +14,15 @@ from typing import Any
 from lorastudio.data.captions import read_metadata
 from lorastudio.data.dataset_names import name_problem
 from lorastudio.data.discovery import DatasetFiles, discover
+from lorastudio.data.markup_count import markup_captions
 from lorastudio.errors import DatasetError
 from lorastudio.file_version import version_of
 
 
 def dataset_summary(folder: Path) -> dict[str, Any]:
-    """{"name", "path", "images", "captions", "usable", "problem"}: captions counts images with a .txt or a
-    metadata.jsonl row. metadata.jsonl is read once per version of the file (`_metadata_names`);
+    """{"name", "path", "images", "captions", "markup_captions", "usable", "problem"}: captions counts
+    images with a .txt or a metadata.jsonl row, markup_captions those whose caption a fresh run
+    refuses for another trainer's markup (data/markup_count.py, remembered per file version). metadata.jsonl is read once per version of the file (`_metadata_names`);
     one that cannot be read counts no rows here (the dataset's detail and preflight say why)."""
     return summary_of(folder, discover(folder))
 
@@ -37,6 +39,7 @@ def summary_of(folder: Path, files: DatasetFiles) -> dict[str, Any]:
         "path": str(folder),
         "images": len(files.images),
         "captions": captioned,
+        "markup_captions": markup_captions(folder, files),
         "usable": problem is None,
         "problem": problem,
     }
@@ -102,6 +105,7 @@ def link_summary(link: Path) -> dict[str, Any]:
         "path": str(link),
         "images": 0,
         "captions": 0,
+        "markup_captions": 0,
         "usable": False,
         "problem": (
             f"a symbolic link to {target}: dataset folders are not read through links; move (or "

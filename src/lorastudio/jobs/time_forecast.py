@@ -12,7 +12,7 @@ Sources, best first:
             sizes, each sized phase is a fixed part + a part that scales with its work, fitted
             on them (jobs/time_fit.py). Checked on tiny CPU runs (tests/unit/jobs/
             test_time_forecast.py, test_time_fit.py).
-  machine   runs of other bases / plans on this device: their steps scaled by the cost model's
+  machine   runs of other bases / plans / adapters on this device: their steps scaled by the cost model's
             work of each base at each size (else denoiser bytes x pixels x samples); the fixed
             phases as measured.
   model     no run on this device: the H200 step table of bench/RESULTS.md (seconds per sample
@@ -59,7 +59,14 @@ from lorastudio.jobs.time_work import (
     record_step_work,
     scaled,
 )
-from lorastudio.timings import PHASES, read_records, run_signature
+from lorastudio.timings import (
+    PHASES,
+    PLAIN_ADAPTER,
+    adapter_signature,
+    adapter_words,
+    read_records,
+    run_signature,
+)
 
 if TYPE_CHECKING:
     from lorastudio.jobs.hardware import HostInfo
@@ -92,6 +99,7 @@ _SAME = (
     "attention_backend",
     "lora_rank",
     "preservation",  # records before it: False
+    "adapter",  # its kind and a LoKr's shape; records before it: a plain LoRA's (RELIABILITY 1861)
 )
 
 
@@ -148,6 +156,7 @@ def _forecast(
         grad_accum=cfg.grad_accum,
         lora_rank=cfg.lora_rank,
         preservation=cfg.preservation is not None,
+        adapter=adapter_signature(cfg.adapter, cfg.lokr_factor, cfg.lokr_decompose_both),
     )
     units = run_units(cfg, now, work)
     here = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
@@ -199,8 +208,10 @@ def _same_plan(record: dict[str, Any], now: dict[str, Any]) -> bool:
 
 
 def _key(record: dict[str, Any], name: str) -> Any:
-    """A record's signature value (`preservation` False in records written before it)."""
-    return record["signature"].get(name, False if name == "preservation" else None)
+    """A record's signature value (`preservation` False, `adapter` a plain LoRA's in records
+    written before them)."""
+    absent = {"preservation": False, "adapter": PLAIN_ADAPTER}.get(name)
+    return record["signature"].get(name, absent)
 
 
 def _same_size(record: dict[str, Any], now: dict[str, Any]) -> bool:
@@ -355,6 +366,10 @@ def _from_history(
                 f"; differential output preservation's pass: x{PRESERVATION_STEP:.2f} a plain step"
                 " (a base forward + a second forward and backward), not measured in them"
             )
+    kinds = sorted({adapter_words(_key(r, "adapter")) for r in records} - {adapter_words(now["adapter"])})
+    if kinds:  # another adapter's runs (RELIABILITY 1861): its layers' work differs at one rank
+        for name in ("first_step", "steps"):
+            bases[name] += f"; runs of {' / '.join(kinds)}, not this run's {adapter_words(now['adapter'])}"
     bases["process_start"] = f"{basis} (the CLI's or job worker's start: Python and torch imports)"
     if compile_cache is not None:
         kinds = {r.get("compile_cache") for r in records}

@@ -33,7 +33,7 @@ def probe_cpu_rate() -> dict[str, Any]:
     "threads": those threads, "torch": its version}: a PROBE_SIDE-square fp32 matmul on the CPU
     at the current threads, probed once per process and thread count (the CPU clock's rate does
     not move with the host's load; a process that trains many runs, a test session, pays once).
-    Draws nothing from torch's global RNG (train() returns right after it: a caller's next draw
+    Draws nothing from torch's global RNG (train() emits Complete and returns right after it: a caller's next draw
     is the one it would have been without the probe)."""
     return dict(_probe(torch.get_num_threads()))
 

@@ -40,6 +40,8 @@ meters, every RNG stream) is restored, so the remaining steps are those of an un
 
 A stop request is honoured between phases, per image while caching and after every step.
 Exactly one terminal event is emitted: Complete, or Error (then the exception is re-raised).
+A fresh run that finished writes its wall-time record (training/run_timings.py) just before its
+Complete, its memory freed, so the run's end as the job service reports it finds the record.
 
 Launched by torchrun / accelerate launch (RANK, WORLD_SIZE, LOCAL_RANK set), the run is
 data-parallel (training/distributed.py): same maths as one process with the same global batch,
@@ -274,9 +276,6 @@ def train(
         end_group(state.ctx)
         release_run_dir(state.run_lock)
         state.run_lock = None
-    emit(
-        Complete(lora_path=str(lora_path) if lora_path else None, steps_run=state.steps_run, stopped=stopped)
-    )
     if denoiser is not None:
         denoiser.eval()
     kept = denoiser if return_denoiser else None
@@ -284,7 +283,12 @@ def train(
     if run is not None:
         free_accelerator_memory(run.device)
     if lora_path is not None and not stopped and state.resume is None and state.plan is not None:
-        record_run_timings(run, state, clock, settings)  # the run's end: train() returns now
+        # before Complete: the job service reports the run's end on it, and the next preflight
+        # forecasts from this record (its end is now, Complete the next moment: RELIABILITY 1860)
+        record_run_timings(run, state, clock, settings)
+    emit(
+        Complete(lora_path=str(lora_path) if lora_path else None, steps_run=state.steps_run, stopped=stopped)
+    )
     if used_cache and state.ctx.is_main:
         prune_after_run(settings)  # the disk cache over its cap: least recently used entries go
     resumed_from = state.steps_at_start if state.resume is not None else None

@@ -12,7 +12,14 @@ import torch
 
 from lorastudio.config_host import compile_runs
 from lorastudio.jobs.time_work import seen_text_tokens
-from lorastudio.timings import FINAL_LORA_SAVED, PhaseClock, phase_seconds, run_signature, write_record
+from lorastudio.timings import (
+    FINAL_LORA_SAVED,
+    PhaseClock,
+    adapter_signature,
+    phase_seconds,
+    run_signature,
+    write_record,
+)
 from lorastudio.training.cpu_rate import probe_cpu_rate
 
 if TYPE_CHECKING:
@@ -72,12 +79,16 @@ def compile_cache_state(at_start: dict[str, int], compiled: bool) -> Literal["wa
 def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, settings: Settings) -> None:
     """Write the record of a fresh run that finished (its events stamped by `clock`; `state`: its
     plan, the training/plan.Plan it ran, and the images it encoded, `latents_encoded`, fewer than
-    the dataset's when the disk cache held some). A record that cannot be written is skipped."""
+    the dataset's when the disk cache held some). A record that cannot be written is skipped.
+    train() calls it just before its Complete event: the record's end is read after the CPU
+    probe, its last work, so the run's time up to Complete is all in the record (RELIABILITY 1860)."""
     from lorastudio.training.compile import device_capability
 
     cfg, plan = run.cfg, state.plan
     if plan is None:
         return
+    # this host's rate at the run's threads (jobs/time_rate.device_rate), before the end is read
+    cpu_rate = probe_cpu_rate() if run.device.type == "cpu" else None
     signature = run_signature(
         family=cfg.family,
         base_model=str(cfg.base_model),
@@ -91,6 +102,7 @@ def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, set
         grad_accum=cfg.grad_accum,
         lora_rank=cfg.lora_rank,
         preservation=cfg.preservation is not None,
+        adapter=adapter_signature(cfg.adapter, cfg.lokr_factor, cfg.lokr_decompose_both),
     )
     measured = phase_seconds(
         clock.stamped,
@@ -120,8 +132,8 @@ def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, set
     }
     if state.previews is not None and state.previews.fixed_s:  # a round's own part beside its renders
         work["sample_fixed_s"] = round(statistics.median(state.previews.fixed_s), 3)
-    if run.device.type == "cpu":  # this host's rate at the run's threads (jobs/time_rate.device_rate)
-        work["cpu_rate"] = probe_cpu_rate()
+    if cpu_rate is not None:
+        work["cpu_rate"] = cpu_rate
     try:
         write_record(settings.home, run.run_dir.name, {"signature": signature, **measured, **work})
     except OSError:

@@ -49,12 +49,23 @@ def _forecast(settings: Settings, raw: dict) -> tuple[dict, object]:
 
 def _train(settings: Settings, run: object) -> tuple[float, float]:
     """Train `run`; returns (its wall time by the test's clock, the span from its first event to
-    its last by the same clock). The run's own clock starts after the first and ends before the
-    second, and spans its events: its total lies between them whatever the host's load."""
+    its last before Complete by the same clock). The run's own clock starts after the first and
+    ends before the second, and spans its events: its total lies between them whatever the
+    host's load. The run's record is on disk when its Complete comes (the job service reports
+    the run's end on it: the next preflight forecasts from the record, RELIABILITY 1860)."""
     seen: list[float] = []
+    records_at_complete: list[int] = []
+
+    def sink(event: object) -> None:
+        seen.append(time.monotonic())
+        if getattr(event, "type", None) == "complete":
+            records_at_complete.append(len(read_records(settings.home)))
+
     t0 = time.monotonic()
-    train(run.worker_config, lambda _: seen.append(time.monotonic()), settings=settings, device="cpu")  # type: ignore[attr-defined]
-    return time.monotonic() - t0, seen[-1] - seen[0]
+    train(run.worker_config, sink, settings=settings, device="cpu")  # type: ignore[attr-defined]
+    wall = time.monotonic() - t0
+    assert records_at_complete == [1], records_at_complete  # written before Complete, not after
+    return wall, seen[-2] - seen[0]
 
 
 @pytest.fixture
@@ -89,9 +100,9 @@ def test_a_second_run_is_forecast_within_15_percent_from_the_first(
     assert sum(on_cpu["phases"].values()) == pytest.approx(on_cpu["total_s"], rel=0.02)
     assert 0 < on_cpu["total_s"] <= record["total_s"] * 1.1 and on_cpu["s_per_step"] > 0
     assert record["host_load"]["cores"] >= 1 and record["host_load"]["load_1min"] >= 0
-    # the record is the run's wall time: the same run timed from outside, it lies between the
-    # span of the run's events and train()'s call (outside the run's own clock: train()'s checks
-    # before it and the record's write). Not within 5 % of the call: a load spike in those parts
+    # the record is the run's wall time up to its Complete: the same run timed from outside, it
+    # lies between the span of the run's events before Complete and train()'s call (outside the
+    # run's own clock: train()'s checks before it, the record's write, Complete, the cache prune). Not within 5 % of the call: a load spike in those parts
     # alone moved a run of ~3 s by more on a shared 2-core host.
     assert events <= record["total_s"] + 0.0005 and record["total_s"] <= wall + 0.0005, (record, events, wall)
 

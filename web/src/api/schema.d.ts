@@ -1870,6 +1870,11 @@ export interface components {
              */
             limit: number | null;
             /**
+             * Markup Captions
+             * @description images whose caption holds another trainer's markup (a `{trigger}`-like placeholder, kohya's `|||`), which a fresh run refuses; the dataset's detail names each (`markup` of its files). An unchanged folder's count is remembered: a caption rewritten in place is counted within ~10 s
+             */
+            markup_captions: number;
+            /**
              * Masked
              * @description images with a loss mask in masks/ (all pages)
              */
@@ -2050,6 +2055,11 @@ export interface components {
             captions: number;
             /** Images */
             images: number;
+            /**
+             * Markup Captions
+             * @description images whose caption holds another trainer's markup (a `{trigger}`-like placeholder, kohya's `|||`), which a fresh run refuses; the dataset's detail names each (`markup` of its files). An unchanged folder's count is remembered: a caption rewritten in place is counted within ~10 s
+             */
+            markup_captions: number;
             /** Name */
             name: string;
             /** Path */
@@ -5785,6 +5795,11 @@ export interface components {
             committed: string[];
             /** Images */
             images: number;
+            /**
+             * Markup Captions
+             * @description images whose caption holds another trainer's markup (a `{trigger}`-like placeholder, kohya's `|||`), which a fresh run refuses; the dataset's detail names each (`markup` of its files). An unchanged folder's count is remembered: a caption rewritten in place is counted within ~10 s
+             */
+            markup_captions: number;
             /** Name */
             name: string;
             /** Path */

@@ -1,5 +1,6 @@
 import type { DatasetSummary } from "../api/types";
 import { type EntryRow, emptyRow, parseRows, rowsValue } from "../lib/datasetEntries";
+import { markupWords } from "../lib/markupWords";
 
 interface Props {
   /** The form's `datasets` value (rows as a JSON string; "" = one folder, data_dir). */
@@ -51,6 +52,7 @@ export function DatasetEntries({ value, dataDir, datasets, error, onChange }: Pr
             {datasets.map((d) => (
               <option key={d.name} value={d.name} disabled={!d.usable} title={d.problem ?? undefined}>
                 {d.name} ({d.images} images){d.usable ? "" : " — unusable: see the Datasets page"}
+                {d.usable && d.markup_captions > 0 ? ` — ${markupWords(d.markup_captions)}` : ""}
               </option>
             ))}
           </select>

@@ -1,10 +1,12 @@
 import type { Info } from "../api/types";
+import { markupWords } from "../lib/markupWords";
 import { href } from "../lib/route";
 import { Field } from "./Field";
 
 /** The Train form's one dataset (`data_dir`): the studio's datasets, an unusable one shown but
- * disabled with its problem, a value not among them kept (a cloned run's), and on a home with no
- * dataset yet a link to the Datasets page. */
+ * disabled with its problem, a value not among them kept (a cloned run's), one whose captions hold
+ * markup a fresh run refuses (`markup_captions`, RELIABILITY 1862) says how many, and on a home with
+ * no dataset yet a link to the Datasets page. */
 export function DatasetSelect({
   datasets,
   value,
@@ -16,6 +18,7 @@ export function DatasetSelect({
   error?: string;
   onChange: (value: string) => void;
 }) {
+  const picked = datasets.find((d) => d.name === value);
   return (
     <Field label="Dataset" error={error}>
       <select name="data_dir" value={value} onChange={(e) => onChange(e.target.value)}>
@@ -23,9 +26,16 @@ export function DatasetSelect({
         {datasets.map((d) => (
           <option key={d.name} value={d.name} disabled={!d.usable} title={d.problem ?? undefined}>
             {d.name} ({d.images} images){d.usable ? "" : " — unusable: see the Datasets page"}
+            {d.usable && d.markup_captions > 0 ? ` — ${markupWords(d.markup_captions)}` : ""}
           </option>
         ))}
       </select>
+      {picked && picked.markup_captions > 0 && (
+        <span className="field-hint warn-text" role="note" data-testid="dataset-markup">
+          {markupWords(picked.markup_captions)}: <a href={href("datasets", picked.name)}>its page</a> names each under
+          its image.
+        </span>
+      )}
       {!datasets.length && (
         <span className="field-hint" data-testid="no-dataset">
           No dataset yet: <a href={href("datasets")}>make one</a> from your images and their captions.

@@ -6,6 +6,7 @@ import type { DatasetSummary, NameRule } from "../api/types";
 import { DataTable } from "../components/DataTable";
 import { FILTER_FROM, matchesName, NameFilter } from "../components/NameFilter";
 import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
+import { markupWords } from "../lib/markupWords";
 import { nameProblem } from "../lib/nameRule";
 import { href, navigate } from "../lib/route";
 
@@ -207,6 +208,11 @@ export function DatasetsScreen() {
                   <>
                     {d.captions}
                     {d.captions < d.images && <span className="warn-dot" title="some images have no caption" />}
+                    {d.markup_captions > 0 && (
+                      <div className="small warn-text" role="note" data-testid="markup-captions">
+                        {markupWords(d.markup_captions)}
+                      </div>
+                    )}
                   </>
                 ),
               },
