@@ -37,6 +37,11 @@ from lorastudio.config import TrainConfig
 from lorastudio.host_share import HostShare
 from lorastudio.jobs.time_contention import contended, cpu_clocked, recent_factor
 from lorastudio.jobs.time_fit import FIT_RUNS, refit, sizes
+from lorastudio.jobs.time_match import SAME_KEYS as _SAME
+from lorastudio.jobs.time_match import same_plan as _same_plan
+from lorastudio.jobs.time_match import same_size as _same_size
+from lorastudio.jobs.time_match import signature_key as _key
+from lorastudio.jobs.time_match import usable_record as _usable
 from lorastudio.jobs.time_model import (  # the no-history basis and the shared parts (split out)
     _E2E,
     _compile_cache_kept,
@@ -61,7 +66,6 @@ from lorastudio.jobs.time_work import (
 )
 from lorastudio.timings import (
     PHASES,
-    PLAIN_ADAPTER,
     adapter_signature,
     adapter_words,
     read_records,
@@ -88,19 +92,6 @@ SAMPLE_STEP_SHARE = 0.78
 # A compiled run's first step when its graphs come from the on-disk compile cache, over one that
 # compiles them (e2e FLUX.1 on the H200, bench/RESULTS note 27: 6.5 vs 28.8 s, 8.0-9.4 vs 37.8 s).
 WARM_COMPILE_SHARE = 0.23
-# Exact-match keys of a record (the rest is scaled): what changes the time per unit of work.
-_SAME = (
-    "family",
-    "base_model",
-    "denoiser_bytes",
-    "device_name",
-    "plan",
-    "compiled",
-    "attention_backend",
-    "lora_rank",
-    "preservation",  # records before it: False
-    "adapter",  # its kind and a LoKr's shape; records before it: a plain LoRA's (RELIABILITY 1861)
-)
 
 
 def time_forecast(
@@ -197,36 +188,6 @@ def _first_step_share(record: dict[str, Any], expect: str | None) -> float:
     if expect is None or then not in ("warm", "cold") or then == expect:
         return 1.0
     return WARM_COMPILE_SHARE if expect == "warm" else 1 / WARM_COMPILE_SHARE
-
-
-def _same_plan(record: dict[str, Any], now: dict[str, Any]) -> bool:
-    """Whether a record ran this run's plan (base precision, checkpointing, block swap; the
-    micro-batch is scaled as samples) and compile setting."""
-    sig, keys = record["signature"], ("base_precision", "gradient_checkpointing", "offload_blocks")
-    plan = sig.get("plan") or {}
-    return all(plan.get(k) == now["plan"].get(k) for k in keys) and sig.get("compiled") == now["compiled"]
-
-
-def _key(record: dict[str, Any], name: str) -> Any:
-    """A record's signature value (`preservation` False, `adapter` a plain LoRA's in records
-    written before them)."""
-    absent = {"preservation": False, "adapter": PLAIN_ADAPTER}.get(name)
-    return record["signature"].get(name, absent)
-
-
-def _same_size(record: dict[str, Any], now: dict[str, Any]) -> bool:
-    """Whether a record ran this run's pixels, batch size and accumulation."""
-    return all(record["signature"][k] == now[k] for k in ("pixels", "batch_size", "grad_accum"))
-
-
-def _usable(record: dict[str, Any]) -> bool:
-    """A record this module can scale: its signature's numbers, every phase, a steady step time."""
-    sig, phases = record.get("signature"), record.get("phases")
-    if not isinstance(sig, dict) or not isinstance(phases, dict):
-        return False
-    numbers = [sig.get(k) for k in ("pixels", "batch_size", "grad_accum", "denoiser_bytes")]
-    numbers += [phases.get(k) for k in PHASES if k != "process_start"] + [record.get("s_per_step")]
-    return all(isinstance(v, int | float) for v in numbers) and record["s_per_step"] > 0
 
 
 def _from_history(
