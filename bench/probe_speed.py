@@ -63,6 +63,8 @@ variants:
   peftfwd    with loha / lokr: peft's own LycorisLayer forward (its per-layer `torch.rand(1)`
              draw and branch: a graph break per adapted layer) instead of the engine's draw-free
              one (training/lycoris_forward.py, RELIABILITY 1800): the step before that fix
+  kronfwd    with lokr: the draw-free forward, but each layer's delta through peft's full
+             kron(w1, w2) weight (the step between fix 1800 and the factored LoKr forward)
 Variants combine with "+" (e.g. fp8+cudnn, fp8q+bf16lora): each part is applied in turn.
 
 usage: PYTHONPATH=src:. python -m bench.probe_speed --out DIR --deadline-s S flux:ref,fp8 qwen:cudnn ...
@@ -180,6 +182,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "prodigy",
         "dop",
         "peftfwd",
+        "kronfwd",
     }
     if parts - known:
         raise ValueError(f"unknown probe variant part(s) {sorted(parts - known)}; known: {sorted(known)}")
@@ -234,6 +237,14 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             import lorastudio.training.lora as lora_module
 
             lora_module.trace_friendly_lycoris = lambda model: 0
+        if (
+            "kronfwd" in parts
+        ):  # LoKr's delta through peft's Kronecker weight (the forward looks it up per call)
+            if "lokr" not in adapter:
+                raise ValueError("kronfwd applies to lokr")
+            import lorastudio.training.lycoris_forward as lycoris_forward
+
+            lycoris_forward.lokr_linear_delta = lambda layer, name, x: None
         eng = Engine(family, before_lora=before, targets=targets, overrides=overrides)
         row["lora_params"] = sum(p.numel() for p in eng.params)
         if adapter & {"loha", "lokr"}:  # layers with the draw-free forward (0 with peftfwd)

@@ -2,7 +2,9 @@
 on the tiny FLUX.1 transformer gives, for DoRA, LoHa and LoKr (square factors, and factor 4 with
 both factors low-rank), the same initial adapter tensors as peft's `inject_adapter_in_model` of
 the same config under the same seed, and after the same perturbation of every adapter tensor
-(so the adapter is no longer a no-op) the same output and the same gradient of each, bitwise."""
+(so the adapter is no longer a no-op) the same output and the same gradient of each, bitwise
+(LoKr: within fp rounding, its output taken from the two factors without the Kronecker weight,
+training/lycoris_forward.py, RELIABILITY 1950)."""
 
 from __future__ import annotations
 
@@ -79,7 +81,15 @@ def test_our_adapter_layers_are_peft_s_init_output_and_gradients(settings: dict)
     x = _inputs(base)
     out, want = ours(**x).sample, ref(**x).sample  # [1, 16, 64]
     assert not torch.equal(out, base(**x).sample)  # the perturbed adapter changes the output
-    assert torch.equal(out, want)
+    factored = "lokr" in str(getattr(config, "peft_type", "")).lower()  # the same sums in another order
+    if factored:
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
+    else:
+        assert torch.equal(out, want)
     out.square().mean().backward()
     want.square().mean().backward()
-    assert all(torch.equal(mine[n].grad, theirs[n].grad) for n in names)
+    for n in names:
+        if factored:
+            torch.testing.assert_close(mine[n].grad, theirs[n].grad, rtol=1e-4, atol=1e-7)
+        else:
+            assert torch.equal(mine[n].grad, theirs[n].grad), n
