@@ -8,6 +8,8 @@ job's prompt picks what its pipeline does:
   lowered allowance of the server's worker_timeout_scale);
 - FULL_PROMPT: the render gives an image whose PNG write meets the kernel's ENOSPC (the real
   `writing` makes it NoSpaceLeft: 507, nothing kept);
+- DIE_PROMPT: the worker exits mid-render (503 GenerationWorkerLost: the next request spawns
+  a fresh one);
 - anything else: a flat image, written as the real job writes it.
 """
 
@@ -26,7 +28,7 @@ import lorastudio
 import lorastudio.jobs.generation_worker as worker
 from lorastudio.jobs.generation_worker import GenerationWorkerArgs
 
-FAIL_PROMPT, HANG_PROMPT, FULL_PROMPT = "[fail]", "[hang]", "[full]"
+FAIL_PROMPT, HANG_PROMPT, FULL_PROMPT, DIE_PROMPT = "[fail]", "[hang]", "[full]", "[die]"
 STAND_IN_FAILURE = "the stand-in pipeline failed"
 
 
@@ -45,6 +47,8 @@ def _generate_image(pipe: Any, family: str, *, prompt: str, width: int, height: 
         raise RuntimeError(STAND_IN_FAILURE)
     if prompt.startswith(HANG_PROMPT):
         time.sleep(3600)
+    if prompt.startswith(DIE_PROMPT):
+        os._exit(3)
     if prompt.startswith(FULL_PROMPT):
         return _FullDiskImage(width, height)
     return Image.new("RGB", (width, height), (10, 20, 30))

@@ -5,7 +5,7 @@ shown by no request):
 - `POST /api/generate` 500 GenerationFailed, 507 NoSpaceLeft and 504 GenerationTimedOut from a
   spawned generation worker whose engine is a stand-in (tests/api/status_generation_worker.py):
   its render raises, its PNG write meets ENOSPC, its render hangs past the allowance lowered by
-  `worker_timeout_scale`;
+  `worker_timeout_scale` (and 503 GenerationWorkerLost: it exits mid-render);
 - `POST /api/runs/{run_id}/resume` 507 / 500 from a real tiny run stopped with save (its
   checkpoint passes every check), resumed while every `writing` block fails with ENOSPC / EFBIG.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from api_helpers import FINAL, upload_folder, wait_idle, wait_status
 from status_conditions import failing_writes
-from status_generation_worker import FAIL_PROMPT, FULL_PROMPT, HANG_PROMPT, STAND_IN_FAILURE
+from status_generation_worker import DIE_PROMPT, FAIL_PROMPT, FULL_PROMPT, HANG_PROMPT, STAND_IN_FAILURE
 from status_generation_worker import status_generation_worker as worker_target
 from test_api_declared_statuses import GEN, RESUME, SLOW_PROVOKED
 
@@ -34,7 +34,8 @@ pytestmark = pytest.mark.slow
 def test_generation_worker_statuses_through_the_route(
     studio_home: Path, tiny_model: Callable[[str], Path]
 ) -> None:
-    """500 / 507 / 504 of POST /api/generate, each from its worker's real reply (or silence)."""
+    """500 / 507 / 503 / 504 of POST /api/generate, each from its worker's real reply, death or
+    silence (the 503 of a worker lost, not only the server stopping's of the default test)."""
     settings = Settings(home=studio_home, worker_timeout_scale=0.1)  # 12 s to start, 15 s to render
     body = {"family": "flux", "base_model": str(tiny_model("flux")), "steps": 1, "width": 32, "height": 32}
     with live_server(create_app(settings, generation_target=worker_target)) as server:
@@ -46,6 +47,8 @@ def test_generation_worker_statuses_through_the_route(
         assert STAND_IN_FAILURE in failed.json()["detail"]
         full = client.post("/api/generate", json={**body, "prompt": FULL_PROMPT})
         assert full.status_code == 507 and full.json()["error"] == "NoSpaceLeft", full.text
+        died = client.post("/api/generate", json={**body, "prompt": DIE_PROMPT})  # not a server stopping's
+        assert died.status_code == 503 and died.json()["error"] == "GenerationWorkerLost", died.text
         hung = client.post("/api/generate", json={**body, "prompt": HANG_PROMPT})
         assert hung.status_code == 504 and hung.json()["error"] == "GenerationTimedOut", hung.text
         assert hung.json()["detail"].startswith("the generation worker did not finish 1 step at 32x32")
