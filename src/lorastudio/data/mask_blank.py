@@ -4,12 +4,13 @@ weight 0 (training/step.mask_weights) and its samples teach nothing while taking
 each step. The preflight names them (RELIABILITY 1732), as it names images without a mask.
 
 A mask is judged where the run reads it (RELIABILITY 1871): without random_crop, inside the
-centred crop its bucket takes, resized and cut exactly as the loader cuts it (data/crop.py's
-crop_offset and cover_crop, data.masks.mask_crop's rule), so a 1:8 image whose mask is white only
-at the ends its square bucket cuts off is named; with random_crop, the whole mask (every crop the
-loader may draw, together, covers the whole resized image: it is named only when no crop can
-train a pixel; one whose white part only some crops reach is not named). Each image is judged at
-each bucket it trains at (one per resolution), and named once when a bucket's crop is black.
+centred crop its bucket takes (the loader's rule: data/crop.py's resized_size and crop_offset,
+the window mapped back onto the mask's own pixels, rounded outward: `_centre_window`), so a 1:8
+image whose mask is white only at the ends its bucket cuts off is named; with random_crop, the
+whole mask (every crop the loader may draw, together, covers the whole resized image: it is named
+only when no crop can train a pixel; one whose white part only some crops reach is not named).
+Each image is judged at each bucket it trains at (one per resolution), and named once when a
+bucket's crop is black.
 
 Each mask is decoded (data.masks.load_mask) for the brightest value of that region, remembered
 in this process by the mask file's sha256, the bucket and the crop rule (a server's preflights of
@@ -19,11 +20,12 @@ masked images than MAX_CHECKED has the first MAX_CHECKED checked and says so.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
-from lorastudio.data.crop import cover_crop, crop_offset, resized_size
+from lorastudio.data.crop import crop_offset, resized_size
 from lorastudio.data.items import ImageItem, item_name
 from lorastudio.data.masks import load_mask
 from lorastudio.errors import DatasetError
@@ -76,16 +78,31 @@ def _brightest(item: ImageItem, random_crop: bool) -> int | None:
         grey = load_mask(item)  # upright, the image's size
     except DatasetError:
         return None
-    if not random_crop:  # the loader's one crop: resized to cover the bucket, cut at its centre
-        resized = resized_size(grey.width, grey.height, item.bucket)
-        top_left = crop_offset(resized, item.bucket, random_crop=False, rng=_NO_DRAW)
-        grey = cover_crop(grey, resized, top_left, item.bucket)  # [bucket_h, bucket_w]
+    if not random_crop:
+        grey = grey.crop(_centre_window(grey.size, item.bucket))  # the mask's pixels the crop shows
     brightest = int(grey.getextrema()[1])
     if key:
         if len(_BRIGHTEST) >= _REMEMBERED:
             _BRIGHTEST.clear()
         _BRIGHTEST[key] = brightest
     return brightest
+
+
+def _centre_window(size: tuple[int, int], bucket: tuple[int, int]) -> tuple[int, int, int, int]:
+    """The box (left, top, right, bottom) of a mask of `size` (width, height) that the loader's
+    centred crop for `bucket` shows: crop_offset on the size it resizes to (resized_size), mapped
+    back by the resize's scale and rounded outward (a mask pixel partly in the crop counts). No
+    resize is made: a 24 MP mask's resize took ~0.4 s here, its box's extrema microseconds."""
+    (w, h), (bw, bh) = size, bucket
+    rw, rh = resized_size(w, h, bucket)
+    top, left = crop_offset((rw, rh), bucket, random_crop=False, rng=_NO_DRAW)
+    sx, sy = w / rw, h / rh  # mask pixels per resized pixel
+    return (
+        math.floor(left * sx),
+        math.floor(top * sy),
+        min(w, math.ceil((left + bw) * sx)),
+        min(h, math.ceil((top + bh) * sy)),
+    )
 
 
 def blank_mask_warning(

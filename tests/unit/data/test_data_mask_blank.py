@@ -41,11 +41,11 @@ def test_a_mask_white_only_where_the_bucket_cuts_it_off_is_named(tmp_path: Path)
     random_crop some crops reach its ends, so it is not named; a mask white in the crop is not."""
     root = tmp_path / "data"
     (root / "masks").mkdir(parents=True)
-    for stem, rows in {"ends": [(0, 24), (232, 256)], "middle": [(120, 136)]}.items():
-        Image.new("RGB", (32, 256), (90, 90, 120)).save(root / f"{stem}.png")
-        mask = Image.new("L", (32, 256), 0)
+    for stem, rows in {"ends": [(0, 48), (464, 512)], "middle": [(240, 272)]}.items():
+        Image.new("RGB", (64, 512), (90, 90, 120)).save(root / f"{stem}.png")  # resized by half
+        mask = Image.new("L", (64, 512), 0)
         for top, bottom in rows:
-            mask.paste(255, (0, top, 32, bottom))
+            mask.paste(255, (0, top, 64, bottom))
         mask.save(root / "masks" / f"{stem}.png")
     scan = attach_masks(scan_dataset(root, resolution=32, multiple=16, trigger_word="sks"), alpha_mask=False)
     assert all(i.bucket[1] / i.bucket[0] < 8 for i in scan.items)  # the bucket cuts the ends off
