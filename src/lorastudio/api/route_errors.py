@@ -146,6 +146,9 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         s404="an unknown LoRA or reference image (NotFound)",
         s409="training runs, the request_id is in flight or ended under 10 minutes ago, 8 are in "
         "flight, or it was cancelled (JobActive, GenerationCancelled)",
+        s500="the gallery's folder, the image or its settings could not be written for another reason than "
+        "a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what and where: "
+        "nothing of the image kept",
         s507="the gallery's disk is full: nothing of the image kept (NoSpaceLeft)",
     ),
     ("POST", "/api/generate/{request_id}/cancel"): _only(

@@ -41,7 +41,7 @@ def scan_warnings(scan: DatasetScan, cfg: TrainConfig, holdout: Holdout | None) 
         cut_warning(scan.items, cfg.aspect_buckets, labels),
         variation_warning(scan, labels),
         mask_warning(scan.items, labels),
-        blank_mask_warning(scan.items, cfg.unmasked_weight, labels),
+        blank_mask_warning(scan.items, cfg.unmasked_weight, labels, random_crop=cfg.random_crop),
         overlap_warning(holdout),
         undecoded_warning(scan.items, labels),
         duplicate_warning(scan.items, labels),

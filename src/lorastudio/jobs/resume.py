@@ -22,6 +22,7 @@ from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.data.pixel_rule import read_otherwise
 from lorastudio.data.run_scan import scan_for_run
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
+from lorastudio.families.single_file import model_source
 from lorastudio.jobs.host_rules import host_problems, raw_host_problems
 from lorastudio.jobs.validation import sample_prompt_problems, with_resolved_base
 from lorastudio.settings import Settings
@@ -34,6 +35,7 @@ from lorastudio.training.checkpoint import (
     resume_settings,
 )
 from lorastudio.training.extend import extension_steps, finished_problem
+from lorastudio.training.guidance_rules import resume_guidance_warnings
 from lorastudio.training.identity import check_identity, config_as_recorded, dataset_files, run_identity
 from lorastudio.training.identity_base import RELOCATABLE, record_for
 from lorastudio.training.losses_file import losses_file_problem
@@ -49,6 +51,8 @@ class ValidatedResume:
     checkpoint: Path  # the checkpoint folder to continue from
     step: int  # the checkpoint's step
     total_steps: int
+    # what the resume answer says (sample prompts' guidance no preview applies: RELIABILITY 1872)
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,4 +177,9 @@ def validate_resume(
             read_otherwise(scan),  # the pixel rule, where the data needs it (identity_rules.py)
         ),
     )
-    return ValidatedResume(config=cfg, worker_config=given, checkpoint=found, step=step, total_steps=total)
+    # recorded before the guidance rules (or set by this resume): goes on as recorded, said (1872)
+    facts = family.local_facts(model_source(cfg), cfg.revision)  # on disk only: no download
+    warnings = tuple(resume_guidance_warnings(cfg, family, facts))
+    return ValidatedResume(
+        config=cfg, worker_config=given, checkpoint=found, step=step, total_steps=total, warnings=warnings
+    )

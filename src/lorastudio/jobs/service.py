@@ -265,6 +265,9 @@ class JobService(JobQueries, Dispatcher):
                     self.store.add_validation(job.id, point)
                 job.steps_run = resume.step
                 self.store.update_run(job.id, steps_run=resume.step, total_steps=resume.total_steps)
+                if resume.warnings:  # said in the answer; the run's preflight says them again (1872)
+                    job.dataset_warnings = list(resume.warnings)
+                    self.store.set_dataset_warnings(job.id, job.dataset_warnings)
             except STORE_ERRORS as err:  # a full disk: the resume is refused, nothing runs
                 self._queue.remove(job)
                 self._finish(job, JobStatus.FAILED, error=store_failure(err, self.store))

@@ -75,3 +75,18 @@ def resumed_guidance_warning(problem: FieldProblem) -> str:
         f"{problem.field} {problem.message}: this run was recorded before such guidance was refused and "
         "resumes as it was, its previews rendered without it (a fresh run, or train again, refuses it)"
     )
+
+
+def resume_guidance_warnings(cfg: TrainConfig, family: Family, facts: Mapping[str, Any] | None) -> list[str]:
+    """What a resume of `cfg` says of its sample prompts' own guidance that no preview applies
+    (a fresh run refuses it; a resume goes on as recorded): a true-CFG family's one warning
+    (config_samples.unapplied_sample_guidance_warning, RELIABILITY 1641), else one
+    `resumed_guidance_warning` per prompt (a step-distilled klein's, `facts` its base's:
+    RELIABILITY 1751). The job service's resume answer (jobs/resume.py, RELIABILITY 1872) and
+    the engine's preflight of a resume say the same."""
+    if family.spec.guidance == "true_cfg":
+        from lorastudio.config_samples import unapplied_sample_guidance_warning
+
+        warning = unapplied_sample_guidance_warning(cfg)
+        return [warning] if warning else []
+    return [resumed_guidance_warning(p) for p in sample_guidance_problems(cfg, family, facts)]

@@ -38,6 +38,7 @@ from lorastudio.training.first_step_report import log_first_step_compile
 from lorastudio.training.latents import LatentSource
 from lorastudio.training.loop_end import finish_run, sample_round
 from lorastudio.training.loss_record import LossRecord
+from lorastudio.training.machine_record import device_name, dtype_path
 from lorastudio.training.meter import DivergenceGuard, StepMeter
 from lorastudio.training.micro_batches import batch_forward_backward, entry_loss_weights
 from lorastudio.training.noise import DdpmObjective, FlowObjective
@@ -147,11 +148,13 @@ def optimize(
         ema=make_ema(state.denoiser, trained, cfg, te.named_parameters() if te is not None else None),
         text_encoders=te,
         device_type=run.device.type,
+        device_name=device_name(run.device),  # recorded in each checkpoint, compared on a resume (1873)
+        dtype_path=dtype_path(run.dtype),
     )
     state.ema = parts.ema
     if state.resume is not None:  # every stream continues where the interrupted run left it
         state.steps_run, notes = load_checkpoint(state.resume, parts, state.losses)
-        for note in notes:  # the run goes on: losses the file lacked (NaN), another thread count
+        for note in notes:  # the run goes on: losses the file lacked (NaN), another thread count or machine
             emit(RunWarning(step=state.steps_run, message=note))
         if state.extended:  # the LR from here on is the new total's schedule (training/extend.py)
             respan_schedule(parts.scheduler)

@@ -2,13 +2,15 @@
 steps, so a resumed run continues bitwise where the interrupted one stopped (on CPU).
 
 state.pt = torch.save of {"step", "losses", "loss_record", "optimizer", "scheduler", "scaler", "sampler",
-"meter", "guard", "rng", "ema", "cpu_threads"}; "losses" = the newest
+"meter", "guard", "rng", "ema", "cpu_threads", "device_name", "dtype_path"}; "losses" = the newest
 losses, "loss_record" = where the run folder's losses.bin holds them all (training/loss_record.py);
 "ema" = the adapter EMA's shadow (None without one); "rng" = python `random`, numpy's global state, torch CPU, every CUDA
 device, plus the run's own streams: the numpy Generator (crops, flips, caption dropout) and the
 CPU torch.Generator (noise, timesteps, cached-variant choice); "cpu_threads" = torch's thread count of
 a CPU run (None on an accelerator): a CPU run's sums round otherwise at another count, so a resume
-at another one is said (a RunWarning: not bitwise the uninterrupted run, RELIABILITY 1791). lora.safetensors holds the LoRA
+at another one is said (a RunWarning: not bitwise the uninterrupted run, RELIABILITY 1791); "device_name"
+and "dtype_path" = the device kind and numerics it ran (training/machine_record.py): a resume under
+others is said too (RELIABILITY 1873). lora.safetensors holds the LoRA
 weights (peft naming); text_encoders.safetensors the text encoders' (SDXL train_text_encoder). Loading uses torch.load(weights_only=True).
 """
 
@@ -44,6 +46,7 @@ from lorastudio.training.extend import EXTENSIONS_KEY
 from lorastudio.training.identity import IDENTITY_FORMAT
 from lorastudio.training.lora import lora_state_dict
 from lorastudio.training.loss_record import RECORD_KEY, LossRecord
+from lorastudio.training.machine_record import machine_notes
 from lorastudio.training.meter import DivergenceGuard, StepMeter
 
 TEXT_ENCODERS_FILE = "text_encoders.safetensors"  # the text encoders' LoRA (train_text_encoder)
@@ -66,6 +69,8 @@ class LoopParts:
     ema: AdapterEma | None = None  # the EMA of the adapter weights (cfg.ema_decay), saved as "ema"
     text_encoders: Any = None  # SDXL train_text_encoder: TextEncoderLora, saved as TEXT_ENCODERS_FILE
     device_type: str = "cpu"  # the training device's type: a CPU run records its thread count
+    device_name: str = "cpu"  # its kind (machine_record.device_name), recorded and compared on a resume
+    dtype_path: str = ""  # its numerics (machine_record.dtype_path; "": unknown, not recorded)
 
 
 def capture_rng(rng: np.random.Generator, generator: torch.Generator) -> dict[str, Any]:
@@ -142,6 +147,8 @@ def save_checkpoint(
         "rng": capture_rng(parts.rng, parts.generator),
         "ema": parts.ema.state_dict() if parts.ema is not None else None,
         "cpu_threads": torch.get_num_threads() if parts.device_type == "cpu" else None,
+        "device_name": parts.device_name,  # a resume elsewhere is said (RELIABILITY 1873)
+        "dtype_path": parts.dtype_path or None,
     }
     info = {
         "format": IDENTITY_FORMAT,
@@ -198,7 +205,8 @@ def load_checkpoint(checkpoint: Path, parts: LoopParts, losses: LossRecord) -> t
     existing parameters, so the optimizer keeps referring to them) and the losses of steps
     1..step into `losses` (from the run folder's losses.bin; an older version's checkpoint holds
     them itself). Returns (step, notes for RunWarnings: the losses the file did not hold, NaN;
-    another CPU thread count than the checkpoint's, thread_note). Raises ConfigError (field "resume") when the checkpoint does not fit the
+    another CPU thread count than the checkpoint's, thread_note; another device kind or dtype
+    path, machine_record.machine_notes). Raises ConfigError (field "resume") when the checkpoint does not fit the
     model or cannot be read."""
     from peft.utils import set_peft_model_state_dict
     from safetensors.torch import load_file
@@ -262,7 +270,8 @@ def load_checkpoint(checkpoint: Path, parts: LoopParts, losses: LossRecord) -> t
     lost = losses.restore(checkpoint.parent.parent, step, state)
     notes = [lost] if lost is not None else []
     threads = thread_note(checkpoint, state.get("cpu_threads"), parts.device_type)
-    return step, notes + ([threads] if threads is not None else [])
+    notes += [threads] if threads is not None else []
+    return step, notes + machine_notes(checkpoint, state, parts.device_name, parts.dtype_path)
 
 
 def _load_text_encoders(checkpoint: Path, text_encoders: Any) -> None:

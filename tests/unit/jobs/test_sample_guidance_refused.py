@@ -97,3 +97,25 @@ def test_the_spec_flag_is_what_each_pipeline_does_for_a_distilled_checkpoint():
         pipe._internal_dict = FrozenDict(is_distilled=True)  # what its `config` reads
         runs = spec.guidance != "cfg" or guidance_on(pipe, spec.guidance_kwarg, 4.0)
         assert spec.distilled_runs_no_cfg == (not runs), spec.name
+
+
+def test_a_resume_answer_names_sample_guidance_no_preview_applies():
+    """RELIABILITY 1872: what a resume says (jobs/resume.validate_resume: its answer's
+    dataset_warnings) of a sample prompt's own guidance no preview applies: a step-distilled
+    klein's per prompt, as the engine's preflight of a resume (1751), and Qwen-Image's one warning
+    (1641); nothing for a klein base checkpoint, unknown facts or a family that guides."""
+    from lorastudio.training.guidance_rules import resume_guidance_warnings
+
+    def said(family: str, facts: dict | None, prompts: list = PROMPTS) -> list[str]:
+        cfg = TrainConfig.model_validate(
+            {"family": family, "base_model": "/unused", "data_dir": "/unused", "sample_prompts": prompts}
+        )
+        return resume_guidance_warnings(cfg, families.get(family), facts)
+
+    (klein,) = said("flux2-klein", {"is_distilled": True})
+    assert klein.startswith("sample_prompts.1.guidance 4: Flux2KleinPipeline runs no")
+    assert "resumes as it was, its previews rendered without it" in klein
+    assert said("flux2-klein", {"is_distilled": False}) == said("flux2-klein", None) == []
+    (qwen,) = said("qwen-image", None, [{"prompt": "a dog", "guidance": 7}])
+    assert "a dog" in qwen or "1 (7)" in qwen, qwen
+    assert said("flux", None) == []

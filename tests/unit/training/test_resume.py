@@ -90,17 +90,24 @@ def test_two_successive_resumes_with_epochs_and_accumulation(make_config):
     events, stop = stop_at(1)
     train(make_config(output_name="run", **settings), events.append, stop, device="cpu")
     run_dir = get_settings().outputs_dir / "run"
+    first_state = run_dir / "checkpoints" / "step-000001" / "state.pt"
+    state = torch.load(first_state, weights_only=True)
+    assert state["device_name"] == "cpu" and state["dtype_path"].startswith("float32 compute, fp32 matmul ")
+    torch.save({**state, "device_name": "NVIDIA H100 80GB HBM3"}, first_state)  # as if written there (1873)
     events, stop = stop_at(4)  # the step numbers continue across the resume
     second = train(
         make_config(output_name="run", **settings), events.append, stop, device="cpu", resume=run_dir
     )
     assert (second.resumed_from, second.steps_run, second.stopped) == (1, 4, True)
+    (elsewhere,) = [e.message for e in events if e.type == "warning" and "device kind" in e.message]
+    assert elsewhere.startswith("this resume runs on cpu, step-000001 was written on NVIDIA H100 80GB HBM3")
     third_events: list = []
     third = train(
         make_config(output_name="run", **settings), third_events.append, device="cpu", resume=run_dir
     )
     assert third.resumed_from == 4 and third.losses == full.losses
     assert not [e for e in third_events if e.type == "warning" and "thread" in e.message]  # the same count
+    assert not [e for e in third_events if e.type == "warning" and "this resume" in e.message]  # and machine
     state = torch.load(run_dir / "checkpoints" / "step-000004" / "state.pt", weights_only=True)
     assert state["cpu_threads"] == torch.get_num_threads() == 1  # what a resume compares (1791)
     assert [e.epoch for e in third_events if e.type == "progress"] == [3, 3]
@@ -244,6 +251,24 @@ def test_another_cpu_thread_count_than_the_checkpoints_is_said(tmp_path):
     assert f"OMP_NUM_THREADS={here + 1}" in said
     assert thread_note(tmp_path, here, "cpu") is thread_note(tmp_path, here + 1, "cuda") is None
     assert thread_note(tmp_path, None, "cpu") is None
+
+
+def test_another_device_kind_or_dtype_path_than_the_checkpoints_is_said(tmp_path):
+    """RELIABILITY 1873 without a run (test_two_successive_resumes_... resumes one): a resume on
+    another device kind or dtype path than state.pt's names both; the same, or a checkpoint
+    written before the keys, says nothing."""
+    from lorastudio.training.machine_record import dtype_path, machine_notes
+
+    here = dtype_path(torch.float32)
+    recorded = {"device_name": "NVIDIA H200", "dtype_path": "bfloat16 compute, fp32 matmul high"}
+    device, path = machine_notes(tmp_path / "step-000003", recorded, "NVIDIA H100 80GB HBM3", here)
+    assert device.startswith(
+        "this resume runs on NVIDIA H100 80GB HBM3, step-000003 was written on NVIDIA H200"
+    )
+    assert "resume on NVIDIA H200" in device
+    assert f"computes in {here}, step-000003 was written computing in bfloat16 compute" in path
+    assert machine_notes(tmp_path, recorded, "NVIDIA H200", recorded["dtype_path"]) == []
+    assert machine_notes(tmp_path, {"step": 3}, "cpu", here) == []  # written before 1873
 
 
 @pytest.mark.slow

@@ -489,7 +489,8 @@ export interface paths {
          *     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
          *     was asked (it is stopped): the next request starts a fresh one; 503 ServerStopping when the
          *     server began to stop (it was stopped, nothing kept), 507 NoSpaceLeft when the gallery's disk is
-         *     full (nothing of the image kept). The answer comes when the image is made: behind a proxy
+         *     full, 500 WriteFailed when its write is refused otherwise (nothing of the image kept); 500
+         *     GenerationFailed when the pipeline failed. The answer comes when the image is made: behind a proxy
          *     with a shorter read timeout, POST /api/generations (202 at once, then poll) instead.
          */
         post: operations["generate_api_generate_post"];
@@ -8053,7 +8054,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationErrorOut"];
                 };
             };
-            /** @description the pipeline failed in the generation worker (GenerationFailed) */
+            /** @description the pipeline failed in the generation worker (GenerationFailed); or the gallery's folder, the image or its settings could not be written for another reason than a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what and where: nothing of the image kept */
             500: {
                 headers: {
                     [name: string]: unknown;

@@ -83,7 +83,8 @@ async def generate(
     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
     was asked (it is stopped): the next request starts a fresh one; 503 ServerStopping when the
     server began to stop (it was stopped, nothing kept), 507 NoSpaceLeft when the gallery's disk is
-    full (nothing of the image kept). The answer comes when the image is made: behind a proxy
+    full, 500 WriteFailed when its write is refused otherwise (nothing of the image kept); 500
+    GenerationFailed when the pipeline failed. The answer comes when the image is made: behind a proxy
     with a shorter read timeout, POST /api/generations (202 at once, then poll) instead."""
     req = request_of(body)
     request_id = body.request_id or f"unnamed-{uuid.uuid4().hex}"
