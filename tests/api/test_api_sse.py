@@ -131,6 +131,20 @@ def test_an_id_of_another_server_life_replays_this_lifes_events(server: LiveServ
 
 
 @pytest.mark.timeout(60)
+def test_a_reconnects_last_event_id_wins_over_the_urls_after(server: LiveServer) -> None:
+    """An EventSource opened with `?after=0` reconnects (a proxy's cut, the idle close) with
+    the same URL and Last-Event-ID: `after` won, and every event since 0 came again (RELIABILITY
+    1880). Now the reconnect resumes after its Last-Event-ID."""
+    service, client = server.app.state.service, server.client
+    for n in range(1, 4):
+        service.event_log.append({"type": "status", "n": n})
+    headers = {"last-event-id": "2"}
+    with client.stream("GET", "/api/train/events", headers=headers, params={"after": 0}) as resp:
+        first = next(line for line in resp.iter_lines() if line.startswith("id: "))
+    assert first == "id: 3"
+
+
+@pytest.mark.timeout(60)
 def test_a_resume_past_what_the_log_keeps_says_so_before_the_rest(server: LiveServer) -> None:
     """A client resuming from an id whose next events the log dropped got the oldest kept ones
     as if they followed on (RELIABILITY 536): now an `event: gap` naming both ids comes first."""

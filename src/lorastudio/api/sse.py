@@ -23,8 +23,11 @@ client of 2 KB events, measured).
 
 How many streams are live at once is capped (api/sse_slots.py: per client address and in all,
 refused 429 / 503 `TooManyStreams` naming the limit), and a stream that sent no event for
-SSE_IDLE_CLOSE_S ends (a comment says why): a browser's EventSource reconnects by itself with
-Last-Event-ID (nothing lost), a script that forgot its stream gives its slot back (RELIABILITY 1770).
+SSE_IDLE_CLOSE_S ends (a comment says why, and an `id:` line without data naming the stream's
+position, which sets the client's Last-Event-ID even where no event came): a browser's
+EventSource reconnects by itself with Last-Event-ID (nothing lost), a script that forgot its
+stream gives its slot back (RELIABILITY 1770, 1880). A reconnect's Last-Event-ID wins over the
+URL's `after`.
 """
 
 from __future__ import annotations
@@ -171,8 +174,8 @@ class _SlotStream(StreamingResponse):
 
 
 def event_stream(request: Request, log: EventLog, after: int | None, last_event_id: str | None) -> Response:
-    """The SSE response for `log`, starting after event `after` (or the Last-Event-ID header);
-    with neither, only events newer than now are sent. An id past the log's newest is one of
+    """The SSE response for `log`, starting after the Last-Event-ID header's event (a reconnect),
+    else after event `after`; with neither, only events newer than now are sent. An id past the log's newest is one of
     another server's life (ids restart at 1 when the server starts; a browser's EventSource
     reconnects to the new server with the old Last-Event-ID): every event of this life is new to
     that client, so the stream starts at the log's beginning (it waited, silent, until this
@@ -181,9 +184,12 @@ def event_stream(request: Request, log: EventLog, after: int | None, last_event_
     refused = slots.acquire(client)
     if refused is not None:
         return refused
-    start_at = after
-    if start_at is None and last_event_id:
-        start_at = _event_id(last_event_id)
+    # a reconnect's Last-Event-ID (the browser's position) wins over the URL's `after` (where the
+    # stream first started): an EventSource opened with ?after=N reconnects with both, and
+    # `after` replayed every event since N again at each reconnect (RELIABILITY 1880)
+    start_at = _event_id(last_event_id) if last_event_id else None
+    if start_at is None:
+        start_at = after
     if start_at is None:
         start_at = log.event_seq
     elif start_at > log.event_seq:
@@ -262,7 +268,13 @@ async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[st
             idle += SSE_IDLE_CHECK_S
             quiet += SSE_IDLE_CHECK_S
             if quiet >= SSE_IDLE_CLOSE_S:
-                yield f": no event for {SSE_IDLE_CLOSE_S:.0f} s, closed; reconnect with Last-Event-ID\n\n"
+                # `id:` without data: the client's Last-Event-ID becomes this stream's position
+                # (a browser dispatches no event for it), so a stream that never had an event
+                # resumes here too, not at "now" after its reconnect delay (RELIABILITY 1880)
+                yield (
+                    f": no event for {SSE_IDLE_CLOSE_S:.0f} s, closed; reconnect with Last-Event-ID\n"
+                    f"id: {seq}\n\n"
+                )
                 return
             if idle >= SSE_KEEPALIVE_S:
                 idle = 0.0
