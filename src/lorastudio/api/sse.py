@@ -175,8 +175,8 @@ class _SlotStream(StreamingResponse):
 
 def event_stream(request: Request, log: EventLog, after: int | None, last_event_id: str | None) -> Response:
     """The SSE response for `log`, starting after the Last-Event-ID header's event (a reconnect),
-    else after event `after`; with neither, only events newer than now are sent. An id past the log's newest is one of
-    another server's life (ids restart at 1 when the server starts; a browser's EventSource
+    else after event `after`; with neither, only events newer than now are sent. An id past the
+    log's newest is one of another server's life (ids restart at 1 when the server starts; a browser's EventSource
     reconnects to the new server with the old Last-Event-ID): every event of this life is new to
     that client, so the stream starts at the log's beginning (it waited, silent, until this
     server's ids caught up). Past the stream caps: the 429 / 503 of api/sse_slots.py."""
