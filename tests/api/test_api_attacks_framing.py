@@ -39,14 +39,18 @@ def test_a_malformed_host_is_refused_and_well_formed_loopback_ones_answered() ->
     assert [h for h in good if not policy.accepts(h)] == []
 
 
+@pytest.mark.parametrize("named", ["127.0.0.1", "evil.example"])
 def test_a_request_framed_by_both_transfer_encoding_and_content_length_is_refused_and_closed(
-    server: LiveServer,
+    server: LiveServer, named: str
 ) -> None:
+    """`evil.example`: a Host the guard refuses (a proxy that passes the client's Host on). Its
+    421 came first and kept the connection open, and the smuggled GET, naming an accepted Host,
+    was answered (RELIABILITY 1883)."""
     host, port = server.url.removeprefix("http://").split(":")
     smuggled = b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     first = (
-        b"POST /api/train/preflight HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+        b"POST /api/train/preflight HTTP/1.1\r\nHost: " + named.encode() + b"\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
     )
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(first + smuggled)
@@ -55,6 +59,7 @@ def test_a_request_framed_by_both_transfer_encoding_and_content_length_is_refuse
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 400 ") and b"AmbiguousFraming" in answer
     assert answer.count(b"HTTP/1.1") == 1  # the smuggled GET was never answered
+    assert b"\r\nx-content-type-options: nosniff\r\n" in answer.lower()  # the guard's headers too
 
 
 def test_every_answer_tells_the_browser_not_to_sniff_its_type(client: TestClient) -> None:

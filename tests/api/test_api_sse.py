@@ -131,6 +131,20 @@ def test_an_id_of_another_server_life_replays_this_lifes_events(server: LiveServ
 
 
 @pytest.mark.timeout(60)
+def test_a_reconnects_last_event_id_wins_over_the_urls_after(server: LiveServer) -> None:
+    """An EventSource opened with `?after=0` reconnects (a proxy's cut, the idle close) with
+    the same URL and Last-Event-ID: `after` won, and every event since 0 came again (RELIABILITY
+    1880). Now the reconnect resumes after its Last-Event-ID."""
+    service, client = server.app.state.service, server.client
+    for n in range(1, 4):
+        service.event_log.append({"type": "status", "n": n})
+    headers = {"last-event-id": "2"}
+    with client.stream("GET", "/api/train/events", headers=headers, params={"after": 0}) as resp:
+        first = next(line for line in resp.iter_lines() if line.startswith("id: "))
+    assert first == "id: 3"
+
+
+@pytest.mark.timeout(60)
 def test_a_resume_past_what_the_log_keeps_says_so_before_the_rest(server: LiveServer) -> None:
     """A client resuming from an id whose next events the log dropped got the oldest kept ones
     as if they followed on (RELIABILITY 536): now an `event: gap` naming both ids comes first."""
@@ -182,6 +196,50 @@ def test_a_stream_behind_writes_bounded_pieces() -> None:
     sizes, ids = asyncio.run(main())
     assert ids == list(range(1, 3001))
     assert max(sizes) < getattr(sse, "SSE_CHUNK_BYTES", 64 * 1024) + 2200, max(sizes)
+
+
+def test_a_stream_gives_the_loop_a_turn_between_pieces() -> None:
+    """A write into a connection that is not paused suspends nothing: a stream catching up wrote
+    piece after piece without the event loop running, so a client gone meanwhile was learnt of
+    only after the whole backlog went into the closed socket (asyncio logged "socket.send()
+    raised exception." ~40 times per such tab, RELIABILITY 1881). Now other tasks run between
+    two pieces, from the log and from the shared buffer alike."""
+    source = CountingSource()
+
+    def append(count: int) -> None:
+        for _ in range(count):
+            source.log.append({"type": "status", "n": source.log.seq + 1, "pad": "x" * 2000})
+
+    append(200)
+
+    async def main(start: int) -> list[int]:
+        turns = 0
+
+        async def ticker() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        seen: list[int] = []
+        stream = sse._stream(_request(), source, start)
+        try:
+            async for text in stream:
+                if text.startswith(": connected"):
+                    append(200 if start else 0)  # start 200: these come through the shared buffer
+                    continue
+                seen.append(turns)
+                if f"id: {start + 200}\n" in text:
+                    break
+        finally:
+            await stream.aclose()
+            task.cancel()
+        return seen
+
+    for start in (0, 200):  # the log's 200 events (before the fan-out began), then 200 more
+        seen = asyncio.run(main(start))
+        assert len(seen) > 3 and all(b > a for a, b in zip(seen, seen[1:], strict=False)), (start, seen)
 
 
 @pytest.mark.timeout(60)

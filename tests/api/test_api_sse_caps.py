@@ -82,3 +82,27 @@ def test_a_stream_with_no_event_for_the_idle_bound_ends(monkeypatch: pytest.Monk
 
     texts = asyncio.run(asyncio.wait_for(main(), 5))
     assert texts[0] == ": connected\n\n" and "closed; reconnect with Last-Event-ID" in texts[-1]
+
+
+def test_the_idle_close_names_the_streams_position_for_the_reconnect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream that never had an event (it started at "now") closed with a comment only: its
+    client reconnected without Last-Event-ID and started at that later "now", losing the events of
+    its reconnect delay (RELIABILITY 1880). Now the close carries `id:` (no data: a browser
+    dispatches nothing, but takes it as its Last-Event-ID) naming where the stream was."""
+    monkeypatch.setattr(sse, "SSE_IDLE_CHECK_S", 0.01)
+    monkeypatch.setattr(sse, "SSE_IDLE_CLOSE_S", 0.05)
+    log = EventLog(size=10)
+    for n in range(2):
+        log.append({"type": "status", "n": n})
+
+    class Source:
+        event_seq = property(lambda self: log.seq)
+
+        def events_after(self, seq: int) -> list:
+            return log.after(seq)
+
+    async def main() -> list[str]:
+        return [text async for text in sse._stream(_request(), Source(), log.seq)]
+
+    last = asyncio.run(asyncio.wait_for(main(), 5))[-1]
+    assert last.endswith("\nid: 2\n\n") and "data:" not in last, last

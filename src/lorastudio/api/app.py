@@ -9,10 +9,10 @@ when the app starts, and shuts them down when it stops. OpenAPI docs are at /doc
 or a root path (a reverse proxy's settings, api/proxy.py) without an API token, with `?token=`
 values redacted from its logs.
 
-Middleware, outermost first: HostGuard (only loopback or configured Host headers are answered,
-anti-framing headers on every response; api/hosts.py), AmbiguousFraming (a request sending both
-Transfer-Encoding and Content-Length refused and its connection closed: request smuggling;
-api/framing.py), ProxiedNeedsToken (a request through a
+Middleware, outermost first: AmbiguousFraming (a request sending both Transfer-Encoding and
+Content-Length refused and its connection closed, whatever its Host: request smuggling;
+api/framing.py), HostGuard (only loopback or configured Host headers are answered, anti-framing
+headers on every response; api/hosts.py), ProxiedNeedsToken (a request through a
 proxy refused without an API token) and RootPath (a proxy's sub-path; both api/proxy.py),
 PathGuard (encoded traversal: 404; api/path_guard.py), SameOriginWrites (writes from another
 origin or site refused, and another site's page's own reads; api/origin.py), HeadAsGet (a HEAD request answered as its GET, without a
@@ -144,8 +144,10 @@ def create_app(
     app.add_middleware(RootPath, root=settings.root_path)  # a proxy's sub-path kept (api/proxy.py)
     # a request through a proxy needs a token (403); api/proxy.py
     app.add_middleware(ProxiedNeedsToken, token_set=bool(settings.api_token))
-    app.add_middleware(AmbiguousFraming)  # Transfer-Encoding with Content-Length: 400 (api/framing.py)
     app.add_middleware(HostGuard, policy=HostPolicy.from_settings(settings))  # DNS rebinding: 421
+    # outermost: no answer may come before it (the Host guard's 421 left the connection open, and
+    # the bytes after a chunked end were answered as a second request; RELIABILITY 1883)
+    app.add_middleware(AmbiguousFraming)  # Transfer-Encoding with Content-Length: 400 (api/framing.py)
     guarded = [Depends(no_probe_waits), Depends(require_token), Depends(check_inputs)]
     add_docs(app, guarded, web_dist)  # /openapi.json, /docs, /redoc; no CDN (api/docs_pages.py)
     modules = (

@@ -23,8 +23,11 @@ client of 2 KB events, measured).
 
 How many streams are live at once is capped (api/sse_slots.py: per client address and in all,
 refused 429 / 503 `TooManyStreams` naming the limit), and a stream that sent no event for
-SSE_IDLE_CLOSE_S ends (a comment says why): a browser's EventSource reconnects by itself with
-Last-Event-ID (nothing lost), a script that forgot its stream gives its slot back (RELIABILITY 1770).
+SSE_IDLE_CLOSE_S ends (a comment says why, and an `id:` line without data naming the stream's
+position, which sets the client's Last-Event-ID even where no event came): a browser's
+EventSource reconnects by itself with Last-Event-ID (nothing lost), a script that forgot its
+stream gives its slot back (RELIABILITY 1770, 1880). A reconnect's Last-Event-ID wins over the
+URL's `after`.
 """
 
 from __future__ import annotations
@@ -171,9 +174,9 @@ class _SlotStream(StreamingResponse):
 
 
 def event_stream(request: Request, log: EventLog, after: int | None, last_event_id: str | None) -> Response:
-    """The SSE response for `log`, starting after event `after` (or the Last-Event-ID header);
-    with neither, only events newer than now are sent. An id past the log's newest is one of
-    another server's life (ids restart at 1 when the server starts; a browser's EventSource
+    """The SSE response for `log`, starting after the Last-Event-ID header's event (a reconnect),
+    else after event `after`; with neither, only events newer than now are sent. An id past the
+    log's newest is one of another server's life (ids restart at 1 when the server starts; a browser's EventSource
     reconnects to the new server with the old Last-Event-ID): every event of this life is new to
     that client, so the stream starts at the log's beginning (it waited, silent, until this
     server's ids caught up). Past the stream caps: the 429 / 503 of api/sse_slots.py."""
@@ -181,9 +184,12 @@ def event_stream(request: Request, log: EventLog, after: int | None, last_event_
     refused = slots.acquire(client)
     if refused is not None:
         return refused
-    start_at = after
-    if start_at is None and last_event_id:
-        start_at = _event_id(last_event_id)
+    # a reconnect's Last-Event-ID (the browser's position) wins over the URL's `after` (where the
+    # stream first started): an EventSource opened with ?after=N reconnects with both, and
+    # `after` replayed every event since N again at each reconnect (RELIABILITY 1880)
+    start_at = _event_id(last_event_id) if last_event_id else None
+    if start_at is None:
+        start_at = after
     if start_at is None:
         start_at = log.event_seq
     elif start_at > log.event_seq:
@@ -221,6 +227,11 @@ _ID_DIGITS = 18  # an event id never reaches 10**18
 
 
 async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[str]:
+    """The messages of one stream from after event `seq`. Each piece is followed by a turn of
+    the event loop: a write into a connection that is not paused suspends nothing, so a stream
+    catching up on a client that had gone wrote its whole backlog into the closed socket before
+    the loop could tell it of the loss (asyncio logging "socket.send() raised exception." up to
+    once a piece, ~40 lines per tab closed while it caught up, RELIABILITY 1881)."""
     fanout = _fanout_for(log)
     fanout.subscribe()
     try:
@@ -236,6 +247,7 @@ async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[st
                     for last, text in _pieces((s, encode_event(s, e)) for s, e in batch):
                         yield text
                         seq = last
+                        await asyncio.sleep(0)  # the loop's turn between pieces (_stream's docstring)
                 else:  # the log itself has dropped them: continue from the shared buffer
                     if fanout.seq > seq:
                         yield encode_gap(seq, fanout.seq + 1)
@@ -245,6 +257,7 @@ async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[st
                 for last, text in _pieces(texts):
                     yield text
                     seq, idle, quiet = last, 0.0, 0.0
+                    await asyncio.sleep(0)
                 continue
             woke = False
             # asyncio.timeout, not wait_for: wait_for ran the wait in a task of its own, and when
@@ -262,7 +275,13 @@ async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[st
             idle += SSE_IDLE_CHECK_S
             quiet += SSE_IDLE_CHECK_S
             if quiet >= SSE_IDLE_CLOSE_S:
-                yield f": no event for {SSE_IDLE_CLOSE_S:.0f} s, closed; reconnect with Last-Event-ID\n\n"
+                # `id:` without data: the client's Last-Event-ID becomes this stream's position
+                # (a browser dispatches no event for it), so a stream that never had an event
+                # resumes here too, not at "now" after its reconnect delay (RELIABILITY 1880)
+                yield (
+                    f": no event for {SSE_IDLE_CLOSE_S:.0f} s, closed; reconnect with Last-Event-ID\n"
+                    f"id: {seq}\n\n"
+                )
                 return
             if idle >= SSE_KEEPALIVE_S:
                 idle = 0.0

@@ -2,7 +2,9 @@
 
 Each live stream costs ~25 KB and a wake-up a second while idle, and opening hundreds at once
 delayed every other answer by seconds (300 at once: 4.4 s on a loaded 2-core host, RELIABILITY
-1770). So one client (its address: behind a reverse proxy every client is the proxy's) holds at
+1770). So one client (its address as uvicorn reports it: the X-Forwarded-For client of a proxy on
+127.0.0.1, whose header uvicorn trusts by default; the proxy's own address for a proxy elsewhere
+that FORWARDED_ALLOW_IPS does not name) holds at
 most SSE_MAX_PER_CLIENT streams, refused past it with 429 `TooManyStreams`, and the server at most
 SSE_MAX_STREAMS in all, refused past it with 503 `TooManyStreams`; both name the limit and carry
 Retry-After. A browser tab holds one (the web UI's training stream). The count is per app (each

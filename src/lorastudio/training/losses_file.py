@@ -60,9 +60,12 @@ def _unwritable_losses(path: Path) -> str | None:
     """Why the regular file `path` (a LOSSES_FILE) cannot be opened for writing, else None: a
     read-only file (its mode, another user's), file system or mount there (RELIABILITY 1740: the
     resume trained up to its first checkpoint, whose append then failed). Opened as the appends
-    open it (no link followed, never blocking) and closed at once: nothing in it changes."""
+    open it (read and write: loss_record.LossRecord.flush reads its head back; no link followed,
+    never blocking) and closed at once: nothing in it changes. Write-only, as before, a file this
+    user may write but not read (mode 0o200) passed, and the first checkpoint's open failed
+    (RELIABILITY 1882)."""
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC))
+        os.close(os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC))
     except FileNotFoundError:
         return None  # removed meanwhile: the next checkpoint writes one
     except OSError as err:

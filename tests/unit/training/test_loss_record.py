@@ -254,3 +254,21 @@ def test_a_resume_refuses_a_read_only_losses_bin_before_training(tmp_path):
         why = losses_file_problem(tmp_path)
         assert why is not None and f"the run folder {tmp_path} is " in why and "make it writable" in why
     assert losses_file_problem(tmp_path) is None
+
+
+@pytest.mark.skipif(
+    os.geteuid() == 0, reason="root reads any file: a write-only mode stops no open of root's"
+)
+def test_a_resume_refuses_a_losses_bin_it_may_write_but_not_read(tmp_path):
+    """RELIABILITY 1882: the check opened the file write-only while the appends open it for
+    reading and writing: a losses.bin of mode 0o200 passed, and the first checkpoint failed."""
+    LossRecord().flush(tmp_path)
+    path = tmp_path / LOSSES_FILE
+    path.chmod(0o200)
+    try:
+        why = losses_file_problem(tmp_path)
+        assert why is not None and str(path) in why and "cannot be written" in why
+        with pytest.raises(PermissionError):
+            LossRecord().flush(tmp_path)  # what the check now foresees
+    finally:
+        path.chmod(0o644)
