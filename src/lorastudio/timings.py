@@ -370,9 +370,15 @@ def record_order(path: Path) -> tuple[int, int, str]:
     return (1, int(numbered.group(1)), path.name) if numbered else (0, 0, path.name)
 
 
+def record_run(file_name: str) -> str:
+    """The run (output folder) name of a record file named `file_name` (write_record's
+    `<n>_<stamp>-<name>.json`, or an older `<stamp>-<name>.json`: the stamp has no "-")."""
+    return file_name.removesuffix(".json").partition("-")[2]
+
+
 def read_records(home: Path) -> list[dict[str, Any]]:
     """Every readable record of this version under <home>/run_timings/, newest first
-    (record_order; a file that is not one is skipped)."""
+    (record_order; a file that is not one is skipped), each with "file": its file's name."""
     out = []
     folder = home / HISTORY_DIR
     for path in sorted(folder.glob("*.json"), key=record_order, reverse=True) if folder.is_dir() else []:
@@ -381,5 +387,5 @@ def read_records(home: Path) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue
         if isinstance(record, dict) and record.get("version") == RECORD_VERSION:
-            out.append(record)
+            out.append({**record, "file": path.name})
     return out

@@ -38,6 +38,7 @@ from lorastudio.host_share import HostShare
 from lorastudio.jobs.time_contention import contended, cpu_clocked, recent_factor
 from lorastudio.jobs.time_fit import FIT_RUNS, refit, sizes
 from lorastudio.jobs.time_match import SAME_KEYS as _SAME
+from lorastudio.jobs.time_match import older_adapter
 from lorastudio.jobs.time_match import same_plan as _same_plan
 from lorastudio.jobs.time_match import same_size as _same_size
 from lorastudio.jobs.time_match import signature_key as _key
@@ -116,6 +117,9 @@ def time_forecast(
     | "model", "confidence": "measured" | "scaled" | "guess", "runs": records used, "note"}, and
     on the CPU clock "cpu_s", "host_share", "wall_per_cpu" (time_contention.contended)."""
     records = [r for r in read_records(home) if _usable(r)]
+    for r in records:  # an older record's adapter, from its run's LoRA where kept (RELIABILITY 1970)
+        if (adapter := older_adapter(r, home / "outputs")) is not None:
+            r["signature"]["adapter"] = adapter
     clocked = cpu_clocked(records, host.name)
     forecast = _forecast(cfg, host, plan, compiled, work, home, clocked)
     if clocked is records or forecast["source"] == "model":

@@ -4,9 +4,11 @@ time_forecast to keep each module small)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from lorastudio.timings import PHASES, PLAIN_ADAPTER
+from lorastudio import json_read
+from lorastudio.timings import PHASES, PLAIN_ADAPTER, adapter_signature, record_run
 
 # Exact-match keys of a record (the rest is scaled): what changes the time per unit of work.
 SAME_KEYS = (
@@ -33,9 +35,39 @@ def same_plan(record: dict[str, Any], now: dict[str, Any]) -> bool:
 
 def signature_key(record: dict[str, Any], name: str) -> Any:
     """A record's signature value (`preservation` False, `adapter` a plain LoRA's in records
-    written before them)."""
+    written before them: older_adapter fills it from the run's own LoRA where it can)."""
     absent = {"preservation": False, "adapter": PLAIN_ADAPTER}.get(name)
     return record["signature"].get(name, absent)
+
+
+def older_adapter(record: dict[str, Any], outputs: Path) -> dict[str, Any] | None:
+    """The adapter of a record written before the signature kept it (RELIABILITY 1970): its run's
+    LoRA sidecar (<outputs>/<run>/<run>.json, the run named by the record's "file",
+    timings.read_records) holds the run's config; taken where that config is of the record's
+    base model and rank (a folder overwritten since by another run of them could still differ:
+    the record is then read as that run's adapter). None: a record that keeps its adapter, or no
+    such sidecar (the record reads as a plain LoRA's, as before)."""
+    sig, name = record["signature"], record_run(str(record.get("file", "")))
+    if "adapter" in sig or not name:
+        return None
+    try:
+        sidecar = json_read.loads((outputs / name / f"{name}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    cfg = sidecar.get("config") if isinstance(sidecar, dict) else None
+    if not isinstance(cfg, dict) or cfg.get("base_model") != sig.get("base_model"):
+        return None
+    if cfg.get("lora_rank") != sig.get("lora_rank"):
+        return None
+    adapter = cfg.get("adapter", "lora")
+    factor, both = cfg.get("lokr_factor"), cfg.get("lokr_decompose_both")
+    if (
+        not isinstance(adapter, str)
+        or not isinstance(factor, int | None)
+        or not isinstance(both, bool | None)
+    ):
+        return None
+    return adapter_signature(adapter, factor, both)
 
 
 def same_size(record: dict[str, Any], now: dict[str, Any]) -> bool:

@@ -65,3 +65,23 @@ def test_a_forecast_takes_records_of_its_own_adapter_only(tmp_path: Path) -> Non
     old = tmp_path / "old"  # a record without the key: a LoRA's, as before
     _record(old, base, "old", None)
     assert _measured(old, base, adapter="lora") and not _measured(old, base, adapter="lokr")
+
+
+def test_an_older_record_takes_its_adapter_from_its_run_s_lora(tmp_path: Path) -> None:
+    """A record written before the signature kept its adapter, of a run whose LoRA sidecar says
+    LoKr (RELIABILITY 1970): a LoKr run's measure, not a LoRA run's; a sidecar of another base
+    or rank (the folder overwritten since) is not taken."""
+    import json
+
+    base = tmp_path / "base"
+    (base / "transformer").mkdir(parents=True)
+    (base / "transformer" / "model.safetensors").write_bytes(b"\0" * 1000)
+    home = tmp_path / "home"
+    _record(home, base, "lokr-old", None)
+    run = home / "outputs" / "lokr-old"
+    run.mkdir(parents=True)
+    config = {"base_model": str(base), "lora_rank": 8, "adapter": "lokr", "lokr_factor": None}
+    (run / "lokr-old.json").write_text(json.dumps({"format": "lorastudio.lora/1", "config": config}))
+    assert _measured(home, base, adapter="lokr") and not _measured(home, base, adapter="lora")
+    (run / "lokr-old.json").write_text(json.dumps({"config": {**config, "lora_rank": 16}}))
+    assert _measured(home, base, adapter="lora") and not _measured(home, base, adapter="lokr")
