@@ -21,7 +21,7 @@ SAME_KEYS = (
     "attention_backend",
     "lora_rank",
     "preservation",  # records before it: False
-    "adapter",  # its kind and a LoKr's shape; records before it: a plain LoRA's (RELIABILITY 1861)
+    "adapter",  # its kind and a LoKr's shape (1861); records before it: their run's LoRA says (1970)
 )
 
 
