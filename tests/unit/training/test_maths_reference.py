@@ -149,7 +149,7 @@ def test_flux2s_training_mu_is_not_the_pipelines_empirical_one() -> None:
     assert compute_empirical_mu(tokens, 50) != pytest.approx(compute_empirical_mu(tokens, 28))
 
 
-def _walk(params: list[torch.nn.Parameter], steps: range, seed: int) -> None:
+def _walk(params: list[torch.nn.Parameter], seed: int) -> None:
     """Move `params` as an optimizer step would, once (the same moves for the same seed)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -165,7 +165,7 @@ def test_our_ema_is_diffusers_ema_model_without_its_warmup(decay: float) -> None
     reference = EMAModel(params, decay=decay, min_decay=decay, update_after_step=-1)
     warmed = EMAModel(params, decay=decay)  # diffusers' default: (1 + t) / (10 + t), first update = weights
     for step in range(1, 9):
-        _walk(params, range(1), seed=step)
+        _walk(params, seed=step)
         ours.update(step)
         reference.step(params)
         warmed.step(params)
@@ -241,3 +241,94 @@ def test_a_resumed_schedule_continues_diffusers_uninterrupted_one(name: str, ext
         schedule.step()
     assert got == expected
     assert all(math.isfinite(v) for v in got)
+
+
+@pytest.mark.parametrize("prediction_type", ["epsilon", "v_prediction"])
+def test_min_snr_weights_are_the_scripts_from_training_utils_compute_snr(prediction_type: str) -> None:
+    """train_dreambooth_lora_sdxl.py: min(compute_snr(t), gamma), then / snr (epsilon) or
+    / (snr + 1) (v), per sample; the flow families' weight is compute_loss_weighting_for_sd3's
+    default ("none", the FLUX.1 / SD3 scripts' --weighting_scheme default)."""
+    from diffusers import DDPMScheduler
+    from diffusers.training_utils import compute_loss_weighting_for_sd3, compute_snr
+
+    from lorastudio.training.noise import DdpmObjective
+
+    config = {"beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear"}
+    config = {**config, "num_train_timesteps": 1000, "prediction_type": prediction_type}
+    objective = DdpmObjective(config, snr_gamma=5.0)
+    batch = objective.noise(torch.randn(64, 4, 2, 2), torch.Generator().manual_seed(2))
+    snr = compute_snr(DDPMScheduler.from_config(config), batch.noise_level)  # [64]
+    clipped = torch.stack([snr, 5.0 * torch.ones_like(snr)], dim=1).min(dim=1)[0]
+    expected = clipped / snr if prediction_type == "epsilon" else clipped / (snr + 1)
+    torch.testing.assert_close(batch.weight, expected, atol=0, rtol=2e-6)
+
+    cfg = SimpleNamespace(timestep_sampling="logit_normal", logit_mean=0.0, logit_std=1.0, flow_shift=None)
+    flow = FlowObjective(families.get("flux"), cfg, {}).noise(torch.randn(8, 4, 2, 2), torch.Generator())
+    assert torch.equal(flow.weight, compute_loss_weighting_for_sd3("none", flow.noise_level))
+
+
+def test_the_lokr_forecast_factors_each_layer_as_peft_builds_it() -> None:
+    """jobs/adapter_params restates peft's factorization (the server imports no peft): the same
+    split for every dimension up to 4096 and factor up to 128, including peft's order where the
+    factor exceeds the other part (64 of 320 -> (64, 5); LyCORIS's own rule gives (5, 64): Known
+    problems)."""
+    from peft.tuners.lokr.layer import factorization as peft_factorization
+
+    from lorastudio.jobs.adapter_params import factorization
+
+    for dimension in range(1, 4097, 7):
+        for factor in (-1, 1, 2, 4, 5, 8, 16, 32, 64, 128):
+            assert factorization(dimension, factor) == peft_factorization(dimension, factor), (
+                dimension,
+                factor,
+            )
+    assert factorization(320, 64) == (64, 5)
+
+
+@pytest.mark.parametrize(
+    "adapter, settings",
+    [
+        ("lokr", {"r": 4, "alpha": 8}),  # full w1 and w2 (alpha / r folded into w1)
+        ("lokr", {"r": 2, "alpha": 8}),  # low-rank w2
+        ("lokr", {"r": 4, "alpha": 8, "decompose_both": True, "decompose_factor": 4}),
+        ("loha", {"r": 4, "alpha": 8}),
+    ],
+)
+def test_our_lycoris_file_is_lycoris_own_weight(adapter: str, settings: dict) -> None:
+    """Where LyCORIS is installed (not in the project's venv: a throwaway copy on PYTHONPATH):
+    the LyCORIS-layout tensors lorastudio writes for a peft LoKr / LoHa layer, loaded by LyCORIS'
+    own make_module_from_state_dict, give LyCORIS' forward weight (get_weight) = peft's delta."""
+    pytest.importorskip("lycoris")
+    from lycoris.modules.loha import LohaModule
+    from lycoris.modules.lokr import LokrModule
+    from peft import LoHaConfig, LoKrConfig, inject_adapter_in_model
+
+    from lorastudio.lora.lycoris import peft_to_lycoris
+    from lorastudio.training.lora import module_scales
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential()
+    model.add_module("proj", torch.nn.Linear(64, 48))
+    config = (LoKrConfig if adapter == "lokr" else LoHaConfig)(target_modules=["proj"], **settings)
+    model = inject_adapter_in_model(config, model)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lokr_" in name or "hada_" in name:
+                p.add_(torch.randn_like(p) * 0.3)  # no longer a no-op
+    delta = model.proj.get_delta_weight("default").detach()  # [48, 64]
+    tensors = {n.replace(".default", ""): p.detach() for n, p in model.named_parameters() if "_w" in n}
+    parts = {
+        k.split(".", 1)[1]: v for k, v in peft_to_lycoris(tensors, adapter, module_scales(model)).items()
+    }
+    with torch.no_grad():
+        if adapter == "lokr":
+            names = ("lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b")
+            module = LokrModule.make_module_from_state_dict(
+                "x", torch.nn.Linear(64, 48), *(parts.get(n) for n in names), None, None, parts["alpha"], None
+            )
+        else:
+            names = ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b")
+            module = LohaModule.make_module_from_state_dict(
+                "x", torch.nn.Linear(64, 48), *(parts[n] for n in names), None, None, parts["alpha"], None
+            )
+        torch.testing.assert_close(module.get_weight(module.shape), delta, atol=1e-6, rtol=1e-6)
