@@ -4776,7 +4776,7 @@ export interface components {
             learning_rate?: number | null;
             /**
              * Logit Mean
-             * @description logit_normal sampling: the mean (above 0: noisier levels more often, as the SD3 paper and SimpleTuner read it; diffusers' DreamBooth scripts' --logit_mean m is -m here)
+             * @description logit_normal sampling: the mean (above 0: noisier levels more often, as the SD3 paper reads it; diffusers' DreamBooth scripts' --logit_mean m is -m here: their sigma is about 1 - u)
              * @default 0
              */
             logit_mean?: number;
@@ -5402,7 +5402,7 @@ export interface components {
             learning_rate: number | null;
             /**
              * Logit Mean
-             * @description logit_normal sampling: the mean (above 0: noisier levels more often, as the SD3 paper and SimpleTuner read it; diffusers' DreamBooth scripts' --logit_mean m is -m here)
+             * @description logit_normal sampling: the mean (above 0: noisier levels more often, as the SD3 paper reads it; diffusers' DreamBooth scripts' --logit_mean m is -m here: their sigma is about 1 - u)
              * @default 0
              */
             logit_mean: number;
