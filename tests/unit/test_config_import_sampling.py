@@ -1,0 +1,85 @@
+"""kohya's timestep sampling imported as the noise levels kohya trains at (session 39 maths
+audit): its default "sigma" sampling draws u from weighting_scheme's density and reads the sigma
+of its FlowMatchEulerDiscreteScheduler(shift = discrete_flow_shift) at timesteps[u x 1000],
+whose timesteps run from the noisy end, so sigma = shift(1 - u). The import carries
+discrete_flow_shift as flow_shift and negates logit_mean; the imported run's sigmas then follow
+kohya's procedure, computed here with diffusers' scheduler class (kohya's sd3_train_utils copy
+of it) and training_utils' compute_density_for_timestep_sampling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from diffusers import FlowMatchEulerDiscreteScheduler
+from diffusers.training_utils import compute_density_for_timestep_sampling
+
+from lorastudio import families
+from lorastudio.config_import import import_config
+from lorastudio.training.noise import FlowObjective
+from peer_config_checks import strict
+
+N = 20_000
+QUANTILES = torch.tensor([0.1, 0.25, 0.5, 0.75, 0.9])
+ARGS = {
+    "pretrained_model_name_or_path": "black-forest-labs/FLUX.1-dev",
+    "network_module": "networks.lora_flux",
+    "train_data_dir": "img",
+    "timestep_sampling": "sigma",
+    "weighting_scheme": "logit_normal",
+    "logit_mean": 0.8,
+    "logit_std": 1.2,
+    "discrete_flow_shift": 3.0,
+}
+
+
+def _kohya_sigmas(mean: float, std: float, shift: float) -> torch.Tensor:
+    """[N] kohya's sigma sampling (flux_train_utils.get_noisy_model_input_and_timesteps)."""
+    scheduler = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=shift)
+    torch.manual_seed(11)
+    u = compute_density_for_timestep_sampling("logit_normal", N, logit_mean=mean, logit_std=std)
+    indices = (u * scheduler.config.num_train_timesteps).long()
+    return scheduler.sigmas[indices]  # get_sigmas at timesteps[indices]
+
+
+def test_kohyas_sigma_sampling_is_imported_as_the_levels_kohya_trains_at(tmp_path: Path) -> None:
+    path = tmp_path / "kohya.json"
+    path.write_text(json.dumps(ARGS))
+    result = import_config(path, toml=False)
+    data = strict(result.text, tmp_path, ".json")
+    assert (data["timestep_sampling"], data["flow_shift"]) == ("logit_normal", 3.0)
+    assert (data["logit_mean"], data["logit_std"]) == (-0.8, 1.2)  # the old import: 0.8 and no shift
+    by_peer = {line.peer: line for line in result.lines}
+    assert by_peer["logit_mean"].outcome == "changed" and "-m here" in by_peer["logit_mean"].note
+    assert by_peer["discrete_flow_shift"].outcome == "changed"
+
+    cfg = SimpleNamespace(
+        timestep_sampling=data["timestep_sampling"],
+        logit_mean=data["logit_mean"],
+        logit_std=data["logit_std"],
+        flow_shift=data["flow_shift"],
+    )
+    ours = FlowObjective(families.get("flux"), cfg, {}).sigmas(
+        N, (128, 128), torch.Generator().manual_seed(3)
+    )
+    kohya = _kohya_sigmas(0.8, 1.2, 3.0)
+    # kohya's levels are discretised to 1/1000 of its schedule: 0.01 holds at 20,000 draws
+    torch.testing.assert_close(ours.quantile(QUANTILES), kohya.quantile(QUANTILES), atol=0.01, rtol=0)
+
+
+def test_a_shift_without_kohyas_sampling_is_not_carried_alone(tmp_path: Path) -> None:
+    """A "sigma" sampling whose weighting_scheme is not offered (mode) is not carried, nor is
+    the shift of its levels; with "uniform" sampling, discrete_flow_shift shapes nothing."""
+    path = tmp_path / "kohya.json"
+    args = {k: v for k, v in ARGS.items() if k not in ("logit_mean", "logit_std")}
+    path.write_text(json.dumps({**args, "weighting_scheme": "mode"}))
+    data = strict(import_config(path, toml=False).text, tmp_path, ".json")
+    assert "flow_shift" not in data and "timestep_sampling" not in data
+    path.write_text(json.dumps({**args, "timestep_sampling": "uniform", "weighting_scheme": "none"}))
+    result = import_config(path, toml=False)
+    data = strict(result.text, tmp_path, ".json")
+    assert data["timestep_sampling"] == "uniform" and "flow_shift" not in data
+    by_peer = {line.peer: line for line in result.lines}
+    assert by_peer["discrete_flow_shift"].outcome == "not carried"
