@@ -83,3 +83,45 @@ def test_a_shift_without_kohyas_sampling_is_not_carried_alone(tmp_path: Path) ->
     assert data["timestep_sampling"] == "uniform" and "flow_shift" not in data
     by_peer = {line.peer: line for line in result.lines}
     assert by_peer["discrete_flow_shift"].outcome == "not carried"
+
+
+def test_kohyas_huber_loss_without_a_schedule_takes_kohyas_default(tmp_path: Path) -> None:
+    """sd-scripts' huber_schedule defaults to snr, (1 - c) / (1 + sqrt((1 - abar) / abar))^2 + c
+    per sample (train_util.get_huber_threshold_if_needed), which it computes for DDPM models only:
+    an SDXL file without one imports snr (the old import: constant, lorastudio's default), whose
+    thresholds are that formula on the scheduler's alphas_cumprod; a FLUX.1 file keeps ours."""
+    from diffusers import DDPMScheduler
+
+    from lorastudio.config import parse_train_config, resolve_train_config
+    from lorastudio.training.losses import loss_settings
+    from lorastudio.training.noise import DdpmObjective
+
+    sdxl = {
+        "pretrained_model_name_or_path": "stabilityai/stable-diffusion-xl-base-1.0",
+        "train_data_dir": "img",
+    }
+    path = tmp_path / "kohya.json"
+    path.write_text(
+        json.dumps({**sdxl, "network_module": "networks.lora", "loss_type": "huber", "huber_c": 0.2})
+    )
+    result = import_config(path, toml=False)
+    data = strict(result.text, tmp_path, ".json")
+    assert (data["family"], data["loss"], data["huber_schedule"], data["huber_c"]) == (
+        "sdxl",
+        "huber",
+        "snr",
+        0.2,
+    )
+    assert any(line.ours == "huber_schedule" and "default" in line.note for line in result.lines)
+
+    scheduler = {"beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear"}
+    cfg = resolve_train_config(parse_train_config(data))  # as strict() read it
+    batch = DdpmObjective(scheduler, None, loss=loss_settings(cfg)).noise(
+        torch.randn(16, 4, 2, 2), torch.Generator()
+    )
+    abar = DDPMScheduler.from_config(scheduler).alphas_cumprod[batch.noise_level]  # [16]
+    kohya = (1 - 0.2) / (1 + ((1.0 - abar) / abar) ** 0.5) ** 2 + 0.2
+    torch.testing.assert_close(batch.loss_c, kohya.float(), atol=1e-6, rtol=1e-6)
+
+    path.write_text(json.dumps({**ARGS, "loss_type": "huber"}))
+    assert "huber_schedule" not in strict(import_config(path, toml=False).text, tmp_path, ".json")

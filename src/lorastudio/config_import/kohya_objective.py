@@ -44,6 +44,10 @@ def objective(draft: Draft, args: Args) -> None:
     schedule = take(args, "huber_schedule")
     if schedule is not None:
         carry(draft, schedule[0], schedule[1], "huber_schedule", lambda v: str(v).lower())
+    elif loss is not None and _huber(loss[1]) and draft.settings.get("family") == "sdxl":
+        # sd-scripts' default schedule is snr, computed for DDPM models only (a flow model's run
+        # stops on it unless the file names a schedule)
+        draft.set(loss[0], "huber_schedule", "snr", "kohya's default schedule (here: constant)")
     _sampling(draft, args)
     pred = take(args, "model_prediction_type")
     if pred is not None:
@@ -152,6 +156,11 @@ _SIGMA_SHIFT = "the static shift of kohya's scheduler, whose levels its sigma sa
 _SIGMA_MEAN = (
     "kohya's sigma sampling reads its scheduler from the noisy end (sigma = 1 - u): its m is -m here"
 )
+
+
+def _huber(loss: Any) -> bool:
+    """Whether kohya's loss_type `loss` is one of the Huber losses."""
+    return str(loss).lower() in ("huber", "smooth_l1")
 
 
 def _negated(value: Any) -> float:
