@@ -4,7 +4,8 @@ of its FlowMatchEulerDiscreteScheduler(shift = discrete_flow_shift) at timesteps
 whose timesteps run from the noisy end, so sigma = shift(1 - u). The import carries
 discrete_flow_shift as flow_shift and negates logit_mean; the imported run's sigmas then follow
 kohya's procedure, computed here with diffusers' scheduler class (kohya's sd3_train_utils copy
-of it) and training_utils' compute_density_for_timestep_sampling."""
+of it) and training_utils' compute_density_for_timestep_sampling. Also kohya's loss weights: an
+SDXL Huber loss without a schedule (sd-scripts' default snr) and min_snr_gamma 0 (off)."""
 
 from __future__ import annotations
 
@@ -125,3 +126,26 @@ def test_kohyas_huber_loss_without_a_schedule_takes_kohyas_default(tmp_path: Pat
 
     path.write_text(json.dumps({**ARGS, "loss_type": "huber"}))
     assert "huber_schedule" not in strict(import_config(path, toml=False).text, tmp_path, ".json")
+
+
+def test_kohyas_min_snr_gamma_of_zero_is_no_weighting_not_lorastudios_default(tmp_path: Path) -> None:
+    """kohya (and its GUI, which writes 0 for off) trains without min-SNR at min_snr_gamma 0; the
+    old import reported it "0 is unset" and the SDXL run took lorastudio's default 5. Now it is
+    snr_gamma null: every per-sample weight 1 (a .toml, which has no null, says how to ask)."""
+    from lorastudio.config import parse_train_config, resolve_train_config
+    from lorastudio.training.noise import DdpmObjective
+
+    sdxl = {
+        "pretrained_model_name_or_path": "stabilityai/stable-diffusion-xl-base-1.0",
+        "train_data_dir": "img",
+    }
+    path = tmp_path / "kohya.json"
+    path.write_text(json.dumps({**sdxl, "network_module": "networks.lora", "min_snr_gamma": 0}))
+    data = strict(import_config(path, toml=False).text, tmp_path, ".json")
+    cfg = resolve_train_config(parse_train_config(data))
+    assert cfg.snr_gamma is None
+    scheduler = {"beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear"}
+    batch = DdpmObjective(scheduler, cfg.snr_gamma).noise(torch.randn(8, 4, 2, 2), torch.Generator())
+    assert torch.equal(batch.weight, torch.ones(8))
+    lines = {line.peer: line for line in import_config(path, toml=True).lines}
+    assert "--set snr_gamma=null" in lines["min_snr_gamma"].note
