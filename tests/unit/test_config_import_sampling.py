@@ -39,8 +39,9 @@ ARGS = {
 def _kohya_sigmas(mean: float, std: float, shift: float) -> torch.Tensor:
     """[N] kohya's sigma sampling (flux_train_utils.get_noisy_model_input_and_timesteps)."""
     scheduler = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=shift)
-    torch.manual_seed(11)
-    u = compute_density_for_timestep_sampling("logit_normal", N, logit_mean=mean, logit_std=std)
+    with torch.random.fork_rng():  # the draws use the global generator: the suite's is left as it was
+        torch.manual_seed(11)
+        u = compute_density_for_timestep_sampling("logit_normal", N, logit_mean=mean, logit_std=std)
     indices = (u * scheduler.config.num_train_timesteps).long()
     return scheduler.sigmas[indices]  # get_sigmas at timesteps[indices]
 

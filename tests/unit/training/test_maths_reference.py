@@ -14,7 +14,10 @@
   also across a state_dict round trip half-way;
 - the LR schedule of every scheduler with warmup: a run stopped at step k and restored from the
   state_dicts (through torch.save, as a checkpoint) continues diffusers' get_scheduler's
-  uninterrupted sequence; the first step of a warmup is LR 0, as diffusers' own is."""
+  uninterrupted sequence; the first step of a warmup is LR 0, as diffusers' own is;
+- min-SNR against training_utils.compute_snr, the flow loss weight against
+  compute_loss_weighting_for_sd3; the LoKr forecast's factorization against peft's; the
+  LyCORIS-layout LoKr / LoHa tensors against LyCORIS' own modules (where LyCORIS is installed)."""
 
 from __future__ import annotations
 
@@ -42,8 +45,9 @@ def _script_sigmas(mean: float, std: float, shift: float) -> torch.Tensor:
     u from compute_density_for_timestep_sampling, timesteps = scheduler.timesteps[(u * T).long()],
     each sigma found as the scripts' get_sigmas finds it."""
     scheduler = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=shift)
-    torch.manual_seed(3)  # compute_density_for_timestep_sampling draws from the global generator
-    u = compute_density_for_timestep_sampling("logit_normal", N, logit_mean=mean, logit_std=std)
+    with torch.random.fork_rng():  # the draws use the global generator: the suite's is left as it was
+        torch.manual_seed(3)  # compute_density_for_timestep_sampling draws from the global generator
+        u = compute_density_for_timestep_sampling("logit_normal", N, logit_mean=mean, logit_std=std)
     indices = (u * scheduler.config.num_train_timesteps).long()
     timesteps = scheduler.timesteps[indices]  # [N]
     schedule = scheduler.timesteps
