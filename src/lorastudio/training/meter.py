@@ -103,6 +103,21 @@ class DivergenceGuard:
             )
         return False
 
+    def skip_note(self, step: int, loss: float, grad_norm: float | None) -> str | None:
+        """What the run's record says of the step `check` just skipped (a RunWarning's text), at
+        the run's first skipped step and its 10th, 100th, ...: a few lines however many, each with
+        the count; None otherwise. Before, a server run's skipped steps were said nowhere: its log
+        has no step lines, its record and the web UI no skipped count (RELIABILITY 1904)."""
+        count = self.skipped
+        if count < 1 or 10 ** round(math.log10(count)) != count:
+            return None
+        what = "step was" if count == 1 else "steps were"
+        return (
+            f"{count} {what} skipped so far (no update): the loss or gradients were not finite, the newest at "
+            f"step {step} (loss {loss}, grad norm {grad_norm}); the run stops after {self.patience} in a row (max_bad_steps); "
+            "if it goes on, lower the learning rate or turn gradient clipping on (max_grad_norm)"
+        )
+
     def state_dict(self) -> dict[str, int]:
         return {"bad_in_a_row": self.bad_in_a_row, "skipped": self.skipped}
 

@@ -242,6 +242,8 @@ def _record(
     loss = all_reduce_sum(loss, state.ctx, run.device)  # the global step loss on every rank
     scaler = parts.scaler
     ok = parts.guard.check(flight.step, loss, None if scaler.is_enabled() else grad_norm)
+    if not ok and (note := parts.guard.skip_note(flight.step, loss, grad_norm)) is not None:
+        emit(RunWarning(step=flight.step, message=note))  # the record and the run's log say so
     if not flight.applied:
         if ok:
             scaler.step(parts.optimizer)  # a skipped (non-finite) step leaves the weights as they were

@@ -39,3 +39,17 @@ def test_divergence_guard_skips_bad_steps_and_gives_up_after_patience():
     assert not guard.check(6, math.nan, None)
     with pytest.raises(TrainingDiverged, match="3 steps in a row"):
         guard.check(7, math.nan, None)
+
+
+def test_skipped_steps_are_told_at_the_first_and_at_each_power_of_ten():
+    """RELIABILITY 1904: a few warnings however many steps are skipped, each with the count."""
+    guard = DivergenceGuard(patience=2)
+    told = {}
+    for step in range(1, 2001):
+        guard.check(step, float("nan"), None)  # a bad step, then a good one: never two in a row
+        if (note := guard.skip_note(step, float("nan"), None)) is not None:
+            told[guard.skipped] = note
+        guard.check(step, 1.0, 1.0)
+    assert sorted(told) == [1, 10, 100, 1000]
+    assert told[1].startswith("1 step was skipped so far") and told[10].startswith("10 steps were skipped")
+    assert "stops after 2 in a row" in told[1000]
