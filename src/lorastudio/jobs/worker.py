@@ -126,7 +126,9 @@ class WorkerChannel:
             event = Error(message=explain_write_failure(event.message, self._folder))
         if isinstance(event, Complete | Error):
             self.terminal_sent = True
-        if event.type != "progress":  # the log shows the run's course; metrics are stored apart
+        if isinstance(event, Error):  # an ERROR, in words (RELIABILITY 1905): the terminal shows it too
+            log.error("error: %s", event.message)
+        elif event.type != "progress":  # the log shows the run's course; metrics are stored apart
             log.info("%s: %s", event.type, event.model_dump_json(exclude={"type"}))
         self._events.put((*self._tag, event.model_dump(mode="python")))
         self._send_busy(self._busy.after_event(event))

@@ -84,3 +84,33 @@ def test_an_unexpected_failure_is_told_once_and_ends_the_process_with_1(
     tracebacks = [r for r in caplog.records if r.exc_info is not None]
     assert [r.getMessage() for r in tracebacks] == ["the worker failed"]
     assert "boom in the engine" in str(tracebacks[0].exc_info[1])
+
+
+def test_a_failed_runs_error_is_an_error_line_in_words(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RELIABILITY 1905: the run's log held a run's failure as an INFO line of JSON (`error:
+    {"message":"dataset folder not found: ...\\n  - ...: does not exist"}`), its newlines escaped,
+    and, INFO going to the file only, the server's console showed nothing of it. Now an ERROR
+    line in words (the log's tee copies it to the console); the other events stay INFO JSON."""
+    import queue
+
+    from lorastudio.config import TrainConfig
+    from lorastudio.settings import Settings
+    from lorastudio.training.events import RunWarning
+
+    config = TrainConfig.model_validate(
+        {"family": "flux", "base_model": "org/model", "data_dir": str(tmp_path / "d"), "output_name": "o"}
+    )
+    args = types.SimpleNamespace(generation=1, settings=Settings(home=tmp_path / "home"), config=config)
+    channel = worker.WorkerChannel(args, queue.Queue(), None, None)  # type: ignore[arg-type]
+    cause = "dataset folder not found: /d\n  - /d: does not exist"
+    with caplog.at_level(logging.INFO, logger="lorastudio.worker"):
+        channel.emit(RunWarning(step=3, message="a warning"))
+        channel.emit(Error(message=cause))
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "lorastudio.worker"]
+    assert said == [
+        ("INFO", 'warning: {"step":3,"message":"a warning"}'),
+        ("ERROR", f"error: {cause}"),
+    ]
+    assert channel.terminal_sent
