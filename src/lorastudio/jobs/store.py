@@ -28,7 +28,7 @@ from lorastudio.jobs.records import LIVE_STATUSES, JobStatus, now_iso
 from lorastudio.jobs.run_owner import cli_owner_gone, sweep_free_locks
 from lorastudio.jobs.run_search import SQL_FUNCTION, query_words
 from lorastudio.jobs.run_search import register as register_search
-from lorastudio.jobs.store_metrics import insert_points, read_points
+from lorastudio.jobs.store_metrics import every_point, insert_points, read_points
 from lorastudio.jobs.store_rows import as_read, read_output_sharers, settled, warnings_list
 from lorastudio.jobs.store_schema import RUN_COLUMNS, UPDATABLE, open_schema, place_output, read_output_order
 from lorastudio.processes import process_gone
@@ -374,6 +374,10 @@ class RunStore:
         over their steps (jobs/store_metrics.py): a resume's carried history."""
         with self._lock:
             return read_points(self._conn, run_id, max_points, up_to)
+
+    def every_metric_point(self, run_id: str) -> Iterator[dict[str, Any]]:
+        """Every metric point of the run, oldest first, a page at a time (store_metrics.every_point)."""
+        return every_point(self._conn, self._lock, run_id)
 
     def output_order(self) -> dict[str, int]:
         """Each output name's place in the order runs were recorded, which deleting run records
