@@ -136,14 +136,21 @@ def metrics_cmd(run_id: str = typer.Argument(..., help="the run id (see `lorastu
 
     from lorastudio.jobs.records import METRIC_KEYS
 
+    unwritten: list[OSError] = []
+
     def write(store: Any) -> None:
         store.get_run(run_id, max_points=0)  # NotFound, naming the id
         out = csv.writer(sys.stdout, lineterminator="\n")
-        out.writerow(METRIC_KEYS)
-        for point in store.every_metric_point(run_id):
-            out.writerow("" if point[key] is None else point[key] for key in METRIC_KEYS)
+        try:
+            out.writerow(METRIC_KEYS)
+            for point in store.every_metric_point(run_id):  # the store's failures: sqlite3's
+                out.writerow("" if point[key] is None else point[key] for key in METRIC_KEYS)
+        except OSError as err:  # stdout's (`| head`: a closed pipe), not "cannot read the run database"
+            unwritten.append(err)
 
     _read(write)
+    if unwritten:
+        raise unwritten[0]  # the console program's answer (cli/app.py: a closed pipe ends quietly)
 
 
 def _validation_lines(rounds: list[dict]) -> list[str]:

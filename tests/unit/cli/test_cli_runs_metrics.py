@@ -40,3 +40,36 @@ def test_every_point_is_a_csv_row_read_a_page_at_a_time(
     assert rows[0]["grad_norm"] == ""
     code, out, err = run_cli_streams(capsys, monkeypatch, "runs", "metrics", "nope")
     assert code == 2 and "no run with id 'nope'" in err and out == ""
+
+
+def test_a_closed_pipe_is_not_told_as_an_unreadable_store(
+    studio_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`runs metrics ID | head -2`: the writes' EPIPE came out as "cannot read the run database
+    ...: [Errno 32] Broken pipe", exit 2; now the console program's answer to a closed pipe (a
+    quiet SIGPIPE death, tests/unit/test_cli_closed_pipe.py), here stood in for by an exit 141."""
+    import errno
+    import sys
+
+    from lorastudio.cli import app
+
+    store = RunStore.open(get_settings().ensure_dirs().db_path)
+    store.create_run("r1", "out", "flux", {"steps": 1}, now_iso(), status=JobStatus.COMPLETED)
+    store.add_metric("r1", {"step": 1, "loss": 1.0})
+    store.close()
+
+    class ClosedPipe(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    def sigpipe() -> None:
+        raise SystemExit(141)
+
+    monkeypatch.setattr(app, "die_of_sigpipe", sigpipe)
+    monkeypatch.setattr(app, "mark_standalone", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["lorastudio", "runs", "metrics", "r1"])
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    with pytest.raises(SystemExit) as ended:
+        app.main()
+    assert ended.value.code == 141
+    assert "run database" not in capsys.readouterr().err
