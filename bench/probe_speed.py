@@ -57,14 +57,9 @@ variants:
   dora, loha, lokr     the run's `adapter` (peft's DoRA / LoHa / LoKr, rank 16 as the LoRA)
   a8, prodigy          the run's `optimizer`: adamw8bit (bitsandbytes) / prodigy (prodigyopt)
   dop        differential output preservation (TrainConfig.preservation, weight 1): each step
-             also runs the base prediction (adapter disabled, no grad) and the LoRA's forward +
-             backward on the same draws (training/preservation.py); e.g. flux:ref,ref+dop gives
-             its cost per step beside the plain compiled step
-  peftfwd    with loha / lokr: peft's own LycorisLayer forward (its per-layer `torch.rand(1)`
-             draw and branch: a graph break per adapted layer) instead of the engine's draw-free
-             one (training/lycoris_forward.py, RELIABILITY 1800): the step before that fix
-  kronfwd    with lokr: the draw-free forward, but each layer's delta through peft's full
-             kron(w1, w2) weight (the step between fix 1800 and the factored LoKr forward)
+             also runs the base prediction (adapter off, no grad; training/preservation.py)
+  peftfwd    with loha / lokr: peft's own forward (its per-layer draw; before RELIABILITY 1800)
+  kronfwd    with lokr: the draw-free forward with peft's kron(w1, w2) weight (before 1950)
 Variants combine with "+" (e.g. fp8+cudnn, fp8q+bf16lora): each part is applied in turn.
 
 usage: PYTHONPATH=src:. python -m bench.probe_speed --out DIR --deadline-s S flux:ref,fp8 qwen:cudnn ...

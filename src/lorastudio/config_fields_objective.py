@@ -54,7 +54,8 @@ class ObjectiveFields(StrictFields):
         default=0.0,
         ge=-10,
         le=10,
-        description="logit_normal sampling: the mean (above 0: noisier levels more often)",
+        description="logit_normal sampling: the mean (above 0: noisier levels more often, as the SD3 paper reads "
+        "it; diffusers' DreamBooth scripts' --logit_mean m is -m here: their sigma is about 1 - u)",
     )
     logit_std: float = Field(
         default=1.0, gt=0, le=10, description="logit_normal sampling: the spread of the noise levels"

@@ -106,3 +106,54 @@ def test_a_served_studio_prints_its_standby_workers_lines(tmp_path: Path) -> Non
     assert any(
         _STAMP.sub("", x).startswith("INFO:     lorastudio.jobs: standby worker spawned") for x in lines
     ), lines
+
+
+def test_a_polls_access_line_is_printed_once_a_minute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RELIABILITY 1903: the web UI polls a model fetch, a caption job and a generation every
+    second, and uvicorn's access log printed each poll: ~3,600 lines an hour of one request. A
+    successful GET repeated from the same host (any port) within a minute is left out; every other
+    request, an error status, another host or path, and the first after the minute are printed.
+    Records as uvicorn's httptools / h11 protocols log them, through the installed filters."""
+    from lorastudio.api import server_log
+    from lorastudio.api.origin import install_log_redaction
+
+    access = logging.getLogger(server_log.ACCESS_LOGGER)
+    monkeypatch.setattr(access, "filters", [])
+    monkeypatch.setattr(access, "handlers", [])
+    monkeypatch.setattr(access, "propagate", False)
+    monkeypatch.setattr(access, "level", logging.INFO)
+    now = [1000.0]
+    monkeypatch.setattr(server_log.time, "monotonic", lambda: now[-1])
+    install_log_redaction()
+    server_log.install_quiet_repeats()
+    server_log.install_quiet_repeats()  # once
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    access.addHandler(handler)
+
+    def request(second: float, method: str, path: str, status: int = 200, port: int = 50000) -> None:
+        now.append(1000.0 + second)
+        access.info('%s - "%s %s HTTP/%s" %d', f"127.0.0.1:{port}", method, path, "1.1", status)
+
+    for second in range(5):  # a poll each second, a new connection each time
+        request(second, "GET", "/api/models/fetch", port=50000 + second)
+    request(5, "GET", "/api/models/fetch", status=500)
+    request(6, "GET", "/api/models/fetch", status=500)
+    request(7, "POST", "/api/generations")
+    request(8, "POST", "/api/generations")
+    request(9, "GET", "/api/captions/c1?token=a")
+    request(10, "GET", "/api/captions/c1?token=b")  # the same line once the token is hidden
+    now.append(1000.0 + 11)
+    access.info('%s - "%s %s HTTP/%s" %d', "10.0.0.2:4000", "GET", "/api/models/fetch", "1.1", 200)
+    request(61, "GET", "/api/models/fetch")
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        '127.0.0.1:50000 - "GET /api/models/fetch HTTP/1.1" 200',
+        '127.0.0.1:50000 - "GET /api/models/fetch HTTP/1.1" 500',
+        '127.0.0.1:50000 - "GET /api/models/fetch HTTP/1.1" 500',
+        '127.0.0.1:50000 - "POST /api/generations HTTP/1.1" 200',
+        '127.0.0.1:50000 - "POST /api/generations HTTP/1.1" 200',
+        '127.0.0.1:50000 - "GET /api/captions/c1?token=*** HTTP/1.1" 200',
+        '10.0.0.2:4000 - "GET /api/models/fetch HTTP/1.1" 200',
+        '127.0.0.1:50000 - "GET /api/models/fetch HTTP/1.1" 200',  # a minute after the first
+    ]

@@ -70,7 +70,7 @@ from lorastudio.api.routes import (
     session,
     train,
 )
-from lorastudio.api.server_log import install_server_logging, uvicorn_log_config
+from lorastudio.api.server_log import install_quiet_repeats, install_server_logging, uvicorn_log_config
 from lorastudio.api.sessions import SessionStore
 from lorastudio.api.token_gate import TokenGate
 from lorastudio.api.web_mount import AllowTable, WebMount
@@ -266,6 +266,7 @@ def serve(settings: Settings, host: str, port: int, home_lock: HomeLock | None =
     lock = home_lock or HomeLock.for_server(settings.ensure_dirs().home, port)
     settings = drop_process_secrets(settings)  # before any child exists: none inherits a secret
     install_log_redaction()  # the access log prints paths: hide ?token= values
+    install_quiet_repeats()  # then a poll's line at most once a minute (api/server_log.py)
     install_server_logging()  # the server's own lines (GPU facts, standby worker, recoveries) on its console
     start_resource_tracker_deaf_to_hangup()  # before any worker: a hangup must not end it
     # Open event streams never end on their own: give them 5 s before a shutdown cuts them.

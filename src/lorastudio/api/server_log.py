@@ -11,6 +11,11 @@ Each line, ours and uvicorn's own (its start, its access log), begins with its t
 log has it (jobs/worker_log.stamp: local, with its UTC offset, "2026-11-01 01:30:00,123-0400"):
 they carried none, so a console or a service journal kept without times (`serve > file`, a
 container's log) could not say when a recovery, a refusal or a request happened.
+
+The access log prints a successful GET (or HEAD) at most once a minute for each client host,
+path and status (`RepeatedRequests`): the web UI polls a model fetch, a caption job and a
+generation every second, and each poll was a line, ~3,600 an hour of the same one (RELIABILITY
+1903). Any other request, an error status, and the first of a minute's repeats are printed.
 """
 
 from __future__ import annotations
@@ -18,12 +23,18 @@ from __future__ import annotations
 import copy
 import logging
 import sys
+import threading
+import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from lorastudio.api.origin import RedactTokenFilter
 from lorastudio.jobs.worker_log import stamp
 
 LOGGER = "lorastudio"
+ACCESS_LOGGER = "uvicorn.access"
+REPEAT_QUIET_S = 60.0  # an identical successful GET within this long of the printed one is left out
+_KEYS_KEPT = 512  # the requests remembered (the oldest are dropped past it)
 
 
 class _UvicornStyle(logging.Formatter):
@@ -75,3 +86,41 @@ def install_server_logging(stream: TextIO | None = None, level: int = logging.IN
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
+
+
+class RepeatedRequests(logging.Filter):
+    """Leaves out uvicorn's access line of a successful (2xx, 3xx) GET or HEAD whose client host,
+    path and status are those of one printed less than REPEAT_QUIET_S ago (a poll); keeps every
+    other record. The path is the one logged (after RedactTokenFilter where that came first)."""
+
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        super().__init__()
+        self._clock = clock if clock is not None else time.monotonic
+        self._printed: dict[tuple[str, str, str, int], float] = {}
+        self._lock = threading.Lock()  # uvicorn logs from its event loop; a test's threads too
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if not (isinstance(args, tuple) and len(args) == 5):  # uvicorn's (client, method, path, http, status)
+            return True
+        client, method, path, _, status = args
+        if method not in ("GET", "HEAD") or not isinstance(status, int) or not 200 <= status < 400:
+            return True
+        key = (str(client).rsplit(":", 1)[0], str(method), str(path), status)  # the host, not its port
+        now = self._clock()
+        with self._lock:
+            printed = self._printed.get(key)
+            if printed is not None and now - printed < REPEAT_QUIET_S:
+                return False
+            if len(self._printed) >= _KEYS_KEPT:  # the newest half of those still quiet
+                recent = sorted(self._printed.items(), key=lambda item: item[1])[_KEYS_KEPT // 2 :]
+                self._printed = {k: t for k, t in recent if now - t < REPEAT_QUIET_S}
+            self._printed[key] = now
+        return True
+
+
+def install_quiet_repeats() -> None:
+    """Add one RepeatedRequests to uvicorn's access logger (idempotent), after its other filters."""
+    logger = logging.getLogger(ACCESS_LOGGER)
+    if not any(isinstance(f, RepeatedRequests) for f in logger.filters):
+        logger.addFilter(RepeatedRequests())

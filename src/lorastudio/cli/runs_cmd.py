@@ -124,6 +124,35 @@ def show_cmd(
         typer.echo(f"  {key} = {value}")
 
 
+@runs_app.command("metrics")
+def metrics_cmd(run_id: str = typer.Argument(..., help="the run id (see `lorastudio runs list`)")) -> None:
+    """Every metric point the run stored, as CSV on stdout: a header, then one row a step (step,
+    epoch, loss, avg_loss, lr, grad_norm, samples_per_second, peak_memory_gb; empty where not
+    measured), the whole series that `runs show` and GET /api/runs/{id} spread over at most 2,000
+    points. pandas.read_csv reads it; `> run.csv` keeps it. A resumed run's record holds the
+    history it carried over as the run page showed it (2,000 points at most), then every step."""
+    import csv
+    import sys
+
+    from lorastudio.jobs.records import METRIC_KEYS
+
+    unwritten: list[OSError] = []
+
+    def write(store: Any) -> None:
+        store.get_run(run_id, max_points=0)  # NotFound, naming the id
+        out = csv.writer(sys.stdout, lineterminator="\n")
+        try:
+            out.writerow(METRIC_KEYS)
+            for point in store.every_metric_point(run_id):  # the store's failures: sqlite3's
+                out.writerow("" if point[key] is None else point[key] for key in METRIC_KEYS)
+        except OSError as err:  # stdout's (`| head`: a closed pipe), not "cannot read the run database"
+            unwritten.append(err)
+
+    _read(write)
+    if unwritten:
+        raise unwritten[0]  # the console program's answer (cli/app.py: a closed pipe ends quietly)
+
+
 def _validation_lines(rounds: list[dict]) -> list[str]:
     """One line per stored validation round (the newest 10), the lowest loss marked "(best)"."""
     losses = [r["loss"] for r in rounds if isinstance(r.get("loss"), (int, float))]

@@ -63,7 +63,10 @@ def build(draft: Draft, data: dict[str, Any], family: str | None) -> None:
     objective(draft, args)
     kohya_data.data(draft, args)
     for name, (peer, value) in args.items():
-        if name in ZERO_OFF and values.is_off(value):
+        if name == "min_snr_gamma" and values.is_off(value) and draft.settings.get("family") == "sdxl":
+            # kohya's 0 is no min-SNR weighting; left out, SDXL's default here (5) would weight it
+            draft.set(peer, "snr_gamma", None, "0 = off: null (SDXL's default here is 5)")
+        elif name in ZERO_OFF and values.is_off(value):
             draft.drop(peer, f"{NOT_NEEDED}: 0 is unset")
         elif name in INIT_LORA:
             init_lora(draft, peer, value)

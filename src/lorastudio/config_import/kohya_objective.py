@@ -44,6 +44,10 @@ def objective(draft: Draft, args: Args) -> None:
     schedule = take(args, "huber_schedule")
     if schedule is not None:
         carry(draft, schedule[0], schedule[1], "huber_schedule", lambda v: str(v).lower())
+    elif loss is not None and _huber(loss[1]) and draft.settings.get("family") == "sdxl":
+        # sd-scripts' default schedule is snr, computed for DDPM models only (a flow model's run
+        # stops on it unless the file names a schedule)
+        draft.set(loss[0], "huber_schedule", "snr", "kohya's default schedule (here: constant)")
     _sampling(draft, args)
     pred = take(args, "model_prediction_type")
     if pred is not None:
@@ -93,8 +97,10 @@ _SAMPLING_HOW = {
 def _sampling(draft: Draft, args: Args) -> None:
     """timestep_sampling, discrete_flow_shift, weighting_scheme, logit_mean / logit_std -> our
     timestep_sampling (+ flow_shift, logit_mean, logit_std). kohya's "sigma" draws the levels by
-    weighting_scheme's density (uniform by default, logit_normal with its mean and std); with
-    another sampling, weighting_scheme weights only the loss (sigma_sqrt, cosmap: not offered)."""
+    weighting_scheme's density (uniform by default, logit_normal with its mean and std), shifted
+    by discrete_flow_shift (its scheduler's static shift) and read from the noisy end, so its
+    logit_mean is negated here; with another sampling, weighting_scheme weights only the loss
+    (sigma_sqrt, cosmap: not offered)."""
     sampling, shift = take(args, "timestep_sampling"), take(args, "discrete_flow_shift")
     weighting = take(args, "weighting_scheme")
     kind = str(sampling[1]).lower() if sampling else None
@@ -125,15 +131,41 @@ def _sampling(draft: Draft, args: Args) -> None:
                    f"{NOT_SUPPORTED}: min-SNR (snr_gamma) is the one loss weighting")  # fmt: skip
     if shift is not None and kind == "shift":
         carry(draft, shift[0], shift[1], "flow_shift", values.number)
+    elif shift is not None and kind == "sigma" and ours is not None:
+        carry(draft, shift[0], shift[1], "flow_shift", values.number, _SIGMA_SHIFT)
+    elif shift is not None and kind == "sigma":
+        draft.drop(shift[0], f"{NOT_SUPPORTED}: it shifts kohya's sigma sampling, which is not carried")
     elif shift is not None:
-        draft.drop(shift[0], f"{NOT_NEEDED}: kohya applies it with timestep_sampling = shift only")
+        draft.drop(shift[0], f"{NOT_NEEDED}: kohya applies it with timestep_sampling = shift or sigma only")
     for key in ("logit_mean", "logit_std"):
         if (got := take(args, key)) is None:
             continue
-        if ours == "logit_normal" and kind == "sigma":
+        if ours == "logit_normal" and kind == "sigma" and key == "logit_mean":
+            carry(draft, got[0], got[1], key, _negated, _SIGMA_MEAN)
+        elif ours == "logit_normal" and kind == "sigma":
             carry(draft, got[0], got[1], key, values.number)
         else:
             draft.drop(got[0], f"{NOT_NEEDED}: kohya reads it with weighting_scheme = logit_normal only")
+
+
+# kohya's sigma sampling (flux_train_utils.get_noisy_model_input_and_timesteps, musubi-tuner's
+# alike): u from weighting_scheme's density, then the sigma of its FlowMatchEulerDiscreteScheduler
+# (shift = discrete_flow_shift) at timesteps[u x 1000], whose timesteps run from the noisy end:
+# sigma = shift(1 - u) (session 39 maths audit, tests/unit/training/test_maths_reference.py)
+_SIGMA_SHIFT = "the static shift of kohya's scheduler, whose levels its sigma sampling draws"
+_SIGMA_MEAN = (
+    "kohya's sigma sampling reads its scheduler from the noisy end (sigma = 1 - u): its m is -m here"
+)
+
+
+def _huber(loss: Any) -> bool:
+    """Whether kohya's loss_type `loss` is one of the Huber losses."""
+    return str(loss).lower() in ("huber", "smooth_l1")
+
+
+def _negated(value: Any) -> float:
+    """-value for a number (0 stays 0). Raises values.Skip."""
+    return 0.0 - values.number(value)
 
 
 def skip(what: str) -> Any:

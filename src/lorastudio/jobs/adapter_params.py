@@ -23,8 +23,10 @@ from __future__ import annotations
 
 
 def factorization(dimension: int, factor: int = -1) -> tuple[int, int]:
-    """peft's LoKr factorization of `dimension` into (m, n), m <= n, m as close to `factor` as
-    it divides (-1: as square as possible)."""
+    """peft's LoKr factorization of `dimension` into (m, n): (factor, dimension / factor) where
+    the factor divides it, m > n included (peft keeps that order; LyCORIS' own rule swaps it to
+    m <= n: RELIABILITY's Known problems); else m <= n with m the largest divisor up to the
+    factor that keeps m + n falling (-1: as square as possible)."""
     if factor > 0 and dimension % factor == 0:
         return factor, dimension // factor
     if factor == -1:

@@ -64,6 +64,9 @@ def caption_worker_main(args: CaptionWorkerArgs, events: Any, cancel: Any) -> No
         events.put({"type": CAPTION_ERROR, "error": type(err).__name__, "message": str(err)})
         code = 1
     except Exception as err:  # noqa: BLE001 - any model failure is reported to the server, not lost
+        from lorastudio.jobs.worker_log import print_failure
+
+        print_failure("a caption job failed in its worker", err)  # the traceback, once (RELIABILITY 1901)
         events.put(
             {"type": CAPTION_ERROR, "error": type(err).__name__, "message": f"{type(err).__name__}: {err}"}
         )

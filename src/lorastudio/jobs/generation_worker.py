@@ -53,6 +53,7 @@ from lorastudio.errors import (
 )
 from lorastudio.jobs.childenv import drop_secrets, give_hub_token
 from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt
+from lorastudio.jobs.worker_log import print_failure
 from lorastudio.lora.shared import shared_copy
 from lorastudio.settings import Settings
 
@@ -258,6 +259,7 @@ def run_job(
             oom = f"{type(err).__name__}: {str(err)[:500]}"
         else:
             reply = ("failed", f"{type(err).__name__}: {err}")
+            print_failure("a generation failed in its worker", err)  # the traceback, once (RELIABILITY 1901)
     if oom is None:
         if resident.key is None:  # the load stopped (a cancel) or failed: free what it had loaded,
             resident.drop()  # held by the exception's frames until here

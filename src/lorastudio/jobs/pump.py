@@ -182,6 +182,8 @@ class EventPump(abc.ABC):
             self.store.add_validation(job.id, folded.validation)
         if folded.warning is not None:
             self.store.add_warning(job.id, folded.warning)
+        if folded.final is not None and (note := discard_note(job)) is not None:
+            self.store.add_warning(job.id, note)  # the record's word (the Live page's: stop_requested)
         if folded.dataset_warnings is not None:
             self.store.set_dataset_warnings(job.id, folded.dataset_warnings)
         if folded.point is not None:
@@ -191,3 +193,15 @@ class EventPump(abc.ABC):
         if folded.total_steps is not None:  # an epoch run's length, known from its first step
             self.store.update_run(job.id, total_steps=folded.total_steps)
         return data["type"] in TERMINAL_EVENTS
+
+
+def discard_note(job: Job) -> str | None:
+    """What the run record says of `job` stopped without save (a discard), else None: its stored
+    record read `stopped` with no outputs and no resume point, like a stop before the first step,
+    and only the Live page (the job in memory, `stop_requested`) said what went (RELIABILITY 1907)."""
+    if job.status != JobStatus.STOPPED or job.stop_save is not False or job.lora_path:
+        return None
+    return (
+        f"stopped without save at step {job.steps_run}: no LoRA was written, and the checkpoints, LoRA "
+        "snapshots and sample previews this session wrote were deleted (a resumed run keeps what it resumed from)"
+    )

@@ -28,7 +28,7 @@ from lorastudio.jobs.records import LIVE_STATUSES, JobStatus, now_iso
 from lorastudio.jobs.run_owner import cli_owner_gone, sweep_free_locks
 from lorastudio.jobs.run_search import SQL_FUNCTION, query_words
 from lorastudio.jobs.run_search import register as register_search
-from lorastudio.jobs.store_metrics import insert_points, read_points
+from lorastudio.jobs.store_metrics import every_point, insert_points, read_points
 from lorastudio.jobs.store_rows import as_read, read_output_sharers, settled, warnings_list
 from lorastudio.jobs.store_schema import RUN_COLUMNS, UPDATABLE, open_schema, place_output, read_output_order
 from lorastudio.processes import process_gone
@@ -104,31 +104,36 @@ class RunStore:
 
     # -- writes ----------------------------------------------------------------------------------
     def mark_interrupted(self) -> int:
-        """Mark every run still recorded as live as interrupted; returns how many."""
+        """Mark every run still recorded as live as interrupted, ended when its owner last wrote it
+        (seen_at; now for a row an older version wrote); returns how many."""
         live = [s.value for s in LIVE_STATUSES]
         marks = ",".join("?" * len(live))
         with self._tx() as cur:
             cur.execute(
-                f"UPDATE runs SET status=?, finished_at=?, error=COALESCE(error, ?) WHERE status IN ({marks})",
+                "UPDATE runs SET status=?, finished_at=COALESCE(seen_at, ?), error=COALESCE(error, ?)"
+                f" WHERE status IN ({marks})",
                 [JobStatus.INTERRUPTED.value, now_iso(), "the server stopped while this run was live", *live],
             )
             return cur.rowcount
 
     def settle_dead_owners(self) -> dict[str, dict[str, Any]]:
         """Mark every live run whose recorded process is gone (killed outright: it could not
-        record the end) interrupted; returns {run id: the fields set}, also where the store
-        cannot be written (read-only, full disk), so a reader reports them all the same."""
+        record the end) interrupted, ended when its owner last wrote it (seen_at: its last step,
+        not the time a reader noticed; now for a row an older version wrote); returns {run id: the
+        fields set}, also where the store cannot be written (read-only, full disk), so a reader
+        reports them all the same."""
         live = [s.value for s in LIVE_STATUSES]
         marks = ",".join("?" * len(live))
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT id, owner_pid, owner_start, source FROM runs WHERE owner_pid IS NOT NULL AND status IN ({marks})",
+                "SELECT id, owner_pid, owner_start, source, seen_at FROM runs"
+                f" WHERE owner_pid IS NOT NULL AND status IN ({marks})",
                 live,
             ).fetchall()
         dead = {
             r["id"]: {
                 "status": JobStatus.INTERRUPTED.value,
-                "finished_at": now_iso(),
+                "finished_at": r["seen_at"] or now_iso(),
                 "error": DEAD_OWNER_ERRORS[r["source"] or "service"].format(pid=r["owner_pid"]),
             }
             for r in rows
@@ -173,7 +178,7 @@ class RunStore:
         with self._tx() as cur:
             cur.execute(
                 "INSERT INTO runs (id, output_name, family, status, created_at, config_json, total_steps,"
-                " source, owner_pid, owner_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " source, owner_pid, owner_start, seen_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     output_name,
@@ -185,12 +190,14 @@ class RunStore:
                     source,
                     pid,
                     start,
+                    now_iso(),
                 ),
             )
             place_output(cur, output_name, int(cur.lastrowid or 0))  # the LoRA list's top (store_schema.py)
 
     def update_run(self, run_id: str, **fields: Any) -> None:
-        """Set some columns of a run (status, started_at, finished_at, steps_run, error, ...)."""
+        """Set some columns of a run (status, started_at, finished_at, steps_run, error, ...), its
+        seen_at now (its owner writes it)."""
         bad = set(fields) - UPDATABLE
         if bad:
             raise ValueError(f"not updatable: {sorted(bad)}")
@@ -199,7 +206,7 @@ class RunStore:
         sets = ", ".join(f"{k}=?" for k in fields)
         values = [v.value if isinstance(v, JobStatus) else v for v in fields.values()]
         with self._tx() as cur:
-            cur.execute(f"UPDATE runs SET {sets} WHERE id=?", [*values, run_id])
+            cur.execute(f"UPDATE runs SET {sets}, seen_at=? WHERE id=?", [*values, now_iso(), run_id])
 
     def add_metric(self, run_id: str, point: dict[str, Any]) -> None:
         """Store one metric point (keys of METRIC_KEYS; None for missing) and the run's progress."""
@@ -214,8 +221,8 @@ class RunStore:
         with self._tx() as cur:
             insert_points(cur, run_id, points)
             cur.execute(
-                "UPDATE runs SET steps_run=MAX(steps_run, ?), last_loss=? WHERE id=?",
-                (last["step"], last.get("loss"), run_id),
+                "UPDATE runs SET steps_run=MAX(steps_run, ?), last_loss=?, seen_at=? WHERE id=?",
+                (last["step"], last.get("loss"), now_iso(), run_id),
             )
 
     def add_validation(self, run_id: str, point: dict[str, Any]) -> None:
@@ -367,6 +374,10 @@ class RunStore:
         over their steps (jobs/store_metrics.py): a resume's carried history."""
         with self._lock:
             return read_points(self._conn, run_id, max_points, up_to)
+
+    def every_metric_point(self, run_id: str) -> Iterator[dict[str, Any]]:
+        """Every metric point of the run, oldest first, a page at a time (store_metrics.every_point)."""
+        return every_point(self._conn, self._lock, run_id)
 
     def output_order(self) -> dict[str, int]:
         """Each output name's place in the order runs were recorded, which deleting run records

@@ -99,6 +99,9 @@ ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
     ("warnings_json", "TEXT"),  # a JSON list: what failed without failing the run (warning events)
     ("elapsed_s", "REAL"),  # started_at to finished_at on the recording process's monotonic clock
     ("dataset_warnings_json", "TEXT"),  # a JSON list: the dataset scan's warnings (DatasetWarnings event)
+    # when its owner last wrote the run (recorded, a status, a step): a killed run's end as a later
+    # reader tells it, not the time it looked (RELIABILITY 1902)
+    ("seen_at", "TEXT"),
 )
 
 

@@ -126,7 +126,9 @@ class WorkerChannel:
             event = Error(message=explain_write_failure(event.message, self._folder))
         if isinstance(event, Complete | Error):
             self.terminal_sent = True
-        if event.type != "progress":  # the log shows the run's course; metrics are stored apart
+        if isinstance(event, Error):  # an ERROR, in words (RELIABILITY 1905): the terminal shows it too
+            log.error("error: %s", event.message)
+        elif event.type != "progress":  # the log shows the run's course; metrics are stored apart
             log.info("%s: %s", event.type, event.model_dump_json(exclude={"type"}))
         self._events.put((*self._tag, event.model_dump(mode="python")))
         self._send_busy(self._busy.after_event(event))
@@ -158,7 +160,9 @@ def prepare_child(args: WorkerArgs) -> None:
 def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
     """Child entry point (multiprocessing spawn target). Exits 0 when the engine returned,
     1 when it failed (after an Error event), 3 when the parent is gone; an unexpected
-    exception is reported as an Error event, then re-raised (traceback in the server log)."""
+    exception is reported as an Error event and its traceback logged once (the run's log and
+    the server's terminal), then the process exits 1: it is not raised on to the spawn
+    bootstrap, which printed the traceback a second time (RELIABILITY 1900)."""
     prepare_child(args)
     worker_log = start_log(args)
     prefetch = start_prefetch(args.config.model_dump(), args.settings)  # beside the imports below
@@ -189,13 +193,11 @@ def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) 
     except BaseException as err:
         if not channel.terminal_sent:
             channel.emit(Error(message=f"{type(err).__name__}: {err}"))
-        log.exception("the worker failed")  # the traceback in the run's log (the terminal gets it too)
-        if prefetch is not None:
-            prefetch.stop()
-        channel.close()
-        if worker_log is not None:
-            worker_log.close()
-        raise
+        # the traceback once, in the run's log and on the terminal (its tee); not raised on: the
+        # spawn bootstrap (multiprocessing's, under a standby too) printed it again on the
+        # server's console (RELIABILITY 1900)
+        log.exception("the worker failed")
+        code = 1
     if prefetch is not None:
         prefetch.stop()
     channel.close()

@@ -29,6 +29,7 @@ import re
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +58,21 @@ class _Stamped(logging.Formatter):
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (logging's name)
         return stamp(record.created)
+
+
+def print_failure(what: str, err: BaseException) -> None:
+    """`what`, `err` and its traceback on stderr, once, as one of the server's own lines (`stamp`,
+    `ERROR:`, the logger's name; api/server_log.py), the credentials of any URL in them hidden: an
+    unexpected failure of the generation or caption worker, which keep no log of their own and
+    inherit the server's console. Their reply to the server carries the message alone, and the
+    traceback was printed nowhere: a bug's 500 left nothing to report (RELIABILITY 1901)."""
+    text = "".join(traceback.format_exception(err)).rstrip("\n")
+    line = (
+        f"{stamp(time.time())} {'ERROR:':<10}lorastudio.jobs: {what}: {type(err).__name__}: {err}\n{text}\n"
+    )
+    with contextlib.suppress(OSError, ValueError):  # a closed console: the reply still tells the server
+        sys.stderr.write(hide_userinfo(line))
+        sys.stderr.flush()
 
 
 def log_path(settings: Settings, run_id: str) -> Path:

@@ -218,16 +218,17 @@ def optimize(
             finish_run(run, state, parts, source, emit)
             break
         checkpoint_due = state.keeper is not None and state.keeper.due(step, num_steps)
-        if state.previews is not None and state.previews.due(step, num_steps):
-            sample_round(cfg, state.previews, state, parts, source, step, emit)
-            if not (checkpoint_due and parts.guard.bad_in_a_row == 0):  # a checkpoint keeps them
-                keep_preview_ema(run, state)
-        if validating:  # with its LoRA snapshot
-            validation_round(run, state, objective, step, emit)
-        if checkpoint_due and parts.guard.bad_in_a_row == 0:
-            _checkpoint(run, state, parts)  # with its LoRA snapshot
-        elif snapshot_due:
-            _lora_snapshot(run, state)
+        with parts.meter.rounds():  # not the steps' pace (samples/s)
+            if state.previews is not None and state.previews.due(step, num_steps):
+                sample_round(cfg, state.previews, state, parts, source, step, emit)
+                if not (checkpoint_due and parts.guard.bad_in_a_row == 0):  # a checkpoint keeps them
+                    keep_preview_ema(run, state)
+            if validating:  # with its LoRA snapshot
+                validation_round(run, state, objective, step, emit)
+            if checkpoint_due and parts.guard.bad_in_a_row == 0:
+                _checkpoint(run, state, parts)  # with its LoRA snapshot
+            elif snapshot_due:
+                _lora_snapshot(run, state)
         try:
             stop()
         except TrainingStopped as request:
@@ -245,6 +246,8 @@ def _record(
     loss = all_reduce_sum(loss, state.ctx, run.device)  # the global step loss on every rank
     scaler = parts.scaler
     ok = parts.guard.check(flight.step, loss, None if scaler.is_enabled() else grad_norm)
+    if not ok and (note := parts.guard.skip_note(flight.step, loss, grad_norm)) is not None:
+        emit(RunWarning(step=flight.step, message=note))  # the record and the run's log say so
     if not flight.applied:
         if ok:
             scaler.step(parts.optimizer)  # a skipped (non-finite) step leaves the weights as they were

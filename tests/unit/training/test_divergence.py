@@ -51,6 +51,13 @@ def test_a_non_finite_step_is_skipped_and_counted(make_config, nan_steps):
     train(cfg, events.append, stop_after_step_3, device="cpu")
     progress = [e for e in events if e.type == "progress"]
     assert [e.skipped_steps for e in progress] == [0, 0, 1]
+    # said where a server run's user reads it: the record's warnings, the run's log (RELIABILITY 1904)
+    [warning] = [e for e in events if e.type == "warning"]
+    assert warning.step == 3 and warning.message.startswith("1 step was skipped so far (no update)")
+    assert (
+        "step 3 (loss nan" in warning.message
+        and f"after {cfg.max_bad_steps} in a row (max_bad_steps)" in warning.message
+    )
     assert math.isnan(progress[2].loss) and all(math.isfinite(e.loss) for e in progress[:2])
     run_dir = get_settings().outputs_dir / "run"
     weights = {p.name: load_file(str(p / "lora.safetensors")) for p in list_checkpoints(run_dir)}

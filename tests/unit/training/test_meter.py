@@ -39,3 +39,43 @@ def test_divergence_guard_skips_bad_steps_and_gives_up_after_patience():
     assert not guard.check(6, math.nan, None)
     with pytest.raises(TrainingDiverged, match="3 steps in a row"):
         guard.check(7, math.nan, None)
+
+
+def test_skipped_steps_are_told_at_the_first_and_at_each_power_of_ten():
+    """RELIABILITY 1904: a few warnings however many steps are skipped, each with the count."""
+    guard = DivergenceGuard(patience=2)
+    told = {}
+    for step in range(1, 2001):
+        guard.check(step, float("nan"), None)  # a bad step, then a good one: never two in a row
+        if (note := guard.skip_note(step, float("nan"), None)) is not None:
+            told[guard.skipped] = note
+        guard.check(step, 1.0, 1.0)
+    assert sorted(told) == [1, 10, 100, 1000]
+    assert told[1].startswith("1 step was skipped so far") and told[10].startswith("10 steps were skipped")
+    assert "stops after 2 in a row" in told[1000]
+
+
+def test_samples_per_second_leaves_the_rounds_between_steps_out():
+    """RELIABILITY 1908: a sample or validation round, a checkpoint between two steps counted as
+    step time (1.46 samples/s at step 2, 0.32 at step 3 after a 4 s validation round)."""
+    now = [0.0]
+    meter = StepMeter(clock=lambda: now[-1])
+    with meter.rounds():  # before the first step is done (the start): not the steps' either
+        now.append(5.0)
+    now.append(10.0)
+    meter.step_done(1.0, 4)  # step 1 ends at 10 s
+    now.append(11.0)
+    meter.step_done(1.0, 4)  # step 2: 1 s
+    with meter.rounds():  # a 40 s round
+        now.append(51.0)
+    now.append(52.0)
+    meter.step_done(1.0, 4)  # step 3: 1 s
+    assert meter.samples_per_second == pytest.approx(8 / 2.0)  # before: 8 / 42 s
+    meter.load_state_dict(meter.state_dict())  # a resume: the pace starts again
+    now.append(60.0)
+    meter.step_done(1.0, 4)
+    with meter.rounds():
+        now.append(70.0)
+    now.append(72.0)
+    meter.step_done(1.0, 4)
+    assert meter.samples_per_second == pytest.approx(4 / 2.0)

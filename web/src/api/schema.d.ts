@@ -4787,7 +4787,7 @@ export interface components {
             learning_rate?: number | null;
             /**
              * Logit Mean
-             * @description logit_normal sampling: the mean (above 0: noisier levels more often)
+             * @description logit_normal sampling: the mean (above 0: noisier levels more often, as the SD3 paper reads it; diffusers' DreamBooth scripts' --logit_mean m is -m here: their sigma is about 1 - u)
              * @default 0
              */
             logit_mean?: number;
@@ -5413,7 +5413,7 @@ export interface components {
             learning_rate: number | null;
             /**
              * Logit Mean
-             * @description logit_normal sampling: the mean (above 0: noisier levels more often)
+             * @description logit_normal sampling: the mean (above 0: noisier levels more often, as the SD3 paper reads it; diffusers' DreamBooth scripts' --logit_mean m is -m here: their sigma is about 1 - u)
              * @default 0
              */
             logit_mean: number;

@@ -98,7 +98,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "latent_cache": "where VAE latents are cached: memory (RAM up to latent_cache_max_gb, else encoded per step), disk (memory-mapped shards kept across runs), auto (memory when it fits, else disk), off (encoded every step)",
   "latent_cache_max_gb": "RAM budget of the latent cache (auto / memory); above it, the disk cache (auto) or encode per step (memory)",
   "learning_rate": "peak learning rate of the adapter (null: the family's default, `lorastudio families`; prodigy: 1.0, a multiplier of its learned step size)",
-  "logit_mean": "logit_normal sampling: the mean (above 0: noisier levels more often)",
+  "logit_mean": "logit_normal sampling: the mean (above 0: noisier levels more often, as the SD3 paper reads it; diffusers' DreamBooth scripts' --logit_mean m is -m here: their sigma is about 1 - u)",
   "logit_std": "logit_normal sampling: the spread of the noise levels",
   "lokr_decompose_both": "lokr: low-rank w1 too (null: off, w1 is a full matrix; w2 is low-rank when the rank is below half its size)",
   "lokr_factor": "lokr: the Kronecker factor of each dimension (peft's decompose_factor; -1 = as square as possible; null: -1)",
