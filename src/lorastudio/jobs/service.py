@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from lorastudio.config_datasets import read_folders
+from lorastudio.config_datasets import read_folder_fields
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.busy import stop_conflict
@@ -287,13 +287,13 @@ class JobService(JobQueries, Dispatcher):
                 f"the checkpoint {resume_from} of {config.output_name!r} is gone (the run was deleted?)"
             )
         job = Job(id=uuid.uuid4().hex[:12], config=config, worker_config=worker_config)
-        folders = read_folders(config, self.settings.datasets_dir)
+        fields = read_folder_fields(config, self.settings.datasets_dir)  # data, controls, validation
         claim = claim_for_run(  # caption jobs here and other processes' caption writers
-            self.settings.home, self.settings.datasets_dir, folders, self._captioning(),
+            self.settings.home, self.settings.datasets_dir, [f for _, f in fields], self._captioning(),
             f"training job {job.id} of the lorastudio server",
         )  # fmt: skip
         try:
-            refuse_if_gone(config, folders)  # a delete / rename landed since its checks
+            refuse_if_gone(config, fields)  # a delete / rename landed since its checks
             self.store.create_run(
                 job.id,
                 config.output_name or "",

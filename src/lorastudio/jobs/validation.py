@@ -372,10 +372,11 @@ def local_models(models_dir: Path) -> list[dict[str, Any]]:
     return found
 
 
-def refuse_if_gone(config: TrainConfig, folders: list[Path]) -> None:
+def refuse_if_gone(config: TrainConfig, folders: list[tuple[str, Path]]) -> None:
     """Raise ConfigError when the local base model (or a single file's base_config folder) or a
-    dataset folder of `folders` (the run's read folders) that `config` was validated with is
-    gone: a model delete, or a dataset's rename or delete, landed after the run's checks.
+    folder of `folders` (the run's read folders with the setting naming each:
+    config_datasets.read_folder_fields) that `config` was validated with is gone: a model
+    delete, or a dataset's rename or delete, landed after the run's checks.
     JobService._enqueue calls this under the locks those take (enqueues_held; the datasets'
     read claim, just taken), so nothing is queued to fail at its worker's start."""
     for field in ("base_model", "base_config"):
@@ -384,8 +385,7 @@ def refuse_if_gone(config: TrainConfig, folders: list[Path]) -> None:
             raise ConfigError(
                 [FieldProblem(field, f"{value} is gone: the model was deleted after the run's checks")]
             )
-    field = "data_dir" if config.datasets is None else "datasets"
-    for folder in folders:
+    for field, folder in folders:
         if not folder.is_dir():
             raise ConfigError(
                 [
