@@ -22,10 +22,13 @@ import re
 import shutil
 import sqlite3
 import uuid
+from collections.abc import Container, Iterable
 from pathlib import Path
 
-from lorastudio.errors import NoSpaceLeft, NotFound, writing
+from lorastudio.errors import JobActive, LorastudioError, NoSpaceLeft, NotFound, writing
+from lorastudio.jobs.records import Job
 from lorastudio.settings import Settings
+from lorastudio.training.init_lora_rules import init_lora_path
 
 log = logging.getLogger("lorastudio.jobs")
 
@@ -34,6 +37,31 @@ _SAFE_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")  # a run id a trash name can car
 JOURNALED_TRASH = re.compile(
     rf"^{re.escape(RUN_DELETE_PREFIX)}[0-9a-f]{{32}}\.run-(?P<id>[0-9A-Za-z_-]{{1,64}})$"
 )
+
+
+def refuse_if_started_from(
+    live: Iterable[Job], resumed: Container[str], settings: Settings, name: str
+) -> None:
+    """Raise JobActive when a live job of `live` that is not a resume (its id not in `resumed`)
+    starts from a LoRA file (init_lora) inside run folder outputs/<name>: its worker
+    reads that file at its start and again when it loads the denoiser (training/init_lora.py), so
+    a delete of the folder meanwhile failed the job after its first phases (RELIABILITY 1921). A
+    resumed job takes its weights from its checkpoint. An init_lora that names no file any more is
+    not this folder's. Called under the job service's lock, where a job is queued (`_enqueue`
+    refuses a start whose file is gone: validation.refuse_if_gone)."""
+    inside = os.path.realpath(settings.outputs_dir / name)
+    for job in live:
+        if job.config.init_lora is None or job.id in resumed:
+            continue
+        try:
+            path = os.path.realpath(init_lora_path(job.config.init_lora, settings))
+        except LorastudioError:
+            continue
+        if os.path.commonpath([path, inside]) == inside:
+            raise JobActive(
+                f"{path} is the init_lora of live training job {job.id} ({job.config.output_name!r}): "
+                "delete this run when that job ends, or delete its record only (keep_files)"
+            )
 
 
 def take_output_dir_aside(outputs_dir: Path, name: str, run_id: str | None = None) -> Path | bool:

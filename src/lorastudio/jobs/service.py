@@ -59,7 +59,7 @@ from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, forget_oldest_finished, now_iso
 from lorastudio.jobs.resume import validate_resume
-from lorastudio.jobs.run_delete import put_back, remove_trash, take_output_dir_aside
+from lorastudio.jobs.run_delete import put_back, refuse_if_started_from, remove_trash, take_output_dir_aside
 from lorastudio.jobs.service_queries import JobQueries
 from lorastudio.jobs.standby import StandbyKeeper
 from lorastudio.jobs.step_watch import HANG_MIN_S
@@ -293,7 +293,7 @@ class JobService(JobQueries, Dispatcher):
             f"training job {job.id} of the lorastudio server",
         )  # fmt: skip
         try:
-            refuse_if_gone(config, fields)  # a delete / rename landed since its checks
+            refuse_if_gone(config, fields, None if resume_from else self.settings)  # gone since its checks
             self.store.create_run(
                 job.id,
                 config.output_name or "",
@@ -355,6 +355,8 @@ class JobService(JobQueries, Dispatcher):
             name = run["output_name"]
             shared = [r for r in self.store.runs_with_output_name(name) if r != run_id]
             keep = keep_files or bool(shared) or not name
+            if not keep:  # a live fresh run's init_lora file in it: JobActive
+                refuse_if_started_from(self._live_jobs(), self._resume_from, self.settings, name)
             # the folder aside first, then the record (jobs/run_delete.py: what a failure leaves)
             taken = not keep and take_output_dir_aside(self.settings.outputs_dir, name, run_id)  # journaled
             try:

@@ -40,6 +40,7 @@ from lorastudio.errors import (
     DatasetError,
     FieldProblem,
     ModelSourceError,
+    NotFound,
     PathOutsideRoot,
     UnknownFamily,
 )
@@ -52,7 +53,7 @@ from lorastudio.jobs.target_check import check_lora_targets
 from lorastudio.settings import Settings
 from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.guidance_rules import guidance_problems, sample_guidance_problems
-from lorastudio.training.init_lora_rules import init_lora_problems
+from lorastudio.training.init_lora_rules import init_lora_path, init_lora_problems
 
 if TYPE_CHECKING:
     from lorastudio.families.base import Family
@@ -372,11 +373,14 @@ def local_models(models_dir: Path) -> list[dict[str, Any]]:
     return found
 
 
-def refuse_if_gone(config: TrainConfig, folders: list[tuple[str, Path]]) -> None:
-    """Raise ConfigError when the local base model (or a single file's base_config folder) or a
+def refuse_if_gone(
+    config: TrainConfig, folders: list[tuple[str, Path]], settings: Settings | None = None
+) -> None:
+    """Raise ConfigError when the local base model (or a single file's base_config folder), a
     folder of `folders` (the run's read folders with the setting naming each:
-    config_datasets.read_folder_fields) that `config` was validated with is gone: a model
-    delete, or a dataset's rename or delete, landed after the run's checks.
+    config_datasets.read_folder_fields) or, given the `settings` (a fresh run: a resume reads its
+    checkpoint instead), the init_lora file that `config` was validated with is gone: a model
+    delete, a dataset's rename or delete, or a run's delete, landed after the run's checks.
     JobService._enqueue calls this under the locks those take (enqueues_held; the datasets'
     read claim, just taken), so nothing is queued to fail at its worker's start."""
     for field in ("base_model", "base_config"):
@@ -385,6 +389,13 @@ def refuse_if_gone(config: TrainConfig, folders: list[tuple[str, Path]]) -> None
             raise ConfigError(
                 [FieldProblem(field, f"{value} is gone: the model was deleted after the run's checks")]
             )
+    if settings is not None and config.init_lora is not None:
+        try:
+            init_lora_path(config.init_lora, settings)
+        except (NotFound, ConfigError, PathOutsideRoot) as err:
+            raise ConfigError(
+                [FieldProblem("init_lora", f"{err}: it was deleted or moved after the run's checks")]
+            ) from err
     for field, folder in folders:
         if not folder.is_dir():
             raise ConfigError(
