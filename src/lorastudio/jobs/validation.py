@@ -378,9 +378,10 @@ def refuse_if_gone(
 ) -> None:
     """Raise ConfigError when the local base model (or a single file's base_config folder), a
     folder of `folders` (the run's read folders with the setting naming each:
-    config_datasets.read_folder_fields) or, given the `settings` (a fresh run: a resume reads its
-    checkpoint instead), the init_lora file that `config` was validated with is gone: a model
-    delete, a dataset's rename or delete, or a run's delete, landed after the run's checks.
+    config_datasets.read_folder_fields), a local assistant_lora file or, given the `settings` (a
+    fresh run: a resume reads its checkpoint instead), the init_lora file that `config` was
+    validated with is gone: a model delete, a dataset's rename or delete, or a run's delete,
+    landed after the run's checks.
     JobService._enqueue calls this under the locks those take (enqueues_held; the datasets'
     read claim, just taken), so nothing is queued to fail at its worker's start."""
     for field in ("base_model", "base_config"):
@@ -389,6 +390,15 @@ def refuse_if_gone(
             raise ConfigError(
                 [FieldProblem(field, f"{value} is gone: the model was deleted after the run's checks")]
             )
+    helper = config.assistant_lora  # a local file (else a hub file's name): read by every session
+    if helper is not None and os.path.isabs(helper) and not os.path.isfile(helper):
+        raise ConfigError(
+            [
+                FieldProblem(
+                    "assistant_lora", f"{helper} is gone: it was deleted or moved after the run's checks"
+                )
+            ]
+        )
     if settings is not None and config.init_lora is not None:
         try:
             init_lora_path(config.init_lora, settings)

@@ -1,7 +1,8 @@
 """A live fresh run that starts from another run's LoRA (init_lora: the run's name, or a path under
-outputs/) reads that file at its worker's start and again when it loads its denoiser: a delete of
-the other run with its files is refused (409) while the run is queued or running, and a delete that
-lands after a start's checks refuses the start (400 naming init_lora). Before, DELETE
+outputs/) reads that file at its worker's start and again when it loads its denoiser (and any live
+run its assistant_lora, at each session's start): a delete of the other run with its files is
+refused (409) while the run is queued or running, and a delete that lands after a start's checks
+refuses the start (400 naming the setting). Before, DELETE
 /api/runs/{id} answered 200 and the run failed at its worker's start, or after its first phases
 (RELIABILITY 1921)."""
 
@@ -17,13 +18,16 @@ from tests.lora_file import write_flux_lora
 from tests.target_check_child import IN_PROCESS
 from tests.target_check_patience import patient_target_check  # noqa: F401  (autouse)
 
+from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError, JobActive
 from lorastudio.jobs import service as service_module
 from lorastudio.jobs import target_check
 from lorastudio.jobs.gpu import GpuArbiter
-from lorastudio.jobs.records import JobStatus, now_iso
+from lorastudio.jobs.records import Job, JobStatus, now_iso
+from lorastudio.jobs.run_delete import refuse_if_started_from
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
+from lorastudio.jobs.validation import refuse_if_gone
 from lorastudio.settings import Settings
 
 
@@ -90,3 +94,28 @@ def test_a_run_deleted_after_a_starts_checks_refuses_the_start_naming_init_lora(
     (problem,) = err.value.problems
     assert problem.field == "init_lora" and "deleted or moved after the run's checks" in problem.message
     assert service.status()["busy"] is False and [r["id"] for r in service.store.list_runs()] == []
+
+
+def test_a_run_whose_lora_a_live_run_merges_as_its_assistant_keeps_its_files(
+    settings: Settings, finished: str
+) -> None:
+    """A step-distilled base's assistant_lora (an absolute path) is merged at every session's
+    start, a resume's too: a run holding that file is not deleted while such a job is live, and a
+    start whose file is gone since its checks is refused naming assistant_lora."""
+    lora = settings.outputs_dir / "first" / "first.safetensors"
+    config = TrainConfig.model_validate(
+        {
+            "family": "flux",
+            "base_model": str(settings.home),
+            "data_dir": "shapes",
+            "assistant_lora": str(lora),
+        }
+    )
+    job = Job(id="resumed-job", config=config, worker_config=config)
+    with pytest.raises(JobActive, match="is the assistant_lora of live training job resumed-job"):
+        refuse_if_started_from([job], {"resumed-job"}, settings, "first")
+    refuse_if_started_from([job], set(), settings, "other")  # another run's folder
+    lora.unlink()
+    with pytest.raises(ConfigError) as err:
+        refuse_if_gone(config, [])
+    assert [p.field for p in err.value.problems] == ["assistant_lora"]
