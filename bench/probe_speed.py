@@ -226,12 +226,12 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             overrides["optimizer"] = "adamw8bit"
         elif "prodigy" in parts:
             overrides.update(optimizer="prodigy", learning_rate=1.0)
-        if "peftfwd" in parts:  # the step before fix 1800: peft's forward left in place
+        if "peftfwd" in parts:  # the step before fix 1800 (no saved graphs: their key has no patch)
             if not adapter & {"loha", "lokr"}:
                 raise ValueError("peftfwd applies to loha / lokr")
             import lorastudio.training.lora as lora_module
 
-            lora_module.trace_friendly_lycoris = lambda model: 0
+            lora_module.trace_friendly_lycoris, os.environ["LORASTUDIO_PRECOMPILE"] = lambda model: 0, "0"
         if (
             "kronfwd" in parts
         ):  # LoKr's delta through peft's Kronecker weight (the forward looks it up per call)
@@ -239,7 +239,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
                 raise ValueError("kronfwd applies to lokr")
             import lorastudio.training.lycoris_forward as lycoris_forward
 
-            lycoris_forward.lokr_linear_delta = lambda layer, name, x: None
+            lycoris_forward.lokr_linear_delta, os.environ["LORASTUDIO_PRECOMPILE"] = lambda *a: None, "0"
         eng = Engine(family, before_lora=before, targets=targets, overrides=overrides)
         row["lora_params"] = sum(p.numel() for p in eng.params)
         if adapter & {"loha", "lokr"}:  # layers with the draw-free forward (0 with peftfwd)

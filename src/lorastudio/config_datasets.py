@@ -324,12 +324,29 @@ def effective_trigger(word: str | None) -> str | None:
 
 def read_folders(cfg: TrainConfig, datasets_dir: Path) -> list[Path]:
     """Every folder the run reads images from, in order, resolved (a name is under
-    `datasets_dir`): its datasets (`dataset_paths`) and the validation folder (validation_split
-    given as a folder). What a run claims for reading, and what dataset edits, deletes and
-    caption jobs are refused on while it is live."""
+    `datasets_dir`): its datasets (`dataset_paths`), its control_dirs folders and the validation
+    folder (validation_split given as a folder). What a run claims for reading, and what dataset
+    edits, deletes and caption jobs are refused on while it is live."""
+    return [folder for _, folder in read_folder_fields(cfg, datasets_dir)]
+
+
+def read_folder_fields(cfg: TrainConfig, datasets_dir: Path) -> list[tuple[str, Path]]:
+    """`read_folders` with the setting that names each folder ("data_dir" / "datasets",
+    "control_dirs", "validation_split"): a problem of one (gone since the run's checks) names its
+    setting. A control_dirs folder is often a dataset of its own under datasets/ (ai-toolkit's
+    layout: the targets in one folder, the controls in another): unclaimed, it could be deleted,
+    renamed or rewritten under a live run (RELIABILITY 1920)."""
     split = cfg.validation_split
-    named = dataset_paths(cfg) + ([split] if isinstance(split, str) else [])
-    return [Path(os.path.realpath(p if Path(p).is_absolute() else datasets_dir / p)) for p in named]
+    data_field = "data_dir" if cfg.datasets is None else "datasets"
+    named = (
+        [(data_field, p) for p in dataset_paths(cfg)]
+        + [("control_dirs", p) for p in cfg.control_dirs]
+        + ([("validation_split", split)] if isinstance(split, str) else [])
+    )
+    return [
+        (field, Path(os.path.realpath(p if Path(p).is_absolute() else datasets_dir / p)))
+        for field, p in named
+    ]
 
 
 def with_paths(cfg_values: dict[str, Any], cfg: TrainConfig, paths: list[str]) -> dict[str, Any]:

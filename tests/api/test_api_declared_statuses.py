@@ -283,6 +283,8 @@ def _live_job(call: Prober, client: TestClient, config: dict, model: str, captio
         assert started.status_code == 201, started.text
         run = started.json()["id"]
         call("POST", "/api/train/start", json={"config": config, "queue": False})
+        name = started.json()["output_name"]
+        call("POST", "/api/loras/{name}/push", f"/api/loras/{name}/push", json={"repo": "a/b"})
         call("DELETE", "/api/runs/{run_id}", f"/api/runs/{run}")
         call("POST", "/api/runs/{run_id}/resume", f"/api/runs/{run}/resume", json={"queue": False})
         call("DELETE", "/api/datasets/{name}", "/api/datasets/ds")

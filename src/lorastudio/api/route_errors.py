@@ -140,6 +140,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("POST", "/api/loras/{name}/push"): _only(
         s400="no hub token is set (HubTokenMissing), or the repo id is refused",
         s404="no LoRA of a run of this name, or no such repo without `create` (NotFound)",
+        s409="a live training job writes this run: a resume or extension of it (JobActive)",
     ),
     ("POST", "/api/generate"): _only(
         s400="a request over the budget (size, steps), a bad LoRA file, a reference refused (ConfigError)",

@@ -59,7 +59,7 @@ from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarg
 from lorastudio.jobs.generation_requests import InFlight
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
-from lorastudio.jobs.references import use_reference
+from lorastudio.jobs.references import used_references
 from lorastudio.jobs.worker_allowance import GenerationAllowance
 from lorastudio.settings import Settings
 
@@ -305,7 +305,7 @@ class GenerationService:
             control_resolution=req.control_resolution,
             loras=tuple(loras),
             lora_digests=digests,
-            references=tuple(str(use_reference(self.settings, r)) for r in req.references),
+            references=used_references(self.settings, req.references),  # pruned since: ConfigError
             out_path=str(staging),
         )
         try:

@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import stat
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -38,6 +39,10 @@ if TYPE_CHECKING:
 # An uploaded reference no gallery image names is removed this long after its upload or last use: a page
 # that uploaded it keeps its id meanwhile (a request naming a removed one is a 400 saying so).
 ORPHAN_AFTER_S = 7 * 24 * 3600.0
+# A prune's pass and a generation's use of a reference, one at a time: a use that came during a
+# prune's pass was not seen by it (its ages were read first), so a reference unused for
+# ORPHAN_AFTER_S was removed just after a generation took it (RELIABILITY 1922).
+_PRUNE_LOCK = threading.Lock()
 USES = ".uses.json"  # file_age.BootLedger: each reference's store or last use on the boot clock
 _REF_ID = re.compile(rb"[0-9a-f]{32}\.[A-Za-z0-9]{1,8}")  # store_reference's ids, as a sidecar holds them
 
@@ -95,7 +100,13 @@ def prune_orphans(settings: Settings, older_than_s: float = ORPHAN_AFTER_S) -> i
     `older_than_s` ago: each upload used to be kept for ever,
     so the folder grew with every reference ever uploaded. A sidecar's ids are found in its
     raw text (a sidecar damaged past JSON still keeps what it names); one that cannot be read
-    keeps nothing. Returns how many files were removed; errors removing one are skipped."""
+    keeps nothing. Returns how many files were removed; errors removing one are skipped. A
+    generation's `use_reference` waits for the pass (one server writes the home)."""
+    with _PRUNE_LOCK:
+        return _prune_orphans(settings, older_than_s)
+
+
+def _prune_orphans(settings: Settings, older_than_s: float) -> int:
     folder = references_dir(settings)
     if not folder.is_dir():
         return 0
@@ -144,13 +155,35 @@ def reference_path(settings: Settings, ref_id: str) -> Path | None:
 
 def use_reference(settings: Settings, ref_id: str) -> Path | None:
     """reference_path, and its time of use set to now (the file's mtime), so that
-    `prune_orphans` counts its age from its last use by a generation, not from its upload."""
-    path = reference_path(settings, ref_id)
-    if path is not None:
-        with contextlib.suppress(OSError):
-            os.utime(path, follow_symlinks=False)
-        _uses(settings).note(ref_id)
-    return path
+    `prune_orphans` counts its age from its last use by a generation, not from its upload (a
+    prune's pass is waited for: the reference is then either gone, None, or seen as used)."""
+    with _PRUNE_LOCK:
+        path = reference_path(settings, ref_id)
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.utime(path, follow_symlinks=False)
+            _uses(settings).note(ref_id)
+        return path
+
+
+def used_references(settings: Settings, refs: Sequence[str]) -> tuple[str, ...]:
+    """The paths of a generation's references `refs`, each marked used (`use_reference`).
+    Raises ConfigError (field references.N) for one removed since the request's checks (a prune
+    of references unused for ORPHAN_AFTER_S): before, its path was sent as "None" and the worker
+    failed on a file of that name."""
+    paths = [use_reference(settings, ref) for ref in refs]
+    gone = [
+        FieldProblem(
+            f"references.{i}",
+            f"uploaded reference {ref!r} was removed after the request's checks (unused for "
+            f"{ORPHAN_AFTER_S / 86400:.0f} days: pruned); upload it again",
+        )
+        for i, (ref, path) in enumerate(zip(refs, paths, strict=True))
+        if path is None
+    ]
+    if gone:
+        raise ConfigError(gone)
+    return tuple(str(path) for path in paths)
 
 
 def reference_problems(

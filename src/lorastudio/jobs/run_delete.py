@@ -16,16 +16,20 @@ start removes. No torch, no HTTP.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
 import sqlite3
 import uuid
+from collections.abc import Container, Iterable
 from pathlib import Path
 
-from lorastudio.errors import NoSpaceLeft, NotFound, writing
+from lorastudio.errors import JobActive, LorastudioError, NoSpaceLeft, NotFound, writing
+from lorastudio.jobs.records import Job
 from lorastudio.settings import Settings
+from lorastudio.training.init_lora_rules import init_lora_path
 
 log = logging.getLogger("lorastudio.jobs")
 
@@ -34,6 +38,40 @@ _SAFE_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")  # a run id a trash name can car
 JOURNALED_TRASH = re.compile(
     rf"^{re.escape(RUN_DELETE_PREFIX)}[0-9a-f]{{32}}\.run-(?P<id>[0-9A-Za-z_-]{{1,64}})$"
 )
+
+
+def refuse_if_started_from(
+    live: Iterable[Job], resumed: Container[str], settings: Settings, name: str
+) -> None:
+    """Raise JobActive when a live job of `live` reads a LoRA file inside run folder
+    outputs/<name>: its init_lora (a job that is not a resume, its id not in `resumed`: a resume
+    takes its weights from its checkpoint), read at its worker's start and again when it loads the
+    denoiser (training/init_lora.py), or its assistant_lora (an absolute path; merged into the
+    base at every session's start, a resume's too: training/assistant.py). A delete of the folder
+    meanwhile failed the job, after its first phases (RELIABILITY 1921). A value that names no
+    file any more is not this folder's. Called under the job service's lock, where a job is
+    queued (`_enqueue` refuses a start whose file is gone: validation.refuse_if_gone)."""
+    inside = os.path.realpath(settings.outputs_dir / name)
+    for job in live:
+        for field, path in _lora_files_read(job, job.id in resumed, settings):
+            if os.path.commonpath([path, inside]) == inside:
+                raise JobActive(
+                    f"{path} is the {field} of live training job {job.id} ({job.config.output_name!r}): "
+                    "delete this run when that job ends, or delete its record only (keep_files)"
+                )
+
+
+def _lora_files_read(job: Job, resumed: bool, settings: Settings) -> list[tuple[str, str]]:
+    """(setting, real path) of the LoRA files `job` reads that exist: its init_lora unless
+    `resumed`, its assistant_lora where it is a local path."""
+    found = []
+    if job.config.init_lora is not None and not resumed:
+        with contextlib.suppress(LorastudioError):  # a file gone or not named: no file of any folder
+            found.append(("init_lora", os.path.realpath(init_lora_path(job.config.init_lora, settings))))
+    helper = job.config.assistant_lora
+    if helper is not None and os.path.isabs(helper) and os.path.isfile(helper):
+        found.append(("assistant_lora", os.path.realpath(helper)))
+    return found
 
 
 def take_output_dir_aside(outputs_dir: Path, name: str, run_id: str | None = None) -> Path | bool:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from lorastudio.config_datasets import read_folders
+from lorastudio.config_datasets import read_folder_fields
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.busy import stop_conflict
@@ -59,7 +59,7 @@ from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, forget_oldest_finished, now_iso
 from lorastudio.jobs.resume import validate_resume
-from lorastudio.jobs.run_delete import put_back, remove_trash, take_output_dir_aside
+from lorastudio.jobs.run_delete import put_back, refuse_if_started_from, remove_trash, take_output_dir_aside
 from lorastudio.jobs.service_queries import JobQueries
 from lorastudio.jobs.standby import StandbyKeeper
 from lorastudio.jobs.step_watch import HANG_MIN_S
@@ -290,13 +290,13 @@ class JobService(JobQueries, Dispatcher):
                 f"the checkpoint {resume_from} of {config.output_name!r} is gone (the run was deleted?)"
             )
         job = Job(id=uuid.uuid4().hex[:12], config=config, worker_config=worker_config)
-        folders = read_folders(config, self.settings.datasets_dir)
+        fields = read_folder_fields(config, self.settings.datasets_dir)  # data, controls, validation
         claim = claim_for_run(  # caption jobs here and other processes' caption writers
-            self.settings.home, self.settings.datasets_dir, folders, self._captioning(),
+            self.settings.home, self.settings.datasets_dir, [f for _, f in fields], self._captioning(),
             f"training job {job.id} of the lorastudio server",
         )  # fmt: skip
         try:
-            refuse_if_gone(config, folders)  # a delete / rename landed since its checks
+            refuse_if_gone(config, fields, None if resume_from else self.settings)  # gone since its checks
             self.store.create_run(
                 job.id,
                 config.output_name or "",
@@ -358,6 +358,8 @@ class JobService(JobQueries, Dispatcher):
             name = run["output_name"]
             shared = [r for r in self.store.runs_with_output_name(name) if r != run_id]
             keep = keep_files or bool(shared) or not name
+            if not keep:  # a live fresh run's init_lora file in it: JobActive
+                refuse_if_started_from(self._live_jobs(), self._resume_from, self.settings, name)
             # the folder aside first, then the record (jobs/run_delete.py: what a failure leaves)
             taken = not keep and take_output_dir_aside(self.settings.outputs_dir, name, run_id)  # journaled
             try:

@@ -57,6 +57,12 @@ class JobQueries:
         with self._cond:
             return {p for j in self._live_jobs() for p in read_folders(j.config, self.settings.datasets_dir)}
 
+    def writer_of(self, output_name: str) -> str | None:
+        """The id of the live (queued or running) job that writes outputs/`output_name` (a fresh
+        run of that name, or a resume or extension of one), None when none does."""
+        with self._cond:
+            return next((j.id for j in self._live_jobs() if j.config.output_name == output_name), None)
+
     def training_memory(self) -> TrainingMemory | None:
         """What is known of the live active training job's GPU memory (None: no live active
         job): its planned peak (memory_budget_gb or the preflight estimate, taken at submit) and

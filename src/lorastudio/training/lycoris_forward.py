@@ -24,10 +24,11 @@ No library offers this: peft's forward is written for module dropout, which it a
 A LoKr linear's output is computed from its two Kronecker factors without building the weight
 (`lokr_linear_delta`): peft (and LyCORIS' default) materialise `kron(w1, w2)`, a full [out, in]
 matrix per adapted layer and step, and multiply the input by it, so a LoKr step cost a second
-full-size matmul per adapted layer in each direction and kept an fp32 copy of every layer's
-weight for the backward. Measured on an H100 at 1024 px (RESULTS note 53): FLUX.1's LoKr step
-0.625 s against the LoRA step's 0.451 s, Z-Image 0.477 s against 0.312 s, +7-9 GiB; Qwen-Image's
-LoKr step did not fit 80 GB. With W = s * kron(w1, w2), w1 [a_out, a_in], w2 [b_out, b_in] and x
+full-size matmul per adapted layer in each direction (and, eager, kept an fp32 copy of every
+layer's weight for the backward). Measured on an H100 at 1024 px (RESULTS note 53): FLUX.1's LoKr
+step 0.625 s against the LoRA step's 0.451 s, Z-Image 0.477 s against 0.312 s; Qwen-Image's LoKr
+step did not fit 80 GB. From the factors: 0.505 s (LoRA 0.454 s), 0.353 s (0.315 s), and
+Qwen-Image's fits (0.518 s against 0.449 s). With W = s * kron(w1, w2), w1 [a_out, a_in], w2 [b_out, b_in] and x
 seen as [..., a_in, b_in], W x is w1 X w2^T: two small matmuls (the cheaper order is taken),
 the same sum in another order (outputs within fp rounding of peft's, not bitwise; LoHa, conv
 and rank-dropout layers keep peft's delta).

@@ -707,7 +707,8 @@ export interface paths {
          * @description Upload trained LoRA `name` with its sidecar, a model card and its newest samples to hub
          *     repo `body.repo`, with the studio's hub token (lora/hub_push.py). 201 with the commit; 400 no
          *     hub token set; 403 the hub refused the token or gave it no write access; 404 no such LoRA,
-         *     or no such repo without `create`; 502 the hub failed.
+         *     or no such repo without `create`; 409 a live job writes the run (a resume rewrites its LoRA
+         *     and sidecar: the push read one version of each); 502 the hub failed.
          */
         post: operations["push_api_loras__name__push_post"];
         delete?: never;
@@ -8799,6 +8800,15 @@ export interface operations {
             };
             /** @description no LoRA of a run of this name, or no such repo without `create` (NotFound); or a path parameter holding an encoded separator or dot segment (api/path_guard.py) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description a live training job writes this run: a resume or extension of it (JobActive) */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

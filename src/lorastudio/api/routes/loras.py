@@ -9,14 +9,15 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Query
 
 from lorastudio.api.contract import file_answer
-from lorastudio.api.deps import settings_dep, store_dep
+from lorastudio.api.deps import service_dep, settings_dep, store_dep
 from lorastudio.api.downloads import Download
 from lorastudio.api.lora_pages import CURSOR, find_loras, page_of, read_sidecar
 from lorastudio.api.schemas import ErrorOut
 from lorastudio.api.schemas_files import LoraList, LoraSteps, PushBody, PushOut
 from lorastudio.data.paths import safe_component
-from lorastudio.errors import NotFound
+from lorastudio.errors import JobActive, NotFound
 from lorastudio.jobs.generation_inputs import lora_download
+from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
 from lorastudio.lora.snapshots import file_weights, final_loras, raw_lora_at, run_loras
 from lorastudio.settings import Settings
@@ -147,14 +148,24 @@ def download_sidecar(name: str, settings: Settings = Depends(settings_dep)) -> D
         502: {"model": ErrorOut, "description": "the hub failed or could not be reached (HubUploadError)"},
     },
 )
-def push(name: str, body: PushBody, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
+def push(
+    name: str,
+    body: PushBody,
+    settings: Settings = Depends(settings_dep),
+    service: JobService = Depends(service_dep),
+) -> dict[str, Any]:
     """Upload trained LoRA `name` with its sidecar, a model card and its newest samples to hub
     repo `body.repo`, with the studio's hub token (lora/hub_push.py). 201 with the commit; 400 no
     hub token set; 403 the hub refused the token or gave it no write access; 404 no such LoRA,
-    or no such repo without `create`; 502 the hub failed."""
+    or no such repo without `create`; 409 a live job writes the run (a resume rewrites its LoRA
+    and sidecar: the push read one version of each); 502 the hub failed."""
     from lorastudio.lora.hub_push import push_lora
 
     safe_component(name, field="name")
+    if (writer := service.writer_of(name)) is not None:  # RELIABILITY 1923
+        raise JobActive(
+            f"training job {writer} writes {name!r} now (its LoRA and sidecar): push it when it ends"
+        )
     result = push_lora(settings, name, body.repo, create=body.create, private=body.private)
     return {"repo_id": result.repo_id, "url": result.url, "commit": result.commit, "files": result.files}
 
