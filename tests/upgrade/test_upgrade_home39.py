@@ -3,12 +3,13 @@ built by the code of the session's start (commit OLD, extracted with `git archiv
 tests/upgrade/old_home39.py: session 38's fixture home, a plain LoRA run of the LoKr run's
 settings finished, a run on a dataset with loss masks and a Qwen-Image-Edit run on one with
 control images and masks, each stopped at step 2 beside its uninterrupted twin) is opened by this
-code: the listings (the placeholder dataset counted as refused, RELIABILITY 1862; the mask run's
-crop-blank mask named, 1860s' blank-mask rule), the forecast from the old wall-time records (the
+code: the listings (the placeholder dataset counted as refused, RELIABILITY 1862), the forecast from the old wall-time records (the
 old LoKr record measures LoKr runs, not LoRA runs: 1970), the old checkpoints resumed bitwise with
-no machine note (they record no device: 1873); this code's checkpoint (device and dtype path
+no machine note (they record no device: 1873), the masked run's mask black in its crop named
+(1871); this code's checkpoint (device and dtype path
 recorded) resumed by the old code to the uninterrupted losses; a LoKr run finished by the old code
-after the roll back (its record without `adapter`) forecast as a LoKr by this code again. Skipped
+after the roll back (its record without `adapter`) forecast as a LoKr by this code again, and a
+"train again" of the LoKr run through its server. Skipped
 where the repository lacks the old commit (a shallow clone). UPGRADE39_BUILT=<a root this fixture
 built> copies it instead of building (while developing)."""
 
