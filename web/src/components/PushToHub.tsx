@@ -40,7 +40,7 @@ export function PushToHub({ name }: Props) {
   const push = action.run;
   if (!open) {
     return (
-      <button className="ghost" onClick={() => setOpen(true)} aria-label={`push ${name} to the hub`}>
+      <button className="ghost" onClick={() => setOpen(true)} aria-label={`Push to hub: ${name}`}>
         Push to hub…
       </button>
     );

@@ -62,7 +62,7 @@ export function TrainLonger({ run, onStarted, onError }: Props) {
   if (!open) {
     return (
       <div className="train-longer">
-        <button className="ghost" onClick={() => setOpen(true)} aria-label={`train ${run.output_name} longer`}>
+        <button className="ghost" onClick={() => setOpen(true)} aria-label={`Train longer: ${run.output_name}`}>
           Train longer…
         </button>
       </div>

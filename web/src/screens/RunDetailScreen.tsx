@@ -145,7 +145,11 @@ export function RunDetailScreen({ id }: { id: string }) {
           <ul className="plain lora-steps">
             {loras.map((l) => (
               <li key={l.path}>
-                <a href={api.imageUrl(l.url)} download aria-label={`download the ${l.weights === "ema" ? "EMA " : ""}LoRA of step ${l.step ?? "?"}`}>
+                <a
+                  href={api.imageUrl(l.url)}
+                  download
+                  aria-label={`${l.final ? `final (step ${l.step ?? "?"})` : `step ${l.step}`}: download the ${l.weights === "ema" ? "EMA " : ""}LoRA of step ${l.step ?? "?"}`}
+                >
                   {l.final ? `final (step ${l.step ?? "?"})` : `step ${l.step}`}
                 </a>{" "}
                 <span
