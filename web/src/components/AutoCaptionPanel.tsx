@@ -5,6 +5,7 @@ import type { CaptionJob, CatalogueModel } from "../api/types";
 import { ProgressBar } from "./ProgressBar";
 import { ErrorBanner } from "./ErrorBanner";
 import { LiveStatus } from "./LiveStatus";
+import { useToggleFocus } from "../lib/toggleFocus";
 import { isAbort, useAction, useLatest, useUnmountSignal } from "../lib/latest";
 
 const POLL_MS = 1000;
@@ -27,6 +28,7 @@ export function captionerLabel(m: CatalogueModel): string {
  * the job has ended. */
 export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onFinished: () => void }) {
   const [open, setOpen] = useState(false);
+  const toggled = useToggleFocus(open); // the focus to the panel opened, back to the button on Close
   const [model, setModel] = useState(DEFAULT_CAPTION_MODEL);
   const [prefix, setPrefix] = useState("");
   const [overwrite, setOverwrite] = useState(false);
@@ -131,12 +133,12 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
 
   if (!open)
     return (
-      <button className="ghost" onClick={() => setOpen(true)} data-testid="caption-ai">
+      <button ref={toggled} className="ghost" onClick={() => setOpen(true)} data-testid="caption-ai">
         Caption with AI
       </button>
     );
   return (
-    <div className="card auto-caption" data-testid="caption-panel">
+    <div ref={toggled} className="card auto-caption" data-testid="caption-panel">
       <div className="row-between">
         <strong>Caption with AI</strong>
         <button className="ghost small" onClick={() => setOpen(false)} disabled={running}>

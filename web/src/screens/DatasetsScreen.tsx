@@ -8,11 +8,13 @@ import { FILTER_FROM, matchesName, NameFilter } from "../components/NameFilter";
 import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { nameProblem } from "../lib/nameRule";
 import { href, navigate } from "../lib/route";
+import { useToggleFocus } from "../lib/toggleFocus";
 
 /** Rename a folder the studio cannot use (listed `usable: false`): the new name is checked by the
  * server's rule for a new name first (NFC: an NFD name copied from macOS is offered as it reads). */
 function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule?: NameRule; onDone: () => void }) {
   const [open, setOpen] = useState(false);
+  const toggled = useToggleFocus(open); // the focus to the new name's field
   const [to, setTo] = useState("");
   const [error, setError] = useState<string | null>(null);
   const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
@@ -52,7 +54,7 @@ function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule
     }
   };
   return (
-    <form className="inline-form" onSubmit={(e) => void submit(e)}>
+    <form ref={toggled} className="inline-form" onSubmit={(e) => void submit(e)}>
       <input
         aria-label={`new name for ${dataset.name}`}
         value={to}
