@@ -86,7 +86,7 @@ describe("AutoCaptionPanel", () => {
     const said = screen.getByRole("status"); // there before the job, so its changes are read
     expect(said).toHaveTextContent(/^$/);
     await userEvent.click(screen.getByTestId("caption-start"));
-    expect(said).toHaveTextContent("Loading /models/tiny-vlm…");
+    await waitFor(() => expect(said).toHaveTextContent("Loading /models/tiny-vlm…")); // the start's answer (total not known yet)
     await waitFor(() => expect(said).toHaveTextContent("Captioning 3 images on cpu…"));
     await screen.findByText("Captioning 2 / 3 on cpu");
     expect(said).toHaveTextContent("Captioning 3 images on cpu…"); // the same: no news
