@@ -26,6 +26,10 @@ describe("DatasetsScreen new dataset name", () => {
     expect(screen.getByRole("alert").textContent).toBe(
       "'-x' must not start with '-': a command line would read it as an option; pick another name",
     );
+    // RELIABILITY 1918: the refusal is the field's description, the field invalid
+    const field = screen.getByRole("textbox", { name: "new dataset name" });
+    expect(field).toHaveAttribute("aria-invalid", "true");
+    expect(field).toHaveAccessibleDescription(/^'-x' must not start with '-'/);
     expect(window.location.hash).toBe("");
     expect(calls.map((c) => c.url)).toEqual(["/api/info"]); // nothing sent but the page's info
   });

@@ -1,4 +1,4 @@
-import { type FormEvent, useState } from "react";
+import { type FormEvent, useId, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
@@ -9,12 +9,14 @@ import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { nameProblem } from "../lib/nameRule";
 import { href, navigate } from "../lib/route";
 import { useToggleFocus } from "../lib/toggleFocus";
+import { Field } from "../components/Field";
 
 /** Rename a folder the studio cannot use (listed `usable: false`): the new name is checked by the
  * server's rule for a new name first (NFC: an NFD name copied from macOS is offered as it reads). */
 function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule?: NameRule; onDone: () => void }) {
   const [open, setOpen] = useState(false);
   const toggled = useToggleFocus(open); // the focus to the new name's field
+  const errorId = useId();
   const [to, setTo] = useState("");
   const [error, setError] = useState<string | null>(null);
   const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
@@ -58,6 +60,8 @@ function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule
       <input
         aria-label={`new name for ${dataset.name}`}
         value={to}
+        aria-invalid={error ? true : undefined}
+        aria-describedby={error ? errorId : undefined} // the refusal read with the field (RELIABILITY 1918)
         onChange={(e) => {
           setTo(e.target.value);
           setError(null);
@@ -67,7 +71,7 @@ function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule
         Rename
       </button>
       {error && (
-        <span className="field-error" role="alert">
+        <span className="field-error" role="alert" id={errorId}>
           {error}
         </span>
       )}
@@ -148,8 +152,8 @@ export function DatasetsScreen() {
       </div>
       <p className="muted small">Folder: {info?.datasets_root ?? "…"}</p>
       <form className="inline-form card" onSubmit={create}>
-        <label className="field">
-          <span className="field-label">New dataset</span>
+        {/* a Field: a refused name is the input's description and makes it invalid (RELIABILITY 1918) */}
+        <Field label="New dataset" error={error ?? undefined}>
           <input
             placeholder="my-style"
             value={name}
@@ -159,12 +163,7 @@ export function DatasetsScreen() {
               setError(null);
             }}
           />
-          {error && (
-            <span className="field-error" role="alert">
-              {error}
-            </span>
-          )}
-        </label>
+        </Field>
         <button type="submit" className="primary">
           Create
         </button>
