@@ -74,6 +74,25 @@ describe("AutoCaptionPanel", () => {
     expect(screen.queryByTestId("caption-cancel")).toBeNull();
   });
 
+  it("tells a screen reader the job's stage and how it ended, not each image (RELIABILITY 1913)", async () => {
+    let polls = 0;
+    mockFetch(({ url, method }) => {
+      if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: { ...RUNNING, total: null, done: 0 } };
+      if (url === "/api/captions/c1") return { body: [RUNNING, { ...RUNNING, done: 2 }][polls++] ?? DONE };
+      return undefined;
+    });
+    render(<AutoCaptionPanel dataset="mix" onFinished={() => undefined} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    const said = screen.getByRole("status"); // there before the job, so its changes are read
+    expect(said).toHaveTextContent(/^$/);
+    await userEvent.click(screen.getByTestId("caption-start"));
+    await waitFor(() => expect(said).toHaveTextContent("Loading /models/tiny-vlm…")); // the start's answer (total not known yet)
+    await waitFor(() => expect(said).toHaveTextContent("Captioning 3 images on cpu…"));
+    await screen.findByText("Captioning 2 / 3 on cpu");
+    expect(said).toHaveTextContent("Captioning 3 images on cpu…"); // the same: no news
+    await waitFor(() => expect(said).toHaveTextContent("Caption job completed: 2 captioned, 0 kept their caption, 1 failed."), { timeout: 4000 });
+  });
+
   it("cancels a running job and shows a refusal from the server", async () => {
     const calls = mockFetch(({ url, method }) => {
       if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: RUNNING };

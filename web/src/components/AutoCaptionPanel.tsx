@@ -4,6 +4,8 @@ import { api } from "../api/endpoints";
 import type { CaptionJob, CatalogueModel } from "../api/types";
 import { ProgressBar } from "./ProgressBar";
 import { ErrorBanner } from "./ErrorBanner";
+import { LiveStatus } from "./LiveStatus";
+import { useToggleFocus } from "../lib/toggleFocus";
 import { isAbort, useAction, useLatest, useUnmountSignal } from "../lib/latest";
 
 const POLL_MS = 1000;
@@ -26,6 +28,7 @@ export function captionerLabel(m: CatalogueModel): string {
  * the job has ended. */
 export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onFinished: () => void }) {
   const [open, setOpen] = useState(false);
+  const toggled = useToggleFocus(open); // the focus to the panel opened, back to the button on Close
   const [model, setModel] = useState(DEFAULT_CAPTION_MODEL);
   const [prefix, setPrefix] = useState("");
   const [overwrite, setOverwrite] = useState(false);
@@ -130,12 +133,12 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
 
   if (!open)
     return (
-      <button className="ghost" onClick={() => setOpen(true)} data-testid="caption-ai">
+      <button ref={toggled} className="ghost" onClick={() => setOpen(true)} data-testid="caption-ai">
         Caption with AI
       </button>
     );
   return (
-    <div className="card auto-caption" data-testid="caption-panel">
+    <div ref={toggled} className="card auto-caption" data-testid="caption-panel">
       <div className="row-between">
         <strong>Caption with AI</strong>
         <button className="ghost small" onClick={() => setOpen(false)} disabled={running}>
@@ -191,6 +194,7 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
       <ErrorBanner message={error} testId="caption-error" />
       <ErrorBanner message={pollError && `Cannot reach the caption job (trying again): ${pollError}`} testId="caption-poll-error" />
       {job && <CaptionJobStatus job={job} />}
+      <LiveStatus text={captionAnnouncement(job)} testId="caption-announcement" />
     </div>
   );
 }
@@ -199,6 +203,14 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
 function where(job: CaptionJob): string {
   if (job.device !== "cuda" || job.gpu == null) return job.device;
   return `GPU ${job.gpu}${job.beside_training ? ` (beside training job ${job.beside_training})` : ""}`;
+}
+
+/** What a screen reader is told of a caption job (RELIABILITY 1913): its stage (loading the model,
+ * captioning N images), then how it ended; not each image done (a poll a second would flood it). */
+export function captionAnnouncement(job: CaptionJob | null): string {
+  if (!job) return "";
+  if (job.status === "running") return job.total == null ? `Loading ${job.model}…` : `Captioning ${job.total} images on ${where(job)}…`;
+  return `Caption job ${job.status}: ${job.captioned} captioned, ${job.skipped} kept their caption, ${job.failed} failed.`;
 }
 
 function CaptionJobStatus({ job }: { job: CaptionJob }) {
