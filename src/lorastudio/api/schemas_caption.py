@@ -39,6 +39,11 @@ class CaptionJobOut(_Out):
     total: int | None = Field(description="images to caption (null until the worker has planned)")
     done: int = Field(description="images captioned or failed so far")
     captioned: int
+    cut: int = Field(
+        default=0,
+        description="captions whose model text stopped at max_tokens, not at its end (written as made, "
+        "likely mid-sentence: raise max_tokens); 0 in a record of a job before this count",
+    )
     skipped: int = Field(description="images that keep their caption")
     failed: int = Field(description="images that failed (all of them)")
     failures: list[CaptionFailure] = Field(

@@ -31,7 +31,7 @@ from lorastudio.data.captions import (
     read_metadata,
     read_sidecar,
 )
-from lorastudio.data.discovery import METADATA_FILE, discover
+from lorastudio.data.discovery import METADATA_FILE, caption_files_of, discover
 from lorastudio.data.image_edits import write_caption
 from lorastudio.data.metadata_write import set_metadata_captions
 from lorastudio.data.writes import dataset_lock
@@ -44,6 +44,10 @@ _REPLACEMENT = "\ufffd"  # the decoder's stand-in for bytes that are no characte
 # the run stops rather than caption every later image only to fail its write the same way
 FOLDER_WIDE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 FLUSH_RATIO = 10.0  # metadata store: a rewrite of metadata.jsonl at most ~1/10 of a run's time
+# an image the run found without a caption that has one when its caption is written (RELIABILITY 1940)
+KEPT_REASON = (
+    "it was given a caption while the job ran (by hand or another tool): kept, the model's not written"
+)
 
 
 @dataclass(frozen=True)
@@ -126,10 +130,23 @@ class CaptionWriter:
     a fast one on a large dataset shares a rewrite among several captions: the run's time stays
     linear in its images, not quadratic in a file rewritten whole per image). `flush` writes
     what is queued (the run's end, a stop). Both rewrite calls raise NoSpaceLeft, DatasetError
-    (naming the captions not saved) or OSError: the run stops."""
+    (naming the captions not saved) or OSError: the run stops.
+    `keep_new` (a run without overwrite): an image that was given a caption after the plan (a
+    `.txt` or a row written by hand or by another tool while the model ran) keeps it: `write`
+    returns False for it (a .txt checked under the dataset's lock just before the rename), and
+    `flush_due` / `flush` return the names whose queued caption was dropped so (a row or a .txt
+    found when metadata.jsonl is rewritten): "keep existing captions" holds for the whole run,
+    not only for what the plan saw."""
 
-    def __init__(self, folder: Path, store: CaptionStore, clock: Callable[[], float] = time.monotonic):
-        self.folder, self.store, self._clock = folder, store, clock
+    def __init__(
+        self,
+        folder: Path,
+        store: CaptionStore,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        keep_new: bool = False,
+    ):
+        self.folder, self.store, self._clock, self.keep_new = folder, store, clock, keep_new
         self.pending: dict[str, str] = {}
         # "txt": the images whose metadata.jsonl row holds a caption: each new .txt's text is queued
         # for its row too, rewritten in batches like the metadata store (RELIABILITY 1735)
@@ -137,10 +154,15 @@ class CaptionWriter:
         self._last_end, self._last_cost = clock(), 0.0
         self.rewrites = 0  # metadata.jsonl rewrites made
 
-    def write(self, image: Path, caption: str) -> None:
+    def write(self, image: Path, caption: str) -> bool:
+        """Write (a .txt) or queue (a row) `caption` for `image`; False when nothing is, as the
+        image has a .txt caption now (`keep_new`)."""
         if self.store == "txt":
             try:
-                store_caption(self.folder, image, caption, "txt", sync_row=False)
+                with dataset_lock(self.folder.parent, self.folder.name):
+                    if self.keep_new and _has_caption(image, _first(caption_files_of(image)), {}):
+                        return False
+                    write_caption(self.folder, image.name, caption, sync_row=False)
             except IsADirectoryError:  # a folder at <stem>.txt: the rename onto it fails
                 raise DatasetError(
                     f"no caption written for {image.name}",
@@ -150,6 +172,7 @@ class CaptionWriter:
                 self.pending[image.name] = caption
         else:
             self.pending[image.name] = caption
+        return True
 
     def unwritable(self, err: OSError) -> DatasetError:
         """The run's stop when the folder refuses a write (FOLDER_WIDE_ERRNOS)."""
@@ -159,19 +182,27 @@ class CaptionWriter:
             [f"{self.folder}: {why}; captioning stopped (the captions written so far are kept)"],
         )
 
-    def flush_due(self) -> None:
+    def flush_due(self) -> list[str]:
         if self.pending and self._clock() - self._last_end >= FLUSH_RATIO * self._last_cost:
-            self.flush()
+            return self.flush()
+        return []
 
-    def flush(self) -> None:
+    def flush(self) -> list[str]:
+        """Rewrite metadata.jsonl with the queued captions; returns the names dropped from the
+        queue as captioned meanwhile (`keep_new`: the metadata store)."""
         if not self.pending:
-            return
+            return []
         start = self._clock()
+        kept: list[str] = []
         try:
             with dataset_lock(self.folder.parent, self.folder.name):
-                set_metadata_captions(
-                    self.folder / METADATA_FILE, self.pending, append_missing=self.store == "metadata"
-                )
+                table = self.folder / METADATA_FILE
+                if self.keep_new and self.store == "metadata":
+                    kept = self._captioned_meanwhile(table)
+                    for name in kept:
+                        del self.pending[name]
+                if self.pending:
+                    set_metadata_captions(table, self.pending, append_missing=self.store == "metadata")
         except (DatasetError, WriteFailed, OSError) as err:
             if isinstance(err, NoSpaceLeft):
                 raise
@@ -185,10 +216,26 @@ class CaptionWriter:
                 f"{METADATA_FILE} of {self.folder.name} could not be written",
                 [f"{METADATA_FILE}: {err}; the captions of {names} {lost}"],
             ) from err
+        if self.pending:
+            self.rewrites += 1
         self.pending.clear()
-        self.rewrites += 1
         end = self._clock()
         self._last_end, self._last_cost = end, end - start
+        return kept
+
+    def _captioned_meanwhile(self, table: Path) -> list[str]:
+        """The queued names that have a caption now: a row holding one, or a .txt (it wins over
+        the row: a row written under it would be a second caption). The caller holds the lock."""
+        rows = read_metadata(table).captions if table.is_file() and not table.is_symlink() else {}
+        return sorted(
+            name
+            for name in self.pending
+            if _has_caption(self.folder / name, _first(caption_files_of(self.folder / name)), rows)
+        )
+
+
+def _first(paths: tuple[Path, ...]) -> Path | None:
+    return paths[0] if paths else None
 
 
 def _captioned_rows(folder: Path) -> set[str]:

@@ -160,7 +160,13 @@ def _print_event(event: dict[str, Any]) -> None:
         device = f" on {event['device']}" if "device" in event else ""
         typer.echo(f"captioning {event['total']} image(s){device}; {event['skipped']} already captioned")
     elif kind == "caption_progress":
-        typer.echo(f"[{event['index']}/{event['total']}] {shown(event['file'])}: {shown(event['caption'])}")
+        cut = "  (cut at --max-tokens)" if event.get("cut") else ""
+        typer.echo(
+            f"[{event['index']}/{event['total']}] {shown(event['file'])}: {shown(event['caption'])}{cut}"
+        )
+    elif kind == "caption_kept":
+        where = f"[{event['index']}/{event['total']}] " if "index" in event else ""
+        typer.echo(f"{where}{shown(event['file'])}: {event['reason']}")
     elif kind == "caption_failed":
         typer.echo(
             f"[{event['index']}/{event['total']}] {shown(event['file'])}: FAILED: {shown(event['reason'])}"
@@ -169,6 +175,11 @@ def _print_event(event: dict[str, Any]) -> None:
         typer.echo(
             f"done: {event['captioned']} captioned, {event['skipped']} skipped, {event['failed']} failed"
         )
+        if event.get("cut"):
+            typer.echo(
+                f"  {event['cut']} caption(s) stopped at --max-tokens, not at the model's end (likely "
+                "mid-sentence; written as made): raise --max-tokens and caption them again"
+            )
         for failure in event["failures"]:
             typer.echo(f"  failed {shown(failure['file'])}: {shown(failure['reason'])}")
         if event["failed"] > len(event["failures"]):

@@ -48,6 +48,7 @@ class CaptionJob:
     thread: threading.Thread | None = None
     claim: DatasetClaim | None = None  # the dataset's write claim while the job runs
     recorder: Any = None  # its jobs/caption_records.CaptionRecorder (once it has started)
+    cut_files: set[str] = field(default_factory=set)  # captions stopped at max_tokens (RELIABILITY 1941)
 
     def apply(self, event: dict[str, Any]) -> None:
         """Fold one event of captioning/run.py into the job's counts (the server's worker
@@ -57,8 +58,18 @@ class CaptionJob:
             self.total, self.skipped = event["total"], event["skipped"]
         elif kind == "caption_progress":
             self.done, self.captioned = self.done + 1, self.captioned + 1
+            if event.get("cut"):
+                self.cut_files.add(event["file"])
             if len(self.preview) < PREVIEW:
                 self.preview.append({"file": event["file"], "caption": event["caption"]})
+        elif kind == "caption_kept":  # captioned by hand meanwhile: kept (RELIABILITY 1940)
+            self.skipped += 1
+            if event.get("counted"):  # its caption_progress was folded in: undo it
+                self.captioned = max(0, self.captioned - 1)
+                self.cut_files.discard(event["file"])
+                self.preview = [p for p in self.preview if p["file"] != event["file"]]
+            else:
+                self.done += 1
         elif kind == "caption_failed":
             self.done += 1
             self.failures.append({"file": event["file"], "reason": event["reason"]})
@@ -77,6 +88,7 @@ class CaptionJob:
             "total": self.total,
             "done": self.done,
             "captioned": self.captioned,
+            "cut": len(self.cut_files),
             "skipped": self.skipped,
             "failed": len(self.failures),
             "failures": self.failures[:MAX_LISTED_FAILURES],  # the first; each is an event too

@@ -128,6 +128,7 @@ def well_formed(job: dict[str, Any], job_id: str) -> bool:
         and all(_is_maybe(job.get(key), str) for key in _MAYBE_TEXTS)
         and all(_is_count(job.get(key)) for key in _COUNTS)
         and (job.get("total") is None or _is_count(job.get("total")))
+        and (job.get("cut") is None or _is_count(job.get("cut")))  # a record before fix 1941: none
         and (job.get("gpu") is None or _is_count(job.get("gpu")))
         and job.get("device") in ("cpu", "cuda")
         and job.get("status") in STATUSES
