@@ -1513,6 +1513,12 @@ export interface components {
             captioned: number;
             /** Created At */
             created_at: string;
+            /**
+             * Cut
+             * @description captions whose model text stopped at max_tokens, not at its end (written as made, likely mid-sentence: raise max_tokens); 0 in a record of a job before this count
+             * @default 0
+             */
+            cut?: number;
             /** Dataset */
             dataset: string;
             /**

@@ -33,6 +33,7 @@ const DONE: CaptionJob = {
   done: 3,
   captioned: 2,
   failed: 1,
+  cut: 1,
   failures: [{ file: "broken.png", reason: "corrupt or not a PNG/JPEG/WebP image" }],
   preview: [...RUNNING.preview, { file: "c.png", caption: "sks, a blue circle" }],
   finished_at: "2026-12-04T18:00:09+00:00",
@@ -65,7 +66,10 @@ describe("AutoCaptionPanel", () => {
     expect(await screen.findByText("Captioning 1 / 3 on cpu")).toBeTruthy();
     expect(screen.getByRole("progressbar").getAttribute("aria-valuenow")).toBe("1");
     expect(screen.getByTestId("caption-preview").textContent).toContain("sks, a red square");
+    expect(screen.queryByTestId("caption-cut")).toBeNull();
     await waitFor(() => expect(onFinished).toHaveBeenCalledTimes(1), { timeout: 4000 });
+    // a caption that stopped at max tokens is said, not shown as a whole one (RELIABILITY 1941)
+    expect(screen.getByTestId("caption-cut")).toHaveTextContent("1 caption(s) stopped at the max tokens");
     expect(screen.getByTestId("caption-status").textContent).toContain(
       "Caption job completed: 2 captioned, 0 kept their caption, 1 failed",
     );

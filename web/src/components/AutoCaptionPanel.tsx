@@ -214,6 +214,12 @@ function CaptionJobStatus({ job }: { job: CaptionJob }) {
         {job.cancel_reason && job.status !== "running" && ` (${job.cancel_reason})`}
         {job.status === "interrupted" && " (the server or command running it stopped; start again to caption the rest)"}
       </p>
+      {(job.cut ?? 0) > 0 && (
+        <p className="banner warn" data-testid="caption-cut">
+          {job.cut} caption(s) stopped at the max tokens, not at the model's end: likely cut mid-sentence (written as
+          made). Raise max tokens and caption them again.
+        </p>
+      )}
       {job.status === "running" && job.total != null && <ProgressBar value={job.done} max={total} label="caption progress" />}
       <ErrorBanner message={job.error} />
       {job.preview.length > 0 && (
