@@ -46,6 +46,11 @@ class CaptionJobOut(_Out):
     )
     skipped: int = Field(description="images that keep their caption")
     failed: int = Field(description="images that failed (all of them)")
+    eta_s: float | None = Field(
+        default=None,
+        description="seconds left while it runs, from the time its images took so far since the model "
+        "loaded (null before the first image is done and once it has ended)",
+    )
     failures: list[CaptionFailure] = Field(
         description="the first 100 failed images by file, with the reason (each is a caption_failed event too)"
     )

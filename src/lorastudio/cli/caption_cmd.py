@@ -138,8 +138,9 @@ class _Record:
         if kind == "caption_started" and event.get("device") in ("cpu", "cuda"):
             self.job.device = event["device"]
         self.job.apply(event)
-        self.recorder.write(self.job.snapshot(), force=kind == "caption_started")
-        _print_event(event)
+        snapshot = self.job.snapshot()
+        self.recorder.write(snapshot, force=kind == "caption_started")
+        _print_event(event, snapshot["eta_s"])
 
     def end(self, status: str, error: str | None = None, reason: str | None = None) -> None:
         from lorastudio.jobs.caption_job import now_iso
@@ -149,11 +150,14 @@ class _Record:
         self.recorder.write(self.job.snapshot(), force=True)
 
 
-def _print_event(event: dict[str, Any]) -> None:
+def _print_event(event: dict[str, Any], eta_s: float | None = None) -> None:
     """One event as one line per fact: a file name or reason holding a line break (a name may)
     is escaped visibly (`shown`), so no name can start a line that reads as another image's; the
-    captions are one line already (captioning/targets.clean_caption)."""
+    captions are one line already (captioning/targets.clean_caption). An image's line ends with
+    the time left (`eta_s`, the job's estimate) when there is one."""
     from lorastudio.cli.safe_output import shown
+
+    left = f"  (~{_duration(eta_s)} left)" if eta_s is not None else ""
 
     kind = event["type"]
     if kind == "caption_started":
@@ -162,25 +166,33 @@ def _print_event(event: dict[str, Any]) -> None:
     elif kind == "caption_progress":
         cut = "  (cut at --max-tokens)" if event.get("cut") else ""
         typer.echo(
-            f"[{event['index']}/{event['total']}] {shown(event['file'])}: {shown(event['caption'])}{cut}"
+            f"[{event['index']}/{event['total']}] {shown(event['file'])}: {shown(event['caption'])}{cut}{left}"
         )
     elif kind == "caption_kept":
         where = f"[{event['index']}/{event['total']}] " if "index" in event else ""
-        typer.echo(f"{where}{shown(event['file'])}: {event['reason']}")
+        typer.echo(f"{where}{shown(event['file'])}: {event['reason']}{left}")
     elif kind == "caption_failed":
         typer.echo(
-            f"[{event['index']}/{event['total']}] {shown(event['file'])}: FAILED: {shown(event['reason'])}"
+            f"[{event['index']}/{event['total']}] {shown(event['file'])}: FAILED: {shown(event['reason'])}{left}"
         )
     elif kind == "caption_summary":
         typer.echo(
             f"done: {event['captioned']} captioned, {event['skipped']} skipped, {event['failed']} failed"
         )
+        for failure in event["failures"]:
+            typer.echo(f"  failed {shown(failure['file'])}: {shown(failure['reason'])}")
+        if event["failed"] > len(event["failures"]):
+            typer.echo(f"  and {event['failed'] - len(event['failures'])} more (listed above)")
         if event.get("cut"):
             typer.echo(
                 f"  {event['cut']} caption(s) stopped at --max-tokens, not at the model's end (likely "
                 "mid-sentence; written as made): raise --max-tokens and caption them again"
             )
-        for failure in event["failures"]:
-            typer.echo(f"  failed {shown(failure['file'])}: {shown(failure['reason'])}")
-        if event["failed"] > len(event["failures"]):
-            typer.echo(f"  and {event['failed'] - len(event['failures'])} more (listed above)")
+
+
+def _duration(seconds: float) -> str:
+    """A time left in a line: "45 s", "12 min", "2 h 05 min"."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,13 +51,19 @@ class CaptionJob:
     claim: DatasetClaim | None = None  # the dataset's write claim while the job runs
     recorder: Any = None  # its jobs/caption_records.CaptionRecorder (once it has started)
     cut_files: set[str] = field(default_factory=set)  # captions stopped at max_tokens (RELIABILITY 1941)
+    clock: Callable[[], float] = time.monotonic  # the ETA's clock (tests: a fake one)
+    started_s: float | None = None  # the clock at caption_started (the model loaded)
+    last_s: float | None = None  # the clock at the last image's event
 
     def apply(self, event: dict[str, Any]) -> None:
         """Fold one event of captioning/run.py into the job's counts (the server's worker
         events, the CLI's own)."""
         kind = event.get("type")
+        if kind in ("caption_progress", "caption_failed", "caption_kept"):
+            self.last_s = self.clock()
         if kind == "caption_started":
             self.total, self.skipped = event["total"], event["skipped"]
+            self.started_s = self.clock()
         elif kind == "caption_progress":
             self.done, self.captioned = self.done + 1, self.captioned + 1
             if event.get("cut"):
@@ -74,6 +82,15 @@ class CaptionJob:
             self.done += 1
             self.failures.append({"file": event["file"], "reason": event["reason"]})
 
+    def eta_s(self) -> float | None:
+        """Seconds left (RELIABILITY 1942), from the time the images done so far took since the
+        model was loaded, each image alike: None until one is done, and once the job has ended."""
+        if self.status != "running" or not self.total or self.started_s is None or self.last_s is None:
+            return None
+        if not 0 < self.done < self.total:
+            return None
+        return round((self.last_s - self.started_s) / self.done * (self.total - self.done), 1)
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -89,6 +106,7 @@ class CaptionJob:
             "done": self.done,
             "captioned": self.captioned,
             "cut": len(self.cut_files),
+            "eta_s": self.eta_s(),
             "skipped": self.skipped,
             "failed": len(self.failures),
             "failures": self.failures[:MAX_LISTED_FAILURES],  # the first; each is an event too

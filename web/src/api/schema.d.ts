@@ -1534,6 +1534,11 @@ export interface components {
             /** Error */
             error: string | null;
             /**
+             * Eta S
+             * @description seconds left while it runs, from the time its images took so far since the model loaded (null before the first image is done and once it has ended)
+             */
+            eta_s?: number | null;
+            /**
              * Failed
              * @description images that failed (all of them)
              */

@@ -124,7 +124,7 @@ describe("AutoCaptionPanel", () => {
       if (url === "/api/captions/c1") {
         polls += 1;
         if (polls === 1) return { status: 502, body: { detail: "Bad Gateway" } }; // a blip
-        if (polls === 2) return { body: { ...RUNNING, done: 2 } };
+        if (polls === 2) return { body: { ...RUNNING, done: 2, eta_s: 65 } };
         return { status: 404, body: { error: "NotFound", detail: "no caption job with id 'c1' in this server's life" } };
       }
       return undefined;
@@ -135,6 +135,7 @@ describe("AutoCaptionPanel", () => {
     await userEvent.click(screen.getByTestId("caption-start"));
     expect(await screen.findByTestId("caption-poll-error", {}, { timeout: 3000 })).toHaveTextContent("trying again");
     await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Captioning 2 / 3"), { timeout: 3000 });
+    expect(screen.getByTestId("caption-status")).toHaveTextContent("Captioning 2 / 3 on cpu, about 1m 05s left"); // RELIABILITY 1942
     expect(screen.queryByTestId("caption-poll-error")).toBeNull();
     await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Caption job failed"), { timeout: 3000 });
     expect(screen.getByTestId("caption-status")).toHaveTextContent("the server restarted");

@@ -3,6 +3,7 @@ import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { CaptionJob, CatalogueModel } from "../api/types";
 import { ProgressBar } from "./ProgressBar";
+import { formatDuration } from "../lib/format";
 import { ErrorBanner } from "./ErrorBanner";
 import { isAbort, useAction, useLatest, useUnmountSignal } from "../lib/latest";
 
@@ -209,7 +210,7 @@ function CaptionJobStatus({ job }: { job: CaptionJob }) {
         {job.status === "running"
           ? job.total == null
             ? `Loading ${job.model} on ${where(job)}…`
-            : `Captioning ${job.done} / ${total} on ${where(job)}`
+            : `Captioning ${job.done} / ${total} on ${where(job)}${job.eta_s != null ? `, about ${formatDuration(job.eta_s)} left` : ""}`
           : `Caption job ${job.status}: ${job.captioned} captioned, ${job.skipped} kept their caption, ${job.failed} failed`}
         {job.cancel_reason && job.status !== "running" && ` (${job.cancel_reason})`}
         {job.status === "interrupted" && " (the server or command running it stopped; start again to caption the rest)"}
