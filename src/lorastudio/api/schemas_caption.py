@@ -34,6 +34,13 @@ class CaptionJobOut(_Out):
         default=None, description="the training job whose GPU this job shares (it fits beside the run)"
     )
     prefix: str | None
+    prompt: str | None = Field(
+        default=None,
+        description="the prompt asked (null: the model's default; or a record before it was kept)",
+    )
+    max_tokens: int | None = Field(
+        default=None, description="new tokens per caption at most (null: a record before it was kept)"
+    )
     overwrite: bool
     status: CaptionStatus
     total: int | None = Field(description="images to caption (null until the worker has planned)")

@@ -100,6 +100,8 @@ class CaptionJob:
             "gpu": self.gpu,
             "beside_training": self.beside,
             "prefix": self.options.prefix,
+            "prompt": self.options.prompt,  # None: the model's default (RELIABILITY 1943)
+            "max_tokens": self.options.max_tokens,
             "overwrite": self.options.overwrite,
             "status": self.status,
             "total": self.total,

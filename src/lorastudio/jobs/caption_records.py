@@ -51,7 +51,7 @@ MAX_RECORD_BYTES = 1 << 20  # a record is a few KB (100 failures at most); a lar
 STATUSES = frozenset(("running", "completed", "failed", "cancelled", INTERRUPTED))
 _COUNTS = ("done", "captioned", "skipped", "failed")
 _TEXTS = ("dataset", "model", "created_at")
-_MAYBE_TEXTS = ("beside_training", "prefix", "error", "cancel_reason", "finished_at")
+_MAYBE_TEXTS = ("beside_training", "prefix", "prompt", "error", "cancel_reason", "finished_at")
 
 
 def records_dir(home: Path) -> Path:
@@ -133,6 +133,7 @@ def well_formed(job: dict[str, Any], job_id: str) -> bool:
         and all(_is_count(job.get(key)) for key in _COUNTS)
         and (job.get("total") is None or _is_count(job.get("total")))
         and (job.get("cut") is None or _is_count(job.get("cut")))  # a record before fix 1941: none
+        and (job.get("max_tokens") is None or _is_count(job.get("max_tokens")))  # before 1943: none
         and (job.get("eta_s") is None or _is_seconds(job.get("eta_s")))  # before fix 1942: none
         and (job.get("gpu") is None or _is_count(job.get("gpu")))
         and job.get("device") in ("cpu", "cuda")

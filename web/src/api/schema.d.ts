@@ -1557,6 +1557,11 @@ export interface components {
             gpu?: number | null;
             /** Id */
             id: string;
+            /**
+             * Max Tokens
+             * @description new tokens per caption at most (null: a record before it was kept)
+             */
+            max_tokens?: number | null;
             /** Model */
             model: string;
             /** Overwrite */
@@ -1568,6 +1573,11 @@ export interface components {
              * @description the first captions written
              */
             preview: components["schemas"]["CaptionPreview"][];
+            /**
+             * Prompt
+             * @description the prompt asked (null: the model's default; or a record before it was kept)
+             */
+            prompt?: string | null;
             /**
              * Skipped
              * @description images that keep their caption

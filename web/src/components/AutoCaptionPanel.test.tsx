@@ -62,7 +62,7 @@ describe("AutoCaptionPanel", () => {
     await userEvent.click(screen.getByTestId("caption-overwrite"));
     await userEvent.click(screen.getByTestId("caption-start"));
     const start = calls.find((c) => c.method === "POST");
-    expect(start?.body).toEqual({ model: "/models/tiny-vlm", prefix: "sks", overwrite: true });
+    expect(start?.body).toEqual({ model: "/models/tiny-vlm", prefix: "sks", overwrite: true, prompt: null, max_tokens: 60 });
     expect(await screen.findByText("Captioning 1 / 3 on cpu")).toBeTruthy();
     expect(screen.getByRole("progressbar").getAttribute("aria-valuenow")).toBe("1");
     expect(screen.getByTestId("caption-preview").textContent).toContain("sks, a red square");
@@ -76,6 +76,35 @@ describe("AutoCaptionPanel", () => {
     expect(screen.getByTestId("caption-preview").textContent).toContain("sks, a blue circle");
     expect(screen.getByTestId("caption-failures").textContent).toContain("broken.png");
     expect(screen.queryByTestId("caption-cancel")).toBeNull();
+  });
+
+  it("sends the prompt and max tokens typed; the server's refusal of one is shown (RELIABILITY 1943)", async () => {
+    const calls = mockFetch(({ url, method, body }) => {
+      if (url === "/api/datasets/mix/caption" && method === "POST") {
+        const asked = body as { max_tokens: number };
+        if (asked.max_tokens > 512)
+          return { status: 422, body: { error: "ValidationError", detail: "max_tokens: Input should be less than or equal to 512" } };
+        return { status: 202, body: { ...RUNNING, prompt: "List the objects, comma separated", max_tokens: 120 } };
+      }
+      if (url === "/api/captions/c1") return { body: RUNNING };
+      return undefined;
+    });
+    render(<AutoCaptionPanel dataset="mix" onFinished={() => {}} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    expect(screen.getByTestId("caption-prompt")).toHaveAttribute("placeholder", expect.stringContaining("Describe this image"));
+    await userEvent.type(screen.getByTestId("caption-prompt"), "List the objects, comma separated");
+    const tokens = screen.getByTestId("caption-max-tokens");
+    await userEvent.clear(tokens);
+    expect(screen.getByTestId("caption-start")).toBeDisabled(); // no number: nothing to send
+    await userEvent.type(tokens, "600");
+    await userEvent.click(screen.getByTestId("caption-start"));
+    expect(await screen.findByTestId("caption-error")).toHaveTextContent("less than or equal to 512");
+    await userEvent.clear(tokens);
+    await userEvent.type(tokens, "120");
+    await userEvent.click(screen.getByTestId("caption-start"));
+    const posts = calls.filter((c) => c.method === "POST");
+    expect(posts.at(-1)?.body).toMatchObject({ prompt: "List the objects, comma separated", max_tokens: 120 });
+    expect(await screen.findByText("Captioning 1 / 3 on cpu")).toBeTruthy();
   });
 
   it("cancels a running job and shows a refusal from the server", async () => {

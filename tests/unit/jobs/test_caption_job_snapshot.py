@@ -1,5 +1,6 @@
-"""A caption job says how long it has left (RELIABILITY 1942): its snapshot's eta_s (API, web),
-the CLI's lines, and none once it has ended or was interrupted. A fake clock: nothing timed."""
+"""A caption job's snapshot: how long it has left (RELIABILITY 1942: eta_s for the API and the
+web, the CLI's lines, none once it has ended or was interrupted; a fake clock, nothing timed) and
+the prompt and max tokens that made its captions (RELIABILITY 1943), kept in its record."""
 
 from __future__ import annotations
 
@@ -65,3 +66,17 @@ def test_eta_from_the_images_done_since_the_model_loaded(
     assert job.snapshot()["eta_s"] is None
     write_record(tmp_path, job.snapshot(), owner("cli"))
     assert list_records(tmp_path)[0]["status"] == "completed"
+
+
+def test_the_prompt_and_max_tokens_are_in_the_snapshot_and_its_record(tmp_path: Path) -> None:
+    asked = CaptionOptions(model="m", device="cpu", prompt="List the objects", max_tokens=120)
+    job = CaptionJob(id="cd34", dataset="ds", folder=Path("/nonexistent"), options=asked, device="cpu")
+    assert (job.snapshot()["prompt"], job.snapshot()["max_tokens"]) == ("List the objects", 120)
+    job.status = "completed"
+    write_record(tmp_path, job.snapshot(), owner("cli"))
+    (read,) = list_records(tmp_path)
+    assert (read["prompt"], read["max_tokens"]) == ("List the objects", 120)
+    default = CaptionJob(
+        id="ef56", dataset="ds", folder=Path("/x"), options=CaptionOptions(model="m"), device="cpu"
+    )
+    assert (default.snapshot()["prompt"], default.snapshot()["max_tokens"]) == (None, 60)  # the model's own
