@@ -1,7 +1,8 @@
 """Caption a dataset: plan, load the model once, caption image by image, report each.
 
 Events (plain dicts, JSON-ready; the CLI prints them, the caption worker sends them to the job
-service): caption_started {total, skipped, store, device}, caption_progress {index, total,
+service): caption_started {total, skipped, store, device, kohya_kept: the first skipped images
+whose caption is a kohya .caption file only, and kohya_count, when any}, caption_progress {index, total,
 file, caption, cut} ("cut": the model's text stopped at max_tokens, not at its end: written as
 made, counted in the summary's "cut"), caption_failed {index, total, file, reason}, caption_kept {index, total, file, reason,
 counted} (without overwrite, an image given a caption by hand while the model ran keeps it:
@@ -133,8 +134,22 @@ def caption_dataset(
     max_pixels = max_image_pixels if max_image_pixels is not None else get_settings().max_image_pixels
     plan = plan_captions(folder, options.overwrite)
     summary = CaptionSummary(skipped=list(plan.skipped))
+    # images kept for their kohya .caption, which a run of this dataset does not read (RELIABILITY 1944)
+    kohya = (
+        {"kohya_kept": plan.kohya_kept[:MAX_LISTED_FAILURES], "kohya_count": len(plan.kohya_kept)}
+        if plan.kohya_kept
+        else {}
+    )
     if not plan.todo:
-        emit({"type": "caption_started", "total": 0, "skipped": len(plan.skipped), "store": plan.store})
+        emit(
+            {
+                "type": "caption_started",
+                "total": 0,
+                "skipped": len(plan.skipped),
+                "store": plan.store,
+                **kohya,
+            }
+        )
         emit(summary.public())
         return summary
     captioner = Captioner(source, options.device, token, gpu)
@@ -146,6 +161,7 @@ def caption_dataset(
             "skipped": len(plan.skipped),
             "store": plan.store,
             "device": captioner.device,
+            **kohya,
         }
     )
     writer = CaptionWriter(folder, plan.store, keep_new=not options.overwrite)

@@ -16,11 +16,12 @@ refused, never cut), and never holds the trigger placeholder (clean_caption).
 from __future__ import annotations
 
 import errno
+import os
 import re
 import time
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -33,6 +34,7 @@ from lorastudio.data.captions import (
 )
 from lorastudio.data.discovery import METADATA_FILE, caption_files_of, discover
 from lorastudio.data.image_edits import write_caption
+from lorastudio.data.kohya import is_kohya_folder
 from lorastudio.data.metadata_write import set_metadata_captions
 from lorastudio.data.writes import dataset_lock
 from lorastudio.errors import DatasetError, NoSpaceLeft, WriteFailed
@@ -43,6 +45,7 @@ _REPLACEMENT = "\ufffd"  # the decoder's stand-in for bytes that are no characte
 # a write the dataset folder refuses for every file (read-only file system, permission denied):
 # the run stops rather than caption every later image only to fail its write the same way
 FOLDER_WIDE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+KOHYA_CAPTION_SUFFIX = ".caption"  # kohya's default caption extension: a plain dataset's run does not read it
 FLUSH_RATIO = 10.0  # metadata store: a rewrite of metadata.jsonl at most ~1/10 of a run's time
 # an image the run found without a caption that has one when its caption is written (RELIABILITY 1940)
 KEPT_REASON = (
@@ -53,32 +56,74 @@ KEPT_REASON = (
 @dataclass(frozen=True)
 class CaptionPlan:
     """todo: images to caption (by name order); skipped: names of images that keep their caption;
-    store: where new captions go."""
+    store: where new captions go; kohya_kept: the skipped images whose caption is a kohya
+    `<stem>.caption` (a plain dataset's run does not read it: RELIABILITY 1944)."""
 
     todo: list[Path]
     skipped: list[str]
     store: CaptionStore
+    kohya_kept: list[str] = field(default_factory=list)
 
 
 def plan_captions(folder: Path, overwrite: bool) -> CaptionPlan:
     """The images of dataset `folder` to caption (all of them with `overwrite`); of images that
     share a stem (a.jpg, a.png: one a.txt is the caption of both, as a run reads it) the first by
-    name only, the others skipped, when captions go to .txt files. Raises
-    DatasetError when the folder is missing or cannot be listed / its metadata.jsonl read."""
+    name only, the others skipped, when captions go to .txt files. Without `overwrite`, an image
+    whose only caption is a non-blank kohya `<stem>.caption` keeps it (the user's text, not
+    shadowed by a model's .txt; the run's preflight names it as not read: rename it to .txt).
+    Raises DatasetError when the folder is missing or cannot be listed / its metadata.jsonl
+    read, or holds no image at its top level (a caption job captions those only: a kohya
+    `N_words` sub-folder's images are named, not silently left)."""
     files = discover(folder)
+    if not files.images:
+        raise DatasetError(f"dataset {folder.name} has no images to caption", _no_images(folder))
     rows = read_metadata(files.metadata).captions if files.metadata is not None else {}
     store: CaptionStore = "metadata" if files.metadata is not None and not files.sidecars else "txt"
-    todo, skipped = [], []
+    kohya = _kohya_captions(folder, files.dropped)
+    todo, skipped, kohya_kept = [], [], []
     planned: set[str] = set()  # stems whose .txt this run writes
     for image in files.images:
         if not overwrite and _has_caption(image, files.sidecars.get(image.stem), rows):
             skipped.append(image.name)
+        elif not overwrite and _has_caption(image, kohya.get(image.stem), {}):
+            skipped.append(image.name)
+            kohya_kept.append(image.name)
         elif store == "txt" and image.stem in planned:  # a.jpg and a.png read one a.txt (data.scan)
             skipped.append(image.name)  # captioned once, by the first; a second caption replaced it
         else:
             todo.append(image)
             planned.add(image.stem)
-    return CaptionPlan(todo, skipped, store)
+    return CaptionPlan(todo, skipped, store, kohya_kept)
+
+
+def _kohya_captions(folder: Path, dropped: list[tuple[str, str]]) -> dict[str, Path]:
+    """stem -> its kohya `.caption` file (any case; the first by name) among the entries the
+    listing did not use."""
+    found: dict[str, Path] = {}
+    for name, _why in sorted(dropped):
+        path = Path(name)
+        if path.suffix.lower() == KOHYA_CAPTION_SUFFIX and not name.startswith("."):
+            found.setdefault(path.stem, folder / name)
+    return found
+
+
+def _no_images(folder: Path) -> list[str]:
+    """Why `folder` has nothing to caption: its kohya `N_words` sub-folders holding images are
+    named (a caption job captions a dataset's top level only), else the images it looks for."""
+    try:
+        subs = sorted(e.name for e in os.scandir(folder) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        subs = []
+    kohya = [name for name in subs if is_kohya_folder(name) and discover(folder / name).images]
+    if kohya:
+        return [
+            f"{folder.name}/{name}: a kohya folder whose images a caption job does not reach (it captions a "
+            "dataset's top level); import it with `lorastudio datasets import --kohya` to caption it as a dataset"
+            for name in kohya[:10]
+        ]
+    return [
+        f"{folder}: no png/jpg/jpeg/webp files at its top level (sub-folders such as control/ and masks/ are never captioned)"
+    ]
 
 
 def _has_caption(image: Path, sidecar: Path | None, rows: dict[str, str]) -> bool:

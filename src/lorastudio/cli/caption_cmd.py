@@ -163,6 +163,13 @@ def _print_event(event: dict[str, Any], eta_s: float | None = None) -> None:
     if kind == "caption_started":
         device = f" on {event['device']}" if "device" in event else ""
         typer.echo(f"captioning {event['total']} image(s){device}; {event['skipped']} already captioned")
+        if kept := event.get("kohya_kept"):
+            names = ", ".join(shown(n) for n in kept[:5]) + (" ..." if len(kept) > 5 else "")
+            typer.echo(
+                f"  {event.get('kohya_count', len(kept))} of them are captioned only by a kohya .caption file "
+                f"({names}), which a run of this dataset "
+                "does not read: kept; rename each to <name>.txt, or caption them with --overwrite"
+            )
     elif kind == "caption_progress":
         cut = "  (cut at --max-tokens)" if event.get("cut") else ""
         typer.echo(

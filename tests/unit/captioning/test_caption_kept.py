@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lorastudio.captioning.options import CaptionOptions
 from lorastudio.captioning.run import caption_dataset
 from lorastudio.captioning.source import resolve_captioner
@@ -107,3 +109,42 @@ def test_job_undoes_a_counted_caption_whose_row_was_kept() -> None:
     snap = job.snapshot()
     assert (snap["done"], snap["captioned"], snap["skipped"]) == (2, 1, 1)
     assert snap["preview"] == [{"file": "b.png", "caption": "y"}]
+
+
+def test_a_kohya_caption_file_is_kept_and_said(
+    make_dataset: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RELIABILITY 1944: an image captioned only by kohya's `<stem>.caption` (kohya's default
+    extension, which a plain dataset's run does not read) kept it, and the job says so."""
+    from lorastudio.cli.caption_cmd import _print_event
+
+    folder = make_dataset()
+    (folder / "red.CAPTION").write_text("my kohya red\n", encoding="utf-8")
+    (folder / "blue.caption").write_text(" \n", encoding="utf-8")  # blank: no caption
+    plan = plan_captions(folder, overwrite=False)
+    assert [p.name for p in plan.todo] == ["blue.png", "green.png", "white.png"]
+    assert (plan.skipped, plan.kohya_kept) == (["red.png"], ["red.png"])
+    assert [p.name for p in plan_captions(folder, overwrite=True).todo] == [
+        "blue.png", "green.png", "red.png", "white.png"
+    ]  # fmt: skip
+    event = {"type": "caption_started", "total": 3, "skipped": 1, "kohya_kept": ["red.png"], "kohya_count": 1}
+    _print_event(event)
+    assert "1 of them are captioned only by a kohya .caption file (red.png)" in capsys.readouterr().out
+
+
+def test_a_dataset_without_top_level_images_is_refused_naming_its_kohya_folders(tmp_path: Path) -> None:
+    """RELIABILITY 1944: a kohya layout (datasets/k/10_sks/*.png) was "captioned": 0 images, no word."""
+    from PIL import Image
+
+    from lorastudio.errors import DatasetError
+
+    kohya = tmp_path / "k" / "10_sks"
+    kohya.mkdir(parents=True)
+    Image.new("RGB", (16, 16)).save(kohya / "a.png")
+    with pytest.raises(DatasetError) as err:
+        plan_captions(tmp_path / "k", overwrite=False)
+    assert "has no images to caption" in str(err.value)
+    assert err.value.problems[0].startswith("k/10_sks: a kohya folder") and "--kohya" in err.value.problems[0]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError, match="has no images to caption"):
+        plan_captions(tmp_path / "empty", overwrite=False)
