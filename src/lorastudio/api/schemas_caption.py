@@ -52,6 +52,11 @@ class CaptionJobOut(_Out):
         "likely mid-sentence: raise max_tokens); 0 in a record of a job before this count",
     )
     skipped: int = Field(description="images that keep their caption")
+    kohya_kept: int = Field(
+        default=0,
+        description="of the skipped, images captioned only by a kohya <stem>.caption, which a run of a plain "
+        "dataset does not read (rename it to .txt); 0 in a record before this count",
+    )
     failed: int = Field(description="images that failed (all of them)")
     eta_s: float | None = Field(
         default=None,

@@ -52,6 +52,7 @@ class CaptionJob:
     recorder: Any = None  # its jobs/caption_records.CaptionRecorder (once it has started)
     cut_files: set[str] = field(default_factory=set)  # captions stopped at max_tokens (RELIABILITY 1941)
     clock: Callable[[], float] = time.monotonic  # the ETA's clock (tests: a fake one)
+    kohya_kept: int = 0  # skipped images captioned only by a kohya .caption (RELIABILITY 1944)
     started_s: float | None = None  # the clock at caption_started (the model loaded)
     last_s: float | None = None  # the clock at the last image's event
 
@@ -64,6 +65,7 @@ class CaptionJob:
         if kind == "caption_started":
             self.total, self.skipped = event["total"], event["skipped"]
             self.started_s = self.clock()
+            self.kohya_kept = event.get("kohya_count", 0)
         elif kind == "caption_progress":
             self.done, self.captioned = self.done + 1, self.captioned + 1
             if event.get("cut"):
@@ -110,6 +112,7 @@ class CaptionJob:
             "cut": len(self.cut_files),
             "eta_s": self.eta_s(),
             "skipped": self.skipped,
+            "kohya_kept": self.kohya_kept,
             "failed": len(self.failures),
             "failures": self.failures[:MAX_LISTED_FAILURES],  # the first; each is an event too
             "preview": list(self.preview),

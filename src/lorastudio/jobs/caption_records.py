@@ -134,6 +134,7 @@ def well_formed(job: dict[str, Any], job_id: str) -> bool:
         and (job.get("total") is None or _is_count(job.get("total")))
         and (job.get("cut") is None or _is_count(job.get("cut")))  # a record before fix 1941: none
         and (job.get("max_tokens") is None or _is_count(job.get("max_tokens")))  # before 1943: none
+        and (job.get("kohya_kept") is None or _is_count(job.get("kohya_kept")))  # before 1944: none
         and (job.get("eta_s") is None or _is_seconds(job.get("eta_s")))  # before fix 1942: none
         and (job.get("gpu") is None or _is_count(job.get("gpu")))
         and job.get("device") in ("cpu", "cuda")

@@ -129,6 +129,9 @@ def test_a_kohya_caption_file_is_kept_and_said(
     ]  # fmt: skip
     event = {"type": "caption_started", "total": 3, "skipped": 1, "kohya_kept": ["red.png"], "kohya_count": 1}
     _print_event(event)
+    job = CaptionJob(id="a2", dataset="ds", folder=folder, options=CaptionOptions(model="m"), device="cpu")
+    job.apply(event)
+    assert (job.snapshot()["skipped"], job.snapshot()["kohya_kept"]) == (1, 1)  # the web panel says it
     assert "1 of them are captioned only by a kohya .caption file (red.png)" in capsys.readouterr().out
 
 

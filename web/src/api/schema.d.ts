@@ -1558,6 +1558,12 @@ export interface components {
             /** Id */
             id: string;
             /**
+             * Kohya Kept
+             * @description of the skipped, images captioned only by a kohya <stem>.caption, which a run of a plain dataset does not read (rename it to .txt); 0 in a record before this count
+             * @default 0
+             */
+            kohya_kept?: number;
+            /**
              * Max Tokens
              * @description new tokens per caption at most (null: a record before it was kept)
              */

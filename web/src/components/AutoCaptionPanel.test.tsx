@@ -34,6 +34,7 @@ const DONE: CaptionJob = {
   captioned: 2,
   failed: 1,
   cut: 1,
+  kohya_kept: 1,
   failures: [{ file: "broken.png", reason: "corrupt or not a PNG/JPEG/WebP image" }],
   preview: [...RUNNING.preview, { file: "c.png", caption: "sks, a blue circle" }],
   finished_at: "2026-12-04T18:00:09+00:00",
@@ -67,9 +68,12 @@ describe("AutoCaptionPanel", () => {
     expect(screen.getByRole("progressbar").getAttribute("aria-valuenow")).toBe("1");
     expect(screen.getByTestId("caption-preview").textContent).toContain("sks, a red square");
     expect(screen.queryByTestId("caption-cut")).toBeNull();
+    expect(screen.queryByTestId("caption-kohya")).toBeNull();
     await waitFor(() => expect(onFinished).toHaveBeenCalledTimes(1), { timeout: 4000 });
     // a caption that stopped at max tokens is said, not shown as a whole one (RELIABILITY 1941)
     expect(screen.getByTestId("caption-cut")).toHaveTextContent("1 caption(s) stopped at the max tokens");
+    // an image kept for its kohya .caption, which a run does not read, is said (RELIABILITY 1944)
+    expect(screen.getByTestId("caption-kohya")).toHaveTextContent("1 image(s) kept a kohya .caption file");
     expect(screen.getByTestId("caption-status").textContent).toContain(
       "Caption job completed: 2 captioned, 0 kept their caption, 1 failed",
     );

@@ -251,6 +251,12 @@ function CaptionJobStatus({ job }: { job: CaptionJob }) {
         {job.cancel_reason && job.status !== "running" && ` (${job.cancel_reason})`}
         {job.status === "interrupted" && " (the server or command running it stopped; start again to caption the rest)"}
       </p>
+      {(job.kohya_kept ?? 0) > 0 && (
+        <p className="banner warn" data-testid="caption-kohya">
+          {job.kohya_kept} image(s) kept a kohya .caption file as their caption, which a run of this dataset does not
+          read: rename each to .txt (same name), or replace them with “Replace existing captions”.
+        </p>
+      )}
       {(job.cut ?? 0) > 0 && (
         <p className="banner warn" data-testid="caption-cut">
           {job.cut} caption(s) stopped at the max tokens{job.max_tokens != null ? ` (${job.max_tokens})` : ""}, not at the
