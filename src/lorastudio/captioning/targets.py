@@ -2,8 +2,8 @@
 
 An image counts as captioned when it has a non-blank `<stem>.txt` or metadata.jsonl row (a
 sidecar that cannot be read also counts: it is not clobbered unless `overwrite`), or a kohya
-`<stem>.caption` (kept, and named: a plain dataset's run does not read it), also when one
-appears while the job runs (CaptionWriter `keep_new`); only a dataset's top-level images are
+`<stem>.caption` at the plan (kept, and named: a plain dataset's run does not read it); a `.txt`
+or row that appears while the job runs is kept too (CaptionWriter `keep_new`); only a dataset's top-level images are
 captioned (never control/ or masks/), and a dataset with none there is refused. New captions
 go where the dataset keeps its captions: into metadata.jsonl when the dataset has one and no .txt
 sidecars (the row's other keys, e.g. kohya repeats, are kept; a missing row is appended), else
