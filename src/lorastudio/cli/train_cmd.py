@@ -51,6 +51,7 @@ from lorastudio.cli.termination import Terminated, refusal_status
 from lorastudio.cli.train_launch import bind_to_agent, check_launch, launch
 from lorastudio.cli.train_source import default_named as _default_named
 from lorastudio.cli.train_source import resume_folder, run_config
+from lorastudio.cli.user_path_args import user_path
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.hub_token import hold_studio_hub_token
 from lorastudio.jobs.dataset_claims import claim_cli_run
@@ -69,7 +70,7 @@ def register(app: typer.Typer) -> None:
 
 def train_cmd(
     config: Path | None = typer.Argument(
-        None, help="training config (.json or .toml); optional with --resume"
+        None, callback=user_path, help="training config (.json or .toml); optional with --resume"
     ),
     overrides: list[str] = typer.Option(  # noqa: B006 (typer needs a list default)
         [],
@@ -83,6 +84,7 @@ def train_cmd(
     resume: Path | None = typer.Option(
         None,
         "--resume",
+        callback=user_path,
         help="continue a run: its output folder (newest checkpoint), a run's name under outputs/, or "
         "a checkpoint folder; --set steps=N (above its total) trains it longer; --set base_model=NAME "
         "(base_config, data_dir) names a base or dataset that moved (a moved studio home), its content compared",
