@@ -76,7 +76,8 @@ def train_cmd(
         [],
         "--set",
         help="override a setting: key=value (value parsed as JSON when possible; a text setting keeps "
-        "the text typed: trigger_word=123)",
+        "the text typed: trigger_word=123; a dotted key sets inside a list or table: datasets.0.repeats=4; "
+        "given twice, the last wins)",
     ),
     device: str | None = typer.Option(
         None, "--device", help="cpu, cuda or cuda:N (default: CUDA if available)"
