@@ -47,6 +47,7 @@ from lorastudio.cli.run_display import (
     quiet_libraries,
 )
 from lorastudio.cli.self_watch import EXIT_HUNG, hang_watch
+from lorastudio.cli.setting_flags import SettingFlagsCommand
 from lorastudio.cli.termination import Terminated, refusal_status
 from lorastudio.cli.train_launch import bind_to_agent, check_launch, launch
 from lorastudio.cli.train_source import default_named as _default_named
@@ -65,7 +66,7 @@ EXIT_INTERRUPTED = 130  # stopped by Ctrl-C or SIGTERM (saved or not: the comman
 
 
 def register(app: typer.Typer) -> None:
-    app.command("train")(train_cmd)
+    app.command("train", cls=SettingFlagsCommand)(train_cmd)  # `--steps 3`: its --set named
 
 
 def train_cmd(
