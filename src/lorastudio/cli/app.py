@@ -26,7 +26,7 @@ app = typer.Typer(
     "with them.",
     no_args_is_help=True,
     epilog="Exit statuses (every command): 0 done; 1 could not (the studio home held by a server or a"
-    " run, a write the file system refused, a \"no\" to a question); 2 refused (an error line naming"
+    ' run, a write the file system refused, a "no" to a question); 2 refused (an error line naming'
     " the file or field) or a usage error; 3 `datasets caption` found the dataset busy or `serve`"
     " cannot listen; 130 Ctrl-C; 143 SIGTERM (`train`: 130, after stopping and saving). Settings:"
     " LORASTUDIO_HOME (the studio home), LORASTUDIO_HF_TOKEN (gated models, `lora push`); a command's"
