@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from lorastudio.cli.json_out import JsonCommand
 from lorastudio.cli.user_path_args import user_path
 
 config_app = typer.Typer(
@@ -19,7 +20,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(config_app, name="config")
 
 
-@config_app.command("import")
+@config_app.command("import", cls=JsonCommand)
 def import_cmd(
     file: Path = typer.Argument(
         ..., callback=user_path, help="the other trainer's config (.yaml, .yml, .toml or .json)"

@@ -18,7 +18,7 @@ from rich.progress import (
 )
 
 from lorastudio.cli.confirm import confirm_or_stop
-from lorastudio.cli.json_out import json_errors, print_json
+from lorastudio.cli.json_out import JsonCommand, json_errors, print_json
 from lorastudio.cli.tables import print_table
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def _size(n: int) -> str:
     return f"{value:.1f} TB"
 
 
-@models_app.command("list")
+@models_app.command("list", cls=JsonCommand)
 def list_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the catalogue as JSON"),
     trainable_only: bool = typer.Option(False, "--trainable", help="only models lorastudio can train"),
