@@ -59,3 +59,12 @@ def test_every_path_parameter_expands_a_tilde() -> None:
                 assert parameter.default.callback in (user_path, existing_folder), (command.__name__, name)
                 checked.append(name)
     assert len(checked) >= 15, checked
+
+
+def test_models_add_takes_a_relative_path_from_the_current_folder(capsys, monkeypatch, tmp_path) -> None:
+    """`models add ./mine` was refused "give an absolute folder path" (the API's rule: a server has
+    no current folder of the user's), unlike every other path the CLI takes (RELIABILITY 1967)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
+    code, out, err = run_cli_streams(capsys, monkeypatch, "models", "add", "./mine")
+    assert code == 0 and f"added {tmp_path}/mine as added:mine-" in out, (out, err)
