@@ -31,7 +31,7 @@ app = typer.Typer(
     " cannot listen; 130 Ctrl-C; 143 SIGTERM (`train`: 130, after stopping and saving). Settings:"
     " LORASTUDIO_HOME (the studio home), LORASTUDIO_HF_TOKEN (gated models, `lora push`); a command's"
     " own option wins over its LORASTUDIO_* variable.",
-    add_completion=False,
+    add_completion=True,
     # click's plain help: a flag shows no value type (typer's rich help labels every flag
     # "<bool>", --help too); every sub-app (runs, models, ...) sets the same.
     rich_markup_mode=None,
