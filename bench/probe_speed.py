@@ -55,11 +55,10 @@ variants:
   fp8ao      torchao convert_to_float8_training (rowwise) on the same linears, for comparison
   fp8q, int8q, nf4q   training.quantize.apply_base_precision before the LoRA (the engine's path)
   dora, loha, lokr     the run's `adapter` (peft's DoRA / LoHa / LoKr, rank 16 as the LoRA)
-  a8, prodigy          the run's `optimizer`: adamw8bit (bitsandbytes) / prodigy (prodigyopt)
-  dop        differential output preservation (TrainConfig.preservation, weight 1): each step
-             also runs the base prediction (adapter off, no grad; training/preservation.py)
+  a8, prodigy          the run's optimizer: adamw8bit / prodigy
+  dop        differential output preservation (weight 1): the base prediction too, each step
   peftfwd    with loha / lokr: peft's own forward (its per-layer draw; before RELIABILITY 1800)
-  kronfwd    with lokr: the draw-free forward with peft's kron(w1, w2) weight (before 1950)
+  kronfwd, hadafwd   with lokr / loha: the draw-free forward with peft's full weight (before 1950 / 1990)
 Variants combine with "+" (e.g. fp8+cudnn, fp8q+bf16lora): each part is applied in turn.
 
 usage: PYTHONPATH=src:. python -m bench.probe_speed --out DIR --deadline-s S flux:ref,fp8 qwen:cudnn ...
@@ -178,6 +177,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "dop",
         "peftfwd",
         "kronfwd",
+        "hadafwd",
     }
     if parts - known:
         raise ValueError(f"unknown probe variant part(s) {sorted(parts - known)}; known: {sorted(known)}")
@@ -232,14 +232,14 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             import lorastudio.training.lora as lora_module
 
             lora_module.trace_friendly_lycoris, os.environ["LORASTUDIO_PRECOMPILE"] = lambda model: 0, "0"
-        if (
-            "kronfwd" in parts
-        ):  # LoKr's delta through peft's Kronecker weight (the forward looks it up per call)
-            if "lokr" not in adapter:
-                raise ValueError("kronfwd applies to lokr")
-            import lorastudio.training.lycoris_forward as lycoris_forward
+        for part, kind in (("kronfwd", "lokr"), ("hadafwd", "loha")):  # the delta through peft's weight
+            if part in parts:  # (looked up per call; no saved graphs: their key has no patch)
+                if kind not in adapter:
+                    raise ValueError(f"{part} applies to {kind}")
+                import lorastudio.training.lycoris_forward as lycoris_forward
 
-            lycoris_forward.lokr_linear_delta, os.environ["LORASTUDIO_PRECOMPILE"] = lambda *a: None, "0"
+                setattr(lycoris_forward, f"{kind}_linear_delta", lambda layer, name, x: None)
+                os.environ["LORASTUDIO_PRECOMPILE"] = "0"
         eng = Engine(family, before_lora=before, targets=targets, overrides=overrides)
         row["lora_params"] = sum(p.numel() for p in eng.params)
         if adapter & {"loha", "lokr"}:  # layers with the draw-free forward (0 with peftfwd)

@@ -53,7 +53,7 @@ from lorastudio.settings_values import (
     hub_token_problem,
     path_max,
 )
-from lorastudio.user_paths import make_home_folders, not_utf8
+from lorastudio.user_paths import is_dir, make_home_folders, not_utf8
 
 # Pillow's Image.open refuses an image over 2 x Image.MAX_IMAGE_PIXELS (its decompression-bomb
 # error; the value is Pillow's, restated here so this module stays free of Pillow): the most
@@ -199,9 +199,17 @@ class Settings(BaseSettings):
         """LORASTUDIO_HOME / LORASTUDIO_CACHE_DIR as an absolute folder: "~" expanded, a relative
         one taken against the current directory once (a server, its workers and the CLI agree);
         blank (`export LORASTUDIO_CACHE_DIR=`) is unset, never the current directory ("" was
-        ".": the cache, and `cache clear`, in whatever folder the command ran in)."""
+        ".": the cache, and `cache clear`, in whatever folder the command ran in). A value that
+        begins or ends with white space (a .env or compose file's stray space: `LORASTUDIO_HOME=
+        /data`) is refused unless it names an existing folder: " /data" was a folder "  /data" made
+        under the current directory, "/data " a second, empty home beside /data."""
         if isinstance(value, str) and not value.strip():
             return cls.model_fields[info.field_name or ""].get_default(call_default_factory=True)
+        if isinstance(value, str) and value != value.strip() and not is_dir(expanded(value)):
+            raise ValueError(
+                f"{value!r} begins or ends with white space and names no existing folder (a stray"
+                f" space of a .env or compose file?): give {value.strip()!r}"
+            )
         if isinstance(value, str | Path):
             return expanded(value)
         return value

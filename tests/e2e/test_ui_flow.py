@@ -190,7 +190,7 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     assert picker.input_value() == f"step-{steps[0]:06d}"
     shoot(page, "run")
     # push the LoRA to the (local, fake) hub, creating the repo
-    page.get_by_role("button", name="push e2e-lora to the hub").click()
+    page.get_by_role("button", name="Push to hub: e2e-lora").click()
     push = page.get_by_test_id("push-hub")
     push.locator('[name="hub_repo"]').fill("me/e2e-lora")
     push.get_by_label("Create the repo if it does not exist").check()
@@ -232,7 +232,7 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     page.get_by_test_id("runs-table").get_by_role("link", name="e2e-lora", exact=True).click()
     checkpoints = page.get_by_test_id("checkpoints")
     checkpoints.get_by_label("checkpoint to resume from").select_option(f"step-{steps[-1]:06d}")
-    checkpoints.get_by_role("button", name=f"resume e2e-lora from step {steps[-1]}").click()
+    checkpoints.get_by_role("button", name=f"Resume from {steps[-1]}: e2e-lora").click()
     page.wait_for_url(re.compile(r"#/live$"))
     page.locator("h1 .status-running").wait_for(timeout=START_MS)
     page.wait_for_function(
@@ -249,7 +249,7 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     # 8. Train it longer: a new total above the run's 3000 steps, from the newest checkpoint
     page.goto(f"{url}/#/runs/{job['id']}")
     checkpoints = page.get_by_test_id("checkpoints")
-    checkpoints.get_by_role("button", name="train e2e-lora longer").click()
+    checkpoints.get_by_role("button", name="Train longer: e2e-lora").click()
     checkpoints.locator('[name="train_longer_steps"]').fill("3001")
     shoot(page, "train-longer")
     checkpoints.get_by_role("button", name="Train to 3001 steps").click()

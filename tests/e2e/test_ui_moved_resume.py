@@ -64,7 +64,7 @@ def test_train_longer_names_a_moved_dataset_entry(studio, browser) -> None:
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(f"{url}/#/runs/{run_id}")
-        page.get_by_role("button", name="train e2e-moved-mix longer").click()
+        page.get_by_role("button", name="Train longer: e2e-moved-mix").click()
         steps = page.locator('[name="train_longer_steps"]')
         steps.fill("3")
         page.get_by_role("button", name="Train to 3 steps").click()

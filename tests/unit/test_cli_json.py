@@ -35,3 +35,18 @@ def test_an_unreadable_run_database_is_named(capsys, monkeypatch, damage: str) -
     assert "Traceback" not in err
     code, out, err = run_cli_streams(capsys, monkeypatch, "runs", "show", "x", "--json")
     assert code == 2 and json.loads(out)["error"] == "StoreUnreadable", (out, err)
+
+
+def test_a_usage_error_under_json_is_json_on_stdout(capsys, monkeypatch) -> None:
+    """`runs show --json` without its ID and `models list --json --bogus` printed click's usage
+    message on stderr and nothing on stdout (session 39 CLI audit, RELIABILITY 1964)."""
+    for args, detail in [
+        (("runs", "show", "--json"), "Missing argument 'run_id'."),
+        (("models", "list", "--json", "--bogus"), "No such option: --bogus"),
+        (("config", "import", "--json"), "Missing argument 'file'."),
+    ]:
+        code, out, err = run_cli_streams(capsys, monkeypatch, *args)
+        assert code == 2 and json.loads(out) == {"error": "UsageError", "detail": detail}, (args, out)
+        assert detail in err, err
+    code, out, err = run_cli_streams(capsys, monkeypatch, "runs", "show")  # no --json: stderr only
+    assert code == 2 and out == "" and "Missing argument" in err

@@ -76,3 +76,23 @@ def test_a_hub_error_quoting_the_token_is_scrubbed_in_every_form() -> None:
     token = "hf_scrub\tme"
     message = f"Illegal header value {('Bearer ' + token).encode()!r}; {token!r}; {token}"
     assert "hf_scrub" not in scrub(message, token)
+
+
+def test_a_home_with_stray_white_space_is_refused_unless_it_exists(
+    monkeypatch: pytest.MonkeyPatch, fresh_settings: None, tmp_path
+) -> None:
+    """`LORASTUDIO_HOME= /data` (a .env file's stray space) was a folder "  /data" made under the
+    current directory, and "/data " a second, empty home (session 39 CLI audit, RELIABILITY 1962)."""
+    monkeypatch.chdir(tmp_path)
+    for value in (f" {tmp_path}/home", f"{tmp_path}/home "):
+        monkeypatch.setenv("LORASTUDIO_HOME", value)
+        get_settings.cache_clear()
+        with pytest.raises(ConfigError) as err:
+            get_settings()
+        assert [p.field for p in err.value.problems] == ["LORASTUDIO_HOME"]
+        assert f"give '{tmp_path}/home'" in err.value.problems[0].message
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "mine ").mkdir()  # a folder that truly ends with a space is taken
+    monkeypatch.setenv("LORASTUDIO_HOME", f"{tmp_path}/mine ")
+    get_settings.cache_clear()
+    assert get_settings().home == tmp_path / "mine "

@@ -1,4 +1,4 @@
-import { useEffect } from "react";
+import { useEffect, useRef } from "react";
 import { ensureSession, installImageRetry, RENEW_EVERY_MS, renewSession, useAuth } from "./api/auth";
 import { InfoProvider, useInfo } from "./api/info";
 import { TrainingProvider, useTraining } from "./api/training";
@@ -13,6 +13,8 @@ import { RunDetailScreen } from "./screens/RunDetailScreen";
 import { RunsScreen } from "./screens/RunsScreen";
 import { TrainScreen } from "./screens/TrainScreen";
 import { ErrorBanner } from "./components/ErrorBanner";
+import { LiveStatus } from "./components/LiveStatus";
+import { SkipLink, useScreenChange } from "./components/ScreenChange";
 
 const NAV = [
   ["datasets", "Datasets"],
@@ -61,6 +63,8 @@ function Shell() {
   const route = useRoute();
   const { error, info } = useInfo();
   const { token } = useAuth();
+  const main = useRef<HTMLElement | null>(null);
+  const screenSaid = useScreenChange(route, main); // the tab's title, the screen said, the focus kept on the page
   // the browser session whose cookie stands for the token on images, streams and downloads
   // (api/auth.ts): opened with the token, renewed while the page is open, and again when an image is refused
   useEffect(() => {
@@ -73,6 +77,7 @@ function Shell() {
   const current = route[0] === "clone" ? "train" : route[0] === "again" ? "generate" : (route[0] ?? "train");
   return (
     <div className="app">
+      <SkipLink main={main} to={href(...route)} />
       <header className="topbar">
         <a className="brand" href={href("train")}>
           <span className="logo" />
@@ -91,7 +96,8 @@ function Shell() {
         </div>
       </header>
       <ErrorBanner message={error && `Cannot load the studio's information: ${error}`} />
-      <main>
+      <LiveStatus text={screenSaid} testId="screen-announcement" />
+      <main ref={main} tabIndex={-1}>
         {/* a new token remounts the screen, so it reloads what a 401 kept it from loading; so does
             another item (run A, then run B): nothing of A's screen (its messages, an upload's
             progress, a caption job) shows under B */}

@@ -75,3 +75,29 @@ describe("the stylesheet's contrast", () => {
     expect(rule("a")).toMatch(/text-decoration:\s*underline/);
   });
 });
+
+/** The colour a rule's `outline` draws on `surface`: a var() or #rrggbb as it is, an rgba() blended over the surface. */
+function outlineOn(selector: string, surface: string): string {
+  const value = /(?:^|[;{\s])outline:\s*([^;]+);/.exec(rule(selector))?.[1] ?? "";
+  const v = /var\(--([\w-]+)\)/.exec(value)?.[1];
+  if (v) return VARS[v];
+  const hex = /#[0-9a-fA-F]{6}/.exec(value)?.[0];
+  if (hex) return hex;
+  const rgba = /rgba\(([^)]+)\)/.exec(value)?.[1].split(",").map(Number);
+  if (!rgba) throw new Error(`"${selector}" outline: ${value} names no colour`);
+  const under = [1, 3, 5].map((i) => parseInt(surface.slice(i, i + 2), 16));
+  return `#${under.map((u, i) => Math.round(rgba[i] * rgba[3] + u * (1 - rgba[3])).toString(16).padStart(2, "0")).join("")}`;
+}
+
+describe("the focus ring", () => {
+  // RELIABILITY 1911: the ring was rgba(124, 156, 255, 0.55): 2.85-2.99:1 on every surface, below WCAG 1.4.11's 3:1
+  it.each([
+    "input:focus, select:focus, textarea:focus, button:focus-visible",
+    'a:focus-visible, summary:focus-visible, [tabindex="0"]:focus-visible, [role="button"]:focus-visible',
+  ])("%s: a 2 px ring that shows on every surface and field (3:1)", (selector) => {
+    expect(rule(selector)).toMatch(/outline:\s*2px solid /);
+    for (const surface of [...SURFACES.map((s) => VARS[s]), colour("input, select, textarea", "background")]) {
+      expect(contrast(outlineOn(selector, surface), surface), `${selector} on ${surface}`).toBeGreaterThanOrEqual(3);
+    }
+  });
+});

@@ -1,9 +1,13 @@
 """Caption a dataset: plan, load the model once, caption image by image, report each.
 
 Events (plain dicts, JSON-ready; the CLI prints them, the caption worker sends them to the job
-service): caption_started {total, skipped, store, device}, caption_progress {index, total,
-file, caption}, caption_failed {index, total, file, reason}, and the summary (CaptionSummary)
-at the end. `cancelled()` is checked before each image: a stop ends the run between images, and
+service): caption_started {total, skipped, store, device, kohya_kept: the first skipped images
+whose caption is a kohya .caption file only, and kohya_count, when any}, caption_progress {index, total,
+file, caption, cut} ("cut": the model's text stopped at max_tokens, not at its end: written as
+made, counted in the summary's "cut"), caption_failed {index, total, file, reason}, caption_kept {index, total, file, reason,
+counted} (without overwrite, an image given a caption by hand while the model ran keeps it:
+"counted" when its caption_progress came first, a metadata.jsonl row found at its rewrite), and
+the summary (CaptionSummary) at the end. `cancelled()` is checked before each image: a stop ends the run between images, and
 since every write is atomic (captioning/targets.py) no caption file is ever half-written; the
 captions of a metadata.jsonl store are written before the summary (captioning/targets.py
 CaptionWriter: a fast model shares one rewrite among several), and a write that fails there
@@ -32,7 +36,13 @@ from PIL import Image
 
 from lorastudio.captioning.options import MAX_LISTED_FAILURES, CaptionOptions, check_prompt
 from lorastudio.captioning.source import CaptionerSource
-from lorastudio.captioning.targets import FOLDER_WIDE_ERRNOS, CaptionWriter, clean_caption, plan_captions
+from lorastudio.captioning.targets import (
+    FOLDER_WIDE_ERRNOS,
+    KEPT_REASON,
+    CaptionWriter,
+    clean_caption,
+    plan_captions,
+)
 from lorastudio.data.images import load_rgb, probe_image
 from lorastudio.errors import ConfigError, DatasetError, LorastudioError, NoSpaceLeft, WriteFailed
 from lorastudio.settings import get_settings
@@ -54,7 +64,8 @@ def fit_pixels(image: Image.Image, max_pixels: int = MAX_PIXELS) -> Image.Image:
 @dataclass
 class CaptionSummary:
     """captioned: (file, caption) written; skipped: files that kept their caption; failures:
-    (file, reason); cancelled: the run was stopped before the end. `public()` (the summary
+    (file, reason); cancelled: the run was stopped before the end; cut: the captioned files whose
+    model text stopped at max_tokens, not at its end (written as made, likely mid-sentence). `public()` (the summary
     event) counts the failures and lists the first MAX_LISTED_FAILURES (each also had its
     caption_failed event)."""
 
@@ -62,11 +73,13 @@ class CaptionSummary:
     skipped: list[str] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)
     cancelled: bool = False
+    cut: list[str] = field(default_factory=list)
 
     def public(self) -> dict[str, Any]:
         return {
             "type": "caption_summary",
             "captioned": len(self.captioned),
+            "cut": len(self.cut),
             "skipped": len(self.skipped),
             "failed": len(self.failures),
             "failures": [{"file": f, "reason": r} for f, r in self.failures[:MAX_LISTED_FAILURES]],
@@ -82,6 +95,20 @@ def _reason(err: Exception) -> str:
     if isinstance(err, ConfigError) and err.problems:
         return str(err.problems[0])
     return str(err)
+
+
+def _kept_rows(summary: CaptionSummary, names: list[str], emit: Emit) -> None:
+    """Images whose caption_progress was sent but whose metadata.jsonl row was not written, as
+    they were captioned meanwhile (CaptionWriter.flush): skipped, each a caption_kept event
+    ("counted": its progress was counted)."""
+    if not names:
+        return
+    dropped = set(names)
+    summary.captioned = [(f, c) for f, c in summary.captioned if f not in dropped]
+    summary.cut = [f for f in summary.cut if f not in dropped]
+    summary.skipped.extend(names)
+    for name in names:
+        emit({"type": "caption_kept", "file": name, "reason": KEPT_REASON, "counted": True})
 
 
 def caption_dataset(
@@ -107,8 +134,22 @@ def caption_dataset(
     max_pixels = max_image_pixels if max_image_pixels is not None else get_settings().max_image_pixels
     plan = plan_captions(folder, options.overwrite)
     summary = CaptionSummary(skipped=list(plan.skipped))
+    # images kept for their kohya .caption, which a run of this dataset does not read (RELIABILITY 1944)
+    kohya = (
+        {"kohya_kept": plan.kohya_kept[:MAX_LISTED_FAILURES], "kohya_count": len(plan.kohya_kept)}
+        if plan.kohya_kept
+        else {}
+    )
     if not plan.todo:
-        emit({"type": "caption_started", "total": 0, "skipped": len(plan.skipped), "store": plan.store})
+        emit(
+            {
+                "type": "caption_started",
+                "total": 0,
+                "skipped": len(plan.skipped),
+                "store": plan.store,
+                **kohya,
+            }
+        )
         emit(summary.public())
         return summary
     captioner = Captioner(source, options.device, token, gpu)
@@ -120,9 +161,10 @@ def caption_dataset(
             "skipped": len(plan.skipped),
             "store": plan.store,
             "device": captioner.device,
+            **kohya,
         }
     )
-    writer = CaptionWriter(folder, plan.store)
+    writer = CaptionWriter(folder, plan.store, keep_new=not options.overwrite)
     try:
         for index, image in enumerate(plan.todo, start=1):
             if cancelled():
@@ -135,7 +177,8 @@ def caption_dataset(
                 text = clean_caption(
                     captioner.caption(rgb, options.prompt, options.max_tokens), options.prefix
                 )
-                writer.write(image, text)  # .txt: written now; metadata.jsonl: by flush_due / flush
+                cut = bool(getattr(captioner, "cut", False))  # stopped at max_tokens (RELIABILITY 1941)
+                written = writer.write(image, text)  # .txt: written now; metadata.jsonl: by flush_due / flush
             except (LorastudioError, ValueError, OSError) as err:
                 if isinstance(err, NoSpaceLeft):
                     raise
@@ -146,10 +189,17 @@ def caption_dataset(
                 summary.failures.append((image.name, reason))
                 emit({"type": "caption_failed", **where, "reason": reason})
                 continue
+            if not written:  # captioned by hand meanwhile (no overwrite): kept
+                summary.skipped.append(image.name)
+                emit({"type": "caption_kept", **where, "reason": KEPT_REASON, "counted": False})
+                continue
             summary.captioned.append((image.name, text))
-            emit({"type": "caption_progress", **where, "caption": text})
-            writer.flush_due()  # a failure to write metadata.jsonl stops the run (not one image's)
-        writer.flush()
+            if cut:
+                summary.cut.append(image.name)
+            emit({"type": "caption_progress", **where, "caption": text, "cut": cut})
+            # a failure to write metadata.jsonl stops the run (not one image's)
+            _kept_rows(summary, writer.flush_due(), emit)
+        _kept_rows(summary, writer.flush(), emit)
     except BaseException:
         with contextlib.suppress(LorastudioError, OSError):  # keep what was made; raise the cause
             writer.flush()

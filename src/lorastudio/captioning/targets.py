@@ -1,7 +1,10 @@
 """Which images of a dataset get a caption, and writing one (atomically, no torch).
 
 An image counts as captioned when it has a non-blank `<stem>.txt` or metadata.jsonl row (a
-sidecar that cannot be read also counts: it is not clobbered unless `overwrite`). New captions
+sidecar that cannot be read also counts: it is not clobbered unless `overwrite`), or a kohya
+`<stem>.caption` at the plan (kept, and named: a plain dataset's run does not read it); a `.txt`
+or row that appears while the job runs is kept too (CaptionWriter `keep_new`); only a dataset's top-level images are
+captioned (never control/ or masks/), and a dataset with none there is refused. New captions
 go where the dataset keeps its captions: into metadata.jsonl when the dataset has one and no .txt
 sidecars (the row's other keys, e.g. kohya repeats, are kept; a missing row is appended), else
 into `<stem>.txt`. Every write is staged then renamed (data.writes.staged_write) under the
@@ -16,11 +19,12 @@ refused, never cut), and never holds the trigger placeholder (clean_caption).
 from __future__ import annotations
 
 import errno
+import os
 import re
 import time
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -31,8 +35,9 @@ from lorastudio.data.captions import (
     read_metadata,
     read_sidecar,
 )
-from lorastudio.data.discovery import METADATA_FILE, discover
+from lorastudio.data.discovery import METADATA_FILE, caption_files_of, discover
 from lorastudio.data.image_edits import write_caption
+from lorastudio.data.kohya import is_kohya_folder
 from lorastudio.data.metadata_write import set_metadata_captions
 from lorastudio.data.writes import dataset_lock
 from lorastudio.errors import DatasetError, NoSpaceLeft, WriteFailed
@@ -43,38 +48,85 @@ _REPLACEMENT = "\ufffd"  # the decoder's stand-in for bytes that are no characte
 # a write the dataset folder refuses for every file (read-only file system, permission denied):
 # the run stops rather than caption every later image only to fail its write the same way
 FOLDER_WIDE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+KOHYA_CAPTION_SUFFIX = ".caption"  # kohya's default caption extension: a plain dataset's run does not read it
 FLUSH_RATIO = 10.0  # metadata store: a rewrite of metadata.jsonl at most ~1/10 of a run's time
+# an image the run found without a caption that has one when its caption is written (RELIABILITY 1940)
+KEPT_REASON = (
+    "it was given a caption while the job ran (by hand or another tool): kept, the model's not written"
+)
 
 
 @dataclass(frozen=True)
 class CaptionPlan:
     """todo: images to caption (by name order); skipped: names of images that keep their caption;
-    store: where new captions go."""
+    store: where new captions go; kohya_kept: the skipped images whose caption is a kohya
+    `<stem>.caption` (a plain dataset's run does not read it: RELIABILITY 1944)."""
 
     todo: list[Path]
     skipped: list[str]
     store: CaptionStore
+    kohya_kept: list[str] = field(default_factory=list)
 
 
 def plan_captions(folder: Path, overwrite: bool) -> CaptionPlan:
     """The images of dataset `folder` to caption (all of them with `overwrite`); of images that
     share a stem (a.jpg, a.png: one a.txt is the caption of both, as a run reads it) the first by
-    name only, the others skipped, when captions go to .txt files. Raises
-    DatasetError when the folder is missing or cannot be listed / its metadata.jsonl read."""
+    name only, the others skipped, when captions go to .txt files. Without `overwrite`, an image
+    whose only caption is a non-blank kohya `<stem>.caption` keeps it (the user's text, not
+    shadowed by a model's .txt; the run's preflight names it as not read: rename it to .txt).
+    Raises DatasetError when the folder is missing or cannot be listed / its metadata.jsonl
+    read, or holds no image at its top level (a caption job captions those only: a kohya
+    `N_words` sub-folder's images are named, not silently left)."""
     files = discover(folder)
+    if not files.images:
+        raise DatasetError(f"dataset {folder.name} has no images to caption", _no_images(folder))
     rows = read_metadata(files.metadata).captions if files.metadata is not None else {}
     store: CaptionStore = "metadata" if files.metadata is not None and not files.sidecars else "txt"
-    todo, skipped = [], []
+    kohya = _kohya_captions(folder, files.dropped)
+    todo, skipped, kohya_kept = [], [], []
     planned: set[str] = set()  # stems whose .txt this run writes
     for image in files.images:
         if not overwrite and _has_caption(image, files.sidecars.get(image.stem), rows):
             skipped.append(image.name)
+        elif not overwrite and _has_caption(image, kohya.get(image.stem), {}):
+            skipped.append(image.name)
+            kohya_kept.append(image.name)
         elif store == "txt" and image.stem in planned:  # a.jpg and a.png read one a.txt (data.scan)
             skipped.append(image.name)  # captioned once, by the first; a second caption replaced it
         else:
             todo.append(image)
             planned.add(image.stem)
-    return CaptionPlan(todo, skipped, store)
+    return CaptionPlan(todo, skipped, store, kohya_kept)
+
+
+def _kohya_captions(folder: Path, dropped: list[tuple[str, str]]) -> dict[str, Path]:
+    """stem -> its kohya `.caption` file (any case; the first by name) among the entries the
+    listing did not use."""
+    found: dict[str, Path] = {}
+    for name, _why in sorted(dropped):
+        path = Path(name)
+        if path.suffix.lower() == KOHYA_CAPTION_SUFFIX and not name.startswith("."):
+            found.setdefault(path.stem, folder / name)
+    return found
+
+
+def _no_images(folder: Path) -> list[str]:
+    """Why `folder` has nothing to caption: its kohya `N_words` sub-folders holding images are
+    named (a caption job captions a dataset's top level only), else the images it looks for."""
+    try:
+        subs = sorted(e.name for e in os.scandir(folder) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        subs = []
+    kohya = [name for name in subs if is_kohya_folder(name) and discover(folder / name).images]
+    if kohya:
+        return [
+            f"{folder.name}/{name}: a kohya folder whose images a caption job does not reach (it captions a "
+            "dataset's top level); import it with `lorastudio datasets import --kohya` to caption it as a dataset"
+            for name in kohya[:10]
+        ]
+    return [
+        f"{folder}: no png/jpg/jpeg/webp files at its top level (sub-folders such as control/ and masks/ are never captioned)"
+    ]
 
 
 def _has_caption(image: Path, sidecar: Path | None, rows: dict[str, str]) -> bool:
@@ -126,10 +178,23 @@ class CaptionWriter:
     a fast one on a large dataset shares a rewrite among several captions: the run's time stays
     linear in its images, not quadratic in a file rewritten whole per image). `flush` writes
     what is queued (the run's end, a stop). Both rewrite calls raise NoSpaceLeft, DatasetError
-    (naming the captions not saved) or OSError: the run stops."""
+    (naming the captions not saved) or OSError: the run stops.
+    `keep_new` (a run without overwrite): an image that was given a caption after the plan (a
+    `.txt` or a row written by hand or by another tool while the model ran) keeps it: `write`
+    returns False for it (a .txt checked under the dataset's lock just before the rename), and
+    `flush_due` / `flush` return the names whose queued caption was dropped so (a row or a .txt
+    found when metadata.jsonl is rewritten): "keep existing captions" holds for the whole run,
+    not only for what the plan saw."""
 
-    def __init__(self, folder: Path, store: CaptionStore, clock: Callable[[], float] = time.monotonic):
-        self.folder, self.store, self._clock = folder, store, clock
+    def __init__(
+        self,
+        folder: Path,
+        store: CaptionStore,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        keep_new: bool = False,
+    ):
+        self.folder, self.store, self._clock, self.keep_new = folder, store, clock, keep_new
         self.pending: dict[str, str] = {}
         # "txt": the images whose metadata.jsonl row holds a caption: each new .txt's text is queued
         # for its row too, rewritten in batches like the metadata store (RELIABILITY 1735)
@@ -137,10 +202,15 @@ class CaptionWriter:
         self._last_end, self._last_cost = clock(), 0.0
         self.rewrites = 0  # metadata.jsonl rewrites made
 
-    def write(self, image: Path, caption: str) -> None:
+    def write(self, image: Path, caption: str) -> bool:
+        """Write (a .txt) or queue (a row) `caption` for `image`; False when nothing is, as the
+        image has a .txt caption now (`keep_new`)."""
         if self.store == "txt":
             try:
-                store_caption(self.folder, image, caption, "txt", sync_row=False)
+                with dataset_lock(self.folder.parent, self.folder.name):
+                    if self.keep_new and _has_caption(image, _first(caption_files_of(image)), {}):
+                        return False
+                    write_caption(self.folder, image.name, caption, sync_row=False)
             except IsADirectoryError:  # a folder at <stem>.txt: the rename onto it fails
                 raise DatasetError(
                     f"no caption written for {image.name}",
@@ -150,6 +220,7 @@ class CaptionWriter:
                 self.pending[image.name] = caption
         else:
             self.pending[image.name] = caption
+        return True
 
     def unwritable(self, err: OSError) -> DatasetError:
         """The run's stop when the folder refuses a write (FOLDER_WIDE_ERRNOS)."""
@@ -159,19 +230,27 @@ class CaptionWriter:
             [f"{self.folder}: {why}; captioning stopped (the captions written so far are kept)"],
         )
 
-    def flush_due(self) -> None:
+    def flush_due(self) -> list[str]:
         if self.pending and self._clock() - self._last_end >= FLUSH_RATIO * self._last_cost:
-            self.flush()
+            return self.flush()
+        return []
 
-    def flush(self) -> None:
+    def flush(self) -> list[str]:
+        """Rewrite metadata.jsonl with the queued captions; returns the names dropped from the
+        queue as captioned meanwhile (`keep_new`: the metadata store)."""
         if not self.pending:
-            return
+            return []
         start = self._clock()
+        kept: list[str] = []
         try:
             with dataset_lock(self.folder.parent, self.folder.name):
-                set_metadata_captions(
-                    self.folder / METADATA_FILE, self.pending, append_missing=self.store == "metadata"
-                )
+                table = self.folder / METADATA_FILE
+                if self.keep_new and self.store == "metadata":
+                    kept = self._captioned_meanwhile(table)
+                    for name in kept:
+                        del self.pending[name]
+                if self.pending:
+                    set_metadata_captions(table, self.pending, append_missing=self.store == "metadata")
         except (DatasetError, WriteFailed, OSError) as err:
             if isinstance(err, NoSpaceLeft):
                 raise
@@ -185,10 +264,26 @@ class CaptionWriter:
                 f"{METADATA_FILE} of {self.folder.name} could not be written",
                 [f"{METADATA_FILE}: {err}; the captions of {names} {lost}"],
             ) from err
+        if self.pending:
+            self.rewrites += 1
         self.pending.clear()
-        self.rewrites += 1
         end = self._clock()
         self._last_end, self._last_cost = end, end - start
+        return kept
+
+    def _captioned_meanwhile(self, table: Path) -> list[str]:
+        """The queued names that have a caption now: a row holding one, or a .txt (it wins over
+        the row: a row written under it would be a second caption). The caller holds the lock."""
+        rows = read_metadata(table).captions if table.is_file() and not table.is_symlink() else {}
+        return sorted(
+            name
+            for name in self.pending
+            if _has_caption(self.folder / name, _first(caption_files_of(self.folder / name)), rows)
+        )
+
+
+def _first(paths: tuple[Path, ...]) -> Path | None:
+    return paths[0] if paths else None
 
 
 def _captioned_rows(folder: Path) -> set[str]:

@@ -71,6 +71,8 @@ class Captioner:
                 f"captioning model {source.source} cannot be loaded: {type(err).__name__}: {library_open_reason(err)}"
             ) from None
         _require_every_weight(source.source, self.kind, info)
+        self.stop_ids = _stop_ids(model, self.processor)
+        self.cut = False  # whether the last caption stopped at max_tokens, not at the model's end
         try:
             self.model = model.to(self.device).eval()
         except torch.OutOfMemoryError as err:
@@ -83,7 +85,9 @@ class Captioner:
 
     @torch.inference_mode()
     def caption(self, image: Image.Image, prompt: str | None, max_tokens: int) -> str:
-        """The model's text for `image` (RGB) asked with `prompt` (None: the default)."""
+        """The model's text for `image` (RGB) asked with `prompt` (None: the default). Sets
+        `cut`: True when the text ended because `max_tokens` were made, not at the model's end
+        token (its last sentence is then likely unfinished: RELIABILITY 1941)."""
         prompt = prompt or self.default_prompt()
         if self.kind == "florence2":
             inputs = self.processor(text=prompt, images=image, return_tensors="pt")
@@ -97,6 +101,8 @@ class Captioner:
         out = self.model.generate(**inputs, max_new_tokens=max_tokens, do_sample=False, num_beams=1)  # [1, L]
         # decoder-only models echo the prompt: keep the new tokens [1, N]; Florence-2's decoder does not
         new = out if self.kind == "florence2" else out[:, inputs["input_ids"].shape[1] :]
+        # generate ends a sequence with its end token, or at max_new_tokens on any other token
+        self.cut = new.shape[1] > 0 and int(new[0, -1]) not in self.stop_ids
         return self.processor.batch_decode(new, skip_special_tokens=True)[0]
 
     def close(self) -> None:
@@ -104,6 +110,24 @@ class Captioner:
         del self.model
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
+
+
+def _stop_ids(model: Any, processor: Any) -> frozenset[int]:
+    """The token ids that end a caption: the generation config's eos_token_id (an int or a list:
+    Qwen2.5-VL has two), else the tokenizer's; its pad id too (generate pads a finished row)."""
+    config = getattr(model, "generation_config", None)
+    tokenizer = getattr(processor, "tokenizer", None)
+    ids: set[int] = set()
+    for value in (
+        getattr(config, "eos_token_id", None),
+        getattr(config, "pad_token_id", None),
+        getattr(tokenizer, "eos_token_id", None),
+    ):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(v for v in value if isinstance(v, int))
+    return frozenset(ids)
 
 
 def _require_every_weight(name: str, kind: str, info: dict[str, Any]) -> None:

@@ -25,7 +25,13 @@ app = typer.Typer(
     help="Train LoRA adapters for image diffusion models (every family: `lorastudio families`) and generate "
     "with them.",
     no_args_is_help=True,
-    add_completion=False,
+    epilog="Exit statuses (every command): 0 done; 1 could not (the studio home held by a server or a"
+    ' run, a write the file system refused, a "no" to a question); 2 refused (an error line naming'
+    " the file or field) or a usage error; 3 `datasets caption` found the dataset busy or `serve`"
+    " cannot listen; 130 Ctrl-C; 143 SIGTERM (`train`: 130, after stopping and saving). Settings:"
+    " LORASTUDIO_HOME (the studio home), LORASTUDIO_HF_TOKEN (gated models, `lora push`); a command's"
+    " own option wins over its LORASTUDIO_* variable.",
+    add_completion=True,
     # click's plain help: a flag shows no value type (typer's rich help labels every flag
     # "<bool>", --help too); every sub-app (runs, models, ...) sets the same.
     rich_markup_mode=None,

@@ -138,8 +138,9 @@ class _Record:
         if kind == "caption_started" and event.get("device") in ("cpu", "cuda"):
             self.job.device = event["device"]
         self.job.apply(event)
-        self.recorder.write(self.job.snapshot(), force=kind == "caption_started")
-        _print_event(event)
+        snapshot = self.job.snapshot()
+        self.recorder.write(snapshot, force=kind == "caption_started")
+        _print_event(event, snapshot["eta_s"])
 
     def end(self, status: str, error: str | None = None, reason: str | None = None) -> None:
         from lorastudio.jobs.caption_job import now_iso
@@ -149,21 +150,37 @@ class _Record:
         self.recorder.write(self.job.snapshot(), force=True)
 
 
-def _print_event(event: dict[str, Any]) -> None:
+def _print_event(event: dict[str, Any], eta_s: float | None = None) -> None:
     """One event as one line per fact: a file name or reason holding a line break (a name may)
     is escaped visibly (`shown`), so no name can start a line that reads as another image's; the
-    captions are one line already (captioning/targets.clean_caption)."""
+    captions are one line already (captioning/targets.clean_caption). An image's line ends with
+    the time left (`eta_s`, the job's estimate) when there is one."""
     from lorastudio.cli.safe_output import shown
+
+    left = f"  (~{_duration(eta_s)} left)" if eta_s is not None else ""
 
     kind = event["type"]
     if kind == "caption_started":
         device = f" on {event['device']}" if "device" in event else ""
         typer.echo(f"captioning {event['total']} image(s){device}; {event['skipped']} already captioned")
+        if kept := event.get("kohya_kept"):
+            names = ", ".join(shown(n) for n in kept[:5]) + (" ..." if len(kept) > 5 else "")
+            typer.echo(
+                f"  {event.get('kohya_count', len(kept))} of them are captioned only by a kohya .caption file "
+                f"({names}), which a run of this dataset "
+                "does not read: kept; rename each to <name>.txt, or caption them with --overwrite"
+            )
     elif kind == "caption_progress":
-        typer.echo(f"[{event['index']}/{event['total']}] {shown(event['file'])}: {shown(event['caption'])}")
+        cut = "  (cut at --max-tokens)" if event.get("cut") else ""
+        typer.echo(
+            f"[{event['index']}/{event['total']}] {shown(event['file'])}: {shown(event['caption'])}{cut}{left}"
+        )
+    elif kind == "caption_kept":
+        where = f"[{event['index']}/{event['total']}] " if "index" in event else ""
+        typer.echo(f"{where}{shown(event['file'])}: {event['reason']}{left}")
     elif kind == "caption_failed":
         typer.echo(
-            f"[{event['index']}/{event['total']}] {shown(event['file'])}: FAILED: {shown(event['reason'])}"
+            f"[{event['index']}/{event['total']}] {shown(event['file'])}: FAILED: {shown(event['reason'])}{left}"
         )
     elif kind == "caption_summary":
         typer.echo(
@@ -173,3 +190,16 @@ def _print_event(event: dict[str, Any]) -> None:
             typer.echo(f"  failed {shown(failure['file'])}: {shown(failure['reason'])}")
         if event["failed"] > len(event["failures"]):
             typer.echo(f"  and {event['failed'] - len(event['failures'])} more (listed above)")
+        if event.get("cut"):
+            typer.echo(
+                f"  {event['cut']} caption(s) stopped at --max-tokens, not at the model's end (likely "
+                "mid-sentence; written as made): raise --max-tokens and caption them again"
+            )
+
+
+def _duration(seconds: float) -> str:
+    """A time left in a line: "45 s", "12 min", "2 h 05 min"."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import typer
 
+from lorastudio.cli.json_out import JsonCommand
+from lorastudio.cli.user_path_args import user_path
+
 config_app = typer.Typer(
     help="Training configs: bring one from another trainer.", no_args_is_help=True, rich_markup_mode=None
 )
@@ -17,9 +20,11 @@ def register(app: typer.Typer) -> None:
     app.add_typer(config_app, name="config")
 
 
-@config_app.command("import")
+@config_app.command("import", cls=JsonCommand)
 def import_cmd(
-    file: Path = typer.Argument(..., help="the other trainer's config (.yaml, .yml, .toml or .json)"),
+    file: Path = typer.Argument(
+        ..., callback=user_path, help="the other trainer's config (.yaml, .yml, .toml or .json)"
+    ),
     source: str | None = typer.Option(
         None, "--from", help="its trainer: ai-toolkit, kohya, simpletuner or onetrainer (default: detected)"
     ),
@@ -30,7 +35,10 @@ def import_cmd(
         None, "--base-model", help="the base model to train (default: the one the file names)"
     ),
     out: Path | None = typer.Option(
-        None, "--out", help="write the run config to this new .toml or .json file (default: print it)"
+        None,
+        "--out",
+        callback=user_path,
+        help="write the run config to this new .toml or .json file (default: print it)",
     ),
     as_json: bool = typer.Option(False, "--json", help="print the report (and the config) as JSON"),
 ) -> None:

@@ -9,6 +9,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from lorastudio.cli.nested_set import nested_text_fields, set_nested
 from lorastudio.cli.peer_configs import peer_config_problem
 from lorastudio.config_import.reading import read_bytes
 from lorastudio.errors import ConfigError, FieldProblem
@@ -64,19 +65,24 @@ def _read_text(path: Path) -> str:
         raise ValueError(f"{err} (save it as UTF-8)") from None
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def apply_overrides(data: dict[str, Any], overrides: list[str], *, nested: bool = True) -> dict[str, Any]:
     """Apply `key=value` overrides; a value is parsed as JSON when it can be (numbers, true,
     null, lists), else taken as a string; a setting that takes only text (`text_settings`) keeps
-    a number or true/false as the text typed (`trigger_word=123`, `output_name=2024`). Returns a
-    new dict. Raises ConfigError listing every malformed override (JSON holding an object with a
-    key given twice among them)."""
-    out, problems = split_overrides(data, overrides)
+    a number or true/false as the text typed (`trigger_word=123`, `output_name=2024`). A dotted
+    key sets a value inside `data`'s tables and lists (`datasets.0.repeats=4`: cli/nested_set.py;
+    with `nested` False it stays a flat key, as a resume's `datasets.N.path` is read). A key
+    given twice: the last one wins (as every option given twice). Returns a new dict. Raises
+    ConfigError listing every malformed override (JSON holding an object with a key given twice
+    among them)."""
+    out, problems = split_overrides(data, overrides, nested=nested)
     if problems:
         raise ConfigError(problems)
     return out
 
 
-def split_overrides(data: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], list[FieldProblem]]:
+def split_overrides(
+    data: dict[str, Any], overrides: list[str], *, nested: bool = True
+) -> tuple[dict[str, Any], list[FieldProblem]]:
     """(`data` with the well-formed overrides applied, a problem for each malformed one), so
     that a caller can list those problems with the settings' own (every problem at once)."""
     out = dict(data)
@@ -94,8 +100,14 @@ def split_overrides(data: dict[str, Any], overrides: list[str]) -> tuple[dict[st
             continue
         except ValueError:
             value = raw
-        if isinstance(value, bool | int | float) and key in text_settings():
+        head, dot, tail = key.partition(".")
+        texts = nested_text_fields(head) if dot else text_settings()  # datasets.0.path: an entry's
+        if isinstance(value, bool | int | float) and (tail.rpartition(".")[2] if dot else key) in texts:
             value = raw  # the shell gives text: `--set trigger_word=123` means the word "123"
+        if dot and nested:
+            if (problem := set_nested(out, key, value)) is not None:
+                problems.append(problem)
+            continue
         out[key] = value
     return out, problems
 

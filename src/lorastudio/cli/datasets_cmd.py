@@ -13,6 +13,7 @@ import typer
 from lorastudio.cli.confirm import confirm_or_stop
 from lorastudio.cli.kohya_import import import_kohya, say
 from lorastudio.cli.tables import print_table
+from lorastudio.cli.user_path_args import existing_folder, user_path
 
 datasets_app = typer.Typer(
     help="Dataset folders under the studio home.", no_args_is_help=True, rich_markup_mode=None
@@ -73,7 +74,7 @@ def list_cmd() -> None:
 
 @datasets_app.command("import")
 def import_cmd(
-    source: Path = typer.Argument(..., exists=True, file_okay=False, dir_okay=True, help="folder to import"),
+    source: Path = typer.Argument(..., callback=existing_folder, help="folder to import"),
     name: str | None = typer.Option(None, "--name", help="dataset name (default: the folder's name)"),
     strict: bool = typer.Option(False, "--strict", help="import nothing when any file is bad"),
     kohya: bool = typer.Option(
@@ -83,13 +84,15 @@ def import_cmd(
         "(repeats, trigger word) printed for the training config",
     ),
     entries: Path | None = typer.Option(
-        None, "--entries", help="with --kohya: also write the datasets entries to this new TOML file"
+        None,
+        "--entries",
+        callback=user_path,
+        help="with --kohya: also write the datasets entries to this new TOML file",
     ),
     reg: Path | None = typer.Option(
         None,
         "--reg",
-        exists=True,
-        file_okay=False,
+        callback=existing_folder,
         help="with --kohya: kohya's regularisation folder (its N_class sub-folders): imported as NAME-reg-<folder>, "
         "their entries marked regularisation = true",
     ),

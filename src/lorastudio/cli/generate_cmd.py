@@ -15,6 +15,7 @@ import typer
 
 from lorastudio.cli.lora_args import parse_lora_arg, resolve_lora_arg
 from lorastudio.cli.termination import refusal_status
+from lorastudio.cli.user_path_args import user_path
 from lorastudio.errors import (
     ConfigError,
     FieldProblem,
@@ -43,7 +44,10 @@ def generate_cmd(
     ),
     prompt: str = typer.Option(..., "--prompt", help="text prompt"),
     out: Path = typer.Option(
-        ..., "--out", help="image file to write (.png, .jpg or .webp; a .png records the settings)"
+        ...,
+        "--out",
+        callback=user_path,
+        help="image file to write (.png, .jpg or .webp; a .png records the settings)",
     ),
     lora: list[str] = typer.Option(  # noqa: B006 (typer needs a list default)
         [],
@@ -96,7 +100,10 @@ def generate_cmd(
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace --out if it exists"),
     control: list[Path] = typer.Option(  # noqa: B006 (typer needs a list default)
-        [], "--control", help="reference image of an edit family, e.g. flux-kontext (repeatable)"
+        [],
+        "--control",
+        callback=user_path,
+        help="reference image of an edit family, e.g. flux-kontext (repeatable)",
     ),
     control_resolution: str | None = typer.Option(
         None,

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import typer
 
-from lorastudio.user_paths import is_dir
+from lorastudio.cli.user_path_args import user_path
+from lorastudio.user_paths import expand_user, is_dir
 
 lora_app = typer.Typer(
     help="LoRA files: list a run's LoRAs by step, convert between diffusers and kohya/ComfyUI layouts, "
@@ -27,8 +28,10 @@ def register(app: typer.Typer) -> None:
 
 @lora_app.command("convert")
 def convert_cmd(
-    src: Path = typer.Argument(..., help="the LoRA .safetensors to read"),
-    dst: Path = typer.Argument(..., help="the .safetensors to write (must not exist unless --force)"),
+    src: Path = typer.Argument(..., callback=user_path, help="the LoRA .safetensors to read"),
+    dst: Path = typer.Argument(
+        ..., callback=user_path, help="the .safetensors to write (must not exist unless --force)"
+    ),
     to: str = typer.Option(..., "--to", help="target layout: kohya or diffusers"),
     family: str | None = typer.Option(None, "--family", help="model family (default: from the file header)"),
     force: bool = typer.Option(False, "--force", help="replace DST if it exists"),
@@ -54,7 +57,7 @@ def list_cmd(
     from lorastudio.settings import get_settings
     from lorastudio.training.validation_file import mark_loras, read_validation
 
-    run_dir = Path(run)
+    run_dir = expand_user(run)  # `~/runs/x` typed where no shell expands it (cli/user_path_args.py)
     if not is_dir(run_dir):  # user_paths: never raises for a name over the file system's limits
         run_dir = get_settings().outputs_dir / run
     if not is_dir(run_dir):
@@ -90,7 +93,7 @@ def list_cmd(
 @lora_app.command("merge")
 def merge_cmd(
     loras: list[str] = typer.Argument(..., help="FILE:WEIGHT (weight 1.0 when left out), two or more"),
-    out: Path = typer.Option(..., "--out", help="the merged .safetensors to write"),
+    out: Path = typer.Option(..., "--out", callback=user_path, help="the merged .safetensors to write"),
     family: str | None = typer.Option(None, "--family", help="model family (default: from the headers)"),
     force: bool = typer.Option(False, "--force", help="replace OUT if it exists"),
 ) -> None:
@@ -106,9 +109,9 @@ def merge_cmd(
 
 @lora_app.command("resize")
 def resize_cmd(
-    src: Path = typer.Argument(..., help="the LoRA .safetensors to read"),
+    src: Path = typer.Argument(..., callback=user_path, help="the LoRA .safetensors to read"),
     rank: int = typer.Option(..., "--rank", min=1, help="the new (smaller) rank"),
-    out: Path = typer.Option(..., "--out", help="the .safetensors to write"),
+    out: Path = typer.Option(..., "--out", callback=user_path, help="the .safetensors to write"),
     family: str | None = typer.Option(None, "--family", help="model family (default: from the header)"),
     force: bool = typer.Option(False, "--force", help="replace OUT if it exists"),
 ) -> None:

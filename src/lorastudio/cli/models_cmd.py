@@ -18,7 +18,7 @@ from rich.progress import (
 )
 
 from lorastudio.cli.confirm import confirm_or_stop
-from lorastudio.cli.json_out import json_errors, print_json
+from lorastudio.cli.json_out import JsonCommand, json_errors, print_json
 from lorastudio.cli.tables import print_table
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def _size(n: int) -> str:
     return f"{value:.1f} TB"
 
 
-@models_app.command("list")
+@models_app.command("list", cls=JsonCommand)
 def list_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the catalogue as JSON"),
     trainable_only: bool = typer.Option(False, "--trainable", help="only models lorastudio can train"),
@@ -192,13 +192,19 @@ def rm_cmd(
 
 @models_app.command("add")
 def add_cmd(
-    path: str = typer.Argument(..., help="absolute path of a folder or .safetensors checkpoint to list"),
+    path: str = typer.Argument(
+        ..., help="a folder or .safetensors checkpoint to list (a relative path: from the current folder)"
+    ),
 ) -> None:
     """List a folder or single-file checkpoint of yours in the catalogue (never written to or deleted)."""
     from lorastudio.basemodels import add_folder, get_model
     from lorastudio.basemodels.added import added_id
     from lorastudio.settings import get_settings
+    from lorastudio.user_paths import expand_user
 
+    given = expand_user(path)
+    if not given.is_absolute():  # the API's rule ("give an absolute folder path") is the server's:
+        path = str(given.absolute())  # a command has a current folder, as for a config's paths
     settings = get_settings()
     entry = get_model(settings, added_id(add_folder(settings, path)))
     state = f"trainable ({entry.family})" if entry.trainable else f"not trainable: {entry.reason}"

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from lorastudio.cli.json_out import json_errors, print_json
+from lorastudio.cli.json_out import JsonCommand, json_errors, print_json
 from lorastudio.cli.tables import print_table
 
 T = TypeVar("T")
@@ -82,7 +82,7 @@ def list_cmd(limit: int = typer.Option(50, "--limit", min=1, help="at most this 
     print_table(headers, rows, keep=("id", "output"))
 
 
-@runs_app.command("show")
+@runs_app.command("show", cls=JsonCommand)
 def show_cmd(
     run_id: str = typer.Argument(..., help="the run id (see `lorastudio runs list`)"),
     as_json: bool = typer.Option(False, "--json", help="print the whole record as JSON"),

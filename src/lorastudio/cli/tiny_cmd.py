@@ -10,6 +10,8 @@ from pathlib import Path
 
 import typer
 
+from lorastudio.cli.user_path_args import user_path
+
 tiny_app = typer.Typer(
     help="Tiny random-weight models of every family and a sample dataset, built offline.",
     no_args_is_help=True,
@@ -27,7 +29,11 @@ def model_cmd(
         ..., "--family", "-f", help="a family with a tiny model (lorastudio families)"
     ),
     out: Path | None = typer.Option(
-        None, "--out", "-o", help="pipeline folder to write (default: <models>/tiny-<family>)"
+        None,
+        "--out",
+        "-o",
+        callback=user_path,
+        help="pipeline folder to write (default: <models>/tiny-<family>)",
     ),
     seed: int = typer.Option(0, "--seed", min=0, help="weights seed (same seed, same files)"),
 ) -> None:
@@ -48,7 +54,11 @@ def model_cmd(
 @tiny_app.command("dataset")
 def dataset_cmd(
     out: Path | None = typer.Option(
-        None, "--out", "-o", help="dataset folder to write (default: <datasets>/tiny-shapes)"
+        None,
+        "--out",
+        "-o",
+        callback=user_path,
+        help="dataset folder to write (default: <datasets>/tiny-shapes)",
     ),
     seed: int = typer.Option(0, "--seed", min=0, help="layout seed (same seed, same files)"),
     paired: bool = typer.Option(
@@ -73,7 +83,9 @@ def dataset_cmd(
 
 @tiny_app.command("vlm")
 def vlm_cmd(
-    out: Path | None = typer.Argument(None, help="folder to write (default: <models>/tiny-vlm)"),
+    out: Path | None = typer.Argument(
+        None, callback=user_path, help="folder to write (default: <models>/tiny-vlm)"
+    ),
     seed: int = typer.Option(0, "--seed", min=0, help="weights seed (same seed, same files)"),
     florence: bool = typer.Option(False, "--florence", help="a tiny Florence-2 instead of Qwen2.5-VL"),
 ) -> None:

@@ -47,10 +47,12 @@ from lorastudio.cli.run_display import (
     quiet_libraries,
 )
 from lorastudio.cli.self_watch import EXIT_HUNG, hang_watch
+from lorastudio.cli.setting_flags import SettingFlagsCommand
 from lorastudio.cli.termination import Terminated, refusal_status
 from lorastudio.cli.train_launch import bind_to_agent, check_launch, launch
 from lorastudio.cli.train_source import default_named as _default_named
 from lorastudio.cli.train_source import resume_folder, run_config
+from lorastudio.cli.user_path_args import user_path
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.hub_token import hold_studio_hub_token
 from lorastudio.jobs.dataset_claims import claim_cli_run
@@ -64,18 +66,19 @@ EXIT_INTERRUPTED = 130  # stopped by Ctrl-C or SIGTERM (saved or not: the comman
 
 
 def register(app: typer.Typer) -> None:
-    app.command("train")(train_cmd)
+    app.command("train", cls=SettingFlagsCommand)(train_cmd)  # `--steps 3`: its --set named
 
 
 def train_cmd(
     config: Path | None = typer.Argument(
-        None, help="training config (.json or .toml); optional with --resume"
+        None, callback=user_path, help="training config (.json or .toml); optional with --resume"
     ),
     overrides: list[str] = typer.Option(  # noqa: B006 (typer needs a list default)
         [],
         "--set",
         help="override a setting: key=value (value parsed as JSON when possible; a text setting keeps "
-        "the text typed: trigger_word=123)",
+        "the text typed: trigger_word=123; a dotted key sets inside a list or table: datasets.0.repeats=4; "
+        "given twice, the last wins)",
     ),
     device: str | None = typer.Option(
         None, "--device", help="cpu, cuda or cuda:N (default: CUDA if available)"
@@ -83,6 +86,7 @@ def train_cmd(
     resume: Path | None = typer.Option(
         None,
         "--resume",
+        callback=user_path,
         help="continue a run: its output folder (newest checkpoint), a run's name under outputs/, or "
         "a checkpoint folder; --set steps=N (above its total) trains it longer; --set base_model=NAME "
         "(base_config, data_dir) names a base or dataset that moved (a moved studio home), its content compared",

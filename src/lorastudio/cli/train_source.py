@@ -33,7 +33,7 @@ def run_config(config: Path | None, overrides: list[str], resume: Path | None) -
         info = read_checkpoint_info(checkpoint)
         # --set datasets.N.path=...: a moved entry named alone, the recorded list with that path
         # replaced (as the API's and the web's resume take it: training/relocation.with_entry_paths)
-        given = localize_paths(with_entry_paths(info["config"], apply_overrides({}, overrides)))
+        given = localize_paths(with_entry_paths(info["config"], apply_overrides({}, overrides, nested=False)))
         data = resume_settings(info, given)
         moved = moved_problems(data)  # a base or dataset recorded where it is no more (a moved home)
         if moved:

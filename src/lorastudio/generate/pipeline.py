@@ -12,6 +12,7 @@ LoHa, kohya-layout DoRA), which diffusers cannot read, are merged into the weigh
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -212,7 +213,10 @@ def apply_loras(
             if foreign is None or foreign.state:
                 # a kohya fp8 file as float32: diffusers' converters cannot multiply fp8
                 source = (widened_kohya_file(Path(path)) or str(path)) if foreign is None else foreign.state
-                with converted_layers(pipe) as layers:  # the load's own conversion, for the check
+                with converted_layers(pipe) as layers, warnings.catch_warnings():  # the load's own conversion
+                    # peft warns "Already found a `peft_config` ... multiple adapters ... Make sure to
+                    # know what you are doing!" at each LoRA after the first: several are the request
+                    warnings.filterwarnings("ignore", "Already found a `peft_config`", UserWarning)
                     pipe.load_lora_weights(source, adapter_name=name)
             if foreign is not None and foreign.merged:  # FLUX.1's / Chroma's T5: merged at its strength
                 merge_layers(pipe, Path(path), foreign.merged, float(scale))

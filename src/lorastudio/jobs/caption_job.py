@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,20 +50,48 @@ class CaptionJob:
     thread: threading.Thread | None = None
     claim: DatasetClaim | None = None  # the dataset's write claim while the job runs
     recorder: Any = None  # its jobs/caption_records.CaptionRecorder (once it has started)
+    cut_files: set[str] = field(default_factory=set)  # captions stopped at max_tokens (RELIABILITY 1941)
+    clock: Callable[[], float] = time.monotonic  # the ETA's clock (tests: a fake one)
+    kohya_kept: int = 0  # skipped images captioned only by a kohya .caption (RELIABILITY 1944)
+    started_s: float | None = None  # the clock at caption_started (the model loaded)
+    last_s: float | None = None  # the clock at the last image's event
 
     def apply(self, event: dict[str, Any]) -> None:
         """Fold one event of captioning/run.py into the job's counts (the server's worker
         events, the CLI's own)."""
         kind = event.get("type")
+        if kind in ("caption_progress", "caption_failed", "caption_kept"):
+            self.last_s = self.clock()
         if kind == "caption_started":
             self.total, self.skipped = event["total"], event["skipped"]
+            self.started_s = self.clock()
+            self.kohya_kept = event.get("kohya_count", 0)
         elif kind == "caption_progress":
             self.done, self.captioned = self.done + 1, self.captioned + 1
+            if event.get("cut"):
+                self.cut_files.add(event["file"])
             if len(self.preview) < PREVIEW:
                 self.preview.append({"file": event["file"], "caption": event["caption"]})
+        elif kind == "caption_kept":  # captioned by hand meanwhile: kept (RELIABILITY 1940)
+            self.skipped += 1
+            if event.get("counted"):  # its caption_progress was folded in: undo it
+                self.captioned = max(0, self.captioned - 1)
+                self.cut_files.discard(event["file"])
+                self.preview = [p for p in self.preview if p["file"] != event["file"]]
+            else:
+                self.done += 1
         elif kind == "caption_failed":
             self.done += 1
             self.failures.append({"file": event["file"], "reason": event["reason"]})
+
+    def eta_s(self) -> float | None:
+        """Seconds left (RELIABILITY 1942), from the time the images done so far took since the
+        model was loaded, each image alike: None until one is done, and once the job has ended."""
+        if self.status != "running" or not self.total or self.started_s is None or self.last_s is None:
+            return None
+        if not 0 < self.done < self.total:
+            return None
+        return round((self.last_s - self.started_s) / self.done * (self.total - self.done), 1)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -72,12 +102,17 @@ class CaptionJob:
             "gpu": self.gpu,
             "beside_training": self.beside,
             "prefix": self.options.prefix,
+            "prompt": self.options.prompt,  # None: the model's default (RELIABILITY 1943)
+            "max_tokens": self.options.max_tokens,
             "overwrite": self.options.overwrite,
             "status": self.status,
             "total": self.total,
             "done": self.done,
             "captioned": self.captioned,
+            "cut": len(self.cut_files),
+            "eta_s": self.eta_s(),
             "skipped": self.skipped,
+            "kohya_kept": self.kohya_kept,
             "failed": len(self.failures),
             "failures": self.failures[:MAX_LISTED_FAILURES],  # the first; each is an event too
             "preview": list(self.preview),

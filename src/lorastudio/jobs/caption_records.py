@@ -51,7 +51,7 @@ MAX_RECORD_BYTES = 1 << 20  # a record is a few KB (100 failures at most); a lar
 STATUSES = frozenset(("running", "completed", "failed", "cancelled", INTERRUPTED))
 _COUNTS = ("done", "captioned", "skipped", "failed")
 _TEXTS = ("dataset", "model", "created_at")
-_MAYBE_TEXTS = ("beside_training", "prefix", "error", "cancel_reason", "finished_at")
+_MAYBE_TEXTS = ("beside_training", "prefix", "prompt", "error", "cancel_reason", "finished_at")
 
 
 def records_dir(home: Path) -> Path:
@@ -104,6 +104,10 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _is_seconds(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
+
+
 def _is_maybe(value: Any, kind: type) -> bool:
     return value is None or isinstance(value, kind)
 
@@ -128,6 +132,10 @@ def well_formed(job: dict[str, Any], job_id: str) -> bool:
         and all(_is_maybe(job.get(key), str) for key in _MAYBE_TEXTS)
         and all(_is_count(job.get(key)) for key in _COUNTS)
         and (job.get("total") is None or _is_count(job.get("total")))
+        and (job.get("cut") is None or _is_count(job.get("cut")))  # a record before fix 1941: none
+        and (job.get("max_tokens") is None or _is_count(job.get("max_tokens")))  # before 1943: none
+        and (job.get("kohya_kept") is None or _is_count(job.get("kohya_kept")))  # before 1944: none
+        and (job.get("eta_s") is None or _is_seconds(job.get("eta_s")))  # before fix 1942: none
         and (job.get("gpu") is None or _is_count(job.get("gpu")))
         and job.get("device") in ("cpu", "cuda")
         and job.get("status") in STATUSES
@@ -188,7 +196,12 @@ def _settled(record: dict[str, Any], home: Path | None) -> dict[str, Any]:
     identified = _is_count(pid) and pid > 0 and _is_maybe(token, str)
     if identified and not process_gone(pid, token):  # an owner no process can be: gone
         return job
-    job = {**job, "status": INTERRUPTED, "error": job.get("error") or interrupted_error(job, who)}
+    job = {
+        **job,
+        "status": INTERRUPTED,
+        "error": job.get("error") or interrupted_error(job, who),
+        "eta_s": None,
+    }
     job["finished_at"] = job.get("finished_at") or record.get("recorded_at") or job.get("created_at")
     if home is not None:
         try:

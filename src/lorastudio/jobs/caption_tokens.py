@@ -40,6 +40,7 @@ from lorastudio.data import DatasetScan
 from lorastudio.data.caption_variants import scan_variants
 from lorastudio.data.items import item_name
 from lorastudio.families.spec import FamilySpec
+from lorastudio.jobs import caption_count_cache
 from lorastudio.jobs.caption_count import (  # noqa: F401 (the counting's names, re-exported)
     FLUX2_SYSTEM_MESSAGE,
     KREA2_DROP,
@@ -152,6 +153,10 @@ def caption_counts(spec: FamilySpec, folder: Path, captions: Sequence[str]) -> l
         "template": spec.caption_tokens.template,
         "texts": list(captions),
     }
+    kept = caption_count_cache.lookup(ask)  # the same ask on unchanged files: no child again
+    if kept is not None:
+        return kept
+    fingerprint = caption_count_cache.fingerprint_of(ask)  # before the child reads the files
     if not _slots.acquire(blocking=False):  # no pile-up of request threads behind the children
         raise CannotCount("other caption counts are running")
     try:
@@ -166,7 +171,9 @@ def caption_counts(spec: FamilySpec, folder: Path, captions: Sequence[str]) -> l
         raise CannotCount(f"its tokenizer files could not be counted here (code {done.returncode})") from None
     if "cannot" in answer:
         raise CannotCount(str(answer["cannot"]))
-    return [int(n) for n in answer["counts"]]
+    counts = [int(n) for n in answer["counts"]]
+    caption_count_cache.keep(ask, counts, fingerprint)
+    return counts
 
 
 def _run_child(ask: dict[str, Any]) -> subprocess.CompletedProcess[str]:

@@ -34,7 +34,9 @@ def _img(pipe, **overrides) -> np.ndarray:
     return np.asarray(generate_image(pipe, "flux", **{**KW, **overrides}), dtype=np.float32)
 
 
-@pytest.mark.filterwarnings("ignore:Already found a `peft_config`:UserWarning")  # two adapters on purpose
+# two adapters on purpose: peft's "Already found a `peft_config`" warning was printed by every
+# `generate --lora A --lora B` (session 39 CLI audit, RELIABILITY 1966)
+@pytest.mark.filterwarnings("error:Already found a `peft_config`:UserWarning")
 def test_apply_loras_replaces_scales_and_unloads(flux_pipe, flux_lora):
     apply_loras(flux_pipe, [])
     base = _img(flux_pipe)

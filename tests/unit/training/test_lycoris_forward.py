@@ -1,6 +1,7 @@
 """LoHa / LoKr layers traced whole (training/lycoris_forward.py): peft's outputs and gradients
-(LoHa bitwise; LoKr from its two factors without the Kronecker weight, within fp rounding), no
-draw from the global generator, one graph per block under `fullgraph=True`."""
+(LoHa bitwise where peft's delta is cheaper, else from its Khatri-Rao factors without the full
+weight; LoKr from its two factors without the Kronecker weight; both within fp rounding), no draw
+from the global generator, one graph per block under `fullgraph=True`."""
 
 from __future__ import annotations
 
@@ -11,14 +12,23 @@ import torch
 
 from lorastudio.tiny.models import build
 from lorastudio.training.lora import add_lora
-from lorastudio.training.lycoris_forward import TRACED_ATTR, lokr_linear_delta, trace_friendly_lycoris
+from lorastudio.training.lycoris_forward import (
+    TRACED_ATTR,
+    loha_linear_delta,
+    lokr_linear_delta,
+    trace_friendly_lycoris,
+)
 
 
 def _config(kind: str):
+    """kind: lokr, loha (rank 4 on the tiny 32 x 32 projections: 16 * 64 is not below 32 * 32,
+    peft's delta) or loha2 (rank 2: the factored delta)."""
     from peft import LoHaConfig, LoKrConfig
 
     targets = ["to_q", "to_k", "to_v"]
-    return (LoKrConfig if kind == "lokr" else LoHaConfig)(r=4, alpha=4.0, target_modules=targets)
+    if kind == "lokr":
+        return LoKrConfig(r=4, alpha=4.0, target_modules=targets)
+    return LoHaConfig(r=2 if kind == "loha2" else 4, alpha=4.0, target_modules=targets)
 
 
 def _block(kind: str) -> torch.nn.Module:
@@ -48,7 +58,7 @@ def _run(block: torch.nn.Module) -> tuple[torch.Tensor, list[torch.Tensor]]:
     return out.detach(), grads
 
 
-@pytest.mark.parametrize("kind", ["lokr", "loha"])
+@pytest.mark.parametrize("kind", ["lokr", "loha", "loha2"])
 def test_the_traced_forward_is_peft_s_and_draws_nothing(kind: str):
     block = _block(kind)
     layers = [m for m in block.modules() if getattr(type(m), TRACED_ATTR, False)]
@@ -64,7 +74,7 @@ def test_the_traced_forward_is_peft_s_and_draws_nothing(kind: str):
     if kind == "loha":  # the same operations in the same order
         assert torch.equal(out, peft_out)
         assert all(torch.equal(a, b) for a, b in zip(grads, peft_grads, strict=True))
-    else:  # LoKr: the same sum from the factors, in another order
+    else:  # LoKr, LoHa at rank 2: the same sum from the factors, in another order
         torch.testing.assert_close(out, peft_out, rtol=1e-5, atol=1e-6)
         for a, b in zip(grads, peft_grads, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
@@ -72,11 +82,13 @@ def test_the_traced_forward_is_peft_s_and_draws_nothing(kind: str):
     assert pickle.loads(pickle.dumps(type(layers[0]))) is type(layers[0])  # saved guards find it
 
 
-def test_a_lokr_block_compiles_as_one_graph():
+@pytest.mark.parametrize("kind", ["lokr", "loha2"])
+def test_a_lycoris_block_compiles_as_one_graph(kind: str):
     """peft's `torch.rand(1) > module_dropout` was a data-dependent branch: `fullgraph=True`
-    raised (the saved block graphs were refused for every LoKr run on a GPU, session 38)."""
+    raised (the saved block graphs were refused for every LoKr run on a GPU, session 38); the
+    factored LoHa delta traces whole too."""
     torch._dynamo.reset()
-    block = _block("lokr")
+    block = _block(kind)
     eager_out, _ = _run(block)
     compiled = torch.compile(block, backend="eager", fullgraph=True)
     out, _ = _run(compiled)
@@ -130,7 +142,7 @@ def test_a_lokr_linear_s_output_comes_from_its_factors_without_the_kronecker_wei
     with FlopCounterMode(display=False) as peft_count:
         reference = layer._get_delta_activations("default", x)
     torch.testing.assert_close(delta, reference, rtol=1e-5, atol=1e-7)
-    assert (dim_out, dim_in) not in saved  # no full-size weight kept for the backward
+    assert not {(dim_out, dim_in), (dim_in, dim_out)} & set(saved)  # no full-size weight (or W^T) kept
     # fewer FLOPs; at the default factor (-1: both factors near the square root) a fraction
     assert ours.get_total_flops() * (3 if factor == -1 else 1) < peft_count.get_total_flops()
     layer.scaling["default"] *= 0.5  # generation's LoRA strength (peft's set_scale) is read per call
@@ -143,3 +155,65 @@ def test_rank_dropout_in_training_keeps_peft_s_delta():
     assert lokr_linear_delta(layer, "default", torch.randn(2, 64)) is None
     layer.eval()
     assert lokr_linear_delta(layer, "default", torch.randn(2, 64)) is not None
+
+
+def _loha_linear(dim_in: int, dim_out: int, rank: int) -> torch.nn.Module:
+    from peft import LoHaConfig, inject_adapter_in_model
+
+    torch.manual_seed(0)
+    config = LoHaConfig(r=rank, alpha=3.0, target_modules=["0"])
+    model = inject_adapter_in_model(config, torch.nn.Sequential(torch.nn.Linear(dim_in, dim_out)))
+    trace_friendly_lycoris(model)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "hada" in name:
+                p.normal_(std=0.1)
+    return model[0]
+
+
+@pytest.mark.parametrize(
+    ("dim_in", "dim_out", "rank"), [(64, 64, 4), (48, 160, 4), (160, 40, 3), (256, 256, 8)]
+)
+def test_a_loha_linear_s_output_comes_from_its_khatri_rao_factors_without_the_full_weight(
+    dim_in: int, dim_out: int, rank: int
+):
+    """peft built W = s (w1_a w1_b) * (w2_a w2_b), an [out, in] matrix per layer and step, and
+    kept it for the backward: a second full matmul per adapted layer each way. (A1 B1) * (A2 B2)
+    is A B with A [out, r*r], B [r*r, in] (row-wise Khatri-Rao products): W x = A (B x)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    layer = _loha_linear(dim_in, dim_out, rank)
+    params = [p for n, p in layer.named_parameters() if "hada" in n]
+    x = torch.randn(3, 7, dim_in, requires_grad=True)  # [B, L, in]
+    saved: list[tuple[int, ...]] = []
+    hooks = torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t)
+    with hooks, FlopCounterMode(display=False) as ours:
+        delta = loha_linear_delta(layer, "default", x)
+        grads = torch.autograd.grad(delta.square().sum(), [x, *params])
+    with FlopCounterMode(display=False) as peft_count:
+        reference = layer._get_delta_activations("default", x)
+        want = torch.autograd.grad(reference.square().sum(), [x, *params])
+    torch.testing.assert_close(delta, reference, rtol=1e-5, atol=1e-7)
+    for got, exp in zip(grads, want, strict=True):
+        torch.testing.assert_close(got, exp, rtol=1e-4, atol=1e-6)
+    assert not {(dim_out, dim_in), (dim_in, dim_out)} & set(saved)  # no full-size weight (or W^T) kept
+    assert ours.get_total_flops() * 2 < peft_count.get_total_flops()  # forward and backward
+    layer.scaling["default"] *= 0.5  # generation's LoRA strength (peft's set_scale) is read per call
+    torch.testing.assert_close(loha_linear_delta(layer, "default", x), reference * 0.5, rtol=1e-5, atol=1e-7)
+
+
+def test_a_loha_linear_keeps_peft_s_delta_where_the_factors_cost_more_or_do_not_apply():
+    from peft import LoHaConfig, inject_adapter_in_model
+
+    x = torch.randn(2, 64)
+    assert loha_linear_delta(_loha_linear(64, 64, 16), "default", x) is None  # 256 * 128 >= 64 * 64
+    assert loha_linear_delta(_loha_linear(64, 64, 4), "default", x) is not None  # 16 * 128 < 64 * 64
+    assert lokr_linear_delta(_loha_linear(64, 64, 4), "default", x) is None  # LoKr's path is LoKr's
+    assert loha_linear_delta(_lokr_linear(64, 64, -1, False), "default", x) is None
+    layer = _loha_linear(64, 64, 4).train()
+    layer.rank_dropout["default"] = 0.5
+    assert loha_linear_delta(layer, "default", x) is None  # rank dropout in training: peft's draw
+    conv = torch.nn.Sequential(torch.nn.Conv2d(64, 64, 3))
+    config = LoHaConfig(r=2, alpha=2.0, target_modules=["0"], use_effective_conv2d=True)
+    conv_layer = inject_adapter_in_model(config, conv)[0]  # the CP (hada_t1 / hada_t2) form
+    assert "default" in conv_layer.hada_t1 and loha_linear_delta(conv_layer, "default", x) is None

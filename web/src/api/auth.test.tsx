@@ -80,6 +80,11 @@ describe("API token", () => {
     render(<App />);
     const dialog = await screen.findByRole("dialog", { name: "API token required" });
     expect(within(dialog).getByRole("alert")).toHaveTextContent("refused the saved token");
+    // RELIABILITY 1918: the refusal is the field's, read with it, and marks it invalid
+    const field = within(dialog).getByLabelText(/^API token/);
+    expect(field).toHaveAttribute("aria-invalid", "true");
+    expect(field).toHaveAccessibleDescription("The server refused the saved token. Enter the current one.");
+    expect(field).toHaveFocus();
     expect(calls[0].headers.Authorization).toBe("Bearer old-token");
   });
 

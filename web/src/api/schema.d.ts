@@ -1515,6 +1515,12 @@ export interface components {
             captioned: number;
             /** Created At */
             created_at: string;
+            /**
+             * Cut
+             * @description captions whose model text stopped at max_tokens, not at its end (written as made, likely mid-sentence: raise max_tokens); 0 in a record of a job before this count
+             * @default 0
+             */
+            cut?: number;
             /** Dataset */
             dataset: string;
             /**
@@ -1529,6 +1535,11 @@ export interface components {
             done: number;
             /** Error */
             error: string | null;
+            /**
+             * Eta S
+             * @description seconds left while it runs, from the time its images took so far since the model loaded (null before the first image is done and once it has ended)
+             */
+            eta_s?: number | null;
             /**
              * Failed
              * @description images that failed (all of them)
@@ -1548,6 +1559,17 @@ export interface components {
             gpu?: number | null;
             /** Id */
             id: string;
+            /**
+             * Kohya Kept
+             * @description of the skipped, images captioned only by a kohya <stem>.caption, which a run of a plain dataset does not read (rename it to .txt); 0 in a record before this count
+             * @default 0
+             */
+            kohya_kept?: number;
+            /**
+             * Max Tokens
+             * @description new tokens per caption at most (null: a record before it was kept)
+             */
+            max_tokens?: number | null;
             /** Model */
             model: string;
             /** Overwrite */
@@ -1559,6 +1581,11 @@ export interface components {
              * @description the first captions written
              */
             preview: components["schemas"]["CaptionPreview"][];
+            /**
+             * Prompt
+             * @description the prompt asked (null: the model's default; or a record before it was kept)
+             */
+            prompt?: string | null;
             /**
              * Skipped
              * @description images that keep their caption

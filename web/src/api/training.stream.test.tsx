@@ -109,6 +109,26 @@ describe("the event stream", () => {
     expect(screen.queryByText("reconnecting…")).toBeNull();
   });
 
+  it("tells a screen reader that the live updates stopped and came back, not the countdown (RELIABILITY 1913)", async () => {
+    deferFetch(({ url }) => (url.startsWith("/api/train/status") ? { body: status(JOB) } : { status: 404, body: { detail: "none" } }));
+    render(view());
+    await screen.findByRole("button", { name: "Stop" });
+    const said = screen.getByTestId("connection-announcement");
+    expect(said).toHaveAttribute("role", "status");
+    expect(said).toHaveTextContent(/^$/); // opening: nothing lost yet
+    act(() => Stream.all[0].onopen?.());
+    expect(said).toHaveTextContent(/^$/);
+    act(() => {
+      Stream.all[0].readyState = 2;
+      Stream.all[0].onerror?.();
+    });
+    expect(screen.getByText("reconnecting in 3 s…")).toBeInTheDocument();
+    expect(said).toHaveTextContent(/^Live updates lost: reconnecting…$/);
+    await waitFor(() => expect(Stream.all).toHaveLength(2), { timeout: 5000 });
+    act(() => Stream.all[1].onopen?.());
+    expect(said).toHaveTextContent(/^Live updates back\.$/);
+  });
+
   it("streams closed for good in a row are reopened after 3, 6, 12... s up to 60 s, and it says so (RELIABILITY 1770)", async () => {
     deferFetch(({ url }) => (url.startsWith("/api/train/status") ? { body: status(JOB) } : { status: 404, body: { detail: "none" } }));
     const waits: number[] = [];

@@ -33,6 +33,8 @@ const DONE: CaptionJob = {
   done: 3,
   captioned: 2,
   failed: 1,
+  cut: 1,
+  kohya_kept: 1,
   failures: [{ file: "broken.png", reason: "corrupt or not a PNG/JPEG/WebP image" }],
   preview: [...RUNNING.preview, { file: "c.png", caption: "sks, a blue circle" }],
   finished_at: "2026-12-04T18:00:09+00:00",
@@ -61,17 +63,71 @@ describe("AutoCaptionPanel", () => {
     await userEvent.click(screen.getByTestId("caption-overwrite"));
     await userEvent.click(screen.getByTestId("caption-start"));
     const start = calls.find((c) => c.method === "POST");
-    expect(start?.body).toEqual({ model: "/models/tiny-vlm", prefix: "sks", overwrite: true });
+    expect(start?.body).toEqual({ model: "/models/tiny-vlm", prefix: "sks", overwrite: true, prompt: null, max_tokens: 60 });
     expect(await screen.findByText("Captioning 1 / 3 on cpu")).toBeTruthy();
     expect(screen.getByRole("progressbar").getAttribute("aria-valuenow")).toBe("1");
     expect(screen.getByTestId("caption-preview").textContent).toContain("sks, a red square");
+    expect(screen.queryByTestId("caption-cut")).toBeNull();
+    expect(screen.queryByTestId("caption-kohya")).toBeNull();
     await waitFor(() => expect(onFinished).toHaveBeenCalledTimes(1), { timeout: 4000 });
+    // a caption that stopped at max tokens is said, not shown as a whole one (RELIABILITY 1941)
+    expect(screen.getByTestId("caption-cut")).toHaveTextContent("1 caption(s) stopped at the max tokens");
+    // an image kept for its kohya .caption, which a run does not read, is said (RELIABILITY 1944)
+    expect(screen.getByTestId("caption-kohya")).toHaveTextContent("1 image(s) kept a kohya .caption file");
     expect(screen.getByTestId("caption-status").textContent).toContain(
       "Caption job completed: 2 captioned, 0 kept their caption, 1 failed",
     );
     expect(screen.getByTestId("caption-preview").textContent).toContain("sks, a blue circle");
     expect(screen.getByTestId("caption-failures").textContent).toContain("broken.png");
     expect(screen.queryByTestId("caption-cancel")).toBeNull();
+  });
+
+  it("tells a screen reader the job's stage and how it ended, not each image (RELIABILITY 1913)", async () => {
+    let polls = 0;
+    mockFetch(({ url, method }) => {
+      if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: { ...RUNNING, total: null, done: 0 } };
+      if (url === "/api/captions/c1") return { body: [RUNNING, { ...RUNNING, done: 2 }][polls++] ?? DONE };
+      return undefined;
+    });
+    render(<AutoCaptionPanel dataset="mix" onFinished={() => undefined} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    const said = screen.getByRole("status"); // there before the job, so its changes are read
+    expect(said).toHaveTextContent(/^$/);
+    await userEvent.click(screen.getByTestId("caption-start"));
+    await waitFor(() => expect(said).toHaveTextContent("Loading /models/tiny-vlm…")); // the start's answer (total not known yet)
+    await waitFor(() => expect(said).toHaveTextContent("Captioning 3 images on cpu…"));
+    await screen.findByText("Captioning 2 / 3 on cpu");
+    expect(said).toHaveTextContent("Captioning 3 images on cpu…"); // the same: no news
+    await waitFor(() => expect(said).toHaveTextContent("Caption job completed: 2 captioned, 0 kept their caption, 1 failed."), { timeout: 4000 });
+  });
+
+  it("sends the prompt and max tokens typed; the server's refusal of one is shown (RELIABILITY 1943)", async () => {
+    const calls = mockFetch(({ url, method, body }) => {
+      if (url === "/api/datasets/mix/caption" && method === "POST") {
+        const asked = body as { max_tokens: number };
+        if (asked.max_tokens > 512)
+          return { status: 422, body: { error: "ValidationError", detail: "max_tokens: Input should be less than or equal to 512" } };
+        return { status: 202, body: { ...RUNNING, prompt: "List the objects, comma separated", max_tokens: 120 } };
+      }
+      if (url === "/api/captions/c1") return { body: RUNNING };
+      return undefined;
+    });
+    render(<AutoCaptionPanel dataset="mix" onFinished={() => {}} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    expect(screen.getByTestId("caption-prompt")).toHaveAttribute("placeholder", expect.stringContaining("Describe this image"));
+    await userEvent.type(screen.getByTestId("caption-prompt"), "List the objects, comma separated");
+    const tokens = screen.getByTestId("caption-max-tokens");
+    await userEvent.clear(tokens);
+    expect(screen.getByTestId("caption-start")).toBeDisabled(); // no number: nothing to send
+    await userEvent.type(tokens, "600");
+    await userEvent.click(screen.getByTestId("caption-start"));
+    expect(await screen.findByTestId("caption-error")).toHaveTextContent("less than or equal to 512");
+    await userEvent.clear(tokens);
+    await userEvent.type(tokens, "120");
+    await userEvent.click(screen.getByTestId("caption-start"));
+    const posts = calls.filter((c) => c.method === "POST");
+    expect(posts.at(-1)?.body).toMatchObject({ prompt: "List the objects, comma separated", max_tokens: 120 });
+    expect(await screen.findByText("Captioning 1 / 3 on cpu")).toBeTruthy();
   });
 
   it("cancels a running job and shows a refusal from the server", async () => {
@@ -120,7 +176,7 @@ describe("AutoCaptionPanel", () => {
       if (url === "/api/captions/c1") {
         polls += 1;
         if (polls === 1) return { status: 502, body: { detail: "Bad Gateway" } }; // a blip
-        if (polls === 2) return { body: { ...RUNNING, done: 2 } };
+        if (polls === 2) return { body: { ...RUNNING, done: 2, eta_s: 65 } };
         return { status: 404, body: { error: "NotFound", detail: "no caption job with id 'c1' in this server's life" } };
       }
       return undefined;
@@ -131,6 +187,7 @@ describe("AutoCaptionPanel", () => {
     await userEvent.click(screen.getByTestId("caption-start"));
     expect(await screen.findByTestId("caption-poll-error", {}, { timeout: 3000 })).toHaveTextContent("trying again");
     await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Captioning 2 / 3"), { timeout: 3000 });
+    expect(screen.getByTestId("caption-status")).toHaveTextContent("Captioning 2 / 3 on cpu, about 1m 05s left"); // RELIABILITY 1942
     expect(screen.queryByTestId("caption-poll-error")).toBeNull();
     await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Caption job failed"), { timeout: 3000 });
     expect(screen.getByTestId("caption-status")).toHaveTextContent("the server restarted");

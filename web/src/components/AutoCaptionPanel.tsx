@@ -3,11 +3,18 @@ import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { CaptionJob, CatalogueModel } from "../api/types";
 import { ProgressBar } from "./ProgressBar";
+import { formatDuration } from "../lib/format";
 import { ErrorBanner } from "./ErrorBanner";
+import { LiveStatus } from "./LiveStatus";
+import { useToggleFocus } from "../lib/toggleFocus";
 import { isAbort, useAction, useLatest, useUnmountSignal } from "../lib/latest";
 
 const POLL_MS = 1000;
 export const DEFAULT_CAPTION_MODEL = "Qwen/Qwen2.5-VL-3B-Instruct";
+// the server's defaults (captioning/options.py): the prompt asked when none is given, and max_tokens
+export const DEFAULT_CAPTION_PROMPT = "Describe this image in one sentence for a training caption";
+export const DEFAULT_MAX_TOKENS = 60;
+export const MAX_TOKENS_LIMIT = 512;
 
 /** The label of a catalogue captioner in the model list: fetched ones by title, the others say so. */
 export function captionerLabel(m: CatalogueModel): string {
@@ -26,9 +33,12 @@ export function captionerLabel(m: CatalogueModel): string {
  * the job has ended. */
 export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onFinished: () => void }) {
   const [open, setOpen] = useState(false);
+  const toggled = useToggleFocus(open); // the focus to the panel opened, back to the button on Close
   const [model, setModel] = useState(DEFAULT_CAPTION_MODEL);
   const [prefix, setPrefix] = useState("");
   const [overwrite, setOverwrite] = useState(false);
+  const [prompt, setPrompt] = useState("");
+  const [maxTokens, setMaxTokens] = useState(String(DEFAULT_MAX_TOKENS));
   const [job, setJob] = useState<CaptionJob | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [captioners, setCaptioners] = useState<CatalogueModel[]>([]);
@@ -109,7 +119,9 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
   const start = useAction(async () => {
     setError(null);
     try {
-      setJob(await api.captionDataset(dataset, { model: model.trim(), prefix: prefix.trim() || null, overwrite }, mounted()));
+      // the prompt and max tokens as typed: the server refuses what it cannot honour (422), named
+      const body = { model: model.trim(), prefix: prefix.trim() || null, overwrite, prompt: prompt.trim() || null, max_tokens: Number(maxTokens) };
+      setJob(await api.captionDataset(dataset, body, mounted()));
     } catch (err) {
       if (!isAbort(err)) setError(err instanceof Error ? err.message : String(err));
     }
@@ -130,12 +142,12 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
 
   if (!open)
     return (
-      <button className="ghost" onClick={() => setOpen(true)} data-testid="caption-ai">
+      <button ref={toggled} className="ghost" onClick={() => setOpen(true)} data-testid="caption-ai">
         Caption with AI
       </button>
     );
   return (
-    <div className="card auto-caption" data-testid="caption-panel">
+    <div ref={toggled} className="card auto-caption" data-testid="caption-panel">
       <div className="row-between">
         <strong>Caption with AI</strong>
         <button className="ghost small" onClick={() => setOpen(false)} disabled={running}>
@@ -169,6 +181,29 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
         <input value={prefix} onChange={(e) => setPrefix(e.target.value)} disabled={running} data-testid="caption-prefix" />
       </label>
       <label>
+        Prompt (what the model is asked; empty: its default)
+        <input
+          value={prompt}
+          onChange={(e) => setPrompt(e.target.value)}
+          placeholder={`${DEFAULT_CAPTION_PROMPT} (Florence-2: <CAPTION>)`}
+          disabled={running}
+          data-testid="caption-prompt"
+        />
+      </label>
+      <label>
+        Max tokens per caption (a longer caption is cut there, and said)
+        <input
+          type="number"
+          min={1}
+          max={MAX_TOKENS_LIMIT}
+          step={1}
+          value={maxTokens}
+          onChange={(e) => setMaxTokens(e.target.value)}
+          disabled={running}
+          data-testid="caption-max-tokens"
+        />
+      </label>
+      <label>
         <input
           type="checkbox"
           checked={overwrite}
@@ -179,7 +214,12 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
         Replace existing captions
       </label>
       <div className="head-actions">
-        <button className="primary" onClick={() => void start.run()} disabled={running || start.pending || !model.trim()} data-testid="caption-start">
+        <button
+          className="primary"
+          onClick={() => void start.run()}
+          disabled={running || start.pending || !model.trim() || !maxTokens.trim()}
+          data-testid="caption-start"
+        >
           Start captioning
         </button>
         {running && (
@@ -191,6 +231,7 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
       <ErrorBanner message={error} testId="caption-error" />
       <ErrorBanner message={pollError && `Cannot reach the caption job (trying again): ${pollError}`} testId="caption-poll-error" />
       {job && <CaptionJobStatus job={job} />}
+      <LiveStatus text={captionAnnouncement(job)} testId="caption-announcement" />
     </div>
   );
 }
@@ -201,6 +242,14 @@ function where(job: CaptionJob): string {
   return `GPU ${job.gpu}${job.beside_training ? ` (beside training job ${job.beside_training})` : ""}`;
 }
 
+/** What a screen reader is told of a caption job (RELIABILITY 1913): its stage (loading the model,
+ * captioning N images), then how it ended; not each image done (a poll a second would flood it). */
+export function captionAnnouncement(job: CaptionJob | null): string {
+  if (!job) return "";
+  if (job.status === "running") return job.total == null ? `Loading ${job.model}…` : `Captioning ${job.total} images on ${where(job)}…`;
+  return `Caption job ${job.status}: ${job.captioned} captioned, ${job.skipped} kept their caption, ${job.failed} failed.`;
+}
+
 function CaptionJobStatus({ job }: { job: CaptionJob }) {
   const total = job.total ?? 0;
   return (
@@ -209,11 +258,23 @@ function CaptionJobStatus({ job }: { job: CaptionJob }) {
         {job.status === "running"
           ? job.total == null
             ? `Loading ${job.model} on ${where(job)}…`
-            : `Captioning ${job.done} / ${total} on ${where(job)}`
+            : `Captioning ${job.done} / ${total} on ${where(job)}${job.eta_s != null ? `, about ${formatDuration(job.eta_s)} left` : ""}`
           : `Caption job ${job.status}: ${job.captioned} captioned, ${job.skipped} kept their caption, ${job.failed} failed`}
         {job.cancel_reason && job.status !== "running" && ` (${job.cancel_reason})`}
         {job.status === "interrupted" && " (the server or command running it stopped; start again to caption the rest)"}
       </p>
+      {(job.kohya_kept ?? 0) > 0 && (
+        <p className="banner warn" data-testid="caption-kohya">
+          {job.kohya_kept} image(s) kept a kohya .caption file as their caption, which a run of this dataset does not
+          read: rename each to .txt (same name), or replace them with “Replace existing captions”.
+        </p>
+      )}
+      {(job.cut ?? 0) > 0 && (
+        <p className="banner warn" data-testid="caption-cut">
+          {job.cut} caption(s) stopped at the max tokens{job.max_tokens != null ? ` (${job.max_tokens})` : ""}, not at the
+          model's end: likely cut mid-sentence (written as made). Raise max tokens and caption them again.
+        </p>
+      )}
       {job.status === "running" && job.total != null && <ProgressBar value={job.done} max={total} label="caption progress" />}
       <ErrorBanner message={job.error} />
       {job.preview.length > 0 && (

@@ -3,6 +3,7 @@ import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { BulkCaptionResult } from "../api/types";
 import { ErrorBanner } from "./ErrorBanner";
+import { LiveStatus } from "./LiveStatus";
 import { isAbort, useAction, useLatest, useUnmountSignal } from "../lib/latest";
 
 /**
@@ -10,6 +11,9 @@ import { isAbort, useAction, useLatest, useUnmountSignal } from "../lib/latest";
  * "Preview" asks the server for a dry run (the count and a few before / after examples);
  * "Apply" writes (all or nothing, each file staged and renamed) and reports the count.
  */
+/** The count of a bulk edit's answer: "Would change 1 of 2 caption(s)." (a Preview), "Changed ..." (written). */
+const bulkSummary = (r: BulkCaptionResult) => `${r.written ? "Changed" : "Would change"} ${r.changed} of ${r.captions} caption(s).`;
+
 export function BulkCaptions({ name, onDone }: { name: string; onDone: () => void }) {
   const [edit, setEdit] = useState({ find: "", replace: "", prepend: "", append: "" });
   const [result, setResult] = useState<BulkCaptionResult | null>(null);
@@ -63,11 +67,11 @@ export function BulkCaptions({ name, onDone }: { name: string; onDone: () => voi
         </button>
       </div>
       <ErrorBanner message={error} />
+      {/* the count said to a screen reader (RELIABILITY 1913); there before the first answer, so it is read */}
+      <LiveStatus text={result ? bulkSummary(result) : ""} testId="bulk-announcement" />
       {result && (
         <div data-testid="bulk-result">
-          <p>
-            {result.written ? "Changed" : "Would change"} {result.changed} of {result.captions} caption(s).
-          </p>
+          <p>{bulkSummary(result)}</p>
           <ul className="small">
             {result.examples.map((e) => (
               <li key={e.file}>

@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { DatasetEntry } from "../lib/datasetEntries";
 import { buildEntries, emptyRow, parseRows, rowsValue } from "../lib/datasetEntries";
 import { DatasetEntries } from "./DatasetEntries";
+import { PreservationFields } from "./PreservationFields";
 
 // Every key of a `[[datasets]]` entry (lorastudio.config_datasets.DatasetEntry) and the control that
 // sets it; README's settings reference lists the same keys.
@@ -45,5 +46,23 @@ describe("DatasetEntries", () => {
     expect(buildEntries(rows)).toEqual([
       { path: "shapes", default_caption: "a photo", keep_tokens: 1, tag_dropout: 0.2, shuffle_tags: false, regularisation: true },
     ]);
+  });
+});
+
+describe("the datasets and preservation groups' problems (RELIABILITY 1918)", () => {
+  it("are read with each control of their group, which is marked invalid", () => {
+    const { rerender } = render(
+      <DatasetEntries value={rowsValue([emptyRow("shapes")])} dataDir="shapes" datasets={[]} error="datasets.0.path: not found" onChange={() => undefined} />,
+    );
+    for (const control of [screen.getByRole("combobox", { name: "folder 1" }), screen.getByRole("textbox", { name: "trigger word 1" })]) {
+      expect(control).toHaveAttribute("aria-invalid", "true");
+      expect(control).toHaveAccessibleDescription("datasets.0.path: not found");
+    }
+    rerender(<DatasetEntries value={rowsValue([emptyRow("shapes")])} dataDir="shapes" datasets={[]} onChange={() => undefined} />);
+    expect(screen.getByRole("combobox", { name: "folder 1" })).not.toHaveAttribute("aria-invalid");
+    render(<PreservationFields value="" error="needs a trigger word" onChange={() => undefined} />);
+    const word = screen.getByRole("textbox", { name: "preservation class word" });
+    expect(word).toHaveAttribute("aria-invalid", "true");
+    expect(word).toHaveAccessibleDescription("needs a trigger word");
   });
 });

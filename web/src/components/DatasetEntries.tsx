@@ -1,4 +1,6 @@
+import { useId, useRef } from "react";
 import type { DatasetSummary } from "../api/types";
+import { useDescribedControls } from "./Field";
 import { type EntryRow, emptyRow, parseRows, rowsValue } from "../lib/datasetEntries";
 import { markupWords } from "../lib/markupWords";
 
@@ -33,6 +35,9 @@ const TEXT_INPUTS = new Set<keyof EntryRow>(["trigger_word", "default_caption"])
  */
 export function DatasetEntries({ value, dataDir, datasets, error, onChange }: Props) {
   const rows = parseRows(value);
+  const box = useRef<HTMLFieldSetElement | null>(null);
+  const errorId = useId();
+  useDescribedControls(box, error ? errorId : null, !!error); // its problem read with its controls, as a Field's (RELIABILITY 1918)
   const update = (next: EntryRow[]) => onChange(rowsValue(next));
   const edit = (i: number, key: keyof EntryRow, v: string) => update(rows.map((r, n) => (n === i ? { ...r, [key]: v } : r)));
   if (!rows.length) {
@@ -43,7 +48,7 @@ export function DatasetEntries({ value, dataDir, datasets, error, onChange }: Pr
     );
   }
   return (
-    <fieldset name="datasets" className="dataset-entries wide" aria-label="dataset folders">
+    <fieldset ref={box} name="datasets" className="dataset-entries wide" aria-label="dataset folders">
       <legend>Dataset folders (each with its own repeats or weight)</legend>
       {rows.map((row, i) => (
         <div className="entry-row" key={i} data-testid={`entry-${i}`}>
@@ -111,7 +116,7 @@ export function DatasetEntries({ value, dataDir, datasets, error, onChange }: Pr
         Add folder
       </button>
       {error && (
-        <span className="field-error" role="alert">
+        <span className="field-error" role="alert" id={errorId}>
           {error}
         </span>
       )}

@@ -1,4 +1,4 @@
-import { type ReactNode, useEffect, useRef } from "react";
+import { type ReactNode, useEffect, useId, useRef } from "react";
 
 interface Props {
   title: string;
@@ -6,6 +6,9 @@ interface Props {
   /** Buttons; the footer wraps so none is clipped at narrow widths. */
   footer: ReactNode;
   onClose: () => void;
+  /** Whether the body is the dialog's description, read with its name on opening (a message to
+   * decide on, as the Stop dialog's consequences); not for a form, whose fields say themselves. */
+  describe?: boolean;
 }
 
 /**
@@ -14,8 +17,9 @@ interface Props {
  * opened it), so a keyboard user goes on from where they were, unless that is gone or the focus
  * was moved elsewhere meanwhile.
  */
-export function Dialog({ title, children, footer, onClose }: Props) {
+export function Dialog({ title, children, footer, onClose, describe = false }: Props) {
   const box = useRef<HTMLDivElement | null>(null);
+  const bodyId = useId();
   const close = useRef(onClose); // the latest: a parent re-rendering (Live: each progress event) must not move the focus
   close.current = onClose;
   useEffect(() => {
@@ -49,9 +53,11 @@ export function Dialog({ title, children, footer, onClose }: Props) {
   }, []);
   return (
     <div className="backdrop" onMouseDown={(e) => e.target === e.currentTarget && close.current()}>
-      <div className="dialog" role="dialog" aria-modal="true" aria-label={title} ref={box}>
+      <div className="dialog" role="dialog" aria-modal="true" aria-label={title} aria-describedby={describe ? bodyId : undefined} ref={box}>
         <h2>{title}</h2>
-        <div className="dialog-body">{children}</div>
+        <div className="dialog-body" id={bodyId}>
+          {children}
+        </div>
         <div className="dialog-footer">{footer}</div>
       </div>
     </div>

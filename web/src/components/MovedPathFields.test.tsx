@@ -42,11 +42,11 @@ describe("a resume of a run whose base or dataset moved", () => {
     const onResumed = vi.fn();
     const onError = vi.fn();
     render(<ResumeButton run={RUN} onResumed={onResumed} onError={onError} />);
-    await userEvent.click(screen.getByRole("button", { name: "resume portrait from step 100" }));
+    await userEvent.click(screen.getByRole("button", { name: "Resume from 100: portrait" }));
     const base = await screen.findByRole("textbox", { name: "Base model (base_model) now at" });
     const data = screen.getByRole("textbox", { name: "Dataset (data_dir) now at" });
     expect(base).toHaveAccessibleDescription(BASE.message); // the old path and what to name
-    const resume = screen.getByRole("button", { name: "resume portrait from step 100" });
+    const resume = screen.getByRole("button", { name: "Resume from 100: portrait" });
     expect(resume).toBeDisabled(); // until each is named
     await userEvent.type(base, "tiny-flux");
     expect(resume).toBeDisabled();
@@ -63,7 +63,7 @@ describe("a resume of a run whose base or dataset moved", () => {
     );
     const onStarted = vi.fn();
     render(<TrainLonger run={RUN} onStarted={onStarted} onError={vi.fn()} />);
-    await userEvent.click(screen.getByRole("button", { name: "train portrait longer" }));
+    await userEvent.click(screen.getByRole("button", { name: "Train longer: portrait" }));
     await userEvent.click(screen.getByRole("button", { name: "Train to 2000 steps" }));
     const data = await screen.findByRole("textbox", { name: "Dataset (data_dir) now at" });
     expect(screen.getByRole("button", { name: "Train longer" })).toBeDisabled();
@@ -82,14 +82,14 @@ describe("a resume of a run whose base or dataset moved", () => {
     const onResumed = vi.fn();
     const onError = vi.fn();
     render(<ResumeButton run={RUN} onResumed={onResumed} onError={onError} />);
-    await userEvent.click(screen.getByRole("button", { name: "resume portrait from step 100" }));
+    await userEvent.click(screen.getByRole("button", { name: "Resume from 100: portrait" }));
     const one = await screen.findByRole("textbox", { name: "Dataset entry 1 (datasets.0.path) now at" });
     const three = screen.getByRole("textbox", { name: "Dataset entry 3 (datasets.2.path) now at" });
     expect(three).toHaveAccessibleDescription(third.message); // its old path, what to name
     expect(onError).toHaveBeenCalledWith(`save_every: ${other.message}`); // only what no input says
     await userEvent.type(screen.getByRole("textbox", { name: "Base model (base_model) now at" }), "tiny-flux");
     await userEvent.type(one, "x2");
-    const resume = screen.getByRole("button", { name: "resume portrait from step 100" });
+    const resume = screen.getByRole("button", { name: "Resume from 100: portrait" });
     expect(resume).toBeDisabled(); // entry 3 not named yet
     await userEvent.type(three, "/mnt/z");
     await userEvent.click(resume);
@@ -105,7 +105,7 @@ describe("a resume of a run whose base or dataset moved", () => {
     const onStarted = vi.fn();
     const onError = vi.fn();
     render(<TrainLonger run={RUN} onStarted={onStarted} onError={onError} />);
-    await userEvent.click(screen.getByRole("button", { name: "train portrait longer" }));
+    await userEvent.click(screen.getByRole("button", { name: "Train longer: portrait" }));
     await userEvent.click(screen.getByRole("button", { name: "Train to 2000 steps" }));
     await userEvent.type(await screen.findByRole("textbox", { name: "Dataset entry 2 (datasets.1.path) now at" }), "y2");
     await userEvent.click(screen.getByRole("button", { name: "Train to 2000 steps" }));

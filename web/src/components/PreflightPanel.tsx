@@ -12,6 +12,15 @@ import { PLAN_FIELD_LABELS, planFieldText } from "../lib/plan";
  * (the wall-time forecast per phase, each with its basis; a guess says so), what training the base model's flavour means (e.g. a step-distilled one)
  * and each check the preflight did not make now (`notes`: the run's start makes it).
  */
+/** What a screen reader is told when a Check's report arrives (RELIABILITY 1913): that it is there
+ * and its headline numbers; the report itself (its notes and warnings) follows the Check button. */
+export function checkAnnouncement({ dataset, schedule, memory }: PreflightReport): string {
+  return (
+    `Check done: ${dataset.images_used} of ${dataset.images_found} images used, ${schedule.steps} steps, ` +
+    `about ${formatGb(memory.estimated_gb)} of GPU memory; the preflight report follows.`
+  );
+}
+
 export function PreflightPanel({ report }: { report: PreflightReport }) {
   const { dataset, schedule, precision, memory, plan } = report;
   const attention = report.config.attention_backend; // the setting; the run reports the kernel it used

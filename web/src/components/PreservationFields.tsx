@@ -1,3 +1,5 @@
+import { useId, useRef } from "react";
+import { useDescribedControls } from "./Field";
 import { type PreservationInputs, parsePreservation, preservationValue } from "../lib/preservation";
 
 interface Props {
@@ -14,9 +16,12 @@ interface Props {
  */
 export function PreservationFields({ value, error, onChange }: Props) {
   const inputs = parsePreservation(value);
+  const box = useRef<HTMLFieldSetElement | null>(null);
+  const errorId = useId();
+  useDescribedControls(box, error ? errorId : null, !!error); // its problem read with its controls (RELIABILITY 1918)
   const edit = (key: keyof PreservationInputs, v: string) => onChange(preservationValue({ ...inputs, [key]: v }));
   return (
-    <fieldset name="preservation" className="preservation wide" aria-label="output preservation">
+    <fieldset ref={box} name="preservation" className="preservation wide" aria-label="output preservation">
       <legend>Output preservation (the base model's output on the class, kept)</legend>
       <input
         aria-label="preservation class word"
@@ -34,7 +39,7 @@ export function PreservationFields({ value, error, onChange }: Props) {
       />
       <span className="hint">needs a trigger word; costs one extra no-grad forward + one extra forward/backward per micro-batch</span>
       {error && (
-        <span className="field-error" role="alert">
+        <span className="field-error" role="alert" id={errorId}>
           {error}
         </span>
       )}

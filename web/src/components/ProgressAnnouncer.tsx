@@ -41,3 +41,18 @@ export function ProgressAnnouncer(props: Props) {
   if (said.current?.key !== key) said.current = { key, text: progressAnnouncement(props) };
   return <LiveStatus text={said.current.text} testId="progress-announcement" />;
 }
+
+/**
+ * A polite live region that tells a screen reader when the Live screen's updates stop (the event
+ * stream lost) and when they come back (RELIABILITY 1913): the page shows it as a muted
+ * "reconnecting in N s…" only. Nothing before the stream first opened (a page loading); the
+ * countdown's seconds are not said.
+ */
+export function ConnectionAnnouncer({ connected }: { connected: boolean }) {
+  const opened = useRef(false);
+  const lost = useRef(false);
+  if (connected) opened.current = true;
+  else if (opened.current) lost.current = true;
+  const text = !opened.current ? "" : connected ? (lost.current ? "Live updates back." : "") : "Live updates lost: reconnecting…";
+  return <LiveStatus text={text} testId="connection-announcement" />;
+}

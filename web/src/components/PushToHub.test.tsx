@@ -14,7 +14,7 @@ const PUSHED = {
 };
 
 async function openForm() {
-  await userEvent.click(screen.getByRole("button", { name: "push portrait to the hub" }));
+  await userEvent.click(screen.getByRole("button", { name: "Push to hub: portrait" }));
   return screen.getByRole("textbox", { name: "Repo id" });
 }
 

@@ -3,6 +3,7 @@ import { api } from "../api/endpoints";
 import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import type { PushResult } from "../api/types";
 import { ErrorBanner } from "./ErrorBanner";
+import { useToggleFocus } from "../lib/toggleFocus";
 
 interface Props {
   /** The run's output name (its LoRA is outputs/<name>/<name>.safetensors). */
@@ -19,6 +20,7 @@ const REPO = /^[A-Za-z0-9][\w.-]*\/[\w.-]+$/;
  */
 export function PushToHub({ name }: Props) {
   const [open, setOpen] = useState(false);
+  const toggled = useToggleFocus(open); // the focus to the form opened, back to the button on Close
   const [repo, setRepo] = useState("");
   const [create, setCreate] = useState(false);
   const [priv, setPriv] = useState(false);
@@ -40,13 +42,14 @@ export function PushToHub({ name }: Props) {
   const push = action.run;
   if (!open) {
     return (
-      <button className="ghost" onClick={() => setOpen(true)} aria-label={`push ${name} to the hub`}>
+      <button ref={toggled} className="ghost" onClick={() => setOpen(true)} aria-label={`Push to hub: ${name}`}>
         Push to hub…
       </button>
     );
   }
   return (
     <form
+      ref={toggled}
       className="card push-hub"
       data-testid="push-hub"
       onSubmit={(e) => {

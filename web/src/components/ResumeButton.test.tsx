@@ -28,7 +28,7 @@ describe("ResumeButton", () => {
     );
     const onResumed = vi.fn();
     render(<ResumeButton run={RUN} onResumed={onResumed} onError={vi.fn()} />);
-    await userEvent.click(screen.getByRole("button", { name: "resume portrait from step 100" }));
+    await userEvent.click(screen.getByRole("button", { name: "Resume from 100: portrait" }));
     await waitFor(() => expect(onResumed).toHaveBeenCalledWith({ id: "new1", status: "queued" }));
     expect(calls.map((c) => [c.method, c.url, c.body])).toEqual([["POST", "/api/runs/abc123/resume", {}]]);
   });
@@ -40,9 +40,9 @@ describe("ResumeButton", () => {
     }));
     const onError = vi.fn();
     render(<ResumeButton run={RUN} onResumed={vi.fn()} onError={onError} />);
-    await userEvent.click(screen.getByRole("button", { name: /resume portrait/ }));
+    await userEvent.click(screen.getByRole("button", { name: /^Resum(e from [0-9]+|ing): portrait/ }));
     await waitFor(() => expect(onError).toHaveBeenCalledWith(expect.stringContaining("dataset_fingerprint")));
-    expect(screen.getByRole("button", { name: /resume portrait/ })).toBeEnabled();
+    expect(screen.getByRole("button", { name: /^Resum(e from [0-9]+|ing): portrait/ })).toBeEnabled();
   });
 
   it("with the run's checkpoints, lets the user pick one (newest first, preselected) and resumes from it", async () => {
@@ -55,7 +55,7 @@ describe("ResumeButton", () => {
     expect(picker).toHaveValue("step-100");
     expect(screen.getAllByRole("option").map((o) => o.textContent)).toEqual(["step 100 (newest)", "step 75", "step 50"]);
     await userEvent.selectOptions(picker, "step-50");
-    await userEvent.click(screen.getByRole("button", { name: "resume portrait from step 50" }));
+    await userEvent.click(screen.getByRole("button", { name: "Resume from 50: portrait" }));
     await waitFor(() => expect(onResumed).toHaveBeenCalledWith({ id: "new2", status: "queued" }));
     expect(calls.map((c) => [c.method, c.url, c.body])).toEqual([["POST", "/api/runs/abc123/resume", { checkpoint: "step-50" }]]);
   });

@@ -59,7 +59,7 @@ export function ResumeButton({ run, checkpoints, onResumed, onError }: Props) {
       disabled={busy || !allRelocated(moved, places)}
       onClick={() => void resume()}
       title={`Continue from the checkpoint at step ${step}`}
-      aria-label={`resume ${run.output_name} from step ${step}`}
+      aria-label={busy ? `Resuming ${run.output_name}…` : `Resume from ${step}: ${run.output_name}`} // the words shown first (RELIABILITY 1914)
     >
       {busy ? "Resuming…" : `Resume from ${step}`}
     </button>

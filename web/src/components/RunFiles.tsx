@@ -8,10 +8,10 @@ export function RunFiles({ runId }: { runId: string }) {
       <a className="button secondary" href={href("clone", runId)}>
         Clone
       </a>
-      <a className="button ghost" href={api.runConfigUrl(runId, "toml")} download aria-label="download the config as TOML">
+      <a className="button ghost" href={api.runConfigUrl(runId, "toml")} download aria-label="Config .toml: download the config as TOML">
         Config .toml
       </a>
-      <a className="button ghost" href={api.runConfigUrl(runId, "json")} download aria-label="download the config as JSON">
+      <a className="button ghost" href={api.runConfigUrl(runId, "json")} download aria-label="Config .json: download the config as JSON">
         Config .json
       </a>
     </>

@@ -3,8 +3,9 @@ import { api } from "../api/endpoints";
 import type { GenerateBody, LoraSteps } from "../api/types";
 import type { LoraPick } from "./LoraPicker";
 import { ErrorBanner } from "./ErrorBanner";
+import { LiveStatus } from "./LiveStatus";
 import { useLoad } from "../lib/latest";
-import { cancelGrid, type Generate, renderGrid, useStepGrid } from "../lib/stepGridInFlight";
+import { cancelGrid, type Generate, type GridView, renderGrid, useStepGrid } from "../lib/stepGridInFlight";
 
 type StepLora = LoraSteps["loras"][number];
 
@@ -31,6 +32,16 @@ const loraOf = (item: StepLora, pick: LoraPick) => {
 };
 /** The validation marks of a step's LoRA (a run with validation_split): " · best", " · last". */
 const marks = (item: StepLora) => `${item.best ? " · best" : ""}${item.last ? " · last" : ""}`;
+
+/** What a screen reader is told of the tab's grid (RELIABILITY 1913): that it renders, then how it
+ * ended; not each image (the button says "N of M"). A refusal is the grid's alert already. */
+export function gridAnnouncement(grid: GridView): string {
+  if (!grid.pick || grid.error) return "";
+  const of = `${grid.total} images of ${grid.pick.name}`;
+  if (grid.running) return grid.cancelled ? "Cancelling the grid…" : `Rendering a grid of ${of}…`;
+  if (grid.cancelled) return `Grid cancelled: ${grid.cells.length} of ${of} made.`;
+  return `Grid rendered: ${of}, in the gallery.`;
+}
 
 /**
  * Compare a LoRA over its training steps: one prompt and seed rendered with each chosen
@@ -97,11 +108,12 @@ export function StepGrid({ pick, body, generate, busy }: Props) {
           </button>
         )}
       </div>
+      <LiveStatus text={mine ? gridAnnouncement(grid) : ""} testId="grid-announcement" />
       {shown.length > 0 && (
         <div className="step-cells">
           {shown.map((cell) => (
             <figure key={`${cell.label}-${cell.result.file}`}>
-              <img src={api.imageUrl(cell.result.url)} alt={`${pick.name} ${cell.label}`} />
+              <img src={api.imageUrl(cell.result.url)} alt={`${pick.name} ${cell.label}: ${cell.result.prompt}`} />
               <figcaption className="small">{cell.label}</figcaption>
             </figure>
           ))}

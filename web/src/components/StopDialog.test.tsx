@@ -9,6 +9,9 @@ describe("StopDialog", () => {
     const onCancel = vi.fn();
     render(<StopDialog onStop={onStop} onCancel={onCancel} step={12} />);
     expect(screen.getByRole("dialog", { name: "Stop training?" })).toHaveTextContent("12 steps");
+    // RELIABILITY 1916: what each choice does is read on opening, with the focus on Continue
+    expect(screen.getByRole("dialog")).toHaveAccessibleDescription(/^Stop and save writes a LoRA of the 12 steps run so far\. Stop and discard ends the run without a LoRA and deletes the checkpoints/);
+    expect(screen.getByRole("button", { name: "Continue" })).toHaveFocus();
     await userEvent.click(screen.getByRole("button", { name: "Stop and save" }));
     expect(onStop).toHaveBeenLastCalledWith(true);
     await userEvent.click(screen.getByRole("button", { name: "Stop and discard" }));
@@ -23,6 +26,7 @@ describe("StopDialog", () => {
     const onStop = vi.fn();
     render(<StopDialog onStop={onStop} onCancel={vi.fn()} step={0} />);
     expect(screen.getByTestId("stop-nothing")).toHaveTextContent("nothing to save");
+    expect(screen.getByRole("dialog")).toHaveAccessibleDescription(/^No step has run yet, so there is nothing to save/);
     expect(screen.queryByRole("button", { name: "Stop and save" })).toBeNull();
     expect(screen.queryByRole("button", { name: "Stop and discard" })).toBeNull();
     await userEvent.click(screen.getByRole("button", { name: "Stop" }));

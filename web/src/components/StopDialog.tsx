@@ -21,6 +21,7 @@ export function StopDialog({ onStop, onCancel, busy, step, work }: Props) {
       <Dialog
         title="Stop training?"
         onClose={onCancel}
+        describe
         footer={
           <>
             <button className="secondary" onClick={onCancel} disabled={busy}>
@@ -40,6 +41,7 @@ export function StopDialog({ onStop, onCancel, busy, step, work }: Props) {
     <Dialog
       title="Stop training?"
       onClose={onCancel}
+      describe
       footer={
         <>
           <button className="secondary" onClick={onCancel} disabled={busy}>

@@ -1,6 +1,7 @@
 import { type FormEvent, useState } from "react";
 import { setToken, useAuth } from "../api/auth";
 import { Dialog } from "./Dialog";
+import { Field } from "./Field";
 
 /**
  * Asks for the API token when the server answered 401 (shown by the app shell while
@@ -33,8 +34,8 @@ export function TokenDialog() {
           This studio is protected by an API token (<code>LORASTUDIO_API_TOKEN</code> on the server). It is kept in
           this browser, so you are asked only once.
         </p>
-        <label className="field">
-          <span className="field-label">API token</span>
+        {/* a Field: the refusal is the input's description and makes it invalid, not only an alert beside it (RELIABILITY 1918) */}
+        <Field label="API token" error={refused ? "The server refused the saved token. Enter the current one." : undefined}>
           <input
             type="password"
             name="api_token"
@@ -42,12 +43,7 @@ export function TokenDialog() {
             value={value}
             onChange={(e) => setValue(e.target.value)}
           />
-          {refused && (
-            <span className="field-error" role="alert">
-              The server refused the saved token. Enter the current one.
-            </span>
-          )}
-        </label>
+        </Field>
       </form>
     </Dialog>
   );

@@ -118,10 +118,18 @@ export function trainControls(
       field(k, label, opts, <textarea name={k} rows={3} value={text(k)} placeholder={opts.placeholder} onChange={(e) => set(k, e.target.value)} />),
     check: (k, label) => (
       <label className={`check${errors[k] ? " has-error" : ""}`} title={title(k)}>
-        <input type="checkbox" name={k} checked={values[k] === true} onChange={(e) => set(k, e.target.checked)} />
+        <input
+          type="checkbox"
+          name={k}
+          checked={values[k] === true}
+          onChange={(e) => set(k, e.target.checked)}
+          // its problem read with it, as a Field's (RELIABILITY 1918)
+          aria-invalid={errors[k] ? true : undefined}
+          aria-describedby={errors[k] ? `${k}-check-error` : undefined}
+        />
         {label}
         {errors[k] && (
-          <span className="field-error" role="alert">
+          <span className="field-error" role="alert" id={`${k}-check-error`}>
             {errors[k]}
           </span>
         )}

@@ -25,7 +25,7 @@ const RUN: RunSummary = {
 afterEach(() => vi.unstubAllGlobals());
 
 async function openForm() {
-  await userEvent.click(screen.getByRole("button", { name: "train portrait longer" }));
+  await userEvent.click(screen.getByRole("button", { name: "Train longer: portrait" }));
   return screen.getByRole("spinbutton", { name: "New total steps" });
 }
 
@@ -82,6 +82,6 @@ describe("TrainLonger", () => {
     await userEvent.click(screen.getByRole("button", { name: "Train to 2000 steps" }));
     await waitFor(() => expect(onError).toHaveBeenCalledWith(expect.stringContaining("counts epochs")));
     await userEvent.click(screen.getByRole("button", { name: "Cancel" }));
-    expect(screen.getByRole("button", { name: "train portrait longer" })).toBeEnabled();
+    expect(screen.getByRole("button", { name: "Train longer: portrait" })).toBeEnabled();
   });
 });

@@ -6,6 +6,7 @@ import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { allRelocated, movedPaths, relocatedSettings, type MovedPath } from "../lib/relocation";
 import type { Job, RunSummary } from "../api/types";
 import { MovedPathFields } from "./MovedPathFields";
+import { useToggleFocus } from "../lib/toggleFocus";
 
 interface Props {
   run: RunSummary;
@@ -28,6 +29,7 @@ interface Props {
 export function TrainLonger({ run, onStarted, onError }: Props) {
   const offer = run.train_longer;
   const [open, setOpen] = useState(false);
+  const toggled = useToggleFocus(open); // the focus to the form opened, back to the button on Cancel
   const [value, setValue] = useState(() => String(offer ? offer.steps * 2 : ""));
   // the server's refusal of these steps (e.g. over its 10,000,000 limit), said under the input until it is edited
   const [refused, setRefused] = useState<string | null>(null);
@@ -61,8 +63,8 @@ export function TrainLonger({ run, onStarted, onError }: Props) {
   const start = () => action.run(steps);
   if (!open) {
     return (
-      <div className="train-longer">
-        <button className="ghost" onClick={() => setOpen(true)} aria-label={`train ${run.output_name} longer`}>
+      <div className="train-longer" ref={toggled}>
+        <button className="ghost" onClick={() => setOpen(true)} aria-label={`Train longer: ${run.output_name}`}>
           Train longer…
         </button>
       </div>
@@ -70,6 +72,7 @@ export function TrainLonger({ run, onStarted, onError }: Props) {
   }
   return (
     <form
+      ref={toggled}
       className="train-longer"
       data-testid="train-longer"
       onSubmit={(e) => {

@@ -52,11 +52,15 @@ describe("bulk caption edit", () => {
     await userEvent.click(screen.getByText("Edit all captions"));
     await userEvent.type(screen.getByLabelText("Find"), "dog");
     await userEvent.type(screen.getByLabelText("Replace with"), "sks dog");
+    const said = screen.getByTestId("bulk-announcement");
+    expect(said).toHaveAttribute("role", "status");
     await userEvent.click(screen.getByRole("button", { name: "Preview" }));
     expect(await screen.findByTestId("bulk-result")).toHaveTextContent("Would change 1 of 2 caption(s).");
+    expect(said).toHaveTextContent(/^Would change 1 of 2 caption\(s\)\.$/);
     expect(screen.getByTestId("bulk-result")).toHaveTextContent("a.png: a dog → a sks dog");
     await userEvent.click(screen.getByRole("button", { name: "Apply to all captions" }));
     await waitFor(() => expect(screen.getByTestId("bulk-result")).toHaveTextContent("Changed 1 of 2 caption(s)."));
+    expect(said).toHaveTextContent(/^Changed 1 of 2 caption\(s\)\.$/); // RELIABILITY 1913: the answers said
     const posts = calls.filter((c) => c.url === "/api/datasets/mix/captions").map((c) => c.body);
     expect(posts).toEqual([
       { find: "dog", replace: "sks dog", prepend: "", append: "", dry_run: true },

@@ -1,4 +1,4 @@
-import { screen } from "@testing-library/react";
+import { screen, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { INFO, mockFetch } from "../test/fixtures";
@@ -26,6 +26,10 @@ describe("DatasetsScreen new dataset name", () => {
     expect(screen.getByRole("alert").textContent).toBe(
       "'-x' must not start with '-': a command line would read it as an option; pick another name",
     );
+    // RELIABILITY 1918: the refusal is the field's description, the field invalid
+    const field = screen.getByRole("textbox", { name: "new dataset name" });
+    expect(field).toHaveAttribute("aria-invalid", "true");
+    expect(field).toHaveAccessibleDescription(/^'-x' must not start with '-'/);
     expect(window.location.hash).toBe("");
     expect(calls.map((c) => c.url)).toEqual(["/api/info"]); // nothing sent but the page's info
   });
@@ -46,5 +50,16 @@ describe("DatasetsScreen new dataset name", () => {
     await submit("cats");
     expect(screen.queryByRole("alert")).toBeNull();
     expect(window.location.hash).toBe("#/datasets/cats");
+  });
+});
+
+describe("DatasetsScreen captions count", () => {
+  it("tells a screen reader, not only the eye (a dot), that images have no caption (RELIABILITY 1912)", async () => {
+    mockFetch(({ url }) => (url === "/api/info" ? { body: INFO } : undefined));
+    renderWithProviders(<DatasetsScreen />, { training: false });
+    const faces = (await screen.findByRole("link", { name: "faces" })).closest("tr") as HTMLElement; // 20 images, 12 captions
+    expect(within(faces).getByRole("img", { name: "8 images have no caption" })).toBeInTheDocument();
+    const shapes = screen.getByRole("link", { name: "shapes" }).closest("tr") as HTMLElement; // all 8 captioned
+    expect(within(shapes).queryByRole("img")).toBeNull();
   });
 });

@@ -1,4 +1,4 @@
-import { type FormEvent, useState } from "react";
+import { type FormEvent, useId, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
@@ -9,11 +9,15 @@ import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
 import { markupWords } from "../lib/markupWords";
 import { nameProblem } from "../lib/nameRule";
 import { href, navigate } from "../lib/route";
+import { useToggleFocus } from "../lib/toggleFocus";
+import { Field } from "../components/Field";
 
 /** Rename a folder the studio cannot use (listed `usable: false`): the new name is checked by the
  * server's rule for a new name first (NFC: an NFD name copied from macOS is offered as it reads). */
 function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule?: NameRule; onDone: () => void }) {
   const [open, setOpen] = useState(false);
+  const toggled = useToggleFocus(open); // the focus to the new name's field
+  const errorId = useId();
   const [to, setTo] = useState("");
   const [error, setError] = useState<string | null>(null);
   const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
@@ -53,10 +57,12 @@ function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule
     }
   };
   return (
-    <form className="inline-form" onSubmit={(e) => void submit(e)}>
+    <form ref={toggled} className="inline-form" onSubmit={(e) => void submit(e)}>
       <input
         aria-label={`new name for ${dataset.name}`}
         value={to}
+        aria-invalid={error ? true : undefined}
+        aria-describedby={error ? errorId : undefined} // the refusal read with the field (RELIABILITY 1918)
         onChange={(e) => {
           setTo(e.target.value);
           setError(null);
@@ -66,7 +72,7 @@ function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule
         Rename
       </button>
       {error && (
-        <span className="field-error" role="alert">
+        <span className="field-error" role="alert" id={errorId}>
           {error}
         </span>
       )}
@@ -147,8 +153,8 @@ export function DatasetsScreen() {
       </div>
       <p className="muted small">Folder: {info?.datasets_root ?? "…"}</p>
       <form className="inline-form card" onSubmit={create}>
-        <label className="field">
-          <span className="field-label">New dataset</span>
+        {/* a Field: a refused name is the input's description and makes it invalid (RELIABILITY 1918) */}
+        <Field label="New dataset" error={error ?? undefined}>
           <input
             placeholder="my-style"
             value={name}
@@ -158,12 +164,7 @@ export function DatasetsScreen() {
               setError(null);
             }}
           />
-          {error && (
-            <span className="field-error" role="alert">
-              {error}
-            </span>
-          )}
-        </label>
+        </Field>
         <button type="submit" className="primary">
           Create
         </button>
@@ -207,7 +208,10 @@ export function DatasetsScreen() {
                 cell: (d) => (
                   <>
                     {d.captions}
-                    {d.captions < d.images && <span className="warn-dot" title="some images have no caption" />}
+                    {d.captions < d.images && (
+                      // a dot to the eye, words to a screen reader (its title alone is read by none; RELIABILITY 1912)
+                      <span className="warn-dot" role="img" aria-label={`${d.images - d.captions} images have no caption`} title="some images have no caption" />
+                    )}
                     {d.markup_captions > 0 && (
                       <div className="small warn-text" role="note" data-testid="markup-captions">
                         {markupWords(d.markup_captions)}

@@ -53,6 +53,8 @@ describe("DatasetsScreen: a folder the studio cannot use (made by hand)", () => 
     await user.type(field, "what?"); // the new-name rule, before anything is sent
     await user.click(within(tr).getByRole("button", { name: "Rename" }));
     expect(within(tr).getByRole("alert").textContent).toBe('must not contain any of " * : < > ? |');
+    expect(field).toHaveAttribute("aria-invalid", "true"); // RELIABILITY 1918: tied to its field
+    expect(field).toHaveAccessibleDescription('must not contain any of " * : < > ? |');
     expect(calls.filter((c) => c.method === "POST")).toEqual([]);
 
     await user.clear(field);

@@ -69,7 +69,9 @@ describe("GenerateScreen: a LoRA-by-step grid across leaving the screen", () => 
     await waitFor(() => expect(answers).toHaveLength(2));
     // running: its progress, the image made while away, Cancel; Generate sends nothing meanwhile
     expect(within(back).getByRole("button", { name: "Rendering… (1 of 3)" })).toBeDisabled();
-    expect(within(back).getByRole("img")).toHaveAttribute("alt", "cats step 2");
+    expect(within(back).getByRole("img")).toHaveAttribute("alt", "cats step 2: p"); // its step and its prompt
+    const said = within(back).getByTestId("grid-announcement"); // RELIABILITY 1913: the grid's stage, for a screen reader
+    expect(said).toHaveTextContent(/^Rendering a grid of 3 images of cats…$/);
     expect(screen.getByRole("button", { name: "Generating…" })).toBeDisabled();
     await userEvent.click(within(back).getByRole("button", { name: "Cancel grid" }));
     await waitFor(() => expect(calls.some((c) => c.url === `/api/generations/${sent()[1].request_id}/cancel`)).toBe(true));
@@ -78,6 +80,7 @@ describe("GenerateScreen: a LoRA-by-step grid across leaving the screen", () => 
     const error = { error: "GenerationCancelled", detail: "cancelled", status: 409 };
     answers[1](json(202, generationStatus(sent()[1].request_id, "cancelled", { error }))); // stopped between denoising steps
     await waitFor(() => expect(within(back).getByText(/Grid cancelled: 1 of 3 images made/)).toBeInTheDocument());
+    expect(said).toHaveTextContent(/^Grid cancelled: 1 of 3 images of cats made\.$/);
     expect(sent().map((b) => b.loras)).toEqual([[{ name: "cats", scale: 1, step: 2 }], [{ name: "cats", scale: 1, step: 4 }]]); // step 6 never sent
     expect(within(back).queryByRole("alert")).toBeNull(); // a cancel is no error
     expect(screen.getByRole("button", { name: "Generate" })).toBeEnabled();

@@ -345,12 +345,16 @@ describe("GenerateScreen", () => {
     expect(within(grid).getByLabelText("step 2 · best")).toBeChecked(); // the validation marks
     expect(within(grid).getByLabelText("final (step 6) · last")).toBeChecked();
     await userEvent.click(within(grid).getByLabelText("step 4")); // leave step 4 out
+    const said = within(grid).getByTestId("grid-announcement"); // a polite status there before the grid
+    expect(said).toHaveAttribute("role", "status");
+    expect(said).toHaveTextContent(/^$/);
     await userEvent.click(within(grid).getByRole("button", { name: /Render grid \(2 images/ }));
     await waitFor(() => expect(within(grid).getAllByRole("img")).toHaveLength(2));
+    await waitFor(() => expect(said).toHaveTextContent("Grid rendered: 2 images of cats, in the gallery.")); // RELIABILITY 1913
     const sent = calls.filter((c) => c.url === "/api/generations").map((c) => c.body as Record<string, unknown>);
     expect(sent.map((b) => b.loras)).toEqual([[{ name: "cats", scale: 1, step: 2 }], [{ name: "cats", scale: 1 }]]);
     expect(new Set(sent.map((b) => `${b.prompt}|${b.seed}`)).size).toBe(1); // one prompt and seed
-    expect(within(grid).getAllByRole("img").map((i) => i.getAttribute("alt"))).toEqual(["cats step 2", "cats final (step 6)"]);
+    expect(within(grid).getAllByRole("img").map((i) => i.getAttribute("alt"))).toEqual(["cats step 2: a new dog", "cats final (step 6): a new dog"]); // each its prompt too
   });
 
   it("generates with an EMA run's raw final file by its step, and with the EMA file without one", async () => {

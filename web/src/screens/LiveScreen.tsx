@@ -6,7 +6,7 @@ import { LineChart } from "../components/LineChart";
 import { LoraSaved } from "../components/LoraSaved";
 import { PlanSummary } from "../components/PlanSummary";
 import { ProgressBar } from "../components/ProgressBar";
-import { ProgressAnnouncer } from "../components/ProgressAnnouncer";
+import { ConnectionAnnouncer, ProgressAnnouncer } from "../components/ProgressAnnouncer";
 import { SampleHistory } from "../components/SampleHistory";
 import { roundTiles, SampleRound, samplePrompts } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
@@ -209,6 +209,7 @@ export function LiveScreen() {
           loss={p?.loss}
           eta={measured}
         />
+        <ConnectionAnnouncer connected={connected} />
         {job.plan && <PlanSummary plan={job.plan} />}
       </div>
       <div className="card">

@@ -47,14 +47,14 @@ describe("RunDetailScreen", () => {
     expect(items[0]).toContain("newest");
     expect(items[1]).toContain("step 80");
     await userEvent.selectOptions(within(card).getByRole("combobox", { name: "checkpoint to resume from" }), "step-80");
-    await userEvent.click(within(card).getByRole("button", { name: "resume portrait from step 80" }));
+    await userEvent.click(within(card).getByRole("button", { name: "Resume from 80: portrait" }));
     await waitFor(() => expect(window.location.hash).toBe("#/live"));
     const resume = calls.find((c) => c.url === "/api/runs/r1/resume");
     expect(resume).toMatchObject({ method: "POST", body: { checkpoint: "step-80" } });
     expect(screen.getByRole("link", { name: "Download LoRA" })).toHaveAttribute("href", "/api/loras/portrait/file");
     // the sidecar (resolved config, loader checks) downloads beside it (session 38 journey)
     expect(screen.getByRole("link", { name: "Sidecar .json" })).toHaveAttribute("href", "/api/loras/portrait/sidecar");
-    expect(screen.getByRole("button", { name: "push portrait to the hub" })).toBeInTheDocument();
+    expect(screen.getByRole("button", { name: "Push to hub: portrait" })).toBeInTheDocument();
     // Resume and Train longer come before the LoRAs by step and the log (a phone scrolled past both: RELIABILITY 1411)
     const later = [await screen.findByTestId("lora-steps"), screen.getByLabelText("run log")];
     for (const el of later) expect(card.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING).toBeTruthy();
@@ -130,7 +130,7 @@ describe("RunDetailScreen", () => {
     expect(within(items[1]).getByRole("link")).toHaveAttribute("href", "/api/loras/portrait/file?step=4");
     expect(within(items[2]).queryByTestId("lora-best")).toBeNull();
     expect(items[2]).not.toHaveTextContent("val");
-    expect(within(items[2]).getByRole("link", { name: "download the EMA LoRA of step 4" })).toHaveAttribute(
+    expect(within(items[2]).getByRole("link", { name: "final (step 4): download the EMA LoRA of step 4" })).toHaveAttribute(
       "href",
       "/api/loras/portrait/file",
     );
@@ -143,7 +143,7 @@ describe("RunDetailScreen", () => {
     });
     render(<RunDetailScreen id="r1" />);
     const card = await screen.findByTestId("checkpoints");
-    await userEvent.click(await within(card).findByRole("button", { name: /resume portrait/ }));
+    await userEvent.click(await within(card).findByRole("button", { name: /^Resum(e from [0-9]+|ing): portrait/ }));
     expect(await within(card).findByRole("alert")).toHaveTextContent("the dataset changed");
     expect(screen.getAllByRole("alert")).toHaveLength(1);
   });
@@ -156,7 +156,7 @@ describe("RunDetailScreen", () => {
     });
     render(<RunDetailScreen id="r1" />);
     const card = await screen.findByTestId("checkpoints");
-    await userEvent.click(await within(card).findByRole("button", { name: "train portrait longer" }));
+    await userEvent.click(await within(card).findByRole("button", { name: "Train longer: portrait" }));
     const input = within(card).getByRole("spinbutton", { name: "New total steps" });
     await userEvent.clear(input);
     await userEvent.type(input, "20000000");
@@ -203,8 +203,8 @@ describe("RunDetailScreen", () => {
     const calls = serve(done, { ...CHECKPOINTS, resume_step: null });
     render(<RunDetailScreen id="r1" />);
     const card = await screen.findByTestId("checkpoints");
-    await userEvent.click(await within(card).findByRole("button", { name: "train portrait longer" }));
-    expect(within(card).queryByRole("button", { name: /resume portrait/ })).toBeNull();
+    await userEvent.click(await within(card).findByRole("button", { name: "Train longer: portrait" }));
+    expect(within(card).queryByRole("button", { name: /^Resum(e from [0-9]+|ing): portrait/ })).toBeNull();
     const input = within(card).getByRole("spinbutton", { name: "New total steps" });
     await userEvent.clear(input);
     await userEvent.type(input, "1600");
@@ -261,8 +261,8 @@ describe("RunDetailScreen", () => {
     const calls = serve(RUN, CHECKPOINTS);
     render(<RunDetailScreen id="r1" />);
     expect(await screen.findByRole("link", { name: "Clone" })).toHaveAttribute("href", "#/clone/r1");
-    expect(screen.getByRole("link", { name: "download the config as TOML" })).toHaveAttribute("href", "/api/runs/r1/config?format=toml");
-    expect(screen.getByRole("link", { name: "download the config as JSON" })).toHaveAttribute("href", "/api/runs/r1/config?format=json");
+    expect(screen.getByRole("link", { name: "Config .toml: download the config as TOML" })).toHaveAttribute("href", "/api/runs/r1/config?format=toml");
+    expect(screen.getByRole("link", { name: "Config .json: download the config as JSON" })).toHaveAttribute("href", "/api/runs/r1/config?format=json");
     const log = await screen.findByLabelText("run log");
     expect(log).toHaveTextContent("lorastudio.worker: model_load_started");
     expect(screen.getByTestId("run-log")).toHaveTextContent("Showing the last 2 lines.");

@@ -1,4 +1,4 @@
-import { useState } from "react";
+import { useEffect, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { CheckpointsCard } from "../components/CheckpointsCard";
@@ -19,6 +19,7 @@ import { isAbort, loadMessage, useAction, useLoad, useUnmountSignal } from "../l
 import { DatasetWarnings } from "../components/DatasetWarnings";
 import { OlderRounds } from "../components/OlderRounds";
 import { useSamplePages } from "../lib/samplePages";
+import { setPageTitle } from "../lib/pageTitle";
 
 /**
  * One run: the plan it used, its chart, sample previews, its worker log, checkpoints (resume from a picked
@@ -49,6 +50,10 @@ export function RunDetailScreen({ id }: { id: string }) {
   });
 
   const run = loaded.data;
+  const name = run?.output_name;
+  useEffect(() => {
+    if (name) setPageTitle(`Run ${name}`); // the tab's title names the run (App's says "Run" until it is loaded)
+  }, [name]);
   if (!run && loaded.error) {
     return (
       <section className="screen">
@@ -140,7 +145,11 @@ export function RunDetailScreen({ id }: { id: string }) {
           <ul className="plain lora-steps">
             {loras.map((l) => (
               <li key={l.path}>
-                <a href={api.imageUrl(l.url)} download aria-label={`download the ${l.weights === "ema" ? "EMA " : ""}LoRA of step ${l.step ?? "?"}`}>
+                <a
+                  href={api.imageUrl(l.url)}
+                  download
+                  aria-label={`${l.final ? `final (step ${l.step ?? "?"})` : `step ${l.step}`}: download the ${l.weights === "ema" ? "EMA " : ""}LoRA of step ${l.step ?? "?"}`}
+                >
                   {l.final ? `final (step ${l.step ?? "?"})` : `step ${l.step}`}
                 </a>{" "}
                 <span

@@ -78,6 +78,9 @@ describe("TrainScreen's problem summary", () => {
     );
     await userEvent.click(within(screen.getByTestId("problem-summary")).getByRole("button", { name: "Warmup init" }));
     expect(input("adafactor_warmup_init")).toHaveFocus();
+    // RELIABILITY 1918: the checkbox's problem is read with it, as a field's
+    expect(input("adafactor_warmup_init")).toHaveAttribute("aria-invalid", "true");
+    expect(input("adafactor_warmup_init")).toHaveAccessibleDescription("warms up the relative step: needs adafactor_relative_step");
   });
 
   it("on a fresh home, says how to get a dataset instead of a bare 'required' (RELIABILITY 1415)", async () => {

@@ -56,8 +56,12 @@ describe("TrainScreen", () => {
     await userEvent.selectOptions(screen.getByLabelText("length unit"), "epochs");
     await userEvent.clear(input("length"));
     await userEvent.type(input("length"), "5");
+    const said = screen.getByTestId("check-announcement"); // RELIABILITY 1913: a polite status there before the Check
+    expect(said).toHaveAttribute("role", "status");
+    expect(said).toHaveTextContent(/^$/);
     await userEvent.click(screen.getByRole("button", { name: "Check" }));
     const report = await screen.findByTestId("preflight");
+    expect(said).toHaveTextContent(/^Check done: 8 of 9 images used, 40 steps, about 1.25 GB of GPU memory; the preflight report follows\.$/);
     expect(report).toHaveTextContent("bad.png");
     expect(report).toHaveTextContent("1.25 GB");
     expect(screen.getByTestId("preflight-family-note")).toHaveTextContent(

@@ -13,7 +13,8 @@ import { FamilyPicker } from "../components/FamilyPicker";
 import { ImportConfig, ImportReport } from "../components/ImportConfig";
 import { Field } from "../components/Field";
 import { DatasetSelect } from "../components/DatasetSelect";
-import { PreflightPanel } from "../components/PreflightPanel";
+import { checkAnnouncement, PreflightPanel } from "../components/PreflightPanel";
+import { LiveStatus } from "../components/LiveStatus";
 import { ProblemSummary } from "../components/ProblemSummary";
 import { trainControls } from "../components/TrainControls";
 import { useCloneValues } from "../lib/clone";
@@ -385,6 +386,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
             {busy === "start" ? "Starting…" : "Start training"}
           </button>
         </div>
+        <LiveStatus text={report ? checkAnnouncement(report) : ""} testId="check-announcement" />
         {report && <PreflightPanel report={report} />}
       </form>
     </section>

@@ -5,7 +5,8 @@
  * aria-describedby), each action is a button or link reachable by keyboard (no clickable
  * div/span), nothing keeps saying "Loading…" once the server answered, and the Stop dialog traps
  * the focus and closes on Escape; each screen has one h1 and no heading level skipped, every table
- * header is named, and a scrolling log is a named Tab stop (RELIABILITY 791-793).
+ * header is named, and a scrolling log is a named Tab stop (RELIABILITY 791-793); a button's or
+ * link's name holds the words it shows (RELIABILITY 1914).
  */
 import { render, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
@@ -165,6 +166,22 @@ function unnamedHeaders(root: HTMLElement): string[] {
   return [...root.querySelectorAll("th")].filter((th) => !(th.textContent ?? "").trim() && !th.getAttribute("aria-label")).map(describeEl);
 }
 
+/** Words of a text, lower case, without punctuation ("Train longer…" -> "train longer"). */
+const words = (text: string) => text.toLowerCase().replace(/[^\p{L}\p{N}]+/gu, " ").trim();
+
+/** Buttons and links whose accessible name (an aria-label) does not contain their visible text
+ * (WCAG 2.5.3, label in name): a voice control user says what they see ("click Train longer")
+ * and nothing answers (RELIABILITY 1914). Icons and numbers alone (no letter) are left out. */
+function labelNotInName(root: HTMLElement): string[] {
+  return [...root.querySelectorAll("button[aria-label], a[aria-label]")]
+    .filter((el) => !hidden(el))
+    .filter((el) => {
+      const seen = words(el.textContent ?? "");
+      return /\p{L}/u.test(seen) && !words(el.getAttribute("aria-label") ?? "").includes(seen);
+    })
+    .map((el) => `"${el.textContent}" named "${el.getAttribute("aria-label")}"`);
+}
+
 /** Scrolling text boxes (a log) that a keyboard cannot reach to scroll, or that have no name. */
 function unreachableScrollers(root: HTMLElement): string[] {
   return [...root.querySelectorAll("pre")]
@@ -185,6 +202,7 @@ describe("accessibility of every screen", () => {
     expect(headingProblems(container)).toEqual([]);
     expect(unnamedHeaders(container)).toEqual([]);
     expect(unreachableScrollers(container)).toEqual([]);
+    expect(labelNotInName(container)).toEqual([]);
   });
 
   it.each(SCREENS.filter(([name]) => name !== "Datasets"))("%s, every load refused (503): the refusal is announced and nothing keeps loading", async (_, make, act) => {

@@ -88,7 +88,7 @@ describe("a screen's POST answered after it unmounted", () => {
     const onResumed = vi.fn();
     const onError = vi.fn();
     const view = render(<ResumeButton run={RUN} onResumed={onResumed} onError={onError} />);
-    await userEvent.click(screen.getByRole("button", { name: "resume portrait from step 100" }));
+    await userEvent.click(screen.getByRole("button", { name: "Resume from 100: portrait" }));
     const resume = held("/api/runs/abc123/resume");
     view.unmount();
     await act(async () => resume.answer({ ...JOB, status: "queued" }, 201));
@@ -128,7 +128,7 @@ describe("a screen's POST answered after it unmounted", () => {
     const onStarted = vi.fn();
     const onError = vi.fn();
     const view = render(<TrainLonger run={RUN} onStarted={onStarted} onError={onError} />);
-    await userEvent.click(screen.getByRole("button", { name: "train portrait longer" }));
+    await userEvent.click(screen.getByRole("button", { name: "Train longer: portrait" }));
     await userEvent.click(screen.getByRole("button", { name: "Train to 2000 steps" }));
     const resume = held("/api/runs/abc123/resume");
     view.unmount();

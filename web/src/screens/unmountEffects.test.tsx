@@ -92,7 +92,7 @@ const CASES: Case[] = [
     name: "a push to the hub",
     ui: () => <PushToHub name="portrait" />,
     act: async () => {
-      await click("push portrait to the hub");
+      await click("Push to hub: portrait");
       await userEvent.type(screen.getByRole("textbox", { name: /Repo id/ }), "me/portrait");
       await click("Push");
     },

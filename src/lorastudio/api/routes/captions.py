@@ -5,7 +5,7 @@ while training uses the dataset, or holds every GPU and the captioning model doe
 it: the message names needed vs free GiB, jobs/caption_gpu.py; a run on a dataset being captioned
 is refused likewise); GET the same path gives the dataset's
 newest job; GET /api/captions lists the recent ones. Jobs are recorded in the studio home
-(jobs/caption_records.py) and answered after a restart. The job's events (caption_job, caption_started, caption_progress, caption_failed,
+(jobs/caption_records.py) and answered after a restart. The job's events (caption_job, caption_started, caption_progress, caption_failed, caption_kept,
 caption_summary, caption_error, caption_end) stream at /api/captions/events.
 """
 

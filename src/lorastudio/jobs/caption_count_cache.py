@@ -1,0 +1,112 @@
+"""The preflight's caption counts remembered while their tokenizer files stay the same (torch-free).
+
+Each preflight counted its captions in a fresh child process (jobs/caption_tokens.py: the
+folder's files are untrusted, so the server never reads them itself): a Python start, the
+`tokenizers` import and the tokenizer's load for every Check of the Train form, even when
+nothing but an unrelated field changed (~0.1 CPU s and 0.2-0.5 s of wall time each here). The
+answer depends only on the ask (folder, root, tokenizer folder, template, texts) and on the
+tokenizer folder's files, so a count is kept under the ask and the identity of every entry of
+that folder (`os.stat` following links: device, inode, size, mtime and ctime in ns, file type),
+which any write, replacement, added or removed file or retargeted link changes. Only a child's
+answer of counts is kept (never a "cannot count": a timeout is the host's load, not the files');
+a folder that cannot be listed, or lists more than MAX_ENTRIES entries, is never kept (the child
+answers it as before). The listing is `os.scandir` + `os.stat` (no file is opened: a FIFO in the
+folder cannot block the server's thread); at most MAX_KEPT answers, the oldest dropped first.
+
+Contract: `lookup(ask)` -> the kept counts of this ask whose folder is unchanged since, or None;
+`keep(ask, counts)` remembers them (a no-op where the folder cannot be fingerprinted).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+MAX_ENTRIES = 64  # a tokenizer folder holds ~2-8 files; more: not kept (the listing stays small)
+MAX_KEPT = 32  # answers kept (each: its captions' texts and counts)
+MAX_TEXT_CHARS = 1_000_000  # an ask whose texts are longer is not kept (the memory they hold)
+
+_kept: OrderedDict[tuple[Any, ...], tuple[tuple[Any, ...], list[int]]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _fingerprint(folder: Path) -> tuple[Any, ...] | None:
+    """The identity of `folder` and of each of its entries (links followed), or None where it
+    cannot be listed, or lists more than MAX_ENTRIES."""
+    try:
+        top = os.stat(folder)
+        with os.scandir(folder) as listing:
+            entries = []
+            for entry in listing:
+                if len(entries) >= MAX_ENTRIES:
+                    return None
+                try:
+                    st = os.stat(entry.path)  # follows a link: its target's identity
+                    entries.append(
+                        (
+                            entry.name,
+                            st.st_dev,
+                            st.st_ino,
+                            st.st_size,
+                            st.st_mtime_ns,
+                            st.st_ctime_ns,
+                            st.st_mode,
+                        )
+                    )
+                except OSError as err:  # a dangling link: its error is its identity
+                    entries.append((entry.name, "unreadable", err.errno))
+    except OSError:
+        return None
+    return (top.st_dev, top.st_ino, top.st_mtime_ns, top.st_ctime_ns, tuple(sorted(entries)))
+
+
+def _key(ask: dict[str, Any]) -> tuple[Any, ...] | None:
+    texts = tuple(ask["texts"])
+    if sum(len(t) for t in texts) > MAX_TEXT_CHARS:
+        return None
+    return (ask["folder"], ask["root"], ask["tokenizer"], ask["template"], texts)
+
+
+def lookup(ask: dict[str, Any]) -> list[int] | None:
+    """The counts kept for `ask` whose tokenizer folder has not changed since, else None."""
+    key = _key(ask)
+    if key is None:
+        return None
+    with _lock:
+        kept = _kept.get(key)
+    if kept is None:
+        return None
+    fingerprint, counts = kept
+    if _fingerprint(Path(ask["folder"]) / ask["tokenizer"]) != fingerprint:
+        return None
+    with _lock:
+        if key in _kept:
+            _kept.move_to_end(key)
+    return list(counts)
+
+
+def keep(ask: dict[str, Any], counts: list[int], fingerprint: tuple[Any, ...] | None) -> None:
+    """Remember `counts` for `ask`, counted from the folder `fingerprint` (taken before the child
+    read it: a change during the count leaves a fingerprint the next lookup does not match)."""
+    key = _key(ask)
+    if key is None or fingerprint is None:
+        return
+    with _lock:
+        _kept[key] = (fingerprint, list(counts))
+        _kept.move_to_end(key)
+        while len(_kept) > MAX_KEPT:
+            _kept.popitem(last=False)
+
+
+def fingerprint_of(ask: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The tokenizer folder's fingerprint for `ask` now (None: it is not kept)."""
+    return _fingerprint(Path(ask["folder"]) / ask["tokenizer"])
+
+
+def forget() -> None:
+    """Drop every kept answer."""
+    with _lock:
+        _kept.clear()

@@ -1,0 +1,82 @@
+"""The preflight's caption counts kept while the tokenizer folder's files stay the same
+(jobs/caption_count_cache.py): the same ask on unchanged files starts no second count child, and
+any write, replacement or added file in the folder, other captions or a "cannot count" answer
+start one (RELIABILITY 1930)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lorastudio import families
+from lorastudio.jobs import caption_count_cache, caption_tokens
+
+SPEC = families.get("flux").spec  # a plain T5 count of tokenizer_2/tokenizer.json
+CAPTIONS = ["a red circle on a blue background", "cat " * 70]
+
+
+@pytest.fixture
+def children(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """The asks each real count child was started with."""
+    started: list[dict] = []
+    real = caption_tokens._run_child
+
+    def counted(ask: dict):
+        started.append(ask)
+        return real(ask)
+
+    monkeypatch.setattr(caption_tokens, "_run_child", counted)
+    caption_count_cache.forget()
+    yield started
+    caption_count_cache.forget()
+
+
+@pytest.fixture
+def folder(tiny_model, tmp_path: Path) -> Path:
+    """A copy of the tiny FLUX.1's tokenizer_2 folder (a pipeline folder of its own)."""
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model("flux") / "tokenizer_2", base / "tokenizer_2")
+    return base
+
+
+def test_the_same_count_on_unchanged_files_starts_no_second_child(children, folder):
+    first = caption_tokens.caption_counts(SPEC, folder, CAPTIONS)
+    assert first[1] > first[0] > 0
+    assert caption_tokens.caption_counts(SPEC, folder, CAPTIONS) == first
+    assert len(children) == 1  # the old code started a child for every preflight
+    assert caption_tokens.caption_counts(SPEC, folder, CAPTIONS[:1]) == first[:1]  # other captions
+    assert len(children) == 2
+
+
+def test_a_written_replaced_or_added_file_is_counted_again(children, folder):
+    tokenizer = folder / "tokenizer_2" / "tokenizer.json"
+    expected = caption_tokens.caption_counts(SPEC, folder, CAPTIONS)
+    tokenizer.write_bytes(tokenizer.read_bytes())  # written in place (the same bytes)
+    assert caption_tokens.caption_counts(SPEC, folder, CAPTIONS) == expected
+    spare = tokenizer.with_name("spare.json")
+    shutil.copyfile(tokenizer, spare)
+    os.replace(spare, tokenizer)  # replaced by a rename
+    assert caption_tokens.caption_counts(SPEC, folder, CAPTIONS) == expected
+    (folder / "tokenizer_2" / "special_tokens_map.json").write_text("{}")  # a file added
+    assert caption_tokens.caption_counts(SPEC, folder, CAPTIONS) == expected
+    assert len(children) == 4
+    assert caption_tokens.caption_counts(SPEC, folder, CAPTIONS) == expected
+    assert len(children) == 4
+
+
+def test_a_folder_it_cannot_count_is_asked_again(children, folder):
+    (folder / "tokenizer_2" / "tokenizer.json").unlink()
+    for _ in range(2):
+        with pytest.raises(caption_tokens.CannotCount, match="tokenizer_2/"):
+            caption_tokens.caption_counts(SPEC, folder, CAPTIONS)
+    assert len(children) == 2
+
+
+def test_a_folder_of_too_many_entries_is_never_kept(children, folder, monkeypatch):
+    monkeypatch.setattr(caption_count_cache, "MAX_ENTRIES", 1)  # tokenizer_2 holds two files
+    first = caption_tokens.caption_counts(SPEC, folder, CAPTIONS)
+    assert caption_tokens.caption_counts(SPEC, folder, CAPTIONS) == first
+    assert len(children) == 2
