@@ -4,7 +4,8 @@ validation run, each stopped at step 2 beside its uninterrupted twin, the LoKr t
 record without `adapter`, RELIABILITY 1861; its placeholder-caption dataset, whose run and the
 klein run this code refuses, so neither is made),
 then through the old train(): a plain LoRA run of the LoKr run's settings, finished (its record
-and the LoKr's: what this session's forecast tells apart), a run on a dataset with loss masks
+and the LoKr's: what this session's forecast tells apart), a LoHa run at rank 2 (this session's
+factored LoHa forward, RELIABILITY 1990) stopped at step 2 beside its twin, a run on a dataset with loss masks
 (one of them black inside its image's centred crop, white outside: this session's blank-mask
 warning judges the crop, 1860s) stopped at step 2 beside its twin, and a Qwen-Image-Edit run on
 a dataset with control images and masks stopped likewise.
@@ -80,6 +81,9 @@ def _session39(home: Path, model: Path, done: dict) -> dict:
             "raw": raw,
             "losses": list(train(TrainConfig.model_validate(raw), [].append, device="cpu").losses),
         }
+    if "loha" not in out:  # rank 2: this session's forward takes its factors' product (1990)
+        raw = _settings(model, shapes, "loha39", {"steps": STEPS, "save_every": None, "adapter": "loha"})
+        out["loha"] = _stopped_and_full({**raw, "lora_rank": 2})
     if "mask" not in out:
         masked = _masked(shapes, home / "datasets" / "mask39")
         out["mask"] = _stopped_and_full(

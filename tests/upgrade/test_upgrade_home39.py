@@ -6,9 +6,9 @@ settings finished, a run on a dataset with loss masks and a Qwen-Image-Edit run 
 control images and masks, each stopped at step 2 beside its uninterrupted twin) is opened by this
 code: the listings (the placeholder dataset counted as refused, RELIABILITY 1862), the forecast from the old wall-time records (the
 old LoKr record measures LoKr runs, not LoRA runs: 1970), the old checkpoints resumed bitwise with
-no machine note (they record no device: 1873), the masked run's mask black in its crop named
+no machine note (they record no device: 1873), a LoHa run's within rounding (1990), the masked run's mask black in its crop named
 (1871); this code's checkpoint (device and dtype path
-recorded) resumed by the old code to the uninterrupted losses; a LoKr run finished by the old code
+recorded) and the LoHa run's resumed by the old code to the uninterrupted losses; a LoKr run finished by the old code
 after the roll back (its record without `adapter`) forecast as a LoKr by this code again, and a
 "train again" of the LoKr run through its server. Skipped
 where the repository lacks the old commit (a shallow clone). UPGRADE39_BUILT=<a root this fixture
@@ -118,6 +118,14 @@ def test_an_old_home_of_session_39_upgrades_rolls_back_and_upgrades_again(
                      resume=outputs / run)  # fmt: skip
         assert ours.losses == s39[key]["full_losses"], key
         assert not [e.message for e in events if e.type == "warning"], key
+    # the LoHa run (rank 2: this code's forward takes its factors' product, 1990) resumed to step 4:
+    # the old uninterrupted losses within rounding (the same sums in another order)
+    loha = TrainConfig.model_validate(s39["loha"]["raw"])
+    events, check = stop_at(4)
+    ours = train(loha, events.append, check, device="cpu", resume=outputs / "loha39")
+    assert ours.losses == pytest.approx(s39["loha"]["full_losses"][:4], rel=1e-5)
+    assert not [e.message for e in events if e.type == "warning"]
+
     # this code runs the masked run afresh, stopped with a checkpoint (its device and dtype path)
     masked = TrainConfig.model_validate({**s39["mask"]["raw"], "output_name": "mask39-new"})
     events, check = stop_at(3)
@@ -138,6 +146,11 @@ def test_an_old_home_of_session_39_upgrades_rolls_back_and_upgrades_again(
     raw = {**s39["mask"]["raw"], "output_name": "mask39-new"}
     rolled, warnings = _old_python(RESUME, json.dumps(raw), str(outputs / "mask39-new"), src=old_src_dir)
     assert rolled == s39["mask"]["full_losses"] and not warnings, warnings
+    # and the LoHa run from this code's step-4 checkpoint to its end (peft's full weight again)
+    rolled, warnings = _old_python(
+        RESUME, json.dumps(s39["loha"]["raw"]), str(outputs / "loha39"), src=old_src_dir
+    )
+    assert rolled == pytest.approx(s39["loha"]["full_losses"], rel=1e-5) and not warnings, warnings
     # the old code finishes a fresh LoKr run: a record without `adapter`
     config = folder.parent / "lokr39old.json"
     config.write_text(json.dumps({**lokr_raw, "output_name": "lokr39old", "lokr_factor": 4}))
