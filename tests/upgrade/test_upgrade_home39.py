@@ -1,5 +1,5 @@
-"""Session 39 upgrade audit, end to end (slow: 8.7 min on 2 shared cores, 6.9 of them building
-the home; 2.5 min on a copy, UPGRADE39_BUILT): a studio home
+"""Session 39 upgrade audit, end to end (slow: 5.8 to 8.7 min on 2 shared cores, 3.6 to 6.9
+of them building the home; 1.5 to 2.5 min on a copy, UPGRADE39_BUILT): a studio home
 built by the code of the session's start (commit OLD, extracted with `git archive`;
 tests/upgrade/old_home39.py: session 38's fixture home, a plain LoRA run of the LoKr run's
 settings finished, a run on a dataset with loss masks and a Qwen-Image-Edit run on one with
