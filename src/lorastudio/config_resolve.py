@@ -38,9 +38,14 @@ if TYPE_CHECKING:
 
 def _did_you_mean(loc: tuple[Any, ...]) -> str:
     """'; did you mean X?' for an unknown top-level setting close to a TrainConfig field
-    (difflib), else ''."""
+    (difflib), '; kohya's X is Y here ...' for a kohya argument the importer maps one to one
+    (RELIABILITY 2000), else ''."""
     if len(loc) != 1 or not isinstance(loc[0], str):
         return ""
+    from lorastudio.config_import.kohya_tables import SIMPLE  # no torch
+
+    if loc[0] in SIMPLE:  # kohya's name, not a misspelling (max_train_steps is not max_bad_steps)
+        return f"; kohya's {loc[0]} is {SIMPLE[loc[0]][0]} here (`lorastudio config import` converts a kohya file)"
     close = difflib.get_close_matches(loc[0].lower(), list(TrainConfig.model_fields), n=2, cutoff=0.75)
     return f"; did you mean {' or '.join(close)}?" if close else ""
 

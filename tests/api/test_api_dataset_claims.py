@@ -6,6 +6,7 @@ dataset go on; two edits of one dataset wait for each other instead of refusing.
 from __future__ import annotations
 
 import io
+import os
 import sys
 import threading
 from pathlib import Path
@@ -85,3 +86,24 @@ def test_an_edit_waits_for_a_brief_one(client: TestClient, settings: Settings) -
     put.join(30)
     assert result == {"code": 200}
     assert list((settings.home / "claims").glob("*")) == []  # the last holder left no trace
+
+
+def test_a_delete_or_rename_refused_under_a_read_says_what_was_refused(
+    client: TestClient, settings: Settings
+) -> None:
+    # a dataset a live run read (a control folder) refused its delete with "its captions cannot be
+    # written until that ends" (session 39 journey4, RELIABILITY 1998)
+    from lorastudio.jobs.dataset_claims import READ
+
+    assert _upload(client, "ctl", [("f", ("a.png", _png()))]) == 201
+    with DatasetClaim.take(settings.home, settings.datasets_dir, ["ctl"], READ, "training job 1a2b"):
+        deleted = client.delete("/api/datasets/ctl")
+        renamed = client.post("/api/datasets/ctl/rename", json={"to": "x"})
+        edited = client.put("/api/datasets/ctl/captions/a.png", json={"caption": "x"})
+    assert deleted.status_code == renamed.status_code == edited.status_code == 409
+    assert deleted.json()["detail"].endswith(
+        f"training job 1a2b (pid {os.getpid()}); it cannot be deleted until that ends"
+    )
+    assert "it cannot be renamed until that ends" in renamed.json()["detail"]
+    assert "its captions cannot be written until that ends" in edited.json()["detail"]
+    assert (settings.datasets_dir / "ctl" / "a.png").is_file()

@@ -44,3 +44,20 @@ def test_a_basis_every_phase_shares_is_said_once() -> None:
     text = printed.getvalue()
     assert text.count(SHARED) == 1  # the first line's alone (it was on 5 lines)
     assert "  steps            4 min 46 s\n" in text
+
+
+def test_an_added_basis_keeps_its_own_parentheses() -> None:
+    # a LoKr run forecast from a LoRA run printed "(; runs of lora, not this run's lokr (factor -1)"
+    # (session 39 journey4): the tail's ";" kept and its last ")" taken for the outer one
+    lokr = f"{SHARED}; runs of lora, not this run's lokr (factor -1)"
+    phases = [
+        {"name": "weights_load", "seconds": 4.7, "basis": SHARED},
+        {"name": "first_step", "seconds": 6.3, "basis": lokr},
+        {"name": "steps", "seconds": 8.7, "basis": lokr},
+        {"name": "export", "seconds": 0.8, "basis": SHARED},
+        {"name": "checkpoints", "seconds": 0.8, "basis": SHARED},
+        {"name": "other", "seconds": 1.1, "basis": f"{SHARED} (engine preflight (and gaps))"},
+    ]
+    words = phase_bases(phases, f"a guess (basis: {SHARED})")
+    assert words[1] == words[2] == "runs of lora, not this run's lokr (factor -1)"
+    assert words[5] == "engine preflight (and gaps)"

@@ -255,6 +255,17 @@ def test_unknown_setting_suggests_close_fields():
     assert by_field["zzz_qqq"] == "unknown setting"  # nothing close: no guess
 
 
+def test_a_kohya_argument_is_named_as_ours_not_guessed():
+    # kohya's max_train_steps was answered "did you mean max_bad_steps?" (session 39 journey4)
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "max_train_steps": 100, "network_dim": 8})
+    by_field = {p.field: p.message for p in exc.value.problems}
+    assert by_field["max_train_steps"] == (
+        "unknown setting; kohya's max_train_steps is steps here (`lorastudio config import` converts a kohya file)"
+    )
+    assert by_field["network_dim"].startswith("unknown setting; kohya's network_dim is lora_rank here")
+
+
 def test_keep_loras_without_a_snapshot_writer_is_refused():
     """keep_loras bounds the LoRA snapshots a run writes while it trains: refused, by its field
     and with the other problems at once, when no setting writes any; accepted with each writer."""

@@ -121,6 +121,20 @@ def test_kohya_folders_reg_and_settings_the_strict_config_refuses(tmp_path: Path
     assert "--set max_grad_norm=null" in {line.peer: line for line in toml.lines}["max_grad_norm"].note
 
 
+def test_a_setting_off_that_toml_cannot_hold_is_said_in_the_file(tmp_path: Path) -> None:
+    # kohya SDXL's min_snr_gamma = 0 (off) imported to a .toml left snr_gamma out, and the file
+    # trained at min-SNR 5 with no word in it; its line said "refused here" (session 39 journey4)
+    path = tmp_path / "sdxl.toml"
+    path.write_text('pretrained_model_name_or_path = "/models/sdxl.safetensors"\nnetwork_module = "networks.lora"\n'
+                    'train_data_dir = "/data/img"\nmin_snr_gamma = 0\n')  # fmt: skip
+    result = import_config(path, family="sdxl")
+    assert "snr_gamma" not in tomllib.loads(result.text)
+    assert "# off in the imported config (null), which TOML cannot write: snr_gamma\n" in result.text
+    assert "`--set snr_gamma=null`" in result.text.split("\n", 4)[3]
+    note = {line.peer: line for line in result.lines}["min_snr_gamma"].note
+    assert note.startswith("left out of the .toml, not refused") and "--set snr_gamma=null" in note
+
+
 def test_family_is_asked_for_never_guessed(tmp_path: Path) -> None:
     path = tmp_path / "sd.toml"
     path.write_text('pretrained_model_name_or_path = "/models/my_model.safetensors"\nnetwork_module = "networks.lora"\n'

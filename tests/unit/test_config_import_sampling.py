@@ -87,6 +87,15 @@ def test_a_shift_without_kohyas_sampling_is_not_carried_alone(tmp_path: Path) ->
     assert by_peer["discrete_flow_shift"].outcome == "not carried"
 
 
+def test_a_sigma_sampling_without_weighting_scheme_says_kohyas_default(tmp_path: Path) -> None:
+    # "by weighting_scheme uniform" named a key the file did not have (session 39 journey4)
+    path = tmp_path / "kohya.json"
+    args = {k: v for k, v in ARGS.items() if k not in ("logit_mean", "logit_std", "weighting_scheme")}
+    path.write_text(json.dumps(args))
+    note = {line.peer: line for line in import_config(path, toml=False).lines}["timestep_sampling"].note
+    assert note == "kohya's sigma sampling, by weighting_scheme uniform (unset in the file: kohya's default)"
+
+
 def test_kohyas_huber_loss_without_a_schedule_takes_kohyas_default(tmp_path: Path) -> None:
     """sd-scripts' huber_schedule defaults to snr, (1 - c) / (1 + sqrt((1 - abar) / abar))^2 + c
     per sample (train_util.get_huber_threshold_if_needed), which it computes for DDPM models only:

@@ -74,8 +74,9 @@ def _register() -> None:
     serve_cmd.register(app)
     runs_cmd.register(app)
     datasets_cmd.register(app)
-    from lorastudio.cli import caption_cmd
+    from lorastudio.cli import caption_cmd, dataset_edit_cmd
 
+    dataset_edit_cmd.register(datasets_cmd.datasets_app)
     caption_cmd.register(datasets_cmd.datasets_app)
     from lorastudio.cli import models_cmd
 

@@ -1,6 +1,8 @@
 """`lorastudio datasets list|import DIR [--name N] [--strict] [--kohya]|captions NAME|delete NAME|rename NAME TO`:
 the studio's dataset folders. A new dataset's name must not start with '-' (data/paths.py
-new_name); one named so before (or by hand) is given after '--': `datasets delete --yes -- -x`."""
+new_name); one named so before (or by hand) is given after '--': `datasets delete --yes -- -x`.
+The commands that change a dataset in place (`delete`, `rename`, `captions`) are in
+cli/dataset_edit_cmd.py, `datasets caption` in cli/caption_cmd.py."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ from pathlib import Path
 
 import typer
 
-from lorastudio.cli.confirm import confirm_or_stop
 from lorastudio.cli.kohya_import import import_kohya, say
 from lorastudio.cli.tables import print_table
 from lorastudio.cli.user_path_args import existing_folder, user_path
@@ -289,120 +290,3 @@ def _folder_reason(folder: str) -> str:
     if (misnamed := misnamed_control_folder(folder)) is not None:  # not a dataset of its own
         return misnamed
     return "a sub-folder: import it on its own"
-
-
-@datasets_app.command("delete")
-def delete_cmd(
-    name: str = typer.Argument(
-        ..., help="dataset name under the studio's datasets folder (one that starts with '-' goes after '--')"
-    ),
-    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
-) -> None:
-    """Delete datasets/<NAME> with every file in it. The command holds the studio home
-    exclusively meanwhile, so it is refused while a server owns the home (delete through it:
-    the UI or DELETE /api/datasets/NAME, which refuses while a job uses the dataset) or a
-    `lorastudio train` runs."""
-    from lorastudio.data.dataset_delete import delete_dataset
-    from lorastudio.errors import HomeInUse
-    from lorastudio.jobs.homelock import HomeLock
-    from lorastudio.settings import get_settings
-
-    settings = get_settings().ensure_dirs()
-    try:
-        lock = HomeLock.for_command(settings.home, "datasets delete")  # no server, no run meanwhile
-    except HomeInUse as err:
-        typer.echo(f"dataset {name} not deleted: {err}", err=True)
-        raise typer.Exit(1) from None
-    with lock:
-        _check_dataset_exists(settings.datasets_dir, name)  # before asking to delete it
-        if not yes:
-            confirm_or_stop(f"delete dataset {name} and every file in it?", f"dataset {name} not deleted")
-        # the lock excludes every job
-        left = delete_dataset(
-            settings.datasets_dir, name, in_use=set, decoded_dir=settings.decoded_record_dir
-        )
-    typer.echo(f"deleted dataset {name}")
-    if left:
-        typer.echo(f"warning: {left}", err=True)
-
-
-def _check_dataset_exists(root: Path, name: str) -> None:
-    """Raise DatasetNotFound (or a bad name's ConfigError) unless `name` is a dataset under `root`, as
-    delete_dataset would, before the command asks to delete it."""
-    from lorastudio.data import safe_component
-    from lorastudio.data.dataset_names import hand_named_folder
-    from lorastudio.errors import DatasetNotFound
-    from lorastudio.user_paths import is_dir, lexists
-
-    if hand_named_folder(root, name) is not None:
-        return
-    folder = root / safe_component(name, field="dataset name")
-    if not (is_dir(folder) or (lexists(folder) and folder.is_symlink())):
-        raise DatasetNotFound(name)
-
-
-@datasets_app.command("rename")
-def rename_cmd(
-    name: str = typer.Argument(
-        ..., help="the folder's name as `datasets list` shows it (one that starts with '-' goes after '--')"
-    ),
-    to: str = typer.Argument(..., help="its new name (the rules of a new dataset's name)"),
-) -> None:
-    """Rename datasets/<NAME> to TO in one step: how a folder copied in under a name the studio
-    cannot use (`datasets list` marks it unusable) becomes a dataset. Like `delete`, it holds the
-    studio home exclusively, so it is refused while a server owns it (rename through the UI or
-    POST /api/datasets/NAME/rename) or a run trains; TO must be free."""
-    from lorastudio.data.dataset_names import rename_dataset
-    from lorastudio.data.paths import shown_name
-    from lorastudio.errors import HomeInUse
-    from lorastudio.jobs.homelock import HomeLock
-    from lorastudio.settings import get_settings
-
-    settings = get_settings().ensure_dirs()
-    try:
-        lock = HomeLock.for_command(settings.home, "datasets rename")  # no server, no run meanwhile
-    except HomeInUse as err:
-        typer.echo(f"dataset {shown_name(name)!r} not renamed: {err}", err=True)
-        raise typer.Exit(1) from None
-    with lock:  # it excludes every job
-        new = rename_dataset(settings.datasets_dir, name, to, in_use=set, field="TO")
-    typer.echo(f"renamed dataset {shown_name(name)!r} to {new!r}")
-
-
-@datasets_app.command("captions")
-def captions_cmd(
-    name: str = typer.Argument(
-        ..., help="dataset name under the studio's datasets folder (one that starts with '-' goes after '--')"
-    ),
-    find: str = typer.Option("", "--find", help="text to replace (plain text, every occurrence)"),
-    replace: str = typer.Option("", "--replace", help="what replaces --find"),
-    prepend: str = typer.Option("", "--prepend", help="put in front of every caption, as typed"),
-    append: str = typer.Option("", "--append", help="put at the end of every caption, as typed"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="show what would change, write nothing"),
-) -> None:
-    """Edit every caption of datasets/NAME at once: --find/--replace, then --prepend, then
-    --append (all or nothing; each file staged and renamed). Like `delete`, it holds the studio
-    home exclusively, so it is refused while a server owns it (edit through the UI or POST
-    /api/datasets/NAME/captions, refused while a job uses the dataset) or a run trains."""
-    from lorastudio.data import resolve_dataset_dir, safe_component
-    from lorastudio.data.caption_bulk import CaptionEdit, bulk_edit_captions
-    from lorastudio.errors import HomeInUse
-    from lorastudio.jobs.homelock import HomeLock
-    from lorastudio.settings import get_settings
-
-    settings = get_settings().ensure_dirs()
-    folder = resolve_dataset_dir(
-        safe_component(name, field="NAME"), settings.datasets_dir, allow_outside_root=False
-    )
-    try:
-        lock = HomeLock.for_command(settings.home, "datasets captions")
-    except HomeInUse as err:
-        typer.echo(f"captions of {name} not edited: {err}", err=True)
-        raise typer.Exit(1) from None
-    with lock:
-        edit = CaptionEdit(find=find, replace=replace, prepend=prepend, append=append)
-        result = bulk_edit_captions(folder, edit, dry_run=dry_run)
-    verb = "would change" if dry_run else "changed"
-    typer.echo(f"{verb} {len(result.changed)} of {result.captions} caption(s) in {name}")
-    for file, before, after in result.examples:
-        typer.echo(f"  {file}: {before!r} -> {after!r}")

@@ -9,10 +9,10 @@ JSON under "lorastudio", its LoRAs by file and scale)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
 
+from lorastudio.cli.generate_checks import read_controls, request_problems
 from lorastudio.cli.lora_args import parse_lora_arg, resolve_lora_arg
 from lorastudio.cli.termination import refusal_status
 from lorastudio.cli.user_path_args import user_path
@@ -26,7 +26,7 @@ from lorastudio.errors import (
     writing,
 )
 from lorastudio.staged_files import IMAGE_PARTIAL, remove_killed_staging, staging_path
-from lorastudio.user_paths import is_file, missing_file, publish_file
+from lorastudio.user_paths import is_file, publish_file
 
 IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
 
@@ -252,9 +252,9 @@ def _generate(
                 check_lora_file(path, family)
             except (ModelSourceError, NotFound) as err:
                 problems.append(FieldProblem("--lora", str(err)))
-    references = _read_controls(control or [], problems)
+    references = read_controls(control or [], problems)
     if family is not None and family in families.names():  # what the API checks, before any load
-        problems += _request_problems(family, found, len(control or []), width, height, steps)
+        problems += request_problems(family, found, len(control or []), width, height, steps)
     if negative and family is not None and family in families.names():
         from lorastudio.jobs.generation_inputs import negative_prompt_refusal
 
@@ -342,57 +342,6 @@ def _generate(
     finally:
         staging.unlink(missing_ok=True)
     typer.echo(f"wrote {out} ({image.width}x{image.height}, seed {seed}, {len(loras)} LoRA(s))")
-
-
-def _request_problems(
-    family: str, found: Any, controls: int, width: int | None, height: int | None, steps: int | None
-) -> list[FieldProblem]:
-    """The checks POST /api/generate makes before any work: --width / --height multiples of the
-    family's and --width / --height / --steps within the API's budget
-    (generation_rules.budget_problems, the same words), the --control count
-    against the family and the base checkpoint's flavour (jobs.references.reference_count_problems)
-    and the references' smallest side (data.sample_refs.reference_size_problem). `found`: the
-    resolved base (None if unresolved)."""
-    from lorastudio import families
-    from lorastudio.data.sample_refs import reference_size_problem
-    from lorastudio.generation_rules import budget_problems
-    from lorastudio.jobs.references import reference_count_problems
-
-    fam = families.get(family)
-    spec = fam.spec
-    side = spec.generation_side
-    width, height = side if width is None else width, side if height is None else height
-    problems = budget_problems(width, height, steps, spec.name, "--")
-    configs = found.configs if found is not None else None
-    folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None
-    flavour = fam.folder_variant(folder) if folder is not None and folder.is_dir() else None
-    # none: text-to-image, which each flavour taking 0 renders (Family.render_without_references);
-    # one that needs a reference (single-image Qwen-Image-Edit) is refused here, before its load
-    problems += reference_count_problems(spec.name, controls, flavour, field="--control")
-    small = reference_size_problem(spec.name, spec.min_reference_side, width, height)
-    if controls and small:
-        problems.append(FieldProblem("--control", small))
-    return problems
-
-
-def _read_controls(paths: list[Path], problems: list[FieldProblem]) -> list:
-    """The --control images, decoded and checked like dataset images (data.images); a missing or
-    unreadable file is added to `problems`."""
-    from lorastudio.data.images import load_rgb, probe_image
-    from lorastudio.errors import DatasetError
-    from lorastudio.settings import get_settings
-
-    images = []
-    for path in paths:
-        if not path.is_file():
-            problems.append(FieldProblem("--control", missing_file(path)))
-            continue
-        try:
-            probe_image(path, get_settings().max_image_pixels)
-            images.append(load_rgb(path))
-        except DatasetError as err:
-            problems.append(FieldProblem("--control", "; ".join(err.problems)))
-    return images
 
 
 def _control_rule(value: str | None) -> str | int | None:

@@ -306,10 +306,31 @@ def phase_bases(phases: list[dict[str, Any]], note: str) -> list[str]:
         if basis == common:
             out.append("")
         elif basis.startswith(common) and basis[len(common) :].strip():
-            out.append(basis[len(common) :].strip().removeprefix("(").removesuffix(")"))
+            out.append(_added(basis[len(common) :]))
         else:
             out.append(basis)
     return out
+
+
+def _added(tail: str) -> str:
+    """What a phase's basis adds to the shared one, as its own words: " (more)" -> "more" (its
+    outer parentheses alone, where they enclose all of it), "; runs of lora, not this run's lokr
+    (factor -1)" -> "runs of lora, not this run's lokr (factor -1)" (the parenthesis that
+    closes a word of it kept)."""
+    text = tail.strip().removeprefix(";").strip()
+    if text.startswith("(") and text.endswith(")") and _closes_at_end(text):
+        text = text[1:-1]
+    return text
+
+
+def _closes_at_end(text: str) -> bool:
+    """Whether the "(" that opens `text` is closed by its last character (not earlier)."""
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return i == len(text) - 1
+    return False
 
 
 def duration(seconds: float) -> str:

@@ -49,6 +49,7 @@ from lorastudio.cli.run_display import (
 from lorastudio.cli.self_watch import EXIT_HUNG, hang_watch
 from lorastudio.cli.setting_flags import SettingFlagsCommand
 from lorastudio.cli.termination import Terminated, refusal_status
+from lorastudio.cli.train_abort import interruption, report_abort
 from lorastudio.cli.train_launch import bind_to_agent, check_launch, launch
 from lorastudio.cli.train_source import default_named as _default_named
 from lorastudio.cli.train_source import resume_folder, run_config
@@ -213,11 +214,11 @@ def train_cmd(
         typer.secho(f"{prefix}: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(refusal_status(err)) from None
     except (KeyboardInterrupt, Terminated) as stop:  # a second Ctrl-C, or a signal before the handler
-        how = _interruption(stop, stopper, ranks)
+        how = interruption(stop, stopper, ranks)
         if record is not None:
             record.abort(how)
         if rank == 0:
-            _report_abort(how, run_dir_of_cfg(cfg) if cfg is not None else None)
+            report_abort(how, run_dir_of_cfg(cfg) if cfg is not None else None)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except Exception as err:
         if record is not None:
@@ -282,40 +283,6 @@ def run_dir_of_cfg(cfg: Any) -> Path | None:
     from lorastudio.settings import get_settings
 
     return get_settings().outputs_dir / cfg.output_name if cfg.output_name else None
-
-
-def _interruption(stop: BaseException, stopper: StopOnInterrupt | None, ranks: int) -> str:
-    """What cut the command short, for its record and its closing lines: a second Ctrl-C (or
-    SIGTERM) while the run stopped; a SIGTERM of a `--gpus` launch (`ranks` processes: killed
-    with their agent, as when this process died of it before); or one signal that came before the
-    run's own handler was installed (while the config was checked, a model prefetched, the
-    modules imported) or after it was removed (the run had ended)."""
-    if stopper is not None and stopper.requested:
-        return "aborted by a second Ctrl-C or SIGTERM"
-    by = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
-    if ranks:
-        return f"interrupted by {by}: the {ranks} processes of the launch were stopped"
-    return f"interrupted by {by} before training began" if stopper is None else f"interrupted by {by}"
-
-
-def _report_abort(how: str, run_dir: Path | None) -> None:
-    """After a second Ctrl-C, or a signal outside the run's handler: say what cut the command
-    short (`how`) and what the run left on disk (its LoRA, snapshots, checkpoints to --resume
-    from) or that nothing was kept."""
-    from lorastudio.lora.snapshots import LORAS
-    from lorastudio.training.checkpoint import list_checkpoints
-
-    typer.secho(how, fg=typer.colors.YELLOW, err=True)
-    kept = []
-    if run_dir is not None and run_dir.is_dir():
-        final = run_dir / f"{run_dir.name}.safetensors"
-        kept += [f"LoRA        {final}"] if final.is_file() else []
-        kept += [f"snapshot    {p}" for p in sorted((run_dir / LORAS).glob("*.safetensors"))]
-        kept += [f"checkpoint  {p} (lorastudio train --resume {run_dir})" for p in list_checkpoints(run_dir)]
-    for line in kept:
-        typer.echo(line)
-    if not kept:
-        typer.echo("nothing saved")
 
 
 def _check_fresh_run(

@@ -116,7 +116,8 @@ def _sampling(draft: Draft, args: Args) -> None:
                 sampling[0],
                 "timestep_sampling",
                 ours,
-                f"kohya's sigma sampling, by weighting_scheme {scheme}",
+                f"kohya's sigma sampling, by weighting_scheme {scheme}"
+                + ("" if weighting else " (unset in the file: kohya's default)"),
             )
             if weighting is not None:
                 draft.fold(weighting[0], "timestep_sampling", scheme)

@@ -79,6 +79,7 @@ class Draft:
     origin: dict[str, list[int]] = field(default_factory=dict)
     problems: list[FieldProblem] = field(default_factory=list)
     sides: set[str] = field(default_factory=set)  # the roots of the side files read (unread's)
+    nulls: list[str] = field(default_factory=list)  # settings carried as null (off), left out of a .toml
 
     def set(
         self, peer: str, ours: str, value: Any, how: str = "", shown: tuple[str, Any] | None = None
@@ -116,10 +117,10 @@ class Draft:
         """A fault of the file at `peer` that refuses the import (named with the file)."""
         self.problems.append(FieldProblem(f"{self.file.name}: {peer}", why))
 
-    def refuse(self, ours: str, why: str) -> bool:
+    def refuse(self, ours: str, why: str, verb: str = "refused here") -> bool:
         """Take our setting `ours` (or, for an entry's key, that key) out of the config because
-        the strict config refuses it for `why`; its report line becomes "not carried". Returns
-        whether `ours` was one this import wrote."""
+        the strict config refuses it for `why` (`verb`: what befell it, "refused here"); its
+        report line becomes "not carried". Returns whether `ours` was one this import wrote."""
         indices = self.origin.pop(ours, None)
         if indices is None:
             return False
@@ -127,7 +128,7 @@ class Draft:
         for index in indices:
             line = self.lines[index]
             self.lines[index] = Line(
-                line.peer, "not carried", note=f"refused here ({ours} = {_shown(line.value)}: {why})"
+                line.peer, "not carried", note=f"{verb} ({ours} = {_shown(line.value)}: {why})"
             )
         return True
 

@@ -119,9 +119,11 @@ def _refuse(draft: Draft, problem: FieldProblem) -> bool:
 def _drop_nulls(draft: Draft) -> None:
     """Take out the settings carried as null: a .toml cannot hold them (each line says how to ask for it)."""
     for ours in [k for k in draft.origin if _value(draft.settings, k) is None]:
+        draft.nulls.append(ours)  # said on the .toml's top too (RELIABILITY 1997)
         draft.refuse(
             ours,
             f"TOML has no null: add `--set {ours}=null` to `lorastudio train`, or import with --out FILE.json",
+            verb="left out of the .toml, not refused",
         )
 
 
@@ -153,6 +155,14 @@ def render(draft: Draft, toml: bool) -> str:
     doc = tomlkit.document()
     doc.add(tomlkit.comment(f"lorastudio run config imported from {draft.file.name} ({draft.kind})"))
     doc.add(tomlkit.comment("by `lorastudio config import`; check it with `lorastudio train FILE --check`"))
+    if draft.nulls:  # else the run trains at the default a file read alone cannot tell from "off"
+        sets = " ".join(f"--set {k}=null" for k in draft.nulls)
+        doc.add(
+            tomlkit.comment(
+                f"off in the imported config (null), which TOML cannot write: {', '.join(draft.nulls)}"
+            )
+        )
+        doc.add(tomlkit.comment(f"(left out: their defaults apply) train with `{sets}` to keep them off"))
     tables = {k: v for k, v in settings.items() if k == "datasets"}
     for key, value in settings.items():
         if key not in tables:

@@ -107,6 +107,7 @@ class DatasetClaim:
     def __init__(self) -> None:
         self._held: list[tuple[int, Path, Path]] = []  # (lock fd, holder record, lock file)
         self._folders: list[int] = []  # locked dataset folders (their directory descriptors)
+        self.action: str | None = None  # what a refusal says cannot be done (take's `action`)
 
     @classmethod
     def take(
@@ -118,14 +119,18 @@ class DatasetClaim:
         holder: str,
         brief: bool = False,
         wait_s: float = BRIEF_WAIT_S,
+        action: str | None = None,
     ) -> DatasetClaim:
         """Claim every dataset of `folders` for `mode` (READ shared, WRITE exclusive) as `holder`
         (said in refusals, e.g. "caption job 1a2b" or "`lorastudio train`"). All or nothing.
         `brief`: a short edit (an upload, a caption edit): others wait for it (up to their
         `wait_s`) instead of being refused. Raises DatasetBusy naming the first dataset held the
-        other way by a claim that is not brief (or for longer than `wait_s`), with its holders."""
+        other way by a claim that is not brief (or for longer than `wait_s`), with its holders and
+        what cannot be done (`action`, e.g. "it cannot be deleted"; None: a WRITE's "its captions
+        cannot be written", a READ's "a run cannot read it")."""
         roots = sorted({claim_root(Path(f), datasets_dir) for f in folders})
         claim = cls()
+        claim.action = action  # said in a refusal (RELIABILITY 1998)
         try:
             for root in roots:
                 for key in claim_keys(root):
@@ -156,7 +161,7 @@ class DatasetClaim:
                 os.close(fd)
                 found = holders(path)  # none: its last holder is removing it (records go first)
                 if any(not h.get("brief") for h in found) or time.monotonic() > deadline:
-                    raise DatasetBusy(_refusal(path, root, mode)) from None
+                    raise DatasetBusy(_refusal(path, root, mode, self.action)) from None
                 time.sleep(RETRY_S)  # brief edits end soon: wait for them
                 continue
             except OSError:
@@ -196,7 +201,7 @@ class DatasetClaim:
                     time.sleep(RETRY_S)
                     continue
                 os.close(fd)
-                raise DatasetBusy(_folder_refusal(root, mode)) from None
+                raise DatasetBusy(_folder_refusal(root, mode, self.action)) from None
             except OSError:  # no flock on folders here (a network file system): the home's claims only
                 os.close(fd)
                 return
@@ -351,8 +356,9 @@ def _remove_planted(path: Path) -> None:
         raise DatasetBusy(f"{path} is not a lock file ({err.strerror}): remove it, then retry") from None
 
 
-def _refusal(lock: Path, root: Path, wanted: str) -> str:
-    """Why `wanted` on dataset `root` is refused, naming who holds it."""
+def _refusal(lock: Path, root: Path, wanted: str, action: str | None = None) -> str:
+    """Why `wanted` on dataset `root` is refused, naming who holds it and what cannot be done
+    (`action`; None: said by `wanted`)."""
     found = holders(lock)
     pids = lock_holders(lock)
     if found:
@@ -362,17 +368,22 @@ def _refusal(lock: Path, root: Path, wanted: str) -> str:
     held = "in use"
     if found:
         held = "having its captions written" if any(h["mode"] == WRITE for h in found) else "being read"
-    action = "its captions cannot be written" if wanted == WRITE else "a run cannot read it"
+    action = action or _action(wanted)
     return f"dataset {root.name!r} ({root}) is {held} by {who}; {action} until that ends"
 
 
-def _folder_refusal(root: Path, wanted: str) -> str:
+def _action(wanted: str) -> str:
+    """What a refused claim of mode `wanted` cannot do, where its taker named nothing."""
+    return "its captions cannot be written" if wanted == WRITE else "a run cannot read it"
+
+
+def _folder_refusal(root: Path, wanted: str, action: str | None = None) -> str:
     """Why `wanted` on dataset folder `root` is refused when the folder itself is locked the other
     way (by a process of another studio home: this home's holders are met at its keys)."""
     pids = lock_holders(root)
     who = f"pid {', '.join(map(str, pids))}" if pids else "a process"
     held = "in use" if wanted == WRITE else "having its captions written"
-    action = "its captions cannot be written" if wanted == WRITE else "a run cannot read it"
+    action = action or _action(wanted)
     return (
         f"dataset {root.name!r} ({root}) is {held} by {who} of another lorastudio home "
         f"(another LORASTUDIO_HOME); {action} until that ends"

@@ -50,7 +50,7 @@ def refuse_if_started_from(
     base at every session's start, a resume's too: training/assistant.py). A delete of the folder
     meanwhile failed the job, after its first phases (RELIABILITY 1921). A value that names no
     file any more is not this folder's. Called under the job service's lock, where a job is
-    queued (`_enqueue` refuses a start whose file is gone: validation.refuse_if_gone)."""
+    queued (`_enqueue` refuses a start whose file is gone: gone_check.refuse_if_gone)."""
     inside = os.path.realpath(settings.outputs_dir / name)
     for job in live:
         for field, path in _lora_files_read(job, job.id in resumed, settings):

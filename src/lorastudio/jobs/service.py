@@ -14,7 +14,8 @@ it waits for a sample round or checkpoint in flight, up to a bound (jobs/busy.py
 silent past its allowance is stopped the same way, as hung (jobs/step_watch.py). Every run
 records this server as its owner, so a reader without a server tells a killed server's runs
 (RunStore.settle_dead_owners). The pump is in jobs/pump.py, the dispatcher in jobs/dispatch.py,
-the queries (status, events, datasets in use, training memory) in jobs/service_queries.py.
+the queries (status, events, datasets in use, training memory) in jobs/service_queries.py,
+the delete of a run's record and folder in jobs/service_delete.py.
 
 Nothing a job does ends the dispatcher: a run store write that fails (a full disk) fails the
 job with the reason ("no space left on device") and kills its worker; a job state the store
@@ -52,6 +53,7 @@ from lorastudio.jobs.caption_gpu import planned_gpu_gib
 from lorastudio.jobs.dataset_claims import DatasetClaim
 from lorastudio.jobs.dataset_locks import claim_for_run
 from lorastudio.jobs.dispatch import Dispatcher
+from lorastudio.jobs.gone_check import refuse_if_gone
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.host_memory import refuse_if_short
 from lorastudio.jobs.persist import STORE_ERRORS, JobRecorder, store_failure
@@ -59,14 +61,13 @@ from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, forget_oldest_finished, now_iso
 from lorastudio.jobs.resume import validate_resume
-from lorastudio.jobs.run_delete import put_back, refuse_if_started_from, remove_trash, take_output_dir_aside
+from lorastudio.jobs.service_delete import RunDeletes
 from lorastudio.jobs.service_queries import JobQueries
 from lorastudio.jobs.standby import StandbyKeeper
 from lorastudio.jobs.step_watch import HANG_MIN_S
 from lorastudio.jobs.store import RunStore
-from lorastudio.jobs.validation import ValidatedRun, refuse_if_gone, validate_run
+from lorastudio.jobs.validation import ValidatedRun, validate_run
 from lorastudio.jobs.worker import worker_main
-from lorastudio.jobs.worker_log import remove_log
 from lorastudio.name_reserve import NameHold, reserve_output_name
 from lorastudio.processes import start_token
 from lorastudio.settings import Settings
@@ -76,7 +77,7 @@ log = logging.getLogger("lorastudio.jobs")
 FINISHED_KEPT = 32  # in memory for job(); a job holds up to 2,000 metric points (the store keeps all)
 
 
-class JobService(JobQueries, Dispatcher):
+class JobService(JobQueries, RunDeletes, Dispatcher):
     """Runs training jobs one at a time. `start()` before use, `shutdown()` at the end."""
 
     def __init__(
@@ -344,31 +345,6 @@ class JobService(JobQueries, Dispatcher):
         if worker is not None:
             worker.request_stop(save)
         return snapshot
-
-    def delete_run(self, run_id: str, keep_files: bool = False) -> dict[str, Any]:
-        """Delete a final run's record, its log and (unless `keep_files`, or another run's
-        record shares it, a queued resume's included) its output folder, decided and the folder
-        taken aside under the lock a resume is queued under (jobs/run_delete.py). Returns
-        {"deleted": run_id, "files_removed"}. Raises NotFound (no such run), JobActive (live)."""
-        with self._cond:
-            run = self.store.get_run(run_id, max_points=0)
-            live = {s.value for s in LIVE_STATUSES}
-            if run["status"] in live or run_id in {j.id for j in self._live_jobs()}:
-                raise JobActive(f"run {run_id} is {run['status']}; stop it first")
-            name = run["output_name"]
-            shared = [r for r in self.store.runs_with_output_name(name) if r != run_id]
-            keep = keep_files or bool(shared) or not name
-            if not keep:  # a live fresh run's init_lora file in it: JobActive
-                refuse_if_started_from(self._live_jobs(), self._resume_from, self.settings, name)
-            # the folder aside first, then the record (jobs/run_delete.py: what a failure leaves)
-            taken = not keep and take_output_dir_aside(self.settings.outputs_dir, name, run_id)  # journaled
-            try:
-                self.store.delete_run(run_id)
-            except BaseException:
-                put_back(taken, self.settings.outputs_dir / name)
-                raise
-        remove_log(self.settings, run_id)
-        return {"deleted": run_id, "files_removed": remove_trash(taken)}
 
     # -- validation ------------------------------------------------------------------------------
     def _validate(self, raw: Mapping[str, Any]) -> ValidatedRun:

@@ -6,7 +6,8 @@ lorastudio.processes): a `lorastudio train` run its own process, a server's run 
 (whose workers die with it); every read first marks a live run whose process is gone
 interrupted, so no reader shows a dead run as running. Every write is one transaction; a full
 disk raises NoSpaceLeft and leaves the store as it was. Thread-safe (one connection behind a
-lock). The tables and the migration of an older store: jobs/store_schema.py.
+lock). The tables and the migration of an older store: jobs/store_schema.py; which live runs' owners
+are gone: jobs/dead_owners.py.
 """
 
 from __future__ import annotations
@@ -24,22 +25,14 @@ from typing import Any
 from lorastudio import json_read
 from lorastudio.errors import NoSpaceLeft, NotFound, is_no_space
 from lorastudio.file_modes import follow_umask_path
+from lorastudio.jobs.dead_owners import dead_owner_fields
 from lorastudio.jobs.records import LIVE_STATUSES, JobStatus, now_iso
-from lorastudio.jobs.run_owner import cli_owner_gone, sweep_free_locks
 from lorastudio.jobs.run_search import SQL_FUNCTION, query_words
 from lorastudio.jobs.run_search import register as register_search
 from lorastudio.jobs.store_metrics import every_point, insert_points, read_points
 from lorastudio.jobs.store_rows import as_read, read_output_sharers, settled, warnings_list
 from lorastudio.jobs.store_schema import RUN_COLUMNS, UPDATABLE, open_schema, place_output, read_output_order
-from lorastudio.processes import process_gone
 
-# Why a live run whose owner is gone was marked interrupted, by the run's source.
-DEAD_OWNER_ERRORS = {
-    "cli": "the `lorastudio train` process (pid {pid}) ended without recording the end of this run"
-    " (killed?); its newest checkpoint, if it saved one, can be resumed",
-    "service": "the lorastudio server (pid {pid}) ended without recording the end of this run"
-    " (killed?); its newest checkpoint, if it saved one, can be resumed",
-}
 # Who started a run: the job service (API, UI) or a `lorastudio train` command.
 SOURCES: frozenset[str] = frozenset({"service", "cli"})
 
@@ -130,18 +123,7 @@ class RunStore:
                 f" WHERE owner_pid IS NOT NULL AND status IN ({marks})",
                 live,
             ).fetchall()
-        dead = {
-            r["id"]: {
-                "status": JobStatus.INTERRUPTED.value,
-                "finished_at": r["seen_at"] or now_iso(),
-                "error": DEAD_OWNER_ERRORS[r["source"] or "service"].format(pid=r["owner_pid"]),
-            }
-            for r in rows
-            # both asked: a gone CLI owner's free lock file is removed whichever tells (fix 1251)
-            if cli_owner_gone(self.path.parent, r["id"], r["source"], r["owner_start"])
-            | process_gone(r["owner_pid"], r["owner_start"])
-        }
-        sweep_free_locks(self.path.parent, {r["id"] for r in rows if r["id"] not in dead})
+        dead = dead_owner_fields(self.path.parent, rows)  # also sweeps the live ones' free lock files
         if not dead:
             return dead
         # a store this reader cannot write: the readers report the runs from `dead` (store_rows.settled)

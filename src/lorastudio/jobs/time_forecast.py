@@ -38,7 +38,7 @@ from lorastudio.host_share import HostShare
 from lorastudio.jobs.time_contention import contended, cpu_clocked, recent_factor
 from lorastudio.jobs.time_fit import FIT_RUNS, refit, sizes
 from lorastudio.jobs.time_match import SAME_KEYS as _SAME
-from lorastudio.jobs.time_match import older_adapter
+from lorastudio.jobs.time_match import differ_words, older_adapter
 from lorastudio.jobs.time_match import same_plan as _same_plan
 from lorastudio.jobs.time_match import same_size as _same_size
 from lorastudio.jobs.time_match import signature_key as _key
@@ -308,11 +308,13 @@ def _from_history(
     else:
         how = "scaled by " + ("denoiser size x " if other_base else "") + "pixels x samples"
     if other_base and all(_same_plan(r, now) for r in records):
-        basis = f"this machine's time per unit of work from {runs} of other bases with this plan, {how}"
+        others = differ_words(records, now)  # "other bases", "other adapters", ... (RELIABILITY 1995)
+        basis = f"this machine's time per unit of work from {runs} of {others} with this plan, {how}"
         source, confidence = "machine", "scaled"
     elif other_base:  # no run of this plan here: another precision / checkpointing / compile
         basis = (
-            f"a guess: this machine's time per unit of work from {runs} of other bases and plans"
+            f"a guess: this machine's time per unit of work from {runs} of"
+            f" {differ_words(records, now, plans=True)}"
             f" ({_plan_words(records[0])}, this run: {_plan_words({'signature': now})}), {how};"
             " another plan's step can be several times slower or faster"
         )

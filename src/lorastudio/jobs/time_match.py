@@ -83,3 +83,27 @@ def usable_record(record: dict[str, Any]) -> bool:
     numbers = [sig.get(k) for k in ("pixels", "batch_size", "grad_accum", "denoiser_bytes")]
     numbers += [phases.get(k) for k in PHASES if k != "process_start"] + [record.get("s_per_step")]
     return all(isinstance(v, int | float) for v in numbers) and record["s_per_step"] > 0
+
+
+# what a record of other settings differs in, in the forecast's words (RELIABILITY 1995)
+_DIFFER_WORDS = (
+    (("family", "base_model", "denoiser_bytes"), "bases"),
+    (("adapter",), "adapters"),
+    (("lora_rank",), "ranks"),
+    (("attention_backend",), "attention backends"),
+    (("preservation",), "output preservation settings"),
+)
+
+
+def differ_words(records: list[dict[str, Any]], now: dict[str, Any], *, plans: bool = False) -> str:
+    """ "other bases", "other adapters / ranks", ...: what the records a forecast scales from differ
+    in from this run (`now`, its signature) among SAME_KEYS but the plan, with "plans" last where
+    `plans` (records of another plan); "other bases" where they differ in none of them and not in
+    the plan (a caller asks only for records of other settings)."""
+    words = [
+        word
+        for keys, word in _DIFFER_WORDS
+        if any(signature_key(r, k) != now[k] for r in records for k in keys)
+    ]
+    words += ["plans"] if plans else []
+    return "other " + " / ".join(words or ["bases"])

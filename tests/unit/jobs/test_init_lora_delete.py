@@ -22,12 +22,12 @@ from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError, JobActive
 from lorastudio.jobs import service as service_module
 from lorastudio.jobs import target_check
+from lorastudio.jobs.gone_check import refuse_if_gone
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.records import Job, JobStatus, now_iso
 from lorastudio.jobs.run_delete import refuse_if_started_from
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
-from lorastudio.jobs.validation import refuse_if_gone
 from lorastudio.settings import Settings
 
 

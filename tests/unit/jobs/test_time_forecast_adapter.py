@@ -67,6 +67,18 @@ def test_a_forecast_takes_records_of_its_own_adapter_only(tmp_path: Path) -> Non
     assert _measured(old, base, adapter="lora") and not _measured(old, base, adapter="lokr")
 
 
+def test_a_forecast_from_another_adapters_run_says_so_not_other_bases(tmp_path: Path) -> None:
+    # a LoKr run after a LoRA run of the same base was forecast "from 1 earlier run of other bases
+    # with this plan" (session 39 journey4, RELIABILITY 1995)
+    base = tmp_path / "base"
+    (base / "transformer").mkdir(parents=True)
+    (base / "transformer" / "model.safetensors").write_bytes(b"\0" * 1000)
+    _record(tmp_path / "home", base, "lora", adapter_signature("lora", None, None))
+    basis = _steps_basis(tmp_path / "home", base, adapter="lokr")
+    assert "from 1 earlier run of other adapters with this plan" in basis
+    assert "other bases" not in basis
+
+
 def test_an_older_record_takes_its_adapter_from_its_run_s_lora(tmp_path: Path) -> None:
     """A record written before the signature kept its adapter, of a run whose LoRA sidecar says
     LoKr (RELIABILITY 1970): a LoKr run's measure, not a LoRA run's; a sidecar of another base

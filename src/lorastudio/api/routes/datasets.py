@@ -79,9 +79,13 @@ def _writing(settings: Settings, service: JobService, folder: Path) -> Iterator[
         yield folder
 
 
-def _write_claim(settings: Settings, folder: Path) -> DatasetClaim:
+def _write_claim(settings: Settings, folder: Path, action: str | None = None) -> DatasetClaim:
+    """A brief write claim on `folder`; its refusal says `action` ("it cannot be deleted"; None:
+    "its captions cannot be written")."""
     holder = f"an edit of dataset {folder.name!r} through the lorastudio server"
-    return DatasetClaim.take(settings.home, settings.datasets_dir, [folder], WRITE, holder, brief=True)
+    return DatasetClaim.take(
+        settings.home, settings.datasets_dir, [folder], WRITE, holder, brief=True, action=action
+    )
 
 
 @router.get("", response_model=DatasetList)
@@ -120,7 +124,7 @@ def remove_dataset(
     and left to the next server start: the dataset is deleted)."""
     root = settings.datasets_dir
     folder = hand_named_folder(root, name) or root / safe_component(name, field="dataset name")
-    with _write_claim(settings, folder):
+    with _write_claim(settings, folder, action="it cannot be deleted"):
         delete_dataset(
             settings.datasets_dir,
             name,
@@ -145,7 +149,7 @@ def rename(
     folder = hand_named_folder(root, name) or dataset_path(settings, name)
     if not folder.is_dir() or folder.is_symlink():
         raise DatasetNotFound(name)
-    with _write_claim(settings, folder):
+    with _write_claim(settings, folder, action="it cannot be renamed"):
         new = rename_dataset(root, name, body.to, in_use=service.datasets_in_use)
     return {"renamed": name, "name": new}
 
