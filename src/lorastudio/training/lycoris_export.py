@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from lorastudio.lora.comfy import COMFYUI_LOADER_CHECKED, comfy_key_map, comfyui_loader
-from lorastudio.lora.lycoris import check_lycoris_keys, generic_spelling, peft_to_lycoris
+from lorastudio.lora.lycoris import check_lycoris_keys, generic_spelling, kohya_spelling, peft_to_lycoris
 from lorastudio.lora.metadata import PREFIX, kohya_metadata, modelspec_metadata
 from lorastudio.training.lora import lora_state_dict, module_scales
 
@@ -56,7 +56,8 @@ def lycoris_file(
     scales = module_scales(denoiser)
     extra = dora_scales(denoiser) if adapter == "dora" else None
     generic = generic_spelling(family, adapter)  # Z-Image LoKr: the spelling diffusers reads too
-    tensors = peft_to_lycoris(lora_state_dict(denoiser), adapter, scales, extra, generic=generic)
+    kohya = kohya_spelling(family, adapter)  # SDXL LoHa / LoKr: kohya's names, which A1111 matches
+    tensors = peft_to_lycoris(lora_state_dict(denoiser), adapter, scales, extra, generic=generic, kohya=kohya)
     key_map = comfy_key_map(family, module_shapes)
     check = check_lycoris_keys({k: tuple(v.shape) for k, v in tensors.items()}, key_map).to_json()
     if family in COMFYUI_LOADER_CHECKED:
