@@ -67,7 +67,9 @@ def _tree(weights: dict[str, Any]) -> Any:
     return root
 
 
-def compare(before: dict[str, Any], after: dict[str, Any], expected: dict[str, Any], tol: float) -> tuple[list[str], float]:
+def compare(
+    before: dict[str, Any], after: dict[str, Any], expected: dict[str, Any], tol: float
+) -> tuple[list[str], float]:
     """(problems, worst relative error): every weight's after - before against its expected change
     (comfyui_side.compare's rule)."""
     import torch
@@ -96,7 +98,9 @@ def _stub(name: str, **attrs: Any) -> types.ModuleType:
     return module
 
 
-def forge_native(utils: Any, case: dict[str, Any], weights: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def forge_native(
+    utils: Any, case: dict[str, Any], weights: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """({Forge name: tensor}, the model config) of diffusers-named `weights`, by Forge's own tables."""
     import torch
 
@@ -136,7 +140,9 @@ def forge_native(utils: Any, case: dict[str, Any], weights: dict[str, Any]) -> t
     return out, config
 
 
-def run_forge(root: Path, case: dict[str, Any], base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+def run_forge(
+    root: Path, case: dict[str, Any], base: dict[str, Any], change: dict[str, Any]
+) -> dict[str, Any]:
     import torch
     from safetensors.torch import load_file
 
@@ -166,11 +172,17 @@ def run_forge(root: Path, case: dict[str, Any], base: dict[str, Any], change: di
 
     native, config = forge_native(utils, case, base)
     moved, _ = forge_native(utils, case, {k: v + change.get(k, 0) for k, v in base.items()})
-    expected = {f"diffusion_model.{k}": moved[k] - v for k, v in native.items() if not torch.equal(moved[k], v)}
+    expected = {
+        f"diffusion_model.{k}": moved[k] - v for k, v in native.items() if not torch.equal(moved[k], v)
+    }
     model = torch.nn.Module()
     model.diffusion_model = _tree(native)
     model.diffusion_model.config = config
-    repo = "black-forest-labs/FLUX.1-dev" if case["family"] != "sdxl" else "stabilityai/stable-diffusion-xl-base-1.0"
+    repo = (
+        "black-forest-labs/FLUX.1-dev"
+        if case["family"] != "sdxl"
+        else "stabilityai/stable-diffusion-xl-base-1.0"
+    )
     model.config = types.SimpleNamespace(huggingface_repo=repo)
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     lora = load_file(case["lora"])
@@ -203,7 +215,9 @@ def sgm_native(case: dict[str, Any], base: dict[str, Any], root: Path) -> dict[s
     return {mapping[k]: v for k, v in base.items()}
 
 
-def run_a1111(root: Path, forge_root: Path, case: dict[str, Any], base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+def run_a1111(
+    root: Path, forge_root: Path, case: dict[str, Any], base: dict[str, Any], change: dict[str, Any]
+) -> dict[str, Any]:
     import torch
     from safetensors.torch import load_file
 
@@ -257,7 +271,9 @@ def run_a1111(root: Path, forge_root: Path, case: dict[str, Any], base: dict[str
     }
 
 
-def run_lycoris(forge_root: Path, case: dict[str, Any], base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+def run_lycoris(
+    forge_root: Path, case: dict[str, Any], base: dict[str, Any], change: dict[str, Any]
+) -> dict[str, Any]:
     """LyCORIS' own loaders: `lycoris_` files by `create_lycoris_from_weights` on the diffusers
     model (SimpleTuner's spelling, which the wrapper's "lycoris" prefix reads), `lora_unet_` files
     by `lycoris.kohya.create_network_from_weights` on the model at the kohya checkpoint's names
@@ -324,7 +340,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--loader", choices=["forge", "a1111", "lycoris"], required=True)
     parser.add_argument("--root", type=Path, required=True)
-    parser.add_argument("--forge-root", type=Path, default=None, help="a1111: Forge's tree, for its SGM name table")
+    parser.add_argument(
+        "--forge-root", type=Path, default=None, help="a1111: Forge's tree, for its SGM name table"
+    )
     parser.add_argument("case_dir", type=Path)
     args = parser.parse_args()
     from safetensors.torch import load_file

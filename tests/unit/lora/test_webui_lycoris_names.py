@@ -22,9 +22,9 @@ from lorastudio.lora.lycoris import group_modules, kohya_spelling, layer_key, mo
 from lorastudio.lora.names import sdxl_from_original
 
 # ComfyUI's own map of the tiny SDXL U-Net: {LoRA layer name: "diffusion_model.<SGM name>.weight"}
-SDXL = json.loads(gzip.decompress((Path(__file__).parents[2] / "data" / "comfyui_key_map.json.gz").read_bytes()))[
-    "families"
-]["sdxl"]
+SDXL = json.loads(
+    gzip.decompress((Path(__file__).parents[2] / "data" / "comfyui_key_map.json.gz").read_bytes())
+)["families"]["sdxl"]
 # the attention projections (what a run targets by default) by their diffusers names
 LAYERS = sorted(
     sdxl_from_original(target.removeprefix("diffusion_model.").removesuffix(".weight"))
@@ -41,23 +41,46 @@ PARTS = {
 def test_an_sdxl_loha_or_lokr_file_names_each_layer_as_a1111_matches_it(adapter):
     assert LAYERS and kohya_spelling("sdxl", adapter)
     peft = {f"{m}.{name}": torch.randn(shape) for m in LAYERS for name, shape in PARTS[adapter].items()}
-    tensors = peft_to_lycoris(peft, adapter, {m: (2, 4.0) for m in LAYERS}, kohya=kohya_spelling("sdxl", adapter))
+    tensors = peft_to_lycoris(
+        peft, adapter, {m: (2, 4.0) for m in LAYERS}, kohya=kohya_spelling("sdxl", adapter)
+    )
     layers = {k.split(".")[0] for k in tensors}
     assert len(layers) == len(LAYERS) and all(k.startswith("lora_unet_") for k in layers)
     for layer in layers:
         # A1111 (networks.load_network): "lora_unet" -> "diffusion_model", a module of its SGM model
         target = SDXL[layer]  # ComfyUI maps the name too, to that module's weight
-        assert layer.replace("lora_unet", "diffusion_model", 1) == target.removesuffix(".weight").replace(".", "_")
+        assert layer.replace("lora_unet", "diffusion_model", 1) == target.removesuffix(".weight").replace(
+            ".", "_"
+        )
     # lorastudio's own reader (generation, init_lora) resolves each to its diffusers layer
     resolved = to_lycoris_names(group_modules(tensors), "StableDiffusionXLPipeline")
     assert {t.keys for t, _ in resolved.values()} == {(module_key(m),) for m in LAYERS}
 
 
 def test_a_layer_the_sgm_table_does_not_name_keeps_the_lycoris_name_comfyui_maps():
-    assert layer_key("down_blocks.0.downsamplers.0.conv", kohya=True) == "lycoris_down_blocks_0_downsamplers_0_conv"
+    assert (
+        layer_key("down_blocks.0.downsamplers.0.conv", kohya=True)
+        == "lycoris_down_blocks_0_downsamplers_0_conv"
+    )
     assert "lycoris_down_blocks_0_downsamplers_0_conv" in SDXL
 
 
 def test_sdxl_dora_and_the_other_families_keep_their_spelling():
     assert not kohya_spelling("sdxl", "dora")
     assert not any(kohya_spelling(f, a) for f in ("flux", "z-image", "qwen-image") for a in ("loha", "lokr"))
+
+
+def test_the_sidecar_says_which_lycoris_files_a1111_loads():
+    from lorastudio.training.lycoris_export import a1111_forge_verdict
+
+    loha = peft_to_lycoris(
+        {f"{m}.{n}": torch.randn(s) for m in LAYERS[:2] for n, s in PARTS["loha"].items()},
+        "loha",
+        {m: (2, 4.0) for m in LAYERS[:2]},
+        kohya=True,
+    )
+    assert a1111_forge_verdict(loha, "sdxl", "loha")["ok"] is True
+    dora = {f"{module_key(LAYERS[0])}.dora_scale": torch.ones(4, 1)}
+    verdict = a1111_forge_verdict(dora, "sdxl", "dora")
+    assert verdict["ok"] is False and verdict["unmatched"] == [module_key(LAYERS[0])]
+    assert a1111_forge_verdict(loha, "flux", "loha")["checked"] is False
