@@ -59,3 +59,20 @@ def test_a1111_leaves_every_layer_of_an_sdxl_lycoris_layout_dora_file_unmatched(
     (result,) = check("sdxl", "dora", ["a1111"], tmp_path)
     assert result["ok"] is False and result["patched_weights"] == 0
     assert result["unmatched"] and all(k.startswith("lycoris_") for k in result["unmatched"])
+
+
+def test_lycoris_own_loader_cannot_rebuild_a_lokr_layer_whose_factor_squared_exceeds_it(tmp_path):
+    """RELIABILITY's Known problem "LoKr factor order": peft's (f, d / f) w1 / w2 where f x f > d
+    (8 on the tiny FLUX.1's 32-wide layers), which A1111 and Forge load exactly (they take the
+    factors' shapes from the file) and LyCORIS' make_module_from_state_dict refuses."""
+    _needs(("lycoris",))
+    (result,) = check("flux", "lokr-f8", ["lycoris"], tmp_path)
+    assert result["ok"] is False and "must match the size" in result["error"]
+
+
+def test_lycoris_own_loader_reads_a_dora_scale_as_the_magnitude(tmp_path):
+    """RELIABILITY's Known problem (the LyCORIS-layout DoRA's dora_scale): ComfyUI's reading is
+    written, LyCORIS' modules read dora_scale as DoRA's magnitude: every layer loads, off."""
+    _needs(("lycoris",))
+    (result,) = check("flux", "dora", ["lycoris"], tmp_path)
+    assert result["unmatched"] == [] and result["problems"] and result["ok"] is False
