@@ -7,7 +7,8 @@ Hand-written because no library converts peft's LyCORIS-style adapters to ComfyU
 
 Layout: every adapted module under one name that ComfyUI's key map has for every family
 (lora/comfy.py `comfy_key_map`): "lycoris_" + <diffusers module name, "." -> "_">, but a LoKr
-layer of GENERIC_LOKR_FAMILIES "diffusion_model." + <diffusers module name> (`layer_key`), with the keys
+layer of GENERIC_LOKR_FAMILIES "diffusion_model." + <diffusers module name> and an SDXL LoHa / LoKr
+layer (KOHYA_SPELLED) "lora_unet_" + <SGM name, "." -> "_"> (`layer_key`), with the keys
 ComfyUI's readers look up (quoted from their `load`):
   loha  "{x}.hada_w1_a", "{x}.hada_w1_b", "{x}.hada_w2_a", "{x}.hada_w2_b" (+ "{x}.alpha")
   lokr  "{x}.lokr_w1" or "{x}.lokr_w1_a" + "{x}.lokr_w1_b"; "{x}.lokr_w2" or "{x}.lokr_w2_a" +
@@ -50,6 +51,15 @@ GENERIC = "diffusion_model."
 # Files of the older `lycoris_` spelling are still read (generation and init_lora through
 # generate/lycoris_names.py, which maps both).
 GENERIC_LOKR_FAMILIES = frozenset({"z-image"})
+# family -> the adapters whose layers are written under the family's kohya LoRA names
+# ("lora_unet_" + <SGM name, "_" for ".">: kohya sd-scripts' LyCORIS networks' spelling), the one
+# spelling that A1111's built-in Lora extension matches (its load_network maps only `lora_unet_` /
+# `lora_te*_` names: a `lycoris_` layer is left unmatched, session 39 portable3) and that ComfyUI,
+# Forge and LyCORIS' own kohya loader read too. SDXL's DoRA keeps `lycoris_`: under kohya's names
+# diffusers' SDXL reader would load its dora_scale as peft's magnitude (another reading) where it
+# now refuses the file (RELIABILITY's Known problems: the LyCORIS-layout DoRA's dora_scale).
+KOHYA_SPELLED = {"sdxl": frozenset({"loha", "lokr"})}
+KOHYA = "lora_unet_"
 # peft parameter name -> ComfyUI key suffix, per adapter
 PEFT_TO_LYCORIS: dict[str, dict[str, str]] = {
     "loha": {n: n for n in ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b")},
@@ -93,9 +103,26 @@ def generic_spelling(family: str, adapter: str) -> bool:
     return adapter == "lokr" and family in GENERIC_LOKR_FAMILIES
 
 
-def layer_key(module: str, generic: bool = False) -> str:
-    """The name a written file gives the diffusers `module`: `module_key`'s, or with `generic`
-    GENERIC + the module's own name (dots kept)."""
+def kohya_spelling(family: str, adapter: str) -> bool:
+    """Whether `family`'s `adapter` file names its layers by the family's kohya LoRA names
+    (KOHYA_SPELLED) rather than `module_key`'s."""
+    return adapter in KOHYA_SPELLED.get(family, ())
+
+
+def layer_key(module: str, generic: bool = False, kohya: bool = False) -> str:
+    """The name a written file gives the diffusers `module`: `module_key`'s, with `generic`
+    GENERIC + the module's own name (dots kept), with `kohya` (SDXL only) KOHYA + its SGM name
+    ("_" for "."), or `module_key`'s for a layer lora/names.py's SGM table does not name (the
+    down / upsamplers' convs and the norms: ComfyUI maps those `lycoris_` names too, A1111
+    leaves them unmatched)."""
+    if kohya:
+        from lorastudio.errors import ConfigError
+        from lorastudio.lora.names import sdxl_to_original
+
+        try:
+            return KOHYA + sdxl_to_original(module).replace(".", "_")
+        except ConfigError:
+            return module_key(module)
     return GENERIC + module if generic else module_key(module)
 
 
@@ -120,6 +147,7 @@ def peft_to_lycoris(
     scales: Mapping[str, tuple[int, float]],
     dora_scale: Mapping[str, torch.Tensor] | None = None,
     generic: bool = False,
+    kohya: bool = False,
 ) -> dict[str, torch.Tensor]:
     """peft state dict of a "loha" / "lokr" / "dora" adapter (diffusers module names, no file
     prefix) -> the LyCORIS state dict ComfyUI reads (module docstring).
@@ -131,6 +159,7 @@ def peft_to_lycoris(
         dora_scale: DoRA only: {module: [out, 1] tensor ([out, 1, 1, 1] for a conv)} =
             m * ||W|| / ||W + delta|| per row.
         generic: name the layers GENERIC + <diffusers name> (`generic_spelling`), not "lycoris_".
+        kohya: name the layers KOHYA + <SGM name> (`kohya_spelling`: SDXL), not "lycoris_".
     Raises LycorisError (unknown keys, a module without its scale / DoRA scale).
     """
     out: dict[str, torch.Tensor] = {}
@@ -139,7 +168,7 @@ def peft_to_lycoris(
         if module not in scales:
             raise LycorisError(f"no rank / alpha for module {module}")
         rank, alpha = scales[module]
-        x = layer_key(module, generic)
+        x = layer_key(module, generic, kohya)
         params = dict(params)
         if adapter == "dora":
             if dora_scale is None or module not in dora_scale:

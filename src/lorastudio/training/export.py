@@ -33,7 +33,7 @@ from lorastudio.training.assistant import assistant_sidecar
 from lorastudio.training.folder_guard import check_folder, replace_in_run
 from lorastudio.training.fresh_mark import settle
 from lorastudio.training.lora import adapter_alpha, adapter_metadata, lora_state_dict, module_scales
-from lorastudio.training.lycoris_export import lycoris_file
+from lorastudio.training.lycoris_export import a1111_forge_verdict, lycoris_file
 from lorastudio.training.run_files import CHECKPOINTS, checkpoint_name, ema_step_name, staging_path
 from lorastudio.training.validation_file import validation_summary
 
@@ -257,7 +257,7 @@ def save_lora(
             "diffusers": check_diffusers_lokr(tensors, spec.name, shapes, spec.pipeline_class)
             if adapter == "lokr"
             else no_reader,
-            "a1111_forge": {"checked": False, "reason": "not checked for LyCORIS files"},
+            "a1111_forge": a1111_forge_verdict(tensors, spec.name, adapter),
         }
     else:
         lora = PeftLora(lora_state_dict(denoiser), int(lora_config.r), adapter_alpha(lora_config))

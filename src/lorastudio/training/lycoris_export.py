@@ -14,7 +14,13 @@ from typing import Any
 import torch
 
 from lorastudio.lora.comfy import COMFYUI_LOADER_CHECKED, comfy_key_map, comfyui_loader
-from lorastudio.lora.lycoris import check_lycoris_keys, generic_spelling, peft_to_lycoris
+from lorastudio.lora.lycoris import (
+    KOHYA,
+    check_lycoris_keys,
+    generic_spelling,
+    kohya_spelling,
+    peft_to_lycoris,
+)
 from lorastudio.lora.metadata import PREFIX, kohya_metadata, modelspec_metadata
 from lorastudio.training.lora import lora_state_dict, module_scales
 
@@ -56,7 +62,8 @@ def lycoris_file(
     scales = module_scales(denoiser)
     extra = dora_scales(denoiser) if adapter == "dora" else None
     generic = generic_spelling(family, adapter)  # Z-Image LoKr: the spelling diffusers reads too
-    tensors = peft_to_lycoris(lora_state_dict(denoiser), adapter, scales, extra, generic=generic)
+    kohya = kohya_spelling(family, adapter)  # SDXL LoHa / LoKr: kohya's names, which A1111 matches
+    tensors = peft_to_lycoris(lora_state_dict(denoiser), adapter, scales, extra, generic=generic, kohya=kohya)
     key_map = comfy_key_map(family, module_shapes)
     check = check_lycoris_keys({k: tuple(v.shape) for k, v in tensors.items()}, key_map).to_json()
     if family in COMFYUI_LOADER_CHECKED:
@@ -83,3 +90,27 @@ def lycoris_file(
         "ss_network_alpha": f"{alphas[-1]:g}" if alphas else "",
     }
     return tensors, header, check
+
+
+def a1111_forge_verdict(tensors: Mapping[str, torch.Tensor], family: str, adapter: str) -> dict[str, Any]:
+    """The sidecar's "a1111_forge" entry of a LyCORIS file. A1111's Lora extension matches only
+    kohya names (`lora_unet_<SGM name>`: SDXL's LoHa / LoKr, lora/lycoris.py KOHYA_SPELLED), never
+    a `lycoris_` layer; Forge reads every layer through ComfyUI's map and rules (the "comfyui"
+    entry). Both loaders' own code ran on SDXL and FLUX.1 files of every kind (bench/webui_check.py,
+    session 39: RELIABILITY 1980)."""
+    if family != "sdxl":
+        return {"checked": False, "reason": f"A1111 has no {family}; Forge reads it through ComfyUI's map"}
+    unmatched = sorted({k.split(".")[0] for k in tensors if not k.startswith(KOHYA)})
+    reason = None
+    if unmatched:
+        reason = (
+            f"A1111 matches no lycoris_ layer ({len(unmatched)} here: "
+            + ("DoRA keeps that spelling" if adapter == "dora" else "layers kohya's SGM names do not cover")
+            + "); Forge loads them through ComfyUI's map"
+        )
+    return {
+        "checked": True,
+        "ok": reason is None,
+        "rules": "A1111 matches kohya lora_unet_<SGM name> layers; Forge ComfyUI's map",
+        **({"reason": reason, "unmatched": unmatched[:20]} if reason else {}),
+    }

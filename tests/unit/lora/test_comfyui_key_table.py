@@ -17,7 +17,7 @@ import pytest
 
 from lorastudio import families
 from lorastudio.lora.comfy import comfy_key_map
-from lorastudio.lora.lycoris import generic_spelling, layer_key, module_key
+from lorastudio.lora.lycoris import generic_spelling, kohya_spelling, layer_key, module_key
 
 TABLE = json.loads(
     gzip.decompress((Path(__file__).parents[2] / "data" / "comfyui_key_map.json.gz").read_bytes())
@@ -43,12 +43,13 @@ def test_every_name_the_sidecar_says_comfyui_maps_is_in_comfyuis_own_key_map(fam
 @pytest.mark.parametrize("adapter", ["dora", "loha", "lokr"])
 def test_the_lycoris_writer_names_each_layer_as_comfyui_maps_it(family, adapter, layer_shapes):
     """Every layer ComfyUI maps in the LyCORIS spelling is written under a name ComfyUI maps to
-    the same weight (Z-Image LoKr's `diffusion_model.<diffusers name>`: RELIABILITY 1700)."""
+    the same weight (Z-Image LoKr's `diffusion_model.<diffusers name>`: RELIABILITY 1700; SDXL
+    LoHa / LoKr's `lora_unet_<SGM name>`: RELIABILITY 1980)."""
     theirs = TABLE["families"][family]
     mapped = {m: theirs[module_key(m)] for m in layer_shapes(family) if module_key(m) in theirs}
     assert mapped
     generic = generic_spelling(family, adapter)
-    written = {m: theirs.get(layer_key(m, generic)) for m in mapped}
+    written = {m: theirs.get(layer_key(m, generic, kohya_spelling(family, adapter))) for m in mapped}
     assert written == mapped
 
 

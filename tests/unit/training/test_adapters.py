@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from lorastudio import families
 from lorastudio.config import parse_train_config
 from lorastudio.errors import ConfigError
-from lorastudio.lora.lycoris import COMFY_SUFFIXES, comfy_delta, generic_spelling, layer_key
+from lorastudio.lora.lycoris import COMFY_SUFFIXES, comfy_delta, generic_spelling, kohya_spelling, layer_key
 from lorastudio.lora.metadata import BASE_MODEL_VERSION
 from lorastudio.settings import get_settings
 from lorastudio.training.loop import train
@@ -77,7 +77,8 @@ def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, ext
     )
     tensors = load_file(str(result.lora_path))
     generic = generic_spelling(family, adapter)  # Z-Image LoKr: diffusion_model.<diffusers name>
-    prefix = "diffusion_model." if generic else "lycoris_"
+    kohya = kohya_spelling(family, adapter)  # SDXL LoHa / LoKr: lora_unet_<SGM name> (RELIABILITY 1980)
+    prefix = "diffusion_model." if generic else "lora_unet_" if kohya else "lycoris_"
     assert tensors and all(
         k.startswith(prefix) and any(k.endswith("." + x) for x in COMFY_SUFFIXES) for k in tensors
     )
@@ -117,7 +118,7 @@ def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, ext
     adapted, moved = _adapted(denoiser), []
     assert adapted
     for name, module in adapted.items():
-        x = layer_key(name, generic)
+        x = layer_key(name, generic, kohya)
         parts = {k.removeprefix(x + "."): v for k, v in tensors.items() if k.startswith(x + ".")}
         base = module.get_base_layer().weight.detach().float()  # [out, in]
         inputs = torch.randn(3, base.shape[1], generator=torch.Generator().manual_seed(0))  # [3, in]
@@ -150,7 +151,7 @@ def test_conv_layers_get_the_lycoris_tensors_comfyui_reshapes_onto_the_4d_weight
     assert (comfy["ok"], comfy["unconsumed"], comfy["mismatched"]) == (True, [], []), comfy
     moved = []
     for name, module in _adapted(result.denoiser).items():
-        x = layer_key(name)
+        x = layer_key(name, kohya=kohya_spelling("sdxl", adapter))
         parts = {k.removeprefix(x + "."): v.float() for k, v in tensors.items() if k.startswith(x + ".")}
         base = module.get_base_layer().weight.detach().float().clone()  # [out, in, 3, 3]
         assert base.dim() == 4
