@@ -6,13 +6,19 @@ rendered with the file's own prediction type, another image."""
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 from api_helpers import LiveServer
 from PIL import Image
 
+from lorastudio.api.routes.generate import client_request_id, request_of
+from lorastudio.api.schemas import GenerateBody
+from lorastudio.jobs.generation_inputs import GenerationRequest, LoraChoice, meta_of
 from lorastudio.settings import Settings
 from single_files import write_sdxl_file
 
@@ -90,3 +96,50 @@ def test_a_value_of_the_wrong_json_type_is_refused_not_converted(client) -> None
     assert scale.status_code == 422 and scale.json()["detail"][0]["loc"] == ["body", "loras", 0, "scale"]
     number = client.post("/api/generate", json={**body, "guidance": 3, "loras": [{"name": "a", "scale": 1}]})
     assert number.status_code != 422, number.text  # an integer is a number
+
+
+@pytest.mark.slow
+def test_a_gallery_sidecar_sent_back_as_it_stands_renders_the_image_again(
+    server: LiveServer, settings: Settings, tiny_model: Callable[[str], Path]
+) -> None:
+    """Fix 1773 added `request_id` and `seconds` to a gallery image's .json sidecar: POSTed back
+    as it stands (`curl -d @gallery/<image>.json`) it was a 422 (`seconds`: extra_forbidden), and
+    its old request_id a 409. Now `seconds` marks a sidecar: both are read and not used (the
+    request is named afresh), on POST /api/generate and POST /api/generations."""
+    settings.ensure_dirs()
+    body = {"family": "sdxl", "base_model": str(tiny_model("sdxl")), "prompt": "a red circle", "seed": 3,
+            "steps": 2, "width": 64, "height": 64, "request_id": "first"}  # fmt: skip
+    made = server.client.post("/api/generate", json=body)
+    assert made.status_code == 201, made.text
+    sidecar = json.loads((settings.home / "gallery" / made.json()["file"]).with_suffix(".json").read_text())
+    assert sidecar["request_id"] == "first" and "seconds" in sidecar
+    again = server.client.post("/api/generate", json=sidecar)
+    assert again.status_code == 201, again.text
+    assert again.json()["file"] != made.json()["file"]
+    np.testing.assert_array_equal(_pixels(server, again.json()["url"]), _pixels(server, made.json()["url"]))
+    queued = server.client.post("/api/generations", json=sidecar)  # its record would keep "first"
+    assert queued.status_code == 202, queued.text
+    assert queued.json()["request_id"] != "first"
+    server.client.post(f"/api/generations/{queued.json()['request_id']}/cancel")
+
+
+def test_a_gallery_sidecar_is_a_request_body_as_it_stands(client) -> None:
+    """The sidecar generation.py writes (meta_of, the size, and fix 1773's `request_id` and
+    `seconds`), POSTed as it stands: before, 422 (`seconds`: extra_forbidden); now read as the
+    request it records (here refused for its LoRA, gone since, by the check after the body's), its
+    old request_id not taken as this request's (the slow test above renders it again)."""
+    req = GenerationRequest(family="sdxl", base_model="base", prompt="a red circle", seed=3, steps=2,
+                            width=64, height=64, loras=(LoraChoice("gone", 0.5),))  # fmt: skip
+    sidecar = {
+        **meta_of(req, "sdxl", ("0" * 64,)),
+        "width": 64,
+        "height": 64,
+        "request_id": "first",
+        "seconds": 1.5,
+    }
+    answer = client.post("/api/generate", json=sidecar)
+    assert answer.status_code == 404 and "gone" in answer.json()["detail"], answer.text
+    body = GenerateBody.model_validate(sidecar)
+    assert request_of(body) == replace(req, loras=(LoraChoice("gone", 0.5, None, "0" * 64, None),))
+    assert client_request_id(body) is None
+    assert client_request_id(GenerateBody.model_validate({**sidecar, "seconds": None})) == "first"

@@ -165,7 +165,17 @@ class GenerateBody(_StrictBody):
         pattern=REQUEST_ID_PATTERN,
         description="the client's name for this request (1-64 letters, digits, - or _): POST "
         "/api/generate/{request_id}/cancel stops it; null: cancelled only by the client leaving. "
-        "Use a new one for each request: an ended request's id is refused (409) for 10 minutes",
+        "Use a new one for each request: an ended request's id is refused (409) for 10 minutes. In a "
+        "body with `seconds` (a gallery image's .json sidecar sent back as it is) it is the earlier "
+        "render's: read and not used, the request is named afresh",
+    )
+    seconds: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="a gallery image's .json sidecar's (what its render took): accepted so that the sidecar "
+        "is a body as it stands, and not used; given, the body's request_id is the sidecar's and not used "
+        "either (the request is named afresh, as with no request_id)",
     )
 
 

@@ -8,6 +8,7 @@ run's LoRA, sidecar, model card and newest samples to a hub repo (lorastudio.lor
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -133,16 +134,45 @@ def push_cmd(
     """Upload a run's LoRA with its sidecar (each local base or dataset path named by its last
     part), a model card and its newest samples to a hub repo (HF_ENDPOINT's hub when set), with
     the studio's hub token (LORASTUDIO_HF_TOKEN, else huggingface_hub's login)."""
-    from lorastudio.cli.termination import refusal_status
+    from lorastudio.cli.termination import COULD_NOT_STATUS, refusal_status
     from lorastudio.errors import LorastudioError
     from lorastudio.lora.hub_push import push_lora
     from lorastudio.settings import get_settings
 
     try:
-        result = push_lora(get_settings(), run, repo, create=create, private=private)
+        settings = get_settings()
+        writer = _live_writer(settings.db_path, run)
+        if writer is not None:  # its LoRA and sidecar may be renamed in mid-upload (RELIABILITY 2031)
+            typer.secho(f"error: {writer}: push it when that run ends", fg=typer.colors.RED, err=True)
+            raise typer.Exit(COULD_NOT_STATUS)
+        result = push_lora(settings, run, repo, create=create, private=private)
     except LorastudioError as err:  # no token, refused, repo missing: say which
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(refusal_status(err)) from None
     typer.echo(f"pushed to {result.url} (commit {result.commit}):")
     for name in result.files:
         typer.echo(f"  {name}")
+
+
+def _live_writer(db_path: Path, output_name: str) -> str | None:
+    """What writes outputs/<output_name> now, in words: a live run of the run store (a server's
+    job, or a `lorastudio train` in another shell) whose owner is alive (dead owners settled
+    first); None for none, or no run store yet. The server refuses its own push of such a run
+    (fix 1923); a push here checks the same store, so it also sees a server beside it. Raises
+    StoreUnreadable naming the file when the store cannot be read."""
+    from lorastudio.cli.runs_cmd import store_action
+
+    if not db_path.exists():
+        return None
+
+    def writers(store: Any) -> list[dict[str, Any]]:
+        store.settle_dead_owners()
+        return store.live_writers(output_name)
+
+    live = store_action(db_path, writers)
+    if not live:
+        return None
+    run = live[-1]
+    who = "a server's job" if run["source"] == "service" else "a `lorastudio train` run"
+    pid = f", process {run['owner_pid']}" if run["owner_pid"] is not None else ""
+    return f"run {run['id']} ({who}{pid}, {run['status']}) writes {output_name!r} now (its LoRA and sidecar)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
@@ -27,12 +28,17 @@ def _read(action: Callable[[Any], T]) -> T:
     """`action(store)` on the run store opened read-side (never marks runs interrupted: a server
     may be live), closed after. Raises StoreUnreadable naming the file when SQLite cannot open or
     read it (a traceback before), NotFound from the action."""
+    from lorastudio.settings import get_settings
+
+    return store_action(get_settings().db_path, action)
+
+
+def store_action(path: Path, action: Callable[[Any], T]) -> T:
+    """`_read`'s `action(store)` on the run store at `path` (`lora push`'s live-run check)."""
     from lorastudio.errors import StoreUnreadable
     from lorastudio.jobs.persist import STORE_ERRORS
     from lorastudio.jobs.store import RunStore
-    from lorastudio.settings import get_settings
 
-    path = get_settings().db_path
     try:
         store = RunStore.open(path, recover=False)
         try:

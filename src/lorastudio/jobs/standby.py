@@ -42,6 +42,7 @@ from typing import Any
 from lorastudio.families.preload import import_family_classes
 from lorastudio.host_clock import host_now
 from lorastudio.import_freeze import freeze_imports
+from lorastudio.jobs.import_notes import held_library_warnings, say_once
 from lorastudio.jobs.standby_cuda import barred_by_cuda, trace_cuda_init
 from lorastudio.jobs.worker import WorkerArgs, bind_to_parent, ignore_terminal_interrupt
 from lorastudio.processes import keep_working_folder, spawn_context
@@ -124,14 +125,15 @@ def standby_main(conn: Connection, events: Any, stop_event: Any, stop_save: Any,
     started = time.monotonic()
     skipped = []
     first_init = trace_cuda_init()
-    for name in PRELOAD:
-        first_init.importing = name
-        try:
-            importlib.import_module(name)
-        except ImportError as err:  # an optional library missing: the job says so if it needs it
-            skipped.append(f"{name} ({err})")
-    first_init.importing = FAMILY_CLASSES
-    skipped.extend(import_family_classes())  # diffusers' lazy pipelines and models (families/preload.py)
+    with held_library_warnings() as library_notes:  # said in the server's log, once (import_notes.py)
+        for name in PRELOAD:
+            first_init.importing = name
+            try:
+                importlib.import_module(name)
+            except ImportError as err:  # an optional library missing: the job says so if it needs it
+                skipped.append(f"{name} ({err})")
+        first_init.importing = FAMILY_CLASSES
+        skipped.extend(import_family_classes())  # diffusers' lazy pipelines and models (families/preload.py)
     first_init.restore()
     freeze_imports(collect_first=True)  # before "ready": no collection scans the libraries again
     torch = sys.modules.get("torch")
@@ -144,7 +146,14 @@ def standby_main(conn: Connection, events: Any, stop_event: Any, stop_save: Any,
     runtime = first_init.importing_at_init if torch is not None and torch.cuda.is_initialized() else None
     # a job handed before the imports ended closed the parent's end: its args wait unread
     with contextlib.suppress(OSError):
-        conn.send({"ready": time.monotonic() - started, "skipped": skipped, "cuda_runtime": runtime})
+        conn.send(
+            {
+                "ready": time.monotonic() - started,
+                "skipped": skipped,
+                "cuda_runtime": runtime,
+                "library_notes": library_notes,
+            }
+        )
     try:
         job = conn.recv()
     except (EOFError, OSError):
@@ -220,6 +229,7 @@ class StandbyProcess:
             if runtime:
                 skipped += f"; CUDA initialised (no context) while importing {runtime}"
             log.info("standby worker %s ready: its imports took %.1f s%s", self.pid, self.ready_s, skipped)
+            say_once(log, self.pid, list(note.get("library_notes") or []))
 
     def hand(self, target: Callable[..., None], args: WorkerArgs) -> int:
         """Give the process its job; returns its pid. Raises OSError (its pipe broke: it died)."""

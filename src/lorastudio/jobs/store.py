@@ -377,6 +377,19 @@ class RunStore:
             ).fetchall()
         return [r["id"] for r in rows]
 
+    def live_writers(self, output_name: str) -> list[dict[str, Any]]:
+        """The live (queued or running) runs that write `output_name`, oldest first: {"id",
+        "source", "status", "owner_pid"} each; a reader settles dead owners first
+        (settle_dead_owners), else a run killed outright counts as live (`lora push`'s check)."""
+        live = [s.value for s in LIVE_STATUSES]
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, source, status, owner_pid FROM runs WHERE output_name=?"
+                f" AND status IN ({','.join('?' * len(live))}) ORDER BY rowid",
+                (output_name, *live),
+            ).fetchall()
+        return [dict(r) for r in rows]
+
     def output_sharers(self, output_names: list[str]) -> dict[str, list[str]]:
         """{output name: the ids of its runs, oldest first} for each of `output_names` (a page's,
         in one query): a run deleted while another of the list shares its folder keeps the files."""

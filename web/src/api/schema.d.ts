@@ -2496,11 +2496,16 @@ export interface components {
             references?: string[];
             /**
              * Request Id
-             * @description the client's name for this request (1-64 letters, digits, - or _): POST /api/generate/{request_id}/cancel stops it; null: cancelled only by the client leaving. Use a new one for each request: an ended request's id is refused (409) for 10 minutes
+             * @description the client's name for this request (1-64 letters, digits, - or _): POST /api/generate/{request_id}/cancel stops it; null: cancelled only by the client leaving. Use a new one for each request: an ended request's id is refused (409) for 10 minutes. In a body with `seconds` (a gallery image's .json sidecar sent back as it is) it is the earlier render's: read and not used, the request is named afresh
              */
             request_id?: string | null;
             /** Revision */
             revision?: string | null;
+            /**
+             * Seconds
+             * @description a gallery image's .json sidecar's (what its render took): accepted so that the sidecar is a body as it stands, and not used; given, the body's request_id is the sidecar's and not used either (the request is named afresh, as with no request_id)
+             */
+            seconds?: number | null;
             /**
              * Seed
              * @default 0

@@ -87,7 +87,7 @@ async def generate(
     GenerationFailed when the pipeline failed. The answer comes when the image is made: behind a proxy
     with a shorter read timeout, POST /api/generations (202 at once, then poll) instead."""
     req = request_of(body)
-    request_id = body.request_id or f"unnamed-{uuid.uuid4().hex}"
+    request_id = client_request_id(body) or f"unnamed-{uuid.uuid4().hex}"
     owner = object()  # this POST: its client leaving cancels its own request, never another's
     watcher = asyncio.ensure_future(_cancel_when_gone(request, service, request_id, owner))
     try:
@@ -95,6 +95,14 @@ async def generate(
     finally:
         watcher.cancel()
     return {**result, "url": f"/gallery/{result['file']}", "reference_urls": _reference_urls(result)}
+
+
+def client_request_id(body: GenerateBody) -> str | None:
+    """The body's request_id as the client's name for this request, or None (the server names
+    it). A body with `seconds` is a gallery image's sidecar sent back as it stands: its
+    request_id is the earlier render's (retired, or on /api/generations its record kept), not
+    this request's, so it is read and not used (GenerateBody.seconds), as `seconds` is."""
+    return None if body.seconds is not None else body.request_id
 
 
 def request_of(body: GenerateBody) -> GenerationRequest:

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from lorastudio.api.deps import generation_dep
 from lorastudio.api.errors import error_body, status_code_of, status_code_of_class
-from lorastudio.api.routes.generate import _reference_urls, request_of
+from lorastudio.api.routes.generate import _reference_urls, client_request_id, request_of
 from lorastudio.api.schemas import REQUEST_ID_PATTERN, ErrorOut, GenerateBody
 from lorastudio.api.schemas_files import GenerateCancelOut
 from lorastudio.api.schemas_generation import GenerationStatusOut
@@ -45,7 +45,7 @@ def start_generation(
     less than 10 minutes ago, or when MAX_IN_FLIGHT (8) generations are in flight (both forms
     count), 503 when the server is stopping. `request_id` null: the server names it (the
     answer's). A client that goes away after the 202 cancels nothing: the generation goes on."""
-    request_id = body.request_id or f"gen-{uuid.uuid4().hex}"
+    request_id = client_request_id(body) or f"gen-{uuid.uuid4().hex}"
     return _status_out(service.jobs.submit(request_of(body), request_id))
 
 
