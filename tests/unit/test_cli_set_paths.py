@@ -42,14 +42,17 @@ def test_a_dotted_key_that_leads_nowhere_is_named() -> None:
     with pytest.raises(ConfigError) as err:
         apply_overrides(
             CONFIG,
-            ["datasets.2.repeats=1", "steps.x=1", "sample_prompts.0.seed=1", "datasets..x=1"],
+            ["datasets.2.repeats=1", "steps.x=1", "sample_prompts.0.seed=1", "datasets..x=1", "datasets.²=1"],
         )
     assert [(p.field, p.message) for p in err.value.problems] == [
         ("--set datasets.2.repeats", "datasets has 2 entries (datasets.0 to datasets.1)"),
         ("--set steps.x", "steps is a single value, nothing inside: --set steps=VALUE"),
         ("--set sample_prompts.0.seed", "sample_prompts.0 is 'x', not a table or a list"),
         ("--set datasets..x", "an empty part in the dotted path"),
+        ("--set datasets.²", "datasets has 2 entries (datasets.0 to datasets.1)"),  # was ValueError
     ]
+    with pytest.raises(ConfigError, match="datasets has 2 entries"):  # an Arabic-Indic zero
+        apply_overrides(CONFIG, ["datasets.\u0660.repeats=1"])
     with pytest.raises(ConfigError, match="the config has no datasets to set inside"):
         apply_overrides({"data_dir": "a"}, ["datasets.0.repeats=1"])
     # a head that is no setting stays flat: the config's check says "unknown setting"

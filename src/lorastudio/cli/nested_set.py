@@ -48,7 +48,9 @@ def set_nested(out: dict[str, Any], key: str, value: Any) -> FieldProblem | None
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
+            # ASCII digits only: str.isdigit() takes "²" (int() then raises) and "٣" (an index
+            # no problem path ever names)
+            if not (part.isascii() and part.isdigit()) or int(part) >= len(node):
                 span = f"{where}.0 to {where}.{len(node) - 1}" if node else "none"
                 return FieldProblem(f"--set {key}", f"{where} has {len(node)} entries ({span})")
             index = int(part)
