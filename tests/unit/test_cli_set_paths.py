@@ -34,6 +34,12 @@ def test_a_dotted_key_sets_inside_the_config() -> None:
     assert out["preservation"] == {"class_word": "woman"}
     assert out["rank_pattern"] == {"blocks.0.attn": 8}
     assert given == CONFIG and CONFIG["datasets"][0]["repeats"] == 2  # the caller's data untouched
+    # a list of text keeps the text typed: a control dataset named "2024" (RELIABILITY 2013)
+    texts = apply_overrides(
+        {"control_dirs": ["c"], "sample_prompts": ["x"], "resolution": [512]},
+        ["control_dirs.0=2024", "sample_prompts.0=7", "resolution.0=768"],
+    )
+    assert texts == {"control_dirs": ["2024"], "sample_prompts": ["7"], "resolution": [768]}
     # a resume's `datasets.N.path` is read flat (training/relocation.with_entry_paths)
     assert apply_overrides({}, ["datasets.1.path=b"], nested=False) == {"datasets.1.path": "b"}
 

@@ -9,7 +9,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from lorastudio.cli.nested_set import nested_text_fields, set_nested
+from lorastudio.cli.nested_set import nested_text_fields, set_nested, text_items
 from lorastudio.cli.peer_configs import peer_config_problem
 from lorastudio.config_import.reading import read_bytes
 from lorastudio.errors import ConfigError, FieldProblem
@@ -102,7 +102,9 @@ def split_overrides(
             value = raw
         head, dot, tail = key.partition(".")
         texts = nested_text_fields(head) if dot else text_settings()  # datasets.0.path: an entry's
-        if isinstance(value, bool | int | float) and (tail.rpartition(".")[2] if dot else key) in texts:
+        text = (tail.rpartition(".")[2] if dot else key) in texts
+        text = text or bool(dot) and tail.isascii() and tail.isdigit() and text_items(head)  # control_dirs.0
+        if isinstance(value, bool | int | float) and text:
             value = raw  # the shell gives text: `--set trigger_word=123` means the word "123"
         if dot and nested:
             if (problem := set_nested(out, key, value)) is not None:
