@@ -145,13 +145,25 @@ def localize_path(value: str, *, may_be_hub_id: bool) -> str:
 
 
 def localize_paths(data: dict[str, Any]) -> dict[str, Any]:
-    """`data` with its data_dir (each datasets entry's path), base_model, base_config and init_lora
-    localized (localize_path): a config file's paths are taken relative to the directory the
-    command runs in (init_lora's bare name stays a trained LoRA's name)."""
+    """`data` with its data_dir (each datasets entry's path), control_dirs, a validation_split
+    folder, base_model, base_config and init_lora localized (localize_path): a config file's paths
+    are taken relative to the directory the command runs in (init_lora's bare name stays a trained
+    LoRA's name). control_dirs and validation_split, read "like data_dir", were left as typed:
+    `~/controls` was looked up as a dataset named "~/controls" (RELIABILITY 2014)."""
     out = dict(data)
-    for key, hub in (("data_dir", False), ("base_model", True), ("base_config", True), ("init_lora", False)):
+    for key, hub in (
+        ("data_dir", False),
+        ("base_model", True),
+        ("base_config", True),
+        ("init_lora", False),
+        ("validation_split", False),
+    ):
         if isinstance(out.get(key), str):
             out[key] = localize_path(out[key], may_be_hub_id=hub)
+    if isinstance(out.get("control_dirs"), list):
+        out["control_dirs"] = [
+            localize_path(d, may_be_hub_id=False) if isinstance(d, str) else d for d in out["control_dirs"]
+        ]
     if isinstance(out.get("datasets"), list):  # each entry's folder, like data_dir
         out["datasets"] = [
             {**e, "path": localize_path(e["path"], may_be_hub_id=False)}
