@@ -3,7 +3,8 @@ add to the catalogue, an assistant LoRA file), answered without raising. No torc
 
 pathlib's `is_dir` / `is_file` raise OSError for a name over the file system's limits
 (ENAMETOOLONG: a component over 255 bytes) and for a folder on the way the server may not
-search (EACCES), and `expanduser` raises RuntimeError for `~name` when there is no user `name`:
+search (EACCES), and `expanduser` raises RuntimeError for `~name` when there is no user `name`
+(ValueError where `name` holds a NUL byte):
 each was a 500 of the API for a mistyped field. Here such a path is simply not there (and
 `~name` stays as typed, a relative name every caller refuses as such), so the caller's own
 "not found" answer names it.
@@ -33,11 +34,13 @@ def not_utf8(path: str | Path) -> str | None:
 
 
 def expand_user(text: str | Path) -> Path:
-    """`text` with a leading `~` / `~name` expanded; as typed when it names no user's home."""
+    """`text` with a leading `~` / `~name` expanded; as typed when it names no user's home or
+    cannot be looked up (a NUL byte in `~name`: pwd.getpwnam raises ValueError, which was a 500
+    of POST /api/models/added and of a preflight's base_model; RELIABILITY 2011)."""
     path = Path(text)
     try:
         return path.expanduser()
-    except RuntimeError:  # "Could not determine home directory."
+    except (RuntimeError, ValueError):  # "Could not determine home directory.", "embedded null byte"
         return path
 
 

@@ -40,3 +40,13 @@ def test_a_base_model_path_that_cannot_be_resolved_is_a_400(client: TestClient, 
         },
     )
     assert generated.status_code == 400 and "a link that loops" in generated.text, generated.text
+
+
+def test_a_tilde_name_holding_a_nul_byte_is_a_400(client: TestClient) -> None:
+    """`~name\\x00`: pwd.getpwnam's ValueError escaped user_paths.expand_user (RELIABILITY 2011)."""
+    for path in ("~\x00/x", "~nouser\x00"):
+        added = client.post("/api/models/added", json={"path": path})
+        assert added.status_code == 400 and "give an absolute folder path" in _problem(added, "path")
+        config = {"family": "flux", "base_model": path, "data_dir": "nothing-here", "steps": 1}
+        answer = client.post("/api/train/preflight", json={"config": config})
+        assert answer.status_code == 400 and "use an absolute path" in _problem(answer, "base_model")

@@ -34,6 +34,12 @@ def test_a_dotted_key_sets_inside_the_config() -> None:
     assert out["preservation"] == {"class_word": "woman"}
     assert out["rank_pattern"] == {"blocks.0.attn": 8}
     assert given == CONFIG and CONFIG["datasets"][0]["repeats"] == 2  # the caller's data untouched
+    # a list of text keeps the text typed: a control dataset named "2024" (RELIABILITY 2013)
+    texts = apply_overrides(
+        {"control_dirs": ["c"], "sample_prompts": ["x"], "resolution": [512]},
+        ["control_dirs.0=2024", "sample_prompts.0=7", "resolution.0=768"],
+    )
+    assert texts == {"control_dirs": ["2024"], "sample_prompts": ["7"], "resolution": [768]}
     # a resume's `datasets.N.path` is read flat (training/relocation.with_entry_paths)
     assert apply_overrides({}, ["datasets.1.path=b"], nested=False) == {"datasets.1.path": "b"}
 
@@ -42,14 +48,17 @@ def test_a_dotted_key_that_leads_nowhere_is_named() -> None:
     with pytest.raises(ConfigError) as err:
         apply_overrides(
             CONFIG,
-            ["datasets.2.repeats=1", "steps.x=1", "sample_prompts.0.seed=1", "datasets..x=1"],
+            ["datasets.2.repeats=1", "steps.x=1", "sample_prompts.0.seed=1", "datasets..x=1", "datasets.²=1"],
         )
     assert [(p.field, p.message) for p in err.value.problems] == [
         ("--set datasets.2.repeats", "datasets has 2 entries (datasets.0 to datasets.1)"),
         ("--set steps.x", "steps is a single value, nothing inside: --set steps=VALUE"),
         ("--set sample_prompts.0.seed", "sample_prompts.0 is 'x', not a table or a list"),
         ("--set datasets..x", "an empty part in the dotted path"),
+        ("--set datasets.²", "datasets has 2 entries (datasets.0 to datasets.1)"),  # was ValueError
     ]
+    with pytest.raises(ConfigError, match="datasets has 2 entries"):  # an Arabic-Indic zero
+        apply_overrides(CONFIG, ["datasets.\u0660.repeats=1"])
     with pytest.raises(ConfigError, match="the config has no datasets to set inside"):
         apply_overrides({"data_dir": "a"}, ["datasets.0.repeats=1"])
     # a head that is no setting stays flat: the config's check says "unknown setting"

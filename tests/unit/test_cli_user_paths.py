@@ -68,3 +68,21 @@ def test_models_add_takes_a_relative_path_from_the_current_folder(capsys, monkey
     (tmp_path / "mine").mkdir()
     code, out, err = run_cli_streams(capsys, monkeypatch, "models", "add", "./mine")
     assert code == 0 and f"added {tmp_path}/mine as added:mine-" in out, (out, err)
+
+
+def test_control_dirs_and_a_validation_folder_are_localized_like_data_dir(home: Path) -> None:
+    """control_dirs and a validation_split folder are read "like data_dir", but a config's
+    `~/controls` or `./val` stayed as typed: a dataset named "~/controls" under datasets/
+    (session 39 newcode10, RELIABILITY 2014)."""
+    from lorastudio.cli.config_file import localize_paths
+
+    out = localize_paths(
+        {"data_dir": "~/d", "control_dirs": ["~/c", "./c2", "pairs-controls"], "validation_split": "./val"}
+    )
+    assert out["data_dir"] == str(home / "d")
+    assert out["control_dirs"] == [str(home / "c"), str(Path.cwd() / "c2"), "pairs-controls"]
+    assert out["validation_split"] == str(Path.cwd() / "val")
+    assert localize_paths({"validation_split": 0.1, "control_dirs": []}) == {
+        "validation_split": 0.1,
+        "control_dirs": [],
+    }

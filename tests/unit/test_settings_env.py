@@ -96,3 +96,24 @@ def test_a_home_with_stray_white_space_is_refused_unless_it_exists(
     monkeypatch.setenv("LORASTUDIO_HOME", f"{tmp_path}/mine ")
     get_settings.cache_clear()
     assert get_settings().home == tmp_path / "mine "
+
+
+def test_a_home_in_quotes_is_refused_unless_it_exists(
+    monkeypatch: pytest.MonkeyPatch, fresh_settings: None, tmp_path
+) -> None:
+    """`LORASTUDIO_HOME="/data"` from an env file no shell reads (`docker run --env-file` keeps the
+    quotes) was a relative folder `"/data"` made under the current directory: a second, empty
+    home (session 39 newcode10, RELIABILITY 2012)."""
+    monkeypatch.chdir(tmp_path)
+    for value in (f'"{tmp_path}/home"', f"'{tmp_path}/home'"):
+        monkeypatch.setenv("LORASTUDIO_HOME", value)
+        get_settings.cache_clear()
+        with pytest.raises(ConfigError) as err:
+            get_settings()
+        assert [p.field for p in err.value.problems] == ["LORASTUDIO_HOME"]
+        assert f"give '{tmp_path}/home'" in err.value.problems[0].message
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / '"q"').mkdir()  # a folder whose name truly is in quotes is taken
+    monkeypatch.setenv("LORASTUDIO_HOME", '"q"')  # relative to the current folder
+    get_settings.cache_clear()
+    assert get_settings().home == tmp_path / '"q"'

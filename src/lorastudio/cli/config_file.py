@@ -9,7 +9,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from lorastudio.cli.nested_set import nested_text_fields, set_nested
+from lorastudio.cli.nested_set import nested_text_fields, set_nested, text_items
 from lorastudio.cli.peer_configs import peer_config_problem
 from lorastudio.config_import.reading import read_bytes
 from lorastudio.errors import ConfigError, FieldProblem
@@ -102,7 +102,9 @@ def split_overrides(
             value = raw
         head, dot, tail = key.partition(".")
         texts = nested_text_fields(head) if dot else text_settings()  # datasets.0.path: an entry's
-        if isinstance(value, bool | int | float) and (tail.rpartition(".")[2] if dot else key) in texts:
+        text = (tail.rpartition(".")[2] if dot else key) in texts
+        text = text or bool(dot) and tail.isascii() and tail.isdigit() and text_items(head)  # control_dirs.0
+        if isinstance(value, bool | int | float) and text:
             value = raw  # the shell gives text: `--set trigger_word=123` means the word "123"
         if dot and nested:
             if (problem := set_nested(out, key, value)) is not None:
@@ -143,13 +145,25 @@ def localize_path(value: str, *, may_be_hub_id: bool) -> str:
 
 
 def localize_paths(data: dict[str, Any]) -> dict[str, Any]:
-    """`data` with its data_dir (each datasets entry's path), base_model, base_config and init_lora
-    localized (localize_path): a config file's paths are taken relative to the directory the
-    command runs in (init_lora's bare name stays a trained LoRA's name)."""
+    """`data` with its data_dir (each datasets entry's path), control_dirs, a validation_split
+    folder, base_model, base_config and init_lora localized (localize_path): a config file's paths
+    are taken relative to the directory the command runs in (init_lora's bare name stays a trained
+    LoRA's name). control_dirs and validation_split, read "like data_dir", were left as typed:
+    `~/controls` was looked up as a dataset named "~/controls" (RELIABILITY 2014)."""
     out = dict(data)
-    for key, hub in (("data_dir", False), ("base_model", True), ("base_config", True), ("init_lora", False)):
+    for key, hub in (
+        ("data_dir", False),
+        ("base_model", True),
+        ("base_config", True),
+        ("init_lora", False),
+        ("validation_split", False),
+    ):
         if isinstance(out.get(key), str):
             out[key] = localize_path(out[key], may_be_hub_id=hub)
+    if isinstance(out.get("control_dirs"), list):
+        out["control_dirs"] = [
+            localize_path(d, may_be_hub_id=False) if isinstance(d, str) else d for d in out["control_dirs"]
+        ]
     if isinstance(out.get("datasets"), list):  # each entry's folder, like data_dir
         out["datasets"] = [
             {**e, "path": localize_path(e["path"], may_be_hub_id=False)}

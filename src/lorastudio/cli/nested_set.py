@@ -48,7 +48,9 @@ def set_nested(out: dict[str, Any], key: str, value: Any) -> FieldProblem | None
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
+            # ASCII digits only: str.isdigit() takes "²" (int() then raises) and "٣" (an index
+            # no problem path ever names)
+            if not (part.isascii() and part.isdigit()) or int(part) >= len(node):
                 span = f"{where}.0 to {where}.{len(node) - 1}" if node else "none"
                 return FieldProblem(f"--set {key}", f"{where} has {len(node)} entries ({span})")
             index = int(part)
@@ -121,3 +123,21 @@ def nested_text_fields(head: str) -> frozenset[str]:
             if "string" in types and types <= {"string", "null"}:
                 out.add(prop)
     return frozenset(out)
+
+
+@cache
+def text_items(head: str) -> bool:
+    """Whether list setting `head`'s entries may be text (control_dirs' folders, lora_targets'
+    suffixes, sample_prompts' prompts): a `--set control_dirs.0=2024` keeps the folder name typed,
+    as an entry's text field does (nested_text_fields); before, it was the number 2024, refused
+    "Input should be a valid string" (RELIABILITY 2013)."""
+    from lorastudio.config import TrainConfig
+
+    field = TrainConfig.model_json_schema()["properties"].get(head, {})
+    for option in field.get("anyOf", [field]):
+        items = option.get("items")
+        if not (option.get("type") == "array" and isinstance(items, dict)):
+            continue
+        if "string" in {kind.get("type") for kind in items.get("anyOf", [items])}:
+            return True
+    return False
