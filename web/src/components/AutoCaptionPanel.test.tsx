@@ -49,8 +49,9 @@ afterEach(() => {
  * The panel's 1 s polls made by the test, not waited for (a real second each: ~2-3 s a test;
  * suitetime8): the poll timer is kept, and `poll()` runs the one due and waits for its answer.
  * Every other timer (Testing Library's own 1000 ms timeouts among them, userEvent's) stays real.
+ * `poll(false)`: the poll is sent, its answer not awaited (a held fetch answers it later).
  */
-function manualPolls(): () => Promise<void> {
+function manualPolls(): (answered?: boolean) => Promise<void> {
   const due = new Map<number, () => Promise<void>>();
   let last = 1_000_000;
   const set = globalThis.setTimeout.bind(globalThis);
@@ -64,12 +65,13 @@ function manualPolls(): () => Promise<void> {
   vi.spyOn(globalThis, "clearTimeout").mockImplementation(((id?: number) => {
     if (!due.delete(id as number)) clear(id);
   }) as typeof clearTimeout);
-  return async () => {
+  return async (answered = true) => {
     await waitFor(() => expect(due.size).toBe(1)); // one poll at a time, scheduled after the last answer
     const [[id, fn]] = [...due];
     due.delete(id);
     await act(async () => {
-      await fn();
+      const answer = fn();
+      if (answered) await answer;
     });
   };
 }
@@ -184,6 +186,7 @@ describe("AutoCaptionPanel", () => {
   });
 
   it("a poll answered after the Cancel does not bring the cancelled job back to running (RELIABILITY 156, 157)", async () => {
+    const sendPoll = manualPolls();
     const { calls, held } = deferFetch(({ url, method }) => {
       if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: RUNNING };
       if (url === "/api/captions/c1/cancel") return { body: { ...RUNNING, status: "cancelled", cancel_reason: "cancelled by the user" } };
@@ -195,7 +198,8 @@ describe("AutoCaptionPanel", () => {
     await userEvent.click(screen.getByTestId("caption-ai"));
     // a double click starts one job
     await userEvent.dblClick(screen.getByTestId("caption-start"));
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/captions/c1")).toBe(true), { timeout: 3000 });
+    await sendPoll(false);
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/captions/c1")).toBe(true));
     expect(calls.filter((c) => c.url === "/api/datasets/mix/caption" && c.method === "POST")).toHaveLength(1);
     const poll = held("/api/captions/c1");
     await userEvent.click(screen.getByTestId("caption-cancel"));
