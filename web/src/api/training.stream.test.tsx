@@ -39,6 +39,20 @@ class Stream {
 
 const open = () => Stream.all.filter((s) => !s.closed);
 
+/** The reopen's wait (REOPEN_MS and up) kept for the test to run (not 3 real seconds; suitetime8); the waits asked, in `waits`. */
+function heldReopens(): { waits: number[]; reopen: () => void } {
+  const waits: number[] = [];
+  const due: (() => void)[] = [];
+  const real = window.setTimeout.bind(window);
+  vi.spyOn(window, "setTimeout").mockImplementation(((fn: () => void, ms?: number) => {
+    if ((ms ?? 0) < REOPEN_MS) return real(fn, ms);
+    waits.push(ms as number);
+    due.push(fn);
+    return 0;
+  }) as typeof window.setTimeout);
+  return { waits, reopen: () => act(() => due.shift()?.()) };
+}
+
 const status = (job: object, event_seq = 3, queue: object[] = []) => ({ job, queue, busy: true, event_seq });
 const progress = (step: number, job_id = "j1") => ({ type: "progress", job_id, step, total_steps: 10, epoch: 1, loss: step / 100, avg_loss: 0.5, lr: 1e-4, grad_norm: 1, samples_per_second: 2, peak_memory_gb: 1 });
 const samples = (step: number) => ({ type: "sample_ready", job_id: "j1", step, images: [`samples/step-${step}-0.png`] });
@@ -90,6 +104,7 @@ describe("the event stream", () => {
   });
 
   it("a stream the server closed for good (an error status while it restarted) is reopened once", async () => {
+    const held = heldReopens();
     const { calls } = deferFetch(({ url }) => (url.startsWith("/api/train/status") ? { body: status(JOB) } : { status: 404, body: { detail: "none" } }));
     render(view());
     await screen.findByRole("button", { name: "Stop" });
@@ -103,13 +118,16 @@ describe("the event stream", () => {
     // the status is asked now (a 401 would ask for the token); on a loaded host the reopened
     // stream's own status ask may already have followed it, so count the asks, not the calls
     await waitFor(() => expect(calls.slice(asked).some((c) => c.url.startsWith("/api/train/status"))).toBe(true));
-    await waitFor(() => expect(Stream.all).toHaveLength(2), { timeout: 5000 });
+    expect(held.waits).toEqual([REOPEN_MS]);
+    held.reopen();
+    await waitFor(() => expect(Stream.all).toHaveLength(2));
     expect(open()).toEqual([Stream.all[1]]);
     act(() => Stream.all[1].onopen?.());
     expect(screen.queryByText("reconnecting…")).toBeNull();
   });
 
   it("tells a screen reader that the live updates stopped and came back, not the countdown (RELIABILITY 1913)", async () => {
+    const held = heldReopens();
     deferFetch(({ url }) => (url.startsWith("/api/train/status") ? { body: status(JOB) } : { status: 404, body: { detail: "none" } }));
     render(view());
     await screen.findByRole("button", { name: "Stop" });
@@ -124,7 +142,8 @@ describe("the event stream", () => {
     });
     expect(screen.getByText("reconnecting in 3 s…")).toBeInTheDocument();
     expect(said).toHaveTextContent(/^Live updates lost: reconnecting…$/);
-    await waitFor(() => expect(Stream.all).toHaveLength(2), { timeout: 5000 });
+    held.reopen();
+    await waitFor(() => expect(Stream.all).toHaveLength(2));
     act(() => Stream.all[1].onopen?.());
     expect(said).toHaveTextContent(/^Live updates back\.$/);
   });

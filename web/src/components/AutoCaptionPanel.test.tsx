@@ -45,8 +45,40 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
+/**
+ * The panel's 1 s polls made by the test, not waited for (a real second each: ~2-3 s a test;
+ * suitetime8): the poll timer is kept, and `poll()` runs the one due and waits for its answer.
+ * Every other timer (Testing Library's own 1000 ms timeouts among them, userEvent's) stays real.
+ * `poll(false)`: the poll is sent, its answer not awaited (a held fetch answers it later).
+ */
+function manualPolls(): (answered?: boolean) => Promise<void> {
+  const due = new Map<number, () => Promise<void>>();
+  let last = 1_000_000;
+  const set = globalThis.setTimeout.bind(globalThis);
+  const clear = globalThis.clearTimeout.bind(globalThis);
+  vi.spyOn(globalThis, "setTimeout").mockImplementation(((fn: () => Promise<void>, ms?: number) => {
+    // the panel's poll: an async callback of POLL_MS (Testing Library's 1000 ms timeouts are not async)
+    if (ms !== 1000 || fn.constructor.name !== "AsyncFunction") return set(fn, ms);
+    due.set(++last, fn);
+    return last;
+  }) as unknown as typeof setTimeout);
+  vi.spyOn(globalThis, "clearTimeout").mockImplementation(((id?: number) => {
+    if (!due.delete(id as number)) clear(id);
+  }) as typeof clearTimeout);
+  return async (answered = true) => {
+    await waitFor(() => expect(due.size).toBe(1)); // one poll at a time, scheduled after the last answer
+    const [[id, fn]] = [...due];
+    due.delete(id);
+    await act(async () => {
+      const answer = fn();
+      if (answered) await answer;
+    });
+  };
+}
+
 describe("AutoCaptionPanel", () => {
   it("starts a caption job with the model, prefix and overwrite, shows progress, the preview and failures", async () => {
+    const poll = manualPolls();
     let polls = 0;
     const calls = mockFetch(({ url, method }) => {
       if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: RUNNING };
@@ -69,7 +101,10 @@ describe("AutoCaptionPanel", () => {
     expect(screen.getByTestId("caption-preview").textContent).toContain("sks, a red square");
     expect(screen.queryByTestId("caption-cut")).toBeNull();
     expect(screen.queryByTestId("caption-kohya")).toBeNull();
-    await waitFor(() => expect(onFinished).toHaveBeenCalledTimes(1), { timeout: 4000 });
+    await poll(); // still running
+    expect(onFinished).not.toHaveBeenCalled();
+    await poll(); // done
+    expect(onFinished).toHaveBeenCalledTimes(1);
     // a caption that stopped at max tokens is said, not shown as a whole one (RELIABILITY 1941)
     expect(screen.getByTestId("caption-cut")).toHaveTextContent("1 caption(s) stopped at the max tokens");
     // an image kept for its kohya .caption, which a run does not read, is said (RELIABILITY 1944)
@@ -83,6 +118,7 @@ describe("AutoCaptionPanel", () => {
   });
 
   it("tells a screen reader the job's stage and how it ended, not each image (RELIABILITY 1913)", async () => {
+    const poll = manualPolls();
     let polls = 0;
     mockFetch(({ url, method }) => {
       if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: { ...RUNNING, total: null, done: 0 } };
@@ -95,10 +131,13 @@ describe("AutoCaptionPanel", () => {
     expect(said).toHaveTextContent(/^$/);
     await userEvent.click(screen.getByTestId("caption-start"));
     await waitFor(() => expect(said).toHaveTextContent("Loading /models/tiny-vlm…")); // the start's answer (total not known yet)
+    await poll();
     await waitFor(() => expect(said).toHaveTextContent("Captioning 3 images on cpu…"));
+    await poll();
     await screen.findByText("Captioning 2 / 3 on cpu");
     expect(said).toHaveTextContent("Captioning 3 images on cpu…"); // the same: no news
-    await waitFor(() => expect(said).toHaveTextContent("Caption job completed: 2 captioned, 0 kept their caption, 1 failed."), { timeout: 4000 });
+    await poll();
+    await waitFor(() => expect(said).toHaveTextContent("Caption job completed: 2 captioned, 0 kept their caption, 1 failed."));
   });
 
   it("sends the prompt and max tokens typed; the server's refusal of one is shown (RELIABILITY 1943)", async () => {
@@ -147,6 +186,7 @@ describe("AutoCaptionPanel", () => {
   });
 
   it("a poll answered after the Cancel does not bring the cancelled job back to running (RELIABILITY 156, 157)", async () => {
+    const sendPoll = manualPolls();
     const { calls, held } = deferFetch(({ url, method }) => {
       if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: RUNNING };
       if (url === "/api/captions/c1/cancel") return { body: { ...RUNNING, status: "cancelled", cancel_reason: "cancelled by the user" } };
@@ -158,7 +198,8 @@ describe("AutoCaptionPanel", () => {
     await userEvent.click(screen.getByTestId("caption-ai"));
     // a double click starts one job
     await userEvent.dblClick(screen.getByTestId("caption-start"));
-    await waitFor(() => expect(calls.some((c) => c.url === "/api/captions/c1")).toBe(true), { timeout: 3000 });
+    await sendPoll(false);
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/captions/c1")).toBe(true));
     expect(calls.filter((c) => c.url === "/api/datasets/mix/caption" && c.method === "POST")).toHaveLength(1);
     const poll = held("/api/captions/c1");
     await userEvent.click(screen.getByTestId("caption-cancel"));
@@ -170,6 +211,7 @@ describe("AutoCaptionPanel", () => {
   });
 
   it("a job the restarted server no longer knows ends in the panel; a failed poll is retried (session 26 caption audit)", async () => {
+    const poll = manualPolls();
     let polls = 0;
     mockFetch(({ url, method }) => {
       if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: RUNNING };
@@ -185,11 +227,14 @@ describe("AutoCaptionPanel", () => {
     render(<AutoCaptionPanel dataset="mix" onFinished={onFinished} />);
     await userEvent.click(screen.getByTestId("caption-ai"));
     await userEvent.click(screen.getByTestId("caption-start"));
-    expect(await screen.findByTestId("caption-poll-error", {}, { timeout: 3000 })).toHaveTextContent("trying again");
-    await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Captioning 2 / 3"), { timeout: 3000 });
+    await poll(); // the blip
+    expect(await screen.findByTestId("caption-poll-error")).toHaveTextContent("trying again");
+    await poll(); // retried
+    await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Captioning 2 / 3"));
     expect(screen.getByTestId("caption-status")).toHaveTextContent("Captioning 2 / 3 on cpu, about 1m 05s left"); // RELIABILITY 1942
     expect(screen.queryByTestId("caption-poll-error")).toBeNull();
-    await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Caption job failed"), { timeout: 3000 });
+    await poll(); // 404: the server has no record
+    await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Caption job failed"));
     expect(screen.getByTestId("caption-status")).toHaveTextContent("the server restarted");
     expect(screen.queryByTestId("caption-cancel")).toBeNull();
     expect(screen.getByTestId("caption-start")).toBeEnabled(); // a new job can be started
@@ -216,6 +261,7 @@ describe("AutoCaptionPanel", () => {
     expect(screen.getByTestId("caption-start")).toBeEnabled();
     unmount();
 
+    const poll = manualPolls();
     let polls = 0;
     mockFetch(({ url, method }) => {
       if (url === "/api/datasets/mix/caption" && method === "GET") return { body: RUNNING };
@@ -225,7 +271,9 @@ describe("AutoCaptionPanel", () => {
     render(<AutoCaptionPanel dataset="mix" onFinished={onFinished} />);
     await userEvent.click(screen.getByTestId("caption-ai"));
     expect(await screen.findByText("Captioning 1 / 3 on cpu")).toBeTruthy();
-    await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Caption job completed"), { timeout: 4000 });
+    await poll();
+    await poll();
+    await waitFor(() => expect(screen.getByTestId("caption-status")).toHaveTextContent("Caption job completed"));
     expect(onFinished).toHaveBeenCalledTimes(1);
   });
 
