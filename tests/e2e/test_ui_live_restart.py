@@ -70,7 +70,7 @@ def test_live_eta_and_a_server_restart_mid_run(browser, tmp_path: Path, artifact
                 expected = (p["total_steps"] - p["step"]) / p["samples_per_second"]
                 assert expected / 3 < shown < expected * 3, (eta.inner_text(), expected, p)
                 assert time.time() - started < expected / 3  # both read at nearly the same point of the run
-            page.get_by_text("reconnecting…").wait_for()  # the server is gone
+            page.get_by_text("reconnecting…", exact=True).wait_for()  # the server is gone
             with _running_studio(home, {}, port) as url:
                 page.get_by_text("the server stopped during this run").wait_for()
                 expect(page.locator(".status", has_text="interrupted")).to_be_visible()
