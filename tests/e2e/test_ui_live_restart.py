@@ -66,9 +66,11 @@ def test_live_eta_and_a_server_restart_mid_run(browser, tmp_path: Path, artifact
                 p = job["progress"]
                 started = time.time()
                 shown = _seconds(eta.inner_text())
-                # the API's pace (batch 1: a sample a step), measured over the steps after the first
+                # the API's pace (batch 1: a sample a step), measured over the steps after the first;
+                # since 1908 it counts the steps alone, and the page's ETA the run's whole pace
+                # (checkpoint writes and rounds between steps too): longer, never much shorter
                 expected = (p["total_steps"] - p["step"]) / p["samples_per_second"]
-                assert expected / 3 < shown < expected * 3, (eta.inner_text(), expected, p)
+                assert expected / 3 < shown < expected * 6, (eta.inner_text(), expected, p)
                 assert time.time() - started < expected / 3  # both read at nearly the same point of the run
             page.get_by_text("reconnecting…", exact=True).wait_for()  # the server is gone
             with _running_studio(home, {}, port) as url:
