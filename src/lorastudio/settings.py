@@ -50,6 +50,7 @@ from lorastudio.settings_values import (
     _host_entry,
     default_home,
     expanded,
+    folder_text_problem,
     hub_token_problem,
     path_max,
 )
@@ -205,16 +206,8 @@ class Settings(BaseSettings):
         under the current directory, "/data " a second, empty home beside /data."""
         if isinstance(value, str) and not value.strip():
             return cls.model_fields[info.field_name or ""].get_default(call_default_factory=True)
-        if isinstance(value, str) and value != value.strip() and not is_dir(expanded(value)):
-            raise ValueError(
-                f"{value!r} begins or ends with white space and names no existing folder (a stray"
-                f" space of a .env or compose file?): give {value.strip()!r}"
-            )
-        if isinstance(value, str) and _quoted(value) and not is_dir(expanded(value)):
-            raise ValueError(  # `docker run --env-file` keeps quotes: '"/data"' was <cwd>/"/data" (RELIABILITY 2012)
-                f"{value!r} is in quotes and names no existing folder (an env file read without"
-                f" a shell keeps them): give {value[1:-1]!r}"
-            )
+        if isinstance(value, str) and (why := folder_text_problem(value)) and not is_dir(expanded(value)):
+            raise ValueError(why)
         if isinstance(value, str | Path):
             return expanded(value)
         return value
@@ -399,9 +392,3 @@ def _env_problem(item: object) -> FieldProblem:
             "Value error, "
         ),
     )
-
-
-def _quoted(value: str) -> bool:
-    """Whether `value` is wrapped in a pair of the same quote (' or "), as an env file that no
-    shell reads passes it (`docker run --env-file`, docker compose's older env_file)."""
-    return len(value) >= 2 and value[0] == value[-1] and value[0] in "'\""

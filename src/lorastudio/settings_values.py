@@ -9,7 +9,15 @@ from pathlib import Path
 
 from lorastudio.errors import ConfigError, FieldProblem
 
-__all__ = ["BELOW_HOME_BYTES", "_host_entry", "default_home", "expanded", "hub_token_problem", "path_max"]
+__all__ = [
+    "BELOW_HOME_BYTES",
+    "_host_entry",
+    "default_home",
+    "expanded",
+    "folder_text_problem",
+    "hub_token_problem",
+    "path_max",
+]
 
 
 def _host_entry(item: str) -> str:
@@ -90,3 +98,21 @@ def expanded(value: str | Path) -> Path:
             f"{value} starts with ~ and user id {os.getuid()} has no home directory (HOME is unset"
             " and no passwd entry names one): give an absolute path"
         ) from None
+
+
+def folder_text_problem(value: str) -> str | None:
+    """Why a folder setting's text looks damaged by the file it came from (None: it does not):
+    white space at either end (a .env or compose file's stray space: `LORASTUDIO_HOME= /data`,
+    RELIABILITY 1962) or a pair of the same quote around it (`docker run --env-file` keeps them:
+    '"/data"' was <cwd>/"/data", 2012). The caller refuses it unless it names an existing folder."""
+    if value != value.strip():
+        return (
+            f"{value!r} begins or ends with white space and names no existing folder (a stray"
+            f" space of a .env or compose file?): give {value.strip()!r}"
+        )
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return (
+            f"{value!r} is in quotes and names no existing folder (an env file read without"
+            f" a shell keeps them): give {value[1:-1]!r}"
+        )
+    return None
