@@ -15,7 +15,10 @@ writes into the file; the folder's version stays) is seen within RESWEEP_S; only
 version changed are read again. Measured on the shared 2-core host, 10,000 captions: their lstats
 ~90-280 ms, reading them all ~0.8 s (once, then the changed ones). A file or folder changed
 within SETTLED_NS is not remembered (its time stamp's tick could hide a second change: git's
-racy case, as data/discovery.py's listings).
+racy case, as data/discovery.py's listings). metadata.jsonl is read only where an image has no
+.txt (its rows caption nothing else) and only up to LISTING_METADATA_MAX bytes: a larger one's
+rows are not counted here (a listing must not read 60 MB a call: tests/reliability/
+test_dataset_files.py; the dataset's detail and the run's preflight still name each caption).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from lorastudio.file_version import FileVersion, version_of
 RESWEEP_S = 10.0  # an unchanged folder's caption files are statted again at most this often
 SETTLED_NS = 2_000_000_000  # a file changed more recently than this is read again at the next sweep
 _FOLDERS_MAX = 64
+LISTING_METADATA_MAX = 8 * 2**20  # a metadata.jsonl larger than this is not read by a listing
 
 
 @dataclass
@@ -83,7 +87,9 @@ def _settled(st: os.stat_result, now_ns: int) -> bool:
 def _sweep(files: DatasetFiles, known: _Marks | None, now_ns: int) -> _Marks:
     """The verdicts of `files`' captions, reading only those whose version differs from `known`'s."""
     marks = _Marks(folder=None, swept_at=time.monotonic(), count=0)
-    rows = _row_marks(files.metadata, known.meta if known else None, now_ns, marks)
+    uncaptioned = any(image.stem not in files.sidecars for image in files.images)
+    metadata = files.metadata if uncaptioned else None  # its rows caption only these
+    rows = _row_marks(metadata, known.meta if known else None, now_ns, marks)
     for image in files.images:
         sidecar = files.sidecars.get(image.stem)
         if sidecar is None:
@@ -121,6 +127,8 @@ def _row_marks(
     except OSError:
         return frozenset()
     meta_version = version_of(st)
+    if st.st_size > LISTING_METADATA_MAX:
+        return frozenset()
     if known is not None and known[0] == meta_version:
         names = known[1]
     else:
