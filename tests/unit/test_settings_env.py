@@ -78,42 +78,36 @@ def test_a_hub_error_quoting_the_token_is_scrubbed_in_every_form() -> None:
     assert "hf_scrub" not in scrub(message, token)
 
 
-def test_a_home_with_stray_white_space_is_refused_unless_it_exists(
-    monkeypatch: pytest.MonkeyPatch, fresh_settings: None, tmp_path
+@pytest.mark.parametrize(
+    ("forms", "real", "given"),
+    [  # the damaged forms of f"{tmp_path}/home"; a folder truly so named, and how it is given
+        ((" {}/home", "{}/home "), "mine ", "{}/mine "),
+        (('"{}/home"', "'{}/home'"), '"q"', '"q"'),  # relative to the current folder
+    ],
+    ids=["stray-space", "quotes"],
+)
+def test_a_home_with_stray_space_or_quotes_is_refused_unless_it_exists(
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_settings: None,
+    tmp_path,
+    forms: tuple[str, str],
+    real: str,
+    given: str,
 ) -> None:
     """`LORASTUDIO_HOME= /data` (a .env file's stray space) was a folder "  /data" made under the
-    current directory, and "/data " a second, empty home (session 39 CLI audit, RELIABILITY 1962)."""
+    current directory, and "/data " a second, empty home (session 39 CLI audit, RELIABILITY 1962);
+    `LORASTUDIO_HOME="/data"` from an env file no shell reads (`docker run --env-file` keeps the
+    quotes) a relative folder `"/data"`: a second, empty home (session 39 newcode10, 2012)."""
     monkeypatch.chdir(tmp_path)
-    for value in (f" {tmp_path}/home", f"{tmp_path}/home "):
-        monkeypatch.setenv("LORASTUDIO_HOME", value)
+    for form in forms:
+        monkeypatch.setenv("LORASTUDIO_HOME", form.format(tmp_path))
         get_settings.cache_clear()
         with pytest.raises(ConfigError) as err:
             get_settings()
         assert [p.field for p in err.value.problems] == ["LORASTUDIO_HOME"]
         assert f"give '{tmp_path}/home'" in err.value.problems[0].message
     assert list(tmp_path.iterdir()) == []
-    (tmp_path / "mine ").mkdir()  # a folder that truly ends with a space is taken
-    monkeypatch.setenv("LORASTUDIO_HOME", f"{tmp_path}/mine ")
+    (tmp_path / real).mkdir()  # a folder whose name truly has them is taken
+    monkeypatch.setenv("LORASTUDIO_HOME", given.format(tmp_path))
     get_settings.cache_clear()
-    assert get_settings().home == tmp_path / "mine "
-
-
-def test_a_home_in_quotes_is_refused_unless_it_exists(
-    monkeypatch: pytest.MonkeyPatch, fresh_settings: None, tmp_path
-) -> None:
-    """`LORASTUDIO_HOME="/data"` from an env file no shell reads (`docker run --env-file` keeps the
-    quotes) was a relative folder `"/data"` made under the current directory: a second, empty
-    home (session 39 newcode10, RELIABILITY 2012)."""
-    monkeypatch.chdir(tmp_path)
-    for value in (f'"{tmp_path}/home"', f"'{tmp_path}/home'"):
-        monkeypatch.setenv("LORASTUDIO_HOME", value)
-        get_settings.cache_clear()
-        with pytest.raises(ConfigError) as err:
-            get_settings()
-        assert [p.field for p in err.value.problems] == ["LORASTUDIO_HOME"]
-        assert f"give '{tmp_path}/home'" in err.value.problems[0].message
-    assert list(tmp_path.iterdir()) == []
-    (tmp_path / '"q"').mkdir()  # a folder whose name truly is in quotes is taken
-    monkeypatch.setenv("LORASTUDIO_HOME", '"q"')  # relative to the current folder
-    get_settings.cache_clear()
-    assert get_settings().home == tmp_path / '"q"'
+    assert get_settings().home == tmp_path / real
