@@ -108,18 +108,26 @@ def test_disabled_adapters_and_module_dropout_keep_peft_s_forward():
     assert not torch.equal(torch.get_rng_state(), state)  # peft's own forward: its draw
 
 
-def _lokr_linear(dim_in: int, dim_out: int, factor: int, both: bool) -> torch.nn.Module:
-    from peft import LoKrConfig, inject_adapter_in_model
+def _adapted_linear(config, dim_in: int, dim_out: int) -> torch.nn.Module:
+    """A linear [dim_in -> dim_out] with peft's adapter of `config` (draw-free forward, factors
+    drawn from N(0, 0.1) so that it changes the output)."""
+    from peft import inject_adapter_in_model
 
     torch.manual_seed(0)
-    config = LoKrConfig(r=4, alpha=3.0, target_modules=["0"], decompose_factor=factor, decompose_both=both)
     model = inject_adapter_in_model(config, torch.nn.Sequential(torch.nn.Linear(dim_in, dim_out)))
     trace_friendly_lycoris(model)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "lokr" in name:
+            if "lokr" in name or "hada" in name:
                 p.normal_(std=0.1)
     return model[0]
+
+
+def _lokr_linear(dim_in: int, dim_out: int, factor: int, both: bool) -> torch.nn.Module:
+    from peft import LoKrConfig
+
+    config = LoKrConfig(r=4, alpha=3.0, target_modules=["0"], decompose_factor=factor, decompose_both=both)
+    return _adapted_linear(config, dim_in, dim_out)
 
 
 @pytest.mark.parametrize(("dim_in", "dim_out", "factor", "both"), [
@@ -158,17 +166,9 @@ def test_rank_dropout_in_training_keeps_peft_s_delta():
 
 
 def _loha_linear(dim_in: int, dim_out: int, rank: int) -> torch.nn.Module:
-    from peft import LoHaConfig, inject_adapter_in_model
+    from peft import LoHaConfig
 
-    torch.manual_seed(0)
-    config = LoHaConfig(r=rank, alpha=3.0, target_modules=["0"])
-    model = inject_adapter_in_model(config, torch.nn.Sequential(torch.nn.Linear(dim_in, dim_out)))
-    trace_friendly_lycoris(model)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "hada" in name:
-                p.normal_(std=0.1)
-    return model[0]
+    return _adapted_linear(LoHaConfig(r=rank, alpha=3.0, target_modules=["0"]), dim_in, dim_out)
 
 
 @pytest.mark.parametrize(
