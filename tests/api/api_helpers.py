@@ -65,6 +65,18 @@ def wait_idle(client: httpx.Client, timeout: float = 10) -> None:
         time.sleep(0.02)
 
 
+def stop_after_first_step(client: httpx.Client, run: str, timeout: float = 120) -> None:
+    """Wait for run `run`'s first step (`timeout` s at the most), stop it with save and wait until
+    it reads stopped and the worker has exited: a checkpoint to resume from."""
+    deadline = time.monotonic() + timeout
+    while ((client.get("/api/train/status").json()["job"] or {}).get("progress") or {}).get("step", 0) < 1:
+        assert time.monotonic() < deadline, "the tiny run took no step"
+        time.sleep(0.05)
+    assert client.post("/api/train/stop", json={"save": True}).status_code == 200
+    assert wait_status(client, run, FINAL)["status"] == "stopped"
+    wait_idle(client)
+
+
 def read_events(client: httpx.Client, job_id: str, timeout: float = 90) -> list[dict]:
     """SSE events of `job_id` from the start of the log until its terminal event."""
     events: list[dict] = []

@@ -13,12 +13,11 @@ shown by no request):
 from __future__ import annotations
 
 import errno
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from api_helpers import FINAL, upload_folder, wait_idle, wait_status
+from api_helpers import FINAL, stop_after_first_step, upload_folder, wait_status
 from status_conditions import failing_writes
 from status_generation_worker import DIE_PROMPT, FAIL_PROMPT, FULL_PROMPT, HANG_PROMPT, STAND_IN_FAILURE
 from status_generation_worker import status_generation_worker as worker_target
@@ -67,13 +66,7 @@ def test_resume_statuses_of_refused_writes(
     started = client.post("/api/train/start", json={"config": flux_config(steps=30, save_every=30)})
     assert started.status_code == 201, started.text
     run = started.json()["id"]
-    deadline = time.monotonic() + 120
-    while ((client.get("/api/train/status").json()["job"] or {}).get("progress") or {}).get("step", 0) < 1:
-        assert time.monotonic() < deadline, "the tiny run took no step"
-        time.sleep(0.05)
-    assert client.post("/api/train/stop", json={"save": True}).status_code == 200
-    assert wait_status(client, run, FINAL)["status"] == "stopped"
-    wait_idle(client)
+    stop_after_first_step(client, run)
     for code, status in ((errno.ENOSPC, 507), (errno.EFBIG, 500)):
         with failing_writes(monkeypatch, code):
             refused = client.post(f"/api/runs/{run}/resume", json={})

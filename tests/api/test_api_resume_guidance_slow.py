@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from api_helpers import FINAL, LiveServer, upload_folder, wait_idle, wait_status
+from api_helpers import FINAL, LiveServer, stop_after_first_step, upload_folder, wait_status
 
 pytestmark = pytest.mark.slow
 
@@ -32,13 +31,7 @@ def test_a_distilled_klein_resume_answer_warns_of_sample_guidance(
     started = client.post("/api/train/start", json={"config": config})
     assert started.status_code == 201, started.text
     run = started.json()["id"]
-    deadline = time.monotonic() + 180
-    while ((client.get("/api/train/status").json()["job"] or {}).get("progress") or {}).get("step", 0) < 1:
-        assert time.monotonic() < deadline, "the tiny run took no step"
-        time.sleep(0.05)
-    assert client.post("/api/train/stop", json={"save": True}).status_code == 200
-    assert wait_status(client, run, FINAL)["status"] == "stopped"
-    wait_idle(client)
+    stop_after_first_step(client, run, timeout=180)
     (info_file,) = (studio_home / "outputs" / "klein" / "checkpoints").glob("step-*/identity.json")
     info = json.loads(info_file.read_text())
     info["config"]["sample_prompts"] = [{"prompt": "a dog", "guidance": 4}]  # as recorded before 1682

@@ -57,20 +57,18 @@ def clear_cmd(
     server or a `lorastudio train` uses the studio home (a run may be reading them: use the
     server's DELETE /api/cache, which refuses while a job is live), and when a folder to clear
     holds anything the cache did not write (listed; nothing is removed)."""
+    from lorastudio.cli.exclusive_home import exclusive_home
     from lorastudio.data.disk_cache import cache_root, cache_stats, clear_cache
-    from lorastudio.errors import CacheError, HomeInUse, NotFound
-    from lorastudio.jobs.homelock import HomeLock
+    from lorastudio.errors import CacheError, NotFound
     from lorastudio.settings import get_settings
 
     settings = get_settings()
     root = cache_root(settings)
     if model is not None and not any(s.model == model for s in cache_stats(root)):
         raise NotFound(f"no cached model {model!r} in {root} (see `lorastudio cache ls`)")
-    try:
-        lock = HomeLock.for_command(settings.ensure_dirs().home, "cache clear")  # no server, no run
-    except HomeInUse as err:
-        typer.echo(f"cache not cleared: {err}", err=True)
-        raise typer.Exit(1) from None
+    lock = exclusive_home(
+        settings.ensure_dirs().home, "cache clear", "cache not cleared"
+    )  # no server, no run
     with lock:
         if not yes:
             what = "shards of " + model if model else "shards"
@@ -99,17 +97,13 @@ def prune_cmd(
     was removed. Refused while a server or a `lorastudio train` uses the studio home (use the
     server's POST /api/cache/prune); runs prune by themselves at their end. Then removes the saved
     Dynamo graphs (lorastudio-dynamo/<key>/) no run used for 30 days, never a key a live run holds."""
+    from lorastudio.cli.exclusive_home import exclusive_home
     from lorastudio.data.cache_prune import prune_to_cap
-    from lorastudio.errors import CacheError, HomeInUse
-    from lorastudio.jobs.homelock import HomeLock
+    from lorastudio.errors import CacheError
     from lorastudio.settings import get_settings
 
     settings = get_settings()
-    try:
-        lock = HomeLock.for_command(settings.ensure_dirs().home, "cache prune")  # as `cache clear`
-    except HomeInUse as err:
-        typer.echo(f"cache not pruned: {err}", err=True)
-        raise typer.Exit(1) from None
+    lock = exclusive_home(settings.ensure_dirs().home, "cache prune", "cache not pruned")  # as `cache clear`
     with lock:
         try:
             result = prune_to_cap(settings, max_gb)

@@ -30,17 +30,14 @@ def delete_cmd(
     exclusively meanwhile, so it is refused while a server owns the home (delete through it:
     the UI or DELETE /api/datasets/NAME, which refuses while a job uses the dataset) or a
     `lorastudio train` runs."""
+    from lorastudio.cli.exclusive_home import exclusive_home
     from lorastudio.data.dataset_delete import delete_dataset
-    from lorastudio.errors import HomeInUse
-    from lorastudio.jobs.homelock import HomeLock
     from lorastudio.settings import get_settings
 
     settings = get_settings().ensure_dirs()
-    try:
-        lock = HomeLock.for_command(settings.home, "datasets delete")  # no server, no run meanwhile
-    except HomeInUse as err:
-        typer.echo(f"dataset {name} not deleted: {err}", err=True)
-        raise typer.Exit(1) from None
+    lock = exclusive_home(
+        settings.home, "datasets delete", f"dataset {name} not deleted"
+    )  # no server, no run meanwhile
     with lock:
         _check_dataset_exists(settings.datasets_dir, name)  # before asking to delete it
         if not yes:
@@ -79,18 +76,15 @@ def rename_cmd(
     cannot use (`datasets list` marks it unusable) becomes a dataset. Like `delete`, it holds the
     studio home exclusively, so it is refused while a server owns it (rename through the UI or
     POST /api/datasets/NAME/rename) or a run trains; TO must be free."""
+    from lorastudio.cli.exclusive_home import exclusive_home
     from lorastudio.data.dataset_names import rename_dataset
     from lorastudio.data.paths import shown_name
-    from lorastudio.errors import HomeInUse
-    from lorastudio.jobs.homelock import HomeLock
     from lorastudio.settings import get_settings
 
     settings = get_settings().ensure_dirs()
-    try:
-        lock = HomeLock.for_command(settings.home, "datasets rename")  # no server, no run meanwhile
-    except HomeInUse as err:
-        typer.echo(f"dataset {shown_name(name)!r} not renamed: {err}", err=True)
-        raise typer.Exit(1) from None
+    lock = exclusive_home(
+        settings.home, "datasets rename", f"dataset {shown_name(name)!r} not renamed"
+    )  # no server, no run meanwhile
     with lock:  # it excludes every job
         new = rename_dataset(settings.datasets_dir, name, to, in_use=set, field="TO")
     typer.echo(f"renamed dataset {shown_name(name)!r} to {new!r}")
@@ -110,21 +104,16 @@ def captions_cmd(
     --append (all or nothing; each file staged and renamed). Like `delete`, it holds the studio
     home exclusively, so it is refused while a server owns it (edit through the UI or POST
     /api/datasets/NAME/captions, refused while a job uses the dataset) or a run trains."""
+    from lorastudio.cli.exclusive_home import exclusive_home
     from lorastudio.data import resolve_dataset_dir, safe_component
     from lorastudio.data.caption_bulk import CaptionEdit, bulk_edit_captions
-    from lorastudio.errors import HomeInUse
-    from lorastudio.jobs.homelock import HomeLock
     from lorastudio.settings import get_settings
 
     settings = get_settings().ensure_dirs()
     folder = resolve_dataset_dir(
         safe_component(name, field="NAME"), settings.datasets_dir, allow_outside_root=False
     )
-    try:
-        lock = HomeLock.for_command(settings.home, "datasets captions")
-    except HomeInUse as err:
-        typer.echo(f"captions of {name} not edited: {err}", err=True)
-        raise typer.Exit(1) from None
+    lock = exclusive_home(settings.home, "datasets captions", f"captions of {name} not edited")
     with lock:
         edit = CaptionEdit(find=find, replace=replace, prepend=prepend, append=append)
         result = bulk_edit_captions(folder, edit, dry_run=dry_run)

@@ -172,17 +172,14 @@ def rm_cmd(
     owns the home (delete through it: the Models page or DELETE /api/models/ID, which refuses
     while a job, a generation or a fetch uses the model) or a `lorastudio train` runs."""
     from lorastudio.basemodels import delete_model, get_model
-    from lorastudio.errors import HomeInUse
-    from lorastudio.jobs.homelock import HomeLock
+    from lorastudio.cli.exclusive_home import exclusive_home
     from lorastudio.settings import get_settings
 
     settings = get_settings()
     entry = get_model(settings, model_id)
-    try:
-        lock = HomeLock.for_command(settings.ensure_dirs().home, "models rm")  # no server, no run
-    except HomeInUse as err:
-        typer.echo(f"{model_id} not deleted: {err}", err=True)
-        raise typer.Exit(1) from None
+    lock = exclusive_home(
+        settings.ensure_dirs().home, "models rm", f"{model_id} not deleted"
+    )  # no server, no run
     with lock:
         if not yes and entry.deletable:
             confirm_or_stop(f"delete {entry.path} ({_size(entry.size_bytes)})?", f"{entry.path} not deleted")
