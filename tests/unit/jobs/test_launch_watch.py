@@ -107,7 +107,7 @@ def test_ranks_report_over_the_launch_folder_and_rank_0_takes_the_hang_stop(
         until(lambda: watch.run.busy == {"work": "checkpoint", "step": 3}, 10, "the checkpoint announced")
         assert shown == ["model_load_started", "progress", "progress"]  # the command's own sink too
         assert list(watch.run.saw)[:3] == ["model_load_started", "progress", "progress"]
-        assert sorted(watch.rank_pids) == [0, 1]
+        until(lambda: sorted(watch.rank_pids) == [0, 1], 10, "both ranks registered")  # own threads
         until(lambda: watch.silence.note(3600.0) is None and len(watch.rank_pids) == 2, 10, "both heard")
         assert check0() is None
         until(lambda: watch.run.busy is None, 10, "the checkpoint's end")  # back at the stop poll
