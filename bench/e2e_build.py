@@ -13,7 +13,9 @@ MM-DiT with guidance embeddings, T5-XXL encoder, CLIP-L text model, the 16-chann
 (QwenImageTransformer2DModel's defaults = the released 20B, Qwen2.5-VL-7B-Instruct as
 Qwen2_5_VLForConditionalGeneration, the Qwen-Image VAE = AutoencoderKLQwenImage's defaults) or
 FLUX.2 [klein] 9B base (the 9B transformer of bench/models_2026.KLEIN, Qwen3-8B as
-Qwen3ForCausalLM, AutoencoderKLFlux2's defaults = the released FLUX.2 VAE; ~34.7 GB). The
+Qwen3ForCausalLM, AutoencoderKLFlux2's defaults = the released FLUX.2 VAE; ~34.7 GB), Z-Image
+(ZImageTransformer2DModel's defaults = the released 6.15 B DiT, Qwen3-4B as Qwen3Model, FLUX.1's
+VAE; ~20.4 GB) or SDXL base (bench/models.SDXL_UNET, CLIP-L and bigG, its VAE; ~7 GB). The
 tokenizers are lorastudio's tiny ones: their ids stay inside the real vocabularies.
 `device="meta"` builds the same modules without memory (the CPU test checks the configs and
 parameter counts that way, and the build sizes its folder from it).
@@ -42,7 +44,7 @@ from typing import Any
 from bench import e2e_place
 from bench.e2e_models import component_gb, param_counts, real_pipeline
 
-FAMILIES = ("flux", "qwen-image", "flux2-klein")
+FAMILIES = ("flux", "qwen-image", "flux2-klein", "z-image", "sdxl")
 SHARD = "2GB"  # safetensors shard size of the saved components (bounds the save's host RAM)
 SAVE_WORKERS = 4  # components written at once
 TINY_HOME_GB = 0.5  # the studio home of a tiny suite

@@ -1,5 +1,5 @@
-"""The real-size random-weight pipelines of bench/e2e_build.py: FLUX.1-dev, Qwen-Image and
-FLUX.2 [klein] 9B base of the released configs (see e2e_build's docstring for the sources), built
+"""The real-size random-weight pipelines of bench/e2e_build.py: FLUX.1-dev, Qwen-Image, FLUX.2
+[klein] 9B base, Z-Image and SDXL base of the released configs (see e2e_build's docstring for the sources), built
 in bf16 on any device ("meta": no memory, for sizes and configs), with lorastudio's tiny
 tokenizers (their ids stay inside the real vocabularies)."""
 
@@ -17,7 +17,7 @@ def flux_pipeline(double_blocks: int = 19, single_blocks: int = 38, t5_layers: i
     """FLUX.1-dev's pipeline at the released widths with the given depths (the defaults: the
     released ones; fewer: a model of a few GB for the CPU benches, bench/prefetch_start.py), in
     the current default device and dtype."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
     from lorastudio.tiny import tokenizers as toks
@@ -58,20 +58,7 @@ def flux_pipeline(double_blocks: int = 19, single_blocks: int = 38, t5_layers: i
     transformer = FluxTransformer2DModel(  # FLUX.1-dev: 19 + 38 blocks
         guidance_embeds=True, num_layers=double_blocks, num_single_layers=single_blocks
     )
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=["DownEncoderBlock2D"] * 4,
-        up_block_types=["UpDecoderBlock2D"] * 4,
-        block_out_channels=[128, 256, 512, 512],
-        layers_per_block=2,
-        latent_channels=16,
-        sample_size=1024,
-        scaling_factor=0.3611,
-        shift_factor=0.1159,
-        use_quant_conv=False,
-        use_post_quant_conv=False,
-    )
+    vae = _flux1_vae(16)
     scheduler = FlowMatchEulerDiscreteScheduler(
         num_train_timesteps=1000,
         shift=3.0,
@@ -211,7 +198,147 @@ def _klein9b_pipeline() -> Any:
     )
 
 
-_BUILDERS = {"flux": _flux_pipeline, "qwen-image": _qwen_image_pipeline, "flux2-klein": _klein9b_pipeline}
+def _flux1_vae(latent_channels: int = 16) -> Any:
+    """The 4-level KL VAE of FLUX.1 (16 latent channels; Z-Image ships it) or SDXL (4 channels)."""
+    from diffusers import AutoencoderKL
+
+    if latent_channels == 4:  # SDXL's (stabilityai/sdxl-vae)
+        scale: dict[str, Any] = {"scaling_factor": 0.13025}
+    else:  # FLUX.1's
+        scale = {
+            "scaling_factor": 0.3611,
+            "shift_factor": 0.1159,
+            "use_quant_conv": False,
+            "use_post_quant_conv": False,
+        }
+    return AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=["DownEncoderBlock2D"] * 4,
+        up_block_types=["UpDecoderBlock2D"] * 4,
+        block_out_channels=[128, 256, 512, 512],
+        layers_per_block=2,
+        latent_channels=latent_channels,
+        sample_size=1024,
+        **scale,
+    )
+
+
+def _z_image_pipeline() -> Any:
+    """Z-Image (Tongyi-MAI/Z-Image-Turbo's configs): ZImageTransformer2DModel's defaults (the
+    released 6.15 B single-stream DiT), Qwen3-4B as Qwen3Model (the pipeline reads its second-to-last
+    hidden state), FLUX.1's VAE; in the current default device and dtype."""
+    import torch
+    from diffusers import FlowMatchEulerDiscreteScheduler, ZImagePipeline, ZImageTransformer2DModel
+    from transformers import Qwen3Config, Qwen3Model
+
+    from lorastudio.tiny import tokenizers as toks
+
+    tokenizer = toks.qwen_tokenizer()
+    text_encoder = Qwen3Model(
+        Qwen3Config(  # Qwen/Qwen3-4B's config (Z-Image's text_encoder/config.json)
+            vocab_size=151936,
+            hidden_size=2560,
+            intermediate_size=9728,
+            num_hidden_layers=36,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            max_position_embeddings=40960,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+            tie_word_embeddings=True,
+            bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+            eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    )
+    transformer = ZImageTransformer2DModel()
+    with torch.no_grad():  # the pad tokens are allocated with torch.empty (a checkpoint fills them)
+        for name, param in transformer.named_parameters():
+            if "pad_token" in name:
+                param.normal_(std=0.02)
+    return ZImagePipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(
+            num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False
+        ),
+        vae=_flux1_vae(16),
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        transformer=transformer,
+    )
+
+
+def _sdxl_pipeline() -> Any:
+    """SDXL base 1.0 (the 2.57 B U-Net of bench/models.SDXL_UNET, CLIP-L and OpenCLIP bigG text
+    encoders, its VAE), in the current default device and dtype."""
+    import torch
+    from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+    from bench.models import SDXL_UNET
+    from lorastudio.tiny import tokenizers as toks
+
+    tokenizer = toks.clip_tokenizer()
+    ids = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    clip_l = CLIPTextModel(  # openai/clip-vit-large-patch14's text model
+        CLIPTextConfig(
+            vocab_size=49408,
+            hidden_size=768,
+            intermediate_size=3072,
+            num_attention_heads=12,
+            num_hidden_layers=12,
+            max_position_embeddings=77,
+            hidden_act="quick_gelu",
+            projection_dim=768,
+            **ids,
+        )
+    )
+    clip_g = CLIPTextModelWithProjection(  # laion's OpenCLIP ViT-bigG-14 text model
+        CLIPTextConfig(
+            vocab_size=49408,
+            hidden_size=1280,
+            intermediate_size=5120,
+            num_attention_heads=20,
+            num_hidden_layers=32,
+            max_position_embeddings=77,
+            hidden_act="gelu",
+            projection_dim=1280,
+            **ids,
+        )
+    )
+    with torch.device("cpu"):  # its sigmas are copied to the CPU at init: not built on "meta"
+        scheduler = EulerDiscreteScheduler(  # stabilityai/stable-diffusion-xl-base-1.0 scheduler_config.json
+            num_train_timesteps=1000,
+            beta_start=0.00085,
+            beta_end=0.012,
+            beta_schedule="scaled_linear",
+            steps_offset=1,
+            timestep_spacing="leading",
+            prediction_type="epsilon",
+        )
+    return StableDiffusionXLPipeline(
+        vae=_flux1_vae(4),
+        text_encoder=clip_l,
+        text_encoder_2=clip_g,
+        tokenizer=tokenizer,
+        tokenizer_2=toks.clip_tokenizer(),
+        unet=UNet2DConditionModel(**SDXL_UNET),
+        scheduler=scheduler,
+    )
+
+
+_BUILDERS = {
+    "flux": _flux_pipeline,
+    "qwen-image": _qwen_image_pipeline,
+    "flux2-klein": _klein9b_pipeline,
+    "z-image": _z_image_pipeline,
+    "sdxl": _sdxl_pipeline,
+}
 
 
 def real_pipeline(family: str, device: str = "cuda", seed: int = 0) -> Any:

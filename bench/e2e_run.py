@@ -1,6 +1,6 @@
 """End-to-end runs at real size through the product (issue 31 item 1), timed per phase.
 
-    build DIR --family flux|qwen-image|flux2-klein [--tiny] [--place auto|shm|disk]
+    build DIR --family flux|qwen-image|flux2-klein|z-image|sdxl [--tiny] [--place auto|shm|disk]
         a random-weight pipeline folder of the released configs (bench/e2e_build.py; built on
         the GPU in bf16, components saved in parallel) and its dataset under DIR/home/datasets.
         Before building, the free space of DIR's disk, /dev/shm and host RAM decide where the
@@ -51,10 +51,28 @@ REPO = Path(__file__).resolve().parents[1]  # bench/ is importable from here (th
 SAVE_EVERY = 100  # steps between sample rounds and checkpoints (and the export at the end)
 # rough seconds of each step of a suite on an H200 (FLUX.1: RESULTS note 23), to skip what will not fit
 # (FLUX.2 [klein] 9B: not measured yet, scaled from FLUX.1 by its parameters, CFG samples x2)
-BUILD_S = {"flux": 90.0, "qwen-image": 150.0, "flux2-klein": 90.0}
-START_S = {"flux": 110.0, "qwen-image": 150.0, "flux2-klein": 110.0}  # load, caching, probe, compile: cold
-START_WARM_S = {"flux": 70.0, "qwen-image": 100.0, "flux2-klein": 70.0}  # with an earlier run's caches
-STEP_S = {"flux": 0.45, "qwen-image": 0.6, "flux2-klein": 0.45}  # per step, samples and checkpoints included
+BUILD_S = {"flux": 90.0, "qwen-image": 150.0, "flux2-klein": 90.0, "z-image": 60.0, "sdxl": 30.0}
+START_S = {
+    "flux": 110.0,
+    "qwen-image": 150.0,
+    "flux2-klein": 110.0,
+    "z-image": 100.0,
+    "sdxl": 90.0,
+}  # load, caching, probe, compile: cold
+START_WARM_S = {
+    "flux": 70.0,
+    "qwen-image": 100.0,
+    "flux2-klein": 70.0,
+    "z-image": 60.0,
+    "sdxl": 50.0,
+}  # with an earlier run's caches
+STEP_S = {
+    "flux": 0.45,
+    "qwen-image": 0.6,
+    "flux2-klein": 0.45,
+    "z-image": 0.35,
+    "sdxl": 0.15,
+}  # per step, samples and checkpoints included
 TINY_S = 60.0  # any tiny phase on a CPU
 
 

@@ -43,6 +43,34 @@ def test_the_klein_9b_builder_has_the_released_sizes():
     assert len(pipe.tokenizer) < pipe.text_encoder.config.vocab_size
 
 
+def test_the_z_image_builder_has_the_released_sizes():
+    """Z-Image: the 6.15 B single-stream DiT (30 blocks + 2 + 2 refiners), Qwen3-4B without its
+    tied lm_head (4.02 B), FLUX.1's 16-channel VAE: 20.5 GB of bf16."""
+    pipe = e2e_build.real_pipeline("z-image", "meta")
+    assert e2e_build.param_counts(pipe) == {"vae": 0.084, "text_encoder": 4.022, "transformer": 6.155}
+    assert round(sum(e2e_build.component_gb(pipe).values()), 1) == 20.5
+    text = pipe.text_encoder.config
+    assert (text.hidden_size, text.num_hidden_layers, text.head_dim) == (2560, 36, 128)
+    assert pipe.transformer.config.n_layers == 30 and pipe.vae.config.latent_channels == 16
+    assert len(pipe.tokenizer) < text.vocab_size
+
+
+def test_the_sdxl_builder_has_the_released_sizes():
+    """SDXL base 1.0: the 2.57 B U-Net, CLIP-L (123 M) and bigG with its projection (695 M), the
+    4-channel VAE at SDXL's scale: 6.9 GB of bf16; an epsilon-prediction Euler scheduler."""
+    pipe = e2e_build.real_pipeline("sdxl", "meta")
+    assert e2e_build.param_counts(pipe) == {
+        "vae": 0.084,
+        "text_encoder": 0.123,
+        "text_encoder_2": 0.695,
+        "unet": 2.567,
+    }
+    assert round(sum(e2e_build.component_gb(pipe).values()), 1) == 6.9
+    assert pipe.vae.config.latent_channels == 4 and pipe.vae.config.scaling_factor == 0.13025
+    assert pipe.scheduler.config.prediction_type == "epsilon"
+    assert pipe.text_encoder_2.config.projection_dim == 1280
+
+
 def test_qwen_image_on_the_h200_goes_to_dev_shm_and_its_home_to_the_disk():
     """The H200's case (57.7 GB folder, ~40 GB left on its 64 GiB disk): /dev/shm when it and
     the run's RAM fit beside it, else the disk, else a refusal naming needed vs free."""
