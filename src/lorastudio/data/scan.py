@@ -142,9 +142,7 @@ def _control_key(control: Path, item: ImageItem, controls_then: Mapping[Path, Pa
     return str(control)
 
 
-def dataset_fingerprint(
-    items: list[ImageItem], controls_then: Mapping[Path, Path] | None = None
-) -> str:
+def dataset_fingerprint(items: list[ImageItem], controls_then: Mapping[Path, Path] | None = None) -> str:
     """sha256 over the items sorted by file name: (file name, sha256 of its bytes, final caption,
     and a paired sample's controls: each one's key (`_control_key`) and sha256).
 

@@ -36,9 +36,9 @@ from lorastudio.training.checkpoint import (
 )
 from lorastudio.training.extend import extension_steps, finished_problem
 from lorastudio.training.guidance_rules import resume_guidance_warnings
-from lorastudio.training.identity_dataset import dataset_record_for, rule1_fingerprint
 from lorastudio.training.identity import check_identity, config_as_recorded, dataset_files, run_identity
 from lorastudio.training.identity_base import RELOCATABLE, record_for
+from lorastudio.training.identity_dataset import dataset_record_for, rule1_fingerprint
 from lorastudio.training.losses_file import losses_file_problem
 from lorastudio.training.relocation import moved_problems, with_entry_paths
 
