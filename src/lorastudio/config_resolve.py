@@ -38,14 +38,17 @@ if TYPE_CHECKING:
 
 def _did_you_mean(loc: tuple[Any, ...]) -> str:
     """'; did you mean X?' for an unknown top-level setting close to a TrainConfig field
-    (difflib), '; kohya's X is Y here ...' for a kohya argument the importer maps one to one
-    (RELIABILITY 2000), else ''."""
+    (difflib); for another trainer's key or a guessed name, what it is here
+    (config_peer_keys.peer_hint: '; kohya's X is Y here ...', RELIABILITY 2000, 2041), else ''."""
     if len(loc) != 1 or not isinstance(loc[0], str):
         return ""
-    from lorastudio.config_import.kohya_tables import SIMPLE  # no torch
+    from lorastudio.config_peer_keys import peer_hint  # no torch
 
-    if loc[0] in SIMPLE:  # kohya's name, not a misspelling (max_train_steps is not max_bad_steps)
-        return f"; kohya's {loc[0]} is {SIMPLE[loc[0]][0]} here (`lorastudio config import` converts a kohya file)"
+    hint = peer_hint(
+        loc[0]
+    )  # another trainer's name, not a misspelling (max_train_steps is not max_bad_steps)
+    if hint:
+        return hint
     close = difflib.get_close_matches(loc[0].lower(), list(TrainConfig.model_fields), n=2, cutoff=0.75)
     return f"; did you mean {' or '.join(close)}?" if close else ""
 

@@ -260,8 +260,9 @@ def test_a_kohya_argument_is_named_as_ours_not_guessed():
     with pytest.raises(ConfigError) as exc:
         parse_train_config({**BASE, "max_train_steps": 100, "network_dim": 8})
     by_field = {p.field: p.message for p in exc.value.problems}
-    assert by_field["max_train_steps"] == (
-        "unknown setting; kohya's max_train_steps is steps here (`lorastudio config import` converts a kohya file)"
+    assert by_field["max_train_steps"] == (  # SimpleTuner's too since RELIABILITY 2041
+        "unknown setting; kohya's and SimpleTuner's max_train_steps is steps here "
+        "(`lorastudio config import` converts a whole kohya or SimpleTuner file)"
     )
     assert by_field["network_dim"].startswith("unknown setting; kohya's network_dim is lora_rank here")
 

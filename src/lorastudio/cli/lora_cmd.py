@@ -135,7 +135,7 @@ def push_cmd(
     part), a model card and its newest samples to a hub repo (HF_ENDPOINT's hub when set), with
     the studio's hub token (LORASTUDIO_HF_TOKEN, else huggingface_hub's login)."""
     from lorastudio.cli.termination import COULD_NOT_STATUS, refusal_status
-    from lorastudio.errors import LorastudioError
+    from lorastudio.errors import JobActive, LorastudioError
     from lorastudio.lora.hub_push import push_lora
     from lorastudio.settings import get_settings
 
@@ -146,6 +146,9 @@ def push_cmd(
             typer.secho(f"error: {writer}: push it when that run ends", fg=typer.colors.RED, err=True)
             raise typer.Exit(COULD_NOT_STATUS)
         result = push_lora(settings, run, repo, create=create, private=private)
+    except JobActive as err:  # its LoRA and sidecar of two writes: a run rewrites them (2042)
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(COULD_NOT_STATUS) from None
     except LorastudioError as err:  # no token, refused, repo missing: say which
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(refusal_status(err)) from None

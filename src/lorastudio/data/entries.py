@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -186,13 +186,15 @@ def scan_entries(
     decode_budget_s: float | None = None,
     progress: DecodeProgress | None = None,
     keep_markup: bool = False,
+    controls_then: Mapping[Path, Path] | None = None,
 ) -> DatasetScan:
     """Scan every entry (data.scan.scan_dataset with the entry's resolution and captions) and
     join them (see the module docstring); `prepare` is applied to each entry's own scan before
     the join (e.g. data.masks.attach_masks: each folder's masks/); `decoded_dir` and
     `decode_budget_s` are scan_dataset's (each folder's full decodes), `progress` too (the
     run's count of them across every entry, and its stop check), `keep_markup` too (a resume's
-    scan keeps captions with another trainer's markup). Raises DatasetError listing
+    scan keeps captions with another trainer's markup), `controls_then` too (the fingerprint
+    rule-1 checkpoint's resume compares: data.scan.dataset_fingerprint). Raises DatasetError listing
     every entry's problems (one entry: scan_dataset's own error), and what `prepare` raises."""
     many = len(entries) > 1
     scans: list[DatasetScan] = []
@@ -218,6 +220,7 @@ def scan_entries(
                     progress=progress,
                     kohya=entry.kohya,
                     keep_markup=keep_markup,
+                    controls_then=controls_then,
                 )
             )
             if prepare is not None:

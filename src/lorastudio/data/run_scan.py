@@ -7,7 +7,7 @@ check, for the dataset entries and for a validation folder (data/holdout.py). No
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -38,6 +38,7 @@ def scan_for_run(
     decode_budget_s: float | None = None,
     progress: DecodeProgress | None = None,
     resume: bool = False,
+    controls_then: Mapping[Path, Path] | None = None,
 ) -> DatasetScan:
     """Scan `source` for a run of `cfg` (resolved) on the family `spec`, with the host limits of
     `settings`. `source`: the run's entries (data.entries.resolve_entries), or one folder (a
@@ -51,7 +52,9 @@ def scan_for_run(
     decodes (targets, controls, masks of every entry; reported at a bounded rate) and its stop
     check before each (data/decode_progress.py; None: neither); `resume`: the scan of a run
     that continues a checkpoint, whose captions with another trainer's markup are kept as the
-    checkpoint trained them (data.scan.scan_dataset's keep_markup; a fresh run's are refused).
+    checkpoint trained them (data.scan.scan_dataset's keep_markup; a fresh run's are refused);
+    `controls_then`: its fingerprint under rule 1, the controls' paths as a checkpoint of that
+    rule recorded them (data.scan.dataset_fingerprint; training/identity_dataset.py).
     Raises what scan_entries and
     attach_masks raise (DatasetError; ConfigError naming a mask setting), and what the stop
     check raises (errors.TrainingStopped).
@@ -81,6 +84,7 @@ def scan_for_run(
         decode_budget_s=decode_budget_s,
         progress=progress,
         keep_markup=resume,
+        controls_then=controls_then,
         prepare=partial(
             attach_masks,
             alpha_mask=cfg.alpha_mask,

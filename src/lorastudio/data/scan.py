@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -114,11 +114,43 @@ def check_unchanged(item: ImageItem) -> None:
             )
 
 
-def dataset_fingerprint(items: list[ImageItem]) -> str:
-    """sha256 over the items sorted by file name: (file name, sha256 of its bytes, final caption).
+# how dataset_fingerprint keys a paired sample's controls: 1 (before session 40) by their absolute
+# path, which changed with the dataset's folder (a paired run could not resume once its dataset
+# moved); 2 (session 40, RELIABILITY 2040) by their path under the target's folder (`control/a.png`;
+# a control_dirs folder's by its file name alone: its slot is its place in the row). Unpaired
+# samples are the same under both rules; a paired run's identity records the rule
+# (training/identity_dataset.py) and a resume of a rule-1 checkpoint compares under rule 1, its
+# controls' paths taken under the folder the checkpoint recorded (`controls_then`)
+DATASET_RULE = 2
+
+
+def _control_key(control: Path, item: ImageItem, controls_then: Mapping[Path, Path] | None) -> object:
+    """How the fingerprint names one control of `item`: rule 2 (controls_then None) its POSIX path
+    under the target's folder, or ["outside", its name] for a control_dirs folder's; rule 1 its
+    absolute path, with a current folder of `controls_then` (now -> as the checkpoint recorded it)
+    replaced by the recorded one."""
+    if controls_then is None:
+        try:
+            return control.relative_to(item.path.parent).as_posix()
+        except ValueError:
+            return ["outside", control.name]
+    for now, then in controls_then.items():
+        try:
+            return str(Path(then) / control.relative_to(now))
+        except ValueError:
+            continue
+    return str(control)
+
+
+def dataset_fingerprint(items: list[ImageItem], controls_then: Mapping[Path, Path] | None = None) -> str:
+    """sha256 over the items sorted by file name: (file name, sha256 of its bytes, final caption,
+    and a paired sample's controls: each one's key (`_control_key`) and sha256).
 
     A renamed file, a changed image byte or a changed final caption (including a new trigger
-    word) changes the fingerprint. Raises DatasetError if a file cannot be read.
+    word) changes the fingerprint; the dataset's folder moved does not (DATASET_RULE 2).
+    `controls_then`: None for the current rule; a mapping (folder now -> folder the checkpoint
+    recorded, possibly empty) for rule 1's, a resume of a checkpoint written under it.
+    Raises DatasetError if a file cannot be read.
     """
     rows = [
         [item.path.name, item.sha256 or file_sha256(item.path, item.folder_id), item.caption]
@@ -126,8 +158,11 @@ def dataset_fingerprint(items: list[ImageItem]) -> str:
     ]
     for row, item in zip(rows, items, strict=True):  # paired samples: their controls too
         hashes = item.control_sha256 or control_sha256(item)
-        row += [[str(c), digest] for c, digest in zip(item.controls, hashes, strict=True)]
-    rows.sort()
+        row += [
+            [_control_key(c, item, controls_then), digest]
+            for c, digest in zip(item.controls, hashes, strict=True)
+        ]
+    rows.sort()  # file names are unique in a folder: the first column orders them
     payload = json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return hashlib.sha256(b"lorastudio-dataset-v1\n" + payload).hexdigest()
 
@@ -161,6 +196,7 @@ def scan_dataset(
     progress: DecodeProgress | None = None,
     kohya: bool = False,
     keep_markup: bool = False,
+    controls_then: Mapping[Path, Path] | None = None,
 ) -> DatasetScan:
     """Discover, check, caption and bucket every image of the folder `root`.
 
@@ -185,7 +221,9 @@ def scan_dataset(
     two that disagree are a problem naming both); `keep_markup`, True for a resume: a caption
     holding another trainer's markup (captions.unread_markup) is kept as the text it is, as the
     checkpoint, made before such captions were refused, trained it (its fingerprint decides;
-    scan_warnings says it), where a fresh run's scan refuses it (RELIABILITY 1733, 1750).
+    scan_warnings says it), where a fresh run's scan refuses it (RELIABILITY 1733, 1750);
+    `controls_then`, dataset_fingerprint's: None for the current rule, a mapping for a resume
+    that compares a rule-1 checkpoint (training/identity_dataset.py).
     Returns: a DatasetScan with items sorted by file name.
     Raises: DatasetError, listing every problem at once: an unsupported resolution, a missing
     folder or a file instead of one, no images, images without a caption (when there is no
@@ -334,7 +372,7 @@ def scan_dataset(
         root=root,
         items=items,
         dropped=dropped,
-        fingerprint=dataset_fingerprint(items),
+        fingerprint=dataset_fingerprint(items, controls_then),
         control_sources=tuple(pairs.sources),
         control_dirs=tuple(control_dirs),
     )

@@ -38,6 +38,7 @@ from lorastudio.training.extend import extension_steps, finished_problem
 from lorastudio.training.guidance_rules import resume_guidance_warnings
 from lorastudio.training.identity import check_identity, config_as_recorded, dataset_files, run_identity
 from lorastudio.training.identity_base import RELOCATABLE, record_for
+from lorastudio.training.identity_dataset import dataset_record_for, rule1_fingerprint
 from lorastudio.training.losses_file import losses_file_problem
 from lorastudio.training.relocation import moved_problems, with_entry_paths
 
@@ -169,7 +170,11 @@ def validate_resume(
         info["identity"],
         run_identity(  # with the latent handling the run will have (training/identity_latents.py)
             before,
-            scan.fingerprint,
+            dataset_record_for(  # under the checkpoint's dataset rule (training/identity_dataset.py)
+                info["identity"],
+                scan,
+                lambda: rule1_fingerprint(cfg, info["config"], family.spec, settings, flavour_controls),
+            ),
             family.spec.lora_targets,
             base,
             dataset_files(scan),

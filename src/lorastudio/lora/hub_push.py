@@ -5,7 +5,9 @@
 
     push_lora(settings, "my-run", "me/my-lora", create=False, private=False) -> PushResult
 
-The run's newest sample round goes with it (the card shows it). The token is the studio's
+The LoRA and its sidecar are pushed as one pair (lora/push_snapshot.py: the LoRA uploaded from the
+descriptor whose header matched the sidecar read, so a resume renaming a new pair into place
+during the upload changes neither). The run's newest sample round goes with it (the card shows it). The token is the studio's
 (settings.hf_token, LORASTUDIO_HF_TOKEN) else huggingface_hub's login; the endpoint is
 HF_ENDPOINT's (basemodels/hubcache.py). huggingface_hub does the upload (`create_commit`: its
 preupload + commit protocol); this module picks the files, writes the card and names the failures. No HTTP
@@ -17,11 +19,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
-from lorastudio import json_read
 from lorastudio.basemodels.hubcache import hide_userinfo, hub_endpoint, hub_transport_errors, shown_endpoint
 from lorastudio.errors import HubAccessDenied, HubTokenMissing, HubUploadError, NotFound
 from lorastudio.lora.hub_card import model_card
+from lorastudio.lora.push_snapshot import pair_snapshot
 from lorastudio.lora.shared import shared_copy
 from lorastudio.settings import Settings
 from lorastudio.training.sample_files import list_samples
@@ -48,23 +51,26 @@ def push_lora(
     create: make the repo first when it does not exist (private when `private`). Raises NotFound
     (no such LoRA; the repo missing and not `create`), HubTokenMissing (no token), HubAccessDenied
     (the hub refused the token: 401, or it has no write access to the repo: 403), HubUploadError
-    (the hub unreachable or failing).
+    (the hub unreachable or failing), JobActive (the LoRA and its sidecar stayed two writes'
+    while a run rewrote them: lora/push_snapshot.py).
     """
     run_dir = settings.outputs_dir / name
     lora, sidecar_path = run_dir / f"{name}.safetensors", run_dir / f"{name}.json"
     if "/" in name or not is_file(lora):  # user_paths: never raises (a name over the limits)
         raise NotFound(f"no LoRA {name!r} (looked for {lora})")
-    try:
-        sidecar = json_read.loads(sidecar_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise NotFound(f"{sidecar_path} cannot be read ({err}); the push needs the LoRA's sidecar") from None
     token = _token(settings)
-    samples = _newest_round(run_dir, sidecar)
-    shared = json.dumps(shared_copy(sidecar), indent=2) + "\n"  # as training/export writes it, no local path
-    files: dict[str, Path | bytes] = {lora.name: lora, sidecar_path.name: shared.encode("utf-8")}
-    files.update({rel: run_dir / rel for rel, _ in samples})
-    files["README.md"] = model_card(sidecar, name, samples).encode("utf-8")
-    commit = _upload(files, repo_id, token, create=create, private=private, name=name)
+    with pair_snapshot(lora, sidecar_path) as (weights, sidecar):
+        samples = _newest_round(run_dir, sidecar)
+        shared = (
+            json.dumps(shared_copy(sidecar), indent=2) + "\n"
+        )  # as training/export writes it, no local path
+        files: dict[str, Path | bytes | BinaryIO] = {
+            lora.name: weights,
+            sidecar_path.name: shared.encode("utf-8"),
+        }
+        files.update({rel: run_dir / rel for rel, _ in samples})
+        files["README.md"] = model_card(sidecar, name, samples).encode("utf-8")
+        commit = _upload(files, repo_id, token, create=create, private=private, name=name)
     return PushResult(
         repo_id=repo_id, url=f"{shown_endpoint()}/{repo_id}", commit=commit, files=sorted(files)
     )
@@ -94,9 +100,15 @@ def _newest_round(run_dir: Path, sidecar: dict) -> list[tuple[str, str | None]]:
 
 
 def _upload(
-    files: dict[str, Path | bytes], repo_id: str, token: str, *, create: bool, private: bool, name: str
+    files: dict[str, Path | bytes | BinaryIO],
+    repo_id: str,
+    token: str,
+    *,
+    create: bool,
+    private: bool,
+    name: str,
 ) -> str | None:
-    """One commit of `files` ({path in the repo: file or bytes}) to `repo_id` (created first when
+    """One commit of `files` ({path in the repo: file, bytes or an open file}) to `repo_id` (created first when
     `create`); returns the commit id."""
     from huggingface_hub import CommitOperationAdd, HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
@@ -108,7 +120,7 @@ def _upload(
         if create:
             api.create_repo(repo_id, private=private, exist_ok=True)
         operations = [
-            CommitOperationAdd(path_in_repo=dest, path_or_fileobj=src if isinstance(src, bytes) else str(src))
+            CommitOperationAdd(path_in_repo=dest, path_or_fileobj=str(src) if isinstance(src, Path) else src)
             for dest, src in files.items()
         ]
         info = api.create_commit(repo_id, operations, commit_message=f"lorastudio: LoRA {name}")

@@ -30,6 +30,7 @@ from lorastudio.training.identity_base import (
     base_record,
     relocation_compared,
 )
+from lorastudio.training.identity_dataset import DATASET_RULE_KEY
 from lorastudio.training.identity_latents import (
     DERIVED,
     SETTINGS,
@@ -94,7 +95,7 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
 # checkpoint; the file may have changed or gone since)
 INIT_KEY = "init_lora_file"
 # identity keys that are no setting: absent from an older checkpoint, they are not compared
-_DERIVED_SINCE = frozenset({"dataset_files", INIT_KEY}) | RULE_KEYS | BASE_KEYS | DERIVED
+_DERIVED_SINCE = frozenset({"dataset_files", INIT_KEY, DATASET_RULE_KEY}) | RULE_KEYS | BASE_KEYS | DERIVED
 _DIGEST = 16  # hex digits of each file's digests in dataset_files (a change, not a proof)
 _NAMED = 10  # files named per kind of change; the rest counted
 
@@ -198,14 +199,15 @@ def base_fingerprint(cfg: TrainConfig, denoiser: str) -> str:
 
 def run_identity(
     cfg: TrainConfig,
-    dataset_fingerprint: str,
+    dataset_fingerprint: str | Mapping[str, Any],
     default_targets: tuple[str, ...],
     base: str | Mapping[str, Any] | None = None,
     files: Mapping[str, list[str]] | None = None,
     latent_bytes: int | None = None,
     pixels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The identity of a run (JSON-able dict). Takes the resolved config, the dataset fingerprint,
+    """The identity of a run (JSON-able dict). Takes the resolved config, the dataset fingerprint
+    (a mapping: the dataset fields with their rule, training/identity_dataset.dataset_record),
     the family's default LoRA targets (used when cfg.lora_targets is unset), the base's
     fields (identity_base.base_record; a string: the fingerprint alone; None: not part of it), the scan's `dataset_files` (None:
     not part of it) and the in-memory latent cache's size (data/latent_keys.run_cache_bytes;
@@ -226,7 +228,11 @@ def run_identity(
         ]
     identity.update(latent_record(cfg, latent_bytes))  # how the run makes its latents
     identity["lora_targets"] = sorted(set(cfg.lora_targets or default_targets))
-    identity["dataset_fingerprint"] = dataset_fingerprint
+    identity.update(
+        {"dataset_fingerprint": dataset_fingerprint}
+        if isinstance(dataset_fingerprint, str)
+        else dataset_fingerprint
+    )
     if base is not None:
         identity.update({"base_fingerprint": base} if isinstance(base, str) else base)
     if files is not None:
@@ -246,7 +252,11 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
     files = _files_record(saved.get("dataset_files")) and _files_record(current.get("dataset_files"))
     handling = compares_handling(saved, current)
     skipped = (
-        {"dataset_files", INIT_KEY} | RULE_KEYS | DERIVED | BASE_KEYS | (set(SETTINGS) if handling else set())
+        {"dataset_files", INIT_KEY, DATASET_RULE_KEY}
+        | RULE_KEYS
+        | DERIVED
+        | BASE_KEYS
+        | (set(SETTINGS) if handling else set())
     )
     if relocation_compared(saved, current):
         skipped |= RELOCATABLE  # where the base is: its content is compared (base_problems)
@@ -325,8 +335,12 @@ def override_problems(overrides: Mapping[str, Any]) -> list[FieldProblem]:
                 FieldProblem(key, f"cannot change on resume (it changes the maths of the run); {may}")
             )
             continue
+        from lorastudio.config_peer_keys import peer_hint
+
         close = difflib.get_close_matches(key.lower(), sorted(allowed | {"steps"}), n=2, cutoff=0.75)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
+        if peer := peer_hint(key):  # another trainer's key, a guessed name (RELIABILITY 2041)
+            hint = peer.removeprefix("; ") + "; "
         problems.append(FieldProblem(key, f"unknown setting: {hint}{may}"))
     return problems
 

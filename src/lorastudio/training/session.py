@@ -35,6 +35,7 @@ from lorastudio.training.identity import (
     run_identity,
 )
 from lorastudio.training.identity_base import base_record, record_for
+from lorastudio.training.identity_dataset import dataset_record, dataset_record_for, rule1_fingerprint
 from lorastudio.training.identity_rules import as_checkpoint
 from lorastudio.training.preflight import PreparedRun, preflight
 from lorastudio.training.run_files import kept_note, remove_leftovers, remove_session_files
@@ -99,7 +100,12 @@ def prepare_session(
     # the base as the checkpoint's rule takes it (identity_base.py: a checkpoint of rule 1 resumes),
     # with the revision it recorded beside a local folder (training/checkpoint.py)
     then = record_for(info["identity"], config_as_recorded(run.cfg, info), run.family.spec.denoiser)
-    check_identity(info["identity"], _identity(run, before, then, pixels))
+    dataset = dataset_record_for(  # under the checkpoint's dataset rule (training/identity_dataset.py)
+        info["identity"],
+        run.scan,
+        lambda: rule1_fingerprint(run.cfg, info["config"], run.family.spec, settings),
+    )
+    check_identity(info["identity"], _identity(run, before, then, pixels, dataset))
     return run, identity
 
 
@@ -119,16 +125,22 @@ def _checkpoint_ranks(cfg: TrainConfig, info: dict[str, Any]) -> TrainConfig:
 
 
 def _identity(
-    run: PreparedRun, cfg: TrainConfig, base: dict[str, Any], pixels: dict[str, str]
+    run: PreparedRun,
+    cfg: TrainConfig,
+    base: dict[str, Any],
+    pixels: dict[str, str],
+    dataset: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The identity of `run` with the settings `cfg` (its own, or its steps before an extension):
     with the latent cache's size as the run sizes it (training/loop_inputs.run_latent_mode), so it
     records the latent handling the run has, and the pixel rule where its files need it
-    (`pixels`: data/pixel_rule.read_otherwise of its scan)."""
+    (`pixels`: data/pixel_rule.read_otherwise of its scan); `dataset`: its dataset fields as a
+    checkpoint compares them (identity_dataset.dataset_record_for; None: the scan's own, under
+    the current rule)."""
     scan, spec = run.scan, run.family.spec
     return run_identity(
         cfg,
-        scan.fingerprint,
+        dataset_record(scan) if dataset is None else dataset,
         spec.lora_targets,
         base,
         dataset_files(scan),

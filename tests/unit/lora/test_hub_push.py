@@ -6,16 +6,19 @@ token, a refused token, a read-only token, a missing repo) are named errors; the
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
+from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from fake_hub_upload import READ_TOKEN, WRITE_TOKEN, UploadHub, UploadHubServer
 from lorastudio.config import TrainConfig
-from lorastudio.errors import HubAccessDenied, HubTokenMissing, NotFound
+from lorastudio.errors import HubAccessDenied, HubTokenMissing, JobActive, NotFound
+from lorastudio.lora import hub_push
 from lorastudio.lora.hub_card import hub_base_model, model_card
 from lorastudio.lora.hub_push import push_lora
 from lorastudio.settings import Settings
@@ -191,3 +194,78 @@ def test_the_api_pushes_and_answers_each_failure_with_its_status(run_home, hub, 
     with TestClient(create_app(_settings(run_home, None)), base_url=LOOPBACK) as client:
         no_token = client.post("/api/loras/pushme/push", json={"repo": "me/existing"})
         assert no_token.status_code == 400 and "LORASTUDIO_HF_TOKEN" in no_token.json()["detail"]
+
+
+# A push's LoRA and sidecar are one write's (lora/push_snapshot.py, RELIABILITY 2042): a resume
+# renaming a new pair into place during the upload changes neither; a pair read between a write's
+# two renames (the sidecar new, the LoRA old) is refused naming both, the CLI exiting 1.
+
+
+def _rewritten(run: Path, steps: int) -> tuple[bytes, bytes]:
+    """(LoRA, sidecar) bytes of the run's pair as a resume to `steps` writes it: other weights, the
+    header's and the sidecar's steps and created_at its own."""
+    lora = run / "pushme.safetensors"
+    from safetensors import safe_open
+
+    with safe_open(str(lora), "pt") as f:
+        meta = dict(f.metadata())
+    tensors = {k: v + 1 for k, v in load_file(str(lora)).items()}
+    meta.update({"lorastudio.steps": str(steps), "lorastudio.created_at": "2026-12-07T23:00:00+00:00"})
+    staged = run.parent / "staged.safetensors"
+    save_file(tensors, str(staged), metadata=meta)
+    sidecar = json.loads((run / "pushme.json").read_text())
+    sidecar.update({"steps": steps, "created_at": "2026-12-07T23:00:00+00:00"})
+    out = staged.read_bytes(), json.dumps(sidecar).encode()
+    staged.unlink()
+    return out
+
+
+@pytest.fixture
+def run(run_home: Path, tmp_path: Path):
+    """The run's folder, put back as it was after the test."""
+    folder = run_home / "outputs" / "pushme"
+    kept = tmp_path / "kept"
+    shutil.copytree(folder, kept)
+    yield folder
+    shutil.rmtree(folder)
+    shutil.copytree(kept, folder)
+
+
+def test_a_resume_during_the_upload_changes_nothing_pushed(run_home, hub, run, monkeypatch):
+    before = (run / "pushme.safetensors").read_bytes()
+    new_lora, new_sidecar = _rewritten(run, 6)
+    upload = hub_push._upload
+
+    def resumed_meanwhile(files, *args, **kwargs):  # the server's resume renames its pair into place
+        for name, data in (("pushme.json", new_sidecar), ("pushme.safetensors", new_lora)):
+            (run / f".{name}").write_bytes(data)
+            (run / f".{name}").replace(run / name)
+        return upload(files, *args, **kwargs)
+
+    monkeypatch.setattr(hub_push, "_upload", resumed_meanwhile)
+    push_lora(_settings(run_home, WRITE_TOKEN), "pushme", "me/existing")
+    (commit,) = hub.commits
+    assert commit["files"]["pushme.safetensors"] == before  # the pair read, not the resumed LoRA
+    assert json.loads(commit["files"]["pushme.json"])["steps"] == 4
+    assert (run / "pushme.safetensors").read_bytes() == new_lora
+
+
+def test_a_pair_of_two_writes_is_refused_naming_both(run_home, hub, run, monkeypatch):
+    from lorastudio.cli.app import _register, app
+    from lorastudio.settings import get_settings
+
+    monkeypatch.setattr("lorastudio.lora.push_snapshot.PAIR_PAUSE_S", 0.0)
+    (run / "pushme.json").write_bytes(_rewritten(run, 6)[1])  # the sidecar renamed in, the LoRA not yet
+    with pytest.raises(JobActive, match=r"not one write's \(steps 4 in the LoRA, 6 in the sidecar\)"):
+        push_lora(_settings(run_home, WRITE_TOKEN), "pushme", "me/existing")
+    assert hub.commits == []
+    _register()
+    monkeypatch.setenv("LORASTUDIO_HOME", str(run_home))
+    monkeypatch.setenv("LORASTUDIO_HF_TOKEN", WRITE_TOKEN)
+    get_settings.cache_clear()
+    try:
+        refused = CliRunner().invoke(app, ["lora", "push", "pushme", "--repo", "me/existing"])
+    finally:
+        get_settings.cache_clear()
+    assert refused.exit_code == 1, refused.output
+    assert "pushed pair would not match" in refused.output and hub.commits == []
