@@ -51,28 +51,11 @@ REPO = Path(__file__).resolve().parents[1]  # bench/ is importable from here (th
 SAVE_EVERY = 100  # steps between sample rounds and checkpoints (and the export at the end)
 # rough seconds of each step of a suite on an H200 (FLUX.1: RESULTS note 23), to skip what will not fit
 # (FLUX.2 [klein] 9B: not measured yet, scaled from FLUX.1 by its parameters, CFG samples x2)
-BUILD_S = {"flux": 90.0, "qwen-image": 150.0, "flux2-klein": 90.0, "z-image": 60.0, "sdxl": 30.0}
-START_S = {
-    "flux": 110.0,
-    "qwen-image": 150.0,
-    "flux2-klein": 110.0,
-    "z-image": 100.0,
-    "sdxl": 90.0,
-}  # load, caching, probe, compile: cold
-START_WARM_S = {
-    "flux": 70.0,
-    "qwen-image": 100.0,
-    "flux2-klein": 70.0,
-    "z-image": 60.0,
-    "sdxl": 50.0,
-}  # with an earlier run's caches
-STEP_S = {
-    "flux": 0.45,
-    "qwen-image": 0.6,
-    "flux2-klein": 0.45,
-    "z-image": 0.35,
-    "sdxl": 0.15,
-}  # per step, samples and checkpoints included
+# seconds per family: build, cold start (load, caching, probe, compile), warm start, step (samples and
+# checkpoints included); z-image and sdxl scaled from FLUX.1 by their parameters
+_ROUGH = {"flux": (90, 110, 70, 0.45), "qwen-image": (150, 150, 100, 0.6), "flux2-klein": (90, 110, 70, 0.45)}
+_ROUGH |= {"z-image": (60, 100, 60, 0.35), "sdxl": (30, 90, 50, 0.15)}
+BUILD_S, START_S, START_WARM_S, STEP_S = ({f: float(v[i]) for f, v in _ROUGH.items()} for i in range(4))
 TINY_S = 60.0  # any tiny phase on a CPU
 
 
