@@ -4,10 +4,12 @@ Events (plain dicts, JSON-ready; the CLI prints them, the caption worker sends t
 service): caption_started {total, skipped, store, device, kohya_kept: the first skipped images
 whose caption is a kohya .caption file only, and kohya_count, when any}, caption_progress {index, total,
 file, caption, cut} ("cut": the model's text stopped at max_tokens, not at its end: written as
-made, counted in the summary's "cut"), caption_failed {index, total, file, reason}, caption_kept {index, total, file, reason,
-counted} (without overwrite, an image given a caption by hand while the model ran keeps it:
-"counted" when its caption_progress came first, a metadata.jsonl row found at its rewrite), and
-the summary (CaptionSummary) at the end. `cancelled()` is checked before each image: a stop ends the run between images, and
+made, counted in the summary's "cut"), caption_failed {index, total, file, reason, model}, caption_kept {index, total, file,
+reason, counted, model} (without overwrite, an image given a caption by hand while the job ran keeps it:
+"counted" when its caption_progress came first, a metadata.jsonl row found at its rewrite; an
+image found captioned before the model is asked is kept with no model call; "model": whether
+the model was asked for the image (caption_progress: always), so the job's time left is the
+model-call images' rate, jobs/caption_job.py, RELIABILITY 2052), and the summary (CaptionSummary) at the end. `cancelled()` is checked before each image: a stop ends the run between images, and
 since every write is atomic (captioning/targets.py) no caption file is ever half-written; the
 captions of a metadata.jsonl store are written before the summary (captioning/targets.py
 CaptionWriter: a fast model shares one rewrite among several), and a write that fails there
@@ -171,9 +173,19 @@ def caption_dataset(
                 summary.cancelled = True
                 break
             where = {"index": index, "total": total, "file": image.name}
+            if writer.captioned_now(
+                image
+            ):  # given a caption since the plan: no model call (RELIABILITY 2052)
+                summary.skipped.append(image.name)
+                emit(
+                    {"type": "caption_kept", **where, "reason": KEPT_REASON, "counted": False, "model": False}
+                )
+                continue
+            called = False  # whether the model was asked (the job's time left counts those images)
             try:
                 probe_image(image, max_pixels)  # a run's refusals (oversized, animated), before decoding
                 rgb = fit_pixels(load_rgb(image))
+                called = True
                 text = clean_caption(
                     captioner.caption(rgb, options.prompt, options.max_tokens), options.prefix
                 )
@@ -187,11 +199,13 @@ def caption_dataset(
                     raise writer.unwritable(cause) from err
                 reason = _reason(err).removeprefix(f"{image.name}: ")
                 summary.failures.append((image.name, reason))
-                emit({"type": "caption_failed", **where, "reason": reason})
+                emit({"type": "caption_failed", **where, "reason": reason, "model": called})
                 continue
             if not written:  # captioned by hand meanwhile (no overwrite): kept
                 summary.skipped.append(image.name)
-                emit({"type": "caption_kept", **where, "reason": KEPT_REASON, "counted": False})
+                emit(
+                    {"type": "caption_kept", **where, "reason": KEPT_REASON, "counted": False, "model": True}
+                )
                 continue
             summary.captioned.append((image.name, text))
             if cut:

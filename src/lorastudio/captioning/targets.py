@@ -3,7 +3,8 @@
 An image counts as captioned when it has a non-blank `<stem>.txt` or metadata.jsonl row (a
 sidecar that cannot be read also counts: it is not clobbered unless `overwrite`), or a kohya
 `<stem>.caption` at the plan (kept, and named: a plain dataset's run does not read it); a `.txt`
-or row that appears while the job runs is kept too (CaptionWriter `keep_new`); only a dataset's top-level images are
+or row that appears while the job runs is kept too (CaptionWriter `keep_new`, whichever store the
+captions go to; metadata.jsonl re-read only when it changed: _RowsSeen); only a dataset's top-level images are
 captioned (never control/ or masks/), and a dataset with none there is refused. New captions
 go where the dataset keeps its captions: into metadata.jsonl when the dataset has one and no .txt
 sidecars (the row's other keys, e.g. kohya repeats, are kept; a missing row is appended), else
@@ -21,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 import time
 import unicodedata
 from collections.abc import Callable
@@ -180,11 +182,12 @@ class CaptionWriter:
     what is queued (the run's end, a stop). Both rewrite calls raise NoSpaceLeft, DatasetError
     (naming the captions not saved) or OSError: the run stops.
     `keep_new` (a run without overwrite): an image that was given a caption after the plan (a
-    `.txt` or a row written by hand or by another tool while the model ran) keeps it: `write`
-    returns False for it (a .txt checked under the dataset's lock just before the rename), and
-    `flush_due` / `flush` return the names whose queued caption was dropped so (a row or a .txt
-    found when metadata.jsonl is rewritten): "keep existing captions" holds for the whole run,
-    not only for what the plan saw."""
+    `.txt` or a row written by hand or by another tool while the model ran) keeps it:
+    `captioned_now` says so before the model is asked (no model call for it), `write` returns
+    False for it (the .txt store: its caption files and metadata.jsonl row checked under the
+    dataset's lock just before the rename), and `flush_due` / `flush` return the names whose
+    queued caption was dropped so (a row or a .txt found when metadata.jsonl is rewritten):
+    "keep existing captions" holds for the whole run, not only for what the plan saw."""
 
     def __init__(
         self,
@@ -199,16 +202,26 @@ class CaptionWriter:
         # "txt": the images whose metadata.jsonl row holds a caption: each new .txt's text is queued
         # for its row too, rewritten in batches like the metadata store (RELIABILITY 1735)
         self._rowed = _captioned_rows(folder) if store == "txt" else set()
+        self._rows = _RowsSeen(folder / METADATA_FILE)  # the rows' captions now (keep_new)
         self._last_end, self._last_cost = clock(), 0.0
         self.rewrites = 0  # metadata.jsonl rewrites made
 
+    def captioned_now(self, image: Path) -> bool:
+        """`keep_new`: whether `image` has a caption now, a non-blank `.txt` or metadata.jsonl
+        row (given since the plan: the run keeps it without asking the model); False without
+        `keep_new`. A stat of metadata.jsonl, read again only when it changed (_RowsSeen)."""
+        if not self.keep_new:
+            return False
+        return _has_caption(image, _first(caption_files_of(image)), self._rows.captions())
+
     def write(self, image: Path, caption: str) -> bool:
         """Write (a .txt) or queue (a row) `caption` for `image`; False when nothing is, as the
-        image has a .txt caption now (`keep_new`)."""
+        image has a caption now (`keep_new`: a .txt, or for the .txt store its metadata.jsonl
+        row too, which a .txt written under it would shadow, RELIABILITY 2051)."""
         if self.store == "txt":
             try:
                 with dataset_lock(self.folder.parent, self.folder.name):
-                    if self.keep_new and _has_caption(image, _first(caption_files_of(image)), {}):
+                    if self.captioned_now(image):
                         return False
                     write_caption(self.folder, image.name, caption, sync_row=False)
             except IsADirectoryError:  # a folder at <stem>.txt: the rename onto it fails
@@ -284,6 +297,43 @@ class CaptionWriter:
 
 def _first(paths: tuple[Path, ...]) -> Path | None:
     return paths[0] if paths else None
+
+
+class _RowsSeen:
+    """The captions of metadata.jsonl's rows (`table`), read again only when the file changed
+    since the last read: its (inode, size, mtime_ns, ctime_ns), so a run's check before each image
+    costs a stat, not a read of a file of thousands of rows (RELIABILITY 2051). A file modified
+    within RACY_S of its read (or stamped in the future) is read again at the next call, as
+    git does with a racily clean index: an edit of the same size in the same timestamp tick (a
+    coarse clock, FAT's 2 s) is not missed. No file, a link or other non-file: no rows (the
+    scan names a link); one that cannot be read (DatasetError: the scan names it): no rows."""
+
+    RACY_S = 2.0
+
+    def __init__(self, table: Path) -> None:
+        self.table = table
+        self._key: tuple[int, int, int, int] | None = None
+        self._captions: dict[str, str] = {}
+        self.reads = 0  # how many times the file was read (tests)
+
+    def captions(self) -> dict[str, str]:
+        try:
+            st = os.lstat(self.table)
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
+            self._key, self._captions = None, {}
+            return self._captions
+        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if key != self._key:
+            self.reads += 1
+            try:
+                self._captions = read_metadata(self.table).captions
+            except DatasetError:
+                self._captions = {}
+            racy = max(st.st_mtime_ns, st.st_ctime_ns) >= time.time_ns() - int(self.RACY_S * 1e9)
+            self._key = None if racy else key
+        return self._captions
 
 
 def _captioned_rows(folder: Path) -> set[str]:
