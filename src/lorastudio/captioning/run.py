@@ -37,13 +37,13 @@ from typing import Any
 from PIL import Image
 
 from lorastudio.captioning.options import MAX_LISTED_FAILURES, CaptionOptions, check_prompt
+from lorastudio.captioning.plan import plan_captions
 from lorastudio.captioning.source import CaptionerSource
 from lorastudio.captioning.targets import (
     FOLDER_WIDE_ERRNOS,
     KEPT_REASON,
     CaptionWriter,
     clean_caption,
-    plan_captions,
 )
 from lorastudio.data.images import load_rgb, probe_image
 from lorastudio.errors import ConfigError, DatasetError, LorastudioError, NoSpaceLeft, WriteFailed
@@ -166,20 +166,24 @@ def caption_dataset(
             **kohya,
         }
     )
-    writer = CaptionWriter(folder, plan.store, keep_new=not options.overwrite)
+    writer = CaptionWriter(folder, plan.store, keep_new=not options.overwrite, plan=plan)
     try:
         for index, image in enumerate(plan.todo, start=1):
             if cancelled():
                 summary.cancelled = True
                 break
-            where = {"index": index, "total": total, "file": image.name}
-            if writer.captioned_now(
-                image
-            ):  # given a caption since the plan: no model call (RELIABILITY 2052)
-                summary.skipped.append(image.name)
+            name = plan.label(image)  # "10_sks/a.png" in a kohya layout captioned in place
+            where = {"index": index, "total": total, "file": name}
+            # given a caption since the plan: kept with no model call (RELIABILITY 2052)
+            if writer.captioned_now(image):
+                summary.skipped.append(name)
                 emit(
                     {"type": "caption_kept", **where, "reason": KEPT_REASON, "counted": False, "model": False}
                 )
+                continue
+            if (why := plan.refused.get(image)) is not None:  # several caption files (plan.py)
+                summary.failures.append((name, why))
+                emit({"type": "caption_failed", **where, "reason": why, "model": False})
                 continue
             called = False  # whether the model was asked (the job's time left counts those images)
             try:
@@ -198,18 +202,18 @@ def caption_dataset(
                 if isinstance(cause, OSError) and cause.errno in FOLDER_WIDE_ERRNOS:  # not this image's
                     raise writer.unwritable(cause) from err
                 reason = _reason(err).removeprefix(f"{image.name}: ")
-                summary.failures.append((image.name, reason))
+                summary.failures.append((name, reason))
                 emit({"type": "caption_failed", **where, "reason": reason, "model": called})
                 continue
             if not written:  # captioned by hand meanwhile (no overwrite): kept
-                summary.skipped.append(image.name)
+                summary.skipped.append(name)
                 emit(
                     {"type": "caption_kept", **where, "reason": KEPT_REASON, "counted": False, "model": True}
                 )
                 continue
-            summary.captioned.append((image.name, text))
+            summary.captioned.append((name, text))
             if cut:
-                summary.cut.append(image.name)
+                summary.cut.append(name)
             emit({"type": "caption_progress", **where, "caption": text, "cut": cut})
             # a failure to write metadata.jsonl stops the run (not one image's)
             _kept_rows(summary, writer.flush_due(), emit)

@@ -1,12 +1,8 @@
-"""Which images of a dataset get a caption, and writing one (atomically, no torch).
+"""Writing a caption job's captions (atomically, no torch); which images get one: captioning/plan.py.
 
-An image counts as captioned when it has a non-blank `<stem>.txt` or metadata.jsonl row (a
-sidecar that cannot be read also counts: it is not clobbered unless `overwrite`), or a kohya
-`<stem>.caption` at the plan (kept, and named: a plain dataset's run does not read it); a `.txt`
-or row that appears while the job runs is kept too (CaptionWriter `keep_new`, whichever store the
-captions go to; metadata.jsonl re-read only when it changed: _RowsSeen); only a dataset's top-level images are
-captioned (never control/ or masks/), and a dataset with none there is refused. New captions
-go where the dataset keeps its captions: into metadata.jsonl when the dataset has one and no .txt
+A `.txt` or row that appears while the job runs is kept (CaptionWriter `keep_new`, whichever
+store the captions go to; metadata.jsonl re-read only when it changed: _RowsSeen; a kohya
+layout captioned in place: the image's `.txt` / `.caption` files). New captions go where the dataset keeps its captions: into metadata.jsonl when the dataset has one and no .txt
 sidecars (the row's other keys, e.g. kohya repeats, are kept; a missing row is appended), else
 into `<stem>.txt`. Every write is staged then renamed (data.writes.staged_write) under the
 dataset's lock, so a stop or a kill at any moment leaves each caption file old or new, never
@@ -26,120 +22,31 @@ import stat
 import time
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
+from lorastudio.captioning.plan import KOHYA_CAPTION_SUFFIX, CaptionPlan, CaptionStore, has_caption
 from lorastudio.data.captions import (
     MAX_CAPTION_BYTES,
     TRIGGER_PLACEHOLDER,
     apply_trigger,
     read_metadata,
-    read_sidecar,
 )
-from lorastudio.data.discovery import METADATA_FILE, caption_files_of, discover
+from lorastudio.data.discovery import METADATA_FILE, caption_files_of
 from lorastudio.data.image_edits import write_caption
-from lorastudio.data.kohya import is_kohya_folder
 from lorastudio.data.metadata_write import set_metadata_captions
 from lorastudio.data.writes import dataset_lock
 from lorastudio.errors import DatasetError, NoSpaceLeft, WriteFailed
 
-CaptionStore = Literal["txt", "metadata"]
 _SPACES = re.compile(r"\s+")
 _REPLACEMENT = "\ufffd"  # the decoder's stand-in for bytes that are no character
 # a write the dataset folder refuses for every file (read-only file system, permission denied):
 # the run stops rather than caption every later image only to fail its write the same way
 FOLDER_WIDE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
-KOHYA_CAPTION_SUFFIX = ".caption"  # kohya's default caption extension: a plain dataset's run does not read it
 FLUSH_RATIO = 10.0  # metadata store: a rewrite of metadata.jsonl at most ~1/10 of a run's time
 # an image the run found without a caption that has one when its caption is written (RELIABILITY 1940)
 KEPT_REASON = (
     "it was given a caption while the job ran (by hand or another tool): kept, the model's not written"
 )
-
-
-@dataclass(frozen=True)
-class CaptionPlan:
-    """todo: images to caption (by name order); skipped: names of images that keep their caption;
-    store: where new captions go; kohya_kept: the skipped images whose caption is a kohya
-    `<stem>.caption` (a plain dataset's run does not read it: RELIABILITY 1944)."""
-
-    todo: list[Path]
-    skipped: list[str]
-    store: CaptionStore
-    kohya_kept: list[str] = field(default_factory=list)
-
-
-def plan_captions(folder: Path, overwrite: bool) -> CaptionPlan:
-    """The images of dataset `folder` to caption (all of them with `overwrite`); of images that
-    share a stem (a.jpg, a.png: one a.txt is the caption of both, as a run reads it) the first by
-    name only, the others skipped, when captions go to .txt files. Without `overwrite`, an image
-    whose only caption is a non-blank kohya `<stem>.caption` keeps it (the user's text, not
-    shadowed by a model's .txt; the run's preflight names it as not read: rename it to .txt).
-    Raises DatasetError when the folder is missing or cannot be listed / its metadata.jsonl
-    read, or holds no image at its top level (a caption job captions those only: a kohya
-    `N_words` sub-folder's images are named, not silently left)."""
-    files = discover(folder)
-    if not files.images:
-        raise DatasetError(f"dataset {folder.name} has no images to caption", _no_images(folder))
-    rows = read_metadata(files.metadata).captions if files.metadata is not None else {}
-    store: CaptionStore = "metadata" if files.metadata is not None and not files.sidecars else "txt"
-    kohya = _kohya_captions(folder, files.dropped)
-    todo, skipped, kohya_kept = [], [], []
-    planned: set[str] = set()  # stems whose .txt this run writes
-    for image in files.images:
-        if not overwrite and _has_caption(image, files.sidecars.get(image.stem), rows):
-            skipped.append(image.name)
-        elif not overwrite and _has_caption(image, kohya.get(image.stem), {}):
-            skipped.append(image.name)
-            kohya_kept.append(image.name)
-        elif store == "txt" and image.stem in planned:  # a.jpg and a.png read one a.txt (data.scan)
-            skipped.append(image.name)  # captioned once, by the first; a second caption replaced it
-        else:
-            todo.append(image)
-            planned.add(image.stem)
-    return CaptionPlan(todo, skipped, store, kohya_kept)
-
-
-def _kohya_captions(folder: Path, dropped: list[tuple[str, str]]) -> dict[str, Path]:
-    """stem -> its kohya `.caption` file (any case; the first by name) among the entries the
-    listing did not use."""
-    found: dict[str, Path] = {}
-    for name, _why in sorted(dropped):
-        path = Path(name)
-        if path.suffix.lower() == KOHYA_CAPTION_SUFFIX and not name.startswith("."):
-            found.setdefault(path.stem, folder / name)
-    return found
-
-
-def _no_images(folder: Path) -> list[str]:
-    """Why `folder` has nothing to caption: its kohya `N_words` sub-folders holding images are
-    named (a caption job captions a dataset's top level only), else the images it looks for."""
-    try:
-        subs = sorted(e.name for e in os.scandir(folder) if e.is_dir(follow_symlinks=False))
-    except OSError:
-        subs = []
-    kohya = [name for name in subs if is_kohya_folder(name) and discover(folder / name).images]
-    if kohya:
-        return [
-            f"{folder.name}/{name}: a kohya folder whose images a caption job does not reach (it captions a "
-            "dataset's top level); import it with `lorastudio datasets import --kohya` to caption it as a dataset"
-            for name in kohya[:10]
-        ]
-    return [
-        f"{folder}: no png/jpg/jpeg/webp files at its top level (sub-folders such as control/ and masks/ are never captioned)"
-    ]
-
-
-def _has_caption(image: Path, sidecar: Path | None, rows: dict[str, str]) -> bool:
-    if rows.get(image.name):
-        return True
-    if sidecar is None:
-        return False
-    try:
-        return read_sidecar(sidecar) is not None
-    except DatasetError:
-        return True  # unreadable: kept as it is
 
 
 def clean_caption(text: str, prefix: str | None = None) -> str:
@@ -196,12 +103,17 @@ class CaptionWriter:
         clock: Callable[[], float] = time.monotonic,
         *,
         keep_new: bool = False,
+        plan: CaptionPlan | None = None,
     ):
         self.folder, self.store, self._clock, self.keep_new = folder, store, clock, keep_new
+        # a kohya layout captioned in place (`plan.in_place`): each image's caption beside it, in
+        # the plan's target file when it has one; no metadata.jsonl (a run of it reads none)
+        self.in_place = plan is not None and plan.in_place
+        self._targets = plan.targets if plan is not None else {}
         self.pending: dict[str, str] = {}
         # "txt": the images whose metadata.jsonl row holds a caption: each new .txt's text is queued
         # for its row too, rewritten in batches like the metadata store (RELIABILITY 1735)
-        self._rowed = _captioned_rows(folder) if store == "txt" else set()
+        self._rowed = _captioned_rows(folder) if store == "txt" and not self.in_place else set()
         self._rows = _RowsSeen(folder / METADATA_FILE)  # the rows' captions now (keep_new)
         self._last_end, self._last_cost = clock(), 0.0
         self.rewrites = 0  # metadata.jsonl rewrites made
@@ -212,7 +124,12 @@ class CaptionWriter:
         `keep_new`. A stat of metadata.jsonl, read again only when it changed (_RowsSeen)."""
         if not self.keep_new:
             return False
-        return _has_caption(image, _first(caption_files_of(image)), self._rows.captions())
+        if self.in_place:  # a kohya folder's: every .txt (any case) and its .caption, no rows
+            files = {*caption_files_of(image), image.with_suffix(KOHYA_CAPTION_SUFFIX)}
+            if (target := self._targets.get(image)) is not None:
+                files.add(target)
+            return any(has_caption(image, path, {}) for path in files if path.is_file())
+        return has_caption(image, _first(caption_files_of(image)), self._rows.captions())
 
     def write(self, image: Path, caption: str) -> bool:
         """Write (a .txt) or queue (a row) `caption` for `image`; False when nothing is, as the
@@ -223,7 +140,9 @@ class CaptionWriter:
                 with dataset_lock(self.folder.parent, self.folder.name):
                     if self.captioned_now(image):
                         return False
-                    write_caption(self.folder, image.name, caption, sync_row=False)
+                    write_caption(
+                        image.parent, image.name, caption, sync_row=False, target=self._targets.get(image)
+                    )
             except IsADirectoryError:  # a folder at <stem>.txt: the rename onto it fails
                 raise DatasetError(
                     f"no caption written for {image.name}",
@@ -291,7 +210,7 @@ class CaptionWriter:
         return sorted(
             name
             for name in self.pending
-            if _has_caption(self.folder / name, _first(caption_files_of(self.folder / name)), rows)
+            if has_caption(self.folder / name, _first(caption_files_of(self.folder / name)), rows)
         )
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.captioning.options import MAX_LISTED_FAILURES, CaptionOptions
+from lorastudio.captioning.plan import KOHYA_CAPTION_SUFFIX, kohya_sub_folders
 from lorastudio.jobs.caption_gpu import CaptionNeed
 from lorastudio.jobs.dataset_claims import DatasetClaim
 
@@ -141,8 +142,14 @@ class CaptionJob:
 
 def remove_staged(folder: Path) -> None:
     """Remove the hidden staged caption files a killed worker left (data.writes.staged_write's
-    `.<name>.<hex>.tmp`): the real caption files are old or new, never half-written."""
-    for path in folder.glob(".*.tmp"):
-        name = path.name[1:].rsplit(".", 2)[0]
-        if name.endswith(".txt") or name == "metadata.jsonl":
-            path.unlink(missing_ok=True)
+    `.<name>.<hex>.tmp`): the real caption files are old or new, never half-written. A kohya
+    layout captioned in place (captioning/plan.py) stages beside the images of its folders:
+    theirs (`.txt` / `.caption`) go too."""
+    subs = kohya_sub_folders(folder) or []
+    for where in (folder, *subs):
+        for path in where.glob(".*.tmp"):
+            name = path.name[1:].rsplit(".", 2)[0]
+            if name.lower().endswith((".txt", KOHYA_CAPTION_SUFFIX)) or (
+                where == folder and name == "metadata.jsonl"
+            ):
+                path.unlink(missing_ok=True)

@@ -16,9 +16,10 @@ import pytest
 
 from lorastudio.captioning import targets
 from lorastudio.captioning.options import CaptionOptions
+from lorastudio.captioning.plan import plan_captions
 from lorastudio.captioning.run import caption_dataset
 from lorastudio.captioning.source import resolve_captioner
-from lorastudio.captioning.targets import KEPT_REASON, CaptionWriter, plan_captions
+from lorastudio.captioning.targets import KEPT_REASON, CaptionWriter
 from lorastudio.jobs.caption_job import CaptionJob
 from lorastudio.settings import get_settings
 
@@ -141,18 +142,25 @@ def test_a_kohya_caption_file_is_kept_and_said(
 
 
 def test_a_dataset_without_top_level_images_is_refused_naming_its_kohya_folders(tmp_path: Path) -> None:
-    """RELIABILITY 1944: a kohya layout (datasets/k/10_sks/*.png) was "captioned": 0 images, no word."""
+    """RELIABILITY 1944: a kohya layout (datasets/k/10_sks/*.png) was "captioned": 0 images, no word.
+    Since 2053 one of kohya folders only is captioned in place (test_caption_kohya_in_place.py);
+    one with another sub-folder beside them, which a run refuses to read in place too, is refused."""
     from PIL import Image
 
     from lorastudio.errors import DatasetError
 
     kohya = tmp_path / "k" / "10_sks"
     kohya.mkdir(parents=True)
+    (tmp_path / "k" / "misc").mkdir()
     Image.new("RGB", (16, 16)).save(kohya / "a.png")
     with pytest.raises(DatasetError) as err:
         plan_captions(tmp_path / "k", overwrite=False)
     assert "has no images to caption" in str(err.value)
-    assert err.value.problems[0].startswith("k/10_sks: a kohya folder") and "--kohya" in err.value.problems[0]
+    problem = err.value.problems[0]
+    assert (
+        problem.startswith("k/10_sks: a kohya folder beside other sub-folders (misc)")
+        and "--kohya" in problem
+    )
     (tmp_path / "empty").mkdir()
     with pytest.raises(DatasetError, match="has no images to caption"):
         plan_captions(tmp_path / "empty", overwrite=False)
