@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lorastudio.captioning.plan import KOHYA_CAPTION_SUFFIX, CaptionPlan, CaptionStore, has_caption
+from lorastudio.data import decoded
 from lorastudio.data.captions import (
     MAX_CAPTION_BYTES,
     TRIGGER_PLACEHOLDER,
@@ -220,22 +221,22 @@ def _first(paths: tuple[Path, ...]) -> Path | None:
 
 class _RowsSeen:
     """The captions of metadata.jsonl's rows (`table`), read again only when the file changed
-    since the last read: its (inode, size, mtime_ns, ctime_ns), so a run's check before each image
-    costs a stat, not a read of a file of thousands of rows (RELIABILITY 2051). A file modified
-    within RACY_S of its read (or stamped in the future) is read again at the next call, as
-    git does with a racily clean index: an edit of the same size in the same timestamp tick (a
-    coarse clock, FAT's 2 s) is not missed. No file, a link or other non-file: no rows (the
-    scan names a link); one that cannot be read (DatasetError: the scan names it): no rows."""
-
-    RACY_S = 2.0
+    since the last read: its (size, mtime_ns, inode, ctime_ns), so a run's check before each
+    image costs a stat, not a read of a file of thousands of rows (RELIABILITY 2051). A file
+    "racy" at its read (data/decoded.racy: its ctime not safely older than the read, within the
+    file system's tick; or stamped ahead of now) is read again at the next call, as git does with
+    a racily clean index: an edit of the same size in the same tick is not missed. No file, a
+    link or other non-file: no rows (the scan names a link); one that cannot be read
+    (DatasetError: the scan names it): no rows."""
 
     def __init__(self, table: Path) -> None:
         self.table = table
-        self._key: tuple[int, int, int, int] | None = None
+        self._key: decoded.FileKey | None = None
         self._captions: dict[str, str] = {}
         self.reads = 0  # how many times the file was read (tests)
 
     def captions(self) -> dict[str, str]:
+        keyed = decoded.file_clock_ns()
         try:
             st = os.lstat(self.table)
         except OSError:
@@ -243,15 +244,15 @@ class _RowsSeen:
         if st is None or not stat.S_ISREG(st.st_mode):
             self._key, self._captions = None, {}
             return self._captions
-        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        key = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
         if key != self._key:
             self.reads += 1
             try:
                 self._captions = read_metadata(self.table).captions
             except DatasetError:
                 self._captions = {}
-            racy = max(st.st_mtime_ns, st.st_ctime_ns) >= time.time_ns() - int(self.RACY_S * 1e9)
-            self._key = None if racy else key
+            ahead = st.st_mtime_ns > keyed  # a clock ahead: its stamp says nothing yet
+            self._key = None if ahead or decoded.racy(key, keyed) else key
         return self._captions
 
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from lorastudio.captioning import targets
 from lorastudio.captioning.options import CaptionOptions
 from lorastudio.captioning.plan import plan_captions
 from lorastudio.captioning.run import caption_dataset
 from lorastudio.captioning.source import resolve_captioner
 from lorastudio.captioning.targets import KEPT_REASON, CaptionWriter
+from lorastudio.data import decoded
 from lorastudio.jobs.caption_job import CaptionJob
 from lorastudio.settings import get_settings
 
@@ -176,9 +176,10 @@ def test_a_row_typed_by_hand_while_a_txt_store_job_runs_is_kept(
     folder = make_dataset(captions={"blue": "blue by hand"})  # a .txt sidecar: the .txt store
     table = folder / "metadata.jsonl"
     table.write_text(json.dumps({"file_name": "red.png", "text": "", "repeats": 2}) + "\n", encoding="utf-8")
-    # a file changed within RACY_S is read again at each check: the test's own utime (ctime now)
-    # would be; here only a file stamped ahead of now is
-    monkeypatch.setattr(targets._RowsSeen, "RACY_S", 0.0)
+    # a file changed within the file clock's tick is read again at each check: the test's own
+    # writes would be (no wall-clock wait here: the file clock 10 s on), a file stamped ahead too
+    later = time.time_ns() + 10 * 10**9
+    monkeypatch.setattr(decoded, "file_clock_ns", lambda: later)
     past = time.time_ns() - 3600 * 10**9  # settled an hour ago: not read again while unchanged
     os.utime(table, ns=(past, past))
     plan = plan_captions(folder, overwrite=False)
@@ -192,8 +193,8 @@ def test_a_row_typed_by_hand_while_a_txt_store_job_runs_is_kept(
     assert not (folder / "red.txt").exists() and _rows(folder) == [hand]
     assert writer.write(folder / "white.png", "model white")
     assert writer._rows.reads == 2  # the row read at the first write and after the edit only
-    # an edit of the same size and stamp (a coarse clock): a file stamped this recently (here in
-    # the future, a clock ahead) is read again at each check, never taken as unchanged
+    # an edit of the same size and stamp: a file stamped ahead of the file clock (a clock ahead)
+    # is read again at each check, never taken as unchanged
     soon = time.time_ns() + 3600 * 10**9
     (folder / "green.txt").unlink()
     for name, seen in (("gre3n.png", False), ("green.png", True)):  # one size, one stamp
