@@ -4,13 +4,15 @@ Events (plain dicts, JSON-ready; the CLI prints them, the caption worker sends t
 service): caption_started {total, skipped, store, device, kohya_kept: the first skipped images
 whose caption is a kohya .caption file only, and kohya_count, when any}, caption_progress {index, total,
 file, caption, cut} ("cut": the model's text stopped at max_tokens, not at its end: written as
-made, counted in the summary's "cut"), caption_failed {index, total, file, reason, model}, caption_kept {index, total, file,
-reason, counted, model} (without overwrite, an image given a caption by hand while the job ran keeps it:
-"counted" when its caption_progress came first, a metadata.jsonl row found at its rewrite; an
-image found captioned before the model is asked is kept with no model call; "model": whether
-the model was asked for the image (caption_progress: always), so the job's time left is the
-model-call images' rate, jobs/caption_job.py, RELIABILITY 2052), and the summary (CaptionSummary) at the end. `cancelled()` is checked before each image: a stop ends the run between images, and
-since every write is atomic (captioning/targets.py) no caption file is ever half-written; the
+made, counted in the summary's "cut"), caption_failed {index, total, file, reason, model},
+caption_kept {index, total, file, reason, counted, model} (without overwrite, an image given a
+caption by hand while the job ran keeps it: "counted" when its caption_progress came first, a
+metadata.jsonl row found at its rewrite; an image found captioned before the model is asked is
+kept with no model call; "model": whether the model was asked for the image (caption_progress:
+always), so the job's time left is the model-call images' rate, jobs/caption_job.py,
+RELIABILITY 2052), and the summary (CaptionSummary) at the end. `file` is the image's name
+("10_sks/a.png" in a kohya layout captioned in place: captioning/plan.py). `cancelled()` is
+checked before each image: a stop ends the run between images, and since every write is atomic (captioning/targets.py) no caption file is ever half-written; the
 captions of a metadata.jsonl store are written before the summary (captioning/targets.py
 CaptionWriter: a fast model shares one rewrite among several), and a write that fails there
 stops the run naming the captions not saved. A .txt write the folder refuses (read-only file

@@ -2,9 +2,10 @@
 
 A `.txt` or row that appears while the job runs is kept (CaptionWriter `keep_new`, whichever
 store the captions go to; metadata.jsonl re-read only when it changed: _RowsSeen; a kohya
-layout captioned in place: the image's `.txt` / `.caption` files). New captions go where the dataset keeps its captions: into metadata.jsonl when the dataset has one and no .txt
-sidecars (the row's other keys, e.g. kohya repeats, are kept; a missing row is appended), else
-into `<stem>.txt`. Every write is staged then renamed (data.writes.staged_write) under the
+layout captioned in place: the image's `.txt` / `.caption` files). New captions go where the
+dataset keeps its captions: into metadata.jsonl when the dataset has one and no .txt sidecars
+(the row's other keys, e.g. kohya repeats, are kept; a missing row is appended), else into
+`<stem>.txt` (a kohya layout: beside its image, in the file the plan names). Every write is staged then renamed (data.writes.staged_write) under the
 dataset's lock, so a stop or a kill at any moment leaves each caption file old or new, never
 half-written; metadata.jsonl is rewritten line by line as it is read
 (data.metadata_write), once per several captions when the model is fast (CaptionWriter: a kill
