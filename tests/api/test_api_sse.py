@@ -11,12 +11,14 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 import pytest
 from starlette.requests import Request
 
 from live_server import LiveServer
 from lorastudio.api import sse
 from lorastudio.event_log import EventLog
+from sse_messages import SseReader, sse_events, sse_text_events
 
 
 class CountingSource:
@@ -46,14 +48,13 @@ def _request() -> Request:
 async def _collect(source: CountingSource, start: int, until: int) -> list[int]:
     """Ids of the events one stream delivers, from `start` until it has seen id `until`."""
     ids: list[int] = []
+    reader = SseReader()
     stream = sse._stream(_request(), source, start)
     try:
         async for text in stream:
-            for message in text.split("\n\n"):
-                if message.startswith("id: "):
-                    head, _, data = message.partition("\ndata: ")
-                    ids.append(int(head.split("\n")[0][4:]))
-                    assert json.loads(data)["n"] == ids[-1]
+            for event in sse_text_events(text, reader):
+                ids.append(int(event.id))
+                assert json.loads(event.data)["n"] == ids[-1]
             if ids and ids[-1] >= until:
                 return ids
     finally:
@@ -122,10 +123,9 @@ def test_an_id_of_another_server_life_replays_this_lifes_events(server: LiveServ
     ):
         with client.stream("GET", "/api/train/events", headers=headers, params=params) as resp:
             ids = []
-            for line in resp.iter_lines():
-                if line.startswith("id: "):
-                    ids.append(int(line[4:]))
-                if ids and ids[-1] == 3:
+            for event in sse_events(resp.iter_lines()):
+                ids.append(int(event.id))
+                if ids[-1] == 3:
                     break
         assert ids == ([2, 3] if headers.get("last-event-id") == "1" else [1, 2, 3]), (headers, params, ids)
 
@@ -140,8 +140,8 @@ def test_a_reconnects_last_event_id_wins_over_the_urls_after(server: LiveServer)
         service.event_log.append({"type": "status", "n": n})
     headers = {"last-event-id": "2"}
     with client.stream("GET", "/api/train/events", headers=headers, params={"after": 0}) as resp:
-        first = next(line for line in resp.iter_lines() if line.startswith("id: "))
-    assert first == "id: 3"
+        first = next(sse_events(resp.iter_lines()))
+    assert first.id == "3"
 
 
 @pytest.mark.timeout(60)
@@ -154,21 +154,18 @@ def test_a_resume_past_what_the_log_keeps_says_so_before_the_rest(server: LiveSe
         service.event_log.append({"type": "status", "n": n})
     for headers, params, after in (({"last-event-id": "4"}, {}, 4), ({}, {"after": 0}, 0)):
         with client.stream("GET", "/api/train/events", headers=headers, params=params) as resp:
-            lines = []
-            for line in resp.iter_lines():
-                lines.append(line)
-                if line.startswith("id: "):
+            events = []
+            for event in sse_events(resp.iter_lines()):
+                events.append(event)
+                if event.type != "gap":
                     break
-        gap = lines.index("event: gap")
-        assert json.loads(lines[gap + 1][6:]) == {"type": "gap", "after": after, "next": 11}
-        assert lines[-1] == "id: 11" and not any(line.startswith("id: ") for line in lines[:gap])
+        gap, first = events
+        assert gap.type == "gap" and gap.id == str(after)  # no id of its own: the client's stays
+        assert json.loads(gap.data) == {"type": "gap", "after": after, "next": 11}
+        assert first.id == "11"
     with client.stream("GET", "/api/train/events", params={"after": 10}) as resp:  # nothing lost
-        lines = []
-        for line in resp.iter_lines():
-            lines.append(line)
-            if line.startswith("id: "):
-                break
-    assert "event: gap" not in lines and lines[-1] == "id: 11"
+        first = next(sse_events(resp.iter_lines()))
+    assert first.type == "status" and first.id == "11"
 
 
 def test_a_stream_behind_writes_bounded_pieces() -> None:
@@ -186,7 +183,7 @@ def test_a_stream_behind_writes_bounded_pieces() -> None:
         try:
             async for text in stream:
                 sizes.append(len(text))
-                ids += [int(m.split("\n")[0][4:]) for m in text.split("\n\n") if m.startswith("id: ")]
+                ids += [int(event.id) for event in sse_text_events(text)]
                 if ids and ids[-1] == 3000:
                     break
         finally:
@@ -254,4 +251,38 @@ def test_a_last_event_id_of_5000_digits_is_an_id_of_another_life(server: LiveSer
         assert next(resp.iter_lines()) == ": connected"
     if path == "/api/train/events":
         with client.stream("GET", path, headers={"last-event-id": "9" * 5000}) as resp:
-            assert next(line for line in resp.iter_lines() if line.startswith("id: ")) == "id: 1"
+            assert next(sse_events(resp.iter_lines())).id == "1"
+
+
+@pytest.mark.timeout(60)
+def test_a_stream_cut_before_its_first_event_resumes_where_it_began(server: LiveServer) -> None:
+    """A stream cut before it sent an event (a network blip, a proxy restart) left its browser
+    without a Last-Event-ID: the reconnect started at the server's "now", and the events of the
+    reconnect delay were lost (RELIABILITY 2050). Now every stream names its position at once (an
+    `id:` without data: no event), so the reconnect with that Last-Event-ID gets each of them once.
+    On the old code no `id:` comes before an event: the first read times out."""
+    state, client = server.app.state, server.client
+    logs = {  # each stream's source (the captions' and fetches' are made by their first request)
+        "/api/train/events": lambda: state.service.event_log,
+        "/api/captions/events": lambda: state.captions._log,
+        "/api/models/events": lambda: state.fetches._log,
+    }
+    for path, log_of in logs.items():
+        reader = SseReader()
+        with client.stream("GET", path, timeout=httpx.Timeout(30, read=5)) as resp:
+            for line in resp.iter_lines():
+                assert reader.feed(line) is None  # the position is no event
+                if reader.last_id:
+                    break  # the cut
+        log = log_of()
+        start = log.seq
+        assert reader.last_id == str(start), (path, reader.last_id, start)
+        for n in range(3):  # the events of the reconnect delay
+            log.append({"type": "status", "n": n})
+        with client.stream("GET", path, headers={"last-event-id": reader.last_id}) as resp:
+            ids = []
+            for event in sse_events(resp.iter_lines(), reader):
+                ids.append(int(event.id))
+                if ids[-1] >= start + 3:
+                    break
+        assert ids == [start + 1, start + 2, start + 3], (path, ids)

@@ -81,7 +81,7 @@ def test_a_stream_with_no_event_for_the_idle_bound_ends(monkeypatch: pytest.Monk
         return [text async for text in sse._stream(_request(), Source(), 0)]
 
     texts = asyncio.run(asyncio.wait_for(main(), 5))
-    assert texts[0] == ": connected\n\n" and "closed; reconnect with Last-Event-ID" in texts[-1]
+    assert texts[0] == ": connected\n\nid: 0\n\n" and "closed; reconnect with Last-Event-ID" in texts[-1]
 
 
 def test_the_idle_close_names_the_streams_position_for_the_reconnect(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,8 +1,12 @@
 """Server-sent events over an in-memory event log (the job service's, the model fetcher's).
 
 A source is anything with `event_seq` (the sequence number of its newest event) and
-`events_after(seq) -> [(seq, event_dict)]`. The stream sends `id: <seq>`, `event: <type>`,
-`data: <strict JSON>` per event, a comment as keep-alive when idle, and ends when the client goes.
+`events_after(seq) -> [(seq, event_dict)]`. The stream opens with a `: connected` comment and an
+`id: <start>` line without data (the HTML spec's EventSource takes it as its Last-Event-ID and
+dispatches no event: a client reading `id:` lines as events must skip a message without `data:`),
+then sends `id: <seq>`, `event: <type>`, `data: <strict JSON>` per event, a comment as keep-alive
+when idle, and ends when the client goes. A stream cut before its first event so resumes where it
+began (RELIABILITY 2050).
 
 All streams of one source (per event loop) share one `_Fanout`: a single poller task reads the
 log, encodes each event once and wakes the waiting streams through an asyncio.Condition, so the
@@ -235,7 +239,10 @@ async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[st
     fanout = _fanout_for(log)
     fanout.subscribe()
     try:
-        yield ": connected\n\n"
+        # `id:` without data right away: the client's Last-Event-ID is this stream's position
+        # from the start (a browser dispatches no event for it), so a stream cut before its first
+        # event resumes here, not at the server's "now" after the reconnect delay (RELIABILITY 2050)
+        yield f": connected\n\nid: {seq}\n\n"
         idle = quiet = 0.0
         while True:
             texts = fanout.texts_after(seq)

@@ -4,11 +4,15 @@ Events (plain dicts, JSON-ready; the CLI prints them, the caption worker sends t
 service): caption_started {total, skipped, store, device, kohya_kept: the first skipped images
 whose caption is a kohya .caption file only, and kohya_count, when any}, caption_progress {index, total,
 file, caption, cut} ("cut": the model's text stopped at max_tokens, not at its end: written as
-made, counted in the summary's "cut"), caption_failed {index, total, file, reason}, caption_kept {index, total, file, reason,
-counted} (without overwrite, an image given a caption by hand while the model ran keeps it:
-"counted" when its caption_progress came first, a metadata.jsonl row found at its rewrite), and
-the summary (CaptionSummary) at the end. `cancelled()` is checked before each image: a stop ends the run between images, and
-since every write is atomic (captioning/targets.py) no caption file is ever half-written; the
+made, counted in the summary's "cut"), caption_failed {index, total, file, reason, model},
+caption_kept {index, total, file, reason, counted, model} (without overwrite, an image given a
+caption by hand while the job ran keeps it: "counted" when its caption_progress came first, a
+metadata.jsonl row found at its rewrite; an image found captioned before the model is asked is
+kept with no model call; "model": whether the model was asked for the image (caption_progress:
+always), so the job's time left is the model-call images' rate, jobs/caption_job.py,
+RELIABILITY 2052), and the summary (CaptionSummary) at the end. `file` is the image's name
+("10_sks/a.png" in a kohya layout captioned in place: captioning/plan.py). `cancelled()` is
+checked before each image: a stop ends the run between images, and since every write is atomic (captioning/targets.py) no caption file is ever half-written; the
 captions of a metadata.jsonl store are written before the summary (captioning/targets.py
 CaptionWriter: a fast model shares one rewrite among several), and a write that fails there
 stops the run naming the captions not saved. A .txt write the folder refuses (read-only file
@@ -35,13 +39,13 @@ from typing import Any
 from PIL import Image
 
 from lorastudio.captioning.options import MAX_LISTED_FAILURES, CaptionOptions, check_prompt
+from lorastudio.captioning.plan import plan_captions
 from lorastudio.captioning.source import CaptionerSource
 from lorastudio.captioning.targets import (
     FOLDER_WIDE_ERRNOS,
     KEPT_REASON,
     CaptionWriter,
     clean_caption,
-    plan_captions,
 )
 from lorastudio.data.images import load_rgb, probe_image
 from lorastudio.errors import ConfigError, DatasetError, LorastudioError, NoSpaceLeft, WriteFailed
@@ -164,16 +168,30 @@ def caption_dataset(
             **kohya,
         }
     )
-    writer = CaptionWriter(folder, plan.store, keep_new=not options.overwrite)
+    writer = CaptionWriter(folder, plan.store, keep_new=not options.overwrite, plan=plan)
     try:
         for index, image in enumerate(plan.todo, start=1):
             if cancelled():
                 summary.cancelled = True
                 break
-            where = {"index": index, "total": total, "file": image.name}
+            name = plan.label(image)  # "10_sks/a.png" in a kohya layout captioned in place
+            where = {"index": index, "total": total, "file": name}
+            # given a caption since the plan: kept with no model call (RELIABILITY 2052)
+            if writer.captioned_now(image):
+                summary.skipped.append(name)
+                emit(
+                    {"type": "caption_kept", **where, "reason": KEPT_REASON, "counted": False, "model": False}
+                )
+                continue
+            if (why := plan.refused.get(image)) is not None:  # several caption files (plan.py)
+                summary.failures.append((name, why))
+                emit({"type": "caption_failed", **where, "reason": why, "model": False})
+                continue
+            called = False  # whether the model was asked (the job's time left counts those images)
             try:
                 probe_image(image, max_pixels)  # a run's refusals (oversized, animated), before decoding
                 rgb = fit_pixels(load_rgb(image))
+                called = True
                 text = clean_caption(
                     captioner.caption(rgb, options.prompt, options.max_tokens), options.prefix
                 )
@@ -186,16 +204,18 @@ def caption_dataset(
                 if isinstance(cause, OSError) and cause.errno in FOLDER_WIDE_ERRNOS:  # not this image's
                     raise writer.unwritable(cause) from err
                 reason = _reason(err).removeprefix(f"{image.name}: ")
-                summary.failures.append((image.name, reason))
-                emit({"type": "caption_failed", **where, "reason": reason})
+                summary.failures.append((name, reason))
+                emit({"type": "caption_failed", **where, "reason": reason, "model": called})
                 continue
             if not written:  # captioned by hand meanwhile (no overwrite): kept
-                summary.skipped.append(image.name)
-                emit({"type": "caption_kept", **where, "reason": KEPT_REASON, "counted": False})
+                summary.skipped.append(name)
+                emit(
+                    {"type": "caption_kept", **where, "reason": KEPT_REASON, "counted": False, "model": True}
+                )
                 continue
-            summary.captioned.append((image.name, text))
+            summary.captioned.append((name, text))
             if cut:
-                summary.cut.append(image.name)
+                summary.cut.append(name)
             emit({"type": "caption_progress", **where, "caption": text, "cut": cut})
             # a failure to write metadata.jsonl stops the run (not one image's)
             _kept_rows(summary, writer.flush_due(), emit)

@@ -1,13 +1,11 @@
-"""Which images of a dataset get a caption, and writing one (atomically, no torch).
+"""Writing a caption job's captions (atomically, no torch); which images get one: captioning/plan.py.
 
-An image counts as captioned when it has a non-blank `<stem>.txt` or metadata.jsonl row (a
-sidecar that cannot be read also counts: it is not clobbered unless `overwrite`), or a kohya
-`<stem>.caption` at the plan (kept, and named: a plain dataset's run does not read it); a `.txt`
-or row that appears while the job runs is kept too (CaptionWriter `keep_new`); only a dataset's top-level images are
-captioned (never control/ or masks/), and a dataset with none there is refused. New captions
-go where the dataset keeps its captions: into metadata.jsonl when the dataset has one and no .txt
-sidecars (the row's other keys, e.g. kohya repeats, are kept; a missing row is appended), else
-into `<stem>.txt`. Every write is staged then renamed (data.writes.staged_write) under the
+A `.txt` or row that appears while the job runs is kept (CaptionWriter `keep_new`, whichever
+store the captions go to; metadata.jsonl re-read only when it changed: _RowsSeen; a kohya
+layout captioned in place: the image's `.txt` / `.caption` files). New captions go where the
+dataset keeps its captions: into metadata.jsonl when the dataset has one and no .txt sidecars
+(the row's other keys, e.g. kohya repeats, are kept; a missing row is appended), else into
+`<stem>.txt` (a kohya layout: beside its image, in the file the plan names). Every write is staged then renamed (data.writes.staged_write) under the
 dataset's lock, so a stop or a kill at any moment leaves each caption file old or new, never
 half-written; metadata.jsonl is rewritten line by line as it is read
 (data.metadata_write), once per several captions when the model is fast (CaptionWriter: a kill
@@ -21,123 +19,36 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 import time
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
+from lorastudio.captioning.plan import KOHYA_CAPTION_SUFFIX, CaptionPlan, CaptionStore, has_caption
+from lorastudio.data import decoded
 from lorastudio.data.captions import (
     MAX_CAPTION_BYTES,
     TRIGGER_PLACEHOLDER,
     apply_trigger,
     read_metadata,
-    read_sidecar,
 )
-from lorastudio.data.discovery import METADATA_FILE, caption_files_of, discover
+from lorastudio.data.discovery import METADATA_FILE, caption_files_of
 from lorastudio.data.image_edits import write_caption
-from lorastudio.data.kohya import is_kohya_folder
 from lorastudio.data.metadata_write import set_metadata_captions
 from lorastudio.data.writes import dataset_lock
 from lorastudio.errors import DatasetError, NoSpaceLeft, WriteFailed
 
-CaptionStore = Literal["txt", "metadata"]
 _SPACES = re.compile(r"\s+")
 _REPLACEMENT = "\ufffd"  # the decoder's stand-in for bytes that are no character
 # a write the dataset folder refuses for every file (read-only file system, permission denied):
 # the run stops rather than caption every later image only to fail its write the same way
 FOLDER_WIDE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
-KOHYA_CAPTION_SUFFIX = ".caption"  # kohya's default caption extension: a plain dataset's run does not read it
 FLUSH_RATIO = 10.0  # metadata store: a rewrite of metadata.jsonl at most ~1/10 of a run's time
 # an image the run found without a caption that has one when its caption is written (RELIABILITY 1940)
 KEPT_REASON = (
     "it was given a caption while the job ran (by hand or another tool): kept, the model's not written"
 )
-
-
-@dataclass(frozen=True)
-class CaptionPlan:
-    """todo: images to caption (by name order); skipped: names of images that keep their caption;
-    store: where new captions go; kohya_kept: the skipped images whose caption is a kohya
-    `<stem>.caption` (a plain dataset's run does not read it: RELIABILITY 1944)."""
-
-    todo: list[Path]
-    skipped: list[str]
-    store: CaptionStore
-    kohya_kept: list[str] = field(default_factory=list)
-
-
-def plan_captions(folder: Path, overwrite: bool) -> CaptionPlan:
-    """The images of dataset `folder` to caption (all of them with `overwrite`); of images that
-    share a stem (a.jpg, a.png: one a.txt is the caption of both, as a run reads it) the first by
-    name only, the others skipped, when captions go to .txt files. Without `overwrite`, an image
-    whose only caption is a non-blank kohya `<stem>.caption` keeps it (the user's text, not
-    shadowed by a model's .txt; the run's preflight names it as not read: rename it to .txt).
-    Raises DatasetError when the folder is missing or cannot be listed / its metadata.jsonl
-    read, or holds no image at its top level (a caption job captions those only: a kohya
-    `N_words` sub-folder's images are named, not silently left)."""
-    files = discover(folder)
-    if not files.images:
-        raise DatasetError(f"dataset {folder.name} has no images to caption", _no_images(folder))
-    rows = read_metadata(files.metadata).captions if files.metadata is not None else {}
-    store: CaptionStore = "metadata" if files.metadata is not None and not files.sidecars else "txt"
-    kohya = _kohya_captions(folder, files.dropped)
-    todo, skipped, kohya_kept = [], [], []
-    planned: set[str] = set()  # stems whose .txt this run writes
-    for image in files.images:
-        if not overwrite and _has_caption(image, files.sidecars.get(image.stem), rows):
-            skipped.append(image.name)
-        elif not overwrite and _has_caption(image, kohya.get(image.stem), {}):
-            skipped.append(image.name)
-            kohya_kept.append(image.name)
-        elif store == "txt" and image.stem in planned:  # a.jpg and a.png read one a.txt (data.scan)
-            skipped.append(image.name)  # captioned once, by the first; a second caption replaced it
-        else:
-            todo.append(image)
-            planned.add(image.stem)
-    return CaptionPlan(todo, skipped, store, kohya_kept)
-
-
-def _kohya_captions(folder: Path, dropped: list[tuple[str, str]]) -> dict[str, Path]:
-    """stem -> its kohya `.caption` file (any case; the first by name) among the entries the
-    listing did not use."""
-    found: dict[str, Path] = {}
-    for name, _why in sorted(dropped):
-        path = Path(name)
-        if path.suffix.lower() == KOHYA_CAPTION_SUFFIX and not name.startswith("."):
-            found.setdefault(path.stem, folder / name)
-    return found
-
-
-def _no_images(folder: Path) -> list[str]:
-    """Why `folder` has nothing to caption: its kohya `N_words` sub-folders holding images are
-    named (a caption job captions a dataset's top level only), else the images it looks for."""
-    try:
-        subs = sorted(e.name for e in os.scandir(folder) if e.is_dir(follow_symlinks=False))
-    except OSError:
-        subs = []
-    kohya = [name for name in subs if is_kohya_folder(name) and discover(folder / name).images]
-    if kohya:
-        return [
-            f"{folder.name}/{name}: a kohya folder whose images a caption job does not reach (it captions a "
-            "dataset's top level); import it with `lorastudio datasets import --kohya` to caption it as a dataset"
-            for name in kohya[:10]
-        ]
-    return [
-        f"{folder}: no png/jpg/jpeg/webp files at its top level (sub-folders such as control/ and masks/ are never captioned)"
-    ]
-
-
-def _has_caption(image: Path, sidecar: Path | None, rows: dict[str, str]) -> bool:
-    if rows.get(image.name):
-        return True
-    if sidecar is None:
-        return False
-    try:
-        return read_sidecar(sidecar) is not None
-    except DatasetError:
-        return True  # unreadable: kept as it is
 
 
 def clean_caption(text: str, prefix: str | None = None) -> str:
@@ -180,11 +91,12 @@ class CaptionWriter:
     what is queued (the run's end, a stop). Both rewrite calls raise NoSpaceLeft, DatasetError
     (naming the captions not saved) or OSError: the run stops.
     `keep_new` (a run without overwrite): an image that was given a caption after the plan (a
-    `.txt` or a row written by hand or by another tool while the model ran) keeps it: `write`
-    returns False for it (a .txt checked under the dataset's lock just before the rename), and
-    `flush_due` / `flush` return the names whose queued caption was dropped so (a row or a .txt
-    found when metadata.jsonl is rewritten): "keep existing captions" holds for the whole run,
-    not only for what the plan saw."""
+    `.txt` or a row written by hand or by another tool while the model ran) keeps it:
+    `captioned_now` says so before the model is asked (no model call for it), `write` returns
+    False for it (the .txt store: its caption files and metadata.jsonl row checked under the
+    dataset's lock just before the rename), and `flush_due` / `flush` return the names whose
+    queued caption was dropped so (a row or a .txt found when metadata.jsonl is rewritten):
+    "keep existing captions" holds for the whole run, not only for what the plan saw."""
 
     def __init__(
         self,
@@ -193,24 +105,46 @@ class CaptionWriter:
         clock: Callable[[], float] = time.monotonic,
         *,
         keep_new: bool = False,
+        plan: CaptionPlan | None = None,
     ):
         self.folder, self.store, self._clock, self.keep_new = folder, store, clock, keep_new
+        # a kohya layout captioned in place (`plan.in_place`): each image's caption beside it, in
+        # the plan's target file when it has one; no metadata.jsonl (a run of it reads none)
+        self.in_place = plan is not None and plan.in_place
+        self._targets = plan.targets if plan is not None else {}
         self.pending: dict[str, str] = {}
         # "txt": the images whose metadata.jsonl row holds a caption: each new .txt's text is queued
         # for its row too, rewritten in batches like the metadata store (RELIABILITY 1735)
-        self._rowed = _captioned_rows(folder) if store == "txt" else set()
+        self._rowed = _captioned_rows(folder) if store == "txt" and not self.in_place else set()
+        self._rows = _RowsSeen(folder / METADATA_FILE)  # the rows' captions now (keep_new)
         self._last_end, self._last_cost = clock(), 0.0
         self.rewrites = 0  # metadata.jsonl rewrites made
 
+    def captioned_now(self, image: Path) -> bool:
+        """`keep_new`: whether `image` has a caption now, a non-blank `.txt` or metadata.jsonl
+        row (given since the plan: the run keeps it without asking the model); False without
+        `keep_new`. A stat of metadata.jsonl, read again only when it changed (_RowsSeen)."""
+        if not self.keep_new:
+            return False
+        if self.in_place:  # a kohya folder's: every .txt (any case) and its .caption, no rows
+            files = {*caption_files_of(image), image.with_suffix(KOHYA_CAPTION_SUFFIX)}
+            if (target := self._targets.get(image)) is not None:
+                files.add(target)
+            return any(has_caption(image, path, {}) for path in files if path.is_file())
+        return has_caption(image, _first(caption_files_of(image)), self._rows.captions())
+
     def write(self, image: Path, caption: str) -> bool:
         """Write (a .txt) or queue (a row) `caption` for `image`; False when nothing is, as the
-        image has a .txt caption now (`keep_new`)."""
+        image has a caption now (`keep_new`: a .txt, or for the .txt store its metadata.jsonl
+        row too, which a .txt written under it would shadow, RELIABILITY 2051)."""
         if self.store == "txt":
             try:
                 with dataset_lock(self.folder.parent, self.folder.name):
-                    if self.keep_new and _has_caption(image, _first(caption_files_of(image)), {}):
+                    if self.captioned_now(image):
                         return False
-                    write_caption(self.folder, image.name, caption, sync_row=False)
+                    write_caption(
+                        image.parent, image.name, caption, sync_row=False, target=self._targets.get(image)
+                    )
             except IsADirectoryError:  # a folder at <stem>.txt: the rename onto it fails
                 raise DatasetError(
                     f"no caption written for {image.name}",
@@ -278,12 +212,49 @@ class CaptionWriter:
         return sorted(
             name
             for name in self.pending
-            if _has_caption(self.folder / name, _first(caption_files_of(self.folder / name)), rows)
+            if has_caption(self.folder / name, _first(caption_files_of(self.folder / name)), rows)
         )
 
 
 def _first(paths: tuple[Path, ...]) -> Path | None:
     return paths[0] if paths else None
+
+
+class _RowsSeen:
+    """The captions of metadata.jsonl's rows (`table`), read again only when the file changed
+    since the last read: its (size, mtime_ns, inode, ctime_ns), so a run's check before each
+    image costs a stat, not a read of a file of thousands of rows (RELIABILITY 2051). A file
+    "racy" at its read (data/decoded.racy: its ctime not safely older than the read, within the
+    file system's tick; or stamped ahead of now) is read again at the next call, as git does with
+    a racily clean index: an edit of the same size in the same tick is not missed. No file, a
+    link or other non-file: no rows (the scan names a link); one that cannot be read
+    (DatasetError: the scan names it): no rows."""
+
+    def __init__(self, table: Path) -> None:
+        self.table = table
+        self._key: decoded.FileKey | None = None
+        self._captions: dict[str, str] = {}
+        self.reads = 0  # how many times the file was read (tests)
+
+    def captions(self) -> dict[str, str]:
+        keyed = decoded.file_clock_ns()
+        try:
+            st = os.lstat(self.table)
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
+            self._key, self._captions = None, {}
+            return self._captions
+        key = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+        if key != self._key:
+            self.reads += 1
+            try:
+                self._captions = read_metadata(self.table).captions
+            except DatasetError:
+                self._captions = {}
+            ahead = st.st_mtime_ns > keyed  # a clock ahead: its stamp says nothing yet
+            self._key = None if ahead or decoded.racy(key, keyed) else key
+        return self._captions
 
 
 def _captioned_rows(folder: Path) -> set[str]:

@@ -26,7 +26,13 @@ from lorastudio.text_rules import visible_text
 
 
 def write_caption(
-    dataset_dir: Path, image_name: str, caption: str, expected: str | None = None, *, sync_row: bool = True
+    dataset_dir: Path,
+    image_name: str,
+    caption: str,
+    expected: str | None = None,
+    *,
+    sync_row: bool = True,
+    target: Path | None = None,
 ) -> Path | None:
     """Set the .txt caption of image `image_name` (staged, then renamed): the caption file a scan
     reads (discovery.caption_files_of: `a.TXT` too), else `<stem>.txt`; an empty caption removes its .txt
@@ -34,7 +40,9 @@ def write_caption(
     image does not exist, ConfigError/PathOutsideRoot for a bad name, DatasetError if too long or
     holding a character no text a user gives may (text_rules.visible_text: an ESC sequence, U+202E,
     a zero-width space; line breaks and tabs are allowed, CR LF written as LF: RELIABILITY 1033),
-    NoSpaceLeft on a full disk. With `sync_row`, the image's metadata.jsonl row, if it holds a
+    NoSpaceLeft on a full disk. `target`: the caption file to write instead (a kohya folder's
+    `<stem>.caption` when it is the image's one caption file: a `.txt` beside it would be a second
+    caption a run compares, captioning/plan.py). With `sync_row`, the image's metadata.jsonl row, if it holds a
     caption, is given the new one too (_sync_row). With `expected` (the caption the edit started from, "" for none),
     CaptionConflict when the image's caption is another one now (the caller holds the dataset's
     write claim, so nothing changes it between the check and the write)."""
@@ -46,7 +54,8 @@ def write_caption(
             now,
         )
     files = caption_files_of(image)
-    target = files[0] if files else image.with_suffix(CAPTION_EXTENSION)  # the one a scan reads
+    if target is None:
+        target = files[0] if files else image.with_suffix(CAPTION_EXTENSION)  # the one a scan reads
     text = one_newline_form(caption).strip()
     if not text:
         for path in files:  # every one: a second .TXT left would become the caption

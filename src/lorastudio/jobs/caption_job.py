@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.captioning.options import MAX_LISTED_FAILURES, CaptionOptions
+from lorastudio.captioning.plan import KOHYA_CAPTION_SUFFIX, kohya_sub_folders
 from lorastudio.jobs.caption_gpu import CaptionNeed
 from lorastudio.jobs.dataset_claims import DatasetClaim
 
@@ -55,13 +56,17 @@ class CaptionJob:
     kohya_kept: int = 0  # skipped images captioned only by a kohya .caption (RELIABILITY 1944)
     started_s: float | None = None  # the clock at caption_started (the model loaded)
     last_s: float | None = None  # the clock at the last image's event
+    model_s: float = 0.0  # the time of the images the model was asked for (RELIABILITY 2052)
+    model_n: int = 0  # how many images those are
 
     def apply(self, event: dict[str, Any]) -> None:
         """Fold one event of captioning/run.py into the job's counts (the server's worker
         events, the CLI's own)."""
         kind = event.get("type")
-        if kind in ("caption_progress", "caption_failed", "caption_kept"):
-            self.last_s = self.clock()
+        if kind == "caption_progress" or (
+            kind in ("caption_failed", "caption_kept") and not event.get("counted")
+        ):  # one image's event (a "counted" kept one undoes an image's progress: no image)
+            self._time_image(kind == "caption_progress" or event.get("model", True) is not False)
         if kind == "caption_started":
             self.total, self.skipped = event["total"], event["skipped"]
             self.started_s = self.clock()
@@ -84,14 +89,26 @@ class CaptionJob:
             self.done += 1
             self.failures.append({"file": event["file"], "reason": event["reason"]})
 
+    def _time_image(self, model: bool) -> None:
+        """Note the time since the last image's event (or the model's load) as one image's, and
+        count it towards the rate when the model was asked for the image (`model`)."""
+        now = self.clock()
+        since = self.last_s if self.last_s is not None else self.started_s
+        if model and since is not None:
+            self.model_s += now - since
+            self.model_n += 1
+        self.last_s = now
+
     def eta_s(self) -> float | None:
-        """Seconds left (RELIABILITY 1942), from the time the images done so far took since the
-        model was loaded, each image alike: None until one is done, and once the job has ended."""
-        if self.status != "running" or not self.total or self.started_s is None or self.last_s is None:
+        """Seconds left (RELIABILITY 1942), at the rate of the images the model was asked for
+        (RELIABILITY 2052: an image kept or failed with no model call takes next to nothing, and
+        weighed alike it made the estimate read short), times the images left (each assumed to
+        need the model): None until such an image is done, and once the job has ended."""
+        if self.status != "running" or not self.total or not self.model_n:
             return None
         if not 0 < self.done < self.total:
             return None
-        return round((self.last_s - self.started_s) / self.done * (self.total - self.done), 1)
+        return round(self.model_s / self.model_n * (self.total - self.done), 1)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -125,8 +142,14 @@ class CaptionJob:
 
 def remove_staged(folder: Path) -> None:
     """Remove the hidden staged caption files a killed worker left (data.writes.staged_write's
-    `.<name>.<hex>.tmp`): the real caption files are old or new, never half-written."""
-    for path in folder.glob(".*.tmp"):
-        name = path.name[1:].rsplit(".", 2)[0]
-        if name.endswith(".txt") or name == "metadata.jsonl":
-            path.unlink(missing_ok=True)
+    `.<name>.<hex>.tmp`): the real caption files are old or new, never half-written. A kohya
+    layout captioned in place (captioning/plan.py) stages beside the images of its folders:
+    theirs (`.txt` / `.caption`) go too."""
+    subs = kohya_sub_folders(folder) or []
+    for where in (folder, *subs):
+        for path in where.glob(".*.tmp"):
+            name = path.name[1:].rsplit(".", 2)[0]
+            if name.lower().endswith((".txt", KOHYA_CAPTION_SUFFIX)) or (
+                where == folder and name == "metadata.jsonl"
+            ):
+                path.unlink(missing_ok=True)

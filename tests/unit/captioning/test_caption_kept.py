@@ -1,10 +1,13 @@
 """A caption given by hand while a caption job runs (no overwrite) is kept, not replaced by the
-model's (RELIABILITY 1940): the .txt store, the metadata.jsonl store, the run's events and counts,
-the job's snapshot and the CLI's line."""
+model's (RELIABILITY 1940): the .txt store (its .txt files and, RELIABILITY 2051, its
+metadata.jsonl rows), the metadata.jsonl store, the run's events and counts, the job's snapshot
+and the CLI's line."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,9 +15,11 @@ from typing import Any
 import pytest
 
 from lorastudio.captioning.options import CaptionOptions
+from lorastudio.captioning.plan import plan_captions
 from lorastudio.captioning.run import caption_dataset
 from lorastudio.captioning.source import resolve_captioner
-from lorastudio.captioning.targets import KEPT_REASON, CaptionWriter, plan_captions
+from lorastudio.captioning.targets import KEPT_REASON, CaptionWriter
+from lorastudio.data import decoded
 from lorastudio.jobs.caption_job import CaptionJob
 from lorastudio.settings import get_settings
 
@@ -89,6 +94,7 @@ def test_run_keeps_a_caption_written_by_hand_and_counts_it_skipped(
             "file": "white.png",
             "reason": KEPT_REASON,
             "counted": False,
+            "model": False,  # found before the model was asked (RELIABILITY 2052)
         }
     ]
     assert events[-1]["captioned"] == 3 and events[-1]["skipped"] == 1
@@ -136,18 +142,62 @@ def test_a_kohya_caption_file_is_kept_and_said(
 
 
 def test_a_dataset_without_top_level_images_is_refused_naming_its_kohya_folders(tmp_path: Path) -> None:
-    """RELIABILITY 1944: a kohya layout (datasets/k/10_sks/*.png) was "captioned": 0 images, no word."""
+    """RELIABILITY 1944: a kohya layout (datasets/k/10_sks/*.png) was "captioned": 0 images, no word.
+    Since 2053 one of kohya folders only is captioned in place (test_caption_kohya_in_place.py);
+    one with another sub-folder beside them, which a run refuses to read in place too, is refused."""
     from PIL import Image
 
     from lorastudio.errors import DatasetError
 
     kohya = tmp_path / "k" / "10_sks"
     kohya.mkdir(parents=True)
+    (tmp_path / "k" / "misc").mkdir()
     Image.new("RGB", (16, 16)).save(kohya / "a.png")
     with pytest.raises(DatasetError) as err:
         plan_captions(tmp_path / "k", overwrite=False)
     assert "has no images to caption" in str(err.value)
-    assert err.value.problems[0].startswith("k/10_sks: a kohya folder") and "--kohya" in err.value.problems[0]
+    problem = err.value.problems[0]
+    assert (
+        problem.startswith("k/10_sks: a kohya folder beside other sub-folders (misc)")
+        and "--kohya" in problem
+    )
     (tmp_path / "empty").mkdir()
     with pytest.raises(DatasetError, match="has no images to caption"):
         plan_captions(tmp_path / "empty", overwrite=False)
+
+
+def test_a_row_typed_by_hand_while_a_txt_store_job_runs_is_kept(
+    make_dataset: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 2051: in a dataset whose captions go to .txt files but which also has a
+    metadata.jsonl, a caption typed into an image's row while the job ran was not seen: the job
+    wrote the image's .txt, which won, and the hand text became a second caption the scan names as
+    not used. Now the row is read (again only when metadata.jsonl changed) before each write."""
+    folder = make_dataset(captions={"blue": "blue by hand"})  # a .txt sidecar: the .txt store
+    table = folder / "metadata.jsonl"
+    table.write_text(json.dumps({"file_name": "red.png", "text": "", "repeats": 2}) + "\n", encoding="utf-8")
+    # a file changed within the file clock's tick is read again at each check: the test's own
+    # writes would be (no wall-clock wait here: the file clock 10 s on), a file stamped ahead too
+    later = time.time_ns() + 10 * 10**9
+    monkeypatch.setattr(decoded, "file_clock_ns", lambda: later)
+    past = time.time_ns() - 3600 * 10**9  # settled an hour ago: not read again while unchanged
+    os.utime(table, ns=(past, past))
+    plan = plan_captions(folder, overwrite=False)
+    assert plan.store == "txt" and [p.name for p in plan.todo] == ["green.png", "red.png", "white.png"]
+    writer = CaptionWriter(folder, plan.store, keep_new=True)
+    assert writer.write(folder / "green.png", "model green")
+    hand = {"file_name": "red.png", "text": "my own red", "repeats": 2}
+    table.write_text(json.dumps(hand) + "\n", encoding="utf-8")  # the user, mid-run
+    os.utime(table, ns=(past + 10**9, past + 10**9))
+    assert not writer.write(folder / "red.png", "model red")
+    assert not (folder / "red.txt").exists() and _rows(folder) == [hand]
+    assert writer.write(folder / "white.png", "model white")
+    assert writer._rows.reads == 2  # the row read at the first write and after the edit only
+    # an edit of the same size and stamp: a file stamped ahead of the file clock (a clock ahead)
+    # is read again at each check, never taken as unchanged
+    soon = time.time_ns() + 3600 * 10**9
+    (folder / "green.txt").unlink()
+    for name, seen in (("gre3n.png", False), ("green.png", True)):  # one size, one stamp
+        table.write_text(json.dumps({"file_name": name, "text": "my"}) + "\n", encoding="utf-8")
+        os.utime(table, ns=(soon, soon))
+        assert writer.captioned_now(folder / "green.png") is seen

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lorastudio.captioning.targets import clean_caption, plan_captions, store_caption
+from lorastudio.captioning.plan import plan_captions
+from lorastudio.captioning.targets import clean_caption, store_caption
 from lorastudio.data.captions import MAX_CAPTION_BYTES
 
 

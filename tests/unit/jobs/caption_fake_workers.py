@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lorastudio.captioning.plan import plan_captions
 from lorastudio.captioning.run import CaptionSummary
-from lorastudio.captioning.targets import plan_captions, store_caption
+from lorastudio.captioning.targets import store_caption
 from lorastudio.jobs.caption_worker import CaptionWorkerArgs
 from lorastudio.jobs.worker import bind_to_parent
 

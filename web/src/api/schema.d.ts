@@ -82,8 +82,11 @@ export interface paths {
         };
         /**
          * Events
-         * @description Server-sent events of every caption job, as `id:`, `event:`, `data:`. A resume from an id whose
-         *     next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py).
+         * @description Server-sent events of every caption job, as `id:`, `event:`, `data:`, after a first
+         *     `id: <start>` without data (the stream's position: no event; an EventSource's Last-Event-ID).
+         *     Without `after` (or Last-Event-ID) the stream starts with new events only. A resume from an
+         *     id whose next events the server no longer keeps gets `event: gap` ({after, next}) first
+         *     (api/sse.py).
          */
         get: operations["events_api_captions_events_get"];
         put?: never;
@@ -832,8 +835,9 @@ export interface paths {
         /**
          * Events
          * @description Server-sent events of every fetch (fetch_started, fetch_progress, fetch_complete,
-         *     fetch_error, fetch_cancelled) as `id:`, `event:`, `data:`. Without `after` (or
-         *     Last-Event-ID) the stream starts with new events only. A resume from an id whose
+         *     fetch_error, fetch_cancelled) as `id:`, `event:`, `data:`, after a first `id: <start>`
+         *     without data (the stream's position: no event; an EventSource's Last-Event-ID). Without
+         *     `after` (or Last-Event-ID) the stream starts with new events only. A resume from an id whose
          *     next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py).
          */
         get: operations["events_api_models_events_get"];
@@ -1181,8 +1185,9 @@ export interface paths {
         /**
          * Events
          * @description Server-sent events: every event the job service ingests (engine events and status
-         *     changes), as `id: <seq>`, `event: <type>`, `data: <json>`. Without `after` (or
-         *     Last-Event-ID) the stream starts with new events only. A resume from an id whose
+         *     changes), as `id: <seq>`, `event: <type>`, `data: <json>`, after a first `id: <start>`
+         *     without data (the stream's position: no event; an EventSource's Last-Event-ID). Without
+         *     `after` (or Last-Event-ID) the stream starts with new events only. A resume from an id whose
          *     next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py).
          */
         get: operations["events_api_train_events_get"];

@@ -88,8 +88,11 @@ async def events(
     last_event_id: str | None = Header(default=None),
     jobs: CaptionJobs = Depends(captions_dep),
 ) -> Response:
-    """Server-sent events of every caption job, as `id:`, `event:`, `data:`. A resume from an id whose
-    next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py)."""
+    """Server-sent events of every caption job, as `id:`, `event:`, `data:`, after a first
+    `id: <start>` without data (the stream's position: no event; an EventSource's Last-Event-ID).
+    Without `after` (or Last-Event-ID) the stream starts with new events only. A resume from an
+    id whose next events the server no longer keeps gets `event: gap` ({after, next}) first
+    (api/sse.py)."""
     return event_stream(request, jobs, after, last_event_id)
 
 

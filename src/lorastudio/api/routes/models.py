@@ -135,8 +135,9 @@ async def events(
     fetches: FetchManager = Depends(fetches_dep),
 ) -> Response:
     """Server-sent events of every fetch (fetch_started, fetch_progress, fetch_complete,
-    fetch_error, fetch_cancelled) as `id:`, `event:`, `data:`. Without `after` (or
-    Last-Event-ID) the stream starts with new events only. A resume from an id whose
+    fetch_error, fetch_cancelled) as `id:`, `event:`, `data:`, after a first `id: <start>`
+    without data (the stream's position: no event; an EventSource's Last-Event-ID). Without
+    `after` (or Last-Event-ID) the stream starts with new events only. A resume from an id whose
     next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py)."""
     return event_stream(request, fetches, after, last_event_id)
 

@@ -59,7 +59,8 @@ async def events(
     service: JobService = Depends(service_dep),
 ) -> Response:
     """Server-sent events: every event the job service ingests (engine events and status
-    changes), as `id: <seq>`, `event: <type>`, `data: <json>`. Without `after` (or
-    Last-Event-ID) the stream starts with new events only. A resume from an id whose
+    changes), as `id: <seq>`, `event: <type>`, `data: <json>`, after a first `id: <start>`
+    without data (the stream's position: no event; an EventSource's Last-Event-ID). Without
+    `after` (or Last-Event-ID) the stream starts with new events only. A resume from an id whose
     next events the server no longer keeps gets `event: gap` ({after, next}) first (api/sse.py)."""
     return event_stream(request, service, after, last_event_id)
