@@ -59,7 +59,7 @@ class InitFile:
     rank: int
     alpha: float | None
     text_encoder_keys: tuple[str, ...]
-    dora_scale: bool = False  # a DoRA file in the LyCORIS layout (ComfyUI's dora_scale)
+    dora_scale: bool = False  # a DoRA file in the LyCORIS layout (its rule: lora/dora_rule.py)
 
 
 def is_local(value: str) -> bool:
@@ -191,7 +191,8 @@ def _packed_alpha(metadata: dict[str, str]) -> float | None:
 def read_init_file(path: Path, family: str) -> InitFile:
     """The InitFile of the LoRA `path` for a run of `family`: its header read and checked as every
     LoRA's is (lora/header.check_lora_file: a file of another family is refused naming both).
-    Raises NotFound, ModelSourceError (also for a file of several adapter kinds: `_mixed`)."""
+    Raises NotFound, ModelSourceError (also for a file of several adapter kinds: `_mixed`, and a
+    DoRA file whose header names a dora_scale rule no reader knows: lora/dora_rule.py)."""
     from lorastudio.lora.header import check_lora_file
 
     header = check_lora_file(path, family)
@@ -222,7 +223,12 @@ def read_init_file(path: Path, family: str) -> InitFile:
     elif alpha is None:
         alpha = _header_alpha(header.metadata)
         alpha = (float(rank) if rank else None) if alpha is None else alpha  # rank 0: not told
-    return InitFile(path, _kind(keys), rank, alpha, te, any(k.endswith(".dora_scale") for k in keys))
+    dora_scale = any(k.endswith(".dora_scale") for k in keys)
+    if dora_scale:  # a dora_scale rule the header names that no reader knows: refused here
+        from lorastudio.lora.dora_rule import dora_rule
+
+        dora_rule(header.metadata, path)
+    return InitFile(path, _kind(keys), rank, alpha, te, dora_scale)
 
 
 def file_rank_alpha(cfg: TrainConfig, settings: Settings) -> tuple[int, float | None] | None:

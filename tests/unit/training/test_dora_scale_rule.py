@@ -102,7 +102,9 @@ def test_a_dora_whose_header_names_no_rule_warns_naming_it_and_an_unknown_rule_i
         torch.testing.assert_close(layer.weight.detach().float(), _trained(base)[3], rtol=1e-5, atol=1e-6)
     finally:
         apply_loras(pipe, [])
-    assert any(str(bare) in r.getMessage() and "nothing in its header" in r.getMessage() for r in caplog.records)
+    assert any(
+        str(bare) in r.getMessage() and "nothing in its header" in r.getMessage() for r in caplog.records
+    )
     odd = _file(tmp_path, base, {RULE_KEY: "forge"}, "comfyui", "odd")
     with pytest.raises(ModelSourceError, match=rf"{odd}.*{RULE_KEY} is 'forge', not one of comfyui, lycoris"):
         apply_loras(pipe, [(odd, 1.0)])
@@ -127,9 +129,13 @@ def test_init_lora_starts_from_each_writers_dora_as_the_trained_layer(
     load = load_init_lora(denoiser, InitSource(path, file_sha256(path)), "flux", "dora")
     assert LAYER not in load.fresh
     _, _, m, want = _trained(base)
-    torch.testing.assert_close(module.lora_magnitude_vector["default"].weight.detach().reshape(-1), m, rtol=1e-5, atol=0)
+    torch.testing.assert_close(
+        module.lora_magnitude_vector["default"].weight.detach().reshape(-1), m, rtol=1e-5, atol=0
+    )
     x = torch.randn(3, base.shape[1], generator=torch.Generator().manual_seed(1))  # [3, in]
     bias = module.get_base_layer().bias
     with torch.no_grad():
-        torch.testing.assert_close(module(x), x @ want.T + (0 if bias is None else bias), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            module(x), x @ want.T + (0 if bias is None else bias), rtol=1e-5, atol=1e-5
+        )
     assert load.note is None  # the header told the rule
