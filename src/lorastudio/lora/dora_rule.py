@@ -31,11 +31,11 @@ start training from m = ||W||).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorastudio import json_read
 from lorastudio.errors import ModelSourceError
 from lorastudio.lora.metadata import PREFIX
 
@@ -70,7 +70,7 @@ class DoraRule:
 def _network_args(metadata: Mapping[str, str]) -> dict[str, object]:
     """kohya's `ss_network_args` as a dict ({} where absent or not a JSON object)."""
     try:
-        args = json.loads(metadata.get("ss_network_args") or "{}")
+        args = json_read.loads(metadata.get("ss_network_args") or "{}")
     except ValueError:
         return {}
     return args if isinstance(args, dict) else {}
