@@ -196,10 +196,12 @@ def _load_dora(layer: Any, module: str, parts: dict[str, torch.Tensor], path: Pa
     base = layer.get_base_layer().weight.detach().float()  # [out, in] or [out, in, k, k]
     flat = base.reshape(rows, -1).to(a.device)  # [out, in (x k x k)]
     delta = (up.reshape(rows, rank) @ down.reshape(rank, -1)).to(a.device) * file_scale  # [out, in (x k x k)]
+    merged_norm = (flat + delta).norm(dim=1)  # [out]: ||W + delta||, inf where the change is past float32
     m = scale.float().reshape(rows).to(a.device)  # [out]: LyCORIS' rule, the magnitude itself
     if rule != LYCORIS:  # ComfyUI's: m = dora_scale ||W + delta|| / ||W||
-        m = m * (flat + delta).norm(dim=1) / (flat.norm(dim=1) + torch.finfo(torch.float32).eps)  # [out]
-    if not bool(torch.isfinite(m).all()):  # finite values whose product is not (RELIABILITY 1542)
+        m = m * merged_norm / (flat.norm(dim=1) + torch.finfo(torch.float32).eps)  # [out]
+    # finite values whose product is not (RELIABILITY 1542), by either rule
+    if not bool(torch.isfinite(m).all() and torch.isfinite(merged_norm).all()):
         raise ModelSourceError(
             f"init_lora {path}: its layer {module}'s change (lora_up @ lora_down x alpha / rank) and magnitude "
             "are past what float32 holds (inf or NaN): the file is not a usable DoRA"

@@ -139,3 +139,26 @@ def test_init_lora_starts_from_each_writers_dora_as_the_trained_layer(
             module(x), x @ want.T + (0 if bias is None else bias), rtol=1e-5, atol=1e-5
         )
     assert load.note is None  # the header told the rule
+
+
+def test_a_lycoris_rule_dora_whose_change_overflows_is_refused(make_config, tiny_model, tmp_path) -> None:
+    """LyCORIS' rule takes m = dora_scale with no norm of W + delta, which was where an overflowing
+    change (finite factors, up @ down past float32) showed (RELIABILITY 1542): it is checked by
+    itself now, for either rule."""
+    from lorastudio.training.lora import add_lora, lora_config_for
+
+    family = families.get("flux")
+    denoiser = family.load_denoiser(str(tiny_model("flux")), None, torch.float32, torch.device("cpu"))
+    cfg = make_config(adapter="dora", lora_rank=RANK, lora_alpha=float(RANK), lora_targets=["to_q"])
+    add_lora(denoiser, lora_config_for(cfg, family.spec.lora_targets))
+    base = dict(denoiser.named_modules())[LAYER].get_base_layer().weight.detach().float()  # [out, in]
+    key = module_key(LAYER)
+    path = tmp_path / "overflow.safetensors"
+    tensors = {
+        f"{key}.lora_up.weight": torch.full((base.shape[0], RANK), 1e20),
+        f"{key}.lora_down.weight": torch.full((RANK, base.shape[1]), 1e20),  # up @ down: 2e40 per entry
+        f"{key}.dora_scale": torch.ones(base.shape[0], 1),
+    }
+    save_file(tensors, str(path), metadata=KOHYA_LYCORIS)
+    with pytest.raises(ModelSourceError, match="past what float32 holds"):
+        load_init_lora(denoiser, InitSource(path, file_sha256(path)), "flux", "dora")
