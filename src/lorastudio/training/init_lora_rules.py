@@ -191,8 +191,8 @@ def _packed_alpha(metadata: dict[str, str]) -> float | None:
 def read_init_file(path: Path, family: str) -> InitFile:
     """The InitFile of the LoRA `path` for a run of `family`: its header read and checked as every
     LoRA's is (lora/header.check_lora_file: a file of another family is refused naming both).
-    Raises NotFound, ModelSourceError (also for a file of several adapter kinds: `_mixed`, and a
-    DoRA file whose header names a dora_scale rule no reader knows: lora/dora_rule.py)."""
+    Raises NotFound, ModelSourceError (also for a file of several adapter kinds: `_mixed`; a DoRA
+    file whose header names a dora_scale rule no reader knows: check_lora_file)."""
     from lorastudio.lora.header import check_lora_file
 
     header = check_lora_file(path, family)
@@ -223,12 +223,7 @@ def read_init_file(path: Path, family: str) -> InitFile:
     elif alpha is None:
         alpha = _header_alpha(header.metadata)
         alpha = (float(rank) if rank else None) if alpha is None else alpha  # rank 0: not told
-    dora_scale = any(k.endswith(".dora_scale") for k in keys)
-    if dora_scale:  # a dora_scale rule the header names that no reader knows: refused here
-        from lorastudio.lora.dora_rule import dora_rule
-
-        dora_rule(header.metadata, path)
-    return InitFile(path, _kind(keys), rank, alpha, te, dora_scale)
+    return InitFile(path, _kind(keys), rank, alpha, te, any(k.endswith(".dora_scale") for k in keys))
 
 
 def file_rank_alpha(cfg: TrainConfig, settings: Settings) -> tuple[int, float | None] | None:

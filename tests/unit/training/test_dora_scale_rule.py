@@ -21,6 +21,7 @@ from lorastudio import families
 from lorastudio.errors import ModelSourceError
 from lorastudio.generate import apply_loras, load_pipeline
 from lorastudio.lora.dora_rule import RULE_KEY
+from lorastudio.lora.header import check_lora_file
 from lorastudio.lora.lycoris import module_key
 from lorastudio.training.init_lora import InitSource, load_init_lora
 from lorastudio.training.init_lora_rules import file_sha256
@@ -106,7 +107,10 @@ def test_a_dora_whose_header_names_no_rule_warns_naming_it_and_an_unknown_rule_i
         str(bare) in r.getMessage() and "nothing in its header" in r.getMessage() for r in caplog.records
     )
     odd = _file(tmp_path, base, {RULE_KEY: "forge"}, "comfyui", "odd")
-    with pytest.raises(ModelSourceError, match=rf"{odd}.*{RULE_KEY} is 'forge', not one of comfyui, lycoris"):
+    said = rf"{odd}.*{RULE_KEY} is 'forge', not one of comfyui, lycoris"
+    with pytest.raises(ModelSourceError, match=said):  # the header check generation makes before
+        check_lora_file(odd, "flux")  # its pipeline loads (jobs/generation_check, lorastudio generate)
+    with pytest.raises(ModelSourceError, match=said):
         apply_loras(pipe, [(odd, 1.0)])
     assert torch.equal(layer.weight.detach().float(), base)
 
