@@ -63,7 +63,8 @@ class DoraRule:
             f"(no {RULE_KEY}, ss_network_module or lycoris_config), so it is read by ComfyUI 0.3.77+'s "
             "rule, (W + delta) x dora_scale / ||W||, as ComfyUI renders it. If LyCORIS' modules trained it "
             "(dora_scale = the magnitude m: kohya sd-scripts with lycoris.kohya, SimpleTuner), "
-            "each layer is off by ||W + delta|| / ||W|| per output row"
+            f'each layer is off by ||W + delta|| / ||W|| per output row: set {RULE_KEY} = "lycoris" in '
+            "its safetensors metadata to read it so"
         )
 
 
@@ -84,7 +85,8 @@ def dora_rule(metadata: Mapping[str, str], path: Path) -> DoraRule:
         if named not in RULES:
             shown = named if len(named) <= 40 else named[:40] + "..."
             raise ModelSourceError(
-                f"DoRA file {path}: its header's {RULE_KEY} is {shown!r}, not one of {', '.join(RULES)}"
+                f"DoRA file {path}: its header's {RULE_KEY} is {shown!r}, not one of {', '.join(RULES)} "
+                "(comfyui: W' = (W + delta) dora_scale / ||W||; lycoris: dora_scale is the magnitude)"
             )
         return DoraRule(named, f"{RULE_KEY} = {named!r}")
     if metadata.get(PREFIX + "lora_format") == "lycoris":

@@ -115,14 +115,14 @@ def test_a_dora_whose_header_names_no_rule_warns_naming_it_and_an_unknown_rule_i
     assert torch.equal(layer.weight.detach().float(), base)
 
 
-@pytest.mark.parametrize("writer", ["kohya-lycoris", "lorastudio-before-the-key"])
+@pytest.mark.parametrize("writer", ["kohya-lycoris", "lorastudio-before-the-key", "bare"])
 def test_init_lora_starts_from_each_writers_dora_as_the_trained_layer(
     make_config, tiny_model, tmp_path, writer
 ) -> None:
     """peft's DoRA layer after the load computes the trained weight (its magnitude is m)."""
     from lorastudio.training.lora import add_lora, lora_config_for
 
-    header, rule = WRITERS[writer]
+    header, rule = WRITERS.get(writer, ({"ss_network_dim": str(RANK)}, "comfyui"))  # bare: ComfyUI's, warned
     family = families.get("flux")
     denoiser = family.load_denoiser(str(tiny_model("flux")), None, torch.float32, torch.device("cpu"))
     cfg = make_config(adapter="dora", lora_rank=RANK, lora_alpha=float(RANK), lora_targets=["to_q"])
@@ -142,7 +142,10 @@ def test_init_lora_starts_from_each_writers_dora_as_the_trained_layer(
         torch.testing.assert_close(
             module(x), x @ want.T + (0 if bias is None else bias), rtol=1e-5, atol=1e-5
         )
-    assert load.note is None  # the header told the rule
+    if writer == "bare":  # the run's warning names the file and the rule it was read by
+        assert str(path) in (load.warning(path.name) or "") and "nothing in its header" in load.note
+    else:
+        assert load.note is None  # the header told the rule
 
 
 def test_a_lycoris_rule_dora_whose_change_overflows_is_refused(make_config, tiny_model, tmp_path) -> None:
