@@ -9,7 +9,13 @@ merged into the denoiser's weights the way ComfyUI's readers merge it (lora/lyco
 
     W <- W + strength * delta                                    (LoKr, LoHa, plain LoRA)
     W <- W + strength * ((W + delta) * dora_scale / ||W|| - W)   (DoRA, ||W|| per output row)
+    W <- W + strength * ((W + delta) * dora_scale / ||W + delta|| - W)   (DoRA by LyCORIS' rule)
     W <- W + strength * diff,  b <- b + strength * diff_b        (ComfyUI's full differences)
+
+A DoRA file's dora_scale is read by the rule its header names (lora/dora_rule.py): ComfyUI's (the
+files lorastudio writes, and a file whose header tells nothing: then a warning naming it is
+logged) or LyCORIS' (dora_scale = the magnitude m: kohya sd-scripts' LyCORIS, SimpleTuner); both
+at a strength other than 1 interpolate as ComfyUI does.
 
 The last are what ComfyUI's own trainer node (comfy_extras/nodes_train.py TrainLoraNode +
 SaveLoRA) writes beside its LoRA pairs, `diffusion_model.<checkpoint name>.lora_up / lora_down /
@@ -35,6 +41,7 @@ the patched weights by generate/pipeline.apply_loras.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,6 +51,7 @@ import torch
 
 from lorastudio.errors import ModelSourceError
 from lorastudio.generate.lycoris_names import Target, to_lycoris_names
+from lorastudio.lora.dora_rule import COMFYUI, dora_rule_of
 from lorastudio.lora.lycoris import (
     COMFY_DIFF_SUFFIXES,
     COMFY_SUFFIXES,
@@ -119,8 +127,11 @@ def _params(denoiser: torch.nn.Module, attr: str) -> dict[str, torch.nn.Paramete
     return out
 
 
-def _patched(weight: torch.Tensor, parts: dict[str, torch.Tensor], strength: float) -> torch.Tensor:
-    """The weight after one module's LyCORIS tensors at `strength`, in fp32 (module docstring)."""
+def _patched(
+    weight: torch.Tensor, parts: dict[str, torch.Tensor], strength: float, rule: str = COMFYUI
+) -> torch.Tensor:
+    """The weight after one module's LyCORIS tensors at `strength`, in fp32 (module docstring);
+    `rule`: the file's dora_scale rule (lora/dora_rule.py), COMFYUI or LYCORIS."""
     tucker = sorted(set(parts) & _TUCKER)
     if tucker:  # conv Tucker factors: comfy_delta restates the linear layouts only
         raise LycorisError(f"Tucker-decomposed tensors ({', '.join(tucker)}) are not supported")
@@ -147,8 +158,10 @@ def _patched(weight: torch.Tensor, parts: dict[str, torch.Tensor], strength: flo
         dora = parts["dora_scale"].float().reshape(-1, 1)  # [out, 1]
         if dora.shape[0] != flat.shape[0]:  # one per output row, never broadcast
             raise LycorisError(f"dora_scale {tuple(parts['dora_scale'].shape)} vs weight {tuple(base.shape)}")
-        norm = flat.norm(dim=1, keepdim=True) + torch.finfo(torch.float32).eps  # [out, 1]
-        target = (flat + delta) * (dora / norm)
+        merged = flat + delta  # [out, in...]
+        normed = flat if rule == COMFYUI else merged  # ComfyUI divides by ||W||, LyCORIS by ||W + delta||
+        norm = normed.norm(dim=1, keepdim=True) + torch.finfo(torch.float32).eps  # [out, 1]
+        target = merged * (dora / norm)
         return (flat + strength * (target - flat)).reshape(base.shape)
     return (flat + strength * delta).reshape(base.shape)
 
@@ -184,13 +197,14 @@ def patch_lycoris(pipe: DiffusionPipeline, files: Sequence[tuple[Path, float]]) 
         return
     denoiser = _denoiser(pipe)
     params = {"weight": _params(denoiser, "weight"), "bias": _params(denoiser, "bias")}
-    plans: list[tuple[Path, float, dict[str, tuple[Target, dict[str, torch.Tensor]]]]] = []
+    plans: list[tuple[Path, float, dict[str, tuple[Target, dict[str, torch.Tensor]]], str]] = []
     for path, strength in files:
         try:
             grouped = group_modules(load_file(str(path)), COMFY_SUFFIXES | COMFY_DIFF_SUFFIXES)
             modules = to_lycoris_names(grouped, type(pipe).__name__)
         except (OSError, ValueError, ModelSourceError) as err:  # LycorisError is a ValueError
             raise ModelSourceError(f"cannot apply LoRA {path}: {library_open_reason(err)}") from err
+        rule = _dora_rule(Path(path), modules)
         missing = sorted(
             {
                 x
@@ -205,11 +219,11 @@ def patch_lycoris(pipe: DiffusionPipeline, files: Sequence[tuple[Path, float]]) 
                 f"LoRA {path}: {len(missing)} of its {len(modules)} layers are not layers of this "
                 f"{type(pipe).__name__} ({', '.join(missing[:3])}{more}): is it another model's LoRA?"
             )
-        plans.append((Path(path), float(strength), modules))
+        plans.append((Path(path), float(strength), modules, rule))
     saved: dict[int, tuple[torch.nn.Parameter, torch.Tensor]] = {}  # id -> (weight, CPU original)
     try:
         with torch.no_grad():
-            for path, strength, modules in plans:
+            for path, strength, modules, rule in plans:
                 for x, (target, parts) in modules.items():
                     where = f"cannot apply LoRA {path}: layer {x}"
                     for attr, own in _patched_params(parts).items():
@@ -221,11 +235,27 @@ def patch_lycoris(pipe: DiffusionPipeline, files: Sequence[tuple[Path, float]]) 
                             strength,
                             saved,
                             where if attr == "weight" else f"{where} (its bias)",
+                            rule,
                         )
     finally:
         setattr(pipe, _SAVED, list(saved.values()))  # what was patched, even on a failure
     # a failure leaves no patch behind: the weights patched before it are restored
     return None
+
+
+def _dora_rule(path: Path, modules: dict[str, tuple[Target, dict[str, torch.Tensor]]]) -> str:
+    """The dora_scale rule of the file `path` (COMFYUI where no layer has a dora_scale), with
+    the warning logged where its header tells none. Raises ModelSourceError naming the file."""
+    if not any("dora_scale" in parts for _, parts in modules.values()):
+        return COMFYUI
+    try:
+        found = dora_rule_of(path)
+    except ModelSourceError as err:
+        raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
+    note = found.warning(path)
+    if note is not None:
+        logging.getLogger(__name__).warning("%s", note)
+    return found.rule
 
 
 def _patched_params(parts: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
@@ -247,6 +277,7 @@ def _patch_one(
     strength: float,
     saved: dict[int, tuple[torch.nn.Parameter, torch.Tensor]],
     where: str,
+    rule: str = COMFYUI,
 ) -> None:
     """Patch one layer of a file: the weight of `layers` stacked by rows (the checkpoint's fused
     weight of a layer split in diffusers; one layer's own weight else; `swapped`: its two row
@@ -256,7 +287,7 @@ def _patch_one(
         fused = torch.cat([w.detach() for w in layers], dim=0)  # [sum(out), in...]
         if swapped:
             fused = _swap_halves(fused)
-        new = _patched(fused, parts, strength)  # fp32, fused's shape
+        new = _patched(fused, parts, strength, rule)  # fp32, fused's shape
         if swapped:
             new = _swap_halves(new)
     except (LycorisError, KeyError, RuntimeError) as err:

@@ -144,8 +144,8 @@ def check_lora_structure(header: LoraHeader) -> None:
     config (`lora_adapter_metadata`) giving a rank or alpha that is not a number, or an alpha of
     0 (every layer's weight change scaled to nothing) (its rank_pattern / alpha_pattern too,
     whose keys must be patterns peft can match), or setting use_dora for layers whose
-    lora_magnitude_vector the file lacks. Raises
-    ModelSourceError naming the file and the tensor."""
+    lora_magnitude_vector the file lacks, or a DoRA file's `lorastudio.dora_scale` naming no rule
+    lora/dora_rule.py knows. Raises ModelSourceError naming the file and the tensor."""
     path = header.path
     packed = header.metadata.get(ADAPTER_METADATA_KEY)
     if packed is not None:
@@ -207,6 +207,10 @@ def check_lora_structure(header: LoraHeader) -> None:
             layers.setdefault((match["layer"], pair), {})[side] = (name, info)
     _check_partial_layers(path, header.tensors, {layer for layer, _ in layers})
     _check_two_spellings(path, header.tensors)
+    if any(name.endswith(".dora_scale") for name in header.tensors):  # a dora_scale rule no reader
+        from lorastudio.lora.dora_rule import dora_rule  # knows (lorastudio.dora_scale): refused
+
+        dora_rule(header.metadata, path)
     for (layer, pair), sides in layers.items():
         down_name, up_name = _PAIRS[pair]
         if len(sides) == 1:

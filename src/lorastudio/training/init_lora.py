@@ -327,20 +327,23 @@ def load_init_text_encoders(text_encoders: Any, source: InitSource, cfg: TrainCo
 
 @dataclass(frozen=True)
 class InitLoad:
-    """What `load_init_lora` did: the layers loaded, and the run's adapted layers the file lacks
-    (they start fresh: LoRA B = 0, no change at the start)."""
+    """What `load_init_lora` did: the layers loaded, the run's adapted layers the file lacks
+    (they start fresh: LoRA B = 0, no change at the start), and the note of a LyCORIS-layout DoRA
+    file whose header names no dora_scale rule (lora/dora_rule.py; None else)."""
 
     loaded: int
     fresh: tuple[str, ...]
+    note: str | None = None
 
     def warning(self, name: str) -> str | None:
-        """The run's warning about the layers that start fresh, None when there are none."""
-        if not self.fresh:
-            return None
-        return (
-            f"init_lora {name}: {len(self.fresh)} of the run's {self.loaded + len(self.fresh)} adapted layers are "
-            f"not in the file and start fresh: {listed(list(self.fresh))}"
-        )
+        """The run's warning: the layers that start fresh and the file's note; None when neither."""
+        parts = [f"init_lora {name}: {self.note}"] if self.note else []
+        if self.fresh:
+            parts.append(
+                f"init_lora {name}: {len(self.fresh)} of the run's {self.loaded + len(self.fresh)} adapted layers "
+                f"are not in the file and start fresh: {listed(list(self.fresh))}"
+            )
+        return "; ".join(parts) or None
 
 
 @torch.no_grad()
@@ -359,9 +362,11 @@ def load_init_lora(denoiser: Any, source: InitSource, family: str, adapter: str 
         from lorastudio import families
         from lorastudio.training.init_lycoris import load_init_lycoris
 
-        count, fresh = load_init_lycoris(denoiser, source.path, families.get(family).spec.pipeline_class)
+        count, fresh, note = load_init_lycoris(
+            denoiser, source.path, families.get(family).spec.pipeline_class
+        )
         unchanged_since_preflight(source.path, source.sha256)  # not replaced while it was read
-        return InitLoad(count, fresh)
+        return InitLoad(count, fresh, note)
     lora, _ = read_init_lora(source.path, family)
     magnitudes = dora_magnitudes(source.path, family) if adapter == "dora" else {}
     unchanged_since_preflight(

@@ -59,7 +59,7 @@ class InitFile:
     rank: int
     alpha: float | None
     text_encoder_keys: tuple[str, ...]
-    dora_scale: bool = False  # a DoRA file in the LyCORIS layout (ComfyUI's dora_scale)
+    dora_scale: bool = False  # a DoRA file in the LyCORIS layout (its rule: lora/dora_rule.py)
 
 
 def is_local(value: str) -> bool:
@@ -191,7 +191,8 @@ def _packed_alpha(metadata: dict[str, str]) -> float | None:
 def read_init_file(path: Path, family: str) -> InitFile:
     """The InitFile of the LoRA `path` for a run of `family`: its header read and checked as every
     LoRA's is (lora/header.check_lora_file: a file of another family is refused naming both).
-    Raises NotFound, ModelSourceError (also for a file of several adapter kinds: `_mixed`)."""
+    Raises NotFound, ModelSourceError (also for a file of several adapter kinds: `_mixed`; a DoRA
+    file whose header names a dora_scale rule no reader knows: check_lora_file)."""
     from lorastudio.lora.header import check_lora_file
 
     header = check_lora_file(path, family)

@@ -11,7 +11,8 @@ the run's lokr_factor / lokr_decompose_both / rank as the run that wrote it), th
 at the run's alpha / rank) equals ComfyUI's of the file (lora/lycoris.comfy_delta, its alpha
 rule) in that layer; a layer whose changes are not proportional (another factorisation) is
 refused. DoRA (lora_up / lora_down / alpha / dora_scale): A and B as a LoRA's, peft's magnitude
-from the dora_scale and the run's base weight (`_load_dora`). A kohya layer of several diffusers
+from the dora_scale by the rule the file's header names (lora/dora_rule.py: LyCORIS' dora_scale is
+m itself; ComfyUI's, the files lorastudio writes, gives m with the run's base weight: `_load_dora`). A kohya layer of several diffusers
 layers (FLUX.1's fused qkv, linear1; FLUX.2's q, k, v) or of swapped row halves (the final adaLN)
 is cut by output rows into each layer's tensors (init_lycoris_rows: exact for LoHa and DoRA; a
 LoKr only where its Kronecker blocks fall within each layer, refused naming why otherwise).
@@ -81,12 +82,17 @@ def _rows(layer: Any) -> int:
 
 
 @torch.no_grad()
-def load_init_lycoris(denoiser: Any, path: Path, pipeline_class: str) -> tuple[int, tuple[str, ...]]:
+def load_init_lycoris(
+    denoiser: Any, path: Path, pipeline_class: str
+) -> tuple[int, tuple[str, ...], str | None]:
     """Put the LoHa / LoKr / LyCORIS-layout DoRA file `path` into `denoiser`'s freshly added
     adapter of the same kind (module docstring). Returns (layers loaded, the run's adapted layers
-    the file lacks). Raises ModelSourceError for a layer the run does not adapt, a factor of
-    another shape, a layer whose change the run's factorisation cannot hold, or a fused layer
-    whose parts no adapter of its kind holds apart (init_lycoris_rows)."""
+    the file lacks, the warning of a DoRA file whose header names no dora_scale rule or None:
+    lora/dora_rule.py). Raises ModelSourceError for a layer the run does not adapt, a factor of
+    another shape, a layer whose change the run's factorisation cannot hold, a fused layer
+    whose parts no adapter of its kind holds apart (init_lycoris_rows), or a dora_scale rule
+    the header names that is none of lora/dora_rule.RULES."""
+    from lorastudio.lora.dora_rule import COMFYUI, DoraRule, dora_rule_of
     from lorastudio.lora.lycoris import LycorisError, module_key
     from lorastudio.training.init_lycoris_rows import split_rows
     from lorastudio.training.lora import module_scales
@@ -94,7 +100,10 @@ def load_init_lycoris(denoiser: Any, path: Path, pipeline_class: str) -> tuple[i
     by_key = {module_key(m): m for m in module_scales(denoiser)}  # lycoris_<flat> -> module name
     layers = dict(denoiser.named_modules())
     loaded = set()
-    for name, target, parts in file_targets(path, pipeline_class):
+    targets = file_targets(path, pipeline_class)
+    dora = any("dora_scale" in parts for _, _, parts in targets)
+    rule = dora_rule_of(path) if dora else DoraRule(COMFYUI, "no dora_scale")
+    for name, target, parts in targets:
         modules = [by_key.get(key) for key in target.keys]
         if None in modules:
             raise ModelSourceError(
@@ -111,11 +120,11 @@ def load_init_lycoris(denoiser: Any, path: Path, pipeline_class: str) -> tuple[i
                 ) from err
         for module, piece in zip(modules, pieces, strict=True):
             if "lora_up.weight" in piece:
-                _load_dora(layers[module], module, piece, path)
+                _load_dora(layers[module], module, piece, path, rule.rule)
             else:
                 _load_factors(layers[module], module, piece, path)
             loaded.add(module)
-    return len(loaded), tuple(sorted(set(by_key.values()) - loaded))
+    return len(loaded), tuple(sorted(set(by_key.values()) - loaded)), rule.warning(path)
 
 
 def _load_factors(layer: Any, module: str, parts: dict[str, torch.Tensor], path: Path) -> None:
@@ -152,11 +161,15 @@ def _load_factors(layer: Any, module: str, parts: dict[str, torch.Tensor], path:
     getattr(layer, scaled)["default"].mul_(ratio)
 
 
-def _load_dora(layer: Any, module: str, parts: dict[str, torch.Tensor], path: Path) -> None:
+def _load_dora(layer: Any, module: str, parts: dict[str, torch.Tensor], path: Path, rule: str) -> None:
     """One LyCORIS-layout DoRA layer (lora_up / lora_down / alpha / dora_scale) into peft's DoRA
     layer: A = down, B = up x the file's scale / the run's (the same change delta), and peft's
-    magnitude m = dora_scale x ||W + delta|| / ||W|| per output row, so that peft's
-    m (W + delta) / ||W + delta|| is ComfyUI's (W + delta) dora_scale / ||W|| (lora/lycoris.py)."""
+    magnitude per output row by the file's `rule` (lora/dora_rule.py): "lycoris" m = dora_scale
+    (LyCORIS' (W + delta) dora_scale / ||W + delta|| is peft's m (W + delta) / ||W + delta||),
+    "comfyui" m = dora_scale x ||W + delta|| / ||W||, so that peft's m (W + delta) / ||W + delta||
+    is ComfyUI's (W + delta) dora_scale / ||W|| (lora/lycoris.py)."""
+    from lorastudio.lora.dora_rule import LYCORIS
+
     up, down = (
         parts["lora_up.weight"].float(),
         parts["lora_down.weight"].float(),
@@ -183,12 +196,12 @@ def _load_dora(layer: Any, module: str, parts: dict[str, torch.Tensor], path: Pa
     base = layer.get_base_layer().weight.detach().float()  # [out, in] or [out, in, k, k]
     flat = base.reshape(rows, -1).to(a.device)  # [out, in (x k x k)]
     delta = (up.reshape(rows, rank) @ down.reshape(rank, -1)).to(a.device) * file_scale  # [out, in (x k x k)]
-    m = (
-        scale.float().reshape(rows).to(a.device)
-        * (flat + delta).norm(dim=1)
-        / (flat.norm(dim=1) + torch.finfo(torch.float32).eps)
-    )  # [out]
-    if not bool(torch.isfinite(m).all()):  # finite values whose product is not (RELIABILITY 1542)
+    merged_norm = (flat + delta).norm(dim=1)  # [out]: ||W + delta||, inf where the change is past float32
+    m = scale.float().reshape(rows).to(a.device)  # [out]: LyCORIS' rule, the magnitude itself
+    if rule != LYCORIS:  # ComfyUI's: m = dora_scale ||W + delta|| / ||W||
+        m = m * merged_norm / (flat.norm(dim=1) + torch.finfo(torch.float32).eps)  # [out]
+    # finite values whose product is not (RELIABILITY 1542), by either rule
+    if not bool(torch.isfinite(m).all() and torch.isfinite(merged_norm).all()):
         raise ModelSourceError(
             f"init_lora {path}: its layer {module}'s change (lora_up @ lora_down x alpha / rank) and magnitude "
             "are past what float32 holds (inf or NaN): the file is not a usable DoRA"

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from lorastudio.lora.comfy import COMFYUI_LOADER_CHECKED, comfy_key_map, comfyui_loader
+from lorastudio.lora.dora_rule import COMFYUI, RULE_KEY
 from lorastudio.lora.lycoris import (
     KOHYA,
     check_lycoris_keys,
@@ -89,6 +90,8 @@ def lycoris_file(
         "ss_network_dim": str(ranks[-1]) if ranks else "",
         "ss_network_alpha": f"{alphas[-1]:g}" if alphas else "",
     }
+    if adapter == "dora":  # the rule its dora_scale follows, which kohya's LyCORIS keys do not tell
+        header[RULE_KEY] = COMFYUI  # (lora/dora_rule.py: LyCORIS' own files hold the magnitude there)
     return tensors, header, check
 
 

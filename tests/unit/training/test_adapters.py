@@ -91,6 +91,8 @@ def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, ext
     assert header["ss_output_name"] == header["lorastudio.output_name"] and header["ss_resolution"]
     assert header["ss_network_module"] == "lycoris.kohya"
     assert json.loads(header["ss_network_args"])["algo"] == ("lora" if adapter == "dora" else adapter)
+    # the rule its dora_scale follows, which kohya's LyCORIS keys leave open (lora/dora_rule.py)
+    assert header.get("lorastudio.dora_scale") == ("comfyui" if adapter == "dora" else None)
     # the SAI model spec's keys: a LyCORIS file's architecture ends in /lycoris, its keys the original names'
     base = {"flux": "flux-1-dev", "sdxl": "stable-diffusion-xl-v1-base", "z-image": "z-image"}
     base |= {"qwen-image": "qwen-image", "flux2": "flux-2-dev"}

@@ -124,6 +124,15 @@ def test_an_adapter_of_another_kind_is_refused_saying_which_to_set(make_config, 
     assert "set adapter = 'dora'" in _problems(make_config, init_lora=str(dora))["init_lora"]
     # a DoRA file in the LyCORIS layout starts a DoRA run (session 36: training/init_lycoris.py)
     assert _problems(make_config, init_lora=str(dora), adapter="dora", lora_format="kohya") == {}
+    # a dora_scale rule its header names that no reader knows: refused before any model loads
+    odd = tmp_path / "dora-odd-rule.safetensors"
+    save_file(
+        {f"{prefix}.{k}": v for k, v in parts.items()},
+        str(odd),
+        metadata={"lorastudio.family": "flux", "lorastudio.dora_scale": "forge"},
+    )
+    said = _problems(make_config, init_lora=str(odd), adapter="dora", lora_format="kohya")["init_lora"]
+    assert str(odd) in said and "lorastudio.dora_scale is 'forge', not one of comfyui, lycoris" in said
 
 
 def test_another_explicit_rank_alpha_or_pattern_is_refused_naming_both(make_config, tmp_path):
