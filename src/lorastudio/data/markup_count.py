@@ -1,6 +1,7 @@
 """How many of a dataset's images have a caption a fresh run refuses for another trainer's markup
 (captions.unread_markup: `{trigger}`-like text, kohya's `|||`; RELIABILITY 1733), for the
-dataset listing's summary (GET /api/datasets, the Train form's picker: RELIABILITY 1862). No torch.
+dataset listing's summary (GET /api/datasets, the Train form's picker: RELIABILITY 1862), and
+which have a blank .txt (no caption: the listing's caption count, RELIABILITY 2071). No torch.
 
 The caption read is the one the run's scan and the dataset's detail read (captions.own_caption):
 an image's .txt (the first of its stem) wins over its metadata.jsonl row unless it is blank (then
@@ -55,32 +56,43 @@ class _Marks:
     count: int
     files: dict[str, tuple[FileVersion, Verdict]] = field(default_factory=dict)
     meta: tuple[FileVersion, frozenset[str]] | None = None
+    blank: frozenset[str] = frozenset()  # the images whose .txt is blank (CaptionMarks.blank_txt)
 
 
 _marks: dict[str, _Marks] = {}
 _lock = threading.Lock()
 
 
-def markup_captions(folder: Path, files: DatasetFiles) -> int:
-    """How many of `folder`'s images (`files`: its data.discovery listing) have a caption holding
-    markup a fresh run refuses (module docstring). 0 for a folder that cannot be statted."""
+@dataclass(frozen=True)
+class CaptionMarks:
+    """What a listing says of a folder's captions: `markup`, how many images have a caption a
+    fresh run refuses for markup; `blank_txt`, the images whose .txt is blank (no caption: their
+    metadata.jsonl row, if any, trains; listing.summary_of counts them captioned only by a row)."""
+
+    markup: int = 0
+    blank_txt: frozenset[str] = frozenset()
+
+
+def caption_marks(folder: Path, files: DatasetFiles) -> CaptionMarks:
+    """The CaptionMarks of `folder`'s images (`files`: its data.discovery listing; module
+    docstring). None counted for a folder that cannot be statted."""
     try:
         st = os.stat(folder, follow_symlinks=False)
     except OSError:
-        return 0
+        return CaptionMarks()
     now_ns = time.time_ns()
     version = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
     with _lock:
         known = _marks.get(str(folder))
     if known is not None and known.folder == version and time.monotonic() - known.swept_at < RESWEEP_S:
-        return known.count
+        return CaptionMarks(known.count, known.blank)
     marks = _sweep(files, known, now_ns)
     marks.folder = version if _settled(st, now_ns) else None
     with _lock:
         if len(_marks) >= _FOLDERS_MAX and str(folder) not in _marks:
             _marks.pop(next(iter(_marks)))
         _marks[str(folder)] = marks
-    return marks.count
+    return CaptionMarks(marks.count, marks.blank)
 
 
 def _settled(st: os.stat_result, now_ns: int) -> bool:
@@ -94,13 +106,16 @@ def _sweep(files: DatasetFiles, known: _Marks | None, now_ns: int) -> _Marks:
     (captions.own_caption); a .txt that cannot be read counts none."""
     marks = _Marks(folder=None, swept_at=time.monotonic(), count=0)
     by_row: list[str] = []  # the images captioned by their row: no .txt, or a blank one
+    blank: list[str] = []
     for image in files.images:
         sidecar = files.sidecars.get(image.stem)
         verdict = None if sidecar is None else _sidecar_verdict(sidecar, known, now_ns, marks)
         if verdict is None or verdict == "blank":
             by_row.append(image.name)
+            blank += [image.name] if verdict == "blank" else []
         else:
             marks.count += verdict == "markup"
+    marks.blank = frozenset(blank)
     if by_row:  # its rows caption only these
         rows = _row_marks(files.metadata, known.meta if known else None, now_ns, marks)
         marks.count += sum(name in rows for name in by_row)

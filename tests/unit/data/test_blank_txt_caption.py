@@ -60,3 +60,23 @@ def test_a_blank_txt_s_row_is_the_caption_everywhere_the_run_reads_it(
     # an edit from the caption the detail showed is no conflict (before: "it is now ''")
     write_caption(root, "b.png", "b by hand", expected="b in a row")
     assert scan_dataset(root, resolution=32, multiple=16).items[1].caption == "b by hand"
+
+
+def test_the_listing_counts_a_blank_txt_or_row_as_no_caption(tmp_path: Path) -> None:
+    """RELIABILITY 2071: the listing's `captions` (the Datasets list's "images without a caption"
+    mark, 1912) counted a blank .txt and a blank row as captions, which the run's scan reads as
+    none ("images without a caption": refused without a trigger word or default caption)."""
+    root = _dataset(tmp_path / "d")  # a, b: a blank .txt and a row; c: its own .txt
+    buf = io.BytesIO()
+    Image.new("RGB", (32, 32), 128).save(buf, format="PNG")
+    for stem in "de":
+        (root / f"{stem}.png").write_bytes(buf.getvalue())
+    (root / "d.txt").write_text(" \n", encoding="utf-8")  # blank, no row
+    with (root / "metadata.jsonl").open("a", encoding="utf-8") as fh:
+        fh.write('{"file_name": "e.png", "text": "  "}\n')  # no .txt, a blank row
+    with pytest.raises(DatasetError) as refused:
+        scan_dataset(root, resolution=32, multiple=16)
+    uncaptioned = [p.split(":")[0] for p in refused.value.problems if ": no caption" in p]
+    assert uncaptioned == ["d.png", "e.png"], refused.value.problems
+    summary = dataset_summary(root)
+    assert (summary["images"], summary["captions"]) == (5, 3)  # before: 5 captions
