@@ -20,11 +20,13 @@ from lorastudio.file_version import version_of
 
 
 def dataset_summary(folder: Path) -> dict[str, Any]:
-    """{"name", "path", "images", "captions", "markup_captions", "usable", "problem"}: captions
+    """{"name", "path", "images", "captions", "markup_captions", "markup_counted", "usable",
+    "problem"}: captions
     counts images with a caption a run reads (a .txt that is not blank, else a metadata.jsonl row
     that is not blank: captions.own_caption; an unreadable .txt counts, the preflight names it),
     markup_captions those whose caption a fresh run refuses for another trainer's markup
-    (data/markup_count.py, remembered per file version). metadata.jsonl is read once per version
+    (data/markup_count.py, remembered per file version), markup_counted False where it leaves
+    out the rows of a metadata.jsonl too large for a listing to read (RELIABILITY 2072). metadata.jsonl is read once per version
     of the file (`_metadata_names`); one that cannot be read counts no rows here (the dataset's
     detail and preflight say why)."""
     return summary_of(folder, discover(folder))
@@ -48,6 +50,7 @@ def summary_of(folder: Path, files: DatasetFiles) -> dict[str, Any]:
         "images": len(files.images),
         "captions": captioned,
         "markup_captions": marks.markup,
+        "markup_counted": not marks.rows_unread,  # a metadata.jsonl over 8 MB: its rows not read (2072)
         "usable": problem is None,
         "problem": problem,
     }
@@ -114,6 +117,7 @@ def link_summary(link: Path) -> dict[str, Any]:
         "images": 0,
         "captions": 0,
         "markup_captions": 0,
+        "markup_counted": True,
         "usable": False,
         "problem": (
             f"a symbolic link to {target}: dataset folders are not read through links; move (or "

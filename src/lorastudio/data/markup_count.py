@@ -19,7 +19,8 @@ version changed are read again. Measured on the shared 2-core host, 10,000 capti
 within SETTLED_NS is not remembered (its time stamp's tick could hide a second change: git's
 racy case, as data/discovery.py's listings). metadata.jsonl is read only where an image has no
 .txt or a blank one (its rows caption nothing else) and only up to LISTING_METADATA_MAX bytes: a larger one's
-rows are not counted here (a listing must not read 60 MB a call: tests/reliability/
+rows are not counted here, and the listing says so (CaptionMarks.rows_unread: its
+`markup_counted` false; a listing must not read 60 MB a call: tests/reliability/
 test_dataset_files.py; the dataset's detail and the run's preflight still name each caption).
 """
 
@@ -57,6 +58,7 @@ class _Marks:
     files: dict[str, tuple[FileVersion, Verdict]] = field(default_factory=dict)
     meta: tuple[FileVersion, frozenset[str]] | None = None
     blank: frozenset[str] = frozenset()  # the images whose .txt is blank (CaptionMarks.blank_txt)
+    rows_unread: bool = False  # CaptionMarks.rows_unread
 
 
 _marks: dict[str, _Marks] = {}
@@ -67,10 +69,13 @@ _lock = threading.Lock()
 class CaptionMarks:
     """What a listing says of a folder's captions: `markup`, how many images have a caption a
     fresh run refuses for markup; `blank_txt`, the images whose .txt is blank (no caption: their
-    metadata.jsonl row, if any, trains; listing.summary_of counts them captioned only by a row)."""
+    metadata.jsonl row, if any, trains; listing.summary_of counts them captioned only by a row);
+    `rows_unread`, whether images captioned by their row were left out of `markup` because
+    metadata.jsonl is over LISTING_METADATA_MAX (the listing says so: RELIABILITY 2072)."""
 
     markup: int = 0
     blank_txt: frozenset[str] = frozenset()
+    rows_unread: bool = False  # rows caption some images, but metadata.jsonl is over LISTING_METADATA_MAX
 
 
 def caption_marks(folder: Path, files: DatasetFiles) -> CaptionMarks:
@@ -85,14 +90,14 @@ def caption_marks(folder: Path, files: DatasetFiles) -> CaptionMarks:
     with _lock:
         known = _marks.get(str(folder))
     if known is not None and known.folder == version and time.monotonic() - known.swept_at < RESWEEP_S:
-        return CaptionMarks(known.count, known.blank)
+        return CaptionMarks(known.count, known.blank, known.rows_unread)
     marks = _sweep(files, known, now_ns)
     marks.folder = version if _settled(st, now_ns) else None
     with _lock:
         if len(_marks) >= _FOLDERS_MAX and str(folder) not in _marks:
             _marks.pop(next(iter(_marks)))
         _marks[str(folder)] = marks
-    return CaptionMarks(marks.count, marks.blank)
+    return CaptionMarks(marks.count, marks.blank, marks.rows_unread)
 
 
 def _settled(st: os.stat_result, now_ns: int) -> bool:
@@ -118,7 +123,10 @@ def _sweep(files: DatasetFiles, known: _Marks | None, now_ns: int) -> _Marks:
     marks.blank = frozenset(blank)
     if by_row:  # its rows caption only these
         rows = _row_marks(files.metadata, known.meta if known else None, now_ns, marks)
-        marks.count += sum(name in rows for name in by_row)
+        if rows is None:  # over LISTING_METADATA_MAX: not read, and said (CaptionMarks.rows_unread)
+            marks.rows_unread = True
+        else:
+            marks.count += sum(name in rows for name in by_row)
     return marks
 
 
@@ -149,9 +157,10 @@ def _sidecar_verdict(sidecar: Path, known: _Marks | None, now_ns: int, marks: _M
 
 def _row_marks(
     metadata: Path | None, known: tuple[FileVersion, frozenset[str]] | None, now_ns: int, marks: _Marks
-) -> frozenset[str]:
+) -> frozenset[str] | None:
     """The image names whose metadata.jsonl row holds markup (read again when the file's version
-    differs from `known`'s); none for no file or one that cannot be read (the detail says why)."""
+    differs from `known`'s); none for no file or one that cannot be read (the detail says why);
+    None for a file over LISTING_METADATA_MAX (not read)."""
     if metadata is None:
         return frozenset()
     try:
@@ -160,7 +169,7 @@ def _row_marks(
         return frozenset()
     meta_version = version_of(st)
     if st.st_size > LISTING_METADATA_MAX:
-        return frozenset()
+        return None
     if known is not None and known[0] == meta_version:
         names = known[1]
     else:
