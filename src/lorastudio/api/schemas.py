@@ -230,11 +230,18 @@ class DatasetSummary(_Out):
     name: str
     path: str
     images: int
-    captions: int = Field(description="images with a .txt caption or a metadata.jsonl row")
+    captions: int = Field(
+        description="images with a caption a run reads: a .txt that is not blank, else a metadata.jsonl row "
+        "that is not blank"
+    )
     markup_captions: int = Field(
         description="images whose caption holds another trainer's markup (a `{trigger}`-like placeholder, "
         "kohya's `|||`), which a fresh run refuses; the dataset's detail names each (`markup` of its files). "
         "An unchanged folder's count is remembered: a caption rewritten in place is counted within ~10 s",
+    )
+    markup_counted: bool = Field(
+        description="false where markup_captions leaves out metadata.jsonl rows: the file is over 8 MB, more "
+        "than a listing reads; the dataset's detail marks each such caption and a run's Check names them"
     )
     usable: bool = Field(
         description="false for a folder made by hand under a name the studio cannot look up "

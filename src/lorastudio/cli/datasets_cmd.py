@@ -71,6 +71,11 @@ def list_cmd() -> None:
                 f"markup: {shown_name(d['name'])!r}: {d['markup_captions']} caption(s) hold a {{trigger}}-like "
                 "placeholder or kohya's |||, which a fresh run refuses (its preflight names each)"
             )
+        if d["usable"] and not d["markup_counted"]:  # RELIABILITY 2072: not a silent 0
+            typer.echo(
+                f"markup: {shown_name(d['name'])!r}: the rows of its metadata.jsonl (over 8 MB) are not "
+                "counted here; `lorastudio train --check` names each caption a fresh run refuses"
+            )
 
 
 @datasets_app.command("import")

@@ -1,6 +1,7 @@
 """Bulk caption edit over one dataset (issue 29 part 3; no torch, no HTTP): find / replace,
 prepend and append over every caption the dataset has (the `.txt` sidecars, and the
-metadata.jsonl rows of images without one), in that order.
+metadata.jsonl rows of images without one or with a blank one: captions.own_caption), in that
+order.
 
 `find` is plain text (every occurrence replaced; no regular expressions). Only captions that
 exist are edited (an image without one keeps none). All or nothing: every new caption is
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lorastudio.data.captions import caption_problem, read_metadata, read_sidecar
+from lorastudio.data.captions import caption_problem, own_caption, read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.metadata_write import metadata_with_captions
 from lorastudio.data.writes import dataset_lock, journaled_renames, staging_name
@@ -85,7 +86,10 @@ def bulk_edit_captions(folder: Path, edit: CaptionEdit, *, dry_run: bool = False
         bad: list[str] = []
         for image in files.images:
             sidecar = files.sidecars.get(image.stem)
-            before = read_sidecar(sidecar) if sidecar is not None else table.get(image.name)
+            # the caption the run trains: a blank .txt is none, its row trains (own_caption, 2070)
+            before = own_caption(
+                read_sidecar(sidecar) if sidecar is not None else None, table.get(image.name)
+            )
             if not before:
                 continue
             result.captions += 1

@@ -338,11 +338,25 @@ def choose_caption(
         (metadata, "metadata"),
         (default_caption, "default"),
     )
-    for text, source in candidates:
+    for text, source in candidates:  # a blank .txt falls through to the row (own_caption)
         cleaned = _clean(text)
         if cleaned is not None:
             return apply_trigger(cleaned, trigger_word), source
     trigger = _clean(trigger_word)
     if trigger is not None:
         return trigger, "trigger"
+    return None
+
+
+def own_caption(sidecar: str | None, row: str | None) -> str | None:
+    """An image's own caption as a run's scan takes it (`choose_caption`'s first two sources,
+    before a default caption and the trigger word): its .txt's text unless blank, else its
+    metadata.jsonl row's unless blank; None for neither. The text as given (not stripped).
+
+    A blank .txt is no caption (choose_caption): the row beside it trains. The dataset's
+    listing, detail, bulk edit and an edit's conflict check read an image's caption through
+    this, so what they show and edit is the caption the run trains (RELIABILITY 2070)."""
+    for text in (sidecar, row):
+        if _clean(text) is not None:
+            return text
     return None

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from lorastudio.data.captions import overridden_row, read_metadata, read_sidecar, unread_markup
+from lorastudio.data.captions import overridden_row, own_caption, read_metadata, read_sidecar, unread_markup
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_headers import header_info
 from lorastudio.data.images import file_orientation
@@ -111,10 +111,11 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
         caption = rows.get(path.name)
         if sidecar:
             try:
-                caption = read_sidecar(sidecar)
+                text = read_sidecar(sidecar)
                 row = (rows.get(path.name) or "").strip()
-                if row and caption and row != caption.strip():  # as the scan lists it (a run's preflight)
+                if row and text and row != text.strip():  # as the scan lists it (a run's preflight)
                     dropped.append((METADATA_FILE, overridden_row(path.name, sidecar.name)))
+                caption = own_caption(text, caption)  # a blank .txt: the row trains (2070)
             except DatasetError as err:
                 caption = None
                 dropped += [(sidecar.name, p.removeprefix(f"{sidecar.name}: ")) for p in err.problems]

@@ -15,7 +15,13 @@ import stat
 from pathlib import Path
 
 from lorastudio import json_read
-from lorastudio.data.captions import caption_problem, one_newline_form, read_metadata, read_sidecar
+from lorastudio.data.captions import (
+    caption_problem,
+    one_newline_form,
+    own_caption,
+    read_metadata,
+    read_sidecar,
+)
 from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, caption_files_of, is_image_name
 from lorastudio.data.masks import masks_of
 from lorastudio.data.paths import existing_component, nfc, stem_key
@@ -159,16 +165,18 @@ def _row_name(line: bytes) -> str | None:
 
 
 def current_caption(dataset_dir: Path, image: Path) -> str:
-    """The caption image `image` has now, as the dataset listing shows it: its .txt, else its
-    metadata.jsonl row; "" for none. Raises DatasetError when its .txt cannot be read."""
+    """The caption image `image` has now, as the dataset's detail shows it and a run trains it
+    (captions.own_caption): its .txt unless blank, else its metadata.jsonl row; "" for none.
+    Raises DatasetError when its .txt cannot be read."""
     files = caption_files_of(image)
-    if files:
-        return read_sidecar(files[0]) or ""
+    text = read_sidecar(files[0]) if files else None
+    if text and text.strip():
+        return text
     table = dataset_dir / METADATA_FILE
     if table.is_symlink() or not table.is_file():
         return ""
     try:
-        return read_metadata(table).captions.get(image.name) or ""
+        return own_caption(text, read_metadata(table).captions.get(image.name)) or ""
     except DatasetError:
         return ""
 

@@ -14,16 +14,21 @@ from typing import Any
 from lorastudio.data.captions import read_metadata
 from lorastudio.data.dataset_names import name_problem
 from lorastudio.data.discovery import DatasetFiles, discover
-from lorastudio.data.markup_count import markup_captions
+from lorastudio.data.markup_count import caption_marks
 from lorastudio.errors import DatasetError
 from lorastudio.file_version import version_of
 
 
 def dataset_summary(folder: Path) -> dict[str, Any]:
-    """{"name", "path", "images", "captions", "markup_captions", "usable", "problem"}: captions counts
-    images with a .txt or a metadata.jsonl row, markup_captions those whose caption a fresh run
-    refuses for another trainer's markup (data/markup_count.py, remembered per file version). metadata.jsonl is read once per version of the file (`_metadata_names`);
-    one that cannot be read counts no rows here (the dataset's detail and preflight say why)."""
+    """{"name", "path", "images", "captions", "markup_captions", "markup_counted", "usable",
+    "problem"}: captions
+    counts images with a caption a run reads (a .txt that is not blank, else a metadata.jsonl row
+    that is not blank: captions.own_caption; an unreadable .txt counts, the preflight names it),
+    markup_captions those whose caption a fresh run refuses for another trainer's markup
+    (data/markup_count.py, remembered per file version), markup_counted False where it leaves
+    out the rows of a metadata.jsonl too large for a listing to read (RELIABILITY 2072). metadata.jsonl is read once per version
+    of the file (`_metadata_names`); one that cannot be read counts no rows here (the dataset's
+    detail and preflight say why)."""
     return summary_of(folder, discover(folder))
 
 
@@ -32,14 +37,20 @@ def summary_of(folder: Path, files: DatasetFiles) -> dict[str, Any]:
     `usable` and `problem`: a folder made by hand under a name the studio cannot look up is
     listed with the reason and the fix (data/dataset_names.name_problem)."""
     rows = _metadata_names(files.metadata) if files.metadata else frozenset()
-    captioned = sum(1 for p in files.images if p.stem in files.sidecars or p.name in rows)
+    marks = caption_marks(folder, files)
+    captioned = sum(  # as a run's scan takes a caption (captions.own_caption: a blank .txt is none)
+        1
+        for p in files.images
+        if (p.stem in files.sidecars and p.name not in marks.blank_txt) or p.name in rows
+    )
     problem = name_problem(folder.parent, folder.name)
     return {
         "name": folder.name,
         "path": str(folder),
         "images": len(files.images),
         "captions": captioned,
-        "markup_captions": markup_captions(folder, files),
+        "markup_captions": marks.markup,
+        "markup_counted": not marks.rows_unread,  # a metadata.jsonl over 8 MB: its rows not read (2072)
         "usable": problem is None,
         "problem": problem,
     }
@@ -51,7 +62,7 @@ _NAMES_LOCK = threading.Lock()
 
 
 def _metadata_names(path: Path) -> frozenset[str]:
-    """The file names metadata.jsonl gives a caption, cached by path and file version
+    """The file names metadata.jsonl gives a caption (not blank), cached by path and file version
     (file_version.version_of): listings (/api/info, /api/datasets) do not re-read an unchanged file."""
     try:
         st = path.lstat()
@@ -62,7 +73,7 @@ def _metadata_names(path: Path) -> frozenset[str]:
         names = _NAMES_CACHE.get(key)
     if names is None:
         try:
-            names = frozenset(read_metadata(path).captions)
+            names = frozenset(name for name, text in read_metadata(path).captions.items() if text)
         except DatasetError:
             names = frozenset()
         with _NAMES_LOCK:
@@ -106,6 +117,7 @@ def link_summary(link: Path) -> dict[str, Any]:
         "images": 0,
         "captions": 0,
         "markup_captions": 0,
+        "markup_counted": True,
         "usable": False,
         "problem": (
             f"a symbolic link to {target}: dataset folders are not read through links; move (or "

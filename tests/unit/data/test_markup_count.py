@@ -71,3 +71,33 @@ def test_the_listing_counts_captions_a_run_refuses_and_sees_each_edit(
     assert dataset_summary(pets)["markup_captions"] == 1  # e's row alone
     (pets / "metadata.jsonl").write_text('{"file_name": "e.png", "text": "a row"}\n', encoding="utf-8")
     assert dataset_summary(pets)["markup_captions"] == 0
+
+
+def test_a_metadata_jsonl_too_large_for_the_listing_is_said_not_counted(
+    studio_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RELIABILITY 2072: the listing does not read a metadata.jsonl over LISTING_METADATA_MAX (8
+    MB, fix 1951), and its rows' markup was a silent 0; now `markup_counted` is false and `datasets
+    list` says so. The bound is lowered here in place of writing 8 MB."""
+    from cli_runner import run_cli_streams
+    from lorastudio.settings import get_settings
+
+    monkeypatch.setattr(markup_count, "SETTLED_NS", -1)
+    root = get_settings().ensure_dirs().datasets_dir
+    for name in ("small", "large"):
+        (root / name).mkdir()
+        (root / name / "a.png").write_bytes(_png())  # no .txt: its row is its caption
+        (root / name / "metadata.jsonl").write_text(
+            '{"file_name": "a.png", "text": "x ||| y"}\n', encoding="utf-8"
+        )
+    size = (root / "small" / "metadata.jsonl").stat().st_size
+    with (root / "large" / "metadata.jsonl").open("a", encoding="utf-8") as fh:
+        fh.write("\n" * size)  # blank lines: the same rows, a larger file
+    monkeypatch.setattr(markup_count, "LISTING_METADATA_MAX", size)
+    listed = {d["name"]: d for d in list_datasets(root)}
+    assert (listed["small"]["markup_captions"], listed["small"]["markup_counted"]) == (1, True)
+    assert (listed["large"]["markup_captions"], listed["large"]["markup_counted"]) == (0, False)
+    code, out, err = run_cli_streams(capsys, monkeypatch, "datasets", "list")
+    assert code == 0, err
+    assert "markup: 'large': the rows of its metadata.jsonl (over 8 MB) are not counted here" in out
+    assert "markup: 'small': 1 caption(s)" in out and "'small': the rows" not in out

@@ -78,6 +78,7 @@ def test_a_commit_killed_between_moves_shows_no_image_without_what_came_with_it(
             batch.add(path.name, io.BytesIO(path.read_bytes()))
         batch.commit()
     assert dataset_summary(dataset) | {"path": None} == {
-        "name": "pets", "path": None, "images": 7, "captions": 7, "markup_captions": 0, "usable": True,
+        "name": "pets", "path": None, "images": 7, "captions": 7, "markup_captions": 0, "markup_counted": True,
+        "usable": True,
         "problem": None,
     }  # fmt: skip

@@ -1886,7 +1886,7 @@ export interface components {
         DatasetDetail: {
             /**
              * Captions
-             * @description images with a .txt caption or a metadata.jsonl row
+             * @description images with a caption a run reads: a .txt that is not blank, else a metadata.jsonl row that is not blank
              */
             captions: number;
             /** Dropped */
@@ -1908,6 +1908,11 @@ export interface components {
              * @description images whose caption holds another trainer's markup (a `{trigger}`-like placeholder, kohya's `|||`), which a fresh run refuses; the dataset's detail names each (`markup` of its files). An unchanged folder's count is remembered: a caption rewritten in place is counted within ~10 s
              */
             markup_captions: number;
+            /**
+             * Markup Counted
+             * @description false where markup_captions leaves out metadata.jsonl rows: the file is over 8 MB, more than a listing reads; the dataset's detail marks each such caption and a run's Check names them
+             */
+            markup_counted: boolean;
             /**
              * Masked
              * @description images with a loss mask in masks/ (all pages)
@@ -2084,7 +2089,7 @@ export interface components {
         DatasetSummary: {
             /**
              * Captions
-             * @description images with a .txt caption or a metadata.jsonl row
+             * @description images with a caption a run reads: a .txt that is not blank, else a metadata.jsonl row that is not blank
              */
             captions: number;
             /** Images */
@@ -2094,6 +2099,11 @@ export interface components {
              * @description images whose caption holds another trainer's markup (a `{trigger}`-like placeholder, kohya's `|||`), which a fresh run refuses; the dataset's detail names each (`markup` of its files). An unchanged folder's count is remembered: a caption rewritten in place is counted within ~10 s
              */
             markup_captions: number;
+            /**
+             * Markup Counted
+             * @description false where markup_captions leaves out metadata.jsonl rows: the file is over 8 MB, more than a listing reads; the dataset's detail marks each such caption and a run's Check names them
+             */
+            markup_counted: boolean;
             /** Name */
             name: string;
             /** Path */
@@ -5824,7 +5834,7 @@ export interface components {
         UploadOut: {
             /**
              * Captions
-             * @description images with a .txt caption or a metadata.jsonl row
+             * @description images with a caption a run reads: a .txt that is not blank, else a metadata.jsonl row that is not blank
              */
             captions: number;
             /**
@@ -5839,6 +5849,11 @@ export interface components {
              * @description images whose caption holds another trainer's markup (a `{trigger}`-like placeholder, kohya's `|||`), which a fresh run refuses; the dataset's detail names each (`markup` of its files). An unchanged folder's count is remembered: a caption rewritten in place is counted within ~10 s
              */
             markup_captions: number;
+            /**
+             * Markup Counted
+             * @description false where markup_captions leaves out metadata.jsonl rows: the file is over 8 MB, more than a listing reads; the dataset's detail marks each such caption and a run's Check names them
+             */
+            markup_counted: boolean;
             /** Name */
             name: string;
             /** Path */

@@ -28,7 +28,7 @@ function Editor() {
   const [value, setValue] = useState(rowsValue([{ ...emptyRow("shapes"), regularisation: true }]));
   return (
     <>
-      <DatasetEntries value={value} dataDir="shapes" datasets={[{ name: "shapes", path: "/d/shapes", images: 8, captions: 8, markup_captions: 0, usable: true, problem: null }]} onChange={setValue} />
+      <DatasetEntries value={value} dataDir="shapes" datasets={[{ name: "shapes", path: "/d/shapes", images: 8, captions: 8, markup_captions: 0, markup_counted: true, usable: true, problem: null }]} onChange={setValue} />
       <output data-testid="value">{value}</output>
     </>
   );

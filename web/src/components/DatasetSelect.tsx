@@ -1,12 +1,13 @@
 import type { Info } from "../api/types";
-import { markupWords } from "../lib/markupWords";
+import { MARKUP_UNCOUNTED, markupWords } from "../lib/markupWords";
 import { href } from "../lib/route";
 import { Field } from "./Field";
 
 /** The Train form's one dataset (`data_dir`): the studio's datasets, an unusable one shown but
  * disabled with its problem, a value not among them kept (a cloned run's), one whose captions hold
- * markup a fresh run refuses (`markup_captions`, RELIABILITY 1862) says how many, and on a home with
- * no dataset yet a link to the Datasets page. */
+ * markup a fresh run refuses (`markup_captions`, RELIABILITY 1862) says how many (and that a
+ * metadata.jsonl too large for the listing was not counted: `markup_counted`, 2072), and on a home
+ * with no dataset yet a link to the Datasets page. */
 export function DatasetSelect({
   datasets,
   value,
@@ -34,6 +35,11 @@ export function DatasetSelect({
         <span className="field-hint warn-text" role="note" data-testid="dataset-markup">
           {markupWords(picked.markup_captions)}: <a href={href("datasets", picked.name)}>its page</a> names each under
           its image.
+        </span>
+      )}
+      {picked && picked.usable && !picked.markup_counted && (
+        <span className="field-hint warn-text" role="note" data-testid="dataset-markup-uncounted">
+          {MARKUP_UNCOUNTED}
         </span>
       )}
       {!datasets.length && (

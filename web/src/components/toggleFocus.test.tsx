@@ -53,7 +53,7 @@ describe("an inline disclosure keeps the focus", () => {
   });
 
   it("Rename of an unusable folder: to its new name", async () => {
-    const bad = { name: "what?", path: "/d/what?", images: 3, captions: 3, markup_captions: 0, usable: false, problem: "cannot use this name" };
+    const bad = { name: "what?", path: "/d/what?", images: 3, captions: 3, markup_captions: 0, markup_counted: true, usable: false, problem: "cannot use this name" };
     const info: Info = { ...INFO, datasets: [...INFO.datasets, bad] };
     mockFetch(({ url }) => (url === "/api/info" ? { body: info } : undefined));
     renderWithProviders(<DatasetsScreen />, { training: false });

@@ -4,3 +4,8 @@ export function markupWords(count: number): string {
   const captions = count === 1 ? "1 caption holds" : `${count} captions hold`;
   return `${captions} {trigger}-like text or kohya's |||, which a fresh run refuses`;
 }
+
+/** What the listing says of a dataset whose metadata.jsonl is too large for it to read
+ * (`markup_counted` false, RELIABILITY 2072): its rows' markup is not in `markup_captions`. */
+export const MARKUP_UNCOUNTED =
+  "the captions of its metadata.jsonl (over 8 MB) are not counted here: its page marks each, a Check names each";

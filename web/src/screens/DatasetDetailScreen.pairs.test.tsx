@@ -14,7 +14,7 @@ const DETAIL: DatasetDetail = {
   problem: null,
   images: 2,
   captions: 1,
-  markup_captions: 0,
+  markup_captions: 0, markup_counted: true,
   masked: 0,
   with_alpha: 0,
   total_files: 2,

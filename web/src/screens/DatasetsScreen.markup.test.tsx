@@ -4,6 +4,7 @@ import type { Info } from "../api/types";
 import { DatasetEntries } from "../components/DatasetEntries";
 import { DatasetSelect } from "../components/DatasetSelect";
 import { emptyRow, rowsValue } from "../lib/datasetEntries";
+import { MARKUP_UNCOUNTED } from "../lib/markupWords";
 import { INFO, mockFetch } from "../test/fixtures";
 import { renderWithProviders } from "../test/render";
 import { DatasetsScreen } from "./DatasetsScreen";
@@ -15,7 +16,7 @@ afterEach(() => {
 
 // RELIABILITY 1862: a dataset whose captions hold {trigger}-like text or kohya's ||| was listed
 // as usable with nothing said; the listing's summary now counts them (markup_captions)
-const MARKED = { name: "pets", path: "/d/pets", images: 4, captions: 4, markup_captions: 2, usable: true, problem: null };
+const MARKED = { name: "pets", path: "/d/pets", images: 4, captions: 4, markup_captions: 2, markup_counted: true, usable: true, problem: null };
 const WORDS = "2 captions hold {trigger}-like text or kohya's |||, which a fresh run refuses";
 
 describe("a dataset whose captions hold markup a fresh run refuses", () => {
@@ -46,5 +47,23 @@ describe("a dataset whose captions hold markup a fresh run refuses", () => {
     const value = rowsValue([emptyRow("shapes")]);
     render(<DatasetEntries value={value} dataDir="shapes" datasets={[...INFO.datasets, MARKED]} onChange={() => {}} />);
     expect(screen.getByRole("option", { name: /^pets/ }).textContent).toBe(`pets (4 images) — ${WORDS}`);
+  });
+});
+
+// RELIABILITY 2072: a metadata.jsonl over 8 MB is not read by the listing; its rows' markup was a
+// silent 0 in markup_captions
+describe("a dataset whose metadata.jsonl the listing does not read", () => {
+  const UNREAD = { ...MARKED, name: "big", markup_captions: 0, markup_counted: false };
+
+  it("says its rows are not counted, in the Datasets list and under the Train form's picker", async () => {
+    const info: Info = { ...INFO, datasets: [...INFO.datasets, UNREAD] };
+    mockFetch(({ url }) => (url === "/api/info" ? { body: info } : undefined));
+    renderWithProviders(<DatasetsScreen />, { training: false });
+    const link = await screen.findByText("big", { selector: "a" });
+    const tr = link.closest("tr") as HTMLElement;
+    expect(within(tr).getByTestId("markup-uncounted").textContent).toBe(MARKUP_UNCOUNTED);
+    expect(screen.getAllByTestId("markup-uncounted")).toHaveLength(1); // shapes and faces: counted
+    render(<DatasetSelect datasets={info.datasets} value="big" onChange={() => {}} />);
+    expect(screen.getByTestId("dataset-markup-uncounted").textContent).toBe(MARKUP_UNCOUNTED);
   });
 });

@@ -6,7 +6,7 @@ import type { DatasetSummary, NameRule } from "../api/types";
 import { DataTable } from "../components/DataTable";
 import { FILTER_FROM, matchesName, NameFilter } from "../components/NameFilter";
 import { isAbort, useAction, useUnmountSignal } from "../lib/latest";
-import { markupWords } from "../lib/markupWords";
+import { MARKUP_UNCOUNTED, markupWords } from "../lib/markupWords";
 import { nameProblem } from "../lib/nameRule";
 import { href, navigate } from "../lib/route";
 import { useToggleFocus } from "../lib/toggleFocus";
@@ -215,6 +215,11 @@ export function DatasetsScreen() {
                     {d.markup_captions > 0 && (
                       <div className="small warn-text" role="note" data-testid="markup-captions">
                         {markupWords(d.markup_captions)}
+                      </div>
+                    )}
+                    {!d.markup_counted && (
+                      <div className="small warn-text" role="note" data-testid="markup-uncounted">
+                        {MARKUP_UNCOUNTED}
                       </div>
                     )}
                   </>

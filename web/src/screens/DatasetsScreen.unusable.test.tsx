@@ -36,7 +36,7 @@ const row = (name: string) => screen.getByText(name, { selector: "span, a" }).cl
 
 describe("DatasetsScreen: a folder the studio cannot use (made by hand)", () => {
   it("is greyed with the server's reason, not a link, and renamed by its Rename action", async () => {
-    const bad = { name: "what?", path: "/d/what?", images: 3, captions: 3, markup_captions: 0, usable: false, problem: PROBLEM };
+    const bad = { name: "what?", path: "/d/what?", images: 3, captions: 3, markup_captions: 0, markup_counted: true, usable: false, problem: PROBLEM };
     const fixed = { ...bad, name: "what", path: "/d/what", usable: true, problem: null };
     const calls = renderWith(infoWith([bad]), infoWith([fixed]));
     await screen.findByText("what?");
@@ -67,7 +67,7 @@ describe("DatasetsScreen: a folder the studio cannot use (made by hand)", () => 
   });
 
   it("offers an NFD name's own NFC form and shows the server's refusal", async () => {
-    const bad = { name: NFD, path: `/d/${NFD}`, images: 1, captions: 0, markup_captions: 0, usable: false, problem: "NFD: rename the folder" };
+    const bad = { name: NFD, path: `/d/${NFD}`, images: 1, captions: 0, markup_captions: 0, markup_counted: true, usable: false, problem: "NFD: rename the folder" };
     const calls = mockFetch(({ url, method }) => {
       if (url === "/api/info") return { body: infoWith([bad]) };
       if (method === "POST") return { status: 409, body: { error: "DatasetBusy", detail: "dataset is busy: a caption job holds it" } };
@@ -87,7 +87,7 @@ describe("DatasetsScreen: a folder the studio cannot use (made by hand)", () => 
   });
 
   it("is deleted by its listed name after a confirm; a busy refusal is shown, a 404 is done", async () => {
-    const bad = { name: "what?", path: "/d/what?", images: 3, captions: 3, markup_captions: 0, usable: false, problem: PROBLEM };
+    const bad = { name: "what?", path: "/d/what?", images: 3, captions: 3, markup_captions: 0, markup_counted: true, usable: false, problem: PROBLEM };
     let gone = false;
     let answer = { status: 409, body: { error: "DatasetBusy", detail: "dataset is busy: a caption job holds it" } };
     const calls = mockFetch(({ url, method }) => {

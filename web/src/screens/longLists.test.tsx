@@ -20,7 +20,7 @@ const names = (testId: string) =>
 describe("finding one of many by name", () => {
   it("narrows the Datasets list, says when nothing matches, and Escape brings every one back", async () => {
     const datasets = Array.from({ length: 12 }, (_, i) => ({
-      name: i === 7 ? "Café-portraits" : `set-${i}`, path: `/d/${i}`, images: 3, captions: 3, markup_captions: 0, usable: true, problem: null,
+      name: i === 7 ? "Café-portraits" : `set-${i}`, path: `/d/${i}`, images: 3, captions: 3, markup_captions: 0, markup_counted: true, usable: true, problem: null,
     })); // fmt: skip
     mockFetch(({ url }) => (url === "/api/info" ? { body: { ...INFO, datasets } } : undefined));
     const { container } = renderWithProviders(<DatasetsScreen />, { training: false });

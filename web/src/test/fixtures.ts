@@ -10,8 +10,8 @@ export const INFO: Info = {
   outputs_root: "/home/u/.lorastudio/outputs",
   models_root: "/home/u/.lorastudio/models",
   datasets: [
-    { name: "shapes", path: "/home/u/.lorastudio/datasets/shapes", images: 8, captions: 8, markup_captions: 0, usable: true, problem: null },
-    { name: "faces", path: "/home/u/.lorastudio/datasets/faces", images: 20, captions: 12, markup_captions: 0, usable: true, problem: null },
+    { name: "shapes", path: "/home/u/.lorastudio/datasets/shapes", images: 8, captions: 8, markup_captions: 0, markup_counted: true, usable: true, problem: null },
+    { name: "faces", path: "/home/u/.lorastudio/datasets/faces", images: 20, captions: 12, markup_captions: 0, markup_counted: true, usable: true, problem: null },
   ],
   families: [
     {
@@ -262,6 +262,7 @@ export function datasetDetail(name: string): DatasetDetail {
     images: 1,
     captions: 1,
     markup_captions: 0,
+    markup_counted: true,
     masked: 0,
     with_alpha: 0,
     total_files: 1,
