@@ -249,8 +249,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
       >
         <div className="card">
           <h2>Model and data</h2>
-          <FamilyPicker families={info.families} value={text("family")} onChange={pickFamily} />
-          {errors.family && <span className="field-error" role="alert">{errors.family}</span>}
+          <FamilyPicker families={info.families} value={text("family")} onChange={pickFamily} error={errors.family} />
           <div className="grid">
             <BaseModelPicker
               key={text("family")}
