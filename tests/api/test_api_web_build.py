@@ -23,7 +23,9 @@ def _dist(tmp_path: Path, build: str | None) -> Path:
     return dist
 
 
-def test_a_page_of_another_build_is_told_and_its_settings_writes_are_refused(settings: Settings, tmp_path: Path) -> None:
+def test_a_page_of_another_build_is_told_and_its_settings_writes_are_refused(
+    settings: Settings, tmp_path: Path
+) -> None:
     """Every /api answer names the served bundle's build; a run's start, a resume and a
     generation sent by a page of another build are a 409 PageOutdated, nothing started; the same
     build, no header (the CLI, curl, an older bundle) and other writes go on as before; a rebuild
@@ -55,7 +57,8 @@ def test_a_page_of_another_build_is_told_and_its_settings_writes_are_refused(set
         (dist / "build-id.txt").write_text("b2-longer\n")
         os.utime(dist / "build-id.txt", ns=(1, 1))
         assert client.get("/api/runs").headers["x-lorastudio-build"] == "b2-longer"
-        assert client.post("/api/train/start", json={"config": {}}, headers={"X-Lorastudio-Build": "b1"}).status_code == 409
+        stale = client.post("/api/train/start", json={"config": {}}, headers={"X-Lorastudio-Build": "b1"})
+        assert stale.status_code == 409
 
 
 def test_no_build_id_no_header_and_nothing_refused(settings: Settings, tmp_path: Path) -> None:

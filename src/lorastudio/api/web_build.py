@@ -72,10 +72,16 @@ class ServedBuild:
             try:
                 text = self.path.read_text(encoding="utf-8").strip()
             except (OSError, UnicodeDecodeError) as err:
-                log.warning("web UI build id %s unreadable (%s): pages are not told of updates", self.path, err)
+                log.warning(
+                    "web UI build id %s unreadable (%s): pages are not told of updates", self.path, err
+                )
                 text = ""
             if text and not BUILD_ID.fullmatch(text):
-                log.warning("web UI build id %s is not an id (%r): pages are not told of updates", self.path, text[:40])
+                log.warning(
+                    "web UI build id %s is not an id (%r): pages are not told of updates",
+                    self.path,
+                    text[:40],
+                )
                 text = ""
             self._id = text or None
         return self._id
