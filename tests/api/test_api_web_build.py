@@ -61,6 +61,16 @@ def test_a_page_of_another_build_is_told_and_its_settings_writes_are_refused(
         assert stale.status_code == 409
 
 
+def test_an_answer_without_the_token_names_no_build(studio_home: Path, tmp_path: Path) -> None:
+    """A 401 (the token missing) says nothing of the install; the token's answers do."""
+    secured = Settings(home=studio_home, api_token="s3cret")
+    with TestClient(create_app(secured, web_dist=_dist(tmp_path, "b1")), base_url=LOOPBACK) as client:
+        refused = client.get("/api/runs")
+        assert refused.status_code == 401 and "x-lorastudio-build" not in refused.headers
+        answer = client.get("/api/runs", headers={"Authorization": "Bearer s3cret"})
+        assert answer.status_code == 200 and answer.headers["x-lorastudio-build"] == "b1"
+
+
 def test_no_build_id_no_header_and_nothing_refused(settings: Settings, tmp_path: Path) -> None:
     """No UI, a build without an id, or a file that is not an id: no header, no refusal."""
     for dist in (tmp_path / "absent", _dist(tmp_path / "a", None), _dist(tmp_path / "b", "not an id\x00")):

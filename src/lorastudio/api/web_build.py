@@ -8,8 +8,9 @@ without it, with nothing said (RELIABILITY 2061; the `validation_seed` case of s
 `scripts/build_web.sh` (vite.config.ts) stamps each build with an id, written into the bundle and
 into `web_dist/build-id.txt`. `WebBuildStamp` then:
 
-- adds `X-Lorastudio-Build: <id of the served bundle>` to every answer under /api, so a page whose
-  own id differs learns it from its next request and asks to be reloaded (web/src/api/build.ts);
+- adds `X-Lorastudio-Build: <id of the served bundle>` to every answer under /api but a 401 (a
+  client without the token learns nothing of the install), so a page whose own id differs learns
+  it from its next request and asks to be reloaded (web/src/api/build.ts);
 - answers 409 `PageOutdated` to a request that starts something with settings (`SETTINGS_WRITES`:
   a run's start, a resume, a generation) sent by a page of another build (its own id in the same
   header) before the body is read: nothing starts with settings the page could not show. A
@@ -124,7 +125,7 @@ class WebBuildStamp:
             return
 
         async def stamped(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] == "http.response.start" and message["status"] != 401:
                 message = {**message, "headers": [*message.get("headers", []), stamp]}
             await send(message)
 
