@@ -66,7 +66,9 @@ if [ "$build_want" = "$build_have" ] && [ -f "$DIST/index.html" ]; then
   exit 0
 fi
 say "building the web UI"
-(cd "$WEB" && npm run --silent build)
+# the build's id (web/vite.config.ts): the bundle and dist/build-id.txt, which the server says on
+# its /api answers so that a page of another build asks to be reloaded (api/web_build.py)
+(cd "$WEB" && LORASTUDIO_WEB_BUILD="$build_want" npm run --silent build)
 # publish: stage next to the target, then swap (no half-copied UI is ever served)
 stage="$DIST.staging.$$"
 rm -rf "$stage"

@@ -1,10 +1,30 @@
 /// <reference types="vitest/config" />
+import { randomUUID } from "node:crypto";
 import react from "@vitejs/plugin-react";
-import { defineConfig } from "vite";
+import { defineConfig, type Plugin } from "vite";
 
-// The dev server proxies /api to a running `lorastudio serve` (default port 7860).
-export default defineConfig({
-  plugins: [react()],
+// The build's id (RELIABILITY 2061): scripts/build_web.sh passes the hash of the sources it built;
+// a build without it gets a fresh one. In the bundle (__LORASTUDIO_BUILD__, read by
+// src/api/build.ts) and in dist/build-id.txt, which the server says on every /api answer
+// (api/web_build.py): a page whose own id differs is of another version and asks to be reloaded.
+const BUILD_ID = process.env.LORASTUDIO_WEB_BUILD || `${Date.now().toString(36)}-${randomUUID().slice(0, 8)}`;
+
+/** Writes BUILD_ID to dist/build-id.txt (builds only). */
+function buildIdFile(): Plugin {
+  return {
+    name: "lorastudio-build-id",
+    apply: "build",
+    generateBundle() {
+      this.emitFile({ type: "asset", fileName: "build-id.txt", source: `${BUILD_ID}\n` });
+    },
+  };
+}
+
+// The dev server proxies /api to a running `lorastudio serve` (default port 7860); its pages and
+// the tests have no build id (never told of updates).
+export default defineConfig(({ command }) => ({
+  plugins: [react(), buildIdFile()],
+  define: command === "build" ? { __LORASTUDIO_BUILD__: JSON.stringify(BUILD_ID) } : {},
   base: "./",
   build: { outDir: "dist", emptyOutDir: true, sourcemap: false, chunkSizeWarningLimit: 600 },
   server: { proxy: { "/api": process.env.LORASTUDIO_URL ?? "http://127.0.0.1:7860" } },
@@ -26,4 +46,4 @@ export default defineConfig({
     // on a loaded 2-core host (the CI runner beside other work)
     testTimeout: 20_000,
   },
-});
+}));

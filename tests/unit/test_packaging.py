@@ -74,7 +74,13 @@ def test_no_module_reads_a_file_of_the_checkout_outside_the_package() -> None:
 def test_the_built_web_ui_is_package_data(tmp_path: Path) -> None:
     """pyproject's globs, as setuptools expands them, take every file of a built UI (checked on a
     stand-in: the checkout's web_dist exists only once scripts/build_web.sh ran)."""
-    ui = ["web_dist/index.html", "web_dist/assets/index-x.js", "web_dist/assets/index-x.css"]
+    # build-id.txt: the build's id the server says on /api answers (api/web_build.py, fix 2061)
+    ui = [
+        "web_dist/index.html",
+        "web_dist/build-id.txt",
+        "web_dist/assets/index-x.js",
+        "web_dist/assets/index-x.css",
+    ]
     for rel in ui:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("x", encoding="utf-8")

@@ -101,6 +101,8 @@ def test_the_wheel_built_from_the_sdist_carries_the_ui_and_the_license(artefacts
         assert f"lorastudio/web_dist/{asset}" in names, asset
     for asset in (*SWAGGER_FILES, *REDOC_FILES):  # /docs and /redoc without a CDN (fix 1154)
         assert f"lorastudio/web_dist/{ASSETS_DIR}/{asset}" in names, asset
+    # the build's id: a stale page told to reload (api/web_build.py, fix 2061)
+    assert "lorastudio/web_dist/build-id.txt" in names
     assert f"{info}/licenses/LICENSE" in names
     assert "lorastudio/__main__.py" in names and "lorastudio/py.typed" in names
     assert "lorastudio = lorastudio.cli.app:main" in scripts

@@ -13,6 +13,7 @@ import { RunDetailScreen } from "./screens/RunDetailScreen";
 import { RunsScreen } from "./screens/RunsScreen";
 import { TrainScreen } from "./screens/TrainScreen";
 import { ErrorBanner } from "./components/ErrorBanner";
+import { UpdatedBanner } from "./components/UpdatedBanner";
 import { LiveStatus } from "./components/LiveStatus";
 import { SkipLink, useScreenChange } from "./components/ScreenChange";
 
@@ -96,6 +97,7 @@ function Shell() {
         </div>
       </header>
       <ErrorBanner message={error && `Cannot load the studio's information: ${error}`} />
+      <UpdatedBanner />
       <LiveStatus text={screenSaid} testId="screen-announcement" />
       <main ref={main} tabIndex={-1}>
         {/* a new token remounts the screen, so it reloads what a 401 kept it from loading; so does

@@ -73,6 +73,7 @@ from lorastudio.api.routes import (
 from lorastudio.api.server_log import install_quiet_repeats, install_server_logging, uvicorn_log_config
 from lorastudio.api.sessions import SessionStore
 from lorastudio.api.token_gate import TokenGate
+from lorastudio.api.web_build import WebBuildStamp
 from lorastudio.api.web_mount import AllowTable, WebMount
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.jobs.caption_records import settle as settle_caption_records
@@ -135,6 +136,8 @@ def create_app(
     app.state.sessions = SessionStore()  # browser sessions: the token out of URLs (api/sessions.py)
     install_error_handlers(app)
     # add_middleware puts each one outside the ones added before it
+    # the served UI's build id on /api answers; a stale page's settings writes refused (409)
+    app.add_middleware(WebBuildStamp, web_dist=web_dist)  # api/web_build.py
     app.add_middleware(TokenGate)  # a write without the token: 401, its body unread (api/token_gate.py)
     app.add_middleware(BodyLimitAnswer, json_cap_mb=settings.max_json_mb)  # 413 as JSON (api/body_limit.py)
     app.add_middleware(HeadAsGet)  # HEAD answered as GET without a body (api/downloads.py)

@@ -28,6 +28,10 @@ FILE_400 = "a file name the studio refuses (a leading dot, whitespace at an end,
 LORA_400 = (
     "a LoRA name the studio refuses (whitespace at an end, a control character, too long) (ConfigError)"
 )
+PAGE_409 = (
+    "or the page that sent it is of another build of the web UI than the one served: reload it "
+    "(PageOutdated, api/web_build.py)"
+)
 JOB_TRAINS_409 = "a queued or running training job, a caption job or a CLI run uses the dataset (JobActive)"
 
 
@@ -45,7 +49,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("POST", "/api/train/start"): _writes(
         s400="the config refused, every problem listed (ConfigError)",
         s409="the GPU is busy (a job runs) and `queue` is false, or the run would not fit this host's "
-        "RAM now (JobActive, HostMemoryShort)",
+        "RAM now (JobActive, HostMemoryShort); " + PAGE_409,
     ),
     ("POST", "/api/train/preflight"): _only(s400="the config refused, every problem listed (ConfigError)"),
     ("POST", "/api/train/stop"): _only(
@@ -69,7 +73,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         s400="a setting refused, or differing from the checkpoint's identity, every problem listed "
         "(ConfigError)",
         s404="no run of this id, or no checkpoint to resume from (NotFound)",
-        s409="the run is live, or the GPU is busy and `queue` is false (JobActive)",
+        s409="the run is live, or the GPU is busy and `queue` is false (JobActive); " + PAGE_409,
     ),
     ("GET", "/api/runs/{run_id}/config"): _only(s404=RUN_404),
     ("GET", "/api/runs/{run_id}/log"): _only(s404=RUN_404),
@@ -146,7 +150,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         s400="a request over the budget (size, steps), a bad LoRA file, a reference refused (ConfigError)",
         s404="an unknown LoRA or reference image (NotFound)",
         s409="training runs, the request_id is in flight or ended under 10 minutes ago, 8 are in "
-        "flight, or it was cancelled (JobActive, GenerationCancelled)",
+        "flight, or it was cancelled (JobActive, GenerationCancelled); " + PAGE_409,
         s500="the gallery's folder, the image or its settings could not be written for another reason than "
         "a full disk (WriteFailed: a file past the size limit, a read-only folder), naming what and where: "
         "nothing of the image kept",
@@ -171,7 +175,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         s400="a request over the budget (size, steps), a bad LoRA file, a reference refused (ConfigError)",
         s404="an unknown LoRA or reference image (NotFound)",
         s409="training runs, its request_id is in flight, kept or ended under 10 minutes ago, or 8 "
-        "are in flight (JobActive)",
+        "are in flight (JobActive); " + PAGE_409,
     ),
     ("GET", "/api/generations/{request_id}"): _only(
         s404="no generation of this request_id sent to POST /api/generations, or its record was "

@@ -37,6 +37,9 @@ describe("a studio served under a proxy's sub-path", () => {
         opened.push(url);
       }
       setRequestHeader() {}
+      getResponseHeader() {
+        return null;
+      }
       send() {
         this.onload?.();
       }

@@ -49,6 +49,9 @@ describe("an answer of a proxy in front of the studio", () => {
       onerror: null | (() => void) = null;
       open() {}
       setRequestHeader() {}
+      getResponseHeader() {
+        return null;
+      }
       send() {
         this.onload?.();
       }

@@ -6,6 +6,7 @@
  */
 import { authHeaders, getToken, reportUnauthorized } from "./auth";
 import { served } from "./base";
+import { BUILD_HEADER, heardServerBuild, pageBuild } from "./build";
 import type { ProblemOut } from "./types";
 
 /** One problem with one field, as the server's 400 body lists them (ErrorOut.problems). */
@@ -102,10 +103,16 @@ export function noAnswer(why: string): string {
   return `no answer from the server (is \`lorastudio serve\` running, and the network up?): ${why}`;
 }
 
+/** This page's build id for the server (api/build.ts): a start from a page of another build is its 409. */
+function buildHeaders(): Record<string, string> {
+  const own = pageBuild();
+  return own ? { [BUILD_HEADER]: own } : {};
+}
+
 /** fetch + JSON decode; throws ApiError on a non-2xx answer, and ApiError status 0 when no answer came. */
 export async function request<T>(method: string, url: string, body?: unknown, init?: RequestInit): Promise<T> {
   const sentWith = getToken();
-  const headers: Record<string, string> = { Accept: "application/json", ...authHeaders() };
+  const headers: Record<string, string> = { Accept: "application/json", ...authHeaders(), ...buildHeaders() };
   let payload: BodyInit | undefined;
   if (body instanceof FormData) payload = body;
   else if (body !== undefined) {
@@ -119,6 +126,7 @@ export async function request<T>(method: string, url: string, body?: unknown, in
     if (err instanceof DOMException && err.name === "AbortError") throw err;
     throw new ApiError(0, noAnswer(err instanceof Error ? err.message : String(err)), [], null);
   }
+  heardServerBuild(res.headers.get(BUILD_HEADER)); // another build: this page asks to be reloaded (api/build.ts)
   if (res.status === 401) reportUnauthorized(sentWith);
   if (!res.ok) throw await errorFrom(res);
   if (res.status === 204) return undefined as T;
@@ -195,10 +203,11 @@ function sendWithProgress<T>(url: string, form: FormData, onProgress: (sent: num
     xhr.open("POST", served(url));
     xhr.setRequestHeader("Accept", "application/json");
     const sentWith = getToken();
-    for (const [k, v] of Object.entries(authHeaders())) xhr.setRequestHeader(k, v);
+    for (const [k, v] of Object.entries({ ...authHeaders(), ...buildHeaders() })) xhr.setRequestHeader(k, v);
     xhr.upload.onprogress = (e) => onProgress(e.loaded, e.total);
     xhr.onerror = () => reject(new ApiError(0, noAnswer("network error during the upload"), [], null));
     xhr.onload = () => {
+      heardServerBuild(xhr.getResponseHeader(BUILD_HEADER));
       if (xhr.status === 401) reportUnauthorized(sentWith);
       const res = new Response(xhr.responseText || null, { status: xhr.status, statusText: xhr.statusText });
       if (xhr.status >= 200 && xhr.status < 300) {

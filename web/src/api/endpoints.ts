@@ -7,6 +7,7 @@
  * dropped once the screen that sent it is gone, the request itself stands).
  */
 import { browserUrl } from "./auth";
+import { refuseIfStale } from "./build";
 import { type AnswerTo, delEffect, get, post, postEffect, postWithProgress, putEffect, seg } from "./client";
 import type {
   BulkCaptionBody,
@@ -52,6 +53,17 @@ import type {
   TrainStatus,
   UploadResult,
 } from "./types";
+
+/** A request that starts something with this page's settings: refused here (StalePageError, nothing
+ * sent) once the server said it runs another build (api/build.ts, RELIABILITY 2061). */
+function unlessStale<T>(send: () => Promise<T>): Promise<T> {
+  try {
+    refuseIfStale();
+  } catch (err) {
+    return Promise.reject(err);
+  }
+  return send();
+}
 
 export const api = {
   info: (signal?: AbortSignal) => get<Info>("/api/info", signal),
@@ -124,7 +136,7 @@ export const api = {
   /** `answerTo` (here and on every request with an effect): whom the answer is for; its abort
    * drops the answer, not the request (client.AnswerTo). */
   start: (config: Partial<TrainConfig>, answerTo: AnswerTo, queue = true) =>
-    postEffect<Job>("/api/train/start", { config, queue }, answerTo),
+    unlessStale(() => postEffect<Job>("/api/train/start", { config, queue }, answerTo)),
   stop: (body: StopBody, answerTo: AnswerTo) => postEffect<Job>("/api/train/stop", body, answerTo),
   status: (since?: number, signal?: AbortSignal) => get<TrainStatus>(`/api/train/status${since != null ? `?since=${since}` : ""}`, signal),
   /** The event stream's URL (a function: the token may be set after load). */
@@ -165,7 +177,8 @@ export const api = {
   /** The last `lines` lines of a run's worker log (bounded by the server). */
   runLog: (id: string, lines = 500, signal?: AbortSignal) => get<RunLog>(`/api/runs/${seg(id)}/log?lines=${lines}`, signal),
   /** Continue a stopped/failed run from its newest checkpoint (or `body.checkpoint`). */
-  resumeRun: (id: string, body: ResumeBody, answerTo: AnswerTo) => postEffect<Job>(`/api/runs/${seg(id)}/resume`, body, answerTo),
+  resumeRun: (id: string, body: ResumeBody, answerTo: AnswerTo) =>
+    unlessStale(() => postEffect<Job>(`/api/runs/${seg(id)}/resume`, body, answerTo)),
 
   /** A page of the trained LoRAs (newest first, a family's when given): `q` keeps the names that
    * hold it (any case), `names` these names only, `cursor` a page's next_cursor (the page after it). */
@@ -190,9 +203,10 @@ export const api = {
   /** Upload a trained LoRA (with its sidecar, a model card and its newest samples) to a hub repo. */
   pushLora: (name: string, body: PushBody, answerTo: AnswerTo) => postEffect<PushResult>(`/api/loras/${seg(name)}/push`, body, answerTo),
   /** The synchronous form: answers with the image once it is made (a proxy may cut it: the UI uses startGeneration). */
-  generate: (body: GenerateBody, answerTo: AnswerTo) => postEffect<GenerateResult>("/api/generate", body, answerTo),
+  generate: (body: GenerateBody, answerTo: AnswerTo) => unlessStale(() => postEffect<GenerateResult>("/api/generate", body, answerTo)),
   /** Send a generation (the asynchronous form): 202 at once with its status; `generation` follows it. */
-  startGeneration: (body: GenerateBody, answerTo: AnswerTo) => postEffect<GenerationStatus>("/api/generations", body, answerTo),
+  startGeneration: (body: GenerateBody, answerTo: AnswerTo) =>
+    unlessStale(() => postEffect<GenerationStatus>("/api/generations", body, answerTo)),
   /** A generation sent with startGeneration: its phase, its step of steps, then its image or its error. */
   generation: (requestId: string, signal?: AbortSignal) => get<GenerationStatus>(`/api/generations/${seg(requestId)}`, signal),
   /** Stop the generation sent with this `request_id` (after its current denoising step): its

@@ -8062,7 +8062,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description training runs, the request_id is in flight or ended under 10 minutes ago, 8 are in flight, or it was cancelled (JobActive, GenerationCancelled) */
+            /** @description training runs, the request_id is in flight or ended under 10 minutes ago, 8 are in flight, or it was cancelled (JobActive, GenerationCancelled); or the page that sent it is of another build of the web UI than the one served: reload it (PageOutdated, api/web_build.py) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -8380,7 +8380,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description training runs, its request_id is in flight, kept or ended under 10 minutes ago, or 8 are in flight (JobActive) */
+            /** @description training runs, its request_id is in flight, kept or ended under 10 minutes ago, or 8 are in flight (JobActive); or the page that sent it is of another build of the web UI than the one served: reload it (PageOutdated, api/web_build.py) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -10464,7 +10464,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description the run is live, or the GPU is busy and `queue` is false (JobActive) */
+            /** @description the run is live, or the GPU is busy and `queue` is false (JobActive); or the page that sent it is of another build of the web UI than the one served: reload it (PageOutdated, api/web_build.py) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -11038,7 +11038,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description the GPU is busy (a job runs) and `queue` is false, or the run would not fit this host's RAM now (JobActive, HostMemoryShort) */
+            /** @description the GPU is busy (a job runs) and `queue` is false, or the run would not fit this host's RAM now (JobActive, HostMemoryShort); or the page that sent it is of another build of the web UI than the one served: reload it (PageOutdated, api/web_build.py) */
             409: {
                 headers: {
                     [name: string]: unknown;

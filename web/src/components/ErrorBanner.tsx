@@ -1,8 +1,9 @@
-/** An error message shown as an alert banner (screen readers announce it); nothing when `message` is empty. */
-export function ErrorBanner({ message, testId }: { message: string | null | undefined; testId?: string }) {
+/** An error message shown as an alert banner (screen readers announce it); nothing when `message` is empty.
+ * `id`: for the control whose refusal it is to point to (aria-describedby). */
+export function ErrorBanner({ message, testId, id }: { message: string | null | undefined; testId?: string; id?: string }) {
   if (!message) return null;
   return (
-    <div className="banner error" role="alert" data-testid={testId}>
+    <div className="banner error" role="alert" id={id} data-testid={testId}>
       {message}
     </div>
   );

@@ -193,7 +193,13 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable,
           {pages.more && (
             <>
               {" "}
-              <button type="button" className="ghost small" disabled={pages.morePending} onClick={pages.more}>
+              <button
+                type="button"
+                className="ghost small"
+                disabled={pages.morePending}
+                aria-describedby={pages.moreError ? `${id}-more-error` : undefined} // why the last page failed (RELIABILITY 2060)
+                onClick={pages.more}
+              >
                 Show more
               </button>
             </>
@@ -201,7 +207,7 @@ export function LoraPicker({ loras, picks, onChange, family, error, unavailable,
         </p>
       )}
       {pages?.moreError && (
-        <span className="field-error" role="alert">
+        <span className="field-error" role="alert" id={`${id}-more-error`}>
           {pages.moreError}
         </span>
       )}

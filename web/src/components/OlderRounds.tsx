@@ -1,4 +1,4 @@
-import { useEffect, useRef, useState } from "react";
+import { useEffect, useId, useRef, useState } from "react";
 import type { SamplePages } from "../lib/samplePages";
 
 /**
@@ -11,6 +11,7 @@ import type { SamplePages } from "../lib/samplePages";
 export function OlderRounds({ pages, shown, since = 0 }: { pages: SamplePages; shown: number; since?: number }) {
   const [asked, setAsked] = useState(false); // an older page was asked for here
   const all = useRef<HTMLParagraphElement | null>(null);
+  const errorId = `${useId()}-error`; // why the last load failed: the button's description (RELIABILITY 2060)
   useEffect(() => {
     if (asked && !pages.hasOlder) all.current?.focus();
   }, [asked, pages.hasOlder]);
@@ -23,6 +24,7 @@ export function OlderRounds({ pages, shown, since = 0 }: { pages: SamplePages; s
             type="button"
             className="ghost small"
             disabled={pages.more.pending}
+            aria-describedby={pages.error ? errorId : undefined}
             onClick={() => {
               setAsked(true);
               void pages.more.run();
@@ -38,7 +40,7 @@ export function OlderRounds({ pages, shown, since = 0 }: { pages: SamplePages; s
         </p>
       )}
       {pages.error && (
-        <p className="small error" role="alert">
+        <p className="small error" role="alert" id={errorId}>
           {pages.error}
         </p>
       )}

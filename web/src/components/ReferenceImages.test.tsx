@@ -101,6 +101,28 @@ describe("ReferenceImages on the Generate screen", () => {
     expect(within(field).getByRole("img")).toHaveAttribute("src", "/gallery/references/r1.png");
   });
 
+  it("ties a refusal to the Add button and the file input, as their description (RELIABILITY 2060)", async () => {
+    const user = userEvent.setup();
+    const { rerender } = render(<ReferenceImages max={1} value={[]} onChange={() => undefined} />);
+    const field = screen.getByTestId("reference-images");
+    const add = within(field).getByRole("button", { name: "Add reference image" });
+    const file = within(field).getByTestId("reference-input");
+    expect(add).toHaveAccessibleDescription("");
+    expect(file).not.toHaveAttribute("aria-invalid");
+    // two files where one fits: refused here, before any upload
+    await user.upload(file, [new File([new Uint8Array(4)], "a.png"), new File([new Uint8Array(4)], "b.png")]);
+    const words = "this model takes at most 1 reference image";
+    await waitFor(() => expect(add).toHaveAccessibleDescription(words));
+    expect(file).toHaveAccessibleDescription(words);
+    expect(file).toHaveAttribute("aria-invalid", "true");
+    expect(screen.getByRole("alert")).toHaveTextContent(words);
+    // the server's problem with the references (a 400's `references`) is tied the same way
+    rerender(<ReferenceImages max={2} value={[]} onChange={() => undefined} error="reference 1: cannot decode the image" />);
+    await user.upload(file, new File([new Uint8Array(4)], "c.png")); // fits: the local refusal goes
+    await waitFor(() => expect(add).toHaveAccessibleDescription("reference 1: cannot decode the image"));
+    expect(file).toHaveAttribute("aria-invalid", "true");
+  });
+
   it("is hidden for a text-to-image family", () => {
     render(<ReferenceImages max={0} value={[]} onChange={() => undefined} />);
     expect(screen.queryByTestId("reference-images")).toBeNull();

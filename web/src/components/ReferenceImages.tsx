@@ -1,4 +1,4 @@
-import { useRef, useState } from "react";
+import { useId, useRef, useState } from "react";
 import { api } from "../api/endpoints";
 import type { GalleryImage, UploadedReference } from "../api/types";
 import { IMAGE_EXTENSIONS } from "../lib/upload";
@@ -13,7 +13,9 @@ interface Props {
 }
 
 /** Reference images of an edit family (FLUX.2, Kontext): picked files are uploaded at once
- * (POST /api/generate/references) and shown in slot order, each removable. */
+ * (POST /api/generate/references) and shown in slot order, each removable. A refusal (too many,
+ * the upload's, the server's `references` problem) is announced when it appears and stays the
+ * description of the Add button and the file input (RELIABILITY 2060). */
 export function ReferenceImages({ max, value, onChange, error }: Props) {
   const input = useRef<HTMLInputElement | null>(null);
   const [problem, setProblem] = useState<string | null>(null);
@@ -36,9 +38,11 @@ export function ReferenceImages({ max, value, onChange, error }: Props) {
       setProblem(err instanceof Error ? err.message : String(err));
     }
   });
+  const errorId = `${useId()}-error`;
   const busy = upload.pending;
   if (max === 0) return null;
   const add = upload.run;
+  const shown = problem ?? error;
   return (
     <div className="field wide" data-testid="reference-images">
       <span className="field-label">
@@ -46,7 +50,13 @@ export function ReferenceImages({ max, value, onChange, error }: Props) {
       </span>
       <ReferenceStrip urls={value.map((r) => r.url)} onRemove={(i) => onChange(value.filter((_, j) => j !== i))} />
       {value.length < max && (
-        <button type="button" className="secondary small" disabled={busy} onClick={() => input.current?.click()}>
+        <button
+          type="button"
+          className="secondary small"
+          disabled={busy}
+          aria-describedby={shown ? errorId : undefined}
+          onClick={() => input.current?.click()}
+        >
           {busy ? "Uploading…" : "Add reference image"}
         </button>
       )}
@@ -57,13 +67,20 @@ export function ReferenceImages({ max, value, onChange, error }: Props) {
         hidden
         data-testid="reference-input"
         accept={IMAGE_EXTENSIONS.join(",")}
+        aria-label="reference images"
+        aria-invalid={shown ? true : undefined}
+        aria-describedby={shown ? errorId : undefined}
         onChange={(e) => {
           const files = Array.from(e.target.files ?? []);
           e.target.value = "";
           void add(files);
         }}
       />
-      {(problem ?? error) && <span className="field-error" role="alert">{problem ?? error}</span>}
+      {shown && (
+        <span className="field-error" role="alert" id={errorId}>
+          {shown}
+        </span>
+      )}
     </div>
   );
 }

@@ -99,6 +99,8 @@ describe("SampleHistory", () => {
     expect(screen.getByText(/The newest 3 of 4 rounds/)).toBeInTheDocument(); // was "3 of 3"
     await userEvent.click(screen.getByRole("button", { name: "Show older rounds" }));
     expect(await screen.findByRole("alert")).toHaveTextContent("Cannot load older rounds: disk gone");
+    // read with the button that failed, when a keyboard user is back on it (RELIABILITY 2060)
+    expect(screen.getByRole("button", { name: "Show older rounds" })).toHaveAccessibleDescription("Cannot load older rounds: disk gone");
     rerender(<SampleHistory runId="j2" latest={null} prompts={PROMPTS} />); // another run in the same table
     await screen.findByAltText("a red circle, step 200");
     await waitFor(() => expect(screen.getByAltText("a red circle, step 200")).toHaveAttribute("src", "/api/runs/j2/samples/step-000200-0.png"));

@@ -148,6 +148,7 @@ describe("DatasetDetailScreen delete", () => {
     confirm.mockReturnValue(true);
     await userEvent.click(screen.getByTestId("delete-dataset"));
     expect((await screen.findByTestId("delete-error")).textContent).toMatch(/used by a queued or running training job/);
+    expect(screen.getByTestId("delete-dataset")).toHaveAccessibleDescription(/used by a queued or running training job/); // RELIABILITY 2060
     expect(window.location.hash).toBe("");
   });
 });

@@ -194,7 +194,13 @@ export function DatasetDetailScreen({ name }: { name: string }) {
             </a>
           )}
           {data && (
-            <button className="ghost danger" disabled={onDelete.pending} onClick={() => void onDelete.run()} data-testid="delete-dataset">
+            <button
+              className="ghost danger"
+              disabled={onDelete.pending}
+              onClick={() => void onDelete.run()}
+              aria-describedby={deleteError ? "dataset-delete-error" : undefined} // its refusal, read with it (RELIABILITY 2060)
+              data-testid="delete-dataset"
+            >
               Delete dataset
             </button>
           )}
@@ -202,7 +208,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
       </div>
       <ErrorBanner message={loadError} />
       {deleteError && (
-        <div className="banner error" role="alert" data-testid="delete-error">
+        <div className="banner error" role="alert" id="dataset-delete-error" data-testid="delete-error">
           Not deleted: {deleteError}
         </div>
       )}

@@ -85,6 +85,7 @@ function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule
  * meanwhile); any other refusal (busy: a run or a caption job holds it) is shown beside it. */
 function DeleteFolder({ dataset, onDone }: { dataset: DatasetSummary; onDone: () => void }) {
   const [error, setError] = useState<string | null>(null);
+  const errorId = `${useId()}-error`; // the refusal is the Delete button's description (RELIABILITY 2060)
   const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
   const onDelete = useAction(async () => {
     if (!window.confirm(`Delete the folder ${dataset.name} and every file in it?`)) return;
@@ -104,12 +105,13 @@ function DeleteFolder({ dataset, onDone }: { dataset: DatasetSummary; onDone: ()
     <>
       <button type="button" className="danger" aria-label={`delete ${dataset.name}`}
         disabled={onDelete.pending}
+        aria-describedby={error ? errorId : undefined}
         onClick={() => void onDelete.run()}
       >
         Delete
       </button>
       {error && (
-        <span className="field-error" role="alert">
+        <span className="field-error" role="alert" id={errorId}>
           {error}
         </span>
       )}

@@ -111,6 +111,7 @@ describe("DatasetsScreen: a folder the studio cannot use (made by hand)", () => 
     confirm.mockReturnValue(true);
     await user.click(deleteButton()); // busy: the server's reason beside it, the row stays
     expect((await within(row("what?")).findByRole("alert")).textContent).toContain("busy");
+    expect(deleteButton()).toHaveAccessibleDescription(/busy/); // read with the button it refused (RELIABILITY 2060)
 
     answer = { status: 404, body: { error: "NotFound", detail: "no dataset what?" } as never };
     gone = true; // deleted meanwhile elsewhere: what was asked is done

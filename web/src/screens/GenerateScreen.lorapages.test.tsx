@@ -63,6 +63,25 @@ describe("GenerateScreen: the LoRA picker's pages and search", () => {
     expect(screen.queryByTestId("loras-count")).toBeNull(); // every LoRA shown
   });
 
+  it("reads a failed Show more's reason with the button (RELIABILITY 2060)", async () => {
+    calls = mockFetch(({ url }) => {
+      if (url === "/api/info") return { body: INFO };
+      if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
+      if (url.includes("cursor=")) return { status: 500, body: { detail: "disk gone" } };
+      if (url.startsWith("/api/loras?")) return { body: answer(url) };
+      if (url === "/api/gallery") return { body: { images: [] } };
+      return undefined;
+    });
+    renderWithProviders(<GenerateScreen />);
+    await screen.findByLabelText("use LoRA dogs");
+    const more = within(screen.getByTestId("loras-count")).getByRole("button", { name: "Show more" });
+    expect(more).toHaveAccessibleDescription("");
+    await userEvent.click(more);
+    const alert = await screen.findByText(/^Cannot load more LoRAs: /);
+    expect(alert).toHaveAttribute("role", "alert");
+    expect(more).toHaveAccessibleDescription(alert.textContent ?? "");
+  });
+
   it("searches the names on the server and says when none holds the text", async () => {
     renderWithProviders(<GenerateScreen />);
     await screen.findByLabelText("use LoRA dogs");

@@ -133,6 +133,8 @@ describe("GenerateScreen: a generation's progress", () => {
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
     expect(await screen.findByText("the generation worker was killed (SIGKILL; out of memory?)")).toBeInTheDocument();
     expect(screen.getByRole("button", { name: "Generate" })).toBeEnabled();
+    // read with the button when the user is back on it (RELIABILITY 2060)
+    expect(screen.getByRole("button", { name: "Generate" })).toHaveAccessibleDescription(/the generation worker was killed/);
   });
 
   it("follows the generation this tab sent before a reload, and shows its image", async () => {

@@ -352,7 +352,7 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
               errors={errors}
             />
           )}
-          <ErrorBanner message={general} />
+          <ErrorBanner message={general} id="generate-refusal" />
           <LoraChanged
             changed={changed}
             busy={busy}
@@ -371,7 +371,8 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
             }}
           />
           {notice && <div className="banner info">{notice}</div>}
-          <GenerateButtons busy={busy} cancellable={busy && !!requestId} progress={sending ? view.progress : null} onCancel={view.cancel} />
+          <GenerateButtons busy={busy} cancellable={busy && !!requestId} progress={sending ? view.progress : null} onCancel={view.cancel}
+            describedBy={general ? "generate-refusal" : undefined} />
         </form>
         <GenerateResult
           selected={selected}

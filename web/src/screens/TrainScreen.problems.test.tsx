@@ -83,6 +83,22 @@ describe("TrainScreen's problem summary", () => {
     expect(input("adafactor_warmup_init")).toHaveAccessibleDescription("warms up the relative step: needs adafactor_relative_step");
   });
 
+  it("reads the family's problem with the family radio group and its chosen radio (RELIABILITY 2060)", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    const group = screen.getByRole("radiogroup", { name: "model family" });
+    expect(group).not.toHaveAttribute("aria-invalid");
+    expect(group).toHaveAccessibleDescription("");
+    await userEvent.clear(input("sample_seed"));
+    await userEvent.type(input("sample_seed"), "98"); // the fake server's family refusal
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    const words = "no base model of this family here: fetch one on the Models page";
+    await waitFor(() => expect(group).toHaveAccessibleDescription(words));
+    expect(group).toHaveAttribute("aria-invalid", "true");
+    expect(within(group).getByRole("radio", { checked: true })).toHaveAccessibleDescription(words);
+    expect(screen.getAllByRole("alert").some((a) => a.textContent === words)).toBe(true); // announced when it appears, as before
+  });
+
   it("on a fresh home, says how to get a dataset instead of a bare 'required' (RELIABILITY 1415)", async () => {
     info = { ...INFO, datasets: [] };
     renderTrain();

@@ -130,6 +130,9 @@ describe("TrainScreen", () => {
     expect(input("optimizer_betas").closest("label")).toHaveTextContent("#2: Field required");
     expect(screen.getByTestId("form-errors")).toHaveTextContent("(config): a problem of the whole config");
     expect(screen.getByTestId("form-errors")).not.toHaveTextContent("sample_prompts");
+    // the refusal of the whole config is the buttons' description (RELIABILITY 2060)
+    expect(screen.getByRole("button", { name: "Check" })).toHaveAccessibleDescription(/a problem of the whole config/);
+    expect(screen.getByRole("button", { name: "Start training" })).toHaveAccessibleDescription(/a problem of the whole config/);
   });
 
   it("has an input for every TrainConfig field (family-specific ones for the families that use them)", async () => {

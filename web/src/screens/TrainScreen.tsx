@@ -219,6 +219,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
     }
   };
 
+  const refusal = general.length ? "train-form-errors" : undefined; // the buttons' last refusal, read with them (RELIABILITY 2060)
   const c = trainControls(values, errors, set);
   const { text, num } = c;
   const cuda = info.host.device === "cuda";
@@ -249,8 +250,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
       >
         <div className="card">
           <h2>Model and data</h2>
-          <FamilyPicker families={info.families} value={text("family")} onChange={pickFamily} />
-          {errors.family && <span className="field-error" role="alert">{errors.family}</span>}
+          <FamilyPicker families={info.families} value={text("family")} onChange={pickFamily} error={errors.family} />
           <div className="grid">
             <BaseModelPicker
               key={text("family")}
@@ -371,7 +371,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         </div>
 
         {general.length > 0 && (
-          <div className="banner error" role="alert" data-testid="form-errors">
+          <div className="banner error" role="alert" id="train-form-errors" data-testid="form-errors">
             {general.map((g) => (
               <div key={g}>{g}</div>
             ))}
@@ -379,10 +379,10 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         )}
         <ProblemSummary scope={form} />
         <div className="form-actions">
-          <button type="button" className="secondary" disabled={busy != null} onClick={() => void submit("check")}>
+          <button type="button" className="secondary" disabled={busy != null} onClick={() => void submit("check")} aria-describedby={refusal}>
             {busy === "check" ? "Checking…" : "Check"}
           </button>
-          <button type="submit" className="primary" disabled={busy != null}>
+          <button type="submit" className="primary" disabled={busy != null} aria-describedby={refusal}>
             {busy === "start" ? "Starting…" : "Start training"}
           </button>
         </div>

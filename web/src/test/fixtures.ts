@@ -104,7 +104,8 @@ export interface Call {
   headers: Record<string, string>;
 }
 
-type Handler = (call: Call) => { status?: number; body: unknown } | undefined;
+/** An answer: `headers` added to its Content-Type (a build id, api/build.ts). */
+type Handler = (call: Call) => { status?: number; body: unknown; headers?: Record<string, string> } | undefined;
 
 /** The 202 of POST /api/generations for a generation already `state` (done: `image`; failed / cancelled: `error`). */
 export function generationStatus(requestId: string, state: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
@@ -118,10 +119,10 @@ export function generationStatus(requestId: string, state: string, extra: Record
  * what the screen does with an image needs no poll; refusals (4xx) are the POST's own, as they are.
  * Tests of the polling answer GET /api/generations/{id} themselves.
  */
-function asynchronous(call: Call, answer: { status?: number; body: unknown }): { status?: number; body: unknown } {
+function asynchronous<A extends { status?: number; body: unknown }>(call: Call, answer: A): A {
   if (call.method !== "POST" || call.url !== "/api/generations" || answer.status !== 201) return answer;
   const requestId = String((call.body as { request_id?: string } | null)?.request_id ?? "gen-test");
-  return { status: 202, body: generationStatus(requestId, "done", { image: answer.body, ended: 2 }) };
+  return { ...answer, status: 202, body: generationStatus(requestId, "done", { image: answer.body, ended: 2 }) };
 }
 
 /** Replace global fetch: `handler` answers each call (undefined -> 404); returns the call log. */
@@ -137,7 +138,7 @@ export function mockFetch(handler: Handler): Call[] {
       const answer = asynchronous(call, handler(call) ?? { status: 404, body: { detail: "not found" } });
       return new Response(JSON.stringify(answer.body), {
         status: answer.status ?? 200,
-        headers: { "Content-Type": "application/json" },
+        headers: { "Content-Type": "application/json", ...answer.headers },
       });
     }),
   );

@@ -46,6 +46,8 @@ const REFUSALS: [string, unknown, { field: string; message: string }[]][] = [
   ["micro_batch_size", 3, [{ field: "micro_batch_size", message: "batch_size (1) must be a multiple of it" }]],
   // a checkbox's problem (the real wording of config_rules.optimizer_problems)
   ["adafactor_warmup_init", true, [{ field: "adafactor_warmup_init", message: "warms up the relative step: needs adafactor_relative_step" }]],
+  // the family's problem (fix 2060: read with the family radio group)
+  ["sample_seed", 98, [{ field: "family", message: "no base model of this family here: fetch one on the Models page" }]],
   // nested fields, two problems of one field, and one of a field the form has no input for
   [
     "sample_seed",

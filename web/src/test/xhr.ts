@@ -21,6 +21,9 @@ export function stubXhr(onSend: XhrSend): void {
     onerror: null | (() => void) = null;
     open() {}
     setRequestHeader() {}
+    getResponseHeader() {
+      return null; // no build id (api/build.ts)
+    }
     send(form: FormData) {
       onSend(
         form,
