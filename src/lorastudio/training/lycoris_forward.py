@@ -52,6 +52,8 @@ from typing import Any
 
 import torch
 
+from lorastudio.training.lycoris_grad import loha_delta, lokr_delta
+
 TRACED_ATTR = "_lorastudio_traced_forward"
 
 
@@ -108,15 +110,7 @@ def lokr_linear_delta(layer: Any, adapter: str, x: torch.Tensor) -> torch.Tensor
     (a_out, a_in), (b_out, b_in) = w1.shape, w2.shape
     if weight.shape != (a_out * b_out, a_in * b_in):
         return None
-    x = layer._cast_input_dtype(x, w1.dtype)
-    xs = x.unflatten(-1, (a_in, b_in))  # [..., a_in, b_in]
-    if a_in * b_in * b_out + a_in * b_out * a_out <= a_out * a_in * b_in + a_out * b_in * b_out:
-        t = xs @ w2.t()  # [..., a_in, b_out]
-        y = (t.transpose(-1, -2) @ w1.t()).transpose(-1, -2)  # [..., a_out, b_out]
-    else:
-        t = (xs.transpose(-1, -2) @ w1.t()).transpose(-1, -2)  # [..., a_out, b_in]
-        y = t @ w2.t()  # [..., a_out, b_out]
-    return y.flatten(-2) * layer.scaling[adapter]  # [..., out]
+    return lokr_delta(x, w1, w2, layer.scaling[adapter], _compute_dtype(layer, x, w1))  # [..., out]
 
 
 def loha_linear_delta(layer: Any, adapter: str, x: torch.Tensor) -> torch.Tensor | None:
@@ -144,8 +138,13 @@ def loha_linear_delta(layer: Any, adapter: str, x: torch.Tensor) -> torch.Tensor
     scale = layer.scaling[adapter]  # read per call: generation's LoRA strength (peft's set_scale)
     a = (w1_a.unsqueeze(2) * (w2_a * scale).unsqueeze(1)).flatten(1)  # [out, r1*r2]
     b = (w1_b.unsqueeze(1) * w2_b.unsqueeze(0)).flatten(0, 1)  # [r1*r2, in]
-    x = layer._cast_input_dtype(x, w1_a.dtype)
-    return (x @ b.t()) @ a.t()  # [..., r1*r2] -> [..., out]
+    return loha_delta(x, a, b, _compute_dtype(layer, x, w1_a))  # [..., r1*r2] -> [..., out]
+
+
+def _compute_dtype(layer: Any, x: torch.Tensor, factor: torch.Tensor) -> torch.dtype:
+    """The dtype peft's `_cast_input_dtype` gives x for this adapter: the factor's, unless the
+    layer's input casting is off (peft's disable_input_dtype_casting)."""
+    return factor.dtype if getattr(layer, "cast_input_dtype_enabled", True) else x.dtype
 
 
 _TRACED: dict[type, type] = {}
