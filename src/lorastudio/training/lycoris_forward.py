@@ -44,6 +44,9 @@ N*in*out plus the weight's 2*r*in*out. It is taken where r1*r2*(in + out) < in*o
 a 3072 x 3072 projection: 256 against 1536, ~6x fewer; rank 64 there keeps peft's delta, as do
 conv layers, the CP (`hada_t1` / `hada_t2`) form and rank dropout in training). Outputs and
 gradients within fp rounding of peft's, not bitwise.
+
+Both factored deltas keep only the layer's input as it came (bf16), not an fp32 copy of it nor
+LoKr's fp32 intermediate, for the backward: training/lycoris_grad.py (RELIABILITY 2080).
 """
 
 from __future__ import annotations

@@ -53,7 +53,9 @@ class LoKrDelta(torch.autograd.Function):
     as it came and the factors for the backward (see the module)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, scale: float, dtype: torch.dtype):
+    def forward(
+        ctx: Any, x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, scale: float, dtype: torch.dtype
+    ):
         ctx.save_for_backward(x, w1, w2)
         ctx.scale, ctx.dtype = scale, dtype
         (_, a_in), (_, b_in) = w1.shape, w2.shape
@@ -108,21 +110,34 @@ class LoHaDelta(torch.autograd.Function):
         return gx, ga, gb, None
 
 
-def _lokr_ops(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
-    """LoKrDelta's forward as plain ops (the compiled path, under a checkpoint)."""
+def plain_lokr_delta(
+    x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, scale: float, dtype: torch.dtype
+) -> torch.Tensor:
+    """LoKrDelta's forward as plain ops: the compiled path under a checkpoint; alone, what autograd
+    kept before RELIABILITY 2080 (bench/probe_speed.py's `keep32`)."""
     xs = x.to(dtype).unflatten(-1, (w1.shape[1], w2.shape[1]))  # [..., a_in, b_in]
     return kron_apply(xs, w1, w2).flatten(-2) * scale  # [..., out]
+
+
+def plain_loha_delta(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """LoHaDelta's forward as plain ops: what autograd kept before RELIABILITY 2080 (the fp32 copy
+    of x; bench/probe_speed.py's `keep32`)."""
+    return (x.to(dtype) @ b.t()) @ a.t()  # [..., r] -> [..., out]
 
 
 def _cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x.to(dtype)
 
 
-def lokr_delta(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+def lokr_delta(
+    x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, scale: float, dtype: torch.dtype
+) -> torch.Tensor:
     """s * kron(w1, w2) x for x [..., a_in * b_in] in `dtype`: [..., a_out * b_out], keeping for the
     backward x as it came and the factors, eager or compiled (see the module)."""
     if torch.compiler.is_compiling():
-        return checkpoint(_lokr_ops, x, w1, w2, scale, dtype, use_reentrant=False, preserve_rng_state=False)
+        return checkpoint(
+            plain_lokr_delta, x, w1, w2, scale, dtype, use_reentrant=False, preserve_rng_state=False
+        )
     return LoKrDelta.apply(x, w1, w2, scale, dtype)
 
 

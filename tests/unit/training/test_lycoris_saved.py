@@ -21,7 +21,9 @@ def _bf16_layer(kind: str, dim_in: int, dim_out: int, device: str = "cpu") -> to
     torch.manual_seed(0)
     rank = 16 if dim_in > 256 else 2
     config = (LoKrConfig if kind == "lokr" else LoHaConfig)(r=rank, alpha=rank, target_modules=["0"])
-    base = torch.nn.Sequential(torch.nn.Linear(dim_in, dim_out)).to(device, torch.bfloat16).requires_grad_(False)
+    base = (
+        torch.nn.Sequential(torch.nn.Linear(dim_in, dim_out)).to(device, torch.bfloat16).requires_grad_(False)
+    )
     layer = inject_adapter_in_model(config, base)[0]
     trace_friendly_lycoris(base)
     for name, p in layer.named_parameters():
@@ -86,7 +88,10 @@ def _compiled_saves(layer: torch.nn.Module, x: torch.Tensor) -> list[torch.Tenso
     def backend(gm: torch.fx.GraphModule, example: list[torch.Tensor]) -> object:
         partition = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
         return aot_module_simplified(
-            gm, example, fw_compiler=make_boxed_compiler(forward_graph), bw_compiler=make_boxed_compiler(lambda g, _: g),
+            gm,
+            example,
+            fw_compiler=make_boxed_compiler(forward_graph),
+            bw_compiler=make_boxed_compiler(lambda g, _: g),
             partition_fn=partition,
         )
 
