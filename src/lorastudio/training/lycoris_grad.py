@@ -7,13 +7,13 @@ kept per adapted layer and step what those ops save: the fp32 copy of the input 
 the bf16 input's bytes) and, for LoKr, the fp32 intermediate of the two small matmuls (as large
 again): measured by saved_tensors_hooks on one 3072 x 3072 bf16 linear at [1, 4096, 3072], rank
 16, LoKr kept 96 MiB, LoHa 58 MiB and LoRA 48 MiB per layer where the frozen base layer keeps no
-activation (its weight only); Inductor's partitioner kept the same (RELIABILITY 2080). Summed
-over FLUX.1's adapted layers that is the LoKr step's ~10 GiB above the LoRA step (RESULTS note 53).
+activation (its weight only); Inductor's partitioner kept the same (RELIABILITY 2080). Likely
+the LoKr step's ~10 GiB above the LoRA step on FLUX.1 (RESULTS note 53; not yet re-measured).
 
 Here the forward runs the same fp32 maths but saves the input as it came (bf16: half the fp32
 copy's bytes, often the very tensor another op keeps already) and, for LoHa, the small [..., r1*r2]
 projection; the backward casts the input up again and recomputes the cheap intermediate (one
-small matmul of LoKr's two, ~1/27 of the base layer's FLOPs at the default factor; LoHa's
+small matmul of LoKr's two, ~1/48 of a 3072 x 3072 base layer's FLOPs at the default factor; LoHa's
 projection is kept, being r1*r2 / in of the input). The same operations in fp32, so outputs and
 gradients are within fp rounding of the plain ops (the sums' order only); the gradient of the
 input comes back in the input's dtype, as the cast's own backward gave it.
@@ -22,7 +22,7 @@ Under torch.compile the Functions would not help: Dynamo inlines an autograd.Fun
 joint graph, common subexpression elimination merges the backward's cast of the input with the
 forward's, and Inductor's partitioner keeps that fp32 cast (it feeds a matmul of the backward, so
 it never recomputes it) and LoKr's intermediate (matmuls are never recomputed), measured by AOT's
-min-cut partition on the CPU: the same 96 / 52 MiB as the plain ops. So while compiling
+min-cut partition on the CPU: LoKr's Function kept the plain ops' 96 MiB. So while compiling
 (`torch.compiler.is_compiling()`) `lokr_delta` runs the plain ops inside a non-reentrant
 `torch.utils.checkpoint` (Dynamo tags the region's nodes for recomputation, which the partitioner
 honours: it keeps the bf16 input and recomputes the cast and the small matmuls) and `loha_delta`
