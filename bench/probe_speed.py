@@ -59,6 +59,8 @@ variants:
   dop        differential output preservation (weight 1): the base prediction too, each step
   peftfwd    with loha / lokr: peft's own forward (its per-layer draw; before RELIABILITY 1800)
   kronfwd, hadafwd   with lokr / loha: the draw-free forward with peft's full weight (before 1950 / 1990)
+  keep32     with lokr / loha: the factored delta as plain ops, autograd keeping the fp32 copy of each
+             adapted layer's input and LoKr's fp32 intermediate (before 2080: compare peak_gib)
 Variants combine with "+" (e.g. fp8+cudnn, fp8q+bf16lora): each part is applied in turn.
 
 usage: PYTHONPATH=src:. python -m bench.probe_speed --out DIR --deadline-s S flux:ref,fp8 qwen:cudnn ...
@@ -141,44 +143,11 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
     if variant in ("base", "basegc"):
         return baseline_case(family, batch, checkpointing=variant == "basegc")
     known = {
-        "ref",
-        "eager",
-        "wide",
-        "static",
-        "bk2",
-        "whole",
-        "cg",
-        "lag",
-        "nosync",
-        "mat",
-        "fq",
-        "fb",
-        "fbl",
-        "fbq",
-        "combo",
-        "cl",
-        "cplx",
-        "bt",
-        "bf16lora",
-        "cudnn",
-        "cudnnc",
-        "cudnng",
-        "fa4",
-        "fp8",
-        "fp8ao",
-        "fp8q",
-        "int8q",
-        "nf4q",
-        "dora",
-        "loha",
-        "lokr",
-        "a8",
-        "prodigy",
-        "dop",
-        "peftfwd",
-        "kronfwd",
-        "hadafwd",
-    }
+        "ref", "eager", "wide", "static", "bk2", "whole", "cg", "lag", "nosync", "mat", "fq", "fb", "fbl",
+        "fbq", "combo", "cl", "cplx", "bt", "bf16lora", "cudnn", "cudnnc", "cudnng", "fa4", "fp8", "fp8ao",
+        "fp8q", "int8q", "nf4q", "dora", "loha", "lokr", "a8", "prodigy", "dop", "peftfwd", "kronfwd",
+        "hadafwd", "keep32",
+    }  # fmt: skip
     if parts - known:
         raise ValueError(f"unknown probe variant part(s) {sorted(parts - known)}; known: {sorted(known)}")
     base = parts & {"fp8q", "int8q", "nf4q"}
@@ -240,6 +209,14 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
 
                 setattr(lycoris_forward, f"{kind}_linear_delta", lambda layer, name, x: None)
                 os.environ["LORASTUDIO_PRECOMPILE"] = "0"
+        if "keep32" in parts:  # the factored delta's plain ops, before 2080 (no saved graphs either)
+            if not adapter & {"loha", "lokr"}:
+                raise ValueError("keep32 applies to loha / lokr")
+            import lorastudio.training.lycoris_forward as lycoris_forward
+            from lorastudio.training.lycoris_grad import plain_loha_delta, plain_lokr_delta
+
+            lycoris_forward.lokr_delta, lycoris_forward.loha_delta = plain_lokr_delta, plain_loha_delta
+            os.environ["LORASTUDIO_PRECOMPILE"] = "0"
         eng = Engine(family, before_lora=before, targets=targets, overrides=overrides)
         row["lora_params"] = sum(p.numel() for p in eng.params)
         if adapter & {"loha", "lokr"}:  # layers with the draw-free forward (0 with peftfwd)

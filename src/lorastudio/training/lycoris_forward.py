@@ -44,6 +44,9 @@ N*in*out plus the weight's 2*r*in*out. It is taken where r1*r2*(in + out) < in*o
 a 3072 x 3072 projection: 256 against 1536, ~6x fewer; rank 64 there keeps peft's delta, as do
 conv layers, the CP (`hada_t1` / `hada_t2`) form and rank dropout in training). Outputs and
 gradients within fp rounding of peft's, not bitwise.
+
+Both factored deltas keep only the layer's input as it came (bf16), not an fp32 copy of it nor
+LoKr's fp32 intermediate, for the backward: training/lycoris_grad.py (RELIABILITY 2080).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from lorastudio.training.lycoris_grad import loha_delta, lokr_delta
 
 TRACED_ATTR = "_lorastudio_traced_forward"
 
@@ -108,15 +113,7 @@ def lokr_linear_delta(layer: Any, adapter: str, x: torch.Tensor) -> torch.Tensor
     (a_out, a_in), (b_out, b_in) = w1.shape, w2.shape
     if weight.shape != (a_out * b_out, a_in * b_in):
         return None
-    x = layer._cast_input_dtype(x, w1.dtype)
-    xs = x.unflatten(-1, (a_in, b_in))  # [..., a_in, b_in]
-    if a_in * b_in * b_out + a_in * b_out * a_out <= a_out * a_in * b_in + a_out * b_in * b_out:
-        t = xs @ w2.t()  # [..., a_in, b_out]
-        y = (t.transpose(-1, -2) @ w1.t()).transpose(-1, -2)  # [..., a_out, b_out]
-    else:
-        t = (xs.transpose(-1, -2) @ w1.t()).transpose(-1, -2)  # [..., a_out, b_in]
-        y = t @ w2.t()  # [..., a_out, b_out]
-    return y.flatten(-2) * layer.scaling[adapter]  # [..., out]
+    return lokr_delta(x, w1, w2, layer.scaling[adapter], _compute_dtype(layer, x, w1))  # [..., out]
 
 
 def loha_linear_delta(layer: Any, adapter: str, x: torch.Tensor) -> torch.Tensor | None:
@@ -144,8 +141,13 @@ def loha_linear_delta(layer: Any, adapter: str, x: torch.Tensor) -> torch.Tensor
     scale = layer.scaling[adapter]  # read per call: generation's LoRA strength (peft's set_scale)
     a = (w1_a.unsqueeze(2) * (w2_a * scale).unsqueeze(1)).flatten(1)  # [out, r1*r2]
     b = (w1_b.unsqueeze(1) * w2_b.unsqueeze(0)).flatten(0, 1)  # [r1*r2, in]
-    x = layer._cast_input_dtype(x, w1_a.dtype)
-    return (x @ b.t()) @ a.t()  # [..., r1*r2] -> [..., out]
+    return loha_delta(x, a, b, _compute_dtype(layer, x, w1_a))  # [..., r1*r2] -> [..., out]
+
+
+def _compute_dtype(layer: Any, x: torch.Tensor, factor: torch.Tensor) -> torch.dtype:
+    """The dtype peft's `_cast_input_dtype` gives x for this adapter: the factor's, unless the
+    layer's input casting is off (peft's disable_input_dtype_casting)."""
+    return factor.dtype if getattr(layer, "cast_input_dtype_enabled", True) else x.dtype
 
 
 _TRACED: dict[type, type] = {}
