@@ -126,11 +126,13 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
         entries = sorted(p for p in sub.iterdir() if not p.name.startswith("."))
         stems = {p.stem for p in entries if is_image_name(p.name)}
         captions: dict[str, list[Path]] = {}  # image stem -> its .txt / .caption files (any case)
-        unread: dict[str, str] = {}  # image stem -> a caption file of another extension, and why
+        unread: dict[str, str] = {}  # image stem -> a caption file not read (another extension, a link), why
         for path in entries:
             where = f"{sub.name}/{path.name}"
-            if path.is_symlink() or not path.is_file():
-                plan.skipped.append((where, "a link or a folder (not followed)"))
+            if (never := _never_read(path)) is not None:
+                plan.skipped.append((where, never))
+                if is_kohya_caption_name(path.name) and path.stem in stems:  # its caption, unread
+                    unread.setdefault(path.stem, f"{path.name}: {never}")
             elif (why := other_caption_reason(path.name, stems)) is not None:
                 unread.setdefault(path.stem, f"{path.name}: {why}")
             elif is_kohya_caption_name(path.name):
@@ -140,7 +142,7 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
                     plan.skipped.append((where, "caption without an image"))
         for path in entries:
             where = f"{sub.name}/{path.name}"
-            if path.is_symlink() or not path.is_file() or is_kohya_caption_name(path.name):
+            if _never_read(path) is not None or is_kohya_caption_name(path.name):
                 continue  # listed above
             if (why := other_caption_reason(path.name, stems)) is not None:
                 plan.skipped.append((where, why))
@@ -169,14 +171,27 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
     return plan
 
 
+def _never_read(path: Path) -> str | None:
+    """Why the entry `path` of a kohya folder is never read (a symbolic link, never followed; a
+    sub-folder; a named pipe, socket or device), or None for a regular file. Such a `.txt` /
+    `.caption` of an image's name is that image's caption, unread (RELIABILITY 2100)."""
+    if path.is_symlink():
+        return "a symbolic link (not followed)"
+    if path.is_dir():
+        return "a sub-folder (not imported)"
+    if not path.is_file():
+        return "not a regular file: a named pipe, socket or device is never read"
+    return None
+
+
 def _row(
     image: Path, folder: str, kohya: KohyaFolder, captions: list[Path], unread: str | None = None
 ) -> dict[str, object]:
     """The metadata row of `image`: its caption is that of its `captions` (the .txt / .caption
     files of its stem) by kohya_captions.kohya_caption, the rule a run reading the folder in place
     follows too, else the folder's words, unless `unread` names a caption file of another
-    extension (kohya_captions.other_caption_reason): then the image is not imported under the
-    folder's words. Raises DatasetError as kohya_caption does, or naming `unread`."""
+    extension (kohya_captions.other_caption_reason) or one never read (a link, a named pipe:
+    `_never_read`): then the image is not imported under the folder's words. Raises DatasetError as kohya_caption does, or naming `unread`."""
     text = kohya_caption(captions).text
     if text is None and unread is not None:
         raise DatasetError("its caption is not read", [f"{unread}; {image.name} has no caption of its own"])
