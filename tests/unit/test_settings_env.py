@@ -111,3 +111,16 @@ def test_a_home_with_stray_space_or_quotes_is_refused_unless_it_exists(
     monkeypatch.setenv("LORASTUDIO_HOME", given.format(tmp_path))
     get_settings.cache_clear()
     assert get_settings().home == tmp_path / real
+
+
+@pytest.mark.parametrize("hosts", ["*", "studio.lan, *.example"])
+def test_a_wildcard_allowed_host_is_refused_naming_the_way(
+    monkeypatch: pytest.MonkeyPatch, fresh_settings: None, hosts: str
+) -> None:
+    """`*` was kept as a host name no request has: every request a 421 (RELIABILITY 2104)."""
+    monkeypatch.setenv("LORASTUDIO_ALLOWED_HOSTS", hosts)
+    with pytest.raises(ConfigError) as err:
+        get_settings()
+    (problem,) = err.value.problems
+    assert problem.field == "LORASTUDIO_ALLOWED_HOSTS"
+    assert "a wildcard is not a host name; list each name" in problem.message, problem.message
