@@ -2,7 +2,7 @@
 upload or an import (session 40 attack audit): the upload stores every file under its NFC name
 (data.paths.safe_component), and the row kept the NFD one, naming no file of the dataset, so the
 image was stored uncaptioned, its caption lost without a word. Now the rows' names are stored as
-the files are (RELIABILITY 2102)."""
+the files are (RELIABILITY 2102); a folder read in place with such a row refuses it (2105)."""
 
 from __future__ import annotations
 
@@ -63,3 +63,29 @@ def test_two_rows_naming_one_file_composed_and_decomposed_are_refused(tmp_path: 
     assert not (root / "ds" / "metadata.jsonl").exists()
     with pytest.raises(DatasetError):  # the image stays uncaptioned: said, not guessed
         scan_dataset(root / "ds", resolution=64, multiple=16)
+
+
+@pytest.mark.parametrize(("image", "row"), [(NFD, NFC), (NFC, NFD)])
+def test_a_folder_read_in_place_refuses_a_row_naming_its_image_in_the_other_form(
+    tmp_path: Path, image: str, row: str
+) -> None:
+    """A folder copied from macOS (NFD names) with rows written elsewhere (NFC), or the other way:
+    the row was "listed in metadata.jsonl but not found" among the files not used and the image
+    trained on the trigger word alone (RELIABILITY 2105). Now refused as a row naming its image
+    otherwise (the rule of `X.PNG`), the two spellings told apart by their code points."""
+    write_image(tmp_path / f"{image}.png")
+    write_image(tmp_path / "b.png", seed=1)
+    (tmp_path / "metadata.jsonl").write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ({"file_name": f"{row}.png", "text": "x"},
+                                                                    {"file_name": "b.png", "text": "b"}))
+    )  # fmt: skip
+    with pytest.raises(DatasetError) as err:
+        scan_dataset(tmp_path, resolution=64, multiple=16, trigger_word="sks")
+    (problem,) = err.value.problems
+    assert problem.startswith(
+        f"metadata.jsonl row '{row}.png': no such file here; {image}.png has no caption"
+    ), problem
+    assert (
+        f"the row's {ascii(row + '.png')} and the file's {ascii(image + '.png')} compose their accents"
+        in problem
+    )
