@@ -23,6 +23,7 @@ from lorastudio.data.discovery import is_image_name
 from lorastudio.data.kohya_captions import is_kohya_caption_name, kohya_caption, other_caption_reason
 from lorastudio.data.mix import MixEntry
 from lorastudio.errors import DatasetError
+from lorastudio.folder_entries import never_read
 
 # a kohya --dataset_config beside the folders: its settings are not carried over (said, not silent)
 _CONFIG_NOT_READ = (
@@ -129,7 +130,7 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
         unread: dict[str, str] = {}  # image stem -> a caption file not read (another extension, a link), why
         for path in entries:
             where = f"{sub.name}/{path.name}"
-            if (never := _never_read(path)) is not None:
+            if (never := never_read(path)) is not None:
                 plan.skipped.append((where, never))
                 if is_kohya_caption_name(path.name) and path.stem in stems:  # its caption, unread
                     unread.setdefault(path.stem, f"{path.name}: {never}")
@@ -142,7 +143,7 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
                     plan.skipped.append((where, "caption without an image"))
         for path in entries:
             where = f"{sub.name}/{path.name}"
-            if _never_read(path) is not None or is_kohya_caption_name(path.name):
+            if never_read(path) is not None or is_kohya_caption_name(path.name):
                 continue  # listed above
             if (why := other_caption_reason(path.name, stems)) is not None:
                 plan.skipped.append((where, why))
@@ -171,19 +172,6 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
     return plan
 
 
-def _never_read(path: Path) -> str | None:
-    """Why the entry `path` of a kohya folder is never read (a symbolic link, never followed; a
-    sub-folder; a named pipe, socket or device), or None for a regular file. Such a `.txt` /
-    `.caption` of an image's name is that image's caption, unread (RELIABILITY 2100)."""
-    if path.is_symlink():
-        return "a symbolic link (not followed)"
-    if path.is_dir():
-        return "a sub-folder (not imported)"
-    if not path.is_file():
-        return "not a regular file: a named pipe, socket or device is never read"
-    return None
-
-
 def _row(
     image: Path, folder: str, kohya: KohyaFolder, captions: list[Path], unread: str | None = None
 ) -> dict[str, object]:
@@ -191,7 +179,8 @@ def _row(
     files of its stem) by kohya_captions.kohya_caption, the rule a run reading the folder in place
     follows too, else the folder's words, unless `unread` names a caption file of another
     extension (kohya_captions.other_caption_reason) or one never read (a link, a named pipe:
-    `_never_read`): then the image is not imported under the folder's words. Raises DatasetError as kohya_caption does, or naming `unread`."""
+    `folder_entries.never_read`): then the image is not imported under the folder's words.
+    Raises DatasetError as kohya_caption does, or naming `unread`."""
     text = kohya_caption(captions).text
     if text is None and unread is not None:
         raise DatasetError("its caption is not read", [f"{unread}; {image.name} has no caption of its own"])

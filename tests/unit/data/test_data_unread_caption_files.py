@@ -85,3 +85,19 @@ def test_the_kohya_import_skips_an_image_whose_caption_file_is_never_opened(
     assert skipped["3_ohwx cat/a.png"].startswith(f"a{suffix}: {never}")
     assert skipped["3_ohwx cat/a.png"].endswith("a.png has no caption of its own")
     assert skipped[f"3_ohwx cat/c{suffix}.bak"] == "a sub-folder (not imported)"
+
+
+def test_an_import_names_a_control_that_is_a_pipe_for_what_it_is(tmp_path: Path, make_image) -> None:
+    """A named pipe in control/ was skipped as "a symbolic link or a folder (not followed)"."""
+    from lorastudio.data.control_import import control_files
+
+    (tmp_path / "control").mkdir()
+    make_image(tmp_path / "control" / "a.png")
+    os.mkfifo(tmp_path / "control" / "b.png")
+    (tmp_path / "control" / "c.png").symlink_to(tmp_path / "control" / "a.png")
+    files, skipped = control_files(tmp_path)
+    assert files == [("control", tmp_path / "control" / "a.png")]
+    assert skipped == [
+        ("control/b.png", "not a regular file: a named pipe, socket or device is never read"),
+        ("control/c.png", "a symbolic link (not followed)"),
+    ]
