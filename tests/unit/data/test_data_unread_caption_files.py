@@ -101,3 +101,14 @@ def test_an_import_names_a_control_that_is_a_pipe_for_what_it_is(tmp_path: Path,
         ("control/b.png", "not a regular file: a named pipe, socket or device is never read"),
         ("control/c.png", "a symbolic link (not followed)"),
     ]
+
+
+def test_an_import_names_a_mask_that_is_a_pipe_for_what_it_is(tmp_path: Path, make_image) -> None:
+    """A named pipe in masks/ was skipped as "not an image file"."""
+    from lorastudio.data.mask_import import plan_masks
+
+    make_image(tmp_path / "a.png")
+    (tmp_path / "masks").mkdir()
+    os.mkfifo(tmp_path / "masks" / "a.png")
+    plan = plan_masks(tmp_path, {"a": tmp_path / "a.png"}, tmp_path / "new", 10**6)
+    assert plan.refused == [("masks/a.png", "not a regular file: a named pipe, socket or device is never read")]
