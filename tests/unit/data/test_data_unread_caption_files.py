@@ -111,4 +111,6 @@ def test_an_import_names_a_mask_that_is_a_pipe_for_what_it_is(tmp_path: Path, ma
     (tmp_path / "masks").mkdir()
     os.mkfifo(tmp_path / "masks" / "a.png")
     plan = plan_masks(tmp_path, {"a": tmp_path / "a.png"}, tmp_path / "new", 10**6)
-    assert plan.refused == [("masks/a.png", "not a regular file: a named pipe, socket or device is never read")]
+    assert plan.refused == [
+        ("masks/a.png", "not a regular file: a named pipe, socket or device is never read")
+    ]
