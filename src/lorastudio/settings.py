@@ -149,6 +149,7 @@ class Settings(BaseSettings):
         default=None,
         ge=0,
         le=1_000_000,
+        allow_inf_nan=False,  # `nan` was "less than or equal to 1000000" (RELIABILITY 2106)
         description=(
             "cap of the on-disk encode cache in GB (10^9 bytes): at a disk-cached run's end, a server's"
             " start and `lorastudio cache prune`, its least recently used entries not in use are removed"
@@ -160,6 +161,7 @@ class Settings(BaseSettings):
         default=1.0,
         gt=0,
         le=1000,
+        allow_inf_nan=False,
         description=(
             "factor on the time the generation and caption workers may take to start, load a model,"
             " generate an image or caption one, and a training run's step loop may stay silent,"

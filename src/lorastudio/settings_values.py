@@ -22,9 +22,16 @@ __all__ = [
 
 def _host_entry(item: str) -> str:
     """One allowed-hosts entry, lower-cased, IPv6 brackets dropped. Raises ValueError for a URL,
-    a path or a port (the port is never compared)."""
+    a path or a port (the port is never compared), and for a wildcard: `*` or `*.example` was
+    kept as a name no Host header is, so every request was a 421 where the list was meant to let
+    them all in (RELIABILITY 2104)."""
     host = item.strip().lower()
     bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if "*" in bare:
+        raise ValueError(
+            f"{item!r}: a wildcard is not a host name; list each name the studio is reached by (a server"
+            " bound to 0.0.0.0 with a token and no list answers every name)"
+        )
     if not bare or any(c in bare for c in "/@ \t") or bare.count(":") == 1:
         raise ValueError(f"{item!r} is not a host name or address (give it without scheme, path or port)")
     return bare

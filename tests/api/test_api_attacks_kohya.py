@@ -266,3 +266,31 @@ def test_a_taken_reg_dataset_name_is_refused_before_the_image_folders_import(
         result.exception
     )
     assert not (settings.datasets_dir / "q-5_ok").exists(), result.output
+
+
+def test_every_kohya_row_names_an_image_stored_under_its_stored_name(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """An image named with a control character was refused by the upload's name rule and its
+    metadata row stored all the same, naming no file (RELIABILITY 2101); an image named
+    decomposed (NFD, as macOS writes names) was stored under its NFC name and its caption's row
+    under the NFD one: imported uncaptioned, "2 image(s), 1 captioned" (RELIABILITY 2102)."""
+    import unicodedata
+
+    folder = tmp_path / "img" / "5_sks cat"
+    _img(folder)
+    nfc, nfd = (unicodedata.normalize(form, "café") for form in ("NFC", "NFD"))
+    for stem in (nfd, "new\nline"):
+        Image.new("RGB", (32, 32), "blue").save(folder / f"{stem}.png")
+        (folder / f"{stem}.txt").write_text(f"{stem} caption")
+    result = CliRunner().invoke(cli, ["datasets", "import", str(tmp_path / "img"), "--name", "k", "--kohya"])
+    assert result.exit_code == 0, result.output
+    assert "dataset k-5_sks cat: 2 image(s), 2 captioned" in result.output
+    assert "skipped 5_sks cat/new\\nline.png: file name: must not contain control characters" in result.output
+    dataset = settings.datasets_dir / "k-5_sks cat"
+    rows = [json.loads(line) for line in (dataset / "metadata.jsonl").read_text().splitlines()]
+    assert [(r["file_name"], r["text"]) for r in rows] == [
+        ("a.png", "sks cat"),
+        (f"{nfc}.png", f"{nfd} caption"),
+    ]
+    assert sorted(p.name for p in dataset.iterdir()) == ["a.png", f"{nfc}.png", "metadata.jsonl"]

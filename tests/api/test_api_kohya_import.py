@@ -262,7 +262,7 @@ def test_import_brings_the_control_folders_and_names_each_control_it_leaves_out(
     assert sorted(p.name for p in (target / "control_2").iterdir()) == ["a.webp"]
     assert "refused control/orphan.png: no target image named orphan.*" in out
     assert "refused control/notes.txt: a control image must be PNG, JPEG or WebP" in out
-    assert "skipped control/link.png (a symbolic link or a folder (not followed))" in out
+    assert "skipped control/link.png (a symbolic link (not followed))" in out
     assert "skipped control/" not in out.replace("skipped control/link.png", "")
     scan = scan_dataset(target, resolution=32, multiple=16, control_images=(0, 4), family="flux2")
     assert [(it.path.name, [c.relative_to(target).as_posix() for c in it.controls]) for it in scan.items] == [

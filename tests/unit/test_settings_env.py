@@ -111,3 +111,27 @@ def test_a_home_with_stray_space_or_quotes_is_refused_unless_it_exists(
     monkeypatch.setenv("LORASTUDIO_HOME", given.format(tmp_path))
     get_settings.cache_clear()
     assert get_settings().home == tmp_path / real
+
+
+@pytest.mark.parametrize("hosts", ["*", "studio.lan, *.example"])
+def test_a_wildcard_allowed_host_is_refused_naming_the_way(
+    monkeypatch: pytest.MonkeyPatch, fresh_settings: None, hosts: str
+) -> None:
+    """`*` was kept as a host name no request has: every request a 421 (RELIABILITY 2104)."""
+    monkeypatch.setenv("LORASTUDIO_ALLOWED_HOSTS", hosts)
+    with pytest.raises(ConfigError) as err:
+        get_settings()
+    (problem,) = err.value.problems
+    assert problem.field == "LORASTUDIO_ALLOWED_HOSTS"
+    assert "a wildcard is not a host name; list each name" in problem.message, problem.message
+
+
+@pytest.mark.parametrize("name", ["LORASTUDIO_CACHE_MAX_GB", "LORASTUDIO_WORKER_TIMEOUT_SCALE"])
+def test_a_number_setting_that_is_not_finite_is_named_so(
+    monkeypatch: pytest.MonkeyPatch, fresh_settings: None, name: str
+) -> None:
+    """`nan` was "Input should be less than or equal to ..." (RELIABILITY 2106)."""
+    monkeypatch.setenv(name, "nan")
+    with pytest.raises(ConfigError) as err:
+        get_settings()
+    assert [(p.field, p.message) for p in err.value.problems] == [(name, "Input should be a finite number")]

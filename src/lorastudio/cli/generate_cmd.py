@@ -345,6 +345,12 @@ def _generate(
 
 
 def _control_rule(value: str | None) -> str | int | None:
-    """--control-resolution as the rule it names: "pipeline", "target", or a side (digits) as an
-    int; anything else as given (control_resolution_problems names it)."""
-    return int(value) if value is not None and value.strip().isdigit() else value
+    """--control-resolution as the rule it names: "pipeline", "target", or a side (ASCII digits,
+    lorastudio.digits) as an int; anything else as given (control_resolution_problems names it:
+    "²" and 5,000 digits raised from int(), RELIABILITY 2103)."""
+    from lorastudio.digits import whole_number
+
+    if value is None:
+        return None
+    side = whole_number(value.strip())
+    return value if side is None else side

@@ -312,17 +312,25 @@ def _kohya_dataset_names(prefix: str, folders: list[str]) -> tuple[dict[str, str
 
 
 def _drop_bad_images(plan: Any, max_pixels: int, decode_pixels: int) -> None:
-    """Move the images that an upload would refuse (corrupt, oversized) from `plan` to its
-    skipped list, with their metadata rows."""
+    """Move the images that an upload would refuse (a name it refuses, corrupt, oversized) from
+    `plan` to its skipped list, with their metadata rows: an image named with a control
+    character was refused by the upload and its row stored all the same, naming no file
+    (RELIABILITY 2101)."""
     from lorastudio.data.images import probe_image
-    from lorastudio.errors import DatasetError
+    from lorastudio.data.uploads import upload_kind
+    from lorastudio.errors import ConfigError, DatasetError, PathOutsideRoot
 
     bad = set()
     for path, name in plan.images:
         try:
+            upload_kind(name)  # the upload's name rule (data.paths.safe_component)
             probe_image(path, max_pixels, decode_pixels)
-        except DatasetError as err:
-            plan.skipped.append((f"{path.parent.name}/{path.name}", err.problems[0].split(": ", 1)[-1]))
+        except (DatasetError, ConfigError, PathOutsideRoot) as err:
+            if isinstance(err, DatasetError):  # "<path>: why"
+                why = err.problems[0].split(": ", 1)[-1]
+            else:  # "file name: why" (ConfigError), or the PathOutsideRoot's sentence
+                why = str(err.problems[0]) if isinstance(err, ConfigError) else str(err)
+            plan.skipped.append((f"{path.parent.name}/{path.name}", why))
             bad.add((path.parent.name, name))
     plan.images = [(p, n) for p, n in plan.images if (p.parent.name, n) not in bad]
     plan.rows = [r for r in plan.rows if (r["kohya_folder"], r["file_name"]) not in bad]

@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from lorastudio.digits import whole_number
 from lorastudio.errors import FieldProblem
 
 
@@ -48,12 +49,12 @@ def set_nested(out: dict[str, Any], key: str, value: Any) -> FieldProblem | None
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         if isinstance(node, list):
-            # ASCII digits only: str.isdigit() takes "²" (int() then raises) and "٣" (an index
-            # no problem path ever names)
-            if not (part.isascii() and part.isdigit()) or int(part) >= len(node):
+            # ASCII digits only, and few (lorastudio.digits): "²" and a 5,000-digit index raised
+            # from int() (RELIABILITY 2103); "٣" is an index no problem path ever names
+            index = whole_number(part)
+            if index is None or index >= len(node):
                 span = f"{where}.0 to {where}.{len(node) - 1}" if node else "none"
                 return FieldProblem(f"--set {key}", f"{where} has {len(node)} entries ({span})")
-            index = int(part)
             if last:
                 node[index] = value
                 return None

@@ -33,12 +33,13 @@ from lorastudio.hub_token import rank_environment
 def bind_to_agent() -> None:
     """Under a launch by this command (jobs/agent.py sets LORASTUDIO_AGENT_PID), die with the
     agent like the job service's ranks do: a rank is never left waiting on a dead launch."""
+    from lorastudio.digits import whole_number
     from lorastudio.jobs.channel import AGENT_PID_ENV
     from lorastudio.jobs.worker import bind_to_parent
 
-    agent = os.environ.get(AGENT_PID_ENV)
-    if agent is not None and agent.isdigit():
-        bind_to_parent(int(agent))
+    agent = whole_number(os.environ.get(AGENT_PID_ENV, ""))  # "²": int() raised (RELIABILITY 2103)
+    if agent is not None:
+        bind_to_parent(agent)
 
 
 def check_launch(cfg: Any, device: str | None) -> None:

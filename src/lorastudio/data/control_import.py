@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lorastudio.data.pairs import CONTROL_FOLDER
+from lorastudio.folder_entries import never_read
 
 NOT_FOLLOWED = "a symbolic link or a folder (not followed)"
 
@@ -30,8 +31,8 @@ def control_files(source: Path) -> tuple[list[tuple[str, Path]], list[tuple[str,
             skipped.append((f"{folder.name}/", NOT_FOLLOWED))
             continue
         for path in sorted(p for p in folder.iterdir() if not p.name.startswith(".")):
-            if path.is_symlink() or not path.is_file():
-                skipped.append((f"{folder.name}/{path.name}", NOT_FOLLOWED))
+            if (why := never_read(path)) is not None:  # a pipe was "a symbolic link or a folder"
+                skipped.append((f"{folder.name}/{path.name}", why))
             else:
                 files.append((folder.name, path))
     return files, skipped

@@ -23,6 +23,7 @@ from lorastudio.data.discovery import is_image_name
 from lorastudio.data.kohya_captions import is_kohya_caption_name, kohya_caption, other_caption_reason
 from lorastudio.data.mix import MixEntry
 from lorastudio.errors import DatasetError
+from lorastudio.folder_entries import never_read
 
 # a kohya --dataset_config beside the folders: its settings are not carried over (said, not silent)
 _CONFIG_NOT_READ = (
@@ -126,11 +127,13 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
         entries = sorted(p for p in sub.iterdir() if not p.name.startswith("."))
         stems = {p.stem for p in entries if is_image_name(p.name)}
         captions: dict[str, list[Path]] = {}  # image stem -> its .txt / .caption files (any case)
-        unread: dict[str, str] = {}  # image stem -> a caption file of another extension, and why
+        unread: dict[str, str] = {}  # image stem -> a caption file not read (another extension, a link), why
         for path in entries:
             where = f"{sub.name}/{path.name}"
-            if path.is_symlink() or not path.is_file():
-                plan.skipped.append((where, "a link or a folder (not followed)"))
+            if (never := never_read(path)) is not None:
+                plan.skipped.append((where, never))
+                if is_kohya_caption_name(path.name) and path.stem in stems:  # its caption, unread
+                    unread.setdefault(path.stem, f"{path.name}: {never}")
             elif (why := other_caption_reason(path.name, stems)) is not None:
                 unread.setdefault(path.stem, f"{path.name}: {why}")
             elif is_kohya_caption_name(path.name):
@@ -140,7 +143,7 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
                     plan.skipped.append((where, "caption without an image"))
         for path in entries:
             where = f"{sub.name}/{path.name}"
-            if path.is_symlink() or not path.is_file() or is_kohya_caption_name(path.name):
+            if never_read(path) is not None or is_kohya_caption_name(path.name):
                 continue  # listed above
             if (why := other_caption_reason(path.name, stems)) is not None:
                 plan.skipped.append((where, why))
@@ -175,8 +178,9 @@ def _row(
     """The metadata row of `image`: its caption is that of its `captions` (the .txt / .caption
     files of its stem) by kohya_captions.kohya_caption, the rule a run reading the folder in place
     follows too, else the folder's words, unless `unread` names a caption file of another
-    extension (kohya_captions.other_caption_reason): then the image is not imported under the
-    folder's words. Raises DatasetError as kohya_caption does, or naming `unread`."""
+    extension (kohya_captions.other_caption_reason) or one never read (a link, a named pipe:
+    `folder_entries.never_read`): then the image is not imported under the folder's words.
+    Raises DatasetError as kohya_caption does, or naming `unread`."""
     text = kohya_caption(captions).text
     if text is None and unread is not None:
         raise DatasetError("its caption is not read", [f"{unread}; {image.name} has no caption of its own"])

@@ -30,6 +30,7 @@ from lorastudio.data.paths import nfc, safe_component
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.writes import copy_stream, dataset_lock, make_dir, staged_write
 from lorastudio.errors import ConfigError, DatasetError, PathOutsideRoot, writing
+from lorastudio.folder_entries import never_read
 
 
 @dataclass
@@ -82,7 +83,9 @@ def plan_masks(source: Path, images: Mapping[str, Path], dataset: Path, max_pixe
             why = "a symbolic link: links are not followed"
         elif stored is None:
             why = bad_name
-        elif not path.is_file() or not is_image_name(stored):
+        elif (never := never_read(path)) is not None:  # a pipe was "not an image file"
+            why = never
+        elif not is_image_name(stored):
             why = "not an image file"
         elif stem not in by_stem:
             why = f"no image {stem}.* in the dataset"

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import unicodedata
 from pathlib import Path
 
 from lorastudio import json_read
 from lorastudio.capped_read import read_capped
-from lorastudio.data.captions import MAX_METADATA_BYTES
+from lorastudio.data.captions import MAX_METADATA_BYTES, METADATA_CONTROL_KEYS
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.writes import staged_write
 from lorastudio.errors import DatasetError, writing
@@ -94,3 +95,51 @@ def metadata_with_captions(path: Path, captions: dict[str, str], *, append_missi
             row = {"file_name": name, "text": captions[name]}
             lines.append(json.dumps(row, ensure_ascii=False).encode("utf-8"))
     return b"".join(line + b"\n" for line in lines)
+
+
+def _nfc_names(row: dict[str, object]) -> dict[str, object]:
+    """`row` with its file names (file_name, control_file_name, each of control_files) in NFC."""
+    out = dict(row)
+    for key in ("file_name", *METADATA_CONTROL_KEYS):
+        value = out.get(key)
+        if isinstance(value, str):
+            out[key] = unicodedata.normalize("NFC", value)
+        elif isinstance(value, list):
+            out[key] = [unicodedata.normalize("NFC", v) if isinstance(v, str) else v for v in value]
+    return out
+
+
+def nfc_metadata(path: Path) -> list[str]:
+    """Rewrite the staged metadata.jsonl at `path` (an upload's or an import's, checked by
+    read_metadata) with every file name its rows hold (file_name, control_file_name,
+    control_files) in Unicode NFC: the form an upload stores its files under
+    (data.paths.safe_component). A row naming `café.png` decomposed, as macOS writes names,
+    named no file of the dataset, and its image was imported uncaptioned (RELIABILITY 2102).
+    The file is left as it is when every name is NFC already. Returns the problems of two rows
+    that name one file once normalised (nothing rewritten then). Raises DatasetError as
+    read_metadata does, OSError."""
+    lines = _read_bounded(path).split(b"\n")
+    first: dict[str, tuple[int, str]] = {}  # NFC name -> (line number, the name as written)
+    problems: list[str] = []
+    changed = False
+    for i, line in enumerate(lines):
+        body, cr = (line[:-1], b"\r") if line.endswith(b"\r") else (line, b"")
+        named = _row_name(body)
+        if named is None:
+            continue
+        row, name = named
+        nfc = unicodedata.normalize("NFC", name)
+        if nfc in first and first[nfc][1] != name:
+            problems.append(
+                f"{path.name} line {i + 1}: {name!r} and line {first[nfc][0]}'s {first[nfc][1]!r} name one"
+                " file (the same letters, composed and decomposed): keep one row"
+            )
+        first.setdefault(nfc, (i + 1, name))
+        normal = _nfc_names(row)
+        if normal != row:
+            bom = _BOM if i == 0 and body.startswith(_BOM) else b""
+            lines[i] = bom + json.dumps(normal, ensure_ascii=False).encode("utf-8") + cr
+            changed = True
+    if changed and not problems:
+        path.write_bytes(b"\n".join(lines))
+    return problems

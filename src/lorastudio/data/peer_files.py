@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
@@ -92,9 +93,10 @@ def unread_caption_problems(
 ) -> list[str]:
     """The problems naming the caption files a dataset holds in a form not read (a kohya
     `<stem>.caption` in a plain folder, a JSON sidecar `<stem>.json`, a Hugging Face
-    `metadata.csv` without a metadata.jsonl, a `<stem>.txt` or metadata.jsonl that is a symbolic link, a
-    metadata.jsonl row naming the image otherwise: `images/x.png`, `X.PNG`) where an image they caption has no caption of its
-    own (`untold`: the names of the images that would train on the trigger word or default
+    `metadata.csv` without a metadata.jsonl, a `<stem>.txt` or `.caption` that is a symbolic
+    link, a named pipe or a device, a metadata.jsonl that is a symbolic link, a metadata.jsonl
+    row naming the image otherwise: `images/x.png`, `X.PNG`, `café.png` decomposed) where an
+    image they caption has no caption of its own (`untold`: the names of the images that would train on the trigger word or default
     caption, or have no caption at all). `dropped`: the listing's (name, reason) pairs, whose
     reason says what to do. An image with a caption of its own keeps the rule of a file not used:
     named by the preflight, not refused; so does a blank `.caption` (no caption in it, as a blank
@@ -104,16 +106,21 @@ def unread_caption_problems(
     if not untold:
         return []
     by_stem = {Path(name).stem: name for name in untold}
-    by_name = {name.lower(): name for name in untold}
+    by_name = {_name_key(name): name for name in untold}
     out = []
     for name, why in dropped:
         stem, _, ext = name.rpartition(".")
-        image = by_name.get(name.rpartition("/")[2].lower())
+        image = by_name.get(_name_key(name.rpartition("/")[2]))
         one = by_stem.get(stem)  # the image this file would caption
         if why.startswith("listed in metadata.jsonl but not found") and image is not None:
-            out.append(  # HF's "images/x.png" beside a flat folder, another case of the name
+            spelt = (  # the same letters composed and decomposed look alike: the code points tell them
+                f" (the row's {ascii(name)} and the file's {ascii(image)} compose their accents differently)"
+                if unicodedata.normalize("NFC", name) == unicodedata.normalize("NFC", image)
+                else ""
+            )
+            out.append(  # HF's "images/x.png" beside a flat folder, another case or form of the name
                 f"metadata.jsonl row {name!r}: no such file here; {image} has no caption of its own (a row's "
-                f"file_name is the image's own name in this folder: {image}; or delete the row {_WITHOUT})"
+                f"file_name is the image's own name in this folder: {image}{spelt}; or delete the row {_WITHOUT})"
             )
         elif (name.lower() == METADATA_CSV or name.lower() in _OTHER_TABLES) and not has_metadata:
             out.append(
@@ -124,11 +131,16 @@ def unread_caption_problems(
                 f"{name}: {why}; {len(untold)} image(s) have no caption of their own (copy the file itself into "
                 f"the folder, or delete the link {_WITHOUT})"
             )
-        elif one is not None and ext.lower() == "txt" and why.startswith("symbolic link"):
-            out.append(  # its caption is elsewhere: links are never followed out of a dataset
-                f"{name}: {why}; {one} has no caption of its own (copy the caption file itself into the folder, "
-                f"or delete the link {_WITHOUT})"
+        elif one is not None and ext.lower() in _CAPTION_EXTS and why.startswith(_NOT_OPENED):
+            # its caption is elsewhere (links are never followed out of a dataset) or in a named
+            # pipe or device, never read: a kohya `.caption` link and a `.txt` pipe trained the
+            # image on the folder's words or trigger word in silence (RELIABILITY 2100)
+            fix = (
+                "copy the caption file itself into the folder, or delete the link"
+                if why.startswith("symbolic link")
+                else f"save its caption as a plain file {name}, or delete it"
             )
+            out.append(f"{name}: {why}; {one} has no caption of its own ({fix} {_WITHOUT})")
         elif one is not None and why.startswith(("a file of an image's name", "a .caption", "a JSON")):
             if ext.lower() == "caption" and _blank(root / name, folder_id):
                 continue  # it holds no caption
@@ -139,6 +151,16 @@ def unread_caption_problems(
 # the other way out of each refusal: the image trains on the trigger word or default caption, as
 # before the rule, which a run started on such a folder needs to resume with the same captions
 _WITHOUT = "to train without it"
+# a caption file's extensions (a plain folder's `.caption` is named by discovery as not read
+# before this sees it) and the reasons discovery gives an entry it never opens
+_CAPTION_EXTS = ("txt", "caption")
+_NOT_OPENED = ("symbolic link", "not a regular file")
+
+
+def _name_key(name: str) -> str:
+    """A file name as a row may spell it otherwise: any case, accents composed or decomposed (NFC:
+    a folder copied from macOS holds NFD names, a row written elsewhere NFC; RELIABILITY 2105)."""
+    return unicodedata.normalize("NFC", name).lower()
 
 
 def _blank(path: Path, folder_id: FolderId) -> bool:

@@ -45,6 +45,7 @@ from lorastudio.data.decoded import (
 )
 from lorastudio.data.discovery import CAPTION_EXTENSION, IMAGE_EXTENSIONS, METADATA_FILE, is_image_name
 from lorastudio.data.images import ImageInfo, probe_full
+from lorastudio.data.metadata_write import nfc_metadata
 from lorastudio.data.paths import safe_component
 from lorastudio.data.peer_files import foreign_file_reason
 from lorastudio.data.safe_open import folder_identity, open_folder
@@ -318,8 +319,8 @@ class UploadBatch:
                             key,
                             info,
                         )  # a control keyed control/<name>: decoded.record_key
-                elif kind == "metadata":
-                    table_problems = read_metadata(path).problems
+                elif kind == "metadata":  # its names as the files are stored: NFC (RELIABILITY 2102)
+                    table_problems = read_metadata(path).problems or nfc_metadata(path)
                     if table_problems:
                         raise DatasetError("bad metadata.jsonl", table_problems)
             except DatasetError as err:
