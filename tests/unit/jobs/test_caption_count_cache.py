@@ -80,3 +80,20 @@ def test_a_folder_of_too_many_entries_is_never_kept(children, folder, monkeypatc
     first = caption_tokens.caption_counts(SPEC, folder, CAPTIONS)
     assert caption_tokens.caption_counts(SPEC, folder, CAPTIONS) == first
     assert len(children) == 2
+
+
+def test_a_dataset_of_over_a_million_characters_of_captions_is_kept_by_digest(children, folder):
+    """2,000 captions of ~600 characters (1.2 M in all): kept like a small dataset's (the old
+    cache kept nothing past 1,000,000 characters, so a large dataset's every preflight started a
+    count child), under a digest of the texts: what is kept holds ~4 bytes a caption, not the
+    texts (RELIABILITY 2110)."""
+    captions = [f"photo {i} " + "a cat on a mat, " * 37 for i in range(2_000)]
+    assert sum(map(len, captions)) > 1_000_000
+    first = caption_tokens.caption_counts(SPEC, folder, captions)
+    assert caption_tokens.caption_counts(SPEC, folder, captions) == first
+    assert len(children) == 1
+    ((key, (_, counts)),) = caption_count_cache._kept.items()
+    assert sum(len(str(part)) for part in key) < 1_000 and counts.itemsize * len(counts) == 4 * 2_000
+    changed = [*captions[:-1], captions[-1] + "!"]  # one character of one caption: counted again
+    caption_tokens.caption_counts(SPEC, folder, changed)
+    assert len(children) == 2
