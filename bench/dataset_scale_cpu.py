@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import struct
 import subprocess
@@ -177,23 +178,63 @@ def run(n: int, home: Path, root: Path, only: list[str]) -> None:
     if any(wanted(s) for s in ("scan", "buckets", "latent", "fingerprint")):
         in_process(n, settings, mix, wanted)
     if wanted("cli"):
-        t0 = time.perf_counter()
-        env = {**os.environ, "LORASTUDIO_HOME": str(home)}
-        done = subprocess.run(
-            [sys.executable, "-c", _CLI, "datasets", "list"],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
+        cli(n, home, "cli_datasets_list", "datasets", "list")
+        cli(
+            n,
+            home,
+            "cli_captions_dry_run",
+            "datasets",
+            "captions",
+            "plain",
+            "--find",
+            "tag",
+            "--replace",
+            "t",
+            "--dry-run",
         )
-        peak = int(done.stderr.rsplit("VmHWM:", 1)[1].split()[0]) / 1024
-        row = {
-            "images": n,
-            "step": "cli_datasets_list_process",
-            "seconds": round(time.perf_counter() - t0, 3),
-            "peak_mb": round(peak),
-        }
-        print(json.dumps(row), flush=True)
+        cli(
+            n,
+            home,
+            "cli_import_kohya",
+            "datasets",
+            "import",
+            str(home / "datasets" / "kohya"),
+            "--kohya",
+            "--name",
+            "imported",
+        )
+        cli(
+            n,
+            home,
+            "cli_import_plain",
+            "datasets",
+            "import",
+            str(home / "datasets" / "plain"),
+            "--name",
+            "copy",
+        )
+
+
+def cli(n: int, home: Path, name: str, *args: str) -> None:
+    """`lorastudio ARGS` as its own process: its wall time, CPU seconds and peak RSS."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    env = {**os.environ, "LORASTUDIO_HOME": str(home)}
+    done = subprocess.run([sys.executable, "-c", _CLI, *args], env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{name}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    peak = int(done.stderr.rsplit("VmHWM:", 1)[1].split()[0]) / 1024
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    row = {
+        "images": n,
+        "step": name,
+        "seconds": round(seconds, 3),
+        "cpu_s": round(cpu, 3),
+        "peak_mb": round(peak),
+    }
+    print(json.dumps(row), flush=True)
 
 
 # `lorastudio ARGS` whose exit prints its own /proc/self/status (VmHWM: the process's peak RSS) to stderr
