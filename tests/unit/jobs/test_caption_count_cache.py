@@ -97,3 +97,34 @@ def test_a_dataset_of_over_a_million_characters_of_captions_is_kept_by_digest(ch
     changed = [*captions[:-1], captions[-1] + "!"]  # one character of one caption: counted again
     caption_tokens.caption_counts(SPEC, folder, changed)
     assert len(children) == 2
+
+
+def test_the_count_encodes_a_chunk_at_a_time_and_its_time_grows_with_the_texts(folder, monkeypatch):
+    """The child's count (jobs/caption_count.count, run here in process on the tiny FLUX.1's T5
+    tokenizer) hands encode_batch COUNT_CHUNK texts at most, so the Encodings it holds are one
+    chunk's whatever the dataset's size (50,000 captions at once held ~1 GB), with the counts of
+    one whole batch; and the child's wall-clock limit grows with the texts' characters (a fixed
+    20 s ran out at 50,000 long captions on a loaded host, every preflight: RELIABILITY 2112)."""
+    from lorastudio.jobs import caption_count
+
+    real = caption_count._tokenizer
+    batches: list[int] = []
+
+    def tokenizer(tok_dir: Path, root: Path):
+        tok = real(tok_dir, root)
+
+        class Counted:  # the tokenizer, its encode_batch's batch sizes recorded
+            def encode_batch(self, texts, **options):
+                batches.append(len(texts))
+                return tok.encode_batch(texts, **options)
+
+        return Counted()
+
+    texts = [f"caption {i} " + "word " * (i % 50) for i in range(250)]
+    whole = [len(e.ids) for e in real(folder / "tokenizer_2", folder).encode_batch(texts)]
+    monkeypatch.setattr(caption_count, "_tokenizer", tokenizer)
+    monkeypatch.setattr(caption_count, "COUNT_CHUNK", 64)
+    assert caption_count.count(folder, folder, "tokenizer_2", "plain", texts) == whole
+    assert batches == [64, 64, 64, 58]  # the old code: [250]
+    assert caption_tokens.count_timeout_s(["x" * 100]) < caption_tokens.COUNT_TIMEOUT_S + 1
+    assert caption_tokens.count_timeout_s(["x" * 200] * 50_000) >= 2 * caption_tokens.COUNT_TIMEOUT_S
