@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_ENTRIES = 64  # a tokenizer folder holds ~2-8 files; more: not kept (the listing stays small)
-MAX_KEPT = 32  # answers kept (each: its captions' texts and counts)
+MAX_KEPT = 32  # answers kept (each: its captions' digest and counts)
 MAX_KEPT_COUNTS = 4_000_000  # counts kept in all (16 MB); the oldest answers dropped first beyond it
 
 _kept: OrderedDict[tuple[Any, ...], tuple[tuple[Any, ...], array[int]]] = OrderedDict()
@@ -106,11 +106,15 @@ def lookup(ask: dict[str, Any]) -> list[int] | None:
 def keep(ask: dict[str, Any], counts: list[int], fingerprint: tuple[Any, ...] | None) -> None:
     """Remember `counts` for `ask`, counted from the folder `fingerprint` (taken before the child
     read it: a change during the count leaves a fingerprint the next lookup does not match)."""
-    if fingerprint is None or len(counts) > MAX_KEPT_COUNTS or any(not 0 <= n < 1 << 32 for n in counts):
+    if (
+        fingerprint is None
+        or len(counts) > MAX_KEPT_COUNTS
+        or any(not -(1 << 31) <= n < 1 << 31 for n in counts)
+    ):
         return
     key = _key(ask)
     with _lock:
-        _kept[key] = (fingerprint, array("I", counts))
+        _kept[key] = (fingerprint, array("i", counts))
         _kept.move_to_end(key)
         while len(_kept) > MAX_KEPT or sum(len(c) for _, c in _kept.values()) > MAX_KEPT_COUNTS:
             _kept.popitem(last=False)
