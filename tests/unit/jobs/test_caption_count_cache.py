@@ -128,3 +128,37 @@ def test_the_count_encodes_a_chunk_at_a_time_and_its_time_grows_with_the_texts(f
     assert batches == [64, 64, 64, 58]  # the old code: [250]
     assert caption_tokens.count_timeout_s(["x" * 100]) < caption_tokens.COUNT_TIMEOUT_S + 1
     assert caption_tokens.count_timeout_s(["x" * 200] * 50_000) >= 2 * caption_tokens.COUNT_TIMEOUT_S
+
+
+@pytest.mark.slow  # ~15 s; the default tests above cover the paths (the digest, the chunks, the limit)
+def test_fifty_thousand_long_captions_are_counted_in_bounded_memory_and_kept(children, folder):
+    """50,000 captions of ~200 characters (10 M characters): the count (jobs/caption_count.count,
+    in a process of its own whose peak RSS is read) holds a chunk's Encodings, not all of them
+    (962 MB before 2112); the child answers within its limit, and the same ask is then answered
+    without a child (2110)."""
+    import json
+    import subprocess
+    import sys
+
+    captions = [
+        f"photo {i} of a person standing in a field, golden hour, detailed, " * 3 for i in range(50_000)
+    ]
+    code = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from lorastudio.jobs.caption_count import count\n"
+        "texts = json.loads(sys.stdin.read())\n"
+        "counts = count(Path(sys.argv[1]), Path(sys.argv[1]), 'tokenizer_2', 'plain', texts)\n"
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
+        "print(len(counts), hwm)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(folder)], input=json.dumps(captions), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    counted, peak_kib = map(int, done.stdout.split())
+    assert counted == 50_000 and peak_kib < 300 * 1024  # the old count: ~960 MB
+    first = caption_tokens.caption_counts(SPEC, folder, captions)
+    assert len(first) == 50_000 and min(first) > 40
+    assert caption_tokens.caption_counts(SPEC, folder, captions) == first
+    assert len(children) == 1
