@@ -9,12 +9,14 @@ dataset's detail (a page, the whole), the preflight of a mix of `plain` x2 and `
 disk latent cache (first: every image decoded and hashed; second: remembered), the preflight of
 the kohya folder, the scan of each entry by itself (data.entries.scan_entries), the bucket
 assignment and an epoch's sampler, the latent keys' planning, the fingerprint (from the
-remembered hashes, and from cold: every file hashed), and `lorastudio datasets list` as its own
-process. Usage:
+remembered hashes, and from cold: every file hashed), and the CLI as its own processes
+(`datasets list`, a `datasets captions --dry-run`, `datasets import --kohya` of the kohya folder
+and `datasets import` of `plain`: their CPU seconds and peak RSS). Usage:
 
     PYTHONPATH=$PWD/src:$PWD python -m bench.dataset_scale_cpu --images 10000
 
-Prints one JSON line per step: images, step, seconds, rss_mb (after), peak_mb (during the step).
+Prints one JSON line per step: images, step, seconds, cpu_s, rss_mb (after), peak_mb (during the
+step). `--only PREFIX,...` runs some steps; `--profile FILE` writes a cProfile of the main thread.
 """
 
 from __future__ import annotations
