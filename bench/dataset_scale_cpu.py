@@ -7,7 +7,7 @@ captions). Then times, and reads the peak RSS of (VmHWM, reset before each step 
 /proc/self/clear_refs), each path that touches every file: the listing (GET /api/datasets), a
 dataset's detail (a page, the whole), the preflight of a mix of `plain` x2 and `meta` x3 with the
 disk latent cache (first: every image decoded and hashed; second: remembered), the preflight of
-the kohya folder, the scan of each entry by itself (data.entries.scan_entries), the bucket
+the kohya folder, the scan of the mix (data/run_scan.scan_for_run, in process), the bucket
 assignment and an epoch's sampler, the latent keys' planning, the fingerprint (from the
 remembered hashes, and from cold: every file hashed), and the CLI as its own processes
 (`datasets list`, a `datasets captions --dry-run`, `datasets import --kohya` of the kohya folder
