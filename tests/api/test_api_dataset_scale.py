@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from bench.dataset_scale import tiny_pngs, write_dataset
 from fastapi.testclient import TestClient
 
-from lorastudio.data import dataset_detail, discovery, images, scan
+from lorastudio.data import dataset_detail, decoded, discovery, images, scan
+from lorastudio.data.safe_open import folder_identity
 from lorastudio.settings import Settings
 
 N = 1_000
@@ -85,3 +87,40 @@ def test_an_upload_of_a_thousand_images_checks_each_once(
     assert resp.status_code == 201, resp.text[:500]
     assert len(resp.json()["committed"]) == 2 * N and resp.json()["refused"] == []
     assert calls["open_frames"] == N
+
+
+def test_an_upload_into_a_large_dataset_costs_what_it_sends(
+    client: TestClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of 2 images with their captions into a dataset of 120 lists none of the dataset's
+    files and parses none of its decoded record's rows (the web sends 32 images a batch: a
+    listing and a record parse per batch made uploading N images O(N^2), RELIABILITY 2111); a
+    caption sent without its image still finds it in the dataset."""
+    pngs = tiny_pngs(123)
+    files = [("f", (f"u{i:04d}.png", pngs[i])) for i in range(120)]
+    files += [("f", (f"u{i:04d}.txt", f"caption {i}".encode())) for i in range(120)]
+    assert client.post("/api/datasets/up/files", files=files).status_code == 201
+    folder = settings.datasets_dir / "up"
+    listed: Counter[str] = Counter()
+    real_iterdir, real_entry = Path.iterdir, decoded._entry
+
+    def iterdir(self: Path) -> Iterator[Path]:
+        for path in real_iterdir(self):
+            listed[str(self)] += 1
+            yield path
+
+    def entry(row: object) -> object:
+        listed["record rows"] += 1
+        return real_entry(row)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    monkeypatch.setattr(decoded, "_entry", entry)
+    batch = [("f", (f"v{i}.png", pngs[120 + i])) for i in range(2)]
+    batch += [("f", (f"v{i}.txt", b"another")) for i in range(2)]
+    resp = client.post("/api/datasets/up/files", files=batch)
+    assert resp.status_code == 201 and len(resp.json()["committed"]) == 4
+    assert listed[str(folder)] == 0 and listed["record rows"] == 0  # the old code: 480 (listed twice) and 120
+    record = decoded.DecodedRecord.load(settings.decoded_record_dir, folder, folder_identity(folder))
+    assert len(record.files) == 122  # the record holds every image, the batch's too
+    resp = client.post("/api/datasets/up/files", files=[("f", ("u0007.txt", b"a caption alone"))])
+    assert resp.status_code == 201 and (folder / "u0007.txt").read_text() == "a caption alone"

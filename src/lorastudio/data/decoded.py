@@ -33,6 +33,12 @@ naming one that does not decode, and records the rest.
 
 An entry is recorded only when its file was settled when keyed (`racy`: git's racy case; the
 next check decodes a racy one again).
+
+The process keeps the last record it read or wrote, parsed, while its file's identity (device,
+inode, size, mtime_ns, ctime_ns) stays the same (`_remembered`): an upload of 32 images into a
+dataset of 50,000 parsed the whole record each time (uploading N images cost O(N^2): RELIABILITY
+2111). One that is stale (another process's save in the same tick) only lacks or holds entries
+that `known` compares with each file's own key, as it does any record's.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -156,7 +164,13 @@ class DecodedRecord:
         `budget_s`: seconds of full decodes its scan may spend (default FULL_DECODE_BUDGET_S);
         `progress`: the run's decode count and stop check (None: none)."""
         record = cls(record_dir, folder, folder_id, budget_s, progress)
-        record.files = _read_record(record.path)
+        ident = _file_identity(record.path)
+        kept = _remembered(record.path, ident)
+        if kept is None:
+            kept = _read_record(record.path)
+            if kept:  # a refused read (over the bound, garbled) is read again
+                _remember(record.path, ident, kept)
+        record.files = dict(kept)  # a copy: the kept one is shared
         return record
 
     def record_key(self, path: Path) -> str:
@@ -245,8 +259,46 @@ class DecodedRecord:
             tmp.write_text(json.dumps(body, separators=(",", ":")), encoding="utf-8")
             os.replace(tmp, self.path)
             self.changed = False
+            _remember(self.path, _file_identity(self.path), dict(self.files))
         except OSError:
             tmp.unlink(missing_ok=True)
+
+
+_kept_lock = threading.Lock()
+_kept: list[tuple[Path, tuple[int, ...], dict[str, tuple[FileKey, ImageInfo]]]] = []  # the last one
+
+
+def _file_identity(path: Path) -> tuple[int, ...] | None:
+    """(device, inode, size, mtime_ns, ctime_ns) of the regular file `path` (no link followed);
+    None for anything else or when it cannot be read."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _remembered(path: Path, ident: tuple[int, ...] | None) -> dict[str, tuple[FileKey, ImageInfo]] | None:
+    """The entries of the record `path` kept by `_remember` while its file is `ident` (and within
+    RECORD_MAX_BYTES, as a read); else None."""
+    with _kept_lock:
+        for kept_path, kept_ident, files in _kept:
+            if (
+                ident is not None
+                and kept_path == path
+                and kept_ident == ident
+                and ident[2] <= RECORD_MAX_BYTES
+            ):
+                return files
+    return None
+
+
+def _remember(path: Path, ident: tuple[int, ...] | None, files: dict[str, tuple[FileKey, ImageInfo]]) -> None:
+    """Keep `files` as the record `path` whose file is `ident` (None: forget what is kept)."""
+    with _kept_lock:
+        _kept[:] = [] if ident is None else [(path, ident, files)]
 
 
 def _read_record(path: Path) -> dict[str, tuple[FileKey, ImageInfo]]:

@@ -46,7 +46,7 @@ from lorastudio.data.decoded import (
 from lorastudio.data.discovery import CAPTION_EXTENSION, IMAGE_EXTENSIONS, METADATA_FILE, is_image_name
 from lorastudio.data.images import ImageInfo, probe_full
 from lorastudio.data.metadata_write import nfc_metadata
-from lorastudio.data.paths import safe_component
+from lorastudio.data.paths import safe_component, stem_key
 from lorastudio.data.peer_files import foreign_file_reason
 from lorastudio.data.safe_open import folder_identity, open_folder
 from lorastudio.data.staging_owner import STAGING_DIR, make_owned, release
@@ -327,10 +327,16 @@ class UploadBatch:
                 self._refuse(name, err)
                 bad.add(name)
         refused_images = self._by_name | {Path(n).stem: n for n in bad if self._names[n] == "image"}
-        existing_stems = {p.stem for p in self.dataset_dir.iterdir()} if self.dataset_dir.is_dir() else set()
         good_stems = {Path(n).stem for n, k in self._names.items() if k == "image" and n not in bad}
-        captioned = good_stems | existing_stems  # once: a union per caption was O(n^2) (RELIABILITY 152)
-        for name in sorted(n for n, k in self._names.items() if k == "caption"):
+        captions = sorted(n for n, k in self._names.items() if k == "caption")
+        # the dataset's own listing only when a caption's image is not in the upload: a batch of
+        # images with their captions (the web's batches) costs what it holds, not the dataset's
+        # size (a listing per batch made uploading N images O(N^2): RELIABILITY 2111); once, as
+        # a union per caption was O(n^2) (RELIABILITY 152)
+        captioned = good_stems
+        if any(Path(n).stem not in good_stems for n in captions) and self.dataset_dir.is_dir():
+            captioned = good_stems | {p.stem for p in self.dataset_dir.iterdir()}
+        for name in captions:
             path = self.staging / name
             stem = Path(name).stem
             if stem in refused_images and stem not in good_stems:
@@ -339,7 +345,9 @@ class UploadBatch:
             elif not self._caption_ok(path, captioned):
                 bad.add(name)
         controls = [n for n, k in self._names.items() if k == "control" and n not in bad]
-        targets = good_stems | dataset_image_stems(self.dataset_dir)
+        targets = good_stems  # likewise: listed only for a control whose target is not in the upload
+        if any(stem_key(n) not in good_stems for n in controls):
+            targets = good_stems | dataset_image_stems(self.dataset_dir)
         for name, reason in unmatched_controls(controls, targets, refused_images).items():
             self._refuse(name, reason)
             bad.add(name)

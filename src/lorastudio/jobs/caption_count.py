@@ -52,6 +52,9 @@ FLUX2_SYSTEM_MESSAGE = (
 MAX_FILE_BYTES = 128 * 2**20  # the largest tokenizer.json published is ~35 MB (Gemma 3)
 LIMIT_AS_BYTES = 6 * 2**30  # the child's address space (a 35 MB tokenizer.json loads in < 1 GiB)
 LIMIT_CPU_S = 60
+# texts one encode_batch is given: its Encodings (ids, offsets, masks: ~19 KB a 200-character T5
+# caption) are held only a chunk at a time (50,000 captions at once held ~1 GB: RELIABILITY 2112)
+COUNT_CHUNK = 2_048
 
 
 class CannotCount(Exception):
@@ -102,13 +105,13 @@ def count(folder: Path, root: Path, tokenizer_dir: str, template: str, texts: li
     tok_dir = folder / tokenizer_dir
     tokenizer = _tokenizer(tok_dir, root)
     if template == "plain":
-        return [len(e.ids) for e in tokenizer.encode_batch(texts)]
+        return _lengths(tokenizer, texts)
     if template == "qwen_image":
         wrapped = [QWEN_IMAGE_TEMPLATE.format(c) for c in texts]
-        return [len(e.ids) - QWEN_IMAGE_DROP for e in tokenizer.encode_batch(wrapped)]
+        return [n - QWEN_IMAGE_DROP for n in _lengths(tokenizer, wrapped)]
     if template == "krea2":
         wrapped = [KREA2_PREFIX + c for c in texts]
-        return [len(e.ids) - KREA2_DROP + KREA2_SUFFIX_TOKENS for e in tokenizer.encode_batch(wrapped)]
+        return [n - KREA2_DROP + KREA2_SUFFIX_TOKENS for n in _lengths(tokenizer, wrapped)]
     chat, specials = _chat_template(tok_dir, root)
     if template in ("chat", "chat_thinking"):  # rendered, then tokenized with the special tokens
         thinking = template == "chat_thinking"
@@ -122,7 +125,7 @@ def count(folder: Path, root: Path, tokenizer_dir: str, template: str, texts: li
             )
             for c in texts
         ]
-        return [len(e.ids) for e in tokenizer.encode_batch(rendered)]
+        return _lengths(tokenizer, rendered)
     if template != "flux2_system":
         raise CannotCount(f"the {template!r} prompt template is not counted here")
     # diffusers' format_input, apply_chat_template(tokenize=True): no special tokens added
@@ -138,7 +141,16 @@ def count(folder: Path, root: Path, tokenizer_dir: str, template: str, texts: li
         )
         for c in texts
     ]
-    return [len(e.ids) for e in tokenizer.encode_batch(rendered, add_special_tokens=False)]
+    return _lengths(tokenizer, rendered, add_special_tokens=False)
+
+
+def _lengths(tokenizer: Any, texts: list[str], **options: Any) -> list[int]:
+    """Each text's token count by `tokenizer.encode_batch(chunk, **options)`, COUNT_CHUNK texts at
+    a time (the Encodings of one chunk held at once, whatever the dataset's size)."""
+    out: list[int] = []
+    for start in range(0, len(texts), COUNT_CHUNK):
+        out += [len(e.ids) for e in tokenizer.encode_batch(texts[start : start + COUNT_CHUNK], **options)]
+    return out
 
 
 def _tokenizer(tok_dir: Path, root: Path) -> Any:

@@ -12,6 +12,11 @@ answer of counts is kept (never a "cannot count": a timeout is the host's load, 
 a folder that cannot be listed, or lists more than MAX_ENTRIES entries, is never kept (the child
 answers it as before). The listing is `os.scandir` + `os.stat` (no file is opened: a FIFO in the
 folder cannot block the server's thread); at most MAX_KEPT answers, the oldest dropped first.
+The texts are kept as a sha256 of them (length-prefixed, so no two lists read alike) and the counts
+as 4-byte integers: an answer holds ~4 bytes a caption whatever the captions' length, so a dataset
+of any size is kept (it was not above 1,000,000 characters of captions: ~25,000 short captions
+or ~5,000 long ones started a count child at every preflight; RELIABILITY 2110), within
+MAX_KEPT_COUNTS counts in all.
 
 Contract: `lookup(ask)` -> the kept counts of this ask whose folder is unchanged since, or None;
 `keep(ask, counts)` remembers them (a no-op where the folder cannot be fingerprinted).
@@ -19,17 +24,19 @@ Contract: `lookup(ask)` -> the kept counts of this ask whose folder is unchanged
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
+from array import array
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 MAX_ENTRIES = 64  # a tokenizer folder holds ~2-8 files; more: not kept (the listing stays small)
-MAX_KEPT = 32  # answers kept (each: its captions' texts and counts)
-MAX_TEXT_CHARS = 1_000_000  # an ask whose texts are longer is not kept (the memory they hold)
+MAX_KEPT = 32  # answers kept (each: its captions' digest and counts)
+MAX_KEPT_COUNTS = 4_000_000  # counts kept in all (16 MB); the oldest answers dropped first beyond it
 
-_kept: OrderedDict[tuple[Any, ...], tuple[tuple[Any, ...], list[int]]] = OrderedDict()
+_kept: OrderedDict[tuple[Any, ...], tuple[tuple[Any, ...], array[int]]] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -63,18 +70,26 @@ def _fingerprint(folder: Path) -> tuple[Any, ...] | None:
     return (top.st_dev, top.st_ino, top.st_mtime_ns, top.st_ctime_ns, tuple(sorted(entries)))
 
 
-def _key(ask: dict[str, Any]) -> tuple[Any, ...] | None:
-    texts = tuple(ask["texts"])
-    if sum(len(t) for t in texts) > MAX_TEXT_CHARS:
-        return None
-    return (ask["folder"], ask["root"], ask["tokenizer"], ask["template"], texts)
+def _texts_digest(texts: list[str]) -> str:
+    """A sha256 of `texts` in order, each length-prefixed (["ab"] and ["a", "b"] differ)."""
+    digest = hashlib.sha256(len(texts).to_bytes(8, "big"))
+    for text in texts:
+        raw = text.encode("utf-8", "surrogatepass")
+        digest.update(len(raw).to_bytes(8, "big"))
+        digest.update(raw)
+    return digest.hexdigest()
+
+
+def _key(ask: dict[str, Any]) -> tuple[Any, ...]:
+    """What an answer is kept under: the ask's folder, root, tokenizer and template, and its texts'
+    count and digest (never the texts themselves: their memory)."""
+    texts = ask["texts"]
+    return (ask["folder"], ask["root"], ask["tokenizer"], ask["template"], len(texts), _texts_digest(texts))
 
 
 def lookup(ask: dict[str, Any]) -> list[int] | None:
     """The counts kept for `ask` whose tokenizer folder has not changed since, else None."""
     key = _key(ask)
-    if key is None:
-        return None
     with _lock:
         kept = _kept.get(key)
     if kept is None:
@@ -91,13 +106,17 @@ def lookup(ask: dict[str, Any]) -> list[int] | None:
 def keep(ask: dict[str, Any], counts: list[int], fingerprint: tuple[Any, ...] | None) -> None:
     """Remember `counts` for `ask`, counted from the folder `fingerprint` (taken before the child
     read it: a change during the count leaves a fingerprint the next lookup does not match)."""
-    key = _key(ask)
-    if key is None or fingerprint is None:
+    if (
+        fingerprint is None
+        or len(counts) > MAX_KEPT_COUNTS
+        or any(not -(1 << 31) <= n < 1 << 31 for n in counts)
+    ):
         return
+    key = _key(ask)
     with _lock:
-        _kept[key] = (fingerprint, list(counts))
+        _kept[key] = (fingerprint, array("i", counts))
         _kept.move_to_end(key)
-        while len(_kept) > MAX_KEPT:
+        while len(_kept) > MAX_KEPT or sum(len(c) for _, c in _kept.values()) > MAX_KEPT_COUNTS:
             _kept.popitem(last=False)
 
 

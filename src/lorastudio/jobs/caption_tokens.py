@@ -18,7 +18,7 @@ a family whose captions are not measured (no CaptionTokens, or one that never cu
 {"limit", "counted": bool, "cut": [{"file", "tokens"}], "note"}. When it cannot count
 (no tokenizer.json and no slow files counted here; the files not on this machine; a file that is not a
 regular one inside the folder, or too large; a chat template this renderer does not run; a
-count past COUNT_TIMEOUT_S) `counted` is False, `cut` empty and `note` says the count is made at the
+count past count_timeout_s) `counted` is False, `cut` empty and `note` says the count is made at the
 start of the run: a note, never a problem.
 """
 
@@ -56,7 +56,11 @@ from lorastudio.jobs.time_work import seen_text_tokens
 from lorastudio.training.caption_length import QWEN_IMAGE_TOKENIZER_MAX, token_limit
 
 log = logging.getLogger("lorastudio.jobs")
-COUNT_TIMEOUT_S = 20.0  # the child's wall-clock limit (a real tokenizer.json loads in ~1 s)
+COUNT_TIMEOUT_S = 20.0  # the child's wall-clock limit (a real tokenizer.json loads in ~1 s) ...
+# ... plus this per character of the texts: 50,000 captions of 200 characters took 7.3 CPU s and 22 s
+# of wall time on the loaded 2-core host, past a fixed 20 s, so a large dataset's preflight waited
+# 20 s every time to say "not counted" (RELIABILITY 2112)
+COUNT_S_PER_CHAR = 4e-6
 _children = threading.BoundedSemaphore(2)  # count children at once
 # the child caps its address space: no thread pool (tokenizers' rayon: a thread and a malloc arena
 # of 64 MiB reserved per core, past the cap on a many-core host) and few arenas
@@ -140,7 +144,7 @@ def tokenizer_folder(cfg: TrainConfig, model_dir: Path | None) -> Path | None:
 def caption_counts(spec: FamilySpec, folder: Path, captions: Sequence[str]) -> list[int]:
     """Each caption's tokens as training/caption_length.caption_token_counts counts them, read
     from the pipeline folder's tokenizer files in a bounded child process
-    (jobs/caption_count.py: COUNT_TIMEOUT_S of wall time, its own memory and CPU caps, only
+    (jobs/caption_count.py: count_timeout_s of wall time, its own memory and CPU caps, only
     regular files inside the folder). Raises CannotCount (with the reason), ValueError for a
     family that is not measured."""
     if spec.caption_tokens is None:
@@ -176,6 +180,12 @@ def caption_counts(spec: FamilySpec, folder: Path, captions: Sequence[str]) -> l
     return counts
 
 
+def count_timeout_s(texts: Sequence[str]) -> float:
+    """The count child's wall-clock limit for `texts`: COUNT_TIMEOUT_S, and COUNT_S_PER_CHAR for
+    each of their characters (the work grows with them)."""
+    return COUNT_TIMEOUT_S + COUNT_S_PER_CHAR * sum(map(len, texts))
+
+
 def _run_child(ask: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     """The count child's run (jobs/caption_count.py). Raises CannotCount when it ran out of time
     or could not start."""
@@ -186,12 +196,13 @@ def _run_child(ask: dict[str, Any]) -> subprocess.CompletedProcess[str]:
             capture_output=True,
             encoding="utf-8",  # the child reads its stdin's bytes as UTF-8 (RELIABILITY 1029)
             errors="replace",
-            timeout=COUNT_TIMEOUT_S,
+            timeout=count_timeout_s(ask["texts"]),
             env=child_environment(os.environ) | _CHILD_ENV,
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise CannotCount(f"its tokenizer files were not counted within {COUNT_TIMEOUT_S:.0f} s") from None
+        limit = count_timeout_s(ask["texts"])
+        raise CannotCount(f"its tokenizer files were not counted within {limit:.0f} s") from None
     except OSError as err:
         raise CannotCount(f"the count could not start: {err}") from None
 
