@@ -146,3 +146,32 @@ def test_the_first_paragraph_names_every_family(family: str):
     title = families.get(family).spec.title
     spelt = {"Stable Diffusion XL": "SDXL"}.get(title, title)
     assert re.search(rf"[ *(,]{re.escape(spelt)}[ ,*)]", intro), f"{family} ({spelt}) not in README's intro"
+
+
+def _commands_with(option: str) -> set[str]:
+    """Every `group command` (or top-level command) of the CLI that takes `option`."""
+    _register()
+    out = set()
+
+    def walk(cmd, path: list[str]) -> None:
+        if hasattr(cmd, "commands"):
+            for name, sub in cmd.commands.items():
+                walk(sub, [*path, name])
+        elif any(option in p.opts for p in cmd.params):
+            out.add(" ".join(path))
+
+    walk(typer.main.get_command(app), [])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("option", "sentence"),
+    [
+        ("--json", r"With `--json` \(([^)]*)\)"),
+        ("--yes", r"((?:`[a-z ]+`(?:, | and ))+`[a-z ]+`) ask first unless given `--yes`"),
+    ],
+)
+def test_the_commands_readme_lists_for_an_option_are_the_ones_taking_it(option: str, sentence: str):
+    listed = re.search(sentence, re.sub(r"\s+", " ", README))
+    assert listed, f"README's list of the commands taking {option} is gone"
+    assert set(re.findall(r"`([a-z ]+)`", listed[1])) == _commands_with(option)
