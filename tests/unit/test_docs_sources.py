@@ -9,6 +9,9 @@
   (cli/exclusive_home.exclusive_home), and each says so in its own --help.
 - Every `lorastudio[EXTRA]` README tells a user to install is an extra pyproject.toml declares.
 - The first paragraph names every registered family.
+- The commands README lists as taking `--json` / asking unless `--yes` are the ones that do.
+- Every studio home path README or CONTRIBUTING names (`~/.lorastudio/cache/fa4`,
+  `<home>/run_timings/`) is spelt so by the code.
 """
 
 from __future__ import annotations
@@ -175,3 +178,20 @@ def test_the_commands_readme_lists_for_an_option_are_the_ones_taking_it(option: 
     listed = re.search(sentence, re.sub(r"\s+", " ", README))
     assert listed, f"README's list of the commands taking {option} is gone"
     assert set(re.findall(r"`([a-z ]+)`", listed[1])) == _commands_with(option)
+
+
+def test_every_studio_home_path_the_docs_name_is_one_the_code_writes():
+    """`~/.lorastudio/cache/attention-probe`, `<home>/run_timings/`, `<home>/claims/<key>.lock`: each
+    named part is a name the code spells (a string of src/lorastudio), so a renamed folder fails."""
+    code = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "src" / "lorastudio").rglob("*.py"))
+    docs = README + (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"(?:~/\.lorastudio|<home>)/((?:[\w.-]+/?)+)", docs))
+    assert len(named) >= 10
+    examples = {"my-run", "my-run.safetensors", "photos"}  # a run's and a dataset's name in examples
+    unknown = [
+        f"{path}: {part}"
+        for path in sorted(named)
+        for part in path.strip("/").split("/")
+        if part not in examples and not re.search(rf"[\"'/]{re.escape(part)}[\"'/]", code)
+    ]
+    assert unknown == [], f"studio home paths the code does not spell: {unknown}"
