@@ -13,7 +13,7 @@ import`, which converts the whole file. `GUESSES` are names a user guesses for a
 
 from __future__ import annotations
 
-from lorastudio.config_import import kohya_tables
+from lorastudio.config_import import aitoolkit_data, kohya_data, kohya_tables
 from lorastudio.config_import.onetrainer import _NEEDLESS as _OT_NEEDLESS
 from lorastudio.config_import.onetrainer import _SIMPLE as _OT_SIMPLE
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED
@@ -81,6 +81,34 @@ _PEERS: tuple[tuple[str, dict[str, str], dict[str, str]], ...] = (
     ("ai-toolkit", _AITOOLKIT, {}),
 )
 
+# a `[[datasets]]` entry's keys as the trainers' dataset files spell them (kohya's
+# [[datasets.subsets]], ai-toolkit's datasets items, SimpleTuner's data backends): key -> (the
+# trainers, what it is here)
+_ENTRY_PEERS: dict[str, tuple[list[str], str]] = {}
+for _name, _pairs in (
+    (
+        "kohya",
+        [*((k, v) for k, v, _ in kohya_data._ENTRY), ("image_dir", "path"), ("image_directory", "path")],
+    ),
+    ("kohya", [(k, f"the run's {v}") for k, v, _ in kohya_data._RUN]),
+    ("ai-toolkit", [*((k, v) for k, v, _ in aitoolkit_data._ENTRY), ("folder_path", "path")]),
+    ("ai-toolkit", [(k, f"the run's {v}") for k, v, _ in aitoolkit_data._RUN]),
+    ("SimpleTuner", [("instance_data_dir", "path"), ("is_regularisation_data", "regularisation")]),
+):
+    for _key, _target in _pairs:
+        if _key != _target:
+            _ENTRY_PEERS.setdefault(_key, ([], _target))[0].append(_name)
+ENTRY_GUESSES = {  # a name guessed for a datasets entry's key -> it
+    "dir": "path",
+    "folder": "path",
+    "data_dir": "path",
+    "directory": "path",
+    "repeat": "repeats",
+    "num_repeats": "repeats",
+    "trigger": "trigger_word",
+    "caption": "default_caption",
+}
+
 GUESSES = {  # a name guessed for a setting of ours -> it
     "checkpoint_every": "save_every",
     "checkpoint_steps": "save_every",
@@ -124,6 +152,22 @@ def peer_hint(key: str) -> str:
     if dropped:
         name, why = dropped[0]
         return f"; {name}'s {key} is {why} (`lorastudio config import` converts a whole {name} file)"
+    return ""
+
+
+def entry_hint(key: str) -> str:
+    """What an unknown key of a `[[datasets]]` entry is here: '; kohya's and ai-toolkit's num_repeats
+    is repeats here (...)' for a key of another trainer's dataset file (RELIABILITY 2141), '; did
+    you mean X?' for an ENTRY_GUESSES name; '' for neither."""
+    if key in _ENTRY_PEERS:
+        names, target = _ENTRY_PEERS[key]
+        files = _names(names, "or", own=False)
+        return (
+            f"; {_names(names, 'and')} {key} is {target} here (`lorastudio config import` converts a "
+            f"whole {files} file with its datasets)"
+        )
+    if key in ENTRY_GUESSES:
+        return f"; did you mean {ENTRY_GUESSES[key]}?"
     return ""
 
 

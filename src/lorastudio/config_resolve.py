@@ -44,9 +44,8 @@ def _did_you_mean(loc: tuple[Any, ...]) -> str:
         return ""
     from lorastudio.config_peer_keys import peer_hint  # no torch
 
-    hint = peer_hint(
-        loc[0]
-    )  # another trainer's name, not a misspelling (max_train_steps is not max_bad_steps)
+    # another trainer's name, not a misspelling (max_train_steps is not max_bad_steps); in capitals too
+    hint = peer_hint(loc[0]) or peer_hint(loc[0].lower())
     if hint:
         return hint
     close = difflib.get_close_matches(loc[0].lower(), list(TrainConfig.model_fields), n=2, cutoff=0.75)
@@ -85,10 +84,20 @@ def _one_branch(errors: list[Any]) -> list[Any]:
 
 
 def _entry_did_you_mean(loc: tuple[Any, ...]) -> str:
-    """'; did you mean X?' for an unknown key of a sample prompt object close to one of its keys."""
-    if len(loc) != 3 or loc[0] != "sample_prompts" or not isinstance(loc[2], str):
+    """'; did you mean X?' for an unknown key of a sample prompt object or a datasets entry close
+    to one of its keys; for a datasets entry's key of another trainer's dataset file or a guessed
+    name, what it is here (config_peer_keys.entry_hint, RELIABILITY 2141)."""
+    if len(loc) != 3 or loc[0] not in ("sample_prompts", "datasets") or not isinstance(loc[2], str):
         return ""
-    close = difflib.get_close_matches(loc[2].lower(), list(SamplePrompt.model_fields), n=2, cutoff=0.75)
+    fields = list(SamplePrompt.model_fields)
+    if loc[0] == "datasets":
+        from lorastudio.config_datasets import DatasetEntry
+        from lorastudio.config_peer_keys import entry_hint  # no torch
+
+        if hint := entry_hint(loc[2]) or entry_hint(loc[2].lower()):
+            return hint
+        fields = list(DatasetEntry.model_fields)
+    close = difflib.get_close_matches(loc[2].lower(), fields, n=2, cutoff=0.75)
     return f"; did you mean {' or '.join(close)}?" if close else ""
 
 

@@ -71,3 +71,27 @@ def test_the_cli_check_names_a_foreign_key_of_the_file_and_of_set(
     assert code == 2, out
     assert "network_dim: unknown setting; kohya's network_dim is lora_rank here" in out
     assert "checkpoint_every: unknown setting; did you mean save_every?" in out
+
+
+def test_a_datasets_entrys_foreign_or_guessed_key_is_named_as_ours() -> None:
+    """A `[[datasets]]` entry written as kohya's subset, ai-toolkit's item or SimpleTuner's backend
+    is told what each key is here, a near name as "did you mean" (RELIABILITY 2141); the old code
+    said only "unknown setting"."""
+    entry = {"path": "d", "num_repeats": 3, "image_dir": "d", "flip_aug": True, "repets": 2, "zz": 1}
+    with pytest.raises(ConfigError) as err:
+        parse_train_config({"family": "flux", "base_model": "x", "datasets": [entry]})
+    said = {p.field: p.message for p in err.value.problems}
+    assert said["datasets.0.num_repeats"] == (
+        "unknown setting; kohya's and ai-toolkit's num_repeats is repeats here "
+        f"{IMPORT} kohya or ai-toolkit file with its datasets)"
+    )
+    assert said["datasets.0.image_dir"].startswith("unknown setting; kohya's image_dir is path here")
+    assert said["datasets.0.flip_aug"].startswith(
+        "unknown setting; kohya's flip_aug is the run's random_flip here"
+    )
+    assert said["datasets.0.repets"] == "unknown setting; did you mean repeats?"
+    assert said["datasets.0.zz"] == "unknown setting"
+    # in capitals (an environment variable's spelling), not difflib's max_bad_steps as before
+    assert _messages(MAX_TRAIN_STEPS=5)["MAX_TRAIN_STEPS"].startswith(
+        "unknown setting; kohya's and SimpleTuner's max_train_steps is steps here"
+    )
