@@ -95,3 +95,13 @@ def test_a_datasets_entrys_foreign_or_guessed_key_is_named_as_ours() -> None:
     assert _messages(MAX_TRAIN_STEPS=5)["MAX_TRAIN_STEPS"].startswith(
         "unknown setting; kohya's and SimpleTuner's max_train_steps is steps here"
     )
+
+
+def test_a_resumes_unknown_key_in_capitals_or_past_200_characters() -> None:
+    """A resume's settings say as the config does (RELIABILITY 2142): a peer's or a guessed key in
+    capitals is named as its lower-case spelling (not difflib's max_bad_steps), and a key past
+    200 characters is cut in the field as config_resolve cuts it (the old code echoed it whole)."""
+    (capitals,) = override_problems({"MAX_STEPS": 5})
+    assert capitals.message.startswith("unknown setting: did you mean steps?; settings that may change")
+    (long,) = override_problems({"k" * 5000: 1})
+    assert long.field == "k" * 200 + "... (5,000 characters)"

@@ -339,9 +339,11 @@ def override_problems(overrides: Mapping[str, Any]) -> list[FieldProblem]:
 
         close = difflib.get_close_matches(key.lower(), sorted(allowed | {"steps"}), n=2, cutoff=0.75)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
-        if peer := peer_hint(key):  # another trainer's key, a guessed name (RELIABILITY 2041)
+        # another trainer's key, a guessed name (RELIABILITY 2041), in capitals too (2142)
+        if peer := peer_hint(key) or peer_hint(key.lower()):
             hint = peer.removeprefix("; ") + "; "
-        problems.append(FieldProblem(key, f"unknown setting: {hint}{may}"))
+        shown = key if len(key) <= 200 else f"{key[:200]}... ({len(key):,} characters)"  # as config_resolve's
+        problems.append(FieldProblem(shown, f"unknown setting: {hint}{may}"))
     return problems
 
 
