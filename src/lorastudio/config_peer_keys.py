@@ -171,6 +171,24 @@ def entry_hint(key: str) -> str:
     return ""
 
 
+def level_hint(key: str, in_entry: bool) -> str:
+    """Where `key` is a setting of ours one level off (RELIABILITY 2144): at the top of a config
+    (`in_entry` False), a datasets entry's key (`repeats`); in a datasets entry, a key of the run
+    (`steps`). '' for neither: difflib's nearest name was a wrong guess (`loss_weight` ->
+    prior_loss_weight) or none (`repeats`)."""
+    from lorastudio.config import TrainConfig
+    from lorastudio.config_datasets import DatasetEntry
+
+    if not in_entry and key in DatasetEntry.model_fields and key not in TrainConfig.model_fields:
+        return (
+            f"; {key} is a setting of a datasets entry, not of the run: give the folder as a [[datasets]] "
+            f"entry (its path, the data_dir) with {key} set there"
+        )
+    if in_entry and key in TrainConfig.model_fields and key not in DatasetEntry.model_fields:
+        return f"; {key} is a setting of the run, not of a datasets entry: set it at the top of the config"
+    return ""
+
+
 def _names(names: list[str], word: str, own: bool = True) -> str:
     """`names` joined ("kohya's and SimpleTuner's"; own=False: "kohya or SimpleTuner")."""
     said = [f"{n}'s" if own else n for n in dict.fromkeys(names)]

@@ -42,10 +42,11 @@ def _did_you_mean(loc: tuple[Any, ...]) -> str:
     (config_peer_keys.peer_hint: '; kohya's X is Y here ...', RELIABILITY 2000, 2041), else ''."""
     if len(loc) != 1 or not isinstance(loc[0], str):
         return ""
-    from lorastudio.config_peer_keys import peer_hint  # no torch
+    from lorastudio.config_peer_keys import level_hint, peer_hint  # no torch
 
-    # another trainer's name, not a misspelling (max_train_steps is not max_bad_steps); in capitals too
-    hint = peer_hint(loc[0]) or peer_hint(loc[0].lower())
+    # another trainer's name, not a misspelling (max_train_steps is not max_bad_steps); in capitals
+    # too; a datasets entry's key given to the run (RELIABILITY 2144)
+    hint = peer_hint(loc[0]) or peer_hint(loc[0].lower()) or level_hint(loc[0], in_entry=False)
     if hint:
         return hint
     close = difflib.get_close_matches(loc[0].lower(), list(TrainConfig.model_fields), n=2, cutoff=0.75)
@@ -92,9 +93,9 @@ def _entry_did_you_mean(loc: tuple[Any, ...]) -> str:
     fields = list(SamplePrompt.model_fields)
     if loc[0] == "datasets":
         from lorastudio.config_datasets import DatasetEntry
-        from lorastudio.config_peer_keys import entry_hint  # no torch
+        from lorastudio.config_peer_keys import entry_hint, level_hint  # no torch
 
-        if hint := entry_hint(loc[2]) or entry_hint(loc[2].lower()):
+        if hint := entry_hint(loc[2]) or entry_hint(loc[2].lower()) or level_hint(loc[2], in_entry=True):
             return hint
         fields = list(DatasetEntry.model_fields)
     close = difflib.get_close_matches(loc[2].lower(), fields, n=2, cutoff=0.75)

@@ -105,3 +105,21 @@ def test_a_resumes_unknown_key_in_capitals_or_past_200_characters() -> None:
     assert capitals.message.startswith("unknown setting: did you mean steps?; settings that may change")
     (long,) = override_problems({"k" * 5000: 1})
     assert long.field == "k" * 200 + "... (5,000 characters)"
+
+
+def test_a_key_one_level_off_is_named_where_it_goes() -> None:
+    """A datasets entry's key at the top of a config, a run's key inside an entry (RELIABILITY
+    2144): the old code said "unknown setting" alone (`repeats`) or difflib's wrong guess
+    (`loss_weight` -> prior_loss_weight, `prior_prediction` -> v_prediction)."""
+    said = _messages(repeats=3, loss_weight=2.0, prior_prediction=True)
+    assert said["repeats"] == (
+        "unknown setting; repeats is a setting of a datasets entry, not of the run: give the folder as a "
+        "[[datasets]] entry (its path, the data_dir) with repeats set there"
+    )
+    assert said["loss_weight"].startswith("unknown setting; loss_weight is a setting of a datasets entry")
+    assert said["prior_prediction"].startswith("unknown setting; prior_prediction is a setting of a datasets")
+    with pytest.raises(ConfigError) as err:
+        parse_train_config({"family": "flux", "base_model": "x", "datasets": [{"path": "d", "steps": 5}]})
+    assert {p.field: p.message for p in err.value.problems}["datasets.0.steps"] == (
+        "unknown setting; steps is a setting of the run, not of a datasets entry: set it at the top of the config"
+    )
