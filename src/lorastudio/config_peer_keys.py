@@ -13,6 +13,8 @@ import`, which converts the whole file. `GUESSES` are names a user guesses for a
 
 from __future__ import annotations
 
+import re
+
 from lorastudio.config_import import aitoolkit_data, kohya_data, kohya_tables
 from lorastudio.config_import.onetrainer import _NEEDLESS as _OT_NEEDLESS
 from lorastudio.config_import.onetrainer import _SIMPLE as _OT_SIMPLE
@@ -169,6 +171,28 @@ def entry_hint(key: str) -> str:
     if key in ENTRY_GUESSES:
         return f"; did you mean {ENTRY_GUESSES[key]}?"
     return ""
+
+
+# what a setting's name shown in a problem line must not hold raw: C0 controls (newline and tab
+# too), DEL, C1 controls, bidi and line-separator format characters (cli/safe_output's set)
+_UNSHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+SHOWN_KEY_LIMIT = 200  # a key no form has, echoed in the field and the detail
+
+
+def shown_key(key: str) -> str:
+    """`key` (a setting's path as the user spelt it: an unknown key is echoed) for a problem's
+    field, on one line (RELIABILITY 2145): each control, line-breaking or bidi character written as
+    its escape (`\\n`, `\\x1b`, `\\u202e`: a key holding a newline printed a problem line of its
+    own, "  - lora_rank: fine: unknown setting"), and cut past SHOWN_KEY_LIMIT characters saying
+    its length."""
+    cut = key if len(key) <= SHOWN_KEY_LIMIT else f"{key[:SHOWN_KEY_LIMIT]}... ({len(key):,} characters)"
+    return _UNSHOWN.sub(lambda m: _NAMED.get(m.group()) or _escape(m.group()), cut)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def level_hint(key: str, in_entry: bool) -> str:

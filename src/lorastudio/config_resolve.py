@@ -103,14 +103,14 @@ def _entry_did_you_mean(loc: tuple[Any, ...]) -> str:
 
 
 def _pydantic_problems(err: ValidationError) -> list[FieldProblem]:
+    from lorastudio.config_peer_keys import shown_key  # no torch
+
     out = []
     for e in _one_branch(list(err.errors())):
-        loc = ".".join(str(p) for p in e["loc"]) or "(config)"
+        loc = shown_key(".".join(str(p) for p in e["loc"])) or "(config)"  # one line, cut (2145)
         msg = e["msg"].removeprefix("Value error, ")  # pydantic's words before a validator's own
         if e["type"] == "extra_forbidden":
             msg = "unknown setting" + (_did_you_mean(e["loc"]) or _entry_did_you_mean(e["loc"]))
-            if len(loc) > 200:  # a key no form has, echoed whole in the field and the detail
-                loc = f"{loc[:200]}... ({len(loc):,} characters)"
         out.append(FieldProblem(loc, msg))
     return out
 

@@ -123,3 +123,20 @@ def test_a_key_one_level_off_is_named_where_it_goes() -> None:
     assert {p.field: p.message for p in err.value.problems}["datasets.0.steps"] == (
         "unknown setting; steps is a setting of the run, not of a datasets entry: set it at the top of the config"
     )
+
+
+def test_a_key_holding_a_newline_or_an_escape_stays_on_its_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    """An unknown key is echoed in its problem's field with its control characters escaped
+    (RELIABILITY 2145): a config key holding a newline printed a problem line of its own in the
+    CLI ("  - lora_rank: fine: unknown setting"), as the key wished; a resume's too."""
+    config = tmp_path / "run.toml"
+    config.write_text(
+        'family = "flux"\nbase_model = "x"\ndata_dir = "d"\n"a\\n  - lora_rank: fine" = 1\n"b\\u202ec" = 2\n'
+    )
+    code, out = run_cli(capsys, monkeypatch, "train", str(config), "--check")
+    assert code == 2, out
+    assert "  - a\\n  - lora_rank: fine: unknown setting" in out, out
+    assert not any(line.startswith("  - lora_rank: fine") for line in out.splitlines()), out
+    assert "b\\u202ec: unknown setting" in out, out
+    (resumed,) = override_problems({"x\ny": 1})
+    assert resumed.field == "x\\ny"
