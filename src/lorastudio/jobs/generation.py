@@ -342,13 +342,8 @@ class GenerationService:
                 raise
         finally:
             staging.unlink(missing_ok=True)
-        return {
-            **meta,
-            "file": target.name,
-            "path": str(target),
-            "seconds": round(result["seconds"], 3),
-            "warnings": warnings,
-        }
+        answer = {"file": target.name, "path": str(target), "seconds": round(result["seconds"], 3)}
+        return {**meta, **answer, "warnings": warnings}
 
     @contextlib.contextmanager
     def _worker_lock(self, rid: str) -> Iterator[None]:
