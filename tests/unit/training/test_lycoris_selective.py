@@ -77,3 +77,20 @@ def test_selective_checkpointing_recomputes_the_factored_deltas_small_matmuls(
     # tiny FLUX.1, rank 2: 149 kB kept without the adapter; the old code kept LoKr +106 kB, LoHa
     # +58 kB; now LoKr +0, LoHa +6.4 kB (the [rows, 4] projections; a LoRA of rank 2: +3.2 kB)
     assert kept - base <= (0 if adapter == "lokr" else base // 16), (base, kept)
+
+
+@pytest.mark.parametrize(("factor", "cheap"), [(-1, 8), (4, 16), (16, 16), (64, 1)])
+def test_the_cheap_inner_dimension_never_reaches_a_base_layers_own(factor: int, cheap: int):
+    """memory.adapter_inner_dim: the LoKr factors' inner dimensions (w1 [a, a_in], w2 or its
+    product's [r, b_in]), only those below every adapted layer's own inner dimension (64 here): a
+    lokr_factor of 64 leaves w1 64 x 64, whose matmul is as wide as the base layer's and stays
+    kept, as every base matmul does; LoHa's r1 * r2."""
+    from peft import LoHaConfig, LoKrConfig, inject_adapter_in_model
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 128))
+    config = LoKrConfig(r=2, alpha=2, target_modules=["0", "1"], decompose_factor=factor)
+    assert memory.adapter_inner_dim(inject_adapter_in_model(config, model)) == cheap
+    loha = inject_adapter_in_model(
+        LoHaConfig(r=2, alpha=2, target_modules=["0"]), torch.nn.Sequential(torch.nn.Linear(64, 64))
+    )
+    assert memory.adapter_inner_dim(loha) == 4  # r1 * r2
