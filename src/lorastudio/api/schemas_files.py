@@ -203,6 +203,11 @@ class GenerateOut(_Out):
     reference_urls: list[str] = Field(
         default_factory=list, description="where the reference images are served"
     )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what the user should know of how the image was made, each naming its file: a DoRA "
+        "LoRA whose header names no dora_scale rule, read by ComfyUI's (empty: nothing to say)",
+    )
 
 
 class GalleryImage(_Out):

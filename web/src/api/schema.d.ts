@@ -2613,6 +2613,11 @@ export interface components {
              * @description a single SDXL file's, when one was given
              */
             v_prediction?: boolean | null;
+            /**
+             * Warnings
+             * @description what the user should know of how the image was made, each naming its file: a DoRA LoRA whose header names no dora_scale rule, read by ComfyUI's (empty: nothing to say)
+             */
+            warnings?: string[];
             /** Width */
             width: number;
         };
@@ -3712,7 +3717,7 @@ export interface components {
             memory: components["schemas"]["MemoryEstimate"];
             /**
              * Notes
-             * @description checks the preflight did not make now, each with why (e.g. lora_targets while other checks run); the run's start makes them. Empty: every check was made
+             * @description checks the preflight did not make now, each with why (e.g. lora_targets while other checks run; the run's start makes them), and what it cannot tell (an init_lora DoRA file whose header names no dora_scale rule, read by ComfyUI's). Empty: every check was made
              */
             notes?: string[];
             plan: components["schemas"]["PreflightPlan"];
