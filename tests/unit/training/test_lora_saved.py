@@ -97,7 +97,11 @@ def _step(
         if t is None or t.dtype != torch.float32 or t.untyped_storage().data_ptr() == out.data_ptr():
             continue
         for x in inputs:
-            if x.dtype == torch.bfloat16 and t.numel() == x.numel() and torch.equal(t.reshape(-1), x.float().reshape(-1)):
+            if (
+                x.dtype == torch.bfloat16
+                and t.numel() == x.numel()
+                and torch.equal(t.reshape(-1), x.float().reshape(-1))
+            ):
                 copies.append(tuple(t.shape))
                 break
     grads = torch.autograd.grad(out.float().square().mean(), params)
