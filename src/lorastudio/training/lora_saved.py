@@ -71,8 +71,10 @@ def _storage_key(t: torch.Tensor) -> tuple[torch.device, int]:
 
 
 def _pack(casts: list[tuple[torch.Tensor, torch.Tensor]], t: torch.Tensor) -> Any:
-    """A saved tensor of the scope: a _Recast where it shares the storage of a noted cast."""
-    if t.device.type != "meta" and t.numel() > 0:
+    """A saved tensor of the scope: a _Recast where it shares the storage of a noted cast (a plain
+    strided tensor: a quantised base's tensor subclass has no storage to compare, and is kept)."""
+    plain = type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided
+    if plain and t.device.type != "meta" and t.numel() > 0:
         key = _storage_key(t)
         for source, cast in casts:
             if _storage_key(cast) == key:

@@ -233,3 +233,26 @@ def test_compiled_lora_blocks_stay_one_graph_and_bitwise_the_fp32_copys(fused: b
     assert torch.equal(out, want_out)
     assert all(torch.equal(g, w) for g, w in zip(grads, want_grads, strict=True))
     assert len(kept) < len(want_kept), (kept, want_kept)  # the casts are recomputed, not kept
+
+
+def test_a_base_that_saves_a_tensor_subclass_trains_through_the_kept_forward():
+    """A quantised base (torchao's int8 / nf4 / fp8 weights are tensor subclasses) saves a tensor
+    without a storage to compare inside the kept forward's hooks: kept as it is, not an error."""
+    from peft import LoraConfig, inject_adapter_in_model
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    class SubclassBase(torch.nn.Linear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            w = TwoTensor(self.weight, self.weight)  # saved by the matmul: a wrapper subclass
+            return (x @ w.t()).a  # [..., out]
+
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(SubclassBase(16, 8)).bfloat16().requires_grad_(False)
+    layer = inject_adapter_in_model(LoraConfig(r=2, lora_alpha=2, target_modules=["0"]), base)[0]
+    for p in layer.parameters():
+        if p.requires_grad:
+            p.data = torch.randn_like(p, dtype=torch.float32)
+    assert lora_saved.keep_lora_inputs(base) == 1
+    x = torch.randn(4, 16, dtype=torch.bfloat16, requires_grad=True)  # [N, in]
+    layer(x).float().sum().backward()
+    assert x.grad is not None and layer.lora_A["default"].weight.grad is not None
