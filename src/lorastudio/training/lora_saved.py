@@ -34,6 +34,7 @@ very tensor autograd kept, bit for bit: outputs and gradients stay bitwise peft'
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,6 +43,8 @@ from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
+
+from lorastudio.training.layer_classes import swap_layer_classes
 
 KEEP_BF16_INPUT = True  # False: autograd keeps the fp32 copy (before RELIABILITY 2170)
 KEPT_ATTR = "_lorastudio_kept_input"
@@ -171,30 +174,9 @@ class _KeptInputForward:
         return cast_input(x, dtype)
 
 
-_KEPT: dict[type, type] = {}
-
-
-def _kept_class(cls: type) -> type:
-    """The subclass of peft LoRA layer class `cls` with the kept-input forward (one per class)."""
-    if cls not in _KEPT:
-        name = "_kept_" + "_".join(f"{cls.__module__}.{cls.__qualname__}".replace("<", "").split("."))
-        kept = type(name, (_KeptInputForward, cls), {KEPT_ATTR: True})
-        kept.__module__ = __name__
-        globals()[name] = kept
-        _KEPT[cls] = kept
-    return _KEPT[cls]
-
-
 def keep_lora_inputs(model: torch.nn.Module) -> int:
     """Give every peft LoRA / DoRA layer of `model` the kept-input forward (see the module).
     Idempotent; returns how many layers this call changed (0 for LoHa / LoKr models)."""
     from peft.tuners.lora.layer import LoraLayer
 
-    changed = 0
-    for module in model.modules():
-        cls = type(module)
-        if not isinstance(module, LoraLayer) or getattr(cls, KEPT_ATTR, False):
-            continue
-        module.__class__ = _kept_class(cls)
-        changed += 1
-    return changed
+    return swap_layer_classes(model, LoraLayer, _KeptInputForward, KEPT_ATTR, "_kept_", sys.modules[__name__])
