@@ -14,7 +14,6 @@ JobActive naming both. Nothing is copied: the held descriptor is the snapshot.
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 import time
@@ -44,7 +43,7 @@ def _header_metadata(fh: BinaryIO) -> dict[str, Any]:
     if length > _MAX_HEADER:
         return {}
     try:
-        meta = json.loads(fh.read(length).decode("utf-8")).get("__metadata__")
+        meta = json_read.loads(fh.read(length).decode("utf-8")).get("__metadata__")
     except (ValueError, AttributeError):
         return {}
     finally:
