@@ -107,9 +107,16 @@ GUESSES = {  # a name guessed for a setting of ours -> it
 def peer_hint(key: str) -> str:
     """'; <trainer>'s KEY is X here (...)' for `key` (not a setting of ours) that another
     trainer's importer carries to a setting of ours, '; <trainer>'s KEY is not needed here: why
-    (...)' or '... is not supported here: ...' for one it drops, '; did you mean X?' for a GUESSES name; '' for none of those."""
+    (...)' or '... is not supported here: ...' for one it drops, '; did you mean X?' for a GUESSES
+    name, what a kohya `[*_arguments]` section (sd-scripts' sectioned config file) is; '' for none
+    of those."""
     if key in GUESSES:
         return f"; did you mean {GUESSES[key]}?"
+    if key.endswith("_arguments") and key != "_arguments":  # RELIABILITY 2120
+        return (
+            f"; kohya sd-scripts' [{key}] section holds kohya's arguments, named otherwise here"
+            " (`lorastudio config import` converts a whole kohya file)"
+        )
     mapped = [(name, table[key]) for name, table, _ in _PEERS if key in table and table[key] != key]
     if mapped:
         targets: dict[str, list[str]] = {}  # what it is here -> the trainers that read it so

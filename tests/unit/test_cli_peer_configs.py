@@ -171,3 +171,22 @@ def test_a_musubi_tuner_dataset_config_gives_its_folders(tmp_path: Path) -> None
         assert said.startswith("dataset.toml: a kohya sd-scripts dataset config")
         entries = tomllib.loads(said.split("your training settings):\n", 1)[1])["datasets"]
         assert entries == [{"path": "/data/imgs", "repeats": 2}]
+
+
+def test_a_kohya_training_config_in_sections_is_named(tmp_path: Path) -> None:
+    """RELIABILITY 2120: sd-scripts' `--config_file` in its sectioned form ([model_arguments],
+    [training_arguments] ...: what `config import` reads, as README says) was "model_arguments:
+    unknown setting" among "family: Field required" noise, where the flat form is named a kohya
+    training config pointing at `lorastudio config import`."""
+    path = tmp_path / "kohya.toml"
+    path.write_text(
+        '[model_arguments]\npretrained_model_name_or_path = "/models/sdxl.safetensors"\n\n'
+        "[training_arguments]\nmax_train_steps = 100\n\n"
+        '[additional_network_arguments]\nnetwork_module = "networks.lora"\nnetwork_dim = 16\n'
+    )
+    said = _refusal(path)
+    assert said.startswith("kohya.toml: a kohya sd-scripts training config, not a lorastudio run config")
+    assert "lorastudio config import FILE" in said
+    # a lorastudio config with a stray table of that name stays the schema's to answer
+    path.write_text('family = "flux"\n[training_arguments]\nmax_train_steps = 100\n')
+    assert load_config_file(path)["training_arguments"] == {"max_train_steps": 100}

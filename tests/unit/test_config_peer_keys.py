@@ -71,3 +71,14 @@ def test_the_cli_check_names_a_foreign_key_of_the_file_and_of_set(
     assert code == 2, out
     assert "network_dim: unknown setting; kohya's network_dim is lora_rank here" in out
     assert "checkpoint_every: unknown setting; did you mean save_every?" in out
+
+
+def test_a_kohya_section_is_named_as_one() -> None:
+    """RELIABILITY 2120: `[training_arguments]` (sd-scripts' sectioned config) in a lorastudio config,
+    or a sectioned kohya config sent to the API, was a bare "unknown setting"."""
+    said = _messages(training_arguments={"max_train_steps": 100}, model_arguments={})
+    for key in ("training_arguments", "model_arguments"):
+        assert said[key] == (
+            f"unknown setting; kohya sd-scripts' [{key}] section holds kohya's arguments, named otherwise here"
+            f" {IMPORT} kohya file)"
+        )

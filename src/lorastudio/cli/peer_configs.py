@@ -148,6 +148,18 @@ def _job_config(data: dict[str, Any]) -> str | None:
     return None
 
 
+def _kohya_keys(data: dict[str, Any]) -> set[str]:
+    """The argument names sd-scripts reads from a `--config_file`: the top level's and those of its
+    sectioned form's `[*_arguments]` tables (`[model_arguments]`, `[training_arguments]` ...), which
+    sd-scripts flattens and config_import.detect reads alike. A sectioned file was answered
+    "model_arguments: unknown setting" with "family: Field required" (RELIABILITY 2120)."""
+    keys = {str(k) for k in data}
+    for key, value in data.items():
+        if isinstance(value, dict) and str(key).endswith("_arguments"):
+            keys |= {str(k) for k in value}
+    return keys
+
+
 def peer_config_problem(data: object) -> str | None:
     """What the parsed config `data` is when it is another trainer's file, and how to train its
     data here; None when it is not one (the schema then says what is wrong)."""
@@ -161,7 +173,7 @@ def peer_config_problem(data: object) -> str | None:
             return _kohya_dataset(data)
         if (other := _job_config(data)) is not None:
             return other
-        if "pretrained_model_name_or_path" in data or "network_module" in data:
+        if {"pretrained_model_name_or_path", "network_module"} & _kohya_keys(data):
             return (
                 "a kohya sd-scripts training config, not a lorastudio run config: write one with family, "
                 "base_model (its pretrained_model_name_or_path), data_dir with kohya_folders = true (its "

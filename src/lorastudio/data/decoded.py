@@ -35,7 +35,7 @@ An entry is recorded only when its file was settled when keyed (`racy`: git's ra
 next check decodes a racy one again).
 
 The process keeps the last record it read or wrote, parsed, while its file's identity (device,
-inode, size, mtime_ns, ctime_ns) stays the same (`_remembered`): an upload of 32 images into a
+inode, size, mtime_ns, ctime_ns) stays the same (data/decoded_memo.py): an upload of 32 images into a
 dataset of 50,000 parsed the whole record each time (uploading N images cost O(N^2): RELIABILITY
 2111). One that is stale (another process's save in the same tick) only lacks or holds entries
 that `known` compares with each file's own key, as it does any record's.
@@ -47,8 +47,6 @@ import contextlib
 import hashlib
 import json
 import os
-import stat
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -56,6 +54,7 @@ from typing import TYPE_CHECKING
 
 from lorastudio import json_read
 from lorastudio.capped_read import read_capped
+from lorastudio.data import decoded_memo
 from lorastudio.data.images import DECODE_RULES, ImageInfo
 from lorastudio.data.items import ImageItem, item_name
 from lorastudio.data.safe_open import FolderId, open_in_folder
@@ -164,12 +163,12 @@ class DecodedRecord:
         `budget_s`: seconds of full decodes its scan may spend (default FULL_DECODE_BUDGET_S);
         `progress`: the run's decode count and stop check (None: none)."""
         record = cls(record_dir, folder, folder_id, budget_s, progress)
-        ident = _file_identity(record.path)
-        kept = _remembered(record.path, ident)
+        ident = decoded_memo.file_identity(record.path)
+        kept = decoded_memo.remembered(record.path, ident, RECORD_MAX_BYTES)
         if kept is None:
             kept = _read_record(record.path)
             if kept:  # a refused read (over the bound, garbled) is read again
-                _remember(record.path, ident, kept)
+                decoded_memo.remember(record.path, ident, kept)
         record.files = dict(kept)  # a copy: the kept one is shared
         return record
 
@@ -259,46 +258,9 @@ class DecodedRecord:
             tmp.write_text(json.dumps(body, separators=(",", ":")), encoding="utf-8")
             os.replace(tmp, self.path)
             self.changed = False
-            _remember(self.path, _file_identity(self.path), dict(self.files))
+            decoded_memo.remember(self.path, decoded_memo.file_identity(self.path), dict(self.files))
         except OSError:
             tmp.unlink(missing_ok=True)
-
-
-_kept_lock = threading.Lock()
-_kept: list[tuple[Path, tuple[int, ...], dict[str, tuple[FileKey, ImageInfo]]]] = []  # the last one
-
-
-def _file_identity(path: Path) -> tuple[int, ...] | None:
-    """(device, inode, size, mtime_ns, ctime_ns) of the regular file `path` (no link followed);
-    None for anything else or when it cannot be read."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _remembered(path: Path, ident: tuple[int, ...] | None) -> dict[str, tuple[FileKey, ImageInfo]] | None:
-    """The entries of the record `path` kept by `_remember` while its file is `ident` (and within
-    RECORD_MAX_BYTES, as a read); else None."""
-    with _kept_lock:
-        for kept_path, kept_ident, files in _kept:
-            if (
-                ident is not None
-                and kept_path == path
-                and kept_ident == ident
-                and ident[2] <= RECORD_MAX_BYTES
-            ):
-                return files
-    return None
-
-
-def _remember(path: Path, ident: tuple[int, ...] | None, files: dict[str, tuple[FileKey, ImageInfo]]) -> None:
-    """Keep `files` as the record `path` whose file is `ident` (None: forget what is kept)."""
-    with _kept_lock:
-        _kept[:] = [] if ident is None else [(path, ident, files)]
 
 
 def _read_record(path: Path) -> dict[str, tuple[FileKey, ImageInfo]]:

@@ -12,7 +12,6 @@ multiprocessing event) is checked before each image.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from lorastudio.captioning.options import CaptionOptions
 from lorastudio.captioning.source import CaptionerSource
 from lorastudio.errors import LorastudioError
+from lorastudio.processes import exit_worker
 from lorastudio.settings import Settings
 
 CAPTION_ERROR = "caption_error"
@@ -73,6 +73,4 @@ def caption_worker_main(args: CaptionWorkerArgs, events: Any, cancel: Any) -> No
         code = 1
     events.close()
     events.join_thread()  # the queue's feeder thread has handed every event over
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # no interpreter teardown: frees the GPU at once
+    exit_worker(code)  # no interpreter teardown: frees the GPU at once (processes.exit_worker)

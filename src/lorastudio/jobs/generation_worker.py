@@ -55,6 +55,7 @@ from lorastudio.jobs.childenv import drop_secrets, give_hub_token
 from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt
 from lorastudio.jobs.worker_log import print_failure
 from lorastudio.lora.shared import shared_copy
+from lorastudio.processes import exit_worker
 from lorastudio.settings import Settings
 
 OOM_EXIT_CODE = 4  # the child exits with this after reporting that it ran out of memory
@@ -295,7 +296,5 @@ def generation_worker_main(args: GenerationWorkerArgs, conn: Any) -> None:
             code = OOM_EXIT_CODE
             break
     conn.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
     # Exit at once: the interpreter's teardown (torch, CUDA) would only delay freeing the GPU.
-    os._exit(code)
+    exit_worker(code)

@@ -40,6 +40,7 @@ from lorastudio.jobs.childenv import give_hub_token
 from lorastudio.jobs.diskspace import explain_write_failure, output_folder
 from lorastudio.jobs.rank_silence import BeatClock
 from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt, start_log
+from lorastudio.processes import exit_worker
 from lorastudio.training.events import Complete, Error, Event, StopRequest
 
 EXIT_SERVICE_GONE = 3
@@ -170,11 +171,9 @@ def main() -> None:
     channel.done(code, message)
     # Exit at once: files are written and events sent; interpreter teardown only delays freeing
     # the GPU (the service kills what is left of the job once rank 0 is done).
-    sys.stdout.flush()
-    sys.stderr.flush()
     if worker_log is not None:
         worker_log.close()
-    os._exit(code)
+    exit_worker(code)  # stdout / stderr flushed, semaphores unlinked (RELIABILITY 2121)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from lorastudio.jobs.childenv import give_hub_token
 from lorastudio.jobs.diskspace import explain_write_failure, output_folder
 from lorastudio.jobs.prefetch import start_prefetch
 from lorastudio.jobs.worker_log import WorkerLog, log_path
+from lorastudio.processes import exit_worker
 from lorastudio.settings import Settings
 from lorastudio.training.events import Complete, Error, Event, StopRequest
 
@@ -203,11 +204,9 @@ def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) 
     channel.close()
     # Exit at once: the run's files are written and its events flushed; the interpreter's
     # teardown (torch, CUDA) would only delay handing the GPU back.
-    sys.stdout.flush()
-    sys.stderr.flush()
     if worker_log is not None:
         worker_log.close()
-    os._exit(code)
+    exit_worker(code)  # stdout / stderr flushed, semaphores unlinked (RELIABILITY 2121)
 
 
 def start_log(args: WorkerArgs) -> WorkerLog | None:

@@ -109,7 +109,7 @@ def _inputs_and_steps(
     if cfg.train_text_encoder:
         state.text_encoders = load_text_encoder_lora(family, cfg, run.dtype, run.device, emit)
         if run.init_lora is not None:  # the init file's text-encoder layers (training/init_lora.py)
-            from lorastudio.training.init_lora import load_init_text_encoders
+            from lorastudio.training.init_lora_text import load_init_text_encoders
 
             if (note := load_init_text_encoders(state.text_encoders, run.init_lora, cfg)) is not None:
                 logging.getLogger(__name__).warning("%s", note)
