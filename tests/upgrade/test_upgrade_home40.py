@@ -1,12 +1,14 @@
-"""Session 40 upgrade audit, end to end (slow: a studio home built by the code of the session's
-start, commit OLD, extracted with `git archive`; tests/upgrade/old_home40.py: session 39's fixture
+"""Session 40 upgrade audit, end to end (slow: 2.7 min on a copy, UPGRADE40_BUILT, on 2 shared
+cores, ~8 min more to build the home; a studio home built by the code of the session's start,
+commit OLD, extracted with `git archive`; tests/upgrade/old_home40.py: session 39's fixture
 home, a DoRA run in the LyCORIS layout finished with a gallery image rendered with it, a DoRA run
 started from it by init_lora, a second edit run stopped at step 2 beside its twin) opened by this
 code: the listings; the old LyCORIS-layout DoRA file (no `lorastudio.dora_scale` key) rendered
 to the old pixels and started an init_lora run to the old losses with no warning (RELIABILITY
 2090); the paired runs' old checkpoints (dataset fingerprint rule 1) resumed bitwise where they
 were, on a copied home too (session 39's skip lifted), and after the dataset folder moved (2040);
-an old run's LoRA pushed to a local fake hub as the pair the old code wrote (2042). Then this
+the old LoKr and LoHa checkpoints resumed under this code's factored backward within rounding
+(2080); old runs' LoRAs pushed to a local fake hub as the pairs the old code wrote (2042). Then this
 code's files: a DoRA file naming its rule rendered by the old code to the same pixels, a paired
 checkpoint of rule 2 refused by the old code naming `dataset_rule` (roll back), and resumed by
 this code again to the uninterrupted losses (forward). Skipped where the repository lacks the
