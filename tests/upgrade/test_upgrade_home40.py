@@ -43,7 +43,9 @@ from stop_at import stop_at
 
 OLD = "e5b93794"  # session 40's start (session 39's end)
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+# the home's build is fixture setup, inside pytest-timeout's 600 s per test: 9.8 min of it on the
+# loaded 2-core host (load average 11), so the test has 30 min
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 OLD_GEN = (  # the old app's generation of JSON body argv[1]: its PNG written to argv[2]; [status]
     "import json, sys; from fastapi.testclient import TestClient; from lorastudio.api.app import create_app;"
