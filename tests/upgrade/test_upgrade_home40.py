@@ -1,6 +1,6 @@
-"""Session 40 upgrade audit, end to end (slow: 2.7 min on a copy, UPGRADE40_BUILT, on 2 shared
-cores, ~8 min more to build the home; a studio home built by the code of the session's start,
-commit OLD, extracted with `git archive`; tests/upgrade/old_home40.py: session 39's fixture
+"""Session 40 upgrade audit, end to end (slow: 10.5 min from scratch on 2 shared cores, 8 of them
+building the home; 2.7 min on a copy, UPGRADE40_BUILT; a studio home built by the code of the
+session's start, commit OLD, extracted with `git archive`; tests/upgrade/old_home40.py: session 39's fixture
 home, a DoRA run in the LyCORIS layout finished with a gallery image rendered with it, a DoRA run
 started from it by init_lora, a second edit run stopped at step 2 beside its twin) opened by this
 code: the listings; the old LyCORIS-layout DoRA file (no `lorastudio.dora_scale` key) rendered
@@ -43,7 +43,7 @@ from stop_at import stop_at
 
 OLD = "e5b93794"  # session 40's start (session 39's end)
 REPO = Path(__file__).resolve().parents[2]
-# the home's build is fixture setup, inside pytest-timeout's 600 s per test: 9.8 min of it on the
+# the home's build is fixture setup, inside pytest-timeout's 600 s per test: 8-9.8 min of it on the
 # loaded 2-core host (load average 11), so the test has 30 min
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
