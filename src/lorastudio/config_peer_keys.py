@@ -13,7 +13,9 @@ import`, which converts the whole file. `GUESSES` are names a user guesses for a
 
 from __future__ import annotations
 
-from lorastudio.config_import import kohya_tables
+import re
+
+from lorastudio.config_import import aitoolkit_data, kohya_data, kohya_tables
 from lorastudio.config_import.onetrainer import _NEEDLESS as _OT_NEEDLESS
 from lorastudio.config_import.onetrainer import _SIMPLE as _OT_SIMPLE
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED
@@ -81,6 +83,34 @@ _PEERS: tuple[tuple[str, dict[str, str], dict[str, str]], ...] = (
     ("ai-toolkit", _AITOOLKIT, {}),
 )
 
+# a `[[datasets]]` entry's keys as the trainers' dataset files spell them (kohya's
+# [[datasets.subsets]], ai-toolkit's datasets items, SimpleTuner's data backends): key -> (the
+# trainers, what it is here)
+_ENTRY_PEERS: dict[str, tuple[list[str], str]] = {}
+for _name, _pairs in (
+    (
+        "kohya",
+        [*((k, v) for k, v, _ in kohya_data._ENTRY), ("image_dir", "path"), ("image_directory", "path")],
+    ),
+    ("kohya", [(k, f"the run's {v}") for k, v, _ in kohya_data._RUN]),
+    ("ai-toolkit", [*((k, v) for k, v, _ in aitoolkit_data._ENTRY), ("folder_path", "path")]),
+    ("ai-toolkit", [(k, f"the run's {v}") for k, v, _ in aitoolkit_data._RUN]),
+    ("SimpleTuner", [("instance_data_dir", "path"), ("is_regularisation_data", "regularisation")]),
+):
+    for _key, _target in _pairs:
+        if _key != _target:
+            _ENTRY_PEERS.setdefault(_key, ([], _target))[0].append(_name)
+ENTRY_GUESSES = {  # a name guessed for a datasets entry's key -> it
+    "dir": "path",
+    "folder": "path",
+    "data_dir": "path",
+    "directory": "path",
+    "repeat": "repeats",
+    "num_repeats": "repeats",
+    "trigger": "trigger_word",
+    "caption": "default_caption",
+}
+
 GUESSES = {  # a name guessed for a setting of ours -> it
     "checkpoint_every": "save_every",
     "checkpoint_steps": "save_every",
@@ -131,6 +161,62 @@ def peer_hint(key: str) -> str:
     if dropped:
         name, why = dropped[0]
         return f"; {name}'s {key} is {why} (`lorastudio config import` converts a whole {name} file)"
+    return ""
+
+
+def entry_hint(key: str) -> str:
+    """What an unknown key of a `[[datasets]]` entry is here: '; kohya's and ai-toolkit's num_repeats
+    is repeats here (...)' for a key of another trainer's dataset file (RELIABILITY 2141), '; did
+    you mean X?' for an ENTRY_GUESSES name; '' for neither."""
+    if key in _ENTRY_PEERS:
+        names, target = _ENTRY_PEERS[key]
+        files = _names(names, "or", own=False)
+        return (
+            f"; {_names(names, 'and')} {key} is {target} here (`lorastudio config import` converts a "
+            f"whole {files} file with its datasets)"
+        )
+    if key in ENTRY_GUESSES:
+        return f"; did you mean {ENTRY_GUESSES[key]}?"
+    return ""
+
+
+# what a setting's name shown in a problem line must not hold raw: C0 controls (newline and tab
+# too), DEL, C1 controls, bidi and line-separator format characters (cli/safe_output's set)
+_UNSHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+SHOWN_KEY_LIMIT = 200  # a key no form has, echoed in the field and the detail
+
+
+def shown_key(key: str) -> str:
+    """`key` (a setting's path as the user spelt it: an unknown key is echoed) for a problem's
+    field, on one line (RELIABILITY 2145): each control, line-breaking or bidi character written as
+    its escape (`\\n`, `\\x1b`, `\\u202e`: a key holding a newline printed a problem line of its
+    own, "  - lora_rank: fine: unknown setting"), and cut past SHOWN_KEY_LIMIT characters saying
+    its length."""
+    cut = key if len(key) <= SHOWN_KEY_LIMIT else f"{key[:SHOWN_KEY_LIMIT]}... ({len(key):,} characters)"
+    return _UNSHOWN.sub(lambda m: _NAMED.get(m.group()) or _escape(m.group()), cut)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def level_hint(key: str, in_entry: bool) -> str:
+    """Where `key` is a setting of ours one level off (RELIABILITY 2144): at the top of a config
+    (`in_entry` False), a datasets entry's key (`repeats`); in a datasets entry, a key of the run
+    (`steps`). '' for neither: difflib's nearest name was a wrong guess (`loss_weight` ->
+    prior_loss_weight) or none (`repeats`)."""
+    from lorastudio.config import TrainConfig
+    from lorastudio.config_datasets import DatasetEntry
+
+    if not in_entry and key in DatasetEntry.model_fields and key not in TrainConfig.model_fields:
+        return (
+            f"; {key} is a setting of a datasets entry, not of the run: give the folder as a [[datasets]] "
+            f"entry (its path, the data_dir) with {key} set there"
+        )
+    if in_entry and key in TrainConfig.model_fields and key not in DatasetEntry.model_fields:
+        return f"; {key} is a setting of the run, not of a datasets entry: set it at the top of the config"
     return ""
 
 

@@ -42,11 +42,11 @@ def _did_you_mean(loc: tuple[Any, ...]) -> str:
     (config_peer_keys.peer_hint: '; kohya's X is Y here ...', RELIABILITY 2000, 2041), else ''."""
     if len(loc) != 1 or not isinstance(loc[0], str):
         return ""
-    from lorastudio.config_peer_keys import peer_hint  # no torch
+    from lorastudio.config_peer_keys import level_hint, peer_hint  # no torch
 
-    hint = peer_hint(
-        loc[0]
-    )  # another trainer's name, not a misspelling (max_train_steps is not max_bad_steps)
+    # another trainer's name, not a misspelling (max_train_steps is not max_bad_steps); in capitals
+    # too; a datasets entry's key given to the run (RELIABILITY 2144)
+    hint = peer_hint(loc[0]) or peer_hint(loc[0].lower()) or level_hint(loc[0], in_entry=False)
     if hint:
         return hint
     close = difflib.get_close_matches(loc[0].lower(), list(TrainConfig.model_fields), n=2, cutoff=0.75)
@@ -85,22 +85,32 @@ def _one_branch(errors: list[Any]) -> list[Any]:
 
 
 def _entry_did_you_mean(loc: tuple[Any, ...]) -> str:
-    """'; did you mean X?' for an unknown key of a sample prompt object close to one of its keys."""
-    if len(loc) != 3 or loc[0] != "sample_prompts" or not isinstance(loc[2], str):
+    """'; did you mean X?' for an unknown key of a sample prompt object or a datasets entry close
+    to one of its keys; for a datasets entry's key of another trainer's dataset file or a guessed
+    name, what it is here (config_peer_keys.entry_hint, RELIABILITY 2141)."""
+    if len(loc) != 3 or loc[0] not in ("sample_prompts", "datasets") or not isinstance(loc[2], str):
         return ""
-    close = difflib.get_close_matches(loc[2].lower(), list(SamplePrompt.model_fields), n=2, cutoff=0.75)
+    fields = list(SamplePrompt.model_fields)
+    if loc[0] == "datasets":
+        from lorastudio.config_datasets import DatasetEntry
+        from lorastudio.config_peer_keys import entry_hint, level_hint  # no torch
+
+        if hint := entry_hint(loc[2]) or entry_hint(loc[2].lower()) or level_hint(loc[2], in_entry=True):
+            return hint
+        fields = list(DatasetEntry.model_fields)
+    close = difflib.get_close_matches(loc[2].lower(), fields, n=2, cutoff=0.75)
     return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def _pydantic_problems(err: ValidationError) -> list[FieldProblem]:
+    from lorastudio.config_peer_keys import shown_key  # no torch
+
     out = []
     for e in _one_branch(list(err.errors())):
-        loc = ".".join(str(p) for p in e["loc"]) or "(config)"
+        loc = shown_key(".".join(str(p) for p in e["loc"])) or "(config)"  # one line, cut (2145)
         msg = e["msg"].removeprefix("Value error, ")  # pydantic's words before a validator's own
         if e["type"] == "extra_forbidden":
             msg = "unknown setting" + (_did_you_mean(e["loc"]) or _entry_did_you_mean(e["loc"]))
-            if len(loc) > 200:  # a key no form has, echoed whole in the field and the detail
-                loc = f"{loc[:200]}... ({len(loc):,} characters)"
         out.append(FieldProblem(loc, msg))
     return out
 

@@ -14,7 +14,7 @@ import pytest
 from bench.dataset_scale import tiny_pngs, write_dataset
 from fastapi.testclient import TestClient
 
-from lorastudio.data import dataset_detail, decoded, discovery, images, scan
+from lorastudio.data import dataset_detail, decoded, discovery, images, listing, scan
 from lorastudio.data.safe_open import folder_identity
 from lorastudio.settings import Settings
 
@@ -124,3 +124,43 @@ def test_an_upload_into_a_large_dataset_costs_what_it_sends(
     assert len(record.files) == 122  # the record holds every image, the batch's too
     resp = client.post("/api/datasets/up/files", files=[("f", ("u0007.txt", b"a caption alone"))])
     assert resp.status_code == 201 and (folder / "u0007.txt").read_text() == "a caption alone"
+
+
+def test_an_upload_asked_for_no_summary_lists_nothing(
+    client: TestClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`summary=false` (the web's batches): the answer is what the batch stored and refused, and
+    the request neither lists the dataset's folder nor looks at its caption files (the summary
+    did both for every batch: work linear in the dataset, RELIABILITY 2190); without it the
+    answer is the old one, the dataset's counts after the upload."""
+    pngs = tiny_pngs(5)
+    files = [("f", (f"u{i}.png", pngs[i])) for i in range(3)]
+    files += [("f", (f"u{i}.txt", b"a caption")) for i in range(3)]
+    assert client.post("/api/datasets/up/files", files=files).status_code == 201
+    work: Counter[str] = Counter()
+    real_discover, real_marks = discovery._discover, listing.caption_marks
+
+    def discover(*args: object, **kw: object) -> object:
+        work["listed"] += 1
+        return real_discover(*args, **kw)
+
+    def marks(*args: object, **kw: object) -> object:
+        work["caption marks"] += 1
+        return real_marks(*args, **kw)
+
+    monkeypatch.setattr(discovery, "_discover", discover)
+    monkeypatch.setattr(listing, "caption_marks", marks)
+    batch = [("f", ("v.png", pngs[3])), ("f", ("v.txt", b"another")), ("f", ("bad.png", b"not a png"))]
+    resp = client.post("/api/datasets/up/files", params={"summary": "false"}, files=batch)
+    assert resp.status_code == 201, resp.text[:500]
+    answer = resp.json()
+    assert answer["name"] == "up" and answer["committed"] == ["v.png", "v.txt"]
+    assert [r["file"] for r in answer["refused"]] == ["bad.png"]
+    assert set(answer) == {"name", "committed", "refused"}
+    assert work == Counter()  # the old code: the folder listed and its captions' marks counted
+    resp = client.post("/api/datasets/up/files", files=[("f", ("w.png", pngs[4]))])
+    assert resp.status_code == 201
+    answer = resp.json()  # no summary=false: the old answer, the dataset's counts
+    assert (answer["images"], answer["captions"], answer["committed"]) == (5, 4, ["w.png"])
+    assert answer["markup_captions"] == 0 and answer["usable"] is True
+    assert work["listed"] == 1 and work["caption marks"] == 1

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from live_server import LiveServer, live_server  # noqa: F401 (re-exported for the tests)
+from live_server import CLIENT_TIMEOUT_S, LiveServer, live_server, worker_timeout  # noqa: F401 (re-exported)
 from lorastudio.processes import process_alive  # noqa: F401 (re-exported for the tests)
 from lorastudio.settings import Settings
 from ports import start_listening
@@ -37,17 +37,33 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, poll: floa
         time.sleep(poll)
 
 
+def served_client(
+    port: int, timeout: float = CLIENT_TIMEOUT_S, transport: httpx.BaseTransport | None = None
+) -> httpx.Client:
+    """The client of a served studio on 127.0.0.1:`port`: `timeout` for every request, but at the
+    default (CLIENT_TIMEOUT_S) a POST that starts or waits on a worker reads its answer for
+    live_server.WORKER_TIMEOUT_S (live_server.worker_timeout): a cold generation worker on a
+    loaded 2-core host took past 30 s. `transport`: a test's stand-in for the network."""
+    return httpx.Client(
+        base_url=f"http://127.0.0.1:{port}",
+        timeout=timeout,
+        event_hooks={"request": [worker_timeout]},
+        transport=transport,
+    )
+
+
 @contextmanager
 def serve_process(
     settings: Settings,
     env: Mapping[str, str] | None = None,
-    client_timeout: float = 30.0,
+    client_timeout: float = CLIENT_TIMEOUT_S,
     log: Path | None = None,
     own_session: bool = False,
 ) -> Iterator[tuple[subprocess.Popen[bytes], httpx.Client]]:
     """A real `lorastudio serve` process on a free loopback port, with settings.home as its home
     and `env` added to its environment, waited for until /api/info answers. Yields (process,
-    client); the process is terminated (then killed) and reaped when the block ends. Its
+    client: served_client's, `client_timeout` for every request but a worker's start); the process
+    is terminated (then killed) and reaped when the block ends. Its
     standard output goes to the file `log` (None: discarded). `own_session`: the server leads its
     own session and process group, like a server started in a terminal (its stderr joins `log`),
     so a signal to the group reaches its children as a terminal's Ctrl-C does."""
@@ -68,7 +84,7 @@ def serve_process(
 
     proc, port = start_listening(start)  # its own port: not one another server took meanwhile
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=client_timeout) as client:
+        with served_client(port, client_timeout) as client:
 
             def up() -> bool:
                 try:

@@ -87,8 +87,10 @@ class Studio:
         self.outside = settings.home.parent  # the studio home and its surroundings
 
     def snapshot(self) -> tuple[dict[str, tuple[int, int]], int]:
-        runs = self.client.get("/api/runs").json()["runs"]
-        return _tree(self.outside), len(runs)
+        """The files around the home and the runs the app's store holds (`GET /api/runs`'s `total`
+        read from that store in this thread: 0.1 against 7 ms of CPU a request, twice an example)."""
+        _runs, total, _after = self.client.app.state.store.runs_page(1)
+        return _tree(self.outside), total
 
     def check(self, response: Any, before: tuple[dict, int], kind: str) -> None:
         COUNTS[kind] = COUNTS.get(kind, 0) + 1

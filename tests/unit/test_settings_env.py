@@ -135,3 +135,17 @@ def test_a_number_setting_that_is_not_finite_is_named_so(
     with pytest.raises(ConfigError) as err:
         get_settings()
     assert [(p.field, p.message) for p in err.value.problems] == [(name, "Input should be a finite number")]
+
+
+def test_an_allowed_host_written_with_its_roots_dot_is_answered(
+    monkeypatch: pytest.MonkeyPatch, fresh_settings: None
+) -> None:
+    """`studio.lan.` (a fully qualified name) was kept with its dot while a request's Host is
+    compared without it: every request a 421 (RELIABILITY 2146)."""
+    from lorastudio.api.hosts import HostPolicy
+
+    monkeypatch.setenv("LORASTUDIO_ALLOWED_HOSTS", "Studio.LAN.")
+    monkeypatch.setenv("LORASTUDIO_HOST", "0.0.0.0")
+    monkeypatch.setenv("LORASTUDIO_API_TOKEN", "tok-123")
+    policy = HostPolicy.from_settings(get_settings())
+    assert [policy.accepts(h) for h in ("studio.lan", "studio.lan.:7860", "other.lan")] == [True, True, False]

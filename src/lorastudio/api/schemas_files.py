@@ -52,7 +52,21 @@ class DatasetList(_Out):
     datasets: list[DatasetSummary]
 
 
+class UploadBrief(_Out):
+    """The answer of an upload asked with `summary=false`: what it stored and refused, not the
+    dataset's counts (those cost a listing of the whole folder, RELIABILITY 2190)."""
+
+    name: str = Field(description="the dataset's name")
+    committed: list[str] = Field(description="the files stored by this upload, sorted")
+    refused: list[DroppedFile] = Field(
+        description="the files this upload refused, with the reason (one entry per problem)"
+    )
+
+
 class UploadOut(DatasetSummary):
+    """The answer of an upload (`summary=true`, the default): the dataset's summary after it,
+    with what it stored and refused."""
+
     committed: list[str] = Field(description="the files stored by this upload, sorted")
     refused: list[DroppedFile] = Field(
         description="the files this upload refused, with the reason (one entry per problem)"
@@ -202,6 +216,11 @@ class GenerateOut(_Out):
     references: list[str] = Field(default_factory=list, description="ids of the reference images used")
     reference_urls: list[str] = Field(
         default_factory=list, description="where the reference images are served"
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what the user should know of how the image was made, each naming its file: a DoRA "
+        "LoRA whose header names no dora_scale rule, read by ComfyUI's (empty: nothing to say)",
     )
 
 

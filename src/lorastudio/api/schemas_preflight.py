@@ -320,5 +320,6 @@ class PreflightOut(_Out):
     notes: list[str] = Field(
         default_factory=list,
         description="checks the preflight did not make now, each with why (e.g. lora_targets while other "
-        "checks run); the run's start makes them. Empty: every check was made",
+        "checks run; the run's start makes them), and what it cannot tell (an init_lora DoRA file whose "
+        "header names no dora_scale rule, read by ComfyUI's). Empty: every check was made",
     )

@@ -344,7 +344,8 @@ def duration(seconds: float) -> str:
 
 def warnings(report: dict[str, Any]) -> list[str]:
     """What a user should know before the run: dropped files, images without a caption file,
-    captions the text encoder cuts, the base model flavour's notes."""
+    captions the text encoder cuts, the base model flavour's notes, the preflight's notes (checks
+    left to the run's start, an init_lora DoRA read by a guessed dora_scale rule)."""
     data = report["dataset"]
     out = [f"{d['file']} is not used: {d['reason']}" for d in data["dropped"]]
     if data["missing_captions"]:
@@ -362,4 +363,5 @@ def warnings(report: dict[str, Any]) -> list[str]:
         out.append(f"{tokens['note']}: {shown}" + (f", and {more} more" if more > 0 else ""))
     out += data.get("warnings") or []  # e.g. upscaled images, images without a mask
     out += report["family"]["notes"]
+    out += report.get("notes") or []
     return out

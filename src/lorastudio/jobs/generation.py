@@ -61,6 +61,7 @@ from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_m
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.references import used_references
 from lorastudio.jobs.worker_allowance import GenerationAllowance
+from lorastudio.lora.dora_rule import untold_warnings
 from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
@@ -187,7 +188,9 @@ class GenerationService:
         self, req: GenerationRequest, request_id: str | None = None, owner: object | None = None
     ) -> dict[str, Any]:
         """Generate one image and save it to the gallery with a JSON sidecar of its settings.
-        Returns the sidecar's fields plus {"file", "path", "seconds"}. `request_id` names the
+        Returns the sidecar's fields plus {"file", "path", "seconds", "warnings"} (warnings: the
+        LoRA files' that the user should hear: a DoRA file whose header names no dora_scale rule,
+        lora/dora_rule.untold_warnings). `request_id` names the
         request for `cancel` (None: not cancellable), `owner` (any object) who may cancel it
         by owner. Raises what `check` raises, JobActive
         (training holds the GPU, a request of this id is in flight or ended less than
@@ -277,6 +280,7 @@ class GenerationService:
         checked: tuple[ResolvedBase, list[tuple[str, float]], tuple[str, ...]] | None,
     ) -> dict[str, Any]:
         base, loras, digests = checked if checked is not None else self.check(req)
+        warnings = untold_warnings(Path(p) for p, _ in loras)  # a DoRA read by a guessed rule
         self._flight.plan(rid, planned_steps(req, base))  # its progress says them before the worker does
         with self._bases_lock:
             refuse_if_base_gone(base)  # a model delete landed since the check
@@ -338,7 +342,8 @@ class GenerationService:
                 raise
         finally:
             staging.unlink(missing_ok=True)
-        return {**meta, "file": target.name, "path": str(target), "seconds": round(result["seconds"], 3)}
+        answer = {"file": target.name, "path": str(target), "seconds": round(result["seconds"], 3)}
+        return {**meta, **answer, "warnings": warnings}
 
     @contextlib.contextmanager
     def _worker_lock(self, rid: str) -> Iterator[None]:

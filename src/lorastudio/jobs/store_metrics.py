@@ -81,14 +81,17 @@ def insert_points(cur: sqlite3.Cursor, run_id: str, points: list[dict[str, Any]]
 def every_point(conn: sqlite3.Connection, lock: threading.Lock, run_id: str) -> Iterator[dict[str, Any]]:
     """Every metric point of run `run_id`, oldest first, read PAGE at a time under `lock` (the
     store's; released between pages): `lorastudio runs metrics`, the whole series, which the
-    readers above spread over at most the points they ask for. Memory is one page's."""
-    after = -1
+    readers above spread over at most the points they ask for. Memory is one page's. Every stored
+    step is read, a negative one too (no writer makes one; a store edited by hand may hold it): the
+    first page has no lower bound, each later one starts after the last step read."""
+    query = f"SELECT {_COLUMNS} FROM metrics WHERE run_id=? {{}} ORDER BY step LIMIT ?"
+    after: int | None = None
     while True:
         with lock:
-            page = conn.execute(
-                f"SELECT {_COLUMNS} FROM metrics WHERE run_id=? AND step>? ORDER BY step LIMIT ?",
-                (run_id, after, PAGE),
-            ).fetchall()
+            if after is None:
+                page = conn.execute(query.format(""), (run_id, PAGE)).fetchall()
+            else:
+                page = conn.execute(query.format("AND step>?"), (run_id, after, PAGE)).fetchall()
         yield from (dict(r) for r in page)
         if len(page) < PAGE:
             return

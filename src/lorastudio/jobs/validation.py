@@ -53,7 +53,7 @@ from lorastudio.jobs.target_check import check_lora_targets
 from lorastudio.settings import Settings
 from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.guidance_rules import guidance_problems, sample_guidance_problems
-from lorastudio.training.init_lora_rules import init_lora_problems
+from lorastudio.training.init_lora_rules import init_lora_notes, init_lora_problems
 
 if TYPE_CHECKING:
     from lorastudio.families.base import Family
@@ -242,6 +242,7 @@ def validate_run(
         if given is not None:  # the file a run starts from: its header (training/init_lora_rules.py)
             explicit = {k for k in given.model_fields_set if getattr(given, k) is not None}
             problems += init_lora_problems(cfg, settings, explicit)
+            notes += init_lora_notes(cfg, settings)  # a DoRA file whose header names no dora_scale rule
         facts = family.local_facts(source_of(based), based.revision)  # on disk only: no download
         problems += guidance_problems(based, family, facts)  # a guidance embedding?
         if fresh:  # a sample prompt's guidance no preview applies (a resume's: as it was)

@@ -31,7 +31,7 @@ start training from m = ||W||).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,3 +108,22 @@ def dora_rule_of(path: Path) -> DoraRule:
     from lorastudio.lora.header_read import read_header
 
     return dora_rule(read_header(Path(path)).metadata, Path(path))
+
+
+def untold_warnings(paths: Iterable[Path]) -> list[str]:
+    """The warning (DoraRule.warning) of each LyCORIS-layout DoRA file among `paths` (one with a
+    `.dora_scale` tensor) whose header tells no rule, in the order given; [] where none. For where
+    the user looks: generation's answer (jobs/generation.py, GenerateOut.warnings) and the train
+    preflight's notes (training/init_lora_rules.init_lora_notes). Reads headers only. Raises
+    ModelSourceError for an unreadable header or a RULE_KEY of another value (the callers have
+    checked each file already: lora/header.check_lora_file)."""
+    from lorastudio.lora.header_read import read_header
+
+    found = []
+    for path in paths:
+        header = read_header(Path(path))
+        if any(name.endswith(".dora_scale") for name in header.tensors):
+            note = dora_rule(header.metadata, Path(path)).warning(Path(path))
+            if note is not None:
+                found.append(note)
+    return found

@@ -88,8 +88,16 @@ def _token(settings: Settings) -> str:
 
 
 def _newest_round(run_dir: Path, sidecar: dict) -> list[tuple[str, str | None]]:
-    """(path relative to the run, prompt) of the newest step's sample images."""
-    found = list_samples(run_dir)
+    """(path relative to the run, prompt) of the newest step's sample images at or before the
+    pushed LoRA's step (the sidecar's `steps`): a resume or extension's rounds land before its
+    pair does, and a run that failed after a round left the pair of its last save; neither is
+    this LoRA's output (RELIABILITY 2140). A sidecar without an integer `steps` takes the newest."""
+    steps = sidecar.get("steps")
+    found = [
+        f
+        for f in list_samples(run_dir)
+        if not isinstance(steps, int) or isinstance(steps, bool) or f.step <= steps
+    ]
     if not found:
         return []
     prompts = (sidecar.get("config") or {}).get("sample_prompts") or []

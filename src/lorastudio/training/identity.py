@@ -335,13 +335,14 @@ def override_problems(overrides: Mapping[str, Any]) -> list[FieldProblem]:
                 FieldProblem(key, f"cannot change on resume (it changes the maths of the run); {may}")
             )
             continue
-        from lorastudio.config_peer_keys import peer_hint
+        from lorastudio.config_peer_keys import peer_hint, shown_key
 
         close = difflib.get_close_matches(key.lower(), sorted(allowed | {"steps"}), n=2, cutoff=0.75)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
-        if peer := peer_hint(key):  # another trainer's key, a guessed name (RELIABILITY 2041)
+        # another trainer's key, a guessed name (RELIABILITY 2041), in capitals too (2142)
+        if peer := peer_hint(key) or peer_hint(key.lower()):
             hint = peer.removeprefix("; ") + "; "
-        problems.append(FieldProblem(key, f"unknown setting: {hint}{may}"))
+        problems.append(FieldProblem(shown_key(key), f"unknown setting: {hint}{may}"))  # one line, cut
     return problems
 
 

@@ -61,10 +61,12 @@ def controls_then(cfg: TrainConfig, recorded: Mapping[str, Any], datasets_dir: P
     """Each folder of the run (`cfg`: its data_dir or datasets entries' paths, its control_dirs)
     that is now elsewhere than the checkpoint's config (`recorded`) named it: folder now -> the
     folder then, the deepest first (data.scan.dataset_fingerprint's rule-1 `controls_then`). A
-    name under the datasets folder is taken under `datasets_dir`; a recorded value that is not
-    text is left out (nothing to rebase onto)."""
+    name under the datasets folder is taken under `datasets_dir`; both are taken with their
+    symbolic links followed (the scan's real paths, which rule 1 keyed: RELIABILITY 2143); a
+    recorded value that is not text is left out (nothing to rebase onto)."""
     from lorastudio.config_datasets import config_entries
     from lorastudio.data.paths import resolve_dataset_dir
+    from lorastudio.errors import ConfigError
 
     raw = recorded.get("datasets")
     then_paths = (
@@ -80,7 +82,10 @@ def controls_then(cfg: TrainConfig, recorded: Mapping[str, Any], datasets_dir: P
         if not isinstance(then, str) or not then.strip():
             continue
         now_path = resolve_dataset_dir(now, datasets_dir, allow_outside_root=True)
-        then_path = Path(then) if Path(then).is_absolute() else datasets_dir / then
+        try:  # its links followed as now's are: rule 1 keyed the controls the scan found, real paths
+            then_path = resolve_dataset_dir(then, datasets_dir, allow_outside_root=True)
+        except ConfigError:  # not a folder value (a NUL): as written
+            then_path = Path(then) if Path(then).is_absolute() else datasets_dir / then
         if now_path != then_path:
             out[now_path] = then_path
     return dict(sorted(out.items(), key=lambda kv: -len(kv[0].parts)))

@@ -261,6 +261,21 @@ def bounds_problems(found: InitFile) -> list[FieldProblem]:
     return problems
 
 
+def init_lora_notes(cfg: TrainConfig, settings: Settings) -> list[str]:
+    """What the train preflight says of cfg.init_lora beside its problems: the warning of a
+    LyCORIS-layout DoRA file whose header names no dora_scale rule (lora/dora_rule.untold_warnings:
+    read by ComfyUI's rule, a guess; the run says it again as its warning, InitLoad.note). []
+    without init_lora, and for a file init_lora_problems refuses (it says why)."""
+    from lorastudio.lora.dora_rule import untold_warnings
+
+    if cfg.init_lora is None:
+        return []
+    try:
+        return untold_warnings([init_lora_path(cfg.init_lora, settings)])
+    except (LorastudioError, OSError):
+        return []
+
+
 def init_lora_problems(cfg: TrainConfig, settings: Settings, explicit: set[str]) -> list[FieldProblem]:
     """Why cfg.init_lora cannot start this run ([] when it can, or is unset). `cfg`: resolved;
     `explicit`: the settings the user gave (TrainConfig.model_fields_set of the config as given),

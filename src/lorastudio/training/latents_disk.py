@@ -27,7 +27,6 @@ encoded, and after a barrier every rank reads them (one host: the ranks share th
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +37,7 @@ import numpy as np
 import torch
 
 from lorastudio.data.disk_cache import shard_path
-from lorastudio.data.latent_keys import Variant, encoder_parts, plan_variants
+from lorastudio.data.latent_keys import Variant, encoder_parts, plan_variants, replay_rng
 from lorastudio.training.cache_shards import (  # the shards' I/O, shared with the text cache
     _crc as _crc,
 )
@@ -187,9 +186,9 @@ class DiskLatents:
 
 def _replayed(variant: Variant) -> np.random.Generator:
     """A copy of the rng as it was before the variant's crop draws (data.load_crop draws them again)."""
-    if variant.rng is None:
+    if variant.rng_state is None:
         raise ValueError("the variant's rng was dropped: the cache is built")
-    return copy.deepcopy(variant.rng)
+    return replay_rng(variant.rng_state)
 
 
 def build_disk_latents(
@@ -273,7 +272,7 @@ def build_disk_latents(
         if done % every < len(members) or done == len(todo):
             emit(Preparing(phase="latents", done=total - len(todo) + done, total=total))
     barrier(ctx)
-    held = [[dataclasses.replace(v, rng=None) for v in vs] for vs in variants]  # the rngs are done with
+    held = [[dataclasses.replace(v, rng_state=None) for v in vs] for vs in variants]  # the rngs are done with
     source = DiskLatents(root, model, items, held, spec.vae_scale_factor, kept)
     source.unwritten = unwritten
     return source, len(todo)

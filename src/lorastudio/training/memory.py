@@ -7,7 +7,7 @@ function for all of them: "full" = non-reentrant `torch.utils.checkpoint` (only 
 are kept, the whole block is recomputed in the backward); "selective" = the same with a selective
 policy: the outputs of the compute-heavy ops (attention, matmuls and convolutions other than the
 LoRA up-projections) are kept, the cheap ops (norms, activations, elementwise, dequantisation,
-rank-r LoRA matmuls) are recomputed.
+rank-r LoRA matmuls, the small matmuls of the LoKr / LoHa factored deltas) are recomputed.
 Selective does not work on a regionally compiled block (measured on torch 2.13, CPU Inductor:
 under the policy a compiled block shows only its extern matmul calls (`addmm.out`); the fused
 norm/activation kernels never reach the policy (pytorch/pytorch#161889, #161541, #143176), and
@@ -46,7 +46,7 @@ SELECTIVE_ON_COMPILED = (
     " its extern matmul outputs fails (Inductor reuses their buffers)"
 )
 # compute-heavy ops whose outputs the selective policy keeps (everything else is recomputed);
-# a matmul is kept only when its inner dimension exceeds the LoRA rank (see compute_heavy_policy)
+# a matmul is kept only when its inner dimension exceeds the adapter's (see adapter_inner_dim)
 _MATMUL_NAMES = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "convolution")
 _ATTENTION_NAMES = (
     "_scaled_dot_product_flash_attention",
@@ -75,9 +75,10 @@ def compute_heavy_policy(cheap_inner_dim: int = 0) -> Callable[..., CheckpointPo
     """The selective policy: keep the outputs of attention and of the matmuls / convolutions whose
     inner dimension exceeds `cheap_inner_dim`, recompute every other op in the backward.
 
-    With LoRA, `cheap_inner_dim` is the largest LoRA rank: the up-projection lora_B (inner dim =
-    rank) costs almost nothing to recompute, but keeping its output (fp32, as large as the base
-    layer's) would cost more memory than the base matmul it rides on."""
+    With an adapter, `cheap_inner_dim` is adapter_inner_dim's: LoRA's up-projection lora_B (inner
+    dim = rank) and the small matmuls of the LoKr / LoHa factored deltas cost almost nothing to
+    recompute, but keeping their outputs (fp32, as large as the base layer's input or output) would
+    cost more memory than the base matmul they ride on."""
 
     def policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
         packet = getattr(op, "overloadpacket", None)
@@ -90,21 +91,74 @@ def compute_heavy_policy(cheap_inner_dim: int = 0) -> Callable[..., CheckpointPo
     return policy
 
 
-def lora_rank(denoiser: torch.nn.Module) -> int:
-    """The largest LoRA rank inside `denoiser` (0 without LoRA): the output size of lora_A."""
+def _param_dicts(module: torch.nn.Module, *names: str) -> list[torch.Tensor]:
+    """The tensors of `module`'s peft ParameterDicts / ModuleDicts `names` (every adapter's)."""
+    found = []
+    for name in names:
+        held = getattr(module, name, None)
+        if isinstance(held, torch.nn.ParameterDict):
+            found.extend(held.values())
+        elif isinstance(held, torch.nn.ModuleDict):
+            found.extend(
+                m.weight for m in held.values() if isinstance(getattr(m, "weight", None), torch.Tensor)
+            )
+    return found
+
+
+def _factored_inner_dims(module: torch.nn.Module) -> list[int]:
+    """The inner dimensions of the small matmuls of `module`'s LoKr / LoHa deltas (none for another
+    layer): LoKr's kron(w1, w2) x is two matmuls of inner a_in and b_in (w1 [a_out, a_in], w2
+    [b_out, b_in], each full or a rank-r product; training/lycoris_grad.kron_apply), LoHa's
+    (x b^T) a^T ends in one of inner r1 * r2 (its Khatri-Rao factor a [out, r1*r2]) after the
+    projection of inner `in` (whose [..., r1*r2] output is kept, as LoRA's lora_A output)."""
+    dims = []
+    for name in ("lokr_w1", "lokr_w2"):
+        fulls = _param_dicts(module, name)
+        lows = _param_dicts(module, f"{name}_b")  # [r, a_in] / [r, b_in]
+        dims += [int(w.shape[1]) for w in fulls + lows if w.dim() >= 2]
+        dims += [int(w.shape[0]) for w in lows]  # the rank of the product a @ b
+    firsts, seconds = _param_dicts(module, "hada_w1_a"), _param_dicts(module, "hada_w2_a")  # [out, r]
+    dims += [
+        int(a.shape[1]) * int(b.shape[1])
+        for a, b in zip(firsts, seconds, strict=False)
+        if a.dim() == b.dim() == 2
+    ]
+    return dims
+
+
+def _base_inner_dim(module: torch.nn.Module) -> int | None:
+    """The inner dimension of an adapted layer's own matmul (in_features; in / groups x kernel for
+    a convolution), None for a module peft did not wrap."""
+    base = getattr(module, "base_layer", None)
+    weight = getattr(base, "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.dim() < 2:
+        return None
+    return int(weight[0].numel())  # [out, in] or [out, in/groups, *kernel]
+
+
+def adapter_inner_dim(denoiser: torch.nn.Module) -> int:
+    """The largest inner dimension of an adapter matmul the selective policy recomputes
+    (compute_heavy_policy's `cheap_inner_dim`; 0 without an adapter): LoRA's rank (lora_A's output
+    size, the inner dimension of lora_B) and the inner dimensions of the LoKr / LoHa factored
+    deltas' small matmuls (_factored_inner_dims), the latter only where below every adapted layer's
+    own inner dimension, so that no base layer's matmul is recomputed for them (a LoKr whose
+    lokr_factor leaves a factor as wide as the layer keeps that matmul's output, as before)."""
     ranks = [
         int(getattr(a, "out_features", None) or getattr(a, "out_channels", 0))
         for m in denoiser.modules()
         if isinstance(getattr(m, "lora_A", None), torch.nn.ModuleDict)
         for a in m.lora_A.values()
     ]
-    return max(ranks, default=0)
+    factored = [d for m in denoiser.modules() for d in _factored_inner_dims(m)]
+    bases = [d for m in denoiser.modules() if (d := _base_inner_dim(m)) is not None]
+    narrowest = min(bases, default=0)
+    return max([*ranks, *(d for d in factored if d < narrowest)], default=0)
 
 
 def _checkpoint_function(mode: str, rank: int, reported: bool) -> Callable[..., Any]:
     """The `_gradient_checkpointing_func` diffusers calls as f(block, *args) for each block;
-    `rank`: the LoRA rank (compute_heavy_policy); `reported`: the selective -> full fallback
-    was already returned (not logged again)."""
+    `rank`: the adapter's cheap inner dimension (adapter_inner_dim, compute_heavy_policy);
+    `reported`: the selective -> full fallback was already returned (not logged again)."""
     warned = [True] if reported else []
     policy = compute_heavy_policy(rank)
 
@@ -128,7 +182,7 @@ def _checkpoint_function(mode: str, rank: int, reported: bool) -> Callable[..., 
 def apply_checkpointing(denoiser: torch.nn.Module, mode: str) -> list[str]:
     """Checkpoint the repeated blocks of `denoiser` (the units its diffusers forward checkpoints).
 
-    Takes: the denoiser (after the LoRA is added: the selective policy reads its rank; best after
+    Takes: the denoiser (after the adapter is added: the selective policy reads its shapes; best after
     the blocks are compiled, so the returned reasons are complete) and a
     TrainConfig.gradient_checkpointing value: "off" disables it, "auto" changes nothing, "full" /
     "selective" as described in the module docstring.
@@ -158,7 +212,7 @@ def apply_checkpointing(denoiser: torch.nn.Module, mode: str) -> list[str]:
         fallbacks.append(SELECTIVE_ON_COMPILED)
         log.warning("checkpointing: %s", SELECTIVE_ON_COMPILED)
     denoiser.enable_gradient_checkpointing(
-        gradient_checkpointing_func=_checkpoint_function(mode, lora_rank(denoiser), bool(fallbacks))
+        gradient_checkpointing_func=_checkpoint_function(mode, adapter_inner_dim(denoiser), bool(fallbacks))
     )
     _CHECKPOINTING[denoiser] = mode
     return fallbacks

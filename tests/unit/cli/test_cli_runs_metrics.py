@@ -73,3 +73,21 @@ def test_a_closed_pipe_is_not_told_as_an_unreadable_store(
         app.main()
     assert ended.value.code == 141
     assert "run database" not in capsys.readouterr().err
+
+
+def test_a_negative_step_is_printed_not_skipped(
+    studio_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pages started after step -1, so a stored step below 0 (no writer makes one; a store
+    edited by hand, another tool's copy) was left out of the CSV without a word (RELIABILITY 2161,
+    the session 40 newcode11 audit's note): every stored row is printed, in step order."""
+    monkeypatch.setattr(store_metrics, "PAGE", 2)  # pages across the negative steps
+    store = RunStore.open(get_settings().ensure_dirs().db_path)
+    store.create_run("r1", "out", "flux", {"steps": 2}, now_iso(), status=JobStatus.COMPLETED)
+    for step in (-5, -1, 0, 1, 2):
+        store.add_metric("r1", {"step": step, "loss": float(step)})
+    store.close()
+    code, out, err = run_cli_streams(capsys, monkeypatch, "runs", "metrics", "r1")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(int(r["step"]), float(r["loss"])) for r in rows] == [(s, float(s)) for s in (-5, -1, 0, 1, 2)]

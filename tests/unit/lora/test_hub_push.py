@@ -250,6 +250,19 @@ def test_a_resume_during_the_upload_changes_nothing_pushed(run_home, hub, run, m
     assert (run / "pushme.safetensors").read_bytes() == new_lora
 
 
+def test_a_round_past_the_pairs_step_is_not_pushed_as_its_samples(run_home, hub, run):
+    """A resume's (or a failed run's) sample round lands before its pair: the step-6 images are not
+    the step-4 LoRA's outputs, so the card shows step 4's (RELIABILITY 2140)."""
+    for i in (0, 1):  # the resume's round at step 6, its LoRA not yet written
+        shutil.copy(run / "samples" / f"step-000004-{i}.png", run / "samples" / f"step-000006-{i}.png")
+    push_lora(_settings(run_home, WRITE_TOKEN), "pushme", "me/existing")
+    (commit,) = hub.commits
+    assert sorted(f for f in commit["files"] if f.startswith("samples/")) == [
+        "samples/step-000004-0.png", "samples/step-000004-1.png",
+    ]  # fmt: skip
+    assert "step-000006" not in commit["files"]["README.md"].decode()
+
+
 def test_a_pair_of_two_writes_is_refused_naming_both(run_home, hub, run, monkeypatch):
     from lorastudio.cli.app import _register, app
     from lorastudio.settings import get_settings

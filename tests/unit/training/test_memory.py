@@ -16,9 +16,9 @@ from lorastudio.errors import ConfigError
 from lorastudio.training.compile import compile_denoiser, compile_state, repeated_blocks
 from lorastudio.training.memory import (
     SELECTIVE_ON_COMPILED,
+    adapter_inner_dim,
     apply_checkpointing,
     checkpointing_mode,
-    lora_rank,
 )
 
 # -- activation checkpointing -----------------------------------------------------------------------
@@ -78,7 +78,7 @@ def _backward_ops(mode: str) -> tuple[Counter[str], int]:
     """The ops run by the backward of one tiny FLUX.1 step with checkpointing `mode`, and how many
     LoRA up-projections (lora_B) the repeated blocks ran in the forward."""
     case = Case("flux")
-    assert lora_rank(case.denoiser) == 4
+    assert adapter_inner_dim(case.denoiser) == 4
     apply_checkpointing(case.denoiser, mode)
     ups = [
         m.lora_B["default"]

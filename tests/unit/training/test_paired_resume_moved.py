@@ -97,3 +97,61 @@ def test_a_rule_1_checkpoint_resumes_at_its_old_place_and_moved(paired_run) -> N
     name = _edit_control(moved)
     with pytest.raises(ConfigError, match=rf"control images changed \(their targets\): {name}"):
         _validate(run_dir, {"data_dir": "moved"})
+
+
+def test_a_folder_named_through_a_link_is_not_taken_as_moved(tmp_path) -> None:
+    """controls_then follows the recorded folder's links as the run's own (RELIABILITY 2143): a
+    data_dir given through a link, or a name under a datasets folder that is one, is where it
+    was; the old code mapped the real folder onto the link's path, which rule 1 never keyed."""
+    from lorastudio.config import TrainConfig
+    from lorastudio.training.identity_dataset import controls_then
+
+    def make_config(family: str, data_dir: str) -> TrainConfig:
+        return TrainConfig.model_validate({"family": family, "base_model": "x", "data_dir": data_dir})
+
+    real = tmp_path / "real"
+    (real / "pairs").mkdir(parents=True)
+    link = tmp_path / "via-link"
+    link.symlink_to(real, target_is_directory=True)
+    given = make_config("flux-kontext", data_dir=str(link / "pairs"))
+    assert controls_then(given, {"data_dir": str(link / "pairs")}, real) == {}
+    named = make_config("flux-kontext", data_dir="pairs")
+    assert controls_then(named, {"data_dir": "pairs"}, link) == {}
+    moved = make_config("flux-kontext", data_dir="moved")  # a real move is still one
+    assert controls_then(moved, {"data_dir": "pairs"}, link) == {real / "moved": real / "pairs"}
+
+
+@pytest.mark.slow  # ~18 s (a 1-step paired run); test_a_folder_named_through_a_link_is_not_taken_as_moved covers the rule by default
+def test_a_rule_1_checkpoint_named_through_a_link_resumes_where_it_was(
+    make_config, small_pairs, tmp_path
+) -> None:
+    """A run whose data_dir was given through a symbolic link (a home or a datasets folder under
+    one: macOS's /tmp, a mounted disk): rule 1 keyed its controls by their real paths, as the scan
+    found them, so the recorded folder is compared once its links are followed too; it was taken
+    as written, another folder than now's, and a checkpoint where nothing moved was refused as
+    changed controls (RELIABILITY 2143)."""
+    from lorastudio import families
+    from lorastudio.config import resolve_train_config
+    from lorastudio.data.entries import resolve_entries
+    from lorastudio.data.run_scan import scan_for_run
+
+    data = get_settings().datasets_dir / "pairs"
+    shutil.copytree(small_pairs, data)
+    link = tmp_path / "via-link"
+    link.symlink_to(data.parent, target_is_directory=True)
+    config = make_config("flux-kontext", data_dir=str(link / "pairs"), steps=3, save_every=1)
+    events, stop = stop_at(1)
+    train(config, events.append, stop, device="cpu")
+    run_dir = get_settings().outputs_dir / "run"
+    file = find_checkpoint(run_dir) / "identity.json"
+    info = json.loads(file.read_text())
+    resolved = resolve_train_config(config)
+    entries = resolve_entries(resolved, get_settings().datasets_dir, allow_outside_root=True)
+    spec = families.get("flux-kontext").spec
+    del info["identity"]["dataset_rule"]  # as the code before rule 2 wrote it
+    info["identity"]["dataset_fingerprint"] = scan_for_run(
+        entries, resolved, spec, get_settings(), controls_then={}
+    ).fingerprint
+    file.write_text(json.dumps(info))
+
+    assert _validate(run_dir, {}).step == 1

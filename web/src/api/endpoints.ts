@@ -99,7 +99,9 @@ export const api = {
   upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void, field: string, answerTo: AnswerTo) => {
     const form = new FormData();
     for (const f of files) form.append(field, f, f.name);
-    return postWithProgress<UploadResult>(`/api/datasets/${seg(name)}/files`, form, onProgress, answerTo);
+    // summary=false: the page reloads the dataset once the last batch is in, so each batch's answer
+    // need not list the whole dataset (RELIABILITY 2190: work linear in the dataset, per batch)
+    return postWithProgress<UploadResult>(`/api/datasets/${seg(name)}/files?summary=false`, form, onProgress, answerTo);
   },
   /** Thumbnail of a control image: `path` as the dataset lists it ("control_2/a.png"). */
   controlThumbnailUrl: (name: string, path: string, size = 128) => {

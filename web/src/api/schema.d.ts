@@ -332,6 +332,8 @@ export interface paths {
          *     `strict=true` when any file is bad. Repeated uploads accumulate. 413 above the size cap,
          *     400 for a body that is not multipart/form-data, 409 DatasetChanged when the dataset was
          *     renamed, deleted or replaced (another client) while the body was sent: nothing stored.
+         *     The answer holds the dataset's summary after the upload unless `summary=false` (UploadBrief:
+         *     a client sending many batches lists the dataset once, at the end).
          */
         post: operations["upload_api_datasets__name__files_post"];
         delete?: never;
@@ -2613,6 +2615,11 @@ export interface components {
              * @description a single SDXL file's, when one was given
              */
             v_prediction?: boolean | null;
+            /**
+             * Warnings
+             * @description what the user should know of how the image was made, each naming its file: a DoRA LoRA whose header names no dora_scale rule, read by ComfyUI's (empty: nothing to say)
+             */
+            warnings?: string[];
             /** Width */
             width: number;
         };
@@ -3712,7 +3719,7 @@ export interface components {
             memory: components["schemas"]["MemoryEstimate"];
             /**
              * Notes
-             * @description checks the preflight did not make now, each with why (e.g. lora_targets while other checks run); the run's start makes them. Empty: every check was made
+             * @description checks the preflight did not make now, each with why (e.g. lora_targets while other checks run; the run's start makes them), and what it cannot tell (an init_lora DoRA file whose header names no dora_scale rule, read by ComfyUI's). Empty: every check was made
              */
             notes?: string[];
             plan: components["schemas"]["PreflightPlan"];
@@ -5830,7 +5837,33 @@ export interface components {
             /** Note */
             note?: string | null;
         };
-        /** UploadOut */
+        /**
+         * UploadBrief
+         * @description The answer of an upload asked with `summary=false`: what it stored and refused, not the
+         *     dataset's counts (those cost a listing of the whole folder, RELIABILITY 2190).
+         */
+        UploadBrief: {
+            /**
+             * Committed
+             * @description the files stored by this upload, sorted
+             */
+            committed: string[];
+            /**
+             * Name
+             * @description the dataset's name
+             */
+            name: string;
+            /**
+             * Refused
+             * @description the files this upload refused, with the reason (one entry per problem)
+             */
+            refused: components["schemas"]["DroppedFile"][];
+        };
+        /**
+         * UploadOut
+         * @description The answer of an upload (`summary=true`, the default): the dataset's summary after it,
+         *     with what it stored and refused.
+         */
         UploadOut: {
             /**
              * Captions
@@ -7314,6 +7347,8 @@ export interface operations {
             query?: {
                 /** @description refuse the whole upload when any file is bad */
                 strict?: boolean;
+                /** @description answer with the dataset's summary after the upload (UploadOut: its image and caption counts, which list the whole folder and stat every caption file: work linear in the dataset); false: only `name`, `committed` and `refused` (UploadBrief), for a client that sends a large dataset in many batches */
+                summary?: boolean;
             };
             header?: never;
             path: {
@@ -7338,7 +7373,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["UploadOut"];
+                    "application/json": components["schemas"]["UploadOut"] | components["schemas"]["UploadBrief"];
                 };
             };
             /** @description nothing could be stored (every problem listed), a malformed upload, a dataset name refused (DatasetError) */

@@ -9,6 +9,8 @@ interface Props {
   selected: GalleryImage | null;
   /** How long it took, when it is the one just made (null: not said). */
   seconds: number | null;
+  /** What the server said of how the image just made was made, each naming its file (GenerateOut.warnings). */
+  warnings?: string[];
   /** A generation in flight (said while no image is shown). */
   busy: boolean;
   galleryEmpty: boolean;
@@ -20,7 +22,7 @@ interface Props {
 
 /** The Generate screen's result card: the image shown, its prompt, settings, LoRAs and references,
  * "Reuse these settings" and "Delete this image"; or what to do while there is none. */
-export function GenerateResult({ selected, seconds, busy, galleryEmpty, onReuse, deleting, onDelete }: Props) {
+export function GenerateResult({ selected, seconds, warnings = [], busy, galleryEmpty, onReuse, deleting, onDelete }: Props) {
   // said to a screen reader: the generation running, then the image it made (not an image picked)
   const news = busy ? "Generating…" : selected && seconds != null ? `Image generated in ${seconds.toFixed(1)} s: ${selected.prompt ?? "no prompt"}` : "";
   return (
@@ -37,6 +39,11 @@ export function GenerateResult({ selected, seconds, busy, galleryEmpty, onReuse,
               {imageMeta(selected)}
               {seconds != null ? ` · ${seconds.toFixed(1)} s` : ""}
             </p>
+            {warnings.map((w) => (
+              <p key={w} className="banner warn" data-testid="generate-warning">
+                {w}
+              </p>
+            ))}
             <p>
               <LoraChips loras={selected.loras} />
               <ReferenceStrip urls={selected.reference_urls ?? []} />

@@ -21,6 +21,8 @@ const GENERATE_INPUTS: ReadonlySet<string> = new Set([
 /** The generation's view; `loadGallery(file)` reloads the gallery showing `file`. */
 export function useGenerationView(loadGallery: (select?: string) => Promise<void>) {
   const [seconds, setSeconds] = useState<number | null>(null);
+  // what the server said of how the image just made was made (GenerateOut.warnings: a DoRA read by a guessed rule)
+  const [warnings, setWarnings] = useState<string[]>([]);
   const [busy, setBusy] = useState(false);
   const [progress, setProgress] = useState<string | null>(null); // "Step 3 of 20" of the generation in flight
   // the generation in flight (its request_id, for Cancel; the flight itself outlives this screen)
@@ -46,6 +48,7 @@ export function useGenerationView(loadGallery: (select?: string) => Promise<void
     setNotice(null);
     setChanged([]);
     setStaleBase(null);
+    setWarnings([]);
     setProgress(flight.status ? progressWords(flight.status) : null);
     flight.watch = (status) => {
       if (!mounted().aborted) setProgress(progressWords(status));
@@ -55,6 +58,7 @@ export function useGenerationView(loadGallery: (select?: string) => Promise<void
       const res = await unheeded(flight.result, mounted());
       setGeneral(null);
       setSeconds(res.seconds);
+      setWarnings(res.warnings ?? []);
       await loadGallery(res.file);
     } catch (err) {
       if (isAbort(err)) return;
@@ -112,7 +116,7 @@ export function useGenerationView(loadGallery: (select?: string) => Promise<void
   };
 
   return {
-    seconds, busy, progress, requestId, notice, errors, setErrors, general, setGeneral, changed, setChanged, staleBase, setStaleBase,
+    seconds, warnings, busy, progress, requestId, notice, errors, setErrors, general, setGeneral, changed, setChanged, staleBase, setStaleBase,
     generating, follow, cancel,
   };
 }

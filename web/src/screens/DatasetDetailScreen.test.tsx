@@ -10,9 +10,9 @@ import { stubXhr } from "../test/xhr";
 
 const DETAIL: DatasetDetail = datasetDetail("mix");
 
-/** The upload answer of the real server for a batch with one broken image and its caption. */
+/** The upload answer of the real server (summary=false) for a batch with one broken image and its caption. */
 const UPLOADED: UploadResult = {
-  ...DETAIL,
+  name: "mix",
   committed: ["a.png", "a.txt"],
   refused: [
     { file: "broken.png", reason: "corrupt or unreadable image (cannot identify image file)" },

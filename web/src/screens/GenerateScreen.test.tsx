@@ -7,6 +7,7 @@ import { GenerateScreen } from "./GenerateScreen";
 import { renderWithProviders } from "../test/render";
 
 const OLD: GalleryImage = galleryImage([{ name: "cats", scale: 0.8 }]);
+const DORA_NOTE = "DoRA file /o/d/d.safetensors: nothing in its header says how its dora_scale was written";
 const NEW: GalleryImage = { ...OLD, file: "new.png", url: "/gallery/new.png", created: 2, prompt: "a new dog", seed: 3, loras: [] };
 
 describe("GenerateScreen", () => {
@@ -44,6 +45,10 @@ describe("GenerateScreen", () => {
           last: final,
         });
         return { body: { name: "cats", loras: [at(2, false), at(4, false), at(6, true)] } };
+      }
+      if (method === "POST" && url === "/api/generations" && (body as { prompt?: string }).prompt === "a dora") {
+        images = [NEW, OLD]; // the server's warning of a DoRA file read by a guessed rule (RELIABILITY 2162)
+        return { status: 201, body: { file: "new.png", url: "/gallery/new.png", path: "/g/new.png", seconds: 1.5, seed: 3, width: 64, height: 64, prompt: "a dora", loras: [], warnings: [DORA_NOTE] } };
       }
       if (method === "POST" && url === "/api/generations") {
         images = [NEW, OLD];
@@ -115,6 +120,18 @@ describe("GenerateScreen", () => {
     await userEvent.click(screen.getByRole("button", { name: "Generate" }));
     const list = (await screen.findByLabelText("use LoRA cats")).closest(".field") as HTMLElement;
     await waitFor(() => expect(list).toHaveTextContent("#1 scale: Input should be less than or equal to 4"));
+  });
+
+  it("shows the server's warning with the image it made, and none with an image picked after", async () => {
+    renderScreen();
+    await screen.findByTestId("gallery");
+    await userEvent.clear(document.querySelector('[name="prompt"]') as HTMLElement);
+    await userEvent.type(document.querySelector('[name="prompt"]') as HTMLElement, "a dora");
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/new.png"));
+    expect(screen.getByTestId("generate-warning")).toHaveTextContent(DORA_NOTE);
+    await userEvent.click(within(screen.getByTestId("gallery")).getByTitle("an old cat"));
+    await waitFor(() => expect(screen.queryByTestId("generate-warning")).toBeNull());
   });
 
   it("generates with the preselected tiny model and shows the new image first", async () => {

@@ -377,6 +377,7 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
         <GenerateResult
           selected={selected}
           seconds={view.seconds != null && selected?.file === gallery?.[0]?.file ? view.seconds : null}
+          warnings={view.seconds != null && selected?.file === gallery?.[0]?.file ? view.warnings : []}
           busy={busy}
           galleryEmpty={!gallery?.length}
           onReuse={reuse}

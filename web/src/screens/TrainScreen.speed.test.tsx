@@ -54,12 +54,14 @@ describe("TrainScreen: memory and speed", () => {
     expect(wide().disabled).toBe(true); // FLUX.1
     await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
     expect(wide().disabled).toBe(false);
-    await userEvent.type(input("base_model"), "stabilityai/stable-diffusion-xl-base-1.0");
+    await userEvent.clear(input("base_model")); // the name in one paste: 40 typed keys re-rendered the form 40 times
+    await userEvent.paste("stabilityai/stable-diffusion-xl-base-1.0");
     await userEvent.selectOptions(input("compile"), "wide");
     await userEvent.click(screen.getByRole("button", { name: "Check" }));
     await screen.findByTestId("preflight");
     const sent = calls.filter((c) => c.url === "/api/train/preflight").pop()?.body as { config: Record<string, unknown> };
     expect(sent.config.compile).toBe("wide");
+    expect(sent.config.base_model).toBe("stabilityai/stable-diffusion-xl-base-1.0");
     expect(screen.getByTestId("preflight-compile")).toHaveTextContent("compiled (wide): 3 batch shapes to compile, ~2 min each the first time");
   });
 

@@ -36,6 +36,7 @@ from lorastudio.api.schemas_files import (
     DatasetList,
     DatasetRenamed,
     DeletedFiles,
+    UploadBrief,
     UploadOut,
 )
 from lorastudio.api.upload_spool import parser_class
@@ -157,7 +158,7 @@ def rename(
 @router.post(
     "/{name}/files",
     status_code=201,
-    response_model=UploadOut,
+    response_model=UploadOut | UploadBrief,
     max_body_size=STREAMED_BODY_LIMIT,
     openapi_extra=multipart_body(
         "images, their .txt captions, masks (field `mask`) and control images (fields `control`, "
@@ -168,6 +169,13 @@ async def upload(
     name: str,
     request: Request,
     strict: bool = Query(default=False, description="refuse the whole upload when any file is bad"),
+    summary: bool = Query(
+        default=True,
+        description="answer with the dataset's summary after the upload (UploadOut: its image and "
+        "caption counts, which list the whole folder and stat every caption file: work linear in "
+        "the dataset); false: only `name`, `committed` and `refused` (UploadBrief), for a client "
+        "that sends a large dataset in many batches",
+    ),
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
@@ -181,7 +189,9 @@ async def upload(
     `refused` with reasons); 400 listing every problem when nothing could be stored, or with
     `strict=true` when any file is bad. Repeated uploads accumulate. 413 above the size cap,
     400 for a body that is not multipart/form-data, 409 DatasetChanged when the dataset was
-    renamed, deleted or replaced (another client) while the body was sent: nothing stored."""
+    renamed, deleted or replaced (another client) while the body was sent: nothing stored.
+    The answer holds the dataset's summary after the upload unless `summary=false` (UploadBrief:
+    a client sending many batches lists the dataset once, at the end)."""
     content_type = request.headers.get("content-type", "")
     if not content_type.lower().startswith("multipart/form-data") or "boundary=" not in content_type:
         raise DatasetError(
@@ -215,6 +225,8 @@ async def upload(
     finally:
         if held is not None:
             os.close(held)
+    if not summary:  # the batch's own work only (RELIABILITY 2190)
+        return {"name": folder.name, "committed": result.stored, "refused": refused}
     return {**dataset_summary(folder), "committed": result.stored, "refused": refused}
 
 
