@@ -3,9 +3,11 @@ session 39's fixture home (tests/upgrade/old_home39.py: its edit run on a datase
 images stopped at step 2 beside its twin, a plain LoRA run finished ...), then through the old
 train(): a DoRA run written in the LyCORIS layout (`lora_format = "kohya"`: a `.dora_scale` per
 layer and no `lorastudio.dora_scale` key, RELIABILITY 2090) finished, a gallery image rendered with
-it by the old app, a DoRA run started from it (`init_lora`) finished, and a second edit run (its
-dataset a copy of session 39's, which the test moves: a paired fingerprint of the old rule holds
-its controls' absolute paths, RELIABILITY 2040) stopped at step 2 beside its twin.
+it by the old app, a DoRA run started from it (`init_lora`) finished, a run on the disk latent
+cache (its shards and crops planned by the old code, RELIABILITY 2191) stopped at step 2 beside
+its twin, and a second edit run (its dataset a copy of session 39's, which the test moves: a
+paired fingerprint of the old rule holds its controls' absolute paths, RELIABILITY 2040)
+stopped at step 2 beside its twin.
 `python old_home40.py HOME` (`--s40` adds only this session's part to a home of old_home39.py);
 the summary goes to HOME/../old_home.json."""
 
@@ -57,6 +59,9 @@ def _session40(home: Path, model: Path, edit39: dict, done: dict) -> dict:
         losses = list(train(TrainConfig.model_validate(raw), events.append, device="cpu").losses)
         warned = [e.message for e in events if e.type == "warning"]
         out["init"] = {"raw": raw, "losses": losses, "warnings": warned}
+    if "disk" not in out:  # the disk latent cache's shards and plan, as the old code made them (2191)
+        raw = _settings(model, shapes, "disk40", {"steps": 4, "save_every": None, "latent_cache": "disk"})
+        out["disk"] = _stopped_and_full(raw)
     if "edit" not in out:
         data = home / "datasets" / "edit40"
         if not data.is_dir():

@@ -173,6 +173,9 @@ def test_an_old_home_of_session_40_upgrades_rolls_back_and_upgrades_again(
         was = old["s38" if key == "lokr" else "s39"][key]
         assert _resumed(was["raw"], outputs / run) == pytest.approx(was["full_losses"], rel=1e-5), key
 
+    # 2191: the disk latent cache's run resumed on the old code's shards, bit for bit
+    assert _resumed(s40["disk"]["raw"], outputs / "disk40") == s40["disk"]["full_losses"]
+
     # 2042: an old run's LoRA pushed from its snapshot, as the pair the old code wrote
     settings = Settings(home=folder, hf_token=SecretStr(WRITE_TOKEN))
     for name in ("lora39", "dorak40", "edit40"):  # edit40: resumed by this code, its new pair
