@@ -148,6 +148,8 @@ def test_an_old_home_of_session_40_upgrades_rolls_back_and_upgrades_again(
         assert client.get("/api/datasets/edit40").status_code == 200
         # 2090: the old lorastudio DoRA file read by its writer's rule (ComfyUI's), as before
         renders_again(client, dorak["gallery"])
+        made = client.post("/api/generate", json=dorak["gallery"][0]["body"])  # its header tells the rule
+        assert made.status_code == 201 and made.json()["warnings"] == [], made.text
         old_png = client.get(dorak["gallery"][0]["out"]["url"]).content
     # ... and an init_lora run from it: the old code's losses, no warning (the header told the rule)
     assert not s40["init"]["warnings"], s40["init"]["warnings"]
