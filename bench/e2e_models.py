@@ -154,6 +154,40 @@ def _qwen_image_pipeline() -> Any:
     )
 
 
+# Qwen/Qwen3-4B's and Qwen/Qwen3-8B's released configs (Z-Image's and FLUX.2 [klein] 9B's text encoders)
+QWEN3 = {
+    "4b": {"hidden_size": 2560, "intermediate_size": 9728, "tie_word_embeddings": True},
+    "8b": {"hidden_size": 4096, "intermediate_size": 12288, "tie_word_embeddings": False},
+}
+
+
+def qwen3_config(size: str, tokenizer: Any = None) -> Any:
+    """The Qwen3Config of QWEN3[size] (36 layers, 32 heads, 8 KV heads of 128), with the special
+    token ids of `tokenizer` (lorastudio's tiny Qwen tokenizer, whose ids stay inside the vocab)
+    when given."""
+    from transformers import Qwen3Config
+
+    ids = {}
+    if tokenizer is not None:
+        ids = {
+            "bos_token_id": tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+            "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"),
+            "pad_token_id": tokenizer.pad_token_id,
+        }
+    return Qwen3Config(
+        vocab_size=151936,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+        **QWEN3[size],
+        **ids,
+    )
+
+
 def _klein9b_pipeline() -> Any:
     """FLUX.2 [klein] 9B base (not distilled) of the released configs, in the current default
     device and dtype."""
@@ -163,30 +197,13 @@ def _klein9b_pipeline() -> Any:
         Flux2KleinPipeline,
         Flux2Transformer2DModel,
     )
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     from bench.models_2026 import KLEIN, SCHEDULERS
     from lorastudio.tiny import tokenizers as toks
 
     tokenizer = toks.qwen_tokenizer()
-    text_encoder = Qwen3ForCausalLM(
-        Qwen3Config(  # Qwen/Qwen3-8B's config (FLUX.2-klein-9B's text_encoder/config.json)
-            vocab_size=151936,
-            hidden_size=4096,
-            intermediate_size=12288,
-            num_hidden_layers=36,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            head_dim=128,
-            max_position_embeddings=40960,
-            rms_norm_eps=1e-6,
-            rope_parameters={"rope_type": "default", "rope_theta": 1e6},
-            tie_word_embeddings=False,
-            bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-            eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-            pad_token_id=tokenizer.pad_token_id,
-        )
-    )
+    text_encoder = Qwen3ForCausalLM(qwen3_config("8b", tokenizer))  # FLUX.2-klein-9B's text_encoder
     return Flux2KleinPipeline(
         # FLUX.2's scheduler config (as lorastudio.tiny's klein): the pipeline computes mu per call
         scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULERS["klein9b"], time_shift_type="exponential"),
@@ -230,29 +247,12 @@ def _z_image_pipeline() -> Any:
     hidden state), FLUX.1's VAE; in the current default device and dtype."""
     import torch
     from diffusers import FlowMatchEulerDiscreteScheduler, ZImagePipeline, ZImageTransformer2DModel
-    from transformers import Qwen3Config, Qwen3Model
+    from transformers import Qwen3Model
 
     from lorastudio.tiny import tokenizers as toks
 
     tokenizer = toks.qwen_tokenizer()
-    text_encoder = Qwen3Model(
-        Qwen3Config(  # Qwen/Qwen3-4B's config (Z-Image's text_encoder/config.json)
-            vocab_size=151936,
-            hidden_size=2560,
-            intermediate_size=9728,
-            num_hidden_layers=36,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            head_dim=128,
-            max_position_embeddings=40960,
-            rms_norm_eps=1e-6,
-            rope_parameters={"rope_type": "default", "rope_theta": 1e6},
-            tie_word_embeddings=True,
-            bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-            eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-            pad_token_id=tokenizer.pad_token_id,
-        )
-    )
+    text_encoder = Qwen3Model(qwen3_config("4b", tokenizer))  # Z-Image's text_encoder
     transformer = ZImageTransformer2DModel()
     with torch.no_grad():  # the pad tokens are allocated with torch.empty (a checkpoint fills them)
         for name, param in transformer.named_parameters():

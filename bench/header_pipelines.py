@@ -76,22 +76,14 @@ def build_z_image(root: Path) -> Path:
     """root/z-image: Z-Image (6B single-stream DiT, the Qwen3-4B text encoder, FLUX.1's VAE)."""
     import torch
     from diffusers import AutoencoderKL, ZImageTransformer2DModel
-    from transformers import Qwen3Config, Qwen3Model
+    from transformers import Qwen3Model
+
+    from bench.e2e_models import qwen3_config
 
     out = root / "z-image"
     with torch.device("meta"):
         parts = {
-            "text_encoder": Qwen3Model(
-                Qwen3Config(
-                    vocab_size=151936,
-                    hidden_size=2560,
-                    intermediate_size=9728,
-                    num_hidden_layers=36,
-                    num_attention_heads=32,
-                    num_key_value_heads=8,
-                    head_dim=128,
-                )
-            ),
+            "text_encoder": Qwen3Model(qwen3_config("4b")),
             "transformer": ZImageTransformer2DModel(),  # the released config's defaults
             "vae": AutoencoderKL(
                 down_block_types=["DownEncoderBlock2D"] * 4,

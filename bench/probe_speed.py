@@ -60,7 +60,9 @@ variants:
   peftfwd    with loha / lokr: peft's own forward (its per-layer draw; before RELIABILITY 1800)
   kronfwd, hadafwd   with lokr / loha: the draw-free forward with peft's full weight (before 1950 / 1990)
   keep32     with lokr / loha: the factored delta as plain ops, autograd keeping the fp32 copy of each
-             adapted layer's input and LoKr's fp32 intermediate (before 2080: compare peak_gib)
+             adapted layer's input and LoKr's fp32 intermediate (before 2080: compare peak_gib);
+             with lora / dora (and fbl's shared LoRA input): peft's fp32 cast of each adapted
+             layer's input kept for the backward, not the bf16 input (before 2170)
 Variants combine with "+" (e.g. fp8+cudnn, fp8q+bf16lora): each part is applied in turn.
 
 usage: PYTHONPATH=src:. python -m bench.probe_speed --out DIR --deadline-s S flux:ref,fp8 qwen:cudnn ...
@@ -209,13 +211,16 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
 
                 setattr(lycoris_forward, f"{kind}_linear_delta", lambda layer, name, x: None)
                 os.environ["LORASTUDIO_PRECOMPILE"] = "0"
-        if "keep32" in parts:  # the factored delta's plain ops, before 2080 (no saved graphs either)
-            if not adapter & {"loha", "lokr"}:
-                raise ValueError("keep32 applies to loha / lokr")
-            import lorastudio.training.lycoris_forward as lycoris_forward
+        if "keep32" in parts and adapter & {"loha", "lokr"}:  # the plain ops, before 2080 (no saved
+            import lorastudio.training.lycoris_forward as lycoris_forward  # graphs either)
             from lorastudio.training.lycoris_grad import plain_loha_delta, plain_lokr_delta
 
             lycoris_forward.lokr_delta, lycoris_forward.loha_delta = plain_lokr_delta, plain_loha_delta
+            os.environ["LORASTUDIO_PRECOMPILE"] = "0"
+        elif "keep32" in parts:  # LoRA / DoRA: the fp32 cast of each input kept, before 2170
+            import lorastudio.training.lora_saved as lora_saved
+
+            lora_saved.KEEP_BF16_INPUT = False
             os.environ["LORASTUDIO_PRECOMPILE"] = "0"
         eng = Engine(family, before_lora=before, targets=targets, overrides=overrides)
         row["lora_params"] = sum(p.numel() for p in eng.params)

@@ -188,11 +188,10 @@ class GenerationService:
         self, req: GenerationRequest, request_id: str | None = None, owner: object | None = None
     ) -> dict[str, Any]:
         """Generate one image and save it to the gallery with a JSON sidecar of its settings.
-        Returns the sidecar's fields plus {"file", "path", "seconds", "warnings"} (warnings: the
-        LoRA files' that the user should hear: a DoRA file whose header names no dora_scale rule,
-        lora/dora_rule.untold_warnings). `request_id` names the
-        request for `cancel` (None: not cancellable), `owner` (any object) who may cancel it
-        by owner. Raises what `check` raises, JobActive
+        Returns the sidecar's fields plus {"file", "path", "seconds", "warnings"} (the LoRA files'
+        warnings: lora/dora_rule.untold_warnings). `request_id` names the request for `cancel`
+        (None: not cancellable), `owner` (any object) who may cancel it by owner. Raises what
+        `check` raises, JobActive
         (training holds the GPU, a request of this id is in flight or ended less than
         RETIRED_FOR_S ago, or MAX_IN_FLIGHT requests are), GenerationCancelled
         (`cancel`: no image kept), GenerationFailed / GenerationWorkerLost / GenerationTimedOut

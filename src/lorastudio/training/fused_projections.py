@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from lorastudio.config_rules import FusionChoice
+from lorastudio.training.lora_saved import cast_input, kept_cast_scope
 
 # block class name -> its groups of member module paths (FamilySpec.fused_projection_groups)
 ProjectionGroups = Mapping[str, tuple[tuple[str, ...], ...]]
@@ -218,7 +219,11 @@ def _lora_hidden(holder: FusedFrozenProjections, x: torch.Tensor, slot: int, ada
     """Member `slot`'s x A_slot^T [..., r_slot] from the group's one x [A_1; A_2; ...]^T matmul."""
     if holder._lora_input is not x or holder._lora_parts is None:
         a = torch.cat([m.lora_A[adapter].weight for m in holder.lora_members])  # [sum r_i, K]
-        h = torch.nn.functional.linear(x.to(a.dtype), a)  # [..., sum r_i]
+        if torch.compiler.is_compiling():  # the cast checkpointed: recomputed, not kept
+            h = torch.nn.functional.linear(cast_input(x, a.dtype), a)  # [..., sum r_i]
+        else:
+            with kept_cast_scope():  # autograd keeps x (bf16), not its fp32 cast (RELIABILITY 2170)
+                h = torch.nn.functional.linear(cast_input(x, a.dtype), a)  # [..., sum r_i]
         holder._lora_input, holder._lora_parts, holder._lora_served = x, h.split(holder.lora_ranks, -1), 0
     part = holder._lora_parts[slot]
     holder._lora_served += 1

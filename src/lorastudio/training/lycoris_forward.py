@@ -51,10 +51,12 @@ LoKr's fp32 intermediate, for the backward: training/lycoris_grad.py (RELIABILIT
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
 
+from lorastudio.training.layer_classes import swap_layer_classes
 from lorastudio.training.lycoris_grad import loha_delta, lokr_delta
 
 TRACED_ATTR = "_lorastudio_traced_forward"
@@ -150,30 +152,11 @@ def _compute_dtype(layer: Any, x: torch.Tensor, factor: torch.Tensor) -> torch.d
     return factor.dtype if getattr(layer, "cast_input_dtype_enabled", True) else x.dtype
 
 
-_TRACED: dict[type, type] = {}
-
-
-def _traced_class(cls: type) -> type:
-    """The subclass of LycorisLayer class `cls` with the draw-free forward (one per class)."""
-    if cls not in _TRACED:
-        qualname = "_traced_" + "_".join(f"{cls.__module__}.{cls.__qualname__}".replace("<", "").split("."))
-        traced = type(qualname, (_NoDrawForward, cls), {TRACED_ATTR: True})
-        traced.__module__ = __name__
-        globals()[qualname] = traced
-        _TRACED[cls] = traced
-    return _TRACED[cls]
-
-
 def trace_friendly_lycoris(model: torch.nn.Module) -> int:
     """Give every LoHa / LoKr layer of `model` the draw-free forward (see the module).
     Idempotent; returns how many layers this call changed (0 for LoRA / DoRA models)."""
     from peft.tuners.lycoris_utils import LycorisLayer
 
-    changed = 0
-    for module in model.modules():
-        cls = type(module)
-        if not isinstance(module, LycorisLayer) or getattr(cls, TRACED_ATTR, False):
-            continue
-        module.__class__ = _traced_class(cls)
-        changed += 1
-    return changed
+    return swap_layer_classes(
+        model, LycorisLayer, _NoDrawForward, TRACED_ATTR, "_traced_", sys.modules[__name__]
+    )

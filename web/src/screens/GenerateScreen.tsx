@@ -239,7 +239,7 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
       />
     </Field>
   );
-
+  const justMade = view.seconds != null && selected?.file === gallery?.[0]?.file; // the image this page made
   return (
     <section className="screen">
       <div className="screen-head">
@@ -371,13 +371,12 @@ export function GenerateScreen({ fromRun, fromSample }: { fromRun?: string; from
             }}
           />
           {notice && <div className="banner info">{notice}</div>}
-          <GenerateButtons busy={busy} cancellable={busy && !!requestId} progress={sending ? view.progress : null} onCancel={view.cancel}
-            describedBy={general ? "generate-refusal" : undefined} />
+          <GenerateButtons busy={busy} cancellable={busy && !!requestId} progress={sending ? view.progress : null} onCancel={view.cancel} describedBy={general ? "generate-refusal" : undefined} />
         </form>
         <GenerateResult
           selected={selected}
-          seconds={view.seconds != null && selected?.file === gallery?.[0]?.file ? view.seconds : null}
-          warnings={view.seconds != null && selected?.file === gallery?.[0]?.file ? view.warnings : []}
+          seconds={justMade ? view.seconds : null}
+          warnings={justMade ? view.warnings : []}
           busy={busy}
           galleryEmpty={!gallery?.length}
           onReuse={reuse}
