@@ -69,9 +69,19 @@ def _cli_serves() -> bool:
     return subprocess.run([str(exe), "serve", "--help"], capture_output=True, timeout=60).returncode == 0
 
 
-def _serve_command(port: int) -> list[str]:
-    """`lorastudio serve` when the CLI has it, else the same `serve()` function directly."""
+def _serve_command(port: int, web_dist: Path | None = None) -> list[str]:
+    """`lorastudio serve` when the CLI has it, else the same `serve()` function directly;
+    `web_dist`: the UI served from that folder instead of the package's (its `build-id.txt` a
+    test may rewrite: api/web_build.py), through `serve()` with create_app's `web_dist`."""
     exe = Path(sys.executable).with_name("lorastudio")
+    if web_dist is not None:
+        code = (
+            "import functools, pathlib; import lorastudio.api.app as a; "
+            f"a.create_app = functools.partial(a.create_app, web_dist=pathlib.Path({str(web_dist)!r})); "
+            "from lorastudio.settings import get_settings; "
+            f"a.serve(get_settings(), '127.0.0.1', {port})"
+        )
+        return [sys.executable, "-c", code]
     if _cli_serves():
         return [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port)]
     code = (
@@ -90,9 +100,11 @@ def _missing(reason: str) -> None:
 
 
 @contextmanager
-def _running_studio(home: Path, extra_env: dict[str, str], port: int | None = None) -> Iterator[str]:
+def _running_studio(
+    home: Path, extra_env: dict[str, str], port: int | None = None, web_dist: Path | None = None
+) -> Iterator[str]:
     """`lorastudio serve` on loopback `port` (default: a free one) with LORASTUDIO_HOME=home
-    (+ extra_env); yields its URL once /api/info answers (200, or 401 behind a token); stops it
+    (+ extra_env; `web_dist`: _serve_command's); yields its URL once /api/info answers (200, or 401 behind a token); stops it
     and prints its log (appended to home/server.log: a restart on the same home keeps the first's).
     Without a standby training worker unless extra_env asks for one (its log is checked for it)."""
     log_path = home / "server.log"
@@ -110,7 +122,7 @@ def _running_studio(home: Path, extra_env: dict[str, str], port: int | None = No
             "LORASTUDIO_PORT": str(port),
             **extra_env,
         }
-        return subprocess.Popen(_serve_command(port), env=env, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(_serve_command(port, web_dist), env=env, stdout=log, stderr=subprocess.STDOUT)
 
     if port is None:  # a free one, and the server's own: not one another server took meanwhile
         proc, port = start_listening(start)
