@@ -1,5 +1,5 @@
-"""Session 40 upgrade audit, end to end (slow: 10.5 min from scratch on 2 shared cores, 8 of them
-building the home; 2.7 min on a copy, UPGRADE40_BUILT; a studio home built by the code of the
+"""Session 40 upgrade audit, end to end (slow: 4.1 to 10.5 min from scratch on 2 shared cores, 3.1
+to 8 of them building the home; 1 to 2.7 min on a copy, UPGRADE40_BUILT; a studio home built by the code of the
 session's start, commit OLD, extracted with `git archive`; tests/upgrade/old_home40.py: session 39's fixture
 home, a DoRA run in the LyCORIS layout finished with a gallery image rendered with it, a DoRA run
 started from it by init_lora, a second edit run stopped at step 2 beside its twin) opened by this
