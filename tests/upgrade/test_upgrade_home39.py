@@ -109,10 +109,10 @@ def test_an_old_home_of_session_39_upgrades_rolls_back_and_upgrades_again(
     listing = run_cli("datasets", "list", src=REPO / "src")
     assert listing.returncode == 0 and "markup: 'trig38': 8 caption(s)" in listing.stdout, listing.stdout
 
-    # the old checkpoints resumed by this code bitwise, with no word of the machine (none recorded)
-    # (a copied home's edit run is refused: its fingerprint holds its controls' absolute paths,
-    # RELIABILITY's Known problems)
-    for key, run in (("mask", "mask39"), ("edit", "edit39"))[: 1 if old.get("copied") else 2]:
+    # the old checkpoints resumed by this code bitwise, with no word of the machine (none recorded);
+    # a copied home's edit run too (its old fingerprint holds its controls' absolute paths, compared
+    # under the folders its config recorded since RELIABILITY 2040)
+    for key, run in (("mask", "mask39"), ("edit", "edit39")):
         events: list = []
         ours = train(TrainConfig.model_validate(s39[key]["raw"]), events.append, device="cpu",
                      resume=outputs / run)  # fmt: skip
