@@ -23,6 +23,7 @@ Block swap (TrainConfig.offload_blocks) is in training/block_swap.py.
 from __future__ import annotations
 
 import logging
+import math
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -133,7 +134,8 @@ def _base_inner_dim(module: torch.nn.Module) -> int | None:
     weight = getattr(base, "weight", None)
     if not isinstance(weight, torch.Tensor) or weight.dim() < 2:
         return None
-    return int(weight[0].numel())  # [out, in] or [out, in/groups, *kernel]
+    return math.prod(int(d) for d in weight.shape[1:])  # [out, in] or [out, in/groups, *kernel]: the shape
+    # alone (an nf4 / int8 base's tensor subclass has no row to index; a swapped-out block's no storage)
 
 
 def adapter_inner_dim(denoiser: torch.nn.Module) -> int:
