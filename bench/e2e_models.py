@@ -7,6 +7,30 @@ from __future__ import annotations
 
 from typing import Any
 
+# the CLIP text models' released configs: openai/clip-vit-large-patch14 (FLUX.1, SDXL) and laion's
+# OpenCLIP ViT-bigG-14 (SDXL's second encoder, with its 1280-wide projection)
+CLIP = {
+    "L": {"hidden_size": 768, "intermediate_size": 3072, "num_attention_heads": 12, "num_hidden_layers": 12,
+          "hidden_act": "quick_gelu", "projection_dim": 768},
+    "bigG": {"hidden_size": 1280, "intermediate_size": 5120, "num_attention_heads": 20, "num_hidden_layers": 32,
+             "hidden_act": "gelu", "projection_dim": 1280},
+}  # fmt: skip
+
+
+def clip_config(size: str, tokenizer: Any) -> Any:
+    """The CLIPTextConfig of CLIP[size] (49408-token vocab, 77 positions) with `tokenizer`'s special
+    token ids (lorastudio's tiny CLIP tokenizer)."""
+    from transformers import CLIPTextConfig
+
+    return CLIPTextConfig(
+        vocab_size=49408,
+        max_position_embeddings=77,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **CLIP[size],
+    )
+
 
 def _flux_pipeline() -> Any:
     """FLUX.1-dev of the released configs, in the current default device and dtype."""
@@ -18,26 +42,12 @@ def flux_pipeline(double_blocks: int = 19, single_blocks: int = 38, t5_layers: i
     released ones; fewer: a model of a few GB for the CPU benches, bench/prefetch_start.py), in
     the current default device and dtype."""
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
-    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+    from transformers import CLIPTextModel, T5Config, T5EncoderModel
 
     from lorastudio.tiny import tokenizers as toks
 
     tokenizer, tokenizer_2 = toks.clip_tokenizer(), toks.t5_tokenizer()
-    text_encoder = CLIPTextModel(
-        CLIPTextConfig(  # openai/clip-vit-large-patch14's text model
-            vocab_size=49408,
-            hidden_size=768,
-            intermediate_size=3072,
-            num_attention_heads=12,
-            num_hidden_layers=12,
-            max_position_embeddings=77,
-            hidden_act="quick_gelu",
-            projection_dim=768,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-    )
+    text_encoder = CLIPTextModel(clip_config("L", tokenizer))  # openai/clip-vit-large-patch14's text model
     text_encoder_2 = T5EncoderModel(
         T5Config(  # google/t5-v1_1-xxl's encoder
             vocab_size=32128,
@@ -274,43 +284,14 @@ def _sdxl_pipeline() -> Any:
     encoders, its VAE), in the current default device and dtype."""
     import torch
     from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+    from transformers import CLIPTextModel, CLIPTextModelWithProjection
 
     from bench.models import SDXL_UNET
     from lorastudio.tiny import tokenizers as toks
 
     tokenizer = toks.clip_tokenizer()
-    ids = {
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-    }
-    clip_l = CLIPTextModel(  # openai/clip-vit-large-patch14's text model
-        CLIPTextConfig(
-            vocab_size=49408,
-            hidden_size=768,
-            intermediate_size=3072,
-            num_attention_heads=12,
-            num_hidden_layers=12,
-            max_position_embeddings=77,
-            hidden_act="quick_gelu",
-            projection_dim=768,
-            **ids,
-        )
-    )
-    clip_g = CLIPTextModelWithProjection(  # laion's OpenCLIP ViT-bigG-14 text model
-        CLIPTextConfig(
-            vocab_size=49408,
-            hidden_size=1280,
-            intermediate_size=5120,
-            num_attention_heads=20,
-            num_hidden_layers=32,
-            max_position_embeddings=77,
-            hidden_act="gelu",
-            projection_dim=1280,
-            **ids,
-        )
-    )
+    clip_l = CLIPTextModel(clip_config("L", tokenizer))  # openai/clip-vit-large-patch14's text model
+    clip_g = CLIPTextModelWithProjection(clip_config("bigG", tokenizer))  # laion's OpenCLIP ViT-bigG-14
     with torch.device("cpu"):  # its sigmas are copied to the CPU at init: not built on "meta"
         scheduler = EulerDiscreteScheduler(  # stabilityai/stable-diffusion-xl-base-1.0 scheduler_config.json
             num_train_timesteps=1000,
