@@ -265,11 +265,11 @@ def _stage_folder(
 
 def _move_into_place(staged: Path, target: Path, decoded_dir: Path | None) -> None:
     """Rename the whole staged dataset `staged` to `target` (its record of decoded files with it:
-    data/decoded.move_record). Raises DatasetError when `target` appeared meanwhile (made outside
+    data/decoded_files.move_record). Raises DatasetError when `target` appeared meanwhile (made outside
     the studio: the claim keeps the studio's writers out)."""
     import os
 
-    from lorastudio.data.decoded import move_record
+    from lorastudio.data.decoded_files import move_record
     from lorastudio.data.safe_open import folder_identity
     from lorastudio.errors import DatasetError
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lorastudio.data.dataset_names import hand_named_folder
-from lorastudio.data.decoded import forget_record
+from lorastudio.data.decoded_files import forget_record
 from lorastudio.data.paths import safe_component
 from lorastudio.data.safe_open import FolderId, folder_identity
 from lorastudio.data.writes import dataset_lock
@@ -37,7 +37,7 @@ def delete_dataset(
         in_use: returns the (resolved) dataset folders that a queued or running job trains on;
             called under the dataset's lock, just before the folder is moved aside.
         decoded_dir: the studio's record of decoded images (settings.decoded_record_dir): the
-            folder's record there is removed with it (data/decoded.forget_record).
+            folder's record there is removed with it (data/decoded_files.forget_record).
     Raises:
         ConfigError / PathOutsideRoot: a bad name.
         NotFound: no dataset folder of that name.

@@ -17,6 +17,12 @@ The record of a folder is one JSON file under the studio's cache (settings.decod
 never writes into a dataset folder. It lists only the images the folder held at its last
 save; a lost or unreadable record only costs decodes again (it is a cache, never a verdict),
 and two processes saving at once keep the last one's (the other's files are decoded again).
+A save writes only what changed since its load, as one line of the record's journal beside it
+(<key>.journal: data/decoded_journal.py); the record is written whole (and the journal begun
+again) when there is no journal yet or one of another version, and when the journal outgrows
+half the record: an upload batch into a dataset of 25,000 images wrote all 25,000 rows (2.4 MB)
+on every batch (RELIABILITY 2210). Whatever knows the record's file knows its journal:
+data/decoded_files.forget_record and move_record, the start's sweep (data/decoded_sweep.py).
 
 The dataset's other images live in the same record: control images (data/pairs.py) and loss
 masks (data/masks.py) are decoded fully once too, under the same budget. A file of the folder
@@ -26,7 +32,8 @@ so a control and a target of one name never share an entry (`record_key`).
 
 A check's full decodes are bounded by time (FULL_DECODE_BUDGET_S: `wants_full`, and the check
 loops of data/decode_checks.py, which run them on both decode threads): the files left over keep
-the cheap check (ImageItem.decoded False; the preflight report names them: `undecoded_warning`)
+the cheap check (ImageItem.decoded False; the preflight report names them:
+scan_warnings.undecoded_warning)
 and are decoded fully by a later check, and in any case by the run's own scan, which has no
 budget (training/preflight.py): it decodes every file left before any model loads, fails the run
 naming one that does not decode, and records the rest.
@@ -35,7 +42,8 @@ An entry is recorded only when its file was settled when keyed (`racy`: git's ra
 next check decodes a racy one again).
 
 The process keeps the last record it read or wrote, parsed, while its file's identity (device,
-inode, size, mtime_ns, ctime_ns) stays the same (data/decoded_memo.py): an upload of 32 images into a
+inode, size, mtime_ns, ctime_ns) stays the same (data/decoded_memo.py), with how far it read
+the journal (a later load reads the lines appended since): an upload of 32 images into a
 dataset of 50,000 parsed the whole record each time (uploading N images cost O(N^2): RELIABILITY
 2111). One that is stale (another process's save in the same tick) only lacks or holds entries
 that `known` compares with each file's own key, as it does any record's.
@@ -43,20 +51,18 @@ that `known` compares with each file's own key, as it does any record's.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lorastudio import json_read
 from lorastudio.capped_read import read_capped
-from lorastudio.data import decoded_memo
+from lorastudio.data import decoded_journal, decoded_memo
+from lorastudio.data.decoded_files import record_name
 from lorastudio.data.images import DECODE_RULES, ImageInfo
-from lorastudio.data.items import ImageItem, item_name
 from lorastudio.data.safe_open import FolderId, open_in_folder
 from lorastudio.errors import DatasetError
 from lorastudio.staged_files import staging_path
@@ -142,13 +148,18 @@ class DecodedRecord:
     ):
         self.folder = Path(os.path.abspath(folder))
         self.device = folder_id[0]  # saved: a sweep tells a removed folder from an unmounted one
-        self.path = record_dir / f"{_record_name(self.folder, folder_id)}.json"
+        self.path = record_dir / f"{record_name(self.folder, folder_id)}.json"
         self.files: dict[str, tuple[FileKey, ImageInfo]] = {}
         self.budget_s = FULL_DECODE_BUDGET_S if budget_s is None else budget_s
         self.spent_s = 0.0  # seconds of full decodes this record's scan spent
         self.decoded = 0  # files this scan decoded fully and passed (add; recorded unless changed meanwhile)
         self.changed = False
         self.progress = progress
+        self._added: set[str] = set()  # entries set since the load (the journal line's rows)
+        self._dropped: set[str] = set()  # entries dropped since the load
+        self._journal: decoded_memo.Kept | None = None  # the journal as read at the load
+        self._record_bytes = 0  # the record file's size at the load
+        self._compact = True  # write the record whole at the next save (no usable journal)
 
     @classmethod
     def load(
@@ -164,12 +175,35 @@ class DecodedRecord:
         `progress`: the run's decode count and stop check (None: none)."""
         record = cls(record_dir, folder, folder_id, budget_s, progress)
         ident = decoded_memo.file_identity(record.path)
+        record._record_bytes = ident[2] if ident is not None else 0
         kept = decoded_memo.remembered(record.path, ident, RECORD_MAX_BYTES)
-        if kept is None:
-            kept = _read_record(record.path)
-            if kept:  # a refused read (over the bound, garbled) is read again
-                decoded_memo.remember(record.path, ident, kept)
-        record.files = dict(kept)  # a copy: the kept one is shared
+        jpath = decoded_journal.journal_path(record.path)
+        found = decoded_journal.journal_id(jpath) if ident is not None else None  # none of no record
+        start = 0
+        if kept is not None and found is not None and kept.journal == found[0] and found[1] >= kept.offset:
+            files: dict[str, tuple[FileKey, ImageInfo]] | None = dict(kept.files)  # kept is shared
+            start = kept.offset
+        elif kept is not None and found is None and kept.journal is None:
+            files = dict(kept.files)
+        else:
+            files = _read_body(record.path) if ident is not None else None
+        record.files = files if files is not None else {}
+        read = (
+            None
+            if files is None or found is None
+            else decoded_journal.read_lines(jpath, start, RECORD_MAX_BYTES)
+        )
+        if read is not None:
+            decoded_journal.apply(record.files, read[0], _entry)
+            record._journal = decoded_memo.Kept({}, found[0], read[1])  # type: ignore[index]
+            record._compact = decoded_journal.compact_due(read[1], record._record_bytes)
+        if ident is not None and files is not None:  # a refused read (over the bound, garbled) is read again
+            at = record._journal
+            decoded_memo.remember(
+                record.path,
+                ident,
+                decoded_memo.Kept(dict(record.files), at and at.journal, at.offset if at else 0),
+            )
         return record
 
     def record_key(self, path: Path) -> str:
@@ -225,15 +259,21 @@ class DecodedRecord:
             return False
         if racy(before, file_clock_ns() if keyed_ns is None else keyed_ns):
             return False
-        self.files[self.record_key(path)] = (before, info)
+        name = self.record_key(path)
+        self.files[name] = (before, info)
+        self._added.add(name)
+        self._dropped.discard(name)
         self.changed = True
         return True
 
     def save(self, names: set[str] | None = None) -> None:
-        """Write the record (staged and renamed) when it changed or `names` drops some of it;
+        """Write what changed since the load when anything did or `names` drops some of it;
         `names`: the image names the folder holds now (others of the folder itself are left out;
         an entry of a control or a mask, keyed by a path, is left out when its file is gone or
-        changed). Errors writing it are ignored: the record is a cache."""
+        changed). The changes are one line appended to the journal; the record is written whole
+        (staged and renamed) with a fresh journal when the load found no journal of this version,
+        or the journal would outgrow half the record (decoded_journal.compact_due). Errors
+        writing are ignored: the record is a cache."""
         if names is not None:
             kept = {
                 n: k
@@ -241,26 +281,77 @@ class DecodedRecord:
                 if (n in names if "/" not in n else file_key(self._path_of(n)) == k[0])
             }
             if len(kept) != len(self.files):
+                gone = self.files.keys() - kept.keys()
+                self._dropped |= gone
+                self._added -= gone
                 self.files = kept
                 self.changed = True
-        if not self.changed:
+        if not (self.changed or self._compact):
             return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self._compact or not self._append():
+                self._write_whole()
+        except (OSError, DatasetError):
+            return
+        self.changed = False
+        self._added.clear()
+        self._dropped.clear()
+
+    def _row(self, name: str) -> list[int]:
+        key, info = self.files[name]
+        return [*key, info.width, info.height, info.orientation]
+
+    def _append(self) -> bool:
+        """Append this save's changes to the journal read at the load; False when the record is
+        to be written whole instead (no journal now, or it would outgrow half the record)."""
+        journal = self._journal
+        if journal is None:
+            return False
+        line = decoded_journal.change_line(
+            sorted(self._dropped), {n: self._row(n) for n in sorted(self._added)}
+        )
+        if decoded_journal.compact_due(journal.offset + len(line), self._record_bytes):
+            return False
+        try:
+            jid, before, after = decoded_journal.append_line(decoded_journal.journal_path(self.path), line)
+        except FileNotFoundError:  # removed since the load (another process's record written whole)
+            return False
+        self._journal = decoded_memo.Kept({}, jid, after)
+        ident = decoded_memo.file_identity(self.path)
+        if (
+            jid == journal.journal and before == journal.offset and ident is not None
+        ):  # no other writer between
+            decoded_memo.remember(self.path, ident, decoded_memo.Kept(dict(self.files), jid, after))
+        else:
+            decoded_memo.remember(self.path, None, None)
+        return True
+
+    def _write_whole(self) -> None:
+        """Write the record whole (staged and renamed), then a fresh journal beside it. Raises
+        OSError (nothing left staged)."""
         body = {
             "version": RECORD_VERSION,
             "rules": DECODE_RULES,
             "folder": str(self.folder),
             "device": self.device,  # data/decoded_sweep.py: before "files", read without them
-            "files": {n: [*k, i.width, i.height, i.orientation] for n, (k, i) in sorted(self.files.items())},
+            "files": {n: self._row(n) for n in sorted(self.files)},
         }
         tmp = staging_path(self.path)  # staged_files.py: a killed writer's is removed at a server start
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_text(json.dumps(body, separators=(",", ":")), encoding="utf-8")
             os.replace(tmp, self.path)
-            self.changed = False
-            decoded_memo.remember(self.path, decoded_memo.file_identity(self.path), dict(self.files))
         except OSError:
             tmp.unlink(missing_ok=True)
+            raise
+        decoded_memo.remember(self.path, None, None)
+        jid, size = decoded_journal.write_fresh(decoded_journal.journal_path(self.path))
+        ident = decoded_memo.file_identity(self.path)
+        self._record_bytes = ident[2] if ident is not None else 0
+        self._journal = decoded_memo.Kept({}, jid, size)
+        self._compact = False
+        if ident is not None:
+            decoded_memo.remember(self.path, ident, decoded_memo.Kept(dict(self.files), jid, size))
 
 
 def _read_record(path: Path) -> dict[str, tuple[FileKey, ImageInfo]]:
@@ -268,21 +359,27 @@ def _read_record(path: Path) -> dict[str, tuple[FileKey, ImageInfo]]:
     link is not followed, a FIFO not waited on: safe_open), over RECORD_MAX_BYTES, not JSON, of
     another version or rules, or of any other form than `save` writes (a damaged or planted
     record costs decodes again, never an error nor a wrong size: rows are checked one by one)."""
+    return _read_body(path) or {}
+
+
+def _read_body(path: Path) -> dict[str, tuple[FileKey, ImageInfo]] | None:
+    """`_read_record`'s entries, None where it reads the record as empty for any reason but
+    holding no rows (the load then writes it whole at its next save, journal ignored)."""
     try:
         with open_in_folder(path) as fh:
             text = read_capped(fh, RECORD_MAX_BYTES + 1)
         if len(text) > RECORD_MAX_BYTES:
-            return {}
+            return None
         data = json_read.loads(text.decode("utf-8"))
     except (DatasetError, OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return {}
+        return None
     if not (
         isinstance(data, dict)
         and data.get("version") == RECORD_VERSION
         and data.get("rules") == DECODE_RULES
         and isinstance(data.get("files"), dict)
     ):
-        return {}
+        return None
     files = {}
     for name, row in data["files"].items():
         entry = _entry(row)
@@ -302,66 +399,3 @@ def _entry(row: object) -> tuple[FileKey, ImageInfo] | None:
     if size < 0 or inode < 0 or width < 1 or height < 1 or not 1 <= orientation <= 8:
         return None
     return (size, mtime, inode, ctime), ImageInfo(width, height, orientation)
-
-
-def _record_name(folder: Path, folder_id: FolderId) -> str:
-    ident = f"{folder}\n{folder_id[0]}:{folder_id[1]}".encode("utf-8", "surrogateescape")
-    return hashlib.sha256(ident).hexdigest()[:32]
-
-
-def forget_record(record_dir: Path, folder: Path, folder_id: FolderId) -> None:
-    """Remove the record of the dataset folder `folder` (`folder_id`: its identity before it
-    was deleted). A deleted folder's record is never read again (a folder made again under the
-    name is another inode, so another record): kept, the cache grew by a file for every dataset
-    ever deleted. No record: nothing done."""
-    with contextlib.suppress(FileNotFoundError):
-        (record_dir / f"{_record_name(Path(os.path.abspath(folder)), folder_id)}.json").unlink()
-
-
-def move_record(record_dir: Path, old: Path, new: Path, folder_id: FolderId) -> None:
-    """Carry the record of the dataset folder `old`, renamed to `new` (the same folder,
-    `folder_id`), over to `new`: its entries are names relative to the folder, and renaming a
-    folder changes none of its files' keys. No record: nothing done."""
-    source = record_dir / f"{_record_name(Path(os.path.abspath(old)), folder_id)}.json"
-    with contextlib.suppress(FileNotFoundError):
-        os.replace(source, record_dir / f"{_record_name(Path(os.path.abspath(new)), folder_id)}.json")
-
-
-def undecoded_warning(items: Sequence[ImageItem], labels: Sequence[str] = ()) -> str | None:
-    """The preflight report's word on the files a check left to the header check alone (its time
-    budget spent, or a WebP above max_decode_pixels: data/decode_checks.py): images (ImageItem.decoded False), control images (`controls_decoded`) and
-    loss masks of masks/ (MaskRef.decoded), each kind counted and named, each file once (an
-    image at several resolutions, a control of several targets); None when every file was fully
-    decoded. `labels`: the entries' labels (DatasetScan.labels) for the names."""
-    from lorastudio.data.pairs import folder_label
-
-    kinds: dict[str, dict[Path, str]] = {"image(s)": {}, "control image(s)": {}, "loss mask(s)": {}}
-    for item in items:
-        prefix = f"{labels[item.entry]}/" if labels else ""
-        if not item.decoded:
-            kinds["image(s)"].setdefault(item.path, item_name(item, labels))
-        for control, done in zip(item.controls, item.controls_decoded, strict=False):
-            if not done:
-                kinds["control image(s)"].setdefault(
-                    control, f"{prefix}{folder_label(item.path.parent, control.parent)}{control.name}"
-                )
-        if item.mask is not None and not item.mask.alpha and not item.mask.decoded:
-            kinds["loss mask(s)"].setdefault(
-                item.mask.path,
-                f"{prefix}{folder_label(item.path.parent, item.mask.path.parent)}{item.mask.path.name}",
-            )
-    left = {kind: list(names.values()) for kind, names in kinds.items() if names}
-    if not left:
-        return None
-    counts = [f"{len(names)} {kind}" for kind, names in left.items()]
-    counted = counts[0] if len(counts) == 1 else f"{', '.join(counts[:-1])} and {counts[-1]}"
-    shown = "; ".join(
-        ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        for names in left.values()
-    )
-    return (
-        f"{counted} not fully decoded yet ({shown}): a check decodes new files for at most "
-        f"{FULL_DECODE_BUDGET_S:.0f} s, and a WebP only within max_decode_pixels (4x its pixels); "
-        "the run decodes these before its models load (and fails "
-        "naming any whose pixels do not decode)"
-    )

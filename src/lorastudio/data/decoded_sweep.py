@@ -2,7 +2,7 @@
 server start. No torch, no HTTP.
 
 The studio's own deletes and renames take a folder's record with them (fix 711,
-decoded.forget_record / move_record); a folder removed or renamed by hand left its record in
+decoded_files.forget_record / move_record); a folder removed or renamed by hand left its record in
 `cache/decoded/` for ever (up to 64 MB each), never read again. `orphan_records` lists them; a
 record is one only when it is certainly of a removed folder, never of one on a drive that is not
 mounted now:
@@ -16,6 +16,8 @@ mounted now:
   not hidden (an unmounted mount point is empty).
 Only a record's head (the fields before `files`) is read, so a start reads a few KB per dataset
 folder ever seen, whatever their size. A record is a cache: sweeping one wrongly costs decodes.
+A swept record's journal (`<key>.journal`: data/decoded_journal.py) goes with it, and so does a
+journal whose record is gone (removed by a lorastudio before the journal: RELIABILITY 2210).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from lorastudio.data.decoded_journal import SUFFIX, journal_path
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.errors import DatasetError
 
@@ -68,13 +71,14 @@ def record_head(path: Path) -> dict[str, Any] | None:
 
 def orphan_records(record_dir: Path) -> list[Path]:
     """The record files in `record_dir` whose dataset folder is certainly gone (the module's
-    rules); a record that cannot be read, or whose folder cannot be told, is kept."""
+    rules), then the journals whose record is gone; a record that cannot be read, or whose
+    folder cannot be told, is kept."""
     try:
-        entries = [
-            e for e in os.scandir(record_dir) if e.name.endswith(".json") and not e.name.startswith(".")
-        ]
+        listed = [e for e in os.scandir(record_dir) if not e.name.startswith(".")]
     except OSError:
         return []
+    entries = [e for e in listed if e.name.endswith(".json")]
+    names = {e.name for e in entries}
     found: list[Path] = []
     for entry in sorted(entries, key=lambda e: e.name):
         if not entry.is_file(follow_symlinks=False):
@@ -83,6 +87,8 @@ def orphan_records(record_dir: Path) -> list[Path]:
         folder = head.get("folder")
         if isinstance(folder, str) and os.path.isabs(folder) and _gone(Path(folder), head.get("device")):
             found.append(Path(entry.path))
+    journals = (e for e in listed if e.name.endswith(SUFFIX) and e.is_file(follow_symlinks=False))
+    found += sorted(Path(e.path) for e in journals if e.name[: -len(SUFFIX)] + ".json" not in names)
     return found
 
 
@@ -111,11 +117,14 @@ def _gone(folder: Path, device: object) -> bool:
 
 
 def remove_orphan_records(paths: list[Path]) -> int:
-    """Remove the records `orphan_records` listed, each logged; one gone meanwhile or that
-    cannot be removed is skipped. Returns how many were removed."""
+    """Remove the records (each with its journal) and journals `orphan_records` listed, each
+    logged; one gone meanwhile or that cannot be removed is skipped. Returns how many were
+    removed."""
     removed = 0
     for path in paths:
         try:
+            if path.suffix == ".json":
+                journal_path(path).unlink(missing_ok=True)
             path.unlink()
         except FileNotFoundError:
             continue
@@ -123,5 +132,6 @@ def remove_orphan_records(paths: list[Path]) -> int:
             log.warning("could not remove the decoded-images record %s of a folder gone: %s", path, err)
             continue
         removed += 1
-        log.warning("removed the decoded-images record %s: its dataset folder is gone", path)
+        why = "its dataset folder is gone" if path.suffix == ".json" else "a journal whose record is gone"
+        log.warning("removed the decoded-images record %s: %s", path, why)
     return removed
