@@ -17,12 +17,10 @@ The record of a folder is one JSON file under the studio's cache (settings.decod
 never writes into a dataset folder. It lists only the images the folder held at its last
 save; a lost or unreadable record only costs decodes again (it is a cache, never a verdict),
 and two processes saving at once keep the last one's (the other's files are decoded again).
-A save writes only what changed since its load, as one line of the record's journal beside it
-(<key>.journal: data/decoded_journal.py); the record is written whole (and the journal begun
-again) when there is no journal yet or one of another version, and when the journal outgrows
-half the record: an upload batch into a dataset of 25,000 images wrote all 25,000 rows (2.4 MB)
-on every batch (RELIABILITY 2210). Whatever knows the record's file knows its journal:
-data/decoded_files.forget_record and move_record, the start's sweep (data/decoded_sweep.py).
+A save appends what changed since its load to the journal beside the record (<key>.journal:
+data/decoded_journal.py); the record is written whole, the journal begun again, when there is
+no journal of this version or it outgrows half the record (an upload batch into 25,000 images
+wrote all 25,000 rows: RELIABILITY 2210). data/decoded_files.py and the sweep know the journal.
 
 The dataset's other images live in the same record: control images (data/pairs.py) and loss
 masks (data/masks.py) are decoded fully once too, under the same budget. A file of the folder
@@ -159,7 +157,8 @@ class DecodedRecord:
         self._dropped: set[str] = set()  # entries dropped since the load
         self._journal: decoded_memo.Kept | None = None  # the journal as read at the load
         self._record_bytes = 0  # the record file's size at the load
-        self._compact = True  # write the record whole at the next save (no usable journal)
+        self._compact = True  # a change writes the record whole (no usable journal)
+        self._fold = False  # the next save writes it whole, changed or not (journal outgrown or foreign)
 
     @classmethod
     def load(
@@ -188,21 +187,19 @@ class DecodedRecord:
         else:
             files = _read_body(record.path) if ident is not None else None
         record.files = files if files is not None else {}
-        read = (
-            None
-            if files is None or found is None
-            else decoded_journal.read_lines(jpath, start, RECORD_MAX_BYTES)
-        )
+        read = None
+        if files is not None and found is not None:
+            read = decoded_journal.read_lines(jpath, start, RECORD_MAX_BYTES)
         if read is not None:
             decoded_journal.apply(record.files, read[0], _entry)
             record._journal = decoded_memo.Kept({}, found[0], read[1])  # type: ignore[index]
-            record._compact = decoded_journal.compact_due(read[1], record._record_bytes)
+            record._compact = record._fold = decoded_journal.compact_due(read[1], record._record_bytes)
+        elif found is not None and files is not None:  # another version's journal, or unreadable
+            record._fold = True
         if ident is not None and files is not None:  # a refused read (over the bound, garbled) is read again
-            at = record._journal
+            at = record._journal or decoded_memo.Kept({}, None, 0)
             decoded_memo.remember(
-                record.path,
-                ident,
-                decoded_memo.Kept(dict(record.files), at and at.journal, at.offset if at else 0),
+                record.path, ident, decoded_memo.Kept(dict(record.files), at.journal, at.offset)
             )
         return record
 
@@ -286,7 +283,7 @@ class DecodedRecord:
                 self._added -= gone
                 self.files = kept
                 self.changed = True
-        if not (self.changed or self._compact):
+        if not (self.changed or self._fold):
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -349,7 +346,7 @@ class DecodedRecord:
         ident = decoded_memo.file_identity(self.path)
         self._record_bytes = ident[2] if ident is not None else 0
         self._journal = decoded_memo.Kept({}, jid, size)
-        self._compact = False
+        self._compact = self._fold = False
         if ident is not None:
             decoded_memo.remember(self.path, ident, decoded_memo.Kept(dict(self.files), jid, size))
 

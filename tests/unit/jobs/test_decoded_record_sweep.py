@@ -74,3 +74,21 @@ def test_a_start_sweeps_the_record_of_a_dataset_removed_by_hand_and_no_other(
     assert not gone.exists() and not older_gone.exists()
     assert kept.exists() and all(p.exists() for p in unmounted)
     assert json.loads(kept.read_text(encoding="utf-8"))["device"] == device
+
+
+def test_a_start_sweeps_a_gone_folder_s_journal_with_its_record_and_a_journal_whose_record_is_gone(
+    settings: Settings,
+) -> None:
+    """RELIABILITY 2210: a record's journal (`<key>.journal`) goes with its record, and one left
+    without its record (removed by a lorastudio before the journal) goes too; a live one stays."""
+    root = settings.datasets_dir
+    gone = _upload(settings, root / "pets")
+    kept = _upload(settings, root / "cats")
+    journals = [p.with_suffix(".journal") for p in (gone, kept)]
+    assert all(j.is_file() for j in journals)
+    alone = settings.decoded_record_dir / ("5" * 32 + ".journal")
+    alone.write_bytes(journals[1].read_bytes())
+    shutil.rmtree(root / "pets")
+    _start(settings)
+    assert not gone.exists() and not journals[0].exists() and not alone.exists()
+    assert kept.exists() and journals[1].exists()
