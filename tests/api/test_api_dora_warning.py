@@ -5,6 +5,7 @@ the train preflight's notes of a run that starts from it (RELIABILITY 2162)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -139,3 +140,42 @@ def test_init_lora_notes_name_a_dora_whose_header_names_no_rule(settings: Settin
     assert str(bare) in said and "nothing in its header says how its dora_scale was written" in said
     for value in (str(told), None, str(settings.home / "missing.safetensors")):
         assert init_lora_notes(SimpleNamespace(init_lora=value), settings) == []  # type: ignore[arg-type]
+
+
+def test_a_generation_answered_after_a_restart_from_its_sidecar_keeps_its_warning(
+    settings: Settings, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY 2211: its "done" record lost (a kill after the image was committed), the next
+    server answers it done from the gallery's sidecar (jobs/generation_recover, fix 1773): that
+    answer had no warnings, the sidecar kept the settings only. A sidecar of before (no
+    `warnings`) or a hand's other form answers none."""
+    from lorastudio.jobs import generation_records
+
+    _dora(settings.ensure_dirs().outputs_dir, "bare", {"ss_network_dim": "2"})
+    client.app.state.generation = _WithLoras(settings, GpuArbiter())  # type: ignore[attr-defined]
+    real_write = generation_records.GenerationRecords.write
+
+    def lose_done(self: Any, status: dict[str, Any], *a: Any, **k: Any) -> None:
+        if status["state"] != "done":
+            real_write(self, status, *a, **k)
+
+    monkeypatch.setattr(generation_records.GenerationRecords, "write", lose_done)
+    body = {"family": "flux", "base_model": "tiny", "prompt": "x", "width": 32, "height": 32}
+    for rid in ("lost-1", "lost-2", "lost-3"):
+        sent = client.post("/api/generations", json={**body, "loras": [{"name": "bare"}], "request_id": rid})
+        assert sent.status_code == 202, sent.text
+        until(lambda rid=rid: client.get(f"/api/generations/{rid}").json()["state"] == "done", 30, "done")
+    monkeypatch.setattr(generation_records.GenerationRecords, "write", real_write)
+    said = client.get("/api/generations/lost-1").json()["image"]["warnings"]
+    assert len(said) == 1 and "dora_scale" in said[0]
+    sidecars = {}
+    for sidecar in (settings.home / "gallery").glob("*.json"):
+        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+        sidecars[meta["request_id"]] = (sidecar, meta)
+    older, planted = sidecars["lost-2"], sidecars["lost-3"]
+    older[0].write_text(json.dumps({k: v for k, v in older[1].items() if k != "warnings"}), encoding="utf-8")
+    planted[0].write_text(json.dumps(planted[1] | {"warnings": ["a", 5, None]}), encoding="utf-8")
+    client.app.state.generation = _WithLoras(settings, GpuArbiter())  # type: ignore[attr-defined]  # the restart
+    for rid, warnings in (("lost-1", said), ("lost-2", []), ("lost-3", ["a"])):
+        again = client.get(f"/api/generations/{rid}").json()
+        assert (again["state"], again["image"]["warnings"]) == ("done", warnings), again

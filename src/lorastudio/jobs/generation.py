@@ -188,8 +188,8 @@ class GenerationService:
         self, req: GenerationRequest, request_id: str | None = None, owner: object | None = None
     ) -> dict[str, Any]:
         """Generate one image and save it to the gallery with a JSON sidecar of its settings.
-        Returns the sidecar's fields plus {"file", "path", "seconds", "warnings"} (the LoRA files'
-        warnings: lora/dora_rule.untold_warnings). `request_id` names the request for `cancel`
+        Returns the sidecar's fields (its "warnings" among them: the LoRA files' warnings,
+        lora/dora_rule.untold_warnings) plus {"file", "path", "seconds"}. `request_id` names the request for `cancel`
         (None: not cancellable), `owner` (any object) who may cancel it by owner. Raises what
         `check` raises, JobActive
         (training holds the GPU, a request of this id is in flight or ended less than
@@ -328,6 +328,7 @@ class GenerationService:
                 # (jobs/generation_recover.py); its seconds, for that answer
                 "request_id": rid,
                 "seconds": round(result["seconds"], 3),
+                "warnings": warnings,  # and its warnings, which that answer lost before (RELIABILITY 2211)
             }
             # The sidecar first, the image last: a listed PNG always has its complete sidecar.
             try:
@@ -342,7 +343,7 @@ class GenerationService:
         finally:
             staging.unlink(missing_ok=True)
         answer = {"file": target.name, "path": str(target), "seconds": round(result["seconds"], 3)}
-        return {**meta, **answer, "warnings": warnings}
+        return {**meta, **answer}
 
     @contextlib.contextmanager
     def _worker_lock(self, rid: str) -> Iterator[None]:

@@ -6,7 +6,9 @@ the two (kill -9, a power cut), or a disk that refused that write (only logged),
 in flight, and after the restart it was answered `interrupted`, "nothing of it was kept; send it
 again", while its image was in the gallery. Now each sidecar names its request (`request_id`),
 and a record read as interrupted is first looked for in the gallery: a PNG whose sidecar names
-the request (written no earlier than the request was sent) makes it done, with that image.
+the request (written no earlier than the request was sent) makes it done, with that image and
+the warnings its answer carried (the sidecar keeps them since RELIABILITY 2211; an older
+sidecar's image answers none).
 
 Only sidecars changed since the request was sent are read (through gallery_sidecars' memo), and
 the caller asks once per record (it rewrites the record as done, or remembers that none was
@@ -57,12 +59,14 @@ def committed_image(gallery: Path, request_id: str, since: float) -> tuple[dict[
             return None  # its sidecar, not its image: the kill came before the image's rename
         if not stat.S_ISREG(png_st.st_mode):
             return None
-        seconds = meta.get("seconds")
+        seconds, warnings = meta.get("seconds"), meta.get("warnings")
         result = {
             **meta,
             "file": png.name,
             "path": str(png),
             "seconds": seconds if isinstance(seconds, int | float) else 0.0,
+            # a sidecar before fix 2211 has none; a hand's other form is not the answer's
+            "warnings": [w for w in warnings if isinstance(w, str)] if isinstance(warnings, list) else [],
         }
         return result, png_st.st_mtime
     return None
