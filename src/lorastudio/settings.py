@@ -13,7 +13,8 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
                       holds Dynamo's traced, guarded block graphs (training/precompile.py; CUDA runs)
   cache/thumbs/       dataset thumbnails (JPEG), keyed by image path, inode, size, mtime
   cache/decoded/      per dataset folder, which images had every pixel decoded, by name, size,
-                      mtime and inode (data/decoded.py): each is decoded fully once
+                      mtime and inode (data/decoded.py): each is decoded fully once; <key>.json
+                      and the journal of its later saves, <key>.journal (data/decoded_journal.py)
   cache/attention-probe/  attention_backend auto's probe results, keyed by GPU, driver,
                       torch / cuDNN / FA4 versions, dtype and shapes (training/probe_cache.py)
   cache/fa4/          FlashAttention-4's compiled kernels (its JIT cache), shared by the probe
