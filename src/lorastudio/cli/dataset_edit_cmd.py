@@ -86,7 +86,9 @@ def rename_cmd(
         settings.home, "datasets rename", f"dataset {shown_name(name)!r} not renamed"
     )  # no server, no run meanwhile
     with lock:  # it excludes every job
-        new = rename_dataset(settings.datasets_dir, name, to, in_use=set, field="TO")
+        new = rename_dataset(
+            settings.datasets_dir, name, to, in_use=set, field="TO", decoded_dir=settings.decoded_record_dir
+        )
     typer.echo(f"renamed dataset {shown_name(name)!r} to {new!r}")
 
 

@@ -11,13 +11,26 @@ a claim holds it and when the new name is taken.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 
+from lorastudio.data.decoded_files import move_record
 from lorastudio.data.paths import existing_component, new_name, safe_component
+from lorastudio.data.safe_open import folder_identity
 from lorastudio.data.writes import dataset_lock
-from lorastudio.errors import ConfigError, DatasetNotFound, FieldProblem, JobActive, PathOutsideRoot, writing
+from lorastudio.errors import (
+    ConfigError,
+    DatasetError,
+    DatasetNotFound,
+    FieldProblem,
+    JobActive,
+    PathOutsideRoot,
+    writing,
+)
+
+log = logging.getLogger("lorastudio.jobs")
 
 RENAME_FIX = "rename the folder"
 
@@ -85,14 +98,24 @@ def unusable_error(root: Path, name: str, field: str = "dataset name") -> Config
     )
 
 
-def rename_dataset(root: Path, name: str, to: str, in_use: Callable[[], set[Path]], field: str = "to") -> str:
+def rename_dataset(
+    root: Path,
+    name: str,
+    to: str,
+    in_use: Callable[[], set[Path]],
+    field: str = "to",
+    decoded_dir: Path | None = None,
+) -> str:
     """Rename the dataset folder `name` (as listed: any name a folder directly under `root` can
     have, hand-made ones included) to `to` (a new dataset name: paths.new_name, NFC); the new
     name's problems are named `field` (the API's body key `to`; the CLI its argument `TO`).
 
     Returns the new name. The rename is one os.rename under the new name's lock (and the old
     one's, when it is a name the studio uses: uploads and edits take it), after checking
-    that no entry has that name (an empty folder of that name is not replaced).
+    that no entry has that name (an empty folder of that name is not replaced). `decoded_dir`:
+    the studio's decoded-images records (settings.decoded_record_dir): the folder's record and
+    its journal are carried over to the new name (data/decoded_files.move_record; before, the
+    renamed dataset's every image was decoded again: RELIABILITY 2212); None: none kept.
     Raises: ConfigError / PathOutsideRoot for a bad name or a new name that is taken or the
     same; NotFound when there is no such folder (links are not renamed); JobActive when a
     queued or running job trains on it (callers also hold its write claim: a caption job or a
@@ -118,7 +141,18 @@ def rename_dataset(root: Path, name: str, to: str, in_use: Callable[[], set[Path
             )
         with writing(f"the dataset {name} could not be renamed", folder):  # a mount point: EBUSY
             os.rename(folder, dest)
+        if decoded_dir is not None:
+            _carry_record(decoded_dir, folder, dest)
     return target
+
+
+def _carry_record(decoded_dir: Path, old: Path, new: Path) -> None:
+    """Move the decoded-images record of the folder renamed from `old` to `new`; a failure is
+    logged (the rename is done; the record is a cache: its images are decoded again)."""
+    try:
+        move_record(decoded_dir, old, new, folder_identity(new))
+    except (OSError, DatasetError) as err:
+        log.warning("dataset %s renamed; its decoded-images record was not carried over: %s", new.name, err)
 
 
 def _same(a: Path, b: Path) -> bool:

@@ -151,7 +151,9 @@ def rename(
     if not folder.is_dir() or folder.is_symlink():
         raise DatasetNotFound(name)
     with _write_claim(settings, folder, action="it cannot be renamed"):
-        new = rename_dataset(root, name, body.to, in_use=service.datasets_in_use)
+        new = rename_dataset(
+            root, name, body.to, in_use=service.datasets_in_use, decoded_dir=settings.decoded_record_dir
+        )
     return {"renamed": name, "name": new}
 
 
