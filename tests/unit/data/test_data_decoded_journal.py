@@ -217,12 +217,19 @@ def test_a_delete_and_a_rename_take_the_journal_with_the_record(tmp_path: Path) 
 def test_a_record_of_a_newer_version_is_not_written_over_by_a_load_that_changes_nothing(
     tmp_path: Path,
 ) -> None:
-    """A roll-back's scan that records nothing leaves a newer version's record (and its journal)
-    as they are; the old home's record without a journal reads as before."""
+    """An old home's record without a journal reads as before (its first save begins one); a
+    roll-back's scan that records nothing leaves a newer version's record and journal as they are."""
     folder, records, first = _big(tmp_path, rows=3)
     journal = decoded_journal.journal_path(first.path)
     journal.unlink()  # a home of a version before the journal
-    assert len(_fresh(folder, records).files) == 4
+    old = _fresh(folder, records)
+    assert len(old.files) == 4
+    _add(old, folder, "b.png")
+    old.save()  # its first save writes the record whole and begins the journal
+    assert (
+        journal.read_bytes() == decoded_journal.header()
+        and len(json.loads(first.path.read_text())["files"]) == 5
+    )
     newer = json.loads(first.path.read_text()) | {"version": 99}
     first.path.write_text(json.dumps(newer))
     journal.write_text(json.dumps({"journal": 99}) + "\n")
