@@ -16,8 +16,8 @@ The record of a folder is one JSON file under the studio's cache (settings.decod
 <home>/cache/decoded/<key>.json, the key a hash of the folder's path and identity): the scan
 never writes into a dataset folder. It lists only the images the folder held at its last
 save; a lost or unreadable record only costs decodes again (it is a cache, never a verdict),
-and two processes saving at once keep the last one's (the other's files are decoded again).
-A save appends what changed since its load to the journal beside the record (<key>.journal:
+and two processes saving at once keep both's rows (a line lost to the other's whole write is
+decoded again). A save appends what changed since its load to the journal beside the record (<key>.journal:
 data/decoded_journal.py); the record is written whole, the journal begun again, when there is
 no journal of this version or it outgrows half the record (an upload batch into 25,000 images
 wrote all 25,000 rows: RELIABILITY 2210). data/decoded_files.py and the sweep know the journal.
