@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from lorastudio.data.captions import read_metadata, read_sidecar
+from lorastudio.data.row_names import match_rows
 from lorastudio.data.discovery import discover
 from lorastudio.data.kohya import is_kohya_folder
 from lorastudio.errors import DatasetError
@@ -69,6 +70,7 @@ def plan_captions(folder: Path, overwrite: bool) -> CaptionPlan:
             raise DatasetError(f"dataset {folder.name} has no images to caption", _no_images(folder))
         return in_place
     rows = read_metadata(files.metadata).captions if files.metadata is not None else {}
+    rows = match_rows(rows, (p.name for p in files.images)).by_file  # as the scan (data/row_names.py)
     store: CaptionStore = "metadata" if files.metadata is not None and not files.sidecars else "txt"
     kohya = _kohya_captions(folder, files.dropped)
     todo, skipped, kohya_kept = [], [], []

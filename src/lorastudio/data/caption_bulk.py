@@ -20,6 +20,7 @@ from pathlib import Path
 from lorastudio.data.captions import caption_problem, own_caption, read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.metadata_write import metadata_with_captions
+from lorastudio.data.row_names import match_rows
 from lorastudio.data.writes import dataset_lock, journaled_renames, staging_name
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, writing
 from lorastudio.text_rules import visible_text
@@ -80,6 +81,7 @@ def bulk_edit_captions(folder: Path, edit: CaptionEdit, *, dry_run: bool = False
     with dataset_lock(folder.parent, folder.name):
         files = discover(folder)
         table = read_metadata(files.metadata).captions if files.metadata else {}
+        table = match_rows(table, (p.name for p in files.images)).by_file  # as the scan (data/row_names.py)
         result = BulkResult()
         txt: dict[Path, str] = {}
         rows: dict[str, str] = {}

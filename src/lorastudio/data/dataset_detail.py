@@ -27,6 +27,7 @@ from lorastudio.data.orientation import header_has_exif, upright_size
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.pairs import misnamed_control_folder
 from lorastudio.data.paths import stem_key
+from lorastudio.data.row_names import match_rows, spelt_row_note
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.upload_pairs import control_slot
 from lorastudio.errors import DatasetError
@@ -81,7 +82,8 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
     flag and `markup`: why its caption would train another trainer's markup as text, which a fresh run
     refuses (captions.unread_markup's words completing "the caption ...", null when none; the page's
     captions only, as they are the ones read: RELIABILITY 1830); `dropped`: the folder's entries not used (links, sub-folders, other files, orphan
-    controls, clashing masks, metadata.jsonl problems) and the page's caption files that cannot
+    controls, clashing masks, metadata.jsonl problems, its rows naming no image and its rows
+    read under another spelling, as the run's scan lists them: data/row_names.py) and the page's caption files that cannot
     be read, each with its reason. Raises DatasetError when the folder cannot be listed."""
     files = discover(folder)
     masks, clashes = mask_index(folder)  # loss masks (data/masks.py): masks/<stem>.*, by stem_key (NFC)
@@ -93,8 +95,11 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
     if files.metadata:
         try:
             table = read_metadata(files.metadata)
-            rows = table.captions
+            matched = match_rows(table.captions, (p.name for p in files.images))  # as the scan matches
+            rows = matched.by_file
             dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE} ")) for p in table.problems]
+            dropped += [(n, f"listed in {METADATA_FILE} but not found") for n in matched.unmatched]
+            dropped += [(METADATA_FILE, spelt_row_note(row, image)) for image, row in matched.spelt.items()]
         except DatasetError as err:
             dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE}: ")) for p in err.problems]
     controls, orphans = listed_controls(folder, files.images)

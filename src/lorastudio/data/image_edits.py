@@ -25,6 +25,7 @@ from lorastudio.data.captions import (
 from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, caption_files_of, is_image_name
 from lorastudio.data.masks import masks_of
 from lorastudio.data.paths import existing_component, nfc, stem_key
+from lorastudio.data.row_names import folder_rows
 from lorastudio.data.upload_pairs import controls_of
 from lorastudio.data.writes import dataset_lock, staged_write
 from lorastudio.errors import CaptionConflict, DatasetError, NotFound, writing
@@ -92,7 +93,7 @@ def _sync_row(dataset_dir: Path, image_name: str, text: str) -> None:
     if table.is_symlink() or not table.is_file():
         return
     try:
-        row = read_metadata(table).captions.get(image_name)
+        row = folder_rows(read_metadata(table).captions, dataset_dir).get(image_name)  # as the scan (2200)
     except DatasetError:
         return
     if row is not None and row.strip() and one_newline_form(row).strip() != text:
