@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Literal
 
 from lorastudio.data.captions import read_metadata, read_sidecar
-from lorastudio.data.row_names import match_rows
 from lorastudio.data.discovery import discover
 from lorastudio.data.kohya import is_kohya_folder
+from lorastudio.data.kohya_listing import kohya_sub_folders
+from lorastudio.data.row_names import match_rows
 from lorastudio.errors import DatasetError
 
 CaptionStore = Literal["txt", "metadata"]
@@ -87,26 +88,6 @@ def plan_captions(folder: Path, overwrite: bool) -> CaptionPlan:
             todo.append(image)
             planned.add(image.stem)
     return CaptionPlan(todo, skipped, store, kohya_kept)
-
-
-def kohya_sub_folders(folder: Path) -> list[Path] | None:
-    """The kohya `N_words` sub-folders of `folder` (sorted by name) when every visible
-    sub-folder is one (links never followed), as a run reading the layout in place requires
-    (data/kohya.kohya_entries); None when there is none or another sub-folder beside them."""
-    try:
-        subs = sorted(
-            (
-                Path(e.path)
-                for e in os.scandir(folder)
-                if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
-            ),
-            key=lambda p: p.name,
-        )
-    except OSError:
-        return None
-    if not subs or not all(is_kohya_folder(sub.name) for sub in subs):
-        return None
-    return subs
 
 
 def _plan_kohya_in_place(folder: Path, overwrite: bool) -> CaptionPlan | None:

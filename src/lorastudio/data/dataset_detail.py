@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.data.captions import overridden_row, own_caption, read_metadata, read_sidecar, unread_markup
-from lorastudio.data.discovery import METADATA_FILE, discover
+from lorastudio.data.discovery import METADATA_FILE, DatasetFiles, discover
 from lorastudio.data.image_headers import header_info
 from lorastudio.data.images import file_orientation
+from lorastudio.data.kohya_listing import KohyaLayout, kohya_detail_rows, kohya_dropped, kohya_layout
 from lorastudio.data.listing import summary_of
 from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_index
 from lorastudio.data.orientation import header_has_exif, upright_size
@@ -86,6 +87,8 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
     read under another spelling, as the run's scan lists them: data/row_names.py) and the page's caption files that cannot
     be read, each with its reason. Raises DatasetError when the folder cannot be listed."""
     files = discover(folder)
+    if (layout := kohya_layout(folder, files)) is not None:  # its N_words folders' images (2201)
+        return _kohya_detail(folder, files, layout, offset, limit)
     masks, clashes = mask_index(folder)  # loss masks (data/masks.py): masks/<stem>.*, by stem_key (NFC)
     dropped = [(n, r) for n, r in files.dropped if not (masks and n == MASKS_DIR)]
     for stem, names in clashes.items():  # a run refuses them: no mask is shown
@@ -144,4 +147,23 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
         "limit": limit,
         "files": images,
         "dropped": [{"file": n, "reason": r} for n, r in dropped],
+    }
+
+
+def _kohya_detail(
+    folder: Path, files: DatasetFiles, layout: KohyaLayout, offset: int, limit: int | None
+) -> dict[str, Any]:
+    """dataset_detail of a kohya layout read in place (data/kohya_listing.py): its folders' images
+    as `<folder>/<name>` with their folder's repeats and the caption a run of the folders reads;
+    its kohya folders are read, not dropped."""
+    page, problems, present, with_alpha = kohya_detail_rows(layout, offset, limit, stored_header)
+    return {
+        **summary_of(folder, files),
+        "masked": 0,  # a kohya folder's masks/ is not read by a run of the folders
+        "with_alpha": with_alpha,
+        "total_files": present,
+        "offset": offset,
+        "limit": limit,
+        "files": page,
+        "dropped": [{"file": n, "reason": r} for n, r in kohya_dropped(files, layout) + problems],
     }

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Literal
 
 from lorastudio.data.captions import read_metadata, read_sidecar, unread_markup
-from lorastudio.data.row_names import folder_rows
 from lorastudio.data.discovery import DatasetFiles
+from lorastudio.data.row_names import folder_rows
 from lorastudio.errors import DatasetError
 from lorastudio.file_version import FileVersion, version_of
 

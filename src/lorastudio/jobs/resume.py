@@ -189,7 +189,10 @@ def validate_resume(
         if not note:
             raise
         raise ConfigError(
-            [FieldProblem(p.field, p.message + note) if p.field == "dataset_fingerprint" else p for p in err.problems]
+            [
+                FieldProblem(p.field, p.message + note) if p.field == "dataset_fingerprint" else p
+                for p in err.problems
+            ]
         ) from None
     # recorded before the guidance rules (or set by this resume): goes on as recorded, said (1872)
     facts = family.local_facts(model_source(cfg), cfg.revision)  # on disk only: no download

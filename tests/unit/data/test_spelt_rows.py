@@ -45,7 +45,9 @@ def test_a_row_spelt_otherwise_captions_its_image_in_the_scan_the_list_and_the_p
     """Before: the scan refused the run ("row ...: no such file here ... compose their accents
     differently"), the list counted 1 of 2 captioned and called it usable, the page showed the
     image uncaptioned and the caption job would caption it again."""
-    ds = _folder(tmp_path / "ds", [f"{image}.png", "b.png"], [(f"{row}.png", "an accented cup"), ("b.png", "b")])
+    ds = _folder(
+        tmp_path / "ds", [f"{image}.png", "b.png"], [(f"{row}.png", "an accented cup"), ("b.png", "b")]
+    )
     scan = scan_dataset(ds, resolution=64, multiple=16, trigger_word="sks")
     assert {it.path.name: (it.caption, it.caption_source) for it in scan.items} == {
         f"{image}.png": ("sks, an accented cup", "metadata"),

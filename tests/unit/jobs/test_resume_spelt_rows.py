@@ -44,5 +44,7 @@ def test_an_old_runs_resume_names_the_rows_it_did_not_read_and_resumes_without_t
     assert f"metadata.jsonl row(s) {ascii(NFD + '.png')} name their image" in problem
     assert "delete those rows from metadata.jsonl" in problem and "start a new run" in problem
     table.unlink()  # the way it names: the image trains as the checkpoint trained it
-    resume = validate_resume(settings.outputs_dir / "r", None, {"steps": 4}, settings, live_output_names=set())
+    resume = validate_resume(
+        settings.outputs_dir / "r", None, {"steps": 4}, settings, live_output_names=set()
+    )
     assert resume.total_steps == 4
