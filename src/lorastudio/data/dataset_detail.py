@@ -28,6 +28,7 @@ from lorastudio.data.orientation import header_has_exif, upright_size
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.pairs import misnamed_control_folder
 from lorastudio.data.paths import stem_key
+from lorastudio.data.peer_files import name_key
 from lorastudio.data.row_names import match_rows, spelt_row_note
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.upload_pairs import control_slot
@@ -101,7 +102,9 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
             matched = match_rows(table.captions, (p.name for p in files.images))  # as the scan matches
             rows = matched.by_file
             dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE} ")) for p in table.problems]
-            dropped += [(n, f"listed in {METADATA_FILE} but not found") for n in matched.unmatched]
+            if matched.unmatched:  # one pass over the images, however many rows name none
+                by_key = {name_key(p.name): p for p in files.images}
+                dropped += [(n, _unmatched_row(n, by_key, files, rows)) for n in matched.unmatched]
             dropped += [(METADATA_FILE, spelt_row_note(row, image)) for image, row in matched.spelt.items()]
         except DatasetError as err:
             dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE}: ")) for p in err.problems]
@@ -148,6 +151,22 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
         "files": images,
         "dropped": [{"file": n, "reason": r} for n, r in dropped],
     }
+
+
+def _unmatched_row(row: str, by_key: dict[str, Path], files: DatasetFiles, rows: dict[str, str]) -> str:
+    """Why metadata.jsonl's row `row`, naming no image (data/row_names.match_rows), is not used, as
+    the run's scan says it; where it names an image another way (`X.PNG` for x.png, a half-composed
+    accent) whose image has no caption of its own (no row, no caption file), the run refuses the
+    dataset (data/peer_files.unread_caption_problems), and this says so: the list and the page
+    called it usable before, the run alone refused it."""
+    why = f"listed in {METADATA_FILE} but not found"
+    image = by_key.get(name_key(row.rpartition("/")[2]))  # (as peer_files' by_name: one of two alike)
+    if image is not None and image.name not in rows and image.stem not in files.sidecars:
+        return (
+            f"{why}; a run refuses the dataset: {image.name} has no caption of its own (a row's file_name is "
+            f"the image's own name in this folder: {image.name}; or delete the row to train without it)"
+        )
+    return why
 
 
 def _kohya_detail(

@@ -76,6 +76,9 @@ def test_a_caption_written_for_the_image_goes_into_its_row_spelt_otherwise(tmp_p
     scan = scan_dataset(ds, resolution=64, multiple=16)
     assert [it.caption for it in scan.items] == ["by hand"]
     assert not [why for _, why in scan.dropped if "another caption" in why]
+    cleared = _folder(tmp_path / "cleared", [f"{NFC}.png"], [(f"{NFD}.png", "old")])
+    write_caption(cleared, f"{NFC}.png", "", expected="old")  # the page's expected: the row's (was a 409)
+    assert (cleared / "metadata.jsonl").read_text(encoding="utf-8") == ""  # else its caption came back
 
 
 def test_rows_two_files_or_two_rows_could_claim_are_still_refused(tmp_path: Path) -> None:
@@ -92,3 +95,18 @@ def test_rows_two_files_or_two_rows_could_claim_are_still_refused(tmp_path: Path
     assert dataset_summary(ds)["captions"] == 0  # the list counts what the run reads
     exact = match_rows({f"{NFC}.png": "mine", f"{NFD}.png": "other"}, [f"{NFC}.png"])
     assert (exact.by_file, exact.unmatched) == ({f"{NFC}.png": "mine"}, [f"{NFD}.png"])
+
+
+def test_the_page_names_a_row_the_run_refuses_where_the_list_called_it_usable(tmp_path: Path) -> None:
+    """A row `X.PNG` for x.png (fix 1002's rule, not read: a name another way than byte for byte
+    or composed alike) is refused by the run while x.png has no caption of its own; the page listed
+    nothing of it before. A row naming a file that is gone is listed as the scan lists it."""
+    ds = _folder(tmp_path / "ds", ["x.png", "y.png"], [("X.PNG", "a cup"), ("gone.png", "g"), ("y.png", "y")])
+    with pytest.raises(DatasetError) as err:
+        scan_dataset(ds, resolution=64, multiple=16, trigger_word="sks")
+    assert [p.split(";")[0] for p in err.value.problems] == ["metadata.jsonl row 'X.PNG': no such file here"]
+    dropped = {d["file"]: d["reason"] for d in dataset_detail(ds)["dropped"]}
+    assert dropped["X.PNG"].startswith(
+        "listed in metadata.jsonl but not found; a run refuses the dataset: x.png has no caption of its own"
+    ), dropped
+    assert dropped["gone.png"] == "listed in metadata.jsonl but not found"
