@@ -111,3 +111,23 @@ def folder_rows(captions: Mapping[str, T], folder: Path) -> dict[str, T]:
     except OSError:
         return dict(captions)
     return match_rows(captions, names).by_file
+
+
+def image_keyed(rows: Mapping[str, T], names: Iterable[str]) -> dict[str, T]:
+    """`rows` with each row that `match_rows` reads as an image's under another spelling keyed by
+    that image's name, the others (byte for byte, or naming no image: the caller names those) as
+    written: the pairing's control rows (data/pairs.py, pair_listing.py)."""
+    match = match_rows(rows, names)
+    return {**{name: rows[name] for name in match.unmatched}, **match.by_file}
+
+
+def spelt_file(path: Path) -> Path | None:
+    """The one image of `path`'s folder that a row's path `path` (naming no file byte for byte:
+    a control's) names by `match_rows`' rule, its accents composed otherwise; None for none, two,
+    or a folder that cannot be listed."""
+    try:
+        names = [n for n in os.listdir(path.parent) if n != path.name]
+    except OSError:
+        return None
+    found = match_rows({path.name: None}, names).spelt
+    return path.parent / next(iter(found)) if found else None

@@ -110,3 +110,24 @@ def test_the_page_names_a_row_the_run_refuses_where_the_list_called_it_usable(tm
         "listed in metadata.jsonl but not found; a run refuses the dataset: x.png has no caption of its own"
     ), dropped
     assert dropped["gone.png"] == "listed in metadata.jsonl but not found"
+
+
+def test_a_control_row_spelt_otherwise_pairs_its_image(tmp_path: Path) -> None:
+    """A paired dataset's row {"file_name": café.png decomposed, "control_file_name": ...}: its
+    caption was read (above) but its control not, the run refused ("café.png: no control image")
+    and the page showed none. The pairing reads rows by the same rule."""
+    ds = tmp_path / "ds"
+    (ds / "ref").mkdir(parents=True)
+    write_image(ds / f"{NFC}.png")
+    write_image(ds / "ref" / "r.png", seed=1)
+    row = {"file_name": f"{NFD}.png", "text": "a cup", "control_file_name": "ref/r.png"}
+    (ds / "metadata.jsonl").write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
+    scan = scan_dataset(ds, resolution=64, multiple=16, control_images=(1, 1), family="an edit family")
+    assert [(it.caption, [c.name for c in it.controls]) for it in scan.items] == [("a cup", ["r.png"])]
+    assert dataset_detail(ds)["files"][0]["controls"] == ["ref/r.png"]
+    (ds / "ref" / "r.png").rename(ds / "ref" / f"{NFC}.png")  # the control's own path spelt otherwise
+    row["control_file_name"] = f"ref/{NFD}.png"
+    (ds / "metadata.jsonl").write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
+    scan = scan_dataset(ds, resolution=64, multiple=16, control_images=(1, 1), family="an edit family")
+    assert [c.name for c in scan.items[0].controls] == [f"{NFC}.png"]  # was "control image ... not found"
+    assert dataset_detail(ds)["files"][0]["controls"] == [f"ref/{NFC}.png"]
