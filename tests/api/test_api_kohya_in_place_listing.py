@@ -79,3 +79,27 @@ def test_a_kohya_layouts_listed_names_reach_thumbnail_caption_and_delete(
     assert gone.status_code == 200 and gone.json()["deleted"] == ["10_sks/a.png", "10_sks/a.txt"], gone.text
     other = client.get(f"/api/datasets/k/thumbnails/{quote('masks/x.png', safe='/')}")
     assert other.status_code == 404  # only a kohya folder of the dataset
+
+
+def test_a_bulk_caption_edit_of_a_kohya_layout_edits_its_folders_captions(
+    client: TestClient, layout: Path
+) -> None:
+    """The page's Bulk edit (shown with the files) edited nothing in such a layout: its top level
+    has no caption. Now each image's caption files, as a run of the folder reads them; a journal
+    naming a sub-folder's files is finished by the next holder of the lock, one naming a path out
+    of the dataset is dropped."""
+    from lorastudio.data.writes import RENAMES_JOURNAL, dataset_lock
+
+    answer = client.post("/api/datasets/k/captions", json={"prepend": "sks, "})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["files"] == ["10_sks/a.png", "2_cat dog/c.png"]  # b.png has none: kept so
+    assert (layout / "10_sks" / "a.txt").read_text() == "sks, a red square\n"
+    assert (layout / "2_cat dog" / "c.caption").read_text() == "sks, a blue square\n"
+    assert not (layout / "10_sks" / "b.txt").exists()
+    (layout / "10_sks" / ".a.staged").write_text("staged\n")  # a kill between two renames
+    (layout / RENAMES_JOURNAL).write_text('[["10_sks/.a.staged", "10_sks/a.txt"]]')
+    with dataset_lock(layout.parent, "k"):
+        assert (layout / "10_sks" / "a.txt").read_text() == "staged\n"
+    (layout / RENAMES_JOURNAL).write_text('[["10_sks/a.txt", "../x.txt"]]')
+    with dataset_lock(layout.parent, "k"):
+        assert not (layout.parent / "x.txt").exists() and not (layout / RENAMES_JOURNAL).exists()
