@@ -103,3 +103,16 @@ def test_a_bulk_caption_edit_of_a_kohya_layout_edits_its_folders_captions(
     (layout / RENAMES_JOURNAL).write_text('[["10_sks/a.txt", "../x.txt"]]')
     with dataset_lock(layout.parent, "k"):
         assert not (layout.parent / "x.txt").exists() and not (layout / RENAMES_JOURNAL).exists()
+
+
+def test_an_upload_into_a_kohya_layout_is_refused_naming_its_folders(
+    client: TestClient, layout: Path
+) -> None:
+    """The page keeps its upload box: an image stored at the layout's top level ended the layout
+    (the list and page showed that image alone, `10_sks` dropped again; a run of the folders
+    never read it). Now refused, nothing stored, the layout listed as it was."""
+    answer = client.post("/api/datasets/k/files", files=[("files", ("new.png", _png("white"), "image/png"))])
+    assert answer.status_code == 400, answer.text
+    assert "k is a kohya layout read in place (its images are in 10_sks/, 2_cat dog/)" in answer.text
+    assert not (layout / "new.png").exists()
+    assert client.get("/api/datasets/k").json()["total_files"] == 3

@@ -203,3 +203,27 @@ def delete_kohya_image(dataset_dir: Path, listed: str) -> list[str]:
             path.unlink(missing_ok=True)
         image.unlink()
     return [f"{sub.name}/{p.name}" for p in (image, *captions)]
+
+
+def kohya_upload_refusal(folder: Path) -> str | None:
+    """Why an upload into `folder` is refused when it is a kohya layout read in place (kohya
+    sub-folders only, no image at its top level): a file stored at its top level would end the
+    layout (its list and page would show that file alone, and a run with kohya_folders never reads
+    it); None for any other folder (one that cannot be listed too: the upload names that)."""
+    from lorastudio.data.discovery import is_image_name
+
+    subs = kohya_sub_folders(folder)
+    if subs is None:
+        return None
+    try:
+        with os.scandir(folder) as it:
+            if any(is_image_name(e.name) for e in it):
+                return None
+    except OSError:
+        return None
+    names = ", ".join(f"{sub.name}/" for sub in subs[:3]) + (" ..." if len(subs) > 3 else "")
+    return (
+        f"{folder.name} is a kohya layout read in place (its images are in {names}): a file at its top level "
+        "would end the layout, and a run with kohya_folders reads only its N_words folders; copy the file into "
+        "one of them on the server, or upload into another dataset"
+    )
