@@ -35,7 +35,7 @@ def test_a_caption_holding_a_lone_surrogate_is_a_bad_line_named(tmp_path: Path) 
     table = tmp_path / "in-place" / "metadata.jsonl"
     table.parent.mkdir()
     write_image(table.parent / "a.png")
-    table.write_text('{"file_name": "a.png", "text": %s}\n' % CUT, encoding="ascii")
+    table.write_text(f'{{"file_name": "a.png", "text": {CUT}}}\n', encoding="ascii")
     said = '"text" of a.png holds \\ud83d, half of a UTF-16 pair that names no character'
     assert read_metadata(table).problems == [f"metadata.jsonl line 1: {said}"]
     with pytest.raises(DatasetError) as err:
@@ -56,7 +56,7 @@ def test_a_row_keeping_a_lone_surrogate_elsewhere_is_stored_in_nfc_and_merged(tm
     upload's merge wrote it with ensure_ascii=False, then UTF-8: UnicodeEncodeError (2221)."""
     root = tmp_path / "datasets"
     root.mkdir()
-    row = '{"file_name": "%s.png", "text": "accented", "note": %s}\n' % (NFD, CUT)
+    row = f'{{"file_name": "{NFD}.png", "text": "accented", "note": {CUT}}}\n'
     with UploadBatch(root, root / "ds", 10**6) as batch:
         batch.add(f"{NFD}.png", _png(tmp_path, 1))
         batch.add("metadata.jsonl", io.BytesIO(row.encode("utf-8")))
