@@ -282,3 +282,19 @@ def test_a_pair_of_two_writes_is_refused_naming_both(run_home, hub, run, monkeyp
         get_settings.cache_clear()
     assert refused.exit_code == 1, refused.output
     assert "pushed pair would not match" in refused.output and hub.commits == []
+
+
+def test_a_sidecar_whose_config_or_dataset_is_null_pushes_as_before_2042(run_home, hub, run):
+    """The pair check read the sidecar through lora/metadata.training_metadata, which called
+    .get on its "config" and "dataset": a sidecar holding null there (edited by hand, another
+    tool's) ended the push in AttributeError (the API's 500), where the push before 2042 and its
+    model card (hub_card: `config or {}`) went on. The check reads the three facts it compares
+    only (RELIABILITY 2223)."""
+    sidecar = json.loads((run / "pushme.json").read_text())
+    sidecar.update({"config": None, "dataset": None})
+    (run / "pushme.json").write_text(json.dumps(sidecar))
+    push_lora(_settings(run_home, WRITE_TOKEN), "pushme", "me/existing")
+    (commit,) = hub.commits
+    assert commit["files"]["pushme.safetensors"] == (run / "pushme.safetensors").read_bytes()
+    assert json.loads(commit["files"]["pushme.json"])["config"] is None
+    assert "Trained steps: 4" in commit["files"]["README.md"].decode()
