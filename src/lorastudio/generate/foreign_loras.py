@@ -22,6 +22,10 @@ lorastudio's readers do:
 - Files of text-encoder layers alone (kohya's `--network_train_text_encoder_only`), and SDXL
   files whose kohya CLIP layers are q / k / v projections only: diffusers' SDXL loader fails on
   them ("Could not automatically infer state dict type").
+- ai-toolkit's DoRA files (`transformer.<module>.magnitude` beside lora_A / lora_B): diffusers'
+  loader drops the magnitudes (the DoRA rendered as its plain LoRA); read with them renamed to
+  peft's `lora_magnitude_vector` (generate/diffusers_keys.py). Any other diffusers-named tensor
+  that loader would drop is refused, naming it.
 - Text-encoder layers of a family that takes none (Qwen-Image's Qwen2.5-VL, ...:
   lora/text_encoder_names.refusal): refused naming the key and the reason; diffusers' loaders
   would drop them or fail on them.
@@ -91,6 +95,7 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
     docstring)."""
     from safetensors import SafetensorError, safe_open
 
+    from lorastudio.generate.diffusers_keys import aitoolkit_magnitudes, peft_state, unread_keys
     from lorastudio.generate.lycoris_names import layout_of_pipeline
     from lorastudio.lora import onetrainer_names, text_encoder_names
     from lorastudio.lora.file_read import has_layer_alphas
@@ -102,6 +107,13 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
             keys = list(f.keys())  # noqa: SIM118
     except (OSError, SafetensorError):
         return None  # the loader names the problem
+    dropped = unread_keys(keys)  # diffusers' loader would drop them, logging at most
+    if dropped:
+        raise ModelSourceError(
+            f"cannot apply LoRA {path}: {dropped[0]!r}"
+            + (f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else "")
+            + " is no tensor of a LoRA or DoRA layer that diffusers' loader reads: it would be left out"
+        )
     encoders = [k for k in keys if text_encoder_names.is_text_encoder_key(k)]
     why = text_encoder_names.refusal(family) if family is not None else None
     if encoders and why is not None:
@@ -125,6 +137,13 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
     theirs = (
         theirs or (bool(encoders) and len(encoders) == len(keys)) or _attention_only_clip(family, encoders)
     )
+    if aitoolkit_magnitudes(keys):  # ai-toolkit's DoRA: its `.magnitude` is peft's magnitude
+        if theirs or merged:
+            raise ModelSourceError(
+                f"cannot apply LoRA {path}: an ai-toolkit DoRA (its `.magnitude` tensors) with layers "
+                "diffusers' loader does not read as they are (per-layer alphas, T5 or foreign names)"
+            )
+        return ForeignLora(peft_state(path))
     if not (theirs or merged):
         return None
     try:

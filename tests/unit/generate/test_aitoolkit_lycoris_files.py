@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 from lorastudio import families
+from lorastudio.errors import ModelSourceError
 from lorastudio.generate import apply_loras
 from lorastudio.generate.lycoris_names import Target, to_lycoris_names
 from lorastudio.lora.lycoris import module_key
@@ -47,6 +48,12 @@ def test_a_transformer_named_lycoris_layer_is_the_module_comfyui_patches(family)
     }
 
 
+def _weights(pipe) -> dict[str, torch.Tensor]:
+    """The denoiser's own weights by their plain names (peft's wrappers' `base_layer.` taken out)."""
+    state = pipe.transformer.state_dict()
+    return {k.replace(".base_layer", ""): v.detach().clone() for k, v in state.items() if "lora_" not in k}
+
+
 def _aitoolkit_lokr(pipe, modules: list[str], rank: int) -> dict[str, torch.Tensor]:
     """ai-toolkit's peft-format LoKr (toolkit/network_mixins.get_state_dict, lora_special's
     alpha = lora_dim there): w1 full [2, 2], w2 low-rank [out / 2, r] @ [r, in / 2]."""
@@ -68,7 +75,7 @@ def test_an_aitoolkit_flux_lokr_file_renders_at_its_strength(flux_pipe, tmp_path
     rule, computed here by hand), half of it at strength 0.5; no other weight moves."""
     modules = ["transformer_blocks.0.attn.to_q", "transformer_blocks.0.ff.net.2", "single_transformer_blocks.1.proj_mlp"]
     apply_loras(flux_pipe, [])
-    base = {k: v.detach().clone() for k, v in flux_pipe.transformer.state_dict().items()}
+    base = _weights(flux_pipe)
     tensors = _aitoolkit_lokr(flux_pipe, modules, rank=4)
     path = tmp_path / "aitoolkit-lokr.safetensors"
     save_file(tensors, str(path), metadata={"format": "pt", "software": json.dumps({"name": "ai-toolkit"})})
@@ -81,11 +88,64 @@ def test_an_aitoolkit_flux_lokr_file_renders_at_its_strength(flux_pipe, tmp_path
     }
     for strength in (1.0, 0.5):
         apply_loras(flux_pipe, [(path, strength)])
-        now = flux_pipe.transformer.state_dict()
+        now = _weights(flux_pipe)
         for key, weight in base.items():
             change = now[key] - weight
             expected = strength * want[key] if key in want else torch.zeros_like(weight)
             torch.testing.assert_close(change, expected, rtol=1e-5, atol=1e-6, msg=key)
     assert max(w.abs().max().item() for w in want.values()) > 0.1
     apply_loras(flux_pipe, [])
-    assert all(torch.equal(flux_pipe.transformer.state_dict()[k], v) for k, v in base.items())
+    assert _weights(flux_pipe).keys() == base.keys()
+    assert all(torch.equal(_weights(flux_pipe)[k], v) for k, v in base.items())
+
+
+def test_an_aitoolkit_dora_file_renders_as_its_dora_not_its_plain_lora(flux_pipe, tmp_path):
+    """ai-toolkit's DoRA (`transformer.<module>.lora_A / lora_B / magnitude`, scale 1): diffusers'
+    loader dropped `.magnitude` without a word and the file rendered as its plain LoRA
+    (RELIABILITY 2241). Each layer is now m (W + B A) / ||W + B A|| per output row (DoRA's rule,
+    ai-toolkit's DoRAModule.apply_dora; computed here by hand), half-way at strength 0.5."""
+    modules = ["transformer_blocks.0.attn.to_q", "single_transformer_blocks.0.proj_mlp"]
+    apply_loras(flux_pipe, [])
+    base = _weights(flux_pipe)
+    g = torch.Generator().manual_seed(4)
+    tensors, want = {}, {}
+    for m in modules:
+        w = base[f"{m}.weight"]  # [out, in]
+        a, b = 0.2 * torch.randn(4, w.shape[1], generator=g), 0.2 * torch.randn(w.shape[0], 4, generator=g)
+        magnitude = w.norm(dim=1) * (1 + 0.5 * torch.rand(w.shape[0], generator=g))  # [out]
+        tensors |= {f"transformer.{m}.lora_A.weight": a, f"transformer.{m}.lora_B.weight": b}
+        tensors[f"transformer.{m}.magnitude"] = magnitude
+        merged = w + b @ a  # [out, in]
+        want[f"{m}.weight"] = magnitude[:, None] * merged / merged.norm(dim=1, keepdim=True)
+    path = tmp_path / "aitoolkit-dora.safetensors"
+    save_file(tensors, str(path))
+    for strength in (1.0, 0.5):
+        apply_loras(flux_pipe, [(path, strength)])
+        now = _weights(flux_pipe)
+        for key, weight in base.items():
+            expected = weight + strength * (want[key] - weight) if key in want else weight
+            torch.testing.assert_close(now[key], expected, rtol=1e-5, atol=1e-5, msg=key)
+    plain = {key: base[key] + tensors[f"transformer.{key.removesuffix('.weight')}.lora_B.weight"]
+             @ tensors[f"transformer.{key.removesuffix('.weight')}.lora_A.weight"] for key in want}  # fmt: skip
+    assert min((want[k] - plain[k]).abs().max().item() for k in want) > 1e-2  # not the plain LoRA
+    apply_loras(flux_pipe, [])
+    assert _weights(flux_pipe).keys() == base.keys()
+    assert all(torch.equal(_weights(flux_pipe)[k], v) for k, v in base.items())
+
+
+def test_a_diffusers_named_tensor_no_loader_reads_is_refused_naming_it(flux_pipe, tmp_path):
+    """A `transformer.` tensor that is no LoRA / DoRA part (here a `.scale`) was dropped by
+    diffusers' loader with the rest of the file rendered; now refused, naming it."""
+    w = flux_pipe.transformer.transformer_blocks[0].attn.to_q.weight
+    path = tmp_path / "odd.safetensors"
+    save_file(
+        {
+            "transformer.transformer_blocks.0.attn.to_q.lora_A.weight": torch.ones(4, w.shape[1]),
+            "transformer.transformer_blocks.0.attn.to_q.lora_B.weight": torch.ones(w.shape[0], 4),
+            "transformer.transformer_blocks.0.attn.to_q.scale": torch.ones(w.shape[0]),
+        },
+        str(path),
+    )
+    with pytest.raises(ModelSourceError, match=r"to_q\.scale' is no tensor of a LoRA or DoRA layer"):
+        apply_loras(flux_pipe, [(path, 1.0)])
+    assert not flux_pipe.get_list_adapters()
