@@ -73,7 +73,11 @@ def _aitoolkit_lokr(pipe, modules: list[str], rank: int) -> dict[str, torch.Tens
 def test_an_aitoolkit_flux_lokr_file_renders_at_its_strength(flux_pipe, tmp_path):
     """The file patches each named layer by kron(w1, w2_a @ w2_b) x alpha / rank (ComfyUI's LoKr
     rule, computed here by hand), half of it at strength 0.5; no other weight moves."""
-    modules = ["transformer_blocks.0.attn.to_q", "transformer_blocks.0.ff.net.2", "single_transformer_blocks.1.proj_mlp"]
+    modules = [
+        "transformer_blocks.0.attn.to_q",
+        "transformer_blocks.0.ff.net.2",
+        "single_transformer_blocks.1.proj_mlp",
+    ]
     apply_loras(flux_pipe, [])
     base = _weights(flux_pipe)
     tensors = _aitoolkit_lokr(flux_pipe, modules, rank=4)
