@@ -12,6 +12,9 @@ lorastudio's readers do:
   lorastudio's readers give; the T5 layers are merged into T5's weights at the strength, as
   ComfyUI patches them (W + strength * (alpha / rank) * up @ down), and restored exactly by the
   next apply_loras (generate/lycoris_patch.restore_lycoris keeps the originals).
+- FLUX.1 / Kontext / Chroma files in ComfyUI's generic spelling with peft's matrices
+  (`diffusion_model.<BFL name>.lora_A / lora_B`: ai-toolkit's Chroma files, whose layers include
+  the approximator's): diffusers' FLUX.1 reader converts none of it ("no layer matching").
 - Diffusers-named files with a per-layer `.alpha` (`transformer.<module>.alpha` beside its
   lora_A / lora_B): diffusers' FLUX.1 reader takes them, its SDXL, Qwen-Image, Z-Image, FLUX.2 and
   Krea 2 readers fail on them; read with each alpha / rank folded into its lora_B
@@ -55,6 +58,7 @@ if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
 
 _ONETRAINER = "lora_transformer_"
+_GENERIC = "diffusion_model."
 # FluxPipeline's own reader of OneTrainer's names (lora_conversion_utils'
 # `_convert_mixture_state_dict_to_diffusers`) names only attention layers: a single block's
 # proj_out / proj_mlp / norm.linear or a double block's MLP comes out as the block itself
@@ -122,6 +126,9 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
     merged = any(text_encoder_names.component_of(k) in unread for k in encoders)
     ours = layout in onetrainer_names.FAMILIES or family in _FLUX  # lora_transformer_ read here
     theirs = ours and any(k.startswith(_ONETRAINER) for k in keys)
+    # ComfyUI's generic spelling with peft's matrices, `diffusion_model.<checkpoint name>.lora_A`
+    # (ai-toolkit's Chroma files): FluxLoraLoaderMixin (FLUX.1, Kontext, Chroma) converts none of it
+    theirs = theirs or (layout == "flux" and any(k.startswith(_GENERIC) and _A in k for k in keys))
     # diffusers' names with a per-layer .alpha: its readers of Qwen-Image, Z-Image, SDXL, FLUX.2
     # and Krea 2 fail on them (lora/file_read.fold_layer_alphas)
     # (a DoRA's magnitudes are diffusers' loader's to read: lorastudio's reader takes LoRA files)

@@ -153,3 +153,42 @@ def test_a_diffusers_named_tensor_no_loader_reads_is_refused_naming_it(flux_pipe
     with pytest.raises(ModelSourceError, match=r"to_q\.scale' is no tensor of a LoRA or DoRA layer"):
         apply_loras(flux_pipe, [(path, 1.0)])
     assert not flux_pipe.get_list_adapters()
+
+
+def test_an_aitoolkit_chroma_file_loads_every_layer_its_approximators_too(tiny_model, tmp_path):
+    """ai-toolkit's Chroma LoRA (`diffusion_model.<checkpoint name>.lora_A / lora_B`, every linear
+    of its Chroma model: fused qkv / linear1 with one down matrix, the approximator's
+    `layers.N.in_layer` ...) matched no layer of ChromaPipeline (diffusers' FLUX.1 reader converts
+    none of that spelling; RELIABILITY 2243). Each diffusers layer now holds its rows of the
+    layer's change, B_rows @ A (no alpha: scale 1), computed here by hand."""
+    from lorastudio.generate import load_pipeline
+
+    pipe = load_pipeline(str(tiny_model("chroma")), "chroma", device="cpu")
+    t = pipe.transformer
+    single = [f"single_transformer_blocks.0.attn.to_{p}" for p in "qkv"] + [
+        "single_transformer_blocks.0.proj_mlp"
+    ]
+    layers = {
+        "double_blocks.0.img_attn.qkv": [f"transformer_blocks.0.attn.to_{p}" for p in "qkv"],
+        "single_blocks.0.linear1": single,
+        "double_blocks.0.img_mlp.0": ["transformer_blocks.0.ff.net.0.proj"],
+        "distilled_guidance_layer.in_proj": ["distilled_guidance_layer.in_proj"],
+        "distilled_guidance_layer.layers.1.out_layer": ["distilled_guidance_layer.layers.1.linear_2"],
+    }
+    g = torch.Generator().manual_seed(6)
+    tensors, want = {}, {}
+    for native, modules in layers.items():
+        rows = [t.get_submodule(m).weight.shape[0] for m in modules]
+        a = torch.randn(4, t.get_submodule(modules[0]).weight.shape[1], generator=g)  # [r, in]
+        b = torch.randn(sum(rows), 4, generator=g)  # [out of the fused linear, r]
+        tensors |= {
+            f"diffusion_model.{native}.lora_A.weight": a,
+            f"diffusion_model.{native}.lora_B.weight": b,
+        }
+        want |= {m: part @ a for m, part in zip(modules, b.split(rows), strict=True)}  # [out, in]
+    path = tmp_path / "aitoolkit-chroma.safetensors"
+    save_file(tensors, str(path), metadata={"ss_base_model_version": "chroma"})
+    apply_loras(pipe, [(path, 1.0)])
+    for module, delta in want.items():
+        got = t.get_submodule(module).get_delta_weight("lorastudio_0")
+        torch.testing.assert_close(got, delta, rtol=1e-5, atol=1e-5, msg=module)
