@@ -15,6 +15,10 @@ lorastudio's readers do:
 - FLUX.1 / Kontext / Chroma files in ComfyUI's generic spelling with peft's matrices
   (`diffusion_model.<BFL name>.lora_A / lora_B`: ai-toolkit's Chroma files, whose layers include
   the approximator's): diffusers' FLUX.1 reader converts none of it ("no layer matching").
+- FLUX.2 / klein files in kohya's or ComfyUI's generic spelling (`lora_unet_<BFL name>`,
+  `diffusion_model.<BFL name>`: musubi-tuner's, ai-toolkit's): diffusers' kohya FLUX.2 converter
+  drops what it does not map (the modulations, guidance_in, the final adaLN: a logged warning),
+  its `diffusion_model.` one loads the final adaLN's LoRA with its (shift, scale) halves unswapped.
 - Diffusers-named files with a per-layer `.alpha` (`transformer.<module>.alpha` beside its
   lora_A / lora_B): diffusers' FLUX.1 reader takes them, its SDXL, Qwen-Image, Z-Image, FLUX.2 and
   Krea 2 readers fail on them; read with each alpha / rank folded into its lora_B
@@ -64,6 +68,7 @@ _GENERIC = "diffusion_model."
 # proj_out / proj_mlp / norm.linear or a double block's MLP comes out as the block itself
 # (`single_transformer_blocks.0.lora_A.weight`) and the load fails (KeyError)
 _FLUX = ("flux", "flux-kontext")
+_FLUX2 = ("flux2", "flux2-klein")  # kohya layouts (lora.names.kohya_layout)
 _A, _B = ".lora_A.weight", ".lora_B.weight"
 # families whose diffusers loader (StableDiffusionXLLoraLoaderMixin: utils/peft_utils.get_peft_kwargs)
 # gives every layer of a kohya file the most common `.alpha`: a file of per-layer alphas (kohya's
@@ -129,6 +134,11 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
     # ComfyUI's generic spelling with peft's matrices, `diffusion_model.<checkpoint name>.lora_A`
     # (ai-toolkit's Chroma files): FluxLoraLoaderMixin (FLUX.1, Kontext, Chroma) converts none of it
     theirs = theirs or (layout == "flux" and any(k.startswith(_GENERIC) and _A in k for k in keys))
+    # FLUX.2's / klein's kohya and generic spellings: diffusers' kohya converter drops the layers it
+    # does not map (the modulations, guidance_in, the final adaLN) with a logged warning, and its
+    # `diffusion_model.` converter takes the final adaLN's (shift, scale) halves as diffusers'
+    # (scale, shift), unswapped
+    theirs = theirs or (layout in _FLUX2 and any(k.startswith((_GENERIC, "lora_unet_")) for k in keys))
     # diffusers' names with a per-layer .alpha: its readers of Qwen-Image, Z-Image, SDXL, FLUX.2
     # and Krea 2 fail on them (lora/file_read.fold_layer_alphas)
     # (a DoRA's magnitudes are diffusers' loader's to read: lorastudio's reader takes LoRA files)

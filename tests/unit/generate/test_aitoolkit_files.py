@@ -192,3 +192,50 @@ def test_an_aitoolkit_chroma_file_loads_every_layer_its_approximators_too(tiny_m
     for module, delta in want.items():
         got = t.get_submodule(module).get_delta_weight("lorastudio_0")
         torch.testing.assert_close(got, delta, rtol=1e-5, atol=1e-5, msg=module)
+
+
+@pytest.mark.parametrize("spelling", ["diffusion_model", "lora_unet"])
+def test_a_flux2_file_of_every_linear_loads_each_layer_as_comfyui_does(tiny_model, tmp_path, spelling):
+    """FLUX.2 LoRAs of every linear (ai-toolkit's target_lora_modules ["Flux2"], saved
+    `diffusion_model.<BFL name>.lora_A / lora_B`; the same layers under kohya's `lora_unet_` with
+    lora_down / lora_up / alpha): diffusers' kohya converter dropped the modulation layer with a
+    logged warning, its `diffusion_model.` one loaded the final adaLN's change with its (shift,
+    scale) halves unswapped (RELIABILITY 2244). Each layer now holds the change ComfyUI patches
+    onto its checkpoint weight, by hand: B @ A x alpha / rank, the final adaLN's rows swapped
+    into diffusers' (scale, shift) order."""
+    from lorastudio.generate import load_pipeline
+
+    pipe = load_pipeline(str(tiny_model("flux2")), "flux2", device="cpu")
+    t = pipe.transformer
+    layers = {
+        "double_blocks.0.img_attn.proj": "transformer_blocks.0.attn.to_out.0",
+        "double_stream_modulation_img.lin": "double_stream_modulation_img.linear",
+        "final_layer.adaLN_modulation.1": "norm_out.linear",
+    }
+    g = torch.Generator().manual_seed(7)
+    tensors, want = {}, {}
+    for native, module in layers.items():
+        out, inp = t.get_submodule(module).weight.shape
+        a, b = torch.randn(4, inp, generator=g), torch.randn(out, 4, generator=g)  # [r, in], [out, r]
+        if spelling == "lora_unet":
+            key = "lora_unet_" + native.replace(".", "_")
+            tensors |= {
+                f"{key}.lora_down.weight": a,
+                f"{key}.lora_up.weight": b,
+                f"{key}.alpha": torch.tensor(2.0),
+            }
+            scale = 2.0 / 4
+        else:
+            tensors |= {
+                f"diffusion_model.{native}.lora_A.weight": a,
+                f"diffusion_model.{native}.lora_B.weight": b,
+            }
+            scale = 1.0
+        delta = b @ a * scale  # [out, in] on the checkpoint's weight
+        want[module] = torch.cat(delta.chunk(2)[::-1]) if native.startswith("final_layer.adaLN") else delta
+    path = tmp_path / f"flux2-{spelling}.safetensors"
+    save_file(tensors, str(path))
+    apply_loras(pipe, [(path, 1.0)])
+    for module, delta in want.items():
+        got = t.get_submodule(module).get_delta_weight("lorastudio_0")
+        torch.testing.assert_close(got, delta, rtol=1e-5, atol=1e-5, msg=module)
