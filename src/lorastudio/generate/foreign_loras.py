@@ -15,6 +15,9 @@ lorastudio's readers do:
 - FLUX.1 / Kontext / Chroma files in ComfyUI's generic spelling with peft's matrices
   (`diffusion_model.<BFL name>.lora_A / lora_B`: ai-toolkit's Chroma files, whose layers include
   the approximator's): diffusers' FLUX.1 reader converts none of it ("no layer matching").
+- kohya FLUX.1 / Kontext / Chroma files with a layer diffusers' kohya converter does not map
+  (Chroma's approximator, `lora_unet_distilled_guidance_layer_…`, which ComfyUI maps): it
+  refuses them ("Incompatible keys detected").
 - FLUX.2 / klein files in kohya's or ComfyUI's generic spelling (`lora_unet_<BFL name>`,
   `diffusion_model.<BFL name>`: musubi-tuner's, ai-toolkit's): diffusers' kohya FLUX.2 converter
   drops what it does not map (the modulations, guidance_in, the final adaLN: a logged warning),
@@ -50,6 +53,7 @@ read, and why.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,6 +73,13 @@ _GENERIC = "diffusion_model."
 # (`single_transformer_blocks.0.lora_A.weight`) and the load fails (KeyError)
 _FLUX = ("flux", "flux-kontext")
 _FLUX2 = ("flux2", "flux2-klein")  # kohya layouts (lora.names.kohya_layout)
+# the kohya FLUX.1 layers diffusers' converter maps (lora_conversion_utils'
+# _convert_sd_scripts_to_ai_toolkit, diffusers 0.42.1); it refuses any other `lora_unet_` key
+_DIFFUSERS_FLUX_KOHYA = re.compile(
+    r"lora_unet_(double_blocks_\d+_(img|txt)_(attn_proj|attn_qkv|mlp_0|mlp_2|mod_lin)"
+    r"|single_blocks_\d+_(linear1|linear2|modulation_lin)|(guidance_in|time_in|vector_in)_(in|out)_layer"
+    r"|img_in|txt_in|final_layer_(linear|adaLN_modulation_1))\."
+)
 _A, _B = ".lora_A.weight", ".lora_B.weight"
 # families whose diffusers loader (StableDiffusionXLLoraLoaderMixin: utils/peft_utils.get_peft_kwargs)
 # gives every layer of a kohya file the most common `.alpha`: a file of per-layer alphas (kohya's
@@ -134,6 +145,12 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
     # ComfyUI's generic spelling with peft's matrices, `diffusion_model.<checkpoint name>.lora_A`
     # (ai-toolkit's Chroma files): FluxLoraLoaderMixin (FLUX.1, Kontext, Chroma) converts none of it
     theirs = theirs or (layout == "flux" and any(k.startswith(_GENERIC) and _A in k for k in keys))
+    # a kohya FLUX.1 / Kontext / Chroma layer diffusers' kohya converter does not map (Chroma's
+    # approximator, which ComfyUI maps): it refuses the file ("Incompatible keys detected")
+    theirs = theirs or (
+        layout == "flux"
+        and any(k.startswith("lora_unet_") and not _DIFFUSERS_FLUX_KOHYA.match(k) for k in keys)
+    )
     # FLUX.2's / klein's kohya and generic spellings: diffusers' kohya converter drops the layers it
     # does not map (the modulations, guidance_in, the final adaLN) with a logged warning, and its
     # `diffusion_model.` converter takes the final adaLN's (shift, scale) halves as diffusers'

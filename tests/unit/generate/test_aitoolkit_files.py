@@ -239,3 +239,36 @@ def test_a_flux2_file_of_every_linear_loads_each_layer_as_comfyui_does(tiny_mode
     for module, delta in want.items():
         got = t.get_submodule(module).get_delta_weight("lorastudio_0")
         torch.testing.assert_close(got, delta, rtol=1e-5, atol=1e-5, msg=module)
+
+
+def test_a_kohya_chroma_file_of_approximator_layers_loads_them(tiny_model, tmp_path):
+    """A kohya-named Chroma file with approximator layers (`lora_unet_distilled_guidance_layer_…`,
+    ComfyUI's native names, which ComfyUI loads): diffusers' kohya FLUX.1 converter refused the file
+    ("Incompatible keys detected": a `lora_unet_` key it does not map; RELIABILITY 2246). Now read
+    by lorastudio's reader: each layer at alpha / rank, as computed here by hand."""
+    from lorastudio.generate import load_pipeline
+
+    pipe = load_pipeline(str(tiny_model("chroma")), "chroma", device="cpu")
+    t = pipe.transformer
+    layers = {
+        "lora_unet_double_blocks_0_img_attn_proj": "transformer_blocks.0.attn.to_out.0",
+        "lora_unet_distilled_guidance_layer_layers_0_in_layer": "distilled_guidance_layer.layers.0.linear_1",
+        "lora_unet_distilled_guidance_layer_out_proj": "distilled_guidance_layer.out_proj",
+    }
+    g = torch.Generator().manual_seed(8)
+    tensors, want = {}, {}
+    for key, module in layers.items():
+        out, inp = t.get_submodule(module).weight.shape
+        a, b = torch.randn(4, inp, generator=g), torch.randn(out, 4, generator=g)  # [r, in], [out, r]
+        tensors |= {
+            f"{key}.lora_down.weight": a,
+            f"{key}.lora_up.weight": b,
+            f"{key}.alpha": torch.tensor(8.0),
+        }
+        want[module] = b @ a * (8.0 / 4)
+    path = tmp_path / "kohya-chroma.safetensors"
+    save_file(tensors, str(path))
+    apply_loras(pipe, [(path, 1.0)])
+    for module, delta in want.items():
+        got = t.get_submodule(module).get_delta_weight("lorastudio_0")
+        torch.testing.assert_close(got, delta, rtol=1e-5, atol=1e-5, msg=module)
