@@ -31,9 +31,10 @@ __all__ = ["aitoolkit_magnitudes", "peft_state", "unread_keys"]
 _DENOISER = ("transformer.", "unet.")
 # what diffusers' loaders and peft read of a diffusers-named layer: every tensor of theirs has
 # "lora" in its name (peft's lora_A / lora_B / lora_magnitude_vector, diffusers' older
-# lora.down / to_q_lora.up / lora_linear_layer ...), or is a per-layer `.alpha`; no diffusers
-# module name holds "lora"
-_READ = re.compile(r"lora|\.alpha$")
+# lora.down / to_q_lora.up / lora_linear_layer ...), or is a per-layer `.alpha`, or a q / k norm's
+# weight of a FLUX Control LoRA (FluxLoraLoaderMixin's _control_lora_supported_norm_keys); no
+# diffusers module name holds "lora"
+_READ = re.compile(r"lora|\.alpha$|\.norm_(q|k|added_q|added_k)\.")
 _MAGNITUDE, _PEFT_MAGNITUDE, _A = ".magnitude", ".lora_magnitude_vector", ".lora_A.weight"
 
 
