@@ -8,8 +8,11 @@ without it, with nothing said (RELIABILITY 2061; the `validation_seed` case of s
 `scripts/build_web.sh` (vite.config.ts) stamps each build with an id, written into the bundle and
 into `web_dist/build-id.txt`. `WebBuildStamp` then:
 
-- adds `X-Lorastudio-Build: <id of the served bundle>` to every answer under /api but a 401 (a
-  client without the token learns nothing of the install), so a page whose own id differs learns
+- adds `X-Lorastudio-Build: <id of the served bundle>` to every answer under /api of a request
+  that carries the token (or of any request when no token is set), and never to a 401: a
+  client without the token learns nothing of the install (the 404 of an unknown /api path and
+  the 405 of a GET of a write route, answered before any route's token check, named the
+  build: RELIABILITY 2231), so a page whose own id differs learns
   it from its next request and asks to be reloaded (web/src/api/build.ts);
 - answers 409 `PageOutdated` to a request that starts something with settings (`SETTINGS_WRITES`:
   a run's start, a resume, a generation) sent by a page of another build (its own id in the same
@@ -27,8 +30,10 @@ import logging
 import re
 from pathlib import Path
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from lorastudio.api.deps import token_refusal
 from lorastudio.api.hosts import send_json
 from lorastudio.api.proxy import route_path
 
@@ -122,6 +127,10 @@ class WebBuildStamp:
         if page is not None and page != served and starts_with_settings(scope["method"], path):
             # its body unread: the connection closes (an unread body cannot be skipped)
             await send_json(send, 409, "PageOutdated", OUTDATED, (stamp, (b"connection", b"close")))
+            return
+
+        if token_refusal(Request(scope)) is not None:  # no token: no build said, whatever the status
+            await self.app(scope, receive, send)
             return
 
         async def stamped(message: Message) -> None:
