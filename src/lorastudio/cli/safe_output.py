@@ -16,6 +16,12 @@ CR: those pass there (_TERMINAL), every other ESC (a screen clear, a status repo
 window title, a hyperlink, the clipboard) and control character is escaped. Piped or
 redirected, nothing styles the output (click and rich colour a terminal only): everything is
 escaped. Bytes written to a stream's `.buffer` bypass it (no command writes names as bytes).
+
+rich reads the text it prints as markup and emoji codes by default: a name inside an f-string
+(`warning: {message}`, `launching ... {config path}`) that held `[/x]` raised MarkupError (the
+`train` display's warning of a run ended the command), `[bold]` was eaten and `[link=...]` made a
+hyperlink; `:warning:` became an emoji. `plain_console` is the CLI's Console: it takes no markup
+or emoji codes; a line is coloured by `style=` (RELIABILITY 2232).
 """
 
 from __future__ import annotations
@@ -25,7 +31,10 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # C0 controls but newline and tab, DEL, C1 controls, and the format characters that reorder or
 # separate text on screen: bidi marks, embeddings, overrides and isolates, line/paragraph separators
@@ -41,6 +50,14 @@ _TERMINAL = re.compile(rf"\x1b\[[0-9;]*m|\x1b\[[0-9]*[ABCDGK]|\x1b\[\?25[hl]|\r|
 
 
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def plain_console(**kwargs: Any) -> Console:
+    """A rich Console (its `kwargs`) that prints every string as the text it is: no markup, no
+    emoji codes (colour a line with `style=`)."""
+    from rich.console import Console  # rich only for the commands that print with it
+
+    return Console(markup=False, emoji=False, **kwargs)
 
 
 def _escape(char: str) -> str:
