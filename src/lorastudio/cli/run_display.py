@@ -34,7 +34,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from lorastudio.cli.safe_output import plain_console
+from lorastudio.cli.safe_output import live_display, plain_console
 from lorastudio.training.events import Event, PlanChosen, Preparing, StopRequest
 from lorastudio.training.events import Progress as ProgressEvent
 
@@ -147,6 +147,7 @@ class ProgressDisplay:
             columns.append(TimeElapsedColumn())
         columns += [TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[stats]}")]
         self.progress = Progress(*columns, console=self.console)
+        self._redraws = live_display()
         self.tasks: dict[str, TaskID] = {}
         self.last_error: str | None = None
         self.warnings: list[str] = []  # the run's warning events: repeated in the closing summary
@@ -159,12 +160,16 @@ class ProgressDisplay:
 
     def __enter__(self) -> ProgressDisplay:
         if self.live:
+            self._redraws.__enter__()  # its cursor moves pass the terminal's escaping (safe_output)
             self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.live:
-            self.progress.stop()
+            try:
+                self.progress.stop()
+            finally:
+                self._redraws.__exit__(None, None, None)
 
     def say(self, text: str) -> None:
         """One timestamped line: rich's log layout on a terminal; in a log file the whole line
