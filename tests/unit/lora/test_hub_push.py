@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from fake_hub_upload import READ_TOKEN, WRITE_TOKEN, UploadHub, UploadHubServer
 from lorastudio.config import TrainConfig
-from lorastudio.errors import HubAccessDenied, HubTokenMissing, JobActive, NotFound
+from lorastudio.errors import ConfigError, HubAccessDenied, HubTokenMissing, JobActive, NotFound
 from lorastudio.lora import hub_push
 from lorastudio.lora.hub_card import hub_base_model, model_card
 from lorastudio.lora.hub_push import push_lora
@@ -125,6 +125,11 @@ def test_failures_are_named(run_home, hub):
         push_lora(_settings(run_home, WRITE_TOKEN), "pushme", "me/missing")
     with pytest.raises(NotFound, match="no LoRA 'nope'"):
         push_lora(_settings(run_home, WRITE_TOKEN), "nope", "me/existing")
+    # ids the route's pattern and the CLI took but the hub does not: a refusal naming the field
+    # before anything is read (was huggingface_hub's ValueError as a HubUploadError, a 502)
+    for repo in ("me/..", "me/b--c", "me/x.git", "me/x\n"):
+        with pytest.raises(ConfigError, match="repo: .* is not a hub model repo id"):
+            push_lora(_settings(run_home, WRITE_TOKEN), "pushme", repo, create=True)
     assert hub.commits == []
 
 
