@@ -6,6 +6,7 @@ token, a refused token, a read-only token, a missing repo) are named errors; the
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -287,3 +288,15 @@ def test_a_pair_of_two_writes_is_refused_naming_both(run_home, hub, run, monkeyp
         get_settings.cache_clear()
     assert refused.exit_code == 1, refused.output
     assert "pushed pair would not match" in refused.output and hub.commits == []
+
+
+def test_the_card_keeps_prompts_and_names_out_of_its_markdown():
+    """A sample prompt's `]` or line break ended its image's alt text and added Markdown of its
+    own (a link, a heading); a trigger word's backtick ended its code span (RELIABILITY 2237)."""
+    prompt = "a cat](https://evil.example/t.png)\n\n# Owned [x]"
+    sidecar = {"family": "flux", "base_model": "/m/my`base", "trigger_word": "sk`s", "config": {}}
+    card = model_card(sidecar, "x", [("samples/a.png", prompt)])
+    body = card.split("\n---\n", 1)[1]
+    assert "![a cat\\](https://evil.example/t.png) # Owned \\[x\\]](samples/a.png)" in body
+    assert "\n# Owned" not in body and not re.search(r"(?<!\\)\]\(https://evil", body)
+    assert "- Trigger word: ``sk`s``" in body and "- Base model: ``/m/my`base``" in body
