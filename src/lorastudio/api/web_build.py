@@ -9,7 +9,8 @@ without it, with nothing said (RELIABILITY 2061; the `validation_seed` case of s
 into `web_dist/build-id.txt`. `WebBuildStamp` then:
 
 - adds `X-Lorastudio-Build: <id of the served bundle>` to every answer under /api of a request
-  that carries the token (or of any request when no token is set), and never to a 401: a
+  that passed the route's token check (`deps.require_token`, which passes every request when no
+  token is set), and never to a 401: a
   client without the token learns nothing of the install (the 404 of an unknown /api path and
   the 405 of a GET of a write route, answered before any route's token check, named the
   build: RELIABILITY 2231), so a page whose own id differs learns
@@ -30,10 +31,9 @@ import logging
 import re
 from pathlib import Path
 
-from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from lorastudio.api.deps import token_refusal
+from lorastudio.api.deps import TOKEN_PASSED
 from lorastudio.api.hosts import send_json
 from lorastudio.api.proxy import route_path
 
@@ -129,12 +129,9 @@ class WebBuildStamp:
             await send_json(send, 409, "PageOutdated", OUTDATED, (stamp, (b"connection", b"close")))
             return
 
-        if token_refusal(Request(scope)) is not None:  # no token: no build said, whatever the status
-            await self.app(scope, receive, send)
-            return
-
         async def stamped(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] != 401:
+            passed = scope.get("state", {}).get(TOKEN_PASSED)  # set by deps.require_token
+            if message["type"] == "http.response.start" and message["status"] != 401 and passed:
                 message = {**message, "headers": [*message.get("headers", []), stamp]}
             await send(message)
 
