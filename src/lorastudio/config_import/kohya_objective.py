@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lorastudio.config_import import values
+from lorastudio.config_import import peer_defaults, values
 from lorastudio.config_import.common import carry
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
 
@@ -53,6 +53,8 @@ def objective(draft: Draft, args: Args) -> None:
     if pred is not None:
         draft.drop(pred[0], f"{NOT_NEEDED}: the denoiser's output is the prediction" if str(pred[1]) == "raw"
                    else f"{NOT_SUPPORTED}: the denoiser's output is the prediction (raw)")  # fmt: skip
+    elif draft.settings.get("family") in peer_defaults.KOHYA_FLUX_FAMILIES:
+        draft.drop("model_prediction_type", f"{NOT_SUPPORTED}: {peer_defaults.KOHYA_FLUX_PREDICTION}")
     ckpt = take(args, "gradient_checkpointing")
     if ckpt is not None:
         carry(
@@ -103,24 +105,27 @@ def _sampling(draft: Draft, args: Args) -> None:
     (sigma_sqrt, cosmap: not offered)."""
     sampling, shift = take(args, "timestep_sampling"), take(args, "discrete_flow_shift")
     weighting = take(args, "weighting_scheme")
-    kind = str(sampling[1]).lower() if sampling else None
+    flux = draft.settings.get("family") in peer_defaults.KOHYA_FLUX_FAMILIES  # sd-scripts' flux_train_network
+    kind = str(sampling[1]).lower() if sampling else "sigma" if flux else None
     scheme = str(weighting[1]).lower() if weighting else "uniform"
     density = {"logit_normal": "logit_normal", "uniform": "uniform", "none": "uniform"}.get(scheme)
     ours = None
-    if kind == "sigma" and sampling is not None:
-        if density is None:
-            draft.drop(sampling[0], f"{NOT_SUPPORTED}: weighting_scheme {scheme}'s levels are not offered")
+    if kind == "sigma" and density is None:
+        why = f"{NOT_SUPPORTED}: weighting_scheme {scheme}'s levels are not offered"
+        for item in (sampling, weighting):
+            if item is not None:
+                draft.drop(item[0], why)
+    elif kind == "sigma":
+        ours = density
+        if sampling is not None:
+            draft.set(sampling[0], "timestep_sampling", ours, f"kohya's sigma sampling, by weighting_scheme {scheme}"
+                      + ("" if weighting else " (unset in the file: kohya's default)"))  # fmt: skip
         else:
-            ours = density
-            draft.set(
-                sampling[0],
-                "timestep_sampling",
-                ours,
-                f"kohya's sigma sampling, by weighting_scheme {scheme}"
-                + ("" if weighting else " (unset in the file: kohya's default)"),
-            )
-            if weighting is not None:
-                draft.fold(weighting[0], "timestep_sampling", scheme)
+            unset = "" if weighting else " (unset too: sd-scripts' default uniform)"
+            rule = peer_defaults.KOHYA_FLUX_SAMPLING.format(scheme=scheme + unset)
+            peer_defaults.fill(draft, "timestep_sampling", "timestep_sampling", ours, rule)
+        if weighting is not None:
+            draft.fold(weighting[0], "timestep_sampling", scheme)
     elif sampling is not None:
         ours = _SAMPLING.get(str(kind))
         if ours is None:
@@ -130,6 +135,9 @@ def _sampling(draft: Draft, args: Args) -> None:
     if weighting is not None and kind != "sigma":
         draft.drop(weighting[0], f"{NOT_NEEDED}: it shapes kohya's sigma sampling only" if density else
                    f"{NOT_SUPPORTED}: min-SNR (snr_gamma) is the one loss weighting")  # fmt: skip
+    if shift is None and flux and kind in ("sigma", "shift") and ours is not None:
+        rule = peer_defaults.KOHYA_FLUX_SHIFT.format(kind=kind)
+        peer_defaults.fill(draft, "discrete_flow_shift", "flow_shift", 3.0, rule)
     if shift is not None and kind == "shift":
         carry(draft, shift[0], shift[1], "flow_shift", values.number)
     elif shift is not None and kind == "sigma" and ours is not None:
