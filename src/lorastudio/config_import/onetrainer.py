@@ -133,7 +133,9 @@ def _loss_weight(draft: Draft, data: dict[str, Any]) -> None:
         elif snr:
             carry(draft, "min_snr_gamma", old, "snr_gamma", values.number)
         else:
-            draft.drop("min_snr_gamma", f"{NOT_SUPPORTED}: min-SNR weighting is for DDPM families (SDXL) here")
+            draft.drop(
+                "min_snr_gamma", f"{NOT_SUPPORTED}: min-SNR weighting is for DDPM families (SDXL) here"
+            )
         kind = "MIN_SNR_GAMMA" if snr and not values.is_off(old or 0) else "CONSTANT"
     elif "loss_weight_fn" not in data:
         peer_defaults.no_snr(draft, "loss_weight_fn", peer_defaults.ONETRAINER_SNR)
@@ -152,7 +154,9 @@ def _loss_weight(draft: Draft, data: dict[str, Any]) -> None:
             return
         else:
             where = "" if snr or kind != "MIN_SNR_GAMMA" else " for DDPM families (SDXL)"
-            draft.drop("loss_weight_fn", f"{NOT_SUPPORTED}: min-SNR (snr_gamma) is the one loss weighting{where}")
+            draft.drop(
+                "loss_weight_fn", f"{NOT_SUPPORTED}: min-SNR (snr_gamma) is the one loss weighting{where}"
+            )
     if "loss_weight_strength" in data:
         draft.drop("loss_weight_strength", f"{NOT_NEEDED}: loss_weight_fn {kind} does not read it"
                    if kind == "CONSTANT" else f"{NOT_SUPPORTED}: loss_weight_fn {kind} is not carried")  # fmt: skip

@@ -31,7 +31,7 @@ KOHYA_FLUX_SHIFT = (
 KOHYA_FLUX_PREDICTION = (
     "unset in the file: sd-scripts' default sigma_scaled (flux_train_utils.add_flux_train_arguments; "
     "the denoiser's output x (-sigma) + the noisy input) is not offered: trained raw here, the "
-    "output the prediction (name model_prediction_type = \"raw\" in the file to match)"
+    'output the prediction (name model_prediction_type = "raw" in the file to match)'
 )
 KOHYA_FLUX_FAMILIES = frozenset({"flux", "chroma"})  # trained by sd-scripts' flux_train_network
 # bghira/SimpleTuner bc8e6ab7 (2026-08-22)
