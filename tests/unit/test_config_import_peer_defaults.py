@@ -166,3 +166,21 @@ def test_kohya_flux_partial_sampling_settings_take_sd_scripts_defaults(
 ) -> None:
     data, _ = _imported(tmp_path / "kohya.json", {**FLUX, **more}, tmp_path)
     assert (data["timestep_sampling"], data.get("flow_shift"), data.get("logit_mean")) == want
+
+
+@pytest.mark.parametrize(
+    ("more", "gamma"),
+    [({}, None), ({"min_snr_gamma": 0}, None), ({"min_snr_gamma": 5}, 5)],  # the old import: 0 refused, so 5
+)
+def test_ai_toolkit_sdxl_min_snr_gamma_takes_its_default(
+    tmp_path: Path, more: dict, gamma: float | None
+) -> None:
+    process = {"type": "sd_trainer", "model": {"name_or_path": SDXL_BASE, "arch": "sdxl"},
+               "datasets": [{"folder_path": "/data/subject"}], "train": {"steps": 100, **more}}  # fmt: skip
+    doc = {"job": "extension", "config": {"name": "run", "process": [process]}}
+    data, lines = _imported(tmp_path / "job.json", doc, tmp_path, "ai-toolkit")
+    assert data["snr_gamma"] == gamma
+    if not more:
+        assert lines["config.process[0].train.min_snr_gamma"].note.startswith(
+            "unset in the file: ai-toolkit's"
+        )

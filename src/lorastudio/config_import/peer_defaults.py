@@ -1,8 +1,8 @@
 """The peer's own defaults for the loss-shaping settings its file leaves unset (no torch).
 
 A peer's file names what its user changed; what it leaves out trains at the PEER's default, which
-is not always lorastudio's (SDXL's snr_gamma 5 here; no min-SNR in kohya sd-scripts, SimpleTuner
-or OneTrainer unless asked for). Each rule below is read from the peer's own source (its argument
+is not always lorastudio's (SDXL's snr_gamma 5 here; no min-SNR in kohya sd-scripts, SimpleTuner,
+OneTrainer or ai-toolkit unless asked for). Each rule below is read from the peer's own source (its argument
 parser or config class, at the commit named), and each default filled gets a report line:
 "changed  <peer key> -> <our key> = <value>: unset in the file: <the peer's rule>", so the import
 says every value it chose for the file. A key the file names (even empty or refused) is the
@@ -31,9 +31,14 @@ KOHYA_FLUX_SHIFT = (
 KOHYA_FLUX_PREDICTION = (
     "unset in the file: sd-scripts' default sigma_scaled (flux_train_utils.add_flux_train_arguments; "
     "the denoiser's output x (-sigma) + the noisy input) is not offered: trained raw here, the "
-    'output the prediction (name model_prediction_type = "raw" in the file to match)'
+    'output the prediction (sd-scripts trains so with model_prediction_type = "raw")'
 )
 KOHYA_FLUX_FAMILIES = frozenset({"flux", "chroma"})  # trained by sd-scripts' flux_train_network
+# ostris/ai-toolkit 27a03a91 (2026-08-21)
+AITOOLKIT_SNR = (
+    "ai-toolkit's default (toolkit/config_modules.TrainConfig: min_snr_gamma None, no min-SNR "
+    "weighting; lorastudio's SDXL default is 5)"
+)
 # bghira/SimpleTuner bc8e6ab7 (2026-08-22)
 SIMPLETUNER_SNR = (
     "SimpleTuner's default (field_registry/sections/loss.py: --snr_gamma has no default, None: "
