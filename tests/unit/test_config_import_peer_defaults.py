@@ -17,7 +17,7 @@ import torch
 
 from lorastudio import families
 from lorastudio.config import parse_train_config, resolve_train_config
-from lorastudio.config_import import import_config
+from lorastudio.config_import import import_config, peer_defaults
 from peer_config_checks import every_leaf_reported, strict
 
 SDXL_BASE = "stabilityai/stable-diffusion-xl-base-1.0"
@@ -184,3 +184,23 @@ def test_ai_toolkit_sdxl_min_snr_gamma_takes_its_default(
         assert lines["config.process[0].train.min_snr_gamma"].note.startswith(
             "unset in the file: ai-toolkit's"
         )
+
+
+def test_a_peer_default_left_out_of_a_toml_still_names_its_rule(tmp_path: Path) -> None:
+    # TOML has no null: the .toml leaves snr_gamma out and says so at its top; the line keeps whose
+    # default chose it
+    import tomllib
+
+    doc = {
+        "pretrained_model_name_or_path": SDXL_BASE,
+        "network_module": "networks.lora",
+        "train_data_dir": "img",
+    }
+    path = tmp_path / "kohya.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    result = import_config(path)
+    assert "snr_gamma" not in tomllib.loads(result.text)
+    assert "# off in the imported config (null), which TOML cannot write: snr_gamma\n" in result.text
+    note = {line.peer: line for line in result.lines}["min_snr_gamma"].note
+    assert note.startswith("left out of the .toml, not refused") and "--set snr_gamma=null" in note
+    assert note.endswith("; unset in the file: " + peer_defaults.KOHYA_SNR)
