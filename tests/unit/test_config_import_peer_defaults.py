@@ -204,3 +204,19 @@ def test_a_peer_default_left_out_of_a_toml_still_names_its_rule(tmp_path: Path) 
     note = {line.peer: line for line in result.lines}["min_snr_gamma"].note
     assert note.startswith("left out of the .toml, not refused") and "--set snr_gamma=null" in note
     assert note.endswith("; unset in the file: " + peer_defaults.KOHYA_SNR)
+
+
+def test_simpletuner_flow_family_without_a_shift_takes_its_default_3(tmp_path: Path) -> None:
+    # the old import left flow_shift out: FLUX.1 here trains unshifted, SimpleTuner at shift 3
+    flux = {**_simpletuner(tmp_path), "model_family": "flux"}
+    data, lines = _imported(tmp_path / "config.json", flux, tmp_path)
+    assert data["flow_shift"] == 3.0 and "snr_gamma" not in data
+    assert lines["flow_schedule_shift"].note.startswith("unset in the file: SimpleTuner's default")
+    data, _ = _imported(tmp_path / "config.json", {**flux, "flow_schedule_shift": 1.5}, tmp_path)
+    assert data["flow_shift"] == 1.5
+    data, _ = _imported(
+        tmp_path / "config.json",
+        {**flux, "model_family": "chroma", "pretrained_model_name_or_path": "lodestones/Chroma"},
+        tmp_path,
+    )
+    assert "flow_shift" not in data  # its own schedule: not filled

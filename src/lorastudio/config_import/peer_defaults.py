@@ -44,6 +44,15 @@ SIMPLETUNER_SNR = (
     "SimpleTuner's default (field_registry/sections/loss.py: --snr_gamma has no default, None: "
     "no SNR weighting; lorastudio's SDXL default is 5)"
 )
+SIMPLETUNER_SHIFT = (
+    "SimpleTuner's default (field_registry/sections/advanced.py: --flow_schedule_shift default 3.0, "
+    "the static shift custom_schedule.apply_flow_schedule_shift puts on its sampled levels)"
+)
+# the families whose SimpleTuner model draws its levels by helpers/models/common.sample_flow_sigmas
+# (sigmoid of N(0, 1), as logit_normal's default here, then the shift); Chroma's has its own schedule
+SIMPLETUNER_SHIFT_FAMILIES = frozenset(
+    {"flux", "flux-kontext", "qwen-image", "qwen-image-edit", "z-image", "flux2", "flux2-klein"}
+)
 # Nerogar/OneTrainer 23df3832 (2026-08-19)
 ONETRAINER_SNR = (
     "OneTrainer's default (TrainConfig.default_values: loss_weight_fn CONSTANT, no min-SNR "

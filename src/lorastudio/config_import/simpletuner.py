@@ -98,6 +98,7 @@ def build(draft: Draft, data: dict[str, Any], family: str | None) -> None:
             carry(draft, names[key], args.pop(key), ours, conv)
     if "snr_gamma" not in names:
         peer_defaults.no_snr(draft, "snr_gamma", peer_defaults.SIMPLETUNER_SNR)
+    _default_shift(draft, args, names)
     _switches(draft, args, names)
     _validation(draft, args, names)
     if "data_backend_config" in args:
@@ -109,6 +110,21 @@ def build(draft: Draft, data: dict[str, Any], family: str | None) -> None:
         {names[k]: f"{NOT_NEEDED}: {w}" for k, w in _NEEDLESS.items() if k in names},
     )
     draft.unread(data)
+
+
+def _default_shift(draft: Draft, args: dict[str, Any], names: dict[str, str]) -> None:
+    """flow_shift 3.0, SimpleTuner's default flow_schedule_shift, for a file that leaves it unset
+    (a family whose SimpleTuner model draws its levels the common way; not with
+    flow_schedule_auto_shift or flux_fast_schedule on, whose levels are not carried here)."""
+    family = draft.settings.get("family")
+    if "flow_schedule_shift" in names or family not in peer_defaults.SIMPLETUNER_SHIFT_FAMILIES:
+        return
+    if any(
+        str(args.get(k, "")).lower() in ("true", "1")
+        for k in ("flow_schedule_auto_shift", "flux_fast_schedule")
+    ):
+        return
+    peer_defaults.fill(draft, "flow_schedule_shift", "flow_shift", 3.0, peer_defaults.SIMPLETUNER_SHIFT)
 
 
 def _switches(draft: Draft, args: dict[str, Any], names: dict[str, str]) -> None:
