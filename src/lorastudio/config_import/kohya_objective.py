@@ -1,6 +1,6 @@
 """kohya's objective and precision arguments -> lorastudio settings (no torch): the loss and its
 Huber options, the timestep sampling (kohya's "sigma" by weighting_scheme, "shift" with
-discrete_flow_shift), the prediction type, gradient checkpointing, mixed precision and fp8_base,
+discrete_flow_shift; sd-scripts' FLUX.1 defaults where the file leaves them unset), the prediction type, gradient checkpointing, mixed precision and fp8_base,
 and the trackers. Split from kohya.py, with the argument helpers both use."""
 
 from __future__ import annotations
@@ -102,7 +102,9 @@ def _sampling(draft: Draft, args: Args) -> None:
     weighting_scheme's density (uniform by default, logit_normal with its mean and std), shifted
     by discrete_flow_shift (its scheduler's static shift) and read from the noisy end, so its
     logit_mean is negated here; with another sampling, weighting_scheme weights only the loss
-    (sigma_sqrt, cosmap: not offered)."""
+    (sigma_sqrt, cosmap: not offered). A FLUX.1 / Chroma file (sd-scripts' flux_train_network)
+    that leaves timestep_sampling or discrete_flow_shift unset gets sd-scripts' defaults, sigma
+    and 3.0, each on a line naming the rule (peer_defaults)."""
     sampling, shift = take(args, "timestep_sampling"), take(args, "discrete_flow_shift")
     weighting = take(args, "weighting_scheme")
     flux = draft.settings.get("family") in peer_defaults.KOHYA_FLUX_FAMILIES  # sd-scripts' flux_train_network
