@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from multiprocessing.connection import wait
 
 from ddp_init import init_config, init_rank_main, write_init_file
+from zygote import ZygoteContext
 from lorastudio import families
 from lorastudio.config import TrainConfig, resolve_train_config
 from lorastudio.data import decode_progress, images, scan_dataset
@@ -314,8 +315,41 @@ def launch(
     if "init-lora" in chosen:
         write_init_file(make_config, init_file)
     if runs:
-        mp.spawn(_launched_main, args=(runs, str(out)), nprocs=WORLD, join=True)
+        start_ranks(runs, out)
     return Launched(out)
+
+
+def start_ranks(runs: list[tuple[str, str, TrainConfig, int, int | None]], out: Path) -> None:
+    """The WORLD launched processes, each `_launched_main(rank, runs, out)`, waited for; once one
+    exits non-zero the others are ended (a rank left at a collective would wait out its timeout)
+    and the launch fails naming the ranks' exit codes (their tracebacks are on the test's stderr).
+
+    Started as the job service's workers are in the test process (tests/zygote.py): forked from
+    the zygote, which has imported torch, diffusers and peft once, where a fresh interpreter per
+    rank imported them again (~4 CPU s each, torch.multiprocessing.spawn's); still two processes
+    of their own, with their own environment (torchrun's, `_environment`) and gloo group. Where
+    the environment does not fit the zygote's, ZygoteContext spawns them, as before."""
+    ctx = ZygoteContext()
+    procs = [
+        ctx.Process(target=_launched_main, args=(rank, runs, str(out)), name=f"gloo-rank{rank}")
+        for rank in range(WORLD)
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        running = {proc.sentinel: proc for proc in procs}
+        while running:
+            for sentinel in wait(list(running)):
+                proc = running.pop(sentinel)
+                proc.join()
+                if proc.exitcode != 0:
+                    codes = {p.name: p.exitcode for p in procs}
+                    raise RuntimeError(f"a launched gloo process failed: exit codes {codes}")
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+            proc.join()
 
 
 CACHE_CHUNK = 2  # captions per encoder call: several chunks, so the rounds are uneven
