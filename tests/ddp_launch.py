@@ -20,16 +20,15 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from multiprocessing.connection import wait
 
 from ddp_init import init_config, init_rank_main, write_init_file
-from zygote import ZygoteContext
 from lorastudio import families
 from lorastudio.config import TrainConfig, resolve_train_config
 from lorastudio.data import decode_progress, images, scan_dataset
@@ -40,6 +39,7 @@ from lorastudio.training.events import StopRequest
 from lorastudio.training.latents import build_latent_cache
 from lorastudio.training.loop import train
 from undecodable_images import idat_ends_early
+from zygote import ZygoteContext
 
 WORLD = 2
 SCAN_STOP = -1  # a scenario's stop_after: rank 0 stops during its decode scan
