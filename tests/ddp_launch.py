@@ -4,8 +4,9 @@ environment) run the scenarios of the selected tests in turn, each on its own po
 home, and write their records; the tests compare them with the one-process runs they make
 themselves.
 
-Starting the gloo processes (each imports torch and the pipelines) costs far more than the tiny
-runs, so ONE launch per pytest session serves every module (the session fixture `launched` of
+Starting the gloo processes costs more than the tiny runs (they are forked from the test process's
+zygote, tests/zygote.py, which imported torch and the pipelines once: `start_ranks`), so ONE launch
+per pytest session serves every module (the session fixture `launched` of
 tests/unit/training/conftest.py): only the scenarios of the selected tests are run
 (SCENARIO_TESTS, after -m / -k deselection), so the default run (-m 'not slow') does not pay for
 a slow test's scenario, nor `-m slow` for the default ones."""
