@@ -327,17 +327,18 @@ def start_ranks(runs: list[tuple[str, str, TrainConfig, int, int | None]], out: 
 
     Started as the job service's workers are in the test process (tests/zygote.py): forked from
     the zygote, which has imported torch, diffusers and peft once, where a fresh interpreter per
-    rank imported them again (~4 CPU s each, torch.multiprocessing.spawn's); still two processes
-    of their own, with their own environment (torchrun's, `_environment`) and gloo group. Where
-    the environment does not fit the zygote's, ZygoteContext spawns them, as before."""
+    rank imported them again (torch.multiprocessing.spawn: the launch's children 33 -> 6 CPU s);
+    still two processes of their own, with their own environment (torchrun's, `_environment`)
+    and gloo group. Where the environment does not fit the zygote's, ZygoteContext spawns them,
+    as before."""
     ctx = ZygoteContext()
     procs = [
         ctx.Process(target=_launched_main, args=(rank, runs, str(out)), name=f"gloo-rank{rank}")
         for rank in range(WORLD)
     ]
-    for proc in procs:
-        proc.start()
     try:
+        for proc in procs:
+            proc.start()
         running = {proc.sentinel: proc for proc in procs}
         while running:
             for sentinel in wait(list(running)):
@@ -348,6 +349,8 @@ def start_ranks(runs: list[tuple[str, str, TrainConfig, int, int | None]], out: 
                     raise RuntimeError(f"a launched gloo process failed: exit codes {codes}")
     finally:
         for proc in procs:
+            if proc.pid is None:  # not started (an earlier start failed)
+                continue
             if proc.is_alive():
                 proc.terminate()
             proc.join()
