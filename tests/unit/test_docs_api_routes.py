@@ -40,7 +40,8 @@ def _walk(routes: Iterable[BaseRoute], prefix: str = "") -> Iterator[tuple[str, 
         if isinstance(route, APIRoute | Route):
             for method in sorted(route.methods or ()):
                 if method != "HEAD":  # answered as GET by the HeadAsGet middleware
-                    yield method, prefix + route.path
+                    # `{file:path}` is the schema's and README's `{file}`: the converter is routing's
+                    yield method, re.sub(r"\{(\w+):\w+\}", r"{\1}", prefix + route.path)
         elif isinstance(route, Mount):
             yield "MOUNT", prefix + (route.path or "/")
         elif hasattr(route, "original_router"):  # fastapi 0.16x's included router, unflattened
