@@ -4,8 +4,8 @@
 For each family the driver launches the engine's data-parallel step under torchrun twice: with 1
 rank, then with 2 (`python -m torch.distributed.run --standalone --nproc-per-node N -m
 bench.ddp_rank FAMILY ...`, bench/ddp_rank.py). Every rank builds the full-size random-init denoiser on
-its own GPU (bench.models.build_denoiser), the family's default LoRA (training.lora) and the
-regional compile (training.compile); with 2 ranks the denoiser is wrapped in DDP by
+its own GPU (bench.models.build_denoiser), the family's default LoRA (training.adapters.lora) and the
+regional compile (training.speed.compile); with 2 ranks the denoiser is wrapped in DDP by
 training.distributed.wrap_denoiser. The step is bench.harness.loop_step, the loop's step: every
 rank draws the GLOBAL batch's noise and timesteps from the same seed, keeps its slice
 (ctx.shard), forwards through the DDP wrapper, and the step loss is all-reduced. The global batch

@@ -1,5 +1,5 @@
 """GPU benchmark of memory plans: the full-size denoisers built through the engine's own build
-path (training.plan_build.build_denoiser: load -> swap set -> quantise/fp8 -> LoRA -> block swap
+path (training.planning.plan_build.build_denoiser: load -> swap set -> quantise/fp8 -> LoRA -> block swap
 -> compile -> checkpointing), then the engine's step (forward_backward, clip, fused AdamW, one
 host read per step), timed with CUDA events. One (family, plan) per subprocess.
 
@@ -31,8 +31,8 @@ def one_plan(family: str, spec: str) -> dict[str, Any]:
     from bench.bench_step import DEV, SCHEDULERS, timed
     from bench.models import build_denoiser, synthetic_batch
     from lorastudio.training.noise import make_objective
-    from lorastudio.training.plan import Plan
-    from lorastudio.training.plan_build import build_denoiser as build_for_plan
+    from lorastudio.training.planning.plan import Plan
+    from lorastudio.training.planning.plan_build import build_denoiser as build_for_plan
     from lorastudio.training.precision import pick_dtype, run_numerics
 
     compile_blocks = spec.endswith("+c")

@@ -7,7 +7,7 @@ CUDA-event timing and the median of several timed windows:
   engine     lorastudio's own step (training.step.forward_backward = objective noise +
              family.predict + weighted MSE + backward, then clip + fused AdamW from
              training.optim, with the loop's host reads of the loss and grad norm), the
-             family's default LoRA targets, eager and with regional compile (training.compile).
+             family's default LoRA targets, eager and with regional compile (training.speed.compile).
 It also counts FLOPs once per model (FlopCounterMode, one fwd+bwd at batch 1), reports MFU
 against a bf16 matmul peak measured in the same run, and checks loss parity: the same N steps
 from the same LoRA init and seed, compiled vs eager.
@@ -142,15 +142,15 @@ class Engine:
         overrides: dict[str, Any] | None = None,
     ):
         """before_lora: an optional callable(model) applied to the built denoiser before the LoRA
-        is added (e.g. training.quantize.apply_base_precision); targets: the LoRA target module
+        is added (e.g. training.planning.quantize.apply_base_precision); targets: the LoRA target module
         suffixes (a run's `lora_targets`; None: the family's defaults); fuse: the family's
         same-input projections fused and their LoRA inputs shared, as build_denoiser does for
-        fuse_projections on (training/fused_projections.py); overrides: settings of the run's
+        fuse_projections on (training/speed/fused_projections.py); overrides: settings of the run's
         config changed from engine_config's (e.g. adapter="dora", optimizer="adamw8bit")."""
         from lorastudio import families
-        from lorastudio.training.fused_projections import fuse_projections, share_lora_inputs
-        from lorastudio.training.lora import add_lora, lora_config_for
+        from lorastudio.training.adapters.lora import add_lora, lora_config_for
         from lorastudio.training.noise import make_objective
+        from lorastudio.training.speed.fused_projections import fuse_projections, share_lora_inputs
 
         self.name = name
         self.family = families.get(FAMILY_KEYS[name])
@@ -308,7 +308,7 @@ class Runner:
         for b in batches[:1]:  # eager at the first batch size only (device time)
             self.case(name, "engine-eager", b, lambda b: eng.step_fn(b), flops)
             eng.reset_lora()
-        from lorastudio.training.compile import compile_denoiser, compile_state
+        from lorastudio.training.speed.compile import compile_denoiser, compile_state
 
         compile_denoiser(eng.model, eng.params)
         compiled_losses: list[float] = []

@@ -60,9 +60,9 @@ def build_case(name: str, mode: Mode, device: Any, compile_blocks: bool) -> Case
     from bench.harness import engine_config
     from bench.models import FAMILY_KEYS, build_denoiser
     from lorastudio import families
-    from lorastudio.training.compile import compile_denoiser
-    from lorastudio.training.lora import add_lora, lora_config_for
+    from lorastudio.training.adapters.lora import add_lora, lora_config_for
     from lorastudio.training.noise import make_objective
+    from lorastudio.training.speed.compile import compile_denoiser
 
     t0 = time.monotonic()
     cfg = engine_config(name)
@@ -146,9 +146,9 @@ def time_global_batch(case: Case, size: int, mode: Mode, ctx: Any, ddp: Any, dev
     import torch
 
     from bench.harness import loop_step
-    from lorastudio.training.compile import compile_state
     from lorastudio.training.distributed import check_parallel_config, gather_round
     from lorastudio.training.precision import peak_memory_gb
+    from lorastudio.training.speed.compile import compile_state
 
     check_parallel_config(case.cfg.model_copy(update={"batch_size": size, "num_gpus": ctx.world_size}), ctx)
     shard = ctx.shard(size) if ctx.distributed else None

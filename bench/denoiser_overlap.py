@@ -1,4 +1,4 @@
-"""The denoiser's load beside phases 1-2 (training/denoiser_early.py) against the sequential load,
+"""The denoiser's load beside phases 1-2 (training/speed/denoiser_early.py) against the sequential load,
 same call, same pipeline folder: the time to the first step and the loads (issue 31; RESULTS
 note 44).
 
@@ -55,7 +55,7 @@ def run_one(
     from bench.e2e_run import _fresh_output, run_cli
 
     os.environ["LORASTUDIO_HOME"] = str(e2e_build.home_dir(root).resolve())
-    from lorastudio.training import denoiser_early
+    from lorastudio.training.speed import denoiser_early
 
     os.environ["LORASTUDIO_EARLY_DENOISER"] = "0" if path == "old" else "1"  # old: the sequential path
     if path != "old" and tiny:

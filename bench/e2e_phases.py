@@ -6,7 +6,7 @@ times of the server-sent events, <= 0.25 s late: api/sse.py polls its log that o
 product's event names are read: model_load_started / model_load_completed (per component:
 text_encoders, vae, denoiser), preparing (conditioning / latents / denoiser), plan_chosen,
 progress, sample_ready, complete / error. The attention probe starts as the run begins
-(training/attention_early.py): `plan_and_probe_s` (denoiser loaded -> plan_chosen) is what the
+(training/speed/attention_early.py): `plan_and_probe_s` (denoiser loaded -> plan_chosen) is what the
 run waited for it (and for a memory budget's plan measurement), the first step runs from
 plan_chosen to the first progress event.
 """

@@ -118,12 +118,12 @@ def timed_calls(module: Any, name: str, log: list[float]) -> None:
 
 
 _LOGGED = (
-    "lorastudio.training.attention",
-    "lorastudio.training.plan_build",
-    "lorastudio.training.compile",
-    "lorastudio.training.first_step_report",
-    "lorastudio.training.precompile",  # Dynamo's saved block graphs: loaded, saved, refused
-    "lorastudio.training.denoiser_early",
+    "lorastudio.training.speed.attention",
+    "lorastudio.training.planning.plan_build",
+    "lorastudio.training.speed.compile",
+    "lorastudio.training.speed.first_step_report",
+    "lorastudio.training.speed.precompile",  # Dynamo's saved block graphs: loaded, saved, refused
+    "lorastudio.training.speed.denoiser_early",
 )
 
 
@@ -232,7 +232,7 @@ def run_api(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str
         table["attention_log"] = [
             line.strip()
             for line in worker_log.read_text(errors="replace").splitlines()
-            if "training.attention" in line or "denoiser build:" in line
+            if "training.speed.attention" in line or "denoiser build:" in line
         ]
     return table
 

@@ -2,7 +2,7 @@
 
 No training: the run store's rows are written by the store's own writer (RunStore.create_run,
 add_metric, finish_run), run folders hold what a run writes there under the names the studio
-gives them (training/run_files.py: checkpoints/step-N with identity.json, state.pt and
+gives them (training/resume/run_files.py: checkpoints/step-N with identity.json, state.pt and
 lora.safetensors; samples/step-N-I.png; <name>.safetensors and its sidecar), the gallery holds
 numbered PNGs with settings sidecars (jobs/gallery.py's names), datasets hold tiny PNGs with
 captions (bench/dataset_scale.py's), logs/ one log per run. Every file is a few bytes, so 2,000
@@ -22,8 +22,8 @@ from pathlib import Path
 from bench.dataset_scale import tiny_pngs
 from lorastudio.jobs.records import JobStatus
 from lorastudio.jobs.store import RunStore
-from lorastudio.training.identity import IDENTITY_FORMAT
-from lorastudio.training.run_files import CHECKPOINTS, LORAS, SAMPLES, ema_step_name, snapshot_name
+from lorastudio.training.resume.identity import IDENTITY_FORMAT
+from lorastudio.training.resume.run_files import CHECKPOINTS, LORAS, SAMPLES, ema_step_name, snapshot_name
 
 STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.STOPPED)
 

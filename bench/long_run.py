@@ -29,8 +29,8 @@ from bench.dataset_scale import tiny_pngs
 from bench.home_scale import HomeBench
 from lorastudio.jobs.records import METRIC_KEYS, JobStatus
 from lorastudio.jobs.store import RunStore
-from lorastudio.training.identity import IDENTITY_FORMAT
-from lorastudio.training.run_files import CHECKPOINTS, LORAS, SAMPLES, snapshot_name
+from lorastudio.training.resume.identity import IDENTITY_FORMAT
+from lorastudio.training.resume.run_files import CHECKPOINTS, LORAS, SAMPLES, snapshot_name
 
 RUN = "long-run"
 STAMP = "2026-01-01T00:00:00+00:00"

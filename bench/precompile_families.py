@@ -1,4 +1,4 @@
-"""Dynamo's saved block graphs (training/precompile.py, on by default for CUDA runs) on every
+"""Dynamo's saved block graphs (training/speed/precompile.py, on by default for CUDA runs) on every
 family's tiny model on a GPU: does each family save, load, and train to the same losses?
 
 Per family, four fresh processes on one studio home of its own (its Inductor cache and saved
@@ -93,7 +93,7 @@ class _Notes(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.name.startswith(
-            ("lorastudio.training.precompile", "lorastudio.training.first_step_report")
+            ("lorastudio.training.speed.precompile", "lorastudio.training.speed.first_step_report")
         ):
             self.lines.append(record.getMessage()[:400])
 
@@ -124,7 +124,7 @@ def child(
 
     config = TrainConfig.model_validate(run_config(root, family, tag, steps, compile_mode, extra))
     loop.train(config, sink, device=device)
-    saved = sys.modules.get("lorastudio.training.precompile")
+    saved = sys.modules.get("lorastudio.training.speed.precompile")
     counters = dict(saved.COUNTERS) if saved is not None else {}
     return {
         "losses": losses,

@@ -1,4 +1,4 @@
-"""The first step's Dynamo seconds with and without Dynamo's saved output (training/precompile.py).
+"""The first step's Dynamo seconds with and without Dynamo's saved output (training/speed/precompile.py).
 
 Each run is a fresh process on one Inductor cache folder, in this order: `off` (cold: fills
 Inductor's and AOTAutograd's caches), `off` (warm: the baseline, Dynamo traces), `on` (traces
@@ -47,10 +47,10 @@ def tiny_child(backend: str) -> dict[str, Any]:
     from lorastudio import families
     from lorastudio.config import TrainConfig
     from lorastudio.tiny.models import build
-    from lorastudio.training.compile import compile_denoiser
-    from lorastudio.training.first_step_report import first_step_compile_summary
-    from lorastudio.training.lora import add_lora, lora_config_for
+    from lorastudio.training.adapters.lora import add_lora, lora_config_for
     from lorastudio.training.noise import make_objective
+    from lorastudio.training.speed.compile import compile_denoiser
+    from lorastudio.training.speed.first_step_report import first_step_compile_summary
     from lorastudio.training.step import forward_backward
 
     family = families.get("flux")

@@ -5,7 +5,7 @@ Each shape is [batch, heads, tokens, head_dim]; the inputs are laid out [B, L, H
 denoisers' attention processors hand them over (SDPA gets the [B, H, L, D] view, as diffusers'
 native backend does; FA4 takes [B, L, H, D] itself). Every kernel sees the same fresh random
 inputs; times rotate over ROTATE input sets (each [B, L, H, D] tensor is 20-65 MB: near the
-60 MB L2). FA4 runs through the engine's custom op (training/attention_fa4.py), eager and inside
+60 MB L2). FA4 runs through the engine's custom op (training/speed/attention_fa4.py), eager and inside
 torch.compile (fullgraph).
 
 usage: PYTHONPATH=src:. python -m bench.probe_fa4 --out DIR [flux qwen zimage zimage-refiner]
@@ -35,7 +35,7 @@ def kernels() -> dict[str, Callable[..., Any]]:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from lorastudio.training.attention_fa4 import fa4_attention
+    from lorastudio.training.speed.attention_fa4 import fa4_attention
 
     def sdpa(backend: Any) -> Callable[..., Any]:
         def run(q: Any, k: Any, v: Any) -> Any:
@@ -156,7 +156,7 @@ def probe_shape(name: str, shape: tuple[int, int, int, int]) -> list[dict[str, A
 def main() -> None:
     import torch
 
-    from lorastudio.training.attention_fa4 import fa4_unavailable
+    from lorastudio.training.speed.attention_fa4 import fa4_unavailable
 
     parser = argparse.ArgumentParser()
     parser.add_argument("shapes", nargs="*", default=list(SHAPES))

@@ -25,8 +25,8 @@ def convert_fp8(model: Any, kind: str) -> dict[str, int]:
     the plain linears) for fp8 ones; returns counts of converted / skipped linears."""
     import torch
 
-    from lorastudio.training.compile import repeated_blocks
-    from lorastudio.training.fp8 import Fp8FrozenLinear
+    from lorastudio.training.speed.compile import repeated_blocks
+    from lorastudio.training.speed.fp8 import Fp8FrozenLinear
 
     done = skipped = 0
     for block in repeated_blocks(model):
@@ -100,7 +100,7 @@ QKV = ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")  # `fbq
 def fused_base(family: str, before: Any, qkv_only: bool = False) -> Any:
     """The `fb` variant: a before-LoRA hook (running `before` first when given) that fuses the
     transformer's same-input frozen projections as the engine does (fuse_projections on:
-    training/fused_projections.py, the family's declared groups). qkv_only (`fbq`): only the
+    training/speed/fused_projections.py, the family's declared groups). qkv_only (`fbq`): only the
     attention q/k/v members of each group (FLUX.1's single blocks fuse q/k/v without proj_mlp;
     Z-Image's SwiGLU w1/w3 stay separate)."""
     from bench.models import FAMILY_KEYS
@@ -117,7 +117,7 @@ def fused_base(family: str, before: Any, qkv_only: bool = False) -> Any:
         raise ValueError(f"fb: no projection groups to fuse for {family}")
 
     def fuse(model: Any) -> dict[str, Any]:
-        from lorastudio.training.fused_projections import fuse_projections
+        from lorastudio.training.speed.fused_projections import fuse_projections
 
         return {"fused_groups": fuse_projections(model, groups)}
 

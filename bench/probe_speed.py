@@ -31,7 +31,7 @@ variants:
              Qwen-Image: q/k/v per stream; FLUX.1's single blocks: proj_mlp with q/k/v; Z-Image:
              also the SwiGLU's w1/w3; SDXL: bench/probe_models.py's candidates, self-attention
              q/k/v and cross-attention k/v), the LoRA adapters unchanged (the engine's fusion without
-             the shared LoRA input: training/fused_projections.py; `fq`: its FLUX.1 upper bound)
+             the shared LoRA input: training/speed/fused_projections.py; `fq`: its FLUX.1 upper bound)
   fbl        with fb: each group's LoRA members read the input once too (their A weights in one
              matmul per group): the engine's fuse_projections "on" / "auto" on CUDA bf16
   fbq        with fb / fbl: only the attention q/k/v of each group fused (FLUX.1's single blocks
@@ -47,13 +47,13 @@ variants:
   cudnnc     the same through diffusers' `_native_cudnn` attention backend (q/k/v made contiguous
              [B, H, L, D] before the kernel; transformer families)
   cudnng     cuDNN first, and the gradient reaching each attention module's output made
-             contiguous (training.attention.contiguous_attention_grads: FLUX.1's single blocks
+             contiguous (training.speed.attention.contiguous_attention_grads: FLUX.1's single blocks
              hand back a slice of [attention | MLP])
-  fa4        FlashAttention-4 (training/attention_fa4.py, the engine's attention_backend "fa4"):
+  fa4        FlashAttention-4 (training/speed/attention_fa4.py, the engine's attention_backend "fa4"):
              the denoiser's attention processors routed to its custom op, SDPA flags as "flash"
-  fp8        frozen-base linears of the repeated blocks as training.fp8.Fp8FrozenLinear
+  fp8        frozen-base linears of the repeated blocks as training.speed.fp8.Fp8FrozenLinear
   fp8ao      torchao convert_to_float8_training (rowwise) on the same linears, for comparison
-  fp8q, int8q, nf4q   training.quantize.apply_base_precision before the LoRA (the engine's path)
+  fp8q, int8q, nf4q   training.planning.quantize.apply_base_precision before the LoRA (the engine's path)
   dora, loha, lokr     the run's `adapter` (peft's DoRA / LoHa / LoKr, rank 16 as the LoRA)
   a8, prodigy          the run's optimizer: adamw8bit / prodigy
   dop        differential output preservation (weight 1): the base prediction too, each step
@@ -137,8 +137,8 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
 
     from bench.bench_step import DEV, Engine, timed
     from bench.models import BASELINE_TARGETS, synthetic_batch
-    from lorastudio.training.compile import CUDA_GRAPHS, compile_denoiser, compile_state
     from lorastudio.training.precision import run_numerics
+    from lorastudio.training.speed.compile import CUDA_GRAPHS, compile_denoiser, compile_state
 
     row: dict[str, Any] = {"family": family, "variant": variant, "batch": batch}
     parts = set(variant.split("+"))
@@ -158,14 +158,14 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         raise ValueError(f"variant {variant!r} combines two base conversions")
     with run_numerics(True, torch.device(DEV)):
         if parts & {"cudnn", "cudnnc", "cudnng"}:  # as the engine sets it (attention_backend: cudnn)
-            from lorastudio.training.attention import AttentionChoice, apply_attention
+            from lorastudio.training.speed.attention import AttentionChoice, apply_attention
 
             apply_attention(AttentionChoice("cudnn"))
         if "fa4" in parts:
             if parts & {"cudnn", "cudnnc", "cudnng"}:
                 raise ValueError("fa4 and cudnn* are two attention kernels: pick one")
-            from lorastudio.training.attention import AttentionChoice, apply_attention
-            from lorastudio.training.attention_fa4 import fa4_unavailable
+            from lorastudio.training.speed.attention import AttentionChoice, apply_attention
+            from lorastudio.training.speed.attention_fa4 import fa4_unavailable
 
             # before the model's build: a kit missing a part (RESULTS note 35: cutlass.cute) cost
             # two cases' builds and compiles, ~190 s each, before the import failed
@@ -175,8 +175,8 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             apply_attention(AttentionChoice("fa4"))
         t0 = time.monotonic()
         before = None
-        if base:  # the engine's own conversion (training.quantize)
-            from lorastudio.training.quantize import apply_base_precision
+        if base:  # the engine's own conversion (training.planning.quantize)
+            from lorastudio.training.planning.quantize import apply_base_precision
 
             precision = next(iter(base))[:-1]
 
@@ -200,38 +200,38 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         if "peftfwd" in parts:  # the step before fix 1800 (no saved graphs: their key has no patch)
             if not adapter & {"loha", "lokr"}:
                 raise ValueError("peftfwd applies to loha / lokr")
-            import lorastudio.training.lora as lora_module
+            import lorastudio.training.adapters.lora as lora_module
 
             lora_module.trace_friendly_lycoris, os.environ["LORASTUDIO_PRECOMPILE"] = lambda model: 0, "0"
         for part, kind in (("kronfwd", "lokr"), ("hadafwd", "loha")):  # the delta through peft's weight
             if part in parts:  # (looked up per call; no saved graphs: their key has no patch)
                 if kind not in adapter:
                     raise ValueError(f"{part} applies to {kind}")
-                import lorastudio.training.lycoris_forward as lycoris_forward
+                import lorastudio.training.adapters.lycoris_forward as lycoris_forward
 
                 setattr(lycoris_forward, f"{kind}_linear_delta", lambda layer, name, x: None)
                 os.environ["LORASTUDIO_PRECOMPILE"] = "0"
         if "keep32" in parts and adapter & {"loha", "lokr"}:  # the plain ops, before 2080 (no saved
-            import lorastudio.training.lycoris_forward as lycoris_forward  # graphs either)
-            from lorastudio.training.lycoris_grad import plain_loha_delta, plain_lokr_delta
+            import lorastudio.training.adapters.lycoris_forward as lycoris_forward  # graphs either)
+            from lorastudio.training.adapters.lycoris_grad import plain_loha_delta, plain_lokr_delta
 
             lycoris_forward.lokr_delta, lycoris_forward.loha_delta = plain_lokr_delta, plain_loha_delta
             os.environ["LORASTUDIO_PRECOMPILE"] = "0"
         elif "keep32" in parts:  # LoRA / DoRA: the fp32 cast of each input kept, before 2170
-            import lorastudio.training.lora_saved as lora_saved
+            import lorastudio.training.adapters.lora_saved as lora_saved
 
             lora_saved.KEEP_BF16_INPUT = False
             os.environ["LORASTUDIO_PRECOMPILE"] = "0"
         eng = Engine(family, before_lora=before, targets=targets, overrides=overrides)
         row["lora_params"] = sum(p.numel() for p in eng.params)
         if adapter & {"loha", "lokr"}:  # layers with the draw-free forward (0 with peftfwd)
-            from lorastudio.training.lycoris_forward import TRACED_ATTR
+            from lorastudio.training.adapters.lycoris_forward import TRACED_ATTR
 
             row["draw_free_layers"] = sum(getattr(type(m), TRACED_ATTR, False) for m in eng.model.modules())
         if family not in TFLOP_PER_SAMPLE and not base:  # bf16 FLOPs of one fwd+bwd, for the MFU
             row["tflop_per_sample"] = round(eng.flops_per_sample() / 1e12, 1)
         if "fbl" in parts:
-            from lorastudio.training.fused_projections import share_lora_inputs
+            from lorastudio.training.speed.fused_projections import share_lora_inputs
 
             row["shared_lora_groups"] = share_lora_inputs(eng.model)
         if "cplx" in parts:  # diffusers' own complex RoPE, not the engine's real one
@@ -244,11 +244,11 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         if "cudnnc" in parts:
             eng.model.set_attention_backend("_native_cudnn")
         if "cudnng" in parts:
-            from lorastudio.training.attention import contiguous_attention_grads
+            from lorastudio.training.speed.attention import contiguous_attention_grads
 
             row["grad_hooks"] = contiguous_attention_grads(eng.model)
         if "fa4" in parts:
-            from lorastudio.training.attention_fa4 import route_denoiser_to_fa4
+            from lorastudio.training.speed.attention_fa4 import route_denoiser_to_fa4
 
             row["fa4_processors"] = route_denoiser_to_fa4(eng.model)
         if swap:

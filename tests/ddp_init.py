@@ -33,12 +33,12 @@ def write_init_file(make_config: Callable[..., TrainConfig], path: Path) -> Path
 
 @contextlib.contextmanager
 def recorded_init(out: Path) -> Any:
-    """While open, every load_init_lora (training/plan_build's, imported at the call) also writes
+    """While open, every load_init_lora (training/planning/plan_build's, imported at the call) also writes
     the adapter's weights just after the load to `out` (peft names): what this rank holds at step 0."""
     from safetensors.torch import save_file
 
-    from lorastudio.training import init_lora
-    from lorastudio.training.lora import lora_state_dict
+    from lorastudio.training.adapters import init_lora
+    from lorastudio.training.adapters.lora import lora_state_dict
 
     real = init_lora.load_init_lora
 

@@ -34,10 +34,10 @@ from lorastudio import families
 from lorastudio.config import TrainConfig, resolve_train_config
 from lorastudio.data import decode_progress, images, scan_dataset
 from lorastudio.settings import get_settings
-from lorastudio.training import conditioning
-from lorastudio.training.conditioning import captions_to_encode, encode_texts
 from lorastudio.training.events import StopRequest
-from lorastudio.training.latents import build_latent_cache
+from lorastudio.training.inputs import conditioning
+from lorastudio.training.inputs.conditioning import captions_to_encode, encode_texts
+from lorastudio.training.inputs.latents import build_latent_cache
 from lorastudio.training.loop import train
 from undecodable_images import idat_ends_early
 from zygote import ZygoteContext

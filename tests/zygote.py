@@ -71,7 +71,7 @@ MAX_FDS = 256
 ANSWER_S = 600.0  # its first answer waits for its imports (minutes on a loaded 2-core host)
 # Environment variables besides LORASTUDIO_* that may differ between the zygote's start and a
 # worker's request: pytest's, and the compile caches' folders that the engine sets in a process
-# that trained (the in-process tests': training/compile.keep_compile_cache, attention_fa4.
+# that trained (the in-process tests': training/speed/compile.keep_compile_cache, attention_fa4.
 # keep_fa4_cache), read at a compile, not at import (the standby's APPLIED_AT_HAND names the
 # first; the zygote imports no flash-attn).
 APPLIED_WHEN_USED = frozenset(

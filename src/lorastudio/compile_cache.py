@@ -1,5 +1,5 @@
 """Which folder holds Inductor's on-disk compile cache for a run: the user's
-TORCHINDUCTOR_CACHE_DIR, else the studio's `<home>/cache/inductor` (training/compile.
+TORCHINDUCTOR_CACHE_DIR, else the studio's `<home>/cache/inductor` (training/speed/compile.
 keep_compile_cache sets it; jobs/time_forecast asks whether it holds anything). Torch-free.
 
 Inductor writes its own default (`<tmp>/torchinductor_<user>`) into the environment when it is

@@ -51,7 +51,7 @@ class DataFields(StrictFields):
         description="RAM budget of the latent cache (auto / memory); above it, the disk cache (auto) or encode "
         "per step (memory)",
     )
-    # issue 31 part 6: the on-disk latent cache (data/disk_cache.py, training/latents_disk.py)
+    # issue 31 part 6: the on-disk latent cache (data/disk_cache.py, training/inputs/latents_disk.py)
     latent_cache: LatentCacheMode = Field(
         default="auto",
         description="where VAE latents are cached: memory (RAM up to latent_cache_max_gb, else encoded "

@@ -21,12 +21,12 @@ OptimizerName = Literal["adamw", "adamw8bit", "lion8bit", "prodigy", "adafactor"
 # keys it does not know, so one written as null ("init_lora": null) made it refuse every resume
 # and every config file this version wrote, of runs that never used the setting (RELIABILITY
 # 1330). A config without the key reads back the same here (null is the default), and a
-# checkpoint's identity without it resumes (training/identity.py). The API's answers keep the key
+# checkpoint's identity without it resumes (training/resume/identity.py). The API's answers keep the key
 # (api/schemas_runs.TrainConfigOut).
 LEFT_OUT_WHEN_NULL: tuple[str, ...] = ("init_lora",)
 # Likewise left out of every dump at its default (session 38, RELIABILITY 1681): a run that keeps
 # it writes nothing the older version refuses; the identity records the validation noise's rule
-# instead (training/identity_rules.VALIDATION_NOISE_RULE). The API's answers keep the key.
+# instead (training/resume/identity_rules.VALIDATION_NOISE_RULE). The API's answers keep the key.
 LEFT_OUT_AT_DEFAULT: tuple[str, ...] = ("validation_seed",)
 
 
@@ -212,7 +212,7 @@ class TrainingFields(StrictFields):
         description="per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha",
     )
 
-    # SDXL text-encoder LoRA (family-specific; training/text_encoders.py)
+    # SDXL text-encoder LoRA (family-specific; training/adapters/text_encoders.py)
     train_text_encoder: bool = Field(
         default=False,
         description="SDXL: train a LoRA on both CLIP text encoders too (q/k/v/out projections, lora_rank / "

@@ -64,7 +64,7 @@ def _compiles_on(capability: tuple[int, int] | None) -> bool:
 
 
 # SDPA kernels by the device types that have one (any other backend runs anywhere); fa4 also needs
-# a Hopper / Blackwell GPU and flash_attn.cute, which the engine checks (training/attention_fa4.py)
+# a Hopper / Blackwell GPU and flash_attn.cute, which the engine checks (training/speed/attention_fa4.py)
 ATTENTION_DEVICES: dict[str, tuple[str, ...]] = {
     "cudnn": ("cuda",),
     "efficient": ("cuda",),
@@ -76,7 +76,7 @@ ATTENTION_DEVICES: dict[str, tuple[str, ...]] = {
 # The CUDA compute capabilities of the kernels that need one: torch's flash and cuDNN SDPA kernels
 # take sm80-sm121 (aten sdp_utils: below, torch warns and runs the next backend, so a T4 asked for
 # 'cudnn' trained on another kernel than the one it named); FA4 (flash_attn.cute) Hopper and
-# Blackwell only (training/attention_fa4.SUPPORTED_MAJORS).
+# Blackwell only (training/speed/attention_fa4.SUPPORTED_MAJORS).
 ATTENTION_MIN_CAPABILITY: dict[str, tuple[int, int]] = {"cudnn": (8, 0), "flash": (8, 0), "fa4": (9, 0)}
 FA4_MAJORS: tuple[int, ...] = (9, 10, 11, 12)
 
@@ -85,7 +85,7 @@ def attention_device_problems(
     backend: str, device_type: str, capability: tuple[int, int] | None = None, gpu_name: str = "this GPU"
 ) -> list[FieldProblem]:
     """Why TrainConfig.attention_backend `backend` has no kernel on a `device_type` device (empty
-    when it has): the rule behind training/attention.attention_problems and the host's choices.
+    when it has): the rule behind training/speed/attention.attention_problems and the host's choices.
     On CUDA with the GPU's compute `capability` known (`gpu_name` names it), also the kernels
     that need a newer GPU (ATTENTION_MIN_CAPABILITY; fa4: FA4_MAJORS; its package is the
     engine's check)."""
@@ -181,7 +181,7 @@ def memory_budget_problems(memory_budget_gb: float | None, device_type: str) -> 
 
 def offload_problems(offload_blocks: int | None, device_type: str) -> list[FieldProblem]:
     """Why TrainConfig.offload_blocks cannot be honoured on a `device_type` device (empty when it
-    can): block swap moves weights between CPU RAM and a CUDA GPU (training/block_swap.py)."""
+    can): block swap moves weights between CPU RAM and a CUDA GPU (training/planning/block_swap.py)."""
     if not offload_blocks or device_type == "cuda":
         return []
     where = "the CPU" if device_type == "cpu" else f"a {device_type} device"

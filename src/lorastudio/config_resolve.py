@@ -357,13 +357,13 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
 
 def _init_lora_rank(cfg: TrainConfig, values: dict[str, Any]) -> None:
     """With init_lora: the file's rank and alpha in `values` where the user left lora_rank /
-    lora_alpha unset (training/init_lora_rules.file_rank_alpha; a file that cannot be read leaves
+    lora_alpha unset (training/adapters/init_lora_rules.file_rank_alpha; a file that cannot be read leaves
     the family's: the preflight names the file's problem)."""
     given = {k for k in cfg.model_fields_set if getattr(cfg, k) is not None}
     if cfg.init_lora is None or {"lora_rank", "lora_alpha"} <= given:
         return
     from lorastudio.settings import get_settings
-    from lorastudio.training.init_lora_rules import file_rank_alpha
+    from lorastudio.training.adapters.init_lora_rules import file_rank_alpha
 
     facts = file_rank_alpha(cfg, get_settings())
     if facts is None:

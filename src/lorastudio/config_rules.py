@@ -23,7 +23,7 @@ UNFUSED_BASES: tuple[str, ...] = ("fp8", "int8", "nf4")
 
 @dataclass(frozen=True)
 class FusionChoice:
-    """What a run fuses (TrainConfig.fuse_projections, training/fused_projections.py): `fuse` the
+    """What a run fuses (TrainConfig.fuse_projections, training/speed/fused_projections.py): `fuse` the
     frozen same-input projections, `share` the LoRA inputs too; `note`: why less than asked is
     done (None when all of it is)."""
 
@@ -108,8 +108,8 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
     problems += text_encoder_problems(cfg)
     if cfg.assistant_lora is not None:
         problems += assistant_lora_problems(cfg.assistant_lora)
-    if cfg.init_lora is not None:  # its file: training/init_lora_rules.init_lora_problems
-        from lorastudio.training.init_lora_rules import form_problems
+    if cfg.init_lora is not None:  # its file: training/adapters/init_lora_rules.init_lora_problems
+        from lorastudio.training.adapters.init_lora_rules import form_problems
 
         problems += form_problems(cfg.init_lora)
     if cfg.fuse_projections == "on" and cfg.base_precision in UNFUSED_BASES:
@@ -252,7 +252,7 @@ def ema_problems(cfg: TrainConfig) -> list[FieldProblem]:
     return []
 
 
-# --- adapters (issue 28): peft's LoRA / DoRA / LoHa / LoKr (training/lora.py builds them)
+# --- adapters (issue 28): peft's LoRA / DoRA / LoHa / LoKr (training/adapters/lora.py builds them)
 LYCORIS_ONLY_ADAPTERS: tuple[str, ...] = ("loha", "lokr")  # files diffusers cannot load
 LOKR_OPTIONS: tuple[str, ...] = ("lokr_factor", "lokr_decompose_both")
 
@@ -358,7 +358,7 @@ def adapter_problems(cfg: TrainConfig) -> list[FieldProblem]:
 def assistant_lora_problems(value: str) -> list[FieldProblem]:
     """The form of TrainConfig.assistant_lora: a .safetensors file given as an absolute path
     ("~" allowed) or as a hub file owner/repo/path.safetensors. Whether the file exists and the
-    base is step-distilled is checked by preflight (training/assistant.py)."""
+    base is step-distilled is checked by preflight (training/adapters/assistant.py)."""
     if not value.endswith(".safetensors"):
         return [FieldProblem("assistant_lora", "must be a .safetensors LoRA file (path or owner/repo/file)")]
     local = value.startswith(("/", "~"))

@@ -8,7 +8,7 @@ does what its description says (samples / validation: the final round; EMA: one 
 checkpoints / LoRA snapshots: none, the run's final LoRA is that step's), so it is accepted.
 
 `keep_loras` keeps the newest intermediate LoRA snapshots; the writers of those (SNAPSHOT_WRITERS)
-write only before the last step (lora/snapshots.py, training/checkpoint.py, training/validate.py),
+write only before the last step (lora/snapshots.py, training/resume/checkpoint.py, training/validate.py),
 so it is refused unless one of them falls on a step before the last.
 
 The learning-rate schedule's own settings: `lr_warmup_steps` must end before the run does (a

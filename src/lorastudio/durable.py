@@ -1,7 +1,7 @@
 """Durability of staged writes (no torch): `fsync_path` flushes a file, or a folder's entries, to
 the disk. A writer that stages a file and renames it into place fsyncs the file before the rename
 (else a power loss can leave the new name on an empty or partial file) and the folder after it
-(else the rename itself may be lost): training/checkpoint.py, lora/files.write_lora_file."""
+(else the rename itself may be lost): training/resume/checkpoint.py, lora/files.write_lora_file."""
 
 from __future__ import annotations
 

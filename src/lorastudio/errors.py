@@ -122,7 +122,7 @@ class TrainingStopped(LorastudioError):
 
 class RunFolderMoved(LorastudioError):
     """A live run's folder was renamed, replaced (by another folder or a link) or removed while
-    the run wrote to it (training/folder_guard.py): the write it was about to make, and every
+    the run wrote to it (training/resume/folder_guard.py): the write it was about to make, and every
     later one, would land in what is at its path now, so nothing was written there and the run
     fails. `run_dir` is the folder's path."""
 

@@ -5,7 +5,7 @@ A run without an output_name is named `<family>-<local date-time>` to the second
 job that holds it (config_resolve.free_output_name). Two namers in the same second (two
 `lorastudio train`, a CLI run beside the server's submit, two API requests) each found the name
 free before either made its folder, took the same one, and the second was refused "... already
-exists; choose another output_name" by the run folder's claim (training/run_lock.py) for a name
+exists; choose another output_name" by the run folder's claim (training/resume/run_lock.py) for a name
 its user never chose.
 
 So a namer holds its name: `reserve_output_name` takes the first free candidate whose

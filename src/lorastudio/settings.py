@@ -10,13 +10,13 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
   added_models.json   folders the user added to the model catalogue
   cache/inductor/     torch.compile's on-disk cache (kernels, graphs), kept across runs and
                       reboots unless TORCHINDUCTOR_CACHE_DIR names another; its lorastudio-dynamo/
-                      holds Dynamo's traced, guarded block graphs (training/precompile.py; CUDA runs)
+                      holds Dynamo's traced, guarded block graphs (training/speed/precompile.py; CUDA runs)
   cache/thumbs/       dataset thumbnails (JPEG), keyed by image path, inode, size, mtime
   cache/decoded/      per dataset folder, which images had every pixel decoded, by name, size,
                       mtime and inode (data/decoded.py): each is decoded fully once; <key>.json
                       and the journal of its later saves, <key>.journal (data/decoded_journal.py)
   cache/attention-probe/  attention_backend auto's probe results, keyed by GPU, driver,
-                      torch / cuDNN / FA4 versions, dtype and shapes (training/probe_cache.py)
+                      torch / cuDNN / FA4 versions, dtype and shapes (training/speed/probe_cache.py)
   cache/fa4/          FlashAttention-4's compiled kernels (its JIT cache), shared by the probe
                       and the run unless FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED / _DIR are set
   cache/encoded/      VAE latents and caption embeddings of runs with latent_cache "disk" (data/disk_cache.py), kept across
@@ -185,7 +185,7 @@ class Settings(BaseSettings):
         default=True,
         description=(
             "a one-GPU training run copies its denoiser's weights beside the text encoders' and the"
-            " VAE's work (training/denoiser_early.py; FLUX.1 on an H100: 2.5 s less to the first step"
+            " VAE's work (training/speed/denoiser_early.py; FLUX.1 on an H100: 2.5 s less to the first step"
             " through the API, 4.6 s in a CLI run, bench/RESULTS.md note 44); off: after them, as before"
         ),
     )
@@ -358,7 +358,7 @@ class Settings(BaseSettings):
     @property
     def text_signature_dir(self) -> Path:
         """What each text encoder set gives per caption, learnt by the runs of this home
-        (training/text_signature.py): cached text shards are checked against it."""
+        (training/inputs/text_signature.py): cached text shards are checked against it."""
         return self.home / "cache" / "text-signatures"
 
     @property

@@ -13,8 +13,8 @@ Who stages this way, and who removes their leftovers:
 - In the studio home (kind "tmp", `HOME_STAGING`): the added-models list (basemodels/added.py), a
   dataset claim's holder record (jobs/dataset_claims.py), a caption job's record
   (jobs/caption_records.py), the run timings (timings.py), the text signatures
-  (training/text_signature.py), the decoded records (data/decoded.py), the thumbnails
-  (data/thumbnails.py), the attention probe's results (training/probe_cache.py). A server start
+  (training/inputs/text_signature.py), the decoded records (data/decoded.py), the thumbnails
+  (data/thumbnails.py), the attention probe's results (training/speed/probe_cache.py). A server start
   removes them (`home_staging`, from jobs/leftovers.py); a CLI run beside the server (an import
   takes a claim, writes decoded records) names its own pid, so its files are kept while it runs.
   The encode cache's shards (data/disk_cache.py, possibly outside the home and shared) stage as
@@ -25,7 +25,7 @@ Who stages this way, and who removes their leftovers:
   (`cross_device.killed_copies`, from jobs/leftovers.py), and so does a CLI command that removes
   a killed upload's staging (data/staging_owner.remove_stale_staging): those two levels only, by
   name, never a read of the dataset's images.
-- The saved Dynamo graphs (training/precompile.py, kind "tmp": `<Inductor's cache>/lorastudio-
+- The saved Dynamo graphs (training/speed/precompile.py, kind "tmp": `<Inductor's cache>/lorastudio-
   dynamo/<key>/.<class>-<signature>.bin.<pid>-<hex>.tmp`, and its `.refused` notes): the next
   save into that key's folder removes what killed savers left there, and an older version's
   `tempfile.mkstemp` names a day old (RELIABILITY 1741).
@@ -72,9 +72,9 @@ HOME_STAGING = (
     "generation-jobs",  # <request_id>.json (jobs/generation_records.py)
     "gallery/references",  # .uses.json (jobs/references.py: file_age.BootLedger)
     "run_timings",  # <n>_<stamp>-<name>.json (timings.py)
-    "cache/text-signatures",  # training/text_signature.py
+    "cache/text-signatures",  # training/inputs/text_signature.py
     "cache/decoded",  # data/decoded.py
-    "cache/attention-probe",  # training/probe_cache.py
+    "cache/attention-probe",  # training/speed/probe_cache.py
     "cache/thumbs/*",  # data/thumbnails.py (cache/thumbs/<xx>/<key>.jpg)
 )
 

@@ -9,7 +9,7 @@ forecast (jobs/time_forecast.py). No torch: the engine writes these records, the
                       called in a process that was already running)
     weights_load      sum of ModelLoadCompleted.seconds (text encoders, VAE, denoiser); of a load
                       that ran beside other work (the denoiser's beside phases 1-2:
-                      training/denoiser_early.py) its waited_s, the part the run waited for, so
+                      training/speed/denoiser_early.py) its waited_s, the part the run waited for, so
                       that the phases do not count the overlapped time twice
     caption_encoding  text encoders loaded -> the last Preparing("conditioning")
     latent_cache      VAE loaded -> the last Preparing("latents")

@@ -19,7 +19,7 @@ from huggingface_hub import constants as hf_constants
 from lorastudio.api.routes.generate import REFERENCES_BODY_LIMIT
 from lorastudio.basemodels.fetch import fetch_target
 from lorastudio.basemodels.fetch_lock import FetchLock
-from lorastudio.training.checkpoint import CHECKPOINT_FILES
+from lorastudio.training.resume.checkpoint import CHECKPOINT_FILES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "basemodels"))
 from fake_hub import FakeHub, FakeHubServer, FakeRepo, flux_repo_files  # noqa: E402

@@ -132,7 +132,7 @@ def test_init_lora_notes_name_a_dora_whose_header_names_no_rule(settings: Settin
     DoRA, nothing for a told one, nor for no init_lora or a file the problems already refuse."""
     from types import SimpleNamespace
 
-    from lorastudio.training.init_lora_rules import init_lora_notes
+    from lorastudio.training.adapters.init_lora_rules import init_lora_notes
 
     bare = _dora(settings.home / "loras", "bare", {"ss_network_dim": "2"})
     told = _dora(settings.home / "loras", "told", {RULE_KEY: "lycoris"})

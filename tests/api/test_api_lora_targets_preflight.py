@@ -104,7 +104,7 @@ def test_init_lora_layers_outside_the_targets_are_refused_at_preflight(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    """The init file's layers against the run's targets (training/init_lora.init_problems) in the
+    """The init file's layers against the run's targets (training/adapters/init_lora.init_problems) in the
     same child: the header alone cannot tell them (a kohya file names fused layers otherwise)."""
     import torch
     from safetensors.torch import save_file

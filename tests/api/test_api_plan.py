@@ -37,8 +37,8 @@ from lorastudio.jobs.preflight import (
 from lorastudio.jobs.records import now_iso
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
-from lorastudio.training.compile import repeated_blocks
 from lorastudio.training.events import PlanChosen
+from lorastudio.training.speed.compile import repeated_blocks
 from old_store import first_version_store
 
 # -- the preflight's plan section ----------------------------------------------------------------

@@ -131,7 +131,7 @@ def test_resume_a_stopped_run_to_the_uninterrupted_result(
     ]
 
     # a finished run: a plain resume is refused (it would re-run its last steps and overwrite its
-    # LoRA); setting a larger total trains it longer, recorded in the sidecar (training/extend.py)
+    # LoRA); setting a larger total trains it longer, recorded in the sidecar (training/resume/extend.py)
     finished = client.post(f"/api/runs/{first['id']}/resume", json={})
     assert finished.status_code == 400 and "set steps above" in finished.text, finished.text
     assert 'API: {"settings": {"steps": N}}' in finished.json()["problems"][0]["message"]  # not only --set

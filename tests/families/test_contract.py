@@ -139,8 +139,8 @@ def test_the_kohya_layout_passes_comfyuis_key_check_and_converts_back_exactly(fa
     from lorastudio.lora.comfy import check_comfy_keys, comfy_key_map
     from lorastudio.lora.convert import to_kohya
     from lorastudio.lora.convert_read import to_diffusers
-    from lorastudio.training.export import base_weight_shapes
-    from lorastudio.training.lora import lora_state_dict
+    from lorastudio.training.adapters.export import base_weight_shapes
+    from lorastudio.training.adapters.lora import lora_state_dict
 
     peft = lora_state_dict(trained.denoiser)
     kohya = to_kohya(peft, family, ALPHA)

@@ -108,7 +108,7 @@ def step_losses(
         script_sigmas,
     )
 
-    from lorastudio.training.latents import CachedLatents
+    from lorastudio.training.inputs.latents import CachedLatents
     from lorastudio.training.noise import make_objective
     from lorastudio.training.step import forward_backward
 
@@ -232,7 +232,7 @@ def test_sdxl_v_prediction_with_zero_terminal_snr_is_the_scripts_loss(seed, tiny
 def test_a_landscape_step_with_a_dropped_caption_is_the_scripts_loss(family, tiny_model):
     """32 x 48 px (H x W): a height and width swapped anywhere (packing, position ids, the
     shift's token count, SDXL's target size) changes the loss. One sample's caption is dropped:
-    caption dropout's "" (training/conditioning.CaptionPicker) is conditioned as the pipeline's
+    caption dropout's "" (training/inputs/conditioning.CaptionPicker) is conditioned as the pipeline's
     encode_prompt("") (the scripts' empty-prompt embeddings, not zeros), beside a caption in the
     same batch (padding and masks of unequal lengths)."""
     ours, script = step_losses(

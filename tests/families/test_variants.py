@@ -83,7 +83,7 @@ def test_the_variant_and_family_distilled_read_one_flag(family, tiny_model, tmp_
     from safetensors.torch import save_file
 
     from lorastudio.config import TrainConfig
-    from lorastudio.training.assistant_rules import assistant_problems
+    from lorastudio.training.adapters.assistant_rules import assistant_problems
 
     fam = families.get(family)
     adapter = tmp_path / "assistant.safetensors"

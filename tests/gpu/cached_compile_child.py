@@ -14,10 +14,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.tiny.models import build
-from lorastudio.training import precompile
-from lorastudio.training.attention import contiguous_attention_grads
-from lorastudio.training.compile import compile_denoiser
-from lorastudio.training.lora import add_lora, lora_config_for
+from lorastudio.training.adapters.lora import add_lora, lora_config_for
+from lorastudio.training.speed import precompile
+from lorastudio.training.speed.attention import contiguous_attention_grads
+from lorastudio.training.speed.compile import compile_denoiser
 
 
 def main() -> None:
@@ -56,7 +56,9 @@ def main() -> None:
                 "loss": float(loss),
                 "grad_norm": grad_norm,
                 "aot": dict(counters),
-                "precompile": dict(precompile.COUNTERS),  # Dynamo's saved output (training/precompile.py)
+                "precompile": dict(
+                    precompile.COUNTERS
+                ),  # Dynamo's saved output (training/speed/precompile.py)
                 "dynamo_frames": frames,
             }
         )

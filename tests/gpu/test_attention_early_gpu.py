@@ -1,4 +1,4 @@
-"""GPU: auto's attention probe started early with the real child (training/attention_early.py):
+"""GPU: auto's attention probe started early with the real child (training/speed/attention_early.py):
 it checks the kernels while this process works on the GPU, times them once released, stores
 the result; the next run at the same shapes decides from the cache without a child. Run with
 `pytest -m gpu tests/gpu/test_attention_early_gpu.py -o addopts="" -s` (prints the seconds)."""
@@ -10,9 +10,9 @@ import time
 import pytest
 import torch
 
-from lorastudio.training.attention import probe_shapes
-from lorastudio.training.attention_early import start_choice
-from lorastudio.training.probe_cache import ProbeCache
+from lorastudio.training.speed.attention import probe_shapes
+from lorastudio.training.speed.attention_early import start_choice
+from lorastudio.training.speed.probe_cache import ProbeCache
 
 pytestmark = [
     pytest.mark.gpu,

@@ -11,8 +11,13 @@ import pytest
 import torch
 
 from lorastudio.config import parse_train_config
-from lorastudio.training.attention import choose_attention, probe_cudnn, probe_shapes, saved_attention_state
 from lorastudio.training.loop import train
+from lorastudio.training.speed.attention import (
+    choose_attention,
+    probe_cudnn,
+    probe_shapes,
+    saved_attention_state,
+)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -55,7 +60,7 @@ def _run(tiny_model, sample_dataset, backend: str, family: str) -> tuple[Any, li
 @pytest.mark.parametrize("family", ["z-image", "flux"])
 def test_runs_on_cuda_report_their_kernel_and_cudnn_trains_like_flash(tiny_model, sample_dataset, family):
     """FLUX.1 included: its compiled step crashed under cuDNN until the engine handed the
-    kernel contiguous output gradients (training.attention.contiguous_attention_grads)."""
+    kernel contiguous output gradients (training.speed.attention.contiguous_attention_grads)."""
     before = saved_attention_state()
     flash_plan, flash = _run(tiny_model, sample_dataset, "flash", family)
     cudnn_plan, cudnn = _run(tiny_model, sample_dataset, "cudnn", family)
@@ -71,7 +76,7 @@ def test_runs_on_cuda_report_their_kernel_and_cudnn_trains_like_flash(tiny_model
 
 
 def _fa4_or_skip() -> None:
-    from lorastudio.training.attention_fa4 import fa4_unavailable
+    from lorastudio.training.speed.attention_fa4 import fa4_unavailable
 
     reason = fa4_unavailable(DEV)
     if reason is not None:
@@ -88,7 +93,7 @@ def test_fa4_matches_sdpa_math_forward_and_backward_eager_and_compiled(shape):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from lorastudio.training.attention_fa4 import fa4_attention
+    from lorastudio.training.speed.attention_fa4 import fa4_attention
 
     def sdpa(q, k, v):
         return F.scaled_dot_product_attention(
@@ -125,7 +130,7 @@ def test_the_fa4_probe_passes_at_flux_shapes_and_a_tiny_fa4_run_trains_like_flas
     takes whichever it found faster. Then the tiny FLUX.1 trains (compiled) with attention_backend
     "fa4" like "flash", and reports its kernel."""
     _fa4_or_skip()
-    from lorastudio.training.attention import pick_kernel, probe_attention
+    from lorastudio.training.speed.attention import pick_kernel, probe_attention
 
     shapes = probe_shapes({"num_attention_heads": 24, "attention_head_dim": 128}, 4096, 512, 1)
     t0 = time.monotonic()

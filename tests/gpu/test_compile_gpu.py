@@ -9,11 +9,11 @@ import torch
 from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.tiny.models import build
-from lorastudio.training.compile import compile_denoiser, compile_state
-from lorastudio.training.lora import add_lora, lora_config_for
+from lorastudio.training.adapters.lora import add_lora, lora_config_for
 from lorastudio.training.noise import make_objective
 from lorastudio.training.optim import make_optimizer
 from lorastudio.training.precision import run_numerics
+from lorastudio.training.speed.compile import compile_denoiser, compile_state
 from lorastudio.training.step import forward_backward
 
 pytestmark = [
@@ -81,7 +81,7 @@ def test_a_cudnn_flux_graph_comes_from_aotautograds_cache_in_a_second_process(tm
     import sys
     from pathlib import Path
 
-    # AOTAutograd's own cache: Dynamo's saved output (training/precompile.py) would skip it
+    # AOTAutograd's own cache: Dynamo's saved output (training/speed/precompile.py) would skip it
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "LORASTUDIO_PRECOMPILE": "0"}
     child = Path(__file__).with_name("cached_compile_child.py")
     runs = []
@@ -103,14 +103,14 @@ def test_a_cudnn_flux_graph_comes_from_aotautograds_cache_in_a_second_process(tm
 
 
 def _torch_cannot_precompile() -> str | None:
-    from lorastudio.training.precompile import torch_cannot_precompile
+    from lorastudio.training.speed.precompile import torch_cannot_precompile
 
     return torch_cannot_precompile()
 
 
 @pytest.mark.skipif(_torch_cannot_precompile() is not None, reason="this torch cannot save Dynamo's output")
 def test_a_cudnn_flux_graph_comes_from_dynamos_saved_output_in_a_second_process(tmp_path):
-    """Dynamo's saved output (training/precompile.py, RESULTS note 45) with Inductor on CUDA, the
+    """Dynamo's saved output (training/speed/precompile.py, RESULTS note 45) with Inductor on CUDA, the
     cuDNN contiguous-gradient Function in the graph: the first process traces and saves both block
     graphs, the second loads them (Dynamo compiles no frame) and computes what the first did."""
     import json

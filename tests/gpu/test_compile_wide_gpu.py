@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from lorastudio.config import parse_train_config
-from lorastudio.training.compile import compile_state
 from lorastudio.training.loop import train
+from lorastudio.training.speed.compile import compile_state
 
 pytestmark = [
     pytest.mark.gpu,

@@ -1,4 +1,4 @@
-"""training/device_warmup.py on a real GPU: the side thread makes the primary context that a
+"""training/speed/device_warmup.py on a real GPU: the side thread makes the primary context that a
 fresh process lacks, and a training step after it runs as before."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gpu
 
 CHILD = """
 import json, torch
-from lorastudio.training.device_warmup import warm_device
+from lorastudio.training.speed.device_warmup import warm_device
 before = bool(torch._C._cuda_hasPrimaryContext(0))
 thread = warm_device(torch.device("cuda"))
 thread.join(timeout=120)

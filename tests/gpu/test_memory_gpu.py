@@ -1,4 +1,4 @@
-"""GPU: activation checkpointing and block swap (training/memory.py, training/block_swap.py) on CUDA. Block swap keeps the
+"""GPU: activation checkpointing and block swap (training/planning/memory.py, training/planning/block_swap.py) on CUDA. Block swap keeps the
 swapped blocks' weights in pinned CPU memory between steps, lowers the peak by about their bytes,
 and trains with the losses of the same run without it (with Inductor regional compile and
 checkpointing too, and through train()); the selective policy cannot see inside an
@@ -17,18 +17,18 @@ import torch
 from lorastudio import families
 from lorastudio.config import TrainConfig, parse_train_config
 from lorastudio.tiny.models import build
-from lorastudio.training.block_swap import attach_block_swap, swap_candidates
-from lorastudio.training.compile import compile_denoiser, compile_state
+from lorastudio.training.adapters.lora import add_lora, lora_config_for
 from lorastudio.training.loop import train
-from lorastudio.training.lora import add_lora, lora_config_for
-from lorastudio.training.memory import (
+from lorastudio.training.noise import make_objective
+from lorastudio.training.optim import make_optimizer
+from lorastudio.training.planning.block_swap import attach_block_swap, swap_candidates
+from lorastudio.training.planning.memory import (
     SELECTIVE_ON_COMPILED,
     apply_checkpointing,
     compute_heavy_policy,
 )
-from lorastudio.training.noise import make_objective
-from lorastudio.training.optim import make_optimizer
 from lorastudio.training.precision import run_numerics
+from lorastudio.training.speed.compile import compile_denoiser, compile_state
 from lorastudio.training.step import forward_backward
 
 pytestmark = [

@@ -1,4 +1,4 @@
-"""GPU: fp8 compute and int8 / nf4 quantised bases (training/quantize.py) on CUDA: the real fp8
+"""GPU: fp8 compute and int8 / nf4 quantised bases (training/planning/quantize.py) on CUDA: the real fp8
 kernels against bf16 and against the emulated fp8 maths, the tiny models' conversion (fp8 falls
 back per layer on dims that are not multiples of 16, with the reason), the real train() with
 regional compile, and placement that never holds the whole bf16 model on the device.
@@ -19,10 +19,8 @@ from torch import nn
 
 from lorastudio import families
 from lorastudio.config import parse_train_config
-from lorastudio.training.compile import compile_state
 from lorastudio.training.loop import train
-from lorastudio.training.precision import fp8_capable
-from lorastudio.training.quantize import (
+from lorastudio.training.planning.quantize import (
     QuantisedLinear,
     apply_base_precision,
     base_weight_bytes,
@@ -30,6 +28,8 @@ from lorastudio.training.quantize import (
     fp8_linear,
     iter_quantised,
 )
+from lorastudio.training.precision import fp8_capable
+from lorastudio.training.speed.compile import compile_state
 
 pytestmark = [
     pytest.mark.gpu,

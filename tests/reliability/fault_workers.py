@@ -46,7 +46,7 @@ def _install(fault: str) -> None:
     import safetensors.torch
     import torch
 
-    from lorastudio.training import snapshot
+    from lorastudio.training.resume import snapshot
 
     real_save_file = safetensors.torch.save_file
     calls = {"checkpoint": 0}

@@ -120,7 +120,7 @@ def partial_files(run_dir: Path) -> list[str]:
     import torch
     from safetensors.torch import load_file
 
-    from lorastudio.training.checkpoint import CHECKPOINT_FILES, CHECKPOINTS
+    from lorastudio.training.resume.checkpoint import CHECKPOINT_FILES, CHECKPOINTS
 
     problems = []
     ckpts = run_dir / CHECKPOINTS

@@ -33,7 +33,7 @@ SETTINGS = dict(
 STOPS = {
     "ctrl-c": (("lorastudio.training.optimize", "peak_memory_gb", 6), signal.SIGINT, 130),
     "kill": (("lorastudio.training.optimize", "peak_memory_gb", 6), signal.SIGKILL, -9),
-    "kill-in-checkpoint": (("lorastudio.training.snapshot", "save_torch_file", 2), signal.SIGKILL, -9),
+    "kill-in-checkpoint": (("lorastudio.training.resume.snapshot", "save_torch_file", 2), signal.SIGKILL, -9),
 }
 
 

@@ -83,7 +83,7 @@ def test_two_ctrl_c_in_a_checkpoint_write_record_the_run_interrupted(
 
     config = tmp_path / "run.json"
     config.write_text(json.dumps(flux_config(output_name="cut", save_every=2)))
-    hook = ("lorastudio.training.checkpoint", "write_checkpoint_folder", 1)
+    hook = ("lorastudio.training.resume.checkpoint", "write_checkpoint_folder", 1)
     code, out, err = _run(hook, signal.SIGINT, "train", str(config), "--device", "cpu", times=2)
     assert code == 130 and "aborted by a second Ctrl-C" in err and "Traceback" not in err, (out, err)
     [run] = RunStore.open(settings.db_path, recover=False).list_runs()

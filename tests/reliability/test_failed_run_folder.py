@@ -3,7 +3,7 @@ the others stopped by torchrun) leaves no empty folder in outputs/: the job serv
 worker's exit) and a `lorastudio train --gpus N` launch (after torchrun's failure) remove it,
 with rmdir only, while the log and the run record stay (a CLI launch's record, and the command,
 naming the rank that died: RELIABILITY 391). Was: the folder stayed until the next
-server start or `lorastudio train`. What no run writes (training/run_files.py: a user's file or
+server start or `lorastudio train`. What no run writes (training/resume/run_files.py: a user's file or
 folder, even an empty one) keeps the folder, logged; a killed write's staging goes."""
 
 from __future__ import annotations

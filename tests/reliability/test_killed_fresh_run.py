@@ -1,6 +1,6 @@
 """A fresh run killed (kill -9 of its worker) after it wrote samples and LoRA snapshots but no
 checkpoint leaves nothing of its own: its folder was created and marked by that run
-(training/run_files.mark_fresh), so every entry in it that runs write was its session's and
+(training/resume/run_files.mark_fresh), so every entry in it that runs write was its session's and
 goes (jobs/leftovers.py); the folder goes when nothing else is in it, and its name is free.
 A user's file stays with the folder; the run record says what went and what stayed. Was: the
 samples and snapshots kept the folder, which refused its name to every new run. A killed
@@ -17,7 +17,7 @@ from pathlib import Path
 from reliability_helpers import FINAL, LiveServer, wait_for, writing_config
 
 from lorastudio.settings import Settings
-from lorastudio.training.fresh_mark import FRESH_MARK, FreshMark, read_mark
+from lorastudio.training.resume.fresh_mark import FRESH_MARK, FreshMark, read_mark
 
 
 def _files(run_dir: Path, folder: str, pattern: str) -> list[str]:

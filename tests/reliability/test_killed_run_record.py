@@ -3,7 +3,7 @@ its worker) after it wrote samples and a LoRA snapshot: the process that removes
 (a server start, the next `lorastudio train`) adds the note to the killed run's record, where
 `lorastudio runs show`, GET /api/runs/ID and the web run page show the run's warnings. Was: the
 removal was only logged (and printed by the CLI); the record said "interrupted" and nothing
-about the files (jobs/killed_notes.py, training/fresh_mark.py: the mark names the run)."""
+about the files (jobs/killed_notes.py, training/resume/fresh_mark.py: the mark names the run)."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def test_a_server_killed_with_its_worker_gets_the_note_at_the_next_start(
     """kill -9 a real `lorastudio serve` mid fresh run (its worker dies with it): the next server
     start removes the run's samples and snapshots and notes them in the job's record."""
     from lorastudio.api.app import create_app
-    from lorastudio.training.fresh_mark import read_mark
+    from lorastudio.training.resume.fresh_mark import read_mark
 
     run_dir = settings.outputs_dir / "served"
     with serve_process(settings) as (proc, client):

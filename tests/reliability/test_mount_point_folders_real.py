@@ -63,7 +63,7 @@ def test_an_empty_mounted_run_folder_is_claimed_and_written_into_as_it_is() -> N
     from lorastudio.jobs.leftover_removal import remove_leftovers
     from lorastudio.jobs.leftovers import _run_leftovers
     from lorastudio.jobs.validation import output_name_problems
-    from lorastudio.training.run_lock import claim_run_dir, release_run_dir
+    from lorastudio.training.resume.run_lock import claim_run_dir, release_run_dir
 
     settings = get_settings()
     with small_disk(settings.outputs_dir / "disk", 1) as run:

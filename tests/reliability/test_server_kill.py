@@ -23,7 +23,7 @@ from reliability_helpers import (
 
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
-from lorastudio.training.checkpoint import list_checkpoints
+from lorastudio.training.resume.checkpoint import list_checkpoints
 
 STEPS = 80  # killed at step 25 (checkpoints every 10): the rest is the resume's
 

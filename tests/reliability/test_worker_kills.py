@@ -29,7 +29,7 @@ from reliability_helpers import FINAL, LiveServer, live_server, partial_files, r
 
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
-from lorastudio.training.checkpoint import CHECKPOINTS, list_checkpoints
+from lorastudio.training.resume.checkpoint import CHECKPOINTS, list_checkpoints
 
 
 @pytest.fixture

@@ -50,7 +50,7 @@ def test_the_fused_projection_probe_keeps_flux_outputs_and_puts_the_lora_on_the_
     from diffusers.models.transformers.transformer_flux import FluxAttention
 
     from lorastudio.tiny.models import build_flux
-    from lorastudio.training.lora import add_lora, lora_config_for
+    from lorastudio.training.adapters.lora import add_lora, lora_config_for
 
     model = build_flux(0).transformer.eval()
     attns = [m for m in model.modules() if isinstance(m, FluxAttention)]
@@ -83,7 +83,7 @@ def test_the_bench_fuses_as_a_run_does_and_its_fb_probe_uses_the_engines_groups(
     from bench.probe_models import fused_base
 
     from lorastudio.tiny.models import build_flux
-    from lorastudio.training.fused_projections import FusedFrozenProjections
+    from lorastudio.training.speed.fused_projections import FusedFrozenProjections
 
     # bench_step's engine rows: a run's fuse_projections auto on the bench's CUDA bf16 plan
     assert {name: engine_fuses(name) for name in ("flux", "qwen", "zimage", "sdxl")} == {
@@ -115,7 +115,7 @@ def test_fbq_fuses_only_the_attention_projections():
     from bench.probe_models import fused_base
 
     from lorastudio.tiny.models import build_flux
-    from lorastudio.training.fused_projections import FusedFrozenProjections
+    from lorastudio.training.speed.fused_projections import FusedFrozenProjections
 
     model = build_flux(0).transformer
     fused_base("flux", None, qkv_only=True)(model)

@@ -40,7 +40,7 @@ def test_a_dotted_key_sets_inside_the_config() -> None:
         ["control_dirs.0=2024", "sample_prompts.0=7", "resolution.0=768"],
     )
     assert texts == {"control_dirs": ["2024"], "sample_prompts": ["7"], "resolution": [768]}
-    # a resume's `datasets.N.path` is read flat (training/relocation.with_entry_paths)
+    # a resume's `datasets.N.path` is read flat (training/resume/relocation.with_entry_paths)
     assert apply_overrides({}, ["datasets.1.path=b"], nested=False) == {"datasets.1.path": "b"}
 
 

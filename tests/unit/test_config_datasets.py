@@ -10,7 +10,7 @@ import pytest
 from lorastudio.config import TrainConfig, parse_train_config
 from lorastudio.config_datasets import config_entries, dataset_paths
 from lorastudio.errors import ConfigError
-from lorastudio.training.identity import run_identity
+from lorastudio.training.resume.identity import run_identity
 
 BASE = {"family": "flux", "base_model": "m"}
 

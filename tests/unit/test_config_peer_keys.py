@@ -13,7 +13,7 @@ import pytest
 from cli_runner import run_cli
 from lorastudio.config import parse_train_config
 from lorastudio.errors import ConfigError
-from lorastudio.training.identity import override_problems
+from lorastudio.training.resume.identity import override_problems
 
 BASE = {"family": "flux", "base_model": "black-forest-labs/FLUX.1-dev", "data_dir": "d"}
 IMPORT = "(`lorastudio config import` converts a whole"

@@ -9,7 +9,7 @@ import json
 
 from lorastudio.api.schemas_runs import TrainConfigOut
 from lorastudio.config import TrainConfig
-from lorastudio.training.identity import identity_problems
+from lorastudio.training.resume.identity import identity_problems
 
 
 def _config(**extra: object) -> TrainConfig:

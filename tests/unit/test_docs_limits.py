@@ -18,7 +18,7 @@ from lorastudio.cgroup_limits import MIN_SHM_BYTES
 from lorastudio.data import cache_prune, captions, colour, decoded, thumbnails
 from lorastudio.jobs import caption_records, generation_records, step_watch, worker_allowance, worker_log
 from lorastudio.timings import MAX_RECORDS as TIMING_RECORDS
-from lorastudio.training import precompile_prune
+from lorastudio.training.speed import precompile_prune
 
 README = re.sub(r"\s+", " ", (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8"))
 KB, MB = 2**10, 2**20

@@ -18,7 +18,7 @@ from lorastudio.api.routes import loras as loras_route
 from lorastudio.folder_entries import entries
 from lorastudio.lora.snapshots import list_lora_snapshots
 from lorastudio.settings import Settings
-from lorastudio.training.checkpoint import list_checkpoints
+from lorastudio.training.resume.checkpoint import list_checkpoints
 from lorastudio.training.sample_files import list_references, list_samples
 
 

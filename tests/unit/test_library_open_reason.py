@@ -43,7 +43,7 @@ def test_the_reason_of_a_file_safetensors_could_not_open_is_the_systems(tmp_path
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file of mode 000")
 def test_an_unreadable_checkpoint_and_lora_say_permission_denied(tmp_path) -> None:
     from lorastudio.lora.file_read import read_lora_file
-    from lorastudio.training.snapshot import load_checkpoint
+    from lorastudio.training.resume.snapshot import load_checkpoint
 
     (tmp_path / "ck").mkdir()
     weights = tmp_path / "ck" / "lora.safetensors"
@@ -63,7 +63,7 @@ def test_a_resume_names_the_reason_safetensors_hid(tmp_path, monkeypatch) -> Non
     ENOENT for the EACCES that os.open meets (both emulated: the tests may run as root)."""
     import safetensors.torch
 
-    from lorastudio.training.snapshot import load_checkpoint
+    from lorastudio.training.resume.snapshot import load_checkpoint
 
     (tmp_path / "ck").mkdir()
     weights = tmp_path / "ck" / "lora.safetensors"

@@ -137,7 +137,7 @@ FLOORS = {
         "0.20",
         "an int8 base: TorchaoLoraLinear for torchao's Int8Tensor (< 0.18: no import on transformers 5)",
     ),
-    "torchao": ("0.18", "Int8Tensor and to_nf4 in torchao.quantization (training/quantize.py)"),
+    "torchao": ("0.18", "Int8Tensor and to_nf4 in torchao.quantization (training/planning/quantize.py)"),
     "pydantic": (
         "2.12",
         "Field(exclude_if=...): init_lora left out of a dump while null (config_fields_training.py;"

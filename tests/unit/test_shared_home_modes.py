@@ -60,7 +60,7 @@ def test_the_homes_locks_database_and_cache_follow_a_group_umask(tmp_path: Path)
         from lorastudio.jobs.homelock import HomeLock
         from lorastudio.jobs.store import RunStore
         from lorastudio.settings import Settings
-        from lorastudio.training.fresh_mark import mark_fresh
+        from lorastudio.training.resume.fresh_mark import mark_fresh
 
         settings = Settings(home=Path({str(home)!r})).ensure_dirs()
         lock = HomeLock.for_command(settings.home, "datasets import")

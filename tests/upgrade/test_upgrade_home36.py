@@ -85,7 +85,7 @@ def test_an_old_home_upgrades_rolls_back_and_upgrades_again(home: tuple[Path, di
     from lorastudio.config import TrainConfig
     from lorastudio.settings import get_settings
     from lorastudio.training.loop import train
-    from lorastudio.training.loss_record import RECORD_KEY, WINDOW
+    from lorastudio.training.resume.loss_record import RECORD_KEY, WINDOW
 
     folder, old, old_src_dir = home
     long, n = old["long"], len(old["long"]["losses"])

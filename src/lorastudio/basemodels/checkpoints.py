@@ -4,7 +4,7 @@ what a checkpoint says about itself. A row never decides the family (model_index
 QwenImagePipeline, so it trains as `qwen-image`) and says whether it is step-distilled.
 
 Whether a base is step-distilled (turbo / few-step: the case for an assistant LoRA, see
-training/assistant.py) is read, in this order:
+training/adapters/assistant.py) is read, in this order:
   1. model_index.json's `is_distilled` (Krea2Pipeline, Flux2KleinPipeline write it; absent, their
      default False: FLAG_DEFAULTS). flux2-klein's variant rows (FamilySpec.variants) read the same
      flag, so Family.distilled and the variant always agree;

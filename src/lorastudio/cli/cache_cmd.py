@@ -128,8 +128,8 @@ def prune_cmd(
 
 def _prune_dynamo(home: Path) -> None:
     """Remove the saved Dynamo graphs no run used for KEEP_DAYS days, saying what (torch-free;
-    training/precompile_prune.py)."""
-    from lorastudio.training.precompile_prune import KEEP_DAYS, dynamo_root, prune_keys
+    training/speed/precompile_prune.py)."""
+    from lorastudio.training.speed.precompile_prune import KEEP_DAYS, dynamo_root, prune_keys
 
     done = prune_keys(dynamo_root(home))
     for gone in done.removed:

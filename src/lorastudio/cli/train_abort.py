@@ -34,7 +34,7 @@ def report_abort(how: str, run_dir: Path | None) -> None:
     short (`how`) and what the run left on disk (its LoRA, snapshots, checkpoints to --resume
     from) or that nothing was kept."""
     from lorastudio.lora.snapshots import LORAS
-    from lorastudio.training.checkpoint import list_checkpoints
+    from lorastudio.training.resume.checkpoint import list_checkpoints
 
     typer.secho(how, fg=typer.colors.YELLOW, err=True)
     kept = []

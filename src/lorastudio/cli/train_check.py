@@ -69,9 +69,9 @@ def device_problems(device: str | None) -> list[FieldProblem]:
 
 def _init_in_replaced_folder(value: object, name: str, settings: Settings) -> list[FieldProblem]:
     """An init_lora file inside the output folder `--overwrite` replaces: refused, never removed
-    with it before the run that starts from it (training/init_lora_rules.in_run_folder)."""
+    with it before the run that starts from it (training/adapters/init_lora_rules.in_run_folder)."""
     from lorastudio.errors import LorastudioError
-    from lorastudio.training.init_lora_rules import in_run_folder, init_lora_path
+    from lorastudio.training.adapters.init_lora_rules import in_run_folder, init_lora_path
 
     if not isinstance(value, str) or not value:
         return []
@@ -136,7 +136,7 @@ def replace_outputs(name: str, settings: Settings) -> Path | None:
     cannot go (EBUSY), so its files would be lost and the run still refused. A failed removal is
     WriteFailed / NoSpaceLeft naming the folder. A mount point that holds nothing is left as it is
     (None): the run writes into it (RELIABILITY 1187)."""
-    from lorastudio.training.run_lock import empty_mount_point
+    from lorastudio.training.resume.run_lock import empty_mount_point
 
     folder = settings.outputs_dir / name
     if empty_mount_point(folder):

@@ -4,7 +4,7 @@ twice aborts, saying what the run left on disk. Exit codes: 0 done, 2 refused (e
 listed), 130 stopped by Ctrl-C (what was saved is printed), 1 an unexpected error. `lorastudio train --resume RUN_FOLDER_OR_CHECKPOINT [--set save_every=N ...]`
 continues a run from its newest (or the given) checkpoint with the checkpoint's settings; with a
 CONFIG too, the config must match the checkpoint's identity. `--set steps=N` (N above the run's
-total) trains a stopped or finished run longer (training/extend.py: the schedule of a fresh
+total) trains a stopped or finished run longer (training/resume/extend.py: the schedule of a fresh
 N-step run from there on); a finished run resumed without it is refused.
 
 `--gpus N` (or num_gpus = N in the config) runs data-parallel: this command launches itself
@@ -186,7 +186,7 @@ def train_cmd(
         # listed under Runs like a server's run (a launch's: under the id its command chose)
         record = open_cli_record(cfg, run_id=os.environ.get(RUN_ID_ENV)) if rank == 0 else None
         if record is not None and checkpoint is not None:  # the history of the run it continues
-            from lorastudio.training.checkpoint import read_checkpoint_info
+            from lorastudio.training.resume.checkpoint import read_checkpoint_info
 
             record.carry_over(int(read_checkpoint_info(checkpoint)["step"]))
         stopper = StopOnInterrupt(console, sigterm=not launched, quiet=rank != 0)

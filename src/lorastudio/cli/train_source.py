@@ -21,9 +21,9 @@ def run_config(config: Path | None, overrides: list[str], resume: Path | None) -
     from lorastudio.config import parse_train_config
     from lorastudio.jobs.validation import with_resolved_base
     from lorastudio.settings import get_settings
-    from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
-    from lorastudio.training.identity_base import RELOCATABLE
-    from lorastudio.training.relocation import moved_problems, with_entry_paths
+    from lorastudio.training.resume.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
+    from lorastudio.training.resume.identity_base import RELOCATABLE
+    from lorastudio.training.resume.relocation import moved_problems, with_entry_paths
 
     checkpoint = find_checkpoint(resume.resolve()) if resume is not None else None
     if config is not None:  # base_model as the job service stores it (a checkpoint's is already)
@@ -32,7 +32,7 @@ def run_config(config: Path | None, overrides: list[str], resume: Path | None) -
     if checkpoint is not None:  # --set paths taken against this directory, as in a config file
         info = read_checkpoint_info(checkpoint)
         # --set datasets.N.path=...: a moved entry named alone, the recorded list with that path
-        # replaced (as the API's and the web's resume take it: training/relocation.with_entry_paths)
+        # replaced (as the API's and the web's resume take it: training/resume/relocation.with_entry_paths)
         given = localize_paths(with_entry_paths(info["config"], apply_overrides({}, overrides, nested=False)))
         data = resume_settings(info, given)
         moved = moved_problems(data)  # a base or dataset recorded where it is no more (a moved home)

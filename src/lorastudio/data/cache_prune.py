@@ -4,7 +4,7 @@ An entry is one <kind>/<model> folder of the cache (data/disk_cache.py): the lat
 VAE, or the caption embeddings of one set of text encoders, as `lorastudio cache ls` lists
 them. A run takes each entry it reads with cache_io.hold_entry: its lock (`.used`) shared, its
 mtime set to now (the entry's last use); its latent entry with the readers lock, before its
-first encode (training/latents_disk.hold_latent_entry_early), its text entry before its
+first encode (training/inputs/latents_disk.hold_latent_entry_early), its text entry before its
 captions'. A prune removes entries, oldest last use first, until the cache is at most the cap;
 it never removes
 

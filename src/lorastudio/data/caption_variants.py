@@ -12,7 +12,7 @@ distinct one once in phase 1: a per-variant cache (kohya's sd-scripts instead re
 text-encoder outputs with caption shuffle / dropout and encodes every step, the text encoders
 kept loaded through training). The cost: up to `variants` x the texts
 encoded and held in RAM; the text encoders are still freed before training. Each step then
-takes one of the image's variants (training/conditioning.CaptionPicker). Everything is a pure
+takes one of the image's variants (training/inputs/conditioning.CaptionPicker). Everything is a pure
 function of (seed, captions, settings), so a resume rebuilds the same variants.
 
 Hand-written: kohya's and ai-toolkit's caption shufflers are methods of their dataset classes,
@@ -156,7 +156,7 @@ def scan_variants(scan: DatasetScan, count: int | None, seed: int) -> list[list[
 
 def captions_to_encode(captions: Sequence[str], caption_dropout: float | Sequence[float]) -> list[str]:
     """The unique captions, in first-seen order, plus "" when caption dropout is on (for any
-    item, when given per item): the texts phase 1 encodes (training/conditioning.py) and the
+    item, when given per item): the texts phase 1 encodes (training/inputs/conditioning.py) and the
     preflight counts on disk (jobs/preflight_cache.py)."""
     unique = list(dict.fromkeys(captions))
     dropping = max(caption_dropout, default=0.0) if isinstance(caption_dropout, Sequence) else caption_dropout
@@ -189,7 +189,7 @@ def caption_report(
     n = len(variants)
     picks = sorted({0, n // 2, n - 1}) if n else []
     varied = any(len(vs) > 1 for vs in variants)
-    if with_controls:  # conditioning keyed by (text, controls), as training/conditioning.py
+    if with_controls:  # conditioning keyed by (text, controls), as training/inputs/conditioning.py
         encoded = len({(v, it.controls) for it, vs in zip(scan.items, variants, strict=True) for v in vs})
         plain = len({(it.caption, it.controls) for it in scan.items})
     else:

@@ -1,7 +1,7 @@
 """The on-disk encode cache: where its shards live, how they are keyed, listed and cleared.
 
 A shard is one safetensors file holding what one encoder call produced for one thing (a crop/flip
-variant of an image: its VAE posterior; see training/latents_disk.py). Layout under the cache
+variant of an image: its VAE posterior; see training/inputs/latents_disk.py). Layout under the cache
 folder (Settings.cache_dir, default <home>/cache/encoded):
 
     <kind>/<model>/<key[:2]>/<key>.safetensors     kind "latents"; model: the encoder's fingerprint

@@ -1,6 +1,6 @@
 """Content fingerprints of a base model's components, for the encode cache's keys
 (data/disk_cache.py, data/latent_keys.py, data/text_keys.py), a run's identity
-(training/identity_base.py) and what a gallery image records (jobs/generation_base.py).
+(training/resume/identity_base.py) and what a gallery image records (jobs/generation_base.py).
 
 A component's fingerprint covers its files (names, sizes, a sample of their bytes: all of a
 file up to FULL_HASH_BYTES, else its header and SAMPLES spread chunks) and its config.json: a
@@ -33,7 +33,7 @@ SAMPLE_BYTES = 64 * 1024
 # config.json only, 2 a hub-cache tokenizer by its files too, 3 (session 30) a component the base
 # lacks as ABSENT (rules 1-2: "hub:<the base's name>@<revision>", which changed with the name)
 # and a hub-cache scheduler by its files (rules 1-2: by the hub id);
-# a run's identity records the rule (training/identity_base.py) and a resume compares under it
+# a run's identity records the rule (training/resume/identity_base.py) and a resume compares under it
 RULE = 3
 ABSENT = "absent"  # rule 3's part of a component the base does not have (no folder, not indexed)
 TOKENIZER_FILES = (
@@ -188,7 +188,7 @@ def component_fingerprint(source: Any, component: str, revision: str | None, rul
     model_source(cfg) (a folder, a hub id, or a SingleFile holding the component). A hub id that
     is not in the local hub cache is fingerprinted by its id and revision; a component the base
     does not have (`_lacks`) by ABSENT. `rule`: RULE, or the rule of a checkpoint's identity
-    (training/identity_base.py): 1 (before session 26: a hub-cache tokenizer by its id, its files
+    (training/resume/identity_base.py): 1 (before session 26: a hub-cache tokenizer by its id, its files
     unread), 2 (before session 30: a component the base lacks by the base's name and revision)."""
     parts: list[str] = [component]
     holder, folder = _component_folder(source, component, revision, rule)

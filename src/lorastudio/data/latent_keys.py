@@ -1,5 +1,5 @@
 """The keys of the on-disk latent cache (data/disk_cache.py): which crop/flip variants a run caches
-of each image, drawn exactly as the in-memory cache draws them (training/latents.py: per image
+of each image, drawn exactly as the in-memory cache draws them (training/inputs/latents.py: per image
 its flips, then each variant's crop offset, from the run's numpy rng), and each variant's shard
 key. No image is decoded and no torch is imported: the preflight counts the shards a run will
 reuse with the same keys the run computes.
@@ -173,7 +173,7 @@ def plan_variants(
 def run_cache_bytes(cfg: TrainConfig, scan: DatasetScan, spec: FamilySpec) -> int:
     """`cache_bytes` of a run: its scan's buckets, cfg.cache_variants, the family's latent shape,
     controls at their own sizes. The one sizing the run's latent mode (training/loop_inputs.
-    run_latent_mode), the preflight and the run's identity (training/identity.py) all read."""
+    run_latent_mode), the preflight and the run's identity (training/resume/identity.py) all read."""
     return cache_bytes(
         [it.bucket for it in scan.items],
         int(cfg.cache_variants or 1),

@@ -1,6 +1,6 @@
 """Which files of a run this version reads otherwise than the versions before session 27's pixel
 fixes (no torch): what the run identity's `pixel_rule` record rests on
-(training/identity_rules.py).
+(training/resume/identity_rules.py).
 
 Three fixes changed what a run trains on without changing any file or setting:
 
@@ -14,7 +14,7 @@ Three fixes changed what a run trains on without changing any file or setting:
   onto white), not in their stored colour. Only such an image's (or control's) latent cache key
   takes the new pixel rule (`decode_rule`): every other image keeps its shards.
 
-Two of session 32 (pixel rule 3, training/identity_rules.py):
+Two of session 32 (pixel rule 3, training/resume/identity_rules.py):
 
 - 1036: an image (or control, or mask) enlarged to cover its bucket beyond data.crop.WINDOW_AREA
   times the bucket's area is cut from its crop's window (`crop.windowed`), its pixels within 2

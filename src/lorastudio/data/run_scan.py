@@ -54,7 +54,7 @@ def scan_for_run(
     that continues a checkpoint, whose captions with another trainer's markup are kept as the
     checkpoint trained them (data.scan.scan_dataset's keep_markup; a fresh run's are refused);
     `controls_then`: its fingerprint under rule 1, the controls' paths as a checkpoint of that
-    rule recorded them (data.scan.dataset_fingerprint; training/identity_dataset.py).
+    rule recorded them (data.scan.dataset_fingerprint; training/resume/identity_dataset.py).
     Raises what scan_entries and
     attach_masks raise (DatasetError; ConfigError naming a mask setting), and what the stop
     check raises (errors.TrainingStopped).

@@ -120,7 +120,7 @@ def check_unchanged(item: ImageItem) -> None:
 # moved); 2 (session 40, RELIABILITY 2040) by their path under the target's folder (`control/a.png`;
 # a control_dirs folder's by its file name alone: its slot is its place in the row). Unpaired
 # samples are the same under both rules; a paired run's identity records the rule
-# (training/identity_dataset.py) and a resume of a rule-1 checkpoint compares under rule 1, its
+# (training/resume/identity_dataset.py) and a resume of a rule-1 checkpoint compares under rule 1, its
 # controls' paths taken under the folder the checkpoint recorded (`controls_then`)
 DATASET_RULE = 2
 
@@ -224,7 +224,7 @@ def scan_dataset(
     checkpoint, made before such captions were refused, trained it (its fingerprint decides;
     scan_warnings says it), where a fresh run's scan refuses it (RELIABILITY 1733, 1750);
     `controls_then`, dataset_fingerprint's: None for the current rule, a mapping for a resume
-    that compares a rule-1 checkpoint (training/identity_dataset.py).
+    that compares a rule-1 checkpoint (training/resume/identity_dataset.py).
     Returns: a DatasetScan with items sorted by file name.
     Raises: DatasetError, listing every problem at once: an unsupported resolution, a missing
     folder or a file instead of one, no images, images without a caption (when there is no

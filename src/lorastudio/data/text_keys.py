@@ -1,4 +1,4 @@
-"""The keys of the on-disk text embedding cache (training/conditioning_disk.py writes and reads
+"""The keys of the on-disk text embedding cache (training/inputs/conditioning_disk.py writes and reads
 the shards; the preflight counts those already there). No torch: the job service imports it.
 
 A caption's shard is keyed by the family, the text encoders' and tokenizers' content fingerprint

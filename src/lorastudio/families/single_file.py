@@ -14,7 +14,7 @@ is fixed to FLUX.1's width), checked against the model the config builds (missin
 weights are refused by name: diffusers would leave missing ones on the meta device), then
 handed to `from_single_file`, which loads them as they are. SDXL's text encoders come through
 the pipeline's `from_single_file` (diffusers' CLIP / OpenCLIP converters). Imports torch only
-when loading: the server reads `model_source` through training/assistant_rules.
+when loading: the server reads `model_source` through training/adapters/assistant_rules.
 """
 
 from __future__ import annotations

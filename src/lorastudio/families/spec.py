@@ -14,7 +14,7 @@ from lorastudio.data.control_sizing import ControlSizing
 from lorastudio.families.config_rules import ConfigRule
 
 Objective = Literal["ddpm", "flow"]
-# how a family's pipeline wraps a caption before its tokenizer (training/caption_length.py counts
+# how a family's pipeline wraps a caption before its tokenizer (training/inputs/caption_length.py counts
 # it the same way): "plain" none; "qwen_image" QwenImagePipeline's prompt_template_encode (its
 # first prompt_template_encode_start_idx tokens dropped); "chat_thinking" / "chat" the
 # tokenizer's chat template with / without Qwen3's enable_thinking (Z-Image / FLUX.2 klein);
@@ -26,7 +26,7 @@ CaptionTemplate = Literal["plain", "qwen_image", "chat_thinking", "chat", "flux2
 @dataclass(frozen=True)
 class CaptionTokens:
     """How a caption is measured against what a family's text encoder reads, so a run names the
-    captions its pipeline's encode_prompt cuts short (training/caption_length.py)."""
+    captions its pipeline's encode_prompt cuts short (training/inputs/caption_length.py)."""
 
     tokenizer: str  # the text pipeline's attribute holding the tokenizer (processor) it calls
     # the most tokens it reads, special and template ones included (the dropped prefix not);
@@ -82,7 +82,7 @@ class FamilySpec:
     wide_compile_blocks: tuple[str, ...] = ()
     # block class name -> groups of its frozen projections that read the same input (member
     # module paths), fused into one matmul per group by TrainConfig.fuse_projections
-    # (training/fused_projections.py); empty: nothing to fuse, fuse_projections "on" is refused
+    # (training/speed/fused_projections.py); empty: nothing to fuse, fuse_projections "on" is refused
     fused_projection_groups: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
     # pipeline __call__ kwargs that make each step ONE conditional denoiser call (classifier-free
     # guidance off), e.g. {"guidance_scale": 1.0}; empty where the defaults already do. What "one
@@ -123,7 +123,7 @@ class FamilySpec:
     # (generation_rules.text_tokens_problems)
     no_max_sequence_length: str = ""
     # how a caption is measured against what its text encoder reads, so a run names the captions
-    # cut short (training/caption_length.py); None: not measured
+    # cut short (training/inputs/caption_length.py); None: not measured
     caption_tokens: CaptionTokens | None = None
     # its encode_prompts pads every caption's embeddings to the token limit (caption_tokens.limit,
     # else max_sequence_length); False: cut to the caption's own tokens (Qwen-Image, Z-Image,
@@ -141,7 +141,7 @@ class FamilySpec:
     min_reference_side: int = 0
     # the pipeline's encode_prompt reads the control images too (Qwen-Image-Edit's Qwen2.5-VL
     # sees them): conditioning is encoded per (caption, controls) and keyed by both
-    # (training/conditioning.py cond_key); encode_prompts then takes `controls`
+    # (training/inputs/conditioning.py cond_key); encode_prompts then takes `controls`
     prompt_sees_controls: bool = False
     # the size its edit pipeline encodes a reference (control) image at, from the image's own
     # aspect ratio (data/control_sizing.py): what TrainConfig.control_resolution "pipeline"

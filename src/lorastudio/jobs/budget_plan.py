@@ -2,16 +2,16 @@
 
 With `memory_budget_gb` (set, or taken from the card's memory: jobs/card_fit.py's "planned") the
 settings left at auto are chosen at the start of the run by measuring real steps
-(training/plan.PlanSearch): nothing before the run knows the plan. Forecasting its time and host
+(training/planning/plan.PlanSearch): nothing before the run knows the plan. Forecasting its time and host
 RAM from the plain default plan (the fastest and lightest on the host: no checkpointing, no block
 swap) read a FLUX.1 run planned on a 12 GB card as far faster than its nf4 / checkpointed /
 block-swapped steps, and its host RAM without the swapped blocks that wait there.
 
-`budget_plan` walks the engine's own ladders (training/plan.plan_ladders, memory_chain) in the
+`budget_plan` walks the engine's own ladders (training/planning/plan.plan_ladders, memory_chain) in the
 search's order, precision by precision, each from its fastest chain setting to its lightest, and
 takes the first plan whose device forecast (jobs/vram_estimate.py, eager as the trials run, the
 conditioning phase as a budgeted run has it) is within the budget; the lightest plan when none
-is. Torch-free; the ladders are training/plan.py's, not copied.
+is. Torch-free; the ladders are training/planning/plan.py's, not copied.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from lorastudio import families
 from lorastudio.config_rules import plan_fields_left_auto
 from lorastudio.jobs.vram_estimate import denoiser_param_split, estimate_memory_gb
-from lorastudio.training.plan import block_swap_searchable, memory_chain, plan_ladders
+from lorastudio.training.planning.plan import block_swap_searchable, memory_chain, plan_ladders
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig

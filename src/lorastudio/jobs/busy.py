@@ -9,7 +9,7 @@ sample round ran past it and the worker was terminated before it could save. So:
   message, {"type": "busy", "work": "sample round" | "checkpoint" | ..., "step": N}, and
   {"type": "busy", "work": null} when the engine is back at its stop check. What is due after a
   step follows from the config exactly as the engine decides it (training/samples.py
-  SamplePreviews.due, training/checkpoint.py CheckpointKeeper.due); a stop-and-save the engine
+  SamplePreviews.due, training/resume/checkpoint.py CheckpointKeeper.due); a stop-and-save the engine
   takes is reported as "saving the checkpoint and LoRA" until the run ends;
 - the job service (`stop_deadline`) terminates a stopping worker only after stop_grace_s
   counted from the end of that work, and never before busy_grace_s (the upper bound, for work

@@ -100,7 +100,7 @@ def read_bounded(file: Path, root: Path) -> bytes:
 
 
 def count(folder: Path, root: Path, tokenizer_dir: str, template: str, texts: list[str]) -> list[int]:
-    """Each text's tokens as training/caption_length.caption_token_counts counts them, read from
+    """Each text's tokens as training/inputs/caption_length.caption_token_counts counts them, read from
     `folder`/`tokenizer_dir`'s files (only those inside `root`). Raises CannotCount."""
     tok_dir = folder / tokenizer_dir
     tokenizer = _tokenizer(tok_dir, root)

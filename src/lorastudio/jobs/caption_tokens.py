@@ -1,11 +1,11 @@
 """Captions longer than the text encoder reads, named in the preflight (torch-free).
 
 The run's start counts each caption with its pipeline's own tokenizer and prompt template
-(training/caption_length.py, fix 99). The API server may not import torch or transformers, so
+(training/inputs/caption_length.py, fix 99). The API server may not import torch or transformers, so
 the preflight counts with the `tokenizers` package (Rust, torch-free) reading the base model's
 `tokenizer.json` (or, without one, a T5's `spiece.model` with sentencepiece and a CLIP's
 `vocab.json` + `merges.txt` built as transformers builds them: jobs/caption_count_slow.py), and renders a chat template with jinja2 as transformers does
-(`render_chat`): the counts equal training/caption_length.caption_token_counts on every family's
+(`render_chat`): the counts equal training/inputs/caption_length.caption_token_counts on every family's
 tiny model (tests/unit/jobs/test_caption_tokens_parity.py). The pipelines' template strings are
 copied in jobs/caption_count.py (`QWEN_IMAGE_TEMPLATE`, `KREA2_*`, `FLUX2_SYSTEM_MESSAGE`); a
 test checks them against diffusers' pipelines. The folder's files are untrusted (a FIFO, a link
@@ -53,7 +53,7 @@ from lorastudio.jobs.caption_count import (  # noqa: F401 (the counting's names,
 )
 from lorastudio.jobs.childenv import child_environment
 from lorastudio.jobs.time_work import seen_text_tokens
-from lorastudio.training.caption_length import QWEN_IMAGE_TOKENIZER_MAX, token_limit
+from lorastudio.training.inputs.caption_length import QWEN_IMAGE_TOKENIZER_MAX, token_limit
 
 log = logging.getLogger("lorastudio.jobs")
 COUNT_TIMEOUT_S = 20.0  # the child's wall-clock limit (a real tokenizer.json loads in ~1 s) ...
@@ -142,7 +142,7 @@ def tokenizer_folder(cfg: TrainConfig, model_dir: Path | None) -> Path | None:
 
 
 def caption_counts(spec: FamilySpec, folder: Path, captions: Sequence[str]) -> list[int]:
-    """Each caption's tokens as training/caption_length.caption_token_counts counts them, read
+    """Each caption's tokens as training/inputs/caption_length.caption_token_counts counts them, read
     from the pipeline folder's tokenizer files in a bounded child process
     (jobs/caption_count.py: count_timeout_s of wall time, its own memory and CPU caps, only
     regular files inside the folder). Raises CannotCount (with the reason), ValueError for a

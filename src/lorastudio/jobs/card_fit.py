@@ -1,6 +1,6 @@
 """Whether a run's memory plan fits the GPU it trains on, judged before any model loads.
 
-Without `memory_budget_gb` the settings left at auto take their plain defaults (training/plan.py:
+Without `memory_budget_gb` the settings left at auto take their plain defaults (training/planning/plan.py:
 bf16, or fp32 on a GPU without bf16; no checkpointing, no block swap, the whole batch per pass):
 FLUX.1's forecast is ~51 GB, Qwen-Image's ~68, Z-Image's ~33, SDXL's ~13 at 1024 px. On a 12-24 GB
 card such a run loaded its text encoders, cached its latents and ran out of memory loading the
@@ -14,15 +14,15 @@ less CARD_RESERVE_GIB for the CUDA context and the allocator's slack) and answer
 - "planned": no memory budget, a plan setting left at auto, the default plan is forecast over the
   card and the lightest plan the settings allow within it (or its error): the run takes the card's usable memory
   as its memory budget (`budget_gib`), so the settings left at auto are chosen by measuring a few
-  real steps (training/plan.py), and text encoders whose weights exceed ENCODER_BUDGET_SHARE of it
-  encode on the CPU (training/conditioning.py). The engine applies it (training/preflight.py);
+  real steps (training/planning/plan.py), and text encoders whose weights exceed ENCODER_BUDGET_SHARE of it
+  encode on the CPU (training/inputs/conditioning.py). The engine applies it (training/preflight.py);
   the preflight report shows it;
 - "tight": every plan setting fixed, or a budget set, and forecast over the usable memory but within
   the forecast's own error (FIT_TOLERANCE) of the whole card: a warning;
 - "refused": even the lightest plan the settings allow is forecast over the card by more than
   FIT_TOLERANCE: `problem` names the card, the forecast and what would fit; or a `memory_budget_gb`
   below the lightest plan's denoiser phase (what the engine's search measures against the budget:
-  a trial's peak reserved memory, training/plan_measure.py) by more than BUDGET_TOLERANCE: the
+  a trial's peak reserved memory, training/planning/plan_measure.py) by more than BUDGET_TOLERANCE: the
   search would refuse it only after the models loaded and its trials ran (RELIABILITY 1180).
 
 No verdict (None) off CUDA, with the GPU's memory unknown, or without local weights to size (a
@@ -55,7 +55,7 @@ CARD_RESERVE_GIB = 1.0
 # The forecast's stated error (jobs/vram_estimate.py: within 15 % of the measured peaks): a plan is
 # refused only when its forecast exceeds the whole card by more than this.
 FIT_TOLERANCE = 0.15
-# As training/conditioning.ENCODER_BUDGET_SHARE (torch-free here): a budgeted run's text encoders
+# As training/inputs/conditioning.ENCODER_BUDGET_SHARE (torch-free here): a budgeted run's text encoders
 # stay on the device when their weights fit this share of the budget, else they encode on the CPU.
 ENCODER_BUDGET_SHARE = 0.85
 # A set budget is refused before the run only when the lightest plan's denoiser phase is forecast
@@ -120,7 +120,7 @@ def card_fit(
     if plain["phases"] is None:
         return None
     lightest_plan = _per_gpu(plan_for_estimate(cfg, host, lightest=True), cfg.num_gpus)
-    # a budget's trials measure eagerly (training/plan.py): so is the lightest plan's forecast
+    # a budget's trials measure eagerly (training/planning/plan.py): so is the lightest plan's forecast
     lightest = estimate_memory_gb(cfg, model_dir, lightest_plan, controls, compiled=False)["phases"]
     usable = max(card - CARD_RESERVE_GIB, 0.0)
     implied = math.floor(usable * 10) / 10
@@ -187,7 +187,7 @@ def sizing_folder(cfg: TrainConfig, model_dir: Path | None) -> Path | None:
 
 def _per_gpu(plan: PlanValues, num_gpus: int) -> PlanValues:
     """`plan` as one GPU of a data-parallel run holds it: micro_batch_size is the samples of a
-    pass over all the ranks (training/micro_batches.py gives each rank its slice), so one GPU
+    pass over all the ranks (training/planning/micro_batches.py gives each rank its slice), so one GPU
     holds ceil(micro / num_gpus) of them."""
     return dataclasses.replace(plan, micro_batch_size=-(-plan.micro_batch_size // max(num_gpus, 1)))
 
@@ -231,7 +231,7 @@ def card_problems(
     """The refusal of a run that even at its lightest plan is forecast over its GPU (`host`, as
     jobs/run_host.host_for_run gives it; None: this host's as the job service places the run)
     (jobs/card_fit.py, "refused"), before any worker starts; [] when it may run (a default plan
-    over the GPU is planned by the engine: training/card_plan.py)."""
+    over the GPU is planned by the engine: training/planning/card_plan.py)."""
     from lorastudio.config_host import compile_runs
     from lorastudio.jobs.hardware import host_info
     from lorastudio.jobs.preflight import control_load

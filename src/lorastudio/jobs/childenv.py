@@ -19,7 +19,7 @@ of the children's environment before they start:
   children a library starts from os.environ, Inductor's compile workers and wandb-core, then
   inherited it), so neither this worker's children nor theirs can see it; the children such a
   worker starts itself get `child_environment` besides (the attention probes,
-  training/attention.probe_environment: RELIABILITY 1011);
+  training/speed/attention.probe_environment: RELIABILITY 1011);
 - a run with report_to wandb gets the W&B API key the same way, inside WorkerArgs.settings
   (`wandb_api_key`: LORASTUDIO_WANDB_API_KEY, or the WANDB_API_KEY `serve` had, kept by
   `drop_process_secrets`); the engine hands it to wandb.init's settings

@@ -1,5 +1,5 @@
 """What a gallery image records of its base model's content (jobs/generation.py): the base's
-content identity, the fingerprint a run's identity records of its base (training/identity_base
+content identity, the fingerprint a run's identity records of its base (training/resume/identity_base
 .source_record: each file's name, size and a sample of its bytes, memoised per file version; a
 multi-GB pipeline is never hashed whole) with its scheduler's files, so that its settings sent again on a base replaced
 under the same name (a models/ folder, a re-fetched snapshot, a single file) are refused, not
@@ -36,13 +36,13 @@ def base_identities(
     """(identity, files identity) of resolved `base`, each None for a hub id not downloaded yet,
     under fingerprint rule `rule` (None: data/fingerprint.RULE; an older one: what a gallery
     image of its time recorded). The files identity is the run identity's base fingerprint (its
-    denoiser, VAE, text encoders and tokenizers: training/identity_base.source_record), what a
+    denoiser, VAE, text encoders and tokenizers: training/resume/identity_base.source_record), what a
     gallery image recorded before session 28; the identity adds the scheduler's files (its class
     and settings, which decide the sigmas as much as the weights decide the model: a
     scheduler_config.json edited or re-fetched rendered another image under the old identity,
     RELIABILITY 698)."""
     from lorastudio.data.fingerprint import RULE, component_fingerprint
-    from lorastudio.training.identity_base import source_record
+    from lorastudio.training.resume.identity_base import source_record
 
     rule = RULE if rule is None else rule
     source: Any = base.source

@@ -66,7 +66,7 @@ def meta_of(
     reports): every setting of the request that decides its pixels, so that they, sent again,
     render it again (a revision, a single file's v_prediction and a max_sequence_length when given; each LoRA's sha256,
     `digests` in the order of req.loras, and the base's content identity `base_identity`
-    (training/identity_base.source_record's fingerprint; None: not known, a hub id not
+    (training/resume/identity_base.source_record's fingerprint; None: not known, a hub id not
     downloaded yet): sent again, the same files or a refusal)."""
     return {
         "prompt": req.prompt,

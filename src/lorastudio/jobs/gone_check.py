@@ -14,7 +14,7 @@ from pathlib import Path
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError, FieldProblem, NotFound, PathOutsideRoot
 from lorastudio.settings import Settings
-from lorastudio.training.init_lora_rules import init_lora_path
+from lorastudio.training.adapters.init_lora_rules import init_lora_path
 
 
 def refuse_if_gone(

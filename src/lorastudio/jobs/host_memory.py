@@ -34,7 +34,7 @@ so the peak is the process's base plus the largest phase:
             is then the largest call's, a slot's variants (cached) or one control (per step)
             at its size, or the targets'
     cache   the latent cache held in RAM (mean + std fp32 per variant, as
-            training.latents.cache_bytes) when latent_cache puts it in memory (data/disk_cache.
+            training.inputs.latents.cache_bytes) when latent_cache puts it in memory (data/disk_cache.
             latent_mode); 0 on disk (a batch's shards are read per step) or encoded per step
 
 On CPU the weights and activations live in host RAM (weights in the run's dtype: fp32 for auto).
@@ -213,7 +213,7 @@ def host_memory_forecast(
         cache = cache if mode == "memory" else 0.0
         encoded_at_once = variants * (1 + controls) if controls else variants
     call_pixels = pixels * max(encoded_at_once, 1)  # the largest VAE call: images x pixels
-    if control_sizes:  # the targets in one call, then each control slot alone (training.latents)
+    if control_sizes:  # the targets in one call, then each control slot alone (training.inputs.latents)
         largest = max(w * h for w, h in control_sizes)
         call_pixels = (
             max(cfg.batch_size * target_pixels, largest)  # per step: one control per call

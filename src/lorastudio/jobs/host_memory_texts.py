@@ -1,10 +1,10 @@
 """The terms of the host RAM forecast (jobs/host_memory.py) that come from what a run keeps
 beside its denoiser, from the configs of the local pipeline, without loading it:
 
-    texts     the caption embeddings (training/conditioning.encode_texts: every text's tensors
+    texts     the caption embeddings (training/inputs/conditioning.encode_texts: every text's tensors
               moved to the CPU and held in a dict from phase 1 to the run's end, on a GPU host
               too): texts x tokens x width x dtype bytes (+ a pooled vector), 0 where they go to
-              the on-disk cache (latent_mode "disk", training/conditioning_disk.py) or are
+              the on-disk cache (latent_mode "disk", training/inputs/conditioning_disk.py) or are
               encoded in every step (train_text_encoder)
         texts   the texts phase 1 encodes: the captions' variants (caption_report's
                 texts_encoded), the empty caption and the sample prompts

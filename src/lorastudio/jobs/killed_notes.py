@@ -5,7 +5,7 @@ Whichever process removes the files of a fresh run killed before its first check
 with its worker, the next `lorastudio train` after a CLI run was killed) adds the sentence
 `leftovers.removal_note` words to that run's record, as a warning: `lorastudio runs show`, GET
 /api/runs/ID and the web run page show it with the run's other warnings. The run is the one the
-folder's mark names (training/fresh_mark.py), and only when its record has the folder's name as
+folder's mark names (training/resume/fresh_mark.py), and only when its record has the folder's name as
 its output name (a mark never puts a note on another run's record). One appending statement
 under the store's own transaction (RunStore.add_warning), so a server's job service writing the
 same store meanwhile loses nothing. A record that is gone (the run deleted), a store that cannot

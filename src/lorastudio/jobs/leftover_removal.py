@@ -1,6 +1,6 @@
 """Removing the crash leftovers jobs/leftovers.py lists (a server start's, `lorastudio train`'s):
 folders with their content, files, a run's output folder only while it holds nothing but empty
-folders, what a run wrote through no link (training/run_files.remove_entry), an upload's staging
+folders, what a run wrote through no link (training/resume/run_files.remove_entry), an upload's staging
 only while no live writer holds it (data/staging_owner.py). No torch, no HTTP."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 
 from lorastudio.data.staging_owner import STAGING_DIR, remove_unless_held
-from lorastudio.training.fresh_mark import FRESH_MARK
-from lorastudio.training.run_files import WRITER_FOLDERS, remove_entry, written_name
+from lorastudio.training.resume.fresh_mark import FRESH_MARK
+from lorastudio.training.resume.run_files import WRITER_FOLDERS, remove_entry, written_name
 
 log = logging.getLogger("lorastudio.jobs")
 

@@ -11,7 +11,7 @@ deleted first, `start_leftover_cleanup`), a model delete's
 export's `outputs/<run>/.staging-<id>/` (a snapshot's `outputs/<run>/loras/.staging-<id>/`), a
 checkpoint's `outputs/<run>/checkpoints/.staging-*` or `.removing-*`, a sample's
 `outputs/<run>/samples/.staging-<id>.png`, a validation record's `outputs/<run>/.staging-<id>.json`
-(training/run_files.py: the run's staging names), a caption edit's
+(training/resume/run_files.py: the run's staging names), a caption edit's
 `datasets/<name>/.<file>.<id>.tmp`, an upload's copy into a dataset on another file system
 `datasets/<name>/[control/].<file>.<pid>-<hex>.tmp` (once its writer is gone:
 data/cross_device.killed_copies; a dataset's top level and control folders only),
@@ -32,7 +32,7 @@ takes no lock, is kept while its pid lives). Listed at once, removed in a backgr
 logged with its size. A fetch's `models/.<name>.fetching/` is kept (a later fetch resumes it). A
 run folder `outputs/<run>/` holding only folders (its staging gone) is one too: a run killed before
 its first file, whose empty folder refused its name to every new run; a file or folder no run
-writes (training/run_files.py: the one list) keeps it, logged. So is everything a run writes in the
+writes (training/resume/run_files.py: the one list) keeps it, logged. So is everything a run writes in the
 folder of a fresh run killed before its first checkpoint or LoRA (run_files.killed_fresh: its
 marked folder's listed entries are that session's): samples, LoRA snapshots, the validation record,
 tracker logs, then the folders by rmdir only; that run's record gets the note of what went
@@ -65,8 +65,8 @@ from lorastudio.name_reserve import sweep_stale_reservations
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
 from lorastudio.staged_files import home_staging
-from lorastudio.training.fresh_mark import read_mark
-from lorastudio.training.run_files import (
+from lorastudio.training.resume.fresh_mark import read_mark
+from lorastudio.training.resume.run_files import (
     FRESH_MARK,
     WRITER_FOLDERS,
     entry_names,
@@ -77,7 +77,7 @@ from lorastudio.training.run_files import (
     owned,
     survey,
 )
-from lorastudio.training.run_lock import MOUNT_OWN_ENTRIES, unowned
+from lorastudio.training.resume.run_lock import MOUNT_OWN_ENTRIES, unowned
 
 log = logging.getLogger("lorastudio.jobs")
 
@@ -150,7 +150,7 @@ class Cleared:
 
 def remove_abandoned_runs(settings: Settings) -> list[Path]:
     """For `lorastudio train`, which shares the home with other CLI runs: the crash leftovers of
-    the output folders that no live session holds (training/run_lock.py: the kernel dropped a
+    the output folders that no live session holds (training/resume/run_lock.py: the kernel dropped a
     killed run's lock), each removed under that folder's lock, so no run starts writing it
     meanwhile. Returns what was removed: the staging of killed writes and the folders of runs
     killed before they wrote a file (which refused their name to every new run)."""

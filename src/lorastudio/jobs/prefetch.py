@@ -21,7 +21,7 @@ Bounds:
 - the run's course: when the run starts loading a part (ModelLoadStarted: text encoders, VAE,
   denoiser; `observe` / `wrap`), the files of the parts before it are skipped, the one being read
   included (the loader has read them itself); a denoiser's load started before any other part's
-  (its load beside phases 1-2: training/denoiser_early.py) skips nothing, its files are still
+  (its load beside phases 1-2: training/speed/denoiser_early.py) skips nothing, its files are still
   read after the text encoders' and the VAE's; after the denoiser has loaded, or when the run ends
   or fails (`stop`), the thread stops within one chunk;
 - the network: never (a hub id that is not in the hub cache has no files to read);
@@ -155,7 +155,7 @@ class WeightPrefetch:
         part = getattr(event, "component", None)
         if kind == "model_load_started" and part in LOAD_ORDER:
             if part == LOAD_ORDER[-1] and not self._started:  # the denoiser's load beside phases 1-2
-                self._started.add(part)  # (training/denoiser_early.py): the parts before it load yet
+                self._started.add(part)  # (training/speed/denoiser_early.py): the parts before it load yet
                 return
             self._started.add(part)
             self._passed = max(self._passed, LOAD_ORDER.index(part))

@@ -54,7 +54,7 @@ from lorastudio.jobs.vram_estimate import (  # noqa: F401 (re-exported: host_mem
 from lorastudio.settings import get_settings
 
 # Lightest first: the quantised precisions a memory budget may fall back to from the plain default
-# (training/plan.QUANTISED_LADDER; never fp8, never fp16: auto without bf16 is fp32, training/plan.py).
+# (training/planning/plan.QUANTISED_LADDER; never fp8, never fp16: auto without bf16 is fp32, training/planning/plan.py).
 _LIGHTEST_PRECISIONS = ("nf4", "int8")
 
 
@@ -289,7 +289,7 @@ def plan_for_estimate(cfg: TrainConfig, host: HostInfo, *, lightest: bool = Fals
             (p for p in _LIGHTEST_PRECISIONS if p in host.precisions), values["base_precision"]
         )
         values["gradient_checkpointing"] = "full"
-        # every block swapped where the engine may swap (training/plan.block_swap_searchable: CUDA,
+        # every block swapped where the engine may swap (training/planning/plan.block_swap_searchable: CUDA,
         # and not compile "wide", whose compiled regions hold the blocks)
         values["offload_blocks"] = 1000 if host.device == "cuda" and cfg.compile != "wide" else 0
         values["micro_batch_size"] = 1

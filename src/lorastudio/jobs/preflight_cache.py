@@ -29,7 +29,7 @@ from lorastudio.data.disk_cache import (
 )
 from lorastudio.data.latent_keys import encoder_parts, plan_variants, run_cache_bytes
 from lorastudio.data.text_keys import KIND, TORCH_DTYPE_NAMES, text_fingerprint, text_key, text_parts
-from lorastudio.training.text_signature import PROBE_TEXTS, read_signature, signature_path
+from lorastudio.training.inputs.text_signature import PROBE_TEXTS, read_signature, signature_path
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -44,7 +44,7 @@ def latent_cache_section(
     """{"setting", "mode" ("memory" | "disk" | "per_step"), "ram_gb" (what the RAM cache would
     take), and on disk: "folder", "disk_bytes" (its size now), "images", "images_cached", "texts"
     / "texts_cached" (the captions phase 1 encodes / finds on disk; None where they stay in RAM),
-    "texts_probed" (probe captions phase 1 encodes besides, training/text_signature.py),
+    "texts_probed" (probe captions phase 1 encodes besides, training/inputs/text_signature.py),
     "note"}.
     `dtype`: the run's compute dtype (jobs.hardware.resolved_dtype; fp8/int8/nf4 compute in bf16)."""
     from lorastudio.families.single_file import model_source
@@ -93,8 +93,8 @@ def _texts_on_disk(
     cfg: TrainConfig, scan: DatasetScan, host: HostInfo, compute: str, root: Path, signatures: Path
 ) -> tuple[int, int, int] | None:
     """(captions phase 1 encodes, those with a shard on disk, probe captions it encodes besides:
-    none once the home keeps its encoders' signature, training/text_signature.py) of a
-    disk-cached run, keyed as training/conditioning_disk.py keys them; None where the captions
+    none once the home keeps its encoders' signature, training/inputs/text_signature.py) of a
+    disk-cached run, keyed as training/inputs/conditioning_disk.py keys them; None where the captions
     stay in RAM (a family whose prompt sees the control images, train_text_encoder)."""
     from lorastudio.families.single_file import model_source
 

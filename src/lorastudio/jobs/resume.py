@@ -27,7 +27,8 @@ from lorastudio.families.single_file import model_source
 from lorastudio.jobs.host_rules import host_problems, raw_host_problems
 from lorastudio.jobs.validation import sample_prompt_problems, with_resolved_base
 from lorastudio.settings import Settings
-from lorastudio.training.checkpoint import (
+from lorastudio.training.guidance_rules import resume_guidance_warnings
+from lorastudio.training.resume.checkpoint import (
     CHECKPOINTS,
     checkpoint_step,
     find_checkpoint,
@@ -35,13 +36,17 @@ from lorastudio.training.checkpoint import (
     read_checkpoint_info,
     resume_settings,
 )
-from lorastudio.training.extend import extension_steps, finished_problem
-from lorastudio.training.guidance_rules import resume_guidance_warnings
-from lorastudio.training.identity import check_identity, config_as_recorded, dataset_files, run_identity
-from lorastudio.training.identity_base import RELOCATABLE, record_for
-from lorastudio.training.identity_dataset import dataset_record_for, rule1_fingerprint
-from lorastudio.training.losses_file import losses_file_problem
-from lorastudio.training.relocation import moved_problems, with_entry_paths
+from lorastudio.training.resume.extend import extension_steps, finished_problem
+from lorastudio.training.resume.identity import (
+    check_identity,
+    config_as_recorded,
+    dataset_files,
+    run_identity,
+)
+from lorastudio.training.resume.identity_base import RELOCATABLE, record_for
+from lorastudio.training.resume.identity_dataset import dataset_record_for, rule1_fingerprint
+from lorastudio.training.resume.losses_file import losses_file_problem
+from lorastudio.training.resume.relocation import moved_problems, with_entry_paths
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class ValidatedResume:
 class ResumePoints:
     """What a run folder offers (read from its newest checkpoint): `resume_step`, the step a
     plain resume continues from (None: finished, or nothing left); `extend_from`, the step a
-    "train longer" (a resume setting `steps` above `total_steps`: training/extend.py) continues
+    "train longer" (a resume setting `steps` above `total_steps`: training/resume/extend.py) continues
     from (None: no checkpoint, or the run counts epochs); `total_steps`, the newest checkpoint's
     total."""
 
@@ -102,7 +107,7 @@ def validate_resume(
 
     Takes the run folder, a checkpoint folder name ("step-000123"; None = the newest), the
     settings to change (only those that do not change the maths, or `steps` above the run's
-    total to train it longer: training/extend.py), the settings, and the output
+    total to train it longer: training/resume/extend.py), the settings, and the output
     names of live jobs. Returns a ValidatedResume. Raises JobActive (the folder is in use),
     NotFound (no such checkpoint), ConfigError listing every problem (refused overrides, a
     checkpoint with no step left, base model / dataset problems, settings this host cannot run,
@@ -120,7 +125,7 @@ def validate_resume(
         found = find_checkpoint(run_dir / CHECKPOINTS / checkpoint)
     info = read_checkpoint_info(found)
     overrides = with_entry_paths(info["config"], overrides)  # datasets.N.path: a moved entry named anew
-    new_total = extension_steps(info, overrides)  # training it longer (training/extend.py)
+    new_total = extension_steps(info, overrides)  # training it longer (training/resume/extend.py)
     step, total = int(info["step"]), new_total or int(info["total_steps"])
     finished = finished_problem(run_dir, new_total is not None)
     if finished is not None:
@@ -170,9 +175,9 @@ def validate_resume(
     try:
         check_identity(
             info["identity"],
-            run_identity(  # with the latent handling the run will have (training/identity_latents.py)
+            run_identity(  # with the latent handling the run will have (training/resume/identity_latents.py)
                 before,
-                dataset_record_for(  # under the checkpoint's dataset rule (training/identity_dataset.py)
+                dataset_record_for(  # under the checkpoint's dataset rule (training/resume/identity_dataset.py)
                     info["identity"],
                     scan,
                     lambda: rule1_fingerprint(cfg, info["config"], family.spec, settings, flavour_controls),

@@ -29,7 +29,7 @@ from pathlib import Path
 from lorastudio.errors import JobActive, LorastudioError, NoSpaceLeft, NotFound, writing
 from lorastudio.jobs.records import Job
 from lorastudio.settings import Settings
-from lorastudio.training.init_lora_rules import init_lora_path
+from lorastudio.training.adapters.init_lora_rules import init_lora_path
 
 log = logging.getLogger("lorastudio.jobs")
 
@@ -46,8 +46,8 @@ def refuse_if_started_from(
     """Raise JobActive when a live job of `live` reads a LoRA file inside run folder
     outputs/<name>: its init_lora (a job that is not a resume, its id not in `resumed`: a resume
     takes its weights from its checkpoint), read at its worker's start and again when it loads the
-    denoiser (training/init_lora.py), or its assistant_lora (an absolute path; merged into the
-    base at every session's start, a resume's too: training/assistant.py). A delete of the folder
+    denoiser (training/adapters/init_lora.py), or its assistant_lora (an absolute path; merged into the
+    base at every session's start, a resume's too: training/adapters/assistant.py). A delete of the folder
     meanwhile failed the job, after its first phases (RELIABILITY 1921). A value that names no
     file any more is not this folder's. Called under the job service's lock, where a job is
     queued (`_enqueue` refuses a start whose file is gone: gone_check.refuse_if_gone)."""

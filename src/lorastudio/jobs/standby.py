@@ -64,10 +64,10 @@ PRELOAD = (
     "diffusers.guiders",  # imported by the pipelines' modules at a run's first load
     "transformers.modeling_utils",
     "peft.tuners.lora",
-    "lorastudio.training.block_swap",
-    "lorastudio.training.fp8",
-    "lorastudio.training.memory",
-    "lorastudio.training.quantize",
+    "lorastudio.training.planning.block_swap",
+    "lorastudio.training.speed.fp8",
+    "lorastudio.training.planning.memory",
+    "lorastudio.training.planning.quantize",
     # Inductor's compiler, which a compiled run's first block.compile(backend="inductor")
     # imports: 1.9 s on an H100 host (RESULTS note 34), 2.3 s of the denoiser's build; no
     # CUDA context
@@ -84,7 +84,7 @@ ENV_SKIP = frozenset({"_"})  # variables a shell sets per command, not the worke
 # Variables read when used, not at import, that a standby is handed with its job (its value in
 # the server now, or its absence): Inductor's cache folder, which torch sets in a process that
 # asked for it (the in-process API of the tests builds tiny models) and the engine reads at its
-# first compile (training/compile.keep_compile_cache).
+# first compile (training/speed/compile.keep_compile_cache).
 APPLIED_AT_HAND = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
 
 Fingerprint = tuple[tuple[tuple[str, str], ...], str, tuple[str, ...], str]

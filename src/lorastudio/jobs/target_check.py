@@ -4,7 +4,7 @@ API server (preflight and start).
 
 Contract: `check_lora_targets(cfg)` returns a TargetAnswer: no problems and no note, without
 starting anything, when the config sets none of the three fields (the family's own targets need
-no check). Otherwise it runs the engine's own check (training/lora.planned_target_check, on the
+no check). Otherwise it runs the engine's own check (training/adapters/lora.planned_target_check, on the
 meta device) in a short child process,
 `python -m lorastudio.training.target_check` (torch and diffusers import there, never in the
 server), with the hub offline (it reads the base's configs from disk only) and without the
@@ -156,7 +156,7 @@ def _init_version(cfg: TrainConfig) -> str | None:
     from lorastudio.errors import LorastudioError
     from lorastudio.file_version import version_of
     from lorastudio.settings import get_settings
-    from lorastudio.training.init_lora_rules import init_lora_path
+    from lorastudio.training.adapters.init_lora_rules import init_lora_path
 
     try:
         return str(version_of(os.stat(init_lora_path(cfg.init_lora, get_settings()))))

@@ -39,7 +39,7 @@ _H200_LOW_MEMORY_S_PER_SAMPLE: dict[tuple[str, str], float] = {
     ("UNet2DConditionModel", "int8"): 1.506,
     ("UNet2DConditionModel", "nf4"): 2.243,
 }
-# Recomputing activations: 20-35 % of a step (training/plan.py's chain order rests on it).
+# Recomputing activations: 20-35 % of a step (training/planning/plan.py's chain order rests on it).
 CHECKPOINTING_COST = {"off": 1.0, "selective": 1.2, "full": 1.35}
 # The e2e FLUX.1 run's fixed phases (note 23, run 3 with cuDNN; the probe of run 1: 22 s).
 _E2E = {"load_gb_per_s": 33.7 / 22.6, "text_s": 1.3 / 17, "image_s": 1.8 / 16, "probe_s": 22.0}
@@ -211,7 +211,7 @@ def _ratio(now: float, then: float) -> float:
 
 def _compile_cache_kept(home: Path) -> bool:
     """Whether Inductor's on-disk cache that runs of this home use holds anything
-    (training/compile.keep_compile_cache: the user's $TORCHINDUCTOR_CACHE_DIR, else
+    (training/speed/compile.keep_compile_cache: the user's $TORCHINDUCTOR_CACHE_DIR, else
     <home>/cache/inductor; lorastudio/compile_cache.py)."""
     folder = chosen_compile_cache() or home / "cache" / "inductor"
     try:

@@ -1,6 +1,6 @@
 """The rate a device does the wall-time forecast's work at (jobs/time_work.py counts the work),
 and what runs on this machine measured that no count can: a CPU's rate from the matmul probe each
-CPU run keeps (training/cpu_rate.py, RELIABILITY 1210), a sample round's fixed part (the VAE, the
+CPU run keeps (training/planning/cpu_rate.py, RELIABILITY 1210), a sample round's fixed part (the VAE, the
 pipeline's assembly, the PNGs: RELIABILITY 1212). No torch."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from lorastudio.jobs.time_work import record_step_work
 # host, 12 GFLOP/s from 64 to 512 px, 19 to 1024; the tiny SDXL's 15-17 (RELIABILITY 880). Only
 # a record's split into fixed and work parts depends on it.
 CPU_WORK_RATE = 1.2e10
-# That step rate over the rate of training/cpu_rate.py's probe (a 384 x 384 fp32 matmul at the
+# That step rate over the rate of training/planning/cpu_rate.py's probe (a 384 x 384 fp32 matmul at the
 # run's threads, on the process's CPU clock, the fastest of its bursts): 86-94 GFLOP/s one thread
 # on the 2-core host where the tiny models' step ran at CPU_WORK_RATE (RESULTS note 46; 35-37 on
 # the wall clock at a load of 9). A CPU record carries its run's probe (`cpu_rate`), so another
@@ -78,7 +78,7 @@ def fixed_round(records: list[dict[str, Any]], family: str) -> tuple[float | Non
 
 def probe_rate(record: dict[str, Any]) -> float | None:
     """The matmul rate (FLOP/s) a CPU record's run probed at its threads (`cpu_rate`:
-    training/cpu_rate.py); None: not probed (a GPU run, a record before the probe)."""
+    training/planning/cpu_rate.py); None: not probed (a GPU run, a record before the probe)."""
     probe = record.get("cpu_rate")
     value = probe.get("matmul_flops") if isinstance(probe, dict) else None
     return float(value) if isinstance(value, int | float) and math.isfinite(value) and value > 0 else None

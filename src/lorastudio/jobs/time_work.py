@@ -304,7 +304,7 @@ def seen_text_tokens(spec: FamilySpec, counts: list[int], limit: int | None) -> 
     the text stream to (_TEXT_MULTIPLE); None for a padding family, one the preflight cannot
     count (Qwen-Image-Edit: its prompt holds the control images) or no counts. The preflight's
     counts (jobs/caption_tokens.py) and the engine's record (its embeddings' lengths,
-    training/run_timings.py) go through it alike."""
+    training/planning/run_timings.py) go through it alike."""
     measured = spec.caption_tokens is not None and spec.caption_tokens.cuts  # the preflight counts them
     if spec.text_padded or not measured or not counts:
         return None

@@ -51,9 +51,9 @@ from lorastudio.jobs.host_rules import host_problems, raw_host_problems
 from lorastudio.jobs.run_host import host_for_run
 from lorastudio.jobs.target_check import check_lora_targets
 from lorastudio.settings import Settings
-from lorastudio.training.assistant_rules import assistant_problems
+from lorastudio.training.adapters.assistant_rules import assistant_problems
+from lorastudio.training.adapters.init_lora_rules import init_lora_notes, init_lora_problems
 from lorastudio.training.guidance_rules import guidance_problems, sample_guidance_problems
-from lorastudio.training.init_lora_rules import init_lora_notes, init_lora_problems
 
 if TYPE_CHECKING:
     from lorastudio.families.base import Family
@@ -239,7 +239,7 @@ def validate_run(
     if cfg is not None and model_source is not None and family is not None:  # what the base is
         based = cfg.model_copy(update=base)
         problems += assistant_problems(based, family)  # a distilled base?
-        if given is not None:  # the file a run starts from: its header (training/init_lora_rules.py)
+        if given is not None:  # the file a run starts from: its header (training/adapters/init_lora_rules.py)
             explicit = {k for k in given.model_fields_set if getattr(given, k) is not None}
             problems += init_lora_problems(cfg, settings, explicit)
             notes += init_lora_notes(cfg, settings)  # a DoRA file whose header names no dora_scale rule
@@ -324,7 +324,7 @@ def with_resolved_base(cfg: TrainConfig, settings: Settings) -> TrainConfig:
 def output_name_problems(name: str, settings: Settings, live_output_names: set[str]) -> list[FieldProblem]:
     """Why `name` cannot be a new run's output name (taken on disk or by a live job, unsafe). A
     mount point there that holds nothing is free: the run writes into it (RELIABILITY 1187)."""
-    from lorastudio.training.run_lock import empty_mount_point
+    from lorastudio.training.resume.run_lock import empty_mount_point
 
     try:
         safe_component(name, field="output_name")

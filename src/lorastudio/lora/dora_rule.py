@@ -6,7 +6,7 @@ row; a conv's kernel counts as part of its row):
   "comfyui"  W' = (W + delta) * dora_scale / ||W||
              ComfyUI 0.3.77+'s output-axis `weight_decompose` divides by the base row norm; the
              files lorastudio writes hold dora_scale = m ||W|| / ||W + delta|| so that ComfyUI
-             gives peft's weight (lora/lycoris.py, training/lycoris_export.dora_scales).
+             gives peft's weight (lora/lycoris.py, training/adapters/lycoris_export.dora_scales).
   "lycoris"  W' = (W + delta) * dora_scale / ||W + delta||
              LyCORIS' `weight_decompose` (DoRA's own rule): dora_scale is the magnitude m. Files
              trained by LyCORIS' modules: kohya sd-scripts with `network_module = "lycoris.kohya"`
@@ -114,7 +114,7 @@ def untold_warnings(paths: Iterable[Path]) -> list[str]:
     """The warning (DoraRule.warning) of each LyCORIS-layout DoRA file among `paths` (one with a
     `.dora_scale` tensor) whose header tells no rule, in the order given; [] where none. For where
     the user looks: generation's answer (jobs/generation.py, GenerateOut.warnings) and the train
-    preflight's notes (training/init_lora_rules.init_lora_notes). Reads headers only. Raises
+    preflight's notes (training/adapters/init_lora_rules.init_lora_notes). Reads headers only. Raises
     ModelSourceError for an unreadable header or a RULE_KEY of another value (the callers have
     checked each file already: lora/header.check_lora_file)."""
     from lorastudio.lora.header_read import read_header

@@ -177,7 +177,7 @@ def peft_from_file(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, s
 
 def follow_umask(path: Path | str) -> None:
     """Give a file safetensors wrote (always 0600) the mode every other file the studio writes
-    gets: 0666 less the umask. A LoRA file, and a checkpoint's (training/snapshot.py: another
+    gets: 0666 less the umask. A LoRA file, and a checkpoint's (training/resume/snapshot.py: another
     user of a group's shared home, umask 002, could not resume from a checkpoint 0600)."""
     os.chmod(path, 0o666 & ~process_umask())
 
@@ -306,7 +306,7 @@ def file_for_layout(
     lora = fold_strength(lora)
     if adapter_metadata is not None:
         # every module now at alpha = its rank (also a rank_pattern module: see
-        # training.export.fold_module_strengths)
+        # training.adapters.export.fold_module_strengths)
         ranks = dict(adapter_metadata.get("rank_pattern") or {})  # type: ignore[call-overload]
         adapter_metadata = {**adapter_metadata, "lora_alpha": float(lora.rank), "alpha_pattern": ranks}
     tensors, header = diffusers_file(lora, family, adapter_metadata)

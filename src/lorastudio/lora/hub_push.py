@@ -79,7 +79,7 @@ def push_lora(
         samples = _newest_round(run_dir, sidecar)
         shared = (
             json.dumps(shared_copy(sidecar), indent=2) + "\n"
-        )  # as training/export writes it, no local path
+        )  # as training/adapters/export writes it, no local path
         files: dict[str, Path | bytes | BinaryIO] = {
             lora.name: weights,
             sidecar_path.name: shared.encode("utf-8"),

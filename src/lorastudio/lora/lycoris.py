@@ -155,7 +155,7 @@ def peft_to_lycoris(
     Args:
         tensors: peft's tensors ("<module>.hada_w1_a", ...).
         adapter: "loha", "lokr" or "dora".
-        scales: {module: (rank, alpha)} as peft resolved them (training.lora.module_scales).
+        scales: {module: (rank, alpha)} as peft resolved them (training.adapters.lora.module_scales).
         dora_scale: DoRA only: {module: [out, 1] tensor ([out, 1, 1, 1] for a conv)} =
             m * ||W|| / ||W + delta|| per row.
         generic: name the layers GENERIC + <diffusers name> (`generic_spelling`), not "lycoris_".

@@ -90,7 +90,7 @@ def _text(value: Any) -> str:
 
 
 def training_metadata(sidecar: Mapping[str, Any]) -> dict[str, str]:
-    """`lorastudio.*` header strings from a run's sidecar (see training.export.build_sidecar):
+    """`lorastudio.*` header strings from a run's sidecar (see training.adapters.export.build_sidecar):
     family, base model (its name, model_name: the sidecar keeps the path), rank, alpha, steps,
     resolution, trigger word, dataset fingerprint, the
     adapter and optimizer, and with EMA which weights the file holds ("ema" or "raw": the
@@ -124,7 +124,7 @@ def training_metadata(sidecar: Mapping[str, Any]) -> dict[str, str]:
         "created_at": sidecar.get("created_at"),
         "version": sidecar.get("lorastudio_version"),
     }
-    init = sidecar.get("init_lora")  # the LoRA file the run started from (training/init_lora.py)
+    init = sidecar.get("init_lora")  # the LoRA file the run started from (training/adapters/init_lora.py)
     if isinstance(init, Mapping):
         facts["init_lora"] = init.get("file")
         facts["init_lora_sha256"] = init.get("sha256")

@@ -1,7 +1,7 @@
 """One consistent LoRA + sidecar pair of a run, held for a push (no torch; RELIABILITY 2042).
 
 A run writes its pair by renaming a staged sidecar into place, then the LoRA
-(training/export.write_lora_pair), and a resume or an extension of the run does so again while a
+(training/adapters/export.write_lora_pair), and a resume or an extension of the run does so again while a
 push may be uploading: a push that read the sidecar, then uploaded the LoRA by its path, could
 send the resumed LoRA with the sidecar (and model card) of the run before it. `pair_snapshot`
 opens the LoRA first and keeps that descriptor (a rename over the path leaves the opened file as

@@ -1,6 +1,6 @@
 """LoRA snapshots of a run: the LoRA at an intermediate step, in the run's layout, with its
 sidecar, ready for diffusers / ComfyUI like the final file. No torch here (what is written is
-training/export.py's business).
+training/adapters/export.py's business).
 
 Layout: <run_dir>/loras/<output_name>-step-000500.safetensors + <output_name>-step-000500.json
 (the sidecar: the run's sidecar format with "steps" = the snapshot's step and "snapshot": true).
@@ -14,7 +14,7 @@ Weights: snapshots hold the raw (trained) adapter weights. With EMA (ema_decay) 
 the raw weights, so "the LoRA of step N" for validation, download and generation is the raw one:
 a snapshot, or <name>.raw.safetensors for the final step (`raw_lora_at`). The EMA weights of a
 checkpoint's step are kept in that checkpoint's folder, checkpoints/step-N/<name>-step-N.ema
-.safetensors + .json (training/export.save_ema_step_lora), removed with the checkpoint by
+.safetensors + .json (training/adapters/export.save_ema_step_lora), removed with the checkpoint by
 keep_last (`ema_step_loras`; with the final EMA file: `ema_lora_at`, Generate's `"weights": "ema"`),
 and those of the newest previewed step no checkpoint keeps in samples/ (`ema_preview_loras`: one
 pair, replaced at each such sample round, training/ema_preview.py).
@@ -30,8 +30,8 @@ from typing import Any
 from lorastudio import json_read
 from lorastudio.errors import writing
 from lorastudio.folder_entries import entries
-from lorastudio.training.folder_guard import check_folder, replace_in_run
-from lorastudio.training.run_files import (
+from lorastudio.training.resume.folder_guard import check_folder, replace_in_run
+from lorastudio.training.resume.run_files import (
     CHECKPOINTS,
     LORAS,
     SAMPLES,
@@ -41,7 +41,7 @@ from lorastudio.training.run_files import (
     snapshot_name,
     staging_path,
 )
-from lorastudio.training.run_files import snapshot_step as _step_of_name
+from lorastudio.training.resume.run_files import snapshot_step as _step_of_name
 
 
 def snapshot_step(path: Path) -> int | None:
@@ -257,7 +257,7 @@ def remove_lone_sidecars(run_dir: Path, before: int) -> None:
 
 class SnapshotKeeper:
     """Snapshot bookkeeping of one session of a run (a fresh run, or one resume of it), as
-    training/checkpoint.CheckpointKeeper keeps checkpoints.
+    training/resume/checkpoint.CheckpointKeeper keeps checkpoints.
 
     `due(step, total)`: whether a `save_lora_every` snapshot falls on `step` (not the last step:
     the final LoRA is the run's result). `record(path)` registers a written snapshot and removes

@@ -4,7 +4,7 @@
 The maths equals the single-process run of the same config: the conditioning and the latent
 cache are built once, shared out (each rank encodes its round-robin share of the caption chunks
 and of the images, `gather_round` all-gathers each round: the same tensors as one process, see
-training/conditioning.py and training/latents.py), every rank walks the same sampler, and draws
+training/inputs/conditioning.py and training/inputs/latents.py), every rank walks the same sampler, and draws
 the latents, noise and timesteps of the GLOBAL batch from the same seeded generators; each rank
 then keeps its contiguous slice of the batch (`BatchShard`). The local loss share is multiplied by the world
 size so that DDP's average of the gradients is the gradient of the global mean loss; the step

@@ -4,7 +4,7 @@ A preview of an EMA run (ema_decay with sample_with_ema, the default) renders th
 its step; a checkpoint of that step keeps them (RELIABILITY 812), the final LoRA the last step's.
 A preview of a step with neither (only `sample_every` or `save_lora_every` fell on it) showed
 weights no file kept. Now each such sample round writes the EMA weights of its step as
-samples/<name>-step-N.ema.safetensors + .json (training/export.save_ema_step_lora: the run's
+samples/<name>-step-N.ema.safetensors + .json (training/adapters/export.save_ema_step_lora: the run's
 layout, header, sidecar and loader check), and removes the previous pair of the run's: one pair
 at most, so nothing grows with the run's length (a LoRA per round would: keep_loras counts the
 raw snapshots). So the newest preview is always obtainable (lora/snapshots.ema_preview_loras:
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lorastudio.folder_entries import entries
-from lorastudio.training.export import save_ema_step_lora
-from lorastudio.training.folder_guard import check_folder
-from lorastudio.training.run_files import SAMPLES, ema_preview_step, ema_step_name
+from lorastudio.training.adapters.export import save_ema_step_lora
+from lorastudio.training.resume.folder_guard import check_folder
+from lorastudio.training.resume.run_files import SAMPLES, ema_preview_step, ema_step_name
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig

@@ -27,7 +27,7 @@ class ModelLoadStarted(_Event):
 
 class ModelLoadCompleted(_Event):
     """`seconds`: the load's own time; `waited_s`: the part of it the run waited for, where the
-    load ran beside other work (the denoiser's beside phases 1-2: training/denoiser_early.py),
+    load ran beside other work (the denoiser's beside phases 1-2: training/speed/denoiser_early.py),
     else None (the run waited for all of it)."""
 
     type: Literal["model_load_completed"] = "model_load_completed"
@@ -109,7 +109,7 @@ class DatasetWarnings(_Event):
     """What may hurt the run about its dataset (data/scan_warnings.py: the job service's preflight
     lists the same as its `dataset.warnings`), emitted once after the run's preflight when there
     is any, and again, the whole list, when the text encoders find captions longer than they read
-    (training/caption_length.py: after its conditioning phase): the run record keeps the latest
+    (training/inputs/caption_length.py: after its conditioning phase): the run record keeps the latest
     list (`dataset_warnings`), its log states each once."""
 
     type: Literal["dataset_warnings"] = "dataset_warnings"
@@ -138,10 +138,10 @@ class PlanChosen(_Event):
     whether regional compile is active, the memory budget (None: none) and how the plan was
     decided ("settings" = fixed by the config, "measured" = chosen by measuring `trials`,
     "checkpoint" = the plan of the checkpoint a resume continues). `attention_backend` is the
-    SDPA kernel used (training/attention.py: "cudnn" | "flash" | "efficient" | "math" |
+    SDPA kernel used (training/speed/attention.py: "cudnn" | "flash" | "efficient" | "math" |
     "default" = torch's choice, cuDNN off). `compile_regions` says what is compiled: "" (nothing),
-    "repeated blocks", "wide" or "wide + CUDA graphs" (training/compile.py). `fused_projections`:
-    the groups of same-input projections run as one matmul (training/fused_projections.py; 0 =
+    "repeated blocks", "wide" or "wide + CUDA graphs" (training/speed/compile.py). `fused_projections`:
+    the groups of same-input projections run as one matmul (training/speed/fused_projections.py; 0 =
     none). `fallbacks` lists the speed features that could not be used here, each with its
     reason (e.g. "fp8: needs ...")."""
 

@@ -2,18 +2,18 @@
 
   preflight  config, engine settings, output folder, precision, dataset, model source (no I/O)
   attention  auto's kernel probe starts here, in a child process, and works beside phases 1-2
-             (training/attention_early.py; a result cached for this GPU and shapes skips it)
+             (training/speed/attention_early.py; a result cached for this GPU and shapes skips it)
   phase 1    text encoders only: encode each unique caption once, free the encoders
              (phases 1-2: training/loop_inputs.py)
   phase 2    VAE only: latent cache (posterior mean/std per crop/flip variant), free the VAE
              (or keep it and encode every step when the cache would exceed its RAM budget);
              latent_cache "disk" (or "auto" above the RAM budget) keeps it on disk across runs
-             (training/latents_disk.py)
-  plan       how the denoiser phase runs (training/plan.py): the config's settings; with
+             (training/inputs/latents_disk.py)
+  plan       how the denoiser phase runs (training/planning/plan.py): the config's settings; with
              memory_budget_gb, the fastest measured plan that fits (after phase 2: trials use
              the run's conditioning and latents); a resume reuses its checkpoint's plan.
              PlanChosen is emitted once, before the first step
-  phase 3    denoiser + LoRA (built for the plan: training/plan_build.py): batched,
+  phase 3    denoiser + LoRA (built for the plan: training/planning/plan_build.py): batched,
              gradient-accumulated optimizer steps (training/optimizers.py) in the plan's
              micro-batches, with an LR schedule
   validate   with validation_split: the held-out images encoded in phase 2, their loss measured at
@@ -27,12 +27,12 @@
              round, Complete; a kill while the final samples render keeps the LoRA, and a failure
              there completes the run with a RunWarning (training/loop_end.finish_run; a stop with
              save exports the steps run when it lands). Rank 0 holds a lock on the run folder for
-             the session (training/run_lock.py: a resume of a folder another live session
+             the session (training/resume/run_lock.py: a resume of a folder another live session
              writes is JobActive)
 
 The phases after the session is prepared are in training/loop_phases.py.
 
-Checkpoints (outputs/<output_name>/checkpoints/step-N, see training/checkpoint.py) are written
+Checkpoints (outputs/<output_name>/checkpoints/step-N, see training/resume/checkpoint.py) are written
 every cfg.save_every steps and on stop-and-save; `train(..., resume=...)` continues a run from one
 in the same folder: phases 1-2 rebuild the conditioning and latent cache deterministically from
 the seed, then the loop's complete state (LoRA, optimizer, schedule, scaler, sampler position,
@@ -40,7 +40,7 @@ meters, every RNG stream) is restored, so the remaining steps are those of an un
 
 A stop request is honoured between phases, per image while caching and after every step.
 Exactly one terminal event is emitted: Complete, or Error (then the exception is re-raised).
-A fresh run that finished writes its wall-time record (training/run_timings.py) just before its
+A fresh run that finished writes its wall-time record (training/planning/run_timings.py) just before its
 Complete, its memory freed, so the run's end as the job service reports it finds the record.
 
 Launched by torchrun / accelerate launch (RANK, WORLD_SIZE, LOCAL_RANK set), the run is
@@ -64,15 +64,7 @@ from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
 from lorastudio.settings import Settings, get_settings
 from lorastudio.timings import FINAL_LORA_SAVED, PhaseClock
-from lorastudio.training.attention_fa4 import keep_fa4_cache
-from lorastudio.training.checkpoint import (
-    CheckpointKeeper,
-    checkpoint_step,
-    find_checkpoint,
-    read_checkpoint_info,
-)
-from lorastudio.training.compile import keep_compile_cache, wants_compile
-from lorastudio.training.device_warmup import warm_device
+from lorastudio.training.adapters.export import export_run
 from lorastudio.training.distributed import (
     StopPoll,
     barrier,
@@ -91,17 +83,25 @@ from lorastudio.training.events import (
     RunWarning,
     StopCheck,
 )
-from lorastudio.training.export import export_run
-from lorastudio.training.extend import extension_record
 from lorastudio.training.loop_phases import run_phases
 from lorastudio.training.optimize import RunState
-from lorastudio.training.plan_measure import DeviceMeter
+from lorastudio.training.planning.plan_measure import DeviceMeter
+from lorastudio.training.planning.run_timings import record_run_timings
 from lorastudio.training.precision import free_accelerator_memory, pick_device, run_numerics
 from lorastudio.training.preflight import PreparedRun, scan_progress
 from lorastudio.training.rank_scan import prepare_on_ranks
-from lorastudio.training.run_lock import claim_run_dir, holds, lock_run_dir, release_run_dir
-from lorastudio.training.run_timings import record_run_timings
+from lorastudio.training.resume.checkpoint import (
+    CheckpointKeeper,
+    checkpoint_step,
+    find_checkpoint,
+    read_checkpoint_info,
+)
+from lorastudio.training.resume.extend import extension_record
+from lorastudio.training.resume.run_lock import claim_run_dir, holds, lock_run_dir, release_run_dir
 from lorastudio.training.session import clean_after_failure, discard_session, prepare_session
+from lorastudio.training.speed.attention_fa4 import keep_fa4_cache
+from lorastudio.training.speed.compile import keep_compile_cache, wants_compile
+from lorastudio.training.speed.device_warmup import warm_device
 from lorastudio.training.trackers import TrackerSink
 
 
@@ -143,13 +143,13 @@ def train(
     optional stop poll, the settings (default: this process's), a device ("cpu", "cuda", ...;
     default: CUDA when available), and `resume`: a checkpoint folder, or a run folder (its
     newest checkpoint), to continue from. A resume keeps the checkpoint's run folder and total
-    steps; cfg must have the checkpoint's identity (training/identity.py; see
+    steps; cfg must have the checkpoint's identity (training/resume/identity.py; see
     checkpoint.resume_settings to build it from the checkpoint).
     `meter` is a test hook: the DeviceMeter that measures the plans of a memory budget instead
     of the device's (a plan_measure.FakeDeviceMeter lets the chooser run on the CPU; with it,
     memory_budget_gb is accepted on a CPU host). Leave it None for real runs.
     `run_id`: the id of the run's record in the run store (the job's, a CLI run's), written in a
-    fresh run's mark (training/fresh_mark.py) so that the process removing what a kill left adds
+    fresh run's mark (training/resume/fresh_mark.py) so that the process removing what a kill left adds
     its note to this record; None: not recorded (the note is only logged).
     `started_at`: when the calling process started (timings.process_started_at(); the CLI and the
     job worker pass it): the run's wall-time record counts the process's start (imports) too.
@@ -210,7 +210,9 @@ def train(
         if state.resume is None:
             barrier(state.ctx)  # every rank's preflight saw the folder free before rank 0 claims it
             if main:
-                state.run_lock = claim_run_dir(run.run_dir, run_id)  # held to the end (training/run_lock.py)
+                state.run_lock = claim_run_dir(
+                    run.run_dir, run_id
+                )  # held to the end (training/resume/run_lock.py)
         elif main:
             state.run_lock = lock_run_dir(run.run_dir)  # JobActive while another session writes it
         claimed = main
@@ -311,7 +313,7 @@ def _save_final(run: PreparedRun, state: RunState, clock: PhaseClock) -> None:
 
 
 def _note_extension(run: PreparedRun, state: RunState) -> None:
-    """A resume whose total exceeds its checkpoint's trains the run longer (training/extend.py):
+    """A resume whose total exceeds its checkpoint's trains the run longer (training/resume/extend.py):
     remember it (the schedule is re-spanned after the checkpoint loads) and its record."""
     info = read_checkpoint_info(state.resume)
     longer = run.cfg.num_epochs == 0 and int(run.cfg.steps) > int(info["total_steps"])

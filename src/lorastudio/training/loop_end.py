@@ -13,11 +13,11 @@ from lorastudio.training.events import Emit, RunWarning, SampleReady
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
-    from lorastudio.training.latents import LatentSource
+    from lorastudio.training.inputs.latents import LatentSource
     from lorastudio.training.optimize import RunState
     from lorastudio.training.preflight import PreparedRun
+    from lorastudio.training.resume.snapshot import LoopParts
     from lorastudio.training.samples import SamplePreviews
-    from lorastudio.training.snapshot import LoopParts
 
 log = logging.getLogger("lorastudio.training")
 

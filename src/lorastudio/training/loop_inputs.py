@@ -1,7 +1,7 @@
 """Phases 1-2 of a run (training/loop.py): the text conditioning and the latent source.
 
 Phase 1 encodes each unique text once (the text encoders are freed after); with the disk latent
-cache the captions' conditioning goes to disk too (training/conditioning_disk.py). Phase 2 loads
+cache the captions' conditioning goes to disk too (training/inputs/conditioning_disk.py). Phase 2 loads
 the VAE, encodes the held-out images and builds the latent source in the mode the cache size
 and `latent_cache` call for (data/disk_cache.latent_mode): memory, disk or per-step.
 """
@@ -22,21 +22,26 @@ from lorastudio.data.latent_keys import run_cache_bytes
 from lorastudio.data.preservation_texts import encode_list, preservation_texts
 from lorastudio.families.single_file import model_source
 from lorastudio.settings import Settings
-from lorastudio.training.conditioning import Conditioning, captions_to_encode, edit_prompts, encode_texts
-from lorastudio.training.conditioning_disk import DiskConditioning, encode_texts_on_disk, with_texts
 from lorastudio.training.distributed import StopPoll
 from lorastudio.training.events import DatasetWarnings, Emit, ModelLoadCompleted, ModelLoadStarted, RunWarning
-from lorastudio.training.identity_rules import validation_noise_seed
-from lorastudio.training.latents import (
+from lorastudio.training.inputs.conditioning import (
+    Conditioning,
+    captions_to_encode,
+    edit_prompts,
+    encode_texts,
+)
+from lorastudio.training.inputs.conditioning_disk import DiskConditioning, encode_texts_on_disk, with_texts
+from lorastudio.training.inputs.latents import (
     EncodedPerStep,
     LatentSource,
     build_latent_cache,
 )
-from lorastudio.training.latents_disk import open_disk_latents
+from lorastudio.training.inputs.latents_disk import open_disk_latents
 from lorastudio.training.optimize import RunState
+from lorastudio.training.planning.run_timings import conditioning_tokens
 from lorastudio.training.precision import free_accelerator_memory
 from lorastudio.training.preflight import PreparedRun
-from lorastudio.training.run_timings import conditioning_tokens
+from lorastudio.training.resume.identity_rules import validation_noise_seed
 from lorastudio.training.samples import sample_reference_paths, sample_texts
 from lorastudio.training.validate import ValidationRounds, encode_held_out
 
@@ -56,7 +61,7 @@ def encode_conditioning(
     dropouts = item_dropouts(run.scan, cfg.caption_dropout)  # each item's entry's
     captions = [it.caption for it in items]
     sees = family.spec.prompt_sees_controls  # encoded per caption + controls (Qwen-Image-Edit)
-    # the captions themselves too: the memory plan's trials read them (training/plan_measure.py)
+    # the captions themselves too: the memory plan's trials read them (training/planning/plan_measure.py)
     to_encode = (
         edit_prompts(items, dropouts, [[it.caption, *vs] for it, vs in zip(items, variants, strict=True)])
         if sees
@@ -108,7 +113,7 @@ def encode_conditioning(
 
 def run_latent_mode(run: PreparedRun) -> str:
     """memory | disk | per_step (data/disk_cache.latent_mode) for the run's cache size (the
-    sizing its identity records too: training/identity.latent_handling)."""
+    sizing its identity records too: training/resume/identity.latent_handling)."""
     need = run_cache_bytes(run.cfg, run.scan, run.family.spec)
     return latent_mode(run.cfg.latent_cache, need, run.cfg.latent_cache_max_gb)
 

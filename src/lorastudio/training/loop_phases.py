@@ -19,26 +19,26 @@ from lorastudio.data.cache_io import hold_readers
 from lorastudio.data.disk_cache import cache_root
 from lorastudio.families.single_file import model_source
 from lorastudio.settings import Settings
-from lorastudio.training.attention import apply_attention, prepare_denoiser_attention
-from lorastudio.training.attention_early import PendingAttention, run_shapes, start_attention
-from lorastudio.training.checkpoint import checkpoint_plan, read_checkpoint_info
-from lorastudio.training.compile import wants_compile
-from lorastudio.training.conditioning import CaptionPicker
-from lorastudio.training.denoiser_early import EarlyDenoiser, start_denoiser
+from lorastudio.training.adapters.text_encoders import LivePromptConds, load_text_encoder_lora
 from lorastudio.training.distributed import StopPoll, wrap_denoiser
 from lorastudio.training.events import Emit, ModelLoadCompleted, ModelLoadStarted, Preparing, RunWarning
-from lorastudio.training.identity_base import settle_base
-from lorastudio.training.latents_disk import hold_latent_entry_early
+from lorastudio.training.inputs.conditioning import CaptionPicker
+from lorastudio.training.inputs.latents_disk import hold_latent_entry_early
 from lorastudio.training.loop_inputs import encode_conditioning, prepare_latents, run_latent_mode
 from lorastudio.training.noise import make_objective
 from lorastudio.training.optimize import RunState, optimize
-from lorastudio.training.plan import Plan, plan_event, resolve_fixed_plan, resumed_plan
-from lorastudio.training.plan_build import build_denoiser
-from lorastudio.training.plan_measure import CudaMeter, DeviceMeter, choose_plan
+from lorastudio.training.planning.plan import Plan, plan_event, resolve_fixed_plan, resumed_plan
+from lorastudio.training.planning.plan_build import build_denoiser
+from lorastudio.training.planning.plan_measure import CudaMeter, DeviceMeter, choose_plan
 from lorastudio.training.precision import pick_dtype
 from lorastudio.training.preflight import PreparedRun
+from lorastudio.training.resume.checkpoint import checkpoint_plan, read_checkpoint_info
+from lorastudio.training.resume.identity_base import settle_base
 from lorastudio.training.samples import SamplePreviews, sample_texts
-from lorastudio.training.text_encoders import LivePromptConds, load_text_encoder_lora
+from lorastudio.training.speed.attention import apply_attention, prepare_denoiser_attention
+from lorastudio.training.speed.attention_early import PendingAttention, run_shapes, start_attention
+from lorastudio.training.speed.compile import wants_compile
+from lorastudio.training.speed.denoiser_early import EarlyDenoiser, start_denoiser
 
 
 def run_phases(
@@ -108,8 +108,8 @@ def _inputs_and_steps(
     run = dataclasses.replace(run, dtype=pick_dtype(plan.base_precision, run.device))
     if cfg.train_text_encoder:
         state.text_encoders = load_text_encoder_lora(family, cfg, run.dtype, run.device, emit)
-        if run.init_lora is not None:  # the init file's text-encoder layers (training/init_lora.py)
-            from lorastudio.training.init_lora_text import load_init_text_encoders
+        if run.init_lora is not None:  # the init file's text-encoder layers (training/adapters/init_lora.py)
+            from lorastudio.training.adapters.init_lora_text import load_init_text_encoders
 
             if (note := load_init_text_encoders(state.text_encoders, run.init_lora, cfg)) is not None:
                 logging.getLogger(__name__).warning("%s", note)
@@ -159,7 +159,7 @@ def _prepare_denoiser(
     pending: PendingAttention,
     early: EarlyDenoiser | None = None,
 ) -> list[torch.nn.Parameter]:
-    """Build the denoiser for `plan` (training/plan_build.py; from `early`'s load where the
+    """Build the denoiser for `plan` (training/planning/plan_build.py; from `early`'s load where the
     load ran beside phases 1-2), keep it in `state` and emit PlanChosen (with the fallbacks
     known now). Returns the trainable LoRA parameters."""
     cfg = run.cfg

@@ -114,10 +114,10 @@ def make_optimizer(
 
 def undecayed_magnitudes(identity: Mapping[str, Any], denoiser: Any) -> list[torch.nn.Parameter]:
     """The magnitudes `make_optimizer` keeps from weight decay in a run of `identity`: DoRA's
-    magnitude vectors of the denoiser under weight-decay rule 2 (training/identity_rules.py); []
+    magnitude vectors of the denoiser under weight-decay rule 2 (training/resume/identity_rules.py); []
     under rule 1 (a DoRA checkpoint of older code, resumed as it was written) and for every other
     adapter. (SDXL's text-encoder LoRA is plain LoRA whatever the adapter: no magnitudes.)"""
-    from lorastudio.training.identity_rules import DORA_DECAY_NOW, dora_decay_rule
+    from lorastudio.training.resume.identity_rules import DORA_DECAY_NOW, dora_decay_rule
 
     if dora_decay_rule(identity) != DORA_DECAY_NOW:
         return []

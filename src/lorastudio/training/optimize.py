@@ -1,7 +1,7 @@
 """The optimizer-step loop of a run (phase 3 of training/loop.py): batches from the bucket
 sampler, gradient accumulation, clipping, the divergence guard, the LR schedule, progress events,
 sample previews, checkpoints and the stop poll after every step. Resumed runs restore every piece
-of loop state (training/snapshot.py) before the first step. Micro-batches: training/micro_batches.py.
+of loop state (training/resume/snapshot.py) before the first step. Micro-batches: training/planning/micro_batches.py.
 
 Pipelined steps (CUDA, one process, bf16/fp32, fused AdamW): the host reads a step's loss and
 gradient norm only after the NEXT step's forward/backward is queued, so the GPU never waits for
@@ -26,21 +26,15 @@ import torch
 
 from lorastudio.errors import TrainingStopped
 from lorastudio.lora.snapshots import SnapshotKeeper
-from lorastudio.training.checkpoint import CheckpointKeeper, read_checkpoint_info
-from lorastudio.training.conditioning import CaptionPicker, Conditioning
+from lorastudio.training.adapters.export import save_ema_step_lora, save_lora_snapshot
 from lorastudio.training.distributed import ParallelContext, StopPoll, all_reduce_sum
 from lorastudio.training.ema import AdapterEma, make_ema
 from lorastudio.training.ema_preview import keep_preview_ema
 from lorastudio.training.events import Emit, Progress, RunWarning
-from lorastudio.training.export import save_ema_step_lora, save_lora_snapshot
-from lorastudio.training.extend import respan_schedule
-from lorastudio.training.first_step_report import log_first_step_compile
-from lorastudio.training.latents import LatentSource
+from lorastudio.training.inputs.conditioning import CaptionPicker, Conditioning
+from lorastudio.training.inputs.latents import LatentSource
 from lorastudio.training.loop_end import finish_run, sample_round
-from lorastudio.training.loss_record import LossRecord
-from lorastudio.training.machine_record import device_name, dtype_path
 from lorastudio.training.meter import DivergenceGuard, StepMeter
-from lorastudio.training.micro_batches import batch_forward_backward, entry_loss_weights
 from lorastudio.training.noise import DdpmObjective, FlowObjective
 from lorastudio.training.optim import (
     iter_sampler_steps,
@@ -50,20 +44,26 @@ from lorastudio.training.optim import (
     undecayed_magnitudes,
 )
 from lorastudio.training.optimizers import step_size
-from lorastudio.training.plan import Plan
+from lorastudio.training.planning.micro_batches import batch_forward_backward, entry_loss_weights
+from lorastudio.training.planning.plan import Plan
+from lorastudio.training.planning.run_timings import compile_cache_counts
 from lorastudio.training.precision import peak_memory_gb
-from lorastudio.training.precompile import end_first_step
 from lorastudio.training.preflight import PreparedRun
 from lorastudio.training.preservation import preservation_cond, prior_mask
-from lorastudio.training.run_timings import compile_cache_counts
+from lorastudio.training.resume.checkpoint import CheckpointKeeper, read_checkpoint_info
+from lorastudio.training.resume.extend import respan_schedule
+from lorastudio.training.resume.loss_record import LossRecord
+from lorastudio.training.resume.machine_record import device_name, dtype_path
+from lorastudio.training.resume.snapshot import LoopParts, load_checkpoint, save_checkpoint
 from lorastudio.training.samples import SamplePreviews
-from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkpoint
+from lorastudio.training.speed.first_step_report import log_first_step_compile
+from lorastudio.training.speed.precompile import end_first_step
 from lorastudio.training.step_in_flight import StepInFlight, fused_adam
 from lorastudio.training.validate import HeldOut, ValidationRounds, validation_round
 
 if TYPE_CHECKING:
     from lorastudio.data.preservation_texts import PreservationTexts
-    from lorastudio.training.text_encoders import TextEncoderLora
+    from lorastudio.training.adapters.text_encoders import TextEncoderLora
 
 
 PIPELINED_DEVICES = ("cuda",)  # where a step is queued before the last one's values are read
@@ -76,13 +76,13 @@ class RunState:
 
     steps_run: int = 0
     total_steps: int = 0
-    losses: LossRecord = field(default_factory=LossRecord)  # every step's (training/loss_record.py)
+    losses: LossRecord = field(default_factory=LossRecord)  # every step's (training/resume/loss_record.py)
     denoiser: Any = None
     lora_config: Any = None
     resume: Path | None = None  # the checkpoint this session continues from
     steps_at_start: int = 0  # steps done before this session (the checkpoint's step)
     keeper: CheckpointKeeper | None = None
-    extensions: list[dict[str, Any]] = field(default_factory=list)  # training/extend.py's record
+    extensions: list[dict[str, Any]] = field(default_factory=list)  # training/resume/extend.py's record
     extended: bool = False  # this session trains the run longer than the checkpoint's total
     loras: SnapshotKeeper | None = None  # LoRA snapshots (every checkpoint, every save_lora_every)
     identity: dict[str, Any] = field(default_factory=dict)
@@ -90,20 +90,20 @@ class RunState:
     previews: SamplePreviews | None = None  # set when the config has sample prompts (rank 0)
     ctx: ParallelContext = field(default_factory=ParallelContext)
     ddp: Any = None  # the DDP wrapper of the denoiser in a data-parallel run
-    plan: Plan | None = None  # how the denoiser phase runs (training/plan.py)
+    plan: Plan | None = None  # how the denoiser phase runs (training/planning/plan.py)
     swap: Any = None  # the BlockSwap of the denoiser when the plan offloads blocks
-    run_lock: int | None = None  # rank 0's lock on the run folder (training/run_lock.py)
+    run_lock: int | None = None  # rank 0's lock on the run folder (training/resume/run_lock.py)
     cache_readers: int | None = None  # a disk-cached run's hold on the cache (data/cache_io.hold_readers)
     cache_entries: list[int] = field(default_factory=list)  # its holds on the entries it reads (hold_entry)
     notes: list[str] = field(default_factory=list)  # what the phases before the denoiser could not do
-    attention: str = "default"  # the SDPA kernel of the denoiser phase (training/attention.py)
+    attention: str = "default"  # the SDPA kernel of the denoiser phase (training/speed/attention.py)
     ema: AdapterEma | None = None  # the adapter EMA (cfg.ema_decay): the exported LoRA is its weights
     validation: ValidationRounds | None = None  # the validation rounds (cfg.validation_split)
     held_out: list[HeldOut] = field(default_factory=list)  # the encoded validation images
     held_out_conds: Conditioning = field(default_factory=dict)  # their captions' conditioning
     text_encoders: TextEncoderLora | None = None  # SDXL train_text_encoder: encoders with their LoRA
     preservation: PreservationTexts | None = None  # cfg.preservation's texts (training/preservation.py)
-    # Inductor's cache hits / misses when the run began (training/run_timings.compile_cache_state)
+    # Inductor's cache hits / misses when the run began (training/planning/run_timings.compile_cache_state)
     compile_counts: dict[str, int] = field(default_factory=compile_cache_counts)
     latents_encoded: int | None = None  # images phase 2 encoded (None: every image; the disk cache: fewer)
     text_tokens: float | None = None  # a non-padding family's mean text tokens a caption (run_timings.py)
@@ -156,7 +156,7 @@ def optimize(
         state.steps_run, notes = load_checkpoint(state.resume, parts, state.losses)
         for note in notes:  # the run goes on: losses the file lacked (NaN), another thread count or machine
             emit(RunWarning(step=state.steps_run, message=note))
-        if state.extended:  # the LR from here on is the new total's schedule (training/extend.py)
+        if state.extended:  # the LR from here on is the new total's schedule (training/resume/extend.py)
             respan_schedule(parts.scheduler)
         state.steps_at_start = state.checkpointed_step = state.steps_run
         if state.validation is not None:  # the rounds before the checkpoint, as the run recorded them
@@ -261,7 +261,7 @@ def _record(
     parts.meter.step_done(loss, flight.samples)
     if parts.meter.session_steps == 1:  # where its compile's time went
         log_first_step_compile(parts.meter.first_step_seconds or 0.0)
-        end_first_step()  # later shapes: the ordinary compile (training/precompile.py)
+        end_first_step()  # later shapes: the ordinary compile (training/speed/precompile.py)
     emit(
         Progress(
             step=flight.step,

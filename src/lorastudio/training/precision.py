@@ -8,7 +8,7 @@ base_precision values: fp32 / bf16 / fp16 store and compute the frozen base in t
 fp8 keeps bf16 weights and runs the repeated blocks' linears as fp8 matmuls (a CUDA GPU of
 compute capability >= 8.9: Ada / Hopper, the first with fp8 tensor cores); int8 / nf4 store
 those weights quantised (QLoRA) and compute in bf16, on the CPU as on CUDA
-(training/quantize.py applies them).
+(training/planning/quantize.py applies them).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from contextlib import contextmanager
 import torch
 
 from lorastudio.errors import ConfigError, FieldProblem
-from lorastudio.training.attention import restore_attention_state, saved_attention_state
+from lorastudio.training.speed.attention import restore_attention_state, saved_attention_state
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Precisions whose frozen base computes in bf16 whatever they store (fp8: bf16 weights, fp8
@@ -141,7 +141,7 @@ def run_numerics(enable_tf32: bool, device: torch.device) -> Iterator[None]:
     """For the duration of the block: fp32 matmul precision "high" (TF32 on Ampere+) and cuDNN
     TF32 when `enable_tf32`, else "highest" and no TF32; on CUDA the cuDNN SDPA backend is
     disabled (torch's default since 2.5.1; it crashed FLUX.1's step on the H200 until the
-    engine handed it contiguous gradients) until training.attention.apply_attention chooses
+    engine handed it contiguous gradients) until training.speed.attention.apply_attention chooses
     otherwise. Every flag (SDPA ones and their order included) is restored on exit."""
     prev_precision = torch.get_float32_matmul_precision()
     prev_cudnn_tf32 = torch.backends.cudnn.allow_tf32

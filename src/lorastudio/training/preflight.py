@@ -24,18 +24,18 @@ from lorastudio.config import TrainConfig, family_problems, resolve_train_config
 from lorastudio.config_host import optimizer_host_problems
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, ModelSourceError, TrainingStopped
 from lorastudio.tracker_login import report_to_problems
-from lorastudio.training.assistant_rules import assistant_problems
-from lorastudio.training.attention import attention_problems
-from lorastudio.training.compile import compile_problems
+from lorastudio.training.adapters.assistant_rules import assistant_problems
+from lorastudio.training.adapters.lora import planned_target_problems
 from lorastudio.training.events import Emit, Preparing, StopCheck
 from lorastudio.training.guidance_rules import (
     guidance_problems,
     resumed_guidance_warning,
     sample_guidance_problems,
 )
-from lorastudio.training.lora import planned_target_problems
-from lorastudio.training.plan import plan_host_problems
+from lorastudio.training.planning.plan import plan_host_problems
 from lorastudio.training.precision import pick_device, pick_dtype, precision_problems
+from lorastudio.training.speed.attention import attention_problems
+from lorastudio.training.speed.compile import compile_problems
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from lorastudio.families.base import Family
     from lorastudio.families.single_file import SingleFile
     from lorastudio.settings import Settings
-    from lorastudio.training.init_lora import InitSource
+    from lorastudio.training.adapters.init_lora import InitSource
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,10 @@ class PreparedRun:
         str, ...
     ] = ()  # Holdout.labels: the entries that name them (data.items.item_name)
     dataset_warnings: tuple[str, ...] = ()  # data/scan_warnings.py: logged, and emitted (DatasetWarnings)
-    card_note: str | None = None  # training/card_plan.py: the plan against the card (its memory as a budget)
-    # training/init_lora.py: the LoRA file a fresh run starts from (None: a fresh adapter, or a resume)
+    card_note: str | None = (
+        None  # training/planning/card_plan.py: the plan against the card (its memory as a budget)
+    )
+    # training/adapters/init_lora.py: the LoRA file a fresh run starts from (None: a fresh adapter, or a resume)
     init_lora: InitSource | None = None
     # what the sidecar and the LoRA header name of it, {"file", "sha256"}: a resume's from its checkpoint
     init_record: dict[str, str] | None = None
@@ -165,7 +167,7 @@ def _preflight(
     from lorastudio.data.pairs import resolve_control_dirs
     from lorastudio.data.run_scan import control_resolution_problems, scan_for_run
     from lorastudio.data.safe_open import check_not_relinked
-    from lorastudio.training.run_lock import empty_mount_point
+    from lorastudio.training.resume.run_lock import empty_mount_point
 
     problems = family_problems(cfg)  # every config problem, before any default is filled
     dev = pick_device(device)
@@ -284,9 +286,9 @@ def _preflight(
         warnings += told
     problems += planned_target_problems(resolved, family)  # lora_targets / patterns: the meta denoiser's
     problems += family.objective_problems(model_source(resolved), resolved.revision)  # e.g. an EDM SDXL
-    init = None  # the file a fresh run starts from (training/init_lora.py), its ranks in `resolved`
+    init = None  # the file a fresh run starts from (training/adapters/init_lora.py), its ranks in `resolved`
     if resolved.init_lora is not None and not resume:
-        from lorastudio.training.init_lora import preflight_init
+        from lorastudio.training.adapters.init_lora import preflight_init
 
         resolved, init, found = preflight_init(cfg, resolved, settings, family.spec.lora_targets)
         problems += found
@@ -294,9 +296,11 @@ def _preflight(
         raise ConfigError(problems)
     dtype = pick_dtype(resolved.base_precision, dev)
     card_note = None
-    if dev.type == "cuda":  # a default plan over the card: its memory as the budget (training/card_plan.py)
+    if (
+        dev.type == "cuda"
+    ):  # a default plan over the card: its memory as the budget (training/planning/card_plan.py)
         from lorastudio.jobs.preflight import control_load
-        from lorastudio.training.card_plan import card_planned
+        from lorastudio.training.planning.card_plan import card_planned
 
         resolved, card_note = card_planned(resolved, found.folder, control_load(scan, resolved), dev)
     return PreparedRun(

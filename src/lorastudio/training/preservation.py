@@ -15,7 +15,7 @@ through peft's per-layer flag (`adapters_off`): every adapted layer then returns
 layer's output, the fused projections' shared LoRA forward included (training/
 fused_projections.py reads the same flag); compiled blocks guard on the flag (a second graph per
 block for the disabled variant); CUDA graphs stay off (the second backward per micro-batch is
-the accumulation case they get wrong: training/compile.py compile_request), and the base
+the accumulation case they get wrong: training/speed/compile.py compile_request), and the base
 prediction is cloned anyway. The loss kind is always MSE (the
 base prediction is a target of the model's own scale: no timestep weighting, no mask, no
 dataset loss weight), as ai-toolkit's and OneTrainer's. Hand-written: no library has this step.
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.training.compile import run_compiled
+from lorastudio.training.speed.compile import run_compiled
 from lorastudio.training.step import weighted_loss_share
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def adapters_off(denoiser: Any) -> Iterator[None]:
     no-grad use only.
 
     peft's flag on each adapted layer (BaseTunerLayer._disable_adapters, which its forward and
-    training/fused_projections.py read) is flipped on the denoiser's layers (found once, cached).
+    training/speed/fused_projections.py read) is flipped on the denoiser's layers (found once, cached).
     Not diffusers' disable_adapters / enable_adapters: 7.3 ms per pair on the tiny FLUX.1 (a
     package version check and a walk of every module, per micro-batch); not peft's per-layer
     enable_adapters: it also resets requires_grad on every adapter weight (44 us per layer, ~18 ms

@@ -5,7 +5,7 @@ Layout: <run_dir>/samples/step-000123-0.png, one PNG per (optimizer step, sample
 ref-<prompt index>-<slot>.png, a copy of each reference image a prompt is rendered with (an
 edit family's samples: the gallery shows them beside the samples, whatever the dataset becomes).
 A file of that name is always complete: it is written under a hidden staging name in the same
-folder and renamed into place. The names are training/run_files.py's (what a run writes).
+folder and renamed into place. The names are training/resume/run_files.py's (what a run writes).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lorastudio.folder_entries import entries
-from lorastudio.training.folder_guard import check_folder, replace_in_run
-from lorastudio.training.run_files import (
+from lorastudio.training.resume.folder_guard import check_folder, replace_in_run
+from lorastudio.training.resume.run_files import (
     SAMPLES,
     parse_reference_name,
     parse_sample_name,

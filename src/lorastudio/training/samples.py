@@ -59,7 +59,7 @@ from lorastudio.generate.finite_image import finite_image
 from lorastudio.generate.references import reference_kwargs, run_sizer
 from lorastudio.hub_token import hub_kwargs
 from lorastudio.open_reason import library_open_reason
-from lorastudio.training.conditioning import EditPrompt, Text
+from lorastudio.training.inputs.conditioning import EditPrompt, Text
 from lorastudio.training.precision import free_accelerator_memory
 from lorastudio.training.sample_files import (
     remove_samples,
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.data import DatasetScan
     from lorastudio.families.base import Family
-    from lorastudio.training.conditioning import Conditioning
+    from lorastudio.training.inputs.conditioning import Conditioning
     from lorastudio.training.preflight import PreparedRun
 
 

@@ -3,7 +3,7 @@ model, and what it leaves in the run folder when it does not end with a LoRA.
 
 Rules: a fresh run claims a new folder; a resume continues in the folder of its checkpoint and
 must have the checkpoint's identity. Stop-and-discard removes what this session wrote (in a
-fresh run's folder, every file a run writes: training/run_files.py; in a resumed one, this
+fresh run's folder, every file a run writes: training/resume/run_files.py; in a resumed one, this
 session's checkpoints, snapshots and samples). A failed session keeps a folder that holds a
 checkpoint (resumable) or its written LoRA, and in a fresh folder that holds neither removes
 what a run writes. A fresh folder goes with rmdir only: a file or folder someone else put there
@@ -20,25 +20,25 @@ from typing import TYPE_CHECKING, Any
 from lorastudio.data.latent_keys import run_cache_bytes
 from lorastudio.data.pixel_rule import read_otherwise
 from lorastudio.errors import ConfigError, FieldProblem
-from lorastudio.training.checkpoint import (
+from lorastudio.training.preflight import PreparedRun, preflight
+from lorastudio.training.resume.checkpoint import (
     CheckpointKeeper,
     list_checkpoints,
     read_checkpoint_info,
     run_dir_of,
 )
-from lorastudio.training.extend import finished_problem
-from lorastudio.training.identity import (
+from lorastudio.training.resume.extend import finished_problem
+from lorastudio.training.resume.identity import (
     INIT_KEY,
     check_identity,
     config_as_recorded,
     dataset_files,
     run_identity,
 )
-from lorastudio.training.identity_base import base_record, record_for
-from lorastudio.training.identity_dataset import dataset_record, dataset_record_for, rule1_fingerprint
-from lorastudio.training.identity_rules import as_checkpoint
-from lorastudio.training.preflight import PreparedRun, preflight
-from lorastudio.training.run_files import kept_note, remove_leftovers, remove_session_files
+from lorastudio.training.resume.identity_base import base_record, record_for
+from lorastudio.training.resume.identity_dataset import dataset_record, dataset_record_for, rule1_fingerprint
+from lorastudio.training.resume.identity_rules import as_checkpoint
+from lorastudio.training.resume.run_files import kept_note, remove_leftovers, remove_session_files
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -80,7 +80,7 @@ def prepare_session(
     run_dir = run_dir_of(checkpoint)
     info = read_checkpoint_info(checkpoint)
     old_total = int(info["total_steps"])
-    extended = cfg.num_epochs == 0 and cfg.steps > old_total  # training it longer (training/extend.py)
+    extended = cfg.num_epochs == 0 and cfg.steps > old_total  # training it longer (training/resume/extend.py)
     cfg = _checkpoint_ranks(cfg, info)
     # The folder exists (it is the one continued): everything else is checked as for a new run.
     run = preflight(
@@ -98,9 +98,9 @@ def prepare_session(
         run = dataclasses.replace(run, init_record={str(k): str(v) for k, v in saved_init.items()})
     before = run.cfg.model_copy(update={"steps": old_total}) if extended else run.cfg
     # the base as the checkpoint's rule takes it (identity_base.py: a checkpoint of rule 1 resumes),
-    # with the revision it recorded beside a local folder (training/checkpoint.py)
+    # with the revision it recorded beside a local folder (training/resume/checkpoint.py)
     then = record_for(info["identity"], config_as_recorded(run.cfg, info), run.family.spec.denoiser)
-    dataset = dataset_record_for(  # under the checkpoint's dataset rule (training/identity_dataset.py)
+    dataset = dataset_record_for(  # under the checkpoint's dataset rule (training/resume/identity_dataset.py)
         info["identity"],
         run.scan,
         lambda: rule1_fingerprint(run.cfg, info["config"], run.family.spec, settings),
@@ -115,7 +115,7 @@ _FILE_RANKS = ("lora_rank", "lora_alpha", "rank_pattern")
 
 def _checkpoint_ranks(cfg: TrainConfig, info: dict[str, Any]) -> TrainConfig:
     """A resume's `cfg` with init_lora and lora_rank / lora_alpha / rank_pattern unset: those the
-    checkpoint's run took from its init file (training/init_lora.py), so that the resume needs
+    checkpoint's run took from its init file (training/adapters/init_lora.py), so that the resume needs
     neither the file (it may be gone) nor its reading to equal the checkpoint's."""
     saved = info.get("config") or {}
     if cfg.init_lora is None:
@@ -157,7 +157,7 @@ def resume_problems(cfg: TrainConfig, checkpoint: Path) -> list[FieldProblem]:
     run_dir = run_dir_of(checkpoint)
     info = read_checkpoint_info(checkpoint)
     old_total = int(info["total_steps"])
-    extended = cfg.num_epochs == 0 and cfg.steps > old_total  # training it longer (training/extend.py)
+    extended = cfg.num_epochs == 0 and cfg.steps > old_total  # training it longer (training/resume/extend.py)
     total = cfg.steps if extended else old_total
     problems = []
     if cfg.output_name is not None and cfg.output_name != run_dir.name:

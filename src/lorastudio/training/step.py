@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.training.compile import run_compiled
 from lorastudio.training.losses import elementwise_loss, per_sample_loss
+from lorastudio.training.speed.compile import run_compiled
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -89,7 +89,7 @@ def forward_backward(
     for the whole batch; `shard` then selects the micro-batch) — None draws them here.
     Returns: this micro-batch's share of the step loss, a detached 0-d fp32 tensor on the device
     (no host synchronisation). Raises: whatever the model raises (compiler failures excepted:
-    the step then reruns eagerly, see training.compile.run_compiled).
+    the step then reruns eagerly, see training.speed.compile.run_compiled).
     """
     if noised is None:
         noised = objective.noise(latents, generator)  # every sample of the micro-batch

@@ -1,6 +1,6 @@
 """`python -m lorastudio.training.target_check`: the engine's lora_targets / rank_pattern /
-alpha_pattern check (training/lora.planned_target_check: the denoiser built on the meta
-device), and init_lora's layers against the run's targets (training/init_lora.init_problems:
+alpha_pattern check (training/adapters/lora.planned_target_check: the denoiser built on the meta
+device), and init_lora's layers against the run's targets (training/adapters/init_lora.init_problems:
 the file read, no model), for the torch-free API server, which runs it as a short child process
 (jobs/target_check.py).
 
@@ -22,15 +22,17 @@ from lorastudio import json_read
 def main() -> int:
     from lorastudio import families
     from lorastudio.config import TrainConfig
-    from lorastudio.training.lora import planned_target_check
+    from lorastudio.training.adapters.lora import planned_target_check
 
     cfg = TrainConfig.model_validate(json_read.loads(sys.stdin.buffer.read()))
     family = families.get(cfg.family)
     problems = planned_target_check(cfg, family)
-    if cfg.init_lora is not None:  # the init file's layers against the targets (training/init_lora.py)
+    if (
+        cfg.init_lora is not None
+    ):  # the init file's layers against the targets (training/adapters/init_lora.py)
         from lorastudio.settings import get_settings
-        from lorastudio.training.init_lora import init_problems
-        from lorastudio.training.init_lora_rules import init_lora_problems
+        from lorastudio.training.adapters.init_lora import init_problems
+        from lorastudio.training.adapters.init_lora_rules import init_lora_problems
 
         settings = get_settings()
         if not init_lora_problems(cfg, settings, set()):  # the header's problems: the server's own answer

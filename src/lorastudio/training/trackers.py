@@ -37,8 +37,8 @@ from pydantic import SecretStr
 from lorastudio.config_host import tracker_problems
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.events import Event
-from lorastudio.training.folder_guard import check_folder
-from lorastudio.training.run_files import TENSORBOARD, parse_sample_name
+from lorastudio.training.resume.folder_guard import check_folder
+from lorastudio.training.resume.run_files import TENSORBOARD, parse_sample_name
 
 log = logging.getLogger(__name__)
 

@@ -29,18 +29,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from lorastudio.training.compile import run_compiled
-from lorastudio.training.folder_guard import check_folder, replace_in_run
-from lorastudio.training.latents import stack_controls, variant_controls
-from lorastudio.training.run_files import staging_path
+from lorastudio.training.inputs.latents import stack_controls, variant_controls
+from lorastudio.training.resume.folder_guard import check_folder, replace_in_run
+from lorastudio.training.resume.run_files import staging_path
+from lorastudio.training.speed.compile import run_compiled
 from lorastudio.training.step import mask_weights, weighted_loss_share
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.data import ImageItem
     from lorastudio.families.base import Family
-    from lorastudio.training.conditioning import Conditioning
     from lorastudio.training.events import Emit
+    from lorastudio.training.inputs.conditioning import Conditioning
     from lorastudio.training.noise import DdpmObjective, FlowObjective
     from lorastudio.training.optimize import RunState
     from lorastudio.training.preflight import PreparedRun
@@ -83,12 +83,12 @@ def encode_held_out(
     labels: Sequence[str] = (),
 ) -> list[HeldOut]:
     """Encode the held-out `items` (see the module docstring; `area`: the int
-    control_resolution's, training.latents.encode_controls; `labels`: the entries naming them,
+    control_resolution's, training.inputs.latents.encode_controls; `labels`: the entries naming them,
     data.items.item_name). Draws from no run stream."""
     from lorastudio.data import load_crop
     from lorastudio.data.items import item_name
-    from lorastudio.training.conditioning import item_key
-    from lorastudio.training.latents import crop_masks, encode_controls
+    from lorastudio.training.inputs.conditioning import item_key
+    from lorastudio.training.inputs.latents import crop_masks, encode_controls
 
     still = np.random.default_rng(0)  # a centre crop draws nothing; load_crop wants a generator
     encoded = []
@@ -198,7 +198,7 @@ class ValidationRounds:
     folder's validation.json back as this session found it (a resumed run stopped without save)."""
 
     def __init__(self, every: int | None, run_dir: Path | None = None):
-        from lorastudio.training.run_files import VALIDATION_FILE
+        from lorastudio.training.resume.run_files import VALIDATION_FILE
 
         self.every = every
         self.series: list[dict[str, float | int]] = []
@@ -253,8 +253,8 @@ def validation_round(
     raw ones, with EMA too): measure, record, emit Validated; rank 0 then rewrites
     validation.json and writes the LoRA snapshot of the step (not after the last step: the run's
     final LoRA is that one), keeping the best round's snapshot from keep_loras."""
+    from lorastudio.training.adapters.export import save_lora_snapshot
     from lorastudio.training.events import Validated
-    from lorastudio.training.export import save_lora_snapshot
     from lorastudio.training.validation_file import write_validation
 
     rounds = state.validation

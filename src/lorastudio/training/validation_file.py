@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio import json_read
 from lorastudio.lora.snapshots import LORAS, snapshot_name
-from lorastudio.training.folder_guard import check_folder, replace_in_run
-from lorastudio.training.run_files import VALIDATION_FILE, staging_path
+from lorastudio.training.resume.folder_guard import check_folder, replace_in_run
+from lorastudio.training.resume.run_files import VALIDATION_FILE, staging_path
 
 if TYPE_CHECKING:
     from lorastudio.training.optimize import RunState

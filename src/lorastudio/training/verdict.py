@@ -86,20 +86,20 @@ def targets_beside(
 
 def target_problems(cfg: TrainConfig) -> list[FieldProblem]:
     """lora_targets / rank_pattern / alpha_pattern the base's denoiser cannot honour, asked of it
-    built without weights (training/lora.planned_target_problems; torch and diffusers are
+    built without weights (training/adapters/lora.planned_target_problems; torch and diffusers are
     imported only when the config sets one of them), and init_lora's layers the targets miss
-    (training/init_lora.init_problems, where its header passed)."""
+    (training/adapters/init_lora.init_problems, where its header passed)."""
     if not (cfg.lora_targets or cfg.rank_pattern or cfg.alpha_pattern or cfg.init_lora):
         return []
     from lorastudio import families
-    from lorastudio.training.lora import planned_target_problems
+    from lorastudio.training.adapters.lora import planned_target_problems
 
     family = families.get(cfg.family)
     problems = planned_target_problems(cfg, family)
     if cfg.init_lora is not None:
         from lorastudio.settings import get_settings
-        from lorastudio.training.init_lora import init_problems
-        from lorastudio.training.init_lora_rules import init_lora_problems
+        from lorastudio.training.adapters.init_lora import init_problems
+        from lorastudio.training.adapters.init_lora_rules import init_lora_problems
 
         if not init_lora_problems(cfg, get_settings(), set()):  # the header's problems: the verdict's own
             problems += [

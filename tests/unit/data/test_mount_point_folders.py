@@ -82,8 +82,8 @@ def test_a_run_folder_that_is_an_empty_mount_point_is_trained_into_not_replaced(
     refused), and a killed run's clean-up empties it without listing the folder itself."""
     from lorastudio.jobs.leftovers import _run_leftovers
     from lorastudio.jobs.validation import output_name_problems
-    from lorastudio.training.fresh_mark import FRESH_MARK
-    from lorastudio.training.run_lock import claim_run_dir, release_run_dir
+    from lorastudio.training.resume.fresh_mark import FRESH_MARK
+    from lorastudio.training.resume.run_lock import claim_run_dir, release_run_dir
 
     settings = get_settings()
     disk, plain = settings.outputs_dir / "disk", settings.outputs_dir / "plain"

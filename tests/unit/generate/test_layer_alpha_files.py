@@ -101,7 +101,7 @@ def test_an_assistant_lora_with_layer_alphas_merges_at_alpha_over_rank(tmp_path)
     """A run's assistant_lora (merged into the base weights before training) read the same way."""
     from types import SimpleNamespace
 
-    from lorastudio.training.assistant import merge_assistant
+    from lorastudio.training.adapters.assistant import merge_assistant
 
     pipe = build_tiny_pipeline("qwen-image")
     layers = _layers(pipe, "qwen-image")

@@ -32,7 +32,7 @@ GIB = 1024**3 / 1e9
     ],
 )
 def test_the_count_is_peft_s(tiny_model, options):
-    from lorastudio.training.lora import add_lora, lora_config_for
+    from lorastudio.training.adapters.lora import add_lora, lora_config_for
 
     family = families.get("flux")
     cfg = TrainConfig(
@@ -68,7 +68,7 @@ def test_a_full_matrix_lokr_is_forecast_as_one(tmp_path: Path) -> None:
 def test_convolution_targets_are_counted_as_peft_builds_them(tiny_model):
     """SDXL's resnet convolutions as lora_targets (peft adapts a Conv2d it is pointed at): the
     forecast counted only 2-D weights, so conv1 / conv2 targets were 0 parameters."""
-    from lorastudio.training.lora import add_lora, lora_config_for
+    from lorastudio.training.adapters.lora import add_lora, lora_config_for
 
     family = families.get("sdxl")
     folder = Path(tiny_model("sdxl"))

@@ -1,5 +1,5 @@
 """The preflight's torch-free caption count (jobs/caption_tokens.py: `tokenizers` + jinja2) equals
-the run's own count (training/caption_length.caption_token_counts, transformers' tokenizer in the
+the run's own count (training/inputs/caption_length.caption_token_counts, transformers' tokenizer in the
 pipeline's text encoders) for every measured family's tiny model, and the pipelines' templates
 copied there are diffusers' own."""
 
@@ -10,7 +10,7 @@ import torch
 
 from lorastudio import families
 from lorastudio.jobs import caption_tokens
-from lorastudio.training.caption_length import caption_token_counts
+from lorastudio.training.inputs.caption_length import caption_token_counts
 
 MEASURED = [
     name

@@ -14,7 +14,7 @@ import torch
 
 from lorastudio import families
 from lorastudio.jobs import caption_tokens
-from lorastudio.training.caption_length import caption_token_counts
+from lorastudio.training.inputs.caption_length import caption_token_counts
 from slow_tokenizers import clip_without_tokenizer_json, t5_spiece_only
 
 CAPTIONS = [

@@ -31,7 +31,7 @@ def _card(monkeypatch: pytest.MonkeyPatch, name: str, gib: float, capability: tu
 
 
 def test_the_lightest_plan_on_a_gpu_without_bf16_is_the_engines_fp32_not_fp16() -> None:
-    # the engine's budget ladder (training/plan.py) is the plain default, then int8 / nf4 where they
+    # the engine's budget ladder (training/planning/plan.py) is the plain default, then int8 / nf4 where they
     # run: on sm_75 (T4, RTX 20xx) that is fp32 alone; the forecast assumed fp16, half its weights
     cfg = TrainConfig(family="flux", base_model="/m", data_dir="d", memory_budget_gb=12)
     assert plan_for_estimate(cfg, T4, lightest=True).base_precision == "fp32"
@@ -76,7 +76,7 @@ def test_attention_kernels_a_card_lacks_are_refused_before_a_worker_starts_and_n
     assert rtx_4090.public()["attention_backends"] == ["auto", "cudnn", "flash", "efficient", "math"]
     assert t4.public()["attention_backends"] == ["auto", "efficient", "math"]
     assert "fa4" in h100.public()["attention_backends"]
-    # the job service's host check: the worker's own check (training/attention.py) is no longer the first
+    # the job service's host check: the worker's own check (training/speed/attention.py) is no longer the first
     cfg = TrainConfig(family="flux", base_model="/m", data_dir="d", attention_backend="fa4")
     monkeypatch.setattr("lorastudio.jobs.host_rules.host_info", lambda: rtx_4090)
     (problem,) = host_problems(cfg, settings)
@@ -89,7 +89,7 @@ def test_attention_kernels_a_card_lacks_are_refused_before_a_worker_starts_and_n
 
 
 def test_the_lightest_plan_swaps_no_block_under_compile_wide_as_the_engines_search_does() -> None:
-    # training/plan.block_swap_searchable: compile "wide" holds the blocks in its compiled regions,
+    # training/planning/plan.block_swap_searchable: compile "wide" holds the blocks in its compiled regions,
     # so a budget never swaps there; the lightest forecast swapped all of them (and said it fit)
     rtx_3060 = HostInfo("cuda", "RTX 3060", 11.6, precisions_for("cuda", (8, 6)), 1, (11.6,))
     cfg = TrainConfig(family="sdxl", base_model="/m", data_dir="d", compile="wide", memory_budget_gb=10)
@@ -145,7 +145,7 @@ def test_a_data_parallel_runs_memory_estimate_is_one_gpus_share_of_a_micro_batch
 ) -> None:
     """RELIABILITY 1185: the preflight's `memory.estimated_gb` (and `lightest_gb`) of a `num_gpus`
     run counted the whole micro-batch's activations on one GPU, where each rank holds its slice
-    (training/micro_batches.py): up to num_gpus times the activations, while the card verdict
+    (training/planning/micro_batches.py): up to num_gpus times the activations, while the card verdict
     counted one GPU's share. Now both size a rank's: batch 4 over 2 GPUs as 2 a GPU (the plans
     the estimate is asked for are spied on: the tiny model's activations round to nothing)."""
     import dataclasses

@@ -24,7 +24,7 @@ from lorastudio.jobs.records import JobStatus, now_iso
 from lorastudio.jobs.store import RunStore
 from lorastudio.processes import process_gone, start_token
 from lorastudio.settings import Settings
-from lorastudio.training.checkpoint import checkpoint_step, list_checkpoints
+from lorastudio.training.resume.checkpoint import checkpoint_step, list_checkpoints
 
 
 def _dead_pid() -> int:

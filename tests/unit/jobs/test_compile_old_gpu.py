@@ -15,7 +15,7 @@ from lorastudio.jobs.hardware import host_from_facts
 from lorastudio.jobs.host_rules import host_problems
 from lorastudio.jobs.preflight import preflight_plan
 from lorastudio.settings import Settings
-from lorastudio.training.compile import compile_problems, wants_compile
+from lorastudio.training.speed.compile import compile_problems, wants_compile
 
 GTX_1080 = host_from_facts(
     {

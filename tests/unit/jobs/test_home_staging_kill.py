@@ -44,7 +44,7 @@ elif writer == "timings":
     from lorastudio.timings import write_record
     write_record(home, "run1", {})
 elif writer == "signature":
-    from lorastudio.training.text_signature import write_signature
+    from lorastudio.training.inputs.text_signature import write_signature
     write_signature(home / "cache" / "text-signatures" / "m-0.json", {"t5": ("float32", (4,))})
 """
 

@@ -72,7 +72,7 @@ def test_every_familys_texts_bytes_are_the_encoders_tensors(
 def test_the_caption_embeddings_are_held_in_every_phase_unless_on_disk(
     settings: Settings, tiny_model: Callable[[str], Path], shapes: Path
 ) -> None:
-    """Every text phase 1 encodes stays in RAM (training/conditioning.encode_texts moves each to the
+    """Every text phase 1 encodes stays in RAM (training/inputs/conditioning.encode_texts moves each to the
     CPU) through the latents and denoiser phases, on a GPU host too; on disk (latent_mode "disk")
     the captions' shards go there. Before, no phase counted them: a real FLUX.1 set of 1,000
     captions holds 8.4 GB of T5 states on CPU (fp32), 4.2 GB on a GPU host (bf16)."""

@@ -19,7 +19,7 @@ from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import validate_run
 from lorastudio.settings import Settings
-from lorastudio.training.latents import cache_bytes
+from lorastudio.training.inputs.latents import cache_bytes
 
 CPU = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
 

@@ -1,6 +1,6 @@
 """The folder of a fresh run killed before its first checkpoint or LoRA (a worker, a rank, the
 server with it, a CLI run): a server start and the next `lorastudio train` remove every entry
-a run writes in it (training/run_files.py), since the run created and marked the folder
+a run writes in it (training/resume/run_files.py), since the run created and marked the folder
 (run_files.mark_fresh) and no other session wrote there; the folder goes when nothing else is in
 it. A folder with a checkpoint or the run's LoRA, or without the mark (a resumed run's, one
 written before the mark existed), keeps everything but staging, as before. The pump's end of a
@@ -15,9 +15,9 @@ import pytest
 from lorastudio.errors import ConfigError
 from lorastudio.jobs.leftovers import find_leftovers, removal_note, remove_abandoned_runs, remove_leftovers
 from lorastudio.settings import Settings
-from lorastudio.training.fresh_mark import FRESH_MARK, settle
-from lorastudio.training.run_files import killed_fresh
-from lorastudio.training.run_lock import claim_run_dir, release_run_dir
+from lorastudio.training.resume.fresh_mark import FRESH_MARK, settle
+from lorastudio.training.resume.run_files import killed_fresh
+from lorastudio.training.resume.run_lock import claim_run_dir, release_run_dir
 
 
 @pytest.fixture

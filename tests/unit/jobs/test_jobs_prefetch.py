@@ -242,7 +242,7 @@ def test_an_unreadable_base_is_logged_not_raised(tmp_path: Path, caplog: pytest.
 
 
 def test_a_denoiser_load_started_before_the_text_encoders_skips_nothing() -> None:
-    """The denoiser's load beside phases 1-2 (training/denoiser_early.py) starts first: the text
+    """The denoiser's load beside phases 1-2 (training/speed/denoiser_early.py) starts first: the text
     encoders' and the VAE's files are still read, and the denoiser's after them."""
     prefetch = WeightPrefetch(lambda: [], available=lambda: GB)
     prefetch.observe(ModelLoadStarted(component="denoiser"))

@@ -257,7 +257,7 @@ def test_a_resume_with_a_link_at_losses_bin_is_refused_at_submission(
     its worker then trained up to the first checkpoint and failed there, on the append."""
     from lorastudio.jobs.resume import validate_resume
     from lorastudio.training.loop import train
-    from lorastudio.training.run_files import LOSSES_FILE
+    from lorastudio.training.resume.run_files import LOSSES_FILE
 
     run = validate_run(
         _cfg(tiny_model("flux"), steps=3, save_every=2, output_name="ln"), settings, live_output_names=set()

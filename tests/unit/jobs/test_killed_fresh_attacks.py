@@ -1,5 +1,5 @@
 """Attacks on the removal of what a killed fresh run wrote (jobs/leftovers.py,
-training/run_files.py, training/fresh_mark.py): it deletes files, so whatever is planted in or
+training/resume/run_files.py, training/resume/fresh_mark.py): it deletes files, so whatever is planted in or
 around an output folder, it removes nothing but what that run wrote. Each attack runs against
 both removers: a server start (`find_leftovers` + `remove_leftovers`, under the home lock) and
 the next `lorastudio train` (`remove_abandoned_runs`, under each folder's lock). The engine's
@@ -23,9 +23,9 @@ from lorastudio.jobs.leftovers import (
     remove_leftovers,
 )
 from lorastudio.settings import Settings
-from lorastudio.training.fresh_mark import FRESH_MARK, MARK_MAX_BYTES, read_mark
-from lorastudio.training.run_files import killed_fresh
-from lorastudio.training.run_lock import claim_run_dir, release_run_dir
+from lorastudio.training.resume.fresh_mark import FRESH_MARK, MARK_MAX_BYTES, read_mark
+from lorastudio.training.resume.run_files import killed_fresh
+from lorastudio.training.resume.run_lock import claim_run_dir, release_run_dir
 
 
 def _server_start(settings: Settings) -> dict[Path, str | None]:

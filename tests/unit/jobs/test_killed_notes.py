@@ -24,7 +24,7 @@ from lorastudio.jobs.leftovers import (
 from lorastudio.jobs.records import JobStatus
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
-from lorastudio.training.run_lock import claim_run_dir, release_run_dir
+from lorastudio.training.resume.run_lock import claim_run_dir, release_run_dir
 
 RUN_ID = "0123456789ab"
 NOTE = "the killed fresh run wrote in"

@@ -227,7 +227,7 @@ def test_the_engine_takes_the_cards_memory_as_the_budget_before_any_model_loads(
 ) -> None:
     import torch
 
-    from lorastudio.training import card_plan
+    from lorastudio.training.planning import card_plan
 
     monkeypatch.setattr(card_plan, "device_host", lambda device: RTX_3060)  # the run's own device's facts
     flux = _default("flux", pipelines["flux"])
@@ -317,7 +317,7 @@ def test_a_hub_id_in_the_hub_cache_is_sized_from_its_snapshot(
 
 def test_a_data_parallel_run_is_judged_by_what_one_gpu_holds(pipelines: dict[str, Path]) -> None:
     # num_gpus = 2, batch_size = 2 on two 4090s: each rank holds one sample of every pass
-    # (training/micro_batches.py), as a one-GPU run of batch 1 does, not the whole batch
+    # (training/planning/micro_batches.py), as a one-GPU run of batch 1 does, not the whole batch
     two = HostInfo("cuda", RTX_4090.name, 23.5, RTX_4090.precisions, gpu_count=2, gpu_memory_gb=(23.5, 23.5))
     sdxl = pipelines["sdxl"]
     parallel = card_fit(_default("sdxl", sdxl, num_gpus=2, batch_size=2), sdxl, two, 0, compiled=True)

@@ -114,8 +114,8 @@ def test_a_run_saved_with_a_revision_beside_its_folder_still_resumes(
     settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
 ) -> None:
     from lorastudio.jobs.resume import validate_resume
-    from lorastudio.training.identity_base import base_record
     from lorastudio.training.loop import train
+    from lorastudio.training.resume.identity_base import base_record
 
     cfg = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32,
            "steps": 3, "save_every": 2, "output_name": "r"}  # fmt: skip

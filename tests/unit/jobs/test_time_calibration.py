@@ -22,8 +22,8 @@ from lorastudio.jobs.time_work import scaled, seen_text_tokens, step_work
 from lorastudio.jobs.validation import validate_run
 from lorastudio.settings import Settings
 from lorastudio.timings import PHASES, run_signature, write_record
-from lorastudio.training.cpu_rate import probe_cpu_rate
-from lorastudio.training.run_timings import conditioning_tokens
+from lorastudio.training.planning.cpu_rate import probe_cpu_rate
+from lorastudio.training.planning.run_timings import conditioning_tokens
 
 CPU = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
 PLAN = {"base_precision": "fp32", "gradient_checkpointing": "off", "offload_blocks": 0, "micro_batch_size": 1}
@@ -224,7 +224,7 @@ def test_the_cpu_probe_draws_nothing_from_the_global_rng() -> None:
     operands with torch.randn from the global RNG: the first run of a process moved its caller's
     stream (the next draw after train() differed from the same code run where the probe was
     cached or not run), against the engine's rule that nothing outside training draws from it."""
-    from lorastudio.training import cpu_rate
+    from lorastudio.training.planning import cpu_rate
 
     cpu_rate._probe.cache_clear()
     torch.manual_seed(5)

@@ -15,7 +15,7 @@ from lorastudio.config import TrainConfig
 from lorastudio.jobs.hardware import HostInfo, precisions_for
 from lorastudio.jobs.time_forecast import WARM_COMPILE_SHARE, time_forecast
 from lorastudio.timings import PHASES, run_signature, write_record
-from lorastudio.training.run_timings import compile_cache_counts, compile_cache_state
+from lorastudio.training.planning.run_timings import compile_cache_counts, compile_cache_state
 
 GPU = HostInfo("cuda", "NVIDIA H200", 139.8, precisions_for("cuda", (9, 0)), gpu_count=1)
 PLAN = {"base_precision": "bf16", "gradient_checkpointing": "off", "offload_blocks": 0, "micro_batch_size": 1}

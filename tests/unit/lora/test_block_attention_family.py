@@ -16,7 +16,7 @@ from lorastudio import families
 from lorastudio.errors import ModelSourceError
 from lorastudio.lora.convert import to_kohya
 from lorastudio.lora.header import LoraHeader, TensorInfo, check_lora_file, check_lora_header
-from lorastudio.training.lora import _matches
+from lorastudio.training.adapters.lora import _matches
 
 ALL_ATTENTION = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
 OTHERS = ("flux", "flux-kontext", "chroma", "flux2", "flux2-klein", "sdxl", "z-image", "krea2")

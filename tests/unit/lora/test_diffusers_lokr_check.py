@@ -90,7 +90,7 @@ def test_lorastudio_reads_both_zimage_lokr_spellings_onto_the_same_layers(tmp_pa
     generation and init_lora (both read through generate/lycoris_names.to_lycoris_names)."""
     from safetensors.torch import save_file
 
-    from lorastudio.training.init_lycoris import file_targets
+    from lorastudio.training.adapters.init_lycoris import file_targets
 
     modules = ["layers.0.attention.to_q", "context_refiner.0.attention.to_out.0", "layers.1.feed_forward.w2"]
     peft = {p: torch.randn(2, 2) for m in modules for p in (f"{m}.lokr_w1", f"{m}.lokr_w2")}

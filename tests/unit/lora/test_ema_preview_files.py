@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from lorastudio.lora.snapshots import ema_lora_at, run_loras
-from lorastudio.training.run_files import owned, remove_session_files
+from lorastudio.training.resume.run_files import owned, remove_session_files
 
 
 def _pair(folder: Path, stem: str, weights: str = "ema") -> Path:

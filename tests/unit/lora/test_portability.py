@@ -181,7 +181,7 @@ def test_diffusers_own_conversion_lands_every_layer(family, layout, layer_shapes
 
 
 def test_layer_shapes_are_logical_for_a_packed_quantized_weight():
-    from lorastudio.training.export import base_weight_shapes
+    from lorastudio.training.adapters.export import base_weight_shapes
 
     class Packed(torch.nn.Module):  # what bitsandbytes' Linear4bit looks like: a packed weight
         def __init__(self) -> None:

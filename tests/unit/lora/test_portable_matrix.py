@@ -57,7 +57,7 @@ from lorastudio import families
 from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.files import file_for_layout
 from lorastudio.lora.metadata import BASE_MODEL_VERSION
-from lorastudio.training.lora import add_lora, lora_config_for, lora_state_dict
+from lorastudio.training.adapters.lora import add_lora, lora_config_for, lora_state_dict
 
 FAMILIES = families.names()
 TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 3e-3}

@@ -21,7 +21,7 @@ from lorastudio import json_read
 from lorastudio.errors import NoSpaceLeft, WriteFailed
 from lorastudio.lora import snapshots
 from lorastudio.lora.snapshots import keep_final_as_snapshot, list_lora_snapshots
-from lorastudio.training.run_files import is_leftover
+from lorastudio.training.resume.run_files import is_leftover
 
 # A process that keeps the snapshot of `run_dir` and is killed (SIGKILL, no cleanup) once half
 # of the sidecar's text reached the disk.

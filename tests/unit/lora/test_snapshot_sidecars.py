@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lorastudio.lora.snapshots import SnapshotKeeper, list_lora_snapshots
-from lorastudio.training.run_files import LORAS, snapshot_name
+from lorastudio.training.resume.run_files import LORAS, snapshot_name
 
 
 def _pair(folder: Path, step: int, lora: bool = True) -> Path:

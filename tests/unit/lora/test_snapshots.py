@@ -20,8 +20,8 @@ from lorastudio.lora.file_read import read_lora_file
 from lorastudio.lora.files import convert_file, detect_layout
 from lorastudio.lora.snapshots import list_lora_snapshots
 from lorastudio.settings import Settings
-from lorastudio.training.checkpoint import checkpoint_step, list_checkpoints
 from lorastudio.training.loop import train
+from lorastudio.training.resume.checkpoint import checkpoint_step, list_checkpoints
 
 
 def _extra(family: str) -> dict | None:

@@ -71,7 +71,7 @@ def test_sdxl_dora_and_the_other_families_keep_their_spelling():
 
 
 def test_the_sidecar_says_which_lycoris_files_a1111_loads():
-    from lorastudio.training.lycoris_export import a1111_forge_verdict
+    from lorastudio.training.adapters.lycoris_export import a1111_forge_verdict
 
     loha = peft_to_lycoris(
         {f"{m}.{n}": torch.randn(s) for m in LAYERS[:2] for n, s in PARTS["loha"].items()},

@@ -12,7 +12,7 @@ import torch
 from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.tiny.models import build
-from lorastudio.training.lora import add_lora, lora_config_for
+from lorastudio.training.adapters.lora import add_lora, lora_config_for
 from lorastudio.training.noise import make_objective
 from lorastudio.training.step import forward_backward
 

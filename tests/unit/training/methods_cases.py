@@ -13,7 +13,7 @@ import torch
 from lorastudio import families
 from lorastudio.config import TrainConfig, resolve_train_config
 from lorastudio.families.single_file import model_source
-from lorastudio.training.lora import add_lora, lora_config_for
+from lorastudio.training.adapters.lora import add_lora, lora_config_for
 from lorastudio.training.noise import make_objective
 from lorastudio.training.optim import make_lr_scheduler, make_optimizer
 from lorastudio.training.step import forward_backward

@@ -1,7 +1,7 @@
 """What a killed CLI run left in outputs/ is removed by the next `lorastudio train` (the server
 start did it; a CLI-only user had no clean-up): the staging of a killed write, the empty folder
 of a run killed before it wrote a file, but never a folder a live session holds
-(training/run_lock.py), checked by the kernel's lock, not by a pid."""
+(training/resume/run_lock.py), checked by the kernel's lock, not by a pid."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from lorastudio.cli.app import _register, app
 from lorastudio.errors import ConfigError, JobActive
 from lorastudio.jobs.leftovers import remove_abandoned_runs
 from lorastudio.settings import get_settings
-from lorastudio.training.run_lock import claim_run_dir, lock_run_dir, release_run_dir, unowned
+from lorastudio.training.resume.run_lock import claim_run_dir, lock_run_dir, release_run_dir, unowned
 
 
 def _killed_in_first_checkpoint(outputs: Path, name: str) -> Path:
@@ -82,7 +82,7 @@ def test_a_killed_process_releases_its_folder(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from lorastudio.training.run_lock import claim_run_dir;"
+            "import sys, time; from pathlib import Path; from lorastudio.training.resume.run_lock import claim_run_dir;"
             f" claim_run_dir(Path({str(run)!r})); print('held', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,

@@ -22,8 +22,8 @@ from lorastudio.errors import ConfigError
 from lorastudio.lora.lycoris import COMFY_SUFFIXES, comfy_delta, generic_spelling, kohya_spelling, layer_key
 from lorastudio.lora.metadata import BASE_MODEL_VERSION
 from lorastudio.settings import get_settings
+from lorastudio.training.adapters.lora import module_scales
 from lorastudio.training.loop import train
-from lorastudio.training.lora import module_scales
 from stop_at import stop_at
 
 ADAPTERS = ["dora", "loha", "lokr"]

@@ -4,7 +4,7 @@ both factors low-rank), the same initial adapter tensors as peft's `inject_adapt
 the same config under the same seed, and after the same perturbation of every adapter tensor
 (so the adapter is no longer a no-op) the same output and the same gradient of each, bitwise
 (LoKr, and LoHa at rank 2: within fp rounding, their outputs taken from their factors without
-the full weight, training/lycoris_forward.py, RELIABILITY 1950 and 1990; LoHa at rank 4 on the
+the full weight, training/adapters/lycoris_forward.py, RELIABILITY 1950 and 1990; LoHa at rank 4 on the
 tiny 32 x 32 projections keeps peft's delta, 16 * 64 not being below 32 * 32, and stays bitwise)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from peft import inject_adapter_in_model
 from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.tiny.parts import FLUX1_DIT
-from lorastudio.training.lora import add_lora, lora_config_for
+from lorastudio.training.adapters.lora import add_lora, lora_config_for
 
 TRAINED = ("lora_", "hada_", "lokr_")
 

@@ -1,4 +1,4 @@
-"""The assistant LoRA of a step-distilled base (TrainConfig.assistant_lora, training/assistant.py)
+"""The assistant LoRA of a step-distilled base (TrainConfig.assistant_lora, training/adapters/assistant.py)
 on the tiny Z-Image: merged into the frozen base for training, absent from the saved LoRA,
 recorded in the sidecar, refused for a base that is not (or not known to be) distilled."""
 
@@ -21,7 +21,7 @@ from lorastudio.config import TrainConfig, parse_train_config
 from lorastudio.errors import ConfigError
 from lorastudio.lora.convert import to_kohya
 from lorastudio.lora.files import write_lora_file
-from lorastudio.training.assistant import merge_assistant
+from lorastudio.training.adapters.assistant import merge_assistant
 from lorastudio.training.loop import train
 
 FAMILY = "z-image"
@@ -173,8 +173,8 @@ def test_a_hub_assistant_is_found_in_the_hub_cache_the_environment_names_now(
 ):
     """Offline, a hub assistant_lora in the hub cache of $HF_HUB_CACHE as set now (not as it was
     when huggingface_hub was imported: its constants keep that) passes the checks and is used."""
-    from lorastudio.training.assistant import assistant_file
-    from lorastudio.training.assistant_rules import assistant_problems
+    from lorastudio.training.adapters.assistant import assistant_file
+    from lorastudio.training.adapters.assistant_rules import assistant_problems
 
     storage = tmp_path / "hub" / "models--acme--adapter"
     snapshot = storage / "snapshots" / ("c" * 40)
@@ -209,8 +209,8 @@ def test_a_hostile_hub_ref_is_not_read_for_the_assistant(bases, assistant, tmp_p
         "import resource, json, sys; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30));"
         "from lorastudio import families; from lorastudio.config import TrainConfig;"
         "from lorastudio.errors import ModelSourceError;"
-        "from lorastudio.training.assistant import assistant_file;"
-        "from lorastudio.training.assistant_rules import assistant_problems;"
+        "from lorastudio.training.adapters.assistant import assistant_file;"
+        "from lorastudio.training.adapters.assistant_rules import assistant_problems;"
         "out = {};\n"
         "for r in ['ok/good', 'bad/huge', 'bad/zero', 'bad/fifo']:\n"
         f"  cfg = TrainConfig(family='{FAMILY}', base_model=sys.argv[1], data_dir='x', assistant_lora=r + '/a.safetensors')\n"

@@ -11,8 +11,10 @@ import torch.nn.functional as F
 from lorastudio.config import family_problems
 from lorastudio.errors import ConfigError
 from lorastudio.tiny.models import build
-from lorastudio.training import attention, attention_early
-from lorastudio.training.attention import (
+from lorastudio.training.loop import train
+from lorastudio.training.precision import run_numerics
+from lorastudio.training.speed import attention, attention_early
+from lorastudio.training.speed.attention import (
     AttentionChoice,
     KernelProbe,
     apply_attention,
@@ -21,8 +23,6 @@ from lorastudio.training.attention import (
     probe_cudnn,
     probe_shapes,
 )
-from lorastudio.training.loop import train
-from lorastudio.training.precision import run_numerics
 
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda")

@@ -1,5 +1,5 @@
-"""auto's attention probe started as the run begins and cached on disk (training/attention_early.py,
-training/probe_cache.py, the child's hold protocol in training/attention_probe.py). This CPU has no
+"""auto's attention probe started as the run begins and cached on disk (training/speed/attention_early.py,
+training/speed/probe_cache.py, the child's hold protocol in training/speed/attention_probe.py). This CPU has no
 CUDA: the GPU facts (probe_cache.gpu_facts) and the child's kernels are faked, the rest is real
 (child processes, pipes, cache files)."""
 
@@ -18,13 +18,14 @@ import torch
 
 from lorastudio.settings import get_settings
 from lorastudio.tiny.models import build
-from lorastudio.training import attention, attention_early, attention_probe, loop, loop_phases, probe_cache
-from lorastudio.training.attention import AttentionChoice, KernelProbe, read_probe_output
-from lorastudio.training.attention_early import choose_cached, run_shapes, start_attention, start_choice
-from lorastudio.training.attention_fa4 import CACHE_DIR_ENV, CACHE_ENV, keep_fa4_cache
-from lorastudio.training.plan import resolve_fixed_plan
+from lorastudio.training import loop, loop_phases
+from lorastudio.training.planning.plan import resolve_fixed_plan
 from lorastudio.training.preflight import preflight
-from lorastudio.training.probe_cache import ProbeCache
+from lorastudio.training.speed import attention, attention_early, attention_probe, probe_cache
+from lorastudio.training.speed.attention import AttentionChoice, KernelProbe, read_probe_output
+from lorastudio.training.speed.attention_early import choose_cached, run_shapes, start_attention, start_choice
+from lorastudio.training.speed.attention_fa4 import CACHE_DIR_ENV, CACHE_ENV, keep_fa4_cache
+from lorastudio.training.speed.probe_cache import ProbeCache
 
 CUDA = torch.device("cuda")
 SHAPES = [(1, 24, 4608, 128), (1, 24, 4096, 128)]

@@ -16,8 +16,9 @@ from lorastudio.errors import ConfigError
 from lorastudio.tiny.models import build
 from lorastudio.tiny.qwen_image import qwen_image_transformer_inputs
 from lorastudio.tiny.z_image import z_image_transformer_inputs
-from lorastudio.training import attention, attention_early, attention_fa4
-from lorastudio.training.attention import (
+from lorastudio.training.loop import train
+from lorastudio.training.speed import attention, attention_early, attention_fa4
+from lorastudio.training.speed.attention import (
     FA4_MARGIN,
     AttentionChoice,
     KernelProbe,
@@ -27,8 +28,7 @@ from lorastudio.training.attention import (
     prepare_denoiser_attention,
     probe_attention,
 )
-from lorastudio.training.attention_fa4 import fa4_attention, fa4_forward, fa4_takes
-from lorastudio.training.loop import train
+from lorastudio.training.speed.attention_fa4 import fa4_attention, fa4_forward, fa4_takes
 
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda")

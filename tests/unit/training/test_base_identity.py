@@ -1,4 +1,4 @@
-"""The base model's identity (training/identity_base.py, data/disk_cache.component_fingerprint) on
+"""The base model's identity (training/resume/identity_base.py, data/disk_cache.component_fingerprint) on
 a hand-made hub cache holding the tiny FLUX.1 as "acme/flux": a tokenizer is fingerprinted by its
 files (a changed tokenizer gets new caption shards and refuses a resume, naming it); a checkpoint
 written under the old rule still resumes on an unchanged base; a hub id fetched after the
@@ -16,8 +16,8 @@ import pytest
 from lorastudio.data.disk_cache import cache_root, cache_stats, component_fingerprint
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
-from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info
 from lorastudio.training.loop import train
+from lorastudio.training.resume.checkpoint import find_checkpoint, read_checkpoint_info
 from stop_at import stop_at
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -112,7 +112,7 @@ def test_an_old_rule_checkpoint_resumes_on_an_unchanged_hub_base(make_config, hu
     """A checkpoint written before the rule (its base fingerprint took a hub-cache tokenizer by
     the hub id; no base_rule, no parts) resumes on the same snapshot, and is still refused on
     a changed VAE."""
-    from lorastudio.training.identity_base import base_record
+    from lorastudio.training.resume.identity_base import base_record
 
     config = make_config(base_model=REPO, steps=3)
     events, stop = stop_at(1)
@@ -190,8 +190,8 @@ def test_an_old_checkpoint_of_a_hub_id_before_its_download_is_not_compared(
     """A checkpoint written before the rule by a run whose hub base was not downloaded yet
     recorded the id's fingerprint, no content: resumed once the snapshot is here, it is not
     compared (it was refused: "the base model's weights differ"); another old fingerprint is."""
-    from lorastudio.training.identity import identity_problems
-    from lorastudio.training.identity_base import base_record, record_for
+    from lorastudio.training.resume.identity import identity_problems
+    from lorastudio.training.resume.identity_base import base_record, record_for
 
     cache = tmp_path / "hub"
     _use_hub_cache(cache, monkeypatch)

@@ -1,4 +1,4 @@
-"""Block swap (training/block_swap.py) on tiny models of every family: the same losses as without
+"""Block swap (training/planning/block_swap.py) on tiny models of every family: the same losses as without
 it, at most two swapped blocks resident, in the learned block order, with quantised bases and
 regional compile too. The swap bookkeeping runs on the CPU here (compute and storage device both
 "cpu"); tests/gpu/test_memory_gpu.py checks it on CUDA."""
@@ -12,11 +12,11 @@ import torch
 from memory_cases import CPU, FAMILIES, Case, CountingBackend, assert_same
 
 from lorastudio.errors import ConfigError
-from lorastudio.training.block_swap import attach_block_swap, memory_problems, swap_candidates
-from lorastudio.training.compile import compile_denoiser, compile_state, repeated_blocks
-from lorastudio.training.memory import (
+from lorastudio.training.planning.block_swap import attach_block_swap, memory_problems, swap_candidates
+from lorastudio.training.planning.memory import (
     apply_checkpointing,
 )
+from lorastudio.training.speed.compile import compile_denoiser, compile_state, repeated_blocks
 
 # -- block swap -----------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Captions the text encoder cuts are named by a run whose captions come from the on-disk text
 cache as by one that encodes them (fix 99, RELIABILITY fix 147): each text shard keeps its
-caption's token count (training/conditioning_disk.py). Tiny FLUX.1 on CPU, max_sequence_length 32.
+caption's token count (training/inputs/conditioning_disk.py). Tiny FLUX.1 on CPU, max_sequence_length 32.
 A shard from before the counts were kept says it cannot tell, never a silent "nothing cut"."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from lorastudio import families
 from lorastudio.data.disk_cache import cache_root
 from lorastudio.settings import get_settings
 from lorastudio.training.events import DatasetWarnings, PlanChosen
-from lorastudio.training.latents_disk import read_shard_entry, write_shard
+from lorastudio.training.inputs.latents_disk import read_shard_entry, write_shard
 from lorastudio.training.loop import train
 
 LONG = ", ".join(f"tag{n} word{n}" for n in range(60))  # well past 32 T5 tokens

@@ -1,5 +1,5 @@
 """Caption counts for the families whose pipeline wraps the caption in a template (tiny models,
-CPU): training/caption_length.caption_token_counts must say exactly how many tokens the
+CPU): training/inputs/caption_length.caption_token_counts must say exactly how many tokens the
 pipeline's own encode_prompt builds for a caption and where it cuts. Captions of one token under,
 at and over the limit (by our count) go through the pipeline's encode_prompt; what its text
 encoder reads of them (template prefix dropped) must be min(count, limit): the count is exact
@@ -15,8 +15,8 @@ import torch
 from PIL import Image
 
 from lorastudio import families
-from lorastudio.training.caption_length import caption_token_counts, cut_captions_note
 from lorastudio.training.events import DatasetWarnings, PlanChosen
+from lorastudio.training.inputs.caption_length import caption_token_counts, cut_captions_note
 from lorastudio.training.loop import train
 
 TEMPLATED = ("qwen-image", "z-image", "flux2", "flux2-klein", "krea2")

@@ -18,16 +18,16 @@ from safetensors.torch import load_file
 from lorastudio.errors import WRITE_ADVICE, ConfigError, NotFound, WriteFailed
 from lorastudio.lora.snapshots import list_lora_snapshots
 from lorastudio.settings import get_settings
-from lorastudio.training import snapshot
-from lorastudio.training.checkpoint import (
+from lorastudio.training.events import StopRequest
+from lorastudio.training.loop import train
+from lorastudio.training.resume import snapshot
+from lorastudio.training.resume.checkpoint import (
     CHECKPOINT_FILES,
     find_checkpoint,
     list_checkpoints,
     write_checkpoint_folder,
 )
-from lorastudio.training.events import StopRequest
-from lorastudio.training.identity import IDENTITY_FORMAT
-from lorastudio.training.loop import train
+from lorastudio.training.resume.identity import IDENTITY_FORMAT
 
 
 def _stop_at(step: int, save: bool) -> tuple[list, object]:
@@ -180,7 +180,7 @@ def test_the_next_session_removes_a_killed_lora_export_or_snapshot_staging(tmp_p
     """A session starting in a run folder (a resume after a kill) removes the staging folders of
     LoRA writes the kill cut short (final save, loras/ snapshot), as it does the checkpoints';
     the finished files stay."""
-    from lorastudio.training.checkpoint import remove_leftovers
+    from lorastudio.training.resume.checkpoint import remove_leftovers
 
     staged = [tmp_path / ".staging-1a2b3c4d", tmp_path / "loras" / ".staging-5e6f7a8b", tmp_path / "checkpoints" / ".staging-9c0d1e2f"]  # fmt: skip
     for folder in staged:

@@ -15,7 +15,7 @@ from lorastudio.cli.app import _register, app
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import validate_run
 from lorastudio.settings import Settings, get_settings
-from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info
+from lorastudio.training.resume.checkpoint import find_checkpoint, read_checkpoint_info
 
 
 def _train(config: Path, *extra: str):

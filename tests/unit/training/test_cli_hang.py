@@ -25,7 +25,7 @@ from lorastudio.jobs.process import Timeouts
 from lorastudio.jobs.store import RunStore
 from lorastudio.processes import process_alive
 from lorastudio.settings import get_settings
-from lorastudio.training.checkpoint import list_checkpoints
+from lorastudio.training.resume.checkpoint import list_checkpoints
 from polling import until
 
 pytestmark = pytest.mark.slow  # a torchrun launch of two gloo ranks (~20 s on a busy host)

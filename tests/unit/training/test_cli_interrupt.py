@@ -201,7 +201,7 @@ def test_a_cli_run_killed_at_a_checkpoint_write_resumes_bitwise(
     from safetensors.torch import load_file
     from tests.polling import until
 
-    from lorastudio.training.checkpoint import CHECKPOINTS
+    from lorastudio.training.resume.checkpoint import CHECKPOINTS
 
     over = {"steps": 60, "batch_size": 1, "ema_decay": 0.9, "latent_cache": "disk", "save_every": 1}
     over |= {"keep_last": 2, "random_crop": True, "cache_variants": 2}

@@ -47,7 +47,7 @@ def test_a_cli_run_prefetches_its_weight_files_and_stops_with_it(
     config.write_text(json.dumps(run_settings("flux", model, small_dataset, {"steps": 1})))
     with (
         caplog.at_level("INFO", logger="lorastudio.prefetch"),
-        caplog.at_level("INFO", logger="lorastudio.training.plan_build"),
+        caplog.at_level("INFO", logger="lorastudio.training.planning.plan_build"),
     ):
         result = CliRunner().invoke(app, ["train", str(config), "--set", "output_name=pf", "--device", "cpu"])
     assert result.exit_code == 0, result.output

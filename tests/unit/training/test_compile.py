@@ -12,7 +12,10 @@ from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.tiny.models import build
-from lorastudio.training.compile import (
+from lorastudio.training.adapters.lora import add_lora, lora_config_for
+from lorastudio.training.loop import train
+from lorastudio.training.noise import make_objective
+from lorastudio.training.speed.compile import (
     RECOMPILE_LIMIT,
     compile_denoiser,
     compile_problems,
@@ -21,9 +24,6 @@ from lorastudio.training.compile import (
     run_compiled,
     wants_compile,
 )
-from lorastudio.training.loop import train
-from lorastudio.training.lora import add_lora, lora_config_for
-from lorastudio.training.noise import make_objective
 from lorastudio.training.step import forward_backward
 
 CPU = torch.device("cpu")
@@ -161,7 +161,7 @@ def test_a_compiler_failure_falls_back_to_eager_with_the_same_result(caplog):
     case = _Case()
     eager_loss, eager_grads = case.step()
     compile_denoiser(case.denoiser, case.params, backend=_broken_backend)
-    with caplog.at_level("WARNING", logger="lorastudio.training.compile"):
+    with caplog.at_level("WARNING", logger="lorastudio.training.speed.compile"):
         loss, grads = case.step()
     state = compile_state(case.denoiser)
     assert not state.active
@@ -219,11 +219,11 @@ def test_a_model_without_repeated_blocks_stays_eager():
 
 
 def test_the_first_step_report_names_dynamo_time_and_the_caches(caplog):
-    """The worker log's line after a compiled run's first step (training/first_step_report.py)
+    """The worker log's line after a compiled run's first step (training/speed/first_step_report.py)
     carries Dynamo's own seconds and the graph count, read from Dynamo's counters."""
     import logging
 
-    from lorastudio.training.first_step_report import first_step_compile_summary, log_first_step_compile
+    from lorastudio.training.speed.first_step_report import first_step_compile_summary, log_first_step_compile
 
     torch._dynamo.reset()
     case = _Case(batch=1)
@@ -232,7 +232,7 @@ def test_the_first_step_report_names_dynamo_time_and_the_caches(caplog):
     summary = first_step_compile_summary()
     assert summary is not None and summary["_compile.compile_inner"] > 0
     assert summary["stats.unique_graphs"] >= 2
-    with caplog.at_level(logging.INFO, logger="lorastudio.training.first_step_report"):
+    with caplog.at_level(logging.INFO, logger="lorastudio.training.speed.first_step_report"):
         log_first_step_compile(1.25)
     assert "first step 1.25 s" in caplog.text and "_compile.compile_inner" in caplog.text
 
@@ -241,8 +241,8 @@ def test_block_zero_shares_the_graph_of_the_later_blocks(make_config, monkeypatc
     """Qwen-Image's block 0 gets hidden states that need no gradient (frozen embedders), the later
     blocks' do: the compiled call promotes them to a leaf that does, so every block shares one
     graph (RESULTS note 38), and the run's losses are those of the eager run."""
-    from lorastudio.training import compile as compile_module
     from lorastudio.training import loop_phases
+    from lorastudio.training.speed import compile as compile_module
 
     eager = train(make_config("qwen-image", batch_size=1, output_name="eager"), lambda _e: None, device="cpu")
     real_compile = compile_module.compile_denoiser

@@ -1,4 +1,4 @@
-"""Pinned attention-processor signatures (training/compile_trace.py): the same signature and
+"""Pinned attention-processor signatures (training/speed/compile_trace.py): the same signature and
 calls, the same graphs and loss compiled, and every family's compiled blocks covered."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from lorastudio.tiny.models import build
-from lorastudio.training.compile import compile_denoiser, repeated_blocks
-from lorastudio.training.compile_trace import PINNED_ATTR, pin_processor_signatures
+from lorastudio.training.speed.compile import compile_denoiser, repeated_blocks
+from lorastudio.training.speed.compile_trace import PINNED_ATTR, pin_processor_signatures
 
 
 def _denoiser(key: str) -> torch.nn.Module:

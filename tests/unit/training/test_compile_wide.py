@@ -14,7 +14,9 @@ from torch._inductor.runtime.cache_dir_utils import cache_dir
 from lorastudio import families
 from lorastudio.config import TrainConfig, family_problems
 from lorastudio.errors import ConfigError
-from lorastudio.training.compile import (
+from lorastudio.training.planning.memory import SELECTIVE_ON_COMPILED, apply_checkpointing, checkpointing_mode
+from lorastudio.training.planning.plan import Plan, block_swap_searchable, plan_event
+from lorastudio.training.speed.compile import (
     CUDA_GRAPHS,
     INSIDE_ATTR,
     STATIC_RECOMPILE_LIMIT,
@@ -29,8 +31,6 @@ from lorastudio.training.compile import (
     runs_compiled,
     wants_compile,
 )
-from lorastudio.training.memory import SELECTIVE_ON_COMPILED, apply_checkpointing, checkpointing_mode
-from lorastudio.training.plan import Plan, block_swap_searchable, plan_event
 
 CPU = torch.device("cpu")
 WIDE = families.get("sdxl").spec.wide_compile_blocks
@@ -91,7 +91,7 @@ def test_wide_with_selective_checkpointing_checkpoints_in_full_inside_the_region
     case = Case("sdxl")
     compiler = CountingBackend() if backend == "dynamo" else backend
     compile_denoiser(case.denoiser, case.params, backend=compiler, classes=WIDE)
-    with caplog.at_level("WARNING", logger="lorastudio.training.memory"):
+    with caplog.at_level("WARNING", logger="lorastudio.training.planning.memory"):
         assert apply_checkpointing(case.denoiser, "selective") == [SELECTIVE_ON_COMPILED]
     assert checkpointing_mode(case.denoiser) == "full"
     loss, grads = case.step()

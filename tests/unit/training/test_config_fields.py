@@ -20,7 +20,7 @@ from lorastudio.config import FAMILY_SPECIFIC_FIELDS, TrainConfig, parse_train_c
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
 from lorastudio.training.loop import TrainResult, train
-from lorastudio.training.memory import checkpointing_mode
+from lorastudio.training.planning.memory import checkpointing_mode
 
 # field -> (reference overrides, changed value, what to compare: "run" = losses/weights/steps)
 CHANGES: dict[str, tuple[dict[str, Any], Any, str]] = {

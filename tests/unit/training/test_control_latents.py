@@ -1,4 +1,4 @@
-"""Control latents of paired datasets (training/latents.py): each variant's controls are cropped
+"""Control latents of paired datasets (training/inputs/latents.py): each variant's controls are cropped
 and flipped like its target, encoded as the posterior mean (never noised) and handed to the
 family in the batch; and a FLUX.1 Kontext LoRA exports in FLUX.1's kohya / ComfyUI layout."""
 
@@ -15,7 +15,7 @@ from lorastudio import families
 from lorastudio.config import resolve_train_config
 from lorastudio.data import scan_dataset
 from lorastudio.lora.files import convert_file
-from lorastudio.training.latents import EncodedPerStep, build_latent_cache
+from lorastudio.training.inputs.latents import EncodedPerStep, build_latent_cache
 from lorastudio.training.loop import train
 
 

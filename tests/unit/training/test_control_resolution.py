@@ -16,7 +16,7 @@ from lorastudio import families
 from lorastudio.config import resolve_train_config
 from lorastudio.data.run_scan import scan_for_run
 from lorastudio.settings import get_settings
-from lorastudio.training.latents import build_latent_cache
+from lorastudio.training.inputs.latents import build_latent_cache
 from lorastudio.training.loop import train
 
 AREA = 128  # the int rule's side in these tiny runs (the pipelines' ~1 MP would dwarf a 32 px target)
@@ -125,8 +125,8 @@ def test_controls_of_their_own_sizes_train_and_change_the_run(make_config, shape
 
 def test_a_run_with_sized_controls_resumes_exactly(make_config, shaped_pairs):
     from lorastudio.config import parse_train_config
-    from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
     from lorastudio.training.events import StopRequest
+    from lorastudio.training.resume.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 
     common = {
         "data_dir": str(shaped_pairs), "steps": 4, "batch_size": 1, "resolution": 32, "save_every": 2,

@@ -77,7 +77,7 @@ def test_five_thousand_cut_captions_of_two_lines_are_one_line_of_the_note() -> N
     broke over lines; 5,000 of them are still one note naming three."""
     from lorastudio import families
     from lorastudio.config import TrainConfig
-    from lorastudio.training.caption_length import cut_note
+    from lorastudio.training.inputs.caption_length import cut_note
 
     captions = [f"caption {i} of a red circle\r\non a blue background" for i in range(5000)]
     cfg = TrainConfig.model_construct(max_sequence_length=8)

@@ -173,7 +173,7 @@ def test_a_resume_onto_a_changed_control_names_the_control_not_the_image(small_p
     "image changed: a.png", the target the user then finds unchanged. The record keeps the
     target's own digest beside its-and-its-controls', so the change is told as the controls';
     a record written before (two digests) still reads as the image's."""
-    from lorastudio.training.identity import dataset_change, dataset_files
+    from lorastudio.training.resume.identity import dataset_change, dataset_files
 
     data = tmp_path / "pairs"
     shutil.copytree(small_pairs, data)
@@ -199,7 +199,7 @@ def test_a_resume_onto_changed_masks_names_each_mask_change(make_config, small_d
     "its settings changed" (dataset_files held no mask digest), naming no file: the user was
     sent looking at the settings. Each is now named; a record from before (three digests per
     image) still says "its settings changed" (nothing else to say)."""
-    from lorastudio.training.identity import dataset_change
+    from lorastudio.training.resume.identity import dataset_change
 
     data = _copy(small_dataset, tmp_path)
     (data / "masks").mkdir()

@@ -10,8 +10,8 @@ import torch
 
 from ddp_launch import CACHE_CHUNK, WORLD, build_caches, caches_config
 from lorastudio.data import load_crop, scan_dataset
-from lorastudio.training import conditioning
-from lorastudio.training.latents import replay_crop_draws
+from lorastudio.training.inputs import conditioning
+from lorastudio.training.inputs.latents import replay_crop_draws
 
 
 def test_ranks_share_the_caches_and_get_exactly_the_tensors_of_one_process(make_config, launched):

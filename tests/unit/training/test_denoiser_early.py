@@ -1,4 +1,4 @@
-"""The denoiser's load beside phases 1-2 (training/denoiser_early.py), forced on for the CPU here
+"""The denoiser's load beside phases 1-2 (training/speed/denoiser_early.py), forced on for the CPU here
 (its test seam `_ON_CPU`: the ring to the "device" or a host buffer, unpinned): the run trains
 bit-identically to the sequential path, an error of the load or of its thread ends the run as the sequential path's
 would, a stop in phase 1 leaves no thread behind, and a host without the RAM for both keeps the
@@ -18,9 +18,9 @@ from safetensors.torch import load_file
 from lorastudio.jobs import host_memory
 from lorastudio.settings import get_settings
 from lorastudio.timings import phase_seconds
-from lorastudio.training import denoiser_early, weight_copy
 from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import TrainResult, train
+from lorastudio.training.speed import denoiser_early, weight_copy
 
 
 @pytest.fixture(autouse=True)

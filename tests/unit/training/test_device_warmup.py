@@ -1,4 +1,4 @@
-"""training/device_warmup.py off the GPU: nothing is started for a CPU run (tests/gpu has the CUDA side)."""
+"""training/speed/device_warmup.py off the GPU: nothing is started for a CPU run (tests/gpu has the CUDA side)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import inspect
 import torch
 
 from lorastudio.training import loop
-from lorastudio.training.device_warmup import warm_device
+from lorastudio.training.speed.device_warmup import warm_device
 
 
 def test_a_cpu_run_starts_no_warm_up_thread():

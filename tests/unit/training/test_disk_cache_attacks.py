@@ -1,4 +1,4 @@
-"""Attacks on the on-disk encode cache's shards (data/cache_io.py, training/latents_disk.py):
+"""Attacks on the on-disk encode cache's shards (data/cache_io.py, training/inputs/latents_disk.py):
 shards planted or damaged in <cache>/latents and <cache>/text are re-encoded (never read, never
 followed out of the cache, never a hang), and a link or a file where a run's cache folder goes
 refuses the run naming it."""
@@ -22,7 +22,7 @@ from lorastudio.data.cache_io import prepare_cache_folder
 from lorastudio.data.disk_cache import cache_root, shard_path
 from lorastudio.errors import CacheError
 from lorastudio.settings import get_settings
-from lorastudio.training.latents_disk import _crc, read_shard, write_shard
+from lorastudio.training.inputs.latents_disk import _crc, read_shard, write_shard
 from lorastudio.training.loop import train
 
 MODEL, KEY = "f" * 20, "ab" * 32

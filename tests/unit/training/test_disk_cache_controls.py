@@ -138,7 +138,7 @@ def test_the_preflight_counts_and_sizes_the_cache_with_the_controls_own_sizes(
     from lorastudio.jobs.hardware import HostInfo, precisions_for
     from lorastudio.jobs.preflight import preflight_report
     from lorastudio.jobs.validation import validate_run
-    from lorastudio.training.latents import cache_bytes
+    from lorastudio.training.inputs.latents import cache_bytes
 
     cpu = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
     settings = get_settings().ensure_dirs()
@@ -274,7 +274,7 @@ def test_a_shard_whose_control_has_another_shape_is_re_encoded(
 ):
     """A whole shard (valid crc32) under a right key whose control_0 has another size is not
     read: its image is encoded again and the run trains as the first."""
-    from lorastudio.training.latents_disk import write_shard
+    from lorastudio.training.inputs.latents_disk import write_shard
 
     data = tmp_path / "one-slot"
     shutil.copytree(two_shapes, data, ignore=shutil.ignore_patterns("control_2"))

@@ -13,9 +13,9 @@ from safetensors.torch import load_file
 from lorastudio import families
 from lorastudio.errors import TrainingDiverged
 from lorastudio.settings import get_settings
-from lorastudio.training.checkpoint import list_checkpoints
 from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import train
+from lorastudio.training.resume.checkpoint import list_checkpoints
 
 
 @pytest.fixture

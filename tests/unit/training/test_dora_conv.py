@@ -1,4 +1,4 @@
-"""A DoRA convolution with lora_dropout > 0 on a bf16 base (training/dora_conv.py, RELIABILITY
+"""A DoRA convolution with lora_dropout > 0 on a bf16 base (training/adapters/dora_conv.py, RELIABILITY
 2224): peft 0.22's convolution DoRA ran the dropped fp32 input through the bf16 base weight and
 raised, so an SDXL DoRA run with a convolution among its lora_targets and lora_dropout > 0 failed
 at its first step on every bf16 GPU. Through add_lora, on the tiny SDXL UNet in bf16."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lorastudio.tiny.models import sdxl_unet
-from lorastudio.training.lora import add_lora, lora_config_for
+from lorastudio.training.adapters.lora import add_lora, lora_config_for
 
 
 def _unet(dropout: float) -> torch.nn.Module:

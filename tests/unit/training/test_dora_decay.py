@@ -1,4 +1,4 @@
-"""DoRA's magnitudes and weight decay (RELIABILITY 630, training/identity_rules.py): a new DoRA run
+"""DoRA's magnitudes and weight decay (RELIABILITY 630, training/resume/identity_rules.py): a new DoRA run
 keeps its magnitude vectors (the base's row norms at the start) out of the optimizer's decoupled
 weight decay, in a param group of their own with weight_decay 0 that the LR schedule scales like
 the others; a DoRA checkpoint of the older rule (one group, magnitudes decayed) resumes bitwise
@@ -21,12 +21,12 @@ from safetensors.torch import load_file
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
-from lorastudio.training import identity as identity_module
-from lorastudio.training.checkpoint import list_checkpoints, read_checkpoint_info
-from lorastudio.training.identity import identity_problems, run_identity
-from lorastudio.training.identity_rules import DORA_DECAY_RULE
 from lorastudio.training.loop import TrainResult, train
 from lorastudio.training.optim import make_optimizer
+from lorastudio.training.resume import identity as identity_module
+from lorastudio.training.resume.checkpoint import list_checkpoints, read_checkpoint_info
+from lorastudio.training.resume.identity import identity_problems, run_identity
+from lorastudio.training.resume.identity_rules import DORA_DECAY_RULE
 from stop_at import stop_at
 
 LR, DECAY, STEPS = 1e-2, 1.0, 4  # decoupled decay: x (1 - lr x DECAY) a step

@@ -23,8 +23,8 @@ from lorastudio.generate import apply_loras, load_pipeline
 from lorastudio.lora.dora_rule import RULE_KEY
 from lorastudio.lora.header import check_lora_file
 from lorastudio.lora.lycoris import module_key
-from lorastudio.training.init_lora import InitSource, load_init_lora
-from lorastudio.training.init_lora_rules import file_sha256
+from lorastudio.training.adapters.init_lora import InitSource, load_init_lora
+from lorastudio.training.adapters.init_lora_rules import file_sha256
 
 LAYER = "transformer_blocks.0.attn.to_q"
 RANK = 2
@@ -120,7 +120,7 @@ def test_init_lora_starts_from_each_writers_dora_as_the_trained_layer(
     make_config, tiny_model, tmp_path, writer
 ) -> None:
     """peft's DoRA layer after the load computes the trained weight (its magnitude is m)."""
-    from lorastudio.training.lora import add_lora, lora_config_for
+    from lorastudio.training.adapters.lora import add_lora, lora_config_for
 
     header, rule = WRITERS.get(writer, ({"ss_network_dim": str(RANK)}, "comfyui"))  # bare: ComfyUI's, warned
     family = families.get("flux")
@@ -152,7 +152,7 @@ def test_a_lycoris_rule_dora_whose_change_overflows_is_refused(make_config, tiny
     """LyCORIS' rule takes m = dora_scale with no norm of W + delta, which was where an overflowing
     change (finite factors, up @ down past float32) showed (RELIABILITY 1542): it is checked by
     itself now, for either rule."""
-    from lorastudio.training.lora import add_lora, lora_config_for
+    from lorastudio.training.adapters.lora import add_lora, lora_config_for
 
     family = families.get("flux")
     denoiser = family.load_denoiser(str(tiny_model("flux")), None, torch.float32, torch.device("cpu"))

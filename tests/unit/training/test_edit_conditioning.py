@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from lorastudio.training.conditioning import CaptionPicker, EditPrompt, cond_key, edit_prompts
+from lorastudio.training.inputs.conditioning import CaptionPicker, EditPrompt, cond_key, edit_prompts
 
 
 def _item(caption: str, *controls: str) -> SimpleNamespace:

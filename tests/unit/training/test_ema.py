@@ -16,10 +16,10 @@ from lorastudio.config import parse_train_config
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
 from lorastudio.training import optimize
-from lorastudio.training.checkpoint import list_checkpoints
 from lorastudio.training.ema import AdapterEma
 from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import train
+from lorastudio.training.resume.checkpoint import list_checkpoints
 
 DECAY = 0.5  # large steps of the EMA, so that each one shows
 
@@ -146,7 +146,7 @@ def test_an_extended_ema_run_keeps_its_raw_final_as_the_step_snapshot(make_confi
 
     from lorastudio.cli.app import _register, app
     from lorastudio.lora.snapshots import run_loras
-    from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
+    from lorastudio.training.resume.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 
     cfg = make_config(
         steps=2, ema_decay=DECAY, save_every=1, validation_split=0.25, validate_every=1, batch_size=1,

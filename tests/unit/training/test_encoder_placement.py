@@ -1,4 +1,4 @@
-"""Where a budgeted run encodes its texts (training/conditioning.py `encoder_placement`): on the
+"""Where a budgeted run encodes its texts (training/inputs/conditioning.py `encoder_placement`): on the
 training device when the text encoders fit the memory budget, else on the CPU with the reason —
 so a Qwen-Image run (a 7B text encoder, ~16.6 GB in bf16) under a 16 GB budget never exceeds it."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from lorastudio.training.conditioning import ENCODER_BUDGET_SHARE, encoder_bytes, encoder_placement
+from lorastudio.training.inputs.conditioning import ENCODER_BUDGET_SHARE, encoder_bytes, encoder_placement
 
 GIB = 1024**3
 CUDA = torch.device("cuda")

@@ -1,4 +1,4 @@
-"""Training a run longer (training/extend.py) on a real tiny model, on the CPU: a finished
+"""Training a run longer (training/resume/extend.py) on a real tiny model, on the CPU: a finished
 10-step run resumed with steps=20 equals a run of 20 steps from the start (loss curve and LoRA,
 bitwise) with the constant schedule; with a decaying schedule the LR after the checkpoint is the
 40-step schedule's; the extension is recorded; a finished run resumed without a larger total is
@@ -20,11 +20,11 @@ from lorastudio.errors import ConfigError
 from lorastudio.jobs.resume import ResumePoints, resume_points
 from lorastudio.lora.file_read import read_lora_file
 from lorastudio.settings import Settings
-from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 from lorastudio.training.events import Progress
 from lorastudio.training.loop import TrainResult, train
+from lorastudio.training.resume.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 
-# The extension (training/extend.py, the loop's schedule and checkpoints) is the same for every
+# The extension (training/resume/extend.py, the loop's schedule and checkpoints) is the same for every
 # family; FLUX.1's tiny model trains these 72 steps in ~5.7 CPU s where SDXL's took 23.
 FAMILY = "flux"
 

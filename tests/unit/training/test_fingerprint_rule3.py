@@ -17,8 +17,8 @@ from lorastudio.data.fingerprint import RULE
 from lorastudio.data.text_keys import text_fingerprint, text_key, text_parts
 from lorastudio.errors import ConfigError
 from lorastudio.settings import Settings, get_settings
-from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info
 from lorastudio.training.loop import train
+from lorastudio.training.resume.checkpoint import find_checkpoint, read_checkpoint_info
 from stop_at import stop_at
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -132,7 +132,7 @@ def test_a_rule_2_checkpoint_resumes_on_its_base_moved_and_reads_the_caption_sha
     """A checkpoint of rule 2 (its absent components by the base's name) resumes on the same files
     moved (compared under rule 2, those parts set aside: fix 801), is refused on another VAE, reads
     the caption shards the first run wrote (one key for both names) and records rule 3 after."""
-    from lorastudio.training.identity_base import base_record
+    from lorastudio.training.resume.identity_base import base_record
 
     folder = tmp_path / "models" / "tiny"
     shutil.copytree(tiny_model("flux"), folder)

@@ -1,4 +1,4 @@
-"""Fp8FrozenLinear: the frozen-weight fp8 linear (training/fp8.py), on the CPU reference path.
+"""Fp8FrozenLinear: the frozen-weight fp8 linear (training/speed/fp8.py), on the CPU reference path.
 
 The CUDA path (torch._scaled_mm) is checked by tests/gpu; here the same quantisation and
 autograd run through reference_scaled_mm, so the maths (scales, layouts, gradients) is tested.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lorastudio.training.fp8 import E4M3_MAX, Fp8FrozenLinear, fp8_matmul_supported, quantise_rows
+from lorastudio.training.speed.fp8 import E4M3_MAX, Fp8FrozenLinear, fp8_matmul_supported, quantise_rows
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -1,5 +1,5 @@
 """The save-time loader check of a run on an fp8 base (RELIABILITY 1500): an fp8 base's block
-linears (training/fp8.Fp8FrozenLinear) hold their weight as two e4m3 copies and scales, `weight`
+linears (training/speed/fp8.Fp8FrozenLinear) hold their weight as two e4m3 copies and scales, `weight`
 a property, no parameter, so the denoiser's module shapes the check reads
 (export.base_weight_shapes) left them out, and every `base_precision = "fp8"` run was told that
 ComfyUI and diffusers would not load its file (every block key "unknown" / "unconsumed"; the CLI
@@ -22,10 +22,11 @@ from lorastudio import families
 from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.files import file_for_layout
 from lorastudio.lora.portability import check_loaders
-from lorastudio.training import precision, quantize
-from lorastudio.training.export import base_weight_shapes
-from lorastudio.training.fp8 import Fp8FrozenLinear
-from lorastudio.training.lora import add_lora, lora_config_for, lora_state_dict
+from lorastudio.training import precision
+from lorastudio.training.adapters.export import base_weight_shapes
+from lorastudio.training.adapters.lora import add_lora, lora_config_for, lora_state_dict
+from lorastudio.training.planning import quantize
+from lorastudio.training.speed.fp8 import Fp8FrozenLinear
 
 CPU = torch.device("cpu")
 

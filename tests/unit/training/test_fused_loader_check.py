@@ -1,5 +1,5 @@
 """The save-time loader check of a fused-projection run (RELIABILITY 680): the members of a fused
-group (training/fused_projections.FusedSlice) have no weight parameter of their own, so the
+group (training/speed/fused_projections.FusedSlice) have no weight parameter of their own, so the
 denoiser's module shapes the check reads (export.base_weight_shapes) left them out, and every
 `fuse_projections = "on"` run (and every `auto` one CUDA fuses) was told that ComfyUI and diffusers
 would not load its file as trained, its to_q / to_k / to_v / add_*_proj keys "unknown", although

@@ -1,4 +1,4 @@
-"""training/fused_projections.py: the same-input frozen projections as one matmul per group,
+"""training/speed/fused_projections.py: the same-input frozen projections as one matmul per group,
 with peft's LoRA adapters on the same module names: the same outputs and LoRA gradients as the
 unfused model, eager and through Dynamo + AOTAutograd, without graph breaks and without keeping
 any tensor between forwards; what a run fuses (fusion_choice) and what a run reports."""
@@ -18,8 +18,10 @@ from lorastudio import families
 from lorastudio.config_rules import FusionChoice, fusion_choice
 from lorastudio.errors import ConfigError
 from lorastudio.tiny.models import build_flux
-from lorastudio.training import precompile_key
-from lorastudio.training.fused_projections import (
+from lorastudio.training.adapters.lora import add_lora, lora_config_for
+from lorastudio.training.loop import train
+from lorastudio.training.speed import precompile_key
+from lorastudio.training.speed.fused_projections import (
     FusedFrozenProjections,
     FusedSlice,
     FusionUnsupported,
@@ -27,8 +29,6 @@ from lorastudio.training.fused_projections import (
     fuse_projections,
     share_lora_inputs,
 )
-from lorastudio.training.loop import train
-from lorastudio.training.lora import add_lora, lora_config_for
 
 FLUX_GROUPS = families.get("flux").spec.fused_projection_groups
 
@@ -327,7 +327,7 @@ def test_checkpointed_fused_blocks_train_alike_and_keep_nothing_after_the_step(m
 
 def test_a_shared_input_model_pickles_by_reference_and_its_copy_computes_the_same():
     """Dynamo's saved block graphs pickle a block's modules with their guards
-    (training/precompile.py): the shared LoRA forward is a class's, found by name, not a closure
+    (training/speed/precompile.py): the shared LoRA forward is a class's, found by name, not a closure
     set on each instance, which torch pickled as peft's forward without its closure, so every
     saved FLUX.1 block failed to load on the GPU (RELIABILITY 1230)."""
     shared = build_flux(0).transformer

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lorastudio.config import TrainConfig
-from lorastudio.training.identity import identity_problems, run_identity
+from lorastudio.training.resume.identity import identity_problems, run_identity
 
 
 def _config(tmp_path: Path, **over: object) -> TrainConfig:

@@ -2,7 +2,7 @@
 float32 (lora_up and lora_down of 1e20 each: up @ down = 4e40 at rank 4) is refused at load
 naming the file and the layer, for a plain LoRA file (kohya layout) and a LoHa file; before, it
 loaded and the run met the divergence guard, which blamed the learning rate. The bound that
-spares ordinary files the product (training/init_finite.bound) is checked against the product."""
+spares ordinary files the product (training/adapters/init_finite.bound) is checked against the product."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from safetensors.torch import save_file
 
 from lorastudio import families
 from lorastudio.errors import ModelSourceError
-from lorastudio.training.init_finite import F32_MAX, bound, lora_change_finite
-from lorastudio.training.init_lora import InitSource, load_init_lora
-from lorastudio.training.init_lora_rules import file_sha256
+from lorastudio.training.adapters.init_finite import F32_MAX, bound, lora_change_finite
+from lorastudio.training.adapters.init_lora import InitSource, load_init_lora
+from lorastudio.training.adapters.init_lora_rules import file_sha256
 
 LAYER = "lora_unet_double_blocks_0_img_attn_proj"  # FLUX.1's transformer_blocks.0.attn.to_out.0
 RANK = 4
@@ -33,7 +33,7 @@ def _parts(adapter: str, d: int, big: float) -> dict[str, torch.Tensor]:
 def test_a_file_whose_change_overflows_is_refused_naming_the_layer(
     make_config, tiny_model, tmp_path, adapter
 ):
-    from lorastudio.training.lora import add_lora, lora_config_for
+    from lorastudio.training.adapters.lora import add_lora, lora_config_for
 
     family = families.get("flux")
     denoiser = family.load_denoiser(str(tiny_model("flux")), None, torch.float32, torch.device("cpu"))

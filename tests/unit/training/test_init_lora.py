@@ -1,4 +1,4 @@
-"""A run started from a LoRA file (TrainConfig.init_lora, training/init_lora.py) on the tiny
+"""A run started from a LoRA file (TrainConfig.init_lora, training/adapters/init_lora.py) on the tiny
 models: the adapter holds the file's weights exactly at the start (every family; a kohya file;
 the denoiser's layers as generation applies the file at strength 1), EMA starts from them, the
 loss continues from the file's level, layers the file lacks start fresh with a warning, layers
@@ -19,8 +19,8 @@ from lorastudio import families
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
 from lorastudio.tiny import TINY_FAMILIES
+from lorastudio.training.adapters.init_lora_rules import file_sha256
 from lorastudio.training.events import RunWarning, StopRequest
-from lorastudio.training.init_lora_rules import file_sha256
 from lorastudio.training.loop import train
 
 TINY_LR = 1e-12  # a step that moves no fp32 weight of the file's size: the saved LoRA is the file
@@ -82,8 +82,8 @@ def test_a_kohya_file_and_a_name_of_the_list_load_and_ema_starts_from_them(make_
 
 def test_the_loaded_adapter_is_generations_file_at_strength_1(make_config, tiny_model):
     from lorastudio.generate.pipeline import apply_loras, load_pipeline
-    from lorastudio.training.init_lora import InitSource, load_init_lora
-    from lorastudio.training.lora import add_lora, lora_config_for
+    from lorastudio.training.adapters.init_lora import InitSource, load_init_lora
+    from lorastudio.training.adapters.lora import add_lora, lora_config_for
 
     first = _trained(make_config, "flux", "gen")
     family = families.get("flux")

@@ -1,4 +1,4 @@
-"""The checks of TrainConfig.init_lora before any model loads (training/init_lora_rules.py, read
+"""The checks of TrainConfig.init_lora before any model loads (training/adapters/init_lora_rules.py, read
 from the file's header, and the job service's verdict, jobs/validation.validate_run, that the API,
 `train --check` and the engine share): each refusal names its field and both sides, all at once;
 an unset lora_rank / lora_alpha takes the file's."""
@@ -16,7 +16,7 @@ from lorastudio.config import parse_train_config, resolve_train_config
 from lorastudio.errors import ConfigError
 from lorastudio.jobs.validation import validate_run
 from lorastudio.settings import get_settings
-from lorastudio.training.init_lora_rules import init_lora_problems
+from lorastudio.training.adapters.init_lora_rules import init_lora_problems
 
 LAYERS = ("transformer_blocks.0.attn.to_q", "transformer_blocks.0.attn.to_k")
 
@@ -122,7 +122,7 @@ def test_an_adapter_of_another_kind_is_refused_saying_which_to_set(make_config, 
         {f"{prefix}.{k}": v for k, v in parts.items()}, str(dora), metadata={"lorastudio.family": "flux"}
     )
     assert "set adapter = 'dora'" in _problems(make_config, init_lora=str(dora))["init_lora"]
-    # a DoRA file in the LyCORIS layout starts a DoRA run (session 36: training/init_lycoris.py)
+    # a DoRA file in the LyCORIS layout starts a DoRA run (session 36: training/adapters/init_lycoris.py)
     assert _problems(make_config, init_lora=str(dora), adapter="dora", lora_format="kohya") == {}
     # a dora_scale rule its header names that no reader knows: refused before any model loads
     odd = tmp_path / "dora-odd-rule.safetensors"
@@ -220,7 +220,7 @@ def test_a_header_rank_not_its_layers_is_refused_before_any_model(make_config, t
     """A header stating another rank than its weights' (rank 4) was taken as the run's rank and
     passed every check: the run loaded its model, then failed on the first layer's shape. A stated
     rank that is no whole number ("0.5", once int()'d to 0: "not told") is none: the weights' is taken."""
-    from lorastudio.training.init_lora import preflight_init
+    from lorastudio.training.adapters.init_lora import preflight_init
 
     path = _lora(tmp_path / "m.safetensors", rank=4, header={"lorastudio.rank": stated})
     given = make_config(init_lora=str(path), lora_rank=None, lora_targets=["to_q", "to_k"])
@@ -237,8 +237,8 @@ def test_a_file_replaced_between_the_check_and_the_read_is_refused(tmp_path, mon
     """load_init_lora compared the file's sha256 with the preflight's, then opened it again to
     read it: a file replaced in between was loaded, recorded under the old file's sha256."""
     from lorastudio.errors import ModelSourceError
-    from lorastudio.training import init_lora
-    from lorastudio.training.init_lora_rules import file_sha256
+    from lorastudio.training.adapters import init_lora
+    from lorastudio.training.adapters.init_lora_rules import file_sha256
 
     path = _lora(tmp_path / "m.safetensors", rank=4)
     source = init_lora.InitSource(path, file_sha256(path))

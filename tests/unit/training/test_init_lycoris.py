@@ -1,5 +1,5 @@
 """A run started from a LyCORIS-layout DoRA file (`.dora_scale`) and from kohya-named LyCORIS files
-whose layers are FLUX.1's fused checkpoint linears (training/init_lycoris.py, init_lycoris_rows.py):
+whose layers are FLUX.1's fused checkpoint linears (training/adapters/init_lycoris.py, init_lycoris_rows.py):
 the adapter holds the file exactly (the saved LoRA equals the file; each adapted layer equals
 generation's merge of the file at strength 1), and a fused LoKr whose Kronecker blocks straddle
 the layers is refused naming why."""
@@ -14,8 +14,8 @@ from safetensors.torch import load_file, save_file
 
 from lorastudio import families
 from lorastudio.errors import ModelSourceError
-from lorastudio.training.init_lora import InitSource, load_init_lora
-from lorastudio.training.init_lora_rules import file_sha256
+from lorastudio.training.adapters.init_lora import InitSource, load_init_lora
+from lorastudio.training.adapters.init_lora_rules import file_sha256
 from lorastudio.training.loop import train
 
 TINY_LR = 1e-12  # a step that moves no fp32 weight of the file's size
@@ -32,7 +32,7 @@ def _same_as_generation(make_config, tiny_model, path: Path, adapter: str, **opt
     adapted layer's output with the layer generation patches with the file at strength 1.
     Returns the layers compared."""
     from lorastudio.generate.pipeline import apply_loras, load_pipeline
-    from lorastudio.training.lora import add_lora, lora_config_for, module_scales
+    from lorastudio.training.adapters.lora import add_lora, lora_config_for, module_scales
 
     family = families.get("flux")
     denoiser = family.load_denoiser(str(tiny_model("flux")), None, torch.float32, torch.device("cpu"))
@@ -125,7 +125,7 @@ def test_a_fused_lokr_loads_where_its_blocks_fall_within_the_layers_else_is_refu
                  "lokr_w2_b": torch.randn(r, d // 2, generator=g)}  # fmt: skip
     bad = _fused_file(tmp_path, {_qkv_names(0): straddles}, "fused-lokr-bad")
     family = families.get("flux")
-    from lorastudio.training.lora import add_lora, lora_config_for
+    from lorastudio.training.adapters.lora import add_lora, lora_config_for
 
     denoiser = family.load_denoiser(str(tiny_model("flux")), None, torch.float32, torch.device("cpu"))
     add_lora(
@@ -149,7 +149,7 @@ def test_an_input_axis_dora_scale_is_refused_naming_why(make_config, tiny_model,
     }
     path = _fused_file(tmp_path, {layer: parts}, "dora-input-axis")
     family = families.get("flux")
-    from lorastudio.training.lora import add_lora, lora_config_for
+    from lorastudio.training.adapters.lora import add_lora, lora_config_for
 
     denoiser = family.load_denoiser(str(tiny_model("flux")), None, torch.float32, torch.device("cpu"))
     add_lora(
@@ -177,7 +177,7 @@ def test_a_dora_file_whose_change_overflows_is_refused_not_loaded_as_nan(
     }
     path = _fused_file(tmp_path, {"lora_unet_double_blocks_0_img_attn_proj": parts}, "dora-overflow")
     family = families.get("flux")
-    from lorastudio.training.lora import add_lora, lora_config_for
+    from lorastudio.training.adapters.lora import add_lora, lora_config_for
 
     denoiser = family.load_denoiser(str(tiny_model("flux")), None, torch.float32, torch.device("cpu"))
     add_lora(

@@ -1,4 +1,4 @@
-"""training/init_lycoris_rows.split_rows: each piece of a LyCORIS layer cut by output rows has, by
+"""training/adapters/init_lycoris_rows.split_rows: each piece of a LyCORIS layer cut by output rows has, by
 ComfyUI's rule (lora/lycoris.comfy_delta; up @ down x alpha / rank), exactly its rows of the
 layer's change; a layer of swapped halves gives its layer the halves exchanged back. Pure, tiny."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lorastudio.lora.lycoris import LycorisError, comfy_delta
-from lorastudio.training.init_lycoris_rows import split_rows
+from lorastudio.training.adapters.init_lycoris_rows import split_rows
 
 
 def _delta(parts: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -16,8 +16,8 @@ from lorastudio import families
 from lorastudio.data.disk_cache import cache_root, cache_stats, clear_cache, latent_mode
 from lorastudio.settings import get_settings
 from lorastudio.training.events import StopRequest
+from lorastudio.training.inputs.text_signature import PROBE_TEXTS
 from lorastudio.training.loop import train
-from lorastudio.training.text_signature import PROBE_TEXTS
 
 AUGMENTED = {"random_crop": True, "random_flip": True, "cache_variants": 2, "steps": 3}
 
@@ -69,7 +69,9 @@ def test_a_second_run_encodes_nothing_and_trains_bitwise_alike(make_config, enco
     assert len(encodes) == 4 and set(encodes) == {2}  # 4 images, their 2 variants in one call each
     assert len(_shards()) == 8 and not list(cache_root(get_settings()).rglob("*.tmp"))
     assert len(text_encodes) == 6 and len(_shards("text")) == 4  # the 4 captions (+ 2 probes, in RAM)
-    assert text_encodes[-2:] == list(PROBE_TEXTS)  # what the encoders give (training/text_signature.py)
+    assert text_encodes[-2:] == list(
+        PROBE_TEXTS
+    )  # what the encoders give (training/inputs/text_signature.py)
     encodes.clear()
     text_encodes.clear()
     second, events = _run(make_config, "second")
@@ -263,7 +265,7 @@ def test_shards_the_disk_refuses_stay_in_ram_for_the_run_and_a_warning_says_so(m
     """The run goes on with the refused shards in RAM; since RELIABILITY 1742 a RunWarning per
     cache (latents, text embeddings) names the folder, the reason and the fix (was: not a word,
     while RAM took what the disk cache was chosen to hold and the next run encoded it all again)."""
-    from lorastudio.training import cache_shards
+    from lorastudio.training.inputs import cache_shards
 
     first, _ = _run(make_config, "first", latent_cache="memory")
 

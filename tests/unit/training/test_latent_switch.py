@@ -1,5 +1,5 @@
 """A resume may switch `latent_cache` among the settings that make the run's latents alike
-(training/identity_latents.py): memory <-> disk <-> auto, or another latent_cache_max_gb that the
+(training/resume/identity_latents.py): memory <-> disk <-> auto, or another latent_cache_max_gb that the
 cache still fits, continue the run bitwise; a switch between cached-once and encoded-every-step is
 refused naming both; a checkpoint written before the handling was recorded resumes as before."""
 
@@ -15,9 +15,9 @@ from safetensors.torch import load_file
 
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
-from lorastudio.training.checkpoint import INFO_FILE, list_checkpoints
-from lorastudio.training.identity_latents import BYTES, HANDLING
 from lorastudio.training.loop import train
+from lorastudio.training.resume.checkpoint import INFO_FILE, list_checkpoints
+from lorastudio.training.resume.identity_latents import BYTES, HANDLING
 from stop_at import stop_at
 
 AUGMENTED = {"random_crop": True, "random_flip": True, "cache_variants": 2, "steps": 3, "save_every": 1}

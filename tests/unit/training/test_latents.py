@@ -9,7 +9,7 @@ import torch
 from lorastudio import families
 from lorastudio.config import resolve_train_config
 from lorastudio.data import load_crop, scan_dataset
-from lorastudio.training.latents import (
+from lorastudio.training.inputs.latents import (
     CachedLatents,
     EncodedPerStep,
     build_latent_cache,

@@ -1,4 +1,4 @@
-"""What a LoRA / DoRA layer keeps for the backward (training/lora_saved.py, RELIABILITY 2170): its
+"""What a LoRA / DoRA layer keeps for the backward (training/adapters/lora_saved.py, RELIABILITY 2170): its
 bf16 input as it came, not the fp32 copy peft's forward casts it to, eager (peft's layers and the
 fused projections' shared LoRA input) and under Inductor's partitioner; outputs and gradients
 bitwise peft's."""
@@ -17,9 +17,9 @@ from torch.utils._pytree import tree_flatten
 
 from lorastudio import families
 from lorastudio.tiny.parts import FLUX1_DIT
-from lorastudio.training import lora_saved
-from lorastudio.training.fused_projections import fuse_projections, share_lora_inputs
-from lorastudio.training.lora import add_lora, lora_config_for
+from lorastudio.training.adapters import lora_saved
+from lorastudio.training.adapters.lora import add_lora, lora_config_for
+from lorastudio.training.speed.fused_projections import fuse_projections, share_lora_inputs
 
 TARGETS = families.get("flux").spec.lora_targets
 

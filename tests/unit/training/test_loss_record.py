@@ -1,4 +1,4 @@
-"""A run's per-step losses beside it (training/loss_record.py, RELIABILITY 1340): a checkpoint's
+"""A run's per-step losses beside it (training/resume/loss_record.py, RELIABILITY 1340): a checkpoint's
 state.pt keeps a bounded window and names the rest in the run folder's losses.bin, an exact
 resume still gives the uninterrupted run's losses, and an older version's checkpoint (every loss
 in state.pt) still resumes."""
@@ -16,11 +16,11 @@ import torch
 
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
-from lorastudio.training import loss_record
 from lorastudio.training.loop import train
-from lorastudio.training.loss_record import RECORD_KEY, LossRecord
-from lorastudio.training.losses_file import losses_file_problem
-from lorastudio.training.run_files import LOSSES_FILE
+from lorastudio.training.resume import loss_record
+from lorastudio.training.resume.loss_record import RECORD_KEY, LossRecord
+from lorastudio.training.resume.losses_file import losses_file_problem
+from lorastudio.training.resume.run_files import LOSSES_FILE
 from read_only import read_only
 from stop_at import stop_at
 

@@ -172,7 +172,7 @@ def test_stop_and_resume_is_bitwise_with_a_scheduled_huber_loss(make_config):
 
 
 def test_a_checkpoint_older_than_these_settings_resumes_when_they_keep_their_defaults():
-    from lorastudio.training.identity import identity_problems, run_identity
+    from lorastudio.training.resume.identity import identity_problems, run_identity
 
     base = {"family": "sdxl", "base_model": "a/b", "data_dir": "d", "learning_rate": 1e-4}
     current = run_identity(resolve_train_config(parse_train_config(base)), "fp", ("to_q",))

@@ -1,4 +1,4 @@
-"""LoHa / LoKr layers traced whole (training/lycoris_forward.py): peft's outputs and gradients
+"""LoHa / LoKr layers traced whole (training/adapters/lycoris_forward.py): peft's outputs and gradients
 (LoHa bitwise where peft's delta is cheaper, else from its Khatri-Rao factors without the full
 weight; LoKr from its two factors without the Kronecker weight; both within fp rounding), no draw
 from the global generator, one graph per block under `fullgraph=True`."""
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from lorastudio.tiny.models import build
-from lorastudio.training.lora import add_lora
-from lorastudio.training.lycoris_forward import (
+from lorastudio.training.adapters.lora import add_lora
+from lorastudio.training.adapters.lycoris_forward import (
     TRACED_ATTR,
     loha_linear_delta,
     lokr_linear_delta,

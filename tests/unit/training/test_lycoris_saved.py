@@ -1,4 +1,4 @@
-"""What a factored LoKr / LoHa linear keeps for the backward (training/lycoris_grad.py, RELIABILITY
+"""What a factored LoKr / LoHa linear keeps for the backward (training/adapters/lycoris_grad.py, RELIABILITY
 2080): its bf16 input as it came, not an fp32 copy of it nor LoKr's fp32 intermediate, eager and
 under Inductor's partitioner; outputs and gradients still peft's within rounding."""
 
@@ -9,7 +9,7 @@ import functools
 import pytest
 import torch
 
-from lorastudio.training.lycoris_forward import TRACED_ATTR, trace_friendly_lycoris
+from lorastudio.training.adapters.lycoris_forward import TRACED_ATTR, trace_friendly_lycoris
 
 
 def _bf16_layer(kind: str, dim_in: int, dim_out: int, device: str = "cpu") -> torch.nn.Module:
@@ -140,7 +140,7 @@ def test_the_compiled_lokr_backward_recomputes_only_the_cast_and_the_first_small
     small matmuls (t = xs w2^T, which w1's gradient needs), nothing more: 1.611 GFLOP over the
     plain ops' 82.947 GFLOP backward of a 3072 x 3072 layer at [1, 4096, 3072] (the second small
     matmul, 1.208 GFLOP, and the base matmul are not recomputed; the session 40 kpfix17 audit in RELIABILITY)."""
-    from lorastudio.training import lycoris_grad
+    from lorastudio.training.adapters import lycoris_grad
 
     x = torch.randn(1, 4096, 3072, dtype=torch.bfloat16, device="meta", requires_grad=True)  # [B, L, D]
     checkpointed: list[torch.fx.GraphModule] = []

@@ -1,5 +1,5 @@
-"""Selective activation checkpointing of a LoKr / LoHa run (training/memory.py): the small fp32
-matmuls of the factored deltas (training/lycoris_grad.py) are recomputed like LoRA's up-projection,
+"""Selective activation checkpointing of a LoKr / LoHa run (training/planning/memory.py): the small fp32
+matmuls of the factored deltas (training/adapters/lycoris_grad.py) are recomputed like LoRA's up-projection,
 not kept beside the base layers' outputs (RELIABILITY 2160)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch
 from memory_cases import RES, tiny_pipe
 
 from lorastudio import families
-from lorastudio.training import memory
-from lorastudio.training.lora import add_lora, lora_config_for
+from lorastudio.training.adapters.lora import add_lora, lora_config_for
+from lorastudio.training.planning import memory
 
 
 def _nbytes(tree: Any) -> int:

@@ -145,8 +145,8 @@ def test_a_masked_run_resumes_exactly(make_config, masked_dataset):
     from lorastudio.config import parse_train_config
     from lorastudio.errors import ConfigError
     from lorastudio.settings import get_settings
-    from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
     from lorastudio.training.events import StopRequest
+    from lorastudio.training.resume.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 
     common = {
         "data_dir": str(masked_dataset),

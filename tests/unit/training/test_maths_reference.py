@@ -308,7 +308,7 @@ def test_our_lycoris_file_is_lycoris_own_weight(adapter: str, settings: dict) ->
     from peft import LoHaConfig, LoKrConfig, inject_adapter_in_model
 
     from lorastudio.lora.lycoris import peft_to_lycoris
-    from lorastudio.training.lora import module_scales
+    from lorastudio.training.adapters.lora import module_scales
 
     torch.manual_seed(0)
     model = torch.nn.Sequential()

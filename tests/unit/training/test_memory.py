@@ -1,4 +1,4 @@
-"""Activation checkpointing modes (training/memory.py) on tiny models of every family: the same
+"""Activation checkpointing modes (training/planning/memory.py) on tiny models of every family: the same
 losses and gradients as without them, the selective policy really recomputes only the cheap ops,
 and selective falls back to full on regionally compiled blocks."""
 
@@ -13,13 +13,13 @@ from memory_cases import FAMILIES, Case, CountingBackend, assert_same
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from lorastudio.errors import ConfigError
-from lorastudio.training.compile import compile_denoiser, compile_state, repeated_blocks
-from lorastudio.training.memory import (
+from lorastudio.training.planning.memory import (
     SELECTIVE_ON_COMPILED,
     adapter_inner_dim,
     apply_checkpointing,
     checkpointing_mode,
 )
+from lorastudio.training.speed.compile import compile_denoiser, compile_state, repeated_blocks
 
 # -- activation checkpointing -----------------------------------------------------------------------
 
@@ -118,7 +118,7 @@ def test_selective_on_compiled_blocks_falls_back_to_full(caplog):
     reference = Case("flux").step()
     case = Case("flux")
     compile_denoiser(case.denoiser, case.params, backend=CountingBackend())
-    with caplog.at_level("WARNING", logger="lorastudio.training.memory"):
+    with caplog.at_level("WARNING", logger="lorastudio.training.planning.memory"):
         assert apply_checkpointing(case.denoiser, "selective") == [SELECTIVE_ON_COMPILED]
     assert checkpointing_mode(case.denoiser) == "full"
     assert caplog.text.count("selective checkpointing -> full") == 1
@@ -132,7 +132,7 @@ def test_blocks_compiled_after_selective_checkpointing_are_checkpointed_in_full(
     backend = CountingBackend()
     compile_denoiser(case.denoiser, case.params, backend=backend)
     assert checkpointing_mode(case.denoiser) == "full"
-    with caplog.at_level("WARNING", logger="lorastudio.training.memory"):
+    with caplog.at_level("WARNING", logger="lorastudio.training.planning.memory"):
         loss, _ = case.step()
     assert "selective checkpointing -> full" in caplog.text
     assert backend.runs > 0 and compile_state(case.denoiser).active
@@ -158,7 +158,7 @@ def test_selective_policy_cannot_see_inside_an_inductor_compiled_block():
     from torch._dynamo.utils import counters
     from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
-    from lorastudio.training.memory import compute_heavy_policy
+    from lorastudio.training.planning.memory import compute_heavy_policy
 
     block = _MlpBlock()
     seen: Counter[str] = Counter()

@@ -78,8 +78,8 @@ def test_moved_dataset_entries_are_named_and_may_be_given_again(tmp_path: Path) 
     """A run of several datasets entries records each entry's path; after a move each gone one is
     named, and `datasets` may be given again on resume (the identity compares the entries'
     settings, their paths apart: only where they are may change)."""
-    from lorastudio.training.identity import override_problems
-    from lorastudio.training.relocation import moved_problems
+    from lorastudio.training.resume.identity import override_problems
+    from lorastudio.training.resume.relocation import moved_problems
 
     here = tmp_path / "here"
     here.mkdir()

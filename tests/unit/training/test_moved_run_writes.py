@@ -1,6 +1,6 @@
 """A run folder renamed while its run is live, and another folder (another run's) or a link put
 at its path: the run's next write (a checkpoint, a sample round, the final LoRA) lands nowhere
-there; the run fails naming its folder (training/folder_guard.py) and removes nothing. Was: each
+there; the run fails naming its folder (training/resume/folder_guard.py) and removes nothing. Was: each
 was written by path into what sat there, the final LoRA's rename replacing the other run's LoRA
 of that name, through the link into a folder outside the outputs root."""
 
@@ -14,8 +14,8 @@ import pytest
 
 from lorastudio.errors import RunFolderMoved
 from lorastudio.settings import get_settings
-from lorastudio.training import folder_guard
 from lorastudio.training.loop import train
+from lorastudio.training.resume import folder_guard
 
 OTHERS = (  # what another run of the same output name keeps in the folder put at the run's path
     "run.safetensors",

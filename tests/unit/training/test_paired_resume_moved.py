@@ -1,4 +1,4 @@
-"""Dataset fingerprint rule 2 (training/identity_dataset.py, RELIABILITY 2040): a paired run's
+"""Dataset fingerprint rule 2 (training/resume/identity_dataset.py, RELIABILITY 2040): a paired run's
 controls are keyed by their path under the dataset folder, so its resume is accepted once the
 folder moved (the job service's resume with data_dir named anew, the run's own resume); a control
 whose content changed is still refused naming its target. A checkpoint of rule 1 (its controls by
@@ -16,8 +16,8 @@ from PIL import Image
 
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
-from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info
 from lorastudio.training.loop import train
+from lorastudio.training.resume.checkpoint import find_checkpoint, read_checkpoint_info
 from stop_at import stop_at
 
 
@@ -104,7 +104,7 @@ def test_a_folder_named_through_a_link_is_not_taken_as_moved(tmp_path) -> None:
     data_dir given through a link, or a name under a datasets folder that is one, is where it
     was; the old code mapped the real folder onto the link's path, which rule 1 never keyed."""
     from lorastudio.config import TrainConfig
-    from lorastudio.training.identity_dataset import controls_then
+    from lorastudio.training.resume.identity_dataset import controls_then
 
     def make_config(family: str, data_dir: str) -> TrainConfig:
         return TrainConfig.model_validate({"family": family, "base_model": "x", "data_dir": data_dir})

@@ -15,9 +15,9 @@ from lorastudio import families
 from lorastudio.errors import TrainingDiverged
 from lorastudio.settings import get_settings
 from lorastudio.training import optimize
-from lorastudio.training.checkpoint import list_checkpoints
 from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import TrainResult, train
+from lorastudio.training.resume.checkpoint import list_checkpoints
 
 SETTINGS = {"steps": 6, "random_flip": True, "caption_dropout": 0.3, "lr_scheduler": "cosine"}
 

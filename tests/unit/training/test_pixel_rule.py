@@ -19,8 +19,8 @@ from PIL import Image
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
-from lorastudio.training.checkpoint import CHECKPOINT_FILES, INFO_FILE
-from lorastudio.training.identity import IDENTITY_FORMAT
+from lorastudio.training.resume.checkpoint import CHECKPOINT_FILES, INFO_FILE
+from lorastudio.training.resume.identity import IDENTITY_FORMAT
 from lorastudio.training.session import prepare_session
 
 
@@ -194,7 +194,7 @@ def test_session_32s_fixes_take_pixel_rule_3_and_refuse_only_older_checkpoints(t
     from lorastudio.data.images import DECODE_RULES, PIXEL_RULES
     from lorastudio.data.pixel_rule import decode_rule, read_otherwise
     from lorastudio.data.scan import scan_dataset
-    from lorastudio.training.identity_rules import pixel_problems, pixel_record
+    from lorastudio.training.resume.identity_rules import pixel_problems, pixel_record
 
     root = _dataset(tmp_path / "data", "colour-key")
     Image.new("RGB", (1, 600), (90, 20, 200)).save(root / "strip.png")  # 16x9600 to cover 16x64

@@ -15,10 +15,9 @@ import torch
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
-from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 from lorastudio.training.events import PlanChosen, PlanTrial
 from lorastudio.training.loop import TrainResult, train
-from lorastudio.training.plan import (
+from lorastudio.training.planning.plan import (
     GIB,
     Ladders,
     Plan,
@@ -30,7 +29,8 @@ from lorastudio.training.plan import (
     resolve_fixed_plan,
     swap_ladder,
 )
-from lorastudio.training.plan_measure import FakeDeviceMeter
+from lorastudio.training.planning.plan_measure import FakeDeviceMeter
+from lorastudio.training.resume.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 
 CPU = torch.device("cpu")
 # a run whose activations dominate the tiny model's weights: 64 px, 4 samples per batch

@@ -17,7 +17,7 @@ from torch.nn.modules.module import register_module_forward_pre_hook
 from lorastudio.config import TrainConfig
 from lorastudio.training.events import PlanChosen
 from lorastudio.training.loop import train
-from lorastudio.training.plan_measure import FakeDeviceMeter
+from lorastudio.training.planning.plan_measure import FakeDeviceMeter
 
 KEEP = {"class_word": "shape", "weight": 1.0}
 RUN = {"resolution": 64, "batch_size": 4, "steps": 2, "trigger_word": "sks", "memory_budget_gb": 1.0}

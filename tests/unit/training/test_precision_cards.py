@@ -1,5 +1,5 @@
 """The engine's precision and attention checks on older and mixed GPUs (training/precision.py,
-training/attention.py): torch's answers are faked as torch gives them on such a card (the seam:
+training/speed/attention.py): torch's answers are faked as torch gives them on such a card (the seam:
 torch.cuda's queries), since this host has no GPU. On sm_75 (a T4, an RTX 2080 Ti) torch.cuda.is_bf16_supported() says True (a bf16 tensor
 can be made: emulation) although no tensor core computes bf16 there."""
 
@@ -10,7 +10,7 @@ import torch
 from tests.two_cards import fake_two_cards
 
 from lorastudio.errors import ConfigError
-from lorastudio.training.plan import plain_precision
+from lorastudio.training.planning.plan import plain_precision
 from lorastudio.training.precision import pick_dtype, precision_problems
 
 
@@ -37,7 +37,7 @@ def test_auto_is_fp32_and_bf16_is_refused_on_the_sm75_card_and_bf16_on_the_amper
 
 @pytest.mark.usefixtures("two_cards")
 def test_an_attention_kernel_the_runs_own_card_lacks_is_refused_before_any_model_loads() -> None:
-    from lorastudio.training.attention import attention_problems
+    from lorastudio.training.speed.attention import attention_problems
 
     turing, ampere = torch.device("cuda:1"), torch.device("cuda:0")
     for backend in ("cudnn", "flash"):  # torch would warn and run the next backend, not the one named
@@ -49,7 +49,7 @@ def test_an_attention_kernel_the_runs_own_card_lacks_is_refused_before_any_model
 
 @pytest.mark.usefixtures("two_cards")
 def test_auto_attention_on_a_card_without_cudnn_or_flash_is_the_efficient_kernel_by_its_name() -> None:
-    from lorastudio.training.attention import settled_choice
+    from lorastudio.training.speed.attention import settled_choice
 
     shapes = [(1, 24, 4608, 128)]
     # fp16 on the sm_75 card: no probe (cuDNN's and flash's kernels start at sm80); the Ampere one probes

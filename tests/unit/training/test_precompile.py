@@ -1,4 +1,4 @@
-"""Dynamo's saved output for the compiled blocks (training/precompile.py): a second compile of the
+"""Dynamo's saved output for the compiled blocks (training/speed/precompile.py): a second compile of the
 same blocks loads the traced, guarded graph instead of tracing, gives the eager loss and
 gradients, and anything that does not fit (other inputs, a damaged file, a changed structure)
 takes the ordinary compile."""
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lorastudio.training import precompile, precompile_key
-from lorastudio.training.compile import compile_denoiser, compile_state
+from lorastudio.training.speed import precompile, precompile_key
+from lorastudio.training.speed.compile import compile_denoiser, compile_state
 
 pytestmark = pytest.mark.skipif(
     precompile.torch_cannot_precompile() is not None, reason="this torch has no aot_compile"
@@ -145,7 +145,7 @@ def test_a_saved_file_that_does_not_load_is_recorded_and_not_traced_again(
     torch._dynamo.reset()
     x = torch.randn(2, 4, 8)  # [B, N, D]
     model, _ = _compiled(x)  # its backward leaves gradients on the parameters
-    with caplog.at_level(logging.WARNING, logger="lorastudio.training.precompile"), torch.no_grad():
+    with caplog.at_level(logging.WARNING, logger="lorastudio.training.speed.precompile"), torch.no_grad():
         torch.testing.assert_close(model(x), ToyDenoiser()(x))
     assert "the saved file did not load" in caplog.text
     assert precompile.COUNTERS["saved"] == 1 and len(list(cache.glob("*/ToyBlock-*.bin"))) == 1
@@ -154,7 +154,7 @@ def test_a_saved_file_that_does_not_load_is_recorded_and_not_traced_again(
     torch._dynamo.reset()
     model, _ = _compiled(x)  # a later run
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="lorastudio.training.precompile"), torch.no_grad():
+    with caplog.at_level(logging.INFO, logger="lorastudio.training.speed.precompile"), torch.no_grad():
         torch.testing.assert_close(model(x), ToyDenoiser()(x))
     assert "refused in an earlier run" in caplog.text and precompile.COUNTERS["saved"] == 1
     assert precompile.COUNTERS["hit"] == 1  # the training signature's file still loads
@@ -167,7 +167,7 @@ def test_a_damaged_file_is_traced_again_and_replaced(cache: Path, caplog: pytest
     _compiled(x)
     (saved,) = cache.glob("*/ToyBlock-*.bin")
     saved.write_bytes(saved.read_bytes()[:100])
-    with caplog.at_level(logging.WARNING, logger="lorastudio.training.precompile"):
+    with caplog.at_level(logging.WARNING, logger="lorastudio.training.speed.precompile"):
         _, (loss, _) = _compiled(x)
     assert "unusable, traced again" in caplog.text
     assert loss == pytest.approx(eager_loss, rel=1e-6)
@@ -210,7 +210,7 @@ def test_a_failure_of_the_saved_path_falls_back_to_the_ordinary_compile(
     torch._dynamo.reset()
     x = torch.randn(2, 4, 8)  # [B, N, D]
     eager_loss, eager_grads = _step(ToyDenoiser(), x)
-    with caplog.at_level(logging.WARNING, logger="lorastudio.training.precompile"):
+    with caplog.at_level(logging.WARNING, logger="lorastudio.training.speed.precompile"):
         model, (loss, grads) = _compiled(x)
     assert "goes to the ordinary compile" in caplog.text and precompile.COUNTERS["fallback"] == 1
     assert loss == pytest.approx(eager_loss, rel=1e-6)
@@ -220,7 +220,7 @@ def test_a_failure_of_the_saved_path_falls_back_to_the_ordinary_compile(
     (marker,) = cache.glob("*/ToyBlock-*.refused")  # the next runs of this key do not trace for it
     assert "Graph breaks are not supported" in marker.read_text()
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="lorastudio.training.precompile"):
+    with caplog.at_level(logging.INFO, logger="lorastudio.training.speed.precompile"):
         _, (loss, _) = _compiled(x)
     assert len(calls) == 1 and "refused in an earlier run" in caplog.text and "WARNING" not in caplog.text
     assert loss == pytest.approx(eager_loss, rel=1e-6) and precompile.COUNTERS["fallback"] == 1
@@ -285,7 +285,7 @@ def test_aot_eager_is_refused_before_a_trace_where_torch_cannot_save_it(
     x = torch.randn(2, 4, 8)  # [B, N, D]
     eager_loss, _ = _step(ToyDenoiser(), x)
     model = ToyDenoiser()
-    with caplog.at_level(logging.INFO, logger="lorastudio.training.precompile"):
+    with caplog.at_level(logging.INFO, logger="lorastudio.training.speed.precompile"):
         compile_denoiser(model, [p for p in model.parameters() if p.requires_grad], backend="aot_eager")
         loss, _ = _step(model, x)
     assert "cannot save the aot_eager backend's output" in caplog.text and "WARNING" not in caplog.text
@@ -311,7 +311,7 @@ def _ordinary_without_a_trace(
     """Compile `model` and take one step: `reason` logged (INFO, no warning), nothing saved and
     nothing traced for the saved path, the eager loss."""
     compile_denoiser(model, [p for p in model.parameters() if p.requires_grad], backend=BACKEND)
-    with caplog.at_level(logging.INFO, logger="lorastudio.training.precompile"):
+    with caplog.at_level(logging.INFO, logger="lorastudio.training.speed.precompile"):
         loss, _ = _step(model, x)
     assert reason in caplog.text and "WARNING" not in caplog.text
     assert precompile.COUNTERS["saved"] == 0 and precompile.COUNTERS["fallback"] == 0
@@ -358,7 +358,7 @@ def test_a_changed_source_line_is_traced_again(cache: Path, monkeypatch: pytest.
         return ["an.edited.module:1"] if len(seen) == 1 else real(fn)
 
     monkeypatch.setattr(precompile, "changed_sources", changed_once)
-    with caplog.at_level(logging.WARNING, logger="lorastudio.training.precompile"):
+    with caplog.at_level(logging.WARNING, logger="lorastudio.training.speed.precompile"):
         _compiled(x)
     assert "traced source changed since it was saved" in caplog.text
     assert precompile.COUNTERS["hit"] == 0 and precompile.COUNTERS["saved"] == 2

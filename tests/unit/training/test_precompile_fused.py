@@ -1,4 +1,4 @@
-"""Dynamo's saved block graphs (training/precompile.py) of a FLUX.1 whose projections are fused
+"""Dynamo's saved block graphs (training/speed/precompile.py) of a FLUX.1 whose projections are fused
 and whose LoRA members share their input (the default GPU plan): saved, then loaded by the next
 compile with the eager loss. Slow: two traces of the tiny FLUX.1's blocks."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lorastudio.training import precompile
-from lorastudio.training.compile import compile_denoiser
+from lorastudio.training.speed import precompile
+from lorastudio.training.speed.compile import compile_denoiser
 
 pytestmark = pytest.mark.skipif(
     precompile.torch_cannot_precompile() is not None, reason="this torch has no aot_compile"
@@ -30,8 +30,8 @@ def test_a_fused_flux_with_shared_lora_inputs_is_saved_and_loaded(
         monkeypatch.setitem(precompile.COUNTERS, name, 0)
     from lorastudio import families
     from lorastudio.tiny.models import build_flux
-    from lorastudio.training.fused_projections import fuse_projections, share_lora_inputs
-    from lorastudio.training.lora import add_lora, lora_config_for
+    from lorastudio.training.adapters.lora import add_lora, lora_config_for
+    from lorastudio.training.speed.fused_projections import fuse_projections, share_lora_inputs
 
     def built() -> tuple[torch.nn.Module, list[torch.nn.Parameter]]:
         model = build_flux(0).transformer

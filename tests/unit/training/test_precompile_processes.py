@@ -1,4 +1,4 @@
-"""Dynamo's saved output across processes (training/precompile.py): the tiny FLUX.1's second
+"""Dynamo's saved output across processes (training/speed/precompile.py): the tiny FLUX.1's second
 process on one cache folder loads both block graphs (the double and the single block) instead of
 tracing them, Dynamo compiles no frame in its first step, and the loss is the first process's.
 Slow: three fresh processes (torch's imports, one trace each way)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lorastudio.training.precompile import saved_backends, torch_cannot_precompile
+from lorastudio.training.speed.precompile import saved_backends, torch_cannot_precompile
 
 ROOT = Path(__file__).resolve().parents[3]
 # aot_eager where this torch can save its output (2.13); torch 2.11 saves Inductor's only
@@ -72,9 +72,10 @@ def test_a_second_run_of_the_engine_loads_the_saved_block_graphs(
     with eager)."""
     import torch
 
-    from lorastudio.training import compile as compile_module
-    from lorastudio.training import loop_phases, precompile
+    from lorastudio.training import loop_phases
     from lorastudio.training.loop import train
+    from lorastudio.training.speed import compile as compile_module
+    from lorastudio.training.speed import precompile
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     monkeypatch.setenv(precompile.ENV, "1")  # off by default

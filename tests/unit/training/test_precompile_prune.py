@@ -1,4 +1,4 @@
-"""training/precompile_prune.py (RELIABILITY 1772): the saved Dynamo graphs of a key no run used
+"""training/speed/precompile_prune.py (RELIABILITY 1772): the saved Dynamo graphs of a key no run used
 for KEEP_DAYS days are removed, never those a live process holds; a kept key loses a killed
 saver's staging file; `lorastudio cache prune` says what it removed. Torch-free, in-process."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lorastudio.training import precompile_prune
-from lorastudio.training.precompile_prune import IN_USE, KEEP_DAYS, mark_in_use, prune_keys
+from lorastudio.training.speed import precompile_prune
+from lorastudio.training.speed.precompile_prune import IN_USE, KEEP_DAYS, mark_in_use, prune_keys
 
 OLD = time.time() - (KEEP_DAYS + 5) * 86400
 

@@ -1,4 +1,4 @@
-"""Dynamo's saved graphs' staging files (training/precompile.py, RELIABILITY 1741): a killed
+"""Dynamo's saved graphs' staging files (training/speed/precompile.py, RELIABILITY 1741): a killed
 saver's goes at the next save into its key's folder, a live saver's stays."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from tests.unit.training.test_precompile import _compiled, cache  # noqa: F401 (the fixture)
 
-from lorastudio.training import precompile, precompile_prune
+from lorastudio.training.speed import precompile, precompile_prune
 
 
 def test_a_killed_savers_staging_file_goes_at_the_next_save_a_live_ones_stays(cache):  # noqa: F811

@@ -1,5 +1,5 @@
 """What the saved block graphs need of torch that differs between its versions
-(training/precompile_torch.py), checked on this host's torch with the other version's behaviour
+(training/speed/precompile_torch.py), checked on this host's torch with the other version's behaviour
 put in place: torch 2.11's pickling of a guard on a default argument."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lorastudio.training import precompile
+from lorastudio.training.speed import precompile
 
 pytestmark = pytest.mark.skipif(
     precompile.torch_cannot_precompile() is not None, reason="this torch has no aot_compile"

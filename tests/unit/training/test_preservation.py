@@ -183,8 +183,8 @@ def test_compiled_blocks_give_the_eager_preservation_loss_and_gradients(tiny_mod
     adapter flag is guarded, not baked in), and nothing falls back to eager."""
     import methods_cases
 
-    from lorastudio.training.compile import compile_denoiser
     from lorastudio.training.preservation import preservation_pass
+    from lorastudio.training.speed.compile import compile_denoiser
 
     cfg = methods_cases.mini_config("flux", tiny_model("flux"))
     mb = methods_cases.mini_batch(cfg)

@@ -1,4 +1,4 @@
-"""Quantised (int8 / nf4) and fp8 frozen bases (training/quantize.py) on the real tiny models: what
+"""Quantised (int8 / nf4) and fp8 frozen bases (training/planning/quantize.py) on the real tiny models: what
 is converted and what stays bf16, stored bytes, numerics against bf16, what autograd keeps for
 the backward, LoRA training on top (gradients only on LoRA, losses close to bf16), the saved LoRA
 on the plain pipeline, regional compile on top, and the never-fatal fallbacks.
@@ -27,10 +27,9 @@ from torch import nn
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
-from lorastudio.training.compile import compile_denoiser, compile_state
-from lorastudio.training.lora import add_lora, lora_config_for
+from lorastudio.training.adapters.lora import add_lora, lora_config_for
 from lorastudio.training.noise import make_objective
-from lorastudio.training.quantize import (
+from lorastudio.training.planning.quantize import (
     QuantisedLinear,
     Unsupported,
     apply_base_precision,
@@ -42,6 +41,7 @@ from lorastudio.training.quantize import (
     place,
     quantise_weight,
 )
+from lorastudio.training.speed.compile import compile_denoiser, compile_state
 from lorastudio.training.step import forward_backward
 
 CPU = torch.device("cpu")
@@ -313,7 +313,7 @@ def test_layers_that_cannot_be_quantised_stay_bf16_and_the_run_still_trains(tiny
 
 
 def test_fp8_without_a_capable_gpu_leaves_the_bf16_base_and_trains(tiny_model, caplog):
-    with caplog.at_level("WARNING", logger="lorastudio.training.quantize"):
+    with caplog.at_level("WARNING", logger="lorastudio.training.planning.quantize"):
         run = _mini_run("flux", tiny_model("flux"), "fp8", steps=2)
     assert run.reasons == [
         "fp8: needs a CUDA GPU of compute capability >= 8.9 (this device: cpu); the base stays in bf16"

@@ -1,4 +1,4 @@
-"""Whole train() runs on a quantised (int8 / nf4) frozen base (training/quantize.py), split from
+"""Whole train() runs on a quantised (int8 / nf4) frozen base (training/planning/quantize.py), split from
 test_quantize.py: the runs stay close to their bf16 runs and their LoRA loads on the plain
 pipeline; a quantised run resumes exactly. Tolerances: see test_quantize.py's docstring (a
 3-step train() run vs its bf16 run: every loss within 1% (int8) / 2.5% (nf4))."""
@@ -16,7 +16,7 @@ from lorastudio.generate import generate_image, load_pipeline
 from lorastudio.settings import get_settings
 from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import train
-from lorastudio.training.quantize import (
+from lorastudio.training.planning.quantize import (
     QuantisedLinear,
 )
 

@@ -92,8 +92,8 @@ def test_the_plan_trial_batch_is_the_heaviest_group_of_a_mixed_dataset(make_conf
     from lorastudio import families
     from lorastudio.config import resolve_train_config
     from lorastudio.data import scan_dataset
-    from lorastudio.training.latents import build_latent_cache
-    from lorastudio.training.plan_measure import trial_inputs
+    from lorastudio.training.inputs.latents import build_latent_cache
+    from lorastudio.training.planning.plan_measure import trial_inputs
 
     data = tmp_path / "mixed-largest"
     shutil.copytree(small_pairs, data)
@@ -137,7 +137,7 @@ def test_edit_prompts_are_fitted_to_each_sample_prompts_own_size(small_pairs):
     size that sample renders at (its own width/height, else the resolution)."""
     from lorastudio import families
     from lorastudio.config import TrainConfig
-    from lorastudio.training.conditioning import EditPrompt
+    from lorastudio.training.inputs.conditioning import EditPrompt
     from lorastudio.training.samples import sample_texts
 
     cfg = TrainConfig(

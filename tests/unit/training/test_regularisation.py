@@ -117,8 +117,8 @@ def test_a_prior_prediction_entry_targets_the_base_prediction(tiny_model) -> Non
     import methods_cases
 
     from lorastudio.training.distributed import ParallelContext
-    from lorastudio.training.latents import LatentBatch
-    from lorastudio.training.micro_batches import batch_forward_backward
+    from lorastudio.training.inputs.latents import LatentBatch
+    from lorastudio.training.planning.micro_batches import batch_forward_backward
     from lorastudio.training.preservation import base_prediction
     from lorastudio.training.step import weighted_loss_share
 

@@ -105,8 +105,8 @@ def _state_differences(a: object, b: object, at: str = "") -> list[str]:
 
 def _checkpoint_losses(run_dir: Path, stop: int) -> dict[int, list[float]]:
     """Each checkpoint's losses read from losses.bin (one segment per session, so the file's bytes
-    differ after a resume by design: training/loss_record.py) but the stop's own checkpoint's."""
-    from lorastudio.training.loss_record import RECORD_KEY, read_span
+    differ after a resume by design: training/resume/loss_record.py) but the stop's own checkpoint's."""
+    from lorastudio.training.resume.loss_record import RECORD_KEY, read_span
 
     found = {}
     for folder in sorted((run_dir / "checkpoints").glob("step-*")):
@@ -245,7 +245,7 @@ def test_a_resume_with_the_disk_cache_full_writes_the_uninterrupted_run_folder(
 ):
     """The first part fills the disk cache; at the resume it is gone and the disk refuses every
     shard (RELIABILITY 1742: held in RAM, said)."""
-    from lorastudio.training import cache_shards
+    from lorastudio.training.inputs import cache_shards
 
     real = cache_shards.write_shard_bytes
 

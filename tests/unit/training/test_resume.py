@@ -15,13 +15,13 @@ from lorastudio.config import TrainConfig, parse_train_config
 from lorastudio.config_resolve import spec_rule_problems
 from lorastudio.errors import ConfigError, NotFound
 from lorastudio.settings import get_settings
-from lorastudio.training.checkpoint import (
+from lorastudio.training.loop import TrainResult, train
+from lorastudio.training.resume.checkpoint import (
     find_checkpoint,
     list_checkpoints,
     read_checkpoint_info,
     resume_settings,
 )
-from lorastudio.training.loop import TrainResult, train
 from stop_at import stop_at
 
 # every random stream of the loop matters: crops/flips/caption dropout (numpy), variants/noise/
@@ -243,7 +243,7 @@ def test_another_cpu_thread_count_than_the_checkpoints_is_said(tmp_path):
     """RELIABILITY 1791 without a run (the slow test below runs one): a CPU resume at another
     count than state.pt's names both and the fix; the same count, an accelerator or an older
     checkpoint without the count say nothing."""
-    from lorastudio.training.snapshot import thread_note
+    from lorastudio.training.resume.snapshot import thread_note
 
     here = torch.get_num_threads()
     said = thread_note(tmp_path / "step-000003", here + 1, "cpu")
@@ -257,7 +257,7 @@ def test_another_device_kind_or_dtype_path_than_the_checkpoints_is_said(tmp_path
     """RELIABILITY 1873 without a run (test_two_successive_resumes_... resumes one): a resume on
     another device kind or dtype path than state.pt's names both; the same, or a checkpoint
     written before the keys, says nothing."""
-    from lorastudio.training.machine_record import dtype_path, machine_notes
+    from lorastudio.training.resume.machine_record import dtype_path, machine_notes
 
     here = dtype_path(torch.float32)
     recorded = {"device_name": "NVIDIA H200", "dtype_path": "bfloat16 compute, fp32 matmul high"}

@@ -1,5 +1,5 @@
 """A fresh run that fails or is stopped without save removes what a run writes in its folder
-(training/run_files.py), never what someone else put there: a user's file and sub-folder,
+(training/resume/run_files.py), never what someone else put there: a user's file and sub-folder,
 placed while the run trains (tiny FLUX.1, with samples, validation, snapshots, EMA and
 checkpoints on), stay with the folder, and a RunWarning names them. Was: the whole folder went
 (shutil.rmtree). With nothing foreign the folder goes as before. Every file a real run writes is
@@ -14,7 +14,7 @@ import pytest
 from lorastudio.settings import get_settings
 from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import train
-from lorastudio.training.run_files import owned, remove_session_files, staging_path, survey
+from lorastudio.training.resume.run_files import owned, remove_session_files, staging_path, survey
 
 EVERY_WRITER = {
     "steps": 3,
@@ -179,9 +179,9 @@ def test_a_fresh_runs_clean_up_cut_short_leaves_its_folder_marked(
     times)."""
     from lorastudio.jobs import leftover_removal
     from lorastudio.jobs.leftovers import clear_abandoned_run
-    from lorastudio.training import run_files
-    from lorastudio.training.fresh_mark import FRESH_MARK, mark_fresh
-    from lorastudio.training.run_files import VALIDATION_FILE
+    from lorastudio.training.resume import run_files
+    from lorastudio.training.resume.fresh_mark import FRESH_MARK, mark_fresh
+    from lorastudio.training.resume.run_files import VALIDATION_FILE
 
     run_dir = tmp_path / "outputs" / "run"
     (run_dir / "loras").mkdir(parents=True)

@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 from lorastudio.config import MAX_SAMPLE_PROMPT_CHARS, MAX_SAMPLE_PROMPTS, parse_train_config
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
-from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 from lorastudio.training.events import SampleReady, StopRequest
 from lorastudio.training.loop import train
+from lorastudio.training.resume.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 from lorastudio.training.sample_files import (
     list_samples,
     parse_sample_name,

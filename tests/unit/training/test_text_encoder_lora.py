@@ -1,4 +1,4 @@
-"""SDXL text-encoder LoRA (train_text_encoder, text_encoder_lr; training/text_encoders.py): both
+"""SDXL text-encoder LoRA (train_text_encoder, text_encoder_lr; training/adapters/text_encoders.py): both
 CLIP encoders train (captions encoded in every step, the first step's loss that of the caption
 cache), saved in the kohya layout (lora_te1_ / lora_te2_ with .alpha) and the diffusers layout
 (text_encoder. / text_encoder_2.), both passing the save-time check; the diffusers file loads in

@@ -16,9 +16,15 @@ import torch
 from lorastudio import families
 from lorastudio.data.disk_cache import cache_root
 from lorastudio.settings import get_settings
-from lorastudio.training.latents_disk import read_shard, write_shard
+from lorastudio.training.inputs.latents_disk import read_shard, write_shard
+from lorastudio.training.inputs.text_signature import (
+    PROBE_TEXTS,
+    learn_signature,
+    misfit,
+    read_signature,
+    summarize,
+)
 from lorastudio.training.loop import train
-from lorastudio.training.text_signature import PROBE_TEXTS, learn_signature, misfit, read_signature, summarize
 
 SETTINGS = {"latent_cache": "disk", "steps": 3}
 
@@ -196,7 +202,7 @@ def test_a_kept_signature_that_is_a_fifo_or_huge_is_not_read(tmp_path: Path) -> 
 def test_a_crafted_token_count_is_no_count_never_a_crash(make_config, text_encodes, count: str) -> None:
     """RELIABILITY 358: a caption shard's token count (metadata, outside its crc32) of "²" (a digit
     to str.isdigit, not to int) or 5,000 digits (past int's 4,300) was a ValueError that ended the run."""
-    from lorastudio.training.latents_disk import read_shard_entry
+    from lorastudio.training.inputs.latents_disk import read_shard_entry
 
     first = train(make_config(output_name="first", **SETTINGS), [].append, device="cpu")
     shard = _text_shards()[0]

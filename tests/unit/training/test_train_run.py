@@ -36,7 +36,7 @@ def test_stop_with_save_writes_the_lora_of_the_steps_run(make_config):
     assert sorted(p.name for p in result.lora_path.parent.iterdir()) == [
         "checkpoints",
         "loras",
-        "losses.bin",  # the per-step losses the checkpoint names (training/loss_record.py)
+        "losses.bin",  # the per-step losses the checkpoint names (training/resume/loss_record.py)
         "run.json",
         "run.safetensors",
     ]

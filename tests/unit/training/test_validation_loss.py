@@ -16,10 +16,10 @@ import lorastudio.training.optimize as optimize_module
 from lorastudio.config import parse_train_config
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
-from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import train
 from lorastudio.training.preflight import preflight
+from lorastudio.training.resume.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 from lorastudio.training.validation_file import read_validation
 from stop_at import stop_at
 

@@ -15,8 +15,8 @@ import lorastudio.training.loop_inputs as loop_inputs
 from lorastudio.config import parse_train_config
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
-from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 from lorastudio.training.loop import train
+from lorastudio.training.resume.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 from stop_at import stop_at
 
 

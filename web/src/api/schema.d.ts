@@ -3210,7 +3210,7 @@ export interface components {
         /**
          * ModelLoadCompleted
          * @description `seconds`: the load's own time; `waited_s`: the part of it the run waited for, where the
-         *     load ran beside other work (the denoiser's beside phases 1-2: training/denoiser_early.py),
+         *     load ran beside other work (the denoiser's beside phases 1-2: training/speed/denoiser_early.py),
          *     else None (the run waited for all of it).
          */
         ModelLoadCompleted: {
@@ -3302,10 +3302,10 @@ export interface components {
          *     whether regional compile is active, the memory budget (None: none) and how the plan was
          *     decided ("settings" = fixed by the config, "measured" = chosen by measuring `trials`,
          *     "checkpoint" = the plan of the checkpoint a resume continues). `attention_backend` is the
-         *     SDPA kernel used (training/attention.py: "cudnn" | "flash" | "efficient" | "math" |
+         *     SDPA kernel used (training/speed/attention.py: "cudnn" | "flash" | "efficient" | "math" |
          *     "default" = torch's choice, cuDNN off). `compile_regions` says what is compiled: "" (nothing),
-         *     "repeated blocks", "wide" or "wide + CUDA graphs" (training/compile.py). `fused_projections`:
-         *     the groups of same-input projections run as one matmul (training/fused_projections.py; 0 =
+         *     "repeated blocks", "wide" or "wide + CUDA graphs" (training/speed/compile.py). `fused_projections`:
+         *     the groups of same-input projections run as one matmul (training/speed/fused_projections.py; 0 =
          *     none). `fallbacks` lists the speed features that could not be used here, each with its
          *     reason (e.g. "fp8: needs ...").
          */

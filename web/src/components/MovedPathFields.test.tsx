@@ -6,7 +6,7 @@ import { ResumeButton } from "./ResumeButton";
 import { TrainLonger } from "./TrainLonger";
 
 // The server's refusal of a resume whose run recorded paths with nothing there any more (a moved
-// studio home): jobs/resume.py raises ConfigError(training/relocation.py moved_problems(...)),
+// studio home): jobs/resume.py raises ConfigError(training/resume/relocation.py moved_problems(...)),
 // answered by api/errors.py as below (messages as the server writes them).
 const gone = (field: string, where: string, fix: string, how = `CLI: --set ${field}=...; API: {"settings": {"${field}": ...}}`) =>
   `nothing at ${where} any more (no folder or file there); if it moved (or the studio home was moved or renamed), ` +

@@ -21,7 +21,7 @@ interface Props {
  * "Train longer" for a stopped or finished run with a checkpoint (the server offers it in
  * `train_longer`): asks the new total steps, above the run's total, and resumes the run from its
  * newest checkpoint with `steps` set to it (POST /api/runs/{id}/resume {settings: {steps}}); the
- * LR schedule is the one a fresh run of that total would have (training/extend.py). Renders
+ * LR schedule is the one a fresh run of that total would have (training/resume/extend.py). Renders
  * nothing for a run that cannot be trained longer (live, no checkpoint, counts epochs). Refused
  * because the run's base or dataset has nothing at its recorded path any more (a moved studio
  * home), it shows an input for each (MovedPathFields), sent with the steps the next time.

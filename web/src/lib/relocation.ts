@@ -1,7 +1,7 @@
 /**
  * A resume of a run whose base or dataset moved (a studio home moved or renamed: RELIABILITY 801).
  * The server refuses it (400 ConfigError) with one problem per recorded path that has nothing at it
- * any more (training/relocation.py `moved_problems`): field "base_model", "base_config" or
+ * any more (training/resume/relocation.py `moved_problems`): field "base_model", "base_config" or
  * "data_dir", or "datasets.N.path" for entry N of a multi-dataset run, message "nothing at <old
  * path> any more ...". The resume may then name each anew in its `settings` (an entry alone as
  * "datasets.N.path": the server keeps the run's other entries and settings). Pure functions, no React.

@@ -23,7 +23,7 @@ from lorastudio.jobs.resume import ResumePoints, resume_points
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
-from lorastudio.training.checkpoint import checkpoint_step, list_checkpoints
+from lorastudio.training.resume.checkpoint import checkpoint_step, list_checkpoints
 from lorastudio.training.sample_files import list_references, list_samples, sample_path
 from lorastudio.training.sample_source import sample_sources
 
