@@ -98,7 +98,7 @@ async def generate(
     a request of the same request_id is in flight or ended less than 10 minutes ago (a late
     cancel of that one must not stop this one), when MAX_IN_FLIGHT (8) are (one runs, the
     others wait), or when it was cancelled (the cancel route,
-    or the client left: it stops between denoising steps and nothing is kept), 503 when the
+    or its client left, not through a proxy: it stops between denoising steps, nothing kept), 503 when the
     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
     was asked (it is stopped): the next request starts a fresh one; 503 ServerStopping when the
     server began to stop (it was stopped, nothing kept), 507 NoSpaceLeft when the gallery's disk is
