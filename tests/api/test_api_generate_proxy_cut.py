@@ -54,9 +54,13 @@ def test_a_proxied_generation_cut_by_the_proxy_lands_in_the_gallery_with_a_note(
         )
         service.release.set()
         until(lambda: service.in_flight == 0, 20, "the generation's end")
-        page = server.client.get("/api/gallery", headers={"Authorization": f"Bearer {TOKEN}"}).json()
-    assert [img["note"] for img in page["images"]] == [LEFT_NOTE], page  # was: cancelled, nothing kept
-    sidecar = json.loads(
-        (settings.home / "gallery" / page["images"][0]["file"]).with_suffix(".json").read_text()
-    )
-    assert sidecar["note"] == LEFT_NOTE and sidecar["request_id"] == "cut-1"
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        page = server.client.get("/api/gallery", headers=bearer).json()
+        assert [img["note"] for img in page["images"]] == [LEFT_NOTE], page  # was: cancelled, nothing kept
+        sidecar = json.loads(
+            (settings.home / "gallery" / page["images"][0]["file"]).with_suffix(".json").read_text()
+        )
+        assert sidecar["note"] == LEFT_NOTE and sidecar["request_id"] == "cut-1" and "warnings" in sidecar
+        # the kept image's sidecar is still a request body as it stands (README), note and all
+        again = server.client.post("/api/generate", json=sidecar, headers=bearer)
+        assert again.status_code == 201, again.text

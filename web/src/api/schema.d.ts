@@ -2521,6 +2521,11 @@ export interface components {
              * @description what to steer away from; only for families whose pipeline takes one (FamilyOut.negative_prompt)
              */
             negative_prompt?: string | null;
+            /**
+             * Note
+             * @description a gallery image's .json sidecar's: accepted so that the sidecar is a body as it stands, not used (its client left)
+             */
+            note?: string | null;
             /** Prompt */
             prompt: string;
             /**
@@ -2555,6 +2560,11 @@ export interface components {
              * @description SDXL single file: v-prediction (true) / epsilon (false); unset: as the file says
              */
             v_prediction?: boolean | null;
+            /**
+             * Warnings
+             * @description a gallery image's .json sidecar's: accepted so that the sidecar is a body as it stands, not used (its warnings)
+             */
+            warnings?: string[] | null;
             /**
              * Width
              * @description pixels; at most 4096, and width x height <= 4.2 MP; null: the family's
