@@ -127,12 +127,20 @@ async def generate(
 
 
 def _note_left(image: FilePath, result: dict[str, Any]) -> dict[str, Any]:
-    """`result` with LEFT_NOTE as its `note`, written into `image`'s sidecar (replaced whole)."""
+    """`result` with LEFT_NOTE as its `note`, written into `image`'s sidecar (replaced whole). A
+    sidecar that cannot be read or written (the image deleted meanwhile, a full disk) keeps the
+    image as it is, said in the server log: its client is gone, no answer reaches anyone."""
     sidecar = image.with_suffix(".json")
-    meta = json.loads(sidecar.read_text(encoding="utf-8"))
-    meta["note"] = LEFT_NOTE
-    with staged_write(sidecar) as tmp:
-        tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    try:
+        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+        meta["note"] = LEFT_NOTE
+        with staged_write(sidecar) as tmp:
+            tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    except (OSError, ValueError) as err:
+        log.warning(
+            "generation kept as %s: its note could not be written to %s: %s", image.name, sidecar, err
+        )
+        return result
     log.info("generation %s: kept as %s with its note (its client left)", meta.get("request_id"), image.name)
     return {**result, "note": LEFT_NOTE}
 
