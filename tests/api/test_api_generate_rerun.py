@@ -16,9 +16,11 @@ import pytest
 from api_helpers import LiveServer
 from PIL import Image
 
+from generation_fakes import InProcessGeneration
 from lorastudio.api.routes.generate import client_request_id, request_of
 from lorastudio.api.schemas import GenerateBody
 from lorastudio.jobs.generation_inputs import GenerationRequest, LoraChoice, meta_of
+from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.settings import Settings
 from single_files import write_sdxl_file
 
@@ -121,6 +123,24 @@ def test_a_gallery_sidecar_sent_back_as_it_stands_renders_the_image_again(
     assert queued.status_code == 202, queued.text
     assert queued.json()["request_id"] != "first"
     server.client.post(f"/api/generations/{queued.json()['request_id']}/cancel")
+
+
+def test_a_sidecar_the_service_wrote_is_a_request_body_as_it_stands(settings: Settings, client) -> None:
+    """RELIABILITY 2292: fix 2211 added `warnings` to every gallery sidecar, and GenerateBody
+    forbids unknown fields: every sidecar POSTed back as it stands (README) was 422 (`warnings`:
+    extra_forbidden); the test below built its sidecar by hand, without it. Here the sidecar is
+    the one the service writes (a fake render, no worker)."""
+    client.app.state.generation = InProcessGeneration(settings, GpuArbiter())
+    body = {"family": "flux", "base_model": "tiny", "prompt": "x", "steps": 1, "width": 32, "height": 32}
+    made = client.post("/api/generate", json=body)
+    assert made.status_code == 201, made.text
+    sidecar = json.loads((settings.home / "gallery" / made.json()["file"]).with_suffix(".json").read_text())
+    assert sidecar["warnings"] == [] and "seconds" in sidecar
+    for sent in (sidecar, {**sidecar, "note": "its client left"}):
+        again = client.post("/api/generate", json=sent)
+        assert again.status_code == 201, again.text
+    queued = client.post("/api/generations", json=sidecar)
+    assert queued.status_code == 202, queued.text
 
 
 def test_a_gallery_sidecar_is_a_request_body_as_it_stands(client) -> None:

@@ -14,10 +14,12 @@ import httpx
 import pytest
 from starlette.requests import Request
 
-from live_server import LiveServer
+from live_server import LiveServer, live_server
 from lorastudio.api import sse
+from lorastudio.api.app import create_app
 from lorastudio.api.sse_slots import StreamSlots
 from lorastudio.event_log import EventLog
+from lorastudio.settings import Settings
 
 
 def _request() -> Request:
@@ -63,6 +65,58 @@ def test_streams_past_a_clients_cap_and_the_servers_are_refused_naming_the_limit
         while sum(slots.held.values()) > 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _open(stack, server.client, "/api/train/events").status_code == 200
+    _LINES.clear()
+
+
+@pytest.mark.timeout(60)
+def test_behind_one_proxy_address_each_browser_session_holds_its_own_share(settings: Settings) -> None:
+    """RELIABILITY 2290: behind a reverse proxy every browser is the proxy's address, so all its
+    users' tabs together held one client's share (SSE_MAX_PER_CLIENT) and the next was refused.
+    Now a stream carrying a live session cookie counts under that session; a made-up cookie (with
+    the bearer: without it, 401) counts under the address, and the server's total still binds."""
+    token = "tok-sse"
+    bearer = {"Authorization": f"Bearer {token}"}
+    with (
+        live_server(create_app(settings.model_copy(update={"api_token": token}))) as server,
+        ExitStack() as stack,
+    ):
+        server.app.state.sse_slots = StreamSlots(per_client=1, total=3)
+        client = server.client
+        port = server.url.rsplit(":", 1)[1]
+        proxied = {"X-Forwarded-For": "203.0.113.7"}  # every browser's request through one proxy
+
+        def cookie(sid: str) -> dict[str, str]:
+            return {"Cookie": f"lorastudio_session_{port}={sid}", **proxied}
+
+        sids = []
+        for _ in range(2):
+            res = client.post("/api/session", headers=bearer)
+            assert res.status_code == 200 and res.json()["cookie"] is True, res.text
+            sids.append(res.headers["set-cookie"].split(";")[0].split("=", 1)[1])
+            client.cookies.clear()
+
+        def opened(headers: dict[str, str]) -> httpx.Response:
+            client.headers.update(headers)
+            try:
+                return _open(stack, client, "/api/train/events")
+            finally:
+                for key in headers:
+                    client.headers.pop(key, None)
+
+        assert opened(cookie(sids[0])).status_code == 200
+        again = opened(cookie(sids[0]))  # the same browser past its share: refused, as before
+        assert again.status_code == 429 and "this browser session" in again.json()["detail"], again.text
+        assert sids[0] not in again.text
+        assert opened(cookie(sids[1])).status_code == 200  # another browser: its own share (was 429)
+        assert opened({**bearer, **proxied}).status_code == 200  # a script: the address's share
+        forged = opened({**bearer, **cookie("made-up-session-id")})
+        assert forged.status_code == 429 and "SSE_MAX_PER_CLIENT" in forged.text, forged.text
+        third = (
+            client.post("/api/session", headers=bearer).headers["set-cookie"].split(";")[0].split("=", 1)[1]
+        )
+        client.cookies.clear()
+        full = opened(cookie(third))  # a new session, but the server holds its total
+        assert full.status_code == 503 and full.json()["limit"] == 3, full.text
     _LINES.clear()
 
 

@@ -74,6 +74,9 @@ class _StrictBody(_Body):
 
 
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+SIDECAR_ONLY = (
+    "a gallery image's .json sidecar's: accepted so that the sidecar is a body as it stands, not used"
+)
 
 
 class LoraRef(_StrictBody):
@@ -177,6 +180,10 @@ class GenerateBody(_StrictBody):
         "is a body as it stands, and not used; given, the body's request_id is the sidecar's and not used "
         "either (the request is named afresh, as with no request_id)",
     )
+    warnings: list[str] | None = Field(
+        default=None, max_length=1000, description=SIDECAR_ONLY + " (its warnings)"
+    )
+    note: str | None = Field(default=None, max_length=1000, description=SIDECAR_ONLY + " (its client left)")
 
 
 # -- responses ---------------------------------------------------------------------------------

@@ -266,6 +266,10 @@ class GalleryImage(_Out):
     reference_urls: list[str] = Field(
         default_factory=list, description="where the reference images are served"
     )
+    note: str | None = Field(
+        default=None,
+        description="what befell it: its POST /api/generate's client left (a proxy cut it) and it was kept",
+    )
 
 
 class GalleryList(_Out):

@@ -490,13 +490,17 @@ export interface paths {
          *     a request of the same request_id is in flight or ended less than 10 minutes ago (a late
          *     cancel of that one must not stop this one), when MAX_IN_FLIGHT (8) are (one runs, the
          *     others wait), or when it was cancelled (the cancel route,
-         *     or the client left: it stops between denoising steps and nothing is kept), 503 when the
+         *     or its client left, not through a proxy: it stops between denoising steps, nothing kept), 503 when the
          *     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
          *     was asked (it is stopped): the next request starts a fresh one; 503 ServerStopping when the
          *     server began to stop (it was stopped, nothing kept), 507 NoSpaceLeft when the gallery's disk is
          *     full, 500 WriteFailed when its write is refused otherwise (nothing of the image kept); 500
          *     GenerationFailed when the pipeline failed. The answer comes when the image is made: behind a proxy
-         *     with a shorter read timeout, POST /api/generations (202 at once, then poll) instead.
+         *     with a shorter read timeout, POST /api/generations (202 at once, then poll) instead. If the
+         *     proxy cuts this request (its read timeout: nginx's default is 60 s), the generation is NOT
+         *     cancelled: it finishes into the gallery, its `note` saying its client left (GET
+         *     /api/gallery); POST /api/generate/{request_id}/cancel stops it. A client that reaches the
+         *     studio directly (no forwarding header) and leaves cancels it: nothing kept.
          */
         post: operations["generate_api_generate_post"];
         delete?: never;
@@ -2417,6 +2421,11 @@ export interface components {
             max_sequence_length?: number | null;
             /** Negative Prompt */
             negative_prompt?: string | null;
+            /**
+             * Note
+             * @description what befell it: its POST /api/generate's client left (a proxy cut it) and it was kept
+             */
+            note?: string | null;
             /** Prompt */
             prompt?: string | null;
             /**
@@ -2512,6 +2521,11 @@ export interface components {
              * @description what to steer away from; only for families whose pipeline takes one (FamilyOut.negative_prompt)
              */
             negative_prompt?: string | null;
+            /**
+             * Note
+             * @description a gallery image's .json sidecar's: accepted so that the sidecar is a body as it stands, not used (its client left)
+             */
+            note?: string | null;
             /** Prompt */
             prompt: string;
             /**
@@ -2546,6 +2560,11 @@ export interface components {
              * @description SDXL single file: v-prediction (true) / epsilon (false); unset: as the file says
              */
             v_prediction?: boolean | null;
+            /**
+             * Warnings
+             * @description a gallery image's .json sidecar's: accepted so that the sidecar is a body as it stands, not used (its warnings)
+             */
+            warnings?: string[] | null;
             /**
              * Width
              * @description pixels; at most 4096, and width x height <= 4.2 MP; null: the family's

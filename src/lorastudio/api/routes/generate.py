@@ -1,9 +1,17 @@
 """/api/generate: one image from a base model + LoRAs, saved to the gallery; /gallery serves it.
 
 POST /api/generate is the synchronous form: its answer is the image, so its connection stays
-open for the whole generation and its client leaving cancels it. Behind a proxy whose read
-timeout is shorter than a generation, use the asynchronous form, /api/generations
-(api/routes/generations.py: 202 at once, then poll), as the web UI does.
+open for the whole generation. A client on this machine that leaves (Ctrl-C, its own timeout)
+cancels it: nothing is kept. A request that came through a forwarding proxy (a header of
+remote_access.PROXY_HEADERS) is not cancelled when its connection ends: a proxy whose read
+timeout is shorter than the generation (nginx's default 60 s) cut it, and cancelling lost the
+whole image, again at every retry; it now finishes into the gallery with a `note` saying its
+client left (RELIABILITY 2291). What that costs a user behind a proxy who left on purpose: the
+GPU until that one image is made (MAX_IN_FLIGHT bounds the queue) and an image to delete; the
+cancel route (POST /api/generate/{request_id}/cancel, with the request_id sent) still stops it.
+The studio cannot tell a proxy's timeout from its client's leaving: the proxy closes the
+connection either way. Scripts behind a proxy should use the asynchronous form,
+/api/generations (api/routes/generations.py: 202 at once, then poll), as the web UI does.
 
 The route only routes: the request is checked and run by the GenerationService, whose worker
 process holds the pipeline (no torch in the server)."""
@@ -12,7 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import uuid
+from pathlib import Path as FilePath
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -25,6 +36,7 @@ from lorastudio.api.contract import file_answer, multipart_body
 from lorastudio.api.deps import generation_dep, settings_dep
 from lorastudio.api.downloads import Download
 from lorastudio.api.form_files import file_parts
+from lorastudio.api.proxy import proxy_header
 from lorastudio.api.schemas import REQUEST_ID_PATTERN, ErrorOut, GenerateBody
 from lorastudio.api.schemas_files import (
     GalleryDeleted,
@@ -35,6 +47,7 @@ from lorastudio.api.schemas_files import (
     ReferencesOut,
 )
 from lorastudio.data import safe_component
+from lorastudio.data.writes import staged_write
 from lorastudio.errors import DatasetError, NotFound, UnknownFamily
 from lorastudio.jobs.gallery import CURSOR_PATTERN, delete_gallery_image, gallery_dir, gallery_page
 from lorastudio.jobs.generation import GenerationService
@@ -51,6 +64,12 @@ CANCEL_RETRY_S = 0.05  # how often a left client's cancel is tried until its req
 MAX_REFERENCES = 10  # the most any family takes (FLUX.2 dev)
 REFERENCES_BODY_LIMIT = 200 * 2**20  # bytes: 10 large photos
 GALLERY_PAGE = 60  # GET /api/gallery's default page: a few hundred KB of settings at most
+LEFT_NOTE = (
+    "its client left before the answer (POST /api/generate through a proxy, whose read timeout may"
+    " have cut it): kept, not cancelled"
+)
+
+log = logging.getLogger("lorastudio.api")
 
 router = APIRouter(tags=["generate"])
 
@@ -79,22 +98,51 @@ async def generate(
     a request of the same request_id is in flight or ended less than 10 minutes ago (a late
     cancel of that one must not stop this one), when MAX_IN_FLIGHT (8) are (one runs, the
     others wait), or when it was cancelled (the cancel route,
-    or the client left: it stops between denoising steps and nothing is kept), 503 when the
+    or its client left, not through a proxy: it stops between denoising steps, nothing kept), 503 when the
     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
     was asked (it is stopped): the next request starts a fresh one; 503 ServerStopping when the
     server began to stop (it was stopped, nothing kept), 507 NoSpaceLeft when the gallery's disk is
     full, 500 WriteFailed when its write is refused otherwise (nothing of the image kept); 500
     GenerationFailed when the pipeline failed. The answer comes when the image is made: behind a proxy
-    with a shorter read timeout, POST /api/generations (202 at once, then poll) instead."""
+    with a shorter read timeout, POST /api/generations (202 at once, then poll) instead. If the
+    proxy cuts this request (its read timeout: nginx's default is 60 s), the generation is NOT
+    cancelled: it finishes into the gallery, its `note` saying its client left (GET
+    /api/gallery); POST /api/generate/{request_id}/cancel stops it. A client that reaches the
+    studio directly (no forwarding header) and leaves cancels it: nothing kept."""
     req = request_of(body)
     request_id = client_request_id(body) or f"unnamed-{uuid.uuid4().hex}"
     owner = object()  # this POST: its client leaving cancels its own request, never another's
-    watcher = asyncio.ensure_future(_cancel_when_gone(request, service, request_id, owner))
+    left = asyncio.Event()  # its client left (a proxied request's: kept, not cancelled)
+    keep = proxy_header(request.scope) is not None
+    watcher = asyncio.ensure_future(
+        _cancel_when_gone(request, service, request_id, owner, left if keep else None)
+    )
     try:
         result = await run_in_threadpool(service.generate, req, request_id, owner)
     finally:
         watcher.cancel()
+    if left.is_set():
+        result = await run_in_threadpool(_note_left, FilePath(result["path"]), result)
     return {**result, "url": f"/gallery/{result['file']}", "reference_urls": _reference_urls(result)}
+
+
+def _note_left(image: FilePath, result: dict[str, Any]) -> dict[str, Any]:
+    """`result` with LEFT_NOTE as its `note`, written into `image`'s sidecar (replaced whole). A
+    sidecar that cannot be read or written (the image deleted meanwhile, a full disk) keeps the
+    image as it is, said in the server log: its client is gone, no answer reaches anyone."""
+    sidecar = image.with_suffix(".json")
+    try:
+        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+        meta["note"] = LEFT_NOTE
+        with staged_write(sidecar) as tmp:
+            tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    except (OSError, ValueError) as err:
+        log.warning(
+            "generation kept as %s: its note could not be written to %s: %s", image.name, sidecar, err
+        )
+        return result
+    log.info("generation %s: kept as %s with its note (its client left)", meta.get("request_id"), image.name)
+    return {**result, "note": LEFT_NOTE}
 
 
 def client_request_id(body: GenerateBody) -> str | None:
@@ -140,15 +188,29 @@ def _family_side(family: str) -> int:
 
 
 async def _cancel_when_gone(
-    request: Request, service: GenerationService, request_id: str, owner: object
+    request: Request,
+    service: GenerationService,
+    request_id: str,
+    owner: object,
+    left: asyncio.Event | None = None,
 ) -> None:
     """Cancel this POST's generation (`request_id` of `owner`) once its client disconnects (the
     body was read: the next message the server gets for this request is its disconnect). Until
     the POST ends (it cancels this watcher) the cancel is tried again: the request may not be in
     flight yet (its thread is queued), and a duplicate POST of a running id is never in flight
-    as this owner's (the other client's request goes on)."""
+    as this owner's (the other client's request goes on). With `left` (a proxied request: module
+    docstring) nothing is cancelled: `left` is set, and the generation goes on."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+    if left is not None:
+        left.set()
+        log.warning(
+            "generation %s: its client left (through a proxy: its read timeout?); it goes on into the"
+            " gallery (POST /api/generate/%s/cancel stops it)",
+            request_id,
+            request_id,
+        )
+        return
     while True:
         with contextlib.suppress(NotFound):  # not in flight as this owner's (yet), or it ended
             service.cancel(request_id, owner)

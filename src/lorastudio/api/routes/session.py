@@ -14,7 +14,12 @@ names another only narrows (or misplaces) its own cookie. A folder holding `;` o
 browser keeps unescaped in a path, and which a cookie's Path cannot hold: `;` ends the attribute,
 `,` splits Set-Cookie for some parsers) gives the cookie the widest folder above it that holds
 neither (`/a;b/studio/` -> `/`): the session works, sent to that folder's other applications too
-(RELIABILITY 1184; it was 422, and no session opened).
+(RELIABILITY 1184; it was 422, and no session opened). Percent-encoding them is no way out: a
+browser matches a cookie's Path to the URL's path as it stands, byte for byte (RFC 6265 5.1.4, no
+decoding); Chromium 156 stores `Path=/a%3Bb/studio/` and never sends it to `/a;b/studio/`
+(measured, session 41 kpfix21). A raw `,` is matched by Chromium, but a parser that splits one
+Set-Cookie at commas (RFC 2109's list of cookies, which some HTTP libraries still honour) would cut
+the Path there: no cookie sent at all, every image and stream refused, worse than the wider path.
 """
 
 from __future__ import annotations
