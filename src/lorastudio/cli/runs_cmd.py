@@ -64,8 +64,9 @@ def local_time(stamp: str) -> str:
 
 @runs_app.command("list")
 def list_cmd(limit: int = typer.Option(50, "--limit", min=1, help="at most this many, newest first")) -> None:
-    """List runs, newest first: the server's (source service) and `lorastudio train`'s (source cli)."""
-    runs = _read(lambda store: store.list_runs(limit))
+    """List runs, newest first: the server's (source service) and `lorastudio train`'s (source cli);
+    when the store holds more than `limit`, a last line (on stderr) says how many were left out."""
+    runs, total, _ = _read(lambda store: store.runs_page(limit))
     if not runs:
         typer.echo("no runs yet")
         return
@@ -86,6 +87,10 @@ def list_cmd(limit: int = typer.Option(50, "--limit", min=1, help="at most this 
         rows.append(row)
     headers = ("id", "status", "source", "family", "output", "steps", "last loss", "created")
     print_table(headers, rows, keep=("id", "output"))
+    if total > len(runs):  # never a silent cut: README once said "every run" of this list
+        typer.echo(
+            f"{len(runs)} of {total} runs shown, newest first: --limit {total} lists them all", err=True
+        )
 
 
 @runs_app.command("show", cls=JsonCommand)

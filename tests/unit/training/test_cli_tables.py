@@ -120,3 +120,20 @@ def test_registering_the_commands_again_adds_no_second_copy() -> None:
     assert app.registered_commands == commands and app.registered_groups == groups
     names = [g.name for g in groups] + [c.name or c.callback.__name__ for c in commands]
     assert len(names) == len(set(names)), names
+
+
+def test_runs_list_says_when_its_limit_left_runs_out() -> None:
+    """`runs list` lists the newest 50 by default: a store holding more says how many it left out
+    (README called it "every run" while the rest were cut silently; RELIABILITY 2250)."""
+    store = RunStore.open(get_settings().db_path)
+    try:
+        for n in range(3):
+            store.create_run(f"{RUN_ID}{n}", f"{OUTPUT}-{n}", "flux", {"steps": 10}, "2026-12-04T16:00:00")
+    finally:
+        store.close()
+    cut = CliRunner().invoke(app, ["runs", "list", "--limit", "2"], env={"COLUMNS": "200"})
+    assert cut.exit_code == 0, cut.output
+    assert f"{OUTPUT}-2" in cut.stdout and f"{OUTPUT}-0" not in cut.stdout  # newest first
+    assert "2 of 3 runs shown, newest first: --limit 3 lists them all" in cut.stderr
+    whole = CliRunner().invoke(app, ["runs", "list", "--limit", "3"], env={"COLUMNS": "200"})
+    assert whole.exit_code == 0 and f"{OUTPUT}-0" in whole.stdout and "shown" not in whole.output
