@@ -91,7 +91,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         s409=JOB_TRAINS_409 + ", or the dataset was renamed or replaced during the upload (DatasetChanged)",
         s500=WRITE_500 + "; or the upload's spooled body could not be read back (ReadFailed)",
     ),
-    ("PUT", "/api/datasets/{name}/captions/{file}"): _writes(
+    ("PUT", "/api/datasets/{name}/captions/{file:path}"): _writes(
         s400=NAME_400 + "; or such a file name",
         s404="no dataset of this name or no such image in it (NotFound)",
         s409="the caption changed since the editor read it, the current one in the body "
@@ -102,12 +102,12 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         s404=DATASET_404,
         s409=JOB_TRAINS_409,
     ),
-    ("DELETE", "/api/datasets/{name}/images/{file}"): _writes(
+    ("DELETE", "/api/datasets/{name}/images/{file:path}"): _writes(
         s400=NAME_400 + "; or such a file name",
         s404="no dataset of this name or no such image in it (NotFound)",
         s409=JOB_TRAINS_409,
     ),
-    ("GET", "/api/datasets/{name}/thumbnails/{file}"): _only(
+    ("GET", "/api/datasets/{name}/thumbnails/{file:path}"): _only(
         s400=NAME_400 + "; or such a file name",
         s404="no dataset of this name or no such image (or control image) in it (NotFound)",
     ),
@@ -115,7 +115,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         s400=NAME_400 + "; or such a file name",
         s404="no dataset of this name, no masks folder or no such mask (NotFound)",
     ),
-    ("GET", "/api/datasets/{name}/alpha/{file}"): _only(
+    ("GET", "/api/datasets/{name}/alpha/{file:path}"): _only(
         s400=NAME_400 + "; or such a file name",
         s404="no dataset of this name, no such image, or it has no alpha channel (NotFound)",
     ),

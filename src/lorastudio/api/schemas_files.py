@@ -11,7 +11,10 @@ from lorastudio.api.schemas import DatasetSummary, DroppedFile, LoraRef, _Body, 
 
 
 class DatasetFile(_Out):
-    file: str
+    file: str = Field(
+        description="its file name; a kohya layout read in place (kohya N_words folders, no image at the top "
+        "level) names each image `<folder>/<name>`, as its thumbnail and caption routes take it"
+    )
     caption: str | None
     controls: list[str] = Field(
         default_factory=list,
@@ -34,6 +37,11 @@ class DatasetFile(_Out):
         description="why its caption would train another trainer's markup as text ({trigger}-like "
         "placeholders, kohya's |||), completing 'the caption ...': a fresh run refuses the dataset "
         "until it is edited (null: none)",
+    )
+    repeats: int | None = Field(
+        default=None,
+        description="a kohya layout's image: its folder's repeats N (`10_sks`: 10), as a run with "
+        "kohya_folders reads it; null in any other dataset",
     )
 
 

@@ -24,6 +24,8 @@ from typing import Literal
 from lorastudio.data.captions import read_metadata, read_sidecar
 from lorastudio.data.discovery import discover
 from lorastudio.data.kohya import is_kohya_folder
+from lorastudio.data.kohya_listing import kohya_sub_folders
+from lorastudio.data.row_names import match_rows
 from lorastudio.errors import DatasetError
 
 CaptionStore = Literal["txt", "metadata"]
@@ -69,6 +71,7 @@ def plan_captions(folder: Path, overwrite: bool) -> CaptionPlan:
             raise DatasetError(f"dataset {folder.name} has no images to caption", _no_images(folder))
         return in_place
     rows = read_metadata(files.metadata).captions if files.metadata is not None else {}
+    rows = match_rows(rows, (p.name for p in files.images)).by_file  # as the scan (data/row_names.py)
     store: CaptionStore = "metadata" if files.metadata is not None and not files.sidecars else "txt"
     kohya = _kohya_captions(folder, files.dropped)
     todo, skipped, kohya_kept = [], [], []
@@ -85,26 +88,6 @@ def plan_captions(folder: Path, overwrite: bool) -> CaptionPlan:
             todo.append(image)
             planned.add(image.stem)
     return CaptionPlan(todo, skipped, store, kohya_kept)
-
-
-def kohya_sub_folders(folder: Path) -> list[Path] | None:
-    """The kohya `N_words` sub-folders of `folder` (sorted by name) when every visible
-    sub-folder is one (links never followed), as a run reading the layout in place requires
-    (data/kohya.kohya_entries); None when there is none or another sub-folder beside them."""
-    try:
-        subs = sorted(
-            (
-                Path(e.path)
-                for e in os.scandir(folder)
-                if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
-            ),
-            key=lambda p: p.name,
-        )
-    except OSError:
-        return None
-    if not subs or not all(is_kohya_folder(sub.name) for sub in subs):
-        return None
-    return subs
 
 
 def _plan_kohya_in_place(folder: Path, overwrite: bool) -> CaptionPlan | None:

@@ -36,6 +36,7 @@ from lorastudio.data.captions import (
 from lorastudio.data.discovery import METADATA_FILE, caption_files_of
 from lorastudio.data.image_edits import write_caption
 from lorastudio.data.metadata_write import set_metadata_captions
+from lorastudio.data.row_names import folder_rows
 from lorastudio.data.writes import dataset_lock
 from lorastudio.errors import DatasetError, NoSpaceLeft, WriteFailed
 
@@ -209,6 +210,7 @@ class CaptionWriter:
         """The queued names that have a caption now: a row holding one, or a .txt (it wins over
         the row: a row written under it would be a second caption). The caller holds the lock."""
         rows = read_metadata(table).captions if table.is_file() and not table.is_symlink() else {}
+        rows = folder_rows(rows, self.folder)  # each image's row, as the scan matches it (2200)
         return sorted(
             name
             for name in self.pending
@@ -249,7 +251,7 @@ class _RowsSeen:
         if key != self._key:
             self.reads += 1
             try:
-                self._captions = read_metadata(self.table).captions
+                self._captions = folder_rows(read_metadata(self.table).captions, self.table.parent)
             except DatasetError:
                 self._captions = {}
             ahead = st.st_mtime_ns > keyed  # a clock ahead: its stamp says nothing yet
@@ -264,7 +266,8 @@ def _captioned_rows(folder: Path) -> set[str]:
     if table.is_symlink() or not table.is_file():
         return set()
     try:
-        return {name for name, text in read_metadata(table).captions.items() if text.strip()}
+        rows = folder_rows(read_metadata(table).captions, folder)  # by image, as the scan (2200)
+        return {name for name, text in rows.items() if text.strip()}
     except DatasetError:
         return set()
 

@@ -10,6 +10,8 @@ NUL, captions.caption_problem: what a scan refuses, refuses the whole edit, nami
 every changed .txt and metadata.jsonl (rewritten once, keeping every other field and line of it)
 is staged, and renamed into place only once all are written: a write that fails changes nothing.
 The dataset's lock (data.writes.dataset_lock) is held meanwhile, so uploads and other edits wait.
+A kohya layout read in place edits its folders' caption files as a run of them reads them
+(`_kohya_edit`, RELIABILITY 2201).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from pathlib import Path
 
 from lorastudio.data.captions import caption_problem, own_caption, read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
+from lorastudio.data.kohya_listing import KohyaLayout, kohya_caption_text, kohya_files, kohya_layout
 from lorastudio.data.metadata_write import metadata_with_captions
+from lorastudio.data.row_names import match_rows
 from lorastudio.data.writes import dataset_lock, journaled_renames, staging_name
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, writing
 from lorastudio.text_rules import visible_text
@@ -79,7 +83,10 @@ def bulk_edit_captions(folder: Path, edit: CaptionEdit, *, dry_run: bool = False
         raise ConfigError(problems)
     with dataset_lock(folder.parent, folder.name):
         files = discover(folder)
+        if (layout := kohya_layout(folder, files)) is not None:  # its folders' captions (2201)
+            return _kohya_edit(folder, layout, edit, dry_run)
         table = read_metadata(files.metadata).captions if files.metadata else {}
+        table = match_rows(table, (p.name for p in files.images)).by_file  # as the scan (data/row_names.py)
         result = BulkResult()
         txt: dict[Path, str] = {}
         rows: dict[str, str] = {}
@@ -112,6 +119,39 @@ def bulk_edit_captions(folder: Path, edit: CaptionEdit, *, dry_run: bool = False
         if not dry_run and (txt or rows):
             _write(folder, txt, rows, files.metadata)
             result.written = True
+    return result
+
+
+def _kohya_edit(folder: Path, layout: KohyaLayout, edit: CaptionEdit, dry_run: bool) -> BulkResult:
+    """bulk_edit_captions of a kohya layout read in place (data/kohya_listing.py; the caller holds
+    the lock): each image's caption as a run of its folder reads it (its `.txt` / `.caption`
+    files, compared), every one of its caption files written with the new one (they must still
+    agree); an image whose files disagree or cannot be read refuses the edit, named (the run
+    refuses it too); an image without one keeps none (its folder's words train it). Named
+    `<folder>/<name>`, as the dataset's page lists it."""
+    result, txt, bad = BulkResult(), {}, []
+    for name, _path, _repeats, captions in kohya_files(layout):
+        before, problems = kohya_caption_text(captions)
+        bad += [f"{name}: {p}" for p in problems]
+        if not before:
+            continue
+        result.captions += 1
+        after = edit.apply(before)
+        if after == before:
+            continue
+        why = "the edit would leave the caption empty" if not after else caption_problem(after)
+        if why is not None:
+            bad.append(f"{name}: {why}")
+            continue
+        result.changed.append(name)
+        if len(result.examples) < EXAMPLES:
+            result.examples.append((name, before, after))
+        txt.update(dict.fromkeys(captions, after))
+    if bad:
+        raise DatasetError(f"caption edit refused ({len(bad)} caption(s))", bad)
+    if not dry_run and txt:
+        _write(folder, txt, {}, None)
+        result.written = True
     return result
 
 

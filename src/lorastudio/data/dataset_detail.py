@@ -18,15 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.data.captions import overridden_row, own_caption, read_metadata, read_sidecar, unread_markup
-from lorastudio.data.discovery import METADATA_FILE, discover
+from lorastudio.data.discovery import METADATA_FILE, DatasetFiles, discover
 from lorastudio.data.image_headers import header_info
 from lorastudio.data.images import file_orientation
+from lorastudio.data.kohya_listing import KohyaLayout, kohya_detail_rows, kohya_dropped, kohya_layout
 from lorastudio.data.listing import summary_of
 from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_index
 from lorastudio.data.orientation import header_has_exif, upright_size
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.pairs import misnamed_control_folder
 from lorastudio.data.paths import stem_key
+from lorastudio.data.peer_files import name_key
+from lorastudio.data.row_names import match_rows, spelt_row_note
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.upload_pairs import control_slot
 from lorastudio.errors import DatasetError
@@ -81,9 +84,12 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
     flag and `markup`: why its caption would train another trainer's markup as text, which a fresh run
     refuses (captions.unread_markup's words completing "the caption ...", null when none; the page's
     captions only, as they are the ones read: RELIABILITY 1830); `dropped`: the folder's entries not used (links, sub-folders, other files, orphan
-    controls, clashing masks, metadata.jsonl problems) and the page's caption files that cannot
+    controls, clashing masks, metadata.jsonl problems, its rows naming no image and its rows
+    read under another spelling, as the run's scan lists them: data/row_names.py) and the page's caption files that cannot
     be read, each with its reason. Raises DatasetError when the folder cannot be listed."""
     files = discover(folder)
+    if (layout := kohya_layout(folder, files)) is not None:  # its N_words folders' images (2201)
+        return _kohya_detail(folder, files, layout, offset, limit)
     masks, clashes = mask_index(folder)  # loss masks (data/masks.py): masks/<stem>.*, by stem_key (NFC)
     dropped = [(n, r) for n, r in files.dropped if not (masks and n == MASKS_DIR)]
     for stem, names in clashes.items():  # a run refuses them: no mask is shown
@@ -93,8 +99,13 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
     if files.metadata:
         try:
             table = read_metadata(files.metadata)
-            rows = table.captions
+            matched = match_rows(table.captions, (p.name for p in files.images))  # as the scan matches
+            rows = matched.by_file
             dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE} ")) for p in table.problems]
+            if matched.unmatched:  # one pass over the images, however many rows name none
+                by_key = {name_key(p.name): p for p in files.images}
+                dropped += [(n, _unmatched_row(n, by_key, files, rows)) for n in matched.unmatched]
+            dropped += [(METADATA_FILE, spelt_row_note(row, image)) for image, row in matched.spelt.items()]
         except DatasetError as err:
             dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE}: ")) for p in err.problems]
     controls, orphans = listed_controls(folder, files.images)
@@ -139,4 +150,39 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
         "limit": limit,
         "files": images,
         "dropped": [{"file": n, "reason": r} for n, r in dropped],
+    }
+
+
+def _unmatched_row(row: str, by_key: dict[str, Path], files: DatasetFiles, rows: dict[str, str]) -> str:
+    """Why metadata.jsonl's row `row`, naming no image (data/row_names.match_rows), is not used, as
+    the run's scan says it; where it names an image another way (`X.PNG` for x.png, a half-composed
+    accent) whose image has no caption of its own (no row, no caption file), the run refuses the
+    dataset (data/peer_files.unread_caption_problems), and this says so: the list and the page
+    called it usable before, the run alone refused it."""
+    why = f"listed in {METADATA_FILE} but not found"
+    image = by_key.get(name_key(row.rpartition("/")[2]))  # (as peer_files' by_name: one of two alike)
+    if image is not None and image.name not in rows and image.stem not in files.sidecars:
+        return (
+            f"{why}; a run refuses the dataset: {image.name} has no caption of its own (a row's file_name is "
+            f"the image's own name in this folder: {image.name}; or delete the row to train without it)"
+        )
+    return why
+
+
+def _kohya_detail(
+    folder: Path, files: DatasetFiles, layout: KohyaLayout, offset: int, limit: int | None
+) -> dict[str, Any]:
+    """dataset_detail of a kohya layout read in place (data/kohya_listing.py): its folders' images
+    as `<folder>/<name>` with their folder's repeats and the caption a run of the folders reads;
+    its kohya folders are read, not dropped."""
+    page, problems, present, with_alpha = kohya_detail_rows(layout, offset, limit, stored_header)
+    return {
+        **summary_of(folder, files),
+        "masked": 0,  # a kohya folder's masks/ is not read by a run of the folders
+        "with_alpha": with_alpha,
+        "total_files": present,
+        "offset": offset,
+        "limit": limit,
+        "files": page,
+        "dropped": [{"file": n, "reason": r} for n, r in kohya_dropped(files, layout) + problems],
     }

@@ -25,6 +25,7 @@ from lorastudio.data.captions import (
 from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, caption_files_of, is_image_name
 from lorastudio.data.masks import masks_of
 from lorastudio.data.paths import existing_component, nfc, stem_key
+from lorastudio.data.row_names import folder_rows
 from lorastudio.data.upload_pairs import controls_of
 from lorastudio.data.writes import dataset_lock, staged_write
 from lorastudio.errors import CaptionConflict, DatasetError, NotFound, writing
@@ -52,6 +53,10 @@ def write_caption(
     caption, is given the new one too (_sync_row). With `expected` (the caption the edit started from, "" for none),
     CaptionConflict when the image's caption is another one now (the caller holds the dataset's
     write claim, so nothing changes it between the check and the write)."""
+    if "/" in image_name and target is None:  # a kohya layout's `<folder>/<name>` (RELIABILITY 2201)
+        from lorastudio.data.kohya_listing import write_kohya_caption
+
+        return write_kohya_caption(dataset_dir, image_name, caption, expected)
     image = existing_image(dataset_dir, image_name)
     if expected is not None and (now := current_caption(dataset_dir, image)) != expected.strip():
         raise CaptionConflict(
@@ -92,7 +97,7 @@ def _sync_row(dataset_dir: Path, image_name: str, text: str) -> None:
     if table.is_symlink() or not table.is_file():
         return
     try:
-        row = read_metadata(table).captions.get(image_name)
+        row = folder_rows(read_metadata(table).captions, dataset_dir).get(image_name)  # as the scan (2200)
     except DatasetError:
         return
     if row is not None and row.strip() and one_newline_form(row).strip() != text:
@@ -108,6 +113,10 @@ def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
     the image listed with what is left of its files, and the delete sent again completes; the
     image first left its controls and masks orphans (which a run refuses) that no image delete
     could reach any more (404)."""
+    if "/" in image_name:  # a kohya layout's `<folder>/<name>` (RELIABILITY 2201)
+        from lorastudio.data.kohya_listing import delete_kohya_image
+
+        return delete_kohya_image(dataset_dir, image_name)
     image = existing_image(dataset_dir, image_name)
     with (
         dataset_lock(dataset_dir.parent, dataset_dir.name),
@@ -135,7 +144,8 @@ def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
 
 
 def drop_metadata_row(dataset_dir: Path, image_name: str) -> bool:
-    """Remove the rows of `image_name` ("x.png" or "./x.png") from the dataset's metadata.jsonl,
+    """Remove the rows of `image_name` ("x.png" or "./x.png"; or the one row the scan reads as its,
+    spelt otherwise: data/row_names.py) from the dataset's metadata.jsonl,
     staged; the caller holds the dataset's lock or its write claim (jobs/dataset_claims.py: the
     API's edits). Returns whether a row was removed (False: no
     file, or no such row)."""
@@ -143,7 +153,11 @@ def drop_metadata_row(dataset_dir: Path, image_name: str) -> bool:
     if table.is_symlink() or not table.is_file():
         return False
     lines = table.read_bytes().splitlines(keepends=True)
-    kept = [line for line in lines if _row_name(line) != image_name]
+    names = [_row_name(line) for line in lines]
+    drop = {image_name}
+    if image_name not in names:  # its row spelt otherwise, as the scan reads it (RELIABILITY 2200)
+        drop.add(folder_rows({n: n for n in names if n is not None}, dataset_dir).get(image_name, image_name))
+    kept = [line for line, name in zip(lines, names, strict=True) if name not in drop]
     if len(kept) == len(lines):
         return False
     with (
@@ -176,7 +190,8 @@ def current_caption(dataset_dir: Path, image: Path) -> str:
     if table.is_symlink() or not table.is_file():
         return ""
     try:
-        return own_caption(text, read_metadata(table).captions.get(image.name)) or ""
+        rows = folder_rows(read_metadata(table).captions, dataset_dir)  # as the scan matches them (2200)
+        return own_caption(text, rows.get(image.name)) or ""
     except DatasetError:
         return ""
 
@@ -187,7 +202,13 @@ def existing_image(dataset_dir: Path, image_name: str) -> Path:
     the 100 characters or hold characters that safe_component refuses to create, and the run
     trains on it), else the file of its NFC form (what uploads store). Raises PathOutsideRoot /
     ConfigError for a name that is not one file name (paths.existing_component), NotFound if it
-    is not an existing image."""
+    is not an existing image. A kohya layout's image is looked up by its listed `<folder>/<name>`
+    in that kohya folder (data/kohya_listing.kohya_image: NotFound for any other folder)."""
+    if "/" in image_name:  # a kohya layout's image, listed as `<folder>/<name>` (RELIABILITY 2201)
+        from lorastudio.data.kohya_listing import kohya_image
+
+        folder, name = kohya_image(dataset_dir, image_name)
+        return existing_image(folder, name)
     existing_component(image_name, field="file name")
     for name in dict.fromkeys((image_name, nfc(image_name))):
         path = dataset_dir / name

@@ -14,7 +14,9 @@ from typing import Any
 from lorastudio.data.captions import read_metadata
 from lorastudio.data.dataset_names import name_problem
 from lorastudio.data.discovery import DatasetFiles, discover
+from lorastudio.data.kohya_listing import kohya_counts, kohya_layout
 from lorastudio.data.markup_count import caption_marks
+from lorastudio.data.row_names import match_rows
 from lorastudio.errors import DatasetError
 from lorastudio.file_version import version_of
 
@@ -23,7 +25,8 @@ def dataset_summary(folder: Path) -> dict[str, Any]:
     """{"name", "path", "images", "captions", "markup_captions", "markup_counted", "usable",
     "problem"}: captions
     counts images with a caption a run reads (a .txt that is not blank, else a metadata.jsonl row
-    that is not blank: captions.own_caption; an unreadable .txt counts, the preflight names it),
+    that is not blank: captions.own_caption, matched to its image as the scan matches it, its name
+    composed otherwise too: data/row_names.py; an unreadable .txt counts, the preflight names it),
     markup_captions those whose caption a fresh run refuses for another trainer's markup
     (data/markup_count.py, remembered per file version), markup_counted False where it leaves
     out the rows of a metadata.jsonl too large for a listing to read (RELIABILITY 2072). metadata.jsonl is read once per version
@@ -35,15 +38,22 @@ def dataset_summary(folder: Path) -> dict[str, Any]:
 def summary_of(folder: Path, files: DatasetFiles) -> dict[str, Any]:
     """`dataset_summary` of `folder` from its listing `files` (data.discovery.discover), with
     `usable` and `problem`: a folder made by hand under a name the studio cannot look up is
-    listed with the reason and the fix (data/dataset_names.name_problem)."""
-    rows = _metadata_names(files.metadata) if files.metadata else frozenset()
+    listed with the reason and the fix (data/dataset_names.name_problem). A kohya layout read in
+    place (no top-level image, kohya `N_words` sub-folders only) counts its folders' images and
+    their own captions, as a run of its folders reads them (data/kohya_listing.py)."""
+    problem = name_problem(folder.parent, folder.name)
+    layout = kohya_layout(folder, files)
+    if layout is not None:  # kohya N_words folders read in place: counted as a run reads them (2201)
+        return {"name": folder.name, "path": str(folder), **kohya_counts(layout), "markup_counted": True,
+                "usable": problem is None, "problem": problem}  # fmt: skip
+    names = _metadata_names(files.metadata) if files.metadata else frozenset()
+    rows = match_rows(dict.fromkeys(names), (p.name for p in files.images)).by_file  # as a run's scan
     marks = caption_marks(folder, files)
     captioned = sum(  # as a run's scan takes a caption (captions.own_caption: a blank .txt is none)
         1
         for p in files.images
         if (p.stem in files.sidecars and p.name not in marks.blank_txt) or p.name in rows
     )
-    problem = name_problem(folder.parent, folder.name)
     return {
         "name": folder.name,
         "path": str(folder),

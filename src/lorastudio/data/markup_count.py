@@ -35,6 +35,7 @@ from typing import Literal
 
 from lorastudio.data.captions import read_metadata, read_sidecar, unread_markup
 from lorastudio.data.discovery import DatasetFiles
+from lorastudio.data.row_names import folder_rows
 from lorastudio.errors import DatasetError
 from lorastudio.file_version import FileVersion, version_of
 
@@ -174,7 +175,7 @@ def _row_marks(
         names = known[1]
     else:
         try:
-            captions = read_metadata(metadata).captions
+            captions = folder_rows(read_metadata(metadata).captions, metadata.parent)  # by image (2200)
         except DatasetError:
             captions = {}
         names = frozenset(name for name, text in captions.items() if unread_markup(text) is not None)

@@ -80,12 +80,16 @@ def metadata_with_captions(path: Path, captions: dict[str, str], *, append_missi
     if lines and lines[-1] == b"":
         lines.pop()  # the last line's newline
     found: set[str] = set()
+    spelt = _spelt_rows(lines, captions, path.parent)  # a row's name -> the image it is read as
     for i, line in enumerate(lines):
         body, cr = (line[:-1], b"\r") if line.endswith(b"\r") else (line, b"")
         named = _row_name(body)
-        if named is None or named[1] not in captions:
+        if named is None or (named[1] not in captions and named[1] not in spelt):
             continue
         row, name = named
+        if name in spelt:  # the row the scan reads as this image's: written under the image's name
+            name = spelt[name]
+            row["file_name"] = name
         row[_caption_key(row)] = captions[name]
         bom = _BOM if i == 0 and body.startswith(_BOM) else b""
         lines[i] = bom + json.dumps(row, ensure_ascii=False).encode("utf-8") + cr
@@ -95,6 +99,20 @@ def metadata_with_captions(path: Path, captions: dict[str, str], *, append_missi
             row = {"file_name": name, "text": captions[name]}
             lines.append(json.dumps(row, ensure_ascii=False).encode("utf-8"))
     return b"".join(line + b"\n" for line in lines)
+
+
+def _spelt_rows(lines: list[bytes], captions: dict[str, str], folder: Path) -> dict[str, str]:
+    """row name -> image name of each row of `lines` that names no image of `captions` byte for
+    byte but is read as one's by the scan's rule (data/row_names.match_rows over the images of
+    `folder`: its name composed otherwise, RELIABILITY 2200); a caption set for the image is
+    written into that row, not into a second row. Empty (no listing) when every image has its row."""
+    from lorastudio.data.row_names import folder_rows
+
+    names = [n[1] for line in lines if (n := _row_name(line.removesuffix(b"\r"))) is not None]
+    if set(captions) <= set(names):
+        return {}
+    by_image = folder_rows({n: n for n in names}, folder)
+    return {row: image for image, row in by_image.items() if image in captions and row != image}
 
 
 def _nfc_names(row: dict[str, object]) -> dict[str, object]:

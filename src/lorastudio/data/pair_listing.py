@@ -11,6 +11,7 @@ from pathlib import Path
 from lorastudio.data.discovery import METADATA_FILE
 from lorastudio.data.pairs import _folder_images, control_subfolders, read_metadata_controls
 from lorastudio.data.paths import stem_key
+from lorastudio.data.row_names import image_keyed, spelt_file
 
 
 def listed_controls(folder: Path, images: Sequence[Path]) -> tuple[dict[str, list[str]], list[str]]:
@@ -19,6 +20,10 @@ def listed_controls(folder: Path, images: Sequence[Path]) -> tuple[dict[str, lis
     subs = [(sub.name, _folder_images(sub)) for sub in control_subfolders(folder)]
     metadata = folder / METADATA_FILE
     rows, _ = read_metadata_controls(metadata) if metadata.is_file() else ({}, [])
+    rows = {  # as the run's pairing reads them: a name spelt otherwise is its file's (2200)
+        image: [_as_stored(folder, n) for n in names]
+        for image, names in image_keyed(rows, [img.name for img in images]).items()
+    }
     if not subs and not rows:  # not a paired dataset: nothing to look up per image
         return {}, []
     stems = {stem_key(img.name) for img in images}
@@ -41,3 +46,13 @@ def listed_controls(folder: Path, images: Sequence[Path]) -> tuple[dict[str, lis
         if f"{label}/{path.name}" not in used
     ]
     return found, orphans
+
+
+def _as_stored(folder: Path, name: str) -> str:
+    """A row's control path `name` as the file it names is stored in `folder` (its accents
+    composed otherwise: row_names.spelt_file, as data/pairs.py pairs it), else as written."""
+    path = folder / name
+    if ".." in Path(name).parts or Path(name).is_absolute() or path.is_file():
+        return name
+    found = spelt_file(path)
+    return found.relative_to(folder).as_posix() if found is not None else name

@@ -76,6 +76,7 @@ from lorastudio.data.pair_checks import (
     slot_gap,
 )
 from lorastudio.data.paths import stem_key
+from lorastudio.data.row_names import image_keyed, spelt_file
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
 
@@ -261,6 +262,7 @@ def pair_controls(
     problems = report.problems
     from_metadata, meta_problems = read_metadata_controls(metadata, folder_id) if metadata else ({}, [])
     problems += meta_problems
+    from_metadata = image_keyed(from_metadata, targets)  # a row spelt otherwise: its image's (2200)
     for folder in control_dirs:
         if not folder.is_dir():
             problems.append(f"control_dirs: {folder} is not a folder")
@@ -273,6 +275,8 @@ def pair_controls(
             paths = []
             for name in from_metadata[target]:
                 path = _inside(root, name)
+                if path is not None and not path.is_file():  # its accents composed otherwise (2200)
+                    path = spelt_file(path) or path
                 if path is None:
                     problems.append(f"{target}: control {name!r} must be a relative path inside the dataset")
                 elif not path.is_file():

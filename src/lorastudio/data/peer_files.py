@@ -106,11 +106,11 @@ def unread_caption_problems(
     if not untold:
         return []
     by_stem = {Path(name).stem: name for name in untold}
-    by_name = {_name_key(name): name for name in untold}
+    by_name = {name_key(name): name for name in untold}
     out = []
     for name, why in dropped:
         stem, _, ext = name.rpartition(".")
-        image = by_name.get(_name_key(name.rpartition("/")[2]))
+        image = by_name.get(name_key(name.rpartition("/")[2]))
         one = by_stem.get(stem)  # the image this file would caption
         if why.startswith("listed in metadata.jsonl but not found") and image is not None:
             spelt = (  # the same letters composed and decomposed look alike: the code points tell them
@@ -157,7 +157,7 @@ _CAPTION_EXTS = ("txt", "caption")
 _NOT_OPENED = ("symbolic link", "not a regular file")
 
 
-def _name_key(name: str) -> str:
+def name_key(name: str) -> str:
     """A file name as a row may spell it otherwise: any case, accents composed or decomposed (NFC:
     a folder copied from macOS holds NFD names, a row written elsewhere NFC; RELIABILITY 2105)."""
     return unicodedata.normalize("NFC", name).lower()

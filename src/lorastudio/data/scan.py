@@ -34,6 +34,7 @@ from lorastudio.data.items import DatasetScan, ImageItem
 from lorastudio.data.kohya_captions import kohya_caption
 from lorastudio.data.pairs import control_folder_ids, misnamed_control_folder, pair_controls
 from lorastudio.data.peer_files import subfolder_hints, unread_caption_problems
+from lorastudio.data.row_names import match_rows, spelt_row_note
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
 
@@ -252,11 +253,10 @@ def scan_dataset(
     if files.metadata is not None:
         table = read_metadata(files.metadata, folder_id)
         problems += table.problems
-        metadata = table.captions
-        image_names = {p.name for p in files.images}
-        dropped += [
-            (name, f"listed in {METADATA_FILE} but not found") for name in metadata if name not in image_names
-        ]
+        rows = match_rows(table.captions, (p.name for p in files.images))  # data/row_names.py
+        metadata = rows.by_file
+        dropped += [(name, f"listed in {METADATA_FILE} but not found") for name in rows.unmatched]
+        dropped += [(METADATA_FILE, spelt_row_note(row, image)) for image, row in rows.spelt.items()]
 
     buckets = make_buckets(resolution, multiple) if aspect_buckets else [(resolution, resolution)]
     items: list[ImageItem] = []

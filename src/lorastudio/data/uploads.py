@@ -45,6 +45,7 @@ from lorastudio.data.decoded import (
 )
 from lorastudio.data.discovery import CAPTION_EXTENSION, IMAGE_EXTENSIONS, METADATA_FILE, is_image_name
 from lorastudio.data.images import ImageInfo, probe_full
+from lorastudio.data.kohya_listing import kohya_upload_refusal
 from lorastudio.data.metadata_write import nfc_metadata
 from lorastudio.data.paths import safe_component, stem_key
 from lorastudio.data.peer_files import foreign_file_reason
@@ -301,7 +302,13 @@ class UploadBatch:
 
     def _check_files(self) -> None:
         """Check the staged files; drop each bad one from the batch (recorded in `refused`).
-        Images first, so that a caption whose image was refused is refused too."""
+        Images first, so that a caption whose image was refused is refused too. Every file of an
+        upload into a kohya layout read in place is refused (kohya_listing.kohya_upload_refusal)."""
+        if (why := kohya_upload_refusal(self.dataset_dir)) is not None:  # RELIABILITY 2203
+            for name in sorted(self._names):
+                self._refuse(name, why)
+            self._names.clear()
+            return
         bad: set[str] = set()
         for name, copies in sorted(self._copies.items()):
             self._refuse(name, f"sent {copies} times in one upload (which one?): send one")

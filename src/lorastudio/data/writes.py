@@ -73,14 +73,16 @@ def dataset_lock(datasets_root: Path, name: str) -> Iterator[None]:
 
 
 def journaled_renames(folder: Path, renames: dict[Path, Path]) -> None:
-    """Rename each staged file of `renames` ({staged: target}, all directly in `folder`, all
-    written) onto its target, as one step for a kill: the pairs are journaled first
+    """Rename each staged file of `renames` ({staged: target}, all directly in `folder` or in one
+    of its sub-folders, a kohya layout's `10_sks/`: RELIABILITY 2201; all written) onto its target, as one step for a kill: the pairs are journaled first
     (RENAMES_JOURNAL, staged and renamed), so a holder of the dataset's lock killed between two
     renames leaves the journal, and the next holder (`dataset_lock`, a server start) finishes them
     (`finish_renames`) before anything else reads or writes the folder. The caller holds the lock."""
     journal = folder / RENAMES_JOURNAL
     with staged_write(journal) as tmp:
-        tmp.write_text(json.dumps([[s.name, t.name] for s, t in renames.items()]), encoding="utf-8")
+        tmp.write_text(
+            json.dumps([[_in(folder, s), _in(folder, t)] for s, t in renames.items()]), encoding="utf-8"
+        )
     for staged, target in renames.items():
         os.replace(staged, target)
     journal.unlink()
@@ -89,8 +91,8 @@ def journaled_renames(folder: Path, renames: dict[Path, Path]) -> None:
 def finish_renames(folder: Path) -> bool:
     """Finish the renames a killed holder of `folder`'s lock journaled (`journaled_renames`):
     each staged file still there is renamed onto its target, then the journal goes. Returns
-    whether there was a journal. A journal that is not one (unreadable, a name with a path) is
-    removed and nothing renamed. Raises OSError when the folder refuses the renames."""
+    whether there was a journal. A journal that is not one (unreadable, a path other than a name or
+    `sub/name` in a visible sub-folder that is no link) is removed and nothing renamed. Raises OSError when the folder refuses the renames."""
     journal = folder / RENAMES_JOURNAL
     try:
         pairs = json_read.loads(journal.read_text(encoding="utf-8"))
@@ -99,7 +101,7 @@ def finish_renames(folder: Path) -> bool:
     except (OSError, ValueError):
         pairs = None
     if isinstance(pairs, list) and all(
-        isinstance(p, list) and len(p) == 2 and all(isinstance(n, str) and n == Path(n).name for n in p)
+        isinstance(p, list) and len(p) == 2 and all(isinstance(n, str) and _journaled(folder, n) for n in p)
         for p in pairs
     ):
         for staged, target in pairs:
@@ -107,6 +109,22 @@ def finish_renames(folder: Path) -> bool:
                 os.replace(folder / staged, folder / target)
     journal.unlink(missing_ok=True)
     return True
+
+
+def _in(folder: Path, path: Path) -> str:
+    """`path`'s place in `folder` as a journal names it: its name, or `sub/name` in a sub-folder."""
+    return path.relative_to(folder).as_posix()
+
+
+def _journaled(folder: Path, name: str) -> bool:
+    """Whether a journal's `name` is one `journaled_renames` writes: a name, or `sub/name` whose
+    `sub` is a visible sub-folder of `folder` (not a link: a journal never renames out of it)."""
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts) or len(parts) > 2:
+        return False
+    return len(parts) == 1 or (
+        not parts[0].startswith(".") and (folder / parts[0]).is_dir() and not (folder / parts[0]).is_symlink()
+    )
 
 
 def finish_journaled_renames(datasets_root: Path) -> list[tuple[str, OSError | None]]:

@@ -21,8 +21,7 @@ Every request is checked here, before any work, with every problem reported at o
 the revision, the size and steps against the budget below, the LoRA files (their headers are read with a
 size cap and checked, lora/header.py; each file's sha256 taken, lora/file_digest.py: recorded in
 the image's settings, and the worker applies a file only while it is still those bytes) and the
-base model. Images go to the gallery
-(settings.home/gallery): the worker writes the PNG under a hidden staging name, the server
+base model. Images go to the gallery (settings.home/gallery): the worker writes the PNG under a hidden staging name, the server
 writes the sidecar, then renames the PNG into place. No torch here.
 
 The budget (per request) is generation_rules.budget_problems, the CLI's too; the check itself is

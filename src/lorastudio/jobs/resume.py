@@ -20,6 +20,7 @@ from lorastudio.data.entries import resolve_entries
 from lorastudio.data.latent_keys import run_cache_bytes
 from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.data.pixel_rule import read_otherwise
+from lorastudio.data.row_names import spelt_resume_note
 from lorastudio.data.run_scan import scan_for_run
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
 from lorastudio.families.single_file import model_source
@@ -166,22 +167,33 @@ def validate_resume(
     before = cfg.model_copy(update={"steps": int(info["total_steps"])}) if new_total else cfg
     # under the checkpoint's rule, with the revision it recorded beside a local folder
     base = record_for(info["identity"], config_as_recorded(cfg, info), family.spec.denoiser)
-    check_identity(
-        info["identity"],
-        run_identity(  # with the latent handling the run will have (training/identity_latents.py)
-            before,
-            dataset_record_for(  # under the checkpoint's dataset rule (training/identity_dataset.py)
-                info["identity"],
-                scan,
-                lambda: rule1_fingerprint(cfg, info["config"], family.spec, settings, flavour_controls),
+    try:
+        check_identity(
+            info["identity"],
+            run_identity(  # with the latent handling the run will have (training/identity_latents.py)
+                before,
+                dataset_record_for(  # under the checkpoint's dataset rule (training/identity_dataset.py)
+                    info["identity"],
+                    scan,
+                    lambda: rule1_fingerprint(cfg, info["config"], family.spec, settings, flavour_controls),
+                ),
+                family.spec.lora_targets,
+                base,
+                dataset_files(scan),
+                run_cache_bytes(before, scan, family.spec),
+                read_otherwise(scan),  # the pixel rule, where the data needs it (identity_rules.py)
             ),
-            family.spec.lora_targets,
-            base,
-            dataset_files(scan),
-            run_cache_bytes(before, scan, family.spec),
-            read_otherwise(scan),  # the pixel rule, where the data needs it (identity_rules.py)
-        ),
-    )
+        )
+    except ConfigError as err:  # rows an older version did not read: said how to go on (2200)
+        note = spelt_resume_note(scan.dropped)
+        if not note:
+            raise
+        raise ConfigError(
+            [
+                FieldProblem(p.field, p.message + note) if p.field == "dataset_fingerprint" else p
+                for p in err.problems
+            ]
+        ) from None
     # recorded before the guidance rules (or set by this resume): goes on as recorded, said (1872)
     facts = family.local_facts(model_source(cfg), cfg.revision)  # on disk only: no download
     warnings = tuple(resume_guidance_warnings(cfg, family, facts))

@@ -2,7 +2,8 @@
 upload or an import (session 40 attack audit): the upload stores every file under its NFC name
 (data.paths.safe_component), and the row kept the NFD one, naming no file of the dataset, so the
 image was stored uncaptioned, its caption lost without a word. Now the rows' names are stored as
-the files are (RELIABILITY 2102); a folder read in place with such a row refuses it (2105)."""
+the files are (RELIABILITY 2102); a folder read in place with such a row reads it as its image's
+(2200, where 2105 refused it)."""
 
 from __future__ import annotations
 
@@ -66,26 +67,20 @@ def test_two_rows_naming_one_file_composed_and_decomposed_are_refused(tmp_path: 
 
 
 @pytest.mark.parametrize(("image", "row"), [(NFD, NFC), (NFC, NFD)])
-def test_a_folder_read_in_place_refuses_a_row_naming_its_image_in_the_other_form(
+def test_a_folder_read_in_place_reads_a_row_naming_its_image_in_the_other_form(
     tmp_path: Path, image: str, row: str
 ) -> None:
     """A folder copied from macOS (NFD names) with rows written elsewhere (NFC), or the other way:
     the row was "listed in metadata.jsonl but not found" among the files not used and the image
-    trained on the trigger word alone (RELIABILITY 2105). Now refused as a row naming its image
-    otherwise (the rule of `X.PNG`), the two spellings told apart by their code points."""
+    trained on the trigger word alone (RELIABILITY 2105, which refused it since). Now the row is
+    the image's, a note naming both spellings by their code points (2200; test_spelt_rows.py)."""
     write_image(tmp_path / f"{image}.png")
     write_image(tmp_path / "b.png", seed=1)
     (tmp_path / "metadata.jsonl").write_text(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ({"file_name": f"{row}.png", "text": "x"},
                                                                     {"file_name": "b.png", "text": "b"}))
     )  # fmt: skip
-    with pytest.raises(DatasetError) as err:
-        scan_dataset(tmp_path, resolution=64, multiple=16, trigger_word="sks")
-    (problem,) = err.value.problems
-    assert problem.startswith(
-        f"metadata.jsonl row '{row}.png': no such file here; {image}.png has no caption"
-    ), problem
-    assert (
-        f"the row's {ascii(row + '.png')} and the file's {ascii(image + '.png')} compose their accents"
-        in problem
-    )
+    scan = scan_dataset(tmp_path, resolution=64, multiple=16, trigger_word="sks")
+    assert {it.path.name: it.caption for it in scan.items} == {f"{image}.png": "sks, x", "b.png": "sks, b"}
+    (note,) = [why for name, why in scan.dropped if name == "metadata.jsonl"]
+    assert f"the row {ascii(row + '.png')} is read as {image}.png's" in note and ascii(image + ".png") in note

@@ -180,6 +180,11 @@ export function unheeded<T>(answer: Promise<T>, signal?: AbortSignal): Promise<T
 /** Encode one path segment (dataset, file or run name). */
 export const seg = (s: string) => encodeURIComponent(s);
 
+/** Encode a dataset image's listed name for its routes: a kohya layout read in place lists its
+ * images as `<folder>/<name>` (`10_sks/a.png`), whose "/" stays one (the server refuses an encoded
+ * separator in a segment); each part is encoded as `seg` does. */
+export const fileSegs = (s: string) => s.split("/").map(seg).join("/");
+
 /**
  * POST a multipart form with upload progress (XMLHttpRequest: fetch has no upload progress).
  * `onProgress(sentBytes, totalBytes)`; resolves with the JSON answer, rejects with ApiError; its

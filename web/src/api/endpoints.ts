@@ -8,7 +8,7 @@
  */
 import { browserUrl } from "./auth";
 import { refuseIfStale } from "./build";
-import { type AnswerTo, delEffect, get, post, postEffect, postWithProgress, putEffect, seg } from "./client";
+import { type AnswerTo, delEffect, get, post, postEffect, postWithProgress, putEffect, fileSegs, seg } from "./client";
 import type {
   BulkCaptionBody,
   BulkCaptionResult,
@@ -87,13 +87,13 @@ export const api = {
       signal,
     ),
   thumbnailUrl: (name: string, file: string, size = 256) =>
-    browserUrl(`/api/datasets/${seg(name)}/thumbnails/${seg(file)}?size=${size}`),
+    browserUrl(`/api/datasets/${seg(name)}/thumbnails/${fileSegs(file)}?size=${size}`),
   /** A thumbnail of a loss mask of the dataset (masks/<file>). */
   maskThumbnailUrl: (name: string, file: string, size = 256) =>
     browserUrl(`/api/datasets/${seg(name)}/masks/${seg(file)}?size=${size}`),
   /** A thumbnail of an image's alpha channel (grey, opaque = white: its mask with alpha_mask). */
   alphaThumbnailUrl: (name: string, file: string, size = 256) =>
-    browserUrl(`/api/datasets/${seg(name)}/alpha/${seg(file)}?size=${size}`),
+    browserUrl(`/api/datasets/${seg(name)}/alpha/${fileSegs(file)}?size=${size}`),
   /** `field`: "files" for images and captions, or a control folder ("control", "control_2" ...)
    * whose control images pair with the targets by file name. */
   upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void, field: string, answerTo: AnswerTo) => {
@@ -110,7 +110,7 @@ export const api = {
   },
   /** `expected`: the caption the edit started from ("" for none); another one there now is a 409 with `current`. */
   setCaption: (name: string, file: string, caption: string, expected: string | undefined, answerTo: AnswerTo) =>
-    putEffect<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption, expected } satisfies CaptionBody, answerTo),
+    putEffect<CaptionResult>(`/api/datasets/${seg(name)}/captions/${fileSegs(file)}`, { caption, expected } satisfies CaptionBody, answerTo),
   /** Find / replace, prepend, append over every caption of the dataset, a dry run (the count only):
    * `signal` aborts it (a newer preview, an edit). */
   previewBulkCaptions: (name: string, body: BulkCaptionBody, signal: AbortSignal) =>
@@ -123,7 +123,7 @@ export const api = {
   renameDataset: (name: string, to: string, answerTo: AnswerTo) =>
     postEffect<DatasetRenamed>(`/api/datasets/${seg(name)}/rename`, { to } satisfies RenameBody, answerTo),
   removeImage: (name: string, file: string, answerTo: AnswerTo) =>
-    delEffect<DeletedFiles>(`/api/datasets/${seg(name)}/images/${seg(file)}`, answerTo),
+    delEffect<DeletedFiles>(`/api/datasets/${seg(name)}/images/${fileSegs(file)}`, answerTo),
   /** Start auto-captioning a dataset with a vision-language model (202: the caption job). */
   captionDataset: (name: string, body: CaptionOptions, answerTo: AnswerTo) =>
     postEffect<CaptionJob>(`/api/datasets/${seg(name)}/caption`, body, answerTo),

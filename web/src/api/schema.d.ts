@@ -2050,7 +2050,10 @@ export interface components {
              * @description its control images (paired datasets): paths in the dataset, slot order
              */
             controls?: string[];
-            /** File */
+            /**
+             * File
+             * @description its file name; a kohya layout read in place (kohya N_words folders, no image at the top level) names each image `<folder>/<name>`, as its thumbnail and caption routes take it
+             */
             file: string;
             /** Height */
             height: number | null;
@@ -2064,6 +2067,11 @@ export interface components {
              * @description its loss mask in the dataset's masks/ folder (null: none); served as a thumbnail
              */
             mask?: string | null;
+            /**
+             * Repeats
+             * @description a kohya layout's image: its folder's repeats N (`10_sks`: 10), as a run with kohya_folders reads it; null in any other dataset
+             */
+            repeats?: number | null;
             /** Width */
             width: number | null;
         };

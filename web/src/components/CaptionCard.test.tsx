@@ -121,3 +121,28 @@ describe("CaptionCard: a caption a fresh run refuses", () => {
     expect(screen.queryByTestId("markup-of-a.png")).toBeNull();
   });
 });
+
+describe("CaptionCard: a kohya layout's image (RELIABILITY 2201)", () => {
+  afterEach(() => vi.unstubAllGlobals());
+
+  it("shows its folder's repeats and reaches its thumbnail and caption under `<folder>/<name>`, the / kept", async () => {
+    const calls = mockFetch(({ method, url, body }) => {
+      if (method !== "PUT" || url !== "/api/datasets/k/captions/10_sks/a%20b.png") return undefined;
+      return { body: { file: "10_sks/a b.png", caption: (body as { caption: string }).caption, caption_file: "a b.txt" } };
+    });
+    const image = { ...IMAGE, file: "10_sks/a b.png", caption: null, repeats: 10 };
+    render(<CaptionCard dataset="k" image={image} onRemoved={() => undefined} />);
+    expect(screen.getByTestId("repeats-of-10_sks/a b.png")).toHaveTextContent("×10");
+    expect(screen.getByAltText("10_sks/a b.png").getAttribute("src")).toContain("/api/datasets/k/thumbnails/10_sks/a%20b.png?");
+    const box = screen.getByLabelText("caption of 10_sks/a b.png");
+    await userEvent.type(box, "a ball");
+    box.blur();
+    await screen.findByText("saved");
+    expect(calls.map((c) => c.url)).toContain("/api/datasets/k/captions/10_sks/a%20b.png");
+  });
+
+  it("shows no repeats for an image of a plain dataset", () => {
+    render(<CaptionCard dataset="ds" image={IMAGE} onRemoved={() => undefined} />);
+    expect(screen.queryByTestId("repeats-of-a.png")).toBeNull();
+  });
+});

@@ -135,7 +135,14 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
           <span className="filename" title={image.file}>
             {image.file}
           </span>
-          <span className="muted">{image.width && image.height ? `${image.width}×${image.height}` : ""}</span>
+          <span className="muted">
+            {image.repeats != null && (
+              <span title="its kohya folder's repeats: a run with kohya_folders trains it this many times an epoch" data-testid={`repeats-of-${image.file}`}>
+                ×{image.repeats}{" "}
+              </span>
+            )}
+            {image.width && image.height ? `${image.width}×${image.height}` : ""}
+          </span>
         </div>
         <textarea
           aria-label={`caption of ${image.file}`}

@@ -33,7 +33,8 @@ JPEG = {
 }
 
 
-@router.get("/{name}/thumbnails/{file}", response_class=Response, responses=JPEG)
+# {file:path}: a kohya layout's image is listed as `10_sks/a.png` (data/kohya_listing.py, RELIABILITY 2201)
+@router.get("/{name}/thumbnails/{file:path}", response_class=Response, responses=JPEG)
 def thumbnail(
     name: str,
     file: str,
@@ -79,7 +80,7 @@ def mask_thumbnail(
     return _thumbnail(existing_image(masks, file), size, settings, mask=True)
 
 
-@router.get("/{name}/alpha/{file}", response_class=Response, responses=JPEG)
+@router.get("/{name}/alpha/{file:path}", response_class=Response, responses=JPEG)
 def alpha_thumbnail(
     name: str,
     file: str,

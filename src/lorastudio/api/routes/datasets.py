@@ -313,7 +313,7 @@ async def _capped(stream: AsyncIterator[bytes], cap: int) -> AsyncIterator[bytes
         yield chunk
 
 
-@router.put("/{name}/captions/{file}", response_model=CaptionOut)
+@router.put("/{name}/captions/{file:path}", response_model=CaptionOut)  # a kohya `10_sks/a.png` too
 def put_caption(
     name: str,
     file: str,
@@ -358,7 +358,7 @@ def bulk_captions(
     }
 
 
-@router.delete("/{name}/images/{file}", response_model=DeletedFiles)
+@router.delete("/{name}/images/{file:path}", response_model=DeletedFiles)  # a kohya `10_sks/a.png` too
 def remove_image(
     name: str,
     file: str,
