@@ -67,7 +67,10 @@ def _s40start(home: Path) -> dict:
     one, two = _pngs(shapes, 2)
     rows = "".join(
         json.dumps(r, ensure_ascii=False) + "\n"
-        for r in ({"file_name": f"{NFD}.png", "text": "an accented shape"}, {"file_name": "plain.png", "text": "plain"})
+        for r in (
+            {"file_name": f"{NFD}.png", "text": "an accented shape"},
+            {"file_name": "plain.png", "text": "plain"},
+        )
     ).encode("utf-8")
     files = [("files", (f"{NFD}.png", io.BytesIO(one))), ("files", ("plain.png", io.BytesIO(two))),
              ("files", ("metadata.jsonl", io.BytesIO(rows)))]  # fmt: skip

@@ -31,7 +31,9 @@ from typing import Any
 import pytest
 from PIL import Image
 from tests.upgrade.old_tree import build_old_home, cli_env, old_src, use_old_home
-from tests.upgrade.test_upgrade_home37 import OLD_APP, _names, _old_python
+from tests.upgrade.test_upgrade_home37 import OLD_APP, RESUME, _names, _old_python
+
+from stop_at import stop_at
 
 OLD = "d22724d8"  # session 41's start (session 40's end)
 OLD40 = "e5b93794"  # session 40's start: its upload kept a metadata.jsonl row's name as sent
@@ -138,8 +140,8 @@ def _generated(client: Any, body: dict) -> dict:
 def _in_flight(record: Path) -> None:
     """Generation record `record` as a server killed after the image's commit and before the
     "done" left it (in flight: read as interrupted, then looked for in the gallery: fix 1773)."""
-    data = json.loads(record.read_text())
-    record.write_text(json.dumps({**data, "outcome": None, "ended": None, "result": None}))
+    data = json.loads(record.read_text(encoding="utf-8"))
+    record.write_text(json.dumps({**data, "outcome": None, "ended": None, "result": None}), encoding="utf-8")
 
 
 def _record(src: Path, folder: Path, record_dir: Path, scan: bool) -> list[dict]:
@@ -153,7 +155,9 @@ def _true(before: dict, sizes: dict) -> None:
     assert not wrong, wrong
 
 
-def test_an_old_home_of_session_41_upgrades_rolls_back_and_upgrades_again(home: tuple[Path, dict, Path]) -> None:
+def test_an_old_home_of_session_41_upgrades_rolls_back_and_upgrades_again(
+    home: tuple[Path, dict, Path],
+) -> None:
     from fastapi.testclient import TestClient
 
     from lorastudio.api.app import create_app
@@ -190,7 +194,8 @@ def test_an_old_home_of_session_41_upgrades_rolls_back_and_upgrades_again(home: 
         (kohya,) = [d for d in client.get("/api/datasets").json()["datasets"] if d["name"] == "kohya41"]
         assert kohya["images"] == 6, kohya
         page = client.get("/api/datasets/kohya41").json()
-        assert sorted(f["file"].split("/")[0] for f in page["files"]) == ["1_sks ring"] * 2 + ["2_sks shape"] * 4
+        folders = sorted(f["file"].split("/")[0] for f in page["files"])
+        assert folders == ["1_sks ring"] * 2 + ["2_sks shape"] * 4, folders
         assert not page["dropped"], page["dropped"]
         # 2200: the NFD row is its image's caption on the page too
         nfd = {f["file"]: f["caption"] for f in client.get("/api/datasets/nfd41").json()["files"]}
@@ -229,6 +234,14 @@ def test_an_old_home_of_session_41_upgrades_rolls_back_and_upgrades_again(home: 
     fresh = train(TrainConfig.model_validate({**nfd_run["raw"], "output_name": "nfd41-new"}), [].append,
                   device="cpu")  # fmt: skip
     assert len(fresh.losses) == len(nfd_run["full_losses"]) and fresh.losses != nfd_run["full_losses"]
+    events, check = stop_at(2)  # its twin stopped: the old code refuses the row it cannot read
+    stop_raw = {**nfd_run["raw"], "output_name": "nfd41-stop"}
+    assert train(TrainConfig.model_validate(stop_raw), events.append, check, device="cpu").stopped
+    rolled = subprocess.run([sys.executable, "-c", RESUME, json.dumps(stop_raw), str(outputs / "nfd41-stop")],
+                            env=cli_env(old_src_dir), capture_output=True, text=True)  # fmt: skip
+    said_old = rolled.stderr[-3000:]
+    assert rolled.returncode != 0 and "compose their accents differently" in said_old, said_old
+    assert _resumed(stop_raw, outputs / "nfd41-stop") == list(fresh.losses)  # forward again
     with pytest.raises(ConfigError) as err:
         validate_resume(outputs / "nfd40", None, {}, settings, live_output_names=set())
     (problem,) = [p.message for p in err.value.problems if p.field == "dataset_fingerprint"]
