@@ -58,6 +58,16 @@ RECORD = (  # the decoded-images record of folder argv[1] (record folder argv[2]
     "if sys.argv[3:] == ['scan']: scan_dataset(folder, resolution=32, multiple=16, decoded_dir=rd, trigger_word='x')\n"
     "print(json.dumps([before, known(), {p.name: list(Image.open(p).size) for p in sorted(folder.glob('*.png'))}]))"
 )
+OLD_RESUMES = (  # the old code's train() resuming each [config, run folder] of argv[1] to its end
+    "import json, sys; from pathlib import Path; from lorastudio.config import TrainConfig;"
+    " from lorastudio.training.loop import train\n"
+    "out = []\n"
+    "for raw, run in json.loads(sys.argv[1]):\n"
+    "    ev = []\n"
+    "    r = train(TrainConfig.model_validate(raw), ev.append, device='cpu', resume=Path(run))\n"
+    "    out.append([list(r.losses), [e.message for e in ev if e.type == 'warning']])\n"
+    "print(json.dumps(out))"
+)
 OLD_UPLOAD = (  # the old app's upload of files argv[2:] into dataset argv[1] -> [status, text]
     "import io, json, sys; from pathlib import Path; from fastapi.testclient import TestClient;"
     " from lorastudio.api.app import create_app; from lorastudio.settings import get_settings\n"
@@ -228,6 +238,18 @@ def test_an_old_home_of_session_41_upgrades_rolls_back_and_upgrades_again(
     # every adapter kind's and the kohya run's old checkpoint resumed to the uninterrupted losses
     for kind in KINDS:
         assert _resumed(s41[kind]["raw"], outputs / f"{kind}41") == s41[kind]["full_losses"], kind
+    # ... and this code's checkpoint of each kind resumed by the old code to those losses (roll back)
+    jobs = []
+    for kind in KINDS:
+        raw = {**s41[kind]["raw"], "output_name": f"{kind}41-new"}
+        events, check = stop_at(2)
+        assert train(TrainConfig.model_validate(raw), events.append, check, device="cpu").stopped, kind
+        jobs.append([raw, str(outputs / f"{kind}41-new")])
+    done = subprocess.run([sys.executable, "-c", OLD_RESUMES, json.dumps(jobs)], env=cli_env(old_src_dir),
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for kind, (losses, warned) in zip(KINDS, json.loads(done.stdout.strip().splitlines()[-1]), strict=True):
+        assert losses == s41[kind]["full_losses"] and not warned, (kind, losses, warned)
     # 2200: the NFD row read by a new run; the old run (trained without it) refused naming it,
     # and resumed bitwise once the row is deleted, as the refusal says
     nfd_run = old["nfd"]["run"]
