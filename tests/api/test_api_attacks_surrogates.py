@@ -44,7 +44,9 @@ def test_safe_component_refuses_a_lone_surrogate_by_field() -> None:
 
 def test_folder_and_file_names_that_are_not_utf8_are_listed_not_a_500(client: TestClient, settings) -> None:
     """A dataset folder or image whose name is latin-1 bytes (an old archive copied in): Python
-    names it with lone surrogates, which the response's UTF-8 encode refused (500)."""
+    names it with lone surrogates, which the response's UTF-8 encode refused (500). The image is
+    listed among the files not used, with its byte: a run's scan raised UnicodeEncodeError on it
+    (RELIABILITY 2222)."""
     import os
 
     from PIL import Image
@@ -58,7 +60,12 @@ def test_folder_and_file_names_that_are_not_utf8_are_listed_not_a_500(client: Te
     assert listed.status_code == 200 and len(json.loads(listed.content)["datasets"]) == 2
     detail = client.get("/api/datasets/set")
     assert detail.status_code == 200
-    assert sorted(f["file"] for f in json.loads(detail.content)["files"]) == ["a.png", "caf\udce9.png"]
+    shown = json.loads(detail.content)
+    assert [f["file"] for f in shown["files"]] == ["a.png"]  # no run can train the other: not used (2222)
+    assert {
+        "file": "caf\udce9.png",
+        "reason": "the name is not UTF-8 text (byte 0xe9 at 3): rename it to use the file",
+    } in shown["dropped"]
 
 
 @pytest.mark.parametrize("number", [b"1e999", b"-1e999", b"NaN", b"Infinity"])

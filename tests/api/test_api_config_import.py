@@ -103,3 +103,23 @@ def test_a_kohya_configs_run_settings_carry_without_its_folders(client: TestClie
         "note": "not needed here: no image folder carried",
     }  # fmt: skip
     resolve_train_config(parse_train_config({**config, "data_dir": "my-set"}))
+
+
+def test_a_file_name_with_control_characters_is_shown_escaped(client: TestClient) -> None:
+    """A name holding ESC, CR or DEL (the API's `name`; the CLI's file on disk goes the same way)
+    was tomlkit's ValueError writing the TOML's first comment: a 500 (RELIABILITY 2236)."""
+    import tomllib
+
+    text = 'pretrained_model_name_or_path = "me/model"\n'
+    for name, shown in (
+        ("x\x1by.toml", "x\\x1by.toml"),
+        ("a\r.toml", "a\\r.toml"),
+        ("z\x7f\n.toml", "z\\x7f\\n.toml"),
+    ):
+        answer = client.post(
+            "/api/config/import", json={"name": name, "text": text, "trainer": "kohya", "family": "flux"}
+        )
+        assert answer.status_code == 200, answer.text
+        toml = answer.json()["toml"]
+        assert toml.startswith(f"# lorastudio run config imported from {shown} (kohya)\n"), toml
+        assert tomllib.loads(toml)["base_model"] == "me/model"

@@ -62,11 +62,17 @@ def test_a_page_of_another_build_is_told_and_its_settings_writes_are_refused(
 
 
 def test_an_answer_without_the_token_names_no_build(studio_home: Path, tmp_path: Path) -> None:
-    """A 401 (the token missing) says nothing of the install; the token's answers do."""
+    """A 401 (the token missing) says nothing of the install, nor do the answers given before a
+    route's token check, whatever token they carry (an unknown /api path's 404, a GET of a write
+    route's 405: RELIABILITY 2231); the answers of a route the token let by do."""
     secured = Settings(home=studio_home, api_token="s3cret")
     with TestClient(create_app(secured, web_dist=_dist(tmp_path, "b1")), base_url=LOOPBACK) as client:
         refused = client.get("/api/runs")
         assert refused.status_code == 401 and "x-lorastudio-build" not in refused.headers
+        for path, status in (("/api/no-such-route", 404), ("/api/train/start", 405)):
+            for headers in ({}, {"Authorization": "Bearer wrong"}):  # answered before any token check
+                early = client.get(path, headers=headers)
+                assert early.status_code == status and "x-lorastudio-build" not in early.headers, path
         answer = client.get("/api/runs", headers={"Authorization": "Bearer s3cret"})
         assert answer.status_code == 200 and answer.headers["x-lorastudio-build"] == "b1"
 

@@ -299,3 +299,27 @@ def test_a_blank_token_is_no_token_and_allows_no_public_bind(
     assert code != 0
     out = out + err
     assert "API token" in out and "blank" in out, out
+
+
+@pytest.mark.parametrize(("token", "host", "said"), [("abc", "0.0.0.0", True), ("abc", "127.0.0.1", False)])
+def test_a_short_token_beyond_loopback_is_said(
+    settings: Settings,
+    token: str,
+    host: str,
+    said: bool,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A token of a few characters on a public bind was taken in silence: the server answers
+    every wrong guess at once, with no limit on them (RELIABILITY 2235). It still starts."""
+    import lorastudio.api.app as api_app
+
+    monkeypatch.setenv("LORASTUDIO_HOME", str(settings.home))
+    monkeypatch.setenv("LORASTUDIO_API_TOKEN", token)
+    started: list[object] = []
+    monkeypatch.setattr(api_app, "serve", lambda *args, **kwargs: started.append(args))
+    code, out, err = run_cli_streams(
+        capsys, monkeypatch, "serve", "--host", host, "--port", str(_free_port())
+    )
+    assert code == 0 and started, out + err
+    assert ("LORASTUDIO_API_TOKEN is 3 character(s)" in err) is said, err

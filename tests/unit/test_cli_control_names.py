@@ -53,13 +53,41 @@ def test_terminal_keeps_styling_but_not_a_names_escapes() -> None:
 
     styled = "\x1b[31merror:\x1b[0m " + HOSTILE + "\n"
     kept = escape_output(styled, terminal=True)
-    assert kept.startswith("\x1b[31merror:\x1b[0m ds\\x1b]0;owned\\x07\r\tx\\u202ey\\u009b2J\\u007f")
+    assert kept.startswith("\x1b[31merror:\x1b[0m ds\\x1b]0;owned\\x07\\r\tx\\u202ey\\u009b2J\\u007f")
     assert escape_output(styled, terminal=False).startswith("\\x1b[31merror:")
     assert shown("a\tb\nc") == "a\\tb\\nc"
-    # a progress bar's redraw passes on a terminal; a screen clear or a status report does not
+    # a progress bar's redraw passes on a terminal while a live display draws, and only then (a
+    # name's cursor-up + erase-line rewrote the line before it: RELIABILITY 2233); a screen clear
+    # or a status report never
     redraw = "\r\x1b[2K\x1b[1A\x1b[2K\x1b[?25l\x1b[12G"
-    assert escape_output(redraw, terminal=True) == redraw
-    assert escape_output("\x1b[2J\x1b[6n\x1b[?1049h", terminal=True) == "\\x1b[2J\\x1b[6n\\x1b[?1049h"
+    assert escape_output(redraw, terminal=True, live=True) == redraw
+    assert escape_output(redraw, terminal=True) == redraw.replace("\x1b", "\\x1b").replace("\r", "\\r")
+    for live in (True, False):
+        assert (
+            escape_output("\x1b[2J\x1b[6n\x1b[?1049h", terminal=True, live=live)
+            == "\\x1b[2J\\x1b[6n\\x1b[?1049h"
+        )
+
+
+def test_a_names_cursor_moves_pass_a_terminal_only_inside_the_live_display() -> None:
+    """A file named `c<ESC>[1A<ESC>[2Kd.png` in a refusal printed on a terminal moved the cursor
+    up and erased the line before (`train --check`); only the train display's own redraw may."""
+    from lorastudio.cli.run_display import ProgressDisplay
+    from lorastudio.cli.safe_output import EscapingStream
+
+    tty = _Tty()
+    stream = EscapingStream(tty)
+    name = "c\x1b[1A\x1b[2Kd.png"
+    stream.write(f"\x1b[31merror: {name}: corrupt\x1b[0m\n")
+    assert tty.getvalue() == "\x1b[31merror: c\\x1b[1A\\x1b[2Kd.png: corrupt\x1b[0m\n"
+    console = Console(file=stream, width=100, force_terminal=True, log_path=False)
+    with ProgressDisplay(console=console) as display:
+        assert display.live
+        stream.write("\r\x1b[2K\x1b[1A")  # the live bars' redraw, as rich writes it
+        assert tty.getvalue().endswith("\r\x1b[2K\x1b[1A")  # passed as it is
+    tail = len(tty.getvalue())
+    stream.write(name)  # the display over: a name's moves escaped again
+    assert tty.getvalue()[tail:] == "c\\x1b[1A\\x1b[2Kd.png"
 
 
 class _Tty(io.StringIO):

@@ -29,6 +29,9 @@ def generation_dep(request: Request) -> GenerationService:
     return request.app.state.generation
 
 
+TOKEN_PASSED = "lorastudio_token_passed"  # the request state's mark of a request require_token let by
+
+
 def require_token(request: Request) -> None:
     """With settings.api_token set, require `Authorization: Bearer <token>`, or, on GET only,
     `?token=<token>` (for scripts) or a live browser session's cookie (api/sessions.py: the web
@@ -43,6 +46,7 @@ def require_token(request: Request) -> None:
     refusal = token_refusal(request)
     if refusal is not None:
         raise refusal
+    setattr(request.state, TOKEN_PASSED, True)  # its answer may name the UI build (api/web_build.py)
 
 
 # The 401 of a link followed from another site's page (a chat app or mail read in the browser):

@@ -8,8 +8,12 @@ without it, with nothing said (RELIABILITY 2061; the `validation_seed` case of s
 `scripts/build_web.sh` (vite.config.ts) stamps each build with an id, written into the bundle and
 into `web_dist/build-id.txt`. `WebBuildStamp` then:
 
-- adds `X-Lorastudio-Build: <id of the served bundle>` to every answer under /api but a 401 (a
-  client without the token learns nothing of the install), so a page whose own id differs learns
+- adds `X-Lorastudio-Build: <id of the served bundle>` to every answer under /api of a request
+  that passed the route's token check (`deps.require_token`, which passes every request when no
+  token is set), and never to a 401: a
+  client without the token learns nothing of the install (the 404 of an unknown /api path and
+  the 405 of a GET of a write route, answered before any route's token check, named the
+  build: RELIABILITY 2231), so a page whose own id differs learns
   it from its next request and asks to be reloaded (web/src/api/build.ts);
 - answers 409 `PageOutdated` to a request that starts something with settings (`SETTINGS_WRITES`:
   a run's start, a resume, a generation) sent by a page of another build (its own id in the same
@@ -29,6 +33,7 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from lorastudio.api.deps import TOKEN_PASSED
 from lorastudio.api.hosts import send_json
 from lorastudio.api.proxy import route_path
 
@@ -125,7 +130,8 @@ class WebBuildStamp:
             return
 
         async def stamped(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] != 401:
+            passed = scope.get("state", {}).get(TOKEN_PASSED)  # set by deps.require_token
+            if message["type"] == "http.response.start" and message["status"] != 401 and passed:
                 message = {**message, "headers": [*message.get("headers", []), stamp]}
             await send(message)
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
+from lorastudio.cli.safe_output import plain_console
 from lorastudio.cli.termination import refusal_status
 from lorastudio.config_datasets import top_resolution
 from lorastudio.errors import LorastudioError
@@ -68,7 +69,7 @@ def demo_cmd(
     steps: int = typer.Option(30, "--steps", min=1, max=10_000, help="training steps"),
 ) -> None:
     """Train a short LoRA on a tiny built-in model and generate with it (offline, CPU is fine)."""
-    console = Console(stderr=True, log_path=False)
+    console = plain_console(stderr=True, log_path=False)
     try:
         _run_demo(family, steps, console)
     except LorastudioError as err:

@@ -89,7 +89,9 @@ def run_watched(
     try:
         watch.start()
     except OSError as err:  # (a socket path too long): the launch runs, unwatched as before
-        console.print(f"[yellow]warning: this launch has no hang watch: {err}[/yellow]", highlight=False)
+        console.print(
+            f"warning: this launch has no hang watch: {err}", style="yellow", markup=False, highlight=False
+        )
     try:
         agent = subprocess.Popen(command, env=env)
         launch = _Launch(agent, watch)
@@ -121,8 +123,8 @@ def _watch(launch: _Launch, watch: LaunchWatch, timeouts: Timeouts, console: Con
         if launch.reason is None and (reason := watch.hung(now)) is not None:
             launch.reason, stop_at = reason, now
             console.print(
-                "[yellow]the run stopped reporting steps: asking its ranks to stop and save "
-                "(ended if they do not)[/yellow]",
+                "the run stopped reporting steps: asking its ranks to stop and save (ended if they do not)",
+                style="yellow",
                 highlight=False,
             )
             watch.request_stop()

@@ -34,6 +34,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from lorastudio.cli.safe_output import live_display, plain_console
 from lorastudio.training.events import Event, PlanChosen, Preparing, StopRequest
 from lorastudio.training.events import Progress as ProgressEvent
 
@@ -136,7 +137,7 @@ class ProgressDisplay:
         every: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
-        self.console = console or Console(stderr=True, log_path=False)
+        self.console = console or plain_console(stderr=True, log_path=False)
         self.live = self.console.is_terminal
         self.wide = self.console.width >= WIDE_COLUMNS
         columns = [TextColumn("[bold]{task.description:<12}" if self.wide else "[bold]{task.description}")]
@@ -146,6 +147,7 @@ class ProgressDisplay:
             columns.append(TimeElapsedColumn())
         columns += [TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[stats]}")]
         self.progress = Progress(*columns, console=self.console)
+        self._redraws = live_display()
         self.tasks: dict[str, TaskID] = {}
         self.last_error: str | None = None
         self.warnings: list[str] = []  # the run's warning events: repeated in the closing summary
@@ -158,21 +160,27 @@ class ProgressDisplay:
 
     def __enter__(self) -> ProgressDisplay:
         if self.live:
+            self._redraws.__enter__()  # its cursor moves pass the terminal's escaping (safe_output)
             self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.live:
-            self.progress.stop()
+            try:
+                self.progress.stop()
+            finally:
+                self._redraws.__exit__(None, None, None)
 
     def say(self, text: str) -> None:
         """One timestamped line: rich's log layout on a terminal; in a log file the whole line
         unwrapped and unpadded ("[HH:MM:SS] text"), so that it greps and tails well."""
         if self.live:
-            self.console.log(text)
+            self.console.log(text, markup=False, emoji=False)  # names in it are text, never markup
         else:
             stamp = time.strftime("%H:%M:%S")
-            self.console.print(f"[{stamp}] {text}", soft_wrap=True, markup=False, highlight=False)
+            self.console.print(
+                f"[{stamp}] {text}", soft_wrap=True, markup=False, emoji=False, highlight=False
+            )
 
     def _task(self, key: str, title: str, total: int) -> TaskID:
         if key not in self.tasks:
@@ -267,7 +275,7 @@ class StopOnInterrupt:
     a launch: rank 0 says it once, RELIABILITY 395). `check` is the train() StopCheck."""
 
     def __init__(self, console: Console | None = None, sigterm: bool = False, quiet: bool = False):
-        self.console = console or Console(stderr=True, log_path=False)
+        self.console = console or plain_console(stderr=True, log_path=False)
         self.quiet = quiet
         self.requested = False
         self._signals = [signal.SIGINT, signal.SIGTERM] if sigterm else [signal.SIGINT]
@@ -287,7 +295,9 @@ class StopOnInterrupt:
         self.requested = True
         again = "Ctrl-C" if signum == signal.SIGINT else "another SIGTERM or Ctrl-C"
         if not self.quiet:
-            self.console.print(f"[yellow]stopping after this step and saving ({again} to abort)[/]")
+            self.console.print(
+                f"stopping after this step and saving ({again} to abort)", style="yellow", markup=False
+            )
 
     def check(self) -> StopRequest | None:
         return StopRequest(save=True) if self.requested else None

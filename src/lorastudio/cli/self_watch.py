@@ -126,8 +126,8 @@ class SelfWatch:
                     return
                 self._stop_at, self.run.stop_save = now, True
                 self._console.print(
-                    "[yellow]the run stopped reporting steps: asking it to stop and save "
-                    "(ended if it does not)[/yellow]",
+                    "the run stopped reporting steps: asking it to stop and save (ended if it does not)",
+                    style="yellow",
                     highlight=False,
                 )
             deadline = stop_deadline(self._stop_at, self.run.busy, self.run.busy_changed_at, self.timeouts)
@@ -155,7 +155,7 @@ class SelfWatch:
             removed = removal_note(self._run_dir, cleared.removed)
             if removed is not None and self._run_id is not None:
                 record_note(get_settings(), self._run_dir, self._run_id, removed)
-        self._console.print(f"[red]error: {note}[/red]", highlight=False, soft_wrap=True)
+        self._console.print(f"error: {note}", style="red", markup=False, highlight=False, soft_wrap=True)
         self._console.show_cursor(True)  # the progress display hid it; no exit of its own shows it
         sys.stdout.flush()
         sys.stderr.flush()
@@ -171,7 +171,9 @@ class SelfWatch:
             return None
         if self._run_id is not None:
             record_launch_failure(self._run_id, self.reason, note_stopped=True)
-        self._console.print(f"[red]error: {self.reason}[/red]", highlight=False, soft_wrap=True)
+        self._console.print(
+            f"error: {self.reason}", style="red", markup=False, highlight=False, soft_wrap=True
+        )
         return self.reason
 
 

@@ -50,6 +50,8 @@ def serve_cmd(
     bind_host = host or settings.host
     bind_port = port or settings.port
     check_bind(bind_host, settings)
+    if note := short_token_note(bind_host, settings.api_token):
+        typer.echo(note, err=True)
     lock = HomeLock.for_server(settings.ensure_dirs().home, bind_port)  # one server per home
     shown = f"[{bind_host}]" if ":" in bind_host else bind_host
     if why := listen_problem(bind_host, bind_port):  # before it says it serves, and starts its jobs
@@ -67,6 +69,27 @@ def serve_cmd(
     for note in serve_notes(bind_host):  # PID 1, loopback in a container, a CPU quota
         typer.echo(note, err=True)
     serve(settings, bind_host, bind_port, home_lock=lock)
+
+
+MIN_REMOTE_TOKEN = 16  # characters; README's `openssl rand -hex 24` makes 48
+
+
+def short_token_note(host: str, token: str | None) -> str | None:
+    """The note `serve` prints when it listens beyond loopback (`host`) with an API token of
+    fewer than MIN_REMOTE_TOKEN characters: the server answers every wrong token at once, with
+    no limit on how many, so a short one is found by trying (a 1-character token was taken in
+    silence, RELIABILITY 2235); None otherwise. A note, not a refusal: a server that ran with
+    such a token still starts."""
+    from lorastudio.api.hosts import is_loopback
+
+    length = len((token or "").strip())
+    if not length or length >= MIN_REMOTE_TOKEN or is_loopback(host):
+        return None
+    return (
+        f"note: LORASTUDIO_API_TOKEN is {length} character(s) and the server listens on {host}: every"
+        " wrong token is answered at once, with no limit on tries, so a short one can be guessed; use"
+        f" {MIN_REMOTE_TOKEN} or more random characters (openssl rand -hex 24)"
+    )
 
 
 EXIT_CANNOT_LISTEN = 3  # README's status of a `serve` that cannot listen (uvicorn's too, where it finds it)

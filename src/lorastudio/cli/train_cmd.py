@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 
 from lorastudio import json_read
 from lorastudio.cli.config_file import apply_overrides, load_config_file, localize_paths, split_overrides
@@ -46,6 +45,7 @@ from lorastudio.cli.run_display import (
     loader_warnings,
     quiet_libraries,
 )
+from lorastudio.cli.safe_output import plain_console
 from lorastudio.cli.self_watch import EXIT_HUNG, hang_watch
 from lorastudio.cli.setting_flags import SettingFlagsCommand
 from lorastudio.cli.termination import Terminated, refusal_status
@@ -117,7 +117,7 @@ def train_cmd(
     Exits 0 when done, 2 when refused (every problem listed), 130 when stopped by Ctrl-C or
     SIGTERM, 1 when a server or another run holds the studio home, its step loop hung past the
     job service's allowance (LORASTUDIO_WORKER_TIMEOUT_SCALE) or on an unexpected error."""
-    console = Console(stderr=True, log_path=False)
+    console = plain_console(stderr=True, log_path=False)
     rank = int(os.environ.get("RANK", "0"))
     launched = "WORLD_SIZE" in os.environ
     if launched:

@@ -101,7 +101,7 @@ def launch(
     rank_args = launch_arguments(config, overrides, device, resume)
     torchrun = ["--standalone", "--nnodes=1", f"--nproc-per-node={world}", "--max-restarts=0"]
     shown = ["torchrun", *torchrun, *rank_args]
-    console.print(f"launching {world} processes: {shlex.join(shown)}", highlight=False)
+    console.print(f"launching {world} processes: {shlex.join(shown)}", markup=False, highlight=False)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # torchrun passes Ctrl-C to the ranks
     try:
         with tempfile.TemporaryDirectory(prefix="lorastudio-torchrun-") as logs:
@@ -113,15 +113,15 @@ def launch(
             code, hung = run_watched(command, env, Path(logs), world, console)
             cause = launch_failure(Path(logs), world) if code != 0 and hung is None else None
             if hung is not None:  # the watch stopped it (the ranks' own errors follow from that)
-                message = f"[red]error: {hung.message}[/red]"
-                console.print(message, highlight=False, soft_wrap=True)  # one line, not wrapped
+                message = f"error: {hung.message}"  # one line, not wrapped
+                console.print(message, style="red", markup=False, highlight=False, soft_wrap=True)
                 record_launch_failure(run_id, hung.message, status=hung.status, note_stopped=True)
                 return 1
             if cause is not None:
-                console.print(f"[red]error: {cause}[/red]", highlight=False)
+                console.print(f"error: {cause}", style="red", markup=False, highlight=False)
                 record_launch_failure(run_id, cause)
             elif code > 128 and (hung := launch_hung(Path(logs), world)) is not None:  # a signal
-                console.print(f"[red]error: {hung}[/red]", highlight=False)
+                console.print(f"error: {hung}", style="red", markup=False, highlight=False)
                 record_launch_failure(run_id, hung, status="interrupted")
             return code
     finally:

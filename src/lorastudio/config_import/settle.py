@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 from lorastudio.config_import.report import Draft
@@ -144,6 +145,16 @@ def _ordered(settings: dict[str, Any]) -> dict[str, Any]:
     return dict(sorted(settings.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
+_COMMENT_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # what a TOML comment cannot hold, and newline
+
+
+def comment_text(text: str) -> str:
+    """`text` (a file's name) fit for one TOML comment line: each control character TOML refuses
+    there, and a line break, written as its escape (`\\x1b`, `\\n`). A name holding one (ESC, DEL,
+    CR: the API's `name`, a file on disk) was tomlkit's ValueError: a 500, a CLI traceback."""
+    return _COMMENT_CONTROLS.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def render(draft: Draft, toml: bool) -> str:
     """The settled config as the text of a .toml or .json run config, its source named on top
     (TOML: a comment)."""
@@ -153,7 +164,8 @@ def render(draft: Draft, toml: bool) -> str:
     import tomlkit
 
     doc = tomlkit.document()
-    doc.add(tomlkit.comment(f"lorastudio run config imported from {draft.file.name} ({draft.kind})"))
+    shown = comment_text(draft.file.name)
+    doc.add(tomlkit.comment(f"lorastudio run config imported from {shown} ({draft.kind})"))
     doc.add(tomlkit.comment("by `lorastudio config import`; check it with `lorastudio train FILE --check`"))
     if draft.nulls:  # else the run trains at the default a file read alone cannot tell from "off"
         sets = " ".join(f"--set {k}=null" for k in draft.nulls)

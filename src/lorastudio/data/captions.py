@@ -157,6 +157,17 @@ def _lines(fh: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
         yield lineno, line.rstrip(b"\r\n")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate of `text` as JSON escapes it ("\\ud83d"), None where it holds
+    none: a JSON string may escape one (a caption cut inside an emoji's UTF-16 pair), which is no
+    character and has no UTF-8 (encoding the caption raised UnicodeEncodeError)."""
+    found = None if text.isascii() else _SURROGATE.search(text)
+    return None if found is None else f"\\u{ord(found.group()):04x}"
+
+
 def _row_caption(line: bytes, where: str) -> tuple[str, str | None] | str:
     """(file name, stripped caption) of one metadata.jsonl line, or the problem with it; the
     caption is None for a row naming only controls (METADATA_CONTROL_KEYS, no text key)."""
@@ -182,6 +193,8 @@ def _row_caption(line: bytes, where: str) -> tuple[str, str | None] | str:
     caption = one_newline_form(row[key]).strip()
     if "\0" in caption:
         return f'{where}: "{key}" of {file_name} holds a NUL character'
+    if lone := _lone_surrogate(caption):  # JSON's "\ud83d" escape: no character, no UTF-8 (2220)
+        return f'{where}: "{key}" of {file_name} holds {lone}, half of a UTF-16 pair that names no character'
     if len(caption.encode("utf-8")) > MAX_CAPTION_BYTES:
         return f"{where}: caption of {file_name} larger than {MAX_CAPTION_BYTES // 1024} KB (shorten it)"
     return file_name, caption

@@ -25,6 +25,7 @@ from pathlib import Path
 from lorastudio.data.kohya_captions import is_kohya_caption_name, other_caption_reason
 from lorastudio.data.peer_files import foreign_file_reason
 from lorastudio.errors import DatasetError
+from lorastudio.user_paths import not_utf8
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp")
 CAPTION_EXTENSION = ".txt"
@@ -163,6 +164,9 @@ def _discover(root: Path, kohya: bool = False) -> DatasetFiles:
             dropped.append((name, "sub-folder (datasets are not scanned recursively)"))
         elif not entry.is_file(follow_symlinks=False):
             dropped.append((name, "not a regular file"))
+        elif why := not_utf8(name):  # a run records its files' names as text (RELIABILITY 2222)
+            byte = why.rpartition(" is not UTF-8 text ")[2]  # "(byte 0xe9 at 3)"
+            dropped.append((name, f"the name is not UTF-8 text {byte}: rename it to use the file"))
         elif is_image_name(name):
             images.append(path)
         elif name.lower().endswith(CAPTION_EXTENSION) or (kohya and is_kohya_caption_name(name)):

@@ -12,11 +12,11 @@ dataset's: its rows are kept as they are) or a file that is no image stays as it
 
 from __future__ import annotations
 
-import json
 from pathlib import Path, PurePosixPath
 
 from lorastudio.data.captions import METADATA_CONTROL_KEYS
 from lorastudio.data.discovery import is_image_name
+from lorastudio.data.metadata_write import row_line
 
 
 def flatten_rows(
@@ -47,7 +47,7 @@ def flatten_rows(
         out.append({**row, "file_name": base})
     if not picked:
         return [], skipped, None
-    table = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out).encode("utf-8")
+    table = b"".join(row_line(r) + b"\n" for r in out)  # a lone surrogate kept escaped (2221)
     return picked, skipped, table
 
 

@@ -42,6 +42,18 @@ def _read_bounded(path: Path) -> bytes:
         return read_capped(fh, MAX_METADATA_BYTES + 1)
 
 
+def row_line(row: object) -> bytes:
+    """One metadata.jsonl row as the line's UTF-8 bytes (no newline): its text as written
+    (ensure_ascii=False), or ASCII-escaped where a string of it holds a lone surrogate (JSON's
+    "\\udcff", kept from the row as read: it has no UTF-8, and encoding it raised
+    UnicodeEncodeError past every handler; RELIABILITY 2221). Read back, both are the same row."""
+    text = json.dumps(row, ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(row).encode("ascii")
+
+
 def _row_name(line: bytes) -> tuple[dict[str, object], str] | None:
     """(row, its file name as read_metadata reads it) of one line, or None (not a row)."""
     try:
@@ -92,12 +104,12 @@ def metadata_with_captions(path: Path, captions: dict[str, str], *, append_missi
             row["file_name"] = name
         row[_caption_key(row)] = captions[name]
         bom = _BOM if i == 0 and body.startswith(_BOM) else b""
-        lines[i] = bom + json.dumps(row, ensure_ascii=False).encode("utf-8") + cr
+        lines[i] = bom + row_line(row) + cr
         found.add(name)
     if append_missing:
         for name in sorted(set(captions) - found):
             row = {"file_name": name, "text": captions[name]}
-            lines.append(json.dumps(row, ensure_ascii=False).encode("utf-8"))
+            lines.append(row_line(row))
     return b"".join(line + b"\n" for line in lines)
 
 
@@ -156,7 +168,7 @@ def nfc_metadata(path: Path) -> list[str]:
         normal = _nfc_names(row)
         if normal != row:
             bom = _BOM if i == 0 and body.startswith(_BOM) else b""
-            lines[i] = bom + json.dumps(normal, ensure_ascii=False).encode("utf-8") + cr
+            lines[i] = bom + row_line(normal) + cr
             changed = True
     if changed and not problems:
         path.write_bytes(b"\n".join(lines))

@@ -22,7 +22,6 @@ metadata.jsonl rows).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import uuid
@@ -46,7 +45,7 @@ from lorastudio.data.decoded import (
 from lorastudio.data.discovery import CAPTION_EXTENSION, IMAGE_EXTENSIONS, METADATA_FILE, is_image_name
 from lorastudio.data.images import ImageInfo, probe_full
 from lorastudio.data.kohya_listing import kohya_upload_refusal
-from lorastudio.data.metadata_write import nfc_metadata
+from lorastudio.data.metadata_write import nfc_metadata, row_line
 from lorastudio.data.paths import safe_component, stem_key
 from lorastudio.data.peer_files import foreign_file_reason
 from lorastudio.data.safe_open import folder_identity, open_folder
@@ -388,8 +387,7 @@ class UploadBatch:
         new_path = self.staging / METADATA_FILE
         merged = metadata_rows(old)  # whole rows: a paired row's control keys stay with it
         merged.update(metadata_rows(new_path))
-        lines = [json.dumps(row, ensure_ascii=False) for _, row in sorted(merged.items())]
-        new_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        new_path.write_bytes(b"".join(row_line(row) + b"\n" for _, row in sorted(merged.items())))
 
 
 def _messages(err: Exception) -> list[str]:

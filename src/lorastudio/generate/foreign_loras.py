@@ -12,6 +12,16 @@ lorastudio's readers do:
   lorastudio's readers give; the T5 layers are merged into T5's weights at the strength, as
   ComfyUI patches them (W + strength * (alpha / rank) * up @ down), and restored exactly by the
   next apply_loras (generate/lycoris_patch.restore_lycoris keeps the originals).
+- FLUX.1 / Kontext / Chroma files in ComfyUI's generic spelling with peft's matrices
+  (`diffusion_model.<BFL name>.lora_A / lora_B`: ai-toolkit's Chroma files, whose layers include
+  the approximator's): diffusers' FLUX.1 reader converts none of it ("no layer matching").
+- kohya FLUX.1 / Kontext / Chroma files with a layer diffusers' kohya converter does not map
+  (Chroma's approximator, `lora_unet_distilled_guidance_layer_…`, which ComfyUI maps): it
+  refuses them ("Incompatible keys detected").
+- FLUX.2 / klein files in kohya's or ComfyUI's generic spelling (`lora_unet_<BFL name>`,
+  `diffusion_model.<BFL name>`: musubi-tuner's, ai-toolkit's): diffusers' kohya FLUX.2 converter
+  drops what it does not map (the modulations, guidance_in, the final adaLN: a logged warning),
+  its `diffusion_model.` one loads the final adaLN's LoRA with its (shift, scale) halves unswapped.
 - Diffusers-named files with a per-layer `.alpha` (`transformer.<module>.alpha` beside its
   lora_A / lora_B): diffusers' FLUX.1 reader takes them, its SDXL, Qwen-Image, Z-Image, FLUX.2 and
   Krea 2 readers fail on them; read with each alpha / rank folded into its lora_B
@@ -22,6 +32,10 @@ lorastudio's readers do:
 - Files of text-encoder layers alone (kohya's `--network_train_text_encoder_only`), and SDXL
   files whose kohya CLIP layers are q / k / v projections only: diffusers' SDXL loader fails on
   them ("Could not automatically infer state dict type").
+- ai-toolkit's DoRA files (`transformer.<module>.magnitude` beside lora_A / lora_B): diffusers'
+  loader drops the magnitudes (the DoRA rendered as its plain LoRA); read with them renamed to
+  peft's `lora_magnitude_vector` (generate/diffusers_keys.py). Any other diffusers-named tensor
+  that loader would drop is refused, naming it.
 - Text-encoder layers of a family that takes none (Qwen-Image's Qwen2.5-VL, ...:
   lora/text_encoder_names.refusal): refused naming the key and the reason; diffusers' loaders
   would drop them or fail on them.
@@ -39,6 +53,7 @@ read, and why.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,11 +66,20 @@ if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
 
 _ONETRAINER = "lora_transformer_"
+_GENERIC = "diffusion_model."
 # FluxPipeline's own reader of OneTrainer's names (lora_conversion_utils'
 # `_convert_mixture_state_dict_to_diffusers`) names only attention layers: a single block's
 # proj_out / proj_mlp / norm.linear or a double block's MLP comes out as the block itself
 # (`single_transformer_blocks.0.lora_A.weight`) and the load fails (KeyError)
 _FLUX = ("flux", "flux-kontext")
+_FLUX2 = ("flux2", "flux2-klein")  # kohya layouts (lora.names.kohya_layout)
+# the kohya FLUX.1 layers diffusers' converter maps (lora_conversion_utils'
+# _convert_sd_scripts_to_ai_toolkit, diffusers 0.42.1); it refuses any other `lora_unet_` key
+_DIFFUSERS_FLUX_KOHYA = re.compile(
+    r"lora_unet_(double_blocks_\d+_(img|txt)_(attn_proj|attn_qkv|mlp_0|mlp_2|mod_lin)"
+    r"|single_blocks_\d+_(linear1|linear2|modulation_lin)|(guidance_in|time_in|vector_in)_(in|out)_layer"
+    r"|img_in|txt_in|final_layer_(linear|adaLN_modulation_1))\."
+)
 _A, _B = ".lora_A.weight", ".lora_B.weight"
 # families whose diffusers loader (StableDiffusionXLLoraLoaderMixin: utils/peft_utils.get_peft_kwargs)
 # gives every layer of a kohya file the most common `.alpha`: a file of per-layer alphas (kohya's
@@ -91,6 +115,7 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
     docstring)."""
     from safetensors import SafetensorError, safe_open
 
+    from lorastudio.generate.diffusers_keys import aitoolkit_magnitudes, peft_state, unread_keys
     from lorastudio.generate.lycoris_names import layout_of_pipeline
     from lorastudio.lora import onetrainer_names, text_encoder_names
     from lorastudio.lora.file_read import has_layer_alphas
@@ -102,6 +127,13 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
             keys = list(f.keys())  # noqa: SIM118
     except (OSError, SafetensorError):
         return None  # the loader names the problem
+    dropped = unread_keys(keys)  # diffusers' loader would drop them, logging at most
+    if dropped:
+        raise ModelSourceError(
+            f"cannot apply LoRA {path}: {dropped[0]!r}"
+            + (f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else "")
+            + " is no tensor of a LoRA or DoRA layer that diffusers' loader reads: it would be left out"
+        )
     encoders = [k for k in keys if text_encoder_names.is_text_encoder_key(k)]
     why = text_encoder_names.refusal(family) if family is not None else None
     if encoders and why is not None:
@@ -110,6 +142,20 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
     merged = any(text_encoder_names.component_of(k) in unread for k in encoders)
     ours = layout in onetrainer_names.FAMILIES or family in _FLUX  # lora_transformer_ read here
     theirs = ours and any(k.startswith(_ONETRAINER) for k in keys)
+    # ComfyUI's generic spelling with peft's matrices, `diffusion_model.<checkpoint name>.lora_A`
+    # (ai-toolkit's Chroma files): FluxLoraLoaderMixin (FLUX.1, Kontext, Chroma) converts none of it
+    theirs = theirs or (layout == "flux" and any(k.startswith(_GENERIC) and _A in k for k in keys))
+    # a kohya FLUX.1 / Kontext / Chroma layer diffusers' kohya converter does not map (Chroma's
+    # approximator, which ComfyUI maps): it refuses the file ("Incompatible keys detected")
+    theirs = theirs or (
+        layout == "flux"
+        and any(k.startswith("lora_unet_") and not _DIFFUSERS_FLUX_KOHYA.match(k) for k in keys)
+    )
+    # FLUX.2's / klein's kohya and generic spellings: diffusers' kohya converter drops the layers it
+    # does not map (the modulations, guidance_in, the final adaLN) with a logged warning, and its
+    # `diffusion_model.` converter takes the final adaLN's (shift, scale) halves as diffusers'
+    # (scale, shift), unswapped
+    theirs = theirs or (layout in _FLUX2 and any(k.startswith((_GENERIC, "lora_unet_")) for k in keys))
     # diffusers' names with a per-layer .alpha: its readers of Qwen-Image, Z-Image, SDXL, FLUX.2
     # and Krea 2 fail on them (lora/file_read.fold_layer_alphas)
     # (a DoRA's magnitudes are diffusers' loader's to read: lorastudio's reader takes LoRA files)
@@ -125,6 +171,13 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
     theirs = (
         theirs or (bool(encoders) and len(encoders) == len(keys)) or _attention_only_clip(family, encoders)
     )
+    if aitoolkit_magnitudes(keys):  # ai-toolkit's DoRA: its `.magnitude` is peft's magnitude
+        if theirs or merged:
+            raise ModelSourceError(
+                f"cannot apply LoRA {path}: an ai-toolkit DoRA (its `.magnitude` tensors) with layers "
+                "diffusers' loader does not read as they are (per-layer alphas, T5 or foreign names)"
+            )
+        return ForeignLora(peft_state(path))
     if not (theirs or merged):
         return None
     try:

@@ -6,7 +6,10 @@ kohya sd-scripts (its LyCORIS networks), the LyCORIS library and ai-toolkit writ
 name>`, which ComfyUI reads; generation merges layers keyed `lycoris_<diffusers name>`
 (lora/lycoris.py). `to_lycoris_names(modules, pipeline_class)` renames each such layer to that key
 through the family's name tables (lora/names.py, lora/convert_read.py), so the same
-merge applies to it.
+merge applies to it. ai-toolkit's LoKr of a diffusers-model family (its default "peft format":
+FLUX.1, FLUX.1 Kontext) is `transformer.<diffusers name>.lokr_w1 ...`, a spelling ComfyUI maps for
+every transformer family (`model_lora_keys_unet`'s "transformer." + diffusers name,
+tests/data/comfyui_key_map.json.gz): read as that diffusers module (RELIABILITY 2240).
 
 Contract: a layer already named `lycoris_…` is kept; a layer whose checkpoint name is one fused
 linear of several diffusers layers (FLUX.1's `img_attn.qkv`, `txt_attn.qkv`, `linear1`; FLUX.2's
@@ -31,6 +34,7 @@ from lorastudio.lora.lycoris import PREFIX, module_key
 __all__ = ["Target", "layout_of_pipeline", "to_lycoris_names"]
 
 _KOHYA, _GENERIC = "lora_unet_", "diffusion_model."
+_DIFFUSERS = "transformer."  # diffusers' own module names (ai-toolkit's peft-format LoKr; not SDXL's U-Net)
 
 
 class _NoName(Exception):
@@ -63,6 +67,8 @@ def _diffusers_names(layer: str, layout: str) -> tuple[list[str], bool]:
     whether its halves are swapped). Raises _NoName / ConfigError (no such layer)."""
     from lorastudio.lora.convert import _BFL
 
+    if layer.startswith(_DIFFUSERS) and layout != "sdxl":  # already a diffusers module's name
+        return [layer.removeprefix(_DIFFUSERS)], False
     if layer.startswith(_GENERIC):
         native = layer.removeprefix(_GENERIC)
     elif layer.startswith(_KOHYA) and layout not in names.PEFT_SUFFIXED:

@@ -28,12 +28,27 @@ from lorastudio.lora.joint_blocks import block_attention_kinds
 
 FAMILY_KEY = "lorastudio.family"
 ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
-# kohya's ss_base_model_version (prefix) -> the family it is, or what it is when no family of ours
-_KOHYA_VERSIONS = (
-    ("sdxl", "sdxl"), ("flux2_klein", "flux2-klein"), ("flux2", "flux2"), ("flux", "flux"),
-    ("qwen_image_edit", "qwen-image-edit"), ("qwen_image", "qwen-image"), ("z_image", "z-image"), ("chroma", "chroma"), ("krea2", "krea2"),
-    ("sd_v1", "Stable Diffusion 1.x"), ("sd_v2", "Stable Diffusion 2.x"), ("sd3", "Stable Diffusion 3"),
-)  # fmt: skip
+# kohya's ss_base_model_version (its start, any case) -> the family it is, or what it is when no
+# family of ours, the first that matches: sd-scripts' (sdxl_base_v1-0, flux1), musubi-tuner's
+# architecture names (flux_kontext, flux_2_dev, flux_2_klein_4b, qwen_image_edit, z_image) and
+# ai-toolkit's (flux.1, flux.1_kontext, flux2_klein_4b, qwen_image, zimage) spellings; "flux_2_dev"
+# and "flux_kontext" were FLUX.1 by the "flux" prefix (RELIABILITY 2242)
+_KOHYA_VERSIONS = tuple((what, re.compile(pattern, re.IGNORECASE)) for pattern, what in (
+    (r"sdxl", "sdxl"), (r"flux[._-]?2[._-]?klein", "flux2-klein"), (r"flux[._-]?2", "flux2"),
+    (r"flux[._-]?(1[._-]?)?(dev[._-]?)?kontext", "flux-kontext"), (r"flux", "flux"),
+    (r"qwen[._-]?image[._-]?edit", "qwen-image-edit"), (r"qwen[._-]?image", "qwen-image"),
+    (r"z[._-]?image", "z-image"), (r"chroma", "chroma"), (r"krea[._-]?2", "krea2"),
+    (r"sd_v1", "Stable Diffusion 1.x"), (r"sd_v2", "Stable Diffusion 2.x"), (r"sd3", "Stable Diffusion 3"),
+))  # fmt: skip
+# families a header's stated version also fits (one layout, one denoiser): sd-scripts and
+# lorastudio itself stamp a FLUX.1 Kontext file "flux1"; ai-toolkit stamps its Kontext files
+# "flux.1_kontext" (a FLUX.1 file as ever: the same layers) and its Qwen-Image-Edit files
+# "qwen_image" (lorastudio's own Qwen-Image-Edit files say qwen_image_edit: kept apart, by design)
+_SHARED_VERSIONS: dict[str, frozenset[str]] = {
+    "flux": frozenset({"flux", "flux-kontext"}),
+    "flux-kontext": frozenset({"flux", "flux-kontext"}),
+    "qwen-image": frozenset({"qwen-image", "qwen-image-edit"}),
+}
 # key patterns that only one family's denoiser has (diffusers or original names, dots or kohya's
 # "_"); the U-Net's are SDXL's (an SD 1.x / 2.x U-Net LoRA is told apart by its shapes, at load)
 _KEY_KINDS = (
@@ -96,8 +111,8 @@ def lora_family_hint(header: LoraHeader) -> tuple[str, str] | None:
         what = named if len(named) <= 60 and named.isprintable() else shown_value(named)
         return what, f"its header says {FAMILY_KEY}={shown_value(named)}"
     version = header.metadata.get("ss_base_model_version", "")
-    for prefix, what in _KOHYA_VERSIONS:
-        if version.startswith(prefix):
+    for what, pattern in _KOHYA_VERSIONS:
+        if pattern.match(version):
             return what, f"its header says ss_base_model_version={shown_value(version)}"
     for what, pattern in _KEY_KINDS:
         key = next((k for k in header.tensors if pattern.search(k)), None)
@@ -123,7 +138,8 @@ def check_lora_header(header: LoraHeader, family: str) -> None:
         raise _bad(path, "rank 0 (ss_network_dim = 0)")
     hint = lora_family_hint(header)
     by_keys = hint is not None and hint[1].startswith("it has layers")
-    if hint is not None and hint[0] != family and not (by_keys and family in _SHARED_KEYS.get(hint[0], ())):
+    shared = _SHARED_KEYS if by_keys else _SHARED_VERSIONS  # the header's version: fewer families
+    if hint is not None and hint[0] != family and family not in shared.get(hint[0], ()):
         raise ModelSourceError(f"{path} is not a {family} LoRA: it is a {hint[0]} one ({hint[1]})")
     if hint is None and (signs := block_attention_kinds(header.tensors)) is not None:
         kinds, families, evidence = signs  # attention layers alone: their blocks and widths tell

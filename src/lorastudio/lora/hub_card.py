@@ -57,8 +57,8 @@ def model_card(sidecar: Mapping[str, Any], name: str, samples: Sequence[tuple[st
         front["widget"] = [{"text": prompt or "", "output": {"url": path}} for path, prompt in samples]
     lines = ["---", *_yaml(front), "---", "", f"# {name}", ""]
     lines.append(f"A LoRA for **{family or 'unknown family'}**, trained with lorastudio.")
-    lines += ["", f"- Base model: `{base or 'unknown'}`" + ("" if hub_base else " (a local model)")]
-    lines.append(f"- Trigger word: `{trigger}`" if trigger else "- Trigger word: none")
+    lines += ["", f"- Base model: {_code(base or 'unknown')}" + ("" if hub_base else " (a local model)")]
+    lines.append(f"- Trigger word: {_code(str(trigger))}" if trigger else "- Trigger word: none")
     lines.append(f"- File: `{name}.safetensors`, {sidecar.get('lora_format', 'diffusers')} layout")
     loaders = sidecar.get("loaders") or {}
     checked = [k for k, v in loaders.items() if isinstance(v, Mapping) and v.get("ok")]
@@ -73,9 +73,24 @@ def model_card(sidecar: Mapping[str, Any], name: str, samples: Sequence[tuple[st
             lines.append(f"| {key} | `{config[key]}` |")
     if samples:
         lines += ["", "## Samples", ""]
-        lines += [f"![{prompt or path}]({path})" for path, prompt in samples]
+        lines += [f"![{_alt(prompt or path)}]({path})" for path, prompt in samples]
     lines += ["", f"The full settings are in `{name}.json`.", ""]
     return "\n".join(lines)
+
+
+def _code(text: str) -> str:
+    """`text` as one Markdown code span: fenced by more backticks than its longest run (a trigger
+    word's backtick ended the span, RELIABILITY 2237), line breaks folded to spaces."""
+    text = " ".join(text.split("\n"))
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _alt(text: str) -> str:
+    """`text` (a sample's prompt) as an image's alt text: one line, `\\`, `[` and `]` escaped (a
+    prompt's `]` or line break ended the alt text and added Markdown of its own to the card)."""
+    return re.sub(r"([\\\[\]])", r"\\\1", " ".join(text.split()))
 
 
 def _yaml(data: Mapping[str, Any]) -> list[str]:

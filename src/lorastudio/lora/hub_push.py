@@ -21,8 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from lorastudio.basemodels.hubcache import hide_userinfo, hub_endpoint, hub_transport_errors, shown_endpoint
-from lorastudio.errors import HubAccessDenied, HubTokenMissing, HubUploadError, NotFound
+from lorastudio.basemodels.hubcache import (
+    hide_userinfo,
+    hub_endpoint,
+    hub_transport_errors,
+    is_hub_id,
+    shown_endpoint,
+)
+from lorastudio.errors import (
+    ConfigError,
+    FieldProblem,
+    HubAccessDenied,
+    HubTokenMissing,
+    HubUploadError,
+    NotFound,
+)
 from lorastudio.lora.hub_card import model_card
 from lorastudio.lora.push_snapshot import pair_snapshot
 from lorastudio.lora.shared import shared_copy
@@ -48,12 +61,15 @@ def push_lora(
 ) -> PushResult:
     """Upload the LoRA of run `name` (outputs/<name>/) to the model repo `repo_id`.
 
-    create: make the repo first when it does not exist (private when `private`). Raises NotFound
+    create: make the repo first when it does not exist (private when `private`). Raises
+    ConfigError (`repo_id` not an owner/name the hub takes: `a/..`, `a/b--c`, `a/b.git`), NotFound
     (no such LoRA; the repo missing and not `create`), HubTokenMissing (no token), HubAccessDenied
     (the hub refused the token: 401, or it has no write access to the repo: 403), HubUploadError
     (the hub unreachable or failing), JobActive (the LoRA and its sidecar stayed two writes'
     while a run rewrote them: lora/push_snapshot.py).
     """
+    if not is_hub_id(repo_id):  # huggingface_hub's own refusal came after the files were read, a 502
+        raise ConfigError([FieldProblem("repo", f"{repo_id!r} is not a hub model repo id (owner/name)")])
     run_dir = settings.outputs_dir / name
     lora, sidecar_path = run_dir / f"{name}.safetensors", run_dir / f"{name}.json"
     if "/" in name or not is_file(lora):  # user_paths: never raises (a name over the limits)

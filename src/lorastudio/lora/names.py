@@ -91,7 +91,7 @@ _WORDS: dict[str, tuple[str, ...]] = {
     "flux": (
         "double_blocks", "single_blocks", "img_attn", "txt_attn", "img_mlp", "txt_mlp", "img_mod",
         "txt_mod", "img_in", "txt_in", "time_in", "vector_in", "guidance_in", "in_layer", "out_layer",
-        "final_layer", "adaLN_modulation",
+        "final_layer", "adaLN_modulation", "distilled_guidance_layer", "in_proj", "out_proj",
     ),
     "qwen-image": (
         "transformer_blocks", "to_q", "to_k", "to_v", "to_out", "add_q_proj", "add_k_proj", "add_v_proj",
@@ -271,12 +271,21 @@ def flux_from_flat(flat: str) -> str:
     raise _unsupported(flat, "flux")
 
 
+# Chroma's approximator in its checkpoint's names (lodestone's Approximator: in_proj, layers.N
+# (MLPEmbedder in_layer / out_layer), out_proj), which ComfyUI's Chroma model and ai-toolkit's
+# hold -> diffusers' ChromaApproximator: read only (the writer names no approximator layer)
+_CHROMA_APPROXIMATOR = re.compile(r"distilled_guidance_layer\.(in_proj|out_proj|layers\.\d+\.(in|out)_layer)")
+
+
 def flux_from_original(name: str) -> list[str]:
     """BFL module name -> its diffusers module names (several for a fused linear, in row order;
-    the blocks' q / k norms too, as FLUX.2's: names_flux2.QK_NORMS_*)."""
+    the blocks' q / k norms too, as FLUX.2's: names_flux2.QK_NORMS_*; Chroma's approximator,
+    whose `layers.N.in_layer` / `out_layer` are diffusers' `linear_1` / `linear_2`)."""
     top = {v: k for k, v in _FLUX_TOP.items()}
     if name in top:
         return [top[name]]
+    if _CHROMA_APPROXIMATOR.fullmatch(name):
+        return [name.replace(".in_layer", ".linear_1").replace(".out_layer", ".linear_2")]
     m = re.fullmatch(r"(double|single)_blocks\.(\d+)\.(.+)", name)
     if m:
         double = m.group(1) == "double"

@@ -129,6 +129,10 @@ def check_diffusers(
         if not fits:
             mismatched.append(f"{key}: {tuple(value.shape)} vs layer {target}")
         loaded += 1
+    # a layer of the file that diffusers' conversion left out (its kohya FLUX.2 converter drops
+    # what it does not map with a logged warning): the file's own layers by lorastudio's reader
+    absent = sorted(set(_file_layers(tensors, family)) - {n.rsplit(".lora_", 1)[0] for n in ours})
+    dropped += [f"{prefix}{m} (left out by the conversion)" for m in absent]
     for encoder, shapes in clip.items():
         te_loaded, te_unknown, te_mismatched = _check_text_encoder(converted, encoder, shapes)
         loaded, unknown, mismatched = loaded + te_loaded, unknown + te_unknown, mismatched + te_mismatched
@@ -181,6 +185,22 @@ def check_loaders(
             "reason": f"A1111 has no {family}; Forge uses ComfyUI's map",
         }
     return result
+
+
+def _file_layers(tensors: Mapping[str, torch.Tensor], family: str) -> list[str]:
+    """The denoiser's diffusers modules a file holds a layer of, by lorastudio's reader
+    (lora/files.peft_from_file); none where that reader does not take the file (the check then
+    rests on diffusers' conversion alone)."""
+    from lorastudio.errors import ConfigError, ModelSourceError
+    from lorastudio.lora.files import peft_from_file
+    from lorastudio.lora.text_encoders import split_text_encoders
+
+    denoiser, _ = split_text_encoders(tensors)
+    try:
+        lora = peft_from_file(denoiser, {}, family)
+    except (ConfigError, ModelSourceError, ValueError):
+        return []
+    return sorted({k.removesuffix(_A) for k in lora.tensors if k.endswith(_A)})
 
 
 _LOKR = ("lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b")

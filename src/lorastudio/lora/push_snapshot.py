@@ -7,8 +7,9 @@ send the resumed LoRA with the sidecar (and model card) of the run before it. `p
 opens the LoRA first and keeps that descriptor (a rename over the path leaves the opened file as
 it was: the upload reads it, never the path again), then reads the sidecar and checks that the
 two are one write's: the LoRA header's `lorastudio.steps`, `lorastudio.total_steps` and
-`lorastudio.created_at` are what the sidecar says (lora/metadata.training_metadata). Read between
-the two renames they differ: it tries again (PAIR_TRIES, PAIR_PAUSE_S apart), then refuses with
+`lorastudio.created_at` are what the sidecar's own `steps`, `total_steps` and `created_at` say
+(as lora/metadata.training_metadata writes them). Read between the two renames they differ: it
+tries again (PAIR_TRIES, PAIR_PAUSE_S apart), then refuses with
 JobActive naming both. Nothing is copied: the held descriptor is the snapshot.
 """
 
@@ -24,7 +25,7 @@ from typing import Any, BinaryIO
 
 from lorastudio import json_read
 from lorastudio.errors import JobActive, NotFound
-from lorastudio.lora.metadata import PREFIX, training_metadata
+from lorastudio.lora.metadata import PREFIX
 
 PAIR_KEYS = ("steps", "total_steps", "created_at")  # one write's facts in both files
 PAIR_TRIES = 5
@@ -51,12 +52,19 @@ def _header_metadata(fh: BinaryIO) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
+def _fact(value: Any) -> str:
+    """A sidecar value as the header holds it (lora/metadata.training_metadata's `_text`)."""
+    return "" if value is None else str(value)
+
+
 def pair_mismatch(header: dict[str, Any], sidecar: dict[str, Any]) -> str | None:
     """What differs between a LoRA header's metadata and a sidecar that should be one write's
     ("steps 4 in the LoRA, 6 in the sidecar"), None when nothing both record differs."""
-    said = training_metadata(sidecar)
-    for key in PAIR_KEYS:
-        ours, theirs = header.get(PREFIX + key), said.get(PREFIX + key)
+    for key in PAIR_KEYS:  # the sidecar's own top-level facts, as training_metadata writes them
+        # into the header; not training_metadata(sidecar) itself, which raised AttributeError for
+        # a sidecar whose "config" or "dataset" is no object (null), a traceback where the push
+        # before 2042 went on (RELIABILITY 2223)
+        ours, theirs = header.get(PREFIX + key), _fact(sidecar.get(key))
         if ours and theirs and ours != theirs:
             return f"{key} {ours} in the LoRA, {theirs} in the sidecar"
     return None

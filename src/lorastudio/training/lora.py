@@ -11,6 +11,7 @@ import torch
 
 from lorastudio.errors import ConfigError, FieldProblem, shown_text
 from lorastudio.hub_token import hub_kwargs
+from lorastudio.training.dora_conv import fix_dora_convolutions
 from lorastudio.training.lora_saved import keep_lora_inputs
 from lorastudio.training.lycoris_forward import trace_friendly_lycoris
 
@@ -110,6 +111,7 @@ def add_lora(denoiser: Any, lora_config: PeftConfig) -> list[torch.nn.Parameter]
     denoiser.add_adapter(lora_config)
     trace_friendly_lycoris(denoiser)  # LoHa / LoKr: no per-layer draw Dynamo cannot trace
     keep_lora_inputs(denoiser)  # LoRA / DoRA: the bf16 input kept, not its fp32 cast (lora_saved)
+    fix_dora_convolutions(denoiser)  # a DoRA conv with lora_dropout > 0 on a bf16 base (dora_conv)
     if problems := _pattern_problems(lora_config, list(module_scales(denoiser))):  # peft's own choice
         raise ConfigError(problems)
     params = [p for p in denoiser.parameters() if p.requires_grad]

@@ -305,9 +305,12 @@ def test_a_folder_that_refuses_writes_stops_the_run_at_its_first_caption(
 def test_an_image_name_the_writer_refuses_fails_that_image_only(
     tiny_vlm: Path, make_dataset: Callable[..., Path]
 ) -> None:
-    """An image whose name is not UTF-8 (a file copied in by hand: the run trains on it) made the
-    caption writer raise ConfigError, which no image caught: the whole job failed at that image
-    ("invalid configuration ... file name"), 0 of 386 captioned in the audit's server run."""
+    """An image whose name is not UTF-8 (a file copied in by hand) made the caption writer raise
+    ConfigError, which no image caught: the whole job failed at that image ("invalid configuration
+    ... file name"), 0 of 386 captioned in the audit's server run. Since RELIABILITY 2222 no run
+    trains on such a file (its scan's fingerprint raised UnicodeEncodeError before): the folder's
+    listing names it a file not used ("the name is not UTF-8 text (byte 0xff at 1): rename it"),
+    and the caption job leaves it out with the other files not used; the others are captioned."""
     import os
 
     folder = make_dataset()
@@ -316,8 +319,7 @@ def test_an_image_name_the_writer_refuses_fails_that_image_only(
     summary, events = _run(folder, tiny_vlm)
     assert [f for f, _ in summary.captioned] == ["blue.png", "green.png", "red.png"]
     reasons = [r for _, r in summary.failures]
-    assert len(reasons) == 2 and "file name: must be valid UTF-8" in reasons[0], reasons
-    assert reasons[1] == "white.txt is a folder, not a caption file; nothing written", reasons
+    assert reasons == ["white.txt is a folder, not a caption file; nothing written"], reasons
     for event in events:
         json.dumps(event, allow_nan=False)  # the server's event stream
 

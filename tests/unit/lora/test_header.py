@@ -126,3 +126,34 @@ def test_a_header_value_of_a_megabyte_is_quoted_bounded(tmp_path: Path, metadata
             with pytest.raises(ConfigError) as refused:
                 run()
             assert len(str(refused.value)) < 400 and "unknown family" in str(refused.value)
+
+
+# (the peer's ss_base_model_version, the families it fits, one that it does not)
+PEER_VERSIONS = [
+    ("flux_2_dev", ("flux2",), "flux"),  # musubi-tuner's architecture names
+    ("flux_2_klein_4b", ("flux2-klein",), "flux"),
+    ("flux_2_klein_9b", ("flux2-klein",), "flux2"),
+    ("flux_kontext", ("flux-kontext", "flux"), "flux2"),
+    ("qwen_image_edit", ("qwen-image-edit",), "qwen-image"),
+    ("z_image", ("z-image",), "flux"),
+    ("flux.1_kontext", ("flux-kontext", "flux"), "chroma"),  # ai-toolkit's
+    ("flux.1", ("flux", "flux-kontext"), "flux2"),
+    ("qwen_image", ("qwen-image", "qwen-image-edit"), "flux"),  # its Qwen-Image-Edit files too
+    ("flux2_klein_4b", ("flux2-klein",), "flux2"),
+    ("zimage", ("z-image",), "qwen-image"),
+    ("flux1", ("flux", "flux-kontext"), "flux2"),  # sd-scripts' (and lorastudio's Kontext files)
+]
+
+
+@pytest.mark.parametrize(("version", "fits", "other"), PEER_VERSIONS)
+def test_a_peers_base_model_version_names_its_family(version, fits, other, tmp_path: Path) -> None:
+    """musubi-tuner's `flux_2_dev` / `flux_2_klein_4b` / `flux_kontext` and ai-toolkit's
+    `flux.1_kontext` / `qwen_image` (its Qwen-Image-Edit files) were read as FLUX.1 / Qwen-Image by
+    the "flux" / "qwen_image" prefix: each peer's own family refused the file ("it is a flux one"),
+    and FLUX.1 took FLUX.2's (RELIABILITY 2242). The header is all that differs here."""
+    path = tmp_path / "peer.safetensors"
+    path.write_bytes(flux_lora_bytes(metadata={"ss_base_model_version": version}))
+    for family in fits:
+        check_lora_file(path, family)
+    with pytest.raises(ModelSourceError, match=f"not a {other} LoRA: it is a .* one \\(its header says"):
+        check_lora_file(path, other)

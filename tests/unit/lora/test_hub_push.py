@@ -6,6 +6,7 @@ token, a refused token, a read-only token, a missing repo) are named errors; the
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 
 from fake_hub_upload import READ_TOKEN, WRITE_TOKEN, UploadHub, UploadHubServer
 from lorastudio.config import TrainConfig
-from lorastudio.errors import HubAccessDenied, HubTokenMissing, JobActive, NotFound
+from lorastudio.errors import ConfigError, HubAccessDenied, HubTokenMissing, JobActive, NotFound
 from lorastudio.lora import hub_push
 from lorastudio.lora.hub_card import hub_base_model, model_card
 from lorastudio.lora.hub_push import push_lora
@@ -125,6 +126,11 @@ def test_failures_are_named(run_home, hub):
         push_lora(_settings(run_home, WRITE_TOKEN), "pushme", "me/missing")
     with pytest.raises(NotFound, match="no LoRA 'nope'"):
         push_lora(_settings(run_home, WRITE_TOKEN), "nope", "me/existing")
+    # ids the route's pattern and the CLI took but the hub does not: a refusal naming the field
+    # before anything is read (was huggingface_hub's ValueError as a HubUploadError, a 502)
+    for repo in ("me/..", "me/b--c", "me/x.git", "me/x\n"):
+        with pytest.raises(ConfigError, match="repo: .* is not a hub model repo id"):
+            push_lora(_settings(run_home, WRITE_TOKEN), "pushme", repo, create=True)
     assert hub.commits == []
 
 
@@ -282,3 +288,31 @@ def test_a_pair_of_two_writes_is_refused_naming_both(run_home, hub, run, monkeyp
         get_settings.cache_clear()
     assert refused.exit_code == 1, refused.output
     assert "pushed pair would not match" in refused.output and hub.commits == []
+
+
+def test_a_sidecar_whose_config_or_dataset_is_null_pushes_as_before_2042(run_home, hub, run):
+    """The pair check read the sidecar through lora/metadata.training_metadata, which called
+    .get on its "config" and "dataset": a sidecar holding null there (edited by hand, another
+    tool's) ended the push in AttributeError (the API's 500), where the push before 2042 and its
+    model card (hub_card: `config or {}`) went on. The check reads the three facts it compares
+    only (RELIABILITY 2223)."""
+    sidecar = json.loads((run / "pushme.json").read_text())
+    sidecar.update({"config": None, "dataset": None})
+    (run / "pushme.json").write_text(json.dumps(sidecar))
+    push_lora(_settings(run_home, WRITE_TOKEN), "pushme", "me/existing")
+    (commit,) = hub.commits
+    assert commit["files"]["pushme.safetensors"] == (run / "pushme.safetensors").read_bytes()
+    assert json.loads(commit["files"]["pushme.json"])["config"] is None
+    assert "Trained steps: 4" in commit["files"]["README.md"].decode()
+
+
+def test_the_card_keeps_prompts_and_names_out_of_its_markdown():
+    """A sample prompt's `]` or line break ended its image's alt text and added Markdown of its
+    own (a link, a heading); a trigger word's backtick ended its code span (RELIABILITY 2237)."""
+    prompt = "a cat](https://evil.example/t.png)\n\n# Owned [x]"
+    sidecar = {"family": "flux", "base_model": "/m/my`base", "trigger_word": "sk`s", "config": {}}
+    card = model_card(sidecar, "x", [("samples/a.png", prompt)])
+    body = card.split("\n---\n", 1)[1]
+    assert "![a cat\\](https://evil.example/t.png) # Owned \\[x\\]](samples/a.png)" in body
+    assert "\n# Owned" not in body and not re.search(r"(?<!\\)\]\(https://evil", body)
+    assert "- Trigger word: ``sk`s``" in body and "- Base model: ``/m/my`base``" in body

@@ -260,3 +260,23 @@ def test_diffusers_check_takes_doras_magnitudes_and_names_a_wrong_one(layer_shap
         f"{modules[0]}.lora_magnitude_vector: ({rows[modules[0]] + 1},) vs layer "
         f"{shapes[modules[0].removeprefix('transformer.')]}"
     ]
+
+
+def test_a_layer_diffusers_conversion_leaves_out_is_not_called_loaded(layer_shapes):
+    """A FLUX.2 kohya file with a modulation layer (lora_targets may name it): diffusers' kohya
+    FLUX.2 converter drops `lora_unet_double_stream_modulation_img_lin` with a logged warning,
+    and the sidecar called diffusers ok (RELIABILITY 2245); now it names the layer left out."""
+    shapes = layer_shapes("flux2")
+    lora = _adapter(shapes, "flux2", 4.0)
+    g = torch.Generator().manual_seed(2)
+    out, inp = shapes["double_stream_modulation_img.linear"]
+    lora.tensors["double_stream_modulation_img.linear.lora_A.weight"] = torch.randn(RANK, inp, generator=g)
+    lora.tensors["double_stream_modulation_img.linear.lora_B.weight"] = torch.randn(out, RANK, generator=g)
+    file, _ = file_for_layout(lora, "flux2", "kohya", {})
+    result = check_diffusers(file, "flux2", shapes, "Flux2Pipeline")
+    assert not result["ok"]
+    assert result["dropped"] == [
+        "transformer.double_stream_modulation_img.linear (left out by the conversion)"
+    ]
+    default, _ = file_for_layout(_adapter(shapes, "flux2", 4.0), "flux2", "kohya", {})
+    assert check_diffusers(default, "flux2", shapes, "Flux2Pipeline")["ok"]

@@ -205,3 +205,22 @@ def test_a_lycoris_layout_dora_file_starts_a_dora_run(make_config, tiny_model):
     again = train(cfg, [].append, device="cpu")
     _close(load_file(str(first)), load_file(str(again.lora_path)))
     _same_as_generation(make_config, tiny_model, first, "dora")
+
+
+def test_an_aitoolkit_lokr_file_under_diffusers_names_starts_a_lokr_run(make_config, tiny_model, tmp_path):
+    """ai-toolkit's peft-format LoKr (`transformer.<diffusers module>.lokr_w1 / lokr_w2_a /
+    lokr_w2_b / alpha`, alpha = its rank) was refused as layers of no such model; now each layer
+    loads into the run's LoKr exactly as generation patches it (RELIABILITY 2240)."""
+    d, r = _inner(tiny_model), 4
+    g = torch.Generator().manual_seed(5)
+    tensors = {}
+    for module in ("transformer_blocks.0.attn.to_q", "transformer_blocks.0.attn.to_k"):
+        tensors |= {
+            f"transformer.{module}.lokr_w1": torch.randn(2, 2, generator=g),
+            f"transformer.{module}.lokr_w2_a": 0.1 * torch.randn(d // 2, r, generator=g),
+            f"transformer.{module}.lokr_w2_b": 0.1 * torch.randn(r, d // 2, generator=g),
+            f"transformer.{module}.alpha": torch.tensor(float(r)),
+        }
+    path = tmp_path / "aitoolkit-lokr.safetensors"
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    assert _same_as_generation(make_config, tiny_model, path, "lokr", lora_rank=r, lokr_factor=2) == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+from typing import Any
 
 from rich.console import Console
 
@@ -139,3 +140,34 @@ def test_a_log_files_eta_follows_a_run_whose_steps_got_slower():
             display.emit(_step(step, total=1130))
     last = _lines(out)[-1]
     assert last.startswith("step 130/1130") and last.endswith("eta 1:06:40"), last  # 1000 x 4 s
+
+
+def _warning_shown(make: Any, message: str) -> None:
+    """`message` as a run's warning on a live terminal display of a console `make` makes: printed
+    as the text it is, no hyperlink made."""
+    from lorastudio.training.events import RunWarning
+
+    out = io.StringIO()
+    console = make(file=out, force_terminal=True, width=200, log_path=False)
+    with ProgressDisplay(console=console) as display:
+        assert display.live
+        display.emit(RunWarning(step=1, message=message))
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())  # the terminal's styling
+    assert f"warning: {message}" in text, text
+    assert "\x1b]8;id" not in out.getvalue()  # no hyperlink made
+
+
+def test_a_warning_naming_a_file_is_printed_as_text_not_markup():
+    """A run's warning (a file name, a sample's error) printed on a terminal was read as rich
+    markup: `[/x]` raised MarkupError out of the display (the `train` command's end), `[bold]`
+    was eaten, `[link=...]` made a hyperlink, `:warning:` an emoji (RELIABILITY 2232). The
+    CLI's own Console (plain_console) takes no markup anywhere."""
+    hostile = "sample of [/x].png and [bold]b[/bold] [link=http://evil.example]here[/link] :warning:"
+    _warning_shown(Console, hostile)  # any console the display is given
+
+    from lorastudio.cli.safe_output import plain_console
+
+    _warning_shown(plain_console, hostile)
+    out = io.StringIO()
+    plain_console(file=out, width=200).print(f"[/{hostile}]", style="yellow")
+    assert f"[/{hostile}]" in out.getvalue()
