@@ -58,9 +58,10 @@ import zygote  # noqa: E402  (its START_ENV: the environment above, before any t
 
 # Test files that read one session-scoped process launch, by the start of their path: one xdist
 # unit each, so a single worker runs them and their launch. The two gloo ranks of
-# tests/ddp_launch.py's `launched` (test_ddp.py, test_ddp_stop.py, test_ddp_caches.py: ~28 CPU s
-# a launch, run by each worker that received one of the files before; test_ddp_rules and
-# test_ddp_timeout come along, a few seconds).
+# tests/ddp_launch.py's `launched` (test_ddp.py, test_ddp_stop.py, test_ddp_caches.py: ~6 CPU s
+# of ranks a launch since they are forked from the zygote, ~37 as two fresh interpreters; run by
+# each worker that received one of the files before; test_ddp_rules and test_ddp_timeout come
+# along, a few seconds).
 ONE_UNIT = ("tests/unit/training/test_ddp",)
 
 

@@ -4,8 +4,9 @@ environment) run the scenarios of the selected tests in turn, each on its own po
 home, and write their records; the tests compare them with the one-process runs they make
 themselves.
 
-Starting the gloo processes (each imports torch and the pipelines) costs far more than the tiny
-runs, so ONE launch per pytest session serves every module (the session fixture `launched` of
+Starting the gloo processes costs more than the tiny runs (they are forked from the test process's
+zygote, tests/zygote.py, which imported torch and the pipelines once: `start_ranks`), so ONE launch
+per pytest session serves every module (the session fixture `launched` of
 tests/unit/training/conftest.py): only the scenarios of the selected tests are run
 (SCENARIO_TESTS, after -m / -k deselection), so the default run (-m 'not slow') does not pay for
 a slow test's scenario, nor `-m slow` for the default ones."""
@@ -20,13 +21,13 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from ddp_init import init_config, init_rank_main, write_init_file
 from lorastudio import families
@@ -39,6 +40,7 @@ from lorastudio.training.events import StopRequest
 from lorastudio.training.latents import build_latent_cache
 from lorastudio.training.loop import train
 from undecodable_images import idat_ends_early
+from zygote import ZygoteContext
 
 WORLD = 2
 SCAN_STOP = -1  # a scenario's stop_after: rank 0 stops during its decode scan
@@ -314,8 +316,44 @@ def launch(
     if "init-lora" in chosen:
         write_init_file(make_config, init_file)
     if runs:
-        mp.spawn(_launched_main, args=(runs, str(out)), nprocs=WORLD, join=True)
+        start_ranks(runs, out)
     return Launched(out)
+
+
+def start_ranks(runs: list[tuple[str, str, TrainConfig, int, int | None]], out: Path) -> None:
+    """The WORLD launched processes, each `_launched_main(rank, runs, out)`, waited for; once one
+    exits non-zero the others are ended (a rank left at a collective would wait out its timeout)
+    and the launch fails naming the ranks' exit codes (their tracebacks are on the test's stderr).
+
+    Started as the job service's workers are in the test process (tests/zygote.py): forked from
+    the zygote, which has imported torch, diffusers and peft once, where a fresh interpreter per
+    rank imported them again (torch.multiprocessing.spawn: the launch's children 33 -> 6 CPU s);
+    still two processes of their own, with their own environment (torchrun's, `_environment`)
+    and gloo group. Where the environment does not fit the zygote's, ZygoteContext spawns them,
+    as before."""
+    ctx = ZygoteContext()
+    procs = [
+        ctx.Process(target=_launched_main, args=(rank, runs, str(out)), name=f"gloo-rank{rank}")
+        for rank in range(WORLD)
+    ]
+    try:
+        for proc in procs:
+            proc.start()
+        running = {proc.sentinel: proc for proc in procs}
+        while running:
+            for sentinel in wait(list(running)):
+                proc = running.pop(sentinel)
+                proc.join()
+                if proc.exitcode != 0:
+                    codes = {p.name: p.exitcode for p in procs}
+                    raise RuntimeError(f"a launched gloo process failed: exit codes {codes}")
+    finally:
+        for proc in procs:
+            if proc.pid is None:  # not started (an earlier start failed)
+                continue
+            if proc.is_alive():
+                proc.terminate()
+            proc.join()
 
 
 CACHE_CHUNK = 2  # captions per encoder call: several chunks, so the rounds are uneven

@@ -66,6 +66,8 @@ _ONETRAINER_CODE = {
     "offset_noise_weight": "noise_offset",
     "lora_decompose": "adapter = dora",
     "concepts": "datasets",
+    "loss_weight_fn": "snr_gamma (CONSTANT: null, off; MIN_SNR_GAMMA: its loss_weight_strength)",
+    "loss_weight_strength": "snr_gamma (with loss_weight_fn MIN_SNR_GAMMA)",
 }
 # (the trainer's name, its keys carried to ours, its keys dropped: "not needed here: why" or
 # "not supported here: what lorastudio does instead")

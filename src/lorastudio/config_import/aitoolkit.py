@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lorastudio.config_import import values
+from lorastudio.config_import import peer_defaults, values
 from lorastudio.config_import.common import base_model, carry, drop_all, optimizer_args
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
 from lorastudio.config_import.samples import sample_prompts
@@ -162,17 +162,34 @@ def _network(draft: Draft, peer: str, net: dict[str, Any]) -> None:
     drop_all(draft, f"{peer}.", net, reasons)
 
 
+def _min_snr(draft: Draft, peer: str, train: dict[str, Any]) -> None:
+    """train.min_snr_gamma as snr_gamma: ai-toolkit weights no loss by SNR at 0, null or without
+    it (its own fixed `snr_gamma` weighting aside), so a family with min-SNR here gets null, not
+    lorastudio's default."""
+    gamma = train.get("min_snr_gamma")
+    if "min_snr_gamma" in train and (gamma is None or values.is_off(gamma)):
+        if peer_defaults.weights_snr(draft):
+            draft.set(f"{peer}.min_snr_gamma", "snr_gamma", None, "0 = off: null (SDXL's default here is 5)")
+        else:
+            draft.drop(f"{peer}.min_snr_gamma", f"{NOT_NEEDED}: 0 is off")
+    elif "min_snr_gamma" in train:
+        carry(draft, f"{peer}.min_snr_gamma", gamma, "snr_gamma", values.number)
+    elif "snr_gamma" not in train:
+        peer_defaults.no_snr(draft, f"{peer}.min_snr_gamma", peer_defaults.AITOOLKIT_SNR)
+
+
 def _train(draft: Draft, peer: str, train: dict[str, Any]) -> None:
     """train: steps, batch, learning rate and schedule, optimizer and its params, checkpointing, precision, EMA, timesteps, loss, DOP."""
     simple = (("steps", "steps", values.integer), ("batch_size", "batch_size", values.integer),
               ("gradient_accumulation_steps", "grad_accum", values.integer),
               ("gradient_accumulation", "grad_accum", values.integer), ("lr", "learning_rate", values.number),
               ("lr_scheduler", "lr_scheduler", values.scheduler), ("max_grad_norm", "max_grad_norm", values.number),
-              ("noise_offset", "noise_offset", values.number), ("min_snr_gamma", "snr_gamma", values.number),
+              ("noise_offset", "noise_offset", values.number),
               ("train_text_encoder", "train_text_encoder", values.flag), ("seed", "seed", values.integer))  # fmt: skip
     for key, ours, conv in simple:
         if key in train:
             carry(draft, f"{peer}.{key}", train[key], ours, conv)
+    _min_snr(draft, peer, train)
     chosen = None
     if "optimizer" in train:
         got = carry(draft, f"{peer}.optimizer", train["optimizer"], "optimizer", lambda v: values.optimizer(v)[0],

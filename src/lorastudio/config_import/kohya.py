@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lorastudio.config_import import kohya_data, values
+from lorastudio.config_import import kohya_data, peer_defaults, values
 from lorastudio.config_import.common import base_model, carry, init_lora, optimizer_args, parse_args
 from lorastudio.config_import.kohya_objective import objective, take, truthy
 from lorastudio.config_import.kohya_tables import (
@@ -77,6 +77,8 @@ def build(draft: Draft, data: dict[str, Any], family: str | None) -> None:
             draft.drop(peer, needless(name))
         elif name in UNSUPPORTED:
             draft.drop(peer, unsupported(name, value))
+    if "min_snr_gamma" not in args:  # absent or empty: sd-scripts weights no loss by SNR
+        peer_defaults.no_snr(draft, "min_snr_gamma", peer_defaults.KOHYA_SNR)
     draft.unread(data)
 
 

@@ -1,13 +1,13 @@
 """kohya's objective and precision arguments -> lorastudio settings (no torch): the loss and its
 Huber options, the timestep sampling (kohya's "sigma" by weighting_scheme, "shift" with
-discrete_flow_shift), the prediction type, gradient checkpointing, mixed precision and fp8_base,
+discrete_flow_shift; sd-scripts' FLUX.1 defaults where the file leaves them unset), the prediction type, gradient checkpointing, mixed precision and fp8_base,
 and the trackers. Split from kohya.py, with the argument helpers both use."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from lorastudio.config_import import values
+from lorastudio.config_import import peer_defaults, values
 from lorastudio.config_import.common import carry
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft
 
@@ -53,6 +53,8 @@ def objective(draft: Draft, args: Args) -> None:
     if pred is not None:
         draft.drop(pred[0], f"{NOT_NEEDED}: the denoiser's output is the prediction" if str(pred[1]) == "raw"
                    else f"{NOT_SUPPORTED}: the denoiser's output is the prediction (raw)")  # fmt: skip
+    elif draft.settings.get("family") in peer_defaults.KOHYA_FLUX_FAMILIES:
+        draft.drop("model_prediction_type", f"{NOT_SUPPORTED}: {peer_defaults.KOHYA_FLUX_PREDICTION}")
     ckpt = take(args, "gradient_checkpointing")
     if ckpt is not None:
         carry(
@@ -100,27 +102,32 @@ def _sampling(draft: Draft, args: Args) -> None:
     weighting_scheme's density (uniform by default, logit_normal with its mean and std), shifted
     by discrete_flow_shift (its scheduler's static shift) and read from the noisy end, so its
     logit_mean is negated here; with another sampling, weighting_scheme weights only the loss
-    (sigma_sqrt, cosmap: not offered)."""
+    (sigma_sqrt, cosmap: not offered). A FLUX.1 / Chroma file (sd-scripts' flux_train_network)
+    that leaves timestep_sampling or discrete_flow_shift unset gets sd-scripts' defaults, sigma
+    and 3.0, each on a line naming the rule (peer_defaults)."""
     sampling, shift = take(args, "timestep_sampling"), take(args, "discrete_flow_shift")
     weighting = take(args, "weighting_scheme")
-    kind = str(sampling[1]).lower() if sampling else None
+    flux = draft.settings.get("family") in peer_defaults.KOHYA_FLUX_FAMILIES  # sd-scripts' flux_train_network
+    kind = str(sampling[1]).lower() if sampling else "sigma" if flux else None
     scheme = str(weighting[1]).lower() if weighting else "uniform"
     density = {"logit_normal": "logit_normal", "uniform": "uniform", "none": "uniform"}.get(scheme)
     ours = None
-    if kind == "sigma" and sampling is not None:
-        if density is None:
-            draft.drop(sampling[0], f"{NOT_SUPPORTED}: weighting_scheme {scheme}'s levels are not offered")
+    if kind == "sigma" and density is None:
+        why = f"{NOT_SUPPORTED}: weighting_scheme {scheme}'s levels are not offered"
+        for item in (sampling, weighting):
+            if item is not None:
+                draft.drop(item[0], why)
+    elif kind == "sigma":
+        ours = density
+        if sampling is not None:
+            draft.set(sampling[0], "timestep_sampling", ours, f"kohya's sigma sampling, by weighting_scheme {scheme}"
+                      + ("" if weighting else " (unset in the file: kohya's default)"))  # fmt: skip
         else:
-            ours = density
-            draft.set(
-                sampling[0],
-                "timestep_sampling",
-                ours,
-                f"kohya's sigma sampling, by weighting_scheme {scheme}"
-                + ("" if weighting else " (unset in the file: kohya's default)"),
-            )
-            if weighting is not None:
-                draft.fold(weighting[0], "timestep_sampling", scheme)
+            unset = "" if weighting else " (unset too: sd-scripts' default uniform)"
+            rule = peer_defaults.KOHYA_FLUX_SAMPLING.format(scheme=scheme + unset)
+            peer_defaults.fill(draft, "timestep_sampling", "timestep_sampling", ours, rule)
+        if weighting is not None:
+            draft.fold(weighting[0], "timestep_sampling", scheme)
     elif sampling is not None:
         ours = _SAMPLING.get(str(kind))
         if ours is None:
@@ -130,6 +137,9 @@ def _sampling(draft: Draft, args: Args) -> None:
     if weighting is not None and kind != "sigma":
         draft.drop(weighting[0], f"{NOT_NEEDED}: it shapes kohya's sigma sampling only" if density else
                    f"{NOT_SUPPORTED}: min-SNR (snr_gamma) is the one loss weighting")  # fmt: skip
+    if shift is None and flux and kind in ("sigma", "shift") and ours is not None:
+        rule = peer_defaults.KOHYA_FLUX_SHIFT.format(kind=kind)
+        peer_defaults.fill(draft, "discrete_flow_shift", "flow_shift", 3.0, rule)
     if shift is not None and kind == "shift":
         carry(draft, shift[0], shift[1], "flow_shift", values.number)
     elif shift is not None and kind == "sigma" and ours is not None:

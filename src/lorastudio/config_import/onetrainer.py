@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lorastudio.config_import import values
+from lorastudio.config_import import peer_defaults, values
 from lorastudio.config_import.common import (
     base_model,
     carry,
@@ -81,6 +81,7 @@ def build(draft: Draft, data: dict[str, Any], family: str | None) -> None:
             carry(draft, "offset_noise_weight", weight, "noise_offset", values.number)
         else:
             draft.drop("offset_noise_weight", f"{NOT_NEEDED}: 0 is off")
+    _loss_weight(draft, data)
     _every(draft, data, "sample_after", "sample_every")
     _every(draft, data, "save_every", "save_lora_every")
     _concepts(draft, data)
@@ -115,6 +116,59 @@ def _optimizer(draft: Draft, raw: Any) -> None:
     if isinstance(raw, dict):
         args = {k: v for k, v in raw.items() if k != "optimizer" and v is not None}
         optimizer_args(draft, "optimizer", ours, args)
+
+
+def _loss_weight(draft: Draft, data: dict[str, Any]) -> None:
+    """loss_weight_fn / loss_weight_strength as snr_gamma: OneTrainer's CONSTANT (its default,
+    also when the file leaves it out) weights no loss, so a family with min-SNR here gets
+    snr_gamma = null, not lorastudio's default; MIN_SNR_GAMMA's gamma is loss_weight_strength
+    (default 5.0). A file before OneTrainer's config version 2 names min_snr_gamma instead (its
+    migration: nonzero is MIN_SNR_GAMMA of that strength). P2, DEBIASED_ESTIMATION, SIGMA: not
+    offered (each line says so)."""
+    snr, strength = peer_defaults.weights_snr(draft), data.get("loss_weight_strength")
+    if "loss_weight_fn" not in data and "min_snr_gamma" in data:
+        old = data["min_snr_gamma"]
+        if old is None or values.is_off(old):
+            _off(draft, "min_snr_gamma", snr, "0 is no min-SNR weighting")
+        elif snr:
+            carry(draft, "min_snr_gamma", old, "snr_gamma", values.number)
+        else:
+            draft.drop(
+                "min_snr_gamma", f"{NOT_SUPPORTED}: min-SNR weighting is for DDPM families (SDXL) here"
+            )
+        kind = "MIN_SNR_GAMMA" if snr and not values.is_off(old or 0) else "CONSTANT"
+    elif "loss_weight_fn" not in data:
+        peer_defaults.no_snr(draft, "loss_weight_fn", peer_defaults.ONETRAINER_SNR)
+        kind = "CONSTANT"
+    else:
+        kind = str(data["loss_weight_fn"]).upper()
+        if kind == "CONSTANT":
+            _off(draft, "loss_weight_fn", snr, "CONSTANT is no min-SNR weighting")
+        elif kind == "MIN_SNR_GAMMA" and snr and strength is None:
+            draft.set("loss_weight_fn", "snr_gamma", 5.0,
+                      "loss_weight_strength unset: OneTrainer's default 5.0 (TrainConfig.default_values)")  # fmt: skip
+            return
+        elif kind == "MIN_SNR_GAMMA" and snr:
+            carry(draft, "loss_weight_strength", strength, "snr_gamma", values.number)
+            draft.fold("loss_weight_fn", "snr_gamma", kind)
+            return
+        else:
+            where = "" if snr or kind != "MIN_SNR_GAMMA" else " for DDPM families (SDXL)"
+            draft.drop(
+                "loss_weight_fn", f"{NOT_SUPPORTED}: min-SNR (snr_gamma) is the one loss weighting{where}"
+            )
+    if "loss_weight_strength" in data:
+        draft.drop("loss_weight_strength", f"{NOT_NEEDED}: loss_weight_fn {kind} does not read it"
+                   if kind == "CONSTANT" else f"{NOT_SUPPORTED}: loss_weight_fn {kind} is not carried")  # fmt: skip
+
+
+def _off(draft: Draft, peer: str, snr: bool, why: str) -> None:
+    """The file's `peer` turns min-SNR weighting off (`why`): snr_gamma = null where the family
+    has it here (`snr`), else not needed."""
+    if snr:
+        draft.set(peer, "snr_gamma", None, f"{why}: null (SDXL's default here is 5)")
+    else:
+        draft.drop(peer, f"{NOT_NEEDED}: {why}, as here")
 
 
 def _every(draft: Draft, data: dict[str, Any], key: str, ours: str) -> None:

@@ -117,18 +117,20 @@ class Draft:
         """A fault of the file at `peer` that refuses the import (named with the file)."""
         self.problems.append(FieldProblem(f"{self.file.name}: {peer}", why))
 
-    def refuse(self, ours: str, why: str, verb: str = "refused here") -> bool:
+    def refuse(self, ours: str, why: str, verb: str = "refused here", keep: bool = False) -> bool:
         """Take our setting `ours` (or, for an entry's key, that key) out of the config because
         the strict config refuses it for `why` (`verb`: what befell it, "refused here"); its
-        report line becomes "not carried". Returns whether `ours` was one this import wrote."""
+        report line becomes "not carried" (`keep`: its note, how the value was chosen, kept after
+        the reason). Returns whether `ours` was one this import wrote."""
         indices = self.origin.pop(ours, None)
         if indices is None:
             return False
         _remove(self.settings, ours)
         for index in indices:
             line = self.lines[index]
+            note = f"{verb} ({ours} = {_shown(line.value)}: {why})"
             self.lines[index] = Line(
-                line.peer, "not carried", note=f"{verb} ({ours} = {_shown(line.value)}: {why})"
+                line.peer, "not carried", note=note + (f"; {line.note}" if keep and line.note else "")
             )
         return True
 

@@ -125,6 +125,7 @@ def _drop_nulls(draft: Draft) -> None:
             ours,
             f"TOML has no null: add `--set {ours}=null` to `lorastudio train`, or import with --out FILE.json",
             verb="left out of the .toml, not refused",
+            keep=True,  # a peer default filled says whose rule chose it (RELIABILITY 2300)
         )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lorastudio.config_import import values
+from lorastudio.config_import import peer_defaults, values
 from lorastudio.config_import.common import base_model, carry, drop_all, folder, side_path_above, simple
 from lorastudio.config_import.reading import read_document
 from lorastudio.config_import.report import NOT_NEEDED, NOT_SUPPORTED, Draft, Line
@@ -86,10 +86,19 @@ def build(draft: Draft, data: dict[str, Any], family: str | None) -> None:
     lycoris = str(args.get("lora_type", "")).lower() == "lycoris"
     if lycoris and "lycoris_config" in args:
         main_keys_taken(draft, args, names)
+    if "snr_gamma" in args and (args["snr_gamma"] is None or values.is_off(args["snr_gamma"])):
+        args.pop("snr_gamma")  # SimpleTuner's 0 (or null) is no SNR weighting: off, not our default
+        if peer_defaults.weights_snr(draft):
+            draft.set(names["snr_gamma"], "snr_gamma", None, "0 = off: null (SDXL's default here is 5)")
+        else:
+            draft.drop(names["snr_gamma"], f"{NOT_NEEDED}: 0 is off")
     for key in list(_SIMPLE):
         if key in args:
             ours, conv = _SIMPLE[key]
             carry(draft, names[key], args.pop(key), ours, conv)
+    if "snr_gamma" not in names:
+        peer_defaults.no_snr(draft, "snr_gamma", peer_defaults.SIMPLETUNER_SNR)
+    _default_shift(draft, args, names)
     _switches(draft, args, names)
     _validation(draft, args, names)
     if "data_backend_config" in args:
@@ -101,6 +110,21 @@ def build(draft: Draft, data: dict[str, Any], family: str | None) -> None:
         {names[k]: f"{NOT_NEEDED}: {w}" for k, w in _NEEDLESS.items() if k in names},
     )
     draft.unread(data)
+
+
+def _default_shift(draft: Draft, args: dict[str, Any], names: dict[str, str]) -> None:
+    """flow_shift 3.0, SimpleTuner's default flow_schedule_shift, for a file that leaves it unset
+    (a family whose SimpleTuner model draws its levels the common way; not with
+    flow_schedule_auto_shift or flux_fast_schedule on, whose levels are not carried here)."""
+    family = draft.settings.get("family")
+    if "flow_schedule_shift" in names or family not in peer_defaults.SIMPLETUNER_SHIFT_FAMILIES:
+        return
+    if any(
+        str(args.get(k, "")).lower() in ("true", "1")
+        for k in ("flow_schedule_auto_shift", "flux_fast_schedule")
+    ):
+        return
+    peer_defaults.fill(draft, "flow_schedule_shift", "flow_shift", 3.0, peer_defaults.SIMPLETUNER_SHIFT)
 
 
 def _switches(draft: Draft, args: dict[str, Any], names: dict[str, str]) -> None:

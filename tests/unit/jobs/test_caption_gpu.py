@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from lorastudio.jobs.hardware import HostInfo
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
+from polling import WORKER_START_S, until
 
 QWEN_3B = CaptionNeed(3.75e9 * 2 / GIB * CAPTION_ACTIVATION_FACTOR + CUDA_CONTEXT_GIB, "Qwen2.5-VL 3B")
 BUDGET_20 = TrainingMemory("t1", 20.0, "its memory_budget_gb", None)
@@ -149,15 +149,15 @@ def test_the_service_publishes_the_live_run_s_measured_peak(
         cfg = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32,
                "steps": 3, "output_name": "peak"}  # fmt: skip
         job = service.submit(cfg)
-        deadline = time.monotonic() + 30
-        while (known := service.training_memory()) is None or known.measured_gib is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+
+        def measured() -> TrainingMemory | None:
+            known = service.training_memory()
+            return known if known is not None and known.measured_gib is not None else None
+
+        known = until(measured, WORKER_START_S, "measured peak of the started worker")
         assert known == TrainingMemory(job["id"], None, None, 12.5)  # a CPU host: no planned figure
         service.stop(save=False)
-        while service.job(job["id"])["status"] not in {"stopped", "completed"}:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        until(lambda: service.job(job["id"])["status"] in {"stopped", "completed"}, 30, "end after the stop")
         assert service.training_memory() is None
     finally:
         service.shutdown()

@@ -22,6 +22,7 @@ from lorastudio.jobs.service import JobService, Timeouts
 from lorastudio.jobs.step_watch import StepWatch
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
+from polling import WORKER_START_S, until
 
 FINAL = {"completed", "stopped", "cancelled", "failed", "interrupted"}
 WATCH = {"hang_min_s": 1.0, "hang_step_factor": 5.0, "stop_grace_s": 0.5, "kill_grace_s": 0.5}
@@ -129,10 +130,7 @@ def test_announced_work_and_the_phases_before_the_first_step_are_not_watched(
     service = _service(settings, fakes.hang_ignoring_stop)  # 'loading' for ever: no step yet
     try:
         job = service.submit(_cfg(model, output_name="loading"))
-        deadline = time.monotonic() + 40
-        while service.job(job["id"])["phase"] is None:  # the child is up and 'loading'
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        until(lambda: service.job(job["id"])["phase"] is not None, WORKER_START_S, "child up and 'loading'")
         time.sleep(WATCH["hang_min_s"] * 3)
         assert service.job(job["id"])["status"] == "preparing"
     finally:

@@ -5,11 +5,12 @@ whose sample round of a large model takes longer; the job service's own hang wat
 requests bound that work instead (RELIABILITY, known limits).
 
 Two gloo processes with torch's default timeout shrunk to 1 s: rank 0 works alone for 3 s before
-the broadcast the other rank waits in, as a long sample round does."""
+the broadcast the other rank waits in, as a long sample round does. The processes are started as
+the job service's workers are in the tests (processes.spawn_context: forked from the test
+process's zygote, tests/zygote.py, which has imported torch; not two fresh interpreters)."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import socket
 import time
@@ -20,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
+from lorastudio.processes import spawn_context
 from lorastudio.training.distributed import COLLECTIVE_TIMEOUT, ParallelContext, end_group, start_group
 
 ALONE_S = 3.0
@@ -50,7 +52,7 @@ def _free_port() -> int:
 
 def test_the_other_ranks_wait_out_rank_0s_long_work_alone(tmp_path: Path) -> None:
     assert timedelta(hours=1) <= COLLECTIVE_TIMEOUT  # longer than any sample round
-    spawn = multiprocessing.get_context("spawn")
+    spawn = spawn_context()
     port = _free_port()
     ranks = [spawn.Process(target=_rank, args=(r, port, str(tmp_path))) for r in (0, 1)]
     for process in ranks:

@@ -24,7 +24,9 @@ from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info
 from lorastudio.training.events import Progress
 from lorastudio.training.loop import TrainResult, train
 
-FAMILY = "sdxl"
+# The extension (training/extend.py, the loop's schedule and checkpoints) is the same for every
+# family; FLUX.1's tiny model trains these 72 steps in ~5.7 CPU s where SDXL's took 23.
+FAMILY = "flux"
 
 
 def _config(tiny_model, sample_dataset: Path, name: str, **over: Any) -> TrainConfig:
