@@ -1,5 +1,5 @@
-"""Session 41 upgrade audit, end to end (slow: 2.5-3.5 min from scratch on 2 shared cores, 1-1.3 of
-them building the home; 1.1-1.6 min on a copy, UPGRADE41_BUILT; a studio home built by the code of
+"""Session 41 upgrade audit, end to end (slow: 1.9-3.5 min from scratch on 2 shared cores, 0.8-1.3
+of them building the home; 1.1-1.6 min on a copy, UPGRADE41_BUILT; a studio home built by the code of
 the session's start, commit OLD, and of session 40's start, OLD40, each extracted with `git archive`;
 tests/upgrade/old_home41.py: a dataset uploaded by OLD40's app with a metadata.jsonl row naming
 `café.png` decomposed and a run on it stopped at step 2; runs of each adapter kind and one on a
