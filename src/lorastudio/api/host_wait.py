@@ -64,8 +64,9 @@ async def no_probe_waits(request: Request) -> None:
     """Every API route's first dependency: this request may not wait for the GPU probe in a
     request thread (hardware.forbid_probe_waits) until `host_known` awaited the answer. Async,
     so the mark is set in the request's own context and copied into its threads."""
-    route = request.scope.get("route")
-    forbid_probe_waits(f"{request.method} {getattr(route, 'path', request.url.path)}")
+    route = request.scope.get("route")  # its path as the schema spells it (`{file}`, not `{file:path}`)
+    path = getattr(route, "path_format", None) or getattr(route, "path", request.url.path)
+    forbid_probe_waits(f"{request.method} {path}")
 
 
 HOST_KNOWN = [Depends(host_known)]  # a route's `dependencies=`: the probe answered before it runs

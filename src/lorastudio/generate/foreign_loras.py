@@ -182,7 +182,12 @@ def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
         return None
     try:
         return _read(path, family or "", layout or "", unread)
-    except (ConfigError, ModelSourceError, ValueError) as err:
+    except ConfigError as err:  # the name tables' refusal, worded for a config's field: the reasons alone
+        reasons = "; ".join(problem.message for problem in err.problems)
+        raise ModelSourceError(
+            f"cannot apply LoRA {path}: a layer of it is none of this model's: {reasons}"
+        ) from err
+    except (ModelSourceError, ValueError) as err:
         raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
 
 

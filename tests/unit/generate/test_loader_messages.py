@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from lorastudio.errors import ModelSourceError
 from lorastudio.generate import apply_loras
-from lorastudio.generate.lora_messages import MAX_REASON
+from lorastudio.generate.lora_messages import MAX_REASON, loader_failure
 from lorastudio.tiny import build_tiny_pipeline
 
 
@@ -43,12 +43,25 @@ def _refusal(pipe, tensors: dict[str, torch.Tensor], path) -> str:
     return message
 
 
-def test_a_loader_message_of_every_key_is_cut(pipe, tmp_path):
-    """kohya's prefix on diffusers' module names: diffusers lists every key it cannot convert."""
+def test_a_kohya_file_of_no_layer_of_the_model_names_one_briefly(pipe, tmp_path):
+    """kohya's prefix on diffusers' module names: diffusers listed every key it could not convert
+    (a message cut at MAX_REASON); since fix 2246 lorastudio's reader takes a kohya FLUX.1 file with
+    a layer diffusers' converter does not map, and names the first such layer, not as a config's
+    field."""
     tensors = _pairs(pipe, lambda name: "lora_unet_" + name.replace(".", "_"))
     message = _refusal(pipe, tensors, tmp_path / "lora.safetensors")
-    assert "Incompatible keys" in message
-    assert len(message) < MAX_REASON + 200 and "cut:" in message
+    assert "a layer of it is none of this model's" in message and "no kohya name is known" in message
+    assert "invalid configuration" not in message and "lora_format" not in message
+    assert len(message) < MAX_REASON + 200
+
+
+def test_a_loader_message_of_every_key_is_cut():
+    """diffusers' "Incompatible keys detected" lists every key it cannot convert: ours keeps
+    MAX_REASON characters of it and says how long it was."""
+    keys = ", ".join(f"lora_unet_layer_{i}.lora_down.weight" for i in range(400))
+    message = str(loader_failure("x.safetensors", ValueError(f"Incompatible keys detected: {keys}")))
+    assert message.startswith("cannot apply LoRA x.safetensors: Incompatible keys detected")
+    assert len(message) < MAX_REASON + 200 and f"(cut: {len(keys) + 28} characters)" in message
 
 
 def test_a_loader_key_error_says_what_failed(pipe, tmp_path):

@@ -31,7 +31,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
-from lorastudio import families
+from lorastudio import families, json_read
 from lorastudio.api.contract import file_answer, multipart_body
 from lorastudio.api.deps import generation_dep, settings_dep
 from lorastudio.api.downloads import Download
@@ -132,7 +132,7 @@ def _note_left(image: FilePath, result: dict[str, Any]) -> dict[str, Any]:
     image as it is, said in the server log: its client is gone, no answer reaches anyone."""
     sidecar = image.with_suffix(".json")
     try:
-        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+        meta = json_read.loads(sidecar.read_text(encoding="utf-8"))
         meta["note"] = LEFT_NOTE
         with staged_write(sidecar) as tmp:
             tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
