@@ -99,17 +99,9 @@ def bulk_edit_captions(folder: Path, edit: CaptionEdit, *, dry_run: bool = False
             )
             if not before:
                 continue
-            result.captions += 1
-            after = edit.apply(before)
-            if after == before:
+            after = _edited(result, image.name, before, edit, bad)
+            if after is None:
                 continue
-            why = "the edit would leave the caption empty" if not after else caption_problem(after)
-            if why is not None:  # what write_caption refuses too: a scan would refuse the file
-                bad.append(f"{image.name}: {why}")
-                continue
-            result.changed.append(image.name)
-            if len(result.examples) < EXAMPLES:
-                result.examples.append((image.name, before, after))
             if sidecar is not None:
                 txt[sidecar] = after
             if sidecar is None or (table.get(image.name) or "").strip():  # a row beside the .txt too:
@@ -135,17 +127,9 @@ def _kohya_edit(folder: Path, layout: KohyaLayout, edit: CaptionEdit, dry_run: b
         bad += [f"{name}: {p}" for p in problems]
         if not before:
             continue
-        result.captions += 1
-        after = edit.apply(before)
-        if after == before:
+        after = _edited(result, name, before, edit, bad)
+        if after is None:
             continue
-        why = "the edit would leave the caption empty" if not after else caption_problem(after)
-        if why is not None:
-            bad.append(f"{name}: {why}")
-            continue
-        result.changed.append(name)
-        if len(result.examples) < EXAMPLES:
-            result.examples.append((name, before, after))
         txt.update(dict.fromkeys(captions, after))
     if bad:
         raise DatasetError(f"caption edit refused ({len(bad)} caption(s))", bad)
@@ -153,6 +137,24 @@ def _kohya_edit(folder: Path, layout: KohyaLayout, edit: CaptionEdit, dry_run: b
         _write(folder, txt, {}, None)
         result.written = True
     return result
+
+
+def _edited(result: BulkResult, name: str, before: str, edit: CaptionEdit, bad: list[str]) -> str | None:
+    """Image `name`'s caption `before` after `edit`, counted in `result` (and kept as an example);
+    None where the edit leaves it as it is, or where the new one is what write_caption refuses (a
+    scan would refuse the file), then named in `bad`."""
+    result.captions += 1
+    after = edit.apply(before)
+    if after == before:
+        return None
+    why = "the edit would leave the caption empty" if not after else caption_problem(after)
+    if why is not None:
+        bad.append(f"{name}: {why}")
+        return None
+    result.changed.append(name)
+    if len(result.examples) < EXAMPLES:
+        result.examples.append((name, before, after))
+    return after
 
 
 def _write(folder: Path, txt: dict[Path, str], rows: dict[str, str], metadata: Path | None) -> None:
