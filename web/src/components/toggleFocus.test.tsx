@@ -57,7 +57,7 @@ describe("an inline disclosure keeps the focus", () => {
     const info: Info = { ...INFO, datasets: [...INFO.datasets, bad] };
     mockFetch(({ url }) => (url === "/api/info" ? { body: info } : undefined));
     renderWithProviders(<DatasetsScreen />, { training: false });
-    const rename = await screen.findByRole("button", { name: "Rename" });
+    const rename = await screen.findByRole("button", { name: /^Rename/ });
     rename.focus();
     await userEvent.keyboard("{Enter}");
     await waitFor(() => expect(document.activeElement).toBe(screen.getByRole("textbox", { name: "new name for what?" })));

@@ -27,6 +27,7 @@ function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule
       <button
         type="button"
         className="secondary"
+        aria-label={`Rename: ${dataset.name}`}
         onClick={() => {
           setTo(dataset.name.normalize("NFC"));
           setOpen(true);
@@ -232,7 +233,7 @@ export function DatasetsScreen() {
                 kind: "actions",
                 cell: (d) =>
                   d.usable ? (
-                    <a className="button ghost" href={href("train", d.name)}>
+                    <a className="button ghost" href={href("train", d.name)} aria-label={`Train on it: ${d.name}`}>
                       Train on it
                     </a>
                   ) : (
