@@ -31,6 +31,7 @@ from lorastudio.config_rules import (
 from lorastudio.config_samples import SamplePrompt
 from lorastudio.errors import ConfigError, FieldProblem, UnknownFamily
 from lorastudio.generation_rules import side_problem
+from lorastudio.pattern_words import pattern_problem
 
 if TYPE_CHECKING:
     from lorastudio.families.spec import FamilySpec
@@ -109,6 +110,7 @@ def _pydantic_problems(err: ValidationError) -> list[FieldProblem]:
     for e in _one_branch(list(err.errors())):
         loc = shown_key(".".join(str(p) for p in e["loc"])) or "(config)"  # one line, cut (2145)
         msg = e["msg"].removeprefix("Value error, ")  # pydantic's words before a validator's own
+        msg = pattern_problem(e) or msg  # a pattern's words, not its regex (RELIABILITY 2270)
         if e["type"] == "extra_forbidden":
             msg = "unknown setting" + (_did_you_mean(e["loc"]) or _entry_did_you_mean(e["loc"]))
         out.append(FieldProblem(loc, msg))

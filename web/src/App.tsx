@@ -16,6 +16,7 @@ import { ErrorBanner } from "./components/ErrorBanner";
 import { UpdatedBanner } from "./components/UpdatedBanner";
 import { LiveStatus } from "./components/LiveStatus";
 import { SkipLink, useScreenChange } from "./components/ScreenChange";
+import { keepFocus } from "./lib/focusKept";
 
 const NAV = [
   ["datasets", "Datasets"],
@@ -75,6 +76,8 @@ function Shell() {
     return () => window.clearInterval(every);
   }, [token]);
   useEffect(() => installImageRetry(), []);
+  // a focus lost with its control (a deleted row's button, a Stop gone with its run) stays near it
+  useEffect(() => (main.current ? keepFocus(main.current) : undefined), []);
   const current = route[0] === "clone" ? "train" : route[0] === "again" ? "generate" : (route[0] ?? "train");
   return (
     <div className="app">

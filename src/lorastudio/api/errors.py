@@ -75,6 +75,7 @@ from lorastudio.errors import (
     os_error_text,
     write_failure,
 )
+from lorastudio.pattern_words import pattern_problem
 
 log_ = logging.getLogger("lorastudio.api")
 
@@ -233,10 +234,17 @@ def _without_secrets(item: dict[str, Any]) -> dict[str, Any]:
     return {**item, "loc": loc, "input": REDACTED if inside else _redacted(item["input"])}
 
 
+def _in_words(item: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic error item whose `msg` is its pattern's words (pattern_words.PATTERN_WORDS)
+    rather than the regex (RELIABILITY 2270); its `type` and `ctx` (the pattern) kept."""
+    words = pattern_problem(item)
+    return item if words is None else {**item, "msg": words}
+
+
 async def _invalid_request(request: Request, err: Exception) -> JSONResponse:
     if not isinstance(err, RequestValidationError):  # only registered for RequestValidationError
         raise err
-    items = [_without_secrets(item) for item in err.errors()]
+    items = [_without_secrets(_in_words(item)) for item in err.errors()]
     return JSONOut({"error": VALIDATION_ERROR, "detail": jsonable_encoder(items)}, status_code=422)
 
 

@@ -33,7 +33,6 @@ export function captionerLabel(m: CatalogueModel): string {
  * the job has ended. */
 export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onFinished: () => void }) {
   const [open, setOpen] = useState(false);
-  const toggled = useToggleFocus(open); // the focus to the panel opened, back to the button on Close
   const [model, setModel] = useState(DEFAULT_CAPTION_MODEL);
   const [prefix, setPrefix] = useState("");
   const [overwrite, setOverwrite] = useState(false);
@@ -76,6 +75,8 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
   }, [open, dataset]);
 
   const running = job?.status === "running";
+  // the focus to the panel opened, back to the button on Close (or Escape)
+  const toggled = useToggleFocus(open, running ? undefined : () => setOpen(false));
   // a failed poll: shown, and the next poll is made all the same (`retries`), so a blip does not
   // freeze the panel at "running"; a job that ended with a restart comes back "interrupted" from
   // its record; one the server no longer knows at all (404: its record was pruned or could not be

@@ -20,7 +20,6 @@ const REPO = /^[A-Za-z0-9][\w.-]*\/[\w.-]+$/;
  */
 export function PushToHub({ name }: Props) {
   const [open, setOpen] = useState(false);
-  const toggled = useToggleFocus(open); // the focus to the form opened, back to the button on Close
   const [repo, setRepo] = useState("");
   const [create, setCreate] = useState(false);
   const [priv, setPriv] = useState(false);
@@ -39,6 +38,8 @@ export function PushToHub({ name }: Props) {
     }
   });
   const busy = action.pending;
+  // the focus to the form opened, back to the button on Close (or Escape)
+  const toggled = useToggleFocus(open, busy ? undefined : () => setOpen(false));
   const push = action.run;
   if (!open) {
     return (

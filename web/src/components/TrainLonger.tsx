@@ -29,7 +29,6 @@ interface Props {
 export function TrainLonger({ run, onStarted, onError }: Props) {
   const offer = run.train_longer;
   const [open, setOpen] = useState(false);
-  const toggled = useToggleFocus(open); // the focus to the form opened, back to the button on Cancel
   const [value, setValue] = useState(() => String(offer ? offer.steps * 2 : ""));
   // the server's refusal of these steps (e.g. over its 10,000,000 limit), said under the input until it is edited
   const [refused, setRefused] = useState<string | null>(null);
@@ -57,6 +56,8 @@ export function TrainLonger({ run, onStarted, onError }: Props) {
     }
   });
   const busy = action.pending;
+  // the focus to the form opened, back to the button on Cancel (or Escape)
+  const toggled = useToggleFocus(open, busy ? undefined : () => setOpen(false));
   if (!offer) return null;
   const steps = Number(value);
   const valid = value.trim() !== "" && Number.isInteger(steps) && steps > offer.steps && allRelocated(moved, places);

@@ -57,10 +57,40 @@ describe("an inline disclosure keeps the focus", () => {
     const info: Info = { ...INFO, datasets: [...INFO.datasets, bad] };
     mockFetch(({ url }) => (url === "/api/info" ? { body: info } : undefined));
     renderWithProviders(<DatasetsScreen />, { training: false });
-    const rename = await screen.findByRole("button", { name: "Rename" });
+    const rename = await screen.findByRole("button", { name: /^Rename/ });
     rename.focus();
     await userEvent.keyboard("{Enter}");
     await waitFor(() => expect(document.activeElement).toBe(screen.getByRole("textbox", { name: "new name for what?" })));
+  });
+
+  it("Escape closes each, as its Cancel / Close does, and gives the focus back (RELIABILITY 2273)", async () => {
+    const escapes = async (button: HTMLElement, field: () => HTMLElement) => {
+      const name = button.getAttribute("aria-label") ?? button.textContent ?? "";
+      button.focus();
+      await userEvent.keyboard("{Enter}");
+      expect(document.activeElement).toBe(field());
+      await userEvent.keyboard("{Escape}");
+      expect(document.activeElement).toBe(screen.getByRole("button", { name }));
+    };
+    const train = render(<TrainLonger run={RUN} onStarted={vi.fn()} onError={vi.fn()} />);
+    await escapes(screen.getByRole("button", { name: "Train longer: portrait" }), () => screen.getByRole("spinbutton", { name: "New total steps" }));
+    train.unmount();
+    const push = render(<PushToHub name="portrait" />);
+    await escapes(screen.getByRole("button", { name: "Push to hub: portrait" }), () => screen.getByRole("textbox", { name: "Repo id" }));
+    push.unmount();
+    mockFetch(() => undefined);
+    const caption = render(<AutoCaptionPanel dataset="mix" onFinished={() => undefined} />);
+    await escapes(screen.getByTestId("caption-ai"), () => screen.getByTestId("caption-model"));
+    caption.unmount();
+    const bad = { name: "what?", path: "/d/what?", images: 3, captions: 3, markup_captions: 0, markup_counted: true, usable: false, problem: "cannot use this name" };
+    mockFetch(({ url }) => (url === "/api/info" ? { body: { ...INFO, datasets: [...INFO.datasets, bad] } } : undefined));
+    renderWithProviders(<DatasetsScreen />, { training: false });
+    const rename = await screen.findByRole("button", { name: "Rename: what?" });
+    rename.focus();
+    await userEvent.keyboard("{Enter}");
+    await waitFor(() => expect(document.activeElement).toBe(screen.getByRole("textbox", { name: "new name for what?" })));
+    await userEvent.keyboard("{Escape}"); // the one way to close it: it has no Cancel
+    await waitFor(() => expect(document.activeElement).toBe(screen.getByRole("button", { name: "Rename: what?" })));
   });
 
   it("moves nothing on mounting", () => {

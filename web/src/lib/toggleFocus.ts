@@ -11,10 +11,25 @@ const CONTROLS = "button:not([disabled]), a[href]";
  * shown (a callback ref, for a button, a div or a form alike): opened, the focus goes to its first field (else its first control); closed, to the button
  * (or the first control in the element the ref is on). Only a lost focus is moved: one the user
  * put elsewhere meanwhile stays. Nothing is focused on mounting.
+ * `close`: while open, Escape pressed inside what is shown calls it, as its Cancel / Close does
+ * (RELIABILITY 2273; undefined while it cannot close: an action running, its Cancel disabled).
  */
-export function useToggleFocus(open: boolean): (el: HTMLElement | null) => void {
+export function useToggleFocus(open: boolean, close?: () => void): (el: HTMLElement | null) => void {
   const box = useRef<HTMLElement | null>(null);
   const shown = useRef(open); // what was shown last (StrictMode runs an effect twice)
+  const closer = useRef(close); // the latest: a re-render must not add a listener
+  closer.current = close;
+  useEffect(() => {
+    if (!open) return;
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key !== "Escape" || e.defaultPrevented || !closer.current) return;
+      if (!(e.target instanceof Node) || !box.current?.contains(e.target)) return;
+      e.preventDefault();
+      closer.current();
+    };
+    document.addEventListener("keydown", onKey);
+    return () => document.removeEventListener("keydown", onKey);
+  }, [open]);
   useEffect(() => {
     if (shown.current === open) return;
     shown.current = open;

@@ -16,17 +16,20 @@ import { Field } from "../components/Field";
  * server's rule for a new name first (NFC: an NFD name copied from macOS is offered as it reads). */
 function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule?: NameRule; onDone: () => void }) {
   const [open, setOpen] = useState(false);
-  const toggled = useToggleFocus(open); // the focus to the new name's field
   const errorId = useId();
   const [to, setTo] = useState("");
   const [error, setError] = useState<string | null>(null);
   const mounted = useUnmountSignal(); // whom its actions' answers are for (client.AnswerTo)
   const [busy, setBusy] = useState(false);
+  // the focus to the new name's field; Escape closes it (it has no Cancel), back to Rename
+  const toggled = useToggleFocus(open, busy ? undefined : () => setOpen(false));
   if (!open) {
     return (
       <button
+        ref={toggled}
         type="button"
         className="secondary"
+        aria-label={`Rename: ${dataset.name}`}
         onClick={() => {
           setTo(dataset.name.normalize("NFC"));
           setOpen(true);
@@ -232,7 +235,7 @@ export function DatasetsScreen() {
                 kind: "actions",
                 cell: (d) =>
                   d.usable ? (
-                    <a className="button ghost" href={href("train", d.name)}>
+                    <a className="button ghost" href={href("train", d.name)} aria-label={`Train on it: ${d.name}`}>
                       Train on it
                     </a>
                   ) : (

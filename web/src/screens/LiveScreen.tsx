@@ -235,7 +235,7 @@ export function LiveScreen() {
             {status.queue.map((q) => (
               <li key={q.id}>
                 {q.output_name}{" "}
-                <button className="ghost small" disabled={dequeue.pending} onClick={() => void dequeue.run(q.id)}>
+                <button className="ghost small" disabled={dequeue.pending} onClick={() => void dequeue.run(q.id)} aria-label={`Cancel: ${q.output_name}`}>
                   Cancel
                 </button>
               </li>

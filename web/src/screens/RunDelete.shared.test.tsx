@@ -39,7 +39,7 @@ describe("the question before a run's delete", () => {
     });
     const list = renderWithProviders(<RunsScreen />);
     const table = await screen.findByTestId("runs-table");
-    const deletes = within(table).getAllByRole("button", { name: "Delete" });
+    const deletes = within(table).getAllByRole("button", { name: /^Delete: / });
     await userEvent.click(deletes[0]);
     expect(asked).toHaveBeenLastCalledWith(SHARED);
     await userEvent.click(deletes[1]);

@@ -136,10 +136,10 @@ export function RunsScreen() {
             </a>
           )}
           <ResumeButton run={r} onResumed={() => navigate("live")} onError={setError} />
-          <a className="button ghost small" href={href("runs", r.id)}>
+          <a className="button ghost small" href={href("runs", r.id)} aria-label={`Open: ${r.output_name}`}>
             Open
           </a>
-          <button className="ghost small danger-text" disabled={remove.pending} onClick={() => void remove.run(r)}>
+          <button className="ghost small danger-text" disabled={remove.pending} onClick={() => void remove.run(r)} aria-label={`Delete: ${r.output_name}`}>
             Delete
           </button>
         </>

@@ -12,9 +12,9 @@ import { render, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import type { ReactElement } from "react";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { CheckpointList, DatasetDetail, GalleryImage, RunDetail } from "../api/types";
+import type { CheckpointList, DatasetDetail, GalleryImage, RunDetail, RunSummary } from "../api/types";
 import { Field } from "../components/Field";
-import { CATALOGUE, type Call, datasetDetail, galleryImage, INFO, JOB, mockFetch, runDetail } from "../test/fixtures";
+import { CATALOGUE, type Call, datasetDetail, galleryImage, INFO, JOB, mockFetch, runDetail, stoppedRun } from "../test/fixtures";
 import { DatasetDetailScreen } from "./DatasetDetailScreen";
 import { DatasetsScreen } from "./DatasetsScreen";
 import { GenerateScreen } from "./GenerateScreen";
@@ -32,14 +32,21 @@ const IMAGE: GalleryImage = galleryImage([{ name: "portrait", scale: 0.8 }]);
 const LORAS = { root: "/o", loras: [{ name: "portrait", family: "flux", path: "/o/portrait/portrait.safetensors", bytes: 2048, modified: 1, sidecar: null }] };
 const STEPS = { name: "portrait", loras: [{ step: 120, final: true, path: "/o/portrait/portrait.safetensors", url: "/api/loras/portrait/file" }] };
 
+// two of each listed thing, so that controls named alike across rows show (RELIABILITY 2272)
+const OTHER_RUN: RunSummary = stoppedRun({ id: "r2", output_name: "landscape" });
+const QUEUE = [
+  { id: "q1", output_name: "queued-one", family: "flux", created_at: "2025-01-01T00:00:00Z" },
+  { id: "q2", output_name: "queued-two", family: "flux", created_at: "2025-01-01T00:00:00Z" },
+];
+
 /** The fixture server of every screen; `live`: a run in training (the Live screen's Stop). */
 function fixtureServer(live = false) {
   return ({ url }: Call): { status?: number; body: unknown } | undefined => {
     if (url === "/api/info") return { body: INFO };
-    if (url.startsWith("/api/train/status")) return { body: live ? { job: JOB, queue: [], busy: true, event_seq: 1 } : { job: null, queue: [], busy: false, event_seq: 0 } };
+    if (url.startsWith("/api/train/status")) return { body: live ? { job: JOB, queue: QUEUE, busy: true, event_seq: 1 } : { job: null, queue: QUEUE, busy: false, event_seq: 0 } };
     if (url === "/api/models") return { body: CATALOGUE };
     if (url === "/api/models/fetch") return { body: { fetches: [], offline: false } };
-    if (url === "/api/runs" || url.startsWith("/api/runs?")) return { body: { runs: [RUN] } };
+    if (url === "/api/runs" || url.startsWith("/api/runs?")) return { body: { runs: [RUN, OTHER_RUN] } };
     if (url === "/api/runs/r1") return { body: RUN };
     if (url === "/api/runs/r1/samples") return { body: { samples: [] } };
     if (url === "/api/runs/r1/checkpoints") return { body: CHECKPOINTS };
@@ -182,6 +189,23 @@ function labelNotInName(root: HTMLElement): string[] {
     .map((el) => `"${el.textContent}" named "${el.getAttribute("aria-label")}"`);
 }
 
+/** An element's accessible name as far as this sweep needs it: aria-label, else its text. */
+const accessibleName = (el: Element) => words(el.getAttribute("aria-label") ?? el.textContent ?? "");
+
+/** Buttons, and links to different places, that share one accessible name (the rows of a list:
+ * "Delete", "Delete", "Open", "Open"): a screen reader's list of buttons or links, and a voice
+ * control user, cannot tell which run each is for (WCAG 2.4.6; RELIABILITY 2272). */
+function namedAlike(root: HTMLElement): string[] {
+  const seen = new Map<string, Set<string>>();
+  for (const el of root.querySelectorAll("button, a[href]")) {
+    if (hidden(el)) continue;
+    const key = `${el.tagName} ${accessibleName(el)}`;
+    const target = el.tagName === "A" ? (el.getAttribute("href") ?? "") : `button ${seen.get(key)?.size ?? 0}`;
+    seen.set(key, (seen.get(key) ?? new Set()).add(target));
+  }
+  return [...seen].filter(([, targets]) => targets.size > 1).map(([key, targets]) => `${key} (${targets.size})`);
+}
+
 /** Scrolling text boxes (a log) that a keyboard cannot reach to scroll, or that have no name. */
 function unreachableScrollers(root: HTMLElement): string[] {
   return [...root.querySelectorAll("pre")]
@@ -203,6 +227,7 @@ describe("accessibility of every screen", () => {
     expect(unnamedHeaders(container)).toEqual([]);
     expect(unreachableScrollers(container)).toEqual([]);
     expect(labelNotInName(container)).toEqual([]);
+    expect(namedAlike(container)).toEqual([]);
   });
 
   it.each(SCREENS.filter(([name]) => name !== "Datasets"))("%s, every load refused (503): the refusal is announced and nothing keeps loading", async (_, make, act) => {
@@ -297,8 +322,10 @@ describe("accessibility of every screen", () => {
 
   it("Live: the Stop dialog takes the focus, keeps Tab inside, and closes on Escape", async () => {
     const calls = mockFetch(fixtureServer(true));
-    renderIn(<LiveScreen />);
+    const { container } = renderIn(<LiveScreen />);
     await settle(calls);
+    await screen.findByRole("button", { name: "Cancel: queued-two" }); // the queue's rows, told apart
+    expect(namedAlike(container)).toEqual([]);
     await userEvent.click(await screen.findByRole("button", { name: /^Stop/ }));
     await checkDialog();
   });

@@ -111,7 +111,7 @@ describe("an item deleted elsewhere", () => {
         <RunsScreen />
       </TrainingProvider>,
     );
-    const button = await screen.findByRole("button", { name: "Delete" });
+    const button = await screen.findByRole("button", { name: /^Delete: / });
     // two clicks before the first one's answer (and before React re-renders)
     act(() => {
       fireEvent.click(button);

@@ -139,7 +139,7 @@ const CASES: Case[] = [
   {
     name: "a run deleted from the Runs list (the list is reloaded)",
     ui: () => withProviders(<RunsScreen />),
-    act: () => click("Delete"),
+    act: () => click(`Delete: ${RUN.output_name}`),
     request: `/api/runs/${RUN.id}`,
     answer: { id: RUN.id, deleted: true },
   },
