@@ -25,19 +25,16 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
+from ddp_caches_build import build_caches, caches_config
 from ddp_init import init_config, init_rank_main, write_init_file
-from lorastudio import families
-from lorastudio.config import TrainConfig, resolve_train_config
-from lorastudio.data import decode_progress, images, scan_dataset
+from lorastudio.config import TrainConfig
+from lorastudio.data import decode_progress, images
 from lorastudio.settings import get_settings
 from lorastudio.training.events import StopRequest
 from lorastudio.training.inputs import conditioning
-from lorastudio.training.inputs.conditioning import captions_to_encode, encode_texts
-from lorastudio.training.inputs.latents import build_latent_cache
 from lorastudio.training.loop import train
 from undecodable_images import idat_ends_early
 from zygote import ZygoteContext
@@ -356,46 +353,6 @@ def start_ranks(runs: list[tuple[str, str, TrainConfig, int, int | None]], out: 
             proc.join()
 
 
-CACHE_CHUNK = 2  # captions per encoder call: several chunks, so the rounds are uneven
-
-
-def build_caches(cfg: TrainConfig) -> dict:
-    """Phase 1 and 2 of a run as train() calls them: the conditioning (captions + sample prompts)
-    and the latent cache, with the rng state after them and the number of stop polls."""
-    conditioning.ENCODE_CHUNK = CACHE_CHUNK
-    cfg = resolve_train_config(cfg)
-    family = families.get(cfg.family)
-    items = scan_dataset(
-        Path(cfg.data_dir),
-        resolution=int(cfg.resolution or 0),
-        multiple=family.spec.resolution_multiple,
-        aspect_buckets=cfg.aspect_buckets,
-    ).items
-    rng = np.random.default_rng(cfg.seed)
-    polls = {"n": 0}
-
-    def stop() -> None:
-        polls["n"] += 1
-
-    texts = [captions_to_encode([it.caption for it in items], cfg.caption_dropout), cfg.sample_prompts]
-    device = torch.device("cpu")
-    conds = encode_texts(
-        family, cfg, texts, dtype=torch.float32, device=device, emit=[].append, check_stop=stop
-    )
-    vae = family.load_vae(cfg.base_model, cfg.revision, torch.float32, device)
-    cache = build_latent_cache(family, vae, items, cfg, rng, device=device, emit=[].append, check_stop=stop)
-    return {
-        "conds": conds,
-        "means": cache.means,
-        "stds": cache.stds,
-        "crops": cache.crops,
-        "sizes": cache.sizes,
-        "rng": rng.bit_generator.state,
-        "polls": polls["n"],
-        "texts": sum(len(group) for group in texts),
-    }
-
-
 def _cache_rank_main(rank: int, cfg: TrainConfig, port: int, out: str) -> None:
     """One scenario of a launched process: phases 1 and 2 under a gloo group; writes
     out/cache{rank}.pt (the encode chunk is restored for the scenarios that follow)."""
@@ -407,14 +364,3 @@ def _cache_rank_main(rank: int, cfg: TrainConfig, port: int, out: str) -> None:
     finally:
         conditioning.ENCODE_CHUNK = previous
         dist.destroy_process_group()
-
-
-def caches_config(make_config: Callable[..., TrainConfig]) -> TrainConfig:
-    return make_config(
-        random_crop=True,
-        random_flip=True,
-        cache_variants=2,
-        aspect_buckets=False,  # the non-square image is cropped square: random crops have slack
-        caption_dropout=0.1,
-        sample_prompts=["a red square", "a blue circle", "a green ring"],
-    )

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ddp_launch import CACHE_CHUNK, WORLD, build_caches, caches_config
+from ddp_caches_build import CACHE_CHUNK, build_caches, caches_config
+from ddp_launch import WORLD
 from lorastudio.data import load_crop, scan_dataset
 from lorastudio.training.inputs import conditioning
 from lorastudio.training.inputs.latents import replay_crop_draws
